@@ -1,0 +1,87 @@
+# npumem: every target creates what it needs (.venv, the maturin build, Rust and Python deps).
+# `make help` lists the targets with their one-line descriptions (the `## ` comments below).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(BIN)):$(PATH)
+# CI=1 selects the thorough hypothesis profile (see tests/conftest.py).
+export HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
+
+RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock
+PY_DEPS_STAMP := $(VENV)/.deps-stamp
+BUILD_STAMP := $(VENV)/.build-stamp
+
+.PHONY: help
+help: ## Show this list of targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(PY_DEPS_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "maturin>=1.9,<2.0" \
+	    $$($(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(" ".join(f"\"{d}\"" for d in p["dependencies"] + p["optional-dependencies"]["test"] + p["optional-dependencies"]["dev"]))' | xargs)
+	touch $@
+
+$(BUILD_STAMP): $(PY_DEPS_STAMP) $(RUST_SOURCES)
+	$(BIN)/maturin develop --release --quiet
+	touch $@
+
+.PHONY: venv
+venv: $(PY_DEPS_STAMP) ## Create .venv with maturin and the test and lint tools
+
+.PHONY: develop
+develop: $(BUILD_STAMP) ## Build the Rust extension (release) into .venv, package in editable mode
+
+.PHONY: demo
+demo: develop ## Run the main job: the built-in demo workload (npumem demo)
+	$(BIN)/npumem demo
+
+.PHONY: test
+test: test-rust test-loom test-python ## Run every test: Rust unit and stress, loom models, pytest, stubtest
+
+.PHONY: test-rust
+test-rust: ## Rust unit, property and stress tests of npumem-core; bench code compiles and runs once
+	cargo test -p npumem-core --release
+	cargo test -p npumem-benches --release --benches -- --test
+
+.PHONY: test-loom
+test-loom: ## Loom models of every atomic protocol (exhaustive interleavings)
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
+	    cargo test -p npumem-core --release --test loom -- --test-threads=2
+
+.PHONY: test-python
+test-python: develop ## pytest suite and mypy.stubtest of the _core stubs
+	$(PY) -m pytest -q
+	$(PY) -m mypy.stubtest npumem._core --allowlist tests/stubtest-allowlist.txt
+
+.PHONY: bench
+bench: develop ## Criterion benches against peer allocators, then the Python benchmark scripts
+	cargo bench -p npumem-benches
+	$(PY) benches/python_roundtrip.py
+
+.PHONY: lint
+lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings, ruff, mypy
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(BIN)/ruff check python tests benches
+	$(BIN)/ruff format --check python tests benches
+	$(BIN)/mypy
+
+.PHONY: fmt
+fmt: $(PY_DEPS_STAMP) ## Format Rust and Python sources in place
+	cargo fmt --all
+	$(BIN)/ruff format python tests benches
+	$(BIN)/ruff check --fix python tests benches
+
+.PHONY: clean
+clean: ## Remove build outputs and the virtual environment
+	cargo clean
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis npumem-demo

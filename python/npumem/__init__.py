@@ -1,0 +1,2 @@
+from npumem._core import __version__
+__all__ = ["__version__"]

@@ -1,0 +1,46 @@
+"""The ``npumem`` command: one entry point, a subcommand per job.
+
+Each subcommand lives next to the code it drives and registers itself through an
+``add_parser(subparsers)`` function that returns the parser, with ``func`` set to a callable
+``(args) -> int`` exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["build_parser", "main"]
+
+# Exit statuses scripts can rely on.
+EXIT_OK = 0
+EXIT_FAILURE = 1  # the job ran and its goal was not met (e.g. a capacity not reached)
+EXIT_USAGE = 2  # bad arguments or unreadable input (argparse uses 2 as well)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from npumem import __version__
+    from npumem.plan import cli as plan_cli
+    from npumem.workloads import cli as demo_cli
+
+    parser = argparse.ArgumentParser(
+        prog="npumem",
+        description="npumem: accelerator-memory manager (plan, demo, report, replay, plot).",
+    )
+    parser.add_argument("--version", action="version", version=f"npumem {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    demo_cli.add_parser(sub)
+    plan_cli.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    status: int = args.func(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

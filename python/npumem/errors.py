@@ -1,0 +1,91 @@
+"""The exception hierarchy of npumem.
+
+Every error npumem raises derives from :class:`NpumemError`. Most also derive from the built-in
+exception a Python user would reach for first (``MemoryError``, ``ValueError``, ``TypeError``), so
+``except MemoryError`` around an allocation keeps working.
+
+The Rust extension (``npumem._core``) raises these very classes: its one error-mapping place
+imports them from here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArgumentTypeError",
+    "ConfigError",
+    "CorruptionError",
+    "DoubleFreeError",
+    "InvalidArgumentError",
+    "InvalidHandleError",
+    "NpumemError",
+    "OutOfMemoryError",
+    "PinnedBlockError",
+    "PoolBusyError",
+    "RequestTooLargeError",
+]
+
+
+class NpumemError(Exception):
+    """Base class of every error npumem raises."""
+
+
+class OutOfMemoryError(NpumemError, MemoryError):
+    """No block of the requested size could be found, although the request itself is valid.
+
+    The message gives the bytes asked, the bytes free and the largest free block. The numbers are
+    also attributes: ``requested``, ``bytes_free``, ``largest_free_block`` (``None`` when the error
+    was not raised by a pool).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        requested: int | None = None,
+        bytes_free: int | None = None,
+        largest_free_block: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.bytes_free = bytes_free
+        self.largest_free_block = largest_free_block
+
+
+class InvalidArgumentError(NpumemError, ValueError):
+    """An argument has a value the call cannot accept (a zero size, an alignment that is not a
+    power of two, ...). The pool is left exactly as it was."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type (a float where an int is needed, ...)."""
+
+
+class RequestTooLargeError(InvalidArgumentError, OutOfMemoryError):
+    """The request can never succeed: it is larger than the whole arena.
+
+    It is both misuse (``ValueError``) and a request for more memory than there is
+    (``MemoryError``), so either ``except`` clause catches it.
+    """
+
+
+class InvalidHandleError(NpumemError, ValueError):
+    """A block handle that is freed, stale, or belongs to another pool."""
+
+
+class DoubleFreeError(InvalidHandleError):
+    """A block was freed twice."""
+
+
+class PinnedBlockError(NpumemError, RuntimeError):
+    """The block is pinned (explicitly, or by a live buffer view) and cannot be freed or moved."""
+
+
+class PoolBusyError(NpumemError, TimeoutError):
+    """The pool could not be paused in time: an in-flight call did not finish."""
+
+
+class ConfigError(NpumemError, ValueError):
+    """An invalid pool configuration. The message names the field and the rule it broke."""
+
+
+class CorruptionError(NpumemError):
+    """The pool's metadata is inconsistent (raised by ``Pool.check()``), with the details."""
