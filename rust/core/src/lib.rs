@@ -1,2 +1,48 @@
-//! npumem-core
-pub fn version() -> &'static str { env!("CARGO_PKG_VERSION") }
+//! # npumem-core
+//!
+//! The allocator of npumem: it hands out pieces of one large memory region (an *arena*, often
+//! device memory) to many threads at once, lock-free, never overlapping, with little waste.
+//! Pure Rust, no Python; the `npumem-python` crate is a thin binding over it.
+//!
+//! ## Glossary of the core types
+//!
+//! | type | file | what it is |
+//! |---|---|---|
+//! | [`PoolConfig`] | `config.rs` | validated configuration: capacity, cores, chunk size, min block, bank size, alignment, slab sizes, backing |
+//! | `TreeShape`, `Node` | `buddy.rs` | the lock-free buddy tree over one chunk; a node is a power-of-two block of it |
+//! | `GlobalPool` | `global.rs` | the whole arena in chunk units: grants chunks to cores, serves large blocks as exact chunk runs |
+//! | `CorePool` | `core_pool.rs` | one per core: the chunks it owns and its search hints |
+//! | `Layout` | `layout.rs` | how a request of `n` bytes maps onto buddy nodes or a chunk run |
+//! | [`Handle`] | `handle.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
+//! | `Gate` | `gate.rs` | the stop gate: pauses alloc/free for compaction and `check()` |
+//! | [`PoolStats`] | `stats.rs` | per-core counters on their own cache lines, summed into a snapshot |
+//! | `HostBacking` | `backing.rs` | the optional host memory behind the arena |
+//! | [`Pool`] | `pool.rs` | ties the pieces together: the allocation path, frees, stats, `check()` |
+//!
+//! Names ending in `_raw` work on offsets; everything else on [`Handle`]s.
+
+mod backing;
+mod bits;
+mod buddy;
+mod config;
+mod core_pool;
+mod cpu;
+mod error;
+mod gate;
+mod global;
+mod handle;
+mod layout;
+mod pool;
+mod stats;
+mod sync;
+
+pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
+pub use error::{Error, HandleFault, Result};
+pub use handle::Handle;
+pub use pool::{BlockInfo, Pool};
+pub use stats::{CoreStats, PoolStats};
+
+/// The crate version.
+pub fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}

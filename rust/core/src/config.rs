@@ -1,0 +1,299 @@
+//! The validated pool configuration.
+
+use crate::error::{Error, Result};
+
+/// Where the arena's bytes live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Real host memory behind the arena (an aligned anonymous mapping): bytes can be read,
+    /// written and moved.
+    Host,
+    /// Offsets only: the bytes live elsewhere (device memory); npumem never touches them.
+    None,
+}
+
+/// How the global pool places chunk runs among its free runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// The smallest free run that fits (keeps large holes large).
+    BestFit,
+    /// The lowest-addressed free run that fits.
+    FirstFit,
+}
+
+/// The largest number of per-core pools a pool may have.
+pub const MAX_CORES: usize = 1024;
+/// The deepest buddy tree a chunk may have (`chunk_size / min_block <= 2^MAX_TREE_DEPTH`).
+pub const MAX_TREE_DEPTH: u32 = 24;
+/// The largest capacity (2^48 bytes = 256 TiB): offsets fit comfortably in 64 bits.
+pub const MAX_CAPACITY: usize = 1 << 48;
+
+/// A pool's configuration. [`PoolConfig::new`] gives the defaults of DESIGN.md;
+/// [`PoolConfig::validate`] checks every rule and names the field that broke one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Bytes in the arena.
+    pub capacity: usize,
+    /// Number of per-core pools.
+    pub cores: usize,
+    /// The unit the global pool grants to cores (power of two).
+    pub chunk_size: usize,
+    /// The smallest buddy block (power of two, >= 64).
+    pub min_block: usize,
+    /// Banks split the arena; a block of at most `bank_size` never straddles a bank boundary,
+    /// a larger one starts on one (power of two, <= `chunk_size`).
+    pub bank_size: usize,
+    /// The default alignment of a block's offset (power of two).
+    pub alignment: usize,
+    /// Slab size classes (strictly increasing, multiples of 8, at most `bank_size`).
+    pub slab_sizes: Vec<usize>,
+    /// Host memory behind the arena, or none.
+    pub backing: Backing,
+    /// How the global pool places chunk runs.
+    pub placement: Placement,
+    /// Fully free chunks a core keeps before it returns further ones to the global pool.
+    pub core_reserve: usize,
+}
+
+impl PoolConfig {
+    /// The defaults of DESIGN.md for an arena of `capacity` bytes on one core.
+    pub fn new(capacity: usize) -> Self {
+        PoolConfig {
+            capacity,
+            cores: 1,
+            chunk_size: 2 << 20,
+            min_block: 256,
+            bank_size: 4096,
+            alignment: 64,
+            slab_sizes: vec![64, 128, 256, 512, 1024, 2048, 4096],
+            backing: Backing::Host,
+            placement: Placement::BestFit,
+            core_reserve: 1,
+        }
+    }
+
+    /// Set the number of per-core pools.
+    pub fn cores(mut self, cores: usize) -> Self {
+        self.cores = cores;
+        self
+    }
+
+    /// Set the chunk size.
+    pub fn chunk_size(mut self, chunk_size: usize) -> Self {
+        self.chunk_size = chunk_size;
+        self
+    }
+
+    /// Set the smallest buddy block.
+    pub fn min_block(mut self, min_block: usize) -> Self {
+        self.min_block = min_block;
+        self
+    }
+
+    /// Set the bank size.
+    pub fn bank_size(mut self, bank_size: usize) -> Self {
+        self.bank_size = bank_size;
+        self
+    }
+
+    /// Set the default alignment.
+    pub fn alignment(mut self, alignment: usize) -> Self {
+        self.alignment = alignment;
+        self
+    }
+
+    /// Set the slab size classes.
+    pub fn slab_sizes(mut self, slab_sizes: Vec<usize>) -> Self {
+        self.slab_sizes = slab_sizes;
+        self
+    }
+
+    /// Set the backing.
+    pub fn backing(mut self, backing: Backing) -> Self {
+        self.backing = backing;
+        self
+    }
+
+    /// Set the global pool's placement rule.
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// Set the per-core reserve of fully free chunks.
+    pub fn core_reserve(mut self, core_reserve: usize) -> Self {
+        self.core_reserve = core_reserve;
+        self
+    }
+
+    /// Check every rule; the error names the first field that broke one, and why.
+    pub fn validate(&self) -> Result<()> {
+        fn bad(field: &'static str, reason: String) -> Result<()> {
+            Err(Error::Config { field, reason })
+        }
+        fn power_of_two(field: &'static str, value: usize) -> Result<()> {
+            if value == 0 || !value.is_power_of_two() {
+                return bad(field, format!("must be a power of two, got {value}"));
+            }
+            Ok(())
+        }
+        if self.capacity == 0 {
+            return bad("capacity", "must be greater than 0, got 0".into());
+        }
+        if self.capacity > MAX_CAPACITY {
+            return bad(
+                "capacity",
+                format!("must be at most 2^48 bytes, got {}", self.capacity),
+            );
+        }
+        if self.cores == 0 || self.cores > MAX_CORES {
+            return bad(
+                "cores",
+                format!("must be between 1 and {MAX_CORES}, got {}", self.cores),
+            );
+        }
+        power_of_two("chunk_size", self.chunk_size)?;
+        power_of_two("min_block", self.min_block)?;
+        power_of_two("bank_size", self.bank_size)?;
+        power_of_two("alignment", self.alignment)?;
+        if self.min_block < 64 {
+            return bad(
+                "min_block",
+                format!("must be at least 64, got {}", self.min_block),
+            );
+        }
+        if self.min_block * 2 > self.chunk_size {
+            return bad(
+                "min_block",
+                format!(
+                    "must be at most half of chunk_size ({}), got {}",
+                    self.chunk_size, self.min_block
+                ),
+            );
+        }
+        if (self.chunk_size / self.min_block).trailing_zeros() > MAX_TREE_DEPTH {
+            return bad(
+                "chunk_size",
+                format!(
+                    "must be at most 2^{MAX_TREE_DEPTH} times min_block ({}), got {}",
+                    self.min_block, self.chunk_size
+                ),
+            );
+        }
+        if self.bank_size > self.chunk_size {
+            return bad(
+                "bank_size",
+                format!(
+                    "must be at most chunk_size ({}), got {}",
+                    self.chunk_size, self.bank_size
+                ),
+            );
+        }
+        let mut previous = 0usize;
+        for (i, &size) in self.slab_sizes.iter().enumerate() {
+            if size == 0 || size % 8 != 0 {
+                return bad(
+                    "slab_sizes",
+                    format!("entry {i} must be a positive multiple of 8, got {size}"),
+                );
+            }
+            if size <= previous {
+                return bad(
+                    "slab_sizes",
+                    format!("must be strictly increasing, entry {i} ({size}) follows {previous}"),
+                );
+            }
+            if size > self.bank_size {
+                return bad(
+                    "slab_sizes",
+                    format!(
+                        "entry {i} ({size}) must be at most bank_size ({})",
+                        self.bank_size
+                    ),
+                );
+            }
+            previous = size;
+        }
+        if let Some(&largest) = self.slab_sizes.last() {
+            if self.chunk_size < 2 * largest {
+                return bad(
+                    "chunk_size",
+                    format!(
+                        "must be at least twice the largest slab size ({largest}), got {}",
+                        self.chunk_size
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The largest slab size class (0 when there are none).
+    pub fn largest_slab(&self) -> usize {
+        self.slab_sizes.last().copied().unwrap_or(0)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn field_of(config: &PoolConfig) -> &'static str {
+        match config.validate() {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        PoolConfig::new(800 << 20).cores(16).validate().unwrap();
+        PoolConfig::new(1).validate().unwrap();
+    }
+
+    #[test]
+    fn every_rule_names_its_field() {
+        let base = PoolConfig::new(64 << 20);
+        assert_eq!(
+            field_of(&PoolConfig {
+                capacity: 0,
+                ..base.clone()
+            }),
+            "capacity"
+        );
+        assert_eq!(field_of(&base.clone().cores(0)), "cores");
+        assert_eq!(field_of(&base.clone().chunk_size(3 << 20)), "chunk_size");
+        assert_eq!(field_of(&base.clone().min_block(32)), "min_block");
+        assert_eq!(field_of(&base.clone().min_block(384)), "min_block");
+        assert_eq!(field_of(&base.clone().bank_size(3000)), "bank_size");
+        assert_eq!(field_of(&base.clone().bank_size(4 << 20)), "bank_size");
+        assert_eq!(field_of(&base.clone().alignment(48)), "alignment");
+        assert_eq!(field_of(&base.clone().alignment(0)), "alignment");
+        assert_eq!(
+            field_of(&base.clone().slab_sizes(vec![64, 64])),
+            "slab_sizes"
+        );
+        assert_eq!(
+            field_of(&base.clone().slab_sizes(vec![64, 100])),
+            "slab_sizes"
+        );
+        assert_eq!(field_of(&base.clone().slab_sizes(vec![0])), "slab_sizes");
+        assert_eq!(field_of(&base.clone().slab_sizes(vec![8192])), "slab_sizes");
+        assert_eq!(
+            field_of(&base.clone().chunk_size(4096).bank_size(4096).min_block(64)),
+            "chunk_size"
+        );
+    }
+
+    #[test]
+    fn messages_say_what_was_expected() {
+        let err = PoolConfig::new(1 << 20)
+            .alignment(48)
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid pool configuration: alignment must be a power of two, got 48"
+        );
+    }
+}

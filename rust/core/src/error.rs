@@ -1,0 +1,113 @@
+//! The one error type of npumem-core. Every variant says what was wrong and what was expected;
+//! the Python binding maps each to a typed Python exception in one place.
+
+use std::fmt;
+
+/// Why a handle was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleFault {
+    /// The handle's block was freed (its generation no longer matches).
+    Freed,
+    /// The handle was made by another pool.
+    Foreign,
+    /// The handle names a slot that never held a block.
+    Unknown,
+}
+
+/// Everything that can go wrong in npumem-core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A configuration field broke a rule.
+    Config { field: &'static str, reason: String },
+    /// A size argument is unusable (zero, or not representable).
+    InvalidSize { size: u128, reason: &'static str },
+    /// The request is larger than the whole arena: it can never succeed.
+    TooLarge { size: usize, capacity: usize },
+    /// An alignment argument is unusable.
+    InvalidAlignment { align: u128, reason: String },
+    /// No block of the requested size is free now (the request itself is valid).
+    OutOfMemory {
+        requested: usize,
+        bytes_free: usize,
+        largest_free_block: usize,
+    },
+    /// A handle was refused.
+    InvalidHandle(HandleFault),
+    /// The handle's block was already freed.
+    DoubleFree,
+    /// The block is pinned (explicitly or by live buffer views) and cannot be freed or moved.
+    Pinned { pins: u32 },
+    /// An offset/size pair given to the raw API does not name a live block.
+    InvalidBlock {
+        offset: usize,
+        size: usize,
+        reason: &'static str,
+    },
+    /// The pool has no host memory behind it (`backing = none`).
+    NoBacking,
+    /// The host backing could not be mapped.
+    Backing(String),
+    /// The pool is paused by a compaction and the caller asked not to wait.
+    Paused,
+    /// The pool could not be paused in time: an in-flight call did not finish.
+    Busy { waited_ms: u64 },
+    /// `check()` found inconsistent metadata: one line per finding.
+    Corruption(Vec<String>),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config { field, reason } => write!(f, "invalid pool configuration: {field} {reason}"),
+            Error::InvalidSize { size, reason } => write!(f, "invalid size {size}: {reason}"),
+            Error::TooLarge { size, capacity } => write!(
+                f,
+                "request of {size} bytes can never succeed: the pool's capacity is {capacity} bytes"
+            ),
+            Error::InvalidAlignment { align, reason } => write!(f, "invalid alignment {align}: {reason}"),
+            Error::OutOfMemory { requested, bytes_free, largest_free_block } => write!(
+                f,
+                "out of memory: asked for {requested} bytes; {bytes_free} bytes are free, \
+                 the largest free block is {largest_free_block} bytes"
+            ),
+            Error::InvalidHandle(HandleFault::Freed) => write!(f, "the block was freed; its handle is no longer valid"),
+            Error::InvalidHandle(HandleFault::Foreign) => write!(f, "the block belongs to another pool"),
+            Error::InvalidHandle(HandleFault::Unknown) => write!(f, "the handle does not name a block of this pool"),
+            Error::DoubleFree => write!(f, "double free: the block was already freed"),
+            Error::Pinned { pins } => write!(
+                f,
+                "the block is pinned ({pins} pin(s): explicit pins or live buffer views); \
+                 release the views or unpin it first"
+            ),
+            Error::InvalidBlock { offset, size, reason } => {
+                write!(f, "no live block of {size} bytes at offset {offset}: {reason}")
+            }
+            Error::NoBacking => write!(
+                f,
+                "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device"
+            ),
+            Error::Backing(reason) => write!(f, "could not map the host backing: {reason}"),
+            Error::Paused => write!(f, "the pool is paused by a compaction"),
+            Error::Busy { waited_ms } => write!(
+                f,
+                "could not pause the pool: in-flight calls did not finish within {waited_ms} ms"
+            ),
+            Error::Corruption(findings) => {
+                write!(f, "pool metadata is inconsistent ({} finding(s)):", findings.len())?;
+                for line in findings.iter().take(20) {
+                    write!(f, "\n  - {line}")?;
+                }
+                if findings.len() > 20 {
+                    write!(f, "\n  ... and {} more", findings.len() - 20)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The result type of npumem-core.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

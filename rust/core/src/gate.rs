@@ -1,0 +1,480 @@
+//! The stop gate: compaction and `check()` pause a pool's alloc and free calls, wait for the
+//! ones in flight to finish, and later let everything go on.
+//!
+//! The fast path pays one atomic load of the gate plus two plain stores to a thread-local record:
+//!
+//! ```text
+//! enter:  record.active = pool        (relaxed store)
+//!         light barrier               (compiler fence; a full fence without membarrier)
+//!         if gate.closed (load): record.active = 0, wait until open, retry
+//! exit:   record.active = 0           (release store)
+//! pause:  gate.closed = 1; heavy barrier (membarrier: a full fence on every running thread);
+//!         wait until no record has active == pool (with a timeout)
+//! ```
+//!
+//! The heavy barrier orders every other thread's store to its record before the pauser's reads
+//! (the asymmetric Dekker pattern of folly and liburcu): either the entering thread sees the gate
+//! closed, or the pauser sees it in flight. Without `membarrier` (old kernels), both barriers are
+//! plain SeqCst fences. Records live in a global list; a thread takes a free one on first use and
+//! hands it back when it exits.
+
+#[cfg(not(loom))]
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[cfg(not(loom))]
+use crate::sync::AtomicU32;
+use crate::sync::{fence, spin_hint, AtomicU64, AtomicUsize, Ordering};
+
+/// A thread's in-flight flag: the id of the pool it is inside now, or 0.
+pub(crate) struct Record {
+    active: AtomicUsize,
+    in_use: AtomicUsize,
+    next: AtomicUsize, // *const Record as usize
+}
+
+/// The list of every thread's record (records are never freed, only reused).
+pub(crate) struct Registry {
+    head: AtomicUsize,
+}
+
+impl Registry {
+    #[cfg(not(loom))]
+    const fn new() -> Registry {
+        Registry {
+            head: AtomicUsize::new(0),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Registry {
+        Registry {
+            head: AtomicUsize::new(0),
+        }
+    }
+
+    /// A record for the calling thread: a free one reused, or a new one pushed.
+    pub(crate) fn acquire(&self) -> &'static Record {
+        let mut at = self.head.load(Ordering::Acquire);
+        while at != 0 {
+            // SAFETY: list entries are leaked `Record`s, never freed.
+            let record: &'static Record = unsafe { &*(at as *const Record) };
+            if record
+                .in_use
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return record;
+            }
+            at = record.next.load(Ordering::Acquire);
+        }
+        let record: &'static Record = Box::leak(Box::new(Record {
+            active: AtomicUsize::new(0),
+            in_use: AtomicUsize::new(1),
+            next: AtomicUsize::new(0),
+        }));
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            record.next.store(head, Ordering::Relaxed);
+            match self.head.compare_exchange_weak(
+                head,
+                record as *const Record as usize,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return record,
+                Err(seen) => head = seen,
+            }
+        }
+    }
+
+    fn for_each(&self, mut f: impl FnMut(&Record) -> bool) -> bool {
+        let mut at = self.head.load(Ordering::Acquire);
+        while at != 0 {
+            // SAFETY: list entries are leaked `Record`s, never freed.
+            let record: &Record = unsafe { &*(at as *const Record) };
+            if !f(record) {
+                return false;
+            }
+            at = record.next.load(Ordering::Acquire);
+        }
+        true
+    }
+}
+
+impl Record {
+    pub(crate) fn release(&self) {
+        self.active.store(0, Ordering::Release);
+        self.in_use.store(0, Ordering::Release);
+    }
+}
+
+#[cfg(not(loom))]
+static REGISTRY: Registry = Registry::new();
+
+#[cfg(not(loom))]
+struct ThreadRecord(&'static Record);
+
+#[cfg(not(loom))]
+impl Drop for ThreadRecord {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+#[cfg(not(loom))]
+thread_local! {
+    static RECORD: ThreadRecord = ThreadRecord(REGISTRY.acquire());
+}
+
+/// 0: not probed yet, 1: membarrier works, 2: use fences.
+#[cfg(not(loom))]
+static BARRIER_MODE: AtomicU32 = AtomicU32::new(0);
+
+/// Probe `membarrier` once per process (idempotent).
+#[cfg(not(loom))]
+pub(crate) fn init_barriers() {
+    if BARRIER_MODE.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    let mode = if register_membarrier() { 1 } else { 2 };
+    let _ = BARRIER_MODE.compare_exchange(0, mode, Ordering::AcqRel, Ordering::Acquire);
+}
+
+#[cfg(all(not(loom), target_os = "linux"))]
+fn register_membarrier() -> bool {
+    const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
+    const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+    // SAFETY: membarrier takes two integer arguments and touches no memory of ours.
+    let supported = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0) };
+    if supported < 0 || supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED == 0 {
+        return false;
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+            0,
+        ) == 0
+    }
+}
+
+#[cfg(all(not(loom), not(target_os = "linux")))]
+fn register_membarrier() -> bool {
+    false
+}
+
+#[inline]
+fn light_barrier() {
+    #[cfg(not(loom))]
+    {
+        if BARRIER_MODE.load(Ordering::Relaxed) == 1 {
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            return;
+        }
+    }
+    fence(Ordering::SeqCst);
+}
+
+fn heavy_barrier() {
+    #[cfg(all(not(loom), target_os = "linux"))]
+    {
+        if BARRIER_MODE.load(Ordering::Acquire) == 1 {
+            const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+            // SAFETY: membarrier takes two integer arguments and touches no memory of ours.
+            let done =
+                unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
+            if done == 0 {
+                return;
+            }
+        }
+    }
+    fence(Ordering::SeqCst);
+}
+
+/// A pool's gate.
+pub(crate) struct Gate {
+    /// Non-zero while paused.
+    closed: AtomicU64,
+    /// The id records carry while inside this pool (non-zero, unique per pool).
+    id: usize,
+    /// One pauser at a time (not on the alloc/free path).
+    #[cfg(not(loom))]
+    pausers: Mutex<()>,
+}
+
+/// Proof that the caller is inside the pool; leaving drops it.
+pub(crate) struct Entered<'a> {
+    record: &'a Record,
+    previous: usize,
+}
+
+impl Drop for Entered<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.record.active.store(self.previous, Ordering::Release);
+    }
+}
+
+impl Gate {
+    pub(crate) fn new(id: usize) -> Gate {
+        assert!(id != 0);
+        Gate {
+            closed: AtomicU64::new(0),
+            id,
+            #[cfg(not(loom))]
+            pausers: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire) != 0
+    }
+
+    /// Enter through `record`, or `None` at once if the gate is closed.
+    #[inline]
+    pub(crate) fn try_enter_with<'a>(&self, record: &'a Record) -> Option<Entered<'a>> {
+        let previous = record.active.load(Ordering::Relaxed);
+        if previous == self.id {
+            // Already inside this pool on this thread (a nested call): nothing to do.
+            return Some(Entered { record, previous });
+        }
+        record.active.store(self.id, Ordering::Relaxed);
+        light_barrier();
+        if self.closed.load(Ordering::Relaxed) == 0 {
+            return Some(Entered { record, previous });
+        }
+        record.active.store(previous, Ordering::Release);
+        None
+    }
+
+    /// Enter through `record`, waiting while the gate is closed.
+    pub(crate) fn enter_with<'a>(&self, record: &'a Record) -> Entered<'a> {
+        loop {
+            if let Some(entered) = self.try_enter_with(record) {
+                return entered;
+            }
+            self.wait_open();
+        }
+    }
+
+    fn wait_open(&self) {
+        let mut spins = 0u32;
+        while self.is_closed() {
+            if spins < 64 {
+                spin_hint();
+            } else {
+                #[cfg(not(loom))]
+                std::thread::sleep(Duration::from_micros(50));
+                #[cfg(loom)]
+                loom::thread::yield_now();
+            }
+            spins = spins.saturating_add(1);
+        }
+    }
+
+    /// Close the gate and wait for calls in flight through `registry` to finish.
+    pub(crate) fn pause_with(
+        &self,
+        registry: &Registry,
+        timeout: Duration,
+    ) -> Result<(), Duration> {
+        let started = Instant::now();
+        while self
+            .closed
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            spin_hint();
+        }
+        heavy_barrier();
+        let mut spins = 0u32;
+        loop {
+            let quiet =
+                registry.for_each(|record| record.active.load(Ordering::Acquire) != self.id);
+            if quiet {
+                fence(Ordering::SeqCst);
+                return Ok(());
+            }
+            if started.elapsed() >= timeout {
+                self.resume();
+                return Err(started.elapsed());
+            }
+            if spins < 256 {
+                spin_hint();
+            } else {
+                #[cfg(not(loom))]
+                std::thread::yield_now();
+                #[cfg(loom)]
+                loom::thread::yield_now();
+            }
+            spins = spins.saturating_add(1);
+        }
+    }
+
+    pub(crate) fn resume(&self) {
+        self.closed.store(0, Ordering::Release);
+    }
+}
+
+#[cfg(not(loom))]
+impl Gate {
+    /// Enter on the calling thread, or `None` if paused.
+    #[inline]
+    pub(crate) fn try_enter(&self) -> Option<Entered<'static>> {
+        RECORD.with(|r| self.try_enter_with(r.0))
+    }
+
+    /// Enter on the calling thread, waiting while paused.
+    #[inline]
+    pub(crate) fn enter(&self) -> Entered<'static> {
+        RECORD.with(|r| self.enter_with(r.0))
+    }
+
+    /// Pause the pool: one pauser at a time; `Err(waited)` if calls in flight did not finish in
+    /// time (the gate is open again then).
+    pub(crate) fn pause(&self, timeout: Duration) -> Result<PauseGuard<'_>, Duration> {
+        let serial = self
+            .pausers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // The pauser itself must not count as in flight (it may hold an `Entered` of this pool
+        // only if it calls pause from inside an alloc, which the API never does).
+        self.pause_with(&REGISTRY, timeout)?;
+        Ok(PauseGuard {
+            gate: self,
+            _serial: serial,
+        })
+    }
+}
+
+/// The pool stays paused while this lives.
+#[cfg(not(loom))]
+pub(crate) struct PauseGuard<'a> {
+    gate: &'a Gate,
+    _serial: std::sync::MutexGuard<'a, ()>,
+}
+
+#[cfg(not(loom))]
+impl Drop for PauseGuard<'_> {
+    fn drop(&mut self) {
+        self.gate.resume();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn pause_waits_for_calls_in_flight_and_holds_new_ones() {
+        init_barriers();
+        let gate = Arc::new(Gate::new(77));
+        let inside = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (gate, inside, stop) = (gate.clone(), inside.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut done = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let _entered = gate.enter();
+                        inside.fetch_add(1, Ordering::SeqCst);
+                        std::hint::spin_loop();
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        for _ in 0..200 {
+            let guard = gate.pause(Duration::from_secs(5)).expect("pauses");
+            for _ in 0..50 {
+                assert_eq!(inside.load(Ordering::SeqCst), 0, "a call ran while paused");
+            }
+            drop(guard);
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            assert!(w.join().unwrap() > 0);
+        }
+    }
+
+    #[test]
+    fn pause_times_out_on_a_stuck_caller() {
+        init_barriers();
+        let gate = Arc::new(Gate::new(78));
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let g = gate.clone();
+        let stuck = std::thread::spawn(move || {
+            let _entered = g.enter();
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        });
+        held_rx.recv().unwrap();
+        assert!(gate.pause(Duration::from_millis(30)).is_err());
+        assert!(!gate.is_closed(), "a failed pause leaves the gate open");
+        assert!(gate.try_enter().is_some());
+        release_tx.send(()).unwrap();
+        stuck.join().unwrap();
+        assert!(gate.pause(Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn try_enter_refuses_while_paused() {
+        init_barriers();
+        let gate = Gate::new(79);
+        let guard = gate.pause(Duration::from_secs(1)).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(gate.try_enter().is_none()));
+        });
+        drop(guard);
+        assert!(gate.try_enter().is_some());
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// A caller enters and bumps a counter while a pauser closes the gate: whenever the pause
+    /// succeeds, the caller is either done or not started, never in the middle.
+    #[test]
+    fn pause_excludes_calls_in_flight() {
+        loom::model(|| {
+            let registry = Arc::new(Registry::new());
+            let gate = Arc::new(Gate::new(5));
+            let work = Arc::new(AtomicU64::new(0));
+            let (r2, g2, w2) = (registry.clone(), gate.clone(), work.clone());
+            let caller = thread::spawn(move || {
+                let record = r2.acquire();
+                if let Some(_entered) = g2.try_enter_with(record) {
+                    w2.fetch_add(1, Ordering::Relaxed);
+                    w2.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            if gate
+                .pause_with(&registry, Duration::from_secs(3600))
+                .is_ok()
+            {
+                let seen = work.load(Ordering::Relaxed);
+                assert!(
+                    seen == 0 || seen == 2,
+                    "pause overlapped a call in flight ({seen})"
+                );
+                let again = work.load(Ordering::Relaxed);
+                assert_eq!(seen, again, "a call started while paused");
+                gate.resume();
+            }
+            caller.join().unwrap();
+        });
+    }
+}

@@ -1,0 +1,266 @@
+//! How a request maps onto the arena: the geometry of the chunks, and the route and shape of one
+//! block (buddy nodes inside a chunk, or a run of whole chunks).
+
+use crate::buddy::Node;
+use crate::config::PoolConfig;
+
+/// A trimmed buddy block is cut at `enclosing / TRIM_PARTS` granularity: at most this fraction is
+/// lost to rounding (a 400 KB request takes 416 KiB instead of a 512 KiB power of two).
+pub(crate) const TRIM_PARTS: u64 = 16;
+
+/// The arena cut into chunks, and each chunk's buddy tree.
+#[derive(Debug, Clone)]
+pub(crate) struct Geometry {
+    pub(crate) chunk_size: usize,
+    pub(crate) min_block: usize,
+    /// Levels below a chunk's root: a chunk has `1 << depth` units of `min_block`.
+    pub(crate) depth: u32,
+    /// Chunks that hold at least one unit (the last may be partial).
+    pub(crate) chunks: usize,
+    /// Usable units of the last chunk (all of them when the capacity is a multiple of the chunk).
+    pub(crate) last_units: u64,
+    /// Usable bytes of the last chunk (`last_units * min_block`).
+    pub(crate) last_bytes: usize,
+}
+
+impl Geometry {
+    pub(crate) fn new(config: &PoolConfig) -> Geometry {
+        let chunk_size = config.chunk_size;
+        let min_block = config.min_block;
+        let depth = (chunk_size / min_block).trailing_zeros();
+        let mut chunks = config.capacity.div_ceil(chunk_size);
+        let tail = config.capacity - (chunks.saturating_sub(1)) * chunk_size;
+        let mut last_units = (tail / min_block) as u64;
+        if last_units == 0 {
+            // A tail too short for even one unit is not worth a chunk.
+            chunks -= 1;
+            last_units = 1 << depth;
+        }
+        // Runs and buddy blocks alike stop at the last whole unit.
+        let last_bytes = last_units as usize * min_block;
+        Geometry {
+            chunk_size,
+            min_block,
+            depth,
+            chunks,
+            last_units,
+            last_bytes,
+        }
+    }
+
+    pub(crate) fn units_per_chunk(&self) -> u64 {
+        1 << self.depth
+    }
+
+    /// Units of chunk `i` that lie inside the arena.
+    pub(crate) fn usable_units(&self, chunk: usize) -> u64 {
+        if chunk + 1 == self.chunks {
+            self.last_units
+        } else {
+            self.units_per_chunk()
+        }
+    }
+
+    /// Bytes of chunk `i` that blocks may use.
+    pub(crate) fn usable_bytes(&self, chunk: usize) -> usize {
+        self.usable_units(chunk) as usize * self.min_block
+    }
+
+    /// Usable bytes of chunk `i` (a run may use all of them).
+    pub(crate) fn chunk_bytes(&self, chunk: usize) -> usize {
+        if chunk + 1 == self.chunks {
+            self.last_bytes
+        } else {
+            self.chunk_size
+        }
+    }
+
+    /// Every byte a block could ever use.
+    pub(crate) fn usable_capacity(&self) -> usize {
+        if self.chunks == 0 {
+            0
+        } else {
+            (self.chunks - 1) * self.chunk_size + self.last_bytes
+        }
+    }
+
+    /// The route and shape of a request of `size` bytes aligned to `align` (both validated).
+    pub(crate) fn layout(&self, size: usize, align: usize) -> Layout {
+        if size > self.chunk_size / 2 || align > self.chunk_size {
+            return Layout::Run {
+                chunks: size.div_ceil(self.chunk_size),
+                align_chunks: (align / self.chunk_size).max(1),
+            };
+        }
+        let units = size.div_ceil(self.min_block) as u64;
+        let enclosing = units.next_power_of_two();
+        let granule = (enclosing / TRIM_PARTS).max(1);
+        let trimmed = units.div_ceil(granule) * granule;
+        let level = self.depth - enclosing.trailing_zeros();
+        let node_bytes = enclosing as usize * self.min_block;
+        let step = (align / node_bytes).max(1) as u64;
+        Layout::Buddy(BuddyLayout {
+            level,
+            enclosing,
+            units: trimmed,
+            step,
+        })
+    }
+}
+
+/// Where a block lives and what it is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Inside one chunk's buddy tree.
+    Buddy(BuddyLayout),
+    /// A run of whole chunks from the global pool, starting at a multiple of `align_chunks`.
+    Run { chunks: usize, align_chunks: usize },
+}
+
+/// A buddy block: the nodes that make up `units` units at the left of an *enclosing* node of
+/// `enclosing` units. When `units == enclosing` the block is that one node; otherwise it is
+/// trimmed into at most four nodes of decreasing size (the binary digits of `units`), each
+/// naturally aligned, and the rest of the enclosing node stays free for others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BuddyLayout {
+    /// Level of the enclosing node.
+    pub(crate) level: u32,
+    /// Units of the enclosing node (a power of two).
+    pub(crate) enclosing: u64,
+    /// Units the block occupies (a multiple of `enclosing / TRIM_PARTS`).
+    pub(crate) units: u64,
+    /// The enclosing node's index must be a multiple of this (per-call alignment).
+    pub(crate) step: u64,
+}
+
+impl BuddyLayout {
+    /// Whether the block is the enclosing node itself.
+    pub(crate) fn is_whole(&self) -> bool {
+        self.units == self.enclosing
+    }
+
+    /// The nodes of the block inside `enclosing_node`, in address order.
+    pub(crate) fn pieces(&self, depth: u32, enclosing_node: Node) -> Pieces {
+        Pieces {
+            depth,
+            next: enclosing_node.start(depth),
+            remaining: self.units,
+        }
+    }
+}
+
+/// The nodes of a trimmed block, largest first.
+pub(crate) struct Pieces {
+    depth: u32,
+    next: u64,
+    remaining: u64,
+}
+
+impl Iterator for Pieces {
+    type Item = Node;
+
+    fn next(&mut self) -> Option<Node> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let units = 1u64 << (63 - self.remaining.leading_zeros());
+        let node = Node::covering(self.depth, self.next, units);
+        self.next += units;
+        self.remaining -= units;
+        Some(node)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn geometry(capacity: usize) -> Geometry {
+        Geometry::new(&PoolConfig::new(capacity))
+    }
+
+    #[test]
+    fn chunks_and_tail() {
+        let g = geometry(800 << 20);
+        assert_eq!((g.chunks, g.depth), (400, 13));
+        assert_eq!(g.usable_capacity(), 800 << 20);
+        let g = geometry((5 << 20) + 1000);
+        assert_eq!(g.chunks, 3);
+        assert_eq!(g.last_units, 1000 / 256 + 4096);
+        assert_eq!(g.usable_bytes(2), ((1 << 20) + 768));
+        let g = geometry((4 << 20) + 100);
+        assert_eq!(g.chunks, 2, "a tail below one unit is dropped");
+        assert_eq!(geometry(100).chunks, 0);
+    }
+
+    #[test]
+    fn routes() {
+        let g = geometry(64 << 20);
+        assert_eq!(
+            g.layout(3 << 20, 64),
+            Layout::Run {
+                chunks: 2,
+                align_chunks: 1
+            }
+        );
+        assert_eq!(
+            g.layout((300 << 20) / 2, 64),
+            Layout::Run {
+                chunks: 75,
+                align_chunks: 1
+            }
+        );
+        assert_eq!(
+            g.layout(64, 8 << 20),
+            Layout::Run {
+                chunks: 1,
+                align_chunks: 4
+            }
+        );
+        match g.layout(1 << 20, 64) {
+            Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn trimming_bounds_waste() {
+        let g = geometry(64 << 20);
+        let Layout::Buddy(b) = g.layout(400_000, 64) else {
+            panic!()
+        };
+        let bytes = b.units as usize * 256;
+        assert!(bytes >= 400_000);
+        assert!((bytes - 400_000) as f64 / 400_000.0 < 0.07, "waste {bytes}");
+        let enclosing = Node {
+            level: b.level,
+            index: 3,
+        };
+        let pieces: Vec<Node> = b.pieces(g.depth, enclosing).collect();
+        assert!(pieces.len() <= 4);
+        let mut at = enclosing.start(g.depth);
+        for p in &pieces {
+            assert_eq!(p.start(g.depth), at);
+            assert_eq!(p.start(g.depth) % p.units(g.depth), 0, "naturally aligned");
+            at += p.units(g.depth);
+        }
+        assert_eq!(at - enclosing.start(g.depth), b.units);
+        let Layout::Buddy(small) = g.layout(200, 64) else {
+            panic!()
+        };
+        assert!(small.is_whole());
+    }
+
+    #[test]
+    fn alignment_becomes_a_node_step() {
+        let g = geometry(64 << 20);
+        let Layout::Buddy(b) = g.layout(256, 64 << 10) else {
+            panic!()
+        };
+        assert_eq!(b.step, 256);
+        let Layout::Buddy(b) = g.layout(256, 64) else {
+            panic!()
+        };
+        assert_eq!(b.step, 1);
+    }
+}

@@ -1,0 +1,282 @@
+//! Statistics: per-core counters, each core's on its own cache lines, summed into a
+//! [`PoolStats`] snapshot on demand.
+//!
+//! The peak needs a running total, which one shared counter would make a contended cache line.
+//! Each core publishes its running byte count to a shared total only when it has moved by more
+//! than a slack since the last publication; the peak is the maximum of that total and of the
+//! exact sum taken at each snapshot. It is exact with one core pool and may miss, by at most
+//! `cores x slack`, a transient peak shorter than one publication otherwise.
+
+use crate::sync::{AtomicU64, CachePadded, Ordering};
+
+/// Which part of the pool served an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// A core pool's buddy tree (the caller's core or, with `overflow`, another one).
+    Core,
+    /// A run of whole chunks from the global pool.
+    Global,
+}
+
+#[derive(Default)]
+pub(crate) struct CoreCounters {
+    slab_allocs: AtomicU64,
+    core_allocs: AtomicU64,
+    global_allocs: AtomicU64,
+    overflow_allocs: AtomicU64,
+    failed_allocs: AtomicU64,
+    frees: AtomicU64,
+    /// Block bytes allocated minus freed on this core (wrapping; a core that frees others'
+    /// blocks goes negative).
+    bytes: AtomicU64,
+    /// Requested bytes, same convention.
+    requested: AtomicU64,
+    /// `bytes` at the last publication.
+    published: AtomicU64,
+}
+
+pub(crate) struct Counters {
+    cores: Box<[CachePadded<CoreCounters>]>,
+    published_total: AtomicU64,
+    peak: AtomicU64,
+    slack: u64,
+}
+
+/// The summed counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    pub(crate) slab_allocs: u64,
+    pub(crate) core_allocs: u64,
+    pub(crate) global_allocs: u64,
+    pub(crate) overflow_allocs: u64,
+    pub(crate) failed_allocs: u64,
+    pub(crate) frees: u64,
+    pub(crate) bytes: i64,
+    pub(crate) requested: i64,
+}
+
+impl Totals {
+    pub(crate) fn allocs(&self) -> u64 {
+        self.slab_allocs + self.core_allocs + self.global_allocs
+    }
+}
+
+impl Counters {
+    pub(crate) fn new(cores: usize, capacity: usize) -> Counters {
+        let slack = if cores == 1 {
+            0
+        } else {
+            (capacity as u64 / (64 * cores as u64)).min(1 << 20)
+        };
+        Counters {
+            cores: (0..cores)
+                .map(|_| CachePadded(CoreCounters::default()))
+                .collect(),
+            published_total: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            slack,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn on_alloc(
+        &self,
+        core: usize,
+        route: Route,
+        overflow: bool,
+        bytes: usize,
+        requested: usize,
+    ) {
+        let c = &self.cores[core];
+        match route {
+            Route::Core => c.core_allocs.fetch_add(1, Ordering::Relaxed),
+            Route::Global => c.global_allocs.fetch_add(1, Ordering::Relaxed),
+        };
+        if overflow {
+            c.overflow_allocs.fetch_add(1, Ordering::Relaxed);
+        }
+        c.requested.fetch_add(requested as u64, Ordering::Relaxed);
+        let now = c
+            .bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed)
+            .wrapping_add(bytes as u64);
+        self.maybe_publish(c, now);
+    }
+
+    #[inline]
+    pub(crate) fn on_free(&self, core: usize, bytes: usize, requested: usize) {
+        let c = &self.cores[core];
+        c.frees.fetch_add(1, Ordering::Relaxed);
+        c.requested.fetch_sub(requested as u64, Ordering::Relaxed);
+        let now = c
+            .bytes
+            .fetch_sub(bytes as u64, Ordering::Relaxed)
+            .wrapping_sub(bytes as u64);
+        self.maybe_publish(c, now);
+    }
+
+    pub(crate) fn on_failed(&self, core: usize) {
+        self.cores[core]
+            .failed_allocs
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn maybe_publish(&self, c: &CoreCounters, now: u64) {
+        let published = c.published.load(Ordering::Relaxed);
+        let delta = now.wrapping_sub(published) as i64;
+        if delta.unsigned_abs() > self.slack
+            && c.published
+                .compare_exchange(published, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            let total = self
+                .published_total
+                .fetch_add(delta as u64, Ordering::AcqRel)
+                .wrapping_add(delta as u64);
+            self.peak
+                .fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
+        }
+    }
+
+    pub(crate) fn core(&self, core: usize) -> Totals {
+        let c = &self.cores[core];
+        Totals {
+            slab_allocs: c.slab_allocs.load(Ordering::Relaxed),
+            core_allocs: c.core_allocs.load(Ordering::Relaxed),
+            global_allocs: c.global_allocs.load(Ordering::Relaxed),
+            overflow_allocs: c.overflow_allocs.load(Ordering::Relaxed),
+            failed_allocs: c.failed_allocs.load(Ordering::Relaxed),
+            frees: c.frees.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed) as i64,
+            requested: c.requested.load(Ordering::Relaxed) as i64,
+        }
+    }
+
+    pub(crate) fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for core in 0..self.cores.len() {
+            let c = self.core(core);
+            t.slab_allocs += c.slab_allocs;
+            t.core_allocs += c.core_allocs;
+            t.global_allocs += c.global_allocs;
+            t.overflow_allocs += c.overflow_allocs;
+            t.failed_allocs += c.failed_allocs;
+            t.frees += c.frees;
+            t.bytes = t.bytes.wrapping_add(c.bytes);
+            t.requested = t.requested.wrapping_add(c.requested);
+        }
+        t
+    }
+
+    /// The peak, raised to `current` first (the exact sum a snapshot just took).
+    pub(crate) fn peak(&self, current: u64) -> u64 {
+        self.peak.fetch_max(current, Ordering::AcqRel).max(current)
+    }
+}
+
+/// One core pool's share of a [`PoolStats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoreStats {
+    /// The core pool's index.
+    pub core: usize,
+    /// Chunks it owns now.
+    pub chunks: usize,
+    /// Bytes of blocks inside its chunks.
+    pub bytes_in_use: usize,
+    /// Free bytes inside its chunks.
+    pub bytes_free: usize,
+    /// Allocations made by threads on this core.
+    pub alloc_count: u64,
+    /// Frees made by threads on this core (of blocks of any core).
+    pub free_count: u64,
+    /// Allocations on this core served by another core's chunks.
+    pub overflow_allocs: u64,
+    /// Allocations on this core that failed.
+    pub failed_allocs: u64,
+}
+
+/// A snapshot of a pool's state and counters. Exact when no other thread changes the pool while
+/// it is taken; otherwise each field is exact for some moment during the call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolStats {
+    /// Bytes in the arena.
+    pub capacity: usize,
+    /// Bytes blocks can use (the capacity less a tail too short for one `min_block`).
+    pub usable_capacity: usize,
+    /// Bytes held by live blocks (block sizes, so rounding waste counts as in use).
+    pub bytes_in_use: usize,
+    /// `usable_capacity - bytes_in_use`.
+    pub bytes_free: usize,
+    /// The highest `bytes_in_use` seen (see the module documentation for its precision).
+    pub peak_bytes_in_use: usize,
+    /// Bytes the live blocks asked for.
+    pub requested_bytes_in_use: usize,
+    /// Bytes of the largest block that one allocation could get now (with the default
+    /// alignment), counting chunks that cores hold empty and would give back.
+    pub largest_free_block: usize,
+    /// `1 - largest_free_block / bytes_free`, 0.0 when nothing is free.
+    pub external_fragmentation: f64,
+    /// Allocations since the pool was made.
+    pub alloc_count: u64,
+    /// Frees since the pool was made.
+    pub free_count: u64,
+    /// Allocations that raised out-of-memory.
+    pub failed_allocs: u64,
+    /// Allocations served outside the caller's own core pool.
+    pub overflow_allocs: u64,
+    /// Allocations served by slab caches.
+    pub slab_allocs: u64,
+    /// Allocations served by core pools' buddy trees.
+    pub core_allocs: u64,
+    /// Allocations served by the global pool (chunk runs).
+    pub global_allocs: u64,
+    /// Live blocks.
+    pub blocks_in_use: u64,
+    /// Chunks in the arena.
+    pub chunks: usize,
+    /// Chunks free in the global pool.
+    pub chunks_free: usize,
+    /// Chunks granted to core pools.
+    pub chunks_in_cores: usize,
+    /// Chunks in large blocks (runs).
+    pub chunks_in_runs: usize,
+    /// Per core pool.
+    pub per_core: Vec<CoreStats>,
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_and_exact_peak_on_one_core() {
+        let c = Counters::new(1, 1 << 30);
+        c.on_alloc(0, Route::Core, false, 256, 200);
+        c.on_alloc(0, Route::Global, false, 4 << 20, 3 << 20);
+        c.on_free(0, 256, 200);
+        c.on_failed(0);
+        let t = c.totals();
+        assert_eq!((t.allocs(), t.frees, t.failed_allocs), (2, 1, 1));
+        assert_eq!((t.bytes, t.requested), (4 << 20, 3 << 20));
+        assert_eq!(c.peak(t.bytes as u64), (4 << 20) + 256);
+    }
+
+    #[test]
+    fn remote_frees_balance_across_cores() {
+        let c = Counters::new(2, 1 << 30);
+        for _ in 0..1000 {
+            c.on_alloc(0, Route::Core, false, 4096, 4000);
+        }
+        for _ in 0..1000 {
+            c.on_free(1, 4096, 4000);
+        }
+        assert_eq!(c.totals().bytes, 0);
+        assert!(c.core(1).bytes < 0);
+        let peak = c.peak(0);
+        assert!(
+            peak <= 4096 * 1000 && peak + 2 * c.slack >= 4096 * 1000,
+            "peak {peak}"
+        );
+    }
+}

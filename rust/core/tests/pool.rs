@@ -1,0 +1,417 @@
+//! The pool through its public API: the allocation path, misuse, the timeline of the seed
+//! articles, and a multi-threaded stress test that checks every block against every other.
+#![cfg(not(loom))]
+
+use npumem_core::{Backing, Error, Handle, HandleFault, Placement, Pool, PoolConfig};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+const MIB: usize = 1 << 20;
+
+fn pool(capacity: usize, cores: usize) -> Pool {
+    Pool::new(PoolConfig::new(capacity).cores(cores)).unwrap()
+}
+
+#[test]
+fn seed_timeline_succeeds_without_compaction() {
+    let p = pool(800 * MIB, 2);
+    let weights_a = p.alloc(200 * MIB, None, 0).unwrap();
+    let act_a = p.alloc(100 * MIB, None, 0).unwrap();
+    p.free(act_a).unwrap();
+    let weights_b = p.alloc(300 * MIB, None, 0).unwrap();
+    let act_b = p.alloc(150 * MIB, None, 0).unwrap();
+    p.free(weights_b).unwrap();
+    let last = p
+        .alloc(250 * MIB, None, 0)
+        .expect("the 250 MiB allocation of the seed timeline");
+    let s = p.stats();
+    assert_eq!(
+        s.bytes_in_use,
+        (200 + 150 + 250) * MIB,
+        "exact runs: no power-of-two rounding"
+    );
+    assert_eq!(p.check().unwrap(), 3);
+    for h in [weights_a, act_b, last] {
+        p.free(h).unwrap();
+    }
+    let s = p.stats();
+    assert_eq!((s.bytes_in_use, s.largest_free_block), (0, 800 * MIB));
+    p.check().unwrap();
+}
+
+#[test]
+fn large_blocks_are_exact_chunk_runs() {
+    let p = pool(800 * MIB, 1);
+    let h = p.alloc(300 * MIB, None, 0).unwrap();
+    let info = p.block(h).unwrap();
+    assert_eq!(info.block_bytes, 300 * MIB);
+    assert_eq!(info.offset % (2 * MIB), 0);
+    assert_eq!(p.stats().global_allocs, 1);
+}
+
+#[test]
+fn medium_blocks_are_trimmed_not_rounded_to_powers_of_two() {
+    let p = pool(64 * MIB, 1);
+    let h = p.alloc(400_000, None, 0).unwrap();
+    let waste = p.block(h).unwrap().block_bytes - 400_000;
+    assert!(waste * 100 < 400_000 * 7, "waste {waste} bytes");
+    // The rest of the enclosing 512 KiB node stays usable.
+    let others: Vec<Handle> = (0..3)
+        .map(|_| p.alloc(32 << 10, None, 0).unwrap())
+        .collect();
+    let base = p.block(h).unwrap().offset;
+    assert!(others
+        .iter()
+        .any(|&o| p.block(o).unwrap().offset / (512 << 10) == base / (512 << 10)));
+    p.check().unwrap();
+}
+
+#[test]
+fn alignment_and_banks_hold_for_every_block() {
+    let p = Pool::new(PoolConfig::new(256 * MIB).bank_size(8192)).unwrap();
+    let mut held = Vec::new();
+    for (i, size) in [
+        1usize,
+        63,
+        64,
+        100,
+        256,
+        300,
+        4000,
+        8192,
+        8193,
+        70_000,
+        1 << 20,
+        3 * MIB,
+    ]
+    .iter()
+    .enumerate()
+    {
+        for align in [1usize, 64, 256, 4096, 65536, 4 * MIB] {
+            let h = p.alloc(*size, Some(align), i as u32).unwrap();
+            let b = p.block(h).unwrap();
+            assert_eq!(b.offset % align, 0, "size {size} align {align}");
+            if *size <= 8192 {
+                assert_eq!(
+                    b.offset / 8192,
+                    (b.offset + size - 1) / 8192,
+                    "straddles a bank"
+                );
+            } else {
+                assert_eq!(b.offset % 8192, 0, "does not start on a bank");
+            }
+            held.push(h);
+        }
+    }
+    p.check().unwrap();
+    for h in held {
+        p.free(h).unwrap();
+    }
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
+}
+
+#[test]
+fn misuse_is_refused_and_changes_nothing() {
+    let p = pool(16 * MIB, 2);
+    let keep = p.alloc(1000, None, 0).unwrap();
+    let before = p.stats();
+    assert!(matches!(
+        p.alloc(0, None, 0),
+        Err(Error::InvalidSize { .. })
+    ));
+    assert!(matches!(
+        p.alloc(16 * MIB + 1, None, 0),
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(matches!(
+        p.alloc(64, Some(0), 0),
+        Err(Error::InvalidAlignment { .. })
+    ));
+    assert!(matches!(
+        p.alloc(64, Some(48), 0),
+        Err(Error::InvalidAlignment { .. })
+    ));
+    assert!(matches!(
+        p.alloc(64, Some(32 * MIB), 0),
+        Err(Error::InvalidAlignment { .. })
+    ));
+    let freed = p.alloc(64, None, 0).unwrap();
+    p.free(freed).unwrap();
+    let mid = p.stats();
+    assert_eq!(p.free(freed), Err(Error::DoubleFree));
+    assert_eq!(
+        p.block(freed),
+        Err(Error::InvalidHandle(HandleFault::Freed))
+    );
+    let other = pool(16 * MIB, 1);
+    let foreign = other.alloc(64, None, 0).unwrap();
+    assert_eq!(
+        p.free(foreign),
+        Err(Error::InvalidHandle(HandleFault::Foreign))
+    );
+    p.pin(keep).unwrap();
+    assert_eq!(p.free(keep), Err(Error::Pinned { pins: 1 }));
+    p.unpin(keep).unwrap();
+    assert!(matches!(
+        p.free_raw(12345, 64),
+        Err(Error::InvalidBlock { .. })
+    ));
+    let after = p.stats();
+    assert_eq!(after, mid);
+    assert_eq!(
+        (before.bytes_in_use, before.alloc_count + 1),
+        (after.bytes_in_use, after.alloc_count)
+    );
+    p.check().unwrap();
+    let none = Pool::new(PoolConfig::new(MIB).backing(Backing::None)).unwrap();
+    let h = none.alloc(64, None, 0).unwrap();
+    assert_eq!(none.host_ptr(h), Err(Error::NoBacking));
+}
+
+#[test]
+fn out_of_memory_reports_what_is_free() {
+    let p = pool(8 * MIB, 1);
+    let a = p.alloc(3 * MIB, None, 0).unwrap();
+    let _b = p.alloc(3 * MIB, None, 0).unwrap();
+    p.free(a).unwrap();
+    let _c = p.alloc(MIB, None, 0).unwrap();
+    match p.alloc(6 * MIB, None, 0) {
+        Err(Error::OutOfMemory {
+            requested,
+            bytes_free,
+            largest_free_block,
+        }) => {
+            assert_eq!(requested, 6 * MIB);
+            // b holds two whole chunks (4 MiB), c 1 MiB of chunk 0: 3 MiB free, in a free
+            // chunk (2 MiB) and the other half of chunk 0 (1 MiB).
+            assert_eq!(bytes_free, 3 * MIB);
+            assert_eq!(largest_free_block, 2 * MIB);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.stats().failed_allocs, 1);
+    p.check().unwrap();
+}
+
+#[test]
+fn capacity_not_a_multiple_of_the_chunk() {
+    let p = pool(MIB + 300, 1);
+    let s = p.stats();
+    assert_eq!(s.usable_capacity, MIB + 256);
+    let h = p.alloc(MIB, None, 0).unwrap(); // a buddy node of half a chunk, inside the tail
+    let small = p.alloc(200, None, 0).unwrap();
+    assert_eq!(p.block(small).unwrap().offset, MIB);
+    assert!(matches!(
+        p.alloc(200, None, 0),
+        Err(Error::OutOfMemory { .. })
+    ));
+    p.free(h).unwrap();
+    p.free(small).unwrap();
+    let run = p.alloc(MIB + 256, None, 0).unwrap(); // a run of the single, partial chunk
+    assert_eq!(p.block(run).unwrap().offset, 0);
+    p.check().unwrap();
+    p.free(run).unwrap();
+    assert_eq!(p.stats().largest_free_block, MIB + 256);
+    let tiny = pool(100, 1);
+    assert!(matches!(
+        tiny.alloc(64, None, 0),
+        Err(Error::OutOfMemory { .. })
+    ));
+}
+
+#[test]
+fn other_cores_free_space_is_used_before_out_of_memory() {
+    // Two cores, a 4 MiB arena: both chunks end up with core 0; core 1's request overflows.
+    let p = Arc::new(pool(4 * MIB, 2));
+    let mut held = Vec::new();
+    while let Ok(h) = p.alloc(512 << 10, None, 0) {
+        held.push(h);
+    }
+    assert_eq!(held.len(), 8);
+    for h in held.drain(..).step_by(2) {
+        p.free(h).unwrap();
+    }
+    // Whatever core the threads run on, every freed slot can be reused.
+    let got: Vec<Handle> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| p.alloc(512 << 10, None, 0).unwrap()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(got.len(), 4);
+    p.check().unwrap();
+}
+
+#[test]
+fn empty_chunks_return_to_the_global_pool() {
+    let p = Pool::new(PoolConfig::new(64 * MIB).core_reserve(1)).unwrap();
+    let hs: Vec<Handle> = (0..16).map(|_| p.alloc(MIB, None, 0).unwrap()).collect();
+    assert_eq!(p.stats().chunks_in_cores, 8);
+    for h in hs {
+        p.free(h).unwrap();
+    }
+    let s = p.stats();
+    assert_eq!(s.chunks_in_cores, 1, "one chunk kept as reserve");
+    assert_eq!(s.largest_free_block, 64 * MIB);
+    // A run needing every chunk reclaims the reserve.
+    let all = p.alloc(64 * MIB, None, 0).unwrap();
+    assert_eq!(p.stats().chunks_in_runs, 32);
+    p.free(all).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
+fn placement_policies_both_work() {
+    for placement in [Placement::BestFit, Placement::FirstFit] {
+        let p = Pool::new(PoolConfig::new(64 * MIB).placement(placement)).unwrap();
+        let hs: Vec<Handle> = (0..8)
+            .map(|i| p.alloc((i + 3) * MIB, None, 0).unwrap())
+            .collect();
+        for h in hs.iter().step_by(2) {
+            p.free(*h).unwrap();
+        }
+        p.alloc(3 * MIB, None, 0).unwrap();
+        p.check().unwrap();
+    }
+}
+
+#[test]
+fn raw_api_round_trip() {
+    let p = pool(16 * MIB, 1);
+    let a = p.alloc_raw(5000, None).unwrap();
+    let b = p.alloc_raw(3 * MIB, None).unwrap();
+    assert!(matches!(
+        p.free_raw(a, 3 * MIB),
+        Err(Error::InvalidBlock { .. })
+    ));
+    assert!(matches!(
+        p.free_raw(a + 256, 5000),
+        Err(Error::InvalidBlock { .. })
+    ));
+    assert_eq!(p.check().unwrap(), 2);
+    p.free_raw(a, 5000).unwrap();
+    assert!(matches!(
+        p.free_raw(a, 5000),
+        Err(Error::InvalidBlock { .. })
+    ));
+    p.free_raw(b, 3 * MIB).unwrap();
+    assert!(matches!(
+        p.free_raw(b, 3 * MIB),
+        Err(Error::InvalidBlock { .. })
+    ));
+    assert_eq!(p.check().unwrap(), 0);
+}
+
+#[test]
+fn host_bytes_round_trip() {
+    let p = pool(4 * MIB, 1);
+    let h = p.alloc(1000, None, 0).unwrap();
+    p.write(h, 10, b"npumem").unwrap();
+    let mut out = [0u8; 6];
+    p.read(h, 10, &mut out).unwrap();
+    assert_eq!(&out, b"npumem");
+    assert!(p.write(h, 999, b"xx").is_err());
+    let (ptr, len) = p.host_ptr(h).unwrap();
+    assert_eq!(len, 1000);
+    assert_eq!(ptr.as_ptr() as usize % 64, 0);
+}
+
+/// Many threads allocate mixed sizes, fill each block with a pattern, hand blocks to each other
+/// (so most frees are remote), check the pattern at free, and record every live block in a
+/// shared map that refuses overlaps. At the end every byte is free and `check()` passes.
+#[test]
+fn stress_mixed_sizes_remote_frees_no_overlap_no_corruption() {
+    let threads = 4;
+    let ops = 6000;
+    let p = Arc::new(Pool::new(PoolConfig::new(64 * MIB).cores(2).core_reserve(0)).unwrap());
+    let live: Arc<Mutex<BTreeMap<usize, usize>>> = Arc::default();
+    type Mailbox = Mutex<Vec<(Handle, u8)>>;
+    let mailboxes: Arc<Vec<Mailbox>> = Arc::new((0..threads).map(|_| Mutex::default()).collect());
+    let register = |live: &Mutex<BTreeMap<usize, usize>>, off: usize, len: usize| {
+        let mut map = live.lock().unwrap();
+        if let Some((&o, &l)) = map.range(..off + len).next_back() {
+            assert!(o + l <= off, "block [{off}, +{len}) overlaps [{o}, +{l})");
+        }
+        map.insert(off, len);
+    };
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (p, live, mailboxes) = (p.clone(), live.clone(), mailboxes.clone());
+            s.spawn(move || {
+                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1);
+                let mut next = || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                let mut mine: Vec<(Handle, u8)> = Vec::new();
+                let check_and_free = |h: Handle, pattern: u8| {
+                    let info = p.block(h).unwrap();
+                    let mut buf = vec![0u8; info.size];
+                    p.read(h, 0, &mut buf).unwrap();
+                    assert!(
+                        buf.iter().all(|&b| b == pattern),
+                        "block at {} corrupted",
+                        info.offset
+                    );
+                    live.lock()
+                        .unwrap()
+                        .remove(&info.offset)
+                        .expect("registered");
+                    p.free(h).unwrap();
+                };
+                for i in 0..ops {
+                    let r = next();
+                    match r % 10 {
+                        0..=4 => {
+                            let size = match r >> 8 & 7 {
+                                0 => 1 + (r >> 16) as usize % 256,
+                                1..=4 => 256 + (r >> 16) as usize % 8192,
+                                5 | 6 => 8192 + (r >> 16) as usize % (256 << 10),
+                                _ => (1 << 20) + (r >> 16) as usize % (3 << 20),
+                            };
+                            if let Ok(h) = p.alloc(size, None, t as u32) {
+                                let info = p.block(h).unwrap();
+                                register(&live, info.offset, info.block_bytes);
+                                let pattern = (i % 251) as u8 + 1;
+                                p.write(h, 0, &vec![pattern; size]).unwrap();
+                                mine.push((h, pattern));
+                            }
+                        }
+                        5..=6 => {
+                            if let Some(item) = mine.pop() {
+                                mailboxes[(t + 1) % threads].lock().unwrap().push(item);
+                            }
+                        }
+                        _ => {
+                            let received = std::mem::take(&mut *mailboxes[t].lock().unwrap());
+                            for (h, pattern) in received {
+                                check_and_free(h, pattern);
+                            }
+                            if r % 3 == 0 {
+                                if let Some((h, pattern)) = mine.pop() {
+                                    check_and_free(h, pattern);
+                                }
+                            }
+                        }
+                    }
+                }
+                for (h, pattern) in mine {
+                    check_and_free(h, pattern);
+                }
+            });
+        }
+    });
+    for mailbox in mailboxes.iter() {
+        for (h, _) in mailbox.lock().unwrap().drain(..) {
+            p.free(h).unwrap();
+        }
+    }
+    assert_eq!(p.check().unwrap(), 0);
+    let s = p.stats();
+    assert_eq!(s.bytes_in_use, 0);
+    assert_eq!(s.alloc_count, s.free_count);
+    assert_eq!(s.largest_free_block, 64 * MIB, "every byte free and merged");
+}
