@@ -1,2 +1,54 @@
-from npumem._core import __version__
-__all__ = ["__version__"]
+"""npumem: an accelerator-memory manager.
+
+One large device (or host) memory region, handed out in pieces to many threads at once by a
+lock-free Rust core: per-core buddy pools with a global overflow pool, bank-aligned blocks,
+generation-checked handles. On top, in Python: lifetime planning (:mod:`npumem.plan`),
+monitoring and the ``npumem`` command.
+
+    >>> import npumem
+    >>> pool = npumem.Pool(64 << 20, cores=2)
+    >>> with pool.alloc(1000, tag="scratch") as blk:
+    ...     memoryview(blk)[:5] = b"hello"
+    ...     bytes(memoryview(blk)[:5])
+    b'hello'
+    >>> pool.stats().bytes_in_use
+    0
+"""
+
+from __future__ import annotations
+
+from npumem._core import Block, CoreStats, Pool, PoolStats, __version__
+from npumem.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    CorruptionError,
+    DoubleFreeError,
+    InvalidArgumentError,
+    InvalidHandleError,
+    NoBackingError,
+    NpumemError,
+    OutOfMemoryError,
+    PinnedBlockError,
+    PoolBusyError,
+    RequestTooLargeError,
+)
+
+__all__ = [
+    "ArgumentTypeError",
+    "Block",
+    "ConfigError",
+    "CoreStats",
+    "CorruptionError",
+    "DoubleFreeError",
+    "InvalidArgumentError",
+    "InvalidHandleError",
+    "NoBackingError",
+    "NpumemError",
+    "OutOfMemoryError",
+    "PinnedBlockError",
+    "Pool",
+    "PoolBusyError",
+    "PoolStats",
+    "RequestTooLargeError",
+    "__version__",
+]

@@ -17,6 +17,7 @@ __all__ = [
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
+    "NoBackingError",
     "NpumemError",
     "OutOfMemoryError",
     "PinnedBlockError",
@@ -77,6 +78,11 @@ class DoubleFreeError(InvalidHandleError):
 
 class PinnedBlockError(NpumemError, RuntimeError):
     """The block is pinned (explicitly, or by a live buffer view) and cannot be freed or moved."""
+
+
+class NoBackingError(NpumemError, BufferError):
+    """The pool has no host memory behind it (``backing="none"``): its bytes live on the device,
+    so there is no buffer to view."""
 
 
 class PoolBusyError(NpumemError, TimeoutError):

@@ -552,10 +552,23 @@ impl Pool {
     // ----- free ---------------------------------------------------------------------------
 
     /// Free the block behind `handle`. Refused (and nothing changes) for a handle of another
-    /// pool, a block already freed, or a pinned block.
+    /// pool, a block already freed, or a pinned block. Waits while the pool is paused.
     pub fn free(&self, handle: Handle) -> Result<()> {
-        let core = cpu::current_core(self.cores.len());
         let _entered = self.gate.enter();
+        self.free_entered(handle)
+    }
+
+    /// [`Pool::free`] without waiting: [`Error::Paused`] (and nothing changes) while the pool is
+    /// paused. For callers holding a lock they would rather release before waiting.
+    pub fn try_free(&self, handle: Handle) -> Result<()> {
+        let Some(_entered) = self.gate.try_enter() else {
+            return Err(Error::Paused);
+        };
+        self.free_entered(handle)
+    }
+
+    fn free_entered(&self, handle: Handle) -> Result<()> {
+        let core = cpu::current_core(self.cores.len());
         let info = self.handles.remove(handle)?;
         let block_bytes = self.free_block(info.offset, info.size).map_err(|err| {
             Error::Corruption(vec![format!(
@@ -679,7 +692,7 @@ impl Pool {
             handle,
             offset: info.offset,
             size: info.size,
-            block_bytes: self.block_bytes(info.size, 1usize << info.align_log2),
+            block_bytes: self.block_bytes_at(info.offset, info.size, 1usize << info.align_log2),
             align: 1usize << info.align_log2,
             core: info.core as usize,
             tag: info.tag,
@@ -687,11 +700,11 @@ impl Pool {
         }
     }
 
-    /// The bytes a block of `size` requested bytes aligned to `align` holds.
-    pub fn block_bytes(&self, size: usize, align: usize) -> usize {
+    /// The bytes the block of `size` requested bytes at `offset` holds.
+    fn block_bytes_at(&self, offset: usize, size: usize, align: usize) -> usize {
         match self.geometry.layout(size, align) {
             Layout::Buddy(b) => b.units as usize * self.geometry.min_block,
-            Layout::Run { chunks, .. } => chunks * self.geometry.chunk_size,
+            Layout::Run { chunks, .. } => self.run_bytes(offset / self.geometry.chunk_size, chunks),
         }
     }
 
@@ -982,7 +995,7 @@ impl Pool {
         self.handles.for_each_live(&mut |h, info| {
             live += 1;
             let align = 1usize << info.align_log2;
-            let bytes = self.block_bytes(info.size, align);
+            let bytes = self.block_bytes_at(info.offset, info.size, align);
             if info.offset + info.size > g.usable_capacity() {
                 findings.push(format!("block {h:?}: [{}, +{}) ends past the arena", info.offset, info.size));
                 return;

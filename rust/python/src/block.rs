@@ -1,0 +1,200 @@
+//! `npumem.Block`: a handle to one block, with its bytes as a buffer on host-backed pools.
+
+use std::ffi::c_int;
+
+use npumem_core::Handle;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use crate::errors::{error, to_py, Kind};
+use crate::gil::without_gil;
+use crate::pool::Pool;
+
+/// One block of a pool. Its `offset` may change when the pool is compacted; the block stays
+/// valid until freed. A context manager that frees the block on exit.
+#[pyclass(module = "npumem._core", frozen)]
+pub struct Block {
+    pool: Py<Pool>,
+    handle: Handle,
+    nbytes: usize,
+    tag: Option<Py<PyString>>,
+}
+
+impl Block {
+    pub(crate) fn new(
+        pool: Py<Pool>,
+        handle: Handle,
+        nbytes: usize,
+        tag: Option<Py<PyString>>,
+    ) -> Block {
+        Block {
+            pool,
+            handle,
+            nbytes,
+            tag,
+        }
+    }
+
+    /// Free through `pool`, which must be the block's own.
+    pub(crate) fn free_in(&self, py: Python<'_>, pool: &Pool) -> PyResult<()> {
+        if !std::ptr::eq(pool, self.pool.get()) {
+            return Err(error(
+                Kind::InvalidHandle,
+                "the block belongs to another pool",
+            ));
+        }
+        let core = &pool.core;
+        match core.try_free(self.handle) {
+            Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle)),
+            other => other.map_err(to_py),
+        }
+    }
+
+    fn info(&self) -> PyResult<npumem_core::BlockInfo> {
+        self.pool.get().core.block(self.handle).map_err(to_py)
+    }
+}
+
+#[pymethods]
+impl Block {
+    /// Current offset of the block in the arena (it may change after a compaction).
+    #[getter]
+    fn offset(&self) -> PyResult<usize> {
+        Ok(self.info()?.offset)
+    }
+
+    /// Bytes asked for.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+
+    /// Bytes the block holds (`nbytes` rounded up to its layout).
+    #[getter]
+    fn block_bytes(&self) -> PyResult<usize> {
+        Ok(self.info()?.block_bytes)
+    }
+
+    /// The alignment the block was allocated with.
+    #[getter]
+    fn align(&self) -> PyResult<usize> {
+        Ok(self.info()?.align)
+    }
+
+    /// The tag given at allocation, or None.
+    #[getter]
+    fn tag(&self, py: Python<'_>) -> Option<Py<PyString>> {
+        self.tag.as_ref().map(|t| t.clone_ref(py))
+    }
+
+    /// Whether the block is still allocated.
+    #[getter]
+    fn alive(&self) -> bool {
+        self.pool.get().core.block(self.handle).is_ok()
+    }
+
+    /// The block's handle as an int (slot, generation and pool id packed together).
+    #[getter]
+    fn handle(&self) -> u128 {
+        self.handle.to_bits()
+    }
+
+    /// The pool the block belongs to.
+    #[getter]
+    fn pool(&self, py: Python<'_>) -> Py<Pool> {
+        self.pool.clone_ref(py)
+    }
+
+    /// Pins on the block (explicit pins and live buffer views).
+    #[getter]
+    fn pins(&self) -> PyResult<u32> {
+        Ok(self.info()?.pins)
+    }
+
+    /// Free the block. Raises `DoubleFreeError` if it was freed already and `PinnedBlockError`
+    /// while buffer views of it are alive.
+    fn free(&self, py: Python<'_>) -> PyResult<()> {
+        self.free_in(py, self.pool.get())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Free the block on leaving the `with` statement (unless it was freed inside it).
+    #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if self.alive() {
+            self.free(py)?;
+        }
+        Ok(false)
+    }
+
+    /// The block's bytes, writable, without copying (host-backed pools). The block counts as
+    /// pinned while a view is alive: it cannot be freed or moved.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        let core = &this.pool.get().core;
+        if !core.has_backing() {
+            return Err(error(
+                Kind::NoBacking,
+                "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device",
+            ));
+        }
+        core.pin(this.handle).map_err(to_py)?;
+        let (ptr, len) = match core.host_ptr(this.handle) {
+            Ok(found) => found,
+            Err(err) => {
+                let _ = core.unpin(this.handle);
+                return Err(to_py(err));
+            }
+        };
+        // SAFETY: `view` is the buffer struct CPython passed in; the pointer and length describe
+        // the live, pinned block, which stays valid until `__releasebuffer__` unpins it; the
+        // exporter (`slf`) is kept alive by the view.
+        let filled = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                ptr.as_ptr().cast(),
+                len as ffi::Py_ssize_t,
+                0,
+                flags,
+            )
+        };
+        if filled != 0 {
+            let _ = core.unpin(this.handle);
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        let _ = self.pool.get().core.unpin(self.handle);
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let tag = match &self.tag {
+            Some(t) => format!(" tag={:?}", t.bind(py).to_string()),
+            None => String::new(),
+        };
+        match self.info() {
+            Ok(info) => format!(
+                "<npumem.Block offset={} nbytes={}{tag}>",
+                info.offset, self.nbytes
+            ),
+            Err(_) => format!("<npumem.Block freed nbytes={}{tag}>", self.nbytes),
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! `npumem.Pool`: the arena, as Python sees it.
+
+use std::sync::Arc;
+
+use npumem_core::{Backing, Placement, PoolConfig};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+
+use crate::args;
+use crate::block::Block;
+use crate::errors::{error, to_py, Kind};
+use crate::gil::without_gil;
+use crate::stats::PoolStats;
+
+/// A pool over one arena: allocate blocks from any thread, read `stats()`, `check()` it.
+#[pyclass(module = "npumem._core", frozen)]
+pub struct Pool {
+    pub(crate) core: Arc<npumem_core::Pool>,
+    name: Py<PyString>,
+    /// Tag strings by id (id 0 means no tag), and ids by string.
+    tag_names: Py<PyList>,
+    tag_ids: Py<PyDict>,
+}
+
+fn config_error(message: String) -> PyErr {
+    error(
+        Kind::Config,
+        format!("invalid pool configuration: {message}"),
+    )
+}
+
+impl Pool {
+    /// The id of `tag` (interned on first use), 0 for none.
+    fn tag_id(&self, py: Python<'_>, tag: Option<&Bound<'_, PyString>>) -> PyResult<u32> {
+        let Some(tag) = tag else { return Ok(0) };
+        let ids = self.tag_ids.bind(py);
+        if let Some(id) = ids.get_item(tag)? {
+            return id.extract();
+        }
+        let names = self.tag_names.bind(py);
+        let id = names.len() as u32;
+        names.append(tag)?;
+        ids.set_item(tag, id)?;
+        Ok(id)
+    }
+
+    /// The tag string of an id (None for 0 or unknown ids).
+    pub(crate) fn tag_name<'py>(&self, py: Python<'py>, id: u32) -> Option<Bound<'py, PyAny>> {
+        if id == 0 {
+            return None;
+        }
+        self.tag_names.bind(py).get_item(id as usize).ok()
+    }
+
+    pub(crate) fn alloc_block(
+        slf: &Bound<'_, Self>,
+        nbytes: &Bound<'_, PyAny>,
+        align: Option<&Bound<'_, PyAny>>,
+        tag: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Block> {
+        let py = slf.py();
+        let this = slf.get();
+        let capacity = this.core.capacity();
+        let size = args::size(nbytes, "nbytes", capacity)?;
+        let align = args::alignment(align, capacity)?;
+        let tag = args::tag(tag)?;
+        let tag_id = this.tag_id(py, tag.as_ref())?;
+        let core = &this.core;
+        let handle = match core.try_alloc_fast(size, align, tag_id).map_err(to_py)? {
+            Some(handle) => handle,
+            None => without_gil(py, || core.alloc(size, align, tag_id))?,
+        };
+        Ok(Block::new(
+            slf.clone().unbind(),
+            handle,
+            size,
+            tag.map(Bound::unbind),
+        ))
+    }
+}
+
+#[pymethods]
+impl Pool {
+    #[new]
+    #[pyo3(
+        signature = (
+            capacity, *, cores = None, chunk_size = None, min_block = None, bank_size = None,
+            alignment = None, slab_sizes = None, backing = None, placement = None,
+            core_reserve = None, name = None,
+        ),
+        text_signature = "(capacity, *, cores=None, chunk_size=2097152, min_block=256, bank_size=4096, \
+            alignment=64, slab_sizes=(64, 128, 256, 512, 1024, 2048, 4096), backing='host', \
+            placement='best-fit', core_reserve=1, name=None)"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        capacity: &Bound<'_, PyAny>,
+        cores: Option<&Bound<'_, PyAny>>,
+        chunk_size: Option<&Bound<'_, PyAny>>,
+        min_block: Option<&Bound<'_, PyAny>>,
+        bank_size: Option<&Bound<'_, PyAny>>,
+        alignment: Option<&Bound<'_, PyAny>>,
+        slab_sizes: Option<&Bound<'_, PyAny>>,
+        backing: Option<&Bound<'_, PyAny>>,
+        placement: Option<&Bound<'_, PyAny>>,
+        core_reserve: Option<&Bound<'_, PyAny>>,
+        name: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Pool> {
+        let cores = match cores.filter(|c| !c.is_none()) {
+            Some(c) => args::config_int(c, "cores")?,
+            None => py
+                .import("os")?
+                .call_method0("cpu_count")?
+                .extract::<Option<usize>>()?
+                .unwrap_or(1),
+        };
+        let defaults = PoolConfig::new(0);
+        let field = |value: Option<&Bound<'_, PyAny>>, name: &str, default: usize| match value
+            .filter(|v| !v.is_none())
+        {
+            Some(v) => args::config_int(v, name),
+            None => Ok(default),
+        };
+        let mut config = PoolConfig::new(args::config_int(capacity, "capacity")?)
+            .cores(cores)
+            .chunk_size(field(chunk_size, "chunk_size", defaults.chunk_size)?)
+            .min_block(field(min_block, "min_block", defaults.min_block)?)
+            .bank_size(field(bank_size, "bank_size", defaults.bank_size)?)
+            .alignment(field(alignment, "alignment", defaults.alignment)?)
+            .core_reserve(field(core_reserve, "core_reserve", defaults.core_reserve)?);
+        if let Some(sizes) = slab_sizes.filter(|s| !s.is_none()) {
+            if sizes.is_instance_of::<PyString>() {
+                return Err(config_error(
+                    "slab_sizes must be a sequence of ints, got str".into(),
+                ));
+            }
+            let items = sizes.try_iter().map_err(|_| {
+                config_error(format!(
+                    "slab_sizes must be a sequence of ints, got {}",
+                    args::type_name(sizes)
+                ))
+            })?;
+            let mut list = Vec::new();
+            for (i, item) in items.enumerate() {
+                list.push(args::config_int(&item?, &format!("slab_sizes[{i}]"))?);
+            }
+            config = config.slab_sizes(list);
+        }
+        let choice = |value: Option<&Bound<'_, PyAny>>, default: &str| -> PyResult<String> {
+            match value.filter(|v| !v.is_none()) {
+                Some(v) => Ok(v
+                    .extract::<String>()
+                    .unwrap_or_else(|_| format!("<{}>", args::type_name(v)))),
+                None => Ok(default.to_string()),
+            }
+        };
+        config = config.backing(match choice(backing, "host")?.as_str() {
+            "host" => Backing::Host,
+            "none" => Backing::None,
+            other => {
+                return Err(config_error(format!(
+                    "backing must be \"host\" or \"none\", got {other:?}"
+                )))
+            }
+        });
+        config = config.placement(match choice(placement, "best-fit")?.as_str() {
+            "best-fit" => Placement::BestFit,
+            "first-fit" => Placement::FirstFit,
+            other => {
+                return Err(config_error(format!(
+                    "placement must be \"best-fit\" or \"first-fit\", got {other:?}"
+                )))
+            }
+        });
+        let core = without_gil(py, || npumem_core::Pool::new(config))?;
+        let name = match name.filter(|n| !n.is_none()) {
+            Some(n) => n
+                .cast::<PyString>()
+                .map_err(|_| {
+                    config_error(format!("name must be a str, got {}", args::type_name(n)))
+                })?
+                .clone(),
+            None => PyString::new(py, &format!("pool-{}", core.id())),
+        };
+        Ok(Pool {
+            core: Arc::new(core),
+            name: name.unbind(),
+            tag_names: PyList::new(py, [py.None()])?.unbind(),
+            tag_ids: PyDict::new(py).unbind(),
+        })
+    }
+
+    /// Allocate a block of `nbytes` bytes. `align` (a power of two) overrides the pool's default
+    /// alignment; `tag` is a free-form label shown in stats and snapshots.
+    #[pyo3(signature = (nbytes, *, align = None, tag = None))]
+    fn alloc(
+        slf: &Bound<'_, Self>,
+        nbytes: &Bound<'_, PyAny>,
+        align: Option<&Bound<'_, PyAny>>,
+        tag: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Block> {
+        Self::alloc_block(slf, nbytes, align, tag)
+    }
+
+    /// Free `block` (the same as `block.free()`).
+    fn free(slf: &Bound<'_, Self>, block: &Bound<'_, PyAny>) -> PyResult<()> {
+        let block = block.cast::<Block>().map_err(|_| {
+            error(
+                Kind::ArgumentType,
+                format!(
+                    "free() takes an npumem.Block, got {}",
+                    args::type_name(block)
+                ),
+            )
+        })?;
+        block.get().free_in(slf.py(), slf.get())
+    }
+
+    /// A snapshot of the pool's state and counters.
+    fn stats(&self, py: Python<'_>) -> PyResult<PoolStats> {
+        let core = &self.core;
+        let stats = without_gil(py, || Ok(core.stats()))?;
+        Ok(PoolStats::from_core(stats, self.core.config().capacity))
+    }
+
+    /// Pause the pool and prove its metadata consistent; raises `CorruptionError` with the
+    /// findings otherwise. Returns the number of live blocks checked.
+    fn check(&self, py: Python<'_>) -> PyResult<usize> {
+        let core = &self.core;
+        without_gil(py, || core.check())
+    }
+
+    /// Every live block, in offset order, as dicts: offset, nbytes, block_bytes, align, core,
+    /// tag, pins.
+    fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let core = &self.core;
+        let blocks = without_gil(py, || Ok(core.blocks()))?;
+        blocks
+            .into_iter()
+            .map(|b| {
+                let d = PyDict::new(py);
+                d.set_item("offset", b.offset)?;
+                d.set_item("nbytes", b.size)?;
+                d.set_item("block_bytes", b.block_bytes)?;
+                d.set_item("align", b.align)?;
+                d.set_item("core", b.core)?;
+                d.set_item("tag", self.tag_name(py, b.tag))?;
+                d.set_item("pins", b.pins)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// Bytes in the arena.
+    #[getter]
+    fn capacity(&self) -> usize {
+        self.core.capacity()
+    }
+
+    /// Number of per-core pools.
+    #[getter]
+    fn cores(&self) -> usize {
+        self.core.cores()
+    }
+
+    #[getter]
+    fn chunk_size(&self) -> usize {
+        self.core.config().chunk_size
+    }
+
+    #[getter]
+    fn min_block(&self) -> usize {
+        self.core.config().min_block
+    }
+
+    #[getter]
+    fn bank_size(&self) -> usize {
+        self.core.config().bank_size
+    }
+
+    #[getter]
+    fn alignment(&self) -> usize {
+        self.core.config().alignment
+    }
+
+    #[getter]
+    fn slab_sizes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.core.config().slab_sizes)
+    }
+
+    /// `"host"` or `"none"`.
+    #[getter]
+    fn backing(&self) -> &'static str {
+        match self.core.config().backing {
+            Backing::Host => "host",
+            Backing::None => "none",
+        }
+    }
+
+    /// The pool's name (labels its metrics).
+    #[getter]
+    fn name(&self, py: Python<'_>) -> Py<PyString> {
+        self.name.clone_ref(py)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "<npumem.Pool {:?} capacity={} cores={} backing={}>",
+            self.name.bind(py).to_string(),
+            self.core.capacity(),
+            self.core.cores(),
+            self.backing()
+        )
+    }
+}

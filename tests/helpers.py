@@ -1,0 +1,30 @@
+"""Helpers shared by the pool tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import npumem
+
+
+def state_of(pool: npumem.Pool) -> dict[str, Any]:
+    """Everything observable about a pool, for 'unchanged' assertions."""
+    stats = pool.stats().as_dict()
+    return {"stats": stats, "blocks": pool.blocks()}
+
+
+def assert_unchanged(pool: npumem.Pool, before: dict[str, Any]) -> None:
+    pool.check()
+    after = state_of(pool)
+    assert after == before
+
+
+def assert_block_rules(pool: npumem.Pool, blk: npumem.Block, align: int | None = None) -> None:
+    """In bounds, aligned, bank-safe."""
+    off, n, bank = blk.offset, blk.nbytes, pool.bank_size
+    assert 0 <= off and off + n <= pool.capacity
+    assert off % (align or pool.alignment) == 0
+    if n <= bank:
+        assert off // bank == (off + n - 1) // bank, f"[{off}, +{n}) straddles a bank"
+    else:
+        assert off % bank == 0, f"[{off}, +{n}) does not start on a bank"

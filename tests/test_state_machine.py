@@ -1,0 +1,152 @@
+"""A hypothesis state machine drives a pool against a simple model: live blocks never overlap,
+stay in bounds, honour alignment and the bank rule, keep their bytes, and the stats equal the
+model. It also asserts the promise behind `largest_free_block`: any request of at most that many
+bytes (default alignment) succeeds, and an out-of-memory error only happens above it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    rule,
+)
+
+import npumem
+from helpers import assert_block_rules
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+@dataclass
+class Live:
+    block: npumem.Block
+    offset: int
+    nbytes: int
+    block_bytes: int
+    pattern: int
+
+
+class PoolMachine(RuleBasedStateMachine):
+    blocks = Bundle("blocks")
+    freed = Bundle("freed")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool: npumem.Pool | None = None
+        self.live: dict[int, Live] = {}
+        self.allocs = 0
+        self.frees = 0
+        self.failed = 0
+        self.counter = 0
+
+    @initialize(
+        chunk_size=st.sampled_from([64 * KIB, 256 * KIB, 2 * MIB]),
+        chunks=st.integers(1, 12),
+        tail=st.sampled_from([0, 0, 100, 4096, 30_000]),
+        cores=st.integers(1, 3),
+        bank_size=st.sampled_from([4096, 8192]),
+        min_block=st.sampled_from([64, 256]),
+        reserve=st.integers(0, 2),
+    )
+    def make_pool(self, chunk_size: int, chunks: int, tail: int, cores: int, bank_size: int,
+                  min_block: int, reserve: int) -> None:
+        capacity = chunks * chunk_size + min(tail, chunk_size - 1)
+        self.pool = npumem.Pool(capacity, cores=cores, chunk_size=chunk_size, bank_size=bank_size,
+                                min_block=min_block, core_reserve=reserve)
+
+    @property
+    def p(self) -> npumem.Pool:
+        assert self.pool is not None
+        return self.pool
+
+    def sizes(self) -> st.SearchStrategy[int]:
+        return st.one_of(st.integers(1, 5000), st.integers(1, 300 * KIB), st.integers(1, 5 * MIB))
+
+    @rule(target=blocks, data=st.data(), align=st.sampled_from([None, None, 1, 256, 4096, 64 * KIB]),
+          tag=st.sampled_from([None, "a", "b"]))
+    def alloc(self, data: st.DataObject, align: int | None, tag: str | None) -> object:
+        size = min(data.draw(self.sizes(), label="size"), self.p.capacity)
+        largest = self.p.stats().largest_free_block
+        try:
+            blk = self.p.alloc(size, align=align, tag=tag)
+        except npumem.OutOfMemoryError as e:
+            self.failed += 1
+            if align is None or align <= self.p.alignment:
+                assert size > largest, f"{size} bytes refused although {largest} were free in one block"
+            assert e.requested == size
+            return multiple()
+        assert_block_rules(self.p, blk, align)
+        assert blk.nbytes == size and blk.tag == tag
+        end = blk.offset + blk.block_bytes
+        for other in self.live.values():
+            assert end <= other.offset or other.offset + other.block_bytes <= blk.offset, "overlap"
+        self.counter += 1
+        pattern = self.counter % 251 + 1
+        view = memoryview(blk)
+        view[:] = bytes([pattern]) * size
+        view.release()
+        self.live[id(blk)] = Live(blk, blk.offset, size, blk.block_bytes, pattern)
+        self.allocs += 1
+        return blk
+
+    @rule(target=freed, blk=consumes(blocks))
+    def free(self, blk: npumem.Block) -> npumem.Block:
+        live = self.live.pop(id(blk))
+        assert bytes(memoryview(blk)) == bytes([live.pattern]) * live.nbytes, "bytes changed"
+        blk.free()
+        self.frees += 1
+        return blk
+
+    @rule(blk=freed)
+    def double_free_is_refused(self, blk: npumem.Block) -> None:
+        before = self.p.stats().as_dict()
+        try:
+            blk.free()
+        except npumem.DoubleFreeError:
+            pass
+        else:
+            raise AssertionError("double free accepted")
+        assert self.p.stats().as_dict() == before
+
+    @rule()
+    def check(self) -> None:
+        assert self.p.check() == len(self.live)
+
+    @invariant()
+    def stats_match_the_model(self) -> None:
+        if self.pool is None:
+            return
+        s = self.p.stats()
+        assert s.bytes_in_use == sum(b.block_bytes for b in self.live.values())
+        assert s.requested_bytes_in_use == sum(b.nbytes for b in self.live.values())
+        assert s.blocks_in_use == len(self.live)
+        assert (s.alloc_count, s.free_count, s.failed_allocs) == (self.allocs, self.frees, self.failed)
+        assert s.bytes_in_use + s.bytes_free == s.usable_capacity
+        assert s.largest_free_block <= s.bytes_free
+        assert 0.0 <= s.external_fragmentation <= 1.0
+        assert s.peak_bytes_in_use >= s.bytes_in_use
+        for live in self.live.values():
+            assert live.block.offset == live.offset
+
+    def teardown(self) -> None:
+        if self.pool is None:
+            return
+        for live in list(self.live.values()):
+            live.block.free()
+        self.live.clear()
+        s = self.p.stats()
+        assert s.bytes_in_use == 0
+        assert s.largest_free_block == s.usable_capacity, "everything merges back"
+        self.p.check()
+
+
+PoolMachine.TestCase.settings = settings(stateful_step_count=40)
+TestPool = PoolMachine.TestCase
