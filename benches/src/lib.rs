@@ -1,1 +1,275 @@
-//! Shared helpers for the npumem benches.
+//! The allocators the benches compare, behind one small trait, and the workloads they run.
+//!
+//! Every peer manages the same arena in 256-byte units and hands out offsets; none touches the
+//! bytes (npumem's device use case), so the benches measure bookkeeping only.
+
+use std::cell::Cell;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+use branch_allocator::BranchAllocator;
+use buddy_system_allocator::FrameAllocator;
+use npumem_core::{Backing, Handle, Pool, PoolConfig};
+
+/// Bytes per unit for the peers that count units (frames, leaves).
+pub const UNIT: usize = 256;
+
+/// An allocator under test: it hands out tokens for blocks of at least `size` bytes.
+pub trait Allocator: Sync {
+    /// What `alloc` returns and `free` takes back.
+    type Token: Copy + Send;
+    /// A short name for reports.
+    fn name(&self) -> &'static str;
+    /// A block of at least `size` bytes, or `None` when full.
+    fn alloc(&self, size: usize) -> Option<Self::Token>;
+    /// Give a block back (`size` as allocated).
+    fn free(&self, token: Self::Token, size: usize);
+}
+
+fn config(capacity: usize, cores: usize) -> PoolConfig {
+    PoolConfig::new(capacity)
+        .cores(cores)
+        .backing(Backing::None)
+}
+
+/// npumem's offset API: per-core lock-free buddy pools, no handles.
+pub struct NpumemRaw(pub Pool);
+
+impl NpumemRaw {
+    pub fn new(capacity: usize, cores: usize) -> Self {
+        NpumemRaw(Pool::new(config(capacity, cores)).expect("valid config"))
+    }
+}
+
+impl Allocator for NpumemRaw {
+    type Token = usize;
+    fn name(&self) -> &'static str {
+        "npumem"
+    }
+    #[inline]
+    fn alloc(&self, size: usize) -> Option<usize> {
+        self.0.alloc_raw(size, None).ok()
+    }
+    #[inline]
+    fn free(&self, offset: usize, size: usize) {
+        self.0.free_raw(offset, size).expect("valid free");
+    }
+}
+
+/// npumem with generation-checked handles (what Python uses).
+pub struct NpumemHandles(pub Pool);
+
+impl NpumemHandles {
+    pub fn new(capacity: usize, cores: usize) -> Self {
+        NpumemHandles(Pool::new(config(capacity, cores)).expect("valid config"))
+    }
+}
+
+impl Allocator for NpumemHandles {
+    type Token = Handle;
+    fn name(&self) -> &'static str {
+        "npumem-handles"
+    }
+    #[inline]
+    fn alloc(&self, size: usize) -> Option<Handle> {
+        self.0.alloc(size, None, 0).ok()
+    }
+    #[inline]
+    fn free(&self, handle: Handle, _size: usize) {
+        self.0.free(handle).expect("valid free");
+    }
+}
+
+/// The same npumem structure with one core pool behind one `Mutex`: the single-lock design
+/// the seed articles measured.
+pub struct MutexTree {
+    lock: Mutex<()>,
+    pool: Pool,
+}
+
+impl MutexTree {
+    pub fn new(capacity: usize) -> Self {
+        MutexTree {
+            lock: Mutex::new(()),
+            pool: Pool::new(config(capacity, 1)).expect("valid config"),
+        }
+    }
+}
+
+impl Allocator for MutexTree {
+    type Token = usize;
+    fn name(&self) -> &'static str {
+        "mutex-tree"
+    }
+    #[inline]
+    fn alloc(&self, size: usize) -> Option<usize> {
+        let _guard = self.lock.lock().unwrap();
+        self.pool.alloc_raw(size, None).ok()
+    }
+    #[inline]
+    fn free(&self, offset: usize, size: usize) {
+        let _guard = self.lock.lock().unwrap();
+        self.pool.free_raw(offset, size).expect("valid free");
+    }
+}
+
+/// `buddy_system_allocator::FrameAllocator` (free lists in B-trees) behind a `Mutex`.
+pub struct LockedFrames(Mutex<FrameAllocator<33>>);
+
+impl LockedFrames {
+    pub fn new(capacity: usize) -> Self {
+        let mut frames = FrameAllocator::<33>::new();
+        frames.add_frame(0, capacity / UNIT);
+        LockedFrames(Mutex::new(frames))
+    }
+}
+
+impl Allocator for LockedFrames {
+    type Token = usize;
+    fn name(&self) -> &'static str {
+        "buddy_system_allocator"
+    }
+    #[inline]
+    fn alloc(&self, size: usize) -> Option<usize> {
+        self.0
+            .lock()
+            .unwrap()
+            .alloc(size.div_ceil(UNIT))
+            .map(|frame| frame * UNIT)
+    }
+    #[inline]
+    fn free(&self, offset: usize, size: usize) {
+        self.0
+            .lock()
+            .unwrap()
+            .dealloc(offset / UNIT, size.div_ceil(UNIT));
+    }
+}
+
+thread_local! {
+    static BRANCH_CURSOR: Cell<usize> = const { Cell::new(0) };
+}
+
+/// `branch_allocator` (a published port of the lock-free bunch allocator). It leaves the search
+/// to its caller; this wrapper scans aligned indices from a per-thread cursor, as its README
+/// suggests.
+pub struct Branch {
+    tree: BranchAllocator<'static>,
+    order: usize,
+}
+
+impl Branch {
+    pub fn new(capacity: usize) -> Self {
+        let order = (capacity / UNIT).trailing_zeros() as usize;
+        let storage: &'static [AtomicU64] = Box::leak(
+            (0..BranchAllocator::required(order))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        );
+        Branch {
+            tree: BranchAllocator::new(storage, order).expect("enough storage"),
+            order,
+        }
+    }
+}
+
+impl Allocator for Branch {
+    type Token = usize;
+    fn name(&self) -> &'static str {
+        "branch_allocator"
+    }
+    #[inline]
+    fn alloc(&self, size: usize) -> Option<usize> {
+        let order = size.div_ceil(UNIT).next_power_of_two().trailing_zeros() as usize;
+        let blocks = 1usize << (self.order - order);
+        BRANCH_CURSOR.with(|cursor| {
+            let start = cursor.get() % blocks;
+            for i in 0..blocks {
+                let block = (start + i) % blocks;
+                if self.tree.try_allocate(block << order, order).is_some() {
+                    cursor.set(block);
+                    return Some((block << order) * UNIT);
+                }
+            }
+            None
+        })
+    }
+    #[inline]
+    fn free(&self, offset: usize, size: usize) {
+        let order = size.div_ceil(UNIT).next_power_of_two().trailing_zeros() as usize;
+        self.tree
+            .deallocate(offset / UNIT, order)
+            .expect("valid free");
+    }
+}
+
+/// A small deterministic generator (xorshift), so workloads are the same for every peer.
+#[derive(Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    #[inline]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// A size between `lo` and `hi` bytes, log-uniform (as real tensor sizes are).
+    pub fn size(&mut self, lo: usize, hi: usize) -> usize {
+        let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        ((a + (b - a) * u).exp() as usize).clamp(lo, hi)
+    }
+}
+
+/// Fill `alloc` to `occupancy` of `capacity` with random sizes in `[lo, hi]`; returns the blocks.
+pub fn prefill<A: Allocator>(
+    a: &A,
+    rng: &mut Rng,
+    capacity: usize,
+    occupancy: f64,
+    lo: usize,
+    hi: usize,
+) -> Vec<(A::Token, usize)> {
+    let mut held = Vec::new();
+    let mut bytes = 0usize;
+    while (bytes as f64) < occupancy * capacity as f64 {
+        let size = rng.size(lo, hi);
+        match a.alloc(size) {
+            Some(t) => {
+                held.push((t, size));
+                bytes += size;
+            }
+            None => break,
+        }
+    }
+    held
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip<A: Allocator>(a: &A) {
+        let mut held = Vec::new();
+        for size in [256, 4096, 65536, 1 << 20, 300, 5000] {
+            held.push((a.alloc(size).expect("room"), size));
+        }
+        for (t, size) in held {
+            a.free(t, size);
+        }
+    }
+
+    #[test]
+    fn every_peer_allocates_and_frees() {
+        round_trip(&NpumemRaw::new(64 << 20, 2));
+        round_trip(&NpumemHandles::new(64 << 20, 2));
+        round_trip(&MutexTree::new(64 << 20));
+        round_trip(&LockedFrames::new(64 << 20));
+        round_trip(&Branch::new(64 << 20));
+    }
+}

@@ -7,47 +7,50 @@
 //! (index + 1) << (depth - level))`.
 //!
 //! Levels are grouped into *bands*; each band is cut into *bunches* (subtrees of the band's
-//! height), and each bunch is one `AtomicU64`, so a climb from a leaf to the root costs one CAS per
-//! band instead of one per level (the level packing of NBBS, Marotta et al.):
+//! height), and each bunch is one `AtomicU64`, so a climb from a leaf to the root touches one
+//! word per band instead of one per level (the level packing of NBBS, Marotta et al.):
 //!
-//! * a **leaf bunch** (bottom band, height <= 6) holds one *allocated* bit per node in heap order:
-//!   up to 63 bits;
+//! * a **leaf bunch** (bottom band, height <= 6) holds one *allocated* bit per node in heap
+//!   order (up to 63 bits) and a *seal* bit (bit 63);
 //! * an **inner bunch** (height <= 4) holds the allocated bits of its nodes (bits 0..15), one
-//!   *occupied* bit per child bunch (bits 16..31: something below is allocated) and a *version*
-//!   (bits 32..63) that every successful CAS on the word increments.
+//!   *occupied* bit per child bunch (bits 16..31: something below may be allocated) and a seal
+//!   bit (bit 32).
 //!
 //! # Protocol
 //!
-//! *Allocate* node `n`: CAS its bunch to set `n`'s bit, provided `n`, its ancestors in the bunch
-//! and its descendants in the bunch are clear and no child bunch below `n` is occupied. Then climb:
-//! in each ancestor bunch CAS in the occupied bit of the child bunch we come from (bumping the
-//! version), provided no node on the path to it is allocated. Meeting an allocated ancestor means
-//! someone allocated a node covering ours first: roll back (release `n`).
+//! *Allocate* node `n`: CAS its bunch to set `n`'s bit, provided `n`, its ancestors and its
+//! descendants in the bunch are clear, no child bunch below `n` is marked occupied and the bunch
+//! is not sealed. Then climb: in each ancestor bunch, check that no node on the path is allocated
+//! and that the occupied bit of the bunch we come from is set; set it with a CAS if it is not (a
+//! plain load suffices when it is). Meeting an allocated ancestor means someone allocated a node
+//! covering ours first: roll back (clear `n`'s bit) and report it.
 //!
-//! *Release* node `n`: CAS its bit off. If that empties the bunch, *propagate*: in the parent
-//! bunch `P` of an empty bunch `B`: read `P` (value `v`), then read `B`; if `B` is still empty,
-//! CAS `P` from `v` to `v` without `B`'s occupied bit (and a bumped version), and go on upwards if
-//! that emptied `P`. Any allocation that committed in `B` after the read of `B` must have CASed
-//! `P` after its CAS in `B`, hence after our read of `P`: the version has changed, our CAS fails
-//! and we re-read. So an occupied bit is cleared only when its bunch was truly empty at a moment
-//! when no later allocation had yet reached `P`; such an allocation sets the bit again, and if an
-//! ancestor was allocated in the meantime it sees that ancestor and rolls back. This replaces the
-//! per-node coalescing bits of NBBS by one version per inner word, which keeps a whole bunch in
-//! one CAS.
+//! *Release* node `n`: CAS its bit off. Nothing else: coalescing is lazy. The occupied bits above
+//! an emptied bunch stay set (a *phantom* mark) until someone needs the space: a search for a
+//! large node that finds its candidates blocked only by marks, or the retirement of the chunk.
+//!
+//! *Clean* a marked child bunch `B` of `P`: if `B` is exactly zero, CAS it to *sealed* (so no
+//! allocation can start in it), clear `B`'s occupied bit in `P`, then unseal `B`. An allocation
+//! that committed in `B` keeps `B` non-zero, so the seal fails; one that starts after the seal
+//! sees it and looks elsewhere; one that starts after the unseal finds the mark cleared and sets
+//! it again (with a CAS that also checks the path). So a mark can only disappear under a bunch
+//! that was empty at a moment when no allocation could enter it, and by induction every
+//! committed block keeps every mark on its path to the root: no ancestor can be allocated over
+//! it. This is also why a climber may pass an already set mark with a plain load.
 //!
 //! The loom models in this module check the protocol exhaustively on small trees.
 
 use crate::bits::{every_nth, low_bits, siblings, to_children, to_parents};
 use crate::sync::{AtomicU64, Ordering};
 
-/// Height of the bottom band (leaf bunches): 63 allocated bits fit one word.
+/// Height of the bottom band (leaf bunches): 63 allocated bits and a seal fit one word.
 pub(crate) const LEAF_BAND_HEIGHT: u32 = 6;
-/// Height of the other bands: 15 allocated bits and 16 occupied bits, plus a 32-bit version.
+/// Height of the other bands: 15 allocated bits, 16 occupied bits and a seal.
 pub(crate) const INNER_BAND_HEIGHT: u32 = 4;
 
 const OCC_SHIFT: u32 = 16;
-const VERSION_ONE: u64 = 1 << 32;
-const INNER_STATE_MASK: u64 = 0xFFFF_FFFF;
+const INNER_SEAL: u64 = 1 << 32;
+const LEAF_SEAL: u64 = 1 << 63;
 
 /// A node of a chunk's tree: `index` counts from the left within its level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -81,7 +84,7 @@ impl Node {
 /// Why an allocation attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Conflict {
-    /// The node, or something inside it or above it in its bunch, is taken.
+    /// The node, or something inside it or above it in its bunch, is taken (or being cleaned).
     Taken,
     /// An ancestor in a higher band is allocated: the whole region around the node is taken.
     Ancestor,
@@ -95,8 +98,32 @@ struct Band {
     height: u32,
     /// Index of the band's first word in the tree's metadata.
     base: usize,
-    /// The bottom band has no child bunches (and no version).
+    /// The bottom band has no child bunches.
     leaf: bool,
+}
+
+impl Band {
+    fn seal(&self) -> u64 {
+        if self.leaf {
+            LEAF_SEAL
+        } else {
+            INNER_SEAL
+        }
+    }
+
+    /// The allocated bits of the bunch.
+    fn alloc_mask(&self) -> u64 {
+        low_bits((1 << self.height) - 1)
+    }
+
+    /// The occupied bits of the bunch (0 for leaf bunches).
+    fn occ_mask(&self) -> u64 {
+        if self.leaf {
+            0
+        } else {
+            low_bits(1 << self.height) << OCC_SHIFT
+        }
+    }
 }
 
 /// Where a node's bit lives.
@@ -104,8 +131,6 @@ struct Band {
 struct Loc {
     band: usize,
     bunch: u64,
-    row: u32,
-    pos: u64,
     word: usize,
     bit: u64,
 }
@@ -118,6 +143,10 @@ pub(crate) struct TreeShape {
     bands: Vec<Band>,
     band_of_level: Vec<usize>,
     words: usize,
+    /// Per band, per node (heap bit index): the bits that must all be clear for the node to be
+    /// allocatable: itself, its ancestors and descendants in the bunch, the occupied bits of the
+    /// child bunches below it, and the seal.
+    conflicts: Vec<Vec<u64>>,
 }
 
 #[inline]
@@ -177,12 +206,42 @@ impl TreeShape {
         }
         // Pad each tree to whole 128-byte lines so trees of different chunks share no line.
         let words = base.div_ceil(16) * 16;
+        let conflicts = bands.iter().map(Self::conflict_masks).collect();
         TreeShape {
             depth,
             bands,
             band_of_level,
             words,
+            conflicts,
         }
+    }
+
+    fn conflict_masks(band: &Band) -> Vec<u64> {
+        let h = band.height;
+        let bit = |r: u32, pos: u64| 1u64 << ((1u64 << r) - 1 + pos);
+        let mut masks = Vec::new();
+        for r in 0..h {
+            for pos in 0..(1u64 << r) {
+                let mut mask = band.seal();
+                for k in 0..=r {
+                    mask |= bit(k, pos >> (r - k)); // itself and its ancestors
+                }
+                for k in r + 1..h {
+                    let span = k - r;
+                    for p in pos << span..(pos + 1) << span {
+                        mask |= bit(k, p); // its descendants
+                    }
+                }
+                if !band.leaf {
+                    let span = h - r;
+                    for j in pos << span..(pos + 1) << span {
+                        mask |= 1u64 << (OCC_SHIFT as u64 + j); // child bunches below it
+                    }
+                }
+                masks.push(mask);
+            }
+        }
+        masks
     }
 
     /// Metadata words per tree.
@@ -190,7 +249,7 @@ impl TreeShape {
         self.words
     }
 
-    /// The number of CAS steps of a climb from a leaf (one per band).
+    /// The number of words a climb from a leaf touches (one per band).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn bands(&self) -> usize {
         self.bands.len()
@@ -205,51 +264,52 @@ impl TreeShape {
         Loc {
             band,
             bunch,
-            row,
-            pos,
             word: b.base + bunch as usize,
             bit: 1u64 << ((1u64 << row) - 1 + pos),
         }
     }
 
-    fn version_step(&self, band: usize) -> u64 {
-        if self.bands[band].leaf {
-            0
-        } else {
-            VERSION_ONE
-        }
+    fn word<'t>(&self, tree: &'t [AtomicU64], band: usize, bunch: u64) -> &'t AtomicU64 {
+        &tree[self.bands[band].base + bunch as usize]
     }
 
-    /// The occupied bits of a word's child bunches (0 for leaf bunches).
+    /// The occupied bits of a word's child bunches, as a row (0 for leaf bunches).
     fn occupied_children(&self, band: usize, word: u64) -> u64 {
-        let b = &self.bands[band];
-        if b.leaf {
-            0
-        } else {
-            (word >> OCC_SHIFT) & low_bits(1 << b.height)
-        }
-    }
-
-    fn is_empty(&self, band: usize, word: u64) -> bool {
-        if self.bands[band].leaf {
-            word == 0
-        } else {
-            word & INNER_STATE_MASK == 0
-        }
+        (word & self.bands[band].occ_mask()) >> OCC_SHIFT
     }
 
     /// Nodes of row `r` of a bunch that are free with nothing allocated above them in the bunch
-    /// and nothing allocated or occupied below them.
+    /// and nothing allocated or marked below them (a sealed bunch has none).
     fn available_row(&self, band: usize, word: u64, r: u32) -> u64 {
-        let height = self.bands[band].height;
-        let mut down = 0;
-        for i in 0..=r {
-            down = to_children(down) | row_of(word, i);
+        let b = &self.bands[band];
+        if word & b.seal() != 0 {
+            return 0;
         }
-        let mut up = self.occupied_children(band, word);
-        for i in (r..height).rev() {
-            up = to_parents(up) | row_of(word, i);
-        }
+        let height = b.height;
+        let row = row_of(word, r);
+        // Most bunches hold blocks of one size: skip the propagation when nothing is allocated
+        // above the row, or below it.
+        let above = word & low_bits((1 << r) - 1);
+        let below_mask = low_bits((1 << height) - 1) & !low_bits((1 << (r + 1)) - 1);
+        let occupied = self.occupied_children(band, word);
+        let down = if above == 0 {
+            row
+        } else {
+            let mut down = 0;
+            for i in 0..=r {
+                down = to_children(down) | row_of(word, i);
+            }
+            down
+        };
+        let up = if word & below_mask == 0 && occupied == 0 {
+            row
+        } else {
+            let mut up = occupied;
+            for i in (r..height).rev() {
+                up = to_parents(up) | row_of(word, i);
+            }
+            up
+        };
         !(down | up) & low_bits(1 << r)
     }
 
@@ -267,14 +327,18 @@ impl TreeShape {
     pub(crate) fn try_alloc(&self, tree: &[AtomicU64], node: Node) -> Result<(), Conflict> {
         let loc = self.locate(node);
         let word = &tree[loc.word];
-        let step = self.version_step(loc.band);
+        let conflicts = self.conflicts[loc.band][loc.bit.trailing_zeros() as usize];
         let mut current = word.load(Ordering::Acquire);
         loop {
-            if self.available_row(loc.band, current, loc.row) & (1 << loc.pos) == 0 {
+            if current & conflicts != 0 {
                 return Err(Conflict::Taken);
             }
-            let new = (current | loc.bit).wrapping_add(step);
-            match word.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
+            match word.compare_exchange_weak(
+                current,
+                current | loc.bit,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => break,
                 Err(seen) => current = seen,
             }
@@ -291,13 +355,19 @@ impl TreeShape {
             let mut current = parent_word.load(Ordering::Acquire);
             loop {
                 if current & path != 0 {
-                    self.release_at(tree, loc);
+                    self.clear_bit(tree, loc);
                     return Err(Conflict::Ancestor);
                 }
-                let new = (current | occupied).wrapping_add(VERSION_ONE);
+                if current & occupied != 0 {
+                    break; // marked already: it stays so while our block lives
+                }
+                if current & INNER_SEAL != 0 {
+                    self.clear_bit(tree, loc);
+                    return Err(Conflict::Taken); // being cleaned: try elsewhere
+                }
                 match parent_word.compare_exchange_weak(
                     current,
-                    new,
+                    current | occupied,
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
@@ -319,79 +389,78 @@ impl TreeShape {
 
     /// Release an allocated node. `Err(())` when its bit was not set (nothing changes then).
     pub(crate) fn release(&self, tree: &[AtomicU64], node: Node) -> Result<(), ()> {
-        let loc = self.locate(node);
-        if tree[loc.word].load(Ordering::Acquire) & loc.bit == 0 {
-            return Err(());
-        }
-        if self.release_at(tree, loc) {
+        if self.clear_bit(tree, self.locate(node)) {
             Ok(())
         } else {
             Err(())
         }
     }
 
-    /// Clear the bit at `loc`; `false` when it was already clear. Propagates emptiness upwards.
-    fn release_at(&self, tree: &[AtomicU64], loc: Loc) -> bool {
-        let word = &tree[loc.word];
-        let step = self.version_step(loc.band);
-        let mut current = word.load(Ordering::Acquire);
-        let new = loop {
-            if current & loc.bit == 0 {
+    /// Clear the bit at `loc`; `false` when it was already clear. Marks above stay (lazily).
+    fn clear_bit(&self, tree: &[AtomicU64], loc: Loc) -> bool {
+        let previous = tree[loc.word].fetch_and(!loc.bit, Ordering::AcqRel);
+        previous & loc.bit != 0
+    }
+
+    /// Clean marked child bunch `child` of bunch `bunch` in `band`: clean its own marked
+    /// children first, then, if it is empty, seal it, clear its mark and unseal it. Returns
+    /// whether the mark is gone.
+    fn clean_child(&self, tree: &[AtomicU64], band: usize, bunch: u64, child: u64) -> bool {
+        let child_band = band + 1;
+        let cb = self.bands[child_band];
+        let child_word = self.word(tree, child_band, child);
+        let mut word = child_word.load(Ordering::Acquire);
+        if word & (cb.alloc_mask() | cb.seal()) != 0 {
+            return false;
+        }
+        let mut marked = self.occupied_children(child_band, word);
+        while marked != 0 {
+            let grandchild = (child << cb.height) | marked.trailing_zeros() as u64;
+            if !self.clean_child(tree, child_band, child, grandchild) {
                 return false;
             }
-            let new = (current & !loc.bit).wrapping_add(step);
-            match word.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break new,
-                Err(seen) => current = seen,
-            }
-        };
-        if self.is_empty(loc.band, new) {
-            self.propagate_empty(tree, loc.band, loc.bunch);
+            marked &= marked - 1;
         }
+        word = child_word.load(Ordering::Acquire);
+        if word != 0
+            || child_word
+                .compare_exchange(0, cb.seal(), Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return false;
+        }
+        let j = child & low_bits(self.bands[band].height);
+        self.word(tree, band, bunch)
+            .fetch_and(!(1u64 << (OCC_SHIFT as u64 + j)), Ordering::AcqRel);
+        child_word.store(0, Ordering::Release);
         true
     }
 
-    /// Bunch `bunch` of `band` was seen empty: clear its occupied bit in its parent, and go on
-    /// while that empties the parent (see the module documentation for why this is safe).
-    fn propagate_empty(&self, tree: &[AtomicU64], mut band: usize, mut bunch: u64) {
-        while band > 0 {
-            let parent = &self.bands[band - 1];
-            let j = bunch & low_bits(parent.height);
-            let parent_bunch = bunch >> parent.height;
-            let parent_word = &tree[parent.base + parent_bunch as usize];
-            let child_word = &tree[self.bands[band].base + bunch as usize];
-            let occupied = 1u64 << (OCC_SHIFT as u64 + j);
-            let mut current = parent_word.load(Ordering::Acquire);
-            let new = loop {
-                if current & occupied == 0 {
-                    return; // someone else cleared it, and carries on upwards
-                }
-                if !self.is_empty(band, child_word.load(Ordering::Acquire)) {
-                    return;
-                }
-                let new = (current & !occupied).wrapping_add(VERSION_ONE);
-                match parent_word.compare_exchange(
-                    current,
-                    new,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => break new,
-                    Err(seen) => current = seen,
-                }
-            };
-            if !self.is_empty(band - 1, new) {
-                return;
+    /// Clean every phantom mark in the tree (before retiring a chunk, which needs its root).
+    pub(crate) fn sweep(&self, tree: &[AtomicU64]) {
+        self.sweep_bunch(tree, 0, 0);
+    }
+
+    fn sweep_bunch(&self, tree: &[AtomicU64], band: usize, bunch: u64) {
+        let b = self.bands[band];
+        if b.leaf {
+            return;
+        }
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let mut marked = self.occupied_children(band, word);
+        while marked != 0 {
+            let child = (bunch << b.height) | marked.trailing_zeros() as u64;
+            if !self.clean_child(tree, band, bunch, child) {
+                self.sweep_bunch(tree, band + 1, child);
             }
-            band -= 1;
-            bunch = parent_bunch;
+            marked &= marked - 1;
         }
     }
 
     /// Find a free node at `level` whose index is a multiple of `step` and call `claim` on it
     /// until one claim succeeds. Partly used subtrees are tried before empty ones (so empty
     /// ones stay whole for large requests), and within a row nodes whose buddy is taken come
-    /// first.
+    /// first. Phantom marks in the way of a large node are cleaned.
     pub(crate) fn search(
         &self,
         tree: &[AtomicU64],
@@ -402,7 +471,7 @@ impl TreeShape {
         self.search_bunch(tree, 0, 0, level, step, claim)
     }
 
-    /// Try only the bunch of `band_bunch` (a hint from an earlier success) for a node at `level`.
+    /// Try only bunch `bunch` of the band of `level` (a hint from an earlier success).
     pub(crate) fn search_in_bunch(
         &self,
         tree: &[AtomicU64],
@@ -445,10 +514,11 @@ impl TreeShape {
         step: u64,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
-        let b = &self.bands[band];
+        let b = self.bands[band];
         let r = level - b.top;
-        let word = tree[b.base + bunch as usize].load(Ordering::Acquire);
-        let mut avail = self.available_row(band, word, r) & Self::align_mask(bunch, r, step);
+        let align = Self::align_mask(bunch, r, step);
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let mut avail = self.available_row(band, word, r) & align;
         while avail != 0 {
             let preferred = avail & !siblings(avail);
             let pick = if preferred != 0 { preferred } else { avail }.trailing_zeros() as u64;
@@ -460,6 +530,37 @@ impl TreeShape {
                 Ok(()) => return Some(node),
                 Err(Conflict::Ancestor) => return None,
                 Err(Conflict::Taken) => avail &= !(1 << pick),
+            }
+        }
+        if b.leaf || word & b.occ_mask() == 0 {
+            return None;
+        }
+        // Nodes kept only by marks: clean the marked children below one, then claim it.
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let mut candidates = self.available_row(band, word & !b.occ_mask(), r) & align;
+        while candidates != 0 {
+            let pos = candidates.trailing_zeros() as u64;
+            candidates &= candidates - 1;
+            let span = b.height - r;
+            let below = self.occupied_children(band, word) & (low_bits(1 << span) << (pos << span));
+            let mut marked = below;
+            let mut cleaned = true;
+            while marked != 0 && cleaned {
+                let child = (bunch << b.height) | marked.trailing_zeros() as u64;
+                cleaned = self.clean_child(tree, band, bunch, child);
+                marked &= marked - 1;
+            }
+            if !cleaned {
+                continue;
+            }
+            let node = Node {
+                level,
+                index: (bunch << r) | pos,
+            };
+            match claim(node) {
+                Ok(()) => return Some(node),
+                Err(Conflict::Ancestor) => return None,
+                Err(Conflict::Taken) => {}
             }
         }
         None
@@ -478,7 +579,10 @@ impl TreeShape {
         if level < b.top + b.height {
             return self.claim_in_row(tree, band, bunch, level, step, claim);
         }
-        let word = tree[b.base + bunch as usize].load(Ordering::Acquire);
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        if word & b.seal() != 0 {
+            return None;
+        }
         let enterable = self.enterable_children(band, word);
         let occupied = self.occupied_children(band, word);
         let mut partial = enterable & occupied;
@@ -492,8 +596,8 @@ impl TreeShape {
         let mut empty = enterable & !occupied;
         while empty != 0 {
             let child = (bunch << b.height) | empty.trailing_zeros() as u64;
-            // An empty child bunch: its leftmost aligned node at `level` is free unless someone
-            // just took it; fall back to a normal search of the child then.
+            // An unmarked child bunch is empty: its leftmost aligned node at `level` is free
+            // unless someone just took it; fall back to a normal search of the child then.
             let child_top = self.bands[band + 1].top;
             let first = child << (level - child_top);
             let count = 1u64 << (level - child_top);
@@ -520,21 +624,56 @@ impl TreeShape {
         None
     }
 
+    /// Whether bunch `bunch` of `band` and everything below it hold no allocation (marks of
+    /// empty children do not count).
+    fn effectively_empty(&self, tree: &[AtomicU64], band: usize, bunch: u64) -> bool {
+        let b = self.bands[band];
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        if word & (b.alloc_mask() | b.seal()) != 0 {
+            return false;
+        }
+        let mut marked = self.occupied_children(band, word);
+        while marked != 0 {
+            let child = (bunch << b.height) | marked.trailing_zeros() as u64;
+            if !self.effectively_empty(tree, band + 1, child) {
+                return false;
+            }
+            marked &= marked - 1;
+        }
+        true
+    }
+
+    /// A bunch's word with the marks of effectively empty children removed.
+    fn effective_word(&self, tree: &[AtomicU64], band: usize, bunch: u64) -> u64 {
+        let b = self.bands[band];
+        let mut word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let mut marked = self.occupied_children(band, word);
+        while marked != 0 {
+            let j = marked.trailing_zeros() as u64;
+            if self.effectively_empty(tree, band + 1, (bunch << b.height) | j) {
+                word &= !(1u64 << (OCC_SHIFT as u64 + j));
+            }
+            marked &= marked - 1;
+        }
+        word
+    }
+
     /// The highest level (largest block) at which a node is free now, `None` when nothing is.
-    /// Meant for a quiescent tree; under concurrent use it is a snapshot of a moving target.
+    /// Phantom marks do not count. Meant for a quiescent tree; under concurrent use it is a
+    /// snapshot of a moving target.
     pub(crate) fn largest_free_level(&self, tree: &[AtomicU64]) -> Option<u32> {
         self.largest_free_in(tree, 0, 0)
     }
 
     fn largest_free_in(&self, tree: &[AtomicU64], band: usize, bunch: u64) -> Option<u32> {
         let b = self.bands[band];
-        let word = tree[b.base + bunch as usize].load(Ordering::Acquire);
+        let word = self.effective_word(tree, band, bunch);
         for r in 0..b.height {
             if self.available_row(band, word, r) != 0 {
                 return Some(b.top + r);
             }
         }
-        if b.leaf {
+        if b.leaf || word & b.seal() != 0 {
             return None;
         }
         let enterable = self.enterable_children(band, word);
@@ -548,9 +687,6 @@ impl TreeShape {
             let child = (bunch << b.height) | partial.trailing_zeros() as u64;
             if let Some(level) = self.largest_free_in(tree, band + 1, child) {
                 best = Some(best.map_or(level, |l| l.min(level)));
-                if level == b.top + b.height {
-                    break;
-                }
             }
             partial &= partial - 1;
         }
@@ -564,8 +700,8 @@ impl TreeShape {
 
     fn allocated_in(&self, tree: &[AtomicU64], band: usize, bunch: u64, f: &mut dyn FnMut(Node)) {
         let b = self.bands[band];
-        let word = tree[b.base + bunch as usize].load(Ordering::Acquire);
-        if self.is_empty(band, word) {
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        if word == 0 {
             return;
         }
         // Nodes in address order: visit the bunch's rows, then the children, ordered by start.
@@ -611,21 +747,17 @@ impl TreeShape {
     }
 
     /// Check the structural invariants of a quiescent tree; report each violation through
-    /// `report` with the word index and what is wrong.
+    /// `report` with the word index and what is wrong. Marks over empty bunches are allowed
+    /// (coalescing is lazy); a non-empty bunch without its mark is not.
     pub(crate) fn check(&self, tree: &[AtomicU64], report: &mut dyn FnMut(String)) {
         for (band, b) in self.bands.iter().enumerate() {
             for bunch in 0..(1u64 << b.top) {
                 let index = b.base + bunch as usize;
                 let word = tree[index].load(Ordering::Acquire);
-                let alloc_bits = low_bits((1u32 << b.height) - 1);
-                let allowed = if b.leaf {
-                    alloc_bits
-                } else {
-                    alloc_bits | (low_bits(1 << b.height) << OCC_SHIFT) | !INNER_STATE_MASK
-                };
+                let allowed = b.alloc_mask() | b.occ_mask();
                 if word & !allowed != 0 {
                     report(format!(
-                        "tree word {index}: stray bits {:#x}",
+                        "tree word {index}: stray or seal bits {:#x}",
                         word & !allowed
                     ));
                 }
@@ -642,22 +774,18 @@ impl TreeShape {
                 }
                 if !b.leaf {
                     let occupied = self.occupied_children(band, word);
-                    if to_children(down) & occupied != 0 {
-                        report(format!(
-                            "tree word {index}: an allocated node covers an occupied child bunch"
-                        ));
-                    }
                     for j in 0..(1u64 << b.height) {
                         let child = (bunch << b.height) | j;
-                        let child_word = tree[self.bands[band + 1].base + child as usize]
-                            .load(Ordering::Acquire);
-                        let child_empty = self.is_empty(band + 1, child_word);
+                        let child_empty = self.effectively_empty(tree, band + 1, child);
                         let marked = occupied & (1 << j) != 0;
-                        if marked == child_empty {
+                        if !marked && !child_empty {
                             report(format!(
-                                "tree word {index}: child bunch {child} is {} but marked {}",
-                                if child_empty { "empty" } else { "occupied" },
-                                if marked { "occupied" } else { "empty" }
+                                "tree word {index}: child bunch {child} holds allocations but is not marked occupied"
+                            ));
+                        }
+                        if !child_empty && to_children(down) & (1 << j) != 0 {
+                            report(format!(
+                                "tree word {index}: an allocated node covers child bunch {child}, which holds allocations"
                             ));
                         }
                     }
@@ -747,7 +875,8 @@ mod tests {
                     shape.release(&t, Node { level, index }).unwrap();
                 }
                 check_clean(&shape, &t);
-                // Fully merged again: the root is allocatable.
+                // Fully merged again (the search cleans the phantom marks): the root is free.
+                assert_eq!(shape.largest_free_level(&t), Some(0));
                 assert_eq!(alloc(&shape, &t, 0), Some(Node { level: 0, index: 0 }));
             }
         }
@@ -781,6 +910,85 @@ mod tests {
             Err(Conflict::Taken)
         );
         check_clean(&shape, &t);
+    }
+
+    #[test]
+    fn conflict_masks_agree_with_row_availability() {
+        let shape = TreeShape::new(13);
+        let mut rng = 0x1234_5678_9ABC_DEF1u64;
+        for _ in 0..20_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let sparse = rng & (rng >> 3) & (rng >> 7);
+            for (band, b) in shape.bands.iter().enumerate() {
+                let word = if b.leaf {
+                    sparse & low_bits(63)
+                } else {
+                    sparse & 0xFFFF_7FFF
+                };
+                for r in 0..b.height {
+                    let row = shape.available_row(band, word, r);
+                    for pos in 0..(1u64 << r) {
+                        let k = ((1u64 << r) - 1 + pos) as usize;
+                        let free = word & shape.conflicts[band][k] == 0;
+                        assert_eq!(
+                            free,
+                            row & (1 << pos) != 0,
+                            "band {band} row {r} pos {pos} word {word:#x}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn coalescing_is_lazy_and_cleaning_restores_large_nodes() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        let leaf = alloc(&shape, &t, 13).unwrap();
+        shape.release(&t, leaf).unwrap();
+        // The marks above the emptied leaf bunch stay: the root is not allocatable as is...
+        assert_eq!(
+            shape.try_alloc(&t, Node { level: 0, index: 0 }),
+            Err(Conflict::Taken)
+        );
+        // ...but nothing is lost: stats see the whole chunk free, a search cleans the marks.
+        assert_eq!(shape.largest_free_level(&t), Some(0));
+        check_clean(&shape, &t);
+        let untouched = alloc(&shape, &t, 1).unwrap();
+        assert_eq!(
+            untouched.index, 1,
+            "an unmarked half is taken before cleaning"
+        );
+        let cleaned = alloc(&shape, &t, 1).expect("the marked half is cleaned and taken");
+        assert_eq!(cleaned.index, 0);
+        check_clean(&shape, &t);
+        shape.release(&t, untouched).unwrap();
+        shape.release(&t, cleaned).unwrap();
+        shape.sweep(&t);
+        assert!(
+            t.iter().all(|w| w.load(Ordering::Relaxed) == 0),
+            "a sweep leaves no marks"
+        );
+        shape.try_alloc(&t, Node { level: 0, index: 0 }).unwrap();
+    }
+
+    #[test]
+    fn climbs_through_marked_bunches_write_nothing_above() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        let a = alloc(&shape, &t, 13).unwrap();
+        let root_word = t[0].load(Ordering::Relaxed);
+        let b = alloc(&shape, &t, 13).unwrap();
+        assert_eq!(
+            t[0].load(Ordering::Relaxed),
+            root_word,
+            "the second climb only read the root"
+        );
+        shape.release(&t, a).unwrap();
+        shape.release(&t, b).unwrap();
     }
 
     #[test]
@@ -899,7 +1107,7 @@ mod tests {
 
 #[cfg(all(test, loom))]
 mod loom_models {
-    //! Exhaustive interleavings of the claim/climb/release/propagate protocol on trees of three
+    //! Exhaustive interleavings of the claim/climb/release/clean protocol on trees of three
     //! levels cut into three bands of height one, so that every step crosses a word boundary.
     use super::*;
     use loom::sync::Arc;
@@ -921,6 +1129,10 @@ mod loom_models {
         let mut findings = Vec::new();
         shape.check(t, &mut |f| findings.push(f));
         assert!(findings.is_empty(), "{findings:?}");
+    }
+
+    fn search(shape: &TreeShape, t: &[AtomicU64], level: u32) -> Option<Node> {
+        shape.search(t, level, 1, &mut |n| shape.try_alloc(t, n))
     }
 
     #[test]
@@ -946,7 +1158,7 @@ mod loom_models {
     }
 
     #[test]
-    fn concurrent_frees_merge_completely() {
+    fn concurrent_frees_then_merge() {
         loom::model(|| {
             let (shape, t) = setup();
             let a = Node { level: 2, index: 0 };
@@ -958,8 +1170,28 @@ mod loom_models {
             shape.release(&t, a).unwrap();
             h.join().unwrap();
             quiescent_ok(&shape, &t);
-            // No phantom occupancy left: the root is free again.
-            assert!(shape.try_alloc(&t, Node { level: 0, index: 0 }).is_ok());
+            // Nothing is lost: the lazy marks clean up and the root is free again.
+            assert_eq!(search(&shape, &t, 0), Some(Node { level: 0, index: 0 }));
+        });
+    }
+
+    #[test]
+    fn cleaning_races_a_leaf_allocation_and_an_ancestor_allocation() {
+        // A phantom mark over an empty leaf bunch; one thread cleans it (searching for the
+        // parent node), another allocates a leaf in that bunch, passing the mark with a load.
+        loom::model(|| {
+            let (shape, t) = setup();
+            let old = Node { level: 2, index: 0 };
+            shape.try_alloc(&t, old).unwrap();
+            shape.release(&t, old).unwrap();
+            let (s2, t2) = (shape.clone(), t.clone());
+            let leaf = thread::spawn(move || s2.try_alloc(&t2, Node { level: 2, index: 1 }).ok());
+            let parent = search(&shape, &t, 1);
+            let leaf = leaf.join().unwrap().map(|_| Node { level: 2, index: 1 });
+            if let (Some(l), Some(p)) = (leaf, parent) {
+                assert!(!overlaps(l, p), "{l:?} overlaps {p:?}");
+            }
+            quiescent_ok(&shape, &t);
         });
     }
 
@@ -971,20 +1203,18 @@ mod loom_models {
             shape.try_alloc(&t, leaf).unwrap();
             let (s2, t2) = (shape.clone(), t.clone());
             let h = thread::spawn(move || s2.release(&t2, leaf).unwrap());
-            let parent = Node { level: 1, index: 1 };
-            let got = shape.try_alloc(&t, parent).is_ok();
+            let parent = search(&shape, &t, 1);
             h.join().unwrap();
             quiescent_ok(&shape, &t);
-            if got {
-                assert!(shape.is_allocated(&t, parent));
-                shape.release(&t, parent).unwrap();
+            for n in parent {
+                shape.release(&t, n).unwrap();
             }
-            assert!(shape.try_alloc(&t, Node { level: 0, index: 0 }).is_ok());
+            assert_eq!(search(&shape, &t, 0), Some(Node { level: 0, index: 0 }));
         });
     }
 
     #[test]
-    fn three_threads_alloc_free_and_merge() {
+    fn three_threads_alloc_free_and_clean() {
         loom::model(|| {
             let (shape, t) = setup();
             let held = Node { level: 2, index: 3 };
@@ -992,9 +1222,8 @@ mod loom_models {
             let (s1, t1) = (shape.clone(), t.clone());
             let freer = thread::spawn(move || s1.release(&t1, held).unwrap());
             let (s2, t2) = (shape.clone(), t.clone());
-            let leaf_taker =
-                thread::spawn(move || s2.search(&t2, 2, 1, &mut |n| s2.try_alloc(&t2, n)));
-            let half = shape.search(&t, 1, 1, &mut |n| shape.try_alloc(&t, n));
+            let leaf_taker = thread::spawn(move || search(&s2, &t2, 2));
+            let half = search(&shape, &t, 1);
             freer.join().unwrap();
             let leaf = leaf_taker.join().unwrap();
             if let (Some(l), Some(h)) = (leaf, half) {
@@ -1004,35 +1233,67 @@ mod loom_models {
             for n in [leaf, half].into_iter().flatten() {
                 shape.release(&t, n).unwrap();
             }
+            shape.sweep(&t);
             quiescent_ok(&shape, &t);
             assert!(shape.try_alloc(&t, Node { level: 0, index: 0 }).is_ok());
         });
     }
 
     #[test]
-    fn allocation_racing_the_last_free_of_its_bunch() {
-        // The ABA case the versions exist for: T1 frees the last leaf of a bunch and starts
-        // clearing the occupied bit above while T2 allocates in that bunch and climbs.
+    fn two_leaves_of_one_bunch_race_an_ancestor_two_bands_up() {
+        // Leaf bunches of two leaves, so two allocations can share one: the second may pass
+        // the mark the first just set, but must still check every band above it.
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(3, 2, 1));
+            let t: Arc<Vec<AtomicU64>> =
+                Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let spawn_alloc = |node: Node| {
+                let (s, t) = (shape.clone(), t.clone());
+                thread::spawn(move || s.try_alloc(&t, node).is_ok().then_some(node))
+            };
+            let first = spawn_alloc(Node { level: 3, index: 0 });
+            let second = spawn_alloc(Node { level: 3, index: 1 });
+            let root = Node { level: 0, index: 0 };
+            let got_root = shape.try_alloc(&t, root).is_ok();
+            let leaves: Vec<Node> = [first, second]
+                .into_iter()
+                .filter_map(|h| h.join().unwrap())
+                .collect();
+            assert!(
+                !(got_root && !leaves.is_empty()),
+                "the root and {leaves:?} were both allocated"
+            );
+            let mut findings = Vec::new();
+            shape.check(&t, &mut |f| findings.push(f));
+            assert!(findings.is_empty(), "{findings:?}");
+        });
+    }
+
+    #[test]
+    fn sweep_racing_an_allocation_keeps_its_marks() {
+        // The retirement sweep against an allocation climbing through the same bunches: the
+        // committed block must keep every mark on its path, so the root stays refused.
         loom::model(|| {
             let (shape, t) = setup();
-            let a = Node { level: 2, index: 0 };
-            shape.try_alloc(&t, a).unwrap();
-            let (s1, t1) = (shape.clone(), t.clone());
-            let freer = thread::spawn(move || s1.release(&t1, a).unwrap());
-            let b = Node { level: 2, index: 1 };
-            let got_b = shape.try_alloc(&t, b).is_ok();
-            freer.join().unwrap();
-            assert!(got_b, "the leaf was free all along");
+            let old = Node { level: 2, index: 1 };
+            shape.try_alloc(&t, old).unwrap();
+            shape.release(&t, old).unwrap();
+            let (s2, t2) = (shape.clone(), t.clone());
+            let taker =
+                thread::spawn(move || s2.try_alloc(&t2, Node { level: 2, index: 0 }).is_ok());
+            shape.sweep(&t);
+            let got = taker.join().unwrap();
             quiescent_ok(&shape, &t);
-            // b is committed: its ancestors must not be allocatable.
-            assert_eq!(
-                shape.try_alloc(&t, Node { level: 1, index: 0 }),
-                Err(Conflict::Taken)
-            );
-            assert_eq!(
-                shape.try_alloc(&t, Node { level: 0, index: 0 }),
-                Err(Conflict::Taken)
-            );
+            if got {
+                assert_eq!(
+                    shape.try_alloc(&t, Node { level: 0, index: 0 }),
+                    Err(Conflict::Taken)
+                );
+                assert_eq!(
+                    shape.try_alloc(&t, Node { level: 1, index: 0 }),
+                    Err(Conflict::Taken)
+                );
+            }
         });
     }
 }

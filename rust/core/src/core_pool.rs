@@ -1,7 +1,8 @@
 //! One pool per core: the set of chunks it owns (a bitmap over all chunks, so any thread can add
 //! or drop one with a single atomic operation), a search hint per tree level (the chunk and
 //! bunch of the last success, so the next allocation of that size usually finds room at once),
-//! and how many of its chunks are fully free (the reserve it keeps before giving chunks back).
+//! and the few fully free chunks it keeps in reserve instead of giving them back (so a core that
+//! empties and refills a chunk does not trade it with the global pool each time).
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -9,17 +10,18 @@ pub(crate) struct CorePool {
     owned: Box<[AtomicU64]>,
     /// Per level: `(chunk + 1) << 32 | bunch`, 0 meaning no hint.
     hints: Box<[AtomicU64]>,
-    empty_chunks: AtomicU64,
+    /// Reserve slots: `chunk + 1`, or 0 for an empty slot.
+    reserve: Box<[AtomicU64]>,
 }
 
 impl CorePool {
-    pub(crate) fn new(chunks: usize, levels: usize) -> CorePool {
+    pub(crate) fn new(chunks: usize, levels: usize, reserve: usize) -> CorePool {
         CorePool {
             owned: (0..chunks.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             hints: (0..levels).map(|_| AtomicU64::new(0)).collect(),
-            empty_chunks: AtomicU64::new(0),
+            reserve: (0..reserve).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -73,14 +75,33 @@ impl CorePool {
         }
     }
 
-    /// One more of this core's chunks is fully free; returns how many are now.
-    pub(crate) fn chunk_emptied(&self) -> u64 {
-        self.empty_chunks.fetch_add(1, Ordering::AcqRel) + 1
-    }
-
-    /// One fewer of this core's chunks is fully free.
-    pub(crate) fn chunk_filled(&self) {
-        self.empty_chunks.fetch_sub(1, Ordering::AcqRel);
+    /// `chunk` just became empty: keep it in reserve if it is already there or a slot is free
+    /// (or holds a chunk that is no longer a reserve: refilled, or given away). `still_reserve`
+    /// tells whether a slot's chunk is still an empty chunk of this core. `false`: retire it.
+    pub(crate) fn keep_in_reserve(
+        &self,
+        chunk: usize,
+        still_reserve: impl Fn(usize) -> bool,
+    ) -> bool {
+        let tag = chunk as u64 + 1;
+        if self
+            .reserve
+            .iter()
+            .any(|slot| slot.load(Ordering::Acquire) == tag)
+        {
+            return true;
+        }
+        for slot in self.reserve.iter() {
+            let held = slot.load(Ordering::Acquire);
+            if (held == 0 || !still_reserve(held as usize - 1))
+                && slot
+                    .compare_exchange(held, tag, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                return true;
+            }
+        }
+        false
     }
 }
 
@@ -90,7 +111,7 @@ mod tests {
 
     #[test]
     fn owned_iteration_wraps_from_a_start() {
-        let c = CorePool::new(200, 14);
+        let c = CorePool::new(200, 14, 1);
         for chunk in [3, 64, 70, 130, 199] {
             c.own(chunk);
         }
@@ -108,12 +129,27 @@ mod tests {
         );
         c.disown(70);
         assert!(!c.owns(70) && c.owns(64));
-        assert_eq!(CorePool::new(0, 1).owned_from(0).count(), 0);
+        assert_eq!(CorePool::new(0, 1, 1).owned_from(0).count(), 0);
+    }
+
+    #[test]
+    fn reserve_keeps_a_few_empty_chunks() {
+        let c = CorePool::new(10, 14, 2);
+        let empty = |chunk: usize| chunk != 3; // chunk 3 got refilled
+        assert!(c.keep_in_reserve(3, empty));
+        assert!(c.keep_in_reserve(5, empty));
+        assert!(c.keep_in_reserve(5, empty), "already in reserve");
+        assert!(
+            c.keep_in_reserve(7, empty),
+            "replaces chunk 3, which is no longer empty"
+        );
+        assert!(!c.keep_in_reserve(8, empty), "both slots hold empty chunks");
+        assert!(!CorePool::new(10, 14, 0).keep_in_reserve(1, empty));
     }
 
     #[test]
     fn hints_round_trip() {
-        let c = CorePool::new(10, 14);
+        let c = CorePool::new(10, 14, 1);
         assert_eq!(c.hint(5), None);
         c.set_hint(5, 0, 0);
         assert_eq!(c.hint(5), Some((0, 0)));

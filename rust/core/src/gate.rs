@@ -375,33 +375,46 @@ mod tests {
         init_barriers();
         let gate = Arc::new(Gate::new(77));
         let inside = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = (0..2)
             .map(|_| {
-                let (gate, inside, stop) = (gate.clone(), inside.clone(), stop.clone());
+                let (gate, inside, done, stop) =
+                    (gate.clone(), inside.clone(), done.clone(), stop.clone());
                 std::thread::spawn(move || {
-                    let mut done = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         let _entered = gate.enter();
                         inside.fetch_add(1, Ordering::SeqCst);
                         std::hint::spin_loop();
                         inside.fetch_sub(1, Ordering::SeqCst);
-                        done += 1;
+                        done.fetch_add(1, Ordering::Relaxed);
                     }
-                    done
                 })
             })
             .collect();
+        while done.load(Ordering::Relaxed) < 1000 {
+            std::thread::yield_now();
+        }
         for _ in 0..200 {
             let guard = gate.pause(Duration::from_secs(5)).expect("pauses");
+            let frozen = done.load(Ordering::SeqCst);
             for _ in 0..50 {
                 assert_eq!(inside.load(Ordering::SeqCst), 0, "a call ran while paused");
             }
+            assert_eq!(
+                done.load(Ordering::SeqCst),
+                frozen,
+                "a call finished while paused"
+            );
             drop(guard);
+        }
+        let before = done.load(Ordering::Relaxed);
+        while done.load(Ordering::Relaxed) == before {
+            std::thread::yield_now();
         }
         stop.store(true, Ordering::Relaxed);
         for w in workers {
-            assert!(w.join().unwrap() > 0);
+            w.join().unwrap();
         }
     }
 

@@ -4,15 +4,19 @@
 use crate::buddy::Node;
 use crate::config::PoolConfig;
 
-/// A trimmed buddy block is cut at `enclosing / TRIM_PARTS` granularity: at most this fraction is
-/// lost to rounding (a 400 KB request takes 416 KiB instead of a 512 KiB power of two).
-pub(crate) const TRIM_PARTS: u64 = 16;
+/// A trimmed buddy block is cut at `enclosing >> TRIM_SHIFT` granularity: at most 1/16 is lost to
+/// rounding (a 400 KB request takes 416 KiB instead of a 512 KiB power of two).
+pub(crate) const TRIM_SHIFT: u32 = 4;
 
 /// The arena cut into chunks, and each chunk's buddy tree.
 #[derive(Debug, Clone)]
 pub(crate) struct Geometry {
     pub(crate) chunk_size: usize,
     pub(crate) min_block: usize,
+    /// `log2(chunk_size)`.
+    pub(crate) chunk_shift: u32,
+    /// `log2(min_block)`.
+    pub(crate) unit_shift: u32,
     /// Levels below a chunk's root: a chunk has `1 << depth` units of `min_block`.
     pub(crate) depth: u32,
     /// Chunks that hold at least one unit (the last may be partial).
@@ -41,6 +45,8 @@ impl Geometry {
         Geometry {
             chunk_size,
             min_block,
+            chunk_shift: chunk_size.trailing_zeros(),
+            unit_shift: min_block.trailing_zeros(),
             depth,
             chunks,
             last_units,
@@ -86,25 +92,43 @@ impl Geometry {
 
     /// The route and shape of a request of `size` bytes aligned to `align` (both validated).
     pub(crate) fn layout(&self, size: usize, align: usize) -> Layout {
-        if size > self.chunk_size / 2 || align > self.chunk_size {
+        // Powers of two throughout: shifts and masks, no divisions on the hot path.
+        if size > self.chunk_size >> 1 || align > self.chunk_size {
             return Layout::Run {
-                chunks: size.div_ceil(self.chunk_size),
-                align_chunks: (align / self.chunk_size).max(1),
+                chunks: (size + self.chunk_size - 1) >> self.chunk_shift,
+                align_chunks: (align >> self.chunk_shift).max(1),
             };
         }
-        let units = size.div_ceil(self.min_block) as u64;
+        let units = ((size + self.min_block - 1) >> self.unit_shift) as u64;
         let enclosing = units.next_power_of_two();
-        let granule = (enclosing / TRIM_PARTS).max(1);
-        let trimmed = units.div_ceil(granule) * granule;
-        let level = self.depth - enclosing.trailing_zeros();
-        let node_bytes = enclosing as usize * self.min_block;
-        let step = (align / node_bytes).max(1) as u64;
+        let log_enclosing = enclosing.trailing_zeros();
+        let granule = (enclosing >> TRIM_SHIFT).max(1);
+        let trimmed = (units + granule - 1) & !(granule - 1);
+        let step = (((align >> self.unit_shift) as u64) >> log_enclosing).max(1);
         Layout::Buddy(BuddyLayout {
-            level,
+            level: self.depth - log_enclosing,
             enclosing,
             units: trimmed,
             step,
         })
+    }
+
+    /// The chunk that holds `offset`.
+    #[inline]
+    pub(crate) fn chunk_of(&self, offset: usize) -> usize {
+        offset >> self.chunk_shift
+    }
+
+    /// `offset` within its chunk, in units.
+    #[inline]
+    pub(crate) fn unit_in_chunk(&self, offset: usize) -> u64 {
+        ((offset & (self.chunk_size - 1)) >> self.unit_shift) as u64
+    }
+
+    /// The offset of unit `unit` of chunk `chunk`.
+    #[inline]
+    pub(crate) fn offset_of(&self, chunk: usize, unit: u64) -> usize {
+        (chunk << self.chunk_shift) + ((unit as usize) << self.unit_shift)
     }
 }
 
@@ -127,7 +151,7 @@ pub(crate) struct BuddyLayout {
     pub(crate) level: u32,
     /// Units of the enclosing node (a power of two).
     pub(crate) enclosing: u64,
-    /// Units the block occupies (a multiple of `enclosing / TRIM_PARTS`).
+    /// Units the block occupies (a multiple of `enclosing >> TRIM_SHIFT`).
     pub(crate) units: u64,
     /// The enclosing node's index must be a multiple of this (per-call alignment).
     pub(crate) step: u64,

@@ -21,6 +21,8 @@
 //!
 //! Names ending in `_raw` work on offsets; everything else on [`Handle`]s.
 
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
 mod backing;
 mod bits;
 mod buddy;
@@ -32,6 +34,7 @@ mod gate;
 mod global;
 mod handle;
 mod layout;
+#[cfg(not(loom))]
 mod pool;
 mod stats;
 mod sync;
@@ -39,6 +42,7 @@ mod sync;
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::Handle;
+#[cfg(not(loom))]
 pub use pool::{BlockInfo, Pool};
 pub use stats::{CoreStats, PoolStats};
 

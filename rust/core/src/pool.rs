@@ -144,6 +144,7 @@ impl Pool {
                     crate::sync::CachePadded(CorePool::new(
                         geometry.chunks,
                         geometry.depth as usize + 1,
+                        config.core_reserve,
                     ))
                 })
                 .collect(),
@@ -442,14 +443,9 @@ impl Pool {
     }
 
     fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
-        let before = self.free_units[chunk]
+        self.free_units[chunk]
             .0
             .fetch_sub(b.units, Ordering::AcqRel);
-        if before == self.geometry.usable_units(chunk) {
-            if let ChunkState::Core(owner) = self.global.state(chunk) {
-                self.cores[owner].chunk_filled();
-            }
-        }
         Placed {
             offset: chunk * self.geometry.chunk_size
                 + e.start(self.geometry.depth) as usize * self.geometry.min_block,
@@ -465,7 +461,6 @@ impl Pool {
         let chunk = self.global.claim(&self.geometry, 1, bytes, 1)?;
         self.global.set_state(chunk, ChunkState::Core(core));
         self.cores[core].own(chunk);
-        self.cores[core].chunk_emptied();
         let tree = self.tree(chunk);
         for node in self.retire_nodes(chunk) {
             self.shape
@@ -479,6 +474,8 @@ impl Pool {
     /// someone else is retiring it).
     fn retire(&self, chunk: usize, owner: usize) -> bool {
         let tree = self.tree(chunk);
+        // Coalescing is lazy: clear the marks of emptied bunches so the cover nodes fit.
+        self.shape.sweep(tree);
         let nodes = self.retire_nodes(chunk);
         for (i, &node) in nodes.iter().enumerate() {
             if self.shape.try_alloc(tree, node).is_err() {
@@ -489,7 +486,6 @@ impl Pool {
             }
         }
         self.cores[owner].disown(chunk);
-        self.cores[owner].chunk_filled();
         self.global.set_state(chunk, ChunkState::Free);
         self.global.release(chunk, 1);
         true
@@ -608,14 +604,16 @@ impl Pool {
                 reason,
             })
         };
-        let chunk = offset / self.geometry.chunk_size;
+        let chunk = self.geometry.chunk_of(offset);
         if chunk >= self.geometry.chunks {
             return invalid("outside the arena's chunks");
         }
         match self.global.state(chunk) {
             ChunkState::RunHead(len) => {
-                if offset % self.geometry.chunk_size != 0
-                    || size.div_ceil(self.geometry.chunk_size) != len
+                let chunks = (size + self.geometry.chunk_size - 1) >> self.geometry.chunk_shift;
+                if self.geometry.unit_in_chunk(offset) != 0
+                    || offset & (self.geometry.min_block - 1) != 0
+                    || chunks != len
                 {
                     return invalid("does not match the chunk run there");
                 }
@@ -636,25 +634,25 @@ impl Pool {
                 let Layout::Buddy(b) = self.geometry.layout(size, 1) else {
                     return invalid("a block of this size would be a chunk run");
                 };
-                let within = (offset % self.geometry.chunk_size) / self.geometry.min_block;
-                if offset % self.geometry.min_block != 0 || within as u64 % b.enclosing != 0 {
+                let within = self.geometry.unit_in_chunk(offset);
+                if offset & (self.geometry.min_block - 1) != 0 || within & (b.enclosing - 1) != 0 {
                     return invalid("not the start of a block of this size");
                 }
-                let e = Node::covering(self.geometry.depth, within as u64, b.enclosing);
+                let e = Node::covering(self.geometry.depth, within, b.enclosing);
                 let tree = self.tree(chunk);
-                let pieces: Vec<Node> = if b.is_whole() {
-                    vec![e]
-                } else {
-                    b.pieces(self.geometry.depth, e).collect()
-                };
-                if !pieces.iter().all(|&p| self.shape.is_allocated(tree, p)) {
+                let depth = self.geometry.depth;
+                // A trimmed block is several nodes: all must be allocated before any is freed.
+                // (A whole block is one node: its release below is the check.)
+                if !b.is_whole() && !b.pieces(depth, e).all(|p| self.shape.is_allocated(tree, p)) {
                     return invalid("no block of this size is allocated there");
                 }
                 // The first release decides who frees the block when two callers race.
-                if self.shape.release(tree, pieces[0]).is_err() {
+                let mut pieces = b.pieces(depth, e);
+                let first = pieces.next().expect("a block has at least one node");
+                if self.shape.release(tree, first).is_err() {
                     return invalid("the block was freed already");
                 }
-                for &p in &pieces[1..] {
+                for p in pieces {
                     let _ = self.shape.release(tree, p);
                 }
                 let after = self.free_units[chunk]
@@ -672,8 +670,10 @@ impl Pool {
 
     fn chunk_became_empty(&self, chunk: usize) {
         if let ChunkState::Core(owner) = self.global.state(chunk) {
-            let empty = self.cores[owner].chunk_emptied();
-            if empty as usize > self.config.core_reserve {
+            let still_reserve = |c: usize| {
+                self.global.state(c) == ChunkState::Core(owner) && self.chunk_is_empty(c)
+            };
+            if !self.cores[owner].keep_in_reserve(chunk, still_reserve) {
                 self.retire(chunk, owner);
             }
         }
@@ -704,7 +704,7 @@ impl Pool {
     fn block_bytes_at(&self, offset: usize, size: usize, align: usize) -> usize {
         match self.geometry.layout(size, align) {
             Layout::Buddy(b) => b.units as usize * self.geometry.min_block,
-            Layout::Run { chunks, .. } => self.run_bytes(offset / self.geometry.chunk_size, chunks),
+            Layout::Run { chunks, .. } => self.run_bytes(self.geometry.chunk_of(offset), chunks),
         }
     }
 
