@@ -447,8 +447,7 @@ impl Pool {
             .0
             .fetch_sub(b.units, Ordering::AcqRel);
         Placed {
-            offset: chunk * self.geometry.chunk_size
-                + e.start(self.geometry.depth) as usize * self.geometry.min_block,
+            offset: self.geometry.offset_of(chunk, e.start(self.geometry.depth)),
             block_bytes: b.units as usize * self.geometry.min_block,
             route: Route::Core,
             overflow: false,
