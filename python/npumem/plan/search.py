@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from npumem._core import PackingInstance
 from npumem.plan.bounds import lower_bound
 from npumem.plan.greedy import best_greedy
 from npumem.plan.problem import Problem
@@ -114,174 +115,8 @@ def components(problem: Problem) -> list[Component]:
     return result
 
 
-@dataclass(slots=True)
-class RunResult:
-    """What one depth-first run returns."""
-
-    exhausted: bool
-    """The run explored its whole tree: no packing within its final capacity exists."""
-    offsets: list[int] | None
-    """The best packing found (local order), or ``None``."""
-    arena: int
-    nodes: int
-
-
-def _raw(comp: Component, q: int, floor: int) -> int:
-    """Lowest offset for buffer ``q`` at or above ``floor``: aligned, clear of pinned buffers."""
-    mask = comp.alignments[q] - 1
-    offset = (floor + mask) & ~mask
-    size = comp.sizes[q]
-    for start, end in comp.obstacles[q]:
-        if offset + size <= start:
-            break
-        if end > offset:
-            offset = (end + mask) & ~mask
-    return offset
-
-
-def depth_first(
-    comp: Component,
-    capacity: int,
-    target: int,
-    rank: Sequence[int],
-    node_limit: int,
-    deadline: float,
-) -> RunResult:
-    """One depth-first run over canonical packings of ``comp`` with an arena of at most
-    ``capacity``; each packing found lowers the capacity below it, and the run stops at one of
-    at most ``target`` bytes, after ``node_limit`` nodes, or at ``deadline`` (perf_counter).
-
-    ``rank[q]`` orders candidates that share the lowest offset (smaller first).
-    """
-    n = len(comp.sizes)
-    sizes, nbrs = comp.sizes, comp.neighbors
-    lo, hi = comp.section_lo, comp.section_hi
-    has_obstacles = any(comp.obstacles)
-    floor_max = [0] * n
-    placed = [False] * n
-    offsets = [0] * n
-    floor = [0] * comp.n_sections
-    rem = [0] * comp.n_sections
-    for q in range(n):
-        for s in range(lo[q], hi[q]):
-            rem[s] += sizes[q]
-    best: list[int] | None = None
-    best_arena = 0
-    nodes = 0
-    last = 0
-    prev = -1
-    top = 0
-
-    big = 1 << 62
-    n_sections = comp.n_sections
-
-    def candidates() -> list[tuple[int, int, int]] | None:
-        lowest = [big] * n_sections  # lowest possible offset of a buffer still to place
-        found: list[tuple[int, int, int]] = []
-        # The two smallest ends ``raw + size`` over the buffers still to place, for dominance.
-        end1, end1_q, end2 = big, -1, big
-        for q in range(n):
-            if placed[q]:
-                continue
-            r = floor_max[q]
-            if has_obstacles or comp.alignments[q] > 1:
-                r = _raw(comp, q, r)
-            end = r + sizes[q]
-            if end <= last:
-                return None  # it would fit below every later buffer: not a canonical packing
-            if end < end1:
-                end1, end1_q, end2 = end, q, end1
-            elif end < end2:
-                end2 = end
-            if r < last:
-                # Dead for now: it must rest on a buffer live with it placed at >= last.
-                support = min((sizes[x] for x in nbrs[q] if not placed[x]), default=0)
-                if not support:
-                    return None
-                e = last + support
-            else:
-                e = r
-            if e + sizes[q] > capacity:
-                return None
-            for s in range(lo[q], hi[q]):
-                if e < lowest[s]:
-                    lowest[s] = e
-            if r < last or (r == last and prev >= 0 and rank[q] < rank[prev]):
-                continue
-            found.append((r, rank[q], q))
-        for s in range(n_sections):
-            if lowest[s] + rem[s] > capacity:
-                return None
-        found.sort()
-        # Placing q at r makes every other buffer c with raw(c) + size(c) <= r fit below all
-        # later buffers (see above): only offsets below the smallest such end are children.
-        kept = [c for c in found if c[0] < (end2 if c[2] == end1_q else end1)]
-        if kept:
-            q0 = kept[0][2]
-            if not any(not placed[x] for x in nbrs[q0]):
-                return kept[:1]  # nothing can go on top of it: placing it now is never worse
-        return kept
-
-    # Each frame: candidate list, next position, and the undo record of the placement made.
-    stack: list[tuple[list[tuple[int, int, int]], int]] = []
-    undo: list[tuple[int, int, int, int, list[tuple[int, int]], list[tuple[int, int]]]] = []
-    first = candidates()
-    if first is None:
-        return RunResult(True, None, 0, 1)
-    stack.append((first, 0))
-    depth = 0
-    while stack:
-        cands, pos = stack[-1]
-        # Undo the placement made from this frame's previous child, if any.
-        if len(undo) > len(stack) - 1:
-            q, old_last, old_prev, old_top, fl, fm = undo.pop()
-            placed[q] = False
-            for s, old in fl:
-                floor[s] = old
-            for s in range(lo[q], hi[q]):
-                rem[s] += sizes[q]
-            for x, old in fm:
-                floor_max[x] = old
-            last, prev, top = old_last, old_prev, old_top
-            depth -= 1
-        if pos < len(cands) and (
-            nodes >= node_limit or (nodes & 63 == 0 and time.perf_counter() > deadline)
-        ):
-            return RunResult(False, best, best_arena, nodes)
-        if pos >= len(cands):
-            stack.pop()
-            continue
-        r, _, q = cands[pos]
-        stack[-1] = (cands, pos + 1)
-        if r + sizes[q] > capacity:
-            continue  # the capacity dropped since this frame was built
-        nodes += 1
-        end = r + sizes[q]
-        fl = [(s, floor[s]) for s in range(lo[q], hi[q])]
-        for s in range(lo[q], hi[q]):
-            floor[s] = end
-            rem[s] -= sizes[q]
-        fm = []
-        for x in nbrs[q]:
-            if not placed[x] and floor_max[x] < end:
-                fm.append((x, floor_max[x]))
-                floor_max[x] = end
-        placed[q] = True
-        offsets[q] = r
-        undo.append((q, last, prev, top, fl, fm))
-        last, prev, top = r, q, max(top, end)
-        depth += 1
-        if depth == n:
-            best, best_arena = offsets.copy(), top
-            if top <= target:
-                return RunResult(False, best, best_arena, nodes)
-            capacity = top - 1
-            continue
-        children = candidates()
-        if children is None:
-            continue
-        stack.append((children, 0))
-    return RunResult(True, best, best_arena, nodes)
+BASE_NODES = 20_000
+"""Nodes of the shortest search run; run ``k`` gets ``BASE_NODES`` times the k-th Luby term."""
 
 
 def _luby(i: int) -> int:
@@ -299,26 +134,25 @@ def _luby(i: int) -> int:
 
 
 def _ranks(comp: Component, run: int, rng: random.Random) -> list[int]:
-    """Tie-break order for run ``run``: fixed rules first, then seeded perturbations."""
+    """Order among children at the same offset for run ``run``: five fixed rules first (area,
+    lifetime, size, start, conflicts; largest first), then seeded perturbations of them."""
     n = len(comp.sizes)
-    life, size = comp.lifetimes, comp.sizes
-    keys: list[Callable[[int], tuple[float, ...]]] = [
+    life, size, start = comp.lifetimes, comp.sizes, comp.section_lo
+    degree = [len(nb) for nb in comp.neighbors]
+    keys: list[Callable[[int], tuple[int, ...]]] = [
+        lambda q: (-size[q] * life[q], q),
         lambda q: (-life[q], -size[q], q),
         lambda q: (-size[q], -life[q], q),
-        lambda q: (-size[q] * life[q], q),
+        lambda q: (start[q], -life[q], q),
+        lambda q: (-degree[q], -size[q], q),
     ]
     if run < len(keys):
-        key = keys[run]
+        order = sorted(range(n), key=keys[run])
     else:
-        base = keys[run % len(keys)]
-        noise = [rng.random() for _ in range(n)]
-        spread = 0.3
-
-        def key(q: int) -> tuple[float, ...]:
-            first = base(q)[0]
-            return (first * (1.0 + spread * noise[q]), q)
-
-    order = sorted(range(n), key=key)
+        base = keys[rng.randrange(len(keys))]
+        spread = rng.choice((0.1, 0.3, 1.0))
+        noisy = {q: base(q)[0] * (1.0 + spread * rng.random()) for q in range(n)}
+        order = sorted(range(n), key=lambda q: (noisy[q], q))
     rank = [0] * n
     for position, q in enumerate(order):
         rank[q] = position
@@ -395,74 +229,89 @@ def solve(
         return finish()
 
     parts = components(problem)
+    pinned_top = _pinned_top(problem)
     # Arena of each part under the current packing, and what is proven about each part.
     part_arena = [
         max((offsets[i] + problem.buffers[i].size for i in c.indices), default=0) for c in parts
     ]
     part_bound = [c.lower_bound for c in parts]
-    part_done = [False] * len(parts)  # exhausted: part_arena is optimal for that part
     part_runs = [0] * len(parts)
+    instances: dict[int, PackingInstance] = {}
     rng = random.Random(seed)
-    nodes_left = node_limit if node_limit is not None else None
-    base_nodes = 200
+    nodes_left = node_limit
+
+    def current() -> int:
+        return max(max(part_arena, default=0), pinned_top)
 
     while True:
-        arena = max(max(part_arena, default=0), _pinned_top(problem))
-        bound = max(bound, max(part_bound, default=0))
+        bound = max(bound, *part_bound)
+        arena = current()
         if arena <= goal or arena <= bound:
             break
-        # Work on the part that holds the arena up, if it can still improve.
+        # Work on the part that holds the arena up; if it is proven optimal, so is the arena.
         k = max(range(len(parts)), key=lambda j: part_arena[j])
-        if part_done[k] or part_arena[k] <= part_bound[k]:
+        if part_arena[k] <= part_bound[k]:
             bound = max(bound, part_arena[k])
             break
-        now = time.perf_counter()
-        if now >= deadline or (nodes_left is not None and nodes_left <= 0):
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0 or (nodes_left is not None and nodes_left <= 0):
             break
         comp = parts[k]
+        if k not in instances:
+            instances[k] = PackingInstance(
+                comp.sizes,
+                comp.alignments,
+                comp.section_lo,
+                comp.section_hi,
+                comp.n_sections,
+                comp.neighbors,
+                comp.obstacles,
+            )
         run = part_runs[k]
         part_runs[k] += 1
-        budget = base_nodes * _luby(run)
+        # Runs cycle through three kinds (only the first when a capacity is given): probe the
+        # goal itself (tightest pruning), descend from the best packing so far (each packing
+        # found tightens the capacity), and probe halfway between the two (a bisection).
+        kind, cycle = (0, run) if capacity is not None else (run % 3, run // 3)
+        budget = BASE_NODES * _luby(cycle)
         if nodes_left is not None:
             budget = min(budget, nodes_left)
-        result = depth_first(
-            comp,
-            capacity=part_arena[k] - 1 if capacity is None else capacity,
-            target=goal,
-            rank=_ranks(comp, run, rng),
-            node_limit=budget,
-            deadline=deadline,
+        floor = max(goal, part_bound[k])
+        if kind == 0:
+            run_capacity = floor
+        elif kind == 1:
+            run_capacity = part_arena[k] - 1
+        else:
+            run_capacity = (floor + part_arena[k]) // 2
+        exhausted, found, found_arena, nodes = instances[k].search(
+            _ranks(comp, cycle, rng), run_capacity, goal, budget, remaining
         )
-        stats.nodes += result.nodes
+        stats.nodes += nodes
         stats.runs += 1
         if nodes_left is not None:
-            nodes_left -= result.nodes
-        if result.offsets is not None and result.arena < part_arena[k]:
+            nodes_left -= nodes
+        if found is not None and found_arena < part_arena[k]:
             for local, i in enumerate(comp.indices):
-                offsets[i] = result.offsets[local]
-            part_arena[k] = result.arena
+                offsets[i] = found[local]
+            part_arena[k] = found_arena
             elapsed = time.perf_counter() - start
-            new_arena = max(max(part_arena), _pinned_top(problem))
-            stats.improvements.append((elapsed, new_arena))
-            if capacity is not None and new_arena <= capacity and stats.time_to_fit is None:
+            stats.improvements.append((elapsed, current()))
+            if capacity is not None and current() <= capacity and stats.time_to_fit is None:
                 stats.time_to_fit = elapsed
             if progress is not None:
-                progress(Progress(elapsed, new_arena, max(bound, max(part_bound)), stats.nodes))
-        if result.exhausted:
-            part_done[k] = True
-            if capacity is None:
-                # Nothing below part_arena[k] exists for this part: it is optimal.
-                part_bound[k] = max(part_bound[k], part_arena[k])
-            elif result.offsets is None:
-                part_bound[k] = max(part_bound[k], capacity + 1)
-                bound = max(bound, capacity + 1)
+                progress(Progress(elapsed, current(), max(bound, *part_bound), stats.nodes))
+        if exhausted:
+            # Nothing at or below the run's final capacity exists for this part.
+            final_capacity = run_capacity if found is None else found_arena - 1
+            part_bound[k] = max(part_bound[k], final_capacity + 1)
+            if capacity is not None and found is None:
+                bound = max(bound, part_bound[k])
                 return finish(INFEASIBLE)
 
-    arena = max(max(part_arena, default=0), _pinned_top(problem))
-    bound = max(bound, max(part_bound, default=0))
+    bound = max(bound, *part_bound)
     if capacity is not None:
         return finish()
-    return finish(OPTIMAL if arena <= bound else FEASIBLE)
+    return finish(OPTIMAL if current() <= bound else FEASIBLE)
 
 
 def _pinned_top(problem: Problem) -> int:

@@ -1,0 +1,91 @@
+//! Bindings of `npumem_core::packing`: the search loop of the lifetime planner.
+//!
+//! `PackingInstance(...)` is built once per component; `instance.search(...)` runs one
+//! depth-first run with the GIL released.
+
+use std::time::{Duration, Instant};
+
+use npumem_core::packing::{self, Instance, Limits, PackingError};
+use pyo3::prelude::*;
+
+/// The one place packing errors become Python exceptions: `npumem.errors.InvalidArgumentError`
+/// (a `ValueError`).
+fn to_py_err(py: Python<'_>, err: PackingError) -> PyErr {
+    match py
+        .import("npumem.errors")
+        .and_then(|m| m.getattr("InvalidArgumentError"))
+    {
+        Ok(cls) => PyErr::from_type(cls.cast_into().expect("an exception type"), err.0),
+        Err(import_err) => import_err,
+    }
+}
+
+/// One component of a planning problem, ready for [`PackingInstance::search`].
+#[pyclass(frozen, module = "npumem._core")]
+struct PackingInstance {
+    inner: Instance,
+}
+
+#[pymethods]
+impl PackingInstance {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        sizes: Vec<u64>,
+        alignments: Vec<u64>,
+        sec_lo: Vec<u32>,
+        sec_hi: Vec<u32>,
+        n_sections: usize,
+        neighbors: Vec<Vec<u32>>,
+        obstacles: Vec<Vec<(u64, u64)>>,
+    ) -> PyResult<Self> {
+        Instance::new(sizes, &alignments, sec_lo, sec_hi, n_sections, &neighbors, &obstacles)
+            .map(|inner| Self { inner })
+            .map_err(|e| to_py_err(py, e))
+    }
+
+    /// Number of buffers.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// One run: returns `(exhausted, offsets or None, arena, nodes)`.
+    fn search(
+        &self,
+        py: Python<'_>,
+        rank: Vec<u32>,
+        capacity: u64,
+        target: u64,
+        node_limit: u64,
+        time_limit: f64,
+    ) -> PyResult<(bool, Option<Vec<u64>>, u64, u64)> {
+        if rank.len() != self.inner.len() {
+            return Err(to_py_err(
+                py,
+                PackingError(format!(
+                    "rank has {} entries for {} buffers",
+                    rank.len(),
+                    self.inner.len()
+                )),
+            ));
+        }
+        if !time_limit.is_finite() || time_limit < 0.0 {
+            return Err(to_py_err(
+                py,
+                PackingError(format!("time_limit must be finite and >= 0, got {time_limit}")),
+            ));
+        }
+        let inner = &self.inner;
+        let out = py.detach(|| {
+            let deadline = Instant::now().checked_add(Duration::from_secs_f64(time_limit));
+            packing::search(inner, &rank, &Limits { capacity, target, node_limit, deadline })
+        });
+        Ok((out.exhausted, out.offsets, out.arena, out.nodes))
+    }
+}
+
+/// Adds the packing classes to the `_core` module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PackingInstance>()
+}
