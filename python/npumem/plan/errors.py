@@ -11,6 +11,7 @@ from npumem.errors import NpumemError
 
 __all__ = [
     "GraphError",
+    "MissingDependencyError",
     "PlanError",
     "PlanValidationError",
     "ProblemFormatError",
@@ -36,3 +37,7 @@ class GraphError(ProblemFormatError):
 class PlanValidationError(PlanError, ValueError):
     """A solution breaks a rule: an unplaced or misaligned buffer, two live buffers sharing bytes,
     a fixed offset moved, or an arena above the capacity."""
+
+
+class MissingDependencyError(PlanError, ImportError):
+    """An optional dependency is not installed (the message names the extra to install)."""

@@ -269,10 +269,13 @@ def solve(
             )
         run = part_runs[k]
         part_runs[k] += 1
-        # Runs cycle through three kinds (only the first when a capacity is given): probe the
-        # goal itself (tightest pruning), descend from the best packing so far (each packing
-        # found tightens the capacity), and probe halfway between the two (a bisection).
-        kind, cycle = (0, run) if capacity is not None else (run % 3, run // 3)
+        # Runs cycle through three kinds: probe the goal itself (tightest pruning), descend from
+        # the best packing so far (each packing found tightens the capacity), and probe halfway
+        # between the two (a bisection). With a capacity the goal is probed twice as often,
+        # and descents keep the best packing improving in case the capacity is out of reach.
+        kind, cycle = run % 3, run // 3
+        if capacity is not None and kind == 2:
+            kind = 0
         budget = BASE_NODES * _luby(cycle)
         if nodes_left is not None:
             budget = min(budget, nodes_left)
