@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if status_line is not None:
             status_line.stop()
-    solution.validate(capacity=None)
+    solution.validate()
     if args.output is not None:
         try:
             _write(solution, Path(args.output), args.format)

@@ -400,10 +400,12 @@ class Problem:
             ) from exc
         if not isinstance(obj, Mapping):
             raise ProblemFormatError(f"{path}: expected a JSON object with a 'buffers' list")
-        return cls._from_obj(obj, str(path), name or path.stem)
+        return cls._from_obj(obj, str(path), name, default_name=path.stem)
 
     @classmethod
-    def _from_obj(cls, obj: Mapping[str, Any], label: str, name: str) -> Problem:
+    def _from_obj(
+        cls, obj: Mapping[str, Any], label: str, name: str, default_name: str = ""
+    ) -> Problem:
         entries = obj.get("buffers")
         if not isinstance(entries, list):
             raise ProblemFormatError(f"{label}: expected a 'buffers' list")
@@ -470,7 +472,7 @@ class Problem:
             return cls(
                 buffers,
                 aliases=aliases,
-                name=name or (given_name if isinstance(given_name, str) else ""),
+                name=name or (given_name if isinstance(given_name, str) else "") or default_name,
             )
         except ProblemFormatError as exc:
             raise ProblemFormatError(f"{label}: {exc}") from exc

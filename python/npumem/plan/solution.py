@@ -182,8 +182,8 @@ class Solution:
     def validate(self, capacity: int | None = None) -> None:
         """Raise :class:`~npumem.plan.errors.PlanValidationError` unless every buffer is placed at a
         non-negative offset that is a multiple of its alignment, pinned buffers are where they
-        are pinned, no two buffers live at the same time share a byte, and the arena is within
-        ``capacity`` (default: the capacity the solution was asked for, when it fits)."""
+        are pinned, no two buffers live at the same time share a byte, and, when ``capacity`` is
+        given, the arena is within it (:attr:`fits` tells whether the asked capacity was met)."""
         buffers = self.problem.buffers
         offsets: list[int] = []
         for b in buffers:
@@ -209,12 +209,9 @@ class Solution:
                         f"{b.id!r} (live [{b.lower}, {b.upper}), bytes [{offsets[j]}, "
                         f"{offsets[j] + b.size})) are live at the same time and share bytes"
                     )
-        limit = capacity
-        if limit is None and self.capacity is not None and self.status != NOT_MET:
-            limit = self.capacity
-        if limit is not None and self.arena_size > limit:
+        if capacity is not None and self.arena_size > capacity:
             raise PlanValidationError(
-                f"the arena needs {self.arena_size} bytes, above the capacity of {limit}"
+                f"the arena needs {self.arena_size} bytes, above the capacity of {capacity}"
             )
 
     # ----------------------------------------------------------------------------------------
