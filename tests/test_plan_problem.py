@@ -41,9 +41,7 @@ def test_columns_in_any_order_with_alignment_and_pinned_offset(tmp_path: Path) -
 
 
 def test_csv_round_trip(tmp_path: Path) -> None:
-    problem = Problem(
-        [Buffer("x", 0, 2, 5, 4), Buffer("y", 1, 3, 7, 1, 8), Buffer("z,1", 2, 4, 1)]
-    )
+    problem = Problem([Buffer("x", 0, 2, 5, 4), Buffer("y", 1, 3, 7, 1, 8), Buffer("z,1", 2, 4, 1)])
     again = Problem.from_csv(write(tmp_path, problem.to_csv()))
     assert again.buffers == problem.buffers
 
@@ -63,7 +61,11 @@ def test_json_round_trip(tmp_path: Path) -> None:
         ("id,lower,upper,size,colour\na,0,1,2,red\n", 1, "unknown column(s) 'colour'"),
         ("id,lower,upper,size\na,0,1,4\nb,0,1,-3\n", 3, "size must be a positive integer, got -3"),
         ("id,lower,upper,size\na,0,1,0\n", 2, "size must be a positive integer, got 0"),
-        ("id,lower,upper,size\na,0,1,4\n\nb,5,5,4\n", 4, "upper (5) must be greater than lower (5)"),
+        (
+            "id,lower,upper,size\na,0,1,4\n\nb,5,5,4\n",
+            4,
+            "upper (5) must be greater than lower (5)",
+        ),
         ("id,lower,upper,size\na,7,3,4\n", 2, "upper (3) must be greater than lower (7)"),
         ("id,lower,upper,size\na,0,1,4.5\n", 2, "size must be an integer, got '4.5'"),
         ("id,lower,upper,size\na,zero,1,4\n", 2, "lower must be an integer, got 'zero'"),
@@ -105,9 +107,18 @@ def test_pinned_buffers_that_clash_are_refused(tmp_path: Path) -> None:
         ({}, "expected a 'buffers' list"),
         ({"buffers": [{"id": "a", "lower": 0, "upper": 1}]}, "buffers[0]: missing field(s) 'size'"),
         ({"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": -2}]}, "size must be a positive"),
-        ({"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 1.5}]}, "size must be an integer"),
-        ({"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": True}]}, "size must be an integer"),
-        ({"buffers": [{"id": "a", "lower": 2, "upper": 1, "size": 1}]}, "upper (1) must be greater"),
+        (
+            {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 1.5}]},
+            "size must be an integer",
+        ),
+        (
+            {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": True}]},
+            "size must be an integer",
+        ),
+        (
+            {"buffers": [{"id": "a", "lower": 2, "upper": 1, "size": 1}]},
+            "upper (1) must be greater",
+        ),
         (
             {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 1, "colour": 1}]},
             "unknown field(s) 'colour'",

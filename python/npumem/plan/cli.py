@@ -184,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             _write(solution, Path(args.output), args.format)
         except OSError as exc:
-            err.print(f"npumem plan: error: cannot write {args.output}: {exc.strerror}", markup=False)
+            err.print(
+                f"npumem plan: error: cannot write {args.output}: {exc.strerror}", markup=False
+            )
             return EXIT_USAGE
     if not args.quiet:
         s = solution.stats
@@ -194,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
             f"lower bound  {solution.lower_bound:,} bytes",
             f"gap          {solution.gap:.2%}",
             f"no reuse     {solution.naive_size:,} bytes",
-            f"greedy       {s.greedy_arena:,} bytes ({s.greedy_rule}, {s.greedy_seconds * 1e3:.1f} ms)",
+            f"greedy       {s.greedy_arena:,} bytes "
+            f"({s.greedy_rule}, {s.greedy_seconds * 1e3:.1f} ms)",
             f"status       {solution.status}",
             f"time         {s.seconds:.3f} s",
         ]

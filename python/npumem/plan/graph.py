@@ -37,6 +37,7 @@ Rules (op ``i`` runs at time step ``i``; a buffer is live on ``[lower, upper)``)
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
@@ -175,7 +176,16 @@ class Graph:
             if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
                 raise GraphError(f"{where}: expected an object with a string 'name'")
             where = f"{where} ({entry['name']!r})"
-            known = {"name", "size", "shape", "dtype", "weight", "view_of", "view_offset", "alignment"}
+            known = {
+                "name",
+                "size",
+                "shape",
+                "dtype",
+                "weight",
+                "view_of",
+                "view_offset",
+                "alignment",
+            }
             unknown = sorted(set(entry) - known)
             if unknown:
                 raise GraphError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}")
@@ -225,7 +235,12 @@ class Graph:
             ):
                 raise GraphError(f"{where}: 'inplace' must map output names to input names")
             ops.append(
-                Op(name, names("inputs", where, entry), names("outputs", where, entry), dict(inplace))
+                Op(
+                    name,
+                    names("inputs", where, entry),
+                    names("outputs", where, entry),
+                    dict(inplace),
+                )
             )
         name = obj.get("name", "")
         try:
@@ -314,7 +329,9 @@ def _check_and_order(graph: Graph) -> list[Op]:
             raise GraphError(f"graph input or output {t!r} is not a declared tensor")
     for t in graph.inputs:
         if t in producer:
-            raise GraphError(f"graph input {t!r} is also written by op {graph.ops[producer[t]].name!r}")
+            raise GraphError(
+                f"graph input {t!r} is also written by op {graph.ops[producer[t]].name!r}"
+            )
     available = set(graph.inputs) | {n for n, t in tensors.items() if t.weight}
     for op in graph.ops:
         for t in op.inputs:
@@ -327,9 +344,9 @@ def _check_and_order(graph: Graph) -> list[Op]:
         if t not in producer and t not in available:
             raise GraphError(f"graph output {t!r} is never written")
     # Views: the base must exist, chains must end.
-    for t in tensors.values():
-        seen = [t.name]
-        cur = t
+    for tensor in tensors.values():
+        seen = [tensor.name]
+        cur = tensor
         while cur.view_of is not None:
             if cur.view_of not in tensors:
                 raise GraphError(f"tensor {cur.name!r} is a view of unknown tensor {cur.view_of!r}")
@@ -338,8 +355,6 @@ def _check_and_order(graph: Graph) -> list[Op]:
             seen.append(cur.view_of)
             cur = tensors[cur.view_of]
     # Stable topological order (Kahn, smallest listed index first).
-    import heapq
-
     deps: list[set[int]] = []
     for op in graph.ops:
         needed = set()
@@ -414,13 +429,13 @@ def lifetimes(
             t = tensors[t.view_of]
         return t.name, offset
 
-    for t in tensors.values():
-        if t.view_of is not None:
-            base, offset = root(t.name)
-            if offset < 0 or offset + t.size > tensors[base].size:
+    for tensor in tensors.values():
+        if tensor.view_of is not None:
+            base, offset = root(tensor.name)
+            if offset < 0 or offset + tensor.size > tensors[base].size:
                 raise GraphError(
-                    f"view {t.name!r} ({t.size} bytes at offset {offset}) does not fit in "
-                    f"{base!r} ({tensors[base].size} bytes)"
+                    f"view {tensor.name!r} ({tensor.size} bytes at offset {offset}) does not "
+                    f"fit in {base!r} ({tensors[base].size} bytes)"
                 )
 
     # Group: the memory owner of each tensor (itself, a view base, or an in-place input), with
@@ -476,21 +491,21 @@ def lifetimes(
     buffers: list[Buffer] = []
     aliases: list[Alias] = []
     for owner, names in members.items():
-        t = tensors[owner]
-        if t.size == 0:
+        owned = tensors[owner]
+        if owned.size == 0:
             continue
-        if t.weight and not include_weights:
+        if owned.weight and not include_weights:
             continue
         if owner in inputs and not include_inputs:
             continue
         if not include_outputs and all(m in outputs for m in names if tensors[m].size):
             continue
-        if t.weight:
+        if owned.weight:
             lower, upper = 0, end
         else:
             lower = min(born.get(m, 0) for m in names)
             upper = group_last(owner) + 1
-        buffers.append(Buffer(owner, lower, upper, t.size, max(t.alignment, alignment)))
+        buffers.append(Buffer(owner, lower, upper, owned.size, max(owned.alignment, alignment)))
         for m in names:
             if m != owner and tensors[m].size:
                 aliases.append(Alias(m, owner, group[m][1], tensors[m].size))

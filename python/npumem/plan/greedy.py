@@ -159,7 +159,9 @@ def run_rule(problem: Problem, rule: str) -> GreedyResult:
     try:
         fn = GREEDY_RULES[rule]
     except KeyError:
-        raise ValueError(f"unknown greedy rule {rule!r}; known: {', '.join(GREEDY_RULES)}") from None
+        raise ValueError(
+            f"unknown greedy rule {rule!r}; known: {', '.join(GREEDY_RULES)}"
+        ) from None
     start = time.perf_counter()
     offsets = fn(problem)
     seconds = time.perf_counter() - start

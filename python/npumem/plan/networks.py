@@ -46,9 +46,7 @@ class _Builder:
         self.inputs.append(self.tensor(name, shape))
         return name
 
-    def op(
-        self, name: str, inputs: list[str], out: str, *, inplace_with: str | None = None
-    ) -> str:
+    def op(self, name: str, inputs: list[str], out: str, *, inplace_with: str | None = None) -> str:
         self.ops.append(Op(name, inputs, [out], {out: inplace_with} if inplace_with else {}))
         return out
 
@@ -74,15 +72,15 @@ class _Builder:
     def pool(self, x: str, k: int, stride: int, name: str) -> str:
         n, c, h, w = self.shapes[x]
         pad = k // 2
-        out = self.tensor(f"{name}.out", (n, c, (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1))
+        out = self.tensor(
+            f"{name}.out", (n, c, (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1)
+        )
         return self.op(name, [x], out)
 
     def global_pool_fc(self, x: str, classes: int) -> str:
         n, c, _, _ = self.shapes[x]
         pooled = self.op("avgpool", [x], self.tensor("avgpool.out", (n, c, 1, 1)))
-        flat = self.op(
-            "flatten", [pooled], self.tensor("flatten.out", (n, c), view_of=pooled)
-        )
+        flat = self.op("flatten", [pooled], self.tensor("flatten.out", (n, c), view_of=pooled))
         return self.linear(flat, classes, "fc")
 
     def linear(self, x: str, features: int, name: str) -> str:
@@ -202,7 +200,9 @@ def bert_base(
             b.tensor(f"{p}.context.flatten.out", (batch, seq_len, hidden), view_of=merged),
         )
         attn = b.add(b.linear(flat, hidden, f"{p}.attention.output"), x, f"{p}.attention.add")
-        x1 = b.op(f"{p}.attention.norm", [attn], b.tensor(f"{p}.attention.norm.out", b.shapes[attn]))
+        x1 = b.op(
+            f"{p}.attention.norm", [attn], b.tensor(f"{p}.attention.norm.out", b.shapes[attn])
+        )
         h = b.unary("gelu", b.linear(x1, ffn, f"{p}.intermediate"), f"{p}.gelu")
         out = b.add(b.linear(h, hidden, f"{p}.output"), x1, f"{p}.output.add")
         x = b.op(f"{p}.output.norm", [out], b.tensor(f"{p}.output.norm.out", b.shapes[out]))

@@ -132,7 +132,9 @@ class Problem:
         names = set(index)
         for alias in self.aliases:
             if alias.name in names:
-                raise ProblemFormatError(f"alias {alias.name!r} reuses the name of a buffer or alias")
+                raise ProblemFormatError(
+                    f"alias {alias.name!r} reuses the name of a buffer or alias"
+                )
             names.add(alias.name)
             base = self.buffers[index[alias.base]] if alias.base in index else None
             if base is None:
@@ -318,7 +320,9 @@ class Problem:
             raise ProblemFormatError(f"{label}: {exc}") from exc
 
     @staticmethod
-    def _row_to_buffer(row: Sequence[str], columns: Mapping[str, int], label: str, line: int) -> Buffer:
+    def _row_to_buffer(
+        row: Sequence[str], columns: Mapping[str, int], label: str, line: int
+    ) -> Buffer:
         def integer(column: str) -> int:
             raw = row[columns[column]]
             try:
@@ -417,10 +421,14 @@ class Problem:
                 raise ProblemFormatError(f"{where}: expected an object, got {entry!r}")
             missing = [k for k in REQUIRED_COLUMNS if k not in entry]
             if missing:
-                raise ProblemFormatError(f"{where}: missing field(s) {', '.join(map(repr, missing))}")
+                raise ProblemFormatError(
+                    f"{where}: missing field(s) {', '.join(map(repr, missing))}"
+                )
             unknown = [k for k in entry if k not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
             if unknown:
-                raise ProblemFormatError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}")
+                raise ProblemFormatError(
+                    f"{where}: unknown field(s) {', '.join(map(repr, unknown))}"
+                )
             raw_id = entry["id"]
             if not isinstance(raw_id, str | int) or isinstance(raw_id, bool):
                 raise ProblemFormatError(f"{where}: id must be a string or an integer")

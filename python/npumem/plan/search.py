@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from npumem._core import PackingInstance
@@ -319,4 +319,3 @@ def solve(
 
 def _pinned_top(problem: Problem) -> int:
     return max((b.offset + b.size for b in problem.buffers if b.offset is not None), default=0)
-

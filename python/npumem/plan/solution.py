@@ -1,4 +1,4 @@
-"""A solved plan: an offset per buffer, with the bound it was measured against, checks and exports."""
+"""A solved plan: an offset per buffer, the bound it is measured against, checks and exports."""
 
 from __future__ import annotations
 
@@ -113,9 +113,7 @@ class Solution:
             }
         else:
             if len(offsets) != len(problem.buffers):
-                raise PlanError(
-                    f"{len(offsets)} offsets given for {len(problem.buffers)} buffers"
-                )
+                raise PlanError(f"{len(offsets)} offsets given for {len(problem.buffers)} buffers")
             self.offsets = {b.id: int(o) for b, o in zip(problem.buffers, offsets, strict=True)}
         if lower_bound is None:
             from npumem.plan.bounds import lower_bound as static_bound

@@ -40,9 +40,17 @@ impl PackingInstance {
         neighbors: Vec<Vec<u32>>,
         obstacles: Vec<Vec<(u64, u64)>>,
     ) -> PyResult<Self> {
-        Instance::new(sizes, &alignments, sec_lo, sec_hi, n_sections, &neighbors, &obstacles)
-            .map(|inner| Self { inner })
-            .map_err(|e| to_py_err(py, e))
+        Instance::new(
+            sizes,
+            &alignments,
+            sec_lo,
+            sec_hi,
+            n_sections,
+            &neighbors,
+            &obstacles,
+        )
+        .map(|inner| Self { inner })
+        .map_err(|e| to_py_err(py, e))
     }
 
     /// Number of buffers.
@@ -73,13 +81,24 @@ impl PackingInstance {
         if !time_limit.is_finite() || time_limit < 0.0 {
             return Err(to_py_err(
                 py,
-                PackingError(format!("time_limit must be finite and >= 0, got {time_limit}")),
+                PackingError(format!(
+                    "time_limit must be finite and >= 0, got {time_limit}"
+                )),
             ));
         }
         let inner = &self.inner;
         let out = py.detach(|| {
             let deadline = Instant::now().checked_add(Duration::from_secs_f64(time_limit));
-            packing::search(inner, &rank, &Limits { capacity, target, node_limit, deadline })
+            packing::search(
+                inner,
+                &rank,
+                &Limits {
+                    capacity,
+                    target,
+                    node_limit,
+                    deadline,
+                },
+            )
         });
         Ok((out.exhausted, out.offsets, out.arena, out.nodes))
     }

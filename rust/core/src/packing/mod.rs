@@ -115,9 +115,10 @@ impl Instance {
                 prev_end = end;
             }
             obs.extend_from_slice(&obstacles[i]);
-            obs_start.push(u32::try_from(obs.len()).map_err(|_| {
-                PackingError("too many obstacles (more than 2^32)".to_string())
-            })?);
+            obs_start
+                .push(u32::try_from(obs.len()).map_err(|_| {
+                    PackingError("too many obstacles (more than 2^32)".to_string())
+                })?);
         }
         Ok(Self {
             align_mask: alignments.iter().map(|a| a - 1).collect(),
@@ -151,8 +152,7 @@ impl Instance {
         let mask = self.align_mask[i];
         let mut offset = (floor + mask) & !mask;
         let size = self.sizes[i];
-        for &(start, end) in &self.obs[self.obs_start[i] as usize..self.obs_start[i + 1] as usize]
-        {
+        for &(start, end) in &self.obs[self.obs_start[i] as usize..self.obs_start[i + 1] as usize] {
             if offset + size <= start {
                 break;
             }
