@@ -1,2 +1,3 @@
 from npumem._core import __version__
+
 __all__ = ["__version__"]

@@ -108,48 +108,53 @@ def _execution_order(problem: Problem) -> list[int]:
     return _by(problem, lambda i: (bs[i].lower, -bs[i].size, i))
 
 
-def _best_of(problem: Problem, candidates: list[list[int]]) -> list[int]:
-    return min(candidates, key=lambda offsets: _arena(problem, offsets))
+_ORDERS: dict[str, Callable[[Problem], list[int]]] = {
+    "size": _size_order,
+    "duration": _duration_order,
+    "conflicts": _conflict_order,
+    "execution": _execution_order,
+}
+
+_RULE_PASSES: dict[str, tuple[tuple[str, bool], ...]] = {
+    "tflite": (("size", True),),
+    "tflm": (("size", False),),
+    "xla": (("size", True), ("duration", True)),
+    "tvm": (("size", False), ("conflicts", False)),
+    "onnxruntime": (("execution", True),),
+}
+"""Each rule as its (order, best fit?) passes; a rule with several keeps the best."""
 
 
-def _tflite(problem: Problem) -> list[int]:
-    return place_in_order(problem, _size_order(problem), best_fit=True)
+class _Passes:
+    """Placement passes computed once and shared by the rules that use them."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.cache: dict[tuple[str, bool], list[int]] = {}
+
+    def get(self, order: str, best_fit: bool) -> list[int]:
+        key = (order, best_fit)
+        if key not in self.cache:
+            self.cache[key] = place_in_order(
+                self.problem, _ORDERS[order](self.problem), best_fit=best_fit
+            )
+        return self.cache[key]
+
+    def rule(self, name: str) -> list[int]:
+        candidates = [self.get(order, fit) for order, fit in _RULE_PASSES[name]]
+        return min(candidates, key=lambda offsets: _arena(self.problem, offsets))
 
 
-def _tflm(problem: Problem) -> list[int]:
-    return place_in_order(problem, _size_order(problem), best_fit=False)
+def _rule_fn(name: str) -> Callable[[Problem], list[int]]:
+    def run(problem: Problem) -> list[int]:
+        return _Passes(problem).rule(name)
 
-
-def _xla(problem: Problem) -> list[int]:
-    return _best_of(
-        problem,
-        [
-            place_in_order(problem, _size_order(problem), best_fit=True),
-            place_in_order(problem, _duration_order(problem), best_fit=True),
-        ],
-    )
-
-
-def _tvm(problem: Problem) -> list[int]:
-    return _best_of(
-        problem,
-        [
-            place_in_order(problem, _size_order(problem), best_fit=False),
-            place_in_order(problem, _conflict_order(problem), best_fit=False),
-        ],
-    )
-
-
-def _onnxruntime(problem: Problem) -> list[int]:
-    return place_in_order(problem, _execution_order(problem), best_fit=True)
+    run.__name__ = f"_{name}"
+    return run
 
 
 GREEDY_RULES: dict[str, Callable[[Problem], list[int]]] = {
-    "tflite": _tflite,
-    "tflm": _tflm,
-    "xla": _xla,
-    "tvm": _tvm,
-    "onnxruntime": _onnxruntime,
+    name: _rule_fn(name) for name in _RULE_PASSES
 }
 """The rules by name; each maps a problem to offsets in problem order."""
 
@@ -168,10 +173,26 @@ def run_rule(problem: Problem, rule: str) -> GreedyResult:
     return GreedyResult(rule, tuple(offsets), _arena(problem, offsets), seconds)
 
 
-def best_greedy(problem: Problem, rules: Sequence[str] | None = None) -> GreedyResult:
+def best_greedy(
+    problem: Problem, rules: Sequence[str] | None = None, *, deadline: float | None = None
+) -> GreedyResult:
     """Run every rule (or those named) and return the one with the smallest arena (the first
-    such rule on a tie); its ``seconds`` is the time all the rules took together."""
+    such rule on a tie); its ``seconds`` is the time all the rules took together. Passes two
+    rules share are computed once. With ``deadline`` (a ``time.perf_counter()`` value) the
+    rules after the first are skipped once it has passed."""
     start = time.perf_counter()
-    results = [run_rule(problem, rule) for rule in (rules or list(GREEDY_RULES))]
-    best = min(results, key=lambda r: r.arena_size)
-    return GreedyResult(best.rule, best.offsets, best.arena_size, time.perf_counter() - start)
+    names = list(rules or GREEDY_RULES)
+    unknown = [r for r in names if r not in _RULE_PASSES]
+    if unknown:
+        raise ValueError(f"unknown greedy rule(s) {unknown}; known: {', '.join(GREEDY_RULES)}")
+    passes = _Passes(problem)
+    best: tuple[str, list[int], int] | None = None
+    for name in names:
+        if best is not None and deadline is not None and time.perf_counter() >= deadline:
+            break
+        offsets = passes.rule(name)
+        arena = _arena(problem, offsets)
+        if best is None or arena < best[2]:
+            best = (name, offsets, arena)
+    assert best is not None
+    return GreedyResult(best[0], tuple(best[1]), best[2], time.perf_counter() - start)

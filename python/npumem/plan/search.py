@@ -199,7 +199,7 @@ def solve(
     deadline = start + time_limit
     stats = SearchStats()
     bound = lower_bound(problem)
-    greedy = best_greedy(problem)
+    greedy = best_greedy(problem, deadline=deadline)
     stats.greedy_rule, stats.greedy_arena, stats.greedy_seconds = (
         greedy.rule,
         greedy.arena_size,
@@ -269,25 +269,26 @@ def solve(
             )
         run = part_runs[k]
         part_runs[k] += 1
-        # Runs cycle through three kinds: probe the goal itself (tightest pruning), descend from
-        # the best packing so far (each packing found tightens the capacity), and probe halfway
-        # between the two (a bisection). With a capacity the goal is probed twice as often,
-        # and descents keep the best packing improving in case the capacity is out of reach.
+        # Runs cycle through three kinds: probe the lower bound itself (tightest pruning; a
+        # packing there is optimal and fits any feasible capacity), descend from the best
+        # packing so far (each packing found tightens the capacity), and probe halfway between
+        # the two (a bisection) or, with a capacity, the capacity itself.
         kind, cycle = run % 3, run // 3
-        if capacity is not None and kind == 2:
-            kind = 0
         budget = BASE_NODES * _luby(cycle)
         if nodes_left is not None:
             budget = min(budget, nodes_left)
-        floor = max(goal, part_bound[k])
+        floor = max(bound, part_bound[k])
         if kind == 0:
             run_capacity = floor
         elif kind == 1:
             run_capacity = part_arena[k] - 1
+        elif capacity is not None:
+            run_capacity = capacity
         else:
             run_capacity = (floor + part_arena[k]) // 2
+        target = capacity if capacity is not None else bound
         exhausted, found, found_arena, nodes = instances[k].search(
-            _ranks(comp, cycle, rng), run_capacity, goal, budget, remaining
+            _ranks(comp, cycle, rng), run_capacity, target, budget, remaining
         )
         stats.nodes += nodes
         stats.runs += 1
@@ -307,7 +308,7 @@ def solve(
             # Nothing at or below the run's final capacity exists for this part.
             final_capacity = run_capacity if found is None else found_arena - 1
             part_bound[k] = max(part_bound[k], final_capacity + 1)
-            if capacity is not None and found is None:
+            if capacity is not None and part_bound[k] > capacity:
                 bound = max(bound, part_bound[k])
                 return finish(INFEASIBLE)
 
