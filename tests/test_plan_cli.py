@@ -59,7 +59,8 @@ def test_graph_json_to_c_header(tmp_path: Path) -> None:
 
 def test_onnx_input_with_dims(tmp_path: Path) -> None:
     import onnx
-    from tests.test_plan_onnx import small_model
+
+    from test_plan_onnx import small_model
 
     path = tmp_path / "m.onnx"
     onnx.save(small_model(), path)

@@ -11,7 +11,14 @@ See ``docs/planner.md`` for the formats and the algorithms.
 from __future__ import annotations
 
 from npumem.plan.bounds import lower_bound
-from npumem.plan.errors import GraphError, PlanError, PlanValidationError, ProblemFormatError
+from npumem.plan.errors import (
+    GraphError,
+    MissingDependencyError,
+    PlanError,
+    PlanValidationError,
+    ProblemFormatError,
+)
+from npumem.plan.graph import Graph, Op, Tensor
 from npumem.plan.greedy import GREEDY_RULES, best_greedy, run_rule
 from npumem.plan.problem import Alias, Buffer, Problem
 from npumem.plan.search import Progress, solve
@@ -32,7 +39,10 @@ __all__ = [
     "OPTIMAL",
     "Alias",
     "Buffer",
+    "Graph",
     "GraphError",
+    "MissingDependencyError",
+    "Op",
     "PlanError",
     "PlanValidationError",
     "Problem",
@@ -40,6 +50,7 @@ __all__ = [
     "Progress",
     "SearchStats",
     "Solution",
+    "Tensor",
     "best_greedy",
     "lower_bound",
     "run_rule",

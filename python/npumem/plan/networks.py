@@ -50,7 +50,7 @@ class _Builder:
         self.ops.append(Op(name, inputs, [out], {out: inplace_with} if inplace_with else {}))
         return out
 
-    def unary(self, kind: str, x: str, name: str) -> str:
+    def unary(self, x: str, name: str) -> str:
         """An element-wise op that may run in place."""
         out = self.tensor(f"{name}.out", self.shapes[x])
         return self.op(name, [x], out, inplace_with=x)
@@ -99,7 +99,7 @@ def resnet50(*, batch: int = 1, image_size: int = 224, dtype: str = "float32") -
     1000-way classifier."""
     b = _Builder("resnet50", dtype)
     x = b.input("input", (batch, 3, image_size, image_size))
-    x = b.unary("relu", b.conv(x, 64, 7, 2, "conv1"), "conv1.relu")
+    x = b.unary(b.conv(x, 64, 7, 2, "conv1"), "conv1.relu")
     x = b.pool(x, 3, 2, "maxpool")
     cin = 64
     for stage, (width, blocks, stride) in enumerate(
@@ -109,13 +109,13 @@ def resnet50(*, batch: int = 1, image_size: int = 224, dtype: str = "float32") -
             p = f"layer{stage}.{block}"
             s = stride if block == 0 else 1
             identity = x
-            y = b.unary("relu", b.conv(x, width, 1, 1, f"{p}.conv1"), f"{p}.relu1")
-            y = b.unary("relu", b.conv(y, width, 3, s, f"{p}.conv2"), f"{p}.relu2")
+            y = b.unary(b.conv(x, width, 1, 1, f"{p}.conv1"), f"{p}.relu1")
+            y = b.unary(b.conv(y, width, 3, s, f"{p}.conv2"), f"{p}.relu2")
             y = b.conv(y, width * 4, 1, 1, f"{p}.conv3")
             if block == 0 and (s != 1 or cin != width * 4):
                 identity = b.conv(x, width * 4, 1, s, f"{p}.downsample")
             y = b.add(y, identity, f"{p}.add")
-            x = b.unary("relu", y, f"{p}.relu3")
+            x = b.unary(y, f"{p}.relu3")
             cin = width * 4
     return b.graph([b.global_pool_fc(x, 1000)])
 
@@ -125,7 +125,7 @@ def mobilenet_v2(*, batch: int = 1, image_size: int = 224, dtype: str = "float32
     convolution, pooling and a 1000-way classifier."""
     b = _Builder("mobilenet_v2", dtype)
     x = b.input("input", (batch, 3, image_size, image_size))
-    x = b.unary("relu6", b.conv(x, 32, 3, 2, "features.0"), "features.0.relu6")
+    x = b.unary(b.conv(x, 32, 3, 2, "features.0"), "features.0.relu6")
     cin = 32
     index = 1
     for t, c, n, s in [
@@ -143,17 +143,15 @@ def mobilenet_v2(*, batch: int = 1, image_size: int = 224, dtype: str = "float32
             hidden = cin * t
             y = x
             if t != 1:
-                y = b.unary("relu6", b.conv(y, hidden, 1, 1, f"{p}.expand"), f"{p}.expand.relu6")
-            y = b.unary(
-                "relu6", b.conv(y, hidden, 3, stride, f"{p}.dw", groups=hidden), f"{p}.dw.relu6"
-            )
+                y = b.unary(b.conv(y, hidden, 1, 1, f"{p}.expand"), f"{p}.expand.relu6")
+            y = b.unary(b.conv(y, hidden, 3, stride, f"{p}.dw", groups=hidden), f"{p}.dw.relu6")
             y = b.conv(y, c, 1, 1, f"{p}.project")
             if stride == 1 and cin == c:
                 y = b.add(y, x, f"{p}.add")
             x = y
             cin = c
             index += 1
-    x = b.unary("relu6", b.conv(x, 1280, 1, 1, f"features.{index}"), f"features.{index}.relu6")
+    x = b.unary(b.conv(x, 1280, 1, 1, f"features.{index}"), f"features.{index}.relu6")
     return b.graph([b.global_pool_fc(x, 1000)])
 
 
@@ -185,9 +183,9 @@ def bert_base(
             [qh, kt],
             b.tensor(f"{p}.scores.out", (batch, heads, seq_len, seq_len)),
         )
-        scores = b.unary("scale", scores, f"{p}.scale")
+        scores = b.unary(scores, f"{p}.scale")
         scores = b.add(scores, mask, f"{p}.mask")
-        probs = b.unary("softmax", scores, f"{p}.softmax")
+        probs = b.unary(scores, f"{p}.softmax")
         ctx = b.op(f"{p}.context", [probs, vh], b.tensor(f"{p}.context.out", heads_shape))
         merged = b.op(
             f"{p}.context.merge",
@@ -203,7 +201,7 @@ def bert_base(
         x1 = b.op(
             f"{p}.attention.norm", [attn], b.tensor(f"{p}.attention.norm.out", b.shapes[attn])
         )
-        h = b.unary("gelu", b.linear(x1, ffn, f"{p}.intermediate"), f"{p}.gelu")
+        h = b.unary(b.linear(x1, ffn, f"{p}.intermediate"), f"{p}.gelu")
         out = b.add(b.linear(h, hidden, f"{p}.output"), x1, f"{p}.output.add")
         x = b.op(f"{p}.output.norm", [out], b.tensor(f"{p}.output.norm.out", b.shapes[out]))
     return b.graph([x])
