@@ -1,12 +1,17 @@
 """Type stubs of the Rust extension ``npumem._core``."""
 
+from typing import Self, final
+
+__all__ = ["PackingInstance", "__version__"]
+
 __version__: str
 
+@final
 class PackingInstance:
     """One component of a planning problem for the packing search (``npumem.plan.search``)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         sizes: list[int],
         alignments: list[int],
         sec_lo: list[int],
@@ -14,7 +19,7 @@ class PackingInstance:
         n_sections: int,
         neighbors: list[list[int]],
         obstacles: list[list[tuple[int, int]]],
-    ) -> None: ...
+    ) -> Self: ...
     def __len__(self) -> int: ...
     def search(
         self,
