@@ -194,3 +194,33 @@ def test_empty_problem_and_bad_arguments() -> None:
         solve(Problem([]), time_limit=-1)
     with pytest.raises(ValueError, match="capacity"):
         solve(Problem([]), capacity=-1)
+
+
+@st.composite
+def problems_with_pins(draw: st.DrawFn) -> Problem:
+    """Random buffers, some pinned at offsets of a valid (first-fit, then lifted) packing."""
+    free = draw(problems(max_buffers=5, aligned=True))
+    pinned_src = draw(problems(max_buffers=3))
+    lift = draw(st.integers(0, 40))
+    pins = place_in_order(pinned_src, range(len(pinned_src)), best_fit=False)
+    pinned = [
+        Buffer(f"p{i}", b.lower, b.upper, b.size, 1, o + lift)
+        for i, (b, o) in enumerate(zip(pinned_src.buffers, pins, strict=True))
+    ]
+    return Problem([*free.buffers, *pinned])
+
+
+@given(problems_with_pins())
+def test_pinned_buffers_match_brute_force(problem: Problem) -> None:
+    movable = [i for i, b in enumerate(problem.buffers) if b.offset is None]
+    best = None
+    for order in itertools.permutations(movable):
+        offsets = place_in_order(problem, order, best_fit=False)
+        arena = max(o + b.size for o, b in zip(offsets, problem.buffers, strict=True))
+        best = arena if best is None else min(best, arena)
+    solution = solve(problem, time_limit=10.0)
+    solution.validate()
+    assert solution.arena_size == best
+    for b in problem.buffers:
+        if b.offset is not None:
+            assert solution.offsets[b.id] == b.offset

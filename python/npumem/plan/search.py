@@ -61,7 +61,7 @@ class Component:
     neighbors: list[list[int]]
     """Local indices of the movable buffers live at the same time as each one."""
     obstacles: list[list[tuple[int, int]]]
-    """Byte ranges of pinned buffers live at the same time as each one, sorted."""
+    """Byte ranges of pinned buffers live at the same time as each one, sorted and merged."""
     lifetimes: list[int]
     lower_bound: int
     """Largest of the static bounds of this part (pinned buffers included)."""
@@ -97,7 +97,13 @@ def components(problem: Problem) -> list[Component]:
                     offset = part.buffers[j].offset
                     assert offset is not None
                     pinned.append((offset, offset + part.buffers[j].size))
-            obstacles.append(sorted(pinned))
+            merged: list[tuple[int, int]] = []
+            for lo, hi in sorted(pinned):  # pinned buffers not live together may overlap
+                if merged and lo <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+                else:
+                    merged.append((lo, hi))
+            obstacles.append(merged)
         result.append(
             Component(
                 indices=[group[k] for k in movable],
