@@ -50,12 +50,13 @@ test: test-rust test-loom test-python ## Run every test: Rust unit and stress, l
 .PHONY: test-rust
 test-rust: ## Rust unit, property and stress tests of npumem-core; bench code compiles and runs once
 	cargo test -p npumem-core --release
+	cargo test -p npumem-benches --release --lib
 	cargo test -p npumem-benches --release --benches -- --test
 
 .PHONY: test-loom
 test-loom: ## Loom models of every atomic protocol (exhaustive interleavings)
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
-	    cargo test -p npumem-core --release --test loom -- --test-threads=2
+	    cargo test -p npumem-core --release --lib loom -- --test-threads=2
 
 .PHONY: test-python
 test-python: develop ## pytest suite and mypy.stubtest of the _core stubs

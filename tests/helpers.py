@@ -22,7 +22,7 @@ def assert_unchanged(pool: npumem.Pool, before: dict[str, Any]) -> None:
 def assert_block_rules(pool: npumem.Pool, blk: npumem.Block, align: int | None = None) -> None:
     """In bounds, aligned, bank-safe."""
     off, n, bank = blk.offset, blk.nbytes, pool.bank_size
-    assert 0 <= off and off + n <= pool.capacity
+    assert off >= 0 and off + n <= pool.capacity
     assert off % (align or pool.alignment) == 0
     if n <= bank:
         assert off // bank == (off + n - 1) // bank, f"[{off}, +{n}) straddles a bank"

@@ -18,7 +18,9 @@ def test_readme_quickstart_runs() -> None:
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert blocks, "the README has a Python quickstart"
     for code in blocks:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
         assert "out of memory" in done.stdout
 
@@ -29,14 +31,22 @@ def test_package_docstring_examples() -> None:
 
 
 def test_demo_command_runs_end_to_end() -> None:
-    done = subprocess.run([sys.executable, "-m", "npumem.cli", "demo", "--quick"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "npumem.cli", "demo", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "check()" in done.stdout and "passed" in done.stdout
 
 
 def test_demo_rejects_bad_arguments() -> None:
-    done = subprocess.run([sys.executable, "-m", "npumem.cli", "demo", "--threads", "0"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "npumem.cli", "demo", "--threads", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "--threads must be at least 1" in done.stdout + done.stderr

@@ -25,27 +25,78 @@ def pool() -> npumem.Pool:
 BAD_ALLOCS: list[tuple[str, Callable[[npumem.Pool], Any], type[Exception], str]] = [
     ("size zero", lambda p: p.alloc(0), npumem.InvalidArgumentError, "greater than 0, got 0"),
     ("negative size", lambda p: p.alloc(-5), npumem.InvalidArgumentError, "got -5"),
-    ("size above capacity", lambda p: p.alloc(16 * MIB + 1), npumem.RequestTooLargeError, "capacity"),
-    ("huge size", lambda p: p.alloc(1 << 200), npumem.RequestTooLargeError, "can never be allocated"),
-    ("huge negative size", lambda p: p.alloc(-(1 << 200)), npumem.InvalidArgumentError, "greater than 0"),
+    (
+        "size above capacity",
+        lambda p: p.alloc(16 * MIB + 1),
+        npumem.RequestTooLargeError,
+        "capacity",
+    ),
+    (
+        "huge size",
+        lambda p: p.alloc(1 << 200),
+        npumem.RequestTooLargeError,
+        "can never be allocated",
+    ),
+    (
+        "huge negative size",
+        lambda p: p.alloc(-(1 << 200)),
+        npumem.InvalidArgumentError,
+        "greater than 0",
+    ),
     ("float size", lambda p: p.alloc(1.5), npumem.ArgumentTypeError, "must be an int, got float"),
     ("str size", lambda p: p.alloc("10"), npumem.ArgumentTypeError, "got str"),
     ("bool size", lambda p: p.alloc(True), npumem.ArgumentTypeError, "got bool"),
     ("None size", lambda p: p.alloc(None), npumem.ArgumentTypeError, "got NoneType"),
-    ("alignment zero", lambda p: p.alloc(64, align=0), npumem.InvalidArgumentError, "power of two, got 0"),
-    ("alignment not a power of two", lambda p: p.alloc(64, align=48), npumem.InvalidArgumentError, "got 48"),
-    ("negative alignment", lambda p: p.alloc(64, align=-64), npumem.InvalidArgumentError, "got -64"),
-    ("alignment above the arena", lambda p: p.alloc(64, align=32 * MIB), npumem.InvalidArgumentError,
-     "larger than the arena"),
-    ("float alignment", lambda p: p.alloc(64, align=64.0), npumem.ArgumentTypeError, "align must be an int"),
+    (
+        "alignment zero",
+        lambda p: p.alloc(64, align=0),
+        npumem.InvalidArgumentError,
+        "power of two, got 0",
+    ),
+    (
+        "alignment not a power of two",
+        lambda p: p.alloc(64, align=48),
+        npumem.InvalidArgumentError,
+        "got 48",
+    ),
+    (
+        "negative alignment",
+        lambda p: p.alloc(64, align=-64),
+        npumem.InvalidArgumentError,
+        "got -64",
+    ),
+    (
+        "alignment above the arena",
+        lambda p: p.alloc(64, align=32 * MIB),
+        npumem.InvalidArgumentError,
+        "larger than the arena",
+    ),
+    (
+        "float alignment",
+        lambda p: p.alloc(64, align=64.0),
+        npumem.ArgumentTypeError,
+        "align must be an int",
+    ),
     ("tag not a str", lambda p: p.alloc(64, tag=5), npumem.ArgumentTypeError, "tag must be a str"),
-    ("free of a non-block", lambda p: p.free(5), npumem.ArgumentTypeError, "takes an npumem.Block, got int"),
+    (
+        "free of a non-block",
+        lambda p: p.free(5),
+        npumem.ArgumentTypeError,
+        "takes an npumem.Block, got int",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("case", "call", "error", "message"), BAD_ALLOCS, ids=[c[0] for c in BAD_ALLOCS])
-def test_bad_arguments(pool: npumem.Pool, case: str, call: Callable[[npumem.Pool], Any],
-                       error: type[Exception], message: str) -> None:
+@pytest.mark.parametrize(
+    ("case", "call", "error", "message"), BAD_ALLOCS, ids=[c[0] for c in BAD_ALLOCS]
+)
+def test_bad_arguments(
+    pool: npumem.Pool,
+    case: str,
+    call: Callable[[npumem.Pool], Any],
+    error: type[Exception],
+    message: str,
+) -> None:
     before = state_of(pool)
     with pytest.raises(error, match=message) as info:
         call(pool)
@@ -104,7 +155,9 @@ FREED_BLOCK_USES: list[tuple[str, Callable[[npumem.Block], Any]]] = [
 
 
 @pytest.mark.parametrize(("use", "call"), FREED_BLOCK_USES, ids=[u[0] for u in FREED_BLOCK_USES])
-def test_using_a_freed_block(pool: npumem.Pool, use: str, call: Callable[[npumem.Block], Any]) -> None:
+def test_using_a_freed_block(
+    pool: npumem.Pool, use: str, call: Callable[[npumem.Block], Any]
+) -> None:
     blk = pool.alloc(256)
     blk.free()
     before = state_of(pool)
@@ -146,7 +199,9 @@ def test_out_of_memory_leaves_the_pool_as_it_was_but_counts_the_failure() -> Non
     assert after.pop("failed_allocs") == before.pop("failed_allocs") + 1
     per_core_after, per_core_before = after.pop("per_core"), before.pop("per_core")
     assert after == before
-    assert sum(c["failed_allocs"] for c in per_core_after) == 1 + sum(c["failed_allocs"] for c in per_core_before)
+    assert sum(c["failed_allocs"] for c in per_core_after) == 1 + sum(
+        c["failed_allocs"] for c in per_core_before
+    )
     pool.check()
 
 

@@ -15,8 +15,17 @@ MIB = 1 << 20
 
 
 def test_facade_exports_the_design_names() -> None:
-    for name in ["Pool", "Block", "PoolStats", "NpumemError", "OutOfMemoryError",
-                 "InvalidHandleError", "DoubleFreeError", "ConfigError", "CorruptionError"]:
+    for name in [
+        "Pool",
+        "Block",
+        "PoolStats",
+        "NpumemError",
+        "OutOfMemoryError",
+        "InvalidHandleError",
+        "DoubleFreeError",
+        "ConfigError",
+        "CorruptionError",
+    ]:
         assert name in npumem.__all__
         assert hasattr(npumem, name)
     assert issubclass(npumem.OutOfMemoryError, MemoryError)
@@ -28,7 +37,12 @@ def test_facade_exports_the_design_names() -> None:
 
 def test_pool_attributes_and_defaults() -> None:
     pool = npumem.Pool(64 * MIB, cores=3, name="gpu0")
-    assert (pool.capacity, pool.cores, pool.bank_size, pool.chunk_size) == (64 * MIB, 3, 4096, 2 * MIB)
+    assert (pool.capacity, pool.cores, pool.bank_size, pool.chunk_size) == (
+        64 * MIB,
+        3,
+        4096,
+        2 * MIB,
+    )
     assert (pool.min_block, pool.alignment, pool.backing, pool.name) == (256, 64, "host", "gpu0")
     assert pool.slab_sizes == (64, 128, 256, 512, 1024, 2048, 4096)
     assert "gpu0" in repr(pool)
@@ -102,7 +116,24 @@ def test_blocks_lists_live_blocks_with_tags() -> None:
 def test_alignment_and_banks_for_every_size() -> None:
     pool = npumem.Pool(256 * MIB, cores=2, bank_size=8192)
     held = []
-    for size in [1, 63, 64, 65, 255, 256, 300, 4095, 4096, 5000, 8192, 8193, 65536, 400_000, MIB, 3 * MIB]:
+    for size in [
+        1,
+        63,
+        64,
+        65,
+        255,
+        256,
+        300,
+        4095,
+        4096,
+        5000,
+        8192,
+        8193,
+        65536,
+        400_000,
+        MIB,
+        3 * MIB,
+    ]:
         for align in [None, 1, 64, 512, 4096, 65536, 4 * MIB]:
             blk = pool.alloc(size, align=align)
             assert_block_rules(pool, blk, align)
@@ -180,7 +211,7 @@ def test_pools_are_independent_and_usable_from_many_threads() -> None:
                 blk = pool.alloc(int(rng.integers(1, 200_000)))
                 memoryview(blk)[:1] = b"x"
                 blk.free()
-        except BaseException as exc:  # noqa: BLE001 - surfaced below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]

@@ -56,11 +56,25 @@ class PoolMachine(RuleBasedStateMachine):
         min_block=st.sampled_from([64, 256]),
         reserve=st.integers(0, 2),
     )
-    def make_pool(self, chunk_size: int, chunks: int, tail: int, cores: int, bank_size: int,
-                  min_block: int, reserve: int) -> None:
+    def make_pool(
+        self,
+        chunk_size: int,
+        chunks: int,
+        tail: int,
+        cores: int,
+        bank_size: int,
+        min_block: int,
+        reserve: int,
+    ) -> None:
         capacity = chunks * chunk_size + min(tail, chunk_size - 1)
-        self.pool = npumem.Pool(capacity, cores=cores, chunk_size=chunk_size, bank_size=bank_size,
-                                min_block=min_block, core_reserve=reserve)
+        self.pool = npumem.Pool(
+            capacity,
+            cores=cores,
+            chunk_size=chunk_size,
+            bank_size=bank_size,
+            min_block=min_block,
+            core_reserve=reserve,
+        )
 
     @property
     def p(self) -> npumem.Pool:
@@ -70,8 +84,12 @@ class PoolMachine(RuleBasedStateMachine):
     def sizes(self) -> st.SearchStrategy[int]:
         return st.one_of(st.integers(1, 5000), st.integers(1, 300 * KIB), st.integers(1, 5 * MIB))
 
-    @rule(target=blocks, data=st.data(), align=st.sampled_from([None, None, 1, 256, 4096, 64 * KIB]),
-          tag=st.sampled_from([None, "a", "b"]))
+    @rule(
+        target=blocks,
+        data=st.data(),
+        align=st.sampled_from([None, None, 1, 256, 4096, 64 * KIB]),
+        tag=st.sampled_from([None, "a", "b"]),
+    )
     def alloc(self, data: st.DataObject, align: int | None, tag: str | None) -> object:
         size = min(data.draw(self.sizes(), label="size"), self.p.capacity)
         largest = self.p.stats().largest_free_block
@@ -80,7 +98,9 @@ class PoolMachine(RuleBasedStateMachine):
         except npumem.OutOfMemoryError as e:
             self.failed += 1
             if align is None or align <= self.p.alignment:
-                assert size > largest, f"{size} bytes refused although {largest} were free in one block"
+                assert size > largest, (
+                    f"{size} bytes refused although {largest} were free in one block"
+                )
             assert e.requested == size
             return multiple()
         assert_block_rules(self.p, blk, align)
@@ -128,7 +148,11 @@ class PoolMachine(RuleBasedStateMachine):
         assert s.bytes_in_use == sum(b.block_bytes for b in self.live.values())
         assert s.requested_bytes_in_use == sum(b.nbytes for b in self.live.values())
         assert s.blocks_in_use == len(self.live)
-        assert (s.alloc_count, s.free_count, s.failed_allocs) == (self.allocs, self.frees, self.failed)
+        assert (s.alloc_count, s.free_count, s.failed_allocs) == (
+            self.allocs,
+            self.frees,
+            self.failed,
+        )
         assert s.bytes_in_use + s.bytes_free == s.usable_capacity
         assert s.largest_free_block <= s.bytes_free
         assert 0.0 <= s.external_fragmentation <= 1.0

@@ -5,6 +5,7 @@ the end every byte is free and check() passes. Sized for a 2-core CI machine."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import threading
@@ -20,7 +21,9 @@ OPS = 8000 if os.environ.get("CI") else 3000
 
 def test_threads_remote_frees_patterns_and_overlap() -> None:
     pool = npumem.Pool(96 * MIB, cores=2, core_reserve=0)
-    mailboxes: list[queue.SimpleQueue[tuple[npumem.Block, int]]] = [queue.SimpleQueue() for _ in range(THREADS)]
+    mailboxes: list[queue.SimpleQueue[tuple[npumem.Block, int]]] = [
+        queue.SimpleQueue() for _ in range(THREADS)
+    ]
     registry_lock = threading.Lock()
     live: dict[int, tuple[int, int]] = {}  # id(block) -> (offset, block_bytes)
     errors: list[BaseException] = []
@@ -41,7 +44,7 @@ def test_threads_remote_frees_patterns_and_overlap() -> None:
     def checkpoint() -> None:
         with registry_lock:
             extents = sorted(live.values())
-        for (a_off, a_len), (b_off, _) in zip(extents, extents[1:], strict=False):
+        for (a_off, a_len), (b_off, _) in itertools.pairwise(extents):
             assert a_off + a_len <= b_off, f"blocks at {a_off} (+{a_len}) and {b_off} overlap"
 
     def worker(index: int) -> None:
@@ -71,7 +74,9 @@ def test_threads_remote_frees_patterns_and_overlap() -> None:
                     mine.append((blk, pattern))
                 elif r < 0.75:
                     if mine:
-                        mailboxes[int(rng.integers(THREADS))].put(mine.pop(int(rng.integers(len(mine)))))
+                        mailboxes[int(rng.integers(THREADS))].put(
+                            mine.pop(int(rng.integers(len(mine))))
+                        )
                 else:
                     while True:
                         try:
@@ -91,7 +96,7 @@ def test_threads_remote_frees_patterns_and_overlap() -> None:
                 except queue.Empty:
                     break
                 verify_and_free(blk, pattern)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             errors.append(exc)
             barrier.abort()
 

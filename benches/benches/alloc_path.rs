@@ -44,7 +44,7 @@ fn random_half_full<A: Allocator>(g: &mut BenchmarkGroup<'_, WallTime>, a: &A) {
     let mut held = prefill(a, &mut rng, ARENA, 0.5, 256, 1 << 20);
     g.bench_function(a.name(), |b| {
         b.iter(|| {
-            let i = (rng.next() as usize) % held.len();
+            let i = (rng.next_u64() as usize) % held.len();
             let (t, size) = held[i];
             a.free(t, size);
             let size = rng.size(256, 1 << 20);

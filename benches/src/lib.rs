@@ -212,7 +212,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
     #[inline]
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -221,7 +221,7 @@ impl Rng {
     /// A size between `lo` and `hi` bytes, log-uniform (as real tensor sizes are).
     pub fn size(&mut self, lo: usize, hi: usize) -> usize {
         let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let u = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         ((a + (b - a) * u).exp() as usize).clamp(lo, hi)
     }
 }

@@ -2,7 +2,9 @@
 
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Self, final
+
+__all__ = ["Block", "CoreStats", "PackingInstance", "Pool", "PoolStats", "__version__"]
 
 __version__: str
 
@@ -153,3 +155,27 @@ class PoolStats:
     @property
     def per_core(self) -> list[CoreStats]: ...
     def as_dict(self) -> dict[str, Any]: ...
+
+@final
+class PackingInstance:
+    """One component of a planning problem for the packing search (``npumem.plan.search``)."""
+
+    def __new__(
+        cls,
+        sizes: list[int],
+        alignments: list[int],
+        sec_lo: list[int],
+        sec_hi: list[int],
+        n_sections: int,
+        neighbors: list[list[int]],
+        obstacles: list[list[tuple[int, int]]],
+    ) -> Self: ...
+    def __len__(self) -> int: ...
+    def search(
+        self,
+        rank: list[int],
+        capacity: int,
+        target: int,
+        node_limit: int,
+        time_limit: float,
+    ) -> tuple[bool, list[int] | None, int, int]: ...

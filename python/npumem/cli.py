@@ -21,6 +21,7 @@ EXIT_USAGE = 2  # bad arguments or unreadable input (argparse uses 2 as well)
 
 def build_parser() -> argparse.ArgumentParser:
     from npumem import __version__
+    from npumem.plan import cli as plan_cli
     from npumem.workloads import cli as demo_cli
 
     parser = argparse.ArgumentParser(
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"npumem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo_cli.add_parser(sub)
+    plan_cli.add_parser(sub)
     return parser
 
 

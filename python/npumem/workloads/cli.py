@@ -23,8 +23,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "of mixed sizes on a host-backed pool; then the pool is checked and its stats printed.",
     )
     parser.add_argument("--quick", action="store_true", help="a short run (a second or two)")
-    parser.add_argument("--threads", type=int, default=None, help="worker threads (default: CPU count, at least 2)")
-    parser.add_argument("--capacity-mib", type=int, default=512, help="arena size in MiB (default 512)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="worker threads (default: CPU count, at least 2)"
+    )
+    parser.add_argument(
+        "--capacity-mib", type=int, default=512, help="arena size in MiB (default 512)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(func=run)
     return parser
@@ -55,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
         ("allocations / s", f"{result.allocations_per_second:,.0f}"),
         ("failed allocations", f"{result.failed_allocations:,}"),
         ("wall time", f"{result.seconds:.2f} s"),
-        ("peak bytes in use", f"{s.peak_bytes_in_use / MIB:,.1f} MiB of {s.capacity / MIB:,.0f} MiB"),
+        (
+            "peak bytes in use",
+            f"{s.peak_bytes_in_use / MIB:,.1f} MiB of {s.capacity / MIB:,.0f} MiB",
+        ),
         ("peak fragmentation", f"{result.peak_fragmentation:.1%}"),
         ("overflow allocations", f"{s.overflow_allocs:,}"),
         ("bytes in use at the end", f"{s.bytes_in_use:,}"),

@@ -110,7 +110,7 @@ def run_demo(
                         verify_and_free(*item)
             for item in held:
                 verify_and_free(*item)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     sampling = threading.Thread(target=sampler, daemon=True)

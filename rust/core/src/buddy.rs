@@ -1206,7 +1206,7 @@ mod loom_models {
             let parent = search(&shape, &t, 1);
             h.join().unwrap();
             quiescent_ok(&shape, &t);
-            for n in parent {
+            if let Some(n) = parent {
                 shape.release(&t, n).unwrap();
             }
             assert_eq!(search(&shape, &t, 0), Some(Node { level: 0, index: 0 }));

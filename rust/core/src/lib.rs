@@ -18,6 +18,7 @@
 //! | [`PoolStats`] | `stats.rs` | per-core counters on their own cache lines, summed into a snapshot |
 //! | `HostBacking` | `backing.rs` | the optional host memory behind the arena |
 //! | [`Pool`] | `pool.rs` | ties the pieces together: the allocation path, frees, stats, `check()` |
+//! | [`packing`] | `packing/` | the planner's inner loop: branch and bound over static offsets (driven by `npumem.plan`) |
 //!
 //! Names ending in `_raw` work on offsets; everything else on [`Handle`]s.
 
@@ -34,6 +35,7 @@ mod gate;
 mod global;
 mod handle;
 mod layout;
+pub mod packing;
 #[cfg(not(loom))]
 mod pool;
 mod stats;

@@ -57,6 +57,11 @@ pub(crate) fn error(kind: Kind, message: impl Into<String>) -> PyErr {
     )
 }
 
+/// A planner search input the core refused (`InvalidArgumentError`).
+pub(crate) fn packing(err: npumem_core::packing::PackingError) -> PyErr {
+    error(Kind::InvalidArgument, err.0)
+}
+
 /// Map an npumem-core error to its Python exception.
 pub(crate) fn to_py(err: Error) -> PyErr {
     let message = err.to_string();

@@ -8,6 +8,7 @@ mod args;
 mod block;
 mod errors;
 mod gil;
+mod packing;
 mod pool;
 mod stats;
 
@@ -20,5 +21,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<block::Block>()?;
     m.add_class::<stats::PoolStats>()?;
     m.add_class::<stats::CoreStats>()?;
+    packing::register(m)?;
     Ok(())
 }

@@ -1,0 +1,58 @@
+"""Lifetime planning: static offsets for tensors whose live ranges are known ahead of time.
+
+>>> from npumem import plan
+>>> problem = plan.Problem.from_csv("model.csv")          # doctest: +SKIP
+>>> solution = plan.solve(problem, time_limit=10.0)       # doctest: +SKIP
+>>> solution.arena_size, solution.lower_bound, solution.gap  # doctest: +SKIP
+
+See ``docs/planner.md`` for the formats and the algorithms.
+"""
+
+from __future__ import annotations
+
+from npumem.plan.bounds import lower_bound
+from npumem.plan.errors import (
+    GraphError,
+    MissingDependencyError,
+    PlanError,
+    PlanValidationError,
+    ProblemFormatError,
+)
+from npumem.plan.graph import Graph, Op, Tensor
+from npumem.plan.greedy import GREEDY_RULES, best_greedy, run_rule
+from npumem.plan.problem import Alias, Buffer, Problem
+from npumem.plan.search import Progress, solve
+from npumem.plan.solution import (
+    FEASIBLE,
+    INFEASIBLE,
+    NOT_MET,
+    OPTIMAL,
+    SearchStats,
+    Solution,
+)
+
+__all__ = [
+    "FEASIBLE",
+    "GREEDY_RULES",
+    "INFEASIBLE",
+    "NOT_MET",
+    "OPTIMAL",
+    "Alias",
+    "Buffer",
+    "Graph",
+    "GraphError",
+    "MissingDependencyError",
+    "Op",
+    "PlanError",
+    "PlanValidationError",
+    "Problem",
+    "ProblemFormatError",
+    "Progress",
+    "SearchStats",
+    "Solution",
+    "Tensor",
+    "best_greedy",
+    "lower_bound",
+    "run_rule",
+    "solve",
+]

@@ -1,0 +1,281 @@
+"""``npumem plan``: plan a model's tensor offsets from the command line.
+
+    npumem plan INPUT -o OUTPUT [--capacity N] [--time-limit S] [--seed N]
+
+INPUT is a MiniMalloc CSV, a problem or graph JSON, or an ONNX model (told apart by extension,
+else by content). OUTPUT's extension picks the format: ``.csv`` (MiniMalloc solution), ``.json``,
+``.h`` (C header with the offset table). Exit status: 0 done, 1 ``--capacity`` not met, 2 bad
+arguments or unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from npumem.plan.errors import PlanError
+from npumem.plan.graph import Graph
+from npumem.plan.problem import Problem
+from npumem.plan.search import Progress, solve
+from npumem.plan.solution import INFEASIBLE, NOT_MET, Solution
+
+__all__ = ["add_parser", "load_problem", "parse_bytes", "run"]
+
+EXIT_OK = 0
+EXIT_NOT_MET = 1
+EXIT_USAGE = 2
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """A byte count: ``1048576``, ``1MiB``, ``512K`` (binary), ``2MB`` (decimal)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a byte count (examples: 1048576, 1MiB, 512K, 2MB)"
+        )
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"the time limit must be finite and >= 0, got {text}")
+    return value
+
+
+def _dim(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=INTEGER (example: batch=1)")
+    return name, int(value)
+
+
+def _sniff(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".json", ".onnx"):
+        return suffix[1:]
+    try:
+        head = path.read_bytes()[:4096]
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read the file ({exc.strerror})") from exc
+    text = head.lstrip()
+    if text.startswith(b"{"):
+        return "json"
+    if text[:2].lower() == b"id" or b",lower" in text[:200].lower():
+        return "csv"
+    return "onnx"
+
+
+def load_problem(
+    path: str | Path,
+    *,
+    dims: dict[str, int] | None = None,
+    alignment: int | None = None,
+    include_weights: bool = False,
+) -> Problem:
+    """Read INPUT as the command line does (CSV, problem JSON, graph JSON or ONNX).
+
+    ``alignment`` raises every buffer's alignment (graphs and ONNX default to 64 bytes, CSV and
+    problem JSON keep their own).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise PlanError(f"{path}: no such file")
+    kind = _sniff(path)
+    if kind == "csv":
+        problem = Problem.from_csv(path)
+    elif kind == "onnx":
+        problem = Problem.from_onnx(
+            path, dims=dims, include_weights=include_weights, alignment=alignment or 64
+        )
+        return problem
+    else:
+        try:
+            obj: Any = json.loads(path.read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            # Let the format readers produce their precise message.
+            problem = Problem.from_json(path)
+            raise AssertionError("unreachable") from exc
+        if isinstance(obj, dict) and "ops" in obj:
+            graph = Graph.from_json(obj)
+            graph.name = graph.name or path.stem
+            return Problem.from_graph(
+                graph, include_weights=include_weights, alignment=alignment or 64
+            )
+        problem = Problem.from_json(path)
+    if alignment:
+        problem = problem.with_alignment(alignment)
+    return problem
+
+
+def _write(solution: Solution, output: Path, fmt: str | None) -> None:
+    kind = fmt or {".json": "json", ".h": "h", ".hpp": "h"}.get(output.suffix.lower(), "csv")
+    if kind == "json":
+        solution.to_json(output)
+    elif kind == "h":
+        solution.to_c_header(output, prefix=re.sub(r"\W", "_", output.stem) or "npumem_plan")
+    else:
+        solution.to_csv(output)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``npumem plan`` with parsed arguments; returns the exit status."""
+    from rich.console import Console
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = Console(highlight=False, soft_wrap=True)
+    try:
+        problem = load_problem(
+            args.input,
+            dims=dict(args.dim or []),
+            alignment=args.alignment,
+            include_weights=args.include_weights,
+        )
+    except (PlanError, ValueError) as exc:
+        err.print(f"npumem plan: error: {exc}", markup=False)
+        return EXIT_USAGE
+
+    show_progress = not args.quiet and err.is_terminal
+    status_line = err.status("searching...") if show_progress else None
+
+    def progress(p: Progress) -> None:
+        if status_line is not None:
+            status_line.update(
+                f"searching: best {p.arena_size:,} bytes, lower bound {p.lower_bound:,}, "
+                f"{p.seconds:.1f} s"
+            )
+
+    if status_line is not None:
+        status_line.start()
+    try:
+        solution = solve(
+            problem,
+            capacity=args.capacity,
+            time_limit=args.time_limit,
+            seed=args.seed,
+            progress=progress,
+        )
+    finally:
+        if status_line is not None:
+            status_line.stop()
+    solution.validate()
+    if args.output is not None:
+        try:
+            _write(solution, Path(args.output), args.format)
+        except OSError as exc:
+            err.print(
+                f"npumem plan: error: cannot write {args.output}: {exc.strerror}", markup=False
+            )
+            return EXIT_USAGE
+    if not args.quiet:
+        s = solution.stats
+        lines = [
+            f"input        {args.input} ({len(problem)} buffers)",
+            f"arena size   {solution.arena_size:,} bytes",
+            f"lower bound  {solution.lower_bound:,} bytes",
+            f"gap          {solution.gap:.2%}",
+            f"no reuse     {solution.naive_size:,} bytes",
+            f"greedy       {s.greedy_arena:,} bytes "
+            f"({s.greedy_rule}, {s.greedy_seconds * 1e3:.1f} ms)",
+            f"status       {solution.status}",
+            f"time         {s.seconds:.3f} s",
+        ]
+        if args.capacity is not None:
+            fit = "fits" if solution.fits else "does NOT fit"
+            lines.insert(2, f"capacity     {args.capacity:,} bytes: {fit}")
+        if args.output is not None:
+            lines.append(f"written      {args.output}")
+        for line in lines:
+            out.print(line, markup=False)
+    if solution.status in (NOT_MET, INFEASIBLE):
+        if not args.quiet:
+            why = (
+                "proven impossible"
+                if solution.status == INFEASIBLE
+                else f"no packing found in {args.time_limit:g} s"
+            )
+            err.print(
+                f"npumem plan: capacity {args.capacity:,} not met ({why}); best arena "
+                f"{solution.arena_size:,} bytes",
+                markup=False,
+            )
+        return EXIT_NOT_MET
+    return EXIT_OK
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``plan`` subcommand to an ``argparse`` subparsers object; ``func`` runs it."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "plan",
+        help="plan static tensor offsets (MiniMalloc CSV, graph JSON or ONNX in)",
+        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+        epilog="Exit status: 0 done, 1 --capacity not met, 2 bad arguments or input.",
+    )
+    parser.add_argument("input", metavar="INPUT", help="MiniMalloc CSV, problem/graph JSON or ONNX")
+    parser.add_argument(
+        "-o", "--output", metavar="OUTPUT", help="solution file: .csv, .json or .h (C header)"
+    )
+    parser.add_argument(
+        "--format", choices=("csv", "json", "h"), help="output format (default: from OUTPUT)"
+    )
+    parser.add_argument(
+        "--capacity",
+        type=parse_bytes,
+        metavar="N",
+        help="stop at the first packing within N bytes (1048576, 1MiB, ...); exit 1 if none",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=_non_negative_float,
+        default=10.0,
+        metavar="S",
+        help="seconds to search (default 10)",
+    )
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="search seed (default 0)")
+    parser.add_argument(
+        "--dim",
+        type=_dim,
+        action="append",
+        metavar="NAME=N",
+        help="bind a symbolic ONNX dimension (repeatable)",
+    )
+    parser.add_argument(
+        "--alignment",
+        type=parse_bytes,
+        metavar="N",
+        help="minimum alignment of every buffer (graphs and ONNX: default 64)",
+    )
+    parser.add_argument(
+        "--include-weights", action="store_true", help="plan weights too (graphs and ONNX)"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    parser.set_defaults(func=run)
+    return parser
+
+
+if __name__ == "__main__":  # pragma: no cover
+    top = argparse.ArgumentParser(prog="npumem")
+    add_parser(top.add_subparsers(dest="command", required=True))
+    parsed = top.parse_args()
+    sys.exit(parsed.func(parsed))

@@ -1,0 +1,179 @@
+"""Graphs from ONNX models (needs the ``onnx`` extra: ``pip install 'npumem[onnx]'``).
+
+Shapes come from ONNX shape inference, after the symbolic dimensions named in ``dims`` are bound
+(``{"batch": 1, "sequence": 128}``). A tensor whose shape is still unknown is a
+:class:`~npumem.plan.errors.GraphError` that names it and its unbound dimensions.
+
+Mapping to our graph format (:mod:`npumem.plan.graph`):
+
+* initializers and ``Constant`` outputs are weights;
+* ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` and ``Identity`` outputs are views of their
+  data input;
+* element-wise ops (activations, ``BatchNormalization``, and binary arithmetic whose first input
+  has the output's shape) may run in place on their first input;
+* control flow (``If``, ``Loop``, ``Scan``) is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from npumem.plan.errors import GraphError, MissingDependencyError
+from npumem.plan.graph import Graph, Op, Tensor
+
+__all__ = ["INPLACE_OPS", "VIEW_OPS", "graph_from_onnx"]
+
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+"""Ops whose output is a view of their first input."""
+
+INPLACE_OPS = frozenset(
+    {
+        "Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu", "Celu",
+        "HardSigmoid", "HardSwish", "Gelu", "Erf", "Softmax", "LogSoftmax", "Neg", "Abs", "Exp",
+        "Log", "Sqrt", "Reciprocal", "Dropout", "BatchNormalization", "Add", "Sub", "Mul", "Div",
+        "Pow", "Mish", "Softplus", "Sign", "Floor", "Ceil", "Round",
+    }
+)  # fmt: skip
+"""Element-wise ops whose output may reuse their first input's memory."""
+
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise MissingDependencyError(
+            "reading ONNX models needs the onnx package: pip install 'npumem[onnx]'"
+        ) from exc
+    return onnx
+
+
+def graph_from_onnx(model: object, *, dims: Mapping[str, int] | None = None) -> Graph:
+    """Our graph of an ONNX model: a path or an ``onnx.ModelProto``; ``dims`` binds symbolic
+    dimensions by name."""
+    onnx = _onnx()
+    dims = dict(dims or {})
+    for key, value in dims.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise GraphError(f"dims[{key!r}] must be an integer >= 0, got {value!r}")
+    if isinstance(model, str | os.PathLike):
+        try:
+            proto = onnx.load(os.fspath(model))
+        except FileNotFoundError as exc:
+            raise GraphError(f"{model}: no such file") from exc
+        except Exception as exc:
+            raise GraphError(f"{model}: not a readable ONNX model ({exc})") from exc
+        label = os.fspath(model)
+    elif isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+        label = model.graph.name or "<onnx model>"
+    else:
+        raise GraphError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
+
+    graph = proto.graph
+    for node in graph.node:
+        if node.op_type in CONTROL_FLOW:
+            raise GraphError(
+                f"{label}: node {node.name or node.op_type!r} is {node.op_type}: control flow "
+                "(subgraphs) is not supported"
+            )
+    # Bind symbolic dimensions everywhere they are declared, then infer the rest.
+    for value_info in [*graph.input, *graph.output, *graph.value_info]:
+        t = value_info.type
+        if t.HasField("tensor_type") and t.tensor_type.HasField("shape"):
+            for dim in t.tensor_type.shape.dim:
+                if dim.HasField("dim_param") and dim.dim_param in dims:
+                    dim.dim_value = dims[dim.dim_param]
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        raise GraphError(f"{label}: ONNX shape inference failed ({exc})") from exc
+    graph = proto.graph
+
+    info: dict[str, tuple[int, list[int | str | None]]] = {}
+    for value_info in [*graph.input, *graph.output, *graph.value_info]:
+        t = value_info.type
+        if not t.HasField("tensor_type"):
+            continue
+        shape: list[int | str | None] = []
+        if t.tensor_type.HasField("shape"):
+            for dim in t.tensor_type.shape.dim:
+                if dim.HasField("dim_value"):
+                    shape.append(dim.dim_value)
+                elif dim.HasField("dim_param"):
+                    shape.append(dims.get(dim.dim_param, dim.dim_param))
+                else:
+                    shape.append(None)
+        else:
+            shape = [None]
+        info[value_info.name] = (t.tensor_type.elem_type, shape)
+
+    def itemsize(name: str, elem_type: int) -> int:
+        try:
+            return int(onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
+        except Exception:
+            raise GraphError(
+                f"{label}: tensor {name!r} has element type {elem_type}, which has no fixed size"
+            ) from None
+
+    tensors: dict[str, Tensor] = {}
+    for init in graph.initializer:
+        size = math.prod(init.dims) * itemsize(init.name, init.data_type)
+        tensors[init.name] = Tensor(init.name, size, weight=True)
+
+    def activation(name: str) -> Tensor:
+        if name not in info:
+            raise GraphError(
+                f"{label}: shape inference gave no shape for tensor {name!r}; the model may "
+                "need its input shapes bound (dims=...) or a newer opset"
+            )
+        elem_type, shape = info[name]
+        unknown = [d for d in shape if not isinstance(d, int)]
+        if unknown:
+            named = sorted({d for d in unknown if isinstance(d, str)})
+            hint = (
+                f"; bind {', '.join(map(repr, named))} with dims={{...}}"
+                if named
+                else " (not inferable)"
+            )
+            raise GraphError(f"{label}: tensor {name!r} has an unknown shape {shape}{hint}")
+        dims_ok = [d for d in shape if isinstance(d, int)]
+        return Tensor(name, math.prod(dims_ok) * itemsize(name, elem_type))
+
+    inputs = [v.name for v in graph.input if v.name not in tensors]
+    for name in inputs:
+        tensors[name] = activation(name)
+    ops: list[Op] = []
+    for i, node in enumerate(graph.node):
+        op_name = node.name or f"{node.op_type}_{i}"
+        if node.op_type == "Constant":
+            for out in node.output:
+                t = activation(out)
+                tensors[out] = Tensor(out, t.size, weight=True)
+            continue
+        node_inputs = [x for x in node.input if x]
+        node_outputs = [x for x in node.output if x]
+        for out in node_outputs:
+            t = activation(out)
+            if node.op_type in VIEW_OPS and node_inputs:
+                t.view_of = node_inputs[0]
+            tensors[out] = t
+        inplace: dict[str, str] = {}
+        if node.op_type in INPLACE_OPS and node_inputs and node_outputs:
+            first, out = node_inputs[0], node_outputs[0]
+            if first in info and out in info and info[first][1] == info[out][1]:
+                inplace[out] = first
+        ops.append(Op(op_name, node_inputs, node_outputs, inplace))
+    outputs = [v.name for v in graph.output]
+    for name in outputs:
+        if name not in tensors:
+            raise GraphError(f"{label}: graph output {name!r} is never produced")
+    try:
+        return Graph.build(graph.name or label, tensors.values(), ops, inputs, outputs)
+    except GraphError as exc:
+        raise GraphError(f"{label}: {exc}") from None

@@ -1,0 +1,562 @@
+"""Planning problems: buffers with a live range, a size, an alignment and an optional fixed offset.
+
+A buffer is live on the half-open range ``[lower, upper)`` of abstract time steps. Two buffers whose
+ranges overlap must get disjoint byte ranges ``[offset, offset + size)``. The file format is
+MiniMalloc's CSV (``id,lower,upper,size``, optionally ``alignment`` and ``offset``); a JSON form
+carries the same fields. An ``offset`` given in a problem pins that buffer there (an empty cell
+leaves it free).
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from npumem.plan.errors import ProblemFormatError
+
+if TYPE_CHECKING:
+    from npumem.plan.graph import Graph
+
+__all__ = ["Alias", "Buffer", "Problem"]
+
+REQUIRED_COLUMNS = ("id", "lower", "upper", "size")
+OPTIONAL_COLUMNS = ("alignment", "offset")
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """One buffer to place: live on ``[lower, upper)``, ``size`` bytes, at an offset that is a
+    multiple of ``alignment``; ``offset`` pins it (``None``: the planner chooses)."""
+
+    id: str
+    lower: int
+    upper: int
+    size: int
+    alignment: int = 1
+    offset: int | None = None
+
+    @property
+    def lifetime(self) -> int:
+        """Number of time steps the buffer is live."""
+        return self.upper - self.lower
+
+    def overlaps(self, other: Buffer) -> bool:
+        """Whether the two live ranges share a time step."""
+        return self.lower < other.upper and other.lower < self.upper
+
+
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """A tensor that owns no memory: it lives inside buffer ``base`` at byte ``offset`` (a view,
+    or the output of an in-place op that reuses its input's memory)."""
+
+    name: str
+    base: str
+    offset: int
+    size: int
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def _strict_int(value: object) -> int:
+    """An int from an int or a decimal string; bools, floats and other text are refused."""
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        body = text[1:] if text[:1] in "+-" else text
+        if body.isdigit() and body.isascii():
+            return int(text)
+    raise ValueError
+
+
+def _check_buffer(buf: Buffer) -> str | None:
+    """The first rule ``buf`` breaks, as a sentence, or ``None``."""
+    if not buf.id:
+        return "the id is empty"
+    if buf.size <= 0:
+        return f"size must be a positive integer, got {buf.size}"
+    if buf.upper <= buf.lower:
+        return f"upper ({buf.upper}) must be greater than lower ({buf.lower})"
+    if not _is_power_of_two(buf.alignment):
+        return f"alignment must be a power of two, got {buf.alignment}"
+    if buf.offset is not None:
+        if buf.offset < 0:
+            return f"offset must be non-negative, got {buf.offset}"
+        if buf.offset % buf.alignment:
+            return f"offset {buf.offset} is not a multiple of the alignment {buf.alignment}"
+    return None
+
+
+class Problem:
+    """A set of buffers to place, plus the aliases (views, in-place outputs) that live inside them.
+
+    Build one with :meth:`from_csv`, :meth:`from_json`, :meth:`from_graph`, :meth:`from_onnx`, or
+    directly from :class:`Buffer` objects. Every buffer is checked; a broken rule raises
+    :class:`~npumem.plan.errors.ProblemFormatError` naming the buffer.
+    """
+
+    def __init__(
+        self,
+        buffers: Iterable[Buffer],
+        *,
+        aliases: Iterable[Alias] = (),
+        name: str = "",
+    ) -> None:
+        self.buffers: tuple[Buffer, ...] = tuple(buffers)
+        self.aliases: tuple[Alias, ...] = tuple(aliases)
+        self.name = name
+        index: dict[str, int] = {}
+        for i, buf in enumerate(self.buffers):
+            if not isinstance(buf, Buffer):
+                raise ProblemFormatError(f"entry {i} is a {type(buf).__name__}, not a Buffer")
+            problem = _check_buffer(buf)
+            if problem:
+                raise ProblemFormatError(f"buffer {buf.id!r}: {problem}")
+            if buf.id in index:
+                raise ProblemFormatError(f"buffer id {buf.id!r} appears twice")
+            index[buf.id] = i
+        self._index = index
+        names = set(index)
+        for alias in self.aliases:
+            if alias.name in names:
+                raise ProblemFormatError(
+                    f"alias {alias.name!r} reuses the name of a buffer or alias"
+                )
+            names.add(alias.name)
+            base = self.buffers[index[alias.base]] if alias.base in index else None
+            if base is None:
+                raise ProblemFormatError(
+                    f"alias {alias.name!r} refers to unknown buffer {alias.base!r}"
+                )
+            if alias.offset < 0 or alias.size < 0 or alias.offset + alias.size > base.size:
+                raise ProblemFormatError(
+                    f"alias {alias.name!r} ([{alias.offset}, {alias.offset + alias.size})) does "
+                    f"not lie inside buffer {alias.base!r} of {base.size} bytes"
+                )
+        self._check_fixed_overlaps()
+
+    # ----------------------------------------------------------------------------------------
+    # Basic access
+
+    def __len__(self) -> int:
+        return len(self.buffers)
+
+    def __iter__(self) -> Iterator[Buffer]:
+        return iter(self.buffers)
+
+    def __repr__(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        return f"<Problem{label}: {len(self.buffers)} buffers, {len(self.aliases)} aliases>"
+
+    def index_of(self, buffer_id: str) -> int:
+        """Position of the buffer with this id in :attr:`buffers`."""
+        try:
+            return self._index[buffer_id]
+        except KeyError:
+            raise KeyError(f"no buffer with id {buffer_id!r}") from None
+
+    def __getitem__(self, buffer_id: str) -> Buffer:
+        return self.buffers[self.index_of(buffer_id)]
+
+    @property
+    def ids(self) -> list[str]:
+        """The buffer ids, in problem order."""
+        return [b.id for b in self.buffers]
+
+    @property
+    def total_size(self) -> int:
+        """Bytes needed without any reuse (every buffer in its own range)."""
+        return sum(b.size for b in self.buffers)
+
+    @property
+    def has_fixed(self) -> bool:
+        """Whether some buffer has a fixed offset."""
+        return any(b.offset is not None for b in self.buffers)
+
+    @cached_property
+    def neighbors(self) -> tuple[tuple[int, ...], ...]:
+        """For each buffer, the indices of the buffers whose live range overlaps its own.
+
+        Computed by one sweep over the ranges sorted by start: O(n log n + number of pairs).
+        """
+        order = sorted(range(len(self.buffers)), key=lambda i: self.buffers[i].lower)
+        adjacency: list[list[int]] = [[] for _ in self.buffers]
+        active: list[tuple[int, int]] = []  # heap of (upper, index)
+        alive: set[int] = set()
+        for i in order:
+            lower = self.buffers[i].lower
+            while active and active[0][0] <= lower:
+                alive.discard(heapq.heappop(active)[1])
+            for j in alive:
+                adjacency[i].append(j)
+                adjacency[j].append(i)
+            alive.add(i)
+            heapq.heappush(active, (self.buffers[i].upper, i))
+        return tuple(tuple(sorted(a)) for a in adjacency)
+
+    def _check_fixed_overlaps(self) -> None:
+        fixed = [b for b in self.buffers if b.offset is not None]
+        if len(fixed) < 2:
+            return
+        fixed.sort(key=lambda b: b.lower)
+        for i, a in enumerate(fixed):
+            for b in fixed[i + 1 :]:
+                if b.lower >= a.upper:
+                    break
+                assert a.offset is not None and b.offset is not None
+                if a.offset < b.offset + b.size and b.offset < a.offset + a.size:
+                    raise ProblemFormatError(
+                        f"fixed buffers {a.id!r} and {b.id!r} are live at the same time and "
+                        "their fixed byte ranges overlap"
+                    )
+
+    # ----------------------------------------------------------------------------------------
+    # Transformations
+
+    def with_alignment(self, alignment: int) -> Problem:
+        """A copy in which every buffer's alignment is at least ``alignment``."""
+        if not _is_power_of_two(alignment):
+            raise ProblemFormatError(f"alignment must be a power of two, got {alignment}")
+        return Problem(
+            (
+                Buffer(b.id, b.lower, b.upper, b.size, max(b.alignment, alignment), b.offset)
+                for b in self.buffers
+            ),
+            aliases=self.aliases,
+            name=self.name,
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # CSV
+
+    @classmethod
+    def from_csv(cls, source: str | os.PathLike[str] | io.TextIOBase, *, name: str = "") -> Problem:
+        """Read a MiniMalloc CSV: header ``id,lower,upper,size`` (columns in any order), optional
+        ``alignment`` and ``offset`` columns (an offset pins the buffer; an empty cell does not).
+
+        Errors name the file and line: ``model.csv, line 7: size must be a positive integer``.
+        """
+        if isinstance(source, io.TextIOBase):
+            label = getattr(source, "name", "<csv>")
+            return cls._parse_csv(source.read(), str(label), name)
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except OSError as exc:
+            raise ProblemFormatError(f"{path}: cannot read the file ({exc.strerror})") from exc
+        except UnicodeDecodeError as exc:
+            raise ProblemFormatError(f"{path}: not a UTF-8 text file ({exc.reason})") from exc
+        return cls._parse_csv(text, str(path), name or path.stem)
+
+    @classmethod
+    def _parse_csv(cls, text: str, label: str, name: str) -> Problem:
+        reader = csv.reader(io.StringIO(text))
+        header: list[str] | None = None
+        columns: dict[str, int] = {}
+        buffers: list[Buffer] = []
+        first_line: dict[str, int] = {}
+        for row in reader:
+            line = reader.line_num
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if header is None:
+                header = [cell.strip().lower() for cell in row]
+                known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+                unknown = [c for c in header if c not in known]
+                if unknown:
+                    raise ProblemFormatError(
+                        f"{label}, line {line}: unknown column(s) {', '.join(map(repr, unknown))}; "
+                        f"expected {','.join(REQUIRED_COLUMNS)} and optionally "
+                        f"{' and '.join(OPTIONAL_COLUMNS)}"
+                    )
+                missing = [c for c in REQUIRED_COLUMNS if c not in header]
+                if missing:
+                    raise ProblemFormatError(
+                        f"{label}, line {line}: missing column(s) {', '.join(map(repr, missing))}; "
+                        f"the header must name {','.join(REQUIRED_COLUMNS)}"
+                    )
+                duplicated = sorted({c for c in header if header.count(c) > 1})
+                if duplicated:
+                    raise ProblemFormatError(
+                        f"{label}, line {line}: column(s) {', '.join(map(repr, duplicated))} "
+                        "appear more than once"
+                    )
+                columns = {c: header.index(c) for c in header}
+                continue
+            if len(row) != len(header):
+                raise ProblemFormatError(
+                    f"{label}, line {line}: expected {len(header)} fields "
+                    f"({','.join(header)}), got {len(row)}"
+                )
+            buf = cls._row_to_buffer(row, columns, label, line)
+            if buf.id in first_line:
+                raise ProblemFormatError(
+                    f"{label}, line {line}: buffer id {buf.id!r} already used on line "
+                    f"{first_line[buf.id]}"
+                )
+            first_line[buf.id] = line
+            buffers.append(buf)
+        if header is None:
+            raise ProblemFormatError(
+                f"{label}: the file is empty; expected a header {','.join(REQUIRED_COLUMNS)}"
+            )
+        try:
+            return cls(buffers, name=name)
+        except ProblemFormatError as exc:
+            # Only fixed-offset clashes get here: name the lines of the two buffers.
+            raise ProblemFormatError(f"{label}: {exc}") from exc
+
+    @staticmethod
+    def _row_to_buffer(
+        row: Sequence[str], columns: Mapping[str, int], label: str, line: int
+    ) -> Buffer:
+        def integer(column: str) -> int:
+            raw = row[columns[column]]
+            try:
+                return _strict_int(raw)
+            except ValueError:
+                raise ProblemFormatError(
+                    f"{label}, line {line}: {column} must be an integer, got {raw.strip()!r}"
+                ) from None
+
+        buffer_id = row[columns["id"]].strip()
+        if not buffer_id:
+            raise ProblemFormatError(f"{label}, line {line}: the id is empty")
+        alignment = 1
+        if "alignment" in columns and row[columns["alignment"]].strip():
+            alignment = integer("alignment")
+        offset: int | None = None
+        if "offset" in columns and row[columns["offset"]].strip():
+            offset = integer("offset")
+        buf = Buffer(
+            buffer_id, integer("lower"), integer("upper"), integer("size"), alignment, offset
+        )
+        problem = _check_buffer(buf)
+        if problem:
+            raise ProblemFormatError(f"{label}, line {line}: buffer {buffer_id!r}: {problem}")
+        return buf
+
+    def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The problem as MiniMalloc CSV text (written to ``path`` when given). ``alignment`` and
+        ``offset`` columns appear only when some buffer needs them."""
+        with_align = any(b.alignment != 1 for b in self.buffers)
+        with_offset = self.has_fixed
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        header = list(REQUIRED_COLUMNS)
+        if with_align:
+            header.append("alignment")
+        if with_offset:
+            header.append("offset")
+        writer.writerow(header)
+        for b in self.buffers:
+            row: list[object] = [b.id, b.lower, b.upper, b.size]
+            if with_align:
+                row.append(b.alignment)
+            if with_offset:
+                row.append("" if b.offset is None else b.offset)
+            writer.writerow(row)
+        text = out.getvalue()
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    # ----------------------------------------------------------------------------------------
+    # JSON
+
+    @classmethod
+    def from_json(
+        cls, source: str | os.PathLike[str] | Mapping[str, Any], *, name: str = ""
+    ) -> Problem:
+        """Read a problem from JSON: ``{"buffers": [{"id", "lower", "upper", "size",
+        "alignment"?, "offset"?}, ...], "aliases"?: [{"name", "base", "offset", "size"}],
+        "name"?: str}``. ``source`` is a path or the already-decoded object.
+
+        Errors name the file and the entry: ``p.json: buffers[3] (id 'x'): size must be ...``.
+        """
+        if isinstance(source, Mapping):
+            return cls._from_obj(source, "<json>", name)
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except OSError as exc:
+            raise ProblemFormatError(f"{path}: cannot read the file ({exc.strerror})") from exc
+        except UnicodeDecodeError as exc:
+            raise ProblemFormatError(f"{path}: not a UTF-8 text file ({exc.reason})") from exc
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ProblemFormatError(
+                f"{path}, line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg})"
+            ) from exc
+        if not isinstance(obj, Mapping):
+            raise ProblemFormatError(f"{path}: expected a JSON object with a 'buffers' list")
+        return cls._from_obj(obj, str(path), name, default_name=path.stem)
+
+    @classmethod
+    def _from_obj(
+        cls, obj: Mapping[str, Any], label: str, name: str, default_name: str = ""
+    ) -> Problem:
+        entries = obj.get("buffers")
+        if not isinstance(entries, list):
+            raise ProblemFormatError(f"{label}: expected a 'buffers' list")
+        buffers: list[Buffer] = []
+        seen: dict[str, int] = {}
+        for i, entry in enumerate(entries):
+            where = f"{label}: buffers[{i}]"
+            if not isinstance(entry, Mapping):
+                raise ProblemFormatError(f"{where}: expected an object, got {entry!r}")
+            missing = [k for k in REQUIRED_COLUMNS if k not in entry]
+            if missing:
+                raise ProblemFormatError(
+                    f"{where}: missing field(s) {', '.join(map(repr, missing))}"
+                )
+            unknown = [k for k in entry if k not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
+            if unknown:
+                raise ProblemFormatError(
+                    f"{where}: unknown field(s) {', '.join(map(repr, unknown))}"
+                )
+            raw_id = entry["id"]
+            if not isinstance(raw_id, str | int) or isinstance(raw_id, bool):
+                raise ProblemFormatError(f"{where}: id must be a string or an integer")
+            buffer_id = str(raw_id)
+            where = f"{where} (id {buffer_id!r})"
+
+            def integer(key: str, where: str = where, entry: Mapping[str, Any] = entry) -> int:
+                try:
+                    return _strict_int(entry[key])
+                except ValueError:
+                    raise ProblemFormatError(
+                        f"{where}: {key} must be an integer, got {entry[key]!r}"
+                    ) from None
+
+            alignment = integer("alignment") if entry.get("alignment") is not None else 1
+            offset = integer("offset") if entry.get("offset") is not None else None
+            buf = Buffer(
+                buffer_id, integer("lower"), integer("upper"), integer("size"), alignment, offset
+            )
+            problem = _check_buffer(buf)
+            if problem:
+                raise ProblemFormatError(f"{where}: {problem}")
+            if buffer_id in seen:
+                raise ProblemFormatError(f"{where}: id already used by buffers[{seen[buffer_id]}]")
+            seen[buffer_id] = i
+            buffers.append(buf)
+        aliases: list[Alias] = []
+        raw_aliases = obj.get("aliases", [])
+        if not isinstance(raw_aliases, list):
+            raise ProblemFormatError(f"{label}: 'aliases' must be a list")
+        for i, entry in enumerate(raw_aliases):
+            where = f"{label}: aliases[{i}]"
+            try:
+                aliases.append(
+                    Alias(
+                        str(entry["name"]),
+                        str(entry["base"]),
+                        _strict_int(entry.get("offset", 0)),
+                        _strict_int(entry["size"]),
+                    )
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ProblemFormatError(
+                    f"{where}: expected {{'name', 'base', 'offset', 'size'}} with integer "
+                    f"offset and size ({exc!r})"
+                ) from None
+        given_name = obj.get("name")
+        try:
+            return cls(
+                buffers,
+                aliases=aliases,
+                name=name or (given_name if isinstance(given_name, str) else "") or default_name,
+            )
+        except ProblemFormatError as exc:
+            raise ProblemFormatError(f"{label}: {exc}") from exc
+
+    def to_json_obj(self) -> dict[str, Any]:
+        """The problem as a JSON-ready dict (the format :meth:`from_json` reads)."""
+        buffers: list[dict[str, Any]] = []
+        for b in self.buffers:
+            entry: dict[str, Any] = {"id": b.id, "lower": b.lower, "upper": b.upper, "size": b.size}
+            if b.alignment != 1:
+                entry["alignment"] = b.alignment
+            if b.offset is not None:
+                entry["offset"] = b.offset
+            buffers.append(entry)
+        obj: dict[str, Any] = {"name": self.name, "buffers": buffers}
+        if self.aliases:
+            obj["aliases"] = [
+                {"name": a.name, "base": a.base, "offset": a.offset, "size": a.size}
+                for a in self.aliases
+            ]
+        return obj
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The problem as JSON text (written to ``path`` when given)."""
+        text = json.dumps(self.to_json_obj(), indent=1) + "\n"
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    # ----------------------------------------------------------------------------------------
+    # Graphs
+
+    @classmethod
+    def from_graph(
+        cls,
+        graph: Graph,
+        *,
+        include_weights: bool = False,
+        include_inputs: bool = True,
+        include_outputs: bool = True,
+        alignment: int = 1,
+    ) -> Problem:
+        """Lifetimes of a graph's tensors (see :mod:`npumem.plan.graph` for the rules)."""
+        from npumem.plan.graph import lifetimes
+
+        return lifetimes(
+            graph,
+            include_weights=include_weights,
+            include_inputs=include_inputs,
+            include_outputs=include_outputs,
+            alignment=alignment,
+        )
+
+    @classmethod
+    def from_onnx(
+        cls,
+        model: object,
+        *,
+        dims: Mapping[str, int] | None = None,
+        include_weights: bool = False,
+        include_inputs: bool = True,
+        include_outputs: bool = True,
+        alignment: int = 64,
+    ) -> Problem:
+        """Lifetimes of an ONNX model's tensors (a path or an ``onnx.ModelProto``).
+
+        Shapes come from ONNX shape inference; symbolic dimensions are bound by ``dims``
+        (``{"batch": 1, "seq": 128}``). Needs the ``onnx`` extra: ``pip install npumem[onnx]``.
+        """
+        from npumem.plan.onnx_import import graph_from_onnx
+
+        graph = graph_from_onnx(model, dims=dims)
+        return cls.from_graph(
+            graph,
+            include_weights=include_weights,
+            include_inputs=include_inputs,
+            include_outputs=include_outputs,
+            alignment=alignment,
+        )

@@ -1,0 +1,328 @@
+"""Anytime search for small arenas: branch and bound over canonical bottom-up packings.
+
+The search works on one *component* at a time: the problem splits at every time point that no
+buffer's live range crosses, and the parts can be packed independently (the arena is the largest
+part's). Inside a component, time is cut into *sections* between consecutive range ends.
+
+Canonical packings
+    Take any packing and push buffers down in the order of their offsets: each goes to the lowest
+    aligned offset that is free of the buffers placed before it (and of pinned buffers). Nothing
+    gets higher, so some optimal packing is a fixed point of this, and in it every buffer sits at
+    ``raw(b)``: the lowest aligned offset at or above the *floor* of its sections (the highest end
+    of a buffer placed earlier in any section it is live in), skipping pinned buffers. The search
+    therefore builds packings bottom-up: it only chooses *which* buffer comes next; the offset
+    follows, and offsets never decrease along a branch.
+
+Pruning (each rule keeps at least one optimal packing reachable)
+    * capacity: a buffer whose lowest possible offset plus its size exceeds the capacity.
+    * cross sections: in every section, the buffers still to place must fit between
+      ``max(floor, last offset)`` and the capacity, as their sum.
+    * dead buffers: a buffer whose floor is below the last offset can only be placed once some
+      other buffer live with it is placed above the last offset; if none is left, prune.
+    * symmetry: buffers placed one after the other at the same offset do not overlap in time, so
+      their order does not matter; only the order of the branching preference is explored.
+
+Anytime
+    The search starts from the best greedy packing and runs depth-first with restarts (node
+    budgets following the Luby sequence, branch order perturbed from the seed after the first
+    runs). Each packing found tightens the capacity to one byte below it. A run that finishes
+    within its budget has proven its last capacity infeasible, which is a lower bound.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from npumem._core import PackingInstance
+from npumem.plan.bounds import lower_bound
+from npumem.plan.greedy import best_greedy
+from npumem.plan.problem import Problem
+from npumem.plan.solution import FEASIBLE, INFEASIBLE, OPTIMAL, SearchStats, Solution
+
+__all__ = ["Component", "Progress", "components", "solve"]
+
+
+@dataclass(slots=True)
+class Component:
+    """A part of a problem that no buffer connects to the rest in time, in the search's terms:
+    local indices ``0..n-1`` for the movable buffers, sections for time."""
+
+    indices: list[int]
+    """Problem indices of the movable buffers."""
+    sizes: list[int]
+    alignments: list[int]
+    section_lo: list[int]
+    section_hi: list[int]
+    """Each buffer is live in sections ``section_lo[i] <= s < section_hi[i]``."""
+    n_sections: int
+    neighbors: list[list[int]]
+    """Local indices of the movable buffers live at the same time as each one."""
+    obstacles: list[list[tuple[int, int]]]
+    """Byte ranges of pinned buffers live at the same time as each one, sorted and merged."""
+    lifetimes: list[int]
+    lower_bound: int
+    """Largest of the static bounds of this part (pinned buffers included)."""
+
+
+def components(problem: Problem) -> list[Component]:
+    """Split ``problem`` at every time point no live range crosses (see the module docstring)."""
+    buffers = problem.buffers
+    order = sorted(range(len(buffers)), key=lambda i: (buffers[i].lower, buffers[i].upper))
+    groups: list[list[int]] = []
+    reach = None
+    for i in order:
+        if reach is None or buffers[i].lower >= reach:
+            groups.append([])
+            reach = buffers[i].upper
+        groups[-1].append(i)
+        reach = max(reach, buffers[i].upper)
+    result = []
+    for group in groups:
+        part = Problem([buffers[i] for i in group])
+        movable = [k for k, i in enumerate(group) if buffers[i].offset is None]
+        local = {k: m for m, k in enumerate(movable)}
+        times = sorted({t for i in group for t in (buffers[i].lower, buffers[i].upper)})
+        section = {t: s for s, t in enumerate(times)}
+        neighbors: list[list[int]] = []
+        obstacles: list[list[tuple[int, int]]] = []
+        for k in movable:
+            nbrs = part.neighbors[k]
+            neighbors.append([local[j] for j in nbrs if j in local])
+            pinned = []
+            for j in nbrs:
+                if j not in local:
+                    offset = part.buffers[j].offset
+                    assert offset is not None
+                    pinned.append((offset, offset + part.buffers[j].size))
+            merged: list[tuple[int, int]] = []
+            for lo, hi in sorted(pinned):  # pinned buffers not live together may overlap
+                if merged and lo <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+                else:
+                    merged.append((lo, hi))
+            obstacles.append(merged)
+        result.append(
+            Component(
+                indices=[group[k] for k in movable],
+                sizes=[part.buffers[k].size for k in movable],
+                alignments=[part.buffers[k].alignment for k in movable],
+                section_lo=[section[part.buffers[k].lower] for k in movable],
+                section_hi=[section[part.buffers[k].upper] for k in movable],
+                n_sections=max(len(times) - 1, 0),
+                neighbors=neighbors,
+                obstacles=obstacles,
+                lifetimes=[part.buffers[k].lifetime for k in movable],
+                lower_bound=lower_bound(part),
+            )
+        )
+    return result
+
+
+BASE_NODES = 20_000
+"""Nodes of the shortest search run; run ``k`` gets ``BASE_NODES`` times the k-th Luby term."""
+
+
+def _luby(i: int) -> int:
+    """The i-th term (from 0) of the Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, ..."""
+    k = 1
+    while (1 << k) - 1 < i + 1:
+        k += 1
+    while True:
+        if i + 1 == (1 << k) - 1:
+            return 1 << (k - 1)
+        i -= (1 << (k - 1)) - 1
+        k = 1
+        while (1 << k) - 1 < i + 1:
+            k += 1
+
+
+def _ranks(comp: Component, run: int, rng: random.Random) -> list[int]:
+    """Order among children at the same offset for run ``run``: five fixed rules first (area,
+    lifetime, size, start, conflicts; largest first), then seeded perturbations of them."""
+    n = len(comp.sizes)
+    life, size, start = comp.lifetimes, comp.sizes, comp.section_lo
+    degree = [len(nb) for nb in comp.neighbors]
+    keys: list[Callable[[int], tuple[int, ...]]] = [
+        lambda q: (-size[q] * life[q], q),
+        lambda q: (-life[q], -size[q], q),
+        lambda q: (-size[q], -life[q], q),
+        lambda q: (start[q], -life[q], q),
+        lambda q: (-degree[q], -size[q], q),
+    ]
+    if run < len(keys):
+        order = sorted(range(n), key=keys[run])
+    else:
+        base = keys[rng.randrange(len(keys))]
+        spread = rng.choice((0.1, 0.3, 1.0))
+        noisy = {q: base(q)[0] * (1.0 + spread * rng.random()) for q in range(n)}
+        order = sorted(range(n), key=lambda q: (noisy[q], q))
+    rank = [0] * n
+    for position, q in enumerate(order):
+        rank[q] = position
+    return rank
+
+
+@dataclass(slots=True)
+class Progress:
+    """Passed to a ``progress`` callback of :func:`solve` each time the best arena improves."""
+
+    seconds: float
+    arena_size: int
+    lower_bound: int
+    nodes: int
+
+
+def solve(
+    problem: Problem,
+    *,
+    capacity: int | None = None,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    node_limit: int | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> Solution:
+    """Pack ``problem`` into as small an arena as can be found within ``time_limit`` seconds.
+
+    Starts from the best greedy rule (see :mod:`npumem.plan.greedy`), then searches (see this
+    module's docstring), keeps the best packing and stops early once it meets a lower bound.
+
+    With ``capacity``, stops as soon as a packing fits; when none is found in time the solution
+    keeps the best packing and has ``status == "capacity-not-met"`` (``"infeasible"`` when the
+    capacity is proven too small) and ``fits == False``.
+
+    The search is deterministic for a given ``seed``: with ``node_limit`` (total search nodes)
+    the result is the same on any machine; with only a time limit a faster machine may get
+    further.
+    """
+    if time_limit < 0:
+        raise ValueError(f"time_limit must be >= 0, got {time_limit}")
+    if capacity is not None and capacity < 0:
+        raise ValueError(f"capacity must be >= 0, got {capacity}")
+    start = time.perf_counter()
+    deadline = start + time_limit
+    stats = SearchStats()
+    bound = lower_bound(problem)
+    greedy = best_greedy(problem, deadline=deadline)
+    stats.greedy_rule, stats.greedy_arena, stats.greedy_seconds = (
+        greedy.rule,
+        greedy.arena_size,
+        greedy.seconds,
+    )
+    offsets = list(greedy.offsets)
+    arena = greedy.arena_size
+    stats.improvements.append((time.perf_counter() - start, arena))
+    if capacity is not None and arena <= capacity:
+        stats.time_to_fit = time.perf_counter() - start
+
+    def finish(status: str | None = None) -> Solution:
+        stats.seconds = time.perf_counter() - start
+        return Solution(
+            problem,
+            offsets,
+            lower_bound=bound,
+            capacity=capacity,
+            status=status,
+            stats=stats,
+        )
+
+    if capacity is not None and bound > capacity:
+        return finish(INFEASIBLE)
+    goal = bound if capacity is None else capacity
+    if arena <= goal:
+        return finish()
+
+    parts = components(problem)
+    pinned_top = _pinned_top(problem)
+    # Arena of each part under the current packing, and what is proven about each part.
+    part_arena = [
+        max((offsets[i] + problem.buffers[i].size for i in c.indices), default=0) for c in parts
+    ]
+    part_bound = [c.lower_bound for c in parts]
+    part_runs = [0] * len(parts)
+    instances: dict[int, PackingInstance] = {}
+    rng = random.Random(seed)
+    nodes_left = node_limit
+
+    def current() -> int:
+        return max(max(part_arena, default=0), pinned_top)
+
+    while True:
+        bound = max(bound, *part_bound)
+        arena = current()
+        if arena <= goal or arena <= bound:
+            break
+        # Work on the part that holds the arena up; if it is proven optimal, so is the arena.
+        k = max(range(len(parts)), key=lambda j: part_arena[j])
+        if part_arena[k] <= part_bound[k]:
+            bound = max(bound, part_arena[k])
+            break
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0 or (nodes_left is not None and nodes_left <= 0):
+            break
+        comp = parts[k]
+        if k not in instances:
+            instances[k] = PackingInstance(
+                comp.sizes,
+                comp.alignments,
+                comp.section_lo,
+                comp.section_hi,
+                comp.n_sections,
+                comp.neighbors,
+                comp.obstacles,
+            )
+        run = part_runs[k]
+        part_runs[k] += 1
+        # Runs cycle through three kinds: probe the lower bound itself (tightest pruning; a
+        # packing there is optimal and fits any feasible capacity), descend from the best
+        # packing so far (each packing found tightens the capacity), and probe halfway between
+        # the two (a bisection) or, with a capacity, the capacity itself.
+        kind, cycle = run % 3, run // 3
+        budget = BASE_NODES * _luby(cycle)
+        if nodes_left is not None:
+            budget = min(budget, nodes_left)
+        floor = max(bound, part_bound[k])
+        if kind == 0:
+            run_capacity = floor
+        elif kind == 1:
+            run_capacity = part_arena[k] - 1
+        elif capacity is not None:
+            run_capacity = capacity
+        else:
+            run_capacity = (floor + part_arena[k]) // 2
+        target = capacity if capacity is not None else bound
+        exhausted, found, found_arena, nodes = instances[k].search(
+            _ranks(comp, cycle, rng), run_capacity, target, budget, remaining
+        )
+        stats.nodes += nodes
+        stats.runs += 1
+        if nodes_left is not None:
+            nodes_left -= nodes
+        if found is not None and found_arena < part_arena[k]:
+            for local, i in enumerate(comp.indices):
+                offsets[i] = found[local]
+            part_arena[k] = found_arena
+            elapsed = time.perf_counter() - start
+            stats.improvements.append((elapsed, current()))
+            if capacity is not None and current() <= capacity and stats.time_to_fit is None:
+                stats.time_to_fit = elapsed
+            if progress is not None:
+                progress(Progress(elapsed, current(), max(bound, *part_bound), stats.nodes))
+        if exhausted:
+            # Nothing at or below the run's final capacity exists for this part.
+            final_capacity = run_capacity if found is None else found_arena - 1
+            part_bound[k] = max(part_bound[k], final_capacity + 1)
+            if capacity is not None and part_bound[k] > capacity:
+                bound = max(bound, part_bound[k])
+                return finish(INFEASIBLE)
+
+    bound = max(bound, *part_bound)
+    if capacity is not None:
+        return finish()
+    return finish(OPTIMAL if current() <= bound else FEASIBLE)
+
+
+def _pinned_top(problem: Problem) -> int:
+    return max((b.offset + b.size for b in problem.buffers if b.offset is not None), default=0)

@@ -1,0 +1,329 @@
+"""A solved plan: an offset per buffer, the bound it is measured against, checks and exports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from npumem.plan.errors import PlanError, PlanValidationError
+from npumem.plan.problem import Problem
+
+__all__ = [
+    "FEASIBLE",
+    "INFEASIBLE",
+    "NOT_MET",
+    "OPTIMAL",
+    "BlockLike",
+    "SearchStats",
+    "Solution",
+]
+
+OPTIMAL = "optimal"
+"""The arena equals a proven lower bound: no packing is smaller."""
+FEASIBLE = "feasible"
+"""A valid packing (within the capacity, when one was asked), optimality not proven."""
+NOT_MET = "capacity-not-met"
+"""A capacity was asked and no packing within it was found in time (the best one is kept)."""
+INFEASIBLE = "infeasible"
+"""A capacity was asked and it is proven too small (below a lower bound, or search exhausted)."""
+
+
+class BlockLike(Protocol):
+    """What :meth:`Solution.bind` needs of a block: where it starts and how long it is
+    (``npumem.Block`` has both)."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+
+@dataclass(slots=True)
+class SearchStats:
+    """How a solution was found."""
+
+    greedy_rule: str = ""
+    """The greedy rule the search started from."""
+    greedy_arena: int = 0
+    """The arena of that rule's packing."""
+    greedy_seconds: float = 0.0
+    """Time to run every greedy rule (the first answer)."""
+    seconds: float = 0.0
+    """Total time of :func:`npumem.plan.solve`."""
+    time_to_fit: float | None = None
+    """Seconds until the first packing within the capacity (``None``: no capacity, or none)."""
+    nodes: int = 0
+    """Search nodes expanded."""
+    runs: int = 0
+    """Search restarts."""
+    improvements: list[tuple[float, int]] = field(default_factory=list)
+    """``(seconds, arena)`` each time a smaller packing was found."""
+
+
+def _c_identifier(text: str) -> str:
+    ident = re.sub(r"[^0-9A-Za-z_]", "_", text)
+    return ident if ident and not ident[0].isdigit() else f"_{ident}"
+
+
+def _c_string(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 32 <= ord(ch) < 127:
+            out.append(ch)
+        else:
+            out.extend(f"\\{byte:03o}" for byte in ch.encode("utf-8"))
+    return '"' + "".join(out) + '"'
+
+
+class Solution:
+    """Offsets for every buffer of ``problem``.
+
+    ``offsets`` maps buffer id to offset (a sequence in problem order is accepted too). Solutions
+    from :func:`npumem.plan.solve` carry the lower bound, the status and search statistics; one
+    built by hand (to check an external plan) gets the problem's static lower bound.
+    """
+
+    def __init__(
+        self,
+        problem: Problem,
+        offsets: Mapping[str, int] | Sequence[int],
+        *,
+        lower_bound: int | None = None,
+        capacity: int | None = None,
+        status: str | None = None,
+        stats: SearchStats | None = None,
+    ) -> None:
+        self.problem = problem
+        if isinstance(offsets, Mapping):
+            unknown = [k for k in offsets if k not in problem._index]
+            if unknown:
+                raise PlanError(f"offsets given for unknown buffer(s): {', '.join(unknown[:5])}")
+            self.offsets: dict[str, int] = {
+                b.id: offsets[b.id] for b in problem.buffers if b.id in offsets
+            }
+        else:
+            if len(offsets) != len(problem.buffers):
+                raise PlanError(f"{len(offsets)} offsets given for {len(problem.buffers)} buffers")
+            self.offsets = {b.id: int(o) for b, o in zip(problem.buffers, offsets, strict=True)}
+        if lower_bound is None:
+            from npumem.plan.bounds import lower_bound as static_bound
+
+            lower_bound = static_bound(problem)
+        self.lower_bound: int = lower_bound
+        """The bound the arena is measured against (never above the optimum)."""
+        self.capacity = capacity
+        """The capacity that was asked for, if any."""
+        self.stats = stats if stats is not None else SearchStats()
+        if status is None:
+            status = OPTIMAL if self.arena_size <= lower_bound else FEASIBLE
+            if capacity is not None and self.arena_size > capacity:
+                status = NOT_MET
+        self.status = status
+        """One of ``optimal``, ``feasible``, ``capacity-not-met``, ``infeasible``."""
+
+    @property
+    def arena_size(self) -> int:
+        """Bytes the packing needs: the highest end of any buffer."""
+        buffers = self.problem.buffers
+        return max(
+            (self.offsets[b.id] + b.size for b in buffers if b.id in self.offsets), default=0
+        )
+
+    @property
+    def gap(self) -> float:
+        """How far above the lower bound the arena is, as a fraction (0.05 is 5% above)."""
+        if self.lower_bound <= 0:
+            return 0.0
+        return (self.arena_size - self.lower_bound) / self.lower_bound
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the arena is within the capacity asked for (``None`` when none was asked)."""
+        if self.capacity is None:
+            return None
+        return self.arena_size <= self.capacity
+
+    @property
+    def naive_size(self) -> int:
+        """Bytes without any reuse: the sum of the buffer sizes."""
+        return self.problem.total_size
+
+    def __repr__(self) -> str:
+        return (
+            f"<Solution {self.status}: arena {self.arena_size} bytes, lower bound "
+            f"{self.lower_bound}, gap {self.gap:.2%}>"
+        )
+
+    def summary(self) -> str:
+        """One line: arena, lower bound, gap, status, time."""
+        text = (
+            f"arena {self.arena_size:,} bytes, lower bound {self.lower_bound:,}, "
+            f"gap {self.gap:.2%}, {self.status}"
+        )
+        if self.capacity is not None:
+            text += f" (capacity {self.capacity:,}: {'fits' if self.fits else 'does not fit'})"
+        return text + f", {self.stats.seconds:.3f} s"
+
+    # ----------------------------------------------------------------------------------------
+    # Checks
+
+    def validate(self, capacity: int | None = None) -> None:
+        """Raise :class:`~npumem.plan.errors.PlanValidationError` unless every buffer is placed at a
+        non-negative offset that is a multiple of its alignment, pinned buffers are where they
+        are pinned, no two buffers live at the same time share a byte, and, when ``capacity`` is
+        given, the arena is within it (:attr:`fits` tells whether the asked capacity was met)."""
+        buffers = self.problem.buffers
+        offsets: list[int] = []
+        for b in buffers:
+            if b.id not in self.offsets:
+                raise PlanValidationError(f"buffer {b.id!r} has no offset")
+            o = self.offsets[b.id]
+            if isinstance(o, bool) or not isinstance(o, int) or o < 0:
+                raise PlanValidationError(f"buffer {b.id!r}: offset {o!r} is not an integer >= 0")
+            if o % b.alignment:
+                raise PlanValidationError(
+                    f"buffer {b.id!r}: offset {o} is not a multiple of its alignment {b.alignment}"
+                )
+            if b.offset is not None and o != b.offset:
+                raise PlanValidationError(f"buffer {b.id!r} is pinned at {b.offset}, placed at {o}")
+            offsets.append(o)
+        for i, nbrs in enumerate(self.problem.neighbors):
+            lo, hi = offsets[i], offsets[i] + buffers[i].size
+            for j in nbrs:
+                if j > i and offsets[j] < hi and lo < offsets[j] + buffers[j].size:
+                    a, b = buffers[i], buffers[j]
+                    raise PlanValidationError(
+                        f"buffers {a.id!r} (live [{a.lower}, {a.upper}), bytes [{lo}, {hi})) and "
+                        f"{b.id!r} (live [{b.lower}, {b.upper}), bytes [{offsets[j]}, "
+                        f"{offsets[j] + b.size})) are live at the same time and share bytes"
+                    )
+        if capacity is not None and self.arena_size > capacity:
+            raise PlanValidationError(
+                f"the arena needs {self.arena_size} bytes, above the capacity of {capacity}"
+            )
+
+    # ----------------------------------------------------------------------------------------
+    # Exports
+
+    def tensor_offsets(self) -> dict[str, tuple[int, int]]:
+        """``name -> (offset, size)`` for every tensor: the buffers, then the aliases (views and
+        in-place outputs) at their base's offset plus their own."""
+        table = {b.id: (self.offsets[b.id], b.size) for b in self.problem.buffers}
+        for alias in self.problem.aliases:
+            table[alias.name] = (self.offsets[alias.base] + alias.offset, alias.size)
+        return table
+
+    def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The solution in MiniMalloc CSV (``id,lower,upper,size[,alignment],offset``); written
+        to ``path`` when given. Aliases are not buffers and do not appear (see
+        :meth:`to_json` or :meth:`to_c_header`)."""
+        with_align = any(b.alignment != 1 for b in self.problem.buffers)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(
+            ["id", "lower", "upper", "size", *(["alignment"] if with_align else []), "offset"]
+        )
+        for b in self.problem.buffers:
+            row: list[object] = [b.id, b.lower, b.upper, b.size]
+            if with_align:
+                row.append(b.alignment)
+            row.append(self.offsets[b.id])
+            writer.writerow(row)
+        text = out.getvalue()
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    def to_json_obj(self) -> dict[str, Any]:
+        """The solution as a JSON-ready dict: summary figures, buffers with offsets, aliases."""
+        obj = self.problem.to_json_obj()
+        for entry in obj["buffers"]:
+            entry["offset"] = self.offsets[entry["id"]]
+        return {
+            "arena_size": self.arena_size,
+            "lower_bound": self.lower_bound,
+            "gap": self.gap,
+            "status": self.status,
+            "capacity": self.capacity,
+            "naive_size": self.naive_size,
+            "seconds": self.stats.seconds,
+            "greedy": {"rule": self.stats.greedy_rule, "arena_size": self.stats.greedy_arena},
+            **obj,
+            "tensors": [
+                {"name": name, "offset": off, "size": size}
+                for name, (off, size) in self.tensor_offsets().items()
+            ],
+        }
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The solution as JSON text (written to ``path`` when given)."""
+        text = json.dumps(self.to_json_obj(), indent=1) + "\n"
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    def to_c_header(
+        self, path: str | os.PathLike[str] | None = None, *, prefix: str = "npumem_plan"
+    ) -> str:
+        """A C header with the static offset table: one ``{name, offset, size}`` entry per
+        tensor (aliases included), the arena size and the entry count; written to ``path`` when
+        given. ``prefix`` names the table and the macros."""
+        ident = _c_identifier(prefix)
+        macro = ident.upper()
+        table = self.tensor_offsets()
+        lines = [
+            "/* Generated by npumem.plan: static offsets of a planned arena.",
+            f" * problem: {self.problem.name or '(unnamed)'}; arena {self.arena_size} bytes, "
+            f"lower bound {self.lower_bound}, gap {self.gap:.4%}. */",
+            f"#ifndef {macro}_H",
+            f"#define {macro}_H",
+            "",
+            "#include <stddef.h>",
+            "",
+            f"#define {macro}_ARENA_SIZE {self.arena_size}u",
+            f"#define {macro}_NUM_TENSORS {len(table)}u",
+            "",
+            f"typedef struct {ident}_entry {{",
+            "    const char *name;",
+            "    size_t offset;",
+            "    size_t size;",
+            f"}} {ident}_entry;",
+            "",
+            f"static const {ident}_entry {ident}_table[{macro}_NUM_TENSORS] = {{",
+        ]
+        lines += [f"    {{{_c_string(n)}, {o}u, {s}u}}," for n, (o, s) in table.items()]
+        lines += ["};", "", f"#endif /* {macro}_H */", ""]
+        text = "\n".join(lines)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    def bind(self, block: BlockLike) -> dict[str, int]:
+        """Absolute offsets of every tensor (aliases included) inside ``block``, a block reserved
+        from a pool to hold this arena: ``block.offset`` plus the planned offset.
+
+        Raises :class:`~npumem.plan.errors.PlanError` when the arena does not fit in
+        ``block.nbytes`` or when ``block.offset`` breaks a buffer's alignment.
+        """
+        base, nbytes = int(block.offset), int(block.nbytes)
+        if self.arena_size > nbytes:
+            raise PlanError(
+                f"the arena needs {self.arena_size} bytes but the block holds only {nbytes}"
+            )
+        strictest = max((b.alignment for b in self.problem.buffers), default=1)
+        if base % strictest:
+            raise PlanError(
+                f"the block starts at offset {base}, which is not a multiple of {strictest}, "
+                "the largest buffer alignment of the plan"
+            )
+        return {name: base + off for name, (off, _) in self.tensor_offsets().items()}

@@ -1,0 +1,94 @@
+//! Bindings of `npumem_core::packing`: the search loop of the lifetime planner.
+//!
+//! `PackingInstance(...)` is built once per component; `instance.search(...)` runs one
+//! depth-first run with the GIL released.
+
+use std::time::{Duration, Instant};
+
+use npumem_core::packing::{self, Instance, Limits, PackingError};
+use pyo3::prelude::*;
+
+use crate::errors;
+use crate::gil::detached;
+
+/// One component of a planning problem, ready for [`PackingInstance::search`].
+#[pyclass(frozen, module = "npumem._core")]
+struct PackingInstance {
+    inner: Instance,
+}
+
+#[pymethods]
+impl PackingInstance {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        sizes: Vec<u64>,
+        alignments: Vec<u64>,
+        sec_lo: Vec<u32>,
+        sec_hi: Vec<u32>,
+        n_sections: usize,
+        neighbors: Vec<Vec<u32>>,
+        obstacles: Vec<Vec<(u64, u64)>>,
+    ) -> PyResult<Self> {
+        Instance::new(
+            sizes,
+            &alignments,
+            sec_lo,
+            sec_hi,
+            n_sections,
+            &neighbors,
+            &obstacles,
+        )
+        .map(|inner| Self { inner })
+        .map_err(errors::packing)
+    }
+
+    /// Number of buffers.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// One run: returns `(exhausted, offsets or None, arena, nodes)`.
+    fn search(
+        &self,
+        py: Python<'_>,
+        rank: Vec<u32>,
+        capacity: u64,
+        target: u64,
+        node_limit: u64,
+        time_limit: f64,
+    ) -> PyResult<(bool, Option<Vec<u64>>, u64, u64)> {
+        if rank.len() != self.inner.len() {
+            return Err(errors::packing(PackingError(format!(
+                "rank has {} entries for {} buffers",
+                rank.len(),
+                self.inner.len()
+            ))));
+        }
+        if !time_limit.is_finite() || time_limit < 0.0 {
+            return Err(errors::packing(PackingError(format!(
+                "time_limit must be finite and >= 0, got {time_limit}"
+            ))));
+        }
+        let inner = &self.inner;
+        let out = detached(py, || {
+            let deadline = Instant::now().checked_add(Duration::from_secs_f64(time_limit));
+            packing::search(
+                inner,
+                &rank,
+                &Limits {
+                    capacity,
+                    target,
+                    node_limit,
+                    deadline,
+                },
+            )
+        });
+        Ok((out.exhausted, out.offsets, out.arena, out.nodes))
+    }
+}
+
+/// Adds the packing classes to the `_core` module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PackingInstance>()
+}

@@ -1,0 +1,93 @@
+"""ONNX import on models built with onnx.helper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from npumem.plan import GraphError, Problem, solve
+from npumem.plan.onnx_import import graph_from_onnx
+
+
+def small_model(batch: str | int = "batch") -> onnx.ModelProto:
+    """x[batch,16] -> MatMul w1 -> Relu -> Reshape [batch,4,4] -> Reshape back -> MatMul w2."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])
+    w1 = numpy_helper.from_array(np.ones((16, 16), np.float32), "w1")
+    w2 = numpy_helper.from_array(np.ones((16, 8), np.float32), "w2")
+    shape3 = numpy_helper.from_array(np.array([-1, 4, 4], np.int64), "shape3")
+    shape2 = numpy_helper.from_array(np.array([-1, 16], np.int64), "shape2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "shape3"], ["r3"], name="to3d"),
+        helper.make_node("Reshape", ["r3", "shape2"], ["r2"], name="to2d"),
+        helper.make_node("MatMul", ["r2", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(nodes, "small", [x], [y], [w1, w2, shape3, shape2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shapes_views_inplace_and_weights() -> None:
+    problem = Problem.from_onnx(small_model(), dims={"batch": 2}, alignment=1)
+    spans = {b.id: (b.lower, b.upper, b.size) for b in problem.buffers}
+    # h, r (in place), r3 and r2 (views) share one buffer, alive until mm2 (step 4).
+    assert spans == {"x": (0, 1, 128), "h": (0, 5, 128), "y": (4, 5, 64)}
+    assert sorted((a.name, a.base) for a in problem.aliases) == [
+        ("r", "h"),
+        ("r2", "h"),
+        ("r3", "h"),
+    ]
+    solution = solve(problem, time_limit=2.0)
+    solution.validate()
+    assert solution.arena_size == 256  # x + h at mm1, h + y at mm2
+    weights = Problem.from_onnx(small_model(), dims={"batch": 2}, include_weights=True)
+    assert {"w1", "w2"} <= set(weights.ids)
+
+
+def test_model_from_a_file_and_default_alignment(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(small_model(batch=1), path)
+    problem = Problem.from_onnx(path)
+    assert {b.alignment for b in problem.buffers} == {64}
+    assert problem["x"].size == 64
+
+
+def test_unbound_symbolic_dimension_is_a_clear_error() -> None:
+    with pytest.raises(GraphError, match=r"tensor 'x' has an unknown shape.*bind 'batch'"):
+        graph_from_onnx(small_model())
+
+
+def test_unknown_shape_is_a_clear_error() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")
+    model = helper.make_model(
+        helper.make_graph([node], "dynamic", [x, shape], [y]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    with pytest.raises(GraphError, match="'y'"):
+        graph_from_onnx(model)
+
+
+def test_control_flow_and_bad_files_are_refused(tmp_path: Path) -> None:
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    out = helper.make_tensor_value_info("o", TensorProto.FLOAT, [1])
+    branch = helper.make_graph([], "b", [], [out])
+    node = helper.make_node("If", ["c"], ["o"], then_branch=branch, else_branch=branch)
+    model = helper.make_model(helper.make_graph([node], "cf", [cond], [out]))
+    with pytest.raises(GraphError, match="control flow"):
+        graph_from_onnx(model)
+    garbage = tmp_path / "bad.onnx"
+    garbage.write_bytes(b"\xff\x00not a model")
+    with pytest.raises(GraphError, match=r"bad\.onnx"):
+        graph_from_onnx(garbage)
+    with pytest.raises(GraphError, match="no such file"):
+        graph_from_onnx(tmp_path / "missing.onnx")
+    with pytest.raises(GraphError, match=r"dims\['batch'\] must be an integer"):
+        graph_from_onnx(small_model(), dims={"batch": -1})

@@ -1,0 +1,167 @@
+"""Reading and writing planning problems: CSV and JSON, and the errors bad input gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from npumem.errors import NpumemError
+from npumem.plan import Buffer, Problem, ProblemFormatError, lower_bound
+from npumem.plan.bounds import alignment_bound, fixed_bound, live_bytes, live_profile
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "minimalloc"
+if not DATA.exists():  # the CI clone keeps shared/ beside the repository
+    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "minimalloc"
+
+EXAMPLE = "id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "p.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_reads_the_minimalloc_example(tmp_path: Path) -> None:
+    problem = Problem.from_csv(write(tmp_path, EXAMPLE))
+    assert problem.ids == ["b1", "b2", "b3", "b4", "b5"]
+    assert problem["b4"] == Buffer("b4", 9, 21, 4)
+    assert live_bytes(problem) == 12
+    assert lower_bound(problem) == 12
+    assert problem.total_size == 20
+
+
+def test_columns_in_any_order_with_alignment_and_pinned_offset(tmp_path: Path) -> None:
+    text = "size,upper,lower,id,alignment,offset\n10,5,0,a,8,\n4,5,0,b,1,16\n"
+    problem = Problem.from_csv(write(tmp_path, text))
+    assert problem["a"] == Buffer("a", 0, 5, 10, 8, None)
+    assert problem["b"] == Buffer("b", 0, 5, 4, 1, 16)
+    assert fixed_bound(problem) == 20
+
+
+def test_csv_round_trip(tmp_path: Path) -> None:
+    problem = Problem([Buffer("x", 0, 2, 5, 4), Buffer("y", 1, 3, 7, 1, 8), Buffer("z,1", 2, 4, 1)])
+    again = Problem.from_csv(write(tmp_path, problem.to_csv()))
+    assert again.buffers == problem.buffers
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    problem = Problem([Buffer("x", 0, 2, 5, 4), Buffer("y", 1, 3, 7, 1, 8)], name="demo")
+    again = Problem.from_json(write(tmp_path, problem.to_json(), "p.json"))
+    assert again.buffers == problem.buffers
+    assert again.name == "demo"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("id,lower,upper\na,0,1\n", 1, "missing column(s) 'size'"),
+        ("id,lower,size\na,0,1\n", 1, "'upper'"),
+        ("id,lower,upper,size,colour\na,0,1,2,red\n", 1, "unknown column(s) 'colour'"),
+        ("id,lower,upper,size\na,0,1,4\nb,0,1,-3\n", 3, "size must be a positive integer, got -3"),
+        ("id,lower,upper,size\na,0,1,0\n", 2, "size must be a positive integer, got 0"),
+        (
+            "id,lower,upper,size\na,0,1,4\n\nb,5,5,4\n",
+            4,
+            "upper (5) must be greater than lower (5)",
+        ),
+        ("id,lower,upper,size\na,7,3,4\n", 2, "upper (3) must be greater than lower (7)"),
+        ("id,lower,upper,size\na,0,1,4.5\n", 2, "size must be an integer, got '4.5'"),
+        ("id,lower,upper,size\na,zero,1,4\n", 2, "lower must be an integer, got 'zero'"),
+        ("id,lower,upper,size\na,0,,4\n", 2, "upper must be an integer, got ''"),
+        ("id,lower,upper,size\na,0,1,4,9\n", 2, "expected 4 fields"),
+        ("id,lower,upper,size\na,0,1,4\na,2,3,4\n", 3, "already used on line 2"),
+        ("id,lower,upper,size\n,0,1,4\n", 2, "the id is empty"),
+        ("id,lower,upper,size,alignment\na,0,1,4,3\n", 2, "alignment must be a power of two"),
+        ("id,lower,upper,size,offset\na,0,1,4,-8\n", 2, "offset must be non-negative"),
+    ],
+)
+def test_bad_csv_names_the_line(tmp_path: Path, text: str, line: int, words: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ProblemFormatError) as info:
+        Problem.from_csv(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}, line {line}:"), message
+    assert words in message
+
+
+def test_bad_input_errors_are_npumem_and_value_errors(tmp_path: Path) -> None:
+    with pytest.raises(NpumemError):
+        Problem.from_csv(write(tmp_path, "id,lower,upper,size\na,0,1,-1\n"))
+    with pytest.raises(ValueError, match="empty"):
+        Problem.from_csv(write(tmp_path, ""))
+    with pytest.raises(ProblemFormatError, match="cannot read"):
+        Problem.from_csv(tmp_path / "missing.csv")
+
+
+def test_pinned_buffers_that_clash_are_refused(tmp_path: Path) -> None:
+    text = "id,lower,upper,size,offset\na,0,4,8,0\nb,2,6,8,4\n"
+    with pytest.raises(ProblemFormatError, match="'a' and 'b'"):
+        Problem.from_csv(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("obj", "words"),
+    [
+        ({}, "expected a 'buffers' list"),
+        ({"buffers": [{"id": "a", "lower": 0, "upper": 1}]}, "buffers[0]: missing field(s) 'size'"),
+        ({"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": -2}]}, "size must be a positive"),
+        (
+            {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 1.5}]},
+            "size must be an integer",
+        ),
+        (
+            {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": True}]},
+            "size must be an integer",
+        ),
+        (
+            {"buffers": [{"id": "a", "lower": 2, "upper": 1, "size": 1}]},
+            "upper (1) must be greater",
+        ),
+        (
+            {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 1, "colour": 1}]},
+            "unknown field(s) 'colour'",
+        ),
+    ],
+)
+def test_bad_json_names_the_entry(obj: dict[str, object], words: str) -> None:
+    with pytest.raises(ProblemFormatError) as info:
+        Problem.from_json(obj)
+    assert words in str(info.value)
+
+
+def test_invalid_json_names_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, '{"buffers": [\n  {"id": "a",,}\n]}', "bad.json")
+    with pytest.raises(ProblemFormatError, match=r"line 2, column"):
+        Problem.from_json(path)
+
+
+def test_buffers_given_in_code_are_checked() -> None:
+    with pytest.raises(ProblemFormatError, match="buffer 'x': size"):
+        Problem([Buffer("x", 0, 1, 0)])
+    with pytest.raises(ProblemFormatError, match="appears twice"):
+        Problem([Buffer("x", 0, 1, 1), Buffer("x", 1, 2, 1)])
+    with pytest.raises(ProblemFormatError, match="not a multiple of the alignment"):
+        Problem([Buffer("x", 0, 1, 1, alignment=8, offset=4)])
+
+
+def test_bounds() -> None:
+    # Live: [0,2): a+b = 3+5; [2,4): b+c = 5+7 -> LB 12.
+    problem = Problem([Buffer("a", 0, 2, 3), Buffer("b", 0, 4, 5), Buffer("c", 2, 4, 7)])
+    assert live_profile(problem) == [(0, 8), (2, 12), (4, 0)]
+    assert live_bytes(problem) == 12
+    # Aligned to 8: every offset is a multiple of 8, so b and c take 8 each but the top one
+    # may end early: at least 8 + 8 - 7 = 9 ... and never below LB.
+    aligned = problem.with_alignment(8)
+    assert alignment_bound(aligned) == max(12, 8 + 8 - 7)
+    # Aligned to 64 with 5- and 7-byte buffers live together: 2 * 64 less at most 63 of padding.
+    assert alignment_bound(problem.with_alignment(64)) == 64 + 64 - 63
+    assert lower_bound(Problem([])) == 0
+
+
+def test_hard_suite_lower_bounds_match_the_readme() -> None:
+    expected = {"A": 1048576, "B": 1048576, "C": 1039360, "D": 986112, "E": 1048576, "F": 1048576}
+    for name, bound in expected.items():
+        problem = Problem.from_csv(DATA / f"{name}.1048576.csv")
+        assert live_bytes(problem) == bound, name

@@ -1,0 +1,166 @@
+"""Solutions: validation, exports (CSV, JSON, C header) and binding into a pool block."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from npumem.plan import (
+    Alias,
+    Buffer,
+    PlanError,
+    PlanValidationError,
+    Problem,
+    Solution,
+    solve,
+)
+
+
+def example() -> Problem:
+    return Problem(
+        [Buffer("a", 0, 3, 4), Buffer("b", 2, 5, 8, alignment=8), Buffer("c", 4, 6, 4)],
+        aliases=[Alias("a.view", "a", 2, 2)],
+        name="example",
+    )
+
+
+def test_validate_accepts_a_good_packing() -> None:
+    solution = Solution(example(), {"a": 0, "b": 8, "c": 0})
+    solution.validate()
+    solution.validate(capacity=16)
+    assert solution.arena_size == 16
+
+
+@pytest.mark.parametrize(
+    ("offsets", "words"),
+    [
+        ({"a": 0, "b": 0, "c": 8}, "'a' (live [0, 3), bytes [0, 4)) and 'b'"),
+        ({"a": 0, "b": 12, "c": 0}, "not a multiple of its alignment 8"),
+        ({"a": 0, "b": 8}, "buffer 'c' has no offset"),
+        ({"a": -4, "b": 8, "c": 0}, "not an integer >= 0"),
+    ],
+)
+def test_validate_rejects(offsets: dict[str, int], words: str) -> None:
+    with pytest.raises(PlanValidationError) as info:
+        Solution(example(), offsets).validate()
+    assert words in str(info.value)
+
+
+def test_validate_checks_capacity_and_pins() -> None:
+    with pytest.raises(PlanValidationError, match="16 bytes, above the capacity of 15"):
+        Solution(example(), {"a": 0, "b": 8, "c": 0}).validate(capacity=15)
+    pinned = Problem([Buffer("p", 0, 1, 4, offset=8)])
+    with pytest.raises(PlanValidationError, match="pinned at 8, placed at 0"):
+        Solution(pinned, {"p": 0}).validate()
+
+
+def test_buffers_with_disjoint_lives_may_share_bytes() -> None:
+    problem = Problem([Buffer("x", 0, 2, 4), Buffer("y", 2, 4, 4)])
+    Solution(problem, [0, 0]).validate()
+
+
+def test_csv_export_round_trips_through_pinned_offsets(tmp_path: Path) -> None:
+    solution = solve(example(), time_limit=2.0)
+    path = tmp_path / "out.csv"
+    solution.to_csv(path)
+    header, *rows = path.read_text().splitlines()
+    assert header == "id,lower,upper,size,alignment,offset"
+    assert len(rows) == 3
+    # A solution CSV read back is a problem with every buffer pinned where it was placed.
+    again = Problem.from_csv(path)
+    assert {b.id: b.offset for b in again.buffers} == solution.offsets
+    Solution(again, solution.offsets).validate()
+
+
+def test_json_export(tmp_path: Path) -> None:
+    solution = solve(example(), time_limit=2.0)
+    obj = json.loads(solution.to_json(tmp_path / "out.json"))
+    assert obj["arena_size"] == solution.arena_size == 12  # b at 0, then a and c above it
+    assert obj["lower_bound"] == 12
+    assert obj["status"] == "optimal"
+    assert {b["id"]: b["offset"] for b in obj["buffers"]} == solution.offsets
+    tensors = {t["name"]: (t["offset"], t["size"]) for t in obj["tensors"]}
+    assert tensors["a.view"] == (solution.offsets["a"] + 2, 2)
+    assert json.loads((tmp_path / "out.json").read_text()) == obj
+
+
+def test_c_header_has_the_offset_table(tmp_path: Path) -> None:
+    problem = Problem([Buffer('odd "name"', 0, 2, 4), Buffer("b", 1, 3, 4)])
+    solution = Solution(problem, {'odd "name"': 4, "b": 0})
+    text = solution.to_c_header(tmp_path / "plan.h", prefix="my-model")
+    assert "#define MY_MODEL_ARENA_SIZE 8u" in text
+    assert "#define MY_MODEL_NUM_TENSORS 2u" in text
+    entries = re.findall(r'\{"((?:[^"\\]|\\.)*)", (\d+)u, (\d+)u\}', text)
+    assert entries == [('odd \\"name\\"', "4", "4"), ("b", "0", "4")]
+    assert text.count("{") == text.count("}")
+    assert (tmp_path / "plan.h").read_text() == text
+
+
+@dataclass
+class FakeBlock:
+    offset: int
+    nbytes: int
+
+
+def test_bind_gives_absolute_offsets_inside_the_block() -> None:
+    solution = Solution(example(), {"a": 0, "b": 8, "c": 0})
+    table = solution.bind(FakeBlock(offset=4096, nbytes=64))
+    assert table == {"a": 4096, "b": 4104, "c": 4096, "a.view": 4098}
+
+
+def test_bind_refuses_a_small_or_misaligned_block() -> None:
+    solution = Solution(example(), {"a": 0, "b": 8, "c": 0})
+    with pytest.raises(PlanError, match="needs 16 bytes but the block holds only 15"):
+        solution.bind(FakeBlock(offset=0, nbytes=15))
+    with pytest.raises(PlanError, match="not a multiple of 8"):
+        solution.bind(FakeBlock(offset=4, nbytes=64))
+
+
+def test_summary_and_gap() -> None:
+    problem = Problem([Buffer("x", 0, 2, 4), Buffer("y", 1, 3, 4)])
+    solution = Solution(problem, [0, 6])  # 10 bytes where 8 would do
+    assert solution.lower_bound == 8
+    assert solution.gap == pytest.approx(0.25)
+    assert solution.status == "feasible"
+    assert "gap 25.00%" in solution.summary()
+    with pytest.raises(PlanError, match="1 offsets given for 2 buffers"):
+        Solution(problem, [0])
+
+
+def test_bind_into_a_real_pool_block_keeps_live_tensors_apart() -> None:
+    """A planned arena lives inside a block of a runtime pool: every tensor's bytes are inside
+    the block, and tensors live at the same time never share a byte (checked by writing them)."""
+    import numpy as np
+
+    import npumem
+    from npumem.plan import networks, solve
+
+    problem = Problem.from_graph(networks.mobilenet_v2(image_size=96), alignment=64)
+    solution = solve(problem, time_limit=2.0)
+    solution.validate()
+    pool = npumem.Pool(64 << 20, cores=2)
+    pool.alloc(12345)  # something before it, so the block does not start at offset 0
+    block = pool.alloc(solution.arena_size, align=64, tag="mobilenet activations")
+    table = solution.bind(block)
+    arena = np.frombuffer(block, dtype=np.uint8)
+    by_name = {b.id: b for b in problem.buffers}
+    for name, size in ((b.id, b.size) for b in problem.buffers):
+        start = table[name] - block.offset
+        assert start >= 0 and start + size <= block.nbytes
+    # Walk time: at each step write every live tensor's index into its bytes, then read back.
+    steps = sorted({b.lower for b in problem.buffers})
+    for t in steps[:: max(1, len(steps) // 25)]:
+        live = [b for b in problem.buffers if b.lower <= t < b.upper]
+        for i, b in enumerate(live):
+            arena[table[b.id] - block.offset : table[b.id] - block.offset + b.size] = i % 251
+        for i, b in enumerate(live):
+            view = arena[table[b.id] - block.offset : table[b.id] - block.offset + b.size]
+            assert (view == i % 251).all(), f"{b.id} shares bytes with another live tensor at t={t}"
+    assert set(by_name) <= set(table)
+    del arena, view
+    block.free()
+    pool.check()
