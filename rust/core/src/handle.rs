@@ -7,18 +7,14 @@
 //!
 //! Slot state word: `generation (bits 0..32) | LIVE (bit 32) | MOVING (bit 33) | pins (34..64)`.
 //!
-//! Free slots sit on per-core Treiber stacks whose heads carry a tag that every successful CAS
-//! increments, so the classic ABA schedule (pop A reads next = B; others pop A, pop B, push A;
-//! the first pop's CAS would install the freed B) fails on the tag. Slots live in segments that
-//! are allocated on first use and never freed while the table lives, so reading a slot's `next`
-//! after someone else popped it is harmless (the CAS then fails).
+//! Free slots sit on per-core lock-free stacks (`index_stack`, tagged against ABA); slots live in
+//! lazily allocated segments (`segments`) that never move, so handles and stacks can hold slot
+//! indices safely.
 
 use crate::error::{Error, HandleFault, Result};
+use crate::index_stack::{IndexStack, NIL};
+use crate::segments::Segmented;
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
-#[cfg(loom)]
-use loom::sync::atomic::AtomicPtr;
-#[cfg(not(loom))]
-use std::sync::atomic::AtomicPtr;
 
 const GENERATION_MASK: u64 = 0xFFFF_FFFF;
 const LIVE: u64 = 1 << 32;
@@ -27,11 +23,6 @@ const PIN_SHIFT: u32 = 34;
 const PIN_ONE: u64 = 1 << PIN_SHIFT;
 /// At most 2^30 - 1 pins per block.
 const MAX_PINS: u64 = (1 << 30) - 1;
-
-const SEGMENT_SHIFT: u32 = 12;
-/// Slots per segment.
-const SEGMENT: usize = 1 << SEGMENT_SHIFT;
-const NIL: u32 = u32::MAX;
 
 /// A reference to a block that survives moves and detects reuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,139 +90,60 @@ fn pack_info(tag: u32, core: u16, align_log2: u8) -> u64 {
 
 pub(crate) struct HandleTable {
     pool: u32,
-    segments: Box<[AtomicPtr<Slot>]>,
-    max_slots: u32,
+    slots: Segmented<Slot>,
     fresh: AtomicU32,
-    /// Per core: `tag (32..64) | slot + 1 (0..32)`, 0 meaning empty.
-    heads: Box<[CachePadded<AtomicU64>]>,
-}
-
-// SAFETY: segments are heap arrays of atomics, shared by design; raw pointers are only
-// dereferenced while the table lives.
-unsafe impl Send for HandleTable {}
-// SAFETY: as above: every access goes through atomics.
-unsafe impl Sync for HandleTable {}
-
-impl Drop for HandleTable {
-    fn drop(&mut self) {
-        for cell in self.segments.iter() {
-            let ptr = cell.load(Ordering::Acquire);
-            if !ptr.is_null() {
-                // SAFETY: installed by `segment` from a `Box<[Slot]>` of SEGMENT slots; dropped
-                // once, here.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, SEGMENT)) });
-            }
-        }
-    }
+    /// Free slots, one stack per core.
+    free: Box<[CachePadded<IndexStack>]>,
 }
 
 impl HandleTable {
     /// A table for up to `max_slots` live blocks at once, with `cores` free lists.
     pub(crate) fn new(pool: u32, max_slots: usize, cores: usize) -> HandleTable {
-        let max_slots = max_slots.clamp(1, (NIL - 1) as usize) as u32;
-        let segments = (max_slots as usize).div_ceil(SEGMENT);
         HandleTable {
             pool,
-            segments: (0..segments)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect(),
-            max_slots,
+            slots: Segmented::new(max_slots.clamp(1, (NIL - 1) as usize)),
             fresh: AtomicU32::new(0),
-            heads: (0..cores.max(1))
-                .map(|_| CachePadded(AtomicU64::new(0)))
+            free: (0..cores.max(1))
+                .map(|_| CachePadded(IndexStack::new()))
                 .collect(),
         }
     }
 
-    fn segment(&self, index: usize) -> &[Slot] {
-        let cell = &self.segments[index];
-        let mut ptr = cell.load(Ordering::Acquire);
-        if ptr.is_null() {
-            let fresh: Box<[Slot]> = (0..SEGMENT).map(|_| Slot::default()).collect();
-            let fresh = Box::into_raw(fresh) as *mut Slot;
-            match cell.compare_exchange(
-                std::ptr::null_mut(),
-                fresh,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => ptr = fresh,
-                Err(winner) => {
-                    // SAFETY: `fresh` came from Box::into_raw above and lost the race: ours to drop.
-                    drop(unsafe {
-                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, SEGMENT))
-                    });
-                    ptr = winner;
-                }
-            }
-        }
-        // SAFETY: non-null segment pointers point to SEGMENT slots that live as long as `self`.
-        unsafe { std::slice::from_raw_parts(ptr, SEGMENT) }
+    fn max_slots(&self) -> u32 {
+        self.slots.capacity() as u32
     }
 
     fn slot(&self, index: u32) -> &Slot {
-        &self.segment(index as usize >> SEGMENT_SHIFT)[index as usize & (SEGMENT - 1)]
+        self.slots.get(index)
     }
 
     /// A slot that was handed out at least once, or `None` for indices never used.
     fn existing_slot(&self, index: u32) -> Option<&Slot> {
-        if index >= self.fresh.load(Ordering::Acquire).min(self.max_slots) {
+        if index >= self.fresh.load(Ordering::Acquire).min(self.max_slots()) {
             return None;
         }
-        let ptr = self
-            .segments
-            .get(index as usize >> SEGMENT_SHIFT)?
-            .load(Ordering::Acquire);
-        if ptr.is_null() {
-            return None;
-        }
-        // SAFETY: a non-null segment holds SEGMENT slots and lives as long as `self`.
-        Some(unsafe { &*ptr.add(index as usize & (SEGMENT - 1)) })
+        self.slots.get_existing(index)
     }
 
-    fn pop(&self, head: &AtomicU64) -> Option<u32> {
-        let mut current = head.load(Ordering::Acquire);
-        loop {
-            let index = current as u32;
-            if index == 0 {
-                return None;
-            }
-            let slot = index - 1;
-            let next = self.slot(slot).next.load(Ordering::Acquire);
-            let tag = (current >> 32).wrapping_add(1);
-            let new = tag << 32 | next.wrapping_add(1) as u64;
-            match head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(slot),
-                Err(seen) => current = seen,
-            }
-        }
+    fn pop(&self, stack: &IndexStack) -> Option<u32> {
+        stack.pop(|i| &self.slot(i).next)
     }
 
-    fn push(&self, head: &AtomicU64, slot: u32) {
-        let mut current = head.load(Ordering::Acquire);
-        loop {
-            let top = (current as u32).wrapping_sub(1); // NIL when empty
-            self.slot(slot).next.store(top, Ordering::Relaxed);
-            let tag = (current >> 32).wrapping_add(1);
-            let new = tag << 32 | (slot + 1) as u64;
-            match head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return,
-                Err(seen) => current = seen,
-            }
-        }
+    fn push(&self, stack: &IndexStack, slot: u32) {
+        stack.push(slot, |i| &self.slot(i).next)
     }
 
     fn take_slot(&self, core: usize) -> Option<u32> {
-        let cores = self.heads.len();
-        if let Some(slot) = self.pop(&self.heads[core % cores]) {
+        let cores = self.free.len();
+        if let Some(slot) = self.pop(&self.free[core % cores]) {
             return Some(slot);
         }
         let fresh = self.fresh.fetch_add(1, Ordering::AcqRel);
-        if fresh < self.max_slots {
+        if fresh < self.max_slots() {
             return Some(fresh);
         }
         self.fresh.fetch_sub(1, Ordering::AcqRel);
-        (1..cores).find_map(|i| self.pop(&self.heads[(core + i) % cores]))
+        (1..cores).find_map(|i| self.pop(&self.free[(core + i) % cores]))
     }
 
     /// Record a new block; `Err` only when the table is full.
@@ -338,7 +250,7 @@ impl HandleTable {
 
     /// Put a removed slot on `core`'s free list.
     pub(crate) fn recycle(&self, core: usize, handle: Handle) {
-        self.push(&self.heads[core % self.heads.len()], handle.slot);
+        self.push(&self.free[core % self.free.len()], handle.slot);
     }
 
     /// Add a pin (a buffer view or an explicit pin).
@@ -400,7 +312,7 @@ impl HandleTable {
 
     /// Visit every live slot: `(handle, info)`. Meant for a quiescent (paused) pool.
     pub(crate) fn for_each_live(&self, f: &mut dyn FnMut(Handle, SlotInfo)) {
-        let fresh = self.fresh.load(Ordering::Acquire).min(self.max_slots);
+        let fresh = self.fresh.load(Ordering::Acquire).min(self.max_slots());
         for index in 0..fresh {
             let Some(slot) = self.existing_slot(index) else {
                 continue;
@@ -420,29 +332,18 @@ impl HandleTable {
         }
     }
 
-    /// Slots on free lists plus never-used ones: a check that none got lost.
+    /// Slots on free lists: a check that none got lost.
     pub(crate) fn count_free_listed(&self) -> usize {
-        let mut count = 0;
-        for head in self.heads.iter() {
-            let mut at = head.load(Ordering::Acquire) as u32;
-            while at != 0 {
-                count += 1;
-                at = self
-                    .slot(at - 1)
-                    .next
-                    .load(Ordering::Acquire)
-                    .wrapping_add(1);
-                if count > self.max_slots as usize {
-                    break; // a cycle: reported by the caller as a mismatch
-                }
-            }
-        }
-        count
+        let limit = self.max_slots() as usize + 1;
+        self.free
+            .iter()
+            .map(|stack| stack.snapshot(limit, |i| &self.slot(i).next).len())
+            .sum()
     }
 
     /// Slots ever handed out.
     pub(crate) fn slots_used(&self) -> usize {
-        self.fresh.load(Ordering::Acquire).min(self.max_slots) as usize
+        self.fresh.load(Ordering::Acquire).min(self.max_slots()) as usize
     }
 }
 
@@ -548,40 +449,6 @@ mod loom_models {
     use super::*;
     use loom::sync::Arc;
     use loom::thread;
-
-    /// The ABA schedule: T1 pops while T2 pops twice and pushes the first slot back. Every slot
-    /// must come out exactly once, and the list must stay a list.
-    #[test]
-    fn free_list_survives_aba() {
-        loom::model(|| {
-            let table = Arc::new(HandleTable::new(1, 8, 1));
-            // Slots 0, 1, 2 on core 0's list (2 on top).
-            let hs: Vec<_> = (0..3)
-                .map(|i| table.insert(0, i, 1, 0, 0).unwrap())
-                .collect();
-            for &h in &hs {
-                table.remove(h).unwrap();
-                table.recycle(0, h);
-            }
-            let t2 = table.clone();
-            let other = thread::spawn(move || {
-                let a = t2.pop(&t2.heads[0]).unwrap();
-                let b = t2.pop(&t2.heads[0]).unwrap();
-                t2.push(&t2.heads[0], a);
-                (a, b)
-            });
-            let mine = table.pop(&table.heads[0]).unwrap();
-            let (_, b) = other.join().unwrap();
-            let mut rest = Vec::new();
-            while let Some(s) = table.pop(&table.heads[0]) {
-                rest.push(s);
-            }
-            let mut all = vec![mine, b];
-            all.extend(rest);
-            all.sort();
-            assert_eq!(all, vec![0, 1, 2], "a slot was lost or handed out twice");
-        });
-    }
 
     /// Two threads free the same handle: exactly one succeeds.
     #[test]

@@ -34,10 +34,12 @@ mod error;
 mod gate;
 mod global;
 mod handle;
+mod index_stack;
 mod layout;
 pub mod packing;
 #[cfg(not(loom))]
 mod pool;
+mod segments;
 mod stats;
 mod sync;
 
