@@ -82,7 +82,12 @@ class PoolMachine(RuleBasedStateMachine):
         return self.pool
 
     def sizes(self) -> st.SearchStrategy[int]:
-        return st.one_of(st.integers(1, 5000), st.integers(1, 300 * KIB), st.integers(1, 5 * MIB))
+        return st.one_of(
+            st.integers(1, 4096),  # slab classes
+            st.integers(1, 5000),
+            st.integers(1, 300 * KIB),
+            st.integers(1, 5 * MIB),
+        )
 
     @rule(
         target=blocks,
@@ -116,6 +121,37 @@ class PoolMachine(RuleBasedStateMachine):
         self.live[id(blk)] = Live(blk, blk.offset, size, blk.block_bytes, pattern)
         self.allocs += 1
         return blk
+
+    @rule(target=blocks, data=st.data(), count=st.integers(1, 6))
+    def alloc_batch(self, data: st.DataObject, count: int) -> object:
+        sizes = [min(data.draw(self.sizes(), label="size"), self.p.capacity) for _ in range(count)]
+        before = self.p.stats()
+        try:
+            made = self.p.alloc_many(sizes, tag="batch")
+        except npumem.OutOfMemoryError:
+            self.failed += 1
+            after = self.p.stats()
+            assert after.bytes_in_use == before.bytes_in_use, "a failed batch kept blocks"
+            assert after.blocks_in_use == before.blocks_in_use
+            # The blocks made before the failure were allocated and freed again.
+            self.allocs += after.alloc_count - before.alloc_count
+            self.frees += after.free_count - before.free_count
+            return multiple()
+        for blk in made:
+            assert_block_rules(self.p, blk)
+            end = blk.offset + blk.block_bytes
+            for other in self.live.values():
+                assert end <= other.offset or other.offset + other.block_bytes <= blk.offset, (
+                    "overlap"
+                )
+            self.counter += 1
+            pattern = self.counter % 251 + 1
+            view = memoryview(blk)
+            view[:] = bytes([pattern]) * blk.nbytes
+            view.release()
+            self.live[id(blk)] = Live(blk, blk.offset, blk.nbytes, blk.block_bytes, pattern)
+            self.allocs += 1
+        return multiple(*made)
 
     @rule(target=freed, blk=consumes(blocks))
     def free(self, blk: npumem.Block) -> npumem.Block:

@@ -17,7 +17,7 @@ monitoring and the ``npumem`` command.
 
 from __future__ import annotations
 
-from npumem._core import Block, CoreStats, Pool, PoolStats, __version__
+from npumem._core import Block, CoreStats, Pool, PoolStats, SizeClassStats, __version__
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -50,5 +50,6 @@ __all__ = [
     "PoolBusyError",
     "PoolStats",
     "RequestTooLargeError",
+    "SizeClassStats",
     "__version__",
 ]

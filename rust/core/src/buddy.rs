@@ -625,32 +625,47 @@ impl TreeShape {
     }
 
     /// Whether bunch `bunch` of `band` and everything below it hold no allocation (marks of
-    /// empty children do not count).
-    fn effectively_empty(&self, tree: &[AtomicU64], band: usize, bunch: u64) -> bool {
+    /// empty children and allocated nodes that `reclaimable` accepts do not count).
+    fn effectively_empty(
+        &self,
+        tree: &[AtomicU64],
+        band: usize,
+        bunch: u64,
+        reclaimable: &dyn Fn(Node) -> bool,
+    ) -> bool {
         let b = self.bands[band];
-        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
-        if word & (b.alloc_mask() | b.seal()) != 0 {
-            return false;
-        }
-        let mut marked = self.occupied_children(band, word);
-        while marked != 0 {
-            let child = (bunch << b.height) | marked.trailing_zeros() as u64;
-            if !self.effectively_empty(tree, band + 1, child) {
-                return false;
-            }
-            marked &= marked - 1;
-        }
-        true
+        let word = self.effective_word(tree, band, bunch, reclaimable);
+        word & (b.alloc_mask() | b.occ_mask() | b.seal()) == 0
     }
 
-    /// A bunch's word with the marks of effectively empty children removed.
-    fn effective_word(&self, tree: &[AtomicU64], band: usize, bunch: u64) -> u64 {
+    /// A bunch's word with the allocated bits of `reclaimable` nodes cleared and the marks of
+    /// effectively empty children removed.
+    fn effective_word(
+        &self,
+        tree: &[AtomicU64],
+        band: usize,
+        bunch: u64,
+        reclaimable: &dyn Fn(Node) -> bool,
+    ) -> u64 {
         let b = self.bands[band];
         let mut word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let mut allocated = word & b.alloc_mask();
+        while allocated != 0 {
+            let bit = allocated.trailing_zeros();
+            let r = 63 - (bit as u64 + 1).leading_zeros(); // heap row of the bit
+            let node = Node {
+                level: b.top + r,
+                index: (bunch << r) | (bit as u64 + 1 - (1 << r)),
+            };
+            if reclaimable(node) {
+                word &= !(1u64 << bit);
+            }
+            allocated &= allocated - 1;
+        }
         let mut marked = self.occupied_children(band, word);
         while marked != 0 {
             let j = marked.trailing_zeros() as u64;
-            if self.effectively_empty(tree, band + 1, (bunch << b.height) | j) {
+            if self.effectively_empty(tree, band + 1, (bunch << b.height) | j, reclaimable) {
                 word &= !(1u64 << (OCC_SHIFT as u64 + j));
             }
             marked &= marked - 1;
@@ -661,13 +676,30 @@ impl TreeShape {
     /// The highest level (largest block) at which a node is free now, `None` when nothing is.
     /// Phantom marks do not count. Meant for a quiescent tree; under concurrent use it is a
     /// snapshot of a moving target.
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn largest_free_level(&self, tree: &[AtomicU64]) -> Option<u32> {
-        self.largest_free_in(tree, 0, 0)
+        self.largest_free_level_with(tree, &|_| false)
     }
 
-    fn largest_free_in(&self, tree: &[AtomicU64], band: usize, bunch: u64) -> Option<u32> {
+    /// [`TreeShape::largest_free_level`], counting the allocated nodes `reclaimable` accepts as
+    /// free (blocks that an allocation would take back before it fails).
+    pub(crate) fn largest_free_level_with(
+        &self,
+        tree: &[AtomicU64],
+        reclaimable: &dyn Fn(Node) -> bool,
+    ) -> Option<u32> {
+        self.largest_free_in(tree, 0, 0, reclaimable)
+    }
+
+    fn largest_free_in(
+        &self,
+        tree: &[AtomicU64],
+        band: usize,
+        bunch: u64,
+        reclaimable: &dyn Fn(Node) -> bool,
+    ) -> Option<u32> {
         let b = self.bands[band];
-        let word = self.effective_word(tree, band, bunch);
+        let word = self.effective_word(tree, band, bunch, reclaimable);
         for r in 0..b.height {
             if self.available_row(band, word, r) != 0 {
                 return Some(b.top + r);
@@ -685,7 +717,7 @@ impl TreeShape {
         let mut partial = enterable & occupied;
         while partial != 0 {
             let child = (bunch << b.height) | partial.trailing_zeros() as u64;
-            if let Some(level) = self.largest_free_in(tree, band + 1, child) {
+            if let Some(level) = self.largest_free_in(tree, band + 1, child, reclaimable) {
                 best = Some(best.map_or(level, |l| l.min(level)));
             }
             partial &= partial - 1;
@@ -776,7 +808,7 @@ impl TreeShape {
                     let occupied = self.occupied_children(band, word);
                     for j in 0..(1u64 << b.height) {
                         let child = (bunch << b.height) | j;
-                        let child_empty = self.effectively_empty(tree, band + 1, child);
+                        let child_empty = self.effectively_empty(tree, band + 1, child, &|_| false);
                         let marked = occupied & (1 << j) != 0;
                         if !marked && !child_empty {
                             report(format!(

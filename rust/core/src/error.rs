@@ -54,6 +54,26 @@ pub enum Error {
     Busy { waited_ms: u64 },
     /// `check()` found inconsistent metadata: one line per finding.
     Corruption(Vec<String>),
+    /// Item `index` of a batch call failed (and the batch left the pool as it was).
+    Batch { index: usize, error: Box<Error> },
+}
+
+impl Error {
+    /// Item `index` of a batch failed with `error`.
+    pub fn batch(index: usize, error: Error) -> Error {
+        Error::Batch {
+            index,
+            error: Box::new(error),
+        }
+    }
+
+    /// The error itself, beneath any batch wrapping.
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Batch { error, .. } => error.root(),
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for Error {
@@ -93,6 +113,7 @@ impl fmt::Display for Error {
                 f,
                 "could not pause the pool: in-flight calls did not finish within {waited_ms} ms"
             ),
+            Error::Batch { index, error } => write!(f, "item {index} of the batch failed: {error}"),
             Error::Corruption(findings) => {
                 write!(f, "pool metadata is inconsistent ({} finding(s)):", findings.len())?;
                 for line in findings.iter().take(20) {

@@ -17,7 +17,9 @@
 //! | `Gate` | `gate.rs` | the stop gate: pauses alloc/free for compaction and `check()` |
 //! | [`PoolStats`] | `stats.rs` | per-core counters on their own cache lines, summed into a snapshot |
 //! | `HostBacking` | `backing.rs` | the optional host memory behind the arena |
-//! | [`Pool`] | `pool.rs` | ties the pieces together: the allocation path, frees, stats, `check()` |
+//! | `SlabCaches` | `slab.rs` | per-core slab caches of small size classes: one CAS to allocate, one `fetch_or` to free |
+//! | `ThreadStats` | `thread_stats.rs` | per-thread counters of the slab fast path |
+//! | [`Pool`] | `pool.rs` | the public API; the allocation path is in `placement.rs`, frees in `release.rs`, the snapshot in `statistics.rs`, `check()` in `check.rs` |
 //! | [`packing`] | `packing/` | the planner's inner loop: branch and bound over static offsets (driven by `npumem.plan`) |
 //!
 //! Names ending in `_raw` work on offsets; everything else on [`Handle`]s.
@@ -27,6 +29,8 @@
 mod backing;
 mod bits;
 mod buddy;
+#[cfg(not(loom))]
+mod check;
 mod config;
 mod core_pool;
 mod cpu;
@@ -38,17 +42,26 @@ mod index_stack;
 mod layout;
 pub mod packing;
 #[cfg(not(loom))]
+mod placement;
+#[cfg(not(loom))]
 mod pool;
+#[cfg(not(loom))]
+mod release;
 mod segments;
+mod slab;
+#[cfg(not(loom))]
+mod statistics;
 mod stats;
 mod sync;
+#[cfg(not(loom))]
+mod thread_stats;
 
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::Handle;
 #[cfg(not(loom))]
 pub use pool::{BlockInfo, Pool};
-pub use stats::{CoreStats, PoolStats};
+pub use stats::{ClassStats, CoreStats, PoolStats};
 
 /// The crate version.
 pub fn version() -> &'static str {

@@ -1,5 +1,6 @@
-//! Statistics: per-core counters, each core's on its own cache lines, summed into a
-//! [`PoolStats`] snapshot on demand.
+//! Statistics: per-core counters of the buddy and run paths, each core's on its own cache
+//! lines, summed into a [`PoolStats`] snapshot on demand. (The slab fast path counts per thread,
+//! in `thread_stats`, so that a small allocation pays no shared counter.)
 //!
 //! The peak needs a running total, which one shared counter would make a contended cache line.
 //! Each core publishes its running byte count to a shared total only when it has moved by more
@@ -7,13 +8,17 @@
 //! as the published total plus its own unpublished change, and raises the peak if the estimate
 //! passes it (a read of two rarely written lines, and an RMW only on a new peak). The estimate
 //! is exact when one thread allocates at a time; with several, it may miss the others'
-//! unpublished changes, at most `(cores - 1) x slack` bytes.
+//! unpublished changes, at most `(cores - 1) x slack` bytes. Slab objects enter the estimate
+//! through the bytes they held at the last sample (taken whenever a slab is carved and at every
+//! snapshot), so the peak is exact for blocks above the largest slab class and sampled below.
 
 use crate::sync::{AtomicU64, CachePadded, Ordering};
 
 /// Which part of the pool served an allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
+    /// A slab cache (counted per thread, not here).
+    Slab,
     /// A core pool's buddy tree (the caller's core or, with `overflow`, another one).
     Core,
     /// A run of whole chunks from the global pool.
@@ -22,7 +27,6 @@ pub(crate) enum Route {
 
 #[derive(Default)]
 pub(crate) struct CoreCounters {
-    slab_allocs: AtomicU64,
     core_allocs: AtomicU64,
     global_allocs: AtomicU64,
     overflow_allocs: AtomicU64,
@@ -42,12 +46,13 @@ pub(crate) struct Counters {
     published_total: AtomicU64,
     peak: AtomicU64,
     slack: u64,
+    /// Bytes of slab objects at the last sample.
+    slab_bytes: AtomicU64,
 }
 
 /// The summed counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Totals {
-    pub(crate) slab_allocs: u64,
     pub(crate) core_allocs: u64,
     pub(crate) global_allocs: u64,
     pub(crate) overflow_allocs: u64,
@@ -59,7 +64,7 @@ pub(crate) struct Totals {
 
 impl Totals {
     pub(crate) fn allocs(&self) -> u64 {
-        self.slab_allocs + self.core_allocs + self.global_allocs
+        self.core_allocs + self.global_allocs
     }
 }
 
@@ -73,6 +78,7 @@ impl Counters {
             published_total: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             slack,
+            slab_bytes: AtomicU64::new(0),
         }
     }
 
@@ -89,6 +95,7 @@ impl Counters {
         match route {
             Route::Core => c.core_allocs.fetch_add(1, Ordering::Relaxed),
             Route::Global => c.global_allocs.fetch_add(1, Ordering::Relaxed),
+            Route::Slab => unreachable!("slab allocations are counted per thread"),
         };
         if overflow {
             c.overflow_allocs.fetch_add(1, Ordering::Relaxed);
@@ -103,7 +110,8 @@ impl Counters {
         let estimate = self
             .published_total
             .load(Ordering::Relaxed)
-            .wrapping_add(unpublished) as i64;
+            .wrapping_add(unpublished)
+            .wrapping_add(self.slab_bytes.load(Ordering::Relaxed)) as i64;
         if estimate > self.peak.load(Ordering::Relaxed) as i64 {
             self.peak.fetch_max(estimate as u64, Ordering::AcqRel);
         }
@@ -148,7 +156,6 @@ impl Counters {
     pub(crate) fn core(&self, core: usize) -> Totals {
         let c = &self.cores[core];
         Totals {
-            slab_allocs: c.slab_allocs.load(Ordering::Relaxed),
             core_allocs: c.core_allocs.load(Ordering::Relaxed),
             global_allocs: c.global_allocs.load(Ordering::Relaxed),
             overflow_allocs: c.overflow_allocs.load(Ordering::Relaxed),
@@ -163,7 +170,6 @@ impl Counters {
         let mut t = Totals::default();
         for core in 0..self.cores.len() {
             let c = self.core(core);
-            t.slab_allocs += c.slab_allocs;
             t.core_allocs += c.core_allocs;
             t.global_allocs += c.global_allocs;
             t.overflow_allocs += c.overflow_allocs;
@@ -175,10 +181,25 @@ impl Counters {
         t
     }
 
-    /// The peak, raised to `current` first (the exact sum a snapshot just took).
-    pub(crate) fn peak(&self, current: u64) -> u64 {
+    /// The peak, raised to `current` first (an exact total just taken, slab objects included,
+    /// whose slab part `slab_bytes` is remembered for later estimates).
+    pub(crate) fn sample(&self, current: u64, slab_bytes: u64) -> u64 {
+        self.slab_bytes.store(slab_bytes, Ordering::Relaxed);
         self.peak.fetch_max(current, Ordering::AcqRel).max(current)
     }
+}
+
+/// One slab size class in a [`PoolStats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassStats {
+    /// Object size in bytes.
+    pub size: usize,
+    /// Live objects of this class.
+    pub blocks_in_use: u64,
+    /// Slabs of this class (each a buddy block carved into objects).
+    pub slabs: u64,
+    /// Bytes the live objects hold beyond what they asked for (rounding up to the class).
+    pub waste_bytes: u64,
 }
 
 /// One core pool's share of a [`PoolStats`].
@@ -247,6 +268,8 @@ pub struct PoolStats {
     pub chunks_in_cores: usize,
     /// Chunks in large blocks (runs).
     pub chunks_in_runs: usize,
+    /// Per slab size class.
+    pub size_classes: Vec<ClassStats>,
     /// Per core pool.
     pub per_core: Vec<CoreStats>,
 }
@@ -265,7 +288,7 @@ mod tests {
         let t = c.totals();
         assert_eq!((t.allocs(), t.frees, t.failed_allocs), (2, 1, 1));
         assert_eq!((t.bytes, t.requested), (4 << 20, 3 << 20));
-        assert_eq!(c.peak(t.bytes as u64), (4 << 20) + 256);
+        assert_eq!(c.sample(t.bytes as u64, 0), (4 << 20) + 256);
     }
 
     #[test]
@@ -275,7 +298,7 @@ mod tests {
         c.on_alloc(2, Route::Core, false, 3000, 3000);
         c.on_free(2, 1000, 1000);
         c.on_free(2, 3000, 3000);
-        assert_eq!(c.peak(0), 4000);
+        assert_eq!(c.sample(0, 0), 4000);
     }
 
     #[test]
@@ -289,7 +312,7 @@ mod tests {
         }
         assert_eq!(c.totals().bytes, 0);
         assert!(c.core(1).bytes < 0);
-        let peak = c.peak(0);
+        let peak = c.sample(0, 0);
         assert!(
             peak <= 4096 * 1000 && peak + 2 * c.slack >= 4096 * 1000,
             "peak {peak}"

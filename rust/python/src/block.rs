@@ -36,6 +36,18 @@ impl Block {
         }
     }
 
+    /// The handle, for a batch call on `pool` (which must be the block's own); `index` names
+    /// the item in the error.
+    pub(crate) fn handle_in(&self, pool: &Pool, index: usize) -> PyResult<Handle> {
+        if !std::ptr::eq(pool, self.pool.get()) {
+            return Err(error(
+                Kind::InvalidHandle,
+                format!("item {index} of the batch belongs to another pool"),
+            ));
+        }
+        Ok(self.handle)
+    }
+
     /// Free through `pool`, which must be the block's own.
     pub(crate) fn free_in(&self, py: Python<'_>, pool: &Pool) -> PyResult<()> {
         if !std::ptr::eq(pool, self.pool.get()) {

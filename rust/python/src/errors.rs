@@ -65,16 +65,16 @@ pub(crate) fn packing(err: npumem_core::packing::PackingError) -> PyErr {
 /// Map an npumem-core error to its Python exception.
 pub(crate) fn to_py(err: Error) -> PyErr {
     let message = err.to_string();
-    let kind = match &err {
+    let kind = match err.root() {
         Error::Config { .. } => Kind::Config,
         Error::InvalidSize { .. } | Error::InvalidAlignment { .. } => Kind::InvalidArgument,
         Error::TooLarge { .. } => Kind::RequestTooLarge,
-        Error::OutOfMemory {
+        &Error::OutOfMemory {
             requested,
             bytes_free,
             largest_free_block,
         } => {
-            let (requested, bytes_free, largest) = (*requested, *bytes_free, *largest_free_block);
+            let (requested, bytes_free, largest) = (requested, bytes_free, largest_free_block);
             return Python::attach(|py| {
                 match Kind::OutOfMemory
                     .class(py)
@@ -94,7 +94,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::InvalidBlock { .. } => Kind::InvalidHandle,
         Error::NoBacking => Kind::NoBacking,
         Error::Paused | Error::Busy { .. } => Kind::PoolBusy,
-        Error::Corruption(_) => Kind::Corruption,
+        Error::Corruption(_) | Error::Batch { .. } => Kind::Corruption,
         _ => Kind::Corruption,
     };
     error(kind, message)

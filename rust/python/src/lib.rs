@@ -21,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<block::Block>()?;
     m.add_class::<stats::PoolStats>()?;
     m.add_class::<stats::CoreStats>()?;
+    m.add_class::<stats::SizeClassStats>()?;
     packing::register(m)?;
     Ok(())
 }

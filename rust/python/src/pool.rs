@@ -203,6 +203,83 @@ impl Pool {
         Self::alloc_block(slf, nbytes, align, tag)
     }
 
+    /// Allocate one block per size in `sizes` (all with the same `align` and `tag`), or none:
+    /// if one allocation fails, the blocks already made are freed and the error says which
+    /// one failed and why.
+    #[pyo3(signature = (sizes, *, align = None, tag = None))]
+    fn alloc_many(
+        slf: &Bound<'_, Self>,
+        sizes: &Bound<'_, PyAny>,
+        align: Option<&Bound<'_, PyAny>>,
+        tag: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<Block>> {
+        let py = slf.py();
+        let this = slf.get();
+        let capacity = this.core.capacity();
+        let items = sizes.try_iter().map_err(|_| {
+            error(
+                Kind::ArgumentType,
+                format!(
+                    "sizes must be an iterable of ints, got {}",
+                    args::type_name(sizes)
+                ),
+            )
+        })?;
+        let mut wanted = Vec::new();
+        for (i, item) in items.enumerate() {
+            wanted.push(args::size(&item?, &format!("sizes[{i}]"), capacity)?);
+        }
+        let align = args::alignment(align, capacity)?;
+        let tag = args::tag(tag)?;
+        let tag_id = this.tag_id(py, tag.as_ref())?;
+        let core = &this.core;
+        let handles = without_gil(py, || core.alloc_many(&wanted, align, tag_id))?;
+        let pool = slf.clone().unbind();
+        Ok(handles
+            .into_iter()
+            .zip(wanted)
+            .map(|(handle, size)| {
+                Block::new(
+                    pool.clone_ref(py),
+                    handle,
+                    size,
+                    tag.as_ref().map(|t| t.clone().unbind()),
+                )
+            })
+            .collect())
+    }
+
+    /// Free every block of `blocks`, or none: all are checked first (blocks of this pool,
+    /// alive, not pinned, no block twice) and the error names the first that is not.
+    fn free_many(slf: &Bound<'_, Self>, blocks: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let items = blocks.try_iter().map_err(|_| {
+            error(
+                Kind::ArgumentType,
+                format!(
+                    "blocks must be an iterable of npumem.Block, got {}",
+                    args::type_name(blocks)
+                ),
+            )
+        })?;
+        let mut handles = Vec::new();
+        for (i, item) in items.enumerate() {
+            let item = item?;
+            let block = item.cast::<Block>().map_err(|_| {
+                error(
+                    Kind::ArgumentType,
+                    format!(
+                        "blocks[{i}] must be an npumem.Block, got {}",
+                        args::type_name(&item)
+                    ),
+                )
+            })?;
+            handles.push(block.get().handle_in(slf.get(), i)?);
+        }
+        let core = &slf.get().core;
+        without_gil(py, || core.free_many(&handles))
+    }
+
     /// Free `block` (the same as `block.free()`).
     fn free(slf: &Bound<'_, Self>, block: &Bound<'_, PyAny>) -> PyResult<()> {
         let block = block.cast::<Block>().map_err(|_| {

@@ -41,6 +41,36 @@ impl CoreStats {
     }
 }
 
+/// One slab size class of a `PoolStats`.
+#[pyclass(module = "npumem._core", frozen, get_all)]
+#[derive(Clone)]
+pub struct SizeClassStats {
+    size: usize,
+    blocks_in_use: u64,
+    slabs: u64,
+    waste_bytes: u64,
+}
+
+#[pymethods]
+impl SizeClassStats {
+    /// The fields as a dict.
+    fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("size", self.size)?;
+        d.set_item("blocks_in_use", self.blocks_in_use)?;
+        d.set_item("slabs", self.slabs)?;
+        d.set_item("waste_bytes", self.waste_bytes)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SizeClassStats(size={}, blocks_in_use={}, slabs={}, waste_bytes={})",
+            self.size, self.blocks_in_use, self.slabs, self.waste_bytes
+        )
+    }
+}
+
 /// A snapshot of a pool: usage, fragmentation and counters.
 #[pyclass(module = "npumem._core", frozen, get_all)]
 pub struct PoolStats {
@@ -64,6 +94,7 @@ pub struct PoolStats {
     chunks_free: usize,
     chunks_in_cores: usize,
     chunks_in_runs: usize,
+    size_classes: Vec<SizeClassStats>,
     per_core: Vec<CoreStats>,
 }
 
@@ -90,6 +121,16 @@ impl PoolStats {
             chunks_free: s.chunks_free,
             chunks_in_cores: s.chunks_in_cores,
             chunks_in_runs: s.chunks_in_runs,
+            size_classes: s
+                .size_classes
+                .into_iter()
+                .map(|c| SizeClassStats {
+                    size: c.size,
+                    blocks_in_use: c.blocks_in_use,
+                    slabs: c.slabs,
+                    waste_bytes: c.waste_bytes,
+                })
+                .collect(),
             per_core: s
                 .per_core
                 .into_iter()
@@ -143,6 +184,12 @@ impl PoolStats {
         d.set_item("chunks_free", self.chunks_free)?;
         d.set_item("chunks_in_cores", self.chunks_in_cores)?;
         d.set_item("chunks_in_runs", self.chunks_in_runs)?;
+        let classes = self
+            .size_classes
+            .iter()
+            .map(|c| c.as_dict(py))
+            .collect::<PyResult<Vec<_>>>()?;
+        d.set_item("size_classes", classes)?;
         let cores = self
             .per_core
             .iter()

@@ -1,0 +1,189 @@
+//! Giving blocks back: slab objects to their slab, buddy blocks to their chunk, runs to the
+//! global pool. Every path validates the block before it changes anything, and the first
+//! atomic release decides who frees a block when two callers race.
+
+use crate::buddy::Node;
+use crate::cpu;
+use crate::error::{Error, Result};
+use crate::global::ChunkState;
+use crate::handle::Handle;
+use crate::layout::Layout;
+use crate::pool::Pool;
+use crate::sync::Ordering;
+
+/// What a release gave back, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// A slab object of this class.
+    Slab(usize),
+    /// A buddy block or a run of this many bytes.
+    Block(usize),
+}
+
+struct Carver<'a>(&'a Pool);
+
+impl crate::slab::SlabBlocks for Carver<'_> {
+    fn carve(&self, _bytes: usize) -> Option<usize> {
+        None // a free never carves
+    }
+
+    fn release(&self, base: usize, bytes: usize) {
+        self.0
+            .release_buddy(base, bytes)
+            .expect("a retired slab's block is allocated");
+    }
+}
+
+impl Pool {
+    pub(crate) fn free_entered(&self, handle: Handle) -> Result<()> {
+        let core = cpu::current_core(self.cores.len());
+        let info = self.handles.remove(handle)?;
+        let released = self.release_block(info.offset, info.size).map_err(|err| {
+            Error::Corruption(vec![format!(
+                "live handle {handle:?} pointed at offset {} ({} bytes) but: {err}",
+                info.offset, info.size
+            )])
+        })?;
+        self.handles.recycle(core, handle);
+        self.account_free(released, core, info.size);
+        Ok(())
+    }
+
+    /// Count a free: per thread for slab objects, per core otherwise.
+    #[inline]
+    pub(crate) fn account_free(&self, released: Released, core: usize, size: usize) {
+        match released {
+            Released::Slab(k) => self.slab_counters.on_free(k, size),
+            Released::Block(bytes) => self.counters.on_free(core, bytes, size),
+        }
+    }
+
+    /// Release the block at `offset` of `size` requested bytes.
+    pub(crate) fn release_block(&self, offset: usize, size: usize) -> Result<Released> {
+        if let Some(id) = self.slabs.lookup(offset) {
+            let fits = self.slabs.classes.class_for(size, 1).is_some();
+            if !fits {
+                return Err(Error::InvalidBlock {
+                    offset,
+                    size,
+                    reason: "a slab object is smaller than this",
+                });
+            }
+            return match self.slabs.free(id, offset, &Carver(self)) {
+                Ok(freed) if self.slabs.classes.classes[freed.class].size >= size => Ok(Released::Slab(freed.class)),
+                Ok(_) => Err(Error::Corruption(vec![format!(
+                    "freed the slab object at {offset}, smaller than the {size} bytes it was asked for"
+                )])),
+                Err(reason) => Err(Error::InvalidBlock { offset, size, reason }),
+            };
+        }
+        let chunk = self.geometry.chunk_of(offset);
+        if chunk >= self.geometry.chunks {
+            return Err(Error::InvalidBlock {
+                offset,
+                size,
+                reason: "outside the arena's chunks",
+            });
+        }
+        match self.global.state(chunk) {
+            ChunkState::RunHead(len) => self
+                .release_run(offset, size, chunk, len)
+                .map(Released::Block),
+            ChunkState::Core(_) => self.release_buddy(offset, size).map(Released::Block),
+            ChunkState::Free | ChunkState::RunBody => Err(Error::InvalidBlock {
+                offset,
+                size,
+                reason: "no block starts in this chunk",
+            }),
+        }
+    }
+
+    fn release_run(&self, offset: usize, size: usize, chunk: usize, len: usize) -> Result<usize> {
+        let invalid = |reason| {
+            Err(Error::InvalidBlock {
+                offset,
+                size,
+                reason,
+            })
+        };
+        let chunks = (size + self.geometry.chunk_size - 1) >> self.geometry.chunk_shift;
+        if self.geometry.unit_in_chunk(offset) != 0
+            || offset & (self.geometry.min_block - 1) != 0
+            || chunks != len
+        {
+            return invalid("does not match the chunk run there");
+        }
+        if !self
+            .global
+            .swap_state(chunk, ChunkState::RunHead(len), ChunkState::Free)
+        {
+            return invalid("the chunk run there was freed already");
+        }
+        for c in chunk + 1..chunk + len {
+            self.global.set_state(c, ChunkState::Free);
+        }
+        let bytes = self.run_bytes(chunk, len);
+        self.global.release(chunk, len);
+        Ok(bytes)
+    }
+
+    /// Release the buddy block at `offset` (of `size` requested bytes, in a core chunk);
+    /// returns its block bytes.
+    pub(crate) fn release_buddy(&self, offset: usize, size: usize) -> Result<usize> {
+        let invalid = |reason| {
+            Err(Error::InvalidBlock {
+                offset,
+                size,
+                reason,
+            })
+        };
+        let chunk = self.geometry.chunk_of(offset);
+        if chunk >= self.geometry.chunks || !matches!(self.global.state(chunk), ChunkState::Core(_))
+        {
+            return invalid("not inside a core pool's chunk");
+        }
+        let Layout::Buddy(b) = self.geometry.layout(size, 1) else {
+            return invalid("a block of this size would be a chunk run");
+        };
+        let within = self.geometry.unit_in_chunk(offset);
+        if offset & (self.geometry.min_block - 1) != 0 || within & (b.enclosing - 1) != 0 {
+            return invalid("not the start of a block of this size");
+        }
+        let e = Node::covering(self.geometry.depth, within, b.enclosing);
+        let tree = self.tree(chunk);
+        let depth = self.geometry.depth;
+        // A trimmed block is several nodes: all must be allocated before any is freed.
+        // (A whole block is one node: its release below is the check.)
+        if !b.is_whole() && !b.pieces(depth, e).all(|p| self.shape.is_allocated(tree, p)) {
+            return invalid("no block of this size is allocated there");
+        }
+        // The first release decides who frees the block when two callers race.
+        let mut pieces = b.pieces(depth, e);
+        let first = pieces.next().expect("a block has at least one node");
+        if self.shape.release(tree, first).is_err() {
+            return invalid("the block was freed already");
+        }
+        for p in pieces {
+            let _ = self.shape.release(tree, p);
+        }
+        let after = self.free_units[chunk]
+            .0
+            .fetch_add(b.units, Ordering::AcqRel)
+            + b.units;
+        if after == self.geometry.usable_units(chunk) {
+            self.chunk_became_empty(chunk);
+        }
+        Ok(b.units as usize * self.geometry.min_block)
+    }
+
+    fn chunk_became_empty(&self, chunk: usize) {
+        if let ChunkState::Core(owner) = self.global.state(chunk) {
+            let still_reserve = |c: usize| {
+                self.global.state(c) == ChunkState::Core(owner) && self.chunk_is_empty(c)
+            };
+            if !self.cores[owner].keep_in_reserve(chunk, still_reserve) {
+                self.retire(chunk, owner);
+            }
+        }
+    }
+}
