@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
-use npumem_benches::{
-    prefill, Allocator, Branch, LockedFrames, MutexTree, NpumemHandles, NpumemRaw, Rng,
-};
+use npumem_benches::{prefill, Allocator, Branch, LockedFrames, MutexTree, NpumemHandles, NpumemRaw, Rng};
 
 const ARENA: usize = 256 << 20;
 
@@ -138,8 +136,7 @@ fn producer_consumer<A: Allocator>(g: &mut BenchmarkGroup<'_, WallTime>, a: &A) 
                 let mut left = iters as usize;
                 while left > 0 {
                     let n = left.min(256);
-                    let batch: Vec<A::Token> =
-                        (0..n).map(|_| a.alloc(4096).expect("room")).collect();
+                    let batch: Vec<A::Token> = (0..n).map(|_| a.alloc(4096).expect("room")).collect();
                     tx.send(batch).expect("consumer alive");
                     left -= n;
                 }

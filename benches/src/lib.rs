@@ -27,9 +27,7 @@ pub trait Allocator: Sync {
 }
 
 fn config(capacity: usize, cores: usize) -> PoolConfig {
-    PoolConfig::new(capacity)
-        .cores(cores)
-        .backing(Backing::None)
+    PoolConfig::new(capacity).cores(cores).backing(Backing::None)
 }
 
 /// npumem's offset API: per-core lock-free buddy pools, no handles.
@@ -89,10 +87,7 @@ pub struct MutexTree {
 
 impl MutexTree {
     pub fn new(capacity: usize) -> Self {
-        MutexTree {
-            lock: Mutex::new(()),
-            pool: Pool::new(config(capacity, 1)).expect("valid config"),
-        }
+        MutexTree { lock: Mutex::new(()), pool: Pool::new(config(capacity, 1)).expect("valid config") }
     }
 }
 
@@ -131,18 +126,11 @@ impl Allocator for LockedFrames {
     }
     #[inline]
     fn alloc(&self, size: usize) -> Option<usize> {
-        self.0
-            .lock()
-            .unwrap()
-            .alloc(size.div_ceil(UNIT))
-            .map(|frame| frame * UNIT)
+        self.0.lock().unwrap().alloc(size.div_ceil(UNIT)).map(|frame| frame * UNIT)
     }
     #[inline]
     fn free(&self, offset: usize, size: usize) {
-        self.0
-            .lock()
-            .unwrap()
-            .dealloc(offset / UNIT, size.div_ceil(UNIT));
+        self.0.lock().unwrap().dealloc(offset / UNIT, size.div_ceil(UNIT));
     }
 }
 
@@ -161,15 +149,9 @@ pub struct Branch {
 impl Branch {
     pub fn new(capacity: usize) -> Self {
         let order = (capacity / UNIT).trailing_zeros() as usize;
-        let storage: &'static [AtomicU64] = Box::leak(
-            (0..BranchAllocator::required(order))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-        );
-        Branch {
-            tree: BranchAllocator::new(storage, order).expect("enough storage"),
-            order,
-        }
+        let storage: &'static [AtomicU64] =
+            Box::leak((0..BranchAllocator::required(order)).map(|_| AtomicU64::new(0)).collect());
+        Branch { tree: BranchAllocator::new(storage, order).expect("enough storage"), order }
     }
 }
 
@@ -197,9 +179,7 @@ impl Allocator for Branch {
     #[inline]
     fn free(&self, offset: usize, size: usize) {
         let order = size.div_ceil(UNIT).next_power_of_two().trailing_zeros() as usize;
-        self.tree
-            .deallocate(offset / UNIT, order)
-            .expect("valid free");
+        self.tree.deallocate(offset / UNIT, order).expect("valid free");
     }
 }
 

@@ -39,20 +39,13 @@ impl HostBacking {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(Error::Backing(format!(
-                "mmap of {mapped} bytes failed: {}",
-                std::io::Error::last_os_error()
-            )));
+            return Err(Error::Backing(format!("mmap of {mapped} bytes failed: {}", std::io::Error::last_os_error())));
         }
         let mapping = NonNull::new(ptr as *mut u8).expect("mmap never returns null on success");
         let skew = (align - (ptr as usize) % align) % align;
         // SAFETY: skew < align and mapped >= len + align, so base..base+len is inside the mapping.
         let base = unsafe { mapping.add(skew) };
-        Ok(HostBacking {
-            mapping,
-            mapped,
-            base,
-        })
+        Ok(HostBacking { mapping, mapped, base })
     }
 
     /// The arena's first byte.

@@ -64,10 +64,7 @@ impl Node {
     pub(crate) fn covering(depth: u32, start: u64, units: u64) -> Node {
         debug_assert!(units.is_power_of_two() && start % units == 0);
         let level = depth - units.trailing_zeros();
-        Node {
-            level,
-            index: start / units,
-        }
+        Node { level, index: start / units }
     }
 
     /// The first unit the node covers.
@@ -189,12 +186,7 @@ impl TreeShape {
         let mut top = 0;
         let mut base = 0;
         for (i, &height) in heights.iter().enumerate() {
-            bands.push(Band {
-                top,
-                height,
-                base,
-                leaf: i + 1 == heights.len(),
-            });
+            bands.push(Band { top, height, base, leaf: i + 1 == heights.len() });
             base += 1usize << top;
             top += height;
         }
@@ -207,13 +199,7 @@ impl TreeShape {
         // Pad each tree to whole 128-byte lines so trees of different chunks share no line.
         let words = base.div_ceil(16) * 16;
         let conflicts = bands.iter().map(Self::conflict_masks).collect();
-        TreeShape {
-            depth,
-            bands,
-            band_of_level,
-            words,
-            conflicts,
-        }
+        TreeShape { depth, bands, band_of_level, words, conflicts }
     }
 
     fn conflict_masks(band: &Band) -> Vec<u64> {
@@ -261,12 +247,7 @@ impl TreeShape {
         let row = node.level - b.top;
         let bunch = node.index >> row;
         let pos = node.index & low_bits(row);
-        Loc {
-            band,
-            bunch,
-            word: b.base + bunch as usize,
-            bit: 1u64 << ((1u64 << row) - 1 + pos),
-        }
+        Loc { band, bunch, word: b.base + bunch as usize, bit: 1u64 << ((1u64 << row) - 1 + pos) }
     }
 
     fn word<'t>(&self, tree: &'t [AtomicU64], band: usize, bunch: u64) -> &'t AtomicU64 {
@@ -333,12 +314,7 @@ impl TreeShape {
             if current & conflicts != 0 {
                 return Err(Conflict::Taken);
             }
-            match word.compare_exchange_weak(
-                current,
-                current | loc.bit,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match word.compare_exchange_weak(current, current | loc.bit, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
                 Err(seen) => current = seen,
             }
@@ -422,16 +398,11 @@ impl TreeShape {
             marked &= marked - 1;
         }
         word = child_word.load(Ordering::Acquire);
-        if word != 0
-            || child_word
-                .compare_exchange(0, cb.seal(), Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
+        if word != 0 || child_word.compare_exchange(0, cb.seal(), Ordering::AcqRel, Ordering::Acquire).is_err() {
             return false;
         }
         let j = child & low_bits(self.bands[band].height);
-        self.word(tree, band, bunch)
-            .fetch_and(!(1u64 << (OCC_SHIFT as u64 + j)), Ordering::AcqRel);
+        self.word(tree, band, bunch).fetch_and(!(1u64 << (OCC_SHIFT as u64 + j)), Ordering::AcqRel);
         child_word.store(0, Ordering::Release);
         true
     }
@@ -522,10 +493,7 @@ impl TreeShape {
         while avail != 0 {
             let preferred = avail & !siblings(avail);
             let pick = if preferred != 0 { preferred } else { avail }.trailing_zeros() as u64;
-            let node = Node {
-                level,
-                index: (bunch << r) | pick,
-            };
+            let node = Node { level, index: (bunch << r) | pick };
             match claim(node) {
                 Ok(()) => return Some(node),
                 Err(Conflict::Ancestor) => return None,
@@ -553,10 +521,7 @@ impl TreeShape {
             if !cleaned {
                 continue;
             }
-            let node = Node {
-                level,
-                index: (bunch << r) | pos,
-            };
+            let node = Node { level, index: (bunch << r) | pos };
             match claim(node) {
                 Ok(()) => return Some(node),
                 Err(Conflict::Ancestor) => return None,
@@ -603,17 +568,12 @@ impl TreeShape {
             let count = 1u64 << (level - child_top);
             let aligned = first.div_ceil(step) * step;
             if aligned < first + count {
-                let node = Node {
-                    level,
-                    index: aligned,
-                };
+                let node = Node { level, index: aligned };
                 match claim(node) {
                     Ok(()) => return Some(node),
                     Err(Conflict::Ancestor) => return None,
                     Err(Conflict::Taken) => {
-                        if let Some(node) =
-                            self.search_bunch(tree, band + 1, child, level, step, claim)
-                        {
+                        if let Some(node) = self.search_bunch(tree, band + 1, child, level, step, claim) {
                             return Some(node);
                         }
                     }
@@ -640,23 +600,14 @@ impl TreeShape {
 
     /// A bunch's word with the allocated bits of `reclaimable` nodes cleared and the marks of
     /// effectively empty children removed.
-    fn effective_word(
-        &self,
-        tree: &[AtomicU64],
-        band: usize,
-        bunch: u64,
-        reclaimable: &dyn Fn(Node) -> bool,
-    ) -> u64 {
+    fn effective_word(&self, tree: &[AtomicU64], band: usize, bunch: u64, reclaimable: &dyn Fn(Node) -> bool) -> u64 {
         let b = self.bands[band];
         let mut word = self.word(tree, band, bunch).load(Ordering::Acquire);
         let mut allocated = word & b.alloc_mask();
         while allocated != 0 {
             let bit = allocated.trailing_zeros();
             let r = 63 - (bit as u64 + 1).leading_zeros(); // heap row of the bit
-            let node = Node {
-                level: b.top + r,
-                index: (bunch << r) | (bit as u64 + 1 - (1 << r)),
-            };
+            let node = Node { level: b.top + r, index: (bunch << r) | (bit as u64 + 1 - (1 << r)) };
             if reclaimable(node) {
                 word &= !(1u64 << bit);
             }
@@ -742,10 +693,7 @@ impl TreeShape {
             let mut row = row_of(word, r);
             while row != 0 {
                 let pos = row.trailing_zeros() as u64;
-                found.push(Node {
-                    level: b.top + r,
-                    index: (bunch << r) | pos,
-                });
+                found.push(Node { level: b.top + r, index: (bunch << r) | pos });
                 row &= row - 1;
             }
         }
@@ -760,11 +708,7 @@ impl TreeShape {
         let mut next_child = children.into_iter().peekable();
         for node in found {
             while let Some(&child) = next_child.peek() {
-                let child_start = Node {
-                    level: child_top,
-                    index: child,
-                }
-                .start(self.depth);
+                let child_start = Node { level: child_top, index: child }.start(self.depth);
                 if child_start >= node.start(self.depth) {
                     break;
                 }
@@ -788,10 +732,7 @@ impl TreeShape {
                 let word = tree[index].load(Ordering::Acquire);
                 let allowed = b.alloc_mask() | b.occ_mask();
                 if word & !allowed != 0 {
-                    report(format!(
-                        "tree word {index}: stray or seal bits {:#x}",
-                        word & !allowed
-                    ));
+                    report(format!("tree word {index}: stray or seal bits {:#x}", word & !allowed));
                 }
                 let mut down = 0;
                 for r in 0..b.height {
@@ -833,11 +774,7 @@ impl TreeShape {
         let mut nodes = Vec::new();
         let mut start = from;
         while start < to {
-            let mut units = if start == 0 {
-                total
-            } else {
-                1u64 << start.trailing_zeros()
-            };
+            let mut units = if start == 0 { total } else { 1u64 << start.trailing_zeros() };
             while start + units > to {
                 units >>= 1;
             }
@@ -896,11 +833,7 @@ mod tests {
                     assert_eq!(node.level, level);
                     assert!(seen.insert(node.index), "node handed out twice");
                 }
-                assert_eq!(
-                    alloc(&shape, &t, level),
-                    None,
-                    "depth {depth} level {level}"
-                );
+                assert_eq!(alloc(&shape, &t, level), None, "depth {depth} level {level}");
                 assert_eq!(alloc(&shape, &t, depth), None);
                 check_clean(&shape, &t);
                 for index in seen {
@@ -921,26 +854,17 @@ mod tests {
         let big = Node { level: 5, index: 3 };
         shape.try_alloc(&t, big).unwrap();
         // A leaf inside it: same region, deeper band; the climb meets the ancestor.
-        let leaf = Node {
-            level: 13,
-            index: 3 << 8,
-        };
+        let leaf = Node { level: 13, index: 3 << 8 };
         assert_eq!(shape.try_alloc(&t, leaf), Err(Conflict::Ancestor));
         // The parent: its bunch sees the allocated child below it.
-        assert_eq!(
-            shape.try_alloc(&t, Node { level: 4, index: 1 }),
-            Err(Conflict::Taken)
-        );
+        assert_eq!(shape.try_alloc(&t, Node { level: 4, index: 1 }), Err(Conflict::Taken));
         assert_eq!(shape.try_alloc(&t, big), Err(Conflict::Taken));
         check_clean(&shape, &t);
         shape.release(&t, big).unwrap();
         assert_eq!(shape.release(&t, big), Err(()));
         shape.try_alloc(&t, leaf).unwrap();
         assert_eq!(shape.try_alloc(&t, big), Err(Conflict::Taken));
-        assert_eq!(
-            shape.try_alloc(&t, Node { level: 0, index: 0 }),
-            Err(Conflict::Taken)
-        );
+        assert_eq!(shape.try_alloc(&t, Node { level: 0, index: 0 }), Err(Conflict::Taken));
         check_clean(&shape, &t);
     }
 
@@ -954,21 +878,13 @@ mod tests {
             rng ^= rng << 17;
             let sparse = rng & (rng >> 3) & (rng >> 7);
             for (band, b) in shape.bands.iter().enumerate() {
-                let word = if b.leaf {
-                    sparse & low_bits(63)
-                } else {
-                    sparse & 0xFFFF_7FFF
-                };
+                let word = if b.leaf { sparse & low_bits(63) } else { sparse & 0xFFFF_7FFF };
                 for r in 0..b.height {
                     let row = shape.available_row(band, word, r);
                     for pos in 0..(1u64 << r) {
                         let k = ((1u64 << r) - 1 + pos) as usize;
                         let free = word & shape.conflicts[band][k] == 0;
-                        assert_eq!(
-                            free,
-                            row & (1 << pos) != 0,
-                            "band {band} row {r} pos {pos} word {word:#x}"
-                        );
+                        assert_eq!(free, row & (1 << pos) != 0, "band {band} row {r} pos {pos} word {word:#x}");
                     }
                 }
             }
@@ -982,28 +898,19 @@ mod tests {
         let leaf = alloc(&shape, &t, 13).unwrap();
         shape.release(&t, leaf).unwrap();
         // The marks above the emptied leaf bunch stay: the root is not allocatable as is...
-        assert_eq!(
-            shape.try_alloc(&t, Node { level: 0, index: 0 }),
-            Err(Conflict::Taken)
-        );
+        assert_eq!(shape.try_alloc(&t, Node { level: 0, index: 0 }), Err(Conflict::Taken));
         // ...but nothing is lost: stats see the whole chunk free, a search cleans the marks.
         assert_eq!(shape.largest_free_level(&t), Some(0));
         check_clean(&shape, &t);
         let untouched = alloc(&shape, &t, 1).unwrap();
-        assert_eq!(
-            untouched.index, 1,
-            "an unmarked half is taken before cleaning"
-        );
+        assert_eq!(untouched.index, 1, "an unmarked half is taken before cleaning");
         let cleaned = alloc(&shape, &t, 1).expect("the marked half is cleaned and taken");
         assert_eq!(cleaned.index, 0);
         check_clean(&shape, &t);
         shape.release(&t, untouched).unwrap();
         shape.release(&t, cleaned).unwrap();
         shape.sweep(&t);
-        assert!(
-            t.iter().all(|w| w.load(Ordering::Relaxed) == 0),
-            "a sweep leaves no marks"
-        );
+        assert!(t.iter().all(|w| w.load(Ordering::Relaxed) == 0), "a sweep leaves no marks");
         shape.try_alloc(&t, Node { level: 0, index: 0 }).unwrap();
     }
 
@@ -1014,11 +921,7 @@ mod tests {
         let a = alloc(&shape, &t, 13).unwrap();
         let root_word = t[0].load(Ordering::Relaxed);
         let b = alloc(&shape, &t, 13).unwrap();
-        assert_eq!(
-            t[0].load(Ordering::Relaxed),
-            root_word,
-            "the second climb only read the root"
-        );
+        assert_eq!(t[0].load(Ordering::Relaxed), root_word, "the second climb only read the root");
         shape.release(&t, a).unwrap();
         shape.release(&t, b).unwrap();
     }
@@ -1045,9 +948,7 @@ mod tests {
         let t = tree(&shape);
         let first = alloc(&shape, &t, 13).unwrap();
         assert_eq!(first.index, 0);
-        let aligned = shape
-            .search(&t, 13, 16, &mut |n| shape.try_alloc(&t, n))
-            .unwrap();
+        let aligned = shape.search(&t, 13, 16, &mut |n| shape.try_alloc(&t, n)).unwrap();
         assert_eq!(aligned.index % 16, 0);
         assert_ne!(aligned.index, 0);
     }
@@ -1100,9 +1001,7 @@ mod tests {
                         rng ^= rng << 17;
                         if held.len() < 8 && rng % 3 != 0 {
                             let level = 4 + (rng >> 8) as u32 % 7;
-                            if let Some(n) =
-                                shape.search(&t, level, 1, &mut |n| shape.try_alloc(&t, n))
-                            {
+                            if let Some(n) = shape.search(&t, level, 1, &mut |n| shape.try_alloc(&t, n)) {
                                 for u in n.start(10)..n.start(10) + n.units(10) {
                                     let prev = owners[u as usize].swap(id + 1, Ordering::SeqCst);
                                     assert_eq!(prev, 0, "unit {u} handed out twice");
@@ -1129,11 +1028,7 @@ mod tests {
             th.join().unwrap();
         }
         check_clean(&shape, &t);
-        assert_eq!(
-            shape.largest_free_level(&t),
-            Some(0),
-            "everything merged back"
-        );
+        assert_eq!(shape.largest_free_level(&t), Some(0), "everything merged back");
     }
 }
 
@@ -1177,14 +1072,8 @@ mod loom_models {
             let h = thread::spawn(move || s2.try_alloc(&t2, leaf).is_ok());
             let got_parent = shape.try_alloc(&t, parent).is_ok();
             let got_leaf = h.join().unwrap();
-            assert!(
-                !(got_leaf && got_parent),
-                "overlapping blocks both allocated"
-            );
-            assert!(
-                got_leaf || got_parent,
-                "both failed although one always fits"
-            );
+            assert!(!(got_leaf && got_parent), "overlapping blocks both allocated");
+            assert!(got_leaf || got_parent, "both failed although one always fits");
             quiescent_ok(&shape, &t);
         });
     }
@@ -1277,8 +1166,7 @@ mod loom_models {
         // the mark the first just set, but must still check every band above it.
         loom::model(|| {
             let shape = Arc::new(TreeShape::with_heights(3, 2, 1));
-            let t: Arc<Vec<AtomicU64>> =
-                Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let t: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
             let spawn_alloc = |node: Node| {
                 let (s, t) = (shape.clone(), t.clone());
                 thread::spawn(move || s.try_alloc(&t, node).is_ok().then_some(node))
@@ -1287,14 +1175,8 @@ mod loom_models {
             let second = spawn_alloc(Node { level: 3, index: 1 });
             let root = Node { level: 0, index: 0 };
             let got_root = shape.try_alloc(&t, root).is_ok();
-            let leaves: Vec<Node> = [first, second]
-                .into_iter()
-                .filter_map(|h| h.join().unwrap())
-                .collect();
-            assert!(
-                !(got_root && !leaves.is_empty()),
-                "the root and {leaves:?} were both allocated"
-            );
+            let leaves: Vec<Node> = [first, second].into_iter().filter_map(|h| h.join().unwrap()).collect();
+            assert!(!(got_root && !leaves.is_empty()), "the root and {leaves:?} were both allocated");
             let mut findings = Vec::new();
             shape.check(&t, &mut |f| findings.push(f));
             assert!(findings.is_empty(), "{findings:?}");
@@ -1311,20 +1193,13 @@ mod loom_models {
             shape.try_alloc(&t, old).unwrap();
             shape.release(&t, old).unwrap();
             let (s2, t2) = (shape.clone(), t.clone());
-            let taker =
-                thread::spawn(move || s2.try_alloc(&t2, Node { level: 2, index: 0 }).is_ok());
+            let taker = thread::spawn(move || s2.try_alloc(&t2, Node { level: 2, index: 0 }).is_ok());
             shape.sweep(&t);
             let got = taker.join().unwrap();
             quiescent_ok(&shape, &t);
             if got {
-                assert_eq!(
-                    shape.try_alloc(&t, Node { level: 0, index: 0 }),
-                    Err(Conflict::Taken)
-                );
-                assert_eq!(
-                    shape.try_alloc(&t, Node { level: 1, index: 0 }),
-                    Err(Conflict::Taken)
-                );
+                assert_eq!(shape.try_alloc(&t, Node { level: 0, index: 0 }), Err(Conflict::Taken));
+                assert_eq!(shape.try_alloc(&t, Node { level: 1, index: 0 }), Err(Conflict::Taken));
             }
         });
     }

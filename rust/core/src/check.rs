@@ -19,12 +19,8 @@ impl Pool {
     /// or slab object inside the arena, aligned and bank-safe; no two blocks overlap; the
     /// counters equal what the walk finds. Returns the number of live blocks checked.
     pub fn check(&self) -> Result<usize> {
-        let _paused = self
-            .gate
-            .pause(PAUSE_TIMEOUT)
-            .map_err(|waited| Error::Busy {
-                waited_ms: waited.as_millis() as u64,
-            })?;
+        let _paused =
+            self.gate.pause(PAUSE_TIMEOUT).map_err(|waited| Error::Busy { waited_ms: waited.as_millis() as u64 })?;
         let mut findings: Vec<String> = Vec::new();
         let g = &self.geometry;
         let depth = g.depth;
@@ -34,22 +30,17 @@ impl Pool {
         let mut chunk = 0;
         while chunk < g.chunks {
             let state = self.global.state(chunk);
-            let owners: Vec<usize> = (0..self.cores.len())
-                .filter(|&c| self.cores[c].owns(chunk))
-                .collect();
+            let owners: Vec<usize> = (0..self.cores.len()).filter(|&c| self.cores[c].owns(chunk)).collect();
             let taken = self.global.is_taken(chunk);
             let tree = self.tree(chunk);
-            self.shape
-                .check(tree, &mut |f| findings.push(format!("chunk {chunk}: {f}")));
+            self.shape.check(tree, &mut |f| findings.push(format!("chunk {chunk}: {f}")));
             let mut nodes: HashSet<Node> = HashSet::new();
             self.shape.for_each_allocated(tree, &mut |n| {
                 nodes.insert(n);
             });
             for n in self.reserved_nodes(chunk) {
                 if !nodes.remove(&n) {
-                    findings.push(format!(
-                        "chunk {chunk}: reserved tail node {n:?} is not allocated"
-                    ));
+                    findings.push(format!("chunk {chunk}: reserved tail node {n:?} is not allocated"));
                 }
             }
             let free_units = self.free_units[chunk].0.load(Ordering::Acquire);
@@ -57,41 +48,30 @@ impl Pool {
                 ChunkState::Free | ChunkState::RunHead(_) | ChunkState::RunBody => {
                     for n in self.retire_nodes(chunk) {
                         if !nodes.remove(&n) {
-                            findings.push(format!(
-                                "chunk {chunk} ({state:?}): not retired, node {n:?} is free"
-                            ));
+                            findings.push(format!("chunk {chunk} ({state:?}): not retired, node {n:?} is free"));
                         }
                     }
                     if !nodes.is_empty() {
-                        findings.push(format!(
-                            "chunk {chunk} ({state:?}): {} stray allocated node(s)",
-                            nodes.len()
-                        ));
+                        findings.push(format!("chunk {chunk} ({state:?}): {} stray allocated node(s)", nodes.len()));
                     }
                     if free_units != g.usable_units(chunk) {
-                        findings.push(format!("chunk {chunk} ({state:?}): free-unit count {free_units} but it holds no buddy block"));
+                        findings.push(format!(
+                            "chunk {chunk} ({state:?}): free-unit count {free_units} but it holds no buddy block"
+                        ));
                     }
                     if !owners.is_empty() {
-                        findings.push(format!(
-                            "chunk {chunk} ({state:?}): owned by core(s) {owners:?}"
-                        ));
+                        findings.push(format!("chunk {chunk} ({state:?}): owned by core(s) {owners:?}"));
                     }
                     if (state == ChunkState::Free) == taken {
-                        findings.push(format!(
-                            "chunk {chunk} ({state:?}): bitmap says taken={taken}"
-                        ));
+                        findings.push(format!("chunk {chunk} ({state:?}): bitmap says taken={taken}"));
                     }
                 }
                 ChunkState::Core(core) => {
                     if owners != vec![core] {
-                        findings.push(format!(
-                            "chunk {chunk}: state says core {core}, owner bitmaps say {owners:?}"
-                        ));
+                        findings.push(format!("chunk {chunk}: state says core {core}, owner bitmaps say {owners:?}"));
                     }
                     if !taken {
-                        findings.push(format!(
-                            "chunk {chunk}: granted to core {core} but free in the bitmap"
-                        ));
+                        findings.push(format!("chunk {chunk}: granted to core {core} but free in the bitmap"));
                     }
                     let used: u64 = nodes.iter().map(|n| n.units(depth)).sum();
                     if used + free_units != g.usable_units(chunk) {
@@ -107,26 +87,18 @@ impl Pool {
             }
             if let ChunkState::RunHead(len) = state {
                 if chunk + len > g.chunks {
-                    findings.push(format!(
-                        "chunk {chunk}: run of {len} chunks runs past the arena"
-                    ));
+                    findings.push(format!("chunk {chunk}: run of {len} chunks runs past the arena"));
                     break;
                 }
                 for c in chunk + 1..chunk + len {
                     if self.global.state(c) != ChunkState::RunBody || !self.global.is_taken(c) {
-                        findings.push(format!(
-                            "chunk {c}: inside the run at chunk {chunk} but {:?}",
-                            self.global.state(c)
-                        ));
+                        findings
+                            .push(format!("chunk {c}: inside the run at chunk {chunk} but {:?}", self.global.state(c)));
                     }
                 }
                 block_bytes_walked += self.run_bytes(chunk, len);
             } else if state == ChunkState::RunBody
-                && (chunk == 0
-                    || !matches!(
-                        self.global.state(chunk - 1),
-                        ChunkState::RunHead(_) | ChunkState::RunBody
-                    ))
+                && (chunk == 0 || !matches!(self.global.state(chunk - 1), ChunkState::RunHead(_) | ChunkState::RunBody))
             {
                 findings.push(format!("chunk {chunk}: run body without a head"));
             }
@@ -140,16 +112,12 @@ impl Pool {
             let units = (view.bytes >> g.unit_shift) as u64;
             let node = Node::covering(depth, g.unit_in_chunk(view.base), units);
             if !allocated.remove(&(chunk, node)) {
-                findings.push(format!(
-                    "slab at {} ({} bytes): its block is not an allocated node",
-                    view.base, view.bytes
-                ));
+                findings
+                    .push(format!("slab at {} ({} bytes): its block is not an allocated node", view.base, view.bytes));
             }
             block_bytes_walked = block_bytes_walked.saturating_sub(view.bytes);
-            for at in
-                (view.base..view.base + view.bytes).step_by(1 << self.slabs.classes.granule_shift)
-            {
-                if self.slabs.lookup(at) != Some(view.id) {
+            for at in (view.base..view.base + view.bytes).step_by(1 << self.slabs.classes.granule_shift) {
+                if self.slabs.lookup(at).map(|r| r.id) != Some(view.id) {
                     findings.push(format!(
                         "slab at {}: directory entry for {at} is {:?}",
                         view.base,
@@ -183,15 +151,19 @@ impl Pool {
                 info.offset % bank == 0
             };
             if !bank_ok {
-                findings.push(format!("block {h:?}: [{}, +{}) breaks the bank rule (bank {bank})", info.offset, info.size));
+                findings
+                    .push(format!("block {h:?}: [{}, +{}) breaks the bank rule (bank {bank})", info.offset, info.size));
             }
-            if let Some(id) = self.slabs.lookup(info.offset) {
-                let class = self.slabs.class_of(id);
-                if !self.slabs.is_allocated(id, info.offset) {
+            if let Some(slab) = self.slabs.lookup(info.offset) {
+                let class = slab.class;
+                if !self.slabs.is_allocated(slab, info.offset) {
                     findings.push(format!("block {h:?}: slab object at {} is not allocated", info.offset));
                 }
                 if info.size > classes[class].size {
-                    findings.push(format!("block {h:?}: {} bytes in a {}-byte slab object", info.size, classes[class].size));
+                    findings.push(format!(
+                        "block {h:?}: {} bytes in a {}-byte slab object",
+                        info.size, classes[class].size
+                    ));
                 }
                 slab_handles[class] += 1;
                 extents.push((info.offset, bytes, h));
@@ -211,11 +183,12 @@ impl Pool {
                             findings.push(format!("block {h:?}: offset {} is not a block start", info.offset));
                         } else {
                             let e = Node::covering(depth, within, b.enclosing);
-                            let pieces: Vec<Node> =
-                                if b.is_whole() { vec![e] } else { b.pieces(depth, e).collect() };
+                            let pieces: Vec<Node> = if b.is_whole() { vec![e] } else { b.pieces(depth, e).collect() };
                             for p in pieces {
                                 if !allocated.remove(&(chunk, p)) {
-                                    findings.push(format!("block {h:?}: node {p:?} of chunk {chunk} is not allocated (or shared)"));
+                                    findings.push(format!(
+                                        "block {h:?}: node {p:?} of chunk {chunk} is not allocated (or shared)"
+                                    ));
                                 }
                             }
                         }
@@ -233,22 +206,22 @@ impl Pool {
                 findings.push(format!("blocks {a:?} and {b:?} overlap at offset {b_off}"));
             }
         }
-        // Counters.
+        // Counters. Blocks of the raw (offset) API have no handle: the counters say how many.
         let totals = self.counters.totals();
-        let raw_live = self.raw_live.load(Ordering::Acquire) as usize;
+        let slab_totals = self.slab_counters.totals();
+        let slab_counted: u64 = slab_totals.iter().map(|t| t.allocs.saturating_sub(t.frees)).sum();
+        let blocks_counted = totals.allocs() as i128 - totals.frees as i128 + slab_counted as i128;
+        if blocks_counted < live as i128 {
+            findings.push(format!("counters say {blocks_counted} live blocks, but {live} handles are live"));
+        }
+        let raw_live = (blocks_counted - live as i128).max(0) as usize;
         if raw_live == 0 && !allocated.is_empty() {
-            findings.push(format!(
-                "{} allocated node(s) belong to no live block (leaked)",
-                allocated.len()
-            ));
+            findings.push(format!("{} allocated node(s) belong to no live block (leaked)", allocated.len()));
         }
         if totals.bytes.max(0) as usize != block_bytes_walked || totals.bytes < 0 {
-            findings.push(format!(
-                "counters say {} bytes in use, the walk finds {block_bytes_walked}",
-                totals.bytes
-            ));
+            findings.push(format!("counters say {} bytes in use, the walk finds {block_bytes_walked}", totals.bytes));
         }
-        for (k, t) in self.slab_counters.totals().iter().enumerate() {
+        for (k, t) in slab_totals.iter().enumerate() {
             let counted = t.allocs.saturating_sub(t.frees);
             if counted != slab_objects[k] {
                 findings.push(format!(
@@ -262,11 +235,6 @@ impl Pool {
                     classes[k].size, slab_objects[k], slab_handles[k]
                 ));
             }
-        }
-        let slab_live: u64 = slab_objects.iter().sum();
-        let blocks_counted = totals.allocs() as i128 - totals.frees as i128 + slab_live as i128;
-        if blocks_counted != (live + raw_live) as i128 {
-            findings.push(format!("counters say {blocks_counted} live blocks, {live} handles + {raw_live} raw blocks exist"));
         }
         let listed = self.handles.count_free_listed();
         if listed + live != self.handles.slots_used() {

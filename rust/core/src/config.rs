@@ -141,34 +141,22 @@ impl PoolConfig {
             return bad("capacity", "must be greater than 0, got 0".into());
         }
         if self.capacity > MAX_CAPACITY {
-            return bad(
-                "capacity",
-                format!("must be at most 2^48 bytes, got {}", self.capacity),
-            );
+            return bad("capacity", format!("must be at most 2^48 bytes, got {}", self.capacity));
         }
         if self.cores == 0 || self.cores > MAX_CORES {
-            return bad(
-                "cores",
-                format!("must be between 1 and {MAX_CORES}, got {}", self.cores),
-            );
+            return bad("cores", format!("must be between 1 and {MAX_CORES}, got {}", self.cores));
         }
         power_of_two("chunk_size", self.chunk_size)?;
         power_of_two("min_block", self.min_block)?;
         power_of_two("bank_size", self.bank_size)?;
         power_of_two("alignment", self.alignment)?;
         if self.min_block < 64 {
-            return bad(
-                "min_block",
-                format!("must be at least 64, got {}", self.min_block),
-            );
+            return bad("min_block", format!("must be at least 64, got {}", self.min_block));
         }
         if self.min_block * 2 > self.chunk_size {
             return bad(
                 "min_block",
-                format!(
-                    "must be at most half of chunk_size ({}), got {}",
-                    self.chunk_size, self.min_block
-                ),
+                format!("must be at most half of chunk_size ({}), got {}", self.chunk_size, self.min_block),
             );
         }
         if (self.chunk_size / self.min_block).trailing_zeros() > MAX_TREE_DEPTH {
@@ -183,19 +171,13 @@ impl PoolConfig {
         if self.bank_size > self.chunk_size {
             return bad(
                 "bank_size",
-                format!(
-                    "must be at most chunk_size ({}), got {}",
-                    self.chunk_size, self.bank_size
-                ),
+                format!("must be at most chunk_size ({}), got {}", self.chunk_size, self.bank_size),
             );
         }
         let mut previous = 0usize;
         for (i, &size) in self.slab_sizes.iter().enumerate() {
             if size == 0 || size % 8 != 0 {
-                return bad(
-                    "slab_sizes",
-                    format!("entry {i} must be a positive multiple of 8, got {size}"),
-                );
+                return bad("slab_sizes", format!("entry {i} must be a positive multiple of 8, got {size}"));
             }
             if size <= previous {
                 return bad(
@@ -204,13 +186,7 @@ impl PoolConfig {
                 );
             }
             if size > self.bank_size {
-                return bad(
-                    "slab_sizes",
-                    format!(
-                        "entry {i} ({size}) must be at most bank_size ({})",
-                        self.bank_size
-                    ),
-                );
+                return bad("slab_sizes", format!("entry {i} ({size}) must be at most bank_size ({})", self.bank_size));
             }
             previous = size;
         }
@@ -218,10 +194,7 @@ impl PoolConfig {
             if self.chunk_size < 2 * largest {
                 return bad(
                     "chunk_size",
-                    format!(
-                        "must be at least twice the largest slab size ({largest}), got {}",
-                        self.chunk_size
-                    ),
+                    format!("must be at least twice the largest slab size ({largest}), got {}", self.chunk_size),
                 );
             }
         }
@@ -254,13 +227,7 @@ mod tests {
     #[test]
     fn every_rule_names_its_field() {
         let base = PoolConfig::new(64 << 20);
-        assert_eq!(
-            field_of(&PoolConfig {
-                capacity: 0,
-                ..base.clone()
-            }),
-            "capacity"
-        );
+        assert_eq!(field_of(&PoolConfig { capacity: 0, ..base.clone() }), "capacity");
         assert_eq!(field_of(&base.clone().cores(0)), "cores");
         assert_eq!(field_of(&base.clone().chunk_size(3 << 20)), "chunk_size");
         assert_eq!(field_of(&base.clone().min_block(32)), "min_block");
@@ -269,31 +236,16 @@ mod tests {
         assert_eq!(field_of(&base.clone().bank_size(4 << 20)), "bank_size");
         assert_eq!(field_of(&base.clone().alignment(48)), "alignment");
         assert_eq!(field_of(&base.clone().alignment(0)), "alignment");
-        assert_eq!(
-            field_of(&base.clone().slab_sizes(vec![64, 64])),
-            "slab_sizes"
-        );
-        assert_eq!(
-            field_of(&base.clone().slab_sizes(vec![64, 100])),
-            "slab_sizes"
-        );
+        assert_eq!(field_of(&base.clone().slab_sizes(vec![64, 64])), "slab_sizes");
+        assert_eq!(field_of(&base.clone().slab_sizes(vec![64, 100])), "slab_sizes");
         assert_eq!(field_of(&base.clone().slab_sizes(vec![0])), "slab_sizes");
         assert_eq!(field_of(&base.clone().slab_sizes(vec![8192])), "slab_sizes");
-        assert_eq!(
-            field_of(&base.clone().chunk_size(4096).bank_size(4096).min_block(64)),
-            "chunk_size"
-        );
+        assert_eq!(field_of(&base.clone().chunk_size(4096).bank_size(4096).min_block(64)), "chunk_size");
     }
 
     #[test]
     fn messages_say_what_was_expected() {
-        let err = PoolConfig::new(1 << 20)
-            .alignment(48)
-            .validate()
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "invalid pool configuration: alignment must be a power of two, got 48"
-        );
+        let err = PoolConfig::new(1 << 20).alignment(48).validate().unwrap_err();
+        assert_eq!(err.to_string(), "invalid pool configuration: alignment must be a power of two, got 48");
     }
 }

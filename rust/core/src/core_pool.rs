@@ -17,9 +17,7 @@ pub(crate) struct CorePool {
 impl CorePool {
     pub(crate) fn new(chunks: usize, levels: usize, reserve: usize) -> CorePool {
         CorePool {
-            owned: (0..chunks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            owned: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             hints: (0..levels).map(|_| AtomicU64::new(0)).collect(),
             reserve: (0..reserve).map(|_| AtomicU64::new(0)).collect(),
         }
@@ -78,25 +76,15 @@ impl CorePool {
     /// `chunk` just became empty: keep it in reserve if it is already there or a slot is free
     /// (or holds a chunk that is no longer a reserve: refilled, or given away). `still_reserve`
     /// tells whether a slot's chunk is still an empty chunk of this core. `false`: retire it.
-    pub(crate) fn keep_in_reserve(
-        &self,
-        chunk: usize,
-        still_reserve: impl Fn(usize) -> bool,
-    ) -> bool {
+    pub(crate) fn keep_in_reserve(&self, chunk: usize, still_reserve: impl Fn(usize) -> bool) -> bool {
         let tag = chunk as u64 + 1;
-        if self
-            .reserve
-            .iter()
-            .any(|slot| slot.load(Ordering::Acquire) == tag)
-        {
+        if self.reserve.iter().any(|slot| slot.load(Ordering::Acquire) == tag) {
             return true;
         }
         for slot in self.reserve.iter() {
             let held = slot.load(Ordering::Acquire);
             if (held == 0 || !still_reserve(held as usize - 1))
-                && slot
-                    .compare_exchange(held, tag, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
+                && slot.compare_exchange(held, tag, Ordering::AcqRel, Ordering::Acquire).is_ok()
             {
                 return true;
             }
@@ -115,18 +103,9 @@ mod tests {
         for chunk in [3, 64, 70, 130, 199] {
             c.own(chunk);
         }
-        assert_eq!(
-            c.owned_from(0).collect::<Vec<_>>(),
-            vec![3, 64, 70, 130, 199]
-        );
-        assert_eq!(
-            c.owned_from(70).collect::<Vec<_>>(),
-            vec![70, 130, 199, 3, 64]
-        );
-        assert_eq!(
-            c.owned_from(100).collect::<Vec<_>>(),
-            vec![130, 199, 3, 64, 70]
-        );
+        assert_eq!(c.owned_from(0).collect::<Vec<_>>(), vec![3, 64, 70, 130, 199]);
+        assert_eq!(c.owned_from(70).collect::<Vec<_>>(), vec![70, 130, 199, 3, 64]);
+        assert_eq!(c.owned_from(100).collect::<Vec<_>>(), vec![130, 199, 3, 64, 70]);
         c.disown(70);
         assert!(!c.owns(70) && c.owns(64));
         assert_eq!(CorePool::new(0, 1, 1).owned_from(0).count(), 0);
@@ -139,10 +118,7 @@ mod tests {
         assert!(c.keep_in_reserve(3, empty));
         assert!(c.keep_in_reserve(5, empty));
         assert!(c.keep_in_reserve(5, empty), "already in reserve");
-        assert!(
-            c.keep_in_reserve(7, empty),
-            "replaces chunk 3, which is no longer empty"
-        );
+        assert!(c.keep_in_reserve(7, empty), "replaces chunk 3, which is no longer empty");
         assert!(!c.keep_in_reserve(8, empty), "both slots hold empty chunks");
         assert!(!CorePool::new(10, 14, 0).keep_in_reserve(1, empty));
     }

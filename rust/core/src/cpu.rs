@@ -1,6 +1,18 @@
-//! Which per-core pool a thread uses: the CPU it runs on now (`sched_getcpu`), modulo the number
-//! of core pools. Only a hint: a thread may migrate at any moment, and every operation stays
-//! correct when it does (frees go to the block's owner, whatever core the caller is on).
+//! Which per-core pool a thread uses: the CPU it runs on (`sched_getcpu`), modulo the number of
+//! core pools. Only a hint: a thread may migrate at any moment, and every operation stays
+//! correct when it does (frees go to the block's owner, whatever core the caller is on). So the
+//! answer is cached per thread and asked again every `REFRESH` calls: a thread that migrates
+//! keeps its old core for a few operations, which costs locality, never correctness.
+
+use std::cell::Cell;
+
+/// Calls between two `sched_getcpu`s.
+const REFRESH: u32 = 64;
+
+thread_local! {
+    /// `(cpu, calls left before asking again)`.
+    static CACHED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+}
 
 /// The CPU this thread runs on now (0 when the kernel cannot say).
 #[inline]
@@ -16,13 +28,30 @@ pub(crate) fn current_cpu() -> usize {
     0
 }
 
+/// The CPU this thread ran on recently.
+#[inline]
+fn recent_cpu() -> usize {
+    CACHED
+        .try_with(|cached| {
+            let (cpu, left) = cached.get();
+            if left > 0 {
+                cached.set((cpu, left - 1));
+                return cpu as usize;
+            }
+            let cpu = current_cpu();
+            cached.set((cpu as u32, REFRESH));
+            cpu
+        })
+        .unwrap_or_else(|_| current_cpu())
+}
+
 /// The core pool for this thread now, out of `cores`.
 #[inline]
 pub(crate) fn current_core(cores: usize) -> usize {
     if cores == 1 {
         0
     } else {
-        current_cpu() % cores
+        recent_cpu() % cores
     }
 }
 
@@ -31,7 +60,9 @@ mod tests {
     #[test]
     fn core_is_in_range() {
         for cores in 1..8 {
-            assert!(super::current_core(cores) < cores);
+            for _ in 0..200 {
+                assert!(super::current_core(cores) < cores);
+            }
         }
     }
 }

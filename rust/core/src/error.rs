@@ -27,11 +27,7 @@ pub enum Error {
     /// An alignment argument is unusable.
     InvalidAlignment { align: u128, reason: String },
     /// No block of the requested size is free now (the request itself is valid).
-    OutOfMemory {
-        requested: usize,
-        bytes_free: usize,
-        largest_free_block: usize,
-    },
+    OutOfMemory { requested: usize, bytes_free: usize, largest_free_block: usize },
     /// A handle was refused.
     InvalidHandle(HandleFault),
     /// The handle's block was already freed.
@@ -39,11 +35,7 @@ pub enum Error {
     /// The block is pinned (explicitly or by live buffer views) and cannot be freed or moved.
     Pinned { pins: u32 },
     /// An offset/size pair given to the raw API does not name a live block.
-    InvalidBlock {
-        offset: usize,
-        size: usize,
-        reason: &'static str,
-    },
+    InvalidBlock { offset: usize, size: usize, reason: &'static str },
     /// The pool has no host memory behind it (`backing = none`).
     NoBacking,
     /// The host backing could not be mapped.
@@ -61,10 +53,7 @@ pub enum Error {
 impl Error {
     /// Item `index` of a batch failed with `error`.
     pub fn batch(index: usize, error: Error) -> Error {
-        Error::Batch {
-            index,
-            error: Box::new(error),
-        }
+        Error::Batch { index, error: Box::new(error) }
     }
 
     /// The error itself, beneath any batch wrapping.
@@ -81,10 +70,9 @@ impl fmt::Display for Error {
         match self {
             Error::Config { field, reason } => write!(f, "invalid pool configuration: {field} {reason}"),
             Error::InvalidSize { size, reason } => write!(f, "invalid size {size}: {reason}"),
-            Error::TooLarge { size, capacity } => write!(
-                f,
-                "request of {size} bytes can never succeed: the pool's capacity is {capacity} bytes"
-            ),
+            Error::TooLarge { size, capacity } => {
+                write!(f, "request of {size} bytes can never succeed: the pool's capacity is {capacity} bytes")
+            }
             Error::InvalidAlignment { align, reason } => write!(f, "invalid alignment {align}: {reason}"),
             Error::OutOfMemory { requested, bytes_free, largest_free_block } => write!(
                 f,
@@ -103,16 +91,14 @@ impl fmt::Display for Error {
             Error::InvalidBlock { offset, size, reason } => {
                 write!(f, "no live block of {size} bytes at offset {offset}: {reason}")
             }
-            Error::NoBacking => write!(
-                f,
-                "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device"
-            ),
+            Error::NoBacking => {
+                write!(f, "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device")
+            }
             Error::Backing(reason) => write!(f, "could not map the host backing: {reason}"),
             Error::Paused => write!(f, "the pool is paused by a compaction"),
-            Error::Busy { waited_ms } => write!(
-                f,
-                "could not pause the pool: in-flight calls did not finish within {waited_ms} ms"
-            ),
+            Error::Busy { waited_ms } => {
+                write!(f, "could not pause the pool: in-flight calls did not finish within {waited_ms} ms")
+            }
             Error::Batch { index, error } => write!(f, "item {index} of the batch failed: {error}"),
             Error::Corruption(findings) => {
                 write!(f, "pool metadata is inconsistent ({} finding(s)):", findings.len())?;

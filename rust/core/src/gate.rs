@@ -41,16 +41,12 @@ pub(crate) struct Registry {
 impl Registry {
     #[cfg(not(loom))]
     const fn new() -> Registry {
-        Registry {
-            head: AtomicUsize::new(0),
-        }
+        Registry { head: AtomicUsize::new(0) }
     }
 
     #[cfg(loom)]
     pub(crate) fn new() -> Registry {
-        Registry {
-            head: AtomicUsize::new(0),
-        }
+        Registry { head: AtomicUsize::new(0) }
     }
 
     /// A record for the calling thread: a free one reused, or a new one pushed.
@@ -59,11 +55,7 @@ impl Registry {
         while at != 0 {
             // SAFETY: list entries are leaked `Record`s, never freed.
             let record: &'static Record = unsafe { &*(at as *const Record) };
-            if record
-                .in_use
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
+            if record.in_use.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 return record;
             }
             at = record.next.load(Ordering::Acquire);
@@ -118,6 +110,7 @@ struct ThreadRecord(&'static Record);
 #[cfg(not(loom))]
 impl Drop for ThreadRecord {
     fn drop(&mut self) {
+        let _ = FAST_RECORD.try_with(|fast| fast.set(std::ptr::null()));
         self.0.release();
     }
 }
@@ -125,6 +118,34 @@ impl Drop for ThreadRecord {
 #[cfg(not(loom))]
 thread_local! {
     static RECORD: ThreadRecord = ThreadRecord(REGISTRY.acquire());
+    /// A shortcut to `RECORD`'s record (no lazy-init check); cleared when `RECORD` drops.
+    static FAST_RECORD: std::cell::Cell<*const Record> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// The calling thread's record, and whether it is a temporary one (the thread's own is gone:
+/// it is exiting) to release after use.
+#[cfg(not(loom))]
+#[inline]
+fn thread_record() -> (&'static Record, bool) {
+    let fast = FAST_RECORD.try_with(std::cell::Cell::get).unwrap_or(std::ptr::null());
+    if fast.is_null() {
+        return thread_record_slow();
+    }
+    // SAFETY: records are leaked, never freed; this one is the thread's own until RECORD drops,
+    // which clears the shortcut first.
+    (unsafe { &*fast }, false)
+}
+
+#[cfg(not(loom))]
+#[cold]
+fn thread_record_slow() -> (&'static Record, bool) {
+    match RECORD.try_with(|r| r.0) {
+        Ok(record) => {
+            let _ = FAST_RECORD.try_with(|fast| fast.set(record));
+            (record, false)
+        }
+        Err(_) => (REGISTRY.acquire(), true),
+    }
 }
 
 /// 0: not probed yet, 1: membarrier works, 2: use fences.
@@ -152,13 +173,7 @@ fn register_membarrier() -> bool {
         return false;
     }
     // SAFETY: as above.
-    unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
-            0,
-        ) == 0
-    }
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0 }
 }
 
 #[cfg(all(not(loom), not(target_os = "linux")))]
@@ -184,8 +199,7 @@ fn heavy_barrier() {
         if BARRIER_MODE.load(Ordering::Acquire) == 1 {
             const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
             // SAFETY: membarrier takes two integer arguments and touches no memory of ours.
-            let done =
-                unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
+            let done = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
             if done == 0 {
                 return;
             }
@@ -209,12 +223,17 @@ pub(crate) struct Gate {
 pub(crate) struct Entered<'a> {
     record: &'a Record,
     previous: usize,
+    /// A record borrowed for this call only (the thread is exiting): released on leaving.
+    temporary: bool,
 }
 
 impl Drop for Entered<'_> {
     #[inline]
     fn drop(&mut self) {
         self.record.active.store(self.previous, Ordering::Release);
+        if self.temporary {
+            self.record.release();
+        }
     }
 }
 
@@ -239,12 +258,12 @@ impl Gate {
         let previous = record.active.load(Ordering::Relaxed);
         if previous == self.id {
             // Already inside this pool on this thread (a nested call): nothing to do.
-            return Some(Entered { record, previous });
+            return Some(Entered { record, previous, temporary: false });
         }
         record.active.store(self.id, Ordering::Relaxed);
         light_barrier();
         if self.closed.load(Ordering::Relaxed) == 0 {
-            return Some(Entered { record, previous });
+            return Some(Entered { record, previous, temporary: false });
         }
         record.active.store(previous, Ordering::Release);
         None
@@ -276,24 +295,15 @@ impl Gate {
     }
 
     /// Close the gate and wait for calls in flight through `registry` to finish.
-    pub(crate) fn pause_with(
-        &self,
-        registry: &Registry,
-        timeout: Duration,
-    ) -> Result<(), Duration> {
+    pub(crate) fn pause_with(&self, registry: &Registry, timeout: Duration) -> Result<(), Duration> {
         let started = Instant::now();
-        while self
-            .closed
-            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        while self.closed.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
             spin_hint();
         }
         heavy_barrier();
         let mut spins = 0u32;
         loop {
-            let quiet =
-                registry.for_each(|record| record.active.load(Ordering::Acquire) != self.id);
+            let quiet = registry.for_each(|record| record.active.load(Ordering::Acquire) != self.id);
             if quiet {
                 fence(Ordering::SeqCst);
                 return Ok(());
@@ -324,29 +334,38 @@ impl Gate {
     /// Enter on the calling thread, or `None` if paused.
     #[inline]
     pub(crate) fn try_enter(&self) -> Option<Entered<'static>> {
-        RECORD.with(|r| self.try_enter_with(r.0))
+        let (record, temporary) = thread_record();
+        match self.try_enter_with(record) {
+            Some(mut entered) => {
+                entered.temporary = temporary;
+                Some(entered)
+            }
+            None => {
+                if temporary {
+                    record.release();
+                }
+                None
+            }
+        }
     }
 
     /// Enter on the calling thread, waiting while paused.
     #[inline]
     pub(crate) fn enter(&self) -> Entered<'static> {
-        RECORD.with(|r| self.enter_with(r.0))
+        let (record, temporary) = thread_record();
+        let mut entered = self.enter_with(record);
+        entered.temporary = temporary;
+        entered
     }
 
     /// Pause the pool: one pauser at a time; `Err(waited)` if calls in flight did not finish in
     /// time (the gate is open again then).
     pub(crate) fn pause(&self, timeout: Duration) -> Result<PauseGuard<'_>, Duration> {
-        let serial = self
-            .pausers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let serial = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // The pauser itself must not count as in flight (it may hold an `Entered` of this pool
         // only if it calls pause from inside an alloc, which the API never does).
         self.pause_with(&REGISTRY, timeout)?;
-        Ok(PauseGuard {
-            gate: self,
-            _serial: serial,
-        })
+        Ok(PauseGuard { gate: self, _serial: serial })
     }
 }
 
@@ -379,8 +398,7 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = (0..2)
             .map(|_| {
-                let (gate, inside, done, stop) =
-                    (gate.clone(), inside.clone(), done.clone(), stop.clone());
+                let (gate, inside, done, stop) = (gate.clone(), inside.clone(), done.clone(), stop.clone());
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
                         let _entered = gate.enter();
@@ -401,11 +419,7 @@ mod tests {
             for _ in 0..50 {
                 assert_eq!(inside.load(Ordering::SeqCst), 0, "a call ran while paused");
             }
-            assert_eq!(
-                done.load(Ordering::SeqCst),
-                frozen,
-                "a call finished while paused"
-            );
+            assert_eq!(done.load(Ordering::SeqCst), frozen, "a call finished while paused");
             drop(guard);
         }
         let before = done.load(Ordering::Relaxed);
@@ -474,15 +488,9 @@ mod loom_models {
                     w2.fetch_add(1, Ordering::Relaxed);
                 }
             });
-            if gate
-                .pause_with(&registry, Duration::from_secs(3600))
-                .is_ok()
-            {
+            if gate.pause_with(&registry, Duration::from_secs(3600)).is_ok() {
                 let seen = work.load(Ordering::Relaxed);
-                assert!(
-                    seen == 0 || seen == 2,
-                    "pause overlapped a call in flight ({seen})"
-                );
+                assert!(seen == 0 || seen == 2, "pause overlapped a call in flight ({seen})");
                 let again = work.load(Ordering::Relaxed);
                 assert_eq!(seen, again, "a call started while paused");
                 gate.resume();

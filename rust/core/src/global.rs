@@ -72,9 +72,7 @@ impl GlobalPool {
         let chunks = geometry.chunks;
         GlobalPool {
             chunks,
-            taken: (0..chunks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            taken: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             state: (0..chunks).map(|_| AtomicU64::new(0)).collect(),
             epoch: AtomicU64::new(0),
             placement,
@@ -91,14 +89,7 @@ impl GlobalPool {
 
     /// Change a chunk's state from `from` to `to`; `false` (and no change) if it was not `from`.
     pub(crate) fn swap_state(&self, chunk: usize, from: ChunkState, to: ChunkState) -> bool {
-        self.state[chunk]
-            .compare_exchange(
-                from.encode(),
-                to.encode(),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
+        self.state[chunk].compare_exchange(from.encode(), to.encode(), Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
     pub(crate) fn is_taken(&self, chunk: usize) -> bool {
@@ -115,20 +106,14 @@ impl GlobalPool {
             match (free, start) {
                 (true, None) => start = Some(chunk),
                 (false, Some(s)) => {
-                    runs.push(FreeRun {
-                        start: s,
-                        len: chunk - s,
-                    });
+                    runs.push(FreeRun { start: s, len: chunk - s });
                     start = None;
                 }
                 _ => {}
             }
         }
         if let Some(s) = start {
-            runs.push(FreeRun {
-                start: s,
-                len: self.chunks - s,
-            });
+            runs.push(FreeRun { start: s, len: self.chunks - s });
         }
         runs
     }
@@ -149,13 +134,7 @@ impl GlobalPool {
 
     /// Where in `run` a block of `len` chunks holding `bytes` bytes, starting at a multiple of
     /// `align` chunks, could go (its first chunk), if anywhere.
-    fn place_in(
-        geometry: &Geometry,
-        run: FreeRun,
-        len: usize,
-        bytes: usize,
-        align: usize,
-    ) -> Option<usize> {
+    fn place_in(geometry: &Geometry, run: FreeRun, len: usize, bytes: usize, align: usize) -> Option<usize> {
         let start = run.start.div_ceil(align) * align;
         if start + len > run.start + run.len {
             return None;
@@ -165,19 +144,13 @@ impl GlobalPool {
 
     /// Claim `len` contiguous chunks that hold at least `bytes` bytes, starting at a multiple of
     /// `align` chunks. Returns the first chunk; its state is still `Free` for the caller to set.
-    pub(crate) fn claim(
-        &self,
-        geometry: &Geometry,
-        len: usize,
-        bytes: usize,
-        align: usize,
-    ) -> Option<usize> {
+    pub(crate) fn claim(&self, geometry: &Geometry, len: usize, bytes: usize, align: usize) -> Option<usize> {
         loop {
             let epoch = self.epoch.load(Ordering::Acquire);
             let runs = self.free_runs(&|_| false);
-            let candidates = runs.iter().filter_map(|&run| {
-                Self::place_in(geometry, run, len, bytes, align).map(|start| (run, start))
-            });
+            let candidates = runs
+                .iter()
+                .filter_map(|&run| Self::place_in(geometry, run, len, bytes, align).map(|start| (run, start)));
             let choice = match self.placement {
                 Placement::FirstFit => candidates.into_iter().next(),
                 Placement::BestFit => candidates.min_by_key(|(run, start)| (run.len, *start)),
@@ -208,11 +181,7 @@ impl GlobalPool {
             let word = at / 64;
             let lo = at % 64;
             let hi = (end - word * 64).min(64);
-            let mask = if hi - lo == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << (hi - lo)) - 1) << lo
-            };
+            let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
             at = (word + 1) * 64;
             Some((word, mask))
         })
@@ -234,12 +203,7 @@ impl GlobalPool {
                     }
                     return false;
                 }
-                match cell.compare_exchange_weak(
-                    current,
-                    current | mask,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
+                match cell.compare_exchange_weak(current, current | mask, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => break,
                     Err(seen) => current = seen,
                 }
@@ -274,18 +238,9 @@ mod tests {
         let (g, p) = setup(800 << 20, Placement::BestFit);
         let start = p.claim(&g, 150, 300 << 20, 1).unwrap();
         assert_eq!(start, 0);
-        assert_eq!(
-            p.free_runs(&|_| false),
-            vec![FreeRun {
-                start: 150,
-                len: 250
-            }]
-        );
+        assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 150, len: 250 }]);
         p.release(start, 150);
-        assert_eq!(
-            p.free_runs(&|_| false),
-            vec![FreeRun { start: 0, len: 400 }]
-        );
+        assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 0, len: 400 }]);
     }
 
     #[test]
@@ -337,9 +292,7 @@ mod tests {
                 s.spawn(move || {
                     let mut rng = id;
                     for _ in 0..3000 {
-                        rng = rng
-                            .wrapping_mul(6364136223846793005)
-                            .wrapping_add(1442695040888963407);
+                        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                         let len = 1 + (rng >> 60) as usize;
                         if let Some(start) = p.claim(g, len, len * g.chunk_size, 1) {
                             for cell in &owner[start..start + len] {
@@ -354,9 +307,6 @@ mod tests {
                 });
             }
         });
-        assert_eq!(
-            p.free_runs(&|_| false),
-            vec![FreeRun { start: 0, len: 256 }]
-        );
+        assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 0, len: 256 }]);
     }
 }

@@ -55,11 +55,7 @@ impl Handle {
 
     /// The inverse of [`Handle::to_bits`]. Any bits make a handle; the pool validates it.
     pub fn from_bits(bits: u128) -> Handle {
-        Handle {
-            pool: (bits >> 64) as u32,
-            slot: (bits >> 32) as u32,
-            generation: bits as u32,
-        }
+        Handle { pool: (bits >> 64) as u32, slot: (bits >> 32) as u32, generation: bits as u32 }
     }
 }
 
@@ -103,9 +99,7 @@ impl HandleTable {
             pool,
             slots: Segmented::new(max_slots.clamp(1, (NIL - 1) as usize)),
             fresh: AtomicU32::new(0),
-            free: (0..cores.max(1))
-                .map(|_| CachePadded(IndexStack::new()))
-                .collect(),
+            free: (0..cores.max(1)).map(|_| CachePadded(IndexStack::new())).collect(),
         }
     }
 
@@ -147,41 +141,24 @@ impl HandleTable {
     }
 
     /// Record a new block; `Err` only when the table is full.
-    pub(crate) fn insert(
-        &self,
-        core: usize,
-        offset: usize,
-        size: usize,
-        align_log2: u8,
-        tag: u32,
-    ) -> Result<Handle> {
+    pub(crate) fn insert(&self, core: usize, offset: usize, size: usize, align_log2: u8, tag: u32) -> Result<Handle> {
         let Some(index) = self.take_slot(core) else {
-            return Err(Error::OutOfMemory {
-                requested: size,
-                bytes_free: 0,
-                largest_free_block: 0,
-            });
+            return Err(Error::OutOfMemory { requested: size, bytes_free: 0, largest_free_block: 0 });
         };
         let slot = self.slot(index);
         let generation = slot.state.load(Ordering::Acquire) & GENERATION_MASK;
         slot.offset.store(offset as u64, Ordering::Relaxed);
         slot.size.store(size as u64, Ordering::Relaxed);
-        slot.info
-            .store(pack_info(tag, core as u16, align_log2), Ordering::Relaxed);
+        slot.info.store(pack_info(tag, core as u16, align_log2), Ordering::Relaxed);
         slot.state.store(generation | LIVE, Ordering::Release);
-        Ok(Handle {
-            pool: self.pool,
-            slot: index,
-            generation: generation as u32,
-        })
+        Ok(Handle { pool: self.pool, slot: index, generation: generation as u32 })
     }
 
     fn live_slot(&self, handle: Handle) -> Result<&Slot> {
         if handle.pool != self.pool {
             return Err(Error::InvalidHandle(HandleFault::Foreign));
         }
-        self.existing_slot(handle.slot)
-            .ok_or(Error::InvalidHandle(HandleFault::Unknown))
+        self.existing_slot(handle.slot).ok_or(Error::InvalidHandle(HandleFault::Unknown))
     }
 
     fn matches(state: u64, handle: Handle) -> bool {
@@ -235,12 +212,7 @@ impl HandleTable {
                 continue;
             }
             let next_generation = (state + 1) & GENERATION_MASK;
-            match slot.state.compare_exchange_weak(
-                state,
-                next_generation,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match slot.state.compare_exchange_weak(state, next_generation, Ordering::AcqRel, Ordering::Acquire) {
                 // The slot is ours until `recycle`: its fields cannot change under us.
                 Ok(_) => return Ok(Self::read_info(slot, state)),
                 Err(seen) => state = seen,
@@ -270,12 +242,7 @@ impl HandleTable {
             if pins >= MAX_PINS {
                 return Err(Error::Pinned { pins: pins as u32 });
             }
-            match slot.state.compare_exchange_weak(
-                state,
-                state + PIN_ONE,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match slot.state.compare_exchange_weak(state, state + PIN_ONE, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(pins as u32 + 1),
                 Err(seen) => state = seen,
             }
@@ -298,12 +265,7 @@ impl HandleTable {
                     reason: "unpin without a matching pin",
                 });
             }
-            match slot.state.compare_exchange_weak(
-                state,
-                state - PIN_ONE,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match slot.state.compare_exchange_weak(state, state - PIN_ONE, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(pins as u32 - 1),
                 Err(seen) => state = seen,
             }
@@ -321,11 +283,7 @@ impl HandleTable {
             if state & LIVE == 0 {
                 continue;
             }
-            let handle = Handle {
-                pool: self.pool,
-                slot: index,
-                generation: state as u32,
-            };
+            let handle = Handle { pool: self.pool, slot: index, generation: state as u32 };
             if let Ok(info) = self.get(handle) {
                 f(handle, info);
             }
@@ -335,10 +293,7 @@ impl HandleTable {
     /// Slots on free lists: a check that none got lost.
     pub(crate) fn count_free_listed(&self) -> usize {
         let limit = self.max_slots() as usize + 1;
-        self.free
-            .iter()
-            .map(|stack| stack.snapshot(limit, |i| &self.slot(i).next).len())
-            .sum()
+        self.free.iter().map(|stack| stack.snapshot(limit, |i| &self.slot(i).next).len()).sum()
     }
 
     /// Slots ever handed out.
@@ -356,10 +311,7 @@ mod tests {
         let table = HandleTable::new(9, 100, 2);
         let a = table.insert(0, 4096, 100, 6, 3).unwrap();
         let info = table.get(a).unwrap();
-        assert_eq!(
-            (info.offset, info.size, info.tag, info.align_log2),
-            (4096, 100, 3, 6)
-        );
+        assert_eq!((info.offset, info.size, info.tag, info.align_log2), (4096, 100, 3, 6));
         table.remove(a).unwrap();
         assert_eq!(table.remove(a), Err(Error::DoubleFree));
         assert_eq!(table.get(a), Err(Error::InvalidHandle(HandleFault::Freed)));
@@ -371,15 +323,9 @@ mod tests {
         assert_eq!(table.remove(a), Err(Error::DoubleFree));
         assert_eq!(table.get(b).unwrap().offset, 8192);
         let foreign = Handle { pool: 10, ..b };
-        assert_eq!(
-            table.get(foreign),
-            Err(Error::InvalidHandle(HandleFault::Foreign))
-        );
+        assert_eq!(table.get(foreign), Err(Error::InvalidHandle(HandleFault::Foreign)));
         let unknown = Handle { slot: 99, ..b };
-        assert_eq!(
-            table.get(unknown),
-            Err(Error::InvalidHandle(HandleFault::Unknown))
-        );
+        assert_eq!(table.get(unknown), Err(Error::InvalidHandle(HandleFault::Unknown)));
         assert_eq!(Handle::from_bits(b.to_bits()), b);
     }
 
@@ -400,9 +346,7 @@ mod tests {
     #[test]
     fn capacity_is_bounded() {
         let table = HandleTable::new(1, 3, 2);
-        let hs: Vec<_> = (0..3)
-            .map(|i| table.insert(i % 2, i, 1, 0, 0).unwrap())
-            .collect();
+        let hs: Vec<_> = (0..3).map(|i| table.insert(i % 2, i, 1, 0, 0).unwrap()).collect();
         assert!(table.insert(0, 9, 1, 0, 0).is_err());
         table.remove(hs[1]).unwrap();
         table.recycle(1, hs[1]);

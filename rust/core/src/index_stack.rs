@@ -18,9 +18,7 @@ pub(crate) struct IndexStack {
 
 impl IndexStack {
     pub(crate) fn new() -> IndexStack {
-        IndexStack {
-            head: AtomicU64::new(0),
-        }
+        IndexStack { head: AtomicU64::new(0) }
     }
 
     /// Pop the top index; `next_of(i)` is entry `i`'s link.
@@ -35,10 +33,7 @@ impl IndexStack {
             let next = next_of(index).load(Ordering::Acquire);
             let tag = (current >> 32).wrapping_add(1);
             let new = tag << 32 | next.wrapping_add(1) as u64;
-            match self
-                .head
-                .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Some(index),
                 Err(seen) => current = seen,
             }
@@ -53,10 +48,7 @@ impl IndexStack {
             link.store((current as u32).wrapping_sub(1), Ordering::Relaxed); // NIL when empty
             let tag = (current >> 32).wrapping_add(1);
             let new = tag << 32 | (index as u64 + 1);
-            match self
-                .head
-                .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
                 Err(seen) => current = seen,
             }
@@ -65,11 +57,7 @@ impl IndexStack {
 
     /// The indices on the stack, top first (at most `limit`: a cycle would be a bug, and is
     /// reported by the caller as a length mismatch). Meant for a quiescent stack.
-    pub(crate) fn snapshot<'a>(
-        &self,
-        limit: usize,
-        next_of: impl Fn(u32) -> &'a AtomicU32,
-    ) -> Vec<u32> {
+    pub(crate) fn snapshot<'a>(&self, limit: usize, next_of: impl Fn(u32) -> &'a AtomicU32) -> Vec<u32> {
         let mut out = Vec::new();
         let mut at = self.head.load(Ordering::Acquire) as u32;
         while at != 0 && out.len() < limit {
@@ -111,8 +99,7 @@ mod loom_models {
     #[test]
     fn survives_aba() {
         loom::model(|| {
-            let links: Arc<Vec<AtomicU32>> =
-                Arc::new((0..3).map(|_| AtomicU32::new(NIL)).collect());
+            let links: Arc<Vec<AtomicU32>> = Arc::new((0..3).map(|_| AtomicU32::new(NIL)).collect());
             let stack = Arc::new(IndexStack::new());
             for i in 0..3 {
                 stack.push(i, |i| &links[i as usize]);

@@ -105,12 +105,7 @@ impl Geometry {
         let granule = (enclosing >> TRIM_SHIFT).max(1);
         let trimmed = (units + granule - 1) & !(granule - 1);
         let step = (((align >> self.unit_shift) as u64) >> log_enclosing).max(1);
-        Layout::Buddy(BuddyLayout {
-            level: self.depth - log_enclosing,
-            enclosing,
-            units: trimmed,
-            step,
-        })
+        Layout::Buddy(BuddyLayout { level: self.depth - log_enclosing, enclosing, units: trimmed, step })
     }
 
     /// The chunk that holds `offset`.
@@ -165,11 +160,7 @@ impl BuddyLayout {
 
     /// The nodes of the block inside `enclosing_node`, in address order.
     pub(crate) fn pieces(&self, depth: u32, enclosing_node: Node) -> Pieces {
-        Pieces {
-            depth,
-            next: enclosing_node.start(depth),
-            remaining: self.units,
-        }
+        Pieces { depth, next: enclosing_node.start(depth), remaining: self.units }
     }
 }
 
@@ -220,27 +211,9 @@ mod tests {
     #[test]
     fn routes() {
         let g = geometry(64 << 20);
-        assert_eq!(
-            g.layout(3 << 20, 64),
-            Layout::Run {
-                chunks: 2,
-                align_chunks: 1
-            }
-        );
-        assert_eq!(
-            g.layout((300 << 20) / 2, 64),
-            Layout::Run {
-                chunks: 75,
-                align_chunks: 1
-            }
-        );
-        assert_eq!(
-            g.layout(64, 8 << 20),
-            Layout::Run {
-                chunks: 1,
-                align_chunks: 4
-            }
-        );
+        assert_eq!(g.layout(3 << 20, 64), Layout::Run { chunks: 2, align_chunks: 1 });
+        assert_eq!(g.layout((300 << 20) / 2, 64), Layout::Run { chunks: 75, align_chunks: 1 });
+        assert_eq!(g.layout(64, 8 << 20), Layout::Run { chunks: 1, align_chunks: 4 });
         match g.layout(1 << 20, 64) {
             Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
             other => panic!("{other:?}"),
@@ -250,16 +223,11 @@ mod tests {
     #[test]
     fn trimming_bounds_waste() {
         let g = geometry(64 << 20);
-        let Layout::Buddy(b) = g.layout(400_000, 64) else {
-            panic!()
-        };
+        let Layout::Buddy(b) = g.layout(400_000, 64) else { panic!() };
         let bytes = b.units as usize * 256;
         assert!(bytes >= 400_000);
         assert!((bytes - 400_000) as f64 / 400_000.0 < 0.07, "waste {bytes}");
-        let enclosing = Node {
-            level: b.level,
-            index: 3,
-        };
+        let enclosing = Node { level: b.level, index: 3 };
         let pieces: Vec<Node> = b.pieces(g.depth, enclosing).collect();
         assert!(pieces.len() <= 4);
         let mut at = enclosing.start(g.depth);
@@ -269,22 +237,16 @@ mod tests {
             at += p.units(g.depth);
         }
         assert_eq!(at - enclosing.start(g.depth), b.units);
-        let Layout::Buddy(small) = g.layout(200, 64) else {
-            panic!()
-        };
+        let Layout::Buddy(small) = g.layout(200, 64) else { panic!() };
         assert!(small.is_whole());
     }
 
     #[test]
     fn alignment_becomes_a_node_step() {
         let g = geometry(64 << 20);
-        let Layout::Buddy(b) = g.layout(256, 64 << 10) else {
-            panic!()
-        };
+        let Layout::Buddy(b) = g.layout(256, 64 << 10) else { panic!() };
         assert_eq!(b.step, 256);
-        let Layout::Buddy(b) = g.layout(256, 64) else {
-            panic!()
-        };
+        let Layout::Buddy(b) = g.layout(256, 64) else { panic!() };
         assert_eq!(b.step, 1);
     }
 }

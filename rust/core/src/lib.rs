@@ -55,6 +55,7 @@ mod stats;
 mod sync;
 #[cfg(not(loom))]
 mod thread_stats;
+mod zeroed;
 
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
 pub use error::{Error, HandleFault, Result};

@@ -17,12 +17,12 @@ use crate::slab::SlabBlocks;
 use crate::stats::Route;
 use crate::sync::{AtomicU64, Ordering};
 
-/// A validated request.
+/// A validated request. (The buddy or run layout is derived only when the request leaves the
+/// slab path: the slab path pays for nothing it does not use.)
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request {
     pub(crate) size: usize,
     pub(crate) align: usize,
-    pub(crate) layout: Layout,
     /// The slab class that serves it, if any.
     pub(crate) class: Option<usize>,
 }
@@ -60,77 +60,54 @@ impl SlabBlocks for SlabCarver<'_> {
         let Layout::Buddy(b) = self.pool.geometry.layout(bytes, bytes) else {
             return None;
         };
-        self.pool
-            .place_buddy(&b, self.core, self.reach)
-            .map(|p| p.offset)
+        self.pool.place_buddy(&b, self.core, self.reach).map(|p| p.offset)
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.pool
-            .release_buddy(base, bytes)
-            .expect("a retired slab's block is allocated");
+        self.pool.release_buddy(base, bytes).expect("a retired slab's block is allocated");
     }
 }
 
 impl Pool {
+    #[inline]
     pub(crate) fn request(&self, size: usize, align: Option<usize>) -> Result<Request> {
-        if size == 0 {
-            return Err(Error::InvalidSize {
-                size: 0,
-                reason: "a block must have at least 1 byte",
-            });
-        }
-        if size > self.config.capacity {
-            return Err(Error::TooLarge {
-                size,
-                capacity: self.config.capacity,
-            });
-        }
         let align = align.unwrap_or(self.config.alignment);
-        if align == 0 || !align.is_power_of_two() {
-            return Err(Error::InvalidAlignment {
-                align: align as u128,
-                reason: "must be a power of two (1, 2, 4, ... bytes)".into(),
-            });
+        let capacity = self.config.capacity;
+        if size != 0 && size <= capacity && align.is_power_of_two() && align <= capacity {
+            return Ok(Request { size, align, class: self.slabs.classes.class_for(size, align) });
         }
-        if align > self.config.capacity {
-            return Err(Error::InvalidAlignment {
-                align: align as u128,
-                reason: format!(
-                    "must not be larger than the arena ({} bytes)",
-                    self.config.capacity
-                ),
-            });
-        }
-        Ok(Request {
-            size,
-            align,
-            layout: self.geometry.layout(size, align),
-            class: self.slabs.classes.class_for(size, align),
-        })
+        Err(self.refusal(size, align))
     }
 
-    pub(crate) fn finish(
-        &self,
-        placed: Placed,
-        request: &Request,
-        core: usize,
-        tag: u32,
-    ) -> Result<Handle> {
-        match self.handles.insert(
-            core,
-            placed.offset,
-            request.size,
-            request.align.trailing_zeros() as u8,
-            tag,
-        ) {
+    /// Why `request` refused: the error for a size or alignment it cannot take.
+    #[cold]
+    fn refusal(&self, size: usize, align: usize) -> Error {
+        let capacity = self.config.capacity;
+        if size == 0 {
+            Error::InvalidSize { size: 0, reason: "a block must have at least 1 byte" }
+        } else if size > capacity {
+            Error::TooLarge { size, capacity }
+        } else if !align.is_power_of_two() {
+            Error::InvalidAlignment {
+                align: align as u128,
+                reason: "must be a power of two (1, 2, 4, ... bytes)".into(),
+            }
+        } else {
+            Error::InvalidAlignment {
+                align: align as u128,
+                reason: format!("must not be larger than the arena ({capacity} bytes)"),
+            }
+        }
+    }
+
+    pub(crate) fn finish(&self, placed: Placed, request: &Request, core: usize, tag: u32) -> Result<Handle> {
+        match self.handles.insert(core, placed.offset, request.size, request.align.trailing_zeros() as u8, tag) {
             Ok(handle) => {
                 self.account_alloc(&placed, core, request.size);
                 Ok(handle)
             }
             Err(err) => {
-                self.release_block(placed.offset, request.size)
-                    .expect("a block just placed can be freed");
+                self.release_block(placed.offset, request.size).expect("a block just placed can be freed");
                 Err(err)
             }
         }
@@ -141,13 +118,7 @@ impl Pool {
     pub(crate) fn account_alloc(&self, placed: &Placed, core: usize, size: usize) {
         match placed.class {
             Some(k) => self.slab_counters.on_alloc(k, size),
-            None => self.counters.on_alloc(
-                core,
-                placed.route,
-                placed.overflow,
-                placed.block_bytes,
-                size,
-            ),
+            None => self.counters.on_alloc(core, placed.route, placed.overflow, placed.block_bytes, size),
         }
     }
 
@@ -161,20 +132,34 @@ impl Pool {
         }
     }
 
-    /// Find a place for `request`; with [`Reach::Full`], reclaim empty slabs and chunks and try
-    /// once more before giving up.
+    /// Find a place for `request`: first the fast path (an object of the core's current slab),
+    /// then everything else; with [`Reach::Full`], empty slabs and chunks are reclaimed and the
+    /// request tried once more before giving up.
+    #[inline]
     pub(crate) fn place(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
+        if let Some(k) = request.class {
+            if let Some(offset) = self.slabs.take_current(k, core) {
+                return Some(Placed {
+                    offset,
+                    block_bytes: self.slabs.classes.classes[k].size,
+                    route: Route::Slab,
+                    overflow: false,
+                    class: Some(k),
+                });
+            }
+        }
+        self.place_slow(request, core, reach)
+    }
+
+    #[inline(never)]
+    fn place_slow(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
         if let Some(placed) = self.place_once(request, core, reach) {
             return Some(placed);
         }
         if reach == Reach::Fast {
             return None;
         }
-        let carver = SlabCarver {
-            pool: self,
-            core,
-            reach,
-        };
+        let carver = SlabCarver { pool: self, core, reach };
         let slabs = self.slabs.reclaim(&carver);
         let chunks = self.reclaim_empty_chunks();
         if slabs + chunks == 0 {
@@ -185,11 +170,7 @@ impl Pool {
 
     fn place_once(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
         if let Some(k) = request.class {
-            let carver = SlabCarver {
-                pool: self,
-                core,
-                reach,
-            };
+            let carver = SlabCarver { pool: self, core, reach };
             if let Some((offset, carved)) = self.slabs.alloc(k, core, &carver) {
                 if carved {
                     self.sample_peak();
@@ -204,12 +185,9 @@ impl Pool {
             }
             // No slab could be carved: the buddy path may still fit the object on its own.
         }
-        match request.layout {
+        match self.geometry.layout(request.size, request.align) {
             Layout::Buddy(b) => self.place_buddy(&b, core, reach),
-            Layout::Run {
-                chunks,
-                align_chunks,
-            } => self.place_run(chunks, align_chunks, request.size),
+            Layout::Run { chunks, align_chunks } => self.place_run(chunks, align_chunks, request.size),
         }
     }
 
@@ -246,11 +224,7 @@ impl Pool {
         if let Some((chunk, bunch)) = hint {
             if chunk < self.geometry.chunks {
                 let tree = self.tree(chunk);
-                let node = self
-                    .shape
-                    .search_in_bunch(tree, b.level, bunch, b.step, &mut |e| {
-                        self.claim(tree, b, e)
-                    });
+                let node = self.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(tree, b, e));
                 if let Some(node) = node {
                     return Some(self.commit(chunk, b, node));
                 }
@@ -270,21 +244,14 @@ impl Pool {
 
     fn alloc_in_chunk(&self, chunk: usize, b: &BuddyLayout, hint_owner: usize) -> Option<Placed> {
         let tree = self.tree(chunk);
-        let node = self
-            .shape
-            .search(tree, b.level, b.step, &mut |e| self.claim(tree, b, e))?;
+        let node = self.shape.search(tree, b.level, b.step, &mut |e| self.claim(tree, b, e))?;
         self.cores[hint_owner].set_hint(b.level, chunk, self.shape.bunch_of(node));
         Some(self.commit(chunk, b, node))
     }
 
     /// Claim the block with enclosing node `e`: the node itself, or its trimmed pieces (rolled
     /// back if one of them is taken).
-    fn claim(
-        &self,
-        tree: &[AtomicU64],
-        b: &BuddyLayout,
-        e: Node,
-    ) -> std::result::Result<(), Conflict> {
+    fn claim(&self, tree: &[AtomicU64], b: &BuddyLayout, e: Node) -> std::result::Result<(), Conflict> {
         if b.is_whole() {
             return self.shape.try_alloc(tree, e);
         }
@@ -294,11 +261,7 @@ impl Pool {
                 for &p in &taken {
                     let _ = self.shape.release(tree, p);
                 }
-                return Err(if taken.is_empty() {
-                    conflict
-                } else {
-                    Conflict::Taken
-                });
+                return Err(if taken.is_empty() { conflict } else { Conflict::Taken });
             }
             taken.push(piece);
         }
@@ -306,9 +269,7 @@ impl Pool {
     }
 
     fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
-        self.free_units[chunk]
-            .0
-            .fetch_sub(b.units, Ordering::AcqRel);
+        self.free_units[chunk].0.fetch_sub(b.units, Ordering::AcqRel);
         Placed {
             offset: self.geometry.offset_of(chunk, e.start(self.geometry.depth)),
             block_bytes: b.units as usize * self.geometry.min_block,
@@ -326,9 +287,7 @@ impl Pool {
         self.cores[core].own(chunk);
         let tree = self.tree(chunk);
         for node in self.retire_nodes(chunk) {
-            self.shape
-                .release(tree, node)
-                .expect("a chunk in the global pool is retired");
+            self.shape.release(tree, node).expect("a chunk in the global pool is retired");
         }
         Some(chunk)
     }
@@ -373,9 +332,7 @@ impl Pool {
     }
 
     fn place_run(&self, chunks: usize, align_chunks: usize, size: usize) -> Option<Placed> {
-        let start = self
-            .global
-            .claim(&self.geometry, chunks, size, align_chunks)?;
+        let start = self.global.claim(&self.geometry, chunks, size, align_chunks)?;
         for chunk in start + 1..start + chunks {
             self.global.set_state(chunk, ChunkState::RunBody);
         }
@@ -390,8 +347,6 @@ impl Pool {
     }
 
     pub(crate) fn run_bytes(&self, start: usize, chunks: usize) -> usize {
-        (start..start + chunks)
-            .map(|c| self.geometry.chunk_bytes(c))
-            .sum()
+        (start..start + chunks).map(|c| self.geometry.chunk_bytes(c)).sum()
     }
 }

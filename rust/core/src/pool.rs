@@ -81,16 +81,11 @@ pub struct Pool {
     pub(crate) handles: HandleTable,
     pub(crate) gate: Gate,
     pub(crate) backing: Option<HostBacking>,
-    /// Blocks allocated through the raw (offset) API and not freed yet.
-    pub(crate) raw_live: AtomicU64,
 }
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool")
-            .field("id", &self.id)
-            .field("config", &self.config)
-            .finish_non_exhaustive()
+        f.debug_struct("Pool").field("id", &self.id).field("config", &self.config).finish_non_exhaustive()
     }
 }
 
@@ -101,50 +96,28 @@ impl Pool {
         if config.slab_sizes.len() > MAX_CLASSES {
             return Err(Error::Config {
                 field: "slab_sizes",
-                reason: format!(
-                    "must have at most {MAX_CLASSES} entries, got {}",
-                    config.slab_sizes.len()
-                ),
+                reason: format!("must have at most {MAX_CLASSES} entries, got {}", config.slab_sizes.len()),
             });
         }
         gate::init_barriers();
         let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
         let geometry = Geometry::new(&config);
         let shape = TreeShape::new(geometry.depth);
-        let trees: Box<[AtomicU64]> = (0..geometry.chunks * shape.words())
-            .map(|_| AtomicU64::new(0))
-            .collect();
-        let free_units: Box<[ChunkCounter]> = (0..geometry.chunks)
-            .map(|c| ChunkCounter(AtomicU64::new(geometry.usable_units(c))))
-            .collect();
+        let trees: Box<[AtomicU64]> = (0..geometry.chunks * shape.words()).map(|_| AtomicU64::new(0)).collect();
+        let free_units: Box<[ChunkCounter]> =
+            (0..geometry.chunks).map(|c| ChunkCounter(AtomicU64::new(geometry.usable_units(c)))).collect();
         let backing = match config.backing {
             Backing::Host => Some(HostBacking::new(config.capacity, config.chunk_size)?),
             Backing::None => None,
         };
-        let classes = SlabClasses::new(
-            &config.slab_sizes,
-            config.bank_size,
-            config.min_block,
-            config.chunk_size,
-        );
-        let smallest = config
-            .slab_sizes
-            .first()
-            .copied()
-            .unwrap_or(config.min_block)
-            .min(config.min_block);
+        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        let smallest = config.slab_sizes.first().copied().unwrap_or(config.min_block).min(config.min_block);
         let max_blocks = geometry.usable_capacity() / smallest.max(1);
         let pool = Pool {
             id,
             global: GlobalPool::new(&geometry, config.placement),
             cores: (0..config.cores)
-                .map(|_| {
-                    CachePadded(CorePool::new(
-                        geometry.chunks,
-                        geometry.depth as usize + 1,
-                        config.core_reserve,
-                    ))
-                })
+                .map(|_| CachePadded(CorePool::new(geometry.chunks, geometry.depth as usize + 1, config.core_reserve)))
                 .collect(),
             slab_counters: ThreadStats::new(classes.classes.len()),
             slabs: SlabCaches::new(classes, geometry.usable_capacity(), config.cores),
@@ -152,7 +125,6 @@ impl Pool {
             handles: HandleTable::new(id, max_blocks.max(1), config.cores),
             gate: Gate::new(id as usize),
             backing,
-            raw_live: AtomicU64::new(0),
             shape,
             trees,
             free_units,
@@ -161,14 +133,8 @@ impl Pool {
         };
         for chunk in 0..pool.geometry.chunks {
             let tree = pool.tree(chunk);
-            for node in pool
-                .reserved_nodes(chunk)
-                .into_iter()
-                .chain(pool.retire_nodes(chunk))
-            {
-                pool.shape
-                    .try_alloc(tree, node)
-                    .expect("a fresh tree has room for its own cover");
+            for node in pool.reserved_nodes(chunk).into_iter().chain(pool.retire_nodes(chunk)) {
+                pool.shape.try_alloc(tree, node).expect("a fresh tree has room for its own cover");
             }
         }
         Ok(pool)
@@ -201,10 +167,7 @@ impl Pool {
 
     /// Nodes beyond the arena's end in the last chunk: allocated forever.
     pub(crate) fn reserved_nodes(&self, chunk: usize) -> Vec<Node> {
-        self.shape.cover(
-            self.geometry.usable_units(chunk),
-            self.geometry.units_per_chunk(),
-        )
+        self.shape.cover(self.geometry.usable_units(chunk), self.geometry.units_per_chunk())
     }
 
     /// The nodes whose allocation retires a chunk (they cover its usable units).
@@ -229,12 +192,7 @@ impl Pool {
     /// The quick part of [`Pool::alloc`] only (the caller's slab cache, core pool and a fresh
     /// chunk, no waiting while paused): `Ok(None)` means "call `alloc`", which may take longer.
     /// Meant for callers holding a lock they would rather release for the long part (the GIL).
-    pub fn try_alloc_fast(
-        &self,
-        size: usize,
-        align: Option<usize>,
-        tag: u32,
-    ) -> Result<Option<Handle>> {
+    pub fn try_alloc_fast(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Option<Handle>> {
         let request = self.request(size, align)?;
         let core = cpu::current_core(self.cores.len());
         let Some(_entered) = self.gate.try_enter() else {
@@ -249,19 +207,11 @@ impl Pool {
     /// Allocate every size of `sizes` (each aligned to `align`), or none of them: on the first
     /// failure the blocks already made are freed and [`Error::Batch`] says which one failed and
     /// why. Every size is validated before anything is allocated. Waits while paused.
-    pub fn alloc_many(
-        &self,
-        sizes: &[usize],
-        align: Option<usize>,
-        tag: u32,
-    ) -> Result<Vec<Handle>> {
+    pub fn alloc_many(&self, sizes: &[usize], align: Option<usize>, tag: u32) -> Result<Vec<Handle>> {
         let requests: Vec<_> = sizes
             .iter()
             .enumerate()
-            .map(|(index, &size)| {
-                self.request(size, align)
-                    .map_err(|e| Error::batch(index, e))
-            })
+            .map(|(index, &size)| self.request(size, align).map_err(|e| Error::batch(index, e)))
             .collect::<Result<_>>()?;
         let core = cpu::current_core(self.cores.len());
         let _entered = self.gate.enter();
@@ -275,8 +225,7 @@ impl Pool {
                 Ok(handle) => handles.push(handle),
                 Err(err) => {
                     for handle in handles {
-                        self.free_entered(handle)
-                            .expect("a block just made can be freed");
+                        self.free_entered(handle).expect("a block just made can be freed");
                     }
                     return Err(Error::batch(index, err));
                 }
@@ -294,7 +243,6 @@ impl Pool {
         match self.place(&request, core, Reach::Full) {
             Some(placed) => {
                 self.account_alloc(&placed, core, size);
-                self.raw_live.fetch_add(1, Ordering::Relaxed);
                 Ok(placed.offset)
             }
             None => Err(self.out_of_memory(size, core)),
@@ -326,11 +274,7 @@ impl Pool {
         let mut seen = std::collections::HashSet::with_capacity(handles.len());
         for (index, &handle) in handles.iter().enumerate() {
             let info = self.handles.get(handle).map_err(|e| {
-                let e = if e == Error::InvalidHandle(crate::HandleFault::Freed) {
-                    Error::DoubleFree
-                } else {
-                    e
-                };
+                let e = if e == Error::InvalidHandle(crate::HandleFault::Freed) { Error::DoubleFree } else { e };
                 Error::batch(index, e)
             })?;
             if info.pins > 0 {
@@ -341,8 +285,7 @@ impl Pool {
             }
         }
         for (index, &handle) in handles.iter().enumerate() {
-            self.free_entered(handle)
-                .map_err(|e| Error::batch(index, e))?;
+            self.free_entered(handle).map_err(|e| Error::batch(index, e))?;
         }
         Ok(())
     }
@@ -350,17 +293,11 @@ impl Pool {
     /// Free a block of the raw API by its offset and the size it was allocated with.
     pub fn free_raw(&self, offset: usize, size: usize) -> Result<()> {
         if size == 0 || size > self.config.capacity || offset >= self.config.capacity {
-            return Err(Error::InvalidBlock {
-                offset,
-                size,
-                reason: "outside the arena or empty",
-            });
+            return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
         }
-        let core = cpu::current_core(self.cores.len());
         let _entered = self.gate.enter();
         let released = self.release_block(offset, size)?;
-        self.raw_live.fetch_sub(1, Ordering::Relaxed);
-        self.account_free(released, core, size);
+        self.account_free(released, size);
         Ok(())
     }
 
@@ -398,8 +335,7 @@ impl Pool {
     /// Every live block (through a handle), in offset order.
     pub fn blocks(&self) -> Vec<BlockInfo> {
         let mut blocks = Vec::new();
-        self.handles
-            .for_each_live(&mut |h, info| blocks.push(self.block_info(h, info)));
+        self.handles.for_each_live(&mut |h, info| blocks.push(self.block_info(h, info)));
         blocks.sort_by_key(|b| b.offset);
         blocks
     }
@@ -425,10 +361,7 @@ impl Pool {
     pub fn write(&self, handle: Handle, at: usize, bytes: &[u8]) -> Result<()> {
         let (ptr, len) = self.host_ptr(handle)?;
         if at.checked_add(bytes.len()).is_none_or(|end| end > len) {
-            return Err(Error::InvalidSize {
-                size: bytes.len() as u128,
-                reason: "write past the end of the block",
-            });
+            return Err(Error::InvalidSize { size: bytes.len() as u128, reason: "write past the end of the block" });
         }
         // SAFETY: the range is inside the live block; the caller owns the block's bytes.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr().add(at), bytes.len()) };
@@ -439,10 +372,7 @@ impl Pool {
     pub fn read(&self, handle: Handle, at: usize, out: &mut [u8]) -> Result<()> {
         let (ptr, len) = self.host_ptr(handle)?;
         if at.checked_add(out.len()).is_none_or(|end| end > len) {
-            return Err(Error::InvalidSize {
-                size: out.len() as u128,
-                reason: "read past the end of the block",
-            });
+            return Err(Error::InvalidSize { size: out.len() as u128, reason: "read past the end of the block" });
         }
         // SAFETY: the range is inside the live block.
         unsafe { std::ptr::copy_nonoverlapping(ptr.as_ptr().add(at), out.as_mut_ptr(), out.len()) };

@@ -20,6 +20,12 @@ pub(crate) enum Released {
     Block(usize),
 }
 
+/// The error for a block that is not there (out of line: the hot path only branches to it).
+#[cold]
+fn invalid_block(offset: usize, size: usize, reason: &'static str) -> Error {
+    Error::InvalidBlock { offset, size, reason }
+}
+
 struct Carver<'a>(&'a Pool);
 
 impl crate::slab::SlabBlocks for Carver<'_> {
@@ -28,9 +34,7 @@ impl crate::slab::SlabBlocks for Carver<'_> {
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.0
-            .release_buddy(base, bytes)
-            .expect("a retired slab's block is allocated");
+        self.0.release_buddy(base, bytes).expect("a retired slab's block is allocated");
     }
 }
 
@@ -45,78 +49,56 @@ impl Pool {
             )])
         })?;
         self.handles.recycle(core, handle);
-        self.account_free(released, core, info.size);
+        self.account_free(released, info.size);
         Ok(())
     }
 
-    /// Count a free: per thread for slab objects, per core otherwise.
+    /// Count a free: per thread for slab objects, per core (the caller's) otherwise.
     #[inline]
-    pub(crate) fn account_free(&self, released: Released, core: usize, size: usize) {
+    pub(crate) fn account_free(&self, released: Released, size: usize) {
         match released {
             Released::Slab(k) => self.slab_counters.on_free(k, size),
-            Released::Block(bytes) => self.counters.on_free(core, bytes, size),
+            Released::Block(bytes) => self.counters.on_free(cpu::current_core(self.cores.len()), bytes, size),
         }
     }
 
     /// Release the block at `offset` of `size` requested bytes.
+    #[inline]
     pub(crate) fn release_block(&self, offset: usize, size: usize) -> Result<Released> {
-        if let Some(id) = self.slabs.lookup(offset) {
-            let fits = self.slabs.classes.class_for(size, 1).is_some();
-            if !fits {
-                return Err(Error::InvalidBlock {
-                    offset,
-                    size,
-                    reason: "a slab object is smaller than this",
-                });
+        if let Some(slab) = self.slabs.lookup(offset) {
+            // A slab object: the fast path (errors are built out of line).
+            if size > self.slabs.classes.classes[slab.class].size {
+                return Err(invalid_block(offset, size, "a slab object is smaller than this"));
             }
-            return match self.slabs.free(id, offset, &Carver(self)) {
-                Ok(freed) if self.slabs.classes.classes[freed.class].size >= size => Ok(Released::Slab(freed.class)),
-                Ok(_) => Err(Error::Corruption(vec![format!(
-                    "freed the slab object at {offset}, smaller than the {size} bytes it was asked for"
-                )])),
-                Err(reason) => Err(Error::InvalidBlock { offset, size, reason }),
+            return match self.slabs.free(slab, offset, &Carver(self)) {
+                Ok(freed) => Ok(Released::Slab(freed.class)),
+                Err(reason) => Err(invalid_block(offset, size, reason)),
             };
         }
+        self.release_chunk_block(offset, size)
+    }
+
+    /// Release a buddy block or a run.
+    #[inline(never)]
+    fn release_chunk_block(&self, offset: usize, size: usize) -> Result<Released> {
         let chunk = self.geometry.chunk_of(offset);
         if chunk >= self.geometry.chunks {
-            return Err(Error::InvalidBlock {
-                offset,
-                size,
-                reason: "outside the arena's chunks",
-            });
+            return Err(invalid_block(offset, size, "outside the arena's chunks"));
         }
         match self.global.state(chunk) {
-            ChunkState::RunHead(len) => self
-                .release_run(offset, size, chunk, len)
-                .map(Released::Block),
+            ChunkState::RunHead(len) => self.release_run(offset, size, chunk, len).map(Released::Block),
             ChunkState::Core(_) => self.release_buddy(offset, size).map(Released::Block),
-            ChunkState::Free | ChunkState::RunBody => Err(Error::InvalidBlock {
-                offset,
-                size,
-                reason: "no block starts in this chunk",
-            }),
+            ChunkState::Free | ChunkState::RunBody => Err(invalid_block(offset, size, "no block starts in this chunk")),
         }
     }
 
     fn release_run(&self, offset: usize, size: usize, chunk: usize, len: usize) -> Result<usize> {
-        let invalid = |reason| {
-            Err(Error::InvalidBlock {
-                offset,
-                size,
-                reason,
-            })
-        };
+        let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
         let chunks = (size + self.geometry.chunk_size - 1) >> self.geometry.chunk_shift;
-        if self.geometry.unit_in_chunk(offset) != 0
-            || offset & (self.geometry.min_block - 1) != 0
-            || chunks != len
-        {
+        if self.geometry.unit_in_chunk(offset) != 0 || offset & (self.geometry.min_block - 1) != 0 || chunks != len {
             return invalid("does not match the chunk run there");
         }
-        if !self
-            .global
-            .swap_state(chunk, ChunkState::RunHead(len), ChunkState::Free)
-        {
+        if !self.global.swap_state(chunk, ChunkState::RunHead(len), ChunkState::Free) {
             return invalid("the chunk run there was freed already");
         }
         for c in chunk + 1..chunk + len {
@@ -130,16 +112,9 @@ impl Pool {
     /// Release the buddy block at `offset` (of `size` requested bytes, in a core chunk);
     /// returns its block bytes.
     pub(crate) fn release_buddy(&self, offset: usize, size: usize) -> Result<usize> {
-        let invalid = |reason| {
-            Err(Error::InvalidBlock {
-                offset,
-                size,
-                reason,
-            })
-        };
+        let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
         let chunk = self.geometry.chunk_of(offset);
-        if chunk >= self.geometry.chunks || !matches!(self.global.state(chunk), ChunkState::Core(_))
-        {
+        if chunk >= self.geometry.chunks || !matches!(self.global.state(chunk), ChunkState::Core(_)) {
             return invalid("not inside a core pool's chunk");
         }
         let Layout::Buddy(b) = self.geometry.layout(size, 1) else {
@@ -166,10 +141,7 @@ impl Pool {
         for p in pieces {
             let _ = self.shape.release(tree, p);
         }
-        let after = self.free_units[chunk]
-            .0
-            .fetch_add(b.units, Ordering::AcqRel)
-            + b.units;
+        let after = self.free_units[chunk].0.fetch_add(b.units, Ordering::AcqRel) + b.units;
         if after == self.geometry.usable_units(chunk) {
             self.chunk_became_empty(chunk);
         }
@@ -178,9 +150,7 @@ impl Pool {
 
     fn chunk_became_empty(&self, chunk: usize) {
         if let ChunkState::Core(owner) = self.global.state(chunk) {
-            let still_reserve = |c: usize| {
-                self.global.state(c) == ChunkState::Core(owner) && self.chunk_is_empty(c)
-            };
+            let still_reserve = |c: usize| self.global.state(c) == ChunkState::Core(owner) && self.chunk_is_empty(c);
             if !self.cores[owner].keep_in_reserve(chunk, still_reserve) {
                 self.retire(chunk, owner);
             }

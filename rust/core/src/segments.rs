@@ -29,9 +29,7 @@ impl<T: Default> Segmented<T> {
     /// Room for `capacity` entries (segments are allocated only when used).
     pub(crate) fn new(capacity: usize) -> Segmented<T> {
         Segmented {
-            segments: (0..capacity.div_ceil(SEGMENT))
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect(),
+            segments: (0..capacity.div_ceil(SEGMENT)).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             capacity,
         }
     }
@@ -41,38 +39,33 @@ impl<T: Default> Segmented<T> {
     }
 
     /// Entry `index`, allocating its segment if needed.
+    #[inline]
     pub(crate) fn get(&self, index: u32) -> &T {
-        let cell = &self.segments[index as usize >> SEGMENT_SHIFT];
-        let mut ptr = cell.load(Ordering::Acquire);
-        if ptr.is_null() {
-            let fresh: Box<[T]> = (0..SEGMENT).map(|_| T::default()).collect();
-            let fresh = Box::into_raw(fresh) as *mut T;
-            match cell.compare_exchange(
-                std::ptr::null_mut(),
-                fresh,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => ptr = fresh,
-                Err(winner) => {
-                    // SAFETY: `fresh` came from Box::into_raw above and lost the race: ours to drop.
-                    drop(unsafe {
-                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, SEGMENT))
-                    });
-                    ptr = winner;
-                }
-            }
-        }
+        let ptr = self.segments[index as usize >> SEGMENT_SHIFT].load(Ordering::Acquire);
+        let ptr = if ptr.is_null() { self.install(index as usize >> SEGMENT_SHIFT) } else { ptr };
         // SAFETY: a non-null segment holds SEGMENT entries and lives as long as `self`.
         unsafe { &*ptr.add(index as usize & (SEGMENT - 1)) }
     }
 
+    /// Allocate segment `segment` (or take the one another thread installed first).
+    #[cold]
+    fn install(&self, segment: usize) -> *mut T {
+        let cell = &self.segments[segment];
+        let fresh: Box<[T]> = (0..SEGMENT).map(|_| T::default()).collect();
+        let fresh = Box::into_raw(fresh) as *mut T;
+        match cell.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => fresh,
+            Err(winner) => {
+                // SAFETY: `fresh` came from Box::into_raw above and lost the race: ours to drop.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, SEGMENT)) });
+                winner
+            }
+        }
+    }
+
     /// Entry `index` if its segment exists (never allocates).
     pub(crate) fn get_existing(&self, index: u32) -> Option<&T> {
-        let ptr = self
-            .segments
-            .get(index as usize >> SEGMENT_SHIFT)?
-            .load(Ordering::Acquire);
+        let ptr = self.segments.get(index as usize >> SEGMENT_SHIFT)?.load(Ordering::Acquire);
         if ptr.is_null() || index as usize >= self.capacity {
             return None;
         }
@@ -105,11 +98,7 @@ mod tests {
         table.get(5000).store(7, Ordering::Relaxed);
         let first = table.get(5000) as *const AtomicU64;
         table.get(9999).store(1, Ordering::Relaxed);
-        assert_eq!(
-            table.get(5000) as *const AtomicU64,
-            first,
-            "entries never move"
-        );
+        assert_eq!(table.get(5000) as *const AtomicU64, first, "entries never move");
         assert_eq!(table.get_existing(5000).unwrap().load(Ordering::Relaxed), 7);
         assert!(table.get_existing(10_000).is_none());
         assert_eq!(table.capacity(), 10_000);

@@ -30,7 +30,6 @@
 //! of two dividing the size); a request needing more goes to a class that provides it.
 
 use crate::index_stack::{IndexStack, NIL};
-use crate::segments::Segmented;
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 
 /// Objects per slab at most: bit 63 of the occupancy word is the retired flag.
@@ -74,11 +73,7 @@ impl SlabClass {
         let mut candidates = Vec::new();
         let mut slab = min_block.max(size.next_power_of_two());
         while slab <= max_slab.max(min_block) {
-            let (per_bank, banks) = if slab <= bank {
-                (slab / size, 1)
-            } else {
-                (bank / size, slab / bank)
-            };
+            let (per_bank, banks) = if slab <= bank { (slab / size, 1) } else { (bank / size, slab / bank) };
             let objects = (per_bank * banks).min(MAX_OBJECTS as usize) as u32;
             if objects > 0 {
                 candidates.push((slab, objects, per_bank as u32));
@@ -86,21 +81,15 @@ impl SlabClass {
             slab *= 2;
         }
         // Slabs losing at most 1/8 first, the most objects among them; else the least loss.
-        let loss = |&(slab, objects, _): &(usize, u32, u32)| {
-            (slab - objects as usize * size) as f64 / slab as f64
-        };
+        let loss = |&(slab, objects, _): &(usize, u32, u32)| (slab - objects as usize * size) as f64 / slab as f64;
         let rank = |c: &(usize, u32, u32)| {
             let good = loss(c) <= 0.125;
             (good, if good { c.1 } else { 0 }, -loss(c))
         };
-        let best = candidates
-            .iter()
-            .copied()
-            .max_by(|a, b| rank(a).partial_cmp(&rank(b)).expect("losses are finite"));
+        let best = candidates.iter().copied().max_by(|a, b| rank(a).partial_cmp(&rank(b)).expect("losses are finite"));
         let (slab_bytes, objects, per_bank) = best.expect("a class at most bank_size fits a slab");
-        let offsets = (0..objects)
-            .map(|j| ((j / per_bank) as usize * bank + (j % per_bank) as usize * size) as u32)
-            .collect();
+        let offsets =
+            (0..objects).map(|j| ((j / per_bank) as usize * bank + (j % per_bank) as usize * size) as u32).collect();
         SlabClass {
             size,
             align: 1 << size.trailing_zeros(),
@@ -148,50 +137,32 @@ pub(crate) struct SlabClasses {
 }
 
 impl SlabClasses {
-    pub(crate) fn new(
-        sizes: &[usize],
-        bank: usize,
-        min_block: usize,
-        chunk_size: usize,
-    ) -> SlabClasses {
+    pub(crate) fn new(sizes: &[usize], bank: usize, min_block: usize, chunk_size: usize) -> SlabClasses {
         let max_slab = (chunk_size / 8).max(min_block);
-        let classes: Vec<SlabClass> = sizes
-            .iter()
-            .map(|&s| SlabClass::new(s, bank, min_block, max_slab))
-            .collect();
+        let classes: Vec<SlabClass> = sizes.iter().map(|&s| SlabClass::new(s, bank, min_block, max_slab)).collect();
         let largest = sizes.last().copied().unwrap_or(0);
         let by_size = (0..largest.div_ceil(8))
-            .map(|i| {
-                classes
-                    .iter()
-                    .position(|c| c.size >= (i + 1) * 8)
-                    .expect("largest covers") as u8
-            })
+            .map(|i| classes.iter().position(|c| c.size >= (i + 1) * 8).expect("largest covers") as u8)
             .collect();
-        let granule = classes
-            .iter()
-            .map(|c| c.slab_bytes)
-            .min()
-            .unwrap_or(min_block);
-        SlabClasses {
-            classes,
-            by_size,
-            granule_shift: granule.trailing_zeros(),
-        }
+        let granule = classes.iter().map(|c| c.slab_bytes).min().unwrap_or(min_block);
+        SlabClasses { classes, by_size, granule_shift: granule.trailing_zeros() }
     }
 
     /// The class for `n` bytes aligned to `align`: the first class at least `n` bytes whose
     /// objects are aligned enough; `None` sends the request to the buddy path.
     #[inline]
     pub(crate) fn class_for(&self, n: usize, align: usize) -> Option<usize> {
-        let first = *self.by_size.get((n.max(1) - 1) >> 3)? as usize;
-        (first..self.classes.len()).find(|&k| self.classes[k].align >= align)
+        let first = *self.by_size.get(n.wrapping_sub(1) >> 3)? as usize;
+        if self.classes[first].align >= align {
+            return Some(first); // the common case: a class aligned enough
+        }
+        (first + 1..self.classes.len()).find(|&k| self.classes[k].align >= align)
     }
 }
 
 /// One slab's metadata.
 #[derive(Default)]
-struct Slab {
+pub(crate) struct Slab {
     /// Bit `j`: object `j` is free. Bit 63: retired.
     free: AtomicU64,
     /// `generation (0..32) | class (32..40) | owner core (40..56)`.
@@ -203,6 +174,9 @@ struct Slab {
     listed: AtomicU64,
     next: AtomicU32,
 }
+
+// SAFETY: a `Slab` is atomics only; all zero is an unused slab (no objects, generation 0).
+unsafe impl crate::zeroed::Zeroable for Slab {}
 
 fn pack_meta(generation: u32, class: usize, owner: usize) -> u64 {
     generation as u64 | (class as u64) << 32 | (owner as u64) << 40
@@ -239,6 +213,15 @@ pub(crate) trait SlabBlocks {
     fn release(&self, base: usize, bytes: usize);
 }
 
+/// A slab as the directory names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlabRef {
+    pub(crate) id: u32,
+    pub(crate) class: usize,
+    /// The core whose caches hold it.
+    pub(crate) owner: usize,
+}
+
 /// What a free did to its slab, for the caller's bookkeeping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Freed {
@@ -261,11 +244,15 @@ pub(crate) struct SlabView {
 
 pub(crate) struct SlabCaches {
     pub(crate) classes: SlabClasses,
-    slabs: Segmented<Slab>,
+    /// Slab metadata by id (ids are handed out densely from 0; the table is sized for the
+    /// most slabs the arena could hold and committed by the kernel as ids are used).
+    slabs: Box<[Slab]>,
     fresh_ids: AtomicU32,
     free_ids: IndexStack,
-    /// Slab granule (offset >> granule_shift) -> slab id + 1, 0 when no slab covers it.
-    directory: Segmented<AtomicU32>,
+    /// Slab granule (offset >> granule_shift) -> `owner << 40 | (class + 1) << 32 | id`, 0 when
+    /// no slab covers it: a free finds its slab, class, owner and (slabs being naturally aligned)
+    /// base in one load.
+    directory: Box<[AtomicU64]>,
     cores: Box<[CachePadded<CoreSlabs>]>,
     /// Live slabs per class.
     live: Box<[AtomicU64]>,
@@ -276,10 +263,10 @@ impl SlabCaches {
         let granules = (arena_bytes >> classes.granule_shift) + 1;
         let n = classes.classes.len();
         SlabCaches {
-            slabs: Segmented::new(granules.min((NIL - 1) as usize)),
+            slabs: crate::zeroed::table(granules.min((NIL - 1) as usize)),
             fresh_ids: AtomicU32::new(0),
             free_ids: IndexStack::new(),
-            directory: Segmented::new(granules),
+            directory: crate::zeroed::table(granules),
             cores: (0..cores.max(1))
                 .map(|_| {
                     CachePadded(CoreSlabs {
@@ -293,8 +280,9 @@ impl SlabCaches {
         }
     }
 
+    #[inline]
     fn slab(&self, id: u32) -> &Slab {
-        self.slabs.get(id)
+        &self.slabs[id as usize]
     }
 
     fn stack_pop(&self, stack: &IndexStack) -> Option<u32> {
@@ -307,12 +295,7 @@ impl SlabCaches {
 
     /// Allocate an object of class `k` for core `core`, carving new slabs from `blocks`.
     /// Returns the object's offset and whether a new slab was carved for it.
-    pub(crate) fn alloc(
-        &self,
-        k: usize,
-        core: usize,
-        blocks: &dyn SlabBlocks,
-    ) -> Option<(usize, bool)> {
+    pub(crate) fn alloc(&self, k: usize, core: usize, blocks: &dyn SlabBlocks) -> Option<(usize, bool)> {
         let mut carved = false;
         let caches = &self.cores[core];
         loop {
@@ -360,13 +343,20 @@ impl SlabCaches {
             // A new slab: nobody else knows its id yet.
             let generation = generation_of(self.slab(id).meta.load(Ordering::Acquire));
             let installed = pack_current(id, generation);
-            if caches.current[k]
-                .compare_exchange(current, installed, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
+            if caches.current[k].compare_exchange(current, installed, Ordering::AcqRel, Ordering::Acquire).is_err() {
                 self.relist(id, generation, core, k);
             }
         }
+    }
+
+    /// The fast path: an object of core `core`'s current slab of class `k`, if it has one.
+    #[inline]
+    pub(crate) fn take_current(&self, k: usize, core: usize) -> Option<usize> {
+        let current = self.cores[core].current[k].load(Ordering::Acquire);
+        if current == 0 {
+            return None;
+        }
+        self.take(current, k)
     }
 
     /// Take the lowest free object of the slab named by `current` (a `pack_current` value).
@@ -381,12 +371,7 @@ impl SlabCaches {
                 return None;
             }
             let bit = word & word.wrapping_neg();
-            match slab.free.compare_exchange_weak(
-                word,
-                word & !bit,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match slab.free.compare_exchange_weak(word, word & !bit, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break bit,
                 Err(seen) => word = seen,
             }
@@ -395,10 +380,7 @@ impl SlabCaches {
             slab.free.fetch_or(bit, Ordering::AcqRel); // another incarnation: not ours to use
             return None;
         }
-        Some(
-            slab.base.load(Ordering::Acquire) as usize
-                + self.classes.classes[k].offset_of(bit.trailing_zeros()),
-        )
+        Some(slab.base.load(Ordering::Acquire) as usize + self.classes.classes[k].offset_of(bit.trailing_zeros()))
     }
 
     /// A popped slab (incarnation `generation`) is no longer held: if its retirement is done,
@@ -416,12 +398,7 @@ impl SlabCaches {
     fn recycle(&self, id: u32, generation: u32) {
         let ready = listing(generation, IDLE | DONE);
         let recycled = listing(generation, RECYCLED);
-        if self
-            .slab(id)
-            .listed
-            .compare_exchange(ready, recycled, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        if self.slab(id).listed.compare_exchange(ready, recycled, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             self.stack_push(&self.free_ids, id);
         }
     }
@@ -431,12 +408,7 @@ impl SlabCaches {
     fn relist(&self, id: u32, generation: u32, core: usize, k: usize) {
         let idle = listing(generation, IDLE);
         let held = listing(generation, HELD);
-        if self
-            .slab(id)
-            .listed
-            .compare_exchange(idle, held, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        if self.slab(id).listed.compare_exchange(idle, held, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             self.stack_push(&self.cores[core].partial[k], id);
         }
     }
@@ -447,7 +419,7 @@ impl SlabCaches {
             Some(id) => id,
             None => {
                 let id = self.fresh_ids.fetch_add(1, Ordering::AcqRel);
-                if id as usize >= self.slabs.capacity() {
+                if id as usize >= self.slabs.len() {
                     self.fresh_ids.fetch_sub(1, Ordering::AcqRel);
                     return None;
                 }
@@ -455,15 +427,15 @@ impl SlabCaches {
             }
         };
         let class = &self.classes.classes[k];
+        debug_assert_eq!(base % class.slab_bytes, 0, "slabs are naturally aligned buddy blocks");
         let slab = self.slab(id);
         let generation = generation_of(slab.meta.load(Ordering::Acquire)).wrapping_add(1);
         slab.base.store(base as u64, Ordering::Relaxed);
-        slab.listed
-            .store(listing(generation, IDLE), Ordering::Relaxed);
-        slab.meta
-            .store(pack_meta(generation, k, core), Ordering::Release);
+        slab.listed.store(listing(generation, IDLE), Ordering::Relaxed);
+        slab.meta.store(pack_meta(generation, k, core), Ordering::Release);
         for granule in self.granules(base, class.slab_bytes) {
-            self.directory.get(granule).store(id + 1, Ordering::Release);
+            let entry = (core as u64) << 40 | ((k as u64) + 1) << 32 | id as u64;
+            self.directory[granule as usize].store(entry, Ordering::Release);
         }
         self.live[k].fetch_add(1, Ordering::Relaxed);
         slab.free.store(class.all_free(), Ordering::Release); // publishes the slab
@@ -477,56 +449,61 @@ impl SlabCaches {
 
     /// The slab holding `offset`, if a slab does.
     #[inline]
-    pub(crate) fn lookup(&self, offset: usize) -> Option<u32> {
-        let entry = self
-            .directory
-            .get_existing((offset >> self.classes.granule_shift) as u32)?;
-        entry.load(Ordering::Acquire).checked_sub(1)
+    pub(crate) fn lookup(&self, offset: usize) -> Option<SlabRef> {
+        let entry = self.directory.get(offset >> self.classes.granule_shift)?.load(Ordering::Acquire);
+        (entry != 0).then(|| SlabRef {
+            id: entry as u32,
+            class: (entry >> 32 & 0xFF) as usize - 1,
+            owner: (entry >> 40) as usize,
+        })
     }
 
-    /// Free the object at `offset` in slab `id`. `release(base, bytes)` gives a retired slab
-    /// back to the buddy pool. `Err` (and no change) when `offset` is not an allocated object.
-    pub(crate) fn free(
-        &self,
-        id: u32,
-        offset: usize,
-        blocks: &dyn SlabBlocks,
-    ) -> Result<Freed, &'static str> {
-        let slab = self.slab(id);
-        let meta = slab.meta.load(Ordering::Acquire);
-        let k = class_of(meta);
-        let class = &self.classes.classes[k];
-        let base = slab.base.load(Ordering::Acquire) as usize;
-        let j = offset
-            .checked_sub(base)
-            .and_then(|within| class.index_of(within))
-            .ok_or("not the start of a slab object")?;
+    /// Free the object at `offset` in slab `id`. `blocks` takes back a slab that retires.
+    /// `Err` (and no change) when `offset` is not an allocated object.
+    #[inline]
+    pub(crate) fn free(&self, slab: SlabRef, offset: usize, blocks: &dyn SlabBlocks) -> Result<Freed, &'static str> {
+        let class = &self.classes.classes[slab.class];
+        let base = offset & !(class.slab_bytes - 1); // slabs are naturally aligned buddy blocks
+        let j = class.index_of(offset - base).ok_or("not the start of a slab object")?;
         let bit = 1u64 << j;
-        let previous = slab.free.fetch_or(bit, Ordering::AcqRel);
-        if previous & RETIRED != 0 || previous & bit != 0 {
+        let meta = self.slab(slab.id);
+        let previous = meta.free.fetch_or(bit, Ordering::AcqRel);
+        if previous & (RETIRED | bit) != 0 {
             return Err("the slab object is not allocated (double free?)");
         }
-        let owner = owner_of(meta);
-        let generation = generation_of(meta);
+        let now = previous | bit;
+        // The common cases need nothing else: the slab stays partial, or it is all-free but its
+        // owner's current slab (the reserve; a newer incarnation with the same id counts too:
+        // keeping a slab is always safe).
+        let keep = previous != 0
+            && (now != class.all_free()
+                || self.cores[slab.owner].current[slab.class].load(Ordering::Relaxed) as u32 == slab.id + 1);
+        let retired = if keep { false } else { self.after_free(slab, meta, previous, now, blocks) };
+        Ok(Freed { class: slab.class, retired })
+    }
+
+    /// The free of an object turned its slab from full to partial (list it) or from partial to
+    /// all-free (retire it unless it is its owner's current slab). Returns whether it retired.
+    #[cold]
+    fn after_free(&self, at: SlabRef, slab: &Slab, previous: u64, now: u64, blocks: &dyn SlabBlocks) -> bool {
+        let id = at.id;
+        let meta = slab.meta.load(Ordering::Acquire);
+        let (k, owner, generation) = (class_of(meta), owner_of(meta), generation_of(meta));
         if previous == 0 {
             // It was full: make it findable again by its owner.
             self.relist(id, generation, owner, k);
         }
-        // From here on the slab may be retired and its id recycled by others at any moment; the
-        // CASes below name the incarnation they mean, or re-read it.
-        let now = previous | bit;
-        let mut retired = false;
-        if now == class.all_free()
+        // The slab may be retired and its id recycled by others at any moment (even before `meta`
+        // was read): the CASes name the incarnation they mean (relisting or retiring a newer
+        // incarnation that is in the state the CAS expects is harmless), and `retire` re-reads.
+        if now == self.classes.classes[k].all_free()
             && self.cores[owner].current[k].load(Ordering::Acquire) != pack_current(id, generation)
-            && slab
-                .free
-                .compare_exchange(now, RETIRED, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+            && slab.free.compare_exchange(now, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
         {
             self.retire(id, blocks);
-            retired = true;
+            return true;
         }
-        Ok(Freed { class: k, retired })
+        false
     }
 
     /// A slab just marked retired: clear its directory entries, give its block back, and
@@ -539,7 +516,7 @@ impl SlabCaches {
         let base = slab.base.load(Ordering::Acquire) as usize;
         let bytes = self.classes.classes[k].slab_bytes;
         for granule in self.granules(base, bytes) {
-            self.directory.get(granule).store(0, Ordering::Release);
+            self.directory[granule as usize].store(0, Ordering::Release);
         }
         self.live[k].fetch_sub(1, Ordering::Relaxed);
         blocks.release(base, bytes);
@@ -562,23 +539,10 @@ impl SlabCaches {
                     let generation = (current >> 32) as u32;
                     if generation_of(slab.meta.load(Ordering::Acquire)) == generation
                         && slab.free.load(Ordering::Acquire) == all_free
-                        && caches.current[k]
-                            .compare_exchange(current, 0, Ordering::AcqRel, Ordering::Acquire)
-                            .is_ok()
+                        && caches.current[k].compare_exchange(current, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
                     {
-                        if slab
-                            .free
-                            .compare_exchange(
-                                all_free,
-                                RETIRED,
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            )
-                            .is_ok()
-                        {
-                            bytes += self.classes.classes
-                                [class_of(slab.meta.load(Ordering::Acquire))]
-                            .slab_bytes;
+                        if slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                            bytes += self.classes.classes[class_of(slab.meta.load(Ordering::Acquire))].slab_bytes;
                             self.retire(id, blocks);
                         } else {
                             self.relist(id, generation, core, k); // someone took an object meanwhile
@@ -594,15 +558,7 @@ impl SlabCaches {
                     if word & RETIRED != 0 {
                         self.unlist(id, generation);
                     } else if word == all_free
-                        && slab
-                            .free
-                            .compare_exchange(
-                                all_free,
-                                RETIRED,
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            )
-                            .is_ok()
+                        && slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
                     {
                         self.retire(id, blocks);
                         bytes += self.classes.classes[k].slab_bytes;
@@ -627,12 +583,9 @@ impl SlabCaches {
     /// Every live slab. Meant for a quiescent (paused) pool.
     pub(crate) fn views(&self) -> Vec<SlabView> {
         let mut out = Vec::new();
-        let ids = self
-            .fresh_ids
-            .load(Ordering::Acquire)
-            .min(self.slabs.capacity() as u32);
+        let ids = self.fresh_ids.load(Ordering::Acquire).min(self.slabs.len() as u32);
         for id in 0..ids {
-            let Some(slab) = self.slabs.get_existing(id) else {
+            let Some(slab) = self.slabs.get(id as usize) else {
                 continue;
             };
             let free = slab.free.load(Ordering::Acquire);
@@ -654,21 +607,11 @@ impl SlabCaches {
         out
     }
 
-    /// The class of live slab `id`.
-    pub(crate) fn class_of(&self, id: u32) -> usize {
-        class_of(self.slab(id).meta.load(Ordering::Acquire))
-    }
-
-    /// Whether object `offset` of slab `id` is allocated now (for `check()`).
-    pub(crate) fn is_allocated(&self, id: u32, offset: usize) -> bool {
-        let slab = self.slab(id);
-        let class = &self.classes.classes[class_of(slab.meta.load(Ordering::Acquire))];
-        let base = slab.base.load(Ordering::Acquire) as usize;
-        let word = slab.free.load(Ordering::Acquire);
-        match offset
-            .checked_sub(base)
-            .and_then(|within| class.index_of(within))
-        {
+    /// Whether object `offset` of `slab` is allocated now (for `check()`).
+    pub(crate) fn is_allocated(&self, slab: SlabRef, offset: usize) -> bool {
+        let class = &self.classes.classes[slab.class];
+        let word = self.slab(slab.id).free.load(Ordering::Acquire);
+        match class.index_of(offset - (offset & !(class.slab_bytes - 1))) {
             Some(j) => word & RETIRED == 0 && word & (1 << j) == 0,
             None => false,
         }
@@ -686,28 +629,17 @@ mod tests {
 
     #[test]
     fn class_geometry_keeps_waste_small_and_objects_inside_banks() {
-        for size in [
-            64usize, 96, 128, 200, 256, 384, 512, 1000, 1024, 2048, 3000, 4096,
-        ] {
+        for size in [64usize, 96, 128, 200, 256, 384, 512, 1000, 1024, 2048, 3000, 4096] {
             let c = SlabClass::new(size, 4096, 256, 256 << 10);
             assert!(c.objects >= 1 && c.objects <= MAX_OBJECTS);
             assert!(c.slab_bytes.is_power_of_two() && c.slab_bytes >= 256);
             let used = c.objects as usize * size;
             if size <= 2048 || size.is_power_of_two() {
-                assert!(
-                    (c.slab_bytes - used) * 8 <= c.slab_bytes,
-                    "size {size}: {} of {}",
-                    used,
-                    c.slab_bytes
-                );
+                assert!((c.slab_bytes - used) * 8 <= c.slab_bytes, "size {size}: {} of {}", used, c.slab_bytes);
             }
             for j in 0..c.objects {
                 let off = c.offset_of(j);
-                assert_eq!(
-                    off / 4096,
-                    (off + size - 1) / 4096,
-                    "size {size} object {j} straddles a bank"
-                );
+                assert_eq!(off / 4096, (off + size - 1) / 4096, "size {size} object {j} straddles a bank");
                 assert_eq!(off % c.align, 0);
                 assert!(off + size <= c.slab_bytes);
                 assert_eq!(c.index_of(off), Some(j));
@@ -746,7 +678,15 @@ mod tests {
 
     impl SlabBlocks for Arena {
         fn carve(&self, bytes: usize) -> Option<usize> {
-            Some(self.next.fetch_add(bytes as u64, Ordering::Relaxed) as usize)
+            // Naturally aligned, as buddy blocks are.
+            let mut next = self.next.load(Ordering::Relaxed);
+            loop {
+                let base = next.next_multiple_of(bytes as u64);
+                match self.next.compare_exchange(next, base + bytes as u64, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return Some(base as usize),
+                    Err(seen) => next = seen,
+                }
+            }
         }
         fn release(&self, base: usize, bytes: usize) {
             self.released.lock().unwrap().push((base, bytes));
@@ -769,17 +709,10 @@ mod tests {
             let id = caches.lookup(off).unwrap();
             caches.free(id, off, &arena).unwrap();
         }
-        assert_eq!(
-            caches.live_slabs(0),
-            1,
-            "all but the current slab went back"
-        );
+        assert_eq!(caches.live_slabs(0), 1, "all but the current slab went back");
         assert_eq!(arena.released.lock().unwrap().len(), 3);
         let current = caches.lookup(objects[199]).unwrap();
-        assert!(
-            caches.free(current, objects[199], &arena).is_err(),
-            "double free refused"
-        );
+        assert!(caches.free(current, objects[199], &arena).is_err(), "double free refused");
         // Reclaim gives back the current slab too.
         assert_eq!(caches.reclaim(&arena), 4096);
         assert_eq!(caches.live_slabs(0), 0);
@@ -791,9 +724,7 @@ mod tests {
         let caches = SlabCaches::new(classes(&[1024]), 64 << 20, 2);
         let arena = Arena::default();
         let per_slab = caches.classes.classes[0].objects as usize;
-        let first: Vec<usize> = (0..per_slab)
-            .map(|_| caches.alloc(0, 1, &arena).unwrap().0)
-            .collect();
+        let first: Vec<usize> = (0..per_slab).map(|_| caches.alloc(0, 1, &arena).unwrap().0).collect();
         let (second, carved) = caches.alloc(0, 1, &arena).unwrap(); // a second slab becomes current
         assert!(carved);
         let id = caches.lookup(first[5]).unwrap();
@@ -830,15 +761,9 @@ mod tests {
             });
             for round in 0..2000 {
                 let k = round % 2;
-                let batch: Vec<usize> = (0..50)
-                    .map(|_| caches.alloc(k, 0, &arena).unwrap().0)
-                    .collect();
+                let batch: Vec<usize> = (0..50).map(|_| caches.alloc(k, 0, &arena).unwrap().0).collect();
                 let distinct: HashSet<usize> = batch.iter().copied().collect();
-                assert_eq!(
-                    distinct.len(),
-                    batch.len(),
-                    "an object was handed out twice"
-                );
+                assert_eq!(distinct.len(), batch.len(), "an object was handed out twice");
                 tx.send(batch).unwrap();
             }
             drop(tx);
@@ -846,11 +771,7 @@ mod tests {
         });
         let views = caches.views();
         for v in &views {
-            assert_eq!(
-                v.free,
-                caches.classes.classes[v.class].all_free(),
-                "a slab still holds objects"
-            );
+            assert_eq!(v.free, caches.classes.classes[v.class].all_free(), "a slab still holds objects");
         }
         assert!(views.len() <= 2, "only current slabs stay: {}", views.len());
     }
@@ -869,11 +790,7 @@ mod tests {
                         break;
                     };
                     for (off, tag) in batch {
-                        assert_eq!(
-                            owner.lock().unwrap().remove(&off),
-                            Some(tag),
-                            "object {off} changed hands"
-                        );
+                        assert_eq!(owner.lock().unwrap().remove(&off), Some(tag), "object {off} changed hands");
                         let id = caches.lookup(off).expect("a live object has a slab");
                         caches.free(id, off, &arena).unwrap();
                     }
@@ -930,7 +847,15 @@ mod loom_models {
 
     impl SlabBlocks for Arena {
         fn carve(&self, bytes: usize) -> Option<usize> {
-            Some(self.next.fetch_add(bytes as u64, Ordering::Relaxed) as usize)
+            // Naturally aligned, as buddy blocks are.
+            let mut next = self.next.load(Ordering::Relaxed);
+            loop {
+                let base = next.next_multiple_of(bytes as u64);
+                match self.next.compare_exchange(next, base + bytes as u64, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return Some(base as usize),
+                    Err(seen) => next = seen,
+                }
+            }
         }
         fn release(&self, _base: usize, _bytes: usize) {}
     }
@@ -975,11 +900,7 @@ mod loom_models {
                 caches.free(id, off, &*arena).unwrap();
             }
             let total: u32 = caches.views().iter().map(|v| v.free.count_ones()).sum();
-            assert_eq!(
-                total as u64,
-                2 * caches.views().len() as u64,
-                "every object of every live slab is free"
-            );
+            assert_eq!(total as u64, 2 * caches.views().len() as u64, "every object of every live slab is free");
         });
     }
 
@@ -998,18 +919,14 @@ mod loom_models {
             caches.free(caches.lookup(a).unwrap(), a, &*arena).unwrap(); // the first is listed
             let (remote, remote_arena) = (caches.clone(), arena.clone());
             let freer = thread::spawn(move || {
-                remote
-                    .free(remote.lookup(b).unwrap(), b, &*remote_arena)
-                    .unwrap(); // retires it
+                remote.free(remote.lookup(b).unwrap(), b, &*remote_arena).unwrap();
+                // retires it
             });
             let (d, _) = caches.alloc(0, 0, &*arena).unwrap();
             let (e, _) = caches.alloc(0, 0, &*arena).unwrap(); // pops it, may recycle its id
             freer.join().unwrap();
             for off in [c, d, e] {
-                assert!(
-                    caches.lookup(off).is_some(),
-                    "object {off} lost its directory entry"
-                );
+                assert!(caches.lookup(off).is_some(), "object {off} lost its directory entry");
             }
         });
     }
@@ -1043,23 +960,15 @@ mod loom_models {
                 f.join().unwrap();
             }
             let live = [c, d, e];
-            assert!(
-                live[0] != live[1] && live[0] != live[2] && live[1] != live[2],
-                "{live:?}"
-            );
+            assert!(live[0] != live[1] && live[0] != live[2] && live[1] != live[2], "{live:?}");
             for off in live {
-                let id = caches
-                    .lookup(off)
-                    .expect("a live object keeps its directory entry");
+                let id = caches.lookup(off).expect("a live object keeps its directory entry");
                 caches.free(id, off, &*arena).unwrap();
             }
             caches.reclaim(&*arena);
             assert!(caches.views().is_empty(), "slabs left behind");
             for off in [a, b, c, d, e] {
-                assert!(
-                    caches.lookup(off).is_none(),
-                    "stale directory entry at {off}"
-                );
+                assert!(caches.lookup(off).is_none(), "stale directory entry at {off}");
             }
         });
     }

@@ -37,8 +37,7 @@ impl Pool {
                 let (mut used, mut free) = (0usize, 0usize);
                 let owned: Vec<usize> = self.cores[core].owned_from(0).collect();
                 for &chunk in &owned {
-                    let f = self.free_units[chunk].0.load(Ordering::Relaxed) as usize
-                        * self.geometry.min_block;
+                    let f = self.free_units[chunk].0.load(Ordering::Relaxed) as usize * self.geometry.min_block;
                     free += f;
                     used += self.geometry.usable_bytes(chunk).saturating_sub(f);
                 }
@@ -127,44 +126,25 @@ impl Pool {
         let mut reclaimable: HashMap<usize, Vec<Node>> = HashMap::new();
         for view in self.slabs.views() {
             if view.free == self.slabs.classes.classes[view.class].all_free() {
-                let node = Node::covering(
-                    g.depth,
-                    g.unit_in_chunk(view.base),
-                    (view.bytes >> g.unit_shift) as u64,
-                );
-                reclaimable
-                    .entry(g.chunk_of(view.base))
-                    .or_default()
-                    .push(node);
+                let node = Node::covering(g.depth, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
+                reclaimable.entry(g.chunk_of(view.base)).or_default().push(node);
             }
         }
-        let reclaimable_units = |chunk: usize| {
-            reclaimable
-                .get(&chunk)
-                .map_or(0, |nodes| nodes.iter().map(|n| n.units(g.depth)).sum())
-        };
+        let reclaimable_units =
+            |chunk: usize| reclaimable.get(&chunk).map_or(0, |nodes| nodes.iter().map(|n| n.units(g.depth)).sum());
         let effectively_empty = |chunk: usize| {
             matches!(self.global.state(chunk), ChunkState::Core(_))
-                && self.free_units[chunk].0.load(Ordering::Acquire) + reclaimable_units(chunk)
-                    == g.usable_units(chunk)
+                && self.free_units[chunk].0.load(Ordering::Acquire) + reclaimable_units(chunk) == g.usable_units(chunk)
         };
         let runs = self.global.free_runs(&effectively_empty);
-        let mut largest = runs
-            .iter()
-            .map(|&run| GlobalPool::run_capacity(g, run))
-            .max()
-            .unwrap_or(0);
+        let mut largest = runs.iter().map(|&run| GlobalPool::run_capacity(g, run)).max().unwrap_or(0);
         for chunk in 0..g.chunks {
-            if !matches!(self.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk)
-            {
+            if !matches!(self.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
                 continue;
             }
             let nodes = reclaimable.get(&chunk);
             let is_reclaimable = |n: Node| nodes.is_some_and(|ns| ns.contains(&n));
-            if let Some(level) = self
-                .shape
-                .largest_free_level_with(self.tree(chunk), &is_reclaimable)
-            {
+            if let Some(level) = self.shape.largest_free_level_with(self.tree(chunk), &is_reclaimable) {
                 largest = largest.max((1usize << (g.depth - level)) * g.min_block);
             }
         }
@@ -173,8 +153,8 @@ impl Pool {
 
     /// The bytes the block of `size` requested bytes at `offset` holds.
     pub(crate) fn block_bytes_at(&self, offset: usize, size: usize, align: usize) -> usize {
-        if let Some(id) = self.slabs.lookup(offset) {
-            return self.slabs.classes.classes[self.slabs.class_of(id)].size;
+        if let Some(slab) = self.slabs.lookup(offset) {
+            return self.slabs.classes.classes[slab.class].size;
         }
         match self.geometry.layout(size, align) {
             Layout::Buddy(b) => b.units as usize * self.geometry.min_block,

@@ -72,9 +72,7 @@ impl Counters {
     pub(crate) fn new(cores: usize, capacity: usize) -> Counters {
         let slack = (capacity as u64 / (64 * cores as u64)).min(64 << 10);
         Counters {
-            cores: (0..cores)
-                .map(|_| CachePadded(CoreCounters::default()))
-                .collect(),
+            cores: (0..cores).map(|_| CachePadded(CoreCounters::default())).collect(),
             published_total: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             slack,
@@ -83,14 +81,7 @@ impl Counters {
     }
 
     #[inline]
-    pub(crate) fn on_alloc(
-        &self,
-        core: usize,
-        route: Route,
-        overflow: bool,
-        bytes: usize,
-        requested: usize,
-    ) {
+    pub(crate) fn on_alloc(&self, core: usize, route: Route, overflow: bool, bytes: usize, requested: usize) {
         let c = &self.cores[core];
         match route {
             Route::Core => c.core_allocs.fetch_add(1, Ordering::Relaxed),
@@ -101,10 +92,7 @@ impl Counters {
             c.overflow_allocs.fetch_add(1, Ordering::Relaxed);
         }
         c.requested.fetch_add(requested as u64, Ordering::Relaxed);
-        let now = c
-            .bytes
-            .fetch_add(bytes as u64, Ordering::Relaxed)
-            .wrapping_add(bytes as u64);
+        let now = c.bytes.fetch_add(bytes as u64, Ordering::Relaxed).wrapping_add(bytes as u64);
         self.maybe_publish(c, now);
         let unpublished = now.wrapping_sub(c.published.load(Ordering::Relaxed));
         let estimate = self
@@ -122,17 +110,12 @@ impl Counters {
         let c = &self.cores[core];
         c.frees.fetch_add(1, Ordering::Relaxed);
         c.requested.fetch_sub(requested as u64, Ordering::Relaxed);
-        let now = c
-            .bytes
-            .fetch_sub(bytes as u64, Ordering::Relaxed)
-            .wrapping_sub(bytes as u64);
+        let now = c.bytes.fetch_sub(bytes as u64, Ordering::Relaxed).wrapping_sub(bytes as u64);
         self.maybe_publish(c, now);
     }
 
     pub(crate) fn on_failed(&self, core: usize) {
-        self.cores[core]
-            .failed_allocs
-            .fetch_add(1, Ordering::Relaxed);
+        self.cores[core].failed_allocs.fetch_add(1, Ordering::Relaxed);
     }
 
     #[inline]
@@ -140,16 +123,10 @@ impl Counters {
         let published = c.published.load(Ordering::Relaxed);
         let delta = now.wrapping_sub(published) as i64;
         if delta.unsigned_abs() > self.slack
-            && c.published
-                .compare_exchange(published, now, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
+            && c.published.compare_exchange(published, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
-            let total = self
-                .published_total
-                .fetch_add(delta as u64, Ordering::AcqRel)
-                .wrapping_add(delta as u64);
-            self.peak
-                .fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
+            let total = self.published_total.fetch_add(delta as u64, Ordering::AcqRel).wrapping_add(delta as u64);
+            self.peak.fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
         }
     }
 
@@ -313,9 +290,6 @@ mod tests {
         assert_eq!(c.totals().bytes, 0);
         assert!(c.core(1).bytes < 0);
         let peak = c.sample(0, 0);
-        assert!(
-            peak <= 4096 * 1000 && peak + 2 * c.slack >= 4096 * 1000,
-            "peak {peak}"
-        );
+        assert!(peak <= 4096 * 1000 && peak + 2 * c.slack >= 4096 * 1000, "peak {peak}");
     }
 }

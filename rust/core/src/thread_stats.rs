@@ -6,38 +6,38 @@
 //! sums the blocks of every thread that ever used the pool. A thread's block is released for
 //! reuse when the thread exits (the counts stay: they are cumulative and additive).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// One thread's counters of one size class (kept together: one line per class).
+#[derive(Default)]
+struct ClassCounters {
+    allocs: AtomicU64,
+    frees: AtomicU64,
+    /// Requested bytes of the objects allocated minus those freed (wrapping: a thread that
+    /// frees others' objects goes negative).
+    requested: AtomicU64,
+}
 
 /// One thread's counters for one pool.
 pub(crate) struct ThreadCounters {
     in_use: AtomicUsize,
-    allocs: Box<[AtomicU64]>,
-    frees: Box<[AtomicU64]>,
-    /// Requested bytes of the objects allocated minus those freed (wrapping: a thread that
-    /// frees others' objects goes negative).
-    requested: Box<[AtomicU64]>,
+    classes: Box<[ClassCounters]>,
 }
 
 impl ThreadCounters {
     fn new(classes: usize) -> ThreadCounters {
-        let zeros = || (0..classes).map(|_| AtomicU64::new(0)).collect();
         ThreadCounters {
             in_use: AtomicUsize::new(1),
-            allocs: zeros(),
-            frees: zeros(),
-            requested: zeros(),
+            classes: (0..classes).map(|_| ClassCounters::default()).collect(),
         }
     }
 
     /// Only the owning thread writes, so load + store is an exact increment.
     #[inline]
     fn bump(cell: &AtomicU64, by: u64) {
-        cell.store(
-            cell.load(Ordering::Relaxed).wrapping_add(by),
-            Ordering::Relaxed,
-        );
+        cell.store(cell.load(Ordering::Relaxed).wrapping_add(by), Ordering::Relaxed);
     }
 }
 
@@ -72,6 +72,7 @@ struct Local(Vec<(u64, Arc<ThreadCounters>)>);
 
 impl Drop for Local {
     fn drop(&mut self) {
+        let _ = LAST.try_with(|last| last.set((0, std::ptr::null())));
         for (_, counters) in self.0.drain(..) {
             counters.in_use.store(0, Ordering::Release);
         }
@@ -80,17 +81,16 @@ impl Drop for Local {
 
 thread_local! {
     static LOCAL: RefCell<Local> = const { RefCell::new(Local(Vec::new())) };
+    /// The registry this thread used last and its block there: a shortcut past `LOCAL`. The
+    /// block stays alive while `LOCAL` holds it, and `LOCAL`'s drop clears the shortcut.
+    static LAST: Cell<(u64, *const ThreadCounters)> = const { Cell::new((0, std::ptr::null())) };
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl ThreadStats {
     pub(crate) fn new(classes: usize) -> ThreadStats {
-        ThreadStats {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            classes,
-            head: AtomicPtr::new(std::ptr::null_mut()),
-        }
+        ThreadStats { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), classes, head: AtomicPtr::new(std::ptr::null_mut()) }
     }
 
     /// A block for the calling thread: an idle one reused, or a new one pushed.
@@ -99,29 +99,18 @@ impl ThreadStats {
         while !at.is_null() {
             // SAFETY: nodes live until `self` drops; we hold `&self`.
             let node = unsafe { &*at };
-            if node
-                .counters
-                .in_use
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
+            if node.counters.in_use.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 return node.counters.clone();
             }
             at = node.next;
         }
         let counters = Arc::new(ThreadCounters::new(self.classes));
-        let node = Box::into_raw(Box::new(Node {
-            counters: counters.clone(),
-            next: std::ptr::null_mut(),
-        }));
+        let node = Box::into_raw(Box::new(Node { counters: counters.clone(), next: std::ptr::null_mut() }));
         let mut head = self.head.load(Ordering::Acquire);
         loop {
             // SAFETY: `node` is ours until published by the CAS below.
             unsafe { (*node).next = head };
-            match self
-                .head
-                .compare_exchange_weak(head, node, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.head.compare_exchange_weak(head, node, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return counters,
                 Err(seen) => head = seen,
             }
@@ -131,10 +120,22 @@ impl ThreadStats {
     /// Run `f` on the calling thread's block.
     #[inline]
     fn with<R>(&self, f: impl FnOnce(&ThreadCounters) -> R) -> R {
+        if let Ok((id, counters)) = LAST.try_with(Cell::get) {
+            if id == self.id {
+                // SAFETY: `LAST` names a block `LOCAL` still holds (see `LAST`).
+                return f(unsafe { &*counters });
+            }
+        }
+        self.with_slow(f)
+    }
+
+    #[cold]
+    fn with_slow<R>(&self, f: impl FnOnce(&ThreadCounters) -> R) -> R {
         let mut f = Some(f);
         let hit = LOCAL.try_with(|local| {
             let local = local.borrow();
             let (_, counters) = local.0.iter().find(|(id, _)| *id == self.id)?;
+            let _ = LAST.try_with(|last| last.set((self.id, Arc::as_ptr(counters))));
             Some((f.take().expect("called once"))(counters))
         });
         let f = match hit {
@@ -148,6 +149,7 @@ impl ThreadStats {
             // Forget blocks of pools that are gone (only we hold them now).
             local.0.retain(|(_, c)| Arc::strong_count(c) > 1);
             local.0.push((self.id, counters.clone()));
+            let _ = LAST.try_with(|last| last.set((self.id, Arc::as_ptr(&counters))));
         });
         if kept.is_err() {
             // The thread is exiting (its local storage is gone): release the block at once.
@@ -159,16 +161,18 @@ impl ThreadStats {
     #[inline]
     pub(crate) fn on_alloc(&self, class: usize, requested: usize) {
         self.with(|c| {
-            ThreadCounters::bump(&c.allocs[class], 1);
-            ThreadCounters::bump(&c.requested[class], requested as u64);
+            let c = &c.classes[class];
+            ThreadCounters::bump(&c.allocs, 1);
+            ThreadCounters::bump(&c.requested, requested as u64);
         });
     }
 
     #[inline]
     pub(crate) fn on_free(&self, class: usize, requested: usize) {
         self.with(|c| {
-            ThreadCounters::bump(&c.frees[class], 1);
-            ThreadCounters::bump(&c.requested[class], (requested as u64).wrapping_neg());
+            let c = &c.classes[class];
+            ThreadCounters::bump(&c.frees, 1);
+            ThreadCounters::bump(&c.requested, (requested as u64).wrapping_neg());
         });
     }
 
@@ -179,12 +183,10 @@ impl ThreadStats {
         while !at.is_null() {
             // SAFETY: nodes live until `self` drops; we hold `&self`.
             let node = unsafe { &*at };
-            for (k, t) in totals.iter_mut().enumerate() {
-                t.allocs += node.counters.allocs[k].load(Ordering::Relaxed);
-                t.frees += node.counters.frees[k].load(Ordering::Relaxed);
-                t.requested = t
-                    .requested
-                    .wrapping_add(node.counters.requested[k].load(Ordering::Relaxed) as i64);
+            for (t, c) in totals.iter_mut().zip(node.counters.classes.iter()) {
+                t.allocs += c.allocs.load(Ordering::Relaxed);
+                t.frees += c.frees.load(Ordering::Relaxed);
+                t.requested = t.requested.wrapping_add(c.requested.load(Ordering::Relaxed) as i64);
             }
             at = node.next;
         }
@@ -239,9 +241,6 @@ mod tests {
             // SAFETY: test-only walk of live nodes.
             at = unsafe { (*at).next };
         }
-        assert!(
-            blocks <= 8,
-            "exited threads' blocks are reused ({blocks} blocks)"
-        );
+        assert!(blocks <= 8, "exited threads' blocks are reused ({blocks} blocks)");
     }
 }

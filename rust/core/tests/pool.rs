@@ -21,15 +21,9 @@ fn seed_timeline_succeeds_without_compaction() {
     let weights_b = p.alloc(300 * MIB, None, 0).unwrap();
     let act_b = p.alloc(150 * MIB, None, 0).unwrap();
     p.free(weights_b).unwrap();
-    let last = p
-        .alloc(250 * MIB, None, 0)
-        .expect("the 250 MiB allocation of the seed timeline");
+    let last = p.alloc(250 * MIB, None, 0).expect("the 250 MiB allocation of the seed timeline");
     let s = p.stats();
-    assert_eq!(
-        s.bytes_in_use,
-        (200 + 150 + 250) * MIB,
-        "exact runs: no power-of-two rounding"
-    );
+    assert_eq!(s.bytes_in_use, (200 + 150 + 250) * MIB, "exact runs: no power-of-two rounding");
     assert_eq!(p.check().unwrap(), 3);
     for h in [weights_a, act_b, last] {
         p.free(h).unwrap();
@@ -56,13 +50,9 @@ fn medium_blocks_are_trimmed_not_rounded_to_powers_of_two() {
     let waste = p.block(h).unwrap().block_bytes - 400_000;
     assert!(waste * 100 < 400_000 * 7, "waste {waste} bytes");
     // The rest of the enclosing 512 KiB node stays usable.
-    let others: Vec<Handle> = (0..3)
-        .map(|_| p.alloc(32 << 10, None, 0).unwrap())
-        .collect();
+    let others: Vec<Handle> = (0..3).map(|_| p.alloc(32 << 10, None, 0).unwrap()).collect();
     let base = p.block(h).unwrap().offset;
-    assert!(others
-        .iter()
-        .any(|&o| p.block(o).unwrap().offset / (512 << 10) == base / (512 << 10)));
+    assert!(others.iter().any(|&o| p.block(o).unwrap().offset / (512 << 10) == base / (512 << 10)));
     p.check().unwrap();
 }
 
@@ -70,33 +60,13 @@ fn medium_blocks_are_trimmed_not_rounded_to_powers_of_two() {
 fn alignment_and_banks_hold_for_every_block() {
     let p = Pool::new(PoolConfig::new(256 * MIB).bank_size(8192)).unwrap();
     let mut held = Vec::new();
-    for (i, size) in [
-        1usize,
-        63,
-        64,
-        100,
-        256,
-        300,
-        4000,
-        8192,
-        8193,
-        70_000,
-        1 << 20,
-        3 * MIB,
-    ]
-    .iter()
-    .enumerate()
-    {
+    for (i, size) in [1usize, 63, 64, 100, 256, 300, 4000, 8192, 8193, 70_000, 1 << 20, 3 * MIB].iter().enumerate() {
         for align in [1usize, 64, 256, 4096, 65536, 4 * MIB] {
             let h = p.alloc(*size, Some(align), i as u32).unwrap();
             let b = p.block(h).unwrap();
             assert_eq!(b.offset % align, 0, "size {size} align {align}");
             if *size <= 8192 {
-                assert_eq!(
-                    b.offset / 8192,
-                    (b.offset + size - 1) / 8192,
-                    "straddles a bank"
-                );
+                assert_eq!(b.offset / 8192, (b.offset + size - 1) / 8192, "straddles a bank");
             } else {
                 assert_eq!(b.offset % 8192, 0, "does not start on a bank");
             }
@@ -116,53 +86,26 @@ fn misuse_is_refused_and_changes_nothing() {
     let p = pool(16 * MIB, 2);
     let keep = p.alloc(1000, None, 0).unwrap();
     let before = p.stats();
-    assert!(matches!(
-        p.alloc(0, None, 0),
-        Err(Error::InvalidSize { .. })
-    ));
-    assert!(matches!(
-        p.alloc(16 * MIB + 1, None, 0),
-        Err(Error::TooLarge { .. })
-    ));
-    assert!(matches!(
-        p.alloc(64, Some(0), 0),
-        Err(Error::InvalidAlignment { .. })
-    ));
-    assert!(matches!(
-        p.alloc(64, Some(48), 0),
-        Err(Error::InvalidAlignment { .. })
-    ));
-    assert!(matches!(
-        p.alloc(64, Some(32 * MIB), 0),
-        Err(Error::InvalidAlignment { .. })
-    ));
+    assert!(matches!(p.alloc(0, None, 0), Err(Error::InvalidSize { .. })));
+    assert!(matches!(p.alloc(16 * MIB + 1, None, 0), Err(Error::TooLarge { .. })));
+    assert!(matches!(p.alloc(64, Some(0), 0), Err(Error::InvalidAlignment { .. })));
+    assert!(matches!(p.alloc(64, Some(48), 0), Err(Error::InvalidAlignment { .. })));
+    assert!(matches!(p.alloc(64, Some(32 * MIB), 0), Err(Error::InvalidAlignment { .. })));
     let freed = p.alloc(64, None, 0).unwrap();
     p.free(freed).unwrap();
     let mid = p.stats();
     assert_eq!(p.free(freed), Err(Error::DoubleFree));
-    assert_eq!(
-        p.block(freed),
-        Err(Error::InvalidHandle(HandleFault::Freed))
-    );
+    assert_eq!(p.block(freed), Err(Error::InvalidHandle(HandleFault::Freed)));
     let other = pool(16 * MIB, 1);
     let foreign = other.alloc(64, None, 0).unwrap();
-    assert_eq!(
-        p.free(foreign),
-        Err(Error::InvalidHandle(HandleFault::Foreign))
-    );
+    assert_eq!(p.free(foreign), Err(Error::InvalidHandle(HandleFault::Foreign)));
     p.pin(keep).unwrap();
     assert_eq!(p.free(keep), Err(Error::Pinned { pins: 1 }));
     p.unpin(keep).unwrap();
-    assert!(matches!(
-        p.free_raw(12345, 64),
-        Err(Error::InvalidBlock { .. })
-    ));
+    assert!(matches!(p.free_raw(12345, 64), Err(Error::InvalidBlock { .. })));
     let after = p.stats();
     assert_eq!(after, mid);
-    assert_eq!(
-        (before.bytes_in_use, before.alloc_count + 1),
-        (after.bytes_in_use, after.alloc_count)
-    );
+    assert_eq!((before.bytes_in_use, before.alloc_count + 1), (after.bytes_in_use, after.alloc_count));
     p.check().unwrap();
     let none = Pool::new(PoolConfig::new(MIB).backing(Backing::None)).unwrap();
     let h = none.alloc(64, None, 0).unwrap();
@@ -177,11 +120,7 @@ fn out_of_memory_reports_what_is_free() {
     p.free(a).unwrap();
     let _c = p.alloc(MIB, None, 0).unwrap();
     match p.alloc(6 * MIB, None, 0) {
-        Err(Error::OutOfMemory {
-            requested,
-            bytes_free,
-            largest_free_block,
-        }) => {
+        Err(Error::OutOfMemory { requested, bytes_free, largest_free_block }) => {
             assert_eq!(requested, 6 * MIB);
             // b holds two whole chunks (4 MiB), c 1 MiB of chunk 0: 3 MiB free, in a free
             // chunk (2 MiB) and the other half of chunk 0 (1 MiB).
@@ -202,10 +141,7 @@ fn capacity_not_a_multiple_of_the_chunk() {
     let h = p.alloc(MIB, None, 0).unwrap(); // a buddy node of half a chunk, inside the tail
     let small = p.alloc(200, None, 0).unwrap();
     assert_eq!(p.block(small).unwrap().offset, MIB);
-    assert!(matches!(
-        p.alloc(200, None, 0),
-        Err(Error::OutOfMemory { .. })
-    ));
+    assert!(matches!(p.alloc(200, None, 0), Err(Error::OutOfMemory { .. })));
     p.free(h).unwrap();
     p.free(small).unwrap();
     let run = p.alloc(MIB + 256, None, 0).unwrap(); // a run of the single, partial chunk
@@ -214,10 +150,7 @@ fn capacity_not_a_multiple_of_the_chunk() {
     p.free(run).unwrap();
     assert_eq!(p.stats().largest_free_block, MIB + 256);
     let tiny = pool(100, 1);
-    assert!(matches!(
-        tiny.alloc(64, None, 0),
-        Err(Error::OutOfMemory { .. })
-    ));
+    assert!(matches!(tiny.alloc(64, None, 0), Err(Error::OutOfMemory { .. })));
 }
 
 #[test]
@@ -234,9 +167,7 @@ fn other_cores_free_space_is_used_before_out_of_memory() {
     }
     // Whatever core the threads run on, every freed slot can be reused.
     let got: Vec<Handle> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| p.alloc(512 << 10, None, 0).unwrap()))
-            .collect();
+        let hs: Vec<_> = (0..4).map(|_| s.spawn(|| p.alloc(512 << 10, None, 0).unwrap())).collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert_eq!(got.len(), 4);
@@ -265,9 +196,7 @@ fn empty_chunks_return_to_the_global_pool() {
 fn placement_policies_both_work() {
     for placement in [Placement::BestFit, Placement::FirstFit] {
         let p = Pool::new(PoolConfig::new(64 * MIB).placement(placement)).unwrap();
-        let hs: Vec<Handle> = (0..8)
-            .map(|i| p.alloc((i + 3) * MIB, None, 0).unwrap())
-            .collect();
+        let hs: Vec<Handle> = (0..8).map(|i| p.alloc((i + 3) * MIB, None, 0).unwrap()).collect();
         for h in hs.iter().step_by(2) {
             p.free(*h).unwrap();
         }
@@ -281,25 +210,13 @@ fn raw_api_round_trip() {
     let p = pool(16 * MIB, 1);
     let a = p.alloc_raw(5000, None).unwrap();
     let b = p.alloc_raw(3 * MIB, None).unwrap();
-    assert!(matches!(
-        p.free_raw(a, 3 * MIB),
-        Err(Error::InvalidBlock { .. })
-    ));
-    assert!(matches!(
-        p.free_raw(a + 256, 5000),
-        Err(Error::InvalidBlock { .. })
-    ));
+    assert!(matches!(p.free_raw(a, 3 * MIB), Err(Error::InvalidBlock { .. })));
+    assert!(matches!(p.free_raw(a + 256, 5000), Err(Error::InvalidBlock { .. })));
     assert_eq!(p.check().unwrap(), 2);
     p.free_raw(a, 5000).unwrap();
-    assert!(matches!(
-        p.free_raw(a, 5000),
-        Err(Error::InvalidBlock { .. })
-    ));
+    assert!(matches!(p.free_raw(a, 5000), Err(Error::InvalidBlock { .. })));
     p.free_raw(b, 3 * MIB).unwrap();
-    assert!(matches!(
-        p.free_raw(b, 3 * MIB),
-        Err(Error::InvalidBlock { .. })
-    ));
+    assert!(matches!(p.free_raw(b, 3 * MIB), Err(Error::InvalidBlock { .. })));
     assert_eq!(p.check().unwrap(), 0);
 }
 
@@ -351,15 +268,8 @@ fn stress_mixed_sizes_remote_frees_no_overlap_no_corruption() {
                     let info = p.block(h).unwrap();
                     let mut buf = vec![0u8; info.size];
                     p.read(h, 0, &mut buf).unwrap();
-                    assert!(
-                        buf.iter().all(|&b| b == pattern),
-                        "block at {} corrupted",
-                        info.offset
-                    );
-                    live.lock()
-                        .unwrap()
-                        .remove(&info.offset)
-                        .expect("registered");
+                    assert!(buf.iter().all(|&b| b == pattern), "block at {} corrupted", info.offset);
+                    live.lock().unwrap().remove(&info.offset).expect("registered");
                     p.free(h).unwrap();
                 };
                 for i in 0..ops {

@@ -22,28 +22,15 @@ pub struct Block {
 }
 
 impl Block {
-    pub(crate) fn new(
-        pool: Py<Pool>,
-        handle: Handle,
-        nbytes: usize,
-        tag: Option<Py<PyString>>,
-    ) -> Block {
-        Block {
-            pool,
-            handle,
-            nbytes,
-            tag,
-        }
+    pub(crate) fn new(pool: Py<Pool>, handle: Handle, nbytes: usize, tag: Option<Py<PyString>>) -> Block {
+        Block { pool, handle, nbytes, tag }
     }
 
     /// The handle, for a batch call on `pool` (which must be the block's own); `index` names
     /// the item in the error.
     pub(crate) fn handle_in(&self, pool: &Pool, index: usize) -> PyResult<Handle> {
         if !std::ptr::eq(pool, self.pool.get()) {
-            return Err(error(
-                Kind::InvalidHandle,
-                format!("item {index} of the batch belongs to another pool"),
-            ));
+            return Err(error(Kind::InvalidHandle, format!("item {index} of the batch belongs to another pool")));
         }
         Ok(self.handle)
     }
@@ -51,10 +38,7 @@ impl Block {
     /// Free through `pool`, which must be the block's own.
     pub(crate) fn free_in(&self, py: Python<'_>, pool: &Pool) -> PyResult<()> {
         if !std::ptr::eq(pool, self.pool.get()) {
-            return Err(error(
-                Kind::InvalidHandle,
-                "the block belongs to another pool",
-            ));
+            return Err(error(Kind::InvalidHandle, "the block belongs to another pool"));
         }
         let core = &pool.core;
         match core.try_free(self.handle) {
@@ -151,11 +135,7 @@ impl Block {
 
     /// The block's bytes, writable, without copying (host-backed pools). The block counts as
     /// pinned while a view is alive: it cannot be freed or moved.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         let this = slf.get();
         let core = &this.pool.get().core;
         if !core.has_backing() {
@@ -176,14 +156,7 @@ impl Block {
         // the live, pinned block, which stays valid until `__releasebuffer__` unpins it; the
         // exporter (`slf`) is kept alive by the view.
         let filled = unsafe {
-            ffi::PyBuffer_FillInfo(
-                view,
-                slf.as_ptr(),
-                ptr.as_ptr().cast(),
-                len as ffi::Py_ssize_t,
-                0,
-                flags,
-            )
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), ptr.as_ptr().cast(), len as ffi::Py_ssize_t, 0, flags)
         };
         if filled != 0 {
             let _ = core.unpin(this.handle);
@@ -202,10 +175,7 @@ impl Block {
             None => String::new(),
         };
         match self.info() {
-            Ok(info) => format!(
-                "<npumem.Block offset={} nbytes={}{tag}>",
-                info.offset, self.nbytes
-            ),
+            Ok(info) => format!("<npumem.Block offset={} nbytes={}{tag}>", info.offset, self.nbytes),
             Err(_) => format!("<npumem.Block freed nbytes={}{tag}>", self.nbytes),
         }
     }

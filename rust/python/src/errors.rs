@@ -49,12 +49,10 @@ impl Kind {
 /// A Python exception of `kind` with `message`.
 pub(crate) fn error(kind: Kind, message: impl Into<String>) -> PyErr {
     let message = message.into();
-    Python::attach(
-        |py| match kind.class(py).and_then(|cls| cls.call1((message.clone(),))) {
-            Ok(instance) => PyErr::from_value(instance),
-            Err(import_failed) => import_failed,
-        },
-    )
+    Python::attach(|py| match kind.class(py).and_then(|cls| cls.call1((message.clone(),))) {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(import_failed) => import_failed,
+    })
 }
 
 /// A planner search input the core refused (`InvalidArgumentError`).
@@ -69,26 +67,17 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Config { .. } => Kind::Config,
         Error::InvalidSize { .. } | Error::InvalidAlignment { .. } => Kind::InvalidArgument,
         Error::TooLarge { .. } => Kind::RequestTooLarge,
-        &Error::OutOfMemory {
-            requested,
-            bytes_free,
-            largest_free_block,
-        } => {
+        &Error::OutOfMemory { requested, bytes_free, largest_free_block } => {
             let (requested, bytes_free, largest) = (requested, bytes_free, largest_free_block);
             return Python::attach(|py| {
-                match Kind::OutOfMemory
-                    .class(py)
-                    .and_then(|cls| cls.call1((message, requested, bytes_free, largest)))
-                {
+                match Kind::OutOfMemory.class(py).and_then(|cls| cls.call1((message, requested, bytes_free, largest))) {
                     Ok(instance) => PyErr::from_value(instance),
                     Err(import_failed) => import_failed,
                 }
             });
         }
         Error::Backing(_) => Kind::OutOfMemory,
-        Error::InvalidHandle(HandleFault::Freed | HandleFault::Foreign | HandleFault::Unknown) => {
-            Kind::InvalidHandle
-        }
+        Error::InvalidHandle(HandleFault::Freed | HandleFault::Foreign | HandleFault::Unknown) => Kind::InvalidHandle,
         Error::DoubleFree => Kind::DoubleFree,
         Error::Pinned { .. } => Kind::PinnedBlock,
         Error::InvalidBlock { .. } => Kind::InvalidHandle,

@@ -30,17 +30,9 @@ impl PackingInstance {
         neighbors: Vec<Vec<u32>>,
         obstacles: Vec<Vec<(u64, u64)>>,
     ) -> PyResult<Self> {
-        Instance::new(
-            sizes,
-            &alignments,
-            sec_lo,
-            sec_hi,
-            n_sections,
-            &neighbors,
-            &obstacles,
-        )
-        .map(|inner| Self { inner })
-        .map_err(errors::packing)
+        Instance::new(sizes, &alignments, sec_lo, sec_hi, n_sections, &neighbors, &obstacles)
+            .map(|inner| Self { inner })
+            .map_err(errors::packing)
     }
 
     /// Number of buffers.
@@ -66,23 +58,12 @@ impl PackingInstance {
             ))));
         }
         if !time_limit.is_finite() || time_limit < 0.0 {
-            return Err(errors::packing(PackingError(format!(
-                "time_limit must be finite and >= 0, got {time_limit}"
-            ))));
+            return Err(errors::packing(PackingError(format!("time_limit must be finite and >= 0, got {time_limit}"))));
         }
         let inner = &self.inner;
         let out = detached(py, || {
             let deadline = Instant::now().checked_add(Duration::from_secs_f64(time_limit));
-            packing::search(
-                inner,
-                &rank,
-                &Limits {
-                    capacity,
-                    target,
-                    node_limit,
-                    deadline,
-                },
-            )
+            packing::search(inner, &rank, &Limits { capacity, target, node_limit, deadline })
         });
         Ok((out.exhausted, out.offsets, out.arena, out.nodes))
     }

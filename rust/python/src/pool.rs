@@ -23,10 +23,7 @@ pub struct Pool {
 }
 
 fn config_error(message: String) -> PyErr {
-    error(
-        Kind::Config,
-        format!("invalid pool configuration: {message}"),
-    )
+    error(Kind::Config, format!("invalid pool configuration: {message}"))
 }
 
 impl Pool {
@@ -70,12 +67,7 @@ impl Pool {
             Some(handle) => handle,
             None => without_gil(py, || core.alloc(size, align, tag_id))?,
         };
-        Ok(Block::new(
-            slf.clone().unbind(),
-            handle,
-            size,
-            tag.map(Bound::unbind),
-        ))
+        Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind)))
     }
 }
 
@@ -109,15 +101,10 @@ impl Pool {
     ) -> PyResult<Pool> {
         let cores = match cores.filter(|c| !c.is_none()) {
             Some(c) => args::config_int(c, "cores")?,
-            None => py
-                .import("os")?
-                .call_method0("cpu_count")?
-                .extract::<Option<usize>>()?
-                .unwrap_or(1),
+            None => py.import("os")?.call_method0("cpu_count")?.extract::<Option<usize>>()?.unwrap_or(1),
         };
         let defaults = PoolConfig::new(0);
-        let field = |value: Option<&Bound<'_, PyAny>>, name: &str, default: usize| match value
-            .filter(|v| !v.is_none())
+        let field = |value: Option<&Bound<'_, PyAny>>, name: &str, default: usize| match value.filter(|v| !v.is_none())
         {
             Some(v) => args::config_int(v, name),
             None => Ok(default),
@@ -131,15 +118,10 @@ impl Pool {
             .core_reserve(field(core_reserve, "core_reserve", defaults.core_reserve)?);
         if let Some(sizes) = slab_sizes.filter(|s| !s.is_none()) {
             if sizes.is_instance_of::<PyString>() {
-                return Err(config_error(
-                    "slab_sizes must be a sequence of ints, got str".into(),
-                ));
+                return Err(config_error("slab_sizes must be a sequence of ints, got str".into()));
             }
             let items = sizes.try_iter().map_err(|_| {
-                config_error(format!(
-                    "slab_sizes must be a sequence of ints, got {}",
-                    args::type_name(sizes)
-                ))
+                config_error(format!("slab_sizes must be a sequence of ints, got {}", args::type_name(sizes)))
             })?;
             let mut list = Vec::new();
             for (i, item) in items.enumerate() {
@@ -149,37 +131,27 @@ impl Pool {
         }
         let choice = |value: Option<&Bound<'_, PyAny>>, default: &str| -> PyResult<String> {
             match value.filter(|v| !v.is_none()) {
-                Some(v) => Ok(v
-                    .extract::<String>()
-                    .unwrap_or_else(|_| format!("<{}>", args::type_name(v)))),
+                Some(v) => Ok(v.extract::<String>().unwrap_or_else(|_| format!("<{}>", args::type_name(v)))),
                 None => Ok(default.to_string()),
             }
         };
         config = config.backing(match choice(backing, "host")?.as_str() {
             "host" => Backing::Host,
             "none" => Backing::None,
-            other => {
-                return Err(config_error(format!(
-                    "backing must be \"host\" or \"none\", got {other:?}"
-                )))
-            }
+            other => return Err(config_error(format!("backing must be \"host\" or \"none\", got {other:?}"))),
         });
         config = config.placement(match choice(placement, "best-fit")?.as_str() {
             "best-fit" => Placement::BestFit,
             "first-fit" => Placement::FirstFit,
             other => {
-                return Err(config_error(format!(
-                    "placement must be \"best-fit\" or \"first-fit\", got {other:?}"
-                )))
+                return Err(config_error(format!("placement must be \"best-fit\" or \"first-fit\", got {other:?}")))
             }
         });
         let core = without_gil(py, || npumem_core::Pool::new(config))?;
         let name = match name.filter(|n| !n.is_none()) {
             Some(n) => n
                 .cast::<PyString>()
-                .map_err(|_| {
-                    config_error(format!("name must be a str, got {}", args::type_name(n)))
-                })?
+                .map_err(|_| config_error(format!("name must be a str, got {}", args::type_name(n))))?
                 .clone(),
             None => PyString::new(py, &format!("pool-{}", core.id())),
         };
@@ -217,13 +189,7 @@ impl Pool {
         let this = slf.get();
         let capacity = this.core.capacity();
         let items = sizes.try_iter().map_err(|_| {
-            error(
-                Kind::ArgumentType,
-                format!(
-                    "sizes must be an iterable of ints, got {}",
-                    args::type_name(sizes)
-                ),
-            )
+            error(Kind::ArgumentType, format!("sizes must be an iterable of ints, got {}", args::type_name(sizes)))
         })?;
         let mut wanted = Vec::new();
         for (i, item) in items.enumerate() {
@@ -239,12 +205,7 @@ impl Pool {
             .into_iter()
             .zip(wanted)
             .map(|(handle, size)| {
-                Block::new(
-                    pool.clone_ref(py),
-                    handle,
-                    size,
-                    tag.as_ref().map(|t| t.clone().unbind()),
-                )
+                Block::new(pool.clone_ref(py), handle, size, tag.as_ref().map(|t| t.clone().unbind()))
             })
             .collect())
     }
@@ -256,10 +217,7 @@ impl Pool {
         let items = blocks.try_iter().map_err(|_| {
             error(
                 Kind::ArgumentType,
-                format!(
-                    "blocks must be an iterable of npumem.Block, got {}",
-                    args::type_name(blocks)
-                ),
+                format!("blocks must be an iterable of npumem.Block, got {}", args::type_name(blocks)),
             )
         })?;
         let mut handles = Vec::new();
@@ -268,10 +226,7 @@ impl Pool {
             let block = item.cast::<Block>().map_err(|_| {
                 error(
                     Kind::ArgumentType,
-                    format!(
-                        "blocks[{i}] must be an npumem.Block, got {}",
-                        args::type_name(&item)
-                    ),
+                    format!("blocks[{i}] must be an npumem.Block, got {}", args::type_name(&item)),
                 )
             })?;
             handles.push(block.get().handle_in(slf.get(), i)?);
@@ -283,13 +238,7 @@ impl Pool {
     /// Free `block` (the same as `block.free()`).
     fn free(slf: &Bound<'_, Self>, block: &Bound<'_, PyAny>) -> PyResult<()> {
         let block = block.cast::<Block>().map_err(|_| {
-            error(
-                Kind::ArgumentType,
-                format!(
-                    "free() takes an npumem.Block, got {}",
-                    args::type_name(block)
-                ),
-            )
+            error(Kind::ArgumentType, format!("free() takes an npumem.Block, got {}", args::type_name(block)))
         })?;
         block.get().free_in(slf.py(), slf.get())
     }

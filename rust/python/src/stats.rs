@@ -184,17 +184,9 @@ impl PoolStats {
         d.set_item("chunks_free", self.chunks_free)?;
         d.set_item("chunks_in_cores", self.chunks_in_cores)?;
         d.set_item("chunks_in_runs", self.chunks_in_runs)?;
-        let classes = self
-            .size_classes
-            .iter()
-            .map(|c| c.as_dict(py))
-            .collect::<PyResult<Vec<_>>>()?;
+        let classes = self.size_classes.iter().map(|c| c.as_dict(py)).collect::<PyResult<Vec<_>>>()?;
         d.set_item("size_classes", classes)?;
-        let cores = self
-            .per_core
-            .iter()
-            .map(|c| c.as_dict(py))
-            .collect::<PyResult<Vec<_>>>()?;
+        let cores = self.per_core.iter().map(|c| c.as_dict(py)).collect::<PyResult<Vec<_>>>()?;
         d.set_item("per_core", cores)?;
         Ok(d)
     }

@@ -69,9 +69,7 @@ impl Instance {
             ("obstacles", obstacles.len()),
         ] {
             if len != n {
-                return Err(PackingError(format!(
-                    "{what} has {len} entries for {n} buffers"
-                )));
+                return Err(PackingError(format!("{what} has {len} entries for {n} buffers")));
             }
         }
         let mut nbr_start = Vec::with_capacity(n + 1);
@@ -85,10 +83,7 @@ impl Instance {
                 return Err(PackingError(format!("buffer {i} has size 0")));
             }
             if !alignments[i].is_power_of_two() {
-                return Err(PackingError(format!(
-                    "buffer {i}: alignment {} is not a power of two",
-                    alignments[i]
-                )));
+                return Err(PackingError(format!("buffer {i}: alignment {} is not a power of two", alignments[i])));
             }
             if sec_lo[i] >= sec_hi[i] || sec_hi[i] as usize > n_sections {
                 return Err(PackingError(format!(
@@ -102,23 +97,22 @@ impl Instance {
                 }
             }
             nbr.extend_from_slice(&neighbors[i]);
-            nbr_start.push(u32::try_from(nbr.len()).map_err(|_| {
-                PackingError("too many neighbor pairs (more than 2^32)".to_string())
-            })?);
+            nbr_start.push(
+                u32::try_from(nbr.len())
+                    .map_err(|_| PackingError("too many neighbor pairs (more than 2^32)".to_string()))?,
+            );
             let mut prev_end = 0;
             for &(start, end) in &obstacles[i] {
                 if start >= end || start < prev_end {
-                    return Err(PackingError(format!(
-                        "buffer {i}: obstacles must be sorted, disjoint and non-empty"
-                    )));
+                    return Err(PackingError(format!("buffer {i}: obstacles must be sorted, disjoint and non-empty")));
                 }
                 prev_end = end;
             }
             obs.extend_from_slice(&obstacles[i]);
-            obs_start
-                .push(u32::try_from(obs.len()).map_err(|_| {
-                    PackingError("too many obstacles (more than 2^32)".to_string())
-                })?);
+            obs_start.push(
+                u32::try_from(obs.len())
+                    .map_err(|_| PackingError("too many obstacles (more than 2^32)".to_string()))?,
+            );
         }
         Ok(Self {
             align_mask: alignments.iter().map(|a| a - 1).collect(),

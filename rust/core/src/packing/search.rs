@@ -40,10 +40,7 @@ struct Lowest {
 impl Lowest {
     fn new(n_sections: usize) -> Self {
         let width = n_sections.next_power_of_two().max(1);
-        Self {
-            width,
-            tag: vec![u64::MAX; 2 * width],
-        }
+        Self { width, tag: vec![u64::MAX; 2 * width] }
     }
 
     fn reset(&mut self) {
@@ -144,11 +141,7 @@ impl State<'_> {
             if lowest_offset + size > capacity {
                 return false;
             }
-            self.lowest.chmin(
-                inst.sec_lo[q] as usize,
-                inst.sec_hi[q] as usize,
-                lowest_offset,
-            );
+            self.lowest.chmin(inst.sec_lo[q] as usize, inst.sec_hi[q] as usize, lowest_offset);
             if r < last || (r == last && self.prev != NONE && self.rank[q] < self.rank[self.prev]) {
                 continue;
             }
@@ -164,10 +157,7 @@ impl State<'_> {
         out.sort_unstable();
         out.retain(|&(r, _, q)| r < if q as usize == end1_q { end2 } else { end1 });
         if let Some(&(_, _, q0)) = out.first() {
-            let hatless = inst
-                .neighbors(q0 as usize)
-                .iter()
-                .all(|&x| self.placed[x as usize]);
+            let hatless = inst.neighbors(q0 as usize).iter().all(|&x| self.placed[x as usize]);
             if hatless {
                 out.truncate(1); // nothing can go on top of it: placing it now is never worse
             }
@@ -217,12 +207,7 @@ pub fn search(inst: &Instance, rank: &[u32], limits: &Limits) -> Outcome {
     let mut best_arena = 0;
     let mut nodes: u64 = 0;
     if n == 0 {
-        return Outcome {
-            exhausted: false,
-            offsets: Some(Vec::new()),
-            arena: 0,
-            nodes,
-        };
+        return Outcome { exhausted: false, offsets: Some(Vec::new()), arena: 0, nodes };
     }
     // frames[d]: the children of depth d and the next one to try; spare lists are reused.
     let mut frames: Vec<(Children, usize)> = Vec::new();
@@ -232,12 +217,7 @@ pub fn search(inst: &Instance, rank: &[u32], limits: &Limits) -> Outcome {
     let mut raised_trail: Vec<(u32, u64)> = Vec::new();
     let mut first = Vec::new();
     if !st.candidates(capacity, &mut first) {
-        return Outcome {
-            exhausted: true,
-            offsets: None,
-            arena: 0,
-            nodes: 1,
-        };
+        return Outcome { exhausted: true, offsets: None, arena: 0, nodes: 1 };
     }
     frames.push((first, 0));
     while !frames.is_empty() {
@@ -266,15 +246,8 @@ pub fn search(inst: &Instance, rank: &[u32], limits: &Limits) -> Outcome {
             spare.push(list);
             continue;
         }
-        if nodes >= limits.node_limit
-            || (nodes & 255 == 0 && limits.deadline.is_some_and(|d| Instant::now() >= d))
-        {
-            return Outcome {
-                exhausted: false,
-                offsets: best,
-                arena: best_arena,
-                nodes,
-            };
+        if nodes >= limits.node_limit || (nodes & 255 == 0 && limits.deadline.is_some_and(|d| Instant::now() >= d)) {
+            return Outcome { exhausted: false, offsets: best, arena: best_arena, nodes };
         }
         let (r, _, q) = cands[*pos];
         *pos += 1;
@@ -315,12 +288,7 @@ pub fn search(inst: &Instance, rank: &[u32], limits: &Limits) -> Outcome {
             best = Some(st.offsets.clone());
             best_arena = st.top;
             if st.top <= limits.target {
-                return Outcome {
-                    exhausted: false,
-                    offsets: best,
-                    arena: best_arena,
-                    nodes,
-                };
+                return Outcome { exhausted: false, offsets: best, arena: best_arena, nodes };
             }
             capacity = st.top - 1;
             continue;
@@ -332,12 +300,7 @@ pub fn search(inst: &Instance, rank: &[u32], limits: &Limits) -> Outcome {
             spare.push(children);
         }
     }
-    Outcome {
-        exhausted: true,
-        offsets: best,
-        arena: best_arena,
-        nodes,
-    }
+    Outcome { exhausted: true, offsets: best, arena: best_arena, nodes }
 }
 
 #[cfg(test)]
@@ -350,9 +313,7 @@ mod tests {
         let neighbors: Vec<Vec<u32>> = (0..buffers.len())
             .map(|i| {
                 (0..buffers.len())
-                    .filter(|&j| {
-                        j != i && buffers[i].0 < buffers[j].1 && buffers[j].0 < buffers[i].1
-                    })
+                    .filter(|&j| j != i && buffers[i].0 < buffers[j].1 && buffers[j].0 < buffers[i].1)
                     .map(|j| j as u32)
                     .collect()
             })
@@ -370,12 +331,7 @@ mod tests {
     }
 
     fn limits(capacity: u64, target: u64) -> Limits {
-        Limits {
-            capacity,
-            target,
-            node_limit: u64::MAX,
-            deadline: None,
-        }
+        Limits { capacity, target, node_limit: u64::MAX, deadline: None }
     }
 
     #[test]
@@ -403,16 +359,9 @@ mod tests {
     #[test]
     fn obstacles_and_alignment_are_respected() {
         let neighbors = vec![vec![1], vec![0]];
-        let inst = Instance::new(
-            vec![10, 10],
-            &[16, 1],
-            vec![0, 0],
-            vec![1, 1],
-            1,
-            &neighbors,
-            &[vec![(0, 5)], vec![(0, 5)]],
-        )
-        .expect("valid");
+        let inst =
+            Instance::new(vec![10, 10], &[16, 1], vec![0, 0], vec![1, 1], 1, &neighbors, &[vec![(0, 5)], vec![(0, 5)]])
+                .expect("valid");
         let out = search(&inst, &[0, 1], &limits(1000, 0));
         let offsets = out.offsets.expect("a packing");
         assert_eq!(offsets[0] % 16, 0);
