@@ -16,6 +16,8 @@
 //! | [`Handle`] | `handle.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
 //! | `Gate` | `gate.rs` | the stop gate: pauses alloc/free for compaction and `check()` |
 //! | [`PoolStats`] | `stats.rs` | per-core counters on their own cache lines, summed into a snapshot |
+//! | [`TraceEvent`], `Ring` | `trace.rs` | the optional event trace: bounded per-core rings of alloc/free/move/failed events |
+//! | [`Snapshot`] | `snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats (a child module of `pool.rs`) |
 //! | `HostBacking` | `backing.rs` | the optional host memory behind the arena |
 //! | [`Pool`] | `pool.rs` | ties the pieces together: the allocation path, frees, stats, `check()` |
 //! | [`packing`] | `packing/` | the planner's inner loop: branch and bound over static offsets (driven by `npumem.plan`) |
@@ -40,13 +42,19 @@ pub mod packing;
 mod pool;
 mod stats;
 mod sync;
+mod trace;
 
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::Handle;
 #[cfg(not(loom))]
+pub use pool::snapshot::{Extent, Snapshot};
+#[cfg(not(loom))]
 pub use pool::{BlockInfo, Pool};
 pub use stats::{CoreStats, PoolStats};
+pub use trace::{EventKind, TraceEvent};
+#[cfg(not(loom))]
+pub use trace::{TraceStatus, MAX_TRACE_CAPACITY};
 
 /// The crate version.
 pub fn version() -> &'static str {

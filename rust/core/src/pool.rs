@@ -33,6 +33,10 @@ use crate::handle::{Handle, HandleTable, SlotInfo};
 use crate::layout::{BuddyLayout, Geometry, Layout};
 use crate::stats::{CoreStats, Counters, PoolStats, Route};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
+// monitoring (issue 6): the event trace and snapshots
+use crate::trace::Trace;
+#[path = "snapshot.rs"]
+pub(crate) mod snapshot;
 
 /// How long `check()` and other pausing calls wait for calls in flight.
 const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -99,6 +103,8 @@ pub struct Pool {
     backing: Option<HostBacking>,
     /// Blocks allocated through the raw (offset) API and not freed yet.
     raw_live: AtomicU64,
+    /// The optional event trace (monitoring, issue 6; see trace.rs).
+    trace: Trace,
 }
 
 impl std::fmt::Debug for Pool {
@@ -153,6 +159,7 @@ impl Pool {
             gate: Gate::new(id as usize),
             backing,
             raw_live: AtomicU64::new(0),
+            trace: Trace::new(),
             shape,
             trees,
             free_units,
@@ -254,7 +261,10 @@ impl Pool {
         let _entered = self.gate.enter();
         match self.place(layout, size, core, Reach::Full) {
             Some(placed) => self.finish(placed, core, size, align, tag),
-            None => Err(self.out_of_memory(size, core)),
+            None => {
+                self.trace.on_failed(core, size, align, tag); // monitoring hook (issue 6)
+                Err(self.out_of_memory(size, core))
+            }
         }
     }
 
@@ -320,6 +330,9 @@ impl Pool {
                     placed.block_bytes,
                     size,
                 );
+                // monitoring hook (issue 6)
+                self.trace
+                    .on_alloc(core, handle, placed.offset, size, align, tag);
                 Ok(handle)
             }
             Err(err) => {
@@ -573,6 +586,9 @@ impl Pool {
         })?;
         self.handles.recycle(core, handle);
         self.counters.on_free(core, block_bytes, info.size);
+        // monitoring hook (issue 6)
+        self.trace
+            .on_free(core, handle, info.offset, info.size, info.tag);
         Ok(())
     }
 
@@ -676,6 +692,23 @@ impl Pool {
                 self.retire(chunk, owner);
             }
         }
+    }
+
+    // ----- monitoring hooks (issue 6: trace.rs, snapshot.rs) ------------------------------
+
+    /// The event trace (its switch and drain are in trace.rs).
+    pub(crate) fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// Pause alloc and free for a maintenance call (snapshot, trace switch), waiting for calls
+    /// in flight; `Error::Busy` if they do not finish in time.
+    pub(crate) fn pause_for_maintenance(&self) -> Result<gate::PauseGuard<'_>> {
+        self.gate
+            .pause(PAUSE_TIMEOUT)
+            .map_err(|waited| Error::Busy {
+                waited_ms: waited.as_millis() as u64,
+            })
     }
 
     // ----- handles ------------------------------------------------------------------------
