@@ -16,6 +16,7 @@
 //! | [`Handle`] | `handle.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
 //! | `Gate` | `gate.rs` | the stop gate: pauses alloc/free for compaction and `check()` |
 //! | [`PoolStats`] | `stats.rs` | per-core counters on their own cache lines, summed into a snapshot |
+//! | `Clock` | `clock.rs` | the trace's clock: `Instant`, or the time-stamp counter scaled to it |
 //! | [`TraceEvent`], `Ring` | `trace.rs` | the optional event trace: bounded per-core rings of alloc/free/move/failed events |
 //! | [`Snapshot`] | `snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats (a child module of `pool.rs`) |
 //! | `HostBacking` | `backing.rs` | the optional host memory behind the arena |
@@ -29,6 +30,7 @@
 mod backing;
 mod bits;
 mod buddy;
+mod clock;
 mod config;
 mod core_pool;
 mod cpu;

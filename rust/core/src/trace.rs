@@ -287,15 +287,14 @@ pub(crate) use switch::Trace;
 /// The pool's trace: the on/off flag, the rings, and the pool-level API.
 #[cfg(not(loom))]
 mod switch {
-    use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
-    use std::sync::Mutex;
-    use std::time::Instant;
-
     use super::{EventKind, Ring, TraceEvent, EVENT_WORDS};
+    use crate::clock::{Clock, TscScale};
     use crate::error::{Error, Result};
     use crate::handle::Handle;
     use crate::pool::Pool;
     use crate::sync::CachePadded;
+    use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
+    use std::sync::Mutex;
 
     /// Most events a trace can hold (64 bytes each: 1 GiB).
     pub const MAX_TRACE_CAPACITY: usize = 1 << 24;
@@ -305,6 +304,8 @@ mod switch {
     struct Rings {
         rings: Box<[CachePadded<Ring<EVENT_WORDS>>]>,
         per_core: usize,
+        /// The fast clock of this trace, if the time-stamp counter is trustworthy here.
+        fast_clock: Option<TscScale>,
     }
 
     #[derive(Default)]
@@ -316,7 +317,7 @@ mod switch {
     /// The flag, the rings (replaced only while the pool is paused), and drain bookkeeping.
     pub(crate) struct Trace {
         on: AtomicBool,
-        origin: Instant,
+        clock: Clock,
         rings: AtomicPtr<Rings>,
         /// Serialises start, stop and drain (never taken on the alloc/free path).
         control: Mutex<Drains>,
@@ -354,7 +355,7 @@ mod switch {
         pub(crate) fn new() -> Trace {
             Trace {
                 on: AtomicBool::new(false),
-                origin: Instant::now(),
+                clock: Clock::new(),
                 rings: AtomicPtr::new(std::ptr::null_mut()),
                 control: Mutex::new(Drains::default()),
                 generation: StdAtomicU64::new(0),
@@ -363,7 +364,7 @@ mod switch {
 
         /// Nanoseconds since the pool was made.
         pub(crate) fn now_ns(&self) -> u64 {
-            self.origin.elapsed().as_nanos() as u64
+            self.clock.now_ns()
         }
 
         /// Whether the trace is on: the one load the alloc/free path pays when it is off.
@@ -444,8 +445,12 @@ mod switch {
             // SAFETY: rings are replaced and freed only while the pool is paused, and every
             // caller of `record` is inside the pool (or is the pauser itself, for moves).
             let rings = unsafe { &*rings };
+            let time_ns = match &rings.fast_clock {
+                Some(scale) => scale.now_ns(),
+                None => self.now_ns(),
+            };
             let event = TraceEvent {
-                time_ns: self.now_ns(),
+                time_ns,
                 kind,
                 offset,
                 size,
@@ -461,14 +466,16 @@ mod switch {
             self.control.lock().unwrap_or_else(|p| p.into_inner())
         }
 
-        /// Replace the rings (the pool must be paused) and switch on.
-        fn install(&self, cores: usize, capacity: usize) {
+        /// Replace the rings (the pool must be paused) and switch on; `fast_clock` from
+        /// `Clock::calibrate`.
+        fn install(&self, cores: usize, capacity: usize, fast_clock: Option<TscScale>) {
             let per_core = capacity.div_ceil(cores).next_power_of_two().max(MIN_RING);
             let fresh = Box::new(Rings {
                 rings: (0..cores)
                     .map(|_| CachePadded(Ring::new(per_core)))
                     .collect(),
                 per_core,
+                fast_clock,
             });
             let old = self.rings.swap(Box::into_raw(fresh), Ordering::AcqRel);
             if !old.is_null() {
@@ -512,8 +519,9 @@ mod switch {
             }
             let trace = self.trace();
             let mut drains = trace.lock();
+            let fast_clock = trace.clock.calibrate(); // about 1 ms, before pausing
             let _paused = self.pause_for_maintenance()?;
-            trace.install(self.cores(), capacity);
+            trace.install(self.cores(), capacity, fast_clock);
             *drains = Drains::default();
             Ok(())
         }
