@@ -125,6 +125,8 @@ def damaged(tmp_path: Path, mutate: object) -> Path:
         (lambda o: o["stats"].pop("bytes_free"), "missing field 'bytes_free'"),
         (lambda o: o["config"].__setitem__("capacity", "big"), "'capacity' must be int"),
         (lambda o: o.update(time_ns=True), "'time_ns' must be int, got bool"),
+        (lambda o: o["stats"]["per_core"][0].pop("chunks"), "missing field 'chunks'"),
+        (lambda o: o["stats"]["per_core"].append(3), "stats.per_core 1 must be an object"),
     ],
 )
 def test_damaged_files_are_refused_clearly(tmp_path: Path, mutate: object, text: str) -> None:

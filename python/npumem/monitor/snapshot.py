@@ -25,6 +25,24 @@ __all__ = ["BlockRecord", "Extent", "Snapshot", "load_snapshot", "pool_config"]
 SNAPSHOT_VERSION = 1
 _BLOCK_FIELDS = ("offset", "nbytes", "block_bytes", "align", "core", "tag", "pins", "handle")
 _CONFIG_INTS = ("capacity", "cores", "chunk_size", "min_block", "bank_size", "alignment")
+_STATS_INTS = (
+    "capacity",
+    "usable_capacity",
+    "bytes_in_use",
+    "bytes_free",
+    "peak_bytes_in_use",
+    "largest_free_block",
+)
+_CORE_INTS = (
+    "core",
+    "chunks",
+    "bytes_in_use",
+    "bytes_free",
+    "alloc_count",
+    "free_count",
+    "overflow_allocs",
+    "failed_allocs",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,9 +235,14 @@ class Snapshot:
                 items.append(Extent(r.non_negative(row[0], key), r.non_negative(row[1], key)))
             runs[key] = tuple(items)
         stats = r.field(obj, "stats", dict)
-        for key in ("usable_capacity", "bytes_in_use", "bytes_free", "largest_free_block"):
+        for key in _STATS_INTS:
             r.non_negative(r.field(stats, key, int), f"stats.{key}")
         r.field(stats, "external_fragmentation", float)
+        for i, core in enumerate(r.field(stats, "per_core", list)):
+            if not isinstance(core, dict):
+                raise r.fail(f"stats.per_core {i} must be an object, got {core!r}")
+            for key in _CORE_INTS:
+                r.non_negative(r.field(core, key, int), f"stats.per_core {i}: {key}")
         return cls(
             pool=r.field(obj, "pool", str),
             config=config,

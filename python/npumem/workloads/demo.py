@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import npumem
-from npumem.monitor import Alert, Monitor, Sample, Snapshot, Trace, TraceRecorder
+from npumem.monitor import Alert, Monitor, Sample, Snapshot, Thresholds, Trace, TraceRecorder
 from npumem.workloads.models import Model, build_models
 from npumem.workloads.service import Compactor, Service, make_requests
 
@@ -239,7 +239,7 @@ def write_outputs(result: DemoResult, directory: str | os.PathLike[str]) -> dict
         files["timeline"] = plot_timeline(
             result.history,
             out / "timeline.png",
-            thresholds=None,
+            thresholds=Thresholds(),  # the monitor's (the defaults)
             title=f"npumem demo: {result.requests_served:,} requests, {result.workers} workers",
         )
     files["address map"] = plot_address_map(peak, out / "address-map.png")
