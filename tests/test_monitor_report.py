@@ -43,6 +43,14 @@ def test_report_from_stats_alone_and_per_class_figures_when_present() -> None:
     assert "Per size class" in text and "4,032" in text and "3,712" in text
     assert "not reported" not in text
 
+    class SizeClass:  # the shape a binding class with as_dict() would have
+        def as_dict(self) -> dict[str, int]:
+            return {"size": 256, "blocks_in_use": 77}
+
+    stats["size_classes"] = [SizeClass()]
+    text = report_text(stats=stats)
+    assert "Per size class" in text and "77" in text
+
 
 def test_human_bytes() -> None:
     assert human_bytes(1000) == "1000 B"

@@ -119,8 +119,10 @@ def _per_core_table(per_core: Sequence[Mapping[str, Any]]) -> Table:
     return t
 
 
-def _per_class_table(classes: Sequence[Mapping[str, Any]]) -> Table:
-    """Whatever columns the pool reports per size class, in its order."""
+def _per_class_table(entries: Sequence[Any]) -> Table:
+    """Whatever columns the pool reports per size class (dicts, or objects with ``as_dict``),
+    in its order."""
+    classes = [e.as_dict() if hasattr(e, "as_dict") else dict(e) for e in entries]
     t = _table("Per size class")
     columns = list(classes[0].keys()) if classes else []
     for col in columns:

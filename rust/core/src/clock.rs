@@ -71,7 +71,13 @@ impl TscScale {
     /// Clock nanoseconds now, from the counter.
     #[inline]
     pub(crate) fn now_ns(&self) -> u64 {
-        let delta = tsc::read().wrapping_sub(self.tsc0) as i64 as i128;
+        self.at(tsc::read())
+    }
+
+    /// Clock nanoseconds at counter value `tsc` (never below 0).
+    #[inline]
+    fn at(&self, tsc: u64) -> u64 {
+        let delta = tsc.wrapping_sub(self.tsc0) as i64 as i128;
         let ns = self.ns0 as i128 + ((delta * self.mul as i128) >> 32);
         ns.max(0) as u64
     }
@@ -119,22 +125,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_scaled_counter_follows_the_clock() {
-        let clock = Clock::new();
-        let Some(scale) = clock.calibrate() else {
-            return; // no trusted counter here: the trace uses the clock itself
+    fn scaling_is_linear_and_never_negative() {
+        // 2.5 ticks per nanosecond (a 2.5 GHz counter): mul = 2^32 / 2.5.
+        let s = TscScale {
+            tsc0: 1_000_000,
+            ns0: 400,
+            mul: ((1u128 << 32) * 2 / 5) as u64,
         };
+        assert_eq!(s.at(1_000_000), 400);
+        assert_eq!(s.at(1_000_000 + 2_500_000_000), 400 + 1_000_000_000 - 1);
+        assert_eq!(s.at(1_000_000 - 500), 200);
+        assert_eq!(s.at(0), 0, "clamped at the pool's creation");
         let mut last = 0;
-        for _ in 0..1000 {
-            let t = scale.now_ns();
-            assert!(t >= last, "the scaled counter went back");
-            last = t;
+        for t in (0..10_000_000u64).step_by(997) {
+            let ns = s.at(t);
+            assert!(ns >= last);
+            last = ns;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let (a, b, c) = (clock.now_ns(), scale.now_ns(), clock.now_ns());
-        assert!(
-            b + 200_000 >= a && b <= c + 200_000,
-            "counter {b} ns vs clock {a}..{c} ns"
+    }
+
+    #[test]
+    fn the_counter_is_used_exactly_when_trusted_and_then_follows_the_clock() {
+        let clock = Clock::new();
+        let scale = clock.calibrate();
+        assert_eq!(
+            scale.is_some(),
+            tsc::trusted(),
+            "a trusted counter must calibrate"
         );
+        if let Some(scale) = scale {
+            let mut last = 0;
+            for _ in 0..1000 {
+                let t = scale.now_ns();
+                assert!(t >= last, "the scaled counter went back");
+                last = t;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let (a, b, c) = (clock.now_ns(), scale.now_ns(), clock.now_ns());
+            assert!(
+                b + 200_000 >= a && b <= c + 200_000,
+                "counter {b} ns vs clock {a}..{c} ns"
+            );
+        }
     }
 }
