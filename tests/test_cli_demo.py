@@ -25,6 +25,7 @@ FILES = (
     "plan-resnet50-1.png",
     "plan-text-1-128.png",
     "trace.json",
+    "trace.png",
 )
 
 
@@ -146,3 +147,15 @@ def test_the_compactor_integration_point_is_called_on_failed_allocations() -> No
 
     run_demo(requests=5, workers=1, compactor=factory)
     assert len(made) == 1 and getattr(made[0], "name", None) == "demo"
+
+
+def test_outputs_without_pictures(tmp_path: Path) -> None:
+    from npumem.workloads import run_demo, write_outputs
+
+    result = run_demo(requests=20, workers=1)
+    files = write_outputs(result, tmp_path / "out", pictures=False)
+    assert sorted(p.name for p in files.values()) == ["snapshot-end.json", "snapshot.json"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        p.name for p in files.values()
+    )
+    assert result.ok and result.requests_served == 20

@@ -11,6 +11,7 @@ replay: every allocation that succeeded when recorded succeeds again), 1 the goa
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -98,6 +99,12 @@ def run_demo_command(args: argparse.Namespace) -> int:
     if output.exists() and not output.is_dir():
         err.print(f"npumem demo: error: --output {output} exists and is not a folder", markup=False)
         return EXIT_USAGE
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        err.print(f"npumem demo: error: cannot make {output}: {exc.strerror}", markup=False)
+        return EXIT_USAGE
+    pictures = importlib.util.find_spec("matplotlib") is not None
     alerts = logging.getLogger("npumem.monitor")
     handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
     alerts.addHandler(handler)
@@ -119,7 +126,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
         finally:
             alerts.removeHandler(handler)
     try:
-        files = write_outputs(result, output)
+        files = write_outputs(result, output, pictures=pictures)
     except OSError as exc:
         err.print(f"npumem demo: error: cannot write to {output}: {exc}", markup=False)
         return EXIT_USAGE
@@ -162,6 +169,8 @@ def run_demo_command(args: argparse.Namespace) -> int:
     out.print(f"wrote to {output.resolve()}:", markup=False)
     for what, path in files.items():
         out.print(f"  {path.name:28} {what}", markup=False)
+    if not pictures:
+        out.print("  (no pictures: matplotlib is not installed; pip install npumem[plot])")
     if not result.ok:
         err.print(
             f"npumem demo: goal not met: {result.failed_allocations} failed allocation(s), "

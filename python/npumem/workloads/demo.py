@@ -219,14 +219,17 @@ def run_demo(
     )
 
 
-def write_outputs(result: DemoResult, directory: str | os.PathLike[str]) -> dict[str, Path]:
-    """Write the demo's pictures, snapshots and trace into ``directory`` (made if missing);
-    returns ``what -> path``. Needs matplotlib for the pictures."""
+def write_outputs(
+    result: DemoResult, directory: str | os.PathLike[str], *, pictures: bool = True
+) -> dict[str, Path]:
+    """Write the demo's snapshots, trace and (with ``pictures``; needs matplotlib) pictures
+    into ``directory`` (made if missing); returns ``what -> path``."""
     from npumem.monitor import (
         plot_address_map,
         plot_before_after,
         plot_plan,
         plot_timeline,
+        plot_trace,
     )
 
     out = Path(directory)
@@ -235,6 +238,11 @@ def write_outputs(result: DemoResult, directory: str | os.PathLike[str]) -> dict
     peak = result.peak_snapshot
     files["snapshot"] = peak.save(out / "snapshot.json")
     files["end snapshot"] = result.end_snapshot.save(out / "snapshot-end.json")
+    if result.trace is not None:
+        files["trace"] = result.trace.save(out / "trace.json")
+    if not pictures:
+        result.files = {k: str(v) for k, v in files.items()}
+        return files
     if result.history:
         files["timeline"] = plot_timeline(
             result.history,
@@ -262,7 +270,7 @@ def write_outputs(result: DemoResult, directory: str | os.PathLike[str]) -> dict
         if m is not None and key in m.plans:
             name = f"plan-{model}-{'-'.join(map(str, key))}.png"
             files[f"plan {model} {key}"] = plot_plan(m.plans[key].solution, out / name)
-    if result.trace is not None:
-        files["trace"] = result.trace.save(out / "trace.json")
+    if result.trace is not None and result.trace.events:
+        files["trace picture"] = plot_trace(result.trace, out / "trace.png")
     result.files = {k: str(v) for k, v in files.items()}
     return files
