@@ -313,9 +313,11 @@ def add_parsers(subparsers: Any) -> None:
         "--capacity",
         type=_positive_bytes,
         metavar="BYTES",
-        help="arena size, e.g. 512MiB (default: 160 MiB + 96 MiB per worker)",
+        help="arena size, e.g. 512MiB (default: 160 MiB + 128 MiB per worker)",
     )
-    demo.add_argument("--seed", type=_non_negative, default=0, metavar="N", help="(default 0)")
+    demo.add_argument(
+        "--seed", type=_non_negative, default=0, metavar="N", help="request mix seed (default 0)"
+    )
     demo.add_argument(
         "--output",
         "-o",
@@ -340,9 +342,20 @@ def add_parsers(subparsers: Any) -> None:
     replay.add_argument("trace", metavar="TRACE", help="a trace JSON file")
     replay.add_argument("--capacity", type=_positive_bytes, metavar="BYTES", help="arena size")
     replay.add_argument("--cores", type=_at_least_one, metavar="N", help="core pools")
-    replay.add_argument("--chunk-size", type=_positive_bytes, metavar="BYTES")
-    replay.add_argument("--min-block", type=_positive_bytes, metavar="BYTES")
-    replay.add_argument("--bank-size", type=_positive_bytes, metavar="BYTES")
-    replay.add_argument("--placement", choices=("best-fit", "first-fit"))
-    replay.add_argument("--core-reserve", type=_non_negative, metavar="N")
+    replay.add_argument(
+        "--chunk-size", type=_positive_bytes, metavar="BYTES", help="unit granted to cores"
+    )
+    replay.add_argument(
+        "--min-block", type=_positive_bytes, metavar="BYTES", help="smallest buddy block"
+    )
+    replay.add_argument("--bank-size", type=_positive_bytes, metavar="BYTES", help="bank size")
+    replay.add_argument(
+        "--placement", choices=("best-fit", "first-fit"), help="how chunk runs are placed"
+    )
+    replay.add_argument(
+        "--core-reserve", type=_non_negative, metavar="N", help="empty chunks a core keeps"
+    )
+    replay.epilog = (replay.epilog or "") + (
+        " Every option not given keeps the recorded value; sizes take units (4MiB, 512K)."
+    )
     replay.set_defaults(func=run_replay_command)
