@@ -28,25 +28,3 @@ def test_readme_quickstart_runs() -> None:
 def test_package_docstring_examples() -> None:
     failures, tried = doctest.testmod(npumem, verbose=False)
     assert tried > 0 and failures == 0
-
-
-def test_demo_command_runs_end_to_end() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "npumem.cli", "demo", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "check()" in done.stdout and "passed" in done.stdout
-
-
-def test_demo_rejects_bad_arguments() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "npumem.cli", "demo", "--threads", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert "--threads must be at least 1" in done.stdout + done.stderr

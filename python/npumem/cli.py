@@ -21,8 +21,9 @@ EXIT_USAGE = 2  # bad arguments or unreadable input (argparse uses 2 as well)
 
 def build_parser() -> argparse.ArgumentParser:
     from npumem import __version__
+    from npumem.monitor import cli as monitor_cli
     from npumem.plan import cli as plan_cli
-    from npumem.workloads import cli as demo_cli
+    from npumem.workloads import cli as workloads_cli
 
     parser = argparse.ArgumentParser(
         prog="npumem",
@@ -30,8 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"npumem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    demo_cli.add_parser(sub)
+    workloads_cli.add_parsers(sub)  # demo, replay
     plan_cli.add_parser(sub)
+    monitor_cli.add_parsers(sub)  # report, plot
     return parser
 
 

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
-from npumem.workloads.demo import DemoResult, run_demo
+from npumem.workloads.demo import DemoResult, default_capacity, run_demo, write_outputs
+from npumem.workloads.replay import ReplayResult, replay_trace
+from npumem.workloads.service import Compactor
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = [
+    "Compactor",
+    "DemoResult",
+    "ReplayResult",
+    "default_capacity",
+    "replay_trace",
+    "run_demo",
+    "write_outputs",
+]

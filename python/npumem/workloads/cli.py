@@ -1,75 +1,361 @@
-"""`npumem demo`: run the built-in workload and print what the pool did."""
+"""``npumem demo`` and ``npumem replay``.
+
+    npumem demo [--quick] [--requests N] [--workers N] [--capacity BYTES] [--output DIR] [--trace]
+    npumem replay TRACE [--capacity BYTES] [--cores N] [--chunk-size BYTES] ...
+
+Exit status: 0 done and the goal met (demo: no failed allocation and no rejected request;
+replay: every allocation that succeeded when recorded succeeds again), 1 the goal not met,
+2 bad arguments or an unreadable file.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import logging
+import os
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from npumem.workloads.demo import run_demo
+import npumem
+from npumem.monitor.report import human_bytes, render_report
+from npumem.monitor.sampler import Alert
+from npumem.plan.cli import parse_bytes
 
-__all__ = ["add_parser"]
+__all__ = ["add_parsers", "run_demo_command", "run_replay_command"]
 
-MIB = 1 << 20
+EXIT_OK = 0
+EXIT_NOT_MET = 1
+EXIT_USAGE = 2
+QUICK_REQUESTS = 1_000
+DEFAULT_REQUESTS = 60_000
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "demo",
-        help="run the built-in workload on a host-backed pool and print the report",
-        description="Worker threads on every core allocate, write, pass around and free blocks "
-        "of mixed sizes on a host-backed pool; then the pool is checked and its stats printed.",
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _positive_bytes(text: str) -> int:
+    value = parse_bytes(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
+
+
+def _progress(console: Console, description: str) -> Progress:
+    return Progress(
+        TextColumn(description),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
     )
-    parser.add_argument("--quick", action="store_true", help="a short run (a second or two)")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="worker threads (default: CPU count, at least 2)"
-    )
-    parser.add_argument(
-        "--capacity-mib", type=int, default=512, help="arena size in MiB (default 512)"
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.set_defaults(func=run)
-    return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    console = Console()
-    if args.threads is not None and args.threads < 1:
-        console.print("[red]error:[/] --threads must be at least 1")
-        return 2
-    if args.capacity_mib < 1:
-        console.print("[red]error:[/] --capacity-mib must be at least 1")
-        return 2
-    result = run_demo(
-        capacity=args.capacity_mib * MIB,
-        threads=args.threads,
-        operations=2_000 if args.quick else 20_000,
-        seed=args.seed,
-    )
-    s = result.final
-    table = Table(title="npumem demo")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
+# ----- demo ----------------------------------------------------------------------------------
+
+
+def _alerts(alerts: list[Alert]) -> str:
+    fired = [a for a in alerts if a.firing]
+    if not fired:
+        return "0"
+    kinds = sorted({a.kind for a in fired})
+    return f"{len(fired)} ({', '.join(kinds)}; logged as they fired)"
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    """Run ``npumem demo`` with parsed arguments; returns the exit status."""
+    from npumem.workloads.demo import default_capacity, run_demo, write_outputs
+
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    workers = args.workers or max(1, os.cpu_count() or 1)
+    requests = args.requests or (QUICK_REQUESTS if args.quick else DEFAULT_REQUESTS)
+    capacity = args.capacity or default_capacity(workers)
+    output = Path(args.output)
+    if output.exists() and not output.is_dir():
+        err.print(f"npumem demo: error: --output {output} exists and is not a folder", markup=False)
+        return EXIT_USAGE
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        err.print(f"npumem demo: error: cannot make {output}: {exc.strerror}", markup=False)
+        return EXIT_USAGE
+    pictures = importlib.util.find_spec("matplotlib") is not None
+    alerts = logging.getLogger("npumem.monitor")
+    handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
+    alerts.addHandler(handler)
+    with _progress(err, "serving requests") as progress:
+        task = progress.add_task("serve", total=requests)
+        try:
+            result = run_demo(
+                requests=requests,
+                workers=workers,
+                capacity=capacity,
+                seed=args.seed,
+                interval=0.05 if args.quick else 0.1,
+                trace=args.trace,
+                on_request=lambda: progress.advance(task),
+            )
+        except npumem.NpumemError as exc:
+            err.print(f"npumem demo: error: {exc}", markup=False)
+            return EXIT_USAGE
+        finally:
+            alerts.removeHandler(handler)
+    try:
+        files = write_outputs(result, output, pictures=pictures)
+    except OSError as exc:
+        err.print(f"npumem demo: error: cannot write to {output}: {exc}", markup=False)
+        return EXIT_USAGE
+
+    t = Table(title="npumem demo: an inference service in miniature", title_justify="left")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    served = ", ".join(f"{k} {v:,}" for k, v in sorted(result.served.items()))
+    compactions = f"{result.compactions:,}" if result.compactor else "0 (no compactor yet: issue 5)"
     rows = [
-        ("worker threads", f"{result.threads}"),
-        ("operations", f"{result.operations:,}"),
-        ("allocations", f"{result.allocations:,}"),
+        ("workers / core pools", f"{result.workers} / {os.cpu_count() or 1}"),
+        ("arena", f"{human_bytes(result.capacity)} (host memory)"),
+        ("requests served", f"{result.requests_served:,} of {result.requests:,}"),
+        ("  by model", served),
+        ("requests rejected", f"{result.rejected:,}"),
+        ("allocations", f"{result.allocations:,} ({result.frees:,} frees)"),
         ("allocations / s", f"{result.allocations_per_second:,.0f}"),
-        ("failed allocations", f"{result.failed_allocations:,}"),
-        ("wall time", f"{result.seconds:.2f} s"),
-        (
-            "peak bytes in use",
-            f"{s.peak_bytes_in_use / MIB:,.1f} MiB of {s.capacity / MIB:,.0f} MiB",
-        ),
-        ("peak fragmentation", f"{result.peak_fragmentation:.1%}"),
-        ("overflow allocations", f"{s.overflow_allocs:,}"),
-        ("bytes in use at the end", f"{s.bytes_in_use:,}"),
-        ("largest free block at the end", f"{s.largest_free_block / MIB:,.1f} MiB"),
+        ("serving time", f"{result.seconds:.2f} s"),
+        ("peak bytes in use", f"{human_bytes(result.peak_bytes_in_use)} ({result.peak_usage:.1%})"),
+        ("peak fragmentation (sampled)", f"{result.peak_fragmentation:.1%}"),
+        ("fragmentation at the end", f"{result.final_fragmentation:.1%}"),
+        ("failed allocations", f"{result.failed_allocations:,} (target 0)"),
+        ("overflow allocations", f"{result.overflow_allocations:,}"),
+        ("KV cache growths", f"{result.kv_growths:,}"),
+        ("compactions", compactions),
+        ("alerts fired", _alerts(result.alerts)),
         ("check()", f"passed ({result.checked_blocks} live blocks)"),
     ]
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
-    return 0
+    for row in rows:
+        t.add_row(*row)
+    out.print(t)
+    render_report(
+        out,
+        snapshot=result.peak_snapshot,
+        history=result.history,
+        alerts=result.alerts,
+        title="pool",
+        top=8,
+    )
+    out.print(f"wrote to {output.resolve()}:", markup=False)
+    for what, path in files.items():
+        out.print(f"  {path.name:28} {what}", markup=False)
+    if not pictures:
+        out.print("  (no pictures: matplotlib is not installed; pip install npumem[plot])")
+    if not result.ok:
+        err.print(
+            f"npumem demo: goal not met: {result.failed_allocations} failed allocation(s), "
+            f"{result.rejected} rejected request(s)",
+            markup=False,
+        )
+        return EXIT_NOT_MET
+    return EXIT_OK
+
+
+# ----- replay --------------------------------------------------------------------------------
+
+
+def run_replay_command(args: argparse.Namespace) -> int:
+    """Run ``npumem replay`` with parsed arguments; returns the exit status."""
+    from npumem.monitor._files import file_kind, read_json
+    from npumem.monitor.errors import MonitorError
+    from npumem.monitor.trace import Trace
+    from npumem.workloads.replay import replay_trace
+
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        obj = read_json(args.trace)
+        if file_kind(obj, args.trace) != "trace":
+            err.print(
+                f"npumem replay: error: {args.trace} is a snapshot, not a trace "
+                "(see `npumem report`)",
+                markup=False,
+            )
+            return EXIT_USAGE
+        trace = Trace.from_json_obj(obj, where=args.trace)
+    except MonitorError as exc:
+        err.print(f"npumem replay: error: {exc}", markup=False)
+        return EXIT_USAGE
+    overrides = {
+        key: getattr(args, key)
+        for key in (
+            "capacity",
+            "cores",
+            "chunk_size",
+            "min_block",
+            "bank_size",
+            "placement",
+            "core_reserve",
+        )
+        if getattr(args, key) is not None
+    }
+    with _progress(err, "replaying") as progress:
+        task = progress.add_task("replay", total=len(trace.events))
+        try:
+            r = replay_trace(
+                trace,
+                config=overrides,
+                progress=lambda done, total: progress.update(task, completed=done),
+            )
+        except npumem.NpumemError as exc:
+            err.print(f"npumem replay: error: {exc}", markup=False)
+            return EXIT_USAGE
+    recorded = trace.stats_at_stop
+    t = Table(title=f"npumem replay of {args.trace}", title_justify="left")
+    t.add_column("figure")
+    t.add_column("replay", justify="right")
+    t.add_column("recorded", justify="right")
+    cfg = r.config
+    changed = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as recorded"
+    rows = [
+        ("configuration", changed, ""),
+        ("capacity", human_bytes(cfg["capacity"]), human_bytes(trace.config["capacity"])),
+        ("events", f"{r.events:,}", f"{r.events:,} ({trace.dropped:,} dropped)"),
+        ("allocations", f"{r.allocations:,}", ""),
+        ("frees", f"{r.frees:,}", f"{r.unmatched_frees:,} unmatched"),
+        ("failed allocations", f"{r.failed:,}", f"{r.recorded_failures:,}"),
+        ("allocations that would fail", f"{r.would_fail:,}", "0"),
+        ("recorded failures that succeed", f"{r.rescued:,}", ""),
+        (
+            "peak bytes in use",
+            human_bytes(r.peak_bytes_in_use),
+            human_bytes(recorded["peak_bytes_in_use"]) if "peak_bytes_in_use" in recorded else "",
+        ),
+        ("peak fragmentation (sampled)", f"{r.peak_fragmentation:.1%}", ""),
+        ("fragmentation at the peak", f"{r.fragmentation_at_peak:.1%}", ""),
+        ("same offsets as recorded", f"{r.same_placements:,} of {r.allocations:,}", ""),
+        ("moves (not replayed)", f"{r.moves:,}", ""),
+        ("replay time", f"{r.seconds:.2f} s", ""),
+    ]
+    for row in rows:
+        t.add_row(*row)
+    out.print(t)
+    if not trace.complete:
+        out.print(
+            "note: the trace is incomplete (events dropped, or blocks live when recording "
+            "began): the replay starts from an empty pool and skips unmatched frees",
+            markup=False,
+        )
+    for f in r.first_failures[:5]:
+        out.print(
+            f"  would fail: {f['size']:,} bytes (tag {f['tag']}) at {f['time_ns'] / 1e9:.3f} s: "
+            f"{f['bytes_free']:,} bytes free, largest free block {f['largest_free_block']:,}",
+            markup=False,
+        )
+    if not r.ok:
+        err.print(
+            f"npumem replay: {r.would_fail:,} allocation(s) that succeeded when recorded would "
+            "fail with this configuration",
+            markup=False,
+        )
+        return EXIT_NOT_MET
+    return EXIT_OK
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Add ``demo`` and ``replay`` to an ``argparse`` subparsers object."""
+    demo = subparsers.add_parser(
+        "demo",
+        help="run the built-in inference-service workload and write the report and pictures",
+        description="An inference service in miniature on a host-backed pool: ResNet-50, "
+        "MobileNetV2 and a text generator with planned activation arenas, worker threads on "
+        "every core serving requests of varying batch size and sequence length (with a growing "
+        "KV cache), the monitor running. Prints the report; writes the pictures and snapshots "
+        "to --output.",
+        epilog="Exit status: 0 goal met (no failed allocation, no rejected request), 1 goal "
+        "not met, 2 bad arguments.",
+    )
+    demo.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS:,} requests (seconds)")
+    demo.add_argument(
+        "--requests",
+        type=_at_least_one,
+        metavar="N",
+        help=f"requests to serve (default {DEFAULT_REQUESTS:,}; {QUICK_REQUESTS:,} with --quick)",
+    )
+    demo.add_argument(
+        "--workers",
+        "--threads",
+        type=_at_least_one,
+        metavar="N",
+        help="worker threads (default: one per CPU)",
+    )
+    demo.add_argument(
+        "--capacity",
+        type=_positive_bytes,
+        metavar="BYTES",
+        help="arena size, e.g. 512MiB (default: 160 MiB + 128 MiB per worker)",
+    )
+    demo.add_argument(
+        "--seed", type=_non_negative, default=0, metavar="N", help="request mix seed (default 0)"
+    )
+    demo.add_argument(
+        "--output",
+        "-o",
+        default="npumem-demo",
+        metavar="DIR",
+        help="folder for the pictures and snapshots (default ./npumem-demo/)",
+    )
+    demo.add_argument(
+        "--trace", action="store_true", help="record every event and write trace.json"
+    )
+    demo.set_defaults(func=run_demo_command)
+
+    replay = subparsers.add_parser(
+        "replay",
+        help="replay a saved trace against a fresh pool: what would fail, peak, fragmentation",
+        description="Replay a trace file (from `npumem demo --trace` or TraceRecorder) on a "
+        "fresh pool made with the recorded configuration, changed by the options given, and "
+        "report which allocations would fail, the peak and the fragmentation: a what-if tool.",
+        epilog="Exit status: 0 every allocation that succeeded when recorded succeeds again, "
+        "1 some would fail, 2 bad arguments, an unreadable file or an invalid configuration.",
+    )
+    replay.add_argument("trace", metavar="TRACE", help="a trace JSON file")
+    replay.add_argument("--capacity", type=_positive_bytes, metavar="BYTES", help="arena size")
+    replay.add_argument("--cores", type=_at_least_one, metavar="N", help="core pools")
+    replay.add_argument(
+        "--chunk-size", type=_positive_bytes, metavar="BYTES", help="unit granted to cores"
+    )
+    replay.add_argument(
+        "--min-block", type=_positive_bytes, metavar="BYTES", help="smallest buddy block"
+    )
+    replay.add_argument("--bank-size", type=_positive_bytes, metavar="BYTES", help="bank size")
+    replay.add_argument(
+        "--placement", choices=("best-fit", "first-fit"), help="how chunk runs are placed"
+    )
+    replay.add_argument(
+        "--core-reserve", type=_non_negative, metavar="N", help="empty chunks a core keeps"
+    )
+    replay.epilog = (replay.epilog or "") + (
+        " Every option not given keeps the recorded value; sizes take units (4MiB, 512K)."
+    )
+    replay.set_defaults(func=run_replay_command)

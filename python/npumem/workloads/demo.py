@@ -1,144 +1,276 @@
-"""The demo workload: worker threads on every core allocate and free blocks of mixed sizes on a
-host-backed pool (small descriptors, activations, occasional large buffers), write and verify
-every block's bytes, hand blocks to each other so frees are remote, then report the pool."""
+"""``npumem demo``: the project's main job, an inference service in miniature on a host-backed
+pool (no device, no files needed).
+
+Three models (ResNet-50, MobileNetV2, a text generator) have their weights resident in the pool
+and their activation arenas planned ahead with :mod:`npumem.plan`; worker threads on every core
+serve requests of varying batch size and sequence length (see :mod:`npumem.workloads.service`),
+while a :class:`~npumem.monitor.Monitor` samples the pool, raises alerts, and takes snapshots
+when usage reaches a new high. At the end the pool is checked, the weights are freed, and
+:func:`run_demo` returns the figures, the monitor's history and the snapshots; the command
+prints the report and writes the pictures.
+
+Compaction (issue 5) plugs in through the ``compactor`` argument: an object with a
+``compact()`` method. The workers call it when an allocation fails (then retry once), and the
+monitor calls it when fragmentation passes its threshold (then a before/after snapshot pair is
+kept). Without one (the default) nothing is compacted and ``compactions`` is 0.
+"""
 
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import npumem
+from npumem.monitor import Alert, Monitor, Sample, Snapshot, Thresholds, Trace, TraceRecorder
+from npumem.workloads.models import Model, build_models
+from npumem.workloads.service import Compactor, Service, make_requests
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DemoResult", "default_capacity", "run_demo", "write_outputs"]
 
 MIB = 1 << 20
 
 
+def default_capacity(workers: int) -> int:
+    """The arena the demo uses by default: the weights (about 155 MiB) plus 128 MiB per worker
+    (a worker's peak is about 70 MiB: a batch-8 arena, KV caches, and a KV cache while it
+    grows; the rest is headroom for fragmentation)."""
+    return (160 + 128 * workers) * MIB
+
+
 @dataclass
 class DemoResult:
-    """What a demo run did and what the pool looked like at its peak and at the end."""
+    """What a demo run did and what the pool looked like."""
 
-    threads: int
-    operations: int
+    workers: int
+    capacity: int
+    requests: int
+    served: dict[str, int]
+    rejected: int
     allocations: int
-    failed_allocations: int
+    frees: int
     seconds: float
     peak_bytes_in_use: int
+    usable_capacity: int
     peak_fragmentation: float
-    final: npumem.PoolStats
+    final_fragmentation: float
+    failed_allocations: int
+    overflow_allocations: int
+    kv_growths: int
+    compactions: int
+    alerts: list[Alert]
     checked_blocks: int
-    samples: list[tuple[float, int, float]] = field(default_factory=list)
+    history: list[Sample]
+    models: list[Model]
+    peak_snapshot: Snapshot
+    end_snapshot: Snapshot
+    compactor: bool = False
+    compaction_snapshots: tuple[Snapshot, Snapshot] | None = None
+    trace: Trace | None = None
+    final: npumem.PoolStats | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def requests_served(self) -> int:
+        """Requests served, all models together."""
+        return sum(self.served.values())
 
     @property
     def allocations_per_second(self) -> float:
+        """Allocations per second of serving (pool calls from all workers together)."""
         return self.allocations / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def peak_usage(self) -> float:
+        """Peak bytes in use / usable capacity."""
+        return self.peak_bytes_in_use / self.usable_capacity if self.usable_capacity else 0.0
 
-def _size(rng: random.Random) -> int:
-    r = rng.random()
-    if r < 0.55:
-        return rng.randint(16, 4096)  # descriptors, small tensors
-    if r < 0.90:
-        return rng.randint(4097, 512 << 10)  # activations
-    if r < 0.99:
-        return rng.randint(512 << 10, 2 * MIB)  # feature maps
-    return rng.randint(2 * MIB, 24 * MIB)  # a large buffer now and then
+    @property
+    def ok(self) -> bool:
+        """The demo's goal: no failed allocation, no rejected request."""
+        return self.failed_allocations == 0 and self.rejected == 0
 
 
 def run_demo(
     *,
-    capacity: int = 512 * MIB,
-    threads: int | None = None,
-    operations: int = 20_000,
+    requests: int = 3000,
+    workers: int | None = None,
+    capacity: int | None = None,
     seed: int = 0,
+    interval: float = 0.1,
+    trace: bool = False,
+    compactor: Compactor | Callable[[npumem.Pool], Compactor] | None = None,
+    on_request: Callable[[], object] | None = None,
 ) -> DemoResult:
-    """Run the workload; `operations` is per thread."""
-    threads = threads or max(2, os.cpu_count() or 2)
-    pool = npumem.Pool(capacity, cores=threads, name="demo")
-    mailboxes: list[list[tuple[npumem.Block, int]]] = [[] for _ in range(threads)]
-    locks = [threading.Lock() for _ in range(threads)]
-    failures = [0] * threads
-    allocations = [0] * threads
-    errors: list[BaseException] = []
-    samples: list[tuple[float, int, float]] = []
-    stop_sampling = threading.Event()
-    start = time.perf_counter()
+    """Serve ``requests`` requests with ``workers`` threads (default: one per CPU) on a pool of
+    ``capacity`` bytes (default :func:`default_capacity`) with ``os.cpu_count()`` core pools.
 
-    def sampler() -> None:
-        while not stop_sampling.wait(0.02):
-            s = pool.stats()
-            samples.append((time.perf_counter() - start, s.bytes_in_use, s.external_fragmentation))
+    ``interval`` is the monitor's sampling period; ``trace`` records every event (returned in
+    :attr:`DemoResult.trace`); ``compactor`` is the compaction integration point (an object
+    with ``compact()``, or a factory called with the pool); ``on_request`` is called after every
+    request (progress bars).
+    """
+    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
+        raise npumem.InvalidArgumentError(f"requests must be an int >= 1, got {requests!r}")
+    workers = workers if workers is not None else max(1, os.cpu_count() or 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise npumem.InvalidArgumentError(f"workers must be an int >= 1, got {workers!r}")
+    capacity = capacity if capacity is not None else default_capacity(workers)
+    models = build_models()
+    pool = npumem.Pool(capacity, name="demo")
+    compact_with: Compactor | None = None
+    if compactor is not None:
+        compact_with = compactor if isinstance(compactor, Compactor) else compactor(pool)
+    recorder = TraceRecorder(pool, capacity=1 << 18) if trace else None
+    if recorder is not None:
+        recorder.start()  # before the weights: the trace then replays from an empty pool
+    try:
+        weights = [pool.alloc(m.weight_bytes, tag=f"{m.name}.weights") for m in models]
+    except npumem.OutOfMemoryError:
+        need = sum(m.weight_bytes for m in models)
+        raise npumem.InvalidArgumentError(
+            f"the arena ({capacity:,} bytes) is too small for the models' weights alone "
+            f"({need:,} bytes); the default for {workers} worker(s) is "
+            f"{default_capacity(workers):,}"
+        ) from None
 
-    def verify_and_free(blk: npumem.Block, pattern: int) -> None:
-        view = memoryview(blk)
-        ok = view[0] == pattern and view[-1] == pattern and view[len(view) // 2] == pattern
-        view.release()
-        if not ok:
-            raise AssertionError(f"block at offset {blk.offset} lost its bytes")
-        blk.free()
+    lock = threading.Lock()
+    peak: list[Snapshot] = []
+    compaction_pair: list[Snapshot] = []
+    last_snap = [0.0]
+    alert_compactions = [0]
 
-    def worker(index: int) -> None:
-        rng = random.Random(seed * 1000 + index)
-        held: list[tuple[npumem.Block, int]] = []
-        try:
-            for op in range(operations):
-                r = rng.random()
-                if not held or (r < 0.5 and len(held) < 48):
-                    try:
-                        blk = pool.alloc(_size(rng), tag=f"worker-{index}")
-                    except npumem.OutOfMemoryError:
-                        failures[index] += 1
-                        continue
-                    allocations[index] += 1
-                    pattern = (op % 250) + 1
-                    view = memoryview(blk)
-                    view[0] = view[-1] = view[len(view) // 2] = pattern
-                    view.release()
-                    held.append((blk, pattern))
-                elif r < 0.7:
-                    target = rng.randrange(threads)
-                    with locks[target]:
-                        mailboxes[target].append(held.pop(rng.randrange(len(held))))
-                else:
-                    verify_and_free(*held.pop(rng.randrange(len(held))))
-                    with locks[index]:
-                        received, mailboxes[index] = mailboxes[index], []
-                    for item in received:
-                        verify_and_free(*item)
-            for item in held:
-                verify_and_free(*item)
-        except BaseException as exc:
-            errors.append(exc)
+    def on_sample(s: Sample) -> None:
+        if recorder is not None:
+            recorder.drain()
+        best = peak[0].stats["bytes_in_use"] if peak else 0
+        if s.bytes_in_use > best and time.monotonic() - last_snap[0] > 0.2:
+            snap = pool.snapshot()
+            last_snap[0] = time.monotonic()
+            with lock:
+                if not peak or snap.stats["bytes_in_use"] > peak[0].stats["bytes_in_use"]:
+                    peak[:] = [snap.with_label("at the highest usage sampled")]
 
-    sampling = threading.Thread(target=sampler, daemon=True)
-    sampling.start()
-    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    for index in range(threads):
-        for item in mailboxes[index]:
-            verify_and_free(*item)
-    seconds = time.perf_counter() - start
-    stop_sampling.set()
-    sampling.join()
-    if errors:
-        raise errors[0]
+    def on_alert(alert: Alert) -> None:
+        # Integration point of the compaction policy (issue 5): compact when fragmentation
+        # passes its threshold, keeping the first before/after pair for the pictures.
+        if compact_with is not None and alert.kind == "fragmentation" and alert.firing:
+            before = pool.snapshot().with_label("before compaction")
+            compact_with.compact()
+            alert_compactions[0] += 1
+            after = pool.snapshot().with_label("after compaction")
+            with lock:
+                if not compaction_pair:
+                    compaction_pair[:] = [before, after]
+
+    monitor = Monitor(pool, interval=interval, on_sample=[on_sample], callbacks=[on_alert])
+    service = Service(
+        pool,
+        models,
+        make_requests(requests, models, seed),
+        workers=workers,
+        seed=seed,
+        compactor=compact_with,
+        on_request=on_request,
+    )
+    before = pool.stats()
+    started = time.perf_counter()
+    with monitor:
+        service.run()
+    seconds = time.perf_counter() - started
+    after = pool.stats()
+    end_snapshot = pool.snapshot().with_label("end of run (weights resident)")
     checked = pool.check()
+    for w in weights:
+        w.free()
+    recorded = recorder.stop() if recorder is not None else None
     final = pool.stats()
+    history = monitor.history
     return DemoResult(
-        threads=threads,
-        operations=operations * threads,
-        allocations=sum(allocations),
-        failed_allocations=sum(failures),
+        workers=workers,
+        capacity=capacity,
+        requests=requests,
+        served=service.served,
+        rejected=service.rejected,
+        allocations=after.alloc_count - before.alloc_count,
+        frees=after.free_count - before.free_count,
         seconds=seconds,
         peak_bytes_in_use=final.peak_bytes_in_use,
-        peak_fragmentation=max((f for _, _, f in samples), default=0.0),
-        final=final,
+        usable_capacity=final.usable_capacity,
+        peak_fragmentation=max((s.external_fragmentation for s in history), default=0.0),
+        final_fragmentation=after.external_fragmentation,
+        failed_allocations=final.failed_allocs,
+        overflow_allocations=final.overflow_allocs,
+        kv_growths=service.kv_growths,
+        compactions=service.compactions + alert_compactions[0],
+        compactor=compact_with is not None,
+        alerts=monitor.alerts,
         checked_blocks=checked,
-        samples=samples,
+        history=history,
+        models=models,
+        peak_snapshot=peak[0] if peak else end_snapshot,
+        end_snapshot=end_snapshot,
+        compaction_snapshots=(compaction_pair[0], compaction_pair[1]) if compaction_pair else None,
+        trace=recorded,
+        final=final,
     )
+
+
+def write_outputs(
+    result: DemoResult, directory: str | os.PathLike[str], *, pictures: bool = True
+) -> dict[str, Path]:
+    """Write the demo's snapshots, trace and (with ``pictures``; needs matplotlib) pictures
+    into ``directory`` (made if missing); returns ``what -> path``."""
+    from npumem.monitor import (
+        plot_address_map,
+        plot_before_after,
+        plot_plan,
+        plot_timeline,
+        plot_trace,
+    )
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    peak = result.peak_snapshot
+    files["snapshot"] = peak.save(out / "snapshot.json")
+    files["end snapshot"] = result.end_snapshot.save(out / "snapshot-end.json")
+    if result.trace is not None:
+        files["trace"] = result.trace.save(out / "trace.json")
+    if not pictures:
+        result.files = {k: str(v) for k, v in files.items()}
+        return files
+    if result.history:
+        files["timeline"] = plot_timeline(
+            result.history,
+            out / "timeline.png",
+            thresholds=Thresholds(),  # the monitor's (the defaults)
+            title=f"npumem demo: {result.requests_served:,} requests, {result.workers} workers",
+        )
+    files["address map"] = plot_address_map(peak, out / "address-map.png")
+    files["address map by core"] = plot_address_map(
+        peak, out / "address-map-by-core.png", color_by="core"
+    )
+    if result.compaction_snapshots is not None:
+        before, after = result.compaction_snapshots
+        files["before/after compaction"] = plot_before_after(
+            before, after, out / "compaction.png", titles=("before compaction", "after compaction")
+        )
+    files["highest vs end"] = plot_before_after(
+        peak,
+        result.end_snapshot,
+        out / "highest-vs-end.png",
+        titles=("at the highest usage sampled", "end of run (weights resident)"),
+    )
+    for model, key in (("resnet50", (1,)), ("text", (1, 128))):
+        m = next((x for x in result.models if x.name == model), None)
+        if m is not None and key in m.plans:
+            name = f"plan-{model}-{'-'.join(map(str, key))}.png"
+            files[f"plan {model} {key}"] = plot_plan(m.plans[key].solution, out / name)
+    if result.trace is not None and result.trace.events:
+        files["trace picture"] = plot_trace(result.trace, out / "trace.png")
+    result.files = {k: str(v) for k, v in files.items()}
+    return files

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::global::ChunkState;
 use crate::handle::Handle;
 use crate::layout::Layout;
-use crate::pool::{Pool, PAUSE_TIMEOUT};
+use crate::pool::Pool;
 use crate::sync::Ordering;
 
 impl Pool {
@@ -19,8 +19,7 @@ impl Pool {
     /// or slab object inside the arena, aligned and bank-safe; no two blocks overlap; the
     /// counters equal what the walk finds. Returns the number of live blocks checked.
     pub fn check(&self) -> Result<usize> {
-        let _paused =
-            self.gate.pause(PAUSE_TIMEOUT).map_err(|waited| Error::Busy { waited_ms: waited.as_millis() as u64 })?;
+        let _paused = self.pause_for_maintenance()?;
         let mut findings: Vec<String> = Vec::new();
         let g = &self.geometry;
         let depth = g.depth;

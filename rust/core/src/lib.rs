@@ -16,6 +16,9 @@
 //! | [`Handle`] | `handle.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
 //! | `Gate` | `gate.rs` | the stop gate: pauses alloc/free for compaction and `check()` |
 //! | [`PoolStats`] | `stats.rs` | per-core counters on their own cache lines, summed into a snapshot |
+//! | `Clock` | `clock.rs` | the trace's clock: `Instant`, or the time-stamp counter scaled to it |
+//! | [`TraceEvent`], `Ring` | `trace.rs` | the optional event trace: bounded per-core rings of alloc/free/move/failed events |
+//! | [`Snapshot`] | `snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats |
 //! | `HostBacking` | `backing.rs` | the optional host memory behind the arena |
 //! | `SlabCaches` | `slab.rs` | per-core slab caches of small size classes: one CAS to allocate, one `fetch_or` to free |
 //! | `ThreadStats` | `thread_stats.rs` | per-thread counters of the slab fast path |
@@ -31,6 +34,7 @@ mod bits;
 mod buddy;
 #[cfg(not(loom))]
 mod check;
+mod clock;
 mod config;
 mod core_pool;
 mod cpu;
@@ -50,11 +54,14 @@ mod release;
 mod segments;
 mod slab;
 #[cfg(not(loom))]
+mod snapshot;
+#[cfg(not(loom))]
 mod statistics;
 mod stats;
 mod sync;
 #[cfg(not(loom))]
 mod thread_stats;
+mod trace;
 mod zeroed;
 
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
@@ -62,7 +69,12 @@ pub use error::{Error, HandleFault, Result};
 pub use handle::Handle;
 #[cfg(not(loom))]
 pub use pool::{BlockInfo, Pool};
+#[cfg(not(loom))]
+pub use snapshot::{Extent, Snapshot};
 pub use stats::{ClassStats, CoreStats, PoolStats};
+pub use trace::{EventKind, TraceEvent};
+#[cfg(not(loom))]
+pub use trace::{TraceStatus, MAX_TRACE_CAPACITY};
 
 /// The crate version.
 pub fn version() -> &'static str {

@@ -104,6 +104,7 @@ impl Pool {
         match self.handles.insert(core, placed.offset, request.size, request.align.trailing_zeros() as u8, tag) {
             Ok(handle) => {
                 self.account_alloc(&placed, core, request.size);
+                self.trace.on_alloc(core, handle, placed.offset, request.size, request.align, tag);
                 Ok(handle)
             }
             Err(err) => {
@@ -122,11 +123,14 @@ impl Pool {
         }
     }
 
-    pub(crate) fn out_of_memory(&self, size: usize, core: usize) -> Error {
+    /// The error (and the trace event) for a request nothing could place.
+    #[cold]
+    pub(crate) fn out_of_memory(&self, request: &Request, core: usize, tag: u32) -> Error {
         self.counters.on_failed(core);
+        self.trace.on_failed(core, request.size, request.align, tag);
         let stats = self.stats();
         Error::OutOfMemory {
-            requested: size,
+            requested: request.size,
             bytes_free: stats.bytes_free,
             largest_free_block: stats.largest_free_block,
         }
@@ -311,6 +315,16 @@ impl Pool {
         self.global.set_state(chunk, ChunkState::Free);
         self.global.release(chunk, 1);
         true
+    }
+
+    /// Give back what cores keep cached: every all-free slab and every empty chunk (an
+    /// allocation does this by itself before it fails; a caller may want it earlier, e.g.
+    /// before a snapshot or when the pool goes idle). Returns the slabs and chunks given back.
+    pub fn trim(&self) -> usize {
+        let core = crate::cpu::current_core(self.cores.len());
+        let _entered = self.gate.enter();
+        let carver = SlabCarver { pool: self, core, reach: Reach::Full };
+        self.slabs.reclaim(&carver) + self.reclaim_empty_chunks()
     }
 
     /// Retire every empty chunk that cores hold; returns how many went back.

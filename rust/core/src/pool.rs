@@ -33,6 +33,7 @@ use crate::slab::{SlabCaches, SlabClasses, MAX_CLASSES};
 use crate::stats::Counters;
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 use crate::thread_stats::ThreadStats;
+use crate::trace::Trace;
 
 /// How long `check()` and other pausing calls wait for calls in flight.
 pub(crate) const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -81,6 +82,8 @@ pub struct Pool {
     pub(crate) handles: HandleTable,
     pub(crate) gate: Gate,
     pub(crate) backing: Option<HostBacking>,
+    /// The optional event trace (off by default; see `trace.rs`).
+    pub(crate) trace: Trace,
 }
 
 impl std::fmt::Debug for Pool {
@@ -125,6 +128,7 @@ impl Pool {
             handles: HandleTable::new(id, max_blocks.max(1), config.cores),
             gate: Gate::new(id as usize),
             backing,
+            trace: Trace::new(),
             shape,
             trees,
             free_units,
@@ -185,7 +189,7 @@ impl Pool {
         let _entered = self.gate.enter();
         match self.place(&request, core, Reach::Full) {
             Some(placed) => self.finish(placed, &request, core, tag),
-            None => Err(self.out_of_memory(size, core)),
+            None => Err(self.out_of_memory(&request, core, tag)),
         }
     }
 
@@ -219,7 +223,7 @@ impl Pool {
         for (index, request) in requests.iter().enumerate() {
             let made = match self.place(request, core, Reach::Full) {
                 Some(placed) => self.finish(placed, request, core, tag),
-                None => Err(self.out_of_memory(request.size, core)),
+                None => Err(self.out_of_memory(request, core, tag)),
             };
             match made {
                 Ok(handle) => handles.push(handle),
@@ -245,7 +249,7 @@ impl Pool {
                 self.account_alloc(&placed, core, size);
                 Ok(placed.offset)
             }
-            None => Err(self.out_of_memory(size, core)),
+            None => Err(self.out_of_memory(&request, core, 0)),
         }
     }
 
@@ -299,6 +303,14 @@ impl Pool {
         let released = self.release_block(offset, size)?;
         self.account_free(released, size);
         Ok(())
+    }
+
+    // ----- maintenance --------------------------------------------------------------------
+
+    /// Pause alloc and free for a maintenance call (snapshot, trace switch, check), waiting for
+    /// calls in flight; [`Error::Busy`] if they do not finish in time.
+    pub(crate) fn pause_for_maintenance(&self) -> Result<crate::gate::PauseGuard<'_>> {
+        self.gate.pause(PAUSE_TIMEOUT).map_err(|waited| Error::Busy { waited_ms: waited.as_millis() as u64 })
     }
 
     // ----- handles ------------------------------------------------------------------------

@@ -50,6 +50,7 @@ impl Pool {
         })?;
         self.handles.recycle(core, handle);
         self.account_free(released, info.size);
+        self.trace.on_free(core, handle, info.offset, info.size, info.tag);
         Ok(())
     }
 

@@ -8,6 +8,7 @@ mod args;
 mod block;
 mod errors;
 mod gil;
+mod monitor;
 mod packing;
 mod pool;
 mod stats;

@@ -10,6 +10,7 @@ use crate::args;
 use crate::block::Block;
 use crate::errors::{error, to_py, Kind};
 use crate::gil::without_gil;
+use crate::monitor;
 use crate::stats::PoolStats;
 
 /// A pool over one arena: allocate blocks from any thread, read `stats()`, `check()` it.
@@ -276,6 +277,61 @@ impl Pool {
                 Ok(d)
             })
             .collect()
+    }
+
+    // ----- monitoring (issue 6): conversions in monitor.rs ---------------------------------
+
+    /// Pause the pool and return an `npumem.monitor.Snapshot`: every live block, every maximal
+    /// free run, and the stats, all at one moment.
+    fn snapshot<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        monitor::snapshot(slf.py(), slf)
+    }
+
+    /// Start a fresh event trace of up to `capacity` events (all cores together; the oldest are
+    /// overwritten when full). Pauses the pool briefly.
+    #[pyo3(signature = (capacity = None), text_signature = "(self, capacity=65536)")]
+    fn trace_start(&self, py: Python<'_>, capacity: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        monitor::trace_start(py, self, capacity)
+    }
+
+    /// Stop recording; events recorded so far stay until drained.
+    fn trace_stop(&self, py: Python<'_>) -> PyResult<()> {
+        monitor::trace_stop(py, self)
+    }
+
+    /// The events recorded since the last drain, oldest first, as tuples
+    /// `(time_ns, kind, offset, size, core, tag, handle, aux)`.
+    fn trace_drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        monitor::trace_drain(py, self)
+    }
+
+    /// Where the trace stands: enabled, capacity, recorded, drained, dropped.
+    fn trace_status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        monitor::trace_status(py, self)
+    }
+
+    /// `"best-fit"` or `"first-fit"`: how the global pool places chunk runs.
+    #[getter]
+    fn placement(&self) -> &'static str {
+        match self.core.config().placement {
+            Placement::BestFit => "best-fit",
+            Placement::FirstFit => "first-fit",
+        }
+    }
+
+    /// Empty chunks each core keeps in reserve.
+    #[getter]
+    fn core_reserve(&self) -> usize {
+        self.core.config().core_reserve
+    }
+
+    // ----- end of monitoring -------------------------------------------------------------
+
+    /// Give back what cores keep cached (all-free slabs, empty reserve chunks) now rather than
+    /// when an allocation needs the room. Returns how many slabs and chunks went back.
+    fn trim(&self, py: Python<'_>) -> PyResult<usize> {
+        let core = &self.core;
+        without_gil(py, || Ok(core.trim()))
     }
 
     /// Bytes in the arena.

@@ -1,0 +1,110 @@
+"""Versioned JSON files: every file npumem.monitor writes starts with ``format`` and ``version``.
+
+Readers check both and every field they use, so a wrong or damaged file fails with a message
+that names the file and the field instead of a ``KeyError`` deep inside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from npumem.monitor.errors import FileFormatError
+
+__all__ = ["Reader", "file_kind", "read_json", "write_json"]
+
+SNAPSHOT_FORMAT = "npumem-snapshot"
+TRACE_FORMAT = "npumem-trace"
+KINDS = {SNAPSHOT_FORMAT: "snapshot", TRACE_FORMAT: "trace"}
+
+
+def write_json(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> Path:
+    """Write ``obj`` as compact JSON (one line per top-level list entry is not needed: files are
+    for programs first). Returns the path."""
+    out = Path(path)
+    out.write_text(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n", "utf-8")
+    return out
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a JSON object from ``path``; :class:`FileFormatError` for anything else."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileFormatError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise FileFormatError(f"{p}: is a directory, not a file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FileFormatError(f"{p}: cannot read the file ({exc})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(
+            f"{p}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    if not isinstance(obj, dict):
+        raise FileFormatError(f"{p}: expected a JSON object, found {type(obj).__name__}")
+    return obj
+
+
+def file_kind(obj: Mapping[str, Any], where: str) -> str:
+    """``"snapshot"`` or ``"trace"`` from a file's ``format`` field."""
+    fmt = obj.get("format")
+    if fmt not in KINDS:
+        raise FileFormatError(
+            f"{where}: not an npumem snapshot or trace (format is {fmt!r}, expected "
+            f"{SNAPSHOT_FORMAT!r} or {TRACE_FORMAT!r})"
+        )
+    return KINDS[fmt]
+
+
+class Reader:
+    """Typed field access with messages that say which file and field are wrong."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, message: str) -> FileFormatError:
+        """The error to raise for ``message`` about this file."""
+        return FileFormatError(f"{self.where}: {message}")
+
+    def header(self, obj: Mapping[str, Any], fmt: str, version: int) -> None:
+        """Check ``format`` and ``version``."""
+        if obj.get("format") != fmt:
+            raise self.fail(f"format is {obj.get('format')!r}, expected {fmt!r}")
+        got = obj.get("version")
+        if got != version:
+            raise self.fail(f"version {got!r} is not supported (this npumem reads {version})")
+
+    def field(self, obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+        """``obj[key]``, which must be of ``kind`` (bools are not ints here)."""
+        if key not in obj:
+            raise self.fail(f"missing field {key!r}")
+        value = obj[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds:
+            ok = False
+        elif float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        else:
+            ok = isinstance(value, kinds)
+        if not ok:
+            names = " or ".join(k.__name__ for k in kinds)
+            raise self.fail(f"field {key!r} must be {names}, got {type(value).__name__}")
+        return value
+
+    def int_row(self, row: Any, width: int, what: str, index: int) -> list[Any]:
+        """A list of ``width`` entries (``what`` number ``index`` of the file)."""
+        if not isinstance(row, list) or len(row) != width:
+            raise self.fail(f"{what} {index} must be a list of {width} values, got {row!r}")
+        return row
+
+    def non_negative(self, value: Any, what: str) -> int:
+        """An int >= 0."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(f"{what} must be an integer >= 0, got {value!r}")
+        return value

@@ -1,0 +1,127 @@
+"""``npumem report`` and ``npumem plot``: look at a saved snapshot or trace.
+
+    npumem report SNAPSHOT [--top N]
+    npumem plot SNAPSHOT|TRACE [-o OUT.png] [--color-by tag|core]
+
+Exit status: 0 done, 2 bad arguments or an unreadable file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from npumem.monitor._files import file_kind, read_json
+from npumem.monitor.errors import MonitorError
+from npumem.monitor.report import render_report
+from npumem.monitor.snapshot import Snapshot
+from npumem.monitor.trace import Trace
+
+__all__ = ["add_parsers", "run_plot", "run_report"]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _load(path: str) -> Snapshot | Trace:
+    obj = read_json(path)
+    if file_kind(obj, path) == "snapshot":
+        return Snapshot.from_json_obj(obj, where=path)
+    return Trace.from_json_obj(obj, where=path)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``npumem report``: print the report of a snapshot file."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        loaded = _load(args.snapshot)
+    except MonitorError as exc:
+        err.print(f"npumem report: error: {exc}", markup=False)
+        return EXIT_USAGE
+    if isinstance(loaded, Trace):
+        err.print(
+            f"npumem report: error: {args.snapshot} is a trace, not a snapshot "
+            "(see `npumem replay` and `npumem plot`)",
+            markup=False,
+        )
+        return EXIT_USAGE
+    out = Console(highlight=False, soft_wrap=True)
+    when = f"{loaded.time_ns / 1e9:.3f} s after the pool was made"
+    out.print(f"snapshot of pool {loaded.pool!r}, {when}", markup=False)
+    render_report(out, snapshot=loaded, title=f"pool {loaded.pool!r}", top=args.top)
+    return EXIT_OK
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """``npumem plot``: draw a snapshot's address map or a trace over time."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        loaded = _load(args.input)
+    except MonitorError as exc:
+        err.print(f"npumem plot: error: {exc}", markup=False)
+        return EXIT_USAGE
+    output = Path(args.output) if args.output else Path(Path(args.input).stem + ".png")
+    from npumem.monitor.plots import plot_address_map, plot_trace
+
+    try:
+        if isinstance(loaded, Snapshot):
+            plot_address_map(loaded, output, color_by=args.color_by)
+        else:
+            plot_trace(loaded, output)
+    except (MonitorError, ValueError) as exc:
+        err.print(f"npumem plot: error: {exc}", markup=False)
+        return EXIT_USAGE
+    except OSError as exc:
+        err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
+        return EXIT_USAGE
+    kind = "address map" if isinstance(loaded, Snapshot) else "trace over time"
+    Console(highlight=False, soft_wrap=True).print(f"wrote {output} ({kind})", markup=False)
+    return EXIT_OK
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Add ``report`` and ``plot`` to an ``argparse`` subparsers object."""
+    report = subparsers.add_parser(
+        "report",
+        help="print the report of a saved snapshot",
+        description="Print the stats, the largest free runs, the live blocks by tag and the "
+        "per-core figures of a snapshot file (written by `npumem demo` or Snapshot.save).",
+        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+    )
+    report.add_argument("snapshot", metavar="SNAPSHOT", help="a snapshot JSON file")
+    report.add_argument(
+        "--top", type=_positive, default=10, metavar="N", help="rows per table (default 10)"
+    )
+    report.set_defaults(func=run_report)
+    plot = subparsers.add_parser(
+        "plot",
+        help="draw a snapshot's address map or a trace over time (PNG)",
+        description="Draw a snapshot file as an address map (blocks coloured by tag or core, "
+        "free runs in grey) or a trace file as bytes live and allocations per second over "
+        "time. Needs matplotlib (pip install npumem[plot]).",
+        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+    )
+    plot.add_argument("input", metavar="SNAPSHOT|TRACE", help="a snapshot or trace JSON file")
+    plot.add_argument(
+        "-o", "--output", metavar="OUT.png", help="the picture (default: INPUT's name, .png)"
+    )
+    plot.add_argument(
+        "--color-by",
+        choices=("tag", "core"),
+        default="tag",
+        help="colour blocks by tag or by core (snapshots; default tag)",
+    )
+    plot.set_defaults(func=run_plot)

@@ -1,0 +1,107 @@
+"""Prometheus export: a collector that reads ``stats()`` of one or more pools at every scrape.
+
+    >>> from prometheus_client import CollectorRegistry, generate_latest
+    >>> import npumem
+    >>> from npumem.monitor import PrometheusCollector
+    >>> pool = npumem.Pool(16 << 20, cores=1, name="gpu0")
+    >>> registry = CollectorRegistry()
+    >>> registry.register(PrometheusCollector(pool))
+    >>> 'npumem_bytes_free{pool="gpu0"} 1.6777216e+07' in generate_latest(registry).decode()
+    True
+
+Needs the ``prometheus`` extra (``pip install npumem[prometheus]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from npumem.errors import ArgumentTypeError, InvalidArgumentError
+from npumem.monitor.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    from npumem import Pool, PoolStats
+
+__all__ = ["COUNTERS", "GAUGES", "PrometheusCollector"]
+
+GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("npumem_bytes_in_use", "bytes_in_use", "Bytes held by live blocks (block sizes)."),
+    ("npumem_bytes_free", "bytes_free", "Usable bytes not held by any block."),
+    ("npumem_peak_bytes_in_use", "peak_bytes_in_use", "Highest bytes_in_use seen."),
+    (
+        "npumem_largest_free_block_bytes",
+        "largest_free_block",
+        "Bytes of the largest block one allocation could get now.",
+    ),
+    (
+        "npumem_external_fragmentation_ratio",
+        "external_fragmentation",
+        "1 - largest free block / bytes free (0 when nothing is free).",
+    ),
+)
+"""``(metric, PoolStats field, help)`` of every gauge."""
+
+COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("npumem_allocs_total", "alloc_count", "Allocations since the pool was made."),
+    ("npumem_frees_total", "free_count", "Frees since the pool was made."),
+    ("npumem_failed_allocs_total", "failed_allocs", "Allocations that ran out of memory."),
+    (
+        "npumem_overflow_allocs_total",
+        "overflow_allocs",
+        "Allocations served outside the caller's own core pool.",
+    ),
+)
+"""``(metric, PoolStats field, help)`` of every counter (exposed with the ``_total`` suffix)."""
+
+
+def _families() -> Any:
+    try:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise MissingDependencyError(
+            "Prometheus export needs prometheus-client: pip install npumem[prometheus]"
+        ) from exc
+    return GaugeMetricFamily, CounterMetricFamily
+
+
+class PrometheusCollector:
+    """A ``prometheus_client`` collector for ``pool`` (and any further pools): every metric is
+    labelled ``pool`` with the pool's name, so names must differ. Register it in any
+    ``CollectorRegistry``; each scrape calls ``stats()`` once per pool."""
+
+    def __init__(self, pool: Pool, *pools: Pool) -> None:
+        _families()
+        all_pools = (pool, *pools)
+        for p in all_pools:
+            if not all(hasattr(p, a) for a in ("stats", "name")):
+                raise ArgumentTypeError(
+                    f"PrometheusCollector takes npumem.Pool objects, got {type(p).__name__}"
+                )
+        names = [str(p.name) for p in all_pools]
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(
+                f"pool names must differ (they label the metrics), got {names}"
+            )
+        self.pools = all_pools
+
+    def _build(self, stats: list[tuple[str, PoolStats]]) -> Iterator[Any]:
+        gauge, counter = _families()
+        for metric, attr, doc in GAUGES:
+            g = gauge(metric, doc, labels=["pool"])
+            for name, s in stats:
+                g.add_metric([name], float(getattr(s, attr)))
+            yield g
+        for metric, attr, doc in COUNTERS:
+            c = counter(metric, doc, labels=["pool"])
+            for name, s in stats:
+                c.add_metric([name], float(getattr(s, attr)))
+            yield c
+
+    def collect(self) -> Iterator[Any]:
+        """The metric families with the pools' values now (called by the registry)."""
+        yield from self._build([(str(p.name), p.stats()) for p in self.pools])
+
+    def describe(self) -> Iterator[Any]:
+        """The metric families without values (lets a registry detect duplicate names)."""
+        yield from self._build([])

@@ -1,0 +1,229 @@
+"""The text report: stats, largest free runs, bytes by tag, per-core and per-class figures, and
+the monitor's history, as rich tables.
+
+:func:`render_report` prints to a ``rich`` console; :func:`report_text` returns plain text.
+Per-class figures appear when the stats carry ``size_classes`` (pools with slab caches); the
+report never invents them.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from npumem import PoolStats
+    from npumem.monitor.sampler import Alert, Sample
+    from npumem.monitor.snapshot import Snapshot
+
+__all__ = ["human_bytes", "render_report", "report_text", "stats_dict"]
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``"1.5 KiB"``; bytes below 1 KiB as they are."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def stats_dict(stats: PoolStats | Mapping[str, Any]) -> dict[str, Any]:
+    """Stats as a plain dict, from a ``PoolStats`` or a dict (as snapshots and traces keep)."""
+    if isinstance(stats, Mapping):
+        return dict(stats)
+    return stats.as_dict()
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+def _table(title: str, *, show_header: bool = True) -> Table:
+    """A table whose title never wraps (it is at least as wide as its title)."""
+    return Table(
+        title=title, title_justify="left", show_header=show_header, min_width=len(title) + 2
+    )
+
+
+def _stats_table(s: Mapping[str, Any], title: str) -> Table:
+    t = _table(title, show_header=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_column("", justify="right", style="dim")
+    usable = s.get("usable_capacity", s.get("capacity", 0))
+    peak = s["peak_bytes_in_use"]
+    rows: list[tuple[str, str, str]] = [
+        ("capacity", human_bytes(s["capacity"]), f"{s['capacity']:,} B"),
+        ("usable", human_bytes(usable), f"{usable:,} B"),
+        ("bytes in use", human_bytes(s["bytes_in_use"]), _pct(s["bytes_in_use"], usable)),
+        ("bytes free", human_bytes(s["bytes_free"]), _pct(s["bytes_free"], usable)),
+        ("peak bytes in use", human_bytes(peak), _pct(peak, usable)),
+    ]
+    if "requested_bytes_in_use" in s:
+        waste = s["bytes_in_use"] - s["requested_bytes_in_use"]
+        rows.append(("rounding waste", human_bytes(waste), _pct(waste, s["bytes_in_use"])))
+    largest = s["largest_free_block"]
+    rows += [
+        ("largest free block", human_bytes(s["largest_free_block"]), f"{largest:,} B"),
+        ("external fragmentation", f"{s['external_fragmentation']:.1%}", "1 - largest / free"),
+        ("live blocks", f"{s.get('blocks_in_use', 0):,}", ""),
+        ("allocations", f"{s.get('alloc_count', 0):,}", ""),
+        ("frees", f"{s.get('free_count', 0):,}", ""),
+        ("failed allocations", f"{s.get('failed_allocs', 0):,}", "target 0"),
+        ("overflow allocations", f"{s.get('overflow_allocs', 0):,}", "served by another core"),
+    ]
+    if "core_allocs" in s:
+        rows.append(
+            (
+                "served by",
+                f"slab {s.get('slab_allocs', 0):,} / core {s['core_allocs']:,} / "
+                f"global {s.get('global_allocs', 0):,}",
+                "",
+            )
+        )
+    if "chunks" in s:
+        rows.append(
+            (
+                "chunks",
+                f"{s['chunks']:,}",
+                f"free {s.get('chunks_free', 0)}, cores {s.get('chunks_in_cores', 0)}, "
+                f"runs {s.get('chunks_in_runs', 0)}",
+            )
+        )
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def _per_core_table(per_core: Sequence[Mapping[str, Any]]) -> Table:
+    t = _table("Per core")
+    for col in ("core", "chunks", "in use", "free", "allocs", "frees", "overflow", "failed"):
+        t.add_column(col, justify="right")
+    for c in per_core:
+        t.add_row(
+            str(c["core"]),
+            f"{c['chunks']:,}",
+            human_bytes(c["bytes_in_use"]),
+            human_bytes(c["bytes_free"]),
+            f"{c['alloc_count']:,}",
+            f"{c['free_count']:,}",
+            f"{c['overflow_allocs']:,}",
+            f"{c['failed_allocs']:,}",
+        )
+    return t
+
+
+def _per_class_table(entries: Sequence[Any]) -> Table:
+    """Whatever columns the pool reports per size class (dicts, or objects with ``as_dict``),
+    in its order."""
+    classes = [e.as_dict() if hasattr(e, "as_dict") else dict(e) for e in entries]
+    t = _table("Per size class")
+    columns = list(classes[0].keys()) if classes else []
+    for col in columns:
+        t.add_column(col.replace("_", " "), justify="right")
+    for row in classes:
+        t.add_row(*(f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()))
+    return t
+
+
+def _free_runs_table(snap: Snapshot, top: int) -> Table:
+    free = snap.bytes_free
+    t = _table(f"Largest free runs ({len(snap.free_runs):,} runs, {human_bytes(free)} free)")
+    for col in ("#", "offset", "length", "of free"):
+        t.add_column(col, justify="right")
+    for i, r in enumerate(snap.largest_free_runs(top), 1):
+        t.add_row(str(i), f"{r.offset:#x}", human_bytes(r.length), _pct(r.length, free))
+    return t
+
+
+def _by_tag_table(snap: Snapshot, top: int) -> Table:
+    used = snap.bytes_in_blocks
+    t = _table(f"Live blocks by tag ({len(snap.blocks):,} blocks)")
+    for col, just in (("tag", "left"), ("blocks", "right"), ("bytes", "right"), ("share", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    groups = list(snap.bytes_by("tag").items())
+    for tag, (n, b) in groups[:top]:
+        t.add_row(tag, f"{n:,}", human_bytes(b), _pct(b, used))
+    if len(groups) > top:
+        rest = groups[top:]
+        t.add_row(
+            f"({len(rest)} more)",
+            f"{sum(n for _, (n, _) in rest):,}",
+            human_bytes(sum(b for _, (_, b) in rest)),
+            _pct(sum(b for _, (_, b) in rest), used),
+        )
+    return t
+
+
+def _history_table(history: Sequence[Sample], alerts: Sequence[Alert]) -> Table:
+    t = _table("Over time (monitor)", show_header=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    span = history[-1].time - history[0].time
+    usages = [s.usage for s in history]
+    frags = [s.external_fragmentation for s in history]
+    fired = [a for a in alerts if a.firing]
+    kinds = sorted({a.kind for a in fired})
+    for row in (
+        ("samples", f"{len(history):,} over {span:.1f} s"),
+        ("usage", f"{min(usages):.1%} to {max(usages):.1%}"),
+        ("fragmentation", f"{min(frags):.1%} to {max(frags):.1%}"),
+        ("alerts fired", f"{len(fired)}" + (f" ({', '.join(kinds)})" if kinds else "")),
+    ):
+        t.add_row(*row)
+    return t
+
+
+def render_report(
+    console: Console,
+    *,
+    stats: PoolStats | Mapping[str, Any] | None = None,
+    snapshot: Snapshot | None = None,
+    history: Sequence[Sample] = (),
+    alerts: Sequence[Alert] = (),
+    title: str = "npumem report",
+    top: int = 8,
+) -> None:
+    """Print the report to ``console``. ``stats`` defaults to the snapshot's; at least one of
+    the two is needed."""
+    if stats is None:
+        if snapshot is None:
+            from npumem.errors import InvalidArgumentError
+
+            raise InvalidArgumentError("render_report needs stats or a snapshot")
+        stats = snapshot.stats
+    s = stats_dict(stats)
+    where = f" (snapshot {snapshot.label})" if snapshot is not None and snapshot.label else ""
+    console.print(_stats_table(s, f"{title}{where}"))
+    if snapshot is not None:
+        console.print(_free_runs_table(snapshot, top))
+        if snapshot.blocks:
+            console.print(_by_tag_table(snapshot, top))
+        if snapshot.slab_cached:
+            n = sum(e.length for e in snapshot.slab_cached)
+            console.print(f"cached in slabs (free objects of a size class): {human_bytes(n)}")
+        if snapshot.untracked:
+            n = sum(e.length for e in snapshot.untracked)
+            console.print(f"untracked allocated bytes (raw API): {human_bytes(n)}")
+    if s.get("per_core"):
+        console.print(_per_core_table(s["per_core"]))
+    classes = s.get("size_classes")
+    if classes:
+        console.print(_per_class_table(classes))
+    else:
+        console.print("[dim]per size class: not reported by this pool (no slab caches)[/]")
+    if history:
+        console.print(_history_table(history, alerts))
+
+
+def report_text(width: int = 100, **kwargs: Any) -> str:
+    """The report as plain text (the keyword arguments of :func:`render_report`)."""
+    out = io.StringIO()
+    render_report(Console(file=out, width=width, color_system=None), **kwargs)
+    return out.getvalue()

@@ -1,0 +1,283 @@
+"""Snapshots: the whole arena at one moment (``pool.snapshot()``), saved and loaded as JSON.
+
+A snapshot lists every live block, every maximal run of free bytes, and allocated bytes that
+belong to no block (``untracked``: blocks of the Rust raw API), which together tile the usable
+arena exactly; plus the pool's stats and configuration at that moment. It is what the address-map
+pictures draw and what ``npumem report`` prints, and it can be looked at long after the pool is
+gone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
+
+if TYPE_CHECKING:
+    from npumem import Pool
+
+__all__ = ["BlockRecord", "Extent", "Snapshot", "load_snapshot", "pool_config"]
+
+SNAPSHOT_VERSION = 1
+_BLOCK_FIELDS = ("offset", "nbytes", "block_bytes", "align", "core", "tag", "pins", "handle")
+_CONFIG_INTS = ("capacity", "cores", "chunk_size", "min_block", "bank_size", "alignment")
+_STATS_INTS = (
+    "capacity",
+    "usable_capacity",
+    "bytes_in_use",
+    "bytes_free",
+    "peak_bytes_in_use",
+    "largest_free_block",
+)
+_CORE_INTS = (
+    "core",
+    "chunks",
+    "bytes_in_use",
+    "bytes_free",
+    "alloc_count",
+    "free_count",
+    "overflow_allocs",
+    "failed_allocs",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRecord:
+    """One live block: it covers ``[offset, offset + block_bytes)`` and asked for ``nbytes``."""
+
+    offset: int
+    nbytes: int
+    block_bytes: int
+    align: int
+    core: int
+    tag: str | None
+    pins: int
+    handle: int
+
+    @property
+    def end(self) -> int:
+        """One past the block's last byte."""
+        return self.offset + self.block_bytes
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the block is pinned (it cannot move or be freed now)."""
+        return self.pins > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """A range of bytes ``[offset, offset + length)``."""
+
+    offset: int
+    length: int
+
+    @property
+    def end(self) -> int:
+        """One past the last byte."""
+        return self.offset + self.length
+
+
+def pool_config(pool: Pool) -> dict[str, Any]:
+    """The configuration of ``pool`` as a JSON-ready dict (enough to make an equal pool)."""
+    return {
+        "capacity": pool.capacity,
+        "cores": pool.cores,
+        "chunk_size": pool.chunk_size,
+        "min_block": pool.min_block,
+        "bank_size": pool.bank_size,
+        "alignment": pool.alignment,
+        "slab_sizes": list(pool.slab_sizes),
+        "backing": pool.backing,
+        "placement": pool.placement,
+        "core_reserve": pool.core_reserve,
+    }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The arena at one moment: take one with ``pool.snapshot()``, save it with :meth:`save`,
+    read it back with :func:`load_snapshot`.
+
+    ``stats`` is the pool's ``PoolStats.as_dict()`` at the same moment; ``time_ns`` counts from
+    the pool's creation (the clock of trace events).
+    """
+
+    pool: str
+    config: dict[str, Any]
+    time_ns: int
+    blocks: tuple[BlockRecord, ...]
+    free_runs: tuple[Extent, ...]
+    slab_cached: tuple[Extent, ...]
+    untracked: tuple[Extent, ...]
+    stats: dict[str, Any]
+    label: str = field(default="")
+
+    @classmethod
+    def _from_core(cls, pool: Pool, raw: Mapping[str, Any]) -> Snapshot:
+        """Build from what the extension collects (called by ``Pool.snapshot``)."""
+        return cls(
+            pool=str(pool.name),
+            config=pool_config(pool),
+            time_ns=int(raw["time_ns"]),
+            blocks=tuple(BlockRecord(*b) for b in raw["blocks"]),
+            free_runs=tuple(Extent(o, n) for o, n in raw["free_runs"]),
+            slab_cached=tuple(Extent(o, n) for o, n in raw["slab_cached"]),
+            untracked=tuple(Extent(o, n) for o, n in raw["untracked"]),
+            stats=raw["stats"].as_dict(),
+        )
+
+    def with_label(self, label: str) -> Snapshot:
+        """The same snapshot with a label (shown in reports and pictures)."""
+        return Snapshot(
+            self.pool,
+            self.config,
+            self.time_ns,
+            self.blocks,
+            self.free_runs,
+            self.slab_cached,
+            self.untracked,
+            self.stats,
+            label,
+        )
+
+    # ----- figures ---------------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        """Bytes in the arena."""
+        return int(self.config["capacity"])
+
+    @property
+    def usable_capacity(self) -> int:
+        """Bytes blocks can use."""
+        return int(self.stats["usable_capacity"])
+
+    @property
+    def bytes_free(self) -> int:
+        """Free bytes: the sum of the free runs."""
+        return sum(r.length for r in self.free_runs)
+
+    @property
+    def bytes_in_slab_caches(self) -> int:
+        """Unused bytes inside slabs (free objects of their size class): the stats count them
+        as free, since an allocation reclaims all-free slabs before it fails."""
+        return sum(r.length for r in self.slab_cached)
+
+    @property
+    def bytes_in_blocks(self) -> int:
+        """Bytes held by live blocks."""
+        return sum(b.block_bytes for b in self.blocks)
+
+    def largest_free_runs(self, n: int = 10) -> list[Extent]:
+        """The ``n`` longest free runs, longest first (ties: lower offset first)."""
+        return sorted(self.free_runs, key=lambda r: (-r.length, r.offset))[:n]
+
+    def bytes_by(self, key: str = "tag") -> dict[str, tuple[int, int]]:
+        """``label -> (blocks, block bytes)`` grouped by ``"tag"`` or ``"core"``, largest first."""
+        if key not in ("tag", "core"):
+            from npumem.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"key must be 'tag' or 'core', got {key!r}")
+        groups: dict[str, list[int]] = {}
+        for b in self.blocks:
+            label = (b.tag or "(no tag)") if key == "tag" else f"core {b.core}"
+            g = groups.setdefault(label, [0, 0])
+            g[0] += 1
+            g[1] += b.block_bytes
+        ordered = sorted(groups.items(), key=lambda kv: (-kv[1][1], kv[0]))
+        return {k: (v[0], v[1]) for k, v in ordered}
+
+    # ----- JSON ------------------------------------------------------------------------------
+
+    def to_json_obj(self) -> dict[str, Any]:
+        """The snapshot as a JSON-ready dict (format ``npumem-snapshot``, version 1)."""
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "version": SNAPSHOT_VERSION,
+            "pool": self.pool,
+            "label": self.label,
+            "config": self.config,
+            "time_ns": self.time_ns,
+            "block_fields": list(_BLOCK_FIELDS),
+            "blocks": [
+                [b.offset, b.nbytes, b.block_bytes, b.align, b.core, b.tag, b.pins, b.handle]
+                for b in self.blocks
+            ],
+            "free_runs": [[r.offset, r.length] for r in self.free_runs],
+            "slab_cached": [[r.offset, r.length] for r in self.slab_cached],
+            "untracked": [[r.offset, r.length] for r in self.untracked],
+            "stats": self.stats,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the snapshot as JSON to ``path``; returns the path."""
+        return write_json(path, self.to_json_obj())
+
+    @classmethod
+    def from_json_obj(cls, obj: Mapping[str, Any], *, where: str = "snapshot") -> Snapshot:
+        """Read a dict made by :meth:`to_json_obj`; :class:`FileFormatError` names what is
+        wrong."""
+        r = Reader(where)
+        r.header(obj, SNAPSHOT_FORMAT, SNAPSHOT_VERSION)
+        config = r.field(obj, "config", dict)
+        for key in _CONFIG_INTS:
+            r.non_negative(r.field(config, key, int), f"config.{key}")
+        if r.field(obj, "block_fields", list) != list(_BLOCK_FIELDS):
+            raise r.fail(f"block_fields must be {list(_BLOCK_FIELDS)}")
+        blocks = []
+        for i, row in enumerate(r.field(obj, "blocks", list)):
+            row = r.int_row(row, len(_BLOCK_FIELDS), "block", i)
+            tag = row[5]
+            if tag is not None and not isinstance(tag, str):
+                raise r.fail(f"block {i}: tag must be a string or null, got {tag!r}")
+            n = [r.non_negative(v, f"block {i}") for j, v in enumerate(row) if j != 5]
+            blocks.append(BlockRecord(n[0], n[1], n[2], n[3], n[4], tag, n[5], n[6]))
+        runs: dict[str, tuple[Extent, ...]] = {}
+        for key in ("free_runs", "slab_cached", "untracked"):
+            items = []
+            for i, row in enumerate(r.field(obj, key, list)):
+                row = r.int_row(row, 2, key, i)
+                items.append(Extent(r.non_negative(row[0], key), r.non_negative(row[1], key)))
+            runs[key] = tuple(items)
+        stats = r.field(obj, "stats", dict)
+        for key in _STATS_INTS:
+            r.non_negative(r.field(stats, key, int), f"stats.{key}")
+        r.field(stats, "external_fragmentation", float)
+        for i, core in enumerate(r.field(stats, "per_core", list)):
+            if not isinstance(core, dict):
+                raise r.fail(f"stats.per_core {i} must be an object, got {core!r}")
+            for key in _CORE_INTS:
+                r.non_negative(r.field(core, key, int), f"stats.per_core {i}: {key}")
+        return cls(
+            pool=r.field(obj, "pool", str),
+            config=config,
+            time_ns=r.non_negative(r.field(obj, "time_ns", int), "time_ns"),
+            blocks=tuple(blocks),
+            free_runs=runs["free_runs"],
+            slab_cached=runs["slab_cached"],
+            untracked=runs["untracked"],
+            stats=stats,
+            label=r.field(obj, "label", str),
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Snapshot:
+        """Read a snapshot file written by :meth:`save`."""
+        return cls.from_json_obj(read_json(path), where=str(path))
+
+    def __repr__(self) -> str:
+        return (
+            f"<Snapshot of {self.pool!r}{' ' + repr(self.label) if self.label else ''}: "
+            f"{len(self.blocks)} blocks, {len(self.free_runs)} free runs, "
+            f"{self.bytes_free:,} bytes free>"
+        )
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """Read a snapshot file (the same as :meth:`Snapshot.load`)."""
+    return Snapshot.load(path)

@@ -1,0 +1,211 @@
+"""Trace replay: run a recorded trace's allocations and frees against a fresh pool with a chosen
+configuration, and report what would happen: which allocations would fail, the peak, the
+fragmentation. A what-if tool ("would 20% less memory have been enough?", "does a 1 MiB chunk
+size help?").
+
+The replay runs the events in time order on one thread, on a pool without host memory (offsets
+only, nothing is touched), pinned to one CPU so every allocation goes to the same core pool and
+the outcome is deterministic. The recording may have used several cores: placements then
+differ from the recording, the bytes in use at every moment do not.
+
+* an ``alloc`` is allocated with its size, alignment and tag; if it fails, its later ``free``
+  is skipped;
+* a ``failed`` event is tried again; if it succeeds now it is counted as rescued and freed at
+  once (the program gave up on it then);
+* a ``free`` frees the block its handle names; a free of a block allocated before the recording
+  began is counted as unmatched and skipped;
+* ``move`` events (compactions) are counted, not replayed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import npumem
+from npumem.monitor.trace import Trace
+
+__all__ = ["ReplayResult", "replay_trace"]
+
+_CONFIG_KEYS = (
+    "capacity",
+    "cores",
+    "chunk_size",
+    "min_block",
+    "bank_size",
+    "alignment",
+    "slab_sizes",
+    "placement",
+    "core_reserve",
+)
+
+
+@dataclass
+class ReplayResult:
+    """What a replay did. ``would_fail`` counts allocations that succeeded when recorded and
+    fail now; ``failed`` all allocations that fail in the replay (recorded failures included);
+    ``same_placements`` the allocations placed at their recorded offset."""
+
+    config: dict[str, Any]
+    events: int
+    allocations: int
+    frees: int
+    moves: int
+    recorded_failures: int
+    failed: int
+    would_fail: int
+    rescued: int
+    unmatched_frees: int
+    skipped_frees: int
+    same_placements: int
+    peak_bytes_in_use: int
+    peak_fragmentation: float
+    fragmentation_at_peak: float
+    final: npumem.PoolStats
+    seconds: float
+    first_failures: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every allocation that succeeded when recorded also succeeds now."""
+        return self.would_fail == 0
+
+
+@contextlib.contextmanager
+def _one_cpu() -> Iterator[None]:
+    """Pin the calling thread to one CPU while replaying (Linux; elsewhere a no-op)."""
+    get = getattr(os, "sched_getaffinity", None)
+    put = getattr(os, "sched_setaffinity", None)
+    if get is None or put is None:
+        yield
+        return
+    before = get(0)
+    try:
+        put(0, {min(before)})
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        put(0, before)
+
+
+def replay_trace(
+    trace: Trace,
+    *,
+    config: Mapping[str, Any] | None = None,
+    sample_every: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
+    """Replay ``trace`` on a fresh pool made from the trace's configuration with the entries of
+    ``config`` replacing its own (``capacity``, ``cores``, ``chunk_size``, ``min_block``,
+    ``bank_size``, ``alignment``, ``slab_sizes``, ``placement``, ``core_reserve``).
+
+    Fragmentation is sampled every ``sample_every`` events and at every failure; ``progress``
+    is called now and then with (events done, events in all). A bad configuration raises
+    :class:`npumem.ConfigError`.
+    """
+    overrides = dict(config or {})
+    unknown = sorted(set(overrides) - set(_CONFIG_KEYS))
+    if unknown:
+        raise npumem.InvalidArgumentError(
+            f"unknown configuration key(s) {', '.join(unknown)}; expected {', '.join(_CONFIG_KEYS)}"
+        )
+    if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
+        raise npumem.InvalidArgumentError(f"sample_every must be an int >= 1, got {sample_every!r}")
+    cfg = {k: trace.config[k] for k in _CONFIG_KEYS if k in trace.config}
+    cfg.update(overrides)
+    kwargs = {k: v for k, v in cfg.items() if k != "capacity"}
+    pool = npumem.Pool(cfg["capacity"], backing="none", name=f"replay-of-{trace.pool}", **kwargs)
+    live: dict[int, npumem.Block] = {}
+    dead: set[int] = set()
+    counts = dict.fromkeys(("alloc", "free", "move", "failed"), 0)
+    failed = would_fail = rescued = unmatched = skipped = same = 0
+    peak = 0
+    peak_frag = frag_at_peak = 0.0
+    first_failures: list[dict[str, Any]] = []
+    events = trace.events
+    total = len(events)
+    start = time.perf_counter()
+
+    def note_failure(e: Any, err: npumem.OutOfMemoryError) -> None:
+        if len(first_failures) < 10:
+            first_failures.append(
+                {
+                    "time_ns": e.time_ns,
+                    "size": e.size,
+                    "tag": e.tag,
+                    "bytes_free": err.bytes_free,
+                    "largest_free_block": err.largest_free_block,
+                }
+            )
+
+    with _one_cpu():
+        for i, e in enumerate(events):
+            counts[e.kind] += 1
+            failed_before = failed
+            if e.kind == "alloc":
+                try:
+                    blk = pool.alloc(e.size, align=e.aux or None, tag=e.tag)
+                except npumem.OutOfMemoryError as err:
+                    failed += 1
+                    would_fail += 1
+                    dead.add(e.handle)
+                    note_failure(e, err)
+                else:
+                    live[e.handle] = blk
+                    same += blk.offset == e.offset
+            elif e.kind == "free":
+                freed = live.pop(e.handle, None)
+                if freed is not None:
+                    freed.free()
+                elif e.handle in dead:
+                    dead.discard(e.handle)
+                    skipped += 1
+                else:
+                    unmatched += 1
+            elif e.kind == "failed":
+                try:
+                    pool.alloc(e.size, align=e.aux or None, tag=e.tag).free()
+                    rescued += 1
+                except npumem.OutOfMemoryError as err:
+                    failed += 1
+                    note_failure(e, err)
+            if i % sample_every == 0 or failed > failed_before:
+                s = pool.stats()
+                peak_frag = max(peak_frag, s.external_fragmentation)
+                if s.bytes_in_use > peak:
+                    peak, frag_at_peak = s.bytes_in_use, s.external_fragmentation
+            if progress is not None and i % 4096 == 0:
+                progress(i, total)
+        final = pool.stats()
+    if progress is not None:
+        progress(total, total)
+    for blk in live.values():
+        blk.free()
+    pool.check()
+    return ReplayResult(
+        config=cfg,
+        events=total,
+        allocations=counts["alloc"],
+        frees=counts["free"],
+        moves=counts["move"],
+        recorded_failures=counts["failed"],
+        failed=failed,
+        would_fail=would_fail,
+        rescued=rescued,
+        unmatched_frees=unmatched,
+        skipped_frees=skipped,
+        same_placements=same,
+        peak_bytes_in_use=max(peak, final.peak_bytes_in_use),
+        peak_fragmentation=max(peak_frag, final.external_fragmentation),
+        fragmentation_at_peak=frag_at_peak,
+        final=final,
+        seconds=time.perf_counter() - start,
+        first_failures=first_failures,
+    )

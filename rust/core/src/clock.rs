@@ -1,0 +1,152 @@
+//! The trace's clock: nanoseconds since the pool was made, cheap enough to read on every event.
+//!
+//! [`Clock::now_ns`] reads the monotonic clock (`Instant`, about 25 ns through the vDSO). When
+//! the kernel itself keeps time with the CPU's time-stamp counter (Linux on x86_64 with
+//! `clocksource = tsc`: an invariant counter, synchronised across cores), a trace reads the
+//! counter instead (`rdtscp`, about 10 ns) and scales it to the same nanoseconds with a
+//! [`TscScale`] calibrated against `Instant` when the trace starts. Events of one trace share one
+//! linear scale, so their order is the counter's order; their times drift from `Instant` by the
+//! calibration error (parts per million).
+
+use std::time::Instant;
+
+/// Nanoseconds since an origin.
+pub(crate) struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    pub(crate) fn new() -> Clock {
+        Clock { origin: Instant::now() }
+    }
+
+    /// Nanoseconds since the clock was made.
+    #[inline]
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    /// A time-stamp counter scaled to [`Clock::now_ns`], when the counter is trustworthy here.
+    /// Takes about a millisecond (it measures the counter's rate).
+    pub(crate) fn calibrate(&self) -> Option<TscScale> {
+        if !tsc::trusted() {
+            return None;
+        }
+        let sample = || {
+            let before = tsc::read();
+            let ns = self.now_ns();
+            let after = tsc::read();
+            (ns, before / 2 + after / 2)
+        };
+        let (ns0, tsc0) = sample();
+        let (mut ns1, mut tsc1) = sample();
+        while ns1 - ns0 < 1_000_000 {
+            (ns1, tsc1) = sample();
+        }
+        let ticks = tsc1.checked_sub(tsc0)?;
+        // Between 100 MHz and 20 GHz, or something is off.
+        let ns = ns1 - ns0;
+        if ticks < ns / 10 || ticks > ns * 20 {
+            return None;
+        }
+        Some(TscScale { tsc0: tsc1, ns0: ns1, mul: (((ns as u128) << 32) / ticks as u128) as u64 })
+    }
+}
+
+/// Counter ticks to clock nanoseconds: `ns0 + (tsc - tsc0) * mul / 2^32`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TscScale {
+    tsc0: u64,
+    ns0: u64,
+    mul: u64,
+}
+
+impl TscScale {
+    /// Clock nanoseconds now, from the counter.
+    #[inline]
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.at(tsc::read())
+    }
+
+    /// Clock nanoseconds at counter value `tsc` (never below 0).
+    #[inline]
+    fn at(&self, tsc: u64) -> u64 {
+        let delta = tsc.wrapping_sub(self.tsc0) as i64 as i128;
+        let ns = self.ns0 as i128 + ((delta * self.mul as i128) >> 32);
+        ns.max(0) as u64
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod tsc {
+    use std::sync::OnceLock;
+
+    /// Whether the kernel keeps time with the counter (it checked it is invariant and in step
+    /// across cores).
+    pub(super) fn trusted() -> bool {
+        static TRUSTED: OnceLock<bool> = OnceLock::new();
+        *TRUSTED.get_or_init(|| {
+            std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+                .is_ok_and(|s| s.trim() == "tsc")
+        })
+    }
+
+    /// The counter, read after every earlier instruction has executed (`rdtscp`).
+    #[inline]
+    pub(super) fn read() -> u64 {
+        let mut aux = 0u32;
+        // SAFETY: rdtscp is available wherever the kernel uses the TSC as its clocksource
+        // (checked by `trusted` before any read); it only writes `aux`.
+        unsafe { core::arch::x86_64::__rdtscp(&mut aux) }
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod tsc {
+    pub(super) fn trusted() -> bool {
+        false
+    }
+
+    pub(super) fn read() -> u64 {
+        0
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_is_linear_and_never_negative() {
+        // 2.5 ticks per nanosecond (a 2.5 GHz counter): mul = 2^32 / 2.5.
+        let s = TscScale { tsc0: 1_000_000, ns0: 400, mul: ((1u128 << 32) * 2 / 5) as u64 };
+        assert_eq!(s.at(1_000_000), 400);
+        assert_eq!(s.at(1_000_000 + 2_500_000_000), 400 + 1_000_000_000 - 1);
+        assert_eq!(s.at(1_000_000 - 500), 200);
+        assert_eq!(s.at(0), 0, "clamped at the pool's creation");
+        let mut last = 0;
+        for t in (0..10_000_000u64).step_by(997) {
+            let ns = s.at(t);
+            assert!(ns >= last);
+            last = ns;
+        }
+    }
+
+    #[test]
+    fn the_counter_is_used_exactly_when_trusted_and_then_follows_the_clock() {
+        let clock = Clock::new();
+        let scale = clock.calibrate();
+        assert_eq!(scale.is_some(), tsc::trusted(), "a trusted counter must calibrate");
+        if let Some(scale) = scale {
+            let mut last = 0;
+            for _ in 0..1000 {
+                let t = scale.now_ns();
+                assert!(t >= last, "the scaled counter went back");
+                last = t;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let (a, b, c) = (clock.now_ns(), scale.now_ns(), clock.now_ns());
+            assert!(b + 200_000 >= a && b <= c + 200_000, "counter {b} ns vs clock {a}..{c} ns");
+        }
+    }
+}

@@ -1,0 +1,161 @@
+"""``npumem demo``: the main job runs end to end (as a real command), writes what it says, and
+its exit status tells whether the goal was met; bad arguments exit 2 with a clear message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor_helpers import assert_png
+from npumem.cli import main
+from npumem.monitor import load_snapshot, load_trace
+
+MIB = 1 << 20
+FILES = (
+    "snapshot.json",
+    "snapshot-end.json",
+    "timeline.png",
+    "address-map.png",
+    "address-map-by-core.png",
+    "highest-vs-end.png",
+    "plan-resnet50-1.png",
+    "plan-text-1-128.png",
+    "trace.json",
+    "trace.png",
+)
+
+
+def test_demo_quick_runs_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "npumem.cli", "demo", "--quick", "--trace", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    for figure in (
+        "requests served",
+        "1,000 of 1,000",
+        "allocations / s",
+        "peak bytes in use",
+        "peak fragmentation",
+        "0 (target 0)",
+        "compactions",
+        "check()",
+        "passed",
+        "Largest free runs",
+        "Per core",
+        "Over time (monitor)",
+        f"wrote to {out.resolve()}",
+    ):
+        assert figure in text, figure
+    for name in FILES:
+        assert (out / name).is_file(), name
+        assert name in text
+        if name.endswith(".png"):
+            assert_png(out / name)
+    snap = load_snapshot(out / "snapshot.json")
+    assert snap.pool == "demo" and snap.blocks, "the busiest snapshot holds blocks"
+    tags = {b.tag for b in snap.blocks}
+    assert {"resnet50.weights", "mobilenet_v2.weights", "text.weights"} <= tags
+    end = load_snapshot(out / "snapshot-end.json")
+    assert len(end.blocks) == 3 and len(end.free_runs) >= 1
+    trace = load_trace(out / "trace.json")
+    assert trace.complete and trace.counts()["alloc"] == trace.stats_at_stop["alloc_count"]
+    assert json.loads((out / "trace.json").read_text())["format"] == "npumem-trace"
+    # The recorded run replays on the same configuration without a failure.
+    replay = subprocess.run(
+        [sys.executable, "-m", "npumem.cli", "replay", str(out / "trace.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "allocations that would fail" in replay.stdout
+
+
+def test_goal_not_met_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 190 MiB: the weights take 155 MiB, so a batch-8 ResNet-50 arena (55 MiB) never fits.
+    status = main(
+        ["demo", "--requests", "40", "--capacity", "190MiB", "--workers", "1", "-o", str(tmp_path)]
+    )
+    captured = capsys.readouterr()
+    assert status == 1, captured.err
+    assert "goal not met" in captured.err
+    assert "requests rejected" in captured.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["demo", "--workers", "0"], "must be at least 1, got 0"),
+        (["demo", "--threads", "x"], "'x' is not an integer"),
+        (["demo", "--requests", "-3"], "must be at least 1"),
+        (["demo", "--capacity", "12XB"], "is not a byte count"),
+        (["demo", "--capacity", "0"], "at least 1 byte"),
+        (["demo", "--seed", "-1"], "must not be negative"),
+        (["demo", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    ],
+)
+def test_bad_arguments_exit_2(
+    argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert text in capsys.readouterr().err
+
+
+def test_bad_values_that_parse_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--capacity", "100MiB", "-o", str(tmp_path)]) == 2
+    assert "too small for the models' weights" in capsys.readouterr().err
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert main(["demo", "--quick", "-o", str(a_file)]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_the_compactor_integration_point_is_called_on_failed_allocations() -> None:
+    """Issue 5 plugs its compactor in here; a recording stand-in shows the demo calls it when an
+    allocation fails (and counts the calls), without compacting anything itself."""
+    from npumem.workloads import run_demo
+
+    class Recording:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def compact(self) -> dict[str, int]:
+            self.calls += 1
+            return {"moved": 0}
+
+    stand_in = Recording()
+    result = run_demo(requests=30, workers=1, capacity=190 * MIB, compactor=stand_in)
+    assert result.compactor
+    assert stand_in.calls > 0 and result.compactions == stand_in.calls
+    assert result.failed_allocations > 0, "a stand-in that moves nothing cannot prevent them"
+    made: list[object] = []
+
+    def factory(pool: object) -> Recording:
+        made.append(pool)
+        return Recording()
+
+    run_demo(requests=5, workers=1, compactor=factory)
+    assert len(made) == 1 and getattr(made[0], "name", None) == "demo"
+
+
+def test_outputs_without_pictures(tmp_path: Path) -> None:
+    from npumem.workloads import run_demo, write_outputs
+
+    result = run_demo(requests=20, workers=1)
+    files = write_outputs(result, tmp_path / "out", pictures=False)
+    assert sorted(p.name for p in files.values()) == ["snapshot-end.json", "snapshot.json"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        p.name for p in files.values()
+    )
+    assert result.ok and result.requests_served == 20

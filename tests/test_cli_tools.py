@@ -1,0 +1,148 @@
+"""``npumem report``, ``npumem plot`` and ``npumem replay`` on saved files; ``--help`` on every
+subcommand; bad arguments and bad files exit 2 with a message that says what is wrong."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from pathlib import Path
+
+import pytest
+
+import npumem
+from monitor_helpers import assert_png
+from npumem.cli import build_parser, main
+from npumem.monitor import TraceRecorder
+
+MIB = 1 << 20
+SUBCOMMANDS = ("demo", "plan", "replay", "report", "plot")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A snapshot and a trace of a small single-core workload that sometimes runs out of
+    memory."""
+    out = tmp_path_factory.mktemp("files")
+    pool = npumem.Pool(12 * MIB, cores=1, name="tools")
+    rng = random.Random(11)
+    held: list[npumem.Block] = []
+    with TraceRecorder(pool) as rec:
+        for _ in range(1500):
+            if held and rng.random() < 0.45:
+                held.pop(rng.randrange(len(held))).free()
+            else:
+                with contextlib.suppress(npumem.OutOfMemoryError):
+                    held.append(pool.alloc(rng.choice([700, 90_000, 3 * MIB]), tag="w"))
+        snap = pool.snapshot()
+        for b in held:
+            b.free()
+    assert rec.trace.counts()["failed"] > 0
+    garbage = out / "garbage.json"
+    garbage.write_text("{not json")
+    return {
+        "snapshot": snap.save(out / "snap.json"),
+        "trace": rec.trace.save(out / "trace.json"),
+        "garbage": garbage,
+        "missing": out / "missing.json",
+        "dir": out,
+    }
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    assert f"usage: npumem {command}" in text
+    assert "Exit status" in text
+
+
+def test_top_level_help_lists_the_subcommands() -> None:
+    text = build_parser().format_help()
+    for command in SUBCOMMANDS:
+        assert command in text
+
+
+def test_no_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    assert "required" in capsys.readouterr().err
+
+
+def test_report(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(files["snapshot"]), "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "snapshot of pool 'tools'" in text
+    assert "Largest free runs" in text and "Live blocks by tag" in text and "Per core" in text
+
+
+def test_plot_snapshot_and_trace(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = files["dir"]
+    assert main(["plot", str(files["snapshot"]), "-o", str(out / "s.png")]) == 0
+    assert "address map" in capsys.readouterr().out
+    assert_png(out / "s.png")
+    assert main(["plot", str(files["trace"]), "-o", str(out / "t.png"), "--color-by", "core"]) == 0
+    assert "trace over time" in capsys.readouterr().out
+    assert_png(out / "t.png")
+
+
+def test_replay_as_recorded_and_what_if(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", str(files["trace"])]) == 0
+    text = capsys.readouterr().out
+    assert "as recorded" in text and "allocations that would fail" in text
+    assert main(["replay", str(files["trace"]), "--capacity", "64MiB"]) == 0
+    assert main(["replay", str(files["trace"]), "--capacity", "4MiB"]) == 1
+    captured = capsys.readouterr()
+    assert "would fail with this configuration" in captured.err
+    assert "would fail:" in captured.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["report", "{missing}"], "no such file"),
+        (["report", "{garbage}"], "not JSON"),
+        (["report", "{trace}"], "is a trace, not a snapshot"),
+        (["plot", "{garbage}"], "not JSON"),
+        (["plot", "{snapshot}", "-o", "{dir}/no/such/dir/x.png"], "cannot write"),
+        (["replay", "{snapshot}"], "is a snapshot, not a trace"),
+        (["replay", "{missing}"], "no such file"),
+        (["replay", "{trace}", "--chunk-size", "3MiB"], "chunk_size"),
+        (["replay", "{trace}", "--min-block", "32"], "min_block"),
+    ],
+)
+def test_bad_files_and_values_exit_2(
+    files: dict[str, Path], argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [a.format(**{k: str(v) for k, v in files.items()}) for a in argv]
+    assert main(args) == 2
+    assert text in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["report"], "required: SNAPSHOT"),
+        (["report", "{snapshot}", "--top", "0"], "must be at least 1"),
+        (["plot", "{snapshot}", "--color-by", "size"], "invalid choice: 'size'"),
+        (["replay"], "required: TRACE"),
+        (["replay", "{trace}", "--cores", "0"], "must be at least 1"),
+        (["replay", "{trace}", "--capacity", "lots"], "is not a byte count"),
+        (["replay", "{trace}", "--placement", "worst-fit"], "invalid choice: 'worst-fit'"),
+        (["replay", "{trace}", "--core-reserve", "-1"], "must not be negative"),
+    ],
+)
+def test_bad_arguments_exit_2(
+    files: dict[str, Path], argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [a.format(**{k: str(v) for k, v in files.items()}) for a in argv]
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    assert text in capsys.readouterr().err

@@ -1,0 +1,85 @@
+"""Pictures: each function writes a valid PNG of the expected dimensions and a plausible size."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+import npumem
+from monitor_helpers import assert_png
+from npumem import plan
+from npumem.monitor import (
+    Monitor,
+    Thresholds,
+    TraceRecorder,
+    plot_address_map,
+    plot_before_after,
+    plot_plan,
+    plot_timeline,
+    plot_trace,
+)
+from npumem.plan import networks
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def scene() -> dict[str, object]:
+    pool = npumem.Pool(64 * MIB, cores=2, name="pics")
+    mon = Monitor(pool)
+    with TraceRecorder(pool) as rec:
+        held = []
+        for i in range(200):
+            held.append(pool.alloc(1000 + (i % 40) * 7000, tag=f"model{i % 3}"))
+            if i % 3 == 0:
+                held.pop(len(held) // 2).free()
+            if i % 20 == 0:
+                mon.sample()
+        with contextlib.suppress(npumem.OutOfMemoryError):
+            pool.alloc(60 * MIB)
+        mon.sample()
+        busy = pool.snapshot().with_label("busy")
+        for b in held[::2]:
+            b.free()
+        later = pool.snapshot().with_label("later")
+        for b in held[1::2]:
+            b.free()
+    return {"history": mon.history, "busy": busy, "later": later, "trace": rec.trace}
+
+
+def test_timeline(tmp_path: Path, scene: dict[str, object]) -> None:
+    out = plot_timeline(scene["history"], tmp_path / "t.png", thresholds=Thresholds())  # type: ignore[arg-type]
+    assert_png(out, (1100, 660))
+
+
+@pytest.mark.parametrize("color_by", ["tag", "core"])
+def test_address_map(tmp_path: Path, scene: dict[str, object], color_by: str) -> None:
+    out = plot_address_map(scene["busy"], tmp_path / "m.png", color_by=color_by)  # type: ignore[arg-type]
+    assert_png(out, (1210, 770))
+
+
+def test_before_after(tmp_path: Path, scene: dict[str, object]) -> None:
+    out = plot_before_after(scene["busy"], scene["later"], tmp_path / "ba.png")  # type: ignore[arg-type]
+    assert_png(out, (1760, 770))
+
+
+def test_trace_picture(tmp_path: Path, scene: dict[str, object]) -> None:
+    out = plot_trace(scene["trace"], tmp_path / "tr.png")  # type: ignore[arg-type]
+    assert_png(out, (1100, 660))
+
+
+def test_plan_picture(tmp_path: Path) -> None:
+    problem = plan.Problem.from_graph(networks.mobilenet_v2(), alignment=64)
+    out = plot_plan(plan.solve(problem, time_limit=1.0), tmp_path / "p.png")
+    assert_png(out, (1210, 660))
+
+
+def test_bad_arguments(tmp_path: Path, scene: dict[str, object]) -> None:
+    with pytest.raises(npumem.InvalidArgumentError, match="color_by"):
+        plot_address_map(scene["busy"], tmp_path / "x.png", color_by="size")  # type: ignore[arg-type]
+    with pytest.raises(npumem.InvalidArgumentError, match="at least one sample"):
+        plot_timeline([], tmp_path / "x.png")
+    with pytest.raises(FileNotFoundError):
+        plot_address_map(scene["busy"], tmp_path / "missing" / "x.png")  # type: ignore[arg-type]

@@ -1,0 +1,96 @@
+"""PrometheusCollector: registrable in any registry, the text exposition parses, and every metric
+carries the pool's current value under its name label."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+import npumem
+from npumem.monitor import PrometheusCollector
+from npumem.monitor.prometheus import COUNTERS, GAUGES
+
+MIB = 1 << 20
+
+
+def scrape(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
+    """``(sample name, pool label) -> value`` from the parsed text exposition."""
+    text = generate_latest(registry).decode()
+    out: dict[tuple[str, str], float] = {}
+    types: dict[str, str] = {}
+    for family in text_string_to_metric_families(text):
+        types[family.name] = family.type
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            out[(sample.name, sample.labels["pool"])] = sample.value
+    for metric, _, _ in GAUGES:
+        assert types[metric] == "gauge"
+    for metric, _, _ in COUNTERS:
+        assert types[metric.removesuffix("_total")] == "counter"
+    return out
+
+
+def test_exposition_carries_the_right_values() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, core_reserve=0, name="npu0")
+    registry = CollectorRegistry()
+    registry.register(PrometheusCollector(pool))
+    blocks = [pool.alloc(2 * MIB) for _ in range(4)]
+    blocks[1].free()
+    blocks[3].free()
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(3 * MIB)
+    s = pool.stats()
+    got = scrape(registry)
+    expected = {
+        "npumem_bytes_in_use": 4 * MIB,
+        "npumem_bytes_free": 4 * MIB,
+        "npumem_peak_bytes_in_use": 8 * MIB,
+        "npumem_largest_free_block_bytes": 2 * MIB,
+        "npumem_external_fragmentation_ratio": 0.5,
+        "npumem_allocs_total": 4,
+        "npumem_frees_total": 2,
+        "npumem_failed_allocs_total": 1,
+        "npumem_overflow_allocs_total": s.overflow_allocs,
+    }
+    assert {name for name, _ in got} == set(expected)
+    for name, value in expected.items():
+        assert got[(name, "npu0")] == pytest.approx(value), name
+    # Values follow the pool at every scrape.
+    blocks[0].free()
+    blocks[2].free()
+    got = scrape(registry)
+    assert got[("npumem_bytes_in_use", "npu0")] == 0
+    assert got[("npumem_frees_total", "npu0")] == 4
+    assert got[("npumem_external_fragmentation_ratio", "npu0")] == 0
+
+
+def test_several_pools_are_labelled_by_name() -> None:
+    a = npumem.Pool(4 * MIB, cores=1, name="a")
+    b = npumem.Pool(8 * MIB, cores=1, name="b")
+    registry = CollectorRegistry()
+    registry.register(PrometheusCollector(a, b))
+    blk = b.alloc(1000)
+    got = scrape(registry)
+    assert got[("npumem_bytes_free", "a")] == 4 * MIB
+    assert got[("npumem_bytes_in_use", "b")] == blk.block_bytes
+    assert got[("npumem_allocs_total", "a")] == 0 and got[("npumem_allocs_total", "b")] == 1
+    blk.free()
+
+
+def test_registries_refuse_a_second_collector_with_the_same_names() -> None:
+    pool = npumem.Pool(4 * MIB, cores=1, name="dup")
+    registry = CollectorRegistry()
+    registry.register(PrometheusCollector(pool))
+    with pytest.raises(ValueError, match="Duplicated"):
+        registry.register(PrometheusCollector(pool))
+
+
+def test_bad_arguments() -> None:
+    pool = npumem.Pool(4 * MIB, cores=1, name="same")
+    other = npumem.Pool(4 * MIB, cores=1, name="same")
+    with pytest.raises(npumem.InvalidArgumentError, match="names must differ"):
+        PrometheusCollector(pool, other)
+    with pytest.raises(npumem.ArgumentTypeError, match=r"npumem\.Pool"):
+        PrometheusCollector("pool")  # type: ignore[arg-type]

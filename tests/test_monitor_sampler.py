@@ -1,0 +1,180 @@
+"""npumem.monitor.Monitor: samples, bounded history, threshold alerts that fire on crossing and
+re-arm below, logging, callbacks, the background thread, and argument checks."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+import npumem
+from npumem.monitor import Alert, Monitor, Sample, Thresholds
+
+MIB = 1 << 20
+
+
+def make_pool(capacity: int = 16 * MIB) -> npumem.Pool:
+    return npumem.Pool(capacity, cores=1, name="mon")
+
+
+def kinds(alerts: list[Alert]) -> list[tuple[str, bool]]:
+    return [(a.kind, a.firing) for a in alerts]
+
+
+def test_sample_reads_the_stats_now() -> None:
+    pool = make_pool()
+    mon = Monitor(pool)
+    blk = pool.alloc(3 * MIB)
+    s = mon.sample()
+    stats = pool.stats()
+    assert isinstance(s, Sample)
+    assert s.bytes_in_use == stats.bytes_in_use == 4 * MIB  # 3 MiB rounds up to whole chunks
+    assert s.usage == pytest.approx(0.25)
+    assert (s.alloc_count, s.free_count, s.blocks_in_use) == (1, 0, 1)
+    assert s.largest_free_block == stats.largest_free_block
+    assert s.as_dict()["usage"] == s.usage
+    blk.free()
+    assert mon.sample().bytes_in_use == 0
+    assert len(mon.history) == 2 and mon.samples_taken == 2
+
+
+def test_usage_alert_fires_once_on_crossing_and_rearms_below() -> None:
+    pool = make_pool()
+    got: list[Alert] = []
+    mon = Monitor(pool, thresholds={"usage": 0.5, "fragmentation": None}, callbacks=[got.append])
+    mon.sample()
+    assert got == []
+    big = pool.alloc(10 * MIB)  # 62.5%
+    for _ in range(5):
+        mon.sample()
+    assert kinds(got) == [("usage", True)], "one alert while above, not one per sample"
+    assert mon.firing == ["usage"]
+    assert got[0].value == pytest.approx(10 / 16) and got[0].threshold == 0.5
+    assert "62.5%" in got[0].message and "50%" in got[0].message
+    big.free()
+    mon.sample()
+    mon.sample()
+    assert kinds(got) == [("usage", True), ("usage", False)]
+    assert mon.firing == []
+    again = pool.alloc(9 * MIB)
+    mon.sample()
+    assert kinds(got)[-1] == ("usage", True), "re-armed after going below"
+    again.free()
+    assert kinds(mon.alerts) == kinds(got)
+    assert len(got) == 3
+
+
+def test_fragmentation_alert_fires_and_clears() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, core_reserve=0, name="frag")
+    got: list[Alert] = []
+    mon = Monitor(pool, thresholds={"usage": None, "fragmentation": 0.3}, callbacks=[got.append])
+    # Four 2 MiB chunks as runs; free every other one: free space split in two.
+    blocks = [pool.alloc(2 * MIB) for _ in range(4)]
+    blocks[0].free()
+    blocks[2].free()
+    s = mon.sample()
+    assert s.external_fragmentation == pytest.approx(0.5)
+    assert kinds(got) == [("fragmentation", True)]
+    mon.sample()
+    assert len(got) == 1
+    blocks[1].free()  # 0..6 MiB free in one run: 6/8 largest, 1 - 6/6 = 0
+    s = mon.sample()
+    assert s.external_fragmentation == 0.0
+    assert kinds(got) == [("fragmentation", True), ("fragmentation", False)]
+    blocks[3].free()
+
+
+def test_failed_allocations_alert_and_logging(caplog: pytest.LogCaptureFixture) -> None:
+    pool = make_pool()
+    mon = Monitor(pool, thresholds={"usage": None, "fragmentation": None})
+    mon.sample()
+    with caplog.at_level(logging.INFO, logger="npumem.monitor"):
+        held = pool.alloc(10 * MIB)
+        with pytest.raises(npumem.OutOfMemoryError):
+            pool.alloc(8 * MIB)
+        mon.sample()
+        mon.sample()
+    assert kinds(mon.alerts) == [("failed_allocs", True), ("failed_allocs", False)]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    infos = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert len(warnings) == 1 and "allocation(s) failed" in warnings[0].getMessage()
+    assert len(infos) == 1 and "no new failed allocations" in infos[0].getMessage()
+    assert mon.alerts[0].value == 1
+    held.free()
+
+
+def test_history_is_bounded_and_hooks_see_every_sample() -> None:
+    pool = make_pool()
+    seen: list[Sample] = []
+    mon = Monitor(pool, history=3, on_sample=[seen.append])
+    for _ in range(7):
+        mon.sample()
+    assert len(seen) == 7
+    assert mon.history == seen[-3:]
+    assert mon.samples_taken == 7
+    times = [s.time for s in seen]
+    assert times == sorted(times)
+
+
+def test_a_raising_callback_is_logged_and_sampling_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool = make_pool()
+
+    def broken(_: object) -> None:
+        raise RuntimeError("boom")
+
+    mon = Monitor(pool, thresholds={"usage": 0.1}, callbacks=[broken], on_sample=[broken])
+    blk = pool.alloc(4 * MIB)
+    with caplog.at_level(logging.ERROR, logger="npumem.monitor"):
+        mon.sample()
+    assert sum("raised" in r.getMessage() for r in caplog.records) == 2
+    assert kinds(mon.alerts) == [("usage", True)]
+    blk.free()
+
+
+def test_background_thread_samples_until_stopped() -> None:
+    pool = make_pool()
+    with Monitor(pool, interval=0.01) as mon:
+        assert mon.running
+        deadline = time.monotonic() + 5
+        while mon.samples_taken < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert not mon.running
+    taken = mon.samples_taken
+    assert taken >= 5
+    time.sleep(0.05)
+    assert mon.samples_taken == taken, "no sample after stop"
+    assert "stopped" in repr(mon)
+
+
+def test_thresholds_accept_dicts_and_objects() -> None:
+    assert Thresholds.of(None) == Thresholds(0.9, 0.3, True)
+    assert Thresholds.of({"usage": 0.8}) == Thresholds(0.8, 0.3, True)
+    t = Thresholds(usage=None, fragmentation=1)
+    assert Thresholds.of(t) is t and t.fragmentation == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "text"),
+    [
+        ({"interval": 0}, npumem.InvalidArgumentError, "interval must be > 0"),
+        ({"interval": float("inf")}, npumem.InvalidArgumentError, "finite"),
+        ({"interval": "1"}, npumem.ArgumentTypeError, "interval must be a number"),
+        ({"history": 0}, npumem.InvalidArgumentError, "at least 1 sample"),
+        ({"history": 2.5}, npumem.ArgumentTypeError, "history must be an int"),
+        ({"thresholds": {"usage": 1.5}}, npumem.InvalidArgumentError, "fraction in (0, 1]"),
+        ({"thresholds": {"usage": 0}}, npumem.InvalidArgumentError, "fraction in (0, 1]"),
+        ({"thresholds": {"usage": "high"}}, npumem.ArgumentTypeError, "must be a number"),
+        ({"thresholds": {"memory": 0.5}}, npumem.InvalidArgumentError, "unknown key(s) 'memory'"),
+        ({"thresholds": 0.9}, npumem.ArgumentTypeError, "thresholds must be"),
+        ({"callbacks": [1]}, npumem.ArgumentTypeError, "callables"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs: dict[str, object], error: type, text: str) -> None:
+    pool = make_pool()
+    with pytest.raises(error) as info:
+        Monitor(pool, **kwargs)  # type: ignore[arg-type]
+    assert text in str(info.value)
+    assert isinstance(info.value, npumem.NpumemError)

@@ -1,0 +1,210 @@
+"""The event trace from Python: what it records, the recorder, JSON round trips, and replay
+(reproducing a recorded outcome exactly, and what-if configurations)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+import npumem
+from npumem.monitor import FileFormatError, Trace, TraceEvent, TraceRecorder, load_trace
+from npumem.workloads import replay_trace
+
+MIB = 1 << 20
+
+
+def test_pool_trace_api() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, name="tr")
+    assert pool.trace_drain() == []
+    assert pool.trace_status() == {
+        "enabled": False,
+        "capacity": 0,
+        "recorded": 0,
+        "drained": 0,
+        "dropped": 0,
+    }
+    pool.trace_start(capacity=100)
+    a = pool.alloc(3000, align=256, tag="act")
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(8 * MIB, tag="huge")
+    offset, handle = a.offset, a.handle
+    a.free()
+    pool.trace_stop()
+    pool.alloc(10).free()  # not recorded
+    events = [TraceEvent._make(e) for e in pool.trace_drain()]
+    assert [e.kind for e in events] == ["alloc", "failed", "free"]
+    alloc, failed, free = events
+    assert (alloc.offset, alloc.size, alloc.tag, alloc.handle, alloc.aux) == (
+        offset,
+        3000,
+        "act",
+        handle,
+        256,
+    )
+    assert (failed.size, failed.tag, failed.handle, failed.aux) == (8 * MIB, "huge", 0, 64)
+    assert (free.offset, free.handle, free.tag) == (offset, handle, "act")
+    assert alloc.time_ns <= failed.time_ns <= free.time_ns
+    st = pool.trace_status()
+    assert (st["enabled"], st["recorded"], st["drained"], st["dropped"]) == (False, 3, 3, 0)
+    assert st["capacity"] >= 100
+
+
+@pytest.mark.parametrize(
+    ("capacity", "error", "text"),
+    [
+        (0, npumem.InvalidArgumentError, "between 1 and"),
+        (1 << 40, npumem.InvalidArgumentError, "between 1 and"),
+        (-5, npumem.InvalidArgumentError, "got -5"),
+        (2.5, npumem.ArgumentTypeError, "capacity must be an int"),
+        ("10", npumem.ArgumentTypeError, "capacity must be an int"),
+    ],
+)
+def test_bad_trace_capacity(capacity: object, error: type, text: str) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    with pytest.raises(error, match=text):
+        pool.trace_start(capacity)  # type: ignore[arg-type]
+    assert not pool.trace_status()["enabled"]
+    with pytest.raises(error, match=text):
+        TraceRecorder(pool, capacity=capacity).start()  # type: ignore[arg-type]
+
+
+def test_overflow_is_counted_not_hidden() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    with TraceRecorder(pool, capacity=16) as rec:
+        for _ in range(100):
+            pool.alloc(100).free()
+    trace = rec.trace
+    assert len(trace.events) == 16 and trace.dropped == 184
+    assert not trace.complete
+
+
+def workload(pool: npumem.Pool, seed: int, steps: int = 3000) -> None:
+    """Allocations of mixed sizes, some failing for lack of memory, frees in random order."""
+    rng = random.Random(seed)
+    held: list[npumem.Block] = []
+    for _ in range(steps):
+        if held and rng.random() < 0.45:
+            held.pop(rng.randrange(len(held))).free()
+            continue
+        size = rng.choice([rng.randint(1, 5000), rng.randint(5000, 600_000), 3 * MIB])
+        with contextlib.suppress(npumem.OutOfMemoryError):
+            held.append(pool.alloc(size, tag=rng.choice(["a", "b", None])))
+    for b in held:
+        b.free()
+
+
+def test_recorder_drains_concurrently_and_keeps_time_order() -> None:
+    pool = npumem.Pool(64 * MIB, cores=2, name="threads")
+    rec = TraceRecorder(pool, capacity=1 << 16).start()
+    threads = [threading.Thread(target=workload, args=(pool, s, 2000)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        rec.drain()
+    for t in threads:
+        t.join()
+    trace = rec.stop()
+    assert trace.dropped == 0 and trace.complete
+    times = [e.time_ns for e in trace.events]
+    assert times == sorted(times)
+    live: dict[int, int] = {}
+    for e in trace.events:
+        if e.kind == "alloc":
+            assert e.handle not in live
+            live[e.handle] = e.size
+        elif e.kind == "free":
+            assert live.pop(e.handle) == e.size, "a free before its alloc, or lost"
+    assert live == {}
+    c = trace.counts()
+    s = trace.stats_at_stop
+    assert (c["alloc"], c["free"], c["failed"]) == (
+        s["alloc_count"],
+        s["free_count"],
+        s["failed_allocs"],
+    )
+
+
+def test_json_round_trip_is_exact(tmp_path: Path) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, name="rt")
+    with TraceRecorder(pool) as rec:
+        workload(pool, 5, 500)
+    trace = rec.trace
+    assert trace.counts()["failed"] > 0 and any(e.tag is None for e in trace.events)
+    back = load_trace(trace.save(tmp_path / "t.json"))
+    assert back == trace
+    assert Trace.from_json_obj(json.loads((tmp_path / "t.json").read_text())) == trace
+
+
+@pytest.mark.parametrize(
+    ("mutate", "text"),
+    [
+        (lambda o: o.update(format="npumem-snapshot"), "format is 'npumem-snapshot'"),
+        (lambda o: o.update(version=2), "version 2 is not supported"),
+        (lambda o: o["events"][0].__setitem__(1, "malloc"), "kind must be one of"),
+        (lambda o: o["events"][0].__setitem__(5, 99), "tag index 99 is not in tags"),
+        (lambda o: o["events"][1].__setitem__(0, 0), "time 0 goes back"),
+        (lambda o: o["events"].append([1, 2, 3]), "must be a list of 8 values"),
+        (lambda o: o["config"].__setitem__("cores", 0), "config.cores must be > 0"),
+        (lambda o: o.update(dropped=-1), "dropped must be an integer >= 0"),
+    ],
+)
+def test_damaged_traces_are_refused(tmp_path: Path, mutate: object, text: str) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    with TraceRecorder(pool) as rec:
+        pool.alloc(100, tag="x").free()
+        pool.alloc(200).free()
+    obj = rec.trace.to_json_obj()
+    assert callable(mutate)
+    mutate(obj)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(FileFormatError) as info:
+        load_trace(path)
+    assert str(path) in str(info.value) and text in str(info.value)
+
+
+def recorded(capacity: int, seed: int) -> tuple[npumem.Pool, Trace]:
+    pool = npumem.Pool(capacity, cores=1, name="rec")
+    with TraceRecorder(pool) as rec:
+        workload(pool, seed)
+    return pool, rec.trace
+
+
+def test_replay_reproduces_the_recorded_outcome() -> None:
+    _pool, trace = recorded(12 * MIB, 7)
+    counts = trace.counts()
+    assert counts["failed"] > 0, "the workload must run out of memory sometimes"
+    r = replay_trace(trace)
+    stats = trace.stats_at_stop
+    assert r.failed == counts["failed"] == stats["failed_allocs"]
+    assert r.would_fail == 0 and r.rescued == 0 and r.ok
+    assert r.peak_bytes_in_use == stats["peak_bytes_in_use"]
+    assert r.same_placements == r.allocations == counts["alloc"], "same pool, same offsets"
+    assert r.unmatched_frees == 0 and r.skipped_frees == 0
+    assert r.final.bytes_in_use == 0 and r.final.alloc_count == counts["alloc"]
+
+
+def test_replay_what_if() -> None:
+    _, trace = recorded(12 * MIB, 7)
+    bigger = replay_trace(trace, config={"capacity": 64 * MIB})
+    assert bigger.failed == 0 and bigger.rescued == trace.counts()["failed"]
+    smaller = replay_trace(trace, config={"capacity": 6 * MIB})
+    assert smaller.would_fail > 0 and not smaller.ok
+    assert smaller.skipped_frees == smaller.would_fail
+    assert smaller.first_failures and smaller.first_failures[0]["size"] > 0
+    assert smaller.peak_bytes_in_use <= 6 * MIB
+
+
+def test_replay_refuses_bad_configurations() -> None:
+    _, trace = recorded(8 * MIB, 1)
+    with pytest.raises(npumem.InvalidArgumentError, match="unknown configuration key"):
+        replay_trace(trace, config={"colour": 1})
+    with pytest.raises(npumem.ConfigError, match="power of two"):
+        replay_trace(trace, config={"chunk_size": 3 << 20})
+    with pytest.raises(npumem.InvalidArgumentError, match="sample_every"):
+        replay_trace(trace, sample_every=0)
