@@ -189,7 +189,7 @@ class PoolMachine(RuleBasedStateMachine):
             self.frees,
             self.failed,
         )
-        assert s.bytes_in_use + s.bytes_free == s.usable_capacity
+        assert s.bytes_in_use + s.bytes_free + s.slab_cached_bytes == s.usable_capacity
         assert s.largest_free_block <= s.bytes_free
         assert 0.0 <= s.external_fragmentation <= 1.0
         assert s.peak_bytes_in_use >= s.bytes_in_use

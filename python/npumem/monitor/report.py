@@ -63,6 +63,17 @@ def _stats_table(s: Mapping[str, Any], title: str) -> Table:
         ("usable", human_bytes(usable), f"{usable:,} B"),
         ("bytes in use", human_bytes(s["bytes_in_use"]), _pct(s["bytes_in_use"], usable)),
         ("bytes free", human_bytes(s["bytes_free"]), _pct(s["bytes_free"], usable)),
+        *(
+            [
+                (
+                    "cached in slabs",
+                    human_bytes(s["slab_cached_bytes"]),
+                    _pct(s["slab_cached_bytes"], usable),
+                )
+            ]
+            if "slab_cached_bytes" in s
+            else []
+        ),
         ("peak bytes in use", human_bytes(peak), _pct(peak, usable)),
     ]
     if "requested_bytes_in_use" in s:

@@ -21,7 +21,8 @@ impl Pool {
         let slab_frees: u64 = classes.iter().map(|c| c.frees).sum();
         let usable = self.geometry.usable_capacity();
         let bytes_in_use = (totals.bytes.max(0) as u64 + slab_bytes) as usize;
-        let bytes_free = usable.saturating_sub(bytes_in_use);
+        let slab_cached_bytes = self.slab_cached_bytes();
+        let bytes_free = usable.saturating_sub(bytes_in_use).saturating_sub(slab_cached_bytes);
         let largest_free_block = self.largest_free_block();
         let (mut chunks_free, mut chunks_in_runs, mut chunks_in_cores) = (0, 0, 0);
         for chunk in 0..self.geometry.chunks {
@@ -74,6 +75,7 @@ impl Pool {
             usable_capacity: usable,
             bytes_in_use,
             bytes_free,
+            slab_cached_bytes,
             peak_bytes_in_use: self.counters.sample(bytes_in_use as u64, slab_bytes) as usize,
             requested_bytes_in_use: (totals.requested + slab_requested).max(0) as usize,
             largest_free_block,
@@ -97,6 +99,17 @@ impl Pool {
             size_classes,
             per_core,
         }
+    }
+
+    /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead).
+    fn slab_cached_bytes(&self) -> usize {
+        let classes = &self.slabs.classes.classes;
+        self.slabs
+            .views()
+            .iter()
+            .filter(|v| v.free != classes[v.class].all_free())
+            .map(|v| v.bytes - (classes[v.class].objects - v.free.count_ones()) as usize * classes[v.class].size)
+            .sum()
     }
 
     /// Bytes and requested bytes of the live slab objects.

@@ -210,8 +210,12 @@ pub struct PoolStats {
     pub usable_capacity: usize,
     /// Bytes held by live blocks (block sizes, so rounding waste counts as in use).
     pub bytes_in_use: usize,
-    /// `usable_capacity - bytes_in_use`.
+    /// Bytes any allocation can use: `usable_capacity - bytes_in_use - slab_cached_bytes`
+    /// (all-free slabs count as free: an allocation reclaims them before it fails).
     pub bytes_free: usize,
+    /// Unused bytes inside slabs that still hold objects: free objects of their size class
+    /// and slack. Internal to the slabs, so neither in use nor free, and no fragmentation.
+    pub slab_cached_bytes: usize,
     /// The highest `bytes_in_use` seen (see the module documentation for its precision).
     pub peak_bytes_in_use: usize,
     /// Bytes the live blocks asked for.

@@ -78,6 +78,7 @@ pub struct PoolStats {
     usable_capacity: usize,
     bytes_in_use: usize,
     bytes_free: usize,
+    slab_cached_bytes: usize,
     peak_bytes_in_use: usize,
     requested_bytes_in_use: usize,
     largest_free_block: usize,
@@ -105,6 +106,7 @@ impl PoolStats {
             usable_capacity: s.usable_capacity,
             bytes_in_use: s.bytes_in_use,
             bytes_free: s.bytes_free,
+            slab_cached_bytes: s.slab_cached_bytes,
             peak_bytes_in_use: s.peak_bytes_in_use,
             requested_bytes_in_use: s.requested_bytes_in_use,
             largest_free_block: s.largest_free_block,
@@ -168,6 +170,7 @@ impl PoolStats {
         d.set_item("usable_capacity", self.usable_capacity)?;
         d.set_item("bytes_in_use", self.bytes_in_use)?;
         d.set_item("bytes_free", self.bytes_free)?;
+        d.set_item("slab_cached_bytes", self.slab_cached_bytes)?;
         d.set_item("peak_bytes_in_use", self.peak_bytes_in_use)?;
         d.set_item("requested_bytes_in_use", self.requested_bytes_in_use)?;
         d.set_item("largest_free_block", self.largest_free_block)?;
