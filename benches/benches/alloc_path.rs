@@ -2,8 +2,9 @@
 //!
 //! Workloads (issue 2): alloc/free pairs at 256 B, 4 KiB, 64 KiB, 1 MiB; random sizes 256 B to
 //! 1 MiB at 50% occupancy; 1 and 2 threads; a producer/consumer pair where every free is remote.
-//! Peers: npumem (offsets and handles), the same structure behind one Mutex, buddy_system_allocator's
-//! FrameAllocator behind a Mutex, branch_allocator.
+//! Peers: npumem's buddy path (slab classes off: issue 2 measures the buddy trees), npumem with
+//! handles, the same structure behind one Mutex, buddy_system_allocator's FrameAllocator behind a
+//! Mutex, branch_allocator.
 
 use std::hint::black_box;
 use std::sync::{mpsc, Barrier};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
-use npumem_benches::{prefill, Allocator, Branch, LockedFrames, MutexTree, NpumemHandles, NpumemRaw, Rng};
+use npumem_benches::{prefill, Allocator, Branch, LockedFrames, MutexTree, NpumemBuddy, NpumemHandles, Rng};
 
 const ARENA: usize = 256 << 20;
 
@@ -28,7 +29,7 @@ fn pairs(c: &mut Criterion) {
     for size in [256usize, 4 << 10, 64 << 10, 1 << 20] {
         let mut g = c.benchmark_group(format!("pair/{size}"));
         g.throughput(Throughput::Elements(1));
-        pair(&mut g, &NpumemRaw::new(ARENA, 2), size);
+        pair(&mut g, &NpumemBuddy::new(ARENA, 2), size);
         pair(&mut g, &NpumemHandles::new(ARENA, 2), size);
         pair(&mut g, &MutexTree::new(ARENA), size);
         pair(&mut g, &LockedFrames::new(ARENA), size);
@@ -61,7 +62,7 @@ fn random_half_full<A: Allocator>(g: &mut BenchmarkGroup<'_, WallTime>, a: &A) {
 fn random_sizes(c: &mut Criterion) {
     let mut g = c.benchmark_group("random_256B_1MiB_50pct");
     g.throughput(Throughput::Elements(1));
-    random_half_full(&mut g, &NpumemRaw::new(ARENA, 2));
+    random_half_full(&mut g, &NpumemBuddy::new(ARENA, 2));
     random_half_full(&mut g, &MutexTree::new(ARENA));
     random_half_full(&mut g, &LockedFrames::new(ARENA));
     random_half_full(&mut g, &Branch::new(ARENA));
@@ -109,7 +110,7 @@ fn parallel<A: Allocator>(g: &mut BenchmarkGroup<'_, WallTime>, a: &A, threads: 
 fn threads(c: &mut Criterion) {
     for threads in [1usize, 2] {
         let mut g = c.benchmark_group(format!("threads/{threads}"));
-        parallel(&mut g, &NpumemRaw::new(ARENA, 2), threads);
+        parallel(&mut g, &NpumemBuddy::new(ARENA, 2), threads);
         parallel(&mut g, &NpumemHandles::new(ARENA, 2), threads);
         parallel(&mut g, &MutexTree::new(ARENA), threads);
         parallel(&mut g, &LockedFrames::new(ARENA), threads);
@@ -150,7 +151,7 @@ fn producer_consumer<A: Allocator>(g: &mut BenchmarkGroup<'_, WallTime>, a: &A) 
 fn remote_frees(c: &mut Criterion) {
     let mut g = c.benchmark_group("producer_consumer_4KiB");
     g.throughput(Throughput::Elements(1));
-    producer_consumer(&mut g, &NpumemRaw::new(ARENA, 2));
+    producer_consumer(&mut g, &NpumemBuddy::new(ARENA, 2));
     producer_consumer(&mut g, &NpumemHandles::new(ARENA, 2));
     producer_consumer(&mut g, &MutexTree::new(ARENA));
     producer_consumer(&mut g, &LockedFrames::new(ARENA));

@@ -30,7 +30,8 @@ fn config(capacity: usize, cores: usize) -> PoolConfig {
     PoolConfig::new(capacity).cores(cores).backing(Backing::None)
 }
 
-/// npumem's offset API: per-core lock-free buddy pools, no handles.
+/// npumem's offset API with its default size classes: slab caches up to 4 KiB, per-core
+/// lock-free buddy pools above, no handles.
 pub struct NpumemRaw(pub Pool);
 
 impl NpumemRaw {
@@ -51,6 +52,81 @@ impl Allocator for NpumemRaw {
     #[inline]
     fn free(&self, offset: usize, size: usize) {
         self.0.free_raw(offset, size).expect("valid free");
+    }
+}
+
+/// npumem's buddy path alone (no slab classes): every size goes to the per-core buddy trees.
+pub struct NpumemBuddy(pub Pool);
+
+impl NpumemBuddy {
+    pub fn new(capacity: usize, cores: usize) -> Self {
+        NpumemBuddy(Pool::new(config(capacity, cores).slab_sizes(Vec::new())).expect("valid config"))
+    }
+}
+
+impl Allocator for NpumemBuddy {
+    type Token = usize;
+    fn name(&self) -> &'static str {
+        "npumem-buddy"
+    }
+    #[inline]
+    fn alloc(&self, size: usize) -> Option<usize> {
+        self.0.alloc_raw(size, None).ok()
+    }
+    #[inline]
+    fn free(&self, offset: usize, size: usize) {
+        self.0.free_raw(offset, size).expect("valid free");
+    }
+}
+
+/// glibc's `malloc`/`free` of the same sizes (host memory; the everyday reference).
+pub struct Glibc;
+
+impl Allocator for Glibc {
+    type Token = usize;
+    fn name(&self) -> &'static str {
+        "glibc-malloc"
+    }
+    #[inline]
+    fn alloc(&self, size: usize) -> Option<usize> {
+        // SAFETY: malloc has no preconditions; a null result is reported as `None`.
+        let p = unsafe { libc::malloc(size) };
+        (!p.is_null()).then_some(p as usize)
+    }
+    #[inline]
+    fn free(&self, ptr: usize, _size: usize) {
+        // SAFETY: `ptr` came from `malloc` above and is freed once.
+        unsafe { libc::free(ptr as *mut libc::c_void) };
+    }
+}
+
+/// `sharded-slab` storing `()` values (its insert/remove is the slot bookkeeping alone).
+pub struct ShardedSlab(pub sharded_slab::Slab<()>);
+
+impl ShardedSlab {
+    pub fn new() -> Self {
+        ShardedSlab(sharded_slab::Slab::new())
+    }
+}
+
+impl Default for ShardedSlab {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Allocator for ShardedSlab {
+    type Token = usize;
+    fn name(&self) -> &'static str {
+        "sharded-slab"
+    }
+    #[inline]
+    fn alloc(&self, _size: usize) -> Option<usize> {
+        self.0.insert(())
+    }
+    #[inline]
+    fn free(&self, key: usize, _size: usize) {
+        self.0.remove(key);
     }
 }
 
@@ -78,8 +154,8 @@ impl Allocator for NpumemHandles {
     }
 }
 
-/// The same npumem structure with one core pool behind one `Mutex`: the single-lock design
-/// the seed articles measured.
+/// The same npumem buddy structure (slab classes off) with one core pool behind one `Mutex`:
+/// the single-lock design the seed articles measured.
 pub struct MutexTree {
     lock: Mutex<()>,
     pool: Pool,
@@ -87,7 +163,10 @@ pub struct MutexTree {
 
 impl MutexTree {
     pub fn new(capacity: usize) -> Self {
-        MutexTree { lock: Mutex::new(()), pool: Pool::new(config(capacity, 1)).expect("valid config") }
+        MutexTree {
+            lock: Mutex::new(()),
+            pool: Pool::new(config(capacity, 1).slab_sizes(Vec::new())).expect("valid config"),
+        }
     }
 }
 
@@ -247,6 +326,9 @@ mod tests {
     #[test]
     fn every_peer_allocates_and_frees() {
         round_trip(&NpumemRaw::new(64 << 20, 2));
+        round_trip(&NpumemBuddy::new(64 << 20, 2));
+        round_trip(&Glibc);
+        round_trip(&ShardedSlab::new());
         round_trip(&NpumemHandles::new(64 << 20, 2));
         round_trip(&MutexTree::new(64 << 20));
         round_trip(&LockedFrames::new(64 << 20));

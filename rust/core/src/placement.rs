@@ -69,7 +69,7 @@ impl SlabBlocks for SlabCarver<'_> {
 }
 
 impl Pool {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn request(&self, size: usize, align: Option<usize>) -> Result<Request> {
         let align = align.unwrap_or(self.config.alignment);
         let capacity = self.config.capacity;
@@ -115,7 +115,7 @@ impl Pool {
     }
 
     /// Count an allocation: per thread for slab objects, per core otherwise.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn account_alloc(&self, placed: &Placed, core: usize, size: usize) {
         match placed.class {
             Some(k) => self.slab_counters.on_alloc(k, size),
@@ -139,7 +139,7 @@ impl Pool {
     /// Find a place for `request`: first the fast path (an object of the core's current slab),
     /// then everything else; with [`Reach::Full`], empty slabs and chunks are reclaimed and the
     /// request tried once more before giving up.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn place(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
         if let Some(k) = request.class {
             if let Some(offset) = self.slabs.take_current(k, core) {

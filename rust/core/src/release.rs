@@ -55,7 +55,7 @@ impl Pool {
     }
 
     /// Count a free: per thread for slab objects, per core (the caller's) otherwise.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn account_free(&self, released: Released, size: usize) {
         match released {
             Released::Slab(k) => self.slab_counters.on_free(k, size),
@@ -64,7 +64,7 @@ impl Pool {
     }
 
     /// Release the block at `offset` of `size` requested bytes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release_block(&self, offset: usize, size: usize) -> Result<Released> {
         if let Some(slab) = self.slabs.lookup(offset) {
             // A slab object: the fast path (errors are built out of line).

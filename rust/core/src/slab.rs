@@ -350,7 +350,7 @@ impl SlabCaches {
     }
 
     /// The fast path: an object of core `core`'s current slab of class `k`, if it has one.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take_current(&self, k: usize, core: usize) -> Option<usize> {
         let current = self.cores[core].current[k].load(Ordering::Acquire);
         if current == 0 {
@@ -360,7 +360,7 @@ impl SlabCaches {
     }
 
     /// Take the lowest free object of the slab named by `current` (a `pack_current` value).
-    #[inline]
+    #[inline(always)]
     fn take(&self, current: u64, k: usize) -> Option<usize> {
         let id = (current as u32).wrapping_sub(1);
         let generation = (current >> 32) as u32;
@@ -448,7 +448,7 @@ impl SlabCaches {
     }
 
     /// The slab holding `offset`, if a slab does.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lookup(&self, offset: usize) -> Option<SlabRef> {
         let entry = self.directory.get(offset >> self.classes.granule_shift)?.load(Ordering::Acquire);
         (entry != 0).then(|| SlabRef {
@@ -460,7 +460,7 @@ impl SlabCaches {
 
     /// Free the object at `offset` in slab `id`. `blocks` takes back a slab that retires.
     /// `Err` (and no change) when `offset` is not an allocated object.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free(&self, slab: SlabRef, offset: usize, blocks: &dyn SlabBlocks) -> Result<Freed, &'static str> {
         let class = &self.classes.classes[slab.class];
         let base = offset & !(class.slab_bytes - 1); // slabs are naturally aligned buddy blocks

@@ -118,7 +118,7 @@ impl ThreadStats {
     }
 
     /// Run `f` on the calling thread's block.
-    #[inline]
+    #[inline(always)]
     fn with<R>(&self, f: impl FnOnce(&ThreadCounters) -> R) -> R {
         if let Ok((id, counters)) = LAST.try_with(Cell::get) {
             if id == self.id {
@@ -158,7 +158,7 @@ impl ThreadStats {
         out
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn on_alloc(&self, class: usize, requested: usize) {
         self.with(|c| {
             let c = &c.classes[class];
@@ -167,7 +167,7 @@ impl ThreadStats {
         });
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn on_free(&self, class: usize, requested: usize) {
         self.with(|c| {
             let c = &c.classes[class];
