@@ -275,7 +275,6 @@ impl Pool {
     /// pinned, no duplicates) and [`Error::Batch`] names the first that is not.
     pub fn free_many(&self, handles: &[Handle]) -> Result<()> {
         let _entered = self.gate.enter();
-        let mut seen = std::collections::HashSet::with_capacity(handles.len());
         for (index, &handle) in handles.iter().enumerate() {
             let info = self.handles.get(handle).map_err(|e| {
                 let e = if e == Error::InvalidHandle(crate::HandleFault::Freed) { Error::DoubleFree } else { e };
@@ -284,9 +283,12 @@ impl Pool {
             if info.pins > 0 {
                 return Err(Error::batch(index, Error::Pinned { pins: info.pins }));
             }
-            if !seen.insert(handle) {
-                return Err(Error::batch(index, Error::DoubleFree));
-            }
+        }
+        // The same block twice: sort the slots and look at neighbours.
+        let mut slots: Vec<(u32, usize)> = handles.iter().enumerate().map(|(i, h)| (h.slot(), i)).collect();
+        slots.sort_unstable();
+        if let Some(pair) = slots.windows(2).filter(|w| w[0].0 == w[1].0).min_by_key(|w| w[0].1.max(w[1].1)) {
+            return Err(Error::batch(pair[0].1.max(pair[1].1), Error::DoubleFree));
         }
         for (index, &handle) in handles.iter().enumerate() {
             self.free_entered(handle).map_err(|e| Error::batch(index, e))?;

@@ -26,7 +26,18 @@ pub(crate) fn integer(value: &Bound<'_, PyAny>, name: &str, kind: Kind) -> PyRes
 
 /// A size in bytes: an int > 0 (`capacity` is the pool's, for the "too large" message).
 pub(crate) fn size(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResult<usize> {
-    let n = match integer(value, name, Kind::ArgumentType) {
+    size_named(value, || name.to_string(), capacity)
+}
+
+/// [`size`] with the argument's name made only if an error needs it (batches of thousands).
+pub(crate) fn size_named(value: &Bound<'_, PyAny>, name: impl Fn() -> String, capacity: usize) -> PyResult<usize> {
+    if let Ok(n) = value.extract::<usize>() {
+        if n > 0 && n <= capacity && !value.is_instance_of::<PyBool>() {
+            return Ok(n); // the common case: no name needed
+        }
+    }
+    let name = name();
+    let n = match integer(value, &name, Kind::ArgumentType) {
         Ok(n) => n,
         // An int beyond i128: a value problem, not a type problem.
         Err(_) if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() => {

@@ -194,7 +194,7 @@ impl Pool {
         })?;
         let mut wanted = Vec::new();
         for (i, item) in items.enumerate() {
-            wanted.push(args::size(&item?, &format!("sizes[{i}]"), capacity)?);
+            wanted.push(args::size_named(&item?, || format!("sizes[{i}]"), capacity)?);
         }
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;

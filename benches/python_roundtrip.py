@@ -1,0 +1,80 @@
+"""Python-side costs of npumem, medians of repeated timings in one run, with peers measured the
+same way in the same process:
+
+- ``pool.alloc(n).free()`` round trip (target: at most 500 ns);
+- ``pool.alloc_many(sizes)`` then ``pool.free_many(blocks)`` for 1000 blocks, per block
+  (target: alloc_many at most 100 ns per block);
+- peers: ``bytearray(n)`` creation and release (CPython's own allocator), and the cost of an
+  empty method call on a Rust object (``pool.capacity``), the floor of any binding call.
+
+    .venv/bin/python benches/python_roundtrip.py [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import timeit
+
+import npumem
+
+
+def median_ns(stmt: str, setup_globals: dict[str, object], number: int, repeat: int) -> float:
+    timer = timeit.Timer(stmt, globals=setup_globals)
+    runs = timer.repeat(repeat=repeat, number=number)
+    return statistics.median(runs) / number * 1e9
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Python-side costs of npumem")
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args(argv)
+    pool = npumem.Pool(256 << 20, cores=2)
+    env: dict[str, object] = {"pool": pool, "sizes": [256] * 1000}
+    rows: list[tuple[str, float, str]] = []
+    for size in (64, 256, 4096, 65536, 1 << 20):
+        env["n"] = size
+        rows.append(
+            (
+                f"pool.alloc({size}).free()",
+                median_ns("pool.alloc(n).free()", env, 20_000, args.repeat),
+                "round trip",
+            )
+        )
+        rows.append(
+            (
+                f"bytearray({size}) (peer)",
+                median_ns("bytearray(n)", env, 20_000, args.repeat),
+                "create + release",
+            )
+        )
+    rows.append(("pool.capacity (floor)", median_ns("pool.capacity", env, 200_000, args.repeat), "getter call"))
+    per_block = median_ns("pool.alloc_many(sizes)", {**env, "pool": pool}, 1, 1)  # warm up
+    allocs = []
+
+    def alloc_many_once() -> None:
+        allocs.append(pool.alloc_many(env["sizes"]))  # type: ignore[arg-type]
+
+    def free_many_once() -> None:
+        pool.free_many(allocs.pop())
+
+    a_times, f_times = [], []
+    for _ in range(args.repeat * 4):
+        a_times.append(timeit.timeit(alloc_many_once, number=1))
+        f_times.append(timeit.timeit(free_many_once, number=1))
+    per_block = statistics.median(a_times) / 1000 * 1e9
+    per_free = statistics.median(f_times) / 1000 * 1e9
+    rows.append(("pool.alloc_many(1000 x 256 B)", per_block, "per block"))
+    rows.append(("pool.free_many(1000 blocks)", per_free, "per block"))
+    print(f"npumem {npumem.__version__}, Python {sys.version.split()[0]}, medians of {args.repeat} runs\n")
+    print("| operation | median ns | unit |")
+    print("|---|---:|---|")
+    for name, ns, unit in rows:
+        print(f"| `{name}` | {ns:,.0f} | {unit} |")
+    pool.check()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
