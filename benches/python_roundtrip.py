@@ -49,7 +49,13 @@ def main(argv: list[str] | None = None) -> int:
                 "create + release",
             )
         )
-    rows.append(("pool.capacity (floor)", median_ns("pool.capacity", env, 200_000, args.repeat), "getter call"))
+    rows.append(
+        (
+            "pool.capacity (floor)",
+            median_ns("pool.capacity", env, 200_000, args.repeat),
+            "getter call",
+        )
+    )
     per_block = median_ns("pool.alloc_many(sizes)", {**env, "pool": pool}, 1, 1)  # warm up
     allocs = []
 
@@ -67,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     per_free = statistics.median(f_times) / 1000 * 1e9
     rows.append(("pool.alloc_many(1000 x 256 B)", per_block, "per block"))
     rows.append(("pool.free_many(1000 blocks)", per_free, "per block"))
-    print(f"npumem {npumem.__version__}, Python {sys.version.split()[0]}, medians of {args.repeat} runs\n")
+    python_version = sys.version.split()[0]
+    print(f"npumem {npumem.__version__}, Python {python_version}, medians of {args.repeat} runs\n")
     print("| operation | median ns | unit |")
     print("|---|---:|---|")
     for name, ns, unit in rows:
