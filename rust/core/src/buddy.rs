@@ -146,6 +146,31 @@ pub(crate) struct TreeShape {
     conflicts: Vec<Vec<u64>>,
 }
 
+/// What a search looks for: a node at `level` whose index is a multiple of `step`, visiting
+/// bunch `from` of the level's band (a cursor) first if given.
+#[derive(Debug, Clone, Copy)]
+struct Goal {
+    level: u32,
+    step: u64,
+    from: Option<u64>,
+}
+
+/// The set bits of `mask`, from bit `start` up, then those below it.
+#[inline]
+fn rotated(mask: u64, start: u32) -> impl Iterator<Item = u32> {
+    let high = mask & !low_bits(start);
+    let low = mask & low_bits(start);
+    [high, low].into_iter().flat_map(|mut bits| {
+        std::iter::from_fn(move || {
+            (bits != 0).then(|| {
+                let j = bits.trailing_zeros();
+                bits &= bits - 1;
+                j
+            })
+        })
+    })
+}
+
 #[inline]
 fn row_of(word: u64, r: u32) -> u64 {
     (word >> ((1u32 << r) - 1)) & low_bits(1 << r)
@@ -439,7 +464,36 @@ impl TreeShape {
         step: u64,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
-        self.search_bunch(tree, 0, 0, level, step, claim)
+        self.search_bunch(tree, 0, 0, Goal { level, step, from: None }, claim)
+    }
+
+    /// [`TreeShape::search`] that visits bunch `from` (of the band of `level`, as
+    /// [`TreeShape::bunch_of`] gives it) and what follows it first, then wraps around: a cursor,
+    /// so that searches in a crowded tree resume where the last one succeeded instead of
+    /// walking the same full bunches again.
+    pub(crate) fn search_from(
+        &self,
+        tree: &[AtomicU64],
+        level: u32,
+        step: u64,
+        from: u64,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        let band = self.band_of_level[level as usize];
+        let from = (from >> self.bands[band].top == 0).then_some(from);
+        self.search_bunch(tree, 0, 0, Goal { level, step, from }, claim)
+    }
+
+    /// The child of `bunch` (of `band`) on the path to bunch `from` of the band of `level`, if
+    /// `bunch` is on that path.
+    fn child_towards(&self, band: usize, bunch: u64, level: u32, from: Option<u64>) -> Option<u32> {
+        let target = self.band_of_level[level as usize];
+        let mut f = from?;
+        for k in band + 1..target {
+            f >>= self.bands[k].height;
+        }
+        let height = self.bands[band].height;
+        (f >> height == bunch).then(|| (f & low_bits(height)) as u32)
     }
 
     /// Try only bunch `bunch` of the band of `level` (a hint from an earlier success).
@@ -536,10 +590,10 @@ impl TreeShape {
         tree: &[AtomicU64],
         band: usize,
         bunch: u64,
-        level: u32,
-        step: u64,
+        goal: Goal,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
+        let Goal { level, step, from } = goal;
         let b = self.bands[band];
         if level < b.top + b.height {
             return self.claim_in_row(tree, band, bunch, level, step, claim);
@@ -550,17 +604,16 @@ impl TreeShape {
         }
         let enterable = self.enterable_children(band, word);
         let occupied = self.occupied_children(band, word);
-        let mut partial = enterable & occupied;
-        while partial != 0 {
-            let child = (bunch << b.height) | partial.trailing_zeros() as u64;
-            if let Some(node) = self.search_bunch(tree, band + 1, child, level, step, claim) {
+        let start = self.child_towards(band, bunch, level, from);
+        for j in rotated(enterable & occupied, start.unwrap_or(0)) {
+            let child = (bunch << b.height) | u64::from(j);
+            let from = if Some(j) == start { from } else { None };
+            if let Some(node) = self.search_bunch(tree, band + 1, child, Goal { from, ..goal }, claim) {
                 return Some(node);
             }
-            partial &= partial - 1;
         }
-        let mut empty = enterable & !occupied;
-        while empty != 0 {
-            let child = (bunch << b.height) | empty.trailing_zeros() as u64;
+        for j in rotated(enterable & !occupied, start.unwrap_or(0)) {
+            let child = (bunch << b.height) | u64::from(j);
             // An unmarked child bunch is empty: its leftmost aligned node at `level` is free
             // unless someone just took it; fall back to a normal search of the child then.
             let child_top = self.bands[band + 1].top;
@@ -573,13 +626,13 @@ impl TreeShape {
                     Ok(()) => return Some(node),
                     Err(Conflict::Ancestor) => return None,
                     Err(Conflict::Taken) => {
-                        if let Some(node) = self.search_bunch(tree, band + 1, child, level, step, claim) {
+                        if let Some(node) = self.search_bunch(tree, band + 1, child, Goal { from: None, ..goal }, claim)
+                        {
                             return Some(node);
                         }
                     }
                 }
             }
-            empty &= empty - 1;
         }
         None
     }
@@ -940,6 +993,28 @@ mod tests {
         assert_eq!(shape.largest_free_level(&t), Some(1));
         shape.release(&t, half).unwrap();
         assert_eq!(shape.largest_free_level(&t), Some(0));
+    }
+
+    #[test]
+    fn a_cursor_search_starts_at_its_bunch_and_wraps_around() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        let per_bunch = 1u64 << (13 - shape.bands[shape.band_of_level[13]].top); // leaves per bunch
+        // Partly fill leaf bunches 3 and 200 (under inner bunches 0 and 12 of 16): a plain search
+        // takes the lowest partial bunch; a cursor takes the first one at or after it, wrapping
+        // around inside its inner bunch first, then across inner bunches.
+        for bunch in [3u64, 200] {
+            shape.try_alloc(&t, Node { level: 13, index: bunch * per_bunch }).unwrap();
+        }
+        let plain = alloc(&shape, &t, 13).unwrap();
+        assert_eq!(plain.index / per_bunch, 3);
+        let from = |bunch: u64| shape.search_from(&t, 13, 1, bunch, &mut |n| shape.try_alloc(&t, n)).unwrap();
+        assert_eq!(from(100).index / per_bunch, 200);
+        assert_eq!(from(201).index / per_bunch, 200, "wraps around inside inner bunch 12 first");
+        assert_eq!(from(208).index / per_bunch, 3, "past inner bunch 12 it wraps around to 0");
+        // A cursor outside the band is ignored (a hint from another geometry): a plain search.
+        assert_eq!(from(1 << 40).index / per_bunch, 3);
+        check_clean(&shape, &t);
     }
 
     #[test]

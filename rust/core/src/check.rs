@@ -10,7 +10,6 @@ use crate::global::ChunkState;
 use crate::handle::Handle;
 use crate::layout::Layout;
 use crate::pool::Pool;
-use crate::sync::Ordering;
 
 impl Pool {
     /// Pause the pool (waiting for calls in flight) and prove its metadata consistent: every
@@ -42,7 +41,7 @@ impl Pool {
                     findings.push(format!("chunk {chunk}: reserved tail node {n:?} is not allocated"));
                 }
             }
-            let free_units = self.free_units[chunk].0.load(Ordering::Acquire);
+            let free_units = self.space[chunk].free_units();
             match state {
                 ChunkState::Free | ChunkState::RunHead(_) | ChunkState::RunBody => {
                     for n in self.retire_nodes(chunk) {

@@ -1,24 +1,28 @@
 //! One pool per core: the set of chunks it owns (a bitmap over all chunks, so any thread can add
 //! or drop one with a single atomic operation), a search hint per tree level (the chunk and
-//! bunch of the last success, so the next allocation of that size usually finds room at once),
+//! bunch of the last success or of the last local free of that size, so the next allocation of
+//! that size usually finds room at once, and a search resumes there as a cursor),
 //! and the few fully free chunks it keeps in reserve instead of giving them back (so a core that
 //! empties and refills a chunk does not trade it with the global pool each time).
 
+use crate::config::MAX_TREE_DEPTH;
 use crate::sync::{AtomicU64, Ordering};
 
 pub(crate) struct CorePool {
     owned: Box<[AtomicU64]>,
-    /// Per level: `(chunk + 1) << 32 | bunch`, 0 meaning no hint.
-    hints: Box<[AtomicU64]>,
+    /// Per level: `(chunk + 1) << 32 | bunch`, 0 meaning no hint. Inline, so that it shares the
+    /// padded lines of this core only: a hint is written on most allocations and local frees.
+    hints: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
     /// Reserve slots: `chunk + 1`, or 0 for an empty slot.
     reserve: Box<[AtomicU64]>,
 }
 
 impl CorePool {
     pub(crate) fn new(chunks: usize, levels: usize, reserve: usize) -> CorePool {
+        assert!(levels <= MAX_TREE_DEPTH as usize + 1, "a tree has at most MAX_TREE_DEPTH + 1 levels");
         CorePool {
             owned: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            hints: (0..levels).map(|_| AtomicU64::new(0)).collect(),
+            hints: std::array::from_fn(|_| AtomicU64::new(0)),
             reserve: (0..reserve).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -35,26 +39,16 @@ impl CorePool {
         self.owned[chunk / 64].load(Ordering::Acquire) & (1 << (chunk % 64)) != 0
     }
 
-    /// The owned chunks, starting at `from` and wrapping around.
-    pub(crate) fn owned_from(&self, from: usize) -> impl Iterator<Item = usize> + '_ {
-        let words = self.owned.len();
-        let first_word = if words == 0 { 0 } else { (from / 64) % words };
-        // Visit the first word twice: its bits at or after `from`, then (last) those before.
-        (0..=words).filter(move |_| words > 0).flat_map(move |i| {
-            let w = (first_word + i) % words.max(1);
-            let mut bits = self.owned[w].load(Ordering::Acquire);
-            if i == 0 {
-                bits &= !0u64 << (from % 64);
-            } else if i == words {
-                bits &= !(!0u64 << (from % 64));
-            }
+    /// The owned chunks in address order.
+    pub(crate) fn owned(&self) -> impl Iterator<Item = usize> + '_ {
+        self.owned.iter().enumerate().flat_map(|(w, word)| {
+            let mut bits = word.load(Ordering::Acquire);
             std::iter::from_fn(move || {
-                if bits == 0 {
-                    return None;
-                }
-                let b = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                Some(w * 64 + b)
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    w * 64 + b
+                })
             })
         })
     }
@@ -103,12 +97,10 @@ mod tests {
         for chunk in [3, 64, 70, 130, 199] {
             c.own(chunk);
         }
-        assert_eq!(c.owned_from(0).collect::<Vec<_>>(), vec![3, 64, 70, 130, 199]);
-        assert_eq!(c.owned_from(70).collect::<Vec<_>>(), vec![70, 130, 199, 3, 64]);
-        assert_eq!(c.owned_from(100).collect::<Vec<_>>(), vec![130, 199, 3, 64, 70]);
+        assert_eq!(c.owned().collect::<Vec<_>>(), vec![3, 64, 70, 130, 199]);
         c.disown(70);
         assert!(!c.owns(70) && c.owns(64));
-        assert_eq!(CorePool::new(0, 1, 1).owned_from(0).count(), 0);
+        assert_eq!(CorePool::new(0, 1, 1).owned().count(), 0);
     }
 
     #[test]

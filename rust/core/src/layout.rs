@@ -108,6 +108,25 @@ impl Geometry {
         Layout::Buddy(BuddyLayout { level: self.depth - log_enclosing, enclosing, units: trimmed, step })
     }
 
+    /// The largest block (in units) that a buddy request can get from `units` free units at
+    /// the start of an otherwise unusable stretch (the arena's short last chunk): a request
+    /// rounds up to a sixteenth of its enclosing power of two, so not every size up to `units`
+    /// fits.
+    pub(crate) fn largest_buddy_within(&self, units: u64) -> u64 {
+        let max_enclosing = self.units_per_chunk() >> 1;
+        let mut best = 0;
+        let mut enclosing = 1u64;
+        while enclosing <= max_enclosing {
+            let granule = (enclosing >> TRIM_SHIFT).max(1);
+            let fits = units.min(enclosing) & !(granule - 1);
+            if fits * 2 > enclosing || enclosing == 1 {
+                best = best.max(fits);
+            }
+            enclosing <<= 1;
+        }
+        best
+    }
+
     /// The chunk that holds `offset`.
     #[inline]
     pub(crate) fn chunk_of(&self, offset: usize) -> usize {
@@ -239,6 +258,22 @@ mod tests {
         assert_eq!(at - enclosing.start(g.depth), b.units);
         let Layout::Buddy(small) = g.layout(200, 64) else { panic!() };
         assert!(small.is_whole());
+    }
+
+    #[test]
+    fn the_largest_buddy_block_in_a_short_stretch_is_what_a_request_gets() {
+        let g = Geometry::new(&PoolConfig::new(95_536).chunk_size(64 << 10).min_block(64));
+        // 30,000 bytes past the last whole chunk: 468 units; a request rounds up to 1/16 of
+        // 512 units (32 units), so 448 units (28,672 bytes) is the most one can get there.
+        assert_eq!(g.last_units, 468);
+        assert_eq!(g.largest_buddy_within(468), 448);
+        for units in [1u64, 2, 3, 17, 100, 255, 256, 257, 448, 468, 512] {
+            let best = g.largest_buddy_within(units);
+            let Layout::Buddy(b) = g.layout(best as usize * 64, 1) else { panic!("a buddy block") };
+            assert!(b.units <= units, "{best} units does not fit in {units}");
+            let Layout::Buddy(next) = g.layout((best as usize + 1) * 64, 1) else { continue };
+            assert!(next.units > units, "{} units would fit in {units} too", best + 1);
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! | `TreeShape`, `Node` | `buddy.rs` | the lock-free buddy tree over one chunk; a node is a power-of-two block of it |
 //! | `GlobalPool` | `global.rs` | the whole arena in chunk units: grants chunks to cores, serves large blocks as exact chunk runs |
 //! | `CorePool` | `core_pool.rs` | one per core: the chunks it owns and its search hints |
+//! | `ChunkSpace` | `chunk_space.rs` | a chunk's free units and free epoch in one word, and the memo of searches that failed there |
 //! | `Layout` | `layout.rs` | how a request of `n` bytes maps onto buddy nodes or a chunk run |
 //! | [`Handle`] | `handle.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
 //! | `Gate` | `gate.rs` | the stop gate: pauses alloc/free for compaction and `check()` |
@@ -34,6 +35,7 @@ mod bits;
 mod buddy;
 #[cfg(not(loom))]
 mod check;
+mod chunk_space;
 mod clock;
 mod config;
 mod core_pool;

@@ -15,7 +15,6 @@ use crate::layout::{BuddyLayout, Layout};
 use crate::pool::Pool;
 use crate::slab::SlabBlocks;
 use crate::stats::Route;
-use crate::sync::{AtomicU64, Ordering};
 
 /// A validated request. (The buddy or run layout is derived only when the request leaves the
 /// slab path: the slab path pays for nothing it does not use.)
@@ -46,6 +45,14 @@ pub(crate) enum Reach {
     Fast,
     /// Everything: other cores' chunks, reclaiming empty slabs and chunks.
     Full,
+}
+
+/// Whether a chunk search skips the chunks that a recorded miss says cannot serve the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Memo {
+    Trust,
+    /// The last resort before out-of-memory: a miss may be spurious under contention.
+    Ignore,
 }
 
 /// Carves slabs from the buddy pool of one core (uncounted: slab objects are counted instead).
@@ -196,12 +203,13 @@ impl Pool {
     }
 
     pub(crate) fn place_buddy(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
-        if let Some(placed) = self.alloc_in_core(b, core) {
+        if let Some(placed) = self.alloc_in_core(b, core, Memo::Trust) {
             return Some(placed);
         }
-        let bytes = b.enclosing as usize * self.geometry.min_block;
+        // A chunk that holds the trimmed block will do (the arena's last chunk may be short).
+        let bytes = b.units as usize * self.geometry.min_block;
         if let Some(chunk) = self.grant(core, bytes) {
-            if let Some(placed) = self.alloc_in_chunk(chunk, b, core) {
+            if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
                 return Some(placed);
             }
         }
@@ -211,51 +219,94 @@ impl Pool {
         // Overflow: room in other cores' chunks (including the ones they keep in reserve).
         let cores = self.cores.len();
         for i in 1..cores {
-            if let Some(mut placed) = self.alloc_in_core(b, (core + i) % cores) {
+            if let Some(mut placed) = self.alloc_in_core(b, (core + i) % cores, Memo::Trust) {
                 placed.overflow = true;
                 return Some(placed);
             }
         }
         // A chunk may have come free meanwhile.
-        let chunk = self.grant(core, bytes)?;
-        self.alloc_in_chunk(chunk, b, core)
+        if let Some(chunk) = self.grant(core, bytes) {
+            if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
+                return Some(placed);
+            }
+        }
+        // Before giving up: search every chunk, including those a (possibly spurious) miss hid.
+        (0..cores).find_map(|i| {
+            let owner = (core + i) % cores;
+            let mut placed = self.alloc_in_core(b, owner, Memo::Ignore)?;
+            placed.overflow = owner != core;
+            Some(placed)
+        })
     }
 
-    /// Try the chunks owned by `owner`: its hint first, then every owned chunk from there.
-    fn alloc_in_core(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
+    /// Try the chunks owned by `owner`: its hint first, then every owned chunk in address order
+    /// (first fit: small blocks gather low, the high chunks stay whole for large blocks), skipping
+    /// chunks where a search for a block this large failed since their last free.
+    fn alloc_in_core(&self, b: &BuddyLayout, owner: usize, memo: Memo) -> Option<Placed> {
         let pool = &self.cores[owner];
         let hint = pool.hint(b.level);
         if let Some((chunk, bunch)) = hint {
             if chunk < self.geometry.chunks {
                 let tree = self.tree(chunk);
-                let node = self.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(tree, b, e));
+                let node = self.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
                 if let Some(node) = node {
                     return Some(self.commit(chunk, b, node));
                 }
             }
         }
-        let start = hint.map_or(0, |(chunk, _)| chunk);
-        for chunk in pool.owned_from(start) {
-            if self.free_units[chunk].0.load(Ordering::Relaxed) < b.units {
+        for chunk in pool.owned() {
+            let space = &self.space[chunk];
+            let Some(probe) = space.probe(b.level, b.units, memo == Memo::Ignore) else {
                 continue;
-            }
-            if let Some(placed) = self.alloc_in_chunk(chunk, b, owner) {
+            };
+            if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, memo == Memo::Ignore) {
                 return Some(placed);
+            }
+            if b.step <= 1 {
+                space.missed(probe, b.level);
             }
         }
         None
     }
 
-    fn alloc_in_chunk(&self, chunk: usize, b: &BuddyLayout, hint_owner: usize) -> Option<Placed> {
+    /// Search chunk `chunk` for block `b`. `thorough` also looks for a trimmed block's pieces
+    /// where no whole enclosing node is free: twice the search, so only for the last resort
+    /// (and always where the enclosing node cannot fit, in the arena's short last chunk).
+    fn alloc_in_chunk(&self, chunk: usize, b: &BuddyLayout, hint_owner: usize, thorough: bool) -> Option<Placed> {
         let tree = self.tree(chunk);
-        let node = self.shape.search(tree, b.level, b.step, &mut |e| self.claim(tree, b, e))?;
-        self.cores[hint_owner].set_hint(b.level, chunk, self.shape.bunch_of(node));
+        let cursor = self.cores[hint_owner].hint(b.level).and_then(|(c, bunch)| (c == chunk).then_some(bunch));
+        let node = match cursor {
+            Some(from) => self.shape.search_from(tree, b.level, b.step, from, &mut |e| self.claim(chunk, b, e)),
+            None => self.shape.search(tree, b.level, b.step, &mut |e| self.claim(chunk, b, e)),
+        };
+        let node = match node {
+            Some(node) => {
+                self.cores[hint_owner].set_hint(b.level, chunk, self.shape.bunch_of(node));
+                node
+            }
+            None if !b.is_whole() && (thorough || self.geometry.usable_units(chunk) < b.enclosing) => {
+                self.search_pieces(chunk, b)?
+            }
+            None => return None,
+        };
         Some(self.commit(chunk, b, node))
+    }
+
+    /// A trimmed block needs only its pieces free, not its whole enclosing node: find a free
+    /// left half (the first piece) and claim the rest after it. This places blocks where the
+    /// enclosing node's tail is in use, and in the arena's last chunk when the enclosing node
+    /// reaches past the arena's end. Returns the enclosing node.
+    fn search_pieces(&self, chunk: usize, b: &BuddyLayout) -> Option<Node> {
+        let tree = self.tree(chunk);
+        let parent = |half: Node| Node { level: b.level, index: half.index / 2 };
+        let half = self.shape.search(tree, b.level + 1, b.step * 2, &mut |n| self.claim(chunk, b, parent(n)))?;
+        Some(parent(half))
     }
 
     /// Claim the block with enclosing node `e`: the node itself, or its trimmed pieces (rolled
     /// back if one of them is taken).
-    fn claim(&self, tree: &[AtomicU64], b: &BuddyLayout, e: Node) -> std::result::Result<(), Conflict> {
+    fn claim(&self, chunk: usize, b: &BuddyLayout, e: Node) -> std::result::Result<(), Conflict> {
+        let tree = self.tree(chunk);
         if b.is_whole() {
             return self.shape.try_alloc(tree, e);
         }
@@ -265,6 +316,9 @@ impl Pool {
                 for &p in &taken {
                     let _ = self.shape.release(tree, p);
                 }
+                if !taken.is_empty() {
+                    self.space[chunk].refresh();
+                }
                 return Err(if taken.is_empty() { conflict } else { Conflict::Taken });
             }
             taken.push(piece);
@@ -273,7 +327,7 @@ impl Pool {
     }
 
     fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
-        self.free_units[chunk].0.fetch_sub(b.units, Ordering::AcqRel);
+        self.space[chunk].take(b.units);
         Placed {
             offset: self.geometry.offset_of(chunk, e.start(self.geometry.depth)),
             block_bytes: b.units as usize * self.geometry.min_block,
@@ -293,6 +347,7 @@ impl Pool {
         for node in self.retire_nodes(chunk) {
             self.shape.release(tree, node).expect("a chunk in the global pool is retired");
         }
+        self.space[chunk].refresh();
         Some(chunk)
     }
 
@@ -308,6 +363,7 @@ impl Pool {
                 for &n in &nodes[..i] {
                     let _ = self.shape.release(tree, n);
                 }
+                self.space[chunk].refresh();
                 return false;
             }
         }
@@ -331,7 +387,7 @@ impl Pool {
     fn reclaim_empty_chunks(&self) -> usize {
         let mut reclaimed = 0;
         for owner in 0..self.cores.len() {
-            let owned: Vec<usize> = self.cores[owner].owned_from(0).collect();
+            let owned: Vec<usize> = self.cores[owner].owned().collect();
             for chunk in owned {
                 if self.chunk_is_empty(chunk) && self.retire(chunk, owner) {
                     reclaimed += 1;
@@ -342,7 +398,7 @@ impl Pool {
     }
 
     pub(crate) fn chunk_is_empty(&self, chunk: usize) -> bool {
-        self.free_units[chunk].0.load(Ordering::Acquire) == self.geometry.usable_units(chunk)
+        self.space[chunk].free_units() == self.geometry.usable_units(chunk)
     }
 
     fn place_run(&self, chunks: usize, align_chunks: usize, size: usize) -> Option<Placed> {

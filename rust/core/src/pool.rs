@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use crate::backing::HostBacking;
 use crate::buddy::{Node, TreeShape};
+use crate::chunk_space::ChunkSpace;
 use crate::config::{Backing, PoolConfig};
 use crate::core_pool::CorePool;
 use crate::cpu;
@@ -39,11 +40,6 @@ use crate::trace::Trace;
 pub(crate) const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 static NEXT_POOL_ID: AtomicU32 = AtomicU32::new(1);
-
-/// A free-unit counter alone on its cache line (it changes on every alloc and free in the chunk).
-#[derive(Default)]
-#[repr(align(64))]
-pub(crate) struct ChunkCounter(pub(crate) AtomicU64);
 
 /// What a live block is, as the handle table and the arena see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +69,8 @@ pub struct Pool {
     pub(crate) geometry: Geometry,
     pub(crate) shape: TreeShape,
     pub(crate) trees: Box<[AtomicU64]>,
-    pub(crate) free_units: Box<[ChunkCounter]>,
+    /// Free units and the search memo of every chunk.
+    pub(crate) space: Box<[ChunkSpace]>,
     pub(crate) global: GlobalPool,
     pub(crate) cores: Box<[CachePadded<CorePool>]>,
     pub(crate) slabs: SlabCaches,
@@ -107,8 +104,8 @@ impl Pool {
         let geometry = Geometry::new(&config);
         let shape = TreeShape::new(geometry.depth);
         let trees: Box<[AtomicU64]> = (0..geometry.chunks * shape.words()).map(|_| AtomicU64::new(0)).collect();
-        let free_units: Box<[ChunkCounter]> =
-            (0..geometry.chunks).map(|c| ChunkCounter(AtomicU64::new(geometry.usable_units(c)))).collect();
+        let space: Box<[ChunkSpace]> =
+            (0..geometry.chunks).map(|c| ChunkSpace::new(geometry.usable_units(c))).collect();
         let backing = match config.backing {
             Backing::Host => Some(HostBacking::new(config.capacity, config.chunk_size)?),
             Backing::None => None,
@@ -131,7 +128,7 @@ impl Pool {
             trace: Trace::new(),
             shape,
             trees,
-            free_units,
+            space,
             geometry,
             config,
         };

@@ -9,7 +9,6 @@ use crate::global::ChunkState;
 use crate::handle::Handle;
 use crate::layout::Layout;
 use crate::pool::Pool;
-use crate::sync::Ordering;
 
 /// What a release gave back, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,9 +114,10 @@ impl Pool {
     pub(crate) fn release_buddy(&self, offset: usize, size: usize) -> Result<usize> {
         let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
         let chunk = self.geometry.chunk_of(offset);
-        if chunk >= self.geometry.chunks || !matches!(self.global.state(chunk), ChunkState::Core(_)) {
+        let state = (chunk < self.geometry.chunks).then(|| self.global.state(chunk));
+        let Some(ChunkState::Core(owner)) = state else {
             return invalid("not inside a core pool's chunk");
-        }
+        };
         let Layout::Buddy(b) = self.geometry.layout(size, 1) else {
             return invalid("a block of this size would be a chunk run");
         };
@@ -142,9 +142,11 @@ impl Pool {
         for p in pieces {
             let _ = self.shape.release(tree, p);
         }
-        let after = self.free_units[chunk].0.fetch_add(b.units, Ordering::AcqRel) + b.units;
+        let after = self.space[chunk].give(b.units);
         if after == self.geometry.usable_units(chunk) {
             self.chunk_became_empty(chunk);
+        } else {
+            self.cores[owner].set_hint(b.level, chunk, self.shape.bunch_of(e));
         }
         Ok(b.units as usize * self.geometry.min_block)
     }

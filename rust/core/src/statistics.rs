@@ -8,7 +8,7 @@ use crate::global::{ChunkState, GlobalPool};
 use crate::layout::Layout;
 use crate::pool::Pool;
 use crate::stats::{ClassStats, CoreStats, PoolStats};
-use crate::sync::Ordering;
+
 use crate::thread_stats::ClassTotals;
 
 impl Pool {
@@ -36,9 +36,9 @@ impl Pool {
             .map(|core| {
                 let c = self.counters.core(core);
                 let (mut used, mut free) = (0usize, 0usize);
-                let owned: Vec<usize> = self.cores[core].owned_from(0).collect();
+                let owned: Vec<usize> = self.cores[core].owned().collect();
                 for &chunk in &owned {
-                    let f = self.free_units[chunk].0.load(Ordering::Relaxed) as usize * self.geometry.min_block;
+                    let f = self.space[chunk].free_units() as usize * self.geometry.min_block;
                     free += f;
                     used += self.geometry.usable_bytes(chunk).saturating_sub(f);
                 }
@@ -147,10 +147,16 @@ impl Pool {
             |chunk: usize| reclaimable.get(&chunk).map_or(0, |nodes| nodes.iter().map(|n| n.units(g.depth)).sum());
         let effectively_empty = |chunk: usize| {
             matches!(self.global.state(chunk), ChunkState::Core(_))
-                && self.free_units[chunk].0.load(Ordering::Acquire) + reclaimable_units(chunk) == g.usable_units(chunk)
+                && self.space[chunk].free_units() + reclaimable_units(chunk) == g.usable_units(chunk)
         };
         let runs = self.global.free_runs(&effectively_empty);
-        let mut largest = runs.iter().map(|&run| GlobalPool::run_capacity(g, run)).max().unwrap_or(0);
+        // A run no larger than half a chunk is the arena's short last chunk alone: only buddy
+        // blocks go there, and they round up.
+        let run_largest = |run| match GlobalPool::run_capacity(g, run) {
+            bytes if bytes > g.chunk_size / 2 => bytes,
+            bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
+        };
+        let mut largest = runs.iter().map(|&run| run_largest(run)).max().unwrap_or(0);
         for chunk in 0..g.chunks {
             if !matches!(self.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
                 continue;
