@@ -43,9 +43,16 @@ pub(crate) struct CoreCounters {
 
 pub(crate) struct Counters {
     cores: Box<[CachePadded<CoreCounters>]>,
+    slack: u64,
+    /// Written on publications and new peaks only; on lines of their own, apart from the fields
+    /// above, which every allocation reads.
+    shared: CachePadded<SharedCounters>,
+}
+
+#[derive(Default)]
+struct SharedCounters {
     published_total: AtomicU64,
     peak: AtomicU64,
-    slack: u64,
     /// Bytes of slab objects at the last sample.
     slab_bytes: AtomicU64,
 }
@@ -70,13 +77,13 @@ impl Totals {
 
 impl Counters {
     pub(crate) fn new(cores: usize, capacity: usize) -> Counters {
-        let slack = (capacity as u64 / (64 * cores as u64)).min(64 << 10);
+        // The estimate may miss (cores - 1) x slack bytes: at most 1/64 of the capacity, and at
+        // most 1 MiB per core; large enough that a core churning a few blocks rarely publishes.
+        let slack = (capacity as u64 / (64 * cores as u64)).min(1 << 20);
         Counters {
             cores: (0..cores).map(|_| CachePadded(CoreCounters::default())).collect(),
-            published_total: AtomicU64::new(0),
-            peak: AtomicU64::new(0),
             slack,
-            slab_bytes: AtomicU64::new(0),
+            shared: CachePadded(SharedCounters::default()),
         }
     }
 
@@ -96,12 +103,13 @@ impl Counters {
         self.maybe_publish(c, now);
         let unpublished = now.wrapping_sub(c.published.load(Ordering::Relaxed));
         let estimate = self
+            .shared
             .published_total
             .load(Ordering::Relaxed)
             .wrapping_add(unpublished)
-            .wrapping_add(self.slab_bytes.load(Ordering::Relaxed)) as i64;
-        if estimate > self.peak.load(Ordering::Relaxed) as i64 {
-            self.peak.fetch_max(estimate as u64, Ordering::AcqRel);
+            .wrapping_add(self.shared.slab_bytes.load(Ordering::Relaxed)) as i64;
+        if estimate > self.shared.peak.load(Ordering::Relaxed) as i64 {
+            self.shared.peak.fetch_max(estimate as u64, Ordering::AcqRel);
         }
     }
 
@@ -125,8 +133,9 @@ impl Counters {
         if delta.unsigned_abs() > self.slack
             && c.published.compare_exchange(published, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
-            let total = self.published_total.fetch_add(delta as u64, Ordering::AcqRel).wrapping_add(delta as u64);
-            self.peak.fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
+            let total =
+                self.shared.published_total.fetch_add(delta as u64, Ordering::AcqRel).wrapping_add(delta as u64);
+            self.shared.peak.fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
         }
     }
 
@@ -161,8 +170,8 @@ impl Counters {
     /// The peak, raised to `current` first (an exact total just taken, slab objects included,
     /// whose slab part `slab_bytes` is remembered for later estimates).
     pub(crate) fn sample(&self, current: u64, slab_bytes: u64) -> u64 {
-        self.slab_bytes.store(slab_bytes, Ordering::Relaxed);
-        self.peak.fetch_max(current, Ordering::AcqRel).max(current)
+        self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
+        self.shared.peak.fetch_max(current, Ordering::AcqRel).max(current)
     }
 }
 
