@@ -27,21 +27,36 @@ impl Clock {
     }
 
     /// A time-stamp counter scaled to [`Clock::now_ns`], when the counter is trustworthy here.
-    /// Takes about a millisecond (it measures the counter's rate).
+    /// Takes about a millisecond (it measures the counter's rate); `None` also when three
+    /// attempts could not agree with the clock (a machine too loaded to measure).
     pub(crate) fn calibrate(&self) -> Option<TscScale> {
         if !tsc::trusted() {
             return None;
         }
-        let sample = || {
-            let before = tsc::read();
-            let ns = self.now_ns();
-            let after = tsc::read();
-            (ns, before / 2 + after / 2)
-        };
-        let (ns0, tsc0) = sample();
-        let (mut ns1, mut tsc1) = sample();
+        (0..3).find_map(|_| self.try_calibrate())
+    }
+
+    /// A clock reading and the counter at the same moment: of 16 tries, the one whose two
+    /// counter reads around the clock read are closest (a thread preempted between them would
+    /// pair the clock with a counter value milliseconds off).
+    fn paired_reading(&self) -> (u64, u64) {
+        (0..16)
+            .map(|_| {
+                let before = tsc::read();
+                let ns = self.now_ns();
+                let after = tsc::read();
+                (after.wrapping_sub(before), ns, before / 2 + after / 2)
+            })
+            .min_by_key(|&(spread, _, _)| spread)
+            .map(|(_, ns, tsc)| (ns, tsc))
+            .expect("16 readings")
+    }
+
+    fn try_calibrate(&self) -> Option<TscScale> {
+        let (ns0, tsc0) = self.paired_reading();
+        let (mut ns1, mut tsc1) = self.paired_reading();
         while ns1 - ns0 < 1_000_000 {
-            (ns1, tsc1) = sample();
+            (ns1, tsc1) = self.paired_reading();
         }
         let ticks = tsc1.checked_sub(tsc0)?;
         // Between 100 MHz and 20 GHz, or something is off.
@@ -49,7 +64,16 @@ impl Clock {
         if ticks < ns / 10 || ticks > ns * 20 {
             return None;
         }
-        Some(TscScale { tsc0: tsc1, ns0: ns1, mul: (((ns as u128) << 32) / ticks as u128) as u64 })
+        let scale = TscScale { tsc0: tsc1, ns0: ns1, mul: (((ns as u128) << 32) / ticks as u128) as u64 };
+        // Check the scale against the clock a little later: within 1% of the time since.
+        let (ns2, tsc2) = loop {
+            let (ns2, tsc2) = self.paired_reading();
+            if ns2 - ns1 >= 200_000 {
+                break (ns2, tsc2);
+            }
+        };
+        let error = scale.at(tsc2).abs_diff(ns2);
+        (error * 100 <= ns2 - ns1).then_some(scale)
     }
 }
 
@@ -145,7 +169,13 @@ mod tests {
                 last = t;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
-            let (a, b, c) = (clock.now_ns(), scale.now_ns(), clock.now_ns());
+            // Bracket a counter reading between two clock readings; a bracket wider than 50 µs
+            // means the thread was preempted in between (a loaded machine), so read again.
+            let tight = (0..1000)
+                .map(|_| (clock.now_ns(), scale.now_ns(), clock.now_ns()))
+                .find(|&(a, _, c)| c - a < 50_000)
+                .expect("some reading is not preempted");
+            let (a, b, c) = tight;
             assert!(b + 200_000 >= a && b <= c + 200_000, "counter {b} ns vs clock {a}..{c} ns");
         }
     }
