@@ -6,12 +6,11 @@
 //! 1000 frees; a producer/consumer pair where every free is remote; 1 and 2 threads.
 
 use std::hint::black_box;
-use std::sync::{mpsc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
-use npumem_benches::{Allocator, Glibc, NpumemBuddy, NpumemRaw, ShardedSlab};
+use npumem_benches::{churn, producer_consumer, timed_threads, Allocator, Glibc, NpumemBuddy, NpumemRaw, ShardedSlab};
 
 const ARENA: usize = 256 << 20;
 const CLASSES: [usize; 7] = [64, 128, 256, 512, 1024, 2048, 4096];
@@ -64,39 +63,12 @@ fn bursts(c: &mut Criterion) {
     }
 }
 
-/// `threads` threads each run `iters` alloc/free pairs over the classes; aggregate throughput.
+/// `threads` threads (pinned to CPUs 0..threads) each run `iters` alloc/free pairs over the
+/// classes; aggregate throughput.
 fn parallel<A: Allocator>(g: &mut BenchmarkGroup<'_, WallTime>, a: &A, threads: usize) {
     g.throughput(Throughput::Elements(threads as u64));
     g.bench_function(a.name(), |b| {
-        b.iter_custom(|iters| {
-            let barrier = Barrier::new(threads + 1);
-            std::thread::scope(|s| {
-                for t in 0..threads {
-                    let barrier = &barrier;
-                    s.spawn(move || {
-                        let mut held = Vec::with_capacity(8);
-                        barrier.wait();
-                        for i in 0..iters as usize {
-                            let size = CLASSES[(i + t) % CLASSES.len()];
-                            held.push((a.alloc(size).expect("room"), size));
-                            if held.len() == 8 {
-                                for (tok, size) in held.drain(..) {
-                                    a.free(tok, size);
-                                }
-                            }
-                        }
-                        for (tok, size) in held {
-                            a.free(tok, size);
-                        }
-                        barrier.wait();
-                    });
-                }
-                barrier.wait();
-                let start = Instant::now();
-                barrier.wait();
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| timed_threads(threads, |t| churn(a, &CLASSES, t, iters as usize)))
     });
 }
 
@@ -111,42 +83,19 @@ fn threads(c: &mut Criterion) {
     }
 }
 
-/// One thread allocates 256-byte blocks and sends them, 256 at a time, to another that frees
-/// them: every free is remote.
-fn producer_consumer<A: Allocator>(g: &mut BenchmarkGroup<'_, WallTime>, a: &A) {
-    g.bench_function(a.name(), |b| {
-        b.iter_custom(|iters| {
-            let (tx, rx) = mpsc::sync_channel::<Vec<A::Token>>(16);
-            let start = Instant::now();
-            std::thread::scope(|s| {
-                s.spawn(move || {
-                    for batch in rx {
-                        for t in batch {
-                            a.free(t, 256);
-                        }
-                    }
-                });
-                let mut left = iters as usize;
-                while left > 0 {
-                    let n = left.min(256);
-                    let batch: Vec<A::Token> = (0..n).map(|_| a.alloc(256).expect("room")).collect();
-                    tx.send(batch).expect("consumer alive");
-                    left -= n;
-                }
-                drop(tx);
-            });
-            start.elapsed()
-        })
-    });
+/// One thread allocates 256-byte blocks and sends them to another that frees them: every free
+/// is remote.
+fn remote<A: Allocator>(g: &mut BenchmarkGroup<'_, WallTime>, a: &A) {
+    g.bench_function(a.name(), |b| b.iter_custom(|iters| producer_consumer(a, 256, iters as usize)));
 }
 
 fn remote_frees(c: &mut Criterion) {
     let mut g = c.benchmark_group("slab_producer_consumer_256B");
     g.throughput(Throughput::Elements(1));
-    producer_consumer(&mut g, &NpumemRaw::new(ARENA, 2));
-    producer_consumer(&mut g, &NpumemBuddy::new(ARENA, 2));
-    producer_consumer(&mut g, &Glibc);
-    producer_consumer(&mut g, &ShardedSlab::new());
+    remote(&mut g, &NpumemRaw::new(ARENA, 2));
+    remote(&mut g, &NpumemBuddy::new(ARENA, 2));
+    remote(&mut g, &Glibc);
+    remote(&mut g, &ShardedSlab::new());
     g.finish();
 }
 

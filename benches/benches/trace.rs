@@ -6,10 +6,10 @@
 //! Report the `on` time as a ratio against `off` of the same group.
 
 use std::hint::black_box;
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use npumem_benches::timed_threads;
 use npumem_core::{Backing, Pool, PoolConfig};
 
 const ARENA: usize = 256 << 20;
@@ -57,33 +57,21 @@ fn threads(c: &mut Criterion) {
         let p = pool(trace);
         g.bench_function(BenchmarkId::from_parameter(label(trace)), |b| {
             b.iter_custom(|iters| {
-                let barrier = Barrier::new(threads + 1);
-                std::thread::scope(|s| {
-                    for t in 0..threads {
-                        let (barrier, p) = (&barrier, &p);
-                        s.spawn(move || {
-                            let sizes = [256usize, 4096, 1024, 65536, 512, 16384, 2048, 8192];
-                            let mut held = Vec::with_capacity(8);
-                            barrier.wait();
-                            for i in 0..iters as usize {
-                                let size = sizes[(i + t) % sizes.len()];
-                                held.push(p.alloc(size, None, 1).expect("room"));
-                                if held.len() == 8 {
-                                    for h in held.drain(..) {
-                                        p.free(h).expect("valid free");
-                                    }
-                                }
-                            }
-                            for h in held {
+                timed_threads(threads, |t| {
+                    let sizes = [256usize, 4096, 1024, 65536, 512, 16384, 2048, 8192];
+                    let mut held = Vec::with_capacity(8);
+                    for i in 0..iters as usize {
+                        let size = sizes[(i + t) % sizes.len()];
+                        held.push(p.alloc(size, None, 1).expect("room"));
+                        if held.len() == 8 {
+                            for h in held.drain(..) {
                                 p.free(h).expect("valid free");
                             }
-                            barrier.wait();
-                        });
+                        }
                     }
-                    barrier.wait();
-                    let start = Instant::now();
-                    barrier.wait();
-                    start.elapsed()
+                    for h in held {
+                        p.free(h).expect("valid free");
+                    }
                 })
             })
         });

@@ -5,7 +5,8 @@
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::{mpsc, Barrier, Mutex};
+use std::time::{Duration, Instant};
 
 use branch_allocator::BranchAllocator;
 use buddy_system_allocator::FrameAllocator;
@@ -260,6 +261,96 @@ impl Allocator for Branch {
         let order = size.div_ceil(UNIT).next_power_of_two().trailing_zeros() as usize;
         self.tree.deallocate(offset / UNIT, order).expect("valid free");
     }
+}
+
+/// Pin the calling thread to the `i`-th CPU this process may run on (modulo their number), so a
+/// run of N threads really uses N CPUs: on a small VM the scheduler often leaves two busy
+/// threads stacked on one CPU for a whole short run, which measures the scheduler, not the
+/// allocator. Does nothing where the affinity cannot be read or set.
+pub fn pin_to_cpu(i: usize) {
+    // SAFETY: cpu_set_t is plain data, zero is a valid empty set; the calls get its size.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
+            return;
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &allowed)).collect();
+        if cpus.is_empty() {
+            return;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpus[i % cpus.len()], &mut one);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+    }
+}
+
+/// Run `work(t)` on `threads` threads, thread `t` pinned to CPU `t`; the wall time from their
+/// common start to the last one's end.
+pub fn timed_threads(threads: usize, work: impl Fn(usize) + Sync) -> Duration {
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (barrier, work) = (&barrier, &work);
+            s.spawn(move || {
+                pin_to_cpu(t);
+                barrier.wait();
+                work(t);
+                barrier.wait();
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        barrier.wait();
+        start.elapsed()
+    })
+}
+
+/// `pairs` allocations cycling through `sizes` (thread `t` starts at `sizes[t]`), each freed in
+/// a batch of eight: the per-thread work of the `threads/N` groups. The batch lives on the
+/// stack: a heap buffer of one thread next to another's would put the harness itself in the
+/// way (false sharing).
+pub fn churn<A: Allocator>(a: &A, sizes: &[usize], t: usize, pairs: usize) {
+    let mut held: [Option<(A::Token, usize)>; 8] = [None; 8];
+    for i in 0..pairs {
+        let size = sizes[(i + t) % sizes.len()];
+        held[i % 8] = Some((a.alloc(size).expect("room"), size));
+        if i % 8 == 7 {
+            for (token, size) in held.iter_mut().filter_map(Option::take) {
+                a.free(token, size);
+            }
+        }
+    }
+    for (token, size) in held.iter_mut().filter_map(Option::take) {
+        a.free(token, size);
+    }
+}
+
+/// One thread (on CPU 0) allocates `blocks` blocks of `size` bytes and sends them, 256 at a
+/// time, to another (on CPU 1) that frees them: every free is remote. The wall time of it all.
+pub fn producer_consumer<A: Allocator>(a: &A, size: usize, blocks: usize) -> Duration {
+    let (tx, rx) = mpsc::sync_channel::<Vec<A::Token>>(16);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            pin_to_cpu(1);
+            for batch in rx {
+                for token in batch {
+                    a.free(token, size);
+                }
+            }
+        });
+        s.spawn(move || {
+            pin_to_cpu(0);
+            let mut left = blocks;
+            while left > 0 {
+                let n = left.min(256);
+                let batch: Vec<A::Token> = (0..n).map(|_| a.alloc(size).expect("room")).collect();
+                tx.send(batch).expect("consumer alive");
+                left -= n;
+            }
+        });
+    });
+    start.elapsed()
 }
 
 /// A small deterministic generator (xorshift), so workloads are the same for every peer.

@@ -1,0 +1,36 @@
+//! The random-size workload of `alloc_path` (256 B to 1 MiB, 50% full) as a plain loop, for
+//! profilers: `cargo run --release -p npumem-benches --example random_loop [-- ITERATIONS [PEER]]`.
+use npumem_benches::{prefill, Allocator, LockedFrames, MutexTree, NpumemBuddy, NpumemRaw, Rng};
+
+const ARENA: usize = 256 << 20;
+
+fn run<A: Allocator>(a: &A, n: usize) {
+    let mut rng = Rng::new(7);
+    let mut held = prefill(a, &mut rng, ARENA, 0.5, 256, 1 << 20);
+    let mut failed = 0usize;
+    let start = std::time::Instant::now();
+    for _ in 0..n {
+        let i = (rng.next_u64() as usize) % held.len();
+        let (t, size) = held[i];
+        a.free(t, size);
+        let size = rng.size(256, 1 << 20);
+        if let Some(t) = a.alloc(size) {
+            held[i] = (t, size);
+        } else {
+            held.swap_remove(i);
+            failed += 1;
+        }
+    }
+    let ns = start.elapsed().as_nanos() as f64 / n as f64;
+    println!("{}: {ns:.1} ns per free+alloc, {} blocks held, {failed} failed", a.name(), held.len());
+}
+
+fn main() {
+    let n: usize = std::env::args().nth(1).map(|s| s.parse().expect("iterations")).unwrap_or(2_000_000);
+    match std::env::args().nth(2).as_deref() {
+        Some("mutex-tree") => run(&MutexTree::new(ARENA), n),
+        Some("buddy_system_allocator") => run(&LockedFrames::new(ARENA), n),
+        Some("npumem") => run(&NpumemRaw::new(ARENA, 2), n),
+        _ => run(&NpumemBuddy::new(ARENA, 2), n),
+    }
+}
