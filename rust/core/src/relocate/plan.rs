@@ -1,0 +1,464 @@
+//! The compaction planners: which blocks move where.
+//!
+//! * **Slab packing**: per size class, the objects of the sparsest slabs move into the free
+//!   objects of the others, as long as they fit; the emptied slabs go back.
+//! * **Slide** (full compaction): every movable block, slab and run, in address order, goes to
+//!   the lowest place that fits it, counting the places the blocks before it have left. Every
+//!   block moves towards the start of the arena, so copying in address order never overwrites a
+//!   byte still to be read: no ordering problem, no cycle, a mover can do it on a device. What
+//!   stays behind is one free stretch at the end of the arena, less what pinned blocks hold.
+//! * **Evacuation** (incremental compaction, or chunks the caller names): every block of the
+//!   chosen chunks goes into the holes of the other busy chunks (densest first), slab objects
+//!   into free objects of same-class slabs elsewhere; the emptied chunks go back to the global
+//!   pool, where neighbours merge into runs. Incremental steps choose the sparsest chunks first,
+//!   as many as `max_bytes` of moves allows.
+//!
+//! Planners work on a [`Model`] of the arena and on a census of the live blocks; nothing in the
+//! pool changes until the executor runs the plan.
+
+use std::collections::{HashMap, HashSet};
+
+use super::execute::{Kind, Unit};
+use super::model::{Model, Role};
+use crate::handle::{Handle, SlotInfo};
+use crate::layout::Layout;
+use crate::pool::Pool;
+use crate::slab::{SlabRef, SlabView};
+
+/// A live block found by the census.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    pub(crate) handle: Handle,
+    pub(crate) info: SlotInfo,
+    /// Not pinned (and, for a census that claims, marked moving by it).
+    pub(crate) movable: bool,
+}
+
+/// Every live block, by where it lives.
+#[derive(Default)]
+pub(crate) struct Census {
+    /// Buddy blocks of core chunks.
+    pub(crate) buddy: Vec<Item>,
+    /// Chunk runs.
+    pub(crate) runs: Vec<Item>,
+    /// Slab objects, by slab id.
+    pub(crate) objects: HashMap<u32, Vec<Item>>,
+    /// Every live slab.
+    pub(crate) slabs: Vec<SlabView>,
+}
+
+impl Census {
+    /// Every handle the census marked moving.
+    pub(crate) fn claimed(&self) -> impl Iterator<Item = Handle> + '_ {
+        self.buddy
+            .iter()
+            .chain(self.runs.iter())
+            .chain(self.objects.values().flatten())
+            .filter(|i| i.movable)
+            .map(|i| i.handle)
+    }
+}
+
+/// A slab that can move as a whole: every object has a handle and none is pinned.
+fn slab_movable(census: &Census, view: &SlabView, objects_per_slab: u32) -> bool {
+    let live = objects_per_slab - (view.free & ((1u64 << objects_per_slab) - 1)).count_ones();
+    let items = census.objects.get(&view.id).map_or(&[][..], Vec::as_slice);
+    items.len() as u32 == live && items.iter().all(|i| i.movable)
+}
+
+impl Pool {
+    /// Every live block. With `claim`, every unpinned block is marked moving as it is found
+    /// (the caller must clear each mark, moved or not); pinned ones stay put.
+    pub(crate) fn census(&self, claim: bool) -> Census {
+        let mut census = Census { slabs: self.slabs.views(), ..Census::default() };
+        self.handles.for_each_live(&mut |handle, info| {
+            let movable = if claim { self.handles.begin_move(handle).is_ok() } else { info.pins == 0 };
+            let item = Item { handle, info, movable };
+            if let Some(slab) = self.slabs.lookup(info.offset) {
+                census.objects.entry(slab.id).or_default().push(item);
+                return;
+            }
+            let chunk = self.geometry.chunk_of(info.offset);
+            match self.global.state(chunk) {
+                crate::global::ChunkState::RunHead(_) => census.runs.push(item),
+                _ => census.buddy.push(item),
+            }
+        });
+        census
+    }
+
+    fn block_unit(&self, item: &Item) -> Option<Unit> {
+        self.unit_of(item.handle, &item.info).ok()
+    }
+
+    /// Slab packing: moves of objects of the sparsest slabs into free objects of the others.
+    /// Objects whose slab empties are given back by the executor's tidying.
+    pub(crate) fn plan_slab_packing(&self, census: &Census) -> Vec<Unit> {
+        let classes = &self.slabs.classes.classes;
+        let mut units = Vec::new();
+        for (k, class) in classes.iter().enumerate() {
+            let all_free = class.all_free();
+            let views: Vec<&SlabView> = census.slabs.iter().filter(|v| v.class == k).collect();
+            if views.len() < 2 {
+                continue;
+            }
+            // (view, live objects, can empty)
+            let mut slabs: Vec<(&SlabView, u32, bool)> = views
+                .iter()
+                .map(|v| {
+                    let live = class.objects - (v.free & all_free).count_ones();
+                    (*v, live, slab_movable(census, v, class.objects) && live > 0)
+                })
+                .collect();
+            // Sparsest movable slabs first; they empty as long as their objects fit elsewhere.
+            slabs.sort_by_key(|&(v, live, movable)| (!movable, live, std::cmp::Reverse(v.base)));
+            let total_free: u64 = slabs.iter().map(|&(v, _, _)| u64::from((v.free & all_free).count_ones())).sum();
+            let (mut emptied, mut moving, mut lost_room) = (0usize, 0u64, 0u64);
+            for &(v, live, movable) in &slabs {
+                let room = u64::from((v.free & all_free).count_ones());
+                if !movable || moving + u64::from(live) > total_free - lost_room - room {
+                    break;
+                }
+                moving += u64::from(live);
+                lost_room += room;
+                emptied += 1;
+            }
+            if emptied == 0 {
+                continue;
+            }
+            // Targets: free objects of the kept slabs, densest slabs first.
+            let mut kept: Vec<(&SlabView, u32)> = slabs[emptied..].iter().map(|&(v, live, _)| (v, live)).collect();
+            kept.sort_by_key(|&(v, live)| (std::cmp::Reverse(live), v.base));
+            let mut targets = kept.iter().flat_map(|&(v, _)| {
+                (0..class.objects).filter(move |j| v.free & (1 << j) != 0).map(move |j| v.base + class.offset_of(j))
+            });
+            for &(v, _, _) in &slabs[..emptied] {
+                for item in census.objects.get(&v.id).map_or(&[][..], Vec::as_slice) {
+                    let Some(mut unit) = self.block_unit(item) else { continue };
+                    unit.to = targets.next().expect("the kept slabs have room for every moved object");
+                    units.push(unit);
+                }
+            }
+        }
+        units
+    }
+
+    /// The plan of a full compaction over `model` (changed to the arena after it): the moves
+    /// of every movable run, buddy block and whole slab that goes elsewhere.
+    ///
+    /// Runs slide first, in address order, each to the lowest stretch of empty chunks at or
+    /// below it. Then buddy blocks and slabs are packed largest first (first fit decreasing, so
+    /// smaller blocks fill the tails that trimmed blocks leave in their buddy nodes); blocks of
+    /// one size go in address order, each to the lowest place that fits.
+    ///
+    /// With `downward`, a block only uses places that were free or that the blocks planned
+    /// before it left, and never goes above its own place. Copying in ascending source order is
+    /// then safe whatever the planning order: a destination `[d, d + n)` with `d <= s` can only
+    /// overlap sources that start below `s` (they are disjoint from `[s, s + n)`), which are
+    /// copied first, and the executor finds exactly that order: no cycle can arise, so a mover on
+    /// a device can do it. Without, it is a repack: every movable block leaves first and they
+    /// come back largest first into the lowest places (small blocks fill the tails of large
+    /// ones wherever those are: the tightest packing); the executor orders the copies and breaks
+    /// cycles through a bounce buffer (host memory only).
+    pub(crate) fn plan_slide(&self, census: &Census, model: &mut Model, downward: bool) -> Vec<Unit> {
+        let g = &self.geometry;
+        let mut moves = Vec::new();
+        // Runs.
+        let mut runs: Vec<Unit> = census.runs.iter().filter(|i| i.movable).filter_map(|i| self.block_unit(i)).collect();
+        runs.sort_by_key(|u| u.from);
+        for mut unit in runs {
+            let Kind::Run { chunks } = unit.kind else { continue };
+            let Layout::Run { align_chunks, .. } = g.layout(unit.size, unit.align) else { continue };
+            let from_chunk = g.chunk_of(unit.from);
+            model.set_run(from_chunk, chunks, false);
+            let fits =
+                |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) == unit.extent;
+            let to = (0..=from_chunk).step_by(align_chunks).find(|&d| fits(d)).unwrap_or(from_chunk);
+            model.set_run(to, chunks, true);
+            unit.to = to * g.chunk_size;
+            if unit.to != unit.from {
+                moves.push(unit);
+            }
+        }
+        // Buddy blocks and slabs, by size: (unit, units, alignment in units).
+        let mut candidates: Vec<(Unit, u64, u64)> = Vec::new();
+        for item in census.buddy.iter().filter(|i| i.movable) {
+            let Some(unit) = self.block_unit(item) else { continue };
+            let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
+            candidates.push((unit, b.units, b.enclosing * b.step));
+        }
+        for view in &census.slabs {
+            let class = &self.slabs.classes.classes[view.class];
+            if !slab_movable(census, view, class.objects) || view.free & class.all_free() == class.all_free() {
+                continue;
+            }
+            candidates.push(self.slab_unit(census, view));
+        }
+        candidates.sort_by_key(|(u, units, align)| (std::cmp::Reverse(*units), std::cmp::Reverse(*align), u.from));
+        if !downward {
+            // A repack: every block leaves first, then they come back largest first.
+            for (u, units, _) in &candidates {
+                model.vacate(g.chunk_of(u.from), g.unit_in_chunk(u.from), *units);
+            }
+        }
+        let mut group = (0, 0);
+        let mut cursor = (0usize, 0u64);
+        for (mut unit, units, align) in candidates {
+            if (units, align) != group {
+                // A new size: vacated places anywhere may fit it, start from the bottom.
+                group = (units, align);
+                cursor = (0, 0);
+            }
+            let from_chunk = g.chunk_of(unit.from);
+            let pos = g.unit_in_chunk(unit.from);
+            if downward {
+                model.vacate(from_chunk, pos, units);
+            }
+            // Within a size, blocks go in address order, so the places they leave behind are
+            // above the cursor (downward); in a repack every place was left before.
+            let last = if downward { from_chunk } else { model.chunks.len() - 1 };
+            let mut placed = (from_chunk, pos);
+            while cursor.0 <= last {
+                let c = cursor.0;
+                let limit = if downward && c == from_chunk { pos + units } else { u64::MAX };
+                if let Some(p) = model.find(c, cursor.1, units, align, limit) {
+                    placed = (c, p);
+                    break;
+                }
+                cursor = (c + 1, 0);
+            }
+            cursor = placed;
+            model.occupy(placed.0, placed.1, units, unit.core);
+            unit.to = g.offset_of(placed.0, placed.1);
+            if unit.to != unit.from {
+                moves.push(unit);
+            }
+        }
+        moves
+    }
+
+    /// A whole slab as one move (to be placed): (unit, units, alignment in units).
+    fn slab_unit(&self, census: &Census, view: &SlabView) -> (Unit, u64, u64) {
+        let objects = census
+            .objects
+            .get(&view.id)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(|i| (i.handle, i.info.offset))
+            .collect();
+        let units = (view.bytes >> self.geometry.unit_shift) as u64;
+        let unit = Unit {
+            kind: Kind::Slab { id: view.id, objects },
+            handle: None,
+            size: view.bytes,
+            align: view.bytes,
+            core: view.owner,
+            from: view.base,
+            to: view.base,
+            extent: view.bytes,
+        };
+        (unit, units, units)
+    }
+
+    /// An evacuation over `model`: the moves that empty the chosen chunks, and the chunks they
+    /// empty. `chosen` lists chunks in the order to try. With `budget` (an incremental step),
+    /// chunks are taken while their moves add up to at most that many bytes, skipped when they
+    /// cannot be emptied, and the chunks not taken may receive blocks; without, every chunk
+    /// must be emptied into the other chunks (`Err` names the first that cannot).
+    pub(crate) fn plan_evacuation(
+        &self,
+        census: &Census,
+        model: &mut Model,
+        chosen: &[usize],
+        budget: Option<usize>,
+    ) -> std::result::Result<(Vec<Unit>, Vec<usize>), String> {
+        let g = &self.geometry;
+        let contents = self.chunk_contents(census);
+        let strict = budget.is_none();
+        let excluded: HashSet<usize> = if strict { chosen.iter().copied().collect() } else { HashSet::new() };
+        // Free objects of each class in slabs outside the excluded chunks: (slab, offset).
+        let classes = &self.slabs.classes.classes;
+        let mut slots: Vec<Vec<(SlabRef, usize)>> = vec![Vec::new(); classes.len()];
+        for v in &census.slabs {
+            if excluded.contains(&g.chunk_of(v.base)) {
+                continue;
+            }
+            let class = &classes[v.class];
+            let slab = SlabRef { id: v.id, class: v.class, owner: v.owner };
+            for j in (0..class.objects).rev() {
+                if v.free & (1 << j) != 0 {
+                    slots[v.class].push((slab, v.base + class.offset_of(j)));
+                }
+            }
+        }
+        // Holes: busy core chunks outside the excluded ones, densest first.
+        let mut holes: Vec<usize> = (0..model.chunks.len())
+            .filter(|&c| !excluded.contains(&c) && model.chunks[c].role == Role::Core && model.chunks[c].used > 0)
+            .collect();
+        holes.sort_by_key(|&c| (std::cmp::Reverse(model.chunks[c].used), c));
+        if strict {
+            // Named chunks must empty: fresh chunks take what the holes cannot.
+            holes.extend(
+                (0..model.chunks.len()).filter(|&c| !excluded.contains(&c) && model.chunks[c].role == Role::Free),
+            );
+        }
+        // Chunks that received blocks in this plan cannot be emptied by it.
+        let mut received: HashSet<usize> = HashSet::new();
+        let mut units = Vec::new();
+        let mut emptied = Vec::new();
+        let mut spent = 0usize;
+        for &chunk in chosen {
+            let refuse = |why: String| if strict { Err(why) } else { Ok(()) };
+            let Some(content) = contents.get(&chunk) else {
+                if model.chunks.get(chunk).is_none_or(|c| c.role != Role::Core || c.used > 0) {
+                    refuse(format!("chunk {chunk} is not a core chunk whose blocks the compactor can move"))?;
+                }
+                continue;
+            };
+            if !content.movable {
+                refuse(format!("chunk {chunk} holds pinned blocks or blocks without a handle"))?;
+                continue;
+            }
+            if received.contains(&chunk) || budget.is_some_and(|limit| spent + content.bytes > limit) {
+                continue;
+            }
+            let first_unit = units.len();
+            let slots_before: Vec<usize> = slots.iter().map(Vec::len).collect();
+            let mut taken_slots: Vec<Vec<(SlabRef, usize)>> = vec![Vec::new(); classes.len()];
+            let mut placements: Vec<(usize, u64, u64)> = Vec::new();
+            let mut bytes = 0usize;
+            let mut ok = true;
+            // Slabs: the objects go into other slabs when they all fit, else the whole slab moves.
+            let mut pieces: Vec<(Unit, u64, u64)> = Vec::new();
+            for view in &content.slabs {
+                let items = census.objects.get(&view.id).map_or(&[][..], Vec::as_slice);
+                let fits_elsewhere = slots[view.class].iter().filter(|(_, at)| g.chunk_of(*at) != chunk).count();
+                if fits_elsewhere >= items.len() {
+                    // Slots of this very chunk are no use: drop them for now.
+                    let (here, elsewhere): (Vec<_>, Vec<_>) =
+                        slots[view.class].drain(..).partition(|(_, at)| g.chunk_of(*at) == chunk);
+                    slots[view.class] = elsewhere;
+                    for item in items {
+                        let Some(mut unit) = self.block_unit(item) else { continue };
+                        let slot = slots[view.class].pop().expect("counted");
+                        received.insert(g.chunk_of(slot.1));
+                        taken_slots[view.class].push(slot);
+                        unit.to = slot.1;
+                        bytes += unit.copy_len();
+                        units.push(unit);
+                    }
+                    slots[view.class].extend(here);
+                } else {
+                    let n = (view.bytes >> g.unit_shift) as u64;
+                    let objects = items.iter().map(|i| (i.handle, i.info.offset)).collect();
+                    let unit = Unit {
+                        kind: Kind::Slab { id: view.id, objects },
+                        handle: None,
+                        size: view.bytes,
+                        align: view.bytes,
+                        core: view.owner,
+                        from: view.base,
+                        to: view.base,
+                        extent: view.bytes,
+                    };
+                    pieces.push((unit, n, n));
+                }
+            }
+            for item in &content.buddy {
+                let Some(unit) = self.block_unit(item) else { continue };
+                let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
+                pieces.push((unit, b.units, b.enclosing * b.step));
+            }
+            pieces.sort_by_key(|(u, n, _)| (std::cmp::Reverse(*n), u.from));
+            for (mut unit, n, align) in pieces {
+                let found = holes
+                    .iter()
+                    .filter(|&&c| c != chunk)
+                    .find_map(|&c| model.find(c, 0, n, align, u64::MAX).map(|p| (c, p)));
+                let Some((c, p)) = found else {
+                    ok = false;
+                    break;
+                };
+                model.occupy(c, p, n, unit.core);
+                placements.push((c, p, n));
+                unit.to = g.offset_of(c, p);
+                bytes += unit.copy_len();
+                units.push(unit);
+            }
+            ok &= budget.is_none_or(|limit| spent + bytes <= limit);
+            if !ok {
+                for (c, p, n) in placements {
+                    model.vacate(c, p, n);
+                }
+                units.truncate(first_unit);
+                for (k, taken) in taken_slots.into_iter().enumerate() {
+                    slots[k].extend(taken.into_iter().rev());
+                    debug_assert_eq!(slots[k].len(), slots_before[k]);
+                }
+                refuse(format!("the blocks of chunk {chunk} do not fit in the holes of the other chunks"))?;
+                continue;
+            }
+            for (c, _, _) in &placements {
+                received.insert(*c);
+            }
+            spent += bytes;
+            emptied.push(chunk);
+            // An emptied chunk is no longer a hole, nor are its slabs' free objects slots.
+            holes.retain(|&c| c != chunk);
+            for list in &mut slots {
+                list.retain(|(_, at)| g.chunk_of(*at) != chunk);
+            }
+        }
+        Ok((units, emptied))
+    }
+}
+
+/// What one core chunk holds, for an evacuation.
+pub(crate) struct Contents {
+    pub(crate) buddy: Vec<Item>,
+    pub(crate) slabs: Vec<SlabView>,
+    /// Bytes to move to empty it.
+    pub(crate) bytes: usize,
+    /// Everything in it can move (no pinned blocks, no blocks without handles).
+    pub(crate) movable: bool,
+}
+
+impl Pool {
+    /// The contents of every core chunk that holds a block or slab.
+    pub(crate) fn chunk_contents(&self, census: &Census) -> HashMap<usize, Contents> {
+        let g = &self.geometry;
+        let mut out: HashMap<usize, Contents> = HashMap::new();
+        let mut units_seen: HashMap<usize, u64> = HashMap::new();
+        fn entry(out: &mut HashMap<usize, Contents>, c: usize) -> &mut Contents {
+            out.entry(c).or_insert_with(|| Contents { buddy: Vec::new(), slabs: Vec::new(), bytes: 0, movable: true })
+        }
+        for item in &census.buddy {
+            let c = g.chunk_of(item.info.offset);
+            let e = entry(&mut out, c);
+            e.movable &= item.movable;
+            e.bytes += item.info.size;
+            if let Some(b) = self.buddy_layout(item.info.size) {
+                *units_seen.entry(c).or_default() += b.units;
+            }
+            e.buddy.push(item.clone());
+        }
+        for view in &census.slabs {
+            let c = g.chunk_of(view.base);
+            let class = &self.slabs.classes.classes[view.class];
+            let e = entry(&mut out, c);
+            let items = census.objects.get(&view.id).map_or(&[][..], Vec::as_slice);
+            e.movable &= slab_movable(census, view, class.objects);
+            e.bytes += items.iter().map(|i| i.info.size).sum::<usize>();
+            *units_seen.entry(c).or_default() += (view.bytes >> g.unit_shift) as u64;
+            e.slabs.push(view.clone());
+        }
+        // Blocks without a handle show as covered units nobody accounts for.
+        for (c, e) in out.iter_mut() {
+            let covered = g.usable_units(*c) - self.free_units[*c].0.load(crate::sync::Ordering::Acquire);
+            if units_seen.get(c).copied().unwrap_or(0) != covered {
+                e.movable = false;
+            }
+        }
+        out
+    }
+}
