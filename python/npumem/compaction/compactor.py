@@ -103,9 +103,9 @@ class Compactor:
     ) -> CompactionReport:
         """Compact now. ``mode``: ``"full"`` (default: the policy's mode) stops the pool once and
         makes free space one run, as far as pinned blocks and block shapes allow;
-        ``"incremental"`` evacuates the sparsest chunks in steps of at most ``max_bytes`` of
-        moves (default: the policy's), the pool stopped only during each step, until a step
-        frees nothing. Returns the report (also kept in :attr:`reports`)."""
+        ``"incremental"`` evacuates the sparsest chunks (and slides chunk runs down into the room
+        that makes) in steps of at most ``max_bytes`` of moves (default: the policy's), the pool
+        stopped only during each step, until a step finds nothing to move. Returns the report (also kept in :attr:`reports`)."""
         mode = self.policy.mode if mode is None else mode
         if mode not in MODES:
             raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
@@ -140,12 +140,14 @@ class Compactor:
             steps.append(self._step("full", None))
         else:
             budget = max_bytes if max_bytes is not None else self.policy.max_bytes
+            # Every step empties chunks into denser ones or slides runs down, so steps run out:
+            # stop at the first that moves nothing (or after max_steps).
             for _ in range(self.policy.max_steps):
                 if self.pause_budget is not None:
                     budget = max(1 << 16, min(budget, int(self.pause_budget * self._throughput)))
                 step = self._step("incremental", budget)
                 steps.append(step)
-                if step.blocks == 0 or step.chunks_freed == 0:
+                if step.blocks == 0:
                     break
         after = self.pool.stats()
         report = CompactionReport(

@@ -40,6 +40,8 @@
 //!
 //! The loom models in this module check the protocol exhaustively on small trees.
 
+mod relocation; // compaction (issue 5): sweep_all
+
 use crate::bits::{every_nth, low_bits, siblings, to_children, to_parents};
 use crate::sync::{AtomicU64, Ordering};
 

@@ -182,7 +182,9 @@ pub(crate) fn pause(slf: &Bound<'_, Pool>, timeout: Option<&Bound<'_, PyAny>>) -
 fn pause_of<'a>(pool: &Pool, value: &'a Bound<'_, PyAny>) -> PyResult<&'a Pause> {
     let pause = value
         .cast::<Pause>()
-        .map_err(|_| error(Kind::ArgumentType, format!("pause must be an npumem.Pause, got {}", args::type_name(value))))?
+        .map_err(|_| {
+            error(Kind::ArgumentType, format!("pause must be an npumem.Pause, got {}", args::type_name(value)))
+        })?
         .get();
     if !Arc::ptr_eq(&pause.core, &pool.core) {
         return Err(error(Kind::InvalidArgument, "the pause belongs to another pool"));
@@ -232,13 +234,19 @@ pub(crate) fn move_blocks<'py>(
     let pause = pause_of(pool, pause)?;
     let mover = check_mover(mover)?;
     let items = moves.try_iter().map_err(|_| {
-        error(Kind::ArgumentType, format!("moves must be an iterable of (Block, offset), got {}", args::type_name(moves)))
+        error(
+            Kind::ArgumentType,
+            format!("moves must be an iterable of (Block, offset), got {}", args::type_name(moves)),
+        )
     })?;
     let mut batch = Vec::new();
     for (i, item) in items.enumerate() {
         let item = item?;
         let pair = item.cast::<PyTuple>().ok().filter(|t| t.len() == 2).ok_or_else(|| {
-            error(Kind::ArgumentType, format!("moves[{i}] must be a (Block, offset) pair, got {}", args::type_name(&item)))
+            error(
+                Kind::ArgumentType,
+                format!("moves[{i}] must be a (Block, offset) pair, got {}", args::type_name(&item)),
+            )
         })?;
         let block = pair.get_item(0)?;
         let block = block.cast::<Block>().map_err(|_| {
@@ -263,7 +271,11 @@ pub(crate) fn move_blocks<'py>(
 }
 
 /// The mode of a compaction from its Python arguments.
-fn mode_of(mode: &str, max_bytes: Option<&Bound<'_, PyAny>>, chunks: Option<&Bound<'_, PyAny>>) -> PyResult<CompactionMode> {
+fn mode_of(
+    mode: &str,
+    max_bytes: Option<&Bound<'_, PyAny>>,
+    chunks: Option<&Bound<'_, PyAny>>,
+) -> PyResult<CompactionMode> {
     match mode {
         "full" => Ok(CompactionMode::Full),
         "incremental" => {
@@ -347,7 +359,9 @@ pub(crate) fn plan_compaction<'py>(
     let mode = mode_of(mode, max_bytes, chunks)?;
     let core = &pool.core;
     let plan = match pause.filter(|p| !p.is_none()) {
-        Some(p) => pause_of(pool, p)?.with_token(|token| without_gil(py, || core.plan_compaction(Some(token), &mode)))?,
+        Some(p) => {
+            pause_of(pool, p)?.with_token(|token| without_gil(py, || core.plan_compaction(Some(token), &mode)))?
+        }
         None => without_gil(py, || core.plan_compaction(None, &mode))?,
     };
     let d = PyDict::new(py);
@@ -372,7 +386,8 @@ thread_local! {
 
 /// Call the pool's out-of-memory handler for a request of `nbytes`; whether to retry.
 fn ask_handler(slf: &Bound<'_, Pool>, nbytes: usize) -> PyResult<bool> {
-    let handler = slf.get().oom_handler.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|h| h.clone_ref(slf.py()));
+    let handler =
+        slf.get().oom_handler.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|h| h.clone_ref(slf.py()));
     let Some(handler) = handler else { return Ok(false) };
     if IN_HANDLER.with(Cell::get) {
         return Ok(false);
@@ -389,12 +404,7 @@ fn is_out_of_memory(err: &Error) -> bool {
 
 /// The slow part of `Pool.alloc` (without the GIL); on out-of-memory the handler may compact,
 /// then the allocation is tried once more.
-pub(crate) fn alloc_retrying(
-    slf: &Bound<'_, Pool>,
-    size: usize,
-    align: Option<usize>,
-    tag: u32,
-) -> PyResult<Handle> {
+pub(crate) fn alloc_retrying(slf: &Bound<'_, Pool>, size: usize, align: Option<usize>, tag: u32) -> PyResult<Handle> {
     let core = &slf.get().core;
     match detached(slf.py(), || core.alloc(size, align, tag)) {
         Err(err) if is_out_of_memory(&err) => {

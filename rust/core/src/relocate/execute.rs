@@ -281,6 +281,13 @@ impl Pool {
         let mut blocks = 0;
         let mut bytes = 0;
         let mut slabs_touched: Vec<u32> = created;
+        // Slabs: every old place is unmapped before any new one is mapped (one slab may move
+        // onto another's old place).
+        for unit in &units {
+            if let Kind::Slab { id, .. } = unit.kind {
+                self.slabs.unmap(id);
+            }
+        }
         for unit in &units {
             match &unit.kind {
                 Kind::Slab { id, objects } => {
@@ -397,7 +404,7 @@ impl Pool {
                 for chunk in start..start + chunks {
                     match self.global.state(chunk) {
                         ChunkState::Free => {}
-                        ChunkState::Core(owner) if self.chunk_is_empty(chunk) && self.retire(chunk, owner) => {
+                        ChunkState::Core(owner) if self.chunk_is_empty(chunk) && self.retire_swept(chunk, owner) => {
                             journal.retired.push((chunk, owner));
                         }
                         _ => return Err(format!("destination {} overlaps live blocks in chunk {chunk}", u.to)),
@@ -428,7 +435,7 @@ impl Pool {
             }
         }
         for &(chunk, owner) in journal.granted.iter().rev() {
-            if !self.retire(chunk, owner) {
+            if !self.retire_swept(chunk, owner) {
                 findings.push(format!("undo: chunk {chunk} granted for the batch did not empty"));
             }
         }

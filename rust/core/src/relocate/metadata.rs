@@ -12,8 +12,8 @@ use crate::pool::Pool;
 use crate::slab::SlabBlocks;
 use crate::sync::Ordering;
 
-/// Chunks whose buddy tree was swept during the current batch (lazy-coalescing marks cleared:
-/// a node is free for `try_alloc` exactly when no block covers any of its units).
+/// Chunks whose buddy tree was swept (`sweep_all`) during the current batch (lazy-coalescing
+/// marks cleared: a node is free for `try_alloc` exactly when no block covers any of its units).
 #[derive(Default)]
 pub(crate) struct Swept(HashSet<usize>);
 
@@ -85,7 +85,7 @@ impl Pool {
         }
         let tree = self.tree(chunk);
         if swept.0.insert(chunk) {
-            self.shape.sweep(tree);
+            self.shape.sweep_all(tree);
         }
         let depth = self.geometry.depth;
         let mut taken: Vec<Node> = Vec::with_capacity(4);
@@ -140,6 +140,12 @@ impl Pool {
         true
     }
 
+    /// [`Pool::retire`] after a thorough sweep (orphan marks would make it fail).
+    pub(crate) fn retire_swept(&self, chunk: usize, owner: usize) -> bool {
+        self.shape.sweep_all(self.tree(chunk));
+        self.retire(chunk, owner)
+    }
+
     /// Give every empty chunk that cores hold back to the global pool (reserves included: a
     /// compaction wants whole free runs); returns how many went.
     pub(crate) fn retire_empty_chunks(&self) -> usize {
@@ -147,7 +153,7 @@ impl Pool {
         for owner in 0..self.cores.len() {
             let owned: Vec<usize> = self.cores[owner].owned_from(0).collect();
             for chunk in owned {
-                if self.chunk_is_empty(chunk) && self.retire(chunk, owner) {
+                if self.chunk_is_empty(chunk) && self.retire_swept(chunk, owner) {
                     retired += 1;
                 }
             }

@@ -324,7 +324,8 @@ impl Pool {
         let started = Instant::now();
         match mode {
             CompactionMode::Full => {
-                self.reclaim_all();
+                // No trim before the first batch: a failing mover must leave the pool exactly as
+                // it was, caches included (empty chunks and all-free slabs go after a batch).
                 let census = self.census(false);
                 let packing = self.claim_units(self.plan_slab_packing(&census));
                 out.planning += started.elapsed();
@@ -335,9 +336,11 @@ impl Pool {
                 }
                 let planned = Instant::now();
                 let census = self.census(true);
-                let mut model = Model::of(self);
                 let downward = mover.is_some() || self.backing.is_none();
-                let slide = self.plan_slide(&census, &mut model, downward);
+                let slide = match self.plan_slide(&census, &mut Model::of(self), downward) {
+                    Some(moves) => moves,
+                    None => self.plan_slide(&census, &mut Model::of(self), true).expect("a slide always fits"),
+                };
                 let moving: HashSet<Handle> = slide.iter().flat_map(Unit::handles).collect();
                 for h in census.claimed() {
                     if !moving.contains(&h) {
@@ -355,9 +358,12 @@ impl Pool {
                 let census = self.census(false);
                 let mut model = Model::of(self);
                 let candidates = self.sparsest_chunks(&census, &model);
-                let (units, _) = self
+                let (mut units, emptied) = self
                     .plan_evacuation(&census, &mut model, &candidates, Some(*max_bytes))
                     .map_err(|reason| Error::InvalidMove { reason })?;
+                let spent: usize = units.iter().map(Unit::copy_len).sum();
+                let emptied = clean_chunks(self, &units, emptied);
+                units.extend(self.plan_run_slides(&census, &mut model, &emptied, max_bytes.saturating_sub(spent)));
                 let units = self.claim_units(units);
                 out.planning += started.elapsed();
                 if !units.is_empty() {
@@ -427,7 +433,15 @@ impl Pool {
                     !empties
                 });
                 let after_packing = plan::Census { slabs: kept, ..census };
-                let slide = self.plan_slide(&after_packing, &mut model, self.backing.is_none());
+                let downward = self.backing.is_none();
+                let backup = model.clone();
+                let slide = match self.plan_slide(&after_packing, &mut model, downward) {
+                    Some(moves) => moves,
+                    None => {
+                        model = backup;
+                        self.plan_slide(&after_packing, &mut model, true).expect("a slide always fits")
+                    }
+                };
                 units.extend(packing);
                 units.extend(slide);
             }
@@ -437,6 +451,9 @@ impl Pool {
                     .plan_evacuation(&census, &mut model, &candidates, Some(*max_bytes))
                     .map_err(|reason| Error::InvalidMove { reason })?;
                 units = u;
+                let spent: usize = units.iter().map(Unit::copy_len).sum();
+                let clean = clean_chunks(self, &units, e.clone());
+                units.extend(self.plan_run_slides(&census, &mut model, &clean, max_bytes.saturating_sub(spent)));
                 emptied = e;
             }
             CompactionMode::Evacuate { chunks } => {
@@ -534,6 +551,17 @@ impl Drop for Unpin<'_> {
     fn drop(&mut self) {
         let _ = self.0.handles.unpin(self.1);
     }
+}
+
+/// The chunks of `emptied` that are empty during the batch already: a chunk whose slab objects
+/// move out still holds the slab's block until the batch tidies it afterwards.
+fn clean_chunks(pool: &Pool, units: &[Unit], emptied: Vec<usize>) -> Vec<usize> {
+    let dirty: HashSet<usize> = units
+        .iter()
+        .filter(|u| matches!(u.kind, Kind::SlabObject { .. }))
+        .map(|u| pool.geometry.chunk_of(u.from))
+        .collect();
+    emptied.into_iter().filter(|c| !dirty.contains(c)).collect()
 }
 
 fn release_units(pool: &Pool, units: &[Unit]) {

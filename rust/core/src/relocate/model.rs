@@ -21,6 +21,7 @@ pub(crate) enum Role {
     Run,
 }
 
+#[derive(Clone)]
 pub(crate) struct ChunkModel {
     pub(crate) role: Role,
     /// The core that owns it (for core chunks; the owner a free chunk gets when filled).
@@ -32,6 +33,7 @@ pub(crate) struct ChunkModel {
     bits: Vec<u64>,
 }
 
+#[derive(Clone)]
 pub(crate) struct Model {
     pub(crate) chunks: Vec<ChunkModel>,
     units_per_chunk: u64,

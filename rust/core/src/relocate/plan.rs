@@ -146,95 +146,97 @@ impl Pool {
     /// The plan of a full compaction over `model` (changed to the arena after it): the moves
     /// of every movable run, buddy block and whole slab that goes elsewhere.
     ///
-    /// Runs slide first, in address order, each to the lowest stretch of empty chunks at or
-    /// below it. Then buddy blocks and slabs are packed largest first (first fit decreasing, so
-    /// smaller blocks fill the tails that trimmed blocks leave in their buddy nodes); blocks of
-    /// one size go in address order, each to the lowest place that fits.
-    ///
-    /// With `downward`, a block only uses places that were free or that the blocks planned
-    /// before it left, and never goes above its own place. Copying in ascending source order is
-    /// then safe whatever the planning order: a destination `[d, d + n)` with `d <= s` can only
-    /// overlap sources that start below `s` (they are disjoint from `[s, s + n)`), which are
-    /// copied first, and the executor finds exactly that order: no cycle can arise, so a mover on
-    /// a device can do it. Without, it is a repack: every movable block leaves first and they
-    /// come back largest first into the lowest places (small blocks fill the tails of large
-    /// ones wherever those are: the tightest packing); the executor orders the copies and breaks
-    /// cycles through a bounce buffer (host memory only).
-    pub(crate) fn plan_slide(&self, census: &Census, model: &mut Model, downward: bool) -> Vec<Unit> {
+    /// * **Slide** (`downward`): every block, slab and run, in address order, goes to the lowest
+    ///   place at or below its own that fits, counting the places the blocks before it left.
+    ///   Every destination starts at or below its source, so copying in ascending source order
+    ///   is safe: a destination `[d, d + n)` with `d <= s` can only overlap sources that start
+    ///   below `s` (they are disjoint from `[s, s + n)`), which are copied first; the executor
+    ///   finds exactly that order. No cycle can arise: a mover on a device can do it.
+    /// * **Repack** (otherwise): every movable block leaves first; runs come back in address
+    ///   order to the lowest free stretch of chunks, then buddy blocks and slabs largest first
+    ///   (first fit decreasing: small blocks fill the tails trimmed blocks leave in their buddy
+    ///   nodes, wherever those are). The tightest packing; the executor orders the copies and
+    ///   breaks cycles through a bounce buffer (host memory only). `None` if some block finds
+    ///   no place (then the caller slides instead).
+    pub(crate) fn plan_slide(&self, census: &Census, model: &mut Model, downward: bool) -> Option<Vec<Unit>> {
         let g = &self.geometry;
-        let mut moves = Vec::new();
-        // Runs.
-        let mut runs: Vec<Unit> = census.runs.iter().filter(|i| i.movable).filter_map(|i| self.block_unit(i)).collect();
-        runs.sort_by_key(|u| u.from);
-        for mut unit in runs {
-            let Kind::Run { chunks } = unit.kind else { continue };
-            let Layout::Run { align_chunks, .. } = g.layout(unit.size, unit.align) else { continue };
-            let from_chunk = g.chunk_of(unit.from);
-            model.set_run(from_chunk, chunks, false);
-            let fits =
-                |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) == unit.extent;
-            let to = (0..=from_chunk).step_by(align_chunks).find(|&d| fits(d)).unwrap_or(from_chunk);
-            model.set_run(to, chunks, true);
-            unit.to = to * g.chunk_size;
-            if unit.to != unit.from {
-                moves.push(unit);
-            }
-        }
-        // Buddy blocks and slabs, by size: (unit, units, alignment in units).
+        // (unit, units, alignment in units); runs have 0 units.
         let mut candidates: Vec<(Unit, u64, u64)> = Vec::new();
-        for item in census.buddy.iter().filter(|i| i.movable) {
+        for item in census.buddy.iter().chain(census.runs.iter()).filter(|i| i.movable) {
             let Some(unit) = self.block_unit(item) else { continue };
-            let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
-            candidates.push((unit, b.units, b.enclosing * b.step));
+            match unit.kind {
+                Kind::Buddy => {
+                    let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
+                    candidates.push((unit, b.units, b.enclosing * b.step));
+                }
+                Kind::Run { .. } => candidates.push((unit, 0, 0)),
+                _ => {}
+            }
         }
         for view in &census.slabs {
             let class = &self.slabs.classes.classes[view.class];
-            if !slab_movable(census, view, class.objects) || view.free & class.all_free() == class.all_free() {
-                continue;
+            if slab_movable(census, view, class.objects) && view.free & class.all_free() != class.all_free() {
+                candidates.push(self.slab_unit(census, view));
             }
-            candidates.push(self.slab_unit(census, view));
         }
-        candidates.sort_by_key(|(u, units, align)| (std::cmp::Reverse(*units), std::cmp::Reverse(*align), u.from));
-        if !downward {
-            // A repack: every block leaves first, then they come back largest first.
+        if downward {
+            candidates.sort_by_key(|(u, _, _)| u.from);
+        } else {
+            // Runs first (by address), then the rest largest first (by address within a size).
+            candidates.sort_by_key(|(u, units, align)| {
+                (*units != 0, std::cmp::Reverse(*units), std::cmp::Reverse(*align), u.from)
+            });
             for (u, units, _) in &candidates {
-                model.vacate(g.chunk_of(u.from), g.unit_in_chunk(u.from), *units);
+                match u.kind {
+                    Kind::Run { chunks } => model.set_run(g.chunk_of(u.from), chunks, false),
+                    _ => model.vacate(g.chunk_of(u.from), g.unit_in_chunk(u.from), *units),
+                }
             }
         }
-        let mut group = (0, 0);
-        let mut cursor = (0usize, 0u64);
+        let mut cursors: HashMap<(u64, u64), (usize, u64)> = HashMap::new();
+        let mut moves = Vec::new();
         for (mut unit, units, align) in candidates {
-            if (units, align) != group {
-                // A new size: vacated places anywhere may fit it, start from the bottom.
-                group = (units, align);
-                cursor = (0, 0);
-            }
             let from_chunk = g.chunk_of(unit.from);
-            let pos = g.unit_in_chunk(unit.from);
-            if downward {
-                model.vacate(from_chunk, pos, units);
-            }
-            // Within a size, blocks go in address order, so the places they leave behind are
-            // above the cursor (downward); in a repack every place was left before.
-            let last = if downward { from_chunk } else { model.chunks.len() - 1 };
-            let mut placed = (from_chunk, pos);
-            while cursor.0 <= last {
-                let c = cursor.0;
-                let limit = if downward && c == from_chunk { pos + units } else { u64::MAX };
-                if let Some(p) = model.find(c, cursor.1, units, align, limit) {
-                    placed = (c, p);
-                    break;
+            if let Kind::Run { chunks } = unit.kind {
+                let Layout::Run { align_chunks, .. } = g.layout(unit.size, unit.align) else { continue };
+                if downward {
+                    model.set_run(from_chunk, chunks, false);
                 }
-                cursor = (c + 1, 0);
+                let last = if downward { from_chunk } else { model.chunks.len() - chunks };
+                let fits =
+                    |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) == unit.extent;
+                let to = (0..=last).step_by(align_chunks).find(|&d| fits(d))?;
+                model.set_run(to, chunks, true);
+                unit.to = to * g.chunk_size;
+            } else {
+                let pos = g.unit_in_chunk(unit.from);
+                if downward {
+                    model.vacate(from_chunk, pos, units);
+                }
+                // Downward, places left behind are above every cursor (cursors stay below the
+                // sources seen so far); in a repack, every place was left before the first.
+                let last = if downward { from_chunk } else { model.chunks.len() - 1 };
+                let cursor = cursors.entry((units, align)).or_insert((0, 0));
+                let mut placed = None;
+                while cursor.0 <= last {
+                    let c = cursor.0;
+                    let limit = if downward && c == from_chunk { pos + units } else { u64::MAX };
+                    if let Some(p) = model.find(c, cursor.1, units, align, limit) {
+                        placed = Some((c, p));
+                        break;
+                    }
+                    *cursor = (c + 1, 0);
+                }
+                let (c, p) = placed?;
+                *cursor = (c, p);
+                model.occupy(c, p, units, unit.core);
+                unit.to = g.offset_of(c, p);
             }
-            cursor = placed;
-            model.occupy(placed.0, placed.1, units, unit.core);
-            unit.to = g.offset_of(placed.0, placed.1);
             if unit.to != unit.from {
                 moves.push(unit);
             }
         }
-        moves
+        Some(moves)
     }
 
     /// A whole slab as one move (to be placed): (unit, units, alignment in units).
@@ -258,6 +260,51 @@ impl Pool {
             extent: view.bytes,
         };
         (unit, units, units)
+    }
+
+    /// Run slides for an incremental step: runs (in address order) with empty chunks right
+    /// below them move down into those chunks, while their bytes fit `budget`; what a run
+    /// leaves at its top joins the free chunks above it. `emptied` chunks (evacuated by the same
+    /// step) count as empty.
+    pub(crate) fn plan_run_slides(
+        &self,
+        census: &Census,
+        model: &mut Model,
+        emptied: &[usize],
+        budget: usize,
+    ) -> Vec<Unit> {
+        let g = &self.geometry;
+        for &c in emptied {
+            model.set_run(c, 1, false);
+        }
+        let mut runs: Vec<Unit> = census.runs.iter().filter(|i| i.movable).filter_map(|i| self.block_unit(i)).collect();
+        runs.sort_by_key(|u| u.from);
+        let mut spent = 0;
+        let mut moves = Vec::new();
+        for mut unit in runs {
+            let Kind::Run { chunks } = unit.kind else { continue };
+            let Layout::Run { align_chunks, .. } = g.layout(unit.size, unit.align) else { continue };
+            let from = g.chunk_of(unit.from);
+            if from == 0 || !model.is_empty(from - 1) || spent + unit.size > budget {
+                continue;
+            }
+            let mut low = from - 1;
+            while low > 0 && model.is_empty(low - 1) {
+                low -= 1;
+            }
+            model.set_run(from, chunks, false);
+            let fits =
+                |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) == unit.extent;
+            let to = (low.next_multiple_of(align_chunks)..from).step_by(align_chunks).find(|&d| fits(d));
+            let to = to.unwrap_or(from);
+            model.set_run(to, chunks, true);
+            if to != from {
+                unit.to = to * g.chunk_size;
+                spent += unit.size;
+                moves.push(unit);
+            }
+        }
+        moves
     }
 
     /// An evacuation over `model`: the moves that empty the chosen chunks, and the chunks they

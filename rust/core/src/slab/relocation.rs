@@ -50,18 +50,26 @@ impl SlabCaches {
         Ok(())
     }
 
-    /// Move slab `id` to the block at `new_base` (the caller moved the bytes and the buddy
-    /// blocks): its base and its directory entries follow; its objects keep their indices.
+    /// First half of moving slabs: clear the directory entries of slab `id` at its old place.
+    /// (Clear every moving slab's before [`SlabCaches::rebase`] sets any: one may move onto
+    /// another's old place.)
+    pub(crate) fn unmap(&self, id: u32) {
+        let slab = self.slab(id);
+        let k = class_of(slab.meta.load(Ordering::Acquire));
+        let old_base = slab.base.load(Ordering::Acquire) as usize;
+        for granule in self.granules(old_base, self.classes.classes[k].slab_bytes) {
+            self.directory[granule as usize].store(0, Ordering::Release);
+        }
+    }
+
+    /// Second half: slab `id` is at `new_base` now (the caller moved the bytes and the buddy
+    /// blocks); its base and its directory entries follow; its objects keep their indices.
     pub(crate) fn rebase(&self, id: u32, new_base: usize) {
         let slab = self.slab(id);
         let meta = slab.meta.load(Ordering::Acquire);
         let (k, owner) = (class_of(meta), owner_of(meta));
         let bytes = self.classes.classes[k].slab_bytes;
         debug_assert_eq!(new_base % bytes, 0, "slabs are naturally aligned buddy blocks");
-        let old_base = slab.base.load(Ordering::Acquire) as usize;
-        for granule in self.granules(old_base, bytes) {
-            self.directory[granule as usize].store(0, Ordering::Release);
-        }
         slab.base.store(new_base as u64, Ordering::Release);
         let entry = (owner as u64) << 40 | ((k as u64) + 1) << 32 | id as u64;
         for granule in self.granules(new_base, bytes) {
