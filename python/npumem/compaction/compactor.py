@@ -105,7 +105,8 @@ class Compactor:
         makes free space one run, as far as pinned blocks and block shapes allow;
         ``"incremental"`` evacuates the sparsest chunks (and slides chunk runs down into the room
         that makes) in steps of at most ``max_bytes`` of moves (default: the policy's), the pool
-        stopped only during each step, until a step finds nothing to move. Returns the report (also kept in :attr:`reports`)."""
+        stopped only during each step, until a step finds nothing to move. Returns the report
+        (also kept in :attr:`reports`)."""
         mode = self.policy.mode if mode is None else mode
         if mode not in MODES:
             raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
