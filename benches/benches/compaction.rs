@@ -55,7 +55,8 @@ fn throughput(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut spent = Duration::ZERO;
                 for _ in 0..iters {
-                    let moves: Vec<Move> = blocks.iter().zip(&there).map(|(&handle, &to)| Move { handle, to }).collect();
+                    let moves: Vec<Move> =
+                        blocks.iter().zip(&there).map(|(&handle, &to)| Move { handle, to }).collect();
                     let started = Instant::now();
                     let token = pool.pause(Duration::from_secs(5)).unwrap();
                     pool.relocate(&token, &moves, None).unwrap();

@@ -77,6 +77,36 @@ impl HandleTable {
         }
     }
 
+    /// Visit every live slot of a paused pool as `(handle, info, claimed)`: each unpinned block
+    /// is marked moving on the way (`claimed`; the caller clears every mark), pinned ones are
+    /// only reported. One pass, one CAS per block.
+    pub(crate) fn claim_live(&self, f: &mut dyn FnMut(Handle, SlotInfo, bool)) {
+        let fresh = self.fresh.load(Ordering::Acquire).min(self.max_slots());
+        for index in 0..fresh {
+            let Some(slot) = self.existing_slot(index) else {
+                continue;
+            };
+            let mut state = slot.state.load(Ordering::Acquire);
+            loop {
+                if state & super::LIVE == 0 || state & MOVING != 0 {
+                    break;
+                }
+                let handle = Handle { pool: self.pool, slot: index, generation: state as u32 };
+                if state >> PIN_SHIFT != 0 {
+                    f(handle, Self::read_info(slot, state), false);
+                    break;
+                }
+                match slot.state.compare_exchange_weak(state, state | MOVING, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        f(handle, Self::read_info(slot, state), true);
+                        break;
+                    }
+                    Err(seen) => state = seen,
+                }
+            }
+        }
+    }
+
     /// Whether `handle`'s block is live and being moved now.
     #[cfg(test)]
     pub(crate) fn is_moving(&self, handle: Handle) -> bool {

@@ -262,7 +262,7 @@ impl Pool {
                     match step {
                         Step::Copy(i) => {
                             let t = transfers[i];
-                            std::ptr::copy(base.add(t.src), base.add(t.dst), t.len);
+                            super::copy::copy(base.add(t.src), base.add(t.dst), t.len);
                         }
                         Step::Save(i) => {
                             let t = transfers[i];
@@ -276,6 +276,7 @@ impl Pool {
                     }
                 }
             }
+            super::copy::fence(); // the bytes are in place before any handle points at them
         }
         // Re-point, then let pins and frees go on.
         let mut blocks = 0;

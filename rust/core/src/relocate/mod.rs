@@ -23,6 +23,7 @@
 //!
 //! Pinned blocks (explicit pins, live buffer views) never move.
 
+mod copy;
 mod execute;
 mod metadata;
 mod model;
@@ -326,27 +327,28 @@ impl Pool {
             CompactionMode::Full => {
                 // No trim before the first batch: a failing mover must leave the pool exactly as
                 // it was, caches included (empty chunks and all-free slabs go after a batch).
-                let census = self.census(false);
-                let packing = self.claim_units(self.plan_slab_packing(&census));
+                // One census for both batches: every unpinned block is marked moving now.
+                let mut census = self.census(true);
+                let (packing, emptied) = self.plan_slab_packing(&census);
                 out.planning += started.elapsed();
                 if !packing.is_empty() {
                     let n = packing.len();
-                    out.add(self.execute(packing, (0..n).collect(), Vec::new(), mover.as_deref_mut())?);
+                    let moved = packing.clone();
+                    match self.execute(packing, (0..n).collect(), Vec::new(), mover.as_deref_mut()) {
+                        Ok(done) => out.add(done),
+                        Err(e) => {
+                            release_claimed(self, &census, &HashSet::new(), &moved);
+                            return Err(e);
+                        }
+                    }
                     self.reclaim_all();
+                    census = self.advance(census, &emptied, &moved);
                 }
                 let planned = Instant::now();
-                let census = self.census(true);
                 let downward = mover.is_some() || self.backing.is_none();
-                let slide = match self.plan_slide(&census, &mut Model::of(self), downward) {
-                    Some(moves) => moves,
-                    None => self.plan_slide(&census, &mut Model::of(self), true).expect("a slide always fits"),
-                };
+                let (slide, _) = self.plan_full(&census, Model::of(self), downward);
                 let moving: HashSet<Handle> = slide.iter().flat_map(Unit::handles).collect();
-                for h in census.claimed() {
-                    if !moving.contains(&h) {
-                        self.handles.end_move(h);
-                    }
-                }
+                release_claimed(self, &census, &moving, &[]);
                 out.planning += planned.elapsed();
                 if !slide.is_empty() {
                     let n = slide.len();
@@ -414,7 +416,7 @@ impl Pool {
         match mode {
             CompactionMode::Full => {
                 // All-free slabs go back first; the packed slabs' emptied blocks are free too.
-                let packing = self.plan_slab_packing(&census);
+                let (packing, _) = self.plan_slab_packing(&census);
                 let mut leaving: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
                 for u in &packing {
                     if let Kind::SlabObject { from_slab, .. } = u.kind {
@@ -433,15 +435,8 @@ impl Pool {
                     !empties
                 });
                 let after_packing = plan::Census { slabs: kept, ..census };
-                let downward = self.backing.is_none();
-                let backup = model.clone();
-                let slide = match self.plan_slide(&after_packing, &mut model, downward) {
-                    Some(moves) => moves,
-                    None => {
-                        model = backup;
-                        self.plan_slide(&after_packing, &mut model, true).expect("a slide always fits")
-                    }
-                };
+                let (slide, after) = self.plan_full(&after_packing, model, self.backing.is_none());
+                model = after;
                 units.extend(packing);
                 units.extend(slide);
             }
@@ -506,14 +501,35 @@ impl Pool {
         })
     }
 
+    /// The second batch of a full compaction: two fingers (few moves). When they leave less than
+    /// two thirds of the free bytes in one piece, a repack (or, `downward`, a slide) is planned
+    /// too and taken if it promises a largest free block at least a quarter larger (it moves
+    /// nearly every block). Returns the moves and the model after them.
+    fn plan_full(&self, census: &plan::Census, model: Model, downward: bool) -> (Vec<Unit>, Model) {
+        let bytes = |c: usize| self.geometry.chunk_bytes(c);
+        let mut fingers = model.clone();
+        let few = self.plan_two_finger(census, &mut fingers);
+        let largest = fingers.largest_free(&bytes);
+        if largest.saturating_mul(3) >= fingers.free_bytes(&bytes).saturating_mul(2) {
+            return (few, fingers); // two thirds of the free bytes in one piece: good enough
+        }
+        let mut packed = model;
+        match self.plan_slide(census, &mut packed, downward) {
+            Some(tight) if packed.largest_free(&bytes) > largest.saturating_mul(5) / 4 => (tight, packed),
+            _ => (few, fingers),
+        }
+    }
+
     /// Core chunks whose blocks can all move, sparsest first (ties: next to free chunks first,
     /// then by address).
     fn sparsest_chunks(&self, census: &plan::Census, model: &Model) -> Vec<usize> {
         let contents = self.chunk_contents(census);
         let mut chunks: Vec<(usize, usize, bool)> = contents
             .iter()
+            .enumerate()
+            .filter_map(|(chunk, c)| c.as_ref().map(|c| (chunk, c)))
             .filter(|(_, c)| c.movable && c.bytes > 0)
-            .map(|(&chunk, c)| {
+            .map(|(chunk, c)| {
                 let beside_free = (chunk > 0 && model.is_empty(chunk - 1))
                     || (chunk + 1 < model.chunks.len() && model.is_empty(chunk + 1));
                 (chunk, c.bytes, beside_free)
@@ -562,6 +578,17 @@ fn clean_chunks(pool: &Pool, units: &[Unit], emptied: Vec<usize>) -> Vec<usize> 
         .map(|u| pool.geometry.chunk_of(u.from))
         .collect();
     emptied.into_iter().filter(|c| !dirty.contains(c)).collect()
+}
+
+/// Clear the marks of the census's claimed blocks, except `keep` and the blocks of `done` (whose
+/// batch cleared them already).
+fn release_claimed(pool: &Pool, census: &plan::Census, keep: &HashSet<Handle>, done: &[Unit]) {
+    let done: HashSet<Handle> = done.iter().filter_map(|u| u.handle).collect();
+    for h in census.claimed() {
+        if !keep.contains(&h) && !done.contains(&h) {
+            pool.handles.end_move(h);
+        }
+    }
 }
 
 fn release_units(pool: &Pool, units: &[Unit]) {

@@ -177,6 +177,20 @@ impl Model {
         None
     }
 
+    /// Free bytes: empty chunks whole, the free units of core chunks.
+    pub(crate) fn free_bytes(&self, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
+        (0..self.chunks.len())
+            .map(|i| {
+                let c = &self.chunks[i];
+                match c.role {
+                    Role::Free => chunk_bytes(i),
+                    Role::Core => (c.usable - c.used) as usize * self.min_block,
+                    Role::Run => 0,
+                }
+            })
+            .sum()
+    }
+
     /// The largest free power-of-two block any chunk could give, in bytes, and the longest
     /// stretch of empty chunks (in chunks), as an allocation would see them after the plan.
     pub(crate) fn largest_free(&self, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {

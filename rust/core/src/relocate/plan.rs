@@ -41,19 +41,32 @@ pub(crate) struct Census {
     pub(crate) buddy: Vec<Item>,
     /// Chunk runs.
     pub(crate) runs: Vec<Item>,
-    /// Slab objects, by slab id.
-    pub(crate) objects: HashMap<u32, Vec<Item>>,
+    /// Slab objects, by slab id (an index: slab ids are dense).
+    pub(crate) objects: Vec<Vec<Item>>,
     /// Every live slab.
     pub(crate) slabs: Vec<SlabView>,
 }
 
 impl Census {
+    /// The objects of slab `id`.
+    pub(crate) fn items(&self, id: u32) -> &[Item] {
+        self.objects.get(id as usize).map_or(&[][..], Vec::as_slice)
+    }
+
+    fn add_object(&mut self, id: u32, item: Item) {
+        let i = id as usize;
+        if self.objects.len() <= i {
+            self.objects.resize_with(i + 1, Vec::new);
+        }
+        self.objects[i].push(item);
+    }
+
     /// Every handle the census marked moving.
     pub(crate) fn claimed(&self) -> impl Iterator<Item = Handle> + '_ {
         self.buddy
             .iter()
             .chain(self.runs.iter())
-            .chain(self.objects.values().flatten())
+            .chain(self.objects.iter().flatten())
             .filter(|i| i.movable)
             .map(|i| i.handle)
     }
@@ -62,7 +75,7 @@ impl Census {
 /// A slab that can move as a whole: every object has a handle and none is pinned.
 fn slab_movable(census: &Census, view: &SlabView, objects_per_slab: u32) -> bool {
     let live = objects_per_slab - (view.free & ((1u64 << objects_per_slab) - 1)).count_ones();
-    let items = census.objects.get(&view.id).map_or(&[][..], Vec::as_slice);
+    let items = census.items(view.id);
     items.len() as u32 == live && items.iter().all(|i| i.movable)
 }
 
@@ -71,19 +84,45 @@ impl Pool {
     /// (the caller must clear each mark, moved or not); pinned ones stay put.
     pub(crate) fn census(&self, claim: bool) -> Census {
         let mut census = Census { slabs: self.slabs.views(), ..Census::default() };
-        self.handles.for_each_live(&mut |handle, info| {
-            let movable = if claim { self.handles.begin_move(handle).is_ok() } else { info.pins == 0 };
+        let mut add = |handle: Handle, info: SlotInfo, movable: bool| {
             let item = Item { handle, info, movable };
             if let Some(slab) = self.slabs.lookup(info.offset) {
-                census.objects.entry(slab.id).or_default().push(item);
+                census.add_object(slab.id, item);
                 return;
             }
-            let chunk = self.geometry.chunk_of(info.offset);
-            match self.global.state(chunk) {
+            match self.global.state(self.geometry.chunk_of(info.offset)) {
                 crate::global::ChunkState::RunHead(_) => census.runs.push(item),
                 _ => census.buddy.push(item),
             }
-        });
+        };
+        if claim {
+            self.handles.claim_live(&mut add);
+        } else {
+            self.handles.for_each_live(&mut |handle, info| add(handle, info, info.pins == 0));
+        }
+        census
+    }
+
+    /// The census after a slab packing ran (`emptied` slabs, in the order of
+    /// [`Pool::plan_slab_packing`], their objects moved by `moved`, whose marks the batch
+    /// cleared) and emptied slabs went back: the moved objects are marked moving again (unless
+    /// pinned meanwhile), with their new offsets and slabs; the slab list is read again.
+    pub(crate) fn advance(&self, mut census: Census, emptied: &[u32], moved: &[Unit]) -> Census {
+        let mut units = moved.iter();
+        for &id in emptied {
+            let items = census.objects.get_mut(id as usize).map(std::mem::take).unwrap_or_default();
+            for mut item in items {
+                let unit = units.next().expect("one move per object of an emptied slab");
+                debug_assert_eq!(unit.handle, Some(item.handle));
+                item.info.offset = unit.to;
+                item.movable = self.handles.begin_move(item.handle).is_ok();
+                match self.slabs.lookup(unit.to) {
+                    Some(slab) => census.add_object(slab.id, item),
+                    None => census.buddy.push(item), // cannot happen: an object lands in a slab
+                }
+            }
+        }
+        census.slabs = self.slabs.views();
         census
     }
 
@@ -91,11 +130,13 @@ impl Pool {
         self.unit_of(item.handle, &item.info).ok()
     }
 
-    /// Slab packing: moves of objects of the sparsest slabs into free objects of the others.
-    /// Objects whose slab empties are given back by the executor's tidying.
-    pub(crate) fn plan_slab_packing(&self, census: &Census) -> Vec<Unit> {
+    /// Slab packing: moves of objects of the sparsest slabs into free objects of the others,
+    /// and the slabs emptied (every object of each, in order, is one move). Emptied slabs are
+    /// given back by the executor's tidying.
+    pub(crate) fn plan_slab_packing(&self, census: &Census) -> (Vec<Unit>, Vec<u32>) {
         let classes = &self.slabs.classes.classes;
         let mut units = Vec::new();
+        let mut emptied_ids = Vec::new();
         for (k, class) in classes.iter().enumerate() {
             let all_free = class.all_free();
             let views: Vec<&SlabView> = census.slabs.iter().filter(|v| v.class == k).collect();
@@ -133,14 +174,15 @@ impl Pool {
                 (0..class.objects).filter(move |j| v.free & (1 << j) != 0).map(move |j| v.base + class.offset_of(j))
             });
             for &(v, _, _) in &slabs[..emptied] {
-                for item in census.objects.get(&v.id).map_or(&[][..], Vec::as_slice) {
-                    let Some(mut unit) = self.block_unit(item) else { continue };
+                emptied_ids.push(v.id);
+                for item in census.items(v.id) {
+                    let mut unit = self.block_unit(item).expect("a census block is where its handle says");
                     unit.to = targets.next().expect("the kept slabs have room for every moved object");
                     units.push(unit);
                 }
             }
         }
-        units
+        (units, emptied_ids)
     }
 
     /// The plan of a full compaction over `model` (changed to the arena after it): the moves
@@ -239,15 +281,128 @@ impl Pool {
         Some(moves)
     }
 
+    /// Two fingers (full compaction): chunks from the end of the arena down, each emptied into
+    /// the lowest free places of the chunks below it (its blocks largest first; a run into the
+    /// lowest stretch of empty chunks below it, or sliding over its own start). A chunk that
+    /// cannot be emptied (or holds blocks that cannot move) stays and the scan goes on below
+    /// it; runs that found no room go again at the end, into the room the scan made. Every
+    /// other block stays where it is: in a pool half full of scattered holes about half the
+    /// blocks move (a repack moves nearly all). Destinations are free before the batch, or
+    /// left by a block copied out before (a run moving into emptied chunks): the executor orders
+    /// the copies, and no cycle can arise, so a mover on a device can do it.
+    pub(crate) fn plan_two_finger(&self, census: &Census, model: &mut Model) -> Vec<Unit> {
+        let g = &self.geometry;
+        let contents = self.chunk_contents(census);
+        let mut runs: HashMap<usize, Unit> = HashMap::new();
+        for item in census.runs.iter().filter(|i| i.movable) {
+            if let Some(u) = self.block_unit(item) {
+                if let Kind::Run { chunks } = u.kind {
+                    runs.insert(g.chunk_of(u.from) + chunks - 1, u);
+                }
+            }
+        }
+        let mut cursors: HashMap<(u64, u64), (usize, u64)> = HashMap::new();
+        let mut moves = Vec::new();
+        let mut stuck: Vec<Unit> = Vec::new();
+        // Chunks that received blocks stay (their new blocks are not in the census).
+        let mut received: HashSet<usize> = HashSet::new();
+        let mut chunk = model.chunks.len();
+        while chunk > 0 {
+            chunk -= 1;
+            if model.is_empty(chunk) {
+                continue;
+            }
+            if let Some(run) = runs.remove(&chunk) {
+                let first = g.chunk_of(run.from);
+                match self.plan_run_move(model, &run) {
+                    Some(unit) => moves.push(unit),
+                    None => stuck.push(run),
+                }
+                chunk = first;
+                continue;
+            }
+            let Some(content) = contents[chunk].as_ref().filter(|c| c.movable && !received.contains(&chunk)) else {
+                continue; // blocks that cannot move (pinned, without a handle, or new): step over
+            };
+            let mut pieces: Vec<(Unit, u64, u64)> = Vec::new();
+            for &i in &content.buddy {
+                let Some(unit) = self.block_unit(&census.buddy[i]) else { continue };
+                let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
+                pieces.push((unit, b.units, b.enclosing * b.step));
+            }
+            for &i in &content.slabs {
+                pieces.push(self.slab_unit(census, &census.slabs[i]));
+            }
+            pieces.sort_by_key(|(u, n, a)| (std::cmp::Reverse(*n), std::cmp::Reverse(*a), u.from));
+            let mark = moves.len();
+            let mut placed: Vec<(usize, u64, u64, u64)> = Vec::new();
+            let mut all = true;
+            for (mut unit, units, align) in pieces {
+                let cursor = cursors.entry((units, align)).or_insert((0, 0));
+                let mut found = None;
+                while cursor.0 < chunk {
+                    if let Some(p) = model.find(cursor.0, cursor.1, units, align, u64::MAX) {
+                        found = Some((cursor.0, p));
+                        break;
+                    }
+                    *cursor = (cursor.0 + 1, 0);
+                }
+                let Some((c, p)) = found else {
+                    all = false;
+                    break;
+                };
+                *cursor = (c, p);
+                model.occupy(c, p, units, unit.core);
+                placed.push((c, p, units, align));
+                unit.to = g.offset_of(c, p);
+                moves.push(unit);
+            }
+            if all {
+                model.set_run(chunk, 1, false); // emptied: its blocks and slabs all leave
+                received.extend(placed.iter().map(|&(c, _, _, _)| c));
+            } else {
+                // It stays: undo its placements (and let the cursors find those places again).
+                for (c, p, units, align) in placed {
+                    model.vacate(c, p, units);
+                    let cursor = cursors.entry((units, align)).or_insert((0, 0));
+                    *cursor = (*cursor).min((c, p));
+                }
+                moves.truncate(mark);
+            }
+        }
+        // Runs that found no room go again, top first, into what the scan emptied.
+        for run in stuck {
+            if let Some(unit) = self.plan_run_move(model, &run) {
+                moves.push(unit);
+            }
+        }
+        moves
+    }
+
+    /// Move `run` (in the model) to the lowest stretch of empty chunks that starts below it
+    /// (it may overlap its own chunks); `None` (and the model as it was) when there is none.
+    fn plan_run_move(&self, model: &mut Model, run: &Unit) -> Option<Unit> {
+        let g = &self.geometry;
+        let Kind::Run { chunks } = run.kind else { return None };
+        let Layout::Run { align_chunks, .. } = g.layout(run.size, run.align) else { return None };
+        let first = g.chunk_of(run.from);
+        model.set_run(first, chunks, false);
+        let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) == run.extent;
+        match (0..first).step_by(align_chunks).find(|&d| fits(d)) {
+            Some(d) => {
+                model.set_run(d, chunks, true);
+                Some(Unit { to: d * g.chunk_size, ..run.clone() })
+            }
+            None => {
+                model.set_run(first, chunks, true);
+                None
+            }
+        }
+    }
+
     /// A whole slab as one move (to be placed): (unit, units, alignment in units).
     fn slab_unit(&self, census: &Census, view: &SlabView) -> (Unit, u64, u64) {
-        let objects = census
-            .objects
-            .get(&view.id)
-            .map_or(&[][..], Vec::as_slice)
-            .iter()
-            .map(|i| (i.handle, i.info.offset))
-            .collect();
+        let objects = census.items(view.id).iter().map(|i| (i.handle, i.info.offset)).collect();
         let units = (view.bytes >> self.geometry.unit_shift) as u64;
         let unit = Unit {
             kind: Kind::Slab { id: view.id, objects },
@@ -356,7 +511,7 @@ impl Pool {
         let mut spent = 0usize;
         for &chunk in chosen {
             let refuse = |why: String| if strict { Err(why) } else { Ok(()) };
-            let Some(content) = contents.get(&chunk) else {
+            let Some(content) = contents.get(chunk).and_then(Option::as_ref) else {
                 if model.chunks.get(chunk).is_none_or(|c| c.role != Role::Core || c.used > 0) {
                     refuse(format!("chunk {chunk} is not a core chunk whose blocks the compactor can move"))?;
                 }
@@ -377,8 +532,8 @@ impl Pool {
             let mut ok = true;
             // Slabs: the objects go into other slabs when they all fit, else the whole slab moves.
             let mut pieces: Vec<(Unit, u64, u64)> = Vec::new();
-            for view in &content.slabs {
-                let items = census.objects.get(&view.id).map_or(&[][..], Vec::as_slice);
+            for view in content.slabs.iter().map(|&i| &census.slabs[i]) {
+                let items = census.items(view.id);
                 let fits_elsewhere = slots[view.class].iter().filter(|(_, at)| g.chunk_of(*at) != chunk).count();
                 if fits_elsewhere >= items.len() {
                     // Slots of this very chunk are no use: drop them for now.
@@ -411,7 +566,7 @@ impl Pool {
                     pieces.push((unit, n, n));
                 }
             }
-            for item in &content.buddy {
+            for item in content.buddy.iter().map(|&i| &census.buddy[i]) {
                 let Some(unit) = self.block_unit(item) else { continue };
                 let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
                 pieces.push((unit, b.units, b.enclosing * b.step));
@@ -460,50 +615,55 @@ impl Pool {
     }
 }
 
-/// What one core chunk holds, for an evacuation.
+/// What one core chunk holds, for an evacuation: indices into the census.
 pub(crate) struct Contents {
-    pub(crate) buddy: Vec<Item>,
-    pub(crate) slabs: Vec<SlabView>,
+    /// Its buddy blocks (`census.buddy[i]`).
+    pub(crate) buddy: Vec<usize>,
+    /// Its slabs (`census.slabs[i]`).
+    pub(crate) slabs: Vec<usize>,
     /// Bytes to move to empty it.
     pub(crate) bytes: usize,
     /// Everything in it can move (no pinned blocks, no blocks without handles).
     pub(crate) movable: bool,
+    units: u64,
 }
 
 impl Pool {
-    /// The contents of every core chunk that holds a block or slab.
-    pub(crate) fn chunk_contents(&self, census: &Census) -> HashMap<usize, Contents> {
+    /// The contents of every core chunk (`None` for chunks without blocks or slabs).
+    pub(crate) fn chunk_contents(&self, census: &Census) -> Vec<Option<Contents>> {
         let g = &self.geometry;
-        let mut out: HashMap<usize, Contents> = HashMap::new();
-        let mut units_seen: HashMap<usize, u64> = HashMap::new();
-        fn entry(out: &mut HashMap<usize, Contents>, c: usize) -> &mut Contents {
-            out.entry(c).or_insert_with(|| Contents { buddy: Vec::new(), slabs: Vec::new(), bytes: 0, movable: true })
+        let mut out: Vec<Option<Contents>> = (0..g.chunks).map(|_| None).collect();
+        fn entry(out: &mut [Option<Contents>], c: usize) -> &mut Contents {
+            out[c].get_or_insert_with(|| Contents {
+                buddy: Vec::new(),
+                slabs: Vec::new(),
+                bytes: 0,
+                movable: true,
+                units: 0,
+            })
         }
-        for item in &census.buddy {
-            let c = g.chunk_of(item.info.offset);
-            let e = entry(&mut out, c);
+        for (i, item) in census.buddy.iter().enumerate() {
+            let e = entry(&mut out, g.chunk_of(item.info.offset));
             e.movable &= item.movable;
             e.bytes += item.info.size;
-            if let Some(b) = self.buddy_layout(item.info.size) {
-                *units_seen.entry(c).or_default() += b.units;
-            }
-            e.buddy.push(item.clone());
+            e.units += self.buddy_layout(item.info.size).map_or(0, |b| b.units);
+            e.buddy.push(i);
         }
-        for view in &census.slabs {
-            let c = g.chunk_of(view.base);
+        for (i, view) in census.slabs.iter().enumerate() {
             let class = &self.slabs.classes.classes[view.class];
-            let e = entry(&mut out, c);
-            let items = census.objects.get(&view.id).map_or(&[][..], Vec::as_slice);
+            let e = entry(&mut out, g.chunk_of(view.base));
             e.movable &= slab_movable(census, view, class.objects);
-            e.bytes += items.iter().map(|i| i.info.size).sum::<usize>();
-            *units_seen.entry(c).or_default() += (view.bytes >> g.unit_shift) as u64;
-            e.slabs.push(view.clone());
+            e.bytes += census.items(view.id).iter().map(|i| i.info.size).sum::<usize>();
+            e.units += (view.bytes >> g.unit_shift) as u64;
+            e.slabs.push(i);
         }
         // Blocks without a handle show as covered units nobody accounts for.
-        for (c, e) in out.iter_mut() {
-            let covered = g.usable_units(*c) - self.free_units[*c].0.load(crate::sync::Ordering::Acquire);
-            if units_seen.get(c).copied().unwrap_or(0) != covered {
-                e.movable = false;
+        for (c, e) in out.iter_mut().enumerate() {
+            if let Some(e) = e {
+                let covered = g.usable_units(c) - self.free_units[c].0.load(crate::sync::Ordering::Acquire);
+                if e.units != covered {
+                    e.movable = false;
+                }
             }
         }
         out
