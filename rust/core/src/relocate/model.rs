@@ -177,18 +177,19 @@ impl Model {
         None
     }
 
+    /// Free bytes of chunk `i`: all of an empty chunk, the free units of a core chunk.
+    fn free_bytes_of(&self, i: usize, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
+        let c = &self.chunks[i];
+        match c.role {
+            Role::Free => chunk_bytes(i),
+            Role::Core => (c.usable - c.used) as usize * self.min_block,
+            Role::Run => 0,
+        }
+    }
+
     /// Free bytes: empty chunks whole, the free units of core chunks.
     pub(crate) fn free_bytes(&self, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
-        (0..self.chunks.len())
-            .map(|i| {
-                let c = &self.chunks[i];
-                match c.role {
-                    Role::Free => chunk_bytes(i),
-                    Role::Core => (c.usable - c.used) as usize * self.min_block,
-                    Role::Run => 0,
-                }
-            })
-            .sum()
+        (0..self.chunks.len()).map(|i| self.free_bytes_of(i, chunk_bytes)).sum()
     }
 
     /// The largest free power-of-two block any chunk could give, in bytes, and the longest

@@ -2,16 +2,15 @@
 //!
 //! * **Slab packing**: per size class, the objects of the sparsest slabs move into the free
 //!   objects of the others, as long as they fit; the emptied slabs go back.
-//! * **Slide** (full compaction): every movable block, slab and run, in address order, goes to
-//!   the lowest place that fits it, counting the places the blocks before it have left. Every
-//!   block moves towards the start of the arena, so copying in address order never overwrites a
-//!   byte still to be read: no ordering problem, no cycle, a mover can do it on a device. What
-//!   stays behind is one free stretch at the end of the arena, less what pinned blocks hold.
-//! * **Evacuation** (incremental compaction, or chunks the caller names): every block of the
-//!   chosen chunks goes into the holes of the other busy chunks (densest first), slab objects
-//!   into free objects of same-class slabs elsewhere; the emptied chunks go back to the global
-//!   pool, where neighbours merge into runs. Incremental steps choose the sparsest chunks first,
-//!   as many as `max_bytes` of moves allows.
+//! * **Two fingers** (full compaction): chunks from the end of the arena down, each emptied into
+//!   the lowest holes below it; a chunk that cannot be emptied stays. Only the blocks above the
+//!   final boundary move (in a pool half full of scattered holes, about half of them).
+//! * **Repack / slide** (full compaction, when the two fingers leave a lot behind): every block
+//!   re-placed largest first (host memory), or slid down in address order (a device).
+//! * **Evacuation**: named chunks emptied into the others (`Evacuate`); or an incremental step:
+//!   chunks from the end of the arena down, their blocks into the lowest holes below them, at
+//!   most `max_bytes` of moves (a chunk may take several steps); then runs slide down into the
+//!   room that makes.
 //!
 //! Planners work on a [`Model`] of the arena and on a census of the live blocks; nothing in the
 //! pool changes until the executor runs the plan.
@@ -463,20 +462,25 @@ impl Pool {
     }
 
     /// An evacuation over `model`: the moves that empty the chosen chunks, and the chunks they
-    /// empty. `chosen` lists chunks in the order to try. With `budget` (an incremental step),
-    /// chunks are taken while their moves add up to at most that many bytes, skipped when they
-    /// cannot be emptied, and the chunks not taken may receive blocks; without, every chunk
-    /// must be emptied into the other chunks (`Err` names the first that cannot).
+    /// empty. `chosen` lists chunks in the order to try.
+    ///
+    /// * `strict` (chunks the caller names): every chunk must be emptied into the other chunks
+    ///   or fresh ones (`Err` names the first that cannot).
+    /// * Otherwise (a compaction: chunks from the end of the arena down): blocks of the chunks,
+    ///   in that order, move into the lowest holes *below their own chunk* while the moves add
+    ///   up to at most `budget` bytes; a chunk may empty only partly (the next step goes on),
+    ///   and chunks not yet evacuated may receive blocks. Every move lowers a block, so repeated
+    ///   steps run out, and free space gathers at the end of the arena.
     pub(crate) fn plan_evacuation(
         &self,
         census: &Census,
         model: &mut Model,
         chosen: &[usize],
         budget: Option<usize>,
+        strict: bool,
     ) -> std::result::Result<(Vec<Unit>, Vec<usize>), String> {
         let g = &self.geometry;
         let contents = self.chunk_contents(census);
-        let strict = budget.is_none();
         let excluded: HashSet<usize> = if strict { chosen.iter().copied().collect() } else { HashSet::new() };
         // Free objects of each class in slabs outside the excluded chunks: (slab, offset).
         let classes = &self.slabs.classes.classes;
@@ -493,23 +497,32 @@ impl Pool {
                 }
             }
         }
-        // Holes: busy core chunks outside the excluded ones, densest first.
+        // Holes: busy core chunks outside the excluded ones, lowest first. In a step, a block
+        // only goes to a chunk below its own: every move lowers a block, so steps run out (no
+        // block can go back and forth), and free space gathers at the end of the arena.
         let mut holes: Vec<usize> = (0..model.chunks.len())
             .filter(|&c| !excluded.contains(&c) && model.chunks[c].role == Role::Core && model.chunks[c].used > 0)
             .collect();
-        holes.sort_by_key(|&c| (std::cmp::Reverse(model.chunks[c].used), c));
         if strict {
             // Named chunks must empty: fresh chunks take what the holes cannot.
             holes.extend(
                 (0..model.chunks.len()).filter(|&c| !excluded.contains(&c) && model.chunks[c].role == Role::Free),
             );
         }
+        // Per size, the first hole worth trying (holes only fill up while planning, so a hole
+        // too full for a size stays so).
+        let mut dead = vec![false; model.chunks.len()];
+        let mut cursors: HashMap<(u64, u64), usize> = HashMap::new();
         // Chunks that received blocks in this plan cannot be emptied by it.
         let mut received: HashSet<usize> = HashSet::new();
         let mut units = Vec::new();
         let mut emptied = Vec::new();
         let mut spent = 0usize;
+        let mut failures = 0;
         for &chunk in chosen {
+            if !strict && failures >= 32 {
+                break; // 32 chunks in a row did not fit: the holes are full enough
+            }
             let refuse = |why: String| if strict { Err(why) } else { Ok(()) };
             let Some(content) = contents.get(chunk).and_then(Option::as_ref) else {
                 if model.chunks.get(chunk).is_none_or(|c| c.role != Role::Core || c.used > 0) {
@@ -521,29 +534,37 @@ impl Pool {
                 refuse(format!("chunk {chunk} holds pinned blocks or blocks without a handle"))?;
                 continue;
             }
-            if received.contains(&chunk) || budget.is_some_and(|limit| spent + content.bytes > limit) {
+            if received.contains(&chunk) {
                 continue;
+            }
+            // What may still move this step (strict: everything).
+            let room = budget.map_or(usize::MAX, |limit| limit.saturating_sub(spent));
+            if room == 0 {
+                break;
             }
             let first_unit = units.len();
             let slots_before: Vec<usize> = slots.iter().map(Vec::len).collect();
             let mut taken_slots: Vec<Vec<(SlabRef, usize)>> = vec![Vec::new(); classes.len()];
             let mut placements: Vec<(usize, u64, u64)> = Vec::new();
             let mut bytes = 0usize;
-            let mut ok = true;
+            // Everything of the chunk found a place (else, in a step, what moved still helps:
+            // the chunk is emptier for the next step).
+            let mut all = true;
             // Slabs: the objects go into other slabs when they all fit, else the whole slab moves.
             let mut pieces: Vec<(Unit, u64, u64)> = Vec::new();
             for view in content.slabs.iter().map(|&i| &census.slabs[i]) {
                 let items = census.items(view.id);
-                let fits_elsewhere = slots[view.class].iter().filter(|(_, at)| g.chunk_of(*at) != chunk).count();
-                if fits_elsewhere >= items.len() {
-                    // Slots of this very chunk are no use: drop them for now.
-                    let (here, elsewhere): (Vec<_>, Vec<_>) =
-                        slots[view.class].drain(..).partition(|(_, at)| g.chunk_of(*at) == chunk);
-                    slots[view.class] = elsewhere;
+                let usable = |at: usize| if strict { g.chunk_of(at) != chunk } else { g.chunk_of(at) < chunk };
+                let elsewhere = slots[view.class].iter().filter(|(_, at)| usable(*at)).count();
+                let object_bytes: usize = items.iter().map(|i| i.info.size).sum();
+                if elsewhere >= items.len() && bytes + object_bytes <= room {
+                    // Slots that are no use here (this chunk's, or above it): set them aside.
+                    let (here, others): (Vec<_>, Vec<_>) =
+                        slots[view.class].drain(..).partition(|(_, at)| !usable(*at));
+                    slots[view.class] = others;
                     for item in items {
                         let Some(mut unit) = self.block_unit(item) else { continue };
                         let slot = slots[view.class].pop().expect("counted");
-                        received.insert(g.chunk_of(slot.1));
                         taken_slots[view.class].push(slot);
                         unit.to = slot.1;
                         bytes += unit.copy_len();
@@ -551,19 +572,7 @@ impl Pool {
                     }
                     slots[view.class].extend(here);
                 } else {
-                    let n = (view.bytes >> g.unit_shift) as u64;
-                    let objects = items.iter().map(|i| (i.handle, i.info.offset)).collect();
-                    let unit = Unit {
-                        kind: Kind::Slab { id: view.id, objects },
-                        handle: None,
-                        size: view.bytes,
-                        align: view.bytes,
-                        core: view.owner,
-                        from: view.base,
-                        to: view.base,
-                        extent: view.bytes,
-                    };
-                    pieces.push((unit, n, n));
+                    pieces.push(self.slab_unit(census, view));
                 }
             }
             for item in content.buddy.iter().map(|&i| &census.buddy[i]) {
@@ -573,13 +582,35 @@ impl Pool {
             }
             pieces.sort_by_key(|(u, n, _)| (std::cmp::Reverse(*n), u.from));
             for (mut unit, n, align) in pieces {
-                let found = holes
-                    .iter()
-                    .filter(|&&c| c != chunk)
-                    .find_map(|&c| model.find(c, 0, n, align, u64::MAX).map(|p| (c, p)));
+                if bytes + unit.copy_len() > room {
+                    all = false;
+                    continue; // over this step's budget: maybe a smaller one fits
+                }
+                let cursor = cursors.entry((n, align)).or_insert(0);
+                let (mut i, mut skipped, mut found) = (*cursor, None, None);
+                while i < holes.len() {
+                    let c = holes[i];
+                    if !strict && c >= chunk {
+                        skipped.get_or_insert(i);
+                        break;
+                    }
+                    if c == chunk {
+                        skipped.get_or_insert(i);
+                    } else if !dead[c] {
+                        if let Some(p) = model.find(c, 0, n, align, u64::MAX) {
+                            found = Some((c, p));
+                            break;
+                        }
+                    }
+                    i += 1;
+                }
+                *cursor = skipped.map_or(i, |k| k.min(i));
                 let Some((c, p)) = found else {
-                    ok = false;
-                    break;
+                    all = false;
+                    if strict {
+                        break;
+                    }
+                    continue;
                 };
                 model.occupy(c, p, n, unit.core);
                 placements.push((c, p, n));
@@ -587,8 +618,7 @@ impl Pool {
                 bytes += unit.copy_len();
                 units.push(unit);
             }
-            ok &= budget.is_none_or(|limit| spent + bytes <= limit);
-            if !ok {
+            if strict && !all {
                 for (c, p, n) in placements {
                     model.vacate(c, p, n);
                 }
@@ -597,16 +627,25 @@ impl Pool {
                     slots[k].extend(taken.into_iter().rev());
                     debug_assert_eq!(slots[k].len(), slots_before[k]);
                 }
-                refuse(format!("the blocks of chunk {chunk} do not fit in the holes of the other chunks"))?;
+                return Err(format!("the blocks of chunk {chunk} do not fit in the holes of the other chunks"));
+            }
+            if units.len() == first_unit {
+                failures += 1;
                 continue;
             }
+            failures = 0;
             for (c, _, _) in &placements {
                 received.insert(*c);
             }
+            for taken in &taken_slots {
+                received.extend(taken.iter().map(|(_, at)| g.chunk_of(*at)));
+            }
             spent += bytes;
-            emptied.push(chunk);
-            // An emptied chunk is no longer a hole, nor are its slabs' free objects slots.
-            holes.retain(|&c| c != chunk);
+            if all {
+                emptied.push(chunk);
+            }
+            // A chunk being emptied is no longer a hole, nor are its slabs' free objects slots.
+            dead[chunk] = true;
             for list in &mut slots {
                 list.retain(|(_, at)| g.chunk_of(*at) != chunk);
             }
