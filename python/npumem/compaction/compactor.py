@@ -101,12 +101,12 @@ class Compactor:
     def compact(
         self, mode: str | None = None, *, max_bytes: int | None = None, reason: str = "manual"
     ) -> CompactionReport:
-        """Compact now. ``mode``: ``"full"`` (default: the policy's mode) stops the pool once and
-        makes free space one run, as far as pinned blocks and block shapes allow;
-        ``"incremental"`` evacuates the sparsest chunks (and slides chunk runs down into the room
-        that makes) in steps of at most ``max_bytes`` of moves (default: the policy's), the pool
-        stopped only during each step, until a step finds nothing to move. Returns the report
-        (also kept in :attr:`reports`)."""
+        """Compact now. ``mode``: ``"full"`` (default: the policy's mode) stops the pool once:
+        slab objects are packed, then chunks from the end of the arena are emptied into the holes
+        below, so free space gathers in one run as far as pinned blocks and block shapes allow;
+        ``"incremental"`` does the same in steps of at most ``max_bytes`` of moves (default: the
+        policy's), the pool stopped only during each step, until a step finds nothing to move.
+        Returns the report (also kept in :attr:`reports`)."""
         mode = self.policy.mode if mode is None else mode
         if mode not in MODES:
             raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")

@@ -12,7 +12,7 @@ __all__ = ["DEFAULT_THRESHOLD", "MODES", "Policy"]
 #: Compact when ``external_fragmentation`` passes this (the seed articles' 30%).
 DEFAULT_THRESHOLD = 0.30
 
-#: The compaction modes: ``"full"`` (the pool stopped once, free space made one run) and
+#: The compaction modes: ``"full"`` (the pool stopped once, free space gathered in one run) and
 #: ``"incremental"`` (steps of at most ``max_bytes`` of moves, the pool stopped per step).
 MODES = ("full", "incremental")
 
