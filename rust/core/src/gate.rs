@@ -320,17 +320,27 @@ impl Gate {
         self.holds(record) && self.busy.load(Ordering::Acquire) == 0
     }
 
-    /// Enter through `record`, waiting while the gate is closed; `Err` (at once) when the
+    /// Enter through `record`, waiting while the gate is closed; `None` (at once) when the
     /// caller holds the pause and is moving blocks: it would wait for itself.
-    pub(crate) fn enter_with<'a>(&self, record: &'a Record) -> Result<Entered<'a>, PauseError> {
+    #[inline]
+    pub(crate) fn enter_with<'a>(&self, record: &'a Record) -> Option<Entered<'a>> {
+        match self.try_enter_with(record) {
+            Some(entered) => Some(entered),
+            None => self.enter_slow(record),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn enter_slow<'a>(&self, record: &'a Record) -> Option<Entered<'a>> {
         loop {
-            if let Some(entered) = self.try_enter_with(record) {
-                return Ok(entered);
-            }
             if self.holds(record) {
-                return Err(PauseError::Relocating);
+                return None;
             }
             self.wait_open();
+            if let Some(entered) = self.try_enter_with(record) {
+                return Some(entered);
+            }
         }
     }
 
@@ -469,21 +479,21 @@ impl Gate {
         }
     }
 
-    /// Enter on the calling thread, waiting while paused; `Err` only for the holder of a
+    /// Enter on the calling thread, waiting while paused; `None` only for the holder of a
     /// ticketed pause while it moves blocks (it would wait for itself).
     #[inline]
-    pub(crate) fn enter(&self) -> Result<Entered<'static>, PauseError> {
+    pub(crate) fn enter(&self) -> Option<Entered<'static>> {
         let (record, temporary) = thread_record();
         match self.enter_with(record) {
-            Ok(mut entered) => {
+            Some(mut entered) => {
                 entered.temporary = temporary;
-                Ok(entered)
+                Some(entered)
             }
-            Err(refused) => {
+            None => {
                 if temporary {
                     record.release();
                 }
-                Err(refused)
+                None
             }
         }
     }
@@ -571,7 +581,7 @@ mod tests {
                 let (gate, inside, done, stop) = (gate.clone(), inside.clone(), done.clone(), stop.clone());
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        let _entered = gate.enter().unwrap();
+                        let _entered = gate.enter().expect("enters");
                         inside.fetch_add(1, Ordering::SeqCst);
                         std::hint::spin_loop();
                         inside.fetch_sub(1, Ordering::SeqCst);

@@ -181,6 +181,11 @@ pub(crate) fn pause_error(e: PauseError) -> Error {
     }
 }
 
+#[cold]
+fn refused() -> Error {
+    Error::Relocating
+}
+
 /// Clears the gate's busy mark when a move call ends.
 struct Busy<'a>(&'a Pool);
 
@@ -194,7 +199,10 @@ impl Pool {
     /// Enter the pool for an alloc or free (see `gate.rs`).
     #[inline]
     pub(crate) fn enter(&self) -> Result<Entered<'static>> {
-        self.gate.enter().map_err(pause_error)
+        match self.gate.enter() {
+            Some(entered) => Ok(entered),
+            None => Err(refused()),
+        }
     }
 
     /// Pause the pool: wait (at most `timeout`) for alloc and free calls in flight and for any
