@@ -101,3 +101,16 @@ def test_move_blocks_slides_and_swaps_on_host_memory() -> None:
     assert len(done) == 3 and (run.offset, a.offset, b.offset) == (0, ob, oa)
     for ident, blk in enumerate((run, a, b)):
         assert intact(blk, ident)
+
+
+def test_evacuating_a_chunk_empties_it_and_keeps_every_byte() -> None:
+    pool = npumem.Pool(40 * MIB, cores=1)
+    kept = fragmented(pool, 4, sizes=(200, 3000, 20_000, 70_000, 300_000))
+    chunk = kept[0][0].offset // pool.chunk_size
+    with pool.pause() as pause:
+        done = pool.compact_step(pause, "evacuate", chunks=[chunk])
+    assert done["blocks"] > 0
+    assert all(b["offset"] // pool.chunk_size != chunk for b in pool.blocks())
+    for blk, ident in kept:
+        assert intact(blk, ident)
+    pool.check()

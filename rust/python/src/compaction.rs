@@ -409,7 +409,9 @@ pub(crate) fn alloc_retrying(slf: &Bound<'_, Pool>, size: usize, align: Option<u
     match detached(slf.py(), || core.alloc(size, align, tag)) {
         Err(err) if is_out_of_memory(&err) => {
             if ask_handler(slf, size)? {
-                without_gil(slf.py(), || core.alloc(size, align, tag))
+                let handle = without_gil(slf.py(), || core.alloc(size, align, tag))?;
+                core.forgive_failure(); // it did not raise after all
+                Ok(handle)
             } else {
                 Err(to_py(err))
             }
@@ -429,7 +431,9 @@ pub(crate) fn alloc_many_retrying(
     match detached(slf.py(), || core.alloc_many(sizes, align, tag)) {
         Err(err) if is_out_of_memory(&err) => {
             if ask_handler(slf, sizes.iter().sum())? {
-                without_gil(slf.py(), || core.alloc_many(sizes, align, tag))
+                let handles = without_gil(slf.py(), || core.alloc_many(sizes, align, tag))?;
+                core.forgive_failure();
+                Ok(handles)
             } else {
                 Err(to_py(err))
             }

@@ -246,6 +246,12 @@ impl Pool {
         Ok(Busy(self))
     }
 
+    /// An allocation that failed was retried and succeeded (after a compaction): it no longer
+    /// counts in `failed_allocs` (which counts allocations that raised out-of-memory).
+    pub fn forgive_failure(&self) {
+        self.counters.on_rescued(crate::cpu::current_core(self.cores.len()));
+    }
+
     /// Add a pin without waiting: [`Error::Moving`] while the block is being moved (callers
     /// holding a lock a mover may need, such as the GIL, wait without it).
     pub fn try_pin(&self, handle: Handle) -> Result<u32> {
