@@ -81,7 +81,7 @@ CASES: list[tuple[str, Callable[[npumem.Pool, npumem.Pause, list[npumem.Block]],
     ),
     ("no such chunk", lambda p, z, b: p.compact_step(z, "evacuate", chunks=[99]), npumem.MoveError),
     ("a run chunk", lambda p, z, b: p.compact_step(z, "evacuate", chunks=[1]), npumem.MoveError),
-    ("pause twice", lambda p, z, b: p.pause(), npumem.MoveError),
+    ("pause twice", lambda p, z, b: p.pause(), npumem.PoolBusyError),
     ("bad timeout", lambda p, z, b: p.pause(-1), npumem.InvalidArgumentError),
     ("plan: bad mode", lambda p, z, b: p.plan_compaction("tidy"), npumem.InvalidArgumentError),
 ]

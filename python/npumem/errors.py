@@ -87,7 +87,9 @@ class NoBackingError(NpumemError, BufferError):
 
 
 class PoolBusyError(NpumemError, TimeoutError):
-    """The pool could not be paused in time: an in-flight call did not finish."""
+    """The pool could not be paused in time (an in-flight call or another pause did not
+    finish), or a call was made where it would wait for itself: from inside a compaction's mover,
+    or a second pause of the thread that holds one."""
 
 
 class ConfigError(NpumemError, ValueError):

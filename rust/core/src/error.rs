@@ -63,6 +63,8 @@ pub enum Error {
     /// A call that needs the pool was made by the thread that holds its pause while it is
     /// moving blocks (from inside the mover): waiting would never end.
     Relocating,
+    /// The calling thread holds the pool's pause already.
+    AlreadyPaused,
 }
 
 impl Error {
@@ -126,6 +128,7 @@ impl fmt::Display for Error {
             Error::NotPaused => {
                 write!(f, "this pause no longer holds the pool (it was resumed, or belongs to another pool)")
             }
+            Error::AlreadyPaused => write!(f, "this thread holds the pool's pause already; resume it first"),
             Error::Relocating => write!(
                 f,
                 "this thread holds the pool's pause and is moving blocks: the pool cannot be used from inside \

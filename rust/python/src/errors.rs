@@ -86,7 +86,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::NoBacking => Kind::NoBacking,
         Error::Paused | Error::Busy { .. } => Kind::PoolBusy,
         // compaction (issue 5)
-        Error::Moving | Error::Relocating => Kind::PoolBusy,
+        Error::Moving | Error::Relocating | Error::AlreadyPaused => Kind::PoolBusy,
         Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => Kind::Move,
         Error::Corruption(_) | Error::Batch { .. } => Kind::Corruption,
         _ => Kind::Corruption,

@@ -177,7 +177,7 @@ pub(crate) fn pause_error(e: PauseError) -> Error {
     match e {
         PauseError::Timeout(waited) => Error::Busy { waited_ms: waited.as_millis() as u64 },
         PauseError::Relocating => Error::Relocating,
-        PauseError::AlreadyHeld => Error::InvalidMove { reason: "this thread holds the pool's pause already".into() },
+        PauseError::AlreadyHeld => Error::AlreadyPaused,
     }
 }
 
