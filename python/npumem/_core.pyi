@@ -1,6 +1,6 @@
 """Type stubs of the Rust extension ``npumem._core`` (checked by ``mypy.stubtest``)."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Self, final
 
@@ -10,6 +10,8 @@ __all__ = [
     "Block",
     "CoreStats",
     "PackingInstance",
+    "Pause",
+    "Pinned",
     "Pool",
     "PoolStats",
     "SizeClassStats",
@@ -52,6 +54,37 @@ class Pool:
     def trace_stop(self) -> None: ...
     def trace_drain(self) -> list[tuple[int, str, int, int, int, str | None, int, int]]: ...
     def trace_status(self) -> dict[str, Any]: ...
+    # compaction (issue 5)
+    def pause(self, timeout: float | None = 10.0) -> Pause: ...
+    def move_blocks(
+        self,
+        pause: Pause,
+        moves: Iterable[tuple[Block, int]],
+        *,
+        mover: Callable[[list[tuple[int, int, int]]], object] | None = ...,
+    ) -> list[tuple[int, int, int]]: ...
+    def compact_step(
+        self,
+        pause: Pause,
+        mode: str = "full",
+        *,
+        max_bytes: int | None = ...,
+        chunks: Iterable[int] | None = ...,
+        mover: Callable[[list[tuple[int, int, int]]], object] | None = ...,
+    ) -> dict[str, Any]: ...
+    def plan_compaction(
+        self,
+        mode: str = "full",
+        *,
+        max_bytes: int | None = ...,
+        chunks: Iterable[int] | None = ...,
+        pause: Pause | None = ...,
+    ) -> dict[str, Any]: ...
+    def set_oom_handler(
+        self, handler: Callable[[int], object] | None
+    ) -> Callable[[int], object] | None: ...
+    @property
+    def oom_handler(self) -> Callable[[int], object] | None: ...
     @property
     def placement(self) -> str: ...
     @property
@@ -98,6 +131,9 @@ class Block:
     @property
     def pins(self) -> int: ...
     def free(self) -> None: ...
+    def pin(self) -> int: ...
+    def unpin(self) -> int: ...
+    def pinned(self) -> Pinned: ...
     def __enter__(self) -> Block: ...
     def __exit__(
         self,
@@ -107,6 +143,35 @@ class Block:
     ) -> bool: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+@final
+class Pause:
+    """A held pause of a pool (``Pool.pause()``); a context manager that resumes on exit."""
+
+    def resume(self) -> None: ...
+    @property
+    def held(self) -> bool: ...
+    @property
+    def pool(self) -> Pool: ...
+    def __enter__(self) -> Pause: ...
+    def __exit__(
+        self,
+        _exc_type: type[BaseException] | None = ...,
+        _exc: BaseException | None = ...,
+        _tb: TracebackType | None = ...,
+    ) -> bool: ...
+
+@final
+class Pinned:
+    """Pins a block for a ``with`` block (``Block.pinned()``)."""
+
+    def __enter__(self) -> Block: ...
+    def __exit__(
+        self,
+        _exc_type: type[BaseException] | None = ...,
+        _exc: BaseException | None = ...,
+        _tb: TracebackType | None = ...,
+    ) -> bool: ...
 
 @final
 class CoreStats:

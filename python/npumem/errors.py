@@ -17,6 +17,7 @@ __all__ = [
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
+    "MoveError",
     "NoBackingError",
     "NpumemError",
     "OutOfMemoryError",
@@ -86,7 +87,9 @@ class NoBackingError(NpumemError, BufferError):
 
 
 class PoolBusyError(NpumemError, TimeoutError):
-    """The pool could not be paused in time: an in-flight call did not finish."""
+    """The pool could not be paused in time (an in-flight call or another pause did not
+    finish), or a call was made where it would wait for itself: from inside a compaction's mover,
+    or a second pause of the thread that holds one."""
 
 
 class ConfigError(NpumemError, ValueError):
@@ -95,3 +98,10 @@ class ConfigError(NpumemError, ValueError):
 
 class CorruptionError(NpumemError):
     """The pool's metadata is inconsistent (raised by ``Pool.check()``), with the details."""
+
+
+class MoveError(NpumemError, ValueError):
+    """A batch of block moves (compaction) was refused or undone: a destination outside the
+    arena, misaligned, not free or overlapping another one, moves that overwrite each other in a
+    cycle with no host memory to bounce through, a pause that no longer holds the pool. Nothing
+    moved: the pool and every block are as they were."""

@@ -40,6 +40,8 @@
 //!
 //! The loom models in this module check the protocol exhaustively on small trees.
 
+mod relocation; // compaction (issue 5): sweep_all
+
 use crate::bits::{every_nth, low_bits, siblings, to_children, to_parents};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -1000,9 +1002,9 @@ mod tests {
         let shape = TreeShape::new(13);
         let t = tree(&shape);
         let per_bunch = 1u64 << (13 - shape.bands[shape.band_of_level[13]].top); // leaves per bunch
-        // Partly fill leaf bunches 3 and 200 (under inner bunches 0 and 12 of 16): a plain search
-        // takes the lowest partial bunch; a cursor takes the first one at or after it, wrapping
-        // around inside its inner bunch first, then across inner bunches.
+                                                                                 // Partly fill leaf bunches 3 and 200 (under inner bunches 0 and 12 of 16): a plain search
+                                                                                 // takes the lowest partial bunch; a cursor takes the first one at or after it, wrapping
+                                                                                 // around inside its inner bunch first, then across inner bunches.
         for bunch in [3u64, 200] {
             shape.try_alloc(&t, Node { level: 13, index: bunch * per_bunch }).unwrap();
         }

@@ -48,6 +48,23 @@ pub enum Error {
     Corruption(Vec<String>),
     /// Item `index` of a batch call failed (and the batch left the pool as it was).
     Batch { index: usize, error: Box<Error> },
+    // ----- compaction (issue 5) --------------------------------------------------------------
+    /// The block is being moved by a compaction right now (only the non-waiting calls say so).
+    Moving,
+    /// A move of a relocation batch is impossible as asked (the batch moved nothing).
+    InvalidMove { reason: String },
+    /// The moves of a batch overwrite each other's sources in a cycle that no order can
+    /// avoid, and there is no host memory to bounce through (the batch moved nothing).
+    MoveCycle { blocks: usize },
+    /// The mover (the caller's copy function) failed: the batch was undone.
+    MoverFailed(String),
+    /// The pause token does not hold this pool's pause (resumed already, or of another pool).
+    NotPaused,
+    /// A call that needs the pool was made by the thread that holds its pause while it is
+    /// moving blocks (from inside the mover): waiting would never end.
+    Relocating,
+    /// The calling thread holds the pool's pause already.
+    AlreadyPaused,
 }
 
 impl Error {
@@ -100,6 +117,23 @@ impl fmt::Display for Error {
                 write!(f, "could not pause the pool: in-flight calls did not finish within {waited_ms} ms")
             }
             Error::Batch { index, error } => write!(f, "item {index} of the batch failed: {error}"),
+            Error::Moving => write!(f, "the block is being moved by a compaction; try again"),
+            Error::InvalidMove { reason } => write!(f, "invalid move: {reason}; nothing was moved"),
+            Error::MoveCycle { blocks } => write!(
+                f,
+                "the moves of {blocks} block(s) overwrite each other's bytes in a cycle that no order avoids, \
+                 and the pool has no host memory to bounce through; nothing was moved"
+            ),
+            Error::MoverFailed(reason) => write!(f, "the mover failed ({reason}); every move of the batch was undone"),
+            Error::NotPaused => {
+                write!(f, "this pause no longer holds the pool (it was resumed, or belongs to another pool)")
+            }
+            Error::AlreadyPaused => write!(f, "this thread holds the pool's pause already; resume it first"),
+            Error::Relocating => write!(
+                f,
+                "this thread holds the pool's pause and is moving blocks: the pool cannot be used from inside \
+                 the mover"
+            ),
             Error::Corruption(findings) => {
                 write!(f, "pool metadata is inconsistent ({} finding(s)):", findings.len())?;
                 for line in findings.iter().take(20) {

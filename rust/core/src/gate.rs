@@ -6,7 +6,7 @@
 //! ```text
 //! enter:  record.active = pool        (relaxed store)
 //!         light barrier               (compiler fence; a full fence without membarrier)
-//!         if gate.closed (load): record.active = 0, wait until open, retry
+//!         if gate.closed (acquire load): record.active = 0, wait until open, retry
 //! exit:   record.active = 0           (release store)
 //! pause:  gate.closed = 1; heavy barrier (membarrier: a full fence on every running thread);
 //!         wait until no record has active == pool (with a timeout)
@@ -17,6 +17,14 @@
 //! closed, or the pauser sees it in flight. Without `membarrier` (old kernels), both barriers are
 //! plain SeqCst fences. Records live in a global list; a thread takes a free one on first use and
 //! hands it back when it exits.
+//!
+//! Held pauses (compaction, issue 5): a pauser may keep the gate closed across several calls
+//! with a *ticket* (`pause_owned`): the gate's word holds the ticket instead of 1, so only that
+//! ticket resumes it. The thread that took it (its record's *token*, fresh every time a record is
+//! handed to a thread) may still enter, one call at a time as any nested caller, except while it
+//! has marked the gate *busy* (it is moving blocks: its own calls must then fail, not wait for
+//! themselves). Closing waits at most the timeout for another pauser, too, so nothing waits
+//! forever on a pause someone forgot to end.
 
 #[cfg(not(loom))]
 use std::sync::Mutex;
@@ -34,22 +42,27 @@ pub(crate) struct Record {
     active: AtomicUsize,
     in_use: AtomicUsize,
     next: AtomicUsize, // *const Record as usize
+    /// Who uses the record now: a fresh number every time it is handed to a thread (a held
+    /// pause names its holder by it).
+    token: AtomicU64,
 }
 
 /// The list of every thread's record (records are never freed, only reused).
 pub(crate) struct Registry {
     head: AtomicUsize,
+    /// The last token handed out.
+    tokens: AtomicU64,
 }
 
 impl Registry {
     #[cfg(not(loom))]
     const fn new() -> Registry {
-        Registry { head: AtomicUsize::new(0) }
+        Registry { head: AtomicUsize::new(0), tokens: AtomicU64::new(0) }
     }
 
     #[cfg(loom)]
     pub(crate) fn new() -> Registry {
-        Registry { head: AtomicUsize::new(0) }
+        Registry { head: AtomicUsize::new(0), tokens: AtomicU64::new(0) }
     }
 
     /// A record for the calling thread: a free one reused, or a new one pushed.
@@ -59,6 +72,7 @@ impl Registry {
             // SAFETY: list entries are leaked `Record`s, never freed.
             let record: &'static Record = unsafe { &*(at as *const Record) };
             if record.in_use.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                record.token.store(self.tokens.fetch_add(1, Ordering::Relaxed) + 1, Ordering::Relaxed);
                 return record;
             }
             at = record.next.load(Ordering::Acquire);
@@ -67,6 +81,7 @@ impl Registry {
             active: AtomicUsize::new(0),
             in_use: AtomicUsize::new(1),
             next: AtomicUsize::new(0),
+            token: AtomicU64::new(self.tokens.fetch_add(1, Ordering::Relaxed) + 1),
         }));
         let mut head = self.head.load(Ordering::Acquire);
         loop {
@@ -220,6 +235,23 @@ pub(crate) struct Gate {
     /// One pauser at a time (not on the alloc/free path).
     #[cfg(not(loom))]
     pausers: Mutex<()>,
+    /// The token of the thread holding a ticketed pause, 0 for none.
+    holder: AtomicU64,
+    /// Non-zero while the holder moves blocks (its own calls are refused then).
+    busy: AtomicU64,
+    /// The last ticket handed out (tickets start at 2: 1 is the plain pause).
+    tickets: AtomicU64,
+}
+
+/// Why a pause was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PauseError {
+    /// Calls in flight (or another pauser) did not finish in time: waited this long.
+    Timeout(Duration),
+    /// The calling thread holds the pause and is moving blocks.
+    Relocating,
+    /// The calling thread holds a ticketed pause already.
+    AlreadyHeld,
 }
 
 /// Proof that the caller is inside the pool; leaving drops it.
@@ -248,6 +280,9 @@ impl Gate {
             id,
             #[cfg(not(loom))]
             pausers: Mutex::new(()),
+            holder: AtomicU64::new(0),
+            busy: AtomicU64::new(0),
+            tickets: AtomicU64::new(1),
         }
     }
 
@@ -265,20 +300,50 @@ impl Gate {
         }
         record.active.store(self.id, Ordering::Relaxed);
         light_barrier();
-        if self.closed.load(Ordering::Relaxed) == 0 {
+        // Acquire (free on x86): what a pauser wrote before it resumed (a relocation's metadata)
+        // happens before this call (the loom model `a_held_pause_shields_callers_...` needs it).
+        if self.closed.load(Ordering::Acquire) == 0 || self.admits(record) {
             return Some(Entered { record, previous, temporary: false });
         }
         record.active.store(previous, Ordering::Release);
         None
     }
 
-    /// Enter through `record`, waiting while the gate is closed.
-    pub(crate) fn enter_with<'a>(&self, record: &'a Record) -> Entered<'a> {
+    /// Whether `record`'s thread holds the gate's ticketed pause (off the fast path: only asked
+    /// when the gate is closed).
+    #[cold]
+    fn holds(&self, record: &Record) -> bool {
+        let holder = self.holder.load(Ordering::Acquire);
+        holder != 0 && holder == record.token.load(Ordering::Relaxed)
+    }
+
+    /// The holder of a ticketed pause may enter while it is not moving blocks.
+    #[cold]
+    fn admits(&self, record: &Record) -> bool {
+        self.holds(record) && self.busy.load(Ordering::Acquire) == 0
+    }
+
+    /// Enter through `record`, waiting while the gate is closed; `None` (at once) when the
+    /// caller holds the pause and is moving blocks: it would wait for itself.
+    #[inline]
+    pub(crate) fn enter_with<'a>(&self, record: &'a Record) -> Option<Entered<'a>> {
+        match self.try_enter_with(record) {
+            Some(entered) => Some(entered),
+            None => self.enter_slow(record),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn enter_slow<'a>(&self, record: &'a Record) -> Option<Entered<'a>> {
         loop {
-            if let Some(entered) = self.try_enter_with(record) {
-                return entered;
+            if self.holds(record) {
+                return None;
             }
             self.wait_open();
+            if let Some(entered) = self.try_enter_with(record) {
+                return Some(entered);
+            }
         }
     }
 
@@ -299,9 +364,29 @@ impl Gate {
 
     /// Close the gate and wait for calls in flight through `registry` to finish.
     pub(crate) fn pause_with(&self, registry: &Registry, timeout: Duration) -> Result<(), Duration> {
+        self.close_with(1, registry, timeout)
+    }
+
+    /// Close the gate with `value` (1, or a ticket) and wait for calls in flight through
+    /// `registry` to finish; `Err(waited)` (and the gate as it was) when another pauser or a
+    /// call in flight did not finish within `timeout`.
+    fn close_with(&self, value: u64, registry: &Registry, timeout: Duration) -> Result<(), Duration> {
         let started = Instant::now();
-        while self.closed.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            spin_hint();
+        let mut spins = 0u32;
+        while self.closed.compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            // Another pauser holds the gate: wait for it, but not forever.
+            if started.elapsed() >= timeout {
+                return Err(started.elapsed());
+            }
+            if spins < 256 {
+                spin_hint();
+            } else {
+                #[cfg(not(loom))]
+                std::thread::sleep(Duration::from_micros(50));
+                #[cfg(loom)]
+                loom::thread::yield_now();
+            }
+            spins = spins.saturating_add(1);
         }
         heavy_barrier();
         let mut spins = 0u32;
@@ -312,7 +397,7 @@ impl Gate {
                 return Ok(());
             }
             if started.elapsed() >= timeout {
-                self.resume();
+                self.closed.store(0, Ordering::Release);
                 return Err(started.elapsed());
             }
             if spins < 256 {
@@ -329,6 +414,51 @@ impl Gate {
 
     pub(crate) fn resume(&self) {
         self.closed.store(0, Ordering::Release);
+    }
+
+    // ----- held (ticketed) pauses: compaction, issue 5 ----------------------------------------
+
+    /// Take a held pause for `record`'s thread: close the gate with a fresh ticket and wait for
+    /// calls in flight. Returns the ticket that [`Gate::resume_held`] needs.
+    pub(crate) fn pause_held_with(
+        &self,
+        registry: &Registry,
+        record: &Record,
+        timeout: Duration,
+    ) -> Result<u64, PauseError> {
+        if self.holds(record) {
+            return Err(PauseError::AlreadyHeld);
+        }
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
+        self.close_with(ticket, registry, timeout).map_err(PauseError::Timeout)?;
+        self.holder.store(record.token.load(Ordering::Relaxed), Ordering::Release);
+        Ok(ticket)
+    }
+
+    /// Whether `ticket` holds the gate now.
+    pub(crate) fn is_held_by(&self, ticket: u64) -> bool {
+        ticket > 1 && self.closed.load(Ordering::Acquire) == ticket
+    }
+
+    /// Mark the holder of `ticket` as moving blocks (its own calls are refused meanwhile);
+    /// `false` if the ticket does not hold the gate or it is marked already.
+    pub(crate) fn begin_busy(&self, ticket: u64) -> bool {
+        self.is_held_by(ticket) && self.busy.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// The holder is done moving blocks.
+    pub(crate) fn end_busy(&self) {
+        self.busy.store(0, Ordering::Release);
+    }
+
+    /// End the held pause of `ticket`; `false` (and nothing changes) if it does not hold the gate
+    /// or its holder is moving blocks.
+    pub(crate) fn resume_held(&self, ticket: u64) -> bool {
+        if !self.is_held_by(ticket) || self.busy.load(Ordering::Acquire) != 0 {
+            return false;
+        }
+        self.holder.store(0, Ordering::Release);
+        self.closed.compare_exchange(ticket, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 }
 
@@ -352,37 +482,87 @@ impl Gate {
         }
     }
 
-    /// Enter on the calling thread, waiting while paused.
+    /// Enter on the calling thread, waiting while paused; `None` only for the holder of a
+    /// ticketed pause while it moves blocks (it would wait for itself).
     #[inline]
-    pub(crate) fn enter(&self) -> Entered<'static> {
+    pub(crate) fn enter(&self) -> Option<Entered<'static>> {
         let (record, temporary) = thread_record();
-        let mut entered = self.enter_with(record);
-        entered.temporary = temporary;
-        entered
+        match self.enter_with(record) {
+            Some(mut entered) => {
+                entered.temporary = temporary;
+                Some(entered)
+            }
+            None => {
+                if temporary {
+                    record.release();
+                }
+                None
+            }
+        }
     }
 
-    /// Pause the pool: one pauser at a time; `Err(waited)` if calls in flight did not finish in
-    /// time (the gate is open again then).
-    pub(crate) fn pause(&self, timeout: Duration) -> Result<PauseGuard<'_>, Duration> {
+    /// Pause the pool: one pauser at a time; `Err` if calls in flight (or another pauser) did
+    /// not finish in time (the gate is as it was then). Inside the calling thread's own held
+    /// pause this is a no-op guard (refused while the thread moves blocks).
+    pub(crate) fn pause(&self, timeout: Duration) -> Result<PauseGuard<'_>, PauseError> {
+        let (record, temporary) = thread_record();
+        let own = self.holds(record);
+        if temporary {
+            record.release();
+        }
+        if own {
+            if self.busy.load(Ordering::Acquire) != 0 {
+                return Err(PauseError::Relocating);
+            }
+            return Ok(PauseGuard { gate: self, _serial: None });
+        }
         let serial = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // The pauser itself must not count as in flight (it may hold an `Entered` of this pool
         // only if it calls pause from inside an alloc, which the API never does).
-        self.pause_with(&REGISTRY, timeout)?;
-        Ok(PauseGuard { gate: self, _serial: serial })
+        self.pause_with(&REGISTRY, timeout).map_err(PauseError::Timeout)?;
+        Ok(PauseGuard { gate: self, _serial: Some(serial) })
+    }
+
+    /// Whether the calling thread holds the pause and is moving blocks now.
+    pub(crate) fn moving_here(&self) -> bool {
+        let (record, temporary) = thread_record();
+        let here = self.holds(record) && self.busy.load(Ordering::Acquire) != 0;
+        if temporary {
+            record.release();
+        }
+        here
+    }
+
+    /// Take a held pause for the calling thread (see [`Gate::pause_held_with`]).
+    pub(crate) fn pause_held(&self, timeout: Duration) -> Result<u64, PauseError> {
+        let (record, temporary) = thread_record();
+        if temporary {
+            // An exiting thread cannot hold a pause: its record goes to another thread.
+            record.release();
+            return Err(PauseError::Timeout(Duration::ZERO));
+        }
+        if self.holds(record) {
+            return Err(PauseError::AlreadyHeld); // before the serial lock: never wait for ourselves
+        }
+        let _serial = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.pause_held_with(&REGISTRY, record, timeout)
     }
 }
 
-/// The pool stays paused while this lives.
+/// The pool stays paused while this lives (a guard inside the caller's own held pause, without
+/// the serial lock, leaves the pause as it found it).
 #[cfg(not(loom))]
 pub(crate) struct PauseGuard<'a> {
     gate: &'a Gate,
-    _serial: std::sync::MutexGuard<'a, ()>,
+    _serial: Option<std::sync::MutexGuard<'a, ()>>,
 }
 
 #[cfg(not(loom))]
 impl Drop for PauseGuard<'_> {
     fn drop(&mut self) {
-        self.gate.resume();
+        if self._serial.is_some() {
+            self.gate.resume();
+        }
     }
 }
 
@@ -404,7 +584,7 @@ mod tests {
                 let (gate, inside, done, stop) = (gate.clone(), inside.clone(), done.clone(), stop.clone());
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        let _entered = gate.enter();
+                        let _entered = gate.enter().expect("enters");
                         inside.fetch_add(1, Ordering::SeqCst);
                         std::hint::spin_loop();
                         inside.fetch_sub(1, Ordering::SeqCst);
@@ -499,6 +679,69 @@ mod loom_models {
                 gate.resume();
             }
             caller.join().unwrap();
+        });
+    }
+
+    // ----- held pauses (compaction, issue 5) ---------------------------------------------------
+
+    /// A relocation under a held pause rewrites metadata in two steps (`a`, then `b`) while a
+    /// caller reads it inside the gate: the caller never sees a half-done rewrite, the holder
+    /// itself is admitted (and refused while busy), and only its ticket resumes the gate, once.
+    #[test]
+    fn a_held_pause_shields_callers_from_a_relocation() {
+        loom::model(|| {
+            let registry = Arc::new(Registry::new());
+            let gate = Arc::new(Gate::new(5));
+            let a = Arc::new(AtomicU64::new(0));
+            let b = Arc::new(AtomicU64::new(0));
+            let (r2, g2, a2, b2) = (registry.clone(), gate.clone(), a.clone(), b.clone());
+            let caller = thread::spawn(move || {
+                let record = r2.acquire();
+                if let Some(_entered) = g2.try_enter_with(record) {
+                    let seen_a = a2.load(Ordering::Relaxed);
+                    let seen_b = b2.load(Ordering::Relaxed);
+                    assert_eq!(seen_a, seen_b, "a caller saw a half-done relocation");
+                }
+            });
+            let me = registry.acquire();
+            if let Ok(ticket) = gate.pause_held_with(&registry, me, Duration::from_secs(3600)) {
+                assert!(gate.try_enter_with(me).is_some(), "the holder may enter");
+                assert!(gate.begin_busy(ticket));
+                assert!(gate.try_enter_with(me).is_none(), "the holder is refused while it moves blocks");
+                assert!(!gate.resume_held(ticket), "no resume while moving blocks");
+                a.store(1, Ordering::Relaxed);
+                b.store(1, Ordering::Relaxed);
+                gate.end_busy();
+                assert!(!gate.resume_held(ticket + 1), "another ticket does not resume");
+                assert!(gate.resume_held(ticket));
+                assert!(!gate.resume_held(ticket), "a ticket resumes once");
+            }
+            caller.join().unwrap();
+        });
+    }
+
+    /// A plain pause and a held pause race: they never hold the gate at the same time.
+    #[test]
+    fn plain_and_held_pauses_exclude_each_other() {
+        loom::model(|| {
+            let registry = Arc::new(Registry::new());
+            let gate = Arc::new(Gate::new(6));
+            let inside = Arc::new(AtomicU64::new(0));
+            let (r2, g2, i2) = (registry.clone(), gate.clone(), inside.clone());
+            let plain = thread::spawn(move || {
+                if g2.pause_with(&r2, Duration::from_secs(3600)).is_ok() {
+                    assert_eq!(i2.fetch_add(1, Ordering::SeqCst), 0, "two pausers at once");
+                    i2.fetch_sub(1, Ordering::SeqCst);
+                    g2.resume();
+                }
+            });
+            let me = registry.acquire();
+            if let Ok(ticket) = gate.pause_held_with(&registry, me, Duration::from_secs(3600)) {
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two pausers at once");
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert!(gate.resume_held(ticket));
+            }
+            plain.join().unwrap();
         });
     }
 }

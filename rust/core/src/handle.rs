@@ -11,6 +11,8 @@
 //! lazily allocated segments (`segments`) that never move, so handles and stacks can hold slot
 //! indices safely.
 
+mod moving; // compaction (issue 5): begin_move / end_move / try_pin
+
 use crate::error::{Error, HandleFault, Result};
 use crate::index_stack::{IndexStack, NIL};
 use crate::segments::Segmented;

@@ -16,6 +16,7 @@
 //! | `Layout` | `layout.rs` | how a request of `n` bytes maps onto buddy nodes or a chunk run |
 //! | [`Handle`] | `handle.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
 //! | `Gate` | `gate.rs` | the stop gate: pauses alloc/free for compaction and `check()` |
+//! | [`PauseToken`], [`Move`], [`CompactionMode`] | `relocate/` | compaction: held pauses, validated batches of moves, the planners (slide, evacuation, slab packing) |
 //! | [`PoolStats`] | `stats.rs` | per-core counters on their own cache lines, summed into a snapshot |
 //! | `Clock` | `clock.rs` | the trace's clock: `Instant`, or the time-stamp counter scaled to it |
 //! | [`TraceEvent`], `Ring` | `trace.rs` | the optional event trace: bounded per-core rings of alloc/free/move/failed events |
@@ -53,6 +54,8 @@ mod placement;
 mod pool;
 #[cfg(not(loom))]
 mod release;
+#[cfg(not(loom))]
+mod relocate; // compaction (issue 5): held pauses, batches of moves, compaction planners
 mod segments;
 mod slab;
 #[cfg(not(loom))]
@@ -71,6 +74,10 @@ pub use error::{Error, HandleFault, Result};
 pub use handle::Handle;
 #[cfg(not(loom))]
 pub use pool::{BlockInfo, Pool};
+#[cfg(not(loom))]
+pub use relocate::{
+    Compacted, CompactionMode, CompactionPlan, Move, Mover, PauseToken, PlannedMove, Relocated, Transfer,
+};
 #[cfg(not(loom))]
 pub use snapshot::{Extent, Snapshot};
 pub use stats::{ClassStats, CoreStats, PoolStats};

@@ -378,7 +378,9 @@ impl Pool {
     /// before a snapshot or when the pool goes idle). Returns the slabs and chunks given back.
     pub fn trim(&self) -> usize {
         let core = crate::cpu::current_core(self.cores.len());
-        let _entered = self.gate.enter();
+        let Ok(_entered) = self.enter() else {
+            return 0; // the calling thread is moving blocks (inside a mover): nothing to trim now
+        };
         let carver = SlabCarver { pool: self, core, reach: Reach::Full };
         self.slabs.reclaim(&carver) + self.reclaim_empty_chunks()
     }

@@ -183,7 +183,7 @@ impl Pool {
     pub fn alloc(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Handle> {
         let request = self.request(size, align)?;
         let core = cpu::current_core(self.cores.len());
-        let _entered = self.gate.enter();
+        let _entered = self.enter()?;
         match self.place(&request, core, Reach::Full) {
             Some(placed) => self.finish(placed, &request, core, tag),
             None => Err(self.out_of_memory(&request, core, tag)),
@@ -215,7 +215,7 @@ impl Pool {
             .map(|(index, &size)| self.request(size, align).map_err(|e| Error::batch(index, e)))
             .collect::<Result<_>>()?;
         let core = cpu::current_core(self.cores.len());
-        let _entered = self.gate.enter();
+        let _entered = self.enter()?;
         let mut handles = Vec::with_capacity(sizes.len());
         for (index, request) in requests.iter().enumerate() {
             let made = match self.place(request, core, Reach::Full) {
@@ -240,7 +240,7 @@ impl Pool {
     pub fn alloc_raw(&self, size: usize, align: Option<usize>) -> Result<usize> {
         let request = self.request(size, align)?;
         let core = cpu::current_core(self.cores.len());
-        let _entered = self.gate.enter();
+        let _entered = self.enter()?;
         match self.place(&request, core, Reach::Full) {
             Some(placed) => {
                 self.account_alloc(&placed, core, size);
@@ -255,7 +255,7 @@ impl Pool {
     /// Free the block behind `handle`. Refused (and nothing changes) for a handle of another
     /// pool, a block already freed, or a pinned block. Waits while the pool is paused.
     pub fn free(&self, handle: Handle) -> Result<()> {
-        let _entered = self.gate.enter();
+        let _entered = self.enter()?;
         self.free_entered(handle)
     }
 
@@ -271,7 +271,7 @@ impl Pool {
     /// Free every block of `handles`, or none: all are checked first (live, of this pool, not
     /// pinned, no duplicates) and [`Error::Batch`] names the first that is not.
     pub fn free_many(&self, handles: &[Handle]) -> Result<()> {
-        let _entered = self.gate.enter();
+        let _entered = self.enter()?;
         for (index, &handle) in handles.iter().enumerate() {
             let info = self.handles.get(handle).map_err(|e| {
                 let e = if e == Error::InvalidHandle(crate::HandleFault::Freed) { Error::DoubleFree } else { e };
@@ -298,7 +298,7 @@ impl Pool {
         if size == 0 || size > self.config.capacity || offset >= self.config.capacity {
             return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
         }
-        let _entered = self.gate.enter();
+        let _entered = self.enter()?;
         let released = self.release_block(offset, size)?;
         self.account_free(released, size);
         Ok(())
@@ -309,7 +309,7 @@ impl Pool {
     /// Pause alloc and free for a maintenance call (snapshot, trace switch, check), waiting for
     /// calls in flight; [`Error::Busy`] if they do not finish in time.
     pub(crate) fn pause_for_maintenance(&self) -> Result<crate::gate::PauseGuard<'_>> {
-        self.gate.pause(PAUSE_TIMEOUT).map_err(|waited| Error::Busy { waited_ms: waited.as_millis() as u64 })
+        self.gate.pause(PAUSE_TIMEOUT).map_err(crate::relocate::pause_error)
     }
 
     // ----- handles ------------------------------------------------------------------------
@@ -335,7 +335,7 @@ impl Pool {
 
     /// Add a pin: a pinned block cannot be freed or moved. Returns the pins now.
     pub fn pin(&self, handle: Handle) -> Result<u32> {
-        self.handles.pin(handle)
+        self.pin_waiting(handle) // waits while the block is being moved (relocate/mod.rs)
     }
 
     /// Remove a pin. Returns the pins left.
@@ -368,8 +368,9 @@ impl Pool {
         Ok((ptr, info.size))
     }
 
-    /// Copy `bytes` into the block at `at`.
+    /// Copy `bytes` into the block at `at` (pinned meanwhile: a compaction cannot move it).
     pub fn write(&self, handle: Handle, at: usize, bytes: &[u8]) -> Result<()> {
+        let _pin = self.pin_for_access(handle)?;
         let (ptr, len) = self.host_ptr(handle)?;
         if at.checked_add(bytes.len()).is_none_or(|end| end > len) {
             return Err(Error::InvalidSize { size: bytes.len() as u128, reason: "write past the end of the block" });
@@ -379,8 +380,9 @@ impl Pool {
         Ok(())
     }
 
-    /// Copy the block's bytes from `at` into `out`.
+    /// Copy the block's bytes from `at` into `out` (pinned meanwhile).
     pub fn read(&self, handle: Handle, at: usize, out: &mut [u8]) -> Result<()> {
+        let _pin = self.pin_for_access(handle)?;
         let (ptr, len) = self.host_ptr(handle)?;
         if at.checked_add(out.len()).is_none_or(|end| end > len) {
             return Err(Error::InvalidSize { size: out.len() as u128, reason: "read past the end of the block" });

@@ -29,6 +29,8 @@
 //! per bank. An object's offset is a multiple of its class's natural alignment (the largest power
 //! of two dividing the size); a request needing more goes to a class that provides it.
 
+mod relocation; // compaction (issue 5): objects and slabs at exact positions
+
 use crate::index_stack::{IndexStack, NIL};
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 

@@ -126,6 +126,18 @@ impl Counters {
         self.cores[core].failed_allocs.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Take back one failure (compaction, issue 5: the allocation was retried and succeeded),
+    /// from `core` or, if it has none (the thread moved), another core.
+    pub(crate) fn on_rescued(&self, core: usize) {
+        let n = self.cores.len();
+        for i in 0..n {
+            let cell = &self.cores[(core + i) % n].failed_allocs;
+            if cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| f.checked_sub(1)).is_ok() {
+                return;
+            }
+        }
+    }
+
     #[inline]
     fn maybe_publish(&self, c: &CoreCounters, now: u64) {
         let published = c.published.load(Ordering::Relaxed);

@@ -120,6 +120,27 @@ impl Block {
         slf
     }
 
+    // ----- compaction (issue 5): pins, in compaction.rs ------------------------------------
+
+    /// Pin the block: a compaction never moves it (and it cannot be freed) until it is
+    /// unpinned as many times. Returns the pins now.
+    fn pin(&self, py: Python<'_>) -> PyResult<u32> {
+        crate::compaction::pin(py, &self.pool.get().core, self.handle)
+    }
+
+    /// Remove a pin (`InvalidHandleError` without one). Returns the pins left.
+    fn unpin(&self) -> PyResult<u32> {
+        self.pool.get().core.unpin(self.handle).map_err(to_py)
+    }
+
+    /// A context manager that pins the block for the `with` block: `with blk.pinned(): ...`.
+    fn pinned(slf: &Bound<'_, Self>) -> crate::compaction::Pinned {
+        let this = slf.get();
+        crate::compaction::pinned(slf.clone().unbind(), this.pool.get().core.clone(), this.handle)
+    }
+
+    // ----- end of compaction ---------------------------------------------------------------
+
     /// Free the block on leaving the `with` statement (unless it was freed inside it).
     #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
     fn __exit__(
@@ -146,7 +167,7 @@ impl Block {
                 "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device",
             ));
         }
-        core.pin(this.handle).map_err(to_py)?;
+        crate::compaction::pin(slf.py(), core, this.handle)?;
         let (ptr, len) = match core.host_ptr(this.handle) {
             Ok(found) => found,
             Err(err) => {

@@ -21,6 +21,7 @@ pub(crate) enum Kind {
     PoolBusy,
     Config,
     Corruption,
+    Move,
 }
 
 impl Kind {
@@ -37,11 +38,12 @@ impl Kind {
             Kind::PoolBusy => "PoolBusyError",
             Kind::Config => "ConfigError",
             Kind::Corruption => "CorruptionError",
+            Kind::Move => "MoveError",
         }
     }
 
     fn class<'py>(self, py: Python<'py>) -> PyResult<&'py Bound<'py, PyType>> {
-        static CLASSES: [PyOnceLock<Py<PyType>>; 11] = [const { PyOnceLock::new() }; 11];
+        static CLASSES: [PyOnceLock<Py<PyType>>; 12] = [const { PyOnceLock::new() }; 12];
         CLASSES[self as usize].import(py, "npumem.errors", self.name())
     }
 }
@@ -83,6 +85,9 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::InvalidBlock { .. } => Kind::InvalidHandle,
         Error::NoBacking => Kind::NoBacking,
         Error::Paused | Error::Busy { .. } => Kind::PoolBusy,
+        // compaction (issue 5)
+        Error::Moving | Error::Relocating | Error::AlreadyPaused => Kind::PoolBusy,
+        Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => Kind::Move,
         Error::Corruption(_) | Error::Batch { .. } => Kind::Corruption,
         _ => Kind::Corruption,
     };

@@ -6,6 +6,7 @@
 
 mod args;
 mod block;
+mod compaction;
 mod errors;
 mod gil;
 mod monitor;
@@ -20,6 +21,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", npumem_core::version())?;
     m.add_class::<pool::Pool>()?;
     m.add_class::<block::Block>()?;
+    m.add_class::<compaction::Pause>()?;
+    m.add_class::<compaction::Pinned>()?;
     m.add_class::<stats::PoolStats>()?;
     m.add_class::<stats::CoreStats>()?;
     m.add_class::<stats::SizeClassStats>()?;

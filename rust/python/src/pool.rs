@@ -21,6 +21,8 @@ pub struct Pool {
     /// Tag strings by id (id 0 means no tag), and ids by string.
     tag_names: Py<PyList>,
     tag_ids: Py<PyDict>,
+    /// Called when an allocation fails for lack of memory (compaction, issue 5).
+    pub(crate) oom_handler: std::sync::Mutex<Option<Py<PyAny>>>,
 }
 
 fn config_error(message: String) -> PyErr {
@@ -66,7 +68,7 @@ impl Pool {
         let core = &this.core;
         let handle = match core.try_alloc_fast(size, align, tag_id).map_err(to_py)? {
             Some(handle) => handle,
-            None => without_gil(py, || core.alloc(size, align, tag_id))?,
+            None => crate::compaction::alloc_retrying(slf, size, align, tag_id)?,
         };
         Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind)))
     }
@@ -161,6 +163,7 @@ impl Pool {
             name: name.unbind(),
             tag_names: PyList::new(py, [py.None()])?.unbind(),
             tag_ids: PyDict::new(py).unbind(),
+            oom_handler: std::sync::Mutex::new(None),
         })
     }
 
@@ -199,8 +202,7 @@ impl Pool {
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
         let tag_id = this.tag_id(py, tag.as_ref())?;
-        let core = &this.core;
-        let handles = without_gil(py, || core.alloc_many(&wanted, align, tag_id))?;
+        let handles = crate::compaction::alloc_many_retrying(slf, &wanted, align, tag_id)?;
         let pool = slf.clone().unbind();
         Ok(handles
             .into_iter()
@@ -326,6 +328,84 @@ impl Pool {
     }
 
     // ----- end of monitoring -------------------------------------------------------------
+
+    // ----- compaction (issue 5): conversions in compaction.rs ------------------------------
+
+    /// Pause the pool: wait (at most `timeout` seconds) for alloc and free calls in flight, then
+    /// hold other threads' calls until the returned `Pause` is resumed. The calling thread may
+    /// still use the pool.
+    #[pyo3(signature = (timeout = None), text_signature = "(self, timeout=10.0)")]
+    fn pause(slf: &Bound<'_, Self>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<crate::compaction::Pause> {
+        crate::compaction::pause(slf, timeout)
+    }
+
+    /// Move blocks while `pause` holds the pool: `moves` are `(block, offset)` pairs, validated
+    /// before anything moves; `mover(transfers)` copies the bytes of `backing="none"` pools.
+    /// Returns the copies made, in order, as `(src, dst, nbytes)`.
+    #[pyo3(signature = (pause, moves, *, mover = None))]
+    fn move_blocks<'py>(
+        slf: &Bound<'py, Self>,
+        pause: &Bound<'py, PyAny>,
+        moves: &Bound<'py, PyAny>,
+        mover: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        crate::compaction::move_blocks(slf, pause, moves, mover)
+    }
+
+    /// One compaction while `pause` holds the pool: `mode` is `"full"`, `"incremental"` (with
+    /// `max_bytes`) or `"evacuate"` (with `chunks`). Returns what it did, as a dict.
+    #[pyo3(signature = (pause, mode = "full", *, max_bytes = None, chunks = None, mover = None))]
+    fn compact_step<'py>(
+        slf: &Bound<'py, Self>,
+        pause: &Bound<'py, PyAny>,
+        mode: &str,
+        max_bytes: Option<&Bound<'py, PyAny>>,
+        chunks: Option<&Bound<'py, PyAny>>,
+        mover: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        crate::compaction::compact_step(slf, pause, mode, max_bytes, chunks, mover)
+    }
+
+    /// What `compact_step` would do, moving nothing (pauses the pool briefly unless `pause`
+    /// holds it already).
+    #[pyo3(signature = (mode = "full", *, max_bytes = None, chunks = None, pause = None))]
+    fn plan_compaction<'py>(
+        slf: &Bound<'py, Self>,
+        mode: &str,
+        max_bytes: Option<&Bound<'py, PyAny>>,
+        chunks: Option<&Bound<'py, PyAny>>,
+        pause: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        crate::compaction::plan_compaction(slf, mode, max_bytes, chunks, pause)
+    }
+
+    /// Set the callable `handler(nbytes) -> bool` that a failing allocation calls before it
+    /// raises `OutOfMemoryError` (a true result retries the allocation once), or `None`.
+    /// Returns the previous handler.
+    fn set_oom_handler(slf: &Bound<'_, Self>, handler: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        crate::compaction::set_oom_handler(slf, handler)
+    }
+
+    /// The out-of-memory handler, or None.
+    #[getter]
+    fn oom_handler(slf: &Bound<'_, Self>) -> Option<Py<PyAny>> {
+        crate::compaction::oom_handler(slf)
+    }
+
+    fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        if let Ok(handler) = self.oom_handler.try_lock() {
+            visit.call(handler.as_ref())?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        if let Ok(mut handler) = self.oom_handler.try_lock() {
+            handler.take();
+        }
+    }
+
+    // ----- end of compaction ---------------------------------------------------------------
 
     /// Give back what cores keep cached (all-free slabs, empty reserve chunks) now rather than
     /// when an allocation needs the room. Returns how many slabs and chunks went back.

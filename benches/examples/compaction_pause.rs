@@ -1,0 +1,184 @@
+//! The pause of compaction on a large fragmented pool (issue 5), printed as a table:
+//!
+//! * a host-backed pool of `CAPACITY` (default 1 GiB) is filled with blocks of log-uniform
+//!   sizes (64 B to 30 KiB), every byte written; a random selection is freed until `LIVE`
+//!   blocks (default 100,000) remain: about 50% occupancy, free space in holes everywhere;
+//! * **full**: the time the pool stays paused for `compact(Full)` (pause, plan, move, resume),
+//!   against one `memmove` of the live bytes in the same run (target: at most 2x);
+//! * **incremental**: steps of at most `max_bytes` until a step moves nothing; the longest
+//!   single pause and the median.
+//!
+//! `cargo run --release -p npumem-benches --example compaction_pause [CAPACITY_MIB] [LIVE] [RUNS] [INCREMENTAL=1]`
+
+use std::time::{Duration, Instant};
+
+use npumem_benches::Rng;
+use npumem_core::{CompactionMode, Handle, Pool, PoolConfig};
+
+const MIB: usize = 1 << 20;
+
+struct Fragmented {
+    pool: Pool,
+    live: Vec<Handle>,
+    live_bytes: usize,
+}
+
+/// Blocks of log-uniform sizes (64 B to 30 KiB) until the arena is full, every byte written,
+/// then a random selection freed until `live` blocks remain (about half of them: half the
+/// arena).
+fn fragmented(capacity: usize, live: usize, seed: u64) -> Fragmented {
+    let pool = Pool::new(PoolConfig::new(capacity).cores(2)).unwrap();
+    let mut rng = Rng::new(seed);
+    let hi = 30 << 10;
+    let mut blocks = Vec::with_capacity(3 * live);
+    let page = vec![0x5Au8; hi];
+    while blocks.len() < 3 * live {
+        let size = rng.size(64, hi);
+        match pool.alloc(size, None, 0) {
+            Ok(h) => {
+                pool.write(h, 0, &page[..size]).unwrap();
+                blocks.push((h, size));
+            }
+            Err(_) => break,
+        }
+    }
+    // Shuffle, free all but `live`.
+    for i in (1..blocks.len()).rev() {
+        blocks.swap(i, (rng.next_u64() as usize) % (i + 1));
+    }
+    let keep = blocks.split_off(blocks.len().saturating_sub(live));
+    for (h, _) in blocks {
+        pool.free(h).unwrap();
+    }
+    let live_bytes = keep.iter().map(|&(_, s)| s).sum();
+    Fragmented { pool, live: keep.into_iter().map(|(h, _)| h).collect(), live_bytes }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn memmove(bytes: usize) -> Duration {
+    let src = vec![0xA5u8; bytes];
+    let mut dst = vec![0x5Au8; bytes];
+    let runs: Vec<Duration> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            // SAFETY: both buffers hold `bytes` bytes.
+            unsafe { std::ptr::copy(src.as_ptr(), dst.as_mut_ptr(), bytes) };
+            std::hint::black_box(&dst);
+            t.elapsed()
+        })
+        .collect();
+    median(runs)
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("numbers")).collect();
+    let capacity = args.first().copied().unwrap_or(1024) * MIB;
+    let live = args.get(1).copied().unwrap_or(100_000);
+    let runs = args.get(2).copied().unwrap_or(3);
+    let incremental = args.get(3).copied().unwrap_or(1) != 0;
+    println!("pool {} MiB, target {live} live blocks, {runs} run(s)", capacity / MIB);
+
+    let mut pauses = Vec::new();
+    let mut baseline = Vec::new();
+    for run in 0..runs {
+        let f = fragmented(capacity, live, 1 + run as u64);
+        let before = f.pool.stats();
+        let move_live = memmove(f.live_bytes);
+        let started = Instant::now();
+        let token = f.pool.pause(Duration::from_secs(10)).unwrap();
+        let done = f.pool.compact(&token, &CompactionMode::Full, None).unwrap();
+        f.pool.resume(&token).unwrap();
+        let paused = started.elapsed();
+        let after = f.pool.stats();
+        f.pool.check().unwrap();
+        println!(
+            "full run {run}: {} live blocks, {} MiB live ({:.0}% of usable in blocks), fragmentation {:.3} -> {:.3}, \
+             largest free {} -> {} MiB; moved {} blocks, {} MiB in {} batches; pause {} (planning {}, moving {}); \
+             memmove of the live bytes {}; ratio {:.2}",
+            f.live.len(),
+            f.live_bytes / MIB,
+            100.0 * before.bytes_in_use as f64 / before.usable_capacity as f64,
+            before.external_fragmentation,
+            after.external_fragmentation,
+            before.largest_free_block / MIB,
+            after.largest_free_block / MIB,
+            done.blocks,
+            done.bytes / MIB,
+            done.batches,
+            ms(paused),
+            ms(done.planning),
+            ms(done.moving),
+            ms(move_live),
+            paused.as_secs_f64() / move_live.as_secs_f64(),
+        );
+        // Free bytes no live block can use: the tail of each trimmed buddy block's power-of-two
+        // node (only smaller blocks fit there, and blocks up to 4 KiB live in slabs).
+        let tails: usize = f
+            .pool
+            .blocks()
+            .iter()
+            .filter(|b| b.block_bytes > 4096 && b.block_bytes <= f.pool.config().chunk_size / 2)
+            .map(|b| b.block_bytes.next_power_of_two() - b.block_bytes)
+            .sum();
+        println!(
+            "  after: {} MiB free, {} MiB of it in the largest block; trimmed-block tails {} MiB ({:.0}% of the free bytes)",
+            after.bytes_free / MIB,
+            after.largest_free_block / MIB,
+            tails / MIB,
+            100.0 * tails as f64 / after.bytes_free as f64
+        );
+        pauses.push(paused);
+        baseline.push(move_live);
+    }
+    let (p, b) = (median(pauses), median(baseline));
+    println!(
+        "full: median pause {} vs median memmove of the live bytes {}: {:.2}x (target <= 2x)",
+        ms(p),
+        ms(b),
+        p.as_secs_f64() / b.as_secs_f64()
+    );
+
+    for max_bytes in [MIB, 4 * MIB, 16 * MIB].into_iter().filter(|_| incremental) {
+        let f = fragmented(capacity, live, 7);
+        let before = f.pool.stats();
+        let mut steps = Vec::new();
+        let (mut blocks, mut bytes) = (0, 0);
+        for _ in 0..5000 {
+            let started = Instant::now();
+            let token = f.pool.pause(Duration::from_secs(10)).unwrap();
+            let done = f.pool.compact(&token, &CompactionMode::Incremental { max_bytes }, None).unwrap();
+            f.pool.resume(&token).unwrap();
+            steps.push(started.elapsed());
+            blocks += done.blocks;
+            bytes += done.bytes;
+            if done.blocks == 0 {
+                break;
+            }
+        }
+        let after = f.pool.stats();
+        f.pool.check().unwrap();
+        let longest = *steps.iter().max().unwrap();
+        println!(
+            "incremental max_bytes {} MiB: {} steps, longest pause {}, median {}; moved {} blocks, {} MiB; \
+             fragmentation {:.3} -> {:.3}, largest free {} -> {} MiB",
+            max_bytes / MIB,
+            steps.len(),
+            ms(longest),
+            ms(median(steps.clone())),
+            blocks,
+            bytes / MIB,
+            before.external_fragmentation,
+            after.external_fragmentation,
+            before.largest_free_block / MIB,
+            after.largest_free_block / MIB,
+        );
+    }
+}

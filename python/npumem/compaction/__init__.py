@@ -1,0 +1,52 @@
+"""Compaction: move live blocks to heal fragmentation while the runtime keeps running.
+
+Every device allocator in common use only gives back wholly free segments; an npumem block is
+reached through a handle, so it can move. The Rust core pauses the pool (waiting for calls in
+flight), moves batches of blocks (validated before anything moves, copied in an order that
+never overwrites bytes still to be read, or handed to a *mover* when the bytes live on a
+device), re-points the handles and resumes. Pinned blocks (``blk.pin()``, ``with
+blk.pinned():``, live buffer views) never move.
+
+This package decides when and how:
+
+* :class:`Compactor` compacts on demand (``compact(mode="full" | "incremental")``), answers
+  what-if questions (``plan()``), applies a :class:`Policy` (compact when fragmentation passes
+  a threshold; when an allocation fails although enough bytes are free, once ``attach()`` ed;
+  never more often than an interval), respects a pause budget and calls pause and resume hooks;
+* :class:`CompactionReport` / :class:`StepReport` say what moved and how long the pool stopped;
+  :class:`CompactionPlan` what would move;
+* :mod:`npumem.compaction.movers`: the mover protocol for ``backing="none"`` pools and
+  :class:`HostMirror`, a reference mover.
+
+    >>> import npumem
+    >>> from npumem.compaction import Compactor
+    >>> pool = npumem.Pool(64 << 20, cores=1)
+    >>> blocks = [pool.alloc(300_000) for _ in range(40)]
+    >>> for b in blocks[::2]:
+    ...     b.free()
+    >>> report = Compactor(pool).compact()
+    >>> report.fragmentation_after < report.fragmentation_before
+    True
+"""
+
+from __future__ import annotations
+
+from npumem.compaction.compactor import Compactor
+from npumem.compaction.movers import HostMirror, Mover, Transfer
+from npumem.compaction.plan import CompactionPlan, PlannedMove
+from npumem.compaction.policy import DEFAULT_THRESHOLD, MODES, Policy
+from npumem.compaction.report import CompactionReport, StepReport
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "MODES",
+    "CompactionPlan",
+    "CompactionReport",
+    "Compactor",
+    "HostMirror",
+    "Mover",
+    "PlannedMove",
+    "Policy",
+    "StepReport",
+    "Transfer",
+]

@@ -1,0 +1,291 @@
+"""The compaction coordinator: when to compact, what mode, with what pause budget.
+
+The Rust core does the moving (``Pool.pause``, ``Pool.compact_step``); this module decides when,
+wraps every stop of the pool in the runtime's pause and resume hooks, keeps a full compaction
+within the pause budget (splitting it into incremental steps when one stop would be too long),
+and reports what happened.
+
+Threads: one compaction at a time per compactor (a lock); the pool is stopped only inside a
+step; the hooks run in the compacting thread before the pool stops and after it runs again.
+The out-of-memory handler (:meth:`Compactor.attach`) runs in the thread whose allocation failed,
+with no pool lock held, so it may compact.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self
+
+import npumem
+from npumem.compaction.movers import Mover
+from npumem.compaction.plan import CompactionPlan
+from npumem.compaction.policy import MODES, Policy
+from npumem.compaction.report import CompactionReport, StepReport
+from npumem.errors import InvalidArgumentError
+
+__all__ = ["Compactor"]
+
+#: A first guess at moving throughput (bytes/s) before any step was measured: what a shared
+#: machine's memmove reaches at least; a pause budget uses it until steps measure better.
+INITIAL_THROUGHPUT = 1e9
+
+
+def _seconds(value: object, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidArgumentError(f"{name} must be a number of seconds > 0 or None, got {value!r}")
+    return float(value)
+
+
+def _callable(value: object, name: str) -> Callable[..., object] | None:
+    if value is None or callable(value):
+        return value
+    raise InvalidArgumentError(f"{name} must be callable or None, got {type(value).__name__}")
+
+
+class Compactor:
+    """Compacts ``pool``: on demand (:meth:`compact`), when fragmentation passes the policy's
+    threshold (:meth:`maybe_compact`, :meth:`on_sample`), and, once :meth:`attach` ed, when an
+    allocation fails although enough bytes are free (then the allocation is retried once).
+
+    ``mover`` copies the bytes of a ``backing="none"`` pool (see :mod:`npumem.compaction.movers`);
+    ``pause_budget`` (seconds) is the longest one stop of the pool should last: a full compaction
+    expected to take longer runs as incremental steps sized to it; ``on_pause`` and
+    ``on_resume`` are called around every stop (a runtime stops and restarts its streams there);
+    ``pause_timeout`` is how long a stop waits for allocations in flight.
+    """
+
+    def __init__(
+        self,
+        pool: npumem.Pool,
+        *,
+        policy: Policy | None = None,
+        mover: Mover | None = None,
+        pause_budget: float | None = None,
+        on_pause: Callable[[], object] | None = None,
+        on_resume: Callable[[], object] | None = None,
+        pause_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(pool, npumem.Pool):
+            raise InvalidArgumentError(f"pool must be an npumem.Pool, got {type(pool).__name__}")
+        if policy is not None and not isinstance(policy, Policy):
+            raise InvalidArgumentError(
+                f"policy must be an npumem.compaction.Policy, got {type(policy).__name__}"
+            )
+        if mover is None and pool.backing == "none":
+            raise InvalidArgumentError(
+                'a pool with backing="none" keeps its bytes on a device: give the Compactor a mover'
+            )
+        self.pool = pool
+        self.policy = policy if policy is not None else Policy()
+        self.mover = _callable(mover, "mover")
+        self.pause_budget = _seconds(pause_budget, "pause_budget")
+        self.on_pause = _callable(on_pause, "on_pause")
+        self.on_resume = _callable(on_resume, "on_resume")
+        timeout = _seconds(pause_timeout, "pause_timeout")
+        self.pause_timeout = 10.0 if timeout is None else timeout
+        self.reports: list[CompactionReport] = []
+        self.compactions = 0
+        self._lock = threading.RLock()
+        self._busy = threading.local()
+        self._last_auto = -float("inf")
+        self._throughput = INITIAL_THROUGHPUT
+        self._attached = False
+
+    # ----- compaction ----------------------------------------------------------------------
+
+    def compact(
+        self, mode: str | None = None, *, max_bytes: int | None = None, reason: str = "manual"
+    ) -> CompactionReport:
+        """Compact now. ``mode``: ``"full"`` (default: the policy's mode) stops the pool once:
+        slab objects are packed, then chunks from the end of the arena are emptied into the holes
+        below, so free space gathers in one run as far as pinned blocks and block shapes allow;
+        ``"incremental"`` does the same in steps of at most ``max_bytes`` of moves (default: the
+        policy's), the pool stopped only during each step, until a step finds nothing to move.
+        Returns the report (also kept in :attr:`reports`)."""
+        mode = self.policy.mode if mode is None else mode
+        if mode not in MODES:
+            raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
+        ):
+            raise InvalidArgumentError(f"max_bytes must be an int >= 1 or None, got {max_bytes!r}")
+        with self._lock:
+            self._busy.active = True
+            try:
+                return self._compact(mode, max_bytes, reason)
+            finally:
+                self._busy.active = False
+
+    def _compact(self, mode: str, max_bytes: int | None, reason: str) -> CompactionReport:
+        started = time.perf_counter()
+        before = self.pool.stats()
+        steps: list[StepReport] = []
+        notes: list[str] = []
+        ran = mode
+        if mode == "full" and self.pause_budget is not None:
+            plan = self.plan("full")
+            expected = plan.bytes / self._throughput
+            if expected > self.pause_budget:
+                ran = "incremental"
+                notes.append(
+                    f"a full compaction would move {plan.bytes:,} bytes, about "
+                    f"{expected * 1e3:.1f} ms at {self._throughput / 1e9:.2f} GB/s: over the "
+                    f"pause budget of {self.pause_budget * 1e3:.1f} ms, so incremental steps"
+                )
+        if ran == "full":
+            steps.append(self._step("full", None))
+        else:
+            budget = max_bytes if max_bytes is not None else self.policy.max_bytes
+            # Every step empties chunks into denser ones or slides runs down, so steps run out:
+            # stop at the first that moves nothing (or after max_steps).
+            for _ in range(self.policy.max_steps):
+                if self.pause_budget is not None:
+                    budget = max(1 << 16, min(budget, int(self.pause_budget * self._throughput)))
+                step = self._step("incremental", budget)
+                steps.append(step)
+                if step.blocks == 0:
+                    break
+        after = self.pool.stats()
+        report = CompactionReport(
+            mode=ran,
+            reason=reason,
+            steps=tuple(steps),
+            fragmentation_before=before.external_fragmentation,
+            fragmentation_after=after.external_fragmentation,
+            largest_free_before=before.largest_free_block,
+            largest_free_after=after.largest_free_block,
+            bytes_free_before=before.bytes_free,
+            bytes_free_after=after.bytes_free,
+            seconds=time.perf_counter() - started,
+            notes=tuple(notes),
+        )
+        self.reports.append(report)
+        del self.reports[:-100]  # a bounded history
+        self.compactions += 1
+        return report
+
+    def _step(self, mode: str, max_bytes: int | None) -> StepReport:
+        """One stop of the pool: hooks, pause, the Rust step, resume, hooks."""
+        if self.on_pause is not None:
+            self.on_pause()
+        try:
+            t0 = time.perf_counter()
+            with self.pool.pause(self.pause_timeout) as pause:
+                done: dict[str, Any] = self.pool.compact_step(
+                    pause, mode, max_bytes=max_bytes, mover=self.mover
+                )
+            paused = time.perf_counter() - t0
+        finally:
+            if self.on_resume is not None:
+                self.on_resume()
+        if done["bytes"] >= 1 << 20 and done["moving_s"] > 0:
+            measured = done["bytes"] / done["moving_s"]
+            self._throughput = 0.5 * self._throughput + 0.5 * measured
+        over = self.pause_budget is not None and paused > self.pause_budget
+        return StepReport(
+            blocks=done["blocks"],
+            bytes=done["bytes"],
+            chunks_freed=done["chunks_freed"],
+            pause_seconds=paused,
+            planning_seconds=done["planning_s"],
+            moving_seconds=done["moving_s"],
+            over_budget=over,
+        )
+
+    def plan(self, mode: str = "full", *, max_bytes: int | None = None) -> CompactionPlan:
+        """What :meth:`compact` would move now (for ``"incremental"``: its first step), moving
+        nothing; the pool is stopped only for the look."""
+        if mode not in MODES:
+            raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+        limit = max_bytes if max_bytes is not None else self.policy.max_bytes
+        raw = self.pool.plan_compaction(mode, max_bytes=limit if mode == "incremental" else None)
+        return CompactionPlan.from_core(mode, raw)
+
+    # ----- policies --------------------------------------------------------------------------
+
+    def _interval_passed(self) -> bool:
+        return time.monotonic() - self._last_auto >= self.policy.min_interval
+
+    def maybe_compact(self) -> CompactionReport | None:
+        """Compact (the policy's mode) if fragmentation is above the policy's threshold and the
+        last automatic compaction is at least ``min_interval`` ago; else ``None``."""
+        threshold = self.policy.fragmentation_threshold
+        if threshold is None:
+            return None
+        if self.pool.stats().external_fragmentation <= threshold:
+            return None
+        with self._lock:
+            if not self._interval_passed():
+                return None
+            stats = self.pool.stats()
+            if stats.external_fragmentation <= threshold:
+                return None
+            self._last_auto = time.monotonic()
+            return self.compact(reason=f"fragmentation {stats.external_fragmentation:.1%}")
+
+    def on_sample(self, sample: object) -> None:
+        """A :class:`~npumem.monitor.Monitor` ``on_sample`` callback: the threshold policy."""
+        frag = getattr(sample, "external_fragmentation", None)
+        threshold = self.policy.fragmentation_threshold
+        if threshold is not None and isinstance(frag, float) and frag > threshold:
+            self.maybe_compact()
+
+    def _on_out_of_memory(self, nbytes: int) -> bool:
+        """The pool's out-of-memory handler: compact if that can help; whether to retry."""
+        if not self.policy.on_failure or getattr(self._busy, "active", False):
+            return False
+        stats = self.pool.stats()
+        if stats.bytes_free < nbytes:
+            return False  # not enough free bytes: no compaction makes room
+        if stats.largest_free_block >= nbytes:
+            return True  # room appeared meanwhile (another thread freed, or a race): retry
+        with self._lock:
+            if not self._interval_passed():
+                # Another thread compacted a moment ago: retry only if that made room.
+                return self.pool.stats().largest_free_block >= nbytes
+            self._last_auto = time.monotonic()
+            self.compact("full", reason=f"allocation of {nbytes:,} bytes failed")
+        return True
+
+    # ----- attaching -------------------------------------------------------------------------
+
+    @property
+    def attached(self) -> bool:
+        """Whether the pool calls this compactor when an allocation fails."""
+        return self._attached and self.pool.oom_handler == self._on_out_of_memory
+
+    def attach(self) -> Self:
+        """Hook into the pool: from now on an allocation (``alloc``, ``alloc_many``) that fails
+        although enough bytes are free compacts and is retried once before it raises
+        ``OutOfMemoryError``. Replaces any other handler; returns ``self``."""
+        self.pool.set_oom_handler(self._on_out_of_memory)
+        self._attached = True
+        return self
+
+    def detach(self) -> None:
+        """Undo :meth:`attach` (leaves another compactor's handler alone)."""
+        if self.pool.oom_handler == self._on_out_of_memory:
+            self.pool.set_oom_handler(None)
+        self._attached = False
+
+    def __enter__(self) -> Self:
+        return self.attach()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.detach()
+
+    def __repr__(self) -> str:
+        return (
+            f"<npumem.compaction.Compactor pool={self.pool.name!r} mode={self.policy.mode!r} "
+            f"attached={self.attached} compactions={self.compactions}>"
+        )

@@ -1,0 +1,59 @@
+"""When a :class:`~npumem.compaction.Compactor` compacts on its own, and how."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from npumem.errors import InvalidArgumentError
+
+__all__ = ["DEFAULT_THRESHOLD", "MODES", "Policy"]
+
+#: Compact when ``external_fragmentation`` passes this (the seed articles' 30%).
+DEFAULT_THRESHOLD = 0.30
+
+#: The compaction modes: ``"full"`` (the pool stopped once, free space gathered in one run) and
+#: ``"incremental"`` (steps of at most ``max_bytes`` of moves, the pool stopped per step).
+MODES = ("full", "incremental")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The rules of automatic compaction.
+
+    ``fragmentation_threshold``: :meth:`Compactor.maybe_compact` (and ``on_sample``) compact
+    when the pool's ``external_fragmentation`` is above it; ``None`` turns that off.
+    ``on_failure``: once attached, an allocation that fails although the pool has at least that
+    many bytes free compacts and is retried once. ``min_interval``: seconds that must pass
+    between two automatic compactions (a manual :meth:`Compactor.compact` always runs).
+    ``mode``: what automatic compactions do; ``max_bytes``: the moves of one incremental step;
+    ``max_steps``: the steps of one incremental compaction at most.
+    """
+
+    fragmentation_threshold: float | None = DEFAULT_THRESHOLD
+    on_failure: bool = True
+    min_interval: float = 1.0
+    mode: str = "full"
+    max_bytes: int = 64 << 20
+    max_steps: int = 64
+
+    def __post_init__(self) -> None:
+        t = self.fragmentation_threshold
+        if t is not None and (
+            isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t < 1.0
+        ):
+            raise InvalidArgumentError(
+                f"fragmentation_threshold must be a number in [0, 1) or None, got {t!r}"
+            )
+        if not isinstance(self.on_failure, bool):
+            raise InvalidArgumentError(f"on_failure must be a bool, got {self.on_failure!r}")
+        i = self.min_interval
+        number = not isinstance(i, bool) and isinstance(i, int | float)
+        if not (number and math.isfinite(i) and i >= 0):
+            raise InvalidArgumentError(f"min_interval must be a number of seconds >= 0, got {i!r}")
+        if self.mode not in MODES:
+            raise InvalidArgumentError(f"mode must be one of {MODES}, got {self.mode!r}")
+        for name in ("max_bytes", "max_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {v!r}")

@@ -1,0 +1,241 @@
+//! The compaction planners' picture of the arena: what each chunk is, and for core chunks one
+//! bit per unit (`min_block` bytes) that some block covers. Built from the buddy trees (so blocks
+//! without a handle, slabs and the arena's tail count as taken), then changed by the planner as
+//! it vacates and fills places; the pool itself is untouched until the plan runs.
+//!
+//! Without lazy-coalescing marks (the executor sweeps a tree before it takes blocks in it), a
+//! buddy node can be taken exactly when none of its units is covered, so these bits decide
+//! placements the way the trees will.
+
+use crate::global::ChunkState;
+use crate::pool::Pool;
+
+/// What a chunk is, in the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// In the global pool.
+    Free,
+    /// A core chunk (buddy blocks and slabs).
+    Core,
+    /// Part of a chunk run.
+    Run,
+}
+
+#[derive(Clone)]
+pub(crate) struct ChunkModel {
+    pub(crate) role: Role,
+    /// The core that owns it (for core chunks; the owner a free chunk gets when filled).
+    pub(crate) owner: usize,
+    /// Units covered (of a core chunk).
+    pub(crate) used: u64,
+    /// Units blocks may use.
+    pub(crate) usable: u64,
+    bits: Vec<u64>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Model {
+    pub(crate) chunks: Vec<ChunkModel>,
+    units_per_chunk: u64,
+    pub(crate) min_block: usize,
+}
+
+/// Whether bits `[lo, hi)` of `bits` are all clear; otherwise the last set bit among them.
+fn last_set(bits: &[u64], lo: u64, hi: u64) -> Option<u64> {
+    let mut w = ((hi - 1) / 64) as usize;
+    let first = (lo / 64) as usize;
+    loop {
+        let mut word = bits[w];
+        let base = w as u64 * 64;
+        if hi < base + 64 {
+            word &= (1u64 << (hi - base)) - 1;
+        }
+        if lo > base {
+            word &= !((1u64 << (lo - base)) - 1);
+        }
+        if word != 0 {
+            return Some(base + 63 - word.leading_zeros() as u64);
+        }
+        if w == first {
+            return None;
+        }
+        w -= 1;
+    }
+}
+
+fn set_range(bits: &mut [u64], lo: u64, hi: u64, on: bool) {
+    let mut at = lo;
+    while at < hi {
+        let w = (at / 64) as usize;
+        let base = w as u64 * 64;
+        let end = hi.min(base + 64);
+        let width = end - at;
+        let mask = if width == 64 { u64::MAX } else { ((1u64 << width) - 1) << (at - base) };
+        if on {
+            bits[w] |= mask;
+        } else {
+            bits[w] &= !mask;
+        }
+        at = end;
+    }
+}
+
+impl Model {
+    /// The arena as the pool has it now (call while paused).
+    pub(crate) fn of(pool: &Pool) -> Model {
+        let g = &pool.geometry;
+        let upc = g.units_per_chunk();
+        let words = upc.div_ceil(64) as usize;
+        let chunks = (0..g.chunks)
+            .map(|chunk| {
+                let usable = g.usable_units(chunk);
+                match pool.global.state(chunk) {
+                    ChunkState::Free => ChunkModel { role: Role::Free, owner: 0, used: 0, usable, bits: Vec::new() },
+                    ChunkState::RunHead(_) | ChunkState::RunBody => {
+                        ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
+                    }
+                    ChunkState::Core(owner) => {
+                        let mut bits = vec![0u64; words];
+                        let mut used = 0;
+                        pool.shape.for_each_allocated(pool.tree(chunk), &mut |node| {
+                            let start = node.start(g.depth);
+                            let end = (start + node.units(g.depth)).min(usable);
+                            if start < end {
+                                set_range(&mut bits, start, end, true);
+                                used += end - start;
+                            }
+                        });
+                        ChunkModel { role: Role::Core, owner, used, usable, bits }
+                    }
+                }
+            })
+            .collect();
+        Model { chunks, units_per_chunk: upc, min_block: g.min_block }
+    }
+
+    fn bits_of(&mut self, chunk: usize) -> &mut ChunkModel {
+        let words = self.units_per_chunk.div_ceil(64) as usize;
+        let c = &mut self.chunks[chunk];
+        if c.bits.is_empty() {
+            c.bits = vec![0u64; words];
+        }
+        c
+    }
+
+    /// Units `[start, start + units)` of `chunk` are no longer covered.
+    pub(crate) fn vacate(&mut self, chunk: usize, start: u64, units: u64) {
+        let c = self.bits_of(chunk);
+        set_range(&mut c.bits, start, start + units, false);
+        c.used -= units;
+    }
+
+    /// Units `[start, start + units)` of `chunk` are covered now (a free chunk becomes a core
+    /// chunk of `owner`).
+    pub(crate) fn occupy(&mut self, chunk: usize, start: u64, units: u64, owner: usize) {
+        let c = self.bits_of(chunk);
+        if c.role == Role::Free {
+            c.role = Role::Core;
+            c.owner = owner;
+        }
+        set_range(&mut c.bits, start, start + units, true);
+        c.used += units;
+    }
+
+    /// Whether a chunk holds nothing (free, or a core chunk with nothing in it).
+    pub(crate) fn is_empty(&self, chunk: usize) -> bool {
+        let c = &self.chunks[chunk];
+        c.role == Role::Free || (c.role == Role::Core && c.used == 0)
+    }
+
+    /// Make chunks `[start, start + len)` a run (they must be empty) or free them.
+    pub(crate) fn set_run(&mut self, start: usize, len: usize, run: bool) {
+        for c in &mut self.chunks[start..start + len] {
+            c.role = if run { Role::Run } else { Role::Free };
+            c.used = if run { c.usable } else { 0 };
+            c.bits.clear();
+        }
+    }
+
+    /// The lowest position `p >= from` of `chunk`, a multiple of `align` units, where `units`
+    /// free units start and end by `limit`; the chunk must be a core chunk or free.
+    pub(crate) fn find(&self, chunk: usize, from: u64, units: u64, align: u64, limit: u64) -> Option<u64> {
+        let c = &self.chunks[chunk];
+        let limit = limit.min(c.usable);
+        if c.role == Role::Run || c.usable - c.used < units || units > limit {
+            return None;
+        }
+        let mut p = from.next_multiple_of(align);
+        if c.bits.is_empty() {
+            return (p + units <= limit).then_some(p);
+        }
+        while p + units <= limit {
+            match last_set(&c.bits, p, p + units) {
+                None => return Some(p),
+                Some(q) => p = (q + 1).next_multiple_of(align),
+            }
+        }
+        None
+    }
+
+    /// Free bytes of chunk `i`: all of an empty chunk, the free units of a core chunk.
+    fn free_bytes_of(&self, i: usize, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
+        let c = &self.chunks[i];
+        match c.role {
+            Role::Free => chunk_bytes(i),
+            Role::Core => (c.usable - c.used) as usize * self.min_block,
+            Role::Run => 0,
+        }
+    }
+
+    /// Free bytes: empty chunks whole, the free units of core chunks.
+    pub(crate) fn free_bytes(&self, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
+        (0..self.chunks.len()).map(|i| self.free_bytes_of(i, chunk_bytes)).sum()
+    }
+
+    /// The largest free power-of-two block any chunk could give, in bytes, and the longest
+    /// stretch of empty chunks (in chunks), as an allocation would see them after the plan.
+    pub(crate) fn largest_free(&self, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
+        let mut best = 0usize;
+        let mut run = 0usize;
+        for (i, c) in self.chunks.iter().enumerate() {
+            if self.is_empty(i) {
+                run += chunk_bytes(i);
+                best = best.max(run);
+                continue;
+            }
+            run = 0;
+            if c.role != Role::Core {
+                continue;
+            }
+            // The largest aligned free node of this chunk.
+            let mut size = self.units_per_chunk >> 1;
+            while size >= 1 && (size * self.min_block as u64) as usize > best {
+                if (0..c.usable / size).any(|k| last_set(&c.bits, k * size, (k + 1) * size).is_none()) {
+                    best = best.max((size as usize) * self.min_block);
+                    break;
+                }
+                size >>= 1;
+            }
+        }
+        best
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bit_ranges() {
+        let mut bits = vec![0u64; 4];
+        set_range(&mut bits, 3, 130, true);
+        assert_eq!(last_set(&bits, 0, 3), None);
+        assert_eq!(last_set(&bits, 0, 4), Some(3));
+        assert_eq!(last_set(&bits, 100, 200), Some(129));
+        assert_eq!(last_set(&bits, 130, 256), None);
+        set_range(&mut bits, 64, 128, false);
+        assert_eq!(last_set(&bits, 60, 128), Some(63));
+        assert_eq!(bits[1], 0);
+        assert_eq!(bits[2], 0b11);
+    }
+}

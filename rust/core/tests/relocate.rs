@@ -1,0 +1,471 @@
+//! Compaction through the public API: held pauses, validated batches of moves (slides, cycles,
+//! refusals that change nothing, a failing mover), full and incremental compaction with every
+//! byte checked, and compaction while other threads allocate, write, check and free.
+#![cfg(not(loom))]
+
+use npumem_core::{Backing, BlockInfo, CompactionMode, Error, Handle, Move, Pool, PoolConfig, Transfer};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+const MIB: usize = 1 << 20;
+const WAIT: Duration = Duration::from_secs(5);
+
+fn pool(capacity: usize, cores: usize) -> Pool {
+    Pool::new(PoolConfig::new(capacity).cores(cores)).unwrap()
+}
+
+fn device_pool(capacity: usize, cores: usize) -> Pool {
+    Pool::new(PoolConfig::new(capacity).cores(cores).backing(Backing::None)).unwrap()
+}
+
+/// A byte pattern unique to block `id` at position `i`.
+fn byte(id: usize, i: usize) -> u8 {
+    (id.wrapping_mul(131) ^ i.wrapping_mul(7) ^ (i >> 8)) as u8
+}
+
+fn fill(p: &Pool, h: Handle, id: usize) {
+    let n = p.block(h).unwrap().size;
+    let bytes: Vec<u8> = (0..n).map(|i| byte(id, i)).collect();
+    p.write(h, 0, &bytes).unwrap();
+}
+
+fn verify(p: &Pool, h: Handle, id: usize) {
+    let n = p.block(h).unwrap().size;
+    let mut out = vec![0u8; n];
+    p.read(h, 0, &mut out).unwrap();
+    for (i, &b) in out.iter().enumerate() {
+        assert_eq!(b, byte(id, i), "block {id} byte {i} of {n}");
+    }
+}
+
+/// Blocks of many sizes, every other one freed: a fragmented pool. Returns the survivors.
+fn fragment(p: &Pool, sizes: &[usize], rounds: usize) -> Vec<(Handle, usize)> {
+    let mut all = Vec::new();
+    for r in 0..rounds {
+        for (k, &s) in sizes.iter().enumerate() {
+            if let Ok(h) = p.alloc(s, None, 0) {
+                all.push((h, r * sizes.len() + k));
+            }
+        }
+    }
+    let mut kept = Vec::new();
+    for (i, (h, id)) in all.into_iter().enumerate() {
+        if i % 2 == 0 {
+            p.free(h).unwrap();
+        } else {
+            fill(p, h, id);
+            kept.push((h, id));
+        }
+    }
+    kept
+}
+
+fn state(p: &Pool) -> (Vec<BlockInfo>, usize, usize) {
+    let s = p.stats();
+    (p.blocks(), s.bytes_in_use, s.largest_free_block)
+}
+
+#[test]
+fn a_held_pause_holds_others_lets_its_thread_in_and_resumes_once() {
+    let p = pool(64 * MIB, 2);
+    let token = p.pause(WAIT).unwrap();
+    assert!(p.is_paused() && p.holds(&token));
+    // The pausing thread may allocate and free; check() nests inside the pause.
+    let h = p.alloc(1000, None, 0).unwrap();
+    p.check().unwrap();
+    p.free(h).unwrap();
+    assert!(p.pause(Duration::from_millis(10)).is_err(), "one held pause per thread");
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let other = s.spawn(|| {
+            assert!(p.try_alloc_fast(100, None, 0).unwrap().is_none(), "others do not get in");
+            assert!(matches!(p.pause(Duration::from_millis(20)), Err(Error::Busy { .. })));
+            let h = p.alloc(100, None, 0).unwrap(); // waits for the resume
+            assert!(done.load(Ordering::SeqCst), "allocated before the resume");
+            p.free(h).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(60));
+        done.store(true, Ordering::SeqCst);
+        p.resume(&token).unwrap();
+        other.join().unwrap();
+    });
+    assert_eq!(p.resume(&token), Err(Error::NotPaused), "a token resumes once");
+    assert!(!p.is_paused());
+    p.check().unwrap();
+}
+
+#[test]
+fn moves_of_every_kind_keep_every_byte_and_handle() {
+    let p = pool(64 * MIB, 2);
+    let small = p.alloc(200, None, 0).unwrap(); // slab object
+    let medium = p.alloc(40_000, None, 0).unwrap(); // buddy block
+    let large = p.alloc(5 * MIB, None, 0).unwrap(); // run of 3 chunks
+    for (id, &h) in [small, medium, large].iter().enumerate() {
+        fill(&p, h, id);
+    }
+    // Destinations: a free object in the same slab, a free place in another chunk, free chunks.
+    let neighbour = p.alloc(200, None, 0).unwrap();
+    let object_slot = p.block(neighbour).unwrap().offset;
+    p.free(neighbour).unwrap();
+    let token = p.pause(WAIT).unwrap();
+    let moves = [
+        Move { handle: small, to: object_slot },
+        Move { handle: medium, to: 20 * MIB },
+        Move { handle: large, to: 40 * MIB },
+    ];
+    let done = p.relocate(&token, &moves, None).unwrap();
+    assert_eq!((done.blocks, done.bytes), (3, 200 + 40_000 + 5 * MIB));
+    assert_eq!(p.block(small).unwrap().offset, object_slot);
+    assert_eq!(p.block(medium).unwrap().offset, 20 * MIB);
+    assert_eq!(p.block(large).unwrap().offset, 40 * MIB);
+    p.check().unwrap();
+    p.resume(&token).unwrap();
+    for (id, &h) in [small, medium, large].iter().enumerate() {
+        verify(&p, h, id);
+    }
+    for h in [small, medium, large] {
+        p.free(h).unwrap();
+    }
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
+}
+
+#[test]
+fn a_run_slides_over_its_own_source_and_blocks_swap_through_a_bounce_buffer() {
+    let p = pool(64 * MIB, 1);
+    let gap = p.alloc(2 * MIB, None, 0).unwrap();
+    let run = p.alloc(6 * MIB, None, 0).unwrap();
+    assert_eq!(p.block(run).unwrap().offset, 2 * MIB);
+    fill(&p, run, 1);
+    let a = p.alloc(64 << 10, None, 0).unwrap();
+    let b = p.alloc(64 << 10, None, 0).unwrap();
+    fill(&p, a, 2);
+    fill(&p, b, 3);
+    p.free(gap).unwrap();
+    let (oa, ob) = (p.block(a).unwrap().offset, p.block(b).unwrap().offset);
+    assert!(oa >= 8 * MIB && ob >= 8 * MIB);
+    let token = p.pause(WAIT).unwrap();
+    // Slide the run down one chunk (overlapping its own source); swap a and b (a cycle).
+    let done = p
+        .relocate(&token, &[Move { handle: run, to: 0 }, Move { handle: a, to: ob }, Move { handle: b, to: oa }], None)
+        .unwrap();
+    assert_eq!(done.bounced, 1, "the swap needs one bounce");
+    p.check().unwrap();
+    p.resume(&token).unwrap();
+    assert_eq!(p.block(run).unwrap().offset, 0);
+    assert_eq!((p.block(a).unwrap().offset, p.block(b).unwrap().offset), (ob, oa));
+    verify(&p, run, 1);
+    verify(&p, a, 2);
+    verify(&p, b, 3);
+}
+
+#[test]
+fn refused_batches_change_nothing() {
+    let p = pool(64 * MIB, 2);
+    let a = p.alloc(40_000, None, 0).unwrap();
+    let b = p.alloc(40_000, None, 0).unwrap();
+    let c = p.alloc(300, None, 0).unwrap();
+    let pinned = p.alloc(40_000, None, 0).unwrap();
+    p.pin(pinned).unwrap();
+    let other = pool(64 * MIB, 1);
+    let foreign = other.alloc(100, None, 0).unwrap();
+    let freed = p.alloc(100, None, 0).unwrap();
+    p.free(freed).unwrap();
+    let before = state(&p);
+    let ob = p.block(b).unwrap().offset;
+    let token = p.pause(WAIT).unwrap();
+    let cases: Vec<(Vec<Move>, &str)> = vec![
+        (vec![Move { handle: a, to: 30 * MIB }, Move { handle: pinned, to: 32 * MIB }], "pinned"),
+        (vec![Move { handle: a, to: ob }], "onto a live block"),
+        (vec![Move { handle: a, to: 30 * MIB + 256 }], "not a buddy start"),
+        (vec![Move { handle: a, to: 64 * MIB }], "outside"),
+        (vec![Move { handle: a, to: 30 * MIB }, Move { handle: b, to: 30 * MIB }], "same destination"),
+        (vec![Move { handle: a, to: 30 * MIB }, Move { handle: a, to: 32 * MIB }], "twice"),
+        (vec![Move { handle: c, to: 30 * MIB }], "slab object out of a slab"),
+        (vec![Move { handle: foreign, to: 30 * MIB }], "foreign"),
+        (vec![Move { handle: freed, to: 30 * MIB }], "freed"),
+    ];
+    for (moves, what) in cases {
+        let err = p.relocate(&token, &moves, None).unwrap_err();
+        assert!(matches!(err, Error::Batch { .. }), "{what}: {err}");
+        assert_eq!(state(&p), before, "{what} changed the pool");
+        p.check().unwrap();
+    }
+    p.resume(&token).unwrap();
+    assert!(matches!(p.relocate(&token, &[Move { handle: a, to: 30 * MIB }], None), Err(Error::NotPaused)));
+    assert_eq!(state(&p), before);
+    p.unpin(pinned).unwrap();
+}
+
+#[test]
+fn a_failing_mover_undoes_the_batch_and_a_device_cycle_is_refused() {
+    let p = device_pool(64 * MIB, 2);
+    let blocks: Vec<Handle> = [40_000, 3 * MIB, 300, 100_000].iter().map(|&s| p.alloc(s, None, 0).unwrap()).collect();
+    let slot = {
+        let t = p.alloc(300, None, 0).unwrap();
+        let o = p.block(t).unwrap().offset;
+        p.free(t).unwrap();
+        o
+    };
+    let before = state(&p);
+    let token = p.pause(WAIT).unwrap();
+    let moves = [
+        Move { handle: blocks[0], to: 30 * MIB },
+        Move { handle: blocks[1], to: 40 * MIB },
+        Move { handle: blocks[2], to: slot },
+        Move { handle: blocks[3], to: 50 * MIB },
+    ];
+    let mut seen: Vec<Transfer> = Vec::new();
+    let mut failing = |batch: &[Transfer]| {
+        seen.extend_from_slice(batch);
+        Err("device lost".to_string())
+    };
+    let err = p.relocate(&token, &moves, Some(&mut failing)).unwrap_err();
+    assert_eq!(err, Error::MoverFailed("device lost".into()));
+    assert_eq!(seen.len(), 4, "the mover saw the whole batch");
+    assert_eq!(state(&p), before);
+    p.check().unwrap();
+    // A swap on a device pool: no bounce buffer, refused.
+    let (o0, o3) = (before.0.iter().find(|b| b.handle == blocks[0]).unwrap().offset, 0);
+    let _ = o3;
+    let twin = p.alloc(40_000, None, 0).unwrap();
+    let ot = p.block(twin).unwrap().offset;
+    let swap = [Move { handle: blocks[0], to: ot }, Move { handle: twin, to: o0 }];
+    assert!(matches!(p.relocate(&token, &swap, None), Err(Error::MoveCycle { blocks: 2 })));
+    p.free(twin).unwrap();
+    assert_eq!(state(&p), before);
+    // The same batch with a working mover goes through.
+    let mut calls = 0;
+    let mut ok = |batch: &[Transfer]| {
+        calls += batch.len();
+        Ok(())
+    };
+    p.relocate(&token, &moves, Some(&mut ok)).unwrap();
+    assert_eq!(calls, 4);
+    p.resume(&token).unwrap();
+    assert_eq!(p.block(blocks[1]).unwrap().offset, 40 * MIB);
+    p.check().unwrap();
+}
+
+#[test]
+fn the_mover_cannot_use_the_pool_it_moves() {
+    let p = device_pool(64 * MIB, 1);
+    let h = p.alloc(40_000, None, 0).unwrap();
+    let token = p.pause(WAIT).unwrap();
+    let mut inner = |_: &[Transfer]| {
+        assert_eq!(p.alloc(100, None, 0).unwrap_err(), Error::Relocating);
+        assert_eq!(p.pin(h).unwrap_err(), Error::Relocating);
+        assert_eq!(p.resume(&token).unwrap_err(), Error::Relocating);
+        assert!(matches!(p.check(), Err(Error::Relocating)));
+        Ok(())
+    };
+    p.relocate(&token, &[Move { handle: h, to: 30 * MIB }], Some(&mut inner)).unwrap();
+    p.resume(&token).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
+fn full_compaction_leaves_one_free_stretch_and_every_byte() {
+    let p = pool(128 * MIB, 2);
+    let sizes = [64, 200, 1000, 3000, 5000, 20_000, 70_000, 300_000, 900_000];
+    let kept = fragment(&p, &sizes, 40);
+    let pinned = kept[kept.len() / 2].0;
+    p.pin(pinned).unwrap();
+    let pinned_at = p.block(pinned).unwrap().offset;
+    let before = p.stats();
+    assert!(before.external_fragmentation > 0.3, "fragmented: {}", before.external_fragmentation);
+    let token = p.pause(WAIT).unwrap();
+    let plan = p.plan_compaction(Some(&token), &CompactionMode::Full).unwrap();
+    assert!(plan.blocks > 0 && plan.largest_free_after > plan.largest_free_before);
+    assert_eq!(state(&p).0, p.blocks(), "planning moves nothing");
+    let done = p.compact(&token, &CompactionMode::Full, None).unwrap();
+    p.check().unwrap();
+    p.resume(&token).unwrap();
+    let after = p.stats();
+    assert!(done.blocks > 0 && done.bytes > 0);
+    assert_eq!(p.block(pinned).unwrap().offset, pinned_at, "a pinned block never moves");
+    assert!(after.largest_free_block > before.largest_free_block);
+    eprintln!(
+        "fragmentation {:.4} -> {:.4}, largest free {} -> {} (plan said {}), {} blocks, {} bytes",
+        before.external_fragmentation,
+        after.external_fragmentation,
+        before.largest_free_block,
+        after.largest_free_block,
+        plan.largest_free_after,
+        done.blocks,
+        done.bytes
+    );
+    for &(h, id) in &kept {
+        verify(&p, h, id);
+    }
+    p.unpin(pinned).unwrap();
+}
+
+#[test]
+fn incremental_steps_respect_their_budget_and_empty_chunks() {
+    let p = pool(64 * MIB, 2);
+    let kept = fragment(&p, &[3000, 20_000, 60_000, 130_000], 40);
+    let before = p.stats();
+    let budget = 2 * MIB;
+    let mut freed = 0;
+    for _ in 0..20 {
+        let token = p.pause(WAIT).unwrap();
+        let done = p.compact(&token, &CompactionMode::Incremental { max_bytes: budget }, None).unwrap();
+        p.resume(&token).unwrap();
+        assert!(done.bytes <= budget, "a step moved {} bytes", done.bytes);
+        freed += done.chunks_freed;
+        if done.blocks == 0 {
+            break;
+        }
+    }
+    p.check().unwrap();
+    let after = p.stats();
+    assert!(freed > 0, "no chunk was emptied");
+    assert!(after.chunks_free > before.chunks_free);
+    for &(h, id) in &kept {
+        verify(&p, h, id);
+    }
+}
+
+#[test]
+fn evacuating_named_chunks_gives_them_back() {
+    let p = pool(64 * MIB, 1);
+    let kept = fragment(&p, &[3000, 40_000, 200, 100_000], 30);
+    let chunk = p.block(kept[0].0).unwrap().offset / (2 * MIB);
+    let token = p.pause(WAIT).unwrap();
+    p.compact(&token, &CompactionMode::Evacuate { chunks: vec![chunk] }, None).unwrap();
+    p.resume(&token).unwrap();
+    p.check().unwrap();
+    assert!(p.blocks().iter().all(|b| b.offset / (2 * MIB) != chunk), "chunk {chunk} still holds blocks");
+    for &(h, id) in &kept {
+        verify(&p, h, id);
+    }
+}
+
+#[test]
+fn compaction_under_load_loses_nothing() {
+    let p = pool(96 * MIB, 2);
+    let stop = AtomicBool::new(false);
+    let steps = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..2usize {
+            let (p, stop) = (&p, &stop);
+            s.spawn(move || {
+                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ t as u64;
+                let mut held: Vec<(Handle, usize)> = Vec::new();
+                let mut id = t << 40;
+                while !stop.load(Ordering::Relaxed) {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    if held.len() < 300 && rng % 3 != 0 {
+                        let size = [100, 900, 5000, 30_000, 200_000, 3 * MIB][(rng >> 20) as usize % 6];
+                        if let Ok(h) = p.alloc(size, None, 0) {
+                            id += 1;
+                            fill(p, h, id);
+                            held.push((h, id));
+                        }
+                    } else if !held.is_empty() {
+                        let (h, i) = held.swap_remove((rng >> 24) as usize % held.len());
+                        verify(p, h, i);
+                        p.free(h).unwrap();
+                    }
+                }
+                for (h, i) in held {
+                    verify(p, h, i);
+                    p.free(h).unwrap();
+                }
+            });
+        }
+        s.spawn(|| {
+            for k in 0..60 {
+                let token = p.pause(WAIT).unwrap();
+                let mode =
+                    if k % 10 == 9 { CompactionMode::Full } else { CompactionMode::Incremental { max_bytes: MIB } };
+                p.compact(&token, &mode, None).unwrap();
+                if k % 15 == 0 {
+                    p.check().unwrap();
+                }
+                p.resume(&token).unwrap();
+                steps.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    assert_eq!(steps.load(Ordering::Relaxed), 60);
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
+}
+
+/// Random allocations, frees, pins and compactions of every mode on small pools, checked after
+/// every compaction: the metadata stays consistent and every byte stays with its block.
+#[test]
+fn random_operations_and_compactions_stay_consistent() {
+    let sizes = [100, 900, 5000, 30_000, 200_000, 700_000, 3 * MIB];
+    for seed in 0..6u64 {
+        let p = pool(32 * MIB, 2);
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut held: Vec<(Handle, usize, bool)> = Vec::new();
+        let mut id = 0;
+        for step in 0..150 {
+            for _ in 0..1 + next() % 20 {
+                if held.len() < 120 && next() % 10 < 6 {
+                    if let Ok(h) = p.alloc(sizes[next() as usize % sizes.len()], None, 0) {
+                        id += 1;
+                        fill(&p, h, id);
+                        let pinned = next() % 10 == 0;
+                        if pinned {
+                            p.pin(h).unwrap();
+                        }
+                        held.push((h, id, pinned));
+                    }
+                } else if !held.is_empty() {
+                    let (h, i, pinned) = held.swap_remove(next() as usize % held.len());
+                    verify(&p, h, i);
+                    if pinned {
+                        p.unpin(h).unwrap();
+                    }
+                    p.free(h).unwrap();
+                }
+            }
+            let mode = match next() % 4 {
+                0 => CompactionMode::Full,
+                1 => {
+                    let chunk = held.first().map_or(0, |&(h, _, _)| p.block(h).unwrap().offset / (2 * MIB));
+                    CompactionMode::Evacuate { chunks: vec![chunk] }
+                }
+                _ => CompactionMode::Incremental { max_bytes: (1 + next() as usize % 4) * MIB },
+            };
+            let pinned_at: Vec<(Handle, usize)> =
+                held.iter().filter(|x| x.2).map(|&(h, _, _)| (h, p.block(h).unwrap().offset)).collect();
+            let token = p.pause(WAIT).unwrap();
+            let result = p.compact(&token, &mode, None);
+            p.resume(&token).unwrap();
+            match (&mode, result) {
+                (_, Ok(_)) => {}
+                // Naming a chunk with pinned blocks (or one too full to empty) is refused.
+                (CompactionMode::Evacuate { .. }, Err(Error::InvalidMove { .. })) => {}
+                (_, Err(e)) => panic!("seed {seed} step {step} {mode:?}: {e}"),
+            }
+            p.check().unwrap_or_else(|e| panic!("seed {seed} step {step} {mode:?}: {e}"));
+            for (h, at) in pinned_at {
+                assert_eq!(p.block(h).unwrap().offset, at, "a pinned block moved");
+            }
+        }
+        for (h, i, pinned) in held {
+            verify(&p, h, i);
+            if pinned {
+                p.unpin(h).unwrap();
+            }
+            p.free(h).unwrap();
+        }
+        p.check().unwrap();
+    }
+}

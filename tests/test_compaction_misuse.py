@@ -1,0 +1,203 @@
+"""Misuse of the compaction API: typed errors that say what was wrong, and the pool exactly as
+it was (check() passes, stats and live blocks unchanged)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+import npumem
+from compaction_helpers import MIB
+from helpers import assert_unchanged, state_of
+from npumem.compaction import Compactor, HostMirror, Policy
+
+
+@pytest.fixture
+def pool() -> npumem.Pool:
+    p = npumem.Pool(32 * MIB, cores=2)
+    p.alloc(1000, tag="keep")
+    p.alloc(40_000, tag="keep")
+    p.alloc(3 * MIB)
+    return p
+
+
+def blocks_of(pool: npumem.Pool) -> list[npumem.Block]:
+    # Blocks made by the fixture are not kept by it: make fresh ones per case.
+    return [pool.alloc(40_000), pool.alloc(300)]
+
+
+CASES: list[tuple[str, Callable[[npumem.Pool, npumem.Pause, list[npumem.Block]], Any], type]] = [
+    ("not a pause", lambda p, z, b: p.move_blocks(object(), []), npumem.ArgumentTypeError),
+    ("moves not iterable", lambda p, z, b: p.move_blocks(z, 5), npumem.ArgumentTypeError),
+    ("move not a pair", lambda p, z, b: p.move_blocks(z, [b[0]]), npumem.ArgumentTypeError),
+    ("not a block", lambda p, z, b: p.move_blocks(z, [(1, 0)]), npumem.ArgumentTypeError),
+    ("float offset", lambda p, z, b: p.move_blocks(z, [(b[0], 1.5)]), npumem.ArgumentTypeError),
+    (
+        "negative offset",
+        lambda p, z, b: p.move_blocks(z, [(b[0], -64)]),
+        npumem.InvalidArgumentError,
+    ),
+    ("outside the arena", lambda p, z, b: p.move_blocks(z, [(b[0], 32 * MIB)]), npumem.MoveError),
+    ("misaligned", lambda p, z, b: p.move_blocks(z, [(b[0], 20 * MIB + 256)]), npumem.MoveError),
+    (
+        "onto a live block",
+        lambda p, z, b: p.move_blocks(z, [(b[0], b[1].offset)]),
+        npumem.MoveError,
+    ),
+    (
+        "same destination twice",
+        lambda p, z, b: p.move_blocks(z, [(b[0], 20 * MIB), (b[1], 20 * MIB)]),
+        npumem.MoveError,
+    ),
+    (
+        "a block twice",
+        lambda p, z, b: p.move_blocks(z, [(b[0], 20 * MIB), (b[0], 22 * MIB)]),
+        npumem.MoveError,
+    ),
+    (
+        "slab object out of slabs",
+        lambda p, z, b: p.move_blocks(z, [(b[1], 20 * MIB)]),
+        npumem.MoveError,
+    ),
+    ("mover not callable", lambda p, z, b: p.move_blocks(z, [], mover=3), npumem.ArgumentTypeError),
+    ("bad mode", lambda p, z, b: p.compact_step(z, "tidy"), npumem.InvalidArgumentError),
+    (
+        "incremental, no budget",
+        lambda p, z, b: p.compact_step(z, "incremental"),
+        npumem.InvalidArgumentError,
+    ),
+    (
+        "zero budget",
+        lambda p, z, b: p.compact_step(z, "incremental", max_bytes=0),
+        npumem.InvalidArgumentError,
+    ),
+    (
+        "evacuate, no chunks",
+        lambda p, z, b: p.compact_step(z, "evacuate"),
+        npumem.InvalidArgumentError,
+    ),
+    ("no such chunk", lambda p, z, b: p.compact_step(z, "evacuate", chunks=[99]), npumem.MoveError),
+    ("a run chunk", lambda p, z, b: p.compact_step(z, "evacuate", chunks=[1]), npumem.MoveError),
+    ("pause twice", lambda p, z, b: p.pause(), npumem.PoolBusyError),
+    ("bad timeout", lambda p, z, b: p.pause(-1), npumem.InvalidArgumentError),
+    ("plan: bad mode", lambda p, z, b: p.plan_compaction("tidy"), npumem.InvalidArgumentError),
+]
+
+
+@pytest.mark.parametrize(("name", "call", "exc"), CASES, ids=[c[0] for c in CASES])
+def test_a_refused_call_changes_nothing(
+    pool: npumem.Pool,
+    name: str,
+    call: Callable[[npumem.Pool, npumem.Pause, list[npumem.Block]], Any],
+    exc: type,
+) -> None:
+    blocks = blocks_of(pool)
+    before = state_of(pool)
+    with pool.pause() as pause, pytest.raises(exc):
+        call(pool, pause, blocks)
+    assert_unchanged(pool, before)
+
+
+def test_blocks_that_cannot_move(pool: npumem.Pool) -> None:
+    a, b = blocks_of(pool)
+    other = npumem.Pool(8 * MIB, cores=1)
+    foreign = other.alloc(40_000)
+    freed = pool.alloc(40_000)
+    freed.free()
+    a.pin()
+    before = state_of(pool)
+    with pool.pause() as pause:
+        with pytest.raises(npumem.PinnedBlockError):
+            pool.move_blocks(pause, [(a, 20 * MIB)])
+        with pytest.raises(npumem.InvalidHandleError):
+            pool.move_blocks(pause, [(foreign, 20 * MIB)])
+        with pytest.raises(npumem.InvalidHandleError):
+            pool.move_blocks(pause, [(freed, 20 * MIB)])
+        with pytest.raises(npumem.InvalidArgumentError, match="another pool"):
+            other.move_blocks(pause, [])
+    with pytest.raises(npumem.MoveError, match="no longer holds"):
+        pool.move_blocks(pause, [(b, 20 * MIB)])  # resumed: no longer holds the pool
+    assert_unchanged(pool, before)
+    a.unpin()
+    with pytest.raises(npumem.InvalidHandleError, match="unpin without a matching pin"):
+        a.unpin()
+    with a.pinned() as same:
+        assert same is a and a.pins == 1
+    assert a.pins == 0
+
+
+def test_a_device_cycle_is_refused() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1, backing="none")
+    a, b = pool.alloc(40_000), pool.alloc(40_000)
+    before = state_of(pool)
+    with pool.pause() as pause, pytest.raises(npumem.MoveError, match="cycle"):
+        pool.move_blocks(pause, [(a, b.offset), (b, a.offset)], mover=HostMirror(pool.capacity))
+    assert_unchanged(pool, before)
+
+
+def test_the_pool_cannot_be_used_from_inside_the_mover() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1, backing="none")
+    blk = pool.alloc(40_000)
+    seen: list[str] = []
+
+    def meddling(transfers: Sequence[tuple[int, int, int]]) -> None:
+        for call in (
+            lambda: pool.alloc(100),
+            blk.free,
+            pool.check,
+            pool.snapshot,
+            pause.resume,
+            lambda: pool.move_blocks(pause, []),
+        ):
+            with pytest.raises(npumem.PoolBusyError) as err:
+                call()
+            seen.append(type(err.value).__name__)
+
+    with pool.pause() as pause:
+        pool.move_blocks(pause, [(blk, 8 * MIB)], mover=meddling)
+        assert blk.offset == 8 * MIB
+    assert seen == ["PoolBusyError"] * 6
+    pool.check()
+
+
+def test_other_threads_wait_for_the_resume_and_the_pausing_thread_does_not() -> None:
+    pool = npumem.Pool(16 * MIB, cores=2)
+    got: list[int] = []
+    with pool.pause() as pause:
+        mine = pool.alloc(1000)  # the pausing thread may allocate
+        t = threading.Thread(target=lambda: got.append(pool.alloc(1000).offset))
+        t.start()
+        t.join(0.2)
+        assert t.is_alive() and not got, "another thread allocated while paused"
+        assert pause.held
+    t.join(5)
+    assert len(got) == 1 and not pause.held
+    mine.free()
+    pool.check()
+
+
+def test_compactor_arguments_are_checked(pool: npumem.Pool) -> None:
+    before = state_of(pool)
+    bad: list[Callable[[], Any]] = [
+        lambda: Compactor("pool"),  # type: ignore[arg-type]
+        lambda: Compactor(pool, policy={"mode": "full"}),  # type: ignore[arg-type]
+        lambda: Compactor(pool, pause_budget=0),
+        lambda: Compactor(pool, on_pause=3),  # type: ignore[arg-type]
+        lambda: Compactor(pool).compact("tidy"),
+        lambda: Compactor(pool).compact("incremental", max_bytes=0),
+        lambda: Compactor(pool).plan("tidy"),
+        lambda: Compactor(npumem.Pool(8 * MIB, backing="none")),  # a device pool needs a mover
+        lambda: Policy(fragmentation_threshold=1.5),
+        lambda: Policy(min_interval=-1),
+        lambda: Policy(mode="tidy"),
+        lambda: Policy(max_bytes=0),
+        lambda: Policy(on_failure="yes"),  # type: ignore[arg-type]
+        lambda: HostMirror(0),
+    ]
+    for call in bad:
+        with pytest.raises(npumem.InvalidArgumentError):
+            call()
+    assert_unchanged(pool, before)

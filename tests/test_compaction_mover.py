@@ -1,0 +1,84 @@
+"""A mover that raises halfway through a batch: the batch is undone, the pool and every handle
+are exactly as before, and the caller sees the mover's own exception."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+import npumem
+from compaction_helpers import MIB, fragmented, intact
+from helpers import assert_unchanged, state_of
+from npumem.compaction import Compactor, HostMirror
+
+
+class DeviceLost(Exception):
+    pass
+
+
+class HalfwayMover:
+    """Copies the first half of a batch into the mirror, then raises."""
+
+    def __init__(self, mirror: HostMirror) -> None:
+        self.mirror = mirror
+        self.seen = 0
+
+    def __call__(self, transfers: Sequence[tuple[int, int, int]]) -> None:
+        self.seen += len(transfers)
+        self.mirror(list(transfers)[: len(transfers) // 2])
+        raise DeviceLost("the copy engine stopped halfway")
+
+
+def device_pool() -> tuple[npumem.Pool, HostMirror, list[tuple[npumem.Block, int]]]:
+    pool = npumem.Pool(40 * MIB, cores=2, backing="none")
+    mirror = HostMirror(pool.capacity)
+    return pool, mirror, fragmented(pool, 6, mirror=mirror)
+
+
+def test_a_failing_mover_in_move_blocks_leaves_everything_as_it_was() -> None:
+    pool, mirror, kept = device_pool()
+    before = state_of(pool)
+    offsets = {blk.handle: blk.offset for blk, _ in kept}
+    movable = [blk for blk, _ in kept if 4096 < blk.nbytes <= 300_000]
+    targets = []
+    with pool.pause() as pause:
+        spare = [pool.alloc(b.nbytes) for b in movable]  # free places of the right shapes ...
+        targets = [s.offset for s in spare]
+        for s in spare:
+            s.free()  # ... given back, so the moves can take them
+        before = state_of(pool)
+        mover = HalfwayMover(HostMirror(pool.capacity))
+        with pytest.raises(DeviceLost, match="halfway"):
+            pool.move_blocks(pause, list(zip(movable, targets, strict=True)), mover=mover)
+        assert mover.seen == len(movable), "the mover got the whole batch"
+        assert_unchanged(pool, before)
+    assert {blk.handle: blk.offset for blk, _ in kept} == offsets
+    for blk, ident in kept:
+        assert intact(blk, ident, mirror)
+    # The same batch with a mover that works goes through.
+    with pool.pause() as pause:
+        pool.move_blocks(pause, list(zip(movable, targets, strict=True)), mover=mirror)
+    assert [b.offset for b in movable] == targets
+    for blk, ident in kept:
+        assert intact(blk, ident, mirror)
+
+
+def test_a_failing_mover_in_a_compaction_leaves_everything_as_it_was() -> None:
+    pool, mirror, kept = device_pool()
+    before = state_of(pool)
+    broken = Compactor(pool, mover=HalfwayMover(HostMirror(pool.capacity)))
+    with pytest.raises(DeviceLost):
+        broken.compact("full")
+    assert_unchanged(pool, before)
+    with pool.pause(0.5) as pause:  # the failed compaction did not leave the pool paused
+        assert pause.held
+    with pytest.raises(DeviceLost):
+        broken.compact("incremental", max_bytes=4 * MIB)
+    assert_unchanged(pool, before)
+    # A working mover compacts the same pool.
+    report = Compactor(pool, mover=mirror).compact("full")
+    assert report.blocks_moved > 0
+    for blk, ident in kept:
+        assert intact(blk, ident, mirror)
+    pool.check()

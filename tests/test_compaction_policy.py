@@ -1,0 +1,101 @@
+"""The compactor's policies and hooks: the fragmentation threshold, the interval, the pause
+budget, pause and resume hooks around every stop, and the report."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+import npumem
+from compaction_helpers import MIB, fragmented, intact
+from npumem.compaction import Compactor, Policy
+
+
+def fragmented_pool() -> tuple[npumem.Pool, list[tuple[npumem.Block, int]]]:
+    pool = npumem.Pool(40 * MIB, cores=2)
+    return pool, fragmented(pool, 6)
+
+
+def test_the_threshold_and_the_interval_decide() -> None:
+    pool, kept = fragmented_pool()
+    frag = pool.stats().external_fragmentation
+    assert frag > 0.3
+    assert Compactor(pool, policy=Policy(fragmentation_threshold=0.9)).maybe_compact() is None
+    assert Compactor(pool, policy=Policy(fragmentation_threshold=None)).maybe_compact() is None
+    compactor = Compactor(pool, policy=Policy(min_interval=3600))
+    report = compactor.maybe_compact()
+    assert report is not None and report.reason.startswith("fragmentation")
+    assert report.fragmentation_after < report.fragmentation_before
+    # Fragmented again at once: the interval holds the next automatic compaction back.
+    more = fragmented(pool, 1)
+    if pool.stats().external_fragmentation > 0.3:
+        assert compactor.maybe_compact() is None
+    assert compactor.compactions == 1
+    for blk, ident in kept + more:
+        assert intact(blk, ident)
+
+
+@dataclass
+class FakeSample:
+    external_fragmentation: float
+
+
+def test_a_monitor_sample_triggers_the_policy() -> None:
+    pool, _ = fragmented_pool()
+    compactor = Compactor(pool)
+    compactor.on_sample(FakeSample(0.1))
+    assert compactor.compactions == 0
+    compactor.on_sample(FakeSample(pool.stats().external_fragmentation))
+    assert compactor.compactions == 1
+
+
+def test_hooks_run_around_every_stop_and_a_failing_hook_stops_nothing() -> None:
+    pool, kept = fragmented_pool()
+    events: list[str] = []
+    compactor = Compactor(
+        pool, on_pause=lambda: events.append("pause"), on_resume=lambda: events.append("resume")
+    )
+    report = compactor.compact("incremental", max_bytes=2 * MIB)
+    assert len(report.steps) >= 2
+    assert events == ["pause", "resume"] * len(report.steps)
+
+    def refuse() -> None:
+        raise RuntimeError("streams would not stop")
+
+    before = pool.blocks()
+    with pytest.raises(RuntimeError, match="would not stop"):
+        Compactor(pool, on_pause=refuse).compact("full")
+    assert pool.blocks() == before, "a refused pause moved blocks"
+    with pool.pause(0.5) as pause:
+        assert pause.held, "the pool was left paused"
+    for blk, ident in kept:
+        assert intact(blk, ident)
+
+
+def test_a_pause_budget_splits_a_full_compaction_into_steps() -> None:
+    pool, kept = fragmented_pool()
+    compactor = Compactor(pool, pause_budget=1e-4)  # 0.1 ms: no full compaction fits
+    report = compactor.compact("full")
+    assert report.mode == "incremental" and report.notes and "pause budget" in report.notes[0]
+    assert len(report.steps) >= 1
+    # Each step moves what the budget allows at the measured throughput (at least 64 KiB).
+    assert all(s.bytes <= max(1 << 16, int(1e-4 * 5e9)) + 3 * MIB for s in report.steps)
+    for blk, ident in kept:
+        assert intact(blk, ident)
+
+
+def test_the_report_says_what_happened() -> None:
+    pool, _ = fragmented_pool()
+    compactor = Compactor(pool)
+    report = compactor.compact("full")
+    assert compactor.reports[-1] is report and compactor.compactions == 1
+    assert report.blocks_moved == sum(s.blocks for s in report.steps) > 0
+    assert report.bytes_moved > 0 and report.longest_pause == max(report.pause_times) > 0
+    assert report.gain == report.largest_free_after - report.largest_free_before > 0
+    d = report.as_dict()
+    assert json.loads(json.dumps(d))["blocks_moved"] == report.blocks_moved
+    text = str(report)
+    assert "compaction (full, manual)" in text and "fragmentation" in text
+    assert "Compactor" in repr(compactor)
