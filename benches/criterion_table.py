@@ -28,7 +28,9 @@ def load(root: Path, prefix: str) -> dict[str, dict[str, tuple[float, float]]]:
         median = float(estimates["median"]["point_estimate"])
         throughput = meta.get("throughput") or {}
         elements = float(throughput.get("Elements", 1))
-        groups.setdefault(group, {})[meta["function_id"]] = (median, elements)
+        # A benchmark named by a parameter alone (BenchmarkId::from_parameter) has no function id.
+        function = meta["function_id"] if meta["function_id"] is not None else meta["value_str"]
+        groups.setdefault(group, {})[function] = (median, elements)
     return groups
 
 
