@@ -22,7 +22,7 @@ from npumem.plan import Buffer, Problem, best_greedy, lower_bound, solve
 from npumem.plan.networks import NETWORKS
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "minimalloc"
+DATA = ROOT / "tests" / "data" / "minimalloc"
 MIB = 1 << 20
 
 

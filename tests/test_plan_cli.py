@@ -12,7 +12,7 @@ from npumem.plan import Problem, Solution
 from npumem.plan.cli import add_parser, parse_bytes
 from npumem.plan.networks import resnet50
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "minimalloc"
+DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
 
 
 def run(*argv: str) -> int:

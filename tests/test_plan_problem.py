@@ -10,9 +10,7 @@ from npumem.errors import NpumemError
 from npumem.plan import Buffer, Problem, ProblemFormatError, lower_bound
 from npumem.plan.bounds import alignment_bound, fixed_bound, live_bytes, live_profile
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "minimalloc"
-if not DATA.exists():  # the CI clone keeps shared/ beside the repository
-    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "minimalloc"
+DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
 
 EXAMPLE = "id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n"
 

@@ -15,7 +15,7 @@ from npumem.plan import Buffer, Problem, best_greedy, lower_bound, solve
 from npumem.plan.greedy import GREEDY_RULES, place_in_order, run_rule
 from npumem.plan.search import components
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "minimalloc"
+DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
 
 
 @st.composite

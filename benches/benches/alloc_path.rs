@@ -17,8 +17,8 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use npumem_benches::{
-    churn, prefill, producer_consumer, timed_threads, Allocator, Branch, LockedFrames, MutexTree, NpumemBuddy,
-    NpumemHandles, Rng,
+    churn, prefill, producer_consumer, replace_random, timed_threads, Allocator, Branch, LockedFrames, MutexTree,
+    NpumemBuddy, NpumemHandles, Rng,
 };
 
 const ARENA: usize = 256 << 20;
@@ -48,19 +48,7 @@ fn pairs(c: &mut Criterion) {
 fn random_half_full<A: Allocator>(g: &mut BenchmarkGroup<'_, WallTime>, a: &A) {
     let mut rng = Rng::new(7);
     let mut held = prefill(a, &mut rng, ARENA, 0.5, 256, 1 << 20);
-    g.bench_function(a.name(), |b| {
-        b.iter(|| {
-            let i = (rng.next_u64() as usize) % held.len();
-            let (t, size) = held[i];
-            a.free(t, size);
-            let size = rng.size(256, 1 << 20);
-            if let Some(t) = a.alloc(size) {
-                held[i] = (t, size);
-            } else {
-                held.swap_remove(i);
-            }
-        })
-    });
+    g.bench_function(a.name(), |b| b.iter(|| replace_random(a, &mut rng, &mut held, 256, 1 << 20)));
     for (t, size) in held {
         a.free(t, size);
     }

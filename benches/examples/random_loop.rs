@@ -1,6 +1,6 @@
 //! The random-size workload of `alloc_path` (256 B to 1 MiB, 50% full) as a plain loop, for
 //! profilers: `cargo run --release -p npumem-benches --example random_loop [-- ITERATIONS [PEER]]`.
-use npumem_benches::{prefill, Allocator, LockedFrames, MutexTree, NpumemBuddy, NpumemRaw, Rng};
+use npumem_benches::{prefill, replace_random, Allocator, LockedFrames, MutexTree, NpumemBuddy, NpumemRaw, Rng};
 
 const ARENA: usize = 256 << 20;
 
@@ -10,14 +10,7 @@ fn run<A: Allocator>(a: &A, n: usize) {
     let mut failed = 0usize;
     let start = std::time::Instant::now();
     for _ in 0..n {
-        let i = (rng.next_u64() as usize) % held.len();
-        let (t, size) = held[i];
-        a.free(t, size);
-        let size = rng.size(256, 1 << 20);
-        if let Some(t) = a.alloc(size) {
-            held[i] = (t, size);
-        } else {
-            held.swap_remove(i);
+        if !replace_random(a, &mut rng, &mut held, 256, 1 << 20) {
             failed += 1;
         }
     }

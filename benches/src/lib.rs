@@ -400,6 +400,31 @@ pub fn prefill<A: Allocator>(
     held
 }
 
+/// One step of the random-size workload: free a random held block and allocate a new size in
+/// `[lo, hi]` in its place (the slot is dropped when that fails). Returns whether it succeeded.
+pub fn replace_random<A: Allocator>(
+    a: &A,
+    rng: &mut Rng,
+    held: &mut Vec<(A::Token, usize)>,
+    lo: usize,
+    hi: usize,
+) -> bool {
+    let i = (rng.next_u64() as usize) % held.len();
+    let (token, size) = held[i];
+    a.free(token, size);
+    let size = rng.size(lo, hi);
+    match a.alloc(size) {
+        Some(token) => {
+            held[i] = (token, size);
+            true
+        }
+        None => {
+            held.swap_remove(i);
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
