@@ -64,9 +64,12 @@ test-python: develop ## pytest suite and mypy.stubtest of the _core stubs
 	$(PY) -m mypy.stubtest npumem._core --allowlist tests/stubtest-allowlist.txt
 
 .PHONY: bench
-bench: develop ## Criterion benches against peer allocators, then the Python benchmark scripts
+bench: develop ## Criterion benches against peers, the compaction pause, the Python and planner scripts
 	cargo bench -p npumem-benches
+	cargo run --release -p npumem-benches --example compaction_pause -- 1024 100000 3
+	cargo run --release -p npumem-benches --example threads_loop -- 3000000 npumem-buddy
 	$(PY) benches/python_roundtrip.py
+	$(PY) benches/plan_bench.py --time-limit 10 --seed 0
 
 .PHONY: lint
 lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings, ruff, mypy
