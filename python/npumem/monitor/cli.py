@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from npumem._argtypes import at_least_one
 from npumem.monitor._files import file_kind, read_json
 from npumem.monitor.errors import MonitorError
 from npumem.monitor.report import render_report
@@ -24,16 +25,6 @@ __all__ = ["add_parsers", "run_plot", "run_report"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _load(path: str) -> Snapshot | Trace:
@@ -103,7 +94,7 @@ def add_parsers(subparsers: Any) -> None:
     )
     report.add_argument("snapshot", metavar="SNAPSHOT", help="a snapshot JSON file")
     report.add_argument(
-        "--top", type=_positive, default=10, metavar="N", help="rows per table (default 10)"
+        "--top", type=at_least_one, default=10, metavar="N", help="rows per table (default 10)"
     )
     report.set_defaults(func=run_report)
     plot = subparsers.add_parser(

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import npumem
+from npumem._argtypes import at_least_one, non_negative
 from npumem.monitor.report import human_bytes, render_report
 from npumem.monitor.sampler import Alert
 from npumem.plan.cli import parse_bytes
@@ -35,26 +36,6 @@ EXIT_NOT_MET = 1
 EXIT_USAGE = 2
 QUICK_REQUESTS = 1_000
 DEFAULT_REQUESTS = 60_000
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
 
 
 def _positive_bytes(text: str) -> int:
@@ -310,14 +291,14 @@ def add_parsers(subparsers: Any) -> None:
     demo.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS:,} requests (seconds)")
     demo.add_argument(
         "--requests",
-        type=_at_least_one,
+        type=at_least_one,
         metavar="N",
         help=f"requests to serve (default {DEFAULT_REQUESTS:,}; {QUICK_REQUESTS:,} with --quick)",
     )
     demo.add_argument(
         "--workers",
         "--threads",
-        type=_at_least_one,
+        type=at_least_one,
         metavar="N",
         help="worker threads (default: one per CPU)",
     )
@@ -328,7 +309,7 @@ def add_parsers(subparsers: Any) -> None:
         help="arena size, e.g. 512MiB (default: 160 MiB + 128 MiB per worker)",
     )
     demo.add_argument(
-        "--seed", type=_non_negative, default=0, metavar="N", help="request mix seed (default 0)"
+        "--seed", type=non_negative, default=0, metavar="N", help="request mix seed (default 0)"
     )
     demo.add_argument(
         "--output",
@@ -353,7 +334,7 @@ def add_parsers(subparsers: Any) -> None:
     )
     replay.add_argument("trace", metavar="TRACE", help="a trace JSON file")
     replay.add_argument("--capacity", type=_positive_bytes, metavar="BYTES", help="arena size")
-    replay.add_argument("--cores", type=_at_least_one, metavar="N", help="core pools")
+    replay.add_argument("--cores", type=at_least_one, metavar="N", help="core pools")
     replay.add_argument(
         "--chunk-size", type=_positive_bytes, metavar="BYTES", help="unit granted to cores"
     )
@@ -365,7 +346,7 @@ def add_parsers(subparsers: Any) -> None:
         "--placement", choices=("best-fit", "first-fit"), help="how chunk runs are placed"
     )
     replay.add_argument(
-        "--core-reserve", type=_non_negative, metavar="N", help="empty chunks a core keeps"
+        "--core-reserve", type=non_negative, metavar="N", help="empty chunks a core keeps"
     )
     replay.epilog = (replay.epilog or "") + (
         " Every option not given keeps the recorded value; sizes take units (4MiB, 512K)."
