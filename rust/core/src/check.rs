@@ -177,12 +177,11 @@ impl Pool {
                 ChunkState::Core(_) => match g.layout(info.size, 1) {
                     Layout::Buddy(b) => {
                         let within = ((info.offset % g.chunk_size) / g.min_block) as u64;
-                        if within % b.enclosing != 0 {
+                        if info.offset % g.min_block != 0 || within + b.units > g.units_per_chunk() {
                             findings.push(format!("block {h:?}: offset {} is not a block start", info.offset));
                         } else {
-                            let e = Node::covering(depth, within, b.enclosing);
-                            let pieces: Vec<Node> = if b.is_whole() { vec![e] } else { b.pieces(depth, e).collect() };
-                            for p in pieces {
+                            // At its enclosing node's start, or packed anywhere by a compaction.
+                            for p in b.pieces_at(depth, within) {
                                 if !allocated.remove(&(chunk, p)) {
                                     findings.push(format!(
                                         "block {h:?}: node {p:?} of chunk {chunk} is not allocated (or shared)"

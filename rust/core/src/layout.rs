@@ -108,6 +108,24 @@ impl Geometry {
         Layout::Buddy(BuddyLayout { level: self.depth - log_enclosing, enclosing, units: trimmed, step })
     }
 
+    /// The alignment (in units) a buddy block of `units` units with the caller's alignment
+    /// `align` (bytes) needs where a compaction packs it: a block of at most one bank keeps its
+    /// natural alignment (so it never straddles a bank); a larger one starts on a bank
+    /// boundary, or on the caller's alignment if that is coarser.
+    pub(crate) fn packed_alignment(&self, units: u64, align: usize, bank_size: usize) -> u64 {
+        let bytes = units as usize * self.min_block;
+        let user = ((align >> self.unit_shift) as u64).max(1);
+        if bytes <= bank_size {
+            return units.next_power_of_two().max(user);
+        }
+        self.bank_units(bank_size).max(user)
+    }
+
+    /// Units in a bank (at least one): where a packed block larger than a bank may start.
+    pub(crate) fn bank_units(&self, bank_size: usize) -> u64 {
+        ((bank_size >> self.unit_shift) as u64).max(1)
+    }
+
     /// The largest block (in units) that a buddy request can get from `units` free units at
     /// the start of an otherwise unusable stretch (the arena's short last chunk): a request
     /// rounds up to a sixteenth of its enclosing power of two, so not every size up to `units`
@@ -159,6 +177,12 @@ pub(crate) enum Layout {
 /// `enclosing` units. When `units == enclosing` the block is that one node; otherwise it is
 /// trimmed into at most four nodes of decreasing size (the binary digits of `units`), each
 /// naturally aligned, and the rest of the enclosing node stays free for others.
+///
+/// The allocation path always starts a block at its enclosing node. A compaction may also
+/// *pack* a block at any other start that the bank rule allows ([`Geometry::packed_alignment`]):
+/// the block is then the maximal aligned nodes covering its units ([`BuddyLayout::pieces_at`]),
+/// so the free tail of the enclosing node is no longer lost between packed blocks. Both kinds
+/// are released the same way, from the block's start and size alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BuddyLayout {
     /// Level of the enclosing node.
@@ -179,11 +203,26 @@ impl BuddyLayout {
 
     /// The nodes of the block inside `enclosing_node`, in address order.
     pub(crate) fn pieces(&self, depth: u32, enclosing_node: Node) -> Pieces {
-        Pieces { depth, next: enclosing_node.start(depth), remaining: self.units }
+        self.pieces_at(depth, enclosing_node.start(depth))
+    }
+
+    /// The nodes of the block starting at unit `start` of its chunk, in address order: the
+    /// maximal naturally aligned nodes that cover `[start, start + units)`. At the start of an
+    /// enclosing node these are [`BuddyLayout::pieces`]; elsewhere (a packed block) there may
+    /// be more of them (at most two per level).
+    pub(crate) fn pieces_at(&self, depth: u32, start: u64) -> Pieces {
+        Pieces { depth, next: start, remaining: self.units }
+    }
+
+    /// Whether the block starting at unit `start` is one node (then releasing that node is the
+    /// check that it was allocated; otherwise every piece is checked first).
+    pub(crate) fn is_one_node_at(&self, start: u64) -> bool {
+        self.is_whole() && start % self.enclosing == 0
     }
 }
 
-/// The nodes of a trimmed block, largest first.
+/// The nodes of a buddy block, in address order: each the largest naturally aligned node that
+/// starts where the previous one ended and fits in what remains.
 pub(crate) struct Pieces {
     depth: u32,
     next: u64,
@@ -197,7 +236,9 @@ impl Iterator for Pieces {
         if self.remaining == 0 {
             return None;
         }
-        let units = 1u64 << (63 - self.remaining.leading_zeros());
+        let fits = 1u64 << (63 - self.remaining.leading_zeros());
+        let aligned = if self.next == 0 { u64::MAX } else { 1u64 << self.next.trailing_zeros() };
+        let units = fits.min(aligned);
         let node = Node::covering(self.depth, self.next, units);
         self.next += units;
         self.remaining -= units;
@@ -237,6 +278,41 @@ mod tests {
             Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_packed_block_is_the_aligned_nodes_that_cover_it() {
+        let g = geometry(64 << 20);
+        for size in [300, 5000, 9000, 40_000, 400_000, 1 << 20] {
+            let Layout::Buddy(b) = g.layout(size, 64) else { panic!() };
+            // At its enclosing node's start: the usual pieces.
+            let e = Node { level: b.level, index: 1 };
+            let usual: Vec<Node> = b.pieces(g.depth, e).collect();
+            assert_eq!(b.pieces_at(g.depth, e.start(g.depth)).collect::<Vec<_>>(), usual);
+            // Anywhere else: naturally aligned, back to back, exactly the block's units.
+            for start in [1u64, 16, 48, 100, 4096 - b.units] {
+                let mut at = start;
+                let pieces: Vec<Node> = b.pieces_at(g.depth, start).collect();
+                for p in &pieces {
+                    assert_eq!(p.start(g.depth), at, "size {size} at {start}");
+                    assert_eq!(p.start(g.depth) % p.units(g.depth), 0, "naturally aligned");
+                    at += p.units(g.depth);
+                }
+                assert_eq!(at - start, b.units);
+                assert!(pieces.len() <= 2 * (g.depth as usize + 1));
+            }
+        }
+    }
+
+    #[test]
+    fn packed_alignment_keeps_the_bank_rule() {
+        let g = geometry(64 << 20);
+        // Up to a bank: natural alignment (never straddles); above: a bank, or the caller's.
+        assert_eq!(g.packed_alignment(4, 64, 4096), 4);
+        assert_eq!(g.packed_alignment(12, 64, 4096), 16);
+        assert_eq!(g.packed_alignment(20, 64, 4096), 16);
+        assert_eq!(g.packed_alignment(20, 65_536, 4096), 256);
+        assert_eq!(g.packed_alignment(20, 64, 65_536), 32);
     }
 
     #[test]

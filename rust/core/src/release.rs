@@ -122,19 +122,20 @@ impl Pool {
             return invalid("a block of this size would be a chunk run");
         };
         let within = self.geometry.unit_in_chunk(offset);
-        if offset & (self.geometry.min_block - 1) != 0 || within & (b.enclosing - 1) != 0 {
+        // A block starts on a unit; the allocation path puts it at the start of its enclosing
+        // node, a compaction may pack it elsewhere (its pieces then cover it all the same).
+        if offset & (self.geometry.min_block - 1) != 0 || within + b.units > self.geometry.units_per_chunk() {
             return invalid("not the start of a block of this size");
         }
-        let e = Node::covering(self.geometry.depth, within, b.enclosing);
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
-        // A trimmed block is several nodes: all must be allocated before any is freed.
-        // (A whole block is one node: its release below is the check.)
-        if !b.is_whole() && !b.pieces(depth, e).all(|p| self.shape.is_allocated(tree, p)) {
+        // A block of several nodes: all must be allocated before any is freed.
+        // (A block of one node: its release below is the check.)
+        if !b.is_one_node_at(within) && !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
             return invalid("no block of this size is allocated there");
         }
         // The first release decides who frees the block when two callers race.
-        let mut pieces = b.pieces(depth, e);
+        let mut pieces = b.pieces_at(depth, within);
         let first = pieces.next().expect("a block has at least one node");
         if self.shape.release(tree, first).is_err() {
             return invalid("the block was freed already");
@@ -142,6 +143,8 @@ impl Pool {
         for p in pieces {
             let _ = self.shape.release(tree, p);
         }
+        // The hint names the enclosing-sized node around the block's start.
+        let e = Node::covering(depth, within & !(b.enclosing - 1), b.enclosing);
         let after = self.space[chunk].give(b.units);
         if after == self.geometry.usable_units(chunk) {
             self.chunk_became_empty(chunk);

@@ -157,15 +157,17 @@ impl Pool {
                 let Layout::Buddy(b) = self.geometry.layout(size, unit.align) else {
                     return Err("the block is not a buddy block".into());
                 };
+                // Any unit of a chunk may start one (a packed block: see `BuddyLayout`), as
+                // long as it ends inside the chunk; alignment and banks are checked above.
                 let within = self.geometry.unit_in_chunk(to);
-                if to % self.geometry.min_block != 0
-                    || within % b.enclosing != 0
-                    || (within / b.enclosing) % b.step != 0
-                {
-                    let bytes = b.enclosing as usize * self.geometry.min_block;
+                let chunk = self.geometry.chunk_of(to);
+                if to % self.geometry.min_block != 0 || within + b.units > self.geometry.usable_units(chunk) {
                     return Err(format!(
-                        "destination {to} is not where a {bytes}-byte buddy block aligned to {} can start",
-                        unit.align
+                        "destination {to} is not where a {}-byte buddy block can start (a multiple of {} bytes, \
+                         with the whole block inside one {}-byte chunk)",
+                        b.units as usize * self.geometry.min_block,
+                        self.geometry.min_block,
+                        self.geometry.chunk_size
                     ));
                 }
                 Ok(())

@@ -45,27 +45,32 @@ impl Pool {
         }
     }
 
-    /// The enclosing node of a buddy block of layout `b` at `offset`, if `offset` can start one.
-    fn enclosing_at(&self, offset: usize, b: &BuddyLayout) -> Option<(usize, Node)> {
+    /// The chunk and first unit of a buddy block of layout `b` at `offset`, if a block can
+    /// start there (on a unit, inside one chunk; packed blocks start anywhere the bank rule
+    /// allows, which the caller checks).
+    fn block_start(&self, offset: usize, b: &BuddyLayout) -> Option<(usize, u64)> {
         let chunk = self.geometry.chunk_of(offset);
         let within = self.geometry.unit_in_chunk(offset);
-        if chunk >= self.geometry.chunks || offset & (self.geometry.min_block - 1) != 0 || within % b.enclosing != 0 {
+        if chunk >= self.geometry.chunks
+            || offset & (self.geometry.min_block - 1) != 0
+            || within + b.units > self.geometry.usable_units(chunk)
+        {
             return None;
         }
-        Some((chunk, Node::covering(self.geometry.depth, within, b.enclosing)))
+        Some((chunk, within))
     }
 
     /// Give back the buddy block of `size` bytes at `offset` (nothing else happens: an emptied
     /// chunk stays with its core).
     pub(crate) fn buddy_release_raw(&self, offset: usize, size: usize) -> Result<(), String> {
         let b = self.buddy_layout(size).ok_or("a block of this size is a chunk run")?;
-        let (chunk, e) = self.enclosing_at(offset, &b).ok_or("not the start of a buddy block")?;
+        let (chunk, start) = self.block_start(offset, &b).ok_or("not the start of a buddy block")?;
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
-        if !b.pieces(depth, e).all(|p| self.shape.is_allocated(tree, p)) {
+        if !b.pieces_at(depth, start).all(|p| self.shape.is_allocated(tree, p)) {
             return Err(format!("no buddy block of {size} bytes is allocated at offset {offset}"));
         }
-        for p in b.pieces(depth, e) {
+        for p in b.pieces_at(depth, start) {
             let _ = self.shape.release(tree, p);
         }
         self.space[chunk].give(b.units);
@@ -76,9 +81,9 @@ impl Pool {
     /// be free. The chunk's tree is swept first (once per batch, see [`Swept`]).
     pub(crate) fn buddy_reserve_at(&self, offset: usize, size: usize, swept: &mut Swept) -> Result<(), String> {
         let b = self.buddy_layout(size).ok_or("a block of this size is a chunk run")?;
-        let (chunk, e) = self.enclosing_at(offset, &b).ok_or_else(|| {
-            format!("offset {offset} cannot start a block of {size} bytes (it must be a multiple of its buddy size)")
-        })?;
+        let (chunk, start) = self
+            .block_start(offset, &b)
+            .ok_or_else(|| format!("offset {offset} cannot start a block of {size} bytes inside one chunk"))?;
         if !matches!(self.global.state(chunk), ChunkState::Core(_)) {
             return Err(format!("chunk {chunk} does not belong to a core pool"));
         }
@@ -87,8 +92,8 @@ impl Pool {
             self.shape.sweep_all(tree);
         }
         let depth = self.geometry.depth;
-        let mut taken: Vec<Node> = Vec::with_capacity(4);
-        for p in b.pieces(depth, e) {
+        let mut taken: Vec<Node> = Vec::new();
+        for p in b.pieces_at(depth, start) {
             if self.shape.try_alloc(tree, p).is_err() {
                 for &q in &taken {
                     let _ = self.shape.release(tree, q);
