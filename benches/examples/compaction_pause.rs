@@ -119,21 +119,23 @@ fn main() {
             ms(move_live),
             paused.as_secs_f64() / move_live.as_secs_f64(),
         );
-        // Free bytes no live block can use: the tail of each trimmed buddy block's power-of-two
-        // node (only smaller blocks fit there, and blocks up to 4 KiB live in slabs).
-        let tails: usize = f
+        // Free bytes no live block can use: a buddy block larger than a bank starts on a bank
+        // boundary, so the rest of its last bank stays free between packed blocks (only blocks
+        // of at most a bank fit there, and those live in slabs).
+        let bank = f.pool.config().bank_size;
+        let gaps: usize = f
             .pool
             .blocks()
             .iter()
-            .filter(|b| b.block_bytes > 4096 && b.block_bytes <= f.pool.config().chunk_size / 2)
-            .map(|b| b.block_bytes.next_power_of_two() - b.block_bytes)
+            .filter(|b| b.block_bytes > bank && b.block_bytes <= f.pool.config().chunk_size / 2)
+            .map(|b| b.block_bytes.next_multiple_of(bank) - b.block_bytes)
             .sum();
         println!(
-            "  after: {} MiB free, {} MiB of it in the largest block; trimmed-block tails {} MiB ({:.0}% of the free bytes)",
+            "  after: {} MiB free, {} MiB of it in the largest block; bank-rule gaps {} MiB ({:.0}% of the free bytes)",
             after.bytes_free / MIB,
             after.largest_free_block / MIB,
-            tails / MIB,
-            100.0 * tails as f64 / after.bytes_free as f64
+            gaps / MIB,
+            100.0 * gaps as f64 / after.bytes_free as f64
         );
         pauses.push(paused);
         baseline.push(move_live);

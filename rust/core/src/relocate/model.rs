@@ -7,6 +7,8 @@
 //! buddy node can be taken exactly when none of its units is covered, so these bits decide
 //! placements the way the trees will.
 
+use std::collections::BTreeSet;
+
 use crate::global::ChunkState;
 use crate::pool::Pool;
 
@@ -77,6 +79,68 @@ fn set_range(bits: &mut [u64], lo: u64, hi: u64, on: bool) {
             bits[w] &= !mask;
         }
         at = end;
+    }
+}
+
+/// The first covered unit in `[at, end)`, or `end`.
+fn next_covered(bits: &[u64], mut at: u64, end: u64) -> u64 {
+    while at < end {
+        let word = bits[(at / 64) as usize] >> (at % 64);
+        if word != 0 {
+            return (at + u64::from(word.trailing_zeros())).min(end);
+        }
+        at = (at / 64 + 1) * 64;
+    }
+    end
+}
+
+/// The first uncovered unit in `[at, end)`, or `end`.
+fn next_uncovered(bits: &[u64], mut at: u64, end: u64) -> u64 {
+    while at < end {
+        let word = !bits[(at / 64) as usize] >> (at % 64);
+        if word != 0 {
+            return (at + u64::from(word.trailing_zeros())).min(end);
+        }
+        at = (at / 64 + 1) * 64;
+    }
+    end
+}
+
+/// Free stretches of a model, by length: best fit for blocks placed largest first. Taking a
+/// place splits its stretch; the model itself is changed by the caller ([`Model::occupy`]).
+///
+/// Stretches are ordered by their length from the first multiple of `granule` in them (the
+/// alignment nearly every packed block needs: a bank), so the first long enough is the place
+/// for a block so aligned, found without trying stretches that start badly.
+pub(crate) struct Gaps {
+    granule: u64,
+    /// (length from the first multiple of `granule`, chunk, start, end), in units.
+    by_len: BTreeSet<(u64, usize, u64, u64)>,
+}
+
+impl Gaps {
+    fn insert(&mut self, chunk: usize, start: u64, end: u64) {
+        let aligned = start.next_multiple_of(self.granule);
+        if start < end {
+            self.by_len.insert((end.saturating_sub(aligned), chunk, start, end));
+        }
+    }
+
+    /// The shortest stretch that holds `units` units starting on a multiple of `align`: take
+    /// that place (chunk, start); what is left of the stretch on either side stays.
+    pub(crate) fn take(&mut self, units: u64, align: u64) -> Option<(usize, u64)> {
+        // A coarser alignment than the granule may need a later stretch; a finer one may fit
+        // where the granule's length is too short (not tried: such blocks are few).
+        let key = self
+            .by_len
+            .range((units, 0, 0, 0)..)
+            .find(|&&(_, _, start, end)| start.next_multiple_of(align) + units <= end);
+        let (len, chunk, start, end) = *key?;
+        self.by_len.remove(&(len, chunk, start, end));
+        let at = start.next_multiple_of(align);
+        self.insert(chunk, start, at);
+        self.insert(chunk, at + units, end);
+        Some((chunk, at))
     }
 }
 
@@ -177,6 +241,42 @@ impl Model {
         None
     }
 
+    /// Free units of chunk `i`: all of a free chunk, the uncovered units of a core chunk.
+    pub(crate) fn free_units(&self, i: usize) -> u64 {
+        let c = &self.chunks[i];
+        match c.role {
+            Role::Free => c.usable,
+            Role::Core => c.usable - c.used,
+            Role::Run => 0,
+        }
+    }
+
+    /// The free stretches of chunks `0..=last` (free chunks whole), to place blocks into;
+    /// `granule` is the alignment (units) most of them need.
+    pub(crate) fn gaps(&self, last: usize, granule: u64) -> Gaps {
+        let mut gaps = Gaps { granule: granule.max(1), by_len: BTreeSet::new() };
+        for (i, c) in self.chunks.iter().enumerate().take(last + 1) {
+            match c.role {
+                Role::Run => {}
+                _ if c.bits.is_empty() => {
+                    if c.used == 0 {
+                        gaps.insert(i, 0, c.usable);
+                    }
+                }
+                _ => {
+                    let mut at = 0;
+                    while at < c.usable {
+                        let free = next_covered(&c.bits, at, c.usable) - at;
+                        gaps.insert(i, at, at + free);
+                        at += free;
+                        at = next_uncovered(&c.bits, at, c.usable);
+                    }
+                }
+            }
+        }
+        gaps
+    }
+
     /// Free bytes of chunk `i`: all of an empty chunk, the free units of a core chunk.
     fn free_bytes_of(&self, i: usize, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
         let c = &self.chunks[i];
@@ -195,16 +295,16 @@ impl Model {
     /// The largest free power-of-two block any chunk could give, in bytes, and the longest
     /// stretch of empty chunks (in chunks), as an allocation would see them after the plan.
     pub(crate) fn largest_free(&self, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
+        // The longest stretch first: a chunk's nodes are then only searched when one could
+        // beat it.
         let mut best = 0usize;
         let mut run = 0usize;
+        for i in 0..self.chunks.len() {
+            run = if self.is_empty(i) { run + chunk_bytes(i) } else { 0 };
+            best = best.max(run);
+        }
         for (i, c) in self.chunks.iter().enumerate() {
-            if self.is_empty(i) {
-                run += chunk_bytes(i);
-                best = best.max(run);
-                continue;
-            }
-            run = 0;
-            if c.role != Role::Core {
+            if self.is_empty(i) || c.role != Role::Core {
                 continue;
             }
             // The largest aligned free node of this chunk.

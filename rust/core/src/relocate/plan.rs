@@ -2,10 +2,11 @@
 //!
 //! * **Slab packing**: per size class, the objects of the sparsest slabs move into the free
 //!   objects of the others, as long as they fit; the emptied slabs go back.
-//! * **Two fingers** (full compaction): chunks from the end of the arena down, each emptied into
-//!   the lowest holes below it; a chunk that cannot be emptied stays. Only the blocks above the
-//!   final boundary move (in a pool half full of scattered holes, about half of them).
-//! * **Repack / slide** (full compaction, when the two fingers leave a lot behind): every block
+//! * **Packing below a boundary** (full compaction): every block above a boundary chunk moves
+//!   into the holes at or below it, largest first, packed (not at the start of its enclosing
+//!   buddy node, so trimmed tails fill too); the boundary is as low as the free units allow. Only
+//!   the blocks above it move (in a pool half full of scattered holes, about half of them).
+//! * **Repack / slide** (full compaction, when the packing leaves a lot behind, e.g. pins): every block
 //!   re-placed largest first (host memory), or slid down in address order (a device).
 //! * **Evacuation**: named chunks emptied into the others (`Evacuate`); or an incremental step:
 //!   chunks from the end of the arena down, their blocks into the lowest holes below them, at
@@ -125,6 +126,28 @@ impl Pool {
         census
     }
 
+    /// The alignment (units) a buddy block of `units` units aligned to `align` bytes needs at a
+    /// place a planner picks: it is packed there (see [`crate::layout::BuddyLayout`]), not put
+    /// at the start of its enclosing node, so no trimmed tail is left behind it.
+    fn packed_alignment(&self, units: u64, align: usize) -> u64 {
+        self.geometry.packed_alignment(units, align, self.config.bank_size)
+    }
+
+    /// Free bytes the bank rule leaves however tightly blocks are packed: a buddy block larger
+    /// than a bank starts on a bank boundary, so the rest of its last bank stays free (only a
+    /// block of at most a bank fits there, and those live in slabs).
+    pub(crate) fn bank_slack(&self, census: &Census) -> usize {
+        let g = &self.geometry;
+        let bank = g.bank_units(self.config.bank_size);
+        census
+            .buddy
+            .iter()
+            .filter_map(|i| self.buddy_layout(i.info.size))
+            .filter(|b| b.units > bank)
+            .map(|b| (b.units.next_multiple_of(bank) - b.units) as usize * g.min_block)
+            .sum()
+    }
+
     fn block_unit(&self, item: &Item) -> Option<Unit> {
         self.unit_of(item.handle, &item.info).ok()
     }
@@ -208,7 +231,8 @@ impl Pool {
             match unit.kind {
                 Kind::Buddy => {
                     let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
-                    candidates.push((unit, b.units, b.enclosing * b.step));
+                    let align = self.packed_alignment(b.units, unit.align);
+                    candidates.push((unit, b.units, align));
                 }
                 Kind::Run { .. } => candidates.push((unit, 0, 0)),
                 _ => {}
@@ -280,102 +304,148 @@ impl Pool {
         Some(moves)
     }
 
-    /// Two fingers (full compaction): chunks from the end of the arena down, each emptied into
-    /// the lowest free places of the chunks below it (its blocks largest first; a run into the
-    /// lowest stretch of empty chunks below it, or sliding over its own start). A chunk that
-    /// cannot be emptied (or holds blocks that cannot move) stays and the scan goes on below
-    /// it; runs that found no room go again at the end, into the room the scan made. Every
-    /// other block stays where it is: in a pool half full of scattered holes about half the
-    /// blocks move (a repack moves nearly all). Destinations are free before the batch, or
-    /// left by a block copied out before (a run moving into emptied chunks): the executor orders
-    /// the copies, and no cycle can arise, so a mover on a device can do it.
-    pub(crate) fn plan_two_finger(&self, census: &Census, model: &mut Model) -> Vec<Unit> {
-        let g = &self.geometry;
-        let contents = self.chunk_contents(census);
-        let mut runs: HashMap<usize, Unit> = HashMap::new();
-        for item in census.runs.iter().filter(|i| i.movable) {
-            if let Some(u) = self.block_unit(item) {
-                if let Kind::Run { chunks } = u.kind {
-                    runs.insert(g.chunk_of(u.from) + chunks - 1, u);
-                }
-            }
-        }
-        let mut cursors: HashMap<(u64, u64), (usize, u64)> = HashMap::new();
+    /// Packing below a boundary (full compaction): the arena is cut at a *boundary chunk*, the
+    /// lowest for which the free units at or below it cover the movable units above it. Every
+    /// movable block and slab above it moves into the holes at or below it, largest first, each
+    /// into the shortest hole that holds it (packed: see [`Pool::packed_alignment`]), so the
+    /// holes below fill up. What finds no hole there (a slab needs a hole of its own alignment;
+    /// the bank rule leaves gaps no large block can use) is packed the same way, lowest place
+    /// first, into the room just above the boundary. Blocks at or below the boundary stay: in a pool half full
+    /// of scattered holes about half the blocks move (a repack moves nearly all). Chunk runs go
+    /// first (each into the lowest stretch of empty chunks below it) and, if they found none,
+    /// again at the end, into the room the packing made.
+    ///
+    /// No cycle can arise, so a mover on a device can do it: a destination at or below the
+    /// boundary was free before the batch; one above it overlaps at most sources of blocks that
+    /// went below the boundary (copied out first).
+    pub(crate) fn plan_pack(&self, census: &Census, model: &mut Model) -> Vec<Unit> {
         let mut moves = Vec::new();
-        let mut stuck: Vec<Unit> = Vec::new();
-        // Chunks that received blocks stay (their new blocks are not in the census).
-        let mut received: HashSet<usize> = HashSet::new();
-        let mut chunk = model.chunks.len();
-        while chunk > 0 {
-            chunk -= 1;
-            if model.is_empty(chunk) {
-                continue;
-            }
-            if let Some(run) = runs.remove(&chunk) {
-                let first = g.chunk_of(run.from);
-                match self.plan_run_move(model, &run) {
-                    Some(unit) => moves.push(unit),
-                    None => stuck.push(run),
-                }
-                chunk = first;
-                continue;
-            }
-            let Some(content) = contents[chunk].as_ref().filter(|c| c.movable && !received.contains(&chunk)) else {
-                continue; // blocks that cannot move (pinned, without a handle, or new): step over
-            };
-            let mut pieces: Vec<(Unit, u64, u64)> = Vec::new();
-            for &i in &content.buddy {
-                let Some(unit) = self.block_unit(&census.buddy[i]) else { continue };
-                let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
-                pieces.push((unit, b.units, b.enclosing * b.step));
-            }
-            for &i in &content.slabs {
-                pieces.push(self.slab_unit(census, &census.slabs[i]));
-            }
-            pieces.sort_by_key(|(u, n, a)| (std::cmp::Reverse(*n), std::cmp::Reverse(*a), u.from));
-            let mark = moves.len();
-            let mut placed: Vec<(usize, u64, u64, u64)> = Vec::new();
-            let mut all = true;
-            for (mut unit, units, align) in pieces {
-                let cursor = cursors.entry((units, align)).or_insert((0, 0));
-                let mut found = None;
-                while cursor.0 < chunk {
-                    if let Some(p) = model.find(cursor.0, cursor.1, units, align, u64::MAX) {
-                        found = Some((cursor.0, p));
-                        break;
-                    }
-                    *cursor = (cursor.0 + 1, 0);
-                }
-                let Some((c, p)) = found else {
-                    all = false;
-                    break;
-                };
-                *cursor = (c, p);
-                model.occupy(c, p, units, unit.core);
-                placed.push((c, p, units, align));
-                unit.to = g.offset_of(c, p);
-                moves.push(unit);
-            }
-            if all {
-                model.set_run(chunk, 1, false); // emptied: its blocks and slabs all leave
-                received.extend(placed.iter().map(|&(c, _, _, _)| c));
-            } else {
-                // It stays: undo its placements (and let the cursors find those places again).
-                for (c, p, units, align) in placed {
-                    model.vacate(c, p, units);
-                    let cursor = cursors.entry((units, align)).or_insert((0, 0));
-                    *cursor = (*cursor).min((c, p));
-                }
-                moves.truncate(mark);
+        let mut runs: Vec<Unit> = census.runs.iter().filter(|i| i.movable).filter_map(|i| self.block_unit(i)).collect();
+        runs.sort_by_key(|u| u.from);
+        let mut stuck = Vec::new();
+        for run in runs {
+            match self.plan_run_move(model, &run) {
+                Some(unit) => moves.push(unit),
+                None => stuck.push(run),
             }
         }
-        // Runs that found no room go again, top first, into what the scan emptied.
+        let pieces = self.movable_pieces(census, model.chunks.len());
+        let n = model.chunks.len();
+        let mut above: Vec<u64> = vec![0; n + 1];
+        for c in (0..n).rev() {
+            // A block larger than a bank takes whole banks (the next block starts on one).
+            above[c] =
+                above[c + 1] + pieces[c].iter().map(|(_, units, align)| units.next_multiple_of(*align)).sum::<u64>();
+        }
+        let mut free_below = 0u64;
+        let boundary = (0..n).find(|&c| {
+            free_below += model.free_units(c);
+            free_below >= above[c + 1]
+        });
+        if let Some(boundary) = boundary.filter(|&b| b + 1 < n) {
+            let (packed, left) = self.pack_below(model, &pieces[boundary + 1..], boundary);
+            moves.extend(packed);
+            moves.extend(self.pack_above(model, left, boundary + 1));
+        }
+        // Runs that found no room go again, lowest first, into what the packing emptied.
         for run in stuck {
             if let Some(unit) = self.plan_run_move(model, &run) {
                 moves.push(unit);
             }
         }
         moves
+    }
+
+    /// The movable buddy blocks and whole slabs of every core chunk: (unit, units, alignment
+    /// in units), by chunk.
+    fn movable_pieces(&self, census: &Census, chunks: usize) -> Vec<Vec<(Unit, u64, u64)>> {
+        let g = &self.geometry;
+        let mut pieces: Vec<Vec<(Unit, u64, u64)>> = vec![Vec::new(); chunks];
+        for item in census.buddy.iter().filter(|i| i.movable) {
+            let Some(unit) = self.block_unit(item) else { continue };
+            let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
+            let align = self.packed_alignment(b.units, unit.align);
+            pieces[g.chunk_of(unit.from)].push((unit, b.units, align));
+        }
+        for view in &census.slabs {
+            let class = &self.slabs.classes.classes[view.class];
+            if slab_movable(census, view, class.objects) {
+                let piece = self.slab_unit(census, view);
+                pieces[g.chunk_of(view.base)].push(piece);
+            }
+        }
+        pieces
+    }
+
+    /// Move the `pieces` (of chunks above `boundary`) into the free stretches of chunks up to
+    /// it, largest first, each into the shortest stretch that holds it (best fit: what is left
+    /// of a stretch stays for smaller pieces), in `model`: the moves, and the pieces that
+    /// found no place (still where they are).
+    fn pack_below<'p>(
+        &self,
+        model: &mut Model,
+        pieces: &'p [Vec<(Unit, u64, u64)>],
+        boundary: usize,
+    ) -> (Vec<Unit>, Vec<&'p (Unit, u64, u64)>) {
+        let g = &self.geometry;
+        let mut moving: Vec<&(Unit, u64, u64)> = pieces.iter().flatten().collect();
+        moving.sort_by_key(|(u, units, align)| (std::cmp::Reverse(*units), std::cmp::Reverse(*align), u.from));
+        let mut gaps = model.gaps(boundary, self.geometry.bank_units(self.config.bank_size));
+        let mut moves = Vec::with_capacity(moving.len());
+        let mut left = Vec::new();
+        for piece in moving {
+            let (unit, units, align) = piece;
+            let Some((c, p)) = gaps.take(*units, *align) else {
+                left.push(piece);
+                continue;
+            };
+            model.occupy(c, p, *units, unit.core);
+            model.vacate(g.chunk_of(unit.from), g.unit_in_chunk(unit.from), *units);
+            moves.push(Unit { to: g.offset_of(c, p), ..unit.clone() });
+        }
+        (moves, left)
+    }
+
+    /// Move `pieces` (that found no hole at or below the boundary) into the room just above
+    /// it: largest first, each to the lowest place from chunk `floor` up that ends before its
+    /// own start (else it stays), in `model`. Their own places stay covered while they are
+    /// placed, so no destination overlaps another of them: a destination overlaps at most
+    /// sources of blocks that went below the boundary, copied out first.
+    fn pack_above(&self, model: &mut Model, mut pieces: Vec<&(Unit, u64, u64)>, floor: usize) -> Vec<Unit> {
+        let g = &self.geometry;
+        pieces.sort_by_key(|(u, units, align)| (std::cmp::Reverse(*units), std::cmp::Reverse(*align), u.from));
+        // Per shape, the lowest place worth trying (places only fill up here).
+        let mut cursors: HashMap<(u64, u64), (usize, u64)> = HashMap::new();
+        let mut placed = Vec::new();
+        for (unit, units, align) in pieces {
+            let (own_chunk, own) = (g.chunk_of(unit.from), g.unit_in_chunk(unit.from));
+            let cursor = cursors.entry((*units, *align)).or_insert((floor, 0));
+            let mut found = None;
+            while cursor.0 <= own_chunk {
+                let limit = if cursor.0 == own_chunk { own } else { u64::MAX };
+                if let Some(p) = model.find(cursor.0, cursor.1, *units, *align, limit) {
+                    found = Some((cursor.0, p));
+                    *cursor = (cursor.0, p);
+                    break;
+                }
+                if cursor.0 == own_chunk {
+                    break; // searched below its own start only: later pieces may fit further up
+                }
+                *cursor = (cursor.0 + 1, 0);
+            }
+            if let Some((c, p)) = found {
+                model.occupy(c, p, *units, unit.core);
+                placed.push((unit, *units, g.offset_of(c, p)));
+            }
+        }
+        // Their old places are free once all are placed.
+        placed
+            .into_iter()
+            .map(|(unit, units, to)| {
+                model.vacate(g.chunk_of(unit.from), g.unit_in_chunk(unit.from), units);
+                Unit { to, ..unit.clone() }
+            })
+            .collect()
     }
 
     /// Move `run` (in the model) to the lowest stretch of empty chunks that starts below it
@@ -578,7 +648,8 @@ impl Pool {
             for item in content.buddy.iter().map(|&i| &census.buddy[i]) {
                 let Some(unit) = self.block_unit(item) else { continue };
                 let Layout::Buddy(b) = g.layout(unit.size, unit.align) else { continue };
-                pieces.push((unit, b.units, b.enclosing * b.step));
+                let align = self.packed_alignment(b.units, unit.align);
+                pieces.push((unit, b.units, align));
             }
             pieces.sort_by_key(|(u, n, _)| (std::cmp::Reverse(*n), u.from));
             for (mut unit, n, align) in pieces {
