@@ -102,9 +102,10 @@ class Compactor:
         self, mode: str | None = None, *, max_bytes: int | None = None, reason: str = "manual"
     ) -> CompactionReport:
         """Compact now. ``mode``: ``"full"`` (default: the policy's mode) stops the pool once:
-        slab objects are packed, then chunks from the end of the arena are emptied into the holes
-        below, so free space gathers in one run as far as pinned blocks and block shapes allow;
-        ``"incremental"`` does the same in steps of at most ``max_bytes`` of moves (default: the
+        slab objects are packed, then every block above a boundary chunk is packed into the holes
+        below it, so free space becomes one run but for what pinned blocks and the bank rule
+        leave (see ``docs/compaction.md``); ``"incremental"`` evacuates the chunks above the
+        boundary sparsest first, in steps of at most ``max_bytes`` of moves (default: the
         policy's), the pool stopped only during each step, until a step finds nothing to move.
         Returns the report (also kept in :attr:`reports`)."""
         mode = self.policy.mode if mode is None else mode

@@ -355,6 +355,56 @@ fn full_compaction_leaves_one_free_stretch_and_every_byte() {
 }
 
 #[test]
+fn an_incremental_step_evacuates_the_sparsest_chunk_above_the_boundary_first() {
+    const BLOCK: usize = 64 << 10;
+    let p = pool(32 * MIB, 1);
+    let chunk_size = p.config().chunk_size;
+    let mut by_chunk: Vec<Vec<Handle>> = vec![Vec::new(); 16];
+    for _ in 0..12 * (chunk_size / BLOCK) {
+        let h = p.alloc(BLOCK, None, 0).unwrap();
+        by_chunk[p.block(h).unwrap().offset / chunk_size].push(h);
+    }
+    // Chunks 0-5 half empty (the holes), 6-7 full; above them chunks holding 4, 20, 2 and 10
+    // blocks: the sparsest is chunk 10, the highest chunk 11.
+    let keep = [16, 16, 16, 16, 16, 16, 32, 32, 4, 20, 2, 10];
+    for (chunk, &n) in keep.iter().enumerate() {
+        assert_eq!(by_chunk[chunk].len(), chunk_size / BLOCK, "blocks fill chunks in order");
+        for h in by_chunk[chunk].drain(n..) {
+            p.free(h).unwrap();
+        }
+    }
+    let token = p.pause(WAIT).unwrap();
+    let step = CompactionMode::Incremental { max_bytes: 3 * BLOCK };
+    let plan = p.plan_compaction(Some(&token), &step).unwrap();
+    let sources: Vec<usize> = plan.moves.iter().map(|m| m.from / chunk_size).collect();
+    assert_eq!(sources[..2], [10, 10], "chunk 10 (2 blocks) empties first: {sources:?}");
+    assert_eq!(sources[2], 8, "then the next sparsest, chunk 8: {sources:?}");
+    assert!(plan.moves.iter().all(|m| m.to / chunk_size <= 5), "into the holes below the boundary");
+    assert_eq!(plan.chunks_emptied, 1);
+    let done = p.compact(&token, &step, None).unwrap();
+    assert_eq!(done.bytes, 3 * BLOCK);
+    p.check().unwrap();
+    p.resume(&token).unwrap();
+    // Steps until nothing moves: every chunk above the boundary empties.
+    loop {
+        let token = p.pause(WAIT).unwrap();
+        let done = p.compact(&token, &CompactionMode::Incremental { max_bytes: 8 * BLOCK }, None).unwrap();
+        p.resume(&token).unwrap();
+        if done.blocks == 0 {
+            break;
+        }
+    }
+    p.check().unwrap();
+    // One free run but for the partly filled chunk at its start (196 blocks of 32 per chunk).
+    let stats = p.stats();
+    let mut chunks: Vec<usize> = p.blocks().iter().map(|b| b.offset / chunk_size).collect();
+    chunks.sort_unstable();
+    chunks.dedup();
+    assert_eq!(chunks, (0..7).collect::<Vec<_>>(), "the blocks fill the lowest chunks");
+    assert_eq!(stats.bytes_free - stats.largest_free_block, chunk_size - 4 * BLOCK);
+}
+
+#[test]
 fn incremental_steps_respect_their_budget_and_empty_chunks() {
     let p = pool(64 * MIB, 2);
     let kept = fragment(&p, &[3000, 20_000, 60_000, 130_000], 40);

@@ -376,7 +376,7 @@ impl Pool {
             CompactionMode::Incremental { max_bytes } => {
                 let census = self.census(false);
                 let mut model = Model::of(self);
-                let candidates = self.evacuation_order(&census);
+                let candidates = self.evacuation_order(&census, &model);
                 let (mut units, emptied) = self
                     .plan_evacuation(&census, &mut model, &candidates, Some(*max_bytes), false)
                     .map_err(|reason| Error::InvalidMove { reason })?;
@@ -458,7 +458,7 @@ impl Pool {
                 units.extend(slide);
             }
             CompactionMode::Incremental { max_bytes } => {
-                let candidates = self.evacuation_order(&census);
+                let candidates = self.evacuation_order(&census, &model);
                 let (u, e) = self
                     .plan_evacuation(&census, &mut model, &candidates, Some(*max_bytes), false)
                     .map_err(|reason| Error::InvalidMove { reason })?;
@@ -540,22 +540,6 @@ impl Pool {
             Some(all) if tight.largest_free(&bytes) > largest + free / 16 => (all, tight),
             _ => (few, packed),
         }
-    }
-
-    /// The chunks an incremental step evacuates, in order: from the end of the arena down (the
-    /// two fingers, in steps), chunks whose blocks can all move. Measured against "sparsest
-    /// first" on a 1 GiB pool of 100k blocks at 50%: sparsest first frees cheap chunks all over
-    /// the arena and stalls with a largest free block of 48 MiB (fragmentation 0.90), from the
-    /// end down reaches 402 MiB (0.20) with the same pauses (BENCHMARKS.md).
-    fn evacuation_order(&self, census: &plan::Census) -> Vec<usize> {
-        let contents = self.chunk_contents(census);
-        contents
-            .iter()
-            .enumerate()
-            .rev()
-            .filter(|(_, c)| c.as_ref().is_some_and(|c| c.movable && c.bytes > 0))
-            .map(|(chunk, _)| chunk)
-            .collect()
     }
 
     /// Mark every handle of `units` moving; units with a block that cannot be marked (pinned

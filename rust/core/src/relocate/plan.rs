@@ -331,18 +331,8 @@ impl Pool {
         }
         let pieces = self.movable_pieces(census, model.chunks.len());
         let n = model.chunks.len();
-        let mut above: Vec<u64> = vec![0; n + 1];
-        for c in (0..n).rev() {
-            // A block larger than a bank takes whole banks (the next block starts on one).
-            above[c] =
-                above[c + 1] + pieces[c].iter().map(|(_, units, align)| units.next_multiple_of(*align)).sum::<u64>();
-        }
-        let mut free_below = 0u64;
-        let boundary = (0..n).find(|&c| {
-            free_below += model.free_units(c);
-            free_below >= above[c + 1]
-        });
-        if let Some(boundary) = boundary.filter(|&b| b + 1 < n) {
+        let boundary = self.boundary(model, &pieces);
+        if boundary + 1 < n {
             let (packed, left) = self.pack_below(model, &pieces[boundary + 1..], boundary);
             moves.extend(packed);
             moves.extend(self.pack_above(model, left, boundary + 1));
@@ -354,6 +344,43 @@ impl Pool {
             }
         }
         moves
+    }
+
+    /// The boundary chunk of a compaction: the lowest chunk for which the free units at or
+    /// below it cover the movable `pieces` above it (each counted with its alignment's slack:
+    /// a block larger than a bank takes whole banks).
+    pub(crate) fn boundary(&self, model: &Model, pieces: &[Vec<(Unit, u64, u64)>]) -> usize {
+        let n = model.chunks.len();
+        let mut above: Vec<u64> = vec![0; n + 1];
+        for c in (0..n).rev() {
+            above[c] =
+                above[c + 1] + pieces[c].iter().map(|(_, units, align)| units.next_multiple_of(*align)).sum::<u64>();
+        }
+        let mut free_below = 0u64;
+        (0..n)
+            .find(|&c| {
+                free_below += model.free_units(c);
+                free_below >= above[c + 1]
+            })
+            .unwrap_or(n.saturating_sub(1))
+    }
+
+    /// The chunks an incremental step evacuates, in order: the chunks above the boundary (see
+    /// [`Pool::plan_pack`]) whose blocks can all move, sparsest first (the fewest bytes to
+    /// move, then the highest). Each step empties as many chunks as its budget allows; their
+    /// blocks go into the lowest holes (below the boundary while there are any), so every
+    /// chunk above the boundary empties in the end and the free chunks join into one run.
+    pub(crate) fn evacuation_order(&self, census: &Census, model: &Model) -> Vec<usize> {
+        let boundary = self.boundary(model, &self.movable_pieces(census, model.chunks.len()));
+        let contents = self.chunk_contents(census);
+        let mut chunks: Vec<(usize, usize)> = contents
+            .iter()
+            .enumerate()
+            .skip(boundary + 1)
+            .filter_map(|(chunk, c)| c.as_ref().filter(|c| c.movable && c.bytes > 0).map(|c| (chunk, c.bytes)))
+            .collect();
+        chunks.sort_by_key(|&(chunk, bytes)| (bytes, std::cmp::Reverse(chunk)));
+        chunks.into_iter().map(|(chunk, _)| chunk).collect()
     }
 
     /// The movable buddy blocks and whole slabs of every core chunk: (unit, units, alignment
@@ -567,17 +594,17 @@ impl Pool {
                 }
             }
         }
-        // Holes: busy core chunks outside the excluded ones, lowest first. In a step, a block
-        // only goes to a chunk below its own: every move lowers a block, so steps run out (no
-        // block can go back and forth), and free space gathers at the end of the arena.
-        let mut holes: Vec<usize> = (0..model.chunks.len())
-            .filter(|&c| !excluded.contains(&c) && model.chunks[c].role == Role::Core && model.chunks[c].used > 0)
-            .collect();
+        // Holes, lowest first. Named chunks (strict) go into the holes of busy core chunks, then
+        // into fresh chunks. In a step, a block only goes to a chunk below its own, busy or
+        // empty (blocks that fit no hole below the boundary pack just above it): every move
+        // lowers a block, so steps run out (no block can go back and forth), and free space
+        // gathers at the end of the arena.
+        let busy = |c: usize| model.chunks[c].role == Role::Core && model.chunks[c].used > 0;
+        let empty = |c: usize| model.is_empty(c);
+        let mut holes: Vec<usize> =
+            (0..model.chunks.len()).filter(|&c| !excluded.contains(&c) && (busy(c) || (!strict && empty(c)))).collect();
         if strict {
-            // Named chunks must empty: fresh chunks take what the holes cannot.
-            holes.extend(
-                (0..model.chunks.len()).filter(|&c| !excluded.contains(&c) && model.chunks[c].role == Role::Free),
-            );
+            holes.extend((0..model.chunks.len()).filter(|&c| !excluded.contains(&c) && empty(c)));
         }
         // Per size, the first hole worth trying (holes only fill up while planning, so a hole
         // too full for a size stays so).
