@@ -179,6 +179,32 @@ def test_other_threads_wait_for_the_resume_and_the_pausing_thread_does_not() -> 
     pool.check()
 
 
+def test_a_pause_left_open_does_not_hang_other_threads() -> None:
+    pool = npumem.Pool(16 * MIB, cores=2)
+    blk = pool.alloc(5000)
+    before = state_of(pool)
+    raised: list[BaseException] = []
+
+    def other() -> None:
+        for call in (lambda: pool.alloc(100), blk.free):
+            try:
+                call()
+            except npumem.PoolBusyError as e:
+                raised.append(e)
+
+    pause = pool.pause(timeout=0.1)  # and not resumed in time
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+    assert [type(e) for e in raised] == [npumem.PoolBusyError] * 2
+    assert "stayed paused" in str(raised[0])
+    pause.resume()
+    assert_unchanged(pool, before)
+    blk.free()
+    pool.check()
+
+
 def test_compactor_arguments_are_checked(pool: npumem.Pool) -> None:
     before = state_of(pool)
     bad: list[Callable[[], Any]] = [

@@ -44,6 +44,9 @@ pub enum Error {
     Paused,
     /// The pool could not be paused in time: an in-flight call did not finish.
     Busy { waited_ms: u64 },
+    /// A call waited for a pause longer than the pauser's timeout (a pause that was not
+    /// ended): it gave up, nothing was done.
+    PausedTooLong { waited_ms: u64 },
     /// `check()` found inconsistent metadata: one line per finding.
     Corruption(Vec<String>),
     /// Item `index` of a batch call failed (and the batch left the pool as it was).
@@ -116,6 +119,11 @@ impl fmt::Display for Error {
             Error::Busy { waited_ms } => {
                 write!(f, "could not pause the pool: in-flight calls did not finish within {waited_ms} ms")
             }
+            Error::PausedTooLong { waited_ms } => write!(
+                f,
+                "the pool stayed paused for {waited_ms} ms, longer than its pauser's timeout (a pause that \
+                 was not resumed?); nothing was done"
+            ),
             Error::Batch { index, error } => write!(f, "item {index} of the batch failed: {error}"),
             Error::Moving => write!(f, "the block is being moved by a compaction; try again"),
             Error::InvalidMove { reason } => write!(f, "invalid move: {reason}; nothing was moved"),

@@ -241,6 +241,18 @@ pub(crate) struct Gate {
     busy: AtomicU64,
     /// The last ticket handed out (tickets start at 2: 1 is the plain pause).
     tickets: AtomicU64,
+    /// How long a caller waits for the current pause to end (ms): the timeout the pauser
+    /// gave, so nobody waits longer for a pause than the pauser would have waited for them.
+    wait_limit_ms: AtomicU64,
+}
+
+/// Why a call did not enter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The caller holds the pause and is moving blocks: it would wait for itself.
+    Relocating,
+    /// The pause outlasted the pauser's timeout: waited this long.
+    PausedTooLong(Duration),
 }
 
 /// Why a pause was not taken.
@@ -283,6 +295,7 @@ impl Gate {
             holder: AtomicU64::new(0),
             busy: AtomicU64::new(0),
             tickets: AtomicU64::new(1),
+            wait_limit_ms: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -323,43 +336,57 @@ impl Gate {
         self.holds(record) && self.busy.load(Ordering::Acquire) == 0
     }
 
-    /// Enter through `record`, waiting while the gate is closed; `None` (at once) when the
-    /// caller holds the pause and is moving blocks: it would wait for itself.
+    /// Enter through `record`, waiting while the gate is closed: at most the pauser's timeout
+    /// (then [`Refusal::PausedTooLong`]: a pause nobody ended cannot hang every caller); at once
+    /// [`Refusal::Relocating`] when the caller holds the pause and is moving blocks.
     #[inline]
-    pub(crate) fn enter_with<'a>(&self, record: &'a Record) -> Option<Entered<'a>> {
+    pub(crate) fn enter_with<'a>(&self, record: &'a Record) -> Result<Entered<'a>, Refusal> {
         match self.try_enter_with(record) {
-            Some(entered) => Some(entered),
+            Some(entered) => Ok(entered),
             None => self.enter_slow(record),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn enter_slow<'a>(&self, record: &'a Record) -> Option<Entered<'a>> {
+    fn enter_slow<'a>(&self, record: &'a Record) -> Result<Entered<'a>, Refusal> {
+        let started = Instant::now();
         loop {
             if self.holds(record) {
-                return None;
+                return Err(Refusal::Relocating);
             }
-            self.wait_open();
+            if !self.wait_open(started) {
+                return Err(Refusal::PausedTooLong(started.elapsed()));
+            }
             if let Some(entered) = self.try_enter_with(record) {
-                return Some(entered);
+                return Ok(entered);
             }
         }
     }
 
-    fn wait_open(&self) {
+    /// Wait until the gate opens; `false` once the caller has waited (since `started`) longer
+    /// than the current pause's limit. (Loom models wait without a limit.)
+    fn wait_open(&self, started: Instant) -> bool {
         let mut spins = 0u32;
         while self.is_closed() {
             if spins < 64 {
                 spin_hint();
             } else {
                 #[cfg(not(loom))]
-                std::thread::sleep(Duration::from_micros(50));
+                {
+                    let limit = self.wait_limit_ms.load(Ordering::Relaxed);
+                    if started.elapsed().as_millis() >= u128::from(limit) && self.is_closed() {
+                        return false;
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
                 #[cfg(loom)]
                 loom::thread::yield_now();
             }
             spins = spins.saturating_add(1);
         }
+        let _ = started;
+        true
     }
 
     /// Close the gate and wait for calls in flight through `registry` to finish.
@@ -388,6 +415,8 @@ impl Gate {
             }
             spins = spins.saturating_add(1);
         }
+        // Callers wait for this pause as long as it waits for them.
+        self.wait_limit_ms.store(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
         heavy_barrier();
         let mut spins = 0u32;
         loop {
@@ -482,21 +511,20 @@ impl Gate {
         }
     }
 
-    /// Enter on the calling thread, waiting while paused; `None` only for the holder of a
-    /// ticketed pause while it moves blocks (it would wait for itself).
+    /// Enter on the calling thread, waiting while paused (see [`Gate::enter_with`]).
     #[inline]
-    pub(crate) fn enter(&self) -> Option<Entered<'static>> {
+    pub(crate) fn enter(&self) -> Result<Entered<'static>, Refusal> {
         let (record, temporary) = thread_record();
         match self.enter_with(record) {
-            Some(mut entered) => {
+            Ok(mut entered) => {
                 entered.temporary = temporary;
-                Some(entered)
+                Ok(entered)
             }
-            None => {
+            Err(refusal) => {
                 if temporary {
                     record.release();
                 }
-                None
+                Err(refusal)
             }
         }
     }

@@ -95,6 +95,28 @@ fn a_held_pause_holds_others_lets_its_thread_in_and_resumes_once() {
 }
 
 #[test]
+fn callers_wait_for_a_pause_no_longer_than_its_timeout() {
+    let p = pool(16 * MIB, 1);
+    let h = p.alloc(5000, None, 0).unwrap();
+    let limit = Duration::from_millis(100);
+    let token = p.pause(limit).unwrap(); // and never resumed in time
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let started = std::time::Instant::now();
+            assert!(matches!(p.alloc(100, None, 0), Err(Error::PausedTooLong { .. })));
+            assert!(started.elapsed() >= limit);
+            assert!(matches!(p.free(h), Err(Error::PausedTooLong { .. })));
+        })
+        .join()
+        .unwrap();
+    });
+    p.resume(&token).unwrap();
+    p.free(h).unwrap(); // the refused free did nothing
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
+}
+
+#[test]
 fn moves_of_every_kind_keep_every_byte_and_handle() {
     let p = pool(64 * MIB, 2);
     let small = p.alloc(200, None, 0).unwrap(); // slab object

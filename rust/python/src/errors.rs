@@ -84,7 +84,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Pinned { .. } => Kind::PinnedBlock,
         Error::InvalidBlock { .. } => Kind::InvalidHandle,
         Error::NoBacking => Kind::NoBacking,
-        Error::Paused | Error::Busy { .. } => Kind::PoolBusy,
+        Error::Paused | Error::Busy { .. } | Error::PausedTooLong { .. } => Kind::PoolBusy,
         // compaction (issue 5)
         Error::Moving | Error::Relocating | Error::AlreadyPaused => Kind::PoolBusy,
         Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => Kind::Move,

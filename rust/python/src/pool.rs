@@ -332,7 +332,8 @@ impl Pool {
     // ----- compaction (issue 5): conversions in compaction.rs ------------------------------
 
     /// Pause the pool: wait (at most `timeout` seconds) for alloc and free calls in flight, then
-    /// hold other threads' calls until the returned `Pause` is resumed. The calling thread may
+    /// hold other threads' calls until the returned `Pause` is resumed, each at most `timeout`
+    /// seconds (then it raises `PoolBusyError`, having done nothing). The calling thread may
     /// still use the pool.
     #[pyo3(signature = (timeout = None), text_signature = "(self, timeout=10.0)")]
     fn pause(slf: &Bound<'_, Self>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<crate::compaction::Pause> {

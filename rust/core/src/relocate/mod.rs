@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 pub use order::Transfer;
 
 use crate::error::{Error, Result};
-use crate::gate::{Entered, PauseError};
+use crate::gate::{Entered, PauseError, Refusal};
 use crate::global::ChunkState;
 use crate::handle::Handle;
 use crate::pool::Pool;
@@ -182,8 +182,13 @@ pub(crate) fn pause_error(e: PauseError) -> Error {
 }
 
 #[cold]
-fn refused() -> Error {
-    Error::Relocating
+fn refused(refusal: Refusal) -> Error {
+    match refusal {
+        Refusal::Relocating => Error::Relocating,
+        Refusal::PausedTooLong(waited) => {
+            Error::PausedTooLong { waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX) }
+        }
+    }
 }
 
 /// Clears the gate's busy mark when a move call ends.
@@ -199,15 +204,14 @@ impl Pool {
     /// Enter the pool for an alloc or free (see `gate.rs`).
     #[inline]
     pub(crate) fn enter(&self) -> Result<Entered<'static>> {
-        match self.gate.enter() {
-            Some(entered) => Ok(entered),
-            None => Err(refused()),
-        }
+        self.gate.enter().map_err(refused)
     }
 
     /// Pause the pool: wait (at most `timeout`) for alloc and free calls in flight and for any
-    /// other pauser, then hold every new call until [`Pool::resume`]. The calling thread may
-    /// still use the pool meanwhile. [`Error::Busy`] if the wait ran out (nothing changes).
+    /// other pauser, then hold every new call until [`Pool::resume`], each at most `timeout`
+    /// (then it fails with [`Error::PausedTooLong`], having done nothing: a pause left open
+    /// cannot hang the pool's users). The calling thread may still use the pool meanwhile.
+    /// [`Error::Busy`] if the wait ran out (nothing changes).
     pub fn pause(&self, timeout: Duration) -> Result<PauseToken> {
         let ticket = self.gate.pause_held(timeout).map_err(pause_error)?;
         Ok(PauseToken { pool: self.id, ticket })
