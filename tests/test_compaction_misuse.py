@@ -129,13 +129,29 @@ def test_blocks_that_cannot_move(pool: npumem.Pool) -> None:
     assert a.pins == 0
 
 
-def test_a_device_cycle_is_refused() -> None:
+def test_a_device_swap_bounces_through_free_space_and_is_refused_without_it() -> None:
     pool = npumem.Pool(16 * MIB, cores=1, backing="none")
+    mirror = HostMirror(pool.capacity)
     a, b = pool.alloc(40_000), pool.alloc(40_000)
-    before = state_of(pool)
-    with pool.pause() as pause, pytest.raises(npumem.MoveError, match="cycle"):
-        pool.move_blocks(pause, [(a, b.offset), (b, a.offset)], mover=HostMirror(pool.capacity))
-    assert_unchanged(pool, before)
+    mirror.write(a.offset, b"A" * 40_000)
+    mirror.write(b.offset, b"B" * 40_000)
+    oa, ob = a.offset, b.offset
+    with pool.pause() as pause:
+        done = pool.move_blocks(pause, [(a, ob), (b, oa)], mover=mirror)
+    assert (a.offset, b.offset) == (ob, oa)
+    assert len(done) == 3, "one block out to free space, the other across, the first back"
+    assert mirror.read(a.offset, 40_000) == b"A" * 40_000
+    assert mirror.read(b.offset, 40_000) == b"B" * 40_000
+    pool.check()
+    # A full arena leaves nowhere to bounce through: refused, nothing changes.
+    tight = npumem.Pool(4 * MIB, cores=1, backing="none")
+    c, d, rest = tight.alloc(MIB), tight.alloc(MIB), tight.alloc(2 * MIB)
+    before = state_of(tight)
+    with tight.pause() as pause, pytest.raises(npumem.MoveError, match="cycle"):
+        tight.move_blocks(pause, [(c, d.offset), (d, c.offset)], mover=HostMirror(tight.capacity))
+    assert_unchanged(tight, before)
+    for blk in (c, d, rest):
+        blk.free()
 
 
 def test_the_pool_cannot_be_used_from_inside_the_mover() -> None:

@@ -103,5 +103,5 @@ class CorruptionError(NpumemError):
 class MoveError(NpumemError, ValueError):
     """A batch of block moves (compaction) was refused or undone: a destination outside the
     arena, misaligned, not free or overlapping another one, moves that overwrite each other in a
-    cycle with no host memory to bounce through, a pause that no longer holds the pool. Nothing
+    cycle with no free space to bounce through, a pause that no longer holds the pool. Nothing
     moved: the pool and every block are as they were."""

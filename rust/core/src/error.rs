@@ -57,7 +57,7 @@ pub enum Error {
     /// A move of a relocation batch is impossible as asked (the batch moved nothing).
     InvalidMove { reason: String },
     /// The moves of a batch overwrite each other's sources in a cycle that no order can
-    /// avoid, and there is no host memory to bounce through (the batch moved nothing).
+    /// avoid, and the arena has no free space to bounce through (the batch moved nothing).
     MoveCycle { blocks: usize },
     /// The mover (the caller's copy function) failed: the batch was undone.
     MoverFailed(String),
@@ -130,7 +130,7 @@ impl fmt::Display for Error {
             Error::MoveCycle { blocks } => write!(
                 f,
                 "the moves of {blocks} block(s) overwrite each other's bytes in a cycle that no order avoids, \
-                 and the pool has no host memory to bounce through; nothing was moved"
+                 and the arena has no free space to bounce one of them through; nothing was moved"
             ),
             Error::MoverFailed(reason) => write!(f, "the mover failed ({reason}); every move of the batch was undone"),
             Error::NotPaused => {

@@ -284,15 +284,31 @@ fn a_failing_mover_undoes_the_batch_and_a_device_cycle_is_refused() {
     assert_eq!(seen.len(), 4, "the mover saw the whole batch");
     assert_eq!(state(&p), before);
     p.check().unwrap();
-    // A swap on a device pool: no bounce buffer, refused.
-    let (o0, o3) = (before.0.iter().find(|b| b.handle == blocks[0]).unwrap().offset, 0);
-    let _ = o3;
+    // A swap on a device pool: no host memory to bounce through, so one block goes through
+    // free space of the arena first (three copies), which nothing else touches.
+    let o0 = before.0.iter().find(|b| b.handle == blocks[0]).unwrap().offset;
     let twin = p.alloc(40_000, None, 0).unwrap();
     let ot = p.block(twin).unwrap().offset;
     let swap = [Move { handle: blocks[0], to: ot }, Move { handle: twin, to: o0 }];
-    assert!(matches!(p.relocate(&token, &swap, None), Err(Error::MoveCycle { blocks: 2 })));
+    let mut copies: Vec<Transfer> = Vec::new();
+    let mut record = |batch: &[Transfer]| {
+        copies.extend_from_slice(batch);
+        Ok(())
+    };
+    let done = p.relocate(&token, &swap, Some(&mut record)).unwrap();
+    assert_eq!((done.blocks, done.bounced, copies.len()), (2, 1, 3));
+    let (save, restore) = (copies[0], copies[2]);
+    assert_eq!((save.dst, save.len), (restore.src, restore.len), "out to scratch and back");
+    let (saved, other) = if save.src == o0 { (o0, ot) } else { (ot, o0) };
+    assert_eq!(copies[1], Transfer { src: other, dst: saved, len: 40_000 }, "the other block moves");
+    assert_eq!(restore.dst, other, "then the saved one lands where the other was");
+    let live = state(&p).0;
+    assert!(live.iter().all(|b| b.offset + b.block_bytes <= save.dst || save.dst + save.len <= b.offset));
+    let back = [Move { handle: blocks[0], to: o0 }, Move { handle: twin, to: ot }];
+    p.relocate(&token, &back, Some(&mut |_: &[Transfer]| Ok(()))).unwrap();
     p.free(twin).unwrap();
     assert_eq!(state(&p), before);
+    p.check().unwrap();
     // The same batch with a working mover goes through.
     let mut calls = 0;
     let mut ok = |batch: &[Transfer]| {
@@ -304,6 +320,31 @@ fn a_failing_mover_undoes_the_batch_and_a_device_cycle_is_refused() {
     p.resume(&token).unwrap();
     assert_eq!(p.block(blocks[1]).unwrap().offset, 40 * MIB);
     p.check().unwrap();
+}
+
+#[test]
+fn a_device_cycle_without_free_space_to_bounce_through_is_refused() {
+    let p = device_pool(4 * MIB, 1);
+    let a = p.alloc(MIB, None, 0).unwrap();
+    let b = p.alloc(MIB, None, 0).unwrap();
+    let full = p.alloc(2 * MIB, None, 0).unwrap(); // the arena is full now
+    let before = state(&p);
+    let (oa, ob) = (p.block(a).unwrap().offset, p.block(b).unwrap().offset);
+    let token = p.pause(WAIT).unwrap();
+    let swap = [Move { handle: a, to: ob }, Move { handle: b, to: oa }];
+    let mut calls = 0;
+    let mut mover = |_: &[Transfer]| {
+        calls += 1;
+        Ok(())
+    };
+    assert!(matches!(p.relocate(&token, &swap, Some(&mut mover)), Err(Error::MoveCycle { blocks: 2 })));
+    assert_eq!(calls, 0, "nothing was copied");
+    assert_eq!(state(&p), before);
+    p.check().unwrap();
+    p.resume(&token).unwrap();
+    for h in [a, b, full] {
+        p.free(h).unwrap();
+    }
 }
 
 #[test]

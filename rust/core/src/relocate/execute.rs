@@ -10,6 +10,7 @@
 use std::time::Instant;
 
 use super::metadata::{BuddyBlocks, Swept};
+use super::model::Model;
 use super::order::{order, Step, Transfer};
 use super::{BatchMover, Relocated};
 use crate::error::{Error, Result};
@@ -197,6 +198,54 @@ impl Pool {
         }
     }
 
+    /// Where each transfer that `steps` save goes meanwhile when a mover copies the bytes
+    /// (indexed by transfer; empty when nothing is saved): free space of the arena that no
+    /// source or destination of the batch touches, found before the metadata changes (nobody
+    /// else allocates while the batch runs). `None` when there is not enough.
+    fn scratch_for(&self, units: &[Unit], transfers: &[Transfer], steps: &[Step]) -> Option<Vec<usize>> {
+        let saves: Vec<usize> =
+            steps.iter().filter_map(|&s| if let Step::Save(i) = s { Some(i) } else { None }).collect();
+        if saves.is_empty() {
+            return Some(Vec::new());
+        }
+        let g = &self.geometry;
+        let mut model = Model::of(self); // sources are still taken in it
+        for u in units {
+            let chunk = g.chunk_of(u.to);
+            match u.kind {
+                Kind::Run { chunks } => model.set_run(chunk, chunks, true),
+                Kind::Buddy | Kind::Slab { .. } => {
+                    model.occupy(chunk, g.unit_in_chunk(u.to), (u.extent / g.min_block) as u64, u.core)
+                }
+                Kind::SlabObject { .. } => {} // inside a slab, taken already
+            }
+        }
+        let mut scratch = vec![usize::MAX; transfers.len()];
+        for i in saves {
+            let len = transfers[i].len;
+            let units = len.div_ceil(g.min_block) as u64;
+            let place = if len <= g.chunk_size {
+                (0..g.chunks).find_map(|c| model.find(c, 0, units, 1, u64::MAX).map(|p| (c, p)))
+            } else {
+                None
+            };
+            scratch[i] = match place {
+                Some((c, p)) => {
+                    model.occupy(c, p, units, 0);
+                    g.offset_of(c, p)
+                }
+                None => {
+                    let chunks = len.div_ceil(g.chunk_size);
+                    let start = (0..=g.chunks.checked_sub(chunks)?)
+                        .find(|&d| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) >= len)?;
+                    model.set_run(start, chunks, true);
+                    start * g.chunk_size
+                }
+            };
+        }
+        Some(scratch)
+    }
+
     /// Run a batch (see the module documentation). `index[i]` is the caller's number for
     /// `units[i]` (errors name it); `created` are slabs made for the batch (retired again if it
     /// fails). Units going nowhere are dropped first.
@@ -220,14 +269,17 @@ impl Pool {
         }
         let units = kept;
         let transfers: Vec<Transfer> = units.iter().map(Unit::transfer).collect();
-        let bounce = self.backing.is_some() && mover.is_none();
-        let steps = match order(&transfers, bounce) {
-            Ok(steps) => steps,
-            Err(blocks) => {
-                units.iter().for_each(|u| self.end_moves(u));
-                self.tidy_slabs(&created);
-                return Err(Error::MoveCycle { blocks });
-            }
+        let steps = order(&transfers, true).expect("with bouncing allowed every batch has an order");
+        // When the caller copies the bytes (a mover, or the transfers this returns on a pool
+        // without host memory), a cycle is broken through free space of the arena; host memory
+        // we copy ourselves bounces through a buffer.
+        let caller_copies = mover.is_some() || self.backing.is_none();
+        let scratch = if caller_copies { self.scratch_for(&units, &transfers, &steps) } else { Some(Vec::new()) };
+        let Some(scratch) = scratch else {
+            let blocks = order(&transfers, false).err().unwrap_or(0);
+            units.iter().for_each(|u| self.end_moves(u));
+            self.tidy_slabs(&created);
+            return Err(Error::MoveCycle { blocks });
         };
         let mut journal = Journal::default();
         if let Err((i, reason)) = self.swap_metadata(&units, &mut journal) {
@@ -237,11 +289,16 @@ impl Pool {
             undone?;
             return Err(Error::batch(numbers[i], Error::InvalidMove { reason }));
         }
+        // The copies in order: a saved transfer goes through its scratch place, or (host memory)
+        // through a bounce buffer, which the caller does not see.
+        let through_scratch = !scratch.is_empty();
         let ordered: Vec<Transfer> = steps
             .iter()
             .filter_map(|&s| match s {
-                Step::Copy(i) | Step::Restore(i) => Some(transfers[i]),
-                Step::Save(_) => None,
+                Step::Copy(i) => Some(transfers[i]),
+                Step::Save(i) => through_scratch.then(|| Transfer { dst: scratch[i], ..transfers[i] }),
+                Step::Restore(i) if through_scratch => Some(Transfer { src: scratch[i], ..transfers[i] }),
+                Step::Restore(i) => Some(transfers[i]),
             })
             .collect();
         if let Some(mover) = mover {

@@ -13,8 +13,8 @@
 //!   no block that stays. Destinations may overlap moving sources (slides). Everything is taken
 //!   in the metadata before a byte moves; then the bytes are copied in an order that never
 //!   overwrites bytes still to be read (`order.rs`; a cycle is broken through a bounce buffer on
-//!   host memory, refused otherwise), or handed to the caller's *mover* (`backing="none"`: the
-//!   bytes are on a device) before anything is re-pointed. If the mover fails, every reservation
+//!   host memory, or through free space of the arena when the caller copies), or handed to the
+//!   caller's *mover* (`backing="none"`: the bytes are on a device) before anything is re-pointed. If the mover fails, every reservation
 //!   is undone: the pool and every handle are as before.
 //! * [`Pool::compact`] plans and runs batches: a full compaction (slab packing, then packing
 //!   below a boundary: every block above a boundary chunk packed into the holes at or below
@@ -86,7 +86,9 @@ pub struct Relocated {
     pub bytes: usize,
     /// The copies, in the order they were performed.
     pub transfers: Vec<Transfer>,
-    /// Sources saved to a bounce buffer to break cycles (host memory only).
+    /// Sources saved elsewhere to break cycles: to a host bounce buffer, or, when the caller
+    /// copies the bytes (a mover, or a pool without host memory), to free space of the arena
+    /// (then `transfers` holds the copy there and the copy back).
     pub bounced: usize,
     /// Chunks that went back to the global pool afterwards.
     pub chunks_freed: usize,
@@ -284,8 +286,9 @@ impl Pool {
     /// Move a batch of blocks (see the module documentation) while `token` holds the pause.
     /// Nothing moves unless every move can: [`Error::Batch`] names the first refused move (a
     /// pinned or freed block, a destination outside the arena, misaligned, not free, ...);
-    /// [`Error::MoveCycle`] when the moves overwrite each other in a cycle and there is no host
-    /// memory (or a mover is given); [`Error::MoverFailed`] when the mover failed (undone).
+    /// [`Error::MoveCycle`] when the moves overwrite each other in a cycle that needs free space
+    /// of the arena to bounce through and there is not enough (only when the caller copies the
+    /// bytes); [`Error::MoverFailed`] when the mover failed (undone).
     pub fn relocate(&self, token: &PauseToken, moves: &[Move], mover: Option<Mover<'_>>) -> Result<Relocated> {
         let _busy = self.busy(token)?;
         let mut units: Vec<Unit> = Vec::with_capacity(moves.len());

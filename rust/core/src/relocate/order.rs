@@ -6,8 +6,8 @@
 //! lies at or below its source (a slide towards the start, what the compaction planner makes),
 //! ascending source order is such an order: a destination can only overlap sources below its
 //! own, which moved first. Otherwise the dependency graph is sorted (Kahn); what is left is a
-//! cycle, broken by saving one source to a bounce buffer when the caller can (host memory),
-//! refused otherwise.
+//! cycle, broken by saving one source elsewhere (a host bounce buffer, or free space of the
+//! arena that the executor finds when the caller copies the bytes).
 
 /// One copy of a batch: `len` bytes from `src` to `dst` (offsets in the arena).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
