@@ -82,3 +82,21 @@ def test_a_failing_mover_in_a_compaction_leaves_everything_as_it_was() -> None:
     for blk, ident in kept:
         assert intact(blk, ident, mirror)
     pool.check()
+
+
+def test_a_full_compaction_on_a_device_is_one_mover_call() -> None:
+    # One batch, so a mover failing at any point of it undoes the whole compaction.
+    pool, mirror, kept = device_pool()
+    assert any(blk.nbytes <= 4096 for blk, _ in kept), "slab objects take part"
+    calls: list[int] = []
+
+    def counting(transfers: Sequence[tuple[int, int, int]]) -> None:
+        calls.append(len(transfers))
+        mirror(transfers)
+
+    report = Compactor(pool, mover=counting).compact("full")
+    assert report.blocks_moved > 0
+    assert len(calls) == 1
+    for blk, ident in kept:
+        assert intact(blk, ident, mirror)
+    pool.check()

@@ -336,8 +336,11 @@ impl Pool {
     }
 
     /// Run a compaction while `token` holds the pause (see [`CompactionMode`]); `mover` copies
-    /// the bytes for `backing="none"` pools (called once per batch). Each batch is all or
-    /// nothing: when a mover fails, the batches before it stay done, the failing one is undone.
+    /// the bytes for `backing="none"` pools. Every compaction the caller copies for (a mover, or
+    /// a pool without host memory) is one batch, so one mover call: if it fails, everything is
+    /// undone and the pool is exactly as it was. (On host memory, without a mover, a full
+    /// compaction first packs slab objects into fewer slabs, a batch of its own; on a device
+    /// slabs move whole instead.)
     pub fn compact(
         &self,
         token: &PauseToken,
@@ -353,7 +356,9 @@ impl Pool {
                 // it was, caches included (empty chunks and all-free slabs go after a batch).
                 // One census for both batches: every unpinned block is marked moving now.
                 let mut census = self.census(true);
-                let (packing, emptied) = self.plan_slab_packing(&census);
+                let caller_copies = mover.is_some() || self.backing.is_none();
+                let (packing, emptied) =
+                    if caller_copies { (Vec::new(), Vec::new()) } else { self.plan_slab_packing(&census) };
                 out.planning += started.elapsed();
                 if !packing.is_empty() {
                     let n = packing.len();
@@ -369,8 +374,7 @@ impl Pool {
                     census = self.advance(census, &emptied, &moved);
                 }
                 let planned = Instant::now();
-                let downward = mover.is_some() || self.backing.is_none();
-                let (slide, _) = self.plan_full(&census, Model::of(self), downward);
+                let (slide, _) = self.plan_full(&census, Model::of(self), caller_copies);
                 let moving: SlotSet = slide.iter().flat_map(Unit::handles).collect();
                 release_claimed(self, &census, &moving, &[]);
                 out.planning += planned.elapsed();
@@ -440,7 +444,9 @@ impl Pool {
         match mode {
             CompactionMode::Full => {
                 // All-free slabs go back first; the packed slabs' emptied blocks are free too.
-                let (packing, _) = self.plan_slab_packing(&census);
+                // (Without host memory the caller copies: no slab packing, see `compact`.)
+                let (packing, _) =
+                    if self.backing.is_none() { (Vec::new(), Vec::new()) } else { self.plan_slab_packing(&census) };
                 let mut leaving: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
                 for u in &packing {
                     if let Kind::SlabObject { from_slab, .. } = u.kind {
