@@ -217,7 +217,7 @@ impl BuddyLayout {
     /// Whether the block starting at unit `start` is one node (then releasing that node is the
     /// check that it was allocated; otherwise every piece is checked first).
     pub(crate) fn is_one_node_at(&self, start: u64) -> bool {
-        self.is_whole() && start % self.enclosing == 0
+        self.is_whole() && start & (self.enclosing - 1) == 0
     }
 }
 

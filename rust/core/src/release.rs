@@ -129,22 +129,29 @@ impl Pool {
         }
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
-        // A block of several nodes: all must be allocated before any is freed.
-        // (A block of one node: its release below is the check.)
-        if !b.is_one_node_at(within) && !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
-            return invalid("no block of this size is allocated there");
-        }
-        // The first release decides who frees the block when two callers race.
-        let mut pieces = b.pieces_at(depth, within);
-        let first = pieces.next().expect("a block has at least one node");
-        if self.shape.release(tree, first).is_err() {
-            return invalid("the block was freed already");
-        }
-        for p in pieces {
-            let _ = self.shape.release(tree, p);
-        }
-        // The hint names the enclosing-sized node around the block's start.
+        // The enclosing-sized node around the block's start: the block itself when it is one
+        // node (the common case), else where the hint points.
         let e = Node::covering(depth, within & !(b.enclosing - 1), b.enclosing);
+        if b.is_one_node_at(within) {
+            // One node: its release is the check (and decides a race of two callers).
+            if self.shape.release(tree, e).is_err() {
+                return invalid("the block was freed already");
+            }
+        } else {
+            // Several nodes: all must be allocated before any is freed; the first release
+            // decides who frees the block when two callers race.
+            if !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
+                return invalid("no block of this size is allocated there");
+            }
+            let mut pieces = b.pieces_at(depth, within);
+            let first = pieces.next().expect("a block has at least one node");
+            if self.shape.release(tree, first).is_err() {
+                return invalid("the block was freed already");
+            }
+            for p in pieces {
+                let _ = self.shape.release(tree, p);
+            }
+        }
         let after = self.space[chunk].give(b.units);
         if after == self.geometry.usable_units(chunk) {
             self.chunk_became_empty(chunk);
