@@ -1,10 +1,13 @@
 """A hypothesis state machine drives a pool against a simple model: live blocks never overlap,
 stay in bounds, honour alignment and the bank rule, keep their bytes, and the stats equal the
 model. It also asserts the promise behind `largest_free_block`: any request of at most that many
-bytes (default alignment) succeeds, and an out-of-memory error only happens above it."""
+bytes (default alignment) succeeds, and an out-of-memory error only happens above it. Full and
+incremental compactions run in between (with some blocks pinned): blocks move, packed where
+their buddy node would not start, and every promise above still holds afterwards."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import hypothesis.strategies as st
@@ -21,6 +24,7 @@ from hypothesis.stateful import (
 
 import npumem
 from helpers import assert_block_rules
+from npumem.compaction import Compactor
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -32,6 +36,7 @@ class Live:
     nbytes: int
     block_bytes: int
     pattern: int
+    align: int | None = None
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -118,7 +123,7 @@ class PoolMachine(RuleBasedStateMachine):
         view = memoryview(blk)
         view[:] = bytes([pattern]) * size
         view.release()
-        self.live[id(blk)] = Live(blk, blk.offset, size, blk.block_bytes, pattern)
+        self.live[id(blk)] = Live(blk, blk.offset, size, blk.block_bytes, pattern, align)
         self.allocs += 1
         return blk
 
@@ -171,6 +176,39 @@ class PoolMachine(RuleBasedStateMachine):
         else:
             raise AssertionError("double free accepted")
         assert self.p.stats().as_dict() == before
+
+    @rule(
+        data=st.data(),
+        mode=st.sampled_from(["full", "incremental"]),
+        max_bytes=st.sampled_from([64 * KIB, MIB, 16 * MIB]),
+    )
+    def compact(self, data: st.DataObject, mode: str, max_bytes: int) -> None:
+        lives = sorted(self.live.values(), key=lambda live: live.offset)
+        pinned = (
+            data.draw(st.lists(st.sampled_from(lives), max_size=2, unique_by=id), label="pinned")
+            if lives
+            else []
+        )
+        for live in pinned:
+            live.block.pin()
+        before = self.p.stats()
+        report = Compactor(self.p).compact(mode, max_bytes=max_bytes)
+        for live in pinned:
+            live.block.unpin()
+            assert live.block.offset == live.offset, "a pinned block moved"
+        after = self.p.stats()
+        assert after.bytes_in_use == before.bytes_in_use
+        assert report.bytes_moved >= 0 and report.blocks_moved >= 0
+        for live in lives:
+            blk = live.block
+            assert blk.nbytes == live.nbytes and blk.block_bytes == live.block_bytes
+            assert_block_rules(self.p, blk, live.align)
+            assert bytes(memoryview(blk)) == bytes([live.pattern]) * live.nbytes, "bytes changed"
+            live.offset = blk.offset
+        ordered = sorted(lives, key=lambda live: live.offset)
+        for a, b in itertools.pairwise(ordered):
+            assert a.offset + a.block_bytes <= b.offset, "blocks overlap after a compaction"
+        assert self.p.check() == len(self.live)
 
     @rule()
     def check(self) -> None:
