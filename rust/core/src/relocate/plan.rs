@@ -6,12 +6,13 @@
 //!   into the holes at or below it, largest first, packed (not at the start of its enclosing
 //!   buddy node, so trimmed tails fill too); the boundary is as low as the free units allow. Only
 //!   the blocks above it move (in a pool half full of scattered holes, about half of them).
-//! * **Repack / slide** (full compaction, when the packing leaves a lot behind, e.g. pins): every block
-//!   re-placed largest first (host memory), or slid down in address order (a device).
+//! * **Repack / slide** (full compaction, when the packing leaves much more behind than any
+//!   packing would): every block re-placed largest first (host memory), or slid down in address
+//!   order (a device).
 //! * **Evacuation**: named chunks emptied into the others (`Evacuate`); or an incremental step:
-//!   chunks from the end of the arena down, their blocks into the lowest holes below them, at
-//!   most `max_bytes` of moves (a chunk may take several steps); then runs slide down into the
-//!   room that makes.
+//!   the chunks above the boundary, sparsest first, their blocks into the lowest places below
+//!   their own chunks, at most `max_bytes` of moves (a chunk may take several steps); then runs
+//!   slide down into the room that makes.
 //!
 //! Planners work on a [`Model`] of the arena and on a census of the live blocks; nothing in the
 //! pool changes until the executor runs the plan.
