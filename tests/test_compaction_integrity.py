@@ -3,6 +3,8 @@ modes, host memory and a device (a mover), pinned blocks (explicit pins and live
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 import npumem
@@ -50,6 +52,46 @@ def test_full_compaction_makes_free_space_one_run_but_for_block_shapes() -> None
     assert report.fragmentation_before > 0.3
     for blk, ident in kept:
         assert intact(blk, ident)
+    pool.check()
+
+
+@pytest.mark.parametrize("backing", ["host", "none"])
+def test_full_compaction_of_odd_sizes_leaves_only_the_bank_slack_and_the_last_chunk(
+    backing: str,
+) -> None:
+    # Sizes that are not powers of two: blocks are packed where their buddy node would not
+    # start. What no packing can use is the rest of the last bank of each block larger than a
+    # bank (the next block starts on a bank) and the partly filled last chunk.
+    pool = npumem.Pool(64 * MIB, cores=2, backing=backing)
+    mirror = HostMirror(pool.capacity) if backing == "none" else None
+    rng = random.Random(5)
+    made = []
+    while True:
+        try:
+            made.append(pool.alloc(rng.randint(1024, 100 * 1024)))
+        except npumem.OutOfMemoryError:
+            break
+    kept = []
+    for i, blk in enumerate(made):
+        if i % 2 == 0:
+            blk.free()
+        else:
+            fill(blk, i, mirror)
+            kept.append((blk, i))
+    before = pool.stats()
+    assert before.external_fragmentation > 0.9
+    Compactor(pool, mover=mirror).compact("full")
+    after = pool.stats()
+    bank = pool.bank_size
+    slack = sum(
+        -b["block_bytes"] % bank
+        for b in pool.blocks()
+        if bank < b["block_bytes"] <= pool.chunk_size // 2
+    )
+    outside = after.bytes_free - after.largest_free_block
+    assert outside <= slack + pool.chunk_size, (outside, slack)
+    for blk, ident in kept:
+        assert intact(blk, ident, mirror)
     pool.check()
 
 

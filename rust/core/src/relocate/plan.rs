@@ -134,6 +134,19 @@ impl Pool {
         self.geometry.packed_alignment(units, align, self.config.bank_size)
     }
 
+    /// Bytes a repack would copy: every movable buddy block, chunk run and whole slab.
+    pub(crate) fn movable_bytes(&self, census: &Census) -> usize {
+        let blocks: usize =
+            census.buddy.iter().chain(census.runs.iter()).filter(|i| i.movable).map(|i| i.info.size).sum();
+        let slabs: usize = census
+            .slabs
+            .iter()
+            .filter(|v| slab_movable(census, v, self.slabs.classes.classes[v.class].objects))
+            .map(|v| v.bytes)
+            .sum();
+        blocks + slabs
+    }
+
     /// Free bytes the bank rule leaves however tightly blocks are packed: a buddy block larger
     /// than a bank starts on a bank boundary, so the rest of its last bank stays free (only a
     /// block of at most a bank fits there, and those live in slabs).
