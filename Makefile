@@ -67,6 +67,7 @@ test-python: develop ## pytest suite and mypy.stubtest of the _core stubs
 bench: develop ## Criterion benches against peers, the compaction pause, the Python and planner scripts
 	cargo bench -p npumem-benches
 	cargo run --release -p npumem-benches --example compaction_pause -- 1024 100000 3
+	$(PY) benches/compaction_residue.py
 	cargo run --release -p npumem-benches --example threads_loop -- 3000000 npumem-buddy
 	$(PY) benches/python_roundtrip.py
 	$(PY) benches/plan_bench.py --time-limit 10 --seed 0
