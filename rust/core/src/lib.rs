@@ -13,10 +13,11 @@
 //! | `GlobalPool` | `global.rs` | the whole arena in chunk units: grants chunks to cores, serves large blocks as exact chunk runs |
 //! | `CorePool` | `core_pool.rs` | one per core: the chunks it owns and its search hints |
 //! | `ChunkSpace` | `chunk_space.rs` | a chunk's free units and free epoch in one word, and the memo of searches that failed there |
-//! | `Layout` | `layout.rs` | how a request of `n` bytes maps onto buddy nodes or a chunk run |
+//! | `Layout`, `BuddyLayout` | `layout.rs` | how a request of `n` bytes maps onto buddy nodes (at the start of its power-of-two node, or *packed* anywhere the bank rule allows by a compaction) or a chunk run |
 //! | [`Handle`] | `handle.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
 //! | `Gate` | `gate.rs` | the stop gate: pauses alloc/free for compaction and `check()` |
-//! | [`PauseToken`], [`Move`], [`CompactionMode`] | `relocate/` | compaction: held pauses, validated batches of moves, the planners (slide, evacuation, slab packing) |
+//! | [`PauseToken`], [`Move`], [`CompactionMode`] | `relocate/` | compaction: held pauses, validated batches of moves, the planners (packing below a boundary, repack or slide, sparsest-first evacuation, slab packing) |
+//! | `Model`, `Gaps` | `relocate/model.rs` | the planners' picture of the arena: a bit per unit of each chunk, and its free stretches by length |
 //! | [`PoolStats`] | `stats.rs` | per-core counters on their own cache lines, summed into a snapshot |
 //! | `Clock` | `clock.rs` | the trace's clock: `Instant`, or the time-stamp counter scaled to it |
 //! | [`TraceEvent`], `Ring` | `trace.rs` | the optional event trace: bounded per-core rings of alloc/free/move/failed events |
