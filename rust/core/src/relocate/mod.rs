@@ -391,9 +391,10 @@ impl Pool {
             CompactionMode::Incremental { max_bytes } => {
                 let census = self.census(false);
                 let mut model = Model::of(self);
-                let candidates = self.evacuation_order(&census, &model);
+                let contents = self.chunk_contents(&census);
+                let candidates = self.evacuation_order(&census, &model, &contents);
                 let (mut units, emptied) = self
-                    .plan_evacuation(&census, &mut model, &candidates, Some(*max_bytes), false)
+                    .plan_evacuation(&census, &contents, &mut model, &candidates, Some(*max_bytes), false)
                     .map_err(|reason| Error::InvalidMove { reason })?;
                 let spent: usize = units.iter().map(Unit::copy_len).sum();
                 let emptied = clean_chunks(self, &units, emptied);
@@ -414,7 +415,7 @@ impl Pool {
                 let census = self.census(false);
                 let mut model = Model::of(self);
                 let (units, _) = self
-                    .plan_evacuation(&census, &mut model, chunks, None, true)
+                    .plan_evacuation(&census, &self.chunk_contents(&census), &mut model, chunks, None, true)
                     .map_err(|reason| Error::InvalidMove { reason })?;
                 let wanted = units.len();
                 let units = self.claim_units(units);
@@ -475,9 +476,10 @@ impl Pool {
                 units.extend(slide);
             }
             CompactionMode::Incremental { max_bytes } => {
-                let candidates = self.evacuation_order(&census, &model);
+                let contents = self.chunk_contents(&census);
+                let candidates = self.evacuation_order(&census, &model, &contents);
                 let (u, e) = self
-                    .plan_evacuation(&census, &mut model, &candidates, Some(*max_bytes), false)
+                    .plan_evacuation(&census, &contents, &mut model, &candidates, Some(*max_bytes), false)
                     .map_err(|reason| Error::InvalidMove { reason })?;
                 units = u;
                 let spent: usize = units.iter().map(Unit::copy_len).sum();
@@ -487,7 +489,7 @@ impl Pool {
             }
             CompactionMode::Evacuate { chunks } => {
                 let (u, e) = self
-                    .plan_evacuation(&census, &mut model, chunks, None, true)
+                    .plan_evacuation(&census, &self.chunk_contents(&census), &mut model, chunks, None, true)
                     .map_err(|reason| Error::InvalidMove { reason })?;
                 units = u;
                 emptied = e;

@@ -343,9 +343,9 @@ impl Pool {
                 None => stuck.push(run),
             }
         }
-        let pieces = self.movable_pieces(census, model.chunks.len());
         let n = model.chunks.len();
-        let boundary = self.boundary(model, &pieces);
+        let pieces = self.movable_pieces(census, n);
+        let boundary = self.boundary(model, &self.movable_units(census, n));
         if boundary + 1 < n {
             let (packed, left) = self.pack_below(model, &pieces[boundary + 1..], boundary);
             moves.extend(packed);
@@ -361,14 +361,12 @@ impl Pool {
     }
 
     /// The boundary chunk of a compaction: the lowest chunk for which the free units at or
-    /// below it cover the movable `pieces` above it (each counted with its alignment's slack:
-    /// a block larger than a bank takes whole banks).
-    pub(crate) fn boundary(&self, model: &Model, pieces: &[Vec<(Unit, u64, u64)>]) -> usize {
+    /// below it cover the `movable` units above it (per chunk, see [`Pool::movable_units`]).
+    pub(crate) fn boundary(&self, model: &Model, movable: &[u64]) -> usize {
         let n = model.chunks.len();
         let mut above: Vec<u64> = vec![0; n + 1];
         for c in (0..n).rev() {
-            above[c] =
-                above[c + 1] + pieces[c].iter().map(|(_, units, align)| units.next_multiple_of(*align)).sum::<u64>();
+            above[c] = above[c + 1] + movable[c];
         }
         let mut free_below = 0u64;
         (0..n)
@@ -379,14 +377,32 @@ impl Pool {
             .unwrap_or(n.saturating_sub(1))
     }
 
+    /// The units the movable blocks and whole slabs of each chunk take wherever they are packed:
+    /// a block larger than a bank takes whole banks (the next one starts on a bank boundary).
+    pub(crate) fn movable_units(&self, census: &Census, chunks: usize) -> Vec<u64> {
+        let g = &self.geometry;
+        let mut units = vec![0u64; chunks];
+        for item in census.buddy.iter().filter(|i| i.movable) {
+            if let Some(b) = self.buddy_layout(item.info.size) {
+                let align = self.packed_alignment(b.units, 1 << item.info.align_log2);
+                units[g.chunk_of(item.info.offset)] += b.units.next_multiple_of(align);
+            }
+        }
+        for view in &census.slabs {
+            if slab_movable(census, view, self.slabs.classes.classes[view.class].objects) {
+                units[g.chunk_of(view.base)] += (view.bytes >> g.unit_shift) as u64;
+            }
+        }
+        units
+    }
+
     /// The chunks an incremental step evacuates, in order: the chunks above the boundary (see
     /// [`Pool::plan_pack`]) whose blocks can all move, sparsest first (the fewest bytes to
     /// move, then the highest). Each step empties as many chunks as its budget allows; their
     /// blocks go into the lowest holes (below the boundary while there are any), so every
     /// chunk above the boundary empties in the end and the free chunks join into one run.
-    pub(crate) fn evacuation_order(&self, census: &Census, model: &Model) -> Vec<usize> {
-        let boundary = self.boundary(model, &self.movable_pieces(census, model.chunks.len()));
-        let contents = self.chunk_contents(census);
+    pub(crate) fn evacuation_order(&self, census: &Census, model: &Model, contents: &[Option<Contents>]) -> Vec<usize> {
+        let boundary = self.boundary(model, &self.movable_units(census, model.chunks.len()));
         let mut chunks: Vec<(usize, usize)> = contents
             .iter()
             .enumerate()
@@ -585,13 +601,13 @@ impl Pool {
     pub(crate) fn plan_evacuation(
         &self,
         census: &Census,
+        contents: &[Option<Contents>],
         model: &mut Model,
         chosen: &[usize],
         budget: Option<usize>,
         strict: bool,
     ) -> std::result::Result<(Vec<Unit>, Vec<usize>), String> {
         let g = &self.geometry;
-        let contents = self.chunk_contents(census);
         let excluded: HashSet<usize> = if strict { chosen.iter().copied().collect() } else { HashSet::new() };
         // Free objects of each class in slabs outside the excluded chunks: (slab, offset).
         let classes = &self.slabs.classes.classes;
