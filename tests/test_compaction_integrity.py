@@ -128,6 +128,25 @@ def test_plan_moves_nothing_and_predicts_the_gain() -> None:
         assert intact(blk, ident)
 
 
+@pytest.mark.parametrize("backing", ["host", "none"])
+def test_the_plan_of_a_compactor_with_a_mover_is_what_it_does(backing: str) -> None:
+    # With a mover a full compaction is one batch (no slab packing): the plan says the same.
+    pool = npumem.Pool(40 * MIB, cores=1, backing=backing)
+    mirror = HostMirror(pool.capacity)
+    kept = fragmented(pool, 6, mirror=mirror)
+    compactor = Compactor(pool, mover=mirror)
+    plan = compactor.plan("full")
+    without = Compactor(pool).plan("full") if backing == "host" else plan
+    report = compactor.compact("full")
+    assert (plan.blocks, plan.bytes) == (report.blocks_moved, report.bytes_moved)
+    assert report.largest_free_after == plan.largest_free_after
+    if backing == "host":
+        assert without.blocks != plan.blocks, "without a mover, slab objects are packed too"
+    for blk, ident in kept:
+        assert intact(blk, ident, mirror)
+    pool.check()
+
+
 def test_move_blocks_slides_and_swaps_on_host_memory() -> None:
     pool = npumem.Pool(32 * MIB, cores=1)
     gap = pool.alloc(2 * MIB)

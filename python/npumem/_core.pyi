@@ -79,6 +79,7 @@ class Pool:
         max_bytes: int | None = ...,
         chunks: Iterable[int] | None = ...,
         pause: Pause | None = ...,
+        mover: Callable[[list[tuple[int, int, int]]], object] | None = ...,
     ) -> dict[str, Any]: ...
     def set_oom_handler(
         self, handler: Callable[[int], object] | None

@@ -204,7 +204,9 @@ class Compactor:
         if mode not in MODES:
             raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
         limit = max_bytes if max_bytes is not None else self.policy.max_bytes
-        raw = self.pool.plan_compaction(mode, max_bytes=limit if mode == "incremental" else None)
+        raw = self.pool.plan_compaction(
+            mode, max_bytes=limit if mode == "incremental" else None, mover=self.mover
+        )
         return CompactionPlan.from_core(mode, raw)
 
     # ----- policies --------------------------------------------------------------------------

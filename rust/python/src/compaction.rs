@@ -346,23 +346,24 @@ pub(crate) fn compact_step<'py>(
     Ok(d)
 }
 
-/// `Pool.plan_compaction(mode, max_bytes=None, chunks=None, pause=None)`.
+/// `Pool.plan_compaction(mode, max_bytes=None, chunks=None, pause=None, mover=None)`.
 pub(crate) fn plan_compaction<'py>(
     slf: &Bound<'py, Pool>,
     mode: &str,
     max_bytes: Option<&Bound<'py, PyAny>>,
     chunks: Option<&Bound<'py, PyAny>>,
     pause: Option<&Bound<'py, PyAny>>,
+    mover: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let py = slf.py();
     let pool = slf.get();
     let mode = mode_of(mode, max_bytes, chunks)?;
+    let with_mover = check_mover(mover)?.is_some();
     let core = &pool.core;
     let plan = match pause.filter(|p| !p.is_none()) {
-        Some(p) => {
-            pause_of(pool, p)?.with_token(|token| without_gil(py, || core.plan_compaction(Some(token), &mode)))?
-        }
-        None => without_gil(py, || core.plan_compaction(None, &mode))?,
+        Some(p) => pause_of(pool, p)?
+            .with_token(|token| without_gil(py, || core.plan_compaction_with(Some(token), &mode, with_mover)))?,
+        None => without_gil(py, || core.plan_compaction_with(None, &mode, with_mover))?,
     };
     let d = PyDict::new(py);
     d.set_item("blocks", plan.blocks)?;

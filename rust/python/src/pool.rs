@@ -368,16 +368,17 @@ impl Pool {
     }
 
     /// What `compact_step` would do, moving nothing (pauses the pool briefly unless `pause`
-    /// holds it already).
-    #[pyo3(signature = (mode = "full", *, max_bytes = None, chunks = None, pause = None))]
+    /// holds it already); with `mover`, as `compact_step` with that mover would.
+    #[pyo3(signature = (mode = "full", *, max_bytes = None, chunks = None, pause = None, mover = None))]
     fn plan_compaction<'py>(
         slf: &Bound<'py, Self>,
         mode: &str,
         max_bytes: Option<&Bound<'py, PyAny>>,
         chunks: Option<&Bound<'py, PyAny>>,
         pause: Option<&Bound<'py, PyAny>>,
+        mover: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        crate::compaction::plan_compaction(slf, mode, max_bytes, chunks, pause)
+        crate::compaction::plan_compaction(slf, mode, max_bytes, chunks, pause, mover)
     }
 
     /// Set the callable `handler(nbytes) -> bool` that a failing allocation calls before it

@@ -433,9 +433,21 @@ impl Pool {
         Ok(out)
     }
 
-    /// What [`Pool::compact`] would move, moving nothing. Pauses the pool for the look unless
-    /// `token` holds the pause already.
+    /// What [`Pool::compact`] without a mover would move, moving nothing. Pauses the pool for
+    /// the look unless `token` holds the pause already.
     pub fn plan_compaction(&self, token: Option<&PauseToken>, mode: &CompactionMode) -> Result<CompactionPlan> {
+        self.plan_compaction_with(token, mode, false)
+    }
+
+    /// What [`Pool::compact`] would move, moving nothing; `with_mover`: as it would with a
+    /// mover (no slab packing in a full compaction: one batch, see [`Pool::compact`]).
+    pub fn plan_compaction_with(
+        &self,
+        token: Option<&PauseToken>,
+        mode: &CompactionMode,
+        with_mover: bool,
+    ) -> Result<CompactionPlan> {
+        let caller_copies = with_mover || self.backing.is_none();
         let _paused = match token {
             Some(t) if self.holds(t) => None,
             Some(_) => return Err(Error::NotPaused),
@@ -449,9 +461,9 @@ impl Pool {
         match mode {
             CompactionMode::Full => {
                 // All-free slabs go back first; the packed slabs' emptied blocks are free too.
-                // (Without host memory the caller copies: no slab packing, see `compact`.)
+                // (When the caller copies: no slab packing, see `compact`.)
                 let (packing, _) =
-                    if self.backing.is_none() { (Vec::new(), Vec::new()) } else { self.plan_slab_packing(&census) };
+                    if caller_copies { (Vec::new(), Vec::new()) } else { self.plan_slab_packing(&census) };
                 let mut leaving: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
                 for u in &packing {
                     if let Kind::SlabObject { from_slab, .. } = u.kind {
@@ -460,7 +472,12 @@ impl Pool {
                 }
                 let g = &self.geometry;
                 let mut kept = census.slabs.clone();
+                // Without the packing batch nothing is reclaimed before the moves (all-free
+                // slabs stay where they are until after the batch).
                 kept.retain(|v| {
+                    if caller_copies {
+                        return true;
+                    }
                     let class = &self.slabs.classes.classes[v.class];
                     let live = (class.objects - (v.free & class.all_free()).count_ones()) as usize;
                     let empties = live == leaving.get(&v.id).copied().unwrap_or(0);
@@ -470,7 +487,7 @@ impl Pool {
                     !empties
                 });
                 let after_packing = plan::Census { slabs: kept, ..census };
-                let (slide, after) = self.plan_full(&after_packing, model, self.backing.is_none());
+                let (slide, after) = self.plan_full(&after_packing, model, caller_copies);
                 model = after;
                 units.extend(packing);
                 units.extend(slide);

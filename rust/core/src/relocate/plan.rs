@@ -73,6 +73,13 @@ impl Census {
     }
 }
 
+/// A slab worth moving as a whole: it holds objects, every one has a handle and none is
+/// pinned. (An all-free slab goes back to the buddy pool after the batch instead.)
+fn slab_worth_moving(census: &Census, view: &SlabView, objects_per_slab: u32) -> bool {
+    let all = (1u64 << objects_per_slab) - 1;
+    view.free & all != all && slab_movable(census, view, objects_per_slab)
+}
+
 /// A slab that can move as a whole: every object has a handle and none is pinned.
 fn slab_movable(census: &Census, view: &SlabView, objects_per_slab: u32) -> bool {
     let live = objects_per_slab - (view.free & ((1u64 << objects_per_slab) - 1)).count_ones();
@@ -141,7 +148,7 @@ impl Pool {
         let slabs: usize = census
             .slabs
             .iter()
-            .filter(|v| slab_movable(census, v, self.slabs.classes.classes[v.class].objects))
+            .filter(|v| slab_worth_moving(census, v, self.slabs.classes.classes[v.class].objects))
             .map(|v| v.bytes)
             .sum();
         blocks + slabs
@@ -254,7 +261,7 @@ impl Pool {
         }
         for view in &census.slabs {
             let class = &self.slabs.classes.classes[view.class];
-            if slab_movable(census, view, class.objects) && view.free & class.all_free() != class.all_free() {
+            if slab_worth_moving(census, view, class.objects) {
                 candidates.push(self.slab_unit(census, view));
             }
         }
@@ -389,7 +396,7 @@ impl Pool {
             }
         }
         for view in &census.slabs {
-            if slab_movable(census, view, self.slabs.classes.classes[view.class].objects) {
+            if slab_worth_moving(census, view, self.slabs.classes.classes[view.class].objects) {
                 units[g.chunk_of(view.base)] += (view.bytes >> g.unit_shift) as u64;
             }
         }
@@ -426,7 +433,7 @@ impl Pool {
         }
         for view in &census.slabs {
             let class = &self.slabs.classes.classes[view.class];
-            if slab_movable(census, view, class.objects) {
+            if slab_worth_moving(census, view, class.objects) {
                 let piece = self.slab_unit(census, view);
                 pieces[g.chunk_of(view.base)].push(piece);
             }
