@@ -352,7 +352,10 @@ impl Pool {
         }
         let n = model.chunks.len();
         let pieces = self.movable_pieces(census, n);
-        let boundary = self.boundary(model, &self.movable_units(census, n));
+        // What `movable_units` counts, from the pieces at hand.
+        let units: Vec<u64> =
+            pieces.iter().map(|chunk| chunk.iter().map(|(_, n, align)| n.next_multiple_of(*align)).sum()).collect();
+        let boundary = self.boundary(model, &units);
         if boundary + 1 < n {
             let (packed, left) = self.pack_below(model, &pieces[boundary + 1..], boundary);
             moves.extend(packed);
