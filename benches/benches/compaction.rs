@@ -59,7 +59,7 @@ fn throughput(c: &mut Criterion) {
                         blocks.iter().zip(&there).map(|(&handle, &to)| Move { handle, to }).collect();
                     let started = Instant::now();
                     let token = pool.pause(Duration::from_secs(5)).unwrap();
-                    pool.relocate(&token, &moves, None).unwrap();
+                    pool.move_blocks(&token, &moves, None).unwrap();
                     pool.resume(&token).unwrap();
                     spent += started.elapsed();
                     std::mem::swap(&mut here, &mut there);

@@ -94,7 +94,7 @@ fn main() {
         let move_live = memmove(f.live_bytes);
         let started = Instant::now();
         let token = f.pool.pause(Duration::from_secs(10)).unwrap();
-        let done = f.pool.compact(&token, &CompactionMode::Full, None).unwrap();
+        let done = f.pool.compact_step(&token, &CompactionMode::Full, None).unwrap();
         f.pool.resume(&token).unwrap();
         let paused = started.elapsed();
         let after = f.pool.stats();
@@ -156,7 +156,7 @@ fn main() {
         for _ in 0..5000 {
             let started = Instant::now();
             let token = f.pool.pause(Duration::from_secs(10)).unwrap();
-            let done = f.pool.compact(&token, &CompactionMode::Incremental { max_bytes }, None).unwrap();
+            let done = f.pool.compact_step(&token, &CompactionMode::Incremental { max_bytes }, None).unwrap();
             f.pool.resume(&token).unwrap();
             steps.push(started.elapsed());
             blocks += done.blocks;

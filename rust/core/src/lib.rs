@@ -77,7 +77,7 @@ pub use handle::Handle;
 pub use pool::{BlockInfo, Pool};
 #[cfg(not(loom))]
 pub use relocate::{
-    Compacted, CompactionMode, CompactionPlan, Move, Mover, PauseToken, PlannedMove, Relocated, Transfer,
+    StepReport, CompactionMode, CompactionPlan, Move, Mover, PauseToken, PlannedMove, MovedBlocks, Transfer,
 };
 #[cfg(not(loom))]
 pub use snapshot::{Extent, Snapshot};

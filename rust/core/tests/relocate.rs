@@ -135,7 +135,7 @@ fn moves_of_every_kind_keep_every_byte_and_handle() {
         Move { handle: medium, to: 20 * MIB },
         Move { handle: large, to: 40 * MIB },
     ];
-    let done = p.relocate(&token, &moves, None).unwrap();
+    let done = p.move_blocks(&token, &moves, None).unwrap();
     assert_eq!((done.blocks, done.bytes), (3, 200 + 40_000 + 5 * MIB));
     assert_eq!(p.block(small).unwrap().offset, object_slot);
     assert_eq!(p.block(medium).unwrap().offset, 20 * MIB);
@@ -164,13 +164,13 @@ fn a_trimmed_block_packs_anywhere_the_bank_rule_allows() {
     // Not on a unit, and straddling a bank: refused, nothing changes.
     let before = state(&p);
     for to in [8 * MIB + 100, 8 * MIB + 2048] {
-        assert!(p.relocate(&token, &[Move { handle: a, to }], None).is_err(), "to {to}");
+        assert!(p.move_blocks(&token, &[Move { handle: a, to }], None).is_err(), "to {to}");
         assert_eq!(state(&p), before);
     }
     // Packed: `a` right after 4 KiB (not at its 8 KiB node), `b` right behind it on the next
     // bank: the free tail of `a`'s node is used.
     let moves = [Move { handle: a, to: 8 * MIB + 4096 }, Move { handle: b, to: 8 * MIB + 12_288 }];
-    p.relocate(&token, &moves, None).unwrap();
+    p.move_blocks(&token, &moves, None).unwrap();
     p.check().unwrap();
     p.resume(&token).unwrap();
     verify(&p, a, 1);
@@ -206,7 +206,7 @@ fn a_run_slides_over_its_own_source_and_blocks_swap_through_a_bounce_buffer() {
     let token = p.pause(WAIT).unwrap();
     // Slide the run down one chunk (overlapping its own source); swap a and b (a cycle).
     let done = p
-        .relocate(&token, &[Move { handle: run, to: 0 }, Move { handle: a, to: ob }, Move { handle: b, to: oa }], None)
+        .move_blocks(&token, &[Move { handle: run, to: 0 }, Move { handle: a, to: ob }, Move { handle: b, to: oa }], None)
         .unwrap();
     assert_eq!(done.bounced, 1, "the swap needs one bounce");
     p.check().unwrap();
@@ -245,13 +245,13 @@ fn refused_batches_change_nothing() {
         (vec![Move { handle: freed, to: 30 * MIB }], "freed"),
     ];
     for (moves, what) in cases {
-        let err = p.relocate(&token, &moves, None).unwrap_err();
+        let err = p.move_blocks(&token, &moves, None).unwrap_err();
         assert!(matches!(err, Error::Batch { .. }), "{what}: {err}");
         assert_eq!(state(&p), before, "{what} changed the pool");
         p.check().unwrap();
     }
     p.resume(&token).unwrap();
-    assert!(matches!(p.relocate(&token, &[Move { handle: a, to: 30 * MIB }], None), Err(Error::NotPaused)));
+    assert!(matches!(p.move_blocks(&token, &[Move { handle: a, to: 30 * MIB }], None), Err(Error::NotPaused)));
     assert_eq!(state(&p), before);
     p.unpin(pinned).unwrap();
 }
@@ -279,7 +279,7 @@ fn a_failing_mover_undoes_the_batch_and_a_device_cycle_is_refused() {
         seen.extend_from_slice(batch);
         Err("device lost".to_string())
     };
-    let err = p.relocate(&token, &moves, Some(&mut failing)).unwrap_err();
+    let err = p.move_blocks(&token, &moves, Some(&mut failing)).unwrap_err();
     assert_eq!(err, Error::MoverFailed("device lost".into()));
     assert_eq!(seen.len(), 4, "the mover saw the whole batch");
     assert_eq!(state(&p), before);
@@ -295,7 +295,7 @@ fn a_failing_mover_undoes_the_batch_and_a_device_cycle_is_refused() {
         copies.extend_from_slice(batch);
         Ok(())
     };
-    let done = p.relocate(&token, &swap, Some(&mut record)).unwrap();
+    let done = p.move_blocks(&token, &swap, Some(&mut record)).unwrap();
     assert_eq!((done.blocks, done.bounced, copies.len()), (2, 1, 3));
     let (save, restore) = (copies[0], copies[2]);
     assert_eq!((save.dst, save.len), (restore.src, restore.len), "out to scratch and back");
@@ -305,7 +305,7 @@ fn a_failing_mover_undoes_the_batch_and_a_device_cycle_is_refused() {
     let live = state(&p).0;
     assert!(live.iter().all(|b| b.offset + b.block_bytes <= save.dst || save.dst + save.len <= b.offset));
     let back = [Move { handle: blocks[0], to: o0 }, Move { handle: twin, to: ot }];
-    p.relocate(&token, &back, Some(&mut |_: &[Transfer]| Ok(()))).unwrap();
+    p.move_blocks(&token, &back, Some(&mut |_: &[Transfer]| Ok(()))).unwrap();
     p.free(twin).unwrap();
     assert_eq!(state(&p), before);
     p.check().unwrap();
@@ -315,7 +315,7 @@ fn a_failing_mover_undoes_the_batch_and_a_device_cycle_is_refused() {
         calls += batch.len();
         Ok(())
     };
-    p.relocate(&token, &moves, Some(&mut ok)).unwrap();
+    p.move_blocks(&token, &moves, Some(&mut ok)).unwrap();
     assert_eq!(calls, 4);
     p.resume(&token).unwrap();
     assert_eq!(p.block(blocks[1]).unwrap().offset, 40 * MIB);
@@ -337,7 +337,7 @@ fn a_device_cycle_without_free_space_to_bounce_through_is_refused() {
         calls += 1;
         Ok(())
     };
-    assert!(matches!(p.relocate(&token, &swap, Some(&mut mover)), Err(Error::MoveCycle { blocks: 2 })));
+    assert!(matches!(p.move_blocks(&token, &swap, Some(&mut mover)), Err(Error::MoveCycle { blocks: 2 })));
     assert_eq!(calls, 0, "nothing was copied");
     assert_eq!(state(&p), before);
     p.check().unwrap();
@@ -359,7 +359,7 @@ fn the_mover_cannot_use_the_pool_it_moves() {
         assert!(matches!(p.check(), Err(Error::Relocating)));
         Ok(())
     };
-    p.relocate(&token, &[Move { handle: h, to: 30 * MIB }], Some(&mut inner)).unwrap();
+    p.move_blocks(&token, &[Move { handle: h, to: 30 * MIB }], Some(&mut inner)).unwrap();
     p.resume(&token).unwrap();
     p.check().unwrap();
 }
@@ -378,7 +378,7 @@ fn full_compaction_leaves_one_free_stretch_and_every_byte() {
     let plan = p.plan_compaction(Some(&token), &CompactionMode::Full).unwrap();
     assert!(plan.blocks > 0 && plan.largest_free_after > plan.largest_free_before);
     assert_eq!(state(&p).0, p.blocks(), "planning moves nothing");
-    let done = p.compact(&token, &CompactionMode::Full, None).unwrap();
+    let done = p.compact_step(&token, &CompactionMode::Full, None).unwrap();
     p.check().unwrap();
     p.resume(&token).unwrap();
     let after = p.stats();
@@ -444,14 +444,14 @@ fn an_incremental_step_evacuates_the_sparsest_chunk_above_the_boundary_first() {
     assert_eq!(sources[2], 8, "then the next sparsest, chunk 8: {sources:?}");
     assert!(plan.moves.iter().all(|m| m.to / chunk_size <= 5), "into the holes below the boundary");
     assert_eq!(plan.chunks_emptied, 1);
-    let done = p.compact(&token, &step, None).unwrap();
+    let done = p.compact_step(&token, &step, None).unwrap();
     assert_eq!(done.bytes, 3 * BLOCK);
     p.check().unwrap();
     p.resume(&token).unwrap();
     // Steps until nothing moves: every chunk above the boundary empties.
     loop {
         let token = p.pause(WAIT).unwrap();
-        let done = p.compact(&token, &CompactionMode::Incremental { max_bytes: 8 * BLOCK }, None).unwrap();
+        let done = p.compact_step(&token, &CompactionMode::Incremental { max_bytes: 8 * BLOCK }, None).unwrap();
         p.resume(&token).unwrap();
         if done.blocks == 0 {
             break;
@@ -476,7 +476,7 @@ fn incremental_steps_respect_their_budget_and_empty_chunks() {
     let mut freed = 0;
     for _ in 0..20 {
         let token = p.pause(WAIT).unwrap();
-        let done = p.compact(&token, &CompactionMode::Incremental { max_bytes: budget }, None).unwrap();
+        let done = p.compact_step(&token, &CompactionMode::Incremental { max_bytes: budget }, None).unwrap();
         p.resume(&token).unwrap();
         assert!(done.bytes <= budget, "a step moved {} bytes", done.bytes);
         freed += done.chunks_freed;
@@ -499,7 +499,7 @@ fn evacuating_named_chunks_gives_them_back() {
     let kept = fragment(&p, &[3000, 40_000, 200, 100_000], 30);
     let chunk = p.block(kept[0].0).unwrap().offset / (2 * MIB);
     let token = p.pause(WAIT).unwrap();
-    p.compact(&token, &CompactionMode::Evacuate { chunks: vec![chunk] }, None).unwrap();
+    p.compact_step(&token, &CompactionMode::Evacuate { chunks: vec![chunk] }, None).unwrap();
     p.resume(&token).unwrap();
     p.check().unwrap();
     assert!(p.blocks().iter().all(|b| b.offset / (2 * MIB) != chunk), "chunk {chunk} still holds blocks");
@@ -548,7 +548,7 @@ fn compaction_under_load_loses_nothing() {
                 let token = p.pause(WAIT).unwrap();
                 let mode =
                     if k % 10 == 9 { CompactionMode::Full } else { CompactionMode::Incremental { max_bytes: MIB } };
-                p.compact(&token, &mode, None).unwrap();
+                p.compact_step(&token, &mode, None).unwrap();
                 if k % 15 == 0 {
                     p.check().unwrap();
                 }
@@ -612,7 +612,7 @@ fn random_operations_and_compactions_stay_consistent() {
             let pinned_at: Vec<(Handle, usize)> =
                 held.iter().filter(|x| x.2).map(|&(h, _, _)| (h, p.block(h).unwrap().offset)).collect();
             let token = p.pause(WAIT).unwrap();
-            let result = p.compact(&token, &mode, None);
+            let result = p.compact_step(&token, &mode, None);
             p.resume(&token).unwrap();
             match (&mode, result) {
                 (_, Ok(_)) => {}

@@ -262,8 +262,8 @@ pub(crate) fn move_blocks<'py>(
     let done = pause.with_token(|token| {
         let mut raised: Option<PyErr> = None;
         let result = detached(py, || match &mover {
-            Some(m) => core.relocate(token, &batch, Some(&mut |b: &[Transfer]| call_mover(m, b, &mut raised))),
-            None => core.relocate(token, &batch, None),
+            Some(m) => core.move_blocks(token, &batch, Some(&mut |b: &[Transfer]| call_mover(m, b, &mut raised))),
+            None => core.move_blocks(token, &batch, None),
         });
         result.map_err(|e| mover_error(e, raised))
     })?;
@@ -330,8 +330,8 @@ pub(crate) fn compact_step<'py>(
     let done = pause.with_token(|token| {
         let mut raised: Option<PyErr> = None;
         let result = detached(py, || match &mover {
-            Some(m) => core.compact(token, &mode, Some(&mut |b: &[Transfer]| call_mover(m, b, &mut raised))),
-            None => core.compact(token, &mode, None),
+            Some(m) => core.compact_step(token, &mode, Some(&mut |b: &[Transfer]| call_mover(m, b, &mut raised))),
+            None => core.compact_step(token, &mode, None),
         });
         result.map_err(|e| mover_error(e, raised))
     })?;

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::metadata::{BuddyBlocks, Swept};
 use super::model::Model;
 use super::order::{order, Step, Transfer};
-use super::{BatchMover, Relocated};
+use super::{BatchMover, MovedBlocks};
 use crate::error::{Error, Result};
 use crate::global::ChunkState;
 use crate::handle::{Handle, SlotInfo};
@@ -255,7 +255,7 @@ impl Pool {
         index: Vec<usize>,
         created: Vec<u32>,
         mover: Option<BatchMover<'_, '_>>,
-    ) -> Result<Relocated> {
+    ) -> Result<MovedBlocks> {
         let started = Instant::now();
         let mut kept = Vec::with_capacity(units.len());
         let mut numbers = Vec::with_capacity(units.len());
@@ -385,7 +385,7 @@ impl Pool {
         slabs_touched.dedup();
         self.tidy_slabs(&slabs_touched);
         let chunks_freed = self.retire_empty_chunks();
-        Ok(Relocated {
+        Ok(MovedBlocks {
             blocks,
             bytes,
             transfers: ordered,

@@ -5,7 +5,7 @@
 //!   [`PauseToken`] it returns keeps the pool paused across as many calls as the caller needs
 //!   (plan, move, check), until [`Pool::resume`]. The thread that paused may still allocate and
 //!   free meanwhile (it is the only one); while it moves blocks, its own calls are refused.
-//! * [`Pool::relocate`] moves a batch of blocks to the places the caller names: each source a
+//! * [`Pool::move_blocks`] moves a batch of blocks to the places the caller names: each source a
 //!   live, unpinned block (marked *moving*, so no pin or free slips in), each destination inside
 //!   the arena, aligned, bank-safe, where a block of its kind can start (a slab object: a free
 //!   object of a slab of its size class; a buddy block: a buddy node in a core chunk, granted from
@@ -16,7 +16,7 @@
 //!   host memory, or through free space of the arena when the caller copies), or handed to the
 //!   caller's *mover* (`backing="none"`: the bytes are on a device) before anything is re-pointed. If the mover fails, every reservation
 //!   is undone: the pool and every handle are as before.
-//! * [`Pool::compact`] plans and runs batches: a full compaction (slab packing, then packing
+//! * [`Pool::compact_step`] plans and runs batches: a full compaction (slab packing, then packing
 //!   below a boundary: every block above a boundary chunk packed into the holes at or below
 //!   it; a repack when that promises much more), an incremental step (chunks above the
 //!   boundary evacuated sparsest first, at most `max_bytes` of moves per step), or the
@@ -83,7 +83,7 @@ pub(crate) type BatchMover<'r, 'o> = &'r mut (dyn FnMut(&[Transfer]) -> std::res
 
 /// What a batch did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Relocated {
+pub struct MovedBlocks {
     /// Blocks re-pointed (a moved slab counts its objects).
     pub blocks: usize,
     /// Bytes copied.
@@ -150,7 +150,7 @@ pub struct CompactionPlan {
 
 /// What a compaction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Compacted {
+pub struct StepReport {
     /// Blocks moved.
     pub blocks: usize,
     /// Bytes copied.
@@ -167,8 +167,8 @@ pub struct Compacted {
     pub moving: Duration,
 }
 
-impl Compacted {
-    fn add(&mut self, batch: Relocated) {
+impl StepReport {
+    fn add(&mut self, batch: MovedBlocks) {
         self.blocks += batch.blocks;
         self.bytes += batch.bytes;
         self.batches += 1;
@@ -293,7 +293,7 @@ impl Pool {
     /// [`Error::MoveCycle`] when the moves overwrite each other in a cycle that needs free space
     /// of the arena to bounce through and there is not enough (only when the caller copies the
     /// bytes); [`Error::MoverFailed`] when the mover failed (undone).
-    pub fn relocate(&self, token: &PauseToken, moves: &[Move], mover: Option<Mover<'_>>) -> Result<Relocated> {
+    pub fn move_blocks(&self, token: &PauseToken, moves: &[Move], mover: Option<Mover<'_>>) -> Result<MovedBlocks> {
         let _busy = self.busy(token)?;
         let mut units: Vec<Unit> = Vec::with_capacity(moves.len());
         let release = |units: &[Unit]| {
@@ -345,14 +345,14 @@ impl Pool {
     /// undone and the pool is exactly as it was. (On host memory, without a mover, a full
     /// compaction first packs slab objects into fewer slabs, a batch of its own; on a device
     /// slabs move whole instead.)
-    pub fn compact(
+    pub fn compact_step(
         &self,
         token: &PauseToken,
         mode: &CompactionMode,
         mut mover: Option<Mover<'_>>,
-    ) -> Result<Compacted> {
+    ) -> Result<StepReport> {
         let _busy = self.busy(token)?;
-        let mut out = Compacted::default();
+        let mut out = StepReport::default();
         let started = Instant::now();
         match mode {
             CompactionMode::Full => {
@@ -433,14 +433,14 @@ impl Pool {
         Ok(out)
     }
 
-    /// What [`Pool::compact`] without a mover would move, moving nothing. Pauses the pool for
+    /// What [`Pool::compact_step`] without a mover would move, moving nothing. Pauses the pool for
     /// the look unless `token` holds the pause already.
     pub fn plan_compaction(&self, token: Option<&PauseToken>, mode: &CompactionMode) -> Result<CompactionPlan> {
         self.plan_compaction_with(token, mode, false)
     }
 
-    /// What [`Pool::compact`] would move, moving nothing; `with_mover`: as it would with a
-    /// mover (no slab packing in a full compaction: one batch, see [`Pool::compact`]).
+    /// What [`Pool::compact_step`] would move, moving nothing; `with_mover`: as it would with a
+    /// mover (no slab packing in a full compaction: one batch, see [`Pool::compact_step`]).
     pub fn plan_compaction_with(
         &self,
         token: Option<&PauseToken>,
@@ -461,7 +461,7 @@ impl Pool {
         match mode {
             CompactionMode::Full => {
                 // All-free slabs go back first; the packed slabs' emptied blocks are free too.
-                // (When the caller copies: no slab packing, see `compact`.)
+                // (When the caller copies: no slab packing, see `compact_step`.)
                 let (packing, _) =
                     if caller_copies { (Vec::new(), Vec::new()) } else { self.plan_slab_packing(&census) };
                 let mut leaving: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
