@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from npumem.errors import InvalidArgumentError
-from npumem.monitor.errors import MissingDependencyError
+from npumem.errors import InvalidArgumentError, MissingDependencyError
+from npumem.sizes import format_bytes
 
 if TYPE_CHECKING:
     from npumem.monitor.sampler import Sample, Thresholds
@@ -292,13 +292,13 @@ def _draw_map(
     ax.set_xlim(0, row / div)
     ax.set_ylim(rows, 0)
     ax.set_xlabel(f"offset within row ({unit})")
-    ax.set_ylabel(f"row ({human(row)} each)")
+    ax.set_ylabel(f"row ({_short(row)} each)")
     step = max(1, rows // 8)
     ax.set_yticks([r + 0.45 for r in range(0, rows, step)])
-    ax.set_yticklabels([human(r * row) for r in range(0, rows, step)], fontsize="small")
+    ax.set_yticklabels([_short(r * row) for r in range(0, rows, step)], fontsize="small")
     s = snap.stats
     ax.set_title(
-        f"{title}\n{len(snap.blocks):,} blocks, {human(s['bytes_in_use'])} in use, "
+        f"{title}\n{len(snap.blocks):,} blocks, {_short(s['bytes_in_use'])} in use, "
         f"{len(snap.free_runs):,} free runs, fragmentation {s['external_fragmentation']:.1%}",
         fontsize="medium",
     )
@@ -306,15 +306,9 @@ def _draw_map(
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
 
 
-def human(n: int) -> str:
-    """Short byte counts for axis labels: ``2 MiB``, ``1.5 GiB``."""
-    div, unit = 1.0, "B"
-    for d, name in ((1 << 30, "GiB"), (MIB, "MiB"), (1 << 10, "KiB")):
-        if n >= d:
-            div, unit = float(d), name
-            break
-    value = n / div
-    return f"{value:g} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+def _short(n: int) -> str:
+    """Byte counts for labels: ``2 MiB``, ``1.5 GiB``."""
+    return format_bytes(n, short=True)
 
 
 def _check_color_by(color_by: str) -> None:
@@ -397,8 +391,8 @@ def plot_plan(
     name = solution.problem.name or "plan"
     ax.set_title(
         title
-        or f"{name}: {len(buffers)} buffers, arena {human(solution.arena_size)} "
-        f"(lower bound {human(solution.lower_bound)}, gap {solution.gap:.1%}, "
-        f"no reuse {human(solution.naive_size)})"
+        or f"{name}: {len(buffers)} buffers, arena {_short(solution.arena_size)} "
+        f"(lower bound {_short(solution.lower_bound)}, gap {solution.gap:.1%}, "
+        f"no reuse {_short(solution.naive_size)})"
     )
     return _save(fig, path)
