@@ -17,27 +17,20 @@ from rich.console import Console
 from npumem._argtypes import at_least_one
 from npumem.errors import MissingDependencyError
 from npumem.exit_status import ExitStatus
-from npumem.monitor._files import file_kind, read_json
 from npumem.monitor.errors import MonitorError
 from npumem.monitor.report import render_report
+from npumem.monitor.saved_file import load_saved_file
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
 
 __all__ = ["add_parsers", "run_plot", "run_report"]
 
 
-def _load(path: str) -> Snapshot | Trace:
-    obj = read_json(path)
-    if file_kind(obj, path) == "snapshot":
-        return Snapshot.from_json_obj(obj, where=path)
-    return Trace.from_json_obj(obj, where=path)
-
-
 def run_report(args: argparse.Namespace) -> int:
     """``npumem report``: print the report of a snapshot file."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        loaded = _load(args.snapshot)
+        loaded = load_saved_file(args.snapshot)
     except MonitorError as exc:
         err.print(f"npumem report: error: {exc}", markup=False)
         return ExitStatus.USAGE
@@ -59,7 +52,7 @@ def run_plot(args: argparse.Namespace) -> int:
     """``npumem plot``: draw a snapshot's address map or a trace over time."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        loaded = _load(args.input)
+        loaded = load_saved_file(args.input)
     except MonitorError as exc:
         err.print(f"npumem plot: error: {exc}", markup=False)
         return ExitStatus.USAGE

@@ -170,23 +170,22 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 def run_replay_command(args: argparse.Namespace) -> int:
     """Run ``npumem replay`` with parsed arguments; returns the exit status."""
-    from npumem.monitor._files import file_kind, read_json
     from npumem.monitor.errors import MonitorError
-    from npumem.monitor.trace import Trace
+    from npumem.monitor.saved_file import load_saved_file
+    from npumem.monitor.snapshot import Snapshot
     from npumem.workloads.replay import replay_trace
 
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        obj = read_json(args.trace)
-        if file_kind(obj, args.trace) != "trace":
+        trace = load_saved_file(args.trace)
+        if isinstance(trace, Snapshot):
             err.print(
                 f"npumem replay: error: {args.trace} is a snapshot, not a trace "
                 "(see `npumem report`)",
                 markup=False,
             )
             return ExitStatus.USAGE
-        trace = Trace.from_json_obj(obj, where=args.trace)
     except MonitorError as exc:
         err.print(f"npumem replay: error: {exc}", markup=False)
         return ExitStatus.USAGE
