@@ -1,4 +1,4 @@
-"""npumem's files on disk: one JSON reader, one JSON writer, atomic text writes.
+"""npumem's files on disk: one JSON reader, one JSON writer, atomic writes.
 
 Every file is UTF-8. The reader also accepts a byte-order mark (editors on Windows add one); the
 writers never write one. The reader returns a JSON object or raises the caller's error type with
@@ -19,7 +19,7 @@ from typing import Any
 
 from npumem.errors import InvalidArgumentError
 
-__all__ = ["json_text", "read_json_object", "write_json", "write_text"]
+__all__ = ["json_text", "read_json_object", "write_bytes", "write_json", "write_text"]
 
 ENCODING = "utf-8"
 """The encoding of every file npumem writes."""
@@ -78,9 +78,15 @@ def json_text(obj: Mapping[str, Any], *, indent: int | None = None) -> str:
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically and return the path.
+    """Write ``text`` (UTF-8) to ``path`` atomically and return the path (see
+    :func:`write_bytes`)."""
+    return write_bytes(path, text.encode(ENCODING))
 
-    The text goes to a temporary file next to ``path`` that then replaces it, so readers never
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically and return the path.
+
+    The bytes go to a temporary file next to ``path`` that then replaces it, so readers never
     see half a file and a failed write leaves any old file as it was.
     """
     out = Path(path)
@@ -88,8 +94,8 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     # os.open with 0o666 lets the umask pick the mode, as for any new file.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w", encoding=ENCODING, newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, out)

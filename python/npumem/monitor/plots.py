@@ -9,6 +9,7 @@ thread and leave an interactive session's backend alone.
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from npumem.errors import InvalidArgumentError, MissingDependencyError
+from npumem.fileio import write_bytes
 from npumem.sizes import format_bytes
 
 if TYPE_CHECKING:
@@ -54,9 +56,9 @@ def _mpl() -> Any:
 
 
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
-    out = Path(path)
-    fig.savefig(out, format="png", dpi=DPI)
-    return out
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI)
+    return write_bytes(path, png.getvalue())
 
 
 def _unit(n: float) -> tuple[float, str]:
