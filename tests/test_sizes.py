@@ -8,7 +8,7 @@ import pytest
 
 import npumem
 from npumem._argtypes import byte_count, positive_byte_count
-from npumem.sizes import UNITS, format_bytes, parse_bytes
+from npumem.sizes import UNITS, byte_unit, format_bytes, parse_bytes
 
 KIB, MIB, GIB, TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 
@@ -134,3 +134,13 @@ def test_format_bytes(n: float, text: str, short: str) -> None:
 def test_format_then_parse_round_trips() -> None:
     for n in (0, 1, 1000, KIB, 3 * MIB, 3 * GIB // 2, 7 * TIB):
         assert parse_bytes(format_bytes(n).replace(",", "")) == n
+
+
+def test_byte_unit() -> None:
+    assert byte_unit(0) == (1, "B")
+    assert byte_unit(1023) == (1, "B")
+    assert byte_unit(KIB) == (KIB, "KiB")
+    assert byte_unit(3 * MIB) == (MIB, "MiB")
+    assert byte_unit(5 * TIB) == (TIB, "TiB")
+    assert byte_unit(3 * MIB, at_least=4) == (KIB, "KiB")  # plot axes: 3072 KiB, not 3 MiB
+    assert byte_unit(4 * GIB, at_least=4) == (GIB, "GiB")

@@ -14,8 +14,9 @@ The value after scaling must be a whole number of bytes and not negative: ``1.5K
 bytes, ``0.3KiB`` (307.2 bytes), ``-1MiB``, ``nan`` and ``inf`` are refused with
 :class:`~npumem.errors.InvalidArgumentError`, whose message gives the text and the rule.
 
-Formatting (:func:`format_bytes`) picks the largest binary unit that keeps the number at least 1:
-``1536`` is ``"1.5 KiB"``. ``short=True`` drops a zero fraction (``"2 MiB"``), for axis labels.
+Formatting (:func:`format_bytes`) picks the largest binary unit that keeps the number at least 1
+(:func:`byte_unit`): ``1536`` is ``"1.5 KiB"``. ``short=True`` drops a zero fraction
+(``"2 MiB"``), for labels.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from fractions import Fraction
 
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["UNITS", "format_bytes", "parse_bytes"]
+__all__ = ["UNITS", "byte_unit", "format_bytes", "parse_bytes"]
 
 UNITS: dict[str, int] = {
     "": 1,
@@ -103,17 +104,26 @@ def parse_bytes(text: str) -> int:
     return int(scaled)
 
 
+def byte_unit(n: float, *, at_least: float = 1) -> tuple[int, str]:
+    """The largest binary unit in which ``n`` bytes are at least ``at_least`` units, as
+    ``(bytes per unit, name)``: ``byte_unit(3 << 20)`` is ``(1 << 20, "MiB")``; ``(1, "B")``
+    below 1 KiB. Plots ask for ``at_least=4`` so that axis ticks stay readable numbers."""
+    for name, div in _FORMAT_UNITS:
+        if abs(n) >= at_least * div:
+            return div, name
+    return 1, "B"
+
+
 def format_bytes(n: float, *, short: bool = False) -> str:
     """``n`` bytes in the largest binary unit that keeps the number at least 1.
 
     ``1536`` gives ``"1.5 KiB"`` and ``3 << 20`` ``"3.0 MiB"``; counts below 1 KiB stay in
     bytes (``"1000 B"``). With ``short=True`` a zero fraction is dropped: ``"3 MiB"``.
     """
-    value = float(n)
-    for name, div in _FORMAT_UNITS:
-        if abs(value) >= div:
-            scaled = value / div
-            if short and scaled == int(scaled):
-                return f"{int(scaled)} {name}"
-            return f"{scaled:,.1f} {name}"
-    return f"{int(value)} B"
+    div, name = byte_unit(n)
+    if div == 1:
+        return f"{int(n)} B"
+    scaled = n / div
+    if short and scaled == int(scaled):
+        return f"{int(scaled)} {name}"
+    return f"{scaled:,.1f} {name}"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from npumem.errors import InvalidArgumentError, MissingDependencyError
 from npumem.fileio import write_bytes
-from npumem.sizes import format_bytes
+from npumem.sizes import byte_unit, format_bytes
 
 if TYPE_CHECKING:
     from npumem.monitor.sampler import Sample, Thresholds
@@ -61,14 +61,6 @@ def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     return write_bytes(path, png.getvalue())
 
 
-def _unit(n: float) -> tuple[float, str]:
-    """A divisor and its name to show ``n`` bytes as readable numbers."""
-    for div, name in ((1 << 30, "GiB"), (MIB, "MiB"), (1 << 10, "KiB")):
-        if n >= 4 * div:
-            return float(div), name
-    return 1.0, "B"
-
-
 # ----- over time -----------------------------------------------------------------------------
 
 
@@ -87,7 +79,7 @@ def plot_timeline(
     Figure, _, _, np = _mpl()
     t = np.array([s.time for s in samples])
     t = t - t[0]
-    div, unit = _unit(max(s.usable_capacity for s in samples))
+    div, unit = _axis_unit(max(s.usable_capacity for s in samples))
     used = np.array([s.bytes_in_use for s in samples]) / div
     peak = np.array([s.peak_bytes_in_use for s in samples]) / div
     cap = samples[-1].usable_capacity / div
@@ -151,7 +143,7 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
         lives.append(live)
         counts.append(len(sizes))
     capacity = int(trace.config["capacity"])
-    div, unit = _unit(capacity)
+    div, unit = _axis_unit(capacity)
     fig = Figure(figsize=(10, 6), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     x = np.array(times) if times else np.zeros(1)
@@ -232,7 +224,7 @@ def _draw_map(
     _, PolyCollection, _, _ = _mpl()
     row = _row_bytes(snap)
     rows = max(1, math.ceil(snap.usable_capacity / row))
-    div, unit = _unit(row)
+    div, unit = _axis_unit(row)
     groups: dict[str, list[Any]] = {}
     shown = list(colors)
     colors = dict(colors)
@@ -308,6 +300,11 @@ def _draw_map(
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
 
 
+def _axis_unit(n: float) -> tuple[int, str]:
+    """The unit of an axis that reaches ``n`` bytes (ticks of at least 4 units)."""
+    return byte_unit(n, at_least=4)
+
+
 def _short(n: int) -> str:
     """Byte counts for labels: ``2 MiB``, ``1.5 GiB``."""
     return format_bytes(n, short=True)
@@ -370,7 +367,7 @@ def plot_plan(
     buffers = solution.problem.buffers
     if not buffers:
         raise InvalidArgumentError("the solution has no buffers to plot")
-    div, unit = _unit(max(solution.arena_size, 1))
+    div, unit = _axis_unit(max(solution.arena_size, 1))
     verts = []
     for b in buffers:
         lo = solution.offsets[b.id] / div
