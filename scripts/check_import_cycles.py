@@ -62,6 +62,7 @@ _VISIBILITY = re.compile(r"\bpub\s*\(\s*in\b[^)]*\)")
 _USE = re.compile(r"(?<![\w$])use\b")
 _INLINE_MOD = re.compile(r"(?<![\w$])mod\s+([A-Za-z_]\w*)\s*\{")
 _PATH = re.compile(r"(?<![\w:$])(\$crate|[A-Za-z_]\w*)((?:\s*::\s*[A-Za-z_]\w*)+)")
+_RAW_STRING = re.compile(r'b?r(#*)"')
 _USE_TOKEN = re.compile(r"\$crate|[A-Za-z_]\w*|::|[{},*;]")
 
 
@@ -97,9 +98,13 @@ def blank_rust(source: str) -> str:
                     j += 1
             blank(i, j)
             i = j
-        elif (raw := re.match(r'b?r(#*)"', source[i:])) and (i == 0 or not _word(source[i - 1])):
+        elif (
+            c in "br"
+            and (raw := _RAW_STRING.match(source, i))
+            and (i == 0 or not _word(source[i - 1]))
+        ):
             close = '"' + raw.group(1)
-            end = source.find(close, i + raw.end())
+            end = source.find(close, raw.end())
             end = n if end < 0 else end + len(close)
             blank(i, end)
             i = end

@@ -72,6 +72,8 @@ RUST_CLEAN = {
         pub struct Reach;
         const S: &str = "use crate::Pool; crate::lib";
         const C: char = '"';
+        const R: &str = r#"crate::gate "quoted" use crate::Pool;"#;
+        const B: &[u8] = br"crate::lib";
         fn f<'a>(p: &'a Pool) -> &'a Pool { p }
         #[cfg(test)]
         mod tests {
@@ -159,6 +161,25 @@ def test_rust_mod_declarations_and_inline_test_modules_are_not_edges(tmp_path: P
     )
     # lib.rs's inline test module belongs to lib.rs: its `use super::x::X` is lib.rs -> x.rs.
     assert edges(tmp_path) == {("lib.rs", "x.rs"), ("x/y.rs", "x.rs")}
+
+
+def test_rust_paths_in_literals_and_comments_are_not_edges(tmp_path: Path) -> None:
+    padding = "// " + "x" * 200 + "\n"
+    write(
+        tmp_path,
+        {
+            "lib.rs": "mod a;\nmod b;\nmod c;\n",
+            "a.rs": padding * 3
+            + 'const R: &str = r#"crate::b "quoted" x"#;\n'
+            + 'const Q: &str = "crate::b \\" crate::b";\n'
+            + "fn f<'x>(s: &'x str) -> char { let _ = s; '\\'' }\n"
+            + "/* crate::b /* nested */ crate::b */\n"
+            + "fn g() -> crate::c::C { todo!() }\n",
+            "b.rs": "",
+            "c.rs": "pub struct C;\n",
+        },
+    )
+    assert edges(tmp_path) == {("a.rs", "c.rs")}
 
 
 def test_rust_self_in_group_and_glob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
