@@ -48,8 +48,9 @@ demo: develop ## Run the main job: the built-in demo workload (npumem demo)
 test: test-rust test-loom test-python ## Run every test: Rust unit and stress, loom models, pytest, stubtest
 
 .PHONY: test-rust
-test-rust: ## Rust unit, property and stress tests of npumem-core; bench code compiles and runs once
+test-rust: ## Rust unit, property and stress tests of npumem-core and the C ABI; bench code compiles and runs once
 	cargo test -p npumem-core --release
+	cargo test -p npumem-capi --release
 	cargo test -p npumem-benches --release --lib
 	cargo test -p npumem-benches --release --benches -- --test
 
