@@ -66,12 +66,17 @@ def load() -> ctypes.CDLL:
     lib.npumem_torch_alloc.restype = ctypes.c_void_p
     lib.npumem_torch_alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
     lib.npumem_torch_free.restype = None
-    lib.npumem_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    lib.npumem_torch_free.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_ssize_t,
+        ctypes.c_int,
+        ctypes.c_void_p,
+    ]
     return lib
 
 
 def capsule_pointer(capsule: object) -> int:
-    """The ``npumem_pool*`` inside a capsule of ``pool.c_pool()`` (valid while the capsule lives)."""
+    """The ``npumem_pool*`` in a capsule of ``pool.c_pool()`` (valid while the capsule lives)."""
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
     get_pointer.restype = ctypes.c_void_p
     get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
