@@ -80,9 +80,15 @@ def capsule_pointer(capsule: object) -> int:
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
     get_pointer.restype = ctypes.c_void_p
     get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    address = get_pointer(capsule, CAPSULE_NAME)
+    try:
+        address = get_pointer(capsule, CAPSULE_NAME)
+    except ValueError:
+        address = None
     if not address:
-        raise ValueError("not an npumem pool capsule")
+        raise errors.InvalidArgumentError(
+            f"expected a capsule of pool.c_pool() (named {CAPSULE_NAME.decode()}), "
+            f"got {type(capsule).__name__}"
+        )
     return int(address)
 
 

@@ -3,16 +3,10 @@
 
 use std::slice;
 
-use npumem_core::{Backing, Error, Placement as ChunkPlacement, PoolConfig};
+use npumem_core::{Backing, Device, Error, Placement as ChunkPlacement, PoolConfig};
 
 use crate::object::Location;
 use crate::types::{NpumemConfig, BACKING_HOST, BACKING_NONE, PLACEMENT_BEST_FIT, PLACEMENT_FIRST_FIT};
-
-/// DLPack `kDLCPU`.
-pub const DEVICE_CPU: i32 = 1;
-/// DLPack `kDLExtDev`: memory that no array library can read directly (the default of pools
-/// without host memory that do not name their device).
-pub const DEVICE_EXT_DEV: i32 = 12;
 
 /// The number of online CPUs (Python's `os.cpu_count()`), at least 1.
 fn cpu_count() -> usize {
@@ -82,38 +76,14 @@ pub unsafe fn convert(config: &NpumemConfig) -> Result<(PoolConfig, Location), E
         // SAFETY: the caller guarantees `slab_count` readable entries.
         core = core.slab_sizes(unsafe { slice::from_raw_parts(config.slab_sizes, config.slab_count) }.to_vec());
     }
+    core = core.base_address(config.base_address);
+    if config.device_type != 0 {
+        core = core.device(Device { type_code: config.device_type, index: config.device_id });
+    } else if config.device_id != 0 {
+        return Err(bad("device", format!("index {} needs a device type", config.device_id)));
+    }
     core.validate()?;
-    let device_type = match config.device_type {
-        0 if backing == Backing::Host => DEVICE_CPU,
-        0 => DEVICE_EXT_DEV,
-        t if t < 0 => return Err(bad("device", format!("type must be a DLPack device type (>= 1), got {t}"))),
-        t => t,
-    };
-    if config.device_id < 0 {
-        return Err(bad("device", format!("index must be at least 0, got {}", config.device_id)));
-    }
-    if backing == Backing::Host {
-        if device_type != DEVICE_CPU || config.device_id != 0 {
-            return Err(bad(
-                "device",
-                format!(
-                    "must be the CPU (type 1, index 0) for host-backed pools, got type {device_type} index {}",
-                    config.device_id
-                ),
-            ));
-        }
-        if config.base_address != 0 {
-            return Err(bad(
-                "base_address",
-                "applies to pools with backing none only (a host pool's address is its mapping)".into(),
-            ));
-        }
-    } else if config.base_address.checked_add(config.capacity as u64).is_none() {
-        return Err(bad(
-            "base_address",
-            format!("plus capacity must fit in 64 bits, got {:#x} + {}", config.base_address, config.capacity),
-        ));
-    }
-    let location = Location { base_address: config.base_address, device_type, device_id: config.device_id };
+    let device = core.resolved_device();
+    let location = Location { base_address: core.base_address, device_type: device.type_code, device_id: device.index };
     Ok((core, location))
 }

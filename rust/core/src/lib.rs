@@ -42,6 +42,7 @@ mod clock;
 mod config;
 mod core_pool;
 mod cpu;
+mod device;
 mod error;
 mod gate;
 mod global;
@@ -71,6 +72,7 @@ mod trace;
 mod zeroed;
 
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
+pub use device::{Device, DEVICE_TYPES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::Handle;
 #[cfg(not(loom))]
