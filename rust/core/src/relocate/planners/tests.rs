@@ -1,0 +1,1 @@
+//! Unit tests of the planners on hand-built censuses and models.
