@@ -1,6 +1,6 @@
 //! The compaction's `Pool` methods: [`Pool::move_blocks`] (one batch the caller names),
 //! [`Pool::compact_step`] (a compaction: planned, then run batch by batch) and
-//! [`Pool::plan_compaction`] (the same plan, summarized, nothing moved).
+//! [`Pool::plan_compaction`] (the same compaction plan, summarized, nothing moved).
 
 use std::time::Instant;
 
@@ -117,7 +117,7 @@ impl Pool {
                 let between = Instant::now();
                 self.reclaim_all();
                 // The batch was planned on the arena the earlier ones leave: if the pool is not
-                // what the plan expects (it cannot happen while the pause holds), stop here.
+                // what the planners expected (it cannot happen while the pause holds), stop here.
                 if self.slabs.views() != census.slabs {
                     for later in &batches[k..] {
                         release_unmoved(self, later, &moved);

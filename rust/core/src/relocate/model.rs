@@ -345,7 +345,7 @@ impl<'a> Model<'a> {
     }
 
     /// The largest free power-of-two block any chunk could give, in bytes, and the longest
-    /// stretch of empty chunks (in chunks), as an allocation would see them after the plan.
+    /// stretch of empty chunks (in chunks), as an allocation would see them after the moves.
     pub(crate) fn largest_free(&self) -> usize {
         // The longest stretch first: a chunk's nodes are then only searched when one could
         // beat it.
