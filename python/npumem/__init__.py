@@ -17,7 +17,15 @@ monitoring and the ``npumem`` command.
 
 from __future__ import annotations
 
-from npumem._core import Block, CoreStats, Pool, PoolStats, SizeClassStats, __version__
+from npumem._core import (
+    Block,
+    BlockInfo,
+    CoreStats,
+    PoolStats,
+    SizeClassStats,
+    TraceStatus,
+    __version__,
+)
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -33,10 +41,12 @@ from npumem.errors import (
     PoolBusyError,
     RequestTooLargeError,
 )
+from npumem.pool import Pool
 
 __all__ = [
     "ArgumentTypeError",
     "Block",
+    "BlockInfo",
     "ConfigError",
     "CoreStats",
     "CorruptionError",
@@ -53,5 +63,6 @@ __all__ = [
     "PoolStats",
     "RequestTooLargeError",
     "SizeClassStats",
+    "TraceStatus",
     "__version__",
 ]
