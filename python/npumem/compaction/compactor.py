@@ -99,7 +99,7 @@ class Compactor:
     # ----- compaction ----------------------------------------------------------------------
 
     def compact(
-        self, mode: str | None = None, *, max_bytes: int | None = None, reason: str = "manual"
+        self, mode: Mode | None = None, *, max_bytes: int | None = None, reason: str = "manual"
     ) -> CompactionReport:
         """Compact now. ``mode``: ``"full"`` (default: the policy's mode) stops the pool once:
         slab objects are packed, then every block above a boundary chunk is packed into the holes
@@ -186,7 +186,7 @@ class Compactor:
         over = self.pause_budget is not None and paused > self.pause_budget
         return done.with_pause(paused, over_budget=over)
 
-    def plan(self, mode: str = "full", *, max_bytes: int | None = None) -> CompactionPlan:
+    def plan(self, mode: Mode = "full", *, max_bytes: int | None = None) -> CompactionPlan:
         """What :meth:`compact` would move now (for ``"incremental"``: its first step), moving
         nothing; the pool is stopped only for the look."""
         checked = check_mode(mode)

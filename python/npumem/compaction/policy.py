@@ -42,7 +42,7 @@ class Policy:
     fragmentation_threshold: float | None = DEFAULT_THRESHOLD
     on_failure: bool = True
     min_interval: float = 1.0
-    mode: str = "full"
+    mode: Mode = "full"
     max_bytes: int = 64 << 20
     max_steps: int = 64
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from npumem._core import StepReport
+from npumem.compaction.policy import Mode
 from npumem.monitor.report import human_bytes
 
 __all__ = ["CompactionReport", "StepReport"]
@@ -16,7 +17,7 @@ __all__ = ["CompactionReport", "StepReport"]
 class CompactionReport:
     """A compaction: its mode, why it ran, its steps, and the pool before and after."""
 
-    mode: str
+    mode: Mode
     reason: str
     steps: tuple[StepReport, ...]
     fragmentation_before: float

@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::repr;
 use crate::tags::Tags;
 
 /// One live block at one moment: it covers `[offset, offset + block_bytes)` and asked for
@@ -59,14 +60,7 @@ impl BlockInfo {
         Ok(d)
     }
 
-    fn __repr__(&self) -> String {
-        let tag = match &self.tag {
-            Some(t) => format!("{t:?}"),
-            None => "None".into(),
-        };
-        format!(
-            "BlockInfo(offset={}, nbytes={}, block_bytes={}, align={}, core={}, tag={tag}, pins={}, handle={})",
-            self.offset, self.nbytes, self.block_bytes, self.align, self.core, self.pins, self.handle
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr::dataclass_like("BlockInfo", &self.as_dict(py)?)
     }
 }

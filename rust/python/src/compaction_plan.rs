@@ -3,6 +3,8 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use crate::repr;
+
 /// One move a compaction would make: a `"block"`, `"slab object"`, `"run"` (of whole chunks)
 /// or `"slab"` (a slab with all its objects) from `src` to `dst`.
 #[pyclass(module = "npumem._core", frozen, eq, get_all)]
@@ -38,11 +40,8 @@ impl PlannedMove {
         Ok(d)
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "PlannedMove(kind={:?}, src={}, dst={}, nbytes={}, blocks={})",
-            self.kind, self.src, self.dst, self.nbytes, self.blocks
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr::dataclass_like("PlannedMove", &self.as_dict(py)?)
     }
 }
 
@@ -229,19 +228,18 @@ impl CompactionPlan {
         Ok(d)
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "CompactionPlan(mode={:?}, moves=<{} moves>, blocks={}, bytes={}, chunks_emptied={}, bytes_free={}, \
-             largest_free_before={}, largest_free_after={})",
-            self.mode,
-            self.moves.len(),
-            self.blocks,
-            self.bytes,
-            self.chunks_emptied,
-            self.bytes_free,
-            self.largest_free_before,
-            self.largest_free_after
-        )
+    /// The fields but the moves, which it counts.
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let fields = PyDict::new(py);
+        fields.set_item("mode", &self.mode)?;
+        fields.set_item("blocks", self.blocks)?;
+        fields.set_item("bytes", self.bytes)?;
+        fields.set_item("chunks_emptied", self.chunks_emptied)?;
+        fields.set_item("bytes_free", self.bytes_free)?;
+        fields.set_item("largest_free_before", self.largest_free_before)?;
+        fields.set_item("largest_free_after", self.largest_free_after)?;
+        let text = repr::dataclass_like("CompactionPlan", &fields)?;
+        Ok(format!("{}, moves=<{} moves>)", text.strip_suffix(')').unwrap_or(&text), self.moves.len()))
     }
 
     fn __str__(&self) -> String {

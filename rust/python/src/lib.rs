@@ -23,6 +23,7 @@ mod pause;
 mod pinned;
 mod plan_search;
 mod pool;
+mod repr;
 mod snapshot;
 mod stats;
 mod step_report;

@@ -3,6 +3,8 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::repr;
+
 /// One stop of the pool: what moved and how long the pool was stopped.
 ///
 /// `planning_seconds` and `moving_seconds` are the parts the Rust core measured;
@@ -102,19 +104,7 @@ impl StepReport {
         Ok(d)
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "StepReport(blocks={}, bytes={}, chunks_freed={}, pause_seconds={:?}, planning_seconds={:?}, \
-             moving_seconds={:?}, over_budget={}, batches={}, transfers={})",
-            self.blocks,
-            self.bytes,
-            self.chunks_freed,
-            self.pause_seconds,
-            self.planning_seconds,
-            self.moving_seconds,
-            if self.over_budget { "True" } else { "False" },
-            self.batches,
-            self.transfers
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr::dataclass_like("StepReport", &self.as_dict(py)?)
     }
 }

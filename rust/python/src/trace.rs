@@ -5,6 +5,7 @@ use npumem_core::TraceEvent;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::repr;
 use crate::tags::Tags;
 
 /// Where a pool's trace stands.
@@ -48,15 +49,8 @@ impl TraceStatus {
         Ok(d)
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "TraceStatus(enabled={}, capacity={}, recorded={}, drained={}, dropped={})",
-            if self.enabled { "True" } else { "False" },
-            self.capacity,
-            self.recorded,
-            self.drained,
-            self.dropped
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr::dataclass_like("TraceStatus", &self.as_dict(py)?)
     }
 }
 
