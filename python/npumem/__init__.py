@@ -17,10 +17,12 @@ monitoring and the ``npumem`` command.
 
 from __future__ import annotations
 
+from npumem import _core, _snapshot_view
 from npumem._core import (
     Block,
     BlockInfo,
     CoreStats,
+    Pool,
     PoolStats,
     SizeClassStats,
     TraceStatus,
@@ -41,7 +43,9 @@ from npumem.errors import (
     PoolBusyError,
     RequestTooLargeError,
 )
-from npumem.pool import Pool
+
+# Pool.snapshot() returns an npumem.monitor.Snapshot.
+_core.set_snapshot_view(_snapshot_view.snapshot_view)
 
 __all__ = [
     "ArgumentTypeError",

@@ -4,7 +4,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, final
 
-from typing_extensions import disjoint_base
+from npumem.monitor.snapshot import Snapshot
 
 __all__ = [
     "ArgumentTypeError",
@@ -35,6 +35,7 @@ __all__ = [
     "StepReport",
     "TraceStatus",
     "__version__",
+    "set_snapshot_view",
 ]
 
 __version__: str
@@ -43,6 +44,8 @@ _Backing = Literal["host", "none"]
 _Placement = Literal["best-fit", "first-fit"]
 _CompactionMode = Literal["full", "incremental", "evacuate"]
 _Mover = Callable[[list[tuple[int, int, int]]], object]
+
+def set_snapshot_view(view: Callable[[Pool, RawSnapshot], object]) -> None: ...
 
 # ----- exceptions ------------------------------------------------------------------------------
 
@@ -74,7 +77,7 @@ class MoveError(NpumemError, ValueError): ...
 
 # ----- the pool --------------------------------------------------------------------------------
 
-@disjoint_base
+@final
 class Pool:
     """A pool over one arena: allocate blocks from any thread, read ``stats()``, ``check()`` it."""
 
@@ -104,6 +107,7 @@ class Pool:
     def blocks(self) -> list[BlockInfo]: ...
     def trim(self) -> int: ...
     def raw_snapshot(self) -> RawSnapshot: ...
+    def snapshot(self) -> Snapshot: ...
     def trace_start(self, capacity: int = 65536) -> None: ...
     def trace_stop(self) -> None: ...
     def trace_drain(self) -> list[tuple[int, str, int, int, int, str | None, int, int]]: ...

@@ -50,5 +50,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<trace::TraceStatus>()?;
     m.add_class::<snapshot::RawSnapshot>()?;
     m.add_class::<plan_search::PackingInstance>()?;
+    m.add_function(wrap_pyfunction!(snapshot::set_snapshot_view, m)?)?;
     Ok(())
 }

@@ -17,7 +17,7 @@ use crate::gil::{detached, without_gil};
 use crate::mover;
 use crate::oom::OomHandler;
 use crate::pause::Pause;
-use crate::snapshot::RawSnapshot;
+use crate::snapshot::{self, RawSnapshot};
 use crate::stats::PoolStats;
 use crate::step_report::StepReport;
 use crate::tags::Tags;
@@ -196,6 +196,13 @@ impl Pool {
         let core = &self.core;
         let snap = without_gil(py, || core.snapshot())?;
         RawSnapshot::from_core(py, snap, &self.tags, core.capacity())
+    }
+
+    /// Pause the pool and return an `npumem.monitor.Snapshot`: every live block, every maximal
+    /// free run, and the stats, all at one moment.
+    fn snapshot<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let raw = slf.get().raw_snapshot(slf.py())?;
+        snapshot::present(slf.as_any(), raw)
     }
 
     /// Start a fresh event trace of up to `capacity` events (all cores together; the oldest are

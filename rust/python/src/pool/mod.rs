@@ -1,5 +1,4 @@
-//! `npumem._core.Pool`: the arena, as Python sees it (`npumem.Pool` is its subclass in the
-//! facade, which adds `snapshot()`).
+//! `npumem.Pool`: the arena, as Python sees it.
 //!
 //! `state.rs` holds what a pool object keeps (the classes that refer to a pool read it);
 //! `methods.rs` is the class's Python API; `config.rs` turns the constructor's keyword

@@ -9,7 +9,7 @@ use crate::oom::OomHandler;
 use crate::tags::Tags;
 
 /// A pool over one arena: allocate blocks from any thread, read `stats()`, `check()` it.
-#[pyclass(module = "npumem._core", frozen, subclass)]
+#[pyclass(module = "npumem._core", frozen)]
 pub struct Pool {
     /// The Rust pool (shared with pauses and pinning context managers).
     pub(crate) core: Arc<npumem_core::Pool>,
