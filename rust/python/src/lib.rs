@@ -2,14 +2,19 @@
 //!
 //! Each Python class has one home: `pool/` (`Pool`), `block.rs` (`Block`), `pause.rs`
 //! (`Pause`), `pinned.rs` (`Pinned` and pinning), `stats.rs` (`PoolStats` and its parts),
-//! `block_info.rs`, `step_report.rs`, `compaction_plan.rs`, `trace.rs` (`TraceStatus`),
-//! `snapshot.rs` (`RawSnapshot`) and `plan_search.rs` (`PackingInstance`). Results cross the
-//! boundary as these typed classes, never as dicts. Errors become Python exceptions in one
-//! place (`errors.rs`, which also defines the exception classes); work that can take long runs
-//! without the GIL through one helper (`gil.rs`); arguments are checked in `args.rs`. A failing
-//! allocation's retry through the out-of-memory handler is `oom.rs`; calling a Python mover is
-//! `mover.rs`; tag strings are interned in `tags.rs`. The binding imports nothing from the
-//! Python package.
+//! `block_info.rs` (`BlockInfo`), `step_report.rs` (`StepReport`), `compaction_plan.rs`
+//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `snapshot.rs` (`RawSnapshot`)
+//! and `plan_search.rs` (`PackingInstance`). Results cross the boundary as these typed classes,
+//! never as dicts; `repr.rs` writes their reprs.
+//!
+//! Errors become Python exceptions in one place (`errors.rs`, which also defines the exception
+//! classes); work that can take long runs without the GIL through one helper (`gil.rs`);
+//! arguments are checked in `args.rs`. A failing allocation's retry through the out-of-memory
+//! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned in
+//! `tags.rs`.
+//!
+//! The binding imports nothing from the Python package: what `Pool.snapshot()` returns is made
+//! by a view the package installs (`snapshot.rs`).
 
 mod args;
 mod block;
