@@ -120,7 +120,8 @@ class Snapshot:
 
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
-        """Build from what the extension records (``Pool.snapshot`` calls it)."""
+        """Build from what the extension records (``Pool.snapshot()`` comes here through
+        :mod:`npumem._snapshot_view`)."""
         return cls(
             pool=str(pool.name),
             config=pool_config(pool),
