@@ -17,7 +17,17 @@ monitoring and the ``npumem`` command.
 
 from __future__ import annotations
 
-from npumem._core import Block, CoreStats, Pool, PoolStats, SizeClassStats, __version__
+from npumem import _core, _snapshot_view
+from npumem._core import (
+    Block,
+    BlockInfo,
+    CoreStats,
+    Pool,
+    PoolStats,
+    SizeClassStats,
+    TraceStatus,
+    __version__,
+)
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -34,9 +44,13 @@ from npumem.errors import (
     RequestTooLargeError,
 )
 
+# Pool.snapshot() returns an npumem.monitor.Snapshot.
+_core.set_snapshot_view(_snapshot_view.snapshot_view)
+
 __all__ = [
     "ArgumentTypeError",
     "Block",
+    "BlockInfo",
     "ConfigError",
     "CoreStats",
     "CorruptionError",
@@ -53,5 +67,6 @@ __all__ = [
     "PoolStats",
     "RequestTooLargeError",
     "SizeClassStats",
+    "TraceStatus",
     "__version__",
 ]

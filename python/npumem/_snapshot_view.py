@@ -1,0 +1,20 @@
+"""What ``Pool.snapshot()`` returns: the Rust extension records a ``RawSnapshot`` and hands it to
+:func:`snapshot_view`, which ``npumem`` installs when it is imported."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from npumem._core import Pool, RawSnapshot
+    from npumem.monitor.snapshot import Snapshot
+
+__all__ = ["snapshot_view"]
+
+
+def snapshot_view(pool: Pool, raw: RawSnapshot) -> Snapshot:
+    """An :class:`npumem.monitor.Snapshot` of ``pool`` from the extension's raw snapshot."""
+    # Imported here: the monitoring package loads when the first snapshot is taken.
+    from npumem.monitor.snapshot import Snapshot
+
+    return Snapshot._from_core(pool, raw)
