@@ -139,16 +139,16 @@ def test_as_array_is_a_typed_view() -> None:
     assert floats.shape == (10, 25) and floats.dtype == np.float32
     floats[:] = 1.5
     assert np.frombuffer(memoryview(blk), np.float32).tolist() == [1.5] * 250
-    assert blk.as_array().shape == (1000,)
-    assert blk.as_array("int64").shape == (125,)
-    assert blk.as_array(np.int16, 3).shape == (3,)
-    assert blk.pins == 3
+    kept = [blk.as_array(), blk.as_array("int64"), blk.as_array(np.int16, 3)]
+    assert [a.shape for a in kept] == [(1000,), (125,), (3,)]
+    assert kept[0][:4].tolist() == [0, 0, 192, 63], "the same bytes (1.5 as float32)"
+    assert blk.pins == 4
     with pytest.raises(npumem.InvalidArgumentError, match="1000"):
         blk.as_array(np.float64, (200,))
     with pytest.raises(npumem.InvalidArgumentError):
-        blk.as_array(np.float64)  # 1000 bytes is not a whole number of float64
-    del floats
-    assert blk.pins == 2
+        blk.as_array("S3")  # 1000 bytes is not a whole number of 3-byte items
+    del floats, kept
+    assert blk.pins == 0
 
 
 def test_device_configuration_rules() -> None:
@@ -183,10 +183,12 @@ def test_the_mover_gets_addresses() -> None:
         mirror(transfers)
 
     blocks = [pool.alloc(64 << 10) for _ in range(8)]
+    hole = blocks[0].offset
     for blk in blocks[::2]:
         blk.free()
     with pool.pause() as pause:
-        pool.move_blocks(pause, [(blocks[-1], blocks[0].offset)], mover=mover)
+        pool.move_blocks(pause, [(blocks[-1], hole)], mover=mover)
+    assert blocks[-1].offset == hole and blocks[-1].address == BASE + hole
     assert seen, "the block moved"
     for src, dst, _n, src_address, dst_address in seen:
         assert (src_address, dst_address) == (BASE + src, BASE + dst)

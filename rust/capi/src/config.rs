@@ -41,7 +41,8 @@ fn bad(field: &'static str, reason: String) -> Error {
     Error::Config { field, reason }
 }
 
-/// The core configuration and the placement that `config` describes, every rule checked.
+/// The core configuration and the location that `config` describes, every rule checked (the
+/// base address of a host pool is known once its memory is mapped).
 ///
 /// # Safety
 /// `config.slab_sizes` is NULL or points to `config.slab_count` readable `size_t`s.

@@ -47,19 +47,8 @@ pub unsafe fn create(config: &NpumemConfig) -> Result<*mut NpumemPool, Error> {
     // SAFETY: forwarded from the caller.
     let (core_config, mut location) = unsafe { config::convert(config) }?;
     let pool = Pool::new(core_config)?;
-    if pool.has_backing() {
-        location.base_address = host_base(&pool)?;
-    }
+    location.base_address = pool.base_address();
     Ok(wrap(Arc::new(pool), location))
-}
-
-/// The host address of offset 0 of a host-backed pool.
-fn host_base(pool: &Pool) -> Result<u64, Error> {
-    let handle = pool.alloc(1, None, 0)?;
-    let base =
-        pool.host_ptr(handle).map(|(ptr, _)| ptr.as_ptr() as u64 - pool.block(handle).map_or(0, |b| b.offset as u64));
-    pool.free(handle)?;
-    base
 }
 
 /// The object behind a pointer the entry point checked.
@@ -151,14 +140,14 @@ unsafe extern "C" fn alloc(
         if out.is_null() {
             return null("out");
         }
-        let attempt = || p.pool.alloc(size, align_of(align), tag);
+        let attempt = || p.pool.alloc_with_offset(size, align_of(align), tag);
         let made = match attempt() {
-            Ok(handle) => Ok(handle),
+            Ok(made) => Ok(made),
             Err(err) => retry_after(p, pool, size, align, err, attempt),
-        }
-        .and_then(|handle| describe(p, handle));
+        };
         match made {
-            Ok(block) => {
+            Ok((handle, offset)) => {
+                let block = NpumemBlock { handle: NpumemHandle::from_core(handle), offset, size, address: p.address(offset) };
                 // SAFETY: `out` is non-NULL and the caller's to write.
                 unsafe { out.write(block) };
                 OK

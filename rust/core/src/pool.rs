@@ -22,6 +22,7 @@ use crate::backing::HostBacking;
 use crate::buddy::{Node, TreeShape};
 use crate::chunk_space::ChunkSpace;
 use crate::config::{Backing, PoolConfig};
+use crate::device::Device;
 use crate::core_pool::CorePool;
 use crate::cpu;
 use crate::error::{Error, Result};
@@ -235,6 +236,21 @@ impl Pool {
         Ok(handles)
     }
 
+    /// [`Pool::alloc`], also returning the block's offset (for callers that report it, such as
+    /// the C ABI, without a second look-up).
+    pub fn alloc_with_offset(&self, size: usize, align: Option<usize>, tag: u32) -> Result<(Handle, usize)> {
+        let request = self.request(size, align)?;
+        let core = cpu::current_core(self.cores.len());
+        let _entered = self.enter()?;
+        match self.place(&request, core, Reach::Full) {
+            Some(placed) => {
+                let offset = placed.offset;
+                self.finish(placed, &request, core, tag).map(|handle| (handle, offset))
+            }
+            None => Err(self.out_of_memory(&request, core, tag)),
+        }
+    }
+
     /// Allocate without a handle: the block's offset. Free it with [`Pool::free_raw`] and the
     /// same size.
     pub fn alloc_raw(&self, size: usize, align: Option<usize>) -> Result<usize> {
@@ -356,6 +372,20 @@ impl Pool {
     /// Whether real host memory is behind the arena.
     pub fn has_backing(&self) -> bool {
         self.backing.is_some()
+    }
+
+    /// The address of offset 0: the host mapping's of a host-backed pool, the configured
+    /// `base_address` otherwise. A block's address is this plus its offset.
+    pub fn base_address(&self) -> u64 {
+        match &self.backing {
+            Some(backing) => backing.base().as_ptr() as u64,
+            None => self.config.base_address,
+        }
+    }
+
+    /// The device the arena's memory lives on.
+    pub fn device(&self) -> Device {
+        self.config.resolved_device()
     }
 
     /// A pointer to the block's first byte and its requested length. The pointer stays valid

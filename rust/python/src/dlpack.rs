@@ -10,9 +10,14 @@
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
-use npumem_core::{Handle, Pool};
+use npumem_core::{Device, Handle, Pool};
+use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+
+use crate::args;
+use crate::errors::{error, to_py, ErrorClass};
+use crate::pinned::pin;
 
 /// `DLDevice`.
 #[repr(C)]
@@ -79,8 +84,9 @@ const LEGACY_USED: &CStr = c"used_dltensor";
 const VERSIONED_NAME: &CStr = c"dltensor_versioned";
 const VERSIONED_USED: &CStr = c"used_dltensor_versioned";
 
-/// A pinned block to export: `nbytes` bytes at `data` on `device` (DLPack type and index).
-pub(crate) struct Pinned {
+/// A pinned block to export: `nbytes` bytes at `data` on `device` (DLPack type and index); the
+/// pin is released when this is dropped.
+pub(crate) struct PinnedBytes {
     pub(crate) pool: Arc<Pool>,
     pub(crate) handle: Handle,
     pub(crate) data: u64,
@@ -88,7 +94,7 @@ pub(crate) struct Pinned {
     pub(crate) device: (i32, i32),
 }
 
-impl Drop for Pinned {
+impl Drop for PinnedBytes {
     /// The export's end: the block may move and be freed again.
     fn drop(&mut self) {
         let _ = self.pool.unpin(self.handle);
@@ -101,10 +107,10 @@ impl Drop for Pinned {
 struct Export<M> {
     managed: M,
     shape: [i64; 1],
-    pinned: Pinned,
+    pinned: PinnedBytes,
 }
 
-fn tensor(pinned: &Pinned, shape: *mut i64) -> DLTensor {
+fn tensor(pinned: &PinnedBytes, shape: *mut i64) -> DLTensor {
     DLTensor {
         data: pinned.data as usize as *mut c_void,
         device: DLDevice { device_type: pinned.device.0, device_id: pinned.device.1 },
@@ -153,7 +159,7 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
 }
 
 /// The DLPack capsule of a pinned block (the capsule owns the pin from here on).
-pub(crate) fn capsule(py: Python<'_>, pinned: Pinned, versioned: bool) -> PyResult<Bound<'_, PyAny>> {
+fn capsule(py: Python<'_>, pinned: PinnedBytes, versioned: bool) -> PyResult<Bound<'_, PyAny>> {
     let nbytes = pinned.nbytes as i64;
     let (pointer, name) = if versioned {
         let mut export = Box::new(Export {
@@ -204,4 +210,81 @@ pub(crate) fn capsule(py: Python<'_>, pinned: Pinned, versioned: bool) -> PyResu
     }
     // SAFETY: a new reference to the capsule just made.
     Ok(unsafe { Bound::from_owned_ptr(py, made) })
+}
+
+/// `__dlpack_device__()`: the DLPack device type code and index of the pool's memory.
+pub(crate) fn device_of(core: &Pool) -> (i32, i32) {
+    let Device { type_code, index } = core.device();
+    (type_code, index)
+}
+
+/// What `__dlpack__` was asked for, checked.
+pub(crate) struct Request<'a, 'py> {
+    pub(crate) stream: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) max_version: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) dl_device: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) copy: Option<&'a Bound<'py, PyAny>>,
+}
+
+impl Request<'_, '_> {
+    /// Whether the consumer takes a versioned (DLPack 1.0) capsule; errors for what cannot be
+    /// honoured (a copy, another device, a stream on CPU memory).
+    fn versioned(&self, device: (i32, i32)) -> PyResult<bool> {
+        if let Some(copy) = self.copy.filter(|c| !c.is_none()) {
+            if copy.is_truthy()? {
+                return Err(PyBufferError::new_err(
+                    "npumem exports blocks without copying; call __dlpack__ with copy=None or copy=False",
+                ));
+            }
+        }
+        if let Some(wanted) = self.dl_device.filter(|d| !d.is_none()) {
+            let wanted: (i32, i32) = wanted.extract().map_err(|_| {
+                error(ErrorClass::ArgumentType, format!("dl_device must be a (type, index) pair, got {}", args::type_name(wanted)))
+            })?;
+            if wanted != device {
+                return Err(PyBufferError::new_err(format!(
+                    "the block lives on DLPack device {device:?} and cannot be exported to device {wanted:?} without a copy"
+                )));
+            }
+        }
+        if let Some(stream) = self.stream.filter(|s| !s.is_none()) {
+            let stream = args::integer(stream, "stream", ErrorClass::ArgumentType)?;
+            if device.0 == Device::CPU.type_code && stream != -1 {
+                return Err(error(
+                    ErrorClass::InvalidArgument,
+                    format!("stream must be None for CPU memory, got {stream}"),
+                ));
+            }
+        }
+        Ok(match self.max_version.filter(|v| !v.is_none()) {
+            Some(version) => {
+                let (major, _minor): (u32, u32) = version.extract().map_err(|_| {
+                    error(
+                        ErrorClass::ArgumentType,
+                        format!("max_version must be a (major, minor) pair, got {}", args::type_name(version)),
+                    )
+                })?;
+                major >= DLPACK_VERSION.0
+            }
+            None => false,
+        })
+    }
+}
+
+/// `Block.__dlpack__`: pin the block and wrap its bytes in a DLPack capsule.
+pub(crate) fn export<'py>(
+    py: Python<'py>,
+    core: &Arc<Pool>,
+    handle: Handle,
+    request: &Request<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let device = device_of(core);
+    let versioned = request.versioned(device)?;
+    pin(py, core, handle)?;
+    // From here the pin is released when `pinned` is dropped (on failure) or by the deleter.
+    let mut pinned = PinnedBytes { pool: Arc::clone(core), handle, data: 0, nbytes: 0, device };
+    let info = core.block(handle).map_err(to_py)?;
+    pinned.data = core.base_address().wrapping_add(info.offset as u64);
+    pinned.nbytes = info.size;
+    capsule(py, pinned, versioned)
 }
