@@ -84,7 +84,7 @@ lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings, ruff, mypy, no 
 	$(PY) scripts/check_import_cycles.py
 
 .PHONY: cycles
-cycles: ## List the import graph of the core, the binding and the facade, and any cycle in it
+cycles: ## List the import graph of the core, the binding, the C ABI and the facade, and any cycle in it
 	$(PYTHON) scripts/check_import_cycles.py --graph
 
 .PHONY: fmt

@@ -19,7 +19,6 @@ shipped library (``get_library()``, ``get_include()``; see :mod:`npumem.clib`).
 from __future__ import annotations
 
 from npumem import _core, _snapshot_view
-from npumem.clib import get_include, get_library
 from npumem._core import (
     Block,
     BlockInfo,
@@ -30,6 +29,7 @@ from npumem._core import (
     TraceStatus,
     __version__,
 )
+from npumem.clib import get_include, get_library
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,

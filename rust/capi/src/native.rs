@@ -147,7 +147,8 @@ unsafe extern "C" fn alloc(
         };
         match made {
             Ok((handle, offset)) => {
-                let block = NpumemBlock { handle: NpumemHandle::from_core(handle), offset, size, address: p.address(offset) };
+                let block =
+                    NpumemBlock { handle: NpumemHandle::from_core(handle), offset, size, address: p.address(offset) };
                 // SAFETY: `out` is non-NULL and the caller's to write.
                 unsafe { out.write(block) };
                 OK

@@ -39,19 +39,26 @@ pub(crate) fn as_array<'py>(
                 vec![dimension(shape)?]
             } else {
                 let items = shape.try_iter().map_err(|_| {
-                    error(ErrorClass::ArgumentType, format!("shape must be an int or a sequence of ints, got {}", args::type_name(shape)))
+                    error(
+                        ErrorClass::ArgumentType,
+                        format!("shape must be an int or a sequence of ints, got {}", args::type_name(shape)),
+                    )
                 })?;
                 items.map(|item| dimension(&item?)).collect::<PyResult<_>>()?
             };
-            let count = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).unwrap_or(usize::MAX);
+            let count = dims.iter().fold(1usize, |n, &d| n.saturating_mul(d));
             (count, PyTuple::new(py, dims)?)
         }
     };
-    let needed = count.checked_mul(itemsize).unwrap_or(usize::MAX);
+    let needed = count.saturating_mul(itemsize);
     if needed > nbytes {
         return Err(error(
             ErrorClass::InvalidArgument,
-            format!("an array of shape {} of {} needs {needed} bytes; the block has {nbytes}", shape.repr()?, dtype.str()?),
+            format!(
+                "an array of shape {} of {} needs {needed} bytes; the block has {nbytes}",
+                shape.repr()?,
+                dtype.str()?
+            ),
         ));
     }
     let bytes = numpy.getattr("from_dlpack")?.call1((block,))?;
@@ -62,5 +69,6 @@ pub(crate) fn as_array<'py>(
 /// One dimension of a shape: an int >= 0.
 fn dimension(value: &Bound<'_, PyAny>) -> PyResult<usize> {
     let n = args::integer(value, "shape", ErrorClass::ArgumentType)?;
-    usize::try_from(n).map_err(|_| error(ErrorClass::InvalidArgument, format!("shape dimensions must be >= 0, got {n}")))
+    usize::try_from(n)
+        .map_err(|_| error(ErrorClass::InvalidArgument, format!("shape dimensions must be >= 0, got {n}")))
 }

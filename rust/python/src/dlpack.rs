@@ -239,7 +239,10 @@ impl Request<'_, '_> {
         }
         if let Some(wanted) = self.dl_device.filter(|d| !d.is_none()) {
             let wanted: (i32, i32) = wanted.extract().map_err(|_| {
-                error(ErrorClass::ArgumentType, format!("dl_device must be a (type, index) pair, got {}", args::type_name(wanted)))
+                error(
+                    ErrorClass::ArgumentType,
+                    format!("dl_device must be a (type, index) pair, got {}", args::type_name(wanted)),
+                )
             })?;
             if wanted != device {
                 return Err(PyBufferError::new_err(format!(

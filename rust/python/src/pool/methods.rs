@@ -291,8 +291,9 @@ impl Pool {
             batch.push(Move { handle, to });
         }
         let core = &pool.core;
-        let done =
-            pause.with_token(|token| mover::run_with(py, mover.as_ref(), core.base_address(), |m| core.move_blocks(token, &batch, m)))?;
+        let done = pause.with_token(|token| {
+            mover::run_with(py, mover.as_ref(), core.base_address(), |m| core.move_blocks(token, &batch, m))
+        })?;
         PyList::new(py, done.transfers.iter().map(|t| (t.src, t.dst, t.len)))
     }
 
@@ -313,8 +314,9 @@ impl Pool {
         let mode = args::compaction_mode(mode, max_bytes, chunks)?;
         let mover = args::callable(mover, "mover")?;
         let core = &pool.core;
-        let done =
-            pause.with_token(|token| mover::run_with(py, mover.as_ref(), core.base_address(), |m| core.compact_step(token, &mode, m)))?;
+        let done = pause.with_token(|token| {
+            mover::run_with(py, mover.as_ref(), core.base_address(), |m| core.compact_step(token, &mode, m))
+        })?;
         Ok(StepReport::from_core(&done))
     }
 
