@@ -17,7 +17,7 @@ monitoring and the ``npumem`` command.
 
 from __future__ import annotations
 
-from npumem import _core, _snapshot_view
+from npumem import _core, _views
 from npumem._core import (
     Block,
     BlockInfo,
@@ -35,6 +35,7 @@ from npumem.errors import (
     DoubleFreeError,
     InvalidArgumentError,
     InvalidHandleError,
+    MissingDependencyError,
     MoveError,
     NoBackingError,
     NpumemError,
@@ -43,9 +44,10 @@ from npumem.errors import (
     PoolBusyError,
     RequestTooLargeError,
 )
+from npumem.sizes import format_bytes
 
-# Pool.snapshot() returns an npumem.monitor.Snapshot.
-_core.set_snapshot_view(_snapshot_view.snapshot_view)
+# Pool.snapshot() returns an npumem.monitor.Snapshot; typed results write bytes like the rest.
+_core.install_views(_views.snapshot_view, format_bytes)
 
 __all__ = [
     "ArgumentTypeError",
@@ -57,6 +59,7 @@ __all__ = [
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
+    "MissingDependencyError",
     "MoveError",
     "NoBackingError",
     "NpumemError",

@@ -35,7 +35,7 @@ __all__ = [
     "StepReport",
     "TraceStatus",
     "__version__",
-    "set_snapshot_view",
+    "install_views",
 ]
 
 __version__: str
@@ -45,7 +45,9 @@ _Placement = Literal["best-fit", "first-fit"]
 _CompactionMode = Literal["full", "incremental", "evacuate"]
 _Mover = Callable[[list[tuple[int, int, int]]], object]
 
-def set_snapshot_view(view: Callable[[Pool, RawSnapshot], object]) -> None: ...
+def install_views(
+    snapshot_view: Callable[[Pool, RawSnapshot], object], format_bytes: Callable[[int], str]
+) -> None: ...
 
 # ----- exceptions ------------------------------------------------------------------------------
 

@@ -13,8 +13,9 @@
 //! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned in
 //! `tags.rs`.
 //!
-//! The binding imports nothing from the Python package: what `Pool.snapshot()` returns is made
-//! by a view the package installs (`snapshot.rs`).
+//! The binding imports nothing from the Python package: what `Pool.snapshot()` returns, and how
+//! byte counts read in the text of typed results, come from callables the package installs
+//! (`views.rs`).
 
 mod args;
 mod block;
@@ -34,6 +35,7 @@ mod stats;
 mod step_report;
 mod tags;
 mod trace;
+mod views;
 
 use pyo3::prelude::*;
 
@@ -55,6 +57,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<trace::TraceStatus>()?;
     m.add_class::<snapshot::RawSnapshot>()?;
     m.add_class::<plan_search::PackingInstance>()?;
-    m.add_function(wrap_pyfunction!(snapshot::set_snapshot_view, m)?)?;
+    m.add_function(wrap_pyfunction!(views::install_views, m)?)?;
     Ok(())
 }
