@@ -18,7 +18,7 @@ shipped library (``get_library()``, ``get_include()``; see :mod:`npumem.clib`).
 
 from __future__ import annotations
 
-from npumem import _core, _snapshot_view
+from npumem import _core, _views
 from npumem._core import (
     Block,
     BlockInfo,
@@ -37,6 +37,7 @@ from npumem.errors import (
     DoubleFreeError,
     InvalidArgumentError,
     InvalidHandleError,
+    MissingDependencyError,
     MoveError,
     NoBackingError,
     NpumemError,
@@ -45,9 +46,10 @@ from npumem.errors import (
     PoolBusyError,
     RequestTooLargeError,
 )
+from npumem.sizes import format_bytes
 
-# Pool.snapshot() returns an npumem.monitor.Snapshot.
-_core.set_snapshot_view(_snapshot_view.snapshot_view)
+# Pool.snapshot() returns an npumem.monitor.Snapshot; typed results write bytes like the rest.
+_core.install_views(_views.snapshot_view, format_bytes)
 
 __all__ = [
     "ArgumentTypeError",
@@ -59,6 +61,7 @@ __all__ = [
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
+    "MissingDependencyError",
     "MoveError",
     "NoBackingError",
     "NpumemError",

@@ -38,7 +38,7 @@ __all__ = [
     "TraceStatus",
     "Transfer",
     "__version__",
-    "set_snapshot_view",
+    "install_views",
 ]
 
 __version__: str
@@ -48,7 +48,9 @@ _Placement = Literal["best-fit", "first-fit"]
 _CompactionMode = Literal["full", "incremental", "evacuate"]
 _Mover = Callable[[list[tuple[int, int, int]]], object]
 
-def set_snapshot_view(view: Callable[[Pool, RawSnapshot], object]) -> None: ...
+def install_views(
+    snapshot_view: Callable[[Pool, RawSnapshot], object], format_bytes: Callable[[int], str]
+) -> None: ...
 
 # ----- exceptions ------------------------------------------------------------------------------
 

@@ -121,7 +121,7 @@ class Snapshot:
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
         """Build from what the extension records (``Pool.snapshot()`` comes here through
-        :mod:`npumem._snapshot_view`)."""
+        :mod:`npumem._views`)."""
         return cls(
             pool=str(pool.name),
             config=pool_config(pool),

@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::repr;
+use crate::views;
 
 /// One move a compaction would make: a `"block"`, `"slab object"`, `"run"` (of whole chunks)
 /// or `"slab"` (a slab with all its objects) from `src` to `dst`.
@@ -94,25 +95,6 @@ fn fragmentation(largest: usize, free: usize) -> f64 {
     } else {
         (1.0 - largest as f64 / free as f64).max(0.0)
     }
-}
-
-/// Bytes for people: `1536` is `"1.5 KiB"`, below 1 KiB as they are (the format of
-/// `npumem.monitor.report.human_bytes`).
-fn human_bytes(n: usize) -> String {
-    let mut value = n as f64;
-    for unit in ["B", "KiB", "MiB", "GiB", "TiB"] {
-        if value < 1024.0 || unit == "TiB" {
-            if unit == "B" {
-                return format!("{n} B");
-            }
-            let text = format!("{value:.1}");
-            let (whole, fraction) = text.split_once('.').unwrap_or((&text, "0"));
-            let whole = group_digits(whole.parse().unwrap_or(0));
-            return format!("{whole}.{fraction} {unit}");
-        }
-        value /= 1024.0;
-    }
-    unreachable!("TiB ends the loop")
 }
 
 #[pymethods]
@@ -242,19 +224,19 @@ impl CompactionPlan {
         Ok(format!("{}, moves=<{} moves>)", text.strip_suffix(')').unwrap_or(&text), self.moves.len()))
     }
 
-    fn __str__(&self) -> String {
-        format!(
+    fn __str__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
             "compaction plan ({}): {} blocks, {} to move, {} chunk(s) emptied; largest free block {} -> {} \
              (fragmentation {:.1}% -> {:.1}%)",
             self.mode,
             group_digits(self.blocks),
-            human_bytes(self.bytes),
+            views::format_bytes(py, self.bytes)?,
             self.chunks_emptied,
-            human_bytes(self.largest_free_before),
-            human_bytes(self.largest_free_after),
+            views::format_bytes(py, self.largest_free_before)?,
+            views::format_bytes(py, self.largest_free_after)?,
             self.fragmentation_before() * 100.0,
             self.fragmentation_after() * 100.0
-        )
+        ))
     }
 }
 

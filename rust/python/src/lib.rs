@@ -3,7 +3,7 @@
 //! Each Python class has one home: `pool/` (`Pool`), `block.rs` (`Block`), `pause.rs`
 //! (`Pause`), `pinned.rs` (`Pinned` and pinning), `stats.rs` (`PoolStats` and its parts),
 //! `block_info.rs` (`BlockInfo`), `step_report.rs` (`StepReport`), `compaction_plan.rs`
-//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `snapshot.rs` (`RawSnapshot`)
+//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `snapshot.rs` (`RawSnapshot`),
 //! `plan_search.rs` (`PackingInstance`) and `transfer.rs` (`Transfer`, one copy a mover makes).
 //! Results cross the boundary as these typed classes, never as dicts; `repr.rs` writes their
 //! reprs.
@@ -16,8 +16,9 @@
 //! through `array.rs`); a pool leaves for C code in the same process as an `npumem_pool*` of
 //! the C ABI (the `npumem-capi` crate) through `c_pool.rs`.
 //!
-//! The binding imports nothing from the Python package: what `Pool.snapshot()` returns is made
-//! by a view the package installs (`snapshot.rs`).
+//! The binding imports nothing from the Python package: what `Pool.snapshot()` returns, and how
+//! byte counts read in the text of typed results, come from callables the package installs
+//! (`views.rs`).
 
 mod args;
 mod array;
@@ -41,6 +42,7 @@ mod step_report;
 mod tags;
 mod trace;
 mod transfer;
+mod views;
 
 use pyo3::prelude::*;
 
@@ -63,6 +65,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<trace::TraceStatus>()?;
     m.add_class::<snapshot::RawSnapshot>()?;
     m.add_class::<plan_search::PackingInstance>()?;
-    m.add_function(wrap_pyfunction!(snapshot::set_snapshot_view, m)?)?;
+    m.add_function(wrap_pyfunction!(views::install_views, m)?)?;
     Ok(())
 }

@@ -1,19 +1,10 @@
-//! `RawSnapshot`: the arena at one moment as the core records it (`Pool.raw_snapshot()`), and
-//! the view that `Pool.snapshot()` makes of it.
-//!
-//! The view is a Python callable `view(pool, raw)` that the `npumem` package installs when it is
-//! imported (`set_snapshot_view`): it builds an `npumem.monitor.Snapshot`. Importing
-//! `npumem._core` imports `npumem` first, so a pool never exists without it; the binding itself
-//! knows nothing of the monitoring package.
-
-use std::sync::Mutex;
+//! `RawSnapshot`: the arena at one moment as the core records it (`Pool.raw_snapshot()`).
+//! `Pool.snapshot()` hands it to the snapshot view that the Python package installs (`views.rs`).
 
 use npumem_core::Extent;
 use pyo3::prelude::*;
 
-use crate::args;
 use crate::block_info::BlockInfo;
-use crate::errors::{error, ErrorClass};
 use crate::stats::PoolStats;
 use crate::tags::Tags;
 
@@ -66,32 +57,5 @@ impl RawSnapshot {
             self.blocks.len(),
             self.free_runs.len()
         )
-    }
-}
-
-/// The installed snapshot view, if any.
-static VIEW: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
-
-/// Install `view(pool, raw)`, the callable that `Pool.snapshot()` hands each raw snapshot to.
-#[pyfunction]
-pub(crate) fn set_snapshot_view(view: &Bound<'_, PyAny>) -> PyResult<()> {
-    if !view.is_callable() {
-        return Err(error(
-            ErrorClass::ArgumentType,
-            format!("the snapshot view must be callable, got {}", args::type_name(view)),
-        ));
-    }
-    *VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view.clone().unbind());
-    Ok(())
-}
-
-/// What `Pool.snapshot()` returns: the installed view of `raw` (`raw` itself without one).
-pub(crate) fn present<'py>(pool: &Bound<'py, PyAny>, raw: RawSnapshot) -> PyResult<Bound<'py, PyAny>> {
-    let py = pool.py();
-    let view = VIEW.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|v| v.clone_ref(py));
-    let raw = Bound::new(py, raw)?.into_any();
-    match view {
-        Some(view) => view.bind(py).call1((pool, raw)),
-        None => Ok(raw),
     }
 }

@@ -18,11 +18,12 @@ use crate::gil::{detached, without_gil};
 use crate::mover;
 use crate::oom::OomHandler;
 use crate::pause::Pause;
-use crate::snapshot::{self, RawSnapshot};
+use crate::snapshot::RawSnapshot;
 use crate::stats::PoolStats;
 use crate::step_report::StepReport;
 use crate::tags::Tags;
 use crate::trace::{event_tuple, TraceStatus};
+use crate::views;
 
 #[pymethods]
 impl Pool {
@@ -207,7 +208,7 @@ impl Pool {
     /// free run, and the stats, all at one moment.
     fn snapshot<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let raw = slf.get().raw_snapshot(slf.py())?;
-        snapshot::present(slf.as_any(), raw)
+        views::present_snapshot(slf.as_any(), raw)
     }
 
     /// Start a fresh event trace of up to `capacity` events (all cores together; the oldest are

@@ -1,5 +1,7 @@
-"""What ``Pool.snapshot()`` returns: the Rust extension records a ``RawSnapshot`` and hands it to
-:func:`snapshot_view`, which ``npumem`` installs when it is imported."""
+"""The presentation ``npumem`` installs in the Rust extension when it is imported
+(``_core.install_views``): what ``Pool.snapshot()`` returns, made from the extension's
+``RawSnapshot`` by :func:`snapshot_view`, and the byte formatter of typed results' text
+(:func:`npumem.sizes.format_bytes`)."""
 
 from __future__ import annotations
 
