@@ -1,7 +1,10 @@
 //! Alloc/free pair cost through the C ABI against the Rust API, in the same run: rounds that
 //! alternate between the four ways, the median of each.
 //!
-//! `cargo run --release -p npumem-benches --example capi_pair -- [pairs per round] [size]`
+//! `cargo run --release -p npumem-benches --example capi_pair -- [pairs per round] [size] [way]`
+//!
+//! With a `way` (`rust`, `c`, `rust-raw`, `c-raw`) only that one runs: for counting its
+//! instructions (`perf stat -e instructions`), which a busy machine does not disturb.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -20,6 +23,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let pairs: usize = std::env::args().nth(1).map(|s| s.parse().unwrap()).unwrap_or(2_000_000);
     let size: usize = std::env::args().nth(2).map(|s| s.parse().unwrap()).unwrap_or(256);
+    let only: Option<usize> = std::env::args().nth(3).map(|w| match w.as_str() {
+        "rust" => 0,
+        "c" => 1,
+        "rust-raw" => 2,
+        "c-raw" => 3,
+        other => panic!("way must be rust, c, rust-raw or c-raw, got {other}"),
+    });
+    let runs = |way: usize| only.is_none_or(|o| o == way);
     let rounds = 7;
     let pool = Pool::new(PoolConfig::new(256 << 20).cores(2).backing(Backing::None)).unwrap();
     let mut config = std::mem::MaybeUninit::<NpumemConfig>::uninit();
@@ -36,14 +47,14 @@ fn main() {
     let mut times: [Vec<f64>; 4] = Default::default();
     for _ in 0..rounds {
         let t = Instant::now();
-        for _ in 0..pairs {
+        for _ in 0..pairs * runs(0) as usize {
             let h = pool.alloc(black_box(size), None, 0).unwrap();
             pool.free(black_box(h)).unwrap();
         }
         times[0].push(t.elapsed().as_nanos() as f64 / pairs as f64);
         let t = Instant::now();
         let mut block = NpumemBlock::default();
-        for _ in 0..pairs {
+        for _ in 0..pairs * runs(1) as usize {
             // SAFETY: a live pool and a local output.
             unsafe {
                 assert_eq!(npumem_alloc(c_pool, black_box(size), 0, 0, &mut block), 0);
@@ -52,14 +63,14 @@ fn main() {
         }
         times[1].push(t.elapsed().as_nanos() as f64 / pairs as f64);
         let t = Instant::now();
-        for _ in 0..pairs {
+        for _ in 0..pairs * runs(2) as usize {
             let o = pool.alloc_raw(black_box(size), None).unwrap();
             pool.free_raw(black_box(o), size).unwrap();
         }
         times[2].push(t.elapsed().as_nanos() as f64 / pairs as f64);
         let t = Instant::now();
         let (mut offset, mut address) = (0usize, 0u64);
-        for _ in 0..pairs {
+        for _ in 0..pairs * runs(3) as usize {
             // SAFETY: a live pool and local outputs.
             unsafe {
                 assert_eq!(npumem_alloc_raw(c_pool, black_box(size), 0, &mut offset, &mut address), 0);
