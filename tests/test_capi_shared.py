@@ -170,3 +170,56 @@ def test_the_cupy_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
     del pointers
     gc.collect()
     assert pool.stats().bytes_in_use == 0
+
+
+def test_python_and_c_threads_share_one_pool_at_once() -> None:
+    """Two Python threads and two threads in C (ctypes calls run without the GIL) allocate and
+    free in one pool at the same time; the pool stays consistent and ends empty."""
+    import threading
+
+    pool = npumem.Pool(16 << 20, cores=4)
+    capsule = pool.c_pool()
+    pointer = clib.capsule_pointer(capsule)
+    lib = ctypes.CDLL(clib.get_library())  # its own function objects, the same library
+    alloc, free = lib.npumem_alloc, lib.npumem_free
+    alloc.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.c_uint32,
+        ctypes.POINTER(Block),
+    ]
+    free.argtypes = [ctypes.c_void_p, Handle]
+    errors: list[str] = []
+
+    def in_c(seed: int) -> None:
+        block = Block()
+        for i in range(3000):
+            size = 64 + (i * 7919 + seed) % 20000
+            if alloc(pointer, size, 0, 0, ctypes.byref(block)) != 0:
+                errors.append(f"C alloc of {size}")
+                return
+            ctypes.memset(block.address, seed, size)
+            if ctypes.string_at(block.address, size) != bytes([seed]) * size:
+                errors.append("C block overwritten")
+            if free(pointer, block.handle) != 0:
+                errors.append("C free")
+
+    def in_python(seed: int) -> None:
+        for i in range(3000):
+            size = 64 + (i * 104729 + seed) % 20000
+            with pool.alloc(size) as blk:
+                memoryview(blk)[:] = bytes([seed]) * size
+                if bytes(memoryview(blk)) != bytes([seed]) * size:
+                    errors.append("Python block overwritten")
+
+    threads = [threading.Thread(target=in_c, args=(s,)) for s in (1, 2)]
+    threads += [threading.Thread(target=in_python, args=(s,)) for s in (3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    pool.check()
+    stats = pool.stats()
+    assert stats.bytes_in_use == 0 and stats.alloc_count == 12000 == stats.free_count
