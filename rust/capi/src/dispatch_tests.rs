@@ -133,7 +133,7 @@ const fn copy_of_native() -> Ops {
 fn entry_points_call_the_copy_that_made_the_pool() {
     let core = Arc::new(Pool::new(PoolConfig::new(1 << 20).cores(1).backing(Backing::None)).unwrap());
     let location = Location { base_address: 0, device_type: 12, device_id: 0 };
-    let object = Box::into_raw(Box::new(NpumemPool::new(&FOREIGN, core, location)));
+    let object = Arc::into_raw(Arc::new(NpumemPool::new(&FOREIGN, core, location))).cast_mut();
     let mut block = NpumemBlock::default();
     // SAFETY: a pool object that lives until the end of the test.
     unsafe {
@@ -143,7 +143,7 @@ fn entry_points_call_the_copy_that_made_the_pool() {
         assert_eq!(FOREIGN_CALLS.load(Ordering::Relaxed), 2);
         assert_eq!(npumem_alloc(object, 0, 0, 0, &mut block), status::ERR_INVALID_SIZE);
         assert_eq!(last_error(), "the other copy's message", "its message is brought along");
-        drop(Box::from_raw(object));
+        drop(Arc::from_raw(object.cast_const()));
     }
 }
 

@@ -5,7 +5,6 @@
 
 use std::ffi::{c_char, c_void};
 use std::slice;
-use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use npumem_core::{Error, Handle, Pool};
@@ -36,7 +35,7 @@ pub static OPS: Ops = Ops {
 /// A pool object (one reference) over `pool`, served by this copy. The caller owns the
 /// reference: hand it to C, or give it back with `npumem_pool_release`.
 pub fn wrap(pool: Arc<Pool>, location: Location) -> *mut NpumemPool {
-    Box::into_raw(Box::new(NpumemPool::new(&OPS, pool, location)))
+    Arc::into_raw(Arc::new(NpumemPool::new(&OPS, pool, location))).cast_mut()
 }
 
 /// Build a pool from a C configuration.
@@ -107,22 +106,15 @@ fn describe(p: &NpumemPool, handle: Handle) -> Result<NpumemBlock, Error> {
 }
 
 unsafe extern "C" fn retain(pool: *mut NpumemPool) -> Status {
-    // SAFETY: checked by the entry point.
-    let p = unsafe { this(pool) };
-    p.refs.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: checked by the entry point: a live object made by `wrap`, from `Arc::into_raw`.
+    unsafe { Arc::increment_strong_count(pool.cast_const()) };
     OK
 }
 
 unsafe extern "C" fn release(pool: *mut NpumemPool) -> Status {
     guard(|| {
-        // SAFETY: checked by the entry point.
-        let p = unsafe { this(pool) };
-        if p.refs.fetch_sub(1, Ordering::Release) == 1 {
-            fence(Ordering::Acquire);
-            p.magic.store(0, Ordering::Relaxed);
-            // SAFETY: the last reference is gone; the object came from `Box::into_raw` in `wrap`.
-            drop(unsafe { Box::from_raw(pool) });
-        }
+        // SAFETY: as above; the caller gives back a reference it holds.
+        unsafe { Arc::decrement_strong_count(pool.cast_const()) };
         OK
     })
 }

@@ -5,7 +5,7 @@
 //! core never touch one pool. The rest of the object is private to the copy that made it.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use npumem_core::Pool;
@@ -66,15 +66,14 @@ pub struct OomHook {
 // the caller registered knowing it may run on any allocating thread.
 unsafe impl Send for OomHook {}
 
-/// A pool as C holds it.
+/// A pool as C holds it: the `T` of an `Arc<NpumemPool>` whose strong count is the C references
+/// (`npumem_pool_retain` / `npumem_pool_release` increment and decrement it).
 #[repr(C)]
 pub struct NpumemPool {
     /// The functions of the copy that made this object (same offset in every copy).
     pub ops: &'static Ops,
-    /// [`MAGIC`] while the object is live, 0 after its last release.
+    /// [`MAGIC`] while the object is live, 0 once it is dropped.
     pub magic: AtomicU64,
-    /// C references (`npumem_pool_retain` / `npumem_pool_release`).
-    pub refs: AtomicUsize,
     /// The core pool, shared with whoever else holds it (the Python `Pool`).
     pub pool: Arc<Pool>,
     pub location: Location,
@@ -83,22 +82,21 @@ pub struct NpumemPool {
 }
 
 impl NpumemPool {
-    /// A fresh object with one reference.
+    /// A fresh object.
     pub fn new(ops: &'static Ops, pool: Arc<Pool>, location: Location) -> NpumemPool {
-        NpumemPool {
-            ops,
-            magic: AtomicU64::new(MAGIC),
-            refs: AtomicUsize::new(1),
-            pool,
-            location,
-            oom: Mutex::new(None),
-        }
+        NpumemPool { ops, magic: AtomicU64::new(MAGIC), pool, location, oom: Mutex::new(None) }
     }
 
     /// The address of `offset`.
     #[inline]
     pub fn address(&self, offset: usize) -> u64 {
         self.location.base_address.wrapping_add(offset as u64)
+    }
+}
+
+impl Drop for NpumemPool {
+    fn drop(&mut self) {
+        self.magic.store(0, Ordering::Relaxed);
     }
 }
 
