@@ -31,8 +31,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 #[cfg(not(loom))]
-use crate::sync::AtomicU32;
-use crate::sync::{fence, spin_hint, AtomicU64, AtomicUsize, Ordering};
+use crate::util::sync::AtomicU32;
+use crate::util::sync::{fence, spin_hint, AtomicU64, AtomicUsize, Ordering};
 
 /// A thread's in-flight flag: the id of the pool it is inside now, or 0. Written on every call,
 /// so each record has its cache lines to itself: two threads' records side by side on one line

@@ -32,59 +32,35 @@
 
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
-mod backing;
-mod bits;
-mod buddy;
-#[cfg(not(loom))]
-mod check;
-mod chunk_space;
-mod clock;
+mod arena;
 mod config;
-mod core_pool;
-mod cpu;
 mod error;
 mod gate;
-mod global;
 mod handle;
-mod index_stack;
-mod layout;
-pub mod packing;
-#[cfg(not(loom))]
-mod placement;
+pub mod plan_search;
 #[cfg(not(loom))]
 mod pool;
 #[cfg(not(loom))]
-mod release;
-#[cfg(not(loom))]
-mod relocate; // compaction (issue 5): held pauses, batches of moves, compaction planners
-mod segments;
-mod slab;
-#[cfg(not(loom))]
-mod snapshot;
-#[cfg(not(loom))]
-mod statistics;
+mod relocate;
 mod stats;
-mod sync;
-#[cfg(not(loom))]
-mod thread_stats;
 mod trace;
-mod zeroed;
+mod util;
 
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
 pub use error::{Error, HandleFault, Result};
-pub use handle::Handle;
+pub use handle::id::Handle;
 #[cfg(not(loom))]
-pub use pool::{BlockInfo, Pool};
+pub use pool::pool::{BlockInfo, Pool};
+#[cfg(not(loom))]
+pub use pool::snapshot::{Extent, Snapshot};
 #[cfg(not(loom))]
 pub use relocate::{
-    StepReport, CompactionMode, CompactionPlan, Move, Mover, PauseToken, PlannedMove, MovedBlocks, Transfer,
+    CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PauseToken, PlannedMove, StepReport, Transfer,
 };
+pub use stats::summary::{ClassStats, CoreStats, PoolStats};
+pub use trace::event::{EventKind, TraceEvent};
 #[cfg(not(loom))]
-pub use snapshot::{Extent, Snapshot};
-pub use stats::{ClassStats, CoreStats, PoolStats};
-pub use trace::{EventKind, TraceEvent};
-#[cfg(not(loom))]
-pub use trace::{TraceStatus, MAX_TRACE_CAPACITY};
+pub use trace::recorder::{TraceStatus, MAX_TRACE_CAPACITY};
 
 /// The crate version.
 pub fn version() -> &'static str {

@@ -58,7 +58,7 @@ pub(crate) fn error(kind: Kind, message: impl Into<String>) -> PyErr {
 }
 
 /// A planner search input the core refused (`InvalidArgumentError`).
-pub(crate) fn packing(err: npumem_core::packing::PackingError) -> PyErr {
+pub(crate) fn packing(err: npumem_core::plan_search::PackingError) -> PyErr {
     error(Kind::InvalidArgument, err.0)
 }
 

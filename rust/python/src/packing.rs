@@ -1,11 +1,11 @@
-//! Bindings of `npumem_core::packing`: the search loop of the lifetime planner.
+//! Bindings of `npumem_core::plan_search`: the search loop of the lifetime planner.
 //!
 //! `PackingInstance(...)` is built once per component; `instance.search(...)` runs one
 //! depth-first run with the GIL released.
 
 use std::time::{Duration, Instant};
 
-use npumem_core::packing::{self, Instance, Limits, PackingError};
+use npumem_core::plan_search::{self as packing, Limits, PackingError, PackingInstance as Instance};
 use pyo3::prelude::*;
 
 use crate::errors;

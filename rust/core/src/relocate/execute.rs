@@ -13,12 +13,13 @@ use super::metadata::{BuddyBlocks, Swept};
 use super::model::Model;
 use super::order::{order, Step, Transfer};
 use super::{BatchMover, MovedBlocks};
+use crate::arena::global::ChunkState;
+use crate::arena::layout::Layout;
+use crate::arena::slab::caches::SlabRef;
 use crate::error::{Error, Result};
-use crate::global::ChunkState;
-use crate::handle::{Handle, SlotInfo};
-use crate::layout::Layout;
-use crate::pool::Pool;
-use crate::slab::SlabRef;
+use crate::handle::id::Handle;
+use crate::handle::table::SlotInfo;
+use crate::pool::pool::Pool;
 
 /// What a moving block is.
 #[derive(Debug, Clone)]

@@ -5,11 +5,11 @@
 
 use std::collections::HashSet;
 
-use crate::buddy::Node;
-use crate::global::ChunkState;
-use crate::layout::{BuddyLayout, Layout};
-use crate::pool::Pool;
-use crate::slab::SlabBlocks;
+use crate::arena::buddy::Node;
+use crate::arena::global::ChunkState;
+use crate::arena::layout::{BuddyLayout, Layout};
+use crate::arena::slab::caches::SlabBlocks;
+use crate::pool::pool::Pool;
 
 /// Chunks whose buddy tree was swept (`sweep_all`) during the current batch (lazy-coalescing
 /// marks cleared: a node is free for `try_alloc` exactly when no block covers any of its units).

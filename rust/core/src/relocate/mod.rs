@@ -37,11 +37,11 @@ use std::time::{Duration, Instant};
 
 pub use order::Transfer;
 
+use crate::arena::global::ChunkState;
 use crate::error::{Error, Result};
 use crate::gate::{Entered, PauseError, Refusal};
-use crate::global::ChunkState;
-use crate::handle::Handle;
-use crate::pool::Pool;
+use crate::handle::id::Handle;
+use crate::pool::pool::Pool;
 use execute::{Kind, Unit};
 use model::Model;
 
@@ -259,7 +259,7 @@ impl Pool {
     /// An allocation that failed was retried and succeeded (after a compaction): it no longer
     /// counts in `failed_allocs` (which counts allocations that raised out-of-memory).
     pub fn forgive_failure(&self) {
-        self.counters.on_rescued(crate::cpu::current_core(self.cores.len()));
+        self.counters.on_rescued(crate::util::cpu::current_core(self.cores.len()));
     }
 
     /// Add a pin without waiting: [`Error::Moving`] while the block is being moved (callers

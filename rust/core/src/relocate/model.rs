@@ -9,8 +9,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::global::ChunkState;
-use crate::pool::Pool;
+use crate::arena::global::ChunkState;
+use crate::pool::pool::Pool;
 
 /// What a chunk is, in the plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

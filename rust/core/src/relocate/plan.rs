@@ -21,10 +21,11 @@ use std::collections::{HashMap, HashSet};
 
 use super::execute::{Kind, Unit};
 use super::model::{Model, Role};
-use crate::handle::{Handle, SlotInfo};
-use crate::layout::Layout;
-use crate::pool::Pool;
-use crate::slab::{SlabRef, SlabView};
+use crate::arena::layout::Layout;
+use crate::arena::slab::caches::{SlabRef, SlabView};
+use crate::handle::id::Handle;
+use crate::handle::table::SlotInfo;
+use crate::pool::pool::Pool;
 
 /// A live block found by the census.
 #[derive(Debug, Clone)]
@@ -99,7 +100,7 @@ impl Pool {
                 return;
             }
             match self.global.state(self.geometry.chunk_of(info.offset)) {
-                crate::global::ChunkState::RunHead(_) => census.runs.push(item),
+                crate::arena::global::ChunkState::RunHead(_) => census.runs.push(item),
                 _ => census.buddy.push(item),
             }
         };
@@ -135,7 +136,7 @@ impl Pool {
     }
 
     /// The alignment (units) a buddy block of `units` units aligned to `align` bytes needs at a
-    /// place a planner picks: it is packed there (see [`crate::layout::BuddyLayout`]), not put
+    /// place a planner picks: it is packed there (see [`crate::arena::layout::BuddyLayout`]), not put
     /// at the start of its enclosing node, so no trimmed tail is left behind it.
     fn packed_alignment(&self, units: u64, align: usize) -> u64 {
         self.geometry.packed_alignment(units, align, self.config.bank_size)
