@@ -50,13 +50,13 @@ pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::id::Handle;
 #[cfg(not(loom))]
+pub use pool::pause::PauseToken;
+#[cfg(not(loom))]
 pub use pool::pool::{BlockInfo, Pool};
 #[cfg(not(loom))]
 pub use pool::snapshot::{Extent, Snapshot};
 #[cfg(not(loom))]
-pub use relocate::{
-    CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PauseToken, PlannedMove, StepReport, Transfer,
-};
+pub use relocate::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};
 pub use stats::summary::{ClassStats, CoreStats, PoolStats};
 pub use trace::event::{EventKind, TraceEvent};
 #[cfg(not(loom))]

@@ -6,6 +6,7 @@
 pub(crate) mod alloc;
 pub(crate) mod check;
 pub(crate) mod free;
+pub(crate) mod pause;
 #[allow(clippy::module_inception)]
 pub(crate) mod pool;
 pub(crate) mod snapshot;

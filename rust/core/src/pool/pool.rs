@@ -16,7 +16,6 @@
 //! A free goes straight to the slab, chunk or run that owns the block, from any thread.
 
 use std::ptr::NonNull;
-use std::time::Duration;
 
 use crate::arena::backing::HostBacking;
 use crate::arena::buddy::{Node, TreeShape};
@@ -36,9 +35,6 @@ use crate::stats::thread::ThreadStats;
 use crate::trace::recorder::Trace;
 use crate::util::cpu;
 use crate::util::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
-
-/// How long `check()` and other pausing calls wait for calls in flight.
-pub(crate) const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 static NEXT_POOL_ID: AtomicU32 = AtomicU32::new(1);
 
@@ -305,14 +301,6 @@ impl Pool {
         Ok(())
     }
 
-    // ----- maintenance --------------------------------------------------------------------
-
-    /// Pause alloc and free for a maintenance call (snapshot, trace switch, check), waiting for
-    /// calls in flight; [`Error::Busy`] if they do not finish in time.
-    pub(crate) fn pause_for_maintenance(&self) -> Result<crate::gate::PauseGuard<'_>> {
-        self.gate.pause(PAUSE_TIMEOUT).map_err(crate::relocate::pause_error)
-    }
-
     // ----- handles ------------------------------------------------------------------------
 
     /// What the handle's block is now.
@@ -336,7 +324,7 @@ impl Pool {
 
     /// Add a pin: a pinned block cannot be freed or moved. Returns the pins now.
     pub fn pin(&self, handle: Handle) -> Result<u32> {
-        self.pin_waiting(handle) // waits while the block is being moved (relocate/mod.rs)
+        self.pin_waiting(handle) // waits while the block is being moved (pause.rs)
     }
 
     /// Remove a pin. Returns the pins left.
