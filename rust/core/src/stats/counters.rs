@@ -25,20 +25,71 @@ pub(crate) enum Route {
     Global,
 }
 
-#[derive(Default)]
-pub(crate) struct CoreCounters {
-    core_allocs: AtomicU64,
-    global_allocs: AtomicU64,
-    overflow_allocs: AtomicU64,
-    failed_allocs: AtomicU64,
-    frees: AtomicU64,
-    /// Block bytes allocated minus freed on this core (wrapping; a core that frees others'
-    /// blocks goes negative).
-    bytes: AtomicU64,
-    /// Requested bytes, same convention.
-    requested: AtomicU64,
-    /// `bytes` at the last publication.
-    published: AtomicU64,
+/// Defines the per-core counters from one list: `CoreCounters` (atomics, one set per core),
+/// `Totals` (their values) and `Counters::core` / `Counters::totals` (one core's values, and
+/// their sum over the cores). *Counts* only grow; *balances* go up and down (wrapping: a core
+/// that frees others' blocks goes negative) and read as `i64`.
+macro_rules! core_counters {
+    (
+        counts: { $($(#[$cdoc:meta])* $count:ident,)* }
+        balances: { $($(#[$bdoc:meta])* $balance:ident,)* }
+    ) => {
+        #[derive(Default)]
+        pub(crate) struct CoreCounters {
+            $($(#[$cdoc])* $count: AtomicU64,)*
+            $($(#[$bdoc])* $balance: AtomicU64,)*
+            /// `bytes` at the last publication.
+            published: AtomicU64,
+        }
+
+        /// The counters of one core, or summed over all.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub(crate) struct Totals {
+            $($(#[$cdoc])* pub(crate) $count: u64,)*
+            $($(#[$bdoc])* pub(crate) $balance: i64,)*
+        }
+
+        impl Counters {
+            pub(crate) fn core(&self, core: usize) -> Totals {
+                let c = &self.cores[core];
+                Totals {
+                    $($count: c.$count.load(Ordering::Relaxed),)*
+                    $($balance: c.$balance.load(Ordering::Relaxed) as i64,)*
+                }
+            }
+
+            pub(crate) fn totals(&self) -> Totals {
+                let mut t = Totals::default();
+                for core in 0..self.cores.len() {
+                    let c = self.core(core);
+                    $(t.$count += c.$count;)*
+                    $(t.$balance = t.$balance.wrapping_add(c.$balance);)*
+                }
+                t
+            }
+        }
+    };
+}
+
+core_counters! {
+    counts: {
+        /// Allocations served by a core pool's buddy trees (the caller's or, with overflow, another's).
+        core_allocs,
+        /// Allocations served by the global pool (chunk runs).
+        global_allocs,
+        /// Allocations served outside the caller's own core pool.
+        overflow_allocs,
+        /// Allocations that raised out-of-memory.
+        failed_allocs,
+        /// Frees (of blocks of any core).
+        frees,
+    }
+    balances: {
+        /// Block bytes allocated minus freed on this core.
+        bytes,
+        /// Requested bytes, same convention.
+        requested,
+    }
 }
 
 pub(crate) struct Counters {
@@ -55,18 +106,6 @@ struct SharedCounters {
     peak: AtomicU64,
     /// Bytes of slab objects at the last sample.
     slab_bytes: AtomicU64,
-}
-
-/// The summed counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Totals {
-    pub(crate) core_allocs: u64,
-    pub(crate) global_allocs: u64,
-    pub(crate) overflow_allocs: u64,
-    pub(crate) failed_allocs: u64,
-    pub(crate) frees: u64,
-    pub(crate) bytes: i64,
-    pub(crate) requested: i64,
 }
 
 impl Totals {
@@ -126,7 +165,7 @@ impl Counters {
         self.cores[core].failed_allocs.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Take back one failure (compaction, issue 5: the allocation was retried and succeeded),
+    /// Take back one failure (the allocation was retried after a compaction and succeeded),
     /// from `core` or, if it has none (the thread moved), another core.
     pub(crate) fn on_rescued(&self, core: usize) {
         let n = self.cores.len();
@@ -149,34 +188,6 @@ impl Counters {
                 self.shared.published_total.fetch_add(delta as u64, Ordering::AcqRel).wrapping_add(delta as u64);
             self.shared.peak.fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
         }
-    }
-
-    pub(crate) fn core(&self, core: usize) -> Totals {
-        let c = &self.cores[core];
-        Totals {
-            core_allocs: c.core_allocs.load(Ordering::Relaxed),
-            global_allocs: c.global_allocs.load(Ordering::Relaxed),
-            overflow_allocs: c.overflow_allocs.load(Ordering::Relaxed),
-            failed_allocs: c.failed_allocs.load(Ordering::Relaxed),
-            frees: c.frees.load(Ordering::Relaxed),
-            bytes: c.bytes.load(Ordering::Relaxed) as i64,
-            requested: c.requested.load(Ordering::Relaxed) as i64,
-        }
-    }
-
-    pub(crate) fn totals(&self) -> Totals {
-        let mut t = Totals::default();
-        for core in 0..self.cores.len() {
-            let c = self.core(core);
-            t.core_allocs += c.core_allocs;
-            t.global_allocs += c.global_allocs;
-            t.overflow_allocs += c.overflow_allocs;
-            t.failed_allocs += c.failed_allocs;
-            t.frees += c.frees;
-            t.bytes = t.bytes.wrapping_add(c.bytes);
-            t.requested = t.requested.wrapping_add(c.requested);
-        }
-        t
     }
 
     /// The peak, raised to `current` first (an exact total just taken, slab objects included,
