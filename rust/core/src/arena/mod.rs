@@ -3,6 +3,9 @@
 //! the global pool of chunks and runs, the core pools, the slab caches, the optional host
 //! backing, the chunk life cycle, and the exact-position API that compaction uses.
 
+#[cfg(not(loom))]
+#[allow(clippy::module_inception)]
+pub(crate) mod arena;
 pub(crate) mod backing;
 pub(crate) mod buddy;
 pub(crate) mod chunk_space;
@@ -14,4 +17,6 @@ pub(crate) mod exact;
 pub(crate) mod geometry;
 pub(crate) mod global;
 pub(crate) mod layout;
+#[cfg(not(loom))]
+pub(crate) mod release;
 pub(crate) mod slab;

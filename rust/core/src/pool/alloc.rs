@@ -1,20 +1,15 @@
 //! Where a block goes: validating a request, then the slab, buddy and run paths of the
-//! allocation (see `pool.rs` for the order), chunk grants and retirements, and reclaiming what
-//! cores hold empty before giving up.
-//!
-//! Chunks in the global pool have their buddy tree *retired*: the nodes covering the chunk are
-//! marked allocated, so a thread that still holds a stale hint to the chunk fails its climb and
-//! never places a block in a chunk that is now part of a run. Granting a chunk releases those
-//! nodes; retiring one allocates them, which succeeds only while the chunk is empty.
+//! allocation (see `pool.rs` for the order), and reclaiming what cores hold empty before giving
+//! up (chunk grants and retirements are `arena/chunks.rs`).
 
 use crate::arena::buddy::{Conflict, Node};
-use crate::arena::global::ChunkState;
 use crate::arena::layout::{BuddyLayout, Layout};
 use crate::arena::slab::caches::SlabBlocks;
 use crate::error::{Error, Result};
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
 use crate::stats::counters::Route;
+use crate::util::cpu;
 
 /// A validated request. (The buddy or run layout is derived only when the request leaves the
 /// slab path: the slab path pays for nothing it does not use.)
@@ -64,24 +59,96 @@ struct SlabCarver<'a> {
 
 impl SlabBlocks for SlabCarver<'_> {
     fn carve(&self, bytes: usize) -> Option<usize> {
-        let Layout::Buddy(b) = self.pool.geometry.layout(bytes, bytes) else {
+        let Layout::Buddy(b) = self.pool.arena.geometry.layout(bytes, bytes) else {
             return None;
         };
         self.pool.place_buddy(&b, self.core, self.reach).map(|p| p.offset)
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.pool.release_buddy(base, bytes).expect("a retired slab's block is allocated");
+        self.pool.arena.release_buddy(base, bytes).expect("a retired slab's block is allocated");
     }
 }
 
 impl Pool {
+    /// Allocate `size` bytes aligned to `align` (the pool's default alignment when `None`),
+    /// with a tag id (0 = none). Waits while the pool is paused.
+    pub fn alloc(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Handle> {
+        let request = self.request(size, align)?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let _entered = self.enter()?;
+        match self.place(&request, core, Reach::Full) {
+            Some(placed) => self.finish(placed, &request, core, tag),
+            None => Err(self.out_of_memory(&request, core, tag)),
+        }
+    }
+
+    /// The quick part of [`Pool::alloc`] only (the caller's slab cache, core pool and a fresh
+    /// chunk, no waiting while paused): `Ok(None)` means "call `alloc`", which may take longer.
+    /// Meant for callers holding a lock they would rather release for the long part (the GIL).
+    pub fn try_alloc_fast(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Option<Handle>> {
+        let request = self.request(size, align)?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let Some(_entered) = self.gate.try_enter() else {
+            return Ok(None);
+        };
+        match self.place(&request, core, Reach::Fast) {
+            Some(placed) => self.finish(placed, &request, core, tag).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Allocate every size of `sizes` (each aligned to `align`), or none of them: on the first
+    /// failure the blocks already made are freed and [`Error::Batch`] says which one failed and
+    /// why. Every size is validated before anything is allocated. Waits while paused.
+    pub fn alloc_many(&self, sizes: &[usize], align: Option<usize>, tag: u32) -> Result<Vec<Handle>> {
+        let requests: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(index, &size)| self.request(size, align).map_err(|e| Error::batch(index, e)))
+            .collect::<Result<_>>()?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let _entered = self.enter()?;
+        let mut handles = Vec::with_capacity(sizes.len());
+        for (index, request) in requests.iter().enumerate() {
+            let made = match self.place(request, core, Reach::Full) {
+                Some(placed) => self.finish(placed, request, core, tag),
+                None => Err(self.out_of_memory(request, core, tag)),
+            };
+            match made {
+                Ok(handle) => handles.push(handle),
+                Err(err) => {
+                    for handle in handles {
+                        self.free_entered(handle).expect("a block just made can be freed");
+                    }
+                    return Err(Error::batch(index, err));
+                }
+            }
+        }
+        Ok(handles)
+    }
+
+    /// Allocate without a handle: the block's offset. Free it with [`Pool::free_raw`] and the
+    /// same size.
+    pub fn alloc_raw(&self, size: usize, align: Option<usize>) -> Result<usize> {
+        let request = self.request(size, align)?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let _entered = self.enter()?;
+        match self.place(&request, core, Reach::Full) {
+            Some(placed) => {
+                self.account_alloc(&placed, core, size);
+                Ok(placed.offset)
+            }
+            None => Err(self.out_of_memory(&request, core, 0)),
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn request(&self, size: usize, align: Option<usize>) -> Result<Request> {
         let align = align.unwrap_or(self.config.alignment);
         let capacity = self.config.capacity;
         if size != 0 && size <= capacity && align.is_power_of_two() && align <= capacity {
-            return Ok(Request { size, align, class: self.slabs.classes.class_for(size, align) });
+            return Ok(Request { size, align, class: self.arena.slabs.classes.class_for(size, align) });
         }
         Err(self.refusal(size, align))
     }
@@ -149,10 +216,10 @@ impl Pool {
     #[inline(always)]
     pub(crate) fn place(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
         if let Some(k) = request.class {
-            if let Some(offset) = self.slabs.take_current(k, core) {
+            if let Some(offset) = self.arena.slabs.take_current(k, core) {
                 return Some(Placed {
                     offset,
-                    block_bytes: self.slabs.classes.classes[k].size,
+                    block_bytes: self.arena.slabs.classes.classes[k].size,
                     route: Route::Slab,
                     overflow: false,
                     class: Some(k),
@@ -171,8 +238,8 @@ impl Pool {
             return None;
         }
         let carver = SlabCarver { pool: self, core, reach };
-        let slabs = self.slabs.reclaim(&carver);
-        let chunks = self.reclaim_empty_chunks();
+        let slabs = self.arena.slabs.reclaim(&carver);
+        let chunks = self.arena.reclaim_empty_chunks(false);
         if slabs + chunks == 0 {
             return None;
         }
@@ -182,13 +249,13 @@ impl Pool {
     fn place_once(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
         if let Some(k) = request.class {
             let carver = SlabCarver { pool: self, core, reach };
-            if let Some((offset, carved)) = self.slabs.alloc(k, core, &carver) {
+            if let Some((offset, carved)) = self.arena.slabs.alloc(k, core, &carver) {
                 if carved {
                     self.sample_peak();
                 }
                 return Some(Placed {
                     offset,
-                    block_bytes: self.slabs.classes.classes[k].size,
+                    block_bytes: self.arena.slabs.classes.classes[k].size,
                     route: Route::Slab,
                     overflow: false,
                     class: Some(k),
@@ -196,7 +263,7 @@ impl Pool {
             }
             // No slab could be carved: the buddy path may still fit the object on its own.
         }
-        match self.geometry.layout(request.size, request.align) {
+        match self.arena.geometry.layout(request.size, request.align) {
             Layout::Buddy(b) => self.place_buddy(&b, core, reach),
             Layout::Run { chunks, align_chunks } => self.place_run(chunks, align_chunks, request.size),
         }
@@ -207,8 +274,8 @@ impl Pool {
             return Some(placed);
         }
         // A chunk that holds the trimmed block will do (the arena's last chunk may be short).
-        let bytes = b.units as usize * self.geometry.min_block;
-        if let Some(chunk) = self.grant(core, bytes) {
+        let bytes = b.units as usize * self.arena.geometry.min_block;
+        if let Some(chunk) = self.arena.grant(core, bytes) {
             if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
                 return Some(placed);
             }
@@ -217,7 +284,7 @@ impl Pool {
             return None;
         }
         // Overflow: room in other cores' chunks (including the ones they keep in reserve).
-        let cores = self.cores.len();
+        let cores = self.arena.cores.len();
         for i in 1..cores {
             if let Some(mut placed) = self.alloc_in_core(b, (core + i) % cores, Memo::Trust) {
                 placed.overflow = true;
@@ -225,7 +292,7 @@ impl Pool {
             }
         }
         // A chunk may have come free meanwhile.
-        if let Some(chunk) = self.grant(core, bytes) {
+        if let Some(chunk) = self.arena.grant(core, bytes) {
             if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
                 return Some(placed);
             }
@@ -243,19 +310,20 @@ impl Pool {
     /// (first fit: small blocks gather low, the high chunks stay whole for large blocks), skipping
     /// chunks where a search for a block this large failed since their last free.
     fn alloc_in_core(&self, b: &BuddyLayout, owner: usize, memo: Memo) -> Option<Placed> {
-        let pool = &self.cores[owner];
+        let pool = &self.arena.cores[owner];
         let hint = pool.hint(b.level);
         if let Some((chunk, bunch)) = hint {
-            if chunk < self.geometry.chunks {
-                let tree = self.tree(chunk);
-                let node = self.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
+            if chunk < self.arena.geometry.chunks {
+                let tree = self.arena.tree(chunk);
+                let node =
+                    self.arena.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
                 if let Some(node) = node {
                     return Some(self.commit(chunk, b, node));
                 }
             }
         }
         for chunk in pool.owned() {
-            let space = &self.space[chunk];
+            let space = &self.arena.space[chunk];
             let Some(probe) = space.probe(b.level, b.units, memo == Memo::Ignore) else {
                 continue;
             };
@@ -273,18 +341,18 @@ impl Pool {
     /// where no whole enclosing node is free: twice the search, so only for the last resort
     /// (and always where the enclosing node cannot fit, in the arena's short last chunk).
     fn alloc_in_chunk(&self, chunk: usize, b: &BuddyLayout, hint_owner: usize, thorough: bool) -> Option<Placed> {
-        let tree = self.tree(chunk);
-        let cursor = self.cores[hint_owner].hint(b.level).and_then(|(c, bunch)| (c == chunk).then_some(bunch));
+        let tree = self.arena.tree(chunk);
+        let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, bunch)| (c == chunk).then_some(bunch));
         let node = match cursor {
-            Some(from) => self.shape.search_from(tree, b.level, b.step, from, &mut |e| self.claim(chunk, b, e)),
-            None => self.shape.search(tree, b.level, b.step, &mut |e| self.claim(chunk, b, e)),
+            Some(from) => self.arena.shape.search_from(tree, b.level, b.step, from, &mut |e| self.claim(chunk, b, e)),
+            None => self.arena.shape.search(tree, b.level, b.step, &mut |e| self.claim(chunk, b, e)),
         };
         let node = match node {
             Some(node) => {
-                self.cores[hint_owner].set_hint(b.level, chunk, self.shape.bunch_of(node));
+                self.arena.cores[hint_owner].set_hint(b.level, chunk, self.arena.shape.bunch_of(node));
                 node
             }
-            None if !b.is_whole() && (thorough || self.geometry.usable_units(chunk) < b.enclosing) => {
+            None if !b.is_whole() && (thorough || self.arena.geometry.usable_units(chunk) < b.enclosing) => {
                 self.search_pieces(chunk, b)?
             }
             None => return None,
@@ -297,27 +365,27 @@ impl Pool {
     /// enclosing node's tail is in use, and in the arena's last chunk when the enclosing node
     /// reaches past the arena's end. Returns the enclosing node.
     fn search_pieces(&self, chunk: usize, b: &BuddyLayout) -> Option<Node> {
-        let tree = self.tree(chunk);
+        let tree = self.arena.tree(chunk);
         let parent = |half: Node| Node { level: b.level, index: half.index / 2 };
-        let half = self.shape.search(tree, b.level + 1, b.step * 2, &mut |n| self.claim(chunk, b, parent(n)))?;
+        let half = self.arena.shape.search(tree, b.level + 1, b.step * 2, &mut |n| self.claim(chunk, b, parent(n)))?;
         Some(parent(half))
     }
 
     /// Claim the block with enclosing node `e`: the node itself, or its trimmed pieces (rolled
     /// back if one of them is taken).
     fn claim(&self, chunk: usize, b: &BuddyLayout, e: Node) -> std::result::Result<(), Conflict> {
-        let tree = self.tree(chunk);
+        let tree = self.arena.tree(chunk);
         if b.is_whole() {
-            return self.shape.try_alloc(tree, e);
+            return self.arena.shape.try_alloc(tree, e);
         }
         let mut taken: Vec<Node> = Vec::with_capacity(4);
-        for piece in b.pieces(self.geometry.depth, e) {
-            if let Err(conflict) = self.shape.try_alloc(tree, piece) {
+        for piece in b.pieces(self.arena.geometry.depth, e) {
+            if let Err(conflict) = self.arena.shape.try_alloc(tree, piece) {
                 for &p in &taken {
-                    let _ = self.shape.release(tree, p);
+                    let _ = self.arena.shape.release(tree, p);
                 }
                 if !taken.is_empty() {
-                    self.space[chunk].refresh();
+                    self.arena.space[chunk].refresh();
                 }
                 return Err(if taken.is_empty() { conflict } else { Conflict::Taken });
             }
@@ -327,98 +395,37 @@ impl Pool {
     }
 
     fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
-        self.space[chunk].take(b.units);
+        self.arena.space[chunk].take(b.units);
         Placed {
-            offset: self.geometry.offset_of(chunk, e.start(self.geometry.depth)),
-            block_bytes: b.units as usize * self.geometry.min_block,
+            offset: self.arena.geometry.offset_of(chunk, e.start(self.arena.geometry.depth)),
+            block_bytes: b.units as usize * self.arena.geometry.min_block,
             route: Route::Core,
             overflow: false,
             class: None,
         }
     }
 
-    /// Take a free chunk from the global pool for core `core` (one that can hold a node of
-    /// `bytes` bytes).
-    fn grant(&self, core: usize, bytes: usize) -> Option<usize> {
-        let chunk = self.global.claim(&self.geometry, 1, bytes, 1)?;
-        self.global.set_state(chunk, ChunkState::Core(core));
-        self.cores[core].own(chunk);
-        let tree = self.tree(chunk);
-        for node in self.retire_nodes(chunk) {
-            self.shape.release(tree, node).expect("a chunk in the global pool is retired");
-        }
-        self.space[chunk].refresh();
-        Some(chunk)
-    }
-
-    /// Give an empty chunk of `owner` back to the global pool; `false` if it is not empty (or
-    /// someone else is retiring it).
-    pub(crate) fn retire(&self, chunk: usize, owner: usize) -> bool {
-        let tree = self.tree(chunk);
-        // Coalescing is lazy: clear the marks of emptied bunches so the cover nodes fit.
-        self.shape.sweep(tree);
-        let nodes = self.retire_nodes(chunk);
-        for (i, &node) in nodes.iter().enumerate() {
-            if self.shape.try_alloc(tree, node).is_err() {
-                for &n in &nodes[..i] {
-                    let _ = self.shape.release(tree, n);
-                }
-                self.space[chunk].refresh();
-                return false;
-            }
-        }
-        self.cores[owner].disown(chunk);
-        self.global.set_state(chunk, ChunkState::Free);
-        self.global.release(chunk, 1);
-        true
-    }
-
     /// Give back what cores keep cached: every all-free slab and every empty chunk (an
     /// allocation does this by itself before it fails; a caller may want it earlier, e.g.
     /// before a snapshot or when the pool goes idle). Returns the slabs and chunks given back.
     pub fn trim(&self) -> usize {
-        let core = crate::util::cpu::current_core(self.cores.len());
+        let core = crate::util::cpu::current_core(self.arena.cores.len());
         let Ok(_entered) = self.enter() else {
             return 0; // the calling thread is moving blocks (inside a mover): nothing to trim now
         };
         let carver = SlabCarver { pool: self, core, reach: Reach::Full };
-        self.slabs.reclaim(&carver) + self.reclaim_empty_chunks()
-    }
-
-    /// Retire every empty chunk that cores hold; returns how many went back.
-    fn reclaim_empty_chunks(&self) -> usize {
-        let mut reclaimed = 0;
-        for owner in 0..self.cores.len() {
-            let owned: Vec<usize> = self.cores[owner].owned().collect();
-            for chunk in owned {
-                if self.chunk_is_empty(chunk) && self.retire(chunk, owner) {
-                    reclaimed += 1;
-                }
-            }
-        }
-        reclaimed
-    }
-
-    pub(crate) fn chunk_is_empty(&self, chunk: usize) -> bool {
-        self.space[chunk].free_units() == self.geometry.usable_units(chunk)
+        self.arena.slabs.reclaim(&carver) + self.arena.reclaim_empty_chunks(false)
     }
 
     fn place_run(&self, chunks: usize, align_chunks: usize, size: usize) -> Option<Placed> {
-        let start = self.global.claim(&self.geometry, chunks, size, align_chunks)?;
-        for chunk in start + 1..start + chunks {
-            self.global.set_state(chunk, ChunkState::RunBody);
-        }
-        self.global.set_state(start, ChunkState::RunHead(chunks));
+        let start = self.arena.global.claim(&self.arena.geometry, chunks, size, align_chunks)?;
+        self.arena.mark_run(start, chunks);
         Some(Placed {
-            offset: start * self.geometry.chunk_size,
-            block_bytes: self.run_bytes(start, chunks),
+            offset: start * self.arena.geometry.chunk_size,
+            block_bytes: self.arena.run_bytes(start, chunks),
             route: Route::Global,
             overflow: false,
             class: None,
         })
-    }
-
-    pub(crate) fn run_bytes(&self, start: usize, chunks: usize) -> usize {
-        (start..start + chunks).map(|c| self.geometry.chunk_bytes(c)).sum()
     }
 }

@@ -20,31 +20,31 @@ impl Pool {
     pub fn check(&self) -> Result<usize> {
         let _paused = self.pause_for_maintenance()?;
         let mut findings: Vec<String> = Vec::new();
-        let g = &self.geometry;
+        let g = &self.arena.geometry;
         let depth = g.depth;
         // Chunks: state, bitmap, ownership, trees.
         let mut allocated: HashSet<(usize, Node)> = HashSet::new();
         let mut block_bytes_walked = 0usize;
         let mut chunk = 0;
         while chunk < g.chunks {
-            let state = self.global.state(chunk);
-            let owners: Vec<usize> = (0..self.cores.len()).filter(|&c| self.cores[c].owns(chunk)).collect();
-            let taken = self.global.is_taken(chunk);
-            let tree = self.tree(chunk);
-            self.shape.check(tree, &mut |f| findings.push(format!("chunk {chunk}: {f}")));
+            let state = self.arena.global.state(chunk);
+            let owners: Vec<usize> = (0..self.arena.cores.len()).filter(|&c| self.arena.cores[c].owns(chunk)).collect();
+            let taken = self.arena.global.is_taken(chunk);
+            let tree = self.arena.tree(chunk);
+            self.arena.shape.check(tree, &mut |f| findings.push(format!("chunk {chunk}: {f}")));
             let mut nodes: HashSet<Node> = HashSet::new();
-            self.shape.for_each_allocated(tree, &mut |n| {
+            self.arena.shape.for_each_allocated(tree, &mut |n| {
                 nodes.insert(n);
             });
-            for n in self.reserved_nodes(chunk) {
+            for n in self.arena.reserved_nodes(chunk) {
                 if !nodes.remove(&n) {
                     findings.push(format!("chunk {chunk}: reserved tail node {n:?} is not allocated"));
                 }
             }
-            let free_units = self.space[chunk].free_units();
+            let free_units = self.arena.space[chunk].free_units();
             match state {
                 ChunkState::Free | ChunkState::RunHead(_) | ChunkState::RunBody => {
-                    for n in self.retire_nodes(chunk) {
+                    for n in self.arena.retire_nodes(chunk) {
                         if !nodes.remove(&n) {
                             findings.push(format!("chunk {chunk} ({state:?}): not retired, node {n:?} is free"));
                         }
@@ -89,23 +89,26 @@ impl Pool {
                     break;
                 }
                 for c in chunk + 1..chunk + len {
-                    if self.global.state(c) != ChunkState::RunBody || !self.global.is_taken(c) {
-                        findings
-                            .push(format!("chunk {c}: inside the run at chunk {chunk} but {:?}", self.global.state(c)));
+                    if self.arena.global.state(c) != ChunkState::RunBody || !self.arena.global.is_taken(c) {
+                        findings.push(format!(
+                            "chunk {c}: inside the run at chunk {chunk} but {:?}",
+                            self.arena.global.state(c)
+                        ));
                     }
                 }
-                block_bytes_walked += self.run_bytes(chunk, len);
+                block_bytes_walked += self.arena.run_bytes(chunk, len);
             } else if state == ChunkState::RunBody
-                && (chunk == 0 || !matches!(self.global.state(chunk - 1), ChunkState::RunHead(_) | ChunkState::RunBody))
+                && (chunk == 0
+                    || !matches!(self.arena.global.state(chunk - 1), ChunkState::RunHead(_) | ChunkState::RunBody))
             {
                 findings.push(format!("chunk {chunk}: run body without a head"));
             }
             chunk += 1;
         }
         // Slabs: each is an allocated buddy block of a core chunk, found by the directory.
-        let classes = &self.slabs.classes.classes;
+        let classes = &self.arena.slabs.classes.classes;
         let mut slab_objects = vec![0u64; classes.len()];
-        for view in self.slabs.views() {
+        for view in self.arena.slabs.views() {
             let chunk = g.chunk_of(view.base);
             let units = (view.bytes >> g.unit_shift) as u64;
             let node = Node::covering(depth, g.unit_in_chunk(view.base), units);
@@ -114,12 +117,12 @@ impl Pool {
                     .push(format!("slab at {} ({} bytes): its block is not an allocated node", view.base, view.bytes));
             }
             block_bytes_walked = block_bytes_walked.saturating_sub(view.bytes);
-            for at in (view.base..view.base + view.bytes).step_by(1 << self.slabs.classes.granule_shift) {
-                if self.slabs.lookup(at).map(|r| r.id) != Some(view.id) {
+            for at in (view.base..view.base + view.bytes).step_by(1 << self.arena.slabs.classes.granule_shift) {
+                if self.arena.slabs.lookup(at).map(|r| r.id) != Some(view.id) {
                     findings.push(format!(
                         "slab at {}: directory entry for {at} is {:?}",
                         view.base,
-                        self.slabs.lookup(at)
+                        self.arena.slabs.lookup(at)
                     ));
                 }
             }
@@ -152,9 +155,9 @@ impl Pool {
                 findings
                     .push(format!("block {h:?}: [{}, +{}) breaks the bank rule (bank {bank})", info.offset, info.size));
             }
-            if let Some(slab) = self.slabs.lookup(info.offset) {
+            if let Some(slab) = self.arena.slabs.lookup(info.offset) {
                 let class = slab.class;
-                if !self.slabs.is_allocated(slab, info.offset) {
+                if !self.arena.slabs.is_allocated(slab, info.offset) {
                     findings.push(format!("block {h:?}: slab object at {} is not allocated", info.offset));
                 }
                 if info.size > classes[class].size {
@@ -168,7 +171,7 @@ impl Pool {
                 return;
             }
             let chunk = info.offset / g.chunk_size;
-            match self.global.state(chunk) {
+            match self.arena.global.state(chunk) {
                 ChunkState::RunHead(len) => {
                     if info.offset % g.chunk_size != 0 || info.size.div_ceil(g.chunk_size) != len {
                         findings.push(format!("block {h:?}: does not match the run at chunk {chunk}"));

@@ -2,9 +2,7 @@
 //! global pool. Every path validates the block before it changes anything, and the first
 //! atomic release decides who frees a block when two callers race.
 
-use crate::arena::buddy::Node;
 use crate::arena::global::ChunkState;
-use crate::arena::layout::Layout;
 use crate::error::{Error, Result};
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
@@ -25,21 +23,61 @@ fn invalid_block(offset: usize, size: usize, reason: &'static str) -> Error {
     Error::InvalidBlock { offset, size, reason }
 }
 
-struct Carver<'a>(&'a Pool);
-
-impl crate::arena::slab::caches::SlabBlocks for Carver<'_> {
-    fn carve(&self, _bytes: usize) -> Option<usize> {
-        None // a free never carves
-    }
-
-    fn release(&self, base: usize, bytes: usize) {
-        self.0.release_buddy(base, bytes).expect("a retired slab's block is allocated");
-    }
-}
-
 impl Pool {
+    /// Free the block behind `handle`. Refused (and nothing changes) for a handle of another
+    /// pool, a block already freed, or a pinned block. Waits while the pool is paused.
+    pub fn free(&self, handle: Handle) -> Result<()> {
+        let _entered = self.enter()?;
+        self.free_entered(handle)
+    }
+
+    /// [`Pool::free`] without waiting: [`Error::Paused`] (and nothing changes) while the pool is
+    /// paused. For callers holding a lock they would rather release before waiting.
+    pub fn try_free(&self, handle: Handle) -> Result<()> {
+        let Some(_entered) = self.gate.try_enter() else {
+            return Err(Error::Paused);
+        };
+        self.free_entered(handle)
+    }
+
+    /// Free every block of `handles`, or none: all are checked first (live, of this pool, not
+    /// pinned, no duplicates) and [`Error::Batch`] names the first that is not.
+    pub fn free_many(&self, handles: &[Handle]) -> Result<()> {
+        let _entered = self.enter()?;
+        for (index, &handle) in handles.iter().enumerate() {
+            let info = self.handles.get(handle).map_err(|e| {
+                let e = if e == Error::InvalidHandle(crate::HandleFault::Freed) { Error::DoubleFree } else { e };
+                Error::batch(index, e)
+            })?;
+            if info.pins > 0 {
+                return Err(Error::batch(index, Error::Pinned { pins: info.pins }));
+            }
+        }
+        // The same block twice: sort the slots and look at neighbours.
+        let mut slots: Vec<(u32, usize)> = handles.iter().enumerate().map(|(i, h)| (h.slot(), i)).collect();
+        slots.sort_unstable();
+        if let Some(pair) = slots.windows(2).filter(|w| w[0].0 == w[1].0).min_by_key(|w| w[0].1.max(w[1].1)) {
+            return Err(Error::batch(pair[0].1.max(pair[1].1), Error::DoubleFree));
+        }
+        for (index, &handle) in handles.iter().enumerate() {
+            self.free_entered(handle).map_err(|e| Error::batch(index, e))?;
+        }
+        Ok(())
+    }
+
+    /// Free a block of the raw API by its offset and the size it was allocated with.
+    pub fn free_raw(&self, offset: usize, size: usize) -> Result<()> {
+        if size == 0 || size > self.config.capacity || offset >= self.config.capacity {
+            return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
+        }
+        let _entered = self.enter()?;
+        let released = self.release_block(offset, size)?;
+        self.account_free(released, size);
+        Ok(())
+    }
+
     pub(crate) fn free_entered(&self, handle: Handle) -> Result<()> {
-        let core = cpu::current_core(self.cores.len());
+        let core = cpu::current_core(self.arena.cores.len());
         let info = self.handles.remove(handle)?;
         let released = self.release_block(info.offset, info.size).map_err(|err| {
             Error::Corruption(vec![format!(
@@ -58,19 +96,19 @@ impl Pool {
     pub(crate) fn account_free(&self, released: Released, size: usize) {
         match released {
             Released::Slab(k) => self.slab_counters.on_free(k, size),
-            Released::Block(bytes) => self.counters.on_free(cpu::current_core(self.cores.len()), bytes, size),
+            Released::Block(bytes) => self.counters.on_free(cpu::current_core(self.arena.cores.len()), bytes, size),
         }
     }
 
     /// Release the block at `offset` of `size` requested bytes.
     #[inline(always)]
     pub(crate) fn release_block(&self, offset: usize, size: usize) -> Result<Released> {
-        if let Some(slab) = self.slabs.lookup(offset) {
+        if let Some(slab) = self.arena.slabs.lookup(offset) {
             // A slab object: the fast path (errors are built out of line).
-            if size > self.slabs.classes.classes[slab.class].size {
+            if size > self.arena.slabs.classes.classes[slab.class].size {
                 return Err(invalid_block(offset, size, "a slab object is smaller than this"));
             }
-            return match self.slabs.free(slab, offset, &Carver(self)) {
+            return match self.arena.slabs.free(slab, offset, &self.arena) {
                 Ok(freed) => Ok(Released::Slab(freed.class)),
                 Err(reason) => Err(invalid_block(offset, size, reason)),
             };
@@ -81,92 +119,14 @@ impl Pool {
     /// Release a buddy block or a run.
     #[inline(never)]
     fn release_chunk_block(&self, offset: usize, size: usize) -> Result<Released> {
-        let chunk = self.geometry.chunk_of(offset);
-        if chunk >= self.geometry.chunks {
+        let chunk = self.arena.geometry.chunk_of(offset);
+        if chunk >= self.arena.geometry.chunks {
             return Err(invalid_block(offset, size, "outside the arena's chunks"));
         }
-        match self.global.state(chunk) {
-            ChunkState::RunHead(len) => self.release_run(offset, size, chunk, len).map(Released::Block),
-            ChunkState::Core(_) => self.release_buddy(offset, size).map(Released::Block),
+        match self.arena.global.state(chunk) {
+            ChunkState::RunHead(len) => self.arena.release_run(offset, size, chunk, len).map(Released::Block),
+            ChunkState::Core(_) => self.arena.release_buddy(offset, size).map(Released::Block),
             ChunkState::Free | ChunkState::RunBody => Err(invalid_block(offset, size, "no block starts in this chunk")),
-        }
-    }
-
-    fn release_run(&self, offset: usize, size: usize, chunk: usize, len: usize) -> Result<usize> {
-        let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
-        let chunks = (size + self.geometry.chunk_size - 1) >> self.geometry.chunk_shift;
-        if self.geometry.unit_in_chunk(offset) != 0 || offset & (self.geometry.min_block - 1) != 0 || chunks != len {
-            return invalid("does not match the chunk run there");
-        }
-        if !self.global.swap_state(chunk, ChunkState::RunHead(len), ChunkState::Free) {
-            return invalid("the chunk run there was freed already");
-        }
-        for c in chunk + 1..chunk + len {
-            self.global.set_state(c, ChunkState::Free);
-        }
-        let bytes = self.run_bytes(chunk, len);
-        self.global.release(chunk, len);
-        Ok(bytes)
-    }
-
-    /// Release the buddy block at `offset` (of `size` requested bytes, in a core chunk);
-    /// returns its block bytes.
-    pub(crate) fn release_buddy(&self, offset: usize, size: usize) -> Result<usize> {
-        let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
-        let chunk = self.geometry.chunk_of(offset);
-        let state = (chunk < self.geometry.chunks).then(|| self.global.state(chunk));
-        let Some(ChunkState::Core(owner)) = state else {
-            return invalid("not inside a core pool's chunk");
-        };
-        let Layout::Buddy(b) = self.geometry.layout(size, 1) else {
-            return invalid("a block of this size would be a chunk run");
-        };
-        let within = self.geometry.unit_in_chunk(offset);
-        // A block starts on a unit; the allocation path puts it at the start of its enclosing
-        // node, a compaction may pack it elsewhere (its pieces then cover it all the same).
-        if offset & (self.geometry.min_block - 1) != 0 || within + b.units > self.geometry.units_per_chunk() {
-            return invalid("not the start of a block of this size");
-        }
-        let tree = self.tree(chunk);
-        let depth = self.geometry.depth;
-        // The enclosing-sized node around the block's start: the block itself when it is one
-        // node (the common case), else where the hint points.
-        let e = Node::covering(depth, within & !(b.enclosing - 1), b.enclosing);
-        if b.is_one_node_at(within) {
-            // One node: its release is the check (and decides a race of two callers).
-            if self.shape.release(tree, e).is_err() {
-                return invalid("the block was freed already");
-            }
-        } else {
-            // Several nodes: all must be allocated before any is freed; the first release
-            // decides who frees the block when two callers race.
-            if !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
-                return invalid("no block of this size is allocated there");
-            }
-            let mut pieces = b.pieces_at(depth, within);
-            let first = pieces.next().expect("a block has at least one node");
-            if self.shape.release(tree, first).is_err() {
-                return invalid("the block was freed already");
-            }
-            for p in pieces {
-                let _ = self.shape.release(tree, p);
-            }
-        }
-        let after = self.space[chunk].give(b.units);
-        if after == self.geometry.usable_units(chunk) {
-            self.chunk_became_empty(chunk);
-        } else {
-            self.cores[owner].set_hint(b.level, chunk, self.shape.bunch_of(e));
-        }
-        Ok(b.units as usize * self.geometry.min_block)
-    }
-
-    fn chunk_became_empty(&self, chunk: usize) {
-        if let ChunkState::Core(owner) = self.global.state(chunk) {
-            let still_reserve = |c: usize| self.global.state(c) == ChunkState::Core(owner) && self.chunk_is_empty(c);
-            if !self.cores[owner].keep_in_reserve(chunk, still_reserve) {
-                self.retire(chunk, owner);
-            }
         }
     }
 }

@@ -124,7 +124,7 @@ impl Pool {
     /// An allocation that failed was retried and succeeded (after a compaction): it no longer
     /// counts in `failed_allocs` (which counts allocations that raised out-of-memory).
     pub fn forgive_failure(&self) {
-        self.counters.on_rescued(cpu::current_core(self.cores.len()));
+        self.counters.on_rescued(cpu::current_core(self.arena.cores.len()));
     }
 
     /// Add a pin without waiting: [`Error::Moving`] while the block is being moved (callers

@@ -17,24 +17,17 @@
 
 use std::ptr::NonNull;
 
-use crate::arena::backing::HostBacking;
-use crate::arena::buddy::{Node, TreeShape};
-use crate::arena::chunk_space::ChunkSpace;
-use crate::arena::core_pool::CorePool;
-use crate::arena::geometry::Geometry;
-use crate::arena::global::GlobalPool;
-use crate::arena::slab::caches::{SlabCaches, SlabClasses, MAX_CLASSES};
-use crate::config::{Backing, PoolConfig};
+use crate::arena::arena::Arena;
+use crate::arena::slab::caches::{SlabClasses, MAX_CLASSES};
+use crate::config::PoolConfig;
 use crate::error::{Error, Result};
 use crate::gate::{self, Gate};
 use crate::handle::id::Handle;
 use crate::handle::table::{HandleTable, SlotInfo};
-use crate::pool::alloc::Reach;
 use crate::stats::counters::Counters;
 use crate::stats::thread::ThreadStats;
 use crate::trace::recorder::Trace;
-use crate::util::cpu;
-use crate::util::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
+use crate::util::sync::{AtomicU32, Ordering};
 
 static NEXT_POOL_ID: AtomicU32 = AtomicU32::new(1);
 
@@ -61,23 +54,16 @@ pub struct BlockInfo {
 
 /// A pool over one arena. Share it between threads by reference or `Arc`.
 pub struct Pool {
-    pub(crate) id: u32,
-    pub(crate) config: PoolConfig,
-    pub(crate) geometry: Geometry,
-    pub(crate) shape: TreeShape,
-    pub(crate) trees: Box<[AtomicU64]>,
-    /// Free units and the search memo of every chunk.
-    pub(crate) space: Box<[ChunkSpace]>,
-    pub(crate) global: GlobalPool,
-    pub(crate) cores: Box<[CachePadded<CorePool>]>,
-    pub(crate) slabs: SlabCaches,
-    pub(crate) counters: Counters,
-    pub(crate) slab_counters: ThreadStats,
-    pub(crate) handles: HandleTable,
-    pub(crate) gate: Gate,
-    pub(crate) backing: Option<HostBacking>,
-    /// The optional event trace (off by default; see `trace.rs`).
-    pub(crate) trace: Trace,
+    pub(super) id: u32,
+    pub(super) config: PoolConfig,
+    /// The memory: chunks, trees, global and core pools, slabs, backing.
+    pub(super) arena: Arena,
+    pub(super) counters: Counters,
+    pub(super) slab_counters: ThreadStats,
+    pub(super) handles: HandleTable,
+    pub(super) gate: Gate,
+    /// The optional event trace (off by default; see `trace/`).
+    pub(super) trace: Trace,
 }
 
 impl std::fmt::Debug for Pool {
@@ -98,44 +84,21 @@ impl Pool {
         }
         gate::init_barriers();
         let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
-        let geometry = Geometry::new(&config);
-        let shape = TreeShape::new(geometry.depth);
-        let trees: Box<[AtomicU64]> = (0..geometry.chunks * shape.words()).map(|_| AtomicU64::new(0)).collect();
-        let space: Box<[ChunkSpace]> =
-            (0..geometry.chunks).map(|c| ChunkSpace::new(geometry.usable_units(c))).collect();
-        let backing = match config.backing {
-            Backing::Host => Some(HostBacking::new(config.capacity, config.chunk_size)?),
-            Backing::None => None,
-        };
         let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        let slab_counters = ThreadStats::new(classes.classes.len());
+        let arena = Arena::new(&config, classes)?;
         let smallest = config.slab_sizes.first().copied().unwrap_or(config.min_block).min(config.min_block);
-        let max_blocks = geometry.usable_capacity() / smallest.max(1);
-        let pool = Pool {
+        let max_blocks = arena.geometry.usable_capacity() / smallest.max(1);
+        Ok(Pool {
             id,
-            global: GlobalPool::new(&geometry, config.placement),
-            cores: (0..config.cores)
-                .map(|_| CachePadded(CorePool::new(geometry.chunks, geometry.depth as usize + 1, config.core_reserve)))
-                .collect(),
-            slab_counters: ThreadStats::new(classes.classes.len()),
-            slabs: SlabCaches::new(classes, geometry.usable_capacity(), config.cores),
+            slab_counters,
             counters: Counters::new(config.cores, config.capacity),
             handles: HandleTable::new(id, max_blocks.max(1), config.cores),
             gate: Gate::new(id as usize),
-            backing,
             trace: Trace::new(),
-            shape,
-            trees,
-            space,
-            geometry,
+            arena,
             config,
-        };
-        for chunk in 0..pool.geometry.chunks {
-            let tree = pool.tree(chunk);
-            for node in pool.reserved_nodes(chunk).into_iter().chain(pool.retire_nodes(chunk)) {
-                pool.shape.try_alloc(tree, node).expect("a fresh tree has room for its own cover");
-            }
-        }
-        Ok(pool)
+        })
     }
 
     /// The validated configuration.
@@ -155,150 +118,19 @@ impl Pool {
 
     /// Number of core pools.
     pub fn cores(&self) -> usize {
-        self.cores.len()
+        self.arena.cores.len()
     }
 
-    pub(crate) fn tree(&self, chunk: usize) -> &[AtomicU64] {
-        let words = self.shape.words();
-        &self.trees[chunk * words..(chunk + 1) * words]
+    /// The arena (for compaction: the exact-position API and the arena's layout).
+    #[inline]
+    pub(crate) fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    /// Nodes beyond the arena's end in the last chunk: allocated forever.
-    pub(crate) fn reserved_nodes(&self, chunk: usize) -> Vec<Node> {
-        self.shape.cover(self.geometry.usable_units(chunk), self.geometry.units_per_chunk())
-    }
-
-    /// The nodes whose allocation retires a chunk (they cover its usable units).
-    pub(crate) fn retire_nodes(&self, chunk: usize) -> Vec<Node> {
-        self.shape.cover(0, self.geometry.usable_units(chunk))
-    }
-
-    // ----- allocation ---------------------------------------------------------------------
-
-    /// Allocate `size` bytes aligned to `align` (the pool's default alignment when `None`),
-    /// with a tag id (0 = none). Waits while the pool is paused.
-    pub fn alloc(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Handle> {
-        let request = self.request(size, align)?;
-        let core = cpu::current_core(self.cores.len());
-        let _entered = self.enter()?;
-        match self.place(&request, core, Reach::Full) {
-            Some(placed) => self.finish(placed, &request, core, tag),
-            None => Err(self.out_of_memory(&request, core, tag)),
-        }
-    }
-
-    /// The quick part of [`Pool::alloc`] only (the caller's slab cache, core pool and a fresh
-    /// chunk, no waiting while paused): `Ok(None)` means "call `alloc`", which may take longer.
-    /// Meant for callers holding a lock they would rather release for the long part (the GIL).
-    pub fn try_alloc_fast(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Option<Handle>> {
-        let request = self.request(size, align)?;
-        let core = cpu::current_core(self.cores.len());
-        let Some(_entered) = self.gate.try_enter() else {
-            return Ok(None);
-        };
-        match self.place(&request, core, Reach::Fast) {
-            Some(placed) => self.finish(placed, &request, core, tag).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Allocate every size of `sizes` (each aligned to `align`), or none of them: on the first
-    /// failure the blocks already made are freed and [`Error::Batch`] says which one failed and
-    /// why. Every size is validated before anything is allocated. Waits while paused.
-    pub fn alloc_many(&self, sizes: &[usize], align: Option<usize>, tag: u32) -> Result<Vec<Handle>> {
-        let requests: Vec<_> = sizes
-            .iter()
-            .enumerate()
-            .map(|(index, &size)| self.request(size, align).map_err(|e| Error::batch(index, e)))
-            .collect::<Result<_>>()?;
-        let core = cpu::current_core(self.cores.len());
-        let _entered = self.enter()?;
-        let mut handles = Vec::with_capacity(sizes.len());
-        for (index, request) in requests.iter().enumerate() {
-            let made = match self.place(request, core, Reach::Full) {
-                Some(placed) => self.finish(placed, request, core, tag),
-                None => Err(self.out_of_memory(request, core, tag)),
-            };
-            match made {
-                Ok(handle) => handles.push(handle),
-                Err(err) => {
-                    for handle in handles {
-                        self.free_entered(handle).expect("a block just made can be freed");
-                    }
-                    return Err(Error::batch(index, err));
-                }
-            }
-        }
-        Ok(handles)
-    }
-
-    /// Allocate without a handle: the block's offset. Free it with [`Pool::free_raw`] and the
-    /// same size.
-    pub fn alloc_raw(&self, size: usize, align: Option<usize>) -> Result<usize> {
-        let request = self.request(size, align)?;
-        let core = cpu::current_core(self.cores.len());
-        let _entered = self.enter()?;
-        match self.place(&request, core, Reach::Full) {
-            Some(placed) => {
-                self.account_alloc(&placed, core, size);
-                Ok(placed.offset)
-            }
-            None => Err(self.out_of_memory(&request, core, 0)),
-        }
-    }
-
-    // ----- free ---------------------------------------------------------------------------
-
-    /// Free the block behind `handle`. Refused (and nothing changes) for a handle of another
-    /// pool, a block already freed, or a pinned block. Waits while the pool is paused.
-    pub fn free(&self, handle: Handle) -> Result<()> {
-        let _entered = self.enter()?;
-        self.free_entered(handle)
-    }
-
-    /// [`Pool::free`] without waiting: [`Error::Paused`] (and nothing changes) while the pool is
-    /// paused. For callers holding a lock they would rather release before waiting.
-    pub fn try_free(&self, handle: Handle) -> Result<()> {
-        let Some(_entered) = self.gate.try_enter() else {
-            return Err(Error::Paused);
-        };
-        self.free_entered(handle)
-    }
-
-    /// Free every block of `handles`, or none: all are checked first (live, of this pool, not
-    /// pinned, no duplicates) and [`Error::Batch`] names the first that is not.
-    pub fn free_many(&self, handles: &[Handle]) -> Result<()> {
-        let _entered = self.enter()?;
-        for (index, &handle) in handles.iter().enumerate() {
-            let info = self.handles.get(handle).map_err(|e| {
-                let e = if e == Error::InvalidHandle(crate::HandleFault::Freed) { Error::DoubleFree } else { e };
-                Error::batch(index, e)
-            })?;
-            if info.pins > 0 {
-                return Err(Error::batch(index, Error::Pinned { pins: info.pins }));
-            }
-        }
-        // The same block twice: sort the slots and look at neighbours.
-        let mut slots: Vec<(u32, usize)> = handles.iter().enumerate().map(|(i, h)| (h.slot(), i)).collect();
-        slots.sort_unstable();
-        if let Some(pair) = slots.windows(2).filter(|w| w[0].0 == w[1].0).min_by_key(|w| w[0].1.max(w[1].1)) {
-            return Err(Error::batch(pair[0].1.max(pair[1].1), Error::DoubleFree));
-        }
-        for (index, &handle) in handles.iter().enumerate() {
-            self.free_entered(handle).map_err(|e| Error::batch(index, e))?;
-        }
-        Ok(())
-    }
-
-    /// Free a block of the raw API by its offset and the size it was allocated with.
-    pub fn free_raw(&self, offset: usize, size: usize) -> Result<()> {
-        if size == 0 || size > self.config.capacity || offset >= self.config.capacity {
-            return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
-        }
-        let _entered = self.enter()?;
-        let released = self.release_block(offset, size)?;
-        self.account_free(released, size);
-        Ok(())
+    /// The handle table (for compaction: marking blocks moving and re-pointing them).
+    #[inline]
+    pub(crate) fn handles(&self) -> &HandleTable {
+        &self.handles
     }
 
     // ----- handles ------------------------------------------------------------------------
@@ -344,13 +176,13 @@ impl Pool {
 
     /// Whether real host memory is behind the arena.
     pub fn has_backing(&self) -> bool {
-        self.backing.is_some()
+        self.arena.backing.is_some()
     }
 
     /// A pointer to the block's first byte and its requested length. The pointer stays valid
     /// while the block is live and not moved (pin it to prevent moves).
     pub fn host_ptr(&self, handle: Handle) -> Result<(NonNull<u8>, usize)> {
-        let backing = self.backing.as_ref().ok_or(Error::NoBacking)?;
+        let backing = self.arena.backing.as_ref().ok_or(Error::NoBacking)?;
         let info = self.handles.get(handle)?;
         // SAFETY: a live block lies inside the arena.
         let ptr = unsafe { backing.base().add(info.offset) };

@@ -67,8 +67,8 @@ impl Pool {
     /// The bytes of every slab that no allocated object uses, in offset order.
     fn slab_cached(&self) -> Vec<Extent> {
         let mut pieces = Vec::new();
-        for view in self.slabs.views() {
-            let class = &self.slabs.classes.classes[view.class];
+        for view in self.arena.slabs.views() {
+            let class = &self.arena.slabs.classes.classes[view.class];
             let mut at = view.base;
             for j in 0..class.objects {
                 if view.free & (1 << j) == 0 {
@@ -88,11 +88,11 @@ impl Pool {
 
     /// Free byte ranges chunk by chunk, in offset order (adjacent pieces not merged yet).
     fn free_pieces(&self) -> Vec<Extent> {
-        let g = &self.geometry;
+        let g = &self.arena.geometry;
         let mut pieces = Vec::new();
         for chunk in 0..g.chunks {
             let base = chunk * g.chunk_size;
-            match self.global.state(chunk) {
+            match self.arena.global.state(chunk) {
                 ChunkState::Free => pieces.push(Extent { offset: base, len: g.chunk_bytes(chunk) }),
                 ChunkState::Core(_) => {
                     let usable = g.usable_units(chunk);
@@ -107,7 +107,7 @@ impl Pool {
                         }
                     };
                     let mut nodes = Vec::new();
-                    self.shape.for_each_allocated(self.tree(chunk), &mut |n| nodes.push(n));
+                    self.arena.shape.for_each_allocated(self.arena.tree(chunk), &mut |n| nodes.push(n));
                     nodes.sort_by_key(|n| n.start(g.depth));
                     for n in nodes {
                         let start = n.start(g.depth);
@@ -139,7 +139,7 @@ impl Pool {
             }
             at = at.max(e.end());
         }
-        let end = self.geometry.usable_capacity();
+        let end = self.arena.geometry.usable_capacity();
         if at < end {
             gaps.push(Extent { offset: at, len: end - at });
         }
@@ -185,7 +185,7 @@ mod tests {
             assert_eq!(e.offset, at, "{what} at {} leaves a gap or overlaps", e.offset);
             at = e.end();
         }
-        assert_eq!(at, p.geometry.usable_capacity(), "the tiling ends early");
+        assert_eq!(at, p.arena.geometry.usable_capacity(), "the tiling ends early");
         for pair in s.free_runs.windows(2) {
             assert!(pair[0].end() < pair[1].offset, "free runs {pair:?} are not maximal");
         }

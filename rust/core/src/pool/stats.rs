@@ -19,28 +19,28 @@ impl Pool {
         let (slab_bytes, slab_requested) = self.slab_objects(&classes);
         let slab_allocs: u64 = classes.iter().map(|c| c.allocs).sum();
         let slab_frees: u64 = classes.iter().map(|c| c.frees).sum();
-        let usable = self.geometry.usable_capacity();
+        let usable = self.arena.geometry.usable_capacity();
         let bytes_in_use = (totals.bytes.max(0) as u64 + slab_bytes) as usize;
         let slab_cached_bytes = self.slab_cached_bytes();
         let bytes_free = usable.saturating_sub(bytes_in_use).saturating_sub(slab_cached_bytes);
         let largest_free_block = self.largest_free_block();
         let (mut chunks_free, mut chunks_in_runs, mut chunks_in_cores) = (0, 0, 0);
-        for chunk in 0..self.geometry.chunks {
-            match self.global.state(chunk) {
+        for chunk in 0..self.arena.geometry.chunks {
+            match self.arena.global.state(chunk) {
                 ChunkState::Free => chunks_free += 1,
                 ChunkState::Core(_) => chunks_in_cores += 1,
                 ChunkState::RunHead(_) | ChunkState::RunBody => chunks_in_runs += 1,
             }
         }
-        let per_core = (0..self.cores.len())
+        let per_core = (0..self.arena.cores.len())
             .map(|core| {
                 let c = self.counters.core(core);
                 let (mut used, mut free) = (0usize, 0usize);
-                let owned: Vec<usize> = self.cores[core].owned().collect();
+                let owned: Vec<usize> = self.arena.cores[core].owned().collect();
                 for &chunk in &owned {
-                    let f = self.space[chunk].free_units() as usize * self.geometry.min_block;
+                    let f = self.arena.space[chunk].free_units() as usize * self.arena.geometry.min_block;
                     free += f;
-                    used += self.geometry.usable_bytes(chunk).saturating_sub(f);
+                    used += self.arena.geometry.usable_bytes(chunk).saturating_sub(f);
                 }
                 CoreStats {
                     core,
@@ -59,11 +59,11 @@ impl Pool {
             .enumerate()
             .map(|(k, t)| {
                 let live = t.allocs.saturating_sub(t.frees);
-                let size = self.slabs.classes.classes[k].size as u64;
+                let size = self.arena.slabs.classes.classes[k].size as u64;
                 ClassStats {
                     size: size as usize,
                     blocks_in_use: live,
-                    slabs: self.slabs.live_slabs(k),
+                    slabs: self.arena.slabs.live_slabs(k),
                     waste_bytes: (live * size).saturating_sub(t.requested.max(0) as u64),
                 }
             })
@@ -92,7 +92,7 @@ impl Pool {
             core_allocs: totals.core_allocs,
             global_allocs: totals.global_allocs,
             blocks_in_use: alloc_count.saturating_sub(free_count),
-            chunks: self.geometry.chunks,
+            chunks: self.arena.geometry.chunks,
             chunks_free,
             chunks_in_cores,
             chunks_in_runs,
@@ -103,8 +103,9 @@ impl Pool {
 
     /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead).
     fn slab_cached_bytes(&self) -> usize {
-        let classes = &self.slabs.classes.classes;
-        self.slabs
+        let classes = &self.arena.slabs.classes.classes;
+        self.arena
+            .slabs
             .views()
             .iter()
             .filter(|v| v.free != classes[v.class].all_free())
@@ -117,7 +118,7 @@ impl Pool {
         let mut bytes = 0u64;
         let mut requested = 0i64;
         for (k, t) in classes.iter().enumerate() {
-            bytes += t.allocs.saturating_sub(t.frees) * self.slabs.classes.classes[k].size as u64;
+            bytes += t.allocs.saturating_sub(t.frees) * self.arena.slabs.classes.classes[k].size as u64;
             requested = requested.wrapping_add(t.requested);
         }
         (bytes, requested)
@@ -134,11 +135,11 @@ impl Pool {
     /// in a chunk, counting what an allocation would reclaim before failing (all-free slabs and
     /// chunks that cores hold empty).
     fn largest_free_block(&self) -> usize {
-        let g = &self.geometry;
+        let g = &self.arena.geometry;
         // All-free slabs, by chunk: their blocks count as free.
         let mut reclaimable: HashMap<usize, Vec<Node>> = HashMap::new();
-        for view in self.slabs.views() {
-            if view.free == self.slabs.classes.classes[view.class].all_free() {
+        for view in self.arena.slabs.views() {
+            if view.free == self.arena.slabs.classes.classes[view.class].all_free() {
                 let node = Node::covering(g.depth, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
                 reclaimable.entry(g.chunk_of(view.base)).or_default().push(node);
             }
@@ -146,10 +147,10 @@ impl Pool {
         let reclaimable_units =
             |chunk: usize| reclaimable.get(&chunk).map_or(0, |nodes| nodes.iter().map(|n| n.units(g.depth)).sum());
         let effectively_empty = |chunk: usize| {
-            matches!(self.global.state(chunk), ChunkState::Core(_))
-                && self.space[chunk].free_units() + reclaimable_units(chunk) == g.usable_units(chunk)
+            matches!(self.arena.global.state(chunk), ChunkState::Core(_))
+                && self.arena.space[chunk].free_units() + reclaimable_units(chunk) == g.usable_units(chunk)
         };
-        let runs = self.global.free_runs(&effectively_empty);
+        let runs = self.arena.global.free_runs(&effectively_empty);
         // A run no larger than half a chunk is the arena's short last chunk alone: only buddy
         // blocks go there, and they round up.
         let run_largest = |run| match GlobalPool::run_capacity(g, run) {
@@ -158,12 +159,12 @@ impl Pool {
         };
         let mut largest = runs.iter().map(|&run| run_largest(run)).max().unwrap_or(0);
         for chunk in 0..g.chunks {
-            if !matches!(self.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
+            if !matches!(self.arena.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
                 continue;
             }
             let nodes = reclaimable.get(&chunk);
             let is_reclaimable = |n: Node| nodes.is_some_and(|ns| ns.contains(&n));
-            if let Some(level) = self.shape.largest_free_level_with(self.tree(chunk), &is_reclaimable) {
+            if let Some(level) = self.arena.shape.largest_free_level_with(self.arena.tree(chunk), &is_reclaimable) {
                 largest = largest.max((1usize << (g.depth - level)) * g.min_block);
             }
         }
@@ -172,12 +173,12 @@ impl Pool {
 
     /// The bytes the block of `size` requested bytes at `offset` holds.
     pub(crate) fn block_bytes_at(&self, offset: usize, size: usize, align: usize) -> usize {
-        if let Some(slab) = self.slabs.lookup(offset) {
-            return self.slabs.classes.classes[slab.class].size;
+        if let Some(slab) = self.arena.slabs.lookup(offset) {
+            return self.arena.slabs.classes.classes[slab.class].size;
         }
-        match self.geometry.layout(size, align) {
-            Layout::Buddy(b) => b.units as usize * self.geometry.min_block,
-            Layout::Run { chunks, .. } => self.run_bytes(self.geometry.chunk_of(offset), chunks),
+        match self.arena.geometry.layout(size, align) {
+            Layout::Buddy(b) => b.units as usize * self.arena.geometry.min_block,
+            Layout::Run { chunks, .. } => self.arena.run_bytes(self.arena.geometry.chunk_of(offset), chunks),
         }
     }
 }

@@ -27,7 +27,6 @@
 
 mod copy;
 mod execute;
-mod metadata;
 mod model;
 mod order;
 mod plan;
@@ -176,12 +175,12 @@ impl Pool {
         let release = |units: &[Unit]| {
             for u in units {
                 for h in u.handles() {
-                    self.handles.end_move(h);
+                    self.handles().end_move(h);
                 }
             }
         };
         for (i, m) in moves.iter().enumerate() {
-            let info = match self.handles.begin_move(m.handle) {
+            let info = match self.handles().begin_move(m.handle) {
                 Ok(info) => info,
                 Err(e) => {
                     release(&units);
@@ -196,7 +195,7 @@ impl Pool {
             match unit {
                 Ok(u) => units.push(u),
                 Err(e) => {
-                    self.handles.end_move(m.handle);
+                    self.handles().end_move(m.handle);
                     release(&units);
                     return Err(Error::batch(i, e));
                 }
@@ -237,7 +236,7 @@ impl Pool {
                 // it was, caches included (empty chunks and all-free slabs go after a batch).
                 // One census for both batches: every unpinned block is marked moving now.
                 let mut census = self.census(true);
-                let caller_copies = mover.is_some() || self.backing.is_none();
+                let caller_copies = mover.is_some() || self.arena().backing.is_none();
                 let (packing, emptied) =
                     if caller_copies { (Vec::new(), Vec::new()) } else { self.plan_slab_packing(&census) };
                 out.planning += started.elapsed();
@@ -251,7 +250,7 @@ impl Pool {
                             return Err(e);
                         }
                     }
-                    self.reclaim_all();
+                    self.arena().reclaim_all();
                     census = self.advance(census, &emptied, &moved);
                 }
                 let planned = Instant::now();
@@ -263,7 +262,7 @@ impl Pool {
                     let n = slide.len();
                     out.add(self.execute(slide, (0..n).collect(), Vec::new(), mover.as_deref_mut())?);
                 }
-                out.chunks_freed += self.reclaim_all();
+                out.chunks_freed += self.arena().reclaim_all();
             }
             CompactionMode::Incremental { max_bytes } => {
                 let census = self.census(false);
@@ -284,9 +283,12 @@ impl Pool {
                 }
             }
             CompactionMode::Evacuate { chunks } => {
-                if let Some(&bad) = chunks.iter().find(|&&c| c >= self.geometry.chunks) {
+                if let Some(&bad) = chunks.iter().find(|&&c| c >= self.arena().geometry.chunks) {
                     return Err(Error::InvalidMove {
-                        reason: format!("chunk {bad} does not exist (the arena has {} chunks)", self.geometry.chunks),
+                        reason: format!(
+                            "chunk {bad} does not exist (the arena has {} chunks)",
+                            self.arena().geometry.chunks
+                        ),
                     });
                 }
                 let census = self.census(false);
@@ -324,7 +326,7 @@ impl Pool {
         mode: &CompactionMode,
         with_mover: bool,
     ) -> Result<CompactionPlan> {
-        let caller_copies = with_mover || self.backing.is_none();
+        let caller_copies = with_mover || self.arena().backing.is_none();
         let _paused = match token {
             Some(t) if self.holds(t) => None,
             Some(_) => return Err(Error::NotPaused),
@@ -347,7 +349,7 @@ impl Pool {
                         *leaving.entry(from_slab.id).or_default() += 1;
                     }
                 }
-                let g = &self.geometry;
+                let g = &self.arena().geometry;
                 let mut kept = census.slabs.clone();
                 // Without the packing batch nothing is reclaimed before the moves (all-free
                 // slabs stay where they are until after the batch).
@@ -355,7 +357,7 @@ impl Pool {
                     if caller_copies {
                         return true;
                     }
-                    let class = &self.slabs.classes.classes[v.class];
+                    let class = &self.arena().slabs.classes.classes[v.class];
                     let live = (class.objects - (v.free & class.all_free()).count_ones()) as usize;
                     let empties = live == leaving.get(&v.id).copied().unwrap_or(0);
                     if empties {
@@ -392,18 +394,16 @@ impl Pool {
         for &c in &emptied {
             model.set_run(c, 1, false);
         }
-        let before_empty = (0..self.geometry.chunks)
+        let before_empty = (0..self.arena().geometry.chunks)
             .filter(|&c| {
-                self.global.state(c) == ChunkState::Free
-                    || (matches!(self.global.state(c), ChunkState::Core(_)) && self.chunk_is_empty(c))
+                self.arena().global.state(c) == ChunkState::Free
+                    || (matches!(self.arena().global.state(c), ChunkState::Core(_)) && self.arena().chunk_is_empty(c))
             })
             .count();
-        let after_empty = (0..self.geometry.chunks).filter(|&c| model.is_empty(c)).count();
-        let largest_free_after = model.largest_free(&|c| self.geometry.chunk_bytes(c)).max(if units.is_empty() {
-            stats.largest_free_block
-        } else {
-            0
-        });
+        let after_empty = (0..self.arena().geometry.chunks).filter(|&c| model.is_empty(c)).count();
+        let largest_free_after = model
+            .largest_free(&|c| self.arena().geometry.chunk_bytes(c))
+            .max(if units.is_empty() { stats.largest_free_block } else { 0 });
         let moves: Vec<PlannedMove> = units
             .iter()
             .map(|u| PlannedMove {
@@ -446,7 +446,7 @@ impl Pool {
     ///
     /// Returns the moves and the model after them.
     fn plan_full(&self, census: &plan::Census, model: Model, downward: bool) -> (Vec<Unit>, Model) {
-        let bytes = |c: usize| self.geometry.chunk_bytes(c);
+        let bytes = |c: usize| self.arena().geometry.chunk_bytes(c);
         let mut packed = model.clone();
         let few = self.plan_pack(census, &mut packed);
         let largest = packed.largest_free(&bytes);
@@ -456,7 +456,7 @@ impl Pool {
         let moved: usize = few.iter().map(Unit::copy_len).sum();
         let cheap = self.movable_bytes(census).saturating_sub(moved) <= REPACK_ALLOWANCE;
         let gain = if cheap { 1 } else { free / 16 + 1 };
-        if outside <= slack + if cheap { 0 } else { self.geometry.chunk_size + free / 16 } {
+        if outside <= slack + if cheap { 0 } else { self.arena().geometry.chunk_size + free / 16 } {
             return (few, packed); // nothing a repack could gain, or not enough for its cost
         }
         let mut tight = model;
@@ -474,9 +474,9 @@ impl Pool {
             .filter(|u| {
                 let handles = u.handles();
                 for (k, &h) in handles.iter().enumerate() {
-                    if self.handles.begin_move(h).is_err() {
+                    if self.handles().begin_move(h).is_err() {
                         for &done in &handles[..k] {
-                            self.handles.end_move(done);
+                            self.handles().end_move(done);
                         }
                         return false;
                     }
@@ -493,7 +493,7 @@ fn clean_chunks(pool: &Pool, units: &[Unit], emptied: Vec<usize>) -> Vec<usize> 
     let dirty: HashSet<usize> = units
         .iter()
         .filter(|u| matches!(u.kind, Kind::SlabObject { .. }))
-        .map(|u| pool.geometry.chunk_of(u.from))
+        .map(|u| pool.arena().geometry.chunk_of(u.from))
         .collect();
     emptied.into_iter().filter(|c| !dirty.contains(c)).collect()
 }
@@ -532,7 +532,7 @@ fn release_claimed(pool: &Pool, census: &plan::Census, keep: &SlotSet, done: &[U
     let done: SlotSet = done.iter().filter_map(|u| u.handle).collect();
     for h in census.claimed() {
         if !keep.contains(h) && !done.contains(h) {
-            pool.handles.end_move(h);
+            pool.handles().end_move(h);
         }
     }
 }
@@ -540,7 +540,7 @@ fn release_claimed(pool: &Pool, census: &plan::Census, keep: &SlotSet, done: &[U
 fn release_units(pool: &Pool, units: &[Unit]) {
     for u in units {
         for h in u.handles() {
-            pool.handles.end_move(h);
+            pool.handles().end_move(h);
         }
     }
 }

@@ -147,13 +147,13 @@ impl Gaps {
 impl Model {
     /// The arena as the pool has it now (call while paused).
     pub(crate) fn of(pool: &Pool) -> Model {
-        let g = &pool.geometry;
+        let g = &pool.arena().geometry;
         let upc = g.units_per_chunk();
         let words = upc.div_ceil(64) as usize;
         let chunks = (0..g.chunks)
             .map(|chunk| {
                 let usable = g.usable_units(chunk);
-                match pool.global.state(chunk) {
+                match pool.arena().global.state(chunk) {
                     ChunkState::Free => ChunkModel { role: Role::Free, owner: 0, used: 0, usable, bits: Vec::new() },
                     ChunkState::RunHead(_) | ChunkState::RunBody => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
@@ -161,7 +161,7 @@ impl Model {
                     ChunkState::Core(owner) => {
                         let mut bits = vec![0u64; words];
                         let mut used = 0;
-                        pool.shape.for_each_allocated(pool.tree(chunk), &mut |node| {
+                        pool.arena().shape.for_each_allocated(pool.arena().tree(chunk), &mut |node| {
                             let start = node.start(g.depth);
                             let end = (start + node.units(g.depth)).min(usable);
                             if start < end {

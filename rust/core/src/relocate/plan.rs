@@ -92,22 +92,22 @@ impl Pool {
     /// Every live block. With `claim`, every unpinned block is marked moving as it is found
     /// (the caller must clear each mark, moved or not); pinned ones stay put.
     pub(crate) fn census(&self, claim: bool) -> Census {
-        let mut census = Census { slabs: self.slabs.views(), ..Census::default() };
+        let mut census = Census { slabs: self.arena().slabs.views(), ..Census::default() };
         let mut add = |handle: Handle, info: SlotInfo, movable: bool| {
             let item = Item { handle, info, movable };
-            if let Some(slab) = self.slabs.lookup(info.offset) {
+            if let Some(slab) = self.arena().slabs.lookup(info.offset) {
                 census.add_object(slab.id, item);
                 return;
             }
-            match self.global.state(self.geometry.chunk_of(info.offset)) {
+            match self.arena().global.state(self.arena().geometry.chunk_of(info.offset)) {
                 crate::arena::global::ChunkState::RunHead(_) => census.runs.push(item),
                 _ => census.buddy.push(item),
             }
         };
         if claim {
-            self.handles.claim_live(&mut add);
+            self.handles().claim_live(&mut add);
         } else {
-            self.handles.for_each_live(&mut |handle, info| add(handle, info, info.pins == 0));
+            self.handles().for_each_live(&mut |handle, info| add(handle, info, info.pins == 0));
         }
         census
     }
@@ -124,14 +124,14 @@ impl Pool {
                 let unit = units.next().expect("one move per object of an emptied slab");
                 debug_assert_eq!(unit.handle, Some(item.handle));
                 item.info.offset = unit.to;
-                item.movable = self.handles.begin_move(item.handle).is_ok();
-                match self.slabs.lookup(unit.to) {
+                item.movable = self.handles().begin_move(item.handle).is_ok();
+                match self.arena().slabs.lookup(unit.to) {
                     Some(slab) => census.add_object(slab.id, item),
                     None => census.buddy.push(item), // cannot happen: an object lands in a slab
                 }
             }
         }
-        census.slabs = self.slabs.views();
+        census.slabs = self.arena().slabs.views();
         census
     }
 
@@ -139,7 +139,7 @@ impl Pool {
     /// place a planner picks: it is packed there (see [`crate::arena::layout::BuddyLayout`]), not put
     /// at the start of its enclosing node, so no trimmed tail is left behind it.
     fn packed_alignment(&self, units: u64, align: usize) -> u64 {
-        self.geometry.packed_alignment(units, align, self.config.bank_size)
+        self.arena().geometry.packed_alignment(units, align, self.config().bank_size)
     }
 
     /// Bytes a repack would copy: every movable buddy block, chunk run and whole slab.
@@ -149,7 +149,7 @@ impl Pool {
         let slabs: usize = census
             .slabs
             .iter()
-            .filter(|v| slab_worth_moving(census, v, self.slabs.classes.classes[v.class].objects))
+            .filter(|v| slab_worth_moving(census, v, self.arena().slabs.classes.classes[v.class].objects))
             .map(|v| v.bytes)
             .sum();
         blocks + slabs
@@ -159,12 +159,12 @@ impl Pool {
     /// than a bank starts on a bank boundary, so the rest of its last bank stays free (only a
     /// block of at most a bank fits there, and those live in slabs).
     pub(crate) fn bank_slack(&self, census: &Census) -> usize {
-        let g = &self.geometry;
-        let bank = g.bank_units(self.config.bank_size);
+        let g = &self.arena().geometry;
+        let bank = g.bank_units(self.config().bank_size);
         census
             .buddy
             .iter()
-            .filter_map(|i| self.buddy_layout(i.info.size))
+            .filter_map(|i| self.arena().buddy_layout(i.info.size))
             .filter(|b| b.units > bank)
             .map(|b| (b.units.next_multiple_of(bank) - b.units) as usize * g.min_block)
             .sum()
@@ -178,7 +178,7 @@ impl Pool {
     /// and the slabs emptied (every object of each, in order, is one move). Emptied slabs are
     /// given back by the executor's tidying.
     pub(crate) fn plan_slab_packing(&self, census: &Census) -> (Vec<Unit>, Vec<u32>) {
-        let classes = &self.slabs.classes.classes;
+        let classes = &self.arena().slabs.classes.classes;
         let mut units = Vec::new();
         let mut emptied_ids = Vec::new();
         for (k, class) in classes.iter().enumerate() {
@@ -245,7 +245,7 @@ impl Pool {
     ///   breaks cycles through a bounce buffer (host memory only). `None` if some block finds
     ///   no place (then the caller slides instead).
     pub(crate) fn plan_slide(&self, census: &Census, model: &mut Model, downward: bool) -> Option<Vec<Unit>> {
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         // (unit, units, alignment in units); runs have 0 units.
         let mut candidates: Vec<(Unit, u64, u64)> = Vec::new();
         for item in census.buddy.iter().chain(census.runs.iter()).filter(|i| i.movable) {
@@ -261,7 +261,7 @@ impl Pool {
             }
         }
         for view in &census.slabs {
-            let class = &self.slabs.classes.classes[view.class];
+            let class = &self.arena().slabs.classes.classes[view.class];
             if slab_worth_moving(census, view, class.objects) {
                 candidates.push(self.slab_unit(census, view));
             }
@@ -290,8 +290,9 @@ impl Pool {
                     model.set_run(from_chunk, chunks, false);
                 }
                 let last = if downward { from_chunk } else { model.chunks.len() - chunks };
-                let fits =
-                    |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) == unit.extent;
+                let fits = |d: usize| {
+                    (d..d + chunks).all(|c| model.is_empty(c)) && self.arena().run_bytes(d, chunks) == unit.extent
+                };
                 let to = (0..=last).step_by(align_chunks).find(|&d| fits(d))?;
                 model.set_run(to, chunks, true);
                 unit.to = to * g.chunk_size;
@@ -391,16 +392,16 @@ impl Pool {
     /// The units the movable blocks and whole slabs of each chunk take wherever they are packed:
     /// a block larger than a bank takes whole banks (the next one starts on a bank boundary).
     pub(crate) fn movable_units(&self, census: &Census, chunks: usize) -> Vec<u64> {
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         let mut units = vec![0u64; chunks];
         for item in census.buddy.iter().filter(|i| i.movable) {
-            if let Some(b) = self.buddy_layout(item.info.size) {
+            if let Some(b) = self.arena().buddy_layout(item.info.size) {
                 let align = self.packed_alignment(b.units, 1 << item.info.align_log2);
                 units[g.chunk_of(item.info.offset)] += b.units.next_multiple_of(align);
             }
         }
         for view in &census.slabs {
-            if slab_worth_moving(census, view, self.slabs.classes.classes[view.class].objects) {
+            if slab_worth_moving(census, view, self.arena().slabs.classes.classes[view.class].objects) {
                 units[g.chunk_of(view.base)] += (view.bytes >> g.unit_shift) as u64;
             }
         }
@@ -427,7 +428,7 @@ impl Pool {
     /// The movable buddy blocks and whole slabs of every core chunk: (unit, units, alignment
     /// in units), by chunk.
     fn movable_pieces(&self, census: &Census, chunks: usize) -> Vec<Vec<(Unit, u64, u64)>> {
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         let mut pieces: Vec<Vec<(Unit, u64, u64)>> = vec![Vec::new(); chunks];
         for item in census.buddy.iter().filter(|i| i.movable) {
             let Some(unit) = self.block_unit(item) else { continue };
@@ -436,7 +437,7 @@ impl Pool {
             pieces[g.chunk_of(unit.from)].push((unit, b.units, align));
         }
         for view in &census.slabs {
-            let class = &self.slabs.classes.classes[view.class];
+            let class = &self.arena().slabs.classes.classes[view.class];
             if slab_worth_moving(census, view, class.objects) {
                 let piece = self.slab_unit(census, view);
                 pieces[g.chunk_of(view.base)].push(piece);
@@ -455,10 +456,10 @@ impl Pool {
         pieces: &'p [Vec<(Unit, u64, u64)>],
         boundary: usize,
     ) -> (Vec<Unit>, Vec<&'p (Unit, u64, u64)>) {
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         let mut moving: Vec<&(Unit, u64, u64)> = pieces.iter().flatten().collect();
         moving.sort_by_key(|(u, units, align)| (std::cmp::Reverse(*units), std::cmp::Reverse(*align), u.from));
-        let mut gaps = model.gaps(boundary, self.geometry.bank_units(self.config.bank_size));
+        let mut gaps = model.gaps(boundary, self.arena().geometry.bank_units(self.config().bank_size));
         let mut moves = Vec::with_capacity(moving.len());
         let mut left = Vec::new();
         for piece in moving {
@@ -480,7 +481,7 @@ impl Pool {
     /// placed, so no destination overlaps another of them: a destination overlaps at most
     /// sources of blocks that went below the boundary, copied out first.
     fn pack_above(&self, model: &mut Model, mut pieces: Vec<&(Unit, u64, u64)>, floor: usize) -> Vec<Unit> {
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         pieces.sort_by_key(|(u, units, align)| (std::cmp::Reverse(*units), std::cmp::Reverse(*align), u.from));
         // Per shape, the lowest place worth trying (places only fill up here).
         let mut cursors: HashMap<(u64, u64), (usize, u64)> = HashMap::new();
@@ -519,12 +520,13 @@ impl Pool {
     /// Move `run` (in the model) to the lowest stretch of empty chunks that starts below it
     /// (it may overlap its own chunks); `None` (and the model as it was) when there is none.
     fn plan_run_move(&self, model: &mut Model, run: &Unit) -> Option<Unit> {
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         let Kind::Run { chunks } = run.kind else { return None };
         let Layout::Run { align_chunks, .. } = g.layout(run.size, run.align) else { return None };
         let first = g.chunk_of(run.from);
         model.set_run(first, chunks, false);
-        let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) == run.extent;
+        let fits =
+            |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && self.arena().run_bytes(d, chunks) == run.extent;
         match (0..first).step_by(align_chunks).find(|&d| fits(d)) {
             Some(d) => {
                 model.set_run(d, chunks, true);
@@ -540,7 +542,7 @@ impl Pool {
     /// A whole slab as one move (to be placed): (unit, units, alignment in units).
     fn slab_unit(&self, census: &Census, view: &SlabView) -> (Unit, u64, u64) {
         let objects = census.items(view.id).iter().map(|i| (i.handle, i.info.offset)).collect();
-        let units = (view.bytes >> self.geometry.unit_shift) as u64;
+        let units = (view.bytes >> self.arena().geometry.unit_shift) as u64;
         let unit = Unit {
             kind: Kind::Slab { id: view.id, objects },
             handle: None,
@@ -565,7 +567,7 @@ impl Pool {
         emptied: &[usize],
         budget: usize,
     ) -> Vec<Unit> {
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         for &c in emptied {
             model.set_run(c, 1, false);
         }
@@ -585,8 +587,9 @@ impl Pool {
                 low -= 1;
             }
             model.set_run(from, chunks, false);
-            let fits =
-                |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) == unit.extent;
+            let fits = |d: usize| {
+                (d..d + chunks).all(|c| model.is_empty(c)) && self.arena().run_bytes(d, chunks) == unit.extent
+            };
             let to = (low.next_multiple_of(align_chunks)..from).step_by(align_chunks).find(|&d| fits(d));
             let to = to.unwrap_or(from);
             model.set_run(to, chunks, true);
@@ -618,10 +621,10 @@ impl Pool {
         budget: Option<usize>,
         strict: bool,
     ) -> std::result::Result<(Vec<Unit>, Vec<usize>), String> {
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         let excluded: HashSet<usize> = if strict { chosen.iter().copied().collect() } else { HashSet::new() };
         // Free objects of each class in slabs outside the excluded chunks: (slab, offset).
-        let classes = &self.slabs.classes.classes;
+        let classes = &self.arena().slabs.classes.classes;
         let mut slots: Vec<Vec<(SlabRef, usize)>> = vec![Vec::new(); classes.len()];
         for v in &census.slabs {
             if excluded.contains(&g.chunk_of(v.base)) {
@@ -809,7 +812,7 @@ pub(crate) struct Contents {
 impl Pool {
     /// The contents of every core chunk (`None` for chunks without blocks or slabs).
     pub(crate) fn chunk_contents(&self, census: &Census) -> Vec<Option<Contents>> {
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         let mut out: Vec<Option<Contents>> = (0..g.chunks).map(|_| None).collect();
         fn entry(out: &mut [Option<Contents>], c: usize) -> &mut Contents {
             out[c].get_or_insert_with(|| Contents {
@@ -824,11 +827,11 @@ impl Pool {
             let e = entry(&mut out, g.chunk_of(item.info.offset));
             e.movable &= item.movable;
             e.bytes += item.info.size;
-            e.units += self.buddy_layout(item.info.size).map_or(0, |b| b.units);
+            e.units += self.arena().buddy_layout(item.info.size).map_or(0, |b| b.units);
             e.buddy.push(i);
         }
         for (i, view) in census.slabs.iter().enumerate() {
-            let class = &self.slabs.classes.classes[view.class];
+            let class = &self.arena().slabs.classes.classes[view.class];
             let e = entry(&mut out, g.chunk_of(view.base));
             e.movable &= slab_movable(census, view, class.objects);
             e.bytes += census.items(view.id).iter().map(|i| i.info.size).sum::<usize>();
@@ -838,7 +841,7 @@ impl Pool {
         // Blocks without a handle show as covered units nobody accounts for.
         for (c, e) in out.iter_mut().enumerate() {
             if let Some(e) = e {
-                let covered = g.usable_units(c) - self.space[c].free_units();
+                let covered = g.usable_units(c) - self.arena().space[c].free_units();
                 if e.units != covered {
                     e.movable = false;
                 }
