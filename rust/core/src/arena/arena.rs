@@ -1,7 +1,7 @@
 //! [`Arena`]: the memory of one pool without handles: its geometry, the chunks' buddy trees and
 //! free-unit counts, the global pool, the core pools, the slab caches and the optional host
 //! backing. The chunk life cycle is `chunks.rs`, the exact-position API `exact.rs`, giving blocks
-//! back on the free path `release.rs`; the pool (`pool/`) composes an arena with handles,
+//! back on the free path `arena/release.rs`; the pool (`pool/`) composes an arena with handles,
 //! statistics, the stop gate and the trace.
 
 use super::backing::HostBacking;

@@ -5,7 +5,7 @@
 //! `Arena::grant_exact` and `Arena::retire_swept` (`chunks.rs`); slab objects
 //! `SlabCaches::claim_at` and `SlabCaches::unclaim_at` (`slab/exact.rs`).
 //!
-//! The free path (`release.rs`) gives blocks back through the same primitives
+//! The free path (`arena/release.rs`) gives blocks back through the same primitives
 //! ([`Arena::unmark_buddy`], [`Arena::free_run`]), after its own checks.
 
 use std::collections::HashSet;

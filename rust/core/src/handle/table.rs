@@ -7,8 +7,8 @@
 //!
 //! Slot state word: `generation (bits 0..32) | LIVE (bit 32) | MOVING (bit 33) | pins (34..64)`.
 //!
-//! Free slots sit on per-core lock-free stacks (`index_stack`, tagged against ABA); slots live in
-//! lazily allocated segments (`segments`) that never move, so handles and stacks can hold slot
+//! Free slots sit on per-core lock-free stacks (`util/index_stack.rs`, tagged against ABA); slots live in
+//! lazily allocated segments (`util/segments.rs`) that never move, so handles and stacks can hold slot
 //! indices safely.
 //!
 //! # Moving: the `MOVING` flag of the slot state word
@@ -46,8 +46,9 @@ pub(crate) struct SlotInfo {
 }
 
 /// A slot, on a cache line of its own: it is written when its block is allocated, freed, pinned
-/// or moved, and slots of different cores' blocks sat side by side (40 bytes each), so two
-/// threads churning handles stalled each other (1.7x one thread's throughput, now 2x).
+/// or moved, and slots of different cores' blocks would otherwise sit side by side (40 bytes
+/// each), so two threads churning handles would stall each other (1.7x one thread's throughput
+/// instead of 2x).
 #[derive(Default)]
 #[repr(align(64))]
 struct Slot {

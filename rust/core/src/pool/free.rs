@@ -3,7 +3,7 @@
 //! atomic release decides who frees a block when two callers race.
 
 use crate::arena::global::ChunkState;
-use crate::error::{Error, Result};
+use crate::error::{Error, HandleFault, Result};
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
 use crate::util::cpu;
@@ -46,7 +46,7 @@ impl Pool {
         let _entered = self.enter()?;
         for (index, &handle) in handles.iter().enumerate() {
             let info = self.handles.get(handle).map_err(|e| {
-                let e = if e == Error::InvalidHandle(crate::HandleFault::Freed) { Error::DoubleFree } else { e };
+                let e = if e == Error::InvalidHandle(HandleFault::Freed) { Error::DoubleFree } else { e };
                 Error::batch(index, e)
             })?;
             if info.pins > 0 {

@@ -1,8 +1,9 @@
-//! The pool: one arena, its chunks and trees, its core pools and slab caches, its handles; and
-//! the public API. How a request finds its place is in `placement.rs`, how a block goes back in
-//! `release.rs`, the statistics snapshot in `statistics.rs`, the consistency proof in `check.rs`.
+//! The pool: one arena (`arena/`), its handles, counters, stop gate and trace; and the public
+//! API. How a request finds its place is in `alloc.rs`, how a block goes back in `free.rs`,
+//! pauses and pins in `pause.rs`, the statistics snapshot in `stats.rs`, the consistency proof
+//! in `check.rs`.
 //!
-//! Allocation path for `n` bytes aligned to `a`, on the caller's core `c` (see DESIGN.md):
+//! Allocation path for `n` bytes aligned to `a`, on the caller's core `c` (see `docs/design.md`):
 //!
 //! 1. `n` at most the largest slab class (and `a` within the class's alignment): core `c`'s slab
 //!    cache for that class;

@@ -52,7 +52,7 @@ pub struct Snapshot {
 
 impl Pool {
     /// Pause the pool and record every live block, every maximal free run and the stats.
-    /// [`Error::Busy`](crate::Error::Busy) if calls in flight do not finish in time (nothing changes then).
+    /// [`Error::Busy`](crate::error::Error::Busy) if calls in flight do not finish in time (nothing changes then).
     pub fn snapshot(&self) -> Result<Snapshot> {
         let _paused = self.pause_for_maintenance()?;
         let time_ns = self.trace.now_ns();

@@ -55,7 +55,7 @@ pub struct TraceEvent {
     pub core: u16,
     /// The tag id given at allocation (0 = none).
     pub tag: u32,
-    /// The block's handle, packed ([`crate::Handle::to_bits`]); 0 for failed allocations.
+    /// The block's handle, packed ([`Handle::to_bits`](crate::handle::id::Handle::to_bits)); 0 for failed allocations.
     pub handle: u128,
     /// Alignment for allocations and failures, the old offset for moves, 0 for frees.
     pub aux: u64,

@@ -160,9 +160,9 @@ impl SlabClasses {
     }
 }
 
-/// One slab's metadata, on a cache line of its own: the current slabs of two cores sat side by
-/// side in one line (ids are handed out in turn), so every allocation and free on one core
-/// stalled the other (2 threads ran at 1.4x one thread's CPU-time throughput, now 2x).
+/// One slab's metadata, on a cache line of its own: ids are handed out in turn, so the current
+/// slabs of two cores would otherwise share a line, and every allocation and free on one core
+/// would stall the other (2 threads at 1.4x one thread's CPU-time throughput instead of 2x).
 #[derive(Default)]
 #[repr(align(64))]
 pub(crate) struct Slab {

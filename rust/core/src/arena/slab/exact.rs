@@ -1,8 +1,8 @@
-//! Slab operations for compaction (issue 5): claiming and giving back an object at an exact
-//! position without the allocation path's side effects, moving a whole slab to another block
-//! (its objects keep their indices), and tidying slabs
-//! afterwards. All of these run while the pool is paused: nothing races them but pins, which
-//! the slabs do not see.
+//! Slab operations for compaction: claiming and giving back an object at an exact position
+//! without the allocation path's side effects (the slab part of the exact-position API,
+//! `arena/exact.rs`), moving a whole slab to another block (its objects keep their indices),
+//! and tidying slabs afterwards. All of these run while the pool is paused: nothing races them
+//! but pins, which the slabs do not see.
 
 use super::caches::{class_of, generation_of, owner_of, pack_current, SlabBlocks, SlabCaches, SlabRef, RETIRED};
 use crate::util::sync::Ordering;
