@@ -54,7 +54,7 @@ impl Arena {
     /// Release the nodes of buddy block `b` that starts at unit `within` of `chunk`, and give
     /// its units back; returns the chunk's free units after. `Err` (and no change) when the
     /// block is not allocated there; of two callers releasing the same block, one gets `Err`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn unmark_buddy(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<u64, &'static str> {
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
@@ -122,6 +122,7 @@ impl Arena {
 
     /// Give the run of `len` chunks at chunk `start` back to the global pool; `false` (and no
     /// change) when no such run starts there (of two callers, one gets `false`).
+    #[inline]
     pub(crate) fn free_run(&self, start: usize, len: usize) -> bool {
         if !self.global.swap_state(start, ChunkState::RunHead(len), ChunkState::Free) {
             return false;
@@ -134,6 +135,7 @@ impl Arena {
     }
 
     /// Mark chunks `[start, start + len)`, just taken from the global pool, as one run.
+    #[inline]
     pub(crate) fn mark_run(&self, start: usize, len: usize) {
         for c in start + 1..start + len {
             self.global.set_state(c, ChunkState::RunBody);

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 impl Arena {
     /// Release the run of `len` chunks at chunk `chunk` that holds the block of `size`
     /// requested bytes at `offset`; returns its bytes.
+    #[inline]
     pub(crate) fn release_run(&self, offset: usize, size: usize, chunk: usize, len: usize) -> Result<usize> {
         let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
         let chunks = (size + self.geometry.chunk_size - 1) >> self.geometry.chunk_shift;
