@@ -160,3 +160,77 @@ impl Arena {
         Ok(())
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::arena::slab::caches::SlabClasses;
+    use crate::config::PoolConfig;
+
+    /// A bare arena of 16 chunks of 2 MiB on two cores: no handles, no pool.
+    fn arena() -> Arena {
+        let config = PoolConfig::new(32 << 20).cores(2);
+        config.validate().unwrap();
+        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        Arena::new(&config, classes).unwrap()
+    }
+
+    #[test]
+    fn a_buddy_block_is_taken_and_given_back_where_asked() {
+        let a = arena();
+        let chunk = 3;
+        assert!(a.grant_exact(chunk, 1));
+        assert!(!a.grant_exact(chunk, 0), "a granted chunk is not free");
+        let at = chunk * a.geometry.chunk_size + (64 << 10);
+        let mut swept = Swept::default();
+        a.buddy_reserve_at(at, 64 << 10, &mut swept).unwrap();
+        assert!(a.buddy_reserve_at(at + 4096, 4096, &mut swept).is_err(), "inside the block just taken");
+        assert_eq!(a.space[chunk].free_units(), a.geometry.usable_units(chunk) - 256);
+        a.buddy_release_raw(at, 64 << 10).unwrap();
+        assert!(a.buddy_release_raw(at, 64 << 10).is_err(), "given back already");
+        assert!(a.chunk_is_empty(chunk), "nothing else happened: the chunk stays with its core");
+        assert_eq!(a.global.state(chunk), ChunkState::Core(1));
+        assert!(a.retire_swept(chunk, 1));
+        assert_eq!(a.global.state(chunk), ChunkState::Free);
+    }
+
+    #[test]
+    fn a_buddy_block_needs_a_core_chunk_and_a_unit_start() {
+        let a = arena();
+        let mut swept = Swept::default();
+        assert!(a.buddy_reserve_at(0, 4096, &mut swept).is_err(), "chunk 0 is in the global pool");
+        assert!(a.grant_exact(0, 0));
+        assert!(a.buddy_reserve_at(100, 4096, &mut swept).is_err(), "not on a unit");
+        assert!(a.buddy_reserve_at(a.geometry.chunk_size - 256, 4096, &mut swept).is_err(), "past the chunk's end");
+        assert!(a.buddy_reserve_at(0, 4 << 20, &mut swept).is_err(), "a chunk run");
+    }
+
+    #[test]
+    fn a_run_is_taken_and_given_back_at_its_chunks() {
+        let a = arena();
+        a.run_reserve_at(4, 3).unwrap();
+        assert!(a.run_reserve_at(6, 2).is_err(), "overlaps the run");
+        assert_eq!((a.global.state(4), a.global.state(5)), (ChunkState::RunHead(3), ChunkState::RunBody));
+        assert!(a.run_release_raw(4, 2).is_err(), "not the run's length");
+        a.run_release_raw(4, 3).unwrap();
+        assert!(a.run_release_raw(4, 3).is_err(), "given back already");
+        assert!((4..7).all(|c| a.global.state(c) == ChunkState::Free && !a.global.is_taken(c)));
+        assert!(a.run_reserve_at(15, 2).is_err(), "past the arena's end");
+    }
+
+    #[test]
+    fn reclaiming_retires_exactly_the_empty_chunks() {
+        let a = arena();
+        for (chunk, owner) in [(1, 0), (2, 0), (5, 1)] {
+            assert!(a.grant_exact(chunk, owner));
+        }
+        let mut swept = Swept::default();
+        a.buddy_reserve_at(2 * a.geometry.chunk_size, 4096, &mut swept).unwrap();
+        assert_eq!(a.reclaim_empty_chunks(false), 2);
+        assert_eq!(a.global.state(2), ChunkState::Core(0), "a chunk in use stays");
+        assert_eq!((a.global.state(1), a.global.state(5)), (ChunkState::Free, ChunkState::Free));
+        a.buddy_release_raw(2 * a.geometry.chunk_size, 4096).unwrap();
+        assert_eq!(a.retire_empty_chunks(), 1);
+        assert_eq!(a.reclaim_empty_chunks(true), 0);
+    }
+}
