@@ -18,7 +18,7 @@ use crate::handle::id::Handle;
 use crate::util::cpu;
 
 /// How long `check()` and other pausing calls wait for calls in flight.
-pub(crate) const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
+const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Proof that the caller holds a pool's pause (from [`Pool::pause`]); give it to
 /// [`Pool::resume`] to let the pool run again.
@@ -36,7 +36,7 @@ impl PauseToken {
 }
 
 /// The error for a pause that could not be taken.
-pub(crate) fn pause_error(e: PauseError) -> Error {
+fn pause_error(e: PauseError) -> Error {
     match e {
         PauseError::Timeout(waited) => Error::Busy { waited_ms: waited.as_millis() as u64 },
         PauseError::Relocating => Error::Relocating,
