@@ -9,11 +9,11 @@ use super::model::Model;
 use super::piece::Piece;
 use super::planners::plan_compaction_moves;
 use super::types::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport};
-use super::PauseToken;
+use crate::arena::global::ChunkState;
 use crate::error::{Error, Result};
-use crate::global::ChunkState;
-use crate::handle::Handle;
-use crate::pool::Pool;
+use crate::handle::id::Handle;
+use crate::pool::pause::PauseToken;
+use crate::pool::pool::Pool;
 
 impl Pool {
     /// Move a batch of blocks (see the module documentation) while `token` holds the pause.
@@ -27,7 +27,7 @@ impl Pool {
         let mut pieces: Vec<Piece> = Vec::with_capacity(moves.len());
         let release = |pieces: &[Piece]| release_pieces(self, pieces);
         for (i, m) in moves.iter().enumerate() {
-            let info = match self.handles.begin_move(m.handle) {
+            let info = match self.handles().begin_move(m.handle) {
                 Ok(info) => info,
                 Err(e) => {
                     release(&pieces);
@@ -42,7 +42,7 @@ impl Pool {
             match piece {
                 Ok(p) => pieces.push(p),
                 Err(e) => {
-                    self.handles.end_move(m.handle);
+                    self.handles().end_move(m.handle);
                     release(&pieces);
                     return Err(Error::batch(i, e));
                 }
@@ -78,7 +78,7 @@ impl Pool {
         let mut out = StepReport::default();
         let started = Instant::now();
         let full = matches!(mode, CompactionMode::Full);
-        let caller_copies = mover.is_some() || self.backing.is_none();
+        let caller_copies = mover.is_some() || self.arena().backing.is_none();
         // No trim before the first batch: a failing mover must leave the pool exactly as it
         // was, caches included (empty chunks and all-free slabs go after a batch). A full
         // compaction marks every unpinned block moving as it takes the census (the other
@@ -115,10 +115,10 @@ impl Pool {
             let mut batch = std::mem::take(&mut batches[k]);
             if k > 0 {
                 let between = Instant::now();
-                self.reclaim_all();
+                self.arena().reclaim_all();
                 // The batch was planned on the arena the earlier ones leave: if the pool is not
                 // what the planners expected (it cannot happen while the pause holds), stop here.
-                if self.slabs.views() != census.slabs {
+                if self.arena().slabs.views() != census.slabs {
                     for later in &batches[k..] {
                         release_unmoved(self, later, &moved);
                     }
@@ -142,7 +142,7 @@ impl Pool {
             }
         }
         if full {
-            out.chunks_freed += self.reclaim_all();
+            out.chunks_freed += self.arena().reclaim_all();
         }
         Ok(out)
     }
@@ -162,7 +162,7 @@ impl Pool {
         mode: &CompactionMode,
         with_mover: bool,
     ) -> Result<CompactionPlan> {
-        let caller_copies = with_mover || self.backing.is_none();
+        let caller_copies = with_mover || self.arena().backing.is_none();
         let _paused = match token {
             Some(t) if self.holds(t) => None,
             Some(_) => return Err(Error::NotPaused),
@@ -172,13 +172,13 @@ impl Pool {
         let mut census = self.census(false);
         let schedule = plan_compaction_moves(&mut census, Model::of(self), mode, caller_copies)
             .map_err(|reason| Error::InvalidMove { reason })?;
-        let before_empty = (0..self.geometry.chunks)
+        let before_empty = (0..self.arena().geometry.chunks)
             .filter(|&c| {
-                self.global.state(c) == ChunkState::Free
-                    || (matches!(self.global.state(c), ChunkState::Core(_)) && self.chunk_is_empty(c))
+                self.arena().global.state(c) == ChunkState::Free
+                    || (matches!(self.arena().global.state(c), ChunkState::Core(_)) && self.arena().chunk_is_empty(c))
             })
             .count();
-        let after_empty = (0..self.geometry.chunks).filter(|&c| schedule.model.is_empty(c)).count();
+        let after_empty = (0..self.arena().geometry.chunks).filter(|&c| schedule.model.is_empty(c)).count();
         let moves: Vec<PlannedMove> = schedule
             .batches
             .iter()
@@ -213,9 +213,9 @@ impl Pool {
             .filter(|p| {
                 let handles = p.handles();
                 for (k, &h) in handles.iter().enumerate() {
-                    if self.handles.begin_move(h).is_err() {
+                    if self.handles().begin_move(h).is_err() {
                         for &done in &handles[..k] {
-                            self.handles.end_move(done);
+                            self.handles().end_move(done);
                         }
                         return false;
                     }
@@ -234,11 +234,11 @@ impl Pool {
             .filter(|p| {
                 let handles = p.handles();
                 for (k, &h) in handles.iter().enumerate() {
-                    if moved.contains(h) && self.handles.begin_move(h).is_err() {
+                    if moved.contains(h) && self.handles().begin_move(h).is_err() {
                         // Marked: those before it, and those no earlier batch moved.
                         for (j, &other) in handles.iter().enumerate() {
                             if j < k || (j > k && !moved.contains(other)) {
-                                self.handles.end_move(other);
+                                self.handles().end_move(other);
                             }
                         }
                         return false;
@@ -283,7 +283,7 @@ impl FromIterator<Handle> for SlotSet {
 fn release_claimed(pool: &Pool, census: &Census, keep: &SlotSet) {
     for h in census.claimed() {
         if !keep.contains(h) {
-            pool.handles.end_move(h);
+            pool.handles().end_move(h);
         }
     }
 }
@@ -292,7 +292,7 @@ fn release_claimed(pool: &Pool, census: &Census, keep: &SlotSet) {
 fn release_pieces(pool: &Pool, pieces: &[Piece]) {
     for p in pieces {
         for h in p.handles() {
-            pool.handles.end_move(h);
+            pool.handles().end_move(h);
         }
     }
 }
@@ -302,7 +302,7 @@ fn release_pieces(pool: &Pool, pieces: &[Piece]) {
 fn release_unmoved(pool: &Pool, pieces: &[Piece], moved: &SlotSet) {
     for h in pieces.iter().flat_map(Piece::handles) {
         if !moved.contains(h) {
-            pool.handles.end_move(h);
+            pool.handles().end_move(h);
         }
     }
 }

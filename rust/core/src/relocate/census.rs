@@ -3,11 +3,12 @@
 //! each chunk the arena counts as covered. The planners read it; they never read the pool.
 
 use super::piece::{Home, Piece};
-use crate::global::ChunkState;
-use crate::handle::{Handle, SlotInfo};
-use crate::layout::Geometry;
-use crate::pool::Pool;
-use crate::slab::{SlabClass, SlabView};
+use crate::arena::geometry::Geometry;
+use crate::arena::global::ChunkState;
+use crate::arena::slab::caches::{SlabClass, SlabView};
+use crate::handle::id::Handle;
+use crate::handle::table::SlotInfo;
+use crate::pool::pool::Pool;
 
 /// A live block found by the census.
 #[derive(Debug, Clone)]
@@ -72,11 +73,11 @@ impl Census {
 impl Pool {
     /// Where the live block at `offset` lives.
     pub(crate) fn home_of(&self, offset: usize) -> Home {
-        if let Some(slab) = self.slabs.lookup(offset) {
+        if let Some(slab) = self.arena().slabs.lookup(offset) {
             return Home::Object(slab);
         }
-        let chunk = self.geometry.chunk_of(offset);
-        match (chunk < self.geometry.chunks).then(|| self.global.state(chunk)) {
+        let chunk = self.arena().geometry.chunk_of(offset);
+        match (chunk < self.arena().geometry.chunks).then(|| self.arena().global.state(chunk)) {
             Some(ChunkState::RunHead(chunks)) => Home::Run { chunks },
             Some(ChunkState::Core(_)) => Home::Buddy,
             _ => Home::Lost,
@@ -87,10 +88,10 @@ impl Pool {
     /// moving as it is found (the caller must clear each mark, moved or not); pinned ones stay
     /// put.
     pub(crate) fn census(&self, claim: bool) -> Census {
-        let g = &self.geometry;
-        let covered = (0..g.chunks).map(|c| g.usable_units(c) - self.space[c].free_units()).collect();
-        let mut census = Census { slabs: self.slabs.views(), covered, ..Census::default() };
-        let cores = self.cores.len();
+        let g = &self.arena().geometry;
+        let covered = (0..g.chunks).map(|c| g.usable_units(c) - self.arena().space[c].free_units()).collect();
+        let mut census = Census { slabs: self.arena().slabs.views(), covered, ..Census::default() };
+        let cores = self.arena().cores.len();
         let mut add = |handle: Handle, mut info: SlotInfo, movable: bool| {
             info.core = (info.core as usize % cores) as u16;
             let home = self.home_of(info.offset);
@@ -102,9 +103,9 @@ impl Pool {
             }
         };
         if claim {
-            self.handles.claim_live(&mut add);
+            self.handles().claim_live(&mut add);
         } else {
-            self.handles.for_each_live(&mut |handle, info| add(handle, info, info.pins == 0));
+            self.handles().for_each_live(&mut |handle, info| add(handle, info, info.pins == 0));
         }
         census
     }

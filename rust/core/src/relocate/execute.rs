@@ -9,16 +9,17 @@
 
 use std::time::Instant;
 
-use super::metadata::{BuddyBlocks, Swept};
 use super::model::Model;
 use super::order::{order, Step, Transfer};
 use super::piece::{Piece, PieceKind};
 use super::types::{BatchMover, MovedBlocks};
+use crate::arena::exact::Swept;
+use crate::arena::global::ChunkState;
+use crate::arena::layout::Layout;
 use crate::error::{Error, Result};
-use crate::global::ChunkState;
-use crate::handle::{Handle, SlotInfo};
-use crate::layout::Layout;
-use crate::pool::Pool;
+use crate::handle::id::Handle;
+use crate::handle::table::SlotInfo;
+use crate::pool::pool::Pool;
 
 /// What the metadata phase did, for undoing it.
 #[derive(Default)]
@@ -34,9 +35,9 @@ impl Pool {
     /// The move of the live block `handle` (marked moving; `info` is its slot), going nowhere
     /// yet (`to == from`).
     pub(crate) fn piece_of(&self, handle: Handle, info: &SlotInfo) -> Result<Piece> {
-        let core = info.core as usize % self.cores.len();
+        let core = info.core as usize % self.arena().cores.len();
         let home = self.home_of(info.offset);
-        Piece::of_block(handle, info, core, home, &self.geometry, &self.slabs.classes.classes)
+        Piece::of_block(handle, info, core, home, &self.arena().geometry, &self.arena().slabs.classes.classes)
             .map_err(|why| corrupt(handle, why))
     }
 
@@ -45,59 +46,63 @@ impl Pool {
     /// when it is taken.)
     pub(crate) fn check_destination(&self, piece: &Piece) -> std::result::Result<(), String> {
         let (to, size) = (piece.to, piece.size);
-        let usable = self.geometry.usable_capacity();
+        let usable = self.arena().geometry.usable_capacity();
         if to >= usable || size > usable - to {
             return Err(format!("destination {to} (+{size} bytes) lies outside the arena ({usable} usable bytes)"));
         }
         if to % piece.align != 0 {
             return Err(format!("destination {to} is not aligned to the block's alignment {}", piece.align));
         }
-        let bank = self.config.bank_size;
+        let bank = self.config().bank_size;
         let bank_ok = if size <= bank { to / bank == (to + size - 1) / bank } else { to % bank == 0 };
         if !bank_ok {
             return Err(format!("destination {to} (+{size} bytes) breaks the bank rule (bank size {bank})"));
         }
         match &piece.kind {
             PieceKind::SlabObject { class, .. } => {
-                let size_class = self.slabs.classes.classes[*class].size;
-                match self.slabs.lookup(to) {
-                    Some(s) if s.class == *class && self.slabs.object_at(s, to).is_some() => Ok(()),
+                let size_class = self.arena().slabs.classes.classes[*class].size;
+                match self.arena().slabs.lookup(to) {
+                    Some(s) if s.class == *class && self.arena().slabs.object_at(s, to).is_some() => Ok(()),
                     _ => Err(format!(
                         "destination {to} is not an object of a slab of the block's size class ({size_class} bytes)"
                     )),
                 }
             }
             PieceKind::Buddy => {
-                let Layout::Buddy(b) = self.geometry.layout(size, piece.align) else {
+                let Layout::Buddy(b) = self.arena().geometry.layout(size, piece.align) else {
                     return Err("the block is not a buddy block".into());
                 };
                 // Any unit of a chunk may start one (a packed block: see `BuddyLayout`), as
                 // long as it ends inside the chunk; alignment and banks are checked above.
-                let within = self.geometry.unit_in_chunk(to);
-                let chunk = self.geometry.chunk_of(to);
-                if to % self.geometry.min_block != 0 || within + b.units > self.geometry.usable_units(chunk) {
+                let within = self.arena().geometry.unit_in_chunk(to);
+                let chunk = self.arena().geometry.chunk_of(to);
+                if to % self.arena().geometry.min_block != 0
+                    || within + b.units > self.arena().geometry.usable_units(chunk)
+                {
                     return Err(format!(
                         "destination {to} is not where a {}-byte buddy block can start (a multiple of {} bytes, \
                          with the whole block inside one {}-byte chunk)",
-                        b.units as usize * self.geometry.min_block,
-                        self.geometry.min_block,
-                        self.geometry.chunk_size
+                        b.units as usize * self.arena().geometry.min_block,
+                        self.arena().geometry.min_block,
+                        self.arena().geometry.chunk_size
                     ));
                 }
                 Ok(())
             }
             PieceKind::Run { chunks } => {
-                let Layout::Run { align_chunks, .. } = self.geometry.layout(size, piece.align) else {
+                let Layout::Run { align_chunks, .. } = self.arena().geometry.layout(size, piece.align) else {
                     return Err("the block is not a chunk run".into());
                 };
-                let start = self.geometry.chunk_of(to);
-                if to % self.geometry.chunk_size != 0 || start % align_chunks != 0 {
+                let start = self.arena().geometry.chunk_of(to);
+                if to % self.arena().geometry.chunk_size != 0 || start % align_chunks != 0 {
                     return Err(format!(
                         "destination {to} is not the start of a chunk (a chunk run starts on a multiple of {} bytes)",
-                        self.geometry.chunk_size * align_chunks
+                        self.arena().geometry.chunk_size * align_chunks
                     ));
                 }
-                if start + chunks > self.geometry.chunks || self.run_bytes(start, *chunks) != piece.extent {
+                if start + chunks > self.arena().geometry.chunks
+                    || self.arena().run_bytes(start, *chunks) != piece.extent
+                {
                     return Err(format!("destination {to} leaves no room for the run's {chunks} chunks"));
                 }
                 Ok(())
@@ -121,7 +126,7 @@ impl Pool {
         if saves.is_empty() {
             return Some(Vec::new());
         }
-        let g = &self.geometry;
+        let g = &self.arena().geometry;
         let mut model = Model::of(self); // sources are still taken in it
         for u in pieces {
             let chunk = g.chunk_of(u.to);
@@ -149,8 +154,9 @@ impl Pool {
                 }
                 None => {
                     let chunks = len.div_ceil(g.chunk_size);
-                    let start = (0..=g.chunks.checked_sub(chunks)?)
-                        .find(|&d| (d..d + chunks).all(|c| model.is_empty(c)) && self.run_bytes(d, chunks) >= len)?;
+                    let start = (0..=g.chunks.checked_sub(chunks)?).find(|&d| {
+                        (d..d + chunks).all(|c| model.is_empty(c)) && self.arena().run_bytes(d, chunks) >= len
+                    })?;
                     model.set_run(start, chunks, true);
                     start * g.chunk_size
                 }
@@ -186,7 +192,7 @@ impl Pool {
         // When the caller copies the bytes (a mover, or the transfers this returns on a pool
         // without host memory), a cycle is broken through free space of the arena; host memory
         // we copy ourselves bounces through a buffer.
-        let caller_copies = mover.is_some() || self.backing.is_none();
+        let caller_copies = mover.is_some() || self.arena().backing.is_none();
         let scratch = if caller_copies { self.scratch_for(&pieces, &transfers, &steps) } else { Some(Vec::new()) };
         let Some(scratch) = scratch else {
             let blocks = order(&transfers, false).err().unwrap_or(0);
@@ -223,7 +229,7 @@ impl Pool {
                 return Err(Error::MoverFailed(reason));
             }
         }
-        if let Some(backing) = &self.backing {
+        if let Some(backing) = &self.arena().backing {
             let base = backing.base().as_ptr();
             let mut saved: Vec<Option<Vec<u8>>> = vec![None; transfers.len()];
             for &step in &steps {
@@ -258,25 +264,25 @@ impl Pool {
         // onto another's old place).
         for piece in &pieces {
             if let PieceKind::Slab { id, .. } = piece.kind {
-                self.slabs.unmap(id);
+                self.arena().slabs.unmap(id);
             }
         }
         for piece in &pieces {
             match &piece.kind {
                 PieceKind::Slab { id, objects } => {
-                    self.slabs.rebase(*id, piece.to);
+                    self.arena().slabs.rebase(*id, piece.to);
                     for &(h, offset) in objects {
-                        self.handles.set_moved_offset(h, offset - piece.from + piece.to);
+                        self.handles().set_moved_offset(h, offset - piece.from + piece.to);
                     }
                 }
                 PieceKind::SlabObject { from_slab, .. } => {
                     slabs_touched.push(from_slab.id);
-                    if let Some(s) = self.slabs.lookup(piece.to) {
+                    if let Some(s) = self.arena().slabs.lookup(piece.to) {
                         slabs_touched.push(s.id);
                     }
-                    self.handles.set_moved_offset(piece.handle.expect("a block has a handle"), piece.to);
+                    self.handles().set_moved_offset(piece.handle.expect("a block has a handle"), piece.to);
                 }
-                _ => self.handles.set_moved_offset(piece.handle.expect("a block has a handle"), piece.to),
+                _ => self.handles().set_moved_offset(piece.handle.expect("a block has a handle"), piece.to),
             }
             blocks += piece.blocks();
             bytes += piece.copy_len();
@@ -297,7 +303,7 @@ impl Pool {
         slabs_touched.sort_unstable();
         slabs_touched.dedup();
         self.tidy_slabs(&slabs_touched);
-        let chunks_freed = self.retire_empty_chunks();
+        let chunks_freed = self.arena().retire_empty_chunks();
         Ok(MovedBlocks {
             blocks,
             bytes,
@@ -310,13 +316,13 @@ impl Pool {
 
     fn end_moves(&self, piece: &Piece) {
         for h in piece.handles() {
-            self.handles.end_move(h);
+            self.handles().end_move(h);
         }
     }
 
     fn tidy_slabs(&self, ids: &[u32]) {
         for &id in ids {
-            self.slabs.tidy(id, &BuddyBlocks(self));
+            self.arena().slabs.tidy(id, self.arena());
         }
     }
 
@@ -326,11 +332,13 @@ impl Pool {
         for (i, u) in pieces.iter().enumerate() {
             let released = match &u.kind {
                 PieceKind::SlabObject { from_slab, .. } => {
-                    self.slabs.unclaim_at(*from_slab, u.from).map_err(String::from)
+                    self.arena().slabs.unclaim_at(*from_slab, u.from).map_err(String::from)
                 }
-                PieceKind::Buddy => self.buddy_release_raw(u.from, u.size),
-                PieceKind::Run { chunks } => self.run_release_raw(self.geometry.chunk_of(u.from), *chunks),
-                PieceKind::Slab { .. } => self.buddy_release_raw(u.from, u.extent),
+                PieceKind::Buddy => self.arena().buddy_release_raw(u.from, u.size),
+                PieceKind::Run { chunks } => {
+                    self.arena().run_release_raw(self.arena().geometry.chunk_of(u.from), *chunks)
+                }
+                PieceKind::Slab { .. } => self.arena().buddy_release_raw(u.from, u.extent),
             };
             released.map_err(|why| (i, format!("the block at {} is not where its handle says: {why}", u.from)))?;
             journal.released.push(i);
@@ -340,13 +348,13 @@ impl Pool {
         }
         for (i, u) in pieces.iter().enumerate() {
             let taken = match &u.kind {
-                PieceKind::SlabObject { class, .. } => match self.slabs.lookup(u.to) {
-                    Some(s) if s.class == *class => self.slabs.claim_at(s, u.to).map_err(String::from),
+                PieceKind::SlabObject { class, .. } => match self.arena().slabs.lookup(u.to) {
+                    Some(s) if s.class == *class => self.arena().slabs.claim_at(s, u.to).map_err(String::from),
                     _ => Err("no slab of the block's size class is there".into()),
                 },
-                PieceKind::Buddy => self.buddy_reserve_at(u.to, u.size, &mut journal.swept),
-                PieceKind::Run { chunks } => self.run_reserve_at(self.geometry.chunk_of(u.to), *chunks),
-                PieceKind::Slab { .. } => self.buddy_reserve_at(u.to, u.extent, &mut journal.swept),
+                PieceKind::Buddy => self.arena().buddy_reserve_at(u.to, u.size, &mut journal.swept),
+                PieceKind::Run { chunks } => self.arena().run_reserve_at(self.arena().geometry.chunk_of(u.to), *chunks),
+                PieceKind::Slab { .. } => self.arena().buddy_reserve_at(u.to, u.extent, &mut journal.swept),
             };
             taken.map_err(|why| (i, format!("destination {} is not free: {why}", u.to)))?;
             journal.reserved.push(i);
@@ -360,11 +368,11 @@ impl Pool {
         match &u.kind {
             PieceKind::SlabObject { .. } => Ok(()),
             PieceKind::Buddy | PieceKind::Slab { .. } => {
-                let chunk = self.geometry.chunk_of(u.to);
-                match self.global.state(chunk) {
+                let chunk = self.arena().geometry.chunk_of(u.to);
+                match self.arena().global.state(chunk) {
                     ChunkState::Core(_) => Ok(()),
                     ChunkState::Free => {
-                        if self.grant_exact(chunk, u.core) {
+                        if self.arena().grant_exact(chunk, u.core) {
                             journal.granted.push((chunk, u.core));
                             Ok(())
                         } else {
@@ -375,11 +383,13 @@ impl Pool {
                 }
             }
             PieceKind::Run { chunks } => {
-                let start = self.geometry.chunk_of(u.to);
+                let start = self.arena().geometry.chunk_of(u.to);
                 for chunk in start..start + chunks {
-                    match self.global.state(chunk) {
+                    match self.arena().global.state(chunk) {
                         ChunkState::Free => {}
-                        ChunkState::Core(owner) if self.chunk_is_empty(chunk) && self.retire_swept(chunk, owner) => {
+                        ChunkState::Core(owner)
+                            if self.arena().chunk_is_empty(chunk) && self.arena().retire_swept(chunk, owner) =>
+                        {
                             journal.retired.push((chunk, owner));
                         }
                         _ => return Err(format!("destination {} overlaps live blocks in chunk {chunk}", u.to)),
@@ -397,25 +407,27 @@ impl Pool {
         for &i in journal.reserved.iter().rev() {
             let u = &pieces[i];
             let r = match &u.kind {
-                PieceKind::SlabObject { .. } => match self.slabs.lookup(u.to) {
-                    Some(s) => self.slabs.unclaim_at(s, u.to).map_err(String::from),
+                PieceKind::SlabObject { .. } => match self.arena().slabs.lookup(u.to) {
+                    Some(s) => self.arena().slabs.unclaim_at(s, u.to).map_err(String::from),
                     None => Err("its slab is gone".into()),
                 },
-                PieceKind::Buddy => self.buddy_release_raw(u.to, u.size),
-                PieceKind::Run { chunks } => self.run_release_raw(self.geometry.chunk_of(u.to), *chunks),
-                PieceKind::Slab { .. } => self.buddy_release_raw(u.to, u.extent),
+                PieceKind::Buddy => self.arena().buddy_release_raw(u.to, u.size),
+                PieceKind::Run { chunks } => {
+                    self.arena().run_release_raw(self.arena().geometry.chunk_of(u.to), *chunks)
+                }
+                PieceKind::Slab { .. } => self.arena().buddy_release_raw(u.to, u.extent),
             };
             if let Err(why) = r {
                 findings.push(format!("undo: destination {} of a move: {why}", u.to));
             }
         }
         for &(chunk, owner) in journal.granted.iter().rev() {
-            if !self.retire_swept(chunk, owner) {
+            if !self.arena().retire_swept(chunk, owner) {
                 findings.push(format!("undo: chunk {chunk} granted for the batch did not empty"));
             }
         }
         for &(chunk, owner) in journal.retired.iter().rev() {
-            if !self.grant_exact(chunk, owner) {
+            if !self.arena().grant_exact(chunk, owner) {
                 findings.push(format!("undo: chunk {chunk} could not go back to core {owner}"));
             }
         }
@@ -424,11 +436,13 @@ impl Pool {
             let u = &pieces[i];
             let r = match &u.kind {
                 PieceKind::SlabObject { from_slab, .. } => {
-                    self.slabs.claim_at(*from_slab, u.from).map_err(String::from)
+                    self.arena().slabs.claim_at(*from_slab, u.from).map_err(String::from)
                 }
-                PieceKind::Buddy => self.buddy_reserve_at(u.from, u.size, &mut journal.swept),
-                PieceKind::Run { chunks } => self.run_reserve_at(self.geometry.chunk_of(u.from), *chunks),
-                PieceKind::Slab { .. } => self.buddy_reserve_at(u.from, u.extent, &mut journal.swept),
+                PieceKind::Buddy => self.arena().buddy_reserve_at(u.from, u.size, &mut journal.swept),
+                PieceKind::Run { chunks } => {
+                    self.arena().run_reserve_at(self.arena().geometry.chunk_of(u.from), *chunks)
+                }
+                PieceKind::Slab { .. } => self.arena().buddy_reserve_at(u.from, u.extent, &mut journal.swept),
             };
             if let Err(why) = r {
                 findings.push(format!("undo: source {} of a move: {why}", u.from));

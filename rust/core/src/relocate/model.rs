@@ -10,10 +10,10 @@
 
 use std::collections::BTreeSet;
 
-use crate::global::ChunkState;
-use crate::layout::Geometry;
-use crate::pool::Pool;
-use crate::slab::SlabClass;
+use crate::arena::geometry::Geometry;
+use crate::arena::global::ChunkState;
+use crate::arena::slab::caches::SlabClass;
+use crate::pool::pool::Pool;
 
 /// What a chunk is, in the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,13 +179,13 @@ impl<'a> Model<'a> {
 
     /// The arena as the pool has it now (call while paused).
     pub(crate) fn of(pool: &'a Pool) -> Model<'a> {
-        let g = &pool.geometry;
+        let g = &pool.arena().geometry;
         let upc = g.units_per_chunk();
         let words = upc.div_ceil(64) as usize;
         let chunks = (0..g.chunks)
             .map(|chunk| {
                 let usable = g.usable_units(chunk);
-                match pool.global.state(chunk) {
+                match pool.arena().global.state(chunk) {
                     ChunkState::Free => ChunkModel { role: Role::Free, owner: 0, used: 0, usable, bits: Vec::new() },
                     ChunkState::RunHead(_) | ChunkState::RunBody => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
@@ -193,7 +193,7 @@ impl<'a> Model<'a> {
                     ChunkState::Core(owner) => {
                         let mut bits = vec![0u64; words];
                         let mut used = 0;
-                        pool.shape.for_each_allocated(pool.tree(chunk), &mut |node| {
+                        pool.arena().shape.for_each_allocated(pool.arena().tree(chunk), &mut |node| {
                             let start = node.start(g.depth);
                             let end = (start + node.units(g.depth)).min(usable);
                             if start < end {
@@ -208,8 +208,8 @@ impl<'a> Model<'a> {
             .collect();
         Model {
             geometry: g,
-            bank_size: pool.config.bank_size,
-            classes: &pool.slabs.classes.classes,
+            bank_size: pool.config().bank_size,
+            classes: &pool.arena().slabs.classes.classes,
             chunks,
             units_per_chunk: upc,
             min_block: g.min_block,

@@ -2,9 +2,11 @@
 //! is and where it goes. The planners make pieces, the executor moves them.
 
 use super::order::Transfer;
-use crate::handle::{Handle, SlotInfo};
-use crate::layout::{Geometry, Layout};
-use crate::slab::{SlabClass, SlabRef};
+use crate::arena::geometry::Geometry;
+use crate::arena::layout::Layout;
+use crate::arena::slab::caches::{SlabClass, SlabRef};
+use crate::handle::id::Handle;
+use crate::handle::table::SlotInfo;
 
 /// Where a live block lives, as the census found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 pub use super::order::Transfer;
-use crate::handle::Handle;
+use crate::handle::id::Handle;
 
 /// One move of a batch: the block behind `handle` goes to offset `to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

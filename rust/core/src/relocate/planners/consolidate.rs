@@ -9,7 +9,7 @@ use super::super::census::Census;
 use super::super::model::{Model, Role};
 use super::super::piece::{Home, Piece};
 use super::movable::{block_piece, slab_movable};
-use crate::slab::{SlabRef, SlabView};
+use crate::arena::slab::caches::{SlabRef, SlabView};
 
 /// A slab consolidation: the moves, and the slabs they empty (every object of each, in order,
 /// is one move, slab after slab).

@@ -12,8 +12,8 @@ use super::super::piece::{run_bytes, Piece, PieceKind};
 use super::movable::{
     block_piece, boundary, buddy_units, movable_runs, movable_units, shaped_block, slab_movable, slab_piece, Shaped,
 };
-use crate::layout::Layout;
-use crate::slab::SlabRef;
+use crate::arena::layout::Layout;
+use crate::arena::slab::caches::SlabRef;
 
 /// What one core chunk holds, for an evacuation: indices into the census.
 #[derive(Debug, Default)]

@@ -5,8 +5,8 @@
 use super::super::census::{Census, Item};
 use super::super::model::Model;
 use super::super::piece::{run_bytes, Piece, PieceKind};
-use crate::layout::Layout;
-use crate::slab::SlabView;
+use crate::arena::layout::Layout;
+use crate::arena::slab::caches::SlabView;
 
 /// A piece to place: (piece, units it covers, alignment in units); a run has 0 units (it
 /// takes whole chunks).
@@ -27,7 +27,7 @@ pub(crate) fn slab_movable(census: &Census, view: &SlabView, objects_per_slab: u
 }
 
 /// The alignment (units) a buddy block of `units` units aligned to `align` bytes needs at a
-/// place a planner picks: it is packed there (see [`crate::layout::BuddyLayout`]), not put at
+/// place a planner picks: it is packed there (see [`crate::arena::layout::BuddyLayout`]), not put at
 /// the start of its enclosing node, so no trimmed tail is left behind it.
 pub(crate) fn packed_alignment(model: &Model, units: u64, align: usize) -> u64 {
     model.geometry.packed_alignment(units, align, model.bank_size)

@@ -20,7 +20,7 @@ use super::movable::{
     bank_slack, block_piece, boundary, movable_bytes, movable_pieces, movable_runs, move_run_down, packed_alignment,
     slab_piece, slab_worth_moving, Shaped,
 };
-use crate::layout::Layout;
+use crate::arena::layout::Layout;
 
 /// How many bytes more than the packing below a boundary a full compaction's repack may move
 /// when it packs tighter: 32 MiB, about 3 ms of copying on the machines measured.

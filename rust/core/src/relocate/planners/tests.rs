@@ -9,10 +9,12 @@ use super::super::types::CompactionMode;
 use super::consolidate::{apply_consolidation, consolidate_slabs};
 use super::pack::{plan_full, plan_pack};
 use super::schedule::plan_compaction_moves;
+use crate::arena::geometry::Geometry;
+use crate::arena::layout::Layout;
+use crate::arena::slab::caches::{SlabClasses, SlabRef, SlabView};
 use crate::config::PoolConfig;
-use crate::handle::{Handle, SlotInfo};
-use crate::layout::{Geometry, Layout};
-use crate::slab::{SlabClasses, SlabRef, SlabView};
+use crate::handle::id::Handle;
+use crate::handle::table::SlotInfo;
 
 const CHUNK: usize = 64 << 10;
 const UNIT: usize = 256;
