@@ -83,11 +83,6 @@ impl Arena {
     pub(crate) fn chunk_is_empty(&self, chunk: usize) -> bool {
         self.space[chunk].free_units() == self.geometry.usable_units(chunk)
     }
-
-    /// Bytes of the run of `chunks` chunks from `start`.
-    pub(crate) fn run_bytes(&self, start: usize, chunks: usize) -> usize {
-        (start..start + chunks).map(|c| self.geometry.chunk_bytes(c)).sum()
-    }
 }
 
 /// Gives a retired slab's block back to the buddy pool; never carves (a free, a reclaim or a

@@ -82,6 +82,15 @@ impl Geometry {
         }
     }
 
+    /// Bytes of the run of `len` chunks from chunk `start`, inside the arena (only its last
+    /// chunk may be partial).
+    pub(crate) fn run_bytes(&self, start: usize, len: usize) -> usize {
+        if len == 0 {
+            return 0;
+        }
+        (len - 1) * self.chunk_size + self.chunk_bytes(start + len - 1)
+    }
+
     /// Every byte a block could ever use.
     pub(crate) fn usable_capacity(&self) -> usize {
         if self.chunks == 0 {

@@ -118,18 +118,9 @@ impl GlobalPool {
         runs
     }
 
-    /// Bytes of the chunks `[start, start + len)`.
-    fn run_bytes(geometry: &Geometry, start: usize, len: usize) -> usize {
-        if len == 0 {
-            return 0;
-        }
-        let last = start + len - 1;
-        (len - 1) * geometry.chunk_size + geometry.chunk_bytes(last)
-    }
-
     /// The bytes one block placed in `run` could have.
     pub(crate) fn run_capacity(geometry: &Geometry, run: FreeRun) -> usize {
-        Self::run_bytes(geometry, run.start, run.len)
+        geometry.run_bytes(run.start, run.len)
     }
 
     /// Where in `run` a block of `len` chunks holding `bytes` bytes, starting at a multiple of
@@ -139,7 +130,7 @@ impl GlobalPool {
         if start + len > run.start + run.len {
             return None;
         }
-        (Self::run_bytes(geometry, start, len) >= bytes).then_some(start)
+        (geometry.run_bytes(start, len) >= bytes).then_some(start)
     }
 
     /// Claim `len` contiguous chunks that hold at least `bytes` bytes, starting at a multiple of

@@ -18,7 +18,7 @@ impl Arena {
         if self.geometry.unit_in_chunk(offset) != 0 || offset & (self.geometry.min_block - 1) != 0 || chunks != len {
             return invalid("does not match the chunk run there");
         }
-        let bytes = self.run_bytes(chunk, len);
+        let bytes = self.geometry.run_bytes(chunk, len);
         if !self.free_run(chunk, len) {
             return invalid("the chunk run there was freed already");
         }

@@ -422,7 +422,7 @@ impl Pool {
         self.arena.mark_run(start, chunks);
         Some(Placed {
             offset: start * self.arena.geometry.chunk_size,
-            block_bytes: self.arena.run_bytes(start, chunks),
+            block_bytes: self.arena.geometry.run_bytes(start, chunks),
             route: Route::Global,
             overflow: false,
             class: None,

@@ -96,7 +96,7 @@ impl Pool {
                         ));
                     }
                 }
-                block_bytes_walked += self.arena.run_bytes(chunk, len);
+                block_bytes_walked += self.arena.geometry.run_bytes(chunk, len);
             } else if state == ChunkState::RunBody
                 && (chunk == 0
                     || !matches!(self.arena.global.state(chunk - 1), ChunkState::RunHead(_) | ChunkState::RunBody))

@@ -178,7 +178,7 @@ impl Pool {
         }
         match self.arena.geometry.layout(size, align) {
             Layout::Buddy(b) => b.units as usize * self.arena.geometry.min_block,
-            Layout::Run { chunks, .. } => self.arena.run_bytes(self.arena.geometry.chunk_of(offset), chunks),
+            Layout::Run { chunks, .. } => self.arena.geometry.run_bytes(self.arena.geometry.chunk_of(offset), chunks),
         }
     }
 }

@@ -101,7 +101,7 @@ impl Pool {
                     ));
                 }
                 if start + chunks > self.arena().geometry.chunks
-                    || self.arena().run_bytes(start, *chunks) != piece.extent
+                    || self.arena().geometry.run_bytes(start, *chunks) != piece.extent
                 {
                     return Err(format!("destination {to} leaves no room for the run's {chunks} chunks"));
                 }
@@ -155,7 +155,7 @@ impl Pool {
                 None => {
                     let chunks = len.div_ceil(g.chunk_size);
                     let start = (0..=g.chunks.checked_sub(chunks)?).find(|&d| {
-                        (d..d + chunks).all(|c| model.is_empty(c)) && self.arena().run_bytes(d, chunks) >= len
+                        (d..d + chunks).all(|c| model.is_empty(c)) && self.arena().geometry.run_bytes(d, chunks) >= len
                     })?;
                     model.set_run(start, chunks, true);
                     start * g.chunk_size

@@ -52,11 +52,6 @@ pub(crate) struct Piece {
     pub(crate) extent: usize,
 }
 
-/// Bytes of the run of `chunks` chunks from chunk `start`.
-pub(crate) fn run_bytes(geometry: &Geometry, start: usize, chunks: usize) -> usize {
-    (start..start + chunks).map(|c| geometry.chunk_bytes(c)).sum()
-}
-
 impl Piece {
     /// The move of the live block `handle` (its slot says `info`; `core` is the core it
     /// belongs to; `home` is where the census found it), going nowhere yet (`to == from`).
@@ -86,7 +81,7 @@ impl Piece {
             }
             Home::Run { chunks } => {
                 piece.kind = PieceKind::Run { chunks };
-                piece.extent = run_bytes(geometry, geometry.chunk_of(info.offset), chunks);
+                piece.extent = geometry.run_bytes(geometry.chunk_of(info.offset), chunks);
             }
             Home::Buddy => match geometry.layout(info.size, 1) {
                 Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,

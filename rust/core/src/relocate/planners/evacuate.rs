@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::super::census::Census;
 use super::super::model::{Model, Role};
-use super::super::piece::{run_bytes, Piece, PieceKind};
+use super::super::piece::{Piece, PieceKind};
 use super::movable::{
     block_piece, boundary, buddy_units, movable_runs, movable_units, shaped_block, slab_movable, slab_piece, Shaped,
 };
@@ -112,7 +112,7 @@ pub(crate) fn plan_run_slides(census: &Census, model: &mut Model, emptied: &[usi
             low -= 1;
         }
         model.set_run(from, chunks, false);
-        let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && run_bytes(g, d, chunks) == piece.extent;
+        let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && g.run_bytes(d, chunks) == piece.extent;
         let to = (low.next_multiple_of(align_chunks)..from).step_by(align_chunks).find(|&d| fits(d));
         let to = to.unwrap_or(from);
         model.set_run(to, chunks, true);

@@ -4,7 +4,7 @@
 
 use super::super::census::{Census, Item};
 use super::super::model::Model;
-use super::super::piece::{run_bytes, Piece, PieceKind};
+use super::super::piece::{Piece, PieceKind};
 use crate::arena::layout::Layout;
 use crate::arena::slab::caches::SlabView;
 
@@ -166,7 +166,7 @@ pub(crate) fn move_run_down(model: &mut Model, run: &Piece) -> Option<Piece> {
     let Layout::Run { align_chunks, .. } = g.layout(run.size, run.align) else { return None };
     let first = g.chunk_of(run.from);
     model.set_run(first, chunks, false);
-    let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && run_bytes(g, d, chunks) == run.extent;
+    let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && g.run_bytes(d, chunks) == run.extent;
     match (0..first).step_by(align_chunks).find(|&d| fits(d)) {
         Some(d) => {
             model.set_run(d, chunks, true);

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use super::super::census::Census;
 use super::super::model::Model;
-use super::super::piece::{run_bytes, Piece, PieceKind};
+use super::super::piece::{Piece, PieceKind};
 use super::movable::{
     bank_slack, block_piece, boundary, movable_bytes, movable_pieces, movable_runs, move_run_down, packed_alignment,
     slab_piece, slab_worth_moving, Shaped,
@@ -116,7 +116,7 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
                 model.set_run(from_chunk, chunks, false);
             }
             let last = if downward { from_chunk } else { model.chunks.len() - chunks };
-            let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && run_bytes(g, d, chunks) == piece.extent;
+            let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && g.run_bytes(d, chunks) == piece.extent;
             let to = (0..=last).step_by(align_chunks).find(|&d| fits(d))?;
             model.set_run(to, chunks, true);
             piece.to = to * g.chunk_size;
