@@ -29,7 +29,13 @@
 //! | [`PoolStats`], `Counters`, `ThreadStats` | `stats/` | per-core counters on their own cache lines and per-thread slab counters, summed into a snapshot whose fields are one list |
 //! | [`Pool`], [`PauseToken`] | `pool/` | the public API: composes the arena, handles, gate, stats and trace; alloc, free, pause and pins, snapshot, check, trace |
 //! | [`Snapshot`] | `pool/snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats |
-//! | [`Move`], [`CompactionMode`], `Model` | `relocate/` | compaction: validated batches of moves, the *census* of live blocks, the planners' model of the arena, the compaction planners |
+//! | [`Move`], [`CompactionMode`], [`CompactionPlan`], [`StepReport`] | `compaction/types.rs` | compaction's public types: a move, the modes, a compaction plan, what a compaction did |
+//! | (compaction calls) | `compaction/api.rs` | `Pool::move_blocks` (one batch the caller names), `Pool::compact_step` (plan, then execute), `Pool::plan_compaction` (plan, then summary) |
+//! | `Census`, `Item` | `compaction/census.rs` | the *census*: every live block by handle, taken on a paused pool |
+//! | `Model`, `Gaps` | `compaction/model.rs` | the planners' picture of the arena: what each chunk is, one bit per covered unit; free stretches by length |
+//! | `Piece`, `Home` | `compaction/piece.rs` | what moves as one (a block, or a whole slab with its objects), where it is and where it goes |
+//! | (compaction planners) | `compaction/planners/` | pure functions of a census and a model: slab consolidation, packing below a boundary, evacuation, the schedule of batches |
+//! | (executor) | `compaction/execute.rs`, `order.rs`, `copy.rs` | one batch: taken through the exact-position API, copied in an order that overwrites nothing still to be read, re-pointed |
 //! | [`plan_search`] | `plan_search/` | the lifetime planner's search: branch and bound over static offsets (driven by `npumem.plan`) |
 //!
 //! Words: a *unit* is the `min_block` quantum of a chunk; a *bank* is a `bank_size` stretch of the
@@ -43,6 +49,8 @@
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 mod arena;
+#[cfg(not(loom))]
+mod compaction;
 mod config;
 mod error;
 mod gate;
@@ -50,12 +58,12 @@ mod handle;
 pub mod plan_search;
 #[cfg(not(loom))]
 mod pool;
-#[cfg(not(loom))]
-mod relocate;
 mod stats;
 mod trace;
 mod util;
 
+#[cfg(not(loom))]
+pub use compaction::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::id::Handle;
@@ -65,8 +73,6 @@ pub use pool::pause::PauseToken;
 pub use pool::pool::{BlockInfo, Pool};
 #[cfg(not(loom))]
 pub use pool::snapshot::{Extent, Snapshot};
-#[cfg(not(loom))]
-pub use relocate::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};
 pub use stats::summary::{ClassStats, CoreStats, PoolStats};
 pub use trace::event::{EventKind, TraceEvent};
 #[cfg(not(loom))]
