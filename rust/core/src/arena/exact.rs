@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use super::arena::Arena;
 use super::buddy::Node;
 use super::global::ChunkState;
-use super::layout::{BuddyLayout, Layout};
+use super::layout::BuddyLayout;
 
 /// Chunks whose buddy tree was swept (`sweep_all`) during the current batch (lazy-coalescing
 /// marks cleared: a node is free for `try_alloc` exactly when no block covers any of its units).
@@ -28,14 +28,6 @@ impl Swept {
 }
 
 impl Arena {
-    /// The buddy layout of a block of `size` bytes (its shape does not depend on alignment).
-    pub(crate) fn buddy_layout(&self, size: usize) -> Option<BuddyLayout> {
-        match self.geometry.layout(size, 1) {
-            Layout::Buddy(b) => Some(b),
-            Layout::Run { .. } => None,
-        }
-    }
-
     /// The chunk and first unit of a buddy block of layout `b` at `offset`, if a block can
     /// start there (on a unit, inside one chunk; packed blocks start anywhere the bank rule
     /// allows, which the caller checks).
@@ -84,7 +76,7 @@ impl Arena {
     /// Give back the buddy block of `size` bytes at `offset` (nothing else happens: an emptied
     /// chunk stays with its core).
     pub(crate) fn buddy_release_raw(&self, offset: usize, size: usize) -> Result<(), String> {
-        let b = self.buddy_layout(size).ok_or("a block of this size is a chunk run")?;
+        let b = self.geometry.buddy_layout(size).ok_or("a block of this size is a chunk run")?;
         let (chunk, start) = self.block_start(offset, &b).ok_or("not the start of a buddy block")?;
         self.unmark_buddy(chunk, &b, start)
             .map(|_| ())
@@ -94,7 +86,7 @@ impl Arena {
     /// Take the buddy block of `size` bytes at `offset` in a core chunk: every unit of it must
     /// be free. The chunk's tree is swept first (once per batch, see [`Swept`]).
     pub(crate) fn buddy_reserve_at(&self, offset: usize, size: usize, swept: &mut Swept) -> Result<(), String> {
-        let b = self.buddy_layout(size).ok_or("a block of this size is a chunk run")?;
+        let b = self.geometry.buddy_layout(size).ok_or("a block of this size is a chunk run")?;
         let (chunk, start) = self
             .block_start(offset, &b)
             .ok_or_else(|| format!("offset {offset} cannot start a block of {size} bytes inside one chunk"))?;

@@ -118,6 +118,15 @@ impl Geometry {
         Layout::Buddy(BuddyLayout { level: self.depth - log_enclosing, enclosing, units: trimmed, step })
     }
 
+    /// The buddy layout of a block of `size` bytes (its shape does not depend on alignment);
+    /// `None` for a block of this size that is a chunk run.
+    pub(crate) fn buddy_layout(&self, size: usize) -> Option<BuddyLayout> {
+        match self.layout(size, 1) {
+            Layout::Buddy(b) => Some(b),
+            Layout::Run { .. } => None,
+        }
+    }
+
     /// The alignment (in units) a buddy block of `units` units with the caller's alignment
     /// `align` (bytes) needs where a compaction packs it: a block of at most one bank keeps its
     /// natural alignment (so it never straddles a bank); a larger one starts on a bank

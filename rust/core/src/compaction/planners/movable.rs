@@ -35,10 +35,7 @@ pub(crate) fn packed_alignment(model: &Model, units: u64, align: usize) -> u64 {
 
 /// The units a buddy block of `size` bytes covers (`None` for a run-sized block).
 pub(crate) fn buddy_units(model: &Model, size: usize) -> Option<u64> {
-    match model.geometry.layout(size, 1) {
-        Layout::Buddy(b) => Some(b.units),
-        Layout::Run { .. } => None,
-    }
+    model.geometry.buddy_layout(size).map(|b| b.units)
 }
 
 /// The move of a census block, going nowhere yet.
