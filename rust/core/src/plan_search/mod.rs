@@ -9,7 +9,7 @@
 //! Python module `npumem.plan.search` documents why each rule keeps an optimal packing
 //! reachable and drives restarts and time limits around this function.
 //!
-//! Pure Rust, no PyO3: `rust/python/src/packing.rs` is the binding.
+//! Pure Rust, no PyO3: `rust/python/src/plan_search.rs` is the binding.
 
 mod instance;
 mod search;
