@@ -84,6 +84,7 @@ impl Geometry {
 
     /// Bytes of the run of `len` chunks from chunk `start`, inside the arena (only its last
     /// chunk may be partial).
+    #[inline]
     pub(crate) fn run_bytes(&self, start: usize, len: usize) -> usize {
         if len == 0 {
             return 0;

@@ -46,7 +46,8 @@ impl Pool {
     /// when it is taken.)
     pub(crate) fn check_destination(&self, piece: &Piece) -> std::result::Result<(), String> {
         let (to, size) = (piece.to, piece.size);
-        let usable = self.arena().geometry.usable_capacity();
+        let (g, slabs) = (&self.arena().geometry, &self.arena().slabs);
+        let usable = g.usable_capacity();
         if to >= usable || size > usable - to {
             return Err(format!("destination {to} (+{size} bytes) lies outside the arena ({usable} usable bytes)"));
         }
@@ -60,49 +61,45 @@ impl Pool {
         }
         match &piece.kind {
             PieceKind::SlabObject { class, .. } => {
-                let size_class = self.arena().slabs.classes.classes[*class].size;
-                match self.arena().slabs.lookup(to) {
-                    Some(s) if s.class == *class && self.arena().slabs.object_at(s, to).is_some() => Ok(()),
+                let size_class = slabs.classes.classes[*class].size;
+                match slabs.lookup(to) {
+                    Some(s) if s.class == *class && slabs.object_at(s, to).is_some() => Ok(()),
                     _ => Err(format!(
                         "destination {to} is not an object of a slab of the block's size class ({size_class} bytes)"
                     )),
                 }
             }
             PieceKind::Buddy => {
-                let Layout::Buddy(b) = self.arena().geometry.layout(size, piece.align) else {
+                let Layout::Buddy(b) = g.layout(size, piece.align) else {
                     return Err("the block is not a buddy block".into());
                 };
                 // Any unit of a chunk may start one (a packed block: see `BuddyLayout`), as
                 // long as it ends inside the chunk; alignment and banks are checked above.
-                let within = self.arena().geometry.unit_in_chunk(to);
-                let chunk = self.arena().geometry.chunk_of(to);
-                if to % self.arena().geometry.min_block != 0
-                    || within + b.units > self.arena().geometry.usable_units(chunk)
-                {
+                let within = g.unit_in_chunk(to);
+                let chunk = g.chunk_of(to);
+                if to % g.min_block != 0 || within + b.units > g.usable_units(chunk) {
                     return Err(format!(
                         "destination {to} is not where a {}-byte buddy block can start (a multiple of {} bytes, \
                          with the whole block inside one {}-byte chunk)",
-                        b.units as usize * self.arena().geometry.min_block,
-                        self.arena().geometry.min_block,
-                        self.arena().geometry.chunk_size
+                        b.units as usize * g.min_block,
+                        g.min_block,
+                        g.chunk_size
                     ));
                 }
                 Ok(())
             }
             PieceKind::Run { chunks } => {
-                let Layout::Run { align_chunks, .. } = self.arena().geometry.layout(size, piece.align) else {
+                let Layout::Run { align_chunks, .. } = g.layout(size, piece.align) else {
                     return Err("the block is not a chunk run".into());
                 };
-                let start = self.arena().geometry.chunk_of(to);
-                if to % self.arena().geometry.chunk_size != 0 || start % align_chunks != 0 {
+                let start = g.chunk_of(to);
+                if to % g.chunk_size != 0 || start % align_chunks != 0 {
                     return Err(format!(
                         "destination {to} is not the start of a chunk (a chunk run starts on a multiple of {} bytes)",
-                        self.arena().geometry.chunk_size * align_chunks
+                        g.chunk_size * align_chunks
                     ));
                 }
-                if start + chunks > self.arena().geometry.chunks
-                    || self.arena().geometry.run_bytes(start, *chunks) != piece.extent
-                {
+                if start + chunks > g.chunks || g.run_bytes(start, *chunks) != piece.extent {
                     return Err(format!("destination {to} leaves no room for the run's {chunks} chunks"));
                 }
                 Ok(())
