@@ -11,8 +11,10 @@
 //!
 //! Pure Rust, no PyO3: `rust/python/src/packing.rs` is the binding.
 
+mod decide;
 mod search;
 
+pub use decide::{decide, Decision, Key, Order, Verdict};
 pub use search::{search, Limits, Outcome};
 
 use std::fmt;
