@@ -26,10 +26,12 @@ from __future__ import annotations
 import math
 import random
 
+from npumem.plan.bounds import lower_bound
 from npumem.plan.buffers import Buffer
+from npumem.plan.greedy import best_greedy
 from npumem.plan.problem import Problem
 
-__all__ = ["KINDS", "instance", "instance_set", "spec"]
+__all__ = ["KINDS", "instance", "instance_set", "is_hard", "spec"]
 
 KINDS = ("guillotine", "skyline", "skyline-mixed")
 
@@ -145,10 +147,24 @@ def instance(kind: str, seed: int) -> Problem:
     return Problem(buffers, name=f"{kind}-{seed}")
 
 
+def is_hard(problem: Problem) -> bool:
+    """Whether no greedy rule of :mod:`npumem.plan.greedy` packs ``problem`` at its bound (the
+    MiniMalloc challenging instances all leave the best rule 12-37% above it)."""
+    return best_greedy(problem).arena_size > lower_bound(problem)
+
+
 def instance_set(name: str, size: int) -> list[Problem]:
-    """A named set of ``size`` instances, the kinds taken in turn: ``"train"`` uses seeds from 0,
-    ``"test"`` from 100000, so the two never share an instance."""
-    first = {"train": 0, "test": 100_000}.get(name)
+    """A named set of ``size`` hard instances (:func:`is_hard`), the kinds taken in turn:
+    ``"train"`` draws seeds from 0, ``"test"`` from 1000000, so the two never share an instance.
+    Instance ``i`` takes the first seed ``first + i + 1000 * k`` (k = 0, 1, ...) that is hard."""
+    first = {"train": 0, "test": 1_000_000}.get(name)
     if first is None:
         raise ValueError(f"unknown set {name!r}; expected 'train' or 'test'")
-    return [instance(KINDS[i % len(KINDS)], first + i) for i in range(size)]
+    problems = []
+    for i in range(size):
+        kind = KINDS[i % len(KINDS)]
+        seed = first + i
+        while not is_hard(problem := instance(kind, seed)):
+            seed += 1000
+        problems.append(problem)
+    return problems

@@ -121,7 +121,7 @@ def components(problem: Problem) -> list[Component]:
     return result
 
 
-HEURISTICS = ("WAT", "TAW", "TWA")
+HEURISTICS = ("WAT", "TAW", "TWA", "ZWT")
 """Orders of the decision runs, in MiniMalloc's letters (compared in turn, largest first): ``W``
 the lifetime, ``A`` lifetime times size, ``T`` the most bytes still to place in one of the
 buffer's sections, counted afresh in every part the search splits off."""
