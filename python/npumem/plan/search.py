@@ -21,12 +21,26 @@ Pruning (each rule keeps at least one optimal packing reachable)
       other buffer live with it is placed above the last offset; if none is left, prune.
     * symmetry: buffers placed one after the other at the same offset do not overlap in time, so
       their order does not matter; only the order of the branching preference is explored.
+    * dominance: a child whose offset reaches another buffer's ``raw + size`` is skipped (that
+      buffer would fit entirely below it); a child nothing is live with that fails ends the
+      node (placing it first is never worse).
+
+Decision runs (``PackingInstance.decide``, after MiniMalloc's dynamic decomposition)
+    Once no buffer still to place is live on both sides of a time point, the two sides are
+    independent: the run splits there and packs each part on its own, failing as soon as one
+    part fails, instead of backtracking through the other part's choices. Each part orders its
+    children afresh (``HEURISTICS``: lifetime, area, and the most bytes still to place in the
+    buffer's sections, counted when the part starts). Parts already decided are remembered by
+    their buffers, their floors and the last offset, so a part met again is not searched again.
 
 Anytime
-    The search starts from the best greedy packing and runs depth-first with restarts (node
-    budgets following the Luby sequence, branch order perturbed from the seed after the first
-    runs). Each packing found tightens the capacity to one byte below it. A run that finishes
-    within its budget has proven its last capacity infeasible, which is a lower bound.
+    The search starts from the best greedy packing. The part that holds the arena up gets, in
+    passes with doubling node budgets, decision runs at the goal (the capacity, or the proven
+    lower bound) and halfway between the bound and the best packing, each order in turn, then
+    one descent run (``PackingInstance.search``: every packing found tightens its capacity to
+    one byte below it). A decision run that exhausts its tree proves the capacity it probed
+    infeasible, which raises the lower bound; ``progress`` reports the arena and the bound at
+    every improvement.
 """
 
 from __future__ import annotations

@@ -426,8 +426,8 @@ pub fn decide(inst: &Instance, order: &Order, capacity: u64, node_limit: u64, de
     let mut cuts = vec![0u32; sections.saturating_sub(1)];
     for q in 0..n {
         let (lo, hi) = (inst.sec_lo[q] as usize, inst.sec_hi[q] as usize);
-        for s in lo..hi {
-            rem[s] += inst.sizes[q];
+        for r in &mut rem[lo..hi] {
+            *r += inst.sizes[q];
         }
         for c in &mut cuts[lo..hi - 1] {
             *c += 1;
