@@ -35,8 +35,9 @@ Decision runs (``PackingInstance.decide``, after MiniMalloc's dynamic decomposit
 
 Anytime
     The search starts from the best greedy packing. The part that holds the arena up gets, in
-    passes with doubling node budgets, decision runs at the goal (the capacity, or the proven
-    lower bound) and halfway between the bound and the best packing, each order in turn, then
+    passes with doubling node budgets, decision runs halfway between the bound and the best
+    packing (without a capacity) and at the goal (the capacity, or the proven lower bound),
+    each order in turn, then
     one descent run (``PackingInstance.search``: every packing found tightens its capacity to
     one byte below it). A decision run that exhausts its tree proves the capacity it probed
     infeasible, which raises the lower bound; ``progress`` reports the arena and the bound at
@@ -332,14 +333,14 @@ def solve(
         n = len(part.comp.sizes)
         floor = max(bound, part.bound)
         if not part.probes:
-            # A new pass: decision probes at the goal (or the proven bound) and halfway up to
-            # the best packing, then one descent run from the best packing.
+            # A new pass: decision probes halfway up to the best packing and at the goal (or the
+            # proven bound), then one descent run from the best packing.
             part.level += 1 if part.probes is not None else 0
             top = part.arena - 1
             target = min(top, capacity if capacity is not None else floor)
             probes = [target]
             if capacity is None and top - floor > 1:
-                probes.append((floor + top) // 2)
+                probes.insert(0, (floor + top) // 2)  # halfway first: it improves soonest
             probes.append(-1)  # the descent run
             part.probes = probes
         probe = part.probes.pop(0)
