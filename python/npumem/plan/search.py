@@ -138,8 +138,8 @@ def components(problem: Problem) -> list[Component]:
 
 HEURISTICS = ("WAT", "TAW", "TWA", "ZWT")
 """Orders of the decision runs, in MiniMalloc's letters (compared in turn, largest first): ``W``
-the lifetime, ``A`` lifetime times size, ``T`` the most bytes still to place in one of the
-buffer's sections, counted afresh in every part the search splits off."""
+the lifetime, ``A`` lifetime times size, ``Z`` the size, ``T`` the most bytes still to place in
+one of the buffer's sections, counted afresh in every part the search splits off."""
 
 BASE_NODES = 20_000
 """Nodes of the shortest descent run; run ``k`` gets ``BASE_NODES`` times the k-th Luby term."""
