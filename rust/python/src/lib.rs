@@ -9,6 +9,7 @@ mod block;
 mod compaction;
 mod errors;
 mod gil;
+mod kv;
 mod monitor;
 mod packing;
 mod pool;
@@ -21,6 +22,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", npumem_core::version())?;
     m.add_class::<pool::Pool>()?;
     m.add_class::<block::Block>()?;
+    m.add_class::<kv::PagedKV>()?;
     m.add_class::<compaction::Pause>()?;
     m.add_class::<compaction::Pinned>()?;
     m.add_class::<stats::PoolStats>()?;
