@@ -80,13 +80,19 @@ class KVShape:
         hidden = _first(config, "hidden_size", "n_embd", "d_model")
         if head_dim is None and hidden is not None and heads:
             if hidden % heads:
-                raise InvalidArgumentError(f"hidden_size {hidden} is not a multiple of {heads} heads")
+                raise InvalidArgumentError(
+                    f"hidden_size {hidden} is not a multiple of {heads} heads"
+                )
             head_dim = hidden // heads
         if kv_heads is None and hidden is not None and head_dim:
             kv_heads = hidden // head_dim
         missing = [
             name
-            for name, value in (("num_layers", layers), ("num_kv_heads", kv_heads), ("head_dim", head_dim))
+            for name, value in (
+                ("num_layers", layers),
+                ("num_kv_heads", kv_heads),
+                ("head_dim", head_dim),
+            )
             if value is None
         ]
         if missing:

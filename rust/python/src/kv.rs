@@ -219,6 +219,21 @@ impl Source<'_, '_> {
         Ok(())
     }
 
+    /// The block and the byte within it where page `index` of `seq` starts.
+    fn locate(&self, table: &PageTable, seq: i64, index: u64) -> PyResult<(Handle, usize)> {
+        let pages = table.pages(seq).map_err(refusal)?;
+        let Some(&page) = usize::try_from(index).ok().and_then(|i| pages.get(i)) else {
+            return Err(error(
+                Kind::InvalidArgument,
+                format!("sequence {seq} has {} page(s), there is no page {index}", pages.len()),
+            ));
+        };
+        Ok(match &*self.pages {
+            Pages::Reserved { block, .. } => (*block, page as usize * self.kv.geometry.page_bytes),
+            Pages::OnDemand { handles, .. } => (handles[page as usize].expect("a held page has a block"), 0),
+        })
+    }
+
     /// The blocks behind `pages` (to pin them while their bytes are copied).
     fn blocks_of(&self, pages: &[(u32, u32)]) -> Vec<Handle> {
         match &*self.pages {
@@ -661,6 +676,52 @@ impl PagedKV {
         })??;
         let bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_ne_bytes()).collect();
         Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// The bytes of page `index` of `seq_id` (pools with host memory).
+    fn read_page<'py>(
+        &self,
+        py: Python<'py>,
+        seq_id: &Bound<'py, PyAny>,
+        index: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let seq = seq_id_arg(seq_id)?;
+        let index = count(index, "index")?;
+        let (handle, at) = self.with_source(py, |t, s| s.locate(t, seq, index))??;
+        let core = &self.core;
+        let page = self.geometry.page_bytes;
+        let bytes = py
+            .detach(|| {
+                let mut out = vec![0u8; page];
+                core.read(handle, at, &mut out).map(|()| out)
+            })
+            .map_err(crate::errors::to_py)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Write `data` into page `index` of `seq_id` from byte `at` (pools with host memory). A
+    /// shared page is shared: every sequence that holds it sees the bytes.
+    #[pyo3(signature = (seq_id, index, data, *, at = 0))]
+    fn write_page(
+        &self,
+        py: Python<'_>,
+        seq_id: &Bound<'_, PyAny>,
+        index: &Bound<'_, PyAny>,
+        data: &[u8],
+        at: usize,
+    ) -> PyResult<()> {
+        let seq = seq_id_arg(seq_id)?;
+        let index = count(index, "index")?;
+        if at.checked_add(data.len()).is_none_or(|end| end > self.geometry.page_bytes) {
+            return Err(error(
+                Kind::InvalidArgument,
+                format!("{} bytes at {at} do not fit in a page of {} bytes", data.len(), self.geometry.page_bytes),
+            ));
+        }
+        let (handle, base) = self.with_source(py, |t, s| s.locate(t, seq, index))??;
+        let core = &self.core;
+        let data = data.to_vec();
+        py.detach(|| core.write(handle, base + at, &data)).map_err(crate::errors::to_py)
     }
 
     /// Whether growing `seq_id` by `num_tokens` would find its pages now.

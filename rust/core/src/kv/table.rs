@@ -357,6 +357,7 @@ impl PageTable {
         let checked = checked();
         self.growths = growths;
         checked?;
+        needed -= self.spare_last_copies();
         if needed == 0 {
             for g in &self.growths {
                 self.slots[g.slot as usize].tokens += g.tokens;
@@ -366,6 +367,32 @@ impl PageTable {
         }
         self.take(needed, source).map_err(KvError::Source)?;
         self.commit_growths(source)
+    }
+
+    /// When every holder of a shared, partly filled page is in the batch, the last of them in
+    /// batch order finds the page its own by then: it appends in place instead of copying.
+    /// Returns how many copies that spares.
+    fn spare_last_copies(&mut self) -> usize {
+        let mut copying: Vec<(u32, usize)> = Vec::new();
+        for (i, g) in self.growths.iter().enumerate() {
+            if g.copy {
+                let s = &self.slots[g.slot as usize];
+                copying.push((s.pages[(s.tokens / self.page_tokens) as usize], i));
+            }
+        }
+        if copying.is_empty() {
+            return 0;
+        }
+        copying.sort_unstable();
+        let mut spared = 0;
+        for group in copying.chunk_by(|a, b| a.0 == b.0) {
+            let (page, last) = group[group.len() - 1];
+            if group.len() as u32 == self.refs[page as usize] {
+                self.growths[last].copy = false;
+                spared += 1;
+            }
+        }
+        spared
     }
 
     /// Add sequence `child` sharing every page of `parent` (its prompt, a beam).
