@@ -412,14 +412,15 @@ impl PagedKV {
         &self,
         py: Python<'_>,
         needed: impl Fn(&PageTable) -> Result<usize, KvError<PyErr>>,
-        mut op: impl FnMut(&mut PageTable, &mut Source<'_, '_>) -> Result<T, KvError<PyErr>>,
+        mut op: impl FnMut(&mut PageTable, &mut Source<'_, '_>, bool) -> Result<T, KvError<PyErr>>,
     ) -> PyResult<T> {
+        let mut retry = false;
         loop {
             let (err, pages_needed, in_use) = {
                 let mut guard = self.lock(py)?;
                 let state = &mut *guard;
                 let mut source = Source { py, kv: self, pages: &mut state.pages };
-                match op(&mut state.table, &mut source) {
+                match op(&mut state.table, &mut source, retry) {
                     Ok(value) => return Ok(value),
                     Err(KvError::Source(err)) if err.is_instance_of::<PyMemoryError>(py) => {
                         let pages_needed = needed(&state.table).unwrap_or(0);
@@ -433,6 +434,7 @@ impl PagedKV {
             if !handler.call1(py, (pages_needed,))?.is_truthy(py)? {
                 return Err(err);
             }
+            retry = true;
             let mut state = self.lock(py)?;
             state.evictions += 1;
             if state.table.counts().pages_in_use >= in_use && matches!(state.pages, Pages::Reserved { .. }) {
@@ -578,7 +580,7 @@ impl PagedKV {
             Some(n) => count(n, "num_tokens")?,
             None => 0,
         };
-        self.with_pages(py, |t| Ok(t.pages_for(tokens) as usize), |t, s| t.add(seq, tokens, s))
+        self.with_pages(py, |t| Ok(t.pages_for(tokens) as usize), |t, s, _| t.add(seq, tokens, s))
     }
 
     /// Grow sequence `seq_id` by `num_tokens` tokens; a fresh page only when the last one is
@@ -590,7 +592,7 @@ impl PagedKV {
             Some(n) => count(n, "num_tokens")?,
             None => 1,
         };
-        self.with_pages(py, |t| t.pages_to_append(seq, tokens), |t, s| t.append(seq, tokens, s))
+        self.with_pages(py, |t| t.pages_to_append(seq, tokens), |t, s, _| t.append(seq, tokens, s))
     }
 
     /// Grow every sequence of `seq_ids` by `num_tokens` (an int, or one int per sequence), all or
@@ -633,10 +635,19 @@ impl PagedKV {
             }
         };
         let tokens = |i: usize| per_seq.as_ref().map_or(1, |p| p[i]);
+        // After `on_evict` ran, the sequences it freed drop out of the batch.
+        let mut kept: Vec<usize> = Vec::new();
         self.with_pages(
             py,
             |t| Ok(seqs.iter().enumerate().map(|(i, &s)| t.pages_to_append::<PyErr>(s, tokens(i)).unwrap_or(0)).sum()),
-            |t, s| t.append_many(seqs.iter().copied(), tokens, s),
+            |t, s, retry| {
+                if !retry {
+                    return t.append_many(seqs.iter().copied(), tokens, s);
+                }
+                kept.clear();
+                kept.extend((0..seqs.len()).filter(|&i| t.contains(seqs[i])));
+                t.append_many(kept.iter().map(|&i| seqs[i]), |j| tokens(kept[j]), s)
+            },
         )
     }
 
