@@ -281,3 +281,19 @@ def test_pages_by_state() -> None:
     refs = sorted(r for _, r in c.pages())
     assert refs == [0, 1, 2, 2]
     assert "KVCache" in repr(c)
+
+
+def test_sequences_evicted_during_a_batch_drop_out_of_it() -> None:
+    c = make_cache(capacity_tokens=16)  # 4 pages
+    for s in range(4):
+        c.add_sequence(s, num_tokens=4)  # every page full
+
+    def evict(_: int) -> bool:
+        c.free_sequence(c.sequences()[-1])
+        return True
+
+    c.on_evict = evict
+    c.append_many([0, 1, 2, 3])  # 4 pages needed: two evictions leave 0 and 1 with a page each
+    assert c.sequences() == [0, 1]
+    assert [c.num_tokens(s) for s in (0, 1)] == [5, 5]
+    assert c.stats().evictions == 2
