@@ -73,18 +73,24 @@ bench: develop ## Criterion benches against peers, the compaction pause, the Pyt
 	$(PY) benches/plan_bench.py --time-limit 10 --seed 0
 
 .PHONY: lint
-lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings, ruff, mypy
+lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings, ruff, mypy, no import cycles
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(BIN)/ruff check python tests benches
-	$(BIN)/ruff format --check python tests benches
+	$(BIN)/ruff check python tests benches scripts
+	$(BIN)/ruff format --check python tests benches scripts
 	$(BIN)/mypy
+	$(BIN)/mypy scripts
+	$(PY) scripts/check_import_cycles.py
+
+.PHONY: cycles
+cycles: ## List the import graph of the core, the binding and the facade, and any cycle in it
+	$(PYTHON) scripts/check_import_cycles.py --graph
 
 .PHONY: fmt
 fmt: $(PY_DEPS_STAMP) ## Format Rust and Python sources in place
 	cargo fmt --all
-	$(BIN)/ruff format python tests benches
-	$(BIN)/ruff check --fix python tests benches
+	$(BIN)/ruff format python tests benches scripts
+	$(BIN)/ruff check --fix python tests benches scripts
 
 .PHONY: clean
 clean: ## Remove build outputs and the virtual environment

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from npumem._argtypes import byte_count as parse_bytes
 from npumem.plan import Problem, Solution
-from npumem.plan.cli import add_parser, parse_bytes
+from npumem.plan.cli import add_parser
 from npumem.plan.networks import resnet50
 
 DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
@@ -102,4 +103,4 @@ def test_parse_bytes() -> None:
     assert parse_bytes("1MiB") == parse_bytes("1m") == 1 << 20
     assert parse_bytes("2MB") == 2_000_000
     with pytest.raises(argparse.ArgumentTypeError):
-        parse_bytes("1.5M")
+        parse_bytes("1.5")

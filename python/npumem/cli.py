@@ -2,7 +2,7 @@
 
 Each subcommand lives next to the code it drives and registers itself through an
 ``add_parser(subparsers)`` function that returns the parser, with ``func`` set to a callable
-``(args) -> int`` exit status.
+``(args) -> int`` exit status (:class:`npumem.exit_status.ExitStatus`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,9 @@ from collections.abc import Sequence
 
 __all__ = ["build_parser", "main"]
 
-# Exit statuses scripts can rely on.
-EXIT_OK = 0
-EXIT_FAILURE = 1  # the job ran and its goal was not met (e.g. a capacity not reached)
-EXIT_USAGE = 2  # bad arguments or unreadable input (argparse uses 2 as well)
-
 
 def build_parser() -> argparse.ArgumentParser:
-    from npumem import __version__
+    from npumem._core import __version__
     from npumem.monitor import cli as monitor_cli
     from npumem.plan import cli as plan_cli
     from npumem.workloads import cli as workloads_cli

@@ -105,3 +105,8 @@ class MoveError(NpumemError, ValueError):
     arena, misaligned, not free or overlapping another one, moves that overwrite each other in a
     cycle with no free space to bounce through, a pause that no longer holds the pool. Nothing
     moved: the pool and every block are as they were."""
+
+
+class MissingDependencyError(NpumemError, ImportError):
+    """An optional dependency is not installed: reading ONNX models needs the ``onnx`` extra,
+    pictures need ``plot`` (matplotlib). The message names the extra to install."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from npumem.monitor.report import human_bytes
+from npumem.sizes import format_bytes as human_bytes
 
 __all__ = ["CompactionReport", "StepReport"]
 

@@ -11,14 +11,16 @@ allocation failed.
   versioned JSON (``snapshot``, ``trace``).
 * Pictures: :func:`plot_timeline`, :func:`plot_address_map`, :func:`plot_before_after`,
   :func:`plot_plan`, :func:`plot_trace` (``plots``; the ``plot`` extra).
-* The text report: :func:`render_report`, :func:`report_text` (``report``).
+* The text report: :func:`render_report`, :func:`report_text` (``report``); ``human_bytes`` is
+  :func:`npumem.sizes.format_bytes`.
 
 The ``npumem report``, ``npumem plot`` and ``npumem replay`` commands use these.
 """
 
 from __future__ import annotations
 
-from npumem.monitor.errors import FileFormatError, MissingDependencyError, MonitorError
+from npumem.errors import MissingDependencyError
+from npumem.monitor.errors import FileFormatError, MonitorError
 from npumem.monitor.plots import (
     plot_address_map,
     plot_before_after,
@@ -27,10 +29,11 @@ from npumem.monitor.plots import (
     plot_trace,
 )
 from npumem.monitor.prometheus import PrometheusCollector
-from npumem.monitor.report import human_bytes, render_report, report_text
+from npumem.monitor.report import render_report, report_text
 from npumem.monitor.sampler import Alert, Monitor, Sample, Thresholds
 from npumem.monitor.snapshot import BlockRecord, Extent, Snapshot, load_snapshot
 from npumem.monitor.trace import Trace, TraceEvent, TraceRecorder, load_trace
+from npumem.sizes import format_bytes as human_bytes
 
 __all__ = [
     "Alert",

@@ -6,12 +6,12 @@ that names the file and the field instead of a ``KeyError`` deep inside.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from npumem import fileio
 from npumem.monitor.errors import FileFormatError
 
 __all__ = ["Reader", "file_kind", "read_json", "write_json"]
@@ -22,33 +22,14 @@ KINDS = {SNAPSHOT_FORMAT: "snapshot", TRACE_FORMAT: "trace"}
 
 
 def write_json(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> Path:
-    """Write ``obj`` as compact JSON (one line per top-level list entry is not needed: files are
-    for programs first). Returns the path."""
-    out = Path(path)
-    out.write_text(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n", "utf-8")
-    return out
+    """Write ``obj`` as compact JSON, atomically (files are for programs first). Returns the
+    path."""
+    return fileio.write_json(path, obj)
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a JSON object from ``path``; :class:`FileFormatError` for anything else."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FileFormatError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise FileFormatError(f"{p}: is a directory, not a file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FileFormatError(f"{p}: cannot read the file ({exc})") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FileFormatError(
-            f"{p}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
-    if not isinstance(obj, dict):
-        raise FileFormatError(f"{p}: expected a JSON object, found {type(obj).__name__}")
-    return obj
+    return fileio.read_json_object(path, error=FileFormatError)
 
 
 def file_kind(obj: Mapping[str, Any], where: str) -> str:

@@ -15,55 +15,47 @@ from typing import Any
 from rich.console import Console
 
 from npumem._argtypes import at_least_one
-from npumem.monitor._files import file_kind, read_json
+from npumem.errors import MissingDependencyError
+from npumem.exit_status import ExitStatus
 from npumem.monitor.errors import MonitorError
 from npumem.monitor.report import render_report
+from npumem.monitor.saved_file import load_saved_file
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
 
 __all__ = ["add_parsers", "run_plot", "run_report"]
-
-EXIT_OK = 0
-EXIT_USAGE = 2
-
-
-def _load(path: str) -> Snapshot | Trace:
-    obj = read_json(path)
-    if file_kind(obj, path) == "snapshot":
-        return Snapshot.from_json_obj(obj, where=path)
-    return Trace.from_json_obj(obj, where=path)
 
 
 def run_report(args: argparse.Namespace) -> int:
     """``npumem report``: print the report of a snapshot file."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        loaded = _load(args.snapshot)
+        loaded = load_saved_file(args.snapshot)
     except MonitorError as exc:
         err.print(f"npumem report: error: {exc}", markup=False)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     if isinstance(loaded, Trace):
         err.print(
             f"npumem report: error: {args.snapshot} is a trace, not a snapshot "
             "(see `npumem replay` and `npumem plot`)",
             markup=False,
         )
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     out = Console(highlight=False, soft_wrap=True)
     when = f"{loaded.time_ns / 1e9:.3f} s after the pool was made"
     out.print(f"snapshot of pool {loaded.pool!r}, {when}", markup=False)
     render_report(out, snapshot=loaded, title=f"pool {loaded.pool!r}", top=args.top)
-    return EXIT_OK
+    return ExitStatus.OK
 
 
 def run_plot(args: argparse.Namespace) -> int:
     """``npumem plot``: draw a snapshot's address map or a trace over time."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        loaded = _load(args.input)
+        loaded = load_saved_file(args.input)
     except MonitorError as exc:
         err.print(f"npumem plot: error: {exc}", markup=False)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     output = Path(args.output) if args.output else Path(Path(args.input).stem + ".png")
     from npumem.monitor.plots import plot_address_map, plot_trace
 
@@ -72,15 +64,15 @@ def run_plot(args: argparse.Namespace) -> int:
             plot_address_map(loaded, output, color_by=args.color_by)
         else:
             plot_trace(loaded, output)
-    except (MonitorError, ValueError) as exc:
+    except (MonitorError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plot: error: {exc}", markup=False)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     except OSError as exc:
         err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     kind = "address map" if isinstance(loaded, Snapshot) else "trace over time"
     Console(highlight=False, soft_wrap=True).print(f"wrote {output} ({kind})", markup=False)
-    return EXIT_OK
+    return ExitStatus.OK
 
 
 def add_parsers(subparsers: Any) -> None:

@@ -1,13 +1,14 @@
 """Errors of :mod:`npumem.monitor`: unreadable snapshot and trace files, missing extras.
 
-Both derive from :class:`npumem.errors.NpumemError`; a bad file is also a ``ValueError`` and a
-missing extra an ``ImportError``. Bad arguments raise the package's own
+Both derive from :class:`npumem.errors.NpumemError`; a bad file is also a ``ValueError``. A
+missing extra raises :class:`npumem.errors.MissingDependencyError` (an ``ImportError``, named
+here too). Bad arguments raise the package's own
 :class:`npumem.errors.InvalidArgumentError` and :class:`npumem.errors.ArgumentTypeError`.
 """
 
 from __future__ import annotations
 
-from npumem.errors import NpumemError
+from npumem.errors import MissingDependencyError, NpumemError
 
 __all__ = ["FileFormatError", "MissingDependencyError", "MonitorError"]
 
@@ -19,7 +20,3 @@ class MonitorError(NpumemError):
 class FileFormatError(MonitorError, ValueError):
     """A snapshot or trace file cannot be read: not JSON, another format or version, or a field
     with the wrong type. The message starts with the file and names the field at fault."""
-
-
-class MissingDependencyError(MonitorError, ImportError):
-    """An optional dependency is not installed (the message names the extra to install)."""

@@ -9,6 +9,7 @@ thread and leave an interactive session's backend alone.
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import os
@@ -16,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from npumem.errors import InvalidArgumentError
-from npumem.monitor.errors import MissingDependencyError
+from npumem.errors import InvalidArgumentError, MissingDependencyError
+from npumem.fileio import write_bytes
+from npumem.sizes import byte_unit, format_bytes
 
 if TYPE_CHECKING:
     from npumem.monitor.sampler import Sample, Thresholds
@@ -54,17 +56,9 @@ def _mpl() -> Any:
 
 
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
-    out = Path(path)
-    fig.savefig(out, format="png", dpi=DPI)
-    return out
-
-
-def _unit(n: float) -> tuple[float, str]:
-    """A divisor and its name to show ``n`` bytes as readable numbers."""
-    for div, name in ((1 << 30, "GiB"), (MIB, "MiB"), (1 << 10, "KiB")):
-        if n >= 4 * div:
-            return float(div), name
-    return 1.0, "B"
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI)
+    return write_bytes(path, png.getvalue())
 
 
 # ----- over time -----------------------------------------------------------------------------
@@ -85,7 +79,7 @@ def plot_timeline(
     Figure, _, _, np = _mpl()
     t = np.array([s.time for s in samples])
     t = t - t[0]
-    div, unit = _unit(max(s.usable_capacity for s in samples))
+    div, unit = _axis_unit(max(s.usable_capacity for s in samples))
     used = np.array([s.bytes_in_use for s in samples]) / div
     peak = np.array([s.peak_bytes_in_use for s in samples]) / div
     cap = samples[-1].usable_capacity / div
@@ -149,7 +143,7 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
         lives.append(live)
         counts.append(len(sizes))
     capacity = int(trace.config["capacity"])
-    div, unit = _unit(capacity)
+    div, unit = _axis_unit(capacity)
     fig = Figure(figsize=(10, 6), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     x = np.array(times) if times else np.zeros(1)
@@ -230,7 +224,7 @@ def _draw_map(
     _, PolyCollection, _, _ = _mpl()
     row = _row_bytes(snap)
     rows = max(1, math.ceil(snap.usable_capacity / row))
-    div, unit = _unit(row)
+    div, unit = _axis_unit(row)
     groups: dict[str, list[Any]] = {}
     shown = list(colors)
     colors = dict(colors)
@@ -292,13 +286,13 @@ def _draw_map(
     ax.set_xlim(0, row / div)
     ax.set_ylim(rows, 0)
     ax.set_xlabel(f"offset within row ({unit})")
-    ax.set_ylabel(f"row ({human(row)} each)")
+    ax.set_ylabel(f"row ({_short(row)} each)")
     step = max(1, rows // 8)
     ax.set_yticks([r + 0.45 for r in range(0, rows, step)])
-    ax.set_yticklabels([human(r * row) for r in range(0, rows, step)], fontsize="small")
+    ax.set_yticklabels([_short(r * row) for r in range(0, rows, step)], fontsize="small")
     s = snap.stats
     ax.set_title(
-        f"{title}\n{len(snap.blocks):,} blocks, {human(s['bytes_in_use'])} in use, "
+        f"{title}\n{len(snap.blocks):,} blocks, {_short(s['bytes_in_use'])} in use, "
         f"{len(snap.free_runs):,} free runs, fragmentation {s['external_fragmentation']:.1%}",
         fontsize="medium",
     )
@@ -306,15 +300,14 @@ def _draw_map(
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
 
 
-def human(n: int) -> str:
-    """Short byte counts for axis labels: ``2 MiB``, ``1.5 GiB``."""
-    div, unit = 1.0, "B"
-    for d, name in ((1 << 30, "GiB"), (MIB, "MiB"), (1 << 10, "KiB")):
-        if n >= d:
-            div, unit = float(d), name
-            break
-    value = n / div
-    return f"{value:g} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+def _axis_unit(n: float) -> tuple[int, str]:
+    """The unit of an axis that reaches ``n`` bytes (ticks of at least 4 units)."""
+    return byte_unit(n, at_least=4)
+
+
+def _short(n: int) -> str:
+    """Byte counts for labels: ``2 MiB``, ``1.5 GiB``."""
+    return format_bytes(n, short=True)
 
 
 def _check_color_by(color_by: str) -> None:
@@ -374,7 +367,7 @@ def plot_plan(
     buffers = solution.problem.buffers
     if not buffers:
         raise InvalidArgumentError("the solution has no buffers to plot")
-    div, unit = _unit(max(solution.arena_size, 1))
+    div, unit = _axis_unit(max(solution.arena_size, 1))
     verts = []
     for b in buffers:
         lo = solution.offsets[b.id] / div
@@ -397,8 +390,8 @@ def plot_plan(
     name = solution.problem.name or "plan"
     ax.set_title(
         title
-        or f"{name}: {len(buffers)} buffers, arena {human(solution.arena_size)} "
-        f"(lower bound {human(solution.lower_bound)}, gap {solution.gap:.1%}, "
-        f"no reuse {human(solution.naive_size)})"
+        or f"{name}: {len(buffers)} buffers, arena {_short(solution.arena_size)} "
+        f"(lower bound {_short(solution.lower_bound)}, gap {solution.gap:.1%}, "
+        f"no reuse {_short(solution.naive_size)})"
     )
     return _save(fig, path)

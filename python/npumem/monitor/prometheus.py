@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from npumem.errors import ArgumentTypeError, InvalidArgumentError
-from npumem.monitor.errors import MissingDependencyError
+from npumem.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError
 
 if TYPE_CHECKING:
     from npumem import Pool, PoolStats

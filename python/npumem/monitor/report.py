@@ -15,22 +15,14 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from npumem.sizes import format_bytes
+
 if TYPE_CHECKING:
     from npumem import PoolStats
     from npumem.monitor.sampler import Alert, Sample
     from npumem.monitor.snapshot import Snapshot
 
-__all__ = ["human_bytes", "render_report", "report_text", "stats_dict"]
-
-
-def human_bytes(n: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``; bytes below 1 KiB as they are."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+__all__ = ["render_report", "report_text", "stats_dict"]
 
 
 def stats_dict(stats: PoolStats | Mapping[str, Any]) -> dict[str, Any]:
@@ -59,29 +51,29 @@ def _stats_table(s: Mapping[str, Any], title: str) -> Table:
     usable = s.get("usable_capacity", s.get("capacity", 0))
     peak = s["peak_bytes_in_use"]
     rows: list[tuple[str, str, str]] = [
-        ("capacity", human_bytes(s["capacity"]), f"{s['capacity']:,} B"),
-        ("usable", human_bytes(usable), f"{usable:,} B"),
-        ("bytes in use", human_bytes(s["bytes_in_use"]), _pct(s["bytes_in_use"], usable)),
-        ("bytes free", human_bytes(s["bytes_free"]), _pct(s["bytes_free"], usable)),
+        ("capacity", format_bytes(s["capacity"]), f"{s['capacity']:,} B"),
+        ("usable", format_bytes(usable), f"{usable:,} B"),
+        ("bytes in use", format_bytes(s["bytes_in_use"]), _pct(s["bytes_in_use"], usable)),
+        ("bytes free", format_bytes(s["bytes_free"]), _pct(s["bytes_free"], usable)),
         *(
             [
                 (
                     "cached in slabs",
-                    human_bytes(s["slab_cached_bytes"]),
+                    format_bytes(s["slab_cached_bytes"]),
                     _pct(s["slab_cached_bytes"], usable),
                 )
             ]
             if "slab_cached_bytes" in s
             else []
         ),
-        ("peak bytes in use", human_bytes(peak), _pct(peak, usable)),
+        ("peak bytes in use", format_bytes(peak), _pct(peak, usable)),
     ]
     if "requested_bytes_in_use" in s:
         waste = s["bytes_in_use"] - s["requested_bytes_in_use"]
-        rows.append(("rounding waste", human_bytes(waste), _pct(waste, s["bytes_in_use"])))
+        rows.append(("rounding waste", format_bytes(waste), _pct(waste, s["bytes_in_use"])))
     largest = s["largest_free_block"]
     rows += [
-        ("largest free block", human_bytes(s["largest_free_block"]), f"{largest:,} B"),
+        ("largest free block", format_bytes(s["largest_free_block"]), f"{largest:,} B"),
         ("external fragmentation", f"{s['external_fragmentation']:.1%}", "1 - largest / free"),
         ("live blocks", f"{s.get('blocks_in_use', 0):,}", ""),
         ("allocations", f"{s.get('alloc_count', 0):,}", ""),
@@ -120,8 +112,8 @@ def _per_core_table(per_core: Sequence[Mapping[str, Any]]) -> Table:
         t.add_row(
             str(c["core"]),
             f"{c['chunks']:,}",
-            human_bytes(c["bytes_in_use"]),
-            human_bytes(c["bytes_free"]),
+            format_bytes(c["bytes_in_use"]),
+            format_bytes(c["bytes_free"]),
             f"{c['alloc_count']:,}",
             f"{c['free_count']:,}",
             f"{c['overflow_allocs']:,}",
@@ -145,11 +137,11 @@ def _per_class_table(entries: Sequence[Any]) -> Table:
 
 def _free_runs_table(snap: Snapshot, top: int) -> Table:
     free = snap.bytes_free
-    t = _table(f"Largest free runs ({len(snap.free_runs):,} runs, {human_bytes(free)} free)")
+    t = _table(f"Largest free runs ({len(snap.free_runs):,} runs, {format_bytes(free)} free)")
     for col in ("#", "offset", "length", "of free"):
         t.add_column(col, justify="right")
     for i, r in enumerate(snap.largest_free_runs(top), 1):
-        t.add_row(str(i), f"{r.offset:#x}", human_bytes(r.length), _pct(r.length, free))
+        t.add_row(str(i), f"{r.offset:#x}", format_bytes(r.length), _pct(r.length, free))
     return t
 
 
@@ -160,13 +152,13 @@ def _by_tag_table(snap: Snapshot, top: int) -> Table:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     groups = list(snap.bytes_by("tag").items())
     for tag, (n, b) in groups[:top]:
-        t.add_row(tag, f"{n:,}", human_bytes(b), _pct(b, used))
+        t.add_row(tag, f"{n:,}", format_bytes(b), _pct(b, used))
     if len(groups) > top:
         rest = groups[top:]
         t.add_row(
             f"({len(rest)} more)",
             f"{sum(n for _, (n, _) in rest):,}",
-            human_bytes(sum(b for _, (_, b) in rest)),
+            format_bytes(sum(b for _, (_, b) in rest)),
             _pct(sum(b for _, (_, b) in rest), used),
         )
     return t
@@ -218,10 +210,10 @@ def render_report(
             console.print(_by_tag_table(snapshot, top))
         if snapshot.slab_cached:
             n = sum(e.length for e in snapshot.slab_cached)
-            console.print(f"cached in slabs (free objects of a size class): {human_bytes(n)}")
+            console.print(f"cached in slabs (free objects of a size class): {format_bytes(n)}")
         if snapshot.untracked:
             n = sum(e.length for e in snapshot.untracked)
-            console.print(f"untracked allocated bytes (raw API): {human_bytes(n)}")
+            console.print(f"untracked allocated bytes (raw API): {format_bytes(n)}")
     if s.get("per_core"):
         console.print(_per_core_table(s["per_core"]))
     classes = s.get("size_classes")

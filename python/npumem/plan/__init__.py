@@ -10,14 +10,9 @@ See ``docs/planner.md`` for the formats and the algorithms.
 
 from __future__ import annotations
 
+from npumem.errors import MissingDependencyError
 from npumem.plan.bounds import lower_bound
-from npumem.plan.errors import (
-    GraphError,
-    MissingDependencyError,
-    PlanError,
-    PlanValidationError,
-    ProblemFormatError,
-)
+from npumem.plan.errors import GraphError, PlanError, PlanValidationError, ProblemFormatError
 from npumem.plan.graph import Graph, Op, Tensor
 from npumem.plan.greedy import GREEDY_RULES, best_greedy, run_rule
 from npumem.plan.problem import Alias, Buffer, Problem

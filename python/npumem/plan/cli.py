@@ -11,47 +11,22 @@ arguments or unreadable input.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from npumem.plan.errors import PlanError
+from npumem._argtypes import byte_count
+from npumem.errors import MissingDependencyError
+from npumem.exit_status import ExitStatus
+from npumem.fileio import read_json_object
+from npumem.plan.errors import PlanError, ProblemFormatError
 from npumem.plan.graph import Graph
 from npumem.plan.problem import Problem
 from npumem.plan.search import Progress, solve
 from npumem.plan.solution import INFEASIBLE, NOT_MET, Solution
 
-__all__ = ["add_parser", "load_problem", "parse_bytes", "run"]
-
-EXIT_OK = 0
-EXIT_NOT_MET = 1
-EXIT_USAGE = 2
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gib": 1 << 30,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-}
-
-
-def parse_bytes(text: str) -> int:
-    """A byte count: ``1048576``, ``1MiB``, ``512K`` (binary), ``2MB`` (decimal)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a byte count (examples: 1048576, 1MiB, 512K, 2MB)"
-        )
-    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+__all__ = ["add_parser", "load_problem", "run"]
 
 
 def _non_negative_float(text: str) -> float:
@@ -111,13 +86,10 @@ def load_problem(
         )
         return problem
     else:
-        try:
-            obj: Any = json.loads(path.read_text(encoding="utf-8-sig"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            # Let the format readers produce their precise message.
-            problem = Problem.from_json(path)
-            raise AssertionError("unreachable") from exc
-        if isinstance(obj, dict) and "ops" in obj:
+        obj = read_json_object(
+            path, error=ProblemFormatError, expected="a JSON object (a problem or a graph)"
+        )
+        if "ops" in obj:
             graph = Graph.from_json(obj)
             graph.name = graph.name or path.stem
             return Problem.from_graph(
@@ -152,9 +124,9 @@ def run(args: argparse.Namespace) -> int:
             alignment=args.alignment,
             include_weights=args.include_weights,
         )
-    except (PlanError, ValueError) as exc:
+    except (PlanError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plan: error: {exc}", markup=False)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
 
     show_progress = not args.quiet and err.is_terminal
     status_line = err.status("searching...") if show_progress else None
@@ -187,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
             err.print(
                 f"npumem plan: error: cannot write {args.output}: {exc.strerror}", markup=False
             )
-            return EXIT_USAGE
+            return ExitStatus.USAGE
     if not args.quiet:
         s = solution.stats
         lines = [
@@ -220,8 +192,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{solution.arena_size:,} bytes",
                 markup=False,
             )
-        return EXIT_NOT_MET
-    return EXIT_OK
+        return ExitStatus.NOT_MET
+    return ExitStatus.OK
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -241,9 +213,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--capacity",
-        type=parse_bytes,
+        type=byte_count,
         metavar="N",
-        help="stop at the first packing within N bytes (1048576, 1MiB, ...); exit 1 if none",
+        help="stop at the first packing within N bytes (1048576, 64MiB, 1.5GiB, ...); "
+        "exit 1 if none",
     )
     parser.add_argument(
         "--time-limit",
@@ -262,7 +235,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--alignment",
-        type=parse_bytes,
+        type=byte_count,
         metavar="N",
         help="minimum alignment of every buffer (graphs and ONNX: default 64)",
     )

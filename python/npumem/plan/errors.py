@@ -2,12 +2,13 @@
 
 Every planner error derives from :class:`npumem.errors.NpumemError` through :class:`PlanError`.
 Errors about input (a file, a graph, a problem given in code) also derive from ``ValueError``, so
-``except ValueError`` keeps working for callers who do not know npumem's hierarchy.
+``except ValueError`` keeps working for callers who do not know npumem's hierarchy. A missing
+extra raises :class:`npumem.errors.MissingDependencyError` (named here too).
 """
 
 from __future__ import annotations
 
-from npumem.errors import NpumemError
+from npumem.errors import MissingDependencyError, NpumemError
 
 __all__ = [
     "GraphError",
@@ -37,7 +38,3 @@ class GraphError(ProblemFormatError):
 class PlanValidationError(PlanError, ValueError):
     """A solution breaks a rule: an unplaced or misaligned buffer, two live buffers sharing bytes,
     a fixed offset moved, or an arena above the capacity."""
-
-
-class MissingDependencyError(PlanError, ImportError):
-    """An optional dependency is not installed (the message names the extra to install)."""

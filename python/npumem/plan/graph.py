@@ -1,4 +1,4 @@
-"""Tensor lifetimes from a graph: ops in execution order and the tensors they read and write.
+"""Graphs: ops in execution order and the tensors they read and write.
 
 The graph format is ours and small (see ``docs/planner.md``)::
 
@@ -17,28 +17,11 @@ The graph format is ours and small (see ``docs/planner.md``)::
       ]
     }
 
-Rules (op ``i`` runs at time step ``i``; a buffer is live on ``[lower, upper)``):
-
-* a tensor written by op ``p`` and last read by op ``r`` is live on ``[p, r + 1)``; one nobody reads
-  on ``[p, p + 1)``. An op's inputs and outputs are live together, so they never share memory
-  unless the op is in place.
-* graph inputs are live from step 0; graph outputs until the end (``len(ops)``).
-* weights (``"weight": true``) are static: not planned, unless ``include_weights`` (then live
-  over the whole run).
-* a view (``"view_of": base``, optional ``"view_offset"`` in bytes) owns no memory: it lives in
-  its base, and every use of the view extends the base's life.
-* an in-place op (``"inplace": {output: input}``) may write ``output`` into ``input``'s memory. It
-  does so when this op is the input's last use (counting its views and earlier in-place
-  outputs), the input is not a graph input, output or weight, and the output fits; otherwise the
-  output gets its own buffer.
-* ops listed out of order are put in a dependency order (stable); a cycle, a tensor nobody
-  declares, writes twice or produces before it is read, is a :class:`GraphError`.
+:mod:`npumem.plan.lifetimes` turns a graph into the buffers to plan.
 """
 
 from __future__ import annotations
 
-import heapq
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.errors import GraphError
-from npumem.plan.problem import Alias, Buffer, Problem
 
-__all__ = ["DTYPE_SIZES", "Graph", "Op", "Tensor", "lifetimes"]
+__all__ = ["DTYPE_SIZES", "Graph", "Op", "Tensor"]
 
 DTYPE_SIZES: dict[str, int] = {
     "float64": 8,
@@ -139,18 +122,9 @@ class Graph:
         if isinstance(source, Mapping):
             return cls._from_obj(source, "<graph>")
         path = Path(source)
-        try:
-            obj = json.loads(path.read_text(encoding="utf-8-sig"))
-        except OSError as exc:
-            raise GraphError(f"{path}: cannot read the file ({exc.strerror})") from exc
-        except UnicodeDecodeError as exc:
-            raise GraphError(f"{path}: not a UTF-8 text file ({exc.reason})") from exc
-        except json.JSONDecodeError as exc:
-            raise GraphError(
-                f"{path}, line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg})"
-            ) from exc
-        if not isinstance(obj, Mapping):
-            raise GraphError(f"{path}: expected a JSON object with 'tensors' and 'ops'")
+        obj = read_json_object(
+            path, error=GraphError, expected="a JSON object with 'tensors' and 'ops'"
+        )
         return cls._from_obj(obj, str(path))
 
     @classmethod
@@ -286,228 +260,12 @@ class Graph:
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """The graph as JSON text (written to ``path`` when given)."""
-        text = json.dumps(self.to_json_obj(), indent=1) + "\n"
+        text = json_text(self.to_json_obj(), indent=1)
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            write_text(path, text)
         return text
 
     @property
     def activation_bytes(self) -> int:
         """Bytes of every non-weight tensor that owns memory (no reuse at all)."""
         return sum(t.size for t in self.tensors.values() if not t.weight and t.view_of is None)
-
-
-def _check_and_order(graph: Graph) -> list[Op]:
-    """Check references, then return the ops in a dependency order (the given one if valid)."""
-    tensors = graph.tensors
-    producer: dict[str, int] = {}
-    op_names: set[str] = set()
-    for i, op in enumerate(graph.ops):
-        if op.name in op_names:
-            raise GraphError(f"op name {op.name!r} is used twice")
-        op_names.add(op.name)
-        for t in op.inputs + op.outputs:
-            if t not in tensors:
-                raise GraphError(f"op {op.name!r} refers to unknown tensor {t!r}")
-        for t in op.outputs:
-            if t in producer:
-                raise GraphError(
-                    f"tensor {t!r} is written by op {graph.ops[producer[t]].name!r} and by "
-                    f"op {op.name!r}"
-                )
-            if tensors[t].weight:
-                raise GraphError(f"op {op.name!r} writes weight {t!r}")
-            producer[t] = i
-        for out, src in op.inplace.items():
-            if out not in op.outputs or src not in op.inputs:
-                raise GraphError(
-                    f"op {op.name!r}: in-place pair {out!r} <- {src!r} must map one of its "
-                    "outputs to one of its inputs"
-                )
-    for t in graph.inputs + graph.outputs:
-        if t not in tensors:
-            raise GraphError(f"graph input or output {t!r} is not a declared tensor")
-    for t in graph.inputs:
-        if t in producer:
-            raise GraphError(
-                f"graph input {t!r} is also written by op {graph.ops[producer[t]].name!r}"
-            )
-    available = set(graph.inputs) | {n for n, t in tensors.items() if t.weight}
-    for op in graph.ops:
-        for t in op.inputs:
-            if t not in producer and t not in available:
-                raise GraphError(
-                    f"tensor {t!r} is read by op {op.name!r} but is not a graph input or a "
-                    "weight and no op writes it"
-                )
-    for t in graph.outputs:
-        if t not in producer and t not in available:
-            raise GraphError(f"graph output {t!r} is never written")
-    # Views: the base must exist, chains must end.
-    for tensor in tensors.values():
-        seen = [tensor.name]
-        cur = tensor
-        while cur.view_of is not None:
-            if cur.view_of not in tensors:
-                raise GraphError(f"tensor {cur.name!r} is a view of unknown tensor {cur.view_of!r}")
-            if cur.view_of in seen:
-                raise GraphError(f"views form a cycle: {' -> '.join([*seen, cur.view_of])}")
-            seen.append(cur.view_of)
-            cur = tensors[cur.view_of]
-    # Stable topological order (Kahn, smallest listed index first).
-    deps: list[set[int]] = []
-    for op in graph.ops:
-        needed = set()
-        for t in op.inputs:
-            if t in producer:
-                needed.add(producer[t])
-            base = tensors[t].view_of
-            while base is not None:
-                if base in producer:
-                    needed.add(producer[base])
-                base = tensors[base].view_of
-        deps.append(needed)
-    users: list[list[int]] = [[] for _ in graph.ops]
-    indegree = [0] * len(graph.ops)
-    for i, needed in enumerate(deps):
-        for j in needed:
-            if j == i:
-                raise GraphError(f"op {graph.ops[i].name!r} reads its own output (a cycle)")
-            users[j].append(i)
-            indegree[i] += 1
-    ready = [i for i, d in enumerate(indegree) if d == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            indegree[u] -= 1
-            if indegree[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) < len(graph.ops):
-        stuck = {i for i, d in enumerate(indegree) if d > 0}
-        # Walk dependencies inside the stuck set until an op repeats: that is a cycle.
-        path: list[int] = []
-        i = min(stuck)
-        while i not in path:
-            path.append(i)
-            i = min(j for j in deps[i] if j in stuck)
-        cycle = [*path[path.index(i) :], i]
-        raise GraphError(
-            "the graph has a cycle: " + " -> ".join(repr(graph.ops[j].name) for j in cycle)
-        )
-    return [graph.ops[i] for i in order]
-
-
-def lifetimes(
-    graph: Graph,
-    *,
-    include_weights: bool = False,
-    include_inputs: bool = True,
-    include_outputs: bool = True,
-    alignment: int = 1,
-) -> Problem:
-    """The planning problem of ``graph`` (see the module docstring for the rules).
-
-    One buffer per tensor that owns memory; views and in-place outputs become
-    :class:`~npumem.plan.problem.Alias` entries of the problem. Tensors of 0 bytes are left out.
-    ``alignment`` raises every buffer's alignment to at least that.
-    """
-    ops = _check_and_order(graph)
-    tensors = graph.tensors
-    n = len(ops)
-    end = max(n, 1)
-    outputs = set(graph.outputs)
-    inputs = set(graph.inputs)
-
-    def root(name: str) -> tuple[str, int]:
-        offset = 0
-        t = tensors[name]
-        while t.view_of is not None:
-            offset += t.view_offset
-            t = tensors[t.view_of]
-        return t.name, offset
-
-    for tensor in tensors.values():
-        if tensor.view_of is not None:
-            base, offset = root(tensor.name)
-            if offset < 0 or offset + tensor.size > tensors[base].size:
-                raise GraphError(
-                    f"view {tensor.name!r} ({tensor.size} bytes at offset {offset}) does not "
-                    f"fit in {base!r} ({tensors[base].size} bytes)"
-                )
-
-    # Group: the memory owner of each tensor (itself, a view base, or an in-place input), with
-    # the byte offset inside it.
-    group: dict[str, tuple[str, int]] = {name: root(name) for name in tensors}
-    born: dict[str, int] = {}
-    last: dict[str, int] = {}
-
-    def use(name: str, step: int) -> None:
-        last[name] = max(last.get(name, step), step)
-
-    for step, op in enumerate(ops):
-        for t in op.inputs:
-            use(t, step)
-        for t in op.outputs:
-            born.setdefault(t, step)
-            use(t, step)
-            if tensors[t].view_of is not None:
-                use(root(t)[0], step)
-    for t in outputs:
-        use(t, end - 1)  # live until the last op has run
-    for t in inputs:
-        born[t] = 0
-
-    members: dict[str, list[str]] = {}
-    for name, (g, _) in group.items():
-        members.setdefault(g, []).append(name)
-
-    def group_last(owner: str) -> int:
-        return max(last.get(m, born.get(m, 0)) for m in members[owner])
-
-    for step, op in enumerate(ops):
-        for out, src in op.inplace.items():
-            owner, offset = group[src]
-            out_t = tensors[out]
-            if out_t.view_of is not None or out not in members or owner == out:
-                continue  # a view already lives in its base
-            owner_t = tensors[owner]
-            if (
-                owner_t.weight
-                or owner in inputs
-                or any(m in outputs or m in inputs for m in members[owner])
-                or group_last(owner) > step
-                or offset + out_t.size > owner_t.size
-                or (out in outputs and not include_outputs)
-            ):
-                continue
-            # The output and the views living in it move into the input's memory.
-            for m in members.pop(out):
-                group[m] = (owner, offset + group[m][1])
-                members[owner].append(m)
-
-    buffers: list[Buffer] = []
-    aliases: list[Alias] = []
-    for owner, names in members.items():
-        owned = tensors[owner]
-        if owned.size == 0:
-            continue
-        if owned.weight and not include_weights:
-            continue
-        if owner in inputs and not include_inputs:
-            continue
-        if not include_outputs and all(m in outputs for m in names if tensors[m].size):
-            continue
-        if owned.weight:
-            lower, upper = 0, end
-        else:
-            lower = min(born.get(m, 0) for m in names)
-            upper = group_last(owner) + 1
-        buffers.append(Buffer(owner, lower, upper, owned.size, max(owned.alignment, alignment)))
-        for m in names:
-            if m != owner and tensors[m].size:
-                aliases.append(Alias(m, owner, group[m][1], tensors[m].size))
-    buffers.sort(key=lambda b: (b.lower, b.id))
-    return Problem(buffers, aliases=aliases, name=graph.name)

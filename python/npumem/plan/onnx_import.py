@@ -21,7 +21,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from npumem.plan.errors import GraphError, MissingDependencyError
+from npumem.errors import MissingDependencyError
+from npumem.plan.errors import GraphError
 from npumem.plan.graph import Graph, Op, Tensor
 
 __all__ = ["INPLACE_OPS", "VIEW_OPS", "graph_from_onnx"]

@@ -12,15 +12,17 @@ from __future__ import annotations
 import csv
 import heapq
 import io
-import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from npumem.fileio import json_text, read_json_object, write_text
+from npumem.plan.buffers import Alias, Buffer
 from npumem.plan.errors import ProblemFormatError
+from npumem.plan.lifetimes import lifetimes
+from npumem.plan.onnx_import import graph_from_onnx
 
 if TYPE_CHECKING:
     from npumem.plan.graph import Graph
@@ -29,39 +31,6 @@ __all__ = ["Alias", "Buffer", "Problem"]
 
 REQUIRED_COLUMNS = ("id", "lower", "upper", "size")
 OPTIONAL_COLUMNS = ("alignment", "offset")
-
-
-@dataclass(frozen=True, slots=True)
-class Buffer:
-    """One buffer to place: live on ``[lower, upper)``, ``size`` bytes, at an offset that is a
-    multiple of ``alignment``; ``offset`` pins it (``None``: the planner chooses)."""
-
-    id: str
-    lower: int
-    upper: int
-    size: int
-    alignment: int = 1
-    offset: int | None = None
-
-    @property
-    def lifetime(self) -> int:
-        """Number of time steps the buffer is live."""
-        return self.upper - self.lower
-
-    def overlaps(self, other: Buffer) -> bool:
-        """Whether the two live ranges share a time step."""
-        return self.lower < other.upper and other.lower < self.upper
-
-
-@dataclass(frozen=True, slots=True)
-class Alias:
-    """A tensor that owns no memory: it lives inside buffer ``base`` at byte ``offset`` (a view,
-    or the output of an in-place op that reuses its input's memory)."""
-
-    name: str
-    base: str
-    offset: int
-    size: int
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -371,7 +340,7 @@ class Problem:
             writer.writerow(row)
         text = out.getvalue()
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            write_text(path, text)
         return text
 
     # ----------------------------------------------------------------------------------------
@@ -390,20 +359,9 @@ class Problem:
         if isinstance(source, Mapping):
             return cls._from_obj(source, "<json>", name)
         path = Path(source)
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except OSError as exc:
-            raise ProblemFormatError(f"{path}: cannot read the file ({exc.strerror})") from exc
-        except UnicodeDecodeError as exc:
-            raise ProblemFormatError(f"{path}: not a UTF-8 text file ({exc.reason})") from exc
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ProblemFormatError(
-                f"{path}, line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg})"
-            ) from exc
-        if not isinstance(obj, Mapping):
-            raise ProblemFormatError(f"{path}: expected a JSON object with a 'buffers' list")
+        obj = read_json_object(
+            path, error=ProblemFormatError, expected="a JSON object with a 'buffers' list"
+        )
         return cls._from_obj(obj, str(path), name, default_name=path.stem)
 
     @classmethod
@@ -505,9 +463,9 @@ class Problem:
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """The problem as JSON text (written to ``path`` when given)."""
-        text = json.dumps(self.to_json_obj(), indent=1) + "\n"
+        text = json_text(self.to_json_obj(), indent=1)
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            write_text(path, text)
         return text
 
     # ----------------------------------------------------------------------------------------
@@ -523,16 +481,15 @@ class Problem:
         include_outputs: bool = True,
         alignment: int = 1,
     ) -> Problem:
-        """Lifetimes of a graph's tensors (see :mod:`npumem.plan.graph` for the rules)."""
-        from npumem.plan.graph import lifetimes
-
-        return lifetimes(
+        """Lifetimes of a graph's tensors (see :mod:`npumem.plan.lifetimes` for the rules)."""
+        buffers, aliases = lifetimes(
             graph,
             include_weights=include_weights,
             include_inputs=include_inputs,
             include_outputs=include_outputs,
             alignment=alignment,
         )
+        return cls(buffers, aliases=aliases, name=graph.name)
 
     @classmethod
     def from_onnx(
@@ -550,8 +507,6 @@ class Problem:
         Shapes come from ONNX shape inference; symbolic dimensions are bound by ``dims``
         (``{"batch": 1, "seq": 128}``). Needs the ``onnx`` extra: ``pip install npumem[onnx]``.
         """
-        from npumem.plan.onnx_import import graph_from_onnx
-
         graph = graph_from_onnx(model, dims=dims)
         return cls.from_graph(
             graph,

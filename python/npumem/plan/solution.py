@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
+from npumem.fileio import json_text, write_text
 from npumem.plan.errors import PlanError, PlanValidationError
 from npumem.plan.problem import Problem
 
@@ -241,7 +240,7 @@ class Solution:
             writer.writerow(row)
         text = out.getvalue()
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            write_text(path, text)
         return text
 
     def to_json_obj(self) -> dict[str, Any]:
@@ -267,9 +266,9 @@ class Solution:
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """The solution as JSON text (written to ``path`` when given)."""
-        text = json.dumps(self.to_json_obj(), indent=1) + "\n"
+        text = json_text(self.to_json_obj(), indent=1)
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            write_text(path, text)
         return text
 
     def to_c_header(
@@ -305,7 +304,7 @@ class Solution:
         lines += ["};", "", f"#endif /* {macro}_H */", ""]
         text = "\n".join(lines)
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            write_text(path, text)
         return text
 
     def bind(self, block: BlockLike) -> dict[str, int]:

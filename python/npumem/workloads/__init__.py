@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from npumem.workloads.demo import DemoResult, default_capacity, run_demo, write_outputs
 from npumem.workloads.replay import ReplayResult, replay_trace
-from npumem.workloads.service import Compactor
+from npumem.workloads.service import SupportsCompact
 
 __all__ = [
-    "Compactor",
     "DemoResult",
     "ReplayResult",
+    "SupportsCompact",
     "default_capacity",
     "replay_trace",
     "run_demo",

@@ -23,26 +23,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import npumem
-from npumem._argtypes import at_least_one, non_negative
-from npumem.monitor.report import human_bytes, render_report
+from npumem._argtypes import at_least_one, non_negative, positive_byte_count
+from npumem.compaction import Compactor, Policy
+from npumem.exit_status import ExitStatus
+from npumem.monitor.report import render_report
 from npumem.monitor.sampler import Alert
-from npumem.plan.cli import parse_bytes
-from npumem.workloads.service import Compactor
+from npumem.sizes import format_bytes
 
 __all__ = ["add_parsers", "run_demo_command", "run_replay_command"]
 
-EXIT_OK = 0
-EXIT_NOT_MET = 1
-EXIT_USAGE = 2
 QUICK_REQUESTS = 1_000
 DEFAULT_REQUESTS = 60_000
-
-
-def _positive_bytes(text: str) -> int:
-    value = parse_bytes(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
-    return value
 
 
 def _progress(console: Console, description: str) -> Progress:
@@ -69,13 +60,10 @@ def _alerts(alerts: list[Alert]) -> str:
 
 
 def _compactor(pool: npumem.Pool) -> Compactor:
-    """The demo's compactor (issue 5): compacts when an allocation fails although enough bytes
-    are free (attached to the pool) and when the monitor's fragmentation alert fires (the
-    default 30% threshold), never more often than once a second."""
-    from npumem.compaction import Compactor as PoolCompactor
-    from npumem.compaction import Policy
-
-    return PoolCompactor(pool, policy=Policy(min_interval=1.0)).attach()
+    """The demo's compactor: compacts when an allocation fails although enough bytes are free
+    (attached to the pool) and when the monitor's fragmentation alert fires (the default 30%
+    threshold), never more often than once a second."""
+    return Compactor(pool, policy=Policy(min_interval=1.0)).attach()
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
@@ -90,12 +78,12 @@ def run_demo_command(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.exists() and not output.is_dir():
         err.print(f"npumem demo: error: --output {output} exists and is not a folder", markup=False)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         err.print(f"npumem demo: error: cannot make {output}: {exc.strerror}", markup=False)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     pictures = importlib.util.find_spec("matplotlib") is not None
     alerts = logging.getLogger("npumem.monitor")
     handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
@@ -110,19 +98,19 @@ def run_demo_command(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 interval=0.05 if args.quick else 0.1,
                 trace=args.trace,
-                compactor=_compactor,  # compaction (issue 5)
+                compactor=_compactor,
                 on_request=lambda: progress.advance(task),
             )
         except npumem.NpumemError as exc:
             err.print(f"npumem demo: error: {exc}", markup=False)
-            return EXIT_USAGE
+            return ExitStatus.USAGE
         finally:
             alerts.removeHandler(handler)
     try:
         files = write_outputs(result, output, pictures=pictures)
     except OSError as exc:
         err.print(f"npumem demo: error: cannot write to {output}: {exc}", markup=False)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
 
     t = Table(title="npumem demo: an inference service in miniature", title_justify="left")
     t.add_column("figure")
@@ -131,14 +119,17 @@ def run_demo_command(args: argparse.Namespace) -> int:
     compactions = f"{result.compactions:,}" if result.compactor else "0 (no compactor)"
     rows = [
         ("workers / core pools", f"{result.workers} / {os.cpu_count() or 1}"),
-        ("arena", f"{human_bytes(result.capacity)} (host memory)"),
+        ("arena", f"{format_bytes(result.capacity)} (host memory)"),
         ("requests served", f"{result.requests_served:,} of {result.requests:,}"),
         ("  by model", served),
         ("requests rejected", f"{result.rejected:,}"),
         ("allocations", f"{result.allocations:,} ({result.frees:,} frees)"),
         ("allocations / s", f"{result.allocations_per_second:,.0f}"),
         ("serving time", f"{result.seconds:.2f} s"),
-        ("peak bytes in use", f"{human_bytes(result.peak_bytes_in_use)} ({result.peak_usage:.1%})"),
+        (
+            "peak bytes in use",
+            f"{format_bytes(result.peak_bytes_in_use)} ({result.peak_usage:.1%})",
+        ),
         ("peak fragmentation (sampled)", f"{result.peak_fragmentation:.1%}"),
         ("fragmentation at the end", f"{result.final_fragmentation:.1%}"),
         ("failed allocations", f"{result.failed_allocations:,} (target 0)"),
@@ -170,8 +161,8 @@ def run_demo_command(args: argparse.Namespace) -> int:
             f"{result.rejected} rejected request(s)",
             markup=False,
         )
-        return EXIT_NOT_MET
-    return EXIT_OK
+        return ExitStatus.NOT_MET
+    return ExitStatus.OK
 
 
 # ----- replay --------------------------------------------------------------------------------
@@ -179,26 +170,25 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 def run_replay_command(args: argparse.Namespace) -> int:
     """Run ``npumem replay`` with parsed arguments; returns the exit status."""
-    from npumem.monitor._files import file_kind, read_json
     from npumem.monitor.errors import MonitorError
-    from npumem.monitor.trace import Trace
+    from npumem.monitor.saved_file import load_saved_file
+    from npumem.monitor.snapshot import Snapshot
     from npumem.workloads.replay import replay_trace
 
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        obj = read_json(args.trace)
-        if file_kind(obj, args.trace) != "trace":
+        trace = load_saved_file(args.trace)
+        if isinstance(trace, Snapshot):
             err.print(
                 f"npumem replay: error: {args.trace} is a snapshot, not a trace "
                 "(see `npumem report`)",
                 markup=False,
             )
-            return EXIT_USAGE
-        trace = Trace.from_json_obj(obj, where=args.trace)
+            return ExitStatus.USAGE
     except MonitorError as exc:
         err.print(f"npumem replay: error: {exc}", markup=False)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     overrides = {
         key: getattr(args, key)
         for key in (
@@ -222,7 +212,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
             )
         except npumem.NpumemError as exc:
             err.print(f"npumem replay: error: {exc}", markup=False)
-            return EXIT_USAGE
+            return ExitStatus.USAGE
     recorded = trace.stats_at_stop
     t = Table(title=f"npumem replay of {args.trace}", title_justify="left")
     t.add_column("figure")
@@ -232,7 +222,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
     changed = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as recorded"
     rows = [
         ("configuration", changed, ""),
-        ("capacity", human_bytes(cfg["capacity"]), human_bytes(trace.config["capacity"])),
+        ("capacity", format_bytes(cfg["capacity"]), format_bytes(trace.config["capacity"])),
         ("events", f"{r.events:,}", f"{r.events:,} ({trace.dropped:,} dropped)"),
         ("allocations", f"{r.allocations:,}", ""),
         ("frees", f"{r.frees:,}", f"{r.unmatched_frees:,} unmatched"),
@@ -241,8 +231,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
         ("recorded failures that succeed", f"{r.rescued:,}", ""),
         (
             "peak bytes in use",
-            human_bytes(r.peak_bytes_in_use),
-            human_bytes(recorded["peak_bytes_in_use"]) if "peak_bytes_in_use" in recorded else "",
+            format_bytes(r.peak_bytes_in_use),
+            format_bytes(recorded["peak_bytes_in_use"]) if "peak_bytes_in_use" in recorded else "",
         ),
         ("peak fragmentation (sampled)", f"{r.peak_fragmentation:.1%}", ""),
         ("fragmentation at the peak", f"{r.fragmentation_at_peak:.1%}", ""),
@@ -271,8 +261,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
             "fail with this configuration",
             markup=False,
         )
-        return EXIT_NOT_MET
-    return EXIT_OK
+        return ExitStatus.NOT_MET
+    return ExitStatus.OK
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -304,7 +294,7 @@ def add_parsers(subparsers: Any) -> None:
     )
     demo.add_argument(
         "--capacity",
-        type=_positive_bytes,
+        type=positive_byte_count,
         metavar="BYTES",
         help="arena size, e.g. 512MiB (default: 160 MiB + 128 MiB per worker)",
     )
@@ -333,15 +323,15 @@ def add_parsers(subparsers: Any) -> None:
         "1 some would fail, 2 bad arguments, an unreadable file or an invalid configuration.",
     )
     replay.add_argument("trace", metavar="TRACE", help="a trace JSON file")
-    replay.add_argument("--capacity", type=_positive_bytes, metavar="BYTES", help="arena size")
+    replay.add_argument("--capacity", type=positive_byte_count, metavar="BYTES", help="arena size")
     replay.add_argument("--cores", type=at_least_one, metavar="N", help="core pools")
     replay.add_argument(
-        "--chunk-size", type=_positive_bytes, metavar="BYTES", help="unit granted to cores"
+        "--chunk-size", type=positive_byte_count, metavar="BYTES", help="unit granted to cores"
     )
     replay.add_argument(
-        "--min-block", type=_positive_bytes, metavar="BYTES", help="smallest buddy block"
+        "--min-block", type=positive_byte_count, metavar="BYTES", help="smallest buddy block"
     )
-    replay.add_argument("--bank-size", type=_positive_bytes, metavar="BYTES", help="bank size")
+    replay.add_argument("--bank-size", type=positive_byte_count, metavar="BYTES", help="bank size")
     replay.add_argument(
         "--placement", choices=("best-fit", "first-fit"), help="how chunk runs are placed"
     )

@@ -9,7 +9,7 @@ when usage reaches a new high. At the end the pool is checked, the weights are f
 :func:`run_demo` returns the figures, the monitor's history and the snapshots; the command
 prints the report and writes the pictures.
 
-Compaction (issue 5) plugs in through the ``compactor`` argument: an object with a
+Compaction plugs in through the ``compactor`` argument: an object with a
 ``compact()`` method. The workers call it when an allocation fails (then retry once), and the
 monitor calls it when fragmentation passes its threshold (then a before/after snapshot pair is
 kept). Without one (the default) nothing is compacted and ``compactions`` is 0.
@@ -27,7 +27,7 @@ from pathlib import Path
 import npumem
 from npumem.monitor import Alert, Monitor, Sample, Snapshot, Thresholds, Trace, TraceRecorder
 from npumem.workloads.models import Model, build_models
-from npumem.workloads.service import Compactor, Service, make_requests
+from npumem.workloads.service import Service, SupportsCompact, make_requests
 
 __all__ = ["DemoResult", "default_capacity", "run_demo", "write_outputs"]
 
@@ -102,7 +102,7 @@ def run_demo(
     seed: int = 0,
     interval: float = 0.1,
     trace: bool = False,
-    compactor: Compactor | Callable[[npumem.Pool], Compactor] | None = None,
+    compactor: SupportsCompact | Callable[[npumem.Pool], SupportsCompact] | None = None,
     on_request: Callable[[], object] | None = None,
 ) -> DemoResult:
     """Serve ``requests`` requests with ``workers`` threads (default: one per CPU) on a pool of
@@ -121,9 +121,9 @@ def run_demo(
     capacity = capacity if capacity is not None else default_capacity(workers)
     models = build_models()
     pool = npumem.Pool(capacity, name="demo")
-    compact_with: Compactor | None = None
+    compact_with: SupportsCompact | None = None
     if compactor is not None:
-        compact_with = compactor if isinstance(compactor, Compactor) else compactor(pool)
+        compact_with = compactor if isinstance(compactor, SupportsCompact) else compactor(pool)
     recorder = TraceRecorder(pool, capacity=1 << 18) if trace else None
     if recorder is not None:
         recorder.start()  # before the weights: the trace then replays from an empty pool
@@ -155,7 +155,7 @@ def run_demo(
                     peak[:] = [snap.with_label("at the highest usage sampled")]
 
     def on_alert(alert: Alert) -> None:
-        # Integration point of the compaction policy (issue 5): compact when fragmentation
+        # Integration point of the compaction policy: compact when fragmentation
         # passes its threshold, keeping the first before/after pair for the pictures.
         if compact_with is not None and alert.kind == "fragmentation" and alert.firing:
             before = pool.snapshot().with_label("before compaction")
@@ -189,7 +189,7 @@ def run_demo(
     recorded = recorder.stop() if recorder is not None else None
     final = pool.stats()
     history = monitor.history
-    # compaction (issue 5): a compactor that counts its own compactions (those it ran for
+    # Compaction: a compactor that counts its own compactions (those it ran for
     # failed allocations inside pool.alloc too) gives the real figure.
     compactions = service.compactions + alert_compactions[0]
     compactions = getattr(compact_with, "compactions", compactions)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import npumem
-from npumem.monitor.trace import Trace
+from npumem.monitor.trace import EVENT_KINDS, Trace
 
 __all__ = ["ReplayResult", "replay_trace"]
 
@@ -124,7 +124,7 @@ def replay_trace(
     pool = npumem.Pool(cfg["capacity"], backing="none", name=f"replay-of-{trace.pool}", **kwargs)
     live: dict[int, npumem.Block] = {}
     dead: set[int] = set()
-    counts = dict.fromkeys(("alloc", "free", "move", "failed"), 0)
+    counts = dict.fromkeys(EVENT_KINDS, 0)
     failed = would_fail = rescued = unmatched = skipped = same = 0
     peak = 0
     peak_frag = frag_at_peak = 0.0

@@ -29,16 +29,16 @@ from typing import Protocol, runtime_checkable
 import npumem
 from npumem.workloads.models import TEXT_HIDDEN, TEXT_LAYERS, TEXT_VOCAB, Model
 
-__all__ = ["Compactor", "Request", "Service", "make_requests"]
+__all__ = ["Request", "Service", "SupportsCompact", "make_requests"]
 
 KV_BYTES_PER_TOKEN = 2 * TEXT_LAYERS * TEXT_HIDDEN * 2  # K and V, fp16, per sequence
 KV_GRANULE = 64  # tokens: KV caches are sized in multiples of this
 
 
 @runtime_checkable
-class Compactor(Protocol):
-    """What the demo needs of a compactor (``npumem.compaction.Compactor``, issue 5): one call
-    that defragments the pool and returns a report."""
+class SupportsCompact(Protocol):
+    """What the demo needs of a compactor (such as :class:`npumem.compaction.Compactor`): one
+    call that defragments the pool and returns a report."""
 
     def compact(self) -> object:
         """Defragment the pool now."""
@@ -112,7 +112,7 @@ class Service:
         seed: int = 0,
         max_sessions: int = 3,
         max_retries: int = 200,
-        compactor: Compactor | None = None,
+        compactor: SupportsCompact | None = None,
         on_request: Callable[[], object] | None = None,
     ) -> None:
         self.pool = pool
@@ -252,7 +252,7 @@ class Service:
         except npumem.OutOfMemoryError:
             if self.compactor is None:
                 raise _Retry() from None
-        # Integration point of the compaction policy (issue 5): compact, then try once more.
+        # Integration point of the compaction policy: compact, then try once more.
         self.compactor.compact()
         tally.compactions += 1
         try:

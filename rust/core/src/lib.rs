@@ -78,7 +78,7 @@ pub use handle::Handle;
 pub use pool::{BlockInfo, Pool};
 #[cfg(not(loom))]
 pub use relocate::{
-    StepReport, CompactionMode, CompactionPlan, Move, Mover, PauseToken, PlannedMove, MovedBlocks, Transfer,
+    CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PauseToken, PlannedMove, StepReport, Transfer,
 };
 #[cfg(not(loom))]
 pub use snapshot::{Extent, Snapshot};

@@ -206,7 +206,11 @@ fn a_run_slides_over_its_own_source_and_blocks_swap_through_a_bounce_buffer() {
     let token = p.pause(WAIT).unwrap();
     // Slide the run down one chunk (overlapping its own source); swap a and b (a cycle).
     let done = p
-        .move_blocks(&token, &[Move { handle: run, to: 0 }, Move { handle: a, to: ob }, Move { handle: b, to: oa }], None)
+        .move_blocks(
+            &token,
+            &[Move { handle: run, to: 0 }, Move { handle: a, to: ob }, Move { handle: b, to: oa }],
+            None,
+        )
         .unwrap();
     assert_eq!(done.bounced, 1, "the swap needs one bounce");
     p.check().unwrap();

@@ -1,0 +1,112 @@
+"""npumem's files on disk: one JSON reader, one JSON writer, atomic writes.
+
+Every file is UTF-8. The reader also accepts a byte-order mark (editors on Windows add one); the
+writers never write one. The reader returns a JSON object or raises the caller's error type with
+one line that starts with the file and says what is wrong (missing, a directory, not UTF-8, not
+JSON with the line and column, nested too deeply, not an object), never a traceback from inside
+the ``json`` module. Writers replace the file atomically: a reader sees the old file or the new
+one, and a failed write leaves no partial file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from npumem.errors import InvalidArgumentError
+
+__all__ = ["json_text", "read_json_object", "write_bytes", "write_json", "write_text"]
+
+ENCODING = "utf-8"
+"""The encoding of every file npumem writes."""
+
+_READ_ENCODING = "utf-8-sig"  # UTF-8, with or without a byte-order mark
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def read_json_object(
+    path: str | os.PathLike[str],
+    *,
+    error: Callable[[str], Exception] = InvalidArgumentError,
+    expected: str = "a JSON object",
+) -> dict[str, Any]:
+    """The JSON object in the file at ``path``.
+
+    Anything else raises ``error(message)``: the message starts with the path and names the
+    problem; ``expected`` describes the wanted object in it (``"a JSON object with a 'buffers'
+    list"``). ``NaN`` and ``Infinity``, which are not JSON, are refused too.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding=_READ_ENCODING)
+    except FileNotFoundError:
+        raise error(f"{p}: cannot read the file (no such file)") from None
+    except IsADirectoryError:
+        raise error(f"{p}: cannot read the file (it is a directory, not a file)") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{p}: not a UTF-8 text file ({exc.reason})") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot read the file ({exc.strerror or exc})") from None
+    try:
+        obj = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise error(f"{p}, line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise error(f"{p}: not readable JSON (nested too deeply)") from None
+    except ValueError as exc:  # NaN or Infinity, an integer with too many digits
+        raise error(f"{p}: not readable JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        found = "null" if obj is None else type(obj).__name__
+        raise error(f"{p}: expected {expected}, found {found}")
+    return obj
+
+
+def json_text(obj: Mapping[str, Any], *, indent: int | None = None) -> str:
+    """``obj`` as JSON text ending in a newline: compact, or ``indent`` spaces per level.
+
+    Floats that are not finite are refused (``ValueError``): they have no JSON form.
+    """
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(obj, indent=indent, separators=separators, allow_nan=False) + "\n"
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically and return the path (see
+    :func:`write_bytes`)."""
+    return write_bytes(path, text.encode(ENCODING))
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically and return the path.
+
+    The bytes go to a temporary file next to ``path`` that then replaces it, so readers never
+    see half a file and a failed write leaves any old file as it was.
+    """
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # os.open with 0o666 lets the umask pick the mode, as for any new file.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def write_json(
+    path: str | os.PathLike[str], obj: Mapping[str, Any], *, indent: int | None = None
+) -> Path:
+    """Write ``obj`` as JSON (:func:`json_text`) to ``path`` atomically; returns the path."""
+    return write_text(path, json_text(obj, indent=indent))

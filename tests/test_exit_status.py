@@ -1,0 +1,75 @@
+"""Exit statuses: one definition (npumem.exit_status) used by every subcommand; sizes with
+decimals and units wherever a subcommand takes one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from npumem.cli import build_parser, main
+from npumem.exit_status import ExitStatus
+
+PACKAGE = Path(__file__).resolve().parents[1] / "python" / "npumem"
+DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
+
+
+def test_values() -> None:
+    assert (ExitStatus.OK, ExitStatus.NOT_MET, ExitStatus.USAGE) == (0, 1, 2)
+    assert all(isinstance(status, int) for status in ExitStatus)
+
+
+def test_exit_statuses_are_defined_once() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                assert not [n for n in names if n.startswith("EXIT_")], f"{path}: {names}"
+
+
+def test_plan_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = str(DATA / "input.12.csv")
+    assert main(["plan", src, "-q", "--capacity", "12B"]) is ExitStatus.OK
+    assert (
+        main(["plan", src, "-q", "--capacity", "11", "--time-limit", "0.2"]) is ExitStatus.NOT_MET
+    )
+    assert main(["plan", str(tmp_path / "missing.csv")]) is ExitStatus.USAGE
+    bad = tmp_path / "bad.json"
+    bad.write_text("[" * 100_000)
+    assert main(["plan", str(bad)]) is ExitStatus.USAGE
+    assert "bad.json: not readable JSON (nested too deeply)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value"),
+    [
+        (["plan", "in.csv", "--capacity", "1.5GiB"], "capacity", 3 << 29),
+        (["plan", "in.csv", "--alignment", "0.5KiB"], "alignment", 512),
+        (["demo", "--capacity", "1.5GiB"], "capacity", 3 << 29),
+        (["demo", "--capacity", "2 GB"], "capacity", 2_000_000_000),
+        (["replay", "t.json", "--capacity", "1.5GiB"], "capacity", 3 << 29),
+        (["replay", "t.json", "--chunk-size", "1e6"], "chunk_size", 1_000_000),
+        (["replay", "t.json", "--min-block", "0.25KiB"], "min_block", 256),
+        (["replay", "t.json", "--bank-size", "64k"], "bank_size", 64 << 10),
+    ],
+)
+def test_every_size_option_takes_units_and_decimals(argv: list[str], dest: str, value: int) -> None:
+    assert getattr(build_parser().parse_args(argv), dest) == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["plan", "in.csv", "--capacity=-1GiB"], "is not a byte count: it is negative"),
+        (["demo", "--capacity", "0.3KiB"], "not a whole number"),
+        (["replay", "t.json", "--capacity", "nan"], "must be a finite number"),
+    ],
+)
+def test_bad_sizes_exit_usage(
+    argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    assert info.value.code == ExitStatus.USAGE
+    assert text in capsys.readouterr().err
