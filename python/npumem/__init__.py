@@ -17,6 +17,7 @@ monitoring and the ``npumem`` command.
 
 from __future__ import annotations
 
+from npumem import kv
 from npumem._core import Block, CoreStats, Pool, PoolStats, SizeClassStats, __version__
 from npumem.errors import (
     ArgumentTypeError,
@@ -54,4 +55,5 @@ __all__ = [
     "RequestTooLargeError",
     "SizeClassStats",
     "__version__",
+    "kv",
 ]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from npumem._core import PagedKV, Pool
-from npumem.errors import InvalidArgumentError
+from npumem.errors import InvalidArgumentError, MissingDependencyError
 from npumem.kv.sizing import KVShape
 from npumem.kv.stats import KVStats
 
@@ -82,8 +82,12 @@ class KVCache(PagedKV):
 
     def block_table(self, seq_id: int) -> npt.NDArray[np.int64]:
         """The pool offset of each page of ``seq_id``, in order, as a read-only numpy int64
-        array. Offsets are read at the call: after a compaction, ask again."""
-        import numpy as np
+        array. Offsets are read at the call: after a compaction, ask again. Needs numpy
+        (``pip install npumem[kv]``)."""
+        try:
+            import numpy as np
+        except ImportError as exc:  # pragma: no cover - exercised only without numpy
+            raise MissingDependencyError("block_table needs numpy: pip install npumem[kv]") from exc
 
         return np.frombuffer(self._block_table_bytes(seq_id), dtype=np.int64)
 

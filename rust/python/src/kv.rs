@@ -22,6 +22,9 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use crate::errors::{error, Kind};
 use crate::pool::Pool;
 
+/// Retries after `on_evict` calls that freed no page of an on-demand cache, before giving up.
+const MAX_IDLE_EVICTIONS: u32 = 8;
+
 /// Where the pages are.
 enum Pages {
     /// Every page inside one block of the pool: page `i` at `offset(block) + i * page_bytes`.
@@ -415,6 +418,7 @@ impl PagedKV {
         mut op: impl FnMut(&mut PageTable, &mut Source<'_, '_>, bool) -> Result<T, KvError<PyErr>>,
     ) -> PyResult<T> {
         let mut retry = false;
+        let mut idle = 0;
         loop {
             let (err, pages_needed, in_use) = {
                 let mut guard = self.lock(py)?;
@@ -437,8 +441,13 @@ impl PagedKV {
             retry = true;
             let mut state = self.lock(py)?;
             state.evictions += 1;
-            if state.table.counts().pages_in_use >= in_use && matches!(state.pages, Pages::Reserved { .. }) {
-                return Err(err); // the callback freed nothing
+            if state.table.counts().pages_in_use >= in_use {
+                // The callback freed no page of the cache. Pages on demand may have found room
+                // elsewhere in the pool (a compaction): a few such tries, then give up.
+                idle += 1;
+                if matches!(state.pages, Pages::Reserved { .. }) || idle > MAX_IDLE_EVICTIONS {
+                    return Err(err);
+                }
             }
         }
     }
@@ -896,8 +905,14 @@ impl PagedKV {
 
     /// Whether the cache is closed.
     #[getter]
-    fn closed(&self) -> bool {
-        self.state.lock().map(|s| s.closed).unwrap_or(true)
+    fn closed(&self, py: Python<'_>) -> bool {
+        loop {
+            match self.state.try_lock() {
+                Ok(state) => return state.closed,
+                Err(TryLockError::Poisoned(p)) => return p.into_inner().closed,
+                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.state.lock())),
+            }
+        }
     }
 
     /// Called as `on_evict(pages_needed)` when pages run out; a true result retries the call.
