@@ -40,9 +40,7 @@ def run(capacity: int, low: int, high: int, seed: int) -> dict[str, float]:
     after = pool.stats()
     bank = pool.bank_size
     slack = sum(
-        -b["block_bytes"] % bank
-        for b in pool.blocks()
-        if bank < b["block_bytes"] <= pool.chunk_size // 2
+        -b.block_bytes % bank for b in pool.blocks() if bank < b.block_bytes <= pool.chunk_size // 2
     )
     return {
         "before": before.external_fragmentation,

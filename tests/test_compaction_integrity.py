@@ -84,9 +84,7 @@ def test_full_compaction_of_odd_sizes_leaves_only_the_bank_slack_and_the_last_ch
     after = pool.stats()
     bank = pool.bank_size
     slack = sum(
-        -b["block_bytes"] % bank
-        for b in pool.blocks()
-        if bank < b["block_bytes"] <= pool.chunk_size // 2
+        -b.block_bytes % bank for b in pool.blocks() if bank < b.block_bytes <= pool.chunk_size // 2
     )
     outside = after.bytes_free - after.largest_free_block
     assert outside <= slack + pool.chunk_size, (outside, slack)
@@ -170,8 +168,8 @@ def test_evacuating_a_chunk_empties_it_and_keeps_every_byte() -> None:
     chunk = kept[0][0].offset // pool.chunk_size
     with pool.pause() as pause:
         done = pool.compact_step(pause, "evacuate", chunks=[chunk])
-    assert done["blocks"] > 0
-    assert all(b["offset"] // pool.chunk_size != chunk for b in pool.blocks())
+    assert done.blocks > 0
+    assert all(b.offset // pool.chunk_size != chunk for b in pool.blocks())
     for blk, ident in kept:
         assert intact(blk, ident)
     pool.check()

@@ -268,7 +268,7 @@ def test_block_tables_follow_compaction(capacity: int | None) -> None:
     assert len(set(table.tolist())) == len(table)
     for i in range(c.num_pages(0)):
         assert c.read_page(0, i) == bytes([i]) * c.page_bytes
-    assert {b["offset"] for b in pool.blocks() if b["tag"] == "kv"} >= (
+    assert {b.offset for b in pool.blocks() if b.tag == "kv"} >= (
         set(table.tolist()) if capacity is None else {int(table.min())}
     )
 

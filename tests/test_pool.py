@@ -107,10 +107,10 @@ def test_blocks_lists_live_blocks_with_tags() -> None:
     a = pool.alloc(100, tag="a")
     b = pool.alloc(3 * MIB)
     listed = pool.blocks()
-    assert [d["offset"] for d in listed] == sorted([a.offset, b.offset])
-    by_offset = {d["offset"]: d for d in listed}
-    assert by_offset[a.offset]["tag"] == "a" and by_offset[b.offset]["tag"] is None
-    assert by_offset[b.offset]["block_bytes"] == 4 * MIB
+    assert [d.offset for d in listed] == sorted([a.offset, b.offset])
+    by_offset = {d.offset: d for d in listed}
+    assert by_offset[a.offset].tag == "a" and by_offset[b.offset].tag is None
+    assert by_offset[b.offset].block_bytes == 4 * MIB
 
 
 def test_alignment_and_banks_for_every_size() -> None:

@@ -21,7 +21,7 @@ MIB = 1 << 20
 def test_pool_trace_api() -> None:
     pool = npumem.Pool(8 * MIB, cores=1, name="tr")
     assert pool.trace_drain() == []
-    assert pool.trace_status() == {
+    assert pool.trace_status().as_dict() == {
         "enabled": False,
         "capacity": 0,
         "recorded": 0,
@@ -50,8 +50,8 @@ def test_pool_trace_api() -> None:
     assert (free.offset, free.handle, free.tag) == (offset, handle, "act")
     assert alloc.time_ns <= failed.time_ns <= free.time_ns
     st = pool.trace_status()
-    assert (st["enabled"], st["recorded"], st["drained"], st["dropped"]) == (False, 3, 3, 0)
-    assert st["capacity"] >= 100
+    assert (st.enabled, st.recorded, st.drained, st.dropped) == (False, 3, 3, 0)
+    assert st.capacity >= 100
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_bad_trace_capacity(capacity: object, error: type, text: str) -> None:
     pool = npumem.Pool(8 * MIB, cores=1)
     with pytest.raises(error, match=text):
         pool.trace_start(capacity)  # type: ignore[arg-type]
-    assert not pool.trace_status()["enabled"]
+    assert not pool.trace_status().enabled
     with pytest.raises(error, match=text):
         TraceRecorder(pool, capacity=capacity).start()  # type: ignore[arg-type]
 

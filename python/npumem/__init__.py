@@ -17,8 +17,17 @@ monitoring and the ``npumem`` command.
 
 from __future__ import annotations
 
-from npumem import kv
-from npumem._core import Block, CoreStats, Pool, PoolStats, SizeClassStats, __version__
+from npumem import _core, _views, kv
+from npumem._core import (
+    Block,
+    BlockInfo,
+    CoreStats,
+    Pool,
+    PoolStats,
+    SizeClassStats,
+    TraceStatus,
+    __version__,
+)
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -26,6 +35,7 @@ from npumem.errors import (
     DoubleFreeError,
     InvalidArgumentError,
     InvalidHandleError,
+    MissingDependencyError,
     MoveError,
     NoBackingError,
     NpumemError,
@@ -34,16 +44,22 @@ from npumem.errors import (
     PoolBusyError,
     RequestTooLargeError,
 )
+from npumem.sizes import format_bytes
+
+# Pool.snapshot() returns an npumem.monitor.Snapshot; typed results write bytes like the rest.
+_core.install_views(_views.snapshot_view, format_bytes)
 
 __all__ = [
     "ArgumentTypeError",
     "Block",
+    "BlockInfo",
     "ConfigError",
     "CoreStats",
     "CorruptionError",
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
+    "MissingDependencyError",
     "MoveError",
     "NoBackingError",
     "NpumemError",
@@ -54,6 +70,7 @@ __all__ = [
     "PoolStats",
     "RequestTooLargeError",
     "SizeClassStats",
+    "TraceStatus",
     "__version__",
     "kv",
 ]

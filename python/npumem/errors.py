@@ -2,13 +2,47 @@
 
 Every error npumem raises derives from :class:`NpumemError`. Most also derive from the built-in
 exception a Python user would reach for first (``MemoryError``, ``ValueError``, ``TypeError``), so
-``except MemoryError`` around an allocation keeps working.
+``except MemoryError`` around an allocation keeps working::
 
-The Rust extension (``npumem._core``) raises these very classes: its one error-mapping place
-imports them from here.
+    NpumemError(Exception)
+    ├── OutOfMemoryError(MemoryError)      no block of the size, although the request is valid;
+    │                                      attributes requested, bytes_free, largest_free_block
+    ├── InvalidArgumentError(ValueError)   an argument value the call cannot accept
+    │   ├── ArgumentTypeError(TypeError)   an argument of the wrong type
+    │   └── RequestTooLargeError           larger than the whole arena (also an OutOfMemoryError)
+    ├── InvalidHandleError(ValueError)     a freed, stale or foreign block handle
+    │   └── DoubleFreeError                a block freed twice
+    ├── PinnedBlockError(RuntimeError)     a pinned block cannot be freed or moved
+    ├── NoBackingError(BufferError)        ``backing="none"``: no host bytes to view
+    ├── PoolBusyError(TimeoutError)        the pool could not be paused in time, or a call
+    │                                      would wait for itself
+    ├── ConfigError(ValueError)            an invalid pool configuration
+    ├── CorruptionError                    inconsistent metadata (``Pool.check()``)
+    ├── MoveError(ValueError)              a batch of moves refused or undone; nothing moved
+    └── MissingDependencyError(ImportError) an optional extra (onnx, plot) is not installed
+
+A bad call leaves the pool exactly as it was. The classes are defined by the Rust extension,
+which raises them (``npumem.errors.X is npumem._core.X``); each has its own docstring.
+``MissingDependencyError`` is raised by the Python facade alone and is defined here.
 """
 
 from __future__ import annotations
+
+from npumem._core import (
+    ArgumentTypeError,
+    ConfigError,
+    CorruptionError,
+    DoubleFreeError,
+    InvalidArgumentError,
+    InvalidHandleError,
+    MoveError,
+    NoBackingError,
+    NpumemError,
+    OutOfMemoryError,
+    PinnedBlockError,
+    PoolBusyError,
+    RequestTooLargeError,
+)
 
 __all__ = [
     "ArgumentTypeError",
@@ -17,6 +51,7 @@ __all__ = [
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
+    "MissingDependencyError",
     "MoveError",
     "NoBackingError",
     "NpumemError",
@@ -25,86 +60,6 @@ __all__ = [
     "PoolBusyError",
     "RequestTooLargeError",
 ]
-
-
-class NpumemError(Exception):
-    """Base class of every error npumem raises."""
-
-
-class OutOfMemoryError(NpumemError, MemoryError):
-    """No block of the requested size could be found, although the request itself is valid.
-
-    The message gives the bytes asked, the bytes free and the largest free block. The numbers are
-    also attributes: ``requested``, ``bytes_free``, ``largest_free_block`` (``None`` when the error
-    was not raised by a pool).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        requested: int | None = None,
-        bytes_free: int | None = None,
-        largest_free_block: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.requested = requested
-        self.bytes_free = bytes_free
-        self.largest_free_block = largest_free_block
-
-
-class InvalidArgumentError(NpumemError, ValueError):
-    """An argument has a value the call cannot accept (a zero size, an alignment that is not a
-    power of two, ...). The pool is left exactly as it was."""
-
-
-class ArgumentTypeError(InvalidArgumentError, TypeError):
-    """An argument has the wrong type (a float where an int is needed, ...)."""
-
-
-class RequestTooLargeError(InvalidArgumentError, OutOfMemoryError):
-    """The request can never succeed: it is larger than the whole arena.
-
-    It is both misuse (``ValueError``) and a request for more memory than there is
-    (``MemoryError``), so either ``except`` clause catches it.
-    """
-
-
-class InvalidHandleError(NpumemError, ValueError):
-    """A block handle that is freed, stale, or belongs to another pool."""
-
-
-class DoubleFreeError(InvalidHandleError):
-    """A block was freed twice."""
-
-
-class PinnedBlockError(NpumemError, RuntimeError):
-    """The block is pinned (explicitly, or by a live buffer view) and cannot be freed or moved."""
-
-
-class NoBackingError(NpumemError, BufferError):
-    """The pool has no host memory behind it (``backing="none"``): its bytes live on the device,
-    so there is no buffer to view."""
-
-
-class PoolBusyError(NpumemError, TimeoutError):
-    """The pool could not be paused in time (an in-flight call or another pause did not
-    finish), or a call was made where it would wait for itself: from inside a compaction's mover,
-    or a second pause of the thread that holds one."""
-
-
-class ConfigError(NpumemError, ValueError):
-    """An invalid pool configuration. The message names the field and the rule it broke."""
-
-
-class CorruptionError(NpumemError):
-    """The pool's metadata is inconsistent (raised by ``Pool.check()``), with the details."""
-
-
-class MoveError(NpumemError, ValueError):
-    """A batch of block moves (compaction) was refused or undone: a destination outside the
-    arena, misaligned, not free or overlapping another one, moves that overwrite each other in a
-    cycle with no free space to bounce through, a pause that no longer holds the pool. Nothing
-    moved: the pool and every block are as they were."""
 
 
 class MissingDependencyError(NpumemError, ImportError):

@@ -14,7 +14,9 @@ This package decides when and how:
   a threshold; when an allocation fails although enough bytes are free, once ``attach()`` ed;
   never more often than an interval), respects a pause budget and calls pause and resume hooks;
 * :class:`CompactionReport` / :class:`StepReport` say what moved and how long the pool stopped;
-  :class:`CompactionPlan` what would move;
+  :class:`CompactionPlan` (of :class:`PlannedMove` s) what would move. ``StepReport``,
+  ``CompactionPlan`` and ``PlannedMove`` are the classes the Rust extension returns
+  (``Pool.compact_step``, ``Pool.plan_compaction``);
 * :mod:`npumem.compaction.movers`: the mover protocol for ``backing="none"`` pools and
   :class:`HostMirror`, a reference mover.
 
@@ -31,11 +33,11 @@ This package decides when and how:
 
 from __future__ import annotations
 
+from npumem._core import CompactionPlan, PlannedMove, StepReport
 from npumem.compaction.compactor import Compactor
 from npumem.compaction.movers import HostMirror, Mover, Transfer
-from npumem.compaction.plan import CompactionPlan, PlannedMove
 from npumem.compaction.policy import DEFAULT_THRESHOLD, MODES, Policy
-from npumem.compaction.report import CompactionReport, StepReport
+from npumem.compaction.report import CompactionReport
 
 __all__ = [
     "DEFAULT_THRESHOLD",

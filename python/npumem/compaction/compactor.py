@@ -17,13 +17,13 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import npumem
+from npumem._core import CompactionPlan, StepReport
 from npumem.compaction.movers import Mover
-from npumem.compaction.plan import CompactionPlan
-from npumem.compaction.policy import MODES, Policy
-from npumem.compaction.report import CompactionReport, StepReport
+from npumem.compaction.policy import Mode, Policy, check_mode
+from npumem.compaction.report import CompactionReport
 from npumem.errors import InvalidArgumentError
 
 __all__ = ["Compactor"]
@@ -99,7 +99,7 @@ class Compactor:
     # ----- compaction ----------------------------------------------------------------------
 
     def compact(
-        self, mode: str | None = None, *, max_bytes: int | None = None, reason: str = "manual"
+        self, mode: Mode | None = None, *, max_bytes: int | None = None, reason: str = "manual"
     ) -> CompactionReport:
         """Compact now. ``mode``: ``"full"`` (default: the policy's mode) stops the pool once:
         slab objects are packed, then every block above a boundary chunk is packed into the holes
@@ -108,9 +108,7 @@ class Compactor:
         boundary sparsest first, in steps of at most ``max_bytes`` of moves (default: the
         policy's), the pool stopped only during each step, until a step finds nothing to move.
         Returns the report (also kept in :attr:`reports`)."""
-        mode = self.policy.mode if mode is None else mode
-        if mode not in MODES:
-            raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+        checked = check_mode(self.policy.mode if mode is None else mode)
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
         ):
@@ -118,16 +116,16 @@ class Compactor:
         with self._lock:
             self._busy.active = True
             try:
-                return self._compact(mode, max_bytes, reason)
+                return self._compact(checked, max_bytes, reason)
             finally:
                 self._busy.active = False
 
-    def _compact(self, mode: str, max_bytes: int | None, reason: str) -> CompactionReport:
+    def _compact(self, mode: Mode, max_bytes: int | None, reason: str) -> CompactionReport:
         started = time.perf_counter()
         before = self.pool.stats()
         steps: list[StepReport] = []
         notes: list[str] = []
-        ran = mode
+        ran: Mode = mode
         if mode == "full" and self.pause_budget is not None:
             plan = self.plan("full")
             expected = plan.bytes / self._throughput
@@ -170,44 +168,32 @@ class Compactor:
         self.compactions += 1
         return report
 
-    def _step(self, mode: str, max_bytes: int | None) -> StepReport:
+    def _step(self, mode: Mode, max_bytes: int | None) -> StepReport:
         """One stop of the pool: hooks, pause, the Rust step, resume, hooks."""
         if self.on_pause is not None:
             self.on_pause()
         try:
             t0 = time.perf_counter()
             with self.pool.pause(self.pause_timeout) as pause:
-                done: dict[str, Any] = self.pool.compact_step(
-                    pause, mode, max_bytes=max_bytes, mover=self.mover
-                )
+                done = self.pool.compact_step(pause, mode, max_bytes=max_bytes, mover=self.mover)
             paused = time.perf_counter() - t0
         finally:
             if self.on_resume is not None:
                 self.on_resume()
-        if done["bytes"] >= 1 << 20 and done["moving_s"] > 0:
-            measured = done["bytes"] / done["moving_s"]
+        if done.bytes >= 1 << 20 and done.moving_seconds > 0:
+            measured = done.bytes / done.moving_seconds
             self._throughput = 0.5 * self._throughput + 0.5 * measured
         over = self.pause_budget is not None and paused > self.pause_budget
-        return StepReport(
-            blocks=done["blocks"],
-            bytes=done["bytes"],
-            chunks_freed=done["chunks_freed"],
-            pause_seconds=paused,
-            planning_seconds=done["planning_s"],
-            moving_seconds=done["moving_s"],
-            over_budget=over,
-        )
+        return done.with_pause(paused, over_budget=over)
 
-    def plan(self, mode: str = "full", *, max_bytes: int | None = None) -> CompactionPlan:
+    def plan(self, mode: Mode = "full", *, max_bytes: int | None = None) -> CompactionPlan:
         """What :meth:`compact` would move now (for ``"incremental"``: its first step), moving
         nothing; the pool is stopped only for the look."""
-        if mode not in MODES:
-            raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+        checked = check_mode(mode)
         limit = max_bytes if max_bytes is not None else self.policy.max_bytes
-        raw = self.pool.plan_compaction(
-            mode, max_bytes=limit if mode == "incremental" else None, mover=self.mover
+        return self.pool.plan_compaction(
+            checked, max_bytes=limit if checked == "incremental" else None, mover=self.mover
         )
-        return CompactionPlan.from_core(mode, raw)
 
     # ----- policies --------------------------------------------------------------------------
 

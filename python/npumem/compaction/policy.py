@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from npumem.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT_THRESHOLD", "MODES", "Policy"]
+__all__ = ["DEFAULT_THRESHOLD", "MODES", "Mode", "Policy", "check_mode"]
 
 #: Compact when ``external_fragmentation`` passes this (the seed articles' 30%).
 DEFAULT_THRESHOLD = 0.30
 
 #: The compaction modes: ``"full"`` (the pool stopped once, free space gathered in one run) and
 #: ``"incremental"`` (steps of at most ``max_bytes`` of moves, the pool stopped per step).
-MODES = ("full", "incremental")
+Mode = Literal["full", "incremental"]
+MODES: tuple[Mode, ...] = ("full", "incremental")
+
+
+def check_mode(mode: object) -> Mode:
+    """``mode`` if it is one of :data:`MODES`, else :class:`InvalidArgumentError`."""
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+    return mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +42,7 @@ class Policy:
     fragmentation_threshold: float | None = DEFAULT_THRESHOLD
     on_failure: bool = True
     min_interval: float = 1.0
-    mode: str = "full"
+    mode: Mode = "full"
     max_bytes: int = 64 << 20
     max_steps: int = 64
 
@@ -51,8 +60,7 @@ class Policy:
         number = not isinstance(i, bool) and isinstance(i, int | float)
         if not (number and math.isfinite(i) and i >= 0):
             raise InvalidArgumentError(f"min_interval must be a number of seconds >= 0, got {i!r}")
-        if self.mode not in MODES:
-            raise InvalidArgumentError(f"mode must be one of {MODES}, got {self.mode!r}")
+        check_mode(self.mode)
         for name in ("max_bytes", "max_steps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -1,37 +1,23 @@
-"""What a compaction did: per step and in total."""
+"""What a compaction did: per step (:class:`StepReport`, made by the Rust core) and in total
+(:class:`CompactionReport`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from npumem._core import StepReport
+from npumem.compaction.policy import Mode
 from npumem.sizes import format_bytes as human_bytes
 
 __all__ = ["CompactionReport", "StepReport"]
 
 
 @dataclass(frozen=True, slots=True)
-class StepReport:
-    """One stop of the pool: what moved and how long the pool was stopped.
-
-    ``pause_seconds`` runs from the pause (waiting for calls in flight included) to the resume;
-    ``planning_seconds`` and ``moving_seconds`` are the parts the Rust core measured.
-    """
-
-    blocks: int
-    bytes: int
-    chunks_freed: int
-    pause_seconds: float
-    planning_seconds: float
-    moving_seconds: float
-    over_budget: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class CompactionReport:
     """A compaction: its mode, why it ran, its steps, and the pool before and after."""
 
-    mode: str
+    mode: Mode
     reason: str
     steps: tuple[StepReport, ...]
     fragmentation_before: float
@@ -70,8 +56,8 @@ class CompactionReport:
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, the steps as dicts, plus the totals."""
-        d = asdict(self)
-        d["steps"] = [asdict(s) for s in self.steps]
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["steps"] = [s.as_dict() for s in self.steps]
         d["notes"] = list(self.notes)
         d.update(
             blocks_moved=self.blocks_moved,

@@ -20,6 +20,7 @@ from npumem.monitor.kv_pages import KVPages
 
 if TYPE_CHECKING:
     from npumem import Pool
+    from npumem._core import RawSnapshot
     from npumem.kv.cache import KVCache
 
 __all__ = ["BlockRecord", "Extent", "Snapshot", "load_snapshot", "pool_config"]
@@ -122,17 +123,23 @@ class Snapshot:
     kv: tuple[KVPages, ...] = field(default=())
 
     @classmethod
-    def _from_core(cls, pool: Pool, raw: Mapping[str, Any]) -> Snapshot:
-        """Build from what the extension collects (called by ``Pool.snapshot``)."""
+    def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
+        """Build from what the extension records (``Pool.snapshot()`` comes here through
+        :mod:`npumem._views`)."""
         return cls(
             pool=str(pool.name),
             config=pool_config(pool),
-            time_ns=int(raw["time_ns"]),
-            blocks=tuple(BlockRecord(*b) for b in raw["blocks"]),
-            free_runs=tuple(Extent(o, n) for o, n in raw["free_runs"]),
-            slab_cached=tuple(Extent(o, n) for o, n in raw["slab_cached"]),
-            untracked=tuple(Extent(o, n) for o, n in raw["untracked"]),
-            stats=raw["stats"].as_dict(),
+            time_ns=raw.time_ns,
+            blocks=tuple(
+                BlockRecord(
+                    b.offset, b.nbytes, b.block_bytes, b.align, b.core, b.tag, b.pins, b.handle
+                )
+                for b in raw.blocks
+            ),
+            free_runs=tuple(Extent(o, n) for o, n in raw.free_runs),
+            slab_cached=tuple(Extent(o, n) for o, n in raw.slab_cached),
+            untracked=tuple(Extent(o, n) for o, n in raw.untracked),
+            stats=raw.stats.as_dict(),
         )
 
     def with_label(self, label: str) -> Snapshot:

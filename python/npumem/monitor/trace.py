@@ -217,7 +217,7 @@ class TraceRecorder:
             events.sort(key=lambda e: e.time_ns)
         else:
             events.extend(TraceEvent._make(e) for e in raw)
-        self.trace.dropped = int(self.pool.trace_status()["dropped"])
+        self.trace.dropped = self.pool.trace_status().dropped
         return len(raw)
 
     def stop(self) -> Trace:

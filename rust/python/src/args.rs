@@ -1,10 +1,11 @@
 //! Checking Python arguments before they reach npumem-core: every refusal is a typed error that
 //! names the argument, what it got and what it needs.
 
+use npumem_core::{CompactionMode, MAX_TRACE_CAPACITY};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
-use crate::errors::{error, Kind};
+use crate::errors::{error, ErrorClass};
 
 /// The type name of `value`, for messages.
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
@@ -12,16 +13,16 @@ pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
 }
 
 /// An integer argument (a Python `int` or anything with `__index__`, but not a `bool`).
-pub(crate) fn integer(value: &Bound<'_, PyAny>, name: &str, kind: Kind) -> PyResult<i128> {
-    let refuse = || error(kind, format!("{name} must be an int, got {}", type_name(value)));
+pub(crate) fn integer(value: &Bound<'_, PyAny>, name: &str, class: ErrorClass) -> PyResult<i128> {
+    let refuse = || error(class, format!("{name} must be an int, got {}", type_name(value)));
     if value.is_instance_of::<PyBool>() {
         return Err(refuse());
     }
     if value.is_instance_of::<PyInt>() {
-        return value.extract::<i128>().map_err(|_| error(kind, format!("{name} is out of range")));
+        return value.extract::<i128>().map_err(|_| error(class, format!("{name} is out of range")));
     }
     let index = value.call_method0("__index__").map_err(|_| refuse())?;
-    index.extract::<i128>().map_err(|_| error(kind, format!("{name} is out of range")))
+    index.extract::<i128>().map_err(|_| error(class, format!("{name} is out of range")))
 }
 
 /// A size in bytes: an int > 0 (`capacity` is the pool's, for the "too large" message).
@@ -37,26 +38,26 @@ pub(crate) fn size_named(value: &Bound<'_, PyAny>, name: impl Fn() -> String, ca
         }
     }
     let name = name();
-    let n = match integer(value, &name, Kind::ArgumentType) {
+    let n = match integer(value, &name, ErrorClass::ArgumentType) {
         Ok(n) => n,
         // An int beyond i128: a value problem, not a type problem.
         Err(_) if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() => {
             if value.lt(0)? {
-                return Err(error(Kind::InvalidArgument, format!("{name} must be greater than 0, got {value}")));
+                return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {value}")));
             }
             return Err(error(
-                Kind::RequestTooLarge,
+                ErrorClass::RequestTooLarge,
                 format!("{name} = {value} can never be allocated: the pool's capacity is {capacity} bytes"),
             ));
         }
         Err(err) => return Err(err),
     };
     if n <= 0 {
-        return Err(error(Kind::InvalidArgument, format!("{name} must be greater than 0, got {n}")));
+        return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {n}")));
     }
     if n > capacity as i128 {
         return Err(error(
-            Kind::RequestTooLarge,
+            ErrorClass::RequestTooLarge,
             format!("{name} = {n} can never be allocated: the pool's capacity is {capacity} bytes"),
         ));
     }
@@ -68,12 +69,15 @@ pub(crate) fn alignment(value: Option<&Bound<'_, PyAny>>, capacity: usize) -> Py
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
-    let a = integer(value, "align", Kind::ArgumentType)?;
+    let a = integer(value, "align", ErrorClass::ArgumentType)?;
     if a <= 0 || (a & (a - 1)) != 0 {
-        return Err(error(Kind::InvalidArgument, format!("align must be a power of two, got {a}")));
+        return Err(error(ErrorClass::InvalidArgument, format!("align must be a power of two, got {a}")));
     }
     if a > capacity as i128 {
-        return Err(error(Kind::InvalidArgument, format!("align = {a} is larger than the arena ({capacity} bytes)")));
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            format!("align = {a} is larger than the arena ({capacity} bytes)"),
+        ));
     }
     Ok(Some(a as usize))
 }
@@ -86,15 +90,104 @@ pub(crate) fn tag<'py>(value: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Bou
     value
         .cast::<PyString>()
         .map(|s| Some(s.clone()))
-        .map_err(|_| error(Kind::ArgumentType, format!("tag must be a str or None, got {}", type_name(value))))
+        .map_err(|_| error(ErrorClass::ArgumentType, format!("tag must be a str or None, got {}", type_name(value))))
 }
 
 /// A configuration integer (a `ConfigError` names the field).
 pub(crate) fn config_int(value: &Bound<'_, PyAny>, field: &str) -> PyResult<usize> {
-    let n = integer(value, field, Kind::Config)?;
+    let n = integer(value, field, ErrorClass::Config)?;
     if n < 0 {
-        return Err(error(Kind::Config, format!("invalid pool configuration: {field} must not be negative, got {n}")));
+        return Err(error(
+            ErrorClass::Config,
+            format!("invalid pool configuration: {field} must not be negative, got {n}"),
+        ));
     }
     usize::try_from(n)
-        .map_err(|_| error(Kind::Config, format!("invalid pool configuration: {field} is too large ({n})")))
+        .map_err(|_| error(ErrorClass::Config, format!("invalid pool configuration: {field} is too large ({n})")))
+}
+
+/// How long `Pool.pause()` waits by default (seconds).
+const DEFAULT_PAUSE_TIMEOUT: f64 = 10.0;
+
+/// A pause timeout in seconds: a number >= 0 (at most an hour is used), or the default.
+pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    let Some(t) = value.filter(|t| !t.is_none()) else {
+        return Ok(DEFAULT_PAUSE_TIMEOUT);
+    };
+    let s: f64 = t.extract().map_err(|_| {
+        error(ErrorClass::ArgumentType, format!("timeout must be a number of seconds, got {}", type_name(t)))
+    })?;
+    if !(s.is_finite() && s >= 0.0) {
+        return Err(error(ErrorClass::InvalidArgument, format!("timeout must be >= 0 seconds, got {s}")));
+    }
+    Ok(s.min(3600.0))
+}
+
+/// Events a trace holds when `trace_start` is given no capacity.
+const DEFAULT_TRACE_CAPACITY: i128 = 65536;
+
+/// A trace capacity: between 1 and `MAX_TRACE_CAPACITY` events, or the default.
+pub(crate) fn trace_capacity(value: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+    let n = match value.filter(|c| !c.is_none()) {
+        Some(c) => integer(c, "capacity", ErrorClass::ArgumentType)?,
+        None => DEFAULT_TRACE_CAPACITY,
+    };
+    if n < 1 || n > MAX_TRACE_CAPACITY as i128 {
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            format!("capacity must be between 1 and {MAX_TRACE_CAPACITY} events, got {n}"),
+        ));
+    }
+    Ok(n as usize)
+}
+
+/// An optional callable (`what` names it in the error).
+pub(crate) fn callable(value: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<Py<PyAny>>> {
+    match value.filter(|m| !m.is_none()) {
+        Some(m) if m.is_callable() => Ok(Some(m.clone().unbind())),
+        Some(m) => Err(error(ErrorClass::ArgumentType, format!("{what} must be callable, got {}", type_name(m)))),
+        None => Ok(None),
+    }
+}
+
+/// The mode of a compaction: `"full"`, `"incremental"` (with `max_bytes`) or `"evacuate"`
+/// (with `chunks`).
+pub(crate) fn compaction_mode(
+    mode: &str,
+    max_bytes: Option<&Bound<'_, PyAny>>,
+    chunks: Option<&Bound<'_, PyAny>>,
+) -> PyResult<CompactionMode> {
+    match mode {
+        "full" => Ok(CompactionMode::Full),
+        "incremental" => {
+            let n = match max_bytes.filter(|m| !m.is_none()) {
+                Some(m) => integer(m, "max_bytes", ErrorClass::ArgumentType)?,
+                None => return Err(error(ErrorClass::InvalidArgument, "mode=\"incremental\" needs max_bytes")),
+            };
+            if n <= 0 {
+                return Err(error(ErrorClass::InvalidArgument, format!("max_bytes must be greater than 0, got {n}")));
+            }
+            Ok(CompactionMode::Incremental { max_bytes: usize::try_from(n).unwrap_or(usize::MAX) })
+        }
+        "evacuate" => {
+            let Some(list) = chunks.filter(|c| !c.is_none()) else {
+                return Err(error(ErrorClass::InvalidArgument, "mode=\"evacuate\" needs chunks"));
+            };
+            let items = list.try_iter().map_err(|_| {
+                error(ErrorClass::ArgumentType, format!("chunks must be an iterable of ints, got {}", type_name(list)))
+            })?;
+            let mut out = Vec::new();
+            for (i, item) in items.enumerate() {
+                let c = integer(&item?, &format!("chunks[{i}]"), ErrorClass::ArgumentType)?;
+                out.push(usize::try_from(c).map_err(|_| {
+                    error(ErrorClass::InvalidArgument, format!("chunks[{i}] must be a chunk index >= 0, got {c}"))
+                })?);
+            }
+            Ok(CompactionMode::Evacuate { chunks: out })
+        }
+        other => Err(error(
+            ErrorClass::InvalidArgument,
+            format!("mode must be \"full\", \"incremental\" or \"evacuate\", got {other:?}"),
+        )),
+    }
 }

@@ -7,9 +7,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::errors::{error, to_py, Kind};
+use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::without_gil;
-use crate::pool::Pool;
+use crate::pinned::{pin, Pinned};
+use crate::pool::state::Pool;
 
 /// One block of a pool. Its `offset` may change when the pool is compacted; the block stays
 /// valid until freed. A context manager that frees the block on exit.
@@ -32,7 +33,7 @@ impl Block {
     /// the item in the error.
     pub(crate) fn handle_in(&self, pool: &Pool, index: usize) -> PyResult<Handle> {
         if !std::ptr::eq(pool, self.pool.get()) {
-            return Err(error(Kind::InvalidHandle, format!("item {index} of the batch belongs to another pool")));
+            return Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch belongs to another pool")));
         }
         Ok(self.handle)
     }
@@ -40,7 +41,7 @@ impl Block {
     /// Free through `pool`, which must be the block's own.
     pub(crate) fn free_in(&self, py: Python<'_>, pool: &Pool) -> PyResult<()> {
         if !std::ptr::eq(pool, self.pool.get()) {
-            return Err(error(Kind::InvalidHandle, "the block belongs to another pool"));
+            return Err(error(ErrorClass::InvalidHandle, "the block belongs to another pool"));
         }
         let core = &pool.core;
         match core.try_free(self.handle) {
@@ -120,12 +121,10 @@ impl Block {
         slf
     }
 
-    // ----- compaction (issue 5): pins, in compaction.rs ------------------------------------
-
     /// Pin the block: a compaction never moves it (and it cannot be freed) until it is
     /// unpinned as many times. Returns the pins now.
     fn pin(&self, py: Python<'_>) -> PyResult<u32> {
-        crate::compaction::pin(py, &self.pool.get().core, self.handle)
+        pin(py, &self.pool.get().core, self.handle)
     }
 
     /// Remove a pin (`InvalidHandleError` without one). Returns the pins left.
@@ -134,12 +133,10 @@ impl Block {
     }
 
     /// A context manager that pins the block for the `with` block: `with blk.pinned(): ...`.
-    fn pinned(slf: &Bound<'_, Self>) -> crate::compaction::Pinned {
+    fn pinned(slf: &Bound<'_, Self>) -> Pinned {
         let this = slf.get();
-        crate::compaction::pinned(slf.clone().unbind(), this.pool.get().core.clone(), this.handle)
+        Pinned::new(slf.clone().into_any().unbind(), this.pool.get().core.clone(), this.handle)
     }
-
-    // ----- end of compaction ---------------------------------------------------------------
 
     /// Free the block on leaving the `with` statement (unless it was freed inside it).
     #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
@@ -163,11 +160,11 @@ impl Block {
         let core = &this.pool.get().core;
         if !core.has_backing() {
             return Err(error(
-                Kind::NoBacking,
+                ErrorClass::NoBacking,
                 "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device",
             ));
         }
-        crate::compaction::pin(slf.py(), core, this.handle)?;
+        pin(slf.py(), core, this.handle)?;
         let (ptr, len) = match core.host_ptr(this.handle) {
             Ok(found) => found,
             Err(err) => {

@@ -1,15 +1,24 @@
-//! The one place where errors become Python exceptions. The exception classes are defined in
-//! Python (`npumem.errors`, so they can have two bases, like `OutOfMemoryError(NpumemError,
-//! MemoryError)`) and imported once.
+//! The exception classes of npumem and the one place where errors become them.
+//!
+//! The classes are made once, when `npumem._core` is imported, by calling the built-in `type`
+//! with a tuple of bases: so `OutOfMemoryError` is both an `NpumemError` and a `MemoryError`,
+//! and `except MemoryError` around an allocation keeps working. `npumem.errors` re-exports them
+//! (`npumem.errors.X is npumem._core.X`).
 
 use npumem_core::{Error, HandleFault};
+use pyo3::exceptions::{
+    PyBaseException, PyBufferError, PyException, PyMemoryError, PyRuntimeError, PyTimeoutError, PyTypeError,
+    PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::PyTypeInfo;
 
-/// The exception classes of `npumem.errors`.
-#[derive(Clone, Copy)]
-pub(crate) enum Kind {
+/// The exception classes, in the order [`create`] makes them (bases before subclasses).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum ErrorClass {
+    Npumem,
     OutOfMemory,
     InvalidArgument,
     ArgumentType,
@@ -24,72 +33,228 @@ pub(crate) enum Kind {
     Move,
 }
 
-impl Kind {
-    fn name(self) -> &'static str {
+/// Every class, in creation order.
+const ALL: [ErrorClass; 13] = [
+    ErrorClass::Npumem,
+    ErrorClass::OutOfMemory,
+    ErrorClass::InvalidArgument,
+    ErrorClass::ArgumentType,
+    ErrorClass::RequestTooLarge,
+    ErrorClass::InvalidHandle,
+    ErrorClass::DoubleFree,
+    ErrorClass::PinnedBlock,
+    ErrorClass::NoBacking,
+    ErrorClass::PoolBusy,
+    ErrorClass::Config,
+    ErrorClass::Corruption,
+    ErrorClass::Move,
+];
+
+/// A base of an exception class: one of ours, or a built-in exception.
+enum Base {
+    Ours(ErrorClass),
+    Builtin(fn(Python<'_>) -> Bound<'_, PyType>),
+}
+
+fn builtin<T: PyTypeInfo>(py: Python<'_>) -> Bound<'_, PyType> {
+    T::type_object(py)
+}
+
+impl ErrorClass {
+    /// The class's name, its bases and its docstring.
+    fn spec(self) -> (&'static str, &'static [Base], &'static str) {
+        use ErrorClass::*;
         match self {
-            Kind::OutOfMemory => "OutOfMemoryError",
-            Kind::InvalidArgument => "InvalidArgumentError",
-            Kind::ArgumentType => "ArgumentTypeError",
-            Kind::RequestTooLarge => "RequestTooLargeError",
-            Kind::InvalidHandle => "InvalidHandleError",
-            Kind::DoubleFree => "DoubleFreeError",
-            Kind::PinnedBlock => "PinnedBlockError",
-            Kind::NoBacking => "NoBackingError",
-            Kind::PoolBusy => "PoolBusyError",
-            Kind::Config => "ConfigError",
-            Kind::Corruption => "CorruptionError",
-            Kind::Move => "MoveError",
+            Npumem => {
+                ("NpumemError", &[Base::Builtin(builtin::<PyException>)], "Base class of every error npumem raises.")
+            }
+            OutOfMemory => (
+                "OutOfMemoryError",
+                &[Base::Ours(Npumem), Base::Builtin(builtin::<PyMemoryError>)],
+                "No block of the requested size could be found, although the request itself is valid.\n\n\
+                 The message gives the bytes asked, the bytes free and the largest free block. The numbers\n\
+                 are also attributes: ``requested``, ``bytes_free``, ``largest_free_block`` (``None`` when\n\
+                 the error was not raised by a pool).",
+            ),
+            InvalidArgument => (
+                "InvalidArgumentError",
+                &[Base::Ours(Npumem), Base::Builtin(builtin::<PyValueError>)],
+                "An argument has a value the call cannot accept (a zero size, an alignment that is not a\n\
+                 power of two, ...). The pool is left exactly as it was.",
+            ),
+            ArgumentType => (
+                "ArgumentTypeError",
+                &[Base::Ours(InvalidArgument), Base::Builtin(builtin::<PyTypeError>)],
+                "An argument has the wrong type (a float where an int is needed, ...).",
+            ),
+            RequestTooLarge => (
+                "RequestTooLargeError",
+                &[Base::Ours(InvalidArgument), Base::Ours(OutOfMemory)],
+                "The request can never succeed: it is larger than the whole arena.\n\n\
+                 It is both misuse (``ValueError``) and a request for more memory than there is\n\
+                 (``MemoryError``), so either ``except`` clause catches it.",
+            ),
+            InvalidHandle => (
+                "InvalidHandleError",
+                &[Base::Ours(Npumem), Base::Builtin(builtin::<PyValueError>)],
+                "A block handle that is freed, stale, or belongs to another pool.",
+            ),
+            DoubleFree => ("DoubleFreeError", &[Base::Ours(InvalidHandle)], "A block was freed twice."),
+            PinnedBlock => (
+                "PinnedBlockError",
+                &[Base::Ours(Npumem), Base::Builtin(builtin::<PyRuntimeError>)],
+                "The block is pinned (explicitly, or by a live buffer view) and cannot be freed or moved.",
+            ),
+            NoBacking => (
+                "NoBackingError",
+                &[Base::Ours(Npumem), Base::Builtin(builtin::<PyBufferError>)],
+                "The pool has no host memory behind it (``backing=\"none\"``): its bytes live on the\n\
+                 device, so there is no buffer to view.",
+            ),
+            PoolBusy => (
+                "PoolBusyError",
+                &[Base::Ours(Npumem), Base::Builtin(builtin::<PyTimeoutError>)],
+                "The pool could not be paused in time (an in-flight call or another pause did not\n\
+                 finish), or a call was made where it would wait for itself: from inside a compaction's\n\
+                 mover, or a second pause of the thread that holds one.",
+            ),
+            Config => (
+                "ConfigError",
+                &[Base::Ours(Npumem), Base::Builtin(builtin::<PyValueError>)],
+                "An invalid pool configuration. The message names the field and the rule it broke.",
+            ),
+            Corruption => (
+                "CorruptionError",
+                &[Base::Ours(Npumem)],
+                "The pool's metadata is inconsistent (raised by ``Pool.check()``), with the details.",
+            ),
+            Move => (
+                "MoveError",
+                &[Base::Ours(Npumem), Base::Builtin(builtin::<PyValueError>)],
+                "A batch of block moves (compaction) was refused or undone: a destination outside the\n\
+                 arena, misaligned, not free or overlapping another one, moves that overwrite each other\n\
+                 in a cycle with no free space to bounce through, a pause that no longer holds the pool.\n\
+                 Nothing moved: the pool and every block are as they were.",
+            ),
         }
     }
 
-    fn class<'py>(self, py: Python<'py>) -> PyResult<&'py Bound<'py, PyType>> {
-        static CLASSES: [PyOnceLock<Py<PyType>>; 12] = [const { PyOnceLock::new() }; 12];
-        CLASSES[self as usize].import(py, "npumem.errors", self.name())
+    /// The class object (made on first use).
+    pub(crate) fn class(self, py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+        Ok(classes(py)?[self as usize].bind(py))
     }
 }
 
-/// A Python exception of `kind` with `message`.
-pub(crate) fn error(kind: Kind, message: impl Into<String>) -> PyErr {
+/// The module the classes say they belong to: the public one that re-exports them, as
+/// tracebacks and pickles name them.
+const PUBLIC_MODULE: &str = "npumem.errors";
+
+static CLASSES: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
+
+fn classes(py: Python<'_>) -> PyResult<&Vec<Py<PyType>>> {
+    CLASSES.get_or_try_init(py, || create(py))
+}
+
+/// Make every class, bases first.
+fn create(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
+    let mut made: Vec<Py<PyType>> = Vec::with_capacity(ALL.len());
+    for class in ALL {
+        debug_assert_eq!(made.len(), class as usize);
+        let (name, bases, doc) = class.spec();
+        let bases = bases
+            .iter()
+            .map(|base| match base {
+                Base::Ours(ours) => made[*ours as usize].bind(py).clone(),
+                Base::Builtin(of) => of(py),
+            })
+            .collect::<Vec<_>>();
+        let namespace = PyDict::new(py);
+        namespace.set_item("__doc__", doc)?;
+        namespace.set_item("__module__", PUBLIC_MODULE)?;
+        if class == ErrorClass::OutOfMemory {
+            // A method made of a Rust function: `partialmethod` binds it like a Python one.
+            let init = wrap_pyfunction!(out_of_memory_init, py)?;
+            namespace.set_item("__init__", py.import("functools")?.getattr("partialmethod")?.call1((init,))?)?;
+        }
+        let made_class = PyType::type_object(py).call1((name, PyTuple::new(py, bases)?, namespace))?;
+        made.push(made_class.cast_into::<PyType>()?.unbind());
+    }
+    Ok(made)
+}
+
+/// `OutOfMemoryError.__init__`: the message, and the figures as attributes.
+#[pyfunction]
+#[pyo3(
+    signature = (this, message, requested = None, bytes_free = None, largest_free_block = None),
+    text_signature = "(self, message, requested=None, bytes_free=None, largest_free_block=None)"
+)]
+fn out_of_memory_init(
+    this: &Bound<'_, PyAny>,
+    message: &Bound<'_, PyAny>,
+    requested: Option<&Bound<'_, PyAny>>,
+    bytes_free: Option<&Bound<'_, PyAny>>,
+    largest_free_block: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    PyBaseException::type_object(this.py()).getattr("__init__")?.call1((this, message))?;
+    this.setattr("requested", requested)?;
+    this.setattr("bytes_free", bytes_free)?;
+    this.setattr("largest_free_block", largest_free_block)?;
+    Ok(())
+}
+
+/// Add every exception class to the module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    for class in ALL {
+        m.add(class.spec().0, class.class(m.py())?)?;
+    }
+    Ok(())
+}
+
+/// A Python exception of `class` with `message`.
+pub(crate) fn error(class: ErrorClass, message: impl Into<String>) -> PyErr {
     let message = message.into();
-    Python::attach(|py| match kind.class(py).and_then(|cls| cls.call1((message.clone(),))) {
+    Python::attach(|py| match class.class(py).and_then(|cls| cls.call1((message,))) {
         Ok(instance) => PyErr::from_value(instance),
-        Err(import_failed) => import_failed,
+        Err(failed) => failed,
     })
 }
 
 /// A planner search input the core refused (`InvalidArgumentError`).
-pub(crate) fn packing(err: npumem_core::packing::PackingError) -> PyErr {
-    error(Kind::InvalidArgument, err.0)
+pub(crate) fn plan_search(err: npumem_core::packing::PackingError) -> PyErr {
+    error(ErrorClass::InvalidArgument, err.0)
 }
 
 /// Map an npumem-core error to its Python exception.
 pub(crate) fn to_py(err: Error) -> PyErr {
     let message = err.to_string();
-    let kind = match err.root() {
-        Error::Config { .. } => Kind::Config,
-        Error::InvalidSize { .. } | Error::InvalidAlignment { .. } => Kind::InvalidArgument,
-        Error::TooLarge { .. } => Kind::RequestTooLarge,
+    let class = match err.root() {
+        Error::Config { .. } => ErrorClass::Config,
+        Error::InvalidSize { .. } | Error::InvalidAlignment { .. } => ErrorClass::InvalidArgument,
+        Error::TooLarge { .. } => ErrorClass::RequestTooLarge,
         &Error::OutOfMemory { requested, bytes_free, largest_free_block } => {
-            let (requested, bytes_free, largest) = (requested, bytes_free, largest_free_block);
             return Python::attach(|py| {
-                match Kind::OutOfMemory.class(py).and_then(|cls| cls.call1((message, requested, bytes_free, largest))) {
+                let args = (message, requested, bytes_free, largest_free_block);
+                match ErrorClass::OutOfMemory.class(py).and_then(|cls| cls.call1(args)) {
                     Ok(instance) => PyErr::from_value(instance),
-                    Err(import_failed) => import_failed,
+                    Err(failed) => failed,
                 }
             });
         }
-        Error::Backing(_) => Kind::OutOfMemory,
-        Error::InvalidHandle(HandleFault::Freed | HandleFault::Foreign | HandleFault::Unknown) => Kind::InvalidHandle,
-        Error::DoubleFree => Kind::DoubleFree,
-        Error::Pinned { .. } => Kind::PinnedBlock,
-        Error::InvalidBlock { .. } => Kind::InvalidHandle,
-        Error::NoBacking => Kind::NoBacking,
-        Error::Paused | Error::Busy { .. } | Error::PausedTooLong { .. } => Kind::PoolBusy,
-        // compaction (issue 5)
-        Error::Moving | Error::Relocating | Error::AlreadyPaused => Kind::PoolBusy,
-        Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => Kind::Move,
-        Error::Corruption(_) | Error::Batch { .. } => Kind::Corruption,
-        _ => Kind::Corruption,
+        Error::Backing(_) => ErrorClass::OutOfMemory,
+        Error::InvalidHandle(HandleFault::Freed | HandleFault::Foreign | HandleFault::Unknown) => {
+            ErrorClass::InvalidHandle
+        }
+        Error::DoubleFree => ErrorClass::DoubleFree,
+        Error::Pinned { .. } => ErrorClass::PinnedBlock,
+        Error::InvalidBlock { .. } => ErrorClass::InvalidHandle,
+        Error::NoBacking => ErrorClass::NoBacking,
+        Error::Paused | Error::Busy { .. } | Error::PausedTooLong { .. } => ErrorClass::PoolBusy,
+        Error::Moving | Error::Relocating | Error::AlreadyPaused => ErrorClass::PoolBusy,
+        Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => {
+            ErrorClass::Move
+        }
+        Error::Corruption(_) | Error::Batch { .. } => ErrorClass::Corruption,
+        _ => ErrorClass::Corruption,
     };
-    error(kind, message)
+    error(class, message)
 }

@@ -19,8 +19,8 @@ use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
-use crate::errors::{error, Kind};
-use crate::pool::Pool;
+use crate::errors::{error, to_py, ErrorClass};
+use crate::pool::state::Pool;
 
 /// Retries after `on_evict` calls that freed no page of an on-demand cache, before giving up.
 const MAX_IDLE_EVICTIONS: u32 = 8;
@@ -61,7 +61,8 @@ pub struct PagedKV {
     core: Arc<npumem_core::Pool>,
     geometry: Geometry,
     tag: Py<PyString>,
-    page_bytes_obj: Py<PyAny>,
+    /// The pool's id of `tag`.
+    tag_id: u32,
     state: Mutex<State>,
     on_evict: Mutex<Option<Py<PyAny>>>,
     mover: Mutex<Option<Py<PyAny>>>,
@@ -88,13 +89,13 @@ fn seq_id(value: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
     if let Ok(int) = value.cast::<PyInt>() {
         if !value.is_instance_of::<PyBool>() {
             return int.extract::<i64>().map_err(|_| {
-                error(Kind::InvalidArgument, format!("{name} = {value} is outside the signed 64-bit range"))
+                error(ErrorClass::InvalidArgument, format!("{name} = {value} is outside the signed 64-bit range"))
             });
         }
     }
     match value.extract::<i64>() {
         Ok(id) if !value.is_instance_of::<PyBool>() => Ok(id),
-        _ => Err(error(Kind::ArgumentType, format!("{name} must be an int, got {}", type_name(value)))),
+        _ => Err(error(ErrorClass::ArgumentType, format!("{name} must be an int, got {}", type_name(value)))),
     }
 }
 
@@ -104,15 +105,18 @@ fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
     if let Ok(int) = value.cast::<PyInt>() {
         if !value.is_instance_of::<PyBool>() {
             return int.extract::<u64>().map_err(|_| {
-                error(Kind::InvalidArgument, format!("{name} must be an int >= 0 that fits in 64 bits, got {value}"))
+                error(
+                    ErrorClass::InvalidArgument,
+                    format!("{name} must be an int >= 0 that fits in 64 bits, got {value}"),
+                )
             });
         }
     }
     match value.extract::<i128>() {
         Ok(n) if !value.is_instance_of::<PyBool>() => u64::try_from(n).map_err(|_| {
-            error(Kind::InvalidArgument, format!("{name} must be an int >= 0 that fits in 64 bits, got {n}"))
+            error(ErrorClass::InvalidArgument, format!("{name} must be an int >= 0 that fits in 64 bits, got {n}"))
         }),
-        _ => Err(error(Kind::ArgumentType, format!("{name} must be an int, got {}", type_name(value)))),
+        _ => Err(error(ErrorClass::ArgumentType, format!("{name} must be an int, got {}", type_name(value)))),
     }
 }
 
@@ -120,9 +124,9 @@ fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
 fn positive(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     let n = count(value, name)?;
     if n == 0 {
-        return Err(error(Kind::InvalidArgument, format!("{name} must be greater than 0, got 0")));
+        return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got 0")));
     }
-    usize::try_from(n).map_err(|_| error(Kind::InvalidArgument, format!("{name} = {n} is too large")))
+    usize::try_from(n).map_err(|_| error(ErrorClass::InvalidArgument, format!("{name} = {n} is too large")))
 }
 
 /// Ints from a list, a tuple, a buffer of int64 (a numpy array) or any iterable.
@@ -151,7 +155,7 @@ fn ints<T>(
         return items.into_iter().enumerate().map(|(i, v)| from_i64(v, i)).collect();
     }
     let items = value.try_iter().map_err(|_| {
-        error(Kind::ArgumentType, format!("{name} must be a sequence of ints, got {}", type_name(value)))
+        error(ErrorClass::ArgumentType, format!("{name} must be a sequence of ints, got {}", type_name(value)))
     })?;
     let mut out = Vec::new();
     for (i, item) in items.enumerate() {
@@ -164,8 +168,8 @@ fn ints<T>(
 fn refusal(err: KvError<PyErr>) -> PyErr {
     match err {
         KvError::Source(err) => err,
-        KvError::TooManyTokens { .. } => error(Kind::RequestTooLarge, err.to_string()),
-        other => error(Kind::InvalidArgument, other.to_string()),
+        KvError::TooManyTokens { .. } => error(ErrorClass::RequestTooLarge, err.to_string()),
+        other => error(ErrorClass::InvalidArgument, other.to_string()),
     }
 }
 
@@ -175,7 +179,7 @@ fn out_of_pages(py: Python<'_>, needed: usize, free: usize, geometry: &Geometry)
     let message = format!(
         "the KV cache needs {needed} page(s) of {page} bytes and {free} of its {reserved} reserved pages are free"
     );
-    let made = py.import("npumem.errors").and_then(|m| m.getattr("OutOfMemoryError")).and_then(|cls| {
+    let made = ErrorClass::OutOfMemory.class(py).and_then(|cls| {
         cls.call1((message.clone(), needed.saturating_mul(page), free.saturating_mul(page), free.min(1) * page))
     });
     match made {
@@ -194,18 +198,14 @@ struct Source<'a, 'py> {
 impl Source<'_, '_> {
     /// A fresh block for a page, from the pool (its out-of-memory handler may run).
     fn alloc_page(&self) -> PyResult<Handle> {
-        let py = self.py;
-        let pool = self.kv.pool.bind(py);
-        let block = self.kv.calling_python(|| {
-            Pool::alloc_block(pool, self.kv.page_bytes_obj.bind(py), None, Some(self.kv.tag.bind(py).as_any()))
-        })?;
-        block.handle_in(pool.get(), 0)
+        let kv = self.kv;
+        alloc_block(self.py, kv, kv.pool.get(), kv.geometry.page_bytes, kv.tag_id)
     }
 
     /// The offsets of `pages` now (blocks may have moved since a compaction).
     fn offsets(&self, pages: &[u32], out: &mut Vec<i64>) -> PyResult<()> {
         let core = &self.kv.core;
-        let info = |h: Handle| core.block(h).map_err(crate::errors::to_py);
+        let info = |h: Handle| core.block(h).map_err(to_py);
         match &*self.pages {
             Pages::Reserved { block, .. } => {
                 let base = info(*block)?.offset;
@@ -227,7 +227,7 @@ impl Source<'_, '_> {
         let pages = table.pages(seq).map_err(refusal)?;
         let Some(&page) = usize::try_from(index).ok().and_then(|i| pages.get(i)) else {
             return Err(error(
-                Kind::InvalidArgument,
+                ErrorClass::InvalidArgument,
                 format!("sequence {seq} has {} page(s), there is no page {index}", pages.len()),
             ));
         };
@@ -314,16 +314,16 @@ impl PageSource for Source<'_, '_> {
             }
             Ok(())
         })
-        .map_err(crate::errors::to_py)?;
+        .map_err(to_py)?;
         let copied = (|| -> PyResult<()> {
             let flat: Vec<u32> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
             let mut offsets = Vec::with_capacity(flat.len());
             self.offsets(&flat, &mut offsets)?;
             if kv.core.has_backing() {
-                let (base, _) = kv.core.host_ptr(blocks[0]).map_err(crate::errors::to_py)?;
+                let (base, _) = kv.core.host_ptr(blocks[0]).map_err(to_py)?;
                 let base = base.as_ptr().wrapping_sub(match &*self.pages {
-                    Pages::Reserved { block, .. } => kv.core.block(*block).map_err(crate::errors::to_py)?.offset,
-                    Pages::OnDemand { .. } => kv.core.block(blocks[0]).map_err(crate::errors::to_py)?.offset,
+                    Pages::Reserved { block, .. } => kv.core.block(*block).map_err(to_py)?.offset,
+                    Pages::OnDemand { .. } => kv.core.block(blocks[0]).map_err(to_py)?.offset,
                 });
                 for pair in offsets.chunks_exact(2) {
                     // SAFETY: both pages are live, pinned blocks (or pinned pages of one block) of
@@ -370,6 +370,34 @@ impl PageSource for Source<'_, '_> {
     }
 }
 
+/// Who runs Python code while a block is allocated (the pool's out-of-memory handler).
+trait CallsPython {
+    fn calling_python<T>(&self, work: impl FnOnce() -> T) -> T;
+}
+
+/// Before the cache exists, nothing can call it back.
+impl CallsPython for () {
+    fn calling_python<T>(&self, work: impl FnOnce() -> T) -> T {
+        work()
+    }
+}
+
+impl CallsPython for PagedKV {
+    fn calling_python<T>(&self, work: impl FnOnce() -> T) -> T {
+        PagedKV::calling_python(self, work)
+    }
+}
+
+/// A block of `size` bytes from `pool`, tagged `tag_id`: the fast path, else the full one with
+/// the pool's out-of-memory handler (run through `caller`).
+fn alloc_block(py: Python<'_>, caller: &impl CallsPython, pool: &Pool, size: usize, tag_id: u32) -> PyResult<Handle> {
+    let core = &pool.core;
+    match core.try_alloc_fast(size, None, tag_id).map_err(to_py)? {
+        Some(handle) => Ok(handle),
+        None => caller.calling_python(|| pool.oom.alloc(py, core, size, None, tag_id)),
+    }
+}
+
 impl PagedKV {
     /// Run Python code under the state mutex, marked so that a call back into the cache from
     /// it is refused rather than waiting for itself.
@@ -390,7 +418,7 @@ impl PagedKV {
                 Err(TryLockError::WouldBlock) => {
                     if self.callback_thread.load(Ordering::Relaxed) == thread_mark() {
                         return Err(error(
-                            Kind::PoolBusy,
+                            ErrorClass::PoolBusy,
                             "the KV cache was called from Python code that one of its own calls runs (a mover \
                              or the pool's out-of-memory handler); call it after that call returns",
                         ));
@@ -404,7 +432,7 @@ impl PagedKV {
     #[inline]
     fn open<'a>(&self, state: MutexGuard<'a, State>) -> PyResult<MutexGuard<'a, State>> {
         if state.closed {
-            return Err(error(Kind::InvalidHandle, "the KV cache is closed: its pages went back to the pool"));
+            return Err(error(ErrorClass::InvalidHandle, "the KV cache is closed: its pages went back to the pool"));
         }
         Ok(state)
     }
@@ -493,9 +521,9 @@ impl PagedKV {
         on_evict: Option<&Bound<'_, PyAny>>,
         mover: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PagedKV> {
-        let pool = pool
-            .cast::<Pool>()
-            .map_err(|_| error(Kind::ArgumentType, format!("pool must be an npumem.Pool, got {}", type_name(pool))))?;
+        let pool = pool.cast::<Pool>().map_err(|_| {
+            error(ErrorClass::ArgumentType, format!("pool must be an npumem.Pool, got {}", type_name(pool)))
+        })?;
         let num_layers = positive(num_layers, "num_layers")?;
         let num_kv_heads = positive(num_kv_heads, "num_kv_heads")?;
         let head_dim = positive(head_dim, "head_dim")?;
@@ -508,11 +536,12 @@ impl PagedKV {
             None => 16,
         };
         if page_tokens > u32::MAX as usize {
-            return Err(error(Kind::InvalidArgument, format!("page_tokens = {page_tokens} is too large")));
+            return Err(error(ErrorClass::InvalidArgument, format!("page_tokens = {page_tokens} is too large")));
         }
         let capacity = pool.get().core.capacity();
-        let too_large =
-            |what: String| error(Kind::RequestTooLarge, format!("{what} is larger than the pool ({capacity} bytes)"));
+        let too_large = |what: String| {
+            error(ErrorClass::RequestTooLarge, format!("{what} is larger than the pool ({capacity} bytes)"))
+        };
         let bytes_per_token = [num_layers, num_kv_heads, head_dim, 2, dtype_bytes]
             .into_iter()
             .try_fold(1usize, |a, b| a.checked_mul(b))
@@ -525,20 +554,22 @@ impl PagedKV {
         let tag = match given(tag) {
             Some(t) => t
                 .cast::<PyString>()
-                .map_err(|_| error(Kind::ArgumentType, format!("tag must be a str, got {}", type_name(&t))))?
+                .map_err(|_| error(ErrorClass::ArgumentType, format!("tag must be a str, got {}", type_name(&t))))?
                 .clone(),
             None => PyString::new(py, "kv"),
         };
         let callable = |v: Option<Bound<'_, PyAny>>, name: &str| -> PyResult<Option<Py<PyAny>>> {
             match v {
-                Some(v) if !v.is_callable() => {
-                    Err(error(Kind::ArgumentType, format!("{name} must be callable or None, got {}", type_name(&v))))
-                }
+                Some(v) if !v.is_callable() => Err(error(
+                    ErrorClass::ArgumentType,
+                    format!("{name} must be callable or None, got {}", type_name(&v)),
+                )),
                 other => Ok(other.map(Bound::unbind)),
             }
         };
         let on_evict = callable(given(on_evict), "on_evict")?;
         let mover = callable(given(mover), "mover")?;
+        let tag_id = pool.get().tags.id(py, Some(&tag))?;
         let (pages, capacity_pages) = match given(capacity_tokens) {
             Some(v) => {
                 let tokens = positive(&v, "capacity_tokens")?;
@@ -546,9 +577,7 @@ impl PagedKV {
                 let bytes = n.checked_mul(page_bytes).filter(|&b| b <= capacity && n <= u32::MAX as usize).ok_or_else(
                     || too_large(format!("capacity_tokens = {tokens} ({n} pages of {page_bytes} bytes)")),
                 )?;
-                let size = bytes.into_pyobject(py)?.into_any();
-                let block = Pool::alloc_block(pool, &size, None, Some(tag.as_any()))?;
-                let handle = block.handle_in(pool.get(), 0)?;
+                let handle = alloc_block(py, &(), pool.get(), bytes, tag_id)?;
                 (Pages::Reserved { block: handle, free: FreeList::new(n as u32) }, Some(n))
             }
             None => (Pages::OnDemand { handles: Vec::new(), spare: Vec::new() }, None),
@@ -568,7 +597,7 @@ impl PagedKV {
             core: pool.get().core.clone(),
             geometry,
             tag: tag.unbind(),
-            page_bytes_obj: page_bytes.into_pyobject(py)?.into_any().unbind(),
+            tag_id,
             state: Mutex::new(State { table: PageTable::new(page_tokens as u32), pages, evictions: 0, closed: false }),
             on_evict: Mutex::new(on_evict),
             mover: Mutex::new(mover),
@@ -630,13 +659,14 @@ impl PagedKV {
                     "num_tokens",
                     |v, i| count(v, &format!("num_tokens[{i}]")),
                     |v, i| {
-                        u64::try_from(v)
-                            .map_err(|_| error(Kind::InvalidArgument, format!("num_tokens[{i}] must be >= 0, got {v}")))
+                        u64::try_from(v).map_err(|_| {
+                            error(ErrorClass::InvalidArgument, format!("num_tokens[{i}] must be >= 0, got {v}"))
+                        })
                     },
                 )?;
                 if per.len() != seqs.len() {
                     return Err(error(
-                        Kind::InvalidArgument,
+                        ErrorClass::InvalidArgument,
                         format!("num_tokens has {} counts for {} sequences", per.len(), seqs.len()),
                     ));
                 }
@@ -715,7 +745,7 @@ impl PagedKV {
                 let mut out = vec![0u8; page];
                 core.read(handle, at, &mut out).map(|()| out)
             })
-            .map_err(crate::errors::to_py)?;
+            .map_err(to_py)?;
         Ok(PyBytes::new(py, &bytes))
     }
 
@@ -734,14 +764,14 @@ impl PagedKV {
         let index = count(index, "index")?;
         if at.checked_add(data.len()).is_none_or(|end| end > self.geometry.page_bytes) {
             return Err(error(
-                Kind::InvalidArgument,
+                ErrorClass::InvalidArgument,
                 format!("{} bytes at {at} do not fit in a page of {} bytes", data.len(), self.geometry.page_bytes),
             ));
         }
         let (handle, base) = self.with_source(py, |t, s| s.locate(t, seq, index))??;
         let core = &self.core;
         let data = data.to_vec();
-        py.detach(|| core.write(handle, base + at, &data)).map_err(crate::errors::to_py)
+        py.detach(|| core.write(handle, base + at, &data)).map_err(to_py)
     }
 
     /// Whether growing `seq_id` by `num_tokens` would find its pages now.
@@ -927,7 +957,7 @@ impl PagedKV {
         if let Some(h) = handler {
             if !h.is_callable() {
                 return Err(error(
-                    Kind::ArgumentType,
+                    ErrorClass::ArgumentType,
                     format!("on_evict must be callable or None, got {}", type_name(h)),
                 ));
             }

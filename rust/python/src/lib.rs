@@ -1,33 +1,64 @@
 //! npumem-python: the thin PyO3 layer over npumem-core, built by maturin as `npumem._core`.
 //!
-//! Errors become Python exceptions in one place (`errors.rs`); work that can take long runs
-//! without the GIL through one helper (`gil.rs`); arguments are checked in `args.rs`. The
-//! classes (`Pool`, `Block`, `PoolStats`) do nothing but convert and delegate.
+//! Each Python class has one home: `pool/` (`Pool`), `block.rs` (`Block`), `pause.rs`
+//! (`Pause`), `pinned.rs` (`Pinned` and pinning), `stats.rs` (`PoolStats` and its parts),
+//! `block_info.rs` (`BlockInfo`), `step_report.rs` (`StepReport`), `compaction_plan.rs`
+//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `snapshot.rs` (`RawSnapshot`)
+//! and `plan_search.rs` (`PackingInstance`). Results cross the boundary as these typed classes,
+//! never as dicts; `repr.rs` writes their reprs.
+//!
+//! Errors become Python exceptions in one place (`errors.rs`, which also defines the exception
+//! classes); work that can take long runs without the GIL through one helper (`gil.rs`);
+//! arguments are checked in `args.rs`. A failing allocation's retry through the out-of-memory
+//! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned in
+//! `tags.rs`.
+//!
+//! The binding imports nothing from the Python package: what `Pool.snapshot()` returns, and how
+//! byte counts read in the text of typed results, come from callables the package installs
+//! (`views.rs`).
 
 mod args;
 mod block;
-mod compaction;
+mod block_info;
+mod compaction_plan;
 mod errors;
 mod gil;
 mod kv;
-mod monitor;
-mod packing;
+mod mover;
+mod oom;
+mod pause;
+mod pinned;
+mod plan_search;
 mod pool;
+mod repr;
+mod snapshot;
 mod stats;
+mod step_report;
+mod tags;
+mod trace;
+mod views;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", npumem_core::version())?;
-    m.add_class::<pool::Pool>()?;
+    errors::register(m)?;
+    m.add_class::<pool::state::Pool>()?;
     m.add_class::<block::Block>()?;
     m.add_class::<kv::PagedKV>()?;
-    m.add_class::<compaction::Pause>()?;
-    m.add_class::<compaction::Pinned>()?;
+    m.add_class::<block_info::BlockInfo>()?;
+    m.add_class::<pause::Pause>()?;
+    m.add_class::<pinned::Pinned>()?;
     m.add_class::<stats::PoolStats>()?;
     m.add_class::<stats::CoreStats>()?;
     m.add_class::<stats::SizeClassStats>()?;
-    packing::register(m)?;
+    m.add_class::<step_report::StepReport>()?;
+    m.add_class::<compaction_plan::CompactionPlan>()?;
+    m.add_class::<compaction_plan::PlannedMove>()?;
+    m.add_class::<trace::TraceStatus>()?;
+    m.add_class::<snapshot::RawSnapshot>()?;
+    m.add_class::<plan_search::PackingInstance>()?;
+    m.add_function(wrap_pyfunction!(views::install_views, m)?)?;
     Ok(())
 }

@@ -12,74 +12,13 @@ use std::time::Instant;
 use super::metadata::{BuddyBlocks, Swept};
 use super::model::Model;
 use super::order::{order, Step, Transfer};
-use super::{BatchMover, MovedBlocks};
+use super::piece::{Piece, PieceKind};
+use super::types::{BatchMover, MovedBlocks};
 use crate::error::{Error, Result};
 use crate::global::ChunkState;
 use crate::handle::{Handle, SlotInfo};
 use crate::layout::Layout;
 use crate::pool::Pool;
-use crate::slab::SlabRef;
-
-/// What a moving block is.
-#[derive(Debug, Clone)]
-pub(crate) enum Kind {
-    /// A slab object of size class `class`, now in slab `from_slab`; it goes to a free object of
-    /// a slab of the same class.
-    SlabObject { class: usize, from_slab: SlabRef },
-    /// A buddy block in a core chunk.
-    Buddy,
-    /// A run of `chunks` whole chunks.
-    Run { chunks: usize },
-    /// A whole slab (its buddy block) with every object in it: `(handle, offset)`.
-    Slab { id: u32, objects: Vec<(Handle, usize)> },
-}
-
-/// One move of a batch.
-#[derive(Debug, Clone)]
-pub(crate) struct Unit {
-    pub(crate) kind: Kind,
-    /// The block's handle (`None` for a whole slab).
-    pub(crate) handle: Option<Handle>,
-    /// Bytes asked for (a slab: its block's bytes).
-    pub(crate) size: usize,
-    pub(crate) align: usize,
-    /// The core a chunk granted for it goes to.
-    pub(crate) core: usize,
-    pub(crate) from: usize,
-    pub(crate) to: usize,
-    /// Bytes the block holds.
-    pub(crate) extent: usize,
-}
-
-impl Unit {
-    /// The bytes that must move: what the block asked for (a slab: all of it).
-    pub(crate) fn copy_len(&self) -> usize {
-        match self.kind {
-            Kind::Slab { .. } => self.extent,
-            _ => self.size,
-        }
-    }
-
-    pub(crate) fn transfer(&self) -> Transfer {
-        Transfer { src: self.from, dst: self.to, len: self.copy_len() }
-    }
-
-    /// Every handle this move re-points.
-    pub(crate) fn handles(&self) -> Vec<Handle> {
-        match &self.kind {
-            Kind::Slab { objects, .. } => objects.iter().map(|&(h, _)| h).collect(),
-            _ => self.handle.into_iter().collect(),
-        }
-    }
-
-    /// How many blocks (handles) it moves.
-    pub(crate) fn blocks(&self) -> usize {
-        match &self.kind {
-            Kind::Slab { objects, .. } => objects.len(),
-            _ => 1,
-        }
-    }
-}
 
 /// What the metadata phase did, for undoing it.
 #[derive(Default)]
@@ -94,58 +33,32 @@ struct Journal {
 impl Pool {
     /// The move of the live block `handle` (marked moving; `info` is its slot), going nowhere
     /// yet (`to == from`).
-    pub(crate) fn unit_of(&self, handle: Handle, info: &SlotInfo) -> Result<Unit> {
-        let align = 1usize << info.align_log2;
-        let mut unit = Unit {
-            kind: Kind::Buddy,
-            handle: Some(handle),
-            size: info.size,
-            align,
-            core: info.core as usize % self.cores.len(),
-            from: info.offset,
-            to: info.offset,
-            extent: 0,
-        };
-        if let Some(slab) = self.slabs.lookup(info.offset) {
-            unit.kind = Kind::SlabObject { class: slab.class, from_slab: slab };
-            unit.extent = self.slabs.classes.classes[slab.class].size;
-            return Ok(unit);
-        }
-        let chunk = self.geometry.chunk_of(info.offset);
-        match (chunk < self.geometry.chunks).then(|| self.global.state(chunk)) {
-            Some(ChunkState::RunHead(len)) => {
-                unit.kind = Kind::Run { chunks: len };
-                unit.extent = self.run_bytes(chunk, len);
-            }
-            Some(ChunkState::Core(_)) => {
-                let b =
-                    self.buddy_layout(info.size).ok_or_else(|| corrupt(handle, "a run-sized block in a core chunk"))?;
-                unit.extent = b.units as usize * self.geometry.min_block;
-            }
-            _ => return Err(corrupt(handle, "its chunk holds no block")),
-        }
-        Ok(unit)
+    pub(crate) fn piece_of(&self, handle: Handle, info: &SlotInfo) -> Result<Piece> {
+        let core = info.core as usize % self.cores.len();
+        let home = self.home_of(info.offset);
+        Piece::of_block(handle, info, core, home, &self.geometry, &self.slabs.classes.classes)
+            .map_err(|why| corrupt(handle, why))
     }
 
-    /// Whether `unit.to` can hold the block as its kind needs: inside the arena, aligned,
+    /// Whether `piece.to` can hold the block as its kind needs: inside the arena, aligned,
     /// bank-safe, at a place its kind of block can start. (Whether the place is free is decided
     /// when it is taken.)
-    pub(crate) fn check_destination(&self, unit: &Unit) -> std::result::Result<(), String> {
-        let (to, size) = (unit.to, unit.size);
+    pub(crate) fn check_destination(&self, piece: &Piece) -> std::result::Result<(), String> {
+        let (to, size) = (piece.to, piece.size);
         let usable = self.geometry.usable_capacity();
         if to >= usable || size > usable - to {
             return Err(format!("destination {to} (+{size} bytes) lies outside the arena ({usable} usable bytes)"));
         }
-        if to % unit.align != 0 {
-            return Err(format!("destination {to} is not aligned to the block's alignment {}", unit.align));
+        if to % piece.align != 0 {
+            return Err(format!("destination {to} is not aligned to the block's alignment {}", piece.align));
         }
         let bank = self.config.bank_size;
         let bank_ok = if size <= bank { to / bank == (to + size - 1) / bank } else { to % bank == 0 };
         if !bank_ok {
             return Err(format!("destination {to} (+{size} bytes) breaks the bank rule (bank size {bank})"));
         }
-        match &unit.kind {
-            Kind::SlabObject { class, .. } => {
+        match &piece.kind {
+            PieceKind::SlabObject { class, .. } => {
                 let size_class = self.slabs.classes.classes[*class].size;
                 match self.slabs.lookup(to) {
                     Some(s) if s.class == *class && self.slabs.object_at(s, to).is_some() => Ok(()),
@@ -154,8 +67,8 @@ impl Pool {
                     )),
                 }
             }
-            Kind::Buddy => {
-                let Layout::Buddy(b) = self.geometry.layout(size, unit.align) else {
+            PieceKind::Buddy => {
+                let Layout::Buddy(b) = self.geometry.layout(size, piece.align) else {
                     return Err("the block is not a buddy block".into());
                 };
                 // Any unit of a chunk may start one (a packed block: see `BuddyLayout`), as
@@ -173,8 +86,8 @@ impl Pool {
                 }
                 Ok(())
             }
-            Kind::Run { chunks } => {
-                let Layout::Run { align_chunks, .. } = self.geometry.layout(size, unit.align) else {
+            PieceKind::Run { chunks } => {
+                let Layout::Run { align_chunks, .. } = self.geometry.layout(size, piece.align) else {
                     return Err("the block is not a chunk run".into());
                 };
                 let start = self.geometry.chunk_of(to);
@@ -184,14 +97,14 @@ impl Pool {
                         self.geometry.chunk_size * align_chunks
                     ));
                 }
-                if start + chunks > self.geometry.chunks || self.run_bytes(start, *chunks) != unit.extent {
+                if start + chunks > self.geometry.chunks || self.run_bytes(start, *chunks) != piece.extent {
                     return Err(format!("destination {to} leaves no room for the run's {chunks} chunks"));
                 }
                 Ok(())
             }
-            Kind::Slab { .. } => {
-                if to % unit.extent != 0 {
-                    return Err(format!("a slab of {} bytes cannot start at {to}", unit.extent));
+            PieceKind::Slab { .. } => {
+                if to % piece.extent != 0 {
+                    return Err(format!("a slab of {} bytes cannot start at {to}", piece.extent));
                 }
                 Ok(())
             }
@@ -202,7 +115,7 @@ impl Pool {
     /// (indexed by transfer; empty when nothing is saved): free space of the arena that no
     /// source or destination of the batch touches, found before the metadata changes (nobody
     /// else allocates while the batch runs). `None` when there is not enough.
-    fn scratch_for(&self, units: &[Unit], transfers: &[Transfer], steps: &[Step]) -> Option<Vec<usize>> {
+    fn scratch_for(&self, pieces: &[Piece], transfers: &[Transfer], steps: &[Step]) -> Option<Vec<usize>> {
         let saves: Vec<usize> =
             steps.iter().filter_map(|&s| if let Step::Save(i) = s { Some(i) } else { None }).collect();
         if saves.is_empty() {
@@ -210,14 +123,14 @@ impl Pool {
         }
         let g = &self.geometry;
         let mut model = Model::of(self); // sources are still taken in it
-        for u in units {
+        for u in pieces {
             let chunk = g.chunk_of(u.to);
             match u.kind {
-                Kind::Run { chunks } => model.set_run(chunk, chunks, true),
-                Kind::Buddy | Kind::Slab { .. } => {
+                PieceKind::Run { chunks } => model.set_run(chunk, chunks, true),
+                PieceKind::Buddy | PieceKind::Slab { .. } => {
                     model.occupy(chunk, g.unit_in_chunk(u.to), (u.extent / g.min_block) as u64, u.core)
                 }
-                Kind::SlabObject { .. } => {} // inside a slab, taken already
+                PieceKind::SlabObject { .. } => {} // inside a slab, taken already
             }
         }
         let mut scratch = vec![usize::MAX; transfers.len()];
@@ -247,44 +160,44 @@ impl Pool {
     }
 
     /// Run a batch (see the module documentation). `index[i]` is the caller's number for
-    /// `units[i]` (errors name it); `created` are slabs made for the batch (retired again if it
-    /// fails). Units going nowhere are dropped first.
+    /// `pieces[i]` (errors name it); `created` are slabs made for the batch (retired again if it
+    /// fails). Pieces going nowhere are dropped first.
     pub(crate) fn execute(
         &self,
-        units: Vec<Unit>,
+        pieces: Vec<Piece>,
         index: Vec<usize>,
         created: Vec<u32>,
         mover: Option<BatchMover<'_, '_>>,
     ) -> Result<MovedBlocks> {
         let started = Instant::now();
-        let mut kept = Vec::with_capacity(units.len());
-        let mut numbers = Vec::with_capacity(units.len());
-        for (unit, i) in units.into_iter().zip(index) {
-            if unit.to == unit.from {
-                self.end_moves(&unit);
+        let mut kept = Vec::with_capacity(pieces.len());
+        let mut numbers = Vec::with_capacity(pieces.len());
+        for (piece, i) in pieces.into_iter().zip(index) {
+            if piece.to == piece.from {
+                self.end_moves(&piece);
             } else {
-                kept.push(unit);
+                kept.push(piece);
                 numbers.push(i);
             }
         }
-        let units = kept;
-        let transfers: Vec<Transfer> = units.iter().map(Unit::transfer).collect();
+        let pieces = kept;
+        let transfers: Vec<Transfer> = pieces.iter().map(Piece::transfer).collect();
         let steps = order(&transfers, true).expect("with bouncing allowed every batch has an order");
         // When the caller copies the bytes (a mover, or the transfers this returns on a pool
         // without host memory), a cycle is broken through free space of the arena; host memory
         // we copy ourselves bounces through a buffer.
         let caller_copies = mover.is_some() || self.backing.is_none();
-        let scratch = if caller_copies { self.scratch_for(&units, &transfers, &steps) } else { Some(Vec::new()) };
+        let scratch = if caller_copies { self.scratch_for(&pieces, &transfers, &steps) } else { Some(Vec::new()) };
         let Some(scratch) = scratch else {
             let blocks = order(&transfers, false).err().unwrap_or(0);
-            units.iter().for_each(|u| self.end_moves(u));
+            pieces.iter().for_each(|u| self.end_moves(u));
             self.tidy_slabs(&created);
             return Err(Error::MoveCycle { blocks });
         };
         let mut journal = Journal::default();
-        if let Err((i, reason)) = self.swap_metadata(&units, &mut journal) {
-            let undone = self.undo(&units, &mut journal);
-            units.iter().for_each(|u| self.end_moves(u));
+        if let Err((i, reason)) = self.swap_metadata(&pieces, &mut journal) {
+            let undone = self.undo(&pieces, &mut journal);
+            pieces.iter().for_each(|u| self.end_moves(u));
             self.tidy_slabs(&created);
             undone?;
             return Err(Error::batch(numbers[i], Error::InvalidMove { reason }));
@@ -303,8 +216,8 @@ impl Pool {
             .collect();
         if let Some(mover) = mover {
             if let Err(reason) = mover(&ordered) {
-                let undone = self.undo(&units, &mut journal);
-                units.iter().for_each(|u| self.end_moves(u));
+                let undone = self.undo(&pieces, &mut journal);
+                pieces.iter().for_each(|u| self.end_moves(u));
                 self.tidy_slabs(&created);
                 undone?;
                 return Err(Error::MoverFailed(reason));
@@ -343,41 +256,41 @@ impl Pool {
         let mut slabs_touched: Vec<u32> = created;
         // Slabs: every old place is unmapped before any new one is mapped (one slab may move
         // onto another's old place).
-        for unit in &units {
-            if let Kind::Slab { id, .. } = unit.kind {
+        for piece in &pieces {
+            if let PieceKind::Slab { id, .. } = piece.kind {
                 self.slabs.unmap(id);
             }
         }
-        for unit in &units {
-            match &unit.kind {
-                Kind::Slab { id, objects } => {
-                    self.slabs.rebase(*id, unit.to);
+        for piece in &pieces {
+            match &piece.kind {
+                PieceKind::Slab { id, objects } => {
+                    self.slabs.rebase(*id, piece.to);
                     for &(h, offset) in objects {
-                        self.handles.set_moved_offset(h, offset - unit.from + unit.to);
+                        self.handles.set_moved_offset(h, offset - piece.from + piece.to);
                     }
                 }
-                Kind::SlabObject { from_slab, .. } => {
+                PieceKind::SlabObject { from_slab, .. } => {
                     slabs_touched.push(from_slab.id);
-                    if let Some(s) = self.slabs.lookup(unit.to) {
+                    if let Some(s) = self.slabs.lookup(piece.to) {
                         slabs_touched.push(s.id);
                     }
-                    self.handles.set_moved_offset(unit.handle.expect("a block has a handle"), unit.to);
+                    self.handles.set_moved_offset(piece.handle.expect("a block has a handle"), piece.to);
                 }
-                _ => self.handles.set_moved_offset(unit.handle.expect("a block has a handle"), unit.to),
+                _ => self.handles.set_moved_offset(piece.handle.expect("a block has a handle"), piece.to),
             }
-            blocks += unit.blocks();
-            bytes += unit.copy_len();
+            blocks += piece.blocks();
+            bytes += piece.copy_len();
         }
-        for unit in &units {
-            self.end_moves(unit);
-            match &unit.kind {
-                Kind::Slab { objects, .. } => {
+        for piece in &pieces {
+            self.end_moves(piece);
+            match &piece.kind {
+                PieceKind::Slab { objects, .. } => {
                     for &(h, offset) in objects {
-                        let _ = self.record_move(h, offset, offset - unit.from + unit.to);
+                        let _ = self.record_move(h, offset, offset - piece.from + piece.to);
                     }
                 }
                 _ => {
-                    let _ = self.record_move(unit.handle.expect("a block has a handle"), unit.from, unit.to);
+                    let _ = self.record_move(piece.handle.expect("a block has a handle"), piece.from, piece.to);
                 }
             }
         }
@@ -395,8 +308,8 @@ impl Pool {
         })
     }
 
-    fn end_moves(&self, unit: &Unit) {
-        for h in unit.handles() {
+    fn end_moves(&self, piece: &Piece) {
+        for h in piece.handles() {
             self.handles.end_move(h);
         }
     }
@@ -409,29 +322,31 @@ impl Pool {
 
     /// Give back every source, prepare the destination chunks, take every destination.
     /// `Err((i, why))` for the first move that cannot be done (the journal says what to undo).
-    fn swap_metadata(&self, units: &[Unit], journal: &mut Journal) -> std::result::Result<(), (usize, String)> {
-        for (i, u) in units.iter().enumerate() {
+    fn swap_metadata(&self, pieces: &[Piece], journal: &mut Journal) -> std::result::Result<(), (usize, String)> {
+        for (i, u) in pieces.iter().enumerate() {
             let released = match &u.kind {
-                Kind::SlabObject { from_slab, .. } => self.slabs.unclaim_at(*from_slab, u.from).map_err(String::from),
-                Kind::Buddy => self.buddy_release_raw(u.from, u.size),
-                Kind::Run { chunks } => self.run_release_raw(self.geometry.chunk_of(u.from), *chunks),
-                Kind::Slab { .. } => self.buddy_release_raw(u.from, u.extent),
+                PieceKind::SlabObject { from_slab, .. } => {
+                    self.slabs.unclaim_at(*from_slab, u.from).map_err(String::from)
+                }
+                PieceKind::Buddy => self.buddy_release_raw(u.from, u.size),
+                PieceKind::Run { chunks } => self.run_release_raw(self.geometry.chunk_of(u.from), *chunks),
+                PieceKind::Slab { .. } => self.buddy_release_raw(u.from, u.extent),
             };
             released.map_err(|why| (i, format!("the block at {} is not where its handle says: {why}", u.from)))?;
             journal.released.push(i);
         }
-        for (i, u) in units.iter().enumerate() {
+        for (i, u) in pieces.iter().enumerate() {
             self.prepare_chunks(u, journal).map_err(|why| (i, why))?;
         }
-        for (i, u) in units.iter().enumerate() {
+        for (i, u) in pieces.iter().enumerate() {
             let taken = match &u.kind {
-                Kind::SlabObject { class, .. } => match self.slabs.lookup(u.to) {
+                PieceKind::SlabObject { class, .. } => match self.slabs.lookup(u.to) {
                     Some(s) if s.class == *class => self.slabs.claim_at(s, u.to).map_err(String::from),
                     _ => Err("no slab of the block's size class is there".into()),
                 },
-                Kind::Buddy => self.buddy_reserve_at(u.to, u.size, &mut journal.swept),
-                Kind::Run { chunks } => self.run_reserve_at(self.geometry.chunk_of(u.to), *chunks),
-                Kind::Slab { .. } => self.buddy_reserve_at(u.to, u.extent, &mut journal.swept),
+                PieceKind::Buddy => self.buddy_reserve_at(u.to, u.size, &mut journal.swept),
+                PieceKind::Run { chunks } => self.run_reserve_at(self.geometry.chunk_of(u.to), *chunks),
+                PieceKind::Slab { .. } => self.buddy_reserve_at(u.to, u.extent, &mut journal.swept),
             };
             taken.map_err(|why| (i, format!("destination {} is not free: {why}", u.to)))?;
             journal.reserved.push(i);
@@ -441,10 +356,10 @@ impl Pool {
 
     /// Make the chunks under `u`'s destination what it needs: a core chunk for a buddy block or
     /// slab (a free chunk is granted), free chunks for a run (empty core chunks are retired).
-    fn prepare_chunks(&self, u: &Unit, journal: &mut Journal) -> std::result::Result<(), String> {
+    fn prepare_chunks(&self, u: &Piece, journal: &mut Journal) -> std::result::Result<(), String> {
         match &u.kind {
-            Kind::SlabObject { .. } => Ok(()),
-            Kind::Buddy | Kind::Slab { .. } => {
+            PieceKind::SlabObject { .. } => Ok(()),
+            PieceKind::Buddy | PieceKind::Slab { .. } => {
                 let chunk = self.geometry.chunk_of(u.to);
                 match self.global.state(chunk) {
                     ChunkState::Core(_) => Ok(()),
@@ -459,7 +374,7 @@ impl Pool {
                     _ => Err(format!("destination {} lies in a chunk run that stays", u.to)),
                 }
             }
-            Kind::Run { chunks } => {
+            PieceKind::Run { chunks } => {
                 let start = self.geometry.chunk_of(u.to);
                 for chunk in start..start + chunks {
                     match self.global.state(chunk) {
@@ -477,18 +392,18 @@ impl Pool {
 
     /// Undo the metadata phase: the pool's blocks are where they were (a `Corruption` error if
     /// that proves impossible, which would be a bug).
-    fn undo(&self, units: &[Unit], journal: &mut Journal) -> Result<()> {
+    fn undo(&self, pieces: &[Piece], journal: &mut Journal) -> Result<()> {
         let mut findings = Vec::new();
         for &i in journal.reserved.iter().rev() {
-            let u = &units[i];
+            let u = &pieces[i];
             let r = match &u.kind {
-                Kind::SlabObject { .. } => match self.slabs.lookup(u.to) {
+                PieceKind::SlabObject { .. } => match self.slabs.lookup(u.to) {
                     Some(s) => self.slabs.unclaim_at(s, u.to).map_err(String::from),
                     None => Err("its slab is gone".into()),
                 },
-                Kind::Buddy => self.buddy_release_raw(u.to, u.size),
-                Kind::Run { chunks } => self.run_release_raw(self.geometry.chunk_of(u.to), *chunks),
-                Kind::Slab { .. } => self.buddy_release_raw(u.to, u.extent),
+                PieceKind::Buddy => self.buddy_release_raw(u.to, u.size),
+                PieceKind::Run { chunks } => self.run_release_raw(self.geometry.chunk_of(u.to), *chunks),
+                PieceKind::Slab { .. } => self.buddy_release_raw(u.to, u.extent),
             };
             if let Err(why) = r {
                 findings.push(format!("undo: destination {} of a move: {why}", u.to));
@@ -506,12 +421,14 @@ impl Pool {
         }
         journal.swept.clear();
         for &i in journal.released.iter().rev() {
-            let u = &units[i];
+            let u = &pieces[i];
             let r = match &u.kind {
-                Kind::SlabObject { from_slab, .. } => self.slabs.claim_at(*from_slab, u.from).map_err(String::from),
-                Kind::Buddy => self.buddy_reserve_at(u.from, u.size, &mut journal.swept),
-                Kind::Run { chunks } => self.run_reserve_at(self.geometry.chunk_of(u.from), *chunks),
-                Kind::Slab { .. } => self.buddy_reserve_at(u.from, u.extent, &mut journal.swept),
+                PieceKind::SlabObject { from_slab, .. } => {
+                    self.slabs.claim_at(*from_slab, u.from).map_err(String::from)
+                }
+                PieceKind::Buddy => self.buddy_reserve_at(u.from, u.size, &mut journal.swept),
+                PieceKind::Run { chunks } => self.run_reserve_at(self.geometry.chunk_of(u.from), *chunks),
+                PieceKind::Slab { .. } => self.buddy_reserve_at(u.from, u.extent, &mut journal.swept),
             };
             if let Err(why) = r {
                 findings.push(format!("undo: source {} of a move: {why}", u.from));

@@ -1,7 +1,8 @@
-//! The compaction planners' picture of the arena: what each chunk is, and for core chunks one
-//! bit per unit (`min_block` bytes) that some block covers. Built from the buddy trees (so blocks
-//! without a handle, slabs and the arena's tail count as taken), then changed by the planner as
-//! it vacates and fills places; the pool itself is untouched until the plan runs.
+//! The compaction planners' picture of the arena: its geometry, bank size and slab classes, what
+//! each chunk is, and for core chunks one bit per unit (`min_block` bytes) that some block
+//! covers. Built from the buddy trees (so blocks without a handle, slabs and the arena's tail
+//! count as taken), then changed by the planner as it vacates and fills places; the pool itself
+//! is untouched until the executor runs the moves.
 //!
 //! Without lazy-coalescing marks (the executor sweeps a tree before it takes blocks in it), a
 //! buddy node can be taken exactly when none of its units is covered, so these bits decide
@@ -10,9 +11,11 @@
 use std::collections::BTreeSet;
 
 use crate::global::ChunkState;
+use crate::layout::Geometry;
 use crate::pool::Pool;
+use crate::slab::SlabClass;
 
-/// What a chunk is, in the plan.
+/// What a chunk is, in the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
     /// In the global pool.
@@ -36,7 +39,14 @@ pub(crate) struct ChunkModel {
 }
 
 #[derive(Clone)]
-pub(crate) struct Model {
+pub(crate) struct Model<'a> {
+    /// The arena's geometry.
+    pub(crate) geometry: &'a Geometry,
+    /// The bank size (bytes): a block of at most a bank lies in one bank, a larger one starts
+    /// on a bank boundary.
+    pub(crate) bank_size: usize,
+    /// The slab size classes.
+    pub(crate) classes: &'a [SlabClass],
     pub(crate) chunks: Vec<ChunkModel>,
     units_per_chunk: u64,
     pub(crate) min_block: usize,
@@ -144,9 +154,31 @@ impl Gaps {
     }
 }
 
-impl Model {
+impl<'a> Model<'a> {
+    /// An arena of free chunks (a pool with nothing allocated).
+    #[cfg(test)]
+    pub(crate) fn empty(geometry: &'a Geometry, bank_size: usize, classes: &'a [SlabClass]) -> Model<'a> {
+        let chunks = (0..geometry.chunks)
+            .map(|c| ChunkModel {
+                role: Role::Free,
+                owner: 0,
+                used: 0,
+                usable: geometry.usable_units(c),
+                bits: Vec::new(),
+            })
+            .collect();
+        Model {
+            geometry,
+            bank_size,
+            classes,
+            chunks,
+            units_per_chunk: geometry.units_per_chunk(),
+            min_block: geometry.min_block,
+        }
+    }
+
     /// The arena as the pool has it now (call while paused).
-    pub(crate) fn of(pool: &Pool) -> Model {
+    pub(crate) fn of(pool: &'a Pool) -> Model<'a> {
         let g = &pool.geometry;
         let upc = g.units_per_chunk();
         let words = upc.div_ceil(64) as usize;
@@ -174,7 +206,27 @@ impl Model {
                 }
             })
             .collect();
-        Model { chunks, units_per_chunk: upc, min_block: g.min_block }
+        Model {
+            geometry: g,
+            bank_size: pool.config.bank_size,
+            classes: &pool.slabs.classes.classes,
+            chunks,
+            units_per_chunk: upc,
+            min_block: g.min_block,
+        }
+    }
+
+    /// Make chunk `chunk` (free) a core chunk of `owner` with nothing in it.
+    #[cfg(test)]
+    pub(crate) fn make_core(&mut self, chunk: usize, owner: usize) {
+        let c = self.bits_of(chunk);
+        c.role = Role::Core;
+        c.owner = owner;
+    }
+
+    /// Bytes of chunk `c` (all of it; the last chunk may be partial).
+    pub(crate) fn chunk_bytes(&self, c: usize) -> usize {
+        self.geometry.chunk_bytes(c)
     }
 
     fn bits_of(&mut self, chunk: usize) -> &mut ChunkModel {
@@ -278,29 +330,29 @@ impl Model {
     }
 
     /// Free bytes of chunk `i`: all of an empty chunk, the free units of a core chunk.
-    fn free_bytes_of(&self, i: usize, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
+    fn free_bytes_of(&self, i: usize) -> usize {
         let c = &self.chunks[i];
         match c.role {
-            Role::Free => chunk_bytes(i),
+            Role::Free => self.chunk_bytes(i),
             Role::Core => (c.usable - c.used) as usize * self.min_block,
             Role::Run => 0,
         }
     }
 
     /// Free bytes: empty chunks whole, the free units of core chunks.
-    pub(crate) fn free_bytes(&self, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
-        (0..self.chunks.len()).map(|i| self.free_bytes_of(i, chunk_bytes)).sum()
+    pub(crate) fn free_bytes(&self) -> usize {
+        (0..self.chunks.len()).map(|i| self.free_bytes_of(i)).sum()
     }
 
     /// The largest free power-of-two block any chunk could give, in bytes, and the longest
-    /// stretch of empty chunks (in chunks), as an allocation would see them after the plan.
-    pub(crate) fn largest_free(&self, chunk_bytes: &dyn Fn(usize) -> usize) -> usize {
+    /// stretch of empty chunks (in chunks), as an allocation would see them after the moves.
+    pub(crate) fn largest_free(&self) -> usize {
         // The longest stretch first: a chunk's nodes are then only searched when one could
         // beat it.
         let mut best = 0usize;
         let mut run = 0usize;
         for i in 0..self.chunks.len() {
-            run = if self.is_empty(i) { run + chunk_bytes(i) } else { 0 };
+            run = if self.is_empty(i) { run + self.chunk_bytes(i) } else { 0 };
             best = best.max(run);
         }
         for (i, c) in self.chunks.iter().enumerate() {

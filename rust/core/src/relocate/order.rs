@@ -20,7 +20,7 @@ pub struct Transfer {
     pub len: usize,
 }
 
-/// One step of a copy plan (indices into the batch's transfers).
+/// One step of a copy order (indices into the batch's transfers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
     /// Copy transfer `i` (source to destination).

@@ -1,4 +1,5 @@
-//! Bindings of `npumem_core::packing`: the search loop of the lifetime planner.
+//! `PackingInstance`: the search of the lifetime planner (`npumem.plan`) over static offsets,
+//! from `npumem_core::packing`.
 //!
 //! `PackingInstance(...)` is built once per component; `instance.search(...)` runs one
 //! depth-first run with the GIL released.
@@ -13,7 +14,7 @@ use crate::gil::detached;
 
 /// One component of a planning problem, ready for [`PackingInstance::search`].
 #[pyclass(frozen, module = "npumem._core")]
-struct PackingInstance {
+pub struct PackingInstance {
     inner: Instance,
 }
 
@@ -32,7 +33,7 @@ impl PackingInstance {
     ) -> PyResult<Self> {
         Instance::new(sizes, &alignments, sec_lo, sec_hi, n_sections, &neighbors, &obstacles)
             .map(|inner| Self { inner })
-            .map_err(errors::packing)
+            .map_err(errors::plan_search)
     }
 
     /// Number of buffers.
@@ -51,14 +52,16 @@ impl PackingInstance {
         time_limit: f64,
     ) -> PyResult<(bool, Option<Vec<u64>>, u64, u64)> {
         if rank.len() != self.inner.len() {
-            return Err(errors::packing(PackingError(format!(
+            return Err(errors::plan_search(PackingError(format!(
                 "rank has {} entries for {} buffers",
                 rank.len(),
                 self.inner.len()
             ))));
         }
         if !time_limit.is_finite() || time_limit < 0.0 {
-            return Err(errors::packing(PackingError(format!("time_limit must be finite and >= 0, got {time_limit}"))));
+            return Err(errors::plan_search(PackingError(format!(
+                "time_limit must be finite and >= 0, got {time_limit}"
+            ))));
         }
         let inner = &self.inner;
         let out = detached(py, || {
@@ -67,9 +70,4 @@ impl PackingInstance {
         });
         Ok((out.exhausted, out.offsets, out.arena, out.nodes))
     }
-}
-
-/// Adds the packing classes to the `_core` module.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PackingInstance>()
 }

@@ -1,78 +1,28 @@
-//! `npumem.Pool`: the arena, as Python sees it.
+//! The Python API of `Pool`.
 
 use std::sync::Arc;
 
-use npumem_core::{Backing, Placement, PoolConfig};
+use npumem_core::{Backing, Move, Placement};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 
+use super::config::{config_error, pool_config};
+use super::state::Pool;
 use crate::args;
 use crate::block::Block;
-use crate::errors::{error, to_py, Kind};
-use crate::gil::without_gil;
-use crate::monitor;
+use crate::block_info::BlockInfo;
+use crate::compaction_plan::CompactionPlan;
+use crate::errors::{error, to_py, ErrorClass};
+use crate::gil::{detached, without_gil};
+use crate::mover;
+use crate::oom::OomHandler;
+use crate::pause::Pause;
+use crate::snapshot::RawSnapshot;
 use crate::stats::PoolStats;
-
-/// A pool over one arena: allocate blocks from any thread, read `stats()`, `check()` it.
-#[pyclass(module = "npumem._core", frozen)]
-pub struct Pool {
-    pub(crate) core: Arc<npumem_core::Pool>,
-    name: Py<PyString>,
-    /// Tag strings by id (id 0 means no tag), and ids by string.
-    tag_names: Py<PyList>,
-    tag_ids: Py<PyDict>,
-    /// Called when an allocation fails for lack of memory (compaction, issue 5).
-    pub(crate) oom_handler: std::sync::Mutex<Option<Py<PyAny>>>,
-}
-
-fn config_error(message: String) -> PyErr {
-    error(Kind::Config, format!("invalid pool configuration: {message}"))
-}
-
-impl Pool {
-    /// The id of `tag` (interned on first use), 0 for none.
-    fn tag_id(&self, py: Python<'_>, tag: Option<&Bound<'_, PyString>>) -> PyResult<u32> {
-        let Some(tag) = tag else { return Ok(0) };
-        let ids = self.tag_ids.bind(py);
-        if let Some(id) = ids.get_item(tag)? {
-            return id.extract();
-        }
-        let names = self.tag_names.bind(py);
-        let id = names.len() as u32;
-        names.append(tag)?;
-        ids.set_item(tag, id)?;
-        Ok(id)
-    }
-
-    /// The tag string of an id (None for 0 or unknown ids).
-    pub(crate) fn tag_name<'py>(&self, py: Python<'py>, id: u32) -> Option<Bound<'py, PyAny>> {
-        if id == 0 {
-            return None;
-        }
-        self.tag_names.bind(py).get_item(id as usize).ok()
-    }
-
-    pub(crate) fn alloc_block(
-        slf: &Bound<'_, Self>,
-        nbytes: &Bound<'_, PyAny>,
-        align: Option<&Bound<'_, PyAny>>,
-        tag: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Block> {
-        let py = slf.py();
-        let this = slf.get();
-        let capacity = this.core.capacity();
-        let size = args::size(nbytes, "nbytes", capacity)?;
-        let align = args::alignment(align, capacity)?;
-        let tag = args::tag(tag)?;
-        let tag_id = this.tag_id(py, tag.as_ref())?;
-        let core = &this.core;
-        let handle = match core.try_alloc_fast(size, align, tag_id).map_err(to_py)? {
-            Some(handle) => handle,
-            None => crate::compaction::alloc_retrying(slf, size, align, tag_id)?,
-        };
-        Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind)))
-    }
-}
+use crate::step_report::StepReport;
+use crate::tags::Tags;
+use crate::trace::{event_tuple, TraceStatus};
+use crate::views;
 
 #[pymethods]
 impl Pool {
@@ -102,54 +52,19 @@ impl Pool {
         core_reserve: Option<&Bound<'_, PyAny>>,
         name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Pool> {
-        let cores = match cores.filter(|c| !c.is_none()) {
-            Some(c) => args::config_int(c, "cores")?,
-            None => py.import("os")?.call_method0("cpu_count")?.extract::<Option<usize>>()?.unwrap_or(1),
-        };
-        let defaults = PoolConfig::new(0);
-        let field = |value: Option<&Bound<'_, PyAny>>, name: &str, default: usize| match value.filter(|v| !v.is_none())
-        {
-            Some(v) => args::config_int(v, name),
-            None => Ok(default),
-        };
-        let mut config = PoolConfig::new(args::config_int(capacity, "capacity")?)
-            .cores(cores)
-            .chunk_size(field(chunk_size, "chunk_size", defaults.chunk_size)?)
-            .min_block(field(min_block, "min_block", defaults.min_block)?)
-            .bank_size(field(bank_size, "bank_size", defaults.bank_size)?)
-            .alignment(field(alignment, "alignment", defaults.alignment)?)
-            .core_reserve(field(core_reserve, "core_reserve", defaults.core_reserve)?);
-        if let Some(sizes) = slab_sizes.filter(|s| !s.is_none()) {
-            if sizes.is_instance_of::<PyString>() {
-                return Err(config_error("slab_sizes must be a sequence of ints, got str".into()));
-            }
-            let items = sizes.try_iter().map_err(|_| {
-                config_error(format!("slab_sizes must be a sequence of ints, got {}", args::type_name(sizes)))
-            })?;
-            let mut list = Vec::new();
-            for (i, item) in items.enumerate() {
-                list.push(args::config_int(&item?, &format!("slab_sizes[{i}]"))?);
-            }
-            config = config.slab_sizes(list);
-        }
-        let choice = |value: Option<&Bound<'_, PyAny>>, default: &str| -> PyResult<String> {
-            match value.filter(|v| !v.is_none()) {
-                Some(v) => Ok(v.extract::<String>().unwrap_or_else(|_| format!("<{}>", args::type_name(v)))),
-                None => Ok(default.to_string()),
-            }
-        };
-        config = config.backing(match choice(backing, "host")?.as_str() {
-            "host" => Backing::Host,
-            "none" => Backing::None,
-            other => return Err(config_error(format!("backing must be \"host\" or \"none\", got {other:?}"))),
-        });
-        config = config.placement(match choice(placement, "best-fit")?.as_str() {
-            "best-fit" => Placement::BestFit,
-            "first-fit" => Placement::FirstFit,
-            other => {
-                return Err(config_error(format!("placement must be \"best-fit\" or \"first-fit\", got {other:?}")))
-            }
-        });
+        let config = pool_config(
+            py,
+            capacity,
+            cores,
+            chunk_size,
+            min_block,
+            bank_size,
+            alignment,
+            slab_sizes,
+            backing,
+            placement,
+            core_reserve,
+        )?;
         let core = without_gil(py, || npumem_core::Pool::new(config))?;
         let name = match name.filter(|n| !n.is_none()) {
             Some(n) => n
@@ -158,13 +73,7 @@ impl Pool {
                 .clone(),
             None => PyString::new(py, &format!("pool-{}", core.id())),
         };
-        Ok(Pool {
-            core: Arc::new(core),
-            name: name.unbind(),
-            tag_names: PyList::new(py, [py.None()])?.unbind(),
-            tag_ids: PyDict::new(py).unbind(),
-            oom_handler: std::sync::Mutex::new(None),
-        })
+        Ok(Pool { core: Arc::new(core), name: name.unbind(), tags: Tags::new(py)?, oom: OomHandler::default() })
     }
 
     /// Allocate a block of `nbytes` bytes. `align` (a power of two) overrides the pool's default
@@ -176,7 +85,19 @@ impl Pool {
         align: Option<&Bound<'_, PyAny>>,
         tag: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Block> {
-        Self::alloc_block(slf, nbytes, align, tag)
+        let py = slf.py();
+        let this = slf.get();
+        let capacity = this.core.capacity();
+        let size = args::size(nbytes, "nbytes", capacity)?;
+        let align = args::alignment(align, capacity)?;
+        let tag = args::tag(tag)?;
+        let tag_id = this.tags.id(py, tag.as_ref())?;
+        let core = &this.core;
+        let handle = match core.try_alloc_fast(size, align, tag_id).map_err(to_py)? {
+            Some(handle) => handle,
+            None => this.oom.alloc(py, core, size, align, tag_id)?,
+        };
+        Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind)))
     }
 
     /// Allocate one block per size in `sizes` (all with the same `align` and `tag`), or none:
@@ -193,7 +114,10 @@ impl Pool {
         let this = slf.get();
         let capacity = this.core.capacity();
         let items = sizes.try_iter().map_err(|_| {
-            error(Kind::ArgumentType, format!("sizes must be an iterable of ints, got {}", args::type_name(sizes)))
+            error(
+                ErrorClass::ArgumentType,
+                format!("sizes must be an iterable of ints, got {}", args::type_name(sizes)),
+            )
         })?;
         let mut wanted = Vec::new();
         for (i, item) in items.enumerate() {
@@ -201,8 +125,8 @@ impl Pool {
         }
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
-        let tag_id = this.tag_id(py, tag.as_ref())?;
-        let handles = crate::compaction::alloc_many_retrying(slf, &wanted, align, tag_id)?;
+        let tag_id = this.tags.id(py, tag.as_ref())?;
+        let handles = this.oom.alloc_many(py, &this.core, &wanted, align, tag_id)?;
         let pool = slf.clone().unbind();
         Ok(handles
             .into_iter()
@@ -219,7 +143,7 @@ impl Pool {
         let py = slf.py();
         let items = blocks.try_iter().map_err(|_| {
             error(
-                Kind::ArgumentType,
+                ErrorClass::ArgumentType,
                 format!("blocks must be an iterable of npumem.Block, got {}", args::type_name(blocks)),
             )
         })?;
@@ -228,7 +152,7 @@ impl Pool {
             let item = item?;
             let block = item.cast::<Block>().map_err(|_| {
                 error(
-                    Kind::ArgumentType,
+                    ErrorClass::ArgumentType,
                     format!("blocks[{i}] must be an npumem.Block, got {}", args::type_name(&item)),
                 )
             })?;
@@ -241,7 +165,7 @@ impl Pool {
     /// Free `block` (the same as `block.free()`).
     fn free(slf: &Bound<'_, Self>, block: &Bound<'_, PyAny>) -> PyResult<()> {
         let block = block.cast::<Block>().map_err(|_| {
-            error(Kind::ArgumentType, format!("free() takes an npumem.Block, got {}", args::type_name(block)))
+            error(ErrorClass::ArgumentType, format!("free() takes an npumem.Block, got {}", args::type_name(block)))
         })?;
         block.get().free_in(slf.py(), slf.get())
     }
@@ -260,84 +184,63 @@ impl Pool {
         without_gil(py, || core.check())
     }
 
-    /// Every live block, in offset order, as dicts: offset, nbytes, block_bytes, align, core,
-    /// tag, pins.
-    fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    /// Every live block, in offset order.
+    fn blocks(&self, py: Python<'_>) -> PyResult<Vec<BlockInfo>> {
         let core = &self.core;
         let blocks = without_gil(py, || Ok(core.blocks()))?;
-        blocks
-            .into_iter()
-            .map(|b| {
-                let d = PyDict::new(py);
-                d.set_item("offset", b.offset)?;
-                d.set_item("nbytes", b.size)?;
-                d.set_item("block_bytes", b.block_bytes)?;
-                d.set_item("align", b.align)?;
-                d.set_item("core", b.core)?;
-                d.set_item("tag", self.tag_name(py, b.tag))?;
-                d.set_item("pins", b.pins)?;
-                Ok(d)
-            })
-            .collect()
+        Ok(blocks.iter().map(|b| BlockInfo::from_core(py, b, &self.tags)).collect())
     }
 
-    // ----- monitoring (issue 6): conversions in monitor.rs ---------------------------------
+    /// Pause the pool (without the GIL) and record every live block, every maximal free run,
+    /// and the stats, all at one moment.
+    fn raw_snapshot(&self, py: Python<'_>) -> PyResult<RawSnapshot> {
+        let core = &self.core;
+        let snap = without_gil(py, || core.snapshot())?;
+        RawSnapshot::from_core(py, snap, &self.tags, core.capacity())
+    }
 
     /// Pause the pool and return an `npumem.monitor.Snapshot`: every live block, every maximal
     /// free run, and the stats, all at one moment.
     fn snapshot<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        monitor::snapshot(slf.py(), slf)
+        let raw = slf.get().raw_snapshot(slf.py())?;
+        views::present_snapshot(slf.as_any(), raw)
     }
 
     /// Start a fresh event trace of up to `capacity` events (all cores together; the oldest are
     /// overwritten when full). Pauses the pool briefly.
     #[pyo3(signature = (capacity = None), text_signature = "(self, capacity=65536)")]
     fn trace_start(&self, py: Python<'_>, capacity: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        monitor::trace_start(py, self, capacity)
+        let n = args::trace_capacity(capacity)?;
+        let core = &self.core;
+        without_gil(py, || core.trace_start(n))
     }
 
     /// Stop recording; events recorded so far stay until drained.
     fn trace_stop(&self, py: Python<'_>) -> PyResult<()> {
-        monitor::trace_stop(py, self)
+        let core = &self.core;
+        without_gil(py, || core.trace_stop())
     }
 
     /// The events recorded since the last drain, oldest first, as tuples
     /// `(time_ns, kind, offset, size, core, tag, handle, aux)`.
     fn trace_drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        monitor::trace_drain(py, self)
+        let core = &self.core;
+        let events = detached(py, || core.trace_drain());
+        events.iter().map(|e| event_tuple(py, e, &self.tags)).collect()
     }
 
     /// Where the trace stands: enabled, capacity, recorded, drained, dropped.
-    fn trace_status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        monitor::trace_status(py, self)
+    fn trace_status(&self) -> TraceStatus {
+        self.core.trace_status().into()
     }
-
-    /// `"best-fit"` or `"first-fit"`: how the global pool places chunk runs.
-    #[getter]
-    fn placement(&self) -> &'static str {
-        match self.core.config().placement {
-            Placement::BestFit => "best-fit",
-            Placement::FirstFit => "first-fit",
-        }
-    }
-
-    /// Empty chunks each core keeps in reserve.
-    #[getter]
-    fn core_reserve(&self) -> usize {
-        self.core.config().core_reserve
-    }
-
-    // ----- end of monitoring -------------------------------------------------------------
-
-    // ----- compaction (issue 5): conversions in compaction.rs ------------------------------
 
     /// Pause the pool: wait (at most `timeout` seconds) for alloc and free calls in flight, then
     /// hold other threads' calls until the returned `Pause` is resumed, each at most `timeout`
     /// seconds (then it raises `PoolBusyError`, having done nothing). The calling thread may
     /// still use the pool.
     #[pyo3(signature = (timeout = None), text_signature = "(self, timeout=10.0)")]
-    fn pause(slf: &Bound<'_, Self>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<crate::compaction::Pause> {
-        crate::compaction::pause(slf, timeout)
+    fn pause(slf: &Bound<'_, Self>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Pause> {
+        Pause::take(slf, timeout)
     }
 
     /// Move blocks while `pause` holds the pool: `moves` are `(block, offset)` pairs, validated
@@ -350,11 +253,47 @@ impl Pool {
         moves: &Bound<'py, PyAny>,
         mover: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        crate::compaction::move_blocks(slf, pause, moves, mover)
+        let py = slf.py();
+        let pool = slf.get();
+        let pause = Pause::of(pool, pause)?;
+        let mover = args::callable(mover, "mover")?;
+        let items = moves.try_iter().map_err(|_| {
+            error(
+                ErrorClass::ArgumentType,
+                format!("moves must be an iterable of (Block, offset), got {}", args::type_name(moves)),
+            )
+        })?;
+        let mut batch = Vec::new();
+        for (i, item) in items.enumerate() {
+            let item = item?;
+            let pair = item.cast::<PyTuple>().ok().filter(|t| t.len() == 2).ok_or_else(|| {
+                error(
+                    ErrorClass::ArgumentType,
+                    format!("moves[{i}] must be a (Block, offset) pair, got {}", args::type_name(&item)),
+                )
+            })?;
+            let block = pair.get_item(0)?;
+            let block = block.cast::<Block>().map_err(|_| {
+                error(
+                    ErrorClass::ArgumentType,
+                    format!("moves[{i}][0] must be an npumem.Block, got {}", args::type_name(&block)),
+                )
+            })?;
+            let handle = block.get().handle_in(pool, i)?;
+            let to = args::integer(&pair.get_item(1)?, &format!("moves[{i}][1]"), ErrorClass::ArgumentType)?;
+            let to = usize::try_from(to).map_err(|_| {
+                error(ErrorClass::InvalidArgument, format!("moves[{i}][1] must be an offset >= 0, got {to}"))
+            })?;
+            batch.push(Move { handle, to });
+        }
+        let core = &pool.core;
+        let done =
+            pause.with_token(|token| mover::run_with(py, mover.as_ref(), |m| core.move_blocks(token, &batch, m)))?;
+        PyList::new(py, done.transfers.iter().map(|t| (t.src, t.dst, t.len)))
     }
 
     /// One compaction while `pause` holds the pool: `mode` is `"full"`, `"incremental"` (with
-    /// `max_bytes`) or `"evacuate"` (with `chunks`). Returns what it did, as a dict.
+    /// `max_bytes`) or `"evacuate"` (with `chunks`). Returns what it did.
     #[pyo3(signature = (pause, mode = "full", *, max_bytes = None, chunks = None, mover = None))]
     fn compact_step<'py>(
         slf: &Bound<'py, Self>,
@@ -363,8 +302,16 @@ impl Pool {
         max_bytes: Option<&Bound<'py, PyAny>>,
         chunks: Option<&Bound<'py, PyAny>>,
         mover: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        crate::compaction::compact_step(slf, pause, mode, max_bytes, chunks, mover)
+    ) -> PyResult<StepReport> {
+        let py = slf.py();
+        let pool = slf.get();
+        let pause = Pause::of(pool, pause)?;
+        let mode = args::compaction_mode(mode, max_bytes, chunks)?;
+        let mover = args::callable(mover, "mover")?;
+        let core = &pool.core;
+        let done =
+            pause.with_token(|token| mover::run_with(py, mover.as_ref(), |m| core.compact_step(token, &mode, m)))?;
+        Ok(StepReport::from_core(&done))
     }
 
     /// What `compact_step` would do, moving nothing (pauses the pool briefly unless `pause`
@@ -377,37 +324,40 @@ impl Pool {
         chunks: Option<&Bound<'py, PyAny>>,
         pause: Option<&Bound<'py, PyAny>>,
         mover: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        crate::compaction::plan_compaction(slf, mode, max_bytes, chunks, pause, mover)
+    ) -> PyResult<CompactionPlan> {
+        let py = slf.py();
+        let pool = slf.get();
+        let parsed = args::compaction_mode(mode, max_bytes, chunks)?;
+        let with_mover = args::callable(mover, "mover")?.is_some();
+        let core = &pool.core;
+        let plan = match pause.filter(|p| !p.is_none()) {
+            Some(p) => Pause::of(pool, p)?
+                .with_token(|token| without_gil(py, || core.plan_compaction_with(Some(token), &parsed, with_mover)))?,
+            None => without_gil(py, || core.plan_compaction_with(None, &parsed, with_mover))?,
+        };
+        Ok(CompactionPlan::from_core(mode, &plan))
     }
 
     /// Set the callable `handler(nbytes) -> bool` that a failing allocation calls before it
     /// raises `OutOfMemoryError` (a true result retries the allocation once), or `None`.
     /// Returns the previous handler.
-    fn set_oom_handler(slf: &Bound<'_, Self>, handler: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
-        crate::compaction::set_oom_handler(slf, handler)
+    fn set_oom_handler(&self, handler: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        self.oom.replace(handler)
     }
 
     /// The out-of-memory handler, or None.
     #[getter]
-    fn oom_handler(slf: &Bound<'_, Self>) -> Option<Py<PyAny>> {
-        crate::compaction::oom_handler(slf)
+    fn oom_handler(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.oom.get(py)
     }
 
     fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        if let Ok(handler) = self.oom_handler.try_lock() {
-            visit.call(handler.as_ref())?;
-        }
-        Ok(())
+        self.oom.traverse(&visit)
     }
 
     fn __clear__(&self) {
-        if let Ok(mut handler) = self.oom_handler.try_lock() {
-            handler.take();
-        }
+        self.oom.clear()
     }
-
-    // ----- end of compaction ---------------------------------------------------------------
 
     /// Give back what cores keep cached (all-free slabs, empty reserve chunks) now rather than
     /// when an allocation needs the room. Returns how many slabs and chunks went back.
@@ -460,6 +410,21 @@ impl Pool {
             Backing::Host => "host",
             Backing::None => "none",
         }
+    }
+
+    /// `"best-fit"` or `"first-fit"`: how the global pool places chunk runs.
+    #[getter]
+    fn placement(&self) -> &'static str {
+        match self.core.config().placement {
+            Placement::BestFit => "best-fit",
+            Placement::FirstFit => "first-fit",
+        }
+    }
+
+    /// Empty chunks each core keeps in reserve.
+    #[getter]
+    fn core_reserve(&self) -> usize {
+        self.core.config().core_reserve
     }
 
     /// The pool's name (labels its metrics).

@@ -1,0 +1,79 @@
+//! The one planning path of a compaction: the batches of moves a [`CompactionMode`] makes, and
+//! the arena after them. `Pool::compact_step` runs these batches; `Pool::plan_compaction`
+//! summarizes them.
+
+use super::super::census::Census;
+use super::super::model::Model;
+use super::super::piece::Piece;
+use super::super::types::CompactionMode;
+use super::consolidate::{apply_consolidation, consolidate_slabs};
+use super::evacuate::{chunk_contents, clean_chunks, evacuation_order, plan_evacuation, plan_run_slides};
+use super::pack::plan_full;
+
+/// What a compaction moves.
+pub(crate) struct Schedule<'a> {
+    /// The batches, in the order they run (each moves its pieces at once; a later batch was
+    /// planned on the arena the earlier ones leave).
+    pub(crate) batches: Vec<Vec<Piece>>,
+    /// The arena after every batch (and the chunks they empty given back).
+    pub(crate) model: Model<'a>,
+}
+
+/// Plan a compaction of `census` over `model`. `caller_copies`: the caller copies the bytes (a
+/// mover, or a pool without host memory), so a full compaction is one batch that never needs a
+/// bounce (no slab consolidation, a slide rather than a repack).
+///
+/// * `Full`: a slab consolidation (host memory only; `census` is brought to the arena after
+///   it, see [`apply_consolidation`]), then [`plan_full`].
+/// * `Incremental`: chunks above the boundary evacuated sparsest first within `max_bytes`, then
+///   runs slid down into the room that makes, within what is left of it.
+/// * `Evacuate`: the named chunks emptied; `Err` when one does not exist or cannot be.
+pub(crate) fn plan_compaction_moves<'a>(
+    census: &mut Census,
+    mut model: Model<'a>,
+    mode: &CompactionMode,
+    caller_copies: bool,
+) -> Result<Schedule<'a>, String> {
+    let mut batches = Vec::new();
+    match mode {
+        CompactionMode::Full => {
+            if !caller_copies {
+                let consolidation = consolidate_slabs(census, &model);
+                if !consolidation.moves.is_empty() {
+                    apply_consolidation(census, &mut model, &consolidation);
+                    batches.push(consolidation.moves);
+                }
+            }
+            let (moves, after) = plan_full(census, model, caller_copies);
+            model = after;
+            batches.push(moves);
+        }
+        CompactionMode::Incremental { max_bytes } => {
+            let contents = chunk_contents(census, &model);
+            let candidates = evacuation_order(census, &model, &contents);
+            let (mut moves, emptied) =
+                plan_evacuation(census, &contents, &mut model, &candidates, Some(*max_bytes), false)?;
+            let spent: usize = moves.iter().map(Piece::copy_len).sum();
+            let clean = clean_chunks(&model, &moves, &emptied);
+            moves.extend(plan_run_slides(census, &mut model, &clean, max_bytes.saturating_sub(spent)));
+            for &c in &emptied {
+                model.set_run(c, 1, false);
+            }
+            batches.push(moves);
+        }
+        CompactionMode::Evacuate { chunks } => {
+            let arena = model.chunks.len();
+            if let Some(&bad) = chunks.iter().find(|&&c| c >= arena) {
+                return Err(format!("chunk {bad} does not exist (the arena has {arena} chunks)"));
+            }
+            let contents = chunk_contents(census, &model);
+            let (moves, emptied) = plan_evacuation(census, &contents, &mut model, chunks, None, true)?;
+            for &c in &emptied {
+                model.set_run(c, 1, false);
+            }
+            batches.push(moves);
+        }
+    }
+    batches.retain(|b| !b.is_empty());
+    Ok(Schedule { batches, model })
+}

@@ -1,0 +1,44 @@
+//! A Python mover: the callable `mover(transfers)` that copies the bytes of a batch of moves
+//! (`[(src, dst, nbytes), ...]`) when the pool's bytes live on a device.
+//!
+//! Moving runs without the GIL; the mover is called with it, re-acquired from the moving
+//! thread (which holds the pool's pause and no other lock). When the mover raises, the batch
+//! is undone and its own exception propagates.
+
+use npumem_core::{Error, Mover, Transfer};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::errors::to_py;
+use crate::gil::detached;
+
+/// Run `work` without the GIL, handing it `mover` (if any) as a core mover; map its error, or
+/// give back the mover's own exception when the mover failed.
+pub(crate) fn run_with<T, F>(py: Python<'_>, mover: Option<&Py<PyAny>>, work: F) -> PyResult<T>
+where
+    F: FnOnce(Option<Mover<'_>>) -> npumem_core::Result<T> + Send,
+    T: Send,
+{
+    let mut raised: Option<PyErr> = None;
+    let result = detached(py, || match mover {
+        Some(m) => work(Some(&mut |batch: &[Transfer]| call(m, batch, &mut raised))),
+        None => work(None),
+    });
+    result.map_err(|err| match (err, raised) {
+        (Error::MoverFailed(_), Some(e)) => e,
+        (err, _) => to_py(err),
+    })
+}
+
+/// Call the Python mover with `[(src, dst, nbytes), ...]`, keeping the exception it raised.
+fn call(mover: &Py<PyAny>, batch: &[Transfer], raised: &mut Option<PyErr>) -> Result<(), String> {
+    Python::attach(|py| {
+        let list = PyList::new(py, batch.iter().map(|t| (t.src, t.dst, t.len)))?;
+        mover.call1(py, (list,)).map(|_| ())
+    })
+    .map_err(|e| {
+        let why = e.to_string();
+        *raised = Some(e);
+        why
+    })
+}

@@ -1,0 +1,56 @@
+//! Pinning a block: `Block.pin()`, the pins buffer views hold, and `Pinned`, the context
+//! manager of `Block.pinned()`.
+//!
+//! Nothing waits for a moving block with the GIL: a pin is tried first and, when the block is
+//! being moved, taken again without it.
+
+use std::sync::Arc;
+
+use npumem_core::{Error, Handle};
+use pyo3::prelude::*;
+
+use crate::errors::to_py;
+use crate::gil::without_gil;
+
+/// Pin a block: at once, or (while it is being moved) waiting without the GIL. Returns the pins.
+pub(crate) fn pin(py: Python<'_>, core: &npumem_core::Pool, handle: Handle) -> PyResult<u32> {
+    match core.try_pin(handle) {
+        Err(Error::Moving) => without_gil(py, || core.pin(handle)),
+        other => other.map_err(to_py),
+    }
+}
+
+/// Pins a block while a `with` block runs (`Block.pinned()`).
+#[pyclass(module = "npumem._core", frozen)]
+pub struct Pinned {
+    /// The `npumem.Block` that `__enter__` gives back.
+    block: Py<PyAny>,
+    core: Arc<npumem_core::Pool>,
+    handle: Handle,
+}
+
+impl Pinned {
+    pub(crate) fn new(block: Py<PyAny>, core: Arc<npumem_core::Pool>, handle: Handle) -> Pinned {
+        Pinned { block, core, handle }
+    }
+}
+
+#[pymethods]
+impl Pinned {
+    fn __enter__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        pin(py, &self.core, self.handle)?;
+        Ok(self.block.clone_ref(py))
+    }
+
+    /// Unpin on leaving the `with` block.
+    #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
+    fn __exit__(
+        &self,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        self.core.unpin(self.handle).map_err(to_py)?;
+        Ok(false)
+    }
+}

@@ -1,0 +1,77 @@
+//! `Pool(...)`'s keyword arguments, checked and turned into a `PoolConfig`.
+
+use npumem_core::{Backing, Placement, PoolConfig};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use crate::args;
+use crate::errors::{error, ErrorClass};
+
+/// A `ConfigError` with the standard prefix.
+pub(super) fn config_error(message: String) -> PyErr {
+    error(ErrorClass::Config, format!("invalid pool configuration: {message}"))
+}
+
+/// The configuration the arguments describe (unset ones take the core's defaults; `cores`
+/// defaults to the CPU count).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pool_config(
+    py: Python<'_>,
+    capacity: &Bound<'_, PyAny>,
+    cores: Option<&Bound<'_, PyAny>>,
+    chunk_size: Option<&Bound<'_, PyAny>>,
+    min_block: Option<&Bound<'_, PyAny>>,
+    bank_size: Option<&Bound<'_, PyAny>>,
+    alignment: Option<&Bound<'_, PyAny>>,
+    slab_sizes: Option<&Bound<'_, PyAny>>,
+    backing: Option<&Bound<'_, PyAny>>,
+    placement: Option<&Bound<'_, PyAny>>,
+    core_reserve: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PoolConfig> {
+    let cores = match cores.filter(|c| !c.is_none()) {
+        Some(c) => args::config_int(c, "cores")?,
+        None => py.import("os")?.call_method0("cpu_count")?.extract::<Option<usize>>()?.unwrap_or(1),
+    };
+    let defaults = PoolConfig::new(0);
+    let field = |value: Option<&Bound<'_, PyAny>>, name: &str, default: usize| match value.filter(|v| !v.is_none()) {
+        Some(v) => args::config_int(v, name),
+        None => Ok(default),
+    };
+    let mut config = PoolConfig::new(args::config_int(capacity, "capacity")?)
+        .cores(cores)
+        .chunk_size(field(chunk_size, "chunk_size", defaults.chunk_size)?)
+        .min_block(field(min_block, "min_block", defaults.min_block)?)
+        .bank_size(field(bank_size, "bank_size", defaults.bank_size)?)
+        .alignment(field(alignment, "alignment", defaults.alignment)?)
+        .core_reserve(field(core_reserve, "core_reserve", defaults.core_reserve)?);
+    if let Some(sizes) = slab_sizes.filter(|s| !s.is_none()) {
+        if sizes.is_instance_of::<PyString>() {
+            return Err(config_error("slab_sizes must be a sequence of ints, got str".into()));
+        }
+        let items = sizes.try_iter().map_err(|_| {
+            config_error(format!("slab_sizes must be a sequence of ints, got {}", args::type_name(sizes)))
+        })?;
+        let mut list = Vec::new();
+        for (i, item) in items.enumerate() {
+            list.push(args::config_int(&item?, &format!("slab_sizes[{i}]"))?);
+        }
+        config = config.slab_sizes(list);
+    }
+    let choice = |value: Option<&Bound<'_, PyAny>>, default: &str| -> PyResult<String> {
+        match value.filter(|v| !v.is_none()) {
+            Some(v) => Ok(v.extract::<String>().unwrap_or_else(|_| format!("<{}>", args::type_name(v)))),
+            None => Ok(default.to_string()),
+        }
+    };
+    config = config.backing(match choice(backing, "host")?.as_str() {
+        "host" => Backing::Host,
+        "none" => Backing::None,
+        other => return Err(config_error(format!("backing must be \"host\" or \"none\", got {other:?}"))),
+    });
+    config = config.placement(match choice(placement, "best-fit")?.as_str() {
+        "best-fit" => Placement::BestFit,
+        "first-fit" => Placement::FirstFit,
+        other => return Err(config_error(format!("placement must be \"best-fit\" or \"first-fit\", got {other:?}"))),
+    });
+    Ok(config)
+}

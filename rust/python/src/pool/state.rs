@@ -1,0 +1,22 @@
+//! What a Python pool object holds.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use crate::oom::OomHandler;
+use crate::tags::Tags;
+
+/// A pool over one arena: allocate blocks from any thread, read `stats()`, `check()` it.
+#[pyclass(module = "npumem._core", frozen)]
+pub struct Pool {
+    /// The Rust pool (shared with pauses and pinning context managers).
+    pub(crate) core: Arc<npumem_core::Pool>,
+    /// The pool's name (labels its metrics).
+    pub(crate) name: Py<PyString>,
+    /// The tag strings of its blocks.
+    pub(crate) tags: Tags,
+    /// Called when an allocation fails for lack of memory.
+    pub(crate) oom: OomHandler,
+}

@@ -1,0 +1,110 @@
+//! `StepReport`: what one compaction step did (`Pool.compact_step`).
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::repr;
+
+/// One stop of the pool: what moved and how long the pool was stopped.
+///
+/// `planning_seconds` and `moving_seconds` are the parts the Rust core measured;
+/// `pause_seconds` is the whole stop: as `Pool.compact_step` returns it, the step's own time
+/// under the pause (planning and moving); a `Compactor` replaces it (`with_pause`) with the
+/// stop it measured, waiting for calls in flight included.
+#[pyclass(module = "npumem._core", frozen, eq, get_all)]
+#[derive(Clone, PartialEq)]
+pub struct StepReport {
+    /// Blocks moved.
+    blocks: usize,
+    /// Bytes copied.
+    bytes: usize,
+    /// Chunks given back to the global pool.
+    chunks_freed: usize,
+    /// The whole stop of the pool (seconds).
+    pause_seconds: f64,
+    /// Time spent planning (seconds).
+    planning_seconds: f64,
+    /// Time spent moving (seconds).
+    moving_seconds: f64,
+    /// Whether the stop took longer than the compactor's pause budget.
+    over_budget: bool,
+    /// Batches run.
+    batches: usize,
+    /// Copies made (each a `memmove` or one mover transfer).
+    transfers: usize,
+}
+
+impl StepReport {
+    pub(crate) fn from_core(r: &npumem_core::StepReport) -> StepReport {
+        let (planning, moving) = (r.planning.as_secs_f64(), r.moving.as_secs_f64());
+        StepReport {
+            blocks: r.blocks,
+            bytes: r.bytes,
+            chunks_freed: r.chunks_freed,
+            pause_seconds: planning + moving,
+            planning_seconds: planning,
+            moving_seconds: moving,
+            over_budget: false,
+            batches: r.batches,
+            transfers: r.transfers,
+        }
+    }
+}
+
+#[pymethods]
+impl StepReport {
+    #[new]
+    #[pyo3(signature = (
+        blocks, bytes, chunks_freed, pause_seconds, planning_seconds, moving_seconds,
+        over_budget = false, *, batches = 0, transfers = 0,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        blocks: usize,
+        bytes: usize,
+        chunks_freed: usize,
+        pause_seconds: f64,
+        planning_seconds: f64,
+        moving_seconds: f64,
+        over_budget: bool,
+        batches: usize,
+        transfers: usize,
+    ) -> StepReport {
+        StepReport {
+            blocks,
+            bytes,
+            chunks_freed,
+            pause_seconds,
+            planning_seconds,
+            moving_seconds,
+            over_budget,
+            batches,
+            transfers,
+        }
+    }
+
+    /// The same report with the stop as the caller measured it.
+    #[pyo3(signature = (pause_seconds, *, over_budget = false))]
+    fn with_pause(&self, pause_seconds: f64, over_budget: bool) -> StepReport {
+        StepReport { pause_seconds, over_budget, ..self.clone() }
+    }
+
+    /// The fields as a dict.
+    fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("blocks", self.blocks)?;
+        d.set_item("bytes", self.bytes)?;
+        d.set_item("chunks_freed", self.chunks_freed)?;
+        d.set_item("pause_seconds", self.pause_seconds)?;
+        d.set_item("planning_seconds", self.planning_seconds)?;
+        d.set_item("moving_seconds", self.moving_seconds)?;
+        d.set_item("over_budget", self.over_budget)?;
+        d.set_item("batches", self.batches)?;
+        d.set_item("transfers", self.transfers)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr::dataclass_like("StepReport", &self.as_dict(py)?)
+    }
+}

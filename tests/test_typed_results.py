@@ -1,0 +1,87 @@
+"""The classes the extension returns (no dicts cross the boundary) and the exception classes it
+defines."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import npumem
+import npumem._core as core
+import npumem.compaction
+import npumem.errors
+from npumem.compaction import Compactor, HostMirror
+from npumem.monitor import Snapshot
+
+MIB = 1 << 20
+
+
+def test_the_exception_classes_are_the_extensions() -> None:
+    for name in npumem.errors.__all__:
+        if hasattr(core, name):
+            assert getattr(npumem.errors, name) is getattr(core, name)
+            assert getattr(npumem, name) is getattr(core, name)
+    assert issubclass(npumem.RequestTooLargeError, npumem.InvalidArgumentError)
+    assert issubclass(npumem.RequestTooLargeError, MemoryError)
+    err = npumem.OutOfMemoryError("no room", 10, 5, 4)
+    assert (str(err), err.requested, err.bytes_free, err.largest_free_block) == (
+        "no room",
+        10,
+        5,
+        4,
+    )
+    assert npumem.OutOfMemoryError("plain").requested is None
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is npumem.OutOfMemoryError and again.largest_free_block == 4
+
+
+def test_a_pool_error_carries_its_figures() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    pool.alloc(3000)
+    with pytest.raises(MemoryError) as info:
+        pool.alloc(8 * MIB)
+    assert isinstance(info.value, npumem.OutOfMemoryError)
+    assert info.value.requested == 8 * MIB and info.value.bytes_free is not None
+
+
+def test_block_listing_and_trace_status_are_typed() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    blk = pool.alloc(1000, tag="t")
+    (info,) = pool.blocks()
+    assert isinstance(info, npumem.BlockInfo)
+    assert (info.offset, info.nbytes, info.tag, info.handle) == (blk.offset, 1000, "t", blk.handle)
+    assert info.as_dict()["block_bytes"] == info.block_bytes
+    assert pool.blocks() == [info] and "tag='t'" in repr(info)
+    status = pool.trace_status()
+    assert isinstance(status, npumem.TraceStatus) and not status.enabled
+    assert status.as_dict()["dropped"] == 0 and status == pool.trace_status()
+
+
+def test_snapshot_is_the_monitor_snapshot() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, name="snap")
+    pool.alloc(3000, tag="x")
+    snap = pool.snapshot()
+    assert isinstance(snap, Snapshot) and snap.pool == "snap"
+    raw = pool.raw_snapshot()
+    assert [b.nbytes for b in raw.blocks] == [3000] and raw.stats.blocks_in_use == 1
+
+
+def test_compaction_results_are_the_extensions_classes() -> None:
+    assert npumem.compaction.StepReport is core.StepReport
+    assert npumem.compaction.CompactionPlan is core.CompactionPlan
+    assert npumem.compaction.PlannedMove is core.PlannedMove
+    pool = npumem.Pool(40 * MIB, cores=1, backing="none")
+    mirror = HostMirror(pool.capacity)
+    blocks = [pool.alloc(300_000) for _ in range(40)]
+    for b in blocks[::2]:
+        b.free()
+    plan = Compactor(pool, mover=mirror).plan()
+    assert plan.mode == "full" and plan.as_dict()["moves"][0] == plan.moves[0].as_dict()
+    with pool.pause() as pause:
+        step = pool.compact_step(pause, "full", mover=mirror)
+    assert isinstance(step, core.StepReport) and step.blocks == plan.blocks
+    assert step.as_dict()["transfers"] == step.transfers > 0
+    timed = step.with_pause(1.5, over_budget=True)
+    assert (timed.pause_seconds, timed.over_budget, timed.blocks) == (1.5, True, step.blocks)
+    assert timed != step and timed.with_pause(step.pause_seconds) == step
