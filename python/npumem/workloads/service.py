@@ -46,9 +46,9 @@ BEAM_REPLACE_EVERY = 8  # tokens: a beam search drops a beam and forks another t
 _MARK = 0x5A  # the first byte of every sequence's first page
 
 
-def make_kv_cache(pool: npumem.Pool) -> KVCache:
-    """The text model's paged KV cache in ``pool``: pages of 16 tokens on demand, tagged
-    ``text.kv-cache``."""
+def make_kv_cache(pool: npumem.Pool, capacity_tokens: int | None = None) -> KVCache:
+    """The text model's paged KV cache in ``pool``: pages of 16 tokens, tagged
+    ``text.kv-cache``; reserved up front for ``capacity_tokens`` tokens, or on demand."""
     return KVCache(
         pool,
         num_layers=TEXT_LAYERS,
@@ -56,6 +56,7 @@ def make_kv_cache(pool: npumem.Pool) -> KVCache:
         head_dim=TEXT_HIDDEN // TEXT_HEADS,
         dtype_bytes=2,
         page_tokens=KV_PAGE_TOKENS,
+        capacity_tokens=capacity_tokens,
         tag="text.kv-cache",
     )
 
