@@ -27,11 +27,17 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import npumem
 from npumem.kv import KVCache
 
-SHAPE = {"num_layers": 4, "num_kv_heads": 4, "head_dim": 64, "dtype_bytes": 2}  # 4 KiB a token
+SHAPE: dict[str, Any] = {
+    "num_layers": 4,
+    "num_kv_heads": 4,
+    "head_dim": 64,
+    "dtype_bytes": 2,
+}  # 4 KiB a token
 PAGE_TOKENS = 16
 
 
@@ -274,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity-mib", type=int, default=256)
     parser.add_argument("--max-len", type=int, default=1024)
     parser.add_argument("--max-batch", type=int, default=256)
+    parser.add_argument("--roomy-mib", type=int, default=1024)
     args = parser.parse_args(argv)
 
     print(f"KV shape {SHAPE}, {PAGE_TOKENS} tokens a page\n")
@@ -290,30 +297,38 @@ def main(argv: list[str] | None = None) -> int:
         mark = "" if target != target else ("  ok" if median <= target else "  over")
         print(f"{name:<44} {median:>10.1f} {best:>8.1f} {target:>7.0f}{mark}")
 
-    capacity = args.capacity_mib << 20
     trace = make_trace(args.requests, args.seed, args.max_len)
-    print(
-        f"\nserving trace: {args.requests} requests, prompt 32..{args.max_len // 2}, output "
-        f"16..{args.max_len // 2} tokens, pool {args.capacity_mib} MiB, at most {args.max_batch} "
-        "running"
-    )
-    results = [
-        run_paged(trace, capacity, args.max_batch, prefix=0),
-        run_paged(trace, capacity, args.max_batch, prefix=256),
-        run_blocks(trace, capacity, args.max_batch, grow=True, max_len=args.max_len),
-        run_blocks(trace, capacity, args.max_batch, grow=False, max_len=args.max_len),
-    ]
     header = (
         f"{'strategy':<26} {'steps':>6} {'peak MiB':>9} {'copied MiB':>11} {'max running':>12} "
         f"{'preempted':>10} {'KV waste':>9}"
     )
-    print(header)
-    for r in results:
+    results: list[TraceResult] = []
+    for capacity, max_batch, what in (
+        (
+            args.capacity_mib << 20,
+            args.max_batch,
+            "a fixed capacity: how many requests run at once",
+        ),
+        (args.roomy_mib << 20, 64, "room to spare, at most 64 running: the memory each needs"),
+    ):
         print(
-            f"{r.name:<26} {r.steps:>6} {r.peak_bytes / 2**20:>9.1f} "
-            f"{r.bytes_copied / 2**20:>11.1f} {r.max_running:>12} {r.preemptions:>10} "
-            f"{r.waste:>8.1%}"
+            f"\nserving trace, {what}: {args.requests} requests, prompt 32..{args.max_len // 2}, "
+            f"output 16..{args.max_len // 2} tokens, pool {capacity >> 20} MiB, at most "
+            f"{max_batch} running"
         )
+        results = [
+            run_paged(trace, capacity, max_batch, prefix=0),
+            run_paged(trace, capacity, max_batch, prefix=256),
+            run_blocks(trace, capacity, max_batch, grow=True, max_len=args.max_len),
+            run_blocks(trace, capacity, max_batch, grow=False, max_len=args.max_len),
+        ]
+        print(header)
+        for r in results:
+            print(
+                f"{r.name:<26} {r.steps:>6} {r.peak_bytes / 2**20:>9.1f} "
+                f"{r.bytes_copied / 2**20:>11.1f} {r.max_running:>12} {r.preemptions:>10} "
+                f"{r.waste:>8.1%}"
+            )
     shared = results[1]
     print(
         f"\nshared 256-token prompt: up to {shared.saved_by_sharing / 2**20:.1f} MiB saved by "
