@@ -8,8 +8,7 @@ use super::error::KvError;
 use super::seq_map::SeqMap;
 use super::source::PageSource;
 
-/// One sequence: its tokens and its pages in order (`ceil(tokens / page_tokens)` of them, or more
-/// when it was added with room).
+/// One sequence: its tokens and its pages in order (`ceil(tokens / page_tokens)` of them).
 #[derive(Debug, Clone)]
 struct Seq {
     id: i64,
