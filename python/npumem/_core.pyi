@@ -552,3 +552,12 @@ class PackingInstance:
         node_limit: int,
         time_limit: float,
     ) -> tuple[bool, list[int] | None, int, int]: ...
+    def decide(
+        self,
+        keys: str,
+        widths: list[int],
+        rank: list[int],
+        capacity: int,
+        node_limit: int,
+        time_limit: float,
+    ) -> tuple[str, list[int] | None, int]: ...
