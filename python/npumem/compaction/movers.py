@@ -2,12 +2,14 @@
 
 A pool made with ``backing="none"`` only tracks offsets; its bytes live on a device. To move a
 block, the compactor calls ``mover(transfers)`` once per *wave* of a batch, with a list of
-``(src_offset, dst_offset, nbytes)`` copies that touch disjoint bytes and may run in parallel,
-*before* any block is re-pointed; the mover returns once they are all done. If the mover raises
-(having done any part of the wave), the pool copies the earlier waves back through the same
-mover, undoes the batch and the exception propagates: every block's bytes are where they were.
-A device runtime implements it with its copy engines (device-to-device copies, then a
-synchronize). ``docs/compaction.md`` states the contract in full.
+:class:`Transfer` copies that touch disjoint bytes and may run in parallel, *before* any block is
+re-pointed; the mover returns once they are all done. A transfer reads as the tuple
+``(src_offset, dst_offset, nbytes)`` and carries ``src_address`` and ``dst_address`` (the pool's
+``base_address`` plus each offset). If the mover raises (having done any part of the wave), the
+pool copies the earlier waves back through the same mover, undoes the batch and the exception
+propagates: every block's bytes are where they were. A device runtime implements it with its
+copy engines (device-to-device copies, then a synchronize). ``docs/compaction.md`` states the
+contract in full.
 
 :class:`HostMirror` is a reference mover over host memory: the "device" is a ``bytearray``. Tests
 and examples use it to check that every byte lands where the pool says.
@@ -17,10 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["HostMirror", "Mover", "Transfer"]
+from npumem._core import Transfer
 
-#: One copy: ``(src_offset, dst_offset, nbytes)``.
-Transfer = tuple[int, int, int]
+__all__ = ["HostMirror", "Mover", "Transfer"]
 
 #: A mover: called with each wave of a batch's transfers, in order; raising undoes the batch.
 Mover = Callable[[Sequence[Transfer]], object]
@@ -47,7 +48,7 @@ class HostMirror:
         """The ``nbytes`` bytes at ``offset``."""
         return bytes(self.memory[offset : offset + nbytes])
 
-    def __call__(self, transfers: Sequence[Transfer]) -> None:
+    def __call__(self, transfers: Sequence[Transfer] | Sequence[tuple[int, int, int]]) -> None:
         view = memoryview(self.memory)
         for src, dst, n in transfers:
             # Slice assignment copies through a temporary when the ranges overlap (memmove).
