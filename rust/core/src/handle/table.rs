@@ -455,6 +455,29 @@ mod loom_models {
     use loom::sync::Arc;
     use loom::thread;
 
+    /// A buffer view pins and unpins while its block's user pins once and unpins twice: the
+    /// user's second unpin is refused whatever the view does (it never drops the view's pin),
+    /// the view's unpin always finds its pin, and afterwards the block frees.
+    #[test]
+    fn user_pins_never_drop_view_pins() {
+        loom::model(|| {
+            let table = Arc::new(HandleTable::new(1, 4, 1));
+            let h = table.insert(0, 0, 8, 0, 0).unwrap();
+            let t2 = table.clone();
+            let viewer = thread::spawn(move || {
+                t2.pin(h, PinKind::View).unwrap();
+                let freed = t2.remove(h).is_ok();
+                t2.unpin(h, PinKind::View).unwrap();
+                freed
+            });
+            table.pin(h, PinKind::User).unwrap();
+            table.unpin(h, PinKind::User).unwrap();
+            assert!(table.unpin(h, PinKind::User).is_err(), "a user unpin dropped a view's pin");
+            assert!(!viewer.join().unwrap(), "a pinned block was freed");
+            table.remove(h).unwrap();
+        });
+    }
+
     /// Two threads free the same handle: exactly one succeeds.
     #[test]
     fn racing_double_free_has_one_winner() {
