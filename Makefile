@@ -59,6 +59,18 @@ test-loom: ## Loom models of every atomic protocol (exhaustive interleavings)
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
 	    cargo test -p npumem-core --release --lib loom -- --test-threads=2
 
+# The scale of mimalloc's test-stress: 32 threads, about 54M allocations (half the operations
+# allocate), sizes capped at 8 KiB so that the pattern fill and check stay memory-bound.
+STRESS_THREADS ?= 32
+STRESS_ITERS ?= 3400000
+STRESS_MAX_SIZE ?= 8192
+
+.PHONY: stress
+stress: ## The Rust stress test at the anchor's scale (STRESS_THREADS, STRESS_ITERS, STRESS_MAX_SIZE)
+	NPUMEM_STRESS_THREADS=$(STRESS_THREADS) NPUMEM_STRESS_ITERS=$(STRESS_ITERS) \
+	    NPUMEM_STRESS_MAX_SIZE=$(STRESS_MAX_SIZE) \
+	    cargo test -p npumem-core --release --test pool stress_mixed_sizes -- --nocapture
+
 .PHONY: test-python
 test-python: develop ## pytest suite and mypy.stubtest of the _core stubs
 	$(PY) -m pytest -q
