@@ -43,6 +43,7 @@ __version__: str
 _Backing = Literal["host", "none"]
 _Placement = Literal["best-fit", "first-fit"]
 _CompactionMode = Literal["full", "incremental", "evacuate"]
+_EventKind = Literal["alloc", "free", "move", "failed"]
 _Mover = Callable[[list[tuple[int, int, int]]], object]
 
 def install_views(
@@ -110,9 +111,23 @@ class Pool:
     def trim(self) -> int: ...
     def raw_snapshot(self) -> RawSnapshot: ...
     def snapshot(self) -> Snapshot: ...
-    def trace_start(self, capacity: int = 65536) -> None: ...
+    def trace_start(self, capacity: int = 65536, *, stacks: bool = False) -> None: ...
     def trace_stop(self) -> None: ...
-    def trace_drain(self) -> list[tuple[int, str, int, int, int, str | None, int, int]]: ...
+    def trace_drain(
+        self,
+    ) -> list[
+        tuple[
+            int,
+            _EventKind,
+            int,
+            int,
+            int,
+            str | None,
+            int,
+            int,
+            tuple[tuple[str, int, str], ...] | None,
+        ]
+    ]: ...
     def trace_status(self) -> TraceStatus: ...
     def pause(self, timeout: float | None = 10.0) -> Pause: ...
     def move_blocks(

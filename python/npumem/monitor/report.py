@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from npumem.monitor.sampler import Alert, Sample
     from npumem.monitor.snapshot import Snapshot
 
-__all__ = ["render_report", "report_text", "stats_dict"]
+__all__ = ["render_report", "report_json", "report_text", "stats_dict"]
 
 
 def stats_dict(stats: PoolStats | Mapping[str, Any]) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def _stats_table(s: Mapping[str, Any], title: str) -> Table:
         rows.append(("rounding waste", format_bytes(waste), _pct(waste, s["bytes_in_use"])))
     largest = s["largest_free_block"]
     rows += [
-        ("largest free block", format_bytes(s["largest_free_block"]), f"{largest:,} B"),
+        ("largest free block", format_bytes(largest), f"{largest:,} B, one allocation"),
         ("external fragmentation", f"{s['external_fragmentation']:.1%}", "1 - largest / free"),
         ("live blocks", f"{s.get('blocks_in_use', 0):,}", ""),
         ("allocations", f"{s.get('alloc_count', 0):,}", ""),
@@ -104,8 +104,11 @@ def _stats_table(s: Mapping[str, Any], title: str) -> Table:
     return t
 
 
-def _per_core_table(per_core: Sequence[Mapping[str, Any]]) -> Table:
-    t = _table("Per core")
+def _per_core_table(per_core: Sequence[Mapping[str, Any]], s: Mapping[str, Any]) -> Table:
+    title = "Per core (allocations by threads on each core: buddy and global"
+    if s.get("slab_allocs"):
+        title += f"; the {s['slab_allocs']:,} slab allocations are not split by core"
+    t = _table(title + ")")
     for col in ("core", "chunks", "in use", "free", "allocs", "frees", "overflow", "failed"):
         t.add_column(col, justify="right")
     for c in per_core:
@@ -135,22 +138,36 @@ def _per_class_table(entries: Sequence[Any]) -> Table:
     return t
 
 
+def _shown(shown: int, total: int, what: str) -> str:
+    """``"8 of 10 runs"`` when a table shows fewer rows than there are, else ``"3 runs"``."""
+    return f"{shown:,} of {total:,} {what}" if shown < total else f"{total:,} {what}"
+
+
 def _free_runs_table(snap: Snapshot, top: int) -> Table:
     free = snap.bytes_free
-    t = _table(f"Largest free runs ({len(snap.free_runs):,} runs, {format_bytes(free)} free)")
-    for col in ("#", "offset", "length", "of free"):
+    runs = snap.largest_free_runs(top)
+    t = _table(
+        f"Largest free runs ({_shown(len(runs), len(snap.free_runs), 'runs')}, "
+        f"{format_bytes(free)} free)"
+    )
+    t.caption = "a run: free bytes side by side; one allocation may get less (largest free block)"
+    t.caption_justify = "left"
+    for col in ("#", "offset", "length", "bytes", "of free"):
         t.add_column(col, justify="right")
-    for i, r in enumerate(snap.largest_free_runs(top), 1):
-        t.add_row(str(i), f"{r.offset:#x}", format_bytes(r.length), _pct(r.length, free))
+    for i, r in enumerate(runs, 1):
+        t.add_row(
+            str(i), f"{r.offset:#x}", format_bytes(r.length), f"{r.length:,}", _pct(r.length, free)
+        )
     return t
 
 
 def _by_tag_table(snap: Snapshot, top: int) -> Table:
     used = snap.bytes_in_blocks
-    t = _table(f"Live blocks by tag ({len(snap.blocks):,} blocks)")
+    groups = list(snap.bytes_by("tag").items())
+    tags = f", top {top} of {len(groups)} tags" if len(groups) > top else ""
+    t = _table(f"Live blocks by tag ({len(snap.blocks):,} blocks{tags})")
     for col, just in (("tag", "left"), ("blocks", "right"), ("bytes", "right"), ("share", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
-    groups = list(snap.bytes_by("tag").items())
     for tag, (n, b) in groups[:top]:
         t.add_row(tag, f"{n:,}", format_bytes(b), _pct(b, used))
     if len(groups) > top:
@@ -183,6 +200,18 @@ def _history_table(history: Sequence[Sample], alerts: Sequence[Alert]) -> Table:
     return t
 
 
+def _slab_line(snap: Snapshot, s: Mapping[str, Any]) -> str:
+    """Slab space without live objects, split as the stats count it."""
+    total = snap.bytes_in_slab_caches
+    cached = min(int(s.get("slab_cached_bytes", 0)), total)
+    empty = total - cached
+    return (
+        f"slab space without live objects: {format_bytes(total)} = {format_bytes(cached)} in "
+        f"slabs that hold objects (cached in slabs) + {format_bytes(empty)} in empty slabs "
+        "(counted as free: an allocation takes them back)"
+    )
+
+
 def render_report(
     console: Console,
     *,
@@ -209,13 +238,12 @@ def render_report(
         if snapshot.blocks:
             console.print(_by_tag_table(snapshot, top))
         if snapshot.slab_cached:
-            n = sum(e.length for e in snapshot.slab_cached)
-            console.print(f"cached in slabs (free objects of a size class): {format_bytes(n)}")
+            console.print(_slab_line(snapshot, s))
         if snapshot.untracked:
             n = sum(e.length for e in snapshot.untracked)
             console.print(f"untracked allocated bytes (raw API): {format_bytes(n)}")
     if s.get("per_core"):
-        console.print(_per_core_table(s["per_core"]))
+        console.print(_per_core_table(s["per_core"], s))
     classes = s.get("size_classes")
     if classes:
         console.print(_per_class_table(classes))
@@ -230,3 +258,35 @@ def report_text(width: int = 100, **kwargs: Any) -> str:
     out = io.StringIO()
     render_report(Console(file=out, width=width, color_system=None), **kwargs)
     return out.getvalue()
+
+
+def report_json(snapshot: Snapshot, *, top: int = 10) -> dict[str, Any]:
+    """The figures of the report of ``snapshot`` as a JSON-ready dict (format
+    ``npumem-report``, version 1): what ``npumem report --json`` prints. Byte counts are
+    integers; handles do not appear."""
+    s = stats_dict(snapshot.stats)
+    cached = snapshot.bytes_in_slab_caches
+    in_use_slabs = min(int(s.get("slab_cached_bytes", 0)), cached)
+    return {
+        "format": "npumem-report",
+        "version": 1,
+        "pool": snapshot.pool,
+        "label": snapshot.label,
+        "time_ns": snapshot.time_ns,
+        "stats": s,
+        "free_runs": len(snapshot.free_runs),
+        "bytes_free": snapshot.bytes_free,
+        "largest_free_runs": [
+            {"offset": r.offset, "length": r.length} for r in snapshot.largest_free_runs(top)
+        ],
+        "by_tag": [
+            {"tag": tag, "blocks": n, "bytes": b}
+            for tag, (n, b) in snapshot.bytes_by("tag").items()
+        ],
+        "slab_space": {
+            "total": cached,
+            "in_slabs_with_objects": in_use_slabs,
+            "in_empty_slabs": cached - in_use_slabs,
+        },
+        "untracked_bytes": sum(e.length for e in snapshot.untracked),
+    }

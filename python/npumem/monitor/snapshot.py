@@ -23,7 +23,10 @@ if TYPE_CHECKING:
 
 __all__ = ["BlockRecord", "Extent", "Snapshot", "load_snapshot", "pool_config"]
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+"""The version :meth:`Snapshot.save` writes (handles as decimal text); version 1 (handles as
+numbers) is read too."""
+_READ_VERSIONS = (1, 2)
 _BLOCK_FIELDS = ("offset", "nbytes", "block_bytes", "align", "core", "tag", "pins", "handle")
 _CONFIG_INTS = ("capacity", "cores", "chunk_size", "min_block", "bank_size", "alignment")
 _STATS_INTS = (
@@ -202,7 +205,9 @@ class Snapshot:
     # ----- JSON ------------------------------------------------------------------------------
 
     def to_json_obj(self) -> dict[str, Any]:
-        """The snapshot as a JSON-ready dict (format ``npumem-snapshot``, version 1)."""
+        """The snapshot as a JSON-ready dict (format ``npumem-snapshot``, version 2; the schema
+        is ``npumem/schemas/snapshot.schema.json``). Handles are decimal text, so that readers
+        that hold numbers as doubles keep them exact."""
         return {
             "format": SNAPSHOT_FORMAT,
             "version": SNAPSHOT_VERSION,
@@ -212,7 +217,7 @@ class Snapshot:
             "time_ns": self.time_ns,
             "block_fields": list(_BLOCK_FIELDS),
             "blocks": [
-                [b.offset, b.nbytes, b.block_bytes, b.align, b.core, b.tag, b.pins, b.handle]
+                [b.offset, b.nbytes, b.block_bytes, b.align, b.core, b.tag, b.pins, str(b.handle)]
                 for b in self.blocks
             ],
             "free_runs": [[r.offset, r.length] for r in self.free_runs],
@@ -230,7 +235,7 @@ class Snapshot:
         """Read a dict made by :meth:`to_json_obj`; :class:`FileFormatError` names what is
         wrong."""
         r = Reader(where)
-        r.header(obj, SNAPSHOT_FORMAT, SNAPSHOT_VERSION)
+        version = r.header(obj, SNAPSHOT_FORMAT, _READ_VERSIONS)
         config = r.field(obj, "config", dict)
         for key in _CONFIG_INTS:
             r.non_negative(r.field(config, key, int), f"config.{key}")
@@ -242,8 +247,10 @@ class Snapshot:
             tag = row[5]
             if tag is not None and not isinstance(tag, str):
                 raise r.fail(f"block {i}: tag must be a string or null, got {tag!r}")
-            n = [r.non_negative(v, f"block {i}") for j, v in enumerate(row) if j != 5]
-            blocks.append(BlockRecord(n[0], n[1], n[2], n[3], n[4], tag, n[5], n[6]))
+            n = [r.non_negative(v, f"block {i}") for v in row[:5]]
+            pins = r.non_negative(row[6], f"block {i}")
+            handle = r.handle(row[7], f"block {i}", version)
+            blocks.append(BlockRecord(n[0], n[1], n[2], n[3], n[4], tag, pins, handle))
         runs: dict[str, tuple[Extent, ...]] = {}
         for key in ("free_runs", "slab_cached", "untracked"):
             items = []

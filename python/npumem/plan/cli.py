@@ -24,7 +24,7 @@ from npumem.plan.errors import PlanError, ProblemFormatError
 from npumem.plan.graph import Graph
 from npumem.plan.problem import Problem
 from npumem.plan.search import Progress, solve
-from npumem.plan.solution import INFEASIBLE, NOT_MET, Solution
+from npumem.plan.solution import INFEASIBLE, NOT_MET, PLAN_FORMAT, PLAN_VERSION, Solution
 
 __all__ = ["add_parser", "load_problem", "run"]
 
@@ -89,7 +89,14 @@ def load_problem(
         obj = read_json_object(
             path, error=ProblemFormatError, expected="a JSON object (a problem or a graph)"
         )
-        if "ops" in obj:
+        fmt = obj.get("format")
+        plan_ok = fmt == PLAN_FORMAT and obj.get("version") == PLAN_VERSION
+        if fmt not in (None, "npumem-graph") and not plan_ok:
+            raise ProblemFormatError(
+                f"{path}: format {fmt!r} version {obj.get('version')!r} is not a problem, a graph "
+                f"or a plan ({PLAN_FORMAT!r} version {PLAN_VERSION})"
+            )
+        if "ops" in obj or fmt == "npumem-graph":
             graph = Graph.from_json(obj)
             graph.name = graph.name or path.stem
             return Problem.from_graph(
@@ -101,8 +108,16 @@ def load_problem(
     return problem
 
 
+_OUTPUT_KINDS = {".csv": "csv", ".json": "json", ".h": "h", ".hpp": "h"}
+
+
+def _output_kind(output: Path, fmt: str | None) -> str | None:
+    """The format to write ``output`` in: ``fmt``, else from the extension (None: unknown)."""
+    return fmt or _OUTPUT_KINDS.get(output.suffix.lower())
+
+
 def _write(solution: Solution, output: Path, fmt: str | None) -> None:
-    kind = fmt or {".json": "json", ".h": "h", ".hpp": "h"}.get(output.suffix.lower(), "csv")
+    kind = _output_kind(output, fmt)
     if kind == "json":
         solution.to_json(output)
     elif kind == "h":
@@ -117,6 +132,13 @@ def run(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
+    if args.output is not None and _output_kind(Path(args.output), args.format) is None:
+        err.print(
+            f"npumem plan: error: cannot tell the format of {args.output} from its extension "
+            "(use .csv, .json or .h, or name one with --format csv|json|h)",
+            markup=False,
+        )
+        return ExitStatus.USAGE
     try:
         problem = load_problem(
             args.input,

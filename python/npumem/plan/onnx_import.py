@@ -138,11 +138,14 @@ def graph_from_onnx(model: object, *, dims: Mapping[str, int] | None = None) -> 
         if unknown:
             named = sorted({d for d in unknown if isinstance(d, str)})
             hint = (
-                f"; bind {', '.join(map(repr, named))} with dims={{...}}"
+                f"; bind {', '.join(map(repr, named))} (command line: "
+                f"{' '.join(f'--dim {d}=1' for d in named)}; Python: dims="
+                f"{{{', '.join(f'{d!r}: 1' for d in named)}}})"
                 if named
                 else " (not inferable)"
             )
-            raise GraphError(f"{label}: tensor {name!r} has an unknown shape {shape}{hint}")
+            shape_text = " x ".join("?" if d is None else str(d) for d in shape)
+            raise GraphError(f"{label}: tensor {name!r} has an unknown shape {shape_text}{hint}")
         dims_ok = [d for d in shape if isinstance(d, int)]
         return Tensor(name, math.prod(dims_ok) * itemsize(name, elem_type))
 

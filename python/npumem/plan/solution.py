@@ -24,6 +24,10 @@ __all__ = [
     "Solution",
 ]
 
+PLAN_FORMAT = "npumem-plan"
+"""The ``format`` field of a plan file (:meth:`Solution.to_json`)."""
+PLAN_VERSION = 1
+"""The version of the plan files this npumem writes and reads."""
 OPTIMAL = "optimal"
 """The arena equals a proven lower bound: no packing is smaller."""
 FEASIBLE = "feasible"
@@ -244,11 +248,14 @@ class Solution:
         return text
 
     def to_json_obj(self) -> dict[str, Any]:
-        """The solution as a JSON-ready dict: summary figures, buffers with offsets, aliases."""
+        """The solution as a JSON-ready dict (format ``npumem-plan``, version 1; the schema is
+        ``npumem/schemas/plan.schema.json``): summary figures, buffers with offsets, aliases."""
         obj = self.problem.to_json_obj()
         for entry in obj["buffers"]:
             entry["offset"] = self.offsets[entry["id"]]
         return {
+            "format": PLAN_FORMAT,
+            "version": PLAN_VERSION,
             "arena_size": self.arena_size,
             "lower_bound": self.lower_bound,
             "gap": self.gap,

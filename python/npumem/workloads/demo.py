@@ -273,7 +273,8 @@ def write_outputs(
         m = next((x for x in result.models if x.name == model), None)
         if m is not None and key in m.plans:
             name = f"plan-{model}-{'-'.join(map(str, key))}.png"
-            files[f"plan {model} {key}"] = plot_plan(m.plans[key].solution, out / name)
+            what = f"{model}, batch {key[0]}" + (f", sequence {key[1]}" if len(key) > 1 else "")
+            files[f"plan {model} {key}"] = plot_plan(m.plans[key].solution, out / name, name=what)
     if result.trace is not None and result.trace.events:
         files["trace picture"] = plot_trace(result.trace, out / "trace.png")
     result.files = {k: str(v) for k, v in files.items()}

@@ -29,7 +29,7 @@ from typing import Any
 import npumem
 from npumem.monitor.trace import EVENT_KINDS, Trace
 
-__all__ = ["ReplayResult", "replay_trace"]
+__all__ = ["ReplayFailure", "ReplayResult", "replay_trace"]
 
 _CONFIG_KEYS = (
     "capacity",
@@ -42,6 +42,17 @@ _CONFIG_KEYS = (
     "placement",
     "core_reserve",
 )
+
+
+@dataclass(frozen=True)
+class ReplayFailure:
+    """An allocation that fails in the replay, with the pool's free figures at that moment."""
+
+    time_ns: int
+    size: int
+    tag: str | None
+    bytes_free: int
+    largest_free_block: int
 
 
 @dataclass
@@ -67,7 +78,7 @@ class ReplayResult:
     fragmentation_at_peak: float
     final: npumem.PoolStats
     seconds: float
-    first_failures: list[dict[str, Any]] = field(default_factory=list)
+    first_failures: list[ReplayFailure] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -128,7 +139,7 @@ def replay_trace(
     failed = would_fail = rescued = unmatched = skipped = same = 0
     peak = 0
     peak_frag = frag_at_peak = 0.0
-    first_failures: list[dict[str, Any]] = []
+    first_failures: list[ReplayFailure] = []
     events = trace.events
     total = len(events)
     start = time.perf_counter()
@@ -136,13 +147,13 @@ def replay_trace(
     def note_failure(e: Any, err: npumem.OutOfMemoryError) -> None:
         if len(first_failures) < 10:
             first_failures.append(
-                {
-                    "time_ns": e.time_ns,
-                    "size": e.size,
-                    "tag": e.tag,
-                    "bytes_free": err.bytes_free,
-                    "largest_free_block": err.largest_free_block,
-                }
+                ReplayFailure(
+                    e.time_ns,
+                    e.size,
+                    e.tag,
+                    err.bytes_free or 0,
+                    err.largest_free_block or 0,
+                )
             )
 
     with _one_cpu():

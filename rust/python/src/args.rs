@@ -141,6 +141,17 @@ pub(crate) fn trace_capacity(value: Option<&Bound<'_, PyAny>>) -> PyResult<usize
     Ok(n as usize)
 }
 
+/// A yes/no option: `True`, `False` or None (no).
+pub(crate) fn flag(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<bool> {
+    match value {
+        None => Ok(false),
+        Some(v) if v.is_none() => Ok(false),
+        Some(v) => v.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+            error(ErrorClass::ArgumentType, format!("{name} must be True or False, got {}", type_name(v)))
+        }),
+    }
+}
+
 /// An optional callable (`what` names it in the error).
 pub(crate) fn callable(value: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<Py<PyAny>>> {
     match value.filter(|m| !m.is_none()) {

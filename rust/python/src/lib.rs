@@ -11,7 +11,8 @@
 //! classes); work that can take long runs without the GIL through one helper (`gil.rs`);
 //! arguments are checked in `args.rs`. A failing allocation's retry through the out-of-memory
 //! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned in
-//! `tags.rs`.
+//! `tags.rs`; Python call stacks of allocations (`trace_start(stacks=True)`) are kept in
+//! `stacks.rs`.
 //!
 //! The binding imports nothing from the Python package: what `Pool.snapshot()` returns, and how
 //! byte counts read in the text of typed results, come from callables the package installs
@@ -31,6 +32,7 @@ mod plan_search;
 mod pool;
 mod repr;
 mod snapshot;
+mod stacks;
 mod stats;
 mod step_report;
 mod tags;

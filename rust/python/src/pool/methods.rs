@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use npumem_core::{Backing, Move, Placement};
+use npumem_core::{Backing, EventKind, Move, Placement};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
@@ -18,6 +18,7 @@ use crate::mover;
 use crate::oom::OomHandler;
 use crate::pause::Pause;
 use crate::snapshot::RawSnapshot;
+use crate::stacks::Stacks;
 use crate::stats::PoolStats;
 use crate::step_report::StepReport;
 use crate::tags::Tags;
@@ -73,7 +74,13 @@ impl Pool {
                 .clone(),
             None => PyString::new(py, &format!("pool-{}", core.id())),
         };
-        Ok(Pool { core: Arc::new(core), name: name.unbind(), tags: Tags::new(py)?, oom: OomHandler::default() })
+        Ok(Pool {
+            core: Arc::new(core),
+            name: name.unbind(),
+            tags: Tags::new(py)?,
+            oom: OomHandler::default(),
+            stacks: Stacks::default(),
+        })
     }
 
     /// Allocate a block of `nbytes` bytes. `align` (a power of two) overrides the pool's default
@@ -97,6 +104,9 @@ impl Pool {
             Some(handle) => handle,
             None => this.oom.alloc(py, core, size, align, tag_id)?,
         };
+        if this.stacks.enabled() {
+            this.stacks.record(py, handle.to_bits())?;
+        }
         Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind)))
     }
 
@@ -127,6 +137,11 @@ impl Pool {
         let tag = args::tag(tag)?;
         let tag_id = this.tags.id(py, tag.as_ref())?;
         let handles = this.oom.alloc_many(py, &this.core, &wanted, align, tag_id)?;
+        if this.stacks.enabled() {
+            for handle in &handles {
+                this.stacks.record(py, handle.to_bits())?;
+            }
+        }
         let pool = slf.clone().unbind();
         Ok(handles
             .into_iter()
@@ -207,26 +222,45 @@ impl Pool {
     }
 
     /// Start a fresh event trace of up to `capacity` events (all cores together; the oldest are
-    /// overwritten when full). Pauses the pool briefly.
-    #[pyo3(signature = (capacity = None), text_signature = "(self, capacity=65536)")]
-    fn trace_start(&self, py: Python<'_>, capacity: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    /// overwritten when full). Pauses the pool briefly. With `stacks=True` every allocation
+    /// made through Python also records the Python call stack of its caller (at most 32 frames,
+    /// most recent call first), which `trace_drain` attaches to its `alloc` event; this costs
+    /// a few microseconds per allocation.
+    #[pyo3(signature = (capacity = None, *, stacks = None), text_signature = "(self, capacity=65536, *, stacks=False)")]
+    fn trace_start(
+        &self,
+        py: Python<'_>,
+        capacity: Option<&Bound<'_, PyAny>>,
+        stacks: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let n = args::trace_capacity(capacity)?;
+        let stacks = args::flag(stacks, "stacks")?;
         let core = &self.core;
-        without_gil(py, || core.trace_start(n))
+        without_gil(py, || core.trace_start(n))?;
+        self.stacks.set(stacks);
+        Ok(())
     }
 
-    /// Stop recording; events recorded so far stay until drained.
+    /// Stop recording; events recorded so far (and their stacks) stay until drained.
     fn trace_stop(&self, py: Python<'_>) -> PyResult<()> {
+        self.stacks.set(false);
         let core = &self.core;
         without_gil(py, || core.trace_stop())
     }
 
     /// The events recorded since the last drain, oldest first, as tuples
-    /// `(time_ns, kind, offset, size, core, tag, handle, aux)`.
+    /// `(time_ns, kind, offset, size, core, tag, handle, aux, stack)`; `stack` is a tuple of
+    /// `(file, line, function)` for allocations traced with `stacks=True`, else None.
     fn trace_drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let core = &self.core;
         let events = detached(py, || core.trace_drain());
-        events.iter().map(|e| event_tuple(py, e, &self.tags)).collect()
+        events
+            .iter()
+            .map(|e| {
+                let stack = if e.kind == EventKind::Alloc { self.stacks.take(py, e.handle) } else { None };
+                event_tuple(py, e, &self.tags, stack)
+            })
+            .collect()
     }
 
     /// Where the trace stands: enabled, capacity, recorded, drained, dropped.
@@ -356,6 +390,7 @@ impl Pool {
     }
 
     fn __clear__(&self) {
+        self.stacks.clear();
         self.oom.clear()
     }
 
