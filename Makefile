@@ -58,9 +58,13 @@ test-loom: ## Loom models of every atomic protocol (exhaustive interleavings)
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
 	    cargo test -p npumem-core --release --lib loom -- --test-threads=2
 
+.PHONY: browser
+browser: ## Install Debian's chromium for the viewer test when it is missing (as root)
+	scripts/ensure_browser.sh
+
 .PHONY: test-python
-test-python: develop ## pytest suite and mypy.stubtest of the _core stubs
-	$(PY) -m pytest -q
+test-python: develop browser ## pytest suite (with the headless-browser test) and mypy.stubtest
+	NPUMEM_REQUIRE_BROWSER=1 $(PY) -m pytest -q
 	$(PY) -m mypy.stubtest npumem._core --allowlist tests/stubtest-allowlist.txt
 
 .PHONY: bench

@@ -1,7 +1,10 @@
-"""``npumem report`` and ``npumem plot``: look at a saved snapshot or trace.
+"""``npumem report``, ``npumem plot``, ``npumem view`` and ``npumem export``: look at a saved
+snapshot, trace or plan.
 
     npumem report SNAPSHOT [--top N] [--json]
     npumem plot SNAPSHOT|TRACE|PLAN [-o OUT.png|OUT.svg|OUT.pdf] [--color-by tag|core]
+    npumem view TRACE|SNAPSHOT [-o OUT.html]
+    npumem export --format perfetto TRACE [-o OUT.json]
 
 Exit status: 0 done, 2 bad arguments or an unreadable file.
 """
@@ -25,7 +28,7 @@ from npumem.monitor.saved_file import load_saved_file
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
 
-__all__ = ["add_parsers", "run_plot", "run_report"]
+__all__ = ["add_parsers", "run_export", "run_plot", "run_report", "run_view"]
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -89,8 +92,66 @@ def run_plot(args: argparse.Namespace) -> int:
     return ExitStatus.OK
 
 
+def run_view(args: argparse.Namespace) -> int:
+    """``npumem view``: write a snapshot or a trace as one self-contained HTML page."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        loaded = load_saved_file(args.input)
+    except MonitorError as exc:
+        err.print(f"npumem view: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    if not isinstance(loaded, Snapshot | Trace):
+        err.print(
+            f"npumem view: error: {args.input} is a plan (npumem plot draws plans)", markup=False
+        )
+        return ExitStatus.USAGE
+    output = Path(args.output) if args.output else Path(Path(args.input).stem + ".html")
+    if output.suffix.lower() not in (".html", ".htm"):
+        err.print(f"npumem view: error: {output}: the page is HTML, name it .html", markup=False)
+        return ExitStatus.USAGE
+    from npumem.monitor.viewer import write_view
+
+    try:
+        write_view(loaded, output)
+    except OSError as exc:
+        err.print(f"npumem view: error: cannot write {output}: {exc.strerror}", markup=False)
+        return ExitStatus.USAGE
+    Console(highlight=False, soft_wrap=True).print(
+        f"wrote {output} (open it in a browser; it needs nothing else)", markup=False
+    )
+    return ExitStatus.OK
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """``npumem export``: a trace in another tool's format."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        loaded = load_saved_file(args.trace)
+    except MonitorError as exc:
+        err.print(f"npumem export: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    if not isinstance(loaded, Trace):
+        err.print(f"npumem export: error: {args.trace} is not a trace", markup=False)
+        return ExitStatus.USAGE
+    from npumem.monitor.perfetto import write_chrome_trace
+
+    output = Path(args.output) if args.output else Path(Path(args.trace).stem + ".perfetto.json")
+    try:
+        write_chrome_trace(loaded, output)
+    except OSError as exc:
+        err.print(f"npumem export: error: cannot write {output}: {exc.strerror}", markup=False)
+        return ExitStatus.USAGE
+    Console(highlight=False, soft_wrap=True).print(
+        f"wrote {output} (Chrome trace event format: open it in ui.perfetto.dev or "
+        "chrome://tracing)",
+        markup=False,
+    )
+    return ExitStatus.OK
+
+
 def add_parsers(subparsers: Any) -> None:
-    """Add ``report`` and ``plot`` to an ``argparse`` subparsers object."""
+    """Add ``report``, ``plot``, ``view`` and ``export`` to an ``argparse`` subparsers
+    object."""
     report = subparsers.add_parser(
         "report",
         help="print the report of a saved snapshot",
@@ -133,3 +194,37 @@ def add_parsers(subparsers: Any) -> None:
         help="colour blocks by tag or by core (snapshots; default tag)",
     )
     plot.set_defaults(func=run_plot)
+    view = subparsers.add_parser(
+        "view",
+        help="write a snapshot or trace as one HTML page to explore in a browser",
+        description="Write a snapshot or trace file as one self-contained HTML page that works "
+        "offline: a zoomable timeline of blocks by address and time (traces) or an address map "
+        "(snapshots), coloured by tag, with details on hover (size, tag, core, handle, and the "
+        "Python stack when the trace recorded it) and compactions marked.",
+        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+    )
+    view.add_argument("input", metavar="TRACE|SNAPSHOT", help="a trace or snapshot JSON file")
+    view.add_argument(
+        "-o", "--output", metavar="OUT.html", help="the page (default: INPUT's name, .html)"
+    )
+    view.set_defaults(func=run_view)
+    export = subparsers.add_parser(
+        "export",
+        help="export a trace for another tool (Perfetto / chrome://tracing)",
+        description="Write a trace file in another tool's format. perfetto: the Chrome trace "
+        "event format (JSON), which ui.perfetto.dev and chrome://tracing open: a slice per "
+        "block from allocation to free on one track per tag, a counter of bytes live, instant "
+        "events for failed allocations and moves.",
+        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+    )
+    export.add_argument("trace", metavar="TRACE", help="a trace JSON file")
+    export.add_argument(
+        "--format", choices=("perfetto",), default="perfetto", help="the format (perfetto)"
+    )
+    export.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT.json",
+        help="the file (default: TRACE's name with .perfetto.json)",
+    )
+    export.set_defaults(func=run_export)
