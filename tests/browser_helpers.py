@@ -42,12 +42,16 @@ def self_test(page: Path) -> dict[str, Any]:
     """Load ``page#selftest`` and return the JSON its test hook wrote into the DOM."""
     with tempfile.TemporaryDirectory() as user_dir:
         done = subprocess.run(
-            [*_args(user_dir), "--virtual-time-budget=10000", "--dump-dom",
-             f"{page.resolve().as_uri()}#selftest"],
+            [
+                *_args(user_dir),
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                f"{page.resolve().as_uri()}#selftest",
+            ],
             capture_output=True,
             text=True,
             timeout=120,
-        )  # fmt: skip
+        )
     found = re.search(r'<pre id="selftest">(.*?)</pre>', done.stdout, re.S)
     assert found, f"the page wrote no self-test result; chromium said: {done.stderr[-2000:]}"
     text = found.group(1).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")

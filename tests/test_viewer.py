@@ -45,8 +45,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             b.free()
     counts = rec.trace.counts()
     assert counts["move"] > 0 and counts["failed"] == 1
-    return {"trace": rec.trace.save(out / "trace.json"), "snapshot": snap.save(out / "snap.json"),
-            "dir": out}  # fmt: skip
+    return {
+        "trace": rec.trace.save(out / "trace.json"),
+        "snapshot": snap.save(out / "snap.json"),
+        "dir": out,
+    }
 
 
 def _view(files: dict[str, Path], kind: str) -> Path:

@@ -22,7 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="npumem",
-        description="npumem: accelerator-memory manager (demo, replay, plan, report, plot, view, export).",
+        description="npumem: accelerator-memory manager "
+        "(demo, replay, plan, report, plot, view, export).",
     )
     parser.add_argument("--version", action="version", version=f"npumem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -47,7 +47,7 @@ def chrome_trace(trace: Trace) -> dict[str, Any]:
                 "pid": _PID,
                 "tid": core,
                 "args": {"name": f"core {core}"},
-            }  # fmt: skip
+            }
         )
     live: dict[int, tuple[str, int]] = {}  # handle -> (name, size)
     live_bytes = 0
@@ -69,16 +69,36 @@ def chrome_trace(trace: Trace) -> dict[str, Any]:
                 out.append(_slice("e", e.handle, name, ts, e.core, size, e.aux))
                 out.append(_slice("b", e.handle, name, ts, e.core, size, e.offset))
             out.append(
-                {"ph": "i", "s": "p", "name": "move", "cat": "compaction", "pid": _PID,
-                 "tid": e.core, "ts": ts,
-                 "args": {"from": e.aux, "to": e.offset, "size": e.size, "handle": str(e.handle)}}
-            )  # fmt: skip
+                {
+                    "ph": "i",
+                    "s": "p",
+                    "name": "move",
+                    "cat": "compaction",
+                    "pid": _PID,
+                    "tid": e.core,
+                    "ts": ts,
+                    "args": {
+                        "from": e.aux,
+                        "to": e.offset,
+                        "size": e.size,
+                        "handle": str(e.handle),
+                    },
+                }
+            )
             continue
         else:
             out.append(
-                {"ph": "i", "s": "t", "name": f"failed allocation ({name})", "cat": "failed",
-                 "pid": _PID, "tid": e.core, "ts": ts, "args": {"size": e.size, "tag": e.tag}}
-            )  # fmt: skip
+                {
+                    "ph": "i",
+                    "s": "t",
+                    "name": f"failed allocation ({name})",
+                    "cat": "failed",
+                    "pid": _PID,
+                    "tid": e.core,
+                    "ts": ts,
+                    "args": {"size": e.size, "tag": e.tag},
+                }
+            )
             continue
         out.append(
             {"ph": "C", "name": "bytes live", "pid": _PID, "ts": ts, "args": {"bytes": live_bytes}}

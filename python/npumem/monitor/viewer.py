@@ -82,8 +82,9 @@ def _trace_data(trace: Trace) -> dict[str, Any]:
         start, offset, size, tag, core, alloc_t, stack, moved_from = live.pop(handle)
         infos.append(["b", str(handle), tag, core, size, offset, alloc_t, at, stack, moved_from])
         color = tag  # -1 (no tag) is resolved after the loop, once every tag is known
-        rects.append([start, end if at is None else at, offset, offset + max(size, 1), color,
-                      len(infos) - 1])  # fmt: skip
+        rects.append(
+            [start, end if at is None else at, offset, offset + max(size, 1), color, len(infos) - 1]
+        )
 
     for e in events:
         t = (e.time_ns - t0) / 1e9
@@ -120,7 +121,9 @@ def _trace_data(trace: Trace) -> dict[str, Any]:
     marks += _compaction_marks(moves, t0)
     counts = trace.counts()
     compactions = sum(1 for m in marks if m["kind"] == "compaction")
-    legend = [{"label": name, "color": tag_color(name)} for name in tags.names]
+    legend: list[dict[str, Any]] = [
+        {"label": name, "color": tag_color(name)} for name in tags.names
+    ]
     if any(r[4] == len(tags.names) for r in rects):
         legend.append({"label": "(no tag)", "color": tag_color(None)})
     legend.append({"label": "compaction (blocks moved)", "color": _COMPACTION_COLOR, "line": True})
@@ -189,21 +192,23 @@ def _snapshot_data(snap: Snapshot) -> dict[str, Any]:
             rects.append([at - r * row, cut - r * row, r, r + 0.9, color, len(infos) - 1])
             at = cut
 
-    for label, extents, color in (
+    for what, extents, index in (
         ("free", snap.free_runs, n + 1),
         ("cached in slabs", snap.slab_cached, n + 2),
         ("untracked", snap.untracked, n + 3),
     ):
         for e in extents:
-            infos.append(["f", e.offset, e.length, label])
-            add(e.offset, e.length, color)
+            infos.append(["f", e.offset, e.length, what])
+            add(e.offset, e.length, index)
     for b in snap.blocks:
         tag = tags.of(b.tag)
         infos.append(
             ["s", str(b.handle), tag, b.core, b.nbytes, b.block_bytes, b.offset, b.align, b.pins]
         )
         add(b.offset, b.block_bytes, tag if tag >= 0 else n)
-    legend = [{"label": name, "color": tag_color(name)} for name in tags.names]
+    legend: list[dict[str, Any]] = [
+        {"label": name, "color": tag_color(name)} for name in tags.names
+    ]
     if any(b.tag is None for b in snap.blocks):
         legend.append({"label": "(no tag)", "color": tag_color(None)})
     for label, extents, color in (
@@ -231,7 +236,7 @@ def _snapshot_data(snap: Snapshot) -> dict[str, Any]:
             "label": "row (its first address)",
             "down": True,
             "scale": row,
-        },  # fmt: skip
+        },
         "tags": tags.names,
         "colors": colors,
         "rects": rects,
