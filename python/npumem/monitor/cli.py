@@ -156,7 +156,7 @@ def add_parsers(subparsers: Any) -> None:
         "report",
         help="print the report of a saved snapshot",
         description="Print the stats, the largest free runs, the live blocks by tag and the "
-        "per-core figures of a snapshot file (written by `npumem demo` or Snapshot.save).",
+        "per-core figures of a snapshot file (written by npumem demo or Snapshot.save).",
         epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
     )
     report.add_argument("snapshot", metavar="SNAPSHOT", help="a snapshot JSON file")

@@ -85,8 +85,12 @@ def _mpl() -> Any:
 
 
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
+    import matplotlib
+
     data = io.BytesIO()
-    fig.savefig(data, format=picture_format(path), dpi=DPI, metadata=_metadata(path))
+    # SVG keeps its text as text (searchable, smaller) rather than as outlines.
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(data, format=picture_format(path), dpi=DPI, metadata=_metadata(path))
     return write_bytes(path, data.getvalue())
 
 

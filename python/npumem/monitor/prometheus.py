@@ -6,7 +6,7 @@
     >>> pool = npumem.Pool(16 << 20, cores=1, name="gpu0")
     >>> registry = CollectorRegistry()
     >>> registry.register(PrometheusCollector(pool))
-    >>> 'npumem_bytes_free{pool="gpu0"} 1.6777216e+07' in generate_latest(registry).decode()
+    >>> 'npumem_free_bytes{pool="gpu0"} 1.6777216e+07' in generate_latest(registry).decode()
     True
 
 Needs the ``prometheus`` extra (``pip install npumem[prometheus]``).
@@ -25,9 +25,25 @@ if TYPE_CHECKING:
 __all__ = ["COUNTERS", "GAUGES", "PrometheusCollector"]
 
 GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("npumem_bytes_in_use", "bytes_in_use", "Bytes held by live blocks (block sizes)."),
-    ("npumem_bytes_free", "bytes_free", "Usable bytes not held by any block."),
-    ("npumem_peak_bytes_in_use", "peak_bytes_in_use", "Highest bytes_in_use seen."),
+    ("npumem_capacity_bytes", "capacity", "Bytes in the arena."),
+    (
+        "npumem_usable_capacity_bytes",
+        "usable_capacity",
+        "Bytes blocks can use (the capacity less a tail too short for one block).",
+    ),
+    ("npumem_in_use_bytes", "bytes_in_use", "Bytes held by live blocks (block sizes)."),
+    (
+        "npumem_requested_in_use_bytes",
+        "requested_bytes_in_use",
+        "Bytes the live blocks asked for (in use less rounding).",
+    ),
+    ("npumem_free_bytes", "bytes_free", "Usable bytes any allocation can use."),
+    (
+        "npumem_slab_cached_bytes",
+        "slab_cached_bytes",
+        "Unused bytes inside slabs that hold objects (neither in use nor free).",
+    ),
+    ("npumem_peak_in_use_bytes", "peak_bytes_in_use", "Highest in-use bytes seen."),
     (
         "npumem_largest_free_block_bytes",
         "largest_free_block",
@@ -36,15 +52,22 @@ GAUGES: tuple[tuple[str, str, str], ...] = (
     (
         "npumem_external_fragmentation_ratio",
         "external_fragmentation",
-        "1 - largest free block / bytes free (0 when nothing is free).",
+        "1 - largest free block / free bytes (0 when nothing is free).",
     ),
+    ("npumem_usage_ratio", "usage", "In-use bytes / usable capacity."),
+    ("npumem_live_blocks", "blocks_in_use", "Live blocks."),
 )
-"""``(metric, PoolStats field, help)`` of every gauge."""
+"""``(metric, PoolStats field, help)`` of every gauge. Names end in their unit, as the
+Prometheus naming guide asks (``_bytes``, ``_ratio``; counts have no unit)."""
 
 COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("npumem_allocs_total", "alloc_count", "Allocations since the pool was made."),
     ("npumem_frees_total", "free_count", "Frees since the pool was made."),
-    ("npumem_failed_allocs_total", "failed_allocs", "Allocations that ran out of memory."),
+    (
+        "npumem_failed_allocs_total",
+        "failed_allocs",
+        "Allocations that failed for lack of memory, requests larger than the arena included.",
+    ),
     (
         "npumem_overflow_allocs_total",
         "overflow_allocs",

@@ -105,9 +105,9 @@ def _stats_table(s: Mapping[str, Any], title: str) -> Table:
 
 
 def _per_core_table(per_core: Sequence[Mapping[str, Any]], s: Mapping[str, Any]) -> Table:
-    title = "Per core (allocations by threads on each core: buddy and global"
+    title = "Per core (allocs: buddy and global"
     if s.get("slab_allocs"):
-        title += f"; the {s['slab_allocs']:,} slab allocations are not split by core"
+        title += f"; the {s['slab_allocs']:,} slab allocations are not split"
     t = _table(title + ")")
     for col in ("core", "chunks", "in use", "free", "allocs", "frees", "overflow", "failed"):
         t.add_column(col, justify="right")
@@ -150,8 +150,6 @@ def _free_runs_table(snap: Snapshot, top: int) -> Table:
         f"Largest free runs ({_shown(len(runs), len(snap.free_runs), 'runs')}, "
         f"{format_bytes(free)} free)"
     )
-    t.caption = "a run: free bytes side by side; one allocation may get less (largest free block)"
-    t.caption_justify = "left"
     for col in ("#", "offset", "length", "bytes", "of free"):
         t.add_column(col, justify="right")
     for i, r in enumerate(runs, 1):
@@ -235,6 +233,10 @@ def render_report(
     console.print(_stats_table(s, f"{title}{where}"))
     if snapshot is not None:
         console.print(_free_runs_table(snapshot, top))
+        console.print(
+            "[dim]a run: free bytes side by side; one allocation may get less "
+            "(the largest free block above)[/]"
+        )
         if snapshot.blocks:
             console.print(_by_tag_table(snapshot, top))
         if snapshot.slab_cached:

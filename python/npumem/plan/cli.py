@@ -223,7 +223,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "plan",
         help="plan static tensor offsets (MiniMalloc CSV, graph JSON or ONNX in)",
-        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+        description="Plan static tensor offsets: every buffer of a model gets an offset in one "
+        "arena, as small as the search finds in the time limit. INPUT is a MiniMalloc CSV, a "
+        "problem or graph JSON, or an ONNX model (told apart by extension, else by content). "
+        "OUTPUT's extension picks the format: .csv (MiniMalloc solution), .json (an npumem-plan "
+        "file, which npumem plot draws) or .h (C header with the offset table); --format names "
+        "it for any other name.",
         epilog="Exit status: 0 done, 1 --capacity not met, 2 bad arguments or input.",
     )
     parser.add_argument("input", metavar="INPUT", help="MiniMalloc CSV, problem/graph JSON or ONNX")

@@ -366,7 +366,7 @@ def add_parsers(subparsers: Any) -> None:
     replay = subparsers.add_parser(
         "replay",
         help="replay a saved trace against a fresh pool: what would fail, peak, fragmentation",
-        description="Replay a trace file (from `npumem demo --trace` or TraceRecorder) on a "
+        description="Replay a trace file (from npumem demo --trace or TraceRecorder) on a "
         "fresh pool made with the recorded configuration, changed by the options given, and "
         "report which allocations would fail, the peak and the fragmentation: a what-if tool.",
         epilog="Exit status: 0 every allocation that succeeded when recorded succeeds again, "

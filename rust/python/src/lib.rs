@@ -21,6 +21,7 @@
 mod args;
 mod block;
 mod block_info;
+mod byte_text;
 mod compaction_plan;
 mod errors;
 mod gil;
