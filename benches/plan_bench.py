@@ -1,4 +1,4 @@
-"""Benchmark of the lifetime planner (issue 4): the MiniMalloc hard suite and real networks.
+"""Benchmark of the lifetime planner: the MiniMalloc hard suite and real networks.
 
     .venv/bin/python benches/plan_bench.py [--time-limit 10] [--write BENCHMARKS.md]
 
@@ -152,8 +152,7 @@ def main() -> int:
         print(out[-1], file=sys.stderr, flush=True)
     out.append("")
     out.append(
-        "Targets (issue 4): "
-        + ("all met." if not failures else "MISSED: " + "; ".join(failures) + ".")
+        "Targets: " + ("all met." if not failures else "MISSED: " + "; ".join(failures) + ".")
     )
     report = "\n".join(out) + "\n"
     print(report)

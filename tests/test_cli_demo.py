@@ -122,7 +122,7 @@ def test_bad_values_that_parse_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_the_compactor_integration_point_is_called_on_failed_allocations() -> None:
-    """Issue 5 plugs its compactor in here; a recording stand-in shows the demo calls it when an
+    """The compactor plugs in here; a recording stand-in shows the demo calls it when an
     allocation fails (and counts the calls), without compacting anything itself."""
     from npumem.workloads import run_demo
 

@@ -2,8 +2,8 @@
 
 One large device (or host) memory region, handed out in pieces to many threads at once by a
 lock-free Rust core: per-core buddy pools with a global overflow pool, bank-aligned blocks,
-generation-checked handles. On top, in Python: lifetime planning (:mod:`npumem.plan`),
-monitoring and the ``npumem`` command.
+generation-checked handles. On top, in Python: lifetime planning (`npumem.plan`),
+monitoring and the `npumem` command.
 
     >>> import npumem
     >>> pool = npumem.Pool(64 << 20, cores=2)

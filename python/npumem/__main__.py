@@ -1,4 +1,4 @@
-"""``python -m npumem``: the same as the ``npumem`` command."""
+"""`python -m npumem`: the same as the `npumem` command."""
 
 from __future__ import annotations
 

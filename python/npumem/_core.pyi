@@ -1,4 +1,4 @@
-"""Type stubs of the Rust extension ``npumem._core`` (checked by ``mypy.stubtest``)."""
+"""Type stubs of the Rust extension `npumem._core` (checked by `mypy.stubtest`)."""
 
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
@@ -82,7 +82,7 @@ class MoveError(NpumemError, ValueError): ...
 
 @final
 class Pool:
-    """A pool over one arena: allocate blocks from any thread, read ``stats()``, ``check()`` it."""
+    """A pool over one arena: allocate blocks from any thread, read `stats()`, `check()` it."""
 
     def __new__(
         cls,
@@ -221,7 +221,7 @@ class Block:
 
 @final
 class Pause:
-    """A held pause of a pool (``Pool.pause()``); a context manager that resumes on exit."""
+    """A held pause of a pool (`Pool.pause()`); a context manager that resumes on exit."""
 
     def resume(self) -> None: ...
     @property
@@ -238,7 +238,7 @@ class Pause:
 
 @final
 class Pinned:
-    """Pins a block for a ``with`` block (``Block.pinned()``)."""
+    """Pins a block for a `with` block (`Block.pinned()`)."""
 
     def __enter__(self) -> Block: ...
     def __exit__(
@@ -250,7 +250,7 @@ class Pinned:
 
 @final
 class BlockInfo:
-    """One live block at one moment (``Pool.blocks()``, ``Pool.raw_snapshot()``)."""
+    """One live block at one moment (`Pool.blocks()`, `Pool.raw_snapshot()`)."""
 
     @property
     def offset(self) -> int: ...
@@ -273,7 +273,7 @@ class BlockInfo:
 
 @final
 class RawSnapshot:
-    """The arena at one moment as the core records it (``Pool.raw_snapshot()``)."""
+    """The arena at one moment as the core records it (`Pool.raw_snapshot()`)."""
 
     @property
     def time_ns(self) -> int: ...
@@ -290,7 +290,7 @@ class RawSnapshot:
 
 @final
 class TraceStatus:
-    """Where a pool's trace stands (``Pool.trace_status()``)."""
+    """Where a pool's trace stands (`Pool.trace_status()`)."""
 
     @property
     def enabled(self) -> bool: ...
@@ -307,7 +307,7 @@ class TraceStatus:
 
 @final
 class StepReport:
-    """One stop of the pool in a compaction: what moved and how long (``Pool.compact_step``)."""
+    """One stop of the pool in a compaction: what moved and how long (`Pool.compact_step`)."""
 
     def __new__(
         cls,
@@ -346,7 +346,7 @@ class StepReport:
 
 @final
 class PlannedMove:
-    """One move a compaction would make, from ``src`` to ``dst``."""
+    """One move a compaction would make, from `src` to `dst`."""
 
     def __new__(
         cls,
@@ -371,7 +371,7 @@ class PlannedMove:
 
 @final
 class CompactionPlan:
-    """What a compaction would do, moving nothing (``Pool.plan_compaction``)."""
+    """What a compaction would do, moving nothing (`Pool.plan_compaction`)."""
 
     def __new__(
         cls,
@@ -411,7 +411,7 @@ class CompactionPlan:
 
 @final
 class CoreStats:
-    """One core pool's share of a ``PoolStats``."""
+    """One core pool's share of a `PoolStats`."""
 
     @property
     def core(self) -> int: ...
@@ -433,7 +433,7 @@ class CoreStats:
 
 @final
 class SizeClassStats:
-    """One slab size class of a ``PoolStats``."""
+    """One slab size class of a `PoolStats`."""
 
     @property
     def size(self) -> int: ...
@@ -501,7 +501,7 @@ class PoolStats:
 
 @final
 class PackingInstance:
-    """One component of a planning problem for the packing search (``npumem.plan.search``)."""
+    """One component of a planning problem for the packing search (`npumem.plan.search`)."""
 
     def __new__(
         cls,

@@ -1,8 +1,8 @@
-"""The ``npumem`` command: one entry point, a subcommand per job.
+"""The `npumem` command: one entry point, a subcommand per job.
 
 Each subcommand lives next to the code it drives and registers itself through an
-``add_parser(subparsers)`` function that returns the parser, with ``func`` set to a callable
-``(args) -> int`` exit status (:class:`npumem.exit_status.ExitStatus`).
+`add_parser(subparsers)` function that returns the parser, with `func` set to a callable
+`(args) -> int` exit status (`npumem.exit_status.ExitStatus`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Movers: the copy function a compaction calls when the pool's bytes are not in host memory.
 
-A pool made with ``backing="none"`` only tracks offsets; its bytes live on a device. To move a
-block, the compactor calls ``mover(transfers)`` with every copy of a batch, a list of
-``(src_offset, dst_offset, nbytes)`` in the order to perform them (each one like ``memmove``:
+A pool made with `backing="none"` only tracks offsets; its bytes live on a device. To move a
+block, the compactor calls `mover(transfers)` with every copy of a batch, a list of
+`(src_offset, dst_offset, nbytes)` in the order to perform them (each one like `memmove`:
 source and destination of one transfer may overlap), *before* any block is re-pointed. If the
 mover raises, the batch is undone and the exception propagates. A device runtime implements it
 with its copy engine (device-to-device copies on one stream, then a synchronize).
 
-:class:`HostMirror` is a reference mover over host memory: the "device" is a ``bytearray``. Tests
+`HostMirror` is a reference mover over host memory: the "device" is a `bytearray`. Tests
 and examples use it to check that every byte lands where the pool says.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 __all__ = ["HostMirror", "Mover", "Transfer"]
 
-#: One copy: ``(src_offset, dst_offset, nbytes)``.
+#: One copy: `(src_offset, dst_offset, nbytes)`.
 Transfer = tuple[int, int, int]
 
 #: A mover: called with a batch of transfers, in order; raising undoes the batch.
@@ -26,7 +26,7 @@ Mover = Callable[[Sequence[Transfer]], object]
 
 class HostMirror:
     """A device arena simulated in host memory, with the mover that keeps it in step with a
-    ``backing="none"`` pool: ``pool.compact_step(..., mover=mirror)``."""
+    `backing="none"` pool: `pool.compact_step(..., mover=mirror)`."""
 
     def __init__(self, capacity: int) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -38,11 +38,11 @@ class HostMirror:
         self.transfers = 0
 
     def write(self, offset: int, data: bytes) -> None:
-        """Put ``data`` at ``offset``."""
+        """Put `data` at `offset`."""
         self.memory[offset : offset + len(data)] = data
 
     def read(self, offset: int, nbytes: int) -> bytes:
-        """The ``nbytes`` bytes at ``offset``."""
+        """The `nbytes` bytes at `offset`."""
         return bytes(self.memory[offset : offset + nbytes])
 
     def __call__(self, transfers: Sequence[Transfer]) -> None:

@@ -1,7 +1,7 @@
-"""Versioned JSON files: every file npumem.monitor writes starts with ``format`` and ``version``.
+"""Versioned JSON files: every file npumem.monitor writes starts with `format` and `version`.
 
 Readers check both and every field they use, so a wrong or damaged file fails with a message
-that names the file and the field instead of a ``KeyError`` deep inside.
+that names the file and the field instead of a `KeyError` deep inside.
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ KINDS = {SNAPSHOT_FORMAT: "snapshot", TRACE_FORMAT: "trace", PLAN_FORMAT: "plan"
 
 
 def write_json(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> Path:
-    """Write ``obj`` as compact JSON, atomically (files are for programs first). Returns the
+    """Write `obj` as compact JSON, atomically (files are for programs first). Returns the
     path."""
     return fileio.write_json(path, obj)
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a JSON object from ``path``; :class:`FileFormatError` for anything else."""
+    """Read a JSON object from `path`; `FileFormatError` for anything else."""
     return fileio.read_json_object(path, error=FileFormatError)
 
 
 def file_kind(obj: Mapping[str, Any], where: str) -> str:
-    """``"snapshot"``, ``"trace"`` or ``"plan"`` from a file's ``format`` field."""
+    """`"snapshot"`, `"trace"` or `"plan"` from a file's `format` field."""
     fmt = obj.get("format")
     if not isinstance(fmt, str) or fmt not in KINDS:
         raise FileFormatError(
@@ -51,11 +51,11 @@ class Reader:
         self.where = where
 
     def fail(self, message: str) -> FileFormatError:
-        """The error to raise for ``message`` about this file."""
+        """The error to raise for `message` about this file."""
         return FileFormatError(f"{self.where}: {message}")
 
     def header(self, obj: Mapping[str, Any], fmt: str, versions: tuple[int, ...]) -> int:
-        """Check ``format`` and ``version`` (one of ``versions``); returns the version."""
+        """Check `format` and `version` (one of `versions`); returns the version."""
         if obj.get("format") != fmt:
             raise self.fail(f"format is {obj.get('format')!r}, expected {fmt!r}")
         got = obj.get("version")
@@ -76,7 +76,7 @@ class Reader:
         return self.non_negative(value, what)
 
     def field(self, obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-        """``obj[key]``, which must be of ``kind`` (bools are not ints here)."""
+        """`obj[key]`, which must be of `kind` (bools are not ints here)."""
         if key not in obj:
             raise self.fail(f"missing field {key!r}")
         value = obj[key]
@@ -93,7 +93,7 @@ class Reader:
         return value
 
     def int_row(self, row: Any, width: int, what: str, index: int) -> list[Any]:
-        """A list of ``width`` entries (``what`` number ``index`` of the file)."""
+        """A list of `width` entries (`what` number `index` of the file)."""
         if not isinstance(row, list) or len(row) != width:
             raise self.fail(f"{what} {index} must be a list of {width} values, got {row!r}")
         return row

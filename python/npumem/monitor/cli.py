@@ -1,4 +1,4 @@
-"""``npumem report``, ``npumem plot``, ``npumem view`` and ``npumem export``: look at a saved
+"""`npumem report`, `npumem plot`, `npumem view` and `npumem export`: look at a saved
 snapshot, trace or plan.
 
     npumem report SNAPSHOT [--top N] [--json]
@@ -32,7 +32,7 @@ __all__ = ["add_parsers", "run_export", "run_plot", "run_report", "run_view"]
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """``npumem report``: print the report of a snapshot file."""
+    """`npumem report`: print the report of a snapshot file."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         loaded = load_saved_file(args.snapshot)
@@ -58,7 +58,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """``npumem plot``: draw a snapshot's address map or a trace over time."""
+    """`npumem plot`: draw a snapshot's address map or a trace over time."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         loaded = load_saved_file(args.input)
@@ -93,7 +93,7 @@ def run_plot(args: argparse.Namespace) -> int:
 
 
 def run_view(args: argparse.Namespace) -> int:
-    """``npumem view``: write a snapshot or a trace as one self-contained HTML page."""
+    """`npumem view`: write a snapshot or a trace as one self-contained HTML page."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         loaded = load_saved_file(args.input)
@@ -123,7 +123,7 @@ def run_view(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """``npumem export``: a trace in another tool's format."""
+    """`npumem export`: a trace in another tool's format."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         loaded = load_saved_file(args.trace)
@@ -150,7 +150,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def add_parsers(subparsers: Any) -> None:
-    """Add ``report``, ``plot``, ``view`` and ``export`` to an ``argparse`` subparsers
+    """Add `report`, `plot`, `view` and `export` to an `argparse` subparsers
     object."""
     report = subparsers.add_parser(
         "report",

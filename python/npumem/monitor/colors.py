@@ -45,7 +45,7 @@ CORE_COLORS: tuple[str, ...] = (
     "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7",
     "#9c755f", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
 )  # fmt: skip
-"""Core ``i`` is drawn in ``CORE_COLORS[i % 16]``."""
+"""Core `i` is drawn in `CORE_COLORS[i % 16]`."""
 
 FREE_COLOR = "#d9d9d9"
 """Free bytes."""
@@ -58,11 +58,11 @@ NO_TAG = "(no tag)"
 
 
 def tag_color(tag: str | None) -> str:
-    """The colour of ``tag`` (hex ``#rrggbb``), the same in every picture and every run."""
+    """The colour of `tag` (hex `#rrggbb`), the same in every picture and every run."""
     name = NO_TAG if tag is None else tag
     return TAG_PALETTE[zlib.crc32(name.encode("utf-8"), HASH_START) % len(TAG_PALETTE)]
 
 
 def core_color(core: int) -> str:
-    """The colour of core pool ``core``."""
+    """The colour of core pool `core`."""
     return CORE_COLORS[core % len(CORE_COLORS)]

@@ -1,18 +1,18 @@
 """Export a trace in the Chrome trace event format, which ui.perfetto.dev and chrome://tracing
-open (``npumem export --format perfetto TRACE``).
+open (`npumem export --format perfetto TRACE`).
 
 What the file shows, in one process named after the pool:
 
 * every block as an async slice from its allocation to its free, named by its tag, on one
-  track per tag (``args``: size, offset, core, handle as text); a move ends the slice and
+  track per tag (`args`: size, offset, core, handle as text); a move ends the slice and
   starts a new one at the new offset;
-* a counter ``bytes live`` (bytes asked for by the live blocks) over time;
+* a counter `bytes live` (bytes asked for by the live blocks) over time;
 * instant events for failed allocations (on the thread track of the core that asked) and
   for moves.
 
 Timestamps are microseconds from the first event. The file is a JSON object:
-``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}``; ``otherData`` holds
-the header (``format`` ``npumem-chrome-trace``, ``version`` 1) and the pool's configuration.
+`{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}`; `otherData` holds
+the header (`format` `npumem-chrome-trace`, `version` 1) and the pool's configuration.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from npumem.monitor.trace import Trace
 __all__ = ["CHROME_TRACE_FORMAT", "chrome_trace", "write_chrome_trace"]
 
 CHROME_TRACE_FORMAT = "npumem-chrome-trace"
-"""The ``format`` in ``otherData`` of an exported file."""
+"""The `format` in `otherData` of an exported file."""
 _PID = 1
 
 
@@ -138,5 +138,5 @@ def _slice(
 
 
 def write_chrome_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    """Write :func:`chrome_trace` of ``trace`` to ``path``; returns the path."""
+    """Write `chrome_trace()` of `trace` to `path`; returns the path."""
     return write_json(path, chrome_trace(trace))

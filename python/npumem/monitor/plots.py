@@ -1,13 +1,13 @@
-"""Pictures (matplotlib; the ``plot`` extra): usage and fragmentation over time, the address
+"""Pictures (matplotlib; the `plot` extra): usage and fragmentation over time, the address
 map of a snapshot (by tag, or by core with the owner of every chunk), two maps side by side
 with what moved marked (before and after a compaction), a planner solution's offsets, and a
 trace's live bytes over time.
 
-Every function writes one picture to ``path`` and returns the path. The extension picks the
-format: ``.png``, ``.svg`` or ``.pdf``; any other extension is refused before anything is
-drawn. A tag has the same colour in every picture (:mod:`npumem.monitor.colors`), and every
+Every function writes one picture to `path` and returns the path. The extension picks the
+format: `.png`, `.svg` or `.pdf`; any other extension is refused before anything is
+drawn. A tag has the same colour in every picture (`npumem.monitor.colors`), and every
 legend names every colour and line the picture uses. Figures are made with matplotlib's object
-API (no ``pyplot``, no global backend switch), so they are safe from any thread and leave an
+API (no `pyplot`, no global backend switch), so they are safe from any thread and leave an
 interactive session's backend alone.
 """
 
@@ -61,8 +61,8 @@ MOVED_EDGE = "#d62728"
 
 
 def picture_format(path: str | os.PathLike[str]) -> str:
-    """The format of the picture ``path`` names (``png``, ``svg`` or ``pdf``, from its
-    extension); :class:`~npumem.errors.InvalidArgumentError` for any other extension."""
+    """The format of the picture `path` names (`png`, `svg` or `pdf`, from its
+    extension); `InvalidArgumentError` for any other extension."""
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise InvalidArgumentError(
@@ -73,7 +73,7 @@ def picture_format(path: str | os.PathLike[str]) -> str:
 
 
 def _mpl() -> Any:
-    """``(Figure, PolyCollection, colormaps, numpy)``, or a clear error without the extra."""
+    """`(Figure, PolyCollection, colormaps, numpy)`, or a clear error without the extra."""
     try:
         import matplotlib
         import numpy
@@ -115,7 +115,7 @@ def plot_timeline(
     title: str = "npumem: memory over time",
 ) -> Path:
     """Bytes in use, peak and capacity (top) and external fragmentation (bottom) over the
-    samples' time; threshold lines when ``thresholds`` is given; red marks where allocations
+    samples' time; threshold lines when `thresholds` is given; red marks where allocations
     failed."""
     if not samples:
         raise InvalidArgumentError("plot_timeline needs at least one sample")
@@ -255,7 +255,7 @@ def _chunk_size(snap: Snapshot) -> int:
 
 
 def _segments(offset: int, length: int, row: int) -> list[tuple[int, float, float]]:
-    """``(row, start, end)`` pieces of ``[offset, offset + length)`` cut at row boundaries."""
+    """`(row, start, end)` pieces of `[offset, offset + length)` cut at row boundaries."""
     out = []
     end = offset + length
     while offset < end:
@@ -280,7 +280,7 @@ def _color(label: str, color_by: str) -> str:
 
 def chunk_owners(snap: Snapshot) -> dict[int, int | str]:
     """The owner of every chunk that holds a live block: the core pool whose blocks lie in it,
-    or ``"global"`` for a chunk of a run (a block of a chunk or more, served by the global
+    or `"global"` for a chunk of a run (a block of a chunk or more, served by the global
     pool). Chunks without a live block are left out: a free chunk may sit in a core's reserve
     or in the global pool, which a snapshot does not record."""
     chunk = _chunk_size(snap)
@@ -304,8 +304,8 @@ def _draw_map(
     moved: frozenset[int] = frozenset(),
     moved_from: Sequence[BlockRecord] = (),
 ) -> list[Any]:
-    """Draw ``snap`` on ``ax``; returns the legend handles of everything drawn. ``moved``: the
-    handles of blocks to outline as moved; ``moved_from``: old places of moved blocks."""
+    """Draw `snap` on `ax`; returns the legend handles of everything drawn. `moved`: the
+    handles of blocks to outline as moved; `moved_from`: old places of moved blocks."""
     _, PolyCollection, _, _ = _mpl()
     from matplotlib.patches import Patch
 
@@ -441,12 +441,12 @@ def _legend(ax: Any, handles: Sequence[Any]) -> None:
 
 
 def _axis_unit(n: float) -> tuple[int, str]:
-    """The unit of an axis that reaches ``n`` bytes (ticks of at least 4 units)."""
+    """The unit of an axis that reaches `n` bytes (ticks of at least 4 units)."""
     return byte_unit(n, at_least=4)
 
 
 def _short(n: int) -> str:
-    """Byte counts for labels: ``2 MiB``, ``1.5 GiB``."""
+    """Byte counts for labels: `2 MiB`, `1.5 GiB`."""
     return format_bytes(n, short=True)
 
 
@@ -462,12 +462,12 @@ def plot_address_map(
     color_by: Literal["tag", "core"] = "tag",
     title: str | None = None,
 ) -> Path:
-    """The arena of ``snapshot`` as rows of addresses (one chunk per row, or several when the
+    """The arena of `snapshot` as rows of addresses (one chunk per row, or several when the
     arena is large): blocks coloured by tag or by core, free runs in light grey (at least one
     pixel wide, so every hole shows), bytes cached in slabs in mid grey, untracked bytes dark.
     By core, the chunks show their owner: blocks of a core pool in the core's colour, free
     bytes of its chunks in a light tint of it, runs of the global pool in dark grey (see
-    :func:`chunk_owners`)."""
+    `chunk_owners()`)."""
     _check_color_by(color_by)
     picture_format(path)
     Figure, _, _, _ = _mpl()
@@ -481,7 +481,7 @@ def plot_address_map(
 
 
 def moved_blocks(before: Snapshot, after: Snapshot) -> list[tuple[BlockRecord, BlockRecord]]:
-    """``(old, new)`` records of every block that is in both snapshots at different offsets
+    """`(old, new)` records of every block that is in both snapshots at different offsets
     (a block keeps its handle when it moves)."""
     old = {b.handle: b for b in before.blocks}
     return [
@@ -539,7 +539,7 @@ def plot_plan(
 ) -> Path:
     """A planner solution: every buffer as a rectangle, its live range across (time steps) and
     its bytes up (offsets); lines at the arena size and the lower bound. The default title
-    starts with ``name`` (default: the problem's name) and gives the figures of the plan."""
+    starts with `name` (default: the problem's name) and gives the figures of the plan."""
     picture_format(path)
     Figure, PolyCollection, colormaps, _ = _mpl()
     buffers = solution.problem.buffers

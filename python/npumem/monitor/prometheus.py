@@ -1,4 +1,4 @@
-"""Prometheus export: a collector that reads ``stats()`` of one or more pools at every scrape.
+"""Prometheus export: a collector that reads `stats()` of one or more pools at every scrape.
 
     >>> from prometheus_client import CollectorRegistry, generate_latest
     >>> import npumem
@@ -9,7 +9,7 @@
     >>> 'npumem_free_bytes{pool="gpu0"} 1.6777216e+07' in generate_latest(registry).decode()
     True
 
-Needs the ``prometheus`` extra (``pip install npumem[prometheus]``).
+Needs the `prometheus` extra (`pip install npumem[prometheus]`).
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ GAUGES: tuple[tuple[str, str, str], ...] = (
     ("npumem_usage_ratio", "usage", "In-use bytes / usable capacity."),
     ("npumem_live_blocks", "blocks_in_use", "Live blocks."),
 )
-"""``(metric, PoolStats field, help)`` of every gauge. Names end in their unit, as the
-Prometheus naming guide asks (``_bytes``, ``_ratio``; counts have no unit)."""
+"""`(metric, PoolStats field, help)` of every gauge. Names end in their unit, as the
+Prometheus naming guide asks (`_bytes`, `_ratio`; counts have no unit)."""
 
 COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("npumem_allocs_total", "alloc_count", "Allocations since the pool was made."),
@@ -74,7 +74,7 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
         "Allocations served outside the caller's own core pool.",
     ),
 )
-"""``(metric, PoolStats field, help)`` of every counter (exposed with the ``_total`` suffix)."""
+"""`(metric, PoolStats field, help)` of every counter (exposed with the `_total` suffix)."""
 
 
 def _families() -> Any:
@@ -88,9 +88,9 @@ def _families() -> Any:
 
 
 class PrometheusCollector:
-    """A ``prometheus_client`` collector for ``pool`` (and any further pools): every metric is
-    labelled ``pool`` with the pool's name, so names must differ. Register it in any
-    ``CollectorRegistry``; each scrape calls ``stats()`` once per pool."""
+    """A `prometheus_client` collector for `pool` (and any further pools): every metric is
+    labelled `pool` with the pool's name, so names must differ. Register it in any
+    `CollectorRegistry`; each scrape calls `stats()` once per pool."""
 
     def __init__(self, pool: Pool, *pools: Pool) -> None:
         _families()

@@ -1,8 +1,8 @@
 """The text report: stats, largest free runs, bytes by tag, per-core and per-class figures, and
 the monitor's history, as rich tables.
 
-:func:`render_report` prints to a ``rich`` console; :func:`report_text` returns plain text.
-Per-class figures appear when the stats carry ``size_classes`` (pools with slab caches); the
+`render_report()` prints to a `rich` console; `report_text()` returns plain text.
+Per-class figures appear when the stats carry `size_classes` (pools with slab caches); the
 report never invents them.
 """
 
@@ -26,7 +26,7 @@ __all__ = ["render_report", "report_json", "report_text", "stats_dict"]
 
 
 def stats_dict(stats: PoolStats | Mapping[str, Any]) -> dict[str, Any]:
-    """Stats as a plain dict, from a ``PoolStats`` or a dict (as snapshots and traces keep)."""
+    """Stats as a plain dict, from a `PoolStats` or a dict (as snapshots and traces keep)."""
     if isinstance(stats, Mapping):
         return dict(stats)
     return stats.as_dict()
@@ -126,7 +126,7 @@ def _per_core_table(per_core: Sequence[Mapping[str, Any]], s: Mapping[str, Any])
 
 
 def _per_class_table(entries: Sequence[Any]) -> Table:
-    """Whatever columns the pool reports per size class (dicts, or objects with ``as_dict``),
+    """Whatever columns the pool reports per size class (dicts, or objects with `as_dict`),
     in its order."""
     classes = [e.as_dict() if hasattr(e, "as_dict") else dict(e) for e in entries]
     t = _table("Per size class")
@@ -139,7 +139,7 @@ def _per_class_table(entries: Sequence[Any]) -> Table:
 
 
 def _shown(shown: int, total: int, what: str) -> str:
-    """``"8 of 10 runs"`` when a table shows fewer rows than there are, else ``"3 runs"``."""
+    """`"8 of 10 runs"` when a table shows fewer rows than there are, else `"3 runs"`."""
     return f"{shown:,} of {total:,} {what}" if shown < total else f"{total:,} {what}"
 
 
@@ -220,7 +220,7 @@ def render_report(
     title: str = "npumem report",
     top: int = 8,
 ) -> None:
-    """Print the report to ``console``. ``stats`` defaults to the snapshot's; at least one of
+    """Print the report to `console`. `stats` defaults to the snapshot's; at least one of
     the two is needed."""
     if stats is None:
         if snapshot is None:
@@ -256,15 +256,15 @@ def render_report(
 
 
 def report_text(width: int = 100, **kwargs: Any) -> str:
-    """The report as plain text (the keyword arguments of :func:`render_report`)."""
+    """The report as plain text (the keyword arguments of `render_report()`)."""
     out = io.StringIO()
     render_report(Console(file=out, width=width, color_system=None), **kwargs)
     return out.getvalue()
 
 
 def report_json(snapshot: Snapshot, *, top: int = 10) -> dict[str, Any]:
-    """The figures of the report of ``snapshot`` as a JSON-ready dict (format
-    ``npumem-report``, version 1): what ``npumem report --json`` prints. Byte counts are
+    """The figures of the report of `snapshot` as a JSON-ready dict (format
+    `npumem-report`, version 1): what `npumem report --json` prints. Byte counts are
     integers; handles do not appear."""
     s = stats_dict(snapshot.stats)
     cached = snapshot.bytes_in_slab_caches

@@ -17,9 +17,9 @@ __all__ = ["load_saved_file", "solution_from_json_obj"]
 
 
 def solution_from_json_obj(obj: Mapping[str, Any], *, where: str = "plan") -> Solution:
-    """A planner solution from a plan file's object (``Solution.to_json_obj``).
+    """A planner solution from a plan file's object (`Solution.to_json_obj`).
 
-    Raises :class:`~npumem.monitor.errors.FileFormatError` for a wrong header or field.
+    Raises `FileFormatError` for a wrong header or field.
     """
     from npumem.plan import PlanError, Problem, Solution
 
@@ -46,9 +46,9 @@ def solution_from_json_obj(obj: Mapping[str, Any], *, where: str = "plan") -> So
 
 
 def load_saved_file(path: str | os.PathLike[str]) -> Snapshot | Trace | Solution:
-    """The snapshot, trace or plan in ``path``, told apart by the file's ``format`` field.
+    """The snapshot, trace or plan in `path`, told apart by the file's `format` field.
 
-    Raises :class:`~npumem.monitor.errors.FileFormatError` for a file that is none of them.
+    Raises `FileFormatError` for a file that is none of them.
     """
     where = os.fspath(path)
     obj = read_json(path)

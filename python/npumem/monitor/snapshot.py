@@ -1,9 +1,9 @@
-"""Snapshots: the whole arena at one moment (``pool.snapshot()``), saved and loaded as JSON.
+"""Snapshots: the whole arena at one moment (`pool.snapshot()`), saved and loaded as JSON.
 
 A snapshot lists every live block, every maximal run of free bytes, and allocated bytes that
-belong to no block (``untracked``: blocks of the Rust raw API), which together tile the usable
+belong to no block (`untracked`: blocks of the Rust raw API), which together tile the usable
 arena exactly; plus the pool's stats and configuration at that moment. It is what the address-map
-pictures draw and what ``npumem report`` prints, and it can be looked at long after the pool is
+pictures draw and what `npumem report` prints, and it can be looked at long after the pool is
 gone.
 """
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["BlockRecord", "Extent", "Snapshot", "load_snapshot", "pool_config"]
 
 SNAPSHOT_VERSION = 2
-"""The version :meth:`Snapshot.save` writes (handles as decimal text); version 1 (handles as
+"""The version `Snapshot.save()` writes (handles as decimal text); version 1 (handles as
 numbers) is read too."""
 _READ_VERSIONS = (1, 2)
 _BLOCK_FIELDS = ("offset", "nbytes", "block_bytes", "align", "core", "tag", "pins", "handle")
@@ -51,7 +51,7 @@ _CORE_INTS = (
 
 @dataclass(frozen=True, slots=True)
 class BlockRecord:
-    """One live block: it covers ``[offset, offset + block_bytes)`` and asked for ``nbytes``."""
+    """One live block: it covers `[offset, offset + block_bytes)` and asked for `nbytes`."""
 
     offset: int
     nbytes: int
@@ -75,7 +75,7 @@ class BlockRecord:
 
 @dataclass(frozen=True, slots=True)
 class Extent:
-    """A range of bytes ``[offset, offset + length)``."""
+    """A range of bytes `[offset, offset + length)`."""
 
     offset: int
     length: int
@@ -87,7 +87,7 @@ class Extent:
 
 
 def pool_config(pool: Pool) -> dict[str, Any]:
-    """The configuration of ``pool`` as a JSON-ready dict (enough to make an equal pool)."""
+    """The configuration of `pool` as a JSON-ready dict (enough to make an equal pool)."""
     return {
         "capacity": pool.capacity,
         "cores": pool.cores,
@@ -104,10 +104,10 @@ def pool_config(pool: Pool) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The arena at one moment: take one with ``pool.snapshot()``, save it with :meth:`save`,
-    read it back with :func:`load_snapshot`.
+    """The arena at one moment: take one with `pool.snapshot()`, save it with `save()`,
+    read it back with `load_snapshot()`.
 
-    ``stats`` is the pool's ``PoolStats.as_dict()`` at the same moment; ``time_ns`` counts from
+    `stats` is the pool's `PoolStats.as_dict()` at the same moment; `time_ns` counts from
     the pool's creation (the clock of trace events).
     """
 
@@ -123,8 +123,8 @@ class Snapshot:
 
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
-        """Build from what the extension records (``Pool.snapshot()`` comes here through
-        :mod:`npumem._views`)."""
+        """Build from what the extension records (`Pool.snapshot()` comes here through
+        `npumem._views`)."""
         return cls(
             pool=str(pool.name),
             config=pool_config(pool),
@@ -184,11 +184,11 @@ class Snapshot:
         return sum(b.block_bytes for b in self.blocks)
 
     def largest_free_runs(self, n: int = 10) -> list[Extent]:
-        """The ``n`` longest free runs, longest first (ties: lower offset first)."""
+        """The `n` longest free runs, longest first (ties: lower offset first)."""
         return sorted(self.free_runs, key=lambda r: (-r.length, r.offset))[:n]
 
     def bytes_by(self, key: str = "tag") -> dict[str, tuple[int, int]]:
-        """``label -> (blocks, block bytes)`` grouped by ``"tag"`` or ``"core"``, largest first."""
+        """`label -> (blocks, block bytes)` grouped by `"tag"` or `"core"`, largest first."""
         if key not in ("tag", "core"):
             from npumem.errors import InvalidArgumentError
 
@@ -205,8 +205,8 @@ class Snapshot:
     # ----- JSON ------------------------------------------------------------------------------
 
     def to_json_obj(self) -> dict[str, Any]:
-        """The snapshot as a JSON-ready dict (format ``npumem-snapshot``, version 2; the schema
-        is ``npumem/schemas/snapshot.schema.json``). Handles are decimal text, so that readers
+        """The snapshot as a JSON-ready dict (format `npumem-snapshot`, version 2; the schema
+        is `npumem/schemas/snapshot.schema.json`). Handles are decimal text, so that readers
         that hold numbers as doubles keep them exact."""
         return {
             "format": SNAPSHOT_FORMAT,
@@ -227,12 +227,12 @@ class Snapshot:
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the snapshot as JSON to ``path``; returns the path."""
+        """Write the snapshot as JSON to `path`; returns the path."""
         return write_json(path, self.to_json_obj())
 
     @classmethod
     def from_json_obj(cls, obj: Mapping[str, Any], *, where: str = "snapshot") -> Snapshot:
-        """Read a dict made by :meth:`to_json_obj`; :class:`FileFormatError` names what is
+        """Read a dict made by `to_json_obj()`; `FileFormatError` names what is
         wrong."""
         r = Reader(where)
         version = r.header(obj, SNAPSHOT_FORMAT, _READ_VERSIONS)
@@ -281,7 +281,7 @@ class Snapshot:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Snapshot:
-        """Read a snapshot file written by :meth:`save`."""
+        """Read a snapshot file written by `save()`."""
         return cls.from_json_obj(read_json(path), where=str(path))
 
     def __repr__(self) -> str:
@@ -293,5 +293,5 @@ class Snapshot:
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
-    """Read a snapshot file (the same as :meth:`Snapshot.load`)."""
+    """Read a snapshot file (the same as `Snapshot.load()`)."""
     return Snapshot.load(path)

@@ -1,9 +1,9 @@
 """Event traces: record a pool's alloc, free, move and failed-alloc events, save them as JSON,
-load them back (for ``npumem replay`` and ``npumem plot``).
+load them back (for `npumem replay` and `npumem plot`).
 
-The Rust core keeps the events in bounded per-core rings (``pool.trace_start(capacity)``); a
-:class:`TraceRecorder` drains them into a :class:`Trace` often enough that the rings do not
-overflow (events lost anyway are counted in :attr:`Trace.dropped`).
+The Rust core keeps the events in bounded per-core rings (`pool.trace_start(capacity)`); a
+`TraceRecorder` drains them into a `Trace` often enough that the rings do not
+overflow (events lost anyway are counted in `Trace.dropped`).
 
     >>> import npumem
     >>> from npumem.monitor import TraceRecorder
@@ -33,13 +33,13 @@ if TYPE_CHECKING:
 __all__ = ["EVENT_KINDS", "Frame", "Trace", "TraceEvent", "TraceRecorder", "load_trace"]
 
 TRACE_VERSION = 2
-"""The version :meth:`Trace.save` writes (handles as decimal text, call stacks); version 1
+"""The version `Trace.save()` writes (handles as decimal text, call stacks); version 1
 (handles as numbers, no stacks) is read too."""
 _READ_VERSIONS = (1, 2)
 EVENT_KINDS = ("alloc", "free", "move", "failed")
-"""The kinds of event, as ``TraceEvent.kind`` spells them."""
+"""The kinds of event, as `TraceEvent.kind` spells them."""
 MAX_TRACE_CAPACITY = 1 << 24
-"""The most events the Rust rings hold (as ``npumem_core::MAX_TRACE_CAPACITY``)."""
+"""The most events the Rust rings hold (as `npumem_core::MAX_TRACE_CAPACITY`)."""
 _EVENT_FIELDS = ("time_ns", "kind", "offset", "size", "core", "tag", "handle", "aux", "stack")
 _EVENT_FIELDS_V1 = _EVENT_FIELDS[:8]
 
@@ -53,10 +53,10 @@ class Frame(NamedTuple):
 
 
 class TraceEvent(NamedTuple):
-    """One event. ``aux`` is the alignment for ``alloc`` and ``failed``, the old offset for
-    ``move``, 0 for ``free``; ``handle`` pairs a ``free`` (or ``move``) with its ``alloc``
-    (0 for ``failed``). ``stack`` is the Python call stack of an allocation, most recent call
-    first, when the trace records stacks (``TraceRecorder(pool, stacks=True)``), else None."""
+    """One event. `aux` is the alignment for `alloc` and `failed`, the old offset for
+    `move`, 0 for `free`; `handle` pairs a `free` (or `move`) with its `alloc`
+    (0 for `failed`). `stack` is the Python call stack of an allocation, most recent call
+    first, when the trace records stacks (`TraceRecorder(pool, stacks=True)`), else None."""
 
     time_ns: int
     kind: str
@@ -73,7 +73,7 @@ class TraceEvent(NamedTuple):
 class Trace:
     """The events of one pool, oldest first, with the pool's configuration and what was lost.
 
-    ``stats_at_start`` and ``stats_at_stop`` are ``PoolStats.as_dict()`` when recording began
+    `stats_at_start` and `stats_at_stop` are `PoolStats.as_dict()` when recording began
     and ended (empty when unknown): a replay compares its outcome with them.
     """
 
@@ -105,9 +105,9 @@ class Trace:
     # ----- JSON ------------------------------------------------------------------------------
 
     def to_json_obj(self) -> dict[str, Any]:
-        """The trace as a JSON-ready dict (format ``npumem-trace``, version 2; the schema is
-        ``npumem/schemas/trace.schema.json``). Tags and call stacks are stored once, in ``tags``
-        and ``stacks``; events are rows indexing them (-1: none). Handles are decimal text, so
+        """The trace as a JSON-ready dict (format `npumem-trace`, version 2; the schema is
+        `npumem/schemas/trace.schema.json`). Tags and call stacks are stored once, in `tags`
+        and `stacks`; events are rows indexing them (-1: none). Handles are decimal text, so
         that readers that hold numbers as doubles keep them exact."""
         tags: dict[str, int] = {}
         stacks: dict[tuple[Frame, ...], int] = {}
@@ -133,12 +133,12 @@ class Trace:
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the trace as JSON to ``path``; returns the path."""
+        """Write the trace as JSON to `path`; returns the path."""
         return write_json(path, self.to_json_obj())
 
     @classmethod
     def from_json_obj(cls, obj: Mapping[str, Any], *, where: str = "trace") -> Trace:
-        """Read a dict made by :meth:`to_json_obj`; :class:`FileFormatError` names what is
+        """Read a dict made by `to_json_obj()`; `FileFormatError` names what is
         wrong."""
         r = Reader(where)
         version = r.header(obj, TRACE_FORMAT, _READ_VERSIONS)
@@ -198,7 +198,7 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Trace:
-        """Read a trace file written by :meth:`save`."""
+        """Read a trace file written by `save()`."""
         return cls.from_json_obj(read_json(path), where=str(path))
 
     def __repr__(self) -> str:
@@ -221,12 +221,12 @@ def _read_stacks(r: Reader, obj: Mapping[str, Any]) -> list[tuple[Frame, ...]]:
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
-    """Read a trace file (the same as :meth:`Trace.load`)."""
+    """Read a trace file (the same as `Trace.load()`)."""
     return Trace.load(path)
 
 
 def _event(raw: tuple[Any, ...]) -> TraceEvent:
-    """A drained event tuple as a :class:`TraceEvent` (its stack as :class:`Frame` s)."""
+    """A drained event tuple as a `TraceEvent` (its stack as `Frame`s)."""
     stack = raw[8]
     if stack is None:
         return TraceEvent._make(raw)
@@ -236,11 +236,11 @@ def _event(raw: tuple[Any, ...]) -> TraceEvent:
 
 
 class TraceRecorder:
-    """Record a pool's events into :attr:`trace`: :meth:`start`, :meth:`drain` now and then (a
-    :class:`~npumem.monitor.Monitor` can do it on every sample), :meth:`stop`. Also a context
-    manager. ``capacity`` is the size of the Rust rings (events kept between two drains, all
-    cores together, 64 bytes each). With ``stacks=True`` every allocation made through Python
-    also records its caller's Python stack (:attr:`TraceEvent.stack`); that costs a few
+    """Record a pool's events into `trace`: `start()`, `drain()` now and then (a
+    `Monitor` can do it on every sample), `stop()`. Also a context
+    manager. `capacity` is the size of the Rust rings (events kept between two drains, all
+    cores together, 64 bytes each). With `stacks=True` every allocation made through Python
+    also records its caller's Python stack (`TraceEvent.stack`); that costs a few
     microseconds per allocation (see the monitoring guide)."""
 
     def __init__(self, pool: Pool, *, capacity: int = 1 << 16, stacks: bool = False) -> None:
@@ -275,7 +275,7 @@ class TraceRecorder:
         return self
 
     def drain(self) -> int:
-        """Move the events recorded so far into :attr:`trace`; returns how many."""
+        """Move the events recorded so far into `trace`; returns how many."""
         with self._lock:
             return self._drain_locked()
 
@@ -292,7 +292,7 @@ class TraceRecorder:
         return len(raw)
 
     def stop(self) -> Trace:
-        """Stop recording, drain the rest, and return :attr:`trace`."""
+        """Stop recording, drain the rest, and return `trace`."""
         with self._lock:
             if self._running:
                 self.pool.trace_stop()

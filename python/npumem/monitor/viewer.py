@@ -1,12 +1,12 @@
-"""``npumem view``: a snapshot or a trace as one self-contained HTML page.
+"""`npumem view`: a snapshot or a trace as one self-contained HTML page.
 
 The page needs nothing but a browser: the data, the script and the styles are inside the file,
 and it fetches nothing. A trace is drawn as a timeline: every block a rectangle from its
 allocation to its free (across) at its addresses (up), coloured by tag, compactions as dashed
 red lines and failed allocations as dotted ones. A snapshot is drawn as an address map: rows of
-addresses like :func:`npumem.monitor.plot_address_map`. Both zoom with the mouse wheel and pan
+addresses like `npumem.monitor.plot_address_map()`. Both zoom with the mouse wheel and pan
 by dragging; hovering a block shows its size, tag, core, handle, times and, when the trace
-recorded them (``TraceRecorder(pool, stacks=True)``), the Python stack that allocated it.
+recorded them (`TraceRecorder(pool, stacks=True)`), the Python stack that allocated it.
 
 Handles are written as text in the page's data, so JavaScript keeps them exact.
 """
@@ -59,7 +59,7 @@ class _Tags:
 
 
 def _colors(tags: _Tags, extra: list[str]) -> list[str]:
-    """Colour table: one per tag, then the colours of ``extra`` (no tag first)."""
+    """Colour table: one per tag, then the colours of `extra` (no tag first)."""
     return [tag_color(t) for t in tags.names] + extra
 
 
@@ -253,7 +253,7 @@ def page_data(source: Snapshot | Trace) -> dict[str, Any]:
 
 
 def render_html(source: Snapshot | Trace) -> str:
-    """The page for ``source`` as HTML text."""
+    """The page for `source` as HTML text."""
     template = resources.files("npumem.monitor").joinpath("assets/viewer.html")
     html = template.read_text(encoding="utf-8")
     data = page_data(source)
@@ -264,5 +264,5 @@ def render_html(source: Snapshot | Trace) -> str:
 
 
 def write_view(source: Snapshot | Trace, path: str | os.PathLike[str]) -> Path:
-    """Write the page for ``source`` to ``path`` (one HTML file, nothing else needed)."""
+    """Write the page for `source` to `path` (one HTML file, nothing else needed)."""
     return write_text(path, render_html(source))

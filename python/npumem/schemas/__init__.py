@@ -1,14 +1,14 @@
 """The JSON Schemas of the files npumem writes, shipped with the package.
 
-Each file starts with ``format`` and ``version``; :data:`FORMATS` maps the format name to the
-schema file that describes it. ``load("npumem-snapshot")`` returns the schema as a dict (for
-``jsonschema`` or any other validator).
+Each file starts with `format` and `version`; `FORMATS` maps the format name to the
+schema file that describes it. `load("npumem-snapshot")` returns the schema as a dict (for
+`jsonschema` or any other validator).
 
 | format | written by | schema |
 | --- | --- | --- |
-| ``npumem-snapshot`` | ``Snapshot.save``, ``npumem demo`` | ``snapshot.schema.json`` |
-| ``npumem-trace`` | ``Trace.save``, ``npumem demo --trace`` | ``trace.schema.json`` |
-| ``npumem-plan`` | ``Solution.to_json``, ``npumem plan -o plan.json`` | ``plan.schema.json`` |
+| `npumem-snapshot` | `Snapshot.save`, `npumem demo` | `snapshot.schema.json` |
+| `npumem-trace` | `Trace.save`, `npumem demo --trace` | `trace.schema.json` |
+| `npumem-plan` | `Solution.to_json`, `npumem plan -o plan.json` | `plan.schema.json` |
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ FORMATS: dict[str, str] = {
     "npumem-trace": "trace.schema.json",
     "npumem-plan": "plan.schema.json",
 }
-"""Format name (the ``format`` field of a file) to the schema file in this package."""
+"""Format name (the `format` field of a file) to the schema file in this package."""
 
 
 def load(fmt: str) -> dict[str, Any]:
-    """The JSON Schema of the format named ``fmt`` (a key of :data:`FORMATS`)."""
+    """The JSON Schema of the format named `fmt` (a key of `FORMATS`)."""
     try:
         name = FORMATS[fmt]
     except KeyError:

@@ -1,4 +1,4 @@
-"""``npumem demo`` and ``npumem replay``.
+"""`npumem demo` and `npumem replay`.
 
     npumem demo [--quick] [--requests N] [--workers N] [--capacity BYTES] [--output DIR] [--trace]
     npumem replay TRACE [--capacity BYTES] [--cores N] [--chunk-size BYTES] ... [--json]
@@ -74,7 +74,7 @@ def _compactor(pool: npumem.Pool) -> Compactor:
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
-    """Run ``npumem demo`` with parsed arguments; returns the exit status."""
+    """Run `npumem demo` with parsed arguments; returns the exit status."""
     from npumem.workloads.demo import default_capacity, run_demo, write_outputs
 
     out = Console(highlight=False, soft_wrap=True)
@@ -176,7 +176,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 
 def run_replay_command(args: argparse.Namespace) -> int:
-    """Run ``npumem replay`` with parsed arguments; returns the exit status."""
+    """Run `npumem replay` with parsed arguments; returns the exit status."""
     from npumem.monitor.errors import MonitorError
     from npumem.monitor.saved_file import load_saved_file
     from npumem.monitor.snapshot import Snapshot
@@ -281,7 +281,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
 def replay_json(
     path: str, trace: Trace, r: ReplayResult, overrides: dict[str, Any]
 ) -> dict[str, Any]:
-    """What ``npumem replay --json`` prints (format ``npumem-replay``, version 1)."""
+    """What `npumem replay --json` prints (format `npumem-replay`, version 1)."""
     return {
         "format": "npumem-replay",
         "version": 1,
@@ -316,7 +316,7 @@ def replay_json(
 
 
 def add_parsers(subparsers: Any) -> None:
-    """Add ``demo`` and ``replay`` to an ``argparse`` subparsers object."""
+    """Add `demo` and `replay` to an `argparse` subparsers object."""
     demo = subparsers.add_parser(
         "demo",
         help="run the built-in inference-service workload and write the report and pictures",

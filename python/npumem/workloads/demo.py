@@ -1,18 +1,18 @@
-"""``npumem demo``: the project's main job, an inference service in miniature on a host-backed
+"""`npumem demo`: the project's main job, an inference service in miniature on a host-backed
 pool (no device, no files needed).
 
 Three models (ResNet-50, MobileNetV2, a text generator) have their weights resident in the pool
-and their activation arenas planned ahead with :mod:`npumem.plan`; worker threads on every core
-serve requests of varying batch size and sequence length (see :mod:`npumem.workloads.service`),
-while a :class:`~npumem.monitor.Monitor` samples the pool, raises alerts, and takes snapshots
+and their activation arenas planned ahead with `npumem.plan`; worker threads on every core
+serve requests of varying batch size and sequence length (see `npumem.workloads.service`),
+while a `Monitor` samples the pool, raises alerts, and takes snapshots
 when usage reaches a new high. At the end the pool is checked, the weights are freed, and
-:func:`run_demo` returns the figures, the monitor's history and the snapshots; the command
+`run_demo()` returns the figures, the monitor's history and the snapshots; the command
 prints the report and writes the pictures.
 
-Compaction plugs in through the ``compactor`` argument: an object with a
-``compact()`` method. The workers call it when an allocation fails (then retry once), and the
+Compaction plugs in through the `compactor` argument: an object with a
+`compact()` method. The workers call it when an allocation fails (then retry once), and the
 monitor calls it when fragmentation passes its threshold (then a before/after snapshot pair is
-kept). Without one (the default) nothing is compacted and ``compactions`` is 0.
+kept). Without one (the default) nothing is compacted and `compactions` is 0.
 """
 
 from __future__ import annotations
@@ -105,12 +105,12 @@ def run_demo(
     compactor: SupportsCompact | Callable[[npumem.Pool], SupportsCompact] | None = None,
     on_request: Callable[[], object] | None = None,
 ) -> DemoResult:
-    """Serve ``requests`` requests with ``workers`` threads (default: one per CPU) on a pool of
-    ``capacity`` bytes (default :func:`default_capacity`) with ``os.cpu_count()`` core pools.
+    """Serve `requests` requests with `workers` threads (default: one per CPU) on a pool of
+    `capacity` bytes (default `default_capacity()`) with `os.cpu_count()` core pools.
 
-    ``interval`` is the monitor's sampling period; ``trace`` records every event (returned in
-    :attr:`DemoResult.trace`); ``compactor`` is the compaction integration point (an object
-    with ``compact()``, or a factory called with the pool); ``on_request`` is called after every
+    `interval` is the monitor's sampling period; `trace` records every event (returned in
+    `DemoResult.trace`); `compactor` is the compaction integration point (an object
+    with `compact()`, or a factory called with the pool); `on_request` is called after every
     request (progress bars).
     """
     if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
@@ -226,8 +226,8 @@ def run_demo(
 def write_outputs(
     result: DemoResult, directory: str | os.PathLike[str], *, pictures: bool = True
 ) -> dict[str, Path]:
-    """Write the demo's snapshots, trace and (with ``pictures``; needs matplotlib) pictures
-    into ``directory`` (made if missing); returns ``what -> path``."""
+    """Write the demo's snapshots, trace and (with `pictures`; needs matplotlib) pictures
+    into `directory` (made if missing); returns `what -> path`."""
     from npumem.monitor import (
         plot_address_map,
         plot_before_after,

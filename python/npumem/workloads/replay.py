@@ -8,13 +8,13 @@ only, nothing is touched), pinned to one CPU so every allocation goes to the sam
 the outcome is deterministic. The recording may have used several cores: placements then
 differ from the recording, the bytes in use at every moment do not.
 
-* an ``alloc`` is allocated with its size, alignment and tag; if it fails, its later ``free``
+* an `alloc` is allocated with its size, alignment and tag; if it fails, its later `free`
   is skipped;
-* a ``failed`` event is tried again; if it succeeds now it is counted as rescued and freed at
+* a `failed` event is tried again; if it succeeds now it is counted as rescued and freed at
   once (the program gave up on it then);
-* a ``free`` frees the block its handle names; a free of a block allocated before the recording
+* a `free` frees the block its handle names; a free of a block allocated before the recording
   began is counted as unmatched and skipped;
-* ``move`` events (compactions) are counted, not replayed.
+* `move` events (compactions) are counted, not replayed.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ class ReplayFailure:
 
 @dataclass
 class ReplayResult:
-    """What a replay did. ``would_fail`` counts allocations that succeeded when recorded and
-    fail now; ``failed`` all allocations that fail in the replay (recorded failures included);
-    ``same_placements`` the allocations placed at their recorded offset."""
+    """What a replay did. `would_fail` counts allocations that succeeded when recorded and
+    fail now; `failed` all allocations that fail in the replay (recorded failures included);
+    `same_placements` the allocations placed at their recorded offset."""
 
     config: dict[str, Any]
     events: int
@@ -113,13 +113,13 @@ def replay_trace(
     sample_every: int = 256,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
-    """Replay ``trace`` on a fresh pool made from the trace's configuration with the entries of
-    ``config`` replacing its own (``capacity``, ``cores``, ``chunk_size``, ``min_block``,
-    ``bank_size``, ``alignment``, ``slab_sizes``, ``placement``, ``core_reserve``).
+    """Replay `trace` on a fresh pool made from the trace's configuration with the entries of
+    `config` replacing its own (`capacity`, `cores`, `chunk_size`, `min_block`,
+    `bank_size`, `alignment`, `slab_sizes`, `placement`, `core_reserve`).
 
-    Fragmentation is sampled every ``sample_every`` events and at every failure; ``progress``
+    Fragmentation is sampled every `sample_every` events and at every failure; `progress`
     is called now and then with (events done, events in all). A bad configuration raises
-    :class:`npumem.ConfigError`.
+    `npumem.ConfigError`.
     """
     overrides = dict(config or {})
     unknown = sorted(set(overrides) - set(_CONFIG_KEYS))

@@ -1,20 +1,20 @@
-"""The inference service in miniature that ``npumem demo`` runs: requests of varying batch size
+"""The inference service in miniature that `npumem demo` runs: requests of varying batch size
 and sequence length, served by worker threads from one pool.
 
 * **vision requests** (ResNet-50, MobileNetV2; batch 1 to 8): a request descriptor, the planned
-  activation arena as one block (``solution.bind``), a kernel-argument block per op (allocated,
+  activation arena as one block (`solution.bind`), a kernel-argument block per op (allocated,
   written, freed), the output logits handed to another worker, which frees them (a remote free);
 * **text requests** (a 4-layer BERT-base encoder as a generator; batch 1 or 2, prompts of 16 to
   256 tokens, 8 to 48 new tokens): the prefill arena (planned per sequence bucket), then a KV
   cache that lives for the whole generation and grows by half when full (allocate the larger
   block, copy, free the old one), with a decode scratch block and a logits block per token.
-  A worker keeps up to ``max_sessions`` generations open and steps each one token between other
+  A worker keeps up to `max_sessions` generations open and steps each one token between other
   requests, so long-lived KV caches interleave with short-lived arenas, as in a real server.
 
 Every block's bytes are written (the pool is host-backed) and the planned tensors are touched
 inside the arena, so the demo exercises the buffer protocol too. When an allocation fails the
-request is retried later (after ``compactor.compact()`` when a compactor is given); one that
-still fails after ``max_retries`` tries is rejected.
+request is retried later (after `compactor.compact()` when a compactor is given); one that
+still fails after `max_retries` tries is rejected.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ KV_GRANULE = 64  # tokens: KV caches are sized in multiples of this
 
 @runtime_checkable
 class SupportsCompact(Protocol):
-    """What the demo needs of a compactor (such as :class:`npumem.compaction.Compactor`): one
+    """What the demo needs of a compactor (such as `npumem.compaction.Compactor`): one
     call that defragments the pool and returns a report."""
 
     def compact(self) -> object:
@@ -57,7 +57,7 @@ class Request:
 
 
 def make_requests(n: int, models: Sequence[Model], seed: int = 0) -> list[Request]:
-    """``n`` requests: 40% ResNet-50, 30% MobileNetV2, 30% text, batch sizes skewed small."""
+    """`n` requests: 40% ResNet-50, 30% MobileNetV2, 30% text, batch sizes skewed small."""
     rng = random.Random(seed)
     names = [m.name for m in models]
     weights = [0.4 if m.name == "resnet50" else 0.3 for m in models]
@@ -99,8 +99,8 @@ class _Tally:
 
 
 class Service:
-    """Serve ``requests`` with ``workers`` threads on ``pool``; :meth:`run` returns when every
-    request is served or rejected. ``on_request`` is called after each one (progress bars)."""
+    """Serve `requests` with `workers` threads on `pool`; `run()` returns when every
+    request is served or rejected. `on_request` is called after each one (progress bars)."""
 
     def __init__(
         self,
@@ -159,7 +159,7 @@ class Service:
 
     @property
     def rejected(self) -> int:
-        """Requests given up after ``max_retries`` failed tries."""
+        """Requests given up after `max_retries` failed tries."""
         return sum(t.rejected for t in self.tallies)
 
     @property
@@ -313,7 +313,7 @@ class Service:
         return _Session(req, descriptor, kv, tokens, req.seq_len)
 
     def _step(self, s: _Session, rng: random.Random, tally: _Tally) -> bool:
-        """Generate one token; ``True`` when the generation is done (or given up)."""
+        """Generate one token; `True` when the generation is done (or given up)."""
         req = s.request
         try:
             if s.tokens >= s.kv_tokens:

@@ -23,19 +23,11 @@ pub(crate) fn format_bytes(py: Python<'_>, n: usize) -> PyResult<String> {
     }
 }
 
-/// `n` bytes for people, and exactly: `"1.5 MiB (1,572,864 bytes)"`; below 1 KiB just the
-/// bytes. Never fails: a formatter that raises gives the plain count.
+/// `n` bytes for people, and exactly: `"1.5 MiB (1572864 bytes)"`; below 1 KiB just the bytes.
+/// Never fails: a formatter that raises gives the plain count.
 pub(crate) fn exact(py: Python<'_>, n: usize) -> String {
-    let digits = n.to_string();
-    let mut grouped = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
     match format_bytes(py, n) {
-        Ok(text) if n >= 1024 => format!("{text} ({grouped} bytes)"),
-        _ => format!("{grouped} bytes"),
+        Ok(text) if n >= 1024 => format!("{text} ({n} bytes)"),
+        _ => format!("{n} bytes"),
     }
 }

@@ -254,7 +254,9 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::TooLarge { .. } => ErrorClass::RequestTooLarge,
         &Error::OutOfMemory { requested, bytes_free, largest_free_block } => {
             return Python::attach(|py| {
-                let message = out_of_memory_message(py, requested, bytes_free, largest_free_block);
+                // A batch wraps the root error ("item 3 of the batch failed: ..."): keep the context.
+                let human = out_of_memory_message(py, requested, bytes_free, largest_free_block);
+                let message = message.replace(&err.root().to_string(), &human);
                 let args = (message, requested, bytes_free, largest_free_block);
                 match ErrorClass::OutOfMemory.class(py).and_then(|cls| cls.call1(args)) {
                     Ok(instance) => PyErr::from_value(instance),
