@@ -15,6 +15,7 @@ export HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 
 RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock
 PY_DEPS_STAMP := $(VENV)/.deps-stamp
+DOCS_STAMP := $(VENV)/.docs-stamp
 BUILD_STAMP := $(VENV)/.build-stamp
 
 .PHONY: help
@@ -76,6 +77,15 @@ bench: develop ## Criterion benches against peers, the compaction pause, the Pyt
 	$(PY) benches/python_roundtrip.py
 	$(PY) benches/plan_bench.py --time-limit 10 --seed 0
 
+$(DOCS_STAMP): pyproject.toml | $(PY_DEPS_STAMP)
+	$(PY) -m pip install --quiet \
+	    $$($(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(" ".join(f"\"{d}\"" for d in p["optional-dependencies"]["docs"]))' | xargs)
+	touch $@
+
+.PHONY: docs
+docs: develop $(DOCS_STAMP) ## Build the documentation site into site/ (MkDocs, strict: no broken links)
+	$(BIN)/mkdocs build --strict --site-dir site
+
 .PHONY: lint
 lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings, ruff, mypy, no import cycles
 	cargo fmt --all -- --check
@@ -99,4 +109,4 @@ fmt: $(PY_DEPS_STAMP) ## Format Rust and Python sources in place
 .PHONY: clean
 clean: ## Remove build outputs and the virtual environment
 	cargo clean
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis npumem-demo
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis npumem-demo site

@@ -225,13 +225,16 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     return Trace.load(path)
 
 
-def _event(raw: tuple[Any, ...]) -> TraceEvent:
-    """A drained event tuple as a `TraceEvent` (its stack as `Frame`s)."""
+def _event(raw: tuple[Any, ...], stacks: dict[Any, tuple[Frame, ...]]) -> TraceEvent:
+    """A drained event tuple as a `TraceEvent`, its stack as `Frame`s (``stacks``: the stacks
+    converted so far, so that a stack seen again is the same tuple and costs one lookup)."""
     stack = raw[8]
     if stack is None:
         return TraceEvent._make(raw)
+    frames = stacks.get(stack)
+    if frames is None:
+        frames = stacks[stack] = tuple(Frame._make(f) for f in stack)
     time_ns, kind, offset, size, core, tag, handle, aux = raw[:8]
-    frames = tuple(Frame._make(f) for f in stack)
     return TraceEvent(time_ns, kind, offset, size, core, tag, handle, aux, frames)
 
 
@@ -260,6 +263,7 @@ class TraceRecorder:
         self.trace = Trace(pool=str(pool.name), config=pool_config(pool))
         self._lock = threading.Lock()
         self._running = False
+        self._stacks: dict[Any, tuple[Frame, ...]] = {}
 
     @property
     def running(self) -> bool:
@@ -284,10 +288,10 @@ class TraceRecorder:
         events = self.trace.events
         if raw and events and raw[0][0] < events[-1].time_ns:
             # An event still being written at the last drain came in late: keep time order.
-            events.extend(map(_event, raw))
+            events.extend(_event(e, self._stacks) for e in raw)
             events.sort(key=lambda e: e.time_ns)
         else:
-            events.extend(map(_event, raw))
+            events.extend(_event(e, self._stacks) for e in raw)
         self.trace.dropped = self.pool.trace_status().dropped
         return len(raw)
 

@@ -257,7 +257,7 @@ impl Pool {
         events
             .iter()
             .map(|e| {
-                let stack = if e.kind == EventKind::Alloc { self.stacks.take(py, e.handle) } else { None };
+                let stack = if e.kind == EventKind::Alloc { self.stacks.take(py, e.handle)? } else { None };
                 event_tuple(py, e, &self.tags, stack)
             })
             .collect()
