@@ -46,7 +46,7 @@ demo: develop ## Run the main job: the built-in demo workload (npumem demo)
 	$(BIN)/npumem demo
 
 .PHONY: test
-test: test-rust test-loom test-python ## Run every test: Rust unit and stress, loom models, pytest, stubtest
+test: test-rust test-loom test-python docs ## Every test: Rust unit and stress, loom models, pytest (with the browser test), stubtest, the docs build
 
 .PHONY: test-rust
 test-rust: ## Rust unit, property and stress tests of npumem-core; bench code compiles and runs once

@@ -2,7 +2,7 @@
 
 Every error npumem raises derives from `NpumemError`. Most also derive from the built-in
 exception a Python user would reach for first (`MemoryError`, `ValueError`, `TypeError`), so
-`except MemoryError` around an allocation keeps working::
+`except MemoryError` around an allocation keeps working:
 
     NpumemError(Exception)
     ├── OutOfMemoryError(MemoryError)      no block of the size, although the request is valid;
@@ -13,11 +13,11 @@ exception a Python user would reach for first (`MemoryError`, `ValueError`, `Typ
     ├── InvalidHandleError(ValueError)     a freed, stale or foreign block handle
     │   └── DoubleFreeError                a block freed twice
     ├── PinnedBlockError(RuntimeError)     a pinned block cannot be freed or moved
-    ├── NoBackingError(BufferError)        `backing="none"`: no host bytes to view
+    ├── NoBackingError(BufferError)        backing="none": no host bytes to view
     ├── PoolBusyError(TimeoutError)        the pool could not be paused in time, or a call
     │                                      would wait for itself
     ├── ConfigError(ValueError)            an invalid pool configuration
-    ├── CorruptionError                    inconsistent metadata (`Pool.check()`)
+    ├── CorruptionError                    inconsistent metadata (Pool.check())
     ├── MoveError(ValueError)              a batch of moves refused or undone; nothing moved
     └── MissingDependencyError(ImportError) an optional extra (onnx, plot) is not installed
 
