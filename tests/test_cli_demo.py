@@ -13,6 +13,7 @@ import pytest
 from monitor_helpers import assert_png
 from npumem.cli import main
 from npumem.monitor import load_snapshot, load_trace
+from schema_helpers import assert_valid
 
 MIB = 1 << 20
 FILES = (
@@ -69,6 +70,8 @@ def test_demo_quick_runs_end_to_end(tmp_path: Path) -> None:
     trace = load_trace(out / "trace.json")
     assert trace.complete and trace.counts()["alloc"] == trace.stats_at_stop["alloc_count"]
     assert json.loads((out / "trace.json").read_text())["format"] == "npumem-trace"
+    for name in ("snapshot.json", "snapshot-end.json", "trace.json"):
+        assert_valid(out / name)  # every file the demo writes matches its published schema
     # The recorded run replays on the same configuration without a failure.
     replay = subprocess.run(
         [sys.executable, "-m", "npumem.cli", "replay", str(out / "trace.json")],
