@@ -265,7 +265,7 @@ def test_trace_and_timeline_legends_name_every_line(
         "bytes live (asked for)",
         "capacity",
         "live blocks (right axis)",
-        "block moved",
+        "compaction (blocks moved)",
         "allocations per second",
     ):
         assert f">{label}<" in svg, label

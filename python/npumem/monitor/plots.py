@@ -197,8 +197,10 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
     top.axhline(capacity / div, color="black", linewidth=1, label="capacity")
     for i, f in enumerate(fails):
         top.axvline(f, color="tab:red", alpha=0.5, label="failed allocation" if i == 0 else None)
-    for i, m in enumerate(moves):
-        top.axvline(m, color="tab:green", alpha=0.3, label="block moved" if i == 0 else None)
+    for i, m in enumerate(_compactions(moves)):
+        top.axvline(
+            m, color="tab:green", alpha=0.6, label="compaction (blocks moved)" if i == 0 else None
+        )
     top.set_ylabel(unit)
     twin = top.twinx()
     twin.step(
@@ -238,6 +240,17 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
         f"{c['failed']:,} failed, {c['move']:,} moves, {trace.dropped:,} dropped"
     )
     return _save(fig, path)
+
+
+def _compactions(moves: Sequence[float], gap: float = 1e-3) -> list[float]:
+    """The first time of each group of moves less than ``gap`` seconds apart."""
+    out: list[float] = []
+    last = -math.inf
+    for t in sorted(moves):
+        if t - last > gap:
+            out.append(t)
+        last = t
+    return out
 
 
 # ----- address maps --------------------------------------------------------------------------

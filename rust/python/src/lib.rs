@@ -11,7 +11,7 @@
 //! classes); work that can take long runs without the GIL through one helper (`gil.rs`);
 //! arguments are checked in `args.rs`. A failing allocation's retry through the out-of-memory
 //! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned in
-//! `tags.rs`; Python call stacks of allocations (`trace_start(stacks=True)`) are kept in
+//! `tags.rs`, and counted by tag in `tag_stats.rs`; Python call stacks of allocations (`trace_start(stacks=True)`) are kept in
 //! `stacks.rs`.
 //!
 //! The binding imports nothing from the Python package: what `Pool.snapshot()` returns, and how
@@ -36,6 +36,7 @@ mod snapshot;
 mod stacks;
 mod stats;
 mod step_report;
+mod tag_stats;
 mod tags;
 mod trace;
 mod views;
@@ -58,6 +59,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<compaction_plan::CompactionPlan>()?;
     m.add_class::<compaction_plan::PlannedMove>()?;
     m.add_class::<trace::TraceStatus>()?;
+    m.add_class::<tag_stats::TagStats>()?;
     m.add_class::<snapshot::RawSnapshot>()?;
     m.add_class::<plan_search::PackingInstance>()?;
     m.add_function(wrap_pyfunction!(views::install_views, m)?)?;

@@ -21,6 +21,7 @@ use crate::snapshot::RawSnapshot;
 use crate::stacks::Stacks;
 use crate::stats::PoolStats;
 use crate::step_report::StepReport;
+use crate::tag_stats::TagCounters;
 use crate::tags::Tags;
 use crate::trace::{event_tuple, TraceStatus};
 use crate::views;
@@ -80,6 +81,7 @@ impl Pool {
             tags: Tags::new(py)?,
             oom: OomHandler::default(),
             stacks: Stacks::default(),
+            by_tag: TagCounters::default(),
         })
     }
 
@@ -104,10 +106,11 @@ impl Pool {
             Some(handle) => handle,
             None => this.oom.alloc(py, core, size, align, tag_id)?,
         };
+        this.by_tag.allocated(py, tag_id, size);
         if this.stacks.enabled() {
             this.stacks.record(py, handle.to_bits())?;
         }
-        Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind)))
+        Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind), tag_id))
     }
 
     /// Allocate one block per size in `sizes` (all with the same `align` and `tag`), or none:
@@ -137,6 +140,9 @@ impl Pool {
         let tag = args::tag(tag)?;
         let tag_id = this.tags.id(py, tag.as_ref())?;
         let handles = this.oom.alloc_many(py, &this.core, &wanted, align, tag_id)?;
+        for &size in &wanted {
+            this.by_tag.allocated(py, tag_id, size);
+        }
         if this.stacks.enabled() {
             for handle in &handles {
                 this.stacks.record(py, handle.to_bits())?;
@@ -147,7 +153,7 @@ impl Pool {
             .into_iter()
             .zip(wanted)
             .map(|(handle, size)| {
-                Block::new(pool.clone_ref(py), handle, size, tag.as_ref().map(|t| t.clone().unbind()))
+                Block::new(pool.clone_ref(py), handle, size, tag.as_ref().map(|t| t.clone().unbind()), tag_id)
             })
             .collect())
     }
@@ -163,6 +169,7 @@ impl Pool {
             )
         })?;
         let mut handles = Vec::new();
+        let mut freed = Vec::new();
         for (i, item) in items.enumerate() {
             let item = item?;
             let block = item.cast::<Block>().map_err(|_| {
@@ -172,9 +179,15 @@ impl Pool {
                 )
             })?;
             handles.push(block.get().handle_in(slf.get(), i)?);
+            freed.push(block.get().tag_and_size());
         }
-        let core = &slf.get().core;
-        without_gil(py, || core.free_many(&handles))
+        let this = slf.get();
+        let core = &this.core;
+        without_gil(py, || core.free_many(&handles))?;
+        for (tag, size) in freed {
+            this.by_tag.freed(py, tag, size);
+        }
+        Ok(())
     }
 
     /// Free `block` (the same as `block.free()`).
