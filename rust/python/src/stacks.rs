@@ -25,6 +25,9 @@ pub(crate) const MAX_PENDING: usize = 1 << 20;
 /// Lines and names are looked up when the stack is drained, off the allocation path.
 type RawStack = Vec<(Py<PyAny>, i64)>;
 
+/// `(file, line, function)` by code object address and instruction, with the code object.
+type FrameCache = HashMap<(usize, i64), (Py<PyAny>, Py<PyTuple>)>;
+
 /// A pool's recorded stacks, by handle bits, and the frames already looked up.
 #[derive(Default)]
 pub(crate) struct Stacks {
@@ -32,7 +35,7 @@ pub(crate) struct Stacks {
     pending: Mutex<HashMap<u128, RawStack>>,
     /// `(file, line, function)` by code object and instruction (the code object is kept, so
     /// its address is not reused while it is a key).
-    frames: Mutex<HashMap<(usize, i64), (Py<PyAny>, Py<PyTuple>)>>,
+    frames: Mutex<FrameCache>,
 }
 
 impl Stacks {
