@@ -33,6 +33,7 @@ __all__ = [
     "RequestTooLargeError",
     "SizeClassStats",
     "StepReport",
+    "TagStats",
     "TraceStatus",
     "__version__",
     "install_views",
@@ -410,8 +411,27 @@ class CompactionPlan:
     def __eq__(self, other: object, /) -> bool: ...
 
 @final
+class TagStats:
+    """One tag's share of a pool (`PoolStats.by_tag`): its live blocks, the bytes they asked
+    for, and the highest that figure has been. `tag` is None for blocks without a tag and
+    `"(other tags)"` for the tags after a pool's first 63."""
+
+    @property
+    def tag(self) -> str | None: ...
+    @property
+    def blocks_in_use(self) -> int: ...
+    @property
+    def requested_bytes_in_use(self) -> int: ...
+    @property
+    def peak_requested_bytes_in_use(self) -> int: ...
+    def as_dict(self) -> dict[str, Any]: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
 class CoreStats:
-    """One core pool's share of a `PoolStats`."""
+    """One core pool's share of a `PoolStats`. `alloc_count` counts the buddy and global
+    allocations made by threads on this core; slab allocations are counted only in
+    `PoolStats.slab_allocs`."""
 
     @property
     def core(self) -> int: ...
