@@ -59,6 +59,9 @@ def test_exposition_carries_the_right_values() -> None:
         "npumem_slab_cached_bytes": 0,
         "npumem_usage_ratio": 0.5,
         "npumem_live_blocks": 2,
+        "npumem_tag_requested_in_use_bytes": 4 * MIB,  # the blocks have no tag
+        "npumem_tag_peak_requested_in_use_bytes": 8 * MIB,
+        "npumem_tag_live_blocks": 2,
     }
     assert {name for name, _ in got} == set(expected)
     for name, value in expected.items():

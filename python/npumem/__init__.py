@@ -22,9 +22,11 @@ from npumem._core import (
     Block,
     BlockInfo,
     CoreStats,
+    Measurement,
     Pool,
     PoolStats,
     SizeClassStats,
+    TagStats,
     TraceStatus,
     __version__,
 )
@@ -59,6 +61,7 @@ __all__ = [
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
+    "Measurement",
     "MissingDependencyError",
     "MoveError",
     "NoBackingError",
@@ -70,6 +73,7 @@ __all__ = [
     "PoolStats",
     "RequestTooLargeError",
     "SizeClassStats",
+    "TagStats",
     "TraceStatus",
     "__version__",
 ]

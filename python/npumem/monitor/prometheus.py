@@ -22,7 +22,7 @@ from npumem.errors import ArgumentTypeError, InvalidArgumentError, MissingDepend
 if TYPE_CHECKING:
     from npumem import Pool, PoolStats
 
-__all__ = ["COUNTERS", "GAUGES", "PrometheusCollector"]
+__all__ = ["COUNTERS", "GAUGES", "TAG_GAUGES", "PrometheusCollector"]
 
 GAUGES: tuple[tuple[str, str, str], ...] = (
     ("npumem_capacity_bytes", "capacity", "Bytes in the arena."),
@@ -76,6 +76,23 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
 )
 """`(metric, PoolStats field, help)` of every counter (exposed with the `_total` suffix)."""
 
+TAG_GAUGES: tuple[tuple[str, str, str], ...] = (
+    (
+        "npumem_tag_requested_in_use_bytes",
+        "requested_bytes_in_use",
+        "Bytes the live blocks of a tag asked for.",
+    ),
+    (
+        "npumem_tag_peak_requested_in_use_bytes",
+        "peak_requested_bytes_in_use",
+        "The highest bytes the live blocks of a tag asked for.",
+    ),
+    ("npumem_tag_live_blocks", "blocks_in_use", "Live blocks of a tag."),
+)
+"""`(metric, TagStats field, help)` of the gauges by tag, labelled `pool` and `tag`. A pool
+counts its first 63 tags apart and the rest together (`tag="(other tags)"`), so the number of
+series stays bounded; blocks without a tag have `tag=""`."""
+
 
 def _families() -> Any:
     try:
@@ -119,6 +136,12 @@ class PrometheusCollector:
             for name, s in stats:
                 c.add_metric([name], float(getattr(s, attr)))
             yield c
+        for metric, attr, doc in TAG_GAUGES:
+            g = gauge(metric, doc, labels=["pool", "tag"])
+            for name, s in stats:
+                for t in s.by_tag:
+                    g.add_metric([name, t.tag or ""], float(getattr(t, attr)))
+            yield g
 
     def collect(self) -> Iterator[Any]:
         """The metric families with the pools' values now (called by the registry)."""

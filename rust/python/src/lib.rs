@@ -3,7 +3,8 @@
 //! Each Python class has one home: `pool/` (`Pool`), `block.rs` (`Block`), `pause.rs`
 //! (`Pause`), `pinned.rs` (`Pinned` and pinning), `stats.rs` (`PoolStats` and its parts),
 //! `block_info.rs` (`BlockInfo`), `step_report.rs` (`StepReport`), `compaction_plan.rs`
-//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `snapshot.rs` (`RawSnapshot`)
+//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `measure.rs` (`Measurement`,
+//! what `Pool.measure()` returns), `tag_stats.rs` (`TagStats`), `snapshot.rs` (`RawSnapshot`)
 //! and `plan_search.rs` (`PackingInstance`). Results cross the boundary as these typed classes,
 //! never as dicts; `repr.rs` writes their reprs.
 //!
@@ -25,6 +26,7 @@ mod byte_text;
 mod compaction_plan;
 mod errors;
 mod gil;
+mod measure;
 mod mover;
 mod oom;
 mod pause;
@@ -60,6 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<compaction_plan::PlannedMove>()?;
     m.add_class::<trace::TraceStatus>()?;
     m.add_class::<tag_stats::TagStats>()?;
+    m.add_class::<measure::Measurement>()?;
     m.add_class::<snapshot::RawSnapshot>()?;
     m.add_class::<plan_search::PackingInstance>()?;
     m.add_function(wrap_pyfunction!(views::install_views, m)?)?;

@@ -116,16 +116,23 @@ pub struct TagStats {
     peak_requested_bytes_in_use: usize,
 }
 
-#[pymethods]
 impl TagStats {
     /// The fields as a dict.
-    fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    pub(crate) fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let d = pyo3::types::PyDict::new(py);
         d.set_item("tag", &self.tag)?;
         d.set_item("blocks_in_use", self.blocks_in_use)?;
         d.set_item("requested_bytes_in_use", self.requested_bytes_in_use)?;
         d.set_item("peak_requested_bytes_in_use", self.peak_requested_bytes_in_use)?;
         Ok(d)
+    }
+}
+
+#[pymethods]
+impl TagStats {
+    /// The fields as a dict.
+    fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        self.dict(py)
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {

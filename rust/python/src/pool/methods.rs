@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use npumem_core::{Backing, EventKind, Move, Placement};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
 
 use super::config::{config_error, pool_config};
 use super::state::Pool;
@@ -14,6 +14,7 @@ use crate::block_info::BlockInfo;
 use crate::compaction_plan::CompactionPlan;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::{detached, without_gil};
+use crate::measure::Measurement;
 use crate::mover;
 use crate::oom::OomHandler;
 use crate::pause::Pause;
@@ -97,7 +98,10 @@ impl Pool {
         let py = slf.py();
         let this = slf.get();
         let capacity = this.core.capacity();
-        let size = args::size(nbytes, "nbytes", capacity)?;
+        let size = match args::size(nbytes, "nbytes", capacity) {
+            Ok(size) => size,
+            Err(err) => return Err(this.refused(py, err, nbytes, align, tag)),
+        };
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
         let tag_id = this.tags.id(py, tag.as_ref())?;
@@ -134,7 +138,11 @@ impl Pool {
         })?;
         let mut wanted = Vec::new();
         for (i, item) in items.enumerate() {
-            wanted.push(args::size_named(&item?, || format!("sizes[{i}]"), capacity)?);
+            let item = item?;
+            match args::size_named(&item, || format!("sizes[{i}]"), capacity) {
+                Ok(size) => wanted.push(size),
+                Err(err) => return Err(this.refused(py, err, &item, align, tag)),
+            }
         }
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
@@ -202,7 +210,22 @@ impl Pool {
     fn stats(&self, py: Python<'_>) -> PyResult<PoolStats> {
         let core = &self.core;
         let stats = without_gil(py, || Ok(core.stats()))?;
-        Ok(PoolStats::from_core(stats, self.core.config().capacity))
+        Ok(PoolStats::from_core(stats, self.core.config().capacity, self.by_tag.read(py, &self.tags)))
+    }
+
+    /// Start a new peak: `peak_bytes_in_use` becomes the bytes in use now, and every tag's peak
+    /// its bytes in use now (like `torch.cuda.reset_peak_memory_stats`).
+    fn reset_peak(&self, py: Python<'_>) {
+        self.core.reset_peak();
+        self.by_tag.reset_peaks(py);
+    }
+
+    /// The statistics of a scope: `with pool.measure() as m:` gives `m.peak_bytes_in_use`, the
+    /// allocations, frees and failed allocations made in it, and the bytes in use when it began
+    /// and ended. Scopes nest; the pool's own peak is kept (the larger of the two). The figures
+    /// cover every thread of the pool.
+    fn measure(slf: &Bound<'_, Self>) -> Measurement {
+        Measurement::new(slf.clone().unbind())
     }
 
     /// Pause the pool and prove its metadata consistent; raises `CorruptionError` with the
@@ -224,7 +247,7 @@ impl Pool {
     fn raw_snapshot(&self, py: Python<'_>) -> PyResult<RawSnapshot> {
         let core = &self.core;
         let snap = without_gil(py, || core.snapshot())?;
-        RawSnapshot::from_core(py, snap, &self.tags, core.capacity())
+        RawSnapshot::from_core(py, snap, &self.tags, core.capacity(), self.by_tag.read(py, &self.tags))
     }
 
     /// Pause the pool and return an `npumem.monitor.Snapshot`: every live block, every maximal
@@ -489,5 +512,31 @@ impl Pool {
             self.core.cores(),
             self.backing()
         )
+    }
+}
+
+impl Pool {
+    /// `err`, the refusal of a size argument; a size larger than the whole arena also counts as
+    /// a failed allocation in the core (and is traced as one), as `RequestTooLargeError` is an
+    /// `OutOfMemoryError`.
+    fn refused(
+        &self,
+        py: Python<'_>,
+        err: PyErr,
+        nbytes: &Bound<'_, PyAny>,
+        align: Option<&Bound<'_, PyAny>>,
+        tag: Option<&Bound<'_, PyAny>>,
+    ) -> PyErr {
+        let capacity = self.core.capacity();
+        let too_large =
+            !nbytes.is_instance_of::<PyBool>() && nbytes.cast::<PyInt>().is_ok_and(|n| n.gt(capacity).unwrap_or(false));
+        if too_large {
+            let size = nbytes.extract::<usize>().unwrap_or(usize::MAX);
+            let align = args::alignment(align, capacity).ok().flatten();
+            let tag = args::tag(tag).ok().flatten();
+            let tag_id = self.tags.id(py, tag.as_ref()).unwrap_or(0);
+            self.core.refuse_too_large(size, align, tag_id);
+        }
+        err
     }
 }
