@@ -3,7 +3,8 @@
 One large device (or host) memory region, handed out in pieces to many threads at once by a
 lock-free Rust core: per-core buddy pools with a global overflow pool, bank-aligned blocks,
 generation-checked handles. On top, in Python: lifetime planning (`npumem.plan`),
-monitoring and the `npumem` command.
+monitoring and the `npumem` command. Blocks leave through DLPack; C and C++ programs link the
+shipped library (`get_library()`, `get_include()`; see `npumem.clib`).
 
     >>> import npumem
     >>> pool = npumem.Pool(64 << 20, cores=2)
@@ -30,6 +31,7 @@ from npumem._core import (
     TraceStatus,
     __version__,
 )
+from npumem.clib import get_include, get_library
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -76,4 +78,6 @@ __all__ = [
     "TagStats",
     "TraceStatus",
     "__version__",
+    "get_include",
+    "get_library",
 ]
