@@ -31,6 +31,7 @@ from npumem.monitor.colors import (
     core_color,
     tag_color,
 )
+from npumem.monitor.kv_pages import PAGE_STATES, page_state
 from npumem.sizes import byte_unit, format_bytes
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ __all__ = [
 ]
 
 MIB = 1 << 20
+KV_PAGE_COLORS = {"free": "#c5b0d5", "exclusive": "#17becf", "shared": "#e377c2"}
+"""Pages of paged KV caches, by state (address maps by tag)."""
 MAX_ROWS = 128
 DPI = 110
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -334,9 +337,19 @@ def _draw_map(
 
     groups: dict[str, list[Any]] = {}
     outlined: list[Any] = []
+    # Paged KV caches: their pages by state instead of their tag's colour.
+    kv_tags = {k.tag for k in snap.kv} if color_by == "tag" else set()
+    kv_groups: dict[str, list[Any]] = {}
+    for k in snap.kv if kv_tags else ():
+        for offset, refs in k.pages:
+            kv_groups.setdefault(f"KV page, {page_state(refs)}", []).extend(
+                rect(r, x0, x1) for r, x0, x1 in _segments(offset, k.page_bytes, row)
+            )
     for b in snap.blocks:
         pieces = [rect(r, x0, x1) for r, x0, x1 in _segments(b.offset, b.block_bytes, row)]
         label = _label(b, color_by)
+        if label in kv_tags:
+            continue
         if by_core and owners.get(b.offset // chunk) == "global":
             label = GLOBAL_LABEL
         groups.setdefault(label, []).extend(pieces)
@@ -379,6 +392,12 @@ def _draw_map(
             )
         )
         handles.append(Patch(facecolor=color, label=label))
+    for state in PAGE_STATES:
+        label = f"KV page, {state}"
+        if kv_groups.get(label):
+            color = KV_PAGE_COLORS[state]
+            ax.add_collection(PolyCollection(kv_groups[label], facecolors=color, edgecolors="none"))
+            handles.append(Patch(facecolor=color, label=label))
     for core, verts in sorted(free_in_core.items()):
         color = core_color(core)
         ax.add_collection(PolyCollection(verts, facecolors=color, alpha=0.25, edgecolors="none"))
@@ -478,9 +497,10 @@ def plot_address_map(
     """The arena of `snapshot` as rows of addresses (one chunk per row, or several when the
     arena is large): blocks coloured by tag or by core, free runs in light grey (at least one
     pixel wide, so every hole shows), bytes cached in slabs in mid grey, untracked bytes dark.
-    By core, the chunks show their owner: blocks of a core pool in the core's colour, free
-    bytes of its chunks in a light tint of it, runs of the global pool in dark grey (see
-    `chunk_owners()`)."""
+    By tag, the pages of paged KV caches in the snapshot (`Snapshot.with_kv`) are coloured by
+    state: free, exclusive, shared. By core, the chunks show their owner: blocks of a core pool
+    in the core's colour, free bytes of its chunks in a light tint of it, runs of the global
+    pool in dark grey (see `chunk_owners()`)."""
     _check_color_by(color_by)
     picture_format(path)
     Figure, _, _, _ = _mpl()

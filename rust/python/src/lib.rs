@@ -32,6 +32,7 @@ mod compaction_plan;
 mod dlpack;
 mod errors;
 mod gil;
+mod kv;
 mod measure;
 mod mover;
 mod oom;
@@ -58,6 +59,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<pool::state::Pool>()?;
     m.add_class::<block::Block>()?;
+    m.add_class::<kv::PagedKV>()?;
     m.add_class::<block_info::BlockInfo>()?;
     m.add_class::<transfer::Transfer>()?;
     m.add_class::<pause::Pause>()?;
