@@ -1,6 +1,6 @@
 """The C library and header shipped in the package, as `numpy.get_include()` does for NumPy.
 
-Compile and link a C or C++ program against npumem::
+Compile and link a C or C++ program against npumem:
 
     cc prog.c -I"$(python -c 'import npumem; print(npumem.get_include())')" \\
        "$(python -c 'import npumem; print(npumem.get_library())')" -Wl,-rpath,<its folder>

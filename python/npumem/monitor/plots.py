@@ -246,7 +246,7 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
 
 
 def _compactions(moves: Sequence[float], gap: float = 1e-3) -> list[float]:
-    """The first time of each group of moves less than ``gap`` seconds apart."""
+    """The first time of each group of moves less than `gap` seconds apart."""
     out: list[float] = []
     last = -math.inf
     for t in sorted(moves):

@@ -111,9 +111,9 @@ KV_GAUGES: tuple[tuple[str, str, str], ...] = (
         "Bytes that sharing pages between sequences saves.",
     ),
 )
-"""``(metric, KVStats field, help)`` of every KV cache gauge, labelled ``pool`` and ``cache``
-(the cache's tag); ``npumem_kv_pages`` (labelled ``state`` too: free, exclusive, shared) and
-the counter ``npumem_kv_copies_total`` come with them."""
+"""`(metric, KVStats field, help)` of every KV cache gauge, labelled `pool` and `cache`
+(the cache's tag); `npumem_kv_pages` (labelled `state` too: free, exclusive, shared) and
+the counter `npumem_kv_copies_total` come with them."""
 
 
 def _families() -> Any:

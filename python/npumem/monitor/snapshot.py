@@ -161,8 +161,8 @@ class Snapshot:
         )
 
     def with_kv(self, *caches: KVCache) -> Snapshot:
-        """The same snapshot with the pages of ``caches`` (paged KV caches of this pool) by
-        state, read now: take it right after ``pool.snapshot()``."""
+        """The same snapshot with the pages of `caches` (paged KV caches of this pool) by
+        state, read now: take it right after `pool.snapshot()`."""
         return Snapshot(
             self.pool,
             self.config,

@@ -226,7 +226,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
 
 
 def _event(raw: tuple[Any, ...], stacks: dict[Any, tuple[Frame, ...]]) -> TraceEvent:
-    """A drained event tuple as a `TraceEvent`, its stack as `Frame`s (``stacks``: the stacks
+    """A drained event tuple as a `TraceEvent`, its stack as `Frame`s (`stacks`: the stacks
     converted so far, so that a stack seen again is the same tuple and costs one lookup)."""
     stack = raw[8]
     if stack is None:

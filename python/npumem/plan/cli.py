@@ -1,13 +1,13 @@
-"""``npumem plan``: plan a model's tensor offsets from the command line.
+"""`npumem plan`: plan a model's tensor offsets from the command line.
 
     npumem plan INPUT -o OUTPUT [--capacity N] [--time-limit S] [--seed N]
                 [--dim NAME=N[,N...]] [--double-buffer NAME,...] [--in-flight K]
 
 INPUT is a MiniMalloc CSV, a problem or graph JSON, or an ONNX model (told apart by extension,
-else by content). OUTPUT's extension picks the format: ``.csv`` (MiniMalloc solution), ``.json``,
-``.h`` (C header with the offset table). A dimension given several values (``--dim N=1,8,32``)
+else by content). OUTPUT's extension picks the format: `.csv` (MiniMalloc solution), `.json`,
+`.h` (C header with the offset table). A dimension given several values (`--dim N=1,8,32`)
 plans one arena per bucket, the weights shared, and writes one OUTPUT per bucket
-(``plan.N8.h``). Exit status: 0 done, 1 ``--capacity`` not met, 2 bad
+(`plan.N8.h`). Exit status: 0 done, 1 `--capacity` not met, 2 bad
 arguments or unreadable input.
 """
 
@@ -91,7 +91,7 @@ def load_problem(
 ) -> Problem:
     """Read INPUT as the command line does (CSV, problem JSON, graph JSON or ONNX).
 
-    ``alignment`` raises every buffer's alignment (graphs and ONNX default to 64 bytes, CSV and
+    `alignment` raises every buffer's alignment (graphs and ONNX default to 64 bytes, CSV and
     problem JSON keep their own).
     """
     path = Path(path)
@@ -132,7 +132,7 @@ _OUTPUT_KINDS = {".csv": "csv", ".json": "json", ".h": "h", ".hpp": "h"}
 
 
 def _output_kind(output: Path, fmt: str | None) -> str | None:
-    """The format to write ``output`` in: ``fmt``, else from the extension (None: unknown)."""
+    """The format to write `output` in: `fmt`, else from the extension (None: unknown)."""
     return fmt or _OUTPUT_KINDS.get(output.suffix.lower())
 
 
@@ -209,7 +209,7 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``npumem plan`` with parsed arguments; returns the exit status."""
+    """Run `npumem plan` with parsed arguments; returns the exit status."""
     from rich.console import Console
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -311,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``plan`` subcommand to an ``argparse`` subparsers object; ``func`` runs it."""
+    """Add the `plan` subcommand to an `argparse` subparsers object; `func` runs it."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "plan",
         help="plan static tensor offsets (MiniMalloc CSV, graph JSON or ONNX in)",

@@ -1,17 +1,17 @@
-"""Graphs from ONNX models (needs the ``onnx`` extra: ``pip install 'npumem[onnx]'``).
+"""Graphs from ONNX models (needs the `onnx` extra: `pip install 'npumem[onnx]'`).
 
-Shapes come from ONNX shape inference, after the symbolic dimensions named in ``dims`` are bound
-(``{"batch": 1, "sequence": 128}``). A tensor whose shape is still unknown is a
-:class:`~npumem.plan.errors.GraphError` that names it and its unbound dimensions.
+Shapes come from ONNX shape inference, after the symbolic dimensions named in `dims` are bound
+(`{"batch": 1, "sequence": 128}`). A tensor whose shape is still unknown is a
+`GraphError` that names it and its unbound dimensions.
 
-Mapping to our graph format (:mod:`npumem.plan.graph`):
+Mapping to our graph format (`npumem.plan.graph`):
 
-* initializers and ``Constant`` outputs are weights;
-* ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` and ``Identity`` outputs are views of their
+* initializers and `Constant` outputs are weights;
+* `Reshape`, `Flatten`, `Squeeze`, `Unsqueeze` and `Identity` outputs are views of their
   data input;
-* element-wise ops (activations, ``BatchNormalization``, and binary arithmetic whose first input
+* element-wise ops (activations, `BatchNormalization`, and binary arithmetic whose first input
   has the output's shape) may run in place on their first input;
-* control flow (``If``, ``Loop``, ``Scan``) is refused.
+* control flow (`If`, `Loop`, `Scan`) is refused.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _onnx() -> Any:
 
 
 def graph_from_onnx(model: object, *, dims: Mapping[str, int] | None = None) -> Graph:
-    """Our graph of an ONNX model: a path or an ``onnx.ModelProto``; ``dims`` binds symbolic
+    """Our graph of an ONNX model: a path or an `onnx.ModelProto`; `dims` binds symbolic
     dimensions by name."""
     onnx = _onnx()
     dims = dict(dims or {})

@@ -47,8 +47,8 @@ _MARK = 0x5A  # the first byte of every sequence's first page
 
 
 def make_kv_cache(pool: npumem.Pool, capacity_tokens: int | None = None) -> KVCache:
-    """The text model's paged KV cache in ``pool``: pages of 16 tokens, tagged
-    ``text.kv-cache``; reserved up front for ``capacity_tokens`` tokens, or on demand."""
+    """The text model's paged KV cache in `pool`: pages of 16 tokens, tagged
+    `text.kv-cache`; reserved up front for `capacity_tokens` tokens, or on demand."""
     return KVCache(
         pool,
         num_layers=TEXT_LAYERS,
@@ -382,7 +382,7 @@ class Service:
         return _Session(req, descriptor, seqs)
 
     def _prefill(self, seq: int, req: Request, tally: _Tally) -> None:
-        """Put the prompt of ``seq`` in the KV cache: after the shared system prompt, or alone."""
+        """Put the prompt of `seq` in the KV cache: after the shared system prompt, or alone."""
         if req.system_prompt:
             self.kv.fork(SYSTEM_PROMPT, seq)
             try:
