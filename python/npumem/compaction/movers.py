@@ -1,17 +1,17 @@
 """Movers: the copy function a compaction calls when the pool's bytes are not in host memory.
 
-A pool made with ``backing="none"`` only tracks offsets; its bytes live on a device. To move a
-block, the compactor calls ``mover(transfers)`` once per *wave* of a batch, with a list of
-:class:`Transfer` copies that touch disjoint bytes and may run in parallel, *before* any block is
+A pool made with `backing="none"` only tracks offsets; its bytes live on a device. To move a
+block, the compactor calls `mover(transfers)` once per *wave* of a batch, with a list of
+`Transfer` copies that touch disjoint bytes and may run in parallel, *before* any block is
 re-pointed; the mover returns once they are all done. A transfer reads as the tuple
-``(src_offset, dst_offset, nbytes)`` and carries ``src_address`` and ``dst_address`` (the pool's
-``base_address`` plus each offset). If the mover raises (having done any part of the wave), the
+`(src_offset, dst_offset, nbytes)` and carries `src_address` and `dst_address` (the pool's
+`base_address` plus each offset). If the mover raises (having done any part of the wave), the
 pool copies the earlier waves back through the same mover, undoes the batch and the exception
 propagates: every block's bytes are where they were. A device runtime implements it with its
-copy engines (device-to-device copies, then a synchronize). ``docs/compaction.md`` states the
+copy engines (device-to-device copies, then a synchronize). `docs/compaction.md` states the
 contract in full.
 
-:class:`HostMirror` is a reference mover over host memory: the "device" is a ``bytearray``. Tests
+`HostMirror` is a reference mover over host memory: the "device" is a `bytearray`. Tests
 and examples use it to check that every byte lands where the pool says.
 """
 
@@ -29,7 +29,7 @@ Mover = Callable[[Sequence[Transfer]], object]
 
 class HostMirror:
     """A device arena simulated in host memory, with the mover that keeps it in step with a
-    ``backing="none"`` pool: ``pool.compact_step(..., mover=mirror)``."""
+    `backing="none"` pool: `pool.compact_step(..., mover=mirror)`."""
 
     def __init__(self, capacity: int) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -41,11 +41,11 @@ class HostMirror:
         self.transfers = 0
 
     def write(self, offset: int, data: bytes) -> None:
-        """Put ``data`` at ``offset``."""
+        """Put `data` at `offset`."""
         self.memory[offset : offset + len(data)] = data
 
     def read(self, offset: int, nbytes: int) -> bytes:
-        """The ``nbytes`` bytes at ``offset``."""
+        """The `nbytes` bytes at `offset`."""
         return bytes(self.memory[offset : offset + nbytes])
 
     def __call__(self, transfers: Sequence[Transfer] | Sequence[tuple[int, int, int]]) -> None:

@@ -5,7 +5,7 @@
 >>> solution = plan.solve(problem, time_limit=10.0)       # doctest: +SKIP
 >>> solution.arena_size, solution.lower_bound, solution.gap  # doctest: +SKIP
 
-See ``docs/planner.md`` for the formats and the algorithms.
+See `docs/planner.md` for the formats and the algorithms.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The planner's units of work: a :class:`Buffer` to place and an :class:`Alias` living in one."""
+"""The planner's units of work: a `Buffer` to place and an `Alias` living in one."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ __all__ = ["Alias", "Buffer"]
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
-    """One buffer to place: live on ``[lower, upper)``, ``size`` bytes, at an offset that is a
-    multiple of ``alignment``; ``offset`` pins it (``None``: the planner chooses)."""
+    """One buffer to place: live on `[lower, upper)`, `size` bytes, at an offset that is a
+    multiple of `alignment`; `offset` pins it (`None`: the planner chooses)."""
 
     id: str
     lower: int
@@ -31,7 +31,7 @@ class Buffer:
 
 @dataclass(frozen=True, slots=True)
 class Alias:
-    """A tensor that owns no memory: it lives inside buffer ``base`` at byte ``offset`` (a view,
+    """A tensor that owns no memory: it lives inside buffer `base` at byte `offset` (a view,
     or the output of an in-place op that reuses its input's memory)."""
 
     name: str

@@ -1,13 +1,13 @@
-"""``npumem plan``: plan a model's tensor offsets from the command line.
+"""`npumem plan`: plan a model's tensor offsets from the command line.
 
     npumem plan INPUT -o OUTPUT [--capacity N] [--time-limit S] [--seed N]
                 [--dim NAME=N[,N...]] [--double-buffer NAME,...] [--in-flight K]
 
 INPUT is a MiniMalloc CSV, a problem or graph JSON, or an ONNX model (told apart by extension,
-else by content). OUTPUT's extension picks the format: ``.csv`` (MiniMalloc solution), ``.json``,
-``.h`` (C header with the offset table). A dimension given several values (``--dim N=1,8,32``)
+else by content). OUTPUT's extension picks the format: `.csv` (MiniMalloc solution), `.json`,
+`.h` (C header with the offset table). A dimension given several values (`--dim N=1,8,32`)
 plans one arena per bucket, the weights shared, and writes one OUTPUT per bucket
-(``plan.N8.h``). Exit status: 0 done, 1 ``--capacity`` not met, 2 bad
+(`plan.N8.h`). Exit status: 0 done, 1 `--capacity` not met, 2 bad
 arguments or unreadable input.
 """
 
@@ -28,7 +28,7 @@ from npumem.plan.errors import PlanError, ProblemFormatError
 from npumem.plan.graph import Graph
 from npumem.plan.problem import Problem
 from npumem.plan.search import Progress, solve
-from npumem.plan.solution import INFEASIBLE, NOT_MET, Solution
+from npumem.plan.solution import INFEASIBLE, NOT_MET, PLAN_FORMAT, PLAN_VERSION, Solution
 
 __all__ = ["add_parser", "load_problem", "run"]
 
@@ -91,7 +91,7 @@ def load_problem(
 ) -> Problem:
     """Read INPUT as the command line does (CSV, problem JSON, graph JSON or ONNX).
 
-    ``alignment`` raises every buffer's alignment (graphs and ONNX default to 64 bytes, CSV and
+    `alignment` raises every buffer's alignment (graphs and ONNX default to 64 bytes, CSV and
     problem JSON keep their own).
     """
     path = Path(path)
@@ -109,7 +109,14 @@ def load_problem(
         obj = read_json_object(
             path, error=ProblemFormatError, expected="a JSON object (a problem or a graph)"
         )
-        if "ops" in obj:
+        fmt = obj.get("format")
+        plan_ok = fmt == PLAN_FORMAT and obj.get("version") == PLAN_VERSION
+        if fmt not in (None, "npumem-graph") and not plan_ok:
+            raise ProblemFormatError(
+                f"{path}: format {fmt!r} version {obj.get('version')!r} is not a problem, a graph "
+                f"or a plan ({PLAN_FORMAT!r} version {PLAN_VERSION})"
+            )
+        if "ops" in obj or fmt == "npumem-graph":
             graph = Graph.from_json(obj)
             graph.name = graph.name or path.stem
             return Problem.from_graph(
@@ -121,8 +128,16 @@ def load_problem(
     return problem
 
 
+_OUTPUT_KINDS = {".csv": "csv", ".json": "json", ".h": "h", ".hpp": "h"}
+
+
+def _output_kind(output: Path, fmt: str | None) -> str | None:
+    """The format to write `output` in: `fmt`, else from the extension (None: unknown)."""
+    return fmt or _OUTPUT_KINDS.get(output.suffix.lower())
+
+
 def _write(solution: Solution, output: Path, fmt: str | None) -> None:
-    kind = fmt or {".json": "json", ".h": "h", ".hpp": "h"}.get(output.suffix.lower(), "csv")
+    kind = _output_kind(output, fmt)
     if kind == "json":
         solution.to_json(output)
     elif kind == "h":
@@ -194,11 +209,18 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``npumem plan`` with parsed arguments; returns the exit status."""
+    """Run `npumem plan` with parsed arguments; returns the exit status."""
     from rich.console import Console
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
+    if args.output is not None and _output_kind(Path(args.output), args.format) is None:
+        err.print(
+            f"npumem plan: error: cannot tell the format of {args.output} from its extension "
+            "(use .csv, .json or .h, or name one with --format csv|json|h)",
+            markup=False,
+        )
+        return ExitStatus.USAGE
     dims: dict[str, list[int]] = dict(args.dim or [])
     if any(len(v) > 1 for v in dims.values()):
         return _run_buckets(args, dims, out, err)
@@ -289,11 +311,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``plan`` subcommand to an ``argparse`` subparsers object; ``func`` runs it."""
+    """Add the `plan` subcommand to an `argparse` subparsers object; `func` runs it."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "plan",
         help="plan static tensor offsets (MiniMalloc CSV, graph JSON or ONNX in)",
-        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+        description="Plan static tensor offsets: every buffer of a model gets an offset in one "
+        "arena, as small as the search finds in the time limit. INPUT is a MiniMalloc CSV, a "
+        "problem or graph JSON, or an ONNX model (told apart by extension, else by content). "
+        "OUTPUT's extension picks the format: .csv (MiniMalloc solution), .json (an npumem-plan "
+        "file, which npumem plot draws) or .h (C header with the offset table); --format names "
+        "it for any other name.",
         epilog="Exit status: 0 done, 1 --capacity not met, 2 bad arguments or input.",
     )
     parser.add_argument("input", metavar="INPUT", help="MiniMalloc CSV, problem/graph JSON or ONNX")

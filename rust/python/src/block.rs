@@ -25,11 +25,18 @@ pub struct Block {
     handle: Handle,
     nbytes: usize,
     tag: Option<Py<PyString>>,
+    /// The pool's id of `tag` (0: none), for the counters by tag.
+    tag_id: u32,
 }
 
 impl Block {
-    pub(crate) fn new(pool: Py<Pool>, handle: Handle, nbytes: usize, tag: Option<Py<PyString>>) -> Block {
-        Block { pool, handle, nbytes, tag }
+    pub(crate) fn new(pool: Py<Pool>, handle: Handle, nbytes: usize, tag: Option<Py<PyString>>, tag_id: u32) -> Block {
+        Block { pool, handle, nbytes, tag, tag_id }
+    }
+
+    /// The tag id and the bytes asked for, for the counters by tag.
+    pub(crate) fn tag_and_size(&self) -> (u32, usize) {
+        (self.tag_id, self.nbytes)
     }
 
     /// The handle, for a batch call on `pool` (which must be the block's own); `index` names
@@ -48,9 +55,11 @@ impl Block {
         }
         let core = &pool.core;
         match core.try_free(self.handle) {
-            Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle)),
-            other => other.map_err(to_py),
+            Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle))?,
+            other => other.map_err(to_py)?,
         }
+        pool.by_tag.freed(py, self.tag_id, self.nbytes);
+        Ok(())
     }
 
     fn info(&self) -> PyResult<npumem_core::BlockInfo> {
