@@ -403,3 +403,43 @@ def test_threads_allocate_touch_move_and_free() -> None:
         assert pool.stats().bytes_in_use == 0
         pool.check()
     assert mem.blocks() == []
+
+
+# ----- recording and replay --------------------------------------------------------------------
+
+
+def test_record_and_replay_under_another_policy() -> None:
+    from npumem.tiers import replay
+
+    mem = make(cores=1, fast=MIB)
+    mem.record()
+    tbs = [mem.alloc(256 * 1024, tag=f"b{i}") for i in range(6)]
+    for i, tb in enumerate(tbs):
+        mem.touch(tb, i + 1)
+    mem.rebalance(max_bytes=MIB)
+    mem.demote(tbs[-1])
+    mem.promote(tbs[-1])
+    tbs[0].free()
+    events = mem.stop_recording()
+    assert [e.kind for e in events[:7]] == ["alloc"] * 6 + ["touch"]
+    assert {e.kind for e in events} == {"alloc", "touch", "rebalance", "demote", "promote", "free"}
+    assert mem.stop_recording() == []
+    again = replay(events, make(cores=1, fast=MIB))
+    original = mem.stats()
+    assert again.accesses == original.accesses == 21
+    assert again.hit_rate == original.hit_rate
+    assert again.promotions == original.promotions
+    sized = replay(events, make(cores=1, fast=MIB, policy=SizeOnlyPolicy(MIB)))
+    assert sized.accesses == 21 and sized.spills == 2  # four blocks fill the SRAM at once
+    assert sized.promotions == 0  # the explicit promote finds no room; rebalance moves nothing
+
+
+def test_tiered_demo_compares_policies() -> None:
+    from npumem.workloads.tiered import run_tiered_demo
+
+    result = run_tiered_demo(cores=2, requests=12, hbm=256 * MIB, rebalance_every=2)
+    assert set(result.compared) == {"frequency", "lru", "size-only"}
+    assert result.live.accesses == result.compared["frequency"].accesses > 0
+    assert result.compared["size-only"].promotions == 0
+    assert 0 < result.compared["frequency"].hit_rate <= 1
+    assert "hit rate" in result.summary()

@@ -30,14 +30,17 @@ Static plans with tiers (which buffers live in SRAM at compile time) are in
 from __future__ import annotations
 
 from npumem.tiers.block import FAST, SLOW, Tier, TieredBlock, TierKind
+from npumem.tiers.events import EventKind, TierEvent
 from npumem.tiers.movers import TierMover, host_copy
 from npumem.tiers.policy import FrequencyPolicy, Heat, LRUPolicy, Policy, SizeOnlyPolicy
 from npumem.tiers.pool import TieredPool
 from npumem.tiers.report import RebalanceReport, TierMove, TierStats, TierUsage
+from npumem.tiers.trace import replay
 
 __all__ = [
     "FAST",
     "SLOW",
+    "EventKind",
     "FrequencyPolicy",
     "Heat",
     "LRUPolicy",
@@ -45,6 +48,7 @@ __all__ = [
     "RebalanceReport",
     "SizeOnlyPolicy",
     "Tier",
+    "TierEvent",
     "TierKind",
     "TierMove",
     "TierMover",
@@ -53,4 +57,5 @@ __all__ = [
     "TieredBlock",
     "TieredPool",
     "host_copy",
+    "replay",
 ]

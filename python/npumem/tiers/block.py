@@ -44,7 +44,7 @@ class TieredBlock:
     """A block of a :class:`~npumem.tiers.TieredPool`: a handle that stays valid when the block
     moves between tiers. Free it with :meth:`free` (or use it as a context manager)."""
 
-    __slots__ = ("_align", "_block", "_core", "_owner", "heat", "home")
+    __slots__ = ("_align", "_block", "_core", "_owner", "heat", "home", "serial")
 
     def __init__(
         self, owner: TieredPool, block: Block, core: int | None, home: int, align: int | None
@@ -57,6 +57,8 @@ class TieredBlock:
         """The core the block belongs to: promotions go to this core's fast pool."""
         self.heat = Heat()
         """What the policy remembers of the block's accesses."""
+        self.serial = -1
+        """The number of the allocation in its tiered pool (0, 1, 2, ...)."""
 
     @property
     def block(self) -> Block:

@@ -7,7 +7,9 @@ A policy is a small replaceable object with four members (:class:`Policy`):
 * ``touch(heat, now)``: update a block's :class:`Heat` when it is accessed at tick ``now``;
 * ``score(heat, now)``: how hot the block is at tick ``now``; ``rebalance()`` promotes the
   highest scores and demotes the lowest;
-* ``moves``: whether ``rebalance()`` moves anything at all under this policy.
+* ``moves``: whether ``rebalance()`` moves anything at all under this policy;
+* ``per_byte``: whether ``rebalance()`` ranks blocks by score per byte (the most accesses per
+  byte of SRAM) rather than by score alone.
 
 Time is the tiered pool's access clock: one tick per :meth:`~npumem.tiers.TieredPool.touch`.
 Three policies ship:
@@ -47,6 +49,7 @@ class Policy(Protocol):
 
     name: str
     moves: bool
+    per_byte: bool
 
     def admit(self, nbytes: int, hot: bool) -> bool:
         """Whether a new block of ``nbytes`` asks for the fast tier (no tier named)."""
@@ -60,10 +63,13 @@ class Policy(Protocol):
 
 class FrequencyPolicy:
     """Access counts with exponential decay: each access adds 1, and the count halves every
-    ``half_life`` ticks. ``hot`` blocks are admitted to the fast tier at allocation."""
+    ``half_life`` ticks. Blocks are ranked by count per byte, so that the fast tier serves as
+    many accesses as its bytes allow. ``hot`` blocks are admitted to the fast tier at
+    allocation."""
 
     name = "frequency"
     moves = True
+    per_byte = True
 
     def __init__(self, half_life: float = 4096.0) -> None:
         if isinstance(half_life, bool) or not isinstance(half_life, int | float):
@@ -98,6 +104,7 @@ class LRUPolicy:
 
     name = "lru"
     moves = True
+    per_byte = False
 
     def admit(self, nbytes: int, hot: bool) -> bool:
         return hot
@@ -119,6 +126,7 @@ class SizeOnlyPolicy:
 
     name = "size-only"
     moves = False
+    per_byte = False
 
     def __init__(self, max_block: int) -> None:
         if isinstance(max_block, bool) or not isinstance(max_block, int) or max_block < 1:

@@ -43,6 +43,7 @@ from npumem.errors import (
     PinnedBlockError,
 )
 from npumem.tiers.block import FAST, SLOW, Tier, TieredBlock, TierKind
+from npumem.tiers.events import EventKind, TierEvent
 from npumem.tiers.movers import TierMover, host_copy
 from npumem.tiers.policy import FrequencyPolicy, Policy
 from npumem.tiers.report import RebalanceReport, TierMove, TierStats, TierUsage
@@ -51,11 +52,12 @@ __all__ = ["TieredPool"]
 
 
 class _Counters:
-    __slots__ = ("allocs", "demotions", "hits", "promotions", "spills")
+    __slots__ = ("allocs", "demotions", "hit_bytes", "hits", "promotions", "spills")
 
     def __init__(self) -> None:
         self.allocs = 0
         self.hits = 0
+        self.hit_bytes = 0
         self.promotions = 0
         self.demotions = 0
         self.spills = 0
@@ -131,7 +133,7 @@ class TieredPool:
             policy = FrequencyPolicy()
         elif not isinstance(policy, Policy):
             raise ArgumentTypeError(
-                "policy must have name, moves, admit(), touch() and score(), "
+                "policy must have name, moves, per_byte, admit(), touch() and score(), "
                 f"got {type(policy).__name__}"
             )
         if core_of is not None and not callable(core_of):
@@ -148,6 +150,30 @@ class TieredPool:
         self._slow_blocks: set[TieredBlock] = set()
         self._fast_counts = [_Counters() for _ in fast]
         self._slow_counts = _Counters()
+        self._serials = itertools.count()
+        self._bytes_accessed = 0
+        self._recording: list[TierEvent] | None = None
+
+    # ----------------------------------------------------------------------------------------
+    # Recording
+
+    def record(self) -> None:
+        """Start recording every call (see :mod:`npumem.tiers.trace`); a running recording
+        starts over."""
+        with self._lock:
+            self._recording = []
+
+    def stop_recording(self) -> list[TierEvent]:
+        """Stop recording and return the events (empty when none was running)."""
+        with self._lock:
+            events, self._recording = self._recording or [], None
+            return events
+
+    def _note(self, kind: EventKind, tb: TieredBlock | None = None, **fields: object) -> None:
+        """Append an event to the recording; the caller holds the lock."""
+        assert self._recording is not None
+        serial = -1 if tb is None else tb.serial
+        self._recording.append(TierEvent(kind, serial, **fields))  # type: ignore[arg-type]
 
     # ----------------------------------------------------------------------------------------
     # Allocation
@@ -207,6 +233,9 @@ class TieredPool:
                 block = self.slow.alloc(nbytes, align=align, tag=tag)
         tb = TieredBlock(self, block, where, home, align)
         with self._lock:
+            tb.serial = next(self._serials)
+            if self._recording is not None:
+                self._note("alloc", tb, nbytes=nbytes, core=home, tier=tier, hot=hot, tag=tag)
             if where is None:
                 self._slow_blocks.add(tb)
                 self._slow_counts.allocs += 1
@@ -225,6 +254,8 @@ class TieredPool:
             block = tb.block
             block.free()
             tb._block = None
+            if self._recording is not None:
+                self._note("free", tb)
             if tb._core is None:
                 self._slow_blocks.discard(tb)
             else:
@@ -254,6 +285,10 @@ class TieredPool:
                 self.policy.touch(tb.heat, self._clock)
                 self._clock += 1
             counts.hits += count
+            counts.hit_bytes += count * tb._block.nbytes  # type: ignore[union-attr]
+            self._bytes_accessed += count * tb._block.nbytes  # type: ignore[union-attr]
+            if self._recording is not None:
+                self._note("touch", tb, count=count)
 
     @property
     def accesses(self) -> int:
@@ -275,6 +310,8 @@ class TieredPool:
             target = tb.home if core is None else self._core(core)
             if tb.block is not None and tb._core == target:
                 return
+            if self._recording is not None:
+                self._note("promote", tb, core=target)
             self._move(tb, Tier(FAST, target))
 
     def demote(self, tb: TieredBlock) -> None:
@@ -283,6 +320,8 @@ class TieredPool:
         with self._lock:
             if tb.block is not None and tb._core is None:
                 return
+            if self._recording is not None:
+                self._note("demote", tb)
             self._move(tb, Tier(SLOW))
 
     def _move(self, tb: TieredBlock, dst: Tier) -> None:
@@ -327,10 +366,11 @@ class TieredPool:
             self._fast_counts[src.core].demotions += 1
 
     def rebalance(self, max_bytes: int | None = None) -> RebalanceReport:
-        """Promote the hottest blocks of the slow tier that fit in their home core's fast pool,
-        demoting colder ones to make room, until ``max_bytes`` bytes have moved (``None``: no
-        limit). Pinned blocks and blocks with views are skipped; a failed move changes
-        nothing and the rebalance goes on. Returns what moved."""
+        """Promote the hottest blocks of the slow tier (by the policy's score, per byte when
+        the policy says so) that fit in their home core's fast pool, demoting colder ones to
+        make room, until ``max_bytes`` bytes have moved (``None``: no limit). Pinned blocks and
+        blocks with views are skipped; a failed move changes nothing and the rebalance goes
+        on. Returns what moved."""
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
         ):
@@ -342,19 +382,27 @@ class TieredPool:
             return report
         budget = math.inf if max_bytes is None else max_bytes
         with self._lock:
+            if self._recording is not None:
+                self._note("rebalance", max_bytes=max_bytes)
             now = self._clock
-            score = self.policy.score
+            policy = self.policy
+            per_byte = policy.per_byte
+
+            def score(tb: TieredBlock) -> float:
+                value = policy.score(tb.heat, now)
+                return value / tb.nbytes if per_byte else value
+
             limit = self.fast_max_block
             for core in range(len(self.fast)):
                 candidates = [
-                    (score(tb.heat, now), tb)
+                    (score(tb), tb)
                     for tb in self._slow_blocks
                     if tb.home == core and (limit is None or tb.nbytes <= limit)
                 ]
                 candidates = [c for c in candidates if c[0] > 0]
                 candidates.sort(key=lambda c: -c[0])
                 residents = sorted(
-                    ((score(tb.heat, now), tb) for tb in self._resident[core]),
+                    ((score(tb), tb) for tb in self._resident[core]),
                     key=lambda c: c[0],
                 )
                 cold = 0  # residents[cold:] are the ones not demoted yet
@@ -424,6 +472,7 @@ class TieredPool:
                     pool.stats().bytes_in_use,
                     len(self._resident[core]),
                     c.hits,
+                    c.hit_bytes,
                     c.allocs,
                     c.promotions,
                     c.demotions,
@@ -439,12 +488,13 @@ class TieredPool:
                 self.slow.stats().bytes_in_use,
                 len(self._slow_blocks),
                 s.hits,
+                s.hit_bytes,
                 s.allocs,
                 sum(c.promotions for c in self._fast_counts),
                 sum(c.demotions for c in self._fast_counts),
                 0,
             )
-            return TierStats(self.policy.name, fast, slow, self._clock)
+            return TierStats(self.policy.name, fast, slow, self._clock, self._bytes_accessed)
 
     def blocks(self) -> list[TieredBlock]:
         """Every live tiered block, fast tiers first."""

@@ -20,7 +20,7 @@ class TierMove:
     src: Tier
     dst: Tier
     score: float
-    """The policy's score of the block when it moved."""
+    """The policy's score of the block when it moved (per byte for a ``per_byte`` policy)."""
 
     @property
     def promotion(self) -> bool:
@@ -88,6 +88,8 @@ class TierUsage:
     """Tiered blocks held now."""
     hits: int
     """Accesses (``touch``) served by this tier."""
+    hit_bytes: int
+    """Bytes of those accesses (each access counts the whole block)."""
     allocs: int
     """Tiered blocks placed here at allocation."""
     promotions: int
@@ -111,6 +113,8 @@ class TierStats:
     slow: TierUsage
     accesses: int
     """Every ``touch`` so far."""
+    bytes_accessed: int = 0
+    """Their bytes (each access counts the whole block)."""
 
     @property
     def hit_rate(self) -> float:
@@ -118,6 +122,13 @@ class TierStats:
         if not self.accesses:
             return 0.0
         return sum(t.hits for t in self.fast) / self.accesses
+
+    @property
+    def byte_hit_rate(self) -> float:
+        """The share of accessed bytes served by a fast tier."""
+        if not self.bytes_accessed:
+            return 0.0
+        return sum(t.hit_bytes for t in self.fast) / self.bytes_accessed
 
     @property
     def promotions(self) -> int:
@@ -136,6 +147,8 @@ class TierStats:
             "policy": self.policy,
             "accesses": self.accesses,
             "hit_rate": self.hit_rate,
+            "bytes_accessed": self.bytes_accessed,
+            "byte_hit_rate": self.byte_hit_rate,
             "promotions": self.promotions,
             "demotions": self.demotions,
             "spills": self.spills,
@@ -146,7 +159,8 @@ class TierStats:
     def __str__(self) -> str:
         lines = [
             f"tiers ({self.policy}): {self.accesses} accesses, fast-tier hit rate "
-            f"{self.hit_rate:.1%}, {self.promotions} promotions, {self.demotions} demotions, "
+            f"{self.hit_rate:.1%} ({self.byte_hit_rate:.1%} of the bytes), "
+            f"{self.promotions} promotions, {self.demotions} demotions, "
             f"{self.spills} spills"
         ]
         for t in (*self.fast, self.slow):
