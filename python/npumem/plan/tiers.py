@@ -11,10 +11,11 @@ The choice
     fits in the pool's capacity with the most weight. Whether a set fits is decided by an actual
     packing (buffers live at the same time never share bytes), so the choice is always
     feasible. It is built greedily in several orders (weight per byte, weight, size, and the
-    order of the reduced costs of the bound below), each buffer placed at the lowest free
-    offset that holds it; the best set is then repacked with the planner's search
-    (:func:`npumem.plan.search.solve`) and the buffers left out are offered again in the space
-    this frees. The last pool gets every buffer left and is packed by the search. Buffers with
+    order of the reduced costs of the bound below, then randomly perturbed ones), each buffer
+    placed at the lowest free offset that holds it; the best set is then repacked with the
+    planner's search (:func:`npumem.plan.search.solve`) and the buffers left out are offered
+    again in the space this frees, and finally once more each with a short search over the
+    whole set. The last pool gets every buffer left and is packed by the search. Buffers with
     a fixed offset stay in the last pool.
 
 The bound
@@ -251,7 +252,7 @@ def _choose(
 ) -> dict[int, int]:
     """A set of ``candidates`` that fits in ``capacity`` bytes with much weight, packed: index
     -> offset. First fits in greedy orders and in perturbed ones; the best set is then
-    repacked and grown until ``deadline``."""
+    repacked and grown, and the rest offered once more by search, until ``deadline``."""
     buffers = problem.buffers
     w = {i: buffer_weight(buffers[i]) for i in candidates}
     s = {i: buffers[i].size for i in candidates}
@@ -284,7 +285,43 @@ def _choose(
         spread = rng.choice((0.05, 0.2, 0.5))
         noisy = {i: key(i)[0] * (1.0 + spread * rng.random()) for i in candidates}
         consider(sorted(candidates, key=lambda i: (noisy[i], i)))
-    return _repack_and_grow(buffers, best, best_order, capacity, deadline, seed)
+    grow_until = time.perf_counter() + 0.75 * max(deadline - time.perf_counter(), 0.0)
+    best = _repack_and_grow(buffers, best, best_order, capacity, grow_until, seed)
+    return _insert_by_search(buffers, best, best_order, capacity, deadline, seed)
+
+
+def _insert_by_search(
+    buffers: Sequence[Buffer],
+    chosen: dict[int, int],
+    order: Sequence[int],
+    capacity: int,
+    until: float,
+    seed: int,
+) -> dict[int, int]:
+    """Offer each buffer of ``order`` left out of ``chosen`` once more, repacking the whole set
+    with the search (a short run per buffer) instead of keeping the others in place."""
+    for i in order:
+        now = time.perf_counter()
+        if now >= until:
+            break
+        if i in chosen or buffers[i].size > capacity:
+            continue
+        b = buffers[i]
+        live = [j for j in chosen if buffers[j].lower < b.upper and b.lower < buffers[j].upper]
+        # Cheap necessary test: at the start of each buffer live with it, the bytes live then.
+        points = {b.lower} | {buffers[j].lower for j in live if buffers[j].lower > b.lower}
+        if any(
+            b.size + sum(buffers[j].size for j in live if buffers[j].lower <= t < buffers[j].upper)
+            > capacity
+            for t in points
+        ):
+            continue
+        indices = [*sorted(chosen), i]
+        sub = Problem([buffers[j] for j in indices])
+        trial = solve_one(sub, capacity=capacity, time_limit=min(0.05, until - now), seed=seed)
+        if trial.arena_size <= capacity:
+            chosen = {j: trial.offsets[buffers[j].id] for j in indices}
+    return chosen
 
 
 # ----- the solution ----------------------------------------------------------------------------
