@@ -45,6 +45,7 @@ from npumem.errors import (
 from npumem.tiers.block import FAST, SLOW, Tier, TieredBlock, TierKind
 from npumem.tiers.events import EventKind, TierEvent
 from npumem.tiers.movers import TierMover, host_copy
+from npumem.tiers.observe import TierSnapshot
 from npumem.tiers.policy import FrequencyPolicy, Policy
 from npumem.tiers.report import RebalanceReport, TierMove, TierStats, TierUsage
 
@@ -495,6 +496,18 @@ class TieredPool:
                 0,
             )
             return TierStats(self.policy.name, fast, slow, self._clock, self._bytes_accessed)
+
+    def snapshot(self, label: str = "") -> TierSnapshot:
+        """Every tier at one moment: the stats and one pool snapshot per tier, labelled with
+        the tier's name (:class:`~npumem.tiers.observe.TierSnapshot`)."""
+        with self._lock:
+            stats = self.stats()
+            snaps = {
+                str(Tier(FAST, core)): pool.snapshot().with_label(str(Tier(FAST, core)))
+                for core, pool in enumerate(self.fast)
+            }
+            snaps[str(Tier(SLOW))] = self.slow.snapshot().with_label(str(Tier(SLOW)))
+        return TierSnapshot(stats, snaps, label)
 
     def blocks(self) -> list[TieredBlock]:
         """Every live tiered block, fast tiers first."""
