@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -434,8 +435,8 @@ def test_record_and_replay_under_another_policy() -> None:
     assert sized.promotions == 0  # the explicit promote finds no room; rebalance moves nothing
 
 
-def test_tiered_demo_compares_policies() -> None:
-    from npumem.workloads.tiered import run_tiered_demo
+def test_tiered_demo_compares_policies(tmp_path: Path) -> None:
+    from npumem.workloads.tiered import run_tiered_demo, write_tier_outputs
 
     result = run_tiered_demo(cores=2, requests=12, hbm=256 * MIB, rebalance_every=2)
     assert set(result.compared) == {"frequency", "lru", "size-only"}
@@ -443,3 +444,6 @@ def test_tiered_demo_compares_policies() -> None:
     assert result.compared["size-only"].promotions == 0
     assert 0 < result.compared["frequency"].hit_rate <= 1
     assert "hit rate" in result.summary()
+    assert result.snapshot is not None and result.snapshot.stats == result.live
+    files = write_tier_outputs(result, tmp_path)
+    assert {p.name for p in files.values()} == {"tiers.json", "tiers.png"}

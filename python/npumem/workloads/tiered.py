@@ -17,23 +17,33 @@ accesses.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import npumem
 from npumem.plan import networks
 from npumem.plan.bounds import live_bytes
 from npumem.plan.problem import Problem
 from npumem.tiers.events import TierEvent
+from npumem.tiers.observe import TierSnapshot
 from npumem.tiers.policy import FrequencyPolicy, LRUPolicy, Policy, SizeOnlyPolicy
 from npumem.tiers.pool import TieredPool
 from npumem.tiers.report import TierStats
 from npumem.tiers.trace import replay
 
-__all__ = ["MIXES", "POLICIES", "TieredDemoResult", "make_policy", "run_tiered_demo"]
+__all__ = [
+    "MIXES",
+    "POLICIES",
+    "TieredDemoResult",
+    "make_policy",
+    "run_tiered_demo",
+    "write_tier_outputs",
+]
 
 MIB = 1 << 20
 KV_BYTES_PER_TOKEN = 2 * 4 * 768 * 2  # K and V, 4 layers, hidden 768, fp16
@@ -105,6 +115,8 @@ class TieredDemoResult:
     events: list[TierEvent] = field(repr=False, default_factory=list)
     compared: dict[str, TierStats] = field(default_factory=dict)
     """Each policy replayed on the recorded accesses."""
+    snapshot: TierSnapshot | None = None
+    """Every tier at the end of the live run, the weights still in place."""
 
     def summary(self) -> str:
         lines = [
@@ -222,6 +234,7 @@ def run_tiered_demo(
     if errors:
         raise errors[0]
     live = mem.stats()
+    snapshot = mem.snapshot(label="end of the run")
     for blocks in weights:
         for tb in blocks:
             tb.free()
@@ -242,4 +255,21 @@ def run_tiered_demo(
         live,
         events,
         compared,
+        snapshot,
     )
+
+
+def write_tier_outputs(
+    result: TieredDemoResult, folder: str | os.PathLike[str], *, pictures: bool = True
+) -> dict[str, Path]:
+    """Write the tier snapshot (``tiers.json``) and, with ``pictures``, the tiers' picture
+    (``tiers.png``) to ``folder``; returns ``{what: path}``."""
+    out = Path(folder)
+    files: dict[str, Path] = {}
+    if result.snapshot is not None:
+        files["tiers at the end of the run"] = result.snapshot.save(out / "tiers.json")
+        if pictures:
+            from npumem.tiers.plots import plot_tiers
+
+            files["tiers: use and hits"] = plot_tiers(result.snapshot, out / "tiers.png")
+    return files
