@@ -44,12 +44,19 @@ class TieredBlock:
     """A block of a :class:`~npumem.tiers.TieredPool`: a handle that stays valid when the block
     moves between tiers. Free it with :meth:`free` (or use it as a context manager)."""
 
-    __slots__ = ("_align", "_block", "_core", "_owner", "heat", "home", "serial")
+    __slots__ = ("_align", "_block", "_core", "_nbytes", "_owner", "heat", "home", "serial")
 
     def __init__(
-        self, owner: TieredPool, block: Block, core: int | None, home: int, align: int | None
+        self,
+        owner: TieredPool,
+        block: Block,
+        core: int | None,
+        home: int,
+        align: int | None,
+        nbytes: int,
     ) -> None:
         self._owner = owner
+        self._nbytes = nbytes
         self._block: Block | None = block
         self._core = core
         self._align = align

@@ -232,7 +232,7 @@ class TieredPool:
                     spilled = True
             if where is None:
                 block = self.slow.alloc(nbytes, align=align, tag=tag)
-        tb = TieredBlock(self, block, where, home, align)
+        tb = TieredBlock(self, block, where, home, align, nbytes)
         with self._lock:
             tb.serial = next(self._serials)
             if self._recording is not None:
@@ -250,7 +250,8 @@ class TieredPool:
     def free(self, tb: TieredBlock) -> None:
         """Give ``tb``'s bytes back to their tier. A pinned block raises
         :class:`~npumem.errors.PinnedBlockError` and stays allocated."""
-        self._check_own(tb)
+        if type(tb) is not TieredBlock or tb._owner is not self:
+            self._check_own(tb)
         with self._lock:
             block = tb.block
             block.free()
@@ -278,16 +279,19 @@ class TieredPool:
 
     def touch(self, tb: TieredBlock, count: int = 1) -> None:
         """Record ``count`` accesses of ``tb``: the policy's heat, and a hit of its tier."""
-        self._check_own(tb)
+        if type(tb) is not TieredBlock or tb._owner is not self:
+            self._check_own(tb)
         with self._lock:
-            tb.block  # noqa: B018  (refuses a freed block)
+            if tb._block is None:
+                raise InvalidHandleError("the tiered block was freed")
             counts = self._slow_counts if tb._core is None else self._fast_counts[tb._core]
+            touch, heat = self.policy.touch, tb.heat
             for _ in range(count):
-                self.policy.touch(tb.heat, self._clock)
+                touch(heat, self._clock)
                 self._clock += 1
             counts.hits += count
-            counts.hit_bytes += count * tb._block.nbytes  # type: ignore[union-attr]
-            self._bytes_accessed += count * tb._block.nbytes  # type: ignore[union-attr]
+            counts.hit_bytes += count * tb._nbytes
+            self._bytes_accessed += count * tb._nbytes
             if self._recording is not None:
                 self._note("touch", tb, count=count)
 
