@@ -30,6 +30,7 @@ from npumem.tiers import (
 )
 
 MIB = 1 << 20
+_PATTERN = bytes(range(251))
 
 
 def make(cores: int = 2, fast: int = 4 * MIB, slow: int = 64 * MIB, **kwargs: object) -> TieredPool:
@@ -41,7 +42,9 @@ def make(cores: int = 2, fast: int = 4 * MIB, slow: int = 64 * MIB, **kwargs: ob
 
 
 def fill(tb: TieredBlock, seed: int) -> bytes:
-    data = os.urandom(tb.nbytes) if seed < 0 else bytes((seed + i) % 251 for i in range(tb.nbytes))
+    n = tb.nbytes
+    shift = seed % 251
+    data = os.urandom(n) if seed < 0 else (_PATTERN * (n // 251 + 2))[shift : shift + n]
     with tb.view() as view:
         view[:] = data
     return data
@@ -371,13 +374,13 @@ def test_hit_rate_counts_touches_by_tier() -> None:
 
 
 def test_threads_allocate_touch_move_and_free() -> None:
-    mem = make(cores=4, fast=MIB, slow=64 * MIB, fast_max_block=64 * 1024)
+    mem = make(cores=4, fast=MIB, slow=128 * MIB, fast_max_block=64 * 1024)
     errors: list[BaseException] = []
 
     def worker(seed: int) -> None:
         try:
             mine: list[tuple[TieredBlock, bytes]] = []
-            for i in range(200):
+            for i in range(500):
                 n = 64 + (seed * 7919 + i * 104_729) % 40_000
                 tb = mem.alloc(n, hot=i % 3 == 0, tag=f"w{seed}")
                 mine.append((tb, fill(tb, seed + i)))
@@ -447,3 +450,89 @@ def test_tiered_demo_compares_policies(tmp_path: Path) -> None:
     assert result.snapshot is not None and result.snapshot.stats == result.live
     files = write_tier_outputs(result, tmp_path)
     assert {p.name for p in files.values()} == {"tiers.json", "tiers.png"}
+
+
+def test_writes_through_views_survive_concurrent_moves() -> None:
+    mem = make(cores=2, fast=MIB)
+    tbs = [mem.alloc(4096, core=i % 2, tag=f"v{i}") for i in range(8)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def mover() -> None:
+        try:
+            k = 0
+            while not stop.is_set():
+                tb = tbs[k % len(tbs)]
+                try:
+                    if tb.tier == "fast":
+                        mem.demote(tb)
+                    else:
+                        mem.promote(tb)
+                except PinnedBlockError:
+                    pass  # a writer holds a view: the block stays
+                k += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=mover)
+    thread.start()
+    try:
+        for round_ in range(300):
+            for i, tb in enumerate(tbs):
+                with tb.view() as view:
+                    view[:8] = (round_ * 100 + i).to_bytes(8, "little")
+        for i, tb in enumerate(tbs):
+            with tb.view() as view:
+                assert int.from_bytes(view[:8], "little") == 299 * 100 + i
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    assert mem.stats().promotions > 0
+
+
+def test_random_operations_keep_the_books_straight() -> None:
+    import random
+
+    rng = random.Random(11)
+    mem = make(cores=3, fast=MIB, slow=32 * MIB, fast_max_block=256 * 1024)
+    live: dict[int, tuple[TieredBlock, bytes]] = {}
+    for step in range(1500):
+        op = rng.random()
+        try:
+            if op < 0.35 or not live:
+                tb = mem.alloc(
+                    rng.choice((64, 700, 4096, 50_000, 200_000, 600_000)),
+                    core=rng.randrange(3),
+                    hot=rng.random() < 0.5,
+                    tier=rng.choice((None, None, None, "fast", "slow")),
+                )
+                live[step] = (tb, fill(tb, step))
+            elif op < 0.55:
+                key = rng.choice(list(live))
+                tb, data = live.pop(key)
+                assert content(tb) == data
+                tb.free()
+            elif op < 0.8:
+                tb, _ = live[rng.choice(list(live))]
+                mem.touch(tb, rng.randrange(1, 5))
+            elif op < 0.9:
+                tb, _ = live[rng.choice(list(live))]
+                (mem.promote if rng.random() < 0.5 else mem.demote)(tb)
+            else:
+                mem.rebalance(max_bytes=rng.choice((None, 100_000, 1_000_000)))
+        except OutOfMemoryError:
+            pass
+        if step % 100 == 0:
+            stats = mem.stats()
+            fast_blocks = [tb for tb, _ in live.values() if tb.tier == "fast"]
+            assert sum(t.blocks for t in stats.fast) == len(fast_blocks)
+            assert stats.slow.blocks == len(live) - len(fast_blocks)
+            for tb in fast_blocks:
+                assert tb.block.pool is mem.fast[tb.core or 0]
+    for tb, data in live.values():
+        assert content(tb) == data
+        tb.free()
+    for pool in (*mem.fast, mem.slow):
+        assert pool.stats().bytes_in_use == 0
+        pool.check()
