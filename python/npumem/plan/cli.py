@@ -1,15 +1,11 @@
 """``npumem plan``: plan a model's tensor offsets from the command line.
 
     npumem plan INPUT -o OUTPUT [--capacity N] [--time-limit S] [--seed N]
-    npumem plan INPUT -o OUTPUT --pool sram=2MiB --pool hbm [--time-limit S]
 
 INPUT is a MiniMalloc CSV, a problem or graph JSON, or an ONNX model (told apart by extension,
 else by content). OUTPUT's extension picks the format: ``.csv`` (MiniMalloc solution), ``.json``,
-``.h`` (C header with the offset table). With ``--pool`` (fastest first; the last one may have
-no capacity) the buffers are spread over several pools, the most weight in the first
-(:mod:`npumem.plan.tiers`): a ``pool`` column in CSV, a field in JSON, a table per pool in the
-header. Exit status: 0 done, 1 ``--capacity`` (or a pool's capacity) not met, 2 bad arguments or
-unreadable input.
+``.h`` (C header with the offset table). Exit status: 0 done, 1 ``--capacity`` not met, 2 bad
+arguments or unreadable input.
 """
 
 from __future__ import annotations
@@ -262,6 +258,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 # ----- plans over several pools (--pool) ---------------------------------------------------------
+#
+#     npumem plan INPUT -o OUTPUT --pool sram=2MiB --pool hbm [--time-limit S]
+#
+# Pools fastest first; only the last may have no capacity. The buffers are spread over them, the
+# most weight in the first (npumem.plan.tiers): a ``pool`` column in CSV, a field in JSON, a table
+# per pool in the C header. Exit status 1 when a pool's capacity is not met.
 
 
 def _pool(text: str) -> tuple[str, int | None]:
