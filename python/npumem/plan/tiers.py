@@ -14,9 +14,10 @@ The choice
     order of the reduced costs of the bound below, then randomly perturbed ones), each buffer
     placed at the lowest free offset that holds it; the best set is then repacked with the
     planner's search (:func:`npumem.plan.search.solve`) and the buffers left out are offered
-    again in the space this frees, and finally once more each with a short search over the
-    whole set. The last pool gets every buffer left and is packed by the search. Buffers with
-    a fixed offset stay in the last pool.
+    again in the space this frees, then once more each with a short search over the whole set;
+    with the time left, parts of the set live at a random time are taken out and the space
+    refilled. The choice stops early when it meets the bound. The last pool gets every buffer
+    left and is packed by the search. Buffers with a fixed offset stay in the last pool.
 
 The bound
     No choice can place more weight in the first pool than the linear relaxation of
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import random
 import re
@@ -249,10 +251,12 @@ def _choose(
     reduced: dict[int, float],
     deadline: float,
     seed: int,
+    enough: float = math.inf,
 ) -> dict[int, int]:
     """A set of ``candidates`` that fits in ``capacity`` bytes with much weight, packed: index
     -> offset. First fits in greedy orders and in perturbed ones; the best set is then
-    repacked and grown, and the rest offered once more by search, until ``deadline``."""
+    repacked and grown, the rest offered once more by search, and parts taken out and refilled,
+    until ``deadline`` or until the set weighs ``enough`` (the bound: nothing weighs more)."""
     buffers = problem.buffers
     w = {i: buffer_weight(buffers[i]) for i in candidates}
     s = {i: buffers[i].size for i in candidates}
@@ -280,14 +284,57 @@ def _choose(
         consider(sorted(candidates, key=key))
     rng = random.Random(seed)
     base_keys = [orders[0], orders[1], orders[4]]
-    while time.perf_counter() < search_until:
+    while time.perf_counter() < search_until and _weight_of(buffers, best) < enough:
         key = base_keys[rng.randrange(len(base_keys))]
         spread = rng.choice((0.05, 0.2, 0.5))
         noisy = {i: key(i)[0] * (1.0 + spread * rng.random()) for i in candidates}
         consider(sorted(candidates, key=lambda i: (noisy[i], i)))
-    grow_until = time.perf_counter() + 0.75 * max(deadline - time.perf_counter(), 0.0)
+    if _weight_of(buffers, best) >= enough:
+        return best
+    left = max(deadline - time.perf_counter(), 0.0)
+    grow_until = time.perf_counter() + 0.75 * left
     best = _repack_and_grow(buffers, best, best_order, capacity, grow_until, seed)
-    return _insert_by_search(buffers, best, best_order, capacity, deadline, seed)
+    best = _insert_by_search(buffers, best, best_order, capacity, deadline, seed)
+    if _weight_of(buffers, best) >= enough:
+        return best
+    return _ruin_and_recreate(buffers, best, candidates, capacity, deadline, rng, enough)
+
+
+def _ruin_and_recreate(
+    buffers: Sequence[Buffer],
+    chosen: dict[int, int],
+    candidates: Sequence[int],
+    capacity: int,
+    until: float,
+    rng: random.Random,
+    enough: float = math.inf,
+) -> dict[int, int]:
+    """Until ``until``: take out some of the chosen buffers live at a random time, offer every
+    buffer left out in a perturbed order of weight per byte (the others stay where they are),
+    and keep the result when it weighs at least as much."""
+    if not chosen:
+        return chosen
+    density = {i: buffer_weight(buffers[i]) / buffers[i].size for i in candidates}
+    best, best_weight = chosen, _weight_of(buffers, chosen)
+    while time.perf_counter() < until and best_weight < enough:
+        pivot = buffers[rng.choice(list(best))]
+        t = rng.randrange(pivot.lower, pivot.upper)
+        share = rng.choice((0.3, 0.6, 1.0))
+        kept = {
+            i: o
+            for i, o in best.items()
+            if not (buffers[i].lower <= t < buffers[i].upper and rng.random() < share)
+        }
+        noise = rng.choice((0.05, 0.2, 0.5))
+        order = sorted(
+            (i for i in candidates if i not in kept),
+            key=lambda i: (-density[i] * (1.0 + noise * rng.random()), i),
+        )
+        trial = _first_fit(buffers, order, capacity, kept)
+        weight = _weight_of(buffers, trial)
+        if weight >= best_weight:
+            best, best_weight = trial, weight
+    return best
 
 
 def _insert_by_search(
@@ -606,7 +653,7 @@ def solve_tiers(
             bound = value
         items = [i for i in remaining if buffers[i].size <= cap]
         reduced = dict(zip(items, red, strict=False))
-        chosen = _choose(problem, remaining, cap, reduced, deadline, seed)
+        chosen = _choose(problem, remaining, cap, reduced, deadline, seed, value - 1e-6)
         chosen_by_pool[name] = chosen
         remaining = [i for i in remaining if i not in chosen]
     last_name, last_cap = specs[-1]
@@ -619,7 +666,14 @@ def solve_tiers(
             aliases=[a for a in problem.aliases if a.base in {buffers[i].id for i in indices}],
             name=f"{problem.name}:{name}" if problem.name else name,
         )
-        solutions[name] = Solution(sub, {buffers[i].id: chosen[i] for i in indices}, capacity=cap)
+        placed = Solution(sub, {buffers[i].id: chosen[i] for i in indices}, capacity=cap)
+        # A short search may pack the chosen set into less of the pool (room left for others).
+        spare = max(0.0, time_limit - (time.perf_counter() - start)) / (2 * len(specs))
+        if spare > 0 and placed.arena_size > placed.lower_bound:
+            tighter = solve_one(sub, capacity=None, time_limit=spare, seed=seed)
+            if tighter.arena_size < placed.arena_size:
+                placed = Solution(sub, tighter.offsets, capacity=cap)
+        solutions[name] = placed
     rest = sorted(remaining + fixed)
     rest_ids = {buffers[i].id for i in rest}
     sub = Problem(
