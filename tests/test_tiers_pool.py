@@ -530,6 +530,7 @@ def test_random_operations_keep_the_books_straight() -> None:
             assert stats.slow.blocks == len(live) - len(fast_blocks)
             for tb in fast_blocks:
                 assert tb.block.pool is mem.fast[tb.core or 0]
+    assert mem.check() == len(live)
     for tb, data in live.values():
         assert content(tb) == data
         tb.free()

@@ -513,6 +513,25 @@ class TieredPool:
             snaps[str(Tier(SLOW))] = self.slow.snapshot().with_label(str(Tier(SLOW)))
         return TierSnapshot(stats, snaps, label)
 
+    def check(self) -> int:
+        """Check every pool (``Pool.check()``) and the tiered pool's books: every tiered block
+        is alive in the pool of the tier that lists it. Returns the number of tiered blocks;
+        raises :class:`~npumem.errors.CorruptionError` naming the first disagreement."""
+        from npumem.errors import CorruptionError
+
+        with self._lock:
+            for pool in (*self.fast, self.slow):
+                pool.check()
+            listed = [(tb, self.fast[c]) for c, r in enumerate(self._resident) for tb in r]
+            listed += [(tb, self.slow) for tb in self._slow_blocks]
+            for tb, pool in listed:
+                block = tb._block
+                if block is None or not block.alive or block.pool is not pool:
+                    raise CorruptionError(
+                        f"{tb!r} is listed in pool {pool.name!r} but is not there"
+                    )
+            return len(listed)
+
     def blocks(self) -> list[TieredBlock]:
         """Every live tiered block, fast tiers first."""
         with self._lock:

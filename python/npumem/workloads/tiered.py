@@ -240,8 +240,7 @@ def run_tiered_demo(
             tb.free()
     events = mem.stop_recording()
     seconds = time.perf_counter() - start
-    for pool in (*mem.fast, mem.slow):
-        pool.check()
+    mem.check()
     compared = {name: replay(events, build(name)) for name in compare}
     return TieredDemoResult(
         cores,
