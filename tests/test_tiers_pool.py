@@ -448,6 +448,15 @@ def test_tiered_demo_compares_policies(tmp_path: Path) -> None:
     assert 0 < result.compared["frequency"].hit_rate <= 1
     assert "hit rate" in result.summary()
     assert result.snapshot is not None and result.snapshot.stats == result.live
+    from io import StringIO
+
+    from rich.console import Console
+
+    from npumem.workloads.tiered import report_tiered_demo
+
+    text = StringIO()
+    report_tiered_demo(Console(file=text, width=120, color_system=None), result)
+    assert "size-only" in text.getvalue() and "fast[1]" in text.getvalue()
     files = write_tier_outputs(result, tmp_path)
     assert {p.name for p in files.values()} == {"tiers.json", "tiers.png"}
 

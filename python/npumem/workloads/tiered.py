@@ -25,10 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 import npumem
 from npumem.plan import networks
 from npumem.plan.bounds import live_bytes
 from npumem.plan.problem import Problem
+from npumem.sizes import format_bytes
 from npumem.tiers.events import TierEvent
 from npumem.tiers.observe import TierSnapshot
 from npumem.tiers.policy import FrequencyPolicy, LRUPolicy, Policy, SizeOnlyPolicy
@@ -41,6 +45,7 @@ __all__ = [
     "POLICIES",
     "TieredDemoResult",
     "make_policy",
+    "report_tiered_demo",
     "run_tiered_demo",
     "write_tier_outputs",
 ]
@@ -272,3 +277,38 @@ def write_tier_outputs(
 
             files["tiers: use and hits"] = plot_tiers(result.snapshot, out / "tiers.png")
     return files
+
+
+def report_tiered_demo(console: Console, result: TieredDemoResult) -> None:
+    """Print the tiered demo's figures: the live run's tiers, then the policies compared on
+    the same accesses."""
+    from npumem.tiers.observe import render_tiers
+
+    console.print(
+        f"tiered demo: {result.cores} cores x {format_bytes(result.sram_per_core)} SRAM, "
+        f"{format_bytes(result.hbm)} HBM shared, blocks up to "
+        f"{format_bytes(result.fast_max_block)} in SRAM; {result.requests:,} requests "
+        f"({result.mix} mix), {len(result.events):,} events, {result.seconds:.2f} s",
+        markup=False,
+    )
+    render_tiers(console, result.live, title=f"tiers, live run ({result.policy})")
+    table = Table(title="the same accesses under each policy", title_justify="left")
+    for name, justify in (
+        ("policy", "left"),
+        ("fast-tier hit rate", "right"),
+        ("of the bytes", "right"),
+        ("promotions", "right"),
+        ("demotions", "right"),
+        ("spills", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name, s in result.compared.items():
+        table.add_row(
+            name,
+            f"{s.hit_rate:.1%}",
+            f"{s.byte_hit_rate:.1%}",
+            f"{s.promotions:,}",
+            f"{s.demotions:,}",
+            f"{s.spills:,}",
+        )
+    console.print(table)
