@@ -291,7 +291,7 @@ def report_tiered_demo(console: Console, result: TieredDemoResult) -> None:
         f"({result.mix} mix), {len(result.events):,} events, {result.seconds:.2f} s",
         markup=False,
     )
-    render_tiers(console, result.live, title=f"tiers, live run ({result.policy})")
+    render_tiers(console, result.live, title="tiers, live run")
     table = Table(title="the same accesses under each policy", title_justify="left")
     for name, justify in (
         ("policy", "left"),
