@@ -51,7 +51,7 @@ def main() -> int:
     out.append(
         f"Measured by {command} on {platform.machine()} ({platform.python_implementation()} "
         f"{platform.python_version()}), one process, on a shared 2-core machine. The search "
-        "loop runs in Rust (`npumem_core::packing`), the rest in Python."
+        "loop runs in Rust (`npumem_core::plan_search`), the rest in Python."
     )
     out.append("")
     out.append(f"### MiniMalloc hard suite (capacity 1 MiB = 1,048,576 bytes; {tl:g} s per run)")

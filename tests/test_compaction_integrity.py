@@ -128,7 +128,7 @@ def test_plan_moves_nothing_and_predicts_the_gain() -> None:
 
 @pytest.mark.parametrize("backing", ["host", "none"])
 def test_the_plan_of_a_compactor_with_a_mover_is_what_it_does(backing: str) -> None:
-    # With a mover a full compaction is one batch (no slab packing): the plan says the same.
+    # With a mover a full compaction is one batch (no slab consolidation): the plan says the same.
     pool = npumem.Pool(40 * MIB, cores=1, backing=backing)
     mirror = HostMirror(pool.capacity)
     kept = fragmented(pool, 6, mirror=mirror)

@@ -28,7 +28,7 @@ pub const MAX_TREE_DEPTH: u32 = 24;
 /// The largest capacity (2^48 bytes = 256 TiB): offsets fit comfortably in 64 bits.
 pub const MAX_CAPACITY: usize = 1 << 48;
 
-/// A pool's configuration. [`PoolConfig::new`] gives the defaults of DESIGN.md;
+/// A pool's configuration. [`PoolConfig::new`] gives the defaults of `docs/design.md`;
 /// [`PoolConfig::validate`] checks every rule and names the field that broke one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
@@ -56,7 +56,7 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
-    /// The defaults of DESIGN.md for an arena of `capacity` bytes on one core.
+    /// The defaults of `docs/design.md` for an arena of `capacity` bytes on one core.
     pub fn new(capacity: usize) -> Self {
         PoolConfig {
             capacity,

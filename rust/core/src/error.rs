@@ -51,7 +51,7 @@ pub enum Error {
     Corruption(Vec<String>),
     /// Item `index` of a batch call failed (and the batch left the pool as it was).
     Batch { index: usize, error: Box<Error> },
-    // ----- compaction (issue 5) --------------------------------------------------------------
+    // ----- compaction ---------------------------------------------------------------------------
     /// The block is being moved by a compaction right now (only the non-waiting calls say so).
     Moving,
     /// A move of a relocation batch is impossible as asked (the batch moved nothing).

@@ -18,7 +18,7 @@
 //! plain SeqCst fences. Records live in a global list; a thread takes a free one on first use and
 //! hands it back when it exits.
 //!
-//! Held pauses (compaction, issue 5): a pauser may keep the gate closed across several calls
+//! Held pauses (for compaction): a pauser may keep the gate closed across several calls
 //! with a *ticket* (`pause_owned`): the gate's word holds the ticket instead of 1, so only that
 //! ticket resumes it. The thread that took it (its record's *token*, fresh every time a record is
 //! handed to a thread) may still enter, one call at a time as any nested caller, except while it
@@ -31,8 +31,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 #[cfg(not(loom))]
-use crate::sync::AtomicU32;
-use crate::sync::{fence, spin_hint, AtomicU64, AtomicUsize, Ordering};
+use crate::util::sync::AtomicU32;
+use crate::util::sync::{fence, spin_hint, AtomicU64, AtomicUsize, Ordering};
 
 /// A thread's in-flight flag: the id of the pool it is inside now, or 0. Written on every call,
 /// so each record has its cache lines to itself: two threads' records side by side on one line
@@ -445,7 +445,7 @@ impl Gate {
         self.closed.store(0, Ordering::Release);
     }
 
-    // ----- held (ticketed) pauses: compaction, issue 5 ----------------------------------------
+    // ----- held (ticketed) pauses, for compaction ---------------------------------------------
 
     /// Take a held pause for `record`'s thread: close the gate with a fresh ticket and wait for
     /// calls in flight. Returns the ticket that [`Gate::resume_held`] needs.
@@ -710,7 +710,7 @@ mod loom_models {
         });
     }
 
-    // ----- held pauses (compaction, issue 5) ---------------------------------------------------
+    // ----- held pauses ---------------------------------------------------------------------------
 
     /// A relocation under a held pause rewrites metadata in two steps (`a`, then `b`) while a
     /// caller reads it inside the gate: the caller never sees a half-done rewrite, the holder

@@ -9,82 +9,74 @@
 //! | type | file | what it is |
 //! |---|---|---|
 //! | [`PoolConfig`] | `config.rs` | validated configuration: capacity, cores, chunk size, min block, bank size, alignment, slab sizes, backing |
-//! | `TreeShape`, `Node` | `buddy.rs` | the lock-free buddy tree over one chunk; a node is a power-of-two block of it |
-//! | `GlobalPool` | `global.rs` | the whole arena in chunk units: grants chunks to cores, serves large blocks as exact chunk runs |
-//! | `CorePool` | `core_pool.rs` | one per core: the chunks it owns and its search hints |
-//! | `ChunkSpace` | `chunk_space.rs` | a chunk's free units and free epoch in one word, and the memo of searches that failed there |
-//! | `Layout`, `BuddyLayout` | `layout.rs` | how a request of `n` bytes maps onto buddy nodes (at the start of its power-of-two node, or *packed* anywhere the bank rule allows by a compaction) or a chunk run |
-//! | [`Handle`] | `handle.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
-//! | `Gate` | `gate.rs` | the stop gate: pauses alloc/free for compaction and `check()` |
-//! | [`PauseToken`], [`Move`], [`CompactionMode`] | `relocate/` | compaction: held pauses, validated batches of moves, the planners (packing below a boundary, repack or slide, sparsest-first evacuation, slab packing) |
-//! | `Model`, `Gaps` | `relocate/model.rs` | the planners' picture of the arena: a bit per unit of each chunk, and its free stretches by length |
-//! | [`PoolStats`] | `stats.rs` | per-core counters on their own cache lines, summed into a snapshot |
-//! | `Clock` | `clock.rs` | the trace's clock: `Instant`, or the time-stamp counter scaled to it |
-//! | [`TraceEvent`], `Ring` | `trace.rs` | the optional event trace: bounded per-core rings of alloc/free/move/failed events |
-//! | [`Snapshot`] | `snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats |
-//! | `HostBacking` | `backing.rs` | the optional host memory behind the arena |
-//! | `SlabCaches` | `slab.rs` | per-core slab caches of small size classes: one CAS to allocate, one `fetch_or` to free |
-//! | `ThreadStats` | `thread_stats.rs` | per-thread counters of the slab fast path |
-//! | [`Pool`] | `pool.rs` | the public API; the allocation path is in `placement.rs`, frees in `release.rs`, the snapshot in `statistics.rs`, `check()` in `check.rs` |
-//! | [`packing`] | `packing/` | the planner's inner loop: branch and bound over static offsets (driven by `npumem.plan`) |
+//! | [`Error`] | `error.rs` | the one error type: what was wrong and what was expected |
+//! | `Arena` | `arena/arena.rs` | the memory without handles: geometry, buddy trees, chunk space, global and core pools, slabs, backing |
+//! | `Geometry` | `arena/geometry.rs` | the arena cut into chunks and *units* (`min_block`), and the bank rule's numbers |
+//! | `Layout`, `BuddyLayout` | `arena/layout.rs` | how a request of `n` bytes maps onto buddy nodes (at the start of its power-of-two node, or *packed* anywhere the bank rule allows by a compaction) or a *run* of whole chunks |
+//! | `TreeShape`, `Node` | `arena/buddy.rs` | the lock-free buddy tree over one chunk; a node is a power-of-two block of it |
+//! | `ChunkSpace` | `arena/chunk_space.rs` | a chunk's free units and free epoch in one word, and the memo of searches that failed there |
+//! | `CorePool` | `arena/core_pool.rs` | one per core: the chunks it owns and its search hints |
+//! | `GlobalPool`, `ChunkState` | `arena/global.rs` | the whole arena in chunk units: grants chunks to cores, serves large blocks as exact chunk runs |
+//! | (chunk life cycle) | `arena/chunks.rs` | granting a chunk to a core, retiring it when empty, reclaiming every empty chunk |
+//! | `Swept` (exact positions) | `arena/exact.rs` | taking and giving back a buddy block or a run at a given offset, without side effects (compaction) |
+//! | (free path) | `arena/release.rs` | giving a buddy block or a run back, from any thread |
+//! | `SlabCaches`, `SlabClasses` | `arena/slab/` | per-core *slab* caches of small size classes: one CAS to allocate, one `fetch_or` to free; objects at exact positions |
+//! | `HostBacking` | `arena/backing.rs` | the optional host memory behind the arena |
+//! | [`Handle`] | `handle/id.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
+//! | `HandleTable`, `SlotInfo` | `handle/table.rs` | the slots behind handles and their state machine: live, moving, *pins* |
+//! | `Gate` | `gate.rs` | the stop gate: *pauses* alloc/free for compaction and `check()` |
+//! | [`TraceEvent`], `Ring`, `Trace`, `Clock` | `trace/` | the optional event trace: bounded per-core rings of alloc/free/move/failed events, and its clock |
+//! | [`PoolStats`], `Counters`, `ThreadStats` | `stats/` | per-core counters on their own cache lines and per-thread slab counters, summed into a snapshot whose fields are one list |
+//! | [`Pool`], [`PauseToken`] | `pool/` | the public API: composes the arena, handles, gate, stats and trace; alloc, free, pause and pins, snapshot, check, trace |
+//! | [`Snapshot`] | `pool/snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats |
+//! | [`Move`], [`CompactionMode`], [`CompactionPlan`], [`StepReport`] | `compaction/types.rs` | compaction's public types: a move, the modes, a compaction plan, what a compaction did |
+//! | (compaction calls) | `compaction/api.rs` | `Pool::move_blocks` (one batch the caller names), `Pool::compact_step` (plan, then execute), `Pool::plan_compaction` (plan, then summary) |
+//! | `Census`, `Item` | `compaction/census.rs` | the *census*: every live block by handle, taken on a paused pool |
+//! | `Model`, `Gaps` | `compaction/model.rs` | the planners' picture of the arena: what each chunk is, one bit per covered unit; free stretches by length |
+//! | `Piece`, `Home` | `compaction/piece.rs` | what moves as one (a block, or a whole slab with its objects), where it is and where it goes |
+//! | (compaction planners) | `compaction/planners/` | pure functions of a census and a model: slab consolidation, packing below a boundary, evacuation, the schedule of batches |
+//! | (executor) | `compaction/execute.rs`, `order.rs`, `copy.rs` | one batch: taken through the exact-position API, copied in an order that overwrites nothing still to be read, re-pointed |
+//! | [`plan_search`] | `plan_search/` | the lifetime planner's search: branch and bound over static offsets (driven by `npumem.plan`) |
+//!
+//! Words: a *unit* is the `min_block` quantum of a chunk; a *bank* is a `bank_size` stretch of the
+//! arena, which no block of at most `bank_size` straddles; a *chunk* is a `chunk_size` piece of
+//! the arena, owned by a core or in the global pool; a *run* is a block of whole chunks; a *slab*
+//! is a buddy block carved into objects of one size class; a *pin* keeps a block from being
+//! freed or moved; a *pause* holds every alloc and free at the stop gate.
 //!
 //! Names ending in `_raw` work on offsets; everything else on [`Handle`]s.
 
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
-mod backing;
-mod bits;
-mod buddy;
+mod arena;
 #[cfg(not(loom))]
-mod check;
-mod chunk_space;
-mod clock;
+mod compaction;
 mod config;
-mod core_pool;
-mod cpu;
 mod error;
 mod gate;
-mod global;
 mod handle;
-mod index_stack;
-mod layout;
-pub mod packing;
-#[cfg(not(loom))]
-mod placement;
+pub mod plan_search;
 #[cfg(not(loom))]
 mod pool;
-#[cfg(not(loom))]
-mod release;
-#[cfg(not(loom))]
-mod relocate; // compaction (issue 5): held pauses, batches of moves, compaction planners
-mod segments;
-mod slab;
-#[cfg(not(loom))]
-mod snapshot;
-#[cfg(not(loom))]
-mod statistics;
 mod stats;
-mod sync;
-#[cfg(not(loom))]
-mod thread_stats;
 mod trace;
-mod zeroed;
+mod util;
 
+#[cfg(not(loom))]
+pub use compaction::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
 pub use error::{Error, HandleFault, Result};
-pub use handle::Handle;
+pub use handle::id::Handle;
 #[cfg(not(loom))]
-pub use pool::{BlockInfo, Pool};
+pub use pool::pause::PauseToken;
 #[cfg(not(loom))]
-pub use relocate::{
-    CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PauseToken, PlannedMove, StepReport, Transfer,
-};
+pub use pool::pool::{BlockInfo, Pool};
 #[cfg(not(loom))]
-pub use snapshot::{Extent, Snapshot};
-pub use stats::{ClassStats, CoreStats, PoolStats};
-pub use trace::{EventKind, TraceEvent};
+pub use pool::snapshot::{Extent, Snapshot};
+pub use stats::summary::{ClassStats, CoreStats, PoolStats};
+pub use trace::event::{EventKind, TraceEvent};
 #[cfg(not(loom))]
-pub use trace::{TraceStatus, MAX_TRACE_CAPACITY};
+pub use trace::recorder::{TraceStatus, MAX_TRACE_CAPACITY};
 
 /// The crate version.
 pub fn version() -> &'static str {

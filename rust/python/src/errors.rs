@@ -220,7 +220,7 @@ pub(crate) fn error(class: ErrorClass, message: impl Into<String>) -> PyErr {
 }
 
 /// A planner search input the core refused (`InvalidArgumentError`).
-pub(crate) fn plan_search(err: npumem_core::packing::PackingError) -> PyErr {
+pub(crate) fn plan_search(err: npumem_core::plan_search::PackingError) -> PyErr {
     error(ErrorClass::InvalidArgument, err.0)
 }
 

@@ -1,12 +1,12 @@
 //! `PackingInstance`: the search of the lifetime planner (`npumem.plan`) over static offsets,
-//! from `npumem_core::packing`.
+//! from `npumem_core::plan_search`.
 //!
 //! `PackingInstance(...)` is built once per component; `instance.search(...)` runs one
 //! depth-first run with the GIL released.
 
 use std::time::{Duration, Instant};
 
-use npumem_core::packing::{self, Instance, Limits, PackingError};
+use npumem_core::plan_search::{self, Limits, PackingError, PackingInstance as Instance};
 use pyo3::prelude::*;
 
 use crate::errors;
@@ -66,7 +66,7 @@ impl PackingInstance {
         let inner = &self.inner;
         let out = detached(py, || {
             let deadline = Instant::now().checked_add(Duration::from_secs_f64(time_limit));
-            packing::search(inner, &rank, &Limits { capacity, target, node_limit, deadline })
+            plan_search::search(inner, &rank, &Limits { capacity, target, node_limit, deadline })
         });
         Ok((out.exhausted, out.offsets, out.arena, out.nodes))
     }

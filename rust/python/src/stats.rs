@@ -1,36 +1,71 @@
-//! `npumem.PoolStats` and `npumem.CoreStats`: plain snapshots of `npumem_core::PoolStats`.
+//! `npumem.PoolStats`, `npumem.CoreStats` and `npumem.SizeClassStats`: plain snapshots of
+//! `npumem_core::PoolStats`. Their fields come from the core's field lists
+//! (`npumem_core::pool_stats_fields!` and the others), so both sides have the same fields.
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// One core pool's share of a `PoolStats`.
-#[pyclass(module = "npumem._core", frozen, get_all)]
-#[derive(Clone)]
-pub struct CoreStats {
-    core: usize,
-    chunks: usize,
-    bytes_in_use: usize,
-    bytes_free: usize,
-    alloc_count: u64,
-    free_count: u64,
-    overflow_allocs: u64,
-    failed_allocs: u64,
+/// Defines a frozen Python class from a core field list: `[attributes, name from core type;
+/// nested lists]`, with `convert` (from the core struct) and `dict` (the fields as a dict).
+macro_rules! py_stats_class {
+    (
+        [$(#[$attr:meta])* $name:ident from $core:ty; $($nested:ident: $nty:ident,)*]
+        $($(#[$doc:meta])* $field:ident: $ty:ty,)*
+    ) => {
+        $(#[$attr])*
+        #[pyclass(module = "npumem._core", frozen, get_all)]
+        #[derive(Clone)]
+        pub struct $name {
+            $($(#[$doc])* $field: $ty,)*
+            $($nested: Vec<$nty>,)*
+        }
+
+        impl $name {
+            fn convert(s: $core) -> $name {
+                $name {
+                    $($field: s.$field,)*
+                    $($nested: s.$nested.into_iter().map($nty::convert).collect(),)*
+                }
+            }
+
+            fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+                let d = PyDict::new(py);
+                $(d.set_item(stringify!($field), self.$field)?;)*
+                $(d.set_item(
+                    stringify!($nested),
+                    self.$nested.iter().map(|c| c.dict(py)).collect::<PyResult<Vec<_>>>()?,
+                )?;)*
+                Ok(d)
+            }
+        }
+    };
 }
+
+npumem_core::core_stats_fields!(
+    py_stats_class,
+    /// One core pool's share of a `PoolStats`.
+    CoreStats from npumem_core::CoreStats;
+);
+
+npumem_core::class_stats_fields!(
+    py_stats_class,
+    /// One slab size class of a `PoolStats`.
+    SizeClassStats from npumem_core::ClassStats;
+);
+
+npumem_core::pool_stats_fields!(
+    py_stats_class,
+    /// A snapshot of a pool: usage, fragmentation and counters.
+    PoolStats from npumem_core::PoolStats;
+    size_classes: SizeClassStats,
+    per_core: CoreStats,
+);
 
 #[pymethods]
 impl CoreStats {
     /// The fields as a dict.
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("core", self.core)?;
-        d.set_item("chunks", self.chunks)?;
-        d.set_item("bytes_in_use", self.bytes_in_use)?;
-        d.set_item("bytes_free", self.bytes_free)?;
-        d.set_item("alloc_count", self.alloc_count)?;
-        d.set_item("free_count", self.free_count)?;
-        d.set_item("overflow_allocs", self.overflow_allocs)?;
-        d.set_item("failed_allocs", self.failed_allocs)?;
-        Ok(d)
+        self.dict(py)
     }
 
     fn __repr__(&self) -> String {
@@ -41,26 +76,11 @@ impl CoreStats {
     }
 }
 
-/// One slab size class of a `PoolStats`.
-#[pyclass(module = "npumem._core", frozen, get_all)]
-#[derive(Clone)]
-pub struct SizeClassStats {
-    size: usize,
-    blocks_in_use: u64,
-    slabs: u64,
-    waste_bytes: u64,
-}
-
 #[pymethods]
 impl SizeClassStats {
     /// The fields as a dict.
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("size", self.size)?;
-        d.set_item("blocks_in_use", self.blocks_in_use)?;
-        d.set_item("slabs", self.slabs)?;
-        d.set_item("waste_bytes", self.waste_bytes)?;
-        Ok(d)
+        self.dict(py)
     }
 
     fn __repr__(&self) -> String {
@@ -71,83 +91,11 @@ impl SizeClassStats {
     }
 }
 
-/// A snapshot of a pool: usage, fragmentation and counters.
-#[pyclass(module = "npumem._core", frozen, get_all)]
-pub struct PoolStats {
-    capacity: usize,
-    usable_capacity: usize,
-    bytes_in_use: usize,
-    bytes_free: usize,
-    slab_cached_bytes: usize,
-    peak_bytes_in_use: usize,
-    requested_bytes_in_use: usize,
-    largest_free_block: usize,
-    external_fragmentation: f64,
-    alloc_count: u64,
-    free_count: u64,
-    failed_allocs: u64,
-    overflow_allocs: u64,
-    slab_allocs: u64,
-    core_allocs: u64,
-    global_allocs: u64,
-    blocks_in_use: u64,
-    chunks: usize,
-    chunks_free: usize,
-    chunks_in_cores: usize,
-    chunks_in_runs: usize,
-    size_classes: Vec<SizeClassStats>,
-    per_core: Vec<CoreStats>,
-}
-
 impl PoolStats {
+    /// The binding's snapshot of a core snapshot (`capacity` is the pool's, as in `s`).
     pub(crate) fn from_core(s: npumem_core::PoolStats, capacity: usize) -> PoolStats {
-        PoolStats {
-            capacity,
-            usable_capacity: s.usable_capacity,
-            bytes_in_use: s.bytes_in_use,
-            bytes_free: s.bytes_free,
-            slab_cached_bytes: s.slab_cached_bytes,
-            peak_bytes_in_use: s.peak_bytes_in_use,
-            requested_bytes_in_use: s.requested_bytes_in_use,
-            largest_free_block: s.largest_free_block,
-            external_fragmentation: s.external_fragmentation,
-            alloc_count: s.alloc_count,
-            free_count: s.free_count,
-            failed_allocs: s.failed_allocs,
-            overflow_allocs: s.overflow_allocs,
-            slab_allocs: s.slab_allocs,
-            core_allocs: s.core_allocs,
-            global_allocs: s.global_allocs,
-            blocks_in_use: s.blocks_in_use,
-            chunks: s.chunks,
-            chunks_free: s.chunks_free,
-            chunks_in_cores: s.chunks_in_cores,
-            chunks_in_runs: s.chunks_in_runs,
-            size_classes: s
-                .size_classes
-                .into_iter()
-                .map(|c| SizeClassStats {
-                    size: c.size,
-                    blocks_in_use: c.blocks_in_use,
-                    slabs: c.slabs,
-                    waste_bytes: c.waste_bytes,
-                })
-                .collect(),
-            per_core: s
-                .per_core
-                .into_iter()
-                .map(|c| CoreStats {
-                    core: c.core,
-                    chunks: c.chunks,
-                    bytes_in_use: c.bytes_in_use,
-                    bytes_free: c.bytes_free,
-                    alloc_count: c.alloc_count,
-                    free_count: c.free_count,
-                    overflow_allocs: c.overflow_allocs,
-                    failed_allocs: c.failed_allocs,
-                })
-                .collect(),
-        }
+        debug_assert_eq!(s.capacity, capacity);
+        PoolStats::convert(s)
     }
 }
 
@@ -163,35 +111,9 @@ impl PoolStats {
         }
     }
 
-    /// The fields as a dict (`per_core` as a list of dicts).
+    /// The fields as a dict (`size_classes` and `per_core` as lists of dicts).
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("capacity", self.capacity)?;
-        d.set_item("usable_capacity", self.usable_capacity)?;
-        d.set_item("bytes_in_use", self.bytes_in_use)?;
-        d.set_item("bytes_free", self.bytes_free)?;
-        d.set_item("slab_cached_bytes", self.slab_cached_bytes)?;
-        d.set_item("peak_bytes_in_use", self.peak_bytes_in_use)?;
-        d.set_item("requested_bytes_in_use", self.requested_bytes_in_use)?;
-        d.set_item("largest_free_block", self.largest_free_block)?;
-        d.set_item("external_fragmentation", self.external_fragmentation)?;
-        d.set_item("alloc_count", self.alloc_count)?;
-        d.set_item("free_count", self.free_count)?;
-        d.set_item("failed_allocs", self.failed_allocs)?;
-        d.set_item("overflow_allocs", self.overflow_allocs)?;
-        d.set_item("slab_allocs", self.slab_allocs)?;
-        d.set_item("core_allocs", self.core_allocs)?;
-        d.set_item("global_allocs", self.global_allocs)?;
-        d.set_item("blocks_in_use", self.blocks_in_use)?;
-        d.set_item("chunks", self.chunks)?;
-        d.set_item("chunks_free", self.chunks_free)?;
-        d.set_item("chunks_in_cores", self.chunks_in_cores)?;
-        d.set_item("chunks_in_runs", self.chunks_in_runs)?;
-        let classes = self.size_classes.iter().map(|c| c.as_dict(py)).collect::<PyResult<Vec<_>>>()?;
-        d.set_item("size_classes", classes)?;
-        let cores = self.per_core.iter().map(|c| c.as_dict(py)).collect::<PyResult<Vec<_>>>()?;
-        d.set_item("per_core", cores)?;
-        Ok(d)
+        self.dict(py)
     }
 
     fn __repr__(&self) -> String {

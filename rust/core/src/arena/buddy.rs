@@ -1,0 +1,1323 @@
+//! A lock-free buddy tree over one chunk, its metadata outside the managed memory.
+//!
+//! # Shape
+//!
+//! The tree has `depth + 1` levels: level 0 is the whole chunk, level `depth` holds the leaves
+//! (one `min_block` each). Node `(level, index)` covers units `[index << (depth - level),
+//! (index + 1) << (depth - level))`.
+//!
+//! Levels are grouped into *bands*; each band is cut into *bunches* (subtrees of the band's
+//! height), and each bunch is one `AtomicU64`, so a climb from a leaf to the root touches one
+//! word per band instead of one per level (the level packing of NBBS, Marotta et al.):
+//!
+//! * a **leaf bunch** (bottom band, height <= 6) holds one *allocated* bit per node in heap
+//!   order (up to 63 bits) and a *seal* bit (bit 63);
+//! * an **inner bunch** (height <= 4) holds the allocated bits of its nodes (bits 0..15), one
+//!   *occupied* bit per child bunch (bits 16..31: something below may be allocated) and a seal
+//!   bit (bit 32).
+//!
+//! # Protocol
+//!
+//! *Allocate* node `n`: CAS its bunch to set `n`'s bit, provided `n`, its ancestors and its
+//! descendants in the bunch are clear, no child bunch below `n` is marked occupied and the bunch
+//! is not sealed. Then climb: in each ancestor bunch, check that no node on the path is allocated
+//! and that the occupied bit of the bunch we come from is set; set it with a CAS if it is not (a
+//! plain load suffices when it is). Meeting an allocated ancestor means someone allocated a node
+//! covering ours first: roll back (clear `n`'s bit) and report it.
+//!
+//! *Release* node `n`: CAS its bit off. Nothing else: coalescing is lazy. The occupied bits above
+//! an emptied bunch stay set (a *phantom* mark) until someone needs the space: a search for a
+//! large node that finds its candidates blocked only by marks, or the retirement of the chunk.
+//!
+//! *Clean* a marked child bunch `B` of `P`: if `B` is exactly zero, CAS it to *sealed* (so no
+//! allocation can start in it), clear `B`'s occupied bit in `P`, then unseal `B`. An allocation
+//! that committed in `B` keeps `B` non-zero, so the seal fails; one that starts after the seal
+//! sees it and looks elsewhere; one that starts after the unseal finds the mark cleared and sets
+//! it again (with a CAS that also checks the path). So a mark can only disappear under a bunch
+//! that was empty at a moment when no allocation could enter it, and by induction every
+//! committed block keeps every mark on its path to the root: no ancestor can be allocated over
+//! it. This is also why a climber may pass an already set mark with a plain load.
+//!
+//! The loom models in this module check the protocol exhaustively on small trees.
+
+use crate::util::bits::{every_nth, low_bits, siblings, to_children, to_parents};
+use crate::util::sync::{AtomicU64, Ordering};
+
+/// Height of the bottom band (leaf bunches): 63 allocated bits and a seal fit one word.
+pub(crate) const LEAF_BAND_HEIGHT: u32 = 6;
+/// Height of the other bands: 15 allocated bits, 16 occupied bits and a seal.
+pub(crate) const INNER_BAND_HEIGHT: u32 = 4;
+
+const OCC_SHIFT: u32 = 16;
+const INNER_SEAL: u64 = 1 << 32;
+const LEAF_SEAL: u64 = 1 << 63;
+
+/// A node of a chunk's tree: `index` counts from the left within its level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Node {
+    pub(crate) level: u32,
+    pub(crate) index: u64,
+}
+
+impl Node {
+    /// The node of `units` units (a power of two) starting at unit `start` in a tree of `depth`.
+    pub(crate) fn covering(depth: u32, start: u64, units: u64) -> Node {
+        debug_assert!(units.is_power_of_two() && start % units == 0);
+        let level = depth - units.trailing_zeros();
+        Node { level, index: start / units }
+    }
+
+    /// The first unit the node covers.
+    pub(crate) fn start(self, depth: u32) -> u64 {
+        self.index << (depth - self.level)
+    }
+
+    /// The number of units the node covers.
+    pub(crate) fn units(self, depth: u32) -> u64 {
+        1 << (depth - self.level)
+    }
+}
+
+/// Why an allocation attempt failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Conflict {
+    /// The node, or something inside it or above it in its bunch, is taken (or being cleaned).
+    Taken,
+    /// An ancestor in a higher band is allocated: the whole region around the node is taken.
+    Ancestor,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Band {
+    /// The band's first (highest) level.
+    top: u32,
+    /// The number of levels in the band.
+    height: u32,
+    /// Index of the band's first word in the tree's metadata.
+    base: usize,
+    /// The bottom band has no child bunches.
+    leaf: bool,
+}
+
+impl Band {
+    fn seal(&self) -> u64 {
+        if self.leaf {
+            LEAF_SEAL
+        } else {
+            INNER_SEAL
+        }
+    }
+
+    /// The allocated bits of the bunch.
+    fn alloc_mask(&self) -> u64 {
+        low_bits((1 << self.height) - 1)
+    }
+
+    /// The occupied bits of the bunch (0 for leaf bunches).
+    fn occ_mask(&self) -> u64 {
+        if self.leaf {
+            0
+        } else {
+            low_bits(1 << self.height) << OCC_SHIFT
+        }
+    }
+}
+
+/// Where a node's bit lives.
+#[derive(Debug, Clone, Copy)]
+struct Loc {
+    band: usize,
+    bunch: u64,
+    word: usize,
+    bit: u64,
+}
+
+/// The geometry of every chunk's tree; the metadata itself is a `[AtomicU64]` of
+/// [`TreeShape::words`] words per chunk, owned by the caller.
+#[derive(Debug, Clone)]
+pub(crate) struct TreeShape {
+    depth: u32,
+    bands: Vec<Band>,
+    band_of_level: Vec<usize>,
+    words: usize,
+    /// Per band, per node (heap bit index): the bits that must all be clear for the node to be
+    /// allocatable: itself, its ancestors and descendants in the bunch, the occupied bits of the
+    /// child bunches below it, and the seal.
+    conflicts: Vec<Vec<u64>>,
+}
+
+/// What a search looks for: a node at `level` whose index is a multiple of `step`, visiting
+/// bunch `from` of the level's band (a cursor) first if given.
+#[derive(Debug, Clone, Copy)]
+struct Goal {
+    level: u32,
+    step: u64,
+    from: Option<u64>,
+}
+
+/// The set bits of `mask`, from bit `start` up, then those below it.
+#[inline]
+fn rotated(mask: u64, start: u32) -> impl Iterator<Item = u32> {
+    let high = mask & !low_bits(start);
+    let low = mask & low_bits(start);
+    [high, low].into_iter().flat_map(|mut bits| {
+        std::iter::from_fn(move || {
+            (bits != 0).then(|| {
+                let j = bits.trailing_zeros();
+                bits &= bits - 1;
+                j
+            })
+        })
+    })
+}
+
+#[inline]
+fn row_of(word: u64, r: u32) -> u64 {
+    (word >> ((1u32 << r) - 1)) & low_bits(1 << r)
+}
+
+/// The allocated bits of every node on the path from a bunch's root to child bunch `j`.
+#[inline]
+fn path_mask(height: u32, j: u64) -> u64 {
+    let mut mask = 0;
+    for r in 0..height {
+        mask |= 1u64 << ((1u64 << r) - 1 + (j >> (height - r)));
+    }
+    mask
+}
+
+impl TreeShape {
+    /// The shape of a tree of `depth + 1` levels with the standard band heights.
+    pub(crate) fn new(depth: u32) -> TreeShape {
+        TreeShape::with_heights(depth, LEAF_BAND_HEIGHT, INNER_BAND_HEIGHT)
+    }
+
+    /// The shape with explicit band heights (the loom models use tiny bands).
+    pub(crate) fn with_heights(depth: u32, leaf_height: u32, inner_height: u32) -> TreeShape {
+        assert!((1..=LEAF_BAND_HEIGHT).contains(&leaf_height));
+        assert!((1..=INNER_BAND_HEIGHT).contains(&inner_height));
+        let levels = depth + 1;
+        let leaf = leaf_height.min(levels);
+        let mut heights = Vec::new();
+        let mut rest = levels - leaf;
+        while rest > 0 {
+            let h = rest.min(inner_height);
+            heights.push(h);
+            rest -= h;
+        }
+        heights.reverse(); // top band first; the partial band (if any) is the top one
+        heights.push(leaf);
+        let mut bands = Vec::with_capacity(heights.len());
+        let mut top = 0;
+        let mut base = 0;
+        for (i, &height) in heights.iter().enumerate() {
+            bands.push(Band { top, height, base, leaf: i + 1 == heights.len() });
+            base += 1usize << top;
+            top += height;
+        }
+        let mut band_of_level = vec![0; levels as usize];
+        for (b, band) in bands.iter().enumerate() {
+            for level in band.top..band.top + band.height {
+                band_of_level[level as usize] = b;
+            }
+        }
+        // Pad each tree to whole 128-byte lines so trees of different chunks share no line.
+        let words = base.div_ceil(16) * 16;
+        let conflicts = bands.iter().map(Self::conflict_masks).collect();
+        TreeShape { depth, bands, band_of_level, words, conflicts }
+    }
+
+    fn conflict_masks(band: &Band) -> Vec<u64> {
+        let h = band.height;
+        let bit = |r: u32, pos: u64| 1u64 << ((1u64 << r) - 1 + pos);
+        let mut masks = Vec::new();
+        for r in 0..h {
+            for pos in 0..(1u64 << r) {
+                let mut mask = band.seal();
+                for k in 0..=r {
+                    mask |= bit(k, pos >> (r - k)); // itself and its ancestors
+                }
+                for k in r + 1..h {
+                    let span = k - r;
+                    for p in pos << span..(pos + 1) << span {
+                        mask |= bit(k, p); // its descendants
+                    }
+                }
+                if !band.leaf {
+                    let span = h - r;
+                    for j in pos << span..(pos + 1) << span {
+                        mask |= 1u64 << (OCC_SHIFT as u64 + j); // child bunches below it
+                    }
+                }
+                masks.push(mask);
+            }
+        }
+        masks
+    }
+
+    /// Metadata words per tree.
+    pub(crate) fn words(&self) -> usize {
+        self.words
+    }
+
+    /// The number of words a climb from a leaf touches (one per band).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn bands(&self) -> usize {
+        self.bands.len()
+    }
+
+    fn locate(&self, node: Node) -> Loc {
+        let band = self.band_of_level[node.level as usize];
+        let b = &self.bands[band];
+        let row = node.level - b.top;
+        let bunch = node.index >> row;
+        let pos = node.index & low_bits(row);
+        Loc { band, bunch, word: b.base + bunch as usize, bit: 1u64 << ((1u64 << row) - 1 + pos) }
+    }
+
+    fn word<'t>(&self, tree: &'t [AtomicU64], band: usize, bunch: u64) -> &'t AtomicU64 {
+        &tree[self.bands[band].base + bunch as usize]
+    }
+
+    /// The occupied bits of a word's child bunches, as a row (0 for leaf bunches).
+    fn occupied_children(&self, band: usize, word: u64) -> u64 {
+        (word & self.bands[band].occ_mask()) >> OCC_SHIFT
+    }
+
+    /// Nodes of row `r` of a bunch that are free with nothing allocated above them in the bunch
+    /// and nothing allocated or marked below them (a sealed bunch has none).
+    fn available_row(&self, band: usize, word: u64, r: u32) -> u64 {
+        let b = &self.bands[band];
+        if word & b.seal() != 0 {
+            return 0;
+        }
+        let height = b.height;
+        let row = row_of(word, r);
+        // Most bunches hold blocks of one size: skip the propagation when nothing is allocated
+        // above the row, or below it.
+        let above = word & low_bits((1 << r) - 1);
+        let below_mask = low_bits((1 << height) - 1) & !low_bits((1 << (r + 1)) - 1);
+        let occupied = self.occupied_children(band, word);
+        let down = if above == 0 {
+            row
+        } else {
+            let mut down = 0;
+            for i in 0..=r {
+                down = to_children(down) | row_of(word, i);
+            }
+            down
+        };
+        let up = if word & below_mask == 0 && occupied == 0 {
+            row
+        } else {
+            let mut up = occupied;
+            for i in (r..height).rev() {
+                up = to_parents(up) | row_of(word, i);
+            }
+            up
+        };
+        !(down | up) & low_bits(1 << r)
+    }
+
+    /// Child bunches with no allocated node on the path to them.
+    fn enterable_children(&self, band: usize, word: u64) -> u64 {
+        let height = self.bands[band].height;
+        let mut down = 0;
+        for i in 0..height {
+            down = to_children(down) | row_of(word, i);
+        }
+        !to_children(down) & low_bits(1 << height)
+    }
+
+    /// Claim `node` and climb to the root. On `Err`, nothing is left claimed.
+    pub(crate) fn try_alloc(&self, tree: &[AtomicU64], node: Node) -> Result<(), Conflict> {
+        let loc = self.locate(node);
+        let word = &tree[loc.word];
+        let conflicts = self.conflicts[loc.band][loc.bit.trailing_zeros() as usize];
+        let mut current = word.load(Ordering::Acquire);
+        loop {
+            if current & conflicts != 0 {
+                return Err(Conflict::Taken);
+            }
+            match word.compare_exchange_weak(current, current | loc.bit, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        let mut band = loc.band;
+        let mut bunch = loc.bunch;
+        while band > 0 {
+            let parent = &self.bands[band - 1];
+            let j = bunch & low_bits(parent.height);
+            let parent_bunch = bunch >> parent.height;
+            let parent_word = &tree[parent.base + parent_bunch as usize];
+            let path = path_mask(parent.height, j);
+            let occupied = 1u64 << (OCC_SHIFT as u64 + j);
+            let mut current = parent_word.load(Ordering::Acquire);
+            loop {
+                if current & path != 0 {
+                    self.clear_bit(tree, loc);
+                    return Err(Conflict::Ancestor);
+                }
+                if current & occupied != 0 {
+                    break; // marked already: it stays so while our block lives
+                }
+                if current & INNER_SEAL != 0 {
+                    self.clear_bit(tree, loc);
+                    return Err(Conflict::Taken); // being cleaned: try elsewhere
+                }
+                match parent_word.compare_exchange_weak(
+                    current,
+                    current | occupied,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(seen) => current = seen,
+                }
+            }
+            band -= 1;
+            bunch = parent_bunch;
+        }
+        Ok(())
+    }
+
+    /// Whether `node`'s own bit is set (it is allocated as a whole).
+    pub(crate) fn is_allocated(&self, tree: &[AtomicU64], node: Node) -> bool {
+        let loc = self.locate(node);
+        tree[loc.word].load(Ordering::Acquire) & loc.bit != 0
+    }
+
+    /// Release an allocated node. `Err(())` when its bit was not set (nothing changes then).
+    pub(crate) fn release(&self, tree: &[AtomicU64], node: Node) -> Result<(), ()> {
+        if self.clear_bit(tree, self.locate(node)) {
+            Ok(())
+        } else {
+            Err(())
+        }
+    }
+
+    /// Clear the bit at `loc`; `false` when it was already clear. Marks above stay (lazily).
+    fn clear_bit(&self, tree: &[AtomicU64], loc: Loc) -> bool {
+        let previous = tree[loc.word].fetch_and(!loc.bit, Ordering::AcqRel);
+        previous & loc.bit != 0
+    }
+
+    /// Clean marked child bunch `child` of bunch `bunch` in `band`: clean its own marked
+    /// children first, then, if it is empty, seal it, clear its mark and unseal it. Returns
+    /// whether the mark is gone.
+    fn clean_child(&self, tree: &[AtomicU64], band: usize, bunch: u64, child: u64) -> bool {
+        let child_band = band + 1;
+        let cb = self.bands[child_band];
+        let child_word = self.word(tree, child_band, child);
+        let mut word = child_word.load(Ordering::Acquire);
+        if word & (cb.alloc_mask() | cb.seal()) != 0 {
+            return false;
+        }
+        let mut marked = self.occupied_children(child_band, word);
+        while marked != 0 {
+            let grandchild = (child << cb.height) | marked.trailing_zeros() as u64;
+            if !self.clean_child(tree, child_band, child, grandchild) {
+                return false;
+            }
+            marked &= marked - 1;
+        }
+        word = child_word.load(Ordering::Acquire);
+        if word != 0 || child_word.compare_exchange(0, cb.seal(), Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        let j = child & low_bits(self.bands[band].height);
+        self.word(tree, band, bunch).fetch_and(!(1u64 << (OCC_SHIFT as u64 + j)), Ordering::AcqRel);
+        child_word.store(0, Ordering::Release);
+        true
+    }
+
+    /// Clean every phantom mark in the tree (before retiring a chunk, which needs its root).
+    pub(crate) fn sweep(&self, tree: &[AtomicU64]) {
+        self.sweep_bunch(tree, 0, 0);
+    }
+
+    /// Clear every mark over an empty bunch, bottom band first. `sweep` follows occupied marks
+    /// down from the root, so a mark whose parent bunch is unmarked stays: an allocation that
+    /// failed its climb at an allocated ancestor (a stale hint into a retired chunk) leaves one
+    /// under that ancestor, and once the ancestor is released nothing leads to it. Searches clean
+    /// such marks as they meet them; taking a block at an exact place on a paused pool needs
+    /// every one of them gone, which this does.
+    ///
+    /// Meant for a paused pool (the same seal protocol as
+    /// `sweep`, so it is also safe, though not complete, under concurrent allocations).
+    pub(crate) fn sweep_all(&self, tree: &[AtomicU64]) {
+        for band in (0..self.bands.len().saturating_sub(1)).rev() {
+            for bunch in 0..(1u64 << self.bands[band].top) {
+                let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+                let mut marked = self.occupied_children(band, word);
+                while marked != 0 {
+                    let child = (bunch << self.bands[band].height) | marked.trailing_zeros() as u64;
+                    self.clean_child(tree, band, bunch, child);
+                    marked &= marked - 1;
+                }
+            }
+        }
+    }
+
+    fn sweep_bunch(&self, tree: &[AtomicU64], band: usize, bunch: u64) {
+        let b = self.bands[band];
+        if b.leaf {
+            return;
+        }
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let mut marked = self.occupied_children(band, word);
+        while marked != 0 {
+            let child = (bunch << b.height) | marked.trailing_zeros() as u64;
+            if !self.clean_child(tree, band, bunch, child) {
+                self.sweep_bunch(tree, band + 1, child);
+            }
+            marked &= marked - 1;
+        }
+    }
+
+    /// Find a free node at `level` whose index is a multiple of `step` and call `claim` on it
+    /// until one claim succeeds. Partly used subtrees are tried before empty ones (so empty
+    /// ones stay whole for large requests), and within a row nodes whose buddy is taken come
+    /// first. Phantom marks in the way of a large node are cleaned.
+    pub(crate) fn search(
+        &self,
+        tree: &[AtomicU64],
+        level: u32,
+        step: u64,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        self.search_bunch(tree, 0, 0, Goal { level, step, from: None }, claim)
+    }
+
+    /// [`TreeShape::search`] that visits bunch `from` (of the band of `level`, as
+    /// [`TreeShape::bunch_of`] gives it) and what follows it first, then wraps around: a cursor,
+    /// so that searches in a crowded tree resume where the last one succeeded instead of
+    /// walking the same full bunches again.
+    pub(crate) fn search_from(
+        &self,
+        tree: &[AtomicU64],
+        level: u32,
+        step: u64,
+        from: u64,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        let band = self.band_of_level[level as usize];
+        let from = (from >> self.bands[band].top == 0).then_some(from);
+        self.search_bunch(tree, 0, 0, Goal { level, step, from }, claim)
+    }
+
+    /// The child of `bunch` (of `band`) on the path to bunch `from` of the band of `level`, if
+    /// `bunch` is on that path.
+    fn child_towards(&self, band: usize, bunch: u64, level: u32, from: Option<u64>) -> Option<u32> {
+        let target = self.band_of_level[level as usize];
+        let mut f = from?;
+        for k in band + 1..target {
+            f >>= self.bands[k].height;
+        }
+        let height = self.bands[band].height;
+        (f >> height == bunch).then(|| (f & low_bits(height)) as u32)
+    }
+
+    /// Try only bunch `bunch` of the band of `level` (a hint from an earlier success).
+    pub(crate) fn search_in_bunch(
+        &self,
+        tree: &[AtomicU64],
+        level: u32,
+        bunch: u64,
+        step: u64,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        let band = self.band_of_level[level as usize];
+        if bunch >> self.bands[band].top != 0 {
+            return None;
+        }
+        self.claim_in_row(tree, band, bunch, level, step, claim)
+    }
+
+    /// The bunch (within its band) that holds `node`: the hint to give `search_in_bunch`.
+    pub(crate) fn bunch_of(&self, node: Node) -> u64 {
+        self.locate(node).bunch
+    }
+
+    fn align_mask(bunch: u64, r: u32, step: u64) -> u64 {
+        let width = 1u64 << r;
+        if step <= 1 {
+            low_bits(width as u32)
+        } else if step <= width {
+            every_nth(step) & low_bits(width as u32)
+        } else if (bunch << r) % step == 0 {
+            1
+        } else {
+            0
+        }
+    }
+
+    fn claim_in_row(
+        &self,
+        tree: &[AtomicU64],
+        band: usize,
+        bunch: u64,
+        level: u32,
+        step: u64,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        let b = self.bands[band];
+        let r = level - b.top;
+        let align = Self::align_mask(bunch, r, step);
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let mut avail = self.available_row(band, word, r) & align;
+        while avail != 0 {
+            let preferred = avail & !siblings(avail);
+            let pick = if preferred != 0 { preferred } else { avail }.trailing_zeros() as u64;
+            let node = Node { level, index: (bunch << r) | pick };
+            match claim(node) {
+                Ok(()) => return Some(node),
+                Err(Conflict::Ancestor) => return None,
+                Err(Conflict::Taken) => avail &= !(1 << pick),
+            }
+        }
+        if b.leaf || word & b.occ_mask() == 0 {
+            return None;
+        }
+        // Nodes kept only by marks: clean the marked children below one, then claim it.
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let mut candidates = self.available_row(band, word & !b.occ_mask(), r) & align;
+        while candidates != 0 {
+            let pos = candidates.trailing_zeros() as u64;
+            candidates &= candidates - 1;
+            let span = b.height - r;
+            let below = self.occupied_children(band, word) & (low_bits(1 << span) << (pos << span));
+            let mut marked = below;
+            let mut cleaned = true;
+            while marked != 0 && cleaned {
+                let child = (bunch << b.height) | marked.trailing_zeros() as u64;
+                cleaned = self.clean_child(tree, band, bunch, child);
+                marked &= marked - 1;
+            }
+            if !cleaned {
+                continue;
+            }
+            let node = Node { level, index: (bunch << r) | pos };
+            match claim(node) {
+                Ok(()) => return Some(node),
+                Err(Conflict::Ancestor) => return None,
+                Err(Conflict::Taken) => {}
+            }
+        }
+        None
+    }
+
+    fn search_bunch(
+        &self,
+        tree: &[AtomicU64],
+        band: usize,
+        bunch: u64,
+        goal: Goal,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        let Goal { level, step, from } = goal;
+        let b = self.bands[band];
+        if level < b.top + b.height {
+            return self.claim_in_row(tree, band, bunch, level, step, claim);
+        }
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        if word & b.seal() != 0 {
+            return None;
+        }
+        let enterable = self.enterable_children(band, word);
+        let occupied = self.occupied_children(band, word);
+        let start = self.child_towards(band, bunch, level, from);
+        for j in rotated(enterable & occupied, start.unwrap_or(0)) {
+            let child = (bunch << b.height) | u64::from(j);
+            let from = if Some(j) == start { from } else { None };
+            if let Some(node) = self.search_bunch(tree, band + 1, child, Goal { from, ..goal }, claim) {
+                return Some(node);
+            }
+        }
+        for j in rotated(enterable & !occupied, start.unwrap_or(0)) {
+            let child = (bunch << b.height) | u64::from(j);
+            // An unmarked child bunch is empty: its leftmost aligned node at `level` is free
+            // unless someone just took it; fall back to a normal search of the child then.
+            let child_top = self.bands[band + 1].top;
+            let first = child << (level - child_top);
+            let count = 1u64 << (level - child_top);
+            let aligned = first.div_ceil(step) * step;
+            if aligned < first + count {
+                let node = Node { level, index: aligned };
+                match claim(node) {
+                    Ok(()) => return Some(node),
+                    Err(Conflict::Ancestor) => return None,
+                    Err(Conflict::Taken) => {
+                        if let Some(node) = self.search_bunch(tree, band + 1, child, Goal { from: None, ..goal }, claim)
+                        {
+                            return Some(node);
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether bunch `bunch` of `band` and everything below it hold no allocation (marks of
+    /// empty children and allocated nodes that `reclaimable` accepts do not count).
+    fn effectively_empty(
+        &self,
+        tree: &[AtomicU64],
+        band: usize,
+        bunch: u64,
+        reclaimable: &dyn Fn(Node) -> bool,
+    ) -> bool {
+        let b = self.bands[band];
+        let word = self.effective_word(tree, band, bunch, reclaimable);
+        word & (b.alloc_mask() | b.occ_mask() | b.seal()) == 0
+    }
+
+    /// A bunch's word with the allocated bits of `reclaimable` nodes cleared and the marks of
+    /// effectively empty children removed.
+    fn effective_word(&self, tree: &[AtomicU64], band: usize, bunch: u64, reclaimable: &dyn Fn(Node) -> bool) -> u64 {
+        let b = self.bands[band];
+        let mut word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let mut allocated = word & b.alloc_mask();
+        while allocated != 0 {
+            let bit = allocated.trailing_zeros();
+            let r = 63 - (bit as u64 + 1).leading_zeros(); // heap row of the bit
+            let node = Node { level: b.top + r, index: (bunch << r) | (bit as u64 + 1 - (1 << r)) };
+            if reclaimable(node) {
+                word &= !(1u64 << bit);
+            }
+            allocated &= allocated - 1;
+        }
+        let mut marked = self.occupied_children(band, word);
+        while marked != 0 {
+            let j = marked.trailing_zeros() as u64;
+            if self.effectively_empty(tree, band + 1, (bunch << b.height) | j, reclaimable) {
+                word &= !(1u64 << (OCC_SHIFT as u64 + j));
+            }
+            marked &= marked - 1;
+        }
+        word
+    }
+
+    /// The highest level (largest block) at which a node is free now, `None` when nothing is.
+    /// Phantom marks do not count. Meant for a quiescent tree; under concurrent use it is a
+    /// snapshot of a moving target.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn largest_free_level(&self, tree: &[AtomicU64]) -> Option<u32> {
+        self.largest_free_level_with(tree, &|_| false)
+    }
+
+    /// [`TreeShape::largest_free_level`], counting the allocated nodes `reclaimable` accepts as
+    /// free (blocks that an allocation would take back before it fails).
+    pub(crate) fn largest_free_level_with(
+        &self,
+        tree: &[AtomicU64],
+        reclaimable: &dyn Fn(Node) -> bool,
+    ) -> Option<u32> {
+        self.largest_free_in(tree, 0, 0, reclaimable)
+    }
+
+    fn largest_free_in(
+        &self,
+        tree: &[AtomicU64],
+        band: usize,
+        bunch: u64,
+        reclaimable: &dyn Fn(Node) -> bool,
+    ) -> Option<u32> {
+        let b = self.bands[band];
+        let word = self.effective_word(tree, band, bunch, reclaimable);
+        for r in 0..b.height {
+            if self.available_row(band, word, r) != 0 {
+                return Some(b.top + r);
+            }
+        }
+        if b.leaf || word & b.seal() != 0 {
+            return None;
+        }
+        let enterable = self.enterable_children(band, word);
+        let occupied = self.occupied_children(band, word);
+        if enterable & !occupied != 0 {
+            return Some(b.top + b.height);
+        }
+        let mut best: Option<u32> = None;
+        let mut partial = enterable & occupied;
+        while partial != 0 {
+            let child = (bunch << b.height) | partial.trailing_zeros() as u64;
+            if let Some(level) = self.largest_free_in(tree, band + 1, child, reclaimable) {
+                best = Some(best.map_or(level, |l| l.min(level)));
+            }
+            partial &= partial - 1;
+        }
+        best
+    }
+
+    /// Every allocated node, in address order. Meant for a quiescent tree.
+    pub(crate) fn for_each_allocated(&self, tree: &[AtomicU64], f: &mut dyn FnMut(Node)) {
+        self.allocated_in(tree, 0, 0, f);
+    }
+
+    fn allocated_in(&self, tree: &[AtomicU64], band: usize, bunch: u64, f: &mut dyn FnMut(Node)) {
+        let b = self.bands[band];
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        if word == 0 {
+            return;
+        }
+        // Nodes in address order: visit the bunch's rows, then the children, ordered by start.
+        let mut found: Vec<Node> = Vec::new();
+        for r in 0..b.height {
+            let mut row = row_of(word, r);
+            while row != 0 {
+                let pos = row.trailing_zeros() as u64;
+                found.push(Node { level: b.top + r, index: (bunch << r) | pos });
+                row &= row - 1;
+            }
+        }
+        let mut children: Vec<u64> = Vec::new();
+        let mut occupied = self.occupied_children(band, word);
+        while occupied != 0 {
+            children.push((bunch << b.height) | occupied.trailing_zeros() as u64);
+            occupied &= occupied - 1;
+        }
+        found.sort_by_key(|n| n.start(self.depth));
+        let child_top = b.top + b.height;
+        let mut next_child = children.into_iter().peekable();
+        for node in found {
+            while let Some(&child) = next_child.peek() {
+                let child_start = Node { level: child_top, index: child }.start(self.depth);
+                if child_start >= node.start(self.depth) {
+                    break;
+                }
+                self.allocated_in(tree, band + 1, child, f);
+                next_child.next();
+            }
+            f(node);
+        }
+        for child in next_child {
+            self.allocated_in(tree, band + 1, child, f);
+        }
+    }
+
+    /// Check the structural invariants of a quiescent tree; report each violation through
+    /// `report` with the word index and what is wrong. Marks over empty bunches are allowed
+    /// (coalescing is lazy); a non-empty bunch without its mark is not.
+    pub(crate) fn check(&self, tree: &[AtomicU64], report: &mut dyn FnMut(String)) {
+        for (band, b) in self.bands.iter().enumerate() {
+            for bunch in 0..(1u64 << b.top) {
+                let index = b.base + bunch as usize;
+                let word = tree[index].load(Ordering::Acquire);
+                let allowed = b.alloc_mask() | b.occ_mask();
+                if word & !allowed != 0 {
+                    report(format!("tree word {index}: stray or seal bits {:#x}", word & !allowed));
+                }
+                let mut down = 0;
+                for r in 0..b.height {
+                    let row = row_of(word, r);
+                    if to_children(down) & row != 0 {
+                        report(format!(
+                            "tree word {index}: nested allocation at level {} (an ancestor is allocated)",
+                            b.top + r
+                        ));
+                    }
+                    down = to_children(down) | row;
+                }
+                if !b.leaf {
+                    let occupied = self.occupied_children(band, word);
+                    for j in 0..(1u64 << b.height) {
+                        let child = (bunch << b.height) | j;
+                        let child_empty = self.effectively_empty(tree, band + 1, child, &|_| false);
+                        let marked = occupied & (1 << j) != 0;
+                        if !marked && !child_empty {
+                            report(format!(
+                                "tree word {index}: child bunch {child} holds allocations but is not marked occupied"
+                            ));
+                        }
+                        if !child_empty && to_children(down) & (1 << j) != 0 {
+                            report(format!(
+                                "tree word {index}: an allocated node covers child bunch {child}, which holds allocations"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The maximal aligned nodes that exactly cover units `[from, to)`, in address order.
+    pub(crate) fn cover(&self, from: u64, to: u64) -> Vec<Node> {
+        let total = 1u64 << self.depth;
+        debug_assert!(from <= to && to <= total);
+        let mut nodes = Vec::new();
+        let mut start = from;
+        while start < to {
+            let mut units = if start == 0 { total } else { 1u64 << start.trailing_zeros() };
+            while start + units > to {
+                units >>= 1;
+            }
+            nodes.push(Node::covering(self.depth, start, units));
+            start += units;
+        }
+        nodes
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    fn tree(shape: &TreeShape) -> Vec<AtomicU64> {
+        (0..shape.words()).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    fn alloc(shape: &TreeShape, t: &[AtomicU64], level: u32) -> Option<Node> {
+        shape.search(t, level, 1, &mut |n| shape.try_alloc(t, n))
+    }
+
+    fn check_clean(shape: &TreeShape, t: &[AtomicU64]) {
+        let mut findings = Vec::new();
+        shape.check(t, &mut |f| findings.push(f));
+        assert!(findings.is_empty(), "{findings:?}");
+    }
+
+    #[test]
+    fn bands_of_a_default_chunk() {
+        // 2 MiB chunk of 256-byte leaves: 14 levels = 4 + 4 + 6.
+        let shape = TreeShape::new(13);
+        assert_eq!(shape.bands(), 3);
+        assert_eq!(shape.bands[0].height, 4);
+        assert_eq!(shape.bands[2].height, 6);
+        assert_eq!(shape.bands[2].top, 8);
+        // 1 + 16 + 256 words, padded to 16.
+        assert_eq!(shape.words(), 288);
+        // A tiny tree is a single leaf bunch.
+        let tiny = TreeShape::new(3);
+        assert_eq!(tiny.bands(), 1);
+        assert!(tiny.bands[0].leaf);
+    }
+
+    #[test]
+    fn fills_every_level_exactly() {
+        for depth in [1u32, 3, 5, 6, 7, 9, 13] {
+            let shape = TreeShape::new(depth);
+            for level in 0..=depth {
+                let t = tree(&shape);
+                let mut seen = HashSet::new();
+                for _ in 0..(1u64 << level) {
+                    let node = alloc(&shape, &t, level).expect("room left");
+                    assert_eq!(node.level, level);
+                    assert!(seen.insert(node.index), "node handed out twice");
+                }
+                assert_eq!(alloc(&shape, &t, level), None, "depth {depth} level {level}");
+                assert_eq!(alloc(&shape, &t, depth), None);
+                check_clean(&shape, &t);
+                for index in seen {
+                    shape.release(&t, Node { level, index }).unwrap();
+                }
+                check_clean(&shape, &t);
+                // Fully merged again (the search cleans the phantom marks): the root is free.
+                assert_eq!(shape.largest_free_level(&t), Some(0));
+                assert_eq!(alloc(&shape, &t, 0), Some(Node { level: 0, index: 0 }));
+            }
+        }
+    }
+
+    #[test]
+    fn nested_allocations_are_refused() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        let big = Node { level: 5, index: 3 };
+        shape.try_alloc(&t, big).unwrap();
+        // A leaf inside it: same region, deeper band; the climb meets the ancestor.
+        let leaf = Node { level: 13, index: 3 << 8 };
+        assert_eq!(shape.try_alloc(&t, leaf), Err(Conflict::Ancestor));
+        // The parent: its bunch sees the allocated child below it.
+        assert_eq!(shape.try_alloc(&t, Node { level: 4, index: 1 }), Err(Conflict::Taken));
+        assert_eq!(shape.try_alloc(&t, big), Err(Conflict::Taken));
+        check_clean(&shape, &t);
+        shape.release(&t, big).unwrap();
+        assert_eq!(shape.release(&t, big), Err(()));
+        shape.try_alloc(&t, leaf).unwrap();
+        assert_eq!(shape.try_alloc(&t, big), Err(Conflict::Taken));
+        assert_eq!(shape.try_alloc(&t, Node { level: 0, index: 0 }), Err(Conflict::Taken));
+        check_clean(&shape, &t);
+    }
+
+    #[test]
+    fn conflict_masks_agree_with_row_availability() {
+        let shape = TreeShape::new(13);
+        let mut rng = 0x1234_5678_9ABC_DEF1u64;
+        for _ in 0..20_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let sparse = rng & (rng >> 3) & (rng >> 7);
+            for (band, b) in shape.bands.iter().enumerate() {
+                let word = if b.leaf { sparse & low_bits(63) } else { sparse & 0xFFFF_7FFF };
+                for r in 0..b.height {
+                    let row = shape.available_row(band, word, r);
+                    for pos in 0..(1u64 << r) {
+                        let k = ((1u64 << r) - 1 + pos) as usize;
+                        let free = word & shape.conflicts[band][k] == 0;
+                        assert_eq!(free, row & (1 << pos) != 0, "band {band} row {r} pos {pos} word {word:#x}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn coalescing_is_lazy_and_cleaning_restores_large_nodes() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        let leaf = alloc(&shape, &t, 13).unwrap();
+        shape.release(&t, leaf).unwrap();
+        // The marks above the emptied leaf bunch stay: the root is not allocatable as is...
+        assert_eq!(shape.try_alloc(&t, Node { level: 0, index: 0 }), Err(Conflict::Taken));
+        // ...but nothing is lost: stats see the whole chunk free, a search cleans the marks.
+        assert_eq!(shape.largest_free_level(&t), Some(0));
+        check_clean(&shape, &t);
+        let untouched = alloc(&shape, &t, 1).unwrap();
+        assert_eq!(untouched.index, 1, "an unmarked half is taken before cleaning");
+        let cleaned = alloc(&shape, &t, 1).expect("the marked half is cleaned and taken");
+        assert_eq!(cleaned.index, 0);
+        check_clean(&shape, &t);
+        shape.release(&t, untouched).unwrap();
+        shape.release(&t, cleaned).unwrap();
+        shape.sweep(&t);
+        assert!(t.iter().all(|w| w.load(Ordering::Relaxed) == 0), "a sweep leaves no marks");
+        shape.try_alloc(&t, Node { level: 0, index: 0 }).unwrap();
+    }
+
+    #[test]
+    fn climbs_through_marked_bunches_write_nothing_above() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        let a = alloc(&shape, &t, 13).unwrap();
+        let root_word = t[0].load(Ordering::Relaxed);
+        let b = alloc(&shape, &t, 13).unwrap();
+        assert_eq!(t[0].load(Ordering::Relaxed), root_word, "the second climb only read the root");
+        shape.release(&t, a).unwrap();
+        shape.release(&t, b).unwrap();
+    }
+
+    #[test]
+    fn largest_free_level_tracks_splits() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        assert_eq!(shape.largest_free_level(&t), Some(0));
+        let leaf = alloc(&shape, &t, 13).unwrap();
+        assert_eq!(shape.largest_free_level(&t), Some(1));
+        let half = alloc(&shape, &t, 1).unwrap();
+        assert_eq!(half.index, 1, "the empty half is taken whole");
+        assert_eq!(shape.largest_free_level(&t), Some(2));
+        shape.release(&t, leaf).unwrap();
+        assert_eq!(shape.largest_free_level(&t), Some(1));
+        shape.release(&t, half).unwrap();
+        assert_eq!(shape.largest_free_level(&t), Some(0));
+    }
+
+    #[test]
+    fn a_cursor_search_starts_at_its_bunch_and_wraps_around() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        let per_bunch = 1u64 << (13 - shape.bands[shape.band_of_level[13]].top); // leaves per bunch
+                                                                                 // Partly fill leaf bunches 3 and 200 (under inner bunches 0 and 12 of 16): a plain search
+                                                                                 // takes the lowest partial bunch; a cursor takes the first one at or after it, wrapping
+                                                                                 // around inside its inner bunch first, then across inner bunches.
+        for bunch in [3u64, 200] {
+            shape.try_alloc(&t, Node { level: 13, index: bunch * per_bunch }).unwrap();
+        }
+        let plain = alloc(&shape, &t, 13).unwrap();
+        assert_eq!(plain.index / per_bunch, 3);
+        let from = |bunch: u64| shape.search_from(&t, 13, 1, bunch, &mut |n| shape.try_alloc(&t, n)).unwrap();
+        assert_eq!(from(100).index / per_bunch, 200);
+        assert_eq!(from(201).index / per_bunch, 200, "wraps around inside inner bunch 12 first");
+        assert_eq!(from(208).index / per_bunch, 3, "past inner bunch 12 it wraps around to 0");
+        // A cursor outside the band is ignored (a hint from another geometry): a plain search.
+        assert_eq!(from(1 << 40).index / per_bunch, 3);
+        check_clean(&shape, &t);
+    }
+
+    #[test]
+    fn alignment_steps_are_honoured() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        let first = alloc(&shape, &t, 13).unwrap();
+        assert_eq!(first.index, 0);
+        let aligned = shape.search(&t, 13, 16, &mut |n| shape.try_alloc(&t, n)).unwrap();
+        assert_eq!(aligned.index % 16, 0);
+        assert_ne!(aligned.index, 0);
+    }
+
+    #[test]
+    fn enumerates_allocations_in_address_order() {
+        let shape = TreeShape::new(13);
+        let t = tree(&shape);
+        let mut expected = Vec::new();
+        for level in [13u32, 3, 9, 13, 7, 12] {
+            expected.push(alloc(&shape, &t, level).unwrap());
+        }
+        expected.sort_by_key(|n| n.start(13));
+        let mut seen = Vec::new();
+        shape.for_each_allocated(&t, &mut |n| seen.push(n));
+        assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn cover_is_exact_and_maximal() {
+        let shape = TreeShape::new(13);
+        let total = 1u64 << 13;
+        for (from, to) in [(0, total), (0, 6144), (6144, total), (5, 77), (100, 101)] {
+            let nodes = shape.cover(from, to);
+            let mut at = from;
+            for n in &nodes {
+                assert_eq!(n.start(13), at);
+                at += n.units(13);
+            }
+            assert_eq!(at, to);
+        }
+        assert_eq!(shape.cover(0, total), vec![Node { level: 0, index: 0 }]);
+        assert_eq!(shape.cover(0, 6144).len(), 2);
+    }
+
+    #[test]
+    fn concurrent_alloc_free_never_overlaps() {
+        let shape = Arc::new(TreeShape::new(10));
+        let t: Arc<Vec<AtomicU64>> = Arc::new(tree(&shape));
+        let owners: Arc<Vec<AtomicU64>> = Arc::new((0..1024).map(|_| AtomicU64::new(0)).collect());
+        let threads: Vec<_> = (0..4u64)
+            .map(|id| {
+                let (shape, t, owners) = (shape.clone(), t.clone(), owners.clone());
+                std::thread::spawn(move || {
+                    let mut rng = id * 7919 + 1;
+                    let mut held: Vec<Node> = Vec::new();
+                    for _ in 0..20_000 {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        if held.len() < 8 && rng % 3 != 0 {
+                            let level = 4 + (rng >> 8) as u32 % 7;
+                            if let Some(n) = shape.search(&t, level, 1, &mut |n| shape.try_alloc(&t, n)) {
+                                for u in n.start(10)..n.start(10) + n.units(10) {
+                                    let prev = owners[u as usize].swap(id + 1, Ordering::SeqCst);
+                                    assert_eq!(prev, 0, "unit {u} handed out twice");
+                                }
+                                held.push(n);
+                            }
+                        } else if let Some(n) = held.pop() {
+                            for u in n.start(10)..n.start(10) + n.units(10) {
+                                assert_eq!(owners[u as usize].swap(0, Ordering::SeqCst), id + 1);
+                            }
+                            shape.release(&t, n).unwrap();
+                        }
+                    }
+                    for n in held {
+                        for u in n.start(10)..n.start(10) + n.units(10) {
+                            owners[u as usize].store(0, Ordering::SeqCst);
+                        }
+                        shape.release(&t, n).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        check_clean(&shape, &t);
+        assert_eq!(shape.largest_free_level(&t), Some(0), "everything merged back");
+    }
+
+    #[test]
+    fn an_orphan_mark_under_a_released_ancestor_is_cleaned() {
+        let shape = TreeShape::new(13);
+        let tree: Vec<AtomicU64> = (0..shape.words()).map(|_| AtomicU64::new(0)).collect();
+        let root = Node { level: 0, index: 0 };
+        shape.try_alloc(&tree, root).unwrap();
+        // A leaf allocation that fails at the allocated root leaves its marks below it.
+        assert!(shape.try_alloc(&tree, Node { level: 13, index: 3100 }).is_err());
+        shape.release(&tree, root).unwrap();
+        let big = Node { level: 4, index: 6 }; // covers leaf 3100
+        shape.sweep(&tree);
+        assert!(shape.try_alloc(&tree, big).is_err(), "sweep does not reach the orphan mark");
+        shape.sweep_all(&tree);
+        shape.try_alloc(&tree, big).expect("sweep_all cleaned it");
+        shape.release(&tree, big).unwrap();
+        shape.sweep_all(&tree);
+        shape.try_alloc(&tree, root).expect("nothing left behind");
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! Exhaustive interleavings of the claim/climb/release/clean protocol on trees of three
+    //! levels cut into three bands of height one, so that every step crosses a word boundary.
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    fn setup() -> (Arc<TreeShape>, Arc<Vec<AtomicU64>>) {
+        let shape = TreeShape::with_heights(2, 1, 1);
+        let t = (0..shape.words()).map(|_| AtomicU64::new(0)).collect();
+        (Arc::new(shape), Arc::new(t))
+    }
+
+    fn overlaps(a: Node, b: Node) -> bool {
+        let (a0, a1) = (a.start(2), a.start(2) + a.units(2));
+        let (b0, b1) = (b.start(2), b.start(2) + b.units(2));
+        a0 < b1 && b0 < a1
+    }
+
+    fn quiescent_ok(shape: &TreeShape, t: &[AtomicU64]) {
+        let mut findings = Vec::new();
+        shape.check(t, &mut |f| findings.push(f));
+        assert!(findings.is_empty(), "{findings:?}");
+    }
+
+    fn search(shape: &TreeShape, t: &[AtomicU64], level: u32) -> Option<Node> {
+        shape.search(t, level, 1, &mut |n| shape.try_alloc(t, n))
+    }
+
+    #[test]
+    fn leaf_and_ancestor_race_never_both_win() {
+        loom::model(|| {
+            let (shape, t) = setup();
+            let (s2, t2) = (shape.clone(), t.clone());
+            let leaf = Node { level: 2, index: 1 };
+            let parent = Node { level: 1, index: 0 };
+            let h = thread::spawn(move || s2.try_alloc(&t2, leaf).is_ok());
+            let got_parent = shape.try_alloc(&t, parent).is_ok();
+            let got_leaf = h.join().unwrap();
+            assert!(!(got_leaf && got_parent), "overlapping blocks both allocated");
+            assert!(got_leaf || got_parent, "both failed although one always fits");
+            quiescent_ok(&shape, &t);
+        });
+    }
+
+    #[test]
+    fn concurrent_frees_then_merge() {
+        loom::model(|| {
+            let (shape, t) = setup();
+            let a = Node { level: 2, index: 0 };
+            let b = Node { level: 2, index: 1 };
+            shape.try_alloc(&t, a).unwrap();
+            shape.try_alloc(&t, b).unwrap();
+            let (s2, t2) = (shape.clone(), t.clone());
+            let h = thread::spawn(move || s2.release(&t2, b).unwrap());
+            shape.release(&t, a).unwrap();
+            h.join().unwrap();
+            quiescent_ok(&shape, &t);
+            // Nothing is lost: the lazy marks clean up and the root is free again.
+            assert_eq!(search(&shape, &t, 0), Some(Node { level: 0, index: 0 }));
+        });
+    }
+
+    #[test]
+    fn cleaning_races_a_leaf_allocation_and_an_ancestor_allocation() {
+        // A phantom mark over an empty leaf bunch; one thread cleans it (searching for the
+        // parent node), another allocates a leaf in that bunch, passing the mark with a load.
+        loom::model(|| {
+            let (shape, t) = setup();
+            let old = Node { level: 2, index: 0 };
+            shape.try_alloc(&t, old).unwrap();
+            shape.release(&t, old).unwrap();
+            let (s2, t2) = (shape.clone(), t.clone());
+            let leaf = thread::spawn(move || s2.try_alloc(&t2, Node { level: 2, index: 1 }).ok());
+            let parent = search(&shape, &t, 1);
+            let leaf = leaf.join().unwrap().map(|_| Node { level: 2, index: 1 });
+            if let (Some(l), Some(p)) = (leaf, parent) {
+                assert!(!overlaps(l, p), "{l:?} overlaps {p:?}");
+            }
+            quiescent_ok(&shape, &t);
+        });
+    }
+
+    #[test]
+    fn free_racing_an_ancestor_allocation() {
+        loom::model(|| {
+            let (shape, t) = setup();
+            let leaf = Node { level: 2, index: 2 };
+            shape.try_alloc(&t, leaf).unwrap();
+            let (s2, t2) = (shape.clone(), t.clone());
+            let h = thread::spawn(move || s2.release(&t2, leaf).unwrap());
+            let parent = search(&shape, &t, 1);
+            h.join().unwrap();
+            quiescent_ok(&shape, &t);
+            if let Some(n) = parent {
+                shape.release(&t, n).unwrap();
+            }
+            assert_eq!(search(&shape, &t, 0), Some(Node { level: 0, index: 0 }));
+        });
+    }
+
+    #[test]
+    fn three_threads_alloc_free_and_clean() {
+        loom::model(|| {
+            let (shape, t) = setup();
+            let held = Node { level: 2, index: 3 };
+            shape.try_alloc(&t, held).unwrap();
+            let (s1, t1) = (shape.clone(), t.clone());
+            let freer = thread::spawn(move || s1.release(&t1, held).unwrap());
+            let (s2, t2) = (shape.clone(), t.clone());
+            let leaf_taker = thread::spawn(move || search(&s2, &t2, 2));
+            let half = search(&shape, &t, 1);
+            freer.join().unwrap();
+            let leaf = leaf_taker.join().unwrap();
+            if let (Some(l), Some(h)) = (leaf, half) {
+                assert!(!overlaps(l, h), "{l:?} overlaps {h:?}");
+            }
+            quiescent_ok(&shape, &t);
+            for n in [leaf, half].into_iter().flatten() {
+                shape.release(&t, n).unwrap();
+            }
+            shape.sweep(&t);
+            quiescent_ok(&shape, &t);
+            assert!(shape.try_alloc(&t, Node { level: 0, index: 0 }).is_ok());
+        });
+    }
+
+    #[test]
+    fn two_leaves_of_one_bunch_race_an_ancestor_two_bands_up() {
+        // Leaf bunches of two leaves, so two allocations can share one: the second may pass
+        // the mark the first just set, but must still check every band above it.
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(3, 2, 1));
+            let t: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let spawn_alloc = |node: Node| {
+                let (s, t) = (shape.clone(), t.clone());
+                thread::spawn(move || s.try_alloc(&t, node).is_ok().then_some(node))
+            };
+            let first = spawn_alloc(Node { level: 3, index: 0 });
+            let second = spawn_alloc(Node { level: 3, index: 1 });
+            let root = Node { level: 0, index: 0 };
+            let got_root = shape.try_alloc(&t, root).is_ok();
+            let leaves: Vec<Node> = [first, second].into_iter().filter_map(|h| h.join().unwrap()).collect();
+            assert!(!(got_root && !leaves.is_empty()), "the root and {leaves:?} were both allocated");
+            let mut findings = Vec::new();
+            shape.check(&t, &mut |f| findings.push(f));
+            assert!(findings.is_empty(), "{findings:?}");
+        });
+    }
+
+    #[test]
+    fn sweep_racing_an_allocation_keeps_its_marks() {
+        // The retirement sweep against an allocation climbing through the same bunches: the
+        // committed block must keep every mark on its path, so the root stays refused.
+        loom::model(|| {
+            let (shape, t) = setup();
+            let old = Node { level: 2, index: 1 };
+            shape.try_alloc(&t, old).unwrap();
+            shape.release(&t, old).unwrap();
+            let (s2, t2) = (shape.clone(), t.clone());
+            let taker = thread::spawn(move || s2.try_alloc(&t2, Node { level: 2, index: 0 }).is_ok());
+            shape.sweep(&t);
+            let got = taker.join().unwrap();
+            quiescent_ok(&shape, &t);
+            if got {
+                assert_eq!(shape.try_alloc(&t, Node { level: 0, index: 0 }), Err(Conflict::Taken));
+                assert_eq!(shape.try_alloc(&t, Node { level: 1, index: 0 }), Err(Conflict::Taken));
+            }
+        });
+    }
+}

@@ -1,0 +1,115 @@
+//! The chunk life cycle, in one place: a chunk is *granted* from the global pool to a core
+//! (its buddy tree opened), serves that core's buddy blocks, and is *retired* back to the
+//! global pool once empty (its tree closed again); *reclaiming* retires every empty chunk that
+//! cores hold. `Pool::trim` and the allocation's last resort reclaim; a compaction grants and
+//! retires exact chunks.
+//!
+//! Chunks in the global pool have their buddy tree *retired*: the nodes covering the chunk are
+//! marked allocated, so a thread that still holds a stale hint to the chunk fails its climb and
+//! never places a block in a chunk that is now part of a run. Granting a chunk releases those
+//! nodes; retiring one allocates them, which succeeds only while the chunk is empty.
+
+use super::arena::Arena;
+use super::global::ChunkState;
+use super::slab::caches::SlabBlocks;
+
+impl Arena {
+    /// Take a free chunk from the global pool for core `core` (one that can hold a node of
+    /// `bytes` bytes).
+    pub(crate) fn grant(&self, core: usize, bytes: usize) -> Option<usize> {
+        let chunk = self.global.claim(&self.geometry, 1, bytes, 1)?;
+        self.open(chunk, core);
+        Some(chunk)
+    }
+
+    /// Grant free chunk `chunk` to core `owner` (as an allocation would, but this very chunk);
+    /// `false` (and no change) if it is not free.
+    pub(crate) fn grant_exact(&self, chunk: usize, owner: usize) -> bool {
+        if chunk >= self.geometry.chunks || !self.global.try_take(chunk, 1) {
+            return false;
+        }
+        self.open(chunk, owner);
+        true
+    }
+
+    /// Hand chunk `chunk`, just taken from the global pool, to core `owner`: its tree opens.
+    fn open(&self, chunk: usize, owner: usize) {
+        self.global.set_state(chunk, ChunkState::Core(owner));
+        self.cores[owner].own(chunk);
+        let tree = self.tree(chunk);
+        for node in self.retire_nodes(chunk) {
+            self.shape.release(tree, node).expect("a chunk in the global pool is retired");
+        }
+        self.space[chunk].refresh();
+    }
+
+    /// Give an empty chunk of `owner` back to the global pool; `false` if it is not empty (or
+    /// someone else is retiring it).
+    pub(crate) fn retire(&self, chunk: usize, owner: usize) -> bool {
+        let tree = self.tree(chunk);
+        // Coalescing is lazy: clear the marks of emptied bunches so the cover nodes fit.
+        self.shape.sweep(tree);
+        let nodes = self.retire_nodes(chunk);
+        for (i, &node) in nodes.iter().enumerate() {
+            if self.shape.try_alloc(tree, node).is_err() {
+                for &n in &nodes[..i] {
+                    let _ = self.shape.release(tree, n);
+                }
+                self.space[chunk].refresh();
+                return false;
+            }
+        }
+        self.cores[owner].disown(chunk);
+        self.global.set_state(chunk, ChunkState::Free);
+        self.global.release(chunk, 1);
+        true
+    }
+
+    /// [`Arena::retire`] after a thorough sweep (`TreeShape::sweep_all`: orphan marks would
+    /// make it fail). For a paused pool.
+    pub(crate) fn retire_swept(&self, chunk: usize, owner: usize) -> bool {
+        self.shape.sweep_all(self.tree(chunk));
+        self.retire(chunk, owner)
+    }
+
+    /// A chunk of a core became empty: it stays as the core's reserve, or goes back.
+    pub(crate) fn chunk_became_empty(&self, chunk: usize) {
+        if let ChunkState::Core(owner) = self.global.state(chunk) {
+            let still_reserve = |c: usize| self.global.state(c) == ChunkState::Core(owner) && self.chunk_is_empty(c);
+            if !self.cores[owner].keep_in_reserve(chunk, still_reserve) {
+                self.retire(chunk, owner);
+            }
+        }
+    }
+
+    /// Retire every empty chunk that cores hold (reserves included); `swept`: after a thorough
+    /// sweep each (a paused pool, where a compaction wants whole free runs). Returns how many
+    /// went back.
+    pub(crate) fn reclaim_empty_chunks(&self, swept: bool) -> usize {
+        let mut reclaimed = 0;
+        for owner in 0..self.cores.len() {
+            let owned: Vec<usize> = self.cores[owner].owned().collect();
+            for chunk in owned {
+                let retired = match swept {
+                    true => self.chunk_is_empty(chunk) && self.retire_swept(chunk, owner),
+                    false => self.chunk_is_empty(chunk) && self.retire(chunk, owner),
+                };
+                if retired {
+                    reclaimed += 1;
+                }
+            }
+        }
+        reclaimed
+    }
+
+    /// Every empty chunk that cores hold, after a thorough sweep (see `reclaim_empty_chunks`).
+    pub(crate) fn retire_empty_chunks(&self) -> usize {
+        self.reclaim_empty_chunks(true)
+    }
+
+    /// What an allocation does before it fails, on a paused pool: all-free slabs and empty
+    /// chunks go back. Returns how many slabs and chunks went.
+    pub(crate) fn reclaim_all(&self) -> usize {
+        self.slabs.reclaim(self as &dyn SlabBlocks) + self.retire_empty_chunks()
+    }
+}

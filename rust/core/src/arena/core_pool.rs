@@ -1,0 +1,127 @@
+//! One pool per core: the set of chunks it owns (a bitmap over all chunks, so any thread can add
+//! or drop one with a single atomic operation), a search hint per tree level (the chunk and
+//! bunch of the last success or of the last local free of that size, so the next allocation of
+//! that size usually finds room at once, and a search resumes there as a cursor),
+//! and the few fully free chunks it keeps in reserve instead of giving them back (so a core that
+//! empties and refills a chunk does not trade it with the global pool each time).
+
+use crate::config::MAX_TREE_DEPTH;
+use crate::util::sync::{AtomicU64, Ordering};
+
+pub(crate) struct CorePool {
+    owned: Box<[AtomicU64]>,
+    /// Per level: `(chunk + 1) << 32 | bunch`, 0 meaning no hint. Inline, so that it shares the
+    /// padded lines of this core only: a hint is written on most allocations and local frees.
+    hints: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
+    /// Reserve slots: `chunk + 1`, or 0 for an empty slot.
+    reserve: Box<[AtomicU64]>,
+}
+
+impl CorePool {
+    pub(crate) fn new(chunks: usize, levels: usize, reserve: usize) -> CorePool {
+        assert!(levels <= MAX_TREE_DEPTH as usize + 1, "a tree has at most MAX_TREE_DEPTH + 1 levels");
+        CorePool {
+            owned: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            hints: std::array::from_fn(|_| AtomicU64::new(0)),
+            reserve: (0..reserve).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    pub(crate) fn own(&self, chunk: usize) {
+        self.owned[chunk / 64].fetch_or(1 << (chunk % 64), Ordering::AcqRel);
+    }
+
+    pub(crate) fn disown(&self, chunk: usize) {
+        self.owned[chunk / 64].fetch_and(!(1 << (chunk % 64)), Ordering::AcqRel);
+    }
+
+    pub(crate) fn owns(&self, chunk: usize) -> bool {
+        self.owned[chunk / 64].load(Ordering::Acquire) & (1 << (chunk % 64)) != 0
+    }
+
+    /// The owned chunks in address order.
+    pub(crate) fn owned(&self) -> impl Iterator<Item = usize> + '_ {
+        self.owned.iter().enumerate().flat_map(|(w, word)| {
+            let mut bits = word.load(Ordering::Acquire);
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    w * 64 + b
+                })
+            })
+        })
+    }
+
+    #[inline]
+    pub(crate) fn hint(&self, level: u32) -> Option<(usize, u64)> {
+        let h = self.hints[level as usize].load(Ordering::Relaxed);
+        (h != 0).then(|| ((h >> 32) as usize - 1, h & 0xFFFF_FFFF))
+    }
+
+    #[inline]
+    pub(crate) fn set_hint(&self, level: u32, chunk: usize, bunch: u64) {
+        let h = ((chunk as u64 + 1) << 32) | bunch;
+        if self.hints[level as usize].load(Ordering::Relaxed) != h {
+            self.hints[level as usize].store(h, Ordering::Relaxed);
+        }
+    }
+
+    /// `chunk` just became empty: keep it in reserve if it is already there or a slot is free
+    /// (or holds a chunk that is no longer a reserve: refilled, or given away). `still_reserve`
+    /// tells whether a slot's chunk is still an empty chunk of this core. `false`: retire it.
+    pub(crate) fn keep_in_reserve(&self, chunk: usize, still_reserve: impl Fn(usize) -> bool) -> bool {
+        let tag = chunk as u64 + 1;
+        if self.reserve.iter().any(|slot| slot.load(Ordering::Acquire) == tag) {
+            return true;
+        }
+        for slot in self.reserve.iter() {
+            let held = slot.load(Ordering::Acquire);
+            if (held == 0 || !still_reserve(held as usize - 1))
+                && slot.compare_exchange(held, tag, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_iteration_wraps_from_a_start() {
+        let c = CorePool::new(200, 14, 1);
+        for chunk in [3, 64, 70, 130, 199] {
+            c.own(chunk);
+        }
+        assert_eq!(c.owned().collect::<Vec<_>>(), vec![3, 64, 70, 130, 199]);
+        c.disown(70);
+        assert!(!c.owns(70) && c.owns(64));
+        assert_eq!(CorePool::new(0, 1, 1).owned().count(), 0);
+    }
+
+    #[test]
+    fn reserve_keeps_a_few_empty_chunks() {
+        let c = CorePool::new(10, 14, 2);
+        let empty = |chunk: usize| chunk != 3; // chunk 3 got refilled
+        assert!(c.keep_in_reserve(3, empty));
+        assert!(c.keep_in_reserve(5, empty));
+        assert!(c.keep_in_reserve(5, empty), "already in reserve");
+        assert!(c.keep_in_reserve(7, empty), "replaces chunk 3, which is no longer empty");
+        assert!(!c.keep_in_reserve(8, empty), "both slots hold empty chunks");
+        assert!(!CorePool::new(10, 14, 0).keep_in_reserve(1, empty));
+    }
+
+    #[test]
+    fn hints_round_trip() {
+        let c = CorePool::new(10, 14, 1);
+        assert_eq!(c.hint(5), None);
+        c.set_hint(5, 0, 0);
+        assert_eq!(c.hint(5), Some((0, 0)));
+        c.set_hint(5, 9, 255);
+        assert_eq!(c.hint(5), Some((9, 255)));
+    }
+}

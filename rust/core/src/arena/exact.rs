@@ -1,0 +1,228 @@
+//! The exact-position API: take the bytes of a buddy block, a chunk run or a whole chunk at the
+//! position the caller names, or give them back, with none of the allocation path's side
+//! effects (no search, no hint, no chunk going back to the global pool by itself). Compaction
+//! uses it on a paused pool, so the only writer is the caller. Whole chunks are
+//! `Arena::grant_exact` and `Arena::retire_swept` (`chunks.rs`); slab objects
+//! `SlabCaches::claim_at` and `SlabCaches::unclaim_at` (`slab/exact.rs`).
+//!
+//! The free path (`arena/release.rs`) gives blocks back through the same primitives
+//! ([`Arena::unmark_buddy`], [`Arena::free_run`]), after its own checks.
+
+use std::collections::HashSet;
+
+use super::arena::Arena;
+use super::buddy::Node;
+use super::global::ChunkState;
+use super::layout::BuddyLayout;
+
+/// Chunks whose buddy tree was swept (`sweep_all`) during the current batch (lazy-coalescing
+/// marks cleared: a node is free for `try_alloc` exactly when no block covers any of its units).
+#[derive(Default)]
+pub(crate) struct Swept(HashSet<usize>);
+
+impl Swept {
+    /// Forget every sweep (after blocks were taken and given back again).
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl Arena {
+    /// The chunk and first unit of a buddy block of layout `b` at `offset`, if a block can
+    /// start there (on a unit, inside one chunk; packed blocks start anywhere the bank rule
+    /// allows, which the caller checks).
+    fn block_start(&self, offset: usize, b: &BuddyLayout) -> Option<(usize, u64)> {
+        let chunk = self.geometry.chunk_of(offset);
+        let within = self.geometry.unit_in_chunk(offset);
+        if chunk >= self.geometry.chunks
+            || offset & (self.geometry.min_block - 1) != 0
+            || within + b.units > self.geometry.usable_units(chunk)
+        {
+            return None;
+        }
+        Some((chunk, within))
+    }
+
+    /// Release the nodes of buddy block `b` that starts at unit `within` of `chunk`, and give
+    /// its units back; returns the chunk's free units after. `Err` (and no change) when the
+    /// block is not allocated there; of two callers releasing the same block, one gets `Err`.
+    #[inline(always)]
+    pub(crate) fn unmark_buddy(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<u64, &'static str> {
+        let tree = self.tree(chunk);
+        let depth = self.geometry.depth;
+        if b.is_one_node_at(within) {
+            // One node: its release is the check (and decides a race of two callers).
+            if self.shape.release(tree, Node::covering(depth, within, b.enclosing)).is_err() {
+                return Err("the block was freed already");
+            }
+        } else {
+            // Several nodes: all must be allocated before any is freed; the first release
+            // decides who frees the block when two callers race.
+            if !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
+                return Err("no block of this size is allocated there");
+            }
+            let mut pieces = b.pieces_at(depth, within);
+            let first = pieces.next().expect("a block has at least one node");
+            if self.shape.release(tree, first).is_err() {
+                return Err("the block was freed already");
+            }
+            for p in pieces {
+                let _ = self.shape.release(tree, p);
+            }
+        }
+        Ok(self.space[chunk].give(b.units))
+    }
+
+    /// Give back the buddy block of `size` bytes at `offset` (nothing else happens: an emptied
+    /// chunk stays with its core).
+    pub(crate) fn buddy_release_raw(&self, offset: usize, size: usize) -> Result<(), String> {
+        let b = self.geometry.buddy_layout(size).ok_or("a block of this size is a chunk run")?;
+        let (chunk, start) = self.block_start(offset, &b).ok_or("not the start of a buddy block")?;
+        self.unmark_buddy(chunk, &b, start)
+            .map(|_| ())
+            .map_err(|why| format!("no buddy block of {size} bytes at offset {offset}: {why}"))
+    }
+
+    /// Take the buddy block of `size` bytes at `offset` in a core chunk: every unit of it must
+    /// be free. The chunk's tree is swept first (once per batch, see [`Swept`]).
+    pub(crate) fn buddy_reserve_at(&self, offset: usize, size: usize, swept: &mut Swept) -> Result<(), String> {
+        let b = self.geometry.buddy_layout(size).ok_or("a block of this size is a chunk run")?;
+        let (chunk, start) = self
+            .block_start(offset, &b)
+            .ok_or_else(|| format!("offset {offset} cannot start a block of {size} bytes inside one chunk"))?;
+        if !matches!(self.global.state(chunk), ChunkState::Core(_)) {
+            return Err(format!("chunk {chunk} does not belong to a core pool"));
+        }
+        let tree = self.tree(chunk);
+        if swept.0.insert(chunk) {
+            self.shape.sweep_all(tree);
+        }
+        let depth = self.geometry.depth;
+        let mut taken: Vec<Node> = Vec::new();
+        for p in b.pieces_at(depth, start) {
+            if self.shape.try_alloc(tree, p).is_err() {
+                for &q in &taken {
+                    let _ = self.shape.release(tree, q);
+                }
+                return Err(format!("the bytes at offset {offset} (+{size}) are not free"));
+            }
+            taken.push(p);
+        }
+        self.space[chunk].take(b.units);
+        Ok(())
+    }
+
+    /// Give the run of `len` chunks at chunk `start` back to the global pool; `false` (and no
+    /// change) when no such run starts there (of two callers, one gets `false`).
+    #[inline]
+    pub(crate) fn free_run(&self, start: usize, len: usize) -> bool {
+        if !self.global.swap_state(start, ChunkState::RunHead(len), ChunkState::Free) {
+            return false;
+        }
+        for c in start + 1..start + len {
+            self.global.set_state(c, ChunkState::Free);
+        }
+        self.global.release(start, len);
+        true
+    }
+
+    /// Mark chunks `[start, start + len)`, just taken from the global pool, as one run.
+    #[inline]
+    pub(crate) fn mark_run(&self, start: usize, len: usize) {
+        for c in start + 1..start + len {
+            self.global.set_state(c, ChunkState::RunBody);
+        }
+        self.global.set_state(start, ChunkState::RunHead(len));
+    }
+
+    /// Give back the run of `len` chunks starting at chunk `start`.
+    pub(crate) fn run_release_raw(&self, start: usize, len: usize) -> Result<(), String> {
+        match self.free_run(start, len) {
+            true => Ok(()),
+            false => Err(format!("no run of {len} chunks starts at chunk {start}")),
+        }
+    }
+
+    /// Take chunks `[start, start + len)` as one run: all must be free in the global pool.
+    pub(crate) fn run_reserve_at(&self, start: usize, len: usize) -> Result<(), String> {
+        if start + len > self.geometry.chunks || !self.global.try_take(start, len) {
+            return Err(format!("chunks {start}..{} are not all free", start + len));
+        }
+        self.mark_run(start, len);
+        Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::arena::slab::caches::SlabClasses;
+    use crate::config::PoolConfig;
+
+    /// A bare arena of 16 chunks of 2 MiB on two cores: no handles, no pool.
+    fn arena() -> Arena {
+        let config = PoolConfig::new(32 << 20).cores(2);
+        config.validate().unwrap();
+        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        Arena::new(&config, classes).unwrap()
+    }
+
+    #[test]
+    fn a_buddy_block_is_taken_and_given_back_where_asked() {
+        let a = arena();
+        let chunk = 3;
+        assert!(a.grant_exact(chunk, 1));
+        assert!(!a.grant_exact(chunk, 0), "a granted chunk is not free");
+        let at = chunk * a.geometry.chunk_size + (64 << 10);
+        let mut swept = Swept::default();
+        a.buddy_reserve_at(at, 64 << 10, &mut swept).unwrap();
+        assert!(a.buddy_reserve_at(at + 4096, 4096, &mut swept).is_err(), "inside the block just taken");
+        assert_eq!(a.space[chunk].free_units(), a.geometry.usable_units(chunk) - 256);
+        a.buddy_release_raw(at, 64 << 10).unwrap();
+        assert!(a.buddy_release_raw(at, 64 << 10).is_err(), "given back already");
+        assert!(a.chunk_is_empty(chunk), "nothing else happened: the chunk stays with its core");
+        assert_eq!(a.global.state(chunk), ChunkState::Core(1));
+        assert!(a.retire_swept(chunk, 1));
+        assert_eq!(a.global.state(chunk), ChunkState::Free);
+    }
+
+    #[test]
+    fn a_buddy_block_needs_a_core_chunk_and_a_unit_start() {
+        let a = arena();
+        let mut swept = Swept::default();
+        assert!(a.buddy_reserve_at(0, 4096, &mut swept).is_err(), "chunk 0 is in the global pool");
+        assert!(a.grant_exact(0, 0));
+        assert!(a.buddy_reserve_at(100, 4096, &mut swept).is_err(), "not on a unit");
+        assert!(a.buddy_reserve_at(a.geometry.chunk_size - 256, 4096, &mut swept).is_err(), "past the chunk's end");
+        assert!(a.buddy_reserve_at(0, 4 << 20, &mut swept).is_err(), "a chunk run");
+    }
+
+    #[test]
+    fn a_run_is_taken_and_given_back_at_its_chunks() {
+        let a = arena();
+        a.run_reserve_at(4, 3).unwrap();
+        assert!(a.run_reserve_at(6, 2).is_err(), "overlaps the run");
+        assert_eq!((a.global.state(4), a.global.state(5)), (ChunkState::RunHead(3), ChunkState::RunBody));
+        assert!(a.run_release_raw(4, 2).is_err(), "not the run's length");
+        a.run_release_raw(4, 3).unwrap();
+        assert!(a.run_release_raw(4, 3).is_err(), "given back already");
+        assert!((4..7).all(|c| a.global.state(c) == ChunkState::Free && !a.global.is_taken(c)));
+        assert!(a.run_reserve_at(15, 2).is_err(), "past the arena's end");
+    }
+
+    #[test]
+    fn reclaiming_retires_exactly_the_empty_chunks() {
+        let a = arena();
+        for (chunk, owner) in [(1, 0), (2, 0), (5, 1)] {
+            assert!(a.grant_exact(chunk, owner));
+        }
+        let mut swept = Swept::default();
+        a.buddy_reserve_at(2 * a.geometry.chunk_size, 4096, &mut swept).unwrap();
+        assert_eq!(a.reclaim_empty_chunks(false), 2);
+        assert_eq!(a.global.state(2), ChunkState::Core(0), "a chunk in use stays");
+        assert_eq!((a.global.state(1), a.global.state(5)), (ChunkState::Free, ChunkState::Free));
+        a.buddy_release_raw(2 * a.geometry.chunk_size, 4096).unwrap();
+        assert_eq!(a.retire_empty_chunks(), 1);
+        assert_eq!(a.reclaim_empty_chunks(true), 0);
+    }
+}

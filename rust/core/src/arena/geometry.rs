@@ -1,0 +1,302 @@
+//! The arena cut into chunks of `chunk_size`, each chunk into units of `min_block` (a chunk's
+//! buddy tree has a leaf per unit), and the numbers of the bank rule. `Geometry::layout` maps a
+//! request onto a [`Layout`].
+
+use super::layout::{BuddyLayout, Layout};
+use crate::config::PoolConfig;
+
+/// A trimmed buddy block is cut at `enclosing >> TRIM_SHIFT` granularity: at most 1/16 is lost to
+/// rounding (a 400 KB request takes 416 KiB instead of a 512 KiB power of two).
+pub(crate) const TRIM_SHIFT: u32 = 4;
+
+/// The arena cut into chunks, and each chunk's buddy tree.
+#[derive(Debug, Clone)]
+pub(crate) struct Geometry {
+    pub(crate) chunk_size: usize,
+    pub(crate) min_block: usize,
+    /// `log2(chunk_size)`.
+    pub(crate) chunk_shift: u32,
+    /// `log2(min_block)`.
+    pub(crate) unit_shift: u32,
+    /// Levels below a chunk's root: a chunk has `1 << depth` units of `min_block`.
+    pub(crate) depth: u32,
+    /// Chunks that hold at least one unit (the last may be partial).
+    pub(crate) chunks: usize,
+    /// Usable units of the last chunk (all of them when the capacity is a multiple of the chunk).
+    pub(crate) last_units: u64,
+    /// Usable bytes of the last chunk (`last_units * min_block`).
+    pub(crate) last_bytes: usize,
+}
+
+impl Geometry {
+    pub(crate) fn new(config: &PoolConfig) -> Geometry {
+        let chunk_size = config.chunk_size;
+        let min_block = config.min_block;
+        let depth = (chunk_size / min_block).trailing_zeros();
+        let mut chunks = config.capacity.div_ceil(chunk_size);
+        let tail = config.capacity - (chunks.saturating_sub(1)) * chunk_size;
+        let mut last_units = (tail / min_block) as u64;
+        if last_units == 0 {
+            // A tail too short for even one unit is not worth a chunk.
+            chunks -= 1;
+            last_units = 1 << depth;
+        }
+        // Runs and buddy blocks alike stop at the last whole unit.
+        let last_bytes = last_units as usize * min_block;
+        Geometry {
+            chunk_size,
+            min_block,
+            chunk_shift: chunk_size.trailing_zeros(),
+            unit_shift: min_block.trailing_zeros(),
+            depth,
+            chunks,
+            last_units,
+            last_bytes,
+        }
+    }
+
+    pub(crate) fn units_per_chunk(&self) -> u64 {
+        1 << self.depth
+    }
+
+    /// Units of chunk `i` that lie inside the arena.
+    pub(crate) fn usable_units(&self, chunk: usize) -> u64 {
+        if chunk + 1 == self.chunks {
+            self.last_units
+        } else {
+            self.units_per_chunk()
+        }
+    }
+
+    /// Bytes of chunk `i` that blocks may use.
+    pub(crate) fn usable_bytes(&self, chunk: usize) -> usize {
+        self.usable_units(chunk) as usize * self.min_block
+    }
+
+    /// Usable bytes of chunk `i` (a run may use all of them).
+    pub(crate) fn chunk_bytes(&self, chunk: usize) -> usize {
+        if chunk + 1 == self.chunks {
+            self.last_bytes
+        } else {
+            self.chunk_size
+        }
+    }
+
+    /// Bytes of the run of `len` chunks from chunk `start`, inside the arena (only its last
+    /// chunk may be partial).
+    #[inline]
+    pub(crate) fn run_bytes(&self, start: usize, len: usize) -> usize {
+        if len == 0 {
+            return 0;
+        }
+        (len - 1) * self.chunk_size + self.chunk_bytes(start + len - 1)
+    }
+
+    /// Every byte a block could ever use.
+    pub(crate) fn usable_capacity(&self) -> usize {
+        if self.chunks == 0 {
+            0
+        } else {
+            (self.chunks - 1) * self.chunk_size + self.last_bytes
+        }
+    }
+
+    /// The route and shape of a request of `size` bytes aligned to `align` (both validated).
+    pub(crate) fn layout(&self, size: usize, align: usize) -> Layout {
+        // Powers of two throughout: shifts and masks, no divisions on the hot path.
+        if size > self.chunk_size >> 1 || align > self.chunk_size {
+            return Layout::Run {
+                chunks: (size + self.chunk_size - 1) >> self.chunk_shift,
+                align_chunks: (align >> self.chunk_shift).max(1),
+            };
+        }
+        let units = ((size + self.min_block - 1) >> self.unit_shift) as u64;
+        let enclosing = units.next_power_of_two();
+        let log_enclosing = enclosing.trailing_zeros();
+        let granule = (enclosing >> TRIM_SHIFT).max(1);
+        let trimmed = (units + granule - 1) & !(granule - 1);
+        let step = (((align >> self.unit_shift) as u64) >> log_enclosing).max(1);
+        Layout::Buddy(BuddyLayout { level: self.depth - log_enclosing, enclosing, units: trimmed, step })
+    }
+
+    /// The buddy layout of a block of `size` bytes (its shape does not depend on alignment);
+    /// `None` for a block of this size that is a chunk run.
+    pub(crate) fn buddy_layout(&self, size: usize) -> Option<BuddyLayout> {
+        match self.layout(size, 1) {
+            Layout::Buddy(b) => Some(b),
+            Layout::Run { .. } => None,
+        }
+    }
+
+    /// The alignment (in units) a buddy block of `units` units with the caller's alignment
+    /// `align` (bytes) needs where a compaction packs it: a block of at most one bank keeps its
+    /// natural alignment (so it never straddles a bank); a larger one starts on a bank
+    /// boundary, or on the caller's alignment if that is coarser.
+    pub(crate) fn packed_alignment(&self, units: u64, align: usize, bank_size: usize) -> u64 {
+        let bytes = units as usize * self.min_block;
+        let user = ((align >> self.unit_shift) as u64).max(1);
+        if bytes <= bank_size {
+            return units.next_power_of_two().max(user);
+        }
+        self.bank_units(bank_size).max(user)
+    }
+
+    /// Units in a bank (at least one): where a packed block larger than a bank may start.
+    pub(crate) fn bank_units(&self, bank_size: usize) -> u64 {
+        ((bank_size >> self.unit_shift) as u64).max(1)
+    }
+
+    /// The largest block (in units) that a buddy request can get from `units` free units at
+    /// the start of an otherwise unusable stretch (the arena's short last chunk): a request
+    /// rounds up to a sixteenth of its enclosing power of two, so not every size up to `units`
+    /// fits.
+    pub(crate) fn largest_buddy_within(&self, units: u64) -> u64 {
+        let max_enclosing = self.units_per_chunk() >> 1;
+        let mut best = 0;
+        let mut enclosing = 1u64;
+        while enclosing <= max_enclosing {
+            let granule = (enclosing >> TRIM_SHIFT).max(1);
+            let fits = units.min(enclosing) & !(granule - 1);
+            if fits * 2 > enclosing || enclosing == 1 {
+                best = best.max(fits);
+            }
+            enclosing <<= 1;
+        }
+        best
+    }
+
+    /// The chunk that holds `offset`.
+    #[inline]
+    pub(crate) fn chunk_of(&self, offset: usize) -> usize {
+        offset >> self.chunk_shift
+    }
+
+    /// `offset` within its chunk, in units.
+    #[inline]
+    pub(crate) fn unit_in_chunk(&self, offset: usize) -> u64 {
+        ((offset & (self.chunk_size - 1)) >> self.unit_shift) as u64
+    }
+
+    /// The offset of unit `unit` of chunk `chunk`.
+    #[inline]
+    pub(crate) fn offset_of(&self, chunk: usize, unit: u64) -> usize {
+        (chunk << self.chunk_shift) + ((unit as usize) << self.unit_shift)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::arena::buddy::Node;
+
+    fn geometry(capacity: usize) -> Geometry {
+        Geometry::new(&PoolConfig::new(capacity))
+    }
+
+    #[test]
+    fn chunks_and_tail() {
+        let g = geometry(800 << 20);
+        assert_eq!((g.chunks, g.depth), (400, 13));
+        assert_eq!(g.usable_capacity(), 800 << 20);
+        let g = geometry((5 << 20) + 1000);
+        assert_eq!(g.chunks, 3);
+        assert_eq!(g.last_units, 1000 / 256 + 4096);
+        assert_eq!(g.usable_bytes(2), ((1 << 20) + 768));
+        let g = geometry((4 << 20) + 100);
+        assert_eq!(g.chunks, 2, "a tail below one unit is dropped");
+        assert_eq!(geometry(100).chunks, 0);
+    }
+
+    #[test]
+    fn routes() {
+        let g = geometry(64 << 20);
+        assert_eq!(g.layout(3 << 20, 64), Layout::Run { chunks: 2, align_chunks: 1 });
+        assert_eq!(g.layout((300 << 20) / 2, 64), Layout::Run { chunks: 75, align_chunks: 1 });
+        assert_eq!(g.layout(64, 8 << 20), Layout::Run { chunks: 1, align_chunks: 4 });
+        match g.layout(1 << 20, 64) {
+            Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_packed_block_is_the_aligned_nodes_that_cover_it() {
+        let g = geometry(64 << 20);
+        for size in [300, 5000, 9000, 40_000, 400_000, 1 << 20] {
+            let Layout::Buddy(b) = g.layout(size, 64) else { panic!() };
+            // At its enclosing node's start: the usual pieces.
+            let e = Node { level: b.level, index: 1 };
+            let usual: Vec<Node> = b.pieces(g.depth, e).collect();
+            assert_eq!(b.pieces_at(g.depth, e.start(g.depth)).collect::<Vec<_>>(), usual);
+            // Anywhere else: naturally aligned, back to back, exactly the block's units.
+            for start in [1u64, 16, 48, 100, 4096 - b.units] {
+                let mut at = start;
+                let pieces: Vec<Node> = b.pieces_at(g.depth, start).collect();
+                for p in &pieces {
+                    assert_eq!(p.start(g.depth), at, "size {size} at {start}");
+                    assert_eq!(p.start(g.depth) % p.units(g.depth), 0, "naturally aligned");
+                    at += p.units(g.depth);
+                }
+                assert_eq!(at - start, b.units);
+                assert!(pieces.len() <= 2 * (g.depth as usize + 1));
+            }
+        }
+    }
+
+    #[test]
+    fn packed_alignment_keeps_the_bank_rule() {
+        let g = geometry(64 << 20);
+        // Up to a bank: natural alignment (never straddles); above: a bank, or the caller's.
+        assert_eq!(g.packed_alignment(4, 64, 4096), 4);
+        assert_eq!(g.packed_alignment(12, 64, 4096), 16);
+        assert_eq!(g.packed_alignment(20, 64, 4096), 16);
+        assert_eq!(g.packed_alignment(20, 65_536, 4096), 256);
+        assert_eq!(g.packed_alignment(20, 64, 65_536), 32);
+    }
+
+    #[test]
+    fn trimming_bounds_waste() {
+        let g = geometry(64 << 20);
+        let Layout::Buddy(b) = g.layout(400_000, 64) else { panic!() };
+        let bytes = b.units as usize * 256;
+        assert!(bytes >= 400_000);
+        assert!((bytes - 400_000) as f64 / 400_000.0 < 0.07, "waste {bytes}");
+        let enclosing = Node { level: b.level, index: 3 };
+        let pieces: Vec<Node> = b.pieces(g.depth, enclosing).collect();
+        assert!(pieces.len() <= 4);
+        let mut at = enclosing.start(g.depth);
+        for p in &pieces {
+            assert_eq!(p.start(g.depth), at);
+            assert_eq!(p.start(g.depth) % p.units(g.depth), 0, "naturally aligned");
+            at += p.units(g.depth);
+        }
+        assert_eq!(at - enclosing.start(g.depth), b.units);
+        let Layout::Buddy(small) = g.layout(200, 64) else { panic!() };
+        assert!(small.is_whole());
+    }
+
+    #[test]
+    fn the_largest_buddy_block_in_a_short_stretch_is_what_a_request_gets() {
+        let g = Geometry::new(&PoolConfig::new(95_536).chunk_size(64 << 10).min_block(64));
+        // 30,000 bytes past the last whole chunk: 468 units; a request rounds up to 1/16 of
+        // 512 units (32 units), so 448 units (28,672 bytes) is the most one can get there.
+        assert_eq!(g.last_units, 468);
+        assert_eq!(g.largest_buddy_within(468), 448);
+        for units in [1u64, 2, 3, 17, 100, 255, 256, 257, 448, 468, 512] {
+            let best = g.largest_buddy_within(units);
+            let Layout::Buddy(b) = g.layout(best as usize * 64, 1) else { panic!("a buddy block") };
+            assert!(b.units <= units, "{best} units does not fit in {units}");
+            let Layout::Buddy(next) = g.layout((best as usize + 1) * 64, 1) else { continue };
+            assert!(next.units > units, "{} units would fit in {units} too", best + 1);
+        }
+    }
+
+    #[test]
+    fn alignment_becomes_a_node_step() {
+        let g = geometry(64 << 20);
+        let Layout::Buddy(b) = g.layout(256, 64 << 10) else { panic!() };
+        assert_eq!(b.step, 256);
+        let Layout::Buddy(b) = g.layout(256, 64) else { panic!() };
+        assert_eq!(b.step, 1);
+    }
+}

@@ -1,0 +1,303 @@
+//! The global pool: the whole arena in chunk units. It grants single chunks to core pools and
+//! serves large requests as exact runs of contiguous chunks (300 MiB takes 150 chunks of 2 MiB,
+//! not a 512 MiB power of two).
+//!
+//! A bitmap says which chunks are taken; a run is claimed word by word with CAS in ascending
+//! address order and rolled back if a word is contended. Because every claimer goes upwards, two
+//! claimers can never roll each other back: the one that holds the lower contested word wins, so
+//! the protocol is lock-free. An epoch counter, bumped by every release and rollback, tells a
+//! scan that found nothing whether the bitmap changed under it and a rescan is worth it.
+//!
+//! Per chunk, a state word records what the chunk is: free in the global pool, owned by a core,
+//! or the head or body of a run (the head keeps the run's length, so a free can be validated and
+//! only one of two racing frees of the same run wins).
+
+use crate::arena::geometry::Geometry;
+use crate::config::Placement;
+use crate::util::sync::{AtomicU64, Ordering};
+
+const KIND_SHIFT: u32 = 56;
+const PAYLOAD: u64 = (1 << KIND_SHIFT) - 1;
+
+/// What a chunk is used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChunkState {
+    /// In the global pool (its buddy tree is retired).
+    Free,
+    /// Granted to core pool `core`.
+    Core(usize),
+    /// The first chunk of a run of `len` chunks.
+    RunHead(usize),
+    /// A later chunk of a run.
+    RunBody,
+}
+
+impl ChunkState {
+    fn encode(self) -> u64 {
+        match self {
+            ChunkState::Free => 0,
+            ChunkState::Core(c) => (1 << KIND_SHIFT) | c as u64,
+            ChunkState::RunHead(len) => (2 << KIND_SHIFT) | len as u64,
+            ChunkState::RunBody => 3 << KIND_SHIFT,
+        }
+    }
+
+    fn decode(word: u64) -> ChunkState {
+        match word >> KIND_SHIFT {
+            0 => ChunkState::Free,
+            1 => ChunkState::Core((word & PAYLOAD) as usize),
+            2 => ChunkState::RunHead((word & PAYLOAD) as usize),
+            _ => ChunkState::RunBody,
+        }
+    }
+}
+
+/// A maximal run of free chunks `[start, start + len)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FreeRun {
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+}
+
+pub(crate) struct GlobalPool {
+    chunks: usize,
+    taken: Box<[AtomicU64]>,
+    state: Box<[AtomicU64]>,
+    epoch: AtomicU64,
+    placement: Placement,
+}
+
+impl GlobalPool {
+    pub(crate) fn new(geometry: &Geometry, placement: Placement) -> GlobalPool {
+        let chunks = geometry.chunks;
+        GlobalPool {
+            chunks,
+            taken: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            state: (0..chunks).map(|_| AtomicU64::new(0)).collect(),
+            epoch: AtomicU64::new(0),
+            placement,
+        }
+    }
+
+    pub(crate) fn state(&self, chunk: usize) -> ChunkState {
+        ChunkState::decode(self.state[chunk].load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_state(&self, chunk: usize, state: ChunkState) {
+        self.state[chunk].store(state.encode(), Ordering::Release);
+    }
+
+    /// Change a chunk's state from `from` to `to`; `false` (and no change) if it was not `from`.
+    pub(crate) fn swap_state(&self, chunk: usize, from: ChunkState, to: ChunkState) -> bool {
+        self.state[chunk].compare_exchange(from.encode(), to.encode(), Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    pub(crate) fn is_taken(&self, chunk: usize) -> bool {
+        self.taken[chunk / 64].load(Ordering::Acquire) & (1 << (chunk % 64)) != 0
+    }
+
+    /// The maximal free runs now, in address order; `also_free(chunk)` may count further chunks
+    /// as free (core chunks that are empty and could be reclaimed).
+    pub(crate) fn free_runs(&self, also_free: &dyn Fn(usize) -> bool) -> Vec<FreeRun> {
+        let mut runs = Vec::new();
+        let mut start = None;
+        for chunk in 0..self.chunks {
+            let free = !self.is_taken(chunk) || also_free(chunk);
+            match (free, start) {
+                (true, None) => start = Some(chunk),
+                (false, Some(s)) => {
+                    runs.push(FreeRun { start: s, len: chunk - s });
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = start {
+            runs.push(FreeRun { start: s, len: self.chunks - s });
+        }
+        runs
+    }
+
+    /// The bytes one block placed in `run` could have.
+    pub(crate) fn run_capacity(geometry: &Geometry, run: FreeRun) -> usize {
+        geometry.run_bytes(run.start, run.len)
+    }
+
+    /// Where in `run` a block of `len` chunks holding `bytes` bytes, starting at a multiple of
+    /// `align` chunks, could go (its first chunk), if anywhere.
+    fn place_in(geometry: &Geometry, run: FreeRun, len: usize, bytes: usize, align: usize) -> Option<usize> {
+        let start = run.start.div_ceil(align) * align;
+        if start + len > run.start + run.len {
+            return None;
+        }
+        (geometry.run_bytes(start, len) >= bytes).then_some(start)
+    }
+
+    /// Claim `len` contiguous chunks that hold at least `bytes` bytes, starting at a multiple of
+    /// `align` chunks. Returns the first chunk; its state is still `Free` for the caller to set.
+    pub(crate) fn claim(&self, geometry: &Geometry, len: usize, bytes: usize, align: usize) -> Option<usize> {
+        loop {
+            let epoch = self.epoch.load(Ordering::Acquire);
+            let runs = self.free_runs(&|_| false);
+            let candidates = runs
+                .iter()
+                .filter_map(|&run| Self::place_in(geometry, run, len, bytes, align).map(|start| (run, start)));
+            let choice = match self.placement {
+                Placement::FirstFit => candidates.into_iter().next(),
+                Placement::BestFit => candidates.min_by_key(|(run, start)| (run.len, *start)),
+            };
+            match choice {
+                Some((_, start)) => {
+                    if self.try_take(start, len) {
+                        return Some(start);
+                    }
+                }
+                None => {
+                    if self.epoch.load(Ordering::Acquire) == epoch {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bits `[start, start + len)` grouped by bitmap word: `(word, mask)`.
+    fn words_of(start: usize, len: usize) -> impl Iterator<Item = (usize, u64)> {
+        let end = start + len;
+        let mut at = start;
+        std::iter::from_fn(move || {
+            if at >= end {
+                return None;
+            }
+            let word = at / 64;
+            let lo = at % 64;
+            let hi = (end - word * 64).min(64);
+            let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
+            at = (word + 1) * 64;
+            Some((word, mask))
+        })
+    }
+
+    /// Take chunks `[start, start + len)` if all are free now (ascending, rolled back on conflict).
+    pub(crate) fn try_take(&self, start: usize, len: usize) -> bool {
+        let mut claimed: Vec<(usize, u64)> = Vec::new();
+        for (word, mask) in Self::words_of(start, len) {
+            let cell = &self.taken[word];
+            let mut current = cell.load(Ordering::Acquire);
+            loop {
+                if current & mask != 0 {
+                    for &(w, m) in &claimed {
+                        self.taken[w].fetch_and(!m, Ordering::AcqRel);
+                    }
+                    if !claimed.is_empty() {
+                        self.epoch.fetch_add(1, Ordering::AcqRel);
+                    }
+                    return false;
+                }
+                match cell.compare_exchange_weak(current, current | mask, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => break,
+                    Err(seen) => current = seen,
+                }
+            }
+            claimed.push((word, mask));
+        }
+        true
+    }
+
+    /// Give chunks `[start, start + len)` back (their states must already be `Free`).
+    pub(crate) fn release(&self, start: usize, len: usize) {
+        for (word, mask) in Self::words_of(start, len) {
+            self.taken[word].fetch_and(!mask, Ordering::AcqRel);
+        }
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::config::PoolConfig;
+
+    fn setup(capacity: usize, placement: Placement) -> (Geometry, GlobalPool) {
+        let g = Geometry::new(&PoolConfig::new(capacity));
+        let p = GlobalPool::new(&g, placement);
+        (g, p)
+    }
+
+    #[test]
+    fn exact_runs_not_powers_of_two() {
+        let (g, p) = setup(800 << 20, Placement::BestFit);
+        let start = p.claim(&g, 150, 300 << 20, 1).unwrap();
+        assert_eq!(start, 0);
+        assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 150, len: 250 }]);
+        p.release(start, 150);
+        assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 0, len: 400 }]);
+    }
+
+    #[test]
+    fn best_fit_takes_the_smallest_hole() {
+        let (g, p) = setup(64 << 20, Placement::BestFit);
+        assert!(p.try_take(0, 32));
+        p.release(2, 5); // hole of 5 at 2
+        p.release(10, 2); // hole of 2 at 10
+        assert_eq!(p.claim(&g, 2, 4 << 20, 1), Some(10));
+        assert_eq!(p.claim(&g, 3, 6 << 20, 1), Some(2));
+        let (g, p) = setup(64 << 20, Placement::FirstFit);
+        assert!(p.try_take(0, 32));
+        p.release(2, 5);
+        p.release(10, 2);
+        assert_eq!(p.claim(&g, 2, 4 << 20, 1), Some(2));
+    }
+
+    #[test]
+    fn alignment_and_tail() {
+        let (g, p) = setup((9 << 20) + (1 << 19), Placement::BestFit);
+        assert_eq!(g.chunks, 5);
+        // 9.5 MiB in 5 chunks: a full-arena block fits only because the tail counts.
+        assert_eq!(p.claim(&g, 5, (9 << 20) + (1 << 19), 1), Some(0));
+        p.release(0, 5);
+        assert_eq!(p.claim(&g, 5, 10 << 20, 1), None);
+        assert_eq!(p.claim(&g, 1, 1 << 20, 4), Some(0));
+        assert_eq!(p.claim(&g, 1, 1 << 20, 4), Some(4));
+        assert_eq!(p.claim(&g, 1, 1 << 20, 4), None);
+    }
+
+    #[test]
+    fn multiword_claims_and_conflicts() {
+        let (_, p) = setup(1 << 30, Placement::BestFit);
+        assert!(p.try_take(60, 200));
+        assert!(!p.try_take(250, 20), "overlaps the first run");
+        assert!(p.try_take(260, 20));
+        assert!(!p.is_taken(59));
+        assert!(p.is_taken(259));
+        assert!(!p.is_taken(280));
+    }
+
+    #[test]
+    fn concurrent_claims_never_overlap() {
+        let (g, p) = setup(512 << 20, Placement::BestFit);
+        let owner: Vec<AtomicU64> = (0..256).map(|_| AtomicU64::new(0)).collect();
+        std::thread::scope(|s| {
+            for id in 1..=4u64 {
+                let (g, p, owner) = (&g, &p, &owner);
+                s.spawn(move || {
+                    let mut rng = id;
+                    for _ in 0..3000 {
+                        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        let len = 1 + (rng >> 60) as usize;
+                        if let Some(start) = p.claim(g, len, len * g.chunk_size, 1) {
+                            for cell in &owner[start..start + len] {
+                                assert_eq!(cell.swap(id, Ordering::SeqCst), 0);
+                            }
+                            for cell in &owner[start..start + len] {
+                                cell.store(0, Ordering::SeqCst);
+                            }
+                            p.release(start, len);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 0, len: 256 }]);
+    }
+}

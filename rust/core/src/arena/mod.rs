@@ -1,0 +1,22 @@
+//! The arena: the memory itself, without handles or Python. Its geometry (chunks, units, the
+//! bank rule), the route and shape of a block, the chunks' buddy trees and free-unit counts,
+//! the global pool of chunks and runs, the core pools, the slab caches, the optional host
+//! backing, the chunk life cycle, and the exact-position API that compaction uses.
+
+#[cfg(not(loom))]
+#[allow(clippy::module_inception)]
+pub(crate) mod arena;
+pub(crate) mod backing;
+pub(crate) mod buddy;
+pub(crate) mod chunk_space;
+#[cfg(not(loom))]
+pub(crate) mod chunks;
+pub(crate) mod core_pool;
+#[cfg(not(loom))]
+pub(crate) mod exact;
+pub(crate) mod geometry;
+pub(crate) mod global;
+pub(crate) mod layout;
+#[cfg(not(loom))]
+pub(crate) mod release;
+pub(crate) mod slab;

@@ -1,0 +1,60 @@
+//! Giving buddy blocks and runs back on the free path, from any thread: each is checked before
+//! anything changes, and the first atomic release decides who frees a block when two callers
+//! race. A chunk that becomes empty stays as its core's reserve or goes back to the global pool.
+
+use super::arena::Arena;
+use super::buddy::Node;
+use super::global::ChunkState;
+use super::layout::Layout;
+use crate::error::{Error, Result};
+
+impl Arena {
+    /// Release the run of `len` chunks at chunk `chunk` that holds the block of `size`
+    /// requested bytes at `offset`; returns its bytes.
+    #[inline]
+    pub(crate) fn release_run(&self, offset: usize, size: usize, chunk: usize, len: usize) -> Result<usize> {
+        let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
+        let chunks = (size + self.geometry.chunk_size - 1) >> self.geometry.chunk_shift;
+        if self.geometry.unit_in_chunk(offset) != 0 || offset & (self.geometry.min_block - 1) != 0 || chunks != len {
+            return invalid("does not match the chunk run there");
+        }
+        let bytes = self.geometry.run_bytes(chunk, len);
+        if !self.free_run(chunk, len) {
+            return invalid("the chunk run there was freed already");
+        }
+        Ok(bytes)
+    }
+
+    /// Release the buddy block at `offset` (of `size` requested bytes, in a core chunk);
+    /// returns its block bytes.
+    pub(crate) fn release_buddy(&self, offset: usize, size: usize) -> Result<usize> {
+        let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
+        let chunk = self.geometry.chunk_of(offset);
+        let state = (chunk < self.geometry.chunks).then(|| self.global.state(chunk));
+        let Some(ChunkState::Core(owner)) = state else {
+            return invalid("not inside a core pool's chunk");
+        };
+        let Layout::Buddy(b) = self.geometry.layout(size, 1) else {
+            return invalid("a block of this size would be a chunk run");
+        };
+        let within = self.geometry.unit_in_chunk(offset);
+        // A block starts on a unit; the allocation path puts it at the start of its enclosing
+        // node, a compaction may pack it elsewhere (its pieces then cover it all the same).
+        if offset & (self.geometry.min_block - 1) != 0 || within + b.units > self.geometry.units_per_chunk() {
+            return invalid("not the start of a block of this size");
+        }
+        let after = match self.unmark_buddy(chunk, &b, within) {
+            Ok(after) => after,
+            Err(reason) => return invalid(reason),
+        };
+        if after == self.geometry.usable_units(chunk) {
+            self.chunk_became_empty(chunk);
+        } else {
+            // The enclosing-sized node around the block's start: the block itself when it is
+            // one node (the common case), else where the hint points.
+            let e = Node::covering(self.geometry.depth, within & !(b.enclosing - 1), b.enclosing);
+            self.cores[owner].set_hint(b.level, chunk, self.shape.bunch_of(e));
+        }
+        Ok(b.units as usize * self.geometry.min_block)
+    }
+}

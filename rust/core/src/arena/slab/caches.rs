@@ -1,0 +1,978 @@
+//! Slab caches: the small-block fast path.
+//!
+//! Each size class (the pool's `slab_sizes`) carves buddy blocks (*slabs*) into at most 63
+//! objects. A slab's occupancy lives outside the managed memory, in one word: bit `j` set means
+//! object `j` is free, bit 63 means the slab is *retired* (given back to the buddy pool).
+//!
+//! * **Allocate** (core `c`, class `k`): CAS the lowest free bit off the core's *current* slab of
+//!   class `k`. When it is full, pop a slab from the core's *partial* stack of that class, or
+//!   carve a new slab from the buddy pool, and make it current.
+//! * **Free** (any thread): one `fetch_or` sets the object's bit, in whatever slab it lives
+//!   (local and remote frees are the same operation). The free that turns a full slab non-full
+//!   pushes it on its owner's partial stack, once (a `listed` flag decides who), so the owner
+//!   collects it when its current slab runs dry. The free that turns a slab all-free retires it
+//!   (CAS from all-free to retired) unless it is its owner's current slab, which stays as the
+//!   core's reserve.
+//! * A slab's `listed` word says who may recycle its id: *held* while it is on a partial stack or
+//!   in the hands of the thread that popped it, *idle* otherwise; recycling takes a CAS from idle
+//!   to *recycled*, so a retired slab's id is recycled exactly once, and only when nobody holds
+//!   it and its retirer has finished with it (a *done* flag the retirer sets after it gave the
+//!   block back). The word carries the slab's generation, so a late CAS meant for an earlier
+//!   incarnation of the same id fails instead of listing the new one.
+//!   Whoever takes an object checks, after its CAS, that the slab's generation is the one it
+//!   expected, and gives the bit back otherwise: an id recycled for another class or core is
+//!   never used by mistake.
+//! * `reclaim` retires every all-free slab of every core (current ones included), so memory
+//!   cached by a core that stopped allocating goes back before an allocation fails.
+//!
+//! Objects never straddle a bank: a slab larger than a bank holds `floor(bank / size)` objects
+//! per bank. An object's offset is a multiple of its class's natural alignment (the largest power
+//! of two dividing the size); a request needing more goes to a class that provides it.
+
+use crate::util::index_stack::{IndexStack, NIL};
+use crate::util::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
+
+/// Objects per slab at most: bit 63 of the occupancy word is the retired flag.
+pub(crate) const MAX_OBJECTS: u32 = 63;
+pub(super) const RETIRED: u64 = 1 << 63;
+const IDLE: u64 = 0;
+const HELD: u64 = 1;
+const RECYCLED: u64 = 2;
+/// Set in the listing word once the retirer has given the slab's block back.
+const DONE: u64 = 4;
+
+fn listing(generation: u32, state: u64) -> u64 {
+    (generation as u64) << 8 | state
+}
+/// Size classes at most (a class index fits a byte in the slab's metadata).
+pub(crate) const MAX_CLASSES: usize = 64;
+
+/// The geometry of one size class.
+#[derive(Debug, Clone)]
+pub(crate) struct SlabClass {
+    /// Object size in bytes.
+    pub(crate) size: usize,
+    /// Every object's offset is a multiple of this.
+    pub(crate) align: usize,
+    /// Bytes of one slab (a buddy block).
+    pub(crate) slab_bytes: usize,
+    /// Objects per slab.
+    pub(crate) objects: u32,
+    per_bank: u32,
+    bank_shift: u32,
+    /// `ceil(2^64 / size)`: `mulhi(x, magic) == x / size` for every `x < 2^32`.
+    magic: u64,
+    offsets: Vec<u32>,
+}
+
+impl SlabClass {
+    /// Choose the slab size for `size`-byte objects: the most objects per slab (up to 63) with
+    /// at most 1/8 of the slab lost, else the least loss.
+    fn new(size: usize, bank: usize, min_block: usize, max_slab: usize) -> SlabClass {
+        // Candidates (slab, objects, objects per bank), from the smallest slab up.
+        let mut candidates = Vec::new();
+        let mut slab = min_block.max(size.next_power_of_two());
+        while slab <= max_slab.max(min_block) {
+            let (per_bank, banks) = if slab <= bank { (slab / size, 1) } else { (bank / size, slab / bank) };
+            let objects = (per_bank * banks).min(MAX_OBJECTS as usize) as u32;
+            if objects > 0 {
+                candidates.push((slab, objects, per_bank as u32));
+            }
+            slab *= 2;
+        }
+        // Slabs losing at most 1/8 first, the most objects among them; else the least loss.
+        let loss = |&(slab, objects, _): &(usize, u32, u32)| (slab - objects as usize * size) as f64 / slab as f64;
+        let rank = |c: &(usize, u32, u32)| {
+            let good = loss(c) <= 0.125;
+            (good, if good { c.1 } else { 0 }, -loss(c))
+        };
+        let best = candidates.iter().copied().max_by(|a, b| rank(a).partial_cmp(&rank(b)).expect("losses are finite"));
+        let (slab_bytes, objects, per_bank) = best.expect("a class at most bank_size fits a slab");
+        let offsets =
+            (0..objects).map(|j| ((j / per_bank) as usize * bank + (j % per_bank) as usize * size) as u32).collect();
+        SlabClass {
+            size,
+            align: 1 << size.trailing_zeros(),
+            slab_bytes,
+            objects,
+            per_bank,
+            bank_shift: bank.trailing_zeros(),
+            magic: (u64::MAX / size as u64).wrapping_add(1),
+            offsets,
+        }
+    }
+
+    /// Offset of object `j` within its slab.
+    #[inline]
+    pub(crate) fn offset_of(&self, j: u32) -> usize {
+        self.offsets[j as usize] as usize
+    }
+
+    /// The object that starts exactly `within` bytes into the slab, if any.
+    #[inline]
+    pub(crate) fn index_of(&self, within: usize) -> Option<u32> {
+        let bank_index = within >> self.bank_shift;
+        let in_bank = within & ((1 << self.bank_shift) - 1);
+        let idx = ((in_bank as u128 * self.magic as u128) >> 64) as usize;
+        if idx * self.size != in_bank || idx >= self.per_bank as usize {
+            return None;
+        }
+        let j = bank_index * self.per_bank as usize + idx;
+        (j < self.objects as usize).then_some(j as u32)
+    }
+
+    pub(crate) fn all_free(&self) -> u64 {
+        (1u64 << self.objects) - 1
+    }
+}
+
+/// All classes, and a table from request size to class.
+#[derive(Debug, Clone)]
+pub(crate) struct SlabClasses {
+    pub(crate) classes: Vec<SlabClass>,
+    /// `by_size[(n - 1) >> 3]`: the first class of at least `n` bytes.
+    by_size: Vec<u8>,
+    /// The smallest slab: the granule of the slab directory.
+    pub(crate) granule_shift: u32,
+}
+
+impl SlabClasses {
+    pub(crate) fn new(sizes: &[usize], bank: usize, min_block: usize, chunk_size: usize) -> SlabClasses {
+        let max_slab = (chunk_size / 8).max(min_block);
+        let classes: Vec<SlabClass> = sizes.iter().map(|&s| SlabClass::new(s, bank, min_block, max_slab)).collect();
+        let largest = sizes.last().copied().unwrap_or(0);
+        let by_size = (0..largest.div_ceil(8))
+            .map(|i| classes.iter().position(|c| c.size >= (i + 1) * 8).expect("largest covers") as u8)
+            .collect();
+        let granule = classes.iter().map(|c| c.slab_bytes).min().unwrap_or(min_block);
+        SlabClasses { classes, by_size, granule_shift: granule.trailing_zeros() }
+    }
+
+    /// The class for `n` bytes aligned to `align`: the first class at least `n` bytes whose
+    /// objects are aligned enough; `None` sends the request to the buddy path.
+    #[inline]
+    pub(crate) fn class_for(&self, n: usize, align: usize) -> Option<usize> {
+        let first = *self.by_size.get(n.wrapping_sub(1) >> 3)? as usize;
+        if self.classes[first].align >= align {
+            return Some(first); // the common case: a class aligned enough
+        }
+        (first + 1..self.classes.len()).find(|&k| self.classes[k].align >= align)
+    }
+}
+
+/// One slab's metadata, on a cache line of its own: ids are handed out in turn, so the current
+/// slabs of two cores would otherwise share a line, and every allocation and free on one core
+/// would stall the other (2 threads at 1.4x one thread's CPU-time throughput instead of 2x).
+#[derive(Default)]
+#[repr(align(64))]
+pub(crate) struct Slab {
+    /// Bit `j`: object `j` is free. Bit 63: retired.
+    pub(super) free: AtomicU64,
+    /// `generation (0..32) | class (32..40) | owner core (40..56)`.
+    pub(super) meta: AtomicU64,
+    /// The slab's offset in the arena.
+    pub(super) base: AtomicU64,
+    /// `generation << 8 | state` (`IDLE`, `HELD`: on a partial stack or held by its popper,
+    /// `RECYCLED`).
+    listed: AtomicU64,
+    next: AtomicU32,
+}
+
+// SAFETY: a `Slab` is atomics only; all zero is an unused slab (no objects, generation 0).
+unsafe impl crate::util::zeroed::Zeroable for Slab {}
+
+fn pack_meta(generation: u32, class: usize, owner: usize) -> u64 {
+    generation as u64 | (class as u64) << 32 | (owner as u64) << 40
+}
+
+pub(super) fn generation_of(meta: u64) -> u32 {
+    meta as u32
+}
+
+pub(super) fn class_of(meta: u64) -> usize {
+    (meta >> 32 & 0xFF) as usize
+}
+
+pub(super) fn owner_of(meta: u64) -> usize {
+    (meta >> 40 & 0xFFFF) as usize
+}
+
+/// `current` slot value: `generation << 32 | id + 1`, 0 for none.
+pub(super) fn pack_current(id: u32, generation: u32) -> u64 {
+    (generation as u64) << 32 | (id as u64 + 1)
+}
+
+/// One core's slab caches: per class, the current slab and the partial stack.
+pub(super) struct CoreSlabs {
+    pub(super) current: Box<[AtomicU64]>,
+    partial: Box<[IndexStack]>,
+}
+
+/// Where slabs come from: the buddy pool, through the pool that owns the caches.
+pub(crate) trait SlabBlocks {
+    /// A block of `bytes` bytes (a power of two) for a new slab: its offset, or `None`.
+    fn carve(&self, bytes: usize) -> Option<usize>;
+    /// Give a retired slab's block back.
+    fn release(&self, base: usize, bytes: usize);
+}
+
+/// A slab as the directory names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlabRef {
+    pub(crate) id: u32,
+    pub(crate) class: usize,
+    /// The core whose caches hold it.
+    pub(crate) owner: usize,
+}
+
+/// What a free did to its slab, for the caller's bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Freed {
+    pub(crate) class: usize,
+    /// The slab went back to the buddy pool: `(base, bytes)` was released.
+    pub(crate) retired: bool,
+}
+
+/// A live slab, for `check()` and snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlabView {
+    pub(crate) id: u32,
+    pub(crate) class: usize,
+    pub(crate) base: usize,
+    pub(crate) bytes: usize,
+    pub(crate) owner: usize,
+    /// Occupancy: bit `j` set = object `j` free.
+    pub(crate) free: u64,
+}
+
+pub(crate) struct SlabCaches {
+    pub(crate) classes: SlabClasses,
+    /// Slab metadata by id (ids are handed out densely from 0; the table is sized for the
+    /// most slabs the arena could hold and committed by the kernel as ids are used).
+    slabs: Box<[Slab]>,
+    fresh_ids: AtomicU32,
+    free_ids: IndexStack,
+    /// Slab granule (offset >> granule_shift) -> `owner << 40 | (class + 1) << 32 | id`, 0 when
+    /// no slab covers it: a free finds its slab, class, owner and (slabs being naturally aligned)
+    /// base in one load.
+    pub(super) directory: Box<[AtomicU64]>,
+    pub(super) cores: Box<[CachePadded<CoreSlabs>]>,
+    /// Live slabs per class.
+    live: Box<[AtomicU64]>,
+}
+
+impl SlabCaches {
+    pub(crate) fn new(classes: SlabClasses, arena_bytes: usize, cores: usize) -> SlabCaches {
+        let granules = (arena_bytes >> classes.granule_shift) + 1;
+        let n = classes.classes.len();
+        SlabCaches {
+            slabs: crate::util::zeroed::table(granules.min((NIL - 1) as usize)),
+            fresh_ids: AtomicU32::new(0),
+            free_ids: IndexStack::new(),
+            directory: crate::util::zeroed::table(granules),
+            cores: (0..cores.max(1))
+                .map(|_| {
+                    CachePadded(CoreSlabs {
+                        current: (0..n).map(|_| AtomicU64::new(0)).collect(),
+                        partial: (0..n).map(|_| IndexStack::new()).collect(),
+                    })
+                })
+                .collect(),
+            live: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            classes,
+        }
+    }
+
+    #[inline]
+    pub(super) fn slab(&self, id: u32) -> &Slab {
+        &self.slabs[id as usize]
+    }
+
+    fn stack_pop(&self, stack: &IndexStack) -> Option<u32> {
+        stack.pop(|i| &self.slab(i).next)
+    }
+
+    fn stack_push(&self, stack: &IndexStack, id: u32) {
+        stack.push(id, |i| &self.slab(i).next)
+    }
+
+    /// Allocate an object of class `k` for core `core`, carving new slabs from `blocks`.
+    /// Returns the object's offset and whether a new slab was carved for it.
+    pub(crate) fn alloc(&self, k: usize, core: usize, blocks: &dyn SlabBlocks) -> Option<(usize, bool)> {
+        let mut carved = false;
+        let caches = &self.cores[core];
+        loop {
+            let current = caches.current[k].load(Ordering::Acquire);
+            if current != 0 {
+                if let Some(offset) = self.take(current, k) {
+                    return Some((offset, carved));
+                }
+            }
+            // The current slab is full (or retired): collect a partial slab, or carve a new one.
+            let id = match self.stack_pop(&caches.partial[k]) {
+                Some(id) => {
+                    // Held: the id cannot be recycled while we look at it.
+                    let slab = self.slab(id);
+                    let generation = generation_of(slab.meta.load(Ordering::Acquire));
+                    if slab.free.load(Ordering::Acquire) & RETIRED != 0 {
+                        self.unlist(id, generation);
+                        continue;
+                    }
+                    let installed = pack_current(id, generation);
+                    if caches.current[k]
+                        .compare_exchange(current, installed, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        self.unlist(id, generation);
+                    } else {
+                        // Another thread of this core installed a slab first: back on the stack.
+                        self.stack_push(&caches.partial[k], id);
+                    }
+                    continue;
+                }
+                None => {
+                    let bytes = self.classes.classes[k].slab_bytes;
+                    let base = blocks.carve(bytes)?;
+                    carved = true;
+                    match self.create(k, core, base) {
+                        Some(id) => id,
+                        None => {
+                            blocks.release(base, bytes);
+                            return None;
+                        }
+                    }
+                }
+            };
+            // A new slab: nobody else knows its id yet.
+            let generation = generation_of(self.slab(id).meta.load(Ordering::Acquire));
+            let installed = pack_current(id, generation);
+            if caches.current[k].compare_exchange(current, installed, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                self.relist(id, generation, core, k);
+            }
+        }
+    }
+
+    /// The fast path: an object of core `core`'s current slab of class `k`, if it has one.
+    #[inline(always)]
+    pub(crate) fn take_current(&self, k: usize, core: usize) -> Option<usize> {
+        let current = self.cores[core].current[k].load(Ordering::Acquire);
+        if current == 0 {
+            return None;
+        }
+        self.take(current, k)
+    }
+
+    /// Take the lowest free object of the slab named by `current` (a `pack_current` value).
+    #[inline(always)]
+    fn take(&self, current: u64, k: usize) -> Option<usize> {
+        let id = (current as u32).wrapping_sub(1);
+        let generation = (current >> 32) as u32;
+        let slab = self.slab(id);
+        let mut word = slab.free.load(Ordering::Acquire);
+        let bit = loop {
+            if word & RETIRED != 0 || word == 0 {
+                return None;
+            }
+            let bit = word & word.wrapping_neg();
+            match slab.free.compare_exchange_weak(word, word & !bit, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break bit,
+                Err(seen) => word = seen,
+            }
+        };
+        if generation_of(slab.meta.load(Ordering::Acquire)) != generation {
+            slab.free.fetch_or(bit, Ordering::AcqRel); // another incarnation: not ours to use
+            return None;
+        }
+        Some(slab.base.load(Ordering::Acquire) as usize + self.classes.classes[k].offset_of(bit.trailing_zeros()))
+    }
+
+    /// A popped slab (incarnation `generation`) is no longer held: if its retirement is done,
+    /// recycle its id.
+    fn unlist(&self, id: u32, generation: u32) {
+        let listed = &self.slab(id).listed;
+        let done = listed.fetch_and(!HELD, Ordering::AcqRel) & DONE != 0;
+        if done {
+            self.recycle(id, generation);
+        }
+    }
+
+    /// Recycle incarnation `generation`'s id if it is retired, done and not held; someone else
+    /// does it otherwise (or did).
+    fn recycle(&self, id: u32, generation: u32) {
+        let ready = listing(generation, IDLE | DONE);
+        let recycled = listing(generation, RECYCLED);
+        if self.slab(id).listed.compare_exchange(ready, recycled, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.stack_push(&self.free_ids, id);
+        }
+    }
+
+    /// Put incarnation `generation` of a slab on its owner's partial stack, unless it is held
+    /// already (or is no longer that incarnation).
+    pub(super) fn relist(&self, id: u32, generation: u32, core: usize, k: usize) {
+        let idle = listing(generation, IDLE);
+        let held = listing(generation, HELD);
+        if self.slab(id).listed.compare_exchange(idle, held, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.stack_push(&self.cores[core].partial[k], id);
+        }
+    }
+
+    /// Make a new slab of class `k` at `base`, owned by `core`; its id.
+    fn create(&self, k: usize, core: usize, base: usize) -> Option<u32> {
+        let id = match self.stack_pop(&self.free_ids) {
+            Some(id) => id,
+            None => {
+                let id = self.fresh_ids.fetch_add(1, Ordering::AcqRel);
+                if id as usize >= self.slabs.len() {
+                    self.fresh_ids.fetch_sub(1, Ordering::AcqRel);
+                    return None;
+                }
+                id
+            }
+        };
+        let class = &self.classes.classes[k];
+        debug_assert_eq!(base % class.slab_bytes, 0, "slabs are naturally aligned buddy blocks");
+        let slab = self.slab(id);
+        let generation = generation_of(slab.meta.load(Ordering::Acquire)).wrapping_add(1);
+        slab.base.store(base as u64, Ordering::Relaxed);
+        slab.listed.store(listing(generation, IDLE), Ordering::Relaxed);
+        slab.meta.store(pack_meta(generation, k, core), Ordering::Release);
+        for granule in self.granules(base, class.slab_bytes) {
+            let entry = (core as u64) << 40 | ((k as u64) + 1) << 32 | id as u64;
+            self.directory[granule as usize].store(entry, Ordering::Release);
+        }
+        self.live[k].fetch_add(1, Ordering::Relaxed);
+        slab.free.store(class.all_free(), Ordering::Release); // publishes the slab
+        Some(id)
+    }
+
+    pub(super) fn granules(&self, base: usize, bytes: usize) -> impl Iterator<Item = u32> {
+        let shift = self.classes.granule_shift;
+        (base >> shift) as u32..((base + bytes) >> shift) as u32
+    }
+
+    /// The slab holding `offset`, if a slab does.
+    #[inline(always)]
+    pub(crate) fn lookup(&self, offset: usize) -> Option<SlabRef> {
+        let entry = self.directory.get(offset >> self.classes.granule_shift)?.load(Ordering::Acquire);
+        (entry != 0).then(|| SlabRef {
+            id: entry as u32,
+            class: (entry >> 32 & 0xFF) as usize - 1,
+            owner: (entry >> 40) as usize,
+        })
+    }
+
+    /// Free the object at `offset` in slab `id`. `blocks` takes back a slab that retires.
+    /// `Err` (and no change) when `offset` is not an allocated object.
+    #[inline(always)]
+    pub(crate) fn free(&self, slab: SlabRef, offset: usize, blocks: &dyn SlabBlocks) -> Result<Freed, &'static str> {
+        let class = &self.classes.classes[slab.class];
+        let base = offset & !(class.slab_bytes - 1); // slabs are naturally aligned buddy blocks
+        let j = class.index_of(offset - base).ok_or("not the start of a slab object")?;
+        let bit = 1u64 << j;
+        let meta = self.slab(slab.id);
+        let previous = meta.free.fetch_or(bit, Ordering::AcqRel);
+        if previous & (RETIRED | bit) != 0 {
+            return Err("the slab object is not allocated (double free?)");
+        }
+        let now = previous | bit;
+        // The common cases need nothing else: the slab stays partial, or it is all-free but its
+        // owner's current slab (the reserve; a newer incarnation with the same id counts too:
+        // keeping a slab is always safe).
+        let keep = previous != 0
+            && (now != class.all_free()
+                || self.cores[slab.owner].current[slab.class].load(Ordering::Relaxed) as u32 == slab.id + 1);
+        let retired = if keep { false } else { self.after_free(slab, meta, previous, now, blocks) };
+        Ok(Freed { class: slab.class, retired })
+    }
+
+    /// The free of an object turned its slab from full to partial (list it) or from partial to
+    /// all-free (retire it unless it is its owner's current slab). Returns whether it retired.
+    #[cold]
+    fn after_free(&self, at: SlabRef, slab: &Slab, previous: u64, now: u64, blocks: &dyn SlabBlocks) -> bool {
+        let id = at.id;
+        let meta = slab.meta.load(Ordering::Acquire);
+        let (k, owner, generation) = (class_of(meta), owner_of(meta), generation_of(meta));
+        if previous == 0 {
+            // It was full: make it findable again by its owner.
+            self.relist(id, generation, owner, k);
+        }
+        // The slab may be retired and its id recycled by others at any moment (even before `meta`
+        // was read): the CASes name the incarnation they mean (relisting or retiring a newer
+        // incarnation that is in the state the CAS expects is harmless), and `retire` re-reads.
+        if now == self.classes.classes[k].all_free()
+            && self.cores[owner].current[k].load(Ordering::Acquire) != pack_current(id, generation)
+            && slab.free.compare_exchange(now, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        {
+            self.retire(id, blocks);
+            return true;
+        }
+        false
+    }
+
+    /// A slab just marked retired: clear its directory entries, give its block back, and
+    /// recycle its id unless a partial stack or a popper still holds it (the popper does then).
+    pub(super) fn retire(&self, id: u32, blocks: &dyn SlabBlocks) {
+        let slab = self.slab(id);
+        // The incarnation we just retired (all-free words look alike across incarnations).
+        let meta = slab.meta.load(Ordering::Acquire);
+        let k = class_of(meta);
+        let base = slab.base.load(Ordering::Acquire) as usize;
+        let bytes = self.classes.classes[k].slab_bytes;
+        for granule in self.granules(base, bytes) {
+            self.directory[granule as usize].store(0, Ordering::Release);
+        }
+        self.live[k].fetch_sub(1, Ordering::Relaxed);
+        blocks.release(base, bytes);
+        slab.listed.fetch_or(DONE, Ordering::AcqRel);
+        self.recycle(id, generation_of(meta));
+    }
+
+    /// Retire every all-free slab of every core, current slabs included; returns how many went
+    /// back. Slabs that still hold objects stay where they were.
+    pub(crate) fn reclaim(&self, blocks: &dyn SlabBlocks) -> usize {
+        let mut retired = 0;
+        for core in 0..self.cores.len() {
+            let caches = &self.cores[core];
+            for k in 0..self.classes.classes.len() {
+                let all_free = self.classes.classes[k].all_free();
+                let current = caches.current[k].load(Ordering::Acquire);
+                if current != 0 {
+                    let id = (current as u32).wrapping_sub(1);
+                    let slab = self.slab(id);
+                    let generation = (current >> 32) as u32;
+                    if generation_of(slab.meta.load(Ordering::Acquire)) == generation
+                        && slab.free.load(Ordering::Acquire) == all_free
+                        && caches.current[k].compare_exchange(current, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                    {
+                        if slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                            retired += 1;
+                            self.retire(id, blocks);
+                        } else {
+                            self.relist(id, generation, core, k); // someone took an object meanwhile
+                        }
+                    }
+                }
+                let mut keep = Vec::new();
+                while let Some(id) = self.stack_pop(&caches.partial[k]) {
+                    // Held while we look (listed stays 1).
+                    let slab = self.slab(id);
+                    let generation = generation_of(slab.meta.load(Ordering::Acquire));
+                    let word = slab.free.load(Ordering::Acquire);
+                    if word & RETIRED != 0 {
+                        self.unlist(id, generation);
+                    } else if word == all_free
+                        && slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                    {
+                        self.retire(id, blocks);
+                        retired += 1;
+                        self.unlist(id, generation);
+                    } else {
+                        keep.push(id);
+                    }
+                }
+                for id in keep {
+                    self.stack_push(&caches.partial[k], id); // still held: straight back
+                }
+            }
+        }
+        retired
+    }
+
+    /// Live slabs per class.
+    pub(crate) fn live_slabs(&self, k: usize) -> u64 {
+        self.live[k].load(Ordering::Relaxed)
+    }
+
+    /// Every live slab. Meant for a quiescent (paused) pool.
+    pub(crate) fn views(&self) -> Vec<SlabView> {
+        let mut out = Vec::new();
+        let ids = self.fresh_ids.load(Ordering::Acquire).min(self.slabs.len() as u32);
+        for id in 0..ids {
+            let Some(slab) = self.slabs.get(id as usize) else {
+                continue;
+            };
+            let free = slab.free.load(Ordering::Acquire);
+            let meta = slab.meta.load(Ordering::Acquire);
+            if free & RETIRED != 0 || generation_of(meta) == 0 {
+                continue;
+            }
+            let k = class_of(meta);
+            out.push(SlabView {
+                id,
+                class: k,
+                base: slab.base.load(Ordering::Acquire) as usize,
+                bytes: self.classes.classes[k].slab_bytes,
+                owner: owner_of(meta),
+                free,
+            });
+        }
+        out.sort_by_key(|v| v.base);
+        out
+    }
+
+    /// Whether object `offset` of `slab` is allocated now (for `check()`).
+    pub(crate) fn is_allocated(&self, slab: SlabRef, offset: usize) -> bool {
+        let class = &self.classes.classes[slab.class];
+        let word = self.slab(slab.id).free.load(Ordering::Acquire);
+        match class.index_of(offset - (offset & !(class.slab_bytes - 1))) {
+            Some(j) => word & RETIRED == 0 && word & (1 << j) == 0,
+            None => false,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn classes(sizes: &[usize]) -> SlabClasses {
+        SlabClasses::new(sizes, 4096, 256, 2 << 20)
+    }
+
+    #[test]
+    fn class_geometry_keeps_waste_small_and_objects_inside_banks() {
+        for size in [64usize, 96, 128, 200, 256, 384, 512, 1000, 1024, 2048, 3000, 4096] {
+            let c = SlabClass::new(size, 4096, 256, 256 << 10);
+            assert!(c.objects >= 1 && c.objects <= MAX_OBJECTS);
+            assert!(c.slab_bytes.is_power_of_two() && c.slab_bytes >= 256);
+            let used = c.objects as usize * size;
+            if size <= 2048 || size.is_power_of_two() {
+                assert!((c.slab_bytes - used) * 8 <= c.slab_bytes, "size {size}: {} of {}", used, c.slab_bytes);
+            }
+            for j in 0..c.objects {
+                let off = c.offset_of(j);
+                assert_eq!(off / 4096, (off + size - 1) / 4096, "size {size} object {j} straddles a bank");
+                assert_eq!(off % c.align, 0);
+                assert!(off + size <= c.slab_bytes);
+                assert_eq!(c.index_of(off), Some(j));
+                if off > 0 {
+                    assert_eq!(c.index_of(off - 8), None);
+                }
+            }
+            for within in 0..c.slab_bytes {
+                if let Some(j) = c.index_of(within) {
+                    assert_eq!(c.offset_of(j), within);
+                }
+            }
+        }
+        assert_eq!(SlabClass::new(64, 4096, 256, 256 << 10).slab_bytes, 4096);
+        assert_eq!(SlabClass::new(96, 4096, 256, 256 << 10).align, 32);
+    }
+
+    #[test]
+    fn requests_go_to_the_next_class_up_that_is_aligned_enough() {
+        let c = classes(&[64, 96, 128, 256, 4096]);
+        assert_eq!(c.class_for(1, 64), Some(0));
+        assert_eq!(c.class_for(64, 64), Some(0));
+        assert_eq!(c.class_for(65, 32), Some(1));
+        assert_eq!(c.class_for(65, 64), Some(2), "96 is only 32-aligned");
+        assert_eq!(c.class_for(200, 512), Some(4));
+        assert_eq!(c.class_for(4096, 8192), None);
+        assert_eq!(c.class_for(4097, 1), None);
+    }
+
+    /// Slabs carved one after another from offset 0; released ones are recorded.
+    #[derive(Default)]
+    struct Arena {
+        next: AtomicU64,
+        released: std::sync::Mutex<Vec<(usize, usize)>>,
+    }
+
+    impl SlabBlocks for Arena {
+        fn carve(&self, bytes: usize) -> Option<usize> {
+            // Naturally aligned, as buddy blocks are.
+            let mut next = self.next.load(Ordering::Relaxed);
+            loop {
+                let base = next.next_multiple_of(bytes as u64);
+                match self.next.compare_exchange(next, base + bytes as u64, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return Some(base as usize),
+                    Err(seen) => next = seen,
+                }
+            }
+        }
+        fn release(&self, base: usize, bytes: usize) {
+            self.released.lock().unwrap().push((base, bytes));
+        }
+    }
+
+    #[test]
+    fn objects_come_out_once_and_slabs_retire_when_empty() {
+        let caches = SlabCaches::new(classes(&[64, 1024]), 64 << 20, 2);
+        let arena = Arena::default();
+        let mut seen = HashSet::new();
+        let mut objects = Vec::new();
+        for _ in 0..200 {
+            let (off, _) = caches.alloc(0, 0, &arena).unwrap();
+            assert!(seen.insert(off), "object {off} handed out twice");
+            objects.push(off);
+        }
+        assert_eq!(caches.live_slabs(0), 4, "200 objects of 63 per slab");
+        for &off in &objects {
+            let id = caches.lookup(off).unwrap();
+            caches.free(id, off, &arena).unwrap();
+        }
+        assert_eq!(caches.live_slabs(0), 1, "all but the current slab went back");
+        assert_eq!(arena.released.lock().unwrap().len(), 3);
+        let current = caches.lookup(objects[199]).unwrap();
+        assert!(caches.free(current, objects[199], &arena).is_err(), "double free refused");
+        // Reclaim gives back the current slab too.
+        assert_eq!(caches.reclaim(&arena), 1);
+        assert_eq!(caches.live_slabs(0), 0);
+        assert!(caches.views().is_empty());
+    }
+
+    #[test]
+    fn full_slabs_freed_remotely_are_collected_by_their_owner() {
+        let caches = SlabCaches::new(classes(&[1024]), 64 << 20, 2);
+        let arena = Arena::default();
+        let per_slab = caches.classes.classes[0].objects as usize;
+        let first: Vec<usize> = (0..per_slab).map(|_| caches.alloc(0, 1, &arena).unwrap().0).collect();
+        let (second, carved) = caches.alloc(0, 1, &arena).unwrap(); // a second slab becomes current
+        assert!(carved);
+        let id = caches.lookup(first[5]).unwrap();
+        caches.free(id, first[5], &arena).unwrap(); // full -> partial: listed
+                                                    // Fill the current slab; the next allocation must collect the listed one.
+        loop {
+            let (off, carved) = caches.alloc(0, 1, &arena).unwrap();
+            assert!(!carved, "no third slab was carved");
+            if caches.lookup(off).unwrap() == id {
+                assert_eq!(off, first[5]);
+                break;
+            }
+        }
+        assert_eq!(caches.live_slabs(0), 2);
+        assert!(caches.lookup(second).is_some());
+    }
+
+    #[test]
+    fn concurrent_remote_frees_never_lose_or_duplicate_objects() {
+        let caches = SlabCaches::new(classes(&[64, 256]), 256 << 20, 2);
+        let arena = Arena::default();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<usize>>(64);
+        std::thread::scope(|s| {
+            let consumer = s.spawn(|| {
+                let mut freed = 0usize;
+                for batch in rx {
+                    for off in batch {
+                        let id = caches.lookup(off).expect("a live object has a slab");
+                        caches.free(id, off, &arena).unwrap();
+                        freed += 1;
+                    }
+                }
+                freed
+            });
+            for round in 0..2000 {
+                let k = round % 2;
+                let batch: Vec<usize> = (0..50).map(|_| caches.alloc(k, 0, &arena).unwrap().0).collect();
+                let distinct: HashSet<usize> = batch.iter().copied().collect();
+                assert_eq!(distinct.len(), batch.len(), "an object was handed out twice");
+                tx.send(batch).unwrap();
+            }
+            drop(tx);
+            assert_eq!(consumer.join().unwrap(), 100_000);
+        });
+        let views = caches.views();
+        for v in &views {
+            assert_eq!(v.free, caches.classes.classes[v.class].all_free(), "a slab still holds objects");
+        }
+        assert!(views.len() <= 2, "only current slabs stay: {}", views.len());
+    }
+
+    #[test]
+    fn two_producers_two_consumers_with_reclaims() {
+        let caches = SlabCaches::new(classes(&[64, 128, 512]), 256 << 20, 2);
+        let arena = Arena::default();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(usize, u64)>>(64);
+        let rx = std::sync::Mutex::new(rx);
+        let owner: std::sync::Mutex<std::collections::HashMap<usize, u64>> = Default::default();
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| loop {
+                    let Ok(batch) = rx.lock().unwrap().recv() else {
+                        break;
+                    };
+                    for (off, tag) in batch {
+                        assert_eq!(owner.lock().unwrap().remove(&off), Some(tag), "object {off} changed hands");
+                        let id = caches.lookup(off).expect("a live object has a slab");
+                        caches.free(id, off, &arena).unwrap();
+                    }
+                });
+            }
+            let producers: Vec<_> = (0..2u64)
+                .map(|p| {
+                    let tx = tx.clone();
+                    let (caches, arena, owner) = (&caches, &arena, &owner);
+                    s.spawn(move || {
+                        for round in 0..1500u64 {
+                            let k = (round % 3) as usize;
+                            let batch: Vec<(usize, u64)> = (0..40)
+                                .map(|i| {
+                                    let (off, _) = caches.alloc(k, p as usize, arena).unwrap();
+                                    let tag = (p + 1) << 40 | round << 8 | i;
+                                    assert_eq!(
+                                        owner.lock().unwrap().insert(off, tag),
+                                        None,
+                                        "object {off} handed out twice"
+                                    );
+                                    (off, tag)
+                                })
+                                .collect();
+                            tx.send(batch).unwrap();
+                            if round % 100 == 0 {
+                                caches.reclaim(arena);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for p in producers {
+                p.join().unwrap();
+            }
+            drop(tx);
+        });
+        caches.reclaim(&arena);
+        assert!(caches.views().is_empty(), "every slab went back");
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Slabs carved one after another (released ones are simply dropped).
+    #[derive(Default)]
+    struct Arena {
+        next: AtomicU64,
+    }
+
+    impl SlabBlocks for Arena {
+        fn carve(&self, bytes: usize) -> Option<usize> {
+            // Naturally aligned, as buddy blocks are.
+            let mut next = self.next.load(Ordering::Relaxed);
+            loop {
+                let base = next.next_multiple_of(bytes as u64);
+                match self.next.compare_exchange(next, base + bytes as u64, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return Some(base as usize),
+                    Err(seen) => next = seen,
+                }
+            }
+        }
+        fn release(&self, _base: usize, _bytes: usize) {}
+    }
+
+    /// The owner allocates while two other threads free objects of its (full) slab: every
+    /// object comes out exactly once, freed objects are collected, nothing is lost.
+    #[test]
+    fn owner_allocates_while_two_threads_free_remotely() {
+        loom::model(|| {
+            // 2048-byte objects in 4096-byte slabs: two objects per slab.
+            let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
+            assert_eq!(classes.classes[0].objects, 2);
+            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1));
+            let arena = Arc::new(Arena::default());
+            let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (b, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let freers: Vec<_> = [a, b]
+                .into_iter()
+                .map(|off| {
+                    let (caches, arena) = (caches.clone(), arena.clone());
+                    thread::spawn(move || {
+                        let id = caches.lookup(off).unwrap();
+                        caches.free(id, off, &*arena).unwrap();
+                    })
+                })
+                .collect();
+            let (c, _) = caches.alloc(0, 0, &*arena).unwrap();
+            for f in freers {
+                f.join().unwrap();
+            }
+            let (d, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (e, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let live = [c, d, e];
+            for (i, x) in live.iter().enumerate() {
+                for y in &live[i + 1..] {
+                    assert_ne!(x, y, "an object was handed out twice");
+                }
+            }
+            // Everything freed now: objects of both slabs are accounted for exactly once.
+            for off in live {
+                let id = caches.lookup(off).unwrap();
+                caches.free(id, off, &*arena).unwrap();
+            }
+            let total: u32 = caches.views().iter().map(|v| v.free.count_ones()).sum();
+            assert_eq!(total as u64, 2 * caches.views().len() as u64, "every object of every live slab is free");
+        });
+    }
+
+    /// A remote free retires a listed slab while its owner pops it and carves a new slab that
+    /// may reuse the id: the retirer must finish with the old incarnation before the id is
+    /// recycled (this model fails if the retirer's "done" flag is skipped).
+    #[test]
+    fn retirer_finishes_before_the_id_is_recycled() {
+        loom::model(|| {
+            let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
+            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1));
+            let arena = Arc::new(Arena::default());
+            let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (b, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (c, _) = caches.alloc(0, 0, &*arena).unwrap(); // a second slab is current now
+            caches.free(caches.lookup(a).unwrap(), a, &*arena).unwrap(); // the first is listed
+            let (remote, remote_arena) = (caches.clone(), arena.clone());
+            let freer = thread::spawn(move || {
+                remote.free(remote.lookup(b).unwrap(), b, &*remote_arena).unwrap();
+                // retires it
+            });
+            let (d, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (e, _) = caches.alloc(0, 0, &*arena).unwrap(); // pops it, may recycle its id
+            freer.join().unwrap();
+            for off in [c, d, e] {
+                assert!(caches.lookup(off).is_some(), "object {off} lost its directory entry");
+            }
+        });
+    }
+
+    /// Remote frees empty and retire a non-current slab while its owner collects partial slabs
+    /// and carves new ones (so the retired id may be recycled under it). Nothing is handed out
+    /// twice, and once everything is freed and reclaimed no slab, directory entry or object is
+    /// left behind.
+    #[test]
+    fn retirement_races_collection_and_recycling() {
+        loom::model(|| {
+            let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
+            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1));
+            let arena = Arc::new(Arena::default());
+            let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (b, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (c, _) = caches.alloc(0, 0, &*arena).unwrap(); // a second slab is current now
+            let freers: Vec<_> = [a, b]
+                .into_iter()
+                .map(|off| {
+                    let (caches, arena) = (caches.clone(), arena.clone());
+                    thread::spawn(move || {
+                        let id = caches.lookup(off).expect("live object");
+                        caches.free(id, off, &*arena).unwrap();
+                    })
+                })
+                .collect();
+            let (d, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (e, _) = caches.alloc(0, 0, &*arena).unwrap();
+            for f in freers {
+                f.join().unwrap();
+            }
+            let live = [c, d, e];
+            assert!(live[0] != live[1] && live[0] != live[2] && live[1] != live[2], "{live:?}");
+            for off in live {
+                let id = caches.lookup(off).expect("a live object keeps its directory entry");
+                caches.free(id, off, &*arena).unwrap();
+            }
+            caches.reclaim(&*arena);
+            assert!(caches.views().is_empty(), "slabs left behind");
+            for off in [a, b, c, d, e] {
+                assert!(caches.lookup(off).is_none(), "stale directory entry at {off}");
+            }
+        });
+    }
+}

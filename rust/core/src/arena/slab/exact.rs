@@ -1,0 +1,106 @@
+//! Slab operations for compaction: claiming and giving back an object at an exact position
+//! without the allocation path's side effects (the slab part of the exact-position API,
+//! `arena/exact.rs`), moving a whole slab to another block (its objects keep their indices),
+//! and tidying slabs afterwards. All of these run while the pool is paused: nothing races them
+//! but pins, which the slabs do not see.
+
+use super::caches::{class_of, generation_of, owner_of, pack_current, SlabBlocks, SlabCaches, SlabRef, RETIRED};
+use crate::util::sync::Ordering;
+
+impl SlabCaches {
+    /// The index of the object that starts at `offset` in `slab`, if one does.
+    pub(crate) fn object_at(&self, slab: SlabRef, offset: usize) -> Option<u32> {
+        let class = &self.classes.classes[slab.class];
+        let base = offset & !(class.slab_bytes - 1);
+        class.index_of(offset - base)
+    }
+
+    /// Claim the object at `offset` of `slab`: it must be free (and the slab live).
+    pub(crate) fn claim_at(&self, slab: SlabRef, offset: usize) -> Result<(), &'static str> {
+        let j = self.object_at(slab, offset).ok_or("not the start of a slab object")?;
+        let bit = 1u64 << j;
+        let word = &self.slab(slab.id).free;
+        let mut current = word.load(Ordering::Acquire);
+        loop {
+            if current & RETIRED != 0 {
+                return Err("the slab there was given back");
+            }
+            if current & bit == 0 {
+                return Err("the slab object there is in use");
+            }
+            match word.compare_exchange_weak(current, current & !bit, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Give back the object at `offset` of `slab` with no listing or retiring (see
+    /// [`SlabCaches::tidy`]); `Err` (and no change) when it is not allocated.
+    pub(crate) fn unclaim_at(&self, slab: SlabRef, offset: usize) -> Result<(), &'static str> {
+        let j = self.object_at(slab, offset).ok_or("not the start of a slab object")?;
+        let bit = 1u64 << j;
+        let previous = self.slab(slab.id).free.fetch_or(bit, Ordering::AcqRel);
+        if previous & (RETIRED | bit) != 0 {
+            if previous & bit == 0 {
+                self.slab(slab.id).free.fetch_and(!bit, Ordering::AcqRel);
+            }
+            return Err("the slab object is not allocated");
+        }
+        Ok(())
+    }
+
+    /// First half of moving slabs: clear the directory entries of slab `id` at its old place.
+    /// (Clear every moving slab's before [`SlabCaches::rebase`] sets any: one may move onto
+    /// another's old place.)
+    pub(crate) fn unmap(&self, id: u32) {
+        let slab = self.slab(id);
+        let k = class_of(slab.meta.load(Ordering::Acquire));
+        let old_base = slab.base.load(Ordering::Acquire) as usize;
+        for granule in self.granules(old_base, self.classes.classes[k].slab_bytes) {
+            self.directory[granule as usize].store(0, Ordering::Release);
+        }
+    }
+
+    /// Second half: slab `id` is at `new_base` now (the caller moved the bytes and the buddy
+    /// blocks); its base and its directory entries follow; its objects keep their indices.
+    pub(crate) fn rebase(&self, id: u32, new_base: usize) {
+        let slab = self.slab(id);
+        let meta = slab.meta.load(Ordering::Acquire);
+        let (k, owner) = (class_of(meta), owner_of(meta));
+        let bytes = self.classes.classes[k].slab_bytes;
+        debug_assert_eq!(new_base % bytes, 0, "slabs are naturally aligned buddy blocks");
+        slab.base.store(new_base as u64, Ordering::Release);
+        let entry = (owner as u64) << 40 | ((k as u64) + 1) << 32 | id as u64;
+        for granule in self.granules(new_base, bytes) {
+            self.directory[granule as usize].store(entry, Ordering::Release);
+        }
+    }
+
+    /// Put slab `id` back in order after objects came or went behind the allocator's back: an
+    /// all-free slab that is not its owner's current one is retired (its block goes back
+    /// through `blocks`), a partial one is listed for its owner (unless it is current or listed
+    /// already). Returns whether it retired.
+    pub(crate) fn tidy(&self, id: u32, blocks: &dyn SlabBlocks) -> bool {
+        let slab = self.slab(id);
+        let word = slab.free.load(Ordering::Acquire);
+        let meta = slab.meta.load(Ordering::Acquire);
+        if word & RETIRED != 0 || generation_of(meta) == 0 {
+            return false;
+        }
+        let (k, owner, generation) = (class_of(meta), owner_of(meta), generation_of(meta));
+        let current = self.cores[owner].current[k].load(Ordering::Acquire) == pack_current(id, generation);
+        let all_free = self.classes.classes[k].all_free();
+        if word == all_free && !current {
+            if slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                self.retire(id, blocks);
+                return true;
+            }
+            return false;
+        }
+        if word != 0 && !current {
+            self.relist(id, generation, owner, k);
+        }
+        false
+    }
+}

@@ -1,0 +1,393 @@
+//! The compaction planners' picture of the arena: its geometry, bank size and slab classes, what
+//! each chunk is, and for core chunks one bit per unit (`min_block` bytes) that some block
+//! covers. Built from the buddy trees (so blocks without a handle, slabs and the arena's tail
+//! count as taken), then changed by the planner as it vacates and fills places; the pool itself
+//! is untouched until the executor runs the moves.
+//!
+//! Without lazy-coalescing marks (the executor sweeps a tree before it takes blocks in it), a
+//! buddy node can be taken exactly when none of its units is covered, so these bits decide
+//! placements the way the trees will.
+
+use std::collections::BTreeSet;
+
+use crate::arena::geometry::Geometry;
+use crate::arena::global::ChunkState;
+use crate::arena::slab::caches::SlabClass;
+use crate::pool::pool::Pool;
+
+/// What a chunk is, in the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// In the global pool.
+    Free,
+    /// A core chunk (buddy blocks and slabs).
+    Core,
+    /// Part of a chunk run.
+    Run,
+}
+
+#[derive(Clone)]
+pub(crate) struct ChunkModel {
+    pub(crate) role: Role,
+    /// The core that owns it (for core chunks; the owner a free chunk gets when filled).
+    pub(crate) owner: usize,
+    /// Units covered (of a core chunk).
+    pub(crate) used: u64,
+    /// Units blocks may use.
+    pub(crate) usable: u64,
+    bits: Vec<u64>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Model<'a> {
+    /// The arena's geometry.
+    pub(crate) geometry: &'a Geometry,
+    /// The bank size (bytes): a block of at most a bank lies in one bank, a larger one starts
+    /// on a bank boundary.
+    pub(crate) bank_size: usize,
+    /// The slab size classes.
+    pub(crate) classes: &'a [SlabClass],
+    pub(crate) chunks: Vec<ChunkModel>,
+    units_per_chunk: u64,
+    pub(crate) min_block: usize,
+}
+
+/// Whether bits `[lo, hi)` of `bits` are all clear; otherwise the last set bit among them.
+fn last_set(bits: &[u64], lo: u64, hi: u64) -> Option<u64> {
+    let mut w = ((hi - 1) / 64) as usize;
+    let first = (lo / 64) as usize;
+    loop {
+        let mut word = bits[w];
+        let base = w as u64 * 64;
+        if hi < base + 64 {
+            word &= (1u64 << (hi - base)) - 1;
+        }
+        if lo > base {
+            word &= !((1u64 << (lo - base)) - 1);
+        }
+        if word != 0 {
+            return Some(base + 63 - word.leading_zeros() as u64);
+        }
+        if w == first {
+            return None;
+        }
+        w -= 1;
+    }
+}
+
+fn set_range(bits: &mut [u64], lo: u64, hi: u64, on: bool) {
+    let mut at = lo;
+    while at < hi {
+        let w = (at / 64) as usize;
+        let base = w as u64 * 64;
+        let end = hi.min(base + 64);
+        let width = end - at;
+        let mask = if width == 64 { u64::MAX } else { ((1u64 << width) - 1) << (at - base) };
+        if on {
+            bits[w] |= mask;
+        } else {
+            bits[w] &= !mask;
+        }
+        at = end;
+    }
+}
+
+/// The first covered unit in `[at, end)`, or `end`.
+fn next_covered(bits: &[u64], mut at: u64, end: u64) -> u64 {
+    while at < end {
+        let word = bits[(at / 64) as usize] >> (at % 64);
+        if word != 0 {
+            return (at + u64::from(word.trailing_zeros())).min(end);
+        }
+        at = (at / 64 + 1) * 64;
+    }
+    end
+}
+
+/// The first uncovered unit in `[at, end)`, or `end`.
+fn next_uncovered(bits: &[u64], mut at: u64, end: u64) -> u64 {
+    while at < end {
+        let word = !bits[(at / 64) as usize] >> (at % 64);
+        if word != 0 {
+            return (at + u64::from(word.trailing_zeros())).min(end);
+        }
+        at = (at / 64 + 1) * 64;
+    }
+    end
+}
+
+/// Free stretches of a model, by length: best fit for blocks placed largest first. Taking a
+/// place splits its stretch; the model itself is changed by the caller ([`Model::occupy`]).
+///
+/// Stretches are ordered by their length from the first multiple of `granule` in them (the
+/// alignment nearly every packed block needs: a bank), so the first long enough is the place
+/// for a block so aligned, found without trying stretches that start badly.
+pub(crate) struct Gaps {
+    granule: u64,
+    /// (length from the first multiple of `granule`, chunk, start, end), in units.
+    by_len: BTreeSet<(u64, usize, u64, u64)>,
+}
+
+impl Gaps {
+    fn insert(&mut self, chunk: usize, start: u64, end: u64) {
+        let aligned = start.next_multiple_of(self.granule);
+        if start < end {
+            self.by_len.insert((end.saturating_sub(aligned), chunk, start, end));
+        }
+    }
+
+    /// The shortest stretch that holds `units` units starting on a multiple of `align`: take
+    /// that place (chunk, start); what is left of the stretch on either side stays.
+    pub(crate) fn take(&mut self, units: u64, align: u64) -> Option<(usize, u64)> {
+        // A coarser alignment than the granule may need a later stretch; a finer one may fit
+        // where the granule's length is too short (not tried: such blocks are few).
+        let key = self
+            .by_len
+            .range((units, 0, 0, 0)..)
+            .find(|&&(_, _, start, end)| start.next_multiple_of(align) + units <= end);
+        let (len, chunk, start, end) = *key?;
+        self.by_len.remove(&(len, chunk, start, end));
+        let at = start.next_multiple_of(align);
+        self.insert(chunk, start, at);
+        self.insert(chunk, at + units, end);
+        Some((chunk, at))
+    }
+}
+
+impl<'a> Model<'a> {
+    /// An arena of free chunks (a pool with nothing allocated).
+    #[cfg(test)]
+    pub(crate) fn empty(geometry: &'a Geometry, bank_size: usize, classes: &'a [SlabClass]) -> Model<'a> {
+        let chunks = (0..geometry.chunks)
+            .map(|c| ChunkModel {
+                role: Role::Free,
+                owner: 0,
+                used: 0,
+                usable: geometry.usable_units(c),
+                bits: Vec::new(),
+            })
+            .collect();
+        Model {
+            geometry,
+            bank_size,
+            classes,
+            chunks,
+            units_per_chunk: geometry.units_per_chunk(),
+            min_block: geometry.min_block,
+        }
+    }
+
+    /// The arena as the pool has it now (call while paused).
+    pub(crate) fn of(pool: &'a Pool) -> Model<'a> {
+        let g = &pool.arena().geometry;
+        let upc = g.units_per_chunk();
+        let words = upc.div_ceil(64) as usize;
+        let chunks = (0..g.chunks)
+            .map(|chunk| {
+                let usable = g.usable_units(chunk);
+                match pool.arena().global.state(chunk) {
+                    ChunkState::Free => ChunkModel { role: Role::Free, owner: 0, used: 0, usable, bits: Vec::new() },
+                    ChunkState::RunHead(_) | ChunkState::RunBody => {
+                        ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
+                    }
+                    ChunkState::Core(owner) => {
+                        let mut bits = vec![0u64; words];
+                        let mut used = 0;
+                        pool.arena().shape.for_each_allocated(pool.arena().tree(chunk), &mut |node| {
+                            let start = node.start(g.depth);
+                            let end = (start + node.units(g.depth)).min(usable);
+                            if start < end {
+                                set_range(&mut bits, start, end, true);
+                                used += end - start;
+                            }
+                        });
+                        ChunkModel { role: Role::Core, owner, used, usable, bits }
+                    }
+                }
+            })
+            .collect();
+        Model {
+            geometry: g,
+            bank_size: pool.config().bank_size,
+            classes: &pool.arena().slabs.classes.classes,
+            chunks,
+            units_per_chunk: upc,
+            min_block: g.min_block,
+        }
+    }
+
+    /// Make chunk `chunk` (free) a core chunk of `owner` with nothing in it.
+    #[cfg(test)]
+    pub(crate) fn make_core(&mut self, chunk: usize, owner: usize) {
+        let c = self.bits_of(chunk);
+        c.role = Role::Core;
+        c.owner = owner;
+    }
+
+    /// Bytes of chunk `c` (all of it; the last chunk may be partial).
+    pub(crate) fn chunk_bytes(&self, c: usize) -> usize {
+        self.geometry.chunk_bytes(c)
+    }
+
+    fn bits_of(&mut self, chunk: usize) -> &mut ChunkModel {
+        let words = self.units_per_chunk.div_ceil(64) as usize;
+        let c = &mut self.chunks[chunk];
+        if c.bits.is_empty() {
+            c.bits = vec![0u64; words];
+        }
+        c
+    }
+
+    /// Units `[start, start + units)` of `chunk` are no longer covered.
+    pub(crate) fn vacate(&mut self, chunk: usize, start: u64, units: u64) {
+        let c = self.bits_of(chunk);
+        set_range(&mut c.bits, start, start + units, false);
+        c.used -= units;
+    }
+
+    /// Units `[start, start + units)` of `chunk` are covered now (a free chunk becomes a core
+    /// chunk of `owner`).
+    pub(crate) fn occupy(&mut self, chunk: usize, start: u64, units: u64, owner: usize) {
+        let c = self.bits_of(chunk);
+        if c.role == Role::Free {
+            c.role = Role::Core;
+            c.owner = owner;
+        }
+        set_range(&mut c.bits, start, start + units, true);
+        c.used += units;
+    }
+
+    /// Whether a chunk holds nothing (free, or a core chunk with nothing in it).
+    pub(crate) fn is_empty(&self, chunk: usize) -> bool {
+        let c = &self.chunks[chunk];
+        c.role == Role::Free || (c.role == Role::Core && c.used == 0)
+    }
+
+    /// Make chunks `[start, start + len)` a run (they must be empty) or free them.
+    pub(crate) fn set_run(&mut self, start: usize, len: usize, run: bool) {
+        for c in &mut self.chunks[start..start + len] {
+            c.role = if run { Role::Run } else { Role::Free };
+            c.used = if run { c.usable } else { 0 };
+            c.bits.clear();
+        }
+    }
+
+    /// The lowest position `p >= from` of `chunk`, a multiple of `align` units, where `units`
+    /// free units start and end by `limit`; the chunk must be a core chunk or free.
+    pub(crate) fn find(&self, chunk: usize, from: u64, units: u64, align: u64, limit: u64) -> Option<u64> {
+        let c = &self.chunks[chunk];
+        let limit = limit.min(c.usable);
+        if c.role == Role::Run || c.usable - c.used < units || units > limit {
+            return None;
+        }
+        let mut p = from.next_multiple_of(align);
+        if c.bits.is_empty() {
+            return (p + units <= limit).then_some(p);
+        }
+        while p + units <= limit {
+            match last_set(&c.bits, p, p + units) {
+                None => return Some(p),
+                Some(q) => p = (q + 1).next_multiple_of(align),
+            }
+        }
+        None
+    }
+
+    /// Free units of chunk `i`: all of a free chunk, the uncovered units of a core chunk.
+    pub(crate) fn free_units(&self, i: usize) -> u64 {
+        let c = &self.chunks[i];
+        match c.role {
+            Role::Free => c.usable,
+            Role::Core => c.usable - c.used,
+            Role::Run => 0,
+        }
+    }
+
+    /// The free stretches of chunks `0..=last` (free chunks whole), to place blocks into;
+    /// `granule` is the alignment (units) most of them need.
+    pub(crate) fn gaps(&self, last: usize, granule: u64) -> Gaps {
+        let mut gaps = Gaps { granule: granule.max(1), by_len: BTreeSet::new() };
+        for (i, c) in self.chunks.iter().enumerate().take(last + 1) {
+            match c.role {
+                Role::Run => {}
+                _ if c.bits.is_empty() => {
+                    if c.used == 0 {
+                        gaps.insert(i, 0, c.usable);
+                    }
+                }
+                _ => {
+                    let mut at = 0;
+                    while at < c.usable {
+                        let free = next_covered(&c.bits, at, c.usable) - at;
+                        gaps.insert(i, at, at + free);
+                        at += free;
+                        at = next_uncovered(&c.bits, at, c.usable);
+                    }
+                }
+            }
+        }
+        gaps
+    }
+
+    /// Free bytes of chunk `i`: all of an empty chunk, the free units of a core chunk.
+    fn free_bytes_of(&self, i: usize) -> usize {
+        let c = &self.chunks[i];
+        match c.role {
+            Role::Free => self.chunk_bytes(i),
+            Role::Core => (c.usable - c.used) as usize * self.min_block,
+            Role::Run => 0,
+        }
+    }
+
+    /// Free bytes: empty chunks whole, the free units of core chunks.
+    pub(crate) fn free_bytes(&self) -> usize {
+        (0..self.chunks.len()).map(|i| self.free_bytes_of(i)).sum()
+    }
+
+    /// The largest free power-of-two block any chunk could give, in bytes, and the longest
+    /// stretch of empty chunks (in chunks), as an allocation would see them after the moves.
+    pub(crate) fn largest_free(&self) -> usize {
+        // The longest stretch first: a chunk's nodes are then only searched when one could
+        // beat it.
+        let mut best = 0usize;
+        let mut run = 0usize;
+        for i in 0..self.chunks.len() {
+            run = if self.is_empty(i) { run + self.chunk_bytes(i) } else { 0 };
+            best = best.max(run);
+        }
+        for (i, c) in self.chunks.iter().enumerate() {
+            if self.is_empty(i) || c.role != Role::Core {
+                continue;
+            }
+            // The largest aligned free node of this chunk.
+            let mut size = self.units_per_chunk >> 1;
+            while size >= 1 && (size * self.min_block as u64) as usize > best {
+                if (0..c.usable / size).any(|k| last_set(&c.bits, k * size, (k + 1) * size).is_none()) {
+                    best = best.max((size as usize) * self.min_block);
+                    break;
+                }
+                size >>= 1;
+            }
+        }
+        best
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bit_ranges() {
+        let mut bits = vec![0u64; 4];
+        set_range(&mut bits, 3, 130, true);
+        assert_eq!(last_set(&bits, 0, 3), None);
+        assert_eq!(last_set(&bits, 0, 4), Some(3));
+        assert_eq!(last_set(&bits, 100, 200), Some(129));
+        assert_eq!(last_set(&bits, 130, 256), None);
+        set_range(&mut bits, 64, 128, false);
+        assert_eq!(last_set(&bits, 60, 128), Some(63));
+        assert_eq!(bits[1], 0);
+        assert_eq!(bits[2], 0b11);
+    }
+}

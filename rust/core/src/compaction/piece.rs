@@ -1,0 +1,132 @@
+//! A piece: what moves as one in a batch (a block, or a whole slab with its objects), where it
+//! is and where it goes. The planners make pieces, the executor moves them.
+
+use super::order::Transfer;
+use crate::arena::geometry::Geometry;
+use crate::arena::layout::Layout;
+use crate::arena::slab::caches::{SlabClass, SlabRef};
+use crate::handle::id::Handle;
+use crate::handle::table::SlotInfo;
+
+/// Where a live block lives, as the census found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Home {
+    /// A buddy block of a core chunk.
+    Buddy,
+    /// The head of a run of `chunks` whole chunks.
+    Run { chunks: usize },
+    /// An object of a slab.
+    Object(SlabRef),
+    /// Its chunk holds no block (the pool is corrupt): it cannot move.
+    Lost,
+}
+
+/// What a piece is.
+#[derive(Debug, Clone)]
+pub(crate) enum PieceKind {
+    /// A slab object of size class `class`, now in slab `from_slab`; it goes to a free object of
+    /// a slab of the same class.
+    SlabObject { class: usize, from_slab: SlabRef },
+    /// A buddy block in a core chunk.
+    Buddy,
+    /// A run of `chunks` whole chunks.
+    Run { chunks: usize },
+    /// A whole slab (its buddy block) with every object in it: `(handle, offset)`.
+    Slab { id: u32, objects: Vec<(Handle, usize)> },
+}
+
+/// One move of a batch.
+#[derive(Debug, Clone)]
+pub(crate) struct Piece {
+    pub(crate) kind: PieceKind,
+    /// The block's handle (`None` for a whole slab).
+    pub(crate) handle: Option<Handle>,
+    /// Bytes asked for (a slab: its block's bytes).
+    pub(crate) size: usize,
+    pub(crate) align: usize,
+    /// The core a chunk granted for it goes to.
+    pub(crate) core: usize,
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    /// Bytes the block holds.
+    pub(crate) extent: usize,
+}
+
+impl Piece {
+    /// The move of the live block `handle` (its slot says `info`; `core` is the core it
+    /// belongs to; `home` is where the census found it), going nowhere yet (`to == from`).
+    /// `Err(why)` when the block is not a block its home can hold (a corrupt pool).
+    pub(crate) fn of_block(
+        handle: Handle,
+        info: &SlotInfo,
+        core: usize,
+        home: Home,
+        geometry: &Geometry,
+        classes: &[SlabClass],
+    ) -> std::result::Result<Piece, &'static str> {
+        let mut piece = Piece {
+            kind: PieceKind::Buddy,
+            handle: Some(handle),
+            size: info.size,
+            align: 1usize << info.align_log2,
+            core,
+            from: info.offset,
+            to: info.offset,
+            extent: 0,
+        };
+        match home {
+            Home::Object(slab) => {
+                piece.kind = PieceKind::SlabObject { class: slab.class, from_slab: slab };
+                piece.extent = classes[slab.class].size;
+            }
+            Home::Run { chunks } => {
+                piece.kind = PieceKind::Run { chunks };
+                piece.extent = geometry.run_bytes(geometry.chunk_of(info.offset), chunks);
+            }
+            Home::Buddy => match geometry.layout(info.size, 1) {
+                Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
+                Layout::Run { .. } => return Err("a run-sized block in a core chunk"),
+            },
+            Home::Lost => return Err("its chunk holds no block"),
+        }
+        Ok(piece)
+    }
+
+    /// The bytes that must move: what the block asked for (a slab: all of it).
+    pub(crate) fn copy_len(&self) -> usize {
+        match self.kind {
+            PieceKind::Slab { .. } => self.extent,
+            _ => self.size,
+        }
+    }
+
+    pub(crate) fn transfer(&self) -> Transfer {
+        Transfer { src: self.from, dst: self.to, len: self.copy_len() }
+    }
+
+    /// Every handle this move re-points.
+    pub(crate) fn handles(&self) -> Vec<Handle> {
+        match &self.kind {
+            PieceKind::Slab { objects, .. } => objects.iter().map(|&(h, _)| h).collect(),
+            _ => self.handle.into_iter().collect(),
+        }
+    }
+
+    /// How many blocks (handles) it moves.
+    pub(crate) fn blocks(&self) -> usize {
+        match &self.kind {
+            PieceKind::Slab { objects, .. } => objects.len(),
+            _ => 1,
+        }
+    }
+
+    /// The name a compaction plan gives its kind (seen from Python).
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self.kind {
+            PieceKind::SlabObject { .. } => "slab object",
+            PieceKind::Buddy => "block",
+            PieceKind::Run { .. } => "run",
+            PieceKind::Slab { .. } => "slab",
+        }
+    }
+}

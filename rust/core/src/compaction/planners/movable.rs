@@ -1,0 +1,177 @@
+//! What can move and what room it needs: the pieces of a census as the planners place them,
+//! and the measures the planners decide by (the boundary chunk, the bank rule's slack, the
+//! bytes a repack would copy).
+
+use super::super::census::{Census, Item};
+use super::super::model::Model;
+use super::super::piece::{Piece, PieceKind};
+use crate::arena::layout::Layout;
+use crate::arena::slab::caches::SlabView;
+
+/// A piece to place: (piece, units it covers, alignment in units); a run has 0 units (it
+/// takes whole chunks).
+pub(crate) type Shaped = (Piece, u64, u64);
+
+/// A slab worth moving as a whole: it holds objects, every one has a handle and none is
+/// pinned. (An all-free slab goes back to the buddy pool after the batch instead.)
+pub(crate) fn slab_worth_moving(census: &Census, view: &SlabView, objects_per_slab: u32) -> bool {
+    let all = (1u64 << objects_per_slab) - 1;
+    view.free & all != all && slab_movable(census, view, objects_per_slab)
+}
+
+/// A slab that can move as a whole: every object has a handle and none is pinned.
+pub(crate) fn slab_movable(census: &Census, view: &SlabView, objects_per_slab: u32) -> bool {
+    let live = objects_per_slab - (view.free & ((1u64 << objects_per_slab) - 1)).count_ones();
+    let items = census.items(view.id);
+    items.len() as u32 == live && items.iter().all(|i| i.movable)
+}
+
+/// The alignment (units) a buddy block of `units` units aligned to `align` bytes needs at a
+/// place a planner picks: it is packed there (see [`crate::arena::layout::BuddyLayout`]), not put at
+/// the start of its enclosing node, so no trimmed tail is left behind it.
+pub(crate) fn packed_alignment(model: &Model, units: u64, align: usize) -> u64 {
+    model.geometry.packed_alignment(units, align, model.bank_size)
+}
+
+/// The units a buddy block of `size` bytes covers (`None` for a run-sized block).
+pub(crate) fn buddy_units(model: &Model, size: usize) -> Option<u64> {
+    model.geometry.buddy_layout(size).map(|b| b.units)
+}
+
+/// The move of a census block, going nowhere yet.
+pub(crate) fn block_piece(model: &Model, item: &Item) -> Option<Piece> {
+    item.piece(model.geometry, model.classes)
+}
+
+/// A buddy block of a census as a piece to place.
+pub(crate) fn shaped_block(model: &Model, item: &Item) -> Option<Shaped> {
+    let piece = block_piece(model, item)?;
+    let Layout::Buddy(b) = model.geometry.layout(piece.size, piece.align) else { return None };
+    let align = packed_alignment(model, b.units, piece.align);
+    Some((piece, b.units, align))
+}
+
+/// A whole slab as one piece to place.
+pub(crate) fn slab_piece(census: &Census, model: &Model, view: &SlabView) -> Shaped {
+    let objects = census.items(view.id).iter().map(|i| (i.handle, i.info.offset)).collect();
+    let units = (view.bytes >> model.geometry.unit_shift) as u64;
+    let piece = Piece {
+        kind: PieceKind::Slab { id: view.id, objects },
+        handle: None,
+        size: view.bytes,
+        align: view.bytes,
+        core: view.owner,
+        from: view.base,
+        to: view.base,
+        extent: view.bytes,
+    };
+    (piece, units, units)
+}
+
+/// Bytes a repack would copy: every movable buddy block, chunk run and whole slab.
+pub(crate) fn movable_bytes(census: &Census, model: &Model) -> usize {
+    let blocks: usize = census.buddy.iter().chain(census.runs.iter()).filter(|i| i.movable).map(|i| i.info.size).sum();
+    let slabs: usize = census
+        .slabs
+        .iter()
+        .filter(|v| slab_worth_moving(census, v, model.classes[v.class].objects))
+        .map(|v| v.bytes)
+        .sum();
+    blocks + slabs
+}
+
+/// Free bytes the bank rule leaves however tightly blocks are packed: a buddy block larger
+/// than a bank starts on a bank boundary, so the rest of its last bank stays free (only a
+/// block of at most a bank fits there, and those live in slabs).
+pub(crate) fn bank_slack(census: &Census, model: &Model) -> usize {
+    let g = model.geometry;
+    let bank = g.bank_units(model.bank_size);
+    census
+        .buddy
+        .iter()
+        .filter_map(|i| buddy_units(model, i.info.size))
+        .filter(|&units| units > bank)
+        .map(|units| (units.next_multiple_of(bank) - units) as usize * g.min_block)
+        .sum()
+}
+
+/// The units the movable blocks and whole slabs of each chunk take wherever they are packed:
+/// a block larger than a bank takes whole banks (the next one starts on a bank boundary).
+pub(crate) fn movable_units(census: &Census, model: &Model) -> Vec<u64> {
+    let g = model.geometry;
+    let mut units = vec![0u64; model.chunks.len()];
+    for item in census.buddy.iter().filter(|i| i.movable) {
+        if let Some(n) = buddy_units(model, item.info.size) {
+            let align = packed_alignment(model, n, 1 << item.info.align_log2);
+            units[g.chunk_of(item.info.offset)] += n.next_multiple_of(align);
+        }
+    }
+    for view in &census.slabs {
+        if slab_worth_moving(census, view, model.classes[view.class].objects) {
+            units[g.chunk_of(view.base)] += (view.bytes >> g.unit_shift) as u64;
+        }
+    }
+    units
+}
+
+/// The movable buddy blocks and whole slabs of every core chunk, by chunk.
+pub(crate) fn movable_pieces(census: &Census, model: &Model) -> Vec<Vec<Shaped>> {
+    let g = model.geometry;
+    let mut pieces: Vec<Vec<Shaped>> = vec![Vec::new(); model.chunks.len()];
+    for item in census.buddy.iter().filter(|i| i.movable) {
+        if let Some(shaped) = shaped_block(model, item) {
+            pieces[g.chunk_of(shaped.0.from)].push(shaped);
+        }
+    }
+    for view in &census.slabs {
+        if slab_worth_moving(census, view, model.classes[view.class].objects) {
+            pieces[g.chunk_of(view.base)].push(slab_piece(census, model, view));
+        }
+    }
+    pieces
+}
+
+/// The boundary chunk of a compaction: the lowest chunk for which the free units at or below
+/// it cover the `movable` units above it (per chunk, see [`movable_units`]).
+pub(crate) fn boundary(model: &Model, movable: &[u64]) -> usize {
+    let n = model.chunks.len();
+    let mut above: Vec<u64> = vec![0; n + 1];
+    for c in (0..n).rev() {
+        above[c] = above[c + 1] + movable[c];
+    }
+    let mut free_below = 0u64;
+    (0..n)
+        .find(|&c| {
+            free_below += model.free_units(c);
+            free_below >= above[c + 1]
+        })
+        .unwrap_or(n.saturating_sub(1))
+}
+
+/// The movable runs of a census, in address order.
+pub(crate) fn movable_runs(census: &Census, model: &Model) -> Vec<Piece> {
+    let mut runs: Vec<Piece> = census.runs.iter().filter(|i| i.movable).filter_map(|i| block_piece(model, i)).collect();
+    runs.sort_by_key(|p| p.from);
+    runs
+}
+
+/// Move `run` (in the model) to the lowest stretch of empty chunks that starts below it (it may
+/// overlap its own chunks); `None` (and the model as it was) when there is none.
+pub(crate) fn move_run_down(model: &mut Model, run: &Piece) -> Option<Piece> {
+    let g = model.geometry;
+    let PieceKind::Run { chunks } = run.kind else { return None };
+    let Layout::Run { align_chunks, .. } = g.layout(run.size, run.align) else { return None };
+    let first = g.chunk_of(run.from);
+    model.set_run(first, chunks, false);
+    let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && g.run_bytes(d, chunks) == run.extent;
+    match (0..first).step_by(align_chunks).find(|&d| fits(d)) {
+        Some(d) => {
+            model.set_run(d, chunks, true);
+            Some(Piece { to: d * g.chunk_size, ..run.clone() })
+        }
+        None => {
+            model.set_run(first, chunks, true);
+            None
+        }
+    }
+}

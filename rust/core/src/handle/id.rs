@@ -1,0 +1,37 @@
+//! [`Handle`]: a slot index plus a generation (and the id of its pool), the reference to a
+//! block that callers hold. The handle table (`table.rs`) resolves it.
+
+/// A reference to a block that survives moves and detects reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Handle {
+    pub(super) pool: u32,
+    pub(super) slot: u32,
+    pub(super) generation: u32,
+}
+
+impl Handle {
+    /// The id of the pool that made it.
+    pub fn pool_id(self) -> u32 {
+        self.pool
+    }
+
+    /// The slot index.
+    pub fn slot(self) -> u32 {
+        self.slot
+    }
+
+    /// The generation of the slot when the block was allocated.
+    pub fn generation(self) -> u32 {
+        self.generation
+    }
+
+    /// Pack into one integer (for foreign callers that store handles as numbers).
+    pub fn to_bits(self) -> u128 {
+        (self.pool as u128) << 64 | (self.slot as u128) << 32 | self.generation as u128
+    }
+
+    /// The inverse of [`Handle::to_bits`]. Any bits make a handle; the pool validates it.
+    pub fn from_bits(bits: u128) -> Handle {
+        Handle { pool: (bits >> 64) as u32, slot: (bits >> 32) as u32, generation: bits as u32 }
+    }
+}

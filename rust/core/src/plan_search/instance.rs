@@ -1,0 +1,145 @@
+//! One component of a lifetime-planning problem, checked and in compressed-sparse-row form:
+//! the input of `search`.
+
+use std::fmt;
+
+/// Why a [`PackingInstance`] could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackingError(pub String);
+
+impl fmt::Display for PackingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PackingError {}
+
+/// One component to pack, in compressed-sparse-row form.
+#[derive(Debug, Clone)]
+pub struct PackingInstance {
+    pub(crate) sizes: Vec<u64>,
+    pub(crate) align_mask: Vec<u64>,
+    pub(crate) sec_lo: Vec<u32>,
+    pub(crate) sec_hi: Vec<u32>,
+    pub(crate) n_sections: usize,
+    pub(crate) nbr_start: Vec<u32>,
+    pub(crate) nbr: Vec<u32>,
+    pub(crate) obs_start: Vec<u32>,
+    pub(crate) obs: Vec<(u64, u64)>,
+}
+
+impl PackingInstance {
+    /// Builds and checks a component.
+    ///
+    /// * `sizes[i] > 0`, `alignments[i]` a power of two;
+    /// * buffer `i` is live in sections `sec_lo[i] .. sec_hi[i]` (non-empty, below `n_sections`);
+    /// * `neighbors[i]`: the buffers live at the same time as `i` (symmetric, no self loops);
+    /// * `obstacles[i]`: sorted, disjoint byte ranges `[start, end)` of pinned buffers live at
+    ///   the same time as `i`.
+    pub fn new(
+        sizes: Vec<u64>,
+        alignments: &[u64],
+        sec_lo: Vec<u32>,
+        sec_hi: Vec<u32>,
+        n_sections: usize,
+        neighbors: &[Vec<u32>],
+        obstacles: &[Vec<(u64, u64)>],
+    ) -> Result<Self, PackingError> {
+        let n = sizes.len();
+        for (what, len) in [
+            ("alignments", alignments.len()),
+            ("sec_lo", sec_lo.len()),
+            ("sec_hi", sec_hi.len()),
+            ("neighbors", neighbors.len()),
+            ("obstacles", obstacles.len()),
+        ] {
+            if len != n {
+                return Err(PackingError(format!("{what} has {len} entries for {n} buffers")));
+            }
+        }
+        let mut nbr_start = Vec::with_capacity(n + 1);
+        let mut nbr = Vec::new();
+        let mut obs_start = Vec::with_capacity(n + 1);
+        let mut obs = Vec::new();
+        nbr_start.push(0);
+        obs_start.push(0);
+        for i in 0..n {
+            if sizes[i] == 0 {
+                return Err(PackingError(format!("buffer {i} has size 0")));
+            }
+            if !alignments[i].is_power_of_two() {
+                return Err(PackingError(format!("buffer {i}: alignment {} is not a power of two", alignments[i])));
+            }
+            if sec_lo[i] >= sec_hi[i] || sec_hi[i] as usize > n_sections {
+                return Err(PackingError(format!(
+                    "buffer {i}: sections {}..{} are empty or beyond {n_sections}",
+                    sec_lo[i], sec_hi[i]
+                )));
+            }
+            for &j in &neighbors[i] {
+                if j as usize >= n || j as usize == i {
+                    return Err(PackingError(format!("buffer {i}: bad neighbor {j}")));
+                }
+            }
+            nbr.extend_from_slice(&neighbors[i]);
+            nbr_start.push(
+                u32::try_from(nbr.len())
+                    .map_err(|_| PackingError("too many neighbor pairs (more than 2^32)".to_string()))?,
+            );
+            let mut prev_end = 0;
+            for &(start, end) in &obstacles[i] {
+                if start >= end || start < prev_end {
+                    return Err(PackingError(format!("buffer {i}: obstacles must be sorted, disjoint and non-empty")));
+                }
+                prev_end = end;
+            }
+            obs.extend_from_slice(&obstacles[i]);
+            obs_start.push(
+                u32::try_from(obs.len())
+                    .map_err(|_| PackingError("too many obstacles (more than 2^32)".to_string()))?,
+            );
+        }
+        Ok(Self {
+            align_mask: alignments.iter().map(|a| a - 1).collect(),
+            sizes,
+            sec_lo,
+            sec_hi,
+            n_sections,
+            nbr_start,
+            nbr,
+            obs_start,
+            obs,
+        })
+    }
+
+    /// Number of buffers.
+    pub fn len(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// Whether there is no buffer.
+    pub fn is_empty(&self) -> bool {
+        self.sizes.is_empty()
+    }
+
+    pub(crate) fn neighbors(&self, i: usize) -> &[u32] {
+        &self.nbr[self.nbr_start[i] as usize..self.nbr_start[i + 1] as usize]
+    }
+
+    /// Lowest offset at or above `floor` for buffer `i`: aligned and clear of pinned buffers.
+    pub(crate) fn raw_offset(&self, i: usize, floor: u64) -> u64 {
+        let mask = self.align_mask[i];
+        let mut offset = (floor + mask) & !mask;
+        let size = self.sizes[i];
+        for &(start, end) in &self.obs[self.obs_start[i] as usize..self.obs_start[i + 1] as usize] {
+            if offset + size <= start {
+                break;
+            }
+            if end > offset {
+                offset = (end + mask) & !mask;
+            }
+        }
+        offset
+    }
+}

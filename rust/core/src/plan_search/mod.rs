@@ -1,0 +1,18 @@
+//! Exact search for static memory packing: the inner loop of the Python lifetime planner
+//! (`npumem.plan`).
+//!
+//! A *component* is a set of buffers, each live in a contiguous range of time *sections*, with
+//! a size and a power-of-two alignment, plus the byte ranges of pinned buffers each one must
+//! avoid. [`search`] runs one depth-first search over *canonical* packings (every buffer at the
+//! lowest aligned offset above the buffers placed before it, offsets never decreasing along a
+//! branch) with cross-section inference, a push-down dominance rule and symmetry breaking; the
+//! Python module `npumem.plan.search` documents why each rule keeps an optimal packing
+//! reachable and drives restarts and time limits around this function.
+//!
+//! Pure Rust, no PyO3: `rust/python/src/plan_search.rs` is the binding.
+
+mod instance;
+mod search;
+
+pub use instance::{PackingError, PackingInstance};
+pub use search::{search, Limits, Outcome};

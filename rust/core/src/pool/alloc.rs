@@ -1,0 +1,431 @@
+//! Where a block goes: validating a request, then the slab, buddy and run paths of the
+//! allocation (see `pool.rs` for the order), and reclaiming what cores hold empty before giving
+//! up (chunk grants and retirements are `arena/chunks.rs`).
+
+use crate::arena::buddy::{Conflict, Node};
+use crate::arena::layout::{BuddyLayout, Layout};
+use crate::arena::slab::caches::SlabBlocks;
+use crate::error::{Error, Result};
+use crate::handle::id::Handle;
+use crate::pool::pool::Pool;
+use crate::stats::counters::Route;
+use crate::util::cpu;
+
+/// A validated request. (The buddy or run layout is derived only when the request leaves the
+/// slab path: the slab path pays for nothing it does not use.)
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request {
+    pub(crate) size: usize,
+    pub(crate) align: usize,
+    /// The slab class that serves it, if any.
+    pub(crate) class: Option<usize>,
+}
+
+/// What an allocation got before it became a handle.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placed {
+    pub(crate) offset: usize,
+    pub(crate) block_bytes: usize,
+    pub(crate) route: Route,
+    pub(crate) overflow: bool,
+    /// The slab class, for slab objects.
+    pub(crate) class: Option<usize>,
+}
+
+/// How far an allocation may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// The caller's slab cache and core pool and a fresh chunk: quick, for callers that hold a
+    /// lock (the GIL).
+    Fast,
+    /// Everything: other cores' chunks, reclaiming empty slabs and chunks.
+    Full,
+}
+
+/// Whether a chunk search skips the chunks that a recorded miss says cannot serve the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Memo {
+    Trust,
+    /// The last resort before out-of-memory: a miss may be spurious under contention.
+    Ignore,
+}
+
+/// Carves slabs from the buddy pool of one core (uncounted: slab objects are counted instead).
+struct SlabCarver<'a> {
+    pool: &'a Pool,
+    core: usize,
+    reach: Reach,
+}
+
+impl SlabBlocks for SlabCarver<'_> {
+    fn carve(&self, bytes: usize) -> Option<usize> {
+        let Layout::Buddy(b) = self.pool.arena.geometry.layout(bytes, bytes) else {
+            return None;
+        };
+        self.pool.place_buddy(&b, self.core, self.reach).map(|p| p.offset)
+    }
+
+    fn release(&self, base: usize, bytes: usize) {
+        self.pool.arena.release_buddy(base, bytes).expect("a retired slab's block is allocated");
+    }
+}
+
+impl Pool {
+    /// Allocate `size` bytes aligned to `align` (the pool's default alignment when `None`),
+    /// with a tag id (0 = none). Waits while the pool is paused.
+    pub fn alloc(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Handle> {
+        let request = self.request(size, align)?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let _entered = self.enter()?;
+        match self.place(&request, core, Reach::Full) {
+            Some(placed) => self.finish(placed, &request, core, tag),
+            None => Err(self.out_of_memory(&request, core, tag)),
+        }
+    }
+
+    /// The quick part of [`Pool::alloc`] only (the caller's slab cache, core pool and a fresh
+    /// chunk, no waiting while paused): `Ok(None)` means "call `alloc`", which may take longer.
+    /// Meant for callers holding a lock they would rather release for the long part (the GIL).
+    pub fn try_alloc_fast(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Option<Handle>> {
+        let request = self.request(size, align)?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let Some(_entered) = self.gate.try_enter() else {
+            return Ok(None);
+        };
+        match self.place(&request, core, Reach::Fast) {
+            Some(placed) => self.finish(placed, &request, core, tag).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Allocate every size of `sizes` (each aligned to `align`), or none of them: on the first
+    /// failure the blocks already made are freed and [`Error::Batch`] says which one failed and
+    /// why. Every size is validated before anything is allocated. Waits while paused.
+    pub fn alloc_many(&self, sizes: &[usize], align: Option<usize>, tag: u32) -> Result<Vec<Handle>> {
+        let requests: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(index, &size)| self.request(size, align).map_err(|e| Error::batch(index, e)))
+            .collect::<Result<_>>()?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let _entered = self.enter()?;
+        let mut handles = Vec::with_capacity(sizes.len());
+        for (index, request) in requests.iter().enumerate() {
+            let made = match self.place(request, core, Reach::Full) {
+                Some(placed) => self.finish(placed, request, core, tag),
+                None => Err(self.out_of_memory(request, core, tag)),
+            };
+            match made {
+                Ok(handle) => handles.push(handle),
+                Err(err) => {
+                    for handle in handles {
+                        self.free_entered(handle).expect("a block just made can be freed");
+                    }
+                    return Err(Error::batch(index, err));
+                }
+            }
+        }
+        Ok(handles)
+    }
+
+    /// Allocate without a handle: the block's offset. Free it with [`Pool::free_raw`] and the
+    /// same size.
+    pub fn alloc_raw(&self, size: usize, align: Option<usize>) -> Result<usize> {
+        let request = self.request(size, align)?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let _entered = self.enter()?;
+        match self.place(&request, core, Reach::Full) {
+            Some(placed) => {
+                self.account_alloc(&placed, core, size);
+                Ok(placed.offset)
+            }
+            None => Err(self.out_of_memory(&request, core, 0)),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn request(&self, size: usize, align: Option<usize>) -> Result<Request> {
+        let align = align.unwrap_or(self.config.alignment);
+        let capacity = self.config.capacity;
+        if size != 0 && size <= capacity && align.is_power_of_two() && align <= capacity {
+            return Ok(Request { size, align, class: self.arena.slabs.classes.class_for(size, align) });
+        }
+        Err(self.refusal(size, align))
+    }
+
+    /// Why `request` refused: the error for a size or alignment it cannot take.
+    #[cold]
+    fn refusal(&self, size: usize, align: usize) -> Error {
+        let capacity = self.config.capacity;
+        if size == 0 {
+            Error::InvalidSize { size: 0, reason: "a block must have at least 1 byte" }
+        } else if size > capacity {
+            Error::TooLarge { size, capacity }
+        } else if !align.is_power_of_two() {
+            Error::InvalidAlignment {
+                align: align as u128,
+                reason: "must be a power of two (1, 2, 4, ... bytes)".into(),
+            }
+        } else {
+            Error::InvalidAlignment {
+                align: align as u128,
+                reason: format!("must not be larger than the arena ({capacity} bytes)"),
+            }
+        }
+    }
+
+    pub(crate) fn finish(&self, placed: Placed, request: &Request, core: usize, tag: u32) -> Result<Handle> {
+        match self.handles.insert(core, placed.offset, request.size, request.align.trailing_zeros() as u8, tag) {
+            Ok(handle) => {
+                self.account_alloc(&placed, core, request.size);
+                self.trace.on_alloc(core, handle, placed.offset, request.size, request.align, tag);
+                Ok(handle)
+            }
+            Err(err) => {
+                self.release_block(placed.offset, request.size).expect("a block just placed can be freed");
+                Err(err)
+            }
+        }
+    }
+
+    /// Count an allocation: per thread for slab objects, per core otherwise.
+    #[inline(always)]
+    pub(crate) fn account_alloc(&self, placed: &Placed, core: usize, size: usize) {
+        match placed.class {
+            Some(k) => self.slab_counters.on_alloc(k, size),
+            None => self.counters.on_alloc(core, placed.route, placed.overflow, placed.block_bytes, size),
+        }
+    }
+
+    /// The error (and the trace event) for a request nothing could place.
+    #[cold]
+    pub(crate) fn out_of_memory(&self, request: &Request, core: usize, tag: u32) -> Error {
+        self.counters.on_failed(core);
+        self.trace.on_failed(core, request.size, request.align, tag);
+        let stats = self.stats();
+        Error::OutOfMemory {
+            requested: request.size,
+            bytes_free: stats.bytes_free,
+            largest_free_block: stats.largest_free_block,
+        }
+    }
+
+    /// Find a place for `request`: first the fast path (an object of the core's current slab),
+    /// then everything else; with [`Reach::Full`], empty slabs and chunks are reclaimed and the
+    /// request tried once more before giving up.
+    #[inline(always)]
+    pub(crate) fn place(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
+        if let Some(k) = request.class {
+            if let Some(offset) = self.arena.slabs.take_current(k, core) {
+                return Some(Placed {
+                    offset,
+                    block_bytes: self.arena.slabs.classes.classes[k].size,
+                    route: Route::Slab,
+                    overflow: false,
+                    class: Some(k),
+                });
+            }
+        }
+        self.place_slow(request, core, reach)
+    }
+
+    #[inline(never)]
+    fn place_slow(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
+        if let Some(placed) = self.place_once(request, core, reach) {
+            return Some(placed);
+        }
+        if reach == Reach::Fast {
+            return None;
+        }
+        let carver = SlabCarver { pool: self, core, reach };
+        let slabs = self.arena.slabs.reclaim(&carver);
+        let chunks = self.arena.reclaim_empty_chunks(false);
+        if slabs + chunks == 0 {
+            return None;
+        }
+        self.place_once(request, core, reach)
+    }
+
+    fn place_once(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
+        if let Some(k) = request.class {
+            let carver = SlabCarver { pool: self, core, reach };
+            if let Some((offset, carved)) = self.arena.slabs.alloc(k, core, &carver) {
+                if carved {
+                    self.sample_peak();
+                }
+                return Some(Placed {
+                    offset,
+                    block_bytes: self.arena.slabs.classes.classes[k].size,
+                    route: Route::Slab,
+                    overflow: false,
+                    class: Some(k),
+                });
+            }
+            // No slab could be carved: the buddy path may still fit the object on its own.
+        }
+        match self.arena.geometry.layout(request.size, request.align) {
+            Layout::Buddy(b) => self.place_buddy(&b, core, reach),
+            Layout::Run { chunks, align_chunks } => self.place_run(chunks, align_chunks, request.size),
+        }
+    }
+
+    pub(crate) fn place_buddy(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
+        if let Some(placed) = self.alloc_in_core(b, core, Memo::Trust) {
+            return Some(placed);
+        }
+        // A chunk that holds the trimmed block will do (the arena's last chunk may be short).
+        let bytes = b.units as usize * self.arena.geometry.min_block;
+        if let Some(chunk) = self.arena.grant(core, bytes) {
+            if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
+                return Some(placed);
+            }
+        }
+        if reach == Reach::Fast {
+            return None;
+        }
+        // Overflow: room in other cores' chunks (including the ones they keep in reserve).
+        let cores = self.arena.cores.len();
+        for i in 1..cores {
+            if let Some(mut placed) = self.alloc_in_core(b, (core + i) % cores, Memo::Trust) {
+                placed.overflow = true;
+                return Some(placed);
+            }
+        }
+        // A chunk may have come free meanwhile.
+        if let Some(chunk) = self.arena.grant(core, bytes) {
+            if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
+                return Some(placed);
+            }
+        }
+        // Before giving up: search every chunk, including those a (possibly spurious) miss hid.
+        (0..cores).find_map(|i| {
+            let owner = (core + i) % cores;
+            let mut placed = self.alloc_in_core(b, owner, Memo::Ignore)?;
+            placed.overflow = owner != core;
+            Some(placed)
+        })
+    }
+
+    /// Try the chunks owned by `owner`: its hint first, then every owned chunk in address order
+    /// (first fit: small blocks gather low, the high chunks stay whole for large blocks), skipping
+    /// chunks where a search for a block this large failed since their last free.
+    fn alloc_in_core(&self, b: &BuddyLayout, owner: usize, memo: Memo) -> Option<Placed> {
+        let pool = &self.arena.cores[owner];
+        let hint = pool.hint(b.level);
+        if let Some((chunk, bunch)) = hint {
+            if chunk < self.arena.geometry.chunks {
+                let tree = self.arena.tree(chunk);
+                let node =
+                    self.arena.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
+                if let Some(node) = node {
+                    return Some(self.commit(chunk, b, node));
+                }
+            }
+        }
+        for chunk in pool.owned() {
+            let space = &self.arena.space[chunk];
+            let Some(probe) = space.probe(b.level, b.units, memo == Memo::Ignore) else {
+                continue;
+            };
+            if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, memo == Memo::Ignore) {
+                return Some(placed);
+            }
+            if b.step <= 1 {
+                space.missed(probe, b.level);
+            }
+        }
+        None
+    }
+
+    /// Search chunk `chunk` for block `b`. `thorough` also looks for a trimmed block's pieces
+    /// where no whole enclosing node is free: twice the search, so only for the last resort
+    /// (and always where the enclosing node cannot fit, in the arena's short last chunk).
+    fn alloc_in_chunk(&self, chunk: usize, b: &BuddyLayout, hint_owner: usize, thorough: bool) -> Option<Placed> {
+        let tree = self.arena.tree(chunk);
+        let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, bunch)| (c == chunk).then_some(bunch));
+        let node = match cursor {
+            Some(from) => self.arena.shape.search_from(tree, b.level, b.step, from, &mut |e| self.claim(chunk, b, e)),
+            None => self.arena.shape.search(tree, b.level, b.step, &mut |e| self.claim(chunk, b, e)),
+        };
+        let node = match node {
+            Some(node) => {
+                self.arena.cores[hint_owner].set_hint(b.level, chunk, self.arena.shape.bunch_of(node));
+                node
+            }
+            None if !b.is_whole() && (thorough || self.arena.geometry.usable_units(chunk) < b.enclosing) => {
+                self.search_pieces(chunk, b)?
+            }
+            None => return None,
+        };
+        Some(self.commit(chunk, b, node))
+    }
+
+    /// A trimmed block needs only its pieces free, not its whole enclosing node: find a free
+    /// left half (the first piece) and claim the rest after it. This places blocks where the
+    /// enclosing node's tail is in use, and in the arena's last chunk when the enclosing node
+    /// reaches past the arena's end. Returns the enclosing node.
+    fn search_pieces(&self, chunk: usize, b: &BuddyLayout) -> Option<Node> {
+        let tree = self.arena.tree(chunk);
+        let parent = |half: Node| Node { level: b.level, index: half.index / 2 };
+        let half = self.arena.shape.search(tree, b.level + 1, b.step * 2, &mut |n| self.claim(chunk, b, parent(n)))?;
+        Some(parent(half))
+    }
+
+    /// Claim the block with enclosing node `e`: the node itself, or its trimmed pieces (rolled
+    /// back if one of them is taken).
+    fn claim(&self, chunk: usize, b: &BuddyLayout, e: Node) -> std::result::Result<(), Conflict> {
+        let tree = self.arena.tree(chunk);
+        if b.is_whole() {
+            return self.arena.shape.try_alloc(tree, e);
+        }
+        let mut taken: Vec<Node> = Vec::with_capacity(4);
+        for piece in b.pieces(self.arena.geometry.depth, e) {
+            if let Err(conflict) = self.arena.shape.try_alloc(tree, piece) {
+                for &p in &taken {
+                    let _ = self.arena.shape.release(tree, p);
+                }
+                if !taken.is_empty() {
+                    self.arena.space[chunk].refresh();
+                }
+                return Err(if taken.is_empty() { conflict } else { Conflict::Taken });
+            }
+            taken.push(piece);
+        }
+        Ok(())
+    }
+
+    fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
+        self.arena.space[chunk].take(b.units);
+        Placed {
+            offset: self.arena.geometry.offset_of(chunk, e.start(self.arena.geometry.depth)),
+            block_bytes: b.units as usize * self.arena.geometry.min_block,
+            route: Route::Core,
+            overflow: false,
+            class: None,
+        }
+    }
+
+    /// Give back what cores keep cached: every all-free slab and every empty chunk (an
+    /// allocation does this by itself before it fails; a caller may want it earlier, e.g.
+    /// before a snapshot or when the pool goes idle). Returns the slabs and chunks given back.
+    pub fn trim(&self) -> usize {
+        let core = crate::util::cpu::current_core(self.arena.cores.len());
+        let Ok(_entered) = self.enter() else {
+            return 0; // the calling thread is moving blocks (inside a mover): nothing to trim now
+        };
+        let carver = SlabCarver { pool: self, core, reach: Reach::Full };
+        self.arena.slabs.reclaim(&carver) + self.arena.reclaim_empty_chunks(false)
+    }
+
+    fn place_run(&self, chunks: usize, align_chunks: usize, size: usize) -> Option<Placed> {
+        let start = self.arena.global.claim(&self.arena.geometry, chunks, size, align_chunks)?;
+        self.arena.mark_run(start, chunks);
+        Some(Placed {
+            offset: start * self.arena.geometry.chunk_size,
+            block_bytes: self.arena.geometry.run_bytes(start, chunks),
+            route: Route::Global,
+            overflow: false,
+            class: None,
+        })
+    }
+}

@@ -1,0 +1,252 @@
+//! The consistency proof of a pool: `Pool::check()` pauses the pool and walks every piece of
+//! metadata (chunk states, bitmaps, owners, trees, slabs, handles, counters) and reports every
+//! disagreement it finds.
+
+use std::collections::HashSet;
+
+use crate::arena::buddy::Node;
+use crate::arena::global::ChunkState;
+use crate::arena::layout::Layout;
+use crate::error::{Error, Result};
+use crate::handle::id::Handle;
+use crate::pool::pool::Pool;
+
+impl Pool {
+    /// Pause the pool (waiting for calls in flight) and prove its metadata consistent: every
+    /// chunk's state, bitmap bit and owner agree; every tree is well formed; every slab is an
+    /// allocated block with its directory entries; every live handle names an allocated block
+    /// or slab object inside the arena, aligned and bank-safe; no two blocks overlap; the
+    /// counters equal what the walk finds. Returns the number of live blocks checked.
+    pub fn check(&self) -> Result<usize> {
+        let _paused = self.pause_for_maintenance()?;
+        let mut findings: Vec<String> = Vec::new();
+        let g = &self.arena.geometry;
+        let depth = g.depth;
+        // Chunks: state, bitmap, ownership, trees.
+        let mut allocated: HashSet<(usize, Node)> = HashSet::new();
+        let mut block_bytes_walked = 0usize;
+        let mut chunk = 0;
+        while chunk < g.chunks {
+            let state = self.arena.global.state(chunk);
+            let owners: Vec<usize> = (0..self.arena.cores.len()).filter(|&c| self.arena.cores[c].owns(chunk)).collect();
+            let taken = self.arena.global.is_taken(chunk);
+            let tree = self.arena.tree(chunk);
+            self.arena.shape.check(tree, &mut |f| findings.push(format!("chunk {chunk}: {f}")));
+            let mut nodes: HashSet<Node> = HashSet::new();
+            self.arena.shape.for_each_allocated(tree, &mut |n| {
+                nodes.insert(n);
+            });
+            for n in self.arena.reserved_nodes(chunk) {
+                if !nodes.remove(&n) {
+                    findings.push(format!("chunk {chunk}: reserved tail node {n:?} is not allocated"));
+                }
+            }
+            let free_units = self.arena.space[chunk].free_units();
+            match state {
+                ChunkState::Free | ChunkState::RunHead(_) | ChunkState::RunBody => {
+                    for n in self.arena.retire_nodes(chunk) {
+                        if !nodes.remove(&n) {
+                            findings.push(format!("chunk {chunk} ({state:?}): not retired, node {n:?} is free"));
+                        }
+                    }
+                    if !nodes.is_empty() {
+                        findings.push(format!("chunk {chunk} ({state:?}): {} stray allocated node(s)", nodes.len()));
+                    }
+                    if free_units != g.usable_units(chunk) {
+                        findings.push(format!(
+                            "chunk {chunk} ({state:?}): free-unit count {free_units} but it holds no buddy block"
+                        ));
+                    }
+                    if !owners.is_empty() {
+                        findings.push(format!("chunk {chunk} ({state:?}): owned by core(s) {owners:?}"));
+                    }
+                    if (state == ChunkState::Free) == taken {
+                        findings.push(format!("chunk {chunk} ({state:?}): bitmap says taken={taken}"));
+                    }
+                }
+                ChunkState::Core(core) => {
+                    if owners != vec![core] {
+                        findings.push(format!("chunk {chunk}: state says core {core}, owner bitmaps say {owners:?}"));
+                    }
+                    if !taken {
+                        findings.push(format!("chunk {chunk}: granted to core {core} but free in the bitmap"));
+                    }
+                    let used: u64 = nodes.iter().map(|n| n.units(depth)).sum();
+                    if used + free_units != g.usable_units(chunk) {
+                        findings.push(format!(
+                            "chunk {chunk}: walk finds {used} units in use, counter says {} free of {}",
+                            free_units,
+                            g.usable_units(chunk)
+                        ));
+                    }
+                    block_bytes_walked += used as usize * g.min_block;
+                    allocated.extend(nodes.into_iter().map(|n| (chunk, n)));
+                }
+            }
+            if let ChunkState::RunHead(len) = state {
+                if chunk + len > g.chunks {
+                    findings.push(format!("chunk {chunk}: run of {len} chunks runs past the arena"));
+                    break;
+                }
+                for c in chunk + 1..chunk + len {
+                    if self.arena.global.state(c) != ChunkState::RunBody || !self.arena.global.is_taken(c) {
+                        findings.push(format!(
+                            "chunk {c}: inside the run at chunk {chunk} but {:?}",
+                            self.arena.global.state(c)
+                        ));
+                    }
+                }
+                block_bytes_walked += self.arena.geometry.run_bytes(chunk, len);
+            } else if state == ChunkState::RunBody
+                && (chunk == 0
+                    || !matches!(self.arena.global.state(chunk - 1), ChunkState::RunHead(_) | ChunkState::RunBody))
+            {
+                findings.push(format!("chunk {chunk}: run body without a head"));
+            }
+            chunk += 1;
+        }
+        // Slabs: each is an allocated buddy block of a core chunk, found by the directory.
+        let classes = &self.arena.slabs.classes.classes;
+        let mut slab_objects = vec![0u64; classes.len()];
+        for view in self.arena.slabs.views() {
+            let chunk = g.chunk_of(view.base);
+            let units = (view.bytes >> g.unit_shift) as u64;
+            let node = Node::covering(depth, g.unit_in_chunk(view.base), units);
+            if !allocated.remove(&(chunk, node)) {
+                findings
+                    .push(format!("slab at {} ({} bytes): its block is not an allocated node", view.base, view.bytes));
+            }
+            block_bytes_walked = block_bytes_walked.saturating_sub(view.bytes);
+            for at in (view.base..view.base + view.bytes).step_by(1 << self.arena.slabs.classes.granule_shift) {
+                if self.arena.slabs.lookup(at).map(|r| r.id) != Some(view.id) {
+                    findings.push(format!(
+                        "slab at {}: directory entry for {at} is {:?}",
+                        view.base,
+                        self.arena.slabs.lookup(at)
+                    ));
+                }
+            }
+            let all_free = classes[view.class].all_free();
+            slab_objects[view.class] += u64::from((!view.free & all_free).count_ones());
+        }
+        let mut slab_handles = vec![0u64; classes.len()];
+
+        // Handles: each names an allocated block, inside the arena, aligned, bank-safe.
+        let mut extents: Vec<(usize, usize, Handle)> = Vec::new();
+        let mut live = 0usize;
+        let bank = self.config.bank_size;
+        self.handles.for_each_live(&mut |h, info| {
+            live += 1;
+            let align = 1usize << info.align_log2;
+            let bytes = self.block_bytes_at(info.offset, info.size, align);
+            if info.offset + info.size > g.usable_capacity() {
+                findings.push(format!("block {h:?}: [{}, +{}) ends past the arena", info.offset, info.size));
+                return;
+            }
+            if info.offset % align != 0 {
+                findings.push(format!("block {h:?}: offset {} not aligned to {align}", info.offset));
+            }
+            let bank_ok = if info.size <= bank {
+                info.offset / bank == (info.offset + info.size - 1) / bank
+            } else {
+                info.offset % bank == 0
+            };
+            if !bank_ok {
+                findings
+                    .push(format!("block {h:?}: [{}, +{}) breaks the bank rule (bank {bank})", info.offset, info.size));
+            }
+            if let Some(slab) = self.arena.slabs.lookup(info.offset) {
+                let class = slab.class;
+                if !self.arena.slabs.is_allocated(slab, info.offset) {
+                    findings.push(format!("block {h:?}: slab object at {} is not allocated", info.offset));
+                }
+                if info.size > classes[class].size {
+                    findings.push(format!(
+                        "block {h:?}: {} bytes in a {}-byte slab object",
+                        info.size, classes[class].size
+                    ));
+                }
+                slab_handles[class] += 1;
+                extents.push((info.offset, bytes, h));
+                return;
+            }
+            let chunk = info.offset / g.chunk_size;
+            match self.arena.global.state(chunk) {
+                ChunkState::RunHead(len) => {
+                    if info.offset % g.chunk_size != 0 || info.size.div_ceil(g.chunk_size) != len {
+                        findings.push(format!("block {h:?}: does not match the run at chunk {chunk}"));
+                    }
+                }
+                ChunkState::Core(_) => match g.layout(info.size, 1) {
+                    Layout::Buddy(b) => {
+                        let within = ((info.offset % g.chunk_size) / g.min_block) as u64;
+                        if info.offset % g.min_block != 0 || within + b.units > g.units_per_chunk() {
+                            findings.push(format!("block {h:?}: offset {} is not a block start", info.offset));
+                        } else {
+                            // At its enclosing node's start, or packed anywhere by a compaction.
+                            for p in b.pieces_at(depth, within) {
+                                if !allocated.remove(&(chunk, p)) {
+                                    findings.push(format!(
+                                        "block {h:?}: node {p:?} of chunk {chunk} is not allocated (or shared)"
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    Layout::Run { .. } => findings.push(format!("block {h:?}: run-sized block inside a core chunk")),
+                },
+                other => findings.push(format!("block {h:?}: its chunk {chunk} is {other:?}")),
+            }
+            extents.push((info.offset, bytes, h));
+        });
+        extents.sort_by_key(|&(offset, len, _)| (offset, len));
+        for pair in extents.windows(2) {
+            let ((a_off, a_len, a), (b_off, _, b)) = (pair[0], pair[1]);
+            if a_off + a_len > b_off {
+                findings.push(format!("blocks {a:?} and {b:?} overlap at offset {b_off}"));
+            }
+        }
+        // Counters. Blocks of the raw (offset) API have no handle: the counters say how many.
+        let totals = self.counters.totals();
+        let slab_totals = self.slab_counters.totals();
+        let slab_counted: u64 = slab_totals.iter().map(|t| t.allocs.saturating_sub(t.frees)).sum();
+        let blocks_counted = totals.allocs() as i128 - totals.frees as i128 + slab_counted as i128;
+        if blocks_counted < live as i128 {
+            findings.push(format!("counters say {blocks_counted} live blocks, but {live} handles are live"));
+        }
+        let raw_live = (blocks_counted - live as i128).max(0) as usize;
+        if raw_live == 0 && !allocated.is_empty() {
+            findings.push(format!("{} allocated node(s) belong to no live block (leaked)", allocated.len()));
+        }
+        if totals.bytes.max(0) as usize != block_bytes_walked || totals.bytes < 0 {
+            findings.push(format!("counters say {} bytes in use, the walk finds {block_bytes_walked}", totals.bytes));
+        }
+        for (k, t) in slab_totals.iter().enumerate() {
+            let counted = t.allocs.saturating_sub(t.frees);
+            if counted != slab_objects[k] {
+                findings.push(format!(
+                    "slab class {}: counters say {counted} objects in use, the slabs hold {}",
+                    classes[k].size, slab_objects[k]
+                ));
+            }
+            if raw_live == 0 && slab_handles[k] != slab_objects[k] {
+                findings.push(format!(
+                    "slab class {}: {} objects allocated but {} handles point at them",
+                    classes[k].size, slab_objects[k], slab_handles[k]
+                ));
+            }
+        }
+        let listed = self.handles.count_free_listed();
+        if listed + live != self.handles.slots_used() {
+            findings.push(format!(
+                "handle table: {live} live + {listed} free-listed != {} slots used (a slot was lost)",
+                self.handles.slots_used()
+            ));
+        }
+        if findings.is_empty() {
+            Ok(live + raw_live)
+        } else {
+            Err(Error::Corruption(findings))
+        }
+    }
+}

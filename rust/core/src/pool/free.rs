@@ -1,0 +1,132 @@
+//! Giving blocks back: slab objects to their slab, buddy blocks to their chunk, runs to the
+//! global pool. Every path validates the block before it changes anything, and the first
+//! atomic release decides who frees a block when two callers race.
+
+use crate::arena::global::ChunkState;
+use crate::error::{Error, HandleFault, Result};
+use crate::handle::id::Handle;
+use crate::pool::pool::Pool;
+use crate::util::cpu;
+
+/// What a release gave back, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// A slab object of this class.
+    Slab(usize),
+    /// A buddy block or a run of this many bytes.
+    Block(usize),
+}
+
+/// The error for a block that is not there (out of line: the hot path only branches to it).
+#[cold]
+fn invalid_block(offset: usize, size: usize, reason: &'static str) -> Error {
+    Error::InvalidBlock { offset, size, reason }
+}
+
+impl Pool {
+    /// Free the block behind `handle`. Refused (and nothing changes) for a handle of another
+    /// pool, a block already freed, or a pinned block. Waits while the pool is paused.
+    pub fn free(&self, handle: Handle) -> Result<()> {
+        let _entered = self.enter()?;
+        self.free_entered(handle)
+    }
+
+    /// [`Pool::free`] without waiting: [`Error::Paused`] (and nothing changes) while the pool is
+    /// paused. For callers holding a lock they would rather release before waiting.
+    pub fn try_free(&self, handle: Handle) -> Result<()> {
+        let Some(_entered) = self.gate.try_enter() else {
+            return Err(Error::Paused);
+        };
+        self.free_entered(handle)
+    }
+
+    /// Free every block of `handles`, or none: all are checked first (live, of this pool, not
+    /// pinned, no duplicates) and [`Error::Batch`] names the first that is not.
+    pub fn free_many(&self, handles: &[Handle]) -> Result<()> {
+        let _entered = self.enter()?;
+        for (index, &handle) in handles.iter().enumerate() {
+            let info = self.handles.get(handle).map_err(|e| {
+                let e = if e == Error::InvalidHandle(HandleFault::Freed) { Error::DoubleFree } else { e };
+                Error::batch(index, e)
+            })?;
+            if info.pins > 0 {
+                return Err(Error::batch(index, Error::Pinned { pins: info.pins }));
+            }
+        }
+        // The same block twice: sort the slots and look at neighbours.
+        let mut slots: Vec<(u32, usize)> = handles.iter().enumerate().map(|(i, h)| (h.slot(), i)).collect();
+        slots.sort_unstable();
+        if let Some(pair) = slots.windows(2).filter(|w| w[0].0 == w[1].0).min_by_key(|w| w[0].1.max(w[1].1)) {
+            return Err(Error::batch(pair[0].1.max(pair[1].1), Error::DoubleFree));
+        }
+        for (index, &handle) in handles.iter().enumerate() {
+            self.free_entered(handle).map_err(|e| Error::batch(index, e))?;
+        }
+        Ok(())
+    }
+
+    /// Free a block of the raw API by its offset and the size it was allocated with.
+    pub fn free_raw(&self, offset: usize, size: usize) -> Result<()> {
+        if size == 0 || size > self.config.capacity || offset >= self.config.capacity {
+            return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
+        }
+        let _entered = self.enter()?;
+        let released = self.release_block(offset, size)?;
+        self.account_free(released, size);
+        Ok(())
+    }
+
+    pub(crate) fn free_entered(&self, handle: Handle) -> Result<()> {
+        let core = cpu::current_core(self.arena.cores.len());
+        let info = self.handles.remove(handle)?;
+        let released = self.release_block(info.offset, info.size).map_err(|err| {
+            Error::Corruption(vec![format!(
+                "live handle {handle:?} pointed at offset {} ({} bytes) but: {err}",
+                info.offset, info.size
+            )])
+        })?;
+        self.handles.recycle(core, handle);
+        self.account_free(released, info.size);
+        self.trace.on_free(core, handle, info.offset, info.size, info.tag);
+        Ok(())
+    }
+
+    /// Count a free: per thread for slab objects, per core (the caller's) otherwise.
+    #[inline(always)]
+    pub(crate) fn account_free(&self, released: Released, size: usize) {
+        match released {
+            Released::Slab(k) => self.slab_counters.on_free(k, size),
+            Released::Block(bytes) => self.counters.on_free(cpu::current_core(self.arena.cores.len()), bytes, size),
+        }
+    }
+
+    /// Release the block at `offset` of `size` requested bytes.
+    #[inline(always)]
+    pub(crate) fn release_block(&self, offset: usize, size: usize) -> Result<Released> {
+        if let Some(slab) = self.arena.slabs.lookup(offset) {
+            // A slab object: the fast path (errors are built out of line).
+            if size > self.arena.slabs.classes.classes[slab.class].size {
+                return Err(invalid_block(offset, size, "a slab object is smaller than this"));
+            }
+            return match self.arena.slabs.free(slab, offset, &self.arena) {
+                Ok(freed) => Ok(Released::Slab(freed.class)),
+                Err(reason) => Err(invalid_block(offset, size, reason)),
+            };
+        }
+        self.release_chunk_block(offset, size)
+    }
+
+    /// Release a buddy block or a run.
+    #[inline(never)]
+    fn release_chunk_block(&self, offset: usize, size: usize) -> Result<Released> {
+        let chunk = self.arena.geometry.chunk_of(offset);
+        if chunk >= self.arena.geometry.chunks {
+            return Err(invalid_block(offset, size, "outside the arena's chunks"));
+        }
+        match self.arena.global.state(chunk) {
+            ChunkState::RunHead(len) => self.arena.release_run(offset, size, chunk, len).map(Released::Block),
+            ChunkState::Core(_) => self.arena.release_buddy(offset, size).map(Released::Block),
+            ChunkState::Free | ChunkState::RunBody => Err(invalid_block(offset, size, "no block starts in this chunk")),
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Entering and pausing the pool, and pins: the plumbing every alloc and free goes through.
+//!
+//! * [`Pool::enter`] admits an alloc or free through the stop gate (`gate.rs`), or says why not.
+//! * [`Pool::pause`] closes the gate and waits for calls in flight (with a timeout); the
+//!   [`PauseToken`] it returns keeps the pool paused across as many calls as the caller needs
+//!   (plan, move, check), until [`Pool::resume`]. The thread that paused may still allocate and
+//!   free meanwhile (it is the only one); while it moves blocks ([`Pool::busy`]), its own calls
+//!   are refused. Maintenance calls pause briefly on their own ([`Pool::pause_for_maintenance`]).
+//! * Pins keep a block from being freed or moved: [`Pool::try_pin`] never waits, `pin_waiting`
+//!   waits while the block is being moved, `pin_for_access` pins for one read or write.
+
+use std::time::Duration;
+
+use super::pool::Pool;
+use crate::error::{Error, Result};
+use crate::gate::{Entered, PauseError, PauseGuard, Refusal};
+use crate::handle::id::Handle;
+use crate::util::cpu;
+
+/// How long `check()` and other pausing calls wait for calls in flight.
+const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Proof that the caller holds a pool's pause (from [`Pool::pause`]); give it to
+/// [`Pool::resume`] to let the pool run again.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PauseToken {
+    pool: u32,
+    ticket: u64,
+}
+
+impl PauseToken {
+    /// The id of the pool it pauses.
+    pub fn pool_id(&self) -> u32 {
+        self.pool
+    }
+}
+
+/// The error for a pause that could not be taken.
+fn pause_error(e: PauseError) -> Error {
+    match e {
+        PauseError::Timeout(waited) => Error::Busy { waited_ms: waited.as_millis() as u64 },
+        PauseError::Relocating => Error::Relocating,
+        PauseError::AlreadyHeld => Error::AlreadyPaused,
+    }
+}
+
+#[cold]
+fn refused(refusal: Refusal) -> Error {
+    match refusal {
+        Refusal::Relocating => Error::Relocating,
+        Refusal::PausedTooLong(waited) => {
+            Error::PausedTooLong { waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX) }
+        }
+    }
+}
+
+/// Clears the gate's busy mark when a move call ends (from [`Pool::busy`]).
+pub(crate) struct Busy<'a>(&'a Pool);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.gate.end_busy();
+    }
+}
+
+impl Pool {
+    /// Pause alloc and free for a maintenance call (snapshot, trace switch, check, compaction
+    /// plan), waiting for calls in flight; [`Error::Busy`] if they do not finish in time.
+    pub(crate) fn pause_for_maintenance(&self) -> Result<PauseGuard<'_>> {
+        self.gate.pause(PAUSE_TIMEOUT).map_err(pause_error)
+    }
+
+    /// Enter the pool for an alloc or free (see `gate.rs`).
+    #[inline]
+    pub(crate) fn enter(&self) -> Result<Entered<'static>> {
+        self.gate.enter().map_err(refused)
+    }
+
+    /// Pause the pool: wait (at most `timeout`) for alloc and free calls in flight and for any
+    /// other pauser, then hold every new call until [`Pool::resume`], each at most `timeout`
+    /// (then it fails with [`Error::PausedTooLong`], having done nothing: a pause left open
+    /// cannot hang the pool's users). The calling thread may still use the pool meanwhile.
+    /// [`Error::Busy`] if the wait ran out (nothing changes).
+    pub fn pause(&self, timeout: Duration) -> Result<PauseToken> {
+        let ticket = self.gate.pause_held(timeout).map_err(pause_error)?;
+        Ok(PauseToken { pool: self.id, ticket })
+    }
+
+    /// Let the pool run again. [`Error::NotPaused`] for a token that no longer holds it,
+    /// [`Error::Relocating`] while blocks are being moved under it (from inside a mover).
+    pub fn resume(&self, token: &PauseToken) -> Result<()> {
+        if token.pool != self.id || !self.gate.is_held_by(token.ticket) {
+            return Err(Error::NotPaused);
+        }
+        if self.gate.resume_held(token.ticket) {
+            Ok(())
+        } else {
+            Err(Error::Relocating)
+        }
+    }
+
+    /// Whether `token` holds this pool's pause now.
+    pub fn holds(&self, token: &PauseToken) -> bool {
+        token.pool == self.id && self.gate.is_held_by(token.ticket)
+    }
+
+    /// Whether the pool is paused (by anyone) now.
+    pub fn is_paused(&self) -> bool {
+        self.gate.is_closed()
+    }
+
+    /// Mark the pause holder as moving blocks until the guard drops: [`Error::NotPaused`] for
+    /// a token that does not hold the pause, [`Error::Relocating`] when a move runs already.
+    pub(crate) fn busy(&self, token: &PauseToken) -> Result<Busy<'_>> {
+        if token.pool != self.id || !self.gate.is_held_by(token.ticket) {
+            return Err(Error::NotPaused);
+        }
+        if !self.gate.begin_busy(token.ticket) {
+            return Err(Error::Relocating);
+        }
+        Ok(Busy(self))
+    }
+
+    /// An allocation that failed was retried and succeeded (after a compaction): it no longer
+    /// counts in `failed_allocs` (which counts allocations that raised out-of-memory).
+    pub fn forgive_failure(&self) {
+        self.counters.on_rescued(cpu::current_core(self.arena.cores.len()));
+    }
+
+    /// Add a pin without waiting: [`Error::Moving`] while the block is being moved (callers
+    /// holding a lock a mover may need, such as the GIL, wait without it).
+    pub fn try_pin(&self, handle: Handle) -> Result<u32> {
+        self.handles.try_pin(handle)
+    }
+
+    /// Add a pin, waiting while the block is being moved ([`Error::Relocating`] for the moving
+    /// thread itself, which would wait forever).
+    pub(crate) fn pin_waiting(&self, handle: Handle) -> Result<u32> {
+        match self.handles.try_pin(handle) {
+            Err(Error::Moving) if self.gate.moving_here() => Err(Error::Relocating),
+            Err(Error::Moving) => self.handles.pin(handle),
+            other => other,
+        }
+    }
+
+    /// Pin `handle` for the duration of a read or write through the pool (unpinned on drop).
+    pub(crate) fn pin_for_access(&self, handle: Handle) -> Result<Unpin<'_>> {
+        if !self.has_backing() {
+            return Err(Error::NoBacking);
+        }
+        self.pin_waiting(handle)?;
+        Ok(Unpin(self, handle))
+    }
+}
+
+/// Removes an access pin on drop.
+pub(crate) struct Unpin<'a>(&'a Pool, Handle);
+
+impl Drop for Unpin<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.handles.unpin(self.1);
+    }
+}

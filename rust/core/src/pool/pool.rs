@@ -1,0 +1,216 @@
+//! The pool: one arena (`arena/`), its handles, counters, stop gate and trace; and the public
+//! API. How a request finds its place is in `alloc.rs`, how a block goes back in `free.rs`,
+//! pauses and pins in `pause.rs`, the statistics snapshot in `stats.rs`, the consistency proof
+//! in `check.rs`.
+//!
+//! Allocation path for `n` bytes aligned to `a`, on the caller's core `c` (see `docs/design.md`):
+//!
+//! 1. `n` at most the largest slab class (and `a` within the class's alignment): core `c`'s slab
+//!    cache for that class;
+//! 2. `n <= chunk_size / 2`: core `c`'s chunks (its hint first), then a fresh chunk from the
+//!    global pool, then other cores' chunks (an *overflow* allocation);
+//! 3. larger (or `a > chunk_size`): an exact run of whole chunks from the global pool;
+//! 4. nothing fits: slabs and chunks that cores hold empty go back, and the request is tried
+//!    once more; then [`Error::OutOfMemory`] with the bytes asked, the bytes free and the
+//!    largest free block.
+//!
+//! A free goes straight to the slab, chunk or run that owns the block, from any thread.
+
+use std::ptr::NonNull;
+
+use crate::arena::arena::Arena;
+use crate::arena::slab::caches::{SlabClasses, MAX_CLASSES};
+use crate::config::PoolConfig;
+use crate::error::{Error, Result};
+use crate::gate::{self, Gate};
+use crate::handle::id::Handle;
+use crate::handle::table::{HandleTable, SlotInfo};
+use crate::stats::counters::Counters;
+use crate::stats::thread::ThreadStats;
+use crate::trace::recorder::Trace;
+use crate::util::sync::{AtomicU32, Ordering};
+
+static NEXT_POOL_ID: AtomicU32 = AtomicU32::new(1);
+
+/// What a live block is, as the handle table and the arena see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// The block's handle.
+    pub handle: Handle,
+    /// Its current offset in the arena.
+    pub offset: usize,
+    /// The bytes it asked for.
+    pub size: usize,
+    /// The bytes it holds (its size rounded to its slab class or block layout).
+    pub block_bytes: usize,
+    /// The alignment it asked for.
+    pub align: usize,
+    /// The core pool that served it.
+    pub core: usize,
+    /// The tag id given at allocation (0 = none).
+    pub tag: u32,
+    /// Pins (explicit pins and live buffer views).
+    pub pins: u32,
+}
+
+/// A pool over one arena. Share it between threads by reference or `Arc`.
+pub struct Pool {
+    pub(super) id: u32,
+    pub(super) config: PoolConfig,
+    /// The memory: chunks, trees, global and core pools, slabs, backing.
+    pub(super) arena: Arena,
+    pub(super) counters: Counters,
+    pub(super) slab_counters: ThreadStats,
+    pub(super) handles: HandleTable,
+    pub(super) gate: Gate,
+    /// The optional event trace (off by default; see `trace/`).
+    pub(super) trace: Trace,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("id", &self.id).field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// Make a pool; the configuration is validated first.
+    pub fn new(config: PoolConfig) -> Result<Pool> {
+        config.validate()?;
+        if config.slab_sizes.len() > MAX_CLASSES {
+            return Err(Error::Config {
+                field: "slab_sizes",
+                reason: format!("must have at most {MAX_CLASSES} entries, got {}", config.slab_sizes.len()),
+            });
+        }
+        gate::init_barriers();
+        let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
+        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        let slab_counters = ThreadStats::new(classes.classes.len());
+        let arena = Arena::new(&config, classes)?;
+        let smallest = config.slab_sizes.first().copied().unwrap_or(config.min_block).min(config.min_block);
+        let max_blocks = arena.geometry.usable_capacity() / smallest.max(1);
+        Ok(Pool {
+            id,
+            slab_counters,
+            counters: Counters::new(config.cores, config.capacity),
+            handles: HandleTable::new(id, max_blocks.max(1), config.cores),
+            gate: Gate::new(id as usize),
+            trace: Trace::new(),
+            arena,
+            config,
+        })
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// This pool's id (handles carry it).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Bytes in the arena.
+    pub fn capacity(&self) -> usize {
+        self.config.capacity
+    }
+
+    /// Number of core pools.
+    pub fn cores(&self) -> usize {
+        self.arena.cores.len()
+    }
+
+    /// The arena (for compaction: the exact-position API and the arena's layout).
+    #[inline]
+    pub(crate) fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    /// The handle table (for compaction: marking blocks moving and re-pointing them).
+    #[inline]
+    pub(crate) fn handles(&self) -> &HandleTable {
+        &self.handles
+    }
+
+    // ----- handles ------------------------------------------------------------------------
+
+    /// What the handle's block is now.
+    pub fn block(&self, handle: Handle) -> Result<BlockInfo> {
+        let info = self.handles.get(handle)?;
+        Ok(self.block_info(handle, info))
+    }
+
+    pub(crate) fn block_info(&self, handle: Handle, info: SlotInfo) -> BlockInfo {
+        BlockInfo {
+            handle,
+            offset: info.offset,
+            size: info.size,
+            block_bytes: self.block_bytes_at(info.offset, info.size, 1usize << info.align_log2),
+            align: 1usize << info.align_log2,
+            core: info.core as usize,
+            tag: info.tag,
+            pins: info.pins,
+        }
+    }
+
+    /// Add a pin: a pinned block cannot be freed or moved. Returns the pins now.
+    pub fn pin(&self, handle: Handle) -> Result<u32> {
+        self.pin_waiting(handle) // waits while the block is being moved (pause.rs)
+    }
+
+    /// Remove a pin. Returns the pins left.
+    pub fn unpin(&self, handle: Handle) -> Result<u32> {
+        self.handles.unpin(handle)
+    }
+
+    /// Every live block (through a handle), in offset order.
+    pub fn blocks(&self) -> Vec<BlockInfo> {
+        let mut blocks = Vec::new();
+        self.handles.for_each_live(&mut |h, info| blocks.push(self.block_info(h, info)));
+        blocks.sort_by_key(|b| b.offset);
+        blocks
+    }
+
+    // ----- host memory --------------------------------------------------------------------
+
+    /// Whether real host memory is behind the arena.
+    pub fn has_backing(&self) -> bool {
+        self.arena.backing.is_some()
+    }
+
+    /// A pointer to the block's first byte and its requested length. The pointer stays valid
+    /// while the block is live and not moved (pin it to prevent moves).
+    pub fn host_ptr(&self, handle: Handle) -> Result<(NonNull<u8>, usize)> {
+        let backing = self.arena.backing.as_ref().ok_or(Error::NoBacking)?;
+        let info = self.handles.get(handle)?;
+        // SAFETY: a live block lies inside the arena.
+        let ptr = unsafe { backing.base().add(info.offset) };
+        Ok((ptr, info.size))
+    }
+
+    /// Copy `bytes` into the block at `at` (pinned meanwhile: a compaction cannot move it).
+    pub fn write(&self, handle: Handle, at: usize, bytes: &[u8]) -> Result<()> {
+        let _pin = self.pin_for_access(handle)?;
+        let (ptr, len) = self.host_ptr(handle)?;
+        if at.checked_add(bytes.len()).is_none_or(|end| end > len) {
+            return Err(Error::InvalidSize { size: bytes.len() as u128, reason: "write past the end of the block" });
+        }
+        // SAFETY: the range is inside the live block; the caller owns the block's bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr().add(at), bytes.len()) };
+        Ok(())
+    }
+
+    /// Copy the block's bytes from `at` into `out` (pinned meanwhile).
+    pub fn read(&self, handle: Handle, at: usize, out: &mut [u8]) -> Result<()> {
+        let _pin = self.pin_for_access(handle)?;
+        let (ptr, len) = self.host_ptr(handle)?;
+        if at.checked_add(out.len()).is_none_or(|end| end > len) {
+            return Err(Error::InvalidSize { size: out.len() as u128, reason: "read past the end of the block" });
+        }
+        // SAFETY: the range is inside the live block.
+        unsafe { std::ptr::copy_nonoverlapping(ptr.as_ptr().add(at), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+}

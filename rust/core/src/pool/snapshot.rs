@@ -1,0 +1,336 @@
+//! `Pool::snapshot()`: the whole arena at one moment, for pictures, reports and what-if
+//! analysis: every live block, every maximal free run, and the stats.
+//!
+//! The pool is paused (the stop gate) while the snapshot is taken, so the blocks, the free runs
+//! and the counters describe the same moment. Free space has three sources, merged into maximal
+//! runs of contiguous bytes: chunks free in the global pool, empty chunks that cores hold, and
+//! the holes inside core chunks, read from the buddy trees (allocated nodes only: the lazy
+//! coalescing marks of emptied subtrees are not allocations). Slabs hold small objects: the
+//! bytes of a slab that no live object uses (free objects, slack) are `slab_cached`, reserved
+//! for the slab's size class until the slab empties. Allocated space that belongs to no handle
+//! (blocks of the raw offset API) is listed separately as `untracked`, so blocks, free runs,
+//! slab caches and untracked extents always tile the usable arena exactly.
+
+use super::pool::{BlockInfo, Pool};
+use crate::arena::global::ChunkState;
+use crate::error::Result;
+use crate::stats::summary::PoolStats;
+
+/// A range of bytes `[offset, offset + len)` of the arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Extent {
+    /// Its first byte.
+    pub offset: usize,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+impl Extent {
+    /// One past its last byte.
+    pub fn end(&self) -> usize {
+        self.offset + self.len
+    }
+}
+
+/// The arena at one moment (see the module documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// When it was taken: nanoseconds since the pool was made (the trace's clock).
+    pub time_ns: u64,
+    /// Every live block (through a handle), in offset order; a block covers
+    /// `[offset, offset + block_bytes)`.
+    pub blocks: Vec<BlockInfo>,
+    /// Every maximal run of free bytes, in offset order.
+    pub free_runs: Vec<Extent>,
+    /// Bytes inside slabs that no live object uses (free objects, slack), in offset order.
+    pub slab_cached: Vec<Extent>,
+    /// Allocated bytes that belong to no handle (raw-API blocks), in offset order.
+    pub untracked: Vec<Extent>,
+    /// The stats at the same moment.
+    pub stats: PoolStats,
+}
+
+impl Pool {
+    /// Pause the pool and record every live block, every maximal free run and the stats.
+    /// [`Error::Busy`](crate::error::Error::Busy) if calls in flight do not finish in time (nothing changes then).
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let _paused = self.pause_for_maintenance()?;
+        let time_ns = self.trace.now_ns();
+        let stats = self.stats();
+        let blocks = self.blocks();
+        let free_runs = merge(self.free_pieces());
+        let slab_cached = merge(self.slab_cached());
+        let untracked = self.untracked(&blocks, &free_runs, &slab_cached);
+        Ok(Snapshot { time_ns, blocks, free_runs, slab_cached, untracked, stats })
+    }
+
+    /// The bytes of every slab that no allocated object uses, in offset order.
+    fn slab_cached(&self) -> Vec<Extent> {
+        let mut pieces = Vec::new();
+        for view in self.arena.slabs.views() {
+            let class = &self.arena.slabs.classes.classes[view.class];
+            let mut at = view.base;
+            for j in 0..class.objects {
+                if view.free & (1 << j) == 0 {
+                    let start = view.base + class.offset_of(j);
+                    if start > at {
+                        pieces.push(Extent { offset: at, len: start - at });
+                    }
+                    at = start + class.size;
+                }
+            }
+            if view.base + view.bytes > at {
+                pieces.push(Extent { offset: at, len: view.base + view.bytes - at });
+            }
+        }
+        pieces
+    }
+
+    /// Free byte ranges chunk by chunk, in offset order (adjacent pieces not merged yet).
+    fn free_pieces(&self) -> Vec<Extent> {
+        let g = &self.arena.geometry;
+        let mut pieces = Vec::new();
+        for chunk in 0..g.chunks {
+            let base = chunk * g.chunk_size;
+            match self.arena.global.state(chunk) {
+                ChunkState::Free => pieces.push(Extent { offset: base, len: g.chunk_bytes(chunk) }),
+                ChunkState::Core(_) => {
+                    let usable = g.usable_units(chunk);
+                    let mut at = 0u64; // first unit not known to be allocated
+                    let hole = |from: u64, to: u64, pieces: &mut Vec<Extent>| {
+                        let to = to.min(usable);
+                        if from < to {
+                            pieces.push(Extent {
+                                offset: g.offset_of(chunk, from),
+                                len: ((to - from) as usize) << g.unit_shift,
+                            });
+                        }
+                    };
+                    let mut nodes = Vec::new();
+                    self.arena.shape.for_each_allocated(self.arena.tree(chunk), &mut |n| nodes.push(n));
+                    nodes.sort_by_key(|n| n.start(g.depth));
+                    for n in nodes {
+                        let start = n.start(g.depth);
+                        hole(at, start, &mut pieces);
+                        at = at.max(start + n.units(g.depth));
+                    }
+                    hole(at, usable, &mut pieces);
+                }
+                ChunkState::RunHead(_) | ChunkState::RunBody => {}
+            }
+        }
+        pieces
+    }
+
+    /// The allocated ranges that no live block covers.
+    fn untracked(&self, blocks: &[BlockInfo], free_runs: &[Extent], slab_cached: &[Extent]) -> Vec<Extent> {
+        let mut covered: Vec<Extent> = blocks
+            .iter()
+            .map(|b| Extent { offset: b.offset, len: b.block_bytes })
+            .chain(free_runs.iter().copied())
+            .chain(slab_cached.iter().copied())
+            .collect();
+        covered.sort();
+        let mut gaps = Vec::new();
+        let mut at = 0;
+        for e in covered {
+            if e.offset > at {
+                gaps.push(Extent { offset: at, len: e.offset - at });
+            }
+            at = at.max(e.end());
+        }
+        let end = self.arena.geometry.usable_capacity();
+        if at < end {
+            gaps.push(Extent { offset: at, len: end - at });
+        }
+        gaps
+    }
+}
+
+/// Sorted pieces merged into maximal runs (touching pieces join).
+fn merge(pieces: Vec<Extent>) -> Vec<Extent> {
+    let mut runs: Vec<Extent> = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        match runs.last_mut() {
+            Some(last) if last.end() == p.offset => last.len += p.len,
+            _ => runs.push(p),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PoolConfig;
+    use crate::handle::id::Handle;
+
+    const MIB: usize = 1 << 20;
+
+    /// Blocks, free runs, slab caches and untracked extents tile `[0, usable)` exactly, free
+    /// runs are maximal, and the free bytes agree with the stats.
+    fn assert_tiles(p: &Pool, s: &Snapshot) {
+        let mut all: Vec<(Extent, &str)> = s
+            .blocks
+            .iter()
+            .map(|b| (Extent { offset: b.offset, len: b.block_bytes }, "block"))
+            .chain(s.free_runs.iter().map(|&e| (e, "free")))
+            .chain(s.slab_cached.iter().map(|&e| (e, "slab cache")))
+            .chain(s.untracked.iter().map(|&e| (e, "untracked")))
+            .collect();
+        all.sort();
+        let mut at = 0;
+        for (e, what) in &all {
+            assert!(e.len > 0, "empty {what} extent at {}", e.offset);
+            assert_eq!(e.offset, at, "{what} at {} leaves a gap or overlaps", e.offset);
+            at = e.end();
+        }
+        assert_eq!(at, p.arena.geometry.usable_capacity(), "the tiling ends early");
+        for pair in s.free_runs.windows(2) {
+            assert!(pair[0].end() < pair[1].offset, "free runs {pair:?} are not maximal");
+        }
+        let free: usize = s.free_runs.iter().map(|e| e.len).sum();
+        let cached: usize = s.slab_cached.iter().map(|e| e.len).sum();
+        if s.untracked.is_empty() {
+            // The stats count all-free slabs as free (an allocation reclaims them) and the unused
+            // bytes of other slabs as slab cache.
+            assert_eq!(free + cached, s.stats.bytes_free + s.stats.slab_cached_bytes);
+            assert_eq!(s.blocks.len() as u64, s.stats.blocks_in_use);
+        }
+        if s.slab_cached.is_empty() {
+            let largest = s.free_runs.iter().map(|e| e.len).max().unwrap_or(0);
+            assert!(largest >= s.stats.largest_free_block);
+        }
+    }
+
+    fn pool(config: PoolConfig) -> Pool {
+        Pool::new(config).unwrap()
+    }
+
+    #[test]
+    fn empty_pool_is_one_free_run() {
+        let p = pool(PoolConfig::new(64 * MIB).cores(2));
+        let s = p.snapshot().unwrap();
+        assert_eq!(s.free_runs, vec![Extent { offset: 0, len: 64 * MIB }]);
+        assert!(s.blocks.is_empty() && s.untracked.is_empty());
+        assert_tiles(&p, &s);
+    }
+
+    #[test]
+    fn mixed_blocks_runs_and_holes_tile_the_arena() {
+        // A capacity that is not a multiple of the chunk: the last chunk is partial.
+        let p = pool(PoolConfig::new(37 * MIB + 3 * 4096 + 100).cores(3).core_reserve(0));
+        let sizes = [
+            100usize,
+            4096,
+            5000,
+            300 << 10, // trimmed buddy block
+            700 << 10,
+            3 * MIB, // a run of two chunks
+            9 * MIB + 1,
+            64,
+            1 << 20,
+        ];
+        let mut handles: Vec<Handle> = Vec::new();
+        for round in 0..6 {
+            for (i, &size) in sizes.iter().enumerate() {
+                if let Ok(h) = p.alloc(size + round * 64, None, (i + 1) as u32) {
+                    handles.push(h);
+                }
+            }
+        }
+        // Free every third block: holes inside chunks and between runs.
+        let mut kept = Vec::new();
+        for (i, h) in handles.into_iter().enumerate() {
+            if i % 3 == 1 {
+                p.free(h).unwrap();
+            } else {
+                kept.push(h);
+            }
+        }
+        let s = p.snapshot().unwrap();
+        assert!(s.untracked.is_empty());
+        assert!(s.free_runs.len() > 2);
+        assert_tiles(&p, &s);
+        for b in &s.blocks {
+            assert_eq!(p.block(b.handle).unwrap(), *b);
+        }
+        // The tail of a partial last chunk is usable: a small block can live there.
+        for h in kept {
+            p.free(h).unwrap();
+        }
+        let s = p.snapshot().unwrap();
+        assert_tiles(&p, &s);
+        assert!(!s.slab_cached.is_empty(), "each class keeps its current slab");
+        assert!(p.trim() > 0);
+        let s = p.snapshot().unwrap();
+        assert_tiles(&p, &s);
+        assert!(s.slab_cached.is_empty());
+        assert_eq!(s.free_runs.len(), 1);
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn raw_blocks_are_untracked() {
+        let p = pool(PoolConfig::new(16 * MIB).cores(1));
+        let h = p.alloc(1000, None, 0).unwrap();
+        let raw = p.alloc_raw(5000, None).unwrap();
+        let s = p.snapshot().unwrap();
+        assert_tiles(&p, &s);
+        assert_eq!(s.untracked.len(), 1);
+        assert_eq!(s.untracked[0].offset, raw);
+        assert!(s.untracked[0].len >= 5000);
+        assert_eq!(s.blocks.len(), 1);
+        assert_eq!(s.blocks[0].handle, h);
+    }
+
+    #[test]
+    fn snapshot_waits_for_no_one_and_changes_nothing() {
+        let p = pool(PoolConfig::new(32 * MIB).cores(2));
+        let hs: Vec<Handle> = (0..50).map(|i| p.alloc(256 + i * 1000, None, 1).unwrap()).collect();
+        let before = p.stats();
+        let a = p.snapshot().unwrap();
+        let b = p.snapshot().unwrap();
+        assert_eq!(a.blocks, b.blocks);
+        assert_eq!(a.free_runs, b.free_runs);
+        assert!(b.time_ns >= a.time_ns);
+        assert_eq!(p.stats(), before);
+        for h in hs {
+            p.free(h).unwrap();
+        }
+    }
+
+    #[test]
+    fn snapshots_under_concurrent_load_always_tile() {
+        let p = std::sync::Arc::new(pool(PoolConfig::new(64 * MIB).cores(2)));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        std::thread::scope(|s| {
+            for t in 0..2usize {
+                let (p, stop) = (p.clone(), stop.clone());
+                s.spawn(move || {
+                    let mut held = Vec::new();
+                    let mut i = t;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        i = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        let size = 64 + (i >> 33) % (3 * MIB);
+                        if let Ok(h) = p.alloc(size, None, t as u32) {
+                            held.push(h);
+                        }
+                        if held.len() > 20 {
+                            let h = held.swap_remove((i >> 40) % held.len());
+                            p.free(h).unwrap();
+                        }
+                    }
+                    for h in held {
+                        p.free(h).unwrap();
+                    }
+                });
+            }
+            for _ in 0..50 {
+                let snap = p.snapshot().unwrap();
+                assert_tiles(&p, &snap);
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+}

@@ -1,0 +1,184 @@
+//! The statistics snapshot of a pool: usage, fragmentation, counters, per core and per slab
+//! class. Exact when no other thread changes the pool meanwhile.
+
+use std::collections::HashMap;
+
+use crate::arena::buddy::Node;
+use crate::arena::global::{ChunkState, GlobalPool};
+use crate::arena::layout::Layout;
+use crate::pool::pool::Pool;
+use crate::stats::summary::{ClassStats, CoreStats, PoolStats};
+
+use crate::stats::thread::ClassTotals;
+
+impl Pool {
+    /// A snapshot of the pool's state and counters (see [`PoolStats`]).
+    pub fn stats(&self) -> PoolStats {
+        let totals = self.counters.totals();
+        let classes = self.slab_counters.totals();
+        let (slab_bytes, slab_requested) = self.slab_objects(&classes);
+        let slab_allocs: u64 = classes.iter().map(|c| c.allocs).sum();
+        let slab_frees: u64 = classes.iter().map(|c| c.frees).sum();
+        let usable = self.arena.geometry.usable_capacity();
+        let bytes_in_use = (totals.bytes.max(0) as u64 + slab_bytes) as usize;
+        let slab_cached_bytes = self.slab_cached_bytes();
+        let bytes_free = usable.saturating_sub(bytes_in_use).saturating_sub(slab_cached_bytes);
+        let largest_free_block = self.largest_free_block();
+        let (mut chunks_free, mut chunks_in_runs, mut chunks_in_cores) = (0, 0, 0);
+        for chunk in 0..self.arena.geometry.chunks {
+            match self.arena.global.state(chunk) {
+                ChunkState::Free => chunks_free += 1,
+                ChunkState::Core(_) => chunks_in_cores += 1,
+                ChunkState::RunHead(_) | ChunkState::RunBody => chunks_in_runs += 1,
+            }
+        }
+        let per_core = (0..self.arena.cores.len())
+            .map(|core| {
+                let c = self.counters.core(core);
+                let (mut used, mut free) = (0usize, 0usize);
+                let owned: Vec<usize> = self.arena.cores[core].owned().collect();
+                for &chunk in &owned {
+                    let f = self.arena.space[chunk].free_units() as usize * self.arena.geometry.min_block;
+                    free += f;
+                    used += self.arena.geometry.usable_bytes(chunk).saturating_sub(f);
+                }
+                CoreStats {
+                    core,
+                    chunks: owned.len(),
+                    bytes_in_use: used,
+                    bytes_free: free,
+                    alloc_count: c.allocs(),
+                    free_count: c.frees,
+                    overflow_allocs: c.overflow_allocs,
+                    failed_allocs: c.failed_allocs,
+                }
+            })
+            .collect();
+        let size_classes = classes
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                let live = t.allocs.saturating_sub(t.frees);
+                let size = self.arena.slabs.classes.classes[k].size as u64;
+                ClassStats {
+                    size: size as usize,
+                    blocks_in_use: live,
+                    slabs: self.arena.slabs.live_slabs(k),
+                    waste_bytes: (live * size).saturating_sub(t.requested.max(0) as u64),
+                }
+            })
+            .collect();
+        let alloc_count = totals.allocs() + slab_allocs;
+        let free_count = totals.frees + slab_frees;
+        PoolStats {
+            capacity: self.config.capacity,
+            usable_capacity: usable,
+            bytes_in_use,
+            bytes_free,
+            slab_cached_bytes,
+            peak_bytes_in_use: self.counters.sample(bytes_in_use as u64, slab_bytes) as usize,
+            requested_bytes_in_use: (totals.requested + slab_requested).max(0) as usize,
+            largest_free_block,
+            external_fragmentation: if bytes_free == 0 {
+                0.0
+            } else {
+                (1.0 - largest_free_block as f64 / bytes_free as f64).max(0.0)
+            },
+            alloc_count,
+            free_count,
+            failed_allocs: totals.failed_allocs,
+            overflow_allocs: totals.overflow_allocs,
+            slab_allocs,
+            core_allocs: totals.core_allocs,
+            global_allocs: totals.global_allocs,
+            blocks_in_use: alloc_count.saturating_sub(free_count),
+            chunks: self.arena.geometry.chunks,
+            chunks_free,
+            chunks_in_cores,
+            chunks_in_runs,
+            size_classes,
+            per_core,
+        }
+    }
+
+    /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead).
+    fn slab_cached_bytes(&self) -> usize {
+        let classes = &self.arena.slabs.classes.classes;
+        self.arena
+            .slabs
+            .views()
+            .iter()
+            .filter(|v| v.free != classes[v.class].all_free())
+            .map(|v| v.bytes - (classes[v.class].objects - v.free.count_ones()) as usize * classes[v.class].size)
+            .sum()
+    }
+
+    /// Bytes and requested bytes of the live slab objects.
+    fn slab_objects(&self, classes: &[ClassTotals]) -> (u64, i64) {
+        let mut bytes = 0u64;
+        let mut requested = 0i64;
+        for (k, t) in classes.iter().enumerate() {
+            bytes += t.allocs.saturating_sub(t.frees) * self.arena.slabs.classes.classes[k].size as u64;
+            requested = requested.wrapping_add(t.requested);
+        }
+        (bytes, requested)
+    }
+
+    /// Raise the peak to the exact bytes in use now (slab objects included).
+    pub(crate) fn sample_peak(&self) {
+        let (slab_bytes, _) = self.slab_objects(&self.slab_counters.totals());
+        let total = self.counters.totals().bytes.max(0) as u64 + slab_bytes;
+        self.counters.sample(total, slab_bytes);
+    }
+
+    /// The largest block one allocation could get now: the largest free chunk run or free node
+    /// in a chunk, counting what an allocation would reclaim before failing (all-free slabs and
+    /// chunks that cores hold empty).
+    fn largest_free_block(&self) -> usize {
+        let g = &self.arena.geometry;
+        // All-free slabs, by chunk: their blocks count as free.
+        let mut reclaimable: HashMap<usize, Vec<Node>> = HashMap::new();
+        for view in self.arena.slabs.views() {
+            if view.free == self.arena.slabs.classes.classes[view.class].all_free() {
+                let node = Node::covering(g.depth, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
+                reclaimable.entry(g.chunk_of(view.base)).or_default().push(node);
+            }
+        }
+        let reclaimable_units =
+            |chunk: usize| reclaimable.get(&chunk).map_or(0, |nodes| nodes.iter().map(|n| n.units(g.depth)).sum());
+        let effectively_empty = |chunk: usize| {
+            matches!(self.arena.global.state(chunk), ChunkState::Core(_))
+                && self.arena.space[chunk].free_units() + reclaimable_units(chunk) == g.usable_units(chunk)
+        };
+        let runs = self.arena.global.free_runs(&effectively_empty);
+        // A run no larger than half a chunk is the arena's short last chunk alone: only buddy
+        // blocks go there, and they round up.
+        let run_largest = |run| match GlobalPool::run_capacity(g, run) {
+            bytes if bytes > g.chunk_size / 2 => bytes,
+            bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
+        };
+        let mut largest = runs.iter().map(|&run| run_largest(run)).max().unwrap_or(0);
+        for chunk in 0..g.chunks {
+            if !matches!(self.arena.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
+                continue;
+            }
+            let nodes = reclaimable.get(&chunk);
+            let is_reclaimable = |n: Node| nodes.is_some_and(|ns| ns.contains(&n));
+            if let Some(level) = self.arena.shape.largest_free_level_with(self.arena.tree(chunk), &is_reclaimable) {
+                largest = largest.max((1usize << (g.depth - level)) * g.min_block);
+            }
+        }
+        largest
+    }
+
+    /// The bytes the block of `size` requested bytes at `offset` holds.
+    pub(crate) fn block_bytes_at(&self, offset: usize, size: usize, align: usize) -> usize {
+        if let Some(slab) = self.arena.slabs.lookup(offset) {
+            return self.arena.slabs.classes.classes[slab.class].size;
+        }
+        match self.arena.geometry.layout(size, align) {
+            Layout::Buddy(b) => b.units as usize * self.arena.geometry.min_block,
+            Layout::Run { chunks, .. } => self.arena.geometry.run_bytes(self.arena.geometry.chunk_of(offset), chunks),
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! Statistics: per-core counters of the buddy and run paths, each core's on its own cache
+//! lines, summed into a `PoolStats` snapshot on demand. (The slab fast path counts per thread,
+//! in `thread.rs`, so that a small allocation pays no shared counter.)
+//!
+//! The peak needs a running total, which one shared counter would make a contended cache line.
+//! Each core publishes its running byte count to a shared total only when it has moved by more
+//! than a slack since the last publication. After each allocation the core estimates the total
+//! as the published total plus its own unpublished change, and raises the peak if the estimate
+//! passes it (a read of two rarely written lines, and an RMW only on a new peak). The estimate
+//! is exact when one thread allocates at a time; with several, it may miss the others'
+//! unpublished changes, at most `(cores - 1) x slack` bytes. Slab objects enter the estimate
+//! through the bytes they held at the last sample (taken whenever a slab is carved and at every
+//! snapshot), so the peak is exact for blocks above the largest slab class and sampled below.
+
+use crate::util::sync::{AtomicU64, CachePadded, Ordering};
+
+/// Which part of the pool served an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// A slab cache (counted per thread, not here).
+    Slab,
+    /// A core pool's buddy tree (the caller's core or, with `overflow`, another one).
+    Core,
+    /// A run of whole chunks from the global pool.
+    Global,
+}
+
+/// Defines the per-core counters from one list: `CoreCounters` (atomics, one set per core),
+/// `Totals` (their values) and `Counters::core` / `Counters::totals` (one core's values, and
+/// their sum over the cores). *Counts* only grow; *balances* go up and down (wrapping: a core
+/// that frees others' blocks goes negative) and read as `i64`.
+macro_rules! core_counters {
+    (
+        counts: { $($(#[$cdoc:meta])* $count:ident,)* }
+        balances: { $($(#[$bdoc:meta])* $balance:ident,)* }
+    ) => {
+        #[derive(Default)]
+        pub(crate) struct CoreCounters {
+            $($(#[$cdoc])* $count: AtomicU64,)*
+            $($(#[$bdoc])* $balance: AtomicU64,)*
+            /// `bytes` at the last publication.
+            published: AtomicU64,
+        }
+
+        /// The counters of one core, or summed over all.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub(crate) struct Totals {
+            $($(#[$cdoc])* pub(crate) $count: u64,)*
+            $($(#[$bdoc])* pub(crate) $balance: i64,)*
+        }
+
+        impl Counters {
+            pub(crate) fn core(&self, core: usize) -> Totals {
+                let c = &self.cores[core];
+                Totals {
+                    $($count: c.$count.load(Ordering::Relaxed),)*
+                    $($balance: c.$balance.load(Ordering::Relaxed) as i64,)*
+                }
+            }
+
+            pub(crate) fn totals(&self) -> Totals {
+                let mut t = Totals::default();
+                for core in 0..self.cores.len() {
+                    let c = self.core(core);
+                    $(t.$count += c.$count;)*
+                    $(t.$balance = t.$balance.wrapping_add(c.$balance);)*
+                }
+                t
+            }
+        }
+    };
+}
+
+core_counters! {
+    counts: {
+        /// Allocations served by a core pool's buddy trees (the caller's or, with overflow, another's).
+        core_allocs,
+        /// Allocations served by the global pool (chunk runs).
+        global_allocs,
+        /// Allocations served outside the caller's own core pool.
+        overflow_allocs,
+        /// Allocations that raised out-of-memory.
+        failed_allocs,
+        /// Frees (of blocks of any core).
+        frees,
+    }
+    balances: {
+        /// Block bytes allocated minus freed on this core.
+        bytes,
+        /// Requested bytes, same convention.
+        requested,
+    }
+}
+
+pub(crate) struct Counters {
+    cores: Box<[CachePadded<CoreCounters>]>,
+    slack: u64,
+    /// Written on publications and new peaks only; on lines of their own, apart from the fields
+    /// above, which every allocation reads.
+    shared: CachePadded<SharedCounters>,
+}
+
+#[derive(Default)]
+struct SharedCounters {
+    published_total: AtomicU64,
+    peak: AtomicU64,
+    /// Bytes of slab objects at the last sample.
+    slab_bytes: AtomicU64,
+}
+
+impl Totals {
+    pub(crate) fn allocs(&self) -> u64 {
+        self.core_allocs + self.global_allocs
+    }
+}
+
+impl Counters {
+    pub(crate) fn new(cores: usize, capacity: usize) -> Counters {
+        // The estimate may miss (cores - 1) x slack bytes: at most 1/64 of the capacity, and at
+        // most 1 MiB per core; large enough that a core churning a few blocks rarely publishes.
+        let slack = (capacity as u64 / (64 * cores as u64)).min(1 << 20);
+        Counters {
+            cores: (0..cores).map(|_| CachePadded(CoreCounters::default())).collect(),
+            slack,
+            shared: CachePadded(SharedCounters::default()),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn on_alloc(&self, core: usize, route: Route, overflow: bool, bytes: usize, requested: usize) {
+        let c = &self.cores[core];
+        match route {
+            Route::Core => c.core_allocs.fetch_add(1, Ordering::Relaxed),
+            Route::Global => c.global_allocs.fetch_add(1, Ordering::Relaxed),
+            Route::Slab => unreachable!("slab allocations are counted per thread"),
+        };
+        if overflow {
+            c.overflow_allocs.fetch_add(1, Ordering::Relaxed);
+        }
+        c.requested.fetch_add(requested as u64, Ordering::Relaxed);
+        let now = c.bytes.fetch_add(bytes as u64, Ordering::Relaxed).wrapping_add(bytes as u64);
+        self.maybe_publish(c, now);
+        let unpublished = now.wrapping_sub(c.published.load(Ordering::Relaxed));
+        let estimate = self
+            .shared
+            .published_total
+            .load(Ordering::Relaxed)
+            .wrapping_add(unpublished)
+            .wrapping_add(self.shared.slab_bytes.load(Ordering::Relaxed)) as i64;
+        if estimate > self.shared.peak.load(Ordering::Relaxed) as i64 {
+            self.shared.peak.fetch_max(estimate as u64, Ordering::AcqRel);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn on_free(&self, core: usize, bytes: usize, requested: usize) {
+        let c = &self.cores[core];
+        c.frees.fetch_add(1, Ordering::Relaxed);
+        c.requested.fetch_sub(requested as u64, Ordering::Relaxed);
+        let now = c.bytes.fetch_sub(bytes as u64, Ordering::Relaxed).wrapping_sub(bytes as u64);
+        self.maybe_publish(c, now);
+    }
+
+    pub(crate) fn on_failed(&self, core: usize) {
+        self.cores[core].failed_allocs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Take back one failure (the allocation was retried after a compaction and succeeded),
+    /// from `core` or, if it has none (the thread moved), another core.
+    pub(crate) fn on_rescued(&self, core: usize) {
+        let n = self.cores.len();
+        for i in 0..n {
+            let cell = &self.cores[(core + i) % n].failed_allocs;
+            if cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| f.checked_sub(1)).is_ok() {
+                return;
+            }
+        }
+    }
+
+    #[inline]
+    fn maybe_publish(&self, c: &CoreCounters, now: u64) {
+        let published = c.published.load(Ordering::Relaxed);
+        let delta = now.wrapping_sub(published) as i64;
+        if delta.unsigned_abs() > self.slack
+            && c.published.compare_exchange(published, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            let total =
+                self.shared.published_total.fetch_add(delta as u64, Ordering::AcqRel).wrapping_add(delta as u64);
+            self.shared.peak.fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
+        }
+    }
+
+    /// The peak, raised to `current` first (an exact total just taken, slab objects included,
+    /// whose slab part `slab_bytes` is remembered for later estimates).
+    pub(crate) fn sample(&self, current: u64, slab_bytes: u64) -> u64 {
+        self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
+        self.shared.peak.fetch_max(current, Ordering::AcqRel).max(current)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_and_exact_peak_on_one_core() {
+        let c = Counters::new(1, 1 << 30);
+        c.on_alloc(0, Route::Core, false, 256, 200);
+        c.on_alloc(0, Route::Global, false, 4 << 20, 3 << 20);
+        c.on_free(0, 256, 200);
+        c.on_failed(0);
+        let t = c.totals();
+        assert_eq!((t.allocs(), t.frees, t.failed_allocs), (2, 1, 1));
+        assert_eq!((t.bytes, t.requested), (4 << 20, 3 << 20));
+        assert_eq!(c.sample(t.bytes as u64, 0), (4 << 20) + 256);
+    }
+
+    #[test]
+    fn peak_is_exact_for_one_thread_on_many_cores() {
+        let c = Counters::new(4, 1 << 30);
+        c.on_alloc(2, Route::Core, false, 1000, 1000);
+        c.on_alloc(2, Route::Core, false, 3000, 3000);
+        c.on_free(2, 1000, 1000);
+        c.on_free(2, 3000, 3000);
+        assert_eq!(c.sample(0, 0), 4000);
+    }
+
+    #[test]
+    fn remote_frees_balance_across_cores() {
+        let c = Counters::new(2, 1 << 30);
+        for _ in 0..1000 {
+            c.on_alloc(0, Route::Core, false, 4096, 4000);
+        }
+        for _ in 0..1000 {
+            c.on_free(1, 4096, 4000);
+        }
+        assert_eq!(c.totals().bytes, 0);
+        assert!(c.core(1).bytes < 0);
+        let peak = c.sample(0, 0);
+        assert!(peak <= 4096 * 1000 && peak + 2 * c.slack >= 4096 * 1000, "peak {peak}");
+    }
+}
