@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -120,42 +121,27 @@ def load_tier_snapshot(path: str | os.PathLike[str]) -> TierSnapshot:
 
 def render_tiers(console: Console, stats: TierStats, *, title: str = "memory tiers") -> None:
     """Print the tiers' figures to ``console``: a line of totals, then a table with one row
-    per tier."""
+    per tier (bytes in use and the share of the capacity, blocks, accesses served and their
+    share of all accesses, blocks promoted into and demoted out of a fast tier, spills)."""
     console.print(
         f"[bold]{title}[/] ({stats.policy}): {stats.accesses:,} accesses, fast-tier hit rate "
         f"{stats.hit_rate:.1%} ({stats.byte_hit_rate:.1%} of the bytes), "
         f"{stats.promotions:,} promotions, {stats.demotions:,} demotions, "
         f"{stats.spills:,} spills"
     )
-    table = Table(title_justify="left")
-    for name, justify in (
-        ("tier", "left"),
-        ("in use", "right"),
-        ("capacity", "right"),
-        ("used", "right"),
-        ("blocks", "right"),
-        ("hits", "right"),
-        ("hit share", "right"),
-        ("allocs", "right"),
-        ("promoted", "right"),
-        ("demoted", "right"),
-        ("spills", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table = Table(box=box.SIMPLE_HEAD, title_justify="left")
+    for name in ("tier", "in use", "blocks", "hits", "share", "moved in/out", "spills"):
+        table.add_column(name, justify="left" if name == "tier" else "right", no_wrap=True)
     for t in (*stats.fast, stats.slow):
-        share = f"{t.hits / stats.accesses:.1%}" if stats.accesses else "-"
-        used = f"{t.bytes_in_use / t.capacity:.1%}" if t.capacity else "-"
+        share = f"{t.hits / stats.accesses:.0%}" if stats.accesses else "-"
+        used = f" ({t.bytes_in_use / t.capacity:.0%})" if t.capacity else ""
         table.add_row(
             str(Tier(t.tier, t.core)),
-            format_bytes(t.bytes_in_use),
-            format_bytes(t.capacity),
-            used,
+            format_bytes(t.bytes_in_use) + used,
             f"{t.blocks:,}",
             f"{t.hits:,}",
             share,
-            f"{t.allocs:,}",
-            f"{t.promotions:,}",
-            f"{t.demotions:,}",
+            f"{t.promotions:,}/{t.demotions:,}" if t.tier == "fast" else "",
             f"{t.spills:,}" if t.tier == "fast" else "",
         )
     console.print(table)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -292,16 +293,11 @@ def report_tiered_demo(console: Console, result: TieredDemoResult) -> None:
         markup=False,
     )
     render_tiers(console, result.live, title="tiers, live run")
-    table = Table(title="the same accesses under each policy", title_justify="left")
-    for name, justify in (
-        ("policy", "left"),
-        ("fast-tier hit rate", "right"),
-        ("of the bytes", "right"),
-        ("promotions", "right"),
-        ("demotions", "right"),
-        ("spills", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table = Table(
+        title="the same accesses under each policy", title_justify="left", box=box.SIMPLE_HEAD
+    )
+    for name in ("policy", "hit rate", "of the bytes", "promotions", "demotions", "spills"):
+        table.add_column(name, justify="left" if name == "policy" else "right", no_wrap=True)
     for name, s in result.compared.items():
         table.add_row(
             name,
