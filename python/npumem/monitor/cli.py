@@ -3,6 +3,9 @@
     npumem report SNAPSHOT [--top N]
     npumem plot SNAPSHOT|TRACE [-o OUT.png] [--color-by tag|core]
 
+A tier snapshot (``npumem demo --tiers``, ``TieredPool.snapshot().save``) gives the tiers'
+figures and each tier's report, or the tiers' picture.
+
 Exit status: 0 done, 2 bad arguments or an unreadable file.
 """
 
@@ -22,6 +25,7 @@ from npumem.monitor.report import render_report
 from npumem.monitor.saved_file import load_saved_file
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
+from npumem.tiers.observe import is_tier_snapshot, load_tier_snapshot, render_tiers
 
 __all__ = ["add_parsers", "run_plot", "run_report"]
 
@@ -29,6 +33,8 @@ __all__ = ["add_parsers", "run_plot", "run_report"]
 def run_report(args: argparse.Namespace) -> int:
     """``npumem report``: print the report of a snapshot file."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if is_tier_snapshot(args.snapshot):
+        return _report_tiers(args, err)
     try:
         loaded = load_saved_file(args.snapshot)
     except MonitorError as exc:
@@ -51,6 +57,8 @@ def run_report(args: argparse.Namespace) -> int:
 def run_plot(args: argparse.Namespace) -> int:
     """``npumem plot``: draw a snapshot's address map or a trace over time."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if is_tier_snapshot(args.input):
+        return _plot_tiers(args, err)
     try:
         loaded = load_saved_file(args.input)
     except MonitorError as exc:
@@ -72,6 +80,40 @@ def run_plot(args: argparse.Namespace) -> int:
         return ExitStatus.USAGE
     kind = "address map" if isinstance(loaded, Snapshot) else "trace over time"
     Console(highlight=False, soft_wrap=True).print(f"wrote {output} ({kind})", markup=False)
+    return ExitStatus.OK
+
+
+# ----- tier snapshots (npumem.tiers.observe) -----------------------------------------------------
+
+
+def _report_tiers(args: argparse.Namespace, err: Console) -> int:
+    """``npumem report TIERS.json``: the tiers' figures, then each tier's pool report."""
+    try:
+        snap = load_tier_snapshot(args.snapshot)
+    except MonitorError as exc:
+        err.print(f"npumem report: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    out = Console(highlight=False, soft_wrap=True)
+    render_tiers(out, snap.stats, title=f"tier snapshot {snap.label!r}" if snap.label else "tiers")
+    for name, tier in snap.snapshots.items():
+        render_report(out, snapshot=tier, title=f"tier {name} (pool {tier.pool!r})", top=args.top)
+    return ExitStatus.OK
+
+
+def _plot_tiers(args: argparse.Namespace, err: Console) -> int:
+    """``npumem plot TIERS.json``: the tiers' use and hits (``plot_tiers``)."""
+    output = Path(args.output) if args.output else Path(Path(args.input).stem + ".png")
+    try:
+        from npumem.tiers.plots import plot_tiers
+
+        plot_tiers(load_tier_snapshot(args.input), output)
+    except (MonitorError, MissingDependencyError) as exc:
+        err.print(f"npumem plot: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    except OSError as exc:
+        err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
+        return ExitStatus.USAGE
+    Console(highlight=False, soft_wrap=True).print(f"wrote {output} (tiers)", markup=False)
     return ExitStatus.OK
 
 

@@ -30,6 +30,7 @@ from npumem.tiers.report import TierStats, TierUsage
 __all__ = [
     "TIER_SNAPSHOT_FORMAT",
     "TierSnapshot",
+    "is_tier_snapshot",
     "load_tier_snapshot",
     "render_tiers",
     "tiers_report_text",
@@ -112,6 +113,16 @@ def _usage(d: Mapping[str, Any]) -> TierUsage:
         int(d["demotions"]),
         int(d["spills"]),
     )
+
+
+def is_tier_snapshot(path: str | os.PathLike[str]) -> bool:
+    """Whether the file at ``path`` is a tier snapshot (``False`` for anything unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return TIER_SNAPSHOT_FORMAT.encode() in head
 
 
 def load_tier_snapshot(path: str | os.PathLike[str]) -> TierSnapshot:
