@@ -6,6 +6,9 @@ snapshot, trace or plan.
     npumem view TRACE|SNAPSHOT [-o OUT.html]
     npumem export --format perfetto TRACE [-o OUT.json]
 
+A tier snapshot (``npumem demo --tiers``, ``TieredPool.snapshot().save``) gives the tiers'
+figures and each tier's report, or the tiers' picture.
+
 Exit status: 0 done, 2 bad arguments or an unreadable file.
 """
 
@@ -27,6 +30,7 @@ from npumem.monitor.report import render_report, report_json
 from npumem.monitor.saved_file import load_saved_file
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
+from npumem.tiers.observe import is_tier_snapshot, load_tier_snapshot, render_tiers
 
 __all__ = ["add_parsers", "run_export", "run_plot", "run_report", "run_view"]
 
@@ -34,6 +38,8 @@ __all__ = ["add_parsers", "run_export", "run_plot", "run_report", "run_view"]
 def run_report(args: argparse.Namespace) -> int:
     """`npumem report`: print the report of a snapshot file."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if is_tier_snapshot(args.snapshot):
+        return _report_tiers(args, err)
     try:
         loaded = load_saved_file(args.snapshot)
     except MonitorError as exc:
@@ -60,6 +66,8 @@ def run_report(args: argparse.Namespace) -> int:
 def run_plot(args: argparse.Namespace) -> int:
     """`npumem plot`: draw a snapshot's address map or a trace over time."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if is_tier_snapshot(args.input):
+        return _plot_tiers(args, err)
     try:
         loaded = load_saved_file(args.input)
     except MonitorError as exc:
@@ -146,6 +154,40 @@ def run_export(args: argparse.Namespace) -> int:
         "chrome://tracing)",
         markup=False,
     )
+    return ExitStatus.OK
+
+
+# ----- tier snapshots (npumem.tiers.observe) -----------------------------------------------------
+
+
+def _report_tiers(args: argparse.Namespace, err: Console) -> int:
+    """`npumem report TIERS.json`: the tiers' figures, then each tier's pool report."""
+    try:
+        snap = load_tier_snapshot(args.snapshot)
+    except MonitorError as exc:
+        err.print(f"npumem report: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    out = Console(highlight=False, soft_wrap=True)
+    render_tiers(out, snap.stats, title=f"tier snapshot {snap.label!r}" if snap.label else "tiers")
+    for name, tier in snap.snapshots.items():
+        render_report(out, snapshot=tier, title=f"tier {name} (pool {tier.pool!r})", top=args.top)
+    return ExitStatus.OK
+
+
+def _plot_tiers(args: argparse.Namespace, err: Console) -> int:
+    """`npumem plot TIERS.json`: the tiers' use and hits (`plot_tiers`)."""
+    output = Path(args.output) if args.output else Path(Path(args.input).stem + ".png")
+    try:
+        from npumem.tiers.plots import plot_tiers
+
+        plot_tiers(load_tier_snapshot(args.input), output)
+    except (MonitorError, MissingDependencyError) as exc:
+        err.print(f"npumem plot: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    except OSError as exc:
+        err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
+        return ExitStatus.USAGE
+    Console(highlight=False, soft_wrap=True).print(f"wrote {output} (tiers)", markup=False)
     return ExitStatus.OK
 
 

@@ -10,7 +10,9 @@ __all__ = ["Alias", "Buffer"]
 @dataclass(frozen=True, slots=True)
 class Buffer:
     """One buffer to place: live on `[lower, upper)`, `size` bytes, at an offset that is a
-    multiple of `alignment`; `offset` pins it (`None`: the planner chooses)."""
+    multiple of `alignment`; `offset` pins it (`None`: the planner chooses). `weight` is
+    what having it in a fast pool is worth in a plan over several pools (`None`: its size;
+    see `npumem.plan.tiers`)."""
 
     id: str
     lower: int
@@ -18,6 +20,7 @@ class Buffer:
     size: int
     alignment: int = 1
     offset: int | None = None
+    weight: float | None = None
 
     @property
     def lifetime(self) -> int:

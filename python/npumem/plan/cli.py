@@ -29,6 +29,7 @@ from npumem.plan.graph import Graph
 from npumem.plan.problem import Problem
 from npumem.plan.search import Progress, solve
 from npumem.plan.solution import INFEASIBLE, NOT_MET, PLAN_FORMAT, PLAN_VERSION, Solution
+from npumem.plan.tiers import TieredSolution, parse_pools, solve_tiers
 
 __all__ = ["add_parser", "load_problem", "run"]
 
@@ -236,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
     except (PlanError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plan: error: {exc}", markup=False)
         return ExitStatus.USAGE
+    if args.pool:
+        return _run_tiers(args, problem, out, err)
 
     show_progress = not args.quiet and err.is_terminal
     status_line = err.status("searching...") if show_progress else None
@@ -377,9 +380,86 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--include-weights", action="store_true", help="plan weights too (graphs and ONNX)"
     )
+    parser.add_argument(
+        "--pool",
+        type=_pool,
+        action="append",
+        metavar="NAME[=BYTES]",
+        help="a memory pool, fastest first (repeatable): --pool sram=2MiB --pool hbm",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     parser.set_defaults(func=run)
     return parser
+
+
+# ----- plans over several pools (--pool) ---------------------------------------------------------
+#
+#     npumem plan INPUT -o OUTPUT --pool sram=2MiB --pool hbm [--time-limit S]
+#
+# Pools fastest first; only the last may have no capacity. The buffers are spread over them, the
+# most weight in the first (npumem.plan.tiers): a ``pool`` column in CSV, a field in JSON, a table
+# per pool in the C header. Exit status 1 when a pool's capacity is not met.
+
+
+def _pool(text: str) -> tuple[str, int | None]:
+    try:
+        return parse_pools([text])[0]
+    except (PlanError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -> int:
+    """``npumem plan --pool ...``: spread the buffers over the pools, write, report."""
+    try:
+        if args.capacity is not None:
+            raise PlanError("--capacity plans one arena; with --pool give each pool a capacity")
+        pools = parse_pools(args.pool)
+    except PlanError as exc:
+        err.print(f"npumem plan: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    solution: TieredSolution = solve_tiers(
+        problem, pools, time_limit=args.time_limit, seed=args.seed
+    )
+    solution.validate(capacities=False)
+    if args.output is not None:
+        output = Path(args.output)
+        kind = args.format or {".json": "json", ".h": "h", ".hpp": "h"}.get(
+            output.suffix.lower(), "csv"
+        )
+        try:
+            if kind == "json":
+                solution.to_json(output)
+            elif kind == "h":
+                solution.to_c_header(
+                    output, prefix=re.sub(r"\W", "_", output.stem) or "npumem_plan"
+                )
+            else:
+                solution.to_csv(output)
+        except OSError as exc:
+            err.print(
+                f"npumem plan: error: cannot write {args.output}: {exc.strerror}", markup=False
+            )
+            return ExitStatus.USAGE
+    if not args.quiet:
+        out.print(f"input        {args.input} ({len(problem)} buffers)", markup=False)
+        for name, cap in solution.pools:
+            sol = solution.solutions[name]
+            within = "" if cap is None else f" of {cap:,}"
+            out.print(
+                f"pool {name:<8} {len(sol.offsets)} buffers, arena {sol.arena_size:,} bytes"
+                f"{within}, weight {solution.weight_in(name):,.0f}",
+                markup=False,
+            )
+        out.print(
+            f"weight       {solution.weight_placed:,.0f} in {solution.pools[0][0]}, at most "
+            f"{solution.weight_bound:,.0f} (gap {solution.weight_gap:.2%})",
+            markup=False,
+        )
+        out.print(f"status       {solution.status}", markup=False)
+        out.print(f"time         {solution.seconds:.3f} s", markup=False)
+        if args.output is not None:
+            out.print(f"written      {args.output}", markup=False)
+    return ExitStatus.OK if solution.fits else ExitStatus.NOT_MET
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,9 +2,10 @@
 
 A buffer is live on the half-open range `[lower, upper)` of abstract time steps. Two buffers whose
 ranges overlap must get disjoint byte ranges `[offset, offset + size)`. The file format is
-MiniMalloc's CSV (`id,lower,upper,size`, optionally `alignment` and `offset`); a JSON form
-carries the same fields. An `offset` given in a problem pins that buffer there (an empty cell
-leaves it free).
+MiniMalloc's CSV (`id,lower,upper,size`, optionally `alignment`, `offset` and `weight`); a
+JSON form carries the same fields. An `offset` given in a problem pins that buffer there (an
+empty cell leaves it free). A `weight` is what the buffer is worth in a fast pool, for plans
+over several pools (`npumem.plan.tiers`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import csv
 import heapq
 import io
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["Alias", "Buffer", "Problem"]
 
 REQUIRED_COLUMNS = ("id", "lower", "upper", "size")
-OPTIONAL_COLUMNS = ("alignment", "offset")
+OPTIONAL_COLUMNS = ("alignment", "offset", "weight")
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -66,7 +68,20 @@ def _check_buffer(buf: Buffer) -> str | None:
             return f"offset must be non-negative, got {buf.offset}"
         if buf.offset % buf.alignment:
             return f"offset {buf.offset} is not a multiple of the alignment {buf.alignment}"
+    if buf.weight is not None and not (0 <= buf.weight < math.inf):
+        return f"weight must be a finite number >= 0, got {buf.weight}"
     return None
+
+
+def _weight(value: object) -> float | None:
+    """A buffer weight from a number or decimal text (empty: none); other values raise
+    ``ValueError``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError
+    number = float(value)
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number
 
 
 class Problem:
@@ -211,7 +226,9 @@ class Problem:
             raise ProblemFormatError(f"alignment must be a power of two, got {alignment}")
         return Problem(
             (
-                Buffer(b.id, b.lower, b.upper, b.size, max(b.alignment, alignment), b.offset)
+                Buffer(
+                    b.id, b.lower, b.upper, b.size, max(b.alignment, alignment), b.offset, b.weight
+                )
                 for b in self.buffers
             ),
             aliases=self.aliases,
@@ -317,7 +334,7 @@ class Problem:
                     raise ProblemFormatError(
                         f"{label}, line {line}: unknown column(s) {', '.join(map(repr, unknown))}; "
                         f"expected {','.join(REQUIRED_COLUMNS)} and optionally "
-                        f"{' and '.join(OPTIONAL_COLUMNS)}"
+                        f"{', '.join(OPTIONAL_COLUMNS)}"
                     )
                 missing = [c for c in REQUIRED_COLUMNS if c not in header]
                 if missing:
@@ -378,8 +395,23 @@ class Problem:
         offset: int | None = None
         if "offset" in columns and row[columns["offset"]].strip():
             offset = integer("offset")
+        weight = None
+        if "weight" in columns:
+            try:
+                weight = _weight(row[columns["weight"]])
+            except ValueError:
+                raise ProblemFormatError(
+                    f"{label}, line {line}: weight must be a number, "
+                    f"got {row[columns['weight']].strip()!r}"
+                ) from None
         buf = Buffer(
-            buffer_id, integer("lower"), integer("upper"), integer("size"), alignment, offset
+            buffer_id,
+            integer("lower"),
+            integer("upper"),
+            integer("size"),
+            alignment,
+            offset,
+            weight,
         )
         problem = _check_buffer(buf)
         if problem:
@@ -391,6 +423,7 @@ class Problem:
         `offset` columns appear only when some buffer needs them."""
         with_align = any(b.alignment != 1 for b in self.buffers)
         with_offset = self.has_fixed
+        with_weight = any(b.weight is not None for b in self.buffers)
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         header = list(REQUIRED_COLUMNS)
@@ -398,6 +431,8 @@ class Problem:
             header.append("alignment")
         if with_offset:
             header.append("offset")
+        if with_weight:
+            header.append("weight")
         writer.writerow(header)
         for b in self.buffers:
             row: list[object] = [b.id, b.lower, b.upper, b.size]
@@ -405,6 +440,8 @@ class Problem:
                 row.append(b.alignment)
             if with_offset:
                 row.append("" if b.offset is None else b.offset)
+            if with_weight:
+                row.append("" if b.weight is None else b.weight)
             writer.writerow(row)
         text = out.getvalue()
         if path is not None:
@@ -471,8 +508,20 @@ class Problem:
 
             alignment = integer("alignment") if entry.get("alignment") is not None else 1
             offset = integer("offset") if entry.get("offset") is not None else None
+            try:
+                weight = _weight(entry.get("weight"))
+            except ValueError:
+                raise ProblemFormatError(
+                    f"{where}: weight must be a number, got {entry['weight']!r}"
+                ) from None
             buf = Buffer(
-                buffer_id, integer("lower"), integer("upper"), integer("size"), alignment, offset
+                buffer_id,
+                integer("lower"),
+                integer("upper"),
+                integer("size"),
+                alignment,
+                offset,
+                weight,
             )
             problem = _check_buffer(buf)
             if problem:
@@ -520,6 +569,8 @@ class Problem:
                 entry["alignment"] = b.alignment
             if b.offset is not None:
                 entry["offset"] = b.offset
+            if b.weight is not None:
+                entry["weight"] = b.weight
             buffers.append(entry)
         obj: dict[str, Any] = {"name": self.name, "buffers": buffers}
         if self.aliases:

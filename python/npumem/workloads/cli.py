@@ -1,6 +1,7 @@
 """`npumem demo` and `npumem replay`.
 
     npumem demo [--quick] [--requests N] [--workers N] [--capacity BYTES] [--output DIR] [--trace]
+                [--tiers]
     npumem replay TRACE [--capacity BYTES] [--cores N] [--chunk-size BYTES] ... [--json]
 
 Exit status: 0 done and the goal met (demo: no failed allocation and no rejected request;
@@ -168,6 +169,8 @@ def run_demo_command(args: argparse.Namespace) -> int:
         title="pool",
         top=8,
     )
+    if args.tiers:
+        files.update(_run_tiers(args, out, output, workers, requests, pictures))
     out.print(f"wrote to {output.resolve()}:", markup=False)
     for what, path in files.items():
         out.print(f"  {path.name:28} {what}", markup=False)
@@ -181,6 +184,23 @@ def run_demo_command(args: argparse.Namespace) -> int:
         )
         return ExitStatus.NOT_MET
     return ExitStatus.OK
+
+
+def _run_tiers(
+    args: argparse.Namespace,
+    out: Console,
+    output: Path,
+    workers: int,
+    requests: int,
+    pictures: bool,
+) -> dict[str, Path]:
+    """``npumem demo --tiers``: the tiered demo (:mod:`npumem.workloads.tiered`) with one fast
+    pool per worker, at most 400 requests; prints its report, returns the files written."""
+    from npumem.workloads.tiered import report_tiered_demo, run_tiered_demo, write_tier_outputs
+
+    result = run_tiered_demo(cores=workers, requests=min(requests, 400), seed=args.seed)
+    report_tiered_demo(out, result)
+    return write_tier_outputs(result, output, pictures=pictures)
 
 
 # ----- replay --------------------------------------------------------------------------------
@@ -371,6 +391,12 @@ def add_parsers(subparsers: Any) -> None:
     )
     demo.add_argument(
         "--trace", action="store_true", help="record every event and write trace.json"
+    )
+    demo.add_argument(
+        "--tiers",
+        action="store_true",
+        help="also serve the models from one SRAM pool per worker and a shared HBM pool, and "
+        "compare the promotion policies on the same accesses (writes tiers.json, tiers.png)",
     )
     demo.set_defaults(func=run_demo_command)
 
