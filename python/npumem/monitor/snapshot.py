@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
+from npumem.monitor.validate import check_snapshot
 
 if TYPE_CHECKING:
     from npumem import Pool
@@ -260,7 +261,7 @@ class Snapshot:
                 raise r.fail(f"stats.per_core {i} must be an object, got {core!r}")
             for key in _CORE_INTS:
                 r.non_negative(r.field(core, key, int), f"stats.per_core {i}: {key}")
-        return cls(
+        snapshot = cls(
             pool=r.field(obj, "pool", str),
             config=config,
             time_ns=r.non_negative(r.field(obj, "time_ns", int), "time_ns"),
@@ -271,6 +272,8 @@ class Snapshot:
             stats=stats,
             label=r.field(obj, "label", str),
         )
+        check_snapshot(snapshot, where)
+        return snapshot
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Snapshot:
