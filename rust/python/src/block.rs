@@ -22,11 +22,18 @@ pub struct Block {
     handle: Handle,
     nbytes: usize,
     tag: Option<Py<PyString>>,
+    /// The tag's id in the pool's table (0 without a tag): the block holds it until freed.
+    tag_id: u32,
 }
 
 impl Block {
-    pub(crate) fn new(pool: Py<Pool>, handle: Handle, nbytes: usize, tag: Option<Py<PyString>>) -> Block {
-        Block { pool, handle, nbytes, tag }
+    pub(crate) fn new(pool: Py<Pool>, handle: Handle, nbytes: usize, tag: Option<Py<PyString>>, tag_id: u32) -> Block {
+        Block { pool, handle, nbytes, tag, tag_id }
+    }
+
+    /// The id of the block's tag (0 without one).
+    pub(crate) fn tag_id(&self) -> u32 {
+        self.tag_id
     }
 
     /// The handle, for a batch call on `pool` (which must be the block's own); `index` names
@@ -47,7 +54,9 @@ impl Block {
         match core.try_free(self.handle) {
             Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle)),
             other => other.map_err(to_py),
-        }
+        }?;
+        pool.release_tags(py, self.tag_id, 1);
+        Ok(())
     }
 
     fn info(&self) -> PyResult<npumem_core::BlockInfo> {

@@ -93,11 +93,14 @@ impl Pool {
         let tag = args::tag(tag)?;
         let tag_id = this.tags.id(py, tag.as_ref())?;
         let core = &this.core;
-        let handle = match core.try_alloc_fast(size, align, tag_id).map_err(to_py)? {
-            Some(handle) => handle,
-            None => this.oom.alloc(py, core, size, align, tag_id)?,
+        let made = match core.try_alloc_fast(size, align, tag_id).map_err(to_py) {
+            Ok(Some(handle)) => Ok(handle),
+            Ok(None) => this.oom.alloc(py, core, size, align, tag_id),
+            Err(err) => Err(err),
         };
-        Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind)))
+        let handle = made.inspect_err(|_| this.release_tags(py, tag_id, 0))?;
+        this.tags.hold(tag_id, 1);
+        Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind), tag_id))
     }
 
     /// Allocate one block per size in `sizes` (all with the same `align` and `tag`), or none:
@@ -126,7 +129,11 @@ impl Pool {
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
         let tag_id = this.tags.id(py, tag.as_ref())?;
-        let handles = this.oom.alloc_many(py, &this.core, &wanted, align, tag_id)?;
+        let handles = this
+            .oom
+            .alloc_many(py, &this.core, &wanted, align, tag_id)
+            .inspect_err(|_| this.release_tags(py, tag_id, 0))?;
+        this.tags.hold(tag_id, handles.len() as u64);
         // The blocks become Python objects with signals checked now and then: a Ctrl-C raised
         // before the list reaches the caller would drop it with every block still allocated.
         let made = (|| {
@@ -135,7 +142,8 @@ impl Pool {
                 if i % 65536 == 65535 {
                     py.check_signals()?;
                 }
-                let block = Block::new(slf.clone().unbind(), handle, size, tag.as_ref().map(|t| t.clone().unbind()));
+                let tag = tag.as_ref().map(|t| t.clone().unbind());
+                let block = Block::new(slf.clone().unbind(), handle, size, tag, tag_id);
                 list.append(Bound::new(py, block)?)?;
             }
             py.check_signals()?;
@@ -143,7 +151,9 @@ impl Pool {
         })();
         made.inspect_err(|_| {
             let core = &this.core;
-            let _ = detached(py, || core.free_many(&handles));
+            if detached(py, || core.free_many(&handles)).is_ok() {
+                this.release_tags(py, tag_id, handles.len() as u64);
+            }
         })
     }
 
@@ -158,6 +168,7 @@ impl Pool {
             )
         })?;
         let mut handles = Vec::new();
+        let mut tag_ids = Vec::new();
         for (i, item) in items.enumerate() {
             let item = item?;
             let block = item.cast::<Block>().map_err(|_| {
@@ -167,9 +178,16 @@ impl Pool {
                 )
             })?;
             handles.push(block.get().handle_in(slf.get(), i)?);
+            tag_ids.push(block.get().tag_id());
         }
-        let core = &slf.get().core;
-        without_gil(py, || core.free_many(&handles))
+        let this = slf.get();
+        let core = &this.core;
+        without_gil(py, || core.free_many(&handles))?;
+        tag_ids.sort_unstable();
+        for run in tag_ids.chunk_by(|a, b| a == b) {
+            this.release_tags(py, run[0], run.len() as u64);
+        }
+        Ok(())
     }
 
     /// Free `block` (the same as `block.free()`).
@@ -236,7 +254,16 @@ impl Pool {
     fn trace_drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let core = &self.core;
         let events = detached(py, || core.trace_drain());
-        events.iter().map(|e| event_tuple(py, e, &self.tags)).collect()
+        let tuples = events.iter().map(|e| event_tuple(py, e, &self.tags)).collect();
+        if !self.tracing() {
+            self.tags.drop_retired(py);
+        }
+        tuples
+    }
+
+    /// How many tag strings the pool keeps now (those blocks carry, and a few idle ones).
+    fn _tags_interned(&self, py: Python<'_>) -> usize {
+        self.tags.len(py)
     }
 
     /// Where the trace stands: enabled, capacity, recorded, drained, dropped.
@@ -458,5 +485,18 @@ impl Pool {
             self.core.cores(),
             self.backing()
         )
+    }
+}
+
+impl Pool {
+    /// Whether trace events may still name tags: recording, or events not yet drained.
+    fn tracing(&self) -> bool {
+        let s = self.core.trace_status();
+        s.enabled || s.recorded > s.drained + s.dropped
+    }
+
+    /// `blocks` blocks with tag `id` are gone (0: an allocation with it failed).
+    pub(crate) fn release_tags(&self, py: Python<'_>, id: u32, blocks: u64) {
+        self.tags.release(py, id, blocks, || self.tracing());
     }
 }
