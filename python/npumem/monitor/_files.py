@@ -35,7 +35,7 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
 def file_kind(obj: Mapping[str, Any], where: str) -> str:
     """``"snapshot"`` or ``"trace"`` from a file's ``format`` field."""
     fmt = obj.get("format")
-    if fmt not in KINDS:
+    if not isinstance(fmt, str) or fmt not in KINDS:
         raise FileFormatError(
             f"{where}: not an npumem snapshot or trace (format is {fmt!r}, expected "
             f"{SNAPSHOT_FORMAT!r} or {TRACE_FORMAT!r})"

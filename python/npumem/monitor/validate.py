@@ -90,14 +90,40 @@ def check_snapshot(snapshot: Snapshot, where: str) -> None:
         where,
         spans + [(e.offset, e.end, f"free run {i}") for i, e in enumerate(snapshot.free_runs)],
     )
+    _check_stats(snapshot.stats, where)
     frag = snapshot.stats.get("external_fragmentation")
     if not isinstance(frag, int | float) or not (math.isfinite(frag) and 0 <= frag <= 1):
         raise _fail(where, f"stats.external_fragmentation must be between 0 and 1, got {frag!r}")
 
 
+def _count(where: str, what: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:
+        raise _fail(where, f"{what} must be an integer between 0 and {MAX_BYTES}, got {value!r}")
+
+
+def _check_stats(stats: Mapping[str, Any], where: str) -> None:
+    """Every figure of the stats is a count (the lists hold objects of counts), except the
+    fragmentation."""
+    for key, value in stats.items():
+        if key == "external_fragmentation":
+            continue
+        if key in ("per_core", "size_classes"):
+            if not isinstance(value, list):
+                raise _fail(where, f"stats.{key} must be a list, got {type(value).__name__}")
+            for i, row in enumerate(value):
+                if not isinstance(row, dict):
+                    raise _fail(where, f"stats.{key} {i} must be an object, got {row!r}")
+                for k, v in row.items():
+                    _count(where, f"stats.{key} {i}: {k}", v)
+        else:
+            _count(where, f"stats.{key}", value)
+
+
 def check_trace(trace: Trace, where: str) -> None:
     """The trace's events fit its configuration: see the module's docstring."""
     capacity = check_config(trace.config, where)
+    for recorded in (trace.stats_at_start, trace.stats_at_stop):
+        _check_stats(recorded, where)
     for i, e in enumerate(trace.events):
         what = f"event {i}"
         for field in ("offset", "size", "aux"):
