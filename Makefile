@@ -48,8 +48,9 @@ demo: develop ## Run the main job: the built-in demo workload (npumem demo)
 test: test-rust test-loom test-python ## Run every test: Rust unit and stress, loom models, pytest, stubtest
 
 .PHONY: test-rust
-test-rust: ## Rust unit, property and stress tests of npumem-core; bench code compiles and runs once
+test-rust: ## Rust unit, property and stress tests of npumem-core and the C ABI; bench code compiles and runs once
 	cargo test -p npumem-core --release
+	cargo test -p npumem-capi --release
 	cargo test -p npumem-benches --release --lib
 	cargo test -p npumem-benches --release --benches -- --test
 
@@ -83,7 +84,7 @@ lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings, ruff, mypy, no 
 	$(PY) scripts/check_import_cycles.py
 
 .PHONY: cycles
-cycles: ## List the import graph of the core, the binding and the facade, and any cycle in it
+cycles: ## List the import graph of the core, the binding, the C ABI and the facade, and any cycle in it
 	$(PYTHON) scripts/check_import_cycles.py --graph
 
 .PHONY: fmt

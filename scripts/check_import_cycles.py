@@ -2,8 +2,8 @@
 """Prove that no module imports itself through a circle of other modules.
 
 Checks the Rust crates (a `src` folder with `lib.rs` or `main.rs`) and Python packages (a folder of
-`.py` files) named on the command line; by default the core crate, the binding crate and the Python
-facade of this repository. Standard library only.
+`.py` files) named on the command line; by default the core crate, the binding crate, the C ABI
+crate and the Python facade of this repository. Standard library only.
 
 Rust: every source file is a node. File A has an edge to file B when A names a path that resolves
 into B's module: `use crate::x::y::Z`, `crate::x::y::Z` inline, `super::y`, `self::y`, or a path
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import NoReturn
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_ROOTS = ("rust/core/src", "rust/python/src", "python/npumem")
+DEFAULT_ROOTS = ("rust/core/src", "rust/python/src", "rust/capi/src", "python/npumem")
 
 
 class UsageError(Exception):

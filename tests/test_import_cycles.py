@@ -313,6 +313,11 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
 
 
 def test_default_roots_are_this_repository() -> None:
-    assert cycles.DEFAULT_ROOTS == ("rust/core/src", "rust/python/src", "python/npumem")
+    assert cycles.DEFAULT_ROOTS == (
+        "rust/core/src",
+        "rust/python/src",
+        "rust/capi/src",
+        "python/npumem",
+    )
     for root in cycles.DEFAULT_ROOTS:
         assert (ROOT / root).is_dir()

@@ -3,7 +3,8 @@
 One large device (or host) memory region, handed out in pieces to many threads at once by a
 lock-free Rust core: per-core buddy pools with a global overflow pool, bank-aligned blocks,
 generation-checked handles. On top, in Python: lifetime planning (:mod:`npumem.plan`),
-monitoring and the ``npumem`` command.
+monitoring and the ``npumem`` command. Blocks leave through DLPack; C and C++ programs link the
+shipped library (``get_library()``, ``get_include()``; see :mod:`npumem.clib`).
 
     >>> import npumem
     >>> pool = npumem.Pool(64 << 20, cores=2)
@@ -28,6 +29,7 @@ from npumem._core import (
     TraceStatus,
     __version__,
 )
+from npumem.clib import get_include, get_library
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -72,4 +74,6 @@ __all__ = [
     "SizeClassStats",
     "TraceStatus",
     "__version__",
+    "get_include",
+    "get_library",
 ]

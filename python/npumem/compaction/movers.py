@@ -2,10 +2,12 @@
 
 A pool made with ``backing="none"`` only tracks offsets; its bytes live on a device. To move a
 block, the compactor calls ``mover(transfers)`` with every copy of a batch, a list of
-``(src_offset, dst_offset, nbytes)`` in the order to perform them (each one like ``memmove``:
-source and destination of one transfer may overlap), *before* any block is re-pointed. If the
-mover raises, the batch is undone and the exception propagates. A device runtime implements it
-with its copy engine (device-to-device copies on one stream, then a synchronize).
+:class:`Transfer` in the order to perform them (each one like ``memmove``: source and destination
+of one transfer may overlap), *before* any block is re-pointed. A transfer reads as the tuple
+``(src_offset, dst_offset, nbytes)`` and carries ``src_address`` and ``dst_address`` (the pool's
+``base_address`` plus each offset). If the mover raises, the batch is undone and the exception
+propagates. A device runtime implements it with its copy engine (device-to-device copies on one
+stream, then a synchronize).
 
 :class:`HostMirror` is a reference mover over host memory: the "device" is a ``bytearray``. Tests
 and examples use it to check that every byte lands where the pool says.
@@ -15,10 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["HostMirror", "Mover", "Transfer"]
+from npumem._core import Transfer
 
-#: One copy: ``(src_offset, dst_offset, nbytes)``.
-Transfer = tuple[int, int, int]
+__all__ = ["HostMirror", "Mover", "Transfer"]
 
 #: A mover: called with a batch of transfers, in order; raising undoes the batch.
 Mover = Callable[[Sequence[Transfer]], object]
@@ -45,7 +46,7 @@ class HostMirror:
         """The ``nbytes`` bytes at ``offset``."""
         return bytes(self.memory[offset : offset + nbytes])
 
-    def __call__(self, transfers: Sequence[Transfer]) -> None:
+    def __call__(self, transfers: Sequence[Transfer] | Sequence[tuple[int, int, int]]) -> None:
         view = memoryview(self.memory)
         for src, dst, n in transfers:
             # Slice assignment copies through a temporary when the ranges overlap (memmove).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from npumem.errors import MissingDependencyError
 from npumem.plan.bounds import lower_bound
+from npumem.plan.buckets import Bucket, BucketPlan, bucket_dims, plan_buckets
 from npumem.plan.errors import GraphError, PlanError, PlanValidationError, ProblemFormatError
 from npumem.plan.graph import Graph, Op, Tensor
 from npumem.plan.greedy import GREEDY_RULES, best_greedy, run_rule
@@ -33,6 +34,8 @@ __all__ = [
     "NOT_MET",
     "OPTIMAL",
     "Alias",
+    "Bucket",
+    "BucketPlan",
     "Buffer",
     "Graph",
     "GraphError",
@@ -47,7 +50,9 @@ __all__ = [
     "Solution",
     "Tensor",
     "best_greedy",
+    "bucket_dims",
     "lower_bound",
+    "plan_buckets",
     "run_rule",
     "solve",
 ]

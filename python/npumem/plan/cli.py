@@ -1,10 +1,13 @@
 """``npumem plan``: plan a model's tensor offsets from the command line.
 
     npumem plan INPUT -o OUTPUT [--capacity N] [--time-limit S] [--seed N]
+                [--dim NAME=N[,N...]] [--double-buffer NAME,...] [--in-flight K]
 
 INPUT is a MiniMalloc CSV, a problem or graph JSON, or an ONNX model (told apart by extension,
 else by content). OUTPUT's extension picks the format: ``.csv`` (MiniMalloc solution), ``.json``,
-``.h`` (C header with the offset table). Exit status: 0 done, 1 ``--capacity`` not met, 2 bad
+``.h`` (C header with the offset table). A dimension given several values (``--dim N=1,8,32``)
+plans one arena per bucket, the weights shared, and writes one OUTPUT per bucket
+(``plan.N8.h``). Exit status: 0 done, 1 ``--capacity`` not met, 2 bad
 arguments or unreadable input.
 """
 
@@ -20,6 +23,7 @@ from npumem._argtypes import byte_count
 from npumem.errors import MissingDependencyError
 from npumem.exit_status import ExitStatus
 from npumem.fileio import read_json_object
+from npumem.plan.buckets import plan_buckets
 from npumem.plan.errors import PlanError, ProblemFormatError
 from npumem.plan.graph import Graph
 from npumem.plan.problem import Problem
@@ -39,11 +43,27 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _dim(text: str) -> tuple[str, int]:
+def _dim(text: str) -> tuple[str, list[int]]:
     name, sep, value = text.partition("=")
-    if not sep or not name or not value.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=INTEGER (example: batch=1)")
-    return name, int(value)
+    values = [v.strip() for v in value.split(",")]
+    if not sep or not name or not all(v.isdigit() for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME=INTEGER[,INTEGER...] (examples: batch=1, N=1,8,32)"
+        )
+    return name, [int(v) for v in values]
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names no buffer (example: x,mask)")
+    return names
+
+
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return int(text)
 
 
 def _sniff(path: Path) -> str:
@@ -111,19 +131,86 @@ def _write(solution: Solution, output: Path, fmt: str | None) -> None:
         solution.to_csv(output)
 
 
+def _bucket_output(output: Path, label: str) -> Path:
+    tag = re.sub(r"[^0-9A-Za-z_-]", "", label.replace(",", "_"))
+    return output.with_name(f"{output.stem}.{tag}{output.suffix}")
+
+
+def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any, err: Any) -> int:
+    if _sniff(Path(args.input)) != "onnx":
+        err.print(
+            "npumem plan: error: several values of a dimension (shape buckets) need an ONNX "
+            "model as INPUT",
+            markup=False,
+        )
+        return ExitStatus.USAGE
+    try:
+        plan = plan_buckets(
+            args.input,
+            dims=dims,
+            include_weights=args.include_weights,
+            alignment=args.alignment or 64,
+            pipelined=args.double_buffer,
+            in_flight=args.in_flight,
+            time_limit=args.time_limit,
+            seed=args.seed,
+        )
+    except (PlanError, MissingDependencyError, ValueError) as exc:
+        err.print(f"npumem plan: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    for bucket in plan.buckets:
+        bucket.solution.validate()
+        if args.output is not None:
+            try:
+                _write(
+                    bucket.solution, _bucket_output(Path(args.output), bucket.label), args.format
+                )
+            except OSError as exc:
+                err.print(f"npumem plan: error: cannot write: {exc.strerror}", markup=False)
+                return ExitStatus.USAGE
+    if not args.quiet:
+        out.print(f"input        {args.input} ({len(plan.buckets)} buckets)", markup=False)
+        if plan.weights is not None:
+            out.print(f"weights      {plan.weights_size:,} bytes, shared", markup=False)
+        out.print(
+            f"{'bucket':<14} {'buffers':>8} {'arena':>16} {'lower bound':>16} {'gap':>7}",
+            markup=False,
+        )
+        for bucket in plan.buckets:
+            sol = bucket.solution
+            out.print(
+                f"{bucket.label:<14} {len(sol.problem):>8} {sol.arena_size:>16,} "
+                f"{sol.lower_bound:>16,} {sol.gap:>7.2%}",
+                markup=False,
+            )
+        out.print(
+            f"largest      {plan.arena_size:,} bytes ({plan.largest.label}"
+            + (", weights included)" if plan.weights is not None else ")"),
+            markup=False,
+        )
+        if args.output is not None:
+            out.print(f"written      {_bucket_output(Path(args.output), '{bucket}')}", markup=False)
+    return ExitStatus.OK
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``npumem plan`` with parsed arguments; returns the exit status."""
     from rich.console import Console
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
+    dims: dict[str, list[int]] = dict(args.dim or [])
+    if any(len(v) > 1 for v in dims.values()):
+        return _run_buckets(args, dims, out, err)
     try:
         problem = load_problem(
             args.input,
-            dims=dict(args.dim or []),
+            dims={k: v[0] for k, v in dims.items()},
             alignment=args.alignment,
             include_weights=args.include_weights,
         )
+        if args.double_buffer:
+            problem = problem.pipelined(args.double_buffer, args.in_flight)
     except (PlanError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plan: error: {exc}", markup=False)
         return ExitStatus.USAGE
@@ -176,6 +263,11 @@ def run(args: argparse.Namespace) -> int:
         if args.capacity is not None:
             fit = "fits" if solution.fits else "does NOT fit"
             lines.insert(2, f"capacity     {args.capacity:,} bytes: {fit}")
+        for name, ids in problem.slots.items():
+            slot_text = ", ".join(f"{solution.offsets[i]:,}" for i in ids)
+            lines.append(
+                f"slots        {name}: iteration i uses slot i % {len(ids)} at {slot_text}"
+            )
         if args.output is not None:
             lines.append(f"written      {args.output}")
         for line in lines:
@@ -230,8 +322,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--dim",
         type=_dim,
         action="append",
-        metavar="NAME=N",
-        help="bind a symbolic ONNX dimension (repeatable)",
+        metavar="NAME=N[,N...]",
+        help="bind a symbolic ONNX dimension (repeatable); several values plan one arena per "
+        "bucket, the weights shared",
+    )
+    parser.add_argument(
+        "--double-buffer",
+        type=_names,
+        default=[],
+        metavar="NAME,...",
+        help="buffers loaded for the next inference while this one computes: one slot each per "
+        "inference in flight",
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=_positive_int,
+        default=2,
+        metavar="K",
+        help="inferences in flight for --double-buffer (default 2)",
     )
     parser.add_argument(
         "--alignment",

@@ -113,10 +113,14 @@ class Problem:
         *,
         aliases: Iterable[Alias] = (),
         name: str = "",
+        slots: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.buffers: tuple[Buffer, ...] = tuple(buffers)
         self.aliases: tuple[Alias, ...] = tuple(aliases)
         self.name = name
+        self.slots: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in (slots or {}).items()}
+        """For a pipelined problem (:meth:`pipelined`): each pipelined tensor's slot buffers;
+        iteration ``i`` uses slot ``i % len(slots)``."""
         index: dict[str, int] = {}
         for i, buf in enumerate(self.buffers):
             if not isinstance(buf, Buffer):
@@ -147,6 +151,12 @@ class Problem:
                 )
         self._check_total()
         self._check_fixed_overlaps()
+        for tensor, ids in self.slots.items():
+            missing = [i for i in ids if i not in index]
+            if not ids or missing:
+                raise ProblemFormatError(
+                    f"pipelined tensor {tensor!r}: slot buffer(s) {missing or '(none)'} unknown"
+                )
 
     # ----------------------------------------------------------------------------------------
     # Basic access
@@ -246,7 +256,65 @@ class Problem:
             ),
             aliases=self.aliases,
             name=self.name,
+            slots=self.slots,
         )
+
+    def pipelined(self, names: Iterable[str], in_flight: int = 2) -> Problem:
+        """The problem of ``in_flight`` inferences in flight, the buffers ``names`` loaded ahead.
+
+        While iteration ``i`` computes, the named buffers of iterations ``i + 1`` ..
+        ``i + in_flight - 1`` are loaded into memory of their own. Each named buffer becomes
+        ``in_flight`` slot buffers ``{name}#slot{s}``; iteration ``i`` uses slot
+        ``i % in_flight``. In the steady state every slot is being loaded or used at every step
+        of an iteration, so each slot is live over the whole iteration (from the first step of
+        the problem to its last); the other buffers keep their ranges, and the same offsets serve
+        every iteration. Aliases of a named buffer are repeated in every slot.
+        """
+        if isinstance(names, str):
+            names = [names]
+        wanted = list(dict.fromkeys(names))
+        if in_flight < 1:
+            raise ProblemFormatError(f"in_flight must be at least 1, got {in_flight}")
+        unknown = [n for n in wanted if n not in self._index]
+        if unknown:
+            raise ProblemFormatError(
+                f"cannot pipeline unknown buffer(s) {', '.join(map(repr, unknown))}"
+            )
+        if not self.buffers or in_flight == 1:
+            return self
+        start = min(b.lower for b in self.buffers)
+        end = max(b.upper for b in self.buffers)
+        chosen = set(wanted)
+        buffers: list[Buffer] = []
+        slots: dict[str, list[str]] = {}
+        for b in self.buffers:
+            if b.id not in chosen:
+                buffers.append(b)
+                continue
+            if b.offset is not None:
+                raise ProblemFormatError(f"buffer {b.id!r} is pinned: it cannot take slots")
+            for s in range(in_flight):
+                slot_id = f"{b.id}#slot{s}"
+                if slot_id in self._index:
+                    raise ProblemFormatError(f"slot buffer {slot_id!r} clashes with a buffer")
+                buffers.append(Buffer(slot_id, start, end, b.size, b.alignment))
+                slots.setdefault(b.id, []).append(slot_id)
+        aliases: list[Alias] = []
+        for a in self.aliases:
+            if a.base in chosen:
+                aliases.extend(
+                    Alias(f"{a.name}#slot{s}", slot_id, a.offset, a.size)
+                    for s, slot_id in enumerate(slots[a.base])
+                )
+            else:
+                aliases.append(a)
+        merged = {**self.slots, **slots}
+        return Problem(buffers, aliases=aliases, name=self.name, slots=merged)
+
+    def double_buffered(self, names: Iterable[str]) -> Problem:
+        """:meth:`pipelined` with two inferences in flight: the named buffers of the next step
+        load into a second slot while this step computes."""
+        return self.pipelined(names, 2)
 
     # ----------------------------------------------------------------------------------------
     # CSV

@@ -21,12 +21,27 @@ Pruning (each rule keeps at least one optimal packing reachable)
       other buffer live with it is placed above the last offset; if none is left, prune.
     * symmetry: buffers placed one after the other at the same offset do not overlap in time, so
       their order does not matter; only the order of the branching preference is explored.
+    * dominance: a child whose offset reaches another buffer's ``raw + size`` is skipped (that
+      buffer would fit entirely below it); a child nothing is live with that fails ends the
+      node (placing it first is never worse).
+
+Decision runs (``PackingInstance.decide``, after MiniMalloc's dynamic decomposition)
+    Once no buffer still to place is live on both sides of a time point, the two sides are
+    independent: the run splits there and packs each part on its own, failing as soon as one
+    part fails, instead of backtracking through the other part's choices. Each part orders its
+    children afresh (``HEURISTICS``: lifetime, area, and the most bytes still to place in the
+    buffer's sections, counted when the part starts). Parts already decided are remembered by
+    their buffers, their floors and the last offset, so a part met again is not searched again.
 
 Anytime
-    The search starts from the best greedy packing and runs depth-first with restarts (node
-    budgets following the Luby sequence, branch order perturbed from the seed after the first
-    runs). Each packing found tightens the capacity to one byte below it. A run that finishes
-    within its budget has proven its last capacity infeasible, which is a lower bound.
+    The search starts from the best greedy packing. The part that holds the arena up gets, in
+    passes with doubling node budgets, decision runs halfway between the bound and the best
+    packing (without a capacity) and at the goal (the capacity, or the proven lower bound),
+    each order in turn, then
+    one descent run (``PackingInstance.search``: every packing found tightens its capacity to
+    one byte below it). A decision run that exhausts its tree proves the capacity it probed
+    infeasible, which raises the lower bound; ``progress`` reports the arena and the bound at
+    every improvement.
 """
 
 from __future__ import annotations
@@ -121,8 +136,13 @@ def components(problem: Problem) -> list[Component]:
     return result
 
 
+HEURISTICS = ("WAT", "TAW", "TWA", "ZWT")
+"""Orders of the decision runs, in MiniMalloc's letters (compared in turn, largest first): ``W``
+the lifetime, ``A`` lifetime times size, ``Z`` the size, ``T`` the most bytes still to place in
+one of the buffer's sections, counted afresh in every part the search splits off."""
+
 BASE_NODES = 20_000
-"""Nodes of the shortest search run; run ``k`` gets ``BASE_NODES`` times the k-th Luby term."""
+"""Nodes of the shortest descent run; run ``k`` gets ``BASE_NODES`` times the k-th Luby term."""
 
 
 def _luby(i: int) -> int:
@@ -140,8 +160,8 @@ def _luby(i: int) -> int:
 
 
 def _ranks(comp: Component, run: int, rng: random.Random) -> list[int]:
-    """Order among children at the same offset for run ``run``: five fixed rules first (area,
-    lifetime, size, start, conflicts; largest first), then seeded perturbations of them."""
+    """Order among children at the same offset for descent run ``run``: five fixed rules first
+    (area, lifetime, size, start, conflicts; largest first), then seeded perturbations."""
     n = len(comp.sizes)
     life, size, start = comp.lifetimes, comp.sizes, comp.section_lo
     degree = [len(nb) for nb in comp.neighbors]
@@ -173,6 +193,27 @@ class Progress:
     arena_size: int
     lower_bound: int
     nodes: int
+
+    @property
+    def gap(self) -> float:
+        """How far the arena is above the lower bound, as a fraction of the bound."""
+        return self.arena_size / self.lower_bound - 1 if self.lower_bound else 0.0
+
+
+@dataclass(slots=True)
+class _PartState:
+    """What the schedule knows about one component."""
+
+    comp: Component
+    instance: PackingInstance
+    arena: int
+    bound: int
+    base_rank: list[int]
+    level: int = 0
+    """Pass number: decision runs of this pass get ``2 * n * 2**level`` nodes each."""
+    descents: int = 0
+    probes: list[int] | None = None
+    """Capacities still to probe in this pass."""
 
 
 def solve(
@@ -234,91 +275,125 @@ def solve(
     if arena <= goal:
         return finish()
 
-    parts = components(problem)
     pinned_top = _pinned_top(problem)
-    # Arena of each part under the current packing, and what is proven about each part.
-    part_arena = [
-        max((offsets[i] + problem.buffers[i].size for i in c.indices), default=0) for c in parts
-    ]
-    part_bound = [c.lower_bound for c in parts]
-    part_runs = [0] * len(parts)
-    instances: dict[int, PackingInstance] = {}
     rng = random.Random(seed)
+    parts: list[_PartState] = []
+    for comp in components(problem):
+        rank = list(range(len(comp.sizes)))
+        rng.shuffle(rank)
+        parts.append(
+            _PartState(
+                comp=comp,
+                instance=PackingInstance(
+                    comp.sizes,
+                    comp.alignments,
+                    comp.section_lo,
+                    comp.section_hi,
+                    comp.n_sections,
+                    comp.neighbors,
+                    comp.obstacles,
+                ),
+                arena=max((offsets[i] + problem.buffers[i].size for i in comp.indices), default=0),
+                bound=comp.lower_bound,
+                base_rank=rank,
+            )
+        )
     nodes_left = node_limit
 
     def current() -> int:
-        return max(max(part_arena, default=0), pinned_top)
+        return max(max((p.arena for p in parts), default=0), pinned_top)
+
+    def proven() -> int:
+        return max(bound, *(p.bound for p in parts))
+
+    def adopt(part: _PartState, found: list[int]) -> None:
+        for local, i in enumerate(part.comp.indices):
+            offsets[i] = found[local]
+        part.arena = max((o + s for o, s in zip(found, part.comp.sizes, strict=True)), default=0)
+        elapsed = time.perf_counter() - start
+        stats.improvements.append((elapsed, current()))
+        if capacity is not None and current() <= capacity and stats.time_to_fit is None:
+            stats.time_to_fit = elapsed
+        if progress is not None:
+            progress(Progress(elapsed, current(), proven(), stats.nodes))
 
     while True:
-        bound = max(bound, *part_bound)
+        bound = proven()
         arena = current()
         if arena <= goal or arena <= bound:
             break
         # Work on the part that holds the arena up; if it is proven optimal, so is the arena.
-        k = max(range(len(parts)), key=lambda j: part_arena[j])
-        if part_arena[k] <= part_bound[k]:
-            bound = max(bound, part_arena[k])
+        part = max(parts, key=lambda p: p.arena)
+        if part.arena <= part.bound:
+            bound = max(bound, part.arena)
             break
         remaining = deadline - time.perf_counter()
         if remaining <= 0 or (nodes_left is not None and nodes_left <= 0):
             break
-        comp = parts[k]
-        if k not in instances:
-            instances[k] = PackingInstance(
-                comp.sizes,
-                comp.alignments,
-                comp.section_lo,
-                comp.section_hi,
-                comp.n_sections,
-                comp.neighbors,
-                comp.obstacles,
+        n = len(part.comp.sizes)
+        floor = max(bound, part.bound)
+        if not part.probes:
+            # A new pass: decision probes halfway up to the best packing and at the goal (or the
+            # proven bound), then one descent run from the best packing.
+            part.level += 1 if part.probes is not None else 0
+            top = part.arena - 1
+            target = min(top, capacity if capacity is not None else floor)
+            probes = [target]
+            if capacity is None and top - floor > 1:
+                probes.insert(0, (floor + top) // 2)  # halfway first: it improves soonest
+            probes.append(-1)  # the descent run
+            part.probes = probes
+        probe = part.probes.pop(0)
+        budget = 2 * n << part.level
+        if probe < 0:
+            # Descent: one run that keeps tightening below each packing it finds.
+            budget = min(budget, BASE_NODES * _luby(part.descents))
+            if nodes_left is not None:
+                budget = min(budget, nodes_left)
+            exhausted, found, found_arena, nodes = part.instance.search(
+                _ranks(part.comp, part.descents, rng),
+                part.arena - 1,
+                capacity if capacity is not None else floor,
+                budget,
+                max(remaining, 0.0),
             )
-        run = part_runs[k]
-        part_runs[k] += 1
-        # Runs cycle through three kinds: probe the lower bound itself (tightest pruning; a
-        # packing there is optimal and fits any feasible capacity), descend from the best
-        # packing so far (each packing found tightens the capacity), and probe halfway between
-        # the two (a bisection) or, with a capacity, the capacity itself.
-        kind, cycle = run % 3, run // 3
-        budget = BASE_NODES * _luby(cycle)
-        if nodes_left is not None:
-            budget = min(budget, nodes_left)
-        floor = max(bound, part_bound[k])
-        if kind == 0:
-            run_capacity = floor
-        elif kind == 1:
-            run_capacity = part_arena[k] - 1
-        elif capacity is not None:
-            run_capacity = capacity
-        else:
-            run_capacity = (floor + part_arena[k]) // 2
-        target = capacity if capacity is not None else bound
-        exhausted, found, found_arena, nodes = instances[k].search(
-            _ranks(comp, cycle, rng), run_capacity, target, budget, remaining
-        )
-        stats.nodes += nodes
-        stats.runs += 1
-        if nodes_left is not None:
-            nodes_left -= nodes
-        if found is not None and found_arena < part_arena[k]:
-            for local, i in enumerate(comp.indices):
-                offsets[i] = found[local]
-            part_arena[k] = found_arena
-            elapsed = time.perf_counter() - start
-            stats.improvements.append((elapsed, current()))
-            if capacity is not None and current() <= capacity and stats.time_to_fit is None:
-                stats.time_to_fit = elapsed
-            if progress is not None:
-                progress(Progress(elapsed, current(), max(bound, *part_bound), stats.nodes))
-        if exhausted:
-            # Nothing at or below the run's final capacity exists for this part.
-            final_capacity = run_capacity if found is None else found_arena - 1
-            part_bound[k] = max(part_bound[k], final_capacity + 1)
-            if capacity is not None and part_bound[k] > capacity:
-                bound = max(bound, part_bound[k])
-                return finish(INFEASIBLE)
+            part.descents += 1
+            stats.nodes += nodes
+            stats.runs += 1
+            if nodes_left is not None:
+                nodes_left -= nodes
+            if found is not None and found_arena < part.arena:
+                adopt(part, found)
+            if exhausted:
+                part.bound = max(part.bound, part.arena if found is None else found_arena)
+            continue
+        if probe < part.bound or probe >= part.arena:
+            continue
+        for keys in HEURISTICS:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0 or (nodes_left is not None and nodes_left <= 0):
+                break
+            run_budget = budget if nodes_left is None else min(budget, nodes_left)
+            verdict, found, nodes = part.instance.decide(
+                keys, part.comp.lifetimes, part.base_rank, probe, run_budget, remaining
+            )
+            stats.nodes += nodes
+            stats.runs += 1
+            if nodes_left is not None:
+                nodes_left -= nodes
+            if verdict == "found":
+                assert found is not None
+                adopt(part, found)
+                break
+            if verdict == "exhausted":
+                part.bound = max(part.bound, probe + 1)
+                part.probes = [p for p in part.probes if p < 0 or p > probe]
+                if capacity is not None and part.bound > capacity:
+                    bound = proven()
+                    return finish(INFEASIBLE)
+                break
 
-    bound = max(bound, *part_bound)
+    bound = proven()
     if capacity is not None:
         return finish()
     return finish(OPTIMAL if current() <= bound else FEASIBLE)

@@ -222,6 +222,23 @@ class Solution:
             table[alias.name] = (self.offsets[alias.base] + alias.offset, alias.size)
         return table
 
+    def slot_offsets(self, name: str) -> list[int]:
+        """The offset of each slot of a pipelined buffer (see
+        :meth:`~npumem.plan.problem.Problem.pipelined`), slot 0 first."""
+        if name not in self.problem.slots:
+            raise KeyError(f"{name!r} is not a pipelined buffer of this problem")
+        return [self.offsets[i] for i in self.problem.slots[name]]
+
+    def iteration_offsets(self, iteration: int) -> dict[str, int]:
+        """Where each pipelined buffer of iteration ``iteration`` (counted from 0) lives: its
+        slot ``iteration % in_flight``."""
+        if iteration < 0:
+            raise ValueError(f"iteration must be >= 0, got {iteration}")
+        return {
+            name: self.offsets[ids[iteration % len(ids)]]
+            for name, ids in self.problem.slots.items()
+        }
+
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
         """The solution in MiniMalloc CSV (``id,lower,upper,size[,alignment],offset``); written
         to ``path`` when given. Aliases are not buffers and do not appear (see
@@ -258,6 +275,11 @@ class Solution:
             "seconds": self.stats.seconds,
             "greedy": {"rule": self.stats.greedy_rule, "arena_size": self.stats.greedy_arena},
             **obj,
+            **(
+                {"slots": {name: list(ids) for name, ids in self.problem.slots.items()}}
+                if self.problem.slots
+                else {}
+            ),
             "tensors": [
                 {"name": name, "offset": off, "size": size}
                 for name, (off, size) in self.tensor_offsets().items()

@@ -1,5 +1,6 @@
 //! The validated pool configuration.
 
+use crate::device::Device;
 use crate::error::{Error, Result};
 
 /// Where the arena's bytes live.
@@ -53,6 +54,12 @@ pub struct PoolConfig {
     pub placement: Placement,
     /// Fully free chunks a core keeps before it returns further ones to the global pool.
     pub core_reserve: usize,
+    /// The address of offset 0, for pools with [`Backing::None`] (a host pool's address is its
+    /// mapping, so it must be 0 there). Blocks report `base_address + offset`.
+    pub base_address: u64,
+    /// The device the memory lives on; `None`: the CPU for host pools, [`Device::EXT_DEV`]
+    /// otherwise.
+    pub device: Option<Device>,
 }
 
 impl PoolConfig {
@@ -69,6 +76,8 @@ impl PoolConfig {
             backing: Backing::Host,
             placement: Placement::BestFit,
             core_reserve: 1,
+            base_address: 0,
+            device: None,
         }
     }
 
@@ -124,6 +133,27 @@ impl PoolConfig {
     pub fn core_reserve(mut self, core_reserve: usize) -> Self {
         self.core_reserve = core_reserve;
         self
+    }
+
+    /// Set the address of offset 0 (pools without host memory).
+    pub fn base_address(mut self, base_address: u64) -> Self {
+        self.base_address = base_address;
+        self
+    }
+
+    /// Set the device the memory lives on.
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+
+    /// The device, with the default of the backing filled in.
+    pub fn resolved_device(&self) -> Device {
+        match (self.device, self.backing) {
+            (Some(device), _) => device,
+            (None, Backing::Host) => Device::CPU,
+            (None, Backing::None) => Device::EXT_DEV,
+        }
     }
 
     /// Check every rule; the error names the first field that broke one, and why.
@@ -213,7 +243,43 @@ impl PoolConfig {
                 );
             }
         }
-        Ok(())
+        self.validate_location()
+    }
+
+    /// The rules of `base_address` and `device`.
+    fn validate_location(&self) -> Result<()> {
+        fn bad(field: &'static str, reason: String) -> Result<()> {
+            Err(Error::Config { field, reason })
+        }
+        let device = self.resolved_device();
+        if device.type_code < 1 {
+            return bad("device", format!("type must be a DLPack device type (>= 1), got {}", device.type_code));
+        }
+        if device.index < 0 {
+            return bad("device", format!("index must be at least 0, got {}", device.index));
+        }
+        match self.backing {
+            Backing::Host if device != Device::CPU => bad(
+                "device",
+                format!(
+                    "must be (\"cpu\", 0) for pools with host memory, got ({:?}, {})",
+                    device.type_name().unwrap_or("?"),
+                    device.index
+                ),
+            ),
+            Backing::Host if self.base_address != 0 => bad(
+                "base_address",
+                format!(
+                    "applies to pools with backing none only (a host pool's address is its mapping), got {:#x}",
+                    self.base_address
+                ),
+            ),
+            Backing::None if self.base_address.checked_add(self.capacity as u64).is_none() => bad(
+                "base_address",
+                format!("plus capacity must fit in 64 bits, got {:#x} + {}", self.base_address, self.capacity),
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// The largest slab size class (0 when there are none).
@@ -256,6 +322,15 @@ mod tests {
         assert_eq!(field_of(&base.clone().slab_sizes(vec![0])), "slab_sizes");
         assert_eq!(field_of(&base.clone().slab_sizes(vec![8192])), "slab_sizes");
         assert_eq!(field_of(&base.clone().chunk_size(4096).bank_size(4096).min_block(64)), "chunk_size");
+        assert_eq!(field_of(&base.clone().base_address(4096)), "base_address");
+        assert_eq!(field_of(&base.clone().device(Device { type_code: 2, index: 0 })), "device");
+        let none = base.clone().backing(Backing::None);
+        assert_eq!(field_of(&none.clone().base_address(u64::MAX - 4096)), "base_address");
+        assert_eq!(field_of(&none.clone().device(Device { type_code: 0, index: 0 })), "device");
+        assert_eq!(field_of(&none.clone().device(Device { type_code: 2, index: -1 })), "device");
+        none.clone().base_address(1 << 40).device(Device { type_code: 2, index: 1 }).validate().unwrap();
+        assert_eq!(none.resolved_device(), Device::EXT_DEV);
+        assert_eq!(base.resolved_device(), Device::CPU);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!
 //! | type | file | what it is |
 //! |---|---|---|
-//! | [`PoolConfig`] | `config.rs` | validated configuration: capacity, cores, chunk size, min block, bank size, alignment, slab sizes, backing |
+//! | [`PoolConfig`] | `config.rs` | validated configuration: capacity, cores, chunk size, min block, bank size, alignment, slab sizes, backing, base address, device |
+//! | [`Device`] | `device.rs` | where the memory lives, as DLPack names devices (a type code and an index) |
 //! | [`Error`] | `error.rs` | the one error type: what was wrong and what was expected |
 //! | `Arena` | `arena/arena.rs` | the memory without handles: geometry, buddy trees, chunk space, global and core pools, slabs, backing |
 //! | `Geometry` | `arena/geometry.rs` | the arena cut into chunks and *units* (`min_block`), and the bank rule's numbers |
@@ -52,6 +53,7 @@ mod arena;
 #[cfg(not(loom))]
 mod compaction;
 mod config;
+mod device;
 mod error;
 mod gate;
 mod handle;
@@ -65,6 +67,7 @@ mod util;
 #[cfg(not(loom))]
 pub use compaction::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
+pub use device::{Device, DEVICE_TYPES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::id::Handle;
 #[cfg(not(loom))]

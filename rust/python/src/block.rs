@@ -1,12 +1,15 @@
 //! `npumem.Block`: a handle to one block, with its bytes as a buffer on host-backed pools.
 
 use std::ffi::c_int;
+use std::sync::Arc;
 
 use npumem_core::Handle;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use crate::array;
+use crate::dlpack;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::without_gil;
 use crate::pinned::{pin, Pinned};
@@ -62,6 +65,11 @@ impl Block {
     fn info(&self) -> PyResult<npumem_core::BlockInfo> {
         self.pool.get().core.block(self.handle).map_err(to_py)
     }
+
+    /// The core pool.
+    fn core(&self) -> &Arc<npumem_core::Pool> {
+        &self.pool.get().core
+    }
 }
 
 #[pymethods]
@@ -70,6 +78,55 @@ impl Block {
     #[getter]
     fn offset(&self) -> PyResult<usize> {
         Ok(self.info()?.offset)
+    }
+
+    /// The block's address: the pool's base address plus `offset` (a host pointer on host
+    /// pools; it may change after a compaction, never while the block is pinned).
+    #[getter]
+    fn address(&self) -> PyResult<u64> {
+        Ok(self.core().base_address().wrapping_add(self.info()?.offset as u64))
+    }
+
+    /// The DLPack device of the block's memory: `(device type code, index)`, e.g. `(1, 0)` for
+    /// the CPU, `(2, 0)` for the first CUDA device.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        dlpack::device_of(self.core())
+    }
+
+    /// The block as a DLPack capsule: a one-dimensional `uint8` tensor over its bytes, on its
+    /// pool's device (DLPack 1.0 when `max_version` allows it). The block is pinned until the
+    /// consumer lets go of the tensor: it never moves, and `free()` refuses meanwhile. No
+    /// copy is made (`copy=True` and another `dl_device` raise `BufferError`).
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let request = dlpack::Request { stream, max_version, dl_device, copy };
+        dlpack::export(py, self.core(), self.handle, &request)
+    }
+
+    /// A NumPy array of `dtype` (default `uint8`) and `shape` (default: as many items as fit)
+    /// over the block's bytes, without copying (host pools). The array pins the block while it
+    /// or any view of it lives.
+    #[pyo3(signature = (dtype = None, shape = None))]
+    fn as_array<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        shape: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let this = slf.get();
+        if !this.core().has_backing() {
+            return Err(error(
+                ErrorClass::NoBacking,
+                "as_array needs host memory; this pool's bytes live on its device (use __dlpack__ with a device library)",
+            ));
+        }
+        array::as_array(slf.as_any(), this.nbytes, dtype, shape)
     }
 
     /// Bytes asked for.

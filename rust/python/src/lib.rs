@@ -3,24 +3,30 @@
 //! Each Python class has one home: `pool/` (`Pool`), `block.rs` (`Block`), `pause.rs`
 //! (`Pause`), `pinned.rs` (`Pinned` and pinning), `stats.rs` (`PoolStats` and its parts),
 //! `block_info.rs` (`BlockInfo`), `step_report.rs` (`StepReport`), `compaction_plan.rs`
-//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `snapshot.rs` (`RawSnapshot`)
-//! and `plan_search.rs` (`PackingInstance`). Results cross the boundary as these typed classes,
-//! never as dicts; `repr.rs` writes their reprs.
+//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `snapshot.rs` (`RawSnapshot`),
+//! `plan_search.rs` (`PackingInstance`) and `transfer.rs` (`Transfer`, one copy a mover makes).
+//! Results cross the boundary as these typed classes, never as dicts; `repr.rs` writes their
+//! reprs.
 //!
 //! Errors become Python exceptions in one place (`errors.rs`, which also defines the exception
 //! classes); work that can take long runs without the GIL through one helper (`gil.rs`);
 //! arguments are checked in `args.rs`. A failing allocation's retry through the out-of-memory
 //! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned in
-//! `tags.rs`.
+//! `tags.rs`. A block leaves as a DLPack capsule through `dlpack.rs` (and as a NumPy array
+//! through `array.rs`); a pool leaves for C code in the same process as an `npumem_pool*` of
+//! the C ABI (the `npumem-capi` crate) through `c_pool.rs`.
 //!
 //! The binding imports nothing from the Python package: what `Pool.snapshot()` returns, and how
 //! byte counts read in the text of typed results, come from callables the package installs
 //! (`views.rs`).
 
 mod args;
+mod array;
 mod block;
 mod block_info;
+mod c_pool;
 mod compaction_plan;
+mod dlpack;
 mod errors;
 mod gil;
 mod mover;
@@ -35,6 +41,7 @@ mod stats;
 mod step_report;
 mod tags;
 mod trace;
+mod transfer;
 mod views;
 
 use pyo3::prelude::*;
@@ -46,6 +53,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::state::Pool>()?;
     m.add_class::<block::Block>()?;
     m.add_class::<block_info::BlockInfo>()?;
+    m.add_class::<transfer::Transfer>()?;
     m.add_class::<pause::Pause>()?;
     m.add_class::<pinned::Pinned>()?;
     m.add_class::<stats::PoolStats>()?;

@@ -1,5 +1,6 @@
 //! A Python mover: the callable `mover(transfers)` that copies the bytes of a batch of moves
-//! (`[(src, dst, nbytes), ...]`) when the pool's bytes live on a device.
+//! (`Transfer`s: `(src, dst, nbytes)` with both addresses) when the pool's bytes live on a
+//! device.
 //!
 //! Moving runs without the GIL; the mover is called with it, re-acquired from the moving
 //! thread (which holds the pool's pause and no other lock). When the mover raises, the batch
@@ -11,17 +12,18 @@ use pyo3::types::PyList;
 
 use crate::errors::to_py;
 use crate::gil::detached;
+use crate::transfer;
 
 /// Run `work` without the GIL, handing it `mover` (if any) as a core mover; map its error, or
 /// give back the mover's own exception when the mover failed.
-pub(crate) fn run_with<T, F>(py: Python<'_>, mover: Option<&Py<PyAny>>, work: F) -> PyResult<T>
+pub(crate) fn run_with<T, F>(py: Python<'_>, mover: Option<&Py<PyAny>>, base_address: u64, work: F) -> PyResult<T>
 where
     F: FnOnce(Option<Mover<'_>>) -> npumem_core::Result<T> + Send,
     T: Send,
 {
     let mut raised: Option<PyErr> = None;
     let result = detached(py, || match mover {
-        Some(m) => work(Some(&mut |batch: &[Transfer]| call(m, batch, &mut raised))),
+        Some(m) => work(Some(&mut |batch: &[Transfer]| call(m, batch, base_address, &mut raised))),
         None => work(None),
     });
     result.map_err(|err| match (err, raised) {
@@ -30,10 +32,11 @@ where
     })
 }
 
-/// Call the Python mover with `[(src, dst, nbytes), ...]`, keeping the exception it raised.
-fn call(mover: &Py<PyAny>, batch: &[Transfer], raised: &mut Option<PyErr>) -> Result<(), String> {
+/// Call the Python mover with `[Transfer(src, dst, nbytes, addresses), ...]`, keeping the
+/// exception it raised.
+fn call(mover: &Py<PyAny>, batch: &[Transfer], base_address: u64, raised: &mut Option<PyErr>) -> Result<(), String> {
     Python::attach(|py| {
-        let list = PyList::new(py, batch.iter().map(|t| (t.src, t.dst, t.len)))?;
+        let list = PyList::new(py, batch.iter().map(|t| transfer::Transfer::new(t.src, t.dst, t.len, base_address)))?;
         mover.call1(py, (list,)).map(|_| ())
     })
     .map_err(|e| {

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use npumem_core::plan_search::{self, Limits, PackingError, PackingInstance as Instance};
+use npumem_core::plan_search::{self, Key, Limits, Order, PackingError, PackingInstance as Instance, Verdict};
 use pyo3::prelude::*;
 
 use crate::errors;
@@ -69,5 +69,53 @@ impl PackingInstance {
             plan_search::search(inner, &rank, &Limits { capacity, target, node_limit, deadline })
         });
         Ok((out.exhausted, out.offsets, out.arena, out.nodes))
+    }
+
+    /// One decision run at `capacity`: returns `("found" | "exhausted" | "stopped", offsets or
+    /// None, nodes)`. `keys` are letters of `W` (width), `A` (area), `T` (total), `Z` (size),
+    /// `C` (sections), compared largest first, then `rank`.
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &self,
+        py: Python<'_>,
+        keys: &str,
+        widths: Vec<u64>,
+        rank: Vec<u32>,
+        capacity: u64,
+        node_limit: u64,
+        time_limit: f64,
+    ) -> PyResult<(&'static str, Option<Vec<u64>>, u64)> {
+        for (what, len) in [("rank", rank.len()), ("widths", widths.len())] {
+            if len != self.inner.len() {
+                return Err(errors::plan_search(PackingError(format!(
+                    "{what} has {len} entries for {} buffers",
+                    self.inner.len()
+                ))));
+            }
+        }
+        let keys = keys
+            .chars()
+            .map(|c| {
+                Key::from_letter(c).ok_or_else(|| PackingError(format!("unknown order key {c:?} (W, A, T, Z or C)")))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(errors::plan_search)?;
+        let order = Order { keys, widths, rank };
+        if !time_limit.is_finite() || time_limit < 0.0 {
+            return Err(errors::plan_search(PackingError(format!(
+                "time_limit must be finite and >= 0, got {time_limit}"
+            ))));
+        }
+        let inner = &self.inner;
+        let out = detached(py, || {
+            let deadline = Instant::now().checked_add(Duration::from_secs_f64(time_limit));
+            plan_search::decide(inner, &order, capacity, node_limit, deadline)
+        });
+        let verdict = match out.verdict {
+            Verdict::Found => "found",
+            Verdict::Exhausted => "exhausted",
+            Verdict::Stopped => "stopped",
+        };
+        Ok((verdict, out.offsets, out.nodes))
     }
 }

@@ -11,8 +11,10 @@
 //!
 //! Pure Rust, no PyO3: `rust/python/src/plan_search.rs` is the binding.
 
+mod decide;
 mod instance;
 mod search;
 
+pub use decide::{decide, Decision, Key, Order, Verdict};
 pub use instance::{PackingError, PackingInstance};
 pub use search::{search, Limits, Outcome};

@@ -174,6 +174,21 @@ impl Pool {
         }
     }
 
+    /// [`Pool::alloc`], also returning the block's offset (for callers that report it, such as
+    /// the C ABI, without a second look-up).
+    pub fn alloc_with_offset(&self, size: usize, align: Option<usize>, tag: u32) -> Result<(Handle, usize)> {
+        let request = self.request(size, align)?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let _entered = self.enter()?;
+        match self.place(&request, core, Reach::Full) {
+            Some(placed) => {
+                let offset = placed.offset;
+                self.finish(placed, &request, core, tag).map(|handle| (handle, offset))
+            }
+            None => Err(self.out_of_memory(&request, core, tag)),
+        }
+    }
+
     /// Allocate without a handle: the block's offset. Free it with [`Pool::free_raw`] and the
     /// same size.
     pub fn alloc_raw(&self, size: usize, align: Option<usize>) -> Result<usize> {

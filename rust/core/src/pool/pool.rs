@@ -21,6 +21,7 @@ use std::ptr::NonNull;
 use crate::arena::arena::Arena;
 use crate::arena::slab::caches::{SlabClasses, MAX_CLASSES};
 use crate::config::PoolConfig;
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::gate::{self, Gate};
 use crate::handle::id::Handle;
@@ -178,6 +179,20 @@ impl Pool {
     /// Whether real host memory is behind the arena.
     pub fn has_backing(&self) -> bool {
         self.arena.backing.is_some()
+    }
+
+    /// The address of offset 0: the host mapping's of a host-backed pool, the configured
+    /// `base_address` otherwise. A block's address is this plus its offset.
+    pub fn base_address(&self) -> u64 {
+        match &self.arena.backing {
+            Some(backing) => backing.base().as_ptr() as u64,
+            None => self.config.base_address,
+        }
+    }
+
+    /// The device the arena's memory lives on.
+    pub fn device(&self) -> Device {
+        self.config.resolved_device()
     }
 
     /// A pointer to the block's first byte and its requested length. The pointer stays valid

@@ -1,6 +1,6 @@
 //! `Pool(...)`'s keyword arguments, checked and turned into a `PoolConfig`.
 
-use npumem_core::{Backing, Placement, PoolConfig};
+use npumem_core::{Backing, Device, Placement, PoolConfig, DEVICE_TYPES};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFrozenSet, PySet, PyString};
 
@@ -27,6 +27,8 @@ pub(super) fn pool_config(
     backing: Option<&Bound<'_, PyAny>>,
     placement: Option<&Bound<'_, PyAny>>,
     core_reserve: Option<&Bound<'_, PyAny>>,
+    base_address: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PoolConfig> {
     let cores = match cores.filter(|c| !c.is_none()) {
         Some(c) => args::config_int(c, "cores")?,
@@ -81,5 +83,37 @@ pub(super) fn pool_config(
         "first-fit" => Placement::FirstFit,
         other => return Err(config_error(format!("placement must be \"best-fit\" or \"first-fit\", got {other:?}"))),
     });
+    if let Some(base) = base_address.filter(|b| !b.is_none()) {
+        let base = args::integer(base, "base_address", ErrorClass::Config)?;
+        let base = u64::try_from(base)
+            .map_err(|_| config_error(format!("base_address must be between 0 and 2^64 - 1, got {base}")))?;
+        config = config.base_address(base);
+    }
+    if let Some(device) = device.filter(|d| !d.is_none()) {
+        config = config.device(parse_device(device)?);
+    }
     Ok(config)
+}
+
+/// `device=("cuda", 0)`: a DLPack device type name (or code) and an index.
+fn parse_device(value: &Bound<'_, PyAny>) -> PyResult<Device> {
+    let names = || DEVICE_TYPES.iter().map(|(name, _)| format!("{name:?}")).collect::<Vec<_>>().join(", ");
+    let pair: Option<(Bound<'_, PyAny>, Bound<'_, PyAny>)> =
+        if value.is_instance_of::<PyString>() { None } else { value.extract().ok() };
+    let Some((kind, index)) = pair else {
+        return Err(config_error(format!(
+            "device must be a (type, index) pair such as (\"cuda\", 0), got {}",
+            value.repr().map_or_else(|_| args::type_name(value), |r| r.to_string())
+        )));
+    };
+    let index = args::integer(&index, "device index", ErrorClass::Config)?;
+    let index = i32::try_from(index).map_err(|_| config_error(format!("device index is out of range, got {index}")))?;
+    if let Ok(name) = kind.extract::<String>() {
+        return Device::from_name(&name, index)
+            .ok_or_else(|| config_error(format!("device type must be one of {}, got {name:?}", names())));
+    }
+    let code = args::integer(&kind, "device type", ErrorClass::Config)?;
+    let type_code =
+        i32::try_from(code).map_err(|_| config_error(format!("device type code is out of range, got {code}")))?;
+    Ok(Device { type_code, index })
 }

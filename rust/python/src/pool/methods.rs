@@ -11,6 +11,7 @@ use super::state::Pool;
 use crate::args;
 use crate::block::Block;
 use crate::block_info::BlockInfo;
+use crate::c_pool;
 use crate::compaction_plan::CompactionPlan;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::{detached, without_gil};
@@ -31,11 +32,11 @@ impl Pool {
         signature = (
             capacity, *, cores = None, chunk_size = None, min_block = None, bank_size = None,
             alignment = None, slab_sizes = None, backing = None, placement = None,
-            core_reserve = None, name = None,
+            core_reserve = None, name = None, base_address = None, device = None,
         ),
         text_signature = "(capacity, *, cores=None, chunk_size=2097152, min_block=256, bank_size=4096, \
             alignment=64, slab_sizes=(64, 128, 256, 512, 1024, 2048, 4096), backing='host', \
-            placement='best-fit', core_reserve=1, name=None)"
+            placement='best-fit', core_reserve=1, name=None, base_address=None, device=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -51,6 +52,8 @@ impl Pool {
         placement: Option<&Bound<'_, PyAny>>,
         core_reserve: Option<&Bound<'_, PyAny>>,
         name: Option<&Bound<'_, PyAny>>,
+        base_address: Option<&Bound<'_, PyAny>>,
+        device: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Pool> {
         let config = pool_config(
             py,
@@ -64,6 +67,8 @@ impl Pool {
             backing,
             placement,
             core_reserve,
+            base_address,
+            device,
         )?;
         let core = without_gil(py, || npumem_core::Pool::new(config))?;
         let name = match name.filter(|n| !n.is_none()) {
@@ -324,8 +329,9 @@ impl Pool {
             batch.push(Move { handle, to });
         }
         let core = &pool.core;
-        let done =
-            pause.with_token(|token| mover::run_with(py, mover.as_ref(), |m| core.move_blocks(token, &batch, m)))?;
+        let done = pause.with_token(|token| {
+            mover::run_with(py, mover.as_ref(), core.base_address(), |m| core.move_blocks(token, &batch, m))
+        })?;
         PyList::new(py, done.transfers.iter().map(|t| (t.src, t.dst, t.len)))
     }
 
@@ -349,8 +355,9 @@ impl Pool {
         let mode = args::compaction_mode(&args::mode_name(mode)?, max_bytes, chunks)?;
         let mover = args::callable(mover, "mover")?;
         let core = &pool.core;
-        let done =
-            pause.with_token(|token| mover::run_with(py, mover.as_ref(), |m| core.compact_step(token, &mode, m)))?;
+        let done = pause.with_token(|token| {
+            mover::run_with(py, mover.as_ref(), core.base_address(), |m| core.compact_step(token, &mode, m))
+        })?;
         Ok(StepReport::from_core(&done))
     }
 
@@ -472,6 +479,32 @@ impl Pool {
     }
 
     /// The pool's name (labels its metrics).
+    /// The address of offset 0: the host mapping's of a host pool, the `base_address` given
+    /// otherwise (0 if none). `Block.address` is this plus the block's offset.
+    #[getter]
+    fn base_address(&self) -> u64 {
+        self.core.base_address()
+    }
+
+    /// The device the memory lives on: a DLPack device type name and an index, e.g.
+    /// `("cuda", 0)`; `("cpu", 0)` for host pools, `("ext_dev", 0)` for `backing="none"` pools
+    /// that did not name one.
+    #[getter]
+    fn device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let device = self.core.device();
+        match device.type_name() {
+            Some(name) => (name, device.index).into_pyobject(py),
+            None => (device.type_code, device.index).into_pyobject(py),
+        }
+    }
+
+    /// This pool for C code in the same process: a capsule named `npumem.pool` holding an
+    /// `npumem_pool*` (see `npumem.h`) with one reference, released with the capsule. C code
+    /// that keeps the pointer longer takes its own with `npumem_pool_retain`.
+    fn c_pool<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        c_pool::capsule(py, &self.core)
+    }
+
     #[getter]
     fn name(&self, py: Python<'_>) -> Py<PyString> {
         self.name.clone_ref(py)

@@ -1,0 +1,170 @@
+"""Shape buckets: one arena per value of a dynamic dimension, the weights shared between them.
+
+A model with a dynamic dimension (the batch, a sequence length) is often run at a few fixed
+sizes, *buckets*. Each bucket gets its own plan of the activations; the weights do not depend on
+the dimension, so they are laid out once, at the start of the memory, and every bucket's
+activations follow them. The memory to reserve is the weights plus the largest bucket's arena:
+
+    weights [0, W) | activations of the running bucket [W, W + arena(bucket))
+
+>>> from npumem import plan
+>>> buckets = plan.plan_buckets("model.onnx", dims={"N": [1, 8, 32]})  # doctest: +SKIP
+>>> buckets.arena_size, [b.solution.arena_size for b in buckets.buckets]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from npumem.plan.buffers import Buffer
+from npumem.plan.errors import PlanError
+from npumem.plan.graph import Graph
+from npumem.plan.onnx_import import graph_from_onnx
+from npumem.plan.problem import Problem
+from npumem.plan.search import solve
+from npumem.plan.solution import Solution
+
+__all__ = ["Bucket", "BucketPlan", "bucket_dims", "plan_buckets"]
+
+
+def bucket_dims(dims: Mapping[str, int | Sequence[int]]) -> list[dict[str, int]]:
+    """Every combination of the values given per dimension (a single value is one bucket)."""
+    names = list(dims)
+    choices: list[list[int]] = []
+    for name in names:
+        value = dims[name]
+        values = [value] if isinstance(value, int) else list(dict.fromkeys(value))
+        if not values:
+            raise PlanError(f"dimension {name!r} has no value")
+        choices.append(values)
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices)]
+
+
+@dataclass(slots=True)
+class Bucket:
+    """The plan of one bucket: its dimension values and the solution of its activations
+    (offsets relative to :attr:`BucketPlan.weights_size`)."""
+
+    dims: dict[str, int]
+    solution: Solution
+
+    @property
+    def label(self) -> str:
+        """``N=8`` (dimensions joined by commas)."""
+        return ",".join(f"{k}={v}" for k, v in self.dims.items())
+
+
+@dataclass(slots=True)
+class BucketPlan:
+    """One plan per bucket, and the weights shared by all of them."""
+
+    buckets: list[Bucket]
+    weights: Solution | None
+    """The weights' layout (offsets from the start of the memory), when weights are planned."""
+
+    @property
+    def weights_size(self) -> int:
+        """Bytes of the shared weights region (0 when weights are not planned)."""
+        return 0 if self.weights is None else self.weights.arena_size
+
+    @property
+    def largest(self) -> Bucket:
+        """The bucket with the largest arena."""
+        return max(self.buckets, key=lambda b: b.solution.arena_size)
+
+    @property
+    def arena_size(self) -> int:
+        """Bytes to reserve for every bucket: the weights plus the largest bucket's arena."""
+        return self.weights_size + self.largest.solution.arena_size
+
+    @property
+    def lower_bound(self) -> int:
+        """The weights plus the largest of the buckets' lower bounds."""
+        return self.weights_size + max(b.solution.lower_bound for b in self.buckets)
+
+    def tensor_offsets(self, bucket: Bucket) -> dict[str, tuple[int, int]]:
+        """``name -> (offset, size)`` from the start of the memory for one bucket: the weights,
+        then that bucket's activations after them."""
+        table = dict(self.weights.tensor_offsets()) if self.weights is not None else {}
+        base = self.weights_size
+        for name, (offset, size) in bucket.solution.tensor_offsets().items():
+            table[name] = (base + offset, size)
+        return table
+
+
+GraphSource = str | os.PathLike[str] | object | Callable[..., Graph]
+"""An ONNX model (a path or an ``onnx.ModelProto``), or a function that builds a graph from
+dimension keywords (``npumem.plan.networks.resnet50(batch=8)``)."""
+
+
+def _graph(model: GraphSource, dims: Mapping[str, int]) -> Graph:
+    if callable(model) and not hasattr(model, "graph"):
+        graph = model(**dims)
+        if not isinstance(graph, Graph):
+            raise PlanError(f"the graph builder returned {type(graph).__name__}, not a Graph")
+        return graph
+    return graph_from_onnx(model, dims=dims)
+
+
+def _weights_problem(graph: Graph, alignment: int) -> Problem:
+    """Every weight live over one step: solving lays them out one after the other."""
+    return Problem(
+        [
+            Buffer(t.name, 0, 1, t.size, max(t.alignment, alignment))
+            for t in graph.tensors.values()
+            if t.weight and t.view_of is None
+        ],
+        name=f"{graph.name} weights",
+    )
+
+
+def plan_buckets(
+    model: GraphSource,
+    *,
+    dims: Mapping[str, int | Sequence[int]],
+    include_weights: bool = False,
+    include_inputs: bool = True,
+    include_outputs: bool = True,
+    alignment: int = 64,
+    pipelined: Iterable[str] = (),
+    in_flight: int = 2,
+    time_limit: float = 10.0,
+    seed: int = 0,
+) -> BucketPlan:
+    """Plan ``model`` once per bucket of ``dims`` (``{"N": [1, 8, 32]}``; several dimensions
+    give every combination). ``time_limit`` is per bucket. With ``include_weights`` the weights
+    are laid out once and shared; they must be the same in every bucket. ``pipelined`` names
+    buffers loaded ahead with ``in_flight`` inferences in flight (see
+    :meth:`~npumem.plan.problem.Problem.pipelined`)."""
+    combos = bucket_dims(dims)
+    names = list(pipelined)
+    buckets: list[Bucket] = []
+    weights: Solution | None = None
+    weight_sizes: dict[str, int] | None = None
+    for combo in combos:
+        graph = _graph(model, combo)
+        problem = Problem.from_graph(
+            graph,
+            include_weights=False,
+            include_inputs=include_inputs,
+            include_outputs=include_outputs,
+            alignment=alignment,
+        )
+        if names:
+            problem = problem.pipelined(names, in_flight)
+        label = ",".join(f"{k}={v}" for k, v in combo.items())
+        problem.name = f"{problem.name or 'model'} [{label}]"
+        if include_weights:
+            sizes = {t.name: t.size for t in graph.tensors.values() if t.weight}
+            if weight_sizes is None:
+                weight_sizes = sizes
+                weights = solve(_weights_problem(graph, alignment), time_limit=time_limit)
+            elif sizes != weight_sizes:
+                raise PlanError(
+                    f"the weights differ in bucket {label}: they cannot be shared between buckets"
+                )
+        buckets.append(Bucket(combo, solve(problem, time_limit=time_limit, seed=seed)))
+    return BucketPlan(buckets, weights)

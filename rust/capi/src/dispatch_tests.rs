@@ -1,0 +1,186 @@
+//! The entry points against this copy's functions and against another copy's table, and the
+//! struct sizes the header promises.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use npumem_core::{Backing, Pool, PoolConfig};
+
+use crate::exports::{
+    npumem_alloc, npumem_config_init, npumem_free, npumem_last_error, npumem_pool_create, npumem_pool_release,
+    npumem_pool_retain, npumem_pool_stats,
+};
+use crate::native::{wrap, OPS};
+use crate::object::{Location, NpumemPool, OomCallback, Ops, ABI_VERSION};
+use crate::status::{self, Status, OK};
+use crate::types::{NpumemBlock, NpumemConfig, NpumemHandle, NpumemPoolInfo, NpumemStats};
+
+fn last_error() -> String {
+    // SAFETY: the library returns this thread's NUL-terminated message.
+    unsafe { CStr::from_ptr(npumem_last_error()) }.to_string_lossy().into_owned()
+}
+
+#[test]
+fn structs_have_the_sizes_of_the_header() {
+    // Checked against the C compiler's sizeof in tests/c (x86_64 and aarch64 Linux).
+    if cfg!(target_pointer_width = "64") {
+        assert_eq!(std::mem::size_of::<NpumemConfig>(), 104);
+        assert_eq!(std::mem::size_of::<NpumemHandle>(), 16);
+        assert_eq!(std::mem::size_of::<NpumemBlock>(), 40);
+        assert_eq!(std::mem::size_of::<NpumemStats>(), 96);
+        assert_eq!(std::mem::size_of::<NpumemPoolInfo>(), 48);
+    }
+}
+
+#[test]
+fn create_alloc_free_release() {
+    let mut config = std::mem::MaybeUninit::<NpumemConfig>::uninit();
+    // SAFETY: local pointers; the pool is released at the end.
+    unsafe {
+        assert_eq!(npumem_config_init(config.as_mut_ptr(), 1 << 20), OK);
+        let mut config = config.assume_init();
+        config.cores = 1;
+        let mut pool = ptr::null_mut();
+        assert_eq!(npumem_pool_create(&config, &mut pool), OK);
+        let mut block = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 100, 0, 0, &mut block), OK);
+        assert_eq!(block.size, 100);
+        let mut stats = NpumemStats::default();
+        assert_eq!(npumem_pool_stats(pool, &mut stats), OK);
+        assert_eq!(stats.blocks_in_use, 1);
+        assert_eq!(npumem_free(pool, block.handle), OK);
+        assert_eq!(npumem_free(pool, block.handle), status::ERR_DOUBLE_FREE);
+        assert!(last_error().contains("double free"), "{}", last_error());
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+}
+
+#[test]
+fn a_pool_shared_with_rust_lives_until_both_let_go() {
+    let core = Arc::new(Pool::new(PoolConfig::new(1 << 20).cores(1).backing(Backing::None)).unwrap());
+    let location = Location { base_address: 1 << 40, device_type: 2, device_id: 0 };
+    let pool = wrap(Arc::clone(&core), location);
+    let mut block = NpumemBlock::default();
+    // SAFETY: a live pool object and a local output.
+    unsafe {
+        assert_eq!(npumem_pool_retain(pool), OK);
+        assert_eq!(npumem_pool_release(pool), OK);
+        assert_eq!(npumem_alloc(pool, 4096, 0, 0, &mut block), OK);
+    }
+    assert_eq!(block.address, (1 << 40) + block.offset as u64);
+    assert_eq!(core.stats().blocks_in_use, 1, "the Rust side sees the C block");
+    // SAFETY: the reference made by `wrap`.
+    assert_eq!(unsafe { npumem_pool_release(pool) }, OK);
+    assert_eq!(Arc::strong_count(&core), 1, "the last C reference let go of the core pool");
+    core.free(block.handle.to_core()).unwrap();
+}
+
+// ----- another copy of the library, as a table of functions ------------------------------------
+
+static FOREIGN_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn foreign_status(_: *mut NpumemPool) -> Status {
+    FOREIGN_CALLS.fetch_add(1, Ordering::Relaxed);
+    OK
+}
+
+unsafe extern "C" fn foreign_alloc(_: *mut NpumemPool, size: usize, _: usize, _: u32, out: *mut NpumemBlock) -> Status {
+    FOREIGN_CALLS.fetch_add(1, Ordering::Relaxed);
+    if size == 0 {
+        return status::ERR_INVALID_SIZE;
+    }
+    // SAFETY: the caller's output.
+    unsafe { out.write(NpumemBlock { size, offset: 7, ..NpumemBlock::default() }) };
+    OK
+}
+
+unsafe extern "C" fn foreign_last_error() -> *const c_char {
+    c"the other copy's message".as_ptr()
+}
+
+/// A table whose every other entry is this copy's (they are never called below).
+static FOREIGN: Ops = Ops {
+    abi_version: ABI_VERSION,
+    retain: foreign_status,
+    release: foreign_status,
+    alloc: foreign_alloc,
+    last_error: foreign_last_error,
+    ..copy_of_native()
+};
+
+const fn copy_of_native() -> Ops {
+    Ops {
+        abi_version: OPS.abi_version,
+        retain: OPS.retain,
+        release: OPS.release,
+        alloc: OPS.alloc,
+        free: OPS.free,
+        block: OPS.block,
+        alloc_many: OPS.alloc_many,
+        free_many: OPS.free_many,
+        alloc_raw: OPS.alloc_raw,
+        free_raw: OPS.free_raw,
+        stats: OPS.stats,
+        info: OPS.info,
+        set_oom_callback: OPS.set_oom_callback,
+        last_error: OPS.last_error,
+    }
+}
+
+#[test]
+fn entry_points_call_the_copy_that_made_the_pool() {
+    let core = Arc::new(Pool::new(PoolConfig::new(1 << 20).cores(1).backing(Backing::None)).unwrap());
+    let location = Location { base_address: 0, device_type: 12, device_id: 0 };
+    let object = Arc::into_raw(Arc::new(NpumemPool::new(&FOREIGN, core, location))).cast_mut();
+    let mut block = NpumemBlock::default();
+    // SAFETY: a pool object that lives until the end of the test.
+    unsafe {
+        assert_eq!(npumem_alloc(object, 10, 0, 0, &mut block), OK);
+        assert_eq!((block.size, block.offset), (10, 7), "the other copy's alloc ran");
+        assert_eq!(npumem_pool_retain(object), OK);
+        assert_eq!(FOREIGN_CALLS.load(Ordering::Relaxed), 2);
+        assert_eq!(npumem_alloc(object, 0, 0, 0, &mut block), status::ERR_INVALID_SIZE);
+        assert_eq!(last_error(), "the other copy's message", "its message is brought along");
+        drop(Arc::from_raw(object.cast_const()));
+    }
+}
+
+#[test]
+fn a_null_or_dead_pool_is_refused() {
+    let mut block = NpumemBlock::default();
+    // SAFETY: NULL is allowed; the dead object's memory is still ours.
+    unsafe {
+        assert_eq!(npumem_alloc(ptr::null_mut(), 64, 0, 0, &mut block), status::ERR_NULL_ARGUMENT);
+        let core = Arc::new(Pool::new(PoolConfig::new(1 << 20).cores(1).backing(Backing::None)).unwrap());
+        let object = NpumemPool::new(&OPS, core, Location { base_address: 0, device_type: 12, device_id: 0 });
+        object.magic.store(0, Ordering::Relaxed);
+        let raw = &object as *const NpumemPool as *mut NpumemPool;
+        assert_eq!(npumem_alloc(raw, 64, 0, 0, &mut block), status::ERR_INVALID_POOL);
+        assert_eq!(object.pool.stats().alloc_count, 0);
+    }
+}
+
+#[test]
+fn the_oom_callback_gets_one_more_try() {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn count(_: *mut NpumemPool, _: usize, _: usize, user: *mut c_void) -> i32 {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        user as usize as i32
+    }
+    let callback: OomCallback = count;
+    let core = Arc::new(Pool::new(PoolConfig::new(4 << 20).cores(1).backing(Backing::None)).unwrap());
+    let pool = wrap(core, Location { base_address: 0, device_type: 12, device_id: 0 });
+    let mut block = NpumemBlock::default();
+    // SAFETY: a live pool object and local outputs.
+    unsafe {
+        assert_eq!(crate::exports::npumem_set_oom_callback(pool, Some(callback), ptr::null_mut()), OK);
+        assert_eq!(npumem_alloc(pool, 8 << 20, 0, 0, &mut block), status::ERR_TOO_LARGE);
+        assert_eq!(CALLS.load(Ordering::Relaxed), 0, "not for requests that can never succeed");
+        assert_eq!(npumem_alloc(pool, 3 << 20, 0, 0, &mut block), OK);
+        assert_eq!(npumem_alloc(pool, 2 << 20, 0, 0, &mut block), status::ERR_OUT_OF_MEMORY);
+        assert_eq!(CALLS.load(Ordering::Relaxed), 1);
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+}

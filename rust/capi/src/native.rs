@@ -1,0 +1,385 @@
+//! This copy's implementation of every pool operation: the [`OPS`] table that the pool objects
+//! it makes point to. Each function runs under `guard` (no panic crosses into C), checks its
+//! pointer arguments, and maps core errors to status codes. The pool argument was checked by
+//! the entry point.
+
+use std::ffi::{c_char, c_void};
+use std::slice;
+use std::sync::Arc;
+
+use npumem_core::{Error, Handle, Pool};
+
+use crate::config;
+use crate::object::{Location, NpumemPool, OomCallback, OomHook, Ops, ABI_VERSION};
+use crate::status::{self, fail, fail_with, guard, Status, ERR_NULL_ARGUMENT, OK};
+use crate::types::{NpumemBlock, NpumemConfig, NpumemHandle, NpumemPoolInfo, NpumemStats, BACKING_HOST, BACKING_NONE};
+
+/// The functions of this copy of the library.
+pub static OPS: Ops = Ops {
+    abi_version: ABI_VERSION,
+    retain,
+    release,
+    alloc,
+    free,
+    block,
+    alloc_many,
+    free_many,
+    alloc_raw,
+    free_raw,
+    stats,
+    info,
+    set_oom_callback,
+    last_error,
+};
+
+/// A pool object (one reference) over `pool`, served by this copy. The caller owns the
+/// reference: hand it to C, or give it back with `npumem_pool_release`.
+pub fn wrap(pool: Arc<Pool>, location: Location) -> *mut NpumemPool {
+    Arc::into_raw(Arc::new(NpumemPool::new(&OPS, pool, location))).cast_mut()
+}
+
+/// Build a pool from a C configuration.
+///
+/// # Safety
+/// `config.slab_sizes` is NULL or points to `config.slab_count` readable `size_t`s.
+pub unsafe fn create(config: &NpumemConfig) -> Result<*mut NpumemPool, Error> {
+    // SAFETY: forwarded from the caller.
+    let (core_config, mut location) = unsafe { config::convert(config) }?;
+    let pool = Pool::new(core_config)?;
+    location.base_address = pool.base_address();
+    Ok(wrap(Arc::new(pool), location))
+}
+
+/// The object behind a pointer the entry point checked.
+///
+/// # Safety
+/// `pool` is a live pool object made by this copy.
+#[inline(always)]
+unsafe fn this<'a>(pool: *mut NpumemPool) -> &'a NpumemPool {
+    // SAFETY: guaranteed by the caller.
+    unsafe { &*pool }
+}
+
+fn null(what: &str) -> Status {
+    fail_with(ERR_NULL_ARGUMENT, &format!("{what} is NULL"))
+}
+
+fn align_of(align: usize) -> Option<usize> {
+    (align != 0).then_some(align)
+}
+
+/// After `attempt` failed with `err`: when it found no room and an out-of-memory callback is set
+/// and asks for it, run `attempt` once more.
+#[cold]
+#[inline(never)]
+fn retry_after<T>(
+    p: &NpumemPool,
+    raw: *mut NpumemPool,
+    size: usize,
+    align: usize,
+    err: Error,
+    attempt: impl Fn() -> Result<T, Error>,
+) -> Result<T, Error> {
+    if !matches!(err.root(), Error::OutOfMemory { .. }) {
+        return Err(err);
+    }
+    let hook = *p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let Some(h) = hook else { return Err(err) };
+    // SAFETY: the caller registered the callback for this pool and user pointer.
+    let again = unsafe { (h.callback)(raw, size, align, h.user) } != 0;
+    if again {
+        attempt()
+    } else {
+        Err(err)
+    }
+}
+
+/// The C view of a live block.
+fn describe(p: &NpumemPool, handle: Handle) -> Result<NpumemBlock, Error> {
+    let info = p.pool.block(handle)?;
+    Ok(NpumemBlock {
+        handle: NpumemHandle::from_core(handle),
+        offset: info.offset,
+        size: info.size,
+        address: p.address(info.offset),
+    })
+}
+
+unsafe extern "C" fn retain(pool: *mut NpumemPool) -> Status {
+    // SAFETY: checked by the entry point: a live object made by `wrap`, from `Arc::into_raw`.
+    unsafe { Arc::increment_strong_count(pool.cast_const()) };
+    OK
+}
+
+unsafe extern "C" fn release(pool: *mut NpumemPool) -> Status {
+    guard(|| {
+        // SAFETY: as above; the caller gives back a reference it holds.
+        unsafe { Arc::decrement_strong_count(pool.cast_const()) };
+        OK
+    })
+}
+
+unsafe extern "C" fn alloc(
+    pool: *mut NpumemPool,
+    size: usize,
+    align: usize,
+    tag: u32,
+    out: *mut NpumemBlock,
+) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        if out.is_null() {
+            return null("out");
+        }
+        let attempt = || p.pool.alloc_with_offset(size, align_of(align), tag);
+        let made = match attempt() {
+            Ok(made) => Ok(made),
+            Err(err) => retry_after(p, pool, size, align, err, attempt),
+        };
+        match made {
+            Ok((handle, offset)) => {
+                let block =
+                    NpumemBlock { handle: NpumemHandle::from_core(handle), offset, size, address: p.address(offset) };
+                // SAFETY: `out` is non-NULL and the caller's to write.
+                unsafe { out.write(block) };
+                OK
+            }
+            Err(err) => fail(&err),
+        }
+    })
+}
+
+unsafe extern "C" fn free(pool: *mut NpumemPool, handle: NpumemHandle) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        match p.pool.free(handle.to_core()) {
+            Ok(()) => OK,
+            Err(err) => fail(&err),
+        }
+    })
+}
+
+unsafe extern "C" fn block(pool: *mut NpumemPool, handle: NpumemHandle, out: *mut NpumemBlock) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        if out.is_null() {
+            return null("out");
+        }
+        match describe(p, handle.to_core()) {
+            Ok(block) => {
+                // SAFETY: `out` is non-NULL and the caller's to write.
+                unsafe { out.write(block) };
+                OK
+            }
+            Err(err) => fail(&err),
+        }
+    })
+}
+
+/// Write the index of the item a batch error names (`SIZE_MAX` when no item is to blame).
+///
+/// # Safety
+/// `failed_index` is NULL or writable.
+unsafe fn report_index(failed_index: *mut usize, err: &Error) {
+    if !failed_index.is_null() {
+        let index = match err {
+            Error::Batch { index, .. } => *index,
+            _ => usize::MAX,
+        };
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { failed_index.write(index) };
+    }
+}
+
+unsafe extern "C" fn alloc_many(
+    pool: *mut NpumemPool,
+    sizes: *const usize,
+    count: usize,
+    align: usize,
+    tag: u32,
+    out: *mut NpumemBlock,
+    failed_index: *mut usize,
+) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        if count == 0 {
+            return OK;
+        }
+        if sizes.is_null() {
+            return null("sizes");
+        }
+        if out.is_null() {
+            return null("out");
+        }
+        // SAFETY: `sizes` is non-NULL and holds `count` entries by the caller's contract.
+        let sizes = unsafe { slice::from_raw_parts(sizes, count) };
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        let attempt = || p.pool.alloc_many(sizes, align_of(align), tag);
+        let made = match attempt() {
+            Ok(handles) => Ok(handles),
+            Err(err) => retry_after(p, pool, largest, align, err, attempt),
+        };
+        let handles = match made {
+            Ok(handles) => handles,
+            Err(err) => {
+                // SAFETY: NULL or writable by the caller's contract.
+                unsafe { report_index(failed_index, &err) };
+                return fail(&err);
+            }
+        };
+        for (i, &handle) in handles.iter().enumerate() {
+            let block = describe(p, handle).expect("a block just made is live");
+            // SAFETY: `out` is non-NULL and holds `count` entries by the caller's contract.
+            unsafe { out.add(i).write(block) };
+        }
+        OK
+    })
+}
+
+unsafe extern "C" fn free_many(
+    pool: *mut NpumemPool,
+    handles: *const NpumemHandle,
+    count: usize,
+    failed_index: *mut usize,
+) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        if count == 0 {
+            return OK;
+        }
+        if handles.is_null() {
+            return null("handles");
+        }
+        // SAFETY: `handles` is non-NULL and holds `count` entries by the caller's contract.
+        let handles: Vec<Handle> =
+            unsafe { slice::from_raw_parts(handles, count) }.iter().map(|h| h.to_core()).collect();
+        match p.pool.free_many(&handles) {
+            Ok(()) => OK,
+            Err(err) => {
+                // SAFETY: NULL or writable by the caller's contract.
+                unsafe { report_index(failed_index, &err) };
+                fail(&err)
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn alloc_raw(
+    pool: *mut NpumemPool,
+    size: usize,
+    align: usize,
+    offset: *mut usize,
+    address: *mut u64,
+) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        if offset.is_null() {
+            return null("offset");
+        }
+        let attempt = || p.pool.alloc_raw(size, align_of(align));
+        let made = match attempt() {
+            Ok(at) => Ok(at),
+            Err(err) => retry_after(p, pool, size, align, err, attempt),
+        };
+        match made {
+            Ok(at) => {
+                // SAFETY: `offset` is non-NULL, `address` NULL or writable, by the caller's contract.
+                unsafe {
+                    offset.write(at);
+                    if !address.is_null() {
+                        address.write(p.address(at));
+                    }
+                }
+                OK
+            }
+            Err(err) => fail(&err),
+        }
+    })
+}
+
+unsafe extern "C" fn free_raw(pool: *mut NpumemPool, offset: usize, size: usize) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        match p.pool.free_raw(offset, size) {
+            Ok(()) => OK,
+            Err(err) => fail(&err),
+        }
+    })
+}
+
+unsafe extern "C" fn stats(pool: *mut NpumemPool, out: *mut NpumemStats) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        if out.is_null() {
+            return null("out");
+        }
+        let s = p.pool.stats();
+        let stats = NpumemStats {
+            capacity: s.capacity,
+            usable_capacity: s.usable_capacity,
+            bytes_in_use: s.bytes_in_use,
+            bytes_free: s.bytes_free,
+            peak_bytes_in_use: s.peak_bytes_in_use,
+            requested_bytes_in_use: s.requested_bytes_in_use,
+            largest_free_block: s.largest_free_block,
+            external_fragmentation: s.external_fragmentation,
+            alloc_count: s.alloc_count,
+            free_count: s.free_count,
+            failed_allocs: s.failed_allocs,
+            blocks_in_use: s.blocks_in_use,
+        };
+        // SAFETY: `out` is non-NULL and the caller's to write.
+        unsafe { out.write(stats) };
+        OK
+    })
+}
+
+unsafe extern "C" fn info(pool: *mut NpumemPool, out: *mut NpumemPoolInfo) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        if out.is_null() {
+            return null("out");
+        }
+        let config = p.pool.config();
+        let info = NpumemPoolInfo {
+            capacity: config.capacity,
+            cores: config.cores,
+            alignment: config.alignment,
+            backing: if p.pool.has_backing() { BACKING_HOST } else { BACKING_NONE },
+            pool_id: p.pool.id(),
+            device_type: p.location.device_type,
+            device_id: p.location.device_id,
+            base_address: p.location.base_address,
+        };
+        // SAFETY: `out` is non-NULL and the caller's to write.
+        unsafe { out.write(info) };
+        OK
+    })
+}
+
+unsafe extern "C" fn set_oom_callback(
+    pool: *mut NpumemPool,
+    callback: Option<OomCallback>,
+    user: *mut c_void,
+) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        *p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            callback.map(|callback| OomHook { callback, user });
+        OK
+    })
+}
+
+unsafe extern "C" fn last_error() -> *const c_char {
+    status::last_error_ptr()
+}

@@ -1,0 +1,555 @@
+//! The decision search: does a component fit within a capacity? Depth-first over canonical
+//! packings, split into independent parts whenever the buffers placed so far cut time apart
+//! (see the module documentation of `npumem.plan.search` for the rules and why they are sound).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::instance::PackingInstance;
+
+/// What [`decide`] concluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A packing within the capacity was found.
+    Found,
+    /// The whole tree was explored: no packing within the capacity exists.
+    Exhausted,
+    /// The node limit or the deadline stopped the run first.
+    Stopped,
+}
+
+/// The result of one decision run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The packing, offsets in buffer order, when the verdict is [`Verdict::Found`].
+    pub offsets: Option<Vec<u64>>,
+    /// Nodes expanded.
+    pub nodes: u64,
+}
+
+/// A key of the order in which children that share an offset are tried, largest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    /// Time steps the buffer is live (given in [`Order::widths`]).
+    Width,
+    /// Width times size.
+    Area,
+    /// The most bytes still to place in one of the buffer's sections, counted when a part starts.
+    Total,
+    /// Size in bytes.
+    Size,
+    /// Number of sections the buffer is live in.
+    Sections,
+}
+
+impl Key {
+    /// The key of one letter of MiniMalloc's notation: `W`, `A`, `T`, `Z` or `C`.
+    pub fn from_letter(letter: char) -> Option<Self> {
+        match letter {
+            'W' => Some(Self::Width),
+            'A' => Some(Self::Area),
+            'T' => Some(Self::Total),
+            'Z' => Some(Self::Size),
+            'C' => Some(Self::Sections),
+            _ => None,
+        }
+    }
+}
+
+/// The order of children at one offset: `keys` compared in turn (largest first), then `rank`
+/// (smallest first). Every part that the search splits off is ordered afresh.
+#[derive(Debug, Clone)]
+pub struct Order {
+    pub keys: Vec<Key>,
+    /// Time steps each buffer is live.
+    pub widths: Vec<u64>,
+    /// The last tie-break, one distinct value per buffer.
+    pub rank: Vec<u32>,
+}
+
+/// Range-min over the sections `base .. base + len` of one part.
+struct Lowest {
+    base: usize,
+    width: usize,
+    tag: Vec<u64>,
+}
+
+impl Lowest {
+    fn new(base: usize, len: usize) -> Self {
+        let width = len.next_power_of_two().max(1);
+        Self { base, width, tag: vec![u64::MAX; 2 * width] }
+    }
+
+    fn reset(&mut self) {
+        self.tag.fill(u64::MAX);
+    }
+
+    fn chmin(&mut self, lo: usize, hi: usize, value: u64) {
+        let (mut l, mut r) = (lo - self.base + self.width, hi - self.base + self.width);
+        while l < r {
+            if l & 1 == 1 {
+                self.tag[l] = self.tag[l].min(value);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                self.tag[r] = self.tag[r].min(value);
+            }
+            l >>= 1;
+            r >>= 1;
+        }
+    }
+
+    fn finish(&mut self) {
+        for i in 1..self.width {
+            let t = self.tag[i];
+            if t != u64::MAX {
+                self.tag[2 * i] = self.tag[2 * i].min(t);
+                self.tag[2 * i + 1] = self.tag[2 * i + 1].min(t);
+            }
+        }
+    }
+
+    fn leaf(&self, s: usize) -> u64 {
+        self.tag[self.width + s - self.base]
+    }
+}
+
+/// A set of unplaced buffers that no unplaced buffer outside it is live with, over the sections
+/// `lo .. hi`.
+struct Part {
+    buffers: Vec<u32>,
+    lo: usize,
+    hi: usize,
+}
+
+/// How a subtree ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Found,
+    NotFound,
+    Stopped,
+}
+
+struct Decider<'a> {
+    inst: &'a PackingInstance,
+    order: &'a Order,
+    /// Position of each buffer in the order of its current part.
+    rank: Vec<u32>,
+    capacity: u64,
+    node_limit: u64,
+    deadline: Option<Instant>,
+    nodes: u64,
+    placed: Vec<bool>,
+    solution: Vec<u64>,
+    /// Highest end of a placed buffer live with each buffer.
+    floor_max: Vec<u64>,
+    /// Sum of the sizes of the unplaced buffers live in each section.
+    rem: Vec<u64>,
+    /// Number of unplaced buffers live in both section `s` and `s + 1`.
+    cuts: Vec<u32>,
+    /// Parts already decided, by [`Decider::part_key`]: the packing found (offsets in the
+    /// order of the part's buffers) or `None` when the part cannot be packed.
+    memo: HashMap<Vec<u64>, Option<Vec<u64>>>,
+    memo_words: usize,
+}
+
+/// Words of part keys and packings kept in the memo before it is cleared.
+const MEMO_WORDS: usize = 1 << 24;
+
+impl Decider<'_> {
+    /// Solves every part of `sections lo..hi` that the unplaced `buffers` split into, one after
+    /// the other; any part that cannot be packed fails the whole.
+    /// Every part continues the canonical order after the placement at `last` by `prev`.
+    fn solve_parts(&mut self, buffers: &[u32], lo: usize, hi: usize, last: u64, prev: Option<u32>) -> Status {
+        let mut start = lo;
+        for s in lo..hi {
+            let cut_here = s + 1 == hi || self.cuts[s] == 0;
+            if !cut_here {
+                continue;
+            }
+            let (a, b) = (start, s + 1);
+            start = s + 1;
+            let members: Vec<u32> = buffers
+                .iter()
+                .copied()
+                .filter(|&q| {
+                    let q = q as usize;
+                    !self.placed[q] && (self.inst.sec_lo[q] as usize) < b && a < self.inst.sec_hi[q] as usize
+                })
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            let key = self.part_key(&members, last);
+            match self.memo.get(&key) {
+                Some(Some(found)) => {
+                    for (&q, &offset) in members.iter().zip(found) {
+                        self.solution[q as usize] = offset;
+                    }
+                    continue;
+                }
+                Some(None) => return Status::NotFound,
+                None => {}
+            }
+            let saved: Vec<u32> = members.iter().map(|&q| self.rank[q as usize]).collect();
+            self.rerank(&members);
+            let part = Part { buffers: members, lo: a, hi: b };
+            let mut lowest = Lowest::new(a, b - a);
+            // Ranks start afresh: children at the offset `last` may come in any order.
+            let status = self.dfs(&part, &mut lowest, last, if self.order.keys.is_empty() { prev } else { None });
+            for (&q, &r) in part.buffers.iter().zip(&saved) {
+                self.rank[q as usize] = r;
+            }
+            if status == Status::Stopped {
+                return status;
+            }
+            let found = (status == Status::Found)
+                .then(|| part.buffers.iter().map(|&q| self.solution[q as usize]).collect::<Vec<u64>>());
+            self.remember(key, found);
+            if status != Status::Found {
+                return status;
+            }
+        }
+        Status::Found
+    }
+
+    /// What decides a part's fate: its buffers, the floor of each, and the last offset placed.
+    /// Placed buffers act on a part only through the floors of its buffers.
+    fn part_key(&self, members: &[u32], last: u64) -> Vec<u64> {
+        let mut key = Vec::with_capacity(2 * members.len() + 1);
+        key.push(last);
+        for &q in members {
+            key.push(u64::from(q));
+            key.push(self.floor_max[q as usize]);
+        }
+        key
+    }
+
+    fn remember(&mut self, key: Vec<u64>, found: Option<Vec<u64>>) {
+        let words = key.len() + found.as_ref().map_or(0, Vec::len);
+        if self.memo_words + words > MEMO_WORDS {
+            self.memo.clear();
+            self.memo_words = 0;
+        }
+        self.memo_words += words;
+        self.memo.insert(key, found);
+    }
+
+    /// Orders the buffers of a new part by [`Order::keys`], then by [`Order::rank`].
+    fn rerank(&mut self, members: &[u32]) {
+        let keys = &self.order.keys;
+        if keys.is_empty() {
+            return;
+        }
+        let inst = self.inst;
+        let value = |key: Key, q: usize, total: u64| -> u64 {
+            match key {
+                Key::Width => self.order.widths[q],
+                Key::Area => self.order.widths[q].saturating_mul(inst.sizes[q]),
+                Key::Total => total,
+                Key::Size => inst.sizes[q],
+                Key::Sections => u64::from(inst.sec_hi[q] - inst.sec_lo[q]),
+            }
+        };
+        let with_total = keys.contains(&Key::Total);
+        let mut sorted: Vec<(u32, u64)> = members
+            .iter()
+            .map(|&q| {
+                let qi = q as usize;
+                let total = if with_total {
+                    (inst.sec_lo[qi]..inst.sec_hi[qi]).map(|s| self.rem[s as usize]).max().unwrap_or(0)
+                } else {
+                    0
+                };
+                (q, total)
+            })
+            .collect();
+        sorted.sort_unstable_by(|&(a, ta), &(b, tb)| {
+            let (a, b) = (a as usize, b as usize);
+            for &key in keys {
+                let ord = value(key, b, tb).cmp(&value(key, a, ta));
+                if ord.is_ne() {
+                    return ord;
+                }
+            }
+            self.order.rank[a].cmp(&self.order.rank[b])
+        });
+        for (position, &(q, _)) in sorted.iter().enumerate() {
+            self.rank[q as usize] = position as u32;
+        }
+    }
+
+    /// Depth-first search in one part: the last placement of this part was at `last` (by the
+    /// buffer `prev`).
+    fn dfs(&mut self, part: &Part, lowest: &mut Lowest, last: u64, prev: Option<u32>) -> Status {
+        if self.nodes >= self.node_limit
+            || (self.nodes & 255 == 0 && self.deadline.is_some_and(|d| Instant::now() >= d))
+        {
+            return Status::Stopped;
+        }
+        self.nodes += 1;
+        let inst = self.inst;
+        let capacity = self.capacity;
+        let mut children: Vec<(u64, u32, u32)> = Vec::with_capacity(part.buffers.len());
+        let (mut end1, mut end1_q, mut end2) = (u64::MAX, u32::MAX, u64::MAX);
+        lowest.reset();
+        for &q in &part.buffers {
+            let qi = q as usize;
+            if self.placed[qi] {
+                continue;
+            }
+            let r = inst.raw_offset(qi, self.floor_max[qi]);
+            let size = inst.sizes[qi];
+            let end = r + size;
+            if end <= last {
+                return Status::NotFound; // it fits below the last placement: not canonical
+            }
+            if end < end1 {
+                end2 = end1;
+                end1 = end;
+                end1_q = q;
+            } else if end < end2 {
+                end2 = end;
+            }
+            let low = if r < last {
+                // It must rest on a buffer live with it that is still to place (at >= last).
+                let support = inst
+                    .neighbors(qi)
+                    .iter()
+                    .filter(|&&x| !self.placed[x as usize])
+                    .map(|&x| inst.sizes[x as usize])
+                    .min();
+                match support {
+                    Some(s) => last + s,
+                    None => return Status::NotFound,
+                }
+            } else {
+                r
+            };
+            if low + size > capacity {
+                return Status::NotFound;
+            }
+            lowest.chmin(inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize, low);
+            if r < last || (r == last && prev.is_some_and(|p| self.rank[qi] < self.rank[p as usize])) {
+                continue;
+            }
+            children.push((r, self.rank[qi], q));
+        }
+        if end1 == u64::MAX {
+            return Status::Found;
+        }
+        lowest.finish();
+        for s in part.lo..part.hi {
+            let low = lowest.leaf(s);
+            if low != u64::MAX && low + self.rem[s] > capacity {
+                return Status::NotFound;
+            }
+        }
+        children.sort_unstable();
+        for (r, _, q) in children {
+            if r >= if q == end1_q { end2 } else { end1 } {
+                continue; // another buffer would fit entirely below it
+            }
+            let qi = q as usize;
+            let size = inst.sizes[qi];
+            let end = r + size;
+            // Place q.
+            self.placed[qi] = true;
+            let (lo, hi) = (inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize);
+            for s in lo..hi {
+                self.rem[s] -= size;
+            }
+            let mut cut = false;
+            for s in lo..hi - 1 {
+                self.cuts[s] -= 1;
+                cut |= self.cuts[s] == 0;
+            }
+            let mut raised: Vec<(u32, u64)> = Vec::new();
+            let mut hatless = true;
+            for &x in inst.neighbors(qi) {
+                let xi = x as usize;
+                if self.placed[xi] {
+                    continue;
+                }
+                hatless = false;
+                if self.floor_max[xi] < end {
+                    raised.push((x, self.floor_max[xi]));
+                    self.floor_max[xi] = end;
+                }
+            }
+            let status = if cut {
+                self.solve_parts(&part.buffers, part.lo, part.hi, r, Some(q))
+            } else {
+                self.dfs(part, lowest, r, Some(q))
+            };
+            // Undo.
+            for &(x, old) in raised.iter().rev() {
+                self.floor_max[x as usize] = old;
+            }
+            for s in lo..hi - 1 {
+                self.cuts[s] += 1;
+            }
+            for s in lo..hi {
+                self.rem[s] += size;
+            }
+            self.placed[qi] = false;
+            match status {
+                Status::NotFound => {}
+                Status::Found => {
+                    self.solution[qi] = r;
+                    return Status::Found;
+                }
+                Status::Stopped => return Status::Stopped,
+            }
+            if hatless {
+                break; // nothing rests on it: if it fails here, every later child fails too
+            }
+        }
+        Status::NotFound
+    }
+}
+
+/// Decides whether `inst` packs within `capacity` bytes, exploring children that share an
+/// offset in `order`. Stops after `node_limit` nodes or at `deadline`.
+///
+/// # Panics
+///
+/// If `order` does not have one rank and one width per buffer.
+pub fn decide(
+    inst: &PackingInstance,
+    order: &Order,
+    capacity: u64,
+    node_limit: u64,
+    deadline: Option<Instant>,
+) -> Decision {
+    let n = inst.len();
+    assert_eq!(order.rank.len(), n, "one rank per buffer");
+    assert_eq!(order.widths.len(), n, "one width per buffer");
+    let sections = inst.n_sections;
+    let mut rem = vec![0u64; sections];
+    let mut cuts = vec![0u32; sections.saturating_sub(1)];
+    for q in 0..n {
+        let (lo, hi) = (inst.sec_lo[q] as usize, inst.sec_hi[q] as usize);
+        for r in &mut rem[lo..hi] {
+            *r += inst.sizes[q];
+        }
+        for c in &mut cuts[lo..hi - 1] {
+            *c += 1;
+        }
+    }
+    let mut decider = Decider {
+        inst,
+        order,
+        rank: order.rank.clone(),
+        capacity,
+        node_limit,
+        deadline,
+        nodes: 0,
+        placed: vec![false; n],
+        solution: vec![0; n],
+        floor_max: vec![0; n],
+        rem,
+        cuts,
+        memo: HashMap::new(),
+        memo_words: 0,
+    };
+    let all: Vec<u32> = (0..n as u32).collect();
+    let status = if n == 0 { Status::Found } else { decider.solve_parts(&all, 0, sections, 0, None) };
+    let nodes = decider.nodes;
+    match status {
+        Status::Found => Decision { verdict: Verdict::Found, offsets: Some(decider.solution), nodes },
+        Status::NotFound => Decision { verdict: Verdict::Exhausted, offsets: None, nodes },
+        Status::Stopped => Decision { verdict: Verdict::Stopped, offsets: None, nodes },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Buffers given as (lower, upper, size) over time steps; sections are the unit steps.
+    fn instance(buffers: &[(u32, u32, u64)]) -> PackingInstance {
+        let n_sections = buffers.iter().map(|b| b.1).max().unwrap_or(0) as usize;
+        let neighbors: Vec<Vec<u32>> = (0..buffers.len())
+            .map(|i| {
+                (0..buffers.len())
+                    .filter(|&j| j != i && buffers[i].0 < buffers[j].1 && buffers[j].0 < buffers[i].1)
+                    .map(|j| j as u32)
+                    .collect()
+            })
+            .collect();
+        PackingInstance::new(
+            buffers.iter().map(|b| b.2).collect(),
+            &vec![1; buffers.len()],
+            buffers.iter().map(|b| b.0).collect(),
+            buffers.iter().map(|b| b.1).collect(),
+            n_sections,
+            &neighbors,
+            &vec![Vec::new(); buffers.len()],
+        )
+        .expect("valid instance")
+    }
+
+    fn order(rank: &[u32], keys: &str) -> Order {
+        Order {
+            keys: keys.chars().map(|c| Key::from_letter(c).expect("key letter")).collect(),
+            widths: vec![1; rank.len()],
+            rank: rank.to_vec(),
+        }
+    }
+
+    fn check(buffers: &[(u32, u32, u64)], offsets: &[u64], capacity: u64) {
+        for (i, a) in buffers.iter().enumerate() {
+            assert!(offsets[i] + a.2 <= capacity, "buffer {i} above the capacity");
+            for (j, b) in buffers.iter().enumerate().skip(i + 1) {
+                let live = a.0 < b.1 && b.0 < a.1;
+                let apart = offsets[i] + a.2 <= offsets[j] || offsets[j] + b.2 <= offsets[i];
+                assert!(!live || apart, "buffers {i} and {j} overlap");
+            }
+        }
+    }
+
+    #[test]
+    fn minimalloc_example_fits_12_and_not_11() {
+        let buffers = [(0, 3, 4), (3, 9, 4), (0, 9, 4), (9, 21, 4), (0, 21, 4)];
+        let inst = instance(&buffers);
+        let out = decide(&inst, &order(&[0, 1, 2, 3, 4], "WAT"), 12, u64::MAX, None);
+        assert_eq!(out.verdict, Verdict::Found);
+        check(&buffers, &out.offsets.expect("a packing"), 12);
+        let out = decide(&inst, &order(&[4, 3, 2, 1, 0], "WAT"), 11, u64::MAX, None);
+        assert_eq!(out.verdict, Verdict::Exhausted);
+    }
+
+    #[test]
+    fn staircase_needs_seven() {
+        let buffers = [(0, 2, 3), (1, 3, 3), (2, 4, 3), (0, 4, 1)];
+        let inst = instance(&buffers);
+        assert_eq!(decide(&inst, &order(&[0, 1, 2, 3], "WAT"), 6, u64::MAX, None).verdict, Verdict::Exhausted);
+        let out = decide(&inst, &order(&[0, 1, 2, 3], "WAT"), 7, u64::MAX, None);
+        check(&buffers, &out.offsets.expect("a packing"), 7);
+    }
+
+    #[test]
+    fn parts_split_by_placed_buffers_are_solved_apart() {
+        // A long buffer over everything, then two independent halves under it.
+        let buffers = [(0, 8, 2), (0, 4, 3), (0, 2, 1), (2, 4, 1), (4, 8, 2), (4, 6, 2), (6, 8, 2)];
+        let inst = instance(&buffers);
+        for keys in ["", "WAT", "TWA", "ZC"] {
+            let out = decide(&inst, &order(&[0, 1, 2, 3, 4, 5, 6], keys), 6, u64::MAX, None);
+            check(&buffers, &out.offsets.expect("a packing"), 6);
+        }
+        assert_eq!(decide(&inst, &order(&[0, 1, 2, 3, 4, 5, 6], "WAT"), 5, u64::MAX, None).verdict, Verdict::Exhausted);
+    }
+
+    #[test]
+    fn node_limit_stops() {
+        let buffers: Vec<(u32, u32, u64)> = (0..30).map(|i| (i % 7, i % 7 + 3, 1 + (i as u64 * 7) % 5)).collect();
+        let inst = instance(&buffers);
+        let rank: Vec<u32> = (0..30).collect();
+        let out = decide(&inst, &order(&rank, "WAT"), 1, 5, None);
+        assert_ne!(out.verdict, Verdict::Found);
+        assert!(out.nodes <= 5);
+    }
+}

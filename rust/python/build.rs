@@ -1,0 +1,54 @@
+//! With the `c-library` feature (the wheel's build turns it on), also build the C library,
+//! `libnpumem.so`, and put it next to the Python sources (`python/npumem/`), where the wheel
+//! picks it up (`tool.maturin.include`) and `npumem.get_library()` finds it.
+//!
+//! Cargo builds one shared library per package, and this package's is the Python extension,
+//! so the C library comes from a second cargo run over the `npumem-capi` package, in a target
+//! directory of its own (this run holds the lock on the outer one).
+
+use std::env;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let workspace = manifest.join("../..");
+    for watched in ["rust/capi/src", "rust/capi/Cargo.toml", "rust/core/src", "rust/core/Cargo.toml"] {
+        println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
+    }
+    if env::var_os("CARGO_FEATURE_C_LIBRARY").is_none() {
+        return;
+    }
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let target_dir = out.join("capi-target");
+    let profile = env::var("PROFILE").unwrap_or_else(|_| "release".into());
+    let (target, host) = (env::var("TARGET").unwrap_or_default(), env::var("HOST").unwrap_or_default());
+    let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
+        .current_dir(&workspace)
+        .args(["build", "--package", "npumem-capi", "--lib", "--locked", "--target-dir"])
+        .arg(&target_dir)
+        .env_remove("CARGO_TARGET_DIR")
+        // The shipped library carries no debug information.
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo");
+    if profile == "release" {
+        cargo.arg("--release");
+    }
+    let mut built = target_dir.clone();
+    if !target.is_empty() && target != host {
+        cargo.args(["--target", &target]);
+        built.push(&target);
+    }
+    let status = cargo.status().expect("could not run cargo to build the C library");
+    assert!(status.success(), "building the C library (npumem-capi) failed: {status}");
+    let name = match env::var("CARGO_CFG_TARGET_OS").as_deref() {
+        Ok("macos") => "libnpumem.dylib",
+        Ok("windows") => "npumem.dll",
+        _ => "libnpumem.so",
+    };
+    let library = built.join(if profile == "release" { "release" } else { "debug" }).join(name);
+    let destination = workspace.join("python/npumem").join(name);
+    std::fs::copy(&library, &destination)
+        .unwrap_or_else(|e| panic!("could not copy {} to {}: {e}", library.display(), destination.display()));
+}

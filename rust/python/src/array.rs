@@ -1,0 +1,74 @@
+//! `Block.as_array(dtype, shape)`: a NumPy array over a host block's bytes, without copying.
+//! It is made through DLPack (`numpy.from_dlpack`), so the array holds the block's pin for as
+//! long as it (or any view of it) lives.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyTuple};
+
+use crate::args;
+use crate::errors::{error, ErrorClass};
+
+/// The array of `dtype` (NumPy's `uint8` when None) and `shape` (as many items as fit when
+/// None; an int or a sequence of ints) over `block`, whose bytes are `nbytes` long.
+pub(crate) fn as_array<'py>(
+    block: &Bound<'py, PyAny>,
+    nbytes: usize,
+    dtype: Option<&Bound<'py, PyAny>>,
+    shape: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = block.py();
+    let numpy = py.import("numpy")?;
+    let dtype = match dtype.filter(|d| !d.is_none()) {
+        Some(d) => numpy.getattr("dtype")?.call1((d,))?,
+        None => numpy.getattr("dtype")?.call1(("uint8",))?,
+    };
+    let itemsize: usize = dtype.getattr("itemsize")?.extract()?;
+    let (count, shape) = match shape.filter(|s| !s.is_none()) {
+        None => {
+            if itemsize == 0 || nbytes % itemsize != 0 {
+                return Err(error(
+                    ErrorClass::InvalidArgument,
+                    format!("the block's {nbytes} bytes are not a whole number of {} items", dtype.str()?),
+                ));
+            }
+            let count = nbytes / itemsize;
+            (count, PyTuple::new(py, [count])?)
+        }
+        Some(shape) => {
+            let dims: Vec<usize> = if shape.is_instance_of::<PyInt>() {
+                vec![dimension(shape)?]
+            } else {
+                let items = shape.try_iter().map_err(|_| {
+                    error(
+                        ErrorClass::ArgumentType,
+                        format!("shape must be an int or a sequence of ints, got {}", args::type_name(shape)),
+                    )
+                })?;
+                items.map(|item| dimension(&item?)).collect::<PyResult<_>>()?
+            };
+            let count = dims.iter().fold(1usize, |n, &d| n.saturating_mul(d));
+            (count, PyTuple::new(py, dims)?)
+        }
+    };
+    let needed = count.saturating_mul(itemsize);
+    if needed > nbytes {
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            format!(
+                "an array of shape {} of {} needs {needed} bytes; the block has {nbytes}",
+                shape.repr()?,
+                dtype.str()?
+            ),
+        ));
+    }
+    let bytes = numpy.getattr("from_dlpack")?.call1((block,))?;
+    let used = bytes.get_item(pyo3::types::PySlice::new(py, 0, needed as isize, 1))?;
+    used.call_method1("view", (dtype,))?.call_method1("reshape", (shape,))
+}
+
+/// One dimension of a shape: an int >= 0.
+fn dimension(value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let n = args::integer(value, "shape", ErrorClass::ArgumentType)?;
+    usize::try_from(n)
+        .map_err(|_| error(ErrorClass::InvalidArgument, format!("shape dimensions must be >= 0, got {n}")))
+}

@@ -1,0 +1,293 @@
+//! DLPack export of a block: the capsule `Block.__dlpack__` returns.
+//!
+//! The capsule holds a `DLManagedTensor` (or, for consumers that ask for DLPack 1.0, a
+//! `DLManagedTensorVersioned`) describing the block as a one-dimensional `uint8` tensor at the
+//! block's address on the pool's device. The block is pinned while the tensor lives: the
+//! tensor's deleter unpins it, on whichever thread the consumer calls it, without the GIL.
+//! The capsule follows the protocol: renamed `used_dltensor` once consumed; freed unconsumed,
+//! its destructor calls the deleter.
+
+use std::ffi::{c_void, CStr};
+use std::sync::Arc;
+
+use npumem_core::{Device, Handle, Pool};
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use crate::args;
+use crate::errors::{error, to_py, ErrorClass};
+use crate::pinned::pin;
+
+/// `DLDevice`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DLDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+/// `DLDataType`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DLDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+/// `kDLUInt`.
+const DL_UINT: u8 = 1;
+
+/// `DLTensor`.
+#[repr(C)]
+struct DLTensor {
+    data: *mut c_void,
+    device: DLDevice,
+    ndim: i32,
+    dtype: DLDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+/// `DLManagedTensor` (unversioned, before DLPack 1.0).
+#[repr(C)]
+struct DLManagedTensor {
+    dl_tensor: DLTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+/// `DLPackVersion`.
+#[repr(C)]
+struct DLPackVersion {
+    major: u32,
+    minor: u32,
+}
+
+/// `DLManagedTensorVersioned` (DLPack 1.0).
+#[repr(C)]
+struct DLManagedTensorVersioned {
+    version: DLPackVersion,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    flags: u64,
+    dl_tensor: DLTensor,
+}
+
+/// The DLPack version this module produces.
+pub(crate) const DLPACK_VERSION: (u32, u32) = (1, 0);
+
+const LEGACY_NAME: &CStr = c"dltensor";
+const LEGACY_USED: &CStr = c"used_dltensor";
+const VERSIONED_NAME: &CStr = c"dltensor_versioned";
+const VERSIONED_USED: &CStr = c"used_dltensor_versioned";
+
+/// A pinned block to export: `nbytes` bytes at `data` on `device` (DLPack type and index); the
+/// pin is released when this is dropped.
+pub(crate) struct PinnedBytes {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) handle: Handle,
+    pub(crate) data: u64,
+    pub(crate) nbytes: usize,
+    pub(crate) device: (i32, i32),
+}
+
+impl Drop for PinnedBytes {
+    /// The export's end: the block may move and be freed again.
+    fn drop(&mut self) {
+        let _ = self.pool.unpin(self.handle);
+    }
+}
+
+/// A managed tensor and what it points into, in one allocation (the tensor first, so the
+/// deleter's pointer is the allocation's).
+#[repr(C)]
+struct Export<M> {
+    managed: M,
+    shape: [i64; 1],
+    pinned: PinnedBytes,
+}
+
+fn tensor(pinned: &PinnedBytes, shape: *mut i64) -> DLTensor {
+    DLTensor {
+        data: pinned.data as usize as *mut c_void,
+        device: DLDevice { device_type: pinned.device.0, device_id: pinned.device.1 },
+        ndim: 1,
+        dtype: DLDataType { code: DL_UINT, bits: 8, lanes: 1 },
+        shape,
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    }
+}
+
+unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
+    if !managed.is_null() {
+        // SAFETY: `managed` is the first field of an `Export` leaked by `capsule` below.
+        drop(unsafe { Box::from_raw(managed.cast::<Export<DLManagedTensor>>()) });
+    }
+}
+
+unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+    if !managed.is_null() {
+        // SAFETY: as above.
+        drop(unsafe { Box::from_raw(managed.cast::<Export<DLManagedTensorVersioned>>()) });
+    }
+}
+
+/// The capsule destructor: an unconsumed tensor is deleted here; a consumed one belongs to
+/// its consumer.
+unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
+    // SAFETY: CPython calls this with the GIL held on a capsule made below. Any exception
+    // already set is kept across the lookups, which may set one.
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, LEGACY_USED.as_ptr()) == 1
+            || ffi::PyCapsule_IsValid(capsule, VERSIONED_USED.as_ptr()) == 1
+        {
+            return;
+        }
+        let (mut kind, mut value, mut traceback) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback);
+        if ffi::PyCapsule_IsValid(capsule, LEGACY_NAME.as_ptr()) == 1 {
+            delete_legacy(ffi::PyCapsule_GetPointer(capsule, LEGACY_NAME.as_ptr()).cast());
+        } else if ffi::PyCapsule_IsValid(capsule, VERSIONED_NAME.as_ptr()) == 1 {
+            delete_versioned(ffi::PyCapsule_GetPointer(capsule, VERSIONED_NAME.as_ptr()).cast());
+        }
+        ffi::PyErr_Restore(kind, value, traceback);
+    }
+}
+
+/// The DLPack capsule of a pinned block (the capsule owns the pin from here on).
+fn capsule(py: Python<'_>, pinned: PinnedBytes, versioned: bool) -> PyResult<Bound<'_, PyAny>> {
+    let nbytes = pinned.nbytes as i64;
+    let (pointer, name) = if versioned {
+        let mut export = Box::new(Export {
+            managed: DLManagedTensorVersioned {
+                version: DLPackVersion { major: DLPACK_VERSION.0, minor: DLPACK_VERSION.1 },
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_versioned),
+                flags: 0,
+                dl_tensor: tensor(&pinned, std::ptr::null_mut()),
+            },
+            shape: [nbytes],
+            pinned,
+        });
+        export.managed.dl_tensor.shape = export.shape.as_mut_ptr();
+        let raw = Box::into_raw(export);
+        // SAFETY: `raw` is the allocation just leaked; the context points back at it.
+        unsafe { (*raw).managed.manager_ctx = raw.cast() };
+        (raw.cast::<c_void>(), VERSIONED_NAME)
+    } else {
+        let mut export = Box::new(Export {
+            managed: DLManagedTensor {
+                dl_tensor: tensor(&pinned, std::ptr::null_mut()),
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_legacy),
+            },
+            shape: [nbytes],
+            pinned,
+        });
+        export.managed.dl_tensor.shape = export.shape.as_mut_ptr();
+        let raw = Box::into_raw(export);
+        // SAFETY: as above.
+        unsafe { (*raw).managed.manager_ctx = raw.cast() };
+        (raw.cast::<c_void>(), LEGACY_NAME)
+    };
+    // SAFETY: the pointer is a leaked `Export` whose deleter the destructor calls; the name is
+    // a static C string, as CPython requires.
+    let made = unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), Some(destroy_capsule)) };
+    if made.is_null() {
+        // SAFETY: the capsule was not made: the export is still ours to delete.
+        unsafe {
+            if versioned {
+                delete_versioned(pointer.cast());
+            } else {
+                delete_legacy(pointer.cast());
+            }
+        }
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference to the capsule just made.
+    Ok(unsafe { Bound::from_owned_ptr(py, made) })
+}
+
+/// `__dlpack_device__()`: the DLPack device type code and index of the pool's memory.
+pub(crate) fn device_of(core: &Pool) -> (i32, i32) {
+    let Device { type_code, index } = core.device();
+    (type_code, index)
+}
+
+/// What `__dlpack__` was asked for, checked.
+pub(crate) struct Request<'a, 'py> {
+    pub(crate) stream: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) max_version: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) dl_device: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) copy: Option<&'a Bound<'py, PyAny>>,
+}
+
+impl Request<'_, '_> {
+    /// Whether the consumer takes a versioned (DLPack 1.0) capsule; errors for what cannot be
+    /// honoured (a copy, another device, a stream on CPU memory).
+    fn versioned(&self, device: (i32, i32)) -> PyResult<bool> {
+        if let Some(copy) = self.copy.filter(|c| !c.is_none()) {
+            if copy.is_truthy()? {
+                return Err(PyBufferError::new_err(
+                    "npumem exports blocks without copying; call __dlpack__ with copy=None or copy=False",
+                ));
+            }
+        }
+        if let Some(wanted) = self.dl_device.filter(|d| !d.is_none()) {
+            let wanted: (i32, i32) = wanted.extract().map_err(|_| {
+                error(
+                    ErrorClass::ArgumentType,
+                    format!("dl_device must be a (type, index) pair, got {}", args::type_name(wanted)),
+                )
+            })?;
+            if wanted != device {
+                return Err(PyBufferError::new_err(format!(
+                    "the block lives on DLPack device {device:?} and cannot be exported to device {wanted:?} without a copy"
+                )));
+            }
+        }
+        if let Some(stream) = self.stream.filter(|s| !s.is_none()) {
+            let stream = args::integer(stream, "stream", ErrorClass::ArgumentType)?;
+            if device.0 == Device::CPU.type_code && stream != -1 {
+                return Err(error(
+                    ErrorClass::InvalidArgument,
+                    format!("stream must be None for CPU memory, got {stream}"),
+                ));
+            }
+        }
+        Ok(match self.max_version.filter(|v| !v.is_none()) {
+            Some(version) => {
+                let (major, _minor): (u32, u32) = version.extract().map_err(|_| {
+                    error(
+                        ErrorClass::ArgumentType,
+                        format!("max_version must be a (major, minor) pair, got {}", args::type_name(version)),
+                    )
+                })?;
+                major >= DLPACK_VERSION.0
+            }
+            None => false,
+        })
+    }
+}
+
+/// `Block.__dlpack__`: pin the block and wrap its bytes in a DLPack capsule.
+pub(crate) fn export<'py>(
+    py: Python<'py>,
+    core: &Arc<Pool>,
+    handle: Handle,
+    request: &Request<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let device = device_of(core);
+    let versioned = request.versioned(device)?;
+    pin(py, core, handle)?;
+    // From here the pin is released when `pinned` is dropped (on failure) or by the deleter.
+    let mut pinned = PinnedBytes { pool: Arc::clone(core), handle, data: 0, nbytes: 0, device };
+    let info = core.block(handle).map_err(to_py)?;
+    pinned.data = core.base_address().wrapping_add(info.offset as u64);
+    pinned.nbytes = info.size;
+    capsule(py, pinned, versioned)
+}

@@ -1,0 +1,194 @@
+"""DLPack and device addresses: ``Block.__dlpack__`` / ``__dlpack_device__``, ``np.from_dlpack``
+round trips that share the block's bytes and hold a pin while the array lives, ``as_array``,
+device pools with a base address, and the mover's addresses."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+import npumem
+from npumem.compaction import HostMirror
+
+KDL_CPU, KDL_CUDA = 1, 2
+BASE = 0x7F00_0000_0000
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("code", ctypes.c_uint8),
+        ("bits", ctypes.c_uint8),
+        ("lanes", ctypes.c_uint16),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))),
+]
+
+
+def consume(capsule: object) -> DLManagedTensor:
+    """Take the tensor out of a capsule as a consumer does: read it, rename the capsule."""
+    api = ctypes.pythonapi
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    address = api.PyCapsule_GetPointer(capsule, b"dltensor")
+    assert address
+    assert api.PyCapsule_SetName(capsule, b"used_dltensor") == 0
+    return DLManagedTensor.from_address(address)
+
+
+def test_from_dlpack_shares_the_bytes_and_pins_the_block() -> None:
+    pool = npumem.Pool(1 << 20, cores=1)
+    blk = pool.alloc(1000)
+    array = np.from_dlpack(blk)
+    assert array.dtype == np.uint8 and array.shape == (1000,)
+    assert array.flags.writeable
+    assert array.ctypes.data == blk.address
+    array[:] = 7
+    assert bytes(memoryview(blk)) == b"\x07" * 1000
+    memoryview(blk)[:3] = b"abc"
+    assert bytes(array[:3]) == b"abc"
+    assert blk.pins == 1
+    with pytest.raises(npumem.PinnedBlockError):
+        blk.free()
+    view = array[10:20]
+    del array
+    assert blk.pins == 1, "a view of the array keeps the export alive"
+    del view
+    assert blk.pins == 0
+    blk.free()
+    assert pool.stats().bytes_in_use == 0
+
+
+def test_dlpack_device_and_protocol_arguments() -> None:
+    pool = npumem.Pool(1 << 20, cores=1)
+    blk = pool.alloc(64)
+    assert blk.__dlpack_device__() == (KDL_CPU, 0)
+    with pytest.raises(BufferError, match="copy"):
+        blk.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match="device"):
+        blk.__dlpack__(dl_device=(KDL_CUDA, 0))
+    with pytest.raises(npumem.InvalidArgumentError, match="stream"):
+        blk.__dlpack__(stream=5)
+    assert blk.pins == 0, "refused exports pin nothing"
+    legacy = blk.__dlpack__()
+    versioned = blk.__dlpack__(max_version=(1, 0), dl_device=(KDL_CPU, 0), copy=False)
+    assert "dltensor" in repr(legacy) and "dltensor_versioned" in repr(versioned)
+    assert blk.pins == 2
+    del legacy, versioned
+    assert blk.pins == 0, "an unconsumed capsule unpins when it goes"
+    blk.free()
+    with pytest.raises(npumem.InvalidHandleError):
+        blk.__dlpack__()
+
+
+def test_a_consumer_takes_the_tensor_and_its_deleter_unpins() -> None:
+    pool = npumem.Pool(1 << 20, cores=1, backing="none", base_address=BASE, device=("cuda", 3))
+    blk = pool.alloc(5000)
+    assert blk.address == BASE + blk.offset
+    assert blk.__dlpack_device__() == (KDL_CUDA, 3)
+    capsule = blk.__dlpack__(stream=1)
+    managed = consume(capsule)
+    tensor = managed.dl_tensor
+    assert tensor.data == BASE + blk.offset
+    assert (tensor.device.device_type, tensor.device.device_id) == (KDL_CUDA, 3)
+    assert tensor.ndim == 1 and tensor.shape[0] == 5000 and not tensor.strides
+    assert (tensor.code, tensor.bits, tensor.lanes) == (1, 8, 1)
+    del capsule
+    assert blk.pins == 1, "a consumed capsule leaves the pin to its consumer"
+    managed.deleter(ctypes.pointer(managed))
+    assert blk.pins == 0
+    blk.free()
+
+
+def test_numpy_refuses_device_memory_and_no_pin_is_left() -> None:
+    pool = npumem.Pool(1 << 20, cores=1, backing="none", base_address=BASE, device=("cuda", 0))
+    blk = pool.alloc(256)
+    with pytest.raises((BufferError, RuntimeError, ValueError)):
+        np.from_dlpack(blk)
+    assert blk.pins == 0
+    with pytest.raises(npumem.NoBackingError):
+        blk.as_array()
+
+
+def test_as_array_is_a_typed_view() -> None:
+    pool = npumem.Pool(1 << 20, cores=1)
+    blk = pool.alloc(1000)
+    floats = blk.as_array(np.float32, (10, 25))
+    assert floats.shape == (10, 25) and floats.dtype == np.float32
+    floats[:] = 1.5
+    assert np.frombuffer(memoryview(blk), np.float32).tolist() == [1.5] * 250
+    kept = [blk.as_array(), blk.as_array("int64"), blk.as_array(np.int16, 3)]
+    assert [a.shape for a in kept] == [(1000,), (125,), (3,)]
+    assert kept[0][:4].tolist() == [0, 0, 192, 63], "the same bytes (1.5 as float32)"
+    assert blk.pins == 4
+    with pytest.raises(npumem.InvalidArgumentError, match="1000"):
+        blk.as_array(np.float64, (200,))
+    with pytest.raises(npumem.InvalidArgumentError):
+        blk.as_array("S3")  # 1000 bytes is not a whole number of 3-byte items
+    del floats, kept
+    assert blk.pins == 0
+
+
+def test_device_configuration_rules() -> None:
+    with pytest.raises(npumem.ConfigError, match="base_address"):
+        npumem.Pool(1 << 20, base_address=4096)
+    with pytest.raises(npumem.ConfigError, match="device"):
+        npumem.Pool(1 << 20, device=("cuda", 0))  # host memory is the CPU's
+    with pytest.raises(npumem.ConfigError, match="device"):
+        npumem.Pool(1 << 20, backing="none", device=("tpu", 0))
+    with pytest.raises(npumem.ConfigError, match="device"):
+        npumem.Pool(1 << 20, backing="none", device=("cuda", -1))
+    with pytest.raises(npumem.ConfigError, match="base_address"):
+        npumem.Pool(1 << 20, backing="none", base_address=(1 << 64) - 4096)
+    with pytest.raises((npumem.ConfigError, npumem.ArgumentTypeError)):
+        npumem.Pool(1 << 20, backing="none", device="cuda")
+    pool = npumem.Pool(1 << 20, backing="none", device=("rocm", 1), base_address=1 << 40)
+    assert pool.device == ("rocm", 1) and pool.base_address == 1 << 40
+    assert npumem.Pool(1 << 20, backing="none").device == ("ext_dev", 0)
+    host = npumem.Pool(1 << 20)
+    assert host.device == ("cpu", 0) and host.base_address != 0
+
+
+def test_the_mover_gets_addresses() -> None:
+    pool = npumem.Pool(8 << 20, cores=1, backing="none", base_address=BASE)
+    mirror = HostMirror(pool.capacity)
+    seen: list[tuple[int, int, int, int, int]] = []
+
+    def mover(transfers: Sequence[npumem.compaction.Transfer]) -> None:
+        for t in transfers:
+            src, dst, n = t
+            seen.append((src, dst, n, t.src_address, t.dst_address))
+        mirror(transfers)
+
+    blocks = [pool.alloc(64 << 10) for _ in range(8)]
+    hole = blocks[0].offset
+    for blk in blocks[::2]:
+        blk.free()
+    with pool.pause() as pause:
+        pool.move_blocks(pause, [(blocks[-1], hole)], mover=mover)
+    assert blocks[-1].offset == hole and blocks[-1].address == BASE + hole
+    assert seen, "the block moved"
+    for src, dst, _n, src_address, dst_address in seen:
+        assert (src_address, dst_address) == (BASE + src, BASE + dst)

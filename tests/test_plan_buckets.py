@@ -1,0 +1,88 @@
+"""Shape buckets: one arena per bucket, the weights shared, every plan valid for its lifetimes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from npumem import plan
+from npumem.cli import main
+from npumem.plan import Problem
+from npumem.plan.networks import NETWORKS
+
+onnx = pytest.importorskip("onnx")
+
+from test_plan_onnx import small_model  # noqa: E402
+
+
+def test_buckets_of_an_onnx_model_share_the_weights() -> None:
+    buckets = plan.plan_buckets(
+        small_model(), dims={"batch": [1, 4, 16]}, include_weights=True, time_limit=2.0
+    )
+    assert [b.label for b in buckets.buckets] == ["batch=1", "batch=4", "batch=16"]
+    # w1 (16x16) and w2 (16x8) float32 and the two reshape targets, laid out once.
+    assert buckets.weights is not None
+    assert set(buckets.weights.offsets) == {"w1", "w2", "shape2", "shape3"}
+    buckets.weights.validate()
+    assert 16 * 16 * 4 + 16 * 8 * 4 + 40 <= buckets.weights_size < 16 * 16 * 4 + 16 * 8 * 4 + 200
+    for bucket in buckets.buckets:
+        bucket.solution.validate()
+        alone = Problem.from_onnx(small_model(), dims=bucket.dims)
+        assert len(bucket.solution.problem) == len(alone)
+        assert bucket.solution.arena_size == plan.solve(alone, time_limit=2.0).arena_size
+        table = buckets.tensor_offsets(bucket)
+        # Weights first, each bucket's activations after them.
+        weights = set(buckets.weights.offsets)
+        assert all(table[w][0] + table[w][1] <= buckets.weights_size for w in weights)
+        assert min(off for name, (off, _) in table.items() if name not in weights) >= (
+            buckets.weights_size
+        )
+    assert buckets.largest.label == "batch=16"
+    assert buckets.arena_size == buckets.weights_size + buckets.largest.solution.arena_size
+    assert buckets.lower_bound <= buckets.arena_size
+
+
+def test_buckets_of_a_bundled_network_and_several_dimensions() -> None:
+    buckets = plan.plan_buckets(
+        NETWORKS["bert_base"], dims={"batch": [1, 2], "seq_len": [64, 128]}, time_limit=1.0
+    )
+    assert len(buckets.buckets) == 4
+    assert buckets.weights is None and buckets.weights_size == 0
+    assert buckets.largest.dims == {"batch": 2, "seq_len": 128}
+    for bucket in buckets.buckets:
+        bucket.solution.validate()
+    assert plan.bucket_dims({"a": 1, "b": [2, 3]}) == [{"a": 1, "b": 2}, {"a": 1, "b": 3}]
+    with pytest.raises(plan.PlanError, match="no value"):
+        plan.bucket_dims({"a": []})
+
+
+def test_buckets_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "small.onnx"
+    onnx.save(small_model(), str(model))
+    out = tmp_path / "plan.h"
+    code = main(
+        [
+            "plan",
+            str(model),
+            "-o",
+            str(out),
+            "--dim",
+            "batch=1,8,32",
+            "--include-weights",
+            "--double-buffer",
+            "x",
+            "--time-limit",
+            "1",
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "3 buckets" in text and "bytes, shared" in text
+    assert "largest" in text and "batch=32" in text
+    for value in (1, 8, 32):
+        header = (tmp_path / f"plan.batch{value}.h").read_text()
+        assert "x#slot1" in header
+    csv_input = Path(__file__).resolve().parent / "data" / "minimalloc" / "input.12.csv"
+    assert main(["plan", str(csv_input), "--dim", "batch=1,2"]) == 2
+    assert "ONNX" in capsys.readouterr().err
