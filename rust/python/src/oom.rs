@@ -142,9 +142,10 @@ impl OomHandler {
         let done = self.retrying(py, core, total, || core.alloc_many_until(sizes, align, tag, keep_going))?;
         match done {
             Some(handles) => Ok(handles),
-            None => Err(raised.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or_else(|| {
-                error(ErrorClass::InvalidArgument, "the batch was stopped before it completed")
-            })),
+            None => Err(raised
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| error(ErrorClass::InvalidArgument, "the batch was stopped before it completed"))),
         }
     }
 }

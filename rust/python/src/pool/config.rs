@@ -53,10 +53,7 @@ pub(super) fn pool_config(
             || sizes.is_instance_of::<PySet>()
             || sizes.is_instance_of::<PyFrozenSet>()
         {
-            return Err(config_error(format!(
-                "slab_sizes must be a sequence of ints, got {}",
-                args::type_name(sizes)
-            )));
+            return Err(config_error(format!("slab_sizes must be a sequence of ints, got {}", args::type_name(sizes))));
         }
         let items = sizes.try_iter().map_err(|_| {
             config_error(format!("slab_sizes must be a sequence of ints, got {}", args::type_name(sizes)))
