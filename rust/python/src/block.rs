@@ -183,7 +183,7 @@ impl Block {
         self.free_in(py, self.pool.get())
     }
 
-    /// Enter a `with` statement; raises `DoubleFreeError` for a block already freed.
+    /// Enter a `with` statement; raises `InvalidHandleError` for a block already freed.
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
         slf.get().info()?;
         Ok(slf)
