@@ -18,7 +18,7 @@ shipped library (``get_library()``, ``get_include()``; see :mod:`npumem.clib`).
 
 from __future__ import annotations
 
-from npumem import _core, _views
+from npumem import _core, _views, kv
 from npumem._core import (
     Block,
     BlockInfo,
@@ -76,4 +76,5 @@ __all__ = [
     "__version__",
     "get_include",
     "get_library",
+    "kv",
 ]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from npumem.errors import InvalidArgumentError, MissingDependencyError
 from npumem.fileio import write_bytes
+from npumem.monitor.kv_pages import PAGE_STATES, page_state
 from npumem.sizes import byte_unit, format_bytes
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ MIB = 1 << 20
 FREE_COLOR = "#d9d9d9"
 UNTRACKED_COLOR = "#404040"
 SLAB_CACHE_COLOR = "#c7c7c7"  # unused bytes inside slabs: reserved for their size class
+KV_PAGE_COLORS = {"free": "#c5b0d5", "exclusive": "#17becf", "shared": "#e377c2"}
 MAX_ROWS = 128
 DPI = 110
 
@@ -234,8 +236,18 @@ def _draw_map(
     def rect(r: int, x0: float, x1: float) -> list[tuple[float, float]]:
         return [(x0 / div, r), (x1 / div, r), (x1 / div, r + 0.9), (x0 / div, r + 0.9)]
 
+    # Paged KV caches: their pages by state instead of their tag's colour.
+    kv_tags = {k.tag for k in snap.kv} if color_by == "tag" else set()
+    kv_groups: dict[str, list[Any]] = {}
+    for k in snap.kv if kv_tags else ():
+        for offset, refs in k.pages:
+            kv_groups.setdefault(f"KV page, {page_state(refs)}", []).extend(
+                rect(r, x0, x1) for r, x0, x1 in _segments(offset, k.page_bytes, row)
+            )
     for b in snap.blocks:
         label = (b.tag or "(no tag)") if color_by == "tag" else f"core {b.core}"
+        if label in kv_tags:
+            continue
         if label not in colors:
             label = other
         groups.setdefault(label, []).extend(
@@ -257,13 +269,19 @@ def _draw_map(
     handles = []
     from matplotlib.patches import Patch
 
-    for label, verts, color in [
-        (lbl, groups[lbl], colors[lbl]) for lbl in [*shown, other] if lbl in groups
-    ] + [
-        ("free", free, FREE_COLOR),
-        ("slab cache", cached, SLAB_CACHE_COLOR),
-        ("untracked", untracked, UNTRACKED_COLOR),
-    ]:
+    for label, verts, color in (
+        [(lbl, groups[lbl], colors[lbl]) for lbl in [*shown, other] if lbl in groups]
+        + [
+            (label, kv_groups.get(label, []), KV_PAGE_COLORS[state])
+            for state in PAGE_STATES
+            for label in [f"KV page, {state}"]
+        ]
+        + [
+            ("free", free, FREE_COLOR),
+            ("slab cache", cached, SLAB_CACHE_COLOR),
+            ("untracked", untracked, UNTRACKED_COLOR),
+        ]
+    ):
         if not verts:
             continue
         outline = label not in ("free", "slab cache", "untracked") and len(snap.blocks) <= 4000
@@ -324,7 +342,8 @@ def plot_address_map(
 ) -> Path:
     """The arena of ``snapshot`` as rows of addresses (one chunk per row, or several when the
     arena is large): blocks coloured by tag or core, free runs in grey (at least one pixel
-    wide, so every hole shows), untracked bytes dark."""
+    wide, so every hole shows), untracked bytes dark. By tag, the pages of paged KV caches in the
+    snapshot (``Snapshot.with_kv``) are coloured by state: free, exclusive, shared."""
     _check_color_by(color_by)
     Figure, _, _, _ = _mpl()
     fig = Figure(figsize=(11, 7), layout="constrained")

@@ -1,4 +1,5 @@
-"""Prometheus export: a collector that reads ``stats()`` of one or more pools at every scrape.
+"""Prometheus export: a collector that reads ``stats()`` of one or more pools (and of paged KV
+caches in them) at every scrape.
 
     >>> from prometheus_client import CollectorRegistry, generate_latest
     >>> import npumem
@@ -21,8 +22,10 @@ from npumem.errors import ArgumentTypeError, InvalidArgumentError, MissingDepend
 
 if TYPE_CHECKING:
     from npumem import Pool, PoolStats
+    from npumem.kv.cache import KVCache
+    from npumem.kv.stats import KVStats
 
-__all__ = ["COUNTERS", "GAUGES", "PrometheusCollector"]
+__all__ = ["COUNTERS", "GAUGES", "KV_GAUGES", "PrometheusCollector"]
 
 GAUGES: tuple[tuple[str, str, str], ...] = (
     ("npumem_bytes_in_use", "bytes_in_use", "Bytes held by live blocks (block sizes)."),
@@ -54,6 +57,25 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
 """``(metric, PoolStats field, help)`` of every counter (exposed with the ``_total`` suffix)."""
 
 
+KV_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("npumem_kv_sequences", "sequences", "Sequences in the KV cache."),
+    ("npumem_kv_tokens", "tokens", "Tokens of all sequences (a shared prompt once per sequence)."),
+    (
+        "npumem_kv_waste_bytes",
+        "waste_bytes",
+        "Bytes of partly filled pages that hold no token (at most a page per sequence).",
+    ),
+    (
+        "npumem_kv_shared_saved_bytes",
+        "shared_saved_bytes",
+        "Bytes that sharing pages between sequences saves.",
+    ),
+)
+"""``(metric, KVStats field, help)`` of every KV cache gauge, labelled ``pool`` and ``cache``
+(the cache's tag); ``npumem_kv_pages`` (labelled ``state`` too: free, exclusive, shared) and
+the counter ``npumem_kv_copies_total`` come with them."""
+
+
 def _families() -> Any:
     try:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -67,10 +89,17 @@ def _families() -> Any:
 class PrometheusCollector:
     """A ``prometheus_client`` collector for ``pool`` (and any further pools): every metric is
     labelled ``pool`` with the pool's name, so names must differ. Register it in any
-    ``CollectorRegistry``; each scrape calls ``stats()`` once per pool."""
+    ``CollectorRegistry``; each scrape calls ``stats()`` once per pool. ``kv`` adds paged KV
+    caches (``npumem.kv.KVCache``): their pages by state and their :data:`KV_GAUGES`."""
 
-    def __init__(self, pool: Pool, *pools: Pool) -> None:
+    def __init__(self, pool: Pool, *pools: Pool, kv: tuple[KVCache, ...] = ()) -> None:
         _families()
+        for cache in kv:
+            if not all(hasattr(cache, a) for a in ("stats", "tag", "pool")):
+                raise ArgumentTypeError(
+                    f"kv takes npumem.kv.KVCache objects, got {type(cache).__name__}"
+                )
+        self.kv = tuple(kv)
         all_pools = (pool, *pools)
         for p in all_pools:
             if not all(hasattr(p, a) for a in ("stats", "name")):
@@ -84,7 +113,9 @@ class PrometheusCollector:
             )
         self.pools = all_pools
 
-    def _build(self, stats: list[tuple[str, PoolStats]]) -> Iterator[Any]:
+    def _build(
+        self, stats: list[tuple[str, PoolStats]], kv: list[tuple[str, str, KVStats]]
+    ) -> Iterator[Any]:
         gauge, counter = _families()
         for metric, attr, doc in GAUGES:
             g = gauge(metric, doc, labels=["pool"])
@@ -96,11 +127,38 @@ class PrometheusCollector:
             for name, s in stats:
                 c.add_metric([name], float(getattr(s, attr)))
             yield c
+        pages = gauge(
+            "npumem_kv_pages", "KV cache pages by state.", labels=["pool", "cache", "state"]
+        )
+        for pool, tag, k in kv:
+            for state, n in (
+                ("free", k.pages_free if k.preallocated else 0),
+                ("exclusive", k.pages_exclusive),
+                ("shared", k.pages_shared),
+            ):
+                pages.add_metric([pool, tag, state], float(n))
+        yield pages
+        for metric, attr, doc in KV_GAUGES:
+            g = gauge(metric, doc, labels=["pool", "cache"])
+            for pool, tag, k in kv:
+                g.add_metric([pool, tag], float(getattr(k, attr)))
+            yield g
+        c = counter(
+            "npumem_kv_copies",
+            "KV pages copied on write (a shared page appended to).",
+            labels=["pool", "cache"],
+        )
+        for pool, tag, k in kv:
+            c.add_metric([pool, tag], float(k.copies))
+        yield c
 
     def collect(self) -> Iterator[Any]:
         """The metric families with the pools' values now (called by the registry)."""
-        yield from self._build([(str(p.name), p.stats()) for p in self.pools])
+        yield from self._build(
+            [(str(p.name), p.stats()) for p in self.pools],
+            [(str(c.pool.name), str(c.tag), c.stats()) for c in self.kv],
+        )
 
     def describe(self) -> Iterator[Any]:
         """The metric families without values (lets a registry detect duplicate names)."""
-        yield from self._build([])
+        yield from self._build([], [])

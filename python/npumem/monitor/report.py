@@ -19,6 +19,7 @@ from npumem.sizes import format_bytes
 
 if TYPE_CHECKING:
     from npumem import PoolStats
+    from npumem.monitor.kv_pages import KVPages
     from npumem.monitor.sampler import Alert, Sample
     from npumem.monitor.snapshot import Snapshot
 
@@ -164,6 +165,42 @@ def _by_tag_table(snap: Snapshot, top: int) -> Table:
     return t
 
 
+def _kv_table(k: KVPages) -> Table:
+    """A paged KV cache: pages by state, tokens, waste beside vLLM's, bytes saved by sharing."""
+    s = k.stats
+    counts = k.counts()
+    held = counts["exclusive"] + counts["shared"]
+    in_use = held * k.page_bytes
+    t = _table(f"KV cache {k.tag!r} ({format_bytes(k.page_bytes)} pages)", show_header=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_column("", justify="right", style="dim")
+    total = len(k.pages) if s.get("preallocated") else held
+    for state in ("exclusive", "shared", "free"):
+        if state == "free" and not s.get("preallocated"):
+            continue
+        n = counts[state]
+        t.add_row(f"pages {state}", f"{n:,}", _pct(n, total))
+    waste = int(s.get("waste_bytes", 0))
+    saved = int(s.get("shared_saved_bytes", 0))
+    for row in (
+        ("sequences", f"{s.get('sequences', 0):,}", f"{s.get('tokens', 0):,} tokens"),
+        ("KV waste", format_bytes(waste), f"{_pct(waste, in_use)} (vLLM: under 4%)"),
+        (
+            "saved by sharing",
+            format_bytes(saved),
+            f"{s.get('pages_logical', 0):,} pages without sharing",
+        ),
+        (
+            "copied on write",
+            f"{s.get('copies', 0):,} pages",
+            format_bytes(int(s.get("bytes_copied", 0))),
+        ),
+    ):
+        t.add_row(*row)
+    return t
+
+
 def _history_table(history: Sequence[Sample], alerts: Sequence[Alert]) -> Table:
     t = _table("Over time (monitor)", show_header=False)
     t.add_column("figure")
@@ -214,6 +251,8 @@ def render_report(
         if snapshot.untracked:
             n = sum(e.length for e in snapshot.untracked)
             console.print(f"untracked allocated bytes (raw API): {format_bytes(n)}")
+        for kv in snapshot.kv:
+            console.print(_kv_table(kv))
     if s.get("per_core"):
         console.print(_per_core_table(s["per_core"]))
     classes = s.get("size_classes")

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
+from npumem.monitor.kv_pages import KVPages
 from npumem.monitor.validate import check_snapshot
 
 if TYPE_CHECKING:
     from npumem import Pool
     from npumem._core import RawSnapshot
+    from npumem.kv.cache import KVCache
 
 __all__ = ["BlockRecord", "Extent", "Snapshot", "load_snapshot", "pool_config"]
 
@@ -106,7 +108,8 @@ class Snapshot:
     read it back with :func:`load_snapshot`.
 
     ``stats`` is the pool's ``PoolStats.as_dict()`` at the same moment; ``time_ns`` counts from
-    the pool's creation (the clock of trace events).
+    the pool's creation (the clock of trace events). ``kv`` holds the pages of paged KV caches
+    in the pool by state (:meth:`with_kv`).
     """
 
     pool: str
@@ -118,6 +121,7 @@ class Snapshot:
     untracked: tuple[Extent, ...]
     stats: dict[str, Any]
     label: str = field(default="")
+    kv: tuple[KVPages, ...] = field(default=())
 
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
@@ -151,6 +155,23 @@ class Snapshot:
             self.untracked,
             self.stats,
             label,
+            self.kv,
+        )
+
+    def with_kv(self, *caches: KVCache) -> Snapshot:
+        """The same snapshot with the pages of ``caches`` (paged KV caches of this pool) by
+        state, read now: take it right after ``pool.snapshot()``."""
+        return Snapshot(
+            self.pool,
+            self.config,
+            self.time_ns,
+            self.blocks,
+            self.free_runs,
+            self.slab_cached,
+            self.untracked,
+            self.stats,
+            self.label,
+            (*self.kv, *(KVPages.of(c) for c in caches)),
         )
 
     # ----- figures ---------------------------------------------------------------------------
@@ -220,6 +241,7 @@ class Snapshot:
             "slab_cached": [[r.offset, r.length] for r in self.slab_cached],
             "untracked": [[r.offset, r.length] for r in self.untracked],
             "stats": self.stats,
+            **({"kv": [k.to_json_obj() for k in self.kv]} if self.kv else {}),
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -271,6 +293,10 @@ class Snapshot:
             untracked=runs["untracked"],
             stats=stats,
             label=r.field(obj, "label", str),
+            kv=tuple(
+                KVPages.from_json_obj(k, r, i)
+                for i, k in enumerate(r.field(obj, "kv", list) if "kv" in obj else [])
+            ),
         )
         check_snapshot(snapshot, where)
         return snapshot

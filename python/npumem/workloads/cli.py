@@ -134,7 +134,18 @@ def run_demo_command(args: argparse.Namespace) -> int:
         ("fragmentation at the end", f"{result.final_fragmentation:.1%}"),
         ("failed allocations", f"{result.failed_allocations:,} (target 0)"),
         ("overflow allocations", f"{result.overflow_allocations:,}"),
-        ("KV cache growths", f"{result.kv_growths:,}"),
+        (
+            "KV cache (paged)",
+            f"peak {format_bytes(result.kv.peak_bytes)} in "
+            f"{result.kv.peak_pages:,} pages of {format_bytes(result.kv.page_bytes)}",
+        ),
+        ("  KV waste (mean)", f"{result.kv.mean_waste_share:.1%} (vLLM: under 4%)"),
+        ("  saved by sharing (peak)", format_bytes(result.kv.peak_shared_saved_bytes)),
+        (
+            "  copied on write",
+            f"{result.kv.copies:,} pages ({format_bytes(result.kv.bytes_copied)}); "
+            f"{result.kv.beam_forks:,} beam forks",
+        ),
         ("compactions", compactions),
         ("alerts fired", _alerts(result.alerts)),
         ("check()", f"passed ({result.checked_blocks} live blocks)"),
@@ -272,9 +283,9 @@ def add_parsers(subparsers: Any) -> None:
         help="run the built-in inference-service workload and write the report and pictures",
         description="An inference service in miniature on a host-backed pool: ResNet-50, "
         "MobileNetV2 and a text generator with planned activation arenas, worker threads on "
-        "every core serving requests of varying batch size and sequence length (with a growing "
-        "KV cache), the monitor running. Prints the report; writes the pictures and snapshots "
-        "to --output.",
+        "every core serving requests of varying batch size and sequence length (a paged KV cache "
+        "with a shared system prompt and beam search), the monitor running. Prints the report; "
+        "writes the pictures and snapshots to --output.",
         epilog="Exit status: 0 goal met (no failed allocation, no rejected request), 1 goal "
         "not met, 2 bad arguments.",
     )

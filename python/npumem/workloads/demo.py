@@ -2,8 +2,10 @@
 pool (no device, no files needed).
 
 Three models (ResNet-50, MobileNetV2, a text generator) have their weights resident in the pool
-and their activation arenas planned ahead with :mod:`npumem.plan`; worker threads on every core
-serve requests of varying batch size and sequence length (see :mod:`npumem.workloads.service`),
+and their activation arenas planned ahead with :mod:`npumem.plan`; the text model keeps its keys
+and values in a paged KV cache (:mod:`npumem.kv`) with a shared system prompt and beam search;
+worker threads on every core serve requests of varying batch size and sequence length (see
+:mod:`npumem.workloads.service`),
 while a :class:`~npumem.monitor.Monitor` samples the pool, raises alerts, and takes snapshots
 when usage reaches a new high. At the end the pool is checked, the weights are freed, and
 :func:`run_demo` returns the figures, the monitor's history and the snapshots; the command
@@ -26,10 +28,11 @@ from pathlib import Path
 
 import npumem
 from npumem.monitor import Alert, Monitor, Sample, Snapshot, Thresholds, Trace, TraceRecorder
+from npumem.workloads.kv_summary import KVSummary
 from npumem.workloads.models import Model, build_models
-from npumem.workloads.service import Service, SupportsCompact, make_requests
+from npumem.workloads.service import Service, SupportsCompact, make_kv_cache, make_requests
 
-__all__ = ["DemoResult", "default_capacity", "run_demo", "write_outputs"]
+__all__ = ["DemoResult", "KVSummary", "default_capacity", "run_demo", "write_outputs"]
 
 MIB = 1 << 20
 
@@ -59,7 +62,7 @@ class DemoResult:
     final_fragmentation: float
     failed_allocations: int
     overflow_allocations: int
-    kv_growths: int
+    kv: KVSummary
     compactions: int
     alerts: list[Alert]
     checked_blocks: int
@@ -137,6 +140,8 @@ def run_demo(
             f"{default_capacity(workers):,}"
         ) from None
 
+    kv = make_kv_cache(pool)
+    kv_summary = KVSummary(kv.page_bytes)  # sampled by the monitor and by the workers
     lock = threading.Lock()
     peak: list[Snapshot] = []
     compaction_pair: list[Snapshot] = []
@@ -146,9 +151,10 @@ def run_demo(
     def on_sample(s: Sample) -> None:
         if recorder is not None:
             recorder.drain()
+        kv_summary.sample(kv)
         best = peak[0].stats["bytes_in_use"] if peak else 0
         if s.bytes_in_use > best and time.monotonic() - last_snap[0] > 0.2:
-            snap = pool.snapshot()
+            snap = pool.snapshot().with_kv(kv)
             last_snap[0] = time.monotonic()
             with lock:
                 if not peak or snap.stats["bytes_in_use"] > peak[0].stats["bytes_in_use"]:
@@ -175,12 +181,17 @@ def run_demo(
         seed=seed,
         compactor=compact_with,
         on_request=on_request,
+        kv=kv,
+        kv_summary=kv_summary,
     )
     before = pool.stats()
     started = time.perf_counter()
     with monitor:
         service.run()
     seconds = time.perf_counter() - started
+    kv_summary.sample(kv)
+    kv_summary.beam_forks = service.beam_forks
+    kv.close()
     after = pool.stats()
     end_snapshot = pool.snapshot().with_label("end of run (weights resident)")
     checked = pool.check()
@@ -208,7 +219,7 @@ def run_demo(
         final_fragmentation=after.external_fragmentation,
         failed_allocations=final.failed_allocs,
         overflow_allocations=final.overflow_allocs,
-        kv_growths=service.kv_growths,
+        kv=kv_summary,
         compactions=compactions,
         compactor=compact_with is not None,
         alerts=monitor.alerts,

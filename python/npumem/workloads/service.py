@@ -5,11 +5,15 @@ and sequence length, served by worker threads from one pool.
   activation arena as one block (``solution.bind``), a kernel-argument block per op (allocated,
   written, freed), the output logits handed to another worker, which frees them (a remote free);
 * **text requests** (a 4-layer BERT-base encoder as a generator; batch 1 or 2, prompts of 16 to
-  256 tokens, 8 to 48 new tokens): the prefill arena (planned per sequence bucket), then a KV
-  cache that lives for the whole generation and grows by half when full (allocate the larger
-  block, copy, free the old one), with a decode scratch block and a logits block per token.
-  A worker keeps up to ``max_sessions`` generations open and steps each one token between other
-  requests, so long-lived KV caches interleave with short-lived arenas, as in a real server.
+  256 tokens, 8 to 48 new tokens): the prefill arena (planned per sequence bucket), then a
+  sequence per batch element in the service's paged KV cache (:class:`npumem.kv.KVCache`, pages
+  of 16 tokens from the pool, taken as the sequence grows: nothing is copied to grow), with a
+  decode scratch block and a logits block per token. Half of the text requests start from the
+  service's common system prompt (its pages are shared, not copied); a quarter run beam search
+  with 4 beams that share the prompt's pages, copy a shared partly filled page on write, and
+  every 8 tokens replace a beam by a fork of another. A worker keeps up to ``max_sessions``
+  generations open and steps each one token between other requests, so long-lived KV caches
+  interleave with short-lived arenas, as in a real server.
 
 Every block's bytes are written (the pool is host-backed) and the planned tensors are touched
 inside the arena, so the demo exercises the buffer protocol too. When an allocation fails the
@@ -27,12 +31,34 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import npumem
+from npumem.kv.cache import KVCache
+from npumem.workloads.kv_summary import KVSummary
 from npumem.workloads.models import TEXT_HIDDEN, TEXT_LAYERS, TEXT_VOCAB, Model
 
-__all__ = ["Request", "Service", "SupportsCompact", "make_requests"]
+__all__ = ["Request", "Service", "SupportsCompact", "make_kv_cache", "make_requests"]
 
-KV_BYTES_PER_TOKEN = 2 * TEXT_LAYERS * TEXT_HIDDEN * 2  # K and V, fp16, per sequence
-KV_GRANULE = 64  # tokens: KV caches are sized in multiples of this
+TEXT_HEADS = 12  # attention heads of the text model (head_dim = TEXT_HIDDEN / TEXT_HEADS)
+KV_PAGE_TOKENS = 16
+SYSTEM_PROMPT = -1  # the sequence id of the common system prompt
+SYSTEM_PROMPT_TOKENS = 64
+BEAMS = 4
+BEAM_REPLACE_EVERY = 8  # tokens: a beam search drops a beam and forks another this often
+_MARK = 0x5A  # the first byte of every sequence's first page
+
+
+def make_kv_cache(pool: npumem.Pool, capacity_tokens: int | None = None) -> KVCache:
+    """The text model's paged KV cache in ``pool``: pages of 16 tokens, tagged
+    ``text.kv-cache``; reserved up front for ``capacity_tokens`` tokens, or on demand."""
+    return KVCache(
+        pool,
+        num_layers=TEXT_LAYERS,
+        num_kv_heads=TEXT_HEADS,
+        head_dim=TEXT_HIDDEN // TEXT_HEADS,
+        dtype_bytes=2,
+        page_tokens=KV_PAGE_TOKENS,
+        capacity_tokens=capacity_tokens,
+        tag="text.kv-cache",
+    )
 
 
 @runtime_checkable
@@ -46,14 +72,16 @@ class SupportsCompact(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request: a model, a batch size, and for text a prompt length and tokens to
-    generate."""
+    """One request: a model, a batch size, and for text a prompt length, tokens to generate,
+    beams (beam search when more than 1) and whether it starts from the system prompt."""
 
     id: int
     model: str
     batch: int
     seq_len: int = 0
     new_tokens: int = 0
+    beams: int = 1
+    system_prompt: bool = False
 
 
 def make_requests(n: int, models: Sequence[Model], seed: int = 0) -> list[Request]:
@@ -65,8 +93,19 @@ def make_requests(n: int, models: Sequence[Model], seed: int = 0) -> list[Reques
     for i in range(n):
         name = rng.choices(names, weights)[0]
         if name == "text":
+            batch, seq_len, new = rng.choice((1, 1, 2)), rng.randint(16, 256), rng.randint(8, 48)
+            shape = rng.random()
+            beams = BEAMS if shape < 0.25 else 1
             out.append(
-                Request(i, name, rng.choice((1, 1, 2)), rng.randint(16, 256), rng.randint(8, 48))
+                Request(
+                    i,
+                    name,
+                    1 if beams > 1 else batch,
+                    seq_len,
+                    new,
+                    beams=beams,
+                    system_prompt=rng.random() < 0.5,
+                )
             )
         else:
             out.append(Request(i, name, rng.choice((1, 1, 2, 2, 4, 8))))
@@ -83,9 +122,7 @@ class _Session:
 
     request: Request
     descriptor: npumem.Block
-    kv: npumem.Block
-    kv_tokens: int  # tokens the KV block holds
-    tokens: int  # tokens in it now
+    seqs: list[int]  # its sequences in the KV cache (a batch element or a beam each)
     generated: int = 0
     failures: int = 0
 
@@ -94,7 +131,7 @@ class _Session:
 class _Tally:
     served: dict[str, int] = field(default_factory=dict)
     rejected: int = 0
-    kv_growths: int = 0
+    beam_forks: int = 0
     compactions: int = 0
 
 
@@ -114,8 +151,12 @@ class Service:
         max_retries: int = 200,
         compactor: SupportsCompact | None = None,
         on_request: Callable[[], object] | None = None,
+        kv: KVCache | None = None,
+        kv_summary: KVSummary | None = None,
     ) -> None:
         self.pool = pool
+        self.kv = kv if kv is not None else make_kv_cache(pool)
+        self.kv_summary = kv_summary if kv_summary is not None else KVSummary(self.kv.page_bytes)
         self.models = {m.name: m for m in models}
         self.queue: deque[Request] = deque(requests)
         self.workers = workers
@@ -133,7 +174,10 @@ class Service:
     # ----- the run ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Start the workers, wait for them, free what is left in the inboxes."""
+        """Put the system prompt in the KV cache, start the workers, wait for them, free what
+        is left in the inboxes and the system prompt."""
+        self.kv.add_sequence(SYSTEM_PROMPT, SYSTEM_PROMPT_TOKENS)
+        self.kv.write_page(SYSTEM_PROMPT, 0, bytes([_MARK]))
         threads = [
             threading.Thread(target=self._worker, args=(i,), name=f"npumem-demo-worker-{i}")
             for i in range(self.workers)
@@ -145,6 +189,7 @@ class Service:
         for inbox in self.inboxes:
             while inbox:
                 inbox.popleft().free()
+        self.kv.free_sequence(SYSTEM_PROMPT)
         if self.errors:
             raise self.errors[0]
 
@@ -163,9 +208,9 @@ class Service:
         return sum(t.rejected for t in self.tallies)
 
     @property
-    def kv_growths(self) -> int:
-        """Times a KV cache grew (allocate larger, copy, free the old one)."""
-        return sum(t.kv_growths for t in self.tallies)
+    def beam_forks(self) -> int:
+        """Times a beam search replaced a beam by a fork of another."""
+        return sum(t.beam_forks for t in self.tallies)
 
     @property
     def compactions(self) -> int:
@@ -218,11 +263,14 @@ class Service:
                     if self._step(s, rng, tally):
                         sessions.remove(s)
                         self._close(s, index, tally)
+                    elif s.generated % 4 == 1:
+                        self.kv_summary.sample(self.kv)
             self._drain_inbox(index)
         except BaseException as exc:
             self.errors.append(exc)
             for s in sessions:
-                s.kv.free()
+                for seq in s.seqs:
+                    self.kv.free_sequence(seq)
                 s.descriptor.free()
 
     def _drain_inbox(self, index: int) -> None:
@@ -260,6 +308,22 @@ class Service:
         except npumem.OutOfMemoryError:
             raise _Retry() from None
 
+    def _kv(self, call: Callable[[], object], tally: _Tally) -> None:
+        """A KV cache call that takes pages, with the same policy: on out-of-memory compact and
+        try once more, else retry later. A failed call changes nothing."""
+        try:
+            call()
+            return
+        except npumem.OutOfMemoryError:
+            if self.compactor is None:
+                raise _Retry() from None
+        self.compactor.compact()
+        tally.compactions += 1
+        try:
+            call()
+        except npumem.OutOfMemoryError:
+            raise _Retry() from None
+
     # ----- vision ----------------------------------------------------------------------------
 
     def _serve_vision(self, req: Request, rng: random.Random, index: int, tally: _Tally) -> None:
@@ -292,6 +356,7 @@ class Service:
         model = self.models["text"]
         arena_plan = model.plan_for(req.batch, req.seq_len)
         descriptor = self._alloc(rng.randint(256, 1024), "request", tally)
+        seqs: list[int] = []
         try:
             arena = self._alloc(arena_plan.arena_size, "text.prefill", tally)
             try:
@@ -300,24 +365,40 @@ class Service:
                 for i, rel in enumerate(arena_plan.op_outputs):
                     view[rel] = i & 0xFF
                 view.release()
-                tokens = -(-req.seq_len // 64) * 64
-                kv = self._alloc(tokens * KV_BYTES_PER_TOKEN * req.batch, "text.kv-cache", tally)
+                for b in range(req.batch):
+                    seq = req.id * 16 + b
+                    self._prefill(seq, req, tally)
+                    seqs.append(seq)
+                for beam in range(1, req.beams):
+                    self.kv.fork(seqs[0], req.id * 16 + beam)
+                    seqs.append(req.id * 16 + beam)
             finally:
                 arena.free()
         except BaseException:
+            for seq in seqs:
+                self.kv.free_sequence(seq)
             descriptor.free()
             raise
-        view = memoryview(kv)
-        view[0] = 0x5A
-        view.release()
-        return _Session(req, descriptor, kv, tokens, req.seq_len)
+        return _Session(req, descriptor, seqs)
+
+    def _prefill(self, seq: int, req: Request, tally: _Tally) -> None:
+        """Put the prompt of ``seq`` in the KV cache: after the shared system prompt, or alone."""
+        if req.system_prompt:
+            self.kv.fork(SYSTEM_PROMPT, seq)
+            try:
+                self._kv(lambda: self.kv.append(seq, req.seq_len), tally)
+            except BaseException:
+                self.kv.free_sequence(seq)
+                raise
+        else:
+            self._kv(lambda: self.kv.add_sequence(seq, req.seq_len), tally)
+            self.kv.write_page(seq, 0, bytes([_MARK]))
 
     def _step(self, s: _Session, rng: random.Random, tally: _Tally) -> bool:
         """Generate one token; ``True`` when the generation is done (or given up)."""
         req = s.request
         try:
-            if s.tokens >= s.kv_tokens:
-                self._grow(s, tally)
+            self._kv(lambda: self.kv.append_many(s.seqs), tally)
             scratch = self._alloc(req.batch * TEXT_HIDDEN * 4 * 4, "text.decode", tally)
             try:
                 logits = self._alloc(req.batch * TEXT_VOCAB * 2, "text.logits", tally)
@@ -332,30 +413,23 @@ class Service:
                 s.generated = -1  # marks a rejected session for _close
                 return True
             return False
-        s.tokens += 1
         s.generated += 1
+        if req.beams > 1 and s.generated % BEAM_REPLACE_EVERY == 0:
+            # The weakest beam gives way to a fork of a stronger one (shares all its pages).
+            weak, strong = rng.sample(s.seqs, 2)
+            self.kv.free_sequence(weak)
+            self.kv.fork(strong, weak)
+            tally.beam_forks += 1
         return s.generated >= req.new_tokens
 
-    def _grow(self, s: _Session, tally: _Tally) -> None:
-        tokens = -(-(s.kv_tokens * 3 // 2) // 64) * 64
-        per_token = KV_BYTES_PER_TOKEN * s.request.batch
-        bigger = self._alloc(tokens * per_token, "text.kv-cache", tally)
-        old, new = memoryview(s.kv), memoryview(bigger)
-        used = s.tokens * per_token
-        new[:used] = old[:used]
-        old.release()
-        new.release()
-        s.kv.free()
-        s.kv, s.kv_tokens = bigger, tokens
-        tally.kv_growths += 1
-
     def _close(self, s: _Session, index: int, tally: _Tally) -> None:
-        view = memoryview(s.kv)
-        ok = view[0] == 0x5A
-        view.release()
-        if not ok:
-            raise AssertionError("a KV cache lost its bytes when it grew")
-        s.kv.free()
+        try:
+            for seq in s.seqs:
+                if self.kv.read_page(seq, 0)[0] != _MARK:
+                    raise AssertionError(f"sequence {seq} lost the first byte of its KV cache")
+        finally:
+            for seq in s.seqs:
+                self.kv.free_sequence(seq)
         rejected = s.generated < 0
         try:
             if not rejected:

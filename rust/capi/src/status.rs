@@ -75,7 +75,7 @@ pub fn code_of(err: &Error) -> Status {
         Error::Pinned { .. } => ERR_PINNED,
         Error::InvalidBlock { .. } => ERR_INVALID_BLOCK,
         Error::NoBacking => ERR_NO_BACKING,
-        Error::Backing(_) => ERR_BACKING,
+        Error::Backing(_) | Error::HostMemory { .. } => ERR_BACKING,
         Error::Paused
         | Error::Busy { .. }
         | Error::PausedTooLong { .. }

@@ -24,6 +24,9 @@ pub enum Placement {
 
 /// The largest number of per-core pools a pool may have.
 pub const MAX_CORES: usize = 1024;
+/// The largest `core_reserve` a pool of at most this many chunks may have (a larger arena may
+/// reserve up to its number of chunks).
+pub const MAX_CORE_RESERVE: usize = 1024;
 /// The deepest buddy tree a chunk may have (`chunk_size / min_block <= 2^MAX_TREE_DEPTH`).
 pub const MAX_TREE_DEPTH: u32 = 24;
 /// The largest capacity (2^48 bytes = 256 TiB): offsets fit comfortably in 64 bits.
@@ -52,7 +55,8 @@ pub struct PoolConfig {
     pub backing: Backing,
     /// How the global pool places chunk runs.
     pub placement: Placement,
-    /// Fully free chunks a core keeps before it returns further ones to the global pool.
+    /// Fully free chunks a core keeps before it returns further ones to the global pool (at
+    /// most [`MAX_CORE_RESERVE`], or the arena's number of chunks if that is larger).
     pub core_reserve: usize,
     /// The address of offset 0, for pools with [`Backing::None`] (a host pool's address is its
     /// mapping, so it must be 0 there). Blocks report `base_address + offset`.
@@ -235,6 +239,16 @@ impl PoolConfig {
             }
             previous = size;
         }
+        let chunks = self.capacity.div_ceil(self.chunk_size);
+        if self.core_reserve > chunks.max(MAX_CORE_RESERVE) {
+            return bad(
+                "core_reserve",
+                format!(
+                    "must be at most {MAX_CORE_RESERVE} or the number of chunks in the arena ({chunks}), got {}",
+                    self.core_reserve
+                ),
+            );
+        }
         if let Some(&largest) = self.slab_sizes.last() {
             if self.chunk_size < 2 * largest {
                 return bad(
@@ -322,6 +336,11 @@ mod tests {
         assert_eq!(field_of(&base.clone().slab_sizes(vec![0])), "slab_sizes");
         assert_eq!(field_of(&base.clone().slab_sizes(vec![8192])), "slab_sizes");
         assert_eq!(field_of(&base.clone().chunk_size(4096).bank_size(4096).min_block(64)), "chunk_size");
+        assert_eq!(field_of(&base.clone().core_reserve(1025)), "core_reserve");
+        assert_eq!(field_of(&base.clone().core_reserve(1 << 33)), "core_reserve");
+        base.clone().core_reserve(1024).validate().unwrap();
+        PoolConfig::new(4 << 30).core_reserve(2048).validate().unwrap();
+        assert_eq!(field_of(&PoolConfig::new(4 << 30).core_reserve(2049)), "core_reserve");
         assert_eq!(field_of(&base.clone().base_address(4096)), "base_address");
         assert_eq!(field_of(&base.clone().device(Device { type_code: 2, index: 0 })), "device");
         let none = base.clone().backing(Backing::None);

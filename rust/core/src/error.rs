@@ -40,6 +40,9 @@ pub enum Error {
     NoBacking,
     /// The host backing could not be mapped.
     Backing(String),
+    /// The host (the machine the pool runs on) has no memory for `bytes` bytes of `what`: a
+    /// table of the pool's metadata. Nothing was changed.
+    HostMemory { what: &'static str, bytes: usize },
     /// The pool is paused by a compaction and the caller asked not to wait.
     Paused,
     /// The pool could not be paused in time: an in-flight call did not finish.
@@ -115,6 +118,12 @@ impl fmt::Display for Error {
                 write!(f, "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device")
             }
             Error::Backing(reason) => write!(f, "could not map the host backing: {reason}"),
+            Error::HostMemory { what, bytes } if *bytes == usize::MAX => {
+                write!(f, "out of host memory: {what} would need more bytes than the address space holds")
+            }
+            Error::HostMemory { what, bytes } => {
+                write!(f, "out of host memory: could not allocate {bytes} bytes for {what}")
+            }
             Error::Paused => write!(f, "the pool is paused by a compaction"),
             Error::Busy { waited_ms } => {
                 write!(f, "could not pause the pool: in-flight calls did not finish within {waited_ms} ms")

@@ -37,6 +37,7 @@
 //! | `Piece`, `Home` | `compaction/piece.rs` | what moves as one (a block, or a whole slab with its objects), where it is and where it goes |
 //! | (compaction planners) | `compaction/planners/` | pure functions of a census and a model: slab consolidation, packing below a boundary, evacuation, the schedule of batches |
 //! | (executor) | `compaction/execute.rs`, `order.rs`, `copy.rs` | one batch: taken through the exact-position API, copied in an order that overwrites nothing still to be read, re-pointed |
+//! | [`kv::PageTable`] | `kv/` | the paged KV cache's bookkeeping: sequences of fixed-size pages, shared by reference count, copy-on-write (the binding supplies the pages) |
 //! | [`plan_search`] | `plan_search/` | the lifetime planner's search: branch and bound over static offsets (driven by `npumem.plan`) |
 //!
 //! Words: a *unit* is the `min_block` quantum of a chunk; a *bank* is a `bank_size` stretch of the
@@ -57,6 +58,7 @@ mod device;
 mod error;
 mod gate;
 mod handle;
+pub mod kv;
 pub mod plan_search;
 #[cfg(not(loom))]
 mod pool;
@@ -66,7 +68,7 @@ mod util;
 
 #[cfg(not(loom))]
 pub use compaction::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};
-pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES};
+pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES, MAX_CORE_RESERVE};
 pub use device::{Device, DEVICE_TYPES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::id::Handle;

@@ -240,7 +240,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
                 }
             });
         }
-        Error::Backing(_) => ErrorClass::OutOfMemory,
+        Error::Backing(_) | Error::HostMemory { .. } => ErrorClass::OutOfMemory,
         Error::InvalidHandle(HandleFault::Freed | HandleFault::Foreign | HandleFault::Unknown) => {
             ErrorClass::InvalidHandle
         }

@@ -29,6 +29,7 @@ mod compaction_plan;
 mod dlpack;
 mod errors;
 mod gil;
+mod kv;
 mod mover;
 mod oom;
 mod pause;
@@ -52,6 +53,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<pool::state::Pool>()?;
     m.add_class::<block::Block>()?;
+    m.add_class::<kv::PagedKV>()?;
     m.add_class::<block_info::BlockInfo>()?;
     m.add_class::<transfer::Transfer>()?;
     m.add_class::<pause::Pause>()?;

@@ -9,19 +9,20 @@ use super::buddy::{Node, TreeShape};
 use super::chunk_space::ChunkSpace;
 use super::core_pool::CorePool;
 use super::geometry::Geometry;
-use super::global::GlobalPool;
+use super::global::{ChunkState, GlobalPool};
 use super::slab::caches::{SlabBlocks, SlabCaches, SlabClasses};
 use crate::config::{Backing, PoolConfig};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::util::sync::{AtomicU64, CachePadded};
+use crate::util::zeroed::Zeroed;
 
 /// The memory of one pool (see the module documentation).
 pub(crate) struct Arena {
     pub(crate) geometry: Geometry,
     pub(crate) shape: TreeShape,
-    pub(crate) trees: Box<[AtomicU64]>,
+    pub(crate) trees: Zeroed<AtomicU64>,
     /// Free units and the search memo of every chunk.
-    pub(crate) space: Box<[ChunkSpace]>,
+    pub(crate) space: Zeroed<ChunkSpace>,
     pub(crate) global: GlobalPool,
     pub(crate) cores: Box<[CachePadded<CorePool>]>,
     pub(crate) slabs: SlabCaches,
@@ -30,33 +31,47 @@ pub(crate) struct Arena {
 
 impl Arena {
     /// The arena of a validated `config`, its slabs of `classes`; every chunk in the global
-    /// pool (its tree retired), the nodes beyond the arena's end allocated forever.
+    /// pool, the nodes beyond the arena's end allocated forever.
+    ///
+    /// Per-chunk metadata (trees, free-space words) lives in [`Zeroed`] tables and starts
+    /// *pristine*: all zero, committed by the host only when a chunk is first granted
+    /// (`chunks.rs`), so metadata grows with use, not with capacity. Only a partial last chunk
+    /// is set up here (its tail nodes are allocated forever). Running out of host memory is
+    /// `Error::HostMemory`, and nothing is left behind.
     pub(crate) fn new(config: &PoolConfig, classes: SlabClasses) -> Result<Arena> {
         let geometry = Geometry::new(config);
         let shape = TreeShape::new(geometry.depth);
-        let trees: Box<[AtomicU64]> = (0..geometry.chunks * shape.words()).map(|_| AtomicU64::new(0)).collect();
-        let space: Box<[ChunkSpace]> =
-            (0..geometry.chunks).map(|c| ChunkSpace::new(geometry.usable_units(c))).collect();
+        let tree_words = geometry
+            .chunks
+            .checked_mul(shape.words())
+            .ok_or(Error::HostMemory { what: "the chunks' buddy trees", bytes: usize::MAX })?;
+        let trees = Zeroed::new(tree_words, "the chunks' buddy trees")?;
+        let space = Zeroed::new(geometry.chunks, "the chunks' free-space words")?;
+        let global = GlobalPool::new(&geometry, config.placement)?;
+        let levels = geometry.depth as usize + 1;
+        let mut cores = Vec::new();
+        cores.try_reserve_exact(config.cores).map_err(|_| Error::HostMemory {
+            what: "the core pools",
+            bytes: config.cores.saturating_mul(std::mem::size_of::<CachePadded<CorePool>>()),
+        })?;
+        // A core can never keep more empty chunks than the arena has.
+        let reserve = config.core_reserve.min(geometry.chunks);
+        for _ in 0..config.cores {
+            cores.push(CachePadded(CorePool::new(geometry.chunks, levels, reserve)?));
+        }
+        let slabs = SlabCaches::new(classes, geometry.usable_capacity(), config.cores)?;
         let backing = match config.backing {
             Backing::Host => Some(HostBacking::new(config.capacity, config.chunk_size)?),
             Backing::None => None,
         };
-        let arena = Arena {
-            global: GlobalPool::new(&geometry, config.placement),
-            cores: (0..config.cores)
-                .map(|_| CachePadded(CorePool::new(geometry.chunks, geometry.depth as usize + 1, config.core_reserve)))
-                .collect(),
-            slabs: SlabCaches::new(classes, geometry.usable_capacity(), config.cores),
-            backing,
-            shape,
-            trees,
-            space,
-            geometry,
-        };
-        for chunk in 0..arena.geometry.chunks {
-            let tree = arena.tree(chunk);
-            for node in arena.reserved_nodes(chunk).into_iter().chain(arena.retire_nodes(chunk)) {
-                arena.shape.try_alloc(tree, node).expect("a fresh tree has room for its own cover");
+        let arena = Arena { global, cores: cores.into_boxed_slice(), slabs, backing, shape, trees, space, geometry };
+        if let Some(last) = arena.geometry.chunks.checked_sub(1) {
+            if arena.geometry.usable_units(last) < arena.geometry.units_per_chunk() {
+                let tree = arena.tree(last);
+                for node in arena.reserved_nodes(last).into_iter().chain(arena.retire_nodes(last)) {
+                    arena.shape.try_alloc(tree, node).expect("a fresh tree has room for its own cover");
+                }
+                arena.space[last].init(arena.geometry.usable_units(last));
             }
         }
         Ok(arena)
@@ -77,6 +92,29 @@ impl Arena {
     /// The nodes whose allocation retires a chunk (they cover its usable units).
     pub(crate) fn retire_nodes(&self, chunk: usize) -> Vec<Node> {
         self.shape.cover(0, self.geometry.usable_units(chunk))
+    }
+
+    /// Bytes of the per-chunk and per-granule metadata tables the host has committed.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn committed_metadata_bytes(&self) -> usize {
+        self.trees.resident_bytes()
+            + self.space.resident_bytes()
+            + self.global.resident_bytes()
+            + self.cores.iter().map(|c| c.resident_bytes()).sum::<usize>()
+            + self.slabs.resident_bytes()
+    }
+
+    /// Whether `chunk` was never granted to a core (see `chunks.rs`).
+    pub(crate) fn is_pristine(&self, chunk: usize) -> bool {
+        !matches!(self.global.state(chunk), ChunkState::Core(_)) && self.space[chunk].is_pristine()
+    }
+
+    /// Free units of `chunk`, a pristine one included (all its units are free).
+    pub(crate) fn free_units(&self, chunk: usize) -> u64 {
+        match self.is_pristine(chunk) {
+            true => self.geometry.usable_units(chunk),
+            false => self.space[chunk].free_units(),
+        }
     }
 
     /// Whether every usable unit of `chunk` is free.

@@ -27,6 +27,9 @@ impl HostBacking {
             .checked_add(align)
             .and_then(|n| n.checked_next_multiple_of(page))
             .ok_or_else(|| Error::Backing(format!("{len} bytes cannot be mapped")))?;
+        if crate::util::failpoint::fire("host.backing") {
+            return Err(Error::Backing(format!("mmap of {mapped} bytes failed: failpoint host.backing")));
+        }
         // SAFETY: an anonymous private mapping with no address hint has no preconditions.
         let ptr = unsafe {
             libc::mmap(

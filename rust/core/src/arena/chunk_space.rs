@@ -19,6 +19,10 @@
 //! being cleaned by another thread, a claim that lost a race to an allocation freed later); its
 //! memo then hides room until the next free in the chunk, so the allocation path ends with a
 //! search that ignores the memos before it reports that memory is exhausted.
+//!
+//! An all-zero word is a *pristine* chunk: one that was never granted to a core, whose tree is
+//! all zero too (see `chunks.rs`). Every chunk that was ever granted has a non-zero word while it
+//! is in the global pool (all its usable units count as free there), so the two never mix up.
 
 use crate::util::sync::{AtomicU64, Ordering};
 
@@ -28,7 +32,7 @@ const EPOCH_STEP: u64 = 1 << 32;
 /// The free-space word of one chunk and its miss memo, alone on a pair of cache lines (both
 /// change on allocations and frees in the chunk; chunks of different cores must not share a
 /// line, nor an adjacent-line prefetch pair).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct ChunkSpace {
     /// `epoch << 32 | free units`.
@@ -37,15 +41,32 @@ pub(crate) struct ChunkSpace {
     miss: AtomicU64,
 }
 
+// SAFETY: two atomic words; all zero is a pristine chunk.
+unsafe impl crate::util::zeroed::Zeroable for ChunkSpace {}
+
 /// The state of a chunk seen by [`ChunkSpace::probe`], to hand to [`ChunkSpace::missed`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Probe(u64);
 
 impl ChunkSpace {
     /// A chunk with `units` free units (at most 2^32 - 1).
+    #[cfg(test)]
     pub(crate) fn new(units: u64) -> ChunkSpace {
         assert!(units <= UNITS_MASK, "a chunk has at most 2^32 - 1 units");
         ChunkSpace { free: AtomicU64::new(units), miss: AtomicU64::new(0) }
+    }
+
+    /// Whether the chunk was never granted to a core (its word was never set). Only meaningful
+    /// for a chunk no core owns: a full chunk's word is zero too after 2^32 epochs.
+    pub(crate) fn is_pristine(&self) -> bool {
+        self.free.load(Ordering::Acquire) == 0
+    }
+
+    /// Set a pristine chunk's free units (`units` > 0), before anyone else can reach it.
+    pub(crate) fn init(&self, units: u64) {
+        assert!(units > 0 && units <= UNITS_MASK, "a chunk has between 1 and 2^32 - 1 units");
+        self.free.store(EPOCH_STEP | units, Ordering::Release);
+        self.miss.store(0, Ordering::Relaxed);
     }
 
     /// Free units now.

@@ -8,6 +8,12 @@
 //! marked allocated, so a thread that still holds a stale hint to the chunk fails its climb and
 //! never places a block in a chunk that is now part of a run. Granting a chunk releases those
 //! nodes; retiring one allocates them, which succeeds only while the chunk is empty.
+//!
+//! A chunk that was never granted is *pristine*: its tree and free-space word are all zero, as
+//! the host handed them out, and the host commits no memory for them. No hint or owner bitmap
+//! names such a chunk (only a grant puts a chunk in an owner bitmap, and a hint follows), so
+//! nothing searches its all-free tree; a run may use it and give it back pristine. Its first
+//! grant sets its free-space word instead of releasing retire nodes.
 
 use super::arena::Arena;
 use super::global::ChunkState;
@@ -34,6 +40,14 @@ impl Arena {
 
     /// Hand chunk `chunk`, just taken from the global pool, to core `owner`: its tree opens.
     fn open(&self, chunk: usize, owner: usize) {
+        let space = &self.space[chunk];
+        if space.is_pristine() {
+            // Its tree is all free already; its word is set before the core can search it.
+            space.init(self.geometry.usable_units(chunk));
+            self.global.set_state(chunk, ChunkState::Core(owner));
+            self.cores[owner].own(chunk);
+            return;
+        }
         self.global.set_state(chunk, ChunkState::Core(owner));
         self.cores[owner].own(chunk);
         let tree = self.tree(chunk);

@@ -6,10 +6,13 @@
 //! empties and refills a chunk does not trade it with the global pool each time).
 
 use crate::config::MAX_TREE_DEPTH;
+use crate::error::Result;
 use crate::util::sync::{AtomicU64, Ordering};
+use crate::util::zeroed::{try_boxed, Zeroed};
 
 pub(crate) struct CorePool {
-    owned: Box<[AtomicU64]>,
+    /// One bit per chunk of the arena (lazily committed: see `util/zeroed.rs`).
+    owned: Zeroed<AtomicU64>,
     /// Per level: `(chunk + 1) << 32 | bunch`, 0 meaning no hint. Inline, so that it shares the
     /// padded lines of this core only: a hint is written on most allocations and local frees.
     hints: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
@@ -18,13 +21,21 @@ pub(crate) struct CorePool {
 }
 
 impl CorePool {
-    pub(crate) fn new(chunks: usize, levels: usize, reserve: usize) -> CorePool {
+    /// A core pool over `chunks` chunks, owning none; `Error::HostMemory` when the host has no
+    /// room for its tables.
+    pub(crate) fn new(chunks: usize, levels: usize, reserve: usize) -> Result<CorePool> {
         assert!(levels <= MAX_TREE_DEPTH as usize + 1, "a tree has at most MAX_TREE_DEPTH + 1 levels");
-        CorePool {
-            owned: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+        Ok(CorePool {
+            owned: Zeroed::new(chunks.div_ceil(64), "a core pool's chunk bitmap")?,
             hints: std::array::from_fn(|_| AtomicU64::new(0)),
-            reserve: (0..reserve).map(|_| AtomicU64::new(0)).collect(),
-        }
+            reserve: try_boxed(reserve, "a core pool's reserve slots", |_| AtomicU64::new(0))?,
+        })
+    }
+
+    /// Bytes of its chunk bitmap the host has committed.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn resident_bytes(&self) -> usize {
+        self.owned.resident_bytes()
     }
 
     pub(crate) fn own(&self, chunk: usize) {
@@ -93,31 +104,31 @@ mod tests {
 
     #[test]
     fn owned_iteration_wraps_from_a_start() {
-        let c = CorePool::new(200, 14, 1);
+        let c = CorePool::new(200, 14, 1).unwrap();
         for chunk in [3, 64, 70, 130, 199] {
             c.own(chunk);
         }
         assert_eq!(c.owned().collect::<Vec<_>>(), vec![3, 64, 70, 130, 199]);
         c.disown(70);
         assert!(!c.owns(70) && c.owns(64));
-        assert_eq!(CorePool::new(0, 1, 1).owned().count(), 0);
+        assert_eq!(CorePool::new(0, 1, 1).unwrap().owned().count(), 0);
     }
 
     #[test]
     fn reserve_keeps_a_few_empty_chunks() {
-        let c = CorePool::new(10, 14, 2);
+        let c = CorePool::new(10, 14, 2).unwrap();
         let empty = |chunk: usize| chunk != 3; // chunk 3 got refilled
         assert!(c.keep_in_reserve(3, empty));
         assert!(c.keep_in_reserve(5, empty));
         assert!(c.keep_in_reserve(5, empty), "already in reserve");
         assert!(c.keep_in_reserve(7, empty), "replaces chunk 3, which is no longer empty");
         assert!(!c.keep_in_reserve(8, empty), "both slots hold empty chunks");
-        assert!(!CorePool::new(10, 14, 0).keep_in_reserve(1, empty));
+        assert!(!CorePool::new(10, 14, 0).unwrap().keep_in_reserve(1, empty));
     }
 
     #[test]
     fn hints_round_trip() {
-        let c = CorePool::new(10, 14, 1);
+        let c = CorePool::new(10, 14, 1).unwrap();
         assert_eq!(c.hint(5), None);
         c.set_hint(5, 0, 0);
         assert_eq!(c.hint(5), Some((0, 0)));

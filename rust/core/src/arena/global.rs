@@ -14,7 +14,9 @@
 
 use crate::arena::geometry::Geometry;
 use crate::config::Placement;
+use crate::error::Result;
 use crate::util::sync::{AtomicU64, Ordering};
+use crate::util::zeroed::Zeroed;
 
 const KIND_SHIFT: u32 = 56;
 const PAYLOAD: u64 = (1 << KIND_SHIFT) - 1;
@@ -61,22 +63,31 @@ pub(crate) struct FreeRun {
 
 pub(crate) struct GlobalPool {
     chunks: usize,
-    taken: Box<[AtomicU64]>,
-    state: Box<[AtomicU64]>,
+    /// One bit per chunk (lazily committed: see `util/zeroed.rs`).
+    taken: Zeroed<AtomicU64>,
+    /// One word per chunk, zero (`Free`) until first used.
+    state: Zeroed<AtomicU64>,
     epoch: AtomicU64,
     placement: Placement,
 }
 
 impl GlobalPool {
-    pub(crate) fn new(geometry: &Geometry, placement: Placement) -> GlobalPool {
+    /// Every chunk free; `Error::HostMemory` when the host has no room for the tables.
+    pub(crate) fn new(geometry: &Geometry, placement: Placement) -> Result<GlobalPool> {
         let chunks = geometry.chunks;
-        GlobalPool {
+        Ok(GlobalPool {
             chunks,
-            taken: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            state: (0..chunks).map(|_| AtomicU64::new(0)).collect(),
+            taken: Zeroed::new(chunks.div_ceil(64), "the global pool's chunk bitmap")?,
+            state: Zeroed::new(chunks, "the global pool's chunk states")?,
             epoch: AtomicU64::new(0),
             placement,
-        }
+        })
+    }
+
+    /// Bytes of its tables the host has committed.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn resident_bytes(&self) -> usize {
+        self.taken.resident_bytes() + self.state.resident_bytes()
     }
 
     pub(crate) fn state(&self, chunk: usize) -> ChunkState {
@@ -220,7 +231,7 @@ mod tests {
 
     fn setup(capacity: usize, placement: Placement) -> (Geometry, GlobalPool) {
         let g = Geometry::new(&PoolConfig::new(capacity));
-        let p = GlobalPool::new(&g, placement);
+        let p = GlobalPool::new(&g, placement).unwrap();
         (g, p)
     }
 

@@ -89,7 +89,7 @@ impl Pool {
     /// put.
     pub(crate) fn census(&self, claim: bool) -> Census {
         let g = &self.arena().geometry;
-        let covered = (0..g.chunks).map(|c| g.usable_units(c) - self.arena().space[c].free_units()).collect();
+        let covered = (0..g.chunks).map(|c| g.usable_units(c) - self.arena().free_units(c)).collect();
         let mut census = Census { slabs: self.arena().slabs.views(), covered, ..Census::default() };
         let cores = self.arena().cores.len();
         let mut add = |handle: Handle, mut info: SlotInfo, movable: bool| {

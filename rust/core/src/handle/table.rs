@@ -73,14 +73,15 @@ pub(crate) struct HandleTable {
 }
 
 impl HandleTable {
-    /// A table for up to `max_slots` live blocks at once, with `cores` free lists.
-    pub(crate) fn new(pool: u32, max_slots: usize, cores: usize) -> HandleTable {
-        HandleTable {
+    /// A table for up to `max_slots` live blocks at once, with `cores` free lists;
+    /// `Error::HostMemory` when the host has no room for it.
+    pub(crate) fn new(pool: u32, max_slots: usize, cores: usize) -> Result<HandleTable> {
+        Ok(HandleTable {
             pool,
-            slots: Segmented::new(max_slots.clamp(1, (NIL - 1) as usize)),
+            slots: Segmented::new(max_slots.clamp(1, (NIL - 1) as usize))?,
             fresh: AtomicU32::new(0),
             free: (0..cores.max(1)).map(|_| CachePadded(IndexStack::new())).collect(),
-        }
+        })
     }
 
     fn max_slots(&self) -> u32 {
@@ -107,22 +108,28 @@ impl HandleTable {
         stack.push(slot, |i| &self.slot(i).next)
     }
 
-    fn take_slot(&self, core: usize) -> Option<u32> {
+    /// A free slot for core `core`: from its stack, else a fresh one (its segment installed
+    /// first, so a fresh index always has storage), else from another core's stack. `Ok(None)`
+    /// when the table is full; `Err` when the host has no memory for a new segment.
+    fn take_slot(&self, core: usize) -> Result<Option<u32>> {
         let cores = self.free.len();
         if let Some(slot) = self.pop(&self.free[core % cores]) {
-            return Some(slot);
+            return Ok(Some(slot));
         }
-        let fresh = self.fresh.fetch_add(1, Ordering::AcqRel);
-        if fresh < self.max_slots() {
-            return Some(fresh);
+        let mut fresh = self.fresh.load(Ordering::Acquire);
+        while fresh < self.max_slots() {
+            self.slots.try_get(fresh)?;
+            match self.fresh.compare_exchange_weak(fresh, fresh + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(Some(fresh)),
+                Err(seen) => fresh = seen,
+            }
         }
-        self.fresh.fetch_sub(1, Ordering::AcqRel);
-        (1..cores).find_map(|i| self.pop(&self.free[(core + i) % cores]))
+        Ok((1..cores).find_map(|i| self.pop(&self.free[(core + i) % cores])))
     }
 
-    /// Record a new block; `Err` only when the table is full.
+    /// Record a new block; `Err` when the table is full or the host has no memory for it.
     pub(crate) fn insert(&self, core: usize, offset: usize, size: usize, align_log2: u8, tag: u32) -> Result<Handle> {
-        let Some(index) = self.take_slot(core) else {
+        let Some(index) = self.take_slot(core)? else {
             return Err(Error::OutOfMemory { requested: size, bytes_free: 0, largest_free_block: 0 });
         };
         let slot = self.slot(index);
@@ -288,7 +295,7 @@ mod tests {
 
     #[test]
     fn generations_refuse_stale_handles() {
-        let table = HandleTable::new(9, 100, 2);
+        let table = HandleTable::new(9, 100, 2).unwrap();
         let a = table.insert(0, 4096, 100, 6, 3).unwrap();
         let info = table.get(a).unwrap();
         assert_eq!((info.offset, info.size, info.tag, info.align_log2), (4096, 100, 3, 6));
@@ -311,7 +318,7 @@ mod tests {
 
     #[test]
     fn pins_block_removal() {
-        let table = HandleTable::new(1, 10, 1);
+        let table = HandleTable::new(1, 10, 1).unwrap();
         let h = table.insert(0, 0, 64, 6, 0).unwrap();
         assert_eq!(table.pin(h), Ok(1));
         assert_eq!(table.pin(h), Ok(2));
@@ -325,7 +332,7 @@ mod tests {
 
     #[test]
     fn capacity_is_bounded() {
-        let table = HandleTable::new(1, 3, 2);
+        let table = HandleTable::new(1, 3, 2).unwrap();
         let hs: Vec<_> = (0..3).map(|i| table.insert(i % 2, i, 1, 0, 0).unwrap()).collect();
         assert!(table.insert(0, 9, 1, 0, 0).is_err());
         table.remove(hs[1]).unwrap();
@@ -336,7 +343,7 @@ mod tests {
 
     #[test]
     fn concurrent_insert_remove_keeps_every_slot() {
-        let table = HandleTable::new(1, 1 << 16, 2);
+        let table = HandleTable::new(1, 1 << 16, 2).unwrap();
         std::thread::scope(|s| {
             for t in 0..4usize {
                 let table = &table;
@@ -378,7 +385,7 @@ mod loom_models {
     #[test]
     fn racing_double_free_has_one_winner() {
         loom::model(|| {
-            let table = Arc::new(HandleTable::new(1, 4, 1));
+            let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
             let h = table.insert(0, 0, 1, 0, 0).unwrap();
             let t2 = table.clone();
             let other = thread::spawn(move || t2.remove(h).is_ok());
@@ -496,7 +503,7 @@ mod move_tests {
 
     #[test]
     fn a_moving_block_refuses_pins_and_second_moves_until_it_lands() {
-        let table = HandleTable::new(1, 8, 1);
+        let table = HandleTable::new(1, 8, 1).unwrap();
         let h = table.insert(0, 4096, 100, 6, 0).unwrap();
         let info = table.begin_move(h).unwrap();
         assert_eq!(info.offset, 4096);
@@ -527,7 +534,7 @@ mod loom_moves {
     #[test]
     fn a_pin_never_sees_a_block_move_under_it() {
         loom::model(|| {
-            let table = Arc::new(HandleTable::new(1, 4, 1));
+            let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
             let h = table.insert(0, 100, 8, 0, 0).unwrap();
             let t2 = table.clone();
             let pinner = thread::spawn(move || {
@@ -560,7 +567,7 @@ mod loom_moves {
     #[test]
     fn a_free_and_a_move_never_overlap() {
         loom::model(|| {
-            let table = Arc::new(HandleTable::new(1, 4, 1));
+            let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
             let h = table.insert(0, 100, 8, 0, 0).unwrap();
             let t2 = table.clone();
             let freer = thread::spawn(move || t2.remove(h).map(|info| info.offset));

@@ -10,6 +10,7 @@ use crate::arena::layout::Layout;
 use crate::error::{Error, Result};
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
+use crate::util::sync::Ordering;
 
 impl Pool {
     /// Pause the pool (waiting for calls in flight) and prove its metadata consistent: every
@@ -31,20 +32,28 @@ impl Pool {
             let owners: Vec<usize> = (0..self.arena.cores.len()).filter(|&c| self.arena.cores[c].owns(chunk)).collect();
             let taken = self.arena.global.is_taken(chunk);
             let tree = self.arena.tree(chunk);
-            self.arena.shape.check(tree, &mut |f| findings.push(format!("chunk {chunk}: {f}")));
+            let pristine = self.arena.is_pristine(chunk);
             let mut nodes: HashSet<Node> = HashSet::new();
-            self.arena.shape.for_each_allocated(tree, &mut |n| {
-                nodes.insert(n);
-            });
-            for n in self.arena.reserved_nodes(chunk) {
-                if !nodes.remove(&n) {
-                    findings.push(format!("chunk {chunk}: reserved tail node {n:?} is not allocated"));
+            if pristine {
+                // Never granted: nobody's, whole, every word of its tree zero.
+                if g.usable_units(chunk) != g.units_per_chunk() || tree.iter().any(|w| w.load(Ordering::Relaxed) != 0) {
+                    findings.push(format!("chunk {chunk} ({state:?}): pristine, but its tree or state disagrees"));
+                }
+            } else {
+                self.arena.shape.check(tree, &mut |f| findings.push(format!("chunk {chunk}: {f}")));
+                self.arena.shape.for_each_allocated(tree, &mut |n| {
+                    nodes.insert(n);
+                });
+                for n in self.arena.reserved_nodes(chunk) {
+                    if !nodes.remove(&n) {
+                        findings.push(format!("chunk {chunk}: reserved tail node {n:?} is not allocated"));
+                    }
                 }
             }
-            let free_units = self.arena.space[chunk].free_units();
+            let free_units = self.arena.free_units(chunk);
             match state {
                 ChunkState::Free | ChunkState::RunHead(_) | ChunkState::RunBody => {
-                    for n in self.arena.retire_nodes(chunk) {
+                    for n in self.arena.retire_nodes(chunk).into_iter().filter(|_| !pristine) {
                         if !nodes.remove(&n) {
                             findings.push(format!("chunk {chunk} ({state:?}): not retired, node {n:?} is free"));
                         }

@@ -1,11 +1,14 @@
 //! The pool: composes the arena, the handles, the stop gate, the statistics and the trace, and
 //! is the public API. `pool.rs` holds the struct and the public calls; the allocation path is
 //! `alloc.rs`, frees `free.rs`, pauses and pins `pause.rs`, the statistics snapshot `stats.rs`,
-//! the arena snapshot `snapshot.rs`, `check()` `check.rs`, the trace API `tracing.rs`.
+//! the arena snapshot `snapshot.rs`, `check()` `check.rs`, the trace API `tracing.rs`;
+//! `host_faults.rs` tests every host allocation's failure.
 
 pub(crate) mod alloc;
 pub(crate) mod check;
 pub(crate) mod free;
+#[cfg(all(test, not(loom)))]
+mod host_faults;
 pub(crate) mod pause;
 #[allow(clippy::module_inception)]
 pub(crate) mod pool;

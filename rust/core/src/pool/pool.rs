@@ -95,7 +95,7 @@ impl Pool {
             id,
             slab_counters,
             counters: Counters::new(config.cores, config.capacity),
-            handles: HandleTable::new(id, max_blocks.max(1), config.cores),
+            handles: HandleTable::new(id, max_blocks.max(1), config.cores)?,
             gate: Gate::new(id as usize),
             trace: Trace::new(),
             arena,

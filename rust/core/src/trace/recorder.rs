@@ -4,7 +4,7 @@
 use super::clock::{Clock, TscScale};
 use super::event::{EventKind, TraceEvent, EVENT_WORDS};
 use super::ring::Ring;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::handle::id::Handle;
 use crate::util::sync::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
@@ -131,15 +131,20 @@ impl Trace {
         self.control.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Replace the rings (the pool must be paused) and switch on; `fast_clock` from
-    /// `Clock::calibrate`.
-    fn install(&self, cores: usize, capacity: usize, fast_clock: Option<TscScale>) {
+    /// Fresh rings for `capacity` events over `cores` cores; `fast_clock` from
+    /// `Clock::calibrate`. `Error::HostMemory` when the host has no room for them.
+    fn make_rings(cores: usize, capacity: usize, fast_clock: Option<TscScale>) -> Result<Box<Rings>> {
         let per_core = capacity.div_ceil(cores).next_power_of_two().max(MIN_RING);
-        let fresh = Box::new(Rings {
-            rings: (0..cores).map(|_| CachePadded(Ring::new(per_core))).collect(),
-            per_core,
-            fast_clock,
-        });
+        let mut rings = Vec::new();
+        rings.try_reserve_exact(cores).map_err(|_| Error::HostMemory { what: "the trace rings", bytes: usize::MAX })?;
+        for _ in 0..cores {
+            rings.push(CachePadded(Ring::new(per_core)?));
+        }
+        Ok(Box::new(Rings { rings: rings.into_boxed_slice(), per_core, fast_clock }))
+    }
+
+    /// Replace the rings with `fresh` (the pool must be paused) and switch on.
+    fn install(&self, fresh: Box<Rings>) {
         let old = self.rings.swap(Box::into_raw(fresh), Ordering::AcqRel);
         if !old.is_null() {
             // SAFETY: the pool is paused, so no writer holds the old rings; installed from a
@@ -173,8 +178,9 @@ impl Trace {
     pub(crate) fn start<G>(&self, cores: usize, capacity: usize, pause: impl FnOnce() -> Result<G>) -> Result<()> {
         let mut drains = self.lock();
         let fast_clock = self.clock.calibrate();
+        let fresh = Self::make_rings(cores, capacity, fast_clock)?;
         let _paused = pause()?;
-        self.install(cores, capacity, fast_clock);
+        self.install(fresh);
         *drains = Drains::default();
         Ok(())
     }

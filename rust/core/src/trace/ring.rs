@@ -29,7 +29,9 @@
 //! The loom models at the end of this file check this protocol: writers racing each other on a
 //! lapped ring and a concurrent drain.
 
+use crate::error::Result;
 use crate::util::sync::{fence, AtomicU64, Ordering};
+use crate::util::zeroed::try_boxed;
 
 const WRITING: u64 = 0;
 const DONE: u64 = 1;
@@ -61,17 +63,17 @@ pub(crate) struct Drained {
 }
 
 impl<const W: usize> Ring<W> {
-    /// A ring of `cap` slots (a power of two, at least 1).
-    pub(crate) fn new(cap: usize) -> Ring<W> {
+    /// A ring of `cap` slots (a power of two, at least 1); `Error::HostMemory` when the host
+    /// has no room for it (failpoint `host.vec`).
+    pub(crate) fn new(cap: usize) -> Result<Ring<W>> {
         assert!(cap.is_power_of_two());
-        Ring {
-            slots: (0..cap)
-                .map(|_| Slot { seq: AtomicU64::new(VOID), words: std::array::from_fn(|_| AtomicU64::new(0)) })
-                .collect(),
+        let empty = |_| Slot { seq: AtomicU64::new(VOID), words: std::array::from_fn(|_| AtomicU64::new(0)) };
+        Ok(Ring {
+            slots: try_boxed(cap, "a trace ring", empty)?,
             mask: cap as u64 - 1,
             write: crate::util::sync::CachePadded(AtomicU64::new(0)),
             read: AtomicU64::new(0),
-        }
+        })
     }
 
     /// Tickets handed out so far (events written, lost or in flight).
@@ -174,7 +176,7 @@ mod tests {
 
     #[test]
     fn drain_delivers_in_order_and_counts_overwrites() {
-        let ring: Ring<2> = Ring::new(4);
+        let ring: Ring<2> = Ring::new(4).unwrap();
         for n in 0..3 {
             ring.push(&event(n));
         }
@@ -193,7 +195,7 @@ mod tests {
 
     #[test]
     fn concurrent_writers_and_drains_never_tear_or_duplicate() {
-        let ring: Arc<Ring<2>> = Arc::new(Ring::new(64));
+        let ring: Arc<Ring<2>> = Arc::new(Ring::new(64).unwrap());
         let writers = 3u64;
         let per = 20_000u64;
         let mut seen = HashSet::new();
@@ -241,7 +243,7 @@ mod loom_models {
     #[test]
     fn writer_laps_writer_on_one_slot_while_draining() {
         loom::model(|| {
-            let ring: Arc<Ring<2>> = Arc::new(Ring::new(1));
+            let ring: Arc<Ring<2>> = Arc::new(Ring::new(1).unwrap());
             let r2 = ring.clone();
             let other = thread::spawn(move || r2.push(&[1, 10]));
             ring.push(&[2, 20]);
@@ -262,7 +264,7 @@ mod loom_models {
     #[test]
     fn drain_races_a_writer_overwriting_the_slot_it_reads() {
         loom::model(|| {
-            let ring: Arc<Ring<2>> = Arc::new(Ring::new(1));
+            let ring: Arc<Ring<2>> = Arc::new(Ring::new(1).unwrap());
             ring.push(&[1, 10]);
             let r2 = ring.clone();
             let writer = thread::spawn(move || {
@@ -280,7 +282,7 @@ mod loom_models {
     #[test]
     fn two_writers_two_slots_and_a_drain() {
         loom::model(|| {
-            let ring: Arc<Ring<2>> = Arc::new(Ring::new(2));
+            let ring: Arc<Ring<2>> = Arc::new(Ring::new(2).unwrap());
             let r2 = ring.clone();
             let other = thread::spawn(move || {
                 r2.push(&[1, 10]);

@@ -2,20 +2,28 @@
 //! moved or freed while the table lives. Lock-free: two threads that touch a new segment at once
 //! both allocate one, one installs it with a CAS and the other drops its own. References into the
 //! table stay valid for the table's lifetime, so a lock-free structure can keep indices into it.
+//!
+//! Host memory is never assumed: the segment directory is a lazily committed zeroed table, and
+//! [`Segmented::try_get`] (the one place a segment is installed) reports a failed allocation as
+//! `Error::HostMemory` (failpoint `host.segment`) instead of aborting. [`Segmented::get`] is for
+//! entries whose segment is known to exist.
 
 #[cfg(loom)]
 use loom::sync::atomic::AtomicPtr;
 #[cfg(not(loom))]
 use std::sync::atomic::AtomicPtr;
 
+use crate::error::{Error, Result};
+use crate::util::failpoint;
 use crate::util::sync::Ordering;
+use crate::util::zeroed::{Zeroable, Zeroed};
 
 /// Entries per segment: `1 << SEGMENT_SHIFT`.
 const SEGMENT_SHIFT: u32 = 12;
 const SEGMENT: usize = 1 << SEGMENT_SHIFT;
 
 pub(crate) struct Segmented<T> {
-    segments: Box<[AtomicPtr<T>]>,
+    segments: Zeroed<AtomicPtr<T>>,
     capacity: usize,
 }
 
@@ -25,40 +33,60 @@ unsafe impl<T: Send + Sync> Send for Segmented<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send + Sync> Sync for Segmented<T> {}
 
+// SAFETY: an `AtomicPtr` has the representation of a pointer, and all zero is null.
+unsafe impl<T> Zeroable for AtomicPtr<T> {}
+
 impl<T: Default> Segmented<T> {
-    /// Room for `capacity` entries (segments are allocated only when used).
-    pub(crate) fn new(capacity: usize) -> Segmented<T> {
-        Segmented {
-            segments: (0..capacity.div_ceil(SEGMENT)).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
-            capacity,
-        }
+    /// Room for `capacity` entries (segments are allocated only when used); `Error::HostMemory`
+    /// when the host has no room for the segment directory.
+    pub(crate) fn new(capacity: usize) -> Result<Segmented<T>> {
+        Ok(Segmented { segments: Zeroed::new(capacity.div_ceil(SEGMENT), "a segment directory")?, capacity })
     }
 
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
-    /// Entry `index`, allocating its segment if needed.
+    /// Entry `index`, whose segment exists (it was reached through [`Segmented::try_get`]).
     #[inline]
     pub(crate) fn get(&self, index: u32) -> &T {
         let ptr = self.segments[index as usize >> SEGMENT_SHIFT].load(Ordering::Acquire);
-        let ptr = if ptr.is_null() { self.install(index as usize >> SEGMENT_SHIFT) } else { ptr };
+        if ptr.is_null() {
+            missing_segment(index);
+        }
         // SAFETY: a non-null segment holds SEGMENT entries and lives as long as `self`.
         unsafe { &*ptr.add(index as usize & (SEGMENT - 1)) }
     }
 
+    /// Entry `index`, allocating its segment if needed; `Error::HostMemory` when the host has
+    /// no memory for the segment (nothing changes then).
+    #[inline]
+    pub(crate) fn try_get(&self, index: u32) -> Result<&T> {
+        let ptr = self.segments[index as usize >> SEGMENT_SHIFT].load(Ordering::Acquire);
+        let ptr = if ptr.is_null() { self.install(index as usize >> SEGMENT_SHIFT)? } else { ptr };
+        // SAFETY: a non-null segment holds SEGMENT entries and lives as long as `self`.
+        Ok(unsafe { &*ptr.add(index as usize & (SEGMENT - 1)) })
+    }
+
     /// Allocate segment `segment` (or take the one another thread installed first).
     #[cold]
-    fn install(&self, segment: usize) -> *mut T {
+    fn install(&self, segment: usize) -> Result<*mut T> {
         let cell = &self.segments[segment];
-        let fresh: Box<[T]> = (0..SEGMENT).map(|_| T::default()).collect();
-        let fresh = Box::into_raw(fresh) as *mut T;
+        let bytes = SEGMENT * std::mem::size_of::<T>();
+        let failed = Error::HostMemory { what: "a segment of a table", bytes };
+        if failpoint::fire("host.segment") {
+            return Err(failed);
+        }
+        let mut fresh: Vec<T> = Vec::new();
+        fresh.try_reserve_exact(SEGMENT).map_err(|_| failed)?;
+        fresh.extend((0..SEGMENT).map(|_| T::default()));
+        let fresh = Box::into_raw(fresh.into_boxed_slice()) as *mut T;
         match cell.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => fresh,
+            Ok(_) => Ok(fresh),
             Err(winner) => {
                 // SAFETY: `fresh` came from Box::into_raw above and lost the race: ours to drop.
                 drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, SEGMENT)) });
-                winner
+                Ok(winner)
             }
         }
     }
@@ -72,6 +100,13 @@ impl<T: Default> Segmented<T> {
         // SAFETY: a non-null segment holds SEGMENT entries and lives as long as `self`.
         Some(unsafe { &*ptr.add(index as usize & (SEGMENT - 1)) })
     }
+}
+
+/// An entry was used before its segment was installed: a bug of the caller.
+#[cold]
+#[inline(never)]
+fn missing_segment(index: u32) -> ! {
+    panic!("entry {index} of a segmented table was used before its segment was installed")
 }
 
 impl<T> Drop for Segmented<T> {
@@ -93,14 +128,25 @@ mod tests {
 
     #[test]
     fn entries_are_stable_and_lazily_allocated() {
-        let table: Segmented<AtomicU64> = Segmented::new(10_000);
+        let table: Segmented<AtomicU64> = Segmented::new(10_000).unwrap();
         assert!(table.get_existing(5000).is_none());
-        table.get(5000).store(7, Ordering::Relaxed);
+        table.try_get(5000).unwrap().store(7, Ordering::Relaxed);
         let first = table.get(5000) as *const AtomicU64;
-        table.get(9999).store(1, Ordering::Relaxed);
+        table.try_get(9999).unwrap().store(1, Ordering::Relaxed);
         assert_eq!(table.get(5000) as *const AtomicU64, first, "entries never move");
         assert_eq!(table.get_existing(5000).unwrap().load(Ordering::Relaxed), 7);
         assert!(table.get_existing(10_000).is_none());
         assert_eq!(table.capacity(), 10_000);
+    }
+
+    #[test]
+    fn a_failed_install_changes_nothing() {
+        let table: Segmented<AtomicU64> = Segmented::new(10_000).unwrap();
+        let (got, fired) = failpoint::fail_at("host.segment", 0, || table.try_get(5000).map(|_| ()));
+        assert!(fired);
+        assert!(matches!(got, Err(Error::HostMemory { .. })), "{got:?}");
+        assert!(table.get_existing(5000).is_none(), "no segment was installed");
+        table.try_get(5000).unwrap().store(3, Ordering::Relaxed);
+        assert_eq!(table.get(5000).load(Ordering::Relaxed), 3);
     }
 }

@@ -1,8 +1,24 @@
-//! Large tables that start at zero, from zeroed memory: the kernel commits their pages only when
-//! first touched, so a table sized for the whole arena costs memory only where it is used (and
-//! a lookup is one indexed load, with no segment to find first).
+//! Tables that start at zero and cost host memory only where they are used.
+//!
+//! A pool's metadata is sized for the whole arena (a tree per chunk, a directory entry per slab
+//! granule), but a pool rarely touches more than a small part of it. A [`Zeroed`] table of more
+//! than [`MAPPED_FROM`] bytes is an anonymous private mapping with `MAP_NORESERVE`: the kernel
+//! reserves address space only and backs a page with memory when it is first written, so an
+//! empty 1 TiB pool costs almost nothing. Smaller tables come from the global allocator. Either
+//! way the table is one contiguous slice: a lookup is one indexed load, as with a `Box<[T]>`.
+//!
+//! Making a table never aborts: a size that overflows, a mapping the kernel refuses or an
+//! allocation that fails is `Error::HostMemory`, naming the table (failpoint `host.table`).
+//! [`try_boxed`] does the same for small tables built from values (failpoint `host.vec`).
 
+use std::ops::Deref;
+
+use crate::error::{Error, Result};
+use crate::util::failpoint;
 use crate::util::sync::AtomicU64;
+
+/// Tables of at least this many bytes are mapped; smaller ones are allocated.
+pub(crate) const MAPPED_FROM: usize = 64 << 10;
 
 /// Types whose all-zero bytes are a valid value: atomics, and structs made only of them.
 ///
@@ -21,44 +37,186 @@ pub(crate) unsafe trait Zeroable: Default {}
 // SAFETY: `AtomicU64` has the representation of `u64`, for which zero is valid.
 unsafe impl Zeroable for AtomicU64 {}
 
-/// `n` values, all zero.
-pub(crate) fn table<T: Zeroable>(n: usize) -> Box<[T]> {
+/// `n` values of `T`, all zero (see the module documentation).
+pub(crate) struct Zeroed<T: Zeroable> {
     #[cfg(not(loom))]
-    {
-        if n == 0 || std::mem::size_of::<T>() == 0 {
-            // SAFETY: zero-sized requests: a dangling, well-aligned pointer is a valid empty or
-            // zero-sized slice, and `T` is valid when zeroed (there are no bytes).
-            return unsafe {
-                Box::from_raw(std::ptr::slice_from_raw_parts_mut(std::ptr::NonNull::<T>::dangling().as_ptr(), n))
-            };
-        }
-        let layout = std::alloc::Layout::array::<T>(n).expect("a table that fits the address space");
-        // SAFETY: the layout has a non-zero size; all-zero bytes are a valid `T` (`Zeroable`);
-        // the box frees with the same layout it was allocated with.
-        unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout).cast::<T>();
-            if ptr.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n))
-        }
-    }
+    ptr: std::ptr::NonNull<T>,
+    #[cfg(not(loom))]
+    len: usize,
     #[cfg(loom)]
-    {
-        (0..n).map(|_| T::default()).collect()
+    values: Box<[T]>,
+}
+
+// SAFETY: the table owns its values like a `Box<[T]>` does.
+unsafe impl<T: Zeroable + Send> Send for Zeroed<T> {}
+// SAFETY: as above; shared access hands out `&T` only.
+unsafe impl<T: Zeroable + Sync> Sync for Zeroed<T> {}
+
+impl<T: Zeroable> Zeroed<T> {
+    /// `n` zero values; `what` names the table in the error when host memory runs out.
+    pub(crate) fn new(n: usize, what: &'static str) -> Result<Zeroed<T>> {
+        let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or(Error::HostMemory { what, bytes: usize::MAX })?;
+        if failpoint::fire("host.table") {
+            return Err(Error::HostMemory { what, bytes });
+        }
+        #[cfg(not(loom))]
+        {
+            let ptr = if bytes == 0 {
+                std::ptr::NonNull::<T>::dangling()
+            } else if bytes >= MAPPED_FROM {
+                map_zeroed(bytes).ok_or(Error::HostMemory { what, bytes })?.cast()
+            } else {
+                let layout = std::alloc::Layout::array::<T>(n).map_err(|_| Error::HostMemory { what, bytes })?;
+                // SAFETY: the layout has a non-zero size.
+                let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+                std::ptr::NonNull::new(raw.cast()).ok_or(Error::HostMemory { what, bytes })?
+            };
+            Ok(Zeroed { ptr, len: n })
+        }
+        #[cfg(loom)]
+        {
+            let _ = bytes;
+            Ok(Zeroed { values: (0..n).map(|_| T::default()).collect() })
+        }
     }
+
+    /// Bytes of this table the host has committed (pages resident in memory).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn resident_bytes(&self) -> usize {
+        let bytes = self.bytes();
+        if bytes < MAPPED_FROM {
+            return bytes;
+        }
+        let page = 4096;
+        let mut pages = vec![0u8; bytes.div_ceil(page)];
+        // SAFETY: the range is this table's mapping, and `pages` has a byte per page.
+        let rc = unsafe { libc::mincore(self.ptr.as_ptr().cast(), bytes, pages.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        pages.iter().filter(|&&p| p & 1 != 0).count() * page
+    }
+
+    #[cfg(not(loom))]
+    fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+}
+
+/// `bytes` (non-zero) of fresh zero pages, reserved but not committed.
+#[cfg(not(loom))]
+fn map_zeroed(bytes: usize) -> Option<std::ptr::NonNull<u8>> {
+    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return None;
+    }
+    std::ptr::NonNull::new(ptr.cast())
+}
+
+impl<T: Zeroable> Deref for Zeroed<T> {
+    type Target = [T];
+
+    #[inline(always)]
+    fn deref(&self) -> &[T] {
+        #[cfg(not(loom))]
+        {
+            // SAFETY: `ptr` holds `len` zero-initialized (hence valid, `Zeroable`) values that
+            // live as long as `self`.
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        }
+        #[cfg(loom)]
+        {
+            &self.values
+        }
+    }
+}
+
+impl<T: Zeroable> Drop for Zeroed<T> {
+    fn drop(&mut self) {
+        #[cfg(not(loom))]
+        {
+            let bytes = self.bytes();
+            if bytes == 0 {
+                return;
+            }
+            if bytes >= MAPPED_FROM {
+                // SAFETY: mapped by `map_zeroed` with exactly this start and length.
+                unsafe { libc::munmap(self.ptr.as_ptr().cast(), bytes) };
+            } else {
+                let layout = std::alloc::Layout::array::<T>(self.len).expect("the layout it was allocated with");
+                // SAFETY: allocated by `alloc_zeroed` with this layout; `T` needs no drop.
+                unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+            }
+        }
+    }
+}
+
+/// `n` values made by `make(i)`, in a boxed slice whose allocation cannot abort: when the host
+/// has no memory for it, `Error::HostMemory` naming `what`.
+pub(crate) fn try_boxed<T>(n: usize, what: &'static str, make: impl FnMut(usize) -> T) -> Result<Box<[T]>> {
+    let bytes = n.saturating_mul(std::mem::size_of::<T>());
+    if failpoint::fire("host.vec") {
+        return Err(Error::HostMemory { what, bytes });
+    }
+    let mut values = Vec::new();
+    values.try_reserve_exact(n).map_err(|_| Error::HostMemory { what, bytes })?;
+    values.extend((0..n).map(make));
+    Ok(values.into_boxed_slice())
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::*;
     use crate::util::sync::{AtomicU64, Ordering};
 
     #[test]
-    fn zero_and_writable() {
-        let table: Box<[AtomicU64]> = super::table(1 << 20);
-        assert!(table.iter().step_by(4097).all(|a| a.load(Ordering::Relaxed) == 0));
-        table[12345].store(7, Ordering::Relaxed);
-        assert_eq!(table[12345].load(Ordering::Relaxed), 7);
-        assert!(super::table::<AtomicU64>(0).is_empty());
+    fn zero_and_writable_small_and_mapped() {
+        for n in [1usize, 100, MAPPED_FROM / 8, 1 << 20] {
+            let table: Zeroed<AtomicU64> = Zeroed::new(n, "test").unwrap();
+            assert_eq!(table.len(), n);
+            assert!(table.iter().step_by(4097).all(|a| a.load(Ordering::Relaxed) == 0));
+            table[n - 1].store(7, Ordering::Relaxed);
+            assert_eq!(table[n - 1].load(Ordering::Relaxed), 7);
+        }
+        assert!(Zeroed::<AtomicU64>::new(0, "test").unwrap().is_empty());
+    }
+
+    #[test]
+    fn impossible_sizes_are_errors_not_aborts() {
+        let err = Zeroed::<AtomicU64>::new(usize::MAX / 4, "huge").err().unwrap();
+        assert!(matches!(err, Error::HostMemory { what: "huge", .. }), "{err:?}");
+        // Address space no kernel maps (2^62 bytes): refused by mmap, not fatal.
+        let err = Zeroed::<AtomicU64>::new(1 << 59, "vast").err().unwrap();
+        assert!(matches!(err, Error::HostMemory { what: "vast", .. }), "{err:?}");
+        let err = try_boxed::<u64>(usize::MAX / 4, "many", |i| i as u64).err().unwrap();
+        assert!(matches!(err, Error::HostMemory { what: "many", .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_empty_mapped_table_costs_no_memory() {
+        let before = rss_bytes();
+        let table: Zeroed<AtomicU64> = Zeroed::new(1 << 30, "test").unwrap(); // 8 GiB reserved
+        table[12345].store(1, Ordering::Relaxed);
+        // Other tests run meanwhile: the bound only tells lazy pages from committed ones.
+        let grown = rss_bytes().saturating_sub(before);
+        assert!(grown < 1 << 30, "an 8 GiB table with one entry used grew RSS by {grown} bytes");
+    }
+
+    /// The resident set of this process.
+    pub(crate) fn rss_bytes() -> usize {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+            .map_or(0, |kb| kb * 1024)
     }
 }

@@ -29,8 +29,10 @@
 //! per bank. An object's offset is a multiple of its class's natural alignment (the largest power
 //! of two dividing the size); a request needing more goes to a class that provides it.
 
+use crate::error::Result;
 use crate::util::index_stack::{IndexStack, NIL};
 use crate::util::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
+use crate::util::zeroed::{try_boxed, Zeroed};
 
 /// Objects per slab at most: bit 63 of the occupancy word is the retired flag.
 pub(crate) const MAX_OBJECTS: u32 = 63;
@@ -249,38 +251,46 @@ pub(crate) struct SlabCaches {
     pub(crate) classes: SlabClasses,
     /// Slab metadata by id (ids are handed out densely from 0; the table is sized for the
     /// most slabs the arena could hold and committed by the kernel as ids are used).
-    slabs: Box<[Slab]>,
+    slabs: Zeroed<Slab>,
     fresh_ids: AtomicU32,
     free_ids: IndexStack,
     /// Slab granule (offset >> granule_shift) -> `owner << 40 | (class + 1) << 32 | id`, 0 when
     /// no slab covers it: a free finds its slab, class, owner and (slabs being naturally aligned)
     /// base in one load.
-    pub(super) directory: Box<[AtomicU64]>,
+    pub(super) directory: Zeroed<AtomicU64>,
     pub(super) cores: Box<[CachePadded<CoreSlabs>]>,
     /// Live slabs per class.
     live: Box<[AtomicU64]>,
 }
 
 impl SlabCaches {
-    pub(crate) fn new(classes: SlabClasses, arena_bytes: usize, cores: usize) -> SlabCaches {
+    /// Caches for `cores` cores over an arena of `arena_bytes`; the slab and directory tables
+    /// are committed by the host as they are used. `Error::HostMemory` when the host has no
+    /// room for them.
+    pub(crate) fn new(classes: SlabClasses, arena_bytes: usize, cores: usize) -> Result<SlabCaches> {
         let granules = (arena_bytes >> classes.granule_shift) + 1;
         let n = classes.classes.len();
-        SlabCaches {
-            slabs: crate::util::zeroed::table(granules.min((NIL - 1) as usize)),
+        let make_core = |_| {
+            CachePadded(CoreSlabs {
+                current: (0..n).map(|_| AtomicU64::new(0)).collect(),
+                partial: (0..n).map(|_| IndexStack::new()).collect(),
+            })
+        };
+        Ok(SlabCaches {
+            slabs: Zeroed::new(granules.min((NIL - 1) as usize), "the slab table")?,
             fresh_ids: AtomicU32::new(0),
             free_ids: IndexStack::new(),
-            directory: crate::util::zeroed::table(granules),
-            cores: (0..cores.max(1))
-                .map(|_| {
-                    CachePadded(CoreSlabs {
-                        current: (0..n).map(|_| AtomicU64::new(0)).collect(),
-                        partial: (0..n).map(|_| IndexStack::new()).collect(),
-                    })
-                })
-                .collect(),
+            directory: Zeroed::new(granules, "the slab directory")?,
+            cores: try_boxed(cores.max(1), "the per-core slab caches", make_core)?,
             live: (0..n).map(|_| AtomicU64::new(0)).collect(),
             classes,
-        }
+        })
+    }
+
+    /// Bytes of the slab table and directory the host has committed.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn resident_bytes(&self) -> usize {
+        self.slabs.resident_bytes() + self.directory.resident_bytes()
     }
 
     #[inline]
@@ -698,7 +708,7 @@ mod tests {
 
     #[test]
     fn objects_come_out_once_and_slabs_retire_when_empty() {
-        let caches = SlabCaches::new(classes(&[64, 1024]), 64 << 20, 2);
+        let caches = SlabCaches::new(classes(&[64, 1024]), 64 << 20, 2).unwrap();
         let arena = Arena::default();
         let mut seen = HashSet::new();
         let mut objects = Vec::new();
@@ -724,7 +734,7 @@ mod tests {
 
     #[test]
     fn full_slabs_freed_remotely_are_collected_by_their_owner() {
-        let caches = SlabCaches::new(classes(&[1024]), 64 << 20, 2);
+        let caches = SlabCaches::new(classes(&[1024]), 64 << 20, 2).unwrap();
         let arena = Arena::default();
         let per_slab = caches.classes.classes[0].objects as usize;
         let first: Vec<usize> = (0..per_slab).map(|_| caches.alloc(0, 1, &arena).unwrap().0).collect();
@@ -747,7 +757,7 @@ mod tests {
 
     #[test]
     fn concurrent_remote_frees_never_lose_or_duplicate_objects() {
-        let caches = SlabCaches::new(classes(&[64, 256]), 256 << 20, 2);
+        let caches = SlabCaches::new(classes(&[64, 256]), 256 << 20, 2).unwrap();
         let arena = Arena::default();
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<usize>>(64);
         std::thread::scope(|s| {
@@ -781,7 +791,7 @@ mod tests {
 
     #[test]
     fn two_producers_two_consumers_with_reclaims() {
-        let caches = SlabCaches::new(classes(&[64, 128, 512]), 256 << 20, 2);
+        let caches = SlabCaches::new(classes(&[64, 128, 512]), 256 << 20, 2).unwrap();
         let arena = Arena::default();
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(usize, u64)>>(64);
         let rx = std::sync::Mutex::new(rx);
@@ -871,7 +881,7 @@ mod loom_models {
             // 2048-byte objects in 4096-byte slabs: two objects per slab.
             let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
             assert_eq!(classes.classes[0].objects, 2);
-            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1));
+            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap());
             let arena = Arc::new(Arena::default());
             let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
             let (b, _) = caches.alloc(0, 0, &*arena).unwrap();
@@ -914,7 +924,7 @@ mod loom_models {
     fn retirer_finishes_before_the_id_is_recycled() {
         loom::model(|| {
             let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
-            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1));
+            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap());
             let arena = Arc::new(Arena::default());
             let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
             let (b, _) = caches.alloc(0, 0, &*arena).unwrap();
@@ -942,7 +952,7 @@ mod loom_models {
     fn retirement_races_collection_and_recycling() {
         loom::model(|| {
             let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
-            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1));
+            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap());
             let arena = Arc::new(Arena::default());
             let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
             let (b, _) = caches.alloc(0, 0, &*arena).unwrap();

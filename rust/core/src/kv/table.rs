@@ -1,0 +1,536 @@
+//! The page table: each sequence's pages in order, and each page's references.
+//!
+//! Every operation checks and gathers what it needs first (sequences, fresh pages, copies) and
+//! changes the table only once nothing can fail any more: a refusal leaves it as it was.
+
+use super::counts::TableCounts;
+use super::error::KvError;
+use super::seq_map::SeqMap;
+use super::source::PageSource;
+
+/// One sequence: its tokens and its pages in order (`ceil(tokens / page_tokens)` of them).
+#[derive(Debug, Clone)]
+struct Seq {
+    id: i64,
+    tokens: u64,
+    pages: Vec<u32>,
+    /// The batch that last touched the sequence (to refuse a sequence twice in one batch).
+    mark: u64,
+}
+
+/// How one sequence grows by some tokens.
+#[derive(Debug, Clone, Copy)]
+struct Growth {
+    slot: u32,
+    tokens: u64,
+    fresh: usize,
+    copy: bool,
+}
+
+/// Sequences of fixed-size pages with reference-counted sharing.
+#[derive(Debug)]
+pub struct PageTable {
+    page_tokens: u64,
+    slots: Vec<Seq>,
+    free_slots: Vec<u32>,
+    ids: SeqMap,
+    /// References of each page number (0: not held).
+    refs: Vec<u32>,
+    pages_in_use: usize,
+    pages_shared: usize,
+    pages_logical: usize,
+    tokens: u64,
+    copies: u64,
+    epoch: u64,
+    // Scratch space of the batch calls, kept to spare allocations.
+    growths: Vec<Growth>,
+    taken: Vec<u32>,
+    pairs: Vec<(u32, u32)>,
+}
+
+type Result<T, S> = std::result::Result<T, KvError<<S as PageSource>::Error>>;
+
+impl PageTable {
+    /// An empty table of pages that hold `page_tokens` tokens each (at least 1).
+    pub fn new(page_tokens: u32) -> PageTable {
+        assert!(page_tokens > 0, "a page holds at least one token");
+        PageTable {
+            page_tokens: u64::from(page_tokens),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            ids: SeqMap::default(),
+            refs: Vec::new(),
+            pages_in_use: 0,
+            pages_shared: 0,
+            pages_logical: 0,
+            tokens: 0,
+            copies: 0,
+            epoch: 0,
+            growths: Vec::new(),
+            taken: Vec::new(),
+            pairs: Vec::new(),
+        }
+    }
+
+    /// Tokens a page holds.
+    pub fn page_tokens(&self) -> u32 {
+        self.page_tokens as u32
+    }
+
+    /// Pages that hold `tokens` tokens.
+    #[inline]
+    pub fn pages_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(self.page_tokens)
+    }
+
+    #[inline]
+    fn slot<E>(&self, seq: i64) -> std::result::Result<u32, KvError<E>> {
+        self.ids.get(&seq).copied().ok_or(KvError::UnknownSequence(seq))
+    }
+
+    /// Whether sequence `seq` is in the table.
+    pub fn contains(&self, seq: i64) -> bool {
+        self.ids.contains_key(&seq)
+    }
+
+    /// Sequences in the table.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether the table holds no sequence.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The ids of the sequences, in no particular order.
+    pub fn sequences(&self) -> impl Iterator<Item = i64> + '_ {
+        self.ids.keys().copied()
+    }
+
+    /// Tokens of sequence `seq`.
+    pub fn num_tokens<E>(&self, seq: i64) -> std::result::Result<u64, KvError<E>> {
+        Ok(self.slots[self.slot(seq)? as usize].tokens)
+    }
+
+    /// The pages of sequence `seq`, in order.
+    pub fn pages<E>(&self, seq: i64) -> std::result::Result<&[u32], KvError<E>> {
+        Ok(&self.slots[self.slot(seq)? as usize].pages)
+    }
+
+    /// References of page `page` (0 when no sequence holds it).
+    pub fn refs(&self, page: u32) -> u32 {
+        self.refs.get(page as usize).copied().unwrap_or(0)
+    }
+
+    /// Every held page with its references, by page number.
+    pub fn held_pages(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.refs.iter().enumerate().filter(|(_, &r)| r > 0).map(|(p, &r)| (p as u32, r))
+    }
+
+    /// How sequence `slot` grows by `tokens`: fresh pages, and whether its shared, partly filled
+    /// last page must be copied first.
+    #[inline]
+    fn growth<E>(&self, slot: u32, tokens: u64) -> std::result::Result<Growth, KvError<E>> {
+        let s = &self.slots[slot as usize];
+        if tokens == 0 {
+            return Ok(Growth { slot, tokens, fresh: 0, copy: false });
+        }
+        let total = s.tokens.checked_add(tokens).ok_or(KvError::TooManyTokens { seq: s.id })?;
+        let want = self.pages_for(total);
+        if want > u64::from(u32::MAX) {
+            return Err(KvError::TooManyTokens { seq: s.id });
+        }
+        let fresh = (want as usize).saturating_sub(s.pages.len());
+        // The page the next token goes to, when it is partly filled and shared.
+        let next = (s.tokens / self.page_tokens) as usize;
+        let copy = s.tokens % self.page_tokens != 0 && s.pages.get(next).is_some_and(|&p| self.refs[p as usize] > 1);
+        Ok(Growth { slot, tokens, fresh, copy })
+    }
+
+    /// Pages that growing `seq` by `tokens` takes from the source (fresh ones and a copy).
+    pub fn pages_to_append<E>(&self, seq: i64, tokens: u64) -> std::result::Result<usize, KvError<E>> {
+        let g = self.growth(self.slot(seq)?, tokens)?;
+        Ok(g.fresh + usize::from(g.copy))
+    }
+
+    #[inline]
+    fn hold_fresh(&mut self, page: u32) {
+        let i = page as usize;
+        if i >= self.refs.len() {
+            self.refs.resize(i + 1, 0);
+        }
+        debug_assert_eq!(self.refs[i], 0, "a fresh page is not held");
+        self.refs[i] = 1;
+        self.pages_in_use += 1;
+    }
+
+    #[inline]
+    fn share(&mut self, page: u32) {
+        let r = &mut self.refs[page as usize];
+        *r += 1;
+        if *r == 2 {
+            self.pages_shared += 1;
+        }
+    }
+
+    #[inline]
+    fn release<S: PageSource>(&mut self, page: u32, source: &mut S) {
+        let r = &mut self.refs[page as usize];
+        *r -= 1;
+        match *r {
+            0 => {
+                self.pages_in_use -= 1;
+                source.give_back(page);
+            }
+            1 => self.pages_shared -= 1,
+            _ => {}
+        }
+    }
+
+    /// Apply a growth with its pages: the copy's destination first (when it copies), then the
+    /// fresh ones.
+    #[inline]
+    fn grow<S: PageSource>(&mut self, g: Growth, pages: &[u32], source: &mut S) {
+        let mut pages = pages.iter().copied();
+        if g.copy {
+            let to = pages.next().expect("a page for the copy");
+            let s = &self.slots[g.slot as usize];
+            let at = (s.tokens / self.page_tokens) as usize;
+            let from = s.pages[at];
+            self.hold_fresh(to);
+            self.slots[g.slot as usize].pages[at] = to;
+            self.release(from, source);
+            self.copies += 1;
+        }
+        for page in pages {
+            self.hold_fresh(page);
+            self.slots[g.slot as usize].pages.push(page);
+            self.pages_logical += 1;
+        }
+        self.slots[g.slot as usize].tokens += g.tokens;
+        self.tokens += g.tokens;
+    }
+
+    /// Copy the shared pages of the growths (destinations are the first taken page of each).
+    fn copy_shared<S: PageSource>(&mut self, source: &mut S) -> std::result::Result<(), S::Error> {
+        self.pairs.clear();
+        let mut next = 0;
+        for g in &self.growths {
+            if g.copy {
+                let s = &self.slots[g.slot as usize];
+                let from = s.pages[(s.tokens / self.page_tokens) as usize];
+                self.pairs.push((from, self.taken[next]));
+            }
+            next += g.fresh + usize::from(g.copy);
+        }
+        if self.pairs.is_empty() {
+            return Ok(());
+        }
+        let pairs = std::mem::take(&mut self.pairs);
+        let copied = source.copy(&pairs);
+        self.pairs = pairs;
+        copied
+    }
+
+    /// Take `count` pages into `self.taken` (emptied first).
+    fn take<S: PageSource>(&mut self, count: usize, source: &mut S) -> std::result::Result<(), S::Error> {
+        self.taken.clear();
+        if count == 0 {
+            return Ok(());
+        }
+        let mut taken = std::mem::take(&mut self.taken);
+        let got = source.take(count, &mut taken);
+        self.taken = taken;
+        got
+    }
+
+    fn give_back_taken<S: PageSource>(&mut self, source: &mut S) {
+        for &page in &self.taken {
+            source.give_back(page);
+        }
+        self.taken.clear();
+    }
+
+    /// Add sequence `seq` with room for `tokens` tokens (its prompt).
+    pub fn add<S: PageSource>(&mut self, seq: i64, tokens: u64, source: &mut S) -> Result<(), S> {
+        if self.contains(seq) {
+            return Err(KvError::SequenceExists(seq));
+        }
+        let pages = self.pages_for(tokens);
+        if pages > u64::from(u32::MAX) {
+            return Err(KvError::TooManyTokens { seq });
+        }
+        self.take(pages as usize, source).map_err(KvError::Source)?;
+        let taken = std::mem::take(&mut self.taken);
+        for &page in &taken {
+            self.hold_fresh(page);
+        }
+        self.pages_logical += taken.len();
+        self.tokens += tokens;
+        self.insert(Seq { id: seq, tokens, pages: taken.clone(), mark: 0 });
+        self.taken = taken;
+        Ok(())
+    }
+
+    fn insert(&mut self, seq: Seq) {
+        let id = seq.id;
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = seq;
+                slot
+            }
+            None => {
+                self.slots.push(seq);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.ids.insert(id, slot);
+    }
+
+    /// Grow sequence `seq` by `tokens` tokens: a fresh page whenever the last one is full, and a
+    /// copy of the last page first when it is partly filled and shared.
+    #[inline]
+    pub fn append<S: PageSource>(&mut self, seq: i64, tokens: u64, source: &mut S) -> Result<(), S> {
+        let slot = self.slot(seq)?;
+        let g = self.growth(slot, tokens)?;
+        if g.fresh == 0 && !g.copy {
+            self.slots[slot as usize].tokens += tokens;
+            self.tokens += tokens;
+            return Ok(());
+        }
+        self.growths.clear();
+        self.growths.push(g);
+        self.take(g.fresh + usize::from(g.copy), source).map_err(KvError::Source)?;
+        self.commit_growths(source)
+    }
+
+    /// Copy what the growths in `self.growths` copy, then apply them with `self.taken`; on a
+    /// failed copy, give the pages back.
+    fn commit_growths<S: PageSource>(&mut self, source: &mut S) -> Result<(), S> {
+        if let Err(err) = self.copy_shared(source) {
+            self.give_back_taken(source);
+            return Err(KvError::Source(err));
+        }
+        let growths = std::mem::take(&mut self.growths);
+        let taken = std::mem::take(&mut self.taken);
+        let mut next = 0;
+        for &g in &growths {
+            let n = g.fresh + usize::from(g.copy);
+            self.grow(g, &taken[next..next + n], source);
+            next += n;
+        }
+        self.growths = growths;
+        self.taken = taken;
+        self.taken.clear();
+        Ok(())
+    }
+
+    /// Grow each sequence of `seqs` by `tokens(i)` tokens, all or none: every sequence is looked up
+    /// and every page taken before any sequence changes. A sequence may appear once.
+    pub fn append_many<S: PageSource>(
+        &mut self,
+        seqs: impl ExactSizeIterator<Item = i64>,
+        mut tokens: impl FnMut(usize) -> u64,
+        source: &mut S,
+    ) -> Result<(), S> {
+        self.epoch += 1;
+        let epoch = self.epoch;
+        self.growths.clear();
+        let mut needed = 0;
+        let mut growths = std::mem::take(&mut self.growths);
+        let checked = || -> Result<(), S> {
+            for (index, seq) in seqs.enumerate() {
+                let slot = self.slot(seq)?;
+                let s = &mut self.slots[slot as usize];
+                if s.mark == epoch {
+                    return Err(KvError::Repeated { index, seq });
+                }
+                s.mark = epoch;
+                let g = self.growth(slot, tokens(index))?;
+                needed += g.fresh + usize::from(g.copy);
+                growths.push(g);
+            }
+            Ok(())
+        };
+        let checked = checked();
+        self.growths = growths;
+        checked?;
+        needed -= self.spare_last_copies();
+        if needed == 0 {
+            for g in &self.growths {
+                self.slots[g.slot as usize].tokens += g.tokens;
+                self.tokens += g.tokens;
+            }
+            return Ok(());
+        }
+        self.take(needed, source).map_err(KvError::Source)?;
+        self.commit_growths(source)
+    }
+
+    /// When every holder of a shared, partly filled page is in the batch, the last of them in
+    /// batch order finds the page its own by then: it appends in place instead of copying.
+    /// Returns how many copies that spares.
+    fn spare_last_copies(&mut self) -> usize {
+        let mut copying: Vec<(u32, usize)> = Vec::new();
+        for (i, g) in self.growths.iter().enumerate() {
+            if g.copy {
+                let s = &self.slots[g.slot as usize];
+                copying.push((s.pages[(s.tokens / self.page_tokens) as usize], i));
+            }
+        }
+        if copying.is_empty() {
+            return 0;
+        }
+        copying.sort_unstable();
+        let mut spared = 0;
+        for group in copying.chunk_by(|a, b| a.0 == b.0) {
+            let (page, last) = group[group.len() - 1];
+            if group.len() as u32 == self.refs[page as usize] {
+                self.growths[last].copy = false;
+                spared += 1;
+            }
+        }
+        spared
+    }
+
+    /// Add sequence `child` sharing every page of `parent` (its prompt, a beam).
+    pub fn fork<E>(&mut self, parent: i64, child: i64) -> std::result::Result<(), KvError<E>> {
+        let slot = self.slot(parent)?;
+        if self.contains(child) {
+            return Err(KvError::SequenceExists(child));
+        }
+        let s = &self.slots[slot as usize];
+        let (tokens, pages) = (s.tokens, s.pages.clone());
+        for &page in &pages {
+            self.share(page);
+        }
+        self.pages_logical += pages.len();
+        self.tokens += tokens;
+        self.insert(Seq { id: child, tokens, pages, mark: 0 });
+        Ok(())
+    }
+
+    /// Remove sequence `seq`: each of its pages loses a reference and goes back to the source
+    /// when none is left.
+    pub fn free<S: PageSource>(&mut self, seq: i64, source: &mut S) -> Result<(), S> {
+        let slot = self.ids.remove(&seq).ok_or(KvError::UnknownSequence(seq))?;
+        let s = std::mem::replace(&mut self.slots[slot as usize], Seq { id: 0, tokens: 0, pages: Vec::new(), mark: 0 });
+        for &page in s.pages.iter().rev() {
+            self.release(page, source);
+        }
+        self.pages_logical -= s.pages.len();
+        self.tokens -= s.tokens;
+        self.free_slots.push(slot);
+        Ok(())
+    }
+
+    /// Remove every sequence.
+    pub fn clear<S: PageSource>(&mut self, source: &mut S) {
+        let ids: Vec<i64> = self.ids.keys().copied().collect();
+        for seq in ids {
+            let _ = self.free(seq, source);
+        }
+    }
+
+    /// The counts of the table; the waste walks the sequences.
+    pub fn counts(&self) -> TableCounts {
+        let mut waste = 0;
+        let mut shared_tails = Vec::new();
+        for &slot in self.ids.values() {
+            let s = &self.slots[slot as usize];
+            let room = s.pages.len() as u64 * self.page_tokens - s.tokens;
+            if room == 0 {
+                continue;
+            }
+            // The partly filled page and any pages reserved past it.
+            let next = (s.tokens / self.page_tokens) as usize;
+            if s.pages.get(next).is_some_and(|&p| self.refs[p as usize] > 1) {
+                shared_tails.push((s.pages[next], s.tokens % self.page_tokens));
+                waste += room - (self.page_tokens - s.tokens % self.page_tokens);
+            } else {
+                waste += room;
+            }
+        }
+        shared_tails.sort_unstable();
+        shared_tails.dedup_by_key(|t| t.0);
+        waste += shared_tails.iter().map(|&(_, fill)| self.page_tokens - fill).sum::<u64>();
+        TableCounts {
+            sequences: self.ids.len(),
+            pages_in_use: self.pages_in_use,
+            pages_shared: self.pages_shared,
+            pages_logical: self.pages_logical,
+            tokens: self.tokens,
+            waste_tokens: waste,
+            copies: self.copies,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::error::{KvError, OutOfPages};
+    use super::super::source::FreeList;
+    use super::PageTable;
+
+    #[test]
+    fn append_takes_a_page_only_when_the_last_is_full() {
+        let mut src = FreeList::new(8);
+        let mut t = PageTable::new(4);
+        t.add(1, 0, &mut src).unwrap();
+        assert_eq!(t.pages::<()>(1).unwrap().len(), 0);
+        for n in 1..=9u64 {
+            t.append(1, 1, &mut src).unwrap();
+            assert_eq!(t.pages::<()>(1).unwrap().len() as u64, n.div_ceil(4));
+        }
+        assert_eq!(src.free(), 5);
+        assert_eq!(t.counts().waste_tokens, 3);
+        t.free(1, &mut src).unwrap();
+        assert_eq!(src.free(), 8);
+        assert_eq!(t.counts(), Default::default());
+    }
+
+    #[test]
+    fn fork_shares_and_copies_a_partly_filled_last_page() {
+        let mut src = FreeList::new(8);
+        let mut t = PageTable::new(4);
+        t.add(1, 6, &mut src).unwrap();
+        t.fork::<()>(1, 2).unwrap();
+        let c = t.counts();
+        assert_eq!((c.pages_in_use, c.pages_shared, c.pages_logical, c.tokens), (2, 2, 4, 12));
+        assert_eq!(c.waste_tokens, 2, "the shared tail counts once");
+        t.append(2, 1, &mut src).unwrap();
+        let (p1, p2) = (t.pages::<()>(1).unwrap().to_vec(), t.pages::<()>(2).unwrap().to_vec());
+        assert_eq!(p1[0], p2[0]);
+        assert_ne!(p1[1], p2[1]);
+        let c = t.counts();
+        assert_eq!((c.pages_in_use, c.pages_shared, c.copies), (3, 1, 1));
+        t.free(1, &mut src).unwrap();
+        t.free(2, &mut src).unwrap();
+        assert_eq!(src.free(), 8);
+    }
+
+    #[test]
+    fn refusals_change_nothing() {
+        let mut src = FreeList::new(2);
+        let mut t = PageTable::new(4);
+        t.add(1, 4, &mut src).unwrap();
+        assert_eq!(t.add(2, 9, &mut src), Err(KvError::Source(OutOfPages { needed: 3, free: 1 })));
+        assert_eq!(t.add(1, 1, &mut src), Err(KvError::SequenceExists(1)));
+        assert_eq!(t.append(1, 5, &mut src), Err(KvError::Source(OutOfPages { needed: 2, free: 1 })));
+        t.add(3, 0, &mut src).unwrap();
+        let before = t.counts();
+        assert_eq!(
+            t.append_many([3, 1].into_iter(), |_| 5, &mut src),
+            Err(KvError::Source(OutOfPages { needed: 4, free: 1 }))
+        );
+        assert_eq!(t.append_many([3, 3].into_iter(), |_| 1, &mut src), Err(KvError::Repeated { index: 1, seq: 3 }));
+        assert_eq!(t.append_many([3, 7].into_iter(), |_| 1, &mut src), Err(KvError::UnknownSequence(7)));
+        assert_eq!(t.counts(), before);
+        assert_eq!(t.num_tokens::<()>(3).unwrap(), 0);
+        assert_eq!(src.free(), 1);
+        t.append_many([3, 1].into_iter(), |_| 0, &mut src).unwrap();
+        t.append_many([3].into_iter(), |_| 4, &mut src).unwrap();
+        assert_eq!(src.free(), 0);
+    }
+}

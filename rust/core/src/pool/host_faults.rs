@@ -1,0 +1,103 @@
+//! Fault injection at every host allocation: a pool whose host runs out of memory (a table, a
+//! handle segment, the backing, a trace ring) reports a typed error, leaves nothing half-made
+//! and stays usable; and metadata grows with use, not with capacity.
+
+use crate::config::{Backing, PoolConfig};
+use crate::error::Error;
+use crate::pool::pool::Pool;
+use crate::util::failpoint;
+
+/// A configuration that passes every site: host backing, two cores, a partial last chunk.
+fn config() -> PoolConfig {
+    PoolConfig::new((16 << 20) + (1 << 20)).cores(2)
+}
+
+fn is_host_error(err: &Error) -> bool {
+    matches!(err, Error::HostMemory { .. } | Error::Backing(_))
+}
+
+/// The pool works: blocks of every route, a free, a consistent check.
+fn exercise(pool: &Pool) {
+    let handles: Vec<_> = [64, 3000, 100_000, 3 << 20].iter().map(|&n| pool.alloc(n, None, 0).unwrap()).collect();
+    for h in handles {
+        pool.free(h).unwrap();
+    }
+    pool.check().unwrap();
+}
+
+#[test]
+fn every_host_allocation_of_a_new_pool_can_fail_cleanly() {
+    let (pool, hits) = failpoint::record(|| Pool::new(config()));
+    exercise(&pool.unwrap());
+    let sites = failpoint::sites(&hits);
+    for name in ["host.table", "host.vec", "host.backing"] {
+        assert!(sites.iter().any(|(n, _)| *n == name), "pool creation never passes {name}: {sites:?}");
+    }
+    for &(name, nth) in &sites {
+        let (result, fired) = failpoint::fail_at(name, nth, || Pool::new(config()));
+        assert!(fired, "{name} #{nth} was not reached again");
+        match result {
+            Err(err) => assert!(is_host_error(&err), "{name} #{nth}: {err:?}"),
+            Ok(_) => panic!("{name} #{nth} failed, yet the pool was made"),
+        }
+    }
+    // Every failure released what was made before it; the next pool is whole.
+    exercise(&Pool::new(config()).unwrap());
+}
+
+#[test]
+fn a_handle_segment_the_host_cannot_give_fails_the_allocation_only() {
+    let pool = Pool::new(PoolConfig::new(4 << 20).backing(Backing::None)).unwrap();
+    // The first segment of the handle table holds 4096 slots; the next block needs a new one.
+    let held: Vec<_> = (0..4096).map(|_| pool.alloc(64, None, 0).unwrap()).collect();
+    let before = pool.stats();
+    let (result, fired) = failpoint::fail_at("host.segment", 0, || pool.alloc(64, None, 0));
+    assert!(fired);
+    assert!(matches!(result, Err(Error::HostMemory { .. })), "{result:?}");
+    let after = pool.stats();
+    assert_eq!(
+        (after.bytes_in_use, after.alloc_count, after.free_count),
+        (before.bytes_in_use, before.alloc_count, before.free_count)
+    );
+    pool.check().unwrap();
+    let next = pool.alloc(64, None, 0).unwrap();
+    pool.free(next).unwrap();
+    for h in held {
+        pool.free(h).unwrap();
+    }
+    pool.check().unwrap();
+}
+
+#[test]
+fn a_trace_ring_the_host_cannot_give_leaves_tracing_as_it_was() {
+    let pool = Pool::new(config()).unwrap();
+    let (result, fired) = failpoint::fail_at("host.vec", 1, || pool.trace_start(1000));
+    assert!(fired);
+    assert!(matches!(result, Err(Error::HostMemory { .. })), "{result:?}");
+    assert!(!pool.trace_status().enabled);
+    pool.trace_start(1000).unwrap();
+    let h = pool.alloc(100, None, 0).unwrap();
+    pool.free(h).unwrap();
+    assert_eq!(pool.trace_drain().len(), 2);
+}
+
+#[test]
+fn a_pool_larger_than_the_host_is_an_error_not_an_abort() {
+    // 2^48 bytes of host backing is more than any host maps.
+    let err = Pool::new(PoolConfig::new(crate::config::MAX_CAPACITY)).unwrap_err();
+    assert!(is_host_error(&err), "{err:?}");
+}
+
+#[test]
+fn an_empty_huge_pool_commits_almost_no_host_memory() {
+    // 1 TiB of device memory: its metadata is reserved, and committed only where used.
+    let pool = Pool::new(PoolConfig::new(1 << 40).cores(4).backing(Backing::None)).unwrap();
+    let handles: Vec<_> = [64, 5000, 1 << 20, 300 << 20].iter().map(|&n| pool.alloc(n, None, 0).unwrap()).collect();
+    for h in handles {
+        pool.free(h).unwrap();
+    }
+    // Other tests run meanwhile, so the process's RSS says little; the metadata's own pages do.
+    let committed = pool.arena().committed_metadata_bytes();
+    assert!(committed < 16 << 20, "an empty 1 TiB pool committed {committed} bytes of metadata");
+    pool.check().unwrap();
+}

@@ -1,0 +1,1023 @@
+//! `npumem._core.PagedKV`: the paged KV cache over a pool, as Python sees it (the Python class
+//! `npumem.kv.KVCache` derives from it). The bookkeeping is npumem-core's `kv::PageTable`; this
+//! file supplies its pages (one reservation, or a block of the pool per page), copies pages for
+//! copy-on-write, and converts arguments, results and errors.
+//!
+//! Threads: the table sits behind a mutex of the cache's own (the pool's alloc/free paths stay
+//! lock-free). A thread that finds the mutex taken waits for it without the GIL. Python code
+//! called under the mutex (a mover, the pool's out-of-memory handler) must not call the cache
+//! again: such a call raises `PoolBusyError` instead of waiting for itself. The eviction callback
+//! runs with the mutex released.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+
+use npumem_core::kv::{FreeList, KvError, PageSource, PageTable};
+use npumem_core::Handle;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyMemoryError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+
+use crate::errors::{error, to_py, ErrorClass};
+use crate::pool::state::Pool;
+
+/// Retries after `on_evict` calls that freed no page of an on-demand cache, before giving up.
+const MAX_IDLE_EVICTIONS: u32 = 8;
+
+/// Where the pages are.
+enum Pages {
+    /// Every page inside one block of the pool: page `i` at `offset(block) + i * page_bytes`.
+    Reserved { block: Handle, free: FreeList },
+    /// A block of the pool per page (`handles[page]`); page numbers of freed pages are reused.
+    OnDemand { handles: Vec<Option<Handle>>, spare: Vec<u32> },
+}
+
+struct State {
+    table: PageTable,
+    pages: Pages,
+    evictions: u64,
+    closed: bool,
+}
+
+/// The shape of the cache.
+#[derive(Clone, Copy)]
+struct Geometry {
+    num_layers: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    dtype_bytes: usize,
+    page_tokens: usize,
+    bytes_per_token: usize,
+    page_bytes: usize,
+    capacity_pages: Option<usize>,
+}
+
+/// The engine of `npumem.kv.KVCache`: sequences of fixed-size pages in a pool, shared by
+/// reference count.
+#[pyclass(module = "npumem._core", subclass, frozen)]
+pub struct PagedKV {
+    pool: Py<Pool>,
+    core: Arc<npumem_core::Pool>,
+    geometry: Geometry,
+    tag: Py<PyString>,
+    /// The pool's id of `tag`.
+    tag_id: u32,
+    state: Mutex<State>,
+    on_evict: Mutex<Option<Py<PyAny>>>,
+    mover: Mutex<Option<Py<PyAny>>>,
+    /// The thread that runs Python code under the state mutex (0: none).
+    callback_thread: AtomicUsize,
+}
+
+thread_local! {
+    static THREAD_MARK: u8 = const { 0 };
+}
+
+/// A number that tells the calling thread from every other live thread.
+fn thread_mark() -> usize {
+    THREAD_MARK.with(|m| m as *const u8 as usize)
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// A sequence id: an int in the signed 64-bit range (not a bool).
+#[inline]
+fn seq_id(value: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
+    if let Ok(int) = value.cast::<PyInt>() {
+        if !value.is_instance_of::<PyBool>() {
+            return int.extract::<i64>().map_err(|_| {
+                error(ErrorClass::InvalidArgument, format!("{name} = {value} is outside the signed 64-bit range"))
+            });
+        }
+    }
+    match value.extract::<i64>() {
+        Ok(id) if !value.is_instance_of::<PyBool>() => Ok(id),
+        _ => Err(error(ErrorClass::ArgumentType, format!("{name} must be an int, got {}", type_name(value)))),
+    }
+}
+
+/// A count of tokens: an int >= 0 (not a bool).
+#[inline]
+fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    if let Ok(int) = value.cast::<PyInt>() {
+        if !value.is_instance_of::<PyBool>() {
+            return int.extract::<u64>().map_err(|_| {
+                error(
+                    ErrorClass::InvalidArgument,
+                    format!("{name} must be an int >= 0 that fits in 64 bits, got {value}"),
+                )
+            });
+        }
+    }
+    match value.extract::<i128>() {
+        Ok(n) if !value.is_instance_of::<PyBool>() => u64::try_from(n).map_err(|_| {
+            error(ErrorClass::InvalidArgument, format!("{name} must be an int >= 0 that fits in 64 bits, got {n}"))
+        }),
+        _ => Err(error(ErrorClass::ArgumentType, format!("{name} must be an int, got {}", type_name(value)))),
+    }
+}
+
+/// A shape argument: an int > 0.
+fn positive(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    let n = count(value, name)?;
+    if n == 0 {
+        return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got 0")));
+    }
+    usize::try_from(n).map_err(|_| error(ErrorClass::InvalidArgument, format!("{name} = {n} is too large")))
+}
+
+/// Ints from a list, a tuple, a buffer of int64 (a numpy array) or any iterable.
+fn ints<T>(
+    value: &Bound<'_, PyAny>,
+    name: &str,
+    mut convert: impl FnMut(&Bound<'_, PyAny>, usize) -> PyResult<T>,
+    from_i64: impl Fn(i64, usize) -> PyResult<T>,
+) -> PyResult<Vec<T>> {
+    if let Ok(list) = value.cast::<PyList>() {
+        let mut out = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            out.push(convert(&item, i)?);
+        }
+        return Ok(out);
+    }
+    if let Ok(tuple) = value.cast::<PyTuple>() {
+        let mut out = Vec::with_capacity(tuple.len());
+        for (i, item) in tuple.iter().enumerate() {
+            out.push(convert(&item, i)?);
+        }
+        return Ok(out);
+    }
+    if let Ok(buffer) = PyBuffer::<i64>::get(value) {
+        let items = buffer.to_vec(value.py())?;
+        return items.into_iter().enumerate().map(|(i, v)| from_i64(v, i)).collect();
+    }
+    let items = value.try_iter().map_err(|_| {
+        error(ErrorClass::ArgumentType, format!("{name} must be a sequence of ints, got {}", type_name(value)))
+    })?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        out.push(convert(&item?, i)?);
+    }
+    Ok(out)
+}
+
+/// A page table refusal as a Python exception.
+fn refusal(err: KvError<PyErr>) -> PyErr {
+    match err {
+        KvError::Source(err) => err,
+        KvError::TooManyTokens { .. } => error(ErrorClass::RequestTooLarge, err.to_string()),
+        other => error(ErrorClass::InvalidArgument, other.to_string()),
+    }
+}
+
+fn out_of_pages(py: Python<'_>, needed: usize, free: usize, geometry: &Geometry) -> PyErr {
+    let page = geometry.page_bytes;
+    let reserved = geometry.capacity_pages.unwrap_or(0);
+    let message = format!(
+        "the KV cache needs {needed} page(s) of {page} bytes and {free} of its {reserved} reserved pages are free"
+    );
+    let made = ErrorClass::OutOfMemory.class(py).and_then(|cls| {
+        cls.call1((message.clone(), needed.saturating_mul(page), free.saturating_mul(page), free.min(1) * page))
+    });
+    match made {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(_) => PyMemoryError::new_err(message),
+    }
+}
+
+/// The page source of one call: the cache's pages, with the GIL.
+struct Source<'a, 'py> {
+    py: Python<'py>,
+    kv: &'a PagedKV,
+    pages: &'a mut Pages,
+}
+
+impl Source<'_, '_> {
+    /// A fresh block for a page, from the pool (its out-of-memory handler may run).
+    fn alloc_page(&self) -> PyResult<Handle> {
+        let kv = self.kv;
+        alloc_block(self.py, kv, kv.pool.get(), kv.geometry.page_bytes, kv.tag_id)
+    }
+
+    /// The offsets of `pages` now (blocks may have moved since a compaction).
+    fn offsets(&self, pages: &[u32], out: &mut Vec<i64>) -> PyResult<()> {
+        let core = &self.kv.core;
+        let info = |h: Handle| core.block(h).map_err(to_py);
+        match &*self.pages {
+            Pages::Reserved { block, .. } => {
+                let base = info(*block)?.offset;
+                let page = self.kv.geometry.page_bytes;
+                out.extend(pages.iter().map(|&p| (base + p as usize * page) as i64));
+            }
+            Pages::OnDemand { handles, .. } => {
+                for &p in pages {
+                    let h = handles[p as usize].expect("a held page has a block");
+                    out.push(info(h)?.offset as i64);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The block and the byte within it where page `index` of `seq` starts.
+    fn locate(&self, table: &PageTable, seq: i64, index: u64) -> PyResult<(Handle, usize)> {
+        let pages = table.pages(seq).map_err(refusal)?;
+        let Some(&page) = usize::try_from(index).ok().and_then(|i| pages.get(i)) else {
+            return Err(error(
+                ErrorClass::InvalidArgument,
+                format!("sequence {seq} has {} page(s), there is no page {index}", pages.len()),
+            ));
+        };
+        Ok(match &*self.pages {
+            Pages::Reserved { block, .. } => (*block, page as usize * self.kv.geometry.page_bytes),
+            Pages::OnDemand { handles, .. } => (handles[page as usize].expect("a held page has a block"), 0),
+        })
+    }
+
+    /// The blocks behind `pages` (to pin them while their bytes are copied).
+    fn blocks_of(&self, pages: &[(u32, u32)]) -> Vec<Handle> {
+        match &*self.pages {
+            Pages::Reserved { block, .. } => vec![*block],
+            Pages::OnDemand { handles, .. } => pages
+                .iter()
+                .flat_map(|&(a, b)| [a, b])
+                .map(|p| handles[p as usize].expect("a copied page has a block"))
+                .collect(),
+        }
+    }
+}
+
+impl PageSource for Source<'_, '_> {
+    type Error = PyErr;
+
+    fn take(&mut self, count: usize, out: &mut Vec<u32>) -> PyResult<()> {
+        if let Pages::Reserved { free, .. } = &mut *self.pages {
+            return free.take(count, out).map_err(|e| out_of_pages(self.py, e.needed, e.free, &self.kv.geometry));
+        }
+        let start = out.len();
+        for _ in 0..count {
+            match self.alloc_page() {
+                Ok(handle) => {
+                    let Pages::OnDemand { handles, spare } = &mut *self.pages else { unreachable!() };
+                    let page = match spare.pop() {
+                        Some(page) => page,
+                        None => {
+                            handles.push(None);
+                            (handles.len() - 1) as u32
+                        }
+                    };
+                    handles[page as usize] = Some(handle);
+                    out.push(page);
+                }
+                Err(err) => {
+                    let taken: Vec<u32> = out.drain(start..).collect();
+                    for page in taken {
+                        self.give_back(page);
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn give_back(&mut self, page: u32) {
+        match &mut *self.pages {
+            Pages::Reserved { free, .. } => free.give_back(page),
+            Pages::OnDemand { handles, spare } => {
+                if let Some(handle) = handles[page as usize].take() {
+                    self.kv.free_block(self.py, handle);
+                }
+                spare.push(page);
+            }
+        }
+    }
+
+    fn copy(&mut self, pairs: &[(u32, u32)]) -> PyResult<()> {
+        let py = self.py;
+        let kv = self.kv;
+        let page_bytes = kv.geometry.page_bytes;
+        let blocks = self.blocks_of(pairs);
+        let core = kv.core.clone();
+        // Pinned, the pages stay where they are while their bytes are copied.
+        py.detach(|| -> npumem_core::Result<()> {
+            for (i, &h) in blocks.iter().enumerate() {
+                if let Err(err) = core.pin(h) {
+                    for &done in &blocks[..i] {
+                        let _ = core.unpin(done);
+                    }
+                    return Err(err);
+                }
+            }
+            Ok(())
+        })
+        .map_err(to_py)?;
+        let copied = (|| -> PyResult<()> {
+            let flat: Vec<u32> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+            let mut offsets = Vec::with_capacity(flat.len());
+            self.offsets(&flat, &mut offsets)?;
+            if kv.core.has_backing() {
+                let (base, _) = kv.core.host_ptr(blocks[0]).map_err(to_py)?;
+                let base = base.as_ptr().wrapping_sub(match &*self.pages {
+                    Pages::Reserved { block, .. } => kv.core.block(*block).map_err(to_py)?.offset,
+                    Pages::OnDemand { .. } => kv.core.block(blocks[0]).map_err(to_py)?.offset,
+                });
+                for pair in offsets.chunks_exact(2) {
+                    // SAFETY: both pages are live, pinned blocks (or pinned pages of one block) of
+                    // `page_bytes` bytes inside the arena, which starts at `base`; a fresh
+                    // destination page never overlaps its source.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            base.wrapping_add(pair[0] as usize),
+                            base.wrapping_add(pair[1] as usize),
+                            page_bytes,
+                        )
+                    };
+                }
+                return Ok(());
+            }
+            let mover = kv.mover.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|m| m.clone_ref(py));
+            if let Some(mover) = mover {
+                let transfers: Vec<(i64, i64, usize)> =
+                    offsets.chunks_exact(2).map(|pair| (pair[0], pair[1], page_bytes)).collect();
+                kv.calling_python(|| mover.call1(py, (transfers,)))?;
+            }
+            Ok(())
+        })();
+        for &h in &blocks {
+            let _ = kv.core.unpin(h);
+        }
+        copied
+    }
+
+    fn available(&self) -> usize {
+        match &*self.pages {
+            Pages::Reserved { free, .. } => free.free(),
+            Pages::OnDemand { .. } => {
+                let core = &self.kv.core;
+                let stats = self.py.detach(|| core.stats());
+                let page = self.kv.geometry.page_bytes;
+                if stats.largest_free_block < page {
+                    0
+                } else {
+                    stats.bytes_free / page
+                }
+            }
+        }
+    }
+}
+
+/// Who runs Python code while a block is allocated (the pool's out-of-memory handler).
+trait CallsPython {
+    fn calling_python<T>(&self, work: impl FnOnce() -> T) -> T;
+}
+
+/// Before the cache exists, nothing can call it back.
+impl CallsPython for () {
+    fn calling_python<T>(&self, work: impl FnOnce() -> T) -> T {
+        work()
+    }
+}
+
+impl CallsPython for PagedKV {
+    fn calling_python<T>(&self, work: impl FnOnce() -> T) -> T {
+        PagedKV::calling_python(self, work)
+    }
+}
+
+/// A block of `size` bytes from `pool`, tagged `tag_id`: the fast path, else the full one with
+/// the pool's out-of-memory handler (run through `caller`).
+fn alloc_block(py: Python<'_>, caller: &impl CallsPython, pool: &Pool, size: usize, tag_id: u32) -> PyResult<Handle> {
+    let core = &pool.core;
+    match core.try_alloc_fast(size, None, tag_id).map_err(to_py)? {
+        Some(handle) => Ok(handle),
+        None => caller.calling_python(|| pool.oom.alloc(py, core, size, None, tag_id)),
+    }
+}
+
+impl PagedKV {
+    /// Run Python code under the state mutex, marked so that a call back into the cache from
+    /// it is refused rather than waiting for itself.
+    fn calling_python<T>(&self, work: impl FnOnce() -> T) -> T {
+        let before = self.callback_thread.swap(thread_mark(), Ordering::Relaxed);
+        let result = work();
+        self.callback_thread.store(before, Ordering::Relaxed);
+        result
+    }
+
+    /// The state, locked: at once when free, else waiting without the GIL.
+    #[inline]
+    fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, State>> {
+        loop {
+            match self.state.try_lock() {
+                Ok(state) => return self.open(state),
+                Err(TryLockError::Poisoned(p)) => return self.open(p.into_inner()),
+                Err(TryLockError::WouldBlock) => {
+                    if self.callback_thread.load(Ordering::Relaxed) == thread_mark() {
+                        return Err(error(
+                            ErrorClass::PoolBusy,
+                            "the KV cache was called from Python code that one of its own calls runs (a mover \
+                             or the pool's out-of-memory handler); call it after that call returns",
+                        ));
+                    }
+                    py.detach(|| drop(self.state.lock()));
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn open<'a>(&self, state: MutexGuard<'a, State>) -> PyResult<MutexGuard<'a, State>> {
+        if state.closed {
+            return Err(error(ErrorClass::InvalidHandle, "the KV cache is closed: its pages went back to the pool"));
+        }
+        Ok(state)
+    }
+
+    /// Run `op` on the table with a page source; when the pages run out and `on_evict` is set,
+    /// call it (without the mutex) and try again while it returns true and frees something.
+    fn with_pages<T>(
+        &self,
+        py: Python<'_>,
+        needed: impl Fn(&PageTable) -> Result<usize, KvError<PyErr>>,
+        mut op: impl FnMut(&mut PageTable, &mut Source<'_, '_>, bool) -> Result<T, KvError<PyErr>>,
+    ) -> PyResult<T> {
+        let mut retry = false;
+        let mut idle = 0;
+        loop {
+            let (err, pages_needed, in_use) = {
+                let mut guard = self.lock(py)?;
+                let state = &mut *guard;
+                let mut source = Source { py, kv: self, pages: &mut state.pages };
+                match op(&mut state.table, &mut source, retry) {
+                    Ok(value) => return Ok(value),
+                    Err(KvError::Source(err)) if err.is_instance_of::<PyMemoryError>(py) => {
+                        let pages_needed = needed(&state.table).unwrap_or(0);
+                        (err, pages_needed, state.table.counts().pages_in_use)
+                    }
+                    Err(err) => return Err(refusal(err)),
+                }
+            };
+            let handler = self.on_evict.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|h| h.clone_ref(py));
+            let Some(handler) = handler else { return Err(err) };
+            if !handler.call1(py, (pages_needed,))?.is_truthy(py)? {
+                return Err(err);
+            }
+            retry = true;
+            let mut state = self.lock(py)?;
+            state.evictions += 1;
+            if state.table.counts().pages_in_use >= in_use {
+                // The callback freed no page of the cache. Pages on demand may have found room
+                // elsewhere in the pool (a compaction): a few such tries, then give up.
+                idle += 1;
+                if matches!(state.pages, Pages::Reserved { .. }) || idle > MAX_IDLE_EVICTIONS {
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// Free a block of the pool, waiting (without the GIL) while the pool is paused.
+    fn free_block(&self, py: Python<'_>, handle: Handle) {
+        let core = &self.core;
+        if let Err(npumem_core::Error::Paused) = core.try_free(handle) {
+            let _ = py.detach(|| core.free(handle));
+        }
+    }
+
+    fn with_source<T>(
+        &self,
+        py: Python<'_>,
+        work: impl FnOnce(&mut PageTable, &mut Source<'_, '_>) -> T,
+    ) -> PyResult<T> {
+        let mut guard = self.lock(py)?;
+        let state = &mut *guard;
+        let mut source = Source { py, kv: self, pages: &mut state.pages };
+        Ok(work(&mut state.table, &mut source))
+    }
+}
+
+#[pymethods]
+impl PagedKV {
+    #[new]
+    #[pyo3(signature = (
+        pool, *, num_layers, num_kv_heads, head_dim, dtype_bytes = None, page_tokens = None,
+        capacity_tokens = None, tag = None, on_evict = None, mover = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        pool: &Bound<'_, PyAny>,
+        num_layers: &Bound<'_, PyAny>,
+        num_kv_heads: &Bound<'_, PyAny>,
+        head_dim: &Bound<'_, PyAny>,
+        dtype_bytes: Option<&Bound<'_, PyAny>>,
+        page_tokens: Option<&Bound<'_, PyAny>>,
+        capacity_tokens: Option<&Bound<'_, PyAny>>,
+        tag: Option<&Bound<'_, PyAny>>,
+        on_evict: Option<&Bound<'_, PyAny>>,
+        mover: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PagedKV> {
+        let pool = pool.cast::<Pool>().map_err(|_| {
+            error(ErrorClass::ArgumentType, format!("pool must be an npumem.Pool, got {}", type_name(pool)))
+        })?;
+        let num_layers = positive(num_layers, "num_layers")?;
+        let num_kv_heads = positive(num_kv_heads, "num_kv_heads")?;
+        let head_dim = positive(head_dim, "head_dim")?;
+        let dtype_bytes = match given(dtype_bytes) {
+            Some(v) => positive(&v, "dtype_bytes")?,
+            None => 2,
+        };
+        let page_tokens = match given(page_tokens) {
+            Some(v) => positive(&v, "page_tokens")?,
+            None => 16,
+        };
+        if page_tokens > u32::MAX as usize {
+            return Err(error(ErrorClass::InvalidArgument, format!("page_tokens = {page_tokens} is too large")));
+        }
+        let capacity = pool.get().core.capacity();
+        let too_large = |what: String| {
+            error(ErrorClass::RequestTooLarge, format!("{what} is larger than the pool ({capacity} bytes)"))
+        };
+        let bytes_per_token = [num_layers, num_kv_heads, head_dim, 2, dtype_bytes]
+            .into_iter()
+            .try_fold(1usize, |a, b| a.checked_mul(b))
+            .filter(|&b| b <= capacity)
+            .ok_or_else(|| too_large("one token of KV cache".into()))?;
+        let page_bytes = bytes_per_token
+            .checked_mul(page_tokens)
+            .filter(|&b| b <= capacity)
+            .ok_or_else(|| too_large(format!("one page ({page_tokens} tokens)")))?;
+        let tag = match given(tag) {
+            Some(t) => t
+                .cast::<PyString>()
+                .map_err(|_| error(ErrorClass::ArgumentType, format!("tag must be a str, got {}", type_name(&t))))?
+                .clone(),
+            None => PyString::new(py, "kv"),
+        };
+        let callable = |v: Option<Bound<'_, PyAny>>, name: &str| -> PyResult<Option<Py<PyAny>>> {
+            match v {
+                Some(v) if !v.is_callable() => Err(error(
+                    ErrorClass::ArgumentType,
+                    format!("{name} must be callable or None, got {}", type_name(&v)),
+                )),
+                other => Ok(other.map(Bound::unbind)),
+            }
+        };
+        let on_evict = callable(given(on_evict), "on_evict")?;
+        let mover = callable(given(mover), "mover")?;
+        let tag_id = pool.get().tags.id(py, Some(&tag))?;
+        let (pages, capacity_pages) = match given(capacity_tokens) {
+            Some(v) => {
+                let tokens = positive(&v, "capacity_tokens")?;
+                let n = tokens.div_ceil(page_tokens);
+                let bytes = n.checked_mul(page_bytes).filter(|&b| b <= capacity && n <= u32::MAX as usize).ok_or_else(
+                    || too_large(format!("capacity_tokens = {tokens} ({n} pages of {page_bytes} bytes)")),
+                )?;
+                let handle = alloc_block(py, &(), pool.get(), bytes, tag_id)?;
+                (Pages::Reserved { block: handle, free: FreeList::new(n as u32) }, Some(n))
+            }
+            None => (Pages::OnDemand { handles: Vec::new(), spare: Vec::new() }, None),
+        };
+        let geometry = Geometry {
+            num_layers,
+            num_kv_heads,
+            head_dim,
+            dtype_bytes,
+            page_tokens,
+            bytes_per_token,
+            page_bytes,
+            capacity_pages,
+        };
+        Ok(PagedKV {
+            pool: pool.clone().unbind(),
+            core: pool.get().core.clone(),
+            geometry,
+            tag: tag.unbind(),
+            tag_id,
+            state: Mutex::new(State { table: PageTable::new(page_tokens as u32), pages, evictions: 0, closed: false }),
+            on_evict: Mutex::new(on_evict),
+            mover: Mutex::new(mover),
+            callback_thread: AtomicUsize::new(0),
+        })
+    }
+
+    /// Add sequence `seq_id` with pages for `num_tokens` tokens (its prompt).
+    #[pyo3(signature = (seq_id, num_tokens = None))]
+    fn add_sequence(
+        &self,
+        py: Python<'_>,
+        seq_id: &Bound<'_, PyAny>,
+        num_tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let seq = seq_id_arg(seq_id)?;
+        let tokens = match num_tokens {
+            Some(n) => count(n, "num_tokens")?,
+            None => 0,
+        };
+        self.with_pages(py, |t| Ok(t.pages_for(tokens) as usize), |t, s, _| t.add(seq, tokens, s))
+    }
+
+    /// Grow sequence `seq_id` by `num_tokens` tokens; a fresh page only when the last one is
+    /// full, a copy of the last page first when it is shared and partly filled.
+    #[pyo3(signature = (seq_id, num_tokens = None))]
+    fn append(&self, py: Python<'_>, seq_id: &Bound<'_, PyAny>, num_tokens: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let seq = seq_id_arg(seq_id)?;
+        let tokens = match num_tokens {
+            Some(n) => count(n, "num_tokens")?,
+            None => 1,
+        };
+        self.with_pages(py, |t| t.pages_to_append(seq, tokens), |t, s, _| t.append(seq, tokens, s))
+    }
+
+    /// Grow every sequence of `seq_ids` by `num_tokens` (an int, or one int per sequence), all or
+    /// none. A sequence may appear once.
+    #[pyo3(signature = (seq_ids, num_tokens = None))]
+    fn append_many(
+        &self,
+        py: Python<'_>,
+        seq_ids: &Bound<'_, PyAny>,
+        num_tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let seqs = ints(seq_ids, "seq_ids", |v, i| seq_id(v, &format!("seq_ids[{i}]")), |v, _| Ok(v))?;
+        let per_seq: Option<Vec<u64>> = match num_tokens {
+            None => None,
+            Some(n) if n.is_instance_of::<PyInt>() => {
+                let n = count(n, "num_tokens")?;
+                if n == 1 {
+                    None
+                } else {
+                    Some(vec![n; seqs.len()])
+                }
+            }
+            Some(n) => {
+                let per = ints(
+                    n,
+                    "num_tokens",
+                    |v, i| count(v, &format!("num_tokens[{i}]")),
+                    |v, i| {
+                        u64::try_from(v).map_err(|_| {
+                            error(ErrorClass::InvalidArgument, format!("num_tokens[{i}] must be >= 0, got {v}"))
+                        })
+                    },
+                )?;
+                if per.len() != seqs.len() {
+                    return Err(error(
+                        ErrorClass::InvalidArgument,
+                        format!("num_tokens has {} counts for {} sequences", per.len(), seqs.len()),
+                    ));
+                }
+                Some(per)
+            }
+        };
+        let tokens = |i: usize| per_seq.as_ref().map_or(1, |p| p[i]);
+        // After `on_evict` ran, the sequences it freed drop out of the batch.
+        let mut kept: Vec<usize> = Vec::new();
+        self.with_pages(
+            py,
+            |t| Ok(seqs.iter().enumerate().map(|(i, &s)| t.pages_to_append::<PyErr>(s, tokens(i)).unwrap_or(0)).sum()),
+            |t, s, retry| {
+                if !retry {
+                    return t.append_many(seqs.iter().copied(), tokens, s);
+                }
+                kept.clear();
+                kept.extend((0..seqs.len()).filter(|&i| t.contains(seqs[i])));
+                t.append_many(kept.iter().map(|&i| seqs[i]), |j| tokens(kept[j]), s)
+            },
+        )
+    }
+
+    /// Add sequence `child_id` sharing every page of `parent_id`.
+    fn fork(&self, py: Python<'_>, parent_id: &Bound<'_, PyAny>, child_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        let parent = seq_id(parent_id, "parent_id")?;
+        let child = seq_id(child_id, "child_id")?;
+        let mut state = self.lock(py)?;
+        state.table.fork(parent, child).map_err(refusal)
+    }
+
+    /// Remove sequence `seq_id`; a page goes back when no sequence references it.
+    fn free_sequence(&self, py: Python<'_>, seq_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        let seq = seq_id_arg(seq_id)?;
+        self.with_source(py, |t, s| t.free(seq, s))?.map_err(refusal)
+    }
+
+    /// Tokens of sequence `seq_id`.
+    fn num_tokens(&self, py: Python<'_>, seq_id: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let seq = seq_id_arg(seq_id)?;
+        self.lock(py)?.table.num_tokens(seq).map_err(refusal)
+    }
+
+    /// Pages of sequence `seq_id`.
+    fn num_pages(&self, py: Python<'_>, seq_id: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let seq = seq_id_arg(seq_id)?;
+        Ok(self.lock(py)?.table.pages(seq).map_err(refusal)?.len())
+    }
+
+    /// The pool offset of each page of `seq_id`, in order, as native int64 bytes.
+    fn _block_table_bytes<'py>(&self, py: Python<'py>, seq_id: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        let seq = seq_id_arg(seq_id)?;
+        let mut offsets = Vec::new();
+        self.with_source(py, |t, s| -> PyResult<()> {
+            let pages = t.pages(seq).map_err(refusal)?;
+            s.offsets(pages, &mut offsets)
+        })??;
+        let bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_ne_bytes()).collect();
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// The bytes of page `index` of `seq_id` (pools with host memory).
+    fn read_page<'py>(
+        &self,
+        py: Python<'py>,
+        seq_id: &Bound<'py, PyAny>,
+        index: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let seq = seq_id_arg(seq_id)?;
+        let index = count(index, "index")?;
+        let (handle, at) = self.with_source(py, |t, s| s.locate(t, seq, index))??;
+        let core = &self.core;
+        let page = self.geometry.page_bytes;
+        let bytes = py
+            .detach(|| {
+                let mut out = vec![0u8; page];
+                core.read(handle, at, &mut out).map(|()| out)
+            })
+            .map_err(to_py)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Write `data` into page `index` of `seq_id` from byte `at` (pools with host memory). A
+    /// shared page is shared: every sequence that holds it sees the bytes.
+    #[pyo3(signature = (seq_id, index, data, *, at = 0))]
+    fn write_page(
+        &self,
+        py: Python<'_>,
+        seq_id: &Bound<'_, PyAny>,
+        index: &Bound<'_, PyAny>,
+        data: &[u8],
+        at: usize,
+    ) -> PyResult<()> {
+        let seq = seq_id_arg(seq_id)?;
+        let index = count(index, "index")?;
+        if at.checked_add(data.len()).is_none_or(|end| end > self.geometry.page_bytes) {
+            return Err(error(
+                ErrorClass::InvalidArgument,
+                format!("{} bytes at {at} do not fit in a page of {} bytes", data.len(), self.geometry.page_bytes),
+            ));
+        }
+        let (handle, base) = self.with_source(py, |t, s| s.locate(t, seq, index))??;
+        let core = &self.core;
+        let data = data.to_vec();
+        py.detach(|| core.write(handle, base + at, &data)).map_err(to_py)
+    }
+
+    /// Whether growing `seq_id` by `num_tokens` would find its pages now.
+    #[pyo3(signature = (seq_id, num_tokens = None))]
+    fn can_append(
+        &self,
+        py: Python<'_>,
+        seq_id: &Bound<'_, PyAny>,
+        num_tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let seq = seq_id_arg(seq_id)?;
+        let tokens = match num_tokens {
+            Some(n) => count(n, "num_tokens")?,
+            None => 1,
+        };
+        self.with_source(py, |t, s| -> PyResult<bool> {
+            let needed = t.pages_to_append(seq, tokens).map_err(refusal)?;
+            Ok(needed == 0 || needed <= s.available())
+        })?
+    }
+
+    /// Whether a sequence of `num_tokens` tokens would find its pages now.
+    fn can_add(&self, py: Python<'_>, num_tokens: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let tokens = count(num_tokens, "num_tokens")?;
+        self.with_source(py, |t, s| {
+            let needed = t.pages_for(tokens);
+            needed == 0 || needed <= s.available() as u64
+        })
+    }
+
+    /// Whether sequence `seq_id` is in the cache.
+    fn __contains__(&self, py: Python<'_>, seq_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let Ok(seq) = seq_id_arg(seq_id) else { return Ok(false) };
+        Ok(self.lock(py)?.table.contains(seq))
+    }
+
+    /// Sequences in the cache.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.lock(py)?.table.len())
+    }
+
+    /// The ids of the sequences, in increasing order.
+    fn sequences(&self, py: Python<'_>) -> PyResult<Vec<i64>> {
+        let mut ids: Vec<i64> = self.lock(py)?.table.sequences().collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// The counts behind `stats()`, as a dict.
+    fn _stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (counts, free) = self.with_source(py, |t, s| (t.counts(), s.available()))?;
+        let evictions = self.lock(py)?.evictions;
+        let g = &self.geometry;
+        let d = PyDict::new(py);
+        let total = g.capacity_pages.unwrap_or(counts.pages_in_use + free);
+        d.set_item("sequences", counts.sequences)?;
+        d.set_item("pages_total", total)?;
+        d.set_item("pages_free", free)?;
+        d.set_item("pages_in_use", counts.pages_in_use)?;
+        d.set_item("pages_shared", counts.pages_shared)?;
+        d.set_item("pages_logical", counts.pages_logical)?;
+        d.set_item("tokens", counts.tokens)?;
+        d.set_item("waste_bytes", counts.waste_tokens as u128 * g.bytes_per_token as u128)?;
+        d.set_item("shared_saved_bytes", (counts.pages_logical - counts.pages_in_use) as u128 * g.page_bytes as u128)?;
+        d.set_item("copies", counts.copies)?;
+        d.set_item("bytes_copied", counts.copies as u128 * g.page_bytes as u128)?;
+        d.set_item("evictions", evictions)?;
+        d.set_item("page_bytes", g.page_bytes)?;
+        d.set_item("preallocated", g.capacity_pages.is_some())?;
+        Ok(d)
+    }
+
+    /// Every page in the pool as `(offset, references)`, by offset: 0 references for a free
+    /// page of the reservation.
+    fn _pages(&self, py: Python<'_>) -> PyResult<Vec<(i64, u32)>> {
+        let out = self.with_source(py, |t, s| -> PyResult<Vec<(i64, u32)>> {
+            let held: Vec<(u32, u32)> = match &*s.pages {
+                Pages::Reserved { free, .. } => (0..free.pages()).map(|p| (p, t.refs(p))).collect(),
+                Pages::OnDemand { .. } => t.held_pages().collect(),
+            };
+            let numbers: Vec<u32> = held.iter().map(|h| h.0).collect();
+            let mut offsets = Vec::with_capacity(numbers.len());
+            s.offsets(&numbers, &mut offsets)?;
+            let mut pages: Vec<(i64, u32)> = offsets.into_iter().zip(held.iter().map(|h| h.1)).collect();
+            pages.sort_unstable();
+            Ok(pages)
+        })??;
+        Ok(out)
+    }
+
+    /// Free every sequence and give every page back to the pool; later calls raise
+    /// `InvalidHandleError`. Closing twice does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let mut guard = match self.lock(py) {
+            Ok(guard) => guard,
+            Err(err) if err.is_instance_of::<pyo3::exceptions::PyValueError>(py) => return Ok(()),
+            Err(err) => return Err(err),
+        };
+        let state = &mut *guard;
+        let mut source = Source { py, kv: self, pages: &mut state.pages };
+        state.table.clear(&mut source);
+        if let Pages::Reserved { block, .. } = state.pages {
+            self.free_block(py, block);
+        }
+        state.closed = true;
+        Ok(())
+    }
+
+    /// Bytes of one token: layers x KV heads x head dim x 2 (K and V) x dtype bytes.
+    #[getter]
+    fn bytes_per_token(&self) -> usize {
+        self.geometry.bytes_per_token
+    }
+
+    /// Bytes of one page: `bytes_per_token * page_tokens`.
+    #[getter]
+    fn page_bytes(&self) -> usize {
+        self.geometry.page_bytes
+    }
+
+    #[getter]
+    fn page_tokens(&self) -> usize {
+        self.geometry.page_tokens
+    }
+
+    #[getter]
+    fn num_layers(&self) -> usize {
+        self.geometry.num_layers
+    }
+
+    #[getter]
+    fn num_kv_heads(&self) -> usize {
+        self.geometry.num_kv_heads
+    }
+
+    #[getter]
+    fn head_dim(&self) -> usize {
+        self.geometry.head_dim
+    }
+
+    #[getter]
+    fn dtype_bytes(&self) -> usize {
+        self.geometry.dtype_bytes
+    }
+
+    /// Tokens the reservation holds (whole pages), or None when pages come on demand.
+    #[getter]
+    fn capacity_tokens(&self) -> Option<usize> {
+        self.geometry.capacity_pages.map(|p| p * self.geometry.page_tokens)
+    }
+
+    #[getter]
+    fn pool(&self, py: Python<'_>) -> Py<Pool> {
+        self.pool.clone_ref(py)
+    }
+
+    #[getter]
+    fn tag(&self, py: Python<'_>) -> Py<PyString> {
+        self.tag.clone_ref(py)
+    }
+
+    /// Whether the cache is closed.
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        loop {
+            match self.state.try_lock() {
+                Ok(state) => return state.closed,
+                Err(TryLockError::Poisoned(p)) => return p.into_inner().closed,
+                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.state.lock())),
+            }
+        }
+    }
+
+    /// Called as `on_evict(pages_needed)` when pages run out; a true result retries the call.
+    #[getter]
+    fn get_on_evict(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.on_evict.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|h| h.clone_ref(py))
+    }
+
+    #[setter]
+    fn set_on_evict(&self, handler: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let handler = handler.filter(|h| !h.is_none());
+        if let Some(h) = handler {
+            if !h.is_callable() {
+                return Err(error(
+                    ErrorClass::ArgumentType,
+                    format!("on_evict must be callable or None, got {}", type_name(h)),
+                ));
+            }
+        }
+        *self.on_evict.lock().unwrap_or_else(|p| p.into_inner()) = handler.map(|h| h.clone().unbind());
+        Ok(())
+    }
+
+    /// Called as `mover([(src, dst, nbytes)])` to copy pages on a pool without host memory.
+    #[getter]
+    fn mover(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.mover.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|h| h.clone_ref(py))
+    }
+
+    fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        for slot in [&self.on_evict, &self.mover] {
+            if let Ok(held) = slot.try_lock() {
+                visit.call(held.as_ref())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        for slot in [&self.on_evict, &self.mover] {
+            if let Ok(mut held) = slot.try_lock() {
+                held.take();
+            }
+        }
+    }
+}
+
+/// An optional argument that was given (not None).
+fn given<'py>(value: Option<&Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
+    value.filter(|v| !v.is_none()).cloned()
+}
+
+#[inline]
+fn seq_id_arg(value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    seq_id(value, "seq_id")
+}
+
+impl Drop for PagedKV {
+    /// Pages go back to the pool with the cache.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if state.closed {
+            return;
+        }
+        let handles: Vec<Handle> = match &state.pages {
+            Pages::Reserved { block, .. } => vec![*block],
+            Pages::OnDemand { handles, .. } => handles.iter().flatten().copied().collect(),
+        };
+        let core = &self.core;
+        for handle in handles {
+            if let Err(npumem_core::Error::Paused) = core.try_free(handle) {
+                Python::attach(|py| {
+                    let _ = py.detach(|| core.free(handle));
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+"""npumem.kv.KVCache: the interface, sizes, block tables, copy-on-write byte for byte, failures
+that change nothing, eviction, misuse and compaction."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import npumem
+from kv_helpers import SHAPE, make_cache
+from npumem.kv import KVCache, KVShape, kv_cache_bytes
+
+
+@pytest.fixture(params=[256, None], ids=["reserved", "on-demand"])
+def cache(request: pytest.FixtureRequest) -> KVCache:
+    return make_cache(capacity_tokens=request.param)
+
+
+def test_sizes_follow_the_formula() -> None:
+    c = make_cache()
+    assert c.bytes_per_token == 2 * 1 * 8 * 2 * 2
+    assert c.page_bytes == c.bytes_per_token * 4
+    assert c.capacity_tokens == 256
+    assert c.shape == KVShape(**SHAPE)
+    s = c.stats()
+    assert (s.pages_total, s.pages_free, s.pages_in_use, s.preallocated) == (64, 64, 0, True)
+
+
+def test_model_config_helper() -> None:
+    llama = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32}
+    assert kv_cache_bytes(llama, max_seq_len=2048, batch=8) == 2048 * 8 * 32 * 4096 * 2 * 2
+    gqa = KVShape.from_config(
+        {
+            "num_hidden_layers": 4,
+            "hidden_size": 512,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "torch_dtype": "float32",
+        }
+    )
+    assert gqa == KVShape(num_layers=4, num_kv_heads=2, head_dim=64, dtype_bytes=4)
+    assert gqa.bytes_per_token == 4 * 2 * 64 * 2 * 4
+    pool = npumem.Pool(8 << 20, cores=1)
+    c = KVCache.from_model(pool, gqa, max_seq_len=64, batch=4)
+    assert c.capacity_tokens == 256
+    assert kv_cache_bytes(gqa, max_seq_len=64, batch=4) == c.capacity_tokens * c.bytes_per_token
+    with pytest.raises(npumem.InvalidArgumentError, match="head_dim"):
+        KVShape.from_config({"num_hidden_layers": 2})
+
+
+def test_pages_only_when_the_last_is_full(cache: KVCache) -> None:
+    cache.add_sequence(1, num_tokens=5)
+    assert (cache.num_tokens(1), cache.num_pages(1)) == (5, 2)
+    cache.append(1, 3)
+    assert cache.num_pages(1) == 2
+    cache.append(1)
+    assert cache.num_pages(1) == 3
+    table = cache.block_table(1)
+    assert table.dtype == np.int64 and table.shape == (3,)
+    assert len(set(table.tolist())) == 3
+    s = cache.stats()
+    assert s.waste_bytes == 3 * cache.bytes_per_token
+    assert s.tokens == 9 and s.pages_in_use == 3
+    cache.free_sequence(1)
+    assert cache.stats().pages_in_use == 0
+    assert 1 not in cache and len(cache) == 0
+
+
+def test_fork_shares_and_frees_by_reference_count(cache: KVCache) -> None:
+    cache.add_sequence(0, num_tokens=8)  # two full pages
+    for beam in range(1, 4):
+        cache.fork(0, beam)
+    s = cache.stats()
+    assert (s.pages_in_use, s.pages_shared, s.pages_logical) == (2, 2, 8)
+    assert s.shared_saved_bytes == 6 * cache.page_bytes
+    cache.append_many([0, 1, 2, 3])  # full last pages: a fresh page each, no copy
+    s = cache.stats()
+    assert (s.pages_in_use, s.copies) == (6, 0)
+    cache.free_sequence(0)
+    assert cache.stats().pages_in_use == 5
+    for beam in range(1, 4):
+        cache.free_sequence(beam)
+    assert cache.stats().pages_in_use == 0
+
+
+@pytest.mark.parametrize("capacity", [64, None])
+def test_copy_on_write_byte_for_byte(capacity: int | None) -> None:
+    c = make_cache(capacity_tokens=capacity)
+    c.add_sequence(0, num_tokens=6)  # page 0 full, page 1 half full
+    page0, page1 = bytes(range(c.page_bytes)), bytes(reversed(range(c.page_bytes)))
+    c.write_page(0, 0, page0)
+    c.write_page(0, 1, page1)
+    c.fork(0, 1)
+    c.append(1)  # copies the shared half-full page first
+    assert c.stats().copies == 1
+    t0, t1 = c.block_table(0), c.block_table(1)
+    assert t0[0] == t1[0] and t0[1] != t1[1]
+    assert c.read_page(1, 1) == page1, "the copy holds the parent's bytes"
+    c.write_page(1, 1, b"\xff" * 16, at=2 * c.bytes_per_token)  # the child's new token
+    assert c.read_page(0, 1) == page1, "the parent never sees its fork's tokens"
+    assert c.read_page(1, 0) == page0
+    c.append(0)  # the parent's page is its own again: no copy
+    assert c.stats().copies == 1
+
+
+def test_device_pool_copies_through_the_mover() -> None:
+    pool = npumem.Pool(4 << 20, cores=1, backing="none")
+    copies: list[list[tuple[int, int, int]]] = []
+    c = KVCache(pool, page_tokens=4, capacity_tokens=64, mover=copies.append, **SHAPE)
+    c.add_sequence(0, num_tokens=2)
+    c.fork(0, 1)
+    c.append(1)
+    ((src, dst, n),) = copies[0]
+    assert (src, dst, n) == (c.block_table(0)[0], c.block_table(1)[0], c.page_bytes)
+
+
+def test_failing_mover_changes_nothing() -> None:
+    pool = npumem.Pool(4 << 20, cores=1, backing="none")
+
+    def broken(_: object) -> None:
+        raise RuntimeError("device copy failed")
+
+    c = KVCache(pool, page_tokens=4, capacity_tokens=64, mover=broken, **SHAPE)
+    c.add_sequence(0, num_tokens=2)
+    c.fork(0, 1)
+    before = c.stats()
+    with pytest.raises(RuntimeError, match="device copy failed"):
+        c.append(1)
+    assert c.stats() == before and c.num_tokens(1) == 2
+
+
+def test_out_of_memory_changes_nothing(cache: KVCache) -> None:
+    if cache.capacity_tokens is None:
+        cache = make_cache(capacity_tokens=None, pool_bytes=1 << 20)
+    cache.add_sequence(0, num_tokens=1)
+    cache.add_sequence(1, num_tokens=4)
+    cache.fork(0, 2)
+    tables = {s: cache.block_table(s).tolist() for s in (0, 1, 2)}
+    before = cache.stats()
+    free_pages = before.pages_free
+    huge = (free_pages + 1) * cache.page_tokens
+    assert not cache.can_add(huge)
+    assert not cache.can_append(1, huge)
+    with pytest.raises(npumem.OutOfMemoryError):
+        cache.add_sequence(3, num_tokens=huge)
+    with pytest.raises(npumem.OutOfMemoryError):
+        cache.append(1, huge)
+    with pytest.raises(MemoryError):
+        cache.append_many([0, 1, 2], huge // 3 + cache.page_tokens)
+    assert 3 not in cache
+    assert {s: cache.block_table(s).tolist() for s in (0, 1, 2)} == tables
+    after = cache.stats()
+    assert (after.pages_in_use, after.tokens, after.copies) == (
+        before.pages_in_use,
+        before.tokens,
+        0,
+    )
+    assert cache.can_append(1, 4) and cache.can_add(4)
+
+
+def test_on_evict_preempts_and_retries() -> None:
+    c = make_cache(capacity_tokens=16)  # 4 pages
+    c.add_sequence(0, num_tokens=8)
+    c.add_sequence(1, num_tokens=8)
+    asked: list[int] = []
+
+    def evict(pages_needed: int) -> bool:
+        asked.append(pages_needed)
+        victims = c.sequences()
+        if not victims:
+            return False
+        c.free_sequence(victims[0])
+        return True
+
+    c.on_evict = evict
+    c.add_sequence(2, num_tokens=8)
+    assert asked == [2] and c.sequences() == [1, 2]
+    assert c.stats().evictions == 1
+    c.on_evict = lambda _: False
+    with pytest.raises(npumem.OutOfMemoryError):
+        c.append(2, 16)
+    assert c.on_evict is not None
+
+
+def test_misuse_gets_typed_errors(cache: KVCache) -> None:
+    cache.add_sequence(1)
+    with pytest.raises(npumem.InvalidArgumentError, match="is in the KV cache already"):
+        cache.add_sequence(1)
+    with pytest.raises(npumem.InvalidArgumentError, match="no sequence 9"):
+        cache.append(9)
+    with pytest.raises(npumem.InvalidArgumentError, match="no sequence 9"):
+        cache.free_sequence(9)
+    with pytest.raises(npumem.InvalidArgumentError):
+        cache.fork(9, 10)
+    with pytest.raises(npumem.InvalidArgumentError):
+        cache.fork(1, 1)
+    with pytest.raises(npumem.ArgumentTypeError):
+        cache.append("1")  # type: ignore[arg-type]
+    with pytest.raises(npumem.ArgumentTypeError):
+        cache.append(1.0)  # type: ignore[arg-type]
+    with pytest.raises(npumem.ArgumentTypeError):
+        cache.append(True)
+    with pytest.raises(npumem.InvalidArgumentError):
+        cache.append(1, -1)
+    with pytest.raises(npumem.InvalidArgumentError, match="twice"):
+        cache.append_many([1, 1])
+    with pytest.raises(npumem.InvalidArgumentError, match="counts for"):
+        cache.append_many([1], [1, 2])
+    with pytest.raises(npumem.ArgumentTypeError):
+        cache.append_many(5)  # type: ignore[arg-type]
+    with pytest.raises(npumem.InvalidArgumentError, match="no page"):
+        cache.read_page(1, 0)
+    assert cache.num_tokens(1) == 0
+    pool = npumem.Pool(1 << 20, cores=1)
+    with pytest.raises(npumem.ArgumentTypeError):
+        KVCache("pool", **SHAPE)  # type: ignore[arg-type]
+    with pytest.raises(npumem.InvalidArgumentError):
+        KVCache(pool, num_layers=0, num_kv_heads=1, head_dim=8)
+    with pytest.raises(npumem.RequestTooLargeError):
+        KVCache(pool, capacity_tokens=1 << 40, **SHAPE)
+    with pytest.raises(npumem.ArgumentTypeError):
+        KVCache(pool, on_evict=3, **SHAPE)  # type: ignore[arg-type]
+
+
+def test_append_many_accepts_numpy_and_counts(cache: KVCache) -> None:
+    for s in range(4):
+        cache.add_sequence(s)
+    cache.append_many(np.arange(4, dtype=np.int64), np.array([1, 2, 3, 4], dtype=np.int64))
+    assert [cache.num_tokens(s) for s in range(4)] == [1, 2, 3, 4]
+    cache.append_many((0, 1), 5)
+    assert cache.num_tokens(0) == 6
+
+
+def test_close_gives_every_page_back(cache: KVCache) -> None:
+    pool = cache.pool
+    cache.add_sequence(0, num_tokens=30)
+    cache.fork(0, 1)
+    cache.close()
+    assert pool.stats().bytes_in_use == 0
+    assert cache.closed
+    with pytest.raises(npumem.InvalidHandleError):
+        cache.append(0)
+    cache.close()
+    c = make_cache(capacity_tokens=None)
+    p = c.pool
+    c.add_sequence(0, num_tokens=30)
+    del c
+    gc.collect()
+    assert p.stats().bytes_in_use == 0
+
+
+@pytest.mark.parametrize("capacity", [64, None])
+def test_block_tables_follow_compaction(capacity: int | None) -> None:
+    c = make_cache(capacity_tokens=capacity, page_tokens=2)
+    pool = c.pool
+    fillers = [pool.alloc(4096) for _ in range(64)]
+    c.add_sequence(0, num_tokens=20)
+    for i in range(c.num_pages(0)):
+        c.write_page(0, i, bytes([i]) * c.page_bytes)
+    for f in fillers:
+        f.free()
+    with pool.pause() as p:
+        pool.compact_step(p, "full")
+    assert pool.check() > 0
+    table = c.block_table(0)
+    assert len(set(table.tolist())) == len(table)
+    for i in range(c.num_pages(0)):
+        assert c.read_page(0, i) == bytes([i]) * c.page_bytes
+    assert {b.offset for b in pool.blocks() if b.tag == "kv"} >= (
+        set(table.tolist()) if capacity is None else {int(table.min())}
+    )
+
+
+def test_pages_by_state() -> None:
+    c = make_cache(capacity_tokens=16)
+    c.add_sequence(0, num_tokens=6)
+    c.fork(0, 1)
+    c.add_sequence(2, num_tokens=1)
+    refs = sorted(r for _, r in c.pages())
+    assert refs == [0, 1, 2, 2]
+    assert "KVCache" in repr(c)
+
+
+def test_sequences_evicted_during_a_batch_drop_out_of_it() -> None:
+    c = make_cache(capacity_tokens=16)  # 4 pages
+    for s in range(4):
+        c.add_sequence(s, num_tokens=4)  # every page full
+
+    def evict(_: int) -> bool:
+        c.free_sequence(c.sequences()[-1])
+        return True
+
+    c.on_evict = evict
+    c.append_many([0, 1, 2, 3])  # 4 pages needed: two evictions leave 0 and 1 with a page each
+    assert c.sequences() == [0, 1]
+    assert [c.num_tokens(s) for s in (0, 1)] == [5, 5]
+    assert c.stats().evictions == 2

@@ -1,0 +1,104 @@
+"""The KV cache from many threads: each thread's sequences stay exact, pages are never handed out
+twice, and everything goes back to the pool."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import npumem
+from kv_helpers import SHAPE, make_cache
+from npumem.kv import KVCache
+
+
+@pytest.mark.parametrize("capacity", [4096, None])
+def test_threads_share_one_cache(capacity: int | None) -> None:
+    cache = make_cache(capacity_tokens=capacity, pool_bytes=8 << 20)
+    threads, rounds, errors = 4, 150, []
+    cache.add_sequence(-1, num_tokens=6)  # a shared prompt every thread forks from
+    start = threading.Barrier(threads)
+
+    def work(t: int) -> None:
+        try:
+            start.wait()
+            mine = [t * 1000 + i for i in range(4)]
+            for i, s in enumerate(mine):
+                if i % 2:
+                    cache.fork(-1, s)
+                else:
+                    cache.add_sequence(s, num_tokens=i)
+            for r in range(rounds):
+                cache.append(mine[r % 4])
+                cache.append_many(mine, 1)
+                if r % 50 == 49:
+                    s = mine[r % 4]
+                    cache.free_sequence(s)
+                    cache.fork(-1, s)
+            for s in mine:
+                table = cache.block_table(s)
+                assert len(table) == -(-cache.num_tokens(s) // cache.page_tokens)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    pool = cache.pool
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    s = cache.stats()
+    assert s.sequences == threads * 4 + 1
+    owned: dict[int, int] = {}
+    for seq in cache.sequences():
+        for off in cache.block_table(seq).tolist():
+            owned[off] = owned.get(off, 0) + 1
+    assert len(owned) == s.pages_in_use
+    assert sorted(r for _, r in cache.pages() if r) == sorted(owned.values())
+    for seq in cache.sequences():
+        cache.free_sequence(seq)
+    assert cache.stats().pages_in_use == 0
+    cache.close()
+    pool.check()
+    assert pool.stats().bytes_in_use == 0
+
+
+def test_threads_running_out_of_pages_change_nothing() -> None:
+    cache = make_cache(capacity_tokens=64)  # 16 pages
+    failures = []
+
+    def work(t: int) -> None:
+        for i in range(200):
+            seq = t * 1000 + i
+            try:
+                cache.add_sequence(seq, num_tokens=8)
+            except npumem.OutOfMemoryError:
+                failures.append(seq)
+                continue
+            cache.free_sequence(seq)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    s = cache.stats()
+    assert (s.sequences, s.pages_in_use, s.pages_free) == (0, 0, 16)
+
+
+def test_calling_the_cache_from_its_own_mover_is_refused() -> None:
+    pool = npumem.Pool(4 << 20, cores=1, backing="none")
+    seen: list[BaseException] = []
+
+    def mover(_: object) -> None:
+        try:
+            cache.stats()
+        except npumem.PoolBusyError as exc:
+            seen.append(exc)
+
+    cache = KVCache(pool, page_tokens=4, capacity_tokens=64, mover=mover, **SHAPE)
+    cache.add_sequence(0, num_tokens=1)
+    cache.fork(0, 1)
+    cache.append(1)
+    assert len(seen) == 1
