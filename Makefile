@@ -15,6 +15,7 @@ export HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 
 RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock
 PY_DEPS_STAMP := $(VENV)/.deps-stamp
+DOCS_STAMP := $(VENV)/.docs-stamp
 BUILD_STAMP := $(VENV)/.build-stamp
 
 .PHONY: help
@@ -45,7 +46,7 @@ demo: develop ## Run the main job: the built-in demo workload (npumem demo)
 	$(BIN)/npumem demo
 
 .PHONY: test
-test: test-rust test-loom test-python ## Run every test: Rust unit and stress, loom models, pytest, stubtest
+test: test-rust test-loom test-python docs ## Every test: Rust unit and stress, loom models, pytest (with the browser test), stubtest, the docs build
 
 .PHONY: test-rust
 test-rust: ## Rust unit, property and stress tests of npumem-core and the C ABI; bench code compiles and runs once
@@ -59,9 +60,25 @@ test-loom: ## Loom models of every atomic protocol (exhaustive interleavings)
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
 	    cargo test -p npumem-core --release --lib loom -- --test-threads=2
 
+# The scale of mimalloc's test-stress: 32 threads, about 54M allocations (half the operations
+# allocate), sizes capped at 8 KiB so that the pattern fill and check stay memory-bound.
+STRESS_THREADS ?= 32
+STRESS_ITERS ?= 3400000
+STRESS_MAX_SIZE ?= 8192
+
+.PHONY: stress
+stress: ## The Rust stress test at the anchor's scale (STRESS_THREADS, STRESS_ITERS, STRESS_MAX_SIZE)
+	NPUMEM_STRESS_THREADS=$(STRESS_THREADS) NPUMEM_STRESS_ITERS=$(STRESS_ITERS) \
+	    NPUMEM_STRESS_MAX_SIZE=$(STRESS_MAX_SIZE) \
+	    cargo test -p npumem-core --release --test pool stress_mixed_sizes -- --nocapture
+
+.PHONY: browser
+browser: ## Install Debian's chromium for the viewer test when it is missing (as root)
+	scripts/ensure_browser.sh
+
 .PHONY: test-python
-test-python: develop ## pytest suite and mypy.stubtest of the _core stubs
-	$(PY) -m pytest -q
+test-python: develop browser ## pytest suite (with the headless-browser test) and mypy.stubtest
+	NPUMEM_REQUIRE_BROWSER=1 $(PY) -m pytest -q
 	$(PY) -m mypy.stubtest npumem._core --allowlist tests/stubtest-allowlist.txt
 
 .PHONY: bench
@@ -72,6 +89,15 @@ bench: develop ## Criterion benches against peers, the compaction pause, the Pyt
 	cargo run --release -p npumem-benches --example threads_loop -- 3000000 npumem-buddy
 	$(PY) benches/python_roundtrip.py
 	$(PY) benches/plan_bench.py --time-limit 10 --seed 0
+
+$(DOCS_STAMP): pyproject.toml | $(PY_DEPS_STAMP)
+	$(PY) -m pip install --quiet \
+	    $$($(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(" ".join(f"\"{d}\"" for d in p["optional-dependencies"]["docs"]))' | xargs)
+	touch $@
+
+.PHONY: docs
+docs: develop $(DOCS_STAMP) ## Build the documentation site into site/ (MkDocs, strict: no broken links)
+	$(BIN)/mkdocs build --strict --site-dir site
 
 .PHONY: lint
 lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings, ruff, mypy, no import cycles
@@ -96,4 +122,4 @@ fmt: $(PY_DEPS_STAMP) ## Format Rust and Python sources in place
 .PHONY: clean
 clean: ## Remove build outputs and the virtual environment
 	cargo clean
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis npumem-demo
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis npumem-demo site

@@ -28,3 +28,16 @@ def assert_block_rules(pool: npumem.Pool, blk: npumem.Block, align: int | None =
         assert off // bank == (off + n - 1) // bank, f"[{off}, +{n}) straddles a bank"
     else:
         assert off % bank == 0, f"[{off}, +{n}) does not start on a bank"
+
+
+def assert_unchanged_but_one_failure(pool: npumem.Pool, before: dict[str, Any]) -> None:
+    """As `assert_unchanged`, except one more failed allocation (a request larger than the
+    arena counts as one)."""
+    pool.check()
+    after = state_of(pool)
+    assert after["stats"]["failed_allocs"] == before["stats"]["failed_allocs"] + 1
+    for state in (before, after):
+        state["stats"].pop("failed_allocs")
+        for core in state["stats"]["per_core"]:
+            core.pop("failed_allocs")
+    assert after == before

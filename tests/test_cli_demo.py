@@ -13,6 +13,7 @@ import pytest
 from monitor_helpers import assert_png
 from npumem.cli import main
 from npumem.monitor import load_snapshot, load_trace
+from schema_helpers import assert_valid
 
 MIB = 1 << 20
 FILES = (
@@ -69,6 +70,8 @@ def test_demo_quick_runs_end_to_end(tmp_path: Path) -> None:
     trace = load_trace(out / "trace.json")
     assert trace.complete and trace.counts()["alloc"] == trace.stats_at_stop["alloc_count"]
     assert json.loads((out / "trace.json").read_text())["format"] == "npumem-trace"
+    for name in ("snapshot.json", "snapshot-end.json", "trace.json"):
+        assert_valid(out / name)  # every file the demo writes matches its published schema
     # The recorded run replays on the same configuration without a failure.
     replay = subprocess.run(
         [sys.executable, "-m", "npumem.cli", "replay", str(out / "trace.json")],
@@ -122,7 +125,7 @@ def test_bad_values_that_parse_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_the_compactor_integration_point_is_called_on_failed_allocations() -> None:
-    """Issue 5 plugs its compactor in here; a recording stand-in shows the demo calls it when an
+    """The compactor plugs in here; a recording stand-in shows the demo calls it when an
     allocation fails (and counts the calls), without compacting anything itself."""
     from npumem.workloads import run_demo
 

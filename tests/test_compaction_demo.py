@@ -1,4 +1,4 @@
-"""The demo with a real compactor (issue 5): the compactions it reports are the compactor's own,
+"""The demo with a real compactor: the compactions it reports are the compactor's own,
 and the pool stays consistent."""
 
 from __future__ import annotations

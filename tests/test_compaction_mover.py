@@ -84,8 +84,9 @@ def test_a_failing_mover_in_a_compaction_leaves_everything_as_it_was() -> None:
     pool.check()
 
 
-def test_a_full_compaction_on_a_device_is_one_mover_call() -> None:
-    # One batch, so a mover failing at any point of it undoes the whole compaction.
+def test_a_full_compaction_on_a_device_is_one_batch() -> None:
+    # One batch (its waves are the mover's calls), so a mover failing at any point of it
+    # undoes the whole compaction.
     pool, mirror, kept = device_pool()
     assert any(blk.nbytes <= 4096 for blk, _ in kept), "slab objects take part"
     calls: list[int] = []
@@ -96,7 +97,8 @@ def test_a_full_compaction_on_a_device_is_one_mover_call() -> None:
 
     report = Compactor(pool, mover=counting).compact("full")
     assert report.blocks_moved > 0
-    assert len(calls) == 1
+    assert len(report.steps) == 1
+    assert sum(calls) >= report.blocks_moved
     for blk, ident in kept:
         assert intact(blk, ident, mirror)
     pool.check()

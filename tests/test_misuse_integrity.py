@@ -199,34 +199,3 @@ def test_a_child_process_can_pause_a_pool_its_parent_was_busy_with() -> None:
         for w in workers:
             w.join()
     assert stuck == 0, f"{stuck} of 10 children could not pause the pool"
-
-
-def test_the_tag_table_keeps_only_tags_that_blocks_carry() -> None:
-    pool = npumem.Pool(16 * MIB, cores=1)
-    keep = pool.alloc(64, tag="kept")
-    for i in range(20_000):
-        pool.alloc(64, tag=f"request-{i}").free()
-    for i in range(50):
-        pool.free_many(pool.alloc_many([64] * 10, tag=f"batch-{i}"))
-    with pytest.raises(npumem.OutOfMemoryError):
-        pool.alloc(32 * MIB // 2 + MIB, tag="never")
-    assert pool._tags_interned() <= 1100  # type: ignore[attr-defined]
-    assert keep.tag == "kept"
-    assert [b.tag for b in pool.blocks()] == ["kept"]
-    blk = pool.alloc(64, tag="request-7")
-    assert {b.tag for b in pool.blocks()} == {"kept", "request-7"}
-    blk.free()
-    keep.free()
-
-
-def test_tags_stay_readable_in_a_trace_until_drained() -> None:
-    pool = npumem.Pool(16 * MIB, cores=1)
-    pool.trace_start(1 << 16)
-    for i in range(3000):
-        pool.alloc(64, tag=f"t{i}").free()
-    pool.trace_stop()
-    events = pool.trace_drain()
-    assert [e[5] for e in events[:4]] == ["t0", "t0", "t1", "t1"]
-    assert events[-1][5] == "t2999"
-    pool.alloc(64, tag="after").free()
-    assert pool._tags_interned() <= 1100  # type: ignore[attr-defined]

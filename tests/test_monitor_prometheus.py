@@ -44,15 +44,24 @@ def test_exposition_carries_the_right_values() -> None:
     s = pool.stats()
     got = scrape(registry)
     expected = {
-        "npumem_bytes_in_use": 4 * MIB,
-        "npumem_bytes_free": 4 * MIB,
-        "npumem_peak_bytes_in_use": 8 * MIB,
+        "npumem_in_use_bytes": 4 * MIB,
+        "npumem_free_bytes": 4 * MIB,
+        "npumem_peak_in_use_bytes": 8 * MIB,
         "npumem_largest_free_block_bytes": 2 * MIB,
         "npumem_external_fragmentation_ratio": 0.5,
         "npumem_allocs_total": 4,
         "npumem_frees_total": 2,
         "npumem_failed_allocs_total": 1,
         "npumem_overflow_allocs_total": s.overflow_allocs,
+        "npumem_capacity_bytes": 8 * MIB,
+        "npumem_usable_capacity_bytes": s.usable_capacity,
+        "npumem_requested_in_use_bytes": 4 * MIB,
+        "npumem_slab_cached_bytes": 0,
+        "npumem_usage_ratio": 0.5,
+        "npumem_live_blocks": 2,
+        "npumem_tag_requested_in_use_bytes": 4 * MIB,  # the blocks have no tag
+        "npumem_tag_peak_requested_in_use_bytes": 8 * MIB,
+        "npumem_tag_live_blocks": 2,
     }
     assert {name for name, _ in got} == set(expected)
     for name, value in expected.items():
@@ -61,7 +70,7 @@ def test_exposition_carries_the_right_values() -> None:
     blocks[0].free()
     blocks[2].free()
     got = scrape(registry)
-    assert got[("npumem_bytes_in_use", "npu0")] == 0
+    assert got[("npumem_in_use_bytes", "npu0")] == 0
     assert got[("npumem_frees_total", "npu0")] == 4
     assert got[("npumem_external_fragmentation_ratio", "npu0")] == 0
 
@@ -73,8 +82,8 @@ def test_several_pools_are_labelled_by_name() -> None:
     registry.register(PrometheusCollector(a, b))
     blk = b.alloc(1000)
     got = scrape(registry)
-    assert got[("npumem_bytes_free", "a")] == 4 * MIB
-    assert got[("npumem_bytes_in_use", "b")] == blk.block_bytes
+    assert got[("npumem_free_bytes", "a")] == 4 * MIB
+    assert got[("npumem_in_use_bytes", "b")] == blk.block_bytes
     assert got[("npumem_allocs_total", "a")] == 0 and got[("npumem_allocs_total", "b")] == 1
     blk.free()
 

@@ -144,11 +144,11 @@ def test_json_round_trip_is_exact(tmp_path: Path) -> None:
     ("mutate", "text"),
     [
         (lambda o: o.update(format="npumem-snapshot"), "format is 'npumem-snapshot'"),
-        (lambda o: o.update(version=2), "version 2 is not supported"),
+        (lambda o: o.update(version=3), "version 3 is not supported"),
         (lambda o: o["events"][0].__setitem__(1, "malloc"), "kind must be one of"),
         (lambda o: o["events"][0].__setitem__(5, 99), "tag index 99 is not in tags"),
         (lambda o: o["events"][1].__setitem__(0, 0), "time 0 goes back"),
-        (lambda o: o["events"].append([1, 2, 3]), "must be a list of 8 values"),
+        (lambda o: o["events"].append([1, 2, 3]), "must be a list of 9 values"),
         (lambda o: o["config"].__setitem__("cores", 0), "config.cores must be > 0"),
         (lambda o: o.update(dropped=-1), "dropped must be an integer >= 0"),
     ],
@@ -196,7 +196,7 @@ def test_replay_what_if() -> None:
     smaller = replay_trace(trace, config={"capacity": 6 * MIB})
     assert smaller.would_fail > 0 and not smaller.ok
     assert smaller.skipped_frees == smaller.would_fail
-    assert smaller.first_failures and smaller.first_failures[0]["size"] > 0
+    assert smaller.first_failures and smaller.first_failures[0].size > 0
     assert smaller.peak_bytes_in_use <= 6 * MIB
 
 

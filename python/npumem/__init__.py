@@ -2,9 +2,9 @@
 
 One large device (or host) memory region, handed out in pieces to many threads at once by a
 lock-free Rust core: per-core buddy pools with a global overflow pool, bank-aligned blocks,
-generation-checked handles. On top, in Python: lifetime planning (:mod:`npumem.plan`),
-monitoring and the ``npumem`` command. Blocks leave through DLPack; C and C++ programs link the
-shipped library (``get_library()``, ``get_include()``; see :mod:`npumem.clib`).
+generation-checked handles. On top, in Python: lifetime planning (`npumem.plan`),
+monitoring and the `npumem` command. Blocks leave through DLPack; C and C++ programs link the
+shipped library (`get_library()`, `get_include()`; see `npumem.clib`).
 
     >>> import npumem
     >>> pool = npumem.Pool(64 << 20, cores=2)
@@ -23,9 +23,11 @@ from npumem._core import (
     Block,
     BlockInfo,
     CoreStats,
+    Measurement,
     Pool,
     PoolStats,
     SizeClassStats,
+    TagStats,
     TraceStatus,
     __version__,
 )
@@ -61,6 +63,7 @@ __all__ = [
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
+    "Measurement",
     "MissingDependencyError",
     "MoveError",
     "NoBackingError",
@@ -72,6 +75,7 @@ __all__ = [
     "PoolStats",
     "RequestTooLargeError",
     "SizeClassStats",
+    "TagStats",
     "TraceStatus",
     "__version__",
     "get_include",

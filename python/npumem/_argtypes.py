@@ -1,4 +1,4 @@
-"""Argument types shared by the ``npumem`` subcommands (argparse ``type=`` callables)."""
+"""Argument types shared by the `npumem` subcommands (argparse `type=` callables)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def non_negative(text: str) -> int:
 
 
 def byte_count(text: str) -> int:
-    """A byte count with an optional unit (``1048576``, ``64MiB``, ``1.5GiB``, ``2 GB``; see
-    :mod:`npumem.sizes`)."""
+    """A byte count with an optional unit (`1048576`, `64MiB`, `1.5GiB`, `2 GB`; see
+    `npumem.sizes`)."""
     try:
         return parse_bytes(text)
     except InvalidArgumentError as exc:
@@ -43,7 +43,7 @@ def byte_count(text: str) -> int:
 
 
 def positive_byte_count(text: str) -> int:
-    """A byte count (:func:`byte_count`) of at least 1."""
+    """A byte count (`byte_count()`) of at least 1."""
     value = byte_count(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")

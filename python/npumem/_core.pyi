@@ -1,4 +1,4 @@
-"""Type stubs of the Rust extension ``npumem._core`` (checked by ``mypy.stubtest``)."""
+"""Type stubs of the Rust extension `npumem._core` (checked by `mypy.stubtest`)."""
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
@@ -20,6 +20,7 @@ __all__ = [
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
+    "Measurement",
     "MoveError",
     "NoBackingError",
     "NpumemError",
@@ -37,6 +38,7 @@ __all__ = [
     "RequestTooLargeError",
     "SizeClassStats",
     "StepReport",
+    "TagStats",
     "TraceStatus",
     "Transfer",
     "__version__",
@@ -48,6 +50,7 @@ __version__: str
 _Backing = Literal["host", "none"]
 _Placement = Literal["best-fit", "first-fit"]
 _CompactionMode = Literal["full", "incremental", "evacuate"]
+_EventKind = Literal["alloc", "free", "move", "failed"]
 _Mover = Callable[[list[tuple[int, int, int]]], object]
 
 def install_views(
@@ -86,7 +89,7 @@ class MoveError(NpumemError, ValueError): ...
 
 @final
 class Pool:
-    """A pool over one arena: allocate blocks from any thread, read ``stats()``, ``check()`` it."""
+    """A pool over one arena: allocate blocks from any thread, read `stats()`, `check()` it."""
 
     def __new__(
         cls,
@@ -112,14 +115,30 @@ class Pool:
     def free(self, block: Block) -> None: ...
     def free_many(self, blocks: Iterable[Block]) -> None: ...
     def stats(self) -> PoolStats: ...
+    def reset_peak(self) -> None: ...
+    def measure(self) -> Measurement: ...
     def check(self) -> int: ...
     def blocks(self) -> list[BlockInfo]: ...
     def trim(self) -> int: ...
     def raw_snapshot(self) -> RawSnapshot: ...
     def snapshot(self) -> Snapshot: ...
-    def trace_start(self, capacity: int = 65536) -> None: ...
+    def trace_start(self, capacity: int = 65536, *, stacks: bool = False) -> None: ...
     def trace_stop(self) -> None: ...
-    def trace_drain(self) -> list[tuple[int, str, int, int, int, str | None, int, int]]: ...
+    def trace_drain(
+        self,
+    ) -> list[
+        tuple[
+            int,
+            _EventKind,
+            int,
+            int,
+            int,
+            str | None,
+            int,
+            int,
+            tuple[tuple[str, int, str], ...] | None,
+        ]
+    ]: ...
     def trace_status(self) -> TraceStatus: ...
     def pause(self, timeout: float | None = 10.0) -> Pause: ...
     def move_blocks(
@@ -232,7 +251,7 @@ class Block:
 
 @final
 class Pause:
-    """A held pause of a pool (``Pool.pause()``); a context manager that resumes on exit."""
+    """A held pause of a pool (`Pool.pause()`); a context manager that resumes on exit."""
 
     def resume(self) -> None: ...
     @property
@@ -249,7 +268,7 @@ class Pause:
 
 @final
 class Pinned:
-    """Pins a block for a ``with`` block (``Block.pinned()``)."""
+    """Pins a block for a `with` block (`Block.pinned()`)."""
 
     def __enter__(self) -> Block: ...
     def __exit__(
@@ -261,7 +280,7 @@ class Pinned:
 
 @final
 class BlockInfo:
-    """One live block at one moment (``Pool.blocks()``, ``Pool.raw_snapshot()``)."""
+    """One live block at one moment (`Pool.blocks()`, `Pool.raw_snapshot()`)."""
 
     @property
     def offset(self) -> int: ...
@@ -305,7 +324,7 @@ class Transfer:
 
 @final
 class RawSnapshot:
-    """The arena at one moment as the core records it (``Pool.raw_snapshot()``)."""
+    """The arena at one moment as the core records it (`Pool.raw_snapshot()`)."""
 
     @property
     def time_ns(self) -> int: ...
@@ -322,7 +341,7 @@ class RawSnapshot:
 
 @final
 class TraceStatus:
-    """Where a pool's trace stands (``Pool.trace_status()``)."""
+    """Where a pool's trace stands (`Pool.trace_status()`)."""
 
     @property
     def enabled(self) -> bool: ...
@@ -339,7 +358,7 @@ class TraceStatus:
 
 @final
 class StepReport:
-    """One stop of the pool in a compaction: what moved and how long (``Pool.compact_step``)."""
+    """One stop of the pool in a compaction: what moved and how long (`Pool.compact_step`)."""
 
     def __new__(
         cls,
@@ -378,7 +397,7 @@ class StepReport:
 
 @final
 class PlannedMove:
-    """One move a compaction would make, from ``src`` to ``dst``."""
+    """One move a compaction would make, from `src` to `dst`."""
 
     def __new__(
         cls,
@@ -403,7 +422,7 @@ class PlannedMove:
 
 @final
 class CompactionPlan:
-    """What a compaction would do, moving nothing (``Pool.plan_compaction``)."""
+    """What a compaction would do, moving nothing (`Pool.plan_compaction`)."""
 
     def __new__(
         cls,
@@ -442,8 +461,54 @@ class CompactionPlan:
     def __eq__(self, other: object, /) -> bool: ...
 
 @final
+class Measurement:
+    """The statistics of one `with pool.measure() as m:` scope (None until it ends)."""
+
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        _exc_type: type[BaseException] | None = ...,
+        _exc: BaseException | None = ...,
+        _tb: TracebackType | None = ...,
+    ) -> bool: ...
+    @property
+    def peak_bytes_in_use(self) -> int | None: ...
+    @property
+    def allocs(self) -> int | None: ...
+    @property
+    def frees(self) -> int | None: ...
+    @property
+    def failed_allocs(self) -> int | None: ...
+    @property
+    def bytes_in_use_at_start(self) -> int | None: ...
+    @property
+    def bytes_in_use_at_end(self) -> int | None: ...
+    @property
+    def seconds(self) -> float | None: ...
+    def as_dict(self) -> dict[str, Any]: ...
+
+@final
+class TagStats:
+    """One tag's share of a pool (`PoolStats.by_tag`): its live blocks, the bytes they asked
+    for, and the highest that figure has been. `tag` is None for blocks without a tag and
+    `"(other tags)"` for the tags after a pool's first 63."""
+
+    @property
+    def tag(self) -> str | None: ...
+    @property
+    def blocks_in_use(self) -> int: ...
+    @property
+    def requested_bytes_in_use(self) -> int: ...
+    @property
+    def peak_requested_bytes_in_use(self) -> int: ...
+    def as_dict(self) -> dict[str, Any]: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
 class CoreStats:
-    """One core pool's share of a ``PoolStats``."""
+    """One core pool's share of a `PoolStats`. `alloc_count` counts the buddy and global
+    allocations made by threads on this core; slab allocations are counted only in
+    `PoolStats.slab_allocs`."""
 
     @property
     def core(self) -> int: ...
@@ -465,7 +530,7 @@ class CoreStats:
 
 @final
 class SizeClassStats:
-    """One slab size class of a ``PoolStats``."""
+    """One slab size class of a `PoolStats`."""
 
     @property
     def size(self) -> int: ...
@@ -529,11 +594,13 @@ class PoolStats:
     def size_classes(self) -> list[SizeClassStats]: ...
     @property
     def per_core(self) -> list[CoreStats]: ...
+    @property
+    def by_tag(self) -> list[TagStats]: ...
     def as_dict(self) -> dict[str, Any]: ...
 
 @final
 class PackingInstance:
-    """One component of a planning problem for the packing search (``npumem.plan.search``)."""
+    """One component of a planning problem for the packing search (`npumem.plan.search`)."""
 
     def __new__(
         cls,

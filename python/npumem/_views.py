@@ -1,7 +1,7 @@
-"""The presentation ``npumem`` installs in the Rust extension when it is imported
-(``_core.install_views``): what ``Pool.snapshot()`` returns, made from the extension's
-``RawSnapshot`` by :func:`snapshot_view`, and the byte formatter of typed results' text
-(:func:`npumem.sizes.format_bytes`)."""
+"""The presentation `npumem` installs in the Rust extension when it is imported
+(`_core.install_views`): what `Pool.snapshot()` returns, made from the extension's
+`RawSnapshot` by `snapshot_view()`, and the byte formatter of typed results' text
+(`npumem.sizes.format_bytes()`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["snapshot_view"]
 
 
 def snapshot_view(pool: Pool, raw: RawSnapshot) -> Snapshot:
-    """An :class:`npumem.monitor.Snapshot` of ``pool`` from the extension's raw snapshot."""
+    """An `npumem.monitor.Snapshot` of `pool` from the extension's raw snapshot."""
     # Imported here: the monitoring package loads when the first snapshot is taken.
     from npumem.monitor.snapshot import Snapshot
 

@@ -1,8 +1,8 @@
-"""The ``npumem`` command: one entry point, a subcommand per job.
+"""The `npumem` command: one entry point, a subcommand per job.
 
 Each subcommand lives next to the code it drives and registers itself through an
-``add_parser(subparsers)`` function that returns the parser, with ``func`` set to a callable
-``(args) -> int`` exit status (:class:`npumem.exit_status.ExitStatus`).
+`add_parser(subparsers)` function that returns the parser, with `func` set to a callable
+`(args) -> int` exit status (`npumem.exit_status.ExitStatus`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="npumem",
-        description="npumem: accelerator-memory manager (plan, demo, report, replay, plot).",
+        description="npumem: accelerator-memory manager "
+        "(demo, replay, plan, report, plot, view, export).",
     )
     parser.add_argument("--version", action="version", version=f"npumem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     workloads_cli.add_parsers(sub)  # demo, replay
     plan_cli.add_parser(sub)
-    monitor_cli.add_parsers(sub)  # report, plot
+    monitor_cli.add_parsers(sub)  # report, plot, view, export
     return parser
 
 

@@ -1,12 +1,12 @@
-"""The C library and header shipped in the package, as ``numpy.get_include()`` does for NumPy.
+"""The C library and header shipped in the package, as `numpy.get_include()` does for NumPy.
 
-Compile and link a C or C++ program against npumem::
+Compile and link a C or C++ program against npumem:
 
     cc prog.c -I"$(python -c 'import npumem; print(npumem.get_include())')" \\
        "$(python -c 'import npumem; print(npumem.get_library())')" -Wl,-rpath,<its folder>
 
-``load()`` opens the same library in this process with :mod:`ctypes`; a pool made in Python
-(``pool.c_pool()``) works with its functions, which run the Python extension's own code for it.
+`load()` opens the same library in this process with `ctypes`; a pool made in Python
+(`pool.c_pool()`) works with its functions, which run the Python extension's own code for it.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ CAPSULE_NAME = b"npumem.pool"
 
 
 def get_include() -> str:
-    """The folder that holds ``npumem.h``."""
+    """The folder that holds `npumem.h`."""
     return str(_PACKAGE / "include")
 
 
 def get_library() -> str:
-    """The path of the C library (``libnpumem.so`` on Linux).
+    """The path of the C library (`libnpumem.so` on Linux).
 
     Raises FileNotFoundError when the package was built without it (a build that skipped the
-    ``c-library`` feature).
+    `c-library` feature).
     """
     path = _PACKAGE / _LIBRARY_NAMES.get(sys.platform, "libnpumem.so")
     if not path.is_file():
@@ -45,7 +45,7 @@ def get_library() -> str:
 
 @functools.cache
 def load() -> ctypes.CDLL:
-    """The C library, opened with :mod:`ctypes` (once), with the signatures used from Python."""
+    """The C library, opened with `ctypes` (once), with the signatures used from Python."""
     lib = ctypes.CDLL(get_library())
     pool = ctypes.c_void_p
     lib.npumem_strerror.restype = ctypes.c_char_p
@@ -76,7 +76,7 @@ def load() -> ctypes.CDLL:
 
 
 def capsule_pointer(capsule: object) -> int:
-    """The ``npumem_pool*`` in a capsule of ``pool.c_pool()`` (valid while the capsule lives)."""
+    """The `npumem_pool*` in a capsule of `pool.c_pool()` (valid while the capsule lives)."""
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
     get_pointer.restype = ctypes.c_void_p
     get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]

@@ -1,8 +1,8 @@
-"""CuPy on an npumem pool: ``cupy.cuda.set_allocator(npumem.cupy.allocator(pool))``.
+"""CuPy on an npumem pool: `cupy.cuda.set_allocator(npumem.cupy.allocator(pool))`.
 
 Each CuPy allocation is a raw block of the pool (it never moves), 256-byte aligned, at the
 pool's base address plus its offset; CuPy's memory object frees it when the last array using
-it goes. The pool must be a ``backing="none"`` pool over device memory the runtime reserved.
+it goes. The pool must be a `backing="none"` pool over device memory the runtime reserved.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class _RawBlock:
 
 
 def allocator(pool: Pool) -> Callable[[int], Any]:
-    """A CuPy allocator function (``size -> cupy.cuda.MemoryPointer``) over ``pool``."""
+    """A CuPy allocator function (`size -> cupy.cuda.MemoryPointer`) over `pool`."""
     try:
         import cupy
     except ImportError as exc:

@@ -1,8 +1,8 @@
 """The exception hierarchy of npumem.
 
-Every error npumem raises derives from :class:`NpumemError`. Most also derive from the built-in
-exception a Python user would reach for first (``MemoryError``, ``ValueError``, ``TypeError``), so
-``except MemoryError`` around an allocation keeps working::
+Every error npumem raises derives from `NpumemError`. Most also derive from the built-in
+exception a Python user would reach for first (`MemoryError`, `ValueError`, `TypeError`), so
+`except MemoryError` around an allocation keeps working:
 
     NpumemError(Exception)
     ├── OutOfMemoryError(MemoryError)      no block of the size, although the request is valid;
@@ -13,17 +13,17 @@ exception a Python user would reach for first (``MemoryError``, ``ValueError``, 
     ├── InvalidHandleError(ValueError)     a freed, stale or foreign block handle
     │   └── DoubleFreeError                a block freed twice
     ├── PinnedBlockError(RuntimeError)     a pinned block cannot be freed or moved
-    ├── NoBackingError(BufferError)        ``backing="none"``: no host bytes to view
+    ├── NoBackingError(BufferError)        backing="none": no host bytes to view
     ├── PoolBusyError(TimeoutError)        the pool could not be paused in time, or a call
     │                                      would wait for itself
     ├── ConfigError(ValueError)            an invalid pool configuration
-    ├── CorruptionError                    inconsistent metadata (``Pool.check()``)
+    ├── CorruptionError                    inconsistent metadata (Pool.check())
     ├── MoveError(ValueError)              a batch of moves refused or undone; nothing moved
     └── MissingDependencyError(ImportError) an optional extra (onnx, plot) is not installed
 
 A bad call leaves the pool exactly as it was. The classes are defined by the Rust extension,
-which raises them (``npumem.errors.X is npumem._core.X``); each has its own docstring.
-``MissingDependencyError`` is raised by the Python facade alone and is defined here.
+which raises them (`npumem.errors.X is npumem._core.X`); each has its own docstring.
+`MissingDependencyError` is raised by the Python facade alone and is defined here.
 """
 
 from __future__ import annotations
@@ -63,5 +63,5 @@ __all__ = [
 
 
 class MissingDependencyError(NpumemError, ImportError):
-    """An optional dependency is not installed: reading ONNX models needs the ``onnx`` extra,
-    pictures need ``plot`` (matplotlib). The message names the extra to install."""
+    """An optional dependency is not installed: reading ONNX models needs the `onnx` extra,
+    pictures need `plot` (matplotlib). The message names the extra to install."""

@@ -4,7 +4,7 @@ Every file is UTF-8. The reader also accepts a byte-order mark (editors on Windo
 writers never write one. The reader returns a JSON object or raises the caller's error type with
 one line that starts with the file and says what is wrong (missing, a directory, not UTF-8, not
 JSON with the line and column, nested too deeply, not an object), never a traceback from inside
-the ``json`` module. Writers replace the file atomically: a reader sees the old file or the new
+the `json` module. Writers replace the file atomically: a reader sees the old file or the new
 one, and a failed write leaves no partial file behind.
 """
 
@@ -37,11 +37,11 @@ def read_json_object(
     error: Callable[[str], Exception] = InvalidArgumentError,
     expected: str = "a JSON object",
 ) -> dict[str, Any]:
-    """The JSON object in the file at ``path``.
+    """The JSON object in the file at `path`.
 
-    Anything else raises ``error(message)``: the message starts with the path and names the
-    problem; ``expected`` describes the wanted object in it (``"a JSON object with a 'buffers'
-    list"``). ``NaN`` and ``Infinity``, which are not JSON, are refused too.
+    Anything else raises `error(message)`: the message starts with the path and names the
+    problem; `expected` describes the wanted object in it (`"a JSON object with a 'buffers'
+    list"`). `NaN` and `Infinity`, which are not JSON, are refused too.
     """
     p = Path(path)
     try:
@@ -69,24 +69,24 @@ def read_json_object(
 
 
 def json_text(obj: Mapping[str, Any], *, indent: int | None = None) -> str:
-    """``obj`` as JSON text ending in a newline: compact, or ``indent`` spaces per level.
+    """`obj` as JSON text ending in a newline: compact, or `indent` spaces per level.
 
-    Floats that are not finite are refused (``ValueError``): they have no JSON form.
+    Floats that are not finite are refused (`ValueError`): they have no JSON form.
     """
     separators = (",", ":") if indent is None else (",", ": ")
     return json.dumps(obj, indent=indent, separators=separators, allow_nan=False) + "\n"
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically and return the path (see
-    :func:`write_bytes`)."""
+    """Write `text` (UTF-8) to `path` atomically and return the path (see
+    `write_bytes()`)."""
     return write_bytes(path, text.encode(ENCODING))
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically and return the path.
+    """Write `data` to `path` atomically and return the path.
 
-    The bytes go to a temporary file next to ``path`` that then replaces it, so readers never
+    The bytes go to a temporary file next to `path` that then replaces it, so readers never
     see half a file and a failed write leaves any old file as it was.
     """
     out = Path(path)
@@ -108,5 +108,5 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 def write_json(
     path: str | os.PathLike[str], obj: Mapping[str, Any], *, indent: int | None = None
 ) -> Path:
-    """Write ``obj`` as JSON (:func:`json_text`) to ``path`` atomically; returns the path."""
+    """Write `obj` as JSON (`json_text()`) to `path` atomically; returns the path."""
     return write_text(path, json_text(obj, indent=indent))

@@ -1,22 +1,22 @@
-"""Byte counts as people write them: parsing (``1.5GiB``, ``64MiB``, ``1e6``) and formatting.
+"""Byte counts as people write them: parsing (`1.5GiB`, `64MiB`, `1e6`) and formatting.
 
-Parsing (:func:`parse_bytes`) accepts a number followed by an optional unit, with or without a
+Parsing (`parse_bytes()`) accepts a number followed by an optional unit, with or without a
 space between them, in any letter case:
 
-* the number: an integer (``1048576``), a decimal (``1.5``) or scientific notation (``1e6``);
-  ``_`` may group digits (``1_000_000``);
-* binary units (powers of 1024): ``KiB``, ``MiB``, ``GiB``, ``TiB``, and their one-letter
-  shorthands ``K``, ``M``, ``G``, ``T`` (so ``100k`` is 102 400 bytes, as in ``dd`` and ``ls -h``);
-* decimal (SI) units (powers of 1000): ``kB``, ``MB``, ``GB``, ``TB``;
-* ``B`` or no unit: bytes.
+* the number: an integer (`1048576`), a decimal (`1.5`) or scientific notation (`1e6`);
+  `_` may group digits (`1_000_000`);
+* binary units (powers of 1024): `KiB`, `MiB`, `GiB`, `TiB`, and their one-letter
+  shorthands `K`, `M`, `G`, `T` (so `100k` is 102 400 bytes, as in `dd` and `ls -h`);
+* decimal (SI) units (powers of 1000): `kB`, `MB`, `GB`, `TB`;
+* `B` or no unit: bytes.
 
-The value after scaling must be a whole number of bytes and not negative: ``1.5KiB`` is 1536
-bytes, ``0.3KiB`` (307.2 bytes), ``-1MiB``, ``nan`` and ``inf`` are refused with
-:class:`~npumem.errors.InvalidArgumentError`, whose message gives the text and the rule.
+The value after scaling must be a whole number of bytes and not negative: `1.5KiB` is 1536
+bytes, `0.3KiB` (307.2 bytes), `-1MiB`, `nan` and `inf` are refused with
+`InvalidArgumentError`, whose message gives the text and the rule.
 
-Formatting (:func:`format_bytes`) picks the largest binary unit that keeps the number at least 1
-(:func:`byte_unit`): ``1536`` is ``"1.5 KiB"``. ``short=True`` drops a zero fraction
-(``"2 MiB"``), for labels.
+Formatting (`format_bytes()`) picks the largest binary unit that keeps the number at least 1
+(`byte_unit()`): `1536` is `"1.5 KiB"`. `short=True` drops a zero fraction
+(`"2 MiB"`), for labels.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ _FORMAT_UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1
 
 
 def parse_bytes(text: str) -> int:
-    """The byte count ``text`` names (see the module docstring for the units).
+    """The byte count `text` names (see the module docstring for the units).
 
-    Raises :class:`~npumem.errors.InvalidArgumentError` for text that is not a byte count, a
+    Raises `InvalidArgumentError` for text that is not a byte count, a
     negative count or one that is not a whole number of bytes.
     """
     if not isinstance(text, str):
@@ -109,9 +109,9 @@ def parse_bytes(text: str) -> int:
 
 
 def byte_unit(n: float, *, at_least: float = 1) -> tuple[int, str]:
-    """The largest binary unit in which ``n`` bytes are at least ``at_least`` units, as
-    ``(bytes per unit, name)``: ``byte_unit(3 << 20)`` is ``(1 << 20, "MiB")``; ``(1, "B")``
-    below 1 KiB. Plots ask for ``at_least=4`` so that axis ticks stay readable numbers."""
+    """The largest binary unit in which `n` bytes are at least `at_least` units, as
+    `(bytes per unit, name)`: `byte_unit(3 << 20)` is `(1 << 20, "MiB")`; `(1, "B")`
+    below 1 KiB. Plots ask for `at_least=4` so that axis ticks stay readable numbers."""
     for name, div in _FORMAT_UNITS:
         if abs(n) >= at_least * div:
             return div, name
@@ -119,10 +119,10 @@ def byte_unit(n: float, *, at_least: float = 1) -> tuple[int, str]:
 
 
 def format_bytes(n: float, *, short: bool = False) -> str:
-    """``n`` bytes in the largest binary unit that keeps the number at least 1.
+    """`n` bytes in the largest binary unit that keeps the number at least 1.
 
-    ``1536`` gives ``"1.5 KiB"`` and ``3 << 20`` ``"3.0 MiB"``; counts below 1 KiB stay in
-    bytes (``"1000 B"``). With ``short=True`` a zero fraction is dropped: ``"3 MiB"``.
+    `1536` gives `"1.5 KiB"` and `3 << 20` `"3.0 MiB"`; counts below 1 KiB stay in
+    bytes (`"1000 B"`). With `short=True` a zero fraction is dropped: `"3 MiB"`.
     """
     div, name = byte_unit(n)
     if div == 1:

@@ -1,4 +1,4 @@
-"""PyTorch on an npumem pool: ``torch.cuda`` tensors served from a region the runtime reserved.
+"""PyTorch on an npumem pool: `torch.cuda` tensors served from a region the runtime reserved.
 
 ::
 
@@ -7,8 +7,8 @@
     allocator = npumem.torch.pluggable_allocator(pool)
     torch.cuda.memory.change_current_allocator(allocator)  # before the first CUDA allocation
 
-The allocator functions live in the C library (``npumem_torch_alloc`` / ``npumem_torch_free``
-in ``npumem.h``): nothing is compiled at run time. Blocks are raw blocks (they never move),
+The allocator functions live in the C library (`npumem_torch_alloc` / `npumem_torch_free`
+in `npumem.h`): nothing is compiled at run time. Blocks are raw blocks (they never move),
 256-byte aligned; the pool must outlive every tensor it served.
 """
 
@@ -30,9 +30,9 @@ _serving: dict[int, object] = {}
 
 
 def serve_device(pool: Pool, device: int = 0) -> str:
-    """Have the C library's PyTorch functions serve ``device`` from ``pool``.
+    """Have the C library's PyTorch functions serve `device` from `pool`.
 
-    Returns the library's path. Needs no PyTorch; :func:`pluggable_allocator` calls it.
+    Returns the library's path. Needs no PyTorch; `pluggable_allocator()` calls it.
     """
     capsule = pool.c_pool()
     lib = clib.load()
@@ -42,15 +42,15 @@ def serve_device(pool: Pool, device: int = 0) -> str:
 
 
 def stop_serving(device: int = 0) -> None:
-    """Stop serving ``device`` (only after every tensor it served was freed)."""
+    """Stop serving `device` (only after every tensor it served was freed)."""
     clib.check(clib.load().npumem_torch_set_pool(device, None))
     _serving.pop(device, None)
 
 
 def pluggable_allocator(pool: Pool, device: int = 0) -> Any:
-    """A ``torch.cuda.memory.CUDAPluggableAllocator`` that allocates from ``pool``.
+    """A `torch.cuda.memory.CUDAPluggableAllocator` that allocates from `pool`.
 
-    Install it with ``torch.cuda.memory.change_current_allocator`` before PyTorch allocates on
+    Install it with `torch.cuda.memory.change_current_allocator` before PyTorch allocates on
     the device. Needs a CUDA build of PyTorch.
     """
     try:

@@ -4,21 +4,21 @@ Every device allocator in common use only gives back wholly free segments; an np
 reached through a handle, so it can move. The Rust core pauses the pool (waiting for calls in
 flight), moves batches of blocks (validated before anything moves, copied in an order that
 never overwrites bytes still to be read, or handed to a *mover* when the bytes live on a
-device), re-points the handles and resumes. Pinned blocks (``blk.pin()``, ``with
-blk.pinned():``, live buffer views) never move.
+device), re-points the handles and resumes. Pinned blocks (`blk.pin()`, `with
+blk.pinned():`, live buffer views) never move.
 
 This package decides when and how:
 
-* :class:`Compactor` compacts on demand (``compact(mode="full" | "incremental")``), answers
-  what-if questions (``plan()``), applies a :class:`Policy` (compact when fragmentation passes
-  a threshold; when an allocation fails although enough bytes are free, once ``attach()`` ed;
+* `Compactor` compacts on demand (`compact(mode="full" | "incremental")`), answers
+  what-if questions (`plan()`), applies a `Policy` (compact when fragmentation passes
+  a threshold; when an allocation fails although enough bytes are free, once `attach()` ed;
   never more often than an interval), respects a pause budget and calls pause and resume hooks;
-* :class:`CompactionReport` / :class:`StepReport` say what moved and how long the pool stopped;
-  :class:`CompactionPlan` (of :class:`PlannedMove` s) what would move. ``StepReport``,
-  ``CompactionPlan`` and ``PlannedMove`` are the classes the Rust extension returns
-  (``Pool.compact_step``, ``Pool.plan_compaction``);
-* :mod:`npumem.compaction.movers`: the mover protocol for ``backing="none"`` pools and
-  :class:`HostMirror`, a reference mover.
+* `CompactionReport` / `StepReport` say what moved and how long the pool stopped;
+  `CompactionPlan` (of `PlannedMove`s) what would move. `StepReport`,
+  `CompactionPlan` and `PlannedMove` are the classes the Rust extension returns
+  (`Pool.compact_step`, `Pool.plan_compaction`);
+* `npumem.compaction.movers`: the mover protocol for `backing="none"` pools and
+  `HostMirror`, a reference mover.
 
     >>> import npumem
     >>> from npumem.compaction import Compactor

@@ -1,13 +1,13 @@
 """The compaction coordinator: when to compact, what mode, with what pause budget.
 
-The Rust core does the moving (``Pool.pause``, ``Pool.compact_step``); this module decides when,
+The Rust core does the moving (`Pool.pause`, `Pool.compact_step`); this module decides when,
 wraps every stop of the pool in the runtime's pause and resume hooks, keeps a full compaction
 within the pause budget (splitting it into incremental steps when one stop would be too long),
 and reports what happened.
 
 Threads: one compaction at a time per compactor (a lock); the pool is stopped only inside a
 step; the hooks run in the compacting thread before the pool stops and after it runs again.
-The out-of-memory handler (:meth:`Compactor.attach`) runs in the thread whose allocation failed,
+The out-of-memory handler (`Compactor.attach()`) runs in the thread whose allocation failed,
 with no pool lock held, so it may compact.
 """
 
@@ -48,15 +48,15 @@ def _callable(value: object, name: str) -> Callable[..., object] | None:
 
 
 class Compactor:
-    """Compacts ``pool``: on demand (:meth:`compact`), when fragmentation passes the policy's
-    threshold (:meth:`maybe_compact`, :meth:`on_sample`), and, once :meth:`attach` ed, when an
+    """Compacts `pool`: on demand (`compact()`), when fragmentation passes the policy's
+    threshold (`maybe_compact()`, `on_sample()`), and, once `attach()` ed, when an
     allocation fails although enough bytes are free (then the allocation is retried once).
 
-    ``mover`` copies the bytes of a ``backing="none"`` pool (see :mod:`npumem.compaction.movers`);
-    ``pause_budget`` (seconds) is the longest one stop of the pool should last: a full compaction
-    expected to take longer runs as incremental steps sized to it; ``on_pause`` and
-    ``on_resume`` are called around every stop (a runtime stops and restarts its streams there);
-    ``pause_timeout`` is how long a stop waits for allocations in flight.
+    `mover` copies the bytes of a `backing="none"` pool (see `npumem.compaction.movers`);
+    `pause_budget` (seconds) is the longest one stop of the pool should last: a full compaction
+    expected to take longer runs as incremental steps sized to it; `on_pause` and
+    `on_resume` are called around every stop (a runtime stops and restarts its streams there);
+    `pause_timeout` is how long a stop waits for allocations in flight.
     """
 
     def __init__(
@@ -101,13 +101,13 @@ class Compactor:
     def compact(
         self, mode: Mode | None = None, *, max_bytes: int | None = None, reason: str = "manual"
     ) -> CompactionReport:
-        """Compact now. ``mode``: ``"full"`` (default: the policy's mode) stops the pool once:
+        """Compact now. `mode`: `"full"` (default: the policy's mode) stops the pool once:
         slab objects are packed, then every block above a boundary chunk is packed into the holes
         below it, so free space becomes one run but for what pinned blocks and the bank rule
-        leave (see ``docs/compaction.md``); ``"incremental"`` evacuates the chunks above the
-        boundary sparsest first, in steps of at most ``max_bytes`` of moves (default: the
+        leave (see `docs/compaction.md`); `"incremental"` evacuates the chunks above the
+        boundary sparsest first, in steps of at most `max_bytes` of moves (default: the
         policy's), the pool stopped only during each step, until a step finds nothing to move.
-        Returns the report (also kept in :attr:`reports`)."""
+        Returns the report (also kept in `reports`)."""
         checked = check_mode(self.policy.mode if mode is None else mode)
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
@@ -187,7 +187,7 @@ class Compactor:
         return done.with_pause(paused, over_budget=over)
 
     def plan(self, mode: Mode = "full", *, max_bytes: int | None = None) -> CompactionPlan:
-        """What :meth:`compact` would move now (for ``"incremental"``: its first step), moving
+        """What `compact()` would move now (for `"incremental"`: its first step), moving
         nothing; the pool is stopped only for the look."""
         checked = check_mode(mode)
         limit = max_bytes if max_bytes is not None else self.policy.max_bytes
@@ -202,7 +202,7 @@ class Compactor:
 
     def maybe_compact(self) -> CompactionReport | None:
         """Compact (the policy's mode) if fragmentation is above the policy's threshold and the
-        last automatic compaction is at least ``min_interval`` ago; else ``None``."""
+        last automatic compaction is at least `min_interval` ago; else `None`."""
         threshold = self.policy.fragmentation_threshold
         if threshold is None:
             return None
@@ -218,7 +218,7 @@ class Compactor:
             return self.compact(reason=f"fragmentation {stats.external_fragmentation:.1%}")
 
     def on_sample(self, sample: object) -> None:
-        """A :class:`~npumem.monitor.Monitor` ``on_sample`` callback: the threshold policy."""
+        """A `Monitor` `on_sample` callback: the threshold policy."""
         frag = getattr(sample, "external_fragmentation", None)
         threshold = self.policy.fragmentation_threshold
         if threshold is not None and isinstance(frag, float) and frag > threshold:
@@ -249,15 +249,15 @@ class Compactor:
         return self._attached and self.pool.oom_handler == self._on_out_of_memory
 
     def attach(self) -> Self:
-        """Hook into the pool: from now on an allocation (``alloc``, ``alloc_many``) that fails
+        """Hook into the pool: from now on an allocation (`alloc`, `alloc_many`) that fails
         although enough bytes are free compacts and is retried once before it raises
-        ``OutOfMemoryError``. Replaces any other handler; returns ``self``."""
+        `OutOfMemoryError`. Replaces any other handler; returns `self`."""
         self.pool.set_oom_handler(self._on_out_of_memory)
         self._attached = True
         return self
 
     def detach(self) -> None:
-        """Undo :meth:`attach` (leaves another compactor's handler alone)."""
+        """Undo `attach()` (leaves another compactor's handler alone)."""
         if self.pool.oom_handler == self._on_out_of_memory:
             self.pool.set_oom_handler(None)
         self._attached = False

@@ -1,4 +1,4 @@
-"""When a :class:`~npumem.compaction.Compactor` compacts on its own, and how."""
+"""When a `Compactor` compacts on its own, and how."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from npumem.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_THRESHOLD", "MODES", "Mode", "Policy", "check_mode"]
 
-#: Compact when ``external_fragmentation`` passes this (the seed articles' 30%).
+#: Compact when `external_fragmentation` passes this (the seed articles' 30%).
 DEFAULT_THRESHOLD = 0.30
 
-#: The compaction modes: ``"full"`` (the pool stopped once, free space gathered in one run) and
-#: ``"incremental"`` (steps of at most ``max_bytes`` of moves, the pool stopped per step).
+#: The compaction modes: `"full"` (the pool stopped once, free space gathered in one run) and
+#: `"incremental"` (steps of at most `max_bytes` of moves, the pool stopped per step).
 Mode = Literal["full", "incremental"]
 MODES: tuple[Mode, ...] = ("full", "incremental")
 
 
 def check_mode(mode: object) -> Mode:
-    """``mode`` if it is one of :data:`MODES`, else :class:`InvalidArgumentError`."""
+    """`mode` if it is one of `MODES`, else `InvalidArgumentError`."""
     if mode not in MODES:
         raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
     return mode
@@ -30,13 +30,13 @@ def check_mode(mode: object) -> Mode:
 class Policy:
     """The rules of automatic compaction.
 
-    ``fragmentation_threshold``: :meth:`Compactor.maybe_compact` (and ``on_sample``) compact
-    when the pool's ``external_fragmentation`` is above it; ``None`` turns that off.
-    ``on_failure``: once attached, an allocation that fails although the pool has at least that
-    many bytes free compacts and is retried once. ``min_interval``: seconds that must pass
-    between two automatic compactions (a manual :meth:`Compactor.compact` always runs).
-    ``mode``: what automatic compactions do; ``max_bytes``: the moves of one incremental step;
-    ``max_steps``: the steps of one incremental compaction at most.
+    `fragmentation_threshold`: `Compactor.maybe_compact()` (and `on_sample`) compact
+    when the pool's `external_fragmentation` is above it; `None` turns that off.
+    `on_failure`: once attached, an allocation that fails although the pool has at least that
+    many bytes free compacts and is retried once. `min_interval`: seconds that must pass
+    between two automatic compactions (a manual `Compactor.compact()` always runs).
+    `mode`: what automatic compactions do; `max_bytes`: the moves of one incremental step;
+    `max_steps`: the steps of one incremental compaction at most.
     """
 
     fragmentation_threshold: float | None = DEFAULT_THRESHOLD

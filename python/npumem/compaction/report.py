@@ -1,5 +1,5 @@
-"""What a compaction did: per step (:class:`StepReport`, made by the Rust core) and in total
-(:class:`CompactionReport`)."""
+"""What a compaction did: per step (`StepReport`, made by the Rust core) and in total
+(`CompactionReport`)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ prompt pages by reference count (PagedAttention's block tables, in an npumem poo
     >>> cache.stats().pages_in_use, cache.stats().pages_shared
     (3, 1)
 
-See ``docs/kv.md`` for the guide.
+See `docs/kv.md` for the guide.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""``KVCache``: the paged KV cache. The page table and its locking are in the Rust core
-(``npumem._core.PagedKV``); this class adds the typed statistics, the numpy block tables and the
+"""`KVCache`: the paged KV cache. The page table and its locking are in the Rust core
+(`npumem._core.PagedKV`); this class adds the typed statistics, the numpy block tables and the
 construction from a model configuration."""
 
 from __future__ import annotations
@@ -22,20 +22,20 @@ __all__ = ["KVCache"]
 class KVCache(PagedKV):
     """A KV cache of fixed-size pages in an npumem pool, PagedAttention style.
 
-    ``KVCache(pool, *, num_layers, num_kv_heads, head_dim, dtype_bytes=2, page_tokens=16,
-    capacity_tokens=None, tag="kv", on_evict=None, mover=None)``
+    `KVCache(pool, *, num_layers, num_kv_heads, head_dim, dtype_bytes=2, page_tokens=16,
+    capacity_tokens=None, tag="kv", on_evict=None, mover=None)`
 
-    Each sequence holds a list of pages (its *block table*); a page holds ``page_tokens`` tokens
-    of every layer's keys and values (``page_bytes`` bytes). A sequence takes a fresh page only
-    when its last page is full, so at most one page per sequence is partly empty. ``fork`` shares
+    Each sequence holds a list of pages (its *block table*); a page holds `page_tokens` tokens
+    of every layer's keys and values (`page_bytes` bytes). A sequence takes a fresh page only
+    when its last page is full, so at most one page per sequence is partly empty. `fork` shares
     every page of a sequence (a common prompt, beam search); appending to a shared, partly filled
     last page copies it first (copy-on-write), so a fork never sees its sibling's tokens.
 
-    With ``capacity_tokens``, every page is reserved up front in one block of the pool; without
+    With `capacity_tokens`, every page is reserved up front in one block of the pool; without
     it, each page is a block of its own, allocated when needed. A call that finds no page raises
-    ``OutOfMemoryError`` and changes nothing; ``on_evict(pages_needed)`` is called first when
+    `OutOfMemoryError` and changes nothing; `on_evict(pages_needed)` is called first when
     set, and a true result retries the call (the callback preempts a sequence with
-    ``free_sequence``). On a pool without host memory, ``mover([(src, dst, nbytes)])`` copies
+    `free_sequence`). On a pool without host memory, `mover([(src, dst, nbytes)])` copies
     pages on the device.
 
     Thread-safe: one mutex of the cache's own guards the page table.
@@ -55,9 +55,9 @@ class KVCache(PagedKV):
         on_evict: Callable[[int], object] | None = None,
         mover: Callable[[list[tuple[int, int, int]]], object] | None = None,
     ) -> KVCache:
-        """A cache for a model (a :class:`KVShape` or a model config, see
-        :meth:`KVShape.from_config`), sized as preallocating runtimes size it:
-        ``max_seq_len * batch`` tokens, all reserved at once unless ``preallocate`` is false."""
+        """A cache for a model (a `KVShape` or a model config, see
+        `KVShape.from_config()`), sized as preallocating runtimes size it:
+        `max_seq_len * batch` tokens, all reserved at once unless `preallocate` is false."""
         shape = config if isinstance(config, KVShape) else KVShape.from_config(config)
         for name, value in (("max_seq_len", max_seq_len), ("batch", batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -81,9 +81,9 @@ class KVCache(PagedKV):
         return KVShape(self.num_layers, self.num_kv_heads, self.head_dim, self.dtype_bytes)
 
     def block_table(self, seq_id: int) -> npt.NDArray[np.int64]:
-        """The pool offset of each page of ``seq_id``, in order, as a read-only numpy int64
+        """The pool offset of each page of `seq_id`, in order, as a read-only numpy int64
         array. Offsets are read at the call: after a compaction, ask again. Needs numpy
-        (``pip install npumem[kv]``)."""
+        (`pip install npumem[kv]`)."""
         try:
             import numpy as np
         except ImportError as exc:  # pragma: no cover - exercised only without numpy
@@ -96,7 +96,7 @@ class KVCache(PagedKV):
         return KVStats(**self._stats())
 
     def pages(self) -> list[tuple[int, int]]:
-        """Every page as ``(offset, references)``, by offset: 0 references for a free page of the
+        """Every page as `(offset, references)`, by offset: 0 references for a free page of the
         reservation, 1 for a page of one sequence, more for a shared page."""
         return self._pages()
 

@@ -1,6 +1,6 @@
 """The size of a KV cache from a model's shape: the formula of preallocating runtimes,
-``max_seq_len * batch * layers * hidden * 2 (K and V) * dtype_bytes``, where ``hidden`` is the
-width of the keys (``num_kv_heads * head_dim``; the model's hidden size without grouped-query
+`max_seq_len * batch * layers * hidden * 2 (K and V) * dtype_bytes`, where `hidden` is the
+width of the keys (`num_kv_heads * head_dim`; the model's hidden size without grouped-query
 attention)."""
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def _positive(value: object, name: str) -> int:
 
 @dataclass(frozen=True)
 class KVShape:
-    """What one token of KV cache holds: per layer, a key and a value of ``num_kv_heads`` heads of
-    ``head_dim`` elements, of ``dtype_bytes`` bytes each."""
+    """What one token of KV cache holds: per layer, a key and a value of `num_kv_heads` heads of
+    `head_dim` elements, of `dtype_bytes` bytes each."""
 
     num_layers: int
     num_kv_heads: int
@@ -57,20 +57,20 @@ class KVShape:
 
     @property
     def hidden(self) -> int:
-        """Width of the keys (and of the values) of one layer: ``num_kv_heads * head_dim``."""
+        """Width of the keys (and of the values) of one layer: `num_kv_heads * head_dim`."""
         return self.num_kv_heads * self.head_dim
 
     @property
     def bytes_per_token(self) -> int:
-        """``num_layers * hidden * 2 * dtype_bytes``."""
+        """`num_layers * hidden * 2 * dtype_bytes`."""
         return self.num_layers * self.hidden * 2 * self.dtype_bytes
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, dtype_bytes: int | None = None) -> KVShape:
-        """The shape from a model configuration (a Hugging Face ``config.json`` as a dict, or one
-        with the field names of this class): layers from ``num_hidden_layers`` / ``n_layer``, KV
-        heads from ``num_key_value_heads`` (else the attention heads), ``head_dim`` (else
-        ``hidden_size / num_attention_heads``), element size from ``torch_dtype`` (else 2)."""
+        """The shape from a model configuration (a Hugging Face `config.json` as a dict, or one
+        with the field names of this class): layers from `num_hidden_layers` / `n_layer`, KV
+        heads from `num_key_value_heads` (else the attention heads), `head_dim` (else
+        `hidden_size / num_attention_heads`), element size from `torch_dtype` (else 2)."""
         if not isinstance(config, Mapping):
             raise ArgumentTypeError(f"config must be a mapping, got {type(config).__name__}")
         layers = _first(config, "num_layers", "num_hidden_layers", "n_layer", "n_layers")
@@ -109,8 +109,8 @@ class KVShape:
 
 
 def kv_cache_bytes(shape: KVShape | Mapping[str, Any], *, max_seq_len: int, batch: int) -> int:
-    """Bytes of a KV cache preallocated for ``batch`` sequences of ``max_seq_len`` tokens:
-    ``max_seq_len * batch * layers * hidden * 2 * dtype_bytes``.
+    """Bytes of a KV cache preallocated for `batch` sequences of `max_seq_len` tokens:
+    `max_seq_len * batch * layers * hidden * 2 * dtype_bytes`.
 
     >>> kv_cache_bytes({"num_hidden_layers": 32, "hidden_size": 4096,
     ...                 "num_attention_heads": 32}, max_seq_len=2048, batch=8)

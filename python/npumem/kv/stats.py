@@ -1,4 +1,4 @@
-"""What ``KVCache.stats()`` returns."""
+"""What `KVCache.stats()` returns."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ __all__ = ["KVStats"]
 class KVStats:
     """A KV cache at one moment.
 
-    Pages are counted once however many sequences share them; ``pages_logical`` is what the
-    sequences would hold without sharing, so ``shared_saved_bytes`` is the memory that sharing
-    saves. ``waste_bytes`` is the unused tail of each partly filled page (a shared one counted
+    Pages are counted once however many sequences share them; `pages_logical` is what the
+    sequences would hold without sharing, so `shared_saved_bytes` is the memory that sharing
+    saves. `waste_bytes` is the unused tail of each partly filled page (a shared one counted
     once): at most one page per sequence.
     """
 
@@ -34,7 +34,7 @@ class KVStats:
     """Pages copied on write: a sequence appended to a shared, partly filled last page."""
     bytes_copied: int
     evictions: int
-    """Times ``on_evict`` was called and asked for a retry."""
+    """Times `on_evict` was called and asked for a retry."""
     page_bytes: int
     preallocated: bool
 
@@ -45,7 +45,7 @@ class KVStats:
 
     @property
     def waste_share(self) -> float:
-        """``waste_bytes`` as a share of the bytes in use (0.0 when nothing is in use)."""
+        """`waste_bytes` as a share of the bytes in use (0.0 when nothing is in use)."""
         return self.waste_bytes / self.bytes_in_use if self.pages_in_use else 0.0
 
     @property

@@ -1,20 +1,20 @@
 """Monitoring: watch a pool's memory as it changes, be warned before it runs out, and see why an
 allocation failed.
 
-* :class:`Monitor` samples ``stats()`` (in a background thread or on demand), keeps a bounded
-  history and raises :class:`Alert` s through :mod:`logging` and callbacks when usage or
-  fragmentation pass thresholds (``sampler``).
-* :class:`PrometheusCollector` exports the stats to Prometheus (``prometheus``; the
-  ``prometheus`` extra).
-* :class:`Snapshot` (``pool.snapshot()``) is the whole arena at one moment; :class:`Trace` and
-  :class:`TraceRecorder` record alloc, free, move and failed-alloc events; both save and load as
-  versioned JSON (``snapshot``, ``trace``).
-* Pictures: :func:`plot_timeline`, :func:`plot_address_map`, :func:`plot_before_after`,
-  :func:`plot_plan`, :func:`plot_trace` (``plots``; the ``plot`` extra).
-* The text report: :func:`render_report`, :func:`report_text` (``report``); ``human_bytes`` is
-  :func:`npumem.sizes.format_bytes`.
+* `Monitor` samples `stats()` (in a background thread or on demand), keeps a bounded
+  history and raises `Alert`s through `logging` and callbacks when usage or
+  fragmentation pass thresholds (`sampler`).
+* `PrometheusCollector` exports the stats to Prometheus (`prometheus`; the
+  `prometheus` extra).
+* `Snapshot` (`pool.snapshot()`) is the whole arena at one moment; `Trace` and
+  `TraceRecorder` record alloc, free, move and failed-alloc events; both save and load as
+  versioned JSON (`snapshot`, `trace`).
+* Pictures: `plot_timeline()`, `plot_address_map()`, `plot_before_after()`,
+  `plot_plan()`, `plot_trace()` (`plots`; the `plot` extra).
+* The text report: `render_report()`, `report_text()` (`report`); `human_bytes` is
+  `npumem.sizes.format_bytes()`.
 
-The ``npumem report``, ``npumem plot`` and ``npumem replay`` commands use these.
+The `npumem report`, `npumem plot` and `npumem replay` commands use these.
 """
 
 from __future__ import annotations

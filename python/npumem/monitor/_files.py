@@ -1,7 +1,7 @@
-"""Versioned JSON files: every file npumem.monitor writes starts with ``format`` and ``version``.
+"""Versioned JSON files: every file npumem.monitor writes starts with `format` and `version`.
 
 Readers check both and every field they use, so a wrong or damaged file fails with a message
-that names the file and the field instead of a ``KeyError`` deep inside.
+that names the file and the field instead of a `KeyError` deep inside.
 """
 
 from __future__ import annotations
@@ -18,27 +18,28 @@ __all__ = ["Reader", "file_kind", "read_json", "write_json"]
 
 SNAPSHOT_FORMAT = "npumem-snapshot"
 TRACE_FORMAT = "npumem-trace"
-KINDS = {SNAPSHOT_FORMAT: "snapshot", TRACE_FORMAT: "trace"}
+PLAN_FORMAT = "npumem-plan"
+KINDS = {SNAPSHOT_FORMAT: "snapshot", TRACE_FORMAT: "trace", PLAN_FORMAT: "plan"}
 
 
 def write_json(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> Path:
-    """Write ``obj`` as compact JSON, atomically (files are for programs first). Returns the
+    """Write `obj` as compact JSON, atomically (files are for programs first). Returns the
     path."""
     return fileio.write_json(path, obj)
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a JSON object from ``path``; :class:`FileFormatError` for anything else."""
+    """Read a JSON object from `path`; `FileFormatError` for anything else."""
     return fileio.read_json_object(path, error=FileFormatError)
 
 
 def file_kind(obj: Mapping[str, Any], where: str) -> str:
-    """``"snapshot"`` or ``"trace"`` from a file's ``format`` field."""
+    """`"snapshot"`, `"trace"` or `"plan"` from a file's `format` field."""
     fmt = obj.get("format")
     if not isinstance(fmt, str) or fmt not in KINDS:
         raise FileFormatError(
-            f"{where}: not an npumem snapshot or trace (format is {fmt!r}, expected "
-            f"{SNAPSHOT_FORMAT!r} or {TRACE_FORMAT!r})"
+            f"{where}: not an npumem snapshot, trace or plan (format is {fmt!r}, expected "
+            f"{SNAPSHOT_FORMAT!r}, {TRACE_FORMAT!r} or {PLAN_FORMAT!r})"
         )
     return KINDS[fmt]
 
@@ -50,19 +51,32 @@ class Reader:
         self.where = where
 
     def fail(self, message: str) -> FileFormatError:
-        """The error to raise for ``message`` about this file."""
+        """The error to raise for `message` about this file."""
         return FileFormatError(f"{self.where}: {message}")
 
-    def header(self, obj: Mapping[str, Any], fmt: str, version: int) -> None:
-        """Check ``format`` and ``version``."""
+    def header(self, obj: Mapping[str, Any], fmt: str, versions: tuple[int, ...]) -> int:
+        """Check `format` and `version` (one of `versions`); returns the version."""
         if obj.get("format") != fmt:
             raise self.fail(f"format is {obj.get('format')!r}, expected {fmt!r}")
         got = obj.get("version")
-        if got != version:
-            raise self.fail(f"version {got!r} is not supported (this npumem reads {version})")
+        if isinstance(got, bool) or got not in versions:
+            known = " and ".join(str(v) for v in versions)
+            raise self.fail(
+                f"{fmt} version {got!r} is not supported (this npumem reads version {known})"
+            )
+        return int(got)
+
+    def handle(self, value: Any, what: str, version: int) -> int:
+        """A block handle: decimal text from version 2 on (exact in any JSON reader), an
+        integer in version 1."""
+        if version >= 2:
+            if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+                raise self.fail(f"{what}: handle must be decimal text, got {value!r}")
+            return int(value)
+        return self.non_negative(value, what)
 
     def field(self, obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-        """``obj[key]``, which must be of ``kind`` (bools are not ints here)."""
+        """`obj[key]`, which must be of `kind` (bools are not ints here)."""
         if key not in obj:
             raise self.fail(f"missing field {key!r}")
         value = obj[key]
@@ -79,7 +93,7 @@ class Reader:
         return value
 
     def int_row(self, row: Any, width: int, what: str, index: int) -> list[Any]:
-        """A list of ``width`` entries (``what`` number ``index`` of the file)."""
+        """A list of `width` entries (`what` number `index` of the file)."""
         if not isinstance(row, list) or len(row) != width:
             raise self.fail(f"{what} {index} must be a list of {width} values, got {row!r}")
         return row

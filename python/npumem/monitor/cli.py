@@ -1,7 +1,13 @@
-"""``npumem report`` and ``npumem plot``: look at a saved snapshot or trace.
+"""`npumem report`, `npumem plot`, `npumem view` and `npumem export`: look at a saved
+snapshot, trace or plan.
 
-    npumem report SNAPSHOT [--top N]
-    npumem plot SNAPSHOT|TRACE [-o OUT.png] [--color-by tag|core]
+    npumem report SNAPSHOT [--top N] [--json]
+    npumem plot SNAPSHOT|TRACE|PLAN [-o OUT.png|OUT.svg|OUT.pdf] [--color-by tag|core]
+    npumem view TRACE|SNAPSHOT [-o OUT.html]
+    npumem export --format perfetto TRACE [-o OUT.json]
+
+A tier snapshot (``npumem demo --tiers``, ``TieredPool.snapshot().save``) gives the tiers'
+figures and each tier's report, or the tiers' picture.
 
 Exit status: 0 done, 2 bad arguments or an unreadable file.
 """
@@ -9,6 +15,7 @@ Exit status: 0 done, 2 bad arguments or an unreadable file.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,30 +24,38 @@ from rich.console import Console
 from npumem._argtypes import at_least_one
 from npumem.errors import MissingDependencyError
 from npumem.exit_status import ExitStatus
+from npumem.fileio import json_text
 from npumem.monitor.errors import MonitorError
-from npumem.monitor.report import render_report
+from npumem.monitor.report import render_report, report_json
 from npumem.monitor.saved_file import load_saved_file
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
+from npumem.tiers.observe import is_tier_snapshot, load_tier_snapshot, render_tiers
 
-__all__ = ["add_parsers", "run_plot", "run_report"]
+__all__ = ["add_parsers", "run_export", "run_plot", "run_report", "run_view"]
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """``npumem report``: print the report of a snapshot file."""
+    """`npumem report`: print the report of a snapshot file."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if is_tier_snapshot(args.snapshot):
+        return _report_tiers(args, err)
     try:
         loaded = load_saved_file(args.snapshot)
     except MonitorError as exc:
         err.print(f"npumem report: error: {exc}", markup=False)
         return ExitStatus.USAGE
-    if isinstance(loaded, Trace):
+    if not isinstance(loaded, Snapshot):
+        what = "a trace" if isinstance(loaded, Trace) else "a plan"
         err.print(
-            f"npumem report: error: {args.snapshot} is a trace, not a snapshot "
-            "(see `npumem replay` and `npumem plot`)",
+            f"npumem report: error: {args.snapshot} is {what}, not a snapshot "
+            "(see npumem replay and npumem plot)",
             markup=False,
         )
         return ExitStatus.USAGE
+    if args.json:
+        sys.stdout.write(json_text(report_json(loaded, top=args.top), indent=1))
+        return ExitStatus.OK
     out = Console(highlight=False, soft_wrap=True)
     when = f"{loaded.time_ns / 1e9:.3f} s after the pool was made"
     out.print(f"snapshot of pool {loaded.pool!r}, {when}", markup=False)
@@ -49,57 +64,170 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """``npumem plot``: draw a snapshot's address map or a trace over time."""
+    """`npumem plot`: draw a snapshot's address map or a trace over time."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if is_tier_snapshot(args.input):
+        return _plot_tiers(args, err)
     try:
         loaded = load_saved_file(args.input)
     except MonitorError as exc:
         err.print(f"npumem plot: error: {exc}", markup=False)
         return ExitStatus.USAGE
     output = Path(args.output) if args.output else Path(Path(args.input).stem + ".png")
-    from npumem.monitor.plots import plot_address_map, plot_trace
+    from npumem.monitor.plots import plot_address_map, plot_plan, plot_trace
 
     try:
         if isinstance(loaded, Snapshot):
             plot_address_map(loaded, output, color_by=args.color_by)
-        else:
+        elif isinstance(loaded, Trace):
             plot_trace(loaded, output)
+        else:
+            plot_plan(loaded, output)
     except (MonitorError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plot: error: {exc}", markup=False)
         return ExitStatus.USAGE
     except OSError as exc:
         err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
         return ExitStatus.USAGE
-    kind = "address map" if isinstance(loaded, Snapshot) else "trace over time"
+    kind = (
+        "address map"
+        if isinstance(loaded, Snapshot)
+        else "trace over time"
+        if isinstance(loaded, Trace)
+        else "plan"
+    )
     Console(highlight=False, soft_wrap=True).print(f"wrote {output} ({kind})", markup=False)
     return ExitStatus.OK
 
 
+def run_view(args: argparse.Namespace) -> int:
+    """`npumem view`: write a snapshot or a trace as one self-contained HTML page."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        loaded = load_saved_file(args.input)
+    except MonitorError as exc:
+        err.print(f"npumem view: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    if not isinstance(loaded, Snapshot | Trace):
+        err.print(
+            f"npumem view: error: {args.input} is a plan (npumem plot draws plans)", markup=False
+        )
+        return ExitStatus.USAGE
+    output = Path(args.output) if args.output else Path(Path(args.input).stem + ".html")
+    if output.suffix.lower() not in (".html", ".htm"):
+        err.print(f"npumem view: error: {output}: the page is HTML, name it .html", markup=False)
+        return ExitStatus.USAGE
+    from npumem.monitor.viewer import write_view
+
+    try:
+        write_view(loaded, output)
+    except OSError as exc:
+        err.print(f"npumem view: error: cannot write {output}: {exc.strerror}", markup=False)
+        return ExitStatus.USAGE
+    Console(highlight=False, soft_wrap=True).print(
+        f"wrote {output} (open it in a browser; it needs nothing else)", markup=False
+    )
+    return ExitStatus.OK
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """`npumem export`: a trace in another tool's format."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        loaded = load_saved_file(args.trace)
+    except MonitorError as exc:
+        err.print(f"npumem export: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    if not isinstance(loaded, Trace):
+        err.print(f"npumem export: error: {args.trace} is not a trace", markup=False)
+        return ExitStatus.USAGE
+    from npumem.monitor.perfetto import write_chrome_trace
+
+    output = Path(args.output) if args.output else Path(Path(args.trace).stem + ".perfetto.json")
+    try:
+        write_chrome_trace(loaded, output)
+    except OSError as exc:
+        err.print(f"npumem export: error: cannot write {output}: {exc.strerror}", markup=False)
+        return ExitStatus.USAGE
+    Console(highlight=False, soft_wrap=True).print(
+        f"wrote {output} (Chrome trace event format: open it in ui.perfetto.dev or "
+        "chrome://tracing)",
+        markup=False,
+    )
+    return ExitStatus.OK
+
+
+# ----- tier snapshots (npumem.tiers.observe) -----------------------------------------------------
+
+
+def _report_tiers(args: argparse.Namespace, err: Console) -> int:
+    """`npumem report TIERS.json`: the tiers' figures, then each tier's pool report."""
+    try:
+        snap = load_tier_snapshot(args.snapshot)
+    except MonitorError as exc:
+        err.print(f"npumem report: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    out = Console(highlight=False, soft_wrap=True)
+    render_tiers(out, snap.stats, title=f"tier snapshot {snap.label!r}" if snap.label else "tiers")
+    for name, tier in snap.snapshots.items():
+        render_report(out, snapshot=tier, title=f"tier {name} (pool {tier.pool!r})", top=args.top)
+    return ExitStatus.OK
+
+
+def _plot_tiers(args: argparse.Namespace, err: Console) -> int:
+    """`npumem plot TIERS.json`: the tiers' use and hits (`plot_tiers`)."""
+    output = Path(args.output) if args.output else Path(Path(args.input).stem + ".png")
+    try:
+        from npumem.tiers.plots import plot_tiers
+
+        plot_tiers(load_tier_snapshot(args.input), output)
+    except (MonitorError, MissingDependencyError) as exc:
+        err.print(f"npumem plot: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    except OSError as exc:
+        err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
+        return ExitStatus.USAGE
+    Console(highlight=False, soft_wrap=True).print(f"wrote {output} (tiers)", markup=False)
+    return ExitStatus.OK
+
+
 def add_parsers(subparsers: Any) -> None:
-    """Add ``report`` and ``plot`` to an ``argparse`` subparsers object."""
+    """Add `report`, `plot`, `view` and `export` to an `argparse` subparsers
+    object."""
     report = subparsers.add_parser(
         "report",
         help="print the report of a saved snapshot",
         description="Print the stats, the largest free runs, the live blocks by tag and the "
-        "per-core figures of a snapshot file (written by `npumem demo` or Snapshot.save).",
+        "per-core figures of a snapshot file (written by npumem demo or Snapshot.save).",
         epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
     )
     report.add_argument("snapshot", metavar="SNAPSHOT", help="a snapshot JSON file")
     report.add_argument(
         "--top", type=at_least_one, default=10, metavar="N", help="rows per table (default 10)"
     )
+    report.add_argument(
+        "--json",
+        action="store_true",
+        help="print the figures as JSON (format npumem-report) instead of tables",
+    )
     report.set_defaults(func=run_report)
     plot = subparsers.add_parser(
         "plot",
-        help="draw a snapshot's address map or a trace over time (PNG)",
+        help="draw a snapshot's address map, a trace over time, or a plan",
         description="Draw a snapshot file as an address map (blocks coloured by tag or core, "
-        "free runs in grey) or a trace file as bytes live and allocations per second over "
-        "time. Needs matplotlib (pip install npumem[plot]).",
+        "free runs in grey), a trace file as bytes live and allocations per second over "
+        "time, or a plan file (npumem plan -o plan.json) as buffers over time and offset. "
+        "Needs matplotlib (pip install npumem[plot]).",
         epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
     )
-    plot.add_argument("input", metavar="SNAPSHOT|TRACE", help="a snapshot or trace JSON file")
     plot.add_argument(
-        "-o", "--output", metavar="OUT.png", help="the picture (default: INPUT's name, .png)"
+        "input", metavar="SNAPSHOT|TRACE|PLAN", help="a snapshot, trace or plan JSON file"
+    )
+    plot.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="the picture: .png, .svg or .pdf (default: INPUT's name with .png)",
     )
     plot.add_argument(
         "--color-by",
@@ -108,3 +236,37 @@ def add_parsers(subparsers: Any) -> None:
         help="colour blocks by tag or by core (snapshots; default tag)",
     )
     plot.set_defaults(func=run_plot)
+    view = subparsers.add_parser(
+        "view",
+        help="write a snapshot or trace as one HTML page to explore in a browser",
+        description="Write a snapshot or trace file as one self-contained HTML page that works "
+        "offline: a zoomable timeline of blocks by address and time (traces) or an address map "
+        "(snapshots), coloured by tag, with details on hover (size, tag, core, handle, and the "
+        "Python stack when the trace recorded it) and compactions marked.",
+        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+    )
+    view.add_argument("input", metavar="TRACE|SNAPSHOT", help="a trace or snapshot JSON file")
+    view.add_argument(
+        "-o", "--output", metavar="OUT.html", help="the page (default: INPUT's name, .html)"
+    )
+    view.set_defaults(func=run_view)
+    export = subparsers.add_parser(
+        "export",
+        help="export a trace for another tool (Perfetto / chrome://tracing)",
+        description="Write a trace file in another tool's format. perfetto: the Chrome trace "
+        "event format (JSON), which ui.perfetto.dev and chrome://tracing open: a slice per "
+        "block from allocation to free on one track per tag, a counter of bytes live, instant "
+        "events for failed allocations and moves.",
+        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+    )
+    export.add_argument("trace", metavar="TRACE", help="a trace JSON file")
+    export.add_argument(
+        "--format", choices=("perfetto",), default="perfetto", help="the format (perfetto)"
+    )
+    export.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT.json",
+        help="the file (default: TRACE's name with .perfetto.json)",
+    )
+    export.set_defaults(func=run_export)

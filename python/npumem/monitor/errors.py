@@ -1,9 +1,9 @@
-"""Errors of :mod:`npumem.monitor`: unreadable snapshot and trace files, missing extras.
+"""Errors of `npumem.monitor`: unreadable snapshot and trace files, missing extras.
 
-Both derive from :class:`npumem.errors.NpumemError`; a bad file is also a ``ValueError``. A
-missing extra raises :class:`npumem.errors.MissingDependencyError` (an ``ImportError``, named
+Both derive from `npumem.errors.NpumemError`; a bad file is also a `ValueError`. A
+missing extra raises `npumem.errors.MissingDependencyError` (an `ImportError`, named
 here too). Bad arguments raise the package's own
-:class:`npumem.errors.InvalidArgumentError` and :class:`npumem.errors.ArgumentTypeError`.
+`npumem.errors.InvalidArgumentError` and `npumem.errors.ArgumentTypeError`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ __all__ = ["FileFormatError", "MissingDependencyError", "MonitorError"]
 
 
 class MonitorError(NpumemError):
-    """Base class of the errors :mod:`npumem.monitor` adds."""
+    """Base class of the errors `npumem.monitor` adds."""
 
 
 class FileFormatError(MonitorError, ValueError):

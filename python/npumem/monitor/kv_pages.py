@@ -1,6 +1,6 @@
-"""A paged KV cache's pages at the moment of a snapshot, by state: ``free`` (a page of the
-cache's reservation that no sequence holds), ``exclusive`` (held by one sequence) and ``shared``
-(held by several, through ``fork``). Snapshots carry them (``Snapshot.with_kv``), the report
+"""A paged KV cache's pages at the moment of a snapshot, by state: `free` (a page of the
+cache's reservation that no sequence holds), `exclusive` (held by one sequence) and `shared`
+(held by several, through `fork`). Snapshots carry them (`Snapshot.with_kv`), the report
 prints them, the address map colours the pages by state."""
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ PAGE_STATES = ("free", "exclusive", "shared")
 
 
 def page_state(references: int) -> str:
-    """The state of a page with ``references`` sequences holding it."""
+    """The state of a page with `references` sequences holding it."""
     return PAGE_STATES[min(references, 2)]
 
 
 @dataclass(frozen=True, slots=True)
 class KVPages:
-    """One KV cache: its tag, page size, every page as ``(offset, references)`` by offset, and
-    its ``KVStats.as_dict()``."""
+    """One KV cache: its tag, page size, every page as `(offset, references)` by offset, and
+    its `KVStats.as_dict()`."""
 
     tag: str
     page_bytes: int
@@ -36,7 +36,7 @@ class KVPages:
 
     @classmethod
     def of(cls, cache: KVCache) -> KVPages:
-        """The pages of ``cache`` now."""
+        """The pages of `cache` now."""
         return cls(
             str(cache.tag),
             int(cache.page_bytes),
@@ -45,7 +45,7 @@ class KVPages:
         )
 
     def count(self, state: str) -> int:
-        """Pages in ``state`` (one of :data:`PAGE_STATES`)."""
+        """Pages in `state` (one of `PAGE_STATES`)."""
         return sum(1 for _, r in self.pages if page_state(r) == state)
 
     def counts(self) -> dict[str, int]:
@@ -66,7 +66,7 @@ class KVPages:
 
     @classmethod
     def from_json_obj(cls, obj: Mapping[str, Any], r: Reader, index: int) -> KVPages:
-        """Read what :meth:`to_json_obj` wrote (``r`` names the file in errors)."""
+        """Read what `to_json_obj()` wrote (`r` names the file in errors)."""
         if not isinstance(obj, Mapping):
             raise r.fail(f"kv {index} must be an object, got {obj!r}")
         pages = []

@@ -1,10 +1,14 @@
-"""Pictures (PNG, matplotlib's Agg renderer; the ``plot`` extra): usage and fragmentation over
-time, the address map of a snapshot, two maps side by side (before and after a compaction), a
-planner solution's offsets, and a trace's live bytes over time.
+"""Pictures (matplotlib; the `plot` extra): usage and fragmentation over time, the address
+map of a snapshot (by tag, or by core with the owner of every chunk), two maps side by side
+with what moved marked (before and after a compaction), a planner solution's offsets, and a
+trace's live bytes over time.
 
-Every function writes one PNG to ``path`` and returns the path. Figures are made with
-matplotlib's object API (no ``pyplot``, no global backend switch), so they are safe from any
-thread and leave an interactive session's backend alone.
+Every function writes one picture to `path` and returns the path. The extension picks the
+format: `.png`, `.svg` or `.pdf`; any other extension is refused before anything is
+drawn. A tag has the same colour in every picture (`npumem.monitor.colors`), and every
+legend names every colour and line the picture uses. Figures are made with matplotlib's object
+API (no `pyplot`, no global backend switch), so they are safe from any thread and leave an
+interactive session's backend alone.
 """
 
 from __future__ import annotations
@@ -15,20 +19,31 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from npumem.errors import InvalidArgumentError, MissingDependencyError
 from npumem.fileio import write_bytes
+from npumem.monitor.colors import (
+    FREE_COLOR,
+    NO_TAG,
+    SLAB_CACHE_COLOR,
+    UNTRACKED_COLOR,
+    core_color,
+    tag_color,
+)
 from npumem.monitor.kv_pages import PAGE_STATES, page_state
 from npumem.sizes import byte_unit, format_bytes
 
 if TYPE_CHECKING:
     from npumem.monitor.sampler import Sample, Thresholds
-    from npumem.monitor.snapshot import Snapshot
+    from npumem.monitor.snapshot import BlockRecord, Snapshot
     from npumem.monitor.trace import Trace
     from npumem.plan import Solution
 
 __all__ = [
+    "chunk_owners",
+    "moved_blocks",
+    "picture_format",
     "plot_address_map",
     "plot_before_after",
     "plot_plan",
@@ -37,16 +52,31 @@ __all__ = [
 ]
 
 MIB = 1 << 20
-FREE_COLOR = "#d9d9d9"
-UNTRACKED_COLOR = "#404040"
-SLAB_CACHE_COLOR = "#c7c7c7"  # unused bytes inside slabs: reserved for their size class
 KV_PAGE_COLORS = {"free": "#c5b0d5", "exclusive": "#17becf", "shared": "#e377c2"}
+"""Pages of paged KV caches, by state (address maps by tag)."""
 MAX_ROWS = 128
 DPI = 110
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+"""Picture formats by file extension."""
+GLOBAL_RUN_COLOR = "#2f2f2f"
+GLOBAL_LABEL = "global run (chunks of the global pool)"
+MOVED_EDGE = "#d62728"
+
+
+def picture_format(path: str | os.PathLike[str]) -> str:
+    """The format of the picture `path` names (`png`, `svg` or `pdf`, from its
+    extension); `InvalidArgumentError` for any other extension."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise InvalidArgumentError(
+            f"{os.fspath(path)}: cannot write a picture with extension {suffix or '(none)'!r}: "
+            "use .png, .svg or .pdf"
+        )
+    return FORMATS[suffix]
 
 
 def _mpl() -> Any:
-    """``(Figure, PolyCollection, colormaps, numpy)``, or a clear error without the extra."""
+    """`(Figure, PolyCollection, colormaps, numpy)`, or a clear error without the extra."""
     try:
         import matplotlib
         import numpy
@@ -58,9 +88,23 @@ def _mpl() -> Any:
 
 
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=DPI)
-    return write_bytes(path, png.getvalue())
+    import matplotlib
+
+    data = io.BytesIO()
+    # SVG keeps its text as text (searchable, smaller) rather than as outlines.
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(data, format=picture_format(path), dpi=DPI, metadata=_metadata(path))
+    return write_bytes(path, data.getvalue())
+
+
+def _metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Metadata without a date, so the same picture gives the same bytes."""
+    fmt = picture_format(path)
+    if fmt == "svg":
+        return {"Date": None}
+    if fmt == "pdf":
+        return {"CreationDate": None, "ModDate": None}
+    return {}
 
 
 # ----- over time -----------------------------------------------------------------------------
@@ -74,10 +118,11 @@ def plot_timeline(
     title: str = "npumem: memory over time",
 ) -> Path:
     """Bytes in use, peak and capacity (top) and external fragmentation (bottom) over the
-    samples' time; threshold lines when ``thresholds`` is given; red marks where allocations
+    samples' time; threshold lines when `thresholds` is given; red marks where allocations
     failed."""
     if not samples:
         raise InvalidArgumentError("plot_timeline needs at least one sample")
+    picture_format(path)
     Figure, _, _, np = _mpl()
     t = np.array([s.time for s in samples])
     t = t - t[0]
@@ -99,8 +144,8 @@ def plot_timeline(
         for prev, s in itertools.pairwise(samples)
         if s.failed_allocs > prev.failed_allocs
     ]
-    for x in failed:
-        top.axvline(x, color="tab:red", alpha=0.6)
+    for i, x in enumerate(failed):
+        top.axvline(x, color="tab:red", alpha=0.6, label="failed allocations" if i == 0 else None)
     top.set_ylabel(unit)
     top.set_ylim(0, cap * 1.05)
     top.legend(loc="upper left", fontsize="small")
@@ -123,6 +168,7 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
     events = trace.events
     if not events:
         raise InvalidArgumentError("the trace has no events to plot")
+    picture_format(path)
     Figure, _, _, np = _mpl()
     t0 = events[0].time_ns
     sizes: dict[int, int] = {}
@@ -152,12 +198,13 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
     y = np.array(lives, dtype=float) / div if lives else np.zeros(1)
     top.step(x, y, where="post", color="tab:blue", label="bytes live (asked for)")
     top.axhline(capacity / div, color="black", linewidth=1, label="capacity")
-    for f in fails:
-        top.axvline(f, color="tab:red", alpha=0.5)
-    for m in moves:
-        top.axvline(m, color="tab:green", alpha=0.3)
+    for i, f in enumerate(fails):
+        top.axvline(f, color="tab:red", alpha=0.5, label="failed allocation" if i == 0 else None)
+    for i, m in enumerate(_compactions(moves)):
+        top.axvline(
+            m, color="tab:green", alpha=0.6, label="compaction (blocks moved)" if i == 0 else None
+        )
     top.set_ylabel(unit)
-    top.legend(loc="upper left", fontsize="small")
     twin = top.twinx()
     twin.step(
         x,
@@ -166,14 +213,27 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
         color="tab:gray",
         alpha=0.6,
         linewidth=0.8,
+        label="live blocks (right axis)",
     )
     twin.set_ylabel("live blocks")
+    lines, labels = top.get_legend_handles_labels()
+    more_lines, more_labels = twin.get_legend_handles_labels()
+    top.legend(lines + more_lines, labels + more_labels, loc="upper left", fontsize="small")
     span = max((events[-1].time_ns - t0) / 1e9, 1e-9)
     bins = max(1, min(200, len(allocs) // 20 or 1))
     if allocs:
         hist, edges = np.histogram((np.array(allocs) - t0) / 1e9, bins=bins, range=(0, span))
         width = edges[1] - edges[0]
-        bottom.bar(edges[:-1], hist / width, width=width, align="edge", color="tab:blue", alpha=0.6)
+        bottom.bar(
+            edges[:-1],
+            hist / width,
+            width=width,
+            align="edge",
+            color="tab:blue",
+            alpha=0.6,
+            label="allocations per second",
+        )
+        bottom.legend(loc="upper left", fontsize="small")
     bottom.set_ylabel("allocations / s")
     bottom.set_xlabel("seconds")
     c = trace.counts()
@@ -185,18 +245,33 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
     return _save(fig, path)
 
 
+def _compactions(moves: Sequence[float], gap: float = 1e-3) -> list[float]:
+    """The first time of each group of moves less than `gap` seconds apart."""
+    out: list[float] = []
+    last = -math.inf
+    for t in sorted(moves):
+        if t - last > gap:
+            out.append(t)
+        last = t
+    return out
+
+
 # ----- address maps --------------------------------------------------------------------------
 
 
 def _row_bytes(snap: Snapshot) -> int:
-    chunk = int(snap.config.get("chunk_size", MIB))
+    chunk = _chunk_size(snap)
     usable = max(snap.usable_capacity, 1)
     rows = math.ceil(usable / chunk)
     return chunk * math.ceil(rows / MAX_ROWS)
 
 
+def _chunk_size(snap: Snapshot) -> int:
+    return int(snap.config.get("chunk_size", MIB))
+
+
 def _segments(offset: int, length: int, row: int) -> list[tuple[int, float, float]]:
-    """``(row, start, end)`` pieces of ``[offset, offset + length)`` cut at row boundaries."""
+    """`(row, start, end)` pieces of `[offset, offset + length)` cut at row boundaries."""
     out = []
     end = offset + length
     while offset < end:
@@ -207,35 +282,61 @@ def _segments(offset: int, length: int, row: int) -> list[tuple[int, float, floa
     return out
 
 
-def _palette(snaps: Sequence[Snapshot], color_by: str) -> dict[str, Any]:
-    """Colours for the largest groups (by bytes over all ``snaps``), so maps drawn side by side
-    agree; the rest share one colour."""
-    _, _, colormaps, _ = _mpl()
-    totals: dict[str, int] = {}
-    for snap in snaps:
-        for name, (_, nbytes) in snap.bytes_by(color_by).items():
-            totals[name] = totals.get(name, 0) + nbytes
-    order = sorted(totals, key=lambda k: (-totals[k], k))[:18]
-    palette = colormaps["tab20"]
-    return {name: palette(i % 20) for i, name in enumerate(order)}
+def _label(block: BlockRecord, color_by: str) -> str:
+    if color_by == "tag":
+        return block.tag if block.tag is not None else NO_TAG
+    return f"core {block.core}"
+
+
+def _color(label: str, color_by: str) -> str:
+    if color_by == "tag":
+        return tag_color(None if label == NO_TAG else label)
+    return core_color(int(label.split()[1]))
+
+
+def chunk_owners(snap: Snapshot) -> dict[int, int | str]:
+    """The owner of every chunk that holds a live block: the core pool whose blocks lie in it,
+    or `"global"` for a chunk of a run (a block of a chunk or more, served by the global
+    pool). Chunks without a live block are left out: a free chunk may sit in a core's reserve
+    or in the global pool, which a snapshot does not record."""
+    chunk = _chunk_size(snap)
+    owners: dict[int, int | str] = {}
+    for b in snap.blocks:
+        first, last = b.offset // chunk, (b.end - 1) // chunk
+        if b.block_bytes >= chunk or first != last:
+            for c in range(first, last + 1):
+                owners[c] = "global"
+        else:
+            owners.setdefault(first, b.core)
+    return owners
 
 
 def _draw_map(
-    ax: Any, snap: Snapshot, color_by: str, title: str, legend: bool, colors: dict[str, Any]
-) -> None:
+    ax: Any,
+    snap: Snapshot,
+    color_by: str,
+    title: str,
+    *,
+    moved: frozenset[int] = frozenset(),
+    moved_from: Sequence[BlockRecord] = (),
+) -> list[Any]:
+    """Draw `snap` on `ax`; returns the legend handles of everything drawn. `moved`: the
+    handles of blocks to outline as moved; `moved_from`: old places of moved blocks."""
     _, PolyCollection, _, _ = _mpl()
+    from matplotlib.patches import Patch
+
     row = _row_bytes(snap)
     rows = max(1, math.ceil(snap.usable_capacity / row))
     div, unit = _axis_unit(row)
+    by_core = color_by == "core"
+    chunk = _chunk_size(snap)
+    owners = chunk_owners(snap) if by_core else {}
+
+    def rect(r: int, x0: float, x1: float, y0: float = 0.0, y1: float = 0.9) -> Any:
+        return [(x0 / div, r + y0), (x1 / div, r + y0), (x1 / div, r + y1), (x0 / div, r + y1)]
+
     groups: dict[str, list[Any]] = {}
-    shown = list(colors)
-    colors = dict(colors)
-    other = "(other tags)" if color_by == "tag" else "(other cores)"
-    colors[other] = "#8c564b"
-
-    def rect(r: int, x0: float, x1: float) -> list[tuple[float, float]]:
-        return [(x0 / div, r), (x1 / div, r), (x1 / div, r + 0.9), (x0 / div, r + 0.9)]
-
+    outlined: list[Any] = []
     # Paged KV caches: their pages by state instead of their tag's colour.
     kv_tags = {k.tag for k in snap.kv} if color_by == "tag" else set()
     kv_groups: dict[str, list[Any]] = {}
@@ -245,19 +346,28 @@ def _draw_map(
                 rect(r, x0, x1) for r, x0, x1 in _segments(offset, k.page_bytes, row)
             )
     for b in snap.blocks:
-        label = (b.tag or "(no tag)") if color_by == "tag" else f"core {b.core}"
+        pieces = [rect(r, x0, x1) for r, x0, x1 in _segments(b.offset, b.block_bytes, row)]
+        label = _label(b, color_by)
         if label in kv_tags:
             continue
-        if label not in colors:
-            label = other
-        groups.setdefault(label, []).extend(
-            rect(r, x0, x1) for r, x0, x1 in _segments(b.offset, b.block_bytes, row)
-        )
+        if by_core and owners.get(b.offset // chunk) == "global":
+            label = GLOBAL_LABEL
+        groups.setdefault(label, []).extend(pieces)
+        if b.handle in moved:
+            outlined.extend(pieces)
     min_width = row / 1200  # a one-pixel hole stays visible
     free: list[Any] = []
+    free_in_core: dict[int, list[Any]] = {}
     for e in snap.free_runs:
-        for r, x0, x1 in _segments(e.offset, e.length, row):
-            free.append(rect(r, x0, max(x1, x0 + min_width)))
+        pieces = _segments(e.offset, e.length, chunk) if by_core else [(0, e.offset, e.end)]
+        for c, x0, x1 in pieces:
+            start = c * chunk + int(x0) if by_core else int(x0)
+            owner = owners.get(c) if by_core else None
+            into = free_in_core.setdefault(owner, []) if isinstance(owner, int) else free
+            into.extend(
+                rect(r, y0, max(y1, y0 + min_width))
+                for r, y0, y1 in _segments(start, int(x1 - x0), row)
+            )
     untracked = [
         rect(r, x0, x1) for e in snap.untracked for r, x0, x1 in _segments(e.offset, e.length, row)
     ]
@@ -266,40 +376,73 @@ def _draw_map(
         for e in snap.slab_cached
         for r, x0, x1 in _segments(e.offset, e.length, row)
     ]
-    handles = []
-    from matplotlib.patches import Patch
-
-    for label, verts, color in (
-        [(lbl, groups[lbl], colors[lbl]) for lbl in [*shown, other] if lbl in groups]
-        + [
-            (label, kv_groups.get(label, []), KV_PAGE_COLORS[state])
-            for state in PAGE_STATES
-            for label in [f"KV page, {state}"]
-        ]
-        + [
-            ("free", free, FREE_COLOR),
-            ("slab cache", cached, SLAB_CACHE_COLOR),
-            ("untracked", untracked, UNTRACKED_COLOR),
-        ]
-    ):
-        if not verts:
-            continue
-        outline = label not in ("free", "slab cache", "untracked") and len(snap.blocks) <= 4000
+    handles: list[Any] = []
+    outline = len(snap.blocks) <= 4000
+    order = sorted(groups, key=lambda k: (-len(groups[k]), k))
+    if by_core:
+        order = sorted(groups, key=lambda k: (k == GLOBAL_LABEL, k))
+    for label in order:
+        color = GLOBAL_RUN_COLOR if label == GLOBAL_LABEL else _color(label, color_by)
         ax.add_collection(
             PolyCollection(
-                verts,
+                groups[label],
                 facecolors=color,
                 edgecolors="white" if outline else "none",
                 linewidths=0.3 if outline else 0,
             )
         )
         handles.append(Patch(facecolor=color, label=label))
+    for state in PAGE_STATES:
+        label = f"KV page, {state}"
+        if kv_groups.get(label):
+            color = KV_PAGE_COLORS[state]
+            ax.add_collection(PolyCollection(kv_groups[label], facecolors=color, edgecolors="none"))
+            handles.append(Patch(facecolor=color, label=label))
+    for core, verts in sorted(free_in_core.items()):
+        color = core_color(core)
+        ax.add_collection(PolyCollection(verts, facecolors=color, alpha=0.25, edgecolors="none"))
+        handles.append(Patch(facecolor=color, alpha=0.25, label=f"free in a chunk of core {core}"))
+    for label, verts, color in (
+        ("free" if not by_core else "free (chunk of no core seen)", free, FREE_COLOR),
+        ("cached in slabs (free objects)", cached, SLAB_CACHE_COLOR),
+        ("untracked (raw API)", untracked, UNTRACKED_COLOR),
+    ):
+        if verts:
+            ax.add_collection(PolyCollection(verts, facecolors=color, edgecolors="none"))
+            handles.append(Patch(facecolor=color, label=label))
+    if moved_from:
+        old = [
+            rect(r, x0, x1)
+            for b in moved_from
+            for r, x0, x1 in _segments(b.offset, b.block_bytes, row)
+        ]
+        ax.add_collection(
+            PolyCollection(
+                old, facecolors="none", edgecolors=MOVED_EDGE, hatch="xxx", linewidths=0.8
+            )
+        )
+        handles.append(
+            Patch(facecolor="none", edgecolor=MOVED_EDGE, hatch="xxx", label="moved away from")
+        )
+    if outlined:
+        ax.add_collection(
+            PolyCollection(outlined, facecolors="none", edgecolors=MOVED_EDGE, linewidths=1.4)
+        )
+        handles.append(
+            Patch(facecolor="none", edgecolor=MOVED_EDGE, linewidth=1.4, label="moved here")
+        )
     tail = snap.usable_capacity - (rows - 1) * row
     if tail < row:
         ax.add_collection(
             PolyCollection(
-                [rect(rows - 1, tail, row)], facecolors="white", hatch="//", edgecolors="#bbbbbb"
+                [rect(rows - 1, tail, row)],
+                facecolors="white",
+                hatch="//",
+                edgecolors="#bbbbbb",
             )
+        )
+        handles.append(
+            Patch(facecolor="white", edgecolor="#bbbbbb", hatch="//", label="past the arena")
         )
     ax.set_xlim(0, row / div)
     ax.set_ylim(rows, 0)
@@ -311,20 +454,31 @@ def _draw_map(
     s = snap.stats
     ax.set_title(
         f"{title}\n{len(snap.blocks):,} blocks, {_short(s['bytes_in_use'])} in use, "
-        f"{len(snap.free_runs):,} free runs, fragmentation {s['external_fragmentation']:.1%}",
+        f"{len(snap.free_runs):,} free runs, largest free {_short(s['largest_free_block'])}, "
+        f"fragmentation {s['external_fragmentation']:.1%}",
         fontsize="medium",
     )
-    if legend and handles:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    return handles
+
+
+def _legend(ax: Any, handles: Sequence[Any]) -> None:
+    if handles:
+        ax.legend(
+            handles=list(handles),
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1),
+            fontsize="small",
+            ncols=1 if len(handles) <= 30 else 2,
+        )
 
 
 def _axis_unit(n: float) -> tuple[int, str]:
-    """The unit of an axis that reaches ``n`` bytes (ticks of at least 4 units)."""
+    """The unit of an axis that reaches `n` bytes (ticks of at least 4 units)."""
     return byte_unit(n, at_least=4)
 
 
 def _short(n: int) -> str:
-    """Byte counts for labels: ``2 MiB``, ``1.5 GiB``."""
+    """Byte counts for labels: `2 MiB`, `1.5 GiB`."""
     return format_bytes(n, short=True)
 
 
@@ -337,21 +491,37 @@ def plot_address_map(
     snapshot: Snapshot,
     path: str | os.PathLike[str],
     *,
-    color_by: str = "tag",
+    color_by: Literal["tag", "core"] = "tag",
     title: str | None = None,
 ) -> Path:
-    """The arena of ``snapshot`` as rows of addresses (one chunk per row, or several when the
-    arena is large): blocks coloured by tag or core, free runs in grey (at least one pixel
-    wide, so every hole shows), untracked bytes dark. By tag, the pages of paged KV caches in the
-    snapshot (``Snapshot.with_kv``) are coloured by state: free, exclusive, shared."""
+    """The arena of `snapshot` as rows of addresses (one chunk per row, or several when the
+    arena is large): blocks coloured by tag or by core, free runs in light grey (at least one
+    pixel wide, so every hole shows), bytes cached in slabs in mid grey, untracked bytes dark.
+    By tag, the pages of paged KV caches in the snapshot (`Snapshot.with_kv`) are coloured by
+    state: free, exclusive, shared. By core, the chunks show their owner: blocks of a core pool
+    in the core's colour, free bytes of its chunks in a light tint of it, runs of the global
+    pool in dark grey (see `chunk_owners()`)."""
     _check_color_by(color_by)
+    picture_format(path)
     Figure, _, _, _ = _mpl()
     fig = Figure(figsize=(11, 7), layout="constrained")
     ax = fig.subplots()
     label = f" ({snapshot.label})" if snapshot.label else ""
-    title = title or f"address map of {snapshot.pool!r}{label}"
-    _draw_map(ax, snapshot, color_by, title, True, _palette([snapshot], color_by))
+    what = "by tag" if color_by == "tag" else "by core, with the owner of every chunk"
+    title = title or f"address map of {snapshot.pool!r}{label}, {what}"
+    _legend(ax, _draw_map(ax, snapshot, color_by, title))
     return _save(fig, path)
+
+
+def moved_blocks(before: Snapshot, after: Snapshot) -> list[tuple[BlockRecord, BlockRecord]]:
+    """`(old, new)` records of every block that is in both snapshots at different offsets
+    (a block keeps its handle when it moves)."""
+    old = {b.handle: b for b in before.blocks}
+    return [
+        (old[b.handle], b)
+        for b in after.blocks
+        if b.handle in old and old[b.handle].offset != b.offset
+    ]
 
 
 def plot_before_after(
@@ -359,18 +529,34 @@ def plot_before_after(
     after: Snapshot,
     path: str | os.PathLike[str],
     *,
-    color_by: str = "tag",
+    color_by: Literal["tag", "core"] = "tag",
     titles: tuple[str, str] = ("before", "after"),
 ) -> Path:
     """Two address maps side by side (before and after a compaction, or any two moments of
-    one pool)."""
+    one pool). Blocks that moved are outlined in red where they are after, and their old
+    places are hatched red before; the headline says how many moved and what the largest
+    free block became."""
     _check_color_by(color_by)
+    picture_format(path)
     Figure, _, _, _ = _mpl()
     fig = Figure(figsize=(16, 7), layout="constrained")
     left, right = fig.subplots(1, 2, sharey=False)
-    colors = _palette([before, after], color_by)
-    _draw_map(left, before, color_by, titles[0], False, colors)
-    _draw_map(right, after, color_by, titles[1], True, colors)
+    moves = moved_blocks(before, after)
+    moved = frozenset(new.handle for _, new in moves)
+    nbytes = sum(new.block_bytes for _, new in moves)
+    a = _draw_map(left, before, color_by, titles[0], moved_from=[old for old, _ in moves])
+    b = _draw_map(right, after, color_by, titles[1], moved=moved)
+    unique: dict[str, Any] = {}
+    for h in a + b:
+        unique.setdefault(h.get_label(), h)
+    _legend(right, list(unique.values()))
+    s0, s1 = before.stats, after.stats
+    what = f"{len(moves):,} blocks moved ({_short(nbytes)})" if moves else "no block moved"
+    fig.suptitle(
+        f"{what}; largest free block "
+        f"{_short(s0['largest_free_block'])} -> {_short(s1['largest_free_block'])}, "
+        f"fragmentation {s0['external_fragmentation']:.1%} -> {s1['external_fragmentation']:.1%}",
+    )
     return _save(fig, path)
 
 
@@ -378,10 +564,16 @@ def plot_before_after(
 
 
 def plot_plan(
-    solution: Solution, path: str | os.PathLike[str], *, title: str | None = None
+    solution: Solution,
+    path: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+    name: str | None = None,
 ) -> Path:
     """A planner solution: every buffer as a rectangle, its live range across (time steps) and
-    its bytes up (offsets); lines at the arena size and the lower bound."""
+    its bytes up (offsets); lines at the arena size and the lower bound. The default title
+    starts with `name` (default: the problem's name) and gives the figures of the plan."""
+    picture_format(path)
     Figure, PolyCollection, colormaps, _ = _mpl()
     buffers = solution.problem.buffers
     if not buffers:
@@ -396,7 +588,15 @@ def plot_plan(
     colors = [palette(i % 20) for i in range(len(buffers))]
     fig = Figure(figsize=(11, 6), layout="constrained")
     ax = fig.subplots()
-    ax.add_collection(PolyCollection(verts, facecolors=colors, edgecolors="black", linewidths=0.3))
+    ax.add_collection(
+        PolyCollection(
+            verts,
+            facecolors=colors,
+            edgecolors="black",
+            linewidths=0.3,
+            label=f"buffers ({len(buffers)}; colours tell neighbours apart)",
+        )
+    )
     end = max(b.upper for b in buffers)
     start = min(b.lower for b in buffers)
     ax.axhline(solution.arena_size / div, color="black", linewidth=1, label="arena")
@@ -406,7 +606,7 @@ def plot_plan(
     ax.set_xlabel("time step")
     ax.set_ylabel(f"offset ({unit})")
     ax.legend(loc="upper right", fontsize="small")
-    name = solution.problem.name or "plan"
+    name = name or solution.problem.name or "plan"
     ax.set_title(
         title
         or f"{name}: {len(buffers)} buffers, arena {_short(solution.arena_size)} "

@@ -1,4 +1,4 @@
-"""Prometheus export: a collector that reads ``stats()`` of one or more pools (and of paged KV
+"""Prometheus export: a collector that reads `stats()` of one or more pools (and of paged KV
 caches in them) at every scrape.
 
     >>> from prometheus_client import CollectorRegistry, generate_latest
@@ -7,10 +7,10 @@ caches in them) at every scrape.
     >>> pool = npumem.Pool(16 << 20, cores=1, name="gpu0")
     >>> registry = CollectorRegistry()
     >>> registry.register(PrometheusCollector(pool))
-    >>> 'npumem_bytes_free{pool="gpu0"} 1.6777216e+07' in generate_latest(registry).decode()
+    >>> 'npumem_free_bytes{pool="gpu0"} 1.6777216e+07' in generate_latest(registry).decode()
     True
 
-Needs the ``prometheus`` extra (``pip install npumem[prometheus]``).
+Needs the `prometheus` extra (`pip install npumem[prometheus]`).
 """
 
 from __future__ import annotations
@@ -25,12 +25,28 @@ if TYPE_CHECKING:
     from npumem.kv.cache import KVCache
     from npumem.kv.stats import KVStats
 
-__all__ = ["COUNTERS", "GAUGES", "KV_GAUGES", "PrometheusCollector"]
+__all__ = ["COUNTERS", "GAUGES", "KV_GAUGES", "TAG_GAUGES", "PrometheusCollector"]
 
 GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("npumem_bytes_in_use", "bytes_in_use", "Bytes held by live blocks (block sizes)."),
-    ("npumem_bytes_free", "bytes_free", "Usable bytes not held by any block."),
-    ("npumem_peak_bytes_in_use", "peak_bytes_in_use", "Highest bytes_in_use seen."),
+    ("npumem_capacity_bytes", "capacity", "Bytes in the arena."),
+    (
+        "npumem_usable_capacity_bytes",
+        "usable_capacity",
+        "Bytes blocks can use (the capacity less a tail too short for one block).",
+    ),
+    ("npumem_in_use_bytes", "bytes_in_use", "Bytes held by live blocks (block sizes)."),
+    (
+        "npumem_requested_in_use_bytes",
+        "requested_bytes_in_use",
+        "Bytes the live blocks asked for (in use less rounding).",
+    ),
+    ("npumem_free_bytes", "bytes_free", "Usable bytes any allocation can use."),
+    (
+        "npumem_slab_cached_bytes",
+        "slab_cached_bytes",
+        "Unused bytes inside slabs that hold objects (neither in use nor free).",
+    ),
+    ("npumem_peak_in_use_bytes", "peak_bytes_in_use", "Highest in-use bytes seen."),
     (
         "npumem_largest_free_block_bytes",
         "largest_free_block",
@@ -39,22 +55,46 @@ GAUGES: tuple[tuple[str, str, str], ...] = (
     (
         "npumem_external_fragmentation_ratio",
         "external_fragmentation",
-        "1 - largest free block / bytes free (0 when nothing is free).",
+        "1 - largest free block / free bytes (0 when nothing is free).",
     ),
+    ("npumem_usage_ratio", "usage", "In-use bytes / usable capacity."),
+    ("npumem_live_blocks", "blocks_in_use", "Live blocks."),
 )
-"""``(metric, PoolStats field, help)`` of every gauge."""
+"""`(metric, PoolStats field, help)` of every gauge. Names end in their unit, as the
+Prometheus naming guide asks (`_bytes`, `_ratio`; counts have no unit)."""
 
 COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("npumem_allocs_total", "alloc_count", "Allocations since the pool was made."),
     ("npumem_frees_total", "free_count", "Frees since the pool was made."),
-    ("npumem_failed_allocs_total", "failed_allocs", "Allocations that ran out of memory."),
+    (
+        "npumem_failed_allocs_total",
+        "failed_allocs",
+        "Allocations that failed for lack of memory, requests larger than the arena included.",
+    ),
     (
         "npumem_overflow_allocs_total",
         "overflow_allocs",
         "Allocations served outside the caller's own core pool.",
     ),
 )
-"""``(metric, PoolStats field, help)`` of every counter (exposed with the ``_total`` suffix)."""
+"""`(metric, PoolStats field, help)` of every counter (exposed with the `_total` suffix)."""
+
+TAG_GAUGES: tuple[tuple[str, str, str], ...] = (
+    (
+        "npumem_tag_requested_in_use_bytes",
+        "requested_bytes_in_use",
+        "Bytes the live blocks of a tag asked for.",
+    ),
+    (
+        "npumem_tag_peak_requested_in_use_bytes",
+        "peak_requested_bytes_in_use",
+        "The highest bytes the live blocks of a tag asked for.",
+    ),
+    ("npumem_tag_live_blocks", "blocks_in_use", "Live blocks of a tag."),
+)
+"""`(metric, TagStats field, help)` of the gauges by tag, labelled `pool` and `tag`. A pool
+counts its first 63 tags apart and the rest together (`tag="(other tags)"`), so the number of
+series stays bounded; blocks without a tag have `tag=""`."""
 
 
 KV_GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -71,9 +111,9 @@ KV_GAUGES: tuple[tuple[str, str, str], ...] = (
         "Bytes that sharing pages between sequences saves.",
     ),
 )
-"""``(metric, KVStats field, help)`` of every KV cache gauge, labelled ``pool`` and ``cache``
-(the cache's tag); ``npumem_kv_pages`` (labelled ``state`` too: free, exclusive, shared) and
-the counter ``npumem_kv_copies_total`` come with them."""
+"""`(metric, KVStats field, help)` of every KV cache gauge, labelled `pool` and `cache`
+(the cache's tag); `npumem_kv_pages` (labelled `state` too: free, exclusive, shared) and
+the counter `npumem_kv_copies_total` come with them."""
 
 
 def _families() -> Any:
@@ -87,10 +127,10 @@ def _families() -> Any:
 
 
 class PrometheusCollector:
-    """A ``prometheus_client`` collector for ``pool`` (and any further pools): every metric is
-    labelled ``pool`` with the pool's name, so names must differ. Register it in any
-    ``CollectorRegistry``; each scrape calls ``stats()`` once per pool. ``kv`` adds paged KV
-    caches (``npumem.kv.KVCache``): their pages by state and their :data:`KV_GAUGES`."""
+    """A `prometheus_client` collector for `pool` (and any further pools): every metric is
+    labelled `pool` with the pool's name, so names must differ. Register it in any
+    `CollectorRegistry`; each scrape calls `stats()` once per pool. `kv` adds paged KV
+    caches (`npumem.kv.KVCache`): their pages by state and their `KV_GAUGES`."""
 
     def __init__(self, pool: Pool, *pools: Pool, kv: tuple[KVCache, ...] = ()) -> None:
         _families()
@@ -127,6 +167,12 @@ class PrometheusCollector:
             for name, s in stats:
                 c.add_metric([name], float(getattr(s, attr)))
             yield c
+        for metric, attr, doc in TAG_GAUGES:
+            g = gauge(metric, doc, labels=["pool", "tag"])
+            for name, s in stats:
+                for t in s.by_tag:
+                    g.add_metric([name, t.tag or ""], float(getattr(t, attr)))
+            yield g
         pages = gauge(
             "npumem_kv_pages", "KV cache pages by state.", labels=["pool", "cache", "state"]
         )

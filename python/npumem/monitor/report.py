@@ -1,8 +1,8 @@
 """The text report: stats, largest free runs, bytes by tag, per-core and per-class figures, and
 the monitor's history, as rich tables.
 
-:func:`render_report` prints to a ``rich`` console; :func:`report_text` returns plain text.
-Per-class figures appear when the stats carry ``size_classes`` (pools with slab caches); the
+`render_report()` prints to a `rich` console; `report_text()` returns plain text.
+Per-class figures appear when the stats carry `size_classes` (pools with slab caches); the
 report never invents them.
 """
 
@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     from npumem.monitor.sampler import Alert, Sample
     from npumem.monitor.snapshot import Snapshot
 
-__all__ = ["render_report", "report_text", "stats_dict"]
+__all__ = ["render_report", "report_json", "report_text", "stats_dict"]
 
 
 def stats_dict(stats: PoolStats | Mapping[str, Any]) -> dict[str, Any]:
-    """Stats as a plain dict, from a ``PoolStats`` or a dict (as snapshots and traces keep)."""
+    """Stats as a plain dict, from a `PoolStats` or a dict (as snapshots and traces keep)."""
     if isinstance(stats, Mapping):
         return dict(stats)
     return stats.as_dict()
@@ -74,7 +74,7 @@ def _stats_table(s: Mapping[str, Any], title: str) -> Table:
         rows.append(("rounding waste", format_bytes(waste), _pct(waste, s["bytes_in_use"])))
     largest = s["largest_free_block"]
     rows += [
-        ("largest free block", format_bytes(s["largest_free_block"]), f"{largest:,} B"),
+        ("largest free block", format_bytes(largest), f"{largest:,} B, one allocation"),
         ("external fragmentation", f"{s['external_fragmentation']:.1%}", "1 - largest / free"),
         ("live blocks", f"{s.get('blocks_in_use', 0):,}", ""),
         ("allocations", f"{s.get('alloc_count', 0):,}", ""),
@@ -105,8 +105,11 @@ def _stats_table(s: Mapping[str, Any], title: str) -> Table:
     return t
 
 
-def _per_core_table(per_core: Sequence[Mapping[str, Any]]) -> Table:
-    t = _table("Per core")
+def _per_core_table(per_core: Sequence[Mapping[str, Any]], s: Mapping[str, Any]) -> Table:
+    title = "Per core (allocs: buddy and global"
+    if s.get("slab_allocs"):
+        title += f"; the {s['slab_allocs']:,} slab allocations are not split"
+    t = _table(title + ")")
     for col in ("core", "chunks", "in use", "free", "allocs", "frees", "overflow", "failed"):
         t.add_column(col, justify="right")
     for c in per_core:
@@ -124,7 +127,7 @@ def _per_core_table(per_core: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def _per_class_table(entries: Sequence[Any]) -> Table:
-    """Whatever columns the pool reports per size class (dicts, or objects with ``as_dict``),
+    """Whatever columns the pool reports per size class (dicts, or objects with `as_dict`),
     in its order."""
     classes = [e.as_dict() if hasattr(e, "as_dict") else dict(e) for e in entries]
     t = _table("Per size class")
@@ -136,22 +139,34 @@ def _per_class_table(entries: Sequence[Any]) -> Table:
     return t
 
 
+def _shown(shown: int, total: int, what: str) -> str:
+    """`"8 of 10 runs"` when a table shows fewer rows than there are, else `"3 runs"`."""
+    return f"{shown:,} of {total:,} {what}" if shown < total else f"{total:,} {what}"
+
+
 def _free_runs_table(snap: Snapshot, top: int) -> Table:
     free = snap.bytes_free
-    t = _table(f"Largest free runs ({len(snap.free_runs):,} runs, {format_bytes(free)} free)")
-    for col in ("#", "offset", "length", "of free"):
+    runs = snap.largest_free_runs(top)
+    t = _table(
+        f"Largest free runs ({_shown(len(runs), len(snap.free_runs), 'runs')}, "
+        f"{format_bytes(free)} free)"
+    )
+    for col in ("#", "offset", "length", "bytes", "of free"):
         t.add_column(col, justify="right")
-    for i, r in enumerate(snap.largest_free_runs(top), 1):
-        t.add_row(str(i), f"{r.offset:#x}", format_bytes(r.length), _pct(r.length, free))
+    for i, r in enumerate(runs, 1):
+        t.add_row(
+            str(i), f"{r.offset:#x}", format_bytes(r.length), f"{r.length:,}", _pct(r.length, free)
+        )
     return t
 
 
 def _by_tag_table(snap: Snapshot, top: int) -> Table:
     used = snap.bytes_in_blocks
-    t = _table(f"Live blocks by tag ({len(snap.blocks):,} blocks)")
+    groups = list(snap.bytes_by("tag").items())
+    tags = f", top {top} of {len(groups)} tags" if len(groups) > top else ""
+    t = _table(f"Live blocks by tag ({len(snap.blocks):,} blocks{tags})")
     for col, just in (("tag", "left"), ("blocks", "right"), ("bytes", "right"), ("share", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
-    groups = list(snap.bytes_by("tag").items())
     for tag, (n, b) in groups[:top]:
         t.add_row(tag, f"{n:,}", format_bytes(b), _pct(b, used))
     if len(groups) > top:
@@ -220,6 +235,18 @@ def _history_table(history: Sequence[Sample], alerts: Sequence[Alert]) -> Table:
     return t
 
 
+def _slab_line(snap: Snapshot, s: Mapping[str, Any]) -> str:
+    """Slab space without live objects, split as the stats count it."""
+    total = snap.bytes_in_slab_caches
+    cached = min(int(s.get("slab_cached_bytes", 0)), total)
+    empty = total - cached
+    return (
+        f"slab space without live objects: {format_bytes(total)} = {format_bytes(cached)} in "
+        f"slabs that hold objects (cached in slabs) + {format_bytes(empty)} in empty slabs "
+        "(counted as free: an allocation takes them back)"
+    )
+
+
 def render_report(
     console: Console,
     *,
@@ -230,7 +257,7 @@ def render_report(
     title: str = "npumem report",
     top: int = 8,
 ) -> None:
-    """Print the report to ``console``. ``stats`` defaults to the snapshot's; at least one of
+    """Print the report to `console`. `stats` defaults to the snapshot's; at least one of
     the two is needed."""
     if stats is None:
         if snapshot is None:
@@ -243,18 +270,21 @@ def render_report(
     console.print(_stats_table(s, f"{title}{where}"))
     if snapshot is not None:
         console.print(_free_runs_table(snapshot, top))
+        console.print(
+            "[dim]a run: free bytes side by side; one allocation may get less "
+            "(the largest free block above)[/]"
+        )
         if snapshot.blocks:
             console.print(_by_tag_table(snapshot, top))
         if snapshot.slab_cached:
-            n = sum(e.length for e in snapshot.slab_cached)
-            console.print(f"cached in slabs (free objects of a size class): {format_bytes(n)}")
+            console.print(_slab_line(snapshot, s))
         if snapshot.untracked:
             n = sum(e.length for e in snapshot.untracked)
             console.print(f"untracked allocated bytes (raw API): {format_bytes(n)}")
         for kv in snapshot.kv:
             console.print(_kv_table(kv))
     if s.get("per_core"):
-        console.print(_per_core_table(s["per_core"]))
+        console.print(_per_core_table(s["per_core"], s))
     classes = s.get("size_classes")
     if classes:
         console.print(_per_class_table(classes))
@@ -265,7 +295,39 @@ def render_report(
 
 
 def report_text(width: int = 100, **kwargs: Any) -> str:
-    """The report as plain text (the keyword arguments of :func:`render_report`)."""
+    """The report as plain text (the keyword arguments of `render_report()`)."""
     out = io.StringIO()
     render_report(Console(file=out, width=width, color_system=None), **kwargs)
     return out.getvalue()
+
+
+def report_json(snapshot: Snapshot, *, top: int = 10) -> dict[str, Any]:
+    """The figures of the report of `snapshot` as a JSON-ready dict (format
+    `npumem-report`, version 1): what `npumem report --json` prints. Byte counts are
+    integers; handles do not appear."""
+    s = stats_dict(snapshot.stats)
+    cached = snapshot.bytes_in_slab_caches
+    in_use_slabs = min(int(s.get("slab_cached_bytes", 0)), cached)
+    return {
+        "format": "npumem-report",
+        "version": 1,
+        "pool": snapshot.pool,
+        "label": snapshot.label,
+        "time_ns": snapshot.time_ns,
+        "stats": s,
+        "free_runs": len(snapshot.free_runs),
+        "bytes_free": snapshot.bytes_free,
+        "largest_free_runs": [
+            {"offset": r.offset, "length": r.length} for r in snapshot.largest_free_runs(top)
+        ],
+        "by_tag": [
+            {"tag": tag, "blocks": n, "bytes": b}
+            for tag, (n, b) in snapshot.bytes_by("tag").items()
+        ],
+        "slab_space": {
+            "total": cached,
+            "in_slabs_with_objects": in_use_slabs,
+            "in_empty_slabs": cached - in_use_slabs,
+        },
+        "untracked_bytes": sum(e.length for e in snapshot.untracked),
+    }

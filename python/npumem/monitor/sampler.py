@@ -3,8 +3,8 @@ history, and raises alerts when usage or fragmentation pass thresholds.
 
 An alert fires when a value crosses its threshold upwards and fires again only after a sample
 has seen the value back below the threshold (re-armed): a pool that stays above 90% gives one
-alert, not one per sample. Alerts go to the ``npumem.monitor`` logger (``WARNING`` when they
-fire, ``INFO`` when they clear) and to the callbacks given.
+alert, not one per sample. Alerts go to the `npumem.monitor` logger (`WARNING` when they
+fire, `INFO` when they clear) and to the callbacks given.
 
     >>> import npumem
     >>> from npumem.monitor import Monitor
@@ -42,8 +42,8 @@ logger = logging.getLogger("npumem.monitor")
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """The figures of one ``stats()`` call. ``time`` is seconds since the monitor was made
-    (monotonic clock), ``wall_time`` the Unix time."""
+    """The figures of one `stats()` call. `time` is seconds since the monitor was made
+    (monotonic clock), `wall_time` the Unix time."""
 
     time: float
     wall_time: float
@@ -61,7 +61,7 @@ class Sample:
 
     @classmethod
     def from_stats(cls, stats: PoolStats, t: float, wall: float) -> Sample:
-        """A sample of ``stats`` taken at ``t`` (monitor clock) and ``wall`` (Unix time)."""
+        """A sample of `stats` taken at `t` (monitor clock) and `wall` (Unix time)."""
         return cls(
             time=t,
             wall_time=wall,
@@ -80,11 +80,11 @@ class Sample:
 
     @property
     def usage(self) -> float:
-        """``bytes_in_use / usable_capacity`` (0.0 for an empty arena)."""
+        """`bytes_in_use / usable_capacity` (0.0 for an empty arena)."""
         return self.bytes_in_use / self.usable_capacity if self.usable_capacity else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields as a dict (with ``usage``)."""
+        """The fields as a dict (with `usage`)."""
         d = {name: getattr(self, name) for name in self.__slots__}
         d["usage"] = self.usage
         return d
@@ -107,9 +107,9 @@ def _fraction(value: object, name: str) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """When to alert: ``usage`` (bytes in use / usable capacity) and ``fragmentation``
-    (``external_fragmentation``) are fractions in (0, 1], ``None`` to switch one off;
-    ``failed_allocs`` alerts when a sample sees new failed allocations."""
+    """When to alert: `usage` (bytes in use / usable capacity) and `fragmentation`
+    (`external_fragmentation`) are fractions in (0, 1], `None` to switch one off;
+    `failed_allocs` alerts when a sample sees new failed allocations."""
 
     usage: float | None = 0.90
     fragmentation: float | None = 0.30
@@ -125,8 +125,8 @@ class Thresholds:
 
     @classmethod
     def of(cls, value: Thresholds | Mapping[str, Any] | None) -> Thresholds:
-        """``value`` as thresholds: a :class:`Thresholds`, a dict of its fields (others keep
-        their defaults), or ``None`` for the defaults."""
+        """`value` as thresholds: a `Thresholds`, a dict of its fields (others keep
+        their defaults), or `None` for the defaults."""
         if value is None:
             return cls()
         if isinstance(value, Thresholds):
@@ -146,9 +146,9 @@ class Thresholds:
 
 @dataclass(frozen=True, slots=True)
 class Alert:
-    """A threshold crossed (``firing``) or cleared (back below). ``kind`` is ``"usage"``,
-    ``"fragmentation"`` or ``"failed_allocs"``; ``value`` is the sampled figure (new failures
-    for ``failed_allocs``)."""
+    """A threshold crossed (`firing`) or cleared (back below). `kind` is `"usage"`,
+    `"fragmentation"` or `"failed_allocs"`; `value` is the sampled figure (new failures
+    for `failed_allocs`)."""
 
     pool: str
     kind: str
@@ -184,13 +184,13 @@ SampleHook = Callable[[Sample], object]
 
 
 class Monitor:
-    """Watch ``pool``: :meth:`sample` takes one sample now; :meth:`start` samples every
-    ``interval`` seconds in a daemon thread until :meth:`stop` (also a context manager).
+    """Watch `pool`: `sample()` takes one sample now; `start()` samples every
+    `interval` seconds in a daemon thread until `stop()` (also a context manager).
 
-    ``history`` bounds the samples kept (the oldest go first); ``thresholds`` is a
-    :class:`Thresholds` or a dict such as ``{"usage": 0.8}`` (defaults: 90% usage, 30%
-    fragmentation, any failed allocation); ``callbacks`` receive every :class:`Alert`;
-    ``on_sample`` hooks receive every :class:`Sample`. A callback or hook that raises is
+    `history` bounds the samples kept (the oldest go first); `thresholds` is a
+    `Thresholds` or a dict such as `{"usage": 0.8}` (defaults: 90% usage, 30%
+    fragmentation, any failed allocation); `callbacks` receive every `Alert`;
+    `on_sample` hooks receive every `Sample`. A callback or hook that raises is
     logged and does not stop the monitor.
     """
 
@@ -234,7 +234,7 @@ class Monitor:
     # ----- sampling --------------------------------------------------------------------------
 
     def sample(self) -> Sample:
-        """Take one sample now: read ``stats()``, record it, raise the alerts it causes, run the
+        """Take one sample now: read `stats()`, record it, raise the alerts it causes, run the
         hooks. Thread-safe (the background thread calls this too)."""
         stats = self.pool.stats()
         s = Sample.from_stats(stats, time.monotonic() - self._clock0, time.time())
@@ -288,7 +288,7 @@ class Monitor:
     # ----- background thread -----------------------------------------------------------------
 
     def start(self) -> Monitor:
-        """Sample every ``interval`` seconds in a daemon thread (the first sample at once)."""
+        """Sample every `interval` seconds in a daemon thread (the first sample at once)."""
         if self._thread is not None and self._thread.is_alive():
             return self
         self._stop.clear()
@@ -352,13 +352,13 @@ class Monitor:
             return [k for k, armed in self._armed.items() if not armed]
 
     def add_callback(self, callback: AlertCallback) -> None:
-        """Call ``callback`` with every later alert."""
+        """Call `callback` with every later alert."""
         if not callable(callback):
             raise ArgumentTypeError("callback must be callable")
         self._callbacks.append(callback)
 
     def add_sample_hook(self, hook: SampleHook) -> None:
-        """Call ``hook`` with every later sample."""
+        """Call `hook` with every later sample."""
         if not callable(hook):
             raise ArgumentTypeError("hook must be callable")
         self._hooks.append(hook)

@@ -1,23 +1,60 @@
-"""Open a saved file without knowing in advance whether it holds a snapshot or a trace."""
+"""Open a saved file without knowing in advance whether it holds a snapshot, a trace or a plan."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from npumem.monitor._files import file_kind, read_json
+from npumem.monitor._files import PLAN_FORMAT, Reader, file_kind, read_json
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
 
-__all__ = ["load_saved_file"]
+if TYPE_CHECKING:
+    from npumem.plan import Solution
+
+__all__ = ["load_saved_file", "solution_from_json_obj"]
 
 
-def load_saved_file(path: str | os.PathLike[str]) -> Snapshot | Trace:
-    """The snapshot or trace in ``path``, told apart by the file's ``format`` field.
+def solution_from_json_obj(obj: Mapping[str, Any], *, where: str = "plan") -> Solution:
+    """A planner solution from a plan file's object (`Solution.to_json_obj`).
 
-    Raises :class:`~npumem.monitor.errors.FileFormatError` for a file that is neither.
+    Raises `FileFormatError` for a wrong header or field.
+    """
+    from npumem.plan import PlanError, Problem, Solution
+
+    r = Reader(where)
+    r.header(obj, PLAN_FORMAT, (1,))
+    buffers = r.field(obj, "buffers", list)
+    offsets = {}
+    for i, entry in enumerate(buffers):
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            raise r.fail(f"buffers[{i}] must be an object with a string 'id'")
+        offsets[entry["id"]] = r.non_negative(entry.get("offset"), f"buffers[{i}].offset")
+    capacity = obj.get("capacity")
+    try:
+        problem = Problem.from_json(obj, name=r.field(obj, "name", str))
+        return Solution(
+            problem,
+            offsets,
+            lower_bound=r.non_negative(r.field(obj, "lower_bound", int), "lower_bound"),
+            capacity=capacity if isinstance(capacity, int) else None,
+            status=r.field(obj, "status", str),
+        )
+    except (PlanError, ValueError) as exc:
+        raise r.fail(str(exc)) from None
+
+
+def load_saved_file(path: str | os.PathLike[str]) -> Snapshot | Trace | Solution:
+    """The snapshot, trace or plan in `path`, told apart by the file's `format` field.
+
+    Raises `FileFormatError` for a file that is none of them.
     """
     where = os.fspath(path)
     obj = read_json(path)
-    if file_kind(obj, where) == "snapshot":
+    kind = file_kind(obj, where)
+    if kind == "snapshot":
         return Snapshot.from_json_obj(obj, where=where)
+    if kind == "plan":
+        return solution_from_json_obj(obj, where=where)
     return Trace.from_json_obj(obj, where=where)

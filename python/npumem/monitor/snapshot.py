@@ -1,9 +1,9 @@
-"""Snapshots: the whole arena at one moment (``pool.snapshot()``), saved and loaded as JSON.
+"""Snapshots: the whole arena at one moment (`pool.snapshot()`), saved and loaded as JSON.
 
 A snapshot lists every live block, every maximal run of free bytes, and allocated bytes that
-belong to no block (``untracked``: blocks of the Rust raw API), which together tile the usable
+belong to no block (`untracked`: blocks of the Rust raw API), which together tile the usable
 arena exactly; plus the pool's stats and configuration at that moment. It is what the address-map
-pictures draw and what ``npumem report`` prints, and it can be looked at long after the pool is
+pictures draw and what `npumem report` prints, and it can be looked at long after the pool is
 gone.
 """
 
@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = ["BlockRecord", "Extent", "Snapshot", "load_snapshot", "pool_config"]
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+"""The version `Snapshot.save()` writes (handles as decimal text); version 1 (handles as
+numbers) is read too."""
+_READ_VERSIONS = (1, 2)
 _BLOCK_FIELDS = ("offset", "nbytes", "block_bytes", "align", "core", "tag", "pins", "handle")
 _CONFIG_INTS = ("capacity", "cores", "chunk_size", "min_block", "bank_size", "alignment")
 _STATS_INTS = (
@@ -51,7 +54,7 @@ _CORE_INTS = (
 
 @dataclass(frozen=True, slots=True)
 class BlockRecord:
-    """One live block: it covers ``[offset, offset + block_bytes)`` and asked for ``nbytes``."""
+    """One live block: it covers `[offset, offset + block_bytes)` and asked for `nbytes`."""
 
     offset: int
     nbytes: int
@@ -75,7 +78,7 @@ class BlockRecord:
 
 @dataclass(frozen=True, slots=True)
 class Extent:
-    """A range of bytes ``[offset, offset + length)``."""
+    """A range of bytes `[offset, offset + length)`."""
 
     offset: int
     length: int
@@ -87,7 +90,7 @@ class Extent:
 
 
 def pool_config(pool: Pool) -> dict[str, Any]:
-    """The configuration of ``pool`` as a JSON-ready dict (enough to make an equal pool)."""
+    """The configuration of `pool` as a JSON-ready dict (enough to make an equal pool)."""
     return {
         "capacity": pool.capacity,
         "cores": pool.cores,
@@ -104,12 +107,12 @@ def pool_config(pool: Pool) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The arena at one moment: take one with ``pool.snapshot()``, save it with :meth:`save`,
-    read it back with :func:`load_snapshot`.
+    """The arena at one moment: take one with `pool.snapshot()`, save it with `save()`,
+    read it back with `load_snapshot()`.
 
-    ``stats`` is the pool's ``PoolStats.as_dict()`` at the same moment; ``time_ns`` counts from
-    the pool's creation (the clock of trace events). ``kv`` holds the pages of paged KV caches
-    in the pool by state (:meth:`with_kv`).
+    `stats` is the pool's `PoolStats.as_dict()` at the same moment; `time_ns` counts from
+    the pool's creation (the clock of trace events). `kv` holds the pages of paged KV caches
+    in the pool by state (`with_kv`).
     """
 
     pool: str
@@ -125,8 +128,8 @@ class Snapshot:
 
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
-        """Build from what the extension records (``Pool.snapshot()`` comes here through
-        :mod:`npumem._views`)."""
+        """Build from what the extension records (`Pool.snapshot()` comes here through
+        `npumem._views`)."""
         return cls(
             pool=str(pool.name),
             config=pool_config(pool),
@@ -159,8 +162,8 @@ class Snapshot:
         )
 
     def with_kv(self, *caches: KVCache) -> Snapshot:
-        """The same snapshot with the pages of ``caches`` (paged KV caches of this pool) by
-        state, read now: take it right after ``pool.snapshot()``."""
+        """The same snapshot with the pages of `caches` (paged KV caches of this pool) by
+        state, read now: take it right after `pool.snapshot()`."""
         return Snapshot(
             self.pool,
             self.config,
@@ -203,11 +206,11 @@ class Snapshot:
         return sum(b.block_bytes for b in self.blocks)
 
     def largest_free_runs(self, n: int = 10) -> list[Extent]:
-        """The ``n`` longest free runs, longest first (ties: lower offset first)."""
+        """The `n` longest free runs, longest first (ties: lower offset first)."""
         return sorted(self.free_runs, key=lambda r: (-r.length, r.offset))[:n]
 
     def bytes_by(self, key: str = "tag") -> dict[str, tuple[int, int]]:
-        """``label -> (blocks, block bytes)`` grouped by ``"tag"`` or ``"core"``, largest first."""
+        """`label -> (blocks, block bytes)` grouped by `"tag"` or `"core"`, largest first."""
         if key not in ("tag", "core"):
             from npumem.errors import InvalidArgumentError
 
@@ -224,7 +227,9 @@ class Snapshot:
     # ----- JSON ------------------------------------------------------------------------------
 
     def to_json_obj(self) -> dict[str, Any]:
-        """The snapshot as a JSON-ready dict (format ``npumem-snapshot``, version 1)."""
+        """The snapshot as a JSON-ready dict (format `npumem-snapshot`, version 2; the schema
+        is `npumem/schemas/snapshot.schema.json`). Handles are decimal text, so that readers
+        that hold numbers as doubles keep them exact."""
         return {
             "format": SNAPSHOT_FORMAT,
             "version": SNAPSHOT_VERSION,
@@ -234,7 +239,7 @@ class Snapshot:
             "time_ns": self.time_ns,
             "block_fields": list(_BLOCK_FIELDS),
             "blocks": [
-                [b.offset, b.nbytes, b.block_bytes, b.align, b.core, b.tag, b.pins, b.handle]
+                [b.offset, b.nbytes, b.block_bytes, b.align, b.core, b.tag, b.pins, str(b.handle)]
                 for b in self.blocks
             ],
             "free_runs": [[r.offset, r.length] for r in self.free_runs],
@@ -245,15 +250,15 @@ class Snapshot:
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the snapshot as JSON to ``path``; returns the path."""
+        """Write the snapshot as JSON to `path`; returns the path."""
         return write_json(path, self.to_json_obj())
 
     @classmethod
     def from_json_obj(cls, obj: Mapping[str, Any], *, where: str = "snapshot") -> Snapshot:
-        """Read a dict made by :meth:`to_json_obj`; :class:`FileFormatError` names what is
+        """Read a dict made by `to_json_obj()`; `FileFormatError` names what is
         wrong."""
         r = Reader(where)
-        r.header(obj, SNAPSHOT_FORMAT, SNAPSHOT_VERSION)
+        version = r.header(obj, SNAPSHOT_FORMAT, _READ_VERSIONS)
         config = r.field(obj, "config", dict)
         for key in _CONFIG_INTS:
             r.non_negative(r.field(config, key, int), f"config.{key}")
@@ -265,8 +270,10 @@ class Snapshot:
             tag = row[5]
             if tag is not None and not isinstance(tag, str):
                 raise r.fail(f"block {i}: tag must be a string or null, got {tag!r}")
-            n = [r.non_negative(v, f"block {i}") for j, v in enumerate(row) if j != 5]
-            blocks.append(BlockRecord(n[0], n[1], n[2], n[3], n[4], tag, n[5], n[6]))
+            n = [r.non_negative(v, f"block {i}") for v in row[:5]]
+            pins = r.non_negative(row[6], f"block {i}")
+            handle = r.handle(row[7], f"block {i}", version)
+            blocks.append(BlockRecord(n[0], n[1], n[2], n[3], n[4], tag, pins, handle))
         runs: dict[str, tuple[Extent, ...]] = {}
         for key in ("free_runs", "slab_cached", "untracked"):
             items = []
@@ -303,7 +310,7 @@ class Snapshot:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Snapshot:
-        """Read a snapshot file written by :meth:`save`."""
+        """Read a snapshot file written by `save()`."""
         return cls.from_json_obj(read_json(path), where=str(path))
 
     def __repr__(self) -> str:
@@ -315,5 +322,5 @@ class Snapshot:
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
-    """Read a snapshot file (the same as :meth:`Snapshot.load`)."""
+    """Read a snapshot file (the same as `Snapshot.load()`)."""
     return Snapshot.load(path)

@@ -1,9 +1,9 @@
 """Event traces: record a pool's alloc, free, move and failed-alloc events, save them as JSON,
-load them back (for ``npumem replay`` and ``npumem plot``).
+load them back (for `npumem replay` and `npumem plot`).
 
-The Rust core keeps the events in bounded per-core rings (``pool.trace_start(capacity)``); a
-:class:`TraceRecorder` drains them into a :class:`Trace` often enough that the rings do not
-overflow (events lost anyway are counted in :attr:`Trace.dropped`).
+The Rust core keeps the events in bounded per-core rings (`pool.trace_start(capacity)`); a
+`TraceRecorder` drains them into a `Trace` often enough that the rings do not
+overflow (events lost anyway are counted in `Trace.dropped`).
 
     >>> import npumem
     >>> from npumem.monitor import TraceRecorder
@@ -31,20 +31,33 @@ from npumem.monitor.validate import check_trace
 if TYPE_CHECKING:
     from npumem import Pool
 
-__all__ = ["EVENT_KINDS", "Trace", "TraceEvent", "TraceRecorder", "load_trace"]
+__all__ = ["EVENT_KINDS", "Frame", "Trace", "TraceEvent", "TraceRecorder", "load_trace"]
 
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+"""The version `Trace.save()` writes (handles as decimal text, call stacks); version 1
+(handles as numbers, no stacks) is read too."""
+_READ_VERSIONS = (1, 2)
 EVENT_KINDS = ("alloc", "free", "move", "failed")
-"""The kinds of event, as ``TraceEvent.kind`` spells them."""
+"""The kinds of event, as `TraceEvent.kind` spells them."""
 MAX_TRACE_CAPACITY = 1 << 24
-"""The most events the Rust rings hold (as ``npumem_core::MAX_TRACE_CAPACITY``)."""
-_EVENT_FIELDS = ("time_ns", "kind", "offset", "size", "core", "tag", "handle", "aux")
+"""The most events the Rust rings hold (as `npumem_core::MAX_TRACE_CAPACITY`)."""
+_EVENT_FIELDS = ("time_ns", "kind", "offset", "size", "core", "tag", "handle", "aux", "stack")
+_EVENT_FIELDS_V1 = _EVENT_FIELDS[:8]
+
+
+class Frame(NamedTuple):
+    """One frame of a Python call stack: the file, the line and the function."""
+
+    file: str
+    line: int
+    function: str
 
 
 class TraceEvent(NamedTuple):
-    """One event. ``aux`` is the alignment for ``alloc`` and ``failed``, the old offset for
-    ``move``, 0 for ``free``; ``handle`` pairs a ``free`` (or ``move``) with its ``alloc``
-    (0 for ``failed``)."""
+    """One event. `aux` is the alignment for `alloc` and `failed`, the old offset for
+    `move`, 0 for `free`; `handle` pairs a `free` (or `move`) with its `alloc`
+    (0 for `failed`). `stack` is the Python call stack of an allocation, most recent call
+    first, when the trace records stacks (`TraceRecorder(pool, stacks=True)`), else None."""
 
     time_ns: int
     kind: str
@@ -54,13 +67,14 @@ class TraceEvent(NamedTuple):
     tag: str | None
     handle: int
     aux: int
+    stack: tuple[Frame, ...] | None = None
 
 
 @dataclass
 class Trace:
     """The events of one pool, oldest first, with the pool's configuration and what was lost.
 
-    ``stats_at_start`` and ``stats_at_stop`` are ``PoolStats.as_dict()`` when recording began
+    `stats_at_start` and `stats_at_stop` are `PoolStats.as_dict()` when recording began
     and ended (empty when unknown): a replay compares its outcome with them.
     """
 
@@ -92,13 +106,19 @@ class Trace:
     # ----- JSON ------------------------------------------------------------------------------
 
     def to_json_obj(self) -> dict[str, Any]:
-        """The trace as a JSON-ready dict (format ``npumem-trace``, version 1). Tags are stored
-        once, in ``tags``; events are rows indexing them (-1: no tag)."""
+        """The trace as a JSON-ready dict (format `npumem-trace`, version 2; the schema is
+        `npumem/schemas/trace.schema.json`). Tags and call stacks are stored once, in `tags`
+        and `stacks`; events are rows indexing them (-1: none). Handles are decimal text, so
+        that readers that hold numbers as doubles keep them exact."""
         tags: dict[str, int] = {}
+        stacks: dict[tuple[Frame, ...], int] = {}
         rows = []
         for e in self.events:
             tag = -1 if e.tag is None else tags.setdefault(e.tag, len(tags))
-            rows.append([e.time_ns, e.kind, e.offset, e.size, e.core, tag, e.handle, e.aux])
+            stack = -1 if e.stack is None else stacks.setdefault(e.stack, len(stacks))
+            rows.append(
+                [e.time_ns, e.kind, e.offset, e.size, e.core, tag, str(e.handle), e.aux, stack]
+            )
         return {
             "format": TRACE_FORMAT,
             "version": TRACE_VERSION,
@@ -108,20 +128,21 @@ class Trace:
             "stats_at_start": self.stats_at_start,
             "stats_at_stop": self.stats_at_stop,
             "tags": list(tags),
+            "stacks": [[list(f) for f in stack] for stack in stacks],
             "event_fields": list(_EVENT_FIELDS),
             "events": rows,
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the trace as JSON to ``path``; returns the path."""
+        """Write the trace as JSON to `path`; returns the path."""
         return write_json(path, self.to_json_obj())
 
     @classmethod
     def from_json_obj(cls, obj: Mapping[str, Any], *, where: str = "trace") -> Trace:
-        """Read a dict made by :meth:`to_json_obj`; :class:`FileFormatError` names what is
+        """Read a dict made by `to_json_obj()`; `FileFormatError` names what is
         wrong."""
         r = Reader(where)
-        r.header(obj, TRACE_FORMAT, TRACE_VERSION)
+        version = r.header(obj, TRACE_FORMAT, _READ_VERSIONS)
         config = r.field(obj, "config", dict)
         for key in ("capacity", "cores", "chunk_size", "min_block", "bank_size", "alignment"):
             value = r.non_negative(r.field(config, key, int), f"config.{key}")
@@ -130,23 +151,43 @@ class Trace:
         tags = r.field(obj, "tags", list)
         if not all(isinstance(t, str) for t in tags):
             raise r.fail("tags must be a list of strings")
-        if r.field(obj, "event_fields", list) != list(_EVENT_FIELDS):
-            raise r.fail(f"event_fields must be {list(_EVENT_FIELDS)}")
+        fields = _EVENT_FIELDS if version >= 2 else _EVENT_FIELDS_V1
+        if r.field(obj, "event_fields", list) != list(fields):
+            raise r.fail(f"event_fields must be {list(fields)}")
+        stacks = _read_stacks(r, obj) if version >= 2 else []
         events = []
         last = 0
         for i, row in enumerate(r.field(obj, "events", list)):
-            row = r.int_row(row, len(_EVENT_FIELDS), "event", i)
-            t, kind, offset, size, core, tag, handle, aux = row
+            row = r.int_row(row, len(fields), "event", i)
+            t, kind, offset, size, core, tag, handle, aux = row[:8]
             if kind not in EVENT_KINDS:
                 raise r.fail(f"event {i}: kind must be one of {EVENT_KINDS}, got {kind!r}")
             if isinstance(tag, bool) or not isinstance(tag, int) or not -1 <= tag < len(tags):
                 raise r.fail(f"event {i}: tag index {tag!r} is not in tags (or -1)")
-            nums = [r.non_negative(v, f"event {i}") for v in (t, offset, size, core, handle, aux)]
+            stack_index = row[8] if version >= 2 else -1
+            if (
+                isinstance(stack_index, bool)
+                or not isinstance(stack_index, int)
+                or not -1 <= stack_index < len(stacks)
+            ):
+                raise r.fail(f"event {i}: stack index {stack_index!r} is not in stacks (or -1)")
+            nums = [r.non_negative(v, f"event {i}") for v in (t, offset, size, core, aux)]
             if nums[0] < last:
                 raise r.fail(f"event {i}: time {nums[0]} goes back (events are oldest first)")
             last = nums[0]
-            name = tags[tag] if tag >= 0 else None
-            events.append(TraceEvent(nums[0], kind, nums[1], nums[2], nums[3], name, *nums[4:]))
+            events.append(
+                TraceEvent(
+                    nums[0],
+                    kind,
+                    nums[1],
+                    nums[2],
+                    nums[3],
+                    tags[tag] if tag >= 0 else None,
+                    r.handle(handle, f"event {i}", version),
+                    nums[4],
+                    stacks[stack_index] if stack_index >= 0 else None,
+                )
+            )
         trace = cls(
             pool=r.field(obj, "pool", str),
             config=config,
@@ -160,25 +201,55 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Trace:
-        """Read a trace file written by :meth:`save`."""
+        """Read a trace file written by `save()`."""
         return cls.from_json_obj(read_json(path), where=str(path))
 
     def __repr__(self) -> str:
         return f"<Trace of {self.pool!r}: {len(self.events)} events, {self.dropped} dropped>"
 
 
+def _read_stacks(r: Reader, obj: Mapping[str, Any]) -> list[tuple[Frame, ...]]:
+    stacks = []
+    for i, stack in enumerate(r.field(obj, "stacks", list)):
+        if not isinstance(stack, list):
+            raise r.fail(f"stack {i} must be a list of frames, got {stack!r}")
+        frames = []
+        for frame in stack:
+            ok = isinstance(frame, list) and len(frame) == 3
+            if not ok or not isinstance(frame[0], str) or not isinstance(frame[2], str):
+                raise r.fail(f"stack {i}: a frame must be [file, line, function], got {frame!r}")
+            frames.append(Frame(frame[0], r.non_negative(frame[1], f"stack {i}"), frame[2]))
+        stacks.append(tuple(frames))
+    return stacks
+
+
 def load_trace(path: str | os.PathLike[str]) -> Trace:
-    """Read a trace file (the same as :meth:`Trace.load`)."""
+    """Read a trace file (the same as `Trace.load()`)."""
     return Trace.load(path)
 
 
-class TraceRecorder:
-    """Record a pool's events into :attr:`trace`: :meth:`start`, :meth:`drain` now and then (a
-    :class:`~npumem.monitor.Monitor` can do it on every sample), :meth:`stop`. Also a context
-    manager. ``capacity`` is the size of the Rust rings (events kept between two drains, all
-    cores together, 64 bytes each)."""
+def _event(raw: tuple[Any, ...], stacks: dict[Any, tuple[Frame, ...]]) -> TraceEvent:
+    """A drained event tuple as a `TraceEvent`, its stack as `Frame`s (`stacks`: the stacks
+    converted so far, so that a stack seen again is the same tuple and costs one lookup)."""
+    stack = raw[8]
+    if stack is None:
+        return TraceEvent._make(raw)
+    frames = stacks.get(stack)
+    if frames is None:
+        frames = stacks[stack] = tuple(Frame._make(f) for f in stack)
+    time_ns, kind, offset, size, core, tag, handle, aux = raw[:8]
+    return TraceEvent(time_ns, kind, offset, size, core, tag, handle, aux, frames)
 
-    def __init__(self, pool: Pool, *, capacity: int = 1 << 16) -> None:
+
+class TraceRecorder:
+    """Record a pool's events into `trace`: `start()`, `drain()` now and then (a
+    `Monitor` can do it on every sample), `stop()`. Also a context
+    manager. `capacity` is the size of the Rust rings (events kept between two drains, all
+    cores together, 64 bytes each). With `stacks=True` every allocation made through Python
+    also records its caller's Python stack (`TraceEvent.stack`); that costs a few
+    microseconds per allocation (see the monitoring guide)."""
+
+    def __init__(self, pool: Pool, *, capacity: int = 1 << 16, stacks: bool = False) -> None:
         from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
         if isinstance(capacity, bool) or not isinstance(capacity, int):
@@ -187,11 +258,15 @@ class TraceRecorder:
             raise InvalidArgumentError(
                 f"capacity must be between 1 and {MAX_TRACE_CAPACITY} events, got {capacity}"
             )
+        if not isinstance(stacks, bool):
+            raise ArgumentTypeError(f"stacks must be True or False, got {type(stacks).__name__}")
         self.pool = pool
         self.capacity = capacity
+        self.stacks = stacks
         self.trace = Trace(pool=str(pool.name), config=pool_config(pool))
         self._lock = threading.Lock()
         self._running = False
+        self._stacks: dict[Any, tuple[Frame, ...]] = {}
 
     @property
     def running(self) -> bool:
@@ -202,12 +277,12 @@ class TraceRecorder:
         """Start recording (a fresh trace in the pool; this recorder's events are kept)."""
         with self._lock:
             self.trace.stats_at_start = self.pool.stats().as_dict()
-            self.pool.trace_start(self.capacity)
+            self.pool.trace_start(self.capacity, stacks=self.stacks)
             self._running = True
         return self
 
     def drain(self) -> int:
-        """Move the events recorded so far into :attr:`trace`; returns how many."""
+        """Move the events recorded so far into `trace`; returns how many."""
         with self._lock:
             return self._drain_locked()
 
@@ -216,15 +291,15 @@ class TraceRecorder:
         events = self.trace.events
         if raw and events and raw[0][0] < events[-1].time_ns:
             # An event still being written at the last drain came in late: keep time order.
-            events.extend(TraceEvent._make(e) for e in raw)
+            events.extend(_event(e, self._stacks) for e in raw)
             events.sort(key=lambda e: e.time_ns)
         else:
-            events.extend(TraceEvent._make(e) for e in raw)
+            events.extend(_event(e, self._stacks) for e in raw)
         self.trace.dropped = self.pool.trace_status().dropped
         return len(raw)
 
     def stop(self) -> Trace:
-        """Stop recording, drain the rest, and return :attr:`trace`."""
+        """Stop recording, drain the rest, and return `trace`."""
         with self._lock:
             if self._running:
                 self.pool.trace_stop()

@@ -4,8 +4,10 @@
 >>> problem = plan.Problem.from_csv("model.csv")          # doctest: +SKIP
 >>> solution = plan.solve(problem, time_limit=10.0)       # doctest: +SKIP
 >>> solution.arena_size, solution.lower_bound, solution.gap  # doctest: +SKIP
+>>> tiered = plan.solve(problem, pools=[("sram", 2 << 20), ("hbm", None)])  # doctest: +SKIP
+>>> tiered.pool_of["conv1.out"], tiered.weight_placed, tiered.weight_bound  # doctest: +SKIP
 
-See ``docs/planner.md`` for the formats and the algorithms.
+See `docs/planner.md` for the formats and the algorithms.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from npumem.plan.errors import GraphError, PlanError, PlanValidationError, Probl
 from npumem.plan.graph import Graph, Op, Tensor
 from npumem.plan.greedy import GREEDY_RULES, best_greedy, run_rule
 from npumem.plan.problem import Alias, Buffer, Problem
-from npumem.plan.search import Progress, solve
+from npumem.plan.search import Progress
 from npumem.plan.solution import (
     FEASIBLE,
     INFEASIBLE,
@@ -26,6 +28,10 @@ from npumem.plan.solution import (
     SearchStats,
     Solution,
 )
+
+# Plans over several memory pools (``solve(problem, pools=[...])``); without ``pools``, ``solve``
+# is npumem.plan.search.solve.
+from npumem.plan.tiers import TieredSolution, solve
 
 __all__ = [
     "FEASIBLE",
@@ -49,6 +55,7 @@ __all__ = [
     "SearchStats",
     "Solution",
     "Tensor",
+    "TieredSolution",
     "best_greedy",
     "bucket_dims",
     "lower_bound",

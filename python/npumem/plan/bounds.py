@@ -2,16 +2,16 @@
 
 Every packing needs at least:
 
-* ``live_bytes``: the most bytes live at one time. The live ranges form an interval graph, whose
+* `live_bytes`: the most bytes live at one time. The live ranges form an interval graph, whose
   maximum-weight clique is exactly the set of buffers live at one instant, so this is also the
   clique bound. MiniMalloc's suite calls it LB.
-* ``alignment_bound``: when every buffer live at one instant is aligned to at least ``g`` bytes,
-  every offset there is a multiple of ``g``, so each buffer but the topmost takes its size rounded
-  up to ``g``. The topmost one saves at most ``g - 1`` bytes of that padding.
-* ``fixed_bound``: the highest end of a pinned (fixed-offset) buffer.
+* `alignment_bound`: when every buffer live at one instant is aligned to at least `g` bytes,
+  every offset there is a multiple of `g`, so each buffer but the topmost takes its size rounded
+  up to `g`. The topmost one saves at most `g - 1` bytes of that padding.
+* `fixed_bound`: the highest end of a pinned (fixed-offset) buffer.
 
-:func:`lower_bound` is the largest of these. The search in :mod:`npumem.plan.search` may prove a
-stronger one (an exhausted search at capacity ``c`` proves ``c + 1``); :func:`npumem.plan.solve`
+`lower_bound()` is the largest of these. The search in `npumem.plan.search` may prove a
+stronger one (an exhausted search at capacity `c` proves `c + 1`); `npumem.plan.solve()`
 reports whichever is larger.
 """
 
@@ -33,7 +33,7 @@ def _events(problem: Problem) -> list[tuple[int, int, int]]:
 
 
 def live_profile(problem: Problem) -> list[tuple[int, int]]:
-    """The bytes live over time, as ``(time, bytes live from this time on)`` steps."""
+    """The bytes live over time, as `(time, bytes live from this time on)` steps."""
     profile: list[tuple[int, int]] = []
     live = 0
     for time, kind, i in _events(problem):
@@ -79,5 +79,5 @@ def fixed_bound(problem: Problem) -> int:
 
 
 def lower_bound(problem: Problem) -> int:
-    """The strongest of the bounds above: no packing of ``problem`` can be smaller."""
+    """The strongest of the bounds above: no packing of `problem` can be smaller."""
     return max(alignment_bound(problem), fixed_bound(problem))

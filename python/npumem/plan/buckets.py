@@ -46,14 +46,14 @@ def bucket_dims(dims: Mapping[str, int | Sequence[int]]) -> list[dict[str, int]]
 @dataclass(slots=True)
 class Bucket:
     """The plan of one bucket: its dimension values and the solution of its activations
-    (offsets relative to :attr:`BucketPlan.weights_size`)."""
+    (offsets relative to `BucketPlan.weights_size`)."""
 
     dims: dict[str, int]
     solution: Solution
 
     @property
     def label(self) -> str:
-        """``N=8`` (dimensions joined by commas)."""
+        """`N=8` (dimensions joined by commas)."""
         return ",".join(f"{k}={v}" for k, v in self.dims.items())
 
 
@@ -86,7 +86,7 @@ class BucketPlan:
         return self.weights_size + max(b.solution.lower_bound for b in self.buckets)
 
     def tensor_offsets(self, bucket: Bucket) -> dict[str, tuple[int, int]]:
-        """``name -> (offset, size)`` from the start of the memory for one bucket: the weights,
+        """`name -> (offset, size)` from the start of the memory for one bucket: the weights,
         then that bucket's activations after them."""
         table = dict(self.weights.tensor_offsets()) if self.weights is not None else {}
         base = self.weights_size
@@ -96,8 +96,8 @@ class BucketPlan:
 
 
 GraphSource = str | os.PathLike[str] | object | Callable[..., Graph]
-"""An ONNX model (a path or an ``onnx.ModelProto``), or a function that builds a graph from
-dimension keywords (``npumem.plan.networks.resnet50(batch=8)``)."""
+"""An ONNX model (a path or an `onnx.ModelProto`), or a function that builds a graph from
+dimension keywords (`npumem.plan.networks.resnet50(batch=8)`)."""
 
 
 def _graph(model: GraphSource, dims: Mapping[str, int]) -> Graph:
@@ -134,11 +134,11 @@ def plan_buckets(
     time_limit: float = 10.0,
     seed: int = 0,
 ) -> BucketPlan:
-    """Plan ``model`` once per bucket of ``dims`` (``{"N": [1, 8, 32]}``; several dimensions
-    give every combination). ``time_limit`` is per bucket. With ``include_weights`` the weights
-    are laid out once and shared; they must be the same in every bucket. ``pipelined`` names
-    buffers loaded ahead with ``in_flight`` inferences in flight (see
-    :meth:`~npumem.plan.problem.Problem.pipelined`)."""
+    """Plan `model` once per bucket of `dims` (`{"N": [1, 8, 32]}`; several dimensions
+    give every combination). `time_limit` is per bucket. With `include_weights` the weights
+    are laid out once and shared; they must be the same in every bucket. `pipelined` names
+    buffers loaded ahead with `in_flight` inferences in flight (see
+    `pipelined()`)."""
     combos = bucket_dims(dims)
     names = list(pipelined)
     buckets: list[Bucket] = []

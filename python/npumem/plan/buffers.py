@@ -1,4 +1,4 @@
-"""The planner's units of work: a :class:`Buffer` to place and an :class:`Alias` living in one."""
+"""The planner's units of work: a `Buffer` to place and an `Alias` living in one."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ __all__ = ["Alias", "Buffer"]
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
-    """One buffer to place: live on ``[lower, upper)``, ``size`` bytes, at an offset that is a
-    multiple of ``alignment``; ``offset`` pins it (``None``: the planner chooses)."""
+    """One buffer to place: live on `[lower, upper)`, `size` bytes, at an offset that is a
+    multiple of `alignment`; `offset` pins it (`None`: the planner chooses). `weight` is
+    what having it in a fast pool is worth in a plan over several pools (`None`: its size;
+    see `npumem.plan.tiers`)."""
 
     id: str
     lower: int
@@ -18,6 +20,7 @@ class Buffer:
     size: int
     alignment: int = 1
     offset: int | None = None
+    weight: float | None = None
 
     @property
     def lifetime(self) -> int:
@@ -31,7 +34,7 @@ class Buffer:
 
 @dataclass(frozen=True, slots=True)
 class Alias:
-    """A tensor that owns no memory: it lives inside buffer ``base`` at byte ``offset`` (a view,
+    """A tensor that owns no memory: it lives inside buffer `base` at byte `offset` (a view,
     or the output of an in-place op that reuses its input's memory)."""
 
     name: str

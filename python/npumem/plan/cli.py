@@ -1,13 +1,13 @@
-"""``npumem plan``: plan a model's tensor offsets from the command line.
+"""`npumem plan`: plan a model's tensor offsets from the command line.
 
     npumem plan INPUT -o OUTPUT [--capacity N] [--time-limit S] [--seed N]
                 [--dim NAME=N[,N...]] [--double-buffer NAME,...] [--in-flight K]
 
 INPUT is a MiniMalloc CSV, a problem or graph JSON, or an ONNX model (told apart by extension,
-else by content). OUTPUT's extension picks the format: ``.csv`` (MiniMalloc solution), ``.json``,
-``.h`` (C header with the offset table). A dimension given several values (``--dim N=1,8,32``)
+else by content). OUTPUT's extension picks the format: `.csv` (MiniMalloc solution), `.json`,
+`.h` (C header with the offset table). A dimension given several values (`--dim N=1,8,32`)
 plans one arena per bucket, the weights shared, and writes one OUTPUT per bucket
-(``plan.N8.h``). Exit status: 0 done, 1 ``--capacity`` not met, 2 bad
+(`plan.N8.h`). Exit status: 0 done, 1 `--capacity` not met, 2 bad
 arguments or unreadable input.
 """
 
@@ -28,7 +28,8 @@ from npumem.plan.errors import PlanError, ProblemFormatError
 from npumem.plan.graph import Graph
 from npumem.plan.problem import Problem
 from npumem.plan.search import Progress, solve
-from npumem.plan.solution import INFEASIBLE, NOT_MET, Solution
+from npumem.plan.solution import INFEASIBLE, NOT_MET, PLAN_FORMAT, PLAN_VERSION, Solution
+from npumem.plan.tiers import TieredSolution, parse_pools, solve_tiers
 
 __all__ = ["add_parser", "load_problem", "run"]
 
@@ -91,7 +92,7 @@ def load_problem(
 ) -> Problem:
     """Read INPUT as the command line does (CSV, problem JSON, graph JSON or ONNX).
 
-    ``alignment`` raises every buffer's alignment (graphs and ONNX default to 64 bytes, CSV and
+    `alignment` raises every buffer's alignment (graphs and ONNX default to 64 bytes, CSV and
     problem JSON keep their own).
     """
     path = Path(path)
@@ -109,7 +110,14 @@ def load_problem(
         obj = read_json_object(
             path, error=ProblemFormatError, expected="a JSON object (a problem or a graph)"
         )
-        if "ops" in obj:
+        fmt = obj.get("format")
+        plan_ok = fmt == PLAN_FORMAT and obj.get("version") == PLAN_VERSION
+        if fmt not in (None, "npumem-graph") and not plan_ok:
+            raise ProblemFormatError(
+                f"{path}: format {fmt!r} version {obj.get('version')!r} is not a problem, a graph "
+                f"or a plan ({PLAN_FORMAT!r} version {PLAN_VERSION})"
+            )
+        if "ops" in obj or fmt == "npumem-graph":
             graph = Graph.from_json(obj)
             graph.name = graph.name or path.stem
             return Problem.from_graph(
@@ -121,8 +129,16 @@ def load_problem(
     return problem
 
 
+_OUTPUT_KINDS = {".csv": "csv", ".json": "json", ".h": "h", ".hpp": "h"}
+
+
+def _output_kind(output: Path, fmt: str | None) -> str | None:
+    """The format to write `output` in: `fmt`, else from the extension (None: unknown)."""
+    return fmt or _OUTPUT_KINDS.get(output.suffix.lower())
+
+
 def _write(solution: Solution, output: Path, fmt: str | None) -> None:
-    kind = fmt or {".json": "json", ".h": "h", ".hpp": "h"}.get(output.suffix.lower(), "csv")
+    kind = _output_kind(output, fmt)
     if kind == "json":
         solution.to_json(output)
     elif kind == "h":
@@ -194,11 +210,18 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``npumem plan`` with parsed arguments; returns the exit status."""
+    """Run `npumem plan` with parsed arguments; returns the exit status."""
     from rich.console import Console
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
+    if args.output is not None and _output_kind(Path(args.output), args.format) is None:
+        err.print(
+            f"npumem plan: error: cannot tell the format of {args.output} from its extension "
+            "(use .csv, .json or .h, or name one with --format csv|json|h)",
+            markup=False,
+        )
+        return ExitStatus.USAGE
     dims: dict[str, list[int]] = dict(args.dim or [])
     if any(len(v) > 1 for v in dims.values()):
         return _run_buckets(args, dims, out, err)
@@ -214,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
     except (PlanError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plan: error: {exc}", markup=False)
         return ExitStatus.USAGE
+    if args.pool:
+        return _run_tiers(args, problem, out, err)
 
     show_progress = not args.quiet and err.is_terminal
     status_line = err.status("searching...") if show_progress else None
@@ -289,11 +314,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``plan`` subcommand to an ``argparse`` subparsers object; ``func`` runs it."""
+    """Add the `plan` subcommand to an `argparse` subparsers object; `func` runs it."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "plan",
         help="plan static tensor offsets (MiniMalloc CSV, graph JSON or ONNX in)",
-        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+        description="Plan static tensor offsets: every buffer of a model gets an offset in one "
+        "arena, as small as the search finds in the time limit. INPUT is a MiniMalloc CSV, a "
+        "problem or graph JSON, or an ONNX model (told apart by extension, else by content). "
+        "OUTPUT's extension picks the format: .csv (MiniMalloc solution), .json (an npumem-plan "
+        "file, which npumem plot draws) or .h (C header with the offset table); --format names "
+        "it for any other name.",
         epilog="Exit status: 0 done, 1 --capacity not met, 2 bad arguments or input.",
     )
     parser.add_argument("input", metavar="INPUT", help="MiniMalloc CSV, problem/graph JSON or ONNX")
@@ -350,9 +380,86 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--include-weights", action="store_true", help="plan weights too (graphs and ONNX)"
     )
+    parser.add_argument(
+        "--pool",
+        type=_pool,
+        action="append",
+        metavar="NAME[=BYTES]",
+        help="a memory pool, fastest first (repeatable): --pool sram=2MiB --pool hbm",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     parser.set_defaults(func=run)
     return parser
+
+
+# ----- plans over several pools (--pool) ---------------------------------------------------------
+#
+#     npumem plan INPUT -o OUTPUT --pool sram=2MiB --pool hbm [--time-limit S]
+#
+# Pools fastest first; only the last may have no capacity. The buffers are spread over them, the
+# most weight in the first (npumem.plan.tiers): a ``pool`` column in CSV, a field in JSON, a table
+# per pool in the C header. Exit status 1 when a pool's capacity is not met.
+
+
+def _pool(text: str) -> tuple[str, int | None]:
+    try:
+        return parse_pools([text])[0]
+    except (PlanError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -> int:
+    """``npumem plan --pool ...``: spread the buffers over the pools, write, report."""
+    try:
+        if args.capacity is not None:
+            raise PlanError("--capacity plans one arena; with --pool give each pool a capacity")
+        pools = parse_pools(args.pool)
+    except PlanError as exc:
+        err.print(f"npumem plan: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    solution: TieredSolution = solve_tiers(
+        problem, pools, time_limit=args.time_limit, seed=args.seed
+    )
+    solution.validate(capacities=False)
+    if args.output is not None:
+        output = Path(args.output)
+        kind = args.format or {".json": "json", ".h": "h", ".hpp": "h"}.get(
+            output.suffix.lower(), "csv"
+        )
+        try:
+            if kind == "json":
+                solution.to_json(output)
+            elif kind == "h":
+                solution.to_c_header(
+                    output, prefix=re.sub(r"\W", "_", output.stem) or "npumem_plan"
+                )
+            else:
+                solution.to_csv(output)
+        except OSError as exc:
+            err.print(
+                f"npumem plan: error: cannot write {args.output}: {exc.strerror}", markup=False
+            )
+            return ExitStatus.USAGE
+    if not args.quiet:
+        out.print(f"input        {args.input} ({len(problem)} buffers)", markup=False)
+        for name, cap in solution.pools:
+            sol = solution.solutions[name]
+            within = "" if cap is None else f" of {cap:,}"
+            out.print(
+                f"pool {name:<8} {len(sol.offsets)} buffers, arena {sol.arena_size:,} bytes"
+                f"{within}, weight {solution.weight_in(name):,.0f}",
+                markup=False,
+            )
+        out.print(
+            f"weight       {solution.weight_placed:,.0f} in {solution.pools[0][0]}, at most "
+            f"{solution.weight_bound:,.0f} (gap {solution.weight_gap:.2%})",
+            markup=False,
+        )
+        out.print(f"status       {solution.status}", markup=False)
+        out.print(f"time         {solution.seconds:.3f} s", markup=False)
+        if args.output is not None:
+            out.print(f"written      {args.output}", markup=False)
+    return ExitStatus.OK if solution.fits else ExitStatus.NOT_MET
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,9 +1,9 @@
 """Errors of the lifetime planner.
 
-Every planner error derives from :class:`npumem.errors.NpumemError` through :class:`PlanError`.
-Errors about input (a file, a graph, a problem given in code) also derive from ``ValueError``, so
-``except ValueError`` keeps working for callers who do not know npumem's hierarchy. A missing
-extra raises :class:`npumem.errors.MissingDependencyError` (named here too).
+Every planner error derives from `npumem.errors.NpumemError` through `PlanError`.
+Errors about input (a file, a graph, a problem given in code) also derive from `ValueError`, so
+`except ValueError` keeps working for callers who do not know npumem's hierarchy. A missing
+extra raises `npumem.errors.MissingDependencyError` (named here too).
 """
 
 from __future__ import annotations

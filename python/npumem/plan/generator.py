@@ -1,7 +1,7 @@
 """Hard packing instances with a known optimum: perfect packings of a time x bytes square.
 
-Every instance cuts the square ``[0, horizon) x [0, capacity)`` (time steps x bytes, in units of
-``unit`` bytes and steps) into rectangles, and each rectangle becomes a buffer: live over its
+Every instance cuts the square `[0, horizon) x [0, capacity)` (time steps x bytes, in units of
+`unit` bytes and steps) into rectangles, and each rectangle becomes a buffer: live over its
 time range, as large as its byte range. Every instant is covered exactly, so the lower bound
 (the most bytes live at once) equals the capacity, and the cut itself is a packing at that
 capacity: the instance is feasible at its bound, and a planner has to find a perfect packing.
@@ -10,15 +10,15 @@ Three kinds of cuts, after the MiniMalloc challenging instances (1 MiB x 1 MiB i
 150-450 buffers; most of them mix buffers of 1 KiB to most of the capacity living from one step
 to the whole run, some have buffers of 30-120 KiB living 2-5% of the run):
 
-* ``guillotine``: rectangles cut in two, again and again, straight across (time or bytes, the
+* `guillotine`: rectangles cut in two, again and again, straight across (time or bytes, the
   largest rectangles most often), so sizes and lifetimes spread over three orders of magnitude;
-* ``skyline``: rectangles laid bottom-up on the lowest part of the filled profile, each as wide
+* `skyline`: rectangles laid bottom-up on the lowest part of the filled profile, each as wide
   (in time) and tall (in bytes) as a random draw allows: a tiling that straight cuts cannot
   make, with sizes and lifetimes within a factor of about four;
-* ``skyline-mixed``: the same laying with sizes and lifetimes drawn on a log scale.
+* `skyline-mixed`: the same laying with sizes and lifetimes drawn on a log scale.
 
-:func:`instance` is deterministic: the same kind, seed and size give the same problem on every
-machine (Python's ``random.Random`` with an integer seed).
+`instance()` is deterministic: the same kind, seed and size give the same problem on every
+machine (Python's `random.Random` with an integer seed).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ KINDS = ("guillotine", "skyline", "skyline-mixed")
 GRID = 1024
 """Steps of time and units of bytes along each side of the square."""
 UNIT = 1024
-"""Bytes per unit: the capacity is ``GRID * UNIT`` = 1 MiB."""
+"""Bytes per unit: the capacity is `GRID * UNIT` = 1 MiB."""
 MIN_BUFFERS, MAX_BUFFERS = 150, 450
 
 
@@ -115,7 +115,7 @@ def _skyline(
 
 
 def spec(kind: str, seed: int) -> tuple[str, int]:
-    """The kind and the number of rectangles aimed at for ``seed`` (the count of a skyline is
+    """The kind and the number of rectangles aimed at for `seed` (the count of a skyline is
     near it, not exact)."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -124,8 +124,8 @@ def spec(kind: str, seed: int) -> tuple[str, int]:
 
 
 def instance(kind: str, seed: int) -> Problem:
-    """One instance of ``kind`` (see :data:`KINDS`): a perfect packing of 1 MiB x 1024 steps,
-    150-450 buffers, shuffled, named ``{kind}-{seed}``."""
+    """One instance of `kind` (see `KINDS`): a perfect packing of 1 MiB x 1024 steps,
+    150-450 buffers, shuffled, named `{kind}-{seed}`."""
     _, count = spec(kind, seed)
     attempt = 0
     scale = 1.6 if kind == "skyline-mixed" else 1.3  # the lay leaves narrow pieces: more of them
@@ -148,15 +148,15 @@ def instance(kind: str, seed: int) -> Problem:
 
 
 def is_hard(problem: Problem) -> bool:
-    """Whether no greedy rule of :mod:`npumem.plan.greedy` packs ``problem`` at its bound (the
+    """Whether no greedy rule of `npumem.plan.greedy` packs `problem` at its bound (the
     MiniMalloc challenging instances all leave the best rule 12-37% above it)."""
     return best_greedy(problem).arena_size > lower_bound(problem)
 
 
 def instance_set(name: str, size: int) -> list[Problem]:
-    """A named set of ``size`` hard instances (:func:`is_hard`), the kinds taken in turn:
-    ``"train"`` draws seeds from 0, ``"test"`` from 1000000, so the two never share an instance.
-    Instance ``i`` takes the first seed ``first + i + 1000 * k`` (k = 0, 1, ...) that is hard."""
+    """A named set of `size` hard instances (`is_hard()`), the kinds taken in turn:
+    `"train"` draws seeds from 0, `"test"` from 1000000, so the two never share an instance.
+    Instance `i` takes the first seed `first + i + 1000 * k` (k = 0, 1, ...) that is hard."""
     first = {"train": 0, "test": 1_000_000}.get(name)
     if first is None:
         raise ValueError(f"unknown set {name!r}; expected 'train' or 'test'")

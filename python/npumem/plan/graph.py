@@ -1,6 +1,6 @@
 """Graphs: ops in execution order and the tensors they read and write.
 
-The graph format is ours and small (see ``docs/planner.md``)::
+The graph format is ours and small (see `docs/planner.md`):
 
     {
       "format": "npumem-graph", "version": 1, "name": "tiny",
@@ -17,7 +17,7 @@ The graph format is ours and small (see ``docs/planner.md``)::
       ]
     }
 
-:mod:`npumem.plan.lifetimes` turns a graph into the buffers to plan.
+`npumem.plan.lifetimes` turns a graph into the buffers to plan.
 """
 
 from __future__ import annotations
@@ -50,13 +50,13 @@ DTYPE_SIZES: dict[str, int] = {
     "uint8": 1,
     "bool": 1,
 }
-"""Bytes per element of the dtypes a ``shape`` may come with."""
+"""Bytes per element of the dtypes a `shape` may come with."""
 
 
 @dataclass(slots=True)
 class Tensor:
-    """A tensor of ``size`` bytes. ``weight``: static data, not planned by default. ``view_of``:
-    the tensor lives inside that one, ``view_offset`` bytes in."""
+    """A tensor of `size` bytes. `weight`: static data, not planned by default. `view_of`:
+    the tensor lives inside that one, `view_offset` bytes in."""
 
     name: str
     size: int
@@ -67,7 +67,7 @@ class Tensor:
 
     @classmethod
     def of_shape(cls, name: str, shape: Sequence[int], dtype: str = "float32", **kw: Any) -> Tensor:
-        """A tensor sized from its shape and dtype (see :data:`DTYPE_SIZES`)."""
+        """A tensor sized from its shape and dtype (see `DTYPE_SIZES`)."""
         if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
             raise GraphError(f"tensor {name!r}: unknown dtype {dtype!r}")
         if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
@@ -77,7 +77,7 @@ class Tensor:
 
 @dataclass(slots=True)
 class Op:
-    """One step of the graph: reads ``inputs``, writes ``outputs``; ``inplace`` maps an output
+    """One step of the graph: reads `inputs`, writes `outputs`; `inplace` maps an output
     to the input whose memory it may reuse."""
 
     name: str
@@ -259,7 +259,7 @@ class Graph:
         }
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        """The graph as JSON text (written to ``path`` when given)."""
+        """The graph as JSON text (written to `path` when given)."""
         text = json_text(self.to_json_obj(), indent=1)
         if path is not None:
             write_text(path, text)

@@ -7,11 +7,11 @@ pinned):
 =============== ============================================ =====================================
 rule            order                                        position
 =============== ============================================ =====================================
-``tflite``      size, largest first                          best fit: the smallest gap that fits
-``tflm``        size, largest first                          first fit: the lowest gap that fits
-``xla``         best of size-ordered and duration-ordered    best fit
-``tvm``         best of size-ordered and conflict-ordered    first fit
-``onnxruntime`` execution order (start of the live range)    best fit
+`tflite`      size, largest first                          best fit: the smallest gap that fits
+`tflm`        size, largest first                          first fit: the lowest gap that fits
+`xla`         best of size-ordered and duration-ordered    best fit
+`tvm`         best of size-ordered and conflict-ordered    first fit
+`onnxruntime` execution order (start of the live range)    best fit
 =============== ============================================ =====================================
 
 A buffer that fits no gap goes on top of everything live with it. Ties in an order are broken by
@@ -40,8 +40,8 @@ class GreedyResult:
 
 
 def place_in_order(problem: Problem, order: Sequence[int], *, best_fit: bool) -> list[int]:
-    """Place the buffers in ``order`` (indices; pinned buffers may be left out), each in the best
-    (``best_fit``) or the lowest gap among the already placed buffers live at the same time."""
+    """Place the buffers in `order` (indices; pinned buffers may be left out), each in the best
+    (`best_fit`) or the lowest gap among the already placed buffers live at the same time."""
     buffers = problem.buffers
     neighbors = problem.neighbors
     offsets: list[int] = [-1] * len(buffers)
@@ -160,7 +160,7 @@ GREEDY_RULES: dict[str, Callable[[Problem], list[int]]] = {
 
 
 def run_rule(problem: Problem, rule: str) -> GreedyResult:
-    """Run one rule of :data:`GREEDY_RULES` and time it."""
+    """Run one rule of `GREEDY_RULES` and time it."""
     try:
         fn = GREEDY_RULES[rule]
     except KeyError:
@@ -177,8 +177,8 @@ def best_greedy(
     problem: Problem, rules: Sequence[str] | None = None, *, deadline: float | None = None
 ) -> GreedyResult:
     """Run every rule (or those named) and return the one with the smallest arena (the first
-    such rule on a tie); its ``seconds`` is the time all the rules took together. Passes two
-    rules share are computed once. With ``deadline`` (a ``time.perf_counter()`` value) the
+    such rule on a tie); its `seconds` is the time all the rules took together. Passes two
+    rules share are computed once. With `deadline` (a `time.perf_counter()` value) the
     rules after the first are skipped once it has passed."""
     start = time.perf_counter()
     names = list(rules or GREEDY_RULES)

@@ -1,21 +1,21 @@
-"""Tensor lifetimes from a graph (:mod:`npumem.plan.graph`): the buffers the planner places.
+"""Tensor lifetimes from a graph (`npumem.plan.graph`): the buffers the planner places.
 
-Rules (op ``i`` runs at time step ``i``; a buffer is live on ``[lower, upper)``):
+Rules (op `i` runs at time step `i`; a buffer is live on `[lower, upper)`):
 
-* a tensor written by op ``p`` and last read by op ``r`` is live on ``[p, r + 1)``; one nobody reads
-  on ``[p, p + 1)``. An op's inputs and outputs are live together, so they never share memory
+* a tensor written by op `p` and last read by op `r` is live on `[p, r + 1)`; one nobody reads
+  on `[p, p + 1)`. An op's inputs and outputs are live together, so they never share memory
   unless the op is in place.
-* graph inputs are live from step 0; graph outputs until the end (``len(ops)``).
-* weights (``"weight": true``) are static: not planned, unless ``include_weights`` (then live
+* graph inputs are live from step 0; graph outputs until the end (`len(ops)`).
+* weights (`"weight": true`) are static: not planned, unless `include_weights` (then live
   over the whole run).
-* a view (``"view_of": base``, optional ``"view_offset"`` in bytes) owns no memory: it lives in
+* a view (`"view_of": base`, optional `"view_offset"` in bytes) owns no memory: it lives in
   its base, and every use of the view extends the base's life.
-* an in-place op (``"inplace": {output: input}``) may write ``output`` into ``input``'s memory. It
+* an in-place op (`"inplace": {output: input}`) may write `output` into `input`'s memory. It
   does so when this op is the input's last use (counting its views and earlier in-place
   outputs), the input is not a graph input, output or weight, and the output fits; otherwise the
   output gets its own buffer.
 * ops listed out of order are put in a dependency order (stable); a cycle, a tensor nobody
-  declares, writes twice or produces before it is read, is a :class:`GraphError`.
+  declares, writes twice or produces before it is read, is a `GraphError`.
 """
 
 from __future__ import annotations
@@ -159,11 +159,11 @@ def lifetimes(
     include_outputs: bool = True,
     alignment: int = 1,
 ) -> tuple[list[Buffer], list[Alias]]:
-    """The buffers and aliases of ``graph`` (see the module docstring for the rules).
+    """The buffers and aliases of `graph` (see the module docstring for the rules).
 
     One buffer per tensor that owns memory; views and in-place outputs become
-    :class:`~npumem.plan.buffers.Alias` entries. Tensors of 0 bytes are left out.
-    ``alignment`` raises every buffer's alignment to at least that.
+    `Alias` entries. Tensors of 0 bytes are left out.
+    `alignment` raises every buffer's alignment to at least that.
     """
     ops = execution_order(graph)
     tensors = graph.tensors

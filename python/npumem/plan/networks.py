@@ -1,13 +1,13 @@
 """Graphs of real networks, built from their layer shapes (inference, NCHW for CNNs).
 
-Each function returns a :class:`~npumem.plan.graph.Graph` in our format, with the weights as weight
+Each function returns a `Graph` in our format, with the weights as weight
 tensors (not planned unless asked). Batch normalization is folded into the convolutions, as
 inference runtimes do; activations (ReLU, ReLU6, GELU, softmax, scaling) and residual additions
 run in place on their first input; flattening and head reshapes are views.
 
-* :func:`resnet50`: ResNet-50 v1.5 (He et al. 2016; stride 2 in the 3x3 convolution).
-* :func:`mobilenet_v2`: MobileNetV2 1.0 (Sandler et al. 2018).
-* :func:`bert_base`: a stack of BERT-base encoder layers (hidden 768, 12 heads, FFN 3072).
+* `resnet50()`: ResNet-50 v1.5 (He et al. 2016; stride 2 in the 3x3 convolution).
+* `mobilenet_v2()`: MobileNetV2 1.0 (Sandler et al. 2018).
+* `bert_base()`: a stack of BERT-base encoder layers (hidden 768, 12 heads, FFN 3072).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def mobilenet_v2(*, batch: int = 1, image_size: int = 224, dtype: str = "float32
 def bert_base(
     *, batch: int = 1, seq_len: int = 128, layers: int = 12, dtype: str = "float32"
 ) -> Graph:
-    """A stack of ``layers`` BERT-base encoder layers on embeddings of ``seq_len`` tokens
+    """A stack of `layers` BERT-base encoder layers on embeddings of `seq_len` tokens
     (inputs: the embeddings and the additive attention mask)."""
     hidden, heads, ffn = 768, 12, 3072
     head_dim = hidden // heads

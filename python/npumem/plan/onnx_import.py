@@ -1,17 +1,17 @@
-"""Graphs from ONNX models (needs the ``onnx`` extra: ``pip install 'npumem[onnx]'``).
+"""Graphs from ONNX models (needs the `onnx` extra: `pip install 'npumem[onnx]'`).
 
-Shapes come from ONNX shape inference, after the symbolic dimensions named in ``dims`` are bound
-(``{"batch": 1, "sequence": 128}``). A tensor whose shape is still unknown is a
-:class:`~npumem.plan.errors.GraphError` that names it and its unbound dimensions.
+Shapes come from ONNX shape inference, after the symbolic dimensions named in `dims` are bound
+(`{"batch": 1, "sequence": 128}`). A tensor whose shape is still unknown is a
+`GraphError` that names it and its unbound dimensions.
 
-Mapping to our graph format (:mod:`npumem.plan.graph`):
+Mapping to our graph format (`npumem.plan.graph`):
 
-* initializers and ``Constant`` outputs are weights;
-* ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` and ``Identity`` outputs are views of their
+* initializers and `Constant` outputs are weights;
+* `Reshape`, `Flatten`, `Squeeze`, `Unsqueeze` and `Identity` outputs are views of their
   data input;
-* element-wise ops (activations, ``BatchNormalization``, and binary arithmetic whose first input
+* element-wise ops (activations, `BatchNormalization`, and binary arithmetic whose first input
   has the output's shape) may run in place on their first input;
-* control flow (``If``, ``Loop``, ``Scan``) is refused.
+* control flow (`If`, `Loop`, `Scan`) is refused.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _onnx() -> Any:
 
 
 def graph_from_onnx(model: object, *, dims: Mapping[str, int] | None = None) -> Graph:
-    """Our graph of an ONNX model: a path or an ``onnx.ModelProto``; ``dims`` binds symbolic
+    """Our graph of an ONNX model: a path or an `onnx.ModelProto`; `dims` binds symbolic
     dimensions by name."""
     onnx = _onnx()
     dims = dict(dims or {})
@@ -143,11 +143,14 @@ def graph_from_onnx(model: object, *, dims: Mapping[str, int] | None = None) -> 
         if unknown:
             named = sorted({d for d in unknown if isinstance(d, str)})
             hint = (
-                f"; bind {', '.join(map(repr, named))} with dims={{...}}"
+                f"; bind {', '.join(map(repr, named))} (command line: "
+                f"{' '.join(f'--dim {d}=1' for d in named)}; Python: dims="
+                f"{{{', '.join(f'{d!r}: 1' for d in named)}}})"
                 if named
                 else " (not inferable)"
             )
-            raise GraphError(f"{label}: tensor {name!r} has an unknown shape {shape}{hint}")
+            shape_text = " x ".join("?" if d is None else str(d) for d in shape)
+            raise GraphError(f"{label}: tensor {name!r} has an unknown shape {shape_text}{hint}")
         dims_ok = [d for d in shape if isinstance(d, int)]
         return Tensor(name, math.prod(dims_ok) * itemsize(name, elem_type))
 

@@ -1,10 +1,11 @@
 """Planning problems: buffers with a live range, a size, an alignment and an optional fixed offset.
 
-A buffer is live on the half-open range ``[lower, upper)`` of abstract time steps. Two buffers whose
-ranges overlap must get disjoint byte ranges ``[offset, offset + size)``. The file format is
-MiniMalloc's CSV (``id,lower,upper,size``, optionally ``alignment`` and ``offset``); a JSON form
-carries the same fields. An ``offset`` given in a problem pins that buffer there (an empty cell
-leaves it free).
+A buffer is live on the half-open range `[lower, upper)` of abstract time steps. Two buffers whose
+ranges overlap must get disjoint byte ranges `[offset, offset + size)`. The file format is
+MiniMalloc's CSV (`id,lower,upper,size`, optionally `alignment`, `offset` and `weight`); a
+JSON form carries the same fields. An `offset` given in a problem pins that buffer there (an
+empty cell leaves it free). A `weight` is what the buffer is worth in a fast pool, for plans
+over several pools (`npumem.plan.tiers`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import csv
 import heapq
 import io
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
@@ -37,7 +39,7 @@ MAX_PLAN_BYTES = (1 << 63) - 1
 """The most bytes the buffers of one problem may need without reuse (sizes plus alignment
 padding, and the end of every fixed buffer), so that every packing's offsets and arena size fit
 in 64 bits with room to spare."""
-OPTIONAL_COLUMNS = ("alignment", "offset")
+OPTIONAL_COLUMNS = ("alignment", "offset", "weight")
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -59,7 +61,7 @@ def _strict_int(value: object) -> int:
 
 
 def _check_buffer(buf: Buffer) -> str | None:
-    """The first rule ``buf`` breaks, as a sentence, or ``None``."""
+    """The first rule `buf` breaks, as a sentence, or `None`."""
     if not buf.id:
         return "the id is empty"
     if buf.size <= 0:
@@ -81,6 +83,8 @@ def _check_buffer(buf: Buffer) -> str | None:
             return f"offset {buf.offset} + size {buf.size} ends beyond {MAX_BYTES} (64 bits)"
         if buf.offset % buf.alignment:
             return f"offset {buf.offset} is not a multiple of the alignment {buf.alignment}"
+    if buf.weight is not None and not (0 <= buf.weight < math.inf):
+        return f"weight must be a finite number >= 0, got {buf.weight}"
     return None
 
 
@@ -99,12 +103,23 @@ def _csv_rows(reader: Any, label: str) -> Iterator[list[str]]:
         yield row
 
 
+def _weight(value: object) -> float | None:
+    """A buffer weight from a number or decimal text (empty: none); other values raise
+    ``ValueError``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError
+    number = float(value)
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number
+
+
 class Problem:
     """A set of buffers to place, plus the aliases (views, in-place outputs) that live inside them.
 
-    Build one with :meth:`from_csv`, :meth:`from_json`, :meth:`from_graph`, :meth:`from_onnx`, or
-    directly from :class:`Buffer` objects. Every buffer is checked; a broken rule raises
-    :class:`~npumem.plan.errors.ProblemFormatError` naming the buffer.
+    Build one with `from_csv()`, `from_json()`, `from_graph()`, `from_onnx()`, or
+    directly from `Buffer` objects. Every buffer is checked; a broken rule raises
+    `ProblemFormatError` naming the buffer.
     """
 
     def __init__(
@@ -119,8 +134,8 @@ class Problem:
         self.aliases: tuple[Alias, ...] = tuple(aliases)
         self.name = name
         self.slots: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in (slots or {}).items()}
-        """For a pipelined problem (:meth:`pipelined`): each pipelined tensor's slot buffers;
-        iteration ``i`` uses slot ``i % len(slots)``."""
+        """For a pipelined problem (`pipelined()`): each pipelined tensor's slot buffers;
+        iteration `i` uses slot `i % len(slots)`."""
         index: dict[str, int] = {}
         for i, buf in enumerate(self.buffers):
             if not isinstance(buf, Buffer):
@@ -172,7 +187,7 @@ class Problem:
         return f"<Problem{label}: {len(self.buffers)} buffers, {len(self.aliases)} aliases>"
 
     def index_of(self, buffer_id: str) -> int:
-        """Position of the buffer with this id in :attr:`buffers`."""
+        """Position of the buffer with this id in `buffers`."""
         try:
             return self._index[buffer_id]
         except KeyError:
@@ -246,12 +261,14 @@ class Problem:
     # Transformations
 
     def with_alignment(self, alignment: int) -> Problem:
-        """A copy in which every buffer's alignment is at least ``alignment``."""
+        """A copy in which every buffer's alignment is at least `alignment`."""
         if not _is_power_of_two(alignment):
             raise ProblemFormatError(f"alignment must be a power of two, got {alignment}")
         return Problem(
             (
-                Buffer(b.id, b.lower, b.upper, b.size, max(b.alignment, alignment), b.offset)
+                Buffer(
+                    b.id, b.lower, b.upper, b.size, max(b.alignment, alignment), b.offset, b.weight
+                )
                 for b in self.buffers
             ),
             aliases=self.aliases,
@@ -260,12 +277,12 @@ class Problem:
         )
 
     def pipelined(self, names: Iterable[str], in_flight: int = 2) -> Problem:
-        """The problem of ``in_flight`` inferences in flight, the buffers ``names`` loaded ahead.
+        """The problem of `in_flight` inferences in flight, the buffers `names` loaded ahead.
 
-        While iteration ``i`` computes, the named buffers of iterations ``i + 1`` ..
-        ``i + in_flight - 1`` are loaded into memory of their own. Each named buffer becomes
-        ``in_flight`` slot buffers ``{name}#slot{s}``; iteration ``i`` uses slot
-        ``i % in_flight``. In the steady state every slot is being loaded or used at every step
+        While iteration `i` computes, the named buffers of iterations `i + 1` ..
+        `i + in_flight - 1` are loaded into memory of their own. Each named buffer becomes
+        `in_flight` slot buffers `{name}#slot{s}`; iteration `i` uses slot
+        `i % in_flight`. In the steady state every slot is being loaded or used at every step
         of an iteration, so each slot is live over the whole iteration (from the first step of
         the problem to its last); the other buffers keep their ranges, and the same offsets serve
         every iteration. Aliases of a named buffer are repeated in every slot.
@@ -312,7 +329,7 @@ class Problem:
         return Problem(buffers, aliases=aliases, name=self.name, slots=merged)
 
     def double_buffered(self, names: Iterable[str]) -> Problem:
-        """:meth:`pipelined` with two inferences in flight: the named buffers of the next step
+        """`pipelined()` with two inferences in flight: the named buffers of the next step
         load into a second slot while this step computes."""
         return self.pipelined(names, 2)
 
@@ -321,10 +338,10 @@ class Problem:
 
     @classmethod
     def from_csv(cls, source: str | os.PathLike[str] | io.TextIOBase, *, name: str = "") -> Problem:
-        """Read a MiniMalloc CSV: header ``id,lower,upper,size`` (columns in any order), optional
-        ``alignment`` and ``offset`` columns (an offset pins the buffer; an empty cell does not).
+        """Read a MiniMalloc CSV: header `id,lower,upper,size` (columns in any order), optional
+        `alignment` and `offset` columns (an offset pins the buffer; an empty cell does not).
 
-        Errors name the file and line: ``model.csv, line 7: size must be a positive integer``.
+        Errors name the file and line: `model.csv, line 7: size must be a positive integer`.
         """
         if isinstance(source, io.TextIOBase):
             label = getattr(source, "name", "<csv>")
@@ -357,7 +374,7 @@ class Problem:
                     raise ProblemFormatError(
                         f"{label}, line {line}: unknown column(s) {', '.join(map(repr, unknown))}; "
                         f"expected {','.join(REQUIRED_COLUMNS)} and optionally "
-                        f"{' and '.join(OPTIONAL_COLUMNS)}"
+                        f"{', '.join(OPTIONAL_COLUMNS)}"
                     )
                 missing = [c for c in REQUIRED_COLUMNS if c not in header]
                 if missing:
@@ -418,8 +435,23 @@ class Problem:
         offset: int | None = None
         if "offset" in columns and row[columns["offset"]].strip():
             offset = integer("offset")
+        weight = None
+        if "weight" in columns:
+            try:
+                weight = _weight(row[columns["weight"]])
+            except ValueError:
+                raise ProblemFormatError(
+                    f"{label}, line {line}: weight must be a number, "
+                    f"got {row[columns['weight']].strip()!r}"
+                ) from None
         buf = Buffer(
-            buffer_id, integer("lower"), integer("upper"), integer("size"), alignment, offset
+            buffer_id,
+            integer("lower"),
+            integer("upper"),
+            integer("size"),
+            alignment,
+            offset,
+            weight,
         )
         problem = _check_buffer(buf)
         if problem:
@@ -427,10 +459,11 @@ class Problem:
         return buf
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
-        """The problem as MiniMalloc CSV text (written to ``path`` when given). ``alignment`` and
-        ``offset`` columns appear only when some buffer needs them."""
+        """The problem as MiniMalloc CSV text (written to `path` when given). `alignment` and
+        `offset` columns appear only when some buffer needs them."""
         with_align = any(b.alignment != 1 for b in self.buffers)
         with_offset = self.has_fixed
+        with_weight = any(b.weight is not None for b in self.buffers)
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         header = list(REQUIRED_COLUMNS)
@@ -438,6 +471,8 @@ class Problem:
             header.append("alignment")
         if with_offset:
             header.append("offset")
+        if with_weight:
+            header.append("weight")
         writer.writerow(header)
         for b in self.buffers:
             row: list[object] = [b.id, b.lower, b.upper, b.size]
@@ -445,6 +480,8 @@ class Problem:
                 row.append(b.alignment)
             if with_offset:
                 row.append("" if b.offset is None else b.offset)
+            if with_weight:
+                row.append("" if b.weight is None else b.weight)
             writer.writerow(row)
         text = out.getvalue()
         if path is not None:
@@ -458,11 +495,11 @@ class Problem:
     def from_json(
         cls, source: str | os.PathLike[str] | Mapping[str, Any], *, name: str = ""
     ) -> Problem:
-        """Read a problem from JSON: ``{"buffers": [{"id", "lower", "upper", "size",
+        """Read a problem from JSON: `{"buffers": [{"id", "lower", "upper", "size",
         "alignment"?, "offset"?}, ...], "aliases"?: [{"name", "base", "offset", "size"}],
-        "name"?: str}``. ``source`` is a path or the already-decoded object.
+        "name"?: str}`. `source` is a path or the already-decoded object.
 
-        Errors name the file and the entry: ``p.json: buffers[3] (id 'x'): size must be ...``.
+        Errors name the file and the entry: `p.json: buffers[3] (id 'x'): size must be ...`.
         """
         if isinstance(source, Mapping):
             return cls._from_obj(source, "<json>", name)
@@ -511,8 +548,20 @@ class Problem:
 
             alignment = integer("alignment") if entry.get("alignment") is not None else 1
             offset = integer("offset") if entry.get("offset") is not None else None
+            try:
+                weight = _weight(entry.get("weight"))
+            except ValueError:
+                raise ProblemFormatError(
+                    f"{where}: weight must be a number, got {entry['weight']!r}"
+                ) from None
             buf = Buffer(
-                buffer_id, integer("lower"), integer("upper"), integer("size"), alignment, offset
+                buffer_id,
+                integer("lower"),
+                integer("upper"),
+                integer("size"),
+                alignment,
+                offset,
+                weight,
             )
             problem = _check_buffer(buf)
             if problem:
@@ -552,7 +601,7 @@ class Problem:
             raise ProblemFormatError(f"{label}: {exc}") from exc
 
     def to_json_obj(self) -> dict[str, Any]:
-        """The problem as a JSON-ready dict (the format :meth:`from_json` reads)."""
+        """The problem as a JSON-ready dict (the format `from_json()` reads)."""
         buffers: list[dict[str, Any]] = []
         for b in self.buffers:
             entry: dict[str, Any] = {"id": b.id, "lower": b.lower, "upper": b.upper, "size": b.size}
@@ -560,6 +609,8 @@ class Problem:
                 entry["alignment"] = b.alignment
             if b.offset is not None:
                 entry["offset"] = b.offset
+            if b.weight is not None:
+                entry["weight"] = b.weight
             buffers.append(entry)
         obj: dict[str, Any] = {"name": self.name, "buffers": buffers}
         if self.aliases:
@@ -570,7 +621,7 @@ class Problem:
         return obj
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        """The problem as JSON text (written to ``path`` when given)."""
+        """The problem as JSON text (written to `path` when given)."""
         text = json_text(self.to_json_obj(), indent=1)
         if path is not None:
             write_text(path, text)
@@ -589,7 +640,7 @@ class Problem:
         include_outputs: bool = True,
         alignment: int = 1,
     ) -> Problem:
-        """Lifetimes of a graph's tensors (see :mod:`npumem.plan.lifetimes` for the rules)."""
+        """Lifetimes of a graph's tensors (see `npumem.plan.lifetimes` for the rules)."""
         buffers, aliases = lifetimes(
             graph,
             include_weights=include_weights,
@@ -610,10 +661,10 @@ class Problem:
         include_outputs: bool = True,
         alignment: int = 64,
     ) -> Problem:
-        """Lifetimes of an ONNX model's tensors (a path or an ``onnx.ModelProto``).
+        """Lifetimes of an ONNX model's tensors (a path or an `onnx.ModelProto`).
 
-        Shapes come from ONNX shape inference; symbolic dimensions are bound by ``dims``
-        (``{"batch": 1, "seq": 128}``). Needs the ``onnx`` extra: ``pip install npumem[onnx]``.
+        Shapes come from ONNX shape inference; symbolic dimensions are bound by `dims`
+        (`{"batch": 1, "seq": 128}`). Needs the `onnx` extra: `pip install npumem[onnx]`.
         """
         graph = graph_from_onnx(model, dims=dims)
         return cls.from_graph(

@@ -8,7 +8,7 @@ Canonical packings
     Take any packing and push buffers down in the order of their offsets: each goes to the lowest
     aligned offset that is free of the buffers placed before it (and of pinned buffers). Nothing
     gets higher, so some optimal packing is a fixed point of this, and in it every buffer sits at
-    ``raw(b)``: the lowest aligned offset at or above the *floor* of its sections (the highest end
+    `raw(b)`: the lowest aligned offset at or above the *floor* of its sections (the highest end
     of a buffer placed earlier in any section it is live in), skipping pinned buffers. The search
     therefore builds packings bottom-up: it only chooses *which* buffer comes next; the offset
     follows, and offsets never decrease along a branch.
@@ -16,20 +16,20 @@ Canonical packings
 Pruning (each rule keeps at least one optimal packing reachable)
     * capacity: a buffer whose lowest possible offset plus its size exceeds the capacity.
     * cross sections: in every section, the buffers still to place must fit between
-      ``max(floor, last offset)`` and the capacity, as their sum.
+      `max(floor, last offset)` and the capacity, as their sum.
     * dead buffers: a buffer whose floor is below the last offset can only be placed once some
       other buffer live with it is placed above the last offset; if none is left, prune.
     * symmetry: buffers placed one after the other at the same offset do not overlap in time, so
       their order does not matter; only the order of the branching preference is explored.
-    * dominance: a child whose offset reaches another buffer's ``raw + size`` is skipped (that
+    * dominance: a child whose offset reaches another buffer's `raw + size` is skipped (that
       buffer would fit entirely below it); a child nothing is live with that fails ends the
       node (placing it first is never worse).
 
-Decision runs (``PackingInstance.decide``, after MiniMalloc's dynamic decomposition)
+Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decomposition)
     Once no buffer still to place is live on both sides of a time point, the two sides are
     independent: the run splits there and packs each part on its own, failing as soon as one
     part fails, instead of backtracking through the other part's choices. Each part orders its
-    children afresh (``HEURISTICS``: lifetime, area, and the most bytes still to place in the
+    children afresh (`HEURISTICS`: lifetime, area, and the most bytes still to place in the
     buffer's sections, counted when the part starts). Parts already decided are remembered by
     their buffers, their floors and the last offset, so a part met again is not searched again.
 
@@ -38,9 +38,9 @@ Anytime
     passes with doubling node budgets, decision runs halfway between the bound and the best
     packing (without a capacity) and at the goal (the capacity, or the proven lower bound),
     each order in turn, then
-    one descent run (``PackingInstance.search``: every packing found tightens its capacity to
+    one descent run (`PackingInstance.search`: every packing found tightens its capacity to
     one byte below it). A decision run that exhausts its tree proves the capacity it probed
-    infeasible, which raises the lower bound; ``progress`` reports the arena and the bound at
+    infeasible, which raises the lower bound; `progress` reports the arena and the bound at
     every improvement.
 """
 
@@ -63,7 +63,7 @@ __all__ = ["Component", "Progress", "components", "solve"]
 @dataclass(slots=True)
 class Component:
     """A part of a problem that no buffer connects to the rest in time, in the search's terms:
-    local indices ``0..n-1`` for the movable buffers, sections for time."""
+    local indices `0..n-1` for the movable buffers, sections for time."""
 
     indices: list[int]
     """Problem indices of the movable buffers."""
@@ -71,7 +71,7 @@ class Component:
     alignments: list[int]
     section_lo: list[int]
     section_hi: list[int]
-    """Each buffer is live in sections ``section_lo[i] <= s < section_hi[i]``."""
+    """Each buffer is live in sections `section_lo[i] <= s < section_hi[i]`."""
     n_sections: int
     neighbors: list[list[int]]
     """Local indices of the movable buffers live at the same time as each one."""
@@ -83,7 +83,7 @@ class Component:
 
 
 def components(problem: Problem) -> list[Component]:
-    """Split ``problem`` at every time point no live range crosses (see the module docstring)."""
+    """Split `problem` at every time point no live range crosses (see the module docstring)."""
     buffers = problem.buffers
     order = sorted(range(len(buffers)), key=lambda i: (buffers[i].lower, buffers[i].upper))
     groups: list[list[int]] = []
@@ -137,12 +137,12 @@ def components(problem: Problem) -> list[Component]:
 
 
 HEURISTICS = ("WAT", "TAW", "TWA", "ZWT")
-"""Orders of the decision runs, in MiniMalloc's letters (compared in turn, largest first): ``W``
-the lifetime, ``A`` lifetime times size, ``Z`` the size, ``T`` the most bytes still to place in
+"""Orders of the decision runs, in MiniMalloc's letters (compared in turn, largest first): `W`
+the lifetime, `A` lifetime times size, `Z` the size, `T` the most bytes still to place in
 one of the buffer's sections, counted afresh in every part the search splits off."""
 
 BASE_NODES = 20_000
-"""Nodes of the shortest descent run; run ``k`` gets ``BASE_NODES`` times the k-th Luby term."""
+"""Nodes of the shortest descent run; run `k` gets `BASE_NODES` times the k-th Luby term."""
 
 
 def _luby(i: int) -> int:
@@ -160,7 +160,7 @@ def _luby(i: int) -> int:
 
 
 def _ranks(comp: Component, run: int, rng: random.Random) -> list[int]:
-    """Order among children at the same offset for descent run ``run``: five fixed rules first
+    """Order among children at the same offset for descent run `run`: five fixed rules first
     (area, lifetime, size, start, conflicts; largest first), then seeded perturbations."""
     n = len(comp.sizes)
     life, size, start = comp.lifetimes, comp.sizes, comp.section_lo
@@ -187,7 +187,7 @@ def _ranks(comp: Component, run: int, rng: random.Random) -> list[int]:
 
 @dataclass(slots=True)
 class Progress:
-    """Passed to a ``progress`` callback of :func:`solve` each time the best arena improves."""
+    """Passed to a `progress` callback of `solve()` each time the best arena improves."""
 
     seconds: float
     arena_size: int
@@ -210,7 +210,7 @@ class _PartState:
     bound: int
     base_rank: list[int]
     level: int = 0
-    """Pass number: decision runs of this pass get ``2 * n * 2**level`` nodes each."""
+    """Pass number: decision runs of this pass get `2 * n * 2**level` nodes each."""
     descents: int = 0
     probes: list[int] | None = None
     """Capacities still to probe in this pass."""
@@ -225,16 +225,16 @@ def solve(
     node_limit: int | None = None,
     progress: Callable[[Progress], None] | None = None,
 ) -> Solution:
-    """Pack ``problem`` into as small an arena as can be found within ``time_limit`` seconds.
+    """Pack `problem` into as small an arena as can be found within `time_limit` seconds.
 
-    Starts from the best greedy rule (see :mod:`npumem.plan.greedy`), then searches (see this
+    Starts from the best greedy rule (see `npumem.plan.greedy`), then searches (see this
     module's docstring), keeps the best packing and stops early once it meets a lower bound.
 
-    With ``capacity``, stops as soon as a packing fits; when none is found in time the solution
-    keeps the best packing and has ``status == "capacity-not-met"`` (``"infeasible"`` when the
-    capacity is proven too small) and ``fits == False``.
+    With `capacity`, stops as soon as a packing fits; when none is found in time the solution
+    keeps the best packing and has `status == "capacity-not-met"` (`"infeasible"` when the
+    capacity is proven too small) and `fits == False`.
 
-    The search is deterministic for a given ``seed``: with ``node_limit`` (total search nodes)
+    The search is deterministic for a given `seed`: with `node_limit` (total search nodes)
     the result is the same on any machine; with only a time limit a faster machine may get
     further.
     """

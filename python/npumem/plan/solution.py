@@ -24,6 +24,10 @@ __all__ = [
     "Solution",
 ]
 
+PLAN_FORMAT = "npumem-plan"
+"""The `format` field of a plan file (`Solution.to_json()`)."""
+PLAN_VERSION = 1
+"""The version of the plan files this npumem writes and reads."""
 OPTIMAL = "optimal"
 """The arena equals a proven lower bound: no packing is smaller."""
 FEASIBLE = "feasible"
@@ -35,8 +39,8 @@ INFEASIBLE = "infeasible"
 
 
 class BlockLike(Protocol):
-    """What :meth:`Solution.bind` needs of a block: where it starts and how long it is
-    (``npumem.Block`` has both)."""
+    """What `Solution.bind()` needs of a block: where it starts and how long it is
+    (`npumem.Block` has both)."""
 
     @property
     def offset(self) -> int: ...
@@ -56,15 +60,15 @@ class SearchStats:
     greedy_seconds: float = 0.0
     """Time to run every greedy rule (the first answer)."""
     seconds: float = 0.0
-    """Total time of :func:`npumem.plan.solve`."""
+    """Total time of `npumem.plan.solve()`."""
     time_to_fit: float | None = None
-    """Seconds until the first packing within the capacity (``None``: no capacity, or none)."""
+    """Seconds until the first packing within the capacity (`None`: no capacity, or none)."""
     nodes: int = 0
     """Search nodes expanded."""
     runs: int = 0
     """Search restarts."""
     improvements: list[tuple[float, int]] = field(default_factory=list)
-    """``(seconds, arena)`` each time a smaller packing was found."""
+    """`(seconds, arena)` each time a smaller packing was found."""
 
 
 def _c_identifier(text: str) -> str:
@@ -85,10 +89,10 @@ def _c_string(text: str) -> str:
 
 
 class Solution:
-    """Offsets for every buffer of ``problem``.
+    """Offsets for every buffer of `problem`.
 
-    ``offsets`` maps buffer id to offset (a sequence in problem order is accepted too). Solutions
-    from :func:`npumem.plan.solve` carry the lower bound, the status and search statistics; one
+    `offsets` maps buffer id to offset (a sequence in problem order is accepted too). Solutions
+    from `npumem.plan.solve()` carry the lower bound, the status and search statistics; one
     built by hand (to check an external plan) gets the problem's static lower bound.
     """
 
@@ -128,7 +132,7 @@ class Solution:
             if capacity is not None and self.arena_size > capacity:
                 status = NOT_MET
         self.status = status
-        """One of ``optimal``, ``feasible``, ``capacity-not-met``, ``infeasible``."""
+        """One of `optimal`, `feasible`, `capacity-not-met`, `infeasible`."""
 
     @property
     def arena_size(self) -> int:
@@ -147,7 +151,7 @@ class Solution:
 
     @property
     def fits(self) -> bool | None:
-        """Whether the arena is within the capacity asked for (``None`` when none was asked)."""
+        """Whether the arena is within the capacity asked for (`None` when none was asked)."""
         if self.capacity is None:
             return None
         return self.arena_size <= self.capacity
@@ -177,10 +181,10 @@ class Solution:
     # Checks
 
     def validate(self, capacity: int | None = None) -> None:
-        """Raise :class:`~npumem.plan.errors.PlanValidationError` unless every buffer is placed at a
+        """Raise `PlanValidationError` unless every buffer is placed at a
         non-negative offset that is a multiple of its alignment, pinned buffers are where they
-        are pinned, no two buffers live at the same time share a byte, and, when ``capacity`` is
-        given, the arena is within it (:attr:`fits` tells whether the asked capacity was met)."""
+        are pinned, no two buffers live at the same time share a byte, and, when `capacity` is
+        given, the arena is within it (`fits` tells whether the asked capacity was met)."""
         buffers = self.problem.buffers
         offsets: list[int] = []
         for b in buffers:
@@ -215,7 +219,7 @@ class Solution:
     # Exports
 
     def tensor_offsets(self) -> dict[str, tuple[int, int]]:
-        """``name -> (offset, size)`` for every tensor: the buffers, then the aliases (views and
+        """`name -> (offset, size)` for every tensor: the buffers, then the aliases (views and
         in-place outputs) at their base's offset plus their own."""
         table = {b.id: (self.offsets[b.id], b.size) for b in self.problem.buffers}
         for alias in self.problem.aliases:
@@ -224,14 +228,14 @@ class Solution:
 
     def slot_offsets(self, name: str) -> list[int]:
         """The offset of each slot of a pipelined buffer (see
-        :meth:`~npumem.plan.problem.Problem.pipelined`), slot 0 first."""
+        `pipelined()`), slot 0 first."""
         if name not in self.problem.slots:
             raise KeyError(f"{name!r} is not a pipelined buffer of this problem")
         return [self.offsets[i] for i in self.problem.slots[name]]
 
     def iteration_offsets(self, iteration: int) -> dict[str, int]:
-        """Where each pipelined buffer of iteration ``iteration`` (counted from 0) lives: its
-        slot ``iteration % in_flight``."""
+        """Where each pipelined buffer of iteration `iteration` (counted from 0) lives: its
+        slot `iteration % in_flight`."""
         if iteration < 0:
             raise ValueError(f"iteration must be >= 0, got {iteration}")
         return {
@@ -240,9 +244,9 @@ class Solution:
         }
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
-        """The solution in MiniMalloc CSV (``id,lower,upper,size[,alignment],offset``); written
-        to ``path`` when given. Aliases are not buffers and do not appear (see
-        :meth:`to_json` or :meth:`to_c_header`)."""
+        """The solution in MiniMalloc CSV (`id,lower,upper,size[,alignment],offset`); written
+        to `path` when given. Aliases are not buffers and do not appear (see
+        `to_json()` or `to_c_header()`)."""
         with_align = any(b.alignment != 1 for b in self.problem.buffers)
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
@@ -261,11 +265,14 @@ class Solution:
         return text
 
     def to_json_obj(self) -> dict[str, Any]:
-        """The solution as a JSON-ready dict: summary figures, buffers with offsets, aliases."""
+        """The solution as a JSON-ready dict (format `npumem-plan`, version 1; the schema is
+        `npumem/schemas/plan.schema.json`): summary figures, buffers with offsets, aliases."""
         obj = self.problem.to_json_obj()
         for entry in obj["buffers"]:
             entry["offset"] = self.offsets[entry["id"]]
         return {
+            "format": PLAN_FORMAT,
+            "version": PLAN_VERSION,
             "arena_size": self.arena_size,
             "lower_bound": self.lower_bound,
             "gap": self.gap,
@@ -287,7 +294,7 @@ class Solution:
         }
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        """The solution as JSON text (written to ``path`` when given)."""
+        """The solution as JSON text (written to `path` when given)."""
         text = json_text(self.to_json_obj(), indent=1)
         if path is not None:
             write_text(path, text)
@@ -296,9 +303,9 @@ class Solution:
     def to_c_header(
         self, path: str | os.PathLike[str] | None = None, *, prefix: str = "npumem_plan"
     ) -> str:
-        """A C header with the static offset table: one ``{name, offset, size}`` entry per
-        tensor (aliases included), the arena size and the entry count; written to ``path`` when
-        given. ``prefix`` names the table and the macros."""
+        """A C header with the static offset table: one `{name, offset, size}` entry per
+        tensor (aliases included), the arena size and the entry count; written to `path` when
+        given. `prefix` names the table and the macros."""
         ident = _c_identifier(prefix)
         macro = ident.upper()
         table = self.tensor_offsets()
@@ -330,11 +337,11 @@ class Solution:
         return text
 
     def bind(self, block: BlockLike) -> dict[str, int]:
-        """Absolute offsets of every tensor (aliases included) inside ``block``, a block reserved
-        from a pool to hold this arena: ``block.offset`` plus the planned offset.
+        """Absolute offsets of every tensor (aliases included) inside `block`, a block reserved
+        from a pool to hold this arena: `block.offset` plus the planned offset.
 
-        Raises :class:`~npumem.plan.errors.PlanError` when the arena does not fit in
-        ``block.nbytes`` or when ``block.offset`` breaks a buffer's alignment.
+        Raises `PlanError` when the arena does not fit in
+        `block.nbytes` or when `block.offset` breaks a buffer's alignment.
         """
         base, nbytes = int(block.offset), int(block.nbytes)
         if self.arena_size > nbytes:

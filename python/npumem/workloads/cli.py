@@ -1,7 +1,8 @@
-"""``npumem demo`` and ``npumem replay``.
+"""`npumem demo` and `npumem replay`.
 
     npumem demo [--quick] [--requests N] [--workers N] [--capacity BYTES] [--output DIR] [--trace]
-    npumem replay TRACE [--capacity BYTES] [--cores N] [--chunk-size BYTES] ...
+                [--tiers]
+    npumem replay TRACE [--capacity BYTES] [--cores N] [--chunk-size BYTES] ... [--json]
 
 Exit status: 0 done and the goal met (demo: no failed allocation and no rejected request;
 replay: every allocation that succeeded when recorded succeeds again), 1 the goal not met,
@@ -11,11 +12,13 @@ replay: every allocation that succeeded when recorded succeeds again), 1 the goa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import logging
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -26,11 +29,16 @@ import npumem
 from npumem._argtypes import at_least_one, non_negative, positive_byte_count
 from npumem.compaction import Compactor, Policy
 from npumem.exit_status import ExitStatus
+from npumem.fileio import json_text
 from npumem.monitor.report import render_report
 from npumem.monitor.sampler import Alert
 from npumem.sizes import format_bytes
 
-__all__ = ["add_parsers", "run_demo_command", "run_replay_command"]
+if TYPE_CHECKING:
+    from npumem.monitor.trace import Trace
+    from npumem.workloads.replay import ReplayResult
+
+__all__ = ["add_parsers", "replay_json", "run_demo_command", "run_replay_command"]
 
 QUICK_REQUESTS = 1_000
 DEFAULT_REQUESTS = 60_000
@@ -67,7 +75,7 @@ def _compactor(pool: npumem.Pool) -> Compactor:
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
-    """Run ``npumem demo`` with parsed arguments; returns the exit status."""
+    """Run `npumem demo` with parsed arguments; returns the exit status."""
     from npumem.workloads.demo import default_capacity, run_demo, write_outputs
 
     out = Console(highlight=False, soft_wrap=True)
@@ -161,6 +169,8 @@ def run_demo_command(args: argparse.Namespace) -> int:
         title="pool",
         top=8,
     )
+    if args.tiers:
+        files.update(_run_tiers(args, out, output, workers, requests, pictures))
     out.print(f"wrote to {output.resolve()}:", markup=False)
     for what, path in files.items():
         out.print(f"  {path.name:28} {what}", markup=False)
@@ -176,29 +186,48 @@ def run_demo_command(args: argparse.Namespace) -> int:
     return ExitStatus.OK
 
 
+def _run_tiers(
+    args: argparse.Namespace,
+    out: Console,
+    output: Path,
+    workers: int,
+    requests: int,
+    pictures: bool,
+) -> dict[str, Path]:
+    """``npumem demo --tiers``: the tiered demo (:mod:`npumem.workloads.tiered`) with one fast
+    pool per worker, at most 400 requests; prints its report, returns the files written."""
+    from npumem.workloads.tiered import report_tiered_demo, run_tiered_demo, write_tier_outputs
+
+    result = run_tiered_demo(cores=workers, requests=min(requests, 400), seed=args.seed)
+    report_tiered_demo(out, result)
+    return write_tier_outputs(result, output, pictures=pictures)
+
+
 # ----- replay --------------------------------------------------------------------------------
 
 
 def run_replay_command(args: argparse.Namespace) -> int:
-    """Run ``npumem replay`` with parsed arguments; returns the exit status."""
+    """Run `npumem replay` with parsed arguments; returns the exit status."""
     from npumem.monitor.errors import MonitorError
     from npumem.monitor.saved_file import load_saved_file
     from npumem.monitor.snapshot import Snapshot
+    from npumem.monitor.trace import Trace
     from npumem.workloads.replay import replay_trace
 
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         trace = load_saved_file(args.trace)
-        if isinstance(trace, Snapshot):
-            err.print(
-                f"npumem replay: error: {args.trace} is a snapshot, not a trace "
-                "(see `npumem report`)",
-                markup=False,
-            )
-            return ExitStatus.USAGE
     except MonitorError as exc:
         err.print(f"npumem replay: error: {exc}", markup=False)
+        return ExitStatus.USAGE
+    if not isinstance(trace, Trace):
+        what = "a snapshot" if isinstance(trace, Snapshot) else "a plan"
+        err.print(
+            f"npumem replay: error: {args.trace} is {what}, not a trace (see npumem report "
+            "and npumem plot)",
+            markup=False,
+        )
         return ExitStatus.USAGE
     overrides = {
         key: getattr(args, key)
@@ -213,7 +242,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
         )
         if getattr(args, key) is not None
     }
-    with _progress(err, "replaying") as progress:
+    with _progress(err if not args.json else Console(quiet=True), "replaying") as progress:
         task = progress.add_task("replay", total=len(trace.events))
         try:
             r = replay_trace(
@@ -225,6 +254,9 @@ def run_replay_command(args: argparse.Namespace) -> int:
             err.print(f"npumem replay: error: {exc}", markup=False)
             return ExitStatus.USAGE
     recorded = trace.stats_at_stop
+    if args.json:
+        sys.stdout.write(json_text(replay_json(args.trace, trace, r, overrides), indent=1))
+        return ExitStatus.OK if r.ok else ExitStatus.NOT_MET
     t = Table(title=f"npumem replay of {args.trace}", title_justify="left")
     t.add_column("figure")
     t.add_column("replay", justify="right")
@@ -262,8 +294,9 @@ def run_replay_command(args: argparse.Namespace) -> int:
         )
     for f in r.first_failures[:5]:
         out.print(
-            f"  would fail: {f['size']:,} bytes (tag {f['tag']}) at {f['time_ns'] / 1e9:.3f} s: "
-            f"{f['bytes_free']:,} bytes free, largest free block {f['largest_free_block']:,}",
+            f"  would fail: {format_bytes(f.size)} ({f.size:,} bytes, tag {f.tag}) at "
+            f"{f.time_ns / 1e9:.3f} s: {format_bytes(f.bytes_free)} free, largest free block "
+            f"{format_bytes(f.largest_free_block)}",
             markup=False,
         )
     if not r.ok:
@@ -276,8 +309,45 @@ def run_replay_command(args: argparse.Namespace) -> int:
     return ExitStatus.OK
 
 
+def replay_json(
+    path: str, trace: Trace, r: ReplayResult, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """What `npumem replay --json` prints (format `npumem-replay`, version 1)."""
+    return {
+        "format": "npumem-replay",
+        "version": 1,
+        "trace": path,
+        "changed": overrides,
+        "config": r.config,
+        "recorded": {
+            "config": trace.config,
+            "dropped": trace.dropped,
+            "complete": trace.complete,
+            "stats_at_stop": trace.stats_at_stop,
+        },
+        "ok": r.ok,
+        "events": r.events,
+        "allocations": r.allocations,
+        "frees": r.frees,
+        "moves": r.moves,
+        "recorded_failures": r.recorded_failures,
+        "failed": r.failed,
+        "would_fail": r.would_fail,
+        "rescued": r.rescued,
+        "unmatched_frees": r.unmatched_frees,
+        "skipped_frees": r.skipped_frees,
+        "same_placements": r.same_placements,
+        "peak_bytes_in_use": r.peak_bytes_in_use,
+        "peak_fragmentation": r.peak_fragmentation,
+        "fragmentation_at_peak": r.fragmentation_at_peak,
+        "seconds": r.seconds,
+        "final_stats": r.final.as_dict(),
+        "first_failures": [dataclasses.asdict(f) for f in r.first_failures],
+    }
+
+
 def add_parsers(subparsers: Any) -> None:
-    """Add ``demo`` and ``replay`` to an ``argparse`` subparsers object."""
+    """Add `demo` and `replay` to an `argparse` subparsers object."""
     demo = subparsers.add_parser(
         "demo",
         help="run the built-in inference-service workload and write the report and pictures",
@@ -322,12 +392,18 @@ def add_parsers(subparsers: Any) -> None:
     demo.add_argument(
         "--trace", action="store_true", help="record every event and write trace.json"
     )
+    demo.add_argument(
+        "--tiers",
+        action="store_true",
+        help="also serve the models from one SRAM pool per worker and a shared HBM pool, and "
+        "compare the promotion policies on the same accesses (writes tiers.json, tiers.png)",
+    )
     demo.set_defaults(func=run_demo_command)
 
     replay = subparsers.add_parser(
         "replay",
         help="replay a saved trace against a fresh pool: what would fail, peak, fragmentation",
-        description="Replay a trace file (from `npumem demo --trace` or TraceRecorder) on a "
+        description="Replay a trace file (from npumem demo --trace or TraceRecorder) on a "
         "fresh pool made with the recorded configuration, changed by the options given, and "
         "report which allocations would fail, the peak and the fragmentation: a what-if tool.",
         epilog="Exit status: 0 every allocation that succeeded when recorded succeeds again, "
@@ -348,6 +424,11 @@ def add_parsers(subparsers: Any) -> None:
     )
     replay.add_argument(
         "--core-reserve", type=non_negative, metavar="N", help="empty chunks a core keeps"
+    )
+    replay.add_argument(
+        "--json",
+        action="store_true",
+        help="print the outcome as JSON (format npumem-replay) instead of a table",
     )
     replay.epilog = (replay.epilog or "") + (
         " Every option not given keeps the recorded value; sizes take units (4MiB, 512K)."

@@ -1,20 +1,20 @@
-"""``npumem demo``: the project's main job, an inference service in miniature on a host-backed
+"""`npumem demo`: the project's main job, an inference service in miniature on a host-backed
 pool (no device, no files needed).
 
 Three models (ResNet-50, MobileNetV2, a text generator) have their weights resident in the pool
-and their activation arenas planned ahead with :mod:`npumem.plan`; the text model keeps its keys
-and values in a paged KV cache (:mod:`npumem.kv`) with a shared system prompt and beam search;
+and their activation arenas planned ahead with `npumem.plan`; the text model keeps its keys
+and values in a paged KV cache (`npumem.kv`) with a shared system prompt and beam search;
 worker threads on every core serve requests of varying batch size and sequence length (see
-:mod:`npumem.workloads.service`),
-while a :class:`~npumem.monitor.Monitor` samples the pool, raises alerts, and takes snapshots
+`npumem.workloads.service`),
+while a `Monitor` samples the pool, raises alerts, and takes snapshots
 when usage reaches a new high. At the end the pool is checked, the weights are freed, and
-:func:`run_demo` returns the figures, the monitor's history and the snapshots; the command
+`run_demo()` returns the figures, the monitor's history and the snapshots; the command
 prints the report and writes the pictures.
 
-Compaction plugs in through the ``compactor`` argument: an object with a
-``compact()`` method. The workers call it when an allocation fails (then retry once), and the
+Compaction plugs in through the `compactor` argument: an object with a
+`compact()` method. The workers call it when an allocation fails (then retry once), and the
 monitor calls it when fragmentation passes its threshold (then a before/after snapshot pair is
-kept). Without one (the default) nothing is compacted and ``compactions`` is 0.
+kept). Without one (the default) nothing is compacted and `compactions` is 0.
 """
 
 from __future__ import annotations
@@ -108,12 +108,12 @@ def run_demo(
     compactor: SupportsCompact | Callable[[npumem.Pool], SupportsCompact] | None = None,
     on_request: Callable[[], object] | None = None,
 ) -> DemoResult:
-    """Serve ``requests`` requests with ``workers`` threads (default: one per CPU) on a pool of
-    ``capacity`` bytes (default :func:`default_capacity`) with ``os.cpu_count()`` core pools.
+    """Serve `requests` requests with `workers` threads (default: one per CPU) on a pool of
+    `capacity` bytes (default `default_capacity()`) with `os.cpu_count()` core pools.
 
-    ``interval`` is the monitor's sampling period; ``trace`` records every event (returned in
-    :attr:`DemoResult.trace`); ``compactor`` is the compaction integration point (an object
-    with ``compact()``, or a factory called with the pool); ``on_request`` is called after every
+    `interval` is the monitor's sampling period; `trace` records every event (returned in
+    `DemoResult.trace`); `compactor` is the compaction integration point (an object
+    with `compact()`, or a factory called with the pool); `on_request` is called after every
     request (progress bars).
     """
     if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
@@ -237,8 +237,8 @@ def run_demo(
 def write_outputs(
     result: DemoResult, directory: str | os.PathLike[str], *, pictures: bool = True
 ) -> dict[str, Path]:
-    """Write the demo's snapshots, trace and (with ``pictures``; needs matplotlib) pictures
-    into ``directory`` (made if missing); returns ``what -> path``."""
+    """Write the demo's snapshots, trace and (with `pictures`; needs matplotlib) pictures
+    into `directory` (made if missing); returns `what -> path`."""
     from npumem.monitor import (
         plot_address_map,
         plot_before_after,
@@ -284,7 +284,8 @@ def write_outputs(
         m = next((x for x in result.models if x.name == model), None)
         if m is not None and key in m.plans:
             name = f"plan-{model}-{'-'.join(map(str, key))}.png"
-            files[f"plan {model} {key}"] = plot_plan(m.plans[key].solution, out / name)
+            what = f"{model}, batch {key[0]}" + (f", sequence {key[1]}" if len(key) > 1 else "")
+            files[f"plan {model} {key}"] = plot_plan(m.plans[key].solution, out / name, name=what)
     if result.trace is not None and result.trace.events:
         files["trace picture"] = plot_trace(result.trace, out / "trace.png")
     result.files = {k: str(v) for k, v in files.items()}

@@ -39,7 +39,7 @@ class KVSummary:
         return sum(self.waste_samples) / len(self.waste_samples) if self.waste_samples else 0.0
 
     def sample(self, cache: KVCache) -> None:
-        """Add one sample of ``cache`` (from any thread)."""
+        """Add one sample of `cache` (from any thread)."""
         s = cache.stats()
         with self._lock:
             self._add(s)

@@ -1,8 +1,8 @@
 """The demo's models: their weights, and activation arenas planned ahead of time.
 
-Each model's graph (from :mod:`npumem.plan.networks`) is planned with :func:`npumem.plan.solve`
+Each model's graph (from `npumem.plan.networks`) is planned with `npumem.plan.solve()`
 once per batch size (vision) or per batch and sequence bucket (text). A request reserves one
-block of the planned arena size and binds the plan to it (``solution.bind(block)``): every
+block of the planned arena size and binds the plan to it (`solution.bind(block)`): every
 tensor then has its offset inside the block, with no allocation per tensor.
 """
 
@@ -51,8 +51,8 @@ class ArenaPlan:
 
 @dataclass(frozen=True)
 class Model:
-    """A served model: ``kind`` is ``"vision"`` or ``"text"``; ``plans`` maps a batch size
-    (vision) or ``(batch, bucket)`` (text) to its planned arena."""
+    """A served model: `kind` is `"vision"` or `"text"`; `plans` maps a batch size
+    (vision) or `(batch, bucket)` (text) to its planned arena."""
 
     name: str
     kind: str
@@ -60,7 +60,7 @@ class Model:
     plans: dict[tuple[int, ...], ArenaPlan]
 
     def plan_for(self, batch: int, seq_len: int = 0) -> ArenaPlan:
-        """The arena for a request (text: the smallest bucket that holds ``seq_len``)."""
+        """The arena for a request (text: the smallest bucket that holds `seq_len`)."""
         if self.kind == "vision":
             return self.plans[(batch,)]
         bucket = next(b for b in TEXT_BUCKETS if b >= seq_len)

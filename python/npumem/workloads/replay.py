@@ -8,13 +8,13 @@ only, nothing is touched), pinned to one CPU so every allocation goes to the sam
 the outcome is deterministic. The recording may have used several cores: placements then
 differ from the recording, the bytes in use at every moment do not.
 
-* an ``alloc`` is allocated with its size, alignment and tag; if it fails, its later ``free``
+* an `alloc` is allocated with its size, alignment and tag; if it fails, its later `free`
   is skipped;
-* a ``failed`` event is tried again; if it succeeds now it is counted as rescued and freed at
+* a `failed` event is tried again; if it succeeds now it is counted as rescued and freed at
   once (the program gave up on it then);
-* a ``free`` frees the block its handle names; a free of a block allocated before the recording
+* a `free` frees the block its handle names; a free of a block allocated before the recording
   began is counted as unmatched and skipped;
-* ``move`` events (compactions) are counted, not replayed.
+* `move` events (compactions) are counted, not replayed.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import npumem
 from npumem.monitor.trace import EVENT_KINDS, Trace
 
-__all__ = ["ReplayResult", "replay_trace"]
+__all__ = ["ReplayFailure", "ReplayResult", "replay_trace"]
 
 _CONFIG_KEYS = (
     "capacity",
@@ -44,11 +44,22 @@ _CONFIG_KEYS = (
 )
 
 
+@dataclass(frozen=True)
+class ReplayFailure:
+    """An allocation that fails in the replay, with the pool's free figures at that moment."""
+
+    time_ns: int
+    size: int
+    tag: str | None
+    bytes_free: int
+    largest_free_block: int
+
+
 @dataclass
 class ReplayResult:
-    """What a replay did. ``would_fail`` counts allocations that succeeded when recorded and
-    fail now; ``failed`` all allocations that fail in the replay (recorded failures included);
-    ``same_placements`` the allocations placed at their recorded offset."""
+    """What a replay did. `would_fail` counts allocations that succeeded when recorded and
+    fail now; `failed` all allocations that fail in the replay (recorded failures included);
+    `same_placements` the allocations placed at their recorded offset."""
 
     config: dict[str, Any]
     events: int
@@ -67,7 +78,7 @@ class ReplayResult:
     fragmentation_at_peak: float
     final: npumem.PoolStats
     seconds: float
-    first_failures: list[dict[str, Any]] = field(default_factory=list)
+    first_failures: list[ReplayFailure] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -102,13 +113,13 @@ def replay_trace(
     sample_every: int = 256,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
-    """Replay ``trace`` on a fresh pool made from the trace's configuration with the entries of
-    ``config`` replacing its own (``capacity``, ``cores``, ``chunk_size``, ``min_block``,
-    ``bank_size``, ``alignment``, ``slab_sizes``, ``placement``, ``core_reserve``).
+    """Replay `trace` on a fresh pool made from the trace's configuration with the entries of
+    `config` replacing its own (`capacity`, `cores`, `chunk_size`, `min_block`,
+    `bank_size`, `alignment`, `slab_sizes`, `placement`, `core_reserve`).
 
-    Fragmentation is sampled every ``sample_every`` events and at every failure; ``progress``
+    Fragmentation is sampled every `sample_every` events and at every failure; `progress`
     is called now and then with (events done, events in all). A bad configuration raises
-    :class:`npumem.ConfigError`.
+    `npumem.ConfigError`.
     """
     overrides = dict(config or {})
     unknown = sorted(set(overrides) - set(_CONFIG_KEYS))
@@ -128,7 +139,7 @@ def replay_trace(
     failed = would_fail = rescued = unmatched = skipped = same = 0
     peak = 0
     peak_frag = frag_at_peak = 0.0
-    first_failures: list[dict[str, Any]] = []
+    first_failures: list[ReplayFailure] = []
     events = trace.events
     total = len(events)
     start = time.perf_counter()
@@ -141,13 +152,13 @@ def replay_trace(
                 now = pool.stats()
                 bytes_free, largest = now.bytes_free, now.largest_free_block
             first_failures.append(
-                {
-                    "time_ns": e.time_ns,
-                    "size": e.size,
-                    "tag": e.tag,
-                    "bytes_free": bytes_free,
-                    "largest_free_block": largest,
-                }
+                ReplayFailure(
+                    e.time_ns,
+                    e.size,
+                    e.tag,
+                    bytes_free,
+                    largest,
+                )
             )
 
     with _one_cpu():

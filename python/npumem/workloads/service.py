@@ -1,24 +1,24 @@
-"""The inference service in miniature that ``npumem demo`` runs: requests of varying batch size
+"""The inference service in miniature that `npumem demo` runs: requests of varying batch size
 and sequence length, served by worker threads from one pool.
 
 * **vision requests** (ResNet-50, MobileNetV2; batch 1 to 8): a request descriptor, the planned
-  activation arena as one block (``solution.bind``), a kernel-argument block per op (allocated,
+  activation arena as one block (`solution.bind`), a kernel-argument block per op (allocated,
   written, freed), the output logits handed to another worker, which frees them (a remote free);
 * **text requests** (a 4-layer BERT-base encoder as a generator; batch 1 or 2, prompts of 16 to
   256 tokens, 8 to 48 new tokens): the prefill arena (planned per sequence bucket), then a
-  sequence per batch element in the service's paged KV cache (:class:`npumem.kv.KVCache`, pages
+  sequence per batch element in the service's paged KV cache (`npumem.kv.KVCache`, pages
   of 16 tokens from the pool, taken as the sequence grows: nothing is copied to grow), with a
   decode scratch block and a logits block per token. Half of the text requests start from the
   service's common system prompt (its pages are shared, not copied); a quarter run beam search
   with 4 beams that share the prompt's pages, copy a shared partly filled page on write, and
-  every 8 tokens replace a beam by a fork of another. A worker keeps up to ``max_sessions``
+  every 8 tokens replace a beam by a fork of another. A worker keeps up to `max_sessions`
   generations open and steps each one token between other requests, so long-lived KV caches
   interleave with short-lived arenas, as in a real server.
 
 Every block's bytes are written (the pool is host-backed) and the planned tensors are touched
 inside the arena, so the demo exercises the buffer protocol too. When an allocation fails the
-request is retried later (after ``compactor.compact()`` when a compactor is given); one that
-still fails after ``max_retries`` tries is rejected.
+request is retried later (after `compactor.compact()` when a compactor is given); one that
+still fails after `max_retries` tries is rejected.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ _MARK = 0x5A  # the first byte of every sequence's first page
 
 
 def make_kv_cache(pool: npumem.Pool, capacity_tokens: int | None = None) -> KVCache:
-    """The text model's paged KV cache in ``pool``: pages of 16 tokens, tagged
-    ``text.kv-cache``; reserved up front for ``capacity_tokens`` tokens, or on demand."""
+    """The text model's paged KV cache in `pool`: pages of 16 tokens, tagged
+    `text.kv-cache`; reserved up front for `capacity_tokens` tokens, or on demand."""
     return KVCache(
         pool,
         num_layers=TEXT_LAYERS,
@@ -63,7 +63,7 @@ def make_kv_cache(pool: npumem.Pool, capacity_tokens: int | None = None) -> KVCa
 
 @runtime_checkable
 class SupportsCompact(Protocol):
-    """What the demo needs of a compactor (such as :class:`npumem.compaction.Compactor`): one
+    """What the demo needs of a compactor (such as `npumem.compaction.Compactor`): one
     call that defragments the pool and returns a report."""
 
     def compact(self) -> object:
@@ -85,7 +85,7 @@ class Request:
 
 
 def make_requests(n: int, models: Sequence[Model], seed: int = 0) -> list[Request]:
-    """``n`` requests: 40% ResNet-50, 30% MobileNetV2, 30% text, batch sizes skewed small."""
+    """`n` requests: 40% ResNet-50, 30% MobileNetV2, 30% text, batch sizes skewed small."""
     rng = random.Random(seed)
     names = [m.name for m in models]
     weights = [0.4 if m.name == "resnet50" else 0.3 for m in models]
@@ -136,8 +136,8 @@ class _Tally:
 
 
 class Service:
-    """Serve ``requests`` with ``workers`` threads on ``pool``; :meth:`run` returns when every
-    request is served or rejected. ``on_request`` is called after each one (progress bars)."""
+    """Serve `requests` with `workers` threads on `pool`; `run()` returns when every
+    request is served or rejected. `on_request` is called after each one (progress bars)."""
 
     def __init__(
         self,
@@ -204,7 +204,7 @@ class Service:
 
     @property
     def rejected(self) -> int:
-        """Requests given up after ``max_retries`` failed tries."""
+        """Requests given up after `max_retries` failed tries."""
         return sum(t.rejected for t in self.tallies)
 
     @property
@@ -382,7 +382,7 @@ class Service:
         return _Session(req, descriptor, seqs)
 
     def _prefill(self, seq: int, req: Request, tally: _Tally) -> None:
-        """Put the prompt of ``seq`` in the KV cache: after the shared system prompt, or alone."""
+        """Put the prompt of `seq` in the KV cache: after the shared system prompt, or alone."""
         if req.system_prompt:
             self.kv.fork(SYSTEM_PROMPT, seq)
             try:
@@ -395,7 +395,7 @@ class Service:
             self.kv.write_page(seq, 0, bytes([_MARK]))
 
     def _step(self, s: _Session, rng: random.Random, tally: _Tally) -> bool:
-        """Generate one token; ``True`` when the generation is done (or given up)."""
+        """Generate one token; `True` when the generation is done (or given up)."""
         req = s.request
         try:
             self._kv(lambda: self.kv.append_many(s.seqs), tally)

@@ -5,6 +5,7 @@ use npumem_core::{CompactionMode, MAX_TRACE_CAPACITY};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
+use crate::byte_text;
 use crate::errors::{error, ErrorClass};
 
 /// The type name of `value`, for messages.
@@ -49,10 +50,7 @@ pub(crate) fn size_named(value: &Bound<'_, PyAny>, name: impl Fn() -> String, ca
             if value.lt(0)? {
                 return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {value}")));
             }
-            return Err(error(
-                ErrorClass::RequestTooLarge,
-                format!("{name} = {value} can never be allocated: the pool's capacity is {capacity} bytes"),
-            ));
+            return Err(too_large(value.py(), &name, &value.to_string(), capacity));
         }
         Err(err) => return Err(err),
     };
@@ -60,12 +58,19 @@ pub(crate) fn size_named(value: &Bound<'_, PyAny>, name: impl Fn() -> String, ca
         return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {n}")));
     }
     if n > capacity as i128 {
-        return Err(error(
-            ErrorClass::RequestTooLarge,
-            format!("{name} = {n} can never be allocated: the pool's capacity is {capacity} bytes"),
-        ));
+        let asked = usize::try_from(n).map_or_else(|_| n.to_string(), |n| byte_text::exact(value.py(), n));
+        return Err(too_large(value.py(), &name, &asked, capacity));
     }
     Ok(n as usize)
+}
+
+/// The `RequestTooLargeError` of a request for more than the whole arena.
+fn too_large(py: Python<'_>, name: &str, asked: &str, capacity: usize) -> PyErr {
+    let capacity = byte_text::exact(py, capacity);
+    error(
+        ErrorClass::RequestTooLarge,
+        format!("{name} = {asked} can never be allocated: the pool's whole capacity is {capacity}"),
+    )
 }
 
 /// An optional alignment: a power of two, at most the capacity.
@@ -146,6 +151,17 @@ pub(crate) fn trace_capacity(value: Option<&Bound<'_, PyAny>>) -> PyResult<usize
         ));
     }
     Ok(n as usize)
+}
+
+/// A yes/no option: `True`, `False` or None (no).
+pub(crate) fn flag(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<bool> {
+    match value {
+        None => Ok(false),
+        Some(v) if v.is_none() => Ok(false),
+        Some(v) => v.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+            error(ErrorClass::ArgumentType, format!("{name} must be True or False, got {}", type_name(v)))
+        }),
+    }
 }
 
 /// An optional callable (`what` names it in the error).

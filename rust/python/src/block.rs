@@ -12,7 +12,7 @@ use crate::array;
 use crate::dlpack;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::without_gil;
-use crate::pinned::{pin, Pinned};
+use crate::pinned::{pin, pin_view, Pinned};
 use crate::pool::state::Pool;
 
 /// One block of a pool. Its `offset` may change when the pool is compacted; the block stays
@@ -25,7 +25,7 @@ pub struct Block {
     handle: Handle,
     nbytes: usize,
     tag: Option<Py<PyString>>,
-    /// The tag's id in the pool's table (0 without a tag): the block holds it until freed.
+    /// The pool's id of `tag` (0: none), for the counters by tag.
     tag_id: u32,
 }
 
@@ -34,9 +34,9 @@ impl Block {
         Block { pool, handle, nbytes, tag, tag_id }
     }
 
-    /// The id of the block's tag (0 without one).
-    pub(crate) fn tag_id(&self) -> u32 {
-        self.tag_id
+    /// The tag id and the bytes asked for, for the counters by tag.
+    pub(crate) fn tag_and_size(&self) -> (u32, usize) {
+        (self.tag_id, self.nbytes)
     }
 
     /// The handle, for a batch call on `pool` (which must be the block's own); `index` names
@@ -55,10 +55,10 @@ impl Block {
         }
         let core = &pool.core;
         match core.try_free(self.handle) {
-            Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle)),
-            other => other.map_err(to_py),
-        }?;
-        pool.release_tags(py, self.tag_id, 1);
+            Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle))?,
+            other => other.map_err(to_py)?,
+        }
+        pool.by_tag.freed(py, self.tag_id, self.nbytes);
         Ok(())
     }
 
@@ -190,12 +190,13 @@ impl Block {
     }
 
     /// Pin the block: a compaction never moves it (and it cannot be freed) until it is
-    /// unpinned as many times. Returns the pins now.
+    /// unpinned as many times. Returns the pins `pin()` took that are held now.
     fn pin(&self, py: Python<'_>) -> PyResult<u32> {
         pin(py, &self.pool.get().core, self.handle)
     }
 
-    /// Remove a pin (`InvalidHandleError` without one). Returns the pins left.
+    /// Remove a pin taken by `pin()` (`InvalidHandleError` without one: the pins of buffer views
+    /// are released with the views). Returns the pins `pin()` took that are left.
     fn unpin(&self) -> PyResult<u32> {
         self.pool.get().core.unpin(self.handle).map_err(to_py)
     }
@@ -232,11 +233,11 @@ impl Block {
                 "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device",
             ));
         }
-        pin(slf.py(), core, this.handle)?;
+        pin_view(slf.py(), core, this.handle)?;
         let (ptr, len) = match core.host_ptr(this.handle) {
             Ok(found) => found,
             Err(err) => {
-                let _ = core.unpin(this.handle);
+                let _ = core.unpin_view(this.handle);
                 return Err(to_py(err));
             }
         };
@@ -247,14 +248,14 @@ impl Block {
             ffi::PyBuffer_FillInfo(view, slf.as_ptr(), ptr.as_ptr().cast(), len as ffi::Py_ssize_t, 0, flags)
         };
         if filled != 0 {
-            let _ = core.unpin(this.handle);
+            let _ = core.unpin_view(this.handle);
             return Err(PyErr::fetch(slf.py()));
         }
         Ok(())
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
-        let _ = self.pool.get().core.unpin(self.handle);
+        let _ = self.pool.get().core.unpin_view(self.handle);
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

@@ -3,8 +3,8 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use crate::byte_text;
 use crate::repr;
-use crate::views;
 
 /// One move a compaction would make: a `"block"`, `"slab object"`, `"run"` (of whole chunks)
 /// or `"slab"` (a slab with all its objects) from `src` to `dst`.
@@ -230,10 +230,10 @@ impl CompactionPlan {
              (fragmentation {:.1}% -> {:.1}%)",
             self.mode,
             group_digits(self.blocks),
-            views::format_bytes(py, self.bytes)?,
+            byte_text::format_bytes(py, self.bytes)?,
             self.chunks_emptied,
-            views::format_bytes(py, self.largest_free_before)?,
-            views::format_bytes(py, self.largest_free_after)?,
+            byte_text::format_bytes(py, self.largest_free_before)?,
+            byte_text::format_bytes(py, self.largest_free_after)?,
             self.fragmentation_before() * 100.0,
             self.fragmentation_after() * 100.0
         ))

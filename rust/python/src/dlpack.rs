@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{error, to_py, ErrorClass};
-use crate::pinned::pin;
+use crate::pinned::pin_view;
 
 /// `DLDevice`.
 #[repr(C)]
@@ -97,7 +97,7 @@ pub(crate) struct PinnedBytes {
 impl Drop for PinnedBytes {
     /// The export's end: the block may move and be freed again.
     fn drop(&mut self) {
-        let _ = self.pool.unpin(self.handle);
+        let _ = self.pool.unpin_view(self.handle);
     }
 }
 
@@ -283,7 +283,7 @@ pub(crate) fn export<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let device = device_of(core);
     let versioned = request.versioned(device)?;
-    pin(py, core, handle)?;
+    pin_view(py, core, handle)?;
     // From here the pin is released when `pinned` is dropped (on failure) or by the deleter.
     let mut pinned = PinnedBytes { pool: Arc::clone(core), handle, data: 0, nbytes: 0, device };
     let info = core.block(handle).map_err(to_py)?;

@@ -5,6 +5,7 @@
 //! and `except MemoryError` around an allocation keeps working. `npumem.errors` re-exports them
 //! (`npumem.errors.X is npumem._core.X`).
 
+use crate::byte_text;
 use npumem_core::{Error, HandleFault};
 use pyo3::exceptions::{
     PyBaseException, PyBufferError, PyException, PyMemoryError, PyRuntimeError, PyTimeoutError, PyTypeError,
@@ -224,6 +225,26 @@ pub(crate) fn plan_search(err: npumem_core::plan_search::PackingError) -> PyErr 
     error(ErrorClass::InvalidArgument, err.0)
 }
 
+/// The message of an `OutOfMemoryError`, in human units: what was asked, what is free, and
+/// whether the total or the fragmentation is the cause (then a compaction can help).
+pub(crate) fn out_of_memory_message(py: Python<'_>, requested: usize, free: usize, largest: usize) -> String {
+    let asked = byte_text::exact(py, requested);
+    let free_text = byte_text::exact(py, free);
+    let largest_text = byte_text::exact(py, largest);
+    if requested <= free {
+        format!(
+            "out of memory: asked for {asked}; {free_text} are free, but the largest free block is \
+             {largest_text}: the free memory is fragmented. A compaction joins it \
+             (npumem.compaction.Compactor(pool).compact(), or attach() one to compact on failure)"
+        )
+    } else {
+        format!(
+            "out of memory: asked for {asked}, more than the {free_text} free; the largest free \
+             block is {largest_text}. Free other blocks, or make the pool larger"
+        )
+    }
+}
+
 /// Map an npumem-core error to its Python exception.
 pub(crate) fn to_py(err: Error) -> PyErr {
     let message = err.to_string();
@@ -233,6 +254,9 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::TooLarge { .. } => ErrorClass::RequestTooLarge,
         &Error::OutOfMemory { requested, bytes_free, largest_free_block } => {
             return Python::attach(|py| {
+                // A batch wraps the root error ("item 3 of the batch failed: ..."): keep the context.
+                let human = out_of_memory_message(py, requested, bytes_free, largest_free_block);
+                let message = message.replace(&err.root().to_string(), &human);
                 let args = (message, requested, bytes_free, largest_free_block);
                 match ErrorClass::OutOfMemory.class(py).and_then(|cls| cls.call1(args)) {
                     Ok(instance) => PyErr::from_value(instance),

@@ -3,7 +3,8 @@
 //! Each Python class has one home: `pool/` (`Pool`), `block.rs` (`Block`), `pause.rs`
 //! (`Pause`), `pinned.rs` (`Pinned` and pinning), `stats.rs` (`PoolStats` and its parts),
 //! `block_info.rs` (`BlockInfo`), `step_report.rs` (`StepReport`), `compaction_plan.rs`
-//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `snapshot.rs` (`RawSnapshot`),
+//! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `measure.rs` (`Measurement`,
+//! what `Pool.measure()` returns), `tag_stats.rs` (`TagStats`), `snapshot.rs` (`RawSnapshot`),
 //! `plan_search.rs` (`PackingInstance`) and `transfer.rs` (`Transfer`, one copy a mover makes).
 //! Results cross the boundary as these typed classes, never as dicts; `repr.rs` writes their
 //! reprs.
@@ -12,9 +13,10 @@
 //! classes); work that can take long runs without the GIL through one helper (`gil.rs`);
 //! arguments are checked in `args.rs`. A failing allocation's retry through the out-of-memory
 //! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned in
-//! `tags.rs`. A block leaves as a DLPack capsule through `dlpack.rs` (and as a NumPy array
-//! through `array.rs`); a pool leaves for C code in the same process as an `npumem_pool*` of
-//! the C ABI (the `npumem-capi` crate) through `c_pool.rs`.
+//! `tags.rs`, and counted by tag in `tag_stats.rs`; Python call stacks of allocations
+//! (`trace_start(stacks=True)`) are kept in `stacks.rs`. A block leaves as a DLPack capsule
+//! through `dlpack.rs` (and as a NumPy array through `array.rs`); a pool leaves for C code in the
+//! same process as an `npumem_pool*` of the C ABI (the `npumem-capi` crate) through `c_pool.rs`.
 //!
 //! The binding imports nothing from the Python package: what `Pool.snapshot()` returns, and how
 //! byte counts read in the text of typed results, come from callables the package installs
@@ -24,12 +26,14 @@ mod args;
 mod array;
 mod block;
 mod block_info;
+mod byte_text;
 mod c_pool;
 mod compaction_plan;
 mod dlpack;
 mod errors;
 mod gil;
 mod kv;
+mod measure;
 mod mover;
 mod oom;
 mod pause;
@@ -38,8 +42,10 @@ mod plan_search;
 mod pool;
 mod repr;
 mod snapshot;
+mod stacks;
 mod stats;
 mod step_report;
+mod tag_stats;
 mod tags;
 mod trace;
 mod transfer;
@@ -65,6 +71,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<compaction_plan::CompactionPlan>()?;
     m.add_class::<compaction_plan::PlannedMove>()?;
     m.add_class::<trace::TraceStatus>()?;
+    m.add_class::<tag_stats::TagStats>()?;
+    m.add_class::<measure::Measurement>()?;
     m.add_class::<snapshot::RawSnapshot>()?;
     m.add_class::<plan_search::PackingInstance>()?;
     m.add_function(wrap_pyfunction!(views::install_views, m)?)?;

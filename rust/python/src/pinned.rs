@@ -1,5 +1,6 @@
-//! Pinning a block: `Block.pin()`, the pins buffer views hold, and `Pinned`, the context
-//! manager of `Block.pinned()`.
+//! Pinning a block: `Block.pin()` (user pins), the pins buffer views hold (view pins, counted
+//! apart: `Block.unpin()` never drops one), and `Pinned`, the context manager of
+//! `Block.pinned()`.
 //!
 //! Nothing waits for a moving block with the GIL: a pin is tried first and, when the block is
 //! being moved, taken again without it.
@@ -12,10 +13,19 @@ use pyo3::prelude::*;
 use crate::errors::to_py;
 use crate::gil::without_gil;
 
-/// Pin a block: at once, or (while it is being moved) waiting without the GIL. Returns the pins.
+/// Add a user pin: at once, or (while the block is being moved) waiting without the GIL.
+/// Returns the user pins.
 pub(crate) fn pin(py: Python<'_>, core: &npumem_core::Pool, handle: Handle) -> PyResult<u32> {
     match core.try_pin(handle) {
         Err(Error::Moving) => without_gil(py, || core.pin(handle)),
+        other => other.map_err(to_py),
+    }
+}
+
+/// Add the view pin of a buffer view, as [`pin`]; only `unpin_view` drops it.
+pub(crate) fn pin_view(py: Python<'_>, core: &npumem_core::Pool, handle: Handle) -> PyResult<u32> {
+    match core.try_pin_view(handle) {
+        Err(Error::Moving) => without_gil(py, || core.pin_view(handle)),
         other => other.map_err(to_py),
     }
 }

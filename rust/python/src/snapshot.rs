@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 use crate::block_info::BlockInfo;
 use crate::stats::PoolStats;
+use crate::tag_stats::TagStats;
 use crate::tags::Tags;
 
 /// Every live block, every maximal free run, and the stats, all at one moment. Extents are
@@ -36,6 +37,7 @@ impl RawSnapshot {
         snap: npumem_core::Snapshot,
         tags: &Tags,
         capacity: usize,
+        by_tag: Vec<TagStats>,
     ) -> PyResult<RawSnapshot> {
         Ok(RawSnapshot {
             time_ns: snap.time_ns,
@@ -43,7 +45,7 @@ impl RawSnapshot {
             free_runs: extents(&snap.free_runs),
             slab_cached: extents(&snap.slab_cached),
             untracked: extents(&snap.untracked),
-            stats: Py::new(py, PoolStats::from_core(snap.stats, capacity))?,
+            stats: Py::new(py, PoolStats::from_core(snap.stats, capacity, by_tag))?,
         })
     }
 }

@@ -1,15 +1,21 @@
 //! `npumem.PoolStats`, `npumem.CoreStats` and `npumem.SizeClassStats`: plain snapshots of
 //! `npumem_core::PoolStats`. Their fields come from the core's field lists
-//! (`npumem_core::pool_stats_fields!` and the others), so both sides have the same fields.
+//! (`npumem_core::pool_stats_fields!` and the others), so both sides have the same fields;
+//! `PoolStats.by_tag` is the binding's own (`tag_stats.rs`).
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::tag_stats::TagStats;
+
 /// Defines a frozen Python class from a core field list: `[attributes, name from core type;
-/// nested lists]`, with `convert` (from the core struct) and `dict` (the fields as a dict).
+/// nested lists; `+` binding lists]`, with `convert` (from the core struct) and `dict` (the fields
+/// as a dict). Binding lists are kept by the binding, not the core (`by_tag`): `convert` leaves
+/// them empty and the caller fills them.
 macro_rules! py_stats_class {
     (
-        [$(#[$attr:meta])* $name:ident from $core:ty; $($nested:ident: $nty:ident,)*]
+        [$(#[$attr:meta])* $name:ident from $core:ty; $($nested:ident: $nty:ident,)*
+         $(+ $extra:ident: $ety:ident,)*]
         $($(#[$doc:meta])* $field:ident: $ty:ty,)*
     ) => {
         $(#[$attr])*
@@ -18,6 +24,7 @@ macro_rules! py_stats_class {
         pub struct $name {
             $($(#[$doc])* $field: $ty,)*
             $($nested: Vec<$nty>,)*
+            $($extra: Vec<$ety>,)*
         }
 
         impl $name {
@@ -25,6 +32,7 @@ macro_rules! py_stats_class {
                 $name {
                     $($field: s.$field,)*
                     $($nested: s.$nested.into_iter().map($nty::convert).collect(),)*
+                    $($extra: Vec::new(),)*
                 }
             }
 
@@ -34,6 +42,10 @@ macro_rules! py_stats_class {
                 $(d.set_item(
                     stringify!($nested),
                     self.$nested.iter().map(|c| c.dict(py)).collect::<PyResult<Vec<_>>>()?,
+                )?;)*
+                $(d.set_item(
+                    stringify!($extra),
+                    self.$extra.iter().map(|c| c.dict(py)).collect::<PyResult<Vec<_>>>()?,
                 )?;)*
                 Ok(d)
             }
@@ -59,6 +71,7 @@ npumem_core::pool_stats_fields!(
     PoolStats from npumem_core::PoolStats;
     size_classes: SizeClassStats,
     per_core: CoreStats,
+    + by_tag: TagStats,
 );
 
 #[pymethods]
@@ -92,10 +105,11 @@ impl SizeClassStats {
 }
 
 impl PoolStats {
-    /// The binding's snapshot of a core snapshot (`capacity` is the pool's, as in `s`).
-    pub(crate) fn from_core(s: npumem_core::PoolStats, capacity: usize) -> PoolStats {
+    /// The binding's snapshot of a core snapshot (`capacity` is the pool's, as in `s`), with the
+    /// binding's figures by tag.
+    pub(crate) fn from_core(s: npumem_core::PoolStats, capacity: usize, by_tag: Vec<TagStats>) -> PoolStats {
         debug_assert_eq!(s.capacity, capacity);
-        PoolStats::convert(s)
+        PoolStats { by_tag, ..PoolStats::convert(s) }
     }
 }
 
@@ -111,7 +125,7 @@ impl PoolStats {
         }
     }
 
-    /// The fields as a dict (`size_classes` and `per_core` as lists of dicts).
+    /// The fields as a dict (`size_classes`, `per_core` and `by_tag` as lists of dicts).
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.dict(py)
     }

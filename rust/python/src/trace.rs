@@ -54,9 +54,14 @@ impl TraceStatus {
     }
 }
 
-/// An event as the tuple `(time_ns, kind, offset, size, core, tag, handle, aux)`, its tag as a
-/// string.
-pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &TraceEvent, tags: &Tags) -> PyResult<Bound<'py, PyTuple>> {
+/// An event as the tuple `(time_ns, kind, offset, size, core, tag, handle, aux, stack)`, its tag
+/// as a string, `stack` the recorded call stack of an allocation or None.
+pub(crate) fn event_tuple<'py>(
+    py: Python<'py>,
+    e: &TraceEvent,
+    tags: &Tags,
+    stack: Option<Bound<'py, PyTuple>>,
+) -> PyResult<Bound<'py, PyTuple>> {
     PyTuple::new(
         py,
         [
@@ -68,6 +73,10 @@ pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &TraceEvent, tags: &Tags) -> 
             tags.name_object(py, e.tag),
             e.handle.into_pyobject(py)?.into_any(),
             e.aux.into_pyobject(py)?.into_any(),
+            match stack {
+                Some(s) => s.into_any(),
+                None => py.None().into_bound(py),
+            },
         ],
     )
 }

@@ -1,6 +1,7 @@
 //! The presentation the Python package installs when it is imported (`install_views`): the
 //! snapshot view, which builds an `npumem.monitor.Snapshot` from a `RawSnapshot`, and the byte
-//! formatter (`npumem.sizes.format_bytes`), the one place that writes byte counts for people.
+//! formatter (`npumem.sizes.format_bytes`), the one place that writes byte counts for people
+//! (kept in `byte_text.rs`, which error messages use too).
 //!
 //! Importing `npumem._core` imports `npumem` first, so a pool never exists without them; the
 //! binding itself imports nothing from the Python package. Without them (the extension loaded on
@@ -11,25 +12,12 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 
 use crate::args;
+use crate::byte_text;
 use crate::errors::{error, ErrorClass};
 use crate::snapshot::RawSnapshot;
 
-/// The installed callables.
-struct Views {
-    snapshot: Py<PyAny>,
-    format_bytes: Py<PyAny>,
-}
-
-static VIEWS: Mutex<Option<Views>> = Mutex::new(None);
-
-fn installed<R>(
-    py: Python<'_>,
-    pick: impl FnOnce(&Views) -> &Py<PyAny>,
-    use_it: impl FnOnce(Option<Py<PyAny>>) -> R,
-) -> R {
-    let chosen = VIEWS.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|v| pick(v).clone_ref(py));
-    use_it(chosen)
-}
+/// The installed snapshot view.
+static SNAPSHOT_VIEW: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
 
 fn callable(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Py<PyAny>> {
     if !value.is_callable() {
@@ -45,11 +33,10 @@ fn callable(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Py<PyAny>> {
 /// `format_bytes(n)`, which writes byte counts in the text of typed results.
 #[pyfunction]
 pub(crate) fn install_views(snapshot_view: &Bound<'_, PyAny>, format_bytes: &Bound<'_, PyAny>) -> PyResult<()> {
-    let views = Views {
-        snapshot: callable(snapshot_view, "the snapshot view")?,
-        format_bytes: callable(format_bytes, "the byte formatter")?,
-    };
-    *VIEWS.lock().unwrap_or_else(|p| p.into_inner()) = Some(views);
+    let snapshot = callable(snapshot_view, "the snapshot view")?;
+    let format_bytes = callable(format_bytes, "the byte formatter")?;
+    *SNAPSHOT_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
+    byte_text::install(format_bytes);
     Ok(())
 }
 
@@ -57,24 +44,9 @@ pub(crate) fn install_views(snapshot_view: &Bound<'_, PyAny>, format_bytes: &Bou
 pub(crate) fn present_snapshot<'py>(pool: &Bound<'py, PyAny>, raw: RawSnapshot) -> PyResult<Bound<'py, PyAny>> {
     let py = pool.py();
     let raw = Bound::new(py, raw)?.into_any();
-    installed(
-        py,
-        |v| &v.snapshot,
-        |view| match view {
-            Some(view) => view.bind(py).call1((pool, raw)),
-            None => Ok(raw),
-        },
-    )
-}
-
-/// `n` bytes for people, by the installed formatter (`"{n} B"` without one).
-pub(crate) fn format_bytes(py: Python<'_>, n: usize) -> PyResult<String> {
-    installed(
-        py,
-        |v| &v.format_bytes,
-        |format| match format {
-            Some(format) => format.bind(py).call1((n,))?.extract(),
-            None => Ok(format!("{n} B")),
-        },
-    )
+    let view = SNAPSHOT_VIEW.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|v| v.clone_ref(py));
+    match view {
+        Some(view) => view.bind(py).call1((pool, raw)),
+        None => Ok(raw),
+    }
 }

@@ -64,8 +64,8 @@ impl Pool {
 
     /// Run a compaction while `token` holds the pause (see [`CompactionMode`]); `mover` copies
     /// the bytes for `backing="none"` pools. Every compaction the caller copies for (a mover, or
-    /// a pool without host memory) is one batch, so one mover call: if it fails, everything is
-    /// undone and the pool is exactly as it was. (On host memory, without a mover, a full
+    /// a pool without host memory) is one batch: if the mover fails, everything is undone and the
+    /// pool (and every block's bytes) is exactly as it was. (On host memory, without a mover, a full
     /// compaction first consolidates slabs, a batch of its own; on a device slabs move whole
     /// instead.) The moves are those [`Pool::plan_compaction`] reports.
     pub fn compact_step(

@@ -13,6 +13,7 @@ use super::model::Model;
 use super::order::{order, Step, Transfer};
 use super::piece::{Piece, PieceKind};
 use super::types::{BatchMover, MovedBlocks};
+use super::waves::{reverse, waves};
 use crate::arena::exact::Swept;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
@@ -218,11 +219,21 @@ impl Pool {
             })
             .collect();
         if let Some(mover) = mover {
-            if let Err(reason) = mover(&ordered) {
+            // One call per wave (`waves.rs`); a failure undoes the waves done by reverse copies.
+            let waves = waves(&ordered);
+            for (w, wave) in waves.iter().enumerate() {
+                let Err(reason) = mover(wave) else { continue };
+                let copied_back = reverse(&waves[..w]).iter().try_for_each(|back| mover(back));
                 let undone = self.undo(&pieces, &mut journal);
                 pieces.iter().for_each(|u| self.end_moves(u));
                 self.tidy_slabs(&created);
                 undone?;
+                if let Err(why) = copied_back {
+                    return Err(Error::Corruption(vec![format!(
+                        "the mover failed ({reason}), then failed again copying back the blocks it had \
+                         moved ({why}): blocks of the batch may have lost bytes on the device"
+                    )]));
+                }
                 return Err(Error::MoverFailed(reason));
             }
         }

@@ -13,9 +13,10 @@
 //!   Everything is taken in the metadata before a byte moves; then the bytes are copied in an
 //!   order that never overwrites bytes still to be read (`order.rs`; a cycle is broken through a
 //!   bounce buffer on host memory, or through free space of the arena when the caller copies),
-//!   or handed to the caller's *mover* (`backing="none"`: the bytes are on a device) before
-//!   anything is re-pointed. If the mover fails, every reservation is undone: the pool and every
-//!   handle are as before.
+//!   or handed to the caller's *mover* (`backing="none"`: the bytes are on a device) wave by
+//!   wave (`waves.rs`) before anything is re-pointed. If the mover fails, the waves it did are
+//!   copied back through it and every reservation is undone: the pool, every handle and every
+//!   byte are as before.
 //! * [`Pool::compact_step`] plans and runs batches: a full compaction (slab consolidation, then
 //!   packing below a boundary: every block above a boundary chunk packed into the holes at or
 //!   below it; a repack when that promises much more), an incremental step (chunks above the
@@ -28,7 +29,8 @@
 //! Files: `types.rs` (the public types), `api.rs` (the `Pool` methods that move and plan),
 //! `census.rs` (the live blocks), `model.rs` (the arena as the planners see it), `planners/`
 //! (pure functions of a census and a model), `piece.rs` (what moves as one), `execute.rs` (one
-//! batch), `order.rs` (the copy order), `copy.rs` (host copies). Blocks are taken and given
+//! batch), `order.rs` (the copy order), `waves.rs` (the copy order cut into waves for a mover),
+//! `copy.rs` (host copies). Blocks are taken and given
 //! back at exact positions through the arena's exact-position API (`arena/exact.rs`).
 
 mod api;
@@ -40,5 +42,6 @@ mod order;
 mod piece;
 mod planners;
 mod types;
+mod waves;
 
 pub use types::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};

@@ -15,9 +15,11 @@ pub struct Move {
     pub to: usize,
 }
 
-/// The caller's copy function for a batch (`backing="none"`: the bytes live on a device): it
-/// gets every transfer, in the order to perform them (each one like `memmove`), before any
-/// handle is re-pointed; `Err(why)` undoes the batch.
+/// The caller's copy function for a batch (`backing="none"`: the bytes live on a device): it is
+/// called once per wave, in order, with copies that touch disjoint bytes and may run in
+/// parallel, before any handle is re-pointed. `Err(why)` (whatever part of the wave was done)
+/// undoes the batch: the waves done are copied back through it, then the metadata is undone
+/// (`docs/compaction.md`, the mover contract).
 pub type Mover<'a> = &'a mut (dyn FnMut(&[Transfer]) -> std::result::Result<(), String> + 'a);
 
 /// A mover borrowed for one batch (its own lifetime may be longer than the borrow).

@@ -5,7 +5,22 @@
 //! stays valid. Freeing bumps the slot's generation: a stale handle no longer matches and is
 //! refused instead of touching whichever block reuses the slot.
 //!
-//! Slot state word: `generation (bits 0..32) | LIVE (bit 32) | MOVING (bit 33) | pins (34..64)`.
+//! Slot state word: `generation (bits 0..32) | LIVE (bit 32) | MOVING (bit 33) | user pins
+//! (34..49) | view pins (49..64)`. Every operation on a handle is one atomic on this word.
+//!
+//! # Pins: user pins and view pins
+//!
+//! A pinned block is never freed or moved. *User pins* are the ones a caller takes and drops
+//! explicitly (`Pool::pin`, `Pool::unpin`); *view pins* are held by buffer views and by the
+//! pool's own reads and writes (`Pool::pin_view`, `Pool::unpin_view`). They are counted apart,
+//! so a user can never drop a pin they did not take: `unpin` without a user pin is refused,
+//! whatever views are alive.
+//!
+//! # Generations
+//!
+//! Freeing bumps the slot's generation. A slot whose generation reaches the last one
+//! (`u32::MAX`) is retired when it is freed instead of going back on a free list: it is never
+//! reused, so a generation never wraps and a stale handle can never match a later block.
 //!
 //! Free slots sit on per-core lock-free stacks (`util/index_stack.rs`, tagged against ABA); slots live in
 //! lazily allocated segments (`util/segments.rs`) that never move, so handles and stacks can hold slot
@@ -29,10 +44,41 @@ use crate::util::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 const GENERATION_MASK: u64 = 0xFFFF_FFFF;
 const LIVE: u64 = 1 << 32;
 const MOVING: u64 = 1 << 33;
-const PIN_SHIFT: u32 = 34;
-const PIN_ONE: u64 = 1 << PIN_SHIFT;
-/// At most 2^30 - 1 pins per block.
-const MAX_PINS: u64 = (1 << 30) - 1;
+const USER_PIN_SHIFT: u32 = 34;
+const VIEW_PIN_SHIFT: u32 = 49;
+/// At most 2^15 - 1 pins of each kind per block.
+const MAX_PINS: u64 = (1 << 15) - 1;
+/// Every pin bit, of both kinds.
+const PINS: u64 = !((1 << USER_PIN_SHIFT) - 1);
+/// The last generation: a slot freed with it is retired.
+const LAST_GENERATION: u64 = GENERATION_MASK;
+
+/// Which count a pin goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PinKind {
+    /// Taken and dropped explicitly by the caller.
+    User,
+    /// Held by a buffer view, or by one read or write of the pool.
+    View,
+}
+
+impl PinKind {
+    fn shift(self) -> u32 {
+        match self {
+            PinKind::User => USER_PIN_SHIFT,
+            PinKind::View => VIEW_PIN_SHIFT,
+        }
+    }
+
+    fn count(self, state: u64) -> u64 {
+        (state >> self.shift()) & MAX_PINS
+    }
+}
+
+/// Pins of both kinds.
+fn pins_of(state: u64) -> u32 {
+    (PinKind::User.count(state) + PinKind::View.count(state)) as u32
+}
 
 /// What a live slot records about its block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +116,10 @@ pub(crate) struct HandleTable {
     fresh: AtomicU32,
     /// Free slots, one stack per core.
     free: Box<[CachePadded<IndexStack>]>,
+    /// Slots retired at their last generation (never reused).
+    retired: AtomicU32,
+    /// The generation a fresh slot starts at (0; tests start near the last one).
+    first_generation: AtomicU32,
 }
 
 impl HandleTable {
@@ -81,6 +131,8 @@ impl HandleTable {
             slots: Segmented::new(max_slots.clamp(1, (NIL - 1) as usize))?,
             fresh: AtomicU32::new(0),
             free: (0..cores.max(1)).map(|_| CachePadded(IndexStack::new())).collect(),
+            retired: AtomicU32::new(0),
+            first_generation: AtomicU32::new(0),
         })
     }
 
@@ -120,7 +172,13 @@ impl HandleTable {
         while fresh < self.max_slots() {
             self.slots.try_get(fresh)?;
             match self.fresh.compare_exchange_weak(fresh, fresh + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(Some(fresh)),
+                Ok(_) => {
+                    let first = self.first_generation.load(Ordering::Relaxed);
+                    if first != 0 {
+                        self.slot(fresh).state.store(first as u64, Ordering::Relaxed);
+                    }
+                    return Ok(Some(fresh));
+                }
                 Err(seen) => fresh = seen,
             }
         }
@@ -160,7 +218,7 @@ impl HandleTable {
             tag: info as u32,
             core: (info >> 32) as u16,
             align_log2: (info >> 48) as u8,
-            pins: (state >> PIN_SHIFT) as u32,
+            pins: pins_of(state),
         }
     }
 
@@ -174,7 +232,7 @@ impl HandleTable {
             }
             let info = Self::read_info(slot, state);
             // Seqlock-style: the slot must not have been freed and reused while we read it.
-            let identity = !(MOVING | (MAX_PINS << PIN_SHIFT));
+            let identity = !(MOVING | PINS);
             if slot.state.load(Ordering::Acquire) & identity == state & identity {
                 return Ok(info);
             }
@@ -189,9 +247,8 @@ impl HandleTable {
             if !Self::matches(state, handle) {
                 return Err(Error::DoubleFree);
             }
-            let pins = (state >> PIN_SHIFT) as u32;
-            if pins > 0 {
-                return Err(Error::Pinned { pins });
+            if state & PINS != 0 {
+                return Err(Error::Pinned { pins: pins_of(state) });
             }
             if state & MOVING != 0 {
                 crate::util::sync::spin_hint();
@@ -207,13 +264,18 @@ impl HandleTable {
         }
     }
 
-    /// Put a removed slot on `core`'s free list.
+    /// Put a removed slot on `core`'s free list, or retire it at its last generation.
     pub(crate) fn recycle(&self, core: usize, handle: Handle) {
+        if handle.generation as u64 == LAST_GENERATION {
+            self.retired.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         self.push(&self.free[core % self.free.len()], handle.slot);
     }
 
-    /// Add a pin (a buffer view or an explicit pin).
-    pub(crate) fn pin(&self, handle: Handle) -> Result<u32> {
+    /// Add a pin of `kind`, waiting while the block is being moved. Returns the pins of that
+    /// kind now.
+    pub(crate) fn pin(&self, handle: Handle, kind: PinKind) -> Result<u32> {
         let slot = self.live_slot(handle)?;
         let mut state = slot.state.load(Ordering::Acquire);
         loop {
@@ -225,34 +287,44 @@ impl HandleTable {
                 state = slot.state.load(Ordering::Acquire);
                 continue;
             }
-            let pins = state >> PIN_SHIFT;
+            let pins = kind.count(state);
             if pins >= MAX_PINS {
-                return Err(Error::Pinned { pins: pins as u32 });
+                return Err(Error::Pinned { pins: pins_of(state) });
             }
-            match slot.state.compare_exchange_weak(state, state + PIN_ONE, Ordering::AcqRel, Ordering::Acquire) {
+            let one = 1 << kind.shift();
+            match slot.state.compare_exchange_weak(state, state + one, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(pins as u32 + 1),
                 Err(seen) => state = seen,
             }
         }
     }
 
-    /// Remove a pin; `Err` if the handle is not live or has no pins.
-    pub(crate) fn unpin(&self, handle: Handle) -> Result<u32> {
+    /// Remove a pin of `kind`; `Err` if the handle is not live or has no pin of that kind.
+    /// Returns the pins of that kind left.
+    pub(crate) fn unpin(&self, handle: Handle, kind: PinKind) -> Result<u32> {
         let slot = self.live_slot(handle)?;
         let mut state = slot.state.load(Ordering::Acquire);
         loop {
             if !Self::matches(state, handle) {
                 return Err(Error::InvalidHandle(HandleFault::Freed));
             }
-            let pins = state >> PIN_SHIFT;
+            let pins = kind.count(state);
             if pins == 0 {
                 return Err(Error::InvalidBlock {
                     offset: slot.offset.load(Ordering::Relaxed) as usize,
                     size: slot.size.load(Ordering::Relaxed) as usize,
-                    reason: "unpin without a matching pin",
+                    reason: match kind {
+                        PinKind::User => "unpin without a matching pin (a buffer view's pin is released with the view)",
+                        PinKind::View => "a view's pin released without a view",
+                    },
                 });
             }
-            match slot.state.compare_exchange_weak(state, state - PIN_ONE, Ordering::AcqRel, Ordering::Acquire) {
+            match slot.state.compare_exchange_weak(
+                state,
+                state - (1 << kind.shift()),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return Ok(pins as u32 - 1),
                 Err(seen) => state = seen,
             }
@@ -287,6 +359,17 @@ impl HandleTable {
     pub(crate) fn slots_used(&self) -> usize {
         self.fresh.load(Ordering::Acquire).min(self.max_slots()) as usize
     }
+
+    /// Slots retired at their last generation.
+    pub(crate) fn slots_retired(&self) -> usize {
+        self.retired.load(Ordering::Relaxed) as usize
+    }
+
+    /// Start the generations of slots not yet handed out at `generation` (tests: generations
+    /// near the last one).
+    pub(crate) fn start_generations_at(&self, generation: u32) {
+        self.first_generation.store(generation, Ordering::Relaxed);
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -320,14 +403,14 @@ mod tests {
     fn pins_block_removal() {
         let table = HandleTable::new(1, 10, 1).unwrap();
         let h = table.insert(0, 0, 64, 6, 0).unwrap();
-        assert_eq!(table.pin(h), Ok(1));
-        assert_eq!(table.pin(h), Ok(2));
+        assert_eq!(table.pin(h, PinKind::User), Ok(1));
+        assert_eq!(table.pin(h, PinKind::User), Ok(2));
         assert_eq!(table.remove(h), Err(Error::Pinned { pins: 2 }));
-        assert_eq!(table.unpin(h), Ok(1));
-        assert_eq!(table.unpin(h), Ok(0));
-        assert!(table.unpin(h).is_err());
+        assert_eq!(table.unpin(h, PinKind::User), Ok(1));
+        assert_eq!(table.unpin(h, PinKind::User), Ok(0));
+        assert!(table.unpin(h, PinKind::User).is_err());
         table.remove(h).unwrap();
-        assert!(table.pin(h).is_err());
+        assert!(table.pin(h, PinKind::User).is_err());
     }
 
     #[test]
@@ -381,6 +464,29 @@ mod loom_models {
     use loom::sync::Arc;
     use loom::thread;
 
+    /// A buffer view pins and unpins while its block's user pins once and unpins twice: the
+    /// user's second unpin is refused whatever the view does (it never drops the view's pin),
+    /// the view's unpin always finds its pin, and afterwards the block frees.
+    #[test]
+    fn user_pins_never_drop_view_pins() {
+        loom::model(|| {
+            let table = Arc::new(HandleTable::new(1, 4, 1));
+            let h = table.insert(0, 0, 8, 0, 0).unwrap();
+            let t2 = table.clone();
+            let viewer = thread::spawn(move || {
+                t2.pin(h, PinKind::View).unwrap();
+                let freed = t2.remove(h).is_ok();
+                t2.unpin(h, PinKind::View).unwrap();
+                freed
+            });
+            table.pin(h, PinKind::User).unwrap();
+            table.unpin(h, PinKind::User).unwrap();
+            assert!(table.unpin(h, PinKind::User).is_err(), "a user unpin dropped a view's pin");
+            assert!(!viewer.join().unwrap(), "a pinned block was freed");
+            table.remove(h).unwrap();
+        });
+    }
+
     /// Two threads free the same handle: exactly one succeeds.
     #[test]
     fn racing_double_free_has_one_winner() {
@@ -406,9 +512,8 @@ impl HandleTable {
             if !Self::matches(state, handle) {
                 return Err(Error::InvalidHandle(HandleFault::Freed));
             }
-            let pins = (state >> PIN_SHIFT) as u32;
-            if pins > 0 {
-                return Err(Error::Pinned { pins });
+            if state & PINS != 0 {
+                return Err(Error::Pinned { pins: pins_of(state) });
             }
             if state & MOVING != 0 {
                 return Err(Error::InvalidMove { reason: "the block is named twice in the batch".into() });
@@ -435,8 +540,8 @@ impl HandleTable {
         debug_assert!(before & MOVING != 0 && before & GENERATION_MASK == handle.generation() as u64);
     }
 
-    /// Add a pin without waiting: [`Error::Moving`] while the block is being moved.
-    pub(crate) fn try_pin(&self, handle: Handle) -> Result<u32> {
+    /// Add a pin of `kind` without waiting: [`Error::Moving`] while the block is being moved.
+    pub(crate) fn try_pin(&self, handle: Handle, kind: PinKind) -> Result<u32> {
         let slot = self.live_slot(handle)?;
         let mut state = slot.state.load(Ordering::Acquire);
         loop {
@@ -446,11 +551,12 @@ impl HandleTable {
             if state & MOVING != 0 {
                 return Err(Error::Moving);
             }
-            let pins = state >> PIN_SHIFT;
+            let pins = kind.count(state);
             if pins >= MAX_PINS {
-                return Err(Error::Pinned { pins: pins as u32 });
+                return Err(Error::Pinned { pins: pins_of(state) });
             }
-            match slot.state.compare_exchange_weak(state, state + PIN_ONE, Ordering::AcqRel, Ordering::Acquire) {
+            let one = 1 << kind.shift();
+            match slot.state.compare_exchange_weak(state, state + one, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(pins as u32 + 1),
                 Err(seen) => state = seen,
             }
@@ -472,7 +578,7 @@ impl HandleTable {
                     break;
                 }
                 let handle = Handle { pool: self.pool, slot: index, generation: state as u32 };
-                if state >> PIN_SHIFT != 0 {
+                if state & PINS != 0 {
                     f(handle, Self::read_info(slot, state), false);
                     break;
                 }
@@ -508,15 +614,15 @@ mod move_tests {
         let info = table.begin_move(h).unwrap();
         assert_eq!(info.offset, 4096);
         assert!(table.is_moving(h));
-        assert_eq!(table.try_pin(h), Err(Error::Moving));
+        assert_eq!(table.try_pin(h, PinKind::User), Err(Error::Moving));
         assert!(matches!(table.begin_move(h), Err(Error::InvalidMove { .. })));
         table.set_moved_offset(h, 8192);
         table.end_move(h);
         assert!(!table.is_moving(h));
-        assert_eq!(table.try_pin(h), Ok(1));
+        assert_eq!(table.try_pin(h, PinKind::User), Ok(1));
         assert_eq!(table.get(h).unwrap().offset, 8192);
         assert_eq!(table.begin_move(h), Err(Error::Pinned { pins: 1 }));
-        table.unpin(h).unwrap();
+        table.unpin(h, PinKind::User).unwrap();
         table.remove(h).unwrap();
         assert_eq!(table.begin_move(h), Err(Error::InvalidHandle(HandleFault::Freed)));
     }
@@ -538,10 +644,10 @@ mod loom_moves {
             let h = table.insert(0, 100, 8, 0, 0).unwrap();
             let t2 = table.clone();
             let pinner = thread::spawn(move || {
-                t2.pin(h).unwrap(); // waits while moving
+                t2.pin(h, PinKind::User).unwrap(); // waits while moving
                 let first = t2.get(h).unwrap().offset;
                 let second = t2.get(h).unwrap().offset;
-                t2.unpin(h).unwrap();
+                t2.unpin(h, PinKind::User).unwrap();
                 (first, second)
             });
             let moved = match table.begin_move(h) {

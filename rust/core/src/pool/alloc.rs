@@ -214,14 +214,15 @@ impl Pool {
         Err(self.refusal(size, align))
     }
 
-    /// Why `request` refused: the error for a size or alignment it cannot take.
+    /// Why `request` refused: the error for a size or alignment it cannot take. A request larger
+    /// than the arena counts as a failed allocation (and is traced as one, without a tag).
     #[cold]
     fn refusal(&self, size: usize, align: usize) -> Error {
         let capacity = self.config.capacity;
         if size == 0 {
             Error::InvalidSize { size: 0, reason: "a block must have at least 1 byte" }
         } else if size > capacity {
-            Error::TooLarge { size, capacity }
+            self.refuse_too_large(size, Some(align), 0)
         } else if !align.is_power_of_two() {
             Error::InvalidAlignment {
                 align: align as u128,
@@ -233,6 +234,17 @@ impl Pool {
                 reason: format!("must not be larger than the arena ({capacity} bytes)"),
             }
         }
+    }
+
+    /// The error for a request of `size` bytes, larger than the whole arena, from a caller that
+    /// checked the size itself (the binding): it counts as a failed allocation and is traced as
+    /// one, like a request nothing could place.
+    #[cold]
+    pub fn refuse_too_large(&self, size: usize, align: Option<usize>, tag: u32) -> Error {
+        let core = cpu::current_core(self.arena.cores.len());
+        self.counters.on_failed(core);
+        self.trace.on_failed(core, size, align.unwrap_or(self.config.alignment), tag);
+        Error::TooLarge { size, capacity: self.config.capacity }
     }
 
     pub(crate) fn finish(&self, placed: Placed, request: &Request, core: usize, tag: u32) -> Result<Handle> {

@@ -246,9 +246,10 @@ impl Pool {
             }
         }
         let listed = self.handles.count_free_listed();
-        if listed + live != self.handles.slots_used() {
+        let retired = self.handles.slots_retired();
+        if listed + live + retired != self.handles.slots_used() {
             findings.push(format!(
-                "handle table: {live} live + {listed} free-listed != {} slots used (a slot was lost)",
+                "handle table: {live} live + {listed} free-listed + {retired} retired != {} slots used (a slot was lost)",
                 self.handles.slots_used()
             ));
         }

@@ -6,8 +6,9 @@
 //!   (plan, move, check), until [`Pool::resume`]. The thread that paused may still allocate and
 //!   free meanwhile (it is the only one); while it moves blocks ([`Pool::busy`]), its own calls
 //!   are refused. Maintenance calls pause briefly on their own ([`Pool::pause_for_maintenance`]).
-//! * Pins keep a block from being freed or moved: [`Pool::try_pin`] never waits, `pin_waiting`
-//!   waits while the block is being moved, `pin_for_access` pins for one read or write.
+//! * Pins keep a block from being freed or moved: [`Pool::try_pin`] (a user pin) and
+//!   [`Pool::try_pin_view`] (a view pin) never wait, `pin_waiting` waits while the block is
+//!   being moved, `pin_for_access` takes a view pin for one read or write.
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use super::pool::Pool;
 use crate::error::{Error, Result};
 use crate::gate::{Entered, PauseError, PauseGuard, Refusal};
 use crate::handle::id::Handle;
+use crate::handle::table::PinKind;
 use crate::util::cpu;
 
 /// How long `check()` and other pausing calls wait for calls in flight.
@@ -127,18 +129,24 @@ impl Pool {
         self.counters.on_rescued(cpu::current_core(self.arena.cores.len()));
     }
 
-    /// Add a pin without waiting: [`Error::Moving`] while the block is being moved (callers
+    /// Add a user pin without waiting: [`Error::Moving`] while the block is being moved (callers
     /// holding a lock a mover may need, such as the GIL, wait without it).
     pub fn try_pin(&self, handle: Handle) -> Result<u32> {
-        self.handles.try_pin(handle)
+        self.handles.try_pin(handle, PinKind::User)
     }
 
-    /// Add a pin, waiting while the block is being moved ([`Error::Relocating`] for the moving
-    /// thread itself, which would wait forever).
-    pub(crate) fn pin_waiting(&self, handle: Handle) -> Result<u32> {
-        match self.handles.try_pin(handle) {
+    /// Add a view pin (for a buffer view of the block) without waiting, as [`Pool::try_pin`].
+    /// Only [`Pool::unpin_view`] drops it.
+    pub fn try_pin_view(&self, handle: Handle) -> Result<u32> {
+        self.handles.try_pin(handle, PinKind::View)
+    }
+
+    /// Add a pin of `kind`, waiting while the block is being moved ([`Error::Relocating`] for
+    /// the moving thread itself, which would wait forever).
+    pub(crate) fn pin_waiting(&self, handle: Handle, kind: PinKind) -> Result<u32> {
+        match self.handles.try_pin(handle, kind) {
             Err(Error::Moving) if self.gate.moving_here() => Err(Error::Relocating),
-            Err(Error::Moving) => self.handles.pin(handle),
+            Err(Error::Moving) => self.handles.pin(handle, kind),
             other => other,
         }
     }
@@ -148,7 +156,7 @@ impl Pool {
         if !self.has_backing() {
             return Err(Error::NoBacking);
         }
-        self.pin_waiting(handle)?;
+        self.pin_waiting(handle, PinKind::View)?;
         Ok(Unpin(self, handle))
     }
 }
@@ -158,6 +166,6 @@ pub(crate) struct Unpin<'a>(&'a Pool, Handle);
 
 impl Drop for Unpin<'_> {
     fn drop(&mut self) {
-        let _ = self.0.handles.unpin(self.1);
+        let _ = self.0.handles.unpin(self.1, PinKind::View);
     }
 }

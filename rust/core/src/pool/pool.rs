@@ -25,7 +25,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::gate::{self, Gate};
 use crate::handle::id::Handle;
-use crate::handle::table::{HandleTable, SlotInfo};
+use crate::handle::table::{HandleTable, PinKind, SlotInfo};
 use crate::stats::counters::Counters;
 use crate::stats::thread::ThreadStats;
 use crate::trace::recorder::Trace;
@@ -156,14 +156,33 @@ impl Pool {
         }
     }
 
-    /// Add a pin: a pinned block cannot be freed or moved. Returns the pins now.
+    /// Add a user pin: a pinned block cannot be freed or moved. Returns the user pins now.
     pub fn pin(&self, handle: Handle) -> Result<u32> {
-        self.pin_waiting(handle) // waits while the block is being moved (pause.rs)
+        self.pin_waiting(handle, PinKind::User) // waits while the block is being moved (pause.rs)
     }
 
-    /// Remove a pin. Returns the pins left.
+    /// Remove a user pin ([`Error::InvalidBlock`] without one: the pins of buffer views are not
+    /// the caller's to drop). Returns the user pins left.
     pub fn unpin(&self, handle: Handle) -> Result<u32> {
-        self.handles.unpin(handle)
+        self.handles.unpin(handle, PinKind::User)
+    }
+
+    /// Start the generations of handle slots not yet used at `generation` instead of 0: a test
+    /// hook, to reach the last generation (where a slot retires) without 2^32 frees.
+    #[doc(hidden)]
+    pub fn start_generations_at(&self, generation: u32) {
+        self.handles.start_generations_at(generation);
+    }
+
+    /// Add a view pin, for a buffer view of the block's bytes, waiting while the block is being
+    /// moved. Returns the view pins now.
+    pub fn pin_view(&self, handle: Handle) -> Result<u32> {
+        self.pin_waiting(handle, PinKind::View)
+    }
+
+    /// Remove a view pin (when its view is released). Returns the view pins left.
+    pub fn unpin_view(&self, handle: Handle) -> Result<u32> {
+        self.handles.unpin(handle, PinKind::View)
     }
 
     /// Every live block (through a handle), in offset order.

@@ -124,6 +124,20 @@ impl Pool {
         (bytes, requested)
     }
 
+    /// Start a new peak: `peak_bytes_in_use` becomes the bytes in use now. Returns the peak it
+    /// replaces (a scope that measures its own peak gives it back with [`Pool::raise_peak`]).
+    pub fn reset_peak(&self) -> usize {
+        let (slab_bytes, _) = self.slab_objects(&self.slab_counters.totals());
+        let total = self.counters.totals().bytes.max(0) as u64 + slab_bytes;
+        self.counters.reset_peak(total, slab_bytes) as usize
+    }
+
+    /// Raise `peak_bytes_in_use` to at least `bytes` (an earlier peak, after a scope that reset
+    /// it has ended).
+    pub fn raise_peak(&self, bytes: usize) {
+        self.counters.raise_peak(bytes as u64);
+    }
+
     /// Raise the peak to the exact bytes in use now (slab objects included).
     pub(crate) fn sample_peak(&self) {
         let (slab_bytes, _) = self.slab_objects(&self.slab_counters.totals());

@@ -190,6 +190,18 @@ impl Counters {
         }
     }
 
+    /// Set the peak to `current` (an exact total just taken, as for [`Counters::sample`]);
+    /// returns the peak it replaces.
+    pub(crate) fn reset_peak(&self, current: u64, slab_bytes: u64) -> u64 {
+        self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
+        self.shared.peak.swap(current, Ordering::AcqRel)
+    }
+
+    /// Raise the peak to at least `value`.
+    pub(crate) fn raise_peak(&self, value: u64) {
+        self.shared.peak.fetch_max(value, Ordering::AcqRel);
+    }
+
     /// The peak, raised to `current` first (an exact total just taken, slab objects included,
     /// whose slab part `slab_bytes` is remembered for later estimates).
     pub(crate) fn sample(&self, current: u64, slab_bytes: u64) -> u64 {

@@ -92,7 +92,7 @@ macro_rules! pool_stats_fields {
             alloc_count: u64,
             /// Frees since the pool was made.
             free_count: u64,
-            /// Allocations that raised out-of-memory.
+            /// Allocations that raised out-of-memory (requests larger than the arena included).
             failed_allocs: u64,
             /// Allocations served outside the caller's own core pool.
             overflow_allocs: u64,

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use npumem_core::{Backing, Move, Placement};
+use npumem_core::{Backing, EventKind, Move, Placement};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
 
 use super::config::{config_error, pool_config};
 use super::state::Pool;
@@ -15,12 +15,15 @@ use crate::c_pool;
 use crate::compaction_plan::CompactionPlan;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::{detached, without_gil};
+use crate::measure::Measurement;
 use crate::mover;
 use crate::oom::OomHandler;
 use crate::pause::Pause;
 use crate::snapshot::RawSnapshot;
+use crate::stacks::Stacks;
 use crate::stats::PoolStats;
 use crate::step_report::StepReport;
+use crate::tag_stats::TagCounters;
 use crate::tags::Tags;
 use crate::trace::{event_tuple, TraceStatus};
 use crate::views;
@@ -78,7 +81,14 @@ impl Pool {
                 .clone(),
             None => PyString::new(py, &format!("pool-{}", core.id())),
         };
-        Ok(Pool { core: Arc::new(core), name: name.unbind(), tags: Tags::new(py)?, oom: OomHandler::default() })
+        Ok(Pool {
+            core: Arc::new(core),
+            name: name.unbind(),
+            tags: Tags::new(py)?,
+            oom: OomHandler::default(),
+            stacks: Stacks::default(),
+            by_tag: TagCounters::default(),
+        })
     }
 
     /// Allocate a block of `nbytes` bytes. `align` (a power of two) overrides the pool's default
@@ -93,7 +103,10 @@ impl Pool {
         let py = slf.py();
         let this = slf.get();
         let capacity = this.core.capacity();
-        let size = args::size(nbytes, "nbytes", capacity)?;
+        let size = match args::size(nbytes, "nbytes", capacity) {
+            Ok(size) => size,
+            Err(err) => return Err(this.refused(py, err, nbytes, align, tag)),
+        };
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
         let tag_id = this.tags.id(py, tag.as_ref())?;
@@ -103,8 +116,11 @@ impl Pool {
             Ok(None) => this.oom.alloc(py, core, size, align, tag_id),
             Err(err) => Err(err),
         };
-        let handle = made.inspect_err(|_| this.release_tags(py, tag_id, 0))?;
-        this.tags.hold(tag_id, 1);
+        let handle = made?;
+        this.by_tag.allocated(py, tag_id, size);
+        if this.stacks.enabled() {
+            this.stacks.record(py, handle.to_bits())?;
+        }
         Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind), tag_id))
     }
 
@@ -129,19 +145,19 @@ impl Pool {
         })?;
         let mut wanted = Vec::new();
         for (i, item) in items.enumerate() {
-            wanted.push(args::size_named(&item?, || format!("sizes[{i}]"), capacity)?);
+            let item = item?;
+            match args::size_named(&item, || format!("sizes[{i}]"), capacity) {
+                Ok(size) => wanted.push(size),
+                Err(err) => return Err(this.refused(py, err, &item, align, tag)),
+            }
         }
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
         let tag_id = this.tags.id(py, tag.as_ref())?;
-        let handles = this
-            .oom
-            .alloc_many(py, &this.core, &wanted, align, tag_id)
-            .inspect_err(|_| this.release_tags(py, tag_id, 0))?;
-        this.tags.hold(tag_id, handles.len() as u64);
+        let handles = this.oom.alloc_many(py, &this.core, &wanted, align, tag_id)?;
         // The blocks become Python objects with signals checked now and then: a Ctrl-C raised
         // before the list reaches the caller would drop it with every block still allocated.
-        let made = (|| {
+        let made = (|| -> PyResult<Bound<'py, PyList>> {
             let list = PyList::empty(py);
             for (i, (&handle, &size)) in handles.iter().zip(&wanted).enumerate() {
                 if i % 65536 == 65535 {
@@ -154,12 +170,19 @@ impl Pool {
             py.check_signals()?;
             Ok(list)
         })();
-        made.inspect_err(|_| {
+        let list = made.inspect_err(|_| {
             let core = &this.core;
-            if detached(py, || core.free_many(&handles)).is_ok() {
-                this.release_tags(py, tag_id, handles.len() as u64);
+            let _ = detached(py, || core.free_many(&handles));
+        })?;
+        for &size in &wanted {
+            this.by_tag.allocated(py, tag_id, size);
+        }
+        if this.stacks.enabled() {
+            for handle in &handles {
+                this.stacks.record(py, handle.to_bits())?;
             }
-        })
+        }
+        Ok(list)
     }
 
     /// Free every block of `blocks`, or none: all are checked first (blocks of this pool,
@@ -173,7 +196,7 @@ impl Pool {
             )
         })?;
         let mut handles = Vec::new();
-        let mut tag_ids = Vec::new();
+        let mut freed = Vec::new();
         for (i, item) in items.enumerate() {
             let item = item?;
             let block = item.cast::<Block>().map_err(|_| {
@@ -183,14 +206,13 @@ impl Pool {
                 )
             })?;
             handles.push(block.get().handle_in(slf.get(), i)?);
-            tag_ids.push(block.get().tag_id());
+            freed.push(block.get().tag_and_size());
         }
         let this = slf.get();
         let core = &this.core;
         without_gil(py, || core.free_many(&handles))?;
-        tag_ids.sort_unstable();
-        for run in tag_ids.chunk_by(|a, b| a == b) {
-            this.release_tags(py, run[0], run.len() as u64);
+        for (tag, size) in freed {
+            this.by_tag.freed(py, tag, size);
         }
         Ok(())
     }
@@ -207,7 +229,22 @@ impl Pool {
     fn stats(&self, py: Python<'_>) -> PyResult<PoolStats> {
         let core = &self.core;
         let stats = without_gil(py, || Ok(core.stats()))?;
-        Ok(PoolStats::from_core(stats, self.core.config().capacity))
+        Ok(PoolStats::from_core(stats, self.core.config().capacity, self.by_tag.read(py, &self.tags)))
+    }
+
+    /// Start a new peak: `peak_bytes_in_use` becomes the bytes in use now, and every tag's peak
+    /// its bytes in use now (like `torch.cuda.reset_peak_memory_stats`).
+    fn reset_peak(&self, py: Python<'_>) {
+        self.core.reset_peak();
+        self.by_tag.reset_peaks(py);
+    }
+
+    /// The statistics of a scope: `with pool.measure() as m:` gives `m.peak_bytes_in_use`, the
+    /// allocations, frees and failed allocations made in it, and the bytes in use when it began
+    /// and ended. Scopes nest; the pool's own peak is kept (the larger of the two). The figures
+    /// cover every thread of the pool.
+    fn measure(slf: &Bound<'_, Self>) -> Measurement {
+        Measurement::new(slf.clone().unbind())
     }
 
     /// Pause the pool and prove its metadata consistent; raises `CorruptionError` with the
@@ -229,7 +266,7 @@ impl Pool {
     fn raw_snapshot(&self, py: Python<'_>) -> PyResult<RawSnapshot> {
         let core = &self.core;
         let snap = without_gil(py, || core.snapshot())?;
-        RawSnapshot::from_core(py, snap, &self.tags, core.capacity())
+        RawSnapshot::from_core(py, snap, &self.tags, core.capacity(), self.by_tag.read(py, &self.tags))
     }
 
     /// Pause the pool and return an `npumem.monitor.Snapshot`: every live block, every maximal
@@ -240,35 +277,45 @@ impl Pool {
     }
 
     /// Start a fresh event trace of up to `capacity` events (all cores together; the oldest are
-    /// overwritten when full). Pauses the pool briefly.
-    #[pyo3(signature = (capacity = None), text_signature = "(self, capacity=65536)")]
-    fn trace_start(&self, py: Python<'_>, capacity: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    /// overwritten when full). Pauses the pool briefly. With `stacks=True` every allocation
+    /// made through Python also records the Python call stack of its caller (at most 32 frames,
+    /// most recent call first), which `trace_drain` attaches to its `alloc` event; this costs
+    /// a few microseconds per allocation.
+    #[pyo3(signature = (capacity = None, *, stacks = None), text_signature = "(self, capacity=65536, *, stacks=False)")]
+    fn trace_start(
+        &self,
+        py: Python<'_>,
+        capacity: Option<&Bound<'_, PyAny>>,
+        stacks: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let n = args::trace_capacity(capacity)?;
+        let stacks = args::flag(stacks, "stacks")?;
         let core = &self.core;
-        without_gil(py, || core.trace_start(n))
+        without_gil(py, || core.trace_start(n))?;
+        self.stacks.set(stacks);
+        Ok(())
     }
 
-    /// Stop recording; events recorded so far stay until drained.
+    /// Stop recording; events recorded so far (and their stacks) stay until drained.
     fn trace_stop(&self, py: Python<'_>) -> PyResult<()> {
+        self.stacks.set(false);
         let core = &self.core;
         without_gil(py, || core.trace_stop())
     }
 
     /// The events recorded since the last drain, oldest first, as tuples
-    /// `(time_ns, kind, offset, size, core, tag, handle, aux)`.
+    /// `(time_ns, kind, offset, size, core, tag, handle, aux, stack)`; `stack` is a tuple of
+    /// `(file, line, function)` for allocations traced with `stacks=True`, else None.
     fn trace_drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let core = &self.core;
         let events = detached(py, || core.trace_drain());
-        let tuples = events.iter().map(|e| event_tuple(py, e, &self.tags)).collect();
-        if !self.tracing() {
-            self.tags.drop_retired(py);
-        }
-        tuples
-    }
-
-    /// How many tag strings the pool keeps now (those blocks carry, and a few idle ones).
-    fn _tags_interned(&self, py: Python<'_>) -> usize {
-        self.tags.len(py)
+        events
+            .iter()
+            .map(|e| {
+                let stack = if e.kind == EventKind::Alloc { self.stacks.take(py, e.handle)? } else { None };
+                event_tuple(py, e, &self.tags, stack)
+            })
+            .collect()
     }
 
     /// Where the trace stands: enabled, capacity, recorded, drained, dropped.
@@ -407,6 +454,7 @@ impl Pool {
     }
 
     fn __clear__(&self) {
+        self.stacks.clear();
         self.oom.clear()
     }
 
@@ -522,14 +570,27 @@ impl Pool {
 }
 
 impl Pool {
-    /// Whether trace events may still name tags: recording, or events not yet drained.
-    fn tracing(&self) -> bool {
-        let s = self.core.trace_status();
-        s.enabled || s.recorded > s.drained + s.dropped
-    }
-
-    /// `blocks` blocks with tag `id` are gone (0: an allocation with it failed).
-    pub(crate) fn release_tags(&self, py: Python<'_>, id: u32, blocks: u64) {
-        self.tags.release(py, id, blocks, || self.tracing());
+    /// `err`, the refusal of a size argument; a size larger than the whole arena also counts as
+    /// a failed allocation in the core (and is traced as one), as `RequestTooLargeError` is an
+    /// `OutOfMemoryError`.
+    fn refused(
+        &self,
+        py: Python<'_>,
+        err: PyErr,
+        nbytes: &Bound<'_, PyAny>,
+        align: Option<&Bound<'_, PyAny>>,
+        tag: Option<&Bound<'_, PyAny>>,
+    ) -> PyErr {
+        let capacity = self.core.capacity();
+        let too_large =
+            !nbytes.is_instance_of::<PyBool>() && nbytes.cast::<PyInt>().is_ok_and(|n| n.gt(capacity).unwrap_or(false));
+        if too_large {
+            let size = nbytes.extract::<usize>().unwrap_or(usize::MAX);
+            let align = args::alignment(align, capacity).ok().flatten();
+            let tag = args::tag(tag).ok().flatten();
+            let tag_id = self.tags.id(py, tag.as_ref()).unwrap_or(0);
+            self.core.refuse_too_large(size, align, tag_id);
+        }
+        err
     }
 }

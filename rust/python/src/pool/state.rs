@@ -6,6 +6,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::oom::OomHandler;
+use crate::stacks::Stacks;
+use crate::tag_stats::TagCounters;
 use crate::tags::Tags;
 
 /// A pool over one arena: allocate blocks from any thread, read `stats()`, `check()` it.
@@ -19,4 +21,8 @@ pub struct Pool {
     pub(crate) tags: Tags,
     /// Called when an allocation fails for lack of memory.
     pub(crate) oom: OomHandler,
+    /// Python call stacks of allocations, while a trace records them.
+    pub(crate) stacks: Stacks,
+    /// Blocks and bytes by tag (`PoolStats.by_tag`).
+    pub(crate) by_tag: TagCounters,
 }

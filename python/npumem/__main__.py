@@ -1,0 +1,10 @@
+"""`python -m npumem`: the same as the `npumem` command."""
+
+from __future__ import annotations
+
+import sys
+
+from npumem.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

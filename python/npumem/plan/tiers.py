@@ -1,0 +1,721 @@
+"""Static plans over several memory pools: which buffers live in SRAM, and where in each pool.
+
+``solve(problem, pools=[("sram", 2 << 20), ("hbm", None)])`` plans the buffers of ``problem``
+into pools given fastest first, each with a capacity (``None``: as large as needed, only for the
+last pool). Each buffer has a weight, what it is worth to have it in a fast pool: its
+:attr:`~npumem.plan.buffers.Buffer.weight` (an access count, or bytes x accesses) or, when it
+has none, its size in bytes.
+
+The choice
+    Pool by pool, fastest first, the planner picks among the buffers not placed yet a set that
+    fits in the pool's capacity with the most weight. Whether a set fits is decided by an actual
+    packing (buffers live at the same time never share bytes), so the choice is always
+    feasible. It is built greedily in several orders (weight per byte, weight, size, and the
+    order of the reduced costs of the bound below, then randomly perturbed ones), each buffer
+    placed at the lowest free offset that holds it; the best set is then repacked with the
+    planner's search (:func:`npumem.plan.search.solve`) and the buffers left out are offered
+    again in the space this frees, then once more each with a short search over the whole set;
+    with the time left, parts of the set live at a random time are taken out and the space
+    refilled. The choice stops early when it meets the bound. The last pool gets every buffer
+    left and is packed by the search. Buffers with a fixed offset stay in the last pool.
+
+The bound
+    No choice can place more weight in the first pool than the linear relaxation of
+
+        maximize  sum w_i x_i
+        subject to  sum of s_i x_i over the buffers live at t  <=  C   for every time t,
+                    x_i in {0, 1},  x_i = 0 when s_i > C
+
+    (a packing within ``C`` bytes never has more than ``C`` bytes live at once). Its Lagrangian
+    dual, ``C sum_t l_t + sum_i max(0, w_i - s_i sum_{t in life(i)} l_t)``, is an upper bound
+    for every ``l >= 0``; subgradient steps drive it down towards the relaxation's optimum.
+    :attr:`TieredSolution.weight_bound` is the smallest value seen, and
+    :attr:`TieredSolution.weight_gap` how far the placed weight is below it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, overload
+
+from npumem.fileio import json_text, write_text
+from npumem.plan.buffers import Buffer
+from npumem.plan.errors import PlanError, PlanValidationError
+from npumem.plan.problem import Problem
+from npumem.plan.search import solve as solve_one
+from npumem.plan.solution import FEASIBLE, NOT_MET, OPTIMAL, Solution
+
+__all__ = [
+    "PoolSpec",
+    "TieredSolution",
+    "buffer_weight",
+    "parse_pools",
+    "solve",
+    "solve_tiers",
+    "weight_bound",
+]
+
+PoolSpec = tuple[str, int | None]
+"""A pool of a tiered plan: ``(name, capacity in bytes)``; ``None``: as large as needed."""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def buffer_weight(buf: Buffer) -> float:
+    """What having ``buf`` in a fast pool is worth: its weight, or its size when it has none."""
+    return float(buf.size if buf.weight is None else buf.weight)
+
+
+def parse_pools(pools: Sequence[PoolSpec] | Sequence[str]) -> list[PoolSpec]:
+    """Check ``pools`` and return them as ``(name, capacity)`` pairs. Items may also be text
+    as on the command line: ``"sram=2MiB"``, ``"hbm"``."""
+    from npumem.sizes import parse_bytes
+
+    out: list[PoolSpec] = []
+    if isinstance(pools, str | bytes) or not isinstance(pools, Sequence) or not pools:
+        raise PlanError("pools must be a non-empty list of (name, capacity) pairs")
+    for item in pools:
+        if isinstance(item, str):
+            name, sep, cap_text = item.partition("=")
+            capacity: int | None = parse_bytes(cap_text) if sep else None
+        elif isinstance(item, tuple) and len(item) == 2:
+            name, capacity = item
+        else:
+            raise PlanError(f"a pool is (name, capacity) or 'NAME[=BYTES]', got {item!r}")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise PlanError(f"pool name {name!r} must be an identifier (letters, digits, _)")
+        if capacity is not None and (
+            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
+        ):
+            raise PlanError(
+                f"pool {name!r}: capacity must be an int >= 1 or None, got {capacity!r}"
+            )
+        out.append((name, capacity))
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise PlanError(f"pool names must differ, got {names}")
+    if any(cap is None for _, cap in out[:-1]):
+        raise PlanError("only the last pool may have no capacity")
+    return out
+
+
+# ----- the bound -------------------------------------------------------------------------------
+
+
+def weight_bound(
+    problem: Problem,
+    capacity: int,
+    *,
+    candidates: Sequence[int] | None = None,
+    iterations: int = 300,
+    target: float = 0.0,
+) -> tuple[float, list[float]]:
+    """An upper bound on the weight of buffers that fit in ``capacity`` bytes (see the module
+    docstring), and the reduced cost of each candidate at the best multipliers (higher: more
+    worth placing). ``candidates`` are problem indices (default: all without a fixed offset);
+    ``target`` is a weight known to be reachable, which sizes the subgradient steps."""
+    buffers = problem.buffers
+    if candidates is None:
+        candidates = [i for i, b in enumerate(buffers) if b.offset is None]
+    items = [i for i in candidates if buffers[i].size <= capacity]
+    reduced = {i: buffer_weight(buffers[i]) for i in items}
+    total = sum(reduced.values())
+    if not items:
+        return 0.0, []
+    # Maximal sets of buffers live together start where some buffer starts.
+    points = sorted({buffers[i].lower for i in items})
+    where = {t: k for k, t in enumerate(points)}
+    span: list[tuple[int, int]] = []
+    for i in items:
+        b = buffers[i]
+        lo = where[b.lower]
+        hi = lo
+        while hi < len(points) and points[hi] < b.upper:
+            hi += 1
+        span.append((lo, hi))
+    sizes = [buffers[i].size for i in items]
+    weights = [buffer_weight(buffers[i]) for i in items]
+    lam = [0.0] * len(points)
+    best = total
+    best_reduced = list(weights)
+    theta = 1.0
+    stall = 0
+    for _ in range(iterations):
+        prefix = [0.0]
+        for v in lam:
+            prefix.append(prefix[-1] + v)
+        value = capacity * prefix[-1]
+        load = [0.0] * (len(points) + 1)
+        red: list[float] = []
+        for (lo, hi), s, w in zip(span, sizes, weights, strict=True):
+            r = w - s * (prefix[hi] - prefix[lo])
+            red.append(r)
+            if r > 0:
+                value += r
+                load[lo] += s
+                load[hi] -= s
+        if value < best - 1e-9:
+            best, best_reduced, stall = value, red, 0
+        else:
+            stall += 1
+            if stall >= 10:
+                theta, stall = theta / 2, 0
+        grad: list[float] = []
+        running = 0.0
+        for k in range(len(points)):
+            running += load[k]
+            grad.append(capacity - running)  # the dual's subgradient
+        norm = sum(g * g for v, g in zip(lam, grad, strict=True) if v > 0 or g < 0)
+        if norm == 0 or theta < 1e-6:
+            break
+        step = theta * max(value - target, 1e-9 * max(value, 1.0)) / norm
+        lam = [max(0.0, v - step * g) for v, g in zip(lam, grad, strict=True)]
+    return min(best, total), best_reduced
+
+
+# ----- the choice ------------------------------------------------------------------------------
+
+
+def _first_fit(
+    buffers: Sequence[Buffer],
+    order: Sequence[int],
+    capacity: int,
+    placed: dict[int, int],
+) -> dict[int, int]:
+    """Offer the buffers of ``order`` in turn to a pool of ``capacity`` bytes that already holds
+    ``placed`` (index -> offset); each goes to the lowest aligned offset free of the buffers
+    placed and live with it, if it fits. Returns the new placement (``placed`` plus those)."""
+    out = dict(placed)
+    for i in order:
+        if i in out:
+            continue
+        b = buffers[i]
+        if b.size > capacity:
+            continue
+        taken = sorted(
+            (out[j], out[j] + buffers[j].size)
+            for j in out
+            if buffers[j].lower < b.upper and b.lower < buffers[j].upper
+        )
+        pos = 0
+        for lo, hi in taken:
+            if pos + b.size <= lo:
+                break
+            if hi > pos:
+                pos = -(-hi // b.alignment) * b.alignment
+        if pos + b.size <= capacity:
+            out[i] = pos
+    return out
+
+
+def _weight_of(buffers: Sequence[Buffer], chosen: dict[int, int]) -> float:
+    return sum(buffer_weight(buffers[i]) for i in chosen)
+
+
+def _repack_and_grow(
+    buffers: Sequence[Buffer],
+    chosen: dict[int, int],
+    order: Sequence[int],
+    capacity: int,
+    until: float,
+    seed: int,
+) -> dict[int, int]:
+    """Repack ``chosen`` as tightly as the search can before ``until``, offer the buffers of
+    ``order`` again in the space that frees, and repeat while that places more."""
+    while time.perf_counter() < until:
+        indices = sorted(chosen)
+        sub = Problem([buffers[i] for i in indices])
+        remaining = max(0.0, until - time.perf_counter())
+        tight = solve_one(sub, capacity=None, time_limit=remaining / 2, seed=seed)
+        if tight.arena_size > capacity:
+            break
+        repacked = {i: tight.offsets[buffers[i].id] for i in indices}
+        grown = _first_fit(buffers, order, capacity, repacked)
+        if len(grown) == len(chosen):
+            return repacked
+        chosen = grown
+    return chosen
+
+
+def _choose(
+    problem: Problem,
+    candidates: list[int],
+    capacity: int,
+    reduced: dict[int, float],
+    deadline: float,
+    seed: int,
+    enough: float = math.inf,
+) -> dict[int, int]:
+    """A set of ``candidates`` that fits in ``capacity`` bytes with much weight, packed: index
+    -> offset. First fits in greedy orders and in perturbed ones; the best set is then
+    repacked and grown, the rest offered once more by search, and parts taken out and refilled,
+    until ``deadline`` or until the set weighs ``enough`` (the bound: nothing weighs more)."""
+    buffers = problem.buffers
+    w = {i: buffer_weight(buffers[i]) for i in candidates}
+    s = {i: buffers[i].size for i in candidates}
+    life = {i: buffers[i].lifetime for i in candidates}
+    orders: list[Callable[[int], tuple[float, ...]]] = [
+        lambda i: (-w[i] / s[i], -s[i], i),
+        lambda i: (-w[i] / (s[i] * life[i]), -s[i], i),
+        lambda i: (-w[i], i),
+        lambda i: (-s[i], -w[i], i),
+        lambda i: (-reduced.get(i, 0.0) / s[i], -w[i] / s[i], i),
+        lambda i: (-reduced.get(i, 0.0), -w[i], i),
+    ]
+    # Two fifths of the time for first fits in many orders, the rest to repack the best.
+    search_until = time.perf_counter() + 0.4 * max(deadline - time.perf_counter(), 0.0)
+    best: dict[int, int] = {}
+    best_order: list[int] = []
+
+    def consider(order: list[int]) -> None:
+        nonlocal best, best_order
+        chosen = _first_fit(buffers, order, capacity, {})
+        if _weight_of(buffers, chosen) > _weight_of(buffers, best):
+            best, best_order = chosen, order
+
+    for key in orders:
+        consider(sorted(candidates, key=key))
+    rng = random.Random(seed)
+    base_keys = [orders[0], orders[1], orders[4]]
+    while time.perf_counter() < search_until and _weight_of(buffers, best) < enough:
+        key = base_keys[rng.randrange(len(base_keys))]
+        spread = rng.choice((0.05, 0.2, 0.5))
+        noisy = {i: key(i)[0] * (1.0 + spread * rng.random()) for i in candidates}
+        consider(sorted(candidates, key=lambda i: (noisy[i], i)))
+    if _weight_of(buffers, best) >= enough:
+        return best
+    left = max(deadline - time.perf_counter(), 0.0)
+    grow_until = time.perf_counter() + 0.75 * left
+    best = _repack_and_grow(buffers, best, best_order, capacity, grow_until, seed)
+    best = _insert_by_search(buffers, best, best_order, capacity, deadline, seed)
+    if _weight_of(buffers, best) >= enough:
+        return best
+    return _ruin_and_recreate(buffers, best, candidates, capacity, deadline, rng, enough)
+
+
+def _ruin_and_recreate(
+    buffers: Sequence[Buffer],
+    chosen: dict[int, int],
+    candidates: Sequence[int],
+    capacity: int,
+    until: float,
+    rng: random.Random,
+    enough: float = math.inf,
+) -> dict[int, int]:
+    """Until ``until``: take out some of the chosen buffers live at a random time, offer every
+    buffer left out in a perturbed order of weight per byte (the others stay where they are),
+    and keep the result when it weighs at least as much."""
+    if not chosen:
+        return chosen
+    density = {i: buffer_weight(buffers[i]) / buffers[i].size for i in candidates}
+    best, best_weight = chosen, _weight_of(buffers, chosen)
+    while time.perf_counter() < until and best_weight < enough:
+        pivot = buffers[rng.choice(list(best))]
+        t = rng.randrange(pivot.lower, pivot.upper)
+        share = rng.choice((0.3, 0.6, 1.0))
+        kept = {
+            i: o
+            for i, o in best.items()
+            if not (buffers[i].lower <= t < buffers[i].upper and rng.random() < share)
+        }
+        noise = rng.choice((0.05, 0.2, 0.5))
+        order = sorted(
+            (i for i in candidates if i not in kept),
+            key=lambda i: (-density[i] * (1.0 + noise * rng.random()), i),
+        )
+        trial = _first_fit(buffers, order, capacity, kept)
+        weight = _weight_of(buffers, trial)
+        if weight >= best_weight:
+            best, best_weight = trial, weight
+    return best
+
+
+def _insert_by_search(
+    buffers: Sequence[Buffer],
+    chosen: dict[int, int],
+    order: Sequence[int],
+    capacity: int,
+    until: float,
+    seed: int,
+) -> dict[int, int]:
+    """Offer each buffer of ``order`` left out of ``chosen`` once more, repacking the whole set
+    with the search (a short run per buffer) instead of keeping the others in place."""
+    for i in order:
+        now = time.perf_counter()
+        if now >= until:
+            break
+        if i in chosen or buffers[i].size > capacity:
+            continue
+        b = buffers[i]
+        live = [j for j in chosen if buffers[j].lower < b.upper and b.lower < buffers[j].upper]
+        # Cheap necessary test: at the start of each buffer live with it, the bytes live then.
+        points = {b.lower} | {buffers[j].lower for j in live if buffers[j].lower > b.lower}
+        if any(
+            b.size + sum(buffers[j].size for j in live if buffers[j].lower <= t < buffers[j].upper)
+            > capacity
+            for t in points
+        ):
+            continue
+        indices = [*sorted(chosen), i]
+        sub = Problem([buffers[j] for j in indices])
+        trial = solve_one(sub, capacity=capacity, time_limit=min(0.05, until - now), seed=seed)
+        if trial.arena_size <= capacity:
+            chosen = {j: trial.offsets[buffers[j].id] for j in indices}
+    return chosen
+
+
+# ----- the solution ----------------------------------------------------------------------------
+
+
+class TieredSolution:
+    """A plan over several pools: each buffer's pool and its offset there.
+
+    ``solutions[name]`` is the plan of one pool (an ordinary :class:`~npumem.plan.Solution`
+    over the buffers of that pool); ``pool_of[id]`` names each buffer's pool.
+    """
+
+    def __init__(
+        self,
+        problem: Problem,
+        pools: Sequence[PoolSpec],
+        solutions: dict[str, Solution],
+        *,
+        weight_bound: float,
+        seconds: float = 0.0,
+    ) -> None:
+        self.problem = problem
+        self.pools = list(pools)
+        self.solutions = solutions
+        self.pool_of: dict[str, str] = {
+            buf_id: name for name, sol in solutions.items() for buf_id in sol.offsets
+        }
+        self.offsets: dict[str, int] = {
+            buf_id: off for sol in solutions.values() for buf_id, off in sol.offsets.items()
+        }
+        self.weight_bound = weight_bound
+        """No choice places more weight in the first pool (see the module docstring)."""
+        self.seconds = seconds
+        self.status = FEASIBLE if self.fits else NOT_MET
+        """``feasible`` when every pool is within its capacity, else ``capacity-not-met``."""
+
+    @property
+    def fits(self) -> bool:
+        """Whether every pool's arena is within its capacity."""
+        return all(
+            cap is None or self.solutions[name].arena_size <= cap for name, cap in self.pools
+        )
+
+    def weight_in(self, pool: str) -> float:
+        """The weight of the buffers placed in ``pool``."""
+        return sum(buffer_weight(self.problem[i]) for i in self.solutions[pool].offsets)
+
+    @property
+    def weight_total(self) -> float:
+        return sum(buffer_weight(b) for b in self.problem.buffers)
+
+    @property
+    def weight_placed(self) -> float:
+        """The weight of the buffers in the first (fastest) pool."""
+        return self.weight_in(self.pools[0][0])
+
+    @property
+    def weight_gap(self) -> float:
+        """How far the placed weight is below the bound, as a fraction of the bound."""
+        if self.weight_bound <= 0:
+            return 0.0
+        return max(0.0, (self.weight_bound - self.weight_placed) / self.weight_bound)
+
+    @property
+    def weight_status(self) -> str:
+        """``optimal`` when the placed weight meets the bound, else ``feasible``."""
+        return OPTIMAL if self.weight_placed >= self.weight_bound - 1e-6 else FEASIBLE
+
+    def summary(self) -> str:
+        first = self.pools[0][0]
+        parts = [
+            f"{name}: {len(self.solutions[name].offsets)} buffers, arena "
+            f"{self.solutions[name].arena_size:,} bytes" + ("" if cap is None else f" of {cap:,}")
+            for name, cap in self.pools
+        ]
+        return (
+            "; ".join(parts) + f"; weight in {first} {self.weight_placed:,.0f} of at most "
+            f"{self.weight_bound:,.0f} (gap {self.weight_gap:.2%}), {self.status}, "
+            f"{self.seconds:.3f} s"
+        )
+
+    def __repr__(self) -> str:
+        return f"<TieredSolution {self.summary()}>"
+
+    def validate(self, *, capacities: bool = True) -> None:
+        """Raise :class:`~npumem.plan.errors.PlanValidationError` unless every buffer is in
+        exactly one pool, each pool's plan is valid (aligned, pinned buffers in place, no two
+        buffers live at the same time share a byte of the pool) and, with ``capacities``,
+        within its capacity (:attr:`fits` tells whether they were met)."""
+        seen: dict[str, str] = {}
+        for name, cap in self.pools:
+            sol = self.solutions.get(name)
+            if sol is None:
+                raise PlanValidationError(f"pool {name!r} has no plan")
+            for buf_id in sol.offsets:
+                if buf_id in seen:
+                    raise PlanValidationError(
+                        f"buffer {buf_id!r} is in pools {seen[buf_id]!r} and {name!r}"
+                    )
+                seen[buf_id] = name
+            try:
+                sol.validate(capacity=cap if capacities else None)
+            except PlanValidationError as exc:
+                raise PlanValidationError(f"pool {name!r}: {exc}") from None
+        missing = [b.id for b in self.problem.buffers if b.id not in seen]
+        if missing:
+            raise PlanValidationError(f"buffer(s) in no pool: {', '.join(missing[:5])}")
+
+    # ----- exports ----------------------------------------------------------------------------
+
+    def tensor_offsets(self) -> dict[str, tuple[str, int, int]]:
+        """``name -> (pool, offset, size)`` for every tensor, aliases included."""
+        table: dict[str, tuple[str, int, int]] = {}
+        for name, sol in self.solutions.items():
+            for tensor, (off, size) in sol.tensor_offsets().items():
+                table[tensor] = (name, off, size)
+        return table
+
+    def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
+        """``id,lower,upper,size[,alignment][,weight],pool,offset``, in problem order."""
+        buffers = self.problem.buffers
+        with_align = any(b.alignment != 1 for b in buffers)
+        with_weight = any(b.weight is not None for b in buffers)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(
+            ["id", "lower", "upper", "size"]
+            + (["alignment"] if with_align else [])
+            + (["weight"] if with_weight else [])
+            + ["pool", "offset"]
+        )
+        for b in buffers:
+            row: list[object] = [b.id, b.lower, b.upper, b.size]
+            if with_align:
+                row.append(b.alignment)
+            if with_weight:
+                row.append("" if b.weight is None else b.weight)
+            row += [self.pool_of[b.id], self.offsets[b.id]]
+            writer.writerow(row)
+        text = out.getvalue()
+        if path is not None:
+            write_text(path, text)
+        return text
+
+    def to_json_obj(self) -> dict[str, Any]:
+        """Summary figures, one entry per pool, buffers with ``pool`` and ``offset``, tensors."""
+        obj = self.problem.to_json_obj()
+        for entry in obj["buffers"]:
+            entry["pool"] = self.pool_of[entry["id"]]
+            entry["offset"] = self.offsets[entry["id"]]
+        pools = []
+        for name, cap in self.pools:
+            sol = self.solutions[name]
+            pools.append(
+                {
+                    "name": name,
+                    "capacity": cap,
+                    "arena_size": sol.arena_size,
+                    "lower_bound": sol.lower_bound,
+                    "buffers": len(sol.offsets),
+                    "weight": self.weight_in(name),
+                }
+            )
+        return {
+            "status": self.status,
+            "weight_placed": self.weight_placed,
+            "weight_bound": self.weight_bound,
+            "weight_gap": self.weight_gap,
+            "weight_total": self.weight_total,
+            "seconds": self.seconds,
+            "pools": pools,
+            **obj,
+            "tensors": [
+                {"name": t, "pool": p, "offset": o, "size": s}
+                for t, (p, o, s) in self.tensor_offsets().items()
+            ],
+        }
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        text = json_text(self.to_json_obj(), indent=1)
+        if path is not None:
+            write_text(path, text)
+        return text
+
+    def to_c_header(
+        self, path: str | os.PathLike[str] | None = None, *, prefix: str = "npumem_plan"
+    ) -> str:
+        """A C header with one static offset table per pool (``<prefix>_<pool>_table``) and each
+        pool's arena size and entry count."""
+        ident = re.sub(r"[^0-9A-Za-z_]", "_", prefix) or "npumem_plan"
+        if ident[0].isdigit():
+            ident = f"_{ident}"
+        macro = ident.upper()
+        lines = [
+            "/* Generated by npumem.plan: static offsets of a plan over several pools.",
+            f" * problem: {self.problem.name or '(unnamed)'}; weight in "
+            f"{self.pools[0][0]} {self.weight_placed:.0f} of at most {self.weight_bound:.0f}. */",
+            f"#ifndef {macro}_H",
+            f"#define {macro}_H",
+            "",
+            "#include <stddef.h>",
+            "",
+            f"typedef struct {ident}_entry {{",
+            "    const char *name;",
+            "    size_t offset;",
+            "    size_t size;",
+            f"}} {ident}_entry;",
+            "",
+        ]
+        for name, cap in self.pools:
+            sol = self.solutions[name]
+            table = sol.tensor_offsets()
+            pm = f"{macro}_{name.upper()}"
+            lines += [
+                f"/* pool {name}: "
+                + ("no capacity" if cap is None else f"capacity {cap} bytes")
+                + " */",
+                f"#define {pm}_ARENA_SIZE {sol.arena_size}u",
+                f"#define {pm}_NUM_TENSORS {len(table)}u",
+            ]
+            if table:
+                lines.append(
+                    f"static const {ident}_entry {ident}_{name}_table[{pm}_NUM_TENSORS] = {{"
+                )
+                for t, (o, s) in table.items():
+                    escaped = t.replace("\\", "\\\\").replace('"', '\\"')
+                    escaped = "".join(
+                        c if 32 <= ord(c) < 127 else "".join(f"\\{x:03o}" for x in c.encode())
+                        for c in escaped
+                    )
+                    lines.append(f'    {{"{escaped}", {o}u, {s}u}},')
+                lines.append("};")
+            lines.append("")
+        lines += [f"#endif /* {macro}_H */", ""]
+        text = "\n".join(lines)
+        if path is not None:
+            write_text(path, text)
+        return text
+
+
+# ----- solve -----------------------------------------------------------------------------------
+
+
+def solve_tiers(
+    problem: Problem,
+    pools: Sequence[PoolSpec] | Sequence[str],
+    *,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    bound_iterations: int = 300,
+) -> TieredSolution:
+    """Plan ``problem`` over ``pools`` (see the module docstring); stops within about
+    ``time_limit`` seconds."""
+    if not time_limit >= 0:
+        raise PlanError(f"time_limit must be >= 0, got {time_limit}")
+    specs = parse_pools(pools)
+    start = time.perf_counter()
+    buffers = problem.buffers
+    remaining = [i for i, b in enumerate(buffers) if b.offset is None]
+    fixed = [i for i, b in enumerate(buffers) if b.offset is not None]
+    chosen_by_pool: dict[str, dict[int, int]] = {}
+    bound = 0.0
+    n_limited = len(specs) - 1
+    for k, (name, cap) in enumerate(specs[:-1]):
+        assert cap is not None
+        share = time_limit * 0.6 / max(n_limited, 1)
+        deadline = time.perf_counter() + share
+        greedy = _first_fit(
+            buffers,
+            sorted(remaining, key=lambda i: -buffer_weight(buffers[i]) / buffers[i].size),
+            cap,
+            {},
+        )
+        value, red = weight_bound(
+            problem,
+            cap,
+            candidates=remaining,
+            iterations=bound_iterations,
+            target=_weight_of(buffers, greedy),
+        )
+        if k == 0:
+            bound = value
+        items = [i for i in remaining if buffers[i].size <= cap]
+        reduced = dict(zip(items, red, strict=False))
+        chosen = _choose(problem, remaining, cap, reduced, deadline, seed, value - 1e-6)
+        chosen_by_pool[name] = chosen
+        remaining = [i for i in remaining if i not in chosen]
+    last_name, last_cap = specs[-1]
+    solutions: dict[str, Solution] = {}
+    for name, cap in specs[:-1]:
+        chosen = chosen_by_pool[name]
+        indices = sorted(chosen)
+        sub = Problem(
+            [buffers[i] for i in indices],
+            aliases=[a for a in problem.aliases if a.base in {buffers[i].id for i in indices}],
+            name=f"{problem.name}:{name}" if problem.name else name,
+        )
+        placed = Solution(sub, {buffers[i].id: chosen[i] for i in indices}, capacity=cap)
+        # A short search may pack the chosen set into less of the pool (room left for others).
+        spare = max(0.0, time_limit - (time.perf_counter() - start)) / (2 * len(specs))
+        if spare > 0 and placed.arena_size > placed.lower_bound:
+            tighter = solve_one(sub, capacity=None, time_limit=spare, seed=seed)
+            if tighter.arena_size < placed.arena_size:
+                placed = Solution(sub, tighter.offsets, capacity=cap)
+        solutions[name] = placed
+    rest = sorted(remaining + fixed)
+    rest_ids = {buffers[i].id for i in rest}
+    sub = Problem(
+        [buffers[i] for i in rest],
+        aliases=[a for a in problem.aliases if a.base in rest_ids],
+        name=f"{problem.name}:{last_name}" if problem.name else last_name,
+    )
+    left = max(0.0, time_limit - (time.perf_counter() - start))
+    solutions[last_name] = solve_one(sub, capacity=last_cap, time_limit=left, seed=seed)
+    if len(specs) == 1:
+        bound = sum(buffer_weight(b) for b in buffers)
+    ordered = {name: solutions[name] for name, _ in specs}
+    return TieredSolution(
+        problem,
+        specs,
+        ordered,
+        weight_bound=max(bound, 0.0),
+        seconds=time.perf_counter() - start,
+    )
+
+
+@overload
+def solve(problem: Problem, *, pools: None = None, **options: Any) -> Solution: ...
+
+
+@overload
+def solve(
+    problem: Problem, *, pools: Sequence[PoolSpec] | Sequence[str], **options: Any
+) -> TieredSolution: ...
+
+
+def solve(
+    problem: Problem,
+    *,
+    pools: Sequence[PoolSpec] | Sequence[str] | None = None,
+    **options: Any,
+) -> Solution | TieredSolution:
+    """:func:`npumem.plan.search.solve` (one arena) without ``pools``; with ``pools``,
+    :func:`solve_tiers`, which returns a :class:`TieredSolution`."""
+    if pools is None:
+        return solve_one(problem, **options)
+    unknown = sorted(set(options) - {"time_limit", "seed", "bound_iterations"})
+    if unknown:
+        raise PlanError(f"with pools, solve() takes time_limit and seed, not {', '.join(unknown)}")
+    return solve_tiers(problem, pools, **options)

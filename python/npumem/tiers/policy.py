@@ -1,0 +1,147 @@
+"""Promotion policies: which blocks deserve the fast tier.
+
+A policy is a small replaceable object with four members (:class:`Policy`):
+
+* ``admit(nbytes, hot)``: whether a new block asks for the fast tier when the caller named no
+  tier;
+* ``touch(heat, now)``: update a block's :class:`Heat` when it is accessed at tick ``now``;
+* ``score(heat, now)``: how hot the block is at tick ``now``; ``rebalance()`` promotes the
+  highest scores and demotes the lowest;
+* ``moves``: whether ``rebalance()`` moves anything at all under this policy;
+* ``per_byte``: whether ``rebalance()`` ranks blocks by score per byte (the most accesses per
+  byte of SRAM) rather than by score alone.
+
+Time is the tiered pool's access clock: one tick per :meth:`~npumem.tiers.TieredPool.touch`.
+Three policies ship:
+
+* :class:`FrequencyPolicy`: access counts with exponential decay (a count halves every
+  ``half_life`` ticks), so a block that was hot and went cold loses its place to hotter ones;
+* :class:`LRUPolicy`: the most recently touched blocks are the hottest;
+* :class:`SizeOnlyPolicy`: placement by size alone, decided once at allocation (small blocks in
+  the fast tier while it has room), never moved: the baseline the others are measured against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from npumem.errors import InvalidArgumentError
+
+__all__ = ["FrequencyPolicy", "Heat", "LRUPolicy", "Policy", "SizeOnlyPolicy"]
+
+
+@dataclass(slots=True)
+class Heat:
+    """What a policy remembers of one block's accesses."""
+
+    value: float = 0.0
+    """The policy's running figure (a decayed count, or nothing)."""
+    last: int = -1
+    """The tick of the last access (-1: never touched)."""
+    count: int = 0
+    """Accesses so far, without decay."""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What :class:`~npumem.tiers.TieredPool` needs of a promotion policy."""
+
+    name: str
+    moves: bool
+    per_byte: bool
+
+    def admit(self, nbytes: int, hot: bool) -> bool:
+        """Whether a new block of ``nbytes`` asks for the fast tier (no tier named)."""
+
+    def touch(self, heat: Heat, now: int) -> None:
+        """Record one access at tick ``now``."""
+
+    def score(self, heat: Heat, now: int) -> float:
+        """How hot the block is at tick ``now`` (higher is hotter)."""
+
+
+class FrequencyPolicy:
+    """Access counts with exponential decay: each access adds 1, and the count halves every
+    ``half_life`` ticks. Blocks are ranked by count per byte, so that the fast tier serves as
+    many accesses as its bytes allow. ``hot`` blocks are admitted to the fast tier at
+    allocation."""
+
+    name = "frequency"
+    moves = True
+    per_byte = True
+
+    def __init__(self, half_life: float = 4096.0) -> None:
+        if isinstance(half_life, bool) or not isinstance(half_life, int | float):
+            raise InvalidArgumentError(f"half_life must be a number, got {half_life!r}")
+        if not half_life > 0 or half_life == float("inf"):
+            raise InvalidArgumentError(f"half_life must be finite and > 0, got {half_life!r}")
+        self.half_life = float(half_life)
+
+    def admit(self, nbytes: int, hot: bool) -> bool:
+        return hot
+
+    def _decayed(self, heat: Heat, now: int) -> float:
+        if heat.last < 0:
+            return 0.0
+        return float(heat.value * 0.5 ** ((now - heat.last) / self.half_life))
+
+    def touch(self, heat: Heat, now: int) -> None:
+        heat.value = self._decayed(heat, now) + 1.0
+        heat.last = now
+        heat.count += 1
+
+    def score(self, heat: Heat, now: int) -> float:
+        return self._decayed(heat, now)
+
+    def __repr__(self) -> str:
+        return f"FrequencyPolicy(half_life={self.half_life:g})"
+
+
+class LRUPolicy:
+    """Least recently used: the later the last access, the hotter the block. ``hot`` blocks
+    are admitted to the fast tier at allocation."""
+
+    name = "lru"
+    moves = True
+    per_byte = False
+
+    def admit(self, nbytes: int, hot: bool) -> bool:
+        return hot
+
+    def touch(self, heat: Heat, now: int) -> None:
+        heat.last = now
+        heat.count += 1
+
+    def score(self, heat: Heat, now: int) -> float:
+        return float(heat.last + 1)  # 0 for a block never touched
+
+    def __repr__(self) -> str:
+        return "LRUPolicy()"
+
+
+class SizeOnlyPolicy:
+    """Placement by size alone: a block of at most ``max_block`` bytes goes to the fast tier at
+    allocation while it has room (``hot`` is ignored), and nothing ever moves."""
+
+    name = "size-only"
+    moves = False
+    per_byte = False
+
+    def __init__(self, max_block: int) -> None:
+        if isinstance(max_block, bool) or not isinstance(max_block, int) or max_block < 1:
+            raise InvalidArgumentError(f"max_block must be an int >= 1, got {max_block!r}")
+        self.max_block = max_block
+
+    def admit(self, nbytes: int, hot: bool) -> bool:
+        return nbytes <= self.max_block
+
+    def touch(self, heat: Heat, now: int) -> None:
+        heat.last = now
+        heat.count += 1
+
+    def score(self, heat: Heat, now: int) -> float:
+        return 0.0
+
+    def __repr__(self) -> str:
+        return f"SizeOnlyPolicy(max_block={self.max_block})"

@@ -1,0 +1,545 @@
+"""The tiered pool: a fast pool per core (SRAM) in front of one shared slow pool (HBM).
+
+Placement of ``alloc(nbytes, core=, tier=, hot=)``:
+
+1. an explicit ``tier`` wins (``"fast"``: the SRAM of ``core``, or of the calling core; no room
+   raises :class:`~npumem.errors.OutOfMemoryError`);
+2. otherwise a block the policy admits (by default: ``hot=True``) and of at most
+   ``fast_max_block`` bytes goes to the fast pool of ``core`` (or of the calling core);
+3. when that pool has no room the block spills to the slow pool and counts as a spill;
+4. everything else goes to the slow pool.
+
+Each pool keeps its own bank rule and alignment. Blocks move between tiers through a mover
+(:mod:`npumem.tiers.movers`): explicitly (:meth:`TieredPool.promote`, :meth:`TieredPool.demote`)
+or by :meth:`TieredPool.rebalance`, which asks the policy (:mod:`npumem.tiers.policy`) for the
+hottest blocks of the slow tier and the coldest of each fast tier, within a byte budget. Pinned
+blocks and blocks with live views never move; a move that fails changes nothing. Handles
+(:class:`~npumem.tiers.block.TieredBlock`) stay valid across moves.
+
+Thread safety: allocation itself runs in the lock-free pools; the tiered pool's bookkeeping
+(membership, counters, moves) is guarded by one lock. A move checks that the block has no pins
+or views and holds the lock while it copies; a view taken on ``tb.block`` while a move of the
+same block is under way could be taken on the old place, so take views with
+:meth:`TieredBlock.view <npumem.tiers.block.TieredBlock.view>`, which takes them under the
+lock (a view then keeps the block where it is until it is released).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from npumem._core import Pool
+from npumem.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    InvalidArgumentError,
+    InvalidHandleError,
+    MoveError,
+    OutOfMemoryError,
+    PinnedBlockError,
+)
+from npumem.tiers.block import FAST, SLOW, Tier, TieredBlock, TierKind
+from npumem.tiers.events import EventKind, TierEvent
+from npumem.tiers.movers import TierMover, host_copy
+from npumem.tiers.observe import TierSnapshot
+from npumem.tiers.policy import FrequencyPolicy, Policy
+from npumem.tiers.report import RebalanceReport, TierMove, TierStats, TierUsage
+
+__all__ = ["TieredPool"]
+
+
+class _Counters:
+    __slots__ = ("allocs", "demotions", "hit_bytes", "hits", "promotions", "spills")
+
+    def __init__(self) -> None:
+        self.allocs = 0
+        self.hits = 0
+        self.hit_bytes = 0
+        self.promotions = 0
+        self.demotions = 0
+        self.spills = 0
+
+
+class _RoundRobinCores:
+    """The default ``core_of``: each thread gets a core on its first call, in turn."""
+
+    def __init__(self, cores: int) -> None:
+        self._cores = cores
+        self._next = itertools.count()
+        self._local = threading.local()
+
+    def __call__(self) -> int:
+        core: int | None = getattr(self._local, "core", None)
+        if core is None:
+            core = next(self._next) % self._cores
+            self._local.core = core
+        return core
+
+
+class TieredPool:
+    """Per-core fast pools and one shared slow pool behind one allocation call.
+
+    ``fast``: one :class:`npumem.Pool` per core (the SRAM of each core); ``slow``: the shared
+    :class:`npumem.Pool` (HBM). ``movers``: the tier mover (:mod:`npumem.tiers.movers`), needed
+    when a pool has ``backing="none"``; ``None`` copies host memory. ``fast_max_block``: larger
+    blocks never go to a fast tier unless asked by name (``None``: no limit). ``policy``:
+    :class:`~npumem.tiers.policy.FrequencyPolicy` by default. ``core_of``: returns the calling
+    thread's core (default: each thread gets a core in turn on its first call).
+    """
+
+    def __init__(
+        self,
+        fast: Sequence[Pool],
+        slow: Pool,
+        movers: TierMover | None = None,
+        fast_max_block: int | None = None,
+        *,
+        policy: Policy | None = None,
+        core_of: Callable[[], int] | None = None,
+    ) -> None:
+        pools: list[object] = list(fast)
+        if not pools:
+            raise ConfigError("fast must name at least one pool (one per core)")
+        for i, pool in enumerate([*pools, slow]):
+            if not isinstance(pool, Pool):
+                where = f"fast[{i}]" if i < len(pools) else "slow"
+                raise ArgumentTypeError(
+                    f"{where} must be an npumem.Pool, got {type(pool).__name__}"
+                )
+        fast = [p for p in pools if isinstance(p, Pool)]
+        if len({id(p) for p in [*fast, slow]}) != len(fast) + 1:
+            raise ConfigError("every tier needs its own pool: a pool appears twice")
+        if movers is not None and not callable(movers):
+            raise ArgumentTypeError(f"movers must be callable, got {type(movers).__name__}")
+        if movers is None:
+            deviced = [p.name or "pool" for p in [*fast, slow] if p.backing != "host"]
+            if deviced:
+                raise ConfigError(
+                    "a pool with backing='none' has no host bytes to copy: give movers="
+                    "(src_tier, src_offset, dst_tier, dst_offset, nbytes) -> None"
+                )
+        if fast_max_block is not None and (
+            isinstance(fast_max_block, bool)
+            or not isinstance(fast_max_block, int)
+            or fast_max_block < 1
+        ):
+            raise InvalidArgumentError(
+                f"fast_max_block must be an int >= 1 or None, got {fast_max_block!r}"
+            )
+        if policy is None:
+            policy = FrequencyPolicy()
+        elif not isinstance(policy, Policy):
+            raise ArgumentTypeError(
+                "policy must have name, moves, per_byte, admit(), touch() and score(), "
+                f"got {type(policy).__name__}"
+            )
+        if core_of is not None and not callable(core_of):
+            raise ArgumentTypeError(f"core_of must be callable, got {type(core_of).__name__}")
+        self.fast: tuple[Pool, ...] = tuple(fast)
+        self.slow = slow
+        self.movers = movers
+        self.fast_max_block = fast_max_block
+        self.policy: Policy = policy
+        self._core_of = core_of if core_of is not None else _RoundRobinCores(len(fast))
+        self._lock = threading.RLock()
+        self._clock = 0
+        self._resident: list[set[TieredBlock]] = [set() for _ in fast]
+        self._slow_blocks: set[TieredBlock] = set()
+        self._fast_counts = [_Counters() for _ in fast]
+        self._slow_counts = _Counters()
+        self._serials = itertools.count()
+        self._bytes_accessed = 0
+        self._recording: list[TierEvent] | None = None
+
+    # ----------------------------------------------------------------------------------------
+    # Recording
+
+    def record(self) -> None:
+        """Start recording every call (see :mod:`npumem.tiers.trace`); a running recording
+        starts over."""
+        with self._lock:
+            self._recording = []
+
+    def stop_recording(self) -> list[TierEvent]:
+        """Stop recording and return the events (empty when none was running)."""
+        with self._lock:
+            events, self._recording = self._recording or [], None
+            return events
+
+    def _note(self, kind: EventKind, tb: TieredBlock | None = None, **fields: object) -> None:
+        """Append an event to the recording; the caller holds the lock."""
+        assert self._recording is not None
+        serial = -1 if tb is None else tb.serial
+        self._recording.append(TierEvent(kind, serial, **fields))  # type: ignore[arg-type]
+
+    # ----------------------------------------------------------------------------------------
+    # Allocation
+
+    @property
+    def cores(self) -> int:
+        """Number of fast pools (one per core)."""
+        return len(self.fast)
+
+    def pool_of(self, tier: Tier) -> Pool:
+        """The pool behind a :class:`~npumem.tiers.block.Tier`."""
+        if tier.kind == SLOW:
+            return self.slow
+        assert tier.core is not None
+        return self.fast[tier.core]
+
+    def _core(self, core: int | None) -> int:
+        if core is None:
+            return int(self._core_of()) % len(self.fast)
+        if isinstance(core, bool) or not isinstance(core, int):
+            raise ArgumentTypeError(f"core must be an int or None, got {type(core).__name__}")
+        if not 0 <= core < len(self.fast):
+            raise InvalidArgumentError(f"core must be in [0, {len(self.fast)}), got {core}")
+        return core
+
+    def alloc(
+        self,
+        nbytes: int,
+        *,
+        core: int | None = None,
+        tier: TierKind | None = None,
+        hot: bool = False,
+        tag: str | None = None,
+        align: int | None = None,
+    ) -> TieredBlock:
+        """A block of ``nbytes`` placed by the rules in the module docstring."""
+        home = self._core(core)
+        if tier is not None and tier not in (FAST, SLOW):
+            raise InvalidArgumentError(f"tier must be 'fast', 'slow' or None, got {tier!r}")
+        spilled = False
+        if tier == FAST:
+            block = self.fast[home].alloc(nbytes, align=align, tag=tag)
+            where: int | None = home
+        elif tier == SLOW:
+            block = self.slow.alloc(nbytes, align=align, tag=tag)
+            where = None
+        else:
+            where = None
+            fits_rule = self.fast_max_block is None or nbytes <= self.fast_max_block
+            if fits_rule and self.policy.admit(nbytes, hot):
+                try:
+                    block = self.fast[home].alloc(nbytes, align=align, tag=tag)
+                    where = home
+                except OutOfMemoryError:
+                    spilled = True
+            if where is None:
+                block = self.slow.alloc(nbytes, align=align, tag=tag)
+        tb = TieredBlock(self, block, where, home, align, nbytes)
+        with self._lock:
+            tb.serial = next(self._serials)
+            if self._recording is not None:
+                self._note("alloc", tb, nbytes=nbytes, core=home, tier=tier, hot=hot, tag=tag)
+            if where is None:
+                self._slow_blocks.add(tb)
+                self._slow_counts.allocs += 1
+            else:
+                self._resident[where].add(tb)
+                self._fast_counts[where].allocs += 1
+            if spilled:
+                self._fast_counts[home].spills += 1
+        return tb
+
+    def free(self, tb: TieredBlock) -> None:
+        """Give ``tb``'s bytes back to their tier. A pinned block raises
+        :class:`~npumem.errors.PinnedBlockError` and stays allocated."""
+        if type(tb) is not TieredBlock or tb._owner is not self:
+            self._check_own(tb)
+        with self._lock:
+            block = tb.block
+            block.free()
+            tb._block = None
+            if self._recording is not None:
+                self._note("free", tb)
+            if tb._core is None:
+                self._slow_blocks.discard(tb)
+            else:
+                self._resident[tb._core].discard(tb)
+
+    def _view(self, tb: TieredBlock) -> memoryview:
+        self._check_own(tb)
+        with self._lock:  # a move holds the lock from its pin check to its free
+            return memoryview(tb.block)
+
+    def _check_own(self, tb: TieredBlock) -> None:
+        if not isinstance(tb, TieredBlock):
+            raise ArgumentTypeError(f"expected a TieredBlock, got {type(tb).__name__}")
+        if tb._owner is not self:
+            raise InvalidHandleError("the tiered block belongs to another tiered pool")
+
+    # ----------------------------------------------------------------------------------------
+    # Accesses
+
+    def touch(self, tb: TieredBlock, count: int = 1) -> None:
+        """Record ``count`` accesses of ``tb``: the policy's heat, and a hit of its tier."""
+        if type(tb) is not TieredBlock or tb._owner is not self:
+            self._check_own(tb)
+        with self._lock:
+            if tb._block is None:
+                raise InvalidHandleError("the tiered block was freed")
+            counts = self._slow_counts if tb._core is None else self._fast_counts[tb._core]
+            touch, heat = self.policy.touch, tb.heat
+            for _ in range(count):
+                touch(heat, self._clock)
+                self._clock += 1
+            counts.hits += count
+            counts.hit_bytes += count * tb._nbytes
+            self._bytes_accessed += count * tb._nbytes
+            if self._recording is not None:
+                self._note("touch", tb, count=count)
+
+    @property
+    def accesses(self) -> int:
+        """Every access recorded so far (the policy's clock)."""
+        return self._clock
+
+    # ----------------------------------------------------------------------------------------
+    # Moves
+
+    def promote(self, tb: TieredBlock, *, core: int | None = None) -> None:
+        """Move ``tb`` into the fast pool of ``core`` (default: its home core).
+
+        Raises :class:`~npumem.errors.PinnedBlockError` for a pinned block or one with live
+        views, :class:`~npumem.errors.OutOfMemoryError` when the fast pool has no room, and
+        :class:`~npumem.errors.MoveError` when the mover fails; in each case nothing changed.
+        """
+        self._check_own(tb)
+        with self._lock:
+            target = tb.home if core is None else self._core(core)
+            if tb.block is not None and tb._core == target:
+                return
+            if self._recording is not None:
+                self._note("promote", tb, core=target)
+            self._move(tb, Tier(FAST, target))
+
+    def demote(self, tb: TieredBlock) -> None:
+        """Move ``tb`` into the slow pool (same errors as :meth:`promote`)."""
+        self._check_own(tb)
+        with self._lock:
+            if tb.block is not None and tb._core is None:
+                return
+            if self._recording is not None:
+                self._note("demote", tb)
+            self._move(tb, Tier(SLOW))
+
+    def _move(self, tb: TieredBlock, dst: Tier) -> None:
+        """Copy ``tb`` to a new block in ``dst`` and re-point it; the caller holds the lock."""
+        src_block = tb.block
+        src = tb.location
+        if src_block.pins:
+            raise PinnedBlockError(
+                f"the block ({src_block.nbytes} bytes in {src}) is pinned or has "
+                f"{src_block.pins} live view(s): it does not move"
+            )
+        nbytes = src_block.nbytes
+        dst_block = self.pool_of(dst).alloc(nbytes, align=tb._align, tag=src_block.tag)
+        try:
+            if self.movers is None:
+                host_copy(src_block, dst_block, nbytes)
+            else:
+                self.movers(src, src_block.offset, dst, dst_block.offset, nbytes)
+        except BaseException as exc:
+            dst_block.free()
+            raise MoveError(
+                f"moving {nbytes} bytes from {src} to {dst} failed ({exc!r}); nothing moved"
+            ) from exc
+        try:
+            src_block.free()
+        except PinnedBlockError:
+            dst_block.free()  # a view appeared meanwhile: keep the block where it was
+            raise
+        tb._block = dst_block
+        tb._core = dst.core
+        if src.core is None:
+            self._slow_blocks.discard(tb)
+        else:
+            self._resident[src.core].discard(tb)
+        if dst.core is None:
+            self._slow_blocks.add(tb)
+        else:
+            self._resident[dst.core].add(tb)
+        if dst.kind == FAST:
+            self._fast_counts[dst.core if dst.core is not None else 0].promotions += 1
+        if src.core is not None and dst.kind == SLOW:
+            self._fast_counts[src.core].demotions += 1
+
+    def rebalance(self, max_bytes: int | None = None) -> RebalanceReport:
+        """Promote the hottest blocks of the slow tier (by the policy's score, per byte when
+        the policy says so) that fit in their home core's fast pool, demoting colder ones to
+        make room, until ``max_bytes`` bytes have moved (``None``: no limit). Pinned blocks and
+        blocks with views are skipped; a failed move changes nothing and the rebalance goes
+        on. Returns what moved."""
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
+        ):
+            raise InvalidArgumentError(f"max_bytes must be an int >= 0 or None, got {max_bytes!r}")
+        start = time.perf_counter()
+        report = RebalanceReport(self.policy.name, max_bytes)
+        if not self.policy.moves:
+            report.seconds = time.perf_counter() - start
+            return report
+        budget = math.inf if max_bytes is None else max_bytes
+        with self._lock:
+            if self._recording is not None:
+                self._note("rebalance", max_bytes=max_bytes)
+            now = self._clock
+            policy = self.policy
+            per_byte = policy.per_byte
+
+            def score(tb: TieredBlock) -> float:
+                value = policy.score(tb.heat, now)
+                return value / tb.nbytes if per_byte else value
+
+            limit = self.fast_max_block
+            for core in range(len(self.fast)):
+                candidates = [
+                    (score(tb), tb)
+                    for tb in self._slow_blocks
+                    if tb.home == core and (limit is None or tb.nbytes <= limit)
+                ]
+                candidates = [c for c in candidates if c[0] > 0]
+                candidates.sort(key=lambda c: -c[0])
+                residents = sorted(
+                    ((score(tb), tb) for tb in self._resident[core]),
+                    key=lambda c: c[0],
+                )
+                cold = 0  # residents[cold:] are the ones not demoted yet
+                for hotness, tb in candidates:
+                    if budget < tb.nbytes:
+                        continue
+                    if tb.pins:
+                        report.skipped_pinned += 1
+                        continue
+                    while True:
+                        try:
+                            self._move(tb, Tier(FAST, core))
+                        except OutOfMemoryError:
+                            pass
+                        except (MoveError, PinnedBlockError):
+                            report.failed += 1
+                            break
+                        else:
+                            budget -= tb.nbytes
+                            report.moves.append(
+                                TierMove(tb.tag, tb.nbytes, Tier(SLOW), Tier(FAST, core), hotness)
+                            )
+                            break
+                        # No room: demote the coldest resident colder than this block.
+                        victim = None
+                        while cold < len(residents) and victim is None:
+                            vscore, vtb = residents[cold]
+                            cold += 1
+                            if vscore >= hotness:
+                                cold = len(residents)
+                                break
+                            if not vtb.alive or vtb._core != core:
+                                continue
+                            if vtb.pins:
+                                report.skipped_pinned += 1
+                                continue
+                            if budget < vtb.nbytes + tb.nbytes:
+                                continue
+                            victim = (vscore, vtb)
+                        if victim is None:
+                            break
+                        vscore, vtb = victim
+                        try:
+                            self._move(vtb, Tier(SLOW))
+                        except (OutOfMemoryError, MoveError, PinnedBlockError):
+                            report.failed += 1
+                            break
+                        budget -= vtb.nbytes
+                        report.moves.append(
+                            TierMove(vtb.tag, vtb.nbytes, Tier(FAST, core), Tier(SLOW), vscore)
+                        )
+        report.seconds = time.perf_counter() - start
+        return report
+
+    # ----------------------------------------------------------------------------------------
+    # Figures
+
+    def stats(self) -> TierStats:
+        """Per tier and per core: capacity, bytes in use, blocks, hits, allocations,
+        promotions, demotions and spills."""
+        with self._lock:
+            fast = tuple(
+                TierUsage(
+                    FAST,
+                    core,
+                    pool.capacity,
+                    pool.stats().bytes_in_use,
+                    len(self._resident[core]),
+                    c.hits,
+                    c.hit_bytes,
+                    c.allocs,
+                    c.promotions,
+                    c.demotions,
+                    c.spills,
+                )
+                for core, (pool, c) in enumerate(zip(self.fast, self._fast_counts, strict=True))
+            )
+            s = self._slow_counts
+            slow = TierUsage(
+                SLOW,
+                None,
+                self.slow.capacity,
+                self.slow.stats().bytes_in_use,
+                len(self._slow_blocks),
+                s.hits,
+                s.hit_bytes,
+                s.allocs,
+                sum(c.promotions for c in self._fast_counts),
+                sum(c.demotions for c in self._fast_counts),
+                0,
+            )
+            return TierStats(self.policy.name, fast, slow, self._clock, self._bytes_accessed)
+
+    def snapshot(self, label: str = "") -> TierSnapshot:
+        """Every tier at one moment: the stats and one pool snapshot per tier, labelled with
+        the tier's name (:class:`~npumem.tiers.observe.TierSnapshot`)."""
+        with self._lock:
+            stats = self.stats()
+            snaps = {
+                str(Tier(FAST, core)): pool.snapshot().with_label(str(Tier(FAST, core)))
+                for core, pool in enumerate(self.fast)
+            }
+            snaps[str(Tier(SLOW))] = self.slow.snapshot().with_label(str(Tier(SLOW)))
+        return TierSnapshot(stats, snaps, label)
+
+    def check(self) -> int:
+        """Check every pool (``Pool.check()``) and the tiered pool's books: every tiered block
+        is alive in the pool of the tier that lists it. Returns the number of tiered blocks;
+        raises :class:`~npumem.errors.CorruptionError` naming the first disagreement."""
+        from npumem.errors import CorruptionError
+
+        with self._lock:
+            for pool in (*self.fast, self.slow):
+                pool.check()
+            listed = [(tb, self.fast[c]) for c, r in enumerate(self._resident) for tb in r]
+            listed += [(tb, self.slow) for tb in self._slow_blocks]
+            for tb, pool in listed:
+                block = tb._block
+                if block is None or not block.alive or block.pool is not pool:
+                    raise CorruptionError(
+                        f"{tb!r} is listed in pool {pool.name!r} but is not there"
+                    )
+            return len(listed)
+
+    def blocks(self) -> list[TieredBlock]:
+        """Every live tiered block, fast tiers first."""
+        with self._lock:
+            out = [tb for resident in self._resident for tb in resident]
+            return out + list(self._slow_blocks)
+
+    def __repr__(self) -> str:
+        return (
+            f"<TieredPool {len(self.fast)} fast pools, slow {self.slow.capacity} bytes, "
+            f"policy {self.policy.name}>"
+        )

@@ -1,0 +1,50 @@
+//! Handle generations never wrap: a slot freed at its last generation is retired, so a stale
+//! handle can never match a later block in that slot.
+#![cfg(not(loom))]
+
+use npumem_core::{Error, Handle, Pool, PoolConfig};
+
+#[test]
+fn a_slot_retires_at_its_last_generation_and_stale_handles_stay_refused() {
+    let p = Pool::new(PoolConfig::new(16 << 20).cores(1)).unwrap();
+    p.start_generations_at(u32::MAX - 2);
+    let first = p.alloc(100, None, 0).unwrap();
+    assert_eq!(first.generation(), u32::MAX - 2);
+    let slot = first.slot();
+    p.free(first).unwrap();
+    let mut stale = vec![first];
+    for expected in [u32::MAX - 1, u32::MAX] {
+        let h = p.alloc(100, None, 0).unwrap();
+        assert_eq!((h.slot(), h.generation()), (slot, expected), "the slot is reused until its last generation");
+        p.free(h).unwrap();
+        stale.push(h);
+    }
+    // The slot is retired: the next block gets another slot, and no handle of the old slot,
+    // whatever its generation (0 is where a wrapped generation would start again), matches it.
+    let next = p.alloc(100, None, 0).unwrap();
+    assert_ne!(next.slot(), slot, "a slot at its last generation is never reused");
+    let wrapped = Handle::from_bits((next.pool_id() as u128) << 64 | (slot as u128) << 32);
+    stale.push(wrapped);
+    for h in stale {
+        assert!(p.block(h).is_err());
+        assert!(matches!(p.free(h), Err(Error::DoubleFree) | Err(Error::InvalidHandle(_))));
+    }
+    assert!(p.block(next).is_ok(), "stale frees did not touch the new block");
+    p.check().unwrap();
+    p.free(next).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
+fn many_slots_retire_and_the_pool_goes_on() {
+    let p = Pool::new(PoolConfig::new(16 << 20).cores(2)).unwrap();
+    p.start_generations_at(u32::MAX - 1);
+    for round in 0..4 {
+        let hs: Vec<Handle> = (0..500).map(|_| p.alloc(64, None, 0).unwrap()).collect();
+        assert!(hs.iter().all(|h| h.generation() >= u32::MAX - 1), "round {round}");
+        for h in hs {
+            p.free(h).unwrap();
+        }
+        p.check().unwrap();
+    }
+}

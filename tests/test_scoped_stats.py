@@ -1,0 +1,106 @@
+"""Statistics by tag (PoolStats.by_tag, bounded), pool.reset_peak(), with pool.measure() as m:
+scoped statistics that nest, and requests larger than the arena counted as failed allocations."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+import npumem
+from npumem.monitor import PrometheusCollector, TraceRecorder
+
+MIB = 1 << 20
+
+
+def by_tag(pool: npumem.Pool) -> dict[str | None, tuple[int, int, int]]:
+    return {
+        t.tag: (t.blocks_in_use, t.requested_bytes_in_use, t.peak_requested_bytes_in_use)
+        for t in pool.stats().by_tag
+    }
+
+
+def test_by_tag_counts_blocks_bytes_and_peaks() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    a = [pool.alloc(1000, tag="a") for _ in range(3)]
+    b = pool.alloc_many([5000, 7000], tag="b")
+    c = pool.alloc(300)
+    assert by_tag(pool) == {"a": (3, 3000, 3000), "b": (2, 12000, 12000), None: (1, 300, 300)}
+    a[0].free()
+    pool.free(a[1])
+    pool.free_many(b)
+    with pool.alloc(100, tag="a"):
+        pass
+    assert by_tag(pool) == {"a": (1, 1000, 3000), "b": (0, 0, 12000), None: (1, 300, 300)}
+    # Largest bytes first; the dict form is what snapshots keep.
+    assert pool.stats().by_tag[0].tag == "a"
+    assert pool.stats().as_dict()["by_tag"][0]["tag"] == "a"
+    assert pool.snapshot().stats["by_tag"] == pool.stats().as_dict()["by_tag"]
+    # A refused free or a double free changes nothing.
+    with pytest.raises(npumem.DoubleFreeError):
+        a[0].free()
+    assert by_tag(pool)["a"] == (1, 1000, 3000)
+    a[2].free()
+    c.free()
+
+
+def test_by_tag_has_bounded_cardinality() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    blocks = [pool.alloc(64, tag=f"t{i}") for i in range(100)]
+    tags = by_tag(pool)
+    assert len(tags) == 64  # 63 tags of their own, the rest together
+    assert tags["(other tags)"] == (37, 37 * 64, 37 * 64)
+    pool.free_many(blocks)
+
+
+def test_reset_peak() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    keep = pool.alloc(MIB, tag="w")
+    pool.alloc(4 * MIB, tag="w").free()
+    assert pool.stats().peak_bytes_in_use >= 5 * MIB
+    pool.reset_peak()
+    s = pool.stats()
+    assert s.peak_bytes_in_use == s.bytes_in_use == keep.block_bytes
+    assert by_tag(pool)["w"] == (1, MIB, MIB)
+    keep.free()
+
+
+def test_measure_gives_the_peak_and_counts_of_a_scope_and_nests() -> None:
+    pool = npumem.Pool(32 * MIB, cores=1)
+    pool.alloc(8 * MIB).free()  # an earlier, higher peak
+    base = pool.alloc(MIB)
+    with pool.measure() as outer:
+        assert outer.peak_bytes_in_use is None  # read when the scope ends
+        with pool.measure() as inner:
+            pool.alloc(2 * MIB).free()
+        pool.alloc(3 * MIB).free()  # a run of two 2 MiB chunks: 4 MiB in use
+        with pytest.raises(npumem.OutOfMemoryError):
+            pool.alloc(31 * MIB)
+    assert inner.peak_bytes_in_use == 3 * MIB and inner.allocs == 1 and inner.frees == 1
+    assert outer.peak_bytes_in_use == 5 * MIB
+    assert (outer.allocs, outer.frees, outer.failed_allocs) == (2, 2, 1)
+    assert outer.bytes_in_use_at_start == outer.bytes_in_use_at_end == MIB
+    assert outer.seconds is not None and outer.seconds >= inner.seconds  # type: ignore[operator]
+    assert pool.stats().peak_bytes_in_use >= 8 * MIB  # the pool's own peak is kept
+    assert "peak_bytes_in_use=5242880" in repr(outer)
+    with pytest.raises(npumem.InvalidArgumentError, match="used once"), outer:
+        pass
+    base.free()
+
+
+def test_request_too_large_counts_as_failed_and_is_traced() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, name="big")
+    registry = CollectorRegistry()
+    registry.register(PrometheusCollector(pool))
+    with TraceRecorder(pool) as rec:
+        with pytest.raises(npumem.RequestTooLargeError):
+            pool.alloc(9 * MIB, tag="huge")
+        with pytest.raises(npumem.RequestTooLargeError):
+            pool.alloc(10**30)
+        with pytest.raises(npumem.RequestTooLargeError):
+            pool.alloc_many([100, 9 * MIB])
+        with pytest.raises(npumem.InvalidArgumentError):
+            pool.alloc(0)  # a bad value, not an allocation that failed
+    assert pool.stats().failed_allocs == 3
+    failed = [e for e in rec.trace.events if e.kind == "failed"]
+    assert (failed[0].size, failed[0].tag) == (9 * MIB, "huge") and len(failed) == 3
+    assert 'npumem_failed_allocs_total{pool="big"} 3.0' in generate_latest(registry).decode()

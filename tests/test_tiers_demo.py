@@ -1,0 +1,46 @@
+"""``npumem demo --tiers``: the demo also serves from per-worker SRAM and shared HBM, prints the
+tiers and the policies compared, and writes the tier snapshot and picture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from monitor_helpers import assert_png
+from npumem.cli import main
+from npumem.tiers.observe import load_tier_snapshot
+
+
+def test_demo_with_tiers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "demo"
+    status = main(["demo", "--requests", "40", "--workers", "2", "--tiers", "--output", str(out)])
+    assert status == 0
+    text = capsys.readouterr().out
+    for figure in ("tiered demo: 2 cores", "fast-tier hit rate", "fast[1]", "size-only", "lru"):
+        assert figure in text, figure
+    snap = load_tier_snapshot(out / "tiers.json")
+    assert len(snap.stats.fast) == 2 and snap.stats.accesses > 0
+    assert set(snap.snapshots) == {"fast[0]", "fast[1]", "slow"}
+    assert_png(out / "tiers.png")
+    assert "tiers.json" in text and "tiers.png" in text
+
+
+def test_report_and_plot_read_a_tier_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import npumem
+    from npumem.tiers import TieredPool
+
+    mem = TieredPool(
+        [npumem.Pool(2 << 20, cores=1, name=f"sram{c}") for c in range(2)],
+        npumem.Pool(16 << 20, cores=2, name="hbm"),
+    )
+    tb = mem.alloc(10_000, core=1, hot=True, tag="hot")
+    mem.touch(tb, 2)
+    path = mem.snapshot(label="now").save(tmp_path / "tiers.json")
+    assert main(["report", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "tier snapshot 'now'" in text and "tier fast[1] (pool 'sram1')" in text
+    assert main(["plot", str(path), "-o", str(tmp_path / "tiers.png")]) == 0
+    assert_png(tmp_path / "tiers.png")

@@ -1,0 +1,244 @@
+"""Static plans over several pools: the choice of SRAM buffers, the bound, the exports, the
+``--pool`` option. Every plan is validated against the pools' capacities and the lifetimes."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import random
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from npumem import plan
+from npumem.plan import Buffer, Problem, Solution, TieredSolution
+from npumem.plan.cli import add_parser
+from npumem.plan.errors import PlanError, ProblemFormatError
+from npumem.plan.networks import NETWORKS
+from npumem.plan.tiers import buffer_weight, parse_pools, weight_bound
+
+DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
+
+
+def check(sol: TieredSolution) -> None:
+    """Every buffer in one pool, each pool within capacity, no two buffers live together
+    sharing a byte of one pool (checked here directly, not only by validate())."""
+    sol.validate()
+    assert set(sol.pool_of) == set(sol.problem.ids)
+    for name, cap in sol.pools:
+        members = [b for b in sol.problem.buffers if sol.pool_of[b.id] == name]
+        if cap is not None:
+            assert all(sol.offsets[b.id] + b.size <= cap for b in members)
+        for a, b in combinations(members, 2):
+            if a.overlaps(b):
+                oa, ob = sol.offsets[a.id], sol.offsets[b.id]
+                assert oa + a.size <= ob or ob + b.size <= oa, (name, a.id, b.id)
+        for b in members:
+            assert sol.offsets[b.id] % b.alignment == 0
+
+
+def test_everything_fits_in_a_large_sram() -> None:
+    p = Problem.from_csv(DATA / "input.12.csv")
+    sol = plan.solve(p, pools=[("sram", 12), ("hbm", None)], time_limit=1)
+    check(sol)
+    assert all(pool == "sram" for pool in sol.pool_of.values())
+    assert sol.weight_placed == sol.weight_bound == sol.weight_total
+    assert sol.weight_gap == 0 and sol.weight_status == "optimal"
+
+
+def test_weights_decide_what_goes_to_sram() -> None:
+    # Two buffers live together, room for one: the heavier one wins, whatever its size.
+    p = Problem(
+        [
+            Buffer("big", 0, 4, 100, weight=1),
+            Buffer("small", 0, 4, 60, weight=50),
+            Buffer("later", 4, 8, 100),  # no weight: its size, 100
+        ]
+    )
+    sol = plan.solve(p, pools=[("sram", 100), ("hbm", None)], time_limit=1)
+    check(sol)
+    assert sol.pool_of == {"big": "hbm", "small": "sram", "later": "sram"}
+    assert sol.weight_placed == 150
+    assert sol.weight_bound >= 150
+
+
+def test_bound_is_never_below_the_best_choice_on_small_problems() -> None:
+    rng = random.Random(5)
+    for trial in range(25):
+        bufs = []
+        for i in range(7):
+            lo = rng.randrange(6)
+            bufs.append(
+                Buffer(
+                    f"b{i}",
+                    lo,
+                    lo + rng.randrange(1, 4),
+                    rng.randrange(1, 9),
+                    weight=rng.randrange(1, 20),
+                )
+            )
+        p = Problem(bufs)
+        cap = rng.randrange(4, 14)
+        sol = plan.solve(p, pools=[("sram", cap), ("hbm", None)], time_limit=0.5, seed=trial)
+        check(sol)
+        # The optimum by enumeration: the heaviest subset that packs within cap.
+        best = 0.0
+        for mask in range(1 << len(bufs)):
+            subset = [b for k, b in enumerate(bufs) if mask >> k & 1]
+            weight = sum(buffer_weight(b) for b in subset)
+            if weight <= best or any(b.size > cap for b in subset):
+                continue
+            if plan.solve(Problem(subset), time_limit=0.2).arena_size <= cap:
+                best = weight
+        assert sol.weight_placed <= best + 1e-9
+        assert sol.weight_bound >= best - 1e-6, (trial, sol.weight_bound, best)
+
+
+@pytest.mark.parametrize("name", sorted(NETWORKS))
+def test_networks_with_two_mib_of_sram(name: str) -> None:
+    p = Problem.from_graph(NETWORKS[name](), alignment=64)
+    sol = plan.solve(p, pools=[("sram", 2 << 20), ("hbm", None)], time_limit=1)
+    check(sol)
+    assert 0 < sol.weight_placed <= sol.weight_bound
+    assert sol.solutions["sram"].arena_size <= 2 << 20
+
+
+@pytest.mark.parametrize("letter", ["A", "F"])
+def test_minimalloc_instances_with_half_the_memory(letter: str) -> None:
+    path = next(DATA.glob(f"{letter}.*.csv"))
+    p = Problem.from_csv(path)
+    sol = plan.solve(p, pools=["sram=512KiB", "hbm"], time_limit=1)
+    check(sol)
+    assert sol.weight_placed <= sol.weight_bound <= sol.weight_total
+    assert sol.weight_gap < 0.25
+
+
+def test_three_pools_with_capacities() -> None:
+    p = Problem.from_csv(next(DATA.glob("A.*.csv")))
+    sol = plan.solve(
+        p, pools=[("l1", 128 << 10), ("l2", 256 << 10), ("hbm", 2 << 20)], time_limit=1
+    )
+    check(sol)
+    assert sol.fits and sol.status == "feasible"
+    tight = plan.solve(p, pools=[("sram", 128 << 10), ("hbm", 64 << 10)], time_limit=0.5)
+    tight.validate(capacities=False)
+    assert not tight.fits and tight.status == "capacity-not-met"
+
+
+def test_fixed_buffers_stay_in_the_last_pool() -> None:
+    p = Problem([Buffer("pinned", 0, 2, 8, offset=16), Buffer("free", 0, 2, 8)])
+    sol = plan.solve(p, pools=[("sram", 64), ("hbm", None)], time_limit=0.5)
+    check(sol)
+    assert sol.pool_of == {"pinned": "hbm", "free": "sram"}
+    assert sol.offsets["pinned"] == 16
+
+
+def test_exports_name_the_pool(tmp_path: Path) -> None:
+    p = Problem.from_graph(NETWORKS["mobilenet_v2"](), alignment=64)
+    sol = plan.solve(p, pools=[("sram", 1 << 20), ("hbm", None)], time_limit=0.5)
+    rows = list(csv.DictReader(io.StringIO(sol.to_csv(tmp_path / "p.csv"))))
+    assert {r["pool"] for r in rows} == {"sram", "hbm"}
+    assert all(int(r["offset"]) == sol.offsets[r["id"]] for r in rows)
+    obj = json.loads(sol.to_json(tmp_path / "p.json"))
+    assert [q["name"] for q in obj["pools"]] == ["sram", "hbm"]
+    assert all(e["pool"] == sol.pool_of[e["id"]] for e in obj["buffers"])
+    assert {t["pool"] for t in obj["tensors"]} == {"sram", "hbm"}
+    assert obj["weight_bound"] >= obj["weight_placed"]
+    header = sol.to_c_header(prefix="mnv2")
+    assert "static const mnv2_entry mnv2_sram_table[MNV2_SRAM_NUM_TENSORS]" in header
+    assert "static const mnv2_entry mnv2_hbm_table[MNV2_HBM_NUM_TENSORS]" in header
+    assert f"#define MNV2_SRAM_ARENA_SIZE {sol.solutions['sram'].arena_size}u" in header
+    # Each pool's table is an ordinary plan of that pool's buffers.
+    for name in ("sram", "hbm"):
+        sub = sol.solutions[name]
+        assert isinstance(sub, Solution)
+        sub.validate()
+
+
+def test_weights_in_csv_and_json_round_trip(tmp_path: Path) -> None:
+    text = "id,lower,upper,size,weight\na,0,2,8,3.5\nb,1,3,8,\nc,2,4,4,7\n"
+    p = Problem._parse_csv(text, "w.csv", "w")
+    assert [b.weight for b in p.buffers] == [3.5, None, 7]
+    again = Problem.from_csv(io.StringIO(p.to_csv()))
+    assert [b.weight for b in again.buffers] == [3.5, None, 7]
+    obj = json.loads(p.to_json())
+    assert obj["buffers"][0]["weight"] == 3.5 and "weight" not in obj["buffers"][1]
+    assert [b.weight for b in Problem.from_json(obj).buffers] == [3.5, None, 7]
+    with pytest.raises(ProblemFormatError, match="line 2: weight must be a number"):
+        Problem._parse_csv("id,lower,upper,size,weight\na,0,1,1,heavy\n", "x.csv", "x")
+    with pytest.raises(ProblemFormatError, match="weight must be a finite number >= 0"):
+        Problem([Buffer("a", 0, 1, 1, weight=-1)])
+    # Without weights nothing changes in the CSV.
+    assert "weight" not in Problem([Buffer("a", 0, 1, 1)]).to_csv()
+
+
+def test_bad_pools_are_refused() -> None:
+    p = Problem([Buffer("a", 0, 1, 1)])
+    for pools in (
+        [],
+        [("sram", None), ("hbm", None)],
+        [("a", 1), ("a", None)],
+        [("1x", 4)],
+        [("sram", 0)],
+        ["sram=lots"],
+    ):
+        with pytest.raises((PlanError, ValueError)):
+            plan.solve(p, pools=pools, time_limit=0.1)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="time_limit and seed"):
+        plan.solve(p, pools=["hbm"], capacity=4)
+    assert parse_pools(["sram=2MiB", "hbm"]) == [("sram", 2 << 20), ("hbm", None)]
+
+
+def test_weight_bound_alone() -> None:
+    p = Problem([Buffer("a", 0, 2, 6), Buffer("b", 1, 3, 6), Buffer("c", 2, 4, 6)])
+    value, _ = weight_bound(p, 6)
+    assert 12 - 1e-6 <= value <= 18  # a and c fit (12); the relaxation may say a bit more
+    assert weight_bound(p, 5)[0] == 0
+
+
+def run_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="npumem")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["plan", *argv])
+    status: int = args.func(args)
+    return status
+
+
+def test_cli_pools(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = str(next(DATA.glob("B.*.csv")))
+    out = tmp_path / "b.csv"
+    assert (
+        run_cli(src, "-o", str(out), "--pool", "sram=512KiB", "--pool", "hbm", "--time-limit", "1")
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "pool sram" in printed and "pool hbm" in printed and "at most" in printed
+    rows = list(csv.DictReader(out.open()))
+    assert {r["pool"] for r in rows} == {"sram", "hbm"}
+    header = tmp_path / "b.h"
+    assert (
+        run_cli(
+            src,
+            "-o",
+            str(header),
+            "--pool",
+            "sram=512KiB",
+            "--pool",
+            "hbm",
+            "--time-limit",
+            "0.5",
+            "-q",
+        )
+        == 0
+    )
+    assert "b_sram_table" in header.read_text()
+    assert (
+        run_cli(src, "--pool", "sram=64KiB", "--pool", "hbm=64KiB", "--time-limit", "0.5", "-q")
+        == 1
+    )
+    assert run_cli(src, "--pool", "sram=1MiB", "--pool", "hbm", "--capacity", "1MiB") == 2
+    with pytest.raises(SystemExit):
+        run_cli(src, "--pool", "sram=big")
