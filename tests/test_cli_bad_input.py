@@ -210,4 +210,4 @@ def test_replay_on_a_smaller_arena_reports_requests_larger_than_it(
     src = write(tmp_path / "trace.json", saved["trace"])
     status, out, _ = run_cli(["replay", str(src), "--capacity", "256KiB"], capsys)
     assert status == 1
-    assert "would fail: 300,000 bytes" in out
+    assert "would fail:" in out and "300,000 bytes" in out
