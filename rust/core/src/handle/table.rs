@@ -470,7 +470,7 @@ mod loom_models {
     #[test]
     fn user_pins_never_drop_view_pins() {
         loom::model(|| {
-            let table = Arc::new(HandleTable::new(1, 4, 1));
+            let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
             let h = table.insert(0, 0, 8, 0, 0).unwrap();
             let t2 = table.clone();
             let viewer = thread::spawn(move || {
