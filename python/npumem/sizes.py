@@ -27,7 +27,11 @@ from fractions import Fraction
 
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["UNITS", "byte_unit", "format_bytes", "parse_bytes"]
+__all__ = ["MAX_BYTES", "UNITS", "byte_unit", "format_bytes", "parse_bytes"]
+
+MAX_BYTES = (1 << 64) - 1
+"""The largest byte count, offset or alignment npumem reads from a file or writes into one: the
+core's sizes are 64 bits wide, and so are the C header's offsets."""
 
 UNITS: dict[str, int] = {
     "": 1,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
 from npumem.monitor.kv_pages import KVPages
+from npumem.monitor.validate import check_snapshot
 
 if TYPE_CHECKING:
     from npumem import Pool
@@ -289,7 +290,7 @@ class Snapshot:
                 raise r.fail(f"stats.per_core {i} must be an object, got {core!r}")
             for key in _CORE_INTS:
                 r.non_negative(r.field(core, key, int), f"stats.per_core {i}: {key}")
-        return cls(
+        snapshot = cls(
             pool=r.field(obj, "pool", str),
             config=config,
             time_ns=r.non_negative(r.field(obj, "time_ns", int), "time_ns"),
@@ -304,6 +305,8 @@ class Snapshot:
                 for i, k in enumerate(r.field(obj, "kv", list) if "kv" in obj else [])
             ),
         )
+        check_snapshot(snapshot, where)
+        return snapshot
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Snapshot:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from npumem.monitor._files import TRACE_FORMAT, Reader, read_json, write_json
 from npumem.monitor.snapshot import pool_config
+from npumem.monitor.validate import check_trace
 
 if TYPE_CHECKING:
     from npumem import Pool
@@ -187,7 +188,7 @@ class Trace:
                     stacks[stack_index] if stack_index >= 0 else None,
                 )
             )
-        return cls(
+        trace = cls(
             pool=r.field(obj, "pool", str),
             config=config,
             events=events,
@@ -195,6 +196,8 @@ class Trace:
             stats_at_start=r.field(obj, "stats_at_start", dict),
             stats_at_stop=r.field(obj, "stats_at_stop", dict),
         )
+        check_trace(trace, where)
+        return trace
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Trace:

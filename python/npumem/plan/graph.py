@@ -68,7 +68,7 @@ class Tensor:
     @classmethod
     def of_shape(cls, name: str, shape: Sequence[int], dtype: str = "float32", **kw: Any) -> Tensor:
         """A tensor sized from its shape and dtype (see `DTYPE_SIZES`)."""
-        if dtype not in DTYPE_SIZES:
+        if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
             raise GraphError(f"tensor {name!r}: unknown dtype {dtype!r}")
         if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
             raise GraphError(f"tensor {name!r}: shape {list(shape)} must hold integers >= 0")

@@ -29,6 +29,33 @@ from npumem.plan.graph import Graph, Op
 __all__ = ["execution_order", "lifetimes"]
 
 
+def _check_view_chains(graph: Graph) -> None:
+    """Every view's base exists and every chain of views ends at a tensor that owns memory.
+
+    Linear in the number of tensors: each tensor is walked once, and a walk stops at a
+    tensor already known to end well.
+    """
+    tensors = graph.tensors
+    ends_well: set[str] = set()
+    for tensor in tensors.values():
+        path: list[str] = []
+        on_path: set[str] = set()
+        cur = tensor
+        while cur.view_of is not None and cur.name not in ends_well:
+            path.append(cur.name)
+            on_path.add(cur.name)
+            if cur.view_of not in tensors:
+                raise GraphError(f"tensor {cur.name!r} is a view of unknown tensor {cur.view_of!r}")
+            if cur.view_of in on_path:
+                start = path.index(cur.view_of)
+                cycle = (
+                    path[start:] if len(path) - start <= 8 else [*path[start : start + 8], "..."]
+                )
+                raise GraphError(f"views form a cycle: {' -> '.join([*cycle, cur.view_of])}")
+            cur = tensors[cur.view_of]
+        ends_well.update(path)
+
+
 def execution_order(graph: Graph) -> list[Op]:
     """Check references, then return the ops in a dependency order (the given one if valid)."""
     tensors = graph.tensors
@@ -75,29 +102,21 @@ def execution_order(graph: Graph) -> list[Op]:
     for t in graph.outputs:
         if t not in producer and t not in available:
             raise GraphError(f"graph output {t!r} is never written")
-    # Views: the base must exist, chains must end.
-    for tensor in tensors.values():
-        seen = [tensor.name]
-        cur = tensor
-        while cur.view_of is not None:
-            if cur.view_of not in tensors:
-                raise GraphError(f"tensor {cur.name!r} is a view of unknown tensor {cur.view_of!r}")
-            if cur.view_of in seen:
-                raise GraphError(f"views form a cycle: {' -> '.join([*seen, cur.view_of])}")
-            seen.append(cur.view_of)
-            cur = tensors[cur.view_of]
-    # Stable topological order (Kahn, smallest listed index first).
+    _check_view_chains(graph)
+    # Stable topological order (Kahn, smallest listed index first). An op that reads a view
+    # depends on the producers of every tensor up the view's chain; a walk stops at a tensor
+    # this op has already reached, so each op visits each tensor at most once.
     deps: list[set[int]] = []
     for op in graph.ops:
         needed = set()
+        reached: set[str] = set()
         for t in op.inputs:
-            if t in producer:
-                needed.add(producer[t])
-            base = tensors[t].view_of
-            while base is not None:
-                if base in producer:
-                    needed.add(producer[base])
-                base = tensors[base].view_of
+            name: str | None = t
+            while name is not None and name not in reached:
+                reached.add(name)
+                if name in producer:
+                    needed.add(producer[name])
+                name = tensors[name].view_of
         deps.append(needed)
     users: list[list[int]] = [[] for _ in graph.ops]
     indegree = [0] * len(graph.ops)
@@ -153,13 +172,21 @@ def lifetimes(
     outputs = set(graph.outputs)
     inputs = set(graph.inputs)
 
+    roots: dict[str, tuple[str, int]] = {}
+
     def root(name: str) -> tuple[str, int]:
-        offset = 0
+        """The tensor that owns ``name``'s memory and the byte offset inside it (memoized: each
+        chain of views is walked once)."""
+        chain: list[str] = []
         t = tensors[name]
-        while t.view_of is not None:
-            offset += t.view_offset
+        while t.view_of is not None and t.name not in roots:
+            chain.append(t.name)
             t = tensors[t.view_of]
-        return t.name, offset
+        base, offset = roots.get(t.name, (t.name, 0))
+        for link in reversed(chain):
+            offset += tensors[link].view_offset
+            roots[link] = (base, offset)
+        return roots.get(name, (base, offset))
 
     for tensor in tensors.values():
         if tensor.view_of is not None:

@@ -69,6 +69,11 @@ def graph_from_onnx(model: object, *, dims: Mapping[str, int] | None = None) -> 
         except Exception as exc:
             raise GraphError(f"{model}: not a readable ONNX model ({exc})") from exc
         label = os.fspath(model)
+        if not proto.HasField("graph") or not proto.graph.node:
+            raise GraphError(
+                f"{label}: not an ONNX model (no graph with nodes in it; an empty or "
+                "truncated file?)"
+            )
     elif isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)

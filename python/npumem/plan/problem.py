@@ -25,6 +25,7 @@ from npumem.plan.buffers import Alias, Buffer
 from npumem.plan.errors import ProblemFormatError
 from npumem.plan.lifetimes import lifetimes
 from npumem.plan.onnx_import import graph_from_onnx
+from npumem.sizes import MAX_BYTES
 
 if TYPE_CHECKING:
     from npumem.plan.graph import Graph
@@ -32,6 +33,12 @@ if TYPE_CHECKING:
 __all__ = ["Alias", "Buffer", "Problem"]
 
 REQUIRED_COLUMNS = ("id", "lower", "upper", "size")
+MAX_TIME = (1 << 63) - 1
+"""The largest time step a live range may name (the search keeps them in 64 bits)."""
+MAX_PLAN_BYTES = (1 << 63) - 1
+"""The most bytes the buffers of one problem may need without reuse (sizes plus alignment
+padding, and the end of every fixed buffer), so that every packing's offsets and arena size fit
+in 64 bits with room to spare."""
 OPTIONAL_COLUMNS = ("alignment", "offset", "weight")
 
 
@@ -59,18 +66,41 @@ def _check_buffer(buf: Buffer) -> str | None:
         return "the id is empty"
     if buf.size <= 0:
         return f"size must be a positive integer, got {buf.size}"
+    if buf.size > MAX_BYTES:
+        return f"size {buf.size} is larger than {MAX_BYTES} bytes (64 bits)"
+    if not -MAX_TIME <= buf.lower <= MAX_TIME or not -MAX_TIME <= buf.upper <= MAX_TIME:
+        return f"lower and upper must lie within +-{MAX_TIME}"
     if buf.upper <= buf.lower:
         return f"upper ({buf.upper}) must be greater than lower ({buf.lower})"
     if not _is_power_of_two(buf.alignment):
         return f"alignment must be a power of two, got {buf.alignment}"
+    if buf.alignment > MAX_BYTES:
+        return f"alignment {buf.alignment} is larger than {MAX_BYTES} bytes (64 bits)"
     if buf.offset is not None:
         if buf.offset < 0:
             return f"offset must be non-negative, got {buf.offset}"
+        if buf.offset + buf.size > MAX_BYTES:
+            return f"offset {buf.offset} + size {buf.size} ends beyond {MAX_BYTES} (64 bits)"
         if buf.offset % buf.alignment:
             return f"offset {buf.offset} is not a multiple of the alignment {buf.alignment}"
     if buf.weight is not None and not (0 <= buf.weight < math.inf):
         return f"weight must be a finite number >= 0, got {buf.weight}"
     return None
+
+
+def _csv_rows(reader: Any, label: str) -> Iterator[list[str]]:
+    """The rows of ``reader``; the csv module's own errors (a field over its size limit, a NUL
+    byte, a stray quote) become :class:`ProblemFormatError` naming the line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise ProblemFormatError(
+                f"{label}, line {reader.line_num}: not valid CSV ({exc})"
+            ) from None
+        yield row
 
 
 def _weight(value: object) -> float | None:
@@ -134,6 +164,7 @@ class Problem:
                     f"alias {alias.name!r} ([{alias.offset}, {alias.offset + alias.size})) does "
                     f"not lie inside buffer {alias.base!r} of {base.size} bytes"
                 )
+        self._check_total()
         self._check_fixed_overlaps()
         for tensor, ids in self.slots.items():
             missing = [i for i in ids if i not in index]
@@ -200,6 +231,15 @@ class Problem:
             alive.add(i)
             heapq.heappush(active, (self.buffers[i].upper, i))
         return tuple(tuple(sorted(a)) for a in adjacency)
+
+    def _check_total(self) -> None:
+        need = sum(b.size + b.alignment - 1 for b in self.buffers)
+        need += max((b.offset + b.size for b in self.buffers if b.offset is not None), default=0)
+        if need > MAX_PLAN_BYTES:
+            raise ProblemFormatError(
+                f"the buffers need up to {need} bytes without reuse, more than the "
+                f"{MAX_PLAN_BYTES} bytes a plan can address"
+            )
 
     def _check_fixed_overlaps(self) -> None:
         fixed = [b for b in self.buffers if b.offset is not None]
@@ -322,7 +362,7 @@ class Problem:
         columns: dict[str, int] = {}
         buffers: list[Buffer] = []
         first_line: dict[str, int] = {}
-        for row in reader:
+        for row in _csv_rows(reader, label):
             line = reader.line_num
             if not row or all(not cell.strip() for cell in row):
                 continue

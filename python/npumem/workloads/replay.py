@@ -146,13 +146,18 @@ def replay_trace(
 
     def note_failure(e: Any, err: npumem.OutOfMemoryError) -> None:
         if len(first_failures) < 10:
+            bytes_free, largest = err.bytes_free, err.largest_free_block
+            if bytes_free is None or largest is None:
+                # A request larger than the whole arena: the error carries no free figures.
+                now = pool.stats()
+                bytes_free, largest = now.bytes_free, now.largest_free_block
             first_failures.append(
                 ReplayFailure(
                     e.time_ns,
                     e.size,
                     e.tag,
-                    err.bytes_free or 0,
-                    err.largest_free_block or 0,
+                    bytes_free,
+                    largest,
                 )
             )
 

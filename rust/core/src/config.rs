@@ -184,6 +184,12 @@ impl PoolConfig {
         power_of_two("min_block", self.min_block)?;
         power_of_two("bank_size", self.bank_size)?;
         power_of_two("alignment", self.alignment)?;
+        if self.alignment > self.capacity {
+            return bad(
+                "alignment",
+                format!("must be at most the capacity ({} bytes), got {}", self.capacity, self.alignment),
+            );
+        }
         if self.min_block < 64 {
             return bad("min_block", format!("must be at least 64, got {}", self.min_block));
         }
@@ -199,6 +205,15 @@ impl PoolConfig {
                 format!(
                     "must be at most 2^{MAX_TREE_DEPTH} times min_block ({}), got {}",
                     self.min_block, self.chunk_size
+                ),
+            );
+        }
+        if self.capacity < self.min_block {
+            return bad(
+                "capacity",
+                format!(
+                    "must be at least min_block ({} bytes) for any block to fit, got {}",
+                    self.min_block, self.capacity
                 ),
             );
         }
@@ -301,7 +316,7 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         PoolConfig::new(800 << 20).cores(16).validate().unwrap();
-        PoolConfig::new(1).validate().unwrap();
+        PoolConfig::new(256).validate().unwrap();
     }
 
     #[test]

@@ -170,14 +170,45 @@ fn thread_record_slow() -> (&'static Record, bool) {
 #[cfg(not(loom))]
 static BARRIER_MODE: AtomicU32 = AtomicU32::new(0);
 
-/// Probe `membarrier` once per process (idempotent).
+/// Probe `membarrier` once per process (idempotent), and install the handler that makes the
+/// gate usable in a child process after `fork()` (once).
 #[cfg(not(loom))]
 pub(crate) fn init_barriers() {
+    #[cfg(unix)]
+    {
+        static AT_FORK: std::sync::Once = std::sync::Once::new();
+        // SAFETY: `after_fork_in_child` is an `extern "C" fn()` that lives as long as the
+        // process; pthread_atfork only records the pointer.
+        AT_FORK.call_once(|| unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        });
+    }
     if BARRIER_MODE.load(Ordering::Acquire) != 0 {
         return;
     }
     let mode = if register_membarrier() { 1 } else { 2 };
     let _ = BARRIER_MODE.compare_exchange(0, mode, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// Runs in the child process right after `fork()`, where only the forking thread exists.
+///
+/// Every other thread's record belonged to a thread of the parent: its in-flight mark would make
+/// every pause wait for a call that can never finish, so those records are released. The
+/// `membarrier` registration belongs to the parent's address space, so the child probes again.
+/// (A pause that a parent thread held at the fork stays closed; calls that wait for it give up
+/// after their timeout.)
+#[cfg(all(not(loom), unix))]
+extern "C" fn after_fork_in_child() {
+    let own = FAST_RECORD.try_with(std::cell::Cell::get).unwrap_or(std::ptr::null());
+    REGISTRY.for_each(|record| {
+        if !std::ptr::eq(record, own) {
+            record.release();
+        }
+        true
+    });
+    BARRIER_MODE.store(0, Ordering::Release);
+    let mode = if register_membarrier() { 1 } else { 2 };
+    BARRIER_MODE.store(mode, Ordering::Release);
 }
 
 #[cfg(all(not(loom), target_os = "linux"))]

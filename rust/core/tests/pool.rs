@@ -149,8 +149,9 @@ fn capacity_not_a_multiple_of_the_chunk() {
     p.check().unwrap();
     p.free(run).unwrap();
     assert_eq!(p.stats().largest_free_block, MIB + 256);
-    let tiny = pool(100, 1);
-    assert!(matches!(tiny.alloc(64, None, 0), Err(Error::OutOfMemory { .. })));
+    // A capacity below one unit could never serve a block: refused.
+    let tiny = Pool::new(PoolConfig::new(100).cores(1));
+    assert!(matches!(tiny, Err(Error::Config { field: "capacity", .. })));
 }
 
 #[test]

@@ -22,7 +22,11 @@ pub(crate) fn integer(value: &Bound<'_, PyAny>, name: &str, class: ErrorClass) -
     if value.is_instance_of::<PyInt>() {
         return value.extract::<i128>().map_err(|_| error(class, format!("{name} is out of range")));
     }
-    let index = value.call_method0("__index__").map_err(|_| refuse())?;
+    if !value.hasattr("__index__")? {
+        return Err(refuse());
+    }
+    // An exception from `__index__` itself (a KeyboardInterrupt, a bug in it) is the caller's.
+    let index = value.call_method0("__index__")?;
     index.extract::<i128>().map_err(|_| error(class, format!("{name} is out of range")))
 }
 
@@ -119,6 +123,9 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
     let Some(t) = value.filter(|t| !t.is_none()) else {
         return Ok(DEFAULT_PAUSE_TIMEOUT);
     };
+    if t.is_instance_of::<PyBool>() {
+        return Err(error(ErrorClass::ArgumentType, "timeout must be a number of seconds, got bool"));
+    }
     let s: f64 = t.extract().map_err(|_| {
         error(ErrorClass::ArgumentType, format!("timeout must be a number of seconds, got {}", type_name(t)))
     })?;
@@ -168,6 +175,20 @@ pub(crate) fn callable(value: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult
 
 /// The mode of a compaction: `"full"`, `"incremental"` (with `max_bytes`) or `"evacuate"`
 /// (with `chunks`).
+/// The name of a compaction mode: a `str` (which mode is checked by [`compaction_mode`]),
+/// `"full"` when not given.
+pub(crate) fn mode_name(mode: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+    let Some(mode) = mode.filter(|m| !m.is_none()) else {
+        return Ok("full".into());
+    };
+    mode.cast::<PyString>().map(|s| s.to_string()).map_err(|_| {
+        error(
+            ErrorClass::ArgumentType,
+            format!("mode must be a str (\"full\", \"incremental\" or \"evacuate\"), got {}", type_name(mode)),
+        )
+    })
+}
+
 pub(crate) fn compaction_mode(
     mode: &str,
     max_bytes: Option<&Bound<'_, PyAny>>,

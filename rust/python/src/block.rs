@@ -183,8 +183,10 @@ impl Block {
         self.free_in(py, self.pool.get())
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    /// Enter a `with` statement; raises `InvalidHandleError` for a block already freed.
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().info()?;
+        Ok(slf)
     }
 
     /// Pin the block: a compaction never moves it (and it cannot be freed) until it is

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{error, to_py, ErrorClass};
-use crate::gil::{detached, without_gil};
+use crate::gil::detached;
 
 thread_local! {
     /// Set while this thread runs an out-of-memory handler (an allocation inside it does not
@@ -88,12 +88,17 @@ impl OomHandler {
         nbytes: impl FnOnce() -> usize,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
     ) -> PyResult<T> {
+        let out_of_memory = |err: &Error| matches!(err.root(), Error::OutOfMemory { .. });
         match detached(py, &alloc) {
-            Err(err) if matches!(err.root(), Error::OutOfMemory { .. }) => {
+            Err(err) if out_of_memory(&err) => {
                 if self.ask(py, nbytes())? {
-                    let done = without_gil(py, &alloc)?;
-                    core.forgive_failure(); // it did not raise after all
-                    Ok(done)
+                    let again = detached(py, &alloc);
+                    if again.as_ref().map_or_else(out_of_memory, |_| true) {
+                        // One allocation, one outcome: a success raised nothing, and a second
+                        // failure is the same failure counted again.
+                        core.forgive_failure();
+                    }
+                    again.map_err(to_py)
                 } else {
                     Err(to_py(err))
                 }
@@ -115,6 +120,8 @@ impl OomHandler {
     }
 
     /// `Pool.alloc_many`, with the retry (the handler is asked for the sum of the sizes).
+    /// Signals are checked now and then (Ctrl-C): one that raises stops the batch, which then
+    /// leaves nothing allocated, and its exception is returned.
     pub(crate) fn alloc_many(
         &self,
         py: Python<'_>,
@@ -123,6 +130,22 @@ impl OomHandler {
         align: Option<usize>,
         tag: u32,
     ) -> PyResult<Vec<Handle>> {
-        self.retrying(py, core, || sizes.iter().sum(), || core.alloc_many(sizes, align, tag))
+        let raised: Mutex<Option<PyErr>> = Mutex::new(None);
+        let keep_going = || match Python::attach(|py| py.check_signals()) {
+            Ok(()) => true,
+            Err(err) => {
+                *raised.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
+                false
+            }
+        };
+        let total = || sizes.iter().fold(0usize, |sum, &n| sum.saturating_add(n));
+        let done = self.retrying(py, core, total, || core.alloc_many_until(sizes, align, tag, keep_going))?;
+        match done {
+            Some(handles) => Ok(handles),
+            None => Err(raised
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| error(ErrorClass::InvalidArgument, "the batch was stopped before it completed"))),
+        }
     }
 }

@@ -32,6 +32,9 @@ pub(crate) struct Placed {
     pub(crate) class: Option<usize>,
 }
 
+/// How many placements [`Pool::alloc_many_until`] makes between two questions to its caller.
+pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;
+
 /// How far an allocation may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reach {
@@ -99,9 +102,26 @@ impl Pool {
     }
 
     /// Allocate every size of `sizes` (each aligned to `align`), or none of them: on the first
-    /// failure the blocks already made are freed and [`Error::Batch`] says which one failed and
-    /// why. Every size is validated before anything is allocated. Waits while paused.
+    /// failure [`Error::Batch`] says which one failed and why, and the pool's counters are as
+    /// they were (one failed allocation counted). Every size is validated before anything is
+    /// allocated. Waits while paused.
     pub fn alloc_many(&self, sizes: &[usize], align: Option<usize>, tag: u32) -> Result<Vec<Handle>> {
+        let done = self.alloc_many_until(sizes, align, tag, || true)?;
+        Ok(done.expect("a batch that is never stopped completes"))
+    }
+
+    /// [`Pool::alloc_many`] that asks `keep_going` every [`BATCH_CHECK_EVERY`] placements and
+    /// stops when it answers false: then nothing stays allocated and the answer is `Ok(None)`.
+    ///
+    /// Blocks are placed first and only counted, traced and given handles once all are placed,
+    /// so a batch that fails or stops gives its places back without touching a counter.
+    pub fn alloc_many_until(
+        &self,
+        sizes: &[usize],
+        align: Option<usize>,
+        tag: u32,
+        mut keep_going: impl FnMut() -> bool,
+    ) -> Result<Option<Vec<Handle>>> {
         let requests: Vec<_> = sizes
             .iter()
             .enumerate()
@@ -109,23 +129,49 @@ impl Pool {
             .collect::<Result<_>>()?;
         let core = cpu::current_core(self.arena.cores.len());
         let _entered = self.enter()?;
-        let mut handles = Vec::with_capacity(sizes.len());
+        let mut placed = Vec::with_capacity(requests.len());
         for (index, request) in requests.iter().enumerate() {
-            let made = match self.place(request, core, Reach::Full) {
-                Some(placed) => self.finish(placed, request, core, tag),
-                None => Err(self.out_of_memory(request, core, tag)),
-            };
-            match made {
+            if index % BATCH_CHECK_EVERY == BATCH_CHECK_EVERY - 1 && !keep_going() {
+                self.give_back_placed(&placed, &requests, core);
+                return Ok(None);
+            }
+            match self.place(request, core, Reach::Full) {
+                Some(p) => placed.push(p),
+                None => {
+                    self.give_back_placed(&placed, &requests, core);
+                    return Err(Error::batch(index, self.out_of_memory(request, core, tag)));
+                }
+            }
+        }
+        let mut handles = Vec::with_capacity(placed.len());
+        for (index, (p, request)) in placed.iter().zip(&requests).enumerate() {
+            match self.finish(*p, request, core, tag) {
                 Ok(handle) => handles.push(handle),
                 Err(err) => {
+                    // `finish` gave back this place; free what became blocks, give back the rest.
                     for handle in handles {
                         self.free_entered(handle).expect("a block just made can be freed");
                     }
+                    self.give_back_placed(&placed[index + 1..], &requests[index + 1..], core);
                     return Err(Error::batch(index, err));
                 }
             }
         }
-        Ok(handles)
+        Ok(Some(handles))
+    }
+
+    /// Give back places that never became blocks (uncounted), then what cores now hold empty,
+    /// as a failed allocation does before it gives up.
+    #[cold]
+    fn give_back_placed(&self, placed: &[Placed], requests: &[Request], core: usize) {
+        for (p, request) in placed.iter().zip(requests) {
+            self.release_block(p.offset, request.size).expect("a block just placed can be given back");
+        }
+        if !placed.is_empty() {
+            let carver = SlabCarver { pool: self, core, reach: Reach::Full };
+            self.arena.slabs.reclaim(&carver);
+            self.arena.reclaim_empty_chunks(false);
+        }
     }
 
     /// [`Pool::alloc`], also returning the block's offset (for callers that report it, such as

@@ -2,7 +2,7 @@
 
 use npumem_core::{Backing, Device, Placement, PoolConfig, DEVICE_TYPES};
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyDict, PyFrozenSet, PySet, PyString};
 
 use crate::args;
 use crate::errors::{error, ErrorClass};
@@ -47,8 +47,13 @@ pub(super) fn pool_config(
         .alignment(field(alignment, "alignment", defaults.alignment)?)
         .core_reserve(field(core_reserve, "core_reserve", defaults.core_reserve)?);
     if let Some(sizes) = slab_sizes.filter(|s| !s.is_none()) {
-        if sizes.is_instance_of::<PyString>() {
-            return Err(config_error("slab_sizes must be a sequence of ints, got str".into()));
+        // A str, a mapping or a set is not an ordered list of sizes (a dict would give its keys).
+        if sizes.is_instance_of::<PyString>()
+            || sizes.is_instance_of::<PyDict>()
+            || sizes.is_instance_of::<PySet>()
+            || sizes.is_instance_of::<PyFrozenSet>()
+        {
+            return Err(config_error(format!("slab_sizes must be a sequence of ints, got {}", args::type_name(sizes))));
         }
         let items = sizes.try_iter().map_err(|_| {
             config_error(format!("slab_sizes must be a sequence of ints, got {}", args::type_name(sizes)))

@@ -111,10 +111,12 @@ impl Pool {
         let tag = args::tag(tag)?;
         let tag_id = this.tags.id(py, tag.as_ref())?;
         let core = &this.core;
-        let handle = match core.try_alloc_fast(size, align, tag_id).map_err(to_py)? {
-            Some(handle) => handle,
-            None => this.oom.alloc(py, core, size, align, tag_id)?,
+        let made = match core.try_alloc_fast(size, align, tag_id).map_err(to_py) {
+            Ok(Some(handle)) => Ok(handle),
+            Ok(None) => this.oom.alloc(py, core, size, align, tag_id),
+            Err(err) => Err(err),
         };
+        let handle = made?;
         this.by_tag.allocated(py, tag_id, size);
         if this.stacks.enabled() {
             this.stacks.record(py, handle.to_bits())?;
@@ -126,12 +128,12 @@ impl Pool {
     /// if one allocation fails, the blocks already made are freed and the error says which
     /// one failed and why.
     #[pyo3(signature = (sizes, *, align = None, tag = None))]
-    fn alloc_many(
-        slf: &Bound<'_, Self>,
-        sizes: &Bound<'_, PyAny>,
-        align: Option<&Bound<'_, PyAny>>,
-        tag: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<Block>> {
+    fn alloc_many<'py>(
+        slf: &Bound<'py, Self>,
+        sizes: &Bound<'py, PyAny>,
+        align: Option<&Bound<'py, PyAny>>,
+        tag: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let py = slf.py();
         let this = slf.get();
         let capacity = this.core.capacity();
@@ -153,6 +155,25 @@ impl Pool {
         let tag = args::tag(tag)?;
         let tag_id = this.tags.id(py, tag.as_ref())?;
         let handles = this.oom.alloc_many(py, &this.core, &wanted, align, tag_id)?;
+        // The blocks become Python objects with signals checked now and then: a Ctrl-C raised
+        // before the list reaches the caller would drop it with every block still allocated.
+        let made = (|| -> PyResult<Bound<'py, PyList>> {
+            let list = PyList::empty(py);
+            for (i, (&handle, &size)) in handles.iter().zip(&wanted).enumerate() {
+                if i % 65536 == 65535 {
+                    py.check_signals()?;
+                }
+                let tag = tag.as_ref().map(|t| t.clone().unbind());
+                let block = Block::new(slf.clone().unbind(), handle, size, tag, tag_id);
+                list.append(Bound::new(py, block)?)?;
+            }
+            py.check_signals()?;
+            Ok(list)
+        })();
+        let list = made.inspect_err(|_| {
+            let core = &this.core;
+            let _ = detached(py, || core.free_many(&handles));
+        })?;
         for &size in &wanted {
             this.by_tag.allocated(py, tag_id, size);
         }
@@ -161,14 +182,7 @@ impl Pool {
                 this.stacks.record(py, handle.to_bits())?;
             }
         }
-        let pool = slf.clone().unbind();
-        Ok(handles
-            .into_iter()
-            .zip(wanted)
-            .map(|(handle, size)| {
-                Block::new(pool.clone_ref(py), handle, size, tag.as_ref().map(|t| t.clone().unbind()), tag_id)
-            })
-            .collect())
+        Ok(list)
     }
 
     /// Free every block of `blocks`, or none: all are checked first (blocks of this pool,
@@ -370,11 +384,14 @@ impl Pool {
 
     /// One compaction while `pause` holds the pool: `mode` is `"full"`, `"incremental"` (with
     /// `max_bytes`) or `"evacuate"` (with `chunks`). Returns what it did.
-    #[pyo3(signature = (pause, mode = "full", *, max_bytes = None, chunks = None, mover = None))]
+    #[pyo3(
+        signature = (pause, mode = None, *, max_bytes = None, chunks = None, mover = None),
+        text_signature = "(self, pause, mode='full', *, max_bytes=None, chunks=None, mover=None)"
+    )]
     fn compact_step<'py>(
         slf: &Bound<'py, Self>,
         pause: &Bound<'py, PyAny>,
-        mode: &str,
+        mode: Option<&Bound<'py, PyAny>>,
         max_bytes: Option<&Bound<'py, PyAny>>,
         chunks: Option<&Bound<'py, PyAny>>,
         mover: Option<&Bound<'py, PyAny>>,
@@ -382,7 +399,7 @@ impl Pool {
         let py = slf.py();
         let pool = slf.get();
         let pause = Pause::of(pool, pause)?;
-        let mode = args::compaction_mode(mode, max_bytes, chunks)?;
+        let mode = args::compaction_mode(&args::mode_name(mode)?, max_bytes, chunks)?;
         let mover = args::callable(mover, "mover")?;
         let core = &pool.core;
         let done = pause.with_token(|token| {
@@ -393,10 +410,13 @@ impl Pool {
 
     /// What `compact_step` would do, moving nothing (pauses the pool briefly unless `pause`
     /// holds it already); with `mover`, as `compact_step` with that mover would.
-    #[pyo3(signature = (mode = "full", *, max_bytes = None, chunks = None, pause = None, mover = None))]
+    #[pyo3(
+        signature = (mode = None, *, max_bytes = None, chunks = None, pause = None, mover = None),
+        text_signature = "(self, mode='full', *, max_bytes=None, chunks=None, pause=None, mover=None)"
+    )]
     fn plan_compaction<'py>(
         slf: &Bound<'py, Self>,
-        mode: &str,
+        mode: Option<&Bound<'py, PyAny>>,
         max_bytes: Option<&Bound<'py, PyAny>>,
         chunks: Option<&Bound<'py, PyAny>>,
         pause: Option<&Bound<'py, PyAny>>,
@@ -404,7 +424,8 @@ impl Pool {
     ) -> PyResult<CompactionPlan> {
         let py = slf.py();
         let pool = slf.get();
-        let parsed = args::compaction_mode(mode, max_bytes, chunks)?;
+        let mode = args::mode_name(mode)?;
+        let parsed = args::compaction_mode(&mode, max_bytes, chunks)?;
         let with_mover = args::callable(mover, "mover")?.is_some();
         let core = &pool.core;
         let plan = match pause.filter(|p| !p.is_none()) {
@@ -412,7 +433,7 @@ impl Pool {
                 .with_token(|token| without_gil(py, || core.plan_compaction_with(Some(token), &parsed, with_mover)))?,
             None => without_gil(py, || core.plan_compaction_with(None, &parsed, with_mover))?,
         };
-        Ok(CompactionPlan::from_core(mode, &plan))
+        Ok(CompactionPlan::from_core(&mode, &plan))
     }
 
     /// Set the callable `handler(nbytes) -> bool` that a failing allocation calls before it

@@ -1,0 +1,143 @@
+"""Checks of what a snapshot or trace file says, beyond its fields' types.
+
+The readers (:meth:`Snapshot.from_json_obj`, :meth:`Trace.from_json_obj`) check each field on
+its own; these functions check that the whole makes sense as the picture of one pool: byte
+counts and offsets fit in 64 bits, the configuration is positive, every block and extent lies
+inside the arena, live blocks do not overlap each other or a free run, the fragmentation is a
+fraction, and every traced allocation fits the recorded arena. Each failure is a
+:class:`~npumem.monitor.errors.FileFormatError` of one line that names the file and the entry.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from npumem.monitor.errors import FileFormatError
+from npumem.sizes import MAX_BYTES
+
+if TYPE_CHECKING:
+    from npumem.monitor.snapshot import Snapshot
+    from npumem.monitor.trace import Trace
+
+__all__ = ["check_config", "check_snapshot", "check_trace"]
+
+POSITIVE_CONFIG = ("capacity", "cores", "chunk_size", "min_block", "bank_size", "alignment")
+"""Configuration fields that must be > 0 in every file."""
+
+
+def _fail(where: str, message: str) -> FileFormatError:
+    return FileFormatError(f"{where}: {message}")
+
+
+def _bytes(where: str, what: str, value: int) -> int:
+    if value > MAX_BYTES:
+        raise _fail(where, f"{what} = {value} does not fit in 64 bits (at most {MAX_BYTES})")
+    return value
+
+
+def check_config(config: Mapping[str, Any], where: str) -> int:
+    """The positive configuration fields are ints in ``1..MAX_BYTES``; returns the capacity."""
+    for key in POSITIVE_CONFIG:
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise _fail(where, f"config.{key} must be an integer > 0, got {value!r}")
+        _bytes(where, f"config.{key}", value)
+    capacity: int = config["capacity"]
+    return capacity
+
+
+def _disjoint(where: str, spans: Iterable[tuple[int, int, str]]) -> None:
+    """Spans ``(start, end, name)`` do not overlap (empty spans never do)."""
+    ordered = sorted(s for s in spans if s[1] > s[0])
+    for (a_start, a_end, a), (b_start, _b_end, b) in itertools.pairwise(ordered):
+        if b_start < a_end:
+            raise _fail(where, f"{a} [{a_start}, {a_end}) overlaps {b} starting at {b_start}")
+
+
+def check_snapshot(snapshot: Snapshot, where: str) -> None:
+    """The snapshot describes one arena: see the module's docstring."""
+    capacity = check_config(snapshot.config, where)
+    spans: list[tuple[int, int, str]] = []
+    for i, b in enumerate(snapshot.blocks):
+        what = f"block {i}"
+        for field in ("offset", "nbytes", "block_bytes", "align"):
+            _bytes(where, f"{what}: {field}", getattr(b, field))
+        if b.nbytes == 0 or b.block_bytes < b.nbytes:
+            raise _fail(
+                where,
+                f"{what}: nbytes {b.nbytes} must be > 0 and at most block_bytes {b.block_bytes}",
+            )
+        if b.end > capacity:
+            raise _fail(where, f"{what} [{b.offset}, {b.end}) ends beyond the capacity {capacity}")
+        spans.append((b.offset, b.end, what))
+    extents = {
+        "free_runs": snapshot.free_runs,
+        "slab_cached": snapshot.slab_cached,
+        "untracked": snapshot.untracked,
+    }
+    for key, items in extents.items():
+        for i, e in enumerate(items):
+            _bytes(where, f"{key} {i}: offset", e.offset)
+            _bytes(where, f"{key} {i}: length", e.length)
+            if e.end > capacity:
+                raise _fail(
+                    where, f"{key} {i} [{e.offset}, {e.end}) ends beyond the capacity {capacity}"
+                )
+    _disjoint(
+        where,
+        spans + [(e.offset, e.end, f"free run {i}") for i, e in enumerate(snapshot.free_runs)],
+    )
+    _check_stats(snapshot.stats, where)
+    frag = snapshot.stats.get("external_fragmentation")
+    if not isinstance(frag, int | float) or not (math.isfinite(frag) and 0 <= frag <= 1):
+        raise _fail(where, f"stats.external_fragmentation must be between 0 and 1, got {frag!r}")
+
+
+def _count(where: str, what: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:
+        raise _fail(where, f"{what} must be an integer between 0 and {MAX_BYTES}, got {value!r}")
+
+
+def _check_stats(stats: Mapping[str, Any], where: str) -> None:
+    """Every figure of the stats is a count, and so is every figure of the per-core and
+    per-class rows; the fragmentation is checked on its own, other tables by their readers."""
+    for key, value in stats.items():
+        if key == "external_fragmentation":
+            continue
+        if key == "by_tag":
+            continue  # a table of its own, checked by its reader
+        if key in ("per_core", "size_classes"):
+            if not isinstance(value, list):
+                raise _fail(where, f"stats.{key} must be a list, got {type(value).__name__}")
+            for i, row in enumerate(value):
+                if not isinstance(row, dict):
+                    raise _fail(where, f"stats.{key} {i} must be an object, got {row!r}")
+                for k, v in row.items():
+                    _count(where, f"stats.{key} {i}: {k!r}", v)
+        else:
+            _count(where, f"stats.{key!r}", value)
+
+
+def check_trace(trace: Trace, where: str) -> None:
+    """The trace's events fit its configuration: see the module's docstring."""
+    capacity = check_config(trace.config, where)
+    for recorded in (trace.stats_at_start, trace.stats_at_stop):
+        _check_stats(recorded, where)
+    for i, e in enumerate(trace.events):
+        what = f"event {i}"
+        for field in ("offset", "size", "aux"):
+            _bytes(where, f"{what}: {field}", getattr(e, field))
+        if e.kind in ("alloc", "failed"):
+            if e.size == 0:
+                raise _fail(where, f"{what}: an {e.kind} event of 0 bytes")
+            if e.aux and e.aux & (e.aux - 1):
+                raise _fail(where, f"{what}: alignment {e.aux} is not a power of two")
+        if e.kind == "alloc" and e.offset + e.size > capacity:
+            raise _fail(
+                where,
+                f"{what}: block [{e.offset}, {e.offset + e.size}) ends beyond the capacity "
+                f"{capacity}",
+            )

@@ -1,0 +1,213 @@
+"""Inputs that once crashed or hung a reader: each is refused with one line on stderr and exit
+status 2 (or, where it is valid, handled quickly), never a traceback or a partial output."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+import npumem
+from cli_contract import run_cli
+from npumem.monitor import TraceRecorder, load_snapshot
+from npumem.monitor.errors import FileFormatError
+from npumem.plan import Problem
+from npumem.plan.errors import PlanError
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """A snapshot and a trace as JSON objects, to damage."""
+    pool = npumem.Pool(16 * MIB, cores=1, name="bad-input")
+    with TraceRecorder(pool) as rec:
+        blocks = [pool.alloc(1000, tag="x") for _ in range(4)] + [pool.alloc(300_000)]
+        snap = pool.snapshot()
+        for b in blocks:
+            b.free()
+    return {"snapshot": snap.to_json_obj(), "trace": rec.trace.to_json_obj()}
+
+
+def write(path: Path, obj: object) -> Path:
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def test_csv_field_over_the_csv_module_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "big.csv"
+    src.write_text("id,lower,upper,size\n" + "a" * 200_000 + ",0,1,64\n")
+    out = tmp_path / "out.csv"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert "big.csv, line 2" in err and "field limit" in err
+    with pytest.raises(PlanError, match="line 2"):
+        Problem.from_csv(src)
+
+
+@pytest.mark.parametrize("command", ["plan", "report", "plot", "replay"])
+def test_json_nested_100000_deep(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "deep.json"
+    src.write_text('{"buffers": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    status, _, err = run_cli([command, str(src)], capsys)
+    assert status == 2
+    assert "nested too deeply" in err
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("size", 2**64 + 10), ("alignment", 2**70), ("offset", 2**64), ("size", 2**63)],
+)
+def test_sizes_offsets_alignments_beyond_64_bits(
+    column: str, value: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    row = {"id": "x", "lower": 0, "upper": 1, "size": 64, "alignment": 1, "offset": ""}
+    row[column] = value
+    src = tmp_path / "huge.csv"
+    src.write_text(",".join(row) + "\n" + ",".join(str(v) for v in row.values()) + "\n")
+    out = tmp_path / "out.h"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert "bits" in err or "can address" in err
+
+
+def test_many_buffers_whose_total_exceeds_64_bits(tmp_path: Path) -> None:
+    rows = [f"b{i},0,1,{2**62}" for i in range(4)]
+    src = tmp_path / "sum.csv"
+    src.write_text("id,lower,upper,size\n" + "\n".join(rows) + "\n")
+    with pytest.raises(PlanError, match="can address"):
+        Problem.from_csv(src)
+
+
+def test_chain_of_5000_views_is_checked_in_linear_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    n = 5000
+    tensors = [{"name": "t0", "size": 1024}]
+    tensors += [{"name": f"t{i}", "size": 1024, "view_of": f"t{i - 1}"} for i in range(1, n)]
+    names = [f"t{i}" for i in range(n)]
+    graph = {
+        "tensors": [*tensors, {"name": "out", "size": 64}],
+        "ops": [
+            {"name": "make", "inputs": [], "outputs": names},
+            {"name": "use", "inputs": names, "outputs": ["out"]},
+        ],
+    }
+    src = write(tmp_path / "chain.json", graph)
+    start = time.perf_counter()
+    status, _, _ = run_cli(["plan", str(src), "--time-limit", "2", "-q"], capsys)
+    assert status == 0
+    assert time.perf_counter() - start < 20
+    # The same chain closed into a cycle: refused, as quickly.
+    graph["tensors"][0] = {"name": "t0", "size": 1024, "view_of": f"t{n - 1}"}
+    src = write(tmp_path / "cycle.json", graph)
+    start = time.perf_counter()
+    status, _, err = run_cli(["plan", str(src), "--time-limit", "2"], capsys)
+    assert status == 2 and "views form a cycle" in err
+    assert time.perf_counter() - start < 20
+
+
+def test_empty_onnx_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("onnx")
+    src = tmp_path / "empty.onnx"
+    src.write_bytes(b"")
+    out = tmp_path / "out.csv"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert "empty.onnx" in err and "not an ONNX model" in err
+
+
+def damaged_snapshot(obj: dict, damage: str) -> dict:
+    obj = json.loads(json.dumps(obj))
+    if damage == "overlap":
+        obj["blocks"].append(list(obj["blocks"][0]))
+    elif damage == "zero capacity":
+        obj["config"]["capacity"] = 0
+    elif damage == "huge offset":
+        obj["blocks"][0][0] = 2**64 + 10
+    elif damage == "beyond capacity":
+        obj["blocks"][0][0] = obj["config"]["capacity"]
+    elif damage == "infinite fragmentation":
+        obj["stats"]["external_fragmentation"] = 1e999
+    elif damage == "free run over a block":
+        block = obj["blocks"][0]
+        obj["free_runs"].append([block[0], block[2]])
+    return obj
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "overlap",
+        "zero capacity",
+        "huge offset",
+        "beyond capacity",
+        "infinite fragmentation",
+        "free run over a block",
+    ],
+)
+@pytest.mark.parametrize("command", ["report", "plot"])
+def test_damaged_snapshots_are_refused(
+    damage: str,
+    command: str,
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = tmp_path / "snap.json"
+    text = json.dumps(damaged_snapshot(saved["snapshot"], damage)).replace("Infinity", "1e999")
+    src.write_text(text)
+    out = tmp_path / "snap.png"
+    argv = [command, str(src)] + (["-o", str(out)] if command == "plot" else [])
+    status, _, err = run_cli(argv, capsys, output=out)
+    assert status == 2, err
+    with pytest.raises(FileFormatError):
+        load_snapshot(src)
+
+
+def test_nan_in_a_snapshot_is_refused(saved: dict[str, dict], tmp_path: Path) -> None:
+    src = tmp_path / "nan.json"
+    src.write_text(
+        json.dumps(saved["snapshot"], allow_nan=True).replace('"time_ns":', '"x": NaN, "time_ns":')
+    )
+    with pytest.raises(FileFormatError, match="NaN"):
+        load_snapshot(src)
+
+
+@pytest.mark.parametrize(
+    ("index", "value", "message"),
+    [(3, 2**70, "64 bits"), (2, 2**64, "64 bits"), (7, 3, "power of two"), (3, 0, "0 bytes")],
+)
+@pytest.mark.parametrize("command", ["replay", "plot"])
+def test_damaged_trace_events_are_refused(
+    index: int,
+    value: int,
+    message: str,
+    command: str,
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    obj = json.loads(json.dumps(saved["trace"]))
+    obj["events"][0][index] = value
+    src = write(tmp_path / "trace.json", obj)
+    out = tmp_path / "trace.png"
+    argv = [command, str(src)] + (["-o", str(out)] if command == "plot" else [])
+    status, _, err = run_cli(argv, capsys, output=out)
+    assert status == 2
+    assert message in err
+
+
+def test_replay_on_a_smaller_arena_reports_requests_larger_than_it(
+    saved: dict[str, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = write(tmp_path / "trace.json", saved["trace"])
+    status, out, _ = run_cli(["replay", str(src), "--capacity", "256KiB"], capsys)
+    assert status == 1
+    assert "would fail:" in out and "300,000 bytes" in out

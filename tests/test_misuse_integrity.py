@@ -1,0 +1,201 @@
+"""Misuse and interruptions leave the pool as it was: failed and interrupted batches, bad
+arguments to compaction and pauses, bad configurations, freed blocks in `with`, exceptions from
+`__index__`, out-of-memory retries, and pools used in a child process after `fork()`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import warnings
+
+import pytest
+
+import npumem
+
+MIB = 1 << 20
+COUNTERS = ("alloc_count", "free_count", "peak_bytes_in_use", "bytes_in_use", "blocks_in_use")
+
+
+def counters(pool: npumem.Pool) -> dict[str, int]:
+    s = pool.stats()
+    return {k: getattr(s, k) for k in COUNTERS}
+
+
+def test_failed_alloc_many_leaves_the_counters_unchanged() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    keep = pool.alloc(100)
+    before = counters(pool)
+    failed_before = pool.stats().failed_allocs
+    with pytest.raises(npumem.OutOfMemoryError, match=r"item 1[56]"):
+        pool.alloc_many([MIB] * 40)
+    assert counters(pool) == before
+    assert pool.stats().failed_allocs == failed_before + 1
+    # Small blocks (slab objects) too.
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc_many([64] * 1000 + [15 * MIB + 1])
+    assert counters(pool) == before
+    pool.check()
+    keep.free()
+    assert len(pool.alloc_many([MIB] * 15)) == 15
+
+
+def test_keyboard_interrupt_during_alloc_many_leaves_nothing_allocated() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are handled on the main thread")
+    pool = npumem.Pool(1 << 30, cores=1, backing="none")
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pool.alloc_many([64] * 3_000_000)
+            time.sleep(5)  # the batch finished before the signal: wait for it here
+    finally:
+        timer.cancel()
+    assert pool.stats().blocks_in_use == 0
+    pool.check()
+
+
+def test_pause_refuses_a_bool_timeout() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    with pytest.raises(npumem.ArgumentTypeError, match="bool"):
+        pool.pause(True)  # type: ignore[arg-type]
+    pool.alloc(64).free()  # not paused
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"mode": 5}, npumem.ArgumentTypeError),
+        ({"mode": b"full"}, npumem.ArgumentTypeError),
+        ({"mode": "sideways"}, npumem.InvalidArgumentError),
+        ({"mode": "incremental"}, npumem.InvalidArgumentError),
+        ({"mode": "incremental", "max_bytes": -1}, npumem.InvalidArgumentError),
+        ({"mode": "incremental", "max_bytes": "x"}, npumem.ArgumentTypeError),
+        ({"mode": "evacuate", "chunks": [2**70]}, npumem.InvalidArgumentError),
+        ({"mode": "evacuate", "chunks": ["a"]}, npumem.ArgumentTypeError),
+        ({"mode": "evacuate", "chunks": 3}, npumem.ArgumentTypeError),
+    ],
+)
+def test_compaction_calls_raise_typed_errors(kwargs: dict, error: type[Exception]) -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    blocks = [pool.alloc(100_000) for _ in range(20)]
+    with pytest.raises(error):
+        pool.plan_compaction(**kwargs)
+    with pool.pause() as pause, pytest.raises(error):
+        pool.compact_step(pause, **kwargs)
+    assert all(b.alive for b in blocks)
+    pool.check()
+
+
+@pytest.mark.parametrize(
+    ("capacity", "kwargs", "field"),
+    [
+        (16 * MIB, {"slab_sizes": {64: 1}}, "slab_sizes"),
+        (16 * MIB, {"slab_sizes": {64, 128}}, "slab_sizes"),
+        (16 * MIB, {"alignment": 2**30}, "alignment"),
+        (100, {}, "capacity"),
+        (255, {"cores": 1}, "capacity"),
+    ],
+)
+def test_bad_configurations_are_refused(capacity: int, kwargs: dict, field: str) -> None:
+    with pytest.raises(npumem.ConfigError, match=field):
+        npumem.Pool(capacity, **kwargs)
+
+
+def test_with_on_a_freed_block_raises() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    block = pool.alloc(100)
+    block.free()
+    with pytest.raises(npumem.InvalidHandleError), block:
+        pass
+    with pool.alloc(100) as live:
+        assert live.alive
+
+
+class Interrupting:
+    def __index__(self) -> int:
+        raise KeyboardInterrupt
+
+
+class Broken:
+    def __index__(self) -> int:
+        raise ValueError("broken __index__")
+
+
+@pytest.mark.parametrize("value", [Interrupting(), Broken()])
+def test_exceptions_raised_inside_index_propagate(value: object) -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    expected = KeyboardInterrupt if isinstance(value, Interrupting) else ValueError
+    with pytest.raises(expected):
+        pool.alloc(value)  # type: ignore[arg-type]
+    with pytest.raises(expected):
+        pool.alloc(64, align=value)  # type: ignore[arg-type]
+    with pytest.raises(expected):
+        npumem.Pool(value)  # type: ignore[arg-type]
+    assert pool.stats().blocks_in_use == 0
+
+
+def test_a_failed_retry_counts_one_failure() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    calls = []
+    pool.set_oom_handler(lambda n: calls.append(n) or True)
+    big = pool.alloc(15 * MIB)
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(15 * MIB)
+    assert calls == [15 * MIB]
+    assert pool.stats().failed_allocs == 1
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc_many([8 * MIB, 8 * MIB])
+    assert pool.stats().failed_allocs == 2
+    big.free()
+    # A retry that succeeds counts none.
+    hog = pool.alloc(15 * MIB)
+    pool.set_oom_handler(lambda n: hog.free() or True)
+    pool.alloc(15 * MIB).free()
+    assert pool.stats().failed_allocs == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_child_process_can_pause_a_pool_its_parent_was_busy_with() -> None:
+    pool = npumem.Pool(64 * MIB, cores=2, backing="none")
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            blocks = pool.alloc_many([4096] * 256)
+            pool.free_many(blocks)
+
+    workers = [threading.Thread(target=churn) for _ in range(3)]
+    for w in workers:
+        w.start()
+    stuck = 0
+    try:
+        for _ in range(10):
+            time.sleep(0.01)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: only this thread exists
+                code = 0
+                try:
+                    with pool.pause(timeout=3):
+                        pass
+                    # Blocks that parent threads were allocating or freeing at the fork are
+                    # lost to the child (check() would report them); the pool itself works.
+                    pool.free_many(pool.alloc_many([4096] * 100))
+                except BaseException as exc:
+                    print(f"child: {type(exc).__name__}: {exc!r}", file=sys.stderr)
+                    code = 3
+                finally:
+                    sys.stdout.flush()
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            stuck += os.waitstatus_to_exitcode(status) != 0
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    assert stuck == 0, f"{stuck} of 10 children could not pause the pool"
