@@ -65,12 +65,15 @@ test-loom: ## Loom models of every atomic protocol (exhaustive interleavings)
 STRESS_THREADS ?= 32
 STRESS_ITERS ?= 3400000
 STRESS_MAX_SIZE ?= 8192
+STRESS_SLOTS ?= 64
+STRESS_CAPACITY_MIB ?= 256
 
 .PHONY: stress
-stress: ## The Rust stress test at the anchor's scale (STRESS_THREADS, STRESS_ITERS, STRESS_MAX_SIZE)
+stress: ## The Rust stress test at the anchor's scale (STRESS_THREADS, STRESS_ITERS, STRESS_SLOTS, STRESS_MAX_SIZE, STRESS_CAPACITY_MIB)
 	NPUMEM_STRESS_THREADS=$(STRESS_THREADS) NPUMEM_STRESS_ITERS=$(STRESS_ITERS) \
-	    NPUMEM_STRESS_MAX_SIZE=$(STRESS_MAX_SIZE) \
-	    cargo test -p npumem-core --release --test pool stress_mixed_sizes -- --nocapture
+	    NPUMEM_STRESS_MAX_SIZE=$(STRESS_MAX_SIZE) NPUMEM_STRESS_SLOTS=$(STRESS_SLOTS) \
+	    NPUMEM_STRESS_CAPACITY_MIB=$(STRESS_CAPACITY_MIB) \
+	    cargo test -p npumem-core --release --test stress stress_mixed_sizes -- --nocapture
 
 .PHONY: browser
 browser: ## Install Debian's chromium for the viewer test when it is missing (as root)

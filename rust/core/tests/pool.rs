@@ -1,10 +1,9 @@
 //! The pool through its public API: the allocation path, misuse, the timeline of the seed
-//! articles, and a multi-threaded stress test that checks every block against every other.
+//! articles. The multi-threaded stress test is in `stress.rs`.
 #![cfg(not(loom))]
 
 use npumem_core::{Backing, Error, Handle, HandleFault, Placement, Pool, PoolConfig};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 const MIB: usize = 1 << 20;
 
@@ -304,120 +303,4 @@ fn host_bytes_round_trip() {
     let (ptr, len) = p.host_ptr(h).unwrap();
     assert_eq!(len, 1000);
     assert_eq!(ptr.as_ptr() as usize % 64, 0);
-}
-
-/// A knob of the stress test from the environment, or its CI default.
-fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// Many threads allocate mixed sizes, fill each block with a pattern, hand blocks to each other
-/// (so most frees are remote), check the pattern at free, and record every live block in a
-/// shared map that refuses overlaps (every live block against every other). At the end every
-/// byte is free and `check()` passes. `NPUMEM_STRESS_THREADS` and `NPUMEM_STRESS_ITERS`
-/// (operations per thread) scale it, `NPUMEM_STRESS_MAX_SIZE` caps the sizes: `make stress`
-/// runs it at the scale of mimalloc's test-stress and prints the figures.
-#[test]
-fn stress_mixed_sizes_remote_frees_no_overlap_no_corruption() {
-    let threads = knob("NPUMEM_STRESS_THREADS", 4).max(1);
-    let ops = knob("NPUMEM_STRESS_ITERS", 6000);
-    let max_size = knob("NPUMEM_STRESS_MAX_SIZE", usize::MAX).max(1);
-    let started = std::time::Instant::now();
-    let allocations = std::sync::atomic::AtomicU64::new(0);
-    let verified = std::sync::atomic::AtomicU64::new(0);
-    let p = Arc::new(Pool::new(PoolConfig::new(64 * MIB).cores(2).core_reserve(0)).unwrap());
-    let live: Arc<Mutex<BTreeMap<usize, usize>>> = Arc::default();
-    type Mailbox = Mutex<Vec<(Handle, u8)>>;
-    let mailboxes: Arc<Vec<Mailbox>> = Arc::new((0..threads).map(|_| Mutex::default()).collect());
-    let register = |live: &Mutex<BTreeMap<usize, usize>>, off: usize, len: usize| {
-        let mut map = live.lock().unwrap();
-        if let Some((&o, &l)) = map.range(..off + len).next_back() {
-            assert!(o + l <= off, "block [{off}, +{len}) overlaps [{o}, +{l})");
-        }
-        map.insert(off, len);
-    };
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (p, live, mailboxes) = (p.clone(), live.clone(), mailboxes.clone());
-            let (allocations, verified) = (&allocations, &verified);
-            s.spawn(move || {
-                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1);
-                let mut next = || {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng
-                };
-                let mut mine: Vec<(Handle, u8)> = Vec::new();
-                let check_and_free = |h: Handle, pattern: u8| {
-                    let info = p.block(h).unwrap();
-                    let mut buf = vec![0u8; info.size];
-                    p.read(h, 0, &mut buf).unwrap();
-                    assert!(buf.iter().all(|&b| b == pattern), "block at {} corrupted", info.offset);
-                    verified.fetch_add(info.size as u64, std::sync::atomic::Ordering::Relaxed);
-                    live.lock().unwrap().remove(&info.offset).expect("registered");
-                    p.free(h).unwrap();
-                };
-                for i in 0..ops {
-                    let r = next();
-                    match r % 10 {
-                        0..=4 => {
-                            let size = match r >> 8 & 7 {
-                                0 => 1 + (r >> 16) as usize % 256,
-                                1..=4 => 256 + (r >> 16) as usize % 8192,
-                                5 | 6 => 8192 + (r >> 16) as usize % (256 << 10),
-                                _ => (1 << 20) + (r >> 16) as usize % (3 << 20),
-                            }
-                            .min(max_size);
-                            if let Ok(h) = p.alloc(size, None, t as u32) {
-                                let info = p.block(h).unwrap();
-                                register(&live, info.offset, info.block_bytes);
-                                allocations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                let pattern = (i % 251) as u8 + 1;
-                                p.write(h, 0, &vec![pattern; size]).unwrap();
-                                mine.push((h, pattern));
-                            }
-                        }
-                        5..=6 => {
-                            if let Some(item) = mine.pop() {
-                                mailboxes[(t + 1) % threads].lock().unwrap().push(item);
-                            }
-                        }
-                        _ => {
-                            let received = std::mem::take(&mut *mailboxes[t].lock().unwrap());
-                            for (h, pattern) in received {
-                                check_and_free(h, pattern);
-                            }
-                            if r % 3 == 0 {
-                                if let Some((h, pattern)) = mine.pop() {
-                                    check_and_free(h, pattern);
-                                }
-                            }
-                        }
-                    }
-                }
-                for (h, pattern) in mine {
-                    check_and_free(h, pattern);
-                }
-            });
-        }
-    });
-    for mailbox in mailboxes.iter() {
-        for (h, _) in mailbox.lock().unwrap().drain(..) {
-            p.free(h).unwrap();
-        }
-    }
-    assert_eq!(p.check().unwrap(), 0);
-    let s = p.stats();
-    assert_eq!(s.bytes_in_use, 0);
-    assert_eq!(s.alloc_count, s.free_count);
-    assert_eq!(s.largest_free_block, 64 * MIB, "every byte free and merged");
-    let allocations = allocations.into_inner();
-    let verified = verified.into_inner();
-    println!(
-        "stress: {threads} threads x {ops} operations: {allocations} allocations, {verified} bytes verified \
-         ({:.1} GB), {:.1} s",
-        verified as f64 / 1e9,
-        started.elapsed().as_secs_f64()
-    );
 }
