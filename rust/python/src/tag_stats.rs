@@ -13,6 +13,7 @@ use npumem_core::{TagFigures, TagLabel, OTHER_TAGS};
 use pyo3::prelude::*;
 
 use crate::repr;
+use crate::stats;
 
 /// One tag's share of a pool (`PoolStats.by_tag`): its live blocks, the bytes they asked for,
 /// and the highest that figure has been (since the pool was made or `reset_peak()`).
@@ -50,6 +51,17 @@ impl TagStats {
         core.tags().figures().into_iter().map(TagStats::from_core).collect()
     }
 
+    /// Back from a dict of [`TagStats::dict`].
+    pub(crate) fn parse(d: &Bound<'_, PyAny>) -> PyResult<TagStats> {
+        let d = stats::dict_of(d, "TagStats")?;
+        Ok(TagStats {
+            tag: stats::field(&d, "tag")?,
+            blocks_in_use: stats::field(&d, "blocks_in_use")?,
+            requested_bytes_in_use: stats::field(&d, "requested_bytes_in_use")?,
+            peak_requested_bytes_in_use: stats::field(&d, "peak_requested_bytes_in_use")?,
+        })
+    }
+
     /// The fields as a dict.
     pub(crate) fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let d = pyo3::types::PyDict::new(py);
@@ -63,6 +75,12 @@ impl TagStats {
 
 #[pymethods]
 impl TagStats {
+    /// A `TagStats` from the dict `as_dict()` gives (a missing field is 0).
+    #[staticmethod]
+    fn from_dict(d: &Bound<'_, PyAny>) -> PyResult<TagStats> {
+        TagStats::parse(d)
+    }
+
     /// The fields as a dict.
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         self.dict(py)
