@@ -83,6 +83,7 @@ pub use stats::tags::{TagFigures, TagLabel, TagTable, TraceProgress, IDLE_TAGS, 
 pub use trace::event::{EventKind, TraceEvent};
 #[cfg(not(loom))]
 pub use trace::recorder::{TraceStatus, MAX_TRACE_CAPACITY};
+pub use util::published::PublishedSlots;
 
 /// The crate version.
 pub fn version() -> &'static str {
