@@ -303,7 +303,7 @@ class BlockInfo:
 
 @final
 class Transfer:
-    """One copy a mover makes: reads as ``(src, dst, nbytes)``, with both addresses."""
+    """One copy a mover makes: reads as `(src, dst, nbytes)`, with both addresses."""
 
     @property
     def src(self) -> int: ...
@@ -646,7 +646,7 @@ class PackingInstance:
 
 @disjoint_base
 class PagedKV:
-    """The engine of ``npumem.kv.KVCache``: sequences of fixed-size pages in a pool."""
+    """The engine of `npumem.kv.KVCache`: sequences of fixed-size pages in a pool."""
 
     def __new__(
         cls,

@@ -41,7 +41,7 @@ def _bytes(where: str, what: str, value: int) -> int:
 
 
 def check_config(config: Mapping[str, Any], where: str) -> int:
-    """The positive configuration fields are ints in ``1..MAX_BYTES``; returns the capacity."""
+    """The positive configuration fields are ints in `1..MAX_BYTES`; returns the capacity."""
     for key in POSITIVE_CONFIG:
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -52,7 +52,7 @@ def check_config(config: Mapping[str, Any], where: str) -> int:
 
 
 def _disjoint(where: str, spans: Iterable[tuple[int, int, str]]) -> None:
-    """Spans ``(start, end, name)`` do not overlap (empty spans never do)."""
+    """Spans `(start, end, name)` do not overlap (empty spans never do)."""
     ordered = sorted(s for s in spans if s[1] > s[0])
     for (a_start, a_end, a), (b_start, _b_end, b) in itertools.pairwise(ordered):
         if b_start < a_end:

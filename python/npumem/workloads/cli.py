@@ -194,7 +194,7 @@ def _run_tiers(
     requests: int,
     pictures: bool,
 ) -> dict[str, Path]:
-    """``npumem demo --tiers``: the tiered demo (:mod:`npumem.workloads.tiered`) with one fast
+    """`npumem demo --tiers`: the tiered demo (`npumem.workloads.tiered`) with one fast
     pool per worker, at most 400 requests; prints its report, returns the files written."""
     from npumem.workloads.tiered import report_tiered_demo, run_tiered_demo, write_tier_outputs
 
