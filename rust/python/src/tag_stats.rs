@@ -12,8 +12,8 @@
 use npumem_core::{TagFigures, TagLabel, OTHER_TAGS};
 use pyo3::prelude::*;
 
+use crate::from_dict;
 use crate::repr;
-use crate::stats;
 
 /// One tag's share of a pool (`PoolStats.by_tag`): its live blocks, the bytes they asked for,
 /// and the highest that figure has been (since the pool was made or `reset_peak()`).
@@ -53,12 +53,12 @@ impl TagStats {
 
     /// Back from a dict of [`TagStats::dict`].
     pub(crate) fn parse(d: &Bound<'_, PyAny>) -> PyResult<TagStats> {
-        let d = stats::dict_of(d, "TagStats")?;
+        let d = from_dict::dict_of(d, "TagStats")?;
         Ok(TagStats {
-            tag: stats::field(&d, "tag")?,
-            blocks_in_use: stats::field(&d, "blocks_in_use")?,
-            requested_bytes_in_use: stats::field(&d, "requested_bytes_in_use")?,
-            peak_requested_bytes_in_use: stats::field(&d, "peak_requested_bytes_in_use")?,
+            tag: from_dict::field(&d, "tag")?,
+            blocks_in_use: from_dict::field(&d, "blocks_in_use")?,
+            requested_bytes_in_use: from_dict::field(&d, "requested_bytes_in_use")?,
+            peak_requested_bytes_in_use: from_dict::field(&d, "peak_requested_bytes_in_use")?,
         })
     }
 
