@@ -68,7 +68,8 @@ def test_demo_quick_runs_end_to_end(tmp_path: Path) -> None:
     end = load_snapshot(out / "snapshot-end.json")
     assert len(end.blocks) == 3 and len(end.free_runs) >= 1
     trace = load_trace(out / "trace.json")
-    assert trace.complete and trace.counts()["alloc"] == trace.stats_at_stop["alloc_count"]
+    assert trace.complete and trace.stats_at_stop is not None
+    assert trace.counts()["alloc"] == trace.stats_at_stop.alloc_count
     assert json.loads((out / "trace.json").read_text())["format"] == "npumem-trace"
     for name in ("snapshot.json", "snapshot-end.json", "trace.json"):
         assert_valid(out / name)  # every file the demo writes matches its published schema

@@ -65,12 +65,9 @@ def test_snapshot_lists_every_block_and_free_run() -> None:
         )
         assert rec.pins == 0 and not rec.pinned
     stats = snap.stats
-    assert (
-        snap.bytes_free + snap.bytes_in_slab_caches
-        == stats["bytes_free"] + stats["slab_cached_bytes"]
-    )
-    assert snap.bytes_in_blocks == snap.stats["bytes_in_use"]
-    assert max(r.length for r in snap.free_runs) >= snap.stats["largest_free_block"]
+    assert snap.bytes_free + snap.bytes_in_slab_caches == stats.bytes_free + stats.slab_cached_bytes
+    assert snap.bytes_in_blocks == snap.stats.bytes_in_use
+    assert max(r.length for r in snap.free_runs) >= snap.stats.largest_free_block
     assert snap.config["capacity"] == pool.capacity and snap.pool == "snap"
     assert snap.largest_free_runs(2) == sorted(snap.free_runs, key=lambda r: -r.length)[:2]
     groups = snap.bytes_by("tag")
@@ -99,7 +96,7 @@ def test_json_round_trip_is_exact(tmp_path: Path) -> None:
     back = load_snapshot(path)
     assert back == snap
     assert back.label == "busy"
-    assert back.stats["external_fragmentation"] == snap.stats["external_fragmentation"]
+    assert back.stats.external_fragmentation == snap.stats.external_fragmentation
     assert Snapshot.from_json_obj(json.loads(path.read_text())) == snap
     for b in kept:
         b.free()

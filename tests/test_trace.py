@@ -122,10 +122,11 @@ def test_recorder_drains_concurrently_and_keeps_time_order() -> None:
     assert live == {}
     c = trace.counts()
     s = trace.stats_at_stop
+    assert s is not None
     assert (c["alloc"], c["free"], c["failed"]) == (
-        s["alloc_count"],
-        s["free_count"],
-        s["failed_allocs"],
+        s.alloc_count,
+        s.free_count,
+        s.failed_allocs,
     )
 
 
@@ -181,9 +182,10 @@ def test_replay_reproduces_the_recorded_outcome() -> None:
     assert counts["failed"] > 0, "the workload must run out of memory sometimes"
     r = replay_trace(trace)
     stats = trace.stats_at_stop
-    assert r.failed == counts["failed"] == stats["failed_allocs"]
+    assert stats is not None
+    assert r.failed == counts["failed"] == stats.failed_allocs
     assert r.would_fail == 0 and r.rescued == 0 and r.ok
-    assert r.peak_bytes_in_use == stats["peak_bytes_in_use"]
+    assert r.peak_bytes_in_use == stats.peak_bytes_in_use
     assert r.same_placements == r.allocations == counts["alloc"], "same pool, same offsets"
     assert r.unmatched_frees == 0 and r.skipped_frees == 0
     assert r.final.bytes_in_use == 0 and r.final.alloc_count == counts["alloc"]

@@ -142,11 +142,11 @@ def test_report_figures_agree(busy: dict[str, object]) -> None:
     # The slab line splits the snapshot's slab space as the stats count it.
     assert "cached in slabs" in text and "slab space without live objects" in text
     # The largest free block is given exactly, and the free runs table says why it may differ.
-    assert f"{s['largest_free_block']:,} B, one allocation" in text
+    assert f"{s.largest_free_block:,} B, one allocation" in text
     assert "one allocation may get less" in text
     # Per-core counts say what they leave out.
-    if s.get("slab_allocs"):
-        assert f"the {s['slab_allocs']:,} slab allocations are not split" in text
+    if s.slab_allocs:
+        assert f"the {s.slab_allocs:,} slab allocations are not split" in text
 
 
 def test_report_and_replay_json(
@@ -155,7 +155,7 @@ def test_report_and_replay_json(
     assert main(["report", str(busy["snapshot"]), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["format"] == "npumem-report" and obj["version"] == 1
-    assert obj["stats"]["bytes_in_use"] == busy["before"].stats["bytes_in_use"]  # type: ignore[attr-defined]
+    assert obj["stats"]["bytes_in_use"] == busy["before"].stats.bytes_in_use  # type: ignore[attr-defined]
     assert sum(t["blocks"] for t in obj["by_tag"]) == len(busy["before"].blocks)  # type: ignore[attr-defined]
     assert main(["replay", str(busy["trace_file"]), "--json"]) in (0, 1)
     out = capsys.readouterr().out

@@ -303,7 +303,7 @@ class BlockInfo:
 
 @final
 class Transfer:
-    """One copy a mover makes: reads as ``(src, dst, nbytes)``, with both addresses."""
+    """One copy a mover makes: reads as `(src, dst, nbytes)`, with both addresses."""
 
     @property
     def src(self) -> int: ...
@@ -502,6 +502,8 @@ class TagStats:
     @property
     def peak_requested_bytes_in_use(self) -> int: ...
     def as_dict(self) -> dict[str, Any]: ...
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> TagStats: ...
     def __eq__(self, other: object, /) -> bool: ...
 
 @final
@@ -527,6 +529,9 @@ class CoreStats:
     @property
     def failed_allocs(self) -> int: ...
     def as_dict(self) -> dict[str, int]: ...
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> CoreStats: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
 @final
 class SizeClassStats:
@@ -541,6 +546,9 @@ class SizeClassStats:
     @property
     def waste_bytes(self) -> int: ...
     def as_dict(self) -> dict[str, int]: ...
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> SizeClassStats: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
 @final
 class PoolStats:
@@ -597,6 +605,11 @@ class PoolStats:
     @property
     def by_tag(self) -> list[TagStats]: ...
     def as_dict(self) -> dict[str, Any]: ...
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> PoolStats:
+        """A `PoolStats` from the dict `as_dict()` gives, as snapshot and trace files keep it
+        (a missing field is 0, a missing list empty)."""
+    def __eq__(self, other: object, /) -> bool: ...
 
 @final
 class PackingInstance:
@@ -633,7 +646,7 @@ class PackingInstance:
 
 @disjoint_base
 class PagedKV:
-    """The engine of ``npumem.kv.KVCache``: sequences of fixed-size pages in a pool."""
+    """The engine of `npumem.kv.KVCache`: sequences of fixed-size pages in a pool."""
 
     def __new__(
         cls,

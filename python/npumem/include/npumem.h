@@ -21,6 +21,11 @@
  * the code, npumem_last_error() gives the calling thread's full message of its last failure. A
  * failed call changes nothing (a failed batch leaves the pool as it was).
  *
+ * Tags: `npumem_tag_id()` gives a tag name's id in a pool; blocks allocated with it count under
+ * the tag (live blocks, bytes asked for, their peak), as Python's `PoolStats.by_tag` shows for a
+ * pool shared with Python. Untagged blocks from C, and tag numbers that are not ids of the pool,
+ * are not counted.
+ *
  * Pools are reference counted: npumem_pool_create() returns one reference; npumem_pool_retain()
  * adds one and npumem_pool_release() drops one; the last release destroys the pool and every
  * block in it. A pool made in Python (`pool.c_pool()`) works with these functions as well.
@@ -36,7 +41,7 @@ extern "C" {
 #endif
 
 /** The version of this interface; npumem_abi_version() gives the library's. */
-#define NPUMEM_ABI_VERSION 1
+#define NPUMEM_ABI_VERSION 2
 
 /** Status codes. */
 typedef int npumem_status;
@@ -165,6 +170,12 @@ npumem_status npumem_set_oom_callback(npumem_pool *pool, npumem_oom_callback cal
 
 /* ----- blocks ----------------------------------------------------------------------------- */
 
+/**
+ * The id of the tag `name` (NUL-terminated) in `pool`, interned on first use, for npumem_alloc()
+ * and npumem_alloc_many(). A pool's first 63 tags keep their ids for its life; the id of a later
+ * tag may name another tag once no block carries it, so look it up again for a later allocation.
+ */
+npumem_status npumem_tag_id(npumem_pool *pool, const char *name, uint32_t *id);
 /** Allocate `size` bytes aligned to `align` (0: the pool's default), tag id `tag` (0: none). */
 npumem_status npumem_alloc(npumem_pool *pool, size_t size, size_t align, uint32_t tag, npumem_block *out);
 npumem_status npumem_free(npumem_pool *pool, npumem_handle handle);

@@ -6,7 +6,7 @@ snapshot, trace or plan.
     npumem view TRACE|SNAPSHOT [-o OUT.html]
     npumem export --format perfetto TRACE [-o OUT.json]
 
-A tier snapshot (``npumem demo --tiers``, ``TieredPool.snapshot().save``) gives the tiers'
+A tier snapshot (`npumem demo --tiers`, `TieredPool.snapshot().save`) gives the tiers'
 figures and each tier's report, or the tiers' picture.
 
 Exit status: 0 done, 2 bad arguments or an unreadable file.

@@ -453,9 +453,9 @@ def _draw_map(
     ax.set_yticklabels([_short(r * row) for r in range(0, rows, step)], fontsize="small")
     s = snap.stats
     ax.set_title(
-        f"{title}\n{len(snap.blocks):,} blocks, {_short(s['bytes_in_use'])} in use, "
-        f"{len(snap.free_runs):,} free runs, largest free {_short(s['largest_free_block'])}, "
-        f"fragmentation {s['external_fragmentation']:.1%}",
+        f"{title}\n{len(snap.blocks):,} blocks, {_short(s.bytes_in_use)} in use, "
+        f"{len(snap.free_runs):,} free runs, largest free {_short(s.largest_free_block)}, "
+        f"fragmentation {s.external_fragmentation:.1%}",
         fontsize="medium",
     )
     return handles
@@ -554,8 +554,8 @@ def plot_before_after(
     what = f"{len(moves):,} blocks moved ({_short(nbytes)})" if moves else "no block moved"
     fig.suptitle(
         f"{what}; largest free block "
-        f"{_short(s0['largest_free_block'])} -> {_short(s1['largest_free_block'])}, "
-        f"fragmentation {s0['external_fragmentation']:.1%} -> {s1['external_fragmentation']:.1%}",
+        f"{_short(s0.largest_free_block)} -> {_short(s1.largest_free_block)}, "
+        f"fragmentation {s0.external_fragmentation:.1%} -> {s1.external_fragmentation:.1%}",
     )
     return _save(fig, path)
 

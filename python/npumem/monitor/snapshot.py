@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
 from npumem.monitor.kv_pages import KVPages
-from npumem.monitor.validate import check_snapshot
+from npumem.monitor.validate import check_snapshot, stats_from_dict
 
 if TYPE_CHECKING:
     from npumem import Pool
-    from npumem._core import RawSnapshot
+    from npumem._core import PoolStats, RawSnapshot
     from npumem.kv.cache import KVCache
 
 __all__ = ["BlockRecord", "Extent", "Snapshot", "load_snapshot", "pool_config"]
@@ -110,7 +110,7 @@ class Snapshot:
     """The arena at one moment: take one with `pool.snapshot()`, save it with `save()`,
     read it back with `load_snapshot()`.
 
-    `stats` is the pool's `PoolStats.as_dict()` at the same moment; `time_ns` counts from
+    `stats` is the pool's `PoolStats` at the same moment; `time_ns` counts from
     the pool's creation (the clock of trace events). `kv` holds the pages of paged KV caches
     in the pool by state (`with_kv`).
     """
@@ -122,7 +122,7 @@ class Snapshot:
     free_runs: tuple[Extent, ...]
     slab_cached: tuple[Extent, ...]
     untracked: tuple[Extent, ...]
-    stats: dict[str, Any]
+    stats: PoolStats
     label: str = field(default="")
     kv: tuple[KVPages, ...] = field(default=())
 
@@ -143,7 +143,7 @@ class Snapshot:
             free_runs=tuple(Extent(o, n) for o, n in raw.free_runs),
             slab_cached=tuple(Extent(o, n) for o, n in raw.slab_cached),
             untracked=tuple(Extent(o, n) for o, n in raw.untracked),
-            stats=raw.stats.as_dict(),
+            stats=raw.stats,
         )
 
     def with_label(self, label: str) -> Snapshot:
@@ -187,7 +187,7 @@ class Snapshot:
     @property
     def usable_capacity(self) -> int:
         """Bytes blocks can use."""
-        return int(self.stats["usable_capacity"])
+        return self.stats.usable_capacity
 
     @property
     def bytes_free(self) -> int:
@@ -245,7 +245,7 @@ class Snapshot:
             "free_runs": [[r.offset, r.length] for r in self.free_runs],
             "slab_cached": [[r.offset, r.length] for r in self.slab_cached],
             "untracked": [[r.offset, r.length] for r in self.untracked],
-            "stats": self.stats,
+            "stats": self.stats.as_dict(),
             **({"kv": [k.to_json_obj() for k in self.kv]} if self.kv else {}),
         }
 
@@ -290,6 +290,7 @@ class Snapshot:
                 raise r.fail(f"stats.per_core {i} must be an object, got {core!r}")
             for key in _CORE_INTS:
                 r.non_negative(r.field(core, key, int), f"stats.per_core {i}: {key}")
+        typed_stats = stats_from_dict(stats, where)
         snapshot = cls(
             pool=r.field(obj, "pool", str),
             config=config,
@@ -298,7 +299,7 @@ class Snapshot:
             free_runs=runs["free_runs"],
             slab_cached=runs["slab_cached"],
             untracked=runs["untracked"],
-            stats=stats,
+            stats=typed_stats,
             label=r.field(obj, "label", str),
             kv=tuple(
                 KVPages.from_json_obj(k, r, i)

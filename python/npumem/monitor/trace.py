@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from npumem.monitor._files import TRACE_FORMAT, Reader, read_json, write_json
 from npumem.monitor.snapshot import pool_config
-from npumem.monitor.validate import check_trace
+from npumem.monitor.validate import check_trace, stats_from_dict
 
 if TYPE_CHECKING:
     from npumem import Pool
+    from npumem._core import PoolStats
 
 __all__ = ["EVENT_KINDS", "Frame", "Trace", "TraceEvent", "TraceRecorder", "load_trace"]
 
@@ -70,26 +71,37 @@ class TraceEvent(NamedTuple):
     stack: tuple[Frame, ...] | None = None
 
 
+def _stats_obj(stats: PoolStats | None) -> dict[str, Any]:
+    """Stats as a trace file keeps them (an empty object when unknown)."""
+    return {} if stats is None else stats.as_dict()
+
+
+def _stats_of(obj: dict[str, Any], where: str) -> PoolStats | None:
+    """Stats from a trace file (None for an empty object)."""
+    return stats_from_dict(obj, where, fragmentation=False) if obj else None
+
+
 @dataclass
 class Trace:
     """The events of one pool, oldest first, with the pool's configuration and what was lost.
 
-    `stats_at_start` and `stats_at_stop` are `PoolStats.as_dict()` when recording began
-    and ended (empty when unknown): a replay compares its outcome with them.
+    `stats_at_start` and `stats_at_stop` are the pool's `PoolStats` when recording began
+    and ended (None when unknown): a replay compares its outcome with them.
     """
 
     pool: str
     config: dict[str, Any]
     events: list[TraceEvent] = field(default_factory=list)
     dropped: int = 0
-    stats_at_start: dict[str, Any] = field(default_factory=dict)
-    stats_at_stop: dict[str, Any] = field(default_factory=dict)
+    stats_at_start: PoolStats | None = None
+    stats_at_stop: PoolStats | None = None
 
     @property
     def complete(self) -> bool:
         """Whether the trace can be replayed faithfully: nothing dropped, and the pool held no
         block when recording began."""
-        return self.dropped == 0 and self.stats_at_start.get("blocks_in_use", 0) == 0
+        start = self.stats_at_start
+        return self.dropped == 0 and (start is None or start.blocks_in_use == 0)
 
     def counts(self) -> dict[str, int]:
         """Events by kind."""
@@ -125,8 +137,8 @@ class Trace:
             "pool": self.pool,
             "config": self.config,
             "dropped": self.dropped,
-            "stats_at_start": self.stats_at_start,
-            "stats_at_stop": self.stats_at_stop,
+            "stats_at_start": _stats_obj(self.stats_at_start),
+            "stats_at_stop": _stats_obj(self.stats_at_stop),
             "tags": list(tags),
             "stacks": [[list(f) for f in stack] for stack in stacks],
             "event_fields": list(_EVENT_FIELDS),
@@ -193,8 +205,8 @@ class Trace:
             config=config,
             events=events,
             dropped=r.non_negative(r.field(obj, "dropped", int), "dropped"),
-            stats_at_start=r.field(obj, "stats_at_start", dict),
-            stats_at_stop=r.field(obj, "stats_at_stop", dict),
+            stats_at_start=_stats_of(r.field(obj, "stats_at_start", dict), where),
+            stats_at_stop=_stats_of(r.field(obj, "stats_at_stop", dict), where),
         )
         check_trace(trace, where)
         return trace
@@ -276,7 +288,7 @@ class TraceRecorder:
     def start(self) -> TraceRecorder:
         """Start recording (a fresh trace in the pool; this recorder's events are kept)."""
         with self._lock:
-            self.trace.stats_at_start = self.pool.stats().as_dict()
+            self.trace.stats_at_start = self.pool.stats()
             self.pool.trace_start(self.capacity, stacks=self.stacks)
             self._running = True
         return self
@@ -305,7 +317,7 @@ class TraceRecorder:
                 self.pool.trace_stop()
                 self._running = False
                 self._drain_locked()
-                self.trace.stats_at_stop = self.pool.stats().as_dict()
+                self.trace.stats_at_stop = self.pool.stats()
         return self.trace
 
     def __enter__(self) -> TraceRecorder:

@@ -1,11 +1,12 @@
 """Checks of what a snapshot or trace file says, beyond its fields' types.
 
-The readers (:meth:`Snapshot.from_json_obj`, :meth:`Trace.from_json_obj`) check each field on
-its own; these functions check that the whole makes sense as the picture of one pool: byte
-counts and offsets fit in 64 bits, the configuration is positive, every block and extent lies
-inside the arena, live blocks do not overlap each other or a free run, the fragmentation is a
-fraction, and every traced allocation fits the recorded arena. Each failure is a
-:class:`~npumem.monitor.errors.FileFormatError` of one line that names the file and the entry.
+The readers (`Snapshot.from_json_obj`, `Trace.from_json_obj`) check each field on its own;
+these functions check that the whole makes sense as the picture of one pool: byte counts and
+offsets fit in 64 bits, the configuration is positive, every block and extent lies inside the
+arena, live blocks do not overlap each other or a free run, the fragmentation is a fraction,
+and every traced allocation fits the recorded arena. Each failure is a
+`npumem.monitor.errors.FileFormatError` of one line that names the file and the entry.
+`stats_from_dict` turns the stats a file keeps into a `PoolStats` after checking them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from npumem._core import NpumemError, PoolStats
 from npumem.monitor.errors import FileFormatError
 from npumem.sizes import MAX_BYTES
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from npumem.monitor.snapshot import Snapshot
     from npumem.monitor.trace import Trace
 
-__all__ = ["check_config", "check_snapshot", "check_trace"]
+__all__ = ["check_config", "check_snapshot", "check_trace", "stats_from_dict"]
 
 POSITIVE_CONFIG = ("capacity", "cores", "chunk_size", "min_block", "bank_size", "alignment")
 """Configuration fields that must be > 0 in every file."""
@@ -39,7 +41,7 @@ def _bytes(where: str, what: str, value: int) -> int:
 
 
 def check_config(config: Mapping[str, Any], where: str) -> int:
-    """The positive configuration fields are ints in ``1..MAX_BYTES``; returns the capacity."""
+    """The positive configuration fields are ints in `1..MAX_BYTES`; returns the capacity."""
     for key in POSITIVE_CONFIG:
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -50,7 +52,7 @@ def check_config(config: Mapping[str, Any], where: str) -> int:
 
 
 def _disjoint(where: str, spans: Iterable[tuple[int, int, str]]) -> None:
-    """Spans ``(start, end, name)`` do not overlap (empty spans never do)."""
+    """Spans `(start, end, name)` do not overlap (empty spans never do)."""
     ordered = sorted(s for s in spans if s[1] > s[0])
     for (a_start, a_end, a), (b_start, _b_end, b) in itertools.pairwise(ordered):
         if b_start < a_end:
@@ -90,10 +92,26 @@ def check_snapshot(snapshot: Snapshot, where: str) -> None:
         where,
         spans + [(e.offset, e.end, f"free run {i}") for i, e in enumerate(snapshot.free_runs)],
     )
-    _check_stats(snapshot.stats, where)
-    frag = snapshot.stats.get("external_fragmentation")
+    _check_fragmentation(snapshot.stats.external_fragmentation, where)
+
+
+def _check_fragmentation(frag: Any, where: str) -> None:
     if not isinstance(frag, int | float) or not (math.isfinite(frag) and 0 <= frag <= 1):
         raise _fail(where, f"stats.external_fragmentation must be between 0 and 1, got {frag!r}")
+
+
+def stats_from_dict(
+    stats: Mapping[str, Any], where: str, *, fragmentation: bool = True
+) -> PoolStats:
+    """The `PoolStats` of the stats a file keeps (`PoolStats.as_dict()`), after checking that
+    every figure is a count (and, with `fragmentation`, that the fragmentation is a fraction)."""
+    _check_stats(stats, where)
+    if fragmentation:
+        _check_fragmentation(stats.get("external_fragmentation"), where)
+    try:
+        return PoolStats.from_dict(dict(stats))
+    except (NpumemError, TypeError, ValueError, OverflowError) as exc:
+        raise _fail(where, f"stats: {exc}") from None
 
 
 def _count(where: str, what: str, value: Any) -> None:
@@ -124,8 +142,6 @@ def _check_stats(stats: Mapping[str, Any], where: str) -> None:
 def check_trace(trace: Trace, where: str) -> None:
     """The trace's events fit its configuration: see the module's docstring."""
     capacity = check_config(trace.config, where)
-    for recorded in (trace.stats_at_start, trace.stats_at_stop):
-        _check_stats(recorded, where)
     for i, e in enumerate(trace.events):
         what = f"event {i}"
         for field in ("offset", "size", "aux"):

@@ -223,10 +223,10 @@ def _snapshot_data(snap: Snapshot) -> dict[str, Any]:
     return {
         "title": f"snapshot of pool {snap.pool!r}{label}",
         "subtitle": (
-            f"{len(snap.blocks):,} blocks, {format_bytes(s['bytes_in_use'])} in use, "
+            f"{len(snap.blocks):,} blocks, {format_bytes(s.bytes_in_use)} in use, "
             f"{len(snap.free_runs):,} free runs, largest free block "
-            f"{format_bytes(s['largest_free_block'])}, fragmentation "
-            f"{s['external_fragmentation']:.1%}; rows of {format_bytes(row)}"
+            f"{format_bytes(s.largest_free_block)}, fragmentation "
+            f"{s.external_fragmentation:.1%}; rows of {format_bytes(row)}"
         ),
         "x": {"min": 0, "max": row, "kind": "bytes", "label": "offset within the row"},
         "y": {

@@ -29,7 +29,7 @@ from npumem.plan.solution import (
     Solution,
 )
 
-# Plans over several memory pools (``solve(problem, pools=[...])``); without ``pools``, ``solve``
+# Plans over several memory pools (`solve(problem, pools=[...])`); without `pools`, `solve`
 # is npumem.plan.search.solve.
 from npumem.plan.tiers import TieredSolution, solve
 

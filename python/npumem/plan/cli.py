@@ -397,7 +397,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 #     npumem plan INPUT -o OUTPUT --pool sram=2MiB --pool hbm [--time-limit S]
 #
 # Pools fastest first; only the last may have no capacity. The buffers are spread over them, the
-# most weight in the first (npumem.plan.tiers): a ``pool`` column in CSV, a field in JSON, a table
+# most weight in the first (npumem.plan.tiers): a `pool` column in CSV, a field in JSON, a table
 # per pool in the C header. Exit status 1 when a pool's capacity is not met.
 
 
@@ -409,7 +409,7 @@ def _pool(text: str) -> tuple[str, int | None]:
 
 
 def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -> int:
-    """``npumem plan --pool ...``: spread the buffers over the pools, write, report."""
+    """`npumem plan --pool ...`: spread the buffers over the pools, write, report."""
     try:
         if args.capacity is not None:
             raise PlanError("--capacity plans one arena; with --pool give each pool a capacity")

@@ -175,7 +175,7 @@ def lifetimes(
     roots: dict[str, tuple[str, int]] = {}
 
     def root(name: str) -> tuple[str, int]:
-        """The tensor that owns ``name``'s memory and the byte offset inside it (memoized: each
+        """The tensor that owns `name`'s memory and the byte offset inside it (memoized: each
         chain of views is walked once)."""
         chain: list[str] = []
         t = tensors[name]

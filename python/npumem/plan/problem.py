@@ -89,8 +89,8 @@ def _check_buffer(buf: Buffer) -> str | None:
 
 
 def _csv_rows(reader: Any, label: str) -> Iterator[list[str]]:
-    """The rows of ``reader``; the csv module's own errors (a field over its size limit, a NUL
-    byte, a stray quote) become :class:`ProblemFormatError` naming the line."""
+    """The rows of `reader`; the csv module's own errors (a field over its size limit, a NUL
+    byte, a stray quote) become `ProblemFormatError` naming the line."""
     while True:
         try:
             row = next(reader)
@@ -105,7 +105,7 @@ def _csv_rows(reader: Any, label: str) -> Iterator[list[str]]:
 
 def _weight(value: object) -> float | None:
     """A buffer weight from a number or decimal text (empty: none); other values raise
-    ``ValueError``."""
+    `ValueError`."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):

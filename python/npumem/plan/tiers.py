@@ -1,9 +1,9 @@
 """Static plans over several memory pools: which buffers live in SRAM, and where in each pool.
 
-``solve(problem, pools=[("sram", 2 << 20), ("hbm", None)])`` plans the buffers of ``problem``
-into pools given fastest first, each with a capacity (``None``: as large as needed, only for the
+`solve(problem, pools=[("sram", 2 << 20), ("hbm", None)])` plans the buffers of `problem`
+into pools given fastest first, each with a capacity (`None`: as large as needed, only for the
 last pool). Each buffer has a weight, what it is worth to have it in a fast pool: its
-:attr:`~npumem.plan.buffers.Buffer.weight` (an access count, or bytes x accesses) or, when it
+`weight` (an access count, or bytes x accesses) or, when it
 has none, its size in bytes.
 
 The choice
@@ -13,7 +13,7 @@ The choice
     feasible. It is built greedily in several orders (weight per byte, weight, size, and the
     order of the reduced costs of the bound below, then randomly perturbed ones), each buffer
     placed at the lowest free offset that holds it; the best set is then repacked with the
-    planner's search (:func:`npumem.plan.search.solve`) and the buffers left out are offered
+    planner's search (`npumem.plan.search.solve`) and the buffers left out are offered
     again in the space this frees, then once more each with a short search over the whole set;
     with the time left, parts of the set live at a random time are taken out and the space
     refilled. The choice stops early when it meets the bound. The last pool gets every buffer
@@ -26,11 +26,11 @@ The bound
         subject to  sum of s_i x_i over the buffers live at t  <=  C   for every time t,
                     x_i in {0, 1},  x_i = 0 when s_i > C
 
-    (a packing within ``C`` bytes never has more than ``C`` bytes live at once). Its Lagrangian
-    dual, ``C sum_t l_t + sum_i max(0, w_i - s_i sum_{t in life(i)} l_t)``, is an upper bound
-    for every ``l >= 0``; subgradient steps drive it down towards the relaxation's optimum.
-    :attr:`TieredSolution.weight_bound` is the smallest value seen, and
-    :attr:`TieredSolution.weight_gap` how far the placed weight is below it.
+    (a packing within `C` bytes never has more than `C` bytes live at once). Its Lagrangian
+    dual, `C sum_t l_t + sum_i max(0, w_i - s_i sum_{t in life(i)} l_t)`, is an upper bound
+    for every `l >= 0`; subgradient steps drive it down towards the relaxation's optimum.
+    `TieredSolution.weight_bound` is the smallest value seen, and
+    `TieredSolution.weight_gap` how far the placed weight is below it.
 """
 
 from __future__ import annotations
@@ -63,19 +63,19 @@ __all__ = [
 ]
 
 PoolSpec = tuple[str, int | None]
-"""A pool of a tiered plan: ``(name, capacity in bytes)``; ``None``: as large as needed."""
+"""A pool of a tiered plan: `(name, capacity in bytes)`; `None`: as large as needed."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def buffer_weight(buf: Buffer) -> float:
-    """What having ``buf`` in a fast pool is worth: its weight, or its size when it has none."""
+    """What having `buf` in a fast pool is worth: its weight, or its size when it has none."""
     return float(buf.size if buf.weight is None else buf.weight)
 
 
 def parse_pools(pools: Sequence[PoolSpec] | Sequence[str]) -> list[PoolSpec]:
-    """Check ``pools`` and return them as ``(name, capacity)`` pairs. Items may also be text
-    as on the command line: ``"sram=2MiB"``, ``"hbm"``."""
+    """Check `pools` and return them as `(name, capacity)` pairs. Items may also be text
+    as on the command line: `"sram=2MiB"`, `"hbm"`."""
     from npumem.sizes import parse_bytes
 
     out: list[PoolSpec] = []
@@ -117,10 +117,10 @@ def weight_bound(
     iterations: int = 300,
     target: float = 0.0,
 ) -> tuple[float, list[float]]:
-    """An upper bound on the weight of buffers that fit in ``capacity`` bytes (see the module
+    """An upper bound on the weight of buffers that fit in `capacity` bytes (see the module
     docstring), and the reduced cost of each candidate at the best multipliers (higher: more
-    worth placing). ``candidates`` are problem indices (default: all without a fixed offset);
-    ``target`` is a weight known to be reachable, which sizes the subgradient steps."""
+    worth placing). `candidates` are problem indices (default: all without a fixed offset);
+    `target` is a weight known to be reachable, which sizes the subgradient steps."""
     buffers = problem.buffers
     if candidates is None:
         candidates = [i for i, b in enumerate(buffers) if b.offset is None]
@@ -189,9 +189,9 @@ def _first_fit(
     capacity: int,
     placed: dict[int, int],
 ) -> dict[int, int]:
-    """Offer the buffers of ``order`` in turn to a pool of ``capacity`` bytes that already holds
-    ``placed`` (index -> offset); each goes to the lowest aligned offset free of the buffers
-    placed and live with it, if it fits. Returns the new placement (``placed`` plus those)."""
+    """Offer the buffers of `order` in turn to a pool of `capacity` bytes that already holds
+    `placed` (index -> offset); each goes to the lowest aligned offset free of the buffers
+    placed and live with it, if it fits. Returns the new placement (`placed` plus those)."""
     out = dict(placed)
     for i in order:
         if i in out:
@@ -227,8 +227,8 @@ def _repack_and_grow(
     until: float,
     seed: int,
 ) -> dict[int, int]:
-    """Repack ``chosen`` as tightly as the search can before ``until``, offer the buffers of
-    ``order`` again in the space that frees, and repeat while that places more."""
+    """Repack `chosen` as tightly as the search can before `until`, offer the buffers of
+    `order` again in the space that frees, and repeat while that places more."""
     while time.perf_counter() < until:
         indices = sorted(chosen)
         sub = Problem([buffers[i] for i in indices])
@@ -253,10 +253,10 @@ def _choose(
     seed: int,
     enough: float = math.inf,
 ) -> dict[int, int]:
-    """A set of ``candidates`` that fits in ``capacity`` bytes with much weight, packed: index
+    """A set of `candidates` that fits in `capacity` bytes with much weight, packed: index
     -> offset. First fits in greedy orders and in perturbed ones; the best set is then
     repacked and grown, the rest offered once more by search, and parts taken out and refilled,
-    until ``deadline`` or until the set weighs ``enough`` (the bound: nothing weighs more)."""
+    until `deadline` or until the set weighs `enough` (the bound: nothing weighs more)."""
     buffers = problem.buffers
     w = {i: buffer_weight(buffers[i]) for i in candidates}
     s = {i: buffers[i].size for i in candidates}
@@ -309,7 +309,7 @@ def _ruin_and_recreate(
     rng: random.Random,
     enough: float = math.inf,
 ) -> dict[int, int]:
-    """Until ``until``: take out some of the chosen buffers live at a random time, offer every
+    """Until `until`: take out some of the chosen buffers live at a random time, offer every
     buffer left out in a perturbed order of weight per byte (the others stay where they are),
     and keep the result when it weighs at least as much."""
     if not chosen:
@@ -345,7 +345,7 @@ def _insert_by_search(
     until: float,
     seed: int,
 ) -> dict[int, int]:
-    """Offer each buffer of ``order`` left out of ``chosen`` once more, repacking the whole set
+    """Offer each buffer of `order` left out of `chosen` once more, repacking the whole set
     with the search (a short run per buffer) instead of keeping the others in place."""
     for i in order:
         now = time.perf_counter()
@@ -377,8 +377,8 @@ def _insert_by_search(
 class TieredSolution:
     """A plan over several pools: each buffer's pool and its offset there.
 
-    ``solutions[name]`` is the plan of one pool (an ordinary :class:`~npumem.plan.Solution`
-    over the buffers of that pool); ``pool_of[id]`` names each buffer's pool.
+    `solutions[name]` is the plan of one pool (an ordinary `Solution`
+    over the buffers of that pool); `pool_of[id]` names each buffer's pool.
     """
 
     def __init__(
@@ -403,7 +403,7 @@ class TieredSolution:
         """No choice places more weight in the first pool (see the module docstring)."""
         self.seconds = seconds
         self.status = FEASIBLE if self.fits else NOT_MET
-        """``feasible`` when every pool is within its capacity, else ``capacity-not-met``."""
+        """`feasible` when every pool is within its capacity, else `capacity-not-met`."""
 
     @property
     def fits(self) -> bool:
@@ -413,7 +413,7 @@ class TieredSolution:
         )
 
     def weight_in(self, pool: str) -> float:
-        """The weight of the buffers placed in ``pool``."""
+        """The weight of the buffers placed in `pool`."""
         return sum(buffer_weight(self.problem[i]) for i in self.solutions[pool].offsets)
 
     @property
@@ -434,7 +434,7 @@ class TieredSolution:
 
     @property
     def weight_status(self) -> str:
-        """``optimal`` when the placed weight meets the bound, else ``feasible``."""
+        """`optimal` when the placed weight meets the bound, else `feasible`."""
         return OPTIMAL if self.weight_placed >= self.weight_bound - 1e-6 else FEASIBLE
 
     def summary(self) -> str:
@@ -454,10 +454,10 @@ class TieredSolution:
         return f"<TieredSolution {self.summary()}>"
 
     def validate(self, *, capacities: bool = True) -> None:
-        """Raise :class:`~npumem.plan.errors.PlanValidationError` unless every buffer is in
+        """Raise `PlanValidationError` unless every buffer is in
         exactly one pool, each pool's plan is valid (aligned, pinned buffers in place, no two
-        buffers live at the same time share a byte of the pool) and, with ``capacities``,
-        within its capacity (:attr:`fits` tells whether they were met)."""
+        buffers live at the same time share a byte of the pool) and, with `capacities`,
+        within its capacity (`fits` tells whether they were met)."""
         seen: dict[str, str] = {}
         for name, cap in self.pools:
             sol = self.solutions.get(name)
@@ -480,7 +480,7 @@ class TieredSolution:
     # ----- exports ----------------------------------------------------------------------------
 
     def tensor_offsets(self) -> dict[str, tuple[str, int, int]]:
-        """``name -> (pool, offset, size)`` for every tensor, aliases included."""
+        """`name -> (pool, offset, size)` for every tensor, aliases included."""
         table: dict[str, tuple[str, int, int]] = {}
         for name, sol in self.solutions.items():
             for tensor, (off, size) in sol.tensor_offsets().items():
@@ -488,7 +488,7 @@ class TieredSolution:
         return table
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
-        """``id,lower,upper,size[,alignment][,weight],pool,offset``, in problem order."""
+        """`id,lower,upper,size[,alignment][,weight],pool,offset`, in problem order."""
         buffers = self.problem.buffers
         with_align = any(b.alignment != 1 for b in buffers)
         with_weight = any(b.weight is not None for b in buffers)
@@ -514,7 +514,7 @@ class TieredSolution:
         return text
 
     def to_json_obj(self) -> dict[str, Any]:
-        """Summary figures, one entry per pool, buffers with ``pool`` and ``offset``, tensors."""
+        """Summary figures, one entry per pool, buffers with `pool` and `offset`, tensors."""
         obj = self.problem.to_json_obj()
         for entry in obj["buffers"]:
             entry["pool"] = self.pool_of[entry["id"]]
@@ -556,7 +556,7 @@ class TieredSolution:
     def to_c_header(
         self, path: str | os.PathLike[str] | None = None, *, prefix: str = "npumem_plan"
     ) -> str:
-        """A C header with one static offset table per pool (``<prefix>_<pool>_table``) and each
+        """A C header with one static offset table per pool (`<prefix>_<pool>_table`) and each
         pool's arena size and entry count."""
         ident = re.sub(r"[^0-9A-Za-z_]", "_", prefix) or "npumem_plan"
         if ident[0].isdigit():
@@ -620,8 +620,8 @@ def solve_tiers(
     seed: int = 0,
     bound_iterations: int = 300,
 ) -> TieredSolution:
-    """Plan ``problem`` over ``pools`` (see the module docstring); stops within about
-    ``time_limit`` seconds."""
+    """Plan `problem` over `pools` (see the module docstring); stops within about
+    `time_limit` seconds."""
     if not time_limit >= 0:
         raise PlanError(f"time_limit must be >= 0, got {time_limit}")
     specs = parse_pools(pools)
@@ -711,8 +711,8 @@ def solve(
     pools: Sequence[PoolSpec] | Sequence[str] | None = None,
     **options: Any,
 ) -> Solution | TieredSolution:
-    """:func:`npumem.plan.search.solve` (one arena) without ``pools``; with ``pools``,
-    :func:`solve_tiers`, which returns a :class:`TieredSolution`."""
+    """`npumem.plan.search.solve` (one arena) without `pools`; with `pools`,
+    `solve_tiers`, which returns a `TieredSolution`."""
     if pools is None:
         return solve_one(problem, **options)
     unknown = sorted(set(options) - {"time_limit", "seed", "bound_iterations"})

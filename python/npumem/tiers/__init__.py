@@ -1,12 +1,12 @@
 """Memory tiers: a small fast memory per core (SRAM) in front of a large shared one (HBM).
 
-:class:`TieredPool` puts one :class:`npumem.Pool` per core (the fast tier) and one shared pool
+`TieredPool` puts one `npumem.Pool` per core (the fast tier) and one shared pool
 (the slow tier) behind one allocation call. Hot blocks go to the calling core's fast pool when
 they fit and spill to the slow pool when it is full; a replaceable policy
-(:mod:`npumem.tiers.policy`: access counts with decay, LRU, size only) tells
-:meth:`TieredPool.rebalance` which blocks to promote and which to demote, within a byte budget.
-Blocks move through movers (:mod:`npumem.tiers.movers`), and their handles
-(:class:`TieredBlock`) stay valid. ``docs/tiers.md`` describes the rules.
+(`npumem.tiers.policy`: access counts with decay, LRU, size only) tells
+`TieredPool.rebalance` which blocks to promote and which to demote, within a byte budget.
+Blocks move through movers (`npumem.tiers.movers`), and their handles
+(`TieredBlock`) stay valid. `docs/tiers.md` describes the rules.
 
     >>> import npumem
     >>> from npumem.tiers import TieredPool
@@ -24,7 +24,7 @@ Blocks move through movers (:mod:`npumem.tiers.movers`), and their handles
     >>> tb.free()
 
 Static plans with tiers (which buffers live in SRAM at compile time) are in
-:mod:`npumem.plan.tiers`.
+`npumem.plan.tiers`.
 """
 
 from __future__ import annotations

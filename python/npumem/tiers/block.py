@@ -1,8 +1,8 @@
-"""The handle of a tiered block (:class:`TieredBlock`) and the name of a tier (:class:`Tier`).
+"""The handle of a tiered block (`TieredBlock`) and the name of a tier (`Tier`).
 
-A :class:`TieredBlock` stays the caller's handle for the whole life of the data: when the tiered
+A `TieredBlock` stays the caller's handle for the whole life of the data: when the tiered
 pool promotes or demotes it, the bytes move to a block of another pool and the handle points to
-that block. ``tb.block`` is the current underlying :class:`npumem.Block`; read it again after a
+that block. `tb.block` is the current underlying `npumem.Block`; read it again after a
 move (its offset and pool change, its contents do not).
 """
 
@@ -30,19 +30,19 @@ SLOW: TierKind = "slow"
 @dataclass(frozen=True, slots=True)
 class Tier:
     """One memory of a tiered pool: the fast pool of a core, or the shared slow pool. Movers get
-    a ``Tier`` for the source and the destination of every copy."""
+    a `Tier` for the source and the destination of every copy."""
 
     kind: TierKind
     core: int | None = None
-    """The core whose fast pool this is; ``None`` for the slow tier."""
+    """The core whose fast pool this is; `None` for the slow tier."""
 
     def __str__(self) -> str:
         return self.kind if self.core is None else f"{self.kind}[{self.core}]"
 
 
 class TieredBlock:
-    """A block of a :class:`~npumem.tiers.TieredPool`: a handle that stays valid when the block
-    moves between tiers. Free it with :meth:`free` (or use it as a context manager)."""
+    """A block of a `TieredPool`: a handle that stays valid when the block
+    moves between tiers. Free it with `free` (or use it as a context manager)."""
 
     __slots__ = ("_align", "_block", "_core", "_nbytes", "_owner", "heat", "home", "serial")
 
@@ -69,7 +69,7 @@ class TieredBlock:
 
     @property
     def block(self) -> Block:
-        """The underlying :class:`npumem.Block` where the bytes are now."""
+        """The underlying `npumem.Block` where the bytes are now."""
         if self._block is None:
             from npumem.errors import InvalidHandleError
 
@@ -83,19 +83,19 @@ class TieredBlock:
 
     @property
     def tier(self) -> TierKind:
-        """``"fast"`` or ``"slow"``: where the bytes are now."""
+        """`"fast"` or `"slow"`: where the bytes are now."""
         self.block  # noqa: B018  (refuses a freed block)
         return SLOW if self._core is None else FAST
 
     @property
     def core(self) -> int | None:
-        """The core whose fast pool holds the block, or ``None`` when it is in the slow tier."""
+        """The core whose fast pool holds the block, or `None` when it is in the slow tier."""
         self.block  # noqa: B018
         return self._core
 
     @property
     def location(self) -> Tier:
-        """The :class:`Tier` that holds the block."""
+        """The `Tier` that holds the block."""
         return Tier(self.tier, self._core)
 
     @property
@@ -121,11 +121,11 @@ class TieredBlock:
     def view(self) -> memoryview:
         """The block's bytes (host-backed pools only), as a view that keeps the block where it
         is until it is released: taken under the tiered pool's lock, so it never races with a
-        move. Use it instead of ``memoryview(tb.block)`` while moves may run."""
+        move. Use it instead of `memoryview(tb.block)` while moves may run."""
         return self._owner._view(self)
 
     def free(self) -> None:
-        """Give the bytes back to their tier (see :meth:`TieredPool.free`)."""
+        """Give the bytes back to their tier (see `TieredPool.free`)."""
         self._owner.free(self)
 
     def __enter__(self) -> TieredBlock:

@@ -1,4 +1,4 @@
-"""The events a recording of a tiered pool holds (:mod:`npumem.tiers.trace`)."""
+"""The events a recording of a tiered pool holds (`npumem.tiers.trace`)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ EventKind = Literal["alloc", "touch", "free", "promote", "demote", "rebalance"]
 
 @dataclass(frozen=True, slots=True)
 class TierEvent:
-    """One call on a tiered pool. ``serial`` names the block (its allocation's number)."""
+    """One call on a tiered pool. `serial` names the block (its allocation's number)."""
 
     kind: EventKind
     serial: int = -1
     nbytes: int = 0
     core: int | None = None
-    """``alloc``: the home core; ``promote``: the target core."""
+    """`alloc`: the home core; `promote`: the target core."""
     tier: TierKind | None = None
     hot: bool = False
     tag: str | None = None
     count: int = 1
-    """``touch``: accesses."""
+    """`touch`: accesses."""
     max_bytes: int | None = None
-    """``rebalance``: the budget."""
+    """`rebalance`: the budget."""

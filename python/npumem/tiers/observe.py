@@ -1,9 +1,9 @@
-"""Seeing the tiers: a snapshot of every tier at one moment (:class:`TierSnapshot`), saved and
-read back as JSON, and the text report of the tiers (:func:`render_tiers`,
-:func:`tiers_report_text`).
+"""Seeing the tiers: a snapshot of every tier at one moment (`TierSnapshot`), saved and
+read back as JSON, and the text report of the tiers (`render_tiers`,
+`tiers_report_text`).
 
-A tier snapshot holds the tiered pool's :class:`~npumem.tiers.report.TierStats` and one
-:class:`npumem.monitor.Snapshot` per pool, labelled with its tier (``fast[0]``, ``slow``), so
+A tier snapshot holds the tiered pool's `TierStats` and one
+`npumem.monitor.Snapshot` per pool, labelled with its tier (`fast[0]`, `slow`), so
 every picture and report of a pool snapshot works on each tier.
 """
 
@@ -42,15 +42,15 @@ TIER_SNAPSHOT_VERSION = 1
 
 @dataclass(frozen=True)
 class TierSnapshot:
-    """Every tier of a tiered pool at one moment (``mem.snapshot()``)."""
+    """Every tier of a tiered pool at one moment (`mem.snapshot()`)."""
 
     stats: TierStats
     snapshots: dict[str, Snapshot]
-    """One pool snapshot per tier, by tier name (``fast[0]``, ..., ``slow``)."""
+    """One pool snapshot per tier, by tier name (`fast[0]`, ..., `slow`)."""
     label: str = ""
 
     def to_json_obj(self) -> dict[str, Any]:
-        """The snapshot as a JSON-ready dict (format ``npumem-tier-snapshot``, version 1)."""
+        """The snapshot as a JSON-ready dict (format `npumem-tier-snapshot`, version 1)."""
         return {
             "format": TIER_SNAPSHOT_FORMAT,
             "version": TIER_SNAPSHOT_VERSION,
@@ -60,12 +60,12 @@ class TierSnapshot:
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the snapshot as JSON to ``path``; returns the path."""
+        """Write the snapshot as JSON to `path`; returns the path."""
         return write_json(path, self.to_json_obj())
 
     @classmethod
     def from_json_obj(cls, obj: Mapping[str, Any], *, where: str = "tier snapshot") -> TierSnapshot:
-        """Read a dict made by :meth:`to_json_obj`; :class:`FileFormatError` says what is
+        """Read a dict made by `to_json_obj`; `FileFormatError` says what is
         wrong."""
         if obj.get("format") != TIER_SNAPSHOT_FORMAT:
             raise FileFormatError(f"{where}: not an {TIER_SNAPSHOT_FORMAT} file")
@@ -94,7 +94,7 @@ class TierSnapshot:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TierSnapshot:
-        """Read a tier snapshot saved by :meth:`save`."""
+        """Read a tier snapshot saved by `save`."""
         obj = read_json_object(path, error=FileFormatError, expected="a tier snapshot")
         return cls.from_json_obj(obj, where=str(path))
 
@@ -116,7 +116,7 @@ def _usage(d: Mapping[str, Any]) -> TierUsage:
 
 
 def is_tier_snapshot(path: str | os.PathLike[str]) -> bool:
-    """Whether the file at ``path`` is a tier snapshot (``False`` for anything unreadable)."""
+    """Whether the file at `path` is a tier snapshot (`False` for anything unreadable)."""
     try:
         with open(path, "rb") as f:
             head = f.read(256)
@@ -126,12 +126,12 @@ def is_tier_snapshot(path: str | os.PathLike[str]) -> bool:
 
 
 def load_tier_snapshot(path: str | os.PathLike[str]) -> TierSnapshot:
-    """Read a tier snapshot saved by :meth:`TierSnapshot.save`."""
+    """Read a tier snapshot saved by `TierSnapshot.save`."""
     return TierSnapshot.load(path)
 
 
 def render_tiers(console: Console, stats: TierStats, *, title: str = "memory tiers") -> None:
-    """Print the tiers' figures to ``console``: a line of totals, then a table with one row
+    """Print the tiers' figures to `console`: a line of totals, then a table with one row
     per tier (bytes in use and the share of the capacity, blocks, accesses served and their
     share of all accesses, blocks promoted into and demoted out of a fast tier, spills)."""
     console.print(
@@ -159,7 +159,7 @@ def render_tiers(console: Console, stats: TierStats, *, title: str = "memory tie
 
 
 def tiers_report_text(stats: TierStats, width: int = 110, **kwargs: Any) -> str:
-    """The tiers' report (:func:`render_tiers`) as plain text."""
+    """The tiers' report (`render_tiers`) as plain text."""
     out = io.StringIO()
     render_tiers(Console(file=out, width=width, color_system=None), stats, **kwargs)
     return out.getvalue()

@@ -1,8 +1,8 @@
-"""Pictures of tiers (PNG; the ``plot`` extra): the tiers' use and hits
-(:func:`plot_tiers`), and a static plan over several pools, one panel per pool
-(:func:`plot_tiered_plan`). Made like :mod:`npumem.monitor.plots` (matplotlib's object API,
-safe from any thread); each pool's address map is :func:`npumem.monitor.plot_address_map` of
-its snapshot in a :class:`~npumem.tiers.observe.TierSnapshot`.
+"""Pictures of tiers (PNG; the `plot` extra): the tiers' use and hits
+(`plot_tiers`), and a static plan over several pools, one panel per pool
+(`plot_tiered_plan`). Made like `npumem.monitor.plots` (matplotlib's object API,
+safe from any thread); each pool's address map is `npumem.monitor.plot_address_map` of
+its snapshot in a `TierSnapshot`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,23 @@
 """Promotion policies: which blocks deserve the fast tier.
 
-A policy is a small replaceable object with four members (:class:`Policy`):
+A policy is a small replaceable object with four members (`Policy`):
 
-* ``admit(nbytes, hot)``: whether a new block asks for the fast tier when the caller named no
+* `admit(nbytes, hot)`: whether a new block asks for the fast tier when the caller named no
   tier;
-* ``touch(heat, now)``: update a block's :class:`Heat` when it is accessed at tick ``now``;
-* ``score(heat, now)``: how hot the block is at tick ``now``; ``rebalance()`` promotes the
+* `touch(heat, now)`: update a block's `Heat` when it is accessed at tick `now`;
+* `score(heat, now)`: how hot the block is at tick `now`; `rebalance()` promotes the
   highest scores and demotes the lowest;
-* ``moves``: whether ``rebalance()`` moves anything at all under this policy;
-* ``per_byte``: whether ``rebalance()`` ranks blocks by score per byte (the most accesses per
+* `moves`: whether `rebalance()` moves anything at all under this policy;
+* `per_byte`: whether `rebalance()` ranks blocks by score per byte (the most accesses per
   byte of SRAM) rather than by score alone.
 
-Time is the tiered pool's access clock: one tick per :meth:`~npumem.tiers.TieredPool.touch`.
+Time is the tiered pool's access clock: one tick per `touch`.
 Three policies ship:
 
-* :class:`FrequencyPolicy`: access counts with exponential decay (a count halves every
-  ``half_life`` ticks), so a block that was hot and went cold loses its place to hotter ones;
-* :class:`LRUPolicy`: the most recently touched blocks are the hottest;
-* :class:`SizeOnlyPolicy`: placement by size alone, decided once at allocation (small blocks in
+* `FrequencyPolicy`: access counts with exponential decay (a count halves every
+  `half_life` ticks), so a block that was hot and went cold loses its place to hotter ones;
+* `LRUPolicy`: the most recently touched blocks are the hottest;
+* `SizeOnlyPolicy`: placement by size alone, decided once at allocation (small blocks in
   the fast tier while it has room), never moved: the baseline the others are measured against.
 """
 
@@ -45,26 +45,26 @@ class Heat:
 
 @runtime_checkable
 class Policy(Protocol):
-    """What :class:`~npumem.tiers.TieredPool` needs of a promotion policy."""
+    """What `TieredPool` needs of a promotion policy."""
 
     name: str
     moves: bool
     per_byte: bool
 
     def admit(self, nbytes: int, hot: bool) -> bool:
-        """Whether a new block of ``nbytes`` asks for the fast tier (no tier named)."""
+        """Whether a new block of `nbytes` asks for the fast tier (no tier named)."""
 
     def touch(self, heat: Heat, now: int) -> None:
-        """Record one access at tick ``now``."""
+        """Record one access at tick `now`."""
 
     def score(self, heat: Heat, now: int) -> float:
-        """How hot the block is at tick ``now`` (higher is hotter)."""
+        """How hot the block is at tick `now` (higher is hotter)."""
 
 
 class FrequencyPolicy:
     """Access counts with exponential decay: each access adds 1, and the count halves every
-    ``half_life`` ticks. Blocks are ranked by count per byte, so that the fast tier serves as
-    many accesses as its bytes allow. ``hot`` blocks are admitted to the fast tier at
+    `half_life` ticks. Blocks are ranked by count per byte, so that the fast tier serves as
+    many accesses as its bytes allow. `hot` blocks are admitted to the fast tier at
     allocation."""
 
     name = "frequency"
@@ -99,7 +99,7 @@ class FrequencyPolicy:
 
 
 class LRUPolicy:
-    """Least recently used: the later the last access, the hotter the block. ``hot`` blocks
+    """Least recently used: the later the last access, the hotter the block. `hot` blocks
     are admitted to the fast tier at allocation."""
 
     name = "lru"
@@ -121,8 +121,8 @@ class LRUPolicy:
 
 
 class SizeOnlyPolicy:
-    """Placement by size alone: a block of at most ``max_block`` bytes goes to the fast tier at
-    allocation while it has room (``hot`` is ignored), and nothing ever moves."""
+    """Placement by size alone: a block of at most `max_block` bytes goes to the fast tier at
+    allocation while it has room (`hot` is ignored), and nothing ever moves."""
 
     name = "size-only"
     moves = False

@@ -1,26 +1,26 @@
 """The tiered pool: a fast pool per core (SRAM) in front of one shared slow pool (HBM).
 
-Placement of ``alloc(nbytes, core=, tier=, hot=)``:
+Placement of `alloc(nbytes, core=, tier=, hot=)`:
 
-1. an explicit ``tier`` wins (``"fast"``: the SRAM of ``core``, or of the calling core; no room
-   raises :class:`~npumem.errors.OutOfMemoryError`);
-2. otherwise a block the policy admits (by default: ``hot=True``) and of at most
-   ``fast_max_block`` bytes goes to the fast pool of ``core`` (or of the calling core);
+1. an explicit `tier` wins (`"fast"`: the SRAM of `core`, or of the calling core; no room
+   raises `OutOfMemoryError`);
+2. otherwise a block the policy admits (by default: `hot=True`) and of at most
+   `fast_max_block` bytes goes to the fast pool of `core` (or of the calling core);
 3. when that pool has no room the block spills to the slow pool and counts as a spill;
 4. everything else goes to the slow pool.
 
 Each pool keeps its own bank rule and alignment. Blocks move between tiers through a mover
-(:mod:`npumem.tiers.movers`): explicitly (:meth:`TieredPool.promote`, :meth:`TieredPool.demote`)
-or by :meth:`TieredPool.rebalance`, which asks the policy (:mod:`npumem.tiers.policy`) for the
+(`npumem.tiers.movers`): explicitly (`TieredPool.promote`, `TieredPool.demote`)
+or by `TieredPool.rebalance`, which asks the policy (`npumem.tiers.policy`) for the
 hottest blocks of the slow tier and the coldest of each fast tier, within a byte budget. Pinned
 blocks and blocks with live views never move; a move that fails changes nothing. Handles
-(:class:`~npumem.tiers.block.TieredBlock`) stay valid across moves.
+(`TieredBlock`) stay valid across moves.
 
 Thread safety: allocation itself runs in the lock-free pools; the tiered pool's bookkeeping
 (membership, counters, moves) is guarded by one lock. A move checks that the block has no pins
-or views and holds the lock while it copies; a view taken on ``tb.block`` while a move of the
+or views and holds the lock while it copies; a view taken on `tb.block` while a move of the
 same block is under way could be taken on the old place, so take views with
-:meth:`TieredBlock.view <npumem.tiers.block.TieredBlock.view>`, which takes them under the
+`TieredBlock.view`, which takes them under the
 lock (a view then keeps the block where it is until it is released).
 """
 
@@ -65,7 +65,7 @@ class _Counters:
 
 
 class _RoundRobinCores:
-    """The default ``core_of``: each thread gets a core on its first call, in turn."""
+    """The default `core_of`: each thread gets a core on its first call, in turn."""
 
     def __init__(self, cores: int) -> None:
         self._cores = cores
@@ -83,11 +83,11 @@ class _RoundRobinCores:
 class TieredPool:
     """Per-core fast pools and one shared slow pool behind one allocation call.
 
-    ``fast``: one :class:`npumem.Pool` per core (the SRAM of each core); ``slow``: the shared
-    :class:`npumem.Pool` (HBM). ``movers``: the tier mover (:mod:`npumem.tiers.movers`), needed
-    when a pool has ``backing="none"``; ``None`` copies host memory. ``fast_max_block``: larger
-    blocks never go to a fast tier unless asked by name (``None``: no limit). ``policy``:
-    :class:`~npumem.tiers.policy.FrequencyPolicy` by default. ``core_of``: returns the calling
+    `fast`: one `npumem.Pool` per core (the SRAM of each core); `slow`: the shared
+    `npumem.Pool` (HBM). `movers`: the tier mover (`npumem.tiers.movers`), needed
+    when a pool has `backing="none"`; `None` copies host memory. `fast_max_block`: larger
+    blocks never go to a fast tier unless asked by name (`None`: no limit). `policy`:
+    `FrequencyPolicy` by default. `core_of`: returns the calling
     thread's core (default: each thread gets a core in turn on its first call).
     """
 
@@ -159,7 +159,7 @@ class TieredPool:
     # Recording
 
     def record(self) -> None:
-        """Start recording every call (see :mod:`npumem.tiers.trace`); a running recording
+        """Start recording every call (see `npumem.tiers.trace`); a running recording
         starts over."""
         with self._lock:
             self._recording = []
@@ -185,7 +185,7 @@ class TieredPool:
         return len(self.fast)
 
     def pool_of(self, tier: Tier) -> Pool:
-        """The pool behind a :class:`~npumem.tiers.block.Tier`."""
+        """The pool behind a `Tier`."""
         if tier.kind == SLOW:
             return self.slow
         assert tier.core is not None
@@ -210,7 +210,7 @@ class TieredPool:
         tag: str | None = None,
         align: int | None = None,
     ) -> TieredBlock:
-        """A block of ``nbytes`` placed by the rules in the module docstring."""
+        """A block of `nbytes` placed by the rules in the module docstring."""
         home = self._core(core)
         if tier is not None and tier not in (FAST, SLOW):
             raise InvalidArgumentError(f"tier must be 'fast', 'slow' or None, got {tier!r}")
@@ -248,8 +248,8 @@ class TieredPool:
         return tb
 
     def free(self, tb: TieredBlock) -> None:
-        """Give ``tb``'s bytes back to their tier. A pinned block raises
-        :class:`~npumem.errors.PinnedBlockError` and stays allocated."""
+        """Give `tb`'s bytes back to their tier. A pinned block raises
+        `PinnedBlockError` and stays allocated."""
         if type(tb) is not TieredBlock or tb._owner is not self:
             self._check_own(tb)
         with self._lock:
@@ -278,7 +278,7 @@ class TieredPool:
     # Accesses
 
     def touch(self, tb: TieredBlock, count: int = 1) -> None:
-        """Record ``count`` accesses of ``tb``: the policy's heat, and a hit of its tier."""
+        """Record `count` accesses of `tb`: the policy's heat, and a hit of its tier."""
         if type(tb) is not TieredBlock or tb._owner is not self:
             self._check_own(tb)
         with self._lock:
@@ -304,11 +304,11 @@ class TieredPool:
     # Moves
 
     def promote(self, tb: TieredBlock, *, core: int | None = None) -> None:
-        """Move ``tb`` into the fast pool of ``core`` (default: its home core).
+        """Move `tb` into the fast pool of `core` (default: its home core).
 
-        Raises :class:`~npumem.errors.PinnedBlockError` for a pinned block or one with live
-        views, :class:`~npumem.errors.OutOfMemoryError` when the fast pool has no room, and
-        :class:`~npumem.errors.MoveError` when the mover fails; in each case nothing changed.
+        Raises `PinnedBlockError` for a pinned block or one with live
+        views, `OutOfMemoryError` when the fast pool has no room, and
+        `MoveError` when the mover fails; in each case nothing changed.
         """
         self._check_own(tb)
         with self._lock:
@@ -320,7 +320,7 @@ class TieredPool:
             self._move(tb, Tier(FAST, target))
 
     def demote(self, tb: TieredBlock) -> None:
-        """Move ``tb`` into the slow pool (same errors as :meth:`promote`)."""
+        """Move `tb` into the slow pool (same errors as `promote`)."""
         self._check_own(tb)
         with self._lock:
             if tb.block is not None and tb._core is None:
@@ -330,7 +330,7 @@ class TieredPool:
             self._move(tb, Tier(SLOW))
 
     def _move(self, tb: TieredBlock, dst: Tier) -> None:
-        """Copy ``tb`` to a new block in ``dst`` and re-point it; the caller holds the lock."""
+        """Copy `tb` to a new block in `dst` and re-point it; the caller holds the lock."""
         src_block = tb.block
         src = tb.location
         if src_block.pins:
@@ -373,7 +373,7 @@ class TieredPool:
     def rebalance(self, max_bytes: int | None = None) -> RebalanceReport:
         """Promote the hottest blocks of the slow tier (by the policy's score, per byte when
         the policy says so) that fit in their home core's fast pool, demoting colder ones to
-        make room, until ``max_bytes`` bytes have moved (``None``: no limit). Pinned blocks and
+        make room, until `max_bytes` bytes have moved (`None`: no limit). Pinned blocks and
         blocks with views are skipped; a failed move changes nothing and the rebalance goes
         on. Returns what moved."""
         if max_bytes is not None and (
@@ -503,7 +503,7 @@ class TieredPool:
 
     def snapshot(self, label: str = "") -> TierSnapshot:
         """Every tier at one moment: the stats and one pool snapshot per tier, labelled with
-        the tier's name (:class:`~npumem.tiers.observe.TierSnapshot`)."""
+        the tier's name (`TierSnapshot`)."""
         with self._lock:
             stats = self.stats()
             snaps = {
@@ -514,9 +514,9 @@ class TieredPool:
         return TierSnapshot(stats, snaps, label)
 
     def check(self) -> int:
-        """Check every pool (``Pool.check()``) and the tiered pool's books: every tiered block
+        """Check every pool (`Pool.check()`) and the tiered pool's books: every tiered block
         is alive in the pool of the tier that lists it. Returns the number of tiered blocks;
-        raises :class:`~npumem.errors.CorruptionError` naming the first disagreement."""
+        raises `CorruptionError` naming the first disagreement."""
         from npumem.errors import CorruptionError
 
         with self._lock:

@@ -1,5 +1,5 @@
-"""Prometheus export of a tiered pool: every figure of ``stats()`` per tier, labelled ``tier``
-(``fast`` or ``slow``), ``core`` (empty for the slow tier) and ``pool`` (the pool's name).
+"""Prometheus export of a tiered pool: every figure of `stats()` per tier, labelled `tier`
+(`fast` or `slow`), `core` (empty for the slow tier) and `pool` (the pool's name).
 
     >>> from prometheus_client import CollectorRegistry, generate_latest
     >>> import npumem
@@ -13,8 +13,8 @@
     >>> 'npumem_tier_capacity_bytes{core="0",pool="sram0",tier="fast"} 4.194304e+06' in text
     True
 
-The per-pool metrics of :class:`npumem.monitor.PrometheusCollector` stay available for each
-pool; these add what only the tiered pool knows. Needs the ``prometheus`` extra.
+The per-pool metrics of `npumem.monitor.PrometheusCollector` stay available for each
+pool; these add what only the tiered pool knows. Needs the `prometheus` extra.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ TIER_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("npumem_tier_bytes_in_use", "bytes_in_use", "Bytes held by blocks in the tier's pool."),
     ("npumem_tier_blocks", "blocks", "Tiered blocks held by the tier now."),
 )
-"""``(metric, TierUsage field, help)`` of every per-tier gauge."""
+"""`(metric, TierUsage field, help)` of every per-tier gauge."""
 
 TIER_COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("npumem_tier_hits_total", "hits", "Accesses served by the tier."),
@@ -55,7 +55,7 @@ TIER_COUNTERS: tuple[tuple[str, str, str], ...] = (
         "Blocks that asked for this core's fast tier and went to the slow tier.",
     ),
 )
-"""``(metric, TierUsage field, help)`` of every per-tier counter."""
+"""`(metric, TierUsage field, help)` of every per-tier counter."""
 
 _LABELS = ["tier", "core", "pool"]
 
@@ -71,8 +71,8 @@ def _families() -> Any:
 
 
 class TierCollector:
-    """A ``prometheus_client`` collector for a :class:`~npumem.tiers.TieredPool`; each scrape
-    calls ``mem.stats()`` once. ``npumem_tier_hit_ratio`` is the fast-tier hit rate, labelled
+    """A `prometheus_client` collector for a `TieredPool`; each scrape
+    calls `mem.stats()` once. `npumem_tier_hit_ratio` is the fast-tier hit rate, labelled
     with the policy."""
 
     def __init__(self, mem: TieredPool) -> None:

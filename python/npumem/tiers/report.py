@@ -1,4 +1,4 @@
-"""What a rebalance did (:class:`RebalanceReport`) and what tiers hold (:class:`TierStats`)."""
+"""What a rebalance did (`RebalanceReport`) and what tiers hold (`TierStats`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class TierMove:
     src: Tier
     dst: Tier
     score: float
-    """The policy's score of the block when it moved (per byte for a ``per_byte`` policy)."""
+    """The policy's score of the block when it moved (per byte for a `per_byte` policy)."""
 
     @property
     def promotion(self) -> bool:
@@ -30,11 +30,11 @@ class TierMove:
 
 @dataclass(slots=True)
 class RebalanceReport:
-    """What one :meth:`~npumem.tiers.TieredPool.rebalance` did."""
+    """What one `rebalance` did."""
 
     policy: str
     max_bytes: int | None
-    """The byte budget (``None``: no limit)."""
+    """The byte budget (`None`: no limit)."""
     moves: list[TierMove] = field(default_factory=list)
     skipped_pinned: int = 0
     """Blocks that deserved a move but are pinned or have live views."""
@@ -87,7 +87,7 @@ class TierUsage:
     blocks: int
     """Tiered blocks held now."""
     hits: int
-    """Accesses (``touch``) served by this tier."""
+    """Accesses (`touch`) served by this tier."""
     hit_bytes: int
     """Bytes of those accesses (each access counts the whole block)."""
     allocs: int
@@ -105,14 +105,14 @@ class TierUsage:
 
 @dataclass(frozen=True, slots=True)
 class TierStats:
-    """Every tier's figures (:meth:`~npumem.tiers.TieredPool.stats`)."""
+    """Every tier's figures (`stats`)."""
 
     policy: str
     fast: tuple[TierUsage, ...]
     """One per core."""
     slow: TierUsage
     accesses: int
-    """Every ``touch`` so far."""
+    """Every `touch` so far."""
     bytes_accessed: int = 0
     """Their bytes (each access counts the whole block)."""
 

@@ -1,10 +1,10 @@
 """Recording what a tiered pool was asked to do, and replaying it under another policy.
 
-``mem.record()`` starts a recording; every allocation, access, free, explicit move and
-rebalance is then appended as a :class:`~npumem.tiers.events.TierEvent`, in the order the
-tiered pool serialized them (under its lock). ``mem.stop_recording()`` returns them.
-:func:`replay` runs such a list on a fresh tiered pool, single-threaded, and returns its
-:class:`~npumem.tiers.report.TierStats`: the same accesses under another policy give comparable
+`mem.record()` starts a recording; every allocation, access, free, explicit move and
+rebalance is then appended as a `TierEvent`, in the order the
+tiered pool serialized them (under its lock). `mem.stop_recording()` returns them.
+`replay` runs such a list on a fresh tiered pool, single-threaded, and returns its
+`TierStats`: the same accesses under another policy give comparable
 hit rates.
 """
 
@@ -22,8 +22,8 @@ __all__ = ["replay"]
 
 
 def replay(events: Iterable[TierEvent], mem: TieredPool) -> TierStats:
-    """Run ``events`` on ``mem`` (a fresh tiered pool) and return its stats. Calls that fail
-    on ``mem`` (an allocation that does not fit, a move without room) are skipped, with the
+    """Run `events` on `mem` (a fresh tiered pool) and return its stats. Calls that fail
+    on `mem` (an allocation that does not fit, a move without room) are skipped, with the
     later events of that block."""
     blocks: dict[int, TieredBlock] = {}
     for ev in events:

@@ -194,7 +194,7 @@ def _run_tiers(
     requests: int,
     pictures: bool,
 ) -> dict[str, Path]:
-    """``npumem demo --tiers``: the tiered demo (:mod:`npumem.workloads.tiered`) with one fast
+    """`npumem demo --tiers`: the tiered demo (`npumem.workloads.tiered`) with one fast
     pool per worker, at most 400 requests; prints its report, returns the files written."""
     from npumem.workloads.tiered import report_tiered_demo, run_tiered_demo, write_tier_outputs
 
@@ -275,7 +275,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
         (
             "peak bytes in use",
             format_bytes(r.peak_bytes_in_use),
-            format_bytes(recorded["peak_bytes_in_use"]) if "peak_bytes_in_use" in recorded else "",
+            format_bytes(recorded.peak_bytes_in_use) if recorded is not None else "",
         ),
         ("peak fragmentation (sampled)", f"{r.peak_fragmentation:.1%}", ""),
         ("fragmentation at the peak", f"{r.fragmentation_at_peak:.1%}", ""),
@@ -323,7 +323,7 @@ def replay_json(
             "config": trace.config,
             "dropped": trace.dropped,
             "complete": trace.complete,
-            "stats_at_stop": trace.stats_at_stop,
+            "stats_at_stop": {} if trace.stats_at_stop is None else trace.stats_at_stop.as_dict(),
         },
         "ok": r.ok,
         "events": r.events,

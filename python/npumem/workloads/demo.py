@@ -152,12 +152,12 @@ def run_demo(
         if recorder is not None:
             recorder.drain()
         kv_summary.sample(kv)
-        best = peak[0].stats["bytes_in_use"] if peak else 0
+        best = peak[0].stats.bytes_in_use if peak else 0
         if s.bytes_in_use > best and time.monotonic() - last_snap[0] > 0.2:
             snap = pool.snapshot().with_kv(kv)
             last_snap[0] = time.monotonic()
             with lock:
-                if not peak or snap.stats["bytes_in_use"] > peak[0].stats["bytes_in_use"]:
+                if not peak or snap.stats.bytes_in_use > peak[0].stats.bytes_in_use:
                     peak[:] = [snap.with_label("at the highest usage sampled")]
 
     def on_alert(alert: Alert) -> None:

@@ -1,16 +1,16 @@
 """The demo on tiered memory: one fast pool (SRAM) per core and a shared slow pool (HBM).
 
 The demo's three models (ResNet-50, MobileNetV2 and a 4-layer BERT-base text generator, fp16)
-keep their weights in a :class:`~npumem.tiers.TieredPool`, one weight tensor per block, each
+keep their weights in a `TieredPool`, one weight tensor per block, each
 block homed on a core in turn. One worker thread per core serves requests (the demo's mix: 40%
-ResNet-50, 30% MobileNetV2, 30% text): a vision request takes an activation arena (``hot``),
+ResNet-50, 30% MobileNetV2, 30% text): a vision request takes an activation arena (`hot`),
 reads each op's weights in op order, and frees the arena; a text request takes a KV cache
-(``hot``) and, for the prompt and then for every generated token, reads every layer's weights
-and the cache. Every read is a ``touch``. Each worker calls ``rebalance`` with a byte budget
+(`hot`) and, for the prompt and then for every generated token, reads every layer's weights
+and the cache. Every read is a `touch`. Each worker calls `rebalance` with a byte budget
 every few requests.
 
-The request mix is the demo's (``steady``) or one that shifts from model to model
-(``shifting``). The run is recorded (:mod:`npumem.tiers.trace`) and replayed under each policy
+The request mix is the demo's (`steady`) or one that shifts from model to model
+(`shifting`). The run is recorded (`npumem.tiers.trace`) and replayed under each policy
 (access counts with decay, LRU, size only), so the hit rates compare the policies on the same
 accesses.
 """
@@ -62,11 +62,11 @@ MIXES = {
     "shifting": ((0.8, 0.1, 0.1), (0.1, 0.8, 0.1), (0.1, 0.1, 0.8)),
 }
 """Request mixes: shares of ResNet-50, MobileNetV2 and text, one triple per phase (the
-requests are split evenly between the phases). ``steady`` is the demo's mix."""
+requests are split evenly between the phases). `steady` is the demo's mix."""
 
 
 def make_policy(name: str, fast_max_block: int) -> Policy:
-    """The policy called ``name`` (one of :data:`POLICIES`)."""
+    """The policy called `name` (one of `POLICIES`)."""
     if name == "frequency":
         return FrequencyPolicy()
     if name == "lru":
@@ -267,8 +267,8 @@ def run_tiered_demo(
 def write_tier_outputs(
     result: TieredDemoResult, folder: str | os.PathLike[str], *, pictures: bool = True
 ) -> dict[str, Path]:
-    """Write the tier snapshot (``tiers.json``) and, with ``pictures``, the tiers' picture
-    (``tiers.png``) to ``folder``; returns ``{what: path}``."""
+    """Write the tier snapshot (`tiers.json`) and, with `pictures`, the tiers' picture
+    (`tiers.png`) to `folder`; returns `{what: path}`."""
     out = Path(folder)
     files: dict[str, Path] = {}
     if result.snapshot is not None:

@@ -125,6 +125,7 @@ const fn copy_of_native() -> Ops {
         stats: OPS.stats,
         info: OPS.info,
         set_oom_callback: OPS.set_oom_callback,
+        tag_id: OPS.tag_id,
         last_error: OPS.last_error,
     }
 }

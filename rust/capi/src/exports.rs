@@ -121,6 +121,18 @@ pub unsafe extern "C" fn npumem_pool_release(pool: *mut NpumemPool) -> Status {
     dispatch!(pool, |ops| unsafe { (ops.release)(pool) })
 }
 
+/// The id of tag `name` in `pool`, interned on first use, for `npumem_alloc` and
+/// `npumem_alloc_many`.
+///
+/// # Safety
+/// `pool` is NULL or a live pool object; `name` is NULL or a NUL-terminated string; `out` is
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn npumem_tag_id(pool: *mut NpumemPool, name: *const c_char, out: *mut u32) -> Status {
+    // SAFETY: `ops_of` checked the pool; the rest is the caller's contract.
+    dispatch!(pool, |ops| unsafe { (ops.tag_id)(pool, name, out) })
+}
+
 /// Allocate `size` bytes aligned to `align` (0: the pool's default), with a tag id (0: none).
 ///
 /// # Safety

@@ -3,7 +3,7 @@
 //! pointer arguments, and maps core errors to status codes. The pool argument was checked by
 //! the entry point.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_void, CStr};
 use std::slice;
 use std::sync::Arc;
 
@@ -29,6 +29,7 @@ pub static OPS: Ops = Ops {
     stats,
     info,
     set_oom_callback,
+    tag_id,
     last_error,
 };
 
@@ -94,6 +95,33 @@ fn retry_after<T>(
     }
 }
 
+/// Whether blocks tagged `tag` count under it, with `blocks` holds taken on a recycled tag id
+/// when they do: ids the pool's tag table knows (`npumem_tag_id`). Untagged blocks and other
+/// numbers are stored as given and not counted, so untagged allocations from C pay nothing.
+fn count_tag(p: &NpumemPool, tag: u32, blocks: u64) -> bool {
+    tag != 0 && (p.pool.tags().is_named(tag) || p.pool.tags().hold(tag, blocks).is_ok())
+}
+
+/// `blocks` blocks of `bytes` bytes in all, tagged `tag`, were made (`made`) or could not be.
+fn settle_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize, made: bool) {
+    if made {
+        p.pool.tags().on_alloc(tag, blocks, bytes);
+    } else {
+        p.pool.release_tag(tag, blocks as u64);
+    }
+}
+
+/// Whether a block tagged `tag` that is about to be freed was counted under it.
+fn counted(p: &NpumemPool, tag: u32) -> bool {
+    tag != 0 && (p.pool.tags().is_named(tag) || p.pool.tags().name(tag).is_some())
+}
+
+/// `blocks` blocks of `bytes` bytes in all, tagged `tag` and counted, were freed.
+fn freed_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) {
+    p.pool.tags().on_free(tag, blocks, bytes);
+    p.pool.release_tag(tag, blocks as u64);
+}
+
 /// The C view of a live block.
 fn describe(p: &NpumemPool, handle: Handle) -> Result<NpumemBlock, Error> {
     let info = p.pool.block(handle)?;
@@ -132,11 +160,15 @@ unsafe extern "C" fn alloc(
         if out.is_null() {
             return null("out");
         }
+        let counts = count_tag(p, tag, 1);
         let attempt = || p.pool.alloc_with_offset(size, align_of(align), tag);
         let made = match attempt() {
             Ok(made) => Ok(made),
             Err(err) => retry_after(p, pool, size, align, err, attempt),
         };
+        if counts {
+            settle_tag(p, tag, 1, size, made.is_ok());
+        }
         match made {
             Ok((handle, offset)) => {
                 let block =
@@ -154,8 +186,15 @@ unsafe extern "C" fn free(pool: *mut NpumemPool, handle: NpumemHandle) -> Status
     guard(|| {
         // SAFETY: checked by the entry point.
         let p = unsafe { this(pool) };
-        match p.pool.free(handle.to_core()) {
-            Ok(()) => OK,
+        let handle = handle.to_core();
+        let tagged = p.pool.block(handle).ok().filter(|b| counted(p, b.tag));
+        match p.pool.free(handle) {
+            Ok(()) => {
+                if let Some(b) = tagged {
+                    freed_tag(p, b.tag, 1, b.size);
+                }
+                OK
+            }
             Err(err) => fail(&err),
         }
     })
@@ -218,11 +257,15 @@ unsafe extern "C" fn alloc_many(
         // SAFETY: `sizes` is non-NULL and holds `count` entries by the caller's contract.
         let sizes = unsafe { slice::from_raw_parts(sizes, count) };
         let largest = sizes.iter().copied().max().unwrap_or(0);
+        let counts = count_tag(p, tag, count as u64);
         let attempt = || p.pool.alloc_many(sizes, align_of(align), tag);
         let made = match attempt() {
             Ok(handles) => Ok(handles),
             Err(err) => retry_after(p, pool, largest, align, err, attempt),
         };
+        if counts {
+            settle_tag(p, tag, count, sizes.iter().sum(), made.is_ok());
+        }
         let handles = match made {
             Ok(handles) => handles,
             Err(err) => {
@@ -258,8 +301,16 @@ unsafe extern "C" fn free_many(
         // SAFETY: `handles` is non-NULL and holds `count` entries by the caller's contract.
         let handles: Vec<Handle> =
             unsafe { slice::from_raw_parts(handles, count) }.iter().map(|h| h.to_core()).collect();
+        let mut tagged: Vec<(u32, usize)> =
+            handles.iter().filter_map(|&h| p.pool.block(h).ok()).map(|b| (b.tag, b.size)).collect();
         match p.pool.free_many(&handles) {
-            Ok(()) => OK,
+            Ok(()) => {
+                tagged.sort_unstable();
+                for run in tagged.chunk_by(|a, b| a.0 == b.0).filter(|run| counted(p, run[0].0)) {
+                    freed_tag(p, run[0].0, run.len(), run.iter().map(|&(_, size)| size).sum());
+                }
+                OK
+            }
             Err(err) => {
                 // SAFETY: NULL or writable by the caller's contract.
                 unsafe { report_index(failed_index, &err) };
@@ -377,6 +428,29 @@ unsafe extern "C" fn set_oom_callback(
         *p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
             callback.map(|callback| OomHook { callback, user });
         OK
+    })
+}
+
+unsafe extern "C" fn tag_id(pool: *mut NpumemPool, name: *const c_char, out: *mut u32) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        if name.is_null() {
+            return null("name");
+        }
+        if out.is_null() {
+            return null("out");
+        }
+        // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        match p.pool.tags().acquire(&name, 0) {
+            Ok(id) => {
+                // SAFETY: `out` is non-NULL and the caller's to write.
+                unsafe { out.write(id) };
+                OK
+            }
+            Err(err) => fail(&err),
+        }
     })
 }
 

@@ -10,10 +10,18 @@
 //! raw blocks (no handle: they never move), aligned to 256 bytes like `cudaMalloc`'s, and the
 //! pointer is the pool's base address plus the offset. The stream is not used: the pool is
 //! shared by every stream, and PyTorch orders frees after the kernels that use the memory.
+//!
+//! The per-device table is a `PublishedSlots` of the core (its protocol and loom model are in
+//! `rust/core/src/util/published.rs`): setting a device's pool builds its record, takes a pool
+//! reference and publishes both with one swap; the swap hands the record it replaced to this
+//! call alone, which drops that record's reference. Allocation and free read the slot with one
+//! acquire load. A record is freed when it is replaced, so a device's pool may be replaced or
+//! cleared only when no allocation or free on that device is in flight.
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+
+use npumem_core::PublishedSlots;
 
 use crate::exports::{
     npumem_alloc_raw, npumem_free_raw, npumem_pool_get_info, npumem_pool_release, npumem_pool_retain,
@@ -34,10 +42,17 @@ struct Served {
     base: u64,
 }
 
-static SERVED: [AtomicPtr<Served>; MAX_DEVICES] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_DEVICES];
+/// The record serving each device (null: none).
+static SERVED: PublishedSlots<Served, MAX_DEVICES> = PublishedSlots::new();
 
-fn slot(device: c_int) -> Option<&'static AtomicPtr<Served>> {
-    usize::try_from(device).ok().and_then(|d| SERVED.get(d))
+/// The table index of `device`, if it is one.
+fn slot(device: c_int) -> Option<usize> {
+    usize::try_from(device).ok().filter(|&d| d < MAX_DEVICES)
+}
+
+/// The record serving `device` (None when there is none).
+fn served(device: c_int) -> Option<*mut Served> {
+    slot(device).map(|d| SERVED.current(d)).filter(|s| !s.is_null())
 }
 
 /// Serve `device` from `pool` (a new reference is taken), or stop serving it (NULL). Set it
@@ -74,7 +89,7 @@ pub unsafe extern "C" fn npumem_torch_set_pool(device: c_int, pool: *mut NpumemP
             }
             Box::into_raw(Box::new(Served { pool, base: info.base_address }))
         };
-        let old = slot.swap(served, Ordering::AcqRel);
+        let old = SERVED.publish(slot, served).unwrap_or(ptr::null_mut());
         if !old.is_null() {
             // SAFETY: `old` came from `Box::into_raw` above and left the slot; its pool holds the
             // reference taken when it was set.
@@ -92,7 +107,7 @@ pub unsafe extern "C" fn npumem_torch_set_pool(device: c_int, pool: *mut NpumemP
 /// Called by PyTorch (or any caller) with any arguments.
 #[no_mangle]
 pub unsafe extern "C" fn npumem_torch_alloc(size: isize, device: c_int, _stream: *mut c_void) -> *mut c_void {
-    let Some(served) = slot(device).map(|s| s.load(Ordering::Acquire)).filter(|s| !s.is_null()) else {
+    let Some(served) = served(device) else {
         set_last_error(&format!("npumem serves no pool for device {device} (npumem_torch_set_pool)"));
         return ptr::null_mut();
     };
@@ -114,7 +129,7 @@ pub unsafe extern "C" fn npumem_torch_alloc(size: isize, device: c_int, _stream:
 /// Called by PyTorch (or any caller) with any arguments.
 #[no_mangle]
 pub unsafe extern "C" fn npumem_torch_free(ptr: *mut c_void, size: isize, device: c_int, _stream: *mut c_void) {
-    let Some(served) = slot(device).map(|s| s.load(Ordering::Acquire)).filter(|s| !s.is_null()) else {
+    let Some(served) = served(device) else {
         set_last_error(&format!("npumem serves no pool for device {device}; the free was ignored"));
         return;
     };

@@ -79,9 +79,11 @@ pub use pool::pool::{BlockInfo, Pool};
 #[cfg(not(loom))]
 pub use pool::snapshot::{Extent, Snapshot};
 pub use stats::summary::{ClassStats, CoreStats, PoolStats};
+pub use stats::tags::{TagFigures, TagLabel, TagTable, TraceProgress, IDLE_TAGS, NAMED_TAGS, OTHER_TAGS};
 pub use trace::event::{EventKind, TraceEvent};
 #[cfg(not(loom))]
 pub use trace::recorder::{TraceStatus, MAX_TRACE_CAPACITY};
+pub use util::published::PublishedSlots;
 
 /// The crate version.
 pub fn version() -> &'static str {

@@ -58,7 +58,8 @@ impl Block {
             Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle))?,
             other => other.map_err(to_py)?,
         }
-        pool.by_tag.freed(py, self.tag_id, self.nbytes);
+        core.tags().on_free(self.tag_id, 1, self.nbytes);
+        pool.tags.release(core, self.tag_id, 1);
         Ok(())
     }
 

@@ -30,14 +30,19 @@ pub struct BlockInfo {
 }
 
 impl BlockInfo {
-    pub(crate) fn from_core(py: Python<'_>, b: &npumem_core::BlockInfo, tags: &Tags) -> BlockInfo {
+    pub(crate) fn from_core(
+        py: Python<'_>,
+        b: &npumem_core::BlockInfo,
+        tags: &Tags,
+        core: &npumem_core::Pool,
+    ) -> BlockInfo {
         BlockInfo {
             offset: b.offset,
             nbytes: b.size,
             block_bytes: b.block_bytes,
             align: b.align,
             core: b.core,
-            tag: tags.name_string(py, b.tag),
+            tag: tags.name_string(py, core, b.tag),
             pins: b.pins,
             handle: b.handle.to_bits(),
         }

@@ -74,7 +74,7 @@ impl ErrorClass {
                 &[Base::Ours(Npumem), Base::Builtin(builtin::<PyMemoryError>)],
                 "No block of the requested size could be found, although the request itself is valid.\n\n\
                  The message gives the bytes asked, the bytes free and the largest free block. The numbers\n\
-                 are also attributes: ``requested``, ``bytes_free``, ``largest_free_block`` (``None`` when\n\
+                 are also attributes: `requested`, `bytes_free`, `largest_free_block` (`None` when\n\
                  the error was not raised by a pool).",
             ),
             InvalidArgument => (
@@ -92,8 +92,8 @@ impl ErrorClass {
                 "RequestTooLargeError",
                 &[Base::Ours(InvalidArgument), Base::Ours(OutOfMemory)],
                 "The request can never succeed: it is larger than the whole arena.\n\n\
-                 It is both misuse (``ValueError``) and a request for more memory than there is\n\
-                 (``MemoryError``), so either ``except`` clause catches it.",
+                 It is both misuse (`ValueError`) and a request for more memory than there is\n\
+                 (`MemoryError`), so either `except` clause catches it.",
             ),
             InvalidHandle => (
                 "InvalidHandleError",
@@ -109,7 +109,7 @@ impl ErrorClass {
             NoBacking => (
                 "NoBackingError",
                 &[Base::Ours(Npumem), Base::Builtin(builtin::<PyBufferError>)],
-                "The pool has no host memory behind it (``backing=\"none\"``): its bytes live on the\n\
+                "The pool has no host memory behind it (`backing=\"none\"`): its bytes live on the\n\
                  device, so there is no buffer to view.",
             ),
             PoolBusy => (
@@ -127,7 +127,7 @@ impl ErrorClass {
             Corruption => (
                 "CorruptionError",
                 &[Base::Ours(Npumem)],
-                "The pool's metadata is inconsistent (raised by ``Pool.check()``), with the details.",
+                "The pool's metadata is inconsistent (raised by `Pool.check()`), with the details.",
             ),
             Move => (
                 "MoveError",

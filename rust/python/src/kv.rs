@@ -569,7 +569,8 @@ impl PagedKV {
         };
         let on_evict = callable(given(on_evict), "on_evict")?;
         let mover = callable(given(mover), "mover")?;
-        let tag_id = pool.get().tags.id(py, Some(&tag))?;
+        // The cache's pages carry its tag for its whole life: one hold, never given back.
+        let tag_id = pool.get().tags.acquire(py, &pool.get().core, Some(&tag), 1)?;
         let (pages, capacity_pages) = match given(capacity_tokens) {
             Some(v) => {
                 let tokens = positive(&v, "capacity_tokens")?;

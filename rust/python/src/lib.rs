@@ -7,13 +7,14 @@
 //! what `Pool.measure()` returns), `tag_stats.rs` (`TagStats`), `snapshot.rs` (`RawSnapshot`),
 //! `plan_search.rs` (`PackingInstance`) and `transfer.rs` (`Transfer`, one copy a mover makes).
 //! Results cross the boundary as these typed classes, never as dicts; `repr.rs` writes their
-//! reprs.
+//! reprs, and `from_dict.rs` reads the stats classes back from the dicts saved files keep.
 //!
 //! Errors become Python exceptions in one place (`errors.rs`, which also defines the exception
 //! classes); work that can take long runs without the GIL through one helper (`gil.rs`);
 //! arguments are checked in `args.rs`. A failing allocation's retry through the out-of-memory
-//! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned in
-//! `tags.rs`, and counted by tag in `tag_stats.rs`; Python call stacks of allocations
+//! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned
+//! through `tags.rs` (the core holds the table and the counters by tag; `tag_stats.rs` reads
+//! them); Python call stacks of allocations
 //! (`trace_start(stacks=True)`) are kept in `stacks.rs`. A block leaves as a DLPack capsule
 //! through `dlpack.rs` (and as a NumPy array through `array.rs`); a pool leaves for C code in the
 //! same process as an `npumem_pool*` of the C ABI (the `npumem-capi` crate) through `c_pool.rs`.
@@ -31,6 +32,7 @@ mod c_pool;
 mod compaction_plan;
 mod dlpack;
 mod errors;
+mod from_dict;
 mod gil;
 mod kv;
 mod measure;

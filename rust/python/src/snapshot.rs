@@ -36,16 +36,16 @@ impl RawSnapshot {
         py: Python<'_>,
         snap: npumem_core::Snapshot,
         tags: &Tags,
-        capacity: usize,
+        core: &npumem_core::Pool,
         by_tag: Vec<TagStats>,
     ) -> PyResult<RawSnapshot> {
         Ok(RawSnapshot {
             time_ns: snap.time_ns,
-            blocks: snap.blocks.iter().map(|b| BlockInfo::from_core(py, b, tags)).collect(),
+            blocks: snap.blocks.iter().map(|b| BlockInfo::from_core(py, b, tags, core)).collect(),
             free_runs: extents(&snap.free_runs),
             slab_cached: extents(&snap.slab_cached),
             untracked: extents(&snap.untracked),
-            stats: Py::new(py, PoolStats::from_core(snap.stats, capacity, by_tag))?,
+            stats: Py::new(py, PoolStats::from_core(snap.stats, core.capacity(), by_tag))?,
         })
     }
 }

@@ -6,11 +6,12 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::from_dict::{dict_of, field, list};
 use crate::tag_stats::TagStats;
 
 /// Defines a frozen Python class from a core field list: `[attributes, name from core type;
-/// nested lists; `+` binding lists]`, with `convert` (from the core struct) and `dict` (the fields
-/// as a dict). Binding lists are kept by the binding, not the core (`by_tag`): `convert` leaves
+/// nested lists; `+` binding lists]`, with `convert` (from the core struct), `dict` (the fields
+/// as a dict) and `parse` (back from such a dict, as saved files hold it). Binding lists are kept by the binding, not the core (`by_tag`): `convert` leaves
 /// them empty and the caller fills them.
 macro_rules! py_stats_class {
     (
@@ -19,8 +20,8 @@ macro_rules! py_stats_class {
         $($(#[$doc:meta])* $field:ident: $ty:ty,)*
     ) => {
         $(#[$attr])*
-        #[pyclass(module = "npumem._core", frozen, get_all)]
-        #[derive(Clone)]
+        #[pyclass(module = "npumem._core", frozen, eq, get_all)]
+        #[derive(Clone, PartialEq)]
         pub struct $name {
             $($(#[$doc])* $field: $ty,)*
             $($nested: Vec<$nty>,)*
@@ -34,6 +35,16 @@ macro_rules! py_stats_class {
                     $($nested: s.$nested.into_iter().map($nty::convert).collect(),)*
                     $($extra: Vec::new(),)*
                 }
+            }
+
+            /// Back from a dict of `dict` (a missing field is 0, a missing list empty).
+            pub(crate) fn parse(d: &Bound<'_, PyAny>) -> PyResult<$name> {
+                let d = dict_of(d, stringify!($name))?;
+                Ok($name {
+                    $($field: field(&d, stringify!($field))?,)*
+                    $($nested: list(&d, stringify!($nested), $nty::parse)?,)*
+                    $($extra: list(&d, stringify!($extra), $ety::parse)?,)*
+                })
             }
 
             fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -76,6 +87,12 @@ npumem_core::pool_stats_fields!(
 
 #[pymethods]
 impl CoreStats {
+    /// A `CoreStats` from the dict `as_dict()` gives (a missing field is 0).
+    #[staticmethod]
+    fn from_dict(d: &Bound<'_, PyAny>) -> PyResult<CoreStats> {
+        CoreStats::parse(d)
+    }
+
     /// The fields as a dict.
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.dict(py)
@@ -91,6 +108,12 @@ impl CoreStats {
 
 #[pymethods]
 impl SizeClassStats {
+    /// A `SizeClassStats` from the dict `as_dict()` gives (a missing field is 0).
+    #[staticmethod]
+    fn from_dict(d: &Bound<'_, PyAny>) -> PyResult<SizeClassStats> {
+        SizeClassStats::parse(d)
+    }
+
     /// The fields as a dict.
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.dict(py)
@@ -115,6 +138,13 @@ impl PoolStats {
 
 #[pymethods]
 impl PoolStats {
+    /// A `PoolStats` from the dict `as_dict()` gives, as snapshot and trace files keep it (a
+    /// missing field is 0, a missing list empty).
+    #[staticmethod]
+    fn from_dict(d: &Bound<'_, PyAny>) -> PyResult<PoolStats> {
+        PoolStats::parse(d)
+    }
+
     /// `bytes_in_use / usable_capacity` (0.0 for an empty arena).
     #[getter]
     fn usage(&self) -> f64 {

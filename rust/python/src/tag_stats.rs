@@ -1,104 +1,19 @@
 //! Statistics by tag: for each tag, the live blocks, the bytes they asked for, and the peak of
 //! those bytes (`PoolStats.by_tag`).
 //!
-//! The binding keeps them, for the blocks allocated and freed through Python: `Pool.alloc` and
-//! `alloc_many` add a block, `Block.free`, `Pool.free` and `free_many` take it away, each after
-//! the core call succeeded. Every update happens with the GIL held, so updates never race and
-//! plain relaxed loads and stores suffice (no read-modify-write on the allocation path).
+//! The core keeps them (`npumem_core::TagTable`), counted by whoever allocates and frees: the
+//! binding for the blocks of `Pool.alloc` and `alloc_many`, freed by `Block.free`, `Pool.free`
+//! and `free_many`, each after the core call succeeded; the C ABI for its tagged blocks
+//! (`npumem_alloc` with a tag id), so a pool shared with C (`Pool.c_pool()`) shows both.
 //!
-//! Cardinality is bounded: the first [`NAMED_TAGS`] tags a pool sees have their own counters,
-//! later tags share one (`"(other tags)"`), and blocks without a tag have theirs (`None`).
+//! Cardinality is bounded: the first 63 tags a pool sees have their own counters, later tags
+//! share one (`"(other tags)"`), and blocks without a tag have theirs (`None`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
+use npumem_core::{TagFigures, TagLabel, OTHER_TAGS};
 use pyo3::prelude::*;
 
+use crate::from_dict;
 use crate::repr;
-use crate::tags::Tags;
-
-/// Tags with counters of their own (tag ids 1 to this; id 0 is "no tag").
-pub(crate) const NAMED_TAGS: usize = 63;
-/// The label of the counters that later tags share.
-pub(crate) const OTHER_TAGS: &str = "(other tags)";
-const SLOTS: usize = NAMED_TAGS + 2; // no tag, the named tags, the others
-
-#[derive(Default)]
-struct Counters {
-    blocks: AtomicUsize,
-    bytes: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-/// A pool's counters by tag.
-pub(crate) struct TagCounters {
-    slots: [Counters; SLOTS],
-}
-
-impl Default for TagCounters {
-    fn default() -> TagCounters {
-        TagCounters { slots: std::array::from_fn(|_| Counters::default()) }
-    }
-}
-
-fn slot(tag: u32) -> usize {
-    (tag as usize).min(NAMED_TAGS + 1)
-}
-
-fn bump(cell: &AtomicUsize, f: impl FnOnce(usize) -> usize) -> usize {
-    let value = f(cell.load(Ordering::Relaxed));
-    cell.store(value, Ordering::Relaxed);
-    value
-}
-
-impl TagCounters {
-    /// A block of `nbytes` with tag id `tag` was allocated (call with the GIL held).
-    #[inline]
-    pub(crate) fn allocated(&self, _py: Python<'_>, tag: u32, nbytes: usize) {
-        let c = &self.slots[slot(tag)];
-        bump(&c.blocks, |n| n + 1);
-        let bytes = bump(&c.bytes, |n| n + nbytes);
-        if bytes > c.peak.load(Ordering::Relaxed) {
-            c.peak.store(bytes, Ordering::Relaxed);
-        }
-    }
-
-    /// A block of `nbytes` with tag id `tag` was freed (call with the GIL held).
-    #[inline]
-    pub(crate) fn freed(&self, _py: Python<'_>, tag: u32, nbytes: usize) {
-        let c = &self.slots[slot(tag)];
-        bump(&c.blocks, |n| n.saturating_sub(1));
-        bump(&c.bytes, |n| n.saturating_sub(nbytes));
-    }
-
-    /// Every peak back to the bytes in use now (call with the GIL held).
-    pub(crate) fn reset_peaks(&self, _py: Python<'_>) {
-        for c in &self.slots {
-            c.peak.store(c.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-    }
-
-    /// The figures of every tag that has had a block, largest bytes in use first.
-    pub(crate) fn read(&self, py: Python<'_>, tags: &Tags) -> Vec<TagStats> {
-        let mut out: Vec<TagStats> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.peak.load(Ordering::Relaxed) > 0 || c.blocks.load(Ordering::Relaxed) > 0)
-            .map(|(i, c)| TagStats {
-                tag: match i {
-                    0 => None,
-                    i if i <= NAMED_TAGS => tags.name_string(py, i as u32),
-                    _ => Some(OTHER_TAGS.to_string()),
-                },
-                blocks_in_use: c.blocks.load(Ordering::Relaxed),
-                requested_bytes_in_use: c.bytes.load(Ordering::Relaxed),
-                peak_requested_bytes_in_use: c.peak.load(Ordering::Relaxed),
-            })
-            .collect();
-        out.sort_by(|a, b| b.requested_bytes_in_use.cmp(&a.requested_bytes_in_use).then(a.tag.cmp(&b.tag)));
-        out
-    }
-}
 
 /// One tag's share of a pool (`PoolStats.by_tag`): its live blocks, the bytes they asked for,
 /// and the highest that figure has been (since the pool was made or `reset_peak()`).
@@ -117,6 +32,36 @@ pub struct TagStats {
 }
 
 impl TagStats {
+    /// The binding's view of the core's figures.
+    pub(crate) fn from_core(f: TagFigures) -> TagStats {
+        TagStats {
+            tag: match f.label {
+                TagLabel::Untagged => None,
+                TagLabel::Named(name) => Some(name.to_string()),
+                TagLabel::Others => Some(OTHER_TAGS.to_string()),
+            },
+            blocks_in_use: f.blocks_in_use,
+            requested_bytes_in_use: f.requested_bytes_in_use,
+            peak_requested_bytes_in_use: f.peak_requested_bytes_in_use,
+        }
+    }
+
+    /// The figures of `core`'s tags, largest bytes in use first.
+    pub(crate) fn read(core: &npumem_core::Pool) -> Vec<TagStats> {
+        core.tags().figures().into_iter().map(TagStats::from_core).collect()
+    }
+
+    /// Back from a dict of [`TagStats::dict`].
+    pub(crate) fn parse(d: &Bound<'_, PyAny>) -> PyResult<TagStats> {
+        let d = from_dict::dict_of(d, "TagStats")?;
+        Ok(TagStats {
+            tag: from_dict::field(&d, "tag")?,
+            blocks_in_use: from_dict::field(&d, "blocks_in_use")?,
+            requested_bytes_in_use: from_dict::field(&d, "requested_bytes_in_use")?,
+            peak_requested_bytes_in_use: from_dict::field(&d, "peak_requested_bytes_in_use")?,
+        })
+    }
+
     /// The fields as a dict.
     pub(crate) fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let d = pyo3::types::PyDict::new(py);
@@ -130,6 +75,12 @@ impl TagStats {
 
 #[pymethods]
 impl TagStats {
+    /// A `TagStats` from the dict `as_dict()` gives (a missing field is 0).
+    #[staticmethod]
+    fn from_dict(d: &Bound<'_, PyAny>) -> PyResult<TagStats> {
+        TagStats::parse(d)
+    }
+
     /// The fields as a dict.
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         self.dict(py)

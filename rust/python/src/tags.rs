@@ -1,49 +1,76 @@
-//! Tags: the strings blocks are labelled with, interned as the small ids the core stores.
+//! Tags: the strings blocks are labelled with, as the small ids the core stores. The core's
+//! table (`npumem_core::TagTable`, shared with C callers of the same pool) interns them, holds
+//! recycled ids while blocks carry them and drops them after. The binding keeps the pool's
+//! first tags (named ids, never recycled) in a dict of its own, so that allocating with one of
+//! them takes no lock.
 
+use npumem_core::Pool as CorePool;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyString};
 
-/// A pool's tag strings by id (id 0 means no tag), and ids by string.
+use crate::errors::to_py;
+
+/// Ids by string of the named tags seen from Python, and their strings by id.
 pub(crate) struct Tags {
-    names: Py<PyList>,
     ids: Py<PyDict>,
+    names: Py<PyDict>,
 }
 
 impl Tags {
     pub(crate) fn new(py: Python<'_>) -> PyResult<Tags> {
-        Ok(Tags { names: PyList::new(py, [py.None()])?.unbind(), ids: PyDict::new(py).unbind() })
+        Ok(Tags { ids: PyDict::new(py).unbind(), names: PyDict::new(py).unbind() })
     }
 
-    /// The id of `tag` (interned on first use), 0 for none.
-    pub(crate) fn id(&self, py: Python<'_>, tag: Option<&Bound<'_, PyString>>) -> PyResult<u32> {
+    /// The id of `tag` (0 for none), interned on first use, with `blocks` holds taken on it
+    /// for the blocks about to carry it: give them back with [`Tags::release`] when they are
+    /// freed or the allocation fails.
+    pub(crate) fn acquire(
+        &self,
+        py: Python<'_>,
+        core: &CorePool,
+        tag: Option<&Bound<'_, PyString>>,
+        blocks: u64,
+    ) -> PyResult<u32> {
         let Some(tag) = tag else { return Ok(0) };
         let ids = self.ids.bind(py);
         if let Some(id) = ids.get_item(tag)? {
             return id.extract();
         }
-        let names = self.names.bind(py);
-        let id = names.len() as u32;
-        names.append(tag)?;
-        ids.set_item(tag, id)?;
+        let id = core.tags().acquire(tag.to_str()?, blocks).map_err(to_py)?;
+        if core.tags().is_named(id) {
+            ids.set_item(tag, id)?;
+            self.names.bind(py).set_item(id, tag)?;
+        }
         Ok(id)
     }
 
+    /// Give back `blocks` holds on tag `id` (nothing to do for named tags).
+    #[inline]
+    pub(crate) fn release(&self, core: &CorePool, id: u32, blocks: u64) {
+        if !core.tags().is_named(id) {
+            core.release_tag(id, blocks);
+        }
+    }
+
     /// The tag string of an id (None for 0 or unknown ids).
-    pub(crate) fn name<'py>(&self, py: Python<'py>, id: u32) -> Option<Bound<'py, PyString>> {
+    pub(crate) fn name<'py>(&self, py: Python<'py>, core: &CorePool, id: u32) -> Option<Bound<'py, PyString>> {
         if id == 0 {
             return None;
         }
-        self.names.bind(py).get_item(id as usize).ok().and_then(|t| t.cast_into::<PyString>().ok())
+        if let Ok(Some(name)) = self.names.bind(py).get_item(id) {
+            return name.cast_into::<PyString>().ok();
+        }
+        core.tags().name(id).map(|name| PyString::new(py, &name))
     }
 
     /// [`Tags::name`] as a Rust string.
-    pub(crate) fn name_string(&self, py: Python<'_>, id: u32) -> Option<String> {
-        self.name(py, id).map(|t| t.to_string())
+    pub(crate) fn name_string(&self, py: Python<'_>, core: &CorePool, id: u32) -> Option<String> {
+        self.name(py, core, id).map(|t| t.to_string())
     }
 
     /// [`Tags::name`] as a Python object (`None` without a tag).
-    pub(crate) fn name_object<'py>(&self, py: Python<'py>, id: u32) -> Bound<'py, PyAny> {
-        match self.name(py, id) {
+    pub(crate) fn name_object<'py>(&self, py: Python<'py>, core: &CorePool, id: u32) -> Bound<'py, PyAny> {
+        match self.name(py, core, id) {
             Some(t) => t.into_any(),
             None => py.None().into_bound(py),
         }

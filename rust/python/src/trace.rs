@@ -60,6 +60,7 @@ pub(crate) fn event_tuple<'py>(
     py: Python<'py>,
     e: &TraceEvent,
     tags: &Tags,
+    core: &npumem_core::Pool,
     stack: Option<Bound<'py, PyTuple>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     PyTuple::new(
@@ -70,7 +71,7 @@ pub(crate) fn event_tuple<'py>(
             e.offset.into_pyobject(py)?.into_any(),
             e.size.into_pyobject(py)?.into_any(),
             e.core.into_pyobject(py)?.into_any(),
-            tags.name_object(py, e.tag),
+            tags.name_object(py, core, e.tag),
             e.handle.into_pyobject(py)?.into_any(),
             e.aux.into_pyobject(py)?.into_any(),
             match stack {

@@ -1,7 +1,8 @@
 //! The pool: composes the arena, the handles, the stop gate, the statistics and the trace, and
 //! is the public API. `pool.rs` holds the struct and the public calls; the allocation path is
 //! `alloc.rs`, frees `free.rs`, pauses and pins `pause.rs`, the statistics snapshot `stats.rs`,
-//! the arena snapshot `snapshot.rs`, `check()` `check.rs`, the trace API `tracing.rs`;
+//! the arena snapshot `snapshot.rs`, `check()` `check.rs`, the trace API `tracing.rs`, tags and
+//! their counters `tags.rs`;
 //! `host_faults.rs` tests every host allocation's failure.
 
 pub(crate) mod alloc;
@@ -14,4 +15,5 @@ pub(crate) mod pause;
 pub(crate) mod pool;
 pub(crate) mod snapshot;
 pub(crate) mod stats;
+pub(crate) mod tags;
 pub(crate) mod tracing;

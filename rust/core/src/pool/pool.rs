@@ -27,6 +27,7 @@ use crate::gate::{self, Gate};
 use crate::handle::id::Handle;
 use crate::handle::table::{HandleTable, PinKind, SlotInfo};
 use crate::stats::counters::Counters;
+use crate::stats::tags::TagTable;
 use crate::stats::thread::ThreadStats;
 use crate::trace::recorder::Trace;
 use crate::util::sync::{AtomicU32, Ordering};
@@ -66,6 +67,8 @@ pub struct Pool {
     pub(super) gate: Gate,
     /// The optional event trace (off by default; see `trace/`).
     pub(super) trace: Trace,
+    /// Tag names and the counters by tag (see `pool/tags.rs`).
+    pub(super) tags: TagTable,
 }
 
 impl std::fmt::Debug for Pool {
@@ -98,6 +101,7 @@ impl Pool {
             handles: HandleTable::new(id, max_blocks.max(1), config.cores)?,
             gate: Gate::new(id as usize),
             trace: Trace::new(),
+            tags: TagTable::new(),
             arena,
             config,
         })

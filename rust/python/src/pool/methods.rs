@@ -23,7 +23,7 @@ use crate::snapshot::RawSnapshot;
 use crate::stacks::Stacks;
 use crate::stats::PoolStats;
 use crate::step_report::StepReport;
-use crate::tag_stats::TagCounters;
+use crate::tag_stats::TagStats;
 use crate::tags::Tags;
 use crate::trace::{event_tuple, TraceStatus};
 use crate::views;
@@ -87,7 +87,6 @@ impl Pool {
             tags: Tags::new(py)?,
             oom: OomHandler::default(),
             stacks: Stacks::default(),
-            by_tag: TagCounters::default(),
         })
     }
 
@@ -109,15 +108,15 @@ impl Pool {
         };
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
-        let tag_id = this.tags.id(py, tag.as_ref())?;
         let core = &this.core;
+        let tag_id = this.tags.acquire(py, core, tag.as_ref(), 1)?;
         let made = match core.try_alloc_fast(size, align, tag_id).map_err(to_py) {
             Ok(Some(handle)) => Ok(handle),
             Ok(None) => this.oom.alloc(py, core, size, align, tag_id),
             Err(err) => Err(err),
         };
-        let handle = made?;
-        this.by_tag.allocated(py, tag_id, size);
+        let handle = made.inspect_err(|_| this.tags.release(core, tag_id, 1))?;
+        core.tags().on_alloc(tag_id, 1, size);
         if this.stacks.enabled() {
             this.stacks.record(py, handle.to_bits())?;
         }
@@ -153,8 +152,12 @@ impl Pool {
         }
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
-        let tag_id = this.tags.id(py, tag.as_ref())?;
-        let handles = this.oom.alloc_many(py, &this.core, &wanted, align, tag_id)?;
+        let blocks = wanted.len() as u64;
+        let tag_id = this.tags.acquire(py, &this.core, tag.as_ref(), blocks)?;
+        let handles = this
+            .oom
+            .alloc_many(py, &this.core, &wanted, align, tag_id)
+            .inspect_err(|_| this.tags.release(&this.core, tag_id, blocks))?;
         // The blocks become Python objects with signals checked now and then: a Ctrl-C raised
         // before the list reaches the caller would drop it with every block still allocated.
         let made = (|| -> PyResult<Bound<'py, PyList>> {
@@ -172,11 +175,11 @@ impl Pool {
         })();
         let list = made.inspect_err(|_| {
             let core = &this.core;
-            let _ = detached(py, || core.free_many(&handles));
+            if detached(py, || core.free_many(&handles)).is_ok() {
+                this.tags.release(core, tag_id, blocks);
+            }
         })?;
-        for &size in &wanted {
-            this.by_tag.allocated(py, tag_id, size);
-        }
+        this.core.tags().on_alloc(tag_id, wanted.len(), wanted.iter().sum());
         if this.stacks.enabled() {
             for handle in &handles {
                 this.stacks.record(py, handle.to_bits())?;
@@ -211,8 +214,11 @@ impl Pool {
         let this = slf.get();
         let core = &this.core;
         without_gil(py, || core.free_many(&handles))?;
-        for (tag, size) in freed {
-            this.by_tag.freed(py, tag, size);
+        freed.sort_unstable();
+        for run in freed.chunk_by(|a, b| a.0 == b.0) {
+            let tag = run[0].0;
+            core.tags().on_free(tag, run.len(), run.iter().map(|&(_, size)| size).sum());
+            this.tags.release(core, tag, run.len() as u64);
         }
         Ok(())
     }
@@ -229,14 +235,14 @@ impl Pool {
     fn stats(&self, py: Python<'_>) -> PyResult<PoolStats> {
         let core = &self.core;
         let stats = without_gil(py, || Ok(core.stats()))?;
-        Ok(PoolStats::from_core(stats, self.core.config().capacity, self.by_tag.read(py, &self.tags)))
+        Ok(PoolStats::from_core(stats, self.core.config().capacity, TagStats::read(core)))
     }
 
     /// Start a new peak: `peak_bytes_in_use` becomes the bytes in use now, and every tag's peak
     /// its bytes in use now (like `torch.cuda.reset_peak_memory_stats`).
-    fn reset_peak(&self, py: Python<'_>) {
+    fn reset_peak(&self) {
         self.core.reset_peak();
-        self.by_tag.reset_peaks(py);
+        self.core.tags().reset_peaks();
     }
 
     /// The statistics of a scope: `with pool.measure() as m:` gives `m.peak_bytes_in_use`, the
@@ -258,7 +264,7 @@ impl Pool {
     fn blocks(&self, py: Python<'_>) -> PyResult<Vec<BlockInfo>> {
         let core = &self.core;
         let blocks = without_gil(py, || Ok(core.blocks()))?;
-        Ok(blocks.iter().map(|b| BlockInfo::from_core(py, b, &self.tags)).collect())
+        Ok(blocks.iter().map(|b| BlockInfo::from_core(py, b, &self.tags, &self.core)).collect())
     }
 
     /// Pause the pool (without the GIL) and record every live block, every maximal free run,
@@ -266,7 +272,7 @@ impl Pool {
     fn raw_snapshot(&self, py: Python<'_>) -> PyResult<RawSnapshot> {
         let core = &self.core;
         let snap = without_gil(py, || core.snapshot())?;
-        RawSnapshot::from_core(py, snap, &self.tags, core.capacity(), self.by_tag.read(py, &self.tags))
+        RawSnapshot::from_core(py, snap, &self.tags, core, TagStats::read(core))
     }
 
     /// Pause the pool and return an `npumem.monitor.Snapshot`: every live block, every maximal
@@ -309,13 +315,21 @@ impl Pool {
     fn trace_drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let core = &self.core;
         let events = detached(py, || core.trace_drain());
-        events
+        let tuples = events
             .iter()
             .map(|e| {
                 let stack = if e.kind == EventKind::Alloc { self.stacks.take(py, e.handle)? } else { None };
-                event_tuple(py, e, &self.tags, stack)
+                event_tuple(py, e, &self.tags, core, stack)
             })
-            .collect()
+            .collect();
+        core.tags().trace_drained(core.trace_progress());
+        tuples
+    }
+
+    /// How many tag names the pool keeps now: those live blocks carry, a bounded number of idle
+    /// ones, and those undrained trace events may name.
+    fn _tags_interned(&self) -> usize {
+        self.core.tags().interned()
     }
 
     /// Where the trace stands: enabled, capacity, recorded, drained, dropped.
@@ -588,8 +602,9 @@ impl Pool {
             let size = nbytes.extract::<usize>().unwrap_or(usize::MAX);
             let align = args::alignment(align, capacity).ok().flatten();
             let tag = args::tag(tag).ok().flatten();
-            let tag_id = self.tags.id(py, tag.as_ref()).unwrap_or(0);
+            let tag_id = self.tags.acquire(py, &self.core, tag.as_ref(), 1).unwrap_or(0);
             self.core.refuse_too_large(size, align, tag_id);
+            self.tags.release(&self.core, tag_id, 1);
         }
         err
     }

@@ -7,7 +7,6 @@ use pyo3::types::PyString;
 
 use crate::oom::OomHandler;
 use crate::stacks::Stacks;
-use crate::tag_stats::TagCounters;
 use crate::tags::Tags;
 
 /// A pool over one arena: allocate blocks from any thread, read `stats()`, `check()` it.
@@ -17,12 +16,10 @@ pub struct Pool {
     pub(crate) core: Arc<npumem_core::Pool>,
     /// The pool's name (labels its metrics).
     pub(crate) name: Py<PyString>,
-    /// The tag strings of its blocks.
+    /// The tag strings of its blocks (the named ones; the core's table has all).
     pub(crate) tags: Tags,
     /// Called when an allocation fails for lack of memory.
     pub(crate) oom: OomHandler,
     /// Python call stacks of allocations, while a trace records them.
     pub(crate) stacks: Stacks,
-    /// Blocks and bytes by tag (`PoolStats.by_tag`).
-    pub(crate) by_tag: TagCounters,
 }

@@ -1,0 +1,450 @@
+//! Tags: the names blocks are labelled with, as the small ids the handle table stores, and the
+//! counters by tag (`PoolStats.by_tag` in Python, `npumem_tag_stats` in C).
+//!
+//! **Ids.** Id 0 means "no tag". The first [`NAMED_TAGS`] names a pool sees get ids 1 to
+//! [`NAMED_TAGS`] for the pool's life: they are *named* tags, each with counters of its own.
+//! Later names get *pooled* ids (above [`NAMED_TAGS`]), which share one set of counters
+//! ([`TagLabel::Others`]) and are recycled: a pooled id lives while blocks carry it. Every
+//! allocation with a pooled tag takes a hold on its id ([`TagTable::acquire`]) and every free
+//! gives it back ([`TagTable::release`]); an id no block holds becomes *idle*, the last
+//! [`IDLE_TAGS`] idle names stay interned (a name used for one block at a time is not interned
+//! anew on every allocation), and older ones are dropped and their ids reused. Trace events name
+//! tags by id, so an id dropped while events that may name it wait in the trace is *retired*
+//! instead, and dropped once the trace has delivered (or lost) every event recorded before.
+//! The table therefore holds the tags that live blocks carry, at most [`IDLE_TAGS`] idle ones and
+//! the retired ones of undrained events, however many distinct names a program uses.
+//!
+//! Counters are keyed on ids that never change their name (the named ids, the shared slot of
+//! the pooled ones, the slot of untagged blocks), so recycling a pooled id never mixes the
+//! figures of two names: a pooled tag's figures are folded into [`TagLabel::Others`].
+//!
+//! **Cost.** Named tags and untagged blocks never take the table's lock: their counters are
+//! updated with relaxed read-modify-write operations, by whoever allocated or freed (the
+//! binding and the C ABI; the core's allocation path knows nothing of them). Only pooled tags
+//! (a program that labels each request differently) take the lock, once per allocation and
+//! once per free, outside the core's lock-free allocation path.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::error::{Error, Result};
+
+/// Tags with counters of their own (ids 1 to this); later tags share one set of counters.
+pub const NAMED_TAGS: u32 = 63;
+/// Pooled tags no block carries that stay interned (the oldest beyond this are dropped).
+pub const IDLE_TAGS: usize = 1024;
+/// The label of the counters that pooled tags share.
+pub const OTHER_TAGS: &str = "(other tags)";
+/// Counter slots: no tag, the named tags, the pooled ones.
+const SLOTS: usize = NAMED_TAGS as usize + 2;
+
+/// Whose figures a [`TagFigures`] holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TagLabel {
+    /// Blocks without a tag.
+    Untagged,
+    /// One named tag.
+    Named(Arc<str>),
+    /// Every pooled tag together ([`OTHER_TAGS`]).
+    Others,
+}
+
+/// One tag's share of a pool: its live blocks, the bytes they asked for, and the peak of those
+/// bytes (since the pool was made or [`TagTable::reset_peaks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagFigures {
+    pub label: TagLabel,
+    pub blocks_in_use: usize,
+    pub requested_bytes_in_use: usize,
+    pub peak_requested_bytes_in_use: usize,
+}
+
+/// Where the trace stands, as far as tag ids are concerned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TraceProgress {
+    /// Events recorded since the trace started.
+    pub recorded: u64,
+    /// Events delivered or lost since then.
+    pub consumed: u64,
+    /// Whether events may still name a tag: recording, or events not yet drained.
+    pub pending: bool,
+}
+
+#[derive(Default)]
+#[repr(align(128))]
+struct Counter {
+    blocks: AtomicUsize,
+    bytes: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+/// The name table: every interned name by id and back, and the holds on pooled ids.
+#[derive(Default)]
+struct Names {
+    by_name: HashMap<Arc<str>, u32>,
+    /// Index = id (index 0, "no tag", stays `None`).
+    names: Vec<Option<Arc<str>>>,
+    /// Blocks holding each pooled id (indexed by id; named ids are never counted).
+    holds: Vec<u64>,
+    /// Dropped pooled ids, to hand out again.
+    free: Vec<u32>,
+    /// Pooled ids whose blocks were all freed, oldest first (an id may appear more than once and
+    /// may be held again since).
+    idle: VecDeque<u32>,
+    /// Pooled ids no block holds that trace events recorded before `.1` may name.
+    retired: VecDeque<(u32, u64)>,
+}
+
+/// A pool's tags and its counters by tag.
+pub struct TagTable {
+    counters: [Counter; SLOTS],
+    /// Ids handed out so far, at most [`NAMED_TAGS`] + 1 (read without the lock for named ids).
+    named: AtomicU32,
+    names: Mutex<Names>,
+}
+
+impl Default for TagTable {
+    fn default() -> TagTable {
+        TagTable::new()
+    }
+}
+
+fn host(what: &'static str) -> Error {
+    Error::HostMemory { what, bytes: 0 }
+}
+
+impl Names {
+    /// The id of `name`, interned if new (`NAMED_TAGS` first ids for the first names).
+    fn intern(&mut self, name: &str, named: &AtomicU32) -> Result<u32> {
+        if let Some(&id) = self.by_name.get(name) {
+            return Ok(id);
+        }
+        self.by_name.try_reserve(1).map_err(|_| host("the tag table"))?;
+        self.names.try_reserve(1).map_err(|_| host("the tag table"))?;
+        self.holds.try_reserve(1).map_err(|_| host("the tag table"))?;
+        if self.names.is_empty() {
+            self.names.push(None);
+            self.holds.push(0);
+        }
+        let name: Arc<str> = Arc::from(name);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.names[id as usize] = Some(name.clone());
+                id
+            }
+            None => {
+                let id = u32::try_from(self.names.len()).map_err(|_| host("the tag table"))?;
+                self.names.push(Some(name.clone()));
+                self.holds.push(0);
+                if id <= NAMED_TAGS {
+                    named.store(id + 1, Ordering::Release);
+                }
+                id
+            }
+        };
+        self.by_name.insert(name, id);
+        Ok(id)
+    }
+
+    fn drop_id(&mut self, id: u32) {
+        if let Some(name) = self.names[id as usize].take() {
+            self.by_name.remove(&name);
+            self.free.push(id);
+        }
+    }
+
+    /// Drop the retired ids whose events the trace has delivered or lost.
+    fn drop_retired(&mut self, trace: TraceProgress) {
+        while let Some(&(id, mark)) = self.retired.front() {
+            if trace.pending && trace.consumed < mark {
+                break;
+            }
+            self.retired.pop_front();
+            if self.holds[id as usize] == 0 {
+                self.drop_id(id);
+            }
+        }
+    }
+}
+
+impl TagTable {
+    pub fn new() -> TagTable {
+        TagTable {
+            counters: std::array::from_fn(|_| Counter::default()),
+            named: AtomicU32::new(1),
+            names: Mutex::new(Names::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Names> {
+        self.names.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether `id` is 0 or a named tag already handed out: ids that need no hold.
+    #[inline]
+    pub fn is_named(&self, id: u32) -> bool {
+        id < self.named.load(Ordering::Acquire)
+    }
+
+    /// The id of `name` (interned on first use), with `blocks` holds taken on it when it is
+    /// pooled. Give the holds back with [`TagTable::release`] as the blocks are freed (or at
+    /// once, with the same count, when the allocation fails).
+    pub fn acquire(&self, name: &str, blocks: u64) -> Result<u32> {
+        let mut names = self.lock();
+        let id = names.intern(name, &self.named)?;
+        if id > NAMED_TAGS {
+            names.holds[id as usize] += blocks;
+        }
+        Ok(id)
+    }
+
+    /// Take `blocks` holds on `id`, an id this table handed out and that is held now (a block
+    /// carries it, or an earlier hold is not given back yet). Named ids need none.
+    pub fn hold(&self, id: u32, blocks: u64) -> Result<()> {
+        if self.is_named(id) {
+            return Ok(());
+        }
+        let mut names = self.lock();
+        match names.names.get(id as usize) {
+            Some(Some(_)) => {
+                names.holds[id as usize] += blocks;
+                Ok(())
+            }
+            _ => Err(Error::Config { field: "tag", reason: format!("{id} is not a tag id of this pool") }),
+        }
+    }
+
+    /// Give back `blocks` holds on `id` (freed blocks, or an allocation that failed). A pooled id
+    /// no block holds becomes idle; the oldest idle ids beyond [`IDLE_TAGS`] are dropped, or
+    /// retired while `trace` may still name them.
+    pub fn release(&self, id: u32, blocks: u64, trace: impl FnOnce() -> TraceProgress) {
+        if id <= NAMED_TAGS {
+            return;
+        }
+        let mut names = self.lock();
+        let Some(count) = names.holds.get_mut(id as usize) else { return };
+        *count = count.saturating_sub(blocks);
+        if *count > 0 {
+            return;
+        }
+        names.idle.push_back(id);
+        if names.idle.len() <= IDLE_TAGS {
+            return;
+        }
+        let trace = trace();
+        names.drop_retired(trace);
+        while names.idle.len() > IDLE_TAGS / 2 {
+            let Some(old) = names.idle.pop_front() else { break };
+            if names.holds[old as usize] > 0 || names.names[old as usize].is_none() {
+                continue;
+            }
+            if trace.pending {
+                names.retired.push_back((old, trace.recorded));
+            } else {
+                names.drop_id(old);
+            }
+        }
+    }
+
+    /// Drop the retired ids the trace no longer names (after a drain).
+    pub fn trace_drained(&self, trace: TraceProgress) {
+        let mut names = self.lock();
+        if !names.retired.is_empty() {
+            names.drop_retired(trace);
+        }
+    }
+
+    /// The name of `id` (None for 0 or an id not interned now).
+    pub fn name(&self, id: u32) -> Option<Arc<str>> {
+        if id == 0 {
+            return None;
+        }
+        self.lock().names.get(id as usize).cloned().flatten()
+    }
+
+    /// Names interned now (the table's size).
+    pub fn interned(&self) -> usize {
+        self.lock().by_name.len()
+    }
+
+    #[inline]
+    fn counter(&self, id: u32) -> &Counter {
+        &self.counters[(id as usize).min(SLOTS - 1)]
+    }
+
+    /// `blocks` blocks of `nbytes` bytes in all, tagged `id`, were allocated.
+    #[inline]
+    pub fn on_alloc(&self, id: u32, blocks: usize, nbytes: usize) {
+        let c = self.counter(id);
+        c.blocks.fetch_add(blocks, Ordering::Relaxed);
+        let bytes = c.bytes.fetch_add(nbytes, Ordering::Relaxed) + nbytes;
+        if bytes > c.peak.load(Ordering::Relaxed) {
+            c.peak.fetch_max(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// `blocks` blocks of `nbytes` bytes in all, tagged `id`, were freed.
+    #[inline]
+    pub fn on_free(&self, id: u32, blocks: usize, nbytes: usize) {
+        let c = self.counter(id);
+        c.blocks.fetch_sub(blocks, Ordering::Relaxed);
+        c.bytes.fetch_sub(nbytes, Ordering::Relaxed);
+    }
+
+    /// Every peak back to the bytes in use now.
+    pub fn reset_peaks(&self) {
+        for c in &self.counters {
+            c.peak.store(c.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    /// The figures of every tag that has had a block, largest bytes in use first.
+    pub fn figures(&self) -> Vec<TagFigures> {
+        let names = self.lock();
+        let mut out: Vec<TagFigures> = self
+            .counters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.peak.load(Ordering::Relaxed) > 0 || c.blocks.load(Ordering::Relaxed) > 0)
+            .filter_map(|(i, c)| {
+                let label = match i {
+                    0 => TagLabel::Untagged,
+                    i if i < SLOTS - 1 => TagLabel::Named(names.names.get(i).cloned().flatten()?),
+                    _ => TagLabel::Others,
+                };
+                // Counters updated by racing threads may be read half-way: never report a count
+                // below zero (a free counted before its allocation).
+                let blocks = c.blocks.load(Ordering::Relaxed);
+                let bytes = c.bytes.load(Ordering::Relaxed);
+                Some(TagFigures {
+                    label,
+                    blocks_in_use: if blocks > isize::MAX as usize { 0 } else { blocks },
+                    requested_bytes_in_use: if bytes > isize::MAX as usize { 0 } else { bytes },
+                    peak_requested_bytes_in_use: c.peak.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.requested_bytes_in_use
+                .cmp(&a.requested_bytes_in_use)
+                .then_with(|| label_key(&a.label).cmp(&label_key(&b.label)))
+        });
+        out
+    }
+}
+
+fn label_key(label: &TagLabel) -> (u8, &str) {
+    match label {
+        TagLabel::Untagged => (0, ""),
+        TagLabel::Named(name) => (1, name),
+        TagLabel::Others => (1, OTHER_TAGS),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_TRACE: fn() -> TraceProgress = TraceProgress::default;
+
+    #[test]
+    fn the_first_names_keep_their_ids_and_counters() {
+        let t = TagTable::new();
+        let a = t.acquire("a", 1).unwrap();
+        assert_eq!(a, 1);
+        assert!(t.is_named(a));
+        t.on_alloc(a, 1, 100);
+        t.on_alloc(0, 1, 7);
+        assert_eq!(t.acquire("a", 1).unwrap(), a);
+        t.on_alloc(a, 1, 50);
+        t.on_free(a, 1, 100);
+        let f = t.figures();
+        assert_eq!(f[0].label, TagLabel::Named(Arc::from("a")));
+        assert_eq!((f[0].blocks_in_use, f[0].requested_bytes_in_use, f[0].peak_requested_bytes_in_use), (1, 50, 150));
+        assert_eq!(f[1].label, TagLabel::Untagged);
+        t.reset_peaks();
+        assert_eq!(t.figures()[0].peak_requested_bytes_in_use, 50);
+    }
+
+    #[test]
+    fn pooled_tags_are_dropped_when_no_block_holds_them() {
+        let t = TagTable::new();
+        for i in 0..NAMED_TAGS {
+            t.acquire(&format!("named-{i}"), 1).unwrap();
+        }
+        let kept = t.acquire("kept", 1).unwrap();
+        assert!(kept > NAMED_TAGS);
+        t.on_alloc(kept, 1, 10);
+        for i in 0..1_000_000u32 {
+            let id = t.acquire(&format!("request-{i}"), 1).unwrap();
+            t.on_alloc(id, 1, 64);
+            t.on_free(id, 1, 64);
+            t.release(id, 1, NO_TRACE);
+        }
+        assert!(t.interned() <= NAMED_TAGS as usize + 1 + IDLE_TAGS + 1, "{} names interned", t.interned());
+        assert_eq!(t.name(kept).as_deref(), Some("kept"));
+        let others = t.figures().into_iter().find(|f| f.label == TagLabel::Others).unwrap();
+        assert_eq!(
+            (others.blocks_in_use, others.requested_bytes_in_use, others.peak_requested_bytes_in_use),
+            (1, 10, 74)
+        );
+        // A dropped name comes back under a recycled id.
+        let again = t.acquire("request-0", 0).unwrap();
+        assert_eq!(t.name(again).as_deref(), Some("request-0"));
+    }
+
+    #[test]
+    fn retired_tags_stay_named_until_the_trace_delivered_their_events() {
+        let t = TagTable::new();
+        for i in 0..NAMED_TAGS {
+            t.acquire(&format!("named-{i}"), 0).unwrap();
+        }
+        let first = t.acquire("first", 1).unwrap();
+        let recording = TraceProgress { recorded: 10, consumed: 0, pending: true };
+        t.release(first, 1, || recording);
+        for i in 0..2 * IDLE_TAGS {
+            let id = t.acquire(&format!("r{i}"), 1).unwrap();
+            t.release(id, 1, || recording);
+        }
+        assert_eq!(t.name(first).as_deref(), Some("first"));
+        t.trace_drained(TraceProgress { recorded: 10, consumed: 10, pending: false });
+        assert_eq!(t.name(first), None);
+        assert!(t.interned() <= NAMED_TAGS as usize + IDLE_TAGS);
+    }
+
+    #[test]
+    fn threads_count_exactly_and_the_table_stays_bounded() {
+        let t = Arc::new(TagTable::new());
+        let shared = t.acquire("shared", 0).unwrap();
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let t = Arc::clone(&t);
+                std::thread::spawn(move || {
+                    for i in 0..50_000u32 {
+                        let id = t.acquire(&format!("w{w}-{i}"), 1).unwrap();
+                        t.on_alloc(id, 1, 8);
+                        t.on_alloc(shared, 1, 1);
+                        t.on_free(id, 1, 8);
+                        t.release(id, 1, NO_TRACE);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert!(t.interned() <= NAMED_TAGS as usize + IDLE_TAGS + 8, "{} names interned", t.interned());
+        let shared = t.figures().into_iter().find(|f| f.label == TagLabel::Named(Arc::from("shared"))).unwrap();
+        assert_eq!((shared.blocks_in_use, shared.requested_bytes_in_use), (200_000, 200_000));
+        let others = t.figures().into_iter().find(|f| f.label == TagLabel::Others);
+        assert_eq!(others.map(|o| (o.blocks_in_use, o.requested_bytes_in_use)), Some((0, 0)));
+    }
+
+    #[test]
+    fn a_hold_on_an_unknown_id_is_refused() {
+        let t = TagTable::new();
+        assert!(t.hold(0, 1).is_ok());
+        assert!(t.hold(5000, 1).is_err());
+    }
+}

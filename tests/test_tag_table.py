@@ -1,0 +1,227 @@
+"""The tag table stays bounded by the tags live blocks carry (plus a bounded cache of idle ones),
+however many distinct tags a program uses, while the counters by tag stay exact; and blocks
+allocated through the C ABI on a pool shared with Python count under their tags too."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+
+import npumem
+from npumem import clib
+
+MIB = 1 << 20
+NAMED = 63  # tags with counters of their own
+BOUND = NAMED + 1024 + 64  # named tags, idle tags kept, some slack for blocks held
+
+
+class Handle(ctypes.Structure):
+    _fields_ = [
+        ("pool_id", ctypes.c_uint32),
+        ("slot", ctypes.c_uint32),
+        ("generation", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class CBlock(ctypes.Structure):
+    _fields_ = [
+        ("handle", Handle),
+        ("offset", ctypes.c_size_t),
+        ("size", ctypes.c_size_t),
+        ("address", ctypes.c_uint64),
+    ]
+
+
+def by_tag(pool: npumem.Pool) -> dict[str | None, tuple[int, int, int]]:
+    return {
+        t.tag: (t.blocks_in_use, t.requested_bytes_in_use, t.peak_requested_bytes_in_use)
+        for t in pool.stats().by_tag
+    }
+
+
+def interned(pool: npumem.Pool) -> int:
+    return int(pool._tags_interned())  # type: ignore[attr-defined]
+
+
+def test_a_million_distinct_tags_keep_the_table_bounded_and_the_counts_right() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    named = [pool.alloc(100, tag=f"named-{i}") for i in range(NAMED)]
+    kept = pool.alloc(64, tag="kept")
+    for i in range(1_000_000):
+        pool.alloc(64, tag=f"request-{i}").free()
+        if i % 100_000 == 0:
+            assert interned(pool) <= BOUND
+    for i in range(200):
+        pool.free_many(pool.alloc_many([64] * 10, tag=f"batch-{i}"))
+    assert interned(pool) <= BOUND
+    tags = by_tag(pool)
+    assert tags["named-0"] == (1, 100, 100)
+    assert tags["(other tags)"] == (1, 64, 64 + 640)
+    assert kept.tag == "kept"
+    assert {b.tag for b in pool.blocks()} == {"kept"} | {f"named-{i}" for i in range(NAMED)}
+    # A dropped tag comes back under a fresh id, with the right name everywhere.
+    again = pool.alloc(64, tag="request-7")
+    assert {b.tag for b in pool.blocks()} >= {"kept", "request-7"}
+    again.free()
+    kept.free()
+    pool.free_many(named)
+    assert by_tag(pool)["(other tags)"][:2] == (0, 0)
+    assert pool.stats().blocks_in_use == 0
+
+
+def test_a_failed_allocation_holds_no_tag() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    for i in range(NAMED):
+        pool.alloc(64, tag=f"named-{i}").free()
+    big = pool.alloc(12 * MIB)
+    for i in range(5000):
+        with contextlib.suppress(npumem.OutOfMemoryError):
+            pool.alloc(8 * MIB + i, tag=f"never-{i}")
+        with contextlib.suppress(npumem.RequestTooLargeError):
+            pool.alloc(32 * MIB, tag=f"too-large-{i}")
+    assert interned(pool) <= BOUND
+    assert by_tag(pool).get("(other tags)", (0, 0, 0))[:2] == (0, 0)
+    big.free()
+
+
+def test_threads_with_distinct_tags_keep_the_table_bounded() -> None:
+    pool = npumem.Pool(32 * MIB, cores=4)
+    shared = pool.alloc(64, tag="shared")
+    errors: list[BaseException] = []
+
+    def work(w: int) -> None:
+        try:
+            for i in range(20_000):
+                blk = pool.alloc(64 + i % 512, tag=f"w{w}-{i}")
+                held = pool.alloc(32, tag="shared")
+                blk.free()
+                held.free()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert interned(pool) <= BOUND
+    tags = by_tag(pool)
+    assert tags["shared"][:2] == (1, 64)
+    assert sum(blocks for blocks, _, _ in tags.values()) == 1
+    shared.free()
+
+
+def test_tags_stay_readable_in_a_trace_until_drained() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    for i in range(NAMED):
+        pool.alloc(64, tag=f"named-{i}").free()
+    pool.trace_start(1 << 16)
+    for i in range(3000):
+        pool.alloc(64, tag=f"t{i}").free()
+    pool.trace_stop()
+    events = pool.trace_drain()
+    allocs = [e[5] for e in events if e[1] == "alloc"]
+    assert allocs[:2] == ["t0", "t1"]
+    assert allocs[-1] == "t2999"
+    pool.alloc(64, tag="after").free()
+    for i in range(2000):
+        pool.alloc(64, tag=f"u{i}").free()
+    assert interned(pool) <= BOUND
+
+
+def _c_library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(clib.get_library())
+    lib.npumem_tag_id.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32)]
+    lib.npumem_alloc.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.c_uint32,
+        ctypes.POINTER(CBlock),
+    ]
+    lib.npumem_free.argtypes = [ctypes.c_void_p, Handle]
+    lib.npumem_free_many.argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(Handle),
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+    ]
+    return lib
+
+
+def test_c_and_python_allocations_on_one_pool_count_under_their_tags() -> None:
+    pool = npumem.Pool(16 * MIB, cores=2)
+    capsule = pool.c_pool()
+    pointer = clib.capsule_pointer(capsule)
+    lib = _c_library()
+    weights = ctypes.c_uint32()
+    assert lib.npumem_tag_id(pointer, b"weights", ctypes.byref(weights)) == 0
+    kv = ctypes.c_uint32()
+    assert lib.npumem_tag_id(pointer, b"kv", ctypes.byref(kv)) == 0
+
+    from_python = [pool.alloc(1000, tag="weights"), pool.alloc(3000, tag="kv")]
+    from_c = []
+    for size, tag in ((500, weights), (700, weights), (2000, kv)):
+        block = CBlock()
+        assert lib.npumem_alloc(pointer, size, 0, tag.value, ctypes.byref(block)) == 0
+        from_c.append(block)
+    untagged = CBlock()
+    assert lib.npumem_alloc(pointer, 100, 0, 0, ctypes.byref(untagged)) == 0
+
+    assert by_tag(pool) == {"weights": (3, 2200, 2200), "kv": (2, 5000, 5000)}
+    assert sorted(b.tag or "" for b in pool.blocks()) == [
+        "",
+        "kv",
+        "kv",
+        "weights",
+        "weights",
+        "weights",
+    ]
+
+    assert lib.npumem_free(pointer, from_c[0].handle) == 0
+    assert lib.npumem_free(pointer, from_c[0].handle) != 0  # a double free counts nothing
+    handles = (Handle * 2)(from_c[1].handle, from_c[2].handle)
+    assert lib.npumem_free_many(pointer, handles, 2, None) == 0
+    assert lib.npumem_free(pointer, untagged.handle) == 0
+    assert by_tag(pool) == {"weights": (1, 1000, 2200), "kv": (1, 3000, 5000)}
+    pool.free_many(from_python)
+    assert by_tag(pool) == {"weights": (0, 0, 2200), "kv": (0, 0, 5000)}
+    del capsule
+
+
+def test_c_threads_and_python_count_one_shared_tag_exactly() -> None:
+    pool = npumem.Pool(32 * MIB, cores=4)
+    capsule = pool.c_pool()
+    pointer = clib.capsule_pointer(capsule)
+    lib = _c_library()
+    tag = ctypes.c_uint32()
+    assert lib.npumem_tag_id(pointer, b"mixed", ctypes.byref(tag)) == 0
+    errors: list[str] = []
+
+    def in_c() -> None:
+        block = CBlock()
+        for i in range(5000):
+            if lib.npumem_alloc(pointer, 64 + i % 4000, 0, tag.value, ctypes.byref(block)) != 0:
+                errors.append("C alloc")
+                return
+            if lib.npumem_free(pointer, block.handle) != 0:
+                errors.append("C free")
+                return
+
+    def in_python() -> None:
+        for i in range(5000):
+            pool.alloc(64 + i % 4000, tag="mixed").free()
+
+    threads = [threading.Thread(target=f) for f in (in_c, in_c, in_python, in_python)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    blocks, nbytes, peak = by_tag(pool)["mixed"]
+    assert (blocks, nbytes) == (0, 0)
+    assert peak >= 64
+    del capsule
