@@ -87,6 +87,9 @@ impl Pause {
             let core = &self.core;
             without_gil(py, || core.resume(token))?;
             *guard = None;
+            drop(guard);
+            // Blocks collected while the pool was paused are freed now.
+            self.pool.get().retry_stranded(py);
         }
         Ok(())
     }

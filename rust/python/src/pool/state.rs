@@ -5,6 +5,8 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use super::detached::Detached;
+use super::pending::PendingFrees;
 use crate::oom::OomHandler;
 use crate::stacks::Stacks;
 use crate::tag_stats::TagCounters;
@@ -25,4 +27,8 @@ pub struct Pool {
     pub(crate) stacks: Stacks,
     /// Blocks and bytes by tag (`PoolStats.by_tag`).
     pub(crate) by_tag: TagCounters,
+    /// Deferred frees and frees that wait for the pool (shared with this pool's scopes).
+    pub(crate) pending: Arc<PendingFrees>,
+    /// Blocks detached from their `Block` objects, until adopted.
+    pub(crate) detached: Detached,
 }
