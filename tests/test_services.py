@@ -56,11 +56,10 @@ def test_frees_inside_a_deferred_scope_wait_for_its_end() -> None:
 def test_a_body_that_raises_still_flushes_and_its_exception_propagates() -> None:
     pool = npumem.Pool(16 * MIB, cores=1)
     blocks = [pool.alloc(4096) for _ in range(5)]
-    with pytest.raises(ZeroDivisionError):
-        with pool.deferred():
-            for b in blocks:
-                b.free()
-            1 / 0  # noqa: B018
+    with pytest.raises(ZeroDivisionError), pool.deferred():
+        for b in blocks:
+            b.free()
+        1 / 0  # noqa: B018
     assert live(pool) == 0
     assert pool.stats().deferred_pending == 0
     pool.check()
@@ -456,10 +455,9 @@ def test_deferred_and_detached_blocks_are_refused_by_batch_calls() -> None:
 
 def test_an_exit_with_a_live_view_lets_the_body_exception_through() -> None:
     pool = npumem.Pool(16 * MIB, cores=1)
-    with pytest.raises(ZeroDivisionError):
-        with pool.alloc(4096) as blk:
-            x = np.frombuffer(blk, dtype=np.uint8)
-            1 / 0  # noqa: B018
+    with pytest.raises(ZeroDivisionError), pool.alloc(4096) as blk:
+        x = np.frombuffer(blk, dtype=np.uint8)
+        1 / 0  # noqa: B018
     assert live(pool) == 1  # still pinned by x
     assert blk.alive
     del x  # the last pin goes: freed now, although `blk` still names it
@@ -470,11 +468,10 @@ def test_an_exit_with_a_live_view_lets_the_body_exception_through() -> None:
 
 def test_an_exit_with_a_user_pin_frees_at_the_last_unpin() -> None:
     pool = npumem.Pool(16 * MIB, cores=1)
-    with pytest.raises(KeyError):
-        with pool.alloc(4096) as blk:
-            blk.pin()
-            blk.pin()
-            raise KeyError("body")
+    with pytest.raises(KeyError), pool.alloc(4096) as blk:
+        blk.pin()
+        blk.pin()
+        raise KeyError("body")
     assert blk.unpin() == 1
     assert live(pool) == 1
     assert blk.unpin() == 0
@@ -485,9 +482,8 @@ def test_an_exit_without_an_exception_still_raises_pinned() -> None:
     pool = npumem.Pool(16 * MIB, cores=1)
     blk = pool.alloc(4096)
     view = memoryview(blk)
-    with pytest.raises(npumem.PinnedBlockError):
-        with blk:
-            pass
+    with pytest.raises(npumem.PinnedBlockError), blk:
+        pass
     view.release()
     assert blk.alive  # as before: not freed at the unpin
     blk.free()
@@ -495,10 +491,9 @@ def test_an_exit_without_an_exception_still_raises_pinned() -> None:
 
 def test_an_exit_after_a_free_inside_the_body_with_an_exception() -> None:
     pool = npumem.Pool(16 * MIB, cores=1)
-    with pytest.raises(RuntimeError, match="body"):
-        with pool.alloc(100) as blk:
-            blk.free()
-            raise RuntimeError("body")
+    with pytest.raises(RuntimeError, match="body"), pool.alloc(100) as blk:
+        blk.free()
+        raise RuntimeError("body")
     assert live(pool) == 0
 
 
@@ -547,3 +542,17 @@ def test_bind_as_a_context_manager_and_on_failure() -> None:
     with pytest.raises(npumem.plan.PlanError):
         _small_plan().bind(tiny)
     assert tiny.pins == 0
+
+
+# ----- the demo -------------------------------------------------------------------------------
+
+
+def test_the_demo_defers_kernel_argument_frees_to_the_end_of_each_batch() -> None:
+    from npumem.workloads.demo import run_demo
+
+    result = run_demo(requests=40, workers=2, interval=0.05)
+    assert result.ok
+    assert result.deferred_batches > 0 and result.deferred_frees >= result.deferred_batches
+    assert result.final is not None
+    assert result.final.deferred_pending == 0 and result.final.bytes_in_use == 0
+    assert result.final.auto_freed == 0  # the demo drops no block it still needs

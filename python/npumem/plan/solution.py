@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -79,10 +80,9 @@ class BoundOffsets(dict[str, int]):
         self.release()
 
     def __del__(self) -> None:
-        try:
+        # The block may be freed or detached meanwhile: then there is nothing left to unpin.
+        with contextlib.suppress(Exception):
             self.release()
-        except Exception:  # the block was freed or detached meanwhile: nothing left to unpin
-            pass
 
 
 @dataclass(slots=True)
