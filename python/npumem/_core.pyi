@@ -17,6 +17,7 @@ __all__ = [
     "ConfigError",
     "CoreStats",
     "CorruptionError",
+    "Deferred",
     "DoubleFreeError",
     "InvalidArgumentError",
     "InvalidHandleError",
