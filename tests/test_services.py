@@ -556,3 +556,20 @@ def test_the_demo_defers_kernel_argument_frees_to_the_end_of_each_batch() -> Non
     assert result.final is not None
     assert result.final.deferred_pending == 0 and result.final.bytes_in_use == 0
     assert result.final.auto_freed == 0  # the demo drops no block it still needs
+
+
+def test_a_pause_dropped_without_resume_frees_what_was_collected_meanwhile() -> None:
+    pool = npumem.Pool(16 * MIB, cores=2)
+    blocks = [pool.alloc(1000) for _ in range(3)]
+    pause = pool.pause(timeout=10)
+
+    def drop_there() -> None:
+        blocks.clear()  # another thread: the gate is closed, so the frees wait
+
+    t = threading.Thread(target=drop_there)
+    t.start()
+    t.join()
+    assert live(pool) == 3 and pool.stats().deferred_pending == 3
+    del pause  # collected: resumes, and the waiting frees are made
+    assert live(pool) == 0
+    assert pool.stats().deferred_pending == 0

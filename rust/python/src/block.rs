@@ -83,7 +83,10 @@ fn deferred_error(class: ErrorClass) -> PyErr {
 
 /// The error for a block detached from this object.
 fn detached_error() -> PyErr {
-    error(ErrorClass::InvalidHandle, "the block was detached from this object (Block.detach()); adopt its handle to use it")
+    error(
+        ErrorClass::InvalidHandle,
+        "the block was detached from this object (Block.detach()); adopt its handle to use it",
+    )
 }
 
 impl Block {
@@ -174,9 +177,9 @@ impl Block {
 
     /// Mark the block deferred; false when another call ended the ownership first.
     pub(crate) fn mark_deferred(&self) -> bool {
-        [OWNED, FREE_AT_UNPIN].into_iter().any(|from| {
-            self.owner.compare_exchange(from, DEFERRED, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        })
+        [OWNED, FREE_AT_UNPIN]
+            .into_iter()
+            .any(|from| self.owner.compare_exchange(from, DEFERRED, Ordering::Relaxed, Ordering::Relaxed).is_ok())
     }
 
     /// Undo `mark_deferred` (a batch that could not queue every block).
@@ -379,9 +382,9 @@ impl Block {
     fn detach(&self, py: Python<'_>) -> PyResult<u128> {
         let pool = self.pool.get();
         self.check_alive(pool)?;
-        let claimed = [OWNED, FREE_AT_UNPIN].into_iter().any(|from| {
-            self.owner.compare_exchange(from, DETACHED, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        });
+        let claimed = [OWNED, FREE_AT_UNPIN]
+            .into_iter()
+            .any(|from| self.owner.compare_exchange(from, DETACHED, Ordering::Relaxed, Ordering::Relaxed).is_ok());
         if !claimed {
             return Err(detached_error());
         }

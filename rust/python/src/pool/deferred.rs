@@ -164,9 +164,8 @@ impl Deferred {
     #[getter]
     fn pending(&self) -> usize {
         let pending = &self.pool.get().pending;
-        SCOPES.with_borrow(|scopes| {
-            scopes.iter().find(|s| Arc::ptr_eq(&s.pending, pending)).map_or(0, |s| s.queue.len())
-        })
+        SCOPES
+            .with_borrow(|scopes| scopes.iter().find(|s| Arc::ptr_eq(&s.pending, pending)).map_or(0, |s| s.queue.len()))
     }
 
     fn __repr__(&self) -> String {

@@ -132,12 +132,7 @@ impl PendingFrees {
     /// succeed later (a pinned block, a pool busy moving) is stranded for the next flush; one
     /// whose block is gone already (freed through its raw handle) is dropped. Returns how many
     /// blocks were freed and the first error of a dropped free.
-    pub(crate) fn flush(
-        &self,
-        py: Python<'_>,
-        by_tag: &TagCounters,
-        batch: Vec<Pending>,
-    ) -> (usize, Option<PyErr>) {
+    pub(crate) fn flush(&self, py: Python<'_>, by_tag: &TagCounters, batch: Vec<Pending>) -> (usize, Option<PyErr>) {
         if batch.is_empty() {
             return (0, None);
         }
