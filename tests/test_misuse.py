@@ -195,7 +195,7 @@ def test_freeing_a_block_with_a_live_view(pool: npumem.Pool) -> None:
 
 def test_out_of_memory_leaves_the_pool_as_it_was_but_counts_the_failure() -> None:
     pool = npumem.Pool(4 * MIB, cores=1)
-    held = pool.alloc(3 * MIB)  # held: a dropped block is freed
+    _held = pool.alloc(3 * MIB)  # held: a dropped block is freed
     before = pool.stats().as_dict()
     with pytest.raises(npumem.OutOfMemoryError):
         pool.alloc(2 * MIB)
