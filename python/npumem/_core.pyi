@@ -206,7 +206,9 @@ class Pool:
 
 @final
 class Block:
-    """One block of a pool; a context manager that frees it on exit; a buffer on host pools."""
+    """One block of a pool; a context manager that frees it on exit; a buffer on host pools.
+    It owns its block: when its last reference goes, the block is freed (`detach()` hands the
+    ownership on)."""
 
     @property
     def offset(self) -> int: ...

@@ -42,7 +42,8 @@ const DEFERRED: u8 = 3;
 const DETACHED: u8 = 4;
 
 /// One block of a pool. Its `offset` may change when the pool is compacted; the block stays
-/// valid until freed. A context manager that frees the block on exit.
+/// valid until freed, and is freed when its last reference goes (unless `detach()` handed it
+/// on). A context manager that frees the block on exit.
 // A freelist: programs allocate and drop blocks by the thousand (alloc_many), and reusing
 // the Python objects halves the cost of making one.
 #[pyclass(module = "npumem._core", frozen, freelist = 4096)]
