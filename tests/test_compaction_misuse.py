@@ -4,7 +4,7 @@ it was (check() passes, stats and live blocks unchanged)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -16,12 +16,11 @@ from npumem.compaction import Compactor, HostMirror, Policy
 
 
 @pytest.fixture
-def pool() -> npumem.Pool:
+def pool() -> Iterator[npumem.Pool]:
     p = npumem.Pool(32 * MIB, cores=2)
-    p.alloc(1000, tag="keep")
-    p.alloc(40_000, tag="keep")
-    p.alloc(3 * MIB)
-    return p
+    held = [p.alloc(1000, tag="keep"), p.alloc(40_000, tag="keep"), p.alloc(3 * MIB)]
+    yield p
+    del held  # held until here: a dropped block is freed
 
 
 def blocks_of(pool: npumem.Pool) -> list[npumem.Block]:

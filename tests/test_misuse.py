@@ -3,7 +3,7 @@ pool exactly as it was (check() passes, stats and live blocks unchanged)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,11 +15,12 @@ MIB = 1 << 20
 
 
 @pytest.fixture
-def pool() -> npumem.Pool:
+def pool() -> Iterator[npumem.Pool]:
     p = npumem.Pool(16 * MIB, cores=2)
-    p.alloc(1000, tag="keep")  # something live, so "unchanged" means something
-    p.alloc(3 * MIB)
-    return p
+    # Something live (held: a dropped block is freed), so "unchanged" means something.
+    held = [p.alloc(1000, tag="keep"), p.alloc(3 * MIB)]
+    yield p
+    del held
 
 
 BAD_ALLOCS: list[tuple[str, Callable[[npumem.Pool], Any], type[Exception], str]] = [
@@ -194,7 +195,7 @@ def test_freeing_a_block_with_a_live_view(pool: npumem.Pool) -> None:
 
 def test_out_of_memory_leaves_the_pool_as_it_was_but_counts_the_failure() -> None:
     pool = npumem.Pool(4 * MIB, cores=1)
-    pool.alloc(3 * MIB)
+    _held = pool.alloc(3 * MIB)  # held: a dropped block is freed
     before = pool.stats().as_dict()
     with pytest.raises(npumem.OutOfMemoryError):
         pool.alloc(2 * MIB)

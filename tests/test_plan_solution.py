@@ -143,7 +143,7 @@ def test_bind_into_a_real_pool_block_keeps_live_tensors_apart() -> None:
     solution = solve(problem, time_limit=2.0)
     solution.validate()
     pool = npumem.Pool(64 << 20, cores=2)
-    pool.alloc(12345)  # something before it, so the block does not start at offset 0
+    before = pool.alloc(12345)  # something before it, so the block does not start at offset 0
     block = pool.alloc(solution.arena_size, align=64, tag="mobilenet activations")
     table = solution.bind(block)
     arena = np.frombuffer(block, dtype=np.uint8)
@@ -162,5 +162,7 @@ def test_bind_into_a_real_pool_block_keeps_live_tensors_apart() -> None:
             assert (view == i % 251).all(), f"{b.id} shares bytes with another live tensor at t={t}"
     assert set(by_name) <= set(table)
     del arena, view
+    table.release()  # the table pins the block while it holds the offsets
     block.free()
+    before.free()
     pool.check()

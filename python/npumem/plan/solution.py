@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -47,6 +48,41 @@ class BlockLike(Protocol):
 
     @property
     def nbytes(self) -> int: ...
+
+
+class BoundOffsets(dict[str, int]):
+    """The table `Solution.bind()` returns: tensor name -> absolute offset, a `dict`. While it
+    lives (until `release()` or the end of a `with` statement) it holds a pin on the block, so
+    that a compaction cannot move the block and the offsets stay true."""
+
+    __slots__ = ("_block",)
+
+    def __init__(self, offsets: dict[str, int], block: object | None) -> None:
+        super().__init__(offsets)
+        self._block = block
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the table still holds its pin on the block."""
+        return self._block is not None
+
+    def release(self) -> None:
+        """Drop the pin on the block (the offsets may then change with a compaction). A second
+        call does nothing."""
+        block, self._block = self._block, None
+        if block is not None:
+            block.unpin()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> BoundOffsets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        # The block may be freed or detached meanwhile: then there is nothing left to unpin.
+        with contextlib.suppress(Exception):
+            self.release()
 
 
 @dataclass(slots=True)
@@ -336,13 +372,31 @@ class Solution:
             write_text(path, text)
         return text
 
-    def bind(self, block: BlockLike) -> dict[str, int]:
+    def bind(self, block: BlockLike) -> BoundOffsets:
         """Absolute offsets of every tensor (aliases included) inside `block`, a block reserved
         from a pool to hold this arena: `block.offset` plus the planned offset.
+
+        The offsets stay valid across compactions because the table pins the block (a block
+        with `pin()`, such as `npumem.Block`): a compaction never moves it while the table
+        lives. The pin goes with the table (`release()`, leaving `with solution.bind(block) as
+        offsets:`, or when the table is collected); free the block after that, since a pinned
+        block cannot be freed.
 
         Raises `PlanError` when the arena does not fit in
         `block.nbytes` or when `block.offset` breaks a buffer's alignment.
         """
+        pin = getattr(block, "pin", None)
+        if pin is not None:
+            pin()  # before reading the offset: from here on the block does not move
+        try:
+            return BoundOffsets(self._offsets_in(block), block if pin is not None else None)
+        except BaseException:
+            if pin is not None:
+                block.unpin()  # type: ignore[attr-defined]
+            raise
+
+    def _offsets_in(self, block: BlockLike) -> dict[str, int]:
+        """The absolute offsets of `bind`, checked."""
         base, nbytes = int(block.offset), int(block.nbytes)
         if self.arena_size > nbytes:
             raise PlanError(

@@ -155,6 +155,11 @@ def run_demo_command(args: argparse.Namespace) -> int:
             f"{result.kv.beam_forks:,} beam forks",
         ),
         ("compactions", compactions),
+        (
+            "deferred frees",
+            f"{result.deferred_frees:,} in {result.deferred_batches:,} inference batches "
+            "(made at each batch's end)",
+        ),
         ("alerts fired", _alerts(result.alerts)),
         ("check()", f"passed ({result.checked_blocks} live blocks)"),
     ]

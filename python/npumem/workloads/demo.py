@@ -5,7 +5,8 @@ Three models (ResNet-50, MobileNetV2, a text generator) have their weights resid
 and their activation arenas planned ahead with `npumem.plan`; the text model keeps its keys
 and values in a paged KV cache (`npumem.kv`) with a shared system prompt and beam search;
 worker threads on every core serve requests of varying batch size and sequence length (see
-`npumem.workloads.service`),
+`npumem.workloads.service`; the frees an inference's operators make are deferred to the end
+of its batch, `Pool.deferred()`),
 while a `Monitor` samples the pool, raises alerts, and takes snapshots
 when usage reaches a new high. At the end the pool is checked, the weights are freed, and
 `run_demo()` returns the figures, the monitor's history and the snapshots; the command
@@ -75,6 +76,10 @@ class DemoResult:
     trace: Trace | None = None
     final: npumem.PoolStats | None = None
     files: dict[str, str] = field(default_factory=dict)
+    deferred_frees: int = 0
+    """Frees of kernel arguments queued until the end of their inference batch."""
+    deferred_batches: int = 0
+    """Inference batches whose frees were made together at their end."""
 
     @property
     def requests_served(self) -> int:
@@ -231,6 +236,8 @@ def run_demo(
         compaction_snapshots=(compaction_pair[0], compaction_pair[1]) if compaction_pair else None,
         trace=recorded,
         final=final,
+        deferred_frees=service.deferred_frees,
+        deferred_batches=service.deferred_batches,
     )
 
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -133,6 +134,8 @@ class _Tally:
     rejected: int = 0
     beam_forks: int = 0
     compactions: int = 0
+    deferred_frees: int = 0
+    deferred_batches: int = 0
 
 
 class Service:
@@ -216,6 +219,27 @@ class Service:
     def compactions(self) -> int:
         """Times a worker called the compactor after a failed allocation."""
         return sum(t.compactions for t in self.tallies)
+
+    @property
+    def deferred_frees(self) -> int:
+        """Frees the operators of an inference queued until the end of its batch."""
+        return sum(t.deferred_frees for t in self.tallies)
+
+    @property
+    def deferred_batches(self) -> int:
+        """Inference batches whose frees were deferred to their end."""
+        return sum(t.deferred_batches for t in self.tallies)
+
+    @contextmanager
+    def _inference_batch(self, tally: _Tally) -> Iterator[None]:
+        """One inference batch: the frees its operators make are queued and made together when
+        it ends (also when it fails), so that operators do not touch the pool while they run."""
+        with self.pool.deferred() as scope:
+            try:
+                yield
+            finally:
+                tally.deferred_frees += scope.pending
+                tally.deferred_batches += 1
 
     def _next(self) -> Request | None:
         with self._lock:
@@ -336,11 +360,12 @@ class Service:
                 arena_plan.solution.bind(arena)  # absolute offsets of every tensor
                 view = memoryview(arena)
                 try:
-                    for i, rel in enumerate(arena_plan.op_outputs):
-                        args = self._alloc(rng.randint(64, 512), "kernel-args", tally)
-                        memoryview(args)[0] = i & 0xFF
-                        args.free()
-                        view[rel] = i & 0xFF
+                    with self._inference_batch(tally):
+                        for i, rel in enumerate(arena_plan.op_outputs):
+                            args = self._alloc(rng.randint(64, 512), "kernel-args", tally)
+                            memoryview(args)[0] = i & 0xFF
+                            args.free()  # queued until the batch ends
+                            view[rel] = i & 0xFF
                 finally:
                     view.release()
                 out = self._alloc(req.batch * 1000 * 4, f"{model.name}.output", tally)

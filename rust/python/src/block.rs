@@ -1,9 +1,20 @@
 //! `npumem.Block`: a handle to one block, with its bytes as a buffer on host-backed pools.
+//!
+//! A `Block` owns its block: when its last reference goes, the block is freed (and counted in
+//! `PoolStats.auto_freed`) unless it was freed, its free was deferred, or `detach()` handed the
+//! handle on. Buffer views (memoryviews, NumPy arrays, DLPack capsules) hold a reference to the
+//! `Block`, so a block with views is freed when the last view goes. A collected block that the
+//! pool cannot take at once (paused by another thread, or pinned by C code) waits in the pool's
+//! stranded frees (`pool/pending.rs`); nothing waits in a destructor.
+//!
+//! The object's ownership is one atomic byte, read by every method and written once by the
+//! call that ends the ownership (free, defer, detach): the core's free path is unchanged.
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use npumem_core::Handle;
+use npumem_core::{Handle, HandleFault};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -13,10 +24,26 @@ use crate::dlpack;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::without_gil;
 use crate::pinned::{pin, pin_view, Pinned};
+use crate::pool::deferred;
+use crate::pool::detached::DetachedBlock;
+use crate::pool::pending::Pending;
 use crate::pool::state::Pool;
 
+/// The object owns the block and frees it when its last reference goes.
+const OWNED: u8 = 0;
+/// Owned; a `with` block's exit could not free it for its pins (an exception was in flight):
+/// the unpin that drops the last pin frees it.
+const FREE_AT_UNPIN: u8 = 1;
+/// Freed through this object.
+const FREED: u8 = 2;
+/// Its free is queued (`defer_free`, a deferred scope): unusable, freed at the flush.
+const DEFERRED: u8 = 3;
+/// Ownership handed on by `detach()`: unusable through this object.
+const DETACHED: u8 = 4;
+
 /// One block of a pool. Its `offset` may change when the pool is compacted; the block stays
-/// valid until freed. A context manager that frees the block on exit.
+/// valid until freed, and is freed when its last reference goes (unless `detach()` handed it
+/// on). A context manager that frees the block on exit.
 // A freelist: programs allocate and drop blocks by the thousand (alloc_many), and reusing
 // the Python objects halves the cost of making one.
 #[pyclass(module = "npumem._core", frozen, freelist = 4096)]
@@ -27,16 +54,64 @@ pub struct Block {
     tag: Option<Py<PyString>>,
     /// The pool's id of `tag` (0: none), for the counters by tag.
     tag_id: u32,
+    /// `OWNED`, `FREE_AT_UNPIN`, `FREED`, `DEFERRED` or `DETACHED`.
+    owner: AtomicU8,
+}
+
+impl Drop for Block {
+    /// The last reference went: free the block if this object still owns it.
+    fn drop(&mut self) {
+        let owner = *self.owner.get_mut();
+        if owner != OWNED && owner != FREE_AT_UNPIN {
+            return;
+        }
+        let pool = self.pool.get();
+        let item = self.pending();
+        if deferred::queue_in_scope(&pool.pending, &[item]) {
+            pool.pending.note_collected();
+            return;
+        }
+        pool.pending.free_collected(item);
+    }
+}
+
+/// The error for a block whose free is deferred.
+fn deferred_error(class: ErrorClass) -> PyErr {
+    error(class, "the block's free is deferred: it can no longer be used")
+}
+
+/// The error for a block detached from this object.
+fn detached_error() -> PyErr {
+    error(
+        ErrorClass::InvalidHandle,
+        "the block was detached from this object (Block.detach()); adopt its handle to use it",
+    )
 }
 
 impl Block {
     pub(crate) fn new(pool: Py<Pool>, handle: Handle, nbytes: usize, tag: Option<Py<PyString>>, tag_id: u32) -> Block {
-        Block { pool, handle, nbytes, tag, tag_id }
+        Block { pool, handle, nbytes, tag, tag_id, owner: AtomicU8::new(OWNED) }
     }
 
     /// The tag id and the bytes asked for, for the counters by tag.
     pub(crate) fn tag_and_size(&self) -> (u32, usize) {
         (self.tag_id, self.nbytes)
+    }
+
+    /// The block as a queued free.
+    pub(crate) fn pending(&self) -> Pending {
+        Pending { handle: self.handle, tag_id: self.tag_id, nbytes: self.nbytes }
+    }
+
+    /// Refuse a block this object no longer owns (deferred or detached): `class` for a
+    /// deferred one.
+    #[inline]
+    fn owned(&self, class: ErrorClass) -> PyResult<()> {
+        match self.owner.load(Ordering::Relaxed) {
+            DEFERRED => Err(deferred_error(class)),
+            DETACHED => Err(detached_error()),
+            _ => Ok(()),
+        }
     }
 
     /// The handle, for a batch call on `pool` (which must be the block's own); `index` names
@@ -45,25 +120,111 @@ impl Block {
         if !std::ptr::eq(pool, self.pool.get()) {
             return Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch belongs to another pool")));
         }
+        self.owned(ErrorClass::InvalidHandle)
+            .map_err(|e| error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {}", e)))?;
         Ok(self.handle)
     }
 
-    /// Free through `pool`, which must be the block's own.
+    /// The handle for `free_many`: as `handle_in`, a deferred block refused as a double free.
+    pub(crate) fn handle_to_free(&self, pool: &Pool, index: usize) -> PyResult<Handle> {
+        if self.owner.load(Ordering::Relaxed) == DEFERRED {
+            return Err(error(
+                ErrorClass::DoubleFree,
+                format!("item {index} of the batch: the block's free is deferred already"),
+            ));
+        }
+        self.handle_in(pool, index)
+    }
+
+    /// `free_many` freed the block.
+    pub(crate) fn mark_freed(&self) {
+        self.owner.store(FREED, Ordering::Relaxed);
+    }
+
+    /// Free through `pool`, which must be the block's own (queued instead inside a deferred
+    /// scope of this thread).
     pub(crate) fn free_in(&self, py: Python<'_>, pool: &Pool) -> PyResult<()> {
         if !std::ptr::eq(pool, self.pool.get()) {
             return Err(error(ErrorClass::InvalidHandle, "the block belongs to another pool"));
+        }
+        self.owned(ErrorClass::DoubleFree)?;
+        if deferred::deferring(&pool.pending) {
+            return self.defer_in(pool);
         }
         let core = &pool.core;
         match core.try_free(self.handle) {
             Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle))?,
             other => other.map_err(to_py)?,
         }
+        self.owner.store(FREED, Ordering::Relaxed);
         core.tags().on_free(self.tag_id, 1, self.nbytes);
         pool.tags.release(core, self.tag_id, 1);
         Ok(())
     }
 
+    /// Check that the block can be freed now (alive, not pinned), as `free()` would.
+    pub(crate) fn check_freeable(&self, pool: &Pool) -> PyResult<()> {
+        self.owned(ErrorClass::DoubleFree)?;
+        let info = pool.core.block(self.handle).map_err(|e| match e {
+            npumem_core::Error::InvalidHandle(HandleFault::Freed) => to_py(npumem_core::Error::DoubleFree),
+            other => to_py(other),
+        })?;
+        if info.pins > 0 {
+            return Err(to_py(npumem_core::Error::Pinned { pins: info.pins }));
+        }
+        Ok(())
+    }
+
+    /// Mark the block deferred; false when another call ended the ownership first.
+    pub(crate) fn mark_deferred(&self) -> bool {
+        [OWNED, FREE_AT_UNPIN]
+            .into_iter()
+            .any(|from| self.owner.compare_exchange(from, DEFERRED, Ordering::Relaxed, Ordering::Relaxed).is_ok())
+    }
+
+    /// Undo `mark_deferred` (a batch that could not queue every block).
+    pub(crate) fn unmark_deferred(&self) {
+        self.owner.store(OWNED, Ordering::Relaxed);
+    }
+
+    /// Queue the block's free (this thread's deferred scope, else the pool's deferred frees).
+    pub(crate) fn defer_in(&self, pool: &Pool) -> PyResult<()> {
+        if !std::ptr::eq(pool, self.pool.get()) {
+            return Err(error(ErrorClass::InvalidHandle, "the block belongs to another pool"));
+        }
+        self.check_freeable(pool)?;
+        if !self.mark_deferred() {
+            return Err(deferred_error(ErrorClass::DoubleFree));
+        }
+        let item = self.pending();
+        if !deferred::queue_in_scope(&pool.pending, &[item]) {
+            pool.pending.defer(&[item]);
+        }
+        Ok(())
+    }
+
+    /// After an unpin: free a block whose `with` exit was refused for its pins, once the last
+    /// pin is gone.
+    pub(crate) fn after_unpin(&self) {
+        if self.owner.load(Ordering::Relaxed) != FREE_AT_UNPIN {
+            return;
+        }
+        let pool = self.pool.get();
+        if pool.core.try_free(self.handle).is_ok() {
+            self.owner.store(FREED, Ordering::Relaxed);
+            pool.pending.note_collected();
+            pool.pending.counted(self.tag_id, self.nbytes);
+        }
+    }
+
+    /// Check that the block is allocated and owned by this object.
+    fn check_alive(&self, pool: &Pool) -> PyResult<()> {
+        self.owned(ErrorClass::InvalidHandle)?;
+        pool.core.block(self.handle).map(|_| ()).map_err(to_py)
+    }
+
     fn info(&self) -> PyResult<npumem_core::BlockInfo> {
+        self.owned(ErrorClass::InvalidHandle)?;
         self.pool.get().core.block(self.handle).map_err(to_py)
     }
 
@@ -100,15 +261,17 @@ impl Block {
     /// copy is made (`copy=True` and another `dl_device` raise `BufferError`).
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
     fn __dlpack__<'py>(
-        &self,
+        slf: &Bound<'py, Self>,
         py: Python<'py>,
         stream: Option<&Bound<'py, PyAny>>,
         max_version: Option<&Bound<'py, PyAny>>,
         dl_device: Option<&Bound<'py, PyAny>>,
         copy: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let this = slf.get();
+        this.owned(ErrorClass::InvalidHandle)?;
         let request = dlpack::Request { stream, max_version, dl_device, copy };
-        dlpack::export(py, self.core(), self.handle, &request)
+        dlpack::export(py, this.core(), this.handle, slf.clone().into_any().unbind(), &request)
     }
 
     /// A NumPy array of `dtype` (default `uint8`) and `shape` (default: as many items as fit)
@@ -154,10 +317,11 @@ impl Block {
         self.tag.as_ref().map(|t| t.clone_ref(py))
     }
 
-    /// Whether the block is still allocated.
+    /// Whether the block is still allocated and owned by this object (False once freed, once
+    /// its free is deferred, and once detached).
     #[getter]
     fn alive(&self) -> bool {
-        self.pool.get().core.block(self.handle).is_ok()
+        self.info().is_ok()
     }
 
     /// The block's handle as an int (slot, generation and pool id packed together).
@@ -193,13 +357,17 @@ impl Block {
     /// Pin the block: a compaction never moves it (and it cannot be freed) until it is
     /// unpinned as many times. Returns the pins `pin()` took that are held now.
     fn pin(&self, py: Python<'_>) -> PyResult<u32> {
+        self.owned(ErrorClass::InvalidHandle)?;
         pin(py, &self.pool.get().core, self.handle)
     }
 
     /// Remove a pin taken by `pin()` (`InvalidHandleError` without one: the pins of buffer views
     /// are released with the views). Returns the pins `pin()` took that are left.
     fn unpin(&self) -> PyResult<u32> {
-        self.pool.get().core.unpin(self.handle).map_err(to_py)
+        self.owned(ErrorClass::InvalidHandle)?;
+        let left = self.pool.get().core.unpin(self.handle).map_err(to_py)?;
+        self.after_unpin();
+        Ok(left)
     }
 
     /// A context manager that pins the block for the `with` block: `with blk.pinned(): ...`.
@@ -208,7 +376,29 @@ impl Block {
         Pinned::new(slf.clone().into_any().unbind(), this.pool.get().core.clone(), this.handle)
     }
 
-    /// Free the block on leaving the `with` statement (unless it was freed inside it).
+    /// Give up ownership: returns the raw handle (as the `handle` property) for C code or
+    /// another owner, and this object no longer frees the block (nor can use it). The handle
+    /// stays valid across compactions; `Pool.adopt(handle)` makes a `Block` of it again.
+    fn detach(&self, py: Python<'_>) -> PyResult<u128> {
+        let pool = self.pool.get();
+        self.check_alive(pool)?;
+        let claimed = [OWNED, FREE_AT_UNPIN]
+            .into_iter()
+            .any(|from| self.owner.compare_exchange(from, DETACHED, Ordering::Relaxed, Ordering::Relaxed).is_ok());
+        if !claimed {
+            return Err(detached_error());
+        }
+        let tag = self.tag.as_ref().map(|t| t.clone_ref(py));
+        let block = DetachedBlock { nbytes: self.nbytes, tag, tag_id: self.tag_id };
+        pool.detached.insert(self.handle.to_bits(), block);
+        Ok(self.handle.to_bits())
+    }
+
+    /// Free the block on leaving the `with` statement (unless it was freed, deferred or
+    /// detached inside it). When the body raised, its exception always propagates: a block
+    /// still pinned then is freed when its last pin goes (or when the object goes), and no
+    /// error of the free replaces the body's. Without an exception, a pinned block raises
+    /// `PinnedBlockError` and stays allocated.
     #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
     fn __exit__(
         &self,
@@ -217,16 +407,29 @@ impl Block {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        if self.alive() {
-            self.free(py)?;
+        if !self.alive() {
+            return Ok(false);
         }
-        Ok(false)
+        let raising = _exc_type.is_some_and(|t| !t.is_none());
+        match self.free(py) {
+            Ok(()) => Ok(false),
+            Err(_) if raising => {
+                if self.info().is_ok_and(|info| info.pins > 0) {
+                    let _ = self.owner.compare_exchange(OWNED, FREE_AT_UNPIN, Ordering::Relaxed, Ordering::Relaxed);
+                    // The last pin may have gone meanwhile.
+                    self.after_unpin();
+                }
+                Ok(false)
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// The block's bytes, writable, without copying (host-backed pools). The block counts as
     /// pinned while a view is alive: it cannot be freed or moved.
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         let this = slf.get();
+        this.owned(ErrorClass::InvalidHandle)?;
         let core = &this.pool.get().core;
         if !core.has_backing() {
             return Err(error(
@@ -257,6 +460,7 @@ impl Block {
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
         let _ = self.pool.get().core.unpin_view(self.handle);
+        self.after_unpin();
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -264,9 +468,14 @@ impl Block {
             Some(t) => format!(" tag={:?}", t.bind(py).to_string()),
             None => String::new(),
         };
+        let state = match self.owner.load(Ordering::Relaxed) {
+            DEFERRED => "deferred",
+            DETACHED => "detached",
+            _ => "freed",
+        };
         match self.info() {
             Ok(info) => format!("<npumem.Block offset={} nbytes={}{tag}>", info.offset, self.nbytes),
-            Err(_) => format!("<npumem.Block freed nbytes={}{tag}>", self.nbytes),
+            Err(_) => format!("<npumem.Block {state} nbytes={}{tag}>", self.nbytes),
         }
     }
 }

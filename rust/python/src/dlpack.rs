@@ -4,6 +4,9 @@
 //! `DLManagedTensorVersioned`) describing the block as a one-dimensional `uint8` tensor at the
 //! block's address on the pool's device. The block is pinned while the tensor lives: the
 //! tensor's deleter unpins it, on whichever thread the consumer calls it, without the GIL.
+//! The export also holds a reference to the `npumem.Block` it came from, so that a block whose
+//! object went is freed when the last export goes (a deleter called without the GIL hands the
+//! reference to PyO3, which releases it when a thread next holds the GIL).
 //! The capsule follows the protocol: renamed `used_dltensor` once consumed; freed unconsumed,
 //! its destructor calls the deleter.
 
@@ -92,12 +95,16 @@ pub(crate) struct PinnedBytes {
     pub(crate) data: u64,
     pub(crate) nbytes: usize,
     pub(crate) device: (i32, i32),
+    /// The `npumem.Block` exported, released after the pin.
+    pub(crate) owner: Option<Py<PyAny>>,
 }
 
 impl Drop for PinnedBytes {
-    /// The export's end: the block may move and be freed again.
+    /// The export's end: the block may move and be freed again (and is freed here when this
+    /// held the last reference to its object).
     fn drop(&mut self) {
         let _ = self.pool.unpin_view(self.handle);
+        drop(self.owner.take());
     }
 }
 
@@ -279,13 +286,14 @@ pub(crate) fn export<'py>(
     py: Python<'py>,
     core: &Arc<Pool>,
     handle: Handle,
+    owner: Py<PyAny>,
     request: &Request<'_, 'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let device = device_of(core);
     let versioned = request.versioned(device)?;
     pin_view(py, core, handle)?;
     // From here the pin is released when `pinned` is dropped (on failure) or by the deleter.
-    let mut pinned = PinnedBytes { pool: Arc::clone(core), handle, data: 0, nbytes: 0, device };
+    let mut pinned = PinnedBytes { pool: Arc::clone(core), handle, data: 0, nbytes: 0, device, owner: Some(owner) };
     let info = core.block(handle).map_err(to_py)?;
     pinned.data = core.base_address().wrapping_add(info.offset as u64);
     pinned.nbytes = info.size;

@@ -1,6 +1,7 @@
 //! npumem-python: the thin PyO3 layer over npumem-core, built by maturin as `npumem._core`.
 //!
-//! Each Python class has one home: `pool/` (`Pool`), `block.rs` (`Block`), `pause.rs`
+//! Each Python class has one home: `pool/` (`Pool`, and `Deferred`, what `Pool.deferred()`
+//! returns), `block.rs` (`Block`), `pause.rs`
 //! (`Pause`), `pinned.rs` (`Pinned` and pinning), `stats.rs` (`PoolStats` and its parts),
 //! `block_info.rs` (`BlockInfo`), `step_report.rs` (`StepReport`), `compaction_plan.rs`
 //! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `measure.rs` (`Measurement`,
@@ -66,6 +67,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<transfer::Transfer>()?;
     m.add_class::<pause::Pause>()?;
     m.add_class::<pinned::Pinned>()?;
+    m.add_class::<pool::deferred::Deferred>()?;
     m.add_class::<stats::PoolStats>()?;
     m.add_class::<stats::CoreStats>()?;
     m.add_class::<stats::SizeClassStats>()?;

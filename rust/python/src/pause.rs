@@ -25,7 +25,10 @@ impl Drop for Pause {
     fn drop(&mut self) {
         let token = self.token.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(token) = token {
-            let _ = self.core.resume(&token);
+            if self.core.resume(&token).is_ok() {
+                // Blocks collected while the pool was paused are freed now.
+                Python::try_attach(|py| self.pool.get().retry_stranded(py));
+            }
         }
     }
 }
@@ -87,6 +90,9 @@ impl Pause {
             let core = &self.core;
             without_gil(py, || core.resume(token))?;
             *guard = None;
+            drop(guard);
+            // Blocks collected while the pool was paused are freed now.
+            self.pool.get().retry_stranded(py);
         }
         Ok(())
     }

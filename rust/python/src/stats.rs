@@ -1,7 +1,8 @@
 //! `npumem.PoolStats`, `npumem.CoreStats` and `npumem.SizeClassStats`: plain snapshots of
 //! `npumem_core::PoolStats`. Their fields come from the core's field lists
 //! (`npumem_core::pool_stats_fields!` and the others), so both sides have the same fields;
-//! `PoolStats.by_tag` is the binding's own (`tag_stats.rs`).
+//! `PoolStats.by_tag`, `deferred_pending` and `auto_freed` are the binding's own
+//! (`tag_stats.rs`, `pool/pending.rs`).
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -10,13 +11,15 @@ use crate::from_dict::{dict_of, field, list};
 use crate::tag_stats::TagStats;
 
 /// Defines a frozen Python class from a core field list: `[attributes, name from core type;
-/// nested lists; `+` binding lists]`, with `convert` (from the core struct), `dict` (the fields
-/// as a dict) and `parse` (back from such a dict, as saved files hold it). Binding lists are kept by the binding, not the core (`by_tag`): `convert` leaves
-/// them empty and the caller fills them.
+/// nested lists; `+` binding lists; `=` binding counters]`, with `convert` (from the core struct),
+/// `dict` (the fields as a dict) and `parse` (back from such a dict, as saved files hold it).
+/// Binding lists and counters are kept by the binding, not the core (`by_tag`,
+/// `deferred_pending`): `convert` leaves them empty (zero) and the caller fills them.
 macro_rules! py_stats_class {
     (
         [$(#[$attr:meta])* $name:ident from $core:ty; $($nested:ident: $nty:ident,)*
-         $(+ $extra:ident: $ety:ident,)*]
+         $(+ $extra:ident: $ety:ident,)*
+         $(= $(#[$sdoc:meta])* $scalar:ident: $sty:ty,)*]
         $($(#[$doc:meta])* $field:ident: $ty:ty,)*
     ) => {
         $(#[$attr])*
@@ -26,6 +29,7 @@ macro_rules! py_stats_class {
             $($(#[$doc])* $field: $ty,)*
             $($nested: Vec<$nty>,)*
             $($extra: Vec<$ety>,)*
+            $($(#[$sdoc])* $scalar: $sty,)*
         }
 
         impl $name {
@@ -34,6 +38,7 @@ macro_rules! py_stats_class {
                     $($field: s.$field,)*
                     $($nested: s.$nested.into_iter().map($nty::convert).collect(),)*
                     $($extra: Vec::new(),)*
+                    $($scalar: Default::default(),)*
                 }
             }
 
@@ -44,12 +49,14 @@ macro_rules! py_stats_class {
                     $($field: field(&d, stringify!($field))?,)*
                     $($nested: list(&d, stringify!($nested), $nty::parse)?,)*
                     $($extra: list(&d, stringify!($extra), $ety::parse)?,)*
+                    $($scalar: field(&d, stringify!($scalar))?,)*
                 })
             }
 
             fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
                 let d = PyDict::new(py);
                 $(d.set_item(stringify!($field), self.$field)?;)*
+                $(d.set_item(stringify!($scalar), self.$scalar)?;)*
                 $(d.set_item(
                     stringify!($nested),
                     self.$nested.iter().map(|c| c.dict(py)).collect::<PyResult<Vec<_>>>()?,
@@ -83,6 +90,13 @@ npumem_core::pool_stats_fields!(
     size_classes: SizeClassStats,
     per_core: CoreStats,
     + by_tag: TagStats,
+    = /// Frees queued and not yet made: deferred frees (`Pool.defer_free`, `with
+      /// pool.deferred():` scopes of every thread) and frees of collected blocks that wait for
+      /// the pool (paused by another thread, or the block pinned).
+      deferred_pending: u64,
+    = /// Blocks freed because their last reference went (or their last pin, after a `with`
+      /// block's exit raised), not by a `free()` call.
+      auto_freed: u64,
 );
 
 #[pymethods]
@@ -133,6 +147,11 @@ impl PoolStats {
     pub(crate) fn from_core(s: npumem_core::PoolStats, capacity: usize, by_tag: Vec<TagStats>) -> PoolStats {
         debug_assert_eq!(s.capacity, capacity);
         PoolStats { by_tag, ..PoolStats::convert(s) }
+    }
+
+    /// With the binding's counters of waiting and collected frees.
+    pub(crate) fn with_frees(self, deferred_pending: u64, auto_freed: u64) -> PoolStats {
+        PoolStats { deferred_pending, auto_freed, ..self }
     }
 }
 

@@ -7,6 +7,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
 
 use super::config::{config_error, pool_config};
+use super::deferred::{self, Deferred};
+use super::detached::{Detached, DetachedBlock};
+use super::pending::{Pending, PendingFrees};
 use super::state::Pool;
 use crate::args;
 use crate::block::Block;
@@ -81,8 +84,11 @@ impl Pool {
                 .clone(),
             None => PyString::new(py, &format!("pool-{}", core.id())),
         };
+        let core = Arc::new(core);
         Ok(Pool {
-            core: Arc::new(core),
+            pending: Arc::new(PendingFrees::new(Arc::clone(&core))),
+            detached: Detached::default(),
+            core,
             name: name.unbind(),
             tags: Tags::new(py)?,
             oom: OomHandler::default(),
@@ -200,6 +206,7 @@ impl Pool {
         })?;
         let mut handles = Vec::new();
         let mut freed = Vec::new();
+        let mut blocks = Vec::new();
         for (i, item) in items.enumerate() {
             let item = item?;
             let block = item.cast::<Block>().map_err(|_| {
@@ -208,12 +215,19 @@ impl Pool {
                     format!("blocks[{i}] must be an npumem.Block, got {}", args::type_name(&item)),
                 )
             })?;
-            handles.push(block.get().handle_in(slf.get(), i)?);
+            handles.push(block.get().handle_to_free(slf.get(), i)?);
             freed.push(block.get().tag_and_size());
+            blocks.push(block.clone());
         }
         let this = slf.get();
+        if deferred::deferring(&this.pending) {
+            return defer_all(this, &blocks);
+        }
         let core = &this.core;
         without_gil(py, || core.free_many(&handles))?;
+        for block in &blocks {
+            block.get().mark_freed();
+        }
         freed.sort_unstable();
         for run in freed.chunk_by(|a, b| a.0 == b.0) {
             let tag = run[0].0;
@@ -221,6 +235,62 @@ impl Pool {
             this.tags.release(core, tag, run.len() as u64);
         }
         Ok(())
+    }
+
+    /// A context manager under which every free of this pool's blocks made by this thread
+    /// (`free()`, `free_many()`, a `with` block's exit, a block whose last reference goes) is
+    /// queued; the queue is freed as one batch when the outermost such scope exits, also when
+    /// its body raises. The blocks are unusable from the moment their free is queued.
+    fn deferred(slf: &Bound<'_, Self>) -> Deferred {
+        Deferred::new(slf.clone().unbind())
+    }
+
+    /// Queue the free of `block` until `flush_deferred()` (or, inside a `with pool.deferred():`
+    /// scope of this thread, until the scope exits). The block is unusable at once; a freed,
+    /// deferred or pinned block is refused as `free()` would refuse it.
+    fn defer_free(slf: &Bound<'_, Self>, block: &Bound<'_, PyAny>) -> PyResult<()> {
+        let block = block.cast::<Block>().map_err(|_| {
+            error(
+                ErrorClass::ArgumentType,
+                format!("defer_free() takes an npumem.Block, got {}", args::type_name(block)),
+            )
+        })?;
+        block.get().defer_in(slf.get())
+    }
+
+    /// Free every queued free of `defer_free()` as one batch, and retry the frees of collected
+    /// blocks that waited for the pool. Returns the blocks freed. A block pinned meanwhile (by
+    /// C code) stays queued; a handle freed meanwhile through its raw handle raises
+    /// `InvalidHandleError` after every other free was made.
+    fn flush_deferred(&self, py: Python<'_>) -> PyResult<usize> {
+        let batch = self.pending.take(true);
+        let (freed, failed) = self.pending.flush(py, batch);
+        match failed {
+            Some(err) => Err(err),
+            None => Ok(freed),
+        }
+    }
+
+    /// Take back ownership of a block given up by `Block.detach()`: a new `Block` for `handle`.
+    /// Raises `InvalidHandleError` for a handle that is freed, stale or of another pool, and
+    /// for one that is not detached (a `Block` owns it, or it was adopted already).
+    fn adopt(slf: &Bound<'_, Self>, handle: &Bound<'_, PyAny>) -> PyResult<Block> {
+        let this = slf.get();
+        let bits = args::integer(handle, "handle", ErrorClass::ArgumentType)?;
+        let bits = u128::try_from(bits).ok().filter(|&b| b < 1 << 96).ok_or_else(|| {
+            error(ErrorClass::InvalidHandle, format!("{bits} is not a block's handle (Block.handle, Block.detach())"))
+        })?;
+        let raw = npumem_core::Handle::from_bits(bits);
+        this.core.block(raw).map_err(to_py)?;
+        let Some(found) = this.detached.take(bits) else {
+            return Err(error(
+                ErrorClass::InvalidHandle,
+                "the handle is not detached: a Block owns it, or it was adopted already (only \
+                 handles given by Block.detach() can be adopted)",
+            ));
+        };
+        let DetachedBlock { nbytes, tag, tag_id } = found;
+        Ok(Block::new(slf.clone().unbind(), raw, nbytes, tag, tag_id))
     }
 
     /// Free `block` (the same as `block.free()`).
@@ -233,9 +303,11 @@ impl Pool {
 
     /// A snapshot of the pool's state and counters.
     fn stats(&self, py: Python<'_>) -> PyResult<PoolStats> {
+        self.retry_stranded(py);
         let core = &self.core;
         let stats = without_gil(py, || Ok(core.stats()))?;
-        Ok(PoolStats::from_core(stats, self.core.config().capacity, TagStats::read(core)))
+        let stats = PoolStats::from_core(stats, self.core.config().capacity, TagStats::read(core));
+        Ok(stats.with_frees(self.pending.count() as u64, self.pending.collected()))
     }
 
     /// Start a new peak: `peak_bytes_in_use` becomes the bytes in use now, and every tag's peak
@@ -583,7 +655,43 @@ impl Pool {
     }
 }
 
+/// Queue the frees of `blocks` (checked by `free_many`) in this thread's deferred scope: all or
+/// none.
+fn defer_all(pool: &Pool, blocks: &[Bound<'_, Block>]) -> PyResult<()> {
+    for block in blocks {
+        block.get().check_freeable(pool)?;
+    }
+    let mut slots: Vec<u32> = blocks.iter().map(|b| b.get().pending().handle.slot()).collect();
+    slots.sort_unstable();
+    if slots.windows(2).any(|w| w[0] == w[1]) {
+        return Err(error(ErrorClass::DoubleFree, "the batch names one block twice"));
+    }
+    for (i, block) in blocks.iter().enumerate() {
+        if !block.get().mark_deferred() {
+            // Another thread ended a block's ownership meanwhile: leave the others as they were.
+            for earlier in &blocks[..i] {
+                earlier.get().unmark_deferred();
+            }
+            return Err(error(ErrorClass::DoubleFree, format!("blocks[{i}] was freed meanwhile")));
+        }
+    }
+    let items: Vec<Pending> = blocks.iter().map(|b| b.get().pending()).collect();
+    if !deferred::queue_in_scope(&pool.pending, &items) {
+        pool.pending.defer(&items);
+    }
+    Ok(())
+}
+
 impl Pool {
+    /// Retry the frees of collected blocks that waited for the pool (not while another thread
+    /// pauses it: they keep waiting).
+    pub(crate) fn retry_stranded(&self, py: Python<'_>) {
+        if self.pending.has_stranded() && !self.core.is_paused() {
+            let batch = self.pending.take(false);
+            let _ = self.pending.flush(py, batch);
+        }
+    }
+
     /// `err`, the refusal of a size argument; a size larger than the whole arena also counts as
     /// a failed allocation in the core (and is traced as one), as `RequestTooLargeError` is an
     /// `OutOfMemoryError`.

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use super::detached::Detached;
+use super::pending::PendingFrees;
 use crate::oom::OomHandler;
 use crate::stacks::Stacks;
 use crate::tags::Tags;
@@ -22,4 +24,8 @@ pub struct Pool {
     pub(crate) oom: OomHandler,
     /// Python call stacks of allocations, while a trace records them.
     pub(crate) stacks: Stacks,
+    /// Deferred frees and frees that wait for the pool (shared with this pool's scopes).
+    pub(crate) pending: Arc<PendingFrees>,
+    /// Blocks detached from their `Block` objects, until adopted.
+    pub(crate) detached: Detached,
 }

@@ -1,0 +1,207 @@
+//! Frees that wait: the deferred frees of `Pool.defer_free`, and the frees of blocks whose last
+//! reference went while the pool could not take them (paused by another thread, or the block
+//! still pinned by C code). Both wait here until a flush.
+//!
+//! `count` is `PoolStats.deferred_pending`: every queued free, those of the `with
+//! pool.deferred():` scopes of all threads included (`deferred.rs` keeps those per thread and
+//! counts them here). `collected` is `PoolStats.auto_freed`: blocks freed (or queued to be)
+//! because their last reference went.
+//!
+//! Nothing here is on the path of an ordinary `alloc` or `free`: only deferred frees and
+//! collected blocks reach it. Whatever is still queued when the last holder of this struct goes
+//! (the pool object, or a thread's scope) is freed then.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use npumem_core::{Error, Handle};
+use pyo3::prelude::*;
+
+use crate::errors::to_py;
+use crate::gil::detached;
+
+/// One free waiting for a flush: the handle, and what the counters by tag need.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pending {
+    pub(crate) handle: Handle,
+    pub(crate) tag_id: u32,
+    pub(crate) nbytes: usize,
+}
+
+/// A pool's waiting frees.
+pub(crate) struct PendingFrees {
+    core: Arc<npumem_core::Pool>,
+    /// `Pool.defer_free` outside a scope: freed by `Pool.flush_deferred()`.
+    deferred: Mutex<Vec<Pending>>,
+    /// Frees that met a closed gate or a pin: retried at every flush, scope exit, resumed
+    /// pause and `stats()`.
+    stranded: Mutex<Vec<Pending>>,
+    /// Every queued free, in any queue (`PoolStats.deferred_pending`).
+    count: AtomicUsize,
+    /// Blocks freed because their last reference went (`PoolStats.auto_freed`).
+    collected: AtomicU64,
+}
+
+fn lock(queue: &Mutex<Vec<Pending>>) -> MutexGuard<'_, Vec<Pending>> {
+    queue.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether a free that failed with `err` may succeed later (the block is still allocated).
+fn retry_later(err: &Error) -> bool {
+    matches!(
+        err.root(),
+        Error::Pinned { .. }
+            | Error::Paused
+            | Error::Busy { .. }
+            | Error::PausedTooLong { .. }
+            | Error::Moving
+            | Error::Relocating
+    )
+}
+
+impl PendingFrees {
+    pub(crate) fn new(core: Arc<npumem_core::Pool>) -> PendingFrees {
+        PendingFrees {
+            core,
+            deferred: Mutex::new(Vec::new()),
+            stranded: Mutex::new(Vec::new()),
+            count: AtomicUsize::new(0),
+            collected: AtomicU64::new(0),
+        }
+    }
+
+    /// Queued frees, all queues and threads together.
+    pub(crate) fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Blocks freed because their last reference went.
+    pub(crate) fn collected(&self) -> u64 {
+        self.collected.load(Ordering::Relaxed)
+    }
+
+    /// `n` frees entered a queue (a scope's, or one of these).
+    pub(crate) fn queued(&self, n: usize) {
+        self.count.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` frees left the queues (freed, or found freed already).
+    fn dequeued(&self, n: usize) {
+        self.count.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// A block's last reference went: count it.
+    pub(crate) fn note_collected(&self) {
+        self.collected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Queue a free for `flush_deferred`.
+    pub(crate) fn defer(&self, items: &[Pending]) {
+        self.queued(items.len());
+        lock(&self.deferred).extend_from_slice(items);
+    }
+
+    /// Queue a free that cannot run now; it is retried at the next flush.
+    pub(crate) fn strand(&self, item: Pending) {
+        self.queued(1);
+        lock(&self.stranded).push(item);
+    }
+
+    /// Strand frees counted as queued already (a scope's queue whose thread ended).
+    pub(crate) fn strand_queued(&self, items: Vec<Pending>) {
+        if !items.is_empty() {
+            lock(&self.stranded).extend(items);
+        }
+    }
+
+    /// Whether frees wait for a retry.
+    pub(crate) fn has_stranded(&self) -> bool {
+        !lock(&self.stranded).is_empty()
+    }
+
+    /// Take the frees of `defer_free` (with `deferred`) and the stranded ones, to flush them.
+    pub(crate) fn take(&self, deferred: bool) -> Vec<Pending> {
+        let mut batch = if deferred { std::mem::take(&mut *lock(&self.deferred)) } else { Vec::new() };
+        batch.append(&mut lock(&self.stranded));
+        batch
+    }
+
+    /// Free `batch` (frees already counted in `count`), waiting for a pause of another thread
+    /// without the GIL: as one batch, or one by one when the batch is refused. A free that may
+    /// succeed later (a pinned block, a pool busy moving) is stranded for the next flush; one
+    /// whose block is gone already (freed through its raw handle) is dropped. Returns how many
+    /// blocks were freed and the first error of a dropped free.
+    pub(crate) fn flush(&self, py: Python<'_>, batch: Vec<Pending>) -> (usize, Option<PyErr>) {
+        if batch.is_empty() {
+            return (0, None);
+        }
+        let core = &self.core;
+        let handles: Vec<Handle> = batch.iter().map(|p| p.handle).collect();
+        if detached(py, || core.free_many(&handles)).is_ok() {
+            for p in &batch {
+                self.counted(p.tag_id, p.nbytes);
+            }
+            self.dequeued(batch.len());
+            return (batch.len(), None);
+        }
+        let mut freed = 0;
+        let mut first_error = None;
+        let mut left = Vec::new();
+        for p in batch {
+            match detached(py, || core.free(p.handle)) {
+                Ok(()) => {
+                    self.counted(p.tag_id, p.nbytes);
+                    freed += 1;
+                    self.dequeued(1);
+                }
+                Err(err) if retry_later(&err) => left.push(p),
+                Err(err) => {
+                    self.dequeued(1);
+                    first_error.get_or_insert_with(|| to_py(err));
+                }
+            }
+        }
+        lock(&self.stranded).extend(left);
+        (freed, first_error)
+    }
+
+    /// Count a free made here under the block's tag, and give back the block's hold on it.
+    pub(crate) fn counted(&self, tag_id: u32, nbytes: usize) {
+        let core = &self.core;
+        core.tags().on_free(tag_id, 1, nbytes);
+        if !core.tags().is_named(tag_id) {
+            core.release_tag(tag_id, 1);
+        }
+    }
+
+    /// Free a block whose last reference went, without waiting: stranded when the pool is
+    /// paused by another thread or the block is pinned.
+    pub(crate) fn free_collected(&self, item: Pending) {
+        self.note_collected();
+        match self.core.try_free(item.handle) {
+            Ok(()) => self.counted(item.tag_id, item.nbytes),
+            Err(err) if retry_later(&err) => self.strand(item),
+            // Freed already through its raw handle: nothing to do.
+            Err(_) => {}
+        }
+    }
+}
+
+impl Drop for PendingFrees {
+    /// The pool object and every scope are gone: free what still waits (best effort; a block
+    /// still pinned then stays allocated).
+    fn drop(&mut self) {
+        let rest: Vec<Pending> = self
+            .deferred
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .chain(self.stranded.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..))
+            .collect();
+        for p in rest {
+            if self.core.try_free(p.handle).is_ok() {
+                self.counted(p.tag_id, p.nbytes);
+            }
+        }
+    }
+}
