@@ -30,7 +30,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from npumem._core import Pool
 from npumem.errors import (
@@ -46,7 +46,7 @@ from npumem.tiers.block import FAST, SLOW, Tier, TieredBlock, TierKind
 from npumem.tiers.events import EventKind, TierEvent
 from npumem.tiers.movers import TierMover, host_copy
 from npumem.tiers.observe import TierSnapshot
-from npumem.tiers.policy import FrequencyPolicy, Policy
+from npumem.tiers.policy import FrequencyPolicy, Heat, Policy
 from npumem.tiers.report import RebalanceReport, TierMove, TierStats, TierUsage
 
 __all__ = ["TieredPool"]
@@ -143,8 +143,10 @@ class TieredPool:
         self.slow = slow
         self.movers = movers
         self.fast_max_block = fast_max_block
-        self.policy: Policy = policy
+        self._policy: Policy = policy
         self._core_of = core_of if core_of is not None else _RoundRobinCores(len(fast))
+        self._ncores = len(fast)
+        self._admit = policy.admit
         self._lock = threading.RLock()
         self._clock = 0
         self._resident: list[set[TieredBlock]] = [set() for _ in fast]
@@ -180,6 +182,22 @@ class TieredPool:
     # Allocation
 
     @property
+    def policy(self) -> Policy:
+        """The promotion policy; assigning another one takes effect at the next call."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        if not isinstance(policy, Policy):
+            raise ArgumentTypeError(
+                "policy must have name, moves, per_byte, admit(), touch() and score(), "
+                f"got {type(policy).__name__}"
+            )
+        with self._lock:
+            self._policy = policy
+            self._admit = policy.admit
+
+    @property
     def cores(self) -> int:
         """Number of fast pools (one per core)."""
         return len(self.fast)
@@ -211,20 +229,12 @@ class TieredPool:
         align: int | None = None,
     ) -> TieredBlock:
         """A block of ``nbytes`` placed by the rules in the module docstring."""
-        home = self._core(core)
-        if tier is not None and tier not in (FAST, SLOW):
-            raise InvalidArgumentError(f"tier must be 'fast', 'slow' or None, got {tier!r}")
+        home = int(self._core_of()) % self._ncores if core is None else self._core(core)
         spilled = False
-        if tier == FAST:
-            block = self.fast[home].alloc(nbytes, align=align, tag=tag)
-            where: int | None = home
-        elif tier == SLOW:
-            block = self.slow.alloc(nbytes, align=align, tag=tag)
-            where = None
-        else:
-            where = None
-            fits_rule = self.fast_max_block is None or nbytes <= self.fast_max_block
-            if fits_rule and self.policy.admit(nbytes, hot):
+        if tier is None:
+            where: int | None = None
+            limit = self.fast_max_block
+            if (limit is None or nbytes <= limit) and self._admit(nbytes, hot):
                 try:
                     block = self.fast[home].alloc(nbytes, align=align, tag=tag)
                     where = home
@@ -232,6 +242,14 @@ class TieredPool:
                     spilled = True
             if where is None:
                 block = self.slow.alloc(nbytes, align=align, tag=tag)
+        elif tier == FAST:
+            block = self.fast[home].alloc(nbytes, align=align, tag=tag)
+            where = home
+        elif tier == SLOW:
+            block = self.slow.alloc(nbytes, align=align, tag=tag)
+            where = None
+        else:
+            raise InvalidArgumentError(f"tier must be 'fast', 'slow' or None, got {tier!r}")
         tb = TieredBlock(self, block, where, home, align, nbytes)
         with self._lock:
             tb.serial = next(self._serials)
@@ -253,7 +271,9 @@ class TieredPool:
         if type(tb) is not TieredBlock or tb._owner is not self:
             self._check_own(tb)
         with self._lock:
-            block = tb.block
+            block = tb._block
+            if block is None:
+                raise InvalidHandleError("the tiered block was freed")
             block.free()
             tb._block = None
             if self._recording is not None:
@@ -294,6 +314,40 @@ class TieredPool:
             self._bytes_accessed += count * tb._nbytes
             if self._recording is not None:
                 self._note("touch", tb, count=count)
+
+    def touch_many(self, blocks: Iterable[TieredBlock]) -> None:
+        """Record one access of each block of `blocks`, in order, under one acquisition of
+        the lock: the same figures as `touch(tb)` for each, at a fraction of the cost. A block
+        of another tiered pool or a freed one raises before anything is recorded."""
+        tbs = blocks if isinstance(blocks, list | tuple) else list(blocks)
+        for tb in tbs:
+            if type(tb) is not TieredBlock or tb._owner is not self:
+                self._check_own(tb)
+        with self._lock:
+            for tb in tbs:
+                if tb._block is None:
+                    raise InvalidHandleError("the tiered block was freed")
+            touch = self.policy.touch
+            fast, slow = self._fast_counts, self._slow_counts
+            clock = self._clock
+            accessed = 0
+            recording = self._recording
+            for tb in tbs:
+                heat = tb._heat
+                if heat is None:
+                    heat = tb._heat = Heat()
+                touch(heat, clock)
+                clock += 1
+                nbytes = tb._nbytes
+                core = tb._core
+                counts = slow if core is None else fast[core]
+                counts.hits += 1
+                counts.hit_bytes += nbytes
+                accessed += nbytes
+                if recording is not None:
+                    recording.append(TierEvent("touch", tb.serial, count=1))
+            self._clock = clock
+            self._bytes_accessed += accessed
 
     @property
     def accesses(self) -> int:

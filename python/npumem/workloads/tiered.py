@@ -45,9 +45,11 @@ __all__ = [
     "MIXES",
     "POLICIES",
     "TieredDemoResult",
+    "WeightModel",
     "make_policy",
     "report_tiered_demo",
     "run_tiered_demo",
+    "weight_models",
     "write_tier_outputs",
 ]
 
@@ -77,7 +79,10 @@ def make_policy(name: str, fast_max_block: int) -> Policy:
 
 
 @dataclass
-class _Model:
+class WeightModel:
+    """A model as the tiered demos see it: its weight tensors, which op reads which, and its
+    activation bytes."""
+
     name: str
     weights: list[tuple[str, int]]
     """Weight tensors: name and bytes."""
@@ -87,7 +92,8 @@ class _Model:
     """Activation bytes of one sample (the most bytes live at once)."""
 
 
-def _models() -> list[_Model]:
+def weight_models() -> list[WeightModel]:
+    """ResNet-50, MobileNetV2 and a 4-layer BERT-base text model (one token), float16."""
     graphs = [
         networks.resnet50(dtype="float16"),
         networks.mobilenet_v2(dtype="float16"),
@@ -99,7 +105,7 @@ def _models() -> list[_Model]:
         index = {n: i for i, (n, _) in enumerate(weights)}
         op_weights = [[index[x] for x in op.inputs if x in index] for op in graph.ops]
         arena = live_bytes(Problem.from_graph(graph, alignment=64))
-        out.append(_Model(name, weights, op_weights, arena))
+        out.append(WeightModel(name, weights, op_weights, arena))
     return out
 
 
@@ -169,7 +175,7 @@ def run_tiered_demo(
     on_request: Callable[[], object] | None = None,
 ) -> TieredDemoResult:
     """Run the tiered demo (see the module docstring) and compare the policies."""
-    models = _models()
+    models = weight_models()
     rng = random.Random(seed)
     if mix not in MIXES:
         raise ValueError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")

@@ -1,0 +1,102 @@
+"""The tiered pool's batched accesses (`touch_many`), the policy set after construction, and
+the main demo served through a `TieredPool` (`run_demo(tiers=True)`)."""
+
+from __future__ import annotations
+
+import pytest
+
+import npumem
+from npumem.errors import ArgumentTypeError, InvalidHandleError
+from npumem.tiers import FrequencyPolicy, SizeOnlyPolicy, TieredPool
+
+MIB = 1 << 20
+
+
+def make(cores: int = 2, fast: int = 4 * MIB, **kwargs: object) -> TieredPool:
+    return TieredPool(
+        fast=[npumem.Pool(fast, cores=1, name=f"sram{c}") for c in range(cores)],
+        slow=npumem.Pool(64 * MIB, cores=2, name="hbm"),
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_touch_many_gives_the_figures_of_touch_one_by_one() -> None:
+    one, many = make(), make()
+    figures = []
+    for mem in (one, many):
+        blocks = [
+            mem.alloc(1000 * (i + 1), core=i % 2, hot=i % 3 == 0, tag=str(i)) for i in range(9)
+        ]
+        order = [blocks[i % 9] for i in (0, 4, 4, 8, 1, 0, 7, 3, 3, 3, 2, 5, 6)]
+        mem.record()
+        if mem is one:
+            for tb in order:
+                mem.touch(tb)
+        else:
+            mem.touch_many(order)
+            mem.touch_many(iter(order[:2]))  # any iterable
+        if mem is one:
+            mem.touch(order[0])
+            mem.touch(order[1])
+        events = mem.stop_recording()
+        figures.append(
+            (
+                mem.stats(),
+                [(tb.heat.value, tb.heat.last, tb.heat.count) for tb in blocks],
+                [(e.kind, e.serial, e.count) for e in events],
+            )
+        )
+    assert figures[0] == figures[1]
+    assert figures[0][0].accesses == 15
+
+
+def test_touch_many_refuses_a_freed_or_foreign_block_before_recording() -> None:
+    mem, other = make(), make()
+    a, b = mem.alloc(100, core=0), mem.alloc(100, core=0)
+    b.free()
+    with pytest.raises(InvalidHandleError):
+        mem.touch_many([a, b])
+    with pytest.raises(InvalidHandleError):
+        mem.touch_many([a, other.alloc(100, core=0)])
+    with pytest.raises(ArgumentTypeError):
+        mem.touch_many([a, "x"])  # type: ignore[list-item]
+    assert mem.stats().accesses == 0 and a.heat.count == 0
+
+
+def test_a_policy_set_later_places_the_next_blocks() -> None:
+    mem = make()
+    assert mem.alloc(100, core=0).tier == "slow"
+    mem.policy = SizeOnlyPolicy(4096)
+    assert mem.alloc(100, core=0).tier == "fast" and mem.stats().policy == "size-only"
+    with pytest.raises(ArgumentTypeError):
+        mem.policy = "lru"  # type: ignore[assignment]
+    assert isinstance(mem.policy, SizeOnlyPolicy)
+    mem.policy = FrequencyPolicy()
+    assert mem.alloc(100, core=0).tier == "slow"
+
+
+def test_the_main_demo_serves_its_weights_through_a_tiered_pool() -> None:
+    from npumem.workloads.demo import run_demo
+    from npumem.workloads.models import build_models
+
+    result = run_demo(requests=24, workers=2, seed=3, interval=0.05, tiers=True)
+    assert result.ok and result.tiers is not None
+    tiers = result.tiers
+    assert tiers.cores == 2 and tiers.live.accesses > 0
+    assert tiers.live.promotions > 0, "the rebalances move hot weights into SRAM"
+    assert tiers.live.hit_rate > 0
+    assert set(tiers.compared) == {"frequency", "lru", "size-only"}
+    # One block per weight tensor: the demo pool (HBM) holds many weight blocks, and the
+    # weights of each model take its parameter bytes in all, across the tiers.
+    assert tiers.snapshot is not None
+    weights = {m.name: m.weight_bytes for m in build_models(batches=(1,))}
+    held: dict[str, int] = {}
+    for snap in tiers.snapshot.snapshots.values():
+        for blk in snap.blocks:
+            if blk.tag and blk.tag.endswith(".weights"):
+                name = blk.tag.removesuffix(".weights")
+                held[name] = held.get(name, 0) + blk.nbytes
+    assert held == weights
+    end_weights = [b for b in result.end_snapshot.blocks if b.tag == "resnet50.weights"]
+    assert len(end_weights) > 1
+    assert result.final is not None and result.final.bytes_in_use == 0
