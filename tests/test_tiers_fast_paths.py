@@ -100,3 +100,20 @@ def test_the_main_demo_serves_its_weights_through_a_tiered_pool() -> None:
     end_weights = [b for b in result.end_snapshot.blocks if b.tag == "resnet50.weights"]
     assert len(end_weights) > 1
     assert result.final is not None and result.final.bytes_in_use == 0
+
+
+def test_blocks_placed_without_the_lock_join_the_books() -> None:
+    mem = make(cores=2, fast=64 * 1024)
+    hot = [mem.alloc(16 * 1024, core=1, hot=True) for _ in range(6)]  # 4 fit, 2 spill
+    cold = [mem.alloc(1000, core=0) for _ in range(3)]
+    hot[0].free()  # freed before any call that takes the lock lists it
+    cold[0].free()
+    stats = mem.stats()
+    assert [t.allocs for t in stats.fast] == [0, 4] and stats.slow.allocs == 5
+    assert [t.spills for t in stats.fast] == [0, 2]
+    assert [t.blocks for t in stats.fast] == [0, 3] and stats.slow.blocks == 4
+    assert mem.check() == 7 and len(mem.blocks()) == 7
+    # Freeing takes the lock and enters what was placed meanwhile.
+    extra = mem.alloc(100, core=0, tier="fast")
+    cold[1].free()
+    assert extra in mem.blocks() and mem.stats().fast[0].allocs == 1

@@ -87,7 +87,11 @@ class FrequencyPolicy:
         return float(heat.value * 0.5 ** ((now - heat.last) / self.half_life))
 
     def touch(self, heat: Heat, now: int) -> None:
-        heat.value = self._decayed(heat, now) + 1.0
+        last = heat.last
+        if last < 0:
+            heat.value = 1.0
+        else:
+            heat.value = float(heat.value * 0.5 ** ((now - last) / self.half_life)) + 1.0
         heat.last = now
         heat.count += 1
 

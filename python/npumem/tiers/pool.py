@@ -16,7 +16,8 @@ hottest blocks of the slow tier and the coldest of each fast tier, within a byte
 blocks and blocks with live views never move; a move that fails changes nothing. Handles
 (:class:`~npumem.tiers.block.TieredBlock`) stay valid across moves.
 
-Thread safety: allocation itself runs in the lock-free pools; the tiered pool's bookkeeping
+Thread safety: allocation runs in the lock-free pools and does not take the tiered pool's
+lock (a new block joins the books at the next call that takes it); the tiered pool's bookkeeping
 (membership, counters, moves) is guarded by one lock. A move checks that the block has no pins
 or views and holds the lock while it copies; a view taken on ``tb.block`` while a move of the
 same block is under way could be taken on the old place, so take views with
@@ -30,6 +31,7 @@ import itertools
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from npumem._core import Pool
@@ -154,6 +156,7 @@ class TieredPool:
         self._fast_counts = [_Counters() for _ in fast]
         self._slow_counts = _Counters()
         self._serials = itertools.count()
+        self._placed: deque[tuple[TieredBlock, bool]] = deque()
         self._bytes_accessed = 0
         self._recording: list[TierEvent] | None = None
 
@@ -229,48 +232,78 @@ class TieredPool:
         align: int | None = None,
     ) -> TieredBlock:
         """A block of ``nbytes`` placed by the rules in the module docstring."""
-        home = int(self._core_of()) % self._ncores if core is None else self._core(core)
+        if core is None:
+            home = int(self._core_of()) % self._ncores
+        elif core.__class__ is int and 0 <= core < self._ncores:
+            home = core
+        else:
+            home = self._core(core)
         spilled = False
+        plain = align is None and tag is None  # a call without keywords costs less
         if tier is None:
             where: int | None = None
             limit = self.fast_max_block
             if (limit is None or nbytes <= limit) and self._admit(nbytes, hot):
+                pool = self.fast[home]
                 try:
-                    block = self.fast[home].alloc(nbytes, align=align, tag=tag)
+                    block = (
+                        pool.alloc(nbytes) if plain else pool.alloc(nbytes, align=align, tag=tag)
+                    )
                     where = home
                 except OutOfMemoryError:
                     spilled = True
             if where is None:
-                block = self.slow.alloc(nbytes, align=align, tag=tag)
+                pool = self.slow
+                block = pool.alloc(nbytes) if plain else pool.alloc(nbytes, align=align, tag=tag)
         elif tier == FAST:
-            block = self.fast[home].alloc(nbytes, align=align, tag=tag)
+            pool = self.fast[home]
+            block = pool.alloc(nbytes) if plain else pool.alloc(nbytes, align=align, tag=tag)
             where = home
         elif tier == SLOW:
-            block = self.slow.alloc(nbytes, align=align, tag=tag)
+            pool = self.slow
+            block = pool.alloc(nbytes) if plain else pool.alloc(nbytes, align=align, tag=tag)
             where = None
         else:
             raise InvalidArgumentError(f"tier must be 'fast', 'slow' or None, got {tier!r}")
         tb = TieredBlock(self, block, where, home, align, nbytes)
-        with self._lock:
-            tb.serial = next(self._serials)
-            if self._recording is not None:
+        tb.serial = next(self._serials)
+        if self._recording is None:
+            # Without the lock: the placement joins the books at the next call that takes it.
+            self._placed.append((tb, spilled))
+        else:
+            with self._lock:
                 self._note("alloc", tb, nbytes=nbytes, core=home, tier=tier, hot=hot, tag=tag)
-            if where is None:
-                self._slow_blocks.add(tb)
-                self._slow_counts.allocs += 1
-            else:
-                self._resident[where].add(tb)
-                self._fast_counts[where].allocs += 1
-            if spilled:
-                self._fast_counts[home].spills += 1
+                self._placed.append((tb, spilled))
+                self._fold()
         return tb
+
+    def _fold(self) -> None:
+        """Enter the blocks placed since the last call into the books; the caller holds the
+        lock. Blocks freed meanwhile count as allocations and are not listed."""
+        placed = self._placed
+        fast, slow = self._fast_counts, self._slow_counts
+        while placed:
+            tb, spilled = placed.popleft()
+            core = tb._core
+            if core is None:
+                slow.allocs += 1
+                if spilled:
+                    fast[tb.home].spills += 1
+                if tb._block is not None:
+                    self._slow_blocks.add(tb)
+            else:
+                fast[core].allocs += 1
+                if tb._block is not None:
+                    self._resident[core].add(tb)
 
     def free(self, tb: TieredBlock) -> None:
         """Give ``tb``'s bytes back to their tier. A pinned block raises
         :class:`~npumem.errors.PinnedBlockError` and stays allocated."""
         if type(tb) is not TieredBlock or tb._owner is not self:
             self._check_own(tb)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             block = tb._block
             if block is None:
                 raise InvalidHandleError("the tiered block was freed")
@@ -282,6 +315,10 @@ class TieredPool:
                 self._slow_blocks.discard(tb)
             else:
                 self._resident[tb._core].discard(tb)
+            if self._placed:
+                self._fold()
+        finally:
+            lock.release()
 
     def _view(self, tb: TieredBlock) -> memoryview:
         self._check_own(tb)
@@ -301,19 +338,34 @@ class TieredPool:
         """Record ``count`` accesses of ``tb``: the policy's heat, and a hit of its tier."""
         if type(tb) is not TieredBlock or tb._owner is not self:
             self._check_own(tb)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if tb._block is None:
                 raise InvalidHandleError("the tiered block was freed")
-            counts = self._slow_counts if tb._core is None else self._fast_counts[tb._core]
-            touch, heat = self.policy.touch, tb.heat
-            for _ in range(count):
-                touch(heat, self._clock)
-                self._clock += 1
+            core = tb._core
+            counts = self._slow_counts if core is None else self._fast_counts[core]
+            heat = tb._heat
+            if heat is None:
+                heat = tb._heat = Heat()
+            touch = self._policy.touch
+            clock = self._clock
+            if count == 1:
+                touch(heat, clock)
+                self._clock = clock + 1
+            else:
+                for _ in range(count):
+                    touch(heat, clock)
+                    clock += 1
+                self._clock = clock
+            nbytes = count * tb._nbytes
             counts.hits += count
-            counts.hit_bytes += count * tb._nbytes
-            self._bytes_accessed += count * tb._nbytes
+            counts.hit_bytes += nbytes
+            self._bytes_accessed += nbytes
             if self._recording is not None:
                 self._note("touch", tb, count=count)
+        finally:
+            lock.release()
 
     def touch_many(self, blocks: Iterable[TieredBlock]) -> None:
         """Record one access of each block of `blocks`, in order, under one acquisition of
@@ -366,6 +418,7 @@ class TieredPool:
         """
         self._check_own(tb)
         with self._lock:
+            self._fold()
             target = tb.home if core is None else self._core(core)
             if tb.block is not None and tb._core == target:
                 return
@@ -377,6 +430,7 @@ class TieredPool:
         """Move ``tb`` into the slow pool (same errors as :meth:`promote`)."""
         self._check_own(tb)
         with self._lock:
+            self._fold()
             if tb.block is not None and tb._core is None:
                 return
             if self._recording is not None:
@@ -441,6 +495,7 @@ class TieredPool:
             return report
         budget = math.inf if max_bytes is None else max_bytes
         with self._lock:
+            self._fold()
             if self._recording is not None:
                 self._note("rebalance", max_bytes=max_bytes)
             now = self._clock
@@ -523,6 +578,7 @@ class TieredPool:
         """Per tier and per core: capacity, bytes in use, blocks, hits, allocations,
         promotions, demotions and spills."""
         with self._lock:
+            self._fold()
             fast = tuple(
                 TierUsage(
                     FAST,
@@ -574,6 +630,7 @@ class TieredPool:
         from npumem.errors import CorruptionError
 
         with self._lock:
+            self._fold()
             for pool in (*self.fast, self.slow):
                 pool.check()
             listed = [(tb, self.fast[c]) for c, r in enumerate(self._resident) for tb in r]
@@ -589,6 +646,7 @@ class TieredPool:
     def blocks(self) -> list[TieredBlock]:
         """Every live tiered block, fast tiers first."""
         with self._lock:
+            self._fold()
             out = [tb for resident in self._resident for tb in resident]
             return out + list(self._slow_blocks)
 
