@@ -117,3 +117,19 @@ def test_blocks_placed_without_the_lock_join_the_books() -> None:
     extra = mem.alloc(100, core=0, tier="fast")
     cold[1].free()
     assert extra in mem.blocks() and mem.stats().fast[0].allocs == 1
+
+
+@pytest.mark.parametrize(("candidate_accesses", "swapped"), [(80, False), (120, True)])
+def test_rebalance_demotes_only_for_more_accesses_in_all(
+    candidate_accesses: int, swapped: bool
+) -> None:
+    # The candidate is denser (accesses per byte) than the resident either way; it takes the
+    # resident's place only when it also serves more accesses in all.
+    mem = make(cores=1, fast=64 * 1024, policy=FrequencyPolicy(half_life=1e9))
+    resident = mem.alloc(48 * 1024, core=0, tier="fast")
+    candidate = mem.alloc(32 * 1024, core=0)
+    mem.touch(resident, 100)
+    mem.touch(candidate, candidate_accesses)
+    report = mem.rebalance()
+    assert (candidate.tier, resident.tier) == (("fast", "slow") if swapped else ("slow", "fast"))
+    assert len(report.moves) == (2 if swapped else 0)

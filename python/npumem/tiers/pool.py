@@ -504,14 +504,14 @@ class TieredPool:
 
             def score(tb: TieredBlock) -> float:
                 value = policy.score(tb.heat, now)
-                return value / tb.nbytes if per_byte else value
+                return value / tb._nbytes if per_byte else value
 
             limit = self.fast_max_block
             for core in range(len(self.fast)):
                 candidates = [
                     (score(tb), tb)
                     for tb in self._slow_blocks
-                    if tb.home == core and (limit is None or tb.nbytes <= limit)
+                    if tb.home == core and (limit is None or tb._nbytes <= limit)
                 ]
                 candidates = [c for c in candidates if c[0] > 0]
                 candidates.sort(key=lambda c: -c[0])
@@ -526,6 +526,10 @@ class TieredPool:
                     if tb.pins:
                         report.skipped_pinned += 1
                         continue
+                    # Per byte, a block's accesses are its score times its size: the blocks
+                    # demoted for it must serve fewer accesses in all than it does.
+                    gain = hotness * tb._nbytes if per_byte else math.inf
+                    loss = 0.0
                     while True:
                         try:
                             self._move(tb, Tier(FAST, core))
@@ -555,6 +559,9 @@ class TieredPool:
                                 continue
                             if budget < vtb.nbytes + tb.nbytes:
                                 continue
+                            if per_byte and loss + vscore * vtb._nbytes >= gain:
+                                cold -= 1  # it may still make room for a block of more accesses
+                                break
                             victim = (vscore, vtb)
                         if victim is None:
                             break
@@ -565,6 +572,7 @@ class TieredPool:
                             report.failed += 1
                             break
                         budget -= vtb.nbytes
+                        loss += vscore * vtb._nbytes
                         report.moves.append(
                             TierMove(vtb.tag, vtb.nbytes, Tier(FAST, core), Tier(SLOW), vscore)
                         )
