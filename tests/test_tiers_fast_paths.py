@@ -133,3 +133,33 @@ def test_rebalance_demotes_only_for_more_accesses_in_all(
     report = mem.rebalance()
     assert (candidate.tier, resident.tier) == (("fast", "slow") if swapped else ("slow", "fast"))
     assert len(report.moves) == (2 if swapped else 0)
+
+
+def test_prometheus_pool_metrics_carry_the_tier_label() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from npumem.monitor.prometheus import COUNTERS, GAUGES
+    from npumem.tiers.prometheus import TierCollector
+
+    mem = make(cores=2)
+    mem.alloc(4096, core=1, hot=True)
+    mem.alloc(8192, core=0)
+    registry = CollectorRegistry()
+    registry.register(TierCollector(mem, pools=True))
+    text = generate_latest(registry).decode()
+    assert 'npumem_in_use_bytes{core="1",pool="sram1",tier="fast"} 4096.0' in text
+    assert 'npumem_in_use_bytes{core="0",pool="sram0",tier="fast"} 0.0' in text
+    assert 'npumem_allocs_total{core="",pool="hbm",tier="slow"} 1.0' in text
+    for metric, _, _ in (*GAUGES, *COUNTERS):
+        name = metric if metric in text else metric.removesuffix("_total")
+        lines = [line for line in text.splitlines() if line.startswith(name + "{")]
+        assert len(lines) == 3 and all('tier="' in line for line in lines), metric
+    # Without pools=True only the tier metrics: it registers next to a PrometheusCollector.
+    from npumem.monitor import PrometheusCollector
+
+    plain = CollectorRegistry()
+    plain.register(TierCollector(mem))
+    plain.register(PrometheusCollector(*mem.fast, mem.slow))
+    assert "npumem_tier_hits_total" in generate_latest(plain).decode()
+    with pytest.raises(ArgumentTypeError):
+        TierCollector(mem, pools=1)  # type: ignore[arg-type]
