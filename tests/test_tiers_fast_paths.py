@@ -163,3 +163,44 @@ def test_prometheus_pool_metrics_carry_the_tier_label() -> None:
     assert "npumem_tier_hits_total" in generate_latest(plain).decode()
     with pytest.raises(ArgumentTypeError):
         TierCollector(mem, pools=1)  # type: ignore[arg-type]
+
+
+def test_frequency_policy_admits_small_cold_blocks_while_there_is_room() -> None:
+    from npumem.errors import InvalidArgumentError
+
+    mem = make(cores=1, fast=64 * 1024, policy=FrequencyPolicy(admit_cold=16 * 1024))
+    small = [mem.alloc(16 * 1024, core=0) for _ in range(5)]  # 4 fit, the fifth spills
+    assert [tb.tier for tb in small] == ["fast"] * 4 + ["slow"]
+    assert mem.alloc(16 * 1024 + 1, core=0).tier == "slow"
+    assert mem.stats().fast[0].spills == 1
+    # A small cold block never touched is the first to make room for a hot one.
+    small[-1].free()
+    mem.policy = FrequencyPolicy(admit_cold=0)
+    hot = mem.alloc(16 * 1024, core=0)
+    assert hot.tier == "slow"
+    mem.touch(hot, 5)
+    report = mem.rebalance()
+    assert hot.tier == "fast" and report.promotions == 1 and report.demotions == 1
+    assert "admit_cold=16384" in repr(FrequencyPolicy(admit_cold=16384))
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InvalidArgumentError):
+            FrequencyPolicy(admit_cold=bad)  # type: ignore[arg-type]
+
+
+def test_synthetic_events_are_reproducible_and_replay() -> None:
+    from npumem.tiers import replay
+    from npumem.workloads.tiered import make_policy, synthetic_events
+
+    a = synthetic_events(5, cores=2, blocks=40, accesses=3000)
+    assert a == synthetic_events(5, cores=2, blocks=40, accesses=3000)
+    assert a != synthetic_events(6, cores=2, blocks=40, accesses=3000)
+    kinds = {e.kind for e in a}
+    assert {"alloc", "touch", "free", "rebalance"} <= kinds
+    mem = TieredPool(
+        [npumem.Pool(MIB, cores=1) for _ in range(2)],
+        npumem.Pool(1 << 30, cores=2),
+        policy=make_policy("frequency", MIB),
+    )
+    stats = replay(a, mem)
+    assert stats.accesses == sum(e.count for e in a if e.kind == "touch") > 3000
+    assert 0 < stats.hit_rate < 1

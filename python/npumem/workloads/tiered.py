@@ -42,6 +42,7 @@ from npumem.tiers.report import TierStats
 from npumem.tiers.trace import replay
 
 __all__ = [
+    "COLD_ADMIT",
     "MIXES",
     "POLICIES",
     "TieredDemoResult",
@@ -49,6 +50,7 @@ __all__ = [
     "make_policy",
     "report_tiered_demo",
     "run_tiered_demo",
+    "synthetic_events",
     "weight_models",
     "write_tier_outputs",
 ]
@@ -67,9 +69,17 @@ MIXES = {
 requests are split evenly between the phases). ``steady`` is the demo's mix."""
 
 
+COLD_ADMIT = 64 << 10
+"""The demo's frequency policy admits cold blocks of at most this many bytes at allocation
+(`FrequencyPolicy(admit_cold=...)`)."""
+
+
 def make_policy(name: str, fast_max_block: int) -> Policy:
-    """The policy called ``name`` (one of :data:`POLICIES`)."""
+    """The policy called `name` (one of `POLICIES`, or `frequency-hot-only`: the frequency
+    policy that admits only `hot` blocks at allocation)."""
     if name == "frequency":
+        return FrequencyPolicy(admit_cold=COLD_ADMIT)
+    if name == "frequency-hot-only":
         return FrequencyPolicy()
     if name == "lru":
         return LRUPolicy()
@@ -314,3 +324,50 @@ def report_tiered_demo(console: Console, result: TieredDemoResult) -> None:
             f"{s.spills:,}",
         )
     console.print(table)
+
+
+def synthetic_events(
+    seed: int = 0,
+    *,
+    cores: int = 4,
+    blocks: int = 400,
+    accesses: int = 150_000,
+    phases: int = 3,
+    scratch: bool = True,
+    rebalance_bytes: int = 2 * MIB,
+) -> list[TierEvent]:
+    """A recorded synthetic run, for comparing policies beyond the demo's accesses: `blocks`
+    long-lived blocks of 1 KiB to 8 MiB (log-uniform; a fifth allocated `hot`), homed on the
+    cores in turn, read `accesses` times in batches of 200 with Zipf popularity (exponent 0.9)
+    whose ranking is drawn anew in each of `phases` phases; with `scratch`, each batch also
+    allocates three short-lived `hot` blocks of 4 KiB to 2 MiB, touches each 1 to 30 times
+    and frees it. A rebalance of at most `rebalance_bytes` follows each batch."""
+    rng = random.Random(seed)
+    mem = TieredPool(
+        [npumem.Pool(64 * MIB, cores=1) for _ in range(cores)],
+        npumem.Pool(4096 * MIB, cores=cores),
+        policy=FrequencyPolicy(),
+    )
+    mem.record()
+    sizes = [int(2 ** rng.uniform(10, 23)) for _ in range(blocks)]
+    held = [mem.alloc(n, core=i % cores, hot=rng.random() < 0.2) for i, n in enumerate(sizes)]
+    for _ in range(phases):
+        order = list(range(blocks))
+        rng.shuffle(order)
+        popularity = [0.0] * blocks
+        for rank, i in enumerate(order):
+            popularity[i] = 1.0 / (rank + 1) ** 0.9
+        done = 0
+        while done < accesses // phases:
+            mem.touch_many([held[i] for i in rng.choices(range(blocks), popularity, k=200)])
+            done += 200
+            if scratch:
+                for _ in range(3):
+                    nbytes = int(2 ** rng.uniform(12, 21))
+                    tb = mem.alloc(nbytes, core=rng.randrange(cores), hot=True)
+                    mem.touch(tb, rng.randint(1, 30))
+                    tb.free()
+            mem.rebalance(rebalance_bytes)
+    for tb in held:
+        tb.free()
+    return mem.stop_recording()
