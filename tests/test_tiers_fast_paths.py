@@ -204,3 +204,50 @@ def test_synthetic_events_are_reproducible_and_replay() -> None:
     stats = replay(a, mem)
     assert stats.accesses == sum(e.count for e in a if e.kind == "touch") > 3000
     assert 0 < stats.hit_rate < 1
+
+
+def test_threads_allocate_without_the_lock_while_others_rebalance() -> None:
+    import threading
+
+    mem = make(cores=4, fast=256 * 1024, policy=FrequencyPolicy(admit_cold=4096))
+    allocated = [0] * 4
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def worker(core: int) -> None:
+        try:
+            kept = []
+            for i in range(600):
+                tb = mem.alloc(512 + 97 * (i % 50), core=core, hot=i % 3 == 0)
+                allocated[core] += 1
+                mem.touch_many([tb, tb])
+                if i % 4 == 0:
+                    kept.append(tb)
+                else:
+                    tb.free()
+            for tb in kept[::2]:
+                tb.free()
+        except BaseException as exc:
+            errors.append(exc)
+
+    def mover() -> None:
+        try:
+            while not stop.is_set():
+                mem.rebalance(64 * 1024)
+                mem.stats()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(c,)) for c in range(4)]
+    background = threading.Thread(target=mover)
+    background.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    background.join()
+    assert not errors, errors
+    stats = mem.stats()
+    assert sum(t.allocs for t in stats.fast) + stats.slow.allocs == sum(allocated) == 2400
+    assert mem.check() == 4 * 75 and stats.accesses == 4800
