@@ -6,8 +6,8 @@ the model's graph (plus one block for the rest of the model's parameters, the em
 in HBM), so that single tensors can be promoted. The service (`TieredService`, the demo's
 `Service` with three hooks) reads each op's weights when it serves a vision request, and every
 layer's weights at the prefill and at every generated token of a text request: each read is a
-`touch`, batched per request or token (`TieredPool.touch_many`). Every worker calls
-`rebalance` with a byte budget every few reads. The activation arenas, the KV cache and the
+`touch`, batched per request or token (`TieredPool.touch_many`). Every few reads (all workers
+together) the worker that made the last one calls `rebalance` with a byte budget. The activation arenas, the KV cache and the
 small per-request blocks stay in the demo's pool as without tiers.
 
 The first `record_reads` reads are recorded (`npumem.tiers.trace`) and replayed on fresh
