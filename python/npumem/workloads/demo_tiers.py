@@ -7,8 +7,9 @@ in HBM), so that single tensors can be promoted. The service (`TieredService`, t
 `Service` with three hooks) reads each op's weights when it serves a vision request, and every
 layer's weights at the prefill and at every generated token of a text request: each read is a
 `touch`, batched per request or token (`TieredPool.touch_many`). Every few reads (all workers
-together) the worker that made the last one calls `rebalance` with a byte budget. The activation arenas, the KV cache and the
-small per-request blocks stay in the demo's pool as without tiers.
+together) the worker that made the last one calls `rebalance` with a byte budget. The
+activation arenas, the KV cache and the small per-request blocks stay in the demo's pool as
+without tiers.
 
 The first `record_reads` reads are recorded (`npumem.tiers.trace`) and replayed on fresh
 pools under each policy, so the report compares the policies on the demo's own accesses.
@@ -45,8 +46,8 @@ class DemoTiers:
     """The tiers of one demo run: `workers` fast pools of `sram_per_core` bytes in front of
     `pool`, the policy called `policy` (one of `npumem.workloads.tiered.POLICIES`), blocks
     up to `fast_max_block` bytes in SRAM, a rebalance of at most `rebalance_bytes` every
-    `rebalance_every` reads per worker, the first `record_reads` reads recorded and replayed
-    under each policy of `compare`."""
+    `rebalance_every` reads of all workers together, the first `record_reads` reads recorded
+    and replayed under each policy of `compare`."""
 
     def __init__(
         self,
