@@ -251,3 +251,16 @@ def test_threads_allocate_without_the_lock_while_others_rebalance() -> None:
     stats = mem.stats()
     assert sum(t.allocs for t in stats.fast) + stats.slow.allocs == sum(allocated) == 2400
     assert mem.check() == 4 * 75 and stats.accesses == 4800
+
+
+def test_rebalance_starts_at_the_next_core_each_time() -> None:
+    # A budget of one block per rebalance: core 0 always has a candidate, yet core 1's block
+    # is promoted by the second rebalance.
+    mem = make(cores=2, policy=FrequencyPolicy())
+    zero = [mem.alloc(4096, core=0) for _ in range(3)]
+    one = mem.alloc(4096, core=1)
+    mem.touch_many([*zero, one])
+    first = mem.rebalance(4096)
+    second = mem.rebalance(4096)
+    assert first.promotions == second.promotions == 1
+    assert one.tier == "fast" and sum(tb.tier == "fast" for tb in zero) == 1

@@ -157,6 +157,7 @@ class TieredPool:
         self._slow_counts = _Counters()
         self._serials = itertools.count()
         self._placed: deque[tuple[TieredBlock, bool]] = deque()
+        self._next_core = 0
         self._bytes_accessed = 0
         self._recording: list[TierEvent] | None = None
 
@@ -507,7 +508,12 @@ class TieredPool:
                 return value / tb._nbytes if per_byte else value
 
             limit = self.fast_max_block
-            for core in range(len(self.fast)):
+            # Each rebalance starts at the next core, so that a budget spent early on one core
+            # does not leave the others without moves.
+            first = self._next_core
+            self._next_core = (first + 1) % self._ncores
+            for k in range(self._ncores):
+                core = (first + k) % self._ncores
                 candidates = [
                     (score(tb), tb)
                     for tb in self._slow_blocks
