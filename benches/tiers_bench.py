@@ -4,8 +4,9 @@ Python, and static tiering (the weight placed in SRAM against its upper bound).
     .venv/bin/python benches/tiers_bench.py [--part hits|alloc|static|all] [--time-limit 2]
                                             [--write BENCHMARKS.md]
 
-* ``hits``: the tiered demo (:mod:`npumem.workloads.tiered`) recorded once per mix and SRAM
-  size, and replayed under the frequency policy, LRU and size-only placement;
+* ``hits``: the tiered demo (:mod:`npumem.workloads.tiered`, both mixes), the main demo with
+  tiers and two synthetic runs, each recorded once and replayed under each policy for several
+  SRAM sizes;
 * ``alloc``: medians of ``mem.alloc(n, tier=...).free()`` round trips on each tier, with
   ``pool.alloc(n).free()`` on the same pool as the floor, and of ``mem.touch(tb)``;
 * ``static``: ``plan.solve(problem, pools=[("sram", C), ("hbm", None)])`` on the three bundled
@@ -29,40 +30,72 @@ from pathlib import Path
 import npumem
 from npumem import plan
 from npumem.plan.networks import NETWORKS
-from npumem.tiers import TieredPool
-from npumem.workloads.tiered import MIXES, POLICIES, run_tiered_demo
+from npumem.tiers import TieredPool, TierEvent, replay
+from npumem.workloads.tiered import (
+    COLD_ADMIT,
+    MIXES,
+    make_policy,
+    run_tiered_demo,
+    synthetic_events,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "minimalloc"
 MIB = 1 << 20
 
 
+HIT_POLICIES = ("frequency", "frequency-hot-only", "lru", "size-only")
+HIT_CONFIGS = ((2, 1), (4, 1), (4, 4), (8, 4), (16, 4))  # SRAM per core, largest block (MiB)
+
+
+def _traces(requests: int) -> dict[str, tuple[int, list[TierEvent]]]:
+    """Each trace recorded once: cores and events."""
+    from npumem.workloads.demo import run_demo
+
+    traces: dict[str, tuple[int, list[TierEvent]]] = {}
+    for mix in MIXES:
+        result = run_tiered_demo(requests=requests, mix=mix, compare=())
+        traces[f"tiered demo, {mix}"] = (result.cores, result.events)
+    main = run_demo(requests=requests * 3 // 2, workers=4, tiers=True, interval=0.1).tiers
+    assert main is not None
+    traces["npumem demo --tiers"] = (main.cores, main.events)
+    traces["Zipf, 400 blocks, scratch"] = (4, synthetic_events(1))
+    traces["Zipf, 1500 blocks"] = (4, synthetic_events(2, blocks=1500, scratch=False))
+    return traces
+
+
 def hits(out: list[str], requests: int) -> None:
     out += [
-        "### Fast-tier hit rate by policy, on the demo's accesses",
+        "### Fast-tier hit rate by policy and SRAM size",
         "",
-        f"The tiered demo with 4 cores, {requests} requests, seed 0 (`run_tiered_demo`): one "
-        "live run with the frequency policy, recorded, then replayed on fresh pools under each "
-        "policy. Hit rate: the share of accesses (`touch`) served by SRAM; of the bytes: each "
-        "access weighted by its block's size. Promotions and spills of the replay.",
+        "Each trace is recorded once and replayed on fresh pools (4 cores, host-backed) under "
+        "each policy and SRAM size. Hit rate: the share of accesses (`touch`) served by SRAM. "
+        f"Traces: the tiered demo (`run_tiered_demo`, {requests} requests, seed 0) with the "
+        f"steady and the shifting mix; the main demo with tiers (`run_demo(tiers=True)`, "
+        f"{requests * 3 // 2} requests, 4 workers: its first 4,000 weight reads); two synthetic "
+        "runs (`synthetic_events`: Zipf popularity reshuffled in 3 phases, 1 KiB to 8 MiB "
+        "blocks, one with short-lived hot scratch blocks). `frequency`: decayed access counts "
+        f"per byte, cold blocks up to {COLD_ADMIT // 1024} KiB admitted while there is room; "
+        "`frequency-hot-only`: the same without admitting cold blocks.",
         "",
-        "| mix | SRAM per core | largest SRAM block | policy | hit rate | of the bytes "
-        "| promotions | demotions | spills |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| trace | SRAM per core | largest SRAM block | " + " | ".join(HIT_POLICIES) + " |",
+        "|---|---:|---:|" + "---:|" * len(HIT_POLICIES),
     ]
-    for mix in MIXES:
-        for sram, largest in ((8 * MIB, 4 * MIB), (4 * MIB, 4 * MIB), (4 * MIB, MIB)):
-            result = run_tiered_demo(
-                requests=requests, sram_per_core=sram, fast_max_block=largest, mix=mix
-            )
-            for name in POLICIES:
-                s = result.compared[name]
-                out.append(
-                    f"| {mix} | {sram // MIB} MiB | {largest // MIB} MiB | {name} | "
-                    f"{s.hit_rate:.1%} | {s.byte_hit_rate:.1%} | {s.promotions} | "
-                    f"{s.demotions} | {s.spills} |"
+    for label, (cores, events) in _traces(requests).items():
+        for sram, largest in HIT_CONFIGS:
+            rates = []
+            for name in HIT_POLICIES:
+                mem = TieredPool(
+                    [npumem.Pool(sram * MIB, cores=1) for _ in range(cores)],
+                    npumem.Pool(4096 * MIB, cores=cores),
+                    fast_max_block=largest * MIB,
+                    policy=make_policy(name, largest * MIB),
                 )
-                print(out[-1], file=sys.stderr, flush=True)
+                rates.append(replay(events, mem).hit_rate)
+            best = max(rates)
+            cells = [f"**{r:.1%}**" if r == best else f"{r:.1%}" for r in rates]
+            out.append(f"| {label} | {sram} MiB | {largest} MiB | " + " | ".join(cells) + " |")
+            print(out[-1], file=sys.stderr, flush=True)
     out.append("")
 
 
@@ -72,7 +105,8 @@ def alloc_cost(out: list[str], repeat: int) -> None:
         npumem.Pool(256 * MIB, cores=2, name="hbm"),
     )
     tb = mem.alloc(4096, core=0)
-    env = {"mem": mem, "fast": mem.fast[0], "slow": mem.slow, "tb": tb}
+    many = [mem.alloc(4096, core=i % 2) for i in range(100)]
+    env = {"mem": mem, "fast": mem.fast[0], "slow": mem.slow, "tb": tb, "many": many}
     rows = [
         (
             "mem.alloc(4096, core=0, tier='fast').free()",
@@ -87,6 +121,7 @@ def alloc_cost(out: list[str], repeat: int) -> None:
         ("fast.alloc(4096).free() (the pool alone)", "fast.alloc(4096).free()"),
         ("slow.alloc(4096).free() (the pool alone)", "slow.alloc(4096).free()"),
         ("mem.touch(tb)", "mem.touch(tb)"),
+        ("mem.touch_many(many), per block (100 blocks)", "mem.touch_many(many)"),
     ]
     out += [
         "### Cost of a tiered allocation from Python",
@@ -98,8 +133,10 @@ def alloc_cost(out: list[str], repeat: int) -> None:
         "|---|---:|",
     ]
     for label, stmt in rows:
-        runs = timeit.Timer(stmt, globals=env).repeat(repeat=repeat, number=20_000)
-        out.append(f"| `{label}` | {statistics.median(runs) / 20_000 * 1e9:.0f} |")
+        number = 200 if "many" in stmt else 20_000
+        calls = number * (len(many) if "many" in stmt else 1)
+        runs = timeit.Timer(stmt, globals=env).repeat(repeat=repeat, number=number)
+        out.append(f"| `{label}` | {statistics.median(runs) / calls * 1e9:.0f} |")
         print(out[-1], file=sys.stderr, flush=True)
     out.append("")
 

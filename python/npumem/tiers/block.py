@@ -44,7 +44,7 @@ class TieredBlock:
     """A block of a `TieredPool`: a handle that stays valid when the block
     moves between tiers. Free it with `free` (or use it as a context manager)."""
 
-    __slots__ = ("_align", "_block", "_core", "_nbytes", "_owner", "heat", "home", "serial")
+    __slots__ = ("_align", "_block", "_core", "_heat", "_nbytes", "_owner", "home", "serial")
 
     def __init__(
         self,
@@ -62,10 +62,17 @@ class TieredBlock:
         self._align = align
         self.home = home
         """The core the block belongs to: promotions go to this core's fast pool."""
-        self.heat = Heat()
-        """What the policy remembers of the block's accesses."""
+        self._heat: Heat | None = None
         self.serial = -1
         """The number of the allocation in its tiered pool (0, 1, 2, ...)."""
+
+    @property
+    def heat(self) -> Heat:
+        """What the policy remembers of the block's accesses (made at the first use)."""
+        heat = self._heat
+        if heat is None:
+            heat = self._heat = Heat()
+        return heat
 
     @property
     def block(self) -> Block:

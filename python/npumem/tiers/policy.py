@@ -65,21 +65,29 @@ class FrequencyPolicy:
     """Access counts with exponential decay: each access adds 1, and the count halves every
     `half_life` ticks. Blocks are ranked by count per byte, so that the fast tier serves as
     many accesses as its bytes allow. `hot` blocks are admitted to the fast tier at
-    allocation."""
+    allocation.
+
+    `admit_cold`: cold blocks (not `hot`) of at most this many bytes are admitted too, while
+    the fast tier has room (default 0: none). They cost little SRAM, one that turns hot is
+    served from the start, and one that stays cold scores 0 and is the first to make room
+    at a rebalance."""
 
     name = "frequency"
     moves = True
     per_byte = True
 
-    def __init__(self, half_life: float = 4096.0) -> None:
+    def __init__(self, half_life: float = 4096.0, *, admit_cold: int = 0) -> None:
         if isinstance(half_life, bool) or not isinstance(half_life, int | float):
             raise InvalidArgumentError(f"half_life must be a number, got {half_life!r}")
         if not half_life > 0 or half_life == float("inf"):
             raise InvalidArgumentError(f"half_life must be finite and > 0, got {half_life!r}")
+        if isinstance(admit_cold, bool) or not isinstance(admit_cold, int) or admit_cold < 0:
+            raise InvalidArgumentError(f"admit_cold must be an int >= 0, got {admit_cold!r}")
         self.half_life = float(half_life)
+        self.admit_cold = admit_cold
 
     def admit(self, nbytes: int, hot: bool) -> bool:
-        return hot
+        return hot or nbytes <= self.admit_cold
 
     def _decayed(self, heat: Heat, now: int) -> float:
         if heat.last < 0:
@@ -87,7 +95,11 @@ class FrequencyPolicy:
         return float(heat.value * 0.5 ** ((now - heat.last) / self.half_life))
 
     def touch(self, heat: Heat, now: int) -> None:
-        heat.value = self._decayed(heat, now) + 1.0
+        last = heat.last
+        if last < 0:
+            heat.value = 1.0
+        else:
+            heat.value = float(heat.value * 0.5 ** ((now - last) / self.half_life)) + 1.0
         heat.last = now
         heat.count += 1
 
@@ -95,7 +107,8 @@ class FrequencyPolicy:
         return self._decayed(heat, now)
 
     def __repr__(self) -> str:
-        return f"FrequencyPolicy(half_life={self.half_life:g})"
+        cold = f", admit_cold={self.admit_cold}" if self.admit_cold else ""
+        return f"FrequencyPolicy(half_life={self.half_life:g}{cold})"
 
 
 class LRUPolicy:

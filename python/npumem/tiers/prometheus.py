@@ -15,6 +15,12 @@
 
 The per-pool metrics of `npumem.monitor.PrometheusCollector` stay available for each
 pool; these add what only the tiered pool knows. Needs the `prometheus` extra.
+
+`TierCollector(mem, pools=True)` also exports the per-pool metrics (`npumem_in_use_bytes`,
+`npumem_allocs_total`, ... of `npumem.monitor.prometheus`) of every tier's pool with the same
+`tier`, `core` and `pool` labels, so that every series of a tiered pool can be selected by
+tier; register it instead of a `PrometheusCollector` of those pools (the same names twice in
+one registry are refused).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from npumem.errors import ArgumentTypeError, MissingDependencyError
+from npumem.monitor.prometheus import COUNTERS, GAUGES
+from npumem.tiers.block import Tier
 from npumem.tiers.pool import TieredPool
 from npumem.tiers.report import TierStats, TierUsage
 
@@ -75,11 +83,14 @@ class TierCollector:
     calls `mem.stats()` once. `npumem_tier_hit_ratio` is the fast-tier hit rate, labelled
     with the policy."""
 
-    def __init__(self, mem: TieredPool) -> None:
+    def __init__(self, mem: TieredPool, *, pools: bool = False) -> None:
         _families()
         if not isinstance(mem, TieredPool):
             raise ArgumentTypeError(f"TierCollector takes a TieredPool, got {type(mem).__name__}")
+        if not isinstance(pools, bool):
+            raise ArgumentTypeError(f"pools must be a bool, got {type(pools).__name__}")
         self.mem = mem
+        self.pools = pools
 
     def _labels(self, t: TierUsage) -> list[str]:
         pool = self.mem.slow if t.core is None else self.mem.fast[t.core]
@@ -88,6 +99,16 @@ class TierCollector:
     def _build(self, stats: TierStats | None) -> Iterator[Any]:
         gauge, counter = _families()
         tiers = () if stats is None else (*stats.fast, stats.slow)
+        if self.pools:
+            pool_stats = [
+                (self._labels(t), self.mem.pool_of(Tier(t.tier, t.core)).stats()) for t in tiers
+            ]
+            for families, make in ((GAUGES, gauge), (COUNTERS, counter)):
+                for metric, attr, doc in families:
+                    family = make(metric, doc, labels=_LABELS)
+                    for labels, s in pool_stats:
+                        family.add_metric(labels, float(getattr(s, attr)))
+                    yield family
         for metric, attr, doc in TIER_GAUGES:
             g = gauge(metric, doc, labels=_LABELS)
             for t in tiers:

@@ -36,6 +36,7 @@ from npumem.sizes import format_bytes
 
 if TYPE_CHECKING:
     from npumem.monitor.trace import Trace
+    from npumem.workloads.demo import DemoResult
     from npumem.workloads.replay import ReplayResult
 
 __all__ = ["add_parsers", "replay_json", "run_demo_command", "run_replay_command"]
@@ -108,6 +109,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
                 trace=args.trace,
                 compactor=_compactor,
                 on_request=lambda: progress.advance(task),
+                tiers=args.tiers,
             )
         except npumem.NpumemError as exc:
             err.print(f"npumem demo: error: {exc}", markup=False)
@@ -175,7 +177,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
         top=8,
     )
     if args.tiers:
-        files.update(_run_tiers(args, out, output, workers, requests, pictures))
+        files.update(_report_tiers(result, out, output, pictures))
     out.print(f"wrote to {output.resolve()}:", markup=False)
     for what, path in files.items():
         out.print(f"  {path.name:28} {what}", markup=False)
@@ -191,21 +193,18 @@ def run_demo_command(args: argparse.Namespace) -> int:
     return ExitStatus.OK
 
 
-def _run_tiers(
-    args: argparse.Namespace,
-    out: Console,
-    output: Path,
-    workers: int,
-    requests: int,
-    pictures: bool,
+def _report_tiers(
+    result: DemoResult, out: Console, output: Path, pictures: bool
 ) -> dict[str, Path]:
-    """`npumem demo --tiers`: the tiered demo (`npumem.workloads.tiered`) with one fast
-    pool per worker, at most 400 requests; prints its report, returns the files written."""
-    from npumem.workloads.tiered import report_tiered_demo, run_tiered_demo, write_tier_outputs
+    """`npumem demo --tiers`: the tiers of the run (one SRAM pool per worker in front of the
+    demo's pool, `npumem.workloads.demo_tiers`) and the policies compared on its reads;
+    prints them, returns the files written."""
+    from npumem.workloads.tiered import report_tiered_demo, write_tier_outputs
 
-    result = run_tiered_demo(cores=workers, requests=min(requests, 400), seed=args.seed)
-    report_tiered_demo(out, result)
-    return write_tier_outputs(result, output, pictures=pictures)
+    if result.tiers is None:
+        return {}
+    report_tiered_demo(out, result.tiers)
+    return write_tier_outputs(result.tiers, output, pictures=pictures)
 
 
 # ----- replay --------------------------------------------------------------------------------
@@ -400,8 +399,9 @@ def add_parsers(subparsers: Any) -> None:
     demo.add_argument(
         "--tiers",
         action="store_true",
-        help="also serve the models from one SRAM pool per worker and a shared HBM pool, and "
-        "compare the promotion policies on the same accesses (writes tiers.json, tiers.png)",
+        help="serve the weights from one SRAM pool per worker in front of the demo's pool (HBM) "
+        "through a TieredPool, and compare the promotion policies on the same reads (writes "
+        "tiers.json, tiers.png)",
     )
     demo.set_defaults(func=run_demo_command)
 

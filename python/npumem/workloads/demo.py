@@ -26,12 +26,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import npumem
 from npumem.monitor import Alert, Monitor, Sample, Snapshot, Thresholds, Trace, TraceRecorder
 from npumem.workloads.kv_summary import KVSummary
 from npumem.workloads.models import Model, build_models
 from npumem.workloads.service import Service, SupportsCompact, make_kv_cache, make_requests
+
+if TYPE_CHECKING:
+    from npumem.tiers.block import TieredBlock
+    from npumem.workloads.demo_tiers import DemoTiers
+    from npumem.workloads.tiered import TieredDemoResult
 
 __all__ = ["DemoResult", "KVSummary", "default_capacity", "run_demo", "write_outputs"]
 
@@ -75,6 +81,8 @@ class DemoResult:
     compaction_snapshots: tuple[Snapshot, Snapshot] | None = None
     trace: Trace | None = None
     final: npumem.PoolStats | None = None
+    tiers: TieredDemoResult | None = None
+    """With `run_demo(tiers=True)`: the tiers' figures and the policies compared."""
     files: dict[str, str] = field(default_factory=dict)
     deferred_frees: int = 0
     """Frees of kernel arguments queued until the end of their inference batch."""
@@ -112,6 +120,7 @@ def run_demo(
     trace: bool = False,
     compactor: SupportsCompact | Callable[[npumem.Pool], SupportsCompact] | None = None,
     on_request: Callable[[], object] | None = None,
+    tiers: bool = False,
 ) -> DemoResult:
     """Serve `requests` requests with `workers` threads (default: one per CPU) on a pool of
     `capacity` bytes (default `default_capacity()`) with `os.cpu_count()` core pools.
@@ -119,7 +128,8 @@ def run_demo(
     `interval` is the monitor's sampling period; `trace` records every event (returned in
     `DemoResult.trace`); `compactor` is the compaction integration point (an object
     with `compact()`, or a factory called with the pool); `on_request` is called after every
-    request (progress bars).
+    request (progress bars); `tiers` puts a fast pool (SRAM) per worker in front of the
+    pool and allocates the weights through a `TieredPool` (`npumem.workloads.demo_tiers`).
     """
     if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
         raise npumem.InvalidArgumentError(f"requests must be an int >= 1, got {requests!r}")
@@ -135,8 +145,12 @@ def run_demo(
     recorder = TraceRecorder(pool, capacity=1 << 18) if trace else None
     if recorder is not None:
         recorder.start()  # before the weights: the trace then replays from an empty pool
+    tiered = _demo_tiers(pool, workers) if tiers else None
     try:
-        weights = [pool.alloc(m.weight_bytes, tag=f"{m.name}.weights") for m in models]
+        if tiered is not None:
+            weights: list[npumem.Block] | list[TieredBlock] = tiered.alloc_weights(models)
+        else:
+            weights = [pool.alloc(m.weight_bytes, tag=f"{m.name}.weights") for m in models]
     except npumem.OutOfMemoryError:
         need = sum(m.weight_bytes for m in models)
         raise npumem.InvalidArgumentError(
@@ -178,7 +192,7 @@ def run_demo(
                     compaction_pair[:] = [before, after]
 
     monitor = Monitor(pool, interval=interval, on_sample=[on_sample], callbacks=[on_alert])
-    service = Service(
+    service = (Service if tiered is None else tiered.service)(
         pool,
         models,
         make_requests(requests, models, seed),
@@ -199,6 +213,7 @@ def run_demo(
     kv.close()
     after = pool.stats()
     end_snapshot = pool.snapshot().with_label("end of run (weights resident)")
+    tier_result = tiered.result(requests) if tiered is not None else None
     checked = pool.check()
     for w in weights:
         w.free()
@@ -238,7 +253,15 @@ def run_demo(
         final=final,
         deferred_frees=service.deferred_frees,
         deferred_batches=service.deferred_batches,
+        tiers=tier_result,
     )
+
+
+def _demo_tiers(pool: npumem.Pool, workers: int) -> DemoTiers:
+    """The tiers of `run_demo(tiers=True)`: 8 MiB of SRAM per worker, the pool as HBM."""
+    from npumem.workloads.demo_tiers import DemoTiers
+
+    return DemoTiers(pool, workers)
 
 
 def write_outputs(

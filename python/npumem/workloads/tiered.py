@@ -42,12 +42,16 @@ from npumem.tiers.report import TierStats
 from npumem.tiers.trace import replay
 
 __all__ = [
+    "COLD_ADMIT",
     "MIXES",
     "POLICIES",
     "TieredDemoResult",
+    "WeightModel",
     "make_policy",
     "report_tiered_demo",
     "run_tiered_demo",
+    "synthetic_events",
+    "weight_models",
     "write_tier_outputs",
 ]
 
@@ -65,9 +69,17 @@ MIXES = {
 requests are split evenly between the phases). `steady` is the demo's mix."""
 
 
+COLD_ADMIT = 64 << 10
+"""The demo's frequency policy admits cold blocks of at most this many bytes at allocation
+(`FrequencyPolicy(admit_cold=...)`)."""
+
+
 def make_policy(name: str, fast_max_block: int) -> Policy:
-    """The policy called `name` (one of `POLICIES`)."""
+    """The policy called `name` (one of `POLICIES`, or `frequency-hot-only`: the frequency
+    policy that admits only `hot` blocks at allocation)."""
     if name == "frequency":
+        return FrequencyPolicy(admit_cold=COLD_ADMIT)
+    if name == "frequency-hot-only":
         return FrequencyPolicy()
     if name == "lru":
         return LRUPolicy()
@@ -77,7 +89,10 @@ def make_policy(name: str, fast_max_block: int) -> Policy:
 
 
 @dataclass
-class _Model:
+class WeightModel:
+    """A model as the tiered demos see it: its weight tensors, which op reads which, and its
+    activation bytes."""
+
     name: str
     weights: list[tuple[str, int]]
     """Weight tensors: name and bytes."""
@@ -87,7 +102,8 @@ class _Model:
     """Activation bytes of one sample (the most bytes live at once)."""
 
 
-def _models() -> list[_Model]:
+def weight_models() -> list[WeightModel]:
+    """ResNet-50, MobileNetV2 and a 4-layer BERT-base text model (one token), float16."""
     graphs = [
         networks.resnet50(dtype="float16"),
         networks.mobilenet_v2(dtype="float16"),
@@ -99,7 +115,7 @@ def _models() -> list[_Model]:
         index = {n: i for i, (n, _) in enumerate(weights)}
         op_weights = [[index[x] for x in op.inputs if x in index] for op in graph.ops]
         arena = live_bytes(Problem.from_graph(graph, alignment=64))
-        out.append(_Model(name, weights, op_weights, arena))
+        out.append(WeightModel(name, weights, op_weights, arena))
     return out
 
 
@@ -169,7 +185,7 @@ def run_tiered_demo(
     on_request: Callable[[], object] | None = None,
 ) -> TieredDemoResult:
     """Run the tiered demo (see the module docstring) and compare the policies."""
-    models = _models()
+    models = weight_models()
     rng = random.Random(seed)
     if mix not in MIXES:
         raise ValueError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
@@ -308,3 +324,50 @@ def report_tiered_demo(console: Console, result: TieredDemoResult) -> None:
             f"{s.spills:,}",
         )
     console.print(table)
+
+
+def synthetic_events(
+    seed: int = 0,
+    *,
+    cores: int = 4,
+    blocks: int = 400,
+    accesses: int = 150_000,
+    phases: int = 3,
+    scratch: bool = True,
+    rebalance_bytes: int = 2 * MIB,
+) -> list[TierEvent]:
+    """A recorded synthetic run, for comparing policies beyond the demo's accesses: `blocks`
+    long-lived blocks of 1 KiB to 8 MiB (log-uniform; a fifth allocated `hot`), homed on the
+    cores in turn, read `accesses` times in batches of 200 with Zipf popularity (exponent 0.9)
+    whose ranking is drawn anew in each of `phases` phases; with `scratch`, each batch also
+    allocates three short-lived `hot` blocks of 4 KiB to 2 MiB, touches each 1 to 30 times
+    and frees it. A rebalance of at most `rebalance_bytes` follows each batch."""
+    rng = random.Random(seed)
+    mem = TieredPool(
+        [npumem.Pool(64 * MIB, cores=1) for _ in range(cores)],
+        npumem.Pool(4096 * MIB, cores=cores),
+        policy=FrequencyPolicy(),
+    )
+    mem.record()
+    sizes = [int(2 ** rng.uniform(10, 23)) for _ in range(blocks)]
+    held = [mem.alloc(n, core=i % cores, hot=rng.random() < 0.2) for i, n in enumerate(sizes)]
+    for _ in range(phases):
+        order = list(range(blocks))
+        rng.shuffle(order)
+        popularity = [0.0] * blocks
+        for rank, i in enumerate(order):
+            popularity[i] = 1.0 / (rank + 1) ** 0.9
+        done = 0
+        while done < accesses // phases:
+            mem.touch_many([held[i] for i in rng.choices(range(blocks), popularity, k=200)])
+            done += 200
+            if scratch:
+                for _ in range(3):
+                    nbytes = int(2 ** rng.uniform(12, 21))
+                    tb = mem.alloc(nbytes, core=rng.randrange(cores), hot=True)
+                    mem.touch(tb, rng.randint(1, 30))
+                    tb.free()
+            mem.rebalance(rebalance_bytes)
+    for tb in held:
+        tb.free()
+    return mem.stop_recording()
