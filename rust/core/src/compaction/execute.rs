@@ -9,6 +9,7 @@
 
 use std::time::Instant;
 
+use super::census::{Item, Place};
 use super::model::Model;
 use super::order::{order, Step, Transfer};
 use super::piece::{Piece, PieceKind};
@@ -36,9 +37,9 @@ impl Pool {
     /// The move of the live block `handle` (marked moving; `info` is its slot), going nowhere
     /// yet (`to == from`).
     pub(crate) fn piece_of(&self, handle: Handle, info: &SlotInfo) -> Result<Piece> {
-        let core = info.core as usize % self.arena().cores.len();
+        let item = Item::of_slot(handle, info, self.arena().cores.len(), Place::Buddy, true);
         let home = self.home_of(info.offset);
-        Piece::of_block(handle, info, core, home, &self.arena().geometry, &self.arena().slabs.classes.classes)
+        Piece::of_block(&item, home, &self.arena().geometry, &self.arena().slabs.classes.classes)
             .map_err(|why| corrupt(handle, why))
     }
 

@@ -41,7 +41,10 @@ mod model;
 mod order;
 mod piece;
 mod planners;
+mod staged;
 mod types;
+mod validate;
 mod waves;
 
+pub use staged::StagedCompaction;
 pub use types::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};

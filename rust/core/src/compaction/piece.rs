@@ -1,12 +1,12 @@
 //! A piece: what moves as one in a batch (a block, or a whole slab with its objects), where it
 //! is and where it goes. The planners make pieces, the executor moves them.
 
+use super::census::Item;
 use super::order::Transfer;
 use crate::arena::geometry::Geometry;
 use crate::arena::layout::Layout;
 use crate::arena::slab::caches::{SlabClass, SlabRef};
 use crate::handle::id::Handle;
-use crate::handle::table::SlotInfo;
 
 /// Where a live block lives, as the census found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,25 +53,23 @@ pub(crate) struct Piece {
 }
 
 impl Piece {
-    /// The move of the live block `handle` (its slot says `info`; `core` is the core it
-    /// belongs to; `home` is where the census found it), going nowhere yet (`to == from`).
-    /// `Err(why)` when the block is not a block its home can hold (a corrupt pool).
+    /// The move of the live block `item` (`home` is where it lives), going nowhere yet
+    /// (`to == from`). `Err(why)` when the block is not a block its home can hold (a corrupt
+    /// pool).
     pub(crate) fn of_block(
-        handle: Handle,
-        info: &SlotInfo,
-        core: usize,
+        item: &Item,
         home: Home,
         geometry: &Geometry,
         classes: &[SlabClass],
     ) -> std::result::Result<Piece, &'static str> {
         let mut piece = Piece {
             kind: PieceKind::Buddy,
-            handle: Some(handle),
-            size: info.size,
-            align: 1usize << info.align_log2,
-            core,
-            from: info.offset,
-            to: info.offset,
+            handle: Some(item.handle),
+            size: item.size,
+            align: 1usize << item.align_log2,
+            core: item.core as usize,
+            from: item.offset,
+            to: item.offset,
             extent: 0,
         };
         match home {
@@ -81,9 +79,9 @@ impl Piece {
             }
             Home::Run { chunks } => {
                 piece.kind = PieceKind::Run { chunks };
-                piece.extent = geometry.run_bytes(geometry.chunk_of(info.offset), chunks);
+                piece.extent = geometry.run_bytes(geometry.chunk_of(item.offset), chunks);
             }
-            Home::Buddy => match geometry.layout(info.size, 1) {
+            Home::Buddy => match geometry.layout(item.size, 1) {
                 Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
                 Layout::Run { .. } => return Err("a run-sized block in a core chunk"),
             },
