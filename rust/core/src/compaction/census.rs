@@ -108,7 +108,8 @@ impl Census {
     /// The move of `item`, going nowhere yet; `None` for a block its home cannot hold (a
     /// corrupt pool).
     pub(crate) fn piece(&self, item: &Item, geometry: &Geometry, classes: &[SlabClass]) -> Option<Piece> {
-        Piece::of_block(item, self.home(item), geometry, classes).ok()
+        let place = (item.offset, item.size, item.align_log2);
+        Piece::of_block(item.handle, place, item.core as usize, self.home(item), geometry, classes).ok()
     }
 
     /// Every movable handle (for a census that claims: every handle it marked moving).

@@ -37,6 +37,8 @@ mod api;
 mod census;
 mod copy;
 mod execute;
+#[cfg(all(test, not(loom)))]
+mod fault_tests;
 mod model;
 mod order;
 mod piece;

@@ -1,7 +1,6 @@
 //! A piece: what moves as one in a batch (a block, or a whole slab with its objects), where it
 //! is and where it goes. The planners make pieces, the executor moves them.
 
-use super::census::Item;
 use super::order::Transfer;
 use crate::arena::geometry::Geometry;
 use crate::arena::layout::Layout;
@@ -53,23 +52,26 @@ pub(crate) struct Piece {
 }
 
 impl Piece {
-    /// The move of the live block `item` (`home` is where it lives), going nowhere yet
-    /// (`to == from`). `Err(why)` when the block is not a block its home can hold (a corrupt
-    /// pool).
+    /// The move of the live block `handle` (`place`: its offset, size and alignment as a
+    /// power of two; `core`: the core a chunk granted for it goes to; `home`: where it lives),
+    /// going nowhere yet (`to == from`). `Err(why)` when the block is not a block its home can
+    /// hold (a corrupt pool).
     pub(crate) fn of_block(
-        item: &Item,
+        handle: Handle,
+        (offset, size, align_log2): (usize, usize, u8),
+        core: usize,
         home: Home,
         geometry: &Geometry,
         classes: &[SlabClass],
     ) -> std::result::Result<Piece, &'static str> {
         let mut piece = Piece {
             kind: PieceKind::Buddy,
-            handle: Some(item.handle),
-            size: item.size,
-            align: 1usize << item.align_log2,
-            core: item.core as usize,
-            from: item.offset,
-            to: item.offset,
+            handle: Some(handle),
+            size,
+            align: 1usize << align_log2,
+            core,
+            from: offset,
+            to: offset,
             extent: 0,
         };
         match home {
@@ -79,9 +81,9 @@ impl Piece {
             }
             Home::Run { chunks } => {
                 piece.kind = PieceKind::Run { chunks };
-                piece.extent = geometry.run_bytes(geometry.chunk_of(item.offset), chunks);
+                piece.extent = geometry.run_bytes(geometry.chunk_of(offset), chunks);
             }
-            Home::Buddy => match geometry.layout(item.size, 1) {
+            Home::Buddy => match geometry.layout(size, 1) {
                 Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
                 Layout::Run { .. } => return Err("a run-sized block in a core chunk"),
             },

@@ -87,7 +87,7 @@ impl Pool {
                 }
                 let handles: Vec<Handle> = objects.iter().map(|&(h, _)| h).collect();
                 let at = |k: usize| objects[k].1;
-                self.claim_all(&handles, |k, offset| offset == at(k) && offset - p.from < p.extent)
+                self.handles().begin_moves(&handles, |k, offset| offset == at(k) && offset - p.from < p.extent)
             }
             kind => {
                 let Some(h) = p.handle else { return false };
@@ -97,31 +97,9 @@ impl Pool {
                     (PieceKind::Run { chunks }, Home::Run { chunks: now }) => *chunks == now,
                     _ => false,
                 };
-                self.claim_all(&[h], |_, offset| offset == p.from && home_ok(self.home_of(offset)))
+                self.handles().begin_moves(&[h], |_, offset| offset == p.from && home_ok(self.home_of(offset)))
             }
         }
-    }
-
-    /// Mark every handle of `handles` moving if each is live, unpinned and `ok(k, offset)`;
-    /// otherwise undo the marks made and say no.
-    fn claim_all(&self, handles: &[Handle], ok: impl Fn(usize, usize) -> bool) -> bool {
-        for (k, &h) in handles.iter().enumerate() {
-            let good = match self.handles().begin_move(h) {
-                Ok(info) => {
-                    let good = ok(k, info.offset);
-                    if !good {
-                        self.handles().end_move(h);
-                    }
-                    good
-                }
-                Err(_) => false,
-            };
-            if !good {
-                handles[..k].iter().for_each(|&done| self.handles().end_move(done));
-                return false;
-            }
-        }
-        true
     }
 
     /// The destination chunks' units once the sources of `kept` are given back, and the chunks
