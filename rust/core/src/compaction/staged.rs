@@ -14,6 +14,7 @@ use super::model::Model;
 use super::piece::Piece;
 use super::planners::plan_compaction_moves;
 use super::types::{CompactionMode, Mover, StepReport};
+use super::validate::Snapshot;
 use crate::error::{Error, Result};
 use crate::pool::pause::PauseToken;
 use crate::pool::pool::Pool;
@@ -26,6 +27,8 @@ pub struct StagedCompaction {
     caller_copies: bool,
     full: bool,
     batches: Vec<Vec<Piece>>,
+    /// The chunks as they were before the census.
+    snapshot: Snapshot,
     planning: Duration,
 }
 
@@ -53,6 +56,7 @@ impl Pool {
     pub fn stage_compaction(&self, mode: &CompactionMode, with_mover: bool) -> Result<StagedCompaction> {
         let started = Instant::now();
         let caller_copies = with_mover || self.arena().backing.is_none();
+        let snapshot = Snapshot::of(self);
         let mut census: Census = self.census(false);
         let model = Model::of_census(self, &census);
         let schedule = plan_compaction_moves(&mut census, model, mode, caller_copies)
@@ -62,6 +66,7 @@ impl Pool {
             caller_copies,
             full: matches!(mode, CompactionMode::Full),
             batches: schedule.batches,
+            snapshot,
             planning: started.elapsed(),
         })
     }
@@ -91,7 +96,7 @@ impl Pool {
             if k > 0 {
                 self.arena().reclaim_all();
             }
-            let (kept, dropped) = self.revalidate(batch);
+            let (kept, dropped) = self.revalidate(batch, Some(&staged.snapshot));
             out.stale += dropped;
             out.checking += checking.elapsed();
             let n = kept.len();

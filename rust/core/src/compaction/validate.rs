@@ -15,6 +15,12 @@
 //! A move that fails either check is dropped (its marks cleared). Its block then stays where
 //! it is, which may take a place another move of the batch was to fill, so the destinations are
 //! checked again until no move is dropped.
+//!
+//! A chunk that nobody touched since the plan was made needs no reading at all: each chunk's
+//! free-space word changes with every allocation and free in it, so a chunk whose word and
+//! state are what they were before the census was taken ([`Snapshot`]) is as the plan saw it,
+//! and the plan's destinations in it are free (unless a dropped move's block stays in it). Only
+//! the other destination chunks have their trees read.
 
 use std::collections::HashMap;
 
@@ -25,10 +31,30 @@ use crate::arena::slab::caches::SlabView;
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
 
+/// Each chunk's free-space word and state, read before a staged compaction's census.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot(Vec<(u64, ChunkState)>);
+
+impl Snapshot {
+    /// The pool's chunks now.
+    pub(crate) fn of(pool: &Pool) -> Snapshot {
+        let a = pool.arena();
+        Snapshot((0..a.geometry.chunks).map(|c| (a.space[c].word(), a.global.state(c))).collect())
+    }
+
+    /// Whether `chunk` is what it was when the snapshot was taken (no allocation or free in it
+    /// since, same state).
+    fn unchanged(&self, pool: &Pool, chunk: usize) -> bool {
+        let a = pool.arena();
+        self.0.get(chunk).is_some_and(|&(word, state)| a.space[chunk].word() == word && a.global.state(chunk) == state)
+    }
+}
+
 impl Pool {
     /// The moves of `batch` that can still run (see the module documentation), every handle of
-    /// them marked moving, and how many were dropped. Call while paused.
-    pub(crate) fn revalidate(&self, batch: Vec<Piece>) -> (Vec<Piece>, usize) {
+    /// them marked moving, and how many were dropped. `snapshot`: the chunks as they were before
+    /// the plan's census (`None`: every destination chunk is read). Call while paused.
+    pub(crate) fn revalidate(&self, batch: Vec<Piece>, snapshot: Option<&Snapshot>) -> (Vec<Piece>, usize) {
         let planned = batch.len();
         let slabs_involved =
             batch.iter().any(|p| matches!(p.kind, PieceKind::Slab { .. } | PieceKind::SlabObject { .. }));
@@ -37,31 +63,46 @@ impl Pool {
         } else {
             HashMap::new()
         };
-        let mut kept: Vec<Piece> = batch.into_iter().filter(|p| self.claim_source(p, &views)).collect();
-        // The core chunks destinations fall in, as their trees have them now.
         let g = &self.arena().geometry;
-        let words = g.units_per_chunk().div_ceil(64) as usize;
-        let mut trees: HashMap<usize, Vec<u64>> = HashMap::new();
-        for p in &kept {
-            let (first, last) = match p.kind {
-                PieceKind::SlabObject { .. } => continue,
-                PieceKind::Run { chunks } => (g.chunk_of(p.to), g.chunk_of(p.to) + chunks),
-                _ => (g.chunk_of(p.to), g.chunk_of(p.to) + 1),
-            };
-            for c in first..last.min(g.chunks) {
-                if matches!(self.arena().global.state(c), ChunkState::Core(_)) {
-                    trees.entry(c).or_insert_with(|| {
-                        let mut bits = vec![0u64; words];
-                        covered_bits(self, c, &mut bits);
-                        bits
-                    });
+        let mut dirty: Vec<bool> =
+            (0..g.chunks).map(|c| snapshot.is_none_or(|snap| !snap.unchanged(self, c))).collect();
+        let (mut kept, stale): (Vec<Piece>, Vec<Piece>) = batch.into_iter().partition(|p| self.claim_source(p, &views));
+        // The block of a dropped move stays: the plan's view of its chunk no longer holds.
+        let mark_dirty = |dropped: &[Piece], dirty: &mut Vec<bool>| {
+            for p in dropped {
+                let (first, n) = match p.kind {
+                    PieceKind::Run { chunks } => (g.chunk_of(p.from), chunks),
+                    _ => (g.chunk_of(p.from), 1),
+                };
+                for c in first..(first + n).min(g.chunks) {
+                    dirty[c] = true;
                 }
             }
-        }
+        };
+        mark_dirty(&stale, &mut dirty);
+        let words = g.units_per_chunk().div_ceil(64) as usize;
+        let mut trees: HashMap<usize, Vec<u64>> = HashMap::new();
         loop {
+            // The dirty core chunks destinations fall in, as their trees have them now.
+            for p in &kept {
+                let (first, n) = match p.kind {
+                    PieceKind::SlabObject { .. } => continue,
+                    PieceKind::Run { chunks } => (g.chunk_of(p.to), chunks),
+                    _ => (g.chunk_of(p.to), 1),
+                };
+                for c in first..(first + n).min(g.chunks) {
+                    if dirty[c] && matches!(self.arena().global.state(c), ChunkState::Core(_)) {
+                        trees.entry(c).or_insert_with(|| {
+                            let mut bits = vec![0u64; words];
+                            covered_bits(self, c, &mut bits);
+                            bits
+                        });
+                    }
+                }
+            }
             let room = self.room_after_sources(&kept, &trees);
             let (fit, stale): (Vec<Piece>, Vec<Piece>) =
-                kept.into_iter().partition(|p| self.destination_free(p, &room, &views));
+                kept.into_iter().partition(|p| self.destination_free(p, &room, &views, &dirty));
             kept = fit;
             if stale.is_empty() {
                 break;
@@ -69,13 +110,16 @@ impl Pool {
             for p in &stale {
                 p.handles().into_iter().for_each(|h| self.handles().end_move(h));
             }
+            mark_dirty(&stale, &mut dirty);
         }
         let dropped = planned - kept.len();
         (kept, dropped)
     }
 
     /// Mark the blocks of `p` moving if they are still where the plan found them; otherwise
-    /// leave nothing marked and say no.
+    /// leave nothing marked and say no. (A block with the same generation at the same offset is
+    /// the block the plan saw, so its home is too; a slab object's slab is checked, since a
+    /// slab may be given back and another made at its place.)
     fn claim_source(&self, p: &Piece, views: &HashMap<u32, SlabView>) -> bool {
         match &p.kind {
             PieceKind::Slab { id, objects } => {
@@ -86,18 +130,16 @@ impl Pool {
                     return false;
                 }
                 let handles: Vec<Handle> = objects.iter().map(|&(h, _)| h).collect();
-                let at = |k: usize| objects[k].1;
-                self.handles().begin_moves(&handles, |k, offset| offset == at(k) && offset - p.from < p.extent)
+                self.handles().begin_moves(&handles, |k, offset| offset == objects[k].1 && offset - p.from < p.extent)
             }
-            kind => {
+            PieceKind::SlabObject { from_slab, .. } => {
                 let Some(h) = p.handle else { return false };
-                let home_ok = |home: Home| match (kind, home) {
-                    (PieceKind::SlabObject { from_slab, .. }, Home::Object(slab)) => slab == *from_slab,
-                    (PieceKind::Buddy, Home::Buddy) => true,
-                    (PieceKind::Run { chunks }, Home::Run { chunks: now }) => *chunks == now,
-                    _ => false,
-                };
-                self.handles().begin_moves(&[h], |_, offset| offset == p.from && home_ok(self.home_of(offset)))
+                self.handles()
+                    .begin_moves(&[h], |_, offset| offset == p.from && self.home_of(offset) == Home::Object(*from_slab))
+            }
+            PieceKind::Buddy | PieceKind::Run { .. } => {
+                let Some(h) = p.handle else { return false };
+                self.handles().begin_moves(&[h], |_, offset| offset == p.from)
             }
         }
     }
@@ -124,8 +166,9 @@ impl Pool {
         room
     }
 
-    /// Whether `p`'s destination is free in `room`.
-    fn destination_free(&self, p: &Piece, room: &Room, views: &HashMap<u32, SlabView>) -> bool {
+    /// Whether `p`'s destination is free in `room`; a destination in a chunk not `dirty` is
+    /// free as planned.
+    fn destination_free(&self, p: &Piece, room: &Room, views: &HashMap<u32, SlabView>, dirty: &[bool]) -> bool {
         let g = &self.arena().geometry;
         let chunk = g.chunk_of(p.to);
         let leaving = |c: usize| room.run_chunks.binary_search(&c).is_ok();
@@ -147,6 +190,9 @@ impl Pool {
                 if chunk >= g.chunks {
                     return false;
                 }
+                if !dirty[chunk] {
+                    return true;
+                }
                 match self.arena().global.state(chunk) {
                     ChunkState::Free => true,
                     ChunkState::Core(_) => room.bits.get(&chunk).is_some_and(|bits| {
@@ -158,13 +204,14 @@ impl Pool {
             }
             PieceKind::Run { chunks } => (chunk..chunk + chunks).all(|c| {
                 c < g.chunks
-                    && match self.arena().global.state(c) {
-                        ChunkState::Free => true,
-                        ChunkState::Core(_) => {
-                            room.bits.get(&c).is_some_and(|bits| all_clear(bits, 0, g.usable_units(c)))
-                        }
-                        _ => leaving(c),
-                    }
+                    && (!dirty[c]
+                        || match self.arena().global.state(c) {
+                            ChunkState::Free => true,
+                            ChunkState::Core(_) => {
+                                room.bits.get(&c).is_some_and(|bits| all_clear(bits, 0, g.usable_units(c)))
+                            }
+                            _ => leaving(c),
+                        })
             }),
         }
     }
