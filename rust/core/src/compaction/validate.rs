@@ -74,9 +74,8 @@ impl Pool {
                     PieceKind::Run { chunks } => (g.chunk_of(p.from), chunks),
                     _ => (g.chunk_of(p.from), 1),
                 };
-                for c in first..(first + n).min(g.chunks) {
-                    dirty[c] = true;
-                }
+                let end = (first + n).min(g.chunks);
+                dirty.iter_mut().take(end).skip(first).for_each(|d| *d = true);
             }
         };
         mark_dirty(&stale, &mut dirty);
@@ -90,8 +89,8 @@ impl Pool {
                     PieceKind::Run { chunks } => (g.chunk_of(p.to), chunks),
                     _ => (g.chunk_of(p.to), 1),
                 };
-                for c in first..(first + n).min(g.chunks) {
-                    if dirty[c] && matches!(self.arena().global.state(c), ChunkState::Core(_)) {
+                for c in (first..(first + n).min(g.chunks)).filter(|&c| dirty[c]) {
+                    if matches!(self.arena().global.state(c), ChunkState::Core(_)) {
                         trees.entry(c).or_insert_with(|| {
                             let mut bits = vec![0u64; words];
                             covered_bits(self, c, &mut bits);
