@@ -53,9 +53,15 @@ class Compactor:
     threshold (`maybe_compact()`, `on_sample()`), and, once `attach()` ed, when an
     allocation fails although enough bytes are free (then the allocation is retried once).
 
+    Every compaction starts from its own plan (what a full compaction would reach) and moves
+    nothing when that plan predicts no larger free block.
+
     `mover` copies the bytes of a `backing="none"` pool (see `npumem.compaction.movers`);
     `pause_budget` (seconds) is the longest one stop of the pool should last: a full compaction
-    expected to take longer runs as incremental steps sized to it; `on_pause` and
+    expected to take longer runs as incremental steps sized to it, and its report says what
+    they could not move and why (`unmoved_blocks`, `notes`); a rescue of a failed allocation
+    ends once the room is made, and takes one full compaction over the budget when steps
+    within it cannot make the room; `on_pause` and
     `on_resume` are called around every stop (a runtime stops and restarts its streams there);
     `pause_timeout` is how long a stop waits for allocations in flight.
     """
