@@ -169,3 +169,29 @@ def test_a_mover_that_fails_during_a_rescue_leaves_the_pool_as_it_was() -> None:
     assert pool.alloc(250 * MIB).nbytes == 250 * MIB
     for blk, ident in kept:
         assert stamped(blk, ident, mirror)
+
+
+def test_a_staged_compaction_is_planned_while_the_pool_runs_and_made_once() -> None:
+    pool = npumem.Pool(64 * MIB, cores=1)
+    kept = fragmented(pool, 8)
+    staged = pool.stage_compaction("full")
+    assert staged.moves > 0 and staged.bytes > 0 and staged.planning_seconds >= 0
+    assert "StagedCompaction(" in repr(staged)
+    # Meanwhile: a third of the kept blocks go, new ones come.
+    survivors = []
+    for k, (blk, ident) in enumerate(kept):
+        if k % 3 == 0:
+            blk.free()
+        else:
+            survivors.append((blk, ident))
+    extra = [pool.alloc(3000) for _ in range(50)]
+    with pool.pause(5.0) as pause:
+        done = pool.run_staged(pause, staged)
+        with pytest.raises(npumem.InvalidArgumentError, match="ran already"):
+            pool.run_staged(pause, staged)
+    assert done.blocks > 0 and done.stale >= 1
+    assert done.as_dict()["stale"] == done.stale
+    pool.check()
+    for blk, ident in survivors:
+        assert intact(blk, ident)
+    assert all(b.alive for b in extra)

@@ -253,13 +253,16 @@ class Compactor:
         return report
 
     def _step(self, mode: Mode, max_bytes: int | None) -> StepReport:
-        """One stop of the pool: hooks, pause, the Rust step, resume, hooks."""
+        """One stop of the pool: the step planned (the pool running), hooks, pause, the step
+        checked and made, resume, hooks."""
+        # Planned while the pool runs; under the pause only the moves are checked and made.
+        staged = self.pool.stage_compaction(mode, max_bytes=max_bytes, mover=self.mover)
         if self.on_pause is not None:
             self.on_pause()
         try:
             t0 = time.perf_counter()
             with self.pool.pause(self.pause_timeout) as pause:
-                done = self.pool.compact_step(pause, mode, max_bytes=max_bytes, mover=self.mover)
+                done = self.pool.run_staged(pause, staged, mover=self.mover)
             paused = time.perf_counter() - t0
         finally:
             if self.on_resume is not None:
