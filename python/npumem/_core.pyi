@@ -38,6 +38,7 @@ __all__ = [
     "RawSnapshot",
     "RequestTooLargeError",
     "SizeClassStats",
+    "StagedCompaction",
     "StepReport",
     "TagStats",
     "TraceStatus",
@@ -161,6 +162,17 @@ class Pool:
         max_bytes: int | None = ...,
         chunks: Iterable[int] | None = ...,
         mover: _Mover | None = ...,
+    ) -> StepReport: ...
+    def stage_compaction(
+        self,
+        mode: _CompactionMode = "full",
+        *,
+        max_bytes: int | None = ...,
+        chunks: Iterable[int] | None = ...,
+        mover: _Mover | None = ...,
+    ) -> StagedCompaction: ...
+    def run_staged(
+        self, pause: Pause, staged: StagedCompaction, *, mover: _Mover | None = ...
     ) -> StepReport: ...
     def plan_compaction(
         self,
@@ -394,6 +406,7 @@ class StepReport:
         *,
         batches: int = 0,
         transfers: int = 0,
+        stale: int = 0,
     ) -> Self: ...
     @property
     def blocks(self) -> int: ...
@@ -413,6 +426,8 @@ class StepReport:
     def batches(self) -> int: ...
     @property
     def transfers(self) -> int: ...
+    @property
+    def stale(self) -> int: ...
     def with_pause(self, pause_seconds: float, *, over_budget: bool = False) -> StepReport: ...
     def as_dict(self) -> dict[str, Any]: ...
     def __eq__(self, other: object, /) -> bool: ...
@@ -441,6 +456,18 @@ class PlannedMove:
     def blocks(self) -> int: ...
     def as_dict(self) -> dict[str, Any]: ...
     def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class StagedCompaction:
+    """A compaction planned while the pool ran (`Pool.stage_compaction`), to make once on the
+    paused pool (`Pool.run_staged`)."""
+
+    @property
+    def moves(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def planning_seconds(self) -> float: ...
 
 @final
 class CompactionPlan:

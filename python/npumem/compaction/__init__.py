@@ -16,7 +16,9 @@ This package decides when and how:
 * `CompactionReport` / `StepReport` say what moved and how long the pool stopped;
   `CompactionPlan` (of `PlannedMove`s) what would move. `StepReport`,
   `CompactionPlan` and `PlannedMove` are the classes the Rust extension returns
-  (`Pool.compact_step`, `Pool.plan_compaction`);
+  (`Pool.compact_step`, `Pool.plan_compaction`); a `StagedCompaction`
+  (`Pool.stage_compaction`) is planned while the pool runs, and `Pool.run_staged` makes it
+  on the paused pool, checking only its moves (the compactor's steps run so);
 * `npumem.compaction.movers`: the mover protocol for `backing="none"` pools and
   `HostMirror`, a reference mover.
 
@@ -33,7 +35,7 @@ This package decides when and how:
 
 from __future__ import annotations
 
-from npumem._core import CompactionPlan, PlannedMove, StepReport
+from npumem._core import CompactionPlan, PlannedMove, StagedCompaction, StepReport
 from npumem.compaction.compactor import Compactor
 from npumem.compaction.movers import HostMirror, Mover, Transfer
 from npumem.compaction.policy import DEFAULT_THRESHOLD, MODES, Policy
@@ -49,6 +51,7 @@ __all__ = [
     "Mover",
     "PlannedMove",
     "Policy",
+    "StagedCompaction",
     "StepReport",
     "Transfer",
 ]

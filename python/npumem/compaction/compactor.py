@@ -25,6 +25,7 @@ from npumem.compaction.movers import Mover
 from npumem.compaction.policy import Mode, Policy, check_mode
 from npumem.compaction.report import CompactionReport
 from npumem.errors import InvalidArgumentError
+from npumem.sizes import format_bytes as human_bytes
 
 __all__ = ["Compactor"]
 
@@ -52,9 +53,15 @@ class Compactor:
     threshold (`maybe_compact()`, `on_sample()`), and, once `attach()` ed, when an
     allocation fails although enough bytes are free (then the allocation is retried once).
 
+    Every compaction starts from its own plan (what a full compaction would reach) and moves
+    nothing when that plan predicts no larger free block.
+
     `mover` copies the bytes of a `backing="none"` pool (see `npumem.compaction.movers`);
     `pause_budget` (seconds) is the longest one stop of the pool should last: a full compaction
-    expected to take longer runs as incremental steps sized to it; `on_pause` and
+    expected to take longer runs as incremental steps sized to it, and its report says what
+    they could not move and why (`unmoved_blocks`, `notes`); a rescue of a failed allocation
+    ends once the room is made, and takes one full compaction over the budget when steps
+    within it cannot make the room; `on_pause` and
     `on_resume` are called around every stop (a runtime stops and restarts its streams there);
     `pause_timeout` is how long a stop waits for allocations in flight.
     """
@@ -120,14 +127,31 @@ class Compactor:
             finally:
                 self._busy.active = False
 
-    def _compact(self, mode: Mode, max_bytes: int | None, reason: str) -> CompactionReport:
+    def _compact(
+        self, mode: Mode, max_bytes: int | None, reason: str, need: int | None = None
+    ) -> CompactionReport:
+        """One compaction. `need`: a rescue for an allocation of that many bytes, which ends
+        as soon as the largest free block holds it and may exceed the pause budget when
+        only that makes the room."""
         started = time.perf_counter()
         before = self.pool.stats()
         steps: list[StepReport] = []
         notes: list[str] = []
         ran: Mode = mode
+        unmoved = (0, 0)
+        # The compaction's own plan: what a full compaction would reach. When it predicts no
+        # larger free block (or, for a rescue, no room for the request), nothing moves.
+        plan = self.plan("full")
+        goal = before.largest_free_block + 1 if need is None else need
+        if plan.largest_free_after < goal or plan.blocks == 0:
+            notes.append(
+                f"the plan predicts a largest free block of {human_bytes(plan.largest_free_after)}"
+                f" (now {human_bytes(before.largest_free_block)})"
+                + ("" if need is None else f", {human_bytes(need)} needed")
+                + ": nothing moved"
+            )
+            return self._report(ran, reason, steps, before, started, notes, unmoved)
         if mode == "full" and self.pause_budget is not None:
-            plan = self.plan("full")
             expected = plan.bytes / self._throughput
             if expected > self.pause_budget:
                 ran = "incremental"
@@ -140,15 +164,73 @@ class Compactor:
             steps.append(self._step("full", None))
         else:
             budget = max_bytes if max_bytes is not None else self.policy.max_bytes
+            if self.pause_budget is not None:
+                budget = max(1 << 16, min(budget, int(self.pause_budget * self._throughput)))
             # Every step empties chunks into denser ones or slides runs down, so steps run out:
-            # stop at the first that moves nothing (or after max_steps).
+            # stop at the first that moves nothing (or after max_steps), or once a rescue has
+            # its room.
             for _ in range(self.policy.max_steps):
-                if self.pause_budget is not None:
-                    budget = max(1 << 16, min(budget, int(self.pause_budget * self._throughput)))
+                if need is not None and self.pool.stats().largest_free_block >= need:
+                    break
                 step = self._step("incremental", budget)
                 steps.append(step)
                 if step.blocks == 0:
                     break
+                if self.pause_budget is not None:
+                    budget = max(1 << 16, min(budget, int(self.pause_budget * self._throughput)))
+            if need is not None and self.pool.stats().largest_free_block < need:
+                # Steps within the budget cannot make the room (a block larger than a step
+                # must move): the rescue takes one full compaction, over the budget.
+                steps.append(self._step("full", None))
+                ran = "full"
+                notes.append(
+                    f"steps within the pause budget left no room for {human_bytes(need)}: "
+                    "a full compaction made it, over the budget"
+                )
+            elif self.pause_budget is not None:
+                unmoved = self._unmoved(budget, notes)
+        return self._report(ran, reason, steps, before, started, notes, unmoved)
+
+    def _unmoved(self, step_bytes: int, notes: list[str]) -> tuple[int, int]:
+        """What a full compaction would still move after the steps of a compaction under a
+        pause budget, with a note saying why the steps left it: (blocks, bytes)."""
+        rest = self.plan("full")
+        if rest.blocks == 0 or rest.largest_free_after <= self.pool.stats().largest_free_block:
+            return (0, 0)
+        big = [m for m in rest.moves if m.nbytes > step_bytes]
+        if big:
+            largest = max(m.nbytes for m in big)
+            notes.append(
+                f"not moved: {sum(m.blocks for m in big):,} block(s) of "
+                f"{human_bytes(sum(m.nbytes for m in big))} larger than a step of "
+                f"{human_bytes(step_bytes)} (the largest {human_bytes(largest)}, about "
+                f"{largest / self._throughput * 1e3:.1f} ms to move: over the pause budget of "
+                f"{self.pause_budget_ms:.1f} ms)"
+            )
+        small = rest.blocks - sum(m.blocks for m in big)
+        if small:
+            notes.append(
+                f"not moved: {small:,} block(s) that a full compaction would move into holes "
+                "that the incremental steps (chunks above the boundary, each into a place below "
+                "its own chunk) do not use, or beyond the policy's max_steps"
+            )
+        return (rest.blocks, rest.bytes)
+
+    @property
+    def pause_budget_ms(self) -> float:
+        """The pause budget in milliseconds (0.0 without one)."""
+        return 0.0 if self.pause_budget is None else self.pause_budget * 1e3
+
+    def _report(
+        self,
+        ran: Mode,
+        reason: str,
+        steps: list[StepReport],
+        before: npumem.PoolStats,
+        started: float,
+        notes: list[str],
+        unmoved: tuple[int, int],
+    ) -> CompactionReport:
         after = self.pool.stats()
         report = CompactionReport(
             mode=ran,
@@ -162,6 +244,8 @@ class Compactor:
             bytes_free_after=after.bytes_free,
             seconds=time.perf_counter() - started,
             notes=tuple(notes),
+            unmoved_blocks=unmoved[0],
+            unmoved_bytes=unmoved[1],
         )
         self.reports.append(report)
         del self.reports[:-100]  # a bounded history
@@ -169,13 +253,16 @@ class Compactor:
         return report
 
     def _step(self, mode: Mode, max_bytes: int | None) -> StepReport:
-        """One stop of the pool: hooks, pause, the Rust step, resume, hooks."""
+        """One stop of the pool: the step planned (the pool running), hooks, pause, the step
+        checked and made, resume, hooks."""
+        # Planned while the pool runs; under the pause only the moves are checked and made.
+        staged = self.pool.stage_compaction(mode, max_bytes=max_bytes, mover=self.mover)
         if self.on_pause is not None:
             self.on_pause()
         try:
             t0 = time.perf_counter()
             with self.pool.pause(self.pause_timeout) as pause:
-                done = self.pool.compact_step(pause, mode, max_bytes=max_bytes, mover=self.mover)
+                done = self.pool.run_staged(pause, staged, mover=self.mover)
             paused = time.perf_counter() - t0
         finally:
             if self.on_resume is not None:
@@ -238,7 +325,11 @@ class Compactor:
                 # Another thread compacted a moment ago: retry only if that made room.
                 return self.pool.stats().largest_free_block >= nbytes
             self._last_auto = time.monotonic()
-            self.compact("full", reason=f"allocation of {nbytes:,} bytes failed")
+            self._busy.active = True
+            try:
+                self._compact("full", None, f"allocation of {nbytes:,} bytes failed", need=nbytes)
+            finally:
+                self._busy.active = False
         return True
 
     # ----- attaching -------------------------------------------------------------------------

@@ -28,6 +28,10 @@ class CompactionReport:
     bytes_free_after: int
     seconds: float
     notes: tuple[str, ...] = field(default=())
+    #: Blocks (and their bytes) that a full compaction would still move afterwards: what a
+    #: compaction under a pause budget could not move (the notes say why).
+    unmoved_blocks: int = 0
+    unmoved_bytes: int = 0
 
     @property
     def blocks_moved(self) -> int:

@@ -67,7 +67,9 @@ mod trace;
 mod util;
 
 #[cfg(not(loom))]
-pub use compaction::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};
+pub use compaction::{
+    CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StagedCompaction, StepReport, Transfer,
+};
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES, MAX_CORE_RESERVE};
 pub use device::{Device, DEVICE_TYPES};
 pub use error::{Error, HandleFault, Result};

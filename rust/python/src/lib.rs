@@ -46,6 +46,7 @@ mod pool;
 mod repr;
 mod snapshot;
 mod stacks;
+mod staged_compaction;
 mod stats;
 mod step_report;
 mod tag_stats;
@@ -73,6 +74,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stats::SizeClassStats>()?;
     m.add_class::<step_report::StepReport>()?;
     m.add_class::<compaction_plan::CompactionPlan>()?;
+    m.add_class::<staged_compaction::StagedCompaction>()?;
     m.add_class::<compaction_plan::PlannedMove>()?;
     m.add_class::<trace::TraceStatus>()?;
     m.add_class::<tag_stats::TagStats>()?;

@@ -1,4 +1,4 @@
-//! `StepReport`: what one compaction step did (`Pool.compact_step`).
+//! `StepReport`: what one compaction step did (`Pool.compact_step`, `Pool.run_staged`).
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -9,8 +9,10 @@ use crate::repr;
 ///
 /// `planning_seconds` and `moving_seconds` are the parts the Rust core measured;
 /// `pause_seconds` is the whole stop: as `Pool.compact_step` returns it, the step's own time
-/// under the pause (planning and moving); a `Compactor` replaces it (`with_pause`) with the
-/// stop it measured, waiting for calls in flight included.
+/// under the pause (planning and moving); as `Pool.run_staged` returns it, checking and moving
+/// (the planning ran before the pause); a `Compactor` replaces it (`with_pause`) with the stop
+/// it measured, waiting for calls in flight included. `stale`: moves of a staged compaction
+/// dropped because the pool changed since it was planned.
 #[pyclass(module = "npumem._core", frozen, eq, get_all)]
 #[derive(Clone, PartialEq)]
 pub struct StepReport {
@@ -32,21 +34,26 @@ pub struct StepReport {
     batches: usize,
     /// Copies made (each a `memmove` or one mover transfer).
     transfers: usize,
+    /// Moves of a staged compaction dropped because the pool changed since it was planned.
+    stale: usize,
 }
 
 impl StepReport {
     pub(crate) fn from_core(r: &npumem_core::StepReport) -> StepReport {
         let (planning, moving) = (r.planning.as_secs_f64(), r.moving.as_secs_f64());
+        // A staged compaction planned before the pause; under it, it checked and moved.
+        let staged = r.checking.as_secs_f64() + moving;
         StepReport {
             blocks: r.blocks,
             bytes: r.bytes,
             chunks_freed: r.chunks_freed,
-            pause_seconds: planning + moving,
+            pause_seconds: if r.checking.is_zero() && r.stale == 0 { planning + moving } else { staged },
             planning_seconds: planning,
             moving_seconds: moving,
             over_budget: false,
             batches: r.batches,
             transfers: r.transfers,
+            stale: r.stale,
         }
     }
 }
@@ -56,7 +63,7 @@ impl StepReport {
     #[new]
     #[pyo3(signature = (
         blocks, bytes, chunks_freed, pause_seconds, planning_seconds, moving_seconds,
-        over_budget = false, *, batches = 0, transfers = 0,
+        over_budget = false, *, batches = 0, transfers = 0, stale = 0,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -69,6 +76,7 @@ impl StepReport {
         over_budget: bool,
         batches: usize,
         transfers: usize,
+        stale: usize,
     ) -> StepReport {
         StepReport {
             blocks,
@@ -80,6 +88,7 @@ impl StepReport {
             over_budget,
             batches,
             transfers,
+            stale,
         }
     }
 
@@ -101,6 +110,7 @@ impl StepReport {
         d.set_item("over_budget", self.over_budget)?;
         d.set_item("batches", self.batches)?;
         d.set_item("transfers", self.transfers)?;
+        d.set_item("stale", self.stale)?;
         Ok(d)
     }
 

@@ -69,6 +69,13 @@ impl ChunkSpace {
         self.miss.store(0, Ordering::Relaxed);
     }
 
+    /// The whole word, `epoch << 32 | free units`: it changes with every allocation and free
+    /// in the chunk (a compaction planned while the pool ran compares it to tell which chunks
+    /// changed since).
+    pub(crate) fn word(&self) -> u64 {
+        self.free.load(Ordering::Acquire)
+    }
+
     /// Free units now.
     #[inline]
     pub(crate) fn free_units(&self) -> u64 {

@@ -84,7 +84,8 @@ impl Pool {
         // compaction marks every unpinned block moving as it takes the census (the other
         // modes mark the blocks they move once planned).
         let mut census = self.census(full);
-        let planned = plan_compaction_moves(&mut census, Model::of(self), mode, caller_copies);
+        let model = Model::of_census(self, &census);
+        let planned = plan_compaction_moves(&mut census, model, mode, caller_copies);
         let batches = match planned {
             Ok(schedule) => schedule.batches,
             Err(reason) => {
@@ -170,7 +171,8 @@ impl Pool {
         };
         let stats = self.stats();
         let mut census = self.census(false);
-        let schedule = plan_compaction_moves(&mut census, Model::of(self), mode, caller_copies)
+        let model = Model::of_census(self, &census);
+        let schedule = plan_compaction_moves(&mut census, model, mode, caller_copies)
             .map_err(|reason| Error::InvalidMove { reason })?;
         let before_empty = (0..self.arena().geometry.chunks)
             .filter(|&c| {

@@ -1,43 +1,74 @@
-//! The census: every live block by handle, taken on a paused pool, sorted by where it lives
-//! (buddy blocks, chunk runs, slab objects by slab), with the live slabs and how many units of
-//! each chunk the arena counts as covered. The planners read it; they never read the pool.
+//! The census: every live block by handle, sorted by where it lives (buddy blocks, chunk runs,
+//! slab objects by slab), with the live slabs and how many units of each chunk the arena counts
+//! as covered. The planners read it; they never read the pool.
+//!
+//! An item is small (40 bytes) and says where its block lives in one word ([`Place`]); the
+//! full [`Home`] (a slab's class and owner) is only looked up for the blocks a planner turns
+//! into moves ([`Census::piece`]).
 
 use super::piece::{Home, Piece};
 use crate::arena::geometry::Geometry;
 use crate::arena::global::ChunkState;
-use crate::arena::slab::caches::{SlabClass, SlabView};
+use crate::arena::slab::caches::{SlabClass, SlabRef, SlabView};
 use crate::handle::id::Handle;
 use crate::handle::table::SlotInfo;
 use crate::pool::pool::Pool;
 
+/// Where a census item lives, in one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// A buddy block of a core chunk.
+    Buddy,
+    /// The head of a run of this many whole chunks.
+    Run(u32),
+    /// An object of the slab with this id.
+    Object(u32),
+    /// Its chunk holds no block (a corrupt pool): it cannot move.
+    Lost,
+}
+
 /// A live block found by the census.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Item {
     pub(crate) handle: Handle,
-    /// Its slot (`core` reduced to the pool's cores: the core a chunk granted for it goes to).
-    pub(crate) info: SlotInfo,
+    pub(crate) place: Place,
+    pub(crate) offset: usize,
+    /// Bytes asked for.
+    pub(crate) size: usize,
+    /// The core a chunk granted for it goes to (reduced to the pool's cores).
+    pub(crate) core: u16,
+    pub(crate) align_log2: u8,
     /// Not pinned (and, for a census that claims, marked moving by it).
     pub(crate) movable: bool,
-    /// Where it lives.
-    pub(crate) home: Home,
 }
 
 impl Item {
-    /// Its move, going nowhere yet; `None` for a block its home cannot hold (a corrupt pool).
-    pub(crate) fn piece(&self, geometry: &Geometry, classes: &[SlabClass]) -> Option<Piece> {
-        Piece::of_block(self.handle, &self.info, self.info.core as usize, self.home, geometry, classes).ok()
+    /// The item of the live block `handle` whose slot says `info`; `cores` is the pool's number
+    /// of cores.
+    pub(crate) fn of_slot(handle: Handle, info: &SlotInfo, cores: usize, place: Place, movable: bool) -> Item {
+        Item {
+            handle,
+            place,
+            offset: info.offset,
+            size: info.size,
+            core: (info.core as usize % cores) as u16,
+            align_log2: info.align_log2,
+            movable,
+        }
     }
 }
 
 /// Every live block, by where it lives.
 #[derive(Default, Clone)]
 pub(crate) struct Census {
-    /// Buddy blocks of core chunks.
+    /// Buddy blocks of core chunks (and blocks whose chunk holds none: `Place::Lost`).
     pub(crate) buddy: Vec<Item>,
     /// Chunk runs.
     pub(crate) runs: Vec<Item>,
     /// Slab objects, by slab id (an index: slab ids are dense).
     pub(crate) objects: Vec<Vec<Item>>,
+    /// The slab each id of `objects` names (`None` for ids without objects).
+    slab_refs: Vec<Option<SlabRef>>,
     /// Every live slab.
     pub(crate) slabs: Vec<SlabView>,
     /// Units of each chunk the arena counts as covered (by any block, with a handle or not).
@@ -50,13 +81,35 @@ impl Census {
         self.objects.get(id as usize).map_or(&[][..], Vec::as_slice)
     }
 
-    /// Add an object of slab `id`.
-    pub(crate) fn add_object(&mut self, id: u32, item: Item) {
-        let i = id as usize;
+    /// Add an object of `slab` (its item's place names the slab).
+    pub(crate) fn add_object(&mut self, slab: SlabRef, item: Item) {
+        let i = slab.id as usize;
         if self.objects.len() <= i {
             self.objects.resize_with(i + 1, Vec::new);
+            self.slab_refs.resize(i + 1, None);
         }
-        self.objects[i].push(item);
+        self.slab_refs[i] = Some(slab);
+        self.objects[i].push(Item { place: Place::Object(slab.id), ..item });
+    }
+
+    /// Where `item` lives, in full.
+    pub(crate) fn home(&self, item: &Item) -> Home {
+        match item.place {
+            Place::Buddy => Home::Buddy,
+            Place::Run(chunks) => Home::Run { chunks: chunks as usize },
+            Place::Object(id) => match self.slab_refs.get(id as usize).copied().flatten() {
+                Some(slab) => Home::Object(slab),
+                None => Home::Lost,
+            },
+            Place::Lost => Home::Lost,
+        }
+    }
+
+    /// The move of `item`, going nowhere yet; `None` for a block its home cannot hold (a
+    /// corrupt pool).
+    pub(crate) fn piece(&self, item: &Item, geometry: &Geometry, classes: &[SlabClass]) -> Option<Piece> {
+        let place = (item.offset, item.size, item.align_log2);
+        Piece::of_block(item.handle, place, item.core as usize, self.home(item), geometry, classes).ok()
     }
 
     /// Every movable handle (for a census that claims: every handle it marked moving).
@@ -76,30 +129,42 @@ impl Pool {
         if let Some(slab) = self.arena().slabs.lookup(offset) {
             return Home::Object(slab);
         }
-        let chunk = self.arena().geometry.chunk_of(offset);
-        match (chunk < self.arena().geometry.chunks).then(|| self.arena().global.state(chunk)) {
-            Some(ChunkState::RunHead(chunks)) => Home::Run { chunks },
-            Some(ChunkState::Core(_)) => Home::Buddy,
+        match self.chunk_place(offset) {
+            Place::Run(chunks) => Home::Run { chunks: chunks as usize },
+            Place::Buddy => Home::Buddy,
             _ => Home::Lost,
         }
     }
 
-    /// Every live block (call while paused). With `claim`, every unpinned block is marked
-    /// moving as it is found (the caller must clear each mark, moved or not); pinned ones stay
-    /// put.
+    /// Where the block at `offset` lives, for a block of no slab: its chunk's state.
+    fn chunk_place(&self, offset: usize) -> Place {
+        let chunk = self.arena().geometry.chunk_of(offset);
+        match (chunk < self.arena().geometry.chunks).then(|| self.arena().global.state(chunk)) {
+            Some(ChunkState::RunHead(chunks)) => Place::Run(chunks as u32),
+            Some(ChunkState::Core(_)) => Place::Buddy,
+            _ => Place::Lost,
+        }
+    }
+
+    /// Every live block. On a paused pool it is exact. With `claim`, every unpinned block is
+    /// marked moving as it is found (the caller must clear each mark, moved or not); pinned
+    /// ones stay put.
     pub(crate) fn census(&self, claim: bool) -> Census {
         let g = &self.arena().geometry;
         let covered = (0..g.chunks).map(|c| g.usable_units(c) - self.arena().free_units(c)).collect();
         let mut census = Census { slabs: self.arena().slabs.views(), covered, ..Census::default() };
         let cores = self.arena().cores.len();
-        let mut add = |handle: Handle, mut info: SlotInfo, movable: bool| {
-            info.core = (info.core as usize % cores) as u16;
-            let home = self.home_of(info.offset);
-            let item = Item { handle, info, movable, home };
-            match home {
-                Home::Object(slab) => census.add_object(slab.id, item),
-                Home::Run { .. } => census.runs.push(item),
-                Home::Buddy | Home::Lost => census.buddy.push(item),
+        let slabs = &self.arena().slabs;
+        let mut add = |handle: Handle, info: SlotInfo, movable: bool| {
+            if let Some(slab) = slabs.lookup(info.offset) {
+                census.add_object(slab, Item::of_slot(handle, &info, cores, Place::Object(slab.id), movable));
+                return;
+            }
+            let place = self.chunk_place(info.offset);
+            let item = Item::of_slot(handle, &info, cores, place, movable);
+            match place {
+                Place::Run(_) => census.runs.push(item),
+                _ => census.buddy.push(item),
             }
         };
         if claim {

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::handle::id::Handle;
 use crate::handle::table::SlotInfo;
 use crate::pool::pool::Pool;
+use crate::util::failpoint;
 
 /// What the metadata phase did, for undoing it.
 #[derive(Default)]
@@ -38,7 +39,8 @@ impl Pool {
     pub(crate) fn piece_of(&self, handle: Handle, info: &SlotInfo) -> Result<Piece> {
         let core = info.core as usize % self.arena().cores.len();
         let home = self.home_of(info.offset);
-        Piece::of_block(handle, info, core, home, &self.arena().geometry, &self.arena().slabs.classes.classes)
+        let place = (info.offset, info.size, info.align_log2);
+        Piece::of_block(handle, place, core, home, &self.arena().geometry, &self.arena().slabs.classes.classes)
             .map_err(|why| corrupt(handle, why))
     }
 
@@ -221,9 +223,18 @@ impl Pool {
         if let Some(mover) = mover {
             // One call per wave (`waves.rs`); a failure undoes the waves done by reverse copies.
             let waves = waves(&ordered);
+            // A failpoint at each call (`mover.wave`, `mover.copy_back`) lets the crate's tests
+            // fail every one in turn.
+            let mut call = |name: &'static str, copies: &[Transfer]| {
+                if failpoint::fire(name) {
+                    Err(format!("failpoint {name}"))
+                } else {
+                    mover(copies)
+                }
+            };
             for (w, wave) in waves.iter().enumerate() {
-                let Err(reason) = mover(wave) else { continue };
-                let copied_back = reverse(&waves[..w]).iter().try_for_each(|back| mover(back));
+                let Err(reason) = call("mover.wave", wave) else { continue };
+                let copied_back = reverse(&waves[..w]).iter().try_for_each(|back| call("mover.copy_back", back));
                 let undone = self.undo(&pieces, &mut journal);
                 pieces.iter().for_each(|u| self.end_moves(u));
                 self.tidy_slabs(&created);

@@ -37,11 +37,16 @@ mod api;
 mod census;
 mod copy;
 mod execute;
+#[cfg(all(test, not(loom)))]
+mod fault_tests;
 mod model;
 mod order;
 mod piece;
 mod planners;
+mod staged;
 mod types;
+mod validate;
 mod waves;
 
+pub use staged::StagedCompaction;
 pub use types::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};

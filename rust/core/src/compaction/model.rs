@@ -10,6 +10,7 @@
 
 use std::collections::BTreeSet;
 
+use super::census::{Census, Place};
 use crate::arena::geometry::Geometry;
 use crate::arena::global::ChunkState;
 use crate::arena::slab::caches::SlabClass;
@@ -116,6 +117,33 @@ fn next_uncovered(bits: &[u64], mut at: u64, end: u64) -> u64 {
     end
 }
 
+/// Set in `bits` (zeroed, one bit per unit of a chunk) the units of core chunk `chunk` that
+/// its buddy tree counts as taken; returns how many.
+pub(crate) fn covered_bits(pool: &Pool, chunk: usize, bits: &mut [u64]) -> u64 {
+    let g = &pool.arena().geometry;
+    let usable = g.usable_units(chunk);
+    let mut used = 0;
+    pool.arena().shape.for_each_allocated(pool.arena().tree(chunk), &mut |node| {
+        let start = node.start(g.depth);
+        let end = (start + node.units(g.depth)).min(usable);
+        if start < end {
+            set_range(bits, start, end, true);
+            used += end - start;
+        }
+    });
+    used
+}
+
+/// Whether units `[lo, hi)` of `bits` are all clear.
+pub(crate) fn all_clear(bits: &[u64], lo: u64, hi: u64) -> bool {
+    lo >= hi || last_set(bits, lo, hi).is_none()
+}
+
+/// Clear units `[lo, hi)` of `bits`.
+pub(crate) fn clear_range(bits: &mut [u64], lo: u64, hi: u64) {
+    set_range(bits, lo, hi, false);
+}
+
 /// Free stretches of a model, by length: best fit for blocks placed largest first. Taking a
 /// place splits its stretch; the model itself is changed by the caller ([`Model::occupy`]).
 ///
@@ -192,20 +220,68 @@ impl<'a> Model<'a> {
                     }
                     ChunkState::Core(owner) => {
                         let mut bits = vec![0u64; words];
-                        let mut used = 0;
-                        pool.arena().shape.for_each_allocated(pool.arena().tree(chunk), &mut |node| {
-                            let start = node.start(g.depth);
-                            let end = (start + node.units(g.depth)).min(usable);
-                            if start < end {
-                                set_range(&mut bits, start, end, true);
-                                used += end - start;
-                            }
-                        });
+                        let used = covered_bits(pool, chunk, &mut bits);
                         ChunkModel { role: Role::Core, owner, used, usable, bits }
                     }
                 }
             })
             .collect();
+        Model {
+            geometry: g,
+            bank_size: pool.config().bank_size,
+            classes: &pool.arena().slabs.classes.classes,
+            chunks,
+            units_per_chunk: upc,
+            min_block: g.min_block,
+        }
+    }
+
+    /// The arena as the pool has it, drawn from `census` (taken just before on the same pool):
+    /// a core chunk's units are those its census blocks and slabs cover when they add up to
+    /// what the chunk counts as covered (so it holds no block without a handle); otherwise
+    /// they are read from its buddy tree, as [`Model::of`] reads every chunk's.
+    pub(crate) fn of_census(pool: &'a Pool, census: &Census) -> Model<'a> {
+        let g = &pool.arena().geometry;
+        let upc = g.units_per_chunk();
+        let words = upc.div_ceil(64) as usize;
+        let mut chunks: Vec<ChunkModel> = (0..g.chunks)
+            .map(|chunk| {
+                let usable = g.usable_units(chunk);
+                match pool.arena().global.state(chunk) {
+                    ChunkState::Free => ChunkModel { role: Role::Free, owner: 0, used: 0, usable, bits: Vec::new() },
+                    ChunkState::RunHead(_) | ChunkState::RunBody => {
+                        ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
+                    }
+                    ChunkState::Core(owner) => {
+                        ChunkModel { role: Role::Core, owner, used: 0, usable, bits: vec![0u64; words] }
+                    }
+                }
+            })
+            .collect();
+        let mut cover = |offset: usize, units: u64| {
+            if let Some(c) = chunks.get_mut(g.chunk_of(offset)).filter(|c| c.role == Role::Core) {
+                let start = g.unit_in_chunk(offset);
+                let end = (start + units).min(c.usable);
+                if start < end {
+                    set_range(&mut c.bits, start, end, true);
+                    c.used += end - start;
+                }
+            }
+        };
+        for item in census.buddy.iter().filter(|i| i.place == Place::Buddy) {
+            if let Some(b) = g.buddy_layout(item.size) {
+                cover(item.offset, b.units);
+            }
+        }
+        for view in &census.slabs {
+            cover(view.base, (view.bytes >> g.unit_shift) as u64);
+        }
+        for (chunk, c) in chunks.iter_mut().enumerate() {
+            if c.role == Role::Core && census.covered.get(chunk) != Some(&c.used) {
+                c.bits.fill(0);
+                c.used = covered_bits(pool, chunk, &mut c.bits);
+            }
+        }
         Model {
             geometry: g,
             bank_size: pool.config().bank_size,
@@ -242,7 +318,7 @@ impl<'a> Model<'a> {
     pub(crate) fn vacate(&mut self, chunk: usize, start: u64, units: u64) {
         let c = self.bits_of(chunk);
         set_range(&mut c.bits, start, start + units, false);
-        c.used -= units;
+        c.used = c.used.saturating_sub(units);
     }
 
     /// Units `[start, start + units)` of `chunk` are covered now (a free chunk becomes a core
@@ -376,6 +452,36 @@ impl<'a> Model<'a> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// A fragmented pool's model drawn from its census is the model read from its trees.
+    #[test]
+    fn the_census_draws_the_model_the_trees_hold() {
+        let pool = Pool::new(crate::config::PoolConfig::new(64 << 20).cores(2)).unwrap();
+        let mut live = Vec::new();
+        let mut seed = 7u64;
+        for i in 0..6000usize {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let size = 64 + (seed >> 33) as usize % (40 << 10);
+            let align = if i % 7 == 0 { Some(4096) } else { None };
+            if let Ok(h) = pool.alloc(size, align, 0) {
+                live.push(h);
+            }
+        }
+        let _raw = pool.alloc_raw(3000, None).unwrap();
+        for (i, h) in live.into_iter().enumerate() {
+            if i % 3 != 0 {
+                pool.free(h).unwrap();
+            }
+        }
+        let _paused = pool.pause_for_maintenance().unwrap();
+        let census = pool.census(false);
+        let (drawn, read) = (Model::of_census(&pool, &census), Model::of(&pool));
+        assert_eq!(drawn.chunks.len(), read.chunks.len());
+        for (a, b) in drawn.chunks.iter().zip(&read.chunks) {
+            assert_eq!((a.role, a.owner, a.used, a.usable), (b.role, b.owner, b.used, b.usable));
+            assert_eq!(a.bits, b.bits);
+        }
+    }
 
     #[test]
     fn bit_ranges() {

@@ -6,7 +6,6 @@ use crate::arena::geometry::Geometry;
 use crate::arena::layout::Layout;
 use crate::arena::slab::caches::{SlabClass, SlabRef};
 use crate::handle::id::Handle;
-use crate::handle::table::SlotInfo;
 
 /// Where a live block lives, as the census found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,12 +52,13 @@ pub(crate) struct Piece {
 }
 
 impl Piece {
-    /// The move of the live block `handle` (its slot says `info`; `core` is the core it
-    /// belongs to; `home` is where the census found it), going nowhere yet (`to == from`).
-    /// `Err(why)` when the block is not a block its home can hold (a corrupt pool).
+    /// The move of the live block `handle` (`place`: its offset, size and alignment as a
+    /// power of two; `core`: the core a chunk granted for it goes to; `home`: where it lives),
+    /// going nowhere yet (`to == from`). `Err(why)` when the block is not a block its home can
+    /// hold (a corrupt pool).
     pub(crate) fn of_block(
         handle: Handle,
-        info: &SlotInfo,
+        (offset, size, align_log2): (usize, usize, u8),
         core: usize,
         home: Home,
         geometry: &Geometry,
@@ -67,11 +67,11 @@ impl Piece {
         let mut piece = Piece {
             kind: PieceKind::Buddy,
             handle: Some(handle),
-            size: info.size,
-            align: 1usize << info.align_log2,
+            size,
+            align: 1usize << align_log2,
             core,
-            from: info.offset,
-            to: info.offset,
+            from: offset,
+            to: offset,
             extent: 0,
         };
         match home {
@@ -81,9 +81,9 @@ impl Piece {
             }
             Home::Run { chunks } => {
                 piece.kind = PieceKind::Run { chunks };
-                piece.extent = geometry.run_bytes(geometry.chunk_of(info.offset), chunks);
+                piece.extent = geometry.run_bytes(geometry.chunk_of(offset), chunks);
             }
-            Home::Buddy => match geometry.layout(info.size, 1) {
+            Home::Buddy => match geometry.layout(size, 1) {
                 Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
                 Layout::Run { .. } => return Err("a run-sized block in a core chunk"),
             },

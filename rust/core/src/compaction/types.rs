@@ -109,6 +109,11 @@ pub struct StepReport {
     pub planning: Duration,
     /// Time spent moving (metadata, bytes, handles).
     pub moving: Duration,
+    /// Moves of a staged compaction dropped because the pool changed since it was planned
+    /// (the block was freed, pinned or moved, or its destination taken).
+    pub stale: usize,
+    /// Time spent checking a staged compaction's moves on the paused pool.
+    pub checking: Duration,
 }
 
 impl StepReport {

@@ -533,6 +533,31 @@ impl HandleTable {
         slot.offset.store(offset as u64, Ordering::Release);
     }
 
+    /// Mark every handle of `handles` moving (as [`HandleTable::begin_move`]) if each is live,
+    /// unpinned and `ok(k, offset)` holds for it (`offset`: where its slot says it is now);
+    /// otherwise clear the marks made and say no. A batch planned while the pool ran claims its
+    /// blocks all or none this way: a free racing with the claim either wins (the claim fails
+    /// and leaves nothing marked) or waits until the batch clears its marks.
+    pub(crate) fn begin_moves(&self, handles: &[Handle], ok: impl Fn(usize, usize) -> bool) -> bool {
+        for (k, &h) in handles.iter().enumerate() {
+            let good = match self.begin_move(h) {
+                Ok(info) => {
+                    let good = ok(k, info.offset);
+                    if !good {
+                        self.end_move(h);
+                    }
+                    good
+                }
+                Err(_) => false,
+            };
+            if !good {
+                handles[..k].iter().for_each(|&done| self.end_move(done));
+                return false;
+            }
+        }
+        true
+    }
+
     /// The move of `handle` is over (done or undone): pins and frees may go on.
     pub(crate) fn end_move(&self, handle: Handle) {
         let slot = self.slot(handle.slot());
@@ -684,6 +709,43 @@ mod loom_moves {
             }
             let freed_at = freer.join().unwrap().expect("the free succeeds, after the move if any");
             assert_eq!(freed_at, if moved { 200 } else { 100 }, "the free saw a half-done move");
+        });
+    }
+
+    /// A batch of two blocks planned while the pool ran is claimed on the paused pool while a
+    /// free of one of them (a call admitted before the pause, or the pause holder's own) and
+    /// a pin of the other race with it: the batch is claimed whole or not at all; when claimed,
+    /// the free waits and frees the block at its new place; when not, no mark is left behind
+    /// and nothing moves.
+    #[test]
+    fn a_batch_is_claimed_whole_or_not_at_all_against_a_free_and_a_pin() {
+        loom::model(|| {
+            let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
+            let a = table.insert(0, 100, 8, 0, 0).unwrap();
+            let b = table.insert(0, 300, 8, 0, 0).unwrap();
+            let (t2, t3) = (table.clone(), table.clone());
+            let freer = thread::spawn(move || t2.remove(a).map(|info| info.offset));
+            let pinner = thread::spawn(move || t3.try_pin(b, PinKind::User).is_ok());
+            let claimed = table.begin_moves(&[a, b], |k, offset| offset == [100, 300][k]);
+            if claimed {
+                table.set_moved_offset(a, 200);
+                table.set_moved_offset(b, 400);
+                table.end_move(a);
+                table.end_move(b);
+            }
+            let freed_at = freer.join().unwrap().expect("the free succeeds, after the batch if any");
+            let pinned = pinner.join().unwrap();
+            assert_eq!(freed_at, if claimed { 200 } else { 100 }, "the free saw a half-done batch");
+            let b_now = table.get(b).unwrap().offset;
+            assert_eq!(b_now, if claimed { 400 } else { 300 });
+            // No mark is left: b can be claimed again (unless the pin holds it).
+            match table.begin_move(b) {
+                Ok(_) => {
+                    assert!(!pinned);
+                    table.end_move(b);
+                }
+                Err(e) => assert!(pinned && matches!(e, Error::Pinned { .. }), "{e:?}"),
+            }
         });
     }
 }

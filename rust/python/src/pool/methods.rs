@@ -24,6 +24,7 @@ use crate::oom::OomHandler;
 use crate::pause::Pause;
 use crate::snapshot::RawSnapshot;
 use crate::stacks::Stacks;
+use crate::staged_compaction::StagedCompaction;
 use crate::stats::PoolStats;
 use crate::step_report::StepReport;
 use crate::tag_stats::TagStats;
@@ -490,6 +491,48 @@ impl Pool {
         let core = &pool.core;
         let done = pause.with_token(|token| {
             mover::run_with(py, mover.as_ref(), core.base_address(), |m| core.compact_step(token, &mode, m))
+        })?;
+        Ok(StepReport::from_core(&done))
+    }
+
+    /// Plan a compaction without stopping the pool (other threads go on allocating and freeing;
+    /// the plan may be stale by the time it runs): `run_staged` makes it on the paused pool.
+    /// `mode`, `max_bytes`, `chunks` as for `compact_step`; `mover`: it will run with one.
+    #[pyo3(
+        signature = (mode = None, *, max_bytes = None, chunks = None, mover = None),
+        text_signature = "(self, mode='full', *, max_bytes=None, chunks=None, mover=None)"
+    )]
+    fn stage_compaction<'py>(
+        slf: &Bound<'py, Self>,
+        mode: Option<&Bound<'py, PyAny>>,
+        max_bytes: Option<&Bound<'py, PyAny>>,
+        chunks: Option<&Bound<'py, PyAny>>,
+        mover: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<StagedCompaction> {
+        let py = slf.py();
+        let mode = args::compaction_mode(&args::mode_name(mode)?, max_bytes, chunks)?;
+        let with_mover = args::callable(mover, "mover")?.is_some();
+        let core = &slf.get().core;
+        Ok(StagedCompaction::new(without_gil(py, || core.stage_compaction(&mode, with_mover))?))
+    }
+
+    /// Make a staged compaction while `pause` holds the pool: only its moves are checked, the
+    /// stale ones dropped (`StepReport.stale`), the others made. `mover` as the plan was staged.
+    #[pyo3(signature = (pause, staged, *, mover = None))]
+    fn run_staged<'py>(
+        slf: &Bound<'py, Self>,
+        pause: &Bound<'py, PyAny>,
+        staged: &Bound<'py, StagedCompaction>,
+        mover: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<StepReport> {
+        let py = slf.py();
+        let pool = slf.get();
+        let pause = Pause::of(pool, pause)?;
+        let mover = args::callable(mover, "mover")?;
+        let core = &pool.core;
+        let plan = staged.get().take()?;
+        let done = pause.with_token(|token| {
+            mover::run_with(py, mover.as_ref(), core.base_address(), |m| core.run_staged(token, plan, m))
         })?;
         Ok(StepReport::from_core(&done))
     }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use super::super::census::Census;
 use super::super::model::{Model, Role};
-use super::super::piece::{Home, Piece};
+use super::super::piece::Piece;
 use super::movable::{block_piece, slab_movable};
 use crate::arena::slab::caches::{SlabRef, SlabView};
 
@@ -61,7 +61,7 @@ pub(crate) fn consolidate_slabs(census: &Census, model: &Model) -> Consolidation
         for &(v, _, _) in &slabs[..emptied] {
             out.emptied.push(v.id);
             for item in census.items(v.id) {
-                let mut piece = block_piece(model, item).expect("a census block is where its handle says");
+                let mut piece = block_piece(census, model, item).expect("a census block is where its handle says");
                 piece.to = targets.next().expect("the kept slabs have room for every moved object");
                 out.moves.push(piece);
             }
@@ -90,10 +90,9 @@ pub(crate) fn apply_consolidation(census: &mut Census, model: &mut Model, done: 
             let class = &model.classes[view.class];
             let j = class.index_of(piece.to - view.base).expect("a destination is an object of a slab");
             view.free &= !(1u64 << j);
-            item.info.offset = piece.to;
+            item.offset = piece.to;
             let slab = SlabRef { id: view.id, class: view.class, owner: view.owner };
-            item.home = Home::Object(slab);
-            census.add_object(slab.id, item);
+            census.add_object(slab, item);
         }
     }
     let classes = model.classes;
@@ -111,7 +110,7 @@ pub(crate) fn apply_consolidation(census: &mut Census, model: &mut Model, done: 
         let (chunk, units) = (g.chunk_of(base), (bytes >> g.unit_shift) as u64);
         model.vacate(chunk, g.unit_in_chunk(base), units);
         if let Some(covered) = census.covered.get_mut(chunk) {
-            *covered -= units;
+            *covered = covered.saturating_sub(units);
         }
     }
     for c in 0..model.chunks.len() {

@@ -37,16 +37,16 @@ pub(crate) fn chunk_contents(census: &Census, model: &Model) -> Vec<Option<Conte
         out[c].get_or_insert_with(|| Contents { movable: true, ..Contents::default() })
     }
     for (i, item) in census.buddy.iter().enumerate() {
-        let e = entry(&mut out, g.chunk_of(item.info.offset));
+        let e = entry(&mut out, g.chunk_of(item.offset));
         e.movable &= item.movable;
-        e.bytes += item.info.size;
-        e.units += buddy_units(model, item.info.size).unwrap_or(0);
+        e.bytes += item.size;
+        e.units += buddy_units(model, item.size).unwrap_or(0);
         e.buddy.push(i);
     }
     for (i, view) in census.slabs.iter().enumerate() {
         let e = entry(&mut out, g.chunk_of(view.base));
         e.movable &= slab_movable(census, view, model.classes[view.class].objects);
-        e.bytes += census.items(view.id).iter().map(|i| i.info.size).sum::<usize>();
+        e.bytes += census.items(view.id).iter().map(|i| i.size).sum::<usize>();
         e.units += (view.bytes >> g.unit_shift) as u64;
         e.slabs.push(i);
     }
@@ -219,13 +219,13 @@ pub(crate) fn plan_evacuation(
             let items = census.items(view.id);
             let usable = |at: usize| if strict { g.chunk_of(at) != chunk } else { g.chunk_of(at) < chunk };
             let elsewhere = slots[view.class].iter().filter(|(_, at)| usable(*at)).count();
-            let object_bytes: usize = items.iter().map(|i| i.info.size).sum();
+            let object_bytes: usize = items.iter().map(|i| i.size).sum();
             if elsewhere >= items.len() && bytes + object_bytes <= room {
                 // Slots that are no use here (this chunk's, or above it): set them aside.
                 let (here, others): (Vec<_>, Vec<_>) = slots[view.class].drain(..).partition(|(_, at)| !usable(*at));
                 slots[view.class] = others;
                 for item in items {
-                    let Some(mut piece) = block_piece(model, item) else { continue };
+                    let Some(mut piece) = block_piece(census, model, item) else { continue };
                     let slot = slots[view.class].pop().expect("counted");
                     taken_slots[view.class].push(slot);
                     piece.to = slot.1;
@@ -237,7 +237,7 @@ pub(crate) fn plan_evacuation(
                 pieces.push(slab_piece(census, model, view));
             }
         }
-        pieces.extend(content.buddy.iter().filter_map(|&i| shaped_block(model, &census.buddy[i])));
+        pieces.extend(content.buddy.iter().filter_map(|&i| shaped_block(census, model, &census.buddy[i])));
         pieces.sort_by_key(|(p, n, _)| (Reverse(*n), p.from));
         for (mut piece, n, align) in pieces {
             if bytes + piece.copy_len() > room {

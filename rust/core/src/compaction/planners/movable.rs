@@ -39,13 +39,13 @@ pub(crate) fn buddy_units(model: &Model, size: usize) -> Option<u64> {
 }
 
 /// The move of a census block, going nowhere yet.
-pub(crate) fn block_piece(model: &Model, item: &Item) -> Option<Piece> {
-    item.piece(model.geometry, model.classes)
+pub(crate) fn block_piece(census: &Census, model: &Model, item: &Item) -> Option<Piece> {
+    census.piece(item, model.geometry, model.classes)
 }
 
 /// A buddy block of a census as a piece to place.
-pub(crate) fn shaped_block(model: &Model, item: &Item) -> Option<Shaped> {
-    let piece = block_piece(model, item)?;
+pub(crate) fn shaped_block(census: &Census, model: &Model, item: &Item) -> Option<Shaped> {
+    let piece = block_piece(census, model, item)?;
     let Layout::Buddy(b) = model.geometry.layout(piece.size, piece.align) else { return None };
     let align = packed_alignment(model, b.units, piece.align);
     Some((piece, b.units, align))
@@ -53,7 +53,7 @@ pub(crate) fn shaped_block(model: &Model, item: &Item) -> Option<Shaped> {
 
 /// A whole slab as one piece to place.
 pub(crate) fn slab_piece(census: &Census, model: &Model, view: &SlabView) -> Shaped {
-    let objects = census.items(view.id).iter().map(|i| (i.handle, i.info.offset)).collect();
+    let objects = census.items(view.id).iter().map(|i| (i.handle, i.offset)).collect();
     let units = (view.bytes >> model.geometry.unit_shift) as u64;
     let piece = Piece {
         kind: PieceKind::Slab { id: view.id, objects },
@@ -70,7 +70,7 @@ pub(crate) fn slab_piece(census: &Census, model: &Model, view: &SlabView) -> Sha
 
 /// Bytes a repack would copy: every movable buddy block, chunk run and whole slab.
 pub(crate) fn movable_bytes(census: &Census, model: &Model) -> usize {
-    let blocks: usize = census.buddy.iter().chain(census.runs.iter()).filter(|i| i.movable).map(|i| i.info.size).sum();
+    let blocks: usize = census.buddy.iter().chain(census.runs.iter()).filter(|i| i.movable).map(|i| i.size).sum();
     let slabs: usize = census
         .slabs
         .iter()
@@ -89,7 +89,7 @@ pub(crate) fn bank_slack(census: &Census, model: &Model) -> usize {
     census
         .buddy
         .iter()
-        .filter_map(|i| buddy_units(model, i.info.size))
+        .filter_map(|i| buddy_units(model, i.size))
         .filter(|&units| units > bank)
         .map(|units| (units.next_multiple_of(bank) - units) as usize * g.min_block)
         .sum()
@@ -101,9 +101,9 @@ pub(crate) fn movable_units(census: &Census, model: &Model) -> Vec<u64> {
     let g = model.geometry;
     let mut units = vec![0u64; model.chunks.len()];
     for item in census.buddy.iter().filter(|i| i.movable) {
-        if let Some(n) = buddy_units(model, item.info.size) {
-            let align = packed_alignment(model, n, 1 << item.info.align_log2);
-            units[g.chunk_of(item.info.offset)] += n.next_multiple_of(align);
+        if let Some(n) = buddy_units(model, item.size) {
+            let align = packed_alignment(model, n, 1 << item.align_log2);
+            units[g.chunk_of(item.offset)] += n.next_multiple_of(align);
         }
     }
     for view in &census.slabs {
@@ -119,7 +119,7 @@ pub(crate) fn movable_pieces(census: &Census, model: &Model) -> Vec<Vec<Shaped>>
     let g = model.geometry;
     let mut pieces: Vec<Vec<Shaped>> = vec![Vec::new(); model.chunks.len()];
     for item in census.buddy.iter().filter(|i| i.movable) {
-        if let Some(shaped) = shaped_block(model, item) {
+        if let Some(shaped) = shaped_block(census, model, item) {
             pieces[g.chunk_of(shaped.0.from)].push(shaped);
         }
     }
@@ -150,7 +150,8 @@ pub(crate) fn boundary(model: &Model, movable: &[u64]) -> usize {
 
 /// The movable runs of a census, in address order.
 pub(crate) fn movable_runs(census: &Census, model: &Model) -> Vec<Piece> {
-    let mut runs: Vec<Piece> = census.runs.iter().filter(|i| i.movable).filter_map(|i| block_piece(model, i)).collect();
+    let mut runs: Vec<Piece> =
+        census.runs.iter().filter(|i| i.movable).filter_map(|i| block_piece(census, model, i)).collect();
     runs.sort_by_key(|p| p.from);
     runs
 }

@@ -78,7 +78,7 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
     let g = model.geometry;
     let mut candidates: Vec<Shaped> = Vec::new();
     for item in census.buddy.iter().chain(census.runs.iter()).filter(|i| i.movable) {
-        let Some(piece) = block_piece(model, item) else { continue };
+        let Some(piece) = block_piece(census, model, item) else { continue };
         match piece.kind {
             PieceKind::Buddy => {
                 let Layout::Buddy(b) = g.layout(piece.size, piece.align) else { continue };

@@ -2,9 +2,9 @@
 //! 64 KiB chunks of 256 units (256-byte `min_block`), 4 KiB banks (16 units) and one slab
 //! class of 512-byte objects (8 KiB slabs of 16 objects, 32 units).
 
-use super::super::census::{Census, Item};
+use super::super::census::{Census, Item, Place};
 use super::super::model::{Model, Role};
-use super::super::piece::{Home, Piece, PieceKind};
+use super::super::piece::{Piece, PieceKind};
 use super::super::types::CompactionMode;
 use super::consolidate::{apply_consolidation, consolidate_slabs};
 use super::pack::{plan_full, plan_pack};
@@ -14,7 +14,6 @@ use crate::arena::layout::Layout;
 use crate::arena::slab::caches::{SlabClasses, SlabRef, SlabView};
 use crate::config::PoolConfig;
 use crate::handle::id::Handle;
-use crate::handle::table::SlotInfo;
 
 const CHUNK: usize = 64 << 10;
 const UNIT: usize = 256;
@@ -84,8 +83,8 @@ impl<'a> World<'a> {
     fn block(&mut self, chunk: usize, start: u64, units: u64, movable: bool) -> Handle {
         let handle = self.handle();
         let offset = chunk * CHUNK + start as usize * UNIT;
-        let info = SlotInfo { offset, size: units as usize * UNIT, align_log2: 8, core: 0, tag: 0, pins: 0 };
-        self.census.buddy.push(Item { handle, info, movable, home: Home::Buddy });
+        let item = item(handle, offset, units as usize * UNIT, 8, Place::Buddy);
+        self.census.buddy.push(Item { movable, ..item });
         self.cover(chunk, start, units);
         handle
     }
@@ -102,14 +101,18 @@ impl<'a> World<'a> {
             free &= !(1 << j);
             let handle = self.handle();
             let offset = base + self.model.classes[0].offset_of(j);
-            let info = SlotInfo { offset, size, align_log2: 9, core: 0, tag: 0, pins: 0 };
-            self.census.add_object(id, Item { handle, info, movable: true, home: Home::Object(slab) });
+            self.census.add_object(slab, item(handle, offset, size, 9, Place::Object(id)));
             handles.push(handle);
         }
         self.census.slabs.push(SlabView { id, class: 0, base, bytes, owner: 0, free });
         self.cover(chunk, start, (bytes / UNIT) as u64);
         handles
     }
+}
+
+/// A movable census item of core 0.
+fn item(handle: Handle, offset: usize, size: usize, align_log2: u8, place: Place) -> Item {
+    Item { handle, place, offset, size, core: 0, align_log2, movable: true }
 }
 
 fn at(chunk: usize, unit: u64) -> usize {
@@ -134,7 +137,7 @@ fn check_moves(census: &Census, moves: &[Piece]) {
     for p in moves {
         assert!(p.handles().iter().all(|h| !pinned.contains(h)), "a pinned block moves: {p:?}");
         for i in census.buddy.iter().filter(|i| !i.movable) {
-            let (start, end) = (i.info.offset, i.info.offset + i.info.size);
+            let (start, end) = (i.offset, i.offset + i.size);
             assert!(p.to + p.extent <= start || end <= p.to, "{p:?} lands on a pinned block");
         }
         assert_eq!(p.to % p.align.min(BANK), 0, "misaligned: {p:?}");
@@ -368,7 +371,7 @@ fn slab_consolidation_empties_the_sparsest_slab_into_the_densest() {
     apply_consolidation(&mut w.census, &mut w.model, &done);
     assert_eq!(w.census.slabs.iter().map(|v| v.id).collect::<Vec<_>>(), vec![1, 2]);
     assert_eq!(w.census.slabs[1].free, 1 << 9);
-    assert_eq!(w.census.items(2).last().map(|i| (i.handle, i.info.offset)), Some((sparse[0], piece.to)));
+    assert_eq!(w.census.items(2).last().map(|i| (i.handle, i.offset)), Some((sparse[0], piece.to)));
     assert!(w.census.items(0).is_empty());
     assert_eq!(w.model.find(0, 0, 32, 32, u64::MAX), Some(0));
 }
@@ -409,8 +412,7 @@ fn runs_move_down_into_empty_chunks() {
     w.cover(0, 0, 256);
     // A run of two chunks at chunks 3 and 4, chunks 1, 2 and 5 free.
     let handle = w.handle();
-    let info = SlotInfo { offset: 3 * CHUNK, size: 2 * CHUNK, align_log2: 8, core: 0, tag: 0, pins: 0 };
-    w.census.runs.push(Item { handle, info, movable: true, home: Home::Run { chunks: 2 } });
+    w.census.runs.push(item(handle, 3 * CHUNK, 2 * CHUNK, 8, Place::Run(2)));
     w.model.set_run(3, 2, true);
     assert!(matches!(arena.geometry.layout(2 * CHUNK, 1), Layout::Run { chunks: 2, .. }));
     let moves = plan_pack(&w.census, &mut w.model);

@@ -1,0 +1,214 @@
+//! Staged compactions: planned while the pool runs (`stage_compaction`), checked and moved on
+//! the paused pool (`run_staged`, `compact`). The same moves as a compaction planned inside the
+//! pause when nothing changed; stale moves dropped, every byte kept, when something did; and
+//! compactions while other threads allocate, write, check and free.
+#![cfg(not(loom))]
+
+use npumem_core::{CompactionMode, Error, Handle, Pool, PoolConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const MIB: usize = 1 << 20;
+const WAIT: Duration = Duration::from_secs(5);
+const SIZES: [usize; 9] = [64, 200, 900, 3000, 5000, 20_000, 70_000, 300_000, 3 * MIB];
+
+fn pool(capacity: usize, cores: usize) -> Pool {
+    Pool::new(PoolConfig::new(capacity).cores(cores)).unwrap()
+}
+
+fn byte(id: usize, i: usize) -> u8 {
+    (id.wrapping_mul(131) ^ i.wrapping_mul(7) ^ (i >> 8)) as u8
+}
+
+fn fill(p: &Pool, h: Handle, id: usize) {
+    let n = p.block(h).unwrap().size;
+    let bytes: Vec<u8> = (0..n).map(|i| byte(id, i)).collect();
+    p.write(h, 0, &bytes).unwrap();
+}
+
+fn verify(p: &Pool, h: Handle, id: usize) {
+    let n = p.block(h).unwrap().size;
+    let mut out = vec![0u8; n];
+    p.read(h, 0, &mut out).unwrap();
+    for (i, &b) in out.iter().enumerate() {
+        assert_eq!(b, byte(id, i), "block {id} byte {i} of {n}");
+    }
+}
+
+/// Blocks of many sizes, every other one freed. Returns the survivors.
+fn fragment(p: &Pool, rounds: usize) -> Vec<(Handle, usize)> {
+    let mut all = Vec::new();
+    for r in 0..rounds {
+        for (k, &s) in SIZES.iter().enumerate() {
+            if let Ok(h) = p.alloc(s, None, 0) {
+                all.push((h, r * SIZES.len() + k));
+            }
+        }
+    }
+    let mut kept = Vec::new();
+    for (i, (h, id)) in all.into_iter().enumerate() {
+        if i % 2 == 0 {
+            p.free(h).unwrap();
+        } else {
+            fill(p, h, id);
+            kept.push((h, id));
+        }
+    }
+    kept
+}
+
+fn run(p: &Pool, mode: &CompactionMode) -> npumem_core::StepReport {
+    let staged = p.stage_compaction(mode, false).unwrap();
+    let token = p.pause(WAIT).unwrap();
+    let done = p.run_staged(&token, staged, None).unwrap();
+    p.resume(&token).unwrap();
+    done
+}
+
+#[test]
+fn nothing_changed_a_staged_compaction_moves_what_compact_step_moves() {
+    for mode in [CompactionMode::Full, CompactionMode::Incremental { max_bytes: 2 * MIB }] {
+        // One core: both pools are laid out alike.
+        let (a, b) = (pool(128 * MIB, 1), pool(128 * MIB, 1));
+        let (kept_a, kept_b) = (fragment(&a, 40), fragment(&b, 40));
+        let token = a.pause(WAIT).unwrap();
+        let inside = a.compact_step(&token, &mode, None).unwrap();
+        a.resume(&token).unwrap();
+        let staged = run(&b, &mode);
+        assert!(inside.blocks > 0);
+        assert_eq!((staged.blocks, staged.bytes, staged.stale), (inside.blocks, inside.bytes, 0), "{mode:?}");
+        let places = |p: &Pool| p.blocks().iter().map(|b| (b.handle.slot(), b.offset, b.size)).collect::<Vec<_>>();
+        assert!(places(&a) == places(&b), "the same places");
+        assert_eq!(a.stats().largest_free_block, b.stats().largest_free_block);
+        a.check().unwrap();
+        b.check().unwrap();
+        kept_b.iter().for_each(|&(h, id)| verify(&b, h, id));
+        drop(kept_a);
+    }
+}
+
+#[test]
+fn moves_made_stale_meanwhile_are_dropped_and_the_rest_keep_every_byte() {
+    let p = pool(128 * MIB, 1);
+    let kept = fragment(&p, 40);
+    let staged = p.stage_compaction(&CompactionMode::Full, false).unwrap();
+    assert!(staged.moves() > 0);
+    // Meanwhile: a third of the blocks are freed, some pinned, and new blocks fill holes
+    // (some of them the places the plan chose).
+    let mut live = Vec::new();
+    let mut pinned = Vec::new();
+    for (i, (h, id)) in kept.into_iter().enumerate() {
+        match i % 6 {
+            0 | 3 => p.free(h).unwrap(),
+            1 => {
+                p.try_pin(h).unwrap();
+                pinned.push(h);
+                live.push((h, id));
+            }
+            _ => live.push((h, id)),
+        }
+    }
+    for k in 0..2000 {
+        if let Ok(h) = p.alloc(SIZES[k % 7], None, 0) {
+            fill(&p, h, 1_000_000 + k);
+            live.push((h, 1_000_000 + k));
+        }
+    }
+    let token = p.pause(WAIT).unwrap();
+    let done = p.run_staged(&token, staged, None).unwrap();
+    p.resume(&token).unwrap();
+    assert!(done.stale > 0, "some planned moves went stale");
+    assert!(done.blocks > 0, "the others ran");
+    p.check().unwrap();
+    for &(h, id) in &live {
+        verify(&p, h, id);
+    }
+    for h in pinned {
+        p.unpin(h).unwrap();
+    }
+}
+
+#[test]
+fn staged_incremental_steps_run_out_and_gather_the_free_space() {
+    let p = pool(128 * MIB, 2);
+    let kept = fragment(&p, 40);
+    let before = p.stats().largest_free_block;
+    let mut steps = 0;
+    loop {
+        let done = p.compact(&CompactionMode::Incremental { max_bytes: MIB }, None, WAIT).unwrap();
+        steps += 1;
+        assert!(done.bytes <= MIB + 3 * MIB, "a step keeps to its budget (a run may slide whole)");
+        if done.blocks == 0 || steps > 500 {
+            break;
+        }
+    }
+    assert!(steps <= 500, "steps run out");
+    assert!(p.stats().largest_free_block > before);
+    p.check().unwrap();
+    kept.iter().for_each(|&(h, id)| verify(&p, h, id));
+}
+
+#[test]
+fn a_staged_compaction_runs_only_as_it_was_staged() {
+    let (p, other) = (pool(64 * MIB, 1), pool(64 * MIB, 1));
+    let _kept = fragment(&p, 20);
+    let before = p.blocks();
+    let token = p.pause(WAIT).unwrap();
+    let staged = p.stage_compaction(&CompactionMode::Full, false).unwrap();
+    let mut mover = |_: &[npumem_core::Transfer]| -> Result<(), String> { Ok(()) };
+    let e = p.run_staged(&token, staged, Some(&mut mover)).unwrap_err();
+    assert!(matches!(e, Error::InvalidMove { .. }), "{e:?}");
+    let foreign = other.stage_compaction(&CompactionMode::Full, false).unwrap();
+    assert!(matches!(p.run_staged(&token, foreign, None), Err(Error::InvalidMove { .. })));
+    p.resume(&token).unwrap();
+    let staged = p.stage_compaction(&CompactionMode::Full, false).unwrap();
+    assert!(matches!(p.run_staged(&token, staged, None), Err(Error::NotPaused)));
+    assert_eq!(p.blocks(), before, "refused runs change nothing");
+    p.check().unwrap();
+}
+
+#[test]
+fn staged_compactions_under_load_lose_nothing() {
+    let p = pool(96 * MIB, 2);
+    let kept = fragment(&p, 30);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (p, stop) = (&p, &stop);
+            s.spawn(move || {
+                let mut mine: Vec<(Handle, usize)> = Vec::new();
+                let mut k = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    k += 1;
+                    let id = 10_000_000 * (t + 1) + k;
+                    match p.alloc(SIZES[k % 8], None, 0) {
+                        Ok(h) => {
+                            fill(p, h, id);
+                            mine.push((h, id));
+                        }
+                        Err(Error::OutOfMemory { .. }) | Err(Error::PausedTooLong { .. }) => {}
+                        Err(e) => panic!("{e:?}"),
+                    }
+                    if mine.len() > 40 || k % 3 == 0 {
+                        if let Some((h, id)) = mine.pop() {
+                            verify(p, h, id);
+                            p.free(h).unwrap();
+                        }
+                    }
+                }
+                for (h, id) in mine {
+                    verify(p, h, id);
+                    p.free(h).unwrap();
+                }
+            });
+        }
+        for round in 0..12 {
+            let mode =
+                if round % 3 == 0 { CompactionMode::Full } else { CompactionMode::Incremental { max_bytes: MIB } };
+            p.compact(&mode, None, WAIT).unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    p.check().unwrap();
+    kept.iter().for_each(|&(h, id)| verify(&p, h, id));
+}
