@@ -8,10 +8,11 @@ use crate::trace::event::TraceEvent;
 use crate::trace::recorder::{TraceStatus, MAX_TRACE_CAPACITY};
 
 impl Pool {
-    /// Start a fresh event trace holding up to `capacity` events (all cores together; each
-    /// core's ring gets `capacity / cores` rounded up to a power of two, at least 16).
-    /// Events of an earlier trace that were not drained are discarded. Pauses the pool
-    /// briefly. The rings take 64 bytes per event.
+    /// Start a fresh event trace holding about `capacity` events: one ring per core pool, each
+    /// owned by the first thread that records into it, and one ring the threads beyond those
+    /// share, each of `capacity / cores` events rounded up to a power of two, at least 16
+    /// (`trace_status().capacity` says the total). Events of an earlier trace that were not
+    /// drained are discarded. Pauses the pool briefly. The rings take 64 bytes per event.
     pub fn trace_start(&self, capacity: usize) -> Result<()> {
         if capacity == 0 || capacity > MAX_TRACE_CAPACITY {
             return Err(Error::InvalidSize {
@@ -29,8 +30,8 @@ impl Pool {
     }
 
     /// Every event recorded since the last drain, oldest first (by time; events of one
-    /// core keep their order). Does not pause the pool: events still being written are
-    /// left for the next drain.
+    /// thread keep their order, and a block's free and moves come after its alloc). Does not
+    /// pause the pool: events still being written are left for the next drain.
     pub fn trace_drain(&self) -> Vec<TraceEvent> {
         self.trace.drain()
     }
