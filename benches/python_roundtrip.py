@@ -5,7 +5,11 @@ same way in the same process:
 - ``pool.alloc_many(sizes)`` then ``pool.free_many(blocks)`` for 1000 blocks, per block
   (target: alloc_many at most 100 ns per block);
 - peers: ``bytearray(n)`` creation and release (CPython's own allocator), and the cost of an
-  empty method call on a Rust object (``pool.capacity``), the floor of any binding call.
+  empty method call on a Rust object (``pool.capacity``), the floor of any binding call;
+- random sizes: with 2000 blocks live (sizes log-uniform from 64 B to 1 MiB, on a 1 GiB pool
+  with ``backing="none"``), each step frees a random live block and allocates a new size in its
+  place; beside it, the same loop over a dict (delete a random key, insert a new one) with the
+  same indices, in the same run, alternating (target: the pool at most 3x the dict).
 
     .venv/bin/python benches/python_roundtrip.py [--repeat 15]
 """
@@ -13,8 +17,11 @@ same way in the same process:
 from __future__ import annotations
 
 import argparse
+import math
+import random
 import statistics
 import sys
+import time
 import timeit
 
 import npumem
@@ -24,6 +31,49 @@ def median_ns(stmt: str, setup_globals: dict[str, object], number: int, repeat: 
     timer = timeit.Timer(stmt, globals=setup_globals)
     runs = timer.repeat(repeat=repeat, number=number)
     return statistics.median(runs) / number * 1e9
+
+
+LIVE = 2000
+
+
+def random_sizes(repeat: int, steps: int = 20_000) -> tuple[float, float]:
+    """Median ns per step of the random-size pool loop and of the dict loop (see above)."""
+    rng = random.Random(5)
+    lo, hi = math.log(64), math.log(1 << 20)
+
+    def size() -> int:
+        return int(math.exp(rng.uniform(lo, hi)))
+
+    sizes = [size() for _ in range(steps)]
+    slots = [rng.randrange(LIVE) for _ in range(steps)]
+    pool = npumem.Pool(1 << 30, cores=2, backing="none")
+    live = [pool.alloc(size()) for _ in range(LIVE)]
+    table = {k: k for k in range(LIVE)}
+    keys = list(range(LIVE))
+
+    def pool_loop() -> None:
+        for i, n in zip(slots, sizes, strict=True):
+            live[i].free()
+            live[i] = pool.alloc(n)
+
+    def dict_loop() -> None:
+        key = keys[-1] + LIVE
+        for i, n in zip(slots, sizes, strict=True):
+            del table[keys[i]]
+            key += 1
+            keys[i] = key
+            table[key] = n
+
+    pool_times, dict_times = [], []
+    for _ in range(repeat):
+        for loop, times in ((pool_loop, pool_times), (dict_loop, dict_times)):
+            start = time.perf_counter()
+            loop()
+            times.append((time.perf_counter() - start) / steps * 1e9)
+    for b in live:
+        b.free()
+    pool.check()
+    return statistics.median(pool_times), statistics.median(dict_times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, ns, unit in rows:
         print(f"| `{name}` | {ns:,.0f} | {unit} |")
     pool.check()
+    pool_ns, dict_ns = random_sizes(args.repeat)
+    print(f"\nRandom sizes 64 B-1 MiB, {LIVE} live, medians of {args.repeat} runs (alternating):\n")
+    print("| loop step | median ns |")
+    print("|---|---:|")
+    print(f"| pool: free a random block, allocate a random size | {pool_ns:,.0f} |")
+    print(f"| dict: delete a random key, insert a new one | {dict_ns:,.0f} |")
+    print(f"| pool / dict (target: at most 3x) | {pool_ns / dict_ns:.2f}x |")
     return 0
 
 

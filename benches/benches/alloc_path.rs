@@ -1,8 +1,8 @@
 //! The allocation path of npumem against peers, side by side in one run.
 //!
-//! Workloads (issue 2): alloc/free pairs at 256 B, 4 KiB, 64 KiB, 1 MiB; random sizes 256 B to
+//! Workloads: alloc/free pairs at 256 B, 4 KiB, 64 KiB, 1 MiB; random sizes 256 B to
 //! 1 MiB at 50% occupancy; 1 and 2 threads; a producer/consumer pair where every free is remote.
-//! Peers: npumem's buddy path (slab classes off: issue 2 measures the buddy trees), npumem with
+//! Peers: npumem's buddy path (slab classes off: this bench measures the buddy trees), npumem with
 //! handles, the same structure behind one Mutex, buddy_system_allocator's FrameAllocator behind a
 //! Mutex, branch_allocator.
 //!

@@ -1,4 +1,4 @@
-//! Moving blocks on host memory (issue 5) against a plain `memmove` of the same bytes, in the
+//! Moving blocks on host memory against a plain `memmove` of the same bytes, in the
 //! same run: `n` blocks of one size (32 MiB per iteration) go to free places of the same shape
 //! and back, each iteration one batch (`pause`, `relocate`, `resume`); the baseline copies the
 //! same number of blocks of the same size between two buffers with `ptr::copy`. Every page is

@@ -1,4 +1,4 @@
-//! The slab fast path against peers, side by side in one run (issue 3).
+//! The slab fast path against peers, side by side in one run.
 //!
 //! Peers: glibc `malloc`/`free` of the same sizes (host memory, the everyday reference),
 //! `sharded-slab` insert/remove of `()` values, and npumem's own buddy path for the same sizes

@@ -1,4 +1,4 @@
-//! The cost of the event trace (issue 6) on the alloc/free path: the same alloc/free pairs on
+//! The cost of the event trace on the alloc/free path: the same alloc/free pairs on
 //! two pools in one run, one with the trace off (the default) and one with it on. The ring is
 //! never drained, so every event also overwrites an old one (the steady state of a full ring).
 //!

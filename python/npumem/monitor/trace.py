@@ -1,8 +1,9 @@
 """Event traces: record a pool's alloc, free, move and failed-alloc events, save them as JSON,
 load them back (for `npumem replay` and `npumem plot`).
 
-The Rust core keeps the events in bounded per-core rings (`pool.trace_start(capacity)`); a
-`TraceRecorder` drains them into a `Trace` often enough that the rings do not
+The Rust core keeps the events in bounded rings (`pool.trace_start(capacity)`): one per
+writing thread, up to one per core pool, and one shared by the threads beyond that. A
+`TraceRecorder` drains and merges them into a `Trace` often enough that the rings do not
 overflow (events lost anyway are counted in `Trace.dropped`).
 
     >>> import npumem

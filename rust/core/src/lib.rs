@@ -26,7 +26,7 @@
 //! | [`Handle`] | `handle/id.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
 //! | `HandleTable`, `SlotInfo` | `handle/table.rs` | the slots behind handles and their state machine: live, moving, *pins* |
 //! | `Gate` | `gate.rs` | the stop gate: *pauses* alloc/free for compaction and `check()` |
-//! | [`TraceEvent`], `Ring`, `Trace`, `Clock` | `trace/` | the optional event trace: bounded per-core rings of alloc/free/move/failed events, and its clock |
+//! | [`TraceEvent`], `SoloRing`, `Ring`, `Trace`, `Clock` | `trace/` | the optional event trace: bounded rings of alloc/free/move/failed events (one per recording thread, then one shared), and its clock |
 //! | [`PoolStats`], `Counters`, `ThreadStats` | `stats/` | per-core counters on their own cache lines and per-thread slab counters, summed into a snapshot whose fields are one list |
 //! | [`Pool`], [`PauseToken`] | `pool/` | the public API: composes the arena, handles, gate, stats and trace; alloc, free, pause and pins, snapshot, check, trace |
 //! | [`Snapshot`] | `pool/snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats |

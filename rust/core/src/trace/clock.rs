@@ -3,10 +3,17 @@
 //! [`Clock::now_ns`] reads the monotonic clock (`Instant`, about 25 ns through the vDSO). When
 //! the kernel itself keeps time with the CPU's time-stamp counter (Linux on x86_64 with
 //! `clocksource = tsc`: an invariant counter, synchronised across cores), a trace reads the
-//! counter instead (`rdtscp`, about 10 ns) and scales it to the same nanoseconds with a
-//! [`TscScale`] calibrated against `Instant` when the trace starts. Events of one trace share one
-//! linear scale, so their order is the counter's order; their times drift from `Instant` by the
-//! calibration error (parts per million).
+//! counter instead (`rdtsc`, a few nanoseconds where it overlaps other work) and scales it to
+//! the same nanoseconds with a [`TscScale`] calibrated against `Instant` when the trace starts.
+//! An event stores the raw counter; the drain scales it, so the alloc/free path pays only the
+//! read. Events of one trace share one linear scale, so their order is the counter's order;
+//! their times drift from `Instant` by the calibration error (parts per million).
+//!
+//! `rdtsc` does not wait for earlier instructions (`rdtscp` does, at about 25 ns a read on the
+//! machines measured): the counter may be read a few tens of nanoseconds before the loads that
+//! precede it in the program complete. Events of different threads closer than that may
+//! therefore carry times in the wrong order; the drain (`trace/merge.rs`) keeps what a replay
+//! needs regardless: each thread's own order, and a block's free and moves after its alloc.
 
 use std::time::Instant;
 
@@ -86,15 +93,16 @@ pub(crate) struct TscScale {
 }
 
 impl TscScale {
-    /// Clock nanoseconds now, from the counter.
+    /// The counter now, unscaled: what an event records, scaled by [`TscScale::at`] when
+    /// drained.
     #[inline]
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.at(tsc::read())
+    pub(crate) fn ticks(&self) -> u64 {
+        tsc::read()
     }
 
     /// Clock nanoseconds at counter value `tsc` (never below 0).
     #[inline]
-    fn at(&self, tsc: u64) -> u64 {
+    pub(crate) fn at(&self, tsc: u64) -> u64 {
         let delta = tsc.wrapping_sub(self.tsc0) as i64 as i128;
         let ns = self.ns0 as i128 + ((delta * self.mul as i128) >> 32);
         ns.max(0) as u64
@@ -115,13 +123,12 @@ mod tsc {
         })
     }
 
-    /// The counter, read after every earlier instruction has executed (`rdtscp`).
+    /// The counter (`rdtsc`: not ordered with the instructions around it).
     #[inline]
     pub(super) fn read() -> u64 {
-        let mut aux = 0u32;
-        // SAFETY: rdtscp is available wherever the kernel uses the TSC as its clocksource
-        // (checked by `trusted` before any read); it only writes `aux`.
-        unsafe { core::arch::x86_64::__rdtscp(&mut aux) }
+        // SAFETY: rdtsc is available wherever the kernel uses the TSC as its clocksource
+        // (checked by `trusted` before any read); it reads the counter and nothing else.
+        unsafe { core::arch::x86_64::_rdtsc() }
     }
 }
 
@@ -164,7 +171,7 @@ mod tests {
         if let Some(scale) = scale {
             let mut last = 0;
             for _ in 0..1000 {
-                let t = scale.now_ns();
+                let t = scale.at(scale.ticks());
                 assert!(t >= last, "the scaled counter went back");
                 last = t;
             }
@@ -172,7 +179,7 @@ mod tests {
             // Bracket a counter reading between two clock readings; a bracket wider than 50 µs
             // means the thread was preempted in between (a loaded machine), so read again.
             let tight = (0..1000)
-                .map(|_| (clock.now_ns(), scale.now_ns(), clock.now_ns()))
+                .map(|_| (clock.now_ns(), scale.at(scale.ticks()), clock.now_ns()))
                 .find(|&(a, _, c)| c - a < 50_000)
                 .expect("some reading is not preempted");
             let (a, b, c) = tight;

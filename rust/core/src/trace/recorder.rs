@@ -1,26 +1,18 @@
-//! The pool's trace: the on/off flag, the per-core rings, and the drain bookkeeping. The pool's
-//! trace API (`trace_start`, `trace_drain`, ...) is in `pool/tracing.rs`.
+//! The pool's trace: the on/off flag, the rings, and the drain bookkeeping. The pool's trace
+//! API (`trace_start`, `trace_drain`, ...) is in `pool/tracing.rs`; which ring a thread writes
+//! is `trace/rings.rs`.
 
-use super::clock::{Clock, TscScale};
-use super::event::{EventKind, TraceEvent, EVENT_WORDS};
-use super::ring::Ring;
-use crate::error::{Error, Result};
+use super::clock::Clock;
+use super::event::{EventKind, TraceEvent};
+use super::merge::merge;
+use super::rings::Rings;
+use crate::error::Result;
 use crate::handle::id::Handle;
-use crate::util::sync::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Most events a trace can hold (64 bytes each: 1 GiB).
 pub const MAX_TRACE_CAPACITY: usize = 1 << 24;
-/// Fewest slots per core ring.
-const MIN_RING: usize = 16;
-
-struct Rings {
-    rings: Box<[CachePadded<Ring<EVENT_WORDS>>]>,
-    per_core: usize,
-    /// The fast clock of this trace, if the time-stamp counter is trustworthy here.
-    fast_clock: Option<TscScale>,
-}
 
 #[derive(Default)]
 struct Drains {
@@ -32,6 +24,7 @@ struct Drains {
 pub(crate) struct Trace {
     on: AtomicBool,
     clock: Clock,
+    /// From `Arc::into_raw`; the trace holds that reference.
     rings: AtomicPtr<Rings>,
     /// Serialises start, stop and drain (never taken on the alloc/free path).
     control: Mutex<Drains>,
@@ -43,8 +36,9 @@ impl Drop for Trace {
     fn drop(&mut self) {
         let rings = *self.rings.get_mut();
         if !rings.is_null() {
-            // SAFETY: installed from a Box by `install`, freed once, here.
-            drop(unsafe { Box::from_raw(rings) });
+            // SAFETY: installed from `Arc::into_raw` by `install`; the trace's reference is
+            // given up once, here.
+            drop(unsafe { Arc::from_raw(rings) });
         }
     }
 }
@@ -54,7 +48,7 @@ impl Drop for Trace {
 pub struct TraceStatus {
     /// Whether events are being recorded now.
     pub enabled: bool,
-    /// Events the rings hold at most (all cores together; 0 before the first start).
+    /// Events the rings hold at most (all rings together; 0 before the first start).
     pub capacity: usize,
     /// Events recorded since the last start (delivered, lost, or waiting to be drained).
     pub recorded: u64,
@@ -112,44 +106,32 @@ impl Trace {
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn record(&self, kind: EventKind, core: usize, handle: u128, offset: usize, size: usize, tag: u32, aux: u64) {
-        let rings = self.rings.load(Ordering::Acquire);
-        if rings.is_null() {
+        let ptr = self.rings.load(Ordering::Acquire);
+        if ptr.is_null() {
             return;
         }
-        // SAFETY: rings are replaced and freed only while the pool is paused, and every
+        // SAFETY: rings are replaced and given up only while the pool is paused, and every
         // caller of `record` is inside the pool (or is the pauser itself, for moves).
-        let rings = unsafe { &*rings };
+        let rings = unsafe { &*ptr };
         let time_ns = match &rings.fast_clock {
-            Some(scale) => scale.now_ns(),
+            Some(scale) => scale.ticks(),
             None => self.now_ns(),
         };
         let event = TraceEvent { time_ns, kind, offset, size, core: core as u16, tag, handle, aux };
-        rings.rings[core % rings.rings.len()].push(&event.to_words());
+        rings.push(ptr, &event.to_words());
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Drains> {
         self.control.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Fresh rings for `capacity` events over `cores` cores; `fast_clock` from
-    /// `Clock::calibrate`. `Error::HostMemory` when the host has no room for them.
-    fn make_rings(cores: usize, capacity: usize, fast_clock: Option<TscScale>) -> Result<Box<Rings>> {
-        let per_core = capacity.div_ceil(cores).next_power_of_two().max(MIN_RING);
-        let mut rings = Vec::new();
-        rings.try_reserve_exact(cores).map_err(|_| Error::HostMemory { what: "the trace rings", bytes: usize::MAX })?;
-        for _ in 0..cores {
-            rings.push(CachePadded(Ring::new(per_core)?));
-        }
-        Ok(Box::new(Rings { rings: rings.into_boxed_slice(), per_core, fast_clock }))
-    }
-
     /// Replace the rings with `fresh` (the pool must be paused) and switch on.
-    fn install(&self, fresh: Box<Rings>) {
-        let old = self.rings.swap(Box::into_raw(fresh), Ordering::AcqRel);
+    fn install(&self, fresh: Arc<Rings>) {
+        let old = self.rings.swap(Arc::into_raw(fresh).cast_mut(), Ordering::AcqRel);
         if !old.is_null() {
-            // SAFETY: the pool is paused, so no writer holds the old rings; installed from a
-            // Box by an earlier `install`, freed once, here.
-            drop(unsafe { Box::from_raw(old) });
+            // SAFETY: the pool is paused, so no writer uses the old rings; installed from
+            // `Arc::into_raw` by an earlier `install`, the trace's reference given up once, here.
+            drop(unsafe { Arc::from_raw(old) });
         }
         self.generation.fetch_add(1, Ordering::Relaxed);
         self.on.store(true, Ordering::Release);
@@ -165,8 +147,8 @@ impl Trace {
         let rings = unsafe { &*rings };
         TraceStatus {
             enabled: self.on(),
-            capacity: rings.per_core * rings.rings.len(),
-            recorded: rings.rings.iter().map(|r| r.written()).sum(),
+            capacity: rings.capacity(),
+            recorded: rings.written(),
             drained: drains.delivered,
             dropped: drains.dropped,
         }
@@ -178,7 +160,7 @@ impl Trace {
     pub(crate) fn start<G>(&self, cores: usize, capacity: usize, pause: impl FnOnce() -> Result<G>) -> Result<()> {
         let mut drains = self.lock();
         let fast_clock = self.clock.calibrate();
-        let fresh = Self::make_rings(cores, capacity, fast_clock)?;
+        let fresh = Rings::new(cores, capacity, fast_clock)?;
         let _paused = pause()?;
         self.install(fresh);
         *drains = Drains::default();
@@ -193,8 +175,8 @@ impl Trace {
         Ok(())
     }
 
-    /// Every event recorded since the last drain, oldest first (by time; events of one core
-    /// keep their order). Events still being written are left for the next drain.
+    /// Every event recorded since the last drain, oldest first (by time; events of one thread
+    /// keep their order, and a block's free and moves come after its alloc: `trace/merge.rs`). Events still being written are left for the next drain.
     pub(crate) fn drain(&self) -> Vec<TraceEvent> {
         let mut drains = self.lock();
         let rings = self.rings.load(Ordering::Acquire);
@@ -204,18 +186,18 @@ impl Trace {
         // SAFETY: rings are freed only by `install` under the control lock (held here) or by
         // drop.
         let rings = unsafe { &*rings };
-        let mut events = Vec::new();
-        for ring in rings.rings.iter() {
-            let got = ring.drain(&mut |w| {
-                if let Some(e) = TraceEvent::from_words(w) {
-                    events.push(e);
+        let mut streams = vec![Vec::new(); rings.count()];
+        let got = rings.drain(&mut |ring, w| {
+            if let Some(mut e) = TraceEvent::from_words(w) {
+                if let Some(scale) = &rings.fast_clock {
+                    e.time_ns = scale.at(e.time_ns);
                 }
-            });
-            drains.delivered += got.delivered;
-            drains.dropped += got.dropped;
-        }
-        events.sort_by_key(|e| e.time_ns);
-        events
+                streams[ring].push(e);
+            }
+        });
+        drains.delivered += got.delivered;
+        drains.dropped += got.dropped;
+        merge(streams)
     }
 
     /// Where the trace stands.

@@ -1,0 +1,542 @@
+//! Mixed sizes against the O(1) heaps: npumem (raw offset API, `backing = none`) beside
+//! `offset-allocator`, `rlsf` (TLSF), `buddy_system_allocator` and npumem's single-mutex tree,
+//! each managing the same 1 GiB arena (behind a `Mutex` where it is not thread-safe), on the same
+//! seeded sequences, in one run. Prints one Markdown table per measurement (medians of `--runs`):
+//!
+//! - churn: random sizes 256 B-1 MiB at 50% and 85% occupancy, ns per free+alloc step, failed
+//!   allocations, and the latency of a failing allocation (median and max);
+//! - two threads, the same churn each: throughput over one thread's;
+//! - fixed-size alloc+free pairs at 256 B, 4 KiB, 64 KiB, 1 MiB on an empty arena;
+//! - fill: random sizes, no frees, until the first failure: requested bytes over capacity;
+//! - waste: every size 1 B-64 MiB on a log grid plus sizes next to class and chunk boundaries,
+//!   reserved over requested, worst case per range.
+//!
+//! `cargo run --release -p npumem-benches --example mixed_sizes [-- --quick] [--steps N]
+//! [--runs N] [--only TABLE]` (TABLE: churn, threads, pairs, fill, waste).
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use npumem_benches::{timed_threads, Allocator, LockedFrames, MutexTree, NpumemRaw, Rng, UNIT};
+use npumem_core::{Backing, Pool, PoolConfig};
+
+const ARENA: usize = 1 << 30;
+/// The unit of the peers that count units of their own (offset-allocator), and everyone's
+/// alignment: npumem's default.
+const ALIGN: usize = 64;
+
+/// `offset-allocator` (Sebastian Aaltonen's OffsetAllocator) in 64-byte units, behind a mutex.
+struct OffsetAlloc(Mutex<offset_allocator::Allocator>);
+
+impl OffsetAlloc {
+    fn new() -> Self {
+        let units = (ARENA / ALIGN) as u32;
+        OffsetAlloc(Mutex::new(offset_allocator::Allocator::with_max_allocs(units, 1 << 21)))
+    }
+    fn reserved(&self, size: usize) -> Option<usize> {
+        let mut a = self.0.lock().unwrap();
+        let got = a.allocate(size.div_ceil(ALIGN) as u32)?;
+        let bytes = a.allocation_size(got) as usize * ALIGN;
+        a.free(got);
+        Some(bytes)
+    }
+}
+
+impl Allocator for OffsetAlloc {
+    type Token = offset_allocator::Allocation;
+    fn name(&self) -> &'static str {
+        "offset-allocator"
+    }
+    fn alloc(&self, size: usize) -> Option<Self::Token> {
+        self.0.lock().unwrap().allocate(size.div_ceil(ALIGN) as u32)
+    }
+    fn free(&self, token: Self::Token, _size: usize) {
+        self.0.lock().unwrap().free(token);
+    }
+}
+
+type Tlsf = rlsf::Tlsf<'static, u32, u32, 28, 32>;
+
+/// `rlsf` (TLSF) behind a mutex. It keeps its block headers inside the memory it manages, so its
+/// arena is a real 1 GiB mapping, committed up front (page faults are not the allocator's cost)
+/// and made once: every measurement frees all it allocated, which leaves one free block.
+struct RlsfHeap {
+    tlsf: Mutex<Tlsf>,
+    base: *mut u8,
+}
+
+// SAFETY: the heap and its mapping are only touched under the mutex; the pointer is the
+// mapping's base, owned by this value.
+unsafe impl Send for RlsfHeap {}
+// SAFETY: as above.
+unsafe impl Sync for RlsfHeap {}
+
+impl RlsfHeap {
+    fn new() -> Self {
+        // SAFETY: a fresh private anonymous mapping; checked below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ARENA,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED, "a 1 GiB mapping for rlsf");
+        let mut tlsf = Tlsf::new();
+        let block = NonNull::slice_from_raw_parts(NonNull::new(base as *mut u8).expect("mapped"), ARENA);
+        // SAFETY: the mapping is ours, valid and lives as long as the heap.
+        unsafe { tlsf.insert_free_block_ptr(block) };
+        RlsfHeap { tlsf: Mutex::new(tlsf), base: base as *mut u8 }
+    }
+    /// Bytes a block of `size` takes: the distance to the next block placed after it.
+    fn reserved(&self, size: usize) -> Option<usize> {
+        let a = self.alloc(size)?;
+        let b = self.alloc(1);
+        let bytes = b.map(|b| b - a);
+        if let Some(b) = b {
+            self.free(b, 1);
+        }
+        self.free(a, size);
+        bytes
+    }
+}
+
+impl Drop for RlsfHeap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, ARENA) };
+    }
+}
+
+impl Allocator for RlsfHeap {
+    type Token = usize;
+    fn name(&self) -> &'static str {
+        "rlsf"
+    }
+    fn alloc(&self, size: usize) -> Option<usize> {
+        let layout = Layout::from_size_align(size, ALIGN).ok()?;
+        self.tlsf.lock().unwrap().allocate(layout).map(|p| p.as_ptr() as usize - self.base as usize)
+    }
+    fn free(&self, offset: usize, _size: usize) {
+        // SAFETY: `offset` came from `alloc` of this heap and is freed once.
+        unsafe {
+            let ptr = NonNull::new_unchecked(self.base.add(offset));
+            self.tlsf.lock().unwrap().deallocate(ptr, ALIGN);
+        }
+    }
+}
+
+fn rlsf_heap() -> &'static RlsfHeap {
+    static HEAP: std::sync::OnceLock<RlsfHeap> = std::sync::OnceLock::new();
+    HEAP.get_or_init(RlsfHeap::new)
+}
+
+/// The peers, in table order.
+const PEERS: [&str; 5] = ["npumem", "offset-allocator", "rlsf", "buddy_system_allocator", "mutex-tree"];
+
+/// Run `f` on a fresh allocator of peer `name`.
+fn with_peer<R>(name: &str, f: &mut dyn FnMut(&dyn Peer) -> R) -> R {
+    match name {
+        "npumem" => f(&NpumemRaw::new(ARENA, 2)),
+        "offset-allocator" => f(&OffsetAlloc::new()),
+        "rlsf" => f(rlsf_heap()),
+        "buddy_system_allocator" => f(&LockedFrames::new(ARENA)),
+        "mutex-tree" => f(&MutexTree::new(ARENA)),
+        _ => unreachable!("unknown peer {name}"),
+    }
+}
+
+/// What the measurements need of a peer, object-safe: offsets as `usize` tokens.
+trait Peer: Sync {
+    fn alloc_any(&self, size: usize) -> Option<u128>;
+    fn free_any(&self, token: u128, size: usize);
+}
+
+macro_rules! peer_via_usize {
+    ($($t:ty),*) => {$(
+        impl Peer for $t {
+            #[inline]
+            fn alloc_any(&self, size: usize) -> Option<u128> {
+                Allocator::alloc(self, size).map(|o| o as u128)
+            }
+            #[inline]
+            fn free_any(&self, token: u128, size: usize) {
+                Allocator::free(self, token as usize, size)
+            }
+        }
+    )*};
+}
+peer_via_usize!(NpumemRaw, RlsfHeap, LockedFrames, MutexTree);
+
+impl Peer for OffsetAlloc {
+    #[inline]
+    fn alloc_any(&self, size: usize) -> Option<u128> {
+        // The allocation's offset and node index fit one token; rebuilt on free.
+        let a = Allocator::alloc(self, size)?;
+        // SAFETY: `Allocation` is two `u32`-sized fields (offset, node index); plain data.
+        let bits: u64 = unsafe { std::mem::transmute::<offset_allocator::Allocation, u64>(a) };
+        Some(bits as u128)
+    }
+    #[inline]
+    fn free_any(&self, token: u128, size: usize) {
+        // SAFETY: the bits of an `Allocation` made by `alloc_any`, freed once.
+        let a = unsafe { std::mem::transmute::<u64, offset_allocator::Allocation>(token as u64) };
+        Allocator::free(self, a, size)
+    }
+}
+
+struct Options {
+    steps: usize,
+    runs: usize,
+    pairs: usize,
+    only: Option<String>,
+}
+
+fn options() -> Options {
+    let mut o = Options { steps: 200_000, runs: 3, pairs: 1_000_000, only: None };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().expect("a value after the option");
+        match a.as_str() {
+            "--quick" => {
+                o.steps = 50_000;
+                o.runs = 1;
+                o.pairs = 100_000;
+            }
+            "--steps" => o.steps = value().parse().expect("--steps N"),
+            "--runs" => o.runs = value().parse().expect("--runs N"),
+            "--pairs" => o.pairs = value().parse().expect("--pairs N"),
+            "--only" => o.only = Some(value()),
+            other => panic!("unknown option {other}"),
+        }
+    }
+    o
+}
+
+/// The calling thread's CPU time in ns: loops are timed by it, so time the scheduler gives to
+/// other processes on a shared machine does not count.
+fn cpu_ns() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
+}
+
+/// Run `work(t)` on `threads` threads pinned to CPUs 0, 1, ... from a common start; the wall
+/// time from the first thread's start to the last one's end, as the threads themselves read it.
+fn wall_of_threads(threads: usize, work: impl Fn(usize) + Sync) -> f64 {
+    let spans = Mutex::new(Vec::new());
+    timed_threads(threads, |t| {
+        let start = Instant::now();
+        work(t);
+        spans.lock().unwrap().push((start, Instant::now()));
+    });
+    let spans = spans.into_inner().unwrap();
+    let first = spans.iter().map(|s| s.0).min().expect("a thread");
+    let last = spans.iter().map(|s| s.1).max().expect("a thread");
+    (last - first).as_secs_f64()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[v.len() / 2]
+}
+
+fn fmt_ns(ns: f64) -> String {
+    if ns.is_nan() {
+        "-".into()
+    } else if ns >= 10_000.0 {
+        format!("{:.0}", ns)
+    } else {
+        format!("{:.1}", ns)
+    }
+}
+
+const LO: usize = 256;
+const HI: usize = 1 << 20;
+
+/// Fill to `occupancy` of the arena with seeded sizes, then `steps` steps of: free a random
+/// held block, allocate a new random size in its place. Returns (ns per step, failed
+/// allocations, latencies of the failing allocations in ns).
+fn churn(p: &dyn Peer, occupancy: f64, steps: usize, seed: u64) -> (f64, usize, Vec<f64>) {
+    let mut rng = Rng::new(seed);
+    let mut held: Vec<(u128, usize)> = Vec::new();
+    let mut bytes = 0usize;
+    while (bytes as f64) < occupancy * ARENA as f64 {
+        let size = rng.size(LO, HI);
+        match p.alloc_any(size) {
+            Some(t) => {
+                held.push((t, size));
+                bytes += size;
+            }
+            None => break,
+        }
+    }
+    let mut failed = Vec::new();
+    let start = cpu_ns();
+    for _ in 0..steps {
+        if held.is_empty() {
+            break;
+        }
+        let i = (rng.next_u64() as usize) % held.len();
+        let (token, size) = held[i];
+        p.free_any(token, size);
+        let size = rng.size(LO, HI);
+        let t0 = Instant::now();
+        match p.alloc_any(size) {
+            Some(token) => held[i] = (token, size),
+            None => {
+                failed.push(t0.elapsed().as_nanos() as f64);
+                // Keep the occupancy: the slot keeps a block of the old size if that fits.
+                match p.alloc_any(held[i].1) {
+                    Some(token) => held[i].0 = token,
+                    None => {
+                        held.swap_remove(i);
+                    }
+                }
+            }
+        }
+    }
+    let ns = (cpu_ns() - start) / steps as f64;
+    for (t, size) in held {
+        p.free_any(t, size);
+    }
+    (ns, failed.len(), failed)
+}
+
+fn churn_tables(o: &Options) {
+    for occupancy in [0.5, 0.85] {
+        println!(
+            "\n### Churn, random sizes 256 B-1 MiB at {:.0}% occupancy ({} steps, medians of {})\n",
+            occupancy * 100.0,
+            o.steps,
+            o.runs
+        );
+        println!("| | ns per free+alloc | failed allocations | failing alloc: median us | failing alloc: max us |");
+        println!("|---|---:|---:|---:|---:|");
+        for name in PEERS {
+            let (mut ns, mut fails, mut fail_med, mut fail_max) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..o.runs {
+                let (n, f, mut lat) = with_peer(name, &mut |p| churn(p, occupancy, o.steps, 7));
+                ns.push(n);
+                fails.push(f as f64);
+                fail_max.push(lat.iter().cloned().fold(f64::NAN, f64::max) / 1e3);
+                fail_med.push(median(&mut lat) / 1e3);
+            }
+            println!(
+                "| {name} | {} | {:.0} | {} | {} |",
+                fmt_ns(median(&mut ns)),
+                median(&mut fails),
+                fmt_ns(median(&mut fail_med)),
+                fmt_ns(median(&mut fail_max))
+            );
+        }
+    }
+}
+
+fn threads_table(o: &Options) {
+    let steps = o.steps / 2;
+    println!("\n### Two threads, the churn at 50% each ({steps} steps per thread, medians of {})\n", o.runs);
+    println!("| | one thread (M steps/s) | two threads (M steps/s) | two / one |");
+    println!("|---|---:|---:|---:|");
+    for name in PEERS {
+        let (mut one, mut two) = (Vec::new(), Vec::new());
+        for _ in 0..o.runs {
+            with_peer(name, &mut |p| {
+                let t1 = wall_of_threads(1, |t| {
+                    churn(p, 0.25, steps, 11 + t as u64);
+                });
+                let t2 = wall_of_threads(2, |t| {
+                    churn(p, 0.25, steps, 11 + t as u64);
+                });
+                one.push(steps as f64 / t1 / 1e6);
+                two.push(2.0 * steps as f64 / t2 / 1e6);
+            });
+        }
+        let (a, b) = (median(&mut one), median(&mut two));
+        println!("| {name} | {a:.2} | {b:.2} | {:.2}x |", b / a);
+    }
+    println!("\n(Each thread fills a quarter of the arena, so both together hold half; wall times, fill included.)");
+}
+
+fn pairs_table(o: &Options) {
+    let sizes = [256usize, 4 << 10, 64 << 10, 1 << 20];
+    println!("\n### Fixed-size alloc+free pairs, empty arena ({} pairs, medians of {})\n", o.pairs, o.runs);
+    println!("| | 256 B | 4 KiB | 64 KiB | 1 MiB |");
+    println!("|---|---:|---:|---:|---:|");
+    for name in PEERS {
+        let mut cells = Vec::new();
+        for size in sizes {
+            let mut ns = Vec::new();
+            for _ in 0..o.runs {
+                ns.push(with_peer(name, &mut |p| {
+                    for _ in 0..1000 {
+                        let t = p.alloc_any(size).expect("room");
+                        p.free_any(t, size);
+                    }
+                    let start = cpu_ns();
+                    for _ in 0..o.pairs {
+                        let t = p.alloc_any(std::hint::black_box(size)).expect("room");
+                        p.free_any(std::hint::black_box(t), size);
+                    }
+                    (cpu_ns() - start) / o.pairs as f64
+                }));
+            }
+            cells.push(fmt_ns(median(&mut ns)));
+        }
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+}
+
+/// Allocate seeded sizes in `[lo, hi]`, no frees, until the first failure: requested bytes over
+/// the arena's capacity then.
+fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> f64 {
+    let mut rng = Rng::new(seed);
+    let mut held = Vec::new();
+    let mut requested = 0usize;
+    loop {
+        let size = rng.size(lo, hi);
+        match p.alloc_any(size) {
+            Some(t) => {
+                held.push((t, size));
+                requested += size;
+            }
+            None => break,
+        }
+    }
+    for (t, size) in held {
+        p.free_any(t, size);
+    }
+    requested as f64 / ARENA as f64
+}
+
+fn fill_table() {
+    let bands = [(64usize, 4 << 10), (4 << 10, 64 << 10), (64 << 10, 1 << 20), (1 << 20, 8 << 20), (64, 8 << 20)];
+    println!("\n### Fill: random sizes, no frees, requested / capacity at the first failure\n");
+    println!("| | 64 B-4 KiB | 4-64 KiB | 64 KiB-1 MiB | 1-8 MiB | 64 B-8 MiB |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for name in PEERS {
+        let mut cells = Vec::new();
+        for (lo, hi) in bands {
+            cells.push(format!("{:.3}", with_peer(name, &mut |p| fill(p, lo, hi, 3))));
+        }
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+}
+
+/// Sizes 1 B-64 MiB: 16 per doubling, each power of two and its neighbours, each slab class of
+/// npumem's default configuration and its neighbours, and chunk multiples and their neighbours.
+fn waste_sizes() -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let max = 64usize << 20;
+    let mut x = 1.0f64;
+    while x <= max as f64 {
+        sizes.push(x as usize);
+        x *= 2f64.powf(1.0 / 16.0);
+    }
+    let mut p = 1usize;
+    while p <= max {
+        sizes.extend([p - 1, p, p + 1, p + p / 2]);
+        p *= 2;
+    }
+    let config = PoolConfig::new(ARENA);
+    for &c in &config.slab_sizes {
+        sizes.extend([c - 1, c, c + 1]);
+    }
+    let chunk = config.chunk_size;
+    for k in 1..=32 {
+        sizes.extend([k * chunk - 1, k * chunk, k * chunk + 1, k * chunk + chunk / 2 + 5]);
+    }
+    sizes.retain(|&s| (1..=max).contains(&s));
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+/// Reserved bytes of one block of `size` on a fresh allocator of `name`, or `None` if refused.
+fn reserved_of(name: &str, pools: &WastePools, size: usize) -> Option<usize> {
+    match name {
+        "npumem" | "mutex-tree" => {
+            let pool = if name == "npumem" { &pools.npumem } else { &pools.tree };
+            let h = pool.alloc(size, None, 0).ok()?;
+            let bytes = pool.block(h).expect("live").block_bytes;
+            pool.free(h).expect("valid free");
+            Some(bytes)
+        }
+        "offset-allocator" => pools.offset.reserved(size),
+        "rlsf" => pools.rlsf.reserved(size),
+        "buddy_system_allocator" => Some(size.div_ceil(UNIT).next_power_of_two() * UNIT),
+        _ => unreachable!(),
+    }
+}
+
+struct WastePools {
+    npumem: Pool,
+    tree: Pool,
+    offset: OffsetAlloc,
+    rlsf: &'static RlsfHeap,
+}
+
+fn waste_table() {
+    let sizes = waste_sizes();
+    let config = || PoolConfig::new(ARENA).cores(2).backing(Backing::None);
+    let pools = WastePools {
+        npumem: Pool::new(config()).expect("config"),
+        tree: Pool::new(config().cores(1).slab_sizes(Vec::new())).expect("config"),
+        offset: OffsetAlloc::new(),
+        rlsf: rlsf_heap(),
+    };
+    println!("\n### Waste: reserved / requested, worst case ({} sizes from 1 B to 64 MiB)\n", sizes.len());
+    println!("| | 1-63 B | 64 B-4 KiB | 4 KiB-64 MiB | worst size >= 4 KiB |");
+    println!("|---|---:|---:|---:|---:|");
+    for name in PEERS {
+        let mut worst = [(0.0f64, 0usize); 3];
+        for &s in &sizes {
+            let Some(r) = reserved_of(name, &pools, s) else { continue };
+            let range = if s < 64 {
+                0
+            } else if s < 4096 {
+                1
+            } else {
+                2
+            };
+            let ratio = r as f64 / s as f64;
+            if ratio > worst[range].0 {
+                worst[range] = (ratio, s);
+            }
+        }
+        println!("| {name} | {:.2} | {:.3} | {:.3} | {} B |", worst[0].0, worst[1].0, worst[2].0, worst[2].1);
+    }
+    println!("\n(npumem and mutex-tree: `BlockInfo::block_bytes`; offset-allocator: its bin size; rlsf: the distance to the next block, header included; buddy_system_allocator: its power of two of 256-byte frames.)");
+}
+
+fn main() {
+    let o = options();
+    let wants = |t: &str| o.only.as_deref().is_none_or(|only| only == t);
+    let start = Instant::now();
+    println!("Arena 1 GiB; npumem: raw offset API, backing none, 2 core pools, default classes.");
+    if wants("churn") {
+        churn_tables(&o);
+    }
+    if wants("threads") {
+        threads_table(&o);
+    }
+    if wants("pairs") {
+        pairs_table(&o);
+    }
+    if wants("fill") {
+        fill_table();
+    }
+    if wants("waste") {
+        waste_table();
+    }
+    let took: Duration = start.elapsed();
+    println!("\n({:.0} s)", took.as_secs_f64());
+}
