@@ -40,6 +40,10 @@ use crate::util::zeroed::{try_boxed, Zeroed};
 
 /// Objects per slab at most: bit 63 of the occupancy word is the retired flag.
 pub(crate) const MAX_OBJECTS: u32 = 63;
+/// Banks per slab at most (and an eighth of a chunk): a slab that holds a few objects keeps at
+/// most this much from other uses, and moving it whole (it is a naturally aligned buddy block)
+/// needs no larger gap. With many classes above 1 KiB, each may hold such a slab per core.
+const MAX_SLAB_BANKS: usize = 16;
 pub(super) const RETIRED: u64 = 1 << 63;
 const IDLE: u64 = 0;
 const HELD: u64 = 1;
@@ -76,8 +80,9 @@ impl SlabClass {
     fn new(size: usize, bank: usize, min_block: usize, max_slab: usize) -> SlabClass {
         // Candidates (slab, objects, objects per bank), from the smallest slab up.
         let mut candidates = Vec::new();
-        let mut slab = min_block.max(size.next_power_of_two());
-        while slab <= max_slab.max(min_block) {
+        let slab_floor = min_block.max(size.next_power_of_two());
+        let mut slab = slab_floor;
+        while slab <= max_slab.max(slab_floor) {
             let (per_bank, banks) = if slab <= bank { (slab / size, 1) } else { (bank / size, slab / bank) };
             let objects = (per_bank * banks).min(MAX_OBJECTS as usize) as u32;
             if objects > 0 {
@@ -149,7 +154,7 @@ impl SlabClasses {
     /// `MAX_SLAB_CLASSES` of them: `PoolConfig::validate` checks).
     pub(crate) fn new(sizes: &[usize], bank: usize, min_block: usize, chunk_size: usize) -> SlabClasses {
         debug_assert!(sizes.len() <= MAX_SLAB_CLASSES, "a class index fits a byte");
-        let max_slab = (chunk_size / 8).max(min_block);
+        let max_slab = (chunk_size / 8).min(bank * MAX_SLAB_BANKS).max(min_block);
         let classes: Vec<SlabClass> = sizes.iter().map(|&s| SlabClass::new(s, bank, min_block, max_slab)).collect();
         let largest = sizes.last().copied().unwrap_or(0);
         let size_shift = sizes.iter().map(|s| s.trailing_zeros()).min().unwrap_or(0);
