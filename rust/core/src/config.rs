@@ -31,6 +31,14 @@ pub const MAX_CORE_RESERVE: usize = 1024;
 pub const MAX_TREE_DEPTH: u32 = 24;
 /// The largest capacity (2^48 bytes = 256 TiB): offsets fit comfortably in 64 bits.
 pub const MAX_CAPACITY: usize = 1 << 48;
+/// The most slab size classes a pool may have (a class index fits a byte in the slab metadata,
+/// with one value left for "no slab").
+pub const MAX_SLAB_CLASSES: usize = 255;
+/// Classes per doubling of the default slab sizes: a request takes at most 1/8 more bytes than
+/// it asked for.
+pub const SLAB_CLASSES_PER_DOUBLING: usize = 8;
+/// The largest default slab size (the default bank).
+const DEFAULT_LARGEST_SLAB: usize = 4096;
 
 /// A pool's configuration. [`PoolConfig::new`] gives the defaults of `docs/design.md`;
 /// [`PoolConfig::validate`] checks every rule and names the field that broke one.
@@ -49,7 +57,8 @@ pub struct PoolConfig {
     pub bank_size: usize,
     /// The default alignment of a block's offset (power of two).
     pub alignment: usize,
-    /// Slab size classes (strictly increasing, multiples of 8, at most `bank_size`).
+    /// Slab size classes (strictly increasing, positive, at most `bank_size`, at most
+    /// [`MAX_SLAB_CLASSES`] of them); the default is [`PoolConfig::default_slab_sizes`].
     pub slab_sizes: Vec<usize>,
     /// Host memory behind the arena, or none.
     pub backing: Backing,
@@ -76,13 +85,30 @@ impl PoolConfig {
             min_block: 256,
             bank_size: 4096,
             alignment: 64,
-            slab_sizes: vec![64, 128, 256, 512, 1024, 2048, 4096],
+            slab_sizes: PoolConfig::default_slab_sizes(),
             backing: Backing::Host,
             placement: Placement::BestFit,
             core_reserve: 1,
             base_address: 0,
             device: None,
         }
+    }
+
+    /// The default slab size classes, 80 of them: every size from 1 to 16 bytes, then
+    /// [`SLAB_CLASSES_PER_DOUBLING`] evenly spaced classes per doubling up to 4096 bytes
+    /// (18, 20, ..., 32, 36, ..., 64, 72, ..., 3840, 4096). A request of `n <= 4096` bytes takes
+    /// at most `n * 9 / 8` bytes, and each class is a multiple of its step, so a request aligned
+    /// beyond its first class's natural alignment lands on `n` rounded up to the alignment.
+    pub fn default_slab_sizes() -> Vec<usize> {
+        let per = SLAB_CLASSES_PER_DOUBLING;
+        let mut sizes: Vec<usize> = (1..=2 * per).collect();
+        let mut low = 2 * per;
+        while low < DEFAULT_LARGEST_SLAB {
+            let step = low / per;
+            sizes.extend((1..=per).map(|i| low + i * step));
+            low *= 2;
+        }
+        sizes
     }
 
     /// Set the number of per-core pools.
@@ -223,10 +249,16 @@ impl PoolConfig {
                 format!("must be at most chunk_size ({}), got {}", self.chunk_size, self.bank_size),
             );
         }
+        if self.slab_sizes.len() > MAX_SLAB_CLASSES {
+            return bad(
+                "slab_sizes",
+                format!("must have at most {MAX_SLAB_CLASSES} entries, got {}", self.slab_sizes.len()),
+            );
+        }
         let mut previous = 0usize;
         for (i, &size) in self.slab_sizes.iter().enumerate() {
-            if size == 0 || size % 8 != 0 {
-                return bad("slab_sizes", format!("entry {i} must be a positive multiple of 8, got {size}"));
+            if size == 0 {
+                return bad("slab_sizes", format!("entry {i} must be positive, got 0"));
             }
             if size <= previous {
                 return bad(
@@ -332,8 +364,11 @@ mod tests {
         assert_eq!(field_of(&base.clone().alignment(48)), "alignment");
         assert_eq!(field_of(&base.clone().alignment(0)), "alignment");
         assert_eq!(field_of(&base.clone().slab_sizes(vec![64, 64])), "slab_sizes");
-        assert_eq!(field_of(&base.clone().slab_sizes(vec![64, 100])), "slab_sizes");
+        assert_eq!(field_of(&base.clone().slab_sizes(vec![64, 60])), "slab_sizes");
         assert_eq!(field_of(&base.clone().slab_sizes(vec![0])), "slab_sizes");
+        assert_eq!(field_of(&base.clone().slab_sizes((1..=256).collect())), "slab_sizes");
+        base.clone().slab_sizes((1..=255).collect()).validate().unwrap();
+        base.clone().slab_sizes(vec![1, 3, 100, 1000]).validate().unwrap();
         assert_eq!(field_of(&base.clone().slab_sizes(vec![8192])), "slab_sizes");
         assert_eq!(field_of(&base.clone().chunk_size(4096).bank_size(4096).min_block(64)), "chunk_size");
         assert_eq!(field_of(&base.clone().core_reserve(1025)), "core_reserve");
@@ -350,6 +385,15 @@ mod tests {
         none.clone().base_address(1 << 40).device(Device { type_code: 2, index: 1 }).validate().unwrap();
         assert_eq!(none.resolved_device(), Device::EXT_DEV);
         assert_eq!(base.resolved_device(), Device::CPU);
+    }
+
+    #[test]
+    fn default_slab_sizes_are_fine_and_exact_for_tiny_sizes() {
+        let sizes = PoolConfig::default_slab_sizes();
+        assert_eq!(sizes.len(), 80);
+        assert_eq!(&sizes[..18], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20]);
+        assert_eq!(&sizes[sizes.len() - 3..], &[3584, 3840, 4096]);
+        assert!(sizes.windows(2).all(|w| w[0] < w[1] && w[1] * 8 <= (w[0] + 1) * 9));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 use std::ptr::NonNull;
 
 use crate::arena::arena::Arena;
-use crate::arena::slab::caches::{SlabClasses, MAX_CLASSES};
+use crate::arena::slab::caches::SlabClasses;
 use crate::config::PoolConfig;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -81,19 +81,12 @@ impl Pool {
     /// Make a pool; the configuration is validated first.
     pub fn new(config: PoolConfig) -> Result<Pool> {
         config.validate()?;
-        if config.slab_sizes.len() > MAX_CLASSES {
-            return Err(Error::Config {
-                field: "slab_sizes",
-                reason: format!("must have at most {MAX_CLASSES} entries, got {}", config.slab_sizes.len()),
-            });
-        }
         gate::init_barriers();
         let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
         let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
         let slab_counters = ThreadStats::new(classes.classes.len());
         let arena = Arena::new(&config, classes)?;
-        let smallest = config.slab_sizes.first().copied().unwrap_or(config.min_block).min(config.min_block);
-        let max_blocks = arena.geometry.usable_capacity() / smallest.max(1);
+        let max_blocks = arena.geometry.usable_capacity() / arena.slabs.classes.smallest_footprint(config.min_block);
         Ok(Pool {
             id,
             slab_counters,

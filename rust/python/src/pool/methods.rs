@@ -42,7 +42,7 @@ impl Pool {
             core_reserve = None, name = None, base_address = None, device = None,
         ),
         text_signature = "(capacity, *, cores=None, chunk_size=2097152, min_block=256, bank_size=4096, \
-            alignment=64, slab_sizes=(64, 128, 256, 512, 1024, 2048, 4096), backing='host', \
+            alignment=64, slab_sizes=None, backing='host', \
             placement='best-fit', core_reserve=1, name=None, base_address=None, device=None)"
     )]
     #[allow(clippy::too_many_arguments)]

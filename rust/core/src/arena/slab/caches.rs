@@ -27,8 +27,12 @@
 //!
 //! Objects never straddle a bank: a slab larger than a bank holds `floor(bank / size)` objects
 //! per bank. An object's offset is a multiple of its class's natural alignment (the largest power
-//! of two dividing the size); a request needing more goes to a class that provides it.
+//! of two dividing the size); a request needing more goes to the first class at least its size
+//! rounded up to its alignment that is aligned enough (with the default classes, that rounded
+//! size itself). Classes may be any positive sizes: the defaults are every size from 1 to 16
+//! bytes, then eight per doubling up to 4 KiB (`PoolConfig::default_slab_sizes`).
 
+use crate::config::MAX_SLAB_CLASSES;
 use crate::error::Result;
 use crate::util::index_stack::{IndexStack, NIL};
 use crate::util::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
@@ -36,6 +40,10 @@ use crate::util::zeroed::{try_boxed, Zeroed};
 
 /// Objects per slab at most: bit 63 of the occupancy word is the retired flag.
 pub(crate) const MAX_OBJECTS: u32 = 63;
+/// Banks per slab at most (and an eighth of a chunk): a slab that holds a few objects keeps at
+/// most this much from other uses, and moving it whole (it is a naturally aligned buddy block)
+/// needs no larger gap. With many classes above 1 KiB, each may hold such a slab per core.
+const MAX_SLAB_BANKS: usize = 16;
 pub(super) const RETIRED: u64 = 1 << 63;
 const IDLE: u64 = 0;
 const HELD: u64 = 1;
@@ -46,8 +54,6 @@ const DONE: u64 = 4;
 fn listing(generation: u32, state: u64) -> u64 {
     (generation as u64) << 8 | state
 }
-/// Size classes at most (a class index fits a byte in the slab's metadata).
-pub(crate) const MAX_CLASSES: usize = 64;
 
 /// The geometry of one size class.
 #[derive(Debug, Clone)]
@@ -62,7 +68,8 @@ pub(crate) struct SlabClass {
     pub(crate) objects: u32,
     per_bank: u32,
     bank_shift: u32,
-    /// `ceil(2^64 / size)`: `mulhi(x, magic) == x / size` for every `x < 2^32`.
+    /// `ceil(2^63 / size)`: `(x * magic) >> 63 == x / size` for every `x < 2^32` (exact while
+    /// `x * size < 2^63`; sizes are at most a bank). Fits 64 bits for every size from 1 up.
     magic: u64,
     offsets: Vec<u32>,
 }
@@ -73,8 +80,9 @@ impl SlabClass {
     fn new(size: usize, bank: usize, min_block: usize, max_slab: usize) -> SlabClass {
         // Candidates (slab, objects, objects per bank), from the smallest slab up.
         let mut candidates = Vec::new();
-        let mut slab = min_block.max(size.next_power_of_two());
-        while slab <= max_slab.max(min_block) {
+        let slab_floor = min_block.max(size.next_power_of_two());
+        let mut slab = slab_floor;
+        while slab <= max_slab.max(slab_floor) {
             let (per_bank, banks) = if slab <= bank { (slab / size, 1) } else { (bank / size, slab / bank) };
             let objects = (per_bank * banks).min(MAX_OBJECTS as usize) as u32;
             if objects > 0 {
@@ -99,7 +107,7 @@ impl SlabClass {
             objects,
             per_bank,
             bank_shift: bank.trailing_zeros(),
-            magic: (u64::MAX / size as u64).wrapping_add(1),
+            magic: (1u64 << 63).div_ceil(size as u64),
             offsets,
         }
     }
@@ -115,7 +123,7 @@ impl SlabClass {
     pub(crate) fn index_of(&self, within: usize) -> Option<u32> {
         let bank_index = within >> self.bank_shift;
         let in_bank = within & ((1 << self.bank_shift) - 1);
-        let idx = ((in_bank as u128 * self.magic as u128) >> 64) as usize;
+        let idx = ((in_bank as u128 * self.magic as u128) >> 63) as usize;
         if idx * self.size != in_bank || idx >= self.per_bank as usize {
             return None;
         }
@@ -132,33 +140,67 @@ impl SlabClass {
 #[derive(Debug, Clone)]
 pub(crate) struct SlabClasses {
     pub(crate) classes: Vec<SlabClass>,
-    /// `by_size[(n - 1) >> 3]`: the first class of at least `n` bytes.
+    /// `by_size[(n - 1) >> size_shift]`: the first class of at least `n` bytes. Every class is
+    /// a multiple of `1 << size_shift`, so all sizes of one entry share their first class; the
+    /// table has `largest >> size_shift` entries (4096 bytes for the default classes).
     by_size: Vec<u8>,
+    size_shift: u32,
     /// The smallest slab: the granule of the slab directory.
     pub(crate) granule_shift: u32,
 }
 
 impl SlabClasses {
+    /// The classes of `sizes` (strictly increasing, positive, at most `bank`, at most
+    /// `MAX_SLAB_CLASSES` of them: `PoolConfig::validate` checks).
     pub(crate) fn new(sizes: &[usize], bank: usize, min_block: usize, chunk_size: usize) -> SlabClasses {
-        let max_slab = (chunk_size / 8).max(min_block);
+        debug_assert!(sizes.len() <= MAX_SLAB_CLASSES, "a class index fits a byte");
+        let max_slab = (chunk_size / 8).min(bank * MAX_SLAB_BANKS).max(min_block);
         let classes: Vec<SlabClass> = sizes.iter().map(|&s| SlabClass::new(s, bank, min_block, max_slab)).collect();
         let largest = sizes.last().copied().unwrap_or(0);
-        let by_size = (0..largest.div_ceil(8))
-            .map(|i| classes.iter().position(|c| c.size >= (i + 1) * 8).expect("largest covers") as u8)
-            .collect();
+        let size_shift = sizes.iter().map(|s| s.trailing_zeros()).min().unwrap_or(0);
+        let mut by_size = Vec::with_capacity(largest >> size_shift);
+        let mut k = 0;
+        for i in 0..largest >> size_shift {
+            while classes[k].size < (i + 1) << size_shift {
+                k += 1;
+            }
+            by_size.push(k as u8);
+        }
         let granule = classes.iter().map(|c| c.slab_bytes).min().unwrap_or(min_block);
-        SlabClasses { classes, by_size, granule_shift: granule.trailing_zeros() }
+        SlabClasses { classes, by_size, size_shift, granule_shift: granule.trailing_zeros() }
     }
 
     /// The class for `n` bytes aligned to `align`: the first class at least `n` bytes whose
-    /// objects are aligned enough; `None` sends the request to the buddy path.
+    /// objects are aligned enough; `None` sends the request to the buddy path. Two table
+    /// lookups at most for the default classes: such a class is a multiple of `align`, so it
+    /// is at least `n` rounded up to `align`, and the first class from there is it unless the
+    /// caller's own classes skip it.
     #[inline]
     pub(crate) fn class_for(&self, n: usize, align: usize) -> Option<usize> {
-        let first = *self.by_size.get(n.wrapping_sub(1) >> 3)? as usize;
+        let first = *self.by_size.get(n.wrapping_sub(1) >> self.size_shift)? as usize;
         if self.classes[first].align >= align {
             return Some(first); // the common case: a class aligned enough
         }
-        (first + 1..self.classes.len()).find(|&k| self.classes[k].align >= align)
+        self.aligned_class_for(n, align)
+    }
+
+    /// A request whose first class is not aligned enough (a default alignment of 64 bytes sends
+    /// most sizes below 512 here: one more lookup in the same table).
+    #[inline]
+    fn aligned_class_for(&self, n: usize, align: usize) -> Option<usize> {
+        let rounded = (n + align - 1) & !(align - 1); // `align` is a power of two
+        let k = *self.by_size.get((rounded - 1) >> self.size_shift)? as usize;
+        if self.classes[k].align >= align {
+            return Some(k);
+        }
+        (k + 1..self.classes.len()).find(|&k| self.classes[k].align >= align)
+    }
+
+    /// The fewest bytes a block can take: a slab object's share of its slab (`slab_bytes /
+    /// objects`, rounded down) or `min_block`, whichever is smaller. Sizes the handle table.
+    pub(crate) fn smallest_footprint(&self, min_block: usize) -> usize {
+        let slab = self.classes.iter().map(|c| c.slab_bytes / c.objects as usize).min();
+        slab.unwrap_or(min_block).min(min_block).max(1)
     }
 }
 
@@ -668,6 +710,73 @@ mod tests {
         }
         assert_eq!(SlabClass::new(64, 4096, 256, 256 << 10).slab_bytes, 4096);
         assert_eq!(SlabClass::new(96, 4096, 256, 256 << 10).align, 32);
+    }
+
+    /// Every default class: objects inside one bank, aligned, found again from their offset;
+    /// a slab loses at most 1/8 beyond what the bank rule forces (the end of each bank that no
+    /// further object fits in) and the 63-object limit (tiny classes in a smallest slab).
+    #[test]
+    fn default_class_geometry_holds_the_bank_and_alignment_rules() {
+        let (bank, min_block) = (4096usize, 256usize);
+        let classes = SlabClasses::new(&crate::config::PoolConfig::default_slab_sizes(), bank, min_block, 2 << 20);
+        assert_eq!(classes.granule_shift, min_block.trailing_zeros());
+        for c in &classes.classes {
+            let size = c.size;
+            assert!(c.objects >= 1 && c.objects <= MAX_OBJECTS);
+            assert!(c.slab_bytes.is_power_of_two() && c.slab_bytes >= min_block);
+            assert_eq!(c.align, 1 << size.trailing_zeros());
+            let per_bank = bank / size;
+            let forced = if c.slab_bytes <= bank { size } else { bank / per_bank };
+            let footprint = forced.max(c.slab_bytes / MAX_OBJECTS as usize);
+            assert!(
+                c.slab_bytes * 8 <= c.objects as usize * footprint * 9,
+                "size {size}: {} objects in {} bytes",
+                c.objects,
+                c.slab_bytes
+            );
+            let mut ends = Vec::new();
+            for j in 0..c.objects {
+                let off = c.offset_of(j);
+                assert_eq!(off / bank, (off + size - 1) / bank, "size {size} object {j} straddles a bank");
+                assert_eq!(off % c.align, 0);
+                assert!(off + size <= c.slab_bytes);
+                assert_eq!(c.index_of(off), Some(j));
+                ends.push((off, off + size));
+            }
+            assert!(ends.windows(2).all(|w| w[0].1 <= w[1].0), "size {size}: objects overlap");
+            let step = if c.slab_bytes <= 1 << 16 { 1 } else { 7 };
+            for within in (0..c.slab_bytes).step_by(step) {
+                if let Some(j) = c.index_of(within) {
+                    assert_eq!(c.offset_of(j), within, "size {size}");
+                }
+            }
+        }
+    }
+
+    /// The table gives what a scan of the classes gives: the first class at least `n` bytes
+    /// whose objects are aligned enough, for every size and alignment, for the default classes
+    /// and for lists a user may pass.
+    #[test]
+    fn class_lookup_matches_a_scan_of_the_classes() {
+        let lists: [Vec<usize>; 5] = [
+            crate::config::PoolConfig::default_slab_sizes(),
+            vec![64, 128, 256, 512, 1024, 2048, 4096],
+            vec![24, 96, 200, 1000, 3000],
+            vec![1, 3, 100, 1000, 4095],
+            vec![256, 768, 1024],
+        ];
+        for sizes in lists {
+            let c = classes(&sizes);
+            let largest = *sizes.last().unwrap();
+            for n in 1..=largest + 1 {
+                let mut align = 1;
+                while align <= 8192 {
+                    let scan = c.classes.iter().position(|k| k.size >= n && k.align >= align);
+                    assert_eq!(c.class_for(n, align), scan, "{n} bytes aligned to {align} in {sizes:?}");
+                    align *= 2;
+                }
+            }
+        }
     }
 
     #[test]

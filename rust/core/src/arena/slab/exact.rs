@@ -104,3 +104,108 @@ impl SlabCaches {
         false
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::arena::slab::caches::SlabClasses;
+    use crate::util::sync::{AtomicU64, AtomicUsize};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Slabs carved one after another; releases are counted.
+    #[derive(Default)]
+    struct Arena {
+        next: AtomicU64,
+        released: AtomicUsize,
+        last_released: AtomicU64,
+    }
+
+    impl SlabBlocks for Arena {
+        fn carve(&self, bytes: usize) -> Option<usize> {
+            Some(self.next.fetch_add(bytes as u64, Ordering::Relaxed) as usize)
+        }
+        fn release(&self, base: usize, _bytes: usize) {
+            self.released.fetch_add(1, Ordering::AcqRel);
+            self.last_released.store(base as u64, Ordering::Release);
+        }
+    }
+
+    /// 2048-byte objects in 4096-byte slabs: two objects per slab, one slab per carve.
+    fn caches() -> (Arc<SlabCaches>, Arc<Arena>) {
+        let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
+        assert_eq!(classes.classes[0].objects, 2);
+        (Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap()), Arc::new(Arena::default()))
+    }
+
+    /// A relocation claims a slab's free object as a destination while the slab's owner
+    /// allocates from it: exactly one of them gets the object.
+    #[test]
+    fn a_claimed_destination_is_never_also_allocated() {
+        loom::model(|| {
+            let (caches, arena) = caches();
+            let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let slab = caches.lookup(a).unwrap();
+            let other = a ^ 2048; // the slab's other object, free
+            let relocator = {
+                let caches = caches.clone();
+                thread::spawn(move || caches.claim_at(slab, other).is_ok())
+            };
+            let (mine, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let claimed = relocator.join().unwrap();
+            assert_ne!(mine, a);
+            assert_eq!(claimed, mine != other, "the object went to both or to neither");
+            // Everything back: the slab (and any slab carved meanwhile) empties and is reclaimed.
+            caches.free(caches.lookup(mine).unwrap(), mine, &*arena).unwrap();
+            caches.free(slab, a, &*arena).unwrap();
+            if claimed {
+                caches.unclaim_at(slab, other).unwrap();
+                caches.tidy(slab.id, &*arena);
+            }
+            caches.reclaim(&*arena);
+            assert!(caches.views().is_empty(), "slabs left behind");
+        });
+    }
+
+    /// An object moves out of a full slab `S` (claim in the destination, give back the source,
+    /// tidy `S`) while another thread frees `S`'s other object: `S` retires exactly once,
+    /// whichever of the two empties it, and its id is recycled safely afterwards.
+    #[test]
+    fn a_moved_out_object_and_a_remote_free_retire_the_slab_once() {
+        loom::model(|| {
+            let (caches, arena) = caches();
+            let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (b, _) = caches.alloc(0, 0, &*arena).unwrap(); // S is full
+            let (c, _) = caches.alloc(0, 0, &*arena).unwrap(); // D is current, one object free
+            let source = caches.lookup(a).unwrap();
+            let destination = caches.lookup(c).unwrap();
+            let d = c ^ 2048;
+            let freer = {
+                let (caches, arena) = (caches.clone(), arena.clone());
+                thread::spawn(move || caches.free(caches.lookup(b).unwrap(), b, &*arena).unwrap())
+            };
+            caches.claim_at(destination, d).unwrap();
+            caches.unclaim_at(source, a).unwrap();
+            caches.tidy(source.id, &*arena);
+            freer.join().unwrap();
+            assert_eq!(arena.released.load(Ordering::Acquire), 1, "the source slab retires exactly once");
+            assert_eq!(arena.last_released.load(Ordering::Acquire) as usize, a & !4095);
+            assert!(caches.lookup(a).is_none() && caches.lookup(b).is_none(), "stale directory entries");
+            // The retired slab may sit on the partial stack: the next allocations skip it and
+            // never hand out the moved object or its neighbour twice.
+            let (e, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (f, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let live = [c, d, e, f];
+            for (i, x) in live.iter().enumerate() {
+                assert!(live[i + 1..].iter().all(|y| y != x), "an object is in use twice: {live:?}");
+            }
+            for off in [c, e, f] {
+                caches.free(caches.lookup(off).unwrap(), off, &*arena).unwrap();
+            }
+            caches.unclaim_at(destination, d).unwrap();
+            caches.tidy(destination.id, &*arena);
+            caches.reclaim(&*arena);
+            assert!(caches.views().is_empty(), "slabs left behind");
+        });
+    }
+}
