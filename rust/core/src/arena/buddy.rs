@@ -144,6 +144,9 @@ pub(crate) struct TreeShape {
     /// allocatable: itself, its ancestors and descendants in the bunch, the occupied bits of the
     /// child bunches below it, and the seal.
     conflicts: Vec<Vec<u64>>,
+    /// Per band, per node: its own bit, its descendants' bits in the bunch and the occupied bits
+    /// of the child bunches below it.
+    subtrees: Vec<Vec<u64>>,
 }
 
 /// What a search looks for: a node at `level` whose index is a multiple of `step`, visiting
@@ -224,7 +227,33 @@ impl TreeShape {
         // Pad each tree to whole 128-byte lines so trees of different chunks share no line.
         let words = base.div_ceil(16) * 16;
         let conflicts = bands.iter().map(Self::conflict_masks).collect();
-        TreeShape { depth, bands, band_of_level, words, conflicts }
+        let subtrees = bands.iter().map(Self::subtree_masks).collect();
+        TreeShape { depth, bands, band_of_level, words, conflicts, subtrees }
+    }
+
+    fn subtree_masks(band: &Band) -> Vec<u64> {
+        let h = band.height;
+        let bit = |r: u32, pos: u64| 1u64 << ((1u64 << r) - 1 + pos);
+        let mut masks = Vec::new();
+        for r in 0..h {
+            for pos in 0..(1u64 << r) {
+                let mut mask = 0;
+                for k in r..h {
+                    let span = k - r;
+                    for p in pos << span..(pos + 1) << span {
+                        mask |= bit(k, p);
+                    }
+                }
+                if !band.leaf {
+                    let span = h - r;
+                    for j in pos << span..(pos + 1) << span {
+                        mask |= 1u64 << (OCC_SHIFT as u64 + j);
+                    }
+                }
+                masks.push(mask);
+            }
+        }
+        masks
     }
 
     fn conflict_masks(band: &Band) -> Vec<u64> {
@@ -380,6 +409,90 @@ impl TreeShape {
             bunch = parent_bunch;
         }
         Ok(())
+    }
+
+    /// The level of the largest node that holds `node` and is free now, for a `node` just
+    /// released: climb while the sibling's subtree is free. A marked child bunch whose word holds
+    /// no allocated node counts as free (a search cleans such a mark when it needs the room),
+    /// so the answer may be a larger node than a search can claim, never a smaller one.
+    pub(crate) fn coalesced_level(&self, tree: &[AtomicU64], node: Node) -> u32 {
+        let mut node = node;
+        loop {
+            let loc = self.locate(node);
+            let b = self.bands[loc.band];
+            let word = tree[loc.word].load(Ordering::Acquire);
+            let mut r = node.level - b.top;
+            let mut pos = node.index & low_bits(r);
+            while r > 0 {
+                let sibling = (1u64 << r) - 1 + (pos ^ 1);
+                if !self.subtree_free(tree, loc.band, loc.bunch, word, sibling) {
+                    return b.top + r;
+                }
+                r -= 1;
+                pos >>= 1;
+                if word & (1u64 << ((1u64 << r) - 1 + pos)) != 0 {
+                    return b.top + r + 1;
+                }
+            }
+            if loc.band == 0 {
+                return 0;
+            }
+            // The bunch's top node is free: climb into the band above, past the sibling bunch.
+            let parent = self.bands[loc.band - 1];
+            let j = loc.bunch & low_bits(parent.height);
+            let parent_bunch = loc.bunch >> parent.height;
+            let parent_word = tree[parent.base + parent_bunch as usize].load(Ordering::Acquire);
+            if parent_word & (1u64 << (OCC_SHIFT as u64 + (j ^ 1))) != 0
+                && !self.child_empty(tree, loc.band, loc.bunch ^ 1)
+            {
+                return b.top;
+            }
+            let r = parent.height - 1;
+            let pos = j >> 1;
+            if parent_word & (1u64 << ((1u64 << r) - 1 + pos)) != 0 {
+                return b.top;
+            }
+            // The node over both bunches is free: the climb goes on from it.
+            node = Node { level: parent.top + r, index: (parent_bunch << r) | pos };
+        }
+    }
+
+    /// Whether the subtree of heap bit `bit` of bunch `bunch` (word `word`) holds no allocated
+    /// node: its bits in the word, and the words of its marked child bunches.
+    fn subtree_free(&self, tree: &[AtomicU64], band: usize, bunch: u64, word: u64, bit: u64) -> bool {
+        let mask = self.subtrees[band][bit as usize];
+        if word & mask & self.bands[band].alloc_mask() != 0 {
+            return false;
+        }
+        let mut marked = (word & mask & self.bands[band].occ_mask()) >> OCC_SHIFT;
+        let height = self.bands[band].height;
+        while marked != 0 {
+            let child = (bunch << height) | marked.trailing_zeros() as u64;
+            if !self.child_empty(tree, band + 1, child) {
+                return false;
+            }
+            marked &= marked - 1;
+        }
+        true
+    }
+
+    /// Whether bunch `bunch` of `band` and the bunches below it hold no allocated node (marks
+    /// over empty bunches do not count: see [`TreeShape::coalesced_level`]). Stops at the first
+    /// allocated node it meets.
+    fn child_empty(&self, tree: &[AtomicU64], band: usize, bunch: u64) -> bool {
+        let b = self.bands[band];
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        if word & b.alloc_mask() != 0 {
+            return false;
+        }
+        let mut marked = self.occupied_children(band, word);
+        while marked != 0 {
+            if !self.child_empty(tree, band + 1, (bunch << b.height) | marked.trailing_zeros() as u64) {
+                return false;
+            }
+            marked &= marked - 1;
+        }
+        true
     }
 
     /// Whether `node`'s own bit is set (it is allocated as a whole).
@@ -988,6 +1101,53 @@ mod tests {
         shape.sweep(&t);
         assert!(t.iter().all(|w| w.load(Ordering::Relaxed) == 0), "a sweep leaves no marks");
         shape.try_alloc(&t, Node { level: 0, index: 0 }).unwrap();
+    }
+
+    /// The reference: the level of the largest free node holding `node`, by brute force over
+    /// the allocated nodes.
+    fn reference_coalesced(held: &[Node], depth: u32, node: Node) -> u32 {
+        let overlaps = |a: Node, b: Node| {
+            a.start(depth) < b.start(depth) + b.units(depth) && b.start(depth) < a.start(depth) + a.units(depth)
+        };
+        let mut level = node.level;
+        while level > 0 {
+            let up = Node { level: level - 1, index: node.index >> (node.level - level + 1) };
+            if held.iter().any(|&h| overlaps(h, up)) {
+                break;
+            }
+            level -= 1;
+        }
+        level
+    }
+
+    #[test]
+    fn coalesced_level_matches_a_reference_model() {
+        let depth = 13;
+        let shape = TreeShape::new(depth);
+        let t = tree(&shape);
+        let mut held: Vec<Node> = Vec::new();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for step in 0..20_000 {
+            if held.len() < 60 && next() % 2 == 0 {
+                let level = 1 + next() as u32 % depth;
+                if let Some(n) = alloc(&shape, &t, level) {
+                    held.push(n);
+                }
+            } else if !held.is_empty() {
+                let n = held.swap_remove(next() as usize % held.len());
+                shape.release(&t, n).unwrap();
+                let want = reference_coalesced(&held, depth, n);
+                let got = shape.coalesced_level(&t, n);
+                assert!(got <= want, "step {step}: {n:?} coalesces to {got}, above the truth {want}");
+                assert_eq!(got, want, "step {step}: {n:?}");
+            }
+        }
     }
 
     #[test]

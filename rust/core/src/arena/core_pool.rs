@@ -2,9 +2,11 @@
 //! or drop one with a single atomic operation), a search hint per tree level (the chunk and
 //! bunch of the last success or of the last local free of that size, so the next allocation of
 //! that size usually finds room at once, and a search resumes there as a cursor),
-//! and the few fully free chunks it keeps in reserve instead of giving them back (so a core that
-//! empties and refills a chunk does not trade it with the global pool each time).
+//! the few fully free chunks it keeps in reserve instead of giving them back (so a core that
+//! empties and refills a chunk does not trade it with the global pool each time), and its level
+//! maps: which of its chunks may serve which tree level (`level_maps.rs`).
 
+use super::level_maps::LevelMaps;
 use crate::config::MAX_TREE_DEPTH;
 use crate::error::Result;
 use crate::util::sync::{AtomicU64, Ordering};
@@ -18,6 +20,8 @@ pub(crate) struct CorePool {
     hints: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
     /// Reserve slots: `chunk + 1`, or 0 for an empty slot.
     reserve: Box<[AtomicU64]>,
+    /// Per level, the chunks that may hold a free node of that level.
+    pub(crate) maps: LevelMaps,
 }
 
 impl CorePool {
@@ -29,13 +33,14 @@ impl CorePool {
             owned: Zeroed::new(chunks.div_ceil(64), "a core pool's chunk bitmap")?,
             hints: std::array::from_fn(|_| AtomicU64::new(0)),
             reserve: try_boxed(reserve, "a core pool's reserve slots", |_| AtomicU64::new(0))?,
+            maps: LevelMaps::new(chunks, levels)?,
         })
     }
 
     /// Bytes of its chunk bitmap the host has committed.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn resident_bytes(&self) -> usize {
-        self.owned.resident_bytes()
+        self.owned.resident_bytes() + self.maps.resident_bytes()
     }
 
     pub(crate) fn own(&self, chunk: usize) {
@@ -44,6 +49,12 @@ impl CorePool {
 
     pub(crate) fn disown(&self, chunk: usize) {
         self.owned[chunk / 64].fetch_and(!(1 << (chunk % 64)), Ordering::AcqRel);
+    }
+
+    /// Word `w` of the owned-chunk bitmap (chunks `64 * w ..`); 0 past the end.
+    #[inline]
+    pub(crate) fn owned_word(&self, w: usize) -> u64 {
+        self.owned.get(w).map_or(0, |word| word.load(Ordering::Acquire))
     }
 
     pub(crate) fn owns(&self, chunk: usize) -> bool {

@@ -70,7 +70,28 @@ impl Arena {
                 let _ = self.shape.release(tree, p);
             }
         }
-        Ok(self.space[chunk].give(b.units))
+        let (after, hidden) = self.space[chunk].give(b.units);
+        if hidden != 0 {
+            self.announce_slow(chunk, hidden, b.pieces_at(depth, within));
+        }
+        Ok(after)
+    }
+
+    /// After `nodes` of `chunk` were released and its epoch advanced (which returned `hidden`,
+    /// non-zero): if its owner's level maps hide a level that the release may have made
+    /// servable, announce it (`level_maps.rs`).
+    #[inline(never)]
+    pub(crate) fn announce_slow(&self, chunk: usize, hidden: u32, nodes: impl Iterator<Item = Node>) {
+        let tree = self.tree(chunk);
+        let Some(level) = nodes.map(|n| self.shape.coalesced_level(tree, n)).min() else {
+            return;
+        };
+        if level >= hidden {
+            return;
+        }
+        if let ChunkState::Core(owner) = self.global.state(chunk) {
+            self.cores[owner].maps.announce(&self.space[chunk], chunk, level);
+        }
     }
 
     /// Give back the buddy block of `size` bytes at `offset` (nothing else happens: an emptied

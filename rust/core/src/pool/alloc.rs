@@ -45,14 +45,6 @@ pub(crate) enum Reach {
     Full,
 }
 
-/// Whether a chunk search skips the chunks that a recorded miss says cannot serve the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Memo {
-    Trust,
-    /// The last resort before out-of-memory: a miss may be spurious under contention.
-    Ignore,
-}
-
 /// Carves slabs from the buddy pool of one core (uncounted: slab objects are counted instead).
 struct SlabCarver<'a> {
     pool: &'a Pool,
@@ -343,7 +335,7 @@ impl Pool {
     }
 
     pub(crate) fn place_buddy(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
-        if let Some(placed) = self.alloc_in_core(b, core, Memo::Trust) {
+        if let Some(placed) = self.alloc_in_core(b, core) {
             return Some(placed);
         }
         // A chunk that holds the trimmed block will do (the arena's last chunk may be short).
@@ -359,7 +351,7 @@ impl Pool {
         // Overflow: room in other cores' chunks (including the ones they keep in reserve).
         let cores = self.arena.cores.len();
         for i in 1..cores {
-            if let Some(mut placed) = self.alloc_in_core(b, (core + i) % cores, Memo::Trust) {
+            if let Some(mut placed) = self.alloc_in_core(b, (core + i) % cores) {
                 placed.overflow = true;
                 return Some(placed);
             }
@@ -370,19 +362,35 @@ impl Pool {
                 return Some(placed);
             }
         }
-        // Before giving up: search every chunk, including those a (possibly spurious) miss hid.
+        // A trimmed block fits where its pieces are free, though no whole enclosing node is:
+        // the chunks that may hold a free node of half its enclosing size.
+        if b.is_whole() {
+            return None;
+        }
         (0..cores).find_map(|i| {
             let owner = (core + i) % cores;
-            let mut placed = self.alloc_in_core(b, owner, Memo::Ignore)?;
-            placed.overflow = owner != core;
-            Some(placed)
+            let pool = &self.arena.cores[owner];
+            let owned = |w: usize| pool.owned_word(w);
+            let mut from = 0;
+            while let Some(chunk) = pool.maps.next(b.level + 1, from, &owned) {
+                from = chunk + 1;
+                if self.arena.space[chunk].probe(b.units).is_none() {
+                    continue;
+                }
+                if let Some(mut placed) = self.alloc_in_chunk(chunk, b, owner, true) {
+                    placed.overflow = owner != core;
+                    return Some(placed);
+                }
+            }
+            None
         })
     }
 
-    /// Try the chunks owned by `owner`: its hint first, then every owned chunk in address order
-    /// (first fit: small blocks gather low, the high chunks stay whole for large blocks), skipping
-    /// chunks where a search for a block this large failed since their last free.
-    fn alloc_in_core(&self, b: &BuddyLayout, owner: usize, memo: Memo) -> Option<Placed> {
+    /// Try the chunks owned by `owner`: its hint first, then, in address order (first fit:
+    /// small blocks gather low, the high chunks stay whole for large blocks), the chunks that
+    /// its level maps say may hold a free node of the block's level. A chunk whose search finds
+    /// nothing is hidden at that level until a free there may have made room.
+    fn alloc_in_core(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
         let pool = &self.arena.cores[owner];
         let hint = pool.hint(b.level);
         if let Some((chunk, bunch)) = hint {
@@ -395,16 +403,19 @@ impl Pool {
                 }
             }
         }
-        for chunk in pool.owned() {
+        let owned = |w: usize| pool.owned_word(w);
+        let mut from = 0;
+        while let Some(chunk) = pool.maps.next(b.level, from, &owned) {
+            from = chunk + 1;
             let space = &self.arena.space[chunk];
-            let Some(probe) = space.probe(b.level, b.units, memo == Memo::Ignore) else {
+            let Some(probe) = space.probe(b.units) else {
                 continue;
             };
-            if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, memo == Memo::Ignore) {
+            if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, false) {
                 return Some(placed);
             }
             if b.step <= 1 {
-                space.missed(probe, b.level);
+                pool.maps.hide(space, chunk, b.level, probe);
             }
         }
         None
@@ -458,7 +469,10 @@ impl Pool {
                     let _ = self.arena.shape.release(tree, p);
                 }
                 if !taken.is_empty() {
-                    self.arena.space[chunk].refresh();
+                    let hidden = self.arena.space[chunk].refresh();
+                    if hidden != 0 {
+                        self.arena.announce_slow(chunk, hidden, taken.iter().copied());
+                    }
                 }
                 return Err(if taken.is_empty() { conflict } else { Conflict::Taken });
             }
