@@ -151,11 +151,42 @@ pub(crate) struct TreeShape {
 
 /// What a search looks for: a node at `level` whose index is a multiple of `step`, visiting
 /// bunch `from` of the level's band (a cursor) first if given.
-#[derive(Debug, Clone, Copy)]
-struct Goal {
+#[derive(Clone, Copy)]
+struct Goal<'s> {
     level: u32,
     step: u64,
     from: Option<u64>,
+    summary: Option<&'s Summary<'s>>,
+}
+
+/// The per-bunch summaries of one chunk's tree, parallel to its words: the word of a bunch
+/// below the top band holds a level `v` such that no node of a level below `v` (a larger node)
+/// is free in the bunch's subtree; 0 when nothing is known. A search for a node at `level`
+/// skips a bunch whose summary is above `level`, and raises it after searching the bunch in
+/// vain; a free lowers the summaries of the bunches around the node it released to the level
+/// of the largest free node around it ([`TreeShape::announce_in_bunches`]).
+///
+/// The same handshake as the chunk's level maps (`level_maps.rs`): a search records a miss
+/// (`fetch_max`) and then asks `moved` (a read-modify-write of the chunk's free-space word)
+/// whether a free came since it began, undoing the record if so; a free reads the summaries
+/// only after its own epoch step.
+pub(crate) struct Summary<'a> {
+    pub(crate) words: &'a [AtomicU64],
+    pub(crate) moved: &'a dyn Fn() -> bool,
+}
+
+impl Summary<'_> {
+    #[inline]
+    fn skips(&self, word: usize, level: u32) -> bool {
+        self.words[word].load(Ordering::Acquire) > u64::from(level)
+    }
+
+    fn record_miss(&self, word: usize, level: u32) {
+        self.words[word].fetch_max(u64::from(level) + 1, Ordering::AcqRel);
+        if (self.moved)() {
+            self.words[word].store(0, Ordering::Release);
+        }
+    }
 }
 
 /// The set bits of `mask`, from bit `start` up, then those below it.
@@ -457,6 +488,42 @@ impl TreeShape {
         }
     }
 
+    /// After `node` was released (and the chunk's epoch advanced): lower the summaries of the
+    /// bunches around it to the level of the largest free node around it (computed once, and
+    /// only when a summary is above the bunch's top level). `coalesced` caches that level.
+    #[inline]
+    pub(crate) fn announce_in_bunches(
+        &self,
+        tree: &[AtomicU64],
+        summaries: &[AtomicU64],
+        node: Node,
+        coalesced: &mut Option<u32>,
+    ) {
+        let last = self.band_of_level[node.level as usize];
+        for band in 1..=last {
+            let b = self.bands[band];
+            let word = &summaries[b.base + (node.index >> (node.level - b.top)) as usize];
+            let known = word.load(Ordering::Acquire);
+            if known <= u64::from(b.top) {
+                continue;
+            }
+            let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, node));
+            let target = u64::from(level.max(b.top));
+            if known > target {
+                word.fetch_min(target, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Forget every summary of a tree (a chunk granted anew).
+    pub(crate) fn reset_summaries(summaries: &[AtomicU64]) {
+        for word in summaries {
+            if word.load(Ordering::Acquire) != 0 {
+                word.store(0, Ordering::Release);
+            }
+        }
+    }
+
     /// Whether the subtree of heap bit `bit` of bunch `bunch` (word `word`) holds no allocated
     /// node: its bits in the word, and the words of its marked child bunches.
     fn subtree_free(&self, tree: &[AtomicU64], band: usize, bunch: u64, word: u64, bit: u64) -> bool {
@@ -600,13 +667,30 @@ impl TreeShape {
         step: u64,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
-        self.search_bunch(tree, 0, 0, Goal { level, step, from: None }, claim)
+        self.search_bunch(tree, 0, 0, Goal { level, step, from: None, summary: None }, claim)
+    }
+
+    /// [`TreeShape::search_from`] (`from`: `None` for a plain search) that skips the bunches
+    /// `summary` rules out and records where it found nothing.
+    pub(crate) fn search_summarized(
+        &self,
+        tree: &[AtomicU64],
+        summary: &Summary,
+        level: u32,
+        step: u64,
+        from: Option<u64>,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        let band = self.band_of_level[level as usize];
+        let from = from.filter(|f| f >> self.bands[band].top == 0);
+        self.search_bunch(tree, 0, 0, Goal { level, step, from, summary: Some(summary) }, claim)
     }
 
     /// [`TreeShape::search`] that visits bunch `from` (of the band of `level`, as
     /// [`TreeShape::bunch_of`] gives it) and what follows it first, then wraps around: a cursor,
     /// so that searches in a crowded tree resume where the last one succeeded instead of
     /// walking the same full bunches again.
+    #[cfg(test)]
     pub(crate) fn search_from(
         &self,
         tree: &[AtomicU64],
@@ -617,7 +701,7 @@ impl TreeShape {
     ) -> Option<Node> {
         let band = self.band_of_level[level as usize];
         let from = (from >> self.bands[band].top == 0).then_some(from);
-        self.search_bunch(tree, 0, 0, Goal { level, step, from }, claim)
+        self.search_bunch(tree, 0, 0, Goal { level, step, from, summary: None }, claim)
     }
 
     /// The child of `bunch` (of `band`) on the path to bunch `from` of the band of `level`, if
@@ -639,13 +723,25 @@ impl TreeShape {
         level: u32,
         bunch: u64,
         step: u64,
+        summary: Option<&Summary>,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
         let band = self.band_of_level[level as usize];
         if bunch >> self.bands[band].top != 0 {
             return None;
         }
-        self.claim_in_row(tree, band, bunch, level, step, claim)
+        let word = self.bands[band].base + bunch as usize;
+        let summary = summary.filter(|_| band > 0);
+        if summary.is_some_and(|s| s.skips(word, level)) {
+            return None;
+        }
+        let found = self.claim_in_row(tree, band, bunch, level, step, claim);
+        if let (None, Some(s)) = (found, summary) {
+            if step <= 1 {
+                s.record_miss(word, level);
+            }
+        }
+        found
     }
 
     /// The bunch (within its band) that holds `node`: the hint to give `search_in_bunch`.
@@ -729,7 +825,29 @@ impl TreeShape {
         goal: Goal,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
-        let Goal { level, step, from } = goal;
+        let Some(summary) = goal.summary.filter(|_| band > 0) else {
+            return self.search_bunch_unsummarized(tree, band, bunch, goal, claim);
+        };
+        let word = self.bands[band].base + bunch as usize;
+        if summary.skips(word, goal.level) {
+            return None;
+        }
+        let found = self.search_bunch_unsummarized(tree, band, bunch, goal, claim);
+        if found.is_none() && goal.step <= 1 {
+            summary.record_miss(word, goal.level);
+        }
+        found
+    }
+
+    fn search_bunch_unsummarized(
+        &self,
+        tree: &[AtomicU64],
+        band: usize,
+        bunch: u64,
+        goal: Goal,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        let Goal { level, step, from, .. } = goal;
         let b = self.bands[band];
         if level < b.top + b.height {
             return self.claim_in_row(tree, band, bunch, level, step, claim);
@@ -1457,6 +1575,41 @@ mod loom_models {
             let mut findings = Vec::new();
             shape.check(&t, &mut |f| findings.push(f));
             assert!(findings.is_empty(), "{findings:?}");
+        });
+    }
+
+    #[test]
+    fn a_bunch_summary_miss_racing_a_free_never_hides_the_freed_node() {
+        // Leaf bunches of two leaves under a root band of height 1: leaves 0 and 2 taken, the
+        // search for a pair (level 1, in the leaf band) fails in both leaf bunches unless it
+        // sees leaf 0 come back; the free lowers the summary after its epoch step.
+        use crate::arena::chunk_space::ChunkSpace;
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 2, 1));
+            let words = shape.words();
+            let t: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let summaries: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            for index in [0, 2] {
+                shape.try_alloc(&t, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            let (s2, t2, sm2, sp2) = (shape.clone(), t.clone(), summaries.clone(), space.clone());
+            let freer = thread::spawn(move || {
+                let leaf = Node { level: 2, index: 0 };
+                s2.release(&t2, leaf).unwrap();
+                sp2.give(1);
+                s2.announce_in_bunches(&t2, &sm2, leaf, &mut None);
+            });
+            let probe = space.probe(0).unwrap();
+            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            // A search that finds the pair takes nothing (the claim only looks).
+            let _ = shape.search_summarized(&t, &summary, 1, 1, None, &mut |_| Ok(()));
+            freer.join().unwrap();
+            let probe = space.probe(0).unwrap();
+            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let found = shape.search_summarized(&t, &summary, 1, 1, None, &mut |n| shape.try_alloc(&t, n));
+            assert_eq!(found, Some(Node { level: 1, index: 0 }), "the summary hides the freed pair");
         });
     }
 

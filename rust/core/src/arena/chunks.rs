@@ -16,6 +16,7 @@
 //! grant sets its free-space word instead of releasing retire nodes.
 
 use super::arena::Arena;
+use super::buddy::TreeShape;
 use super::global::ChunkState;
 use super::slab::caches::SlabBlocks;
 
@@ -55,6 +56,7 @@ impl Arena {
         for node in self.retire_nodes(chunk) {
             self.shape.release(tree, node).expect("a chunk in the global pool is retired");
         }
+        TreeShape::reset_summaries(self.summaries(chunk));
         self.space[chunk].refresh();
         self.cores[owner].maps.open(&self.space[chunk], chunk);
     }

@@ -71,24 +71,33 @@ impl Arena {
             }
         }
         let (after, hidden) = self.space[chunk].give(b.units);
-        if hidden != 0 {
-            self.announce_slow(chunk, hidden, b.pieces_at(depth, within));
-        }
+        self.announce_free(chunk, hidden, b.pieces_at(depth, within));
         Ok(after)
     }
 
-    /// After `nodes` of `chunk` were released and its epoch advanced (which returned `hidden`,
-    /// non-zero): if its owner's level maps hide a level that the release may have made
-    /// servable, announce it (`level_maps.rs`).
-    #[inline(never)]
-    pub(crate) fn announce_slow(&self, chunk: usize, hidden: u32, nodes: impl Iterator<Item = Node>) {
+    /// After `nodes` of `chunk` were released and its epoch advanced (which returned `hidden`):
+    /// lower the summaries of the bunches around them, and, if the owner's level maps hide a
+    /// level that the release may have made servable, announce it (`level_maps.rs`).
+    #[inline]
+    pub(crate) fn announce_free(&self, chunk: usize, hidden: u32, nodes: impl Iterator<Item = Node>) {
         let tree = self.tree(chunk);
-        let Some(level) = nodes.map(|n| self.shape.coalesced_level(tree, n)).min() else {
-            return;
-        };
-        if level >= hidden {
-            return;
+        let summaries = self.summaries(chunk);
+        let mut largest: Option<u32> = None;
+        for node in nodes {
+            let mut coalesced = None;
+            self.shape.announce_in_bunches(tree, summaries, node, &mut coalesced);
+            if hidden != 0 {
+                let level = coalesced.unwrap_or_else(|| self.shape.coalesced_level(tree, node));
+                largest = Some(largest.map_or(level, |l| l.min(level)));
+            }
         }
+        if let Some(level) = largest.filter(|&l| l < hidden) {
+            self.announce_to_owner(chunk, level);
+        }
+    }
+
+    #[inline(never)]
+    fn announce_to_owner(&self, chunk: usize, level: u32) {
         if let ChunkState::Core(owner) = self.global.state(chunk) {
             self.cores[owner].maps.announce(&self.space[chunk], chunk, level);
         }

@@ -2,7 +2,9 @@
 //! allocation (see `pool.rs` for the order), and reclaiming what cores hold empty before giving
 //! up (chunk grants and retirements are `arena/chunks.rs`).
 
-use crate::arena::buddy::{Conflict, Node};
+use crate::arena::buddy::{Conflict, Node, Summary};
+use crate::arena::chunk_space::Probe;
+use crate::arena::global::GlobalPool;
 use crate::arena::layout::{BuddyLayout, Layout};
 use crate::arena::slab::caches::SlabBlocks;
 use crate::error::{Error, Result};
@@ -267,12 +269,51 @@ impl Pool {
     pub(crate) fn out_of_memory(&self, request: &Request, core: usize, tag: u32) -> Error {
         self.counters.on_failed(core);
         self.trace.on_failed(core, request.size, request.align, tag);
-        let stats = self.stats();
         Error::OutOfMemory {
             requested: request.size,
-            bytes_free: stats.bytes_free,
-            largest_free_block: stats.largest_free_block,
+            bytes_free: self.bytes_free(),
+            largest_free_block: self.largest_free_after_failure(),
         }
+    }
+
+    /// The largest free block, right after an allocation failed (and gave back what cores held
+    /// empty): the largest free chunk run, or the largest free node of a core chunk, found
+    /// through the level maps from the largest level down. A chunk whose tree disagrees with
+    /// its maps is hidden at the levels it cannot serve, so the next failure reads less.
+    #[cold]
+    fn largest_free_after_failure(&self) -> usize {
+        let g = &self.arena.geometry;
+        // A run no larger than half a chunk is the arena's short last chunk alone: only buddy
+        // blocks go there, and they round up.
+        let run_largest = |run| match GlobalPool::run_capacity(g, run) {
+            bytes if bytes > g.chunk_size / 2 => bytes,
+            bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
+        };
+        let runs = self.arena.global.free_runs(&|_| false);
+        let mut largest = runs.iter().map(|&run| run_largest(run)).max().unwrap_or(0);
+        let node_bytes = |level: u32| (1usize << (g.depth - level)) * g.min_block;
+        for pool in self.arena.cores.iter() {
+            let owned = |w: usize| pool.owned_word(w);
+            'levels: for level in 0..=g.depth {
+                if node_bytes(level) <= largest {
+                    break;
+                }
+                let mut from = 0;
+                while let Some(chunk) = pool.maps.next(level, from, &owned) {
+                    from = chunk + 1;
+                    let space = &self.arena.space[chunk];
+                    let Some(probe) = space.probe(0) else { continue };
+                    match self.arena.shape.largest_free_level_with(self.arena.tree(chunk), &|_| false) {
+                        Some(found) if found <= level => {
+                            largest = largest.max(node_bytes(found));
+                            break 'levels;
+                        }
+                        found => pool.maps.hide(space, chunk, found.map_or(g.depth, |l| l - 1), probe),
+                    }
+                }
+            }
+        }
+        largest
     }
 
     /// Find a place for `request`: first the fast path (an object of the core's current slab),
@@ -341,7 +382,7 @@ impl Pool {
         // A chunk that holds the trimmed block will do (the arena's last chunk may be short).
         let bytes = b.units as usize * self.arena.geometry.min_block;
         if let Some(chunk) = self.arena.grant(core, bytes) {
-            if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
+            if let Some(placed) = self.alloc_in_fresh_chunk(chunk, b, core) {
                 return Some(placed);
             }
         }
@@ -358,7 +399,7 @@ impl Pool {
         }
         // A chunk may have come free meanwhile.
         if let Some(chunk) = self.arena.grant(core, bytes) {
-            if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
+            if let Some(placed) = self.alloc_in_fresh_chunk(chunk, b, core) {
                 return Some(placed);
             }
         }
@@ -374,10 +415,10 @@ impl Pool {
             let mut from = 0;
             while let Some(chunk) = pool.maps.next(b.level + 1, from, &owned) {
                 from = chunk + 1;
-                if self.arena.space[chunk].probe(b.units).is_none() {
+                let Some(probe) = self.arena.space[chunk].probe(b.units) else {
                     continue;
-                }
-                if let Some(mut placed) = self.alloc_in_chunk(chunk, b, owner, true) {
+                };
+                if let Some(mut placed) = self.alloc_in_chunk(chunk, b, owner, probe, true) {
                     placed.overflow = owner != core;
                     return Some(placed);
                 }
@@ -392,12 +433,16 @@ impl Pool {
     /// nothing is hidden at that level until a free there may have made room.
     fn alloc_in_core(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
         let pool = &self.arena.cores[owner];
-        let hint = pool.hint(b.level);
-        if let Some((chunk, bunch)) = hint {
+        if let Some((chunk, bunch)) = pool.hint(b.level) {
             if chunk < self.arena.geometry.chunks {
+                let space = &self.arena.space[chunk];
+                let probe = space.probe(0)?;
+                let summary = Summary { words: self.arena.summaries(chunk), moved: &|| space.moved_since(probe) };
                 let tree = self.arena.tree(chunk);
-                let node =
-                    self.arena.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
+                let node = self
+                    .arena
+                    .shape
+                    .search_in_bunch(tree, b.level, bunch, b.step, Some(&summary), &mut |e| self.claim(chunk, b, e));
                 if let Some(node) = node {
                     return Some(self.commit(chunk, b, node));
                 }
@@ -411,7 +456,7 @@ impl Pool {
             let Some(probe) = space.probe(b.units) else {
                 continue;
             };
-            if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, false) {
+            if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, probe, false) {
                 return Some(placed);
             }
             if b.step <= 1 {
@@ -421,16 +466,26 @@ impl Pool {
         None
     }
 
-    /// Search chunk `chunk` for block `b`. `thorough` also looks for a trimmed block's pieces
-    /// where no whole enclosing node is free: twice the search, so only for the last resort
-    /// (and always where the enclosing node cannot fit, in the arena's short last chunk).
-    fn alloc_in_chunk(&self, chunk: usize, b: &BuddyLayout, hint_owner: usize, thorough: bool) -> Option<Placed> {
+    /// Search chunk `chunk` for block `b` (its epoch read as `probe` before). `thorough` also
+    /// looks for a trimmed block's pieces where no whole enclosing node is free: twice the
+    /// search, so only for the last resort (and always where the enclosing node cannot fit, in
+    /// the arena's short last chunk).
+    fn alloc_in_chunk(
+        &self,
+        chunk: usize,
+        b: &BuddyLayout,
+        hint_owner: usize,
+        probe: Probe,
+        thorough: bool,
+    ) -> Option<Placed> {
         let tree = self.arena.tree(chunk);
+        let space = &self.arena.space[chunk];
+        let summary = Summary { words: self.arena.summaries(chunk), moved: &|| space.moved_since(probe) };
         let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, bunch)| (c == chunk).then_some(bunch));
-        let node = match cursor {
-            Some(from) => self.arena.shape.search_from(tree, b.level, b.step, from, &mut |e| self.claim(chunk, b, e)),
-            None => self.arena.shape.search(tree, b.level, b.step, &mut |e| self.claim(chunk, b, e)),
-        };
+        let node = self
+            .arena
+            .shape
+            .search_summarized(tree, &summary, b.level, b.step, cursor, &mut |e| self.claim(chunk, b, e));
         let node = match node {
             Some(node) => {
                 self.arena.cores[hint_owner].set_hint(b.level, chunk, self.arena.shape.bunch_of(node));
@@ -442,6 +497,12 @@ impl Pool {
             None => return None,
         };
         Some(self.commit(chunk, b, node))
+    }
+
+    /// [`Pool::alloc_in_chunk`] in a chunk just granted.
+    fn alloc_in_fresh_chunk(&self, chunk: usize, b: &BuddyLayout, core: usize) -> Option<Placed> {
+        let probe = self.arena.space[chunk].probe(0)?;
+        self.alloc_in_chunk(chunk, b, core, probe, false)
     }
 
     /// A trimmed block needs only its pieces free, not its whole enclosing node: find a free
@@ -470,9 +531,7 @@ impl Pool {
                 }
                 if !taken.is_empty() {
                     let hidden = self.arena.space[chunk].refresh();
-                    if hidden != 0 {
-                        self.arena.announce_slow(chunk, hidden, taken.iter().copied());
-                    }
+                    self.arena.announce_free(chunk, hidden, taken.iter().copied());
                 }
                 return Err(if taken.is_empty() { conflict } else { Conflict::Taken });
             }
