@@ -288,8 +288,8 @@ mod tests {
         let spaces: Vec<ChunkSpace> = (0..chunks).map(|_| ChunkSpace::new(1)).collect();
         // The reference: the level of each chunk's largest free node (levels = nothing free).
         let mut truth = vec![0u32; chunks];
-        for c in 0..chunks {
-            maps.open(&spaces[c], c);
+        for (c, space) in spaces.iter().enumerate() {
+            maps.open(space, c);
         }
         let mut rng = 0x1234_5678_9abc_def0u64;
         let mut next = move || {
