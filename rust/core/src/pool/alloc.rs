@@ -370,6 +370,11 @@ impl Pool {
             // No slab could be carved: the buddy path may still fit the object on its own.
         }
         match self.arena.geometry.layout(request.size, request.align) {
+            // A block of more than half a chunk that no chunk's tree can hold (the arena's
+            // short last chunk is too short for its trimmed pieces): a whole chunk, as a run.
+            Layout::Buddy(b) if b.level == 0 => {
+                self.place_buddy(&b, core, reach).or_else(|| self.place_run(1, 1, request.size))
+            }
             Layout::Buddy(b) => self.place_buddy(&b, core, reach),
             Layout::Run { chunks, align_chunks } => self.place_run(chunks, align_chunks, request.size),
         }

@@ -197,6 +197,12 @@ impl Pool {
         if let Some(slab) = self.arena.slabs.lookup(offset) {
             return self.arena.slabs.classes.classes[slab.class].size;
         }
+        let g = &self.arena.geometry;
+        if let ChunkState::RunHead(len) = self.arena.global.state(g.chunk_of(offset)) {
+            // A block too large for a chunk's tree trimmed, or one that took a whole chunk
+            // where no tree could hold it (see `Pool::place_once`).
+            return g.run_bytes(g.chunk_of(offset), len);
+        }
         match self.arena.geometry.layout(size, align) {
             Layout::Buddy(b) => b.units as usize * self.arena.geometry.min_block,
             Layout::Run { chunks, .. } => self.arena.geometry.run_bytes(self.arena.geometry.chunk_of(offset), chunks),
