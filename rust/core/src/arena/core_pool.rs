@@ -147,3 +147,41 @@ mod tests {
         assert_eq!(c.hint(5), Some((9, 255)));
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! Two chunks of one core become empty at once with one reserve slot, whose chunk was
+    //! refilled: exactly one of them is kept, the other goes back (is retired).
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn one_free_slot_keeps_exactly_one_of_two_emptied_chunks() {
+        loom::model(|| {
+            let c = Arc::new(CorePool::new(16, 4, 1).unwrap());
+            let refilled = |chunk: usize| chunk != 3;
+            assert!(c.keep_in_reserve(3, |_| true));
+            let c2 = c.clone();
+            let other = thread::spawn(move || c2.keep_in_reserve(5, refilled));
+            let mine = c.keep_in_reserve(7, refilled);
+            let theirs = other.join().unwrap();
+            assert!(mine ^ theirs, "kept 5: {theirs}, kept 7: {mine}");
+            let kept = if mine { 7 } else { 5 };
+            assert!(c.keep_in_reserve(kept, refilled), "the kept chunk is in the slot");
+        });
+    }
+
+    #[test]
+    fn owning_and_disowning_neighbours_never_lose_a_bit() {
+        loom::model(|| {
+            let c = Arc::new(CorePool::new(64, 4, 1).unwrap());
+            c.own(1);
+            let c2 = c.clone();
+            let other = thread::spawn(move || c2.own(2));
+            c.disown(1);
+            other.join().unwrap();
+            assert_eq!(c.owned().collect::<Vec<_>>(), vec![2]);
+        });
+    }
+}
