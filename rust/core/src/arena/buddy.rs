@@ -159,12 +159,13 @@ struct Goal<'s> {
     summary: Option<&'s Summary<'s>>,
 }
 
-/// The per-bunch summaries of one chunk's tree, parallel to its words: the word of a bunch
-/// below the top band holds a level `v` such that no node of a level below `v` (a larger node)
-/// is free in the bunch's subtree; 0 when nothing is known. A search for a node at `level`
+/// The per-bunch summaries of one chunk's tree, parallel to its words: the word of a leaf bunch
+/// (the bottom band, where most of a tree's bunches are; not the top band) holds a level `v`
+/// such that no node of a level below `v` (a larger node) is free in the bunch; 0 when nothing
+/// is known. A search for a node at `level`
 /// skips a bunch whose summary is above `level`, and raises it after searching the bunch in
-/// vain; a free lowers the summaries of the bunches around the node it released to the level
-/// of the largest free node around it ([`TreeShape::announce_in_bunches`]).
+/// vain; a free lowers the summary of the bunch around the node it released to the level of
+/// the largest free node around it ([`TreeShape::announce_in_bunches`]).
 ///
 /// The same handshake as the chunk's level maps (`level_maps.rs`): a search records a miss
 /// (`fetch_max`) and then asks `moved` (a read-modify-write of the chunk's free-space word)
@@ -488,9 +489,9 @@ impl TreeShape {
         }
     }
 
-    /// After `node` was released (and the chunk's epoch advanced): lower the summaries of the
-    /// bunches around it to the level of the largest free node around it (computed once, and
-    /// only when a summary is above the bunch's top level). `coalesced` caches that level.
+    /// After `node` was released (and the chunk's epoch advanced): lower the summary of the
+    /// leaf bunch around it to the level of the largest free node around it (computed only when
+    /// the summary is above the bunch's top level). `coalesced` caches that level.
     #[inline]
     pub(crate) fn announce_in_bunches(
         &self,
@@ -499,13 +500,13 @@ impl TreeShape {
         node: Node,
         coalesced: &mut Option<u32>,
     ) {
-        let last = self.band_of_level[node.level as usize];
-        for band in 1..=last {
-            let b = self.bands[band];
+        let band = self.band_of_level[node.level as usize];
+        let b = self.bands[band];
+        if b.leaf && band > 0 {
             let word = &summaries[b.base + (node.index >> (node.level - b.top)) as usize];
             let known = word.load(Ordering::Acquire);
             if known <= u64::from(b.top) {
-                continue;
+                return;
             }
             let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, node));
             let target = u64::from(level.max(b.top));
@@ -723,25 +724,13 @@ impl TreeShape {
         level: u32,
         bunch: u64,
         step: u64,
-        summary: Option<&Summary>,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
         let band = self.band_of_level[level as usize];
         if bunch >> self.bands[band].top != 0 {
             return None;
         }
-        let word = self.bands[band].base + bunch as usize;
-        let summary = summary.filter(|_| band > 0);
-        if summary.is_some_and(|s| s.skips(word, level)) {
-            return None;
-        }
-        let found = self.claim_in_row(tree, band, bunch, level, step, claim);
-        if let (None, Some(s)) = (found, summary) {
-            if step <= 1 {
-                s.record_miss(word, level);
-            }
-        }
-        found
+        self.claim_in_row(tree, band, bunch, level, step, claim)
     }
 
     /// The bunch (within its band) that holds `node`: the hint to give `search_in_bunch`.
@@ -825,7 +814,7 @@ impl TreeShape {
         goal: Goal,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
-        let Some(summary) = goal.summary.filter(|_| band > 0) else {
+        let Some(summary) = goal.summary.filter(|_| band > 0 && self.bands[band].leaf) else {
             return self.search_bunch_unsummarized(tree, band, bunch, goal, claim);
         };
         let word = self.bands[band].base + bunch as usize;

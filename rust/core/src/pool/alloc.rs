@@ -269,6 +269,8 @@ impl Pool {
     pub(crate) fn out_of_memory(&self, request: &Request, core: usize, tag: u32) -> Error {
         self.counters.on_failed(core);
         self.trace.on_failed(core, request.size, request.align, tag);
+        // The peak is exact at a failure (as a statistics snapshot makes it).
+        self.sample_peak();
         Error::OutOfMemory {
             requested: request.size,
             bytes_free: self.bytes_free(),
@@ -440,14 +442,9 @@ impl Pool {
         let pool = &self.arena.cores[owner];
         if let Some((chunk, bunch)) = pool.hint(b.level) {
             if chunk < self.arena.geometry.chunks {
-                let space = &self.arena.space[chunk];
-                let probe = space.probe(0)?;
-                let summary = Summary { words: self.arena.summaries(chunk), moved: &|| space.moved_since(probe) };
                 let tree = self.arena.tree(chunk);
-                let node = self
-                    .arena
-                    .shape
-                    .search_in_bunch(tree, b.level, bunch, b.step, Some(&summary), &mut |e| self.claim(chunk, b, e));
+                let node =
+                    self.arena.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
                 if let Some(node) = node {
                     return Some(self.commit(chunk, b, node));
                 }
