@@ -321,6 +321,16 @@ impl TreeShape {
         self.words
     }
 
+    /// The first level that leaf bunches with summaries hold (past the deepest level when the
+    /// tree is one band, which has none).
+    #[inline]
+    pub(crate) fn summarized_from(&self) -> u32 {
+        match self.bands.len() {
+            1 => self.depth + 1,
+            n => self.bands[n - 1].top,
+        }
+    }
+
     /// The number of words a climb from a leaf touches (one per band).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn bands(&self) -> usize {

@@ -12,6 +12,7 @@ use std::collections::HashSet;
 
 use super::arena::Arena;
 use super::buddy::Node;
+use super::geometry::TRIM_SHIFT;
 use super::global::ChunkState;
 use super::layout::BuddyLayout;
 
@@ -71,7 +72,17 @@ impl Arena {
             }
         }
         let (after, hidden) = self.space[chunk].give(b.units);
-        self.announce_free(chunk, hidden, b.pieces_at(depth, within));
+        // With nothing hidden, only pieces inside leaf bunches have a summary to lower. At its
+        // enclosing node's start a piece is at most TRIM_SHIFT levels below that node; a packed
+        // block elsewhere may have pieces at any level.
+        let deepest = match (within & (b.enclosing - 1) == 0, b.is_whole()) {
+            (false, _) => depth,
+            (true, true) => b.level,
+            (true, false) => b.level + TRIM_SHIFT,
+        };
+        if hidden != 0 || deepest >= self.shape.summarized_from() {
+            self.announce_free(chunk, hidden, b.pieces_at(depth, within));
+        }
         Ok(after)
     }
 
