@@ -21,6 +21,8 @@ pub(crate) struct Arena {
     pub(crate) geometry: Geometry,
     pub(crate) shape: TreeShape,
     pub(crate) trees: Zeroed<AtomicU64>,
+    /// Per chunk, the summaries of its tree's bunches (parallel to `trees`, see `buddy.rs`).
+    pub(crate) summaries: Zeroed<AtomicU64>,
     /// Free units and the search memo of every chunk.
     pub(crate) space: Zeroed<ChunkSpace>,
     pub(crate) global: GlobalPool,
@@ -46,6 +48,7 @@ impl Arena {
             .checked_mul(shape.words())
             .ok_or(Error::HostMemory { what: "the chunks' buddy trees", bytes: usize::MAX })?;
         let trees = Zeroed::new(tree_words, "the chunks' buddy trees")?;
+        let summaries = Zeroed::new(tree_words, "the chunks' bunch summaries")?;
         let space = Zeroed::new(geometry.chunks, "the chunks' free-space words")?;
         let global = GlobalPool::new(&geometry, config.placement)?;
         let levels = geometry.depth as usize + 1;
@@ -64,7 +67,8 @@ impl Arena {
             Backing::Host => Some(HostBacking::new(config.capacity, config.chunk_size)?),
             Backing::None => None,
         };
-        let arena = Arena { global, cores: cores.into_boxed_slice(), slabs, backing, shape, trees, space, geometry };
+        let arena =
+            Arena { global, cores: cores.into_boxed_slice(), slabs, backing, shape, trees, summaries, space, geometry };
         if let Some(last) = arena.geometry.chunks.checked_sub(1) {
             if arena.geometry.usable_units(last) < arena.geometry.units_per_chunk() {
                 let tree = arena.tree(last);
@@ -84,6 +88,13 @@ impl Arena {
         &self.trees[chunk * words..(chunk + 1) * words]
     }
 
+    /// The bunch summaries of `chunk`'s tree.
+    #[inline]
+    pub(crate) fn summaries(&self, chunk: usize) -> &[AtomicU64] {
+        let words = self.shape.words();
+        &self.summaries[chunk * words..(chunk + 1) * words]
+    }
+
     /// Nodes beyond the arena's end in the last chunk: allocated forever.
     pub(crate) fn reserved_nodes(&self, chunk: usize) -> Vec<Node> {
         self.shape.cover(self.geometry.usable_units(chunk), self.geometry.units_per_chunk())
@@ -98,6 +109,7 @@ impl Arena {
     #[cfg(all(test, not(loom)))]
     pub(crate) fn committed_metadata_bytes(&self) -> usize {
         self.trees.resident_bytes()
+            + self.summaries.resident_bytes()
             + self.space.resident_bytes()
             + self.global.resident_bytes()
             + self.cores.iter().map(|c| c.resident_bytes()).sum::<usize>()

@@ -144,15 +144,50 @@ pub(crate) struct TreeShape {
     /// allocatable: itself, its ancestors and descendants in the bunch, the occupied bits of the
     /// child bunches below it, and the seal.
     conflicts: Vec<Vec<u64>>,
+    /// Per band, per node: its own bit, its descendants' bits in the bunch and the occupied bits
+    /// of the child bunches below it.
+    subtrees: Vec<Vec<u64>>,
 }
 
 /// What a search looks for: a node at `level` whose index is a multiple of `step`, visiting
 /// bunch `from` of the level's band (a cursor) first if given.
-#[derive(Debug, Clone, Copy)]
-struct Goal {
+#[derive(Clone, Copy)]
+struct Goal<'s> {
     level: u32,
     step: u64,
     from: Option<u64>,
+    summary: Option<&'s Summary<'s>>,
+}
+
+/// The per-bunch summaries of one chunk's tree, parallel to its words: the word of a leaf bunch
+/// (the bottom band, where most of a tree's bunches are; not the top band) holds a level `v`
+/// such that no node of a level below `v` (a larger node) is free in the bunch; 0 when nothing
+/// is known. A search for a node at `level`
+/// skips a bunch whose summary is above `level`, and raises it after searching the bunch in
+/// vain; a free lowers the summary of the bunch around the node it released to the level of
+/// the largest free node around it ([`TreeShape::announce_in_bunches`]).
+///
+/// The same handshake as the chunk's level maps (`level_maps.rs`): a search records a miss
+/// (`fetch_max`) and then asks `moved` (a read-modify-write of the chunk's free-space word)
+/// whether a free came since it began, undoing the record if so; a free reads the summaries
+/// only after its own epoch step.
+pub(crate) struct Summary<'a> {
+    pub(crate) words: &'a [AtomicU64],
+    pub(crate) moved: &'a dyn Fn() -> bool,
+}
+
+impl Summary<'_> {
+    #[inline]
+    fn skips(&self, word: usize, level: u32) -> bool {
+        self.words[word].load(Ordering::Acquire) > u64::from(level)
+    }
+
+    fn record_miss(&self, word: usize, level: u32) {
+        self.words[word].fetch_max(u64::from(level) + 1, Ordering::AcqRel);
+        if (self.moved)() {
+            self.words[word].store(0, Ordering::Release);
+        }
+    }
 }
 
 /// The set bits of `mask`, from bit `start` up, then those below it.
@@ -224,7 +259,33 @@ impl TreeShape {
         // Pad each tree to whole 128-byte lines so trees of different chunks share no line.
         let words = base.div_ceil(16) * 16;
         let conflicts = bands.iter().map(Self::conflict_masks).collect();
-        TreeShape { depth, bands, band_of_level, words, conflicts }
+        let subtrees = bands.iter().map(Self::subtree_masks).collect();
+        TreeShape { depth, bands, band_of_level, words, conflicts, subtrees }
+    }
+
+    fn subtree_masks(band: &Band) -> Vec<u64> {
+        let h = band.height;
+        let bit = |r: u32, pos: u64| 1u64 << ((1u64 << r) - 1 + pos);
+        let mut masks = Vec::new();
+        for r in 0..h {
+            for pos in 0..(1u64 << r) {
+                let mut mask = 0;
+                for k in r..h {
+                    let span = k - r;
+                    for p in pos << span..(pos + 1) << span {
+                        mask |= bit(k, p);
+                    }
+                }
+                if !band.leaf {
+                    let span = h - r;
+                    for j in pos << span..(pos + 1) << span {
+                        mask |= 1u64 << (OCC_SHIFT as u64 + j);
+                    }
+                }
+                masks.push(mask);
+            }
+        }
+        masks
     }
 
     fn conflict_masks(band: &Band) -> Vec<u64> {
@@ -258,6 +319,16 @@ impl TreeShape {
     /// Metadata words per tree.
     pub(crate) fn words(&self) -> usize {
         self.words
+    }
+
+    /// The first level that leaf bunches with summaries hold (past the deepest level when the
+    /// tree is one band, which has none).
+    #[inline]
+    pub(crate) fn summarized_from(&self) -> u32 {
+        match self.bands.len() {
+            1 => self.depth + 1,
+            n => self.bands[n - 1].top,
+        }
     }
 
     /// The number of words a climb from a leaf touches (one per band).
@@ -382,6 +453,126 @@ impl TreeShape {
         Ok(())
     }
 
+    /// The level of the largest node that holds `node` and is free now, for a `node` just
+    /// released: climb while the sibling's subtree is free. A marked child bunch whose word holds
+    /// no allocated node counts as free (a search cleans such a mark when it needs the room),
+    /// so the answer may be a larger node than a search can claim, never a smaller one.
+    pub(crate) fn coalesced_level(&self, tree: &[AtomicU64], node: Node) -> u32 {
+        let mut node = node;
+        loop {
+            let loc = self.locate(node);
+            let b = self.bands[loc.band];
+            let word = tree[loc.word].load(Ordering::Acquire);
+            let mut r = node.level - b.top;
+            let mut pos = node.index & low_bits(r);
+            while r > 0 {
+                let sibling = (1u64 << r) - 1 + (pos ^ 1);
+                if !self.subtree_free(tree, loc.band, loc.bunch, word, sibling) {
+                    return b.top + r;
+                }
+                r -= 1;
+                pos >>= 1;
+                if word & (1u64 << ((1u64 << r) - 1 + pos)) != 0 {
+                    return b.top + r + 1;
+                }
+            }
+            if loc.band == 0 {
+                return 0;
+            }
+            // The bunch's top node is free: climb into the band above, past the sibling bunch.
+            let parent = self.bands[loc.band - 1];
+            let j = loc.bunch & low_bits(parent.height);
+            let parent_bunch = loc.bunch >> parent.height;
+            let parent_word = tree[parent.base + parent_bunch as usize].load(Ordering::Acquire);
+            if parent_word & (1u64 << (OCC_SHIFT as u64 + (j ^ 1))) != 0
+                && !self.child_empty(tree, loc.band, loc.bunch ^ 1)
+            {
+                return b.top;
+            }
+            let r = parent.height - 1;
+            let pos = j >> 1;
+            if parent_word & (1u64 << ((1u64 << r) - 1 + pos)) != 0 {
+                return b.top;
+            }
+            // The node over both bunches is free: the climb goes on from it.
+            node = Node { level: parent.top + r, index: (parent_bunch << r) | pos };
+        }
+    }
+
+    /// After `node` was released (and the chunk's epoch advanced): lower the summary of the
+    /// leaf bunch around it to the level of the largest free node around it (computed only when
+    /// the summary is above the bunch's top level). `coalesced` caches that level.
+    #[inline]
+    pub(crate) fn announce_in_bunches(
+        &self,
+        tree: &[AtomicU64],
+        summaries: &[AtomicU64],
+        node: Node,
+        coalesced: &mut Option<u32>,
+    ) {
+        let band = self.band_of_level[node.level as usize];
+        let b = self.bands[band];
+        if b.leaf && band > 0 {
+            let word = &summaries[b.base + (node.index >> (node.level - b.top)) as usize];
+            let known = word.load(Ordering::Acquire);
+            if known <= u64::from(b.top) {
+                return;
+            }
+            let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, node));
+            let target = u64::from(level.max(b.top));
+            if known > target {
+                word.fetch_min(target, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Forget every summary of a tree (a chunk granted anew).
+    pub(crate) fn reset_summaries(summaries: &[AtomicU64]) {
+        for word in summaries {
+            if word.load(Ordering::Acquire) != 0 {
+                word.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// Whether the subtree of heap bit `bit` of bunch `bunch` (word `word`) holds no allocated
+    /// node: its bits in the word, and the words of its marked child bunches.
+    fn subtree_free(&self, tree: &[AtomicU64], band: usize, bunch: u64, word: u64, bit: u64) -> bool {
+        let mask = self.subtrees[band][bit as usize];
+        if word & mask & self.bands[band].alloc_mask() != 0 {
+            return false;
+        }
+        let mut marked = (word & mask & self.bands[band].occ_mask()) >> OCC_SHIFT;
+        let height = self.bands[band].height;
+        while marked != 0 {
+            let child = (bunch << height) | marked.trailing_zeros() as u64;
+            if !self.child_empty(tree, band + 1, child) {
+                return false;
+            }
+            marked &= marked - 1;
+        }
+        true
+    }
+
+    /// Whether bunch `bunch` of `band` and the bunches below it hold no allocated node (marks
+    /// over empty bunches do not count: see [`TreeShape::coalesced_level`]). Stops at the first
+    /// allocated node it meets.
+    fn child_empty(&self, tree: &[AtomicU64], band: usize, bunch: u64) -> bool {
+        let b = self.bands[band];
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        if word & b.alloc_mask() != 0 {
+            return false;
+        }
+        let mut marked = self.occupied_children(band, word);
+        while marked != 0 {
+            if !self.child_empty(tree, band + 1, (bunch << b.height) | marked.trailing_zeros() as u64) {
+                return false;
+            }
+            marked &= marked - 1;
+        }
+        true
+    }
+
     /// Whether `node`'s own bit is set (it is allocated as a whole).
     pub(crate) fn is_allocated(&self, tree: &[AtomicU64], node: Node) -> bool {
         let loc = self.locate(node);
@@ -487,13 +678,30 @@ impl TreeShape {
         step: u64,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
-        self.search_bunch(tree, 0, 0, Goal { level, step, from: None }, claim)
+        self.search_bunch(tree, 0, 0, Goal { level, step, from: None, summary: None }, claim)
+    }
+
+    /// [`TreeShape::search_from`] (`from`: `None` for a plain search) that skips the bunches
+    /// `summary` rules out and records where it found nothing.
+    pub(crate) fn search_summarized(
+        &self,
+        tree: &[AtomicU64],
+        summary: &Summary,
+        level: u32,
+        step: u64,
+        from: Option<u64>,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        let band = self.band_of_level[level as usize];
+        let from = from.filter(|f| f >> self.bands[band].top == 0);
+        self.search_bunch(tree, 0, 0, Goal { level, step, from, summary: Some(summary) }, claim)
     }
 
     /// [`TreeShape::search`] that visits bunch `from` (of the band of `level`, as
     /// [`TreeShape::bunch_of`] gives it) and what follows it first, then wraps around: a cursor,
     /// so that searches in a crowded tree resume where the last one succeeded instead of
     /// walking the same full bunches again.
+    #[cfg(test)]
     pub(crate) fn search_from(
         &self,
         tree: &[AtomicU64],
@@ -504,7 +712,7 @@ impl TreeShape {
     ) -> Option<Node> {
         let band = self.band_of_level[level as usize];
         let from = (from >> self.bands[band].top == 0).then_some(from);
-        self.search_bunch(tree, 0, 0, Goal { level, step, from }, claim)
+        self.search_bunch(tree, 0, 0, Goal { level, step, from, summary: None }, claim)
     }
 
     /// The child of `bunch` (of `band`) on the path to bunch `from` of the band of `level`, if
@@ -616,7 +824,29 @@ impl TreeShape {
         goal: Goal,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
-        let Goal { level, step, from } = goal;
+        let Some(summary) = goal.summary.filter(|_| band > 0 && self.bands[band].leaf) else {
+            return self.search_bunch_unsummarized(tree, band, bunch, goal, claim);
+        };
+        let word = self.bands[band].base + bunch as usize;
+        if summary.skips(word, goal.level) {
+            return None;
+        }
+        let found = self.search_bunch_unsummarized(tree, band, bunch, goal, claim);
+        if found.is_none() && goal.step <= 1 {
+            summary.record_miss(word, goal.level);
+        }
+        found
+    }
+
+    fn search_bunch_unsummarized(
+        &self,
+        tree: &[AtomicU64],
+        band: usize,
+        bunch: u64,
+        goal: Goal,
+        claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
+    ) -> Option<Node> {
+        let Goal { level, step, from, .. } = goal;
         let b = self.bands[band];
         if level < b.top + b.height {
             return self.claim_in_row(tree, band, bunch, level, step, claim);
@@ -990,6 +1220,53 @@ mod tests {
         shape.try_alloc(&t, Node { level: 0, index: 0 }).unwrap();
     }
 
+    /// The reference: the level of the largest free node holding `node`, by brute force over
+    /// the allocated nodes.
+    fn reference_coalesced(held: &[Node], depth: u32, node: Node) -> u32 {
+        let overlaps = |a: Node, b: Node| {
+            a.start(depth) < b.start(depth) + b.units(depth) && b.start(depth) < a.start(depth) + a.units(depth)
+        };
+        let mut level = node.level;
+        while level > 0 {
+            let up = Node { level: level - 1, index: node.index >> (node.level - level + 1) };
+            if held.iter().any(|&h| overlaps(h, up)) {
+                break;
+            }
+            level -= 1;
+        }
+        level
+    }
+
+    #[test]
+    fn coalesced_level_matches_a_reference_model() {
+        let depth = 13;
+        let shape = TreeShape::new(depth);
+        let t = tree(&shape);
+        let mut held: Vec<Node> = Vec::new();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for step in 0..20_000 {
+            if held.len() < 60 && next() % 2 == 0 {
+                let level = 1 + next() as u32 % depth;
+                if let Some(n) = alloc(&shape, &t, level) {
+                    held.push(n);
+                }
+            } else if !held.is_empty() {
+                let n = held.swap_remove(next() as usize % held.len());
+                shape.release(&t, n).unwrap();
+                let want = reference_coalesced(&held, depth, n);
+                let got = shape.coalesced_level(&t, n);
+                assert!(got <= want, "step {step}: {n:?} coalesces to {got}, above the truth {want}");
+                assert_eq!(got, want, "step {step}: {n:?}");
+            }
+        }
+    }
+
     #[test]
     fn climbs_through_marked_bunches_write_nothing_above() {
         let shape = TreeShape::new(13);
@@ -1297,6 +1574,41 @@ mod loom_models {
             let mut findings = Vec::new();
             shape.check(&t, &mut |f| findings.push(f));
             assert!(findings.is_empty(), "{findings:?}");
+        });
+    }
+
+    #[test]
+    fn a_bunch_summary_miss_racing_a_free_never_hides_the_freed_node() {
+        // Leaf bunches of two leaves under a root band of height 1: leaves 0 and 2 taken, the
+        // search for a pair (level 1, in the leaf band) fails in both leaf bunches unless it
+        // sees leaf 0 come back; the free lowers the summary after its epoch step.
+        use crate::arena::chunk_space::ChunkSpace;
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 2, 1));
+            let words = shape.words();
+            let t: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let summaries: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            for index in [0, 2] {
+                shape.try_alloc(&t, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            let (s2, t2, sm2, sp2) = (shape.clone(), t.clone(), summaries.clone(), space.clone());
+            let freer = thread::spawn(move || {
+                let leaf = Node { level: 2, index: 0 };
+                s2.release(&t2, leaf).unwrap();
+                sp2.give(1);
+                s2.announce_in_bunches(&t2, &sm2, leaf, &mut None);
+            });
+            let probe = space.probe(0).unwrap();
+            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            // A search that finds the pair takes nothing (the claim only looks).
+            let _ = shape.search_summarized(&t, &summary, 1, 1, None, &mut |_| Ok(()));
+            freer.join().unwrap();
+            let probe = space.probe(0).unwrap();
+            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let found = shape.search_summarized(&t, &summary, 1, 1, None, &mut |n| shape.try_alloc(&t, n));
+            assert_eq!(found, Some(Node { level: 1, index: 0 }), "the summary hides the freed pair");
         });
     }
 

@@ -1,24 +1,16 @@
 //! What a core's search needs to know about a chunk before it reads the chunk's tree: how many
-//! units are free, and whether a search for a block this large already failed there since the
-//! last free.
+//! units are free, the chunk's *free epoch* (which every free advances), and the threshold of
+//! levels its core's level maps may hide (`level_maps.rs`).
 //!
-//! A core tries its chunks in address order (first fit keeps the high chunks whole for large
-//! blocks), so a full or fragmented chunk low in the arena would be searched by every allocation
-//! that passes it. The *miss memo* avoids that: a search that finds no free node at `level`
-//! records it together with the chunk's *free epoch*, which every free advances. While the epoch
-//! is unchanged, no node at that level or above can have come free, so later searches for blocks
-//! that large skip the chunk without reading its tree.
+//! One word holds all three, so an allocation and a free still cost one atomic operation on the
+//! chunk: bits 0..26 are the free units, bits 26..32 the hidden-level threshold, bits 32..64
+//! the free epoch. A search reads the epoch (`probe`) before it reads the tree, and a free
+//! releases its tree nodes before it advances the epoch (`give`), which also tells it the
+//! threshold: a search that missed a freed node took its epoch before that free's epoch step.
 //!
-//! One word holds both counters, so an allocation and a free still cost one atomic operation on
-//! the chunk: the low 32 bits are the free units, the high 32 bits the free epoch.
-//!
-//! The memo is exact under one condition: a search must read the epoch (`probe`) before it reads
-//! the tree, and a free must release its tree nodes before it advances the epoch (`give`). Then
-//! a search that missed a freed node took its epoch before that free's epoch step, and the memo
-//! it records is stale on arrival. A search can still fail spuriously under contention (a node
-//! being cleaned by another thread, a claim that lost a race to an allocation freed later); its
-//! memo then hides room until the next free in the chunk, so the allocation path ends with a
-//! search that ignores the memos before it reports that memory is exhausted.
+//! The rare side of each handshake with a free (a search that records a miss) reads the word
+//! with read-modify-write operations (`raise_hidden`, `moved_since`), so that it and a free's
+//! `give` are ordered one way or the other; the free itself needs nothing more than its `give`.
 //!
 //! An all-zero word is a *pristine* chunk: one that was never granted to a core, whose tree is
 //! all zero too (see `chunks.rs`). Every chunk that was ever granted has a non-zero word while it
@@ -26,34 +18,44 @@
 
 use crate::util::sync::{AtomicU64, Ordering};
 
-const UNITS_MASK: u64 = (1 << 32) - 1;
+const UNITS_MASK: u64 = (1 << 26) - 1;
+const HIDDEN_SHIFT: u32 = 26;
+const HIDDEN_MASK: u64 = 63 << HIDDEN_SHIFT;
 const EPOCH_STEP: u64 = 1 << 32;
 
-/// The free-space word of one chunk and its miss memo, alone on a pair of cache lines (both
-/// change on allocations and frees in the chunk; chunks of different cores must not share a
-/// line, nor an adjacent-line prefetch pair).
+fn hidden_of(word: u64) -> u32 {
+    ((word & HIDDEN_MASK) >> HIDDEN_SHIFT) as u32
+}
+
+fn with_hidden(word: u64, level: u32) -> u64 {
+    (word & !HIDDEN_MASK) | (u64::from(level) << HIDDEN_SHIFT)
+}
+
+/// The free-space word of one chunk, alone on a pair of cache lines (it changes on allocations
+/// and frees in the chunk; chunks of different cores must not share a line, nor an
+/// adjacent-line prefetch pair).
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct ChunkSpace {
-    /// `epoch << 32 | free units`.
+    /// `epoch << 32 | hidden << 26 | free units`. The owner's level maps set the bits of every
+    /// level `>= hidden` for this chunk; below it they may be clear (see `level_maps.rs`).
     free: AtomicU64,
-    /// `epoch << 8 | (level + 1)` of the last search that found nothing, 0 for none.
-    miss: AtomicU64,
 }
 
-// SAFETY: two atomic words; all zero is a pristine chunk.
+// SAFETY: one atomic word; all zero is a pristine chunk.
 unsafe impl crate::util::zeroed::Zeroable for ChunkSpace {}
 
-/// The state of a chunk seen by [`ChunkSpace::probe`], to hand to [`ChunkSpace::missed`].
+/// The free epoch of a chunk seen by [`ChunkSpace::probe`], to hand to
+/// [`ChunkSpace::moved_since`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Probe(u64);
 
 impl ChunkSpace {
-    /// A chunk with `units` free units (at most 2^32 - 1).
+    /// A chunk with `units` free units (at most 2^26 - 1).
     #[cfg(test)]
     pub(crate) fn new(units: u64) -> ChunkSpace {
-        assert!(units <= UNITS_MASK, "a chunk has at most 2^32 - 1 units");
-        ChunkSpace { free: AtomicU64::new(units), miss: AtomicU64::new(0) }
+        assert!(units <= UNITS_MASK, "a chunk has at most 2^26 - 1 units");
+        ChunkSpace { free: AtomicU64::new(units) }
     }
 
     /// Whether the chunk was never granted to a core (its word was never set). Only meaningful
@@ -64,9 +66,8 @@ impl ChunkSpace {
 
     /// Set a pristine chunk's free units (`units` > 0), before anyone else can reach it.
     pub(crate) fn init(&self, units: u64) {
-        assert!(units > 0 && units <= UNITS_MASK, "a chunk has between 1 and 2^32 - 1 units");
+        assert!(units > 0 && units <= UNITS_MASK, "a chunk has between 1 and 2^26 - 1 units");
         self.free.store(EPOCH_STEP | units, Ordering::Release);
-        self.miss.store(0, Ordering::Relaxed);
     }
 
     /// The whole word, `epoch << 32 | free units`: it changes with every allocation and free
@@ -89,47 +90,82 @@ impl ChunkSpace {
     }
 
     /// Count `units` as free again and advance the epoch; call after the tree nodes were
-    /// released. Returns the free units after.
+    /// released. Returns the free units after and the hidden-level threshold.
     #[inline]
-    pub(crate) fn give(&self, units: u64) -> u64 {
-        let after = self.free.fetch_add(EPOCH_STEP + units, Ordering::AcqRel) + units;
-        after & UNITS_MASK
+    pub(crate) fn give(&self, units: u64) -> (u64, u32) {
+        let before = self.free.fetch_add(EPOCH_STEP + units, Ordering::AcqRel);
+        (((before & UNITS_MASK) + units), hidden_of(before))
     }
 
     /// Advance the epoch without a free: nodes came back that no free counted (a chunk granted
-    /// to a core, claims rolled back), so no recorded miss may stand.
+    /// to a core, claims rolled back), so no miss seen before may stand. Returns the threshold.
     #[inline]
-    pub(crate) fn refresh(&self) {
-        self.free.fetch_add(EPOCH_STEP, Ordering::AcqRel);
+    pub(crate) fn refresh(&self) -> u32 {
+        hidden_of(self.free.fetch_add(EPOCH_STEP, Ordering::AcqRel))
     }
 
-    /// Whether a search for a block of `units` units at tree level `level` may succeed here:
-    /// `None` when too few units are free or (unless `ignore_memo`) a search at `level` or a
-    /// lower level (a smaller block) found nothing since the last free.
+    /// The epoch now, if at least `units` units are free (else a search cannot succeed).
     #[inline]
-    pub(crate) fn probe(&self, level: u32, units: u64, ignore_memo: bool) -> Option<Probe> {
+    pub(crate) fn probe(&self, units: u64) -> Option<Probe> {
         let word = self.free.load(Ordering::Acquire);
-        if word & UNITS_MASK < units {
-            return None;
-        }
-        if !ignore_memo {
-            let miss = self.miss.load(Ordering::Relaxed);
-            if miss >> 8 == word >> 32 && u64::from(level) < miss & 0xFF {
-                return None;
+        (word & UNITS_MASK >= units).then_some(Probe(word >> 32))
+    }
+
+    /// Whether a free (or a refresh) came since `probe`. A read-modify-write: see the module
+    /// documentation.
+    #[inline]
+    pub(crate) fn moved_since(&self, probe: Probe) -> bool {
+        self.free.fetch_add(0, Ordering::AcqRel) >> 32 != probe.0
+    }
+
+    /// The hidden-level threshold.
+    #[inline]
+    pub(crate) fn hidden(&self) -> u32 {
+        hidden_of(self.free.load(Ordering::Acquire))
+    }
+
+    /// Raise the threshold to at least `level`, unless a free came since `probe` (then `false`
+    /// and no change).
+    pub(crate) fn raise_hidden(&self, level: u32, probe: Probe) -> bool {
+        let mut word = self.free.load(Ordering::Acquire);
+        loop {
+            if word >> 32 != probe.0 {
+                return false;
+            }
+            if hidden_of(word) >= level {
+                // Still an RMW, to order this miss against any free that follows.
+                return self.free.fetch_add(0, Ordering::AcqRel) >> 32 == probe.0;
+            }
+            match self.free.compare_exchange_weak(word, with_hidden(word, level), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(seen) => word = seen,
             }
         }
-        Some(Probe(word >> 32))
     }
 
-    /// Record that a search at `level` (with natural alignment) found nothing after `probe`.
-    #[inline]
-    pub(crate) fn missed(&self, probe: Probe, level: u32) {
-        let epoch = probe.0 & ((1 << 56) - 1);
-        let seen = self.miss.load(Ordering::Relaxed);
-        if seen >> 8 == epoch && seen & 0xFF > u64::from(level) {
-            return; // a search for a smaller block already failed in this epoch
+    /// Lower the threshold from `from` to `to`; `false` when it is no longer `from`.
+    pub(crate) fn lower_hidden(&self, from: u32, to: u32) -> bool {
+        let mut word = self.free.load(Ordering::Acquire);
+        loop {
+            if hidden_of(word) != from {
+                return false;
+            }
+            match self.free.compare_exchange_weak(word, with_hidden(word, to), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(seen) => word = seen,
+            }
         }
-        self.miss.store(epoch << 8 | (u64::from(level) + 1), Ordering::Relaxed);
+    }
+
+    /// Nothing hidden (a chunk whose every level was just announced).
+    pub(crate) fn reset_hidden(&self) {
+        let mut word = self.free.load(Ordering::Acquire);
+        while hidden_of(word) != 0 {
+            match self.free.compare_exchange_weak(word, with_hidden(word, 0), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(seen) => word = seen,
+            }
+        }
     }
 }
 
@@ -142,84 +178,40 @@ mod tests {
         let s = ChunkSpace::new(8192);
         s.take(100);
         assert_eq!(s.free_units(), 8092);
-        assert_eq!(s.give(100), 8192);
+        assert_eq!(s.give(100), (8192, 0));
         assert_eq!(s.free_units(), 8192);
     }
 
     #[test]
-    fn a_miss_hides_the_chunk_for_that_size_and_larger_until_a_free() {
+    fn a_probe_sees_frees_and_refreshes_but_not_allocations() {
         let s = ChunkSpace::new(8192);
         s.take(4096);
-        let probe = s.probe(5, 64, false).expect("room by count");
-        s.missed(probe, 5);
-        assert!(s.probe(5, 64, false).is_none(), "same level skipped");
-        assert!(s.probe(3, 64, false).is_none(), "larger blocks (lower levels) skipped");
-        assert!(s.probe(6, 32, false).is_some(), "smaller blocks are still searched");
-        assert!(s.probe(5, 64, true).is_some(), "an exhaustive search ignores the memo");
+        let probe = s.probe(64).expect("room by count");
+        assert!(s.probe(4097).is_none(), "too few units");
         s.take(1);
-        assert!(s.probe(5, 64, false).is_none(), "an allocation frees nothing");
+        assert!(!s.moved_since(probe), "an allocation frees nothing");
         s.give(1);
-        assert!(s.probe(5, 64, false).is_some(), "a free may have made room");
-        s.missed(s.probe(5, 64, false).unwrap(), 5);
+        assert!(s.moved_since(probe), "a free may have made room");
+        let probe = s.probe(64).unwrap();
         s.refresh();
-        assert!(s.probe(5, 64, false).is_some(), "room returned without a free");
-        assert_eq!(s.free_units(), 4096);
+        assert!(s.moved_since(probe), "room returned without a free");
     }
 
     #[test]
-    fn the_memo_keeps_the_smallest_failed_block() {
-        let s = ChunkSpace::new(8192);
-        let p = s.probe(7, 1, false).unwrap();
-        s.missed(p, 7);
-        s.missed(p, 4); // a larger block failed too: the memo still covers level 7
-        assert!(s.probe(7, 1, false).is_none());
-        assert!(s.probe(8, 1, false).is_some());
-    }
-
-    #[test]
-    fn too_few_units_is_a_miss_without_a_memo() {
+    fn the_threshold_rises_and_falls() {
         let s = ChunkSpace::new(16);
-        s.take(10);
-        assert!(s.probe(0, 16, false).is_none());
-        assert!(s.probe(3, 6, false).is_some());
-    }
-}
-
-#[cfg(all(test, loom))]
-mod loom_models {
-    //! The memo's ordering rule against a real tree: a search that records a miss concurrently
-    //! with a free never hides the freed block from later searches.
-    use super::*;
-    use crate::arena::buddy::{Node, TreeShape};
-    use loom::sync::Arc;
-    use loom::thread;
-
-    #[test]
-    fn a_miss_racing_a_free_never_hides_the_freed_block() {
-        loom::model(|| {
-            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
-            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
-            let space = Arc::new(ChunkSpace::new(4));
-            // Leaves 0 and 2 taken: two units free by count, but no free pair (level 1) until
-            // leaf 0 comes back.
-            for index in [0, 2] {
-                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
-                space.take(1);
-            }
-            let (s2, t2, sp2) = (shape.clone(), tree.clone(), space.clone());
-            let freer = thread::spawn(move || {
-                s2.release(&t2, Node { level: 2, index: 0 }).unwrap();
-                sp2.give(1);
-            });
-            if let Some(probe) = space.probe(1, 2, false) {
-                if shape.search(&tree, 1, 1, &mut |_| Ok(())).is_none() {
-                    space.missed(probe, 1);
-                }
-            }
-            freer.join().unwrap();
-            assert!(space.probe(1, 2, false).is_some(), "the memo hides a pair freed during the search");
-            let got = shape.search(&tree, 1, 1, &mut |n| shape.try_alloc(&tree, n));
-            assert_eq!(got, Some(Node { level: 1, index: 0 }));
-        });
+        let probe = s.probe(0).unwrap();
+        assert!(s.raise_hidden(5, probe));
+        assert!(s.raise_hidden(3, probe));
+        assert_eq!(s.hidden(), 5);
+        assert_eq!(s.give(1), (17, 5), "a free learns the threshold from its own update");
+        assert!(!s.raise_hidden(7, probe), "a free came since the probe");
+        s.take(1);
+        assert_eq!((s.hidden(), s.free_units()), (5, 16));
+        assert!(!s.lower_hidden(4, 1));
+        assert!(s.lower_hidden(5, 1));
+        assert_eq!(s.hidden(), 1);
+        s.reset_hidden();
+        assert_eq!(s.hidden(), 0);
     }
 }

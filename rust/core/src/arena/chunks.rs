@@ -16,6 +16,7 @@
 //! grant sets its free-space word instead of releasing retire nodes.
 
 use super::arena::Arena;
+use super::buddy::TreeShape;
 use super::global::ChunkState;
 use super::slab::caches::SlabBlocks;
 
@@ -44,6 +45,7 @@ impl Arena {
         if space.is_pristine() {
             // Its tree is all free already; its word is set before the core can search it.
             space.init(self.geometry.usable_units(chunk));
+            self.cores[owner].maps.open(space, chunk);
             self.global.set_state(chunk, ChunkState::Core(owner));
             self.cores[owner].own(chunk);
             return;
@@ -54,7 +56,9 @@ impl Arena {
         for node in self.retire_nodes(chunk) {
             self.shape.release(tree, node).expect("a chunk in the global pool is retired");
         }
+        TreeShape::reset_summaries(self.summaries(chunk));
         self.space[chunk].refresh();
+        self.cores[owner].maps.open(&self.space[chunk], chunk);
     }
 
     /// Give an empty chunk of `owner` back to the global pool; `false` if it is not empty (or
@@ -74,6 +78,7 @@ impl Arena {
             }
         }
         self.cores[owner].disown(chunk);
+        self.cores[owner].maps.close(chunk);
         self.global.set_state(chunk, ChunkState::Free);
         self.global.release(chunk, 1);
         true

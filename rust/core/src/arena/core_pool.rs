@@ -2,9 +2,11 @@
 //! or drop one with a single atomic operation), a search hint per tree level (the chunk and
 //! bunch of the last success or of the last local free of that size, so the next allocation of
 //! that size usually finds room at once, and a search resumes there as a cursor),
-//! and the few fully free chunks it keeps in reserve instead of giving them back (so a core that
-//! empties and refills a chunk does not trade it with the global pool each time).
+//! the few fully free chunks it keeps in reserve instead of giving them back (so a core that
+//! empties and refills a chunk does not trade it with the global pool each time), and its level
+//! maps: which of its chunks may serve which tree level (`level_maps.rs`).
 
+use super::level_maps::LevelMaps;
 use crate::config::MAX_TREE_DEPTH;
 use crate::error::Result;
 use crate::util::sync::{AtomicU64, Ordering};
@@ -18,6 +20,8 @@ pub(crate) struct CorePool {
     hints: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
     /// Reserve slots: `chunk + 1`, or 0 for an empty slot.
     reserve: Box<[AtomicU64]>,
+    /// Per level, the chunks that may hold a free node of that level.
+    pub(crate) maps: LevelMaps,
 }
 
 impl CorePool {
@@ -29,13 +33,14 @@ impl CorePool {
             owned: Zeroed::new(chunks.div_ceil(64), "a core pool's chunk bitmap")?,
             hints: std::array::from_fn(|_| AtomicU64::new(0)),
             reserve: try_boxed(reserve, "a core pool's reserve slots", |_| AtomicU64::new(0))?,
+            maps: LevelMaps::new(chunks, levels)?,
         })
     }
 
     /// Bytes of its chunk bitmap the host has committed.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn resident_bytes(&self) -> usize {
-        self.owned.resident_bytes()
+        self.owned.resident_bytes() + self.maps.resident_bytes()
     }
 
     pub(crate) fn own(&self, chunk: usize) {
@@ -44,6 +49,12 @@ impl CorePool {
 
     pub(crate) fn disown(&self, chunk: usize) {
         self.owned[chunk / 64].fetch_and(!(1 << (chunk % 64)), Ordering::AcqRel);
+    }
+
+    /// Word `w` of the owned-chunk bitmap (chunks `64 * w ..`); 0 past the end.
+    #[inline]
+    pub(crate) fn owned_word(&self, w: usize) -> u64 {
+        self.owned.get(w).map_or(0, |word| word.load(Ordering::Acquire))
     }
 
     pub(crate) fn owns(&self, chunk: usize) -> bool {
@@ -134,5 +145,43 @@ mod tests {
         assert_eq!(c.hint(5), Some((0, 0)));
         c.set_hint(5, 9, 255);
         assert_eq!(c.hint(5), Some((9, 255)));
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! Two chunks of one core become empty at once with one reserve slot, whose chunk was
+    //! refilled: exactly one of them is kept, the other goes back (is retired).
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn one_free_slot_keeps_exactly_one_of_two_emptied_chunks() {
+        loom::model(|| {
+            let c = Arc::new(CorePool::new(16, 4, 1).unwrap());
+            let refilled = |chunk: usize| chunk != 3;
+            assert!(c.keep_in_reserve(3, |_| true));
+            let c2 = c.clone();
+            let other = thread::spawn(move || c2.keep_in_reserve(5, refilled));
+            let mine = c.keep_in_reserve(7, refilled);
+            let theirs = other.join().unwrap();
+            assert!(mine ^ theirs, "kept 5: {theirs}, kept 7: {mine}");
+            let kept = if mine { 7 } else { 5 };
+            assert!(c.keep_in_reserve(kept, refilled), "the kept chunk is in the slot");
+        });
+    }
+
+    #[test]
+    fn owning_and_disowning_neighbours_never_lose_a_bit() {
+        loom::model(|| {
+            let c = Arc::new(CorePool::new(64, 4, 1).unwrap());
+            c.own(1);
+            let c2 = c.clone();
+            let other = thread::spawn(move || c2.own(2));
+            c.disown(1);
+            other.join().unwrap();
+            assert_eq!(c.owned().collect::<Vec<_>>(), vec![2]);
+        });
     }
 }

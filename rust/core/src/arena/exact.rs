@@ -12,6 +12,7 @@ use std::collections::HashSet;
 
 use super::arena::Arena;
 use super::buddy::Node;
+use super::geometry::TRIM_SHIFT;
 use super::global::ChunkState;
 use super::layout::BuddyLayout;
 
@@ -70,7 +71,47 @@ impl Arena {
                 let _ = self.shape.release(tree, p);
             }
         }
-        Ok(self.space[chunk].give(b.units))
+        let (after, hidden) = self.space[chunk].give(b.units);
+        // With nothing hidden, only pieces inside leaf bunches have a summary to lower. At its
+        // enclosing node's start a piece is at most TRIM_SHIFT levels below that node; a packed
+        // block elsewhere may have pieces at any level.
+        let deepest = match (within & (b.enclosing - 1) == 0, b.is_whole()) {
+            (false, _) => depth,
+            (true, true) => b.level,
+            (true, false) => b.level + TRIM_SHIFT,
+        };
+        if hidden != 0 || deepest >= self.shape.summarized_from() {
+            self.announce_free(chunk, hidden, b.pieces_at(depth, within));
+        }
+        Ok(after)
+    }
+
+    /// After `nodes` of `chunk` were released and its epoch advanced (which returned `hidden`):
+    /// lower the summaries of the bunches around them, and, if the owner's level maps hide a
+    /// level that the release may have made servable, announce it (`level_maps.rs`).
+    #[inline]
+    pub(crate) fn announce_free(&self, chunk: usize, hidden: u32, nodes: impl Iterator<Item = Node>) {
+        let tree = self.tree(chunk);
+        let summaries = self.summaries(chunk);
+        let mut largest: Option<u32> = None;
+        for node in nodes {
+            let mut coalesced = None;
+            self.shape.announce_in_bunches(tree, summaries, node, &mut coalesced);
+            if hidden != 0 {
+                let level = coalesced.unwrap_or_else(|| self.shape.coalesced_level(tree, node));
+                largest = Some(largest.map_or(level, |l| l.min(level)));
+            }
+        }
+        if let Some(level) = largest.filter(|&l| l < hidden) {
+            self.announce_to_owner(chunk, level);
+        }
+    }
+
+    #[inline(never)]
+    fn announce_to_owner(&self, chunk: usize, level: u32) {
+        if let ChunkState::Core(owner) = self.global.state(chunk) {
+            self.cores[owner].maps.announce(&self.space[chunk], chunk, level);
+        }
     }
 
     /// Give back the buddy block of `size` bytes at `offset` (nothing else happens: an emptied

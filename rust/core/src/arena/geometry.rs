@@ -5,9 +5,10 @@
 use super::layout::{BuddyLayout, Layout};
 use crate::config::PoolConfig;
 
-/// A trimmed buddy block is cut at `enclosing >> TRIM_SHIFT` granularity: at most 1/16 is lost to
-/// rounding (a 400 KB request takes 416 KiB instead of a 512 KiB power of two).
-pub(crate) const TRIM_SHIFT: u32 = 4;
+/// A trimmed buddy block is cut at `enclosing >> TRIM_SHIFT` granularity: at most 1/32 of the
+/// enclosing node, so less than 1/16 of the request, is lost to rounding (a 400 KB request takes
+/// 400 KiB instead of a 512 KiB power of two).
+pub(crate) const TRIM_SHIFT: u32 = 5;
 
 /// The arena cut into chunks, and each chunk's buddy tree.
 #[derive(Debug, Clone)]
@@ -104,13 +105,15 @@ impl Geometry {
     /// The route and shape of a request of `size` bytes aligned to `align` (both validated).
     pub(crate) fn layout(&self, size: usize, align: usize) -> Layout {
         // Powers of two throughout: shifts and masks, no divisions on the hot path.
-        if size > self.chunk_size >> 1 || align > self.chunk_size {
+        let units = ((size + self.min_block - 1) >> self.unit_shift) as u64;
+        let whole_chunk = self.units_per_chunk() - (self.units_per_chunk() >> TRIM_SHIFT).max(1);
+        if align > self.chunk_size || (size > self.chunk_size >> 1 && units > whole_chunk) {
+            // Larger than what a chunk's tree can hold trimmed: whole chunks.
             return Layout::Run {
                 chunks: (size + self.chunk_size - 1) >> self.chunk_shift,
                 align_chunks: (align >> self.chunk_shift).max(1),
             };
         }
-        let units = ((size + self.min_block - 1) >> self.unit_shift) as u64;
         let enclosing = units.next_power_of_two();
         let log_enclosing = enclosing.trailing_zeros();
         let granule = (enclosing >> TRIM_SHIFT).max(1);
@@ -151,7 +154,7 @@ impl Geometry {
     /// rounds up to a sixteenth of its enclosing power of two, so not every size up to `units`
     /// fits.
     pub(crate) fn largest_buddy_within(&self, units: u64) -> u64 {
-        let max_enclosing = self.units_per_chunk() >> 1;
+        let max_enclosing = self.units_per_chunk();
         let mut best = 0;
         let mut enclosing = 1u64;
         while enclosing <= max_enclosing {
@@ -278,10 +281,10 @@ mod tests {
     #[test]
     fn the_largest_buddy_block_in_a_short_stretch_is_what_a_request_gets() {
         let g = Geometry::new(&PoolConfig::new(95_536).chunk_size(64 << 10).min_block(64));
-        // 30,000 bytes past the last whole chunk: 468 units; a request rounds up to 1/16 of
-        // 512 units (32 units), so 448 units (28,672 bytes) is the most one can get there.
+        // 30,000 bytes past the last whole chunk: 468 units; a request rounds up to 1/32 of
+        // 512 units (16 units), so 464 units (29,696 bytes) is the most one can get there.
         assert_eq!(g.last_units, 468);
-        assert_eq!(g.largest_buddy_within(468), 448);
+        assert_eq!(g.largest_buddy_within(468), 464);
         for units in [1u64, 2, 3, 17, 100, 255, 256, 257, 448, 468, 512] {
             let best = g.largest_buddy_within(units);
             let Layout::Buddy(b) = g.layout(best as usize * 64, 1) else { panic!("a buddy block") };

@@ -312,3 +312,34 @@ mod tests {
         assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 0, len: 256 }]);
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! Chunk-run claims that overlap: ascending claims with rollback never both win a chunk,
+    //! and a rolled-back claim leaves nothing taken.
+    use super::*;
+    use crate::config::PoolConfig;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn overlapping_runs_never_share_a_chunk_and_rollbacks_leave_nothing() {
+        loom::model(|| {
+            // 130 chunks: the runs straddle the first bitmap word boundary (chunk 64).
+            let g = Geometry::new(&PoolConfig::new(130 * (2 << 20)));
+            let p = Arc::new(GlobalPool::new(&g, Placement::FirstFit).unwrap());
+            let p2 = p.clone();
+            let other = thread::spawn(move || p2.try_take(62, 4).then_some((62usize, 4usize)));
+            let mine = p.try_take(63, 3).then_some((63usize, 3usize));
+            let theirs = other.join().unwrap();
+            assert!(mine.is_some() || theirs.is_some(), "one of two claims always wins");
+            assert!(mine.is_none() || theirs.is_none(), "both runs hold chunks 63 and 64");
+            let (start, len) = mine.or(theirs).unwrap();
+            for chunk in 60..70 {
+                assert_eq!(p.is_taken(chunk), (start..start + len).contains(&chunk), "chunk {chunk}");
+            }
+            p.release(start, len);
+            assert!((60..70).all(|c| !p.is_taken(c)));
+        });
+    }
+}

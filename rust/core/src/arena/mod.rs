@@ -17,6 +17,7 @@ pub(crate) mod exact;
 pub(crate) mod geometry;
 pub(crate) mod global;
 pub(crate) mod layout;
+pub(crate) mod level_maps;
 #[cfg(not(loom))]
 pub(crate) mod release;
 pub(crate) mod slab;

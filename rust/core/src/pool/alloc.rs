@@ -2,7 +2,9 @@
 //! allocation (see `pool.rs` for the order), and reclaiming what cores hold empty before giving
 //! up (chunk grants and retirements are `arena/chunks.rs`).
 
-use crate::arena::buddy::{Conflict, Node};
+use crate::arena::buddy::{Conflict, Node, Summary};
+use crate::arena::chunk_space::Probe;
+use crate::arena::global::GlobalPool;
 use crate::arena::layout::{BuddyLayout, Layout};
 use crate::arena::slab::caches::SlabBlocks;
 use crate::error::{Error, Result};
@@ -43,14 +45,6 @@ pub(crate) enum Reach {
     Fast,
     /// Everything: other cores' chunks, reclaiming empty slabs and chunks.
     Full,
-}
-
-/// Whether a chunk search skips the chunks that a recorded miss says cannot serve the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Memo {
-    Trust,
-    /// The last resort before out-of-memory: a miss may be spurious under contention.
-    Ignore,
 }
 
 /// Carves slabs from the buddy pool of one core (uncounted: slab objects are counted instead).
@@ -275,12 +269,53 @@ impl Pool {
     pub(crate) fn out_of_memory(&self, request: &Request, core: usize, tag: u32) -> Error {
         self.counters.on_failed(core);
         self.trace.on_failed(core, request.size, request.align, tag);
-        let stats = self.stats();
+        // The peak is exact at a failure (as a statistics snapshot makes it).
+        self.sample_peak();
         Error::OutOfMemory {
             requested: request.size,
-            bytes_free: stats.bytes_free,
-            largest_free_block: stats.largest_free_block,
+            bytes_free: self.bytes_free(),
+            largest_free_block: self.largest_free_after_failure(),
         }
+    }
+
+    /// The largest free block, right after an allocation failed (and gave back what cores held
+    /// empty): the largest free chunk run, or the largest free node of a core chunk, found
+    /// through the level maps from the largest level down. A chunk whose tree disagrees with
+    /// its maps is hidden at the levels it cannot serve, so the next failure reads less.
+    #[cold]
+    fn largest_free_after_failure(&self) -> usize {
+        let g = &self.arena.geometry;
+        // A run no larger than half a chunk is the arena's short last chunk alone: only buddy
+        // blocks go there, and they round up.
+        let run_largest = |run| match GlobalPool::run_capacity(g, run) {
+            bytes if bytes > g.chunk_size / 2 => bytes,
+            bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
+        };
+        let runs = self.arena.global.free_runs(&|_| false);
+        let mut largest = runs.iter().map(|&run| run_largest(run)).max().unwrap_or(0);
+        let node_bytes = |level: u32| (1usize << (g.depth - level)) * g.min_block;
+        for pool in self.arena.cores.iter() {
+            let owned = |w: usize| pool.owned_word(w);
+            'levels: for level in 0..=g.depth {
+                if node_bytes(level) <= largest {
+                    break;
+                }
+                let mut from = 0;
+                while let Some(chunk) = pool.maps.next(level, from, &owned) {
+                    from = chunk + 1;
+                    let space = &self.arena.space[chunk];
+                    let Some(probe) = space.probe(0) else { continue };
+                    match self.arena.shape.largest_free_level_with(self.arena.tree(chunk), &|_| false) {
+                        Some(found) if found <= level => {
+                            largest = largest.max(node_bytes(found));
+                            break 'levels;
+                        }
+                        found => pool.maps.hide(space, chunk, found.map_or(g.depth, |l| l - 1), probe),
+                    }
+                }
+            }
+        }
+        largest
     }
 
     /// Find a place for `request`: first the fast path (an object of the core's current slab),
@@ -337,19 +372,24 @@ impl Pool {
             // No slab could be carved: the buddy path may still fit the object on its own.
         }
         match self.arena.geometry.layout(request.size, request.align) {
+            // A block of more than half a chunk that no chunk's tree can hold (the arena's
+            // short last chunk is too short for its trimmed pieces): a whole chunk, as a run.
+            Layout::Buddy(b) if b.level == 0 => {
+                self.place_buddy(&b, core, reach).or_else(|| self.place_run(1, 1, request.size))
+            }
             Layout::Buddy(b) => self.place_buddy(&b, core, reach),
             Layout::Run { chunks, align_chunks } => self.place_run(chunks, align_chunks, request.size),
         }
     }
 
     pub(crate) fn place_buddy(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
-        if let Some(placed) = self.alloc_in_core(b, core, Memo::Trust) {
+        if let Some(placed) = self.alloc_in_core(b, core) {
             return Some(placed);
         }
         // A chunk that holds the trimmed block will do (the arena's last chunk may be short).
         let bytes = b.units as usize * self.arena.geometry.min_block;
         if let Some(chunk) = self.arena.grant(core, bytes) {
-            if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
+            if let Some(placed) = self.alloc_in_fresh_chunk(chunk, b, core) {
                 return Some(placed);
             }
         }
@@ -359,33 +399,48 @@ impl Pool {
         // Overflow: room in other cores' chunks (including the ones they keep in reserve).
         let cores = self.arena.cores.len();
         for i in 1..cores {
-            if let Some(mut placed) = self.alloc_in_core(b, (core + i) % cores, Memo::Trust) {
+            if let Some(mut placed) = self.alloc_in_core(b, (core + i) % cores) {
                 placed.overflow = true;
                 return Some(placed);
             }
         }
         // A chunk may have come free meanwhile.
         if let Some(chunk) = self.arena.grant(core, bytes) {
-            if let Some(placed) = self.alloc_in_chunk(chunk, b, core, false) {
+            if let Some(placed) = self.alloc_in_fresh_chunk(chunk, b, core) {
                 return Some(placed);
             }
         }
-        // Before giving up: search every chunk, including those a (possibly spurious) miss hid.
+        // A trimmed block fits where its pieces are free, though no whole enclosing node is:
+        // the chunks that may hold a free node of half its enclosing size.
+        if b.is_whole() {
+            return None;
+        }
         (0..cores).find_map(|i| {
             let owner = (core + i) % cores;
-            let mut placed = self.alloc_in_core(b, owner, Memo::Ignore)?;
-            placed.overflow = owner != core;
-            Some(placed)
+            let pool = &self.arena.cores[owner];
+            let owned = |w: usize| pool.owned_word(w);
+            let mut from = 0;
+            while let Some(chunk) = pool.maps.next(b.level + 1, from, &owned) {
+                from = chunk + 1;
+                let Some(probe) = self.arena.space[chunk].probe(b.units) else {
+                    continue;
+                };
+                if let Some(mut placed) = self.alloc_in_chunk(chunk, b, owner, probe, true) {
+                    placed.overflow = owner != core;
+                    return Some(placed);
+                }
+            }
+            None
         })
     }
 
-    /// Try the chunks owned by `owner`: its hint first, then every owned chunk in address order
-    /// (first fit: small blocks gather low, the high chunks stay whole for large blocks), skipping
-    /// chunks where a search for a block this large failed since their last free.
-    fn alloc_in_core(&self, b: &BuddyLayout, owner: usize, memo: Memo) -> Option<Placed> {
+    /// Try the chunks owned by `owner`: its hint first, then, in address order (first fit:
+    /// small blocks gather low, the high chunks stay whole for large blocks), the chunks that
+    /// its level maps say may hold a free node of the block's level. A chunk whose search finds
+    /// nothing is hidden at that level until a free there may have made room.
+    fn alloc_in_core(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
         let pool = &self.arena.cores[owner];
-        let hint = pool.hint(b.level);
-        if let Some((chunk, bunch)) = hint {
+        if let Some((chunk, bunch)) = pool.hint(b.level) {
             if chunk < self.arena.geometry.chunks {
                 let tree = self.arena.tree(chunk);
                 let node =
@@ -395,31 +450,44 @@ impl Pool {
                 }
             }
         }
-        for chunk in pool.owned() {
+        let owned = |w: usize| pool.owned_word(w);
+        let mut from = 0;
+        while let Some(chunk) = pool.maps.next(b.level, from, &owned) {
+            from = chunk + 1;
             let space = &self.arena.space[chunk];
-            let Some(probe) = space.probe(b.level, b.units, memo == Memo::Ignore) else {
+            let Some(probe) = space.probe(b.units) else {
                 continue;
             };
-            if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, memo == Memo::Ignore) {
+            if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, probe, false) {
                 return Some(placed);
             }
             if b.step <= 1 {
-                space.missed(probe, b.level);
+                pool.maps.hide(space, chunk, b.level, probe);
             }
         }
         None
     }
 
-    /// Search chunk `chunk` for block `b`. `thorough` also looks for a trimmed block's pieces
-    /// where no whole enclosing node is free: twice the search, so only for the last resort
-    /// (and always where the enclosing node cannot fit, in the arena's short last chunk).
-    fn alloc_in_chunk(&self, chunk: usize, b: &BuddyLayout, hint_owner: usize, thorough: bool) -> Option<Placed> {
+    /// Search chunk `chunk` for block `b` (its epoch read as `probe` before). `thorough` also
+    /// looks for a trimmed block's pieces where no whole enclosing node is free: twice the
+    /// search, so only for the last resort (and always where the enclosing node cannot fit, in
+    /// the arena's short last chunk).
+    fn alloc_in_chunk(
+        &self,
+        chunk: usize,
+        b: &BuddyLayout,
+        hint_owner: usize,
+        probe: Probe,
+        thorough: bool,
+    ) -> Option<Placed> {
         let tree = self.arena.tree(chunk);
+        let space = &self.arena.space[chunk];
+        let summary = Summary { words: self.arena.summaries(chunk), moved: &|| space.moved_since(probe) };
         let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, bunch)| (c == chunk).then_some(bunch));
-        let node = match cursor {
-            Some(from) => self.arena.shape.search_from(tree, b.level, b.step, from, &mut |e| self.claim(chunk, b, e)),
-            None => self.arena.shape.search(tree, b.level, b.step, &mut |e| self.claim(chunk, b, e)),
-        };
+        let node = self
+            .arena
+            .shape
+            .search_summarized(tree, &summary, b.level, b.step, cursor, &mut |e| self.claim(chunk, b, e));
         let node = match node {
             Some(node) => {
                 self.arena.cores[hint_owner].set_hint(b.level, chunk, self.arena.shape.bunch_of(node));
@@ -431,6 +499,12 @@ impl Pool {
             None => return None,
         };
         Some(self.commit(chunk, b, node))
+    }
+
+    /// [`Pool::alloc_in_chunk`] in a chunk just granted.
+    fn alloc_in_fresh_chunk(&self, chunk: usize, b: &BuddyLayout, core: usize) -> Option<Placed> {
+        let probe = self.arena.space[chunk].probe(0)?;
+        self.alloc_in_chunk(chunk, b, core, probe, false)
     }
 
     /// A trimmed block needs only its pieces free, not its whole enclosing node: find a free
@@ -458,7 +532,8 @@ impl Pool {
                     let _ = self.arena.shape.release(tree, p);
                 }
                 if !taken.is_empty() {
-                    self.arena.space[chunk].refresh();
+                    let hidden = self.arena.space[chunk].refresh();
+                    self.arena.announce_free(chunk, hidden, taken.iter().copied());
                 }
                 return Err(if taken.is_empty() { conflict } else { Conflict::Taken });
             }

@@ -101,6 +101,13 @@ impl Pool {
         }
     }
 
+    /// `stats().bytes_free` alone (an out-of-memory error reports it).
+    pub(crate) fn bytes_free(&self) -> usize {
+        let (slab_bytes, _) = self.slab_objects(&self.slab_counters.totals());
+        let bytes_in_use = (self.counters.totals().bytes.max(0) as u64 + slab_bytes) as usize;
+        self.arena.geometry.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes())
+    }
+
     /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead).
     fn slab_cached_bytes(&self) -> usize {
         let classes = &self.arena.slabs.classes.classes;
@@ -189,6 +196,12 @@ impl Pool {
     pub(crate) fn block_bytes_at(&self, offset: usize, size: usize, align: usize) -> usize {
         if let Some(slab) = self.arena.slabs.lookup(offset) {
             return self.arena.slabs.classes.classes[slab.class].size;
+        }
+        let g = &self.arena.geometry;
+        if let ChunkState::RunHead(len) = self.arena.global.state(g.chunk_of(offset)) {
+            // A block too large for a chunk's tree trimmed, or one that took a whole chunk
+            // where no tree could hold it (see `Pool::place_once`).
+            return g.run_bytes(g.chunk_of(offset), len);
         }
         match self.arena.geometry.layout(size, align) {
             Layout::Buddy(b) => b.units as usize * self.arena.geometry.min_block,

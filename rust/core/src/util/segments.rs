@@ -150,3 +150,26 @@ mod tests {
         assert_eq!(table.get(5000).load(Ordering::Relaxed), 3);
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! Two threads install the same segment at once: both get the winner's segment, the
+    //! loser's is dropped.
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn racing_installs_agree_on_one_segment() {
+        loom::model(|| {
+            let table: Arc<Segmented<u64>> = Arc::new(Segmented::new(2 * SEGMENT).unwrap());
+            let t2 = table.clone();
+            let other = thread::spawn(move || t2.try_get(5).unwrap() as *const u64 as usize);
+            let mine = table.try_get(7).unwrap() as *const u64 as usize;
+            let theirs = other.join().unwrap();
+            assert_eq!(theirs + 2 * std::mem::size_of::<u64>(), mine, "two segments were installed");
+            assert_eq!(table.get(5) as *const u64 as usize, theirs);
+            assert!(table.get_existing(SEGMENT as u32).is_none(), "the second segment was never asked for");
+        });
+    }
+}

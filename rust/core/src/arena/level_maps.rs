@@ -1,0 +1,408 @@
+//! Per core and per tree level, which of the core's chunks may hold a free node of that level:
+//! the summary that lets an allocation go straight to a chunk that can serve it instead of
+//! searching the core's chunks in address order.
+//!
+//! # Shape
+//!
+//! For each level, one bit per chunk of the arena (64 chunks a word) and one summary bit per
+//! word (set when the word may be non-zero), as the two-level bitmaps of TLSF. Finding the
+//! lowest candidate chunk at or after a position reads one summary word per 4,096 chunks and
+//! one bitmap word; the tables are lazily committed ([`Zeroed`]).
+//!
+//! # What a bit means
+//!
+//! A chunk's levels are monotone: a chunk with a free node at level `l` has free nodes at every
+//! level below it in size (`l + 1`, ...). So a chunk's state is one threshold, and its bits are
+//! kept *safely conservative*: a clear bit at level `l` means a search found no free node of
+//! level `l` in the chunk and no free has happened there since; a set bit means there may be
+//! one. A set bit costs at most one failed search (which clears it); a clear bit never hides
+//! room, because every free re-sets the bits its release may have made servable.
+//!
+//! The chunk's [`ChunkSpace`] keeps the threshold `hidden`: bits of levels `>= hidden` are set,
+//! bits below may be clear. A free reads it (one load on the line its own update just wrote)
+//! and does nothing more unless its release reaches a hidden level.
+//!
+//! # Protocol
+//!
+//! *Hide* (a search at `level` found nothing, after a [`ChunkSpace::probe`]): raise `hidden` to
+//! `level + 1` (refused when a free came since the probe), clear the chunk's bits of levels
+//! `0..=level`, then ask whether a free came since the probe; if one did, set those bits again
+//! (the search may have missed the freed nodes).
+//!
+//! *Announce* (after a free released its nodes; its epoch step also returned `hidden`): the
+//! largest free node around the released block is at level `l`; while `hidden > l`, set the
+//! bits of levels `l..hidden` and lower `hidden` to `l` with a compare-and-swap (on failure, a
+//! concurrent hide raised it: read it again and repeat).
+//!
+//! A hide reads the chunk's word only by read-modify-write operations, so it and a free's epoch
+//! step are ordered: either the hide sees the free's step (and undoes itself), or the free's
+//! step reads what the hide wrote before (the raised threshold, then its cleared bits), and the
+//! free sets the bits itself. The summary bits follow the same rule: a setter sets the word bit
+//! then the summary bit; a scanner that finds a word empty clears the summary bit and reads the
+//! word again with a read-modify-write, setting the summary bit back when it is not empty.
+//!
+//! The loom models in this module check both handshakes exhaustively.
+
+use super::chunk_space::{ChunkSpace, Probe};
+use crate::error::Result;
+use crate::util::sync::{AtomicU64, Ordering};
+use crate::util::zeroed::Zeroed;
+
+const ACQ: Ordering = Ordering::Acquire;
+const ACQ_REL: Ordering = Ordering::AcqRel;
+
+/// The per-level chunk bitmaps of one core.
+pub(crate) struct LevelMaps {
+    levels: usize,
+    /// Bitmap words per level (64 chunks each).
+    words: usize,
+    /// Summary words per level (64 bitmap words each).
+    tops: usize,
+    /// `levels * words`: bit `c % 64` of word `level * words + c / 64` is chunk `c`.
+    bits: Zeroed<AtomicU64>,
+    /// `levels * tops`: bit `w % 64` of word `level * tops + w / 64` is bitmap word `w`.
+    top: Zeroed<AtomicU64>,
+}
+
+impl LevelMaps {
+    /// Empty maps over `chunks` chunks and `levels` tree levels; `Error::HostMemory` when the
+    /// host has no room for them.
+    pub(crate) fn new(chunks: usize, levels: usize) -> Result<LevelMaps> {
+        let words = chunks.div_ceil(64).max(1);
+        let tops = words.div_ceil(64);
+        Ok(LevelMaps {
+            levels,
+            words,
+            tops,
+            bits: Zeroed::new(levels * words, "a core pool's level bitmaps")?,
+            top: Zeroed::new(levels * tops, "a core pool's level summaries")?,
+        })
+    }
+
+    /// Bytes of its tables the host has committed.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn resident_bytes(&self) -> usize {
+        self.bits.resident_bytes() + self.top.resident_bytes()
+    }
+
+    #[inline]
+    fn word(&self, level: usize, w: usize) -> &AtomicU64 {
+        &self.bits[level * self.words + w]
+    }
+
+    #[inline]
+    fn summary(&self, level: usize, s: usize) -> &AtomicU64 {
+        &self.top[level * self.tops + s]
+    }
+
+    /// Whether chunk `chunk` may serve `level`.
+    #[cfg(test)]
+    pub(crate) fn may_serve(&self, level: u32, chunk: usize) -> bool {
+        self.word(level as usize, chunk / 64).load(ACQ) & (1 << (chunk % 64)) != 0
+    }
+
+    /// Mark chunk `chunk` as a candidate for `level` (and its bitmap word in the summary).
+    fn set(&self, level: usize, chunk: usize) {
+        let (w, bit) = (chunk / 64, 1u64 << (chunk % 64));
+        let word = self.word(level, w);
+        if word.load(ACQ) & bit == 0 {
+            word.fetch_or(bit, ACQ_REL);
+        }
+        let (s, sbit) = (w / 64, 1u64 << (w % 64));
+        let summary = self.summary(level, s);
+        if summary.load(ACQ) & sbit == 0 {
+            summary.fetch_or(sbit, ACQ_REL);
+        }
+    }
+
+    fn clear(&self, level: usize, chunk: usize) {
+        let (w, bit) = (chunk / 64, 1u64 << (chunk % 64));
+        let word = self.word(level, w);
+        if word.load(ACQ) & bit != 0 {
+            word.fetch_and(!bit, ACQ_REL);
+        }
+    }
+
+    /// A chunk just granted to the core: it may serve every level.
+    pub(crate) fn open(&self, space: &ChunkSpace, chunk: usize) {
+        for level in 0..self.levels {
+            self.set(level, chunk);
+        }
+        space.reset_hidden();
+    }
+
+    /// A chunk leaving the core: it serves nothing here.
+    pub(crate) fn close(&self, chunk: usize) {
+        for level in 0..self.levels {
+            self.clear(level, chunk);
+        }
+    }
+
+    /// A search at `level` (natural alignment) found nothing in `chunk` after `probe`.
+    pub(crate) fn hide(&self, space: &ChunkSpace, chunk: usize, level: u32, probe: Probe) {
+        if !space.raise_hidden(level + 1, probe) {
+            return; // a free came meanwhile: the search may have missed its nodes
+        }
+        for l in 0..=level as usize {
+            self.clear(l, chunk);
+        }
+        if space.moved_since(probe) {
+            for l in 0..=level as usize {
+                self.set(l, chunk);
+            }
+        }
+    }
+
+    /// A free left a free node at `level` in `chunk` (after its release and epoch step).
+    pub(crate) fn announce(&self, space: &ChunkSpace, chunk: usize, level: u32) {
+        loop {
+            let hidden = space.hidden();
+            if hidden <= level {
+                return;
+            }
+            for l in level..hidden {
+                self.set(l as usize, chunk);
+            }
+            if space.lower_hidden(hidden, level) {
+                return;
+            }
+        }
+    }
+
+    /// The lowest chunk at or after `from` whose bit of `level` is set and that `owned` (a
+    /// bitmap word of the core's owned chunks, by word index) keeps. Summary bits of empty
+    /// words are cleared on the way.
+    #[inline]
+    pub(crate) fn next(&self, level: u32, from: usize, owned: &dyn Fn(usize) -> u64) -> Option<usize> {
+        let level = level as usize;
+        let mut w = from / 64;
+        if w >= self.words {
+            return None;
+        }
+        let first = self.word(level, w).load(ACQ) & owned(w) & !((1u64 << (from % 64)) - 1);
+        if first != 0 {
+            return Some(w * 64 + first.trailing_zeros() as usize);
+        }
+        w += 1;
+        while w < self.words {
+            let s = w / 64;
+            let summary = self.summary(level, s).load(ACQ) & !((1u64 << (w % 64)) - 1);
+            if summary == 0 {
+                w = (s + 1) * 64;
+                continue;
+            }
+            w = s * 64 + summary.trailing_zeros() as usize;
+            let word = self.word(level, w).load(ACQ);
+            if word == 0 {
+                self.tidy(level, w);
+            }
+            let bits = word & owned(w);
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+        }
+        None
+    }
+
+    /// Bitmap word `w` of `level` was seen empty: clear its summary bit, unless it is set again.
+    #[cold]
+    fn tidy(&self, level: usize, w: usize) {
+        let (s, sbit) = (w / 64, 1u64 << (w % 64));
+        self.summary(level, s).fetch_and(!sbit, ACQ_REL);
+        // A read-modify-write, so that a setter either sees the cleared summary bit or is seen.
+        if self.word(level, w).fetch_or(0, ACQ_REL) != 0 {
+            self.summary(level, s).fetch_or(sbit, ACQ_REL);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn all(_: usize) -> u64 {
+        u64::MAX
+    }
+
+    #[test]
+    fn next_finds_candidates_in_address_order_across_summary_words() {
+        let maps = LevelMaps::new(10_000, 3).unwrap();
+        let space = ChunkSpace::new(16);
+        for chunk in [5, 64, 4_100, 9_999] {
+            maps.open(&space, chunk);
+        }
+        let mut seen = Vec::new();
+        let mut from = 0;
+        while let Some(c) = maps.next(1, from, &all) {
+            seen.push(c);
+            from = c + 1;
+        }
+        assert_eq!(seen, vec![5, 64, 4_100, 9_999]);
+        maps.close(64);
+        assert_eq!(maps.next(2, 6, &all), Some(4_100));
+        assert_eq!(maps.next(0, 4_101, &|w| if w == 9_999 / 64 { 0 } else { u64::MAX }), None, "not owned");
+        maps.close(4_100);
+        maps.close(5);
+        maps.close(9_999);
+        assert_eq!(maps.next(0, 0, &all), None);
+    }
+
+    #[test]
+    fn hide_and_announce_keep_the_threshold() {
+        let maps = LevelMaps::new(64, 8).unwrap();
+        let space = ChunkSpace::new(128);
+        maps.open(&space, 3);
+        let probe = space.probe(1).unwrap();
+        maps.hide(&space, 3, 4, probe);
+        for level in 0..8 {
+            assert_eq!(maps.may_serve(level, 3), level > 4, "level {level}");
+        }
+        assert_eq!(space.hidden(), 5);
+        maps.announce(&space, 3, 2);
+        for level in 0..8 {
+            assert_eq!(maps.may_serve(level, 3), level >= 2, "level {level}");
+        }
+        assert_eq!(space.hidden(), 2);
+    }
+
+    #[test]
+    fn a_hide_after_a_free_it_did_not_see_is_undone() {
+        let maps = LevelMaps::new(64, 4).unwrap();
+        let space = ChunkSpace::new(128);
+        maps.open(&space, 0);
+        let probe = space.probe(1).unwrap();
+        space.give(0); // a free between the probe and the hide
+        maps.hide(&space, 0, 3, probe);
+        assert!((0..4).all(|l| maps.may_serve(l, 0)));
+    }
+
+    /// A randomized comparison with a reference model: a chunk's true largest free level
+    /// changes by hides (only true misses) and frees; a chunk whose true level serves a
+    /// request is never skipped.
+    #[test]
+    fn never_hides_a_chunk_that_can_serve() {
+        let levels = 10u32;
+        let chunks = 300;
+        let maps = LevelMaps::new(chunks, levels as usize).unwrap();
+        let spaces: Vec<ChunkSpace> = (0..chunks).map(|_| ChunkSpace::new(1)).collect();
+        // The reference: the level of each chunk's largest free node (levels = nothing free).
+        let mut truth = vec![0u32; chunks];
+        for (c, space) in spaces.iter().enumerate() {
+            maps.open(space, c);
+        }
+        let mut rng = 0x1234_5678_9abc_def0u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..50_000 {
+            let c = next() as usize % chunks;
+            let level = next() as u32 % levels;
+            if next() % 2 == 0 {
+                // An allocation at `level` in chunk c shrinks what it can serve; a search that
+                // finds nothing hides it.
+                let probe = spaces[c].probe(0).unwrap();
+                if truth[c] > level {
+                    maps.hide(&spaces[c], c, level, probe);
+                } else if next() % 3 == 0 {
+                    truth[c] = (truth[c] + 1).min(levels);
+                }
+            } else {
+                // A free: the chunk's largest free node may grow, to `level` at most.
+                let l = level.min(truth[c]);
+                truth[c] = l;
+                if spaces[c].give(0).1 > l {
+                    maps.announce(&spaces[c], c, l);
+                }
+            }
+            let want = next() as u32 % levels;
+            let first_true = (0..chunks).find(|&c| truth[c] <= want);
+            if let Some(t) = first_true {
+                let found = maps.next(want, 0, &all).expect("a chunk can serve");
+                assert!(found <= t, "chunk {t} serves level {want} but the maps skip it");
+            }
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! The hide/free handshake against a real tree, and the summary's set/tidy race.
+    use super::*;
+    use crate::arena::buddy::{Node, TreeShape};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn a_miss_racing_a_free_never_hides_the_freed_block() {
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            // Leaves 0 and 2 taken: two units free by count, but no free pair (level 1) until
+            // leaf 0 comes back.
+            for index in [0, 2] {
+                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
+            let freer = thread::spawn(move || {
+                s2.release(&t2, Node { level: 2, index: 0 }).unwrap();
+                // The largest free node around leaf 0 is now the pair (level 1).
+                if sp2.give(1).1 > 1 {
+                    m2.announce(&sp2, 0, 1);
+                }
+            });
+            if let Some(probe) = space.probe(2) {
+                if shape.search(&tree, 1, 1, &mut |_| Ok(())).is_none() {
+                    maps.hide(&space, 0, 1, probe);
+                }
+            }
+            freer.join().unwrap();
+            assert!(maps.may_serve(1, 0), "the maps hide a pair freed during the search");
+            assert!(maps.next(1, 0, &|_| u64::MAX) == Some(0));
+        });
+    }
+
+    #[test]
+    fn two_misses_and_a_free_leave_the_free_level_visible() {
+        loom::model(|| {
+            let space = Arc::new(ChunkSpace::new(4));
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            let probe = space.probe(1).unwrap();
+            let (sp2, m2) = (space.clone(), maps.clone());
+            let freer = thread::spawn(move || {
+                if sp2.give(1).1 > 1 {
+                    m2.announce(&sp2, 0, 1);
+                }
+            });
+            // Two stale misses (their probe predates the free).
+            maps.hide(&space, 0, 2, probe);
+            maps.hide(&space, 0, 1, probe);
+            freer.join().unwrap();
+            assert!(maps.may_serve(1, 0) && maps.may_serve(2, 0));
+        });
+    }
+
+    #[test]
+    fn a_tidy_racing_a_set_keeps_the_summary() {
+        loom::model(|| {
+            let space = Arc::new(ChunkSpace::new(4));
+            let maps = Arc::new(LevelMaps::new(128, 1).unwrap());
+            // Word 1 was seen empty by a scan that is about to tidy it, while chunk 70 opens.
+            maps.open(&space, 70);
+            maps.close(70);
+            let (sp2, m2) = (space.clone(), maps.clone());
+            let opener = thread::spawn(move || m2.open(&sp2, 70));
+            let _ = maps.next(0, 0, &|_| u64::MAX);
+            opener.join().unwrap();
+            assert_eq!(maps.next(0, 0, &|_| u64::MAX), Some(70));
+        });
+    }
+}
