@@ -67,11 +67,15 @@ mod trace;
 mod util;
 
 #[cfg(not(loom))]
+pub use arena::regions::Region;
+#[cfg(not(loom))]
 pub use compaction::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport, Transfer};
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES, MAX_CORE_RESERVE};
 pub use device::{Device, DEVICE_TYPES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::id::Handle;
+#[cfg(not(loom))]
+pub use pool::growth::RegionHook;
 #[cfg(not(loom))]
 pub use pool::pause::PauseToken;
 #[cfg(not(loom))]
