@@ -112,7 +112,9 @@ class Snapshot:
 
     `stats` is the pool's `PoolStats` at the same moment; `time_ns` counts from
     the pool's creation (the clock of trace events). `kv` holds the pages of paged KV caches
-    in the pool by state (`with_kv`).
+    in the pool by state (`with_kv`). `regions` are the ranges with memory behind them (one
+    unless the pool grew; empty for a snapshot read from a file): bytes outside them are
+    absent, neither free nor allocated.
     """
 
     pool: str
@@ -125,6 +127,7 @@ class Snapshot:
     stats: PoolStats
     label: str = field(default="")
     kv: tuple[KVPages, ...] = field(default=())
+    regions: tuple[Extent, ...] = field(default=())
 
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
@@ -144,6 +147,7 @@ class Snapshot:
             slab_cached=tuple(Extent(o, n) for o, n in raw.slab_cached),
             untracked=tuple(Extent(o, n) for o, n in raw.untracked),
             stats=raw.stats,
+            regions=tuple(Extent(o, n) for o, n in raw.regions),
         )
 
     def with_label(self, label: str) -> Snapshot:
@@ -159,6 +163,7 @@ class Snapshot:
             self.stats,
             label,
             self.kv,
+            self.regions,
         )
 
     def with_kv(self, *caches: KVCache) -> Snapshot:
@@ -175,6 +180,7 @@ class Snapshot:
             self.stats,
             self.label,
             (*self.kv, *(KVPages.of(c) for c in caches)),
+            self.regions,
         )
 
     # ----- figures ---------------------------------------------------------------------------
