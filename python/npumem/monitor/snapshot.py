@@ -113,8 +113,7 @@ class Snapshot:
     `stats` is the pool's `PoolStats` at the same moment; `time_ns` counts from
     the pool's creation (the clock of trace events). `kv` holds the pages of paged KV caches
     in the pool by state (`with_kv`). `regions` are the ranges with memory behind them (one
-    unless the pool grew; empty for a snapshot read from a file): bytes outside them are
-    absent, neither free nor allocated.
+    unless the pool grew): bytes outside them are absent, neither free nor allocated.
     """
 
     pool: str
@@ -253,6 +252,7 @@ class Snapshot:
             "untracked": [[r.offset, r.length] for r in self.untracked],
             "stats": self.stats.as_dict(),
             **({"kv": [k.to_json_obj() for k in self.kv]} if self.kv else {}),
+            **({"regions": [[r.offset, r.length] for r in self.regions]} if self.regions else {}),
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -281,9 +281,10 @@ class Snapshot:
             handle = r.handle(row[7], f"block {i}", version)
             blocks.append(BlockRecord(n[0], n[1], n[2], n[3], n[4], tag, pins, handle))
         runs: dict[str, tuple[Extent, ...]] = {}
-        for key in ("free_runs", "slab_cached", "untracked"):
+        for key in ("free_runs", "slab_cached", "untracked", "regions"):
             items = []
-            for i, row in enumerate(r.field(obj, key, list)):
+            rows = r.field(obj, key, list) if key != "regions" or key in obj else []
+            for i, row in enumerate(rows):
                 row = r.int_row(row, 2, key, i)
                 items.append(Extent(r.non_negative(row[0], key), r.non_negative(row[1], key)))
             runs[key] = tuple(items)
@@ -311,6 +312,7 @@ class Snapshot:
                 KVPages.from_json_obj(k, r, i)
                 for i, k in enumerate(r.field(obj, "kv", list) if "kv" in obj else [])
             ),
+            regions=runs["regions"],
         )
         check_snapshot(snapshot, where)
         return snapshot

@@ -62,6 +62,8 @@ def _disjoint(where: str, spans: Iterable[tuple[int, int, str]]) -> None:
 def check_snapshot(snapshot: Snapshot, where: str) -> None:
     """The snapshot describes one arena: see the module's docstring."""
     capacity = check_config(snapshot.config, where)
+    # A pool that grew has offsets up to the end of its last region.
+    capacity = max([capacity, *(r.end for r in snapshot.regions)])
     spans: list[tuple[int, int, str]] = []
     for i, b in enumerate(snapshot.blocks):
         what = f"block {i}"

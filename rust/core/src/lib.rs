@@ -75,11 +75,11 @@ pub use device::{Device, DEVICE_TYPES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::id::Handle;
 #[cfg(not(loom))]
-pub use pool::growth::RegionHook;
-#[cfg(not(loom))]
 pub use pool::pause::PauseToken;
 #[cfg(not(loom))]
 pub use pool::pool::{BlockInfo, Pool};
+#[cfg(not(loom))]
+pub use pool::region_hooks::RegionHook;
 #[cfg(not(loom))]
 pub use pool::snapshot::{Extent, Snapshot};
 pub use stats::summary::{ClassStats, CoreStats, PoolStats};

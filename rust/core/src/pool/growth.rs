@@ -10,33 +10,11 @@
 //! as free and place the request. A hook that fails leaves everything as it was: the chunks stay
 //! absent, no growth is counted, and the allocation fails with `OutOfMemory`.
 
-use std::sync::{Arc, RwLock};
-
 use crate::arena::layout::Layout;
 use crate::arena::regions::{Region, Regions};
 use crate::pool::alloc::{Placed, Reach, Request};
 use crate::pool::pool::Pool;
-
-/// Called with `(offset, nbytes)` of a region about to be added (`Err`: the growth fails) or
-/// given back.
-pub type RegionHook = Arc<dyn Fn(usize, usize) -> std::result::Result<(), String> + Send + Sync>;
-
-/// A pool's growth hooks.
-#[derive(Default)]
-pub(crate) struct GrowthHooks {
-    on_grow: RwLock<Option<RegionHook>>,
-    on_trim: RwLock<Option<RegionHook>>,
-}
-
-impl GrowthHooks {
-    fn get(slot: &RwLock<Option<RegionHook>>) -> Option<RegionHook> {
-        slot.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn set(slot: &RwLock<Option<RegionHook>>, hook: Option<RegionHook>) -> Option<RegionHook> {
-        std::mem::replace(&mut *slot.write().unwrap_or_else(|p| p.into_inner()), hook)
-    }
-}
+use crate::pool::region_hooks::{GrowthHooks, RegionHook};
 
 impl Pool {
     /// Set the hook called before a region is added (`None`: none); returns the previous one.

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::gate::{self, Gate};
 use crate::handle::id::Handle;
 use crate::handle::table::{HandleTable, PinKind, SlotInfo};
-use crate::pool::growth::GrowthHooks;
+use crate::pool::region_hooks::GrowthHooks;
 use crate::stats::counters::Counters;
 use crate::stats::tags::TagTable;
 use crate::stats::thread::ThreadStats;
