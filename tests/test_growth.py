@@ -8,6 +8,7 @@ bad arguments, and growth racing with allocations on other threads.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,3 +183,20 @@ def test_a_pool_that_cannot_grow_reports_one_region() -> None:
     assert pool.max_capacity == pool.capacity == 3 * MIB
     stats = pool.stats()
     assert (stats.regions, stats.grow_events) == (1, 0)
+
+
+def test_snapshot_and_trace_files_of_a_grown_pool_read_back(tmp_path: Path) -> None:
+    from npumem.monitor import TraceRecorder, load_snapshot, load_trace
+
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
+    recorder = TraceRecorder(pool)
+    recorder.start()
+    blocks = [pool.alloc(MIB) for _ in range(10)]
+    snap = pool.snapshot()
+    assert load_snapshot(snap.save(tmp_path / "s.json")) == snap
+    assert snap.config["max_capacity"] == 16 * MIB
+    for b in blocks:
+        pool.free(b)
+    trace = recorder.stop()
+    back = load_trace(trace.save(tmp_path / "t.json"))
+    assert max(e.offset for e in back.events) >= 6 * MIB, "events in the grown regions"

@@ -90,7 +90,9 @@ class Extent:
 
 
 def pool_config(pool: Pool) -> dict[str, Any]:
-    """The configuration of `pool` as a JSON-ready dict (enough to make an equal pool)."""
+    """The configuration of `pool` as a JSON-ready dict (enough to make an equal pool; a pool
+    that can grow, or grew, adds its `max_capacity`)."""
+    growth = pool.max_capacity != pool.capacity or len(pool.regions()) > 1
     return {
         "capacity": pool.capacity,
         "cores": pool.cores,
@@ -102,6 +104,7 @@ def pool_config(pool: Pool) -> dict[str, Any]:
         "backing": pool.backing,
         "placement": pool.placement,
         "core_reserve": pool.core_reserve,
+        **({"max_capacity": pool.max_capacity} if growth else {}),
     }
 
 

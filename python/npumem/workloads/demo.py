@@ -46,18 +46,19 @@ CHUNK = 2 * MIB
 """The pool's chunk size (the default): a pool that grows starts with whole chunks."""
 
 
-def start_capacity(capacity: int) -> int:
-    """The demo pool's first region for a pool that may grow to `capacity` bytes: five eighths
-    of it in whole chunks (the weights and a first share of the workers' room), or `capacity`
-    itself when that is too small to split."""
-    start = capacity * 5 // 8 // CHUNK * CHUNK
-    return start if start >= CHUNK else capacity
+def start_capacity(capacity: int, weights: int) -> int:
+    """The demo pool's first region for a pool that may grow to `capacity` bytes and holds
+    `weights` bytes of weights: the weights and half of the rest, in whole chunks (the weights
+    are placed first, in one region, as a runtime loads its models before serving); `capacity`
+    itself when less than a growth would be left over."""
+    start = -(-(weights + (capacity - weights) // 2) // CHUNK) * CHUNK
+    return start if start + CHUNK <= capacity else capacity
 
 
-def growing_pool(capacity: int) -> npumem.Pool:
-    """The demo's pool: it starts with `start_capacity(capacity)` bytes and grows by at least
-    `GROW_BY` up to `capacity`."""
-    start = start_capacity(capacity)
+def growing_pool(capacity: int, weights: int) -> npumem.Pool:
+    """The demo's pool: it starts with `start_capacity(capacity, weights)` bytes and grows by at
+    least `GROW_BY` up to `capacity`."""
+    start = start_capacity(capacity, weights)
     if start == capacity:
         return npumem.Pool(capacity, name="demo")
     return npumem.Pool(start, max_capacity=capacity, grow_by=GROW_BY, name="demo")
@@ -165,7 +166,8 @@ def run_demo(
         raise npumem.InvalidArgumentError(f"workers must be an int >= 1, got {workers!r}")
     capacity = capacity if capacity is not None else default_capacity(workers)
     models = build_models()
-    pool = growing_pool(capacity)
+    weight_bytes = sum(m.weight_bytes for m in models)
+    pool = growing_pool(capacity, weight_bytes)
     compact_with: SupportsCompact | None = None
     if compactor is not None:
         compact_with = compactor if isinstance(compactor, SupportsCompact) else compactor(pool)
@@ -275,7 +277,7 @@ def run_demo(
         final=final,
         deferred_frees=service.deferred_frees,
         deferred_batches=service.deferred_batches,
-        start_capacity=start_capacity(capacity),
+        start_capacity=start_capacity(capacity, weight_bytes),
         grow_events=after.grow_events,
         regions=after.regions,
     )
