@@ -200,3 +200,29 @@ def test_snapshot_and_trace_files_of_a_grown_pool_read_back(tmp_path: Path) -> N
     trace = recorder.stop()
     back = load_trace(trace.save(tmp_path / "t.json"))
     assert max(e.offset for e in back.events) >= 6 * MIB, "events in the grown regions"
+
+
+def test_the_address_map_of_a_grown_pool_shows_every_region() -> None:
+    pytest.importorskip("matplotlib")
+    from npumem.monitor import plots
+
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
+    blocks = [pool.alloc(MIB) for _ in range(10)]
+    snap = pool.snapshot()
+    assert plots._extent(snap) == 16 * MIB, "up to the end of the last region"
+    assert plots._absent(snap) == [(4 * MIB, 2 * MIB), (10 * MIB, 2 * MIB)]
+    for b in blocks:
+        pool.free(b)
+
+
+def test_the_address_map_of_a_grown_pool_draws(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from npumem.monitor import plot_address_map
+
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
+    blocks = [pool.alloc(MIB) for _ in range(10)]
+    for color_by in ("tag", "core"):
+        path = plot_address_map(pool.snapshot(), tmp_path / f"{color_by}.png", color_by=color_by)
+        assert path.stat().st_size > 0
+    for b in blocks:
+        pool.free(b)
