@@ -259,9 +259,25 @@ def _compactions(moves: Sequence[float], gap: float = 1e-3) -> list[float]:
 # ----- address maps --------------------------------------------------------------------------
 
 
+def _extent(snap: Snapshot) -> int:
+    """The offsets the map shows: the usable arena, or up to the last region of a pool that
+    grew."""
+    return max(snap.usable_capacity, *(r.end for r in snap.regions))
+
+
+def _absent(snap: Snapshot) -> list[tuple[int, int]]:
+    """`(offset, length)` of the bytes between regions (no memory behind them)."""
+    gaps, at = [], 0
+    for r in snap.regions:
+        if r.offset > at:
+            gaps.append((at, r.offset - at))
+        at = max(at, r.end)
+    return gaps
+
+
 def _row_bytes(snap: Snapshot) -> int:
     chunk = _chunk_size(snap)
-    usable = max(snap.usable_capacity, 1)
+    usable = max(_extent(snap), 1)
     rows = math.ceil(usable / chunk)
     return chunk * math.ceil(rows / MAX_ROWS)
 
@@ -326,7 +342,7 @@ def _draw_map(
     from matplotlib.patches import Patch
 
     row = _row_bytes(snap)
-    rows = max(1, math.ceil(snap.usable_capacity / row))
+    rows = max(1, math.ceil(_extent(snap) / row))
     div, unit = _axis_unit(row)
     by_core = color_by == "core"
     chunk = _chunk_size(snap)
@@ -431,7 +447,15 @@ def _draw_map(
         handles.append(
             Patch(facecolor="none", edgecolor=MOVED_EDGE, linewidth=1.4, label="moved here")
         )
-    tail = snap.usable_capacity - (rows - 1) * row
+    absent = [rect(r, x0, x1) for o, n in _absent(snap) for r, x0, x1 in _segments(o, n, row)]
+    if absent:
+        ax.add_collection(
+            PolyCollection(absent, facecolors="white", hatch="..", edgecolors="#bbbbbb")
+        )
+        handles.append(
+            Patch(facecolor="white", edgecolor="#bbbbbb", hatch="..", label="between regions")
+        )
+    tail = _extent(snap) - (rows - 1) * row
     if tail < row:
         ax.add_collection(
             PolyCollection(

@@ -90,7 +90,9 @@ class Extent:
 
 
 def pool_config(pool: Pool) -> dict[str, Any]:
-    """The configuration of `pool` as a JSON-ready dict (enough to make an equal pool)."""
+    """The configuration of `pool` as a JSON-ready dict (enough to make an equal pool; a pool
+    that can grow, or grew, adds its `max_capacity`)."""
+    growth = pool.max_capacity != pool.capacity or len(pool.regions()) > 1
     return {
         "capacity": pool.capacity,
         "cores": pool.cores,
@@ -102,6 +104,7 @@ def pool_config(pool: Pool) -> dict[str, Any]:
         "backing": pool.backing,
         "placement": pool.placement,
         "core_reserve": pool.core_reserve,
+        **({"max_capacity": pool.max_capacity} if growth else {}),
     }
 
 
@@ -112,7 +115,8 @@ class Snapshot:
 
     `stats` is the pool's `PoolStats` at the same moment; `time_ns` counts from
     the pool's creation (the clock of trace events). `kv` holds the pages of paged KV caches
-    in the pool by state (`with_kv`).
+    in the pool by state (`with_kv`). `regions` are the ranges with memory behind them (one
+    unless the pool grew): bytes outside them are absent, neither free nor allocated.
     """
 
     pool: str
@@ -125,6 +129,7 @@ class Snapshot:
     stats: PoolStats
     label: str = field(default="")
     kv: tuple[KVPages, ...] = field(default=())
+    regions: tuple[Extent, ...] = field(default=())
 
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
@@ -144,6 +149,7 @@ class Snapshot:
             slab_cached=tuple(Extent(o, n) for o, n in raw.slab_cached),
             untracked=tuple(Extent(o, n) for o, n in raw.untracked),
             stats=raw.stats,
+            regions=tuple(Extent(o, n) for o, n in raw.regions),
         )
 
     def with_label(self, label: str) -> Snapshot:
@@ -159,6 +165,7 @@ class Snapshot:
             self.stats,
             label,
             self.kv,
+            self.regions,
         )
 
     def with_kv(self, *caches: KVCache) -> Snapshot:
@@ -175,6 +182,7 @@ class Snapshot:
             self.stats,
             self.label,
             (*self.kv, *(KVPages.of(c) for c in caches)),
+            self.regions,
         )
 
     # ----- figures ---------------------------------------------------------------------------
@@ -247,6 +255,7 @@ class Snapshot:
             "untracked": [[r.offset, r.length] for r in self.untracked],
             "stats": self.stats.as_dict(),
             **({"kv": [k.to_json_obj() for k in self.kv]} if self.kv else {}),
+            **({"regions": [[r.offset, r.length] for r in self.regions]} if self.regions else {}),
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -275,9 +284,10 @@ class Snapshot:
             handle = r.handle(row[7], f"block {i}", version)
             blocks.append(BlockRecord(n[0], n[1], n[2], n[3], n[4], tag, pins, handle))
         runs: dict[str, tuple[Extent, ...]] = {}
-        for key in ("free_runs", "slab_cached", "untracked"):
+        for key in ("free_runs", "slab_cached", "untracked", "regions"):
             items = []
-            for i, row in enumerate(r.field(obj, key, list)):
+            rows = r.field(obj, key, list) if key != "regions" or key in obj else []
+            for i, row in enumerate(rows):
                 row = r.int_row(row, 2, key, i)
                 items.append(Extent(r.non_negative(row[0], key), r.non_negative(row[1], key)))
             runs[key] = tuple(items)
@@ -305,6 +315,7 @@ class Snapshot:
                 KVPages.from_json_obj(k, r, i)
                 for i, k in enumerate(r.field(obj, "kv", list) if "kv" in obj else [])
             ),
+            regions=runs["regions"],
         )
         check_snapshot(snapshot, where)
         return snapshot

@@ -41,13 +41,18 @@ def _bytes(where: str, what: str, value: int) -> int:
 
 
 def check_config(config: Mapping[str, Any], where: str) -> int:
-    """The positive configuration fields are ints in `1..MAX_BYTES`; returns the capacity."""
-    for key in POSITIVE_CONFIG:
+    """The positive configuration fields are ints in `1..MAX_BYTES`; returns the end of the
+    offsets: the capacity, or for a pool that can grow (`max_capacity`), its offset space of
+    twice `max_capacity` in whole chunks."""
+    for key in (*POSITIVE_CONFIG, *(("max_capacity",) if "max_capacity" in config else ())):
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise _fail(where, f"config.{key} must be an integer > 0, got {value!r}")
         _bytes(where, f"config.{key}", value)
     capacity: int = config["capacity"]
+    if "max_capacity" in config:
+        chunk: int = config["chunk_size"]
+        capacity = max(capacity, 2 * -(-config["max_capacity"] // chunk) * chunk)
     return capacity
 
 

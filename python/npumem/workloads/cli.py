@@ -130,6 +130,12 @@ def run_demo_command(args: argparse.Namespace) -> int:
     rows = [
         ("workers / core pools", f"{result.workers} / {os.cpu_count() or 1}"),
         ("arena", f"{format_bytes(result.capacity)} (host memory)"),
+        (
+            "  growth",
+            f"from {format_bytes(result.start_capacity)}: {result.grow_events:,} growths, "
+            f"{result.regions} region(s), {result.growths_per_1000_requests:.2f} per 1000 "
+            "requests (target: at most 1)",
+        ),
         ("requests served", f"{result.requests_served:,} of {result.requests:,}"),
         ("  by model", served),
         ("requests rejected", f"{result.rejected:,}"),

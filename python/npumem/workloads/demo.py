@@ -8,9 +8,11 @@ worker threads on every core serve requests of varying batch size and sequence l
 `npumem.workloads.service`; the frees an inference's operators make are deferred to the end
 of its batch, `Pool.deferred()`),
 while a `Monitor` samples the pool, raises alerts, and takes snapshots
-when usage reaches a new high. At the end the pool is checked, the weights are freed, and
-`run_demo()` returns the figures, the monitor's history and the snapshots; the command
-prints the report and writes the pictures.
+when usage reaches a new high. The pool starts smaller than its capacity and grows by regions
+when an allocation finds no room (`Pool(max_capacity=...)`), as a runtime that sizes its pool
+from a first guess would; the report gives the growths per 1000 requests. At the end the pool
+is checked, the weights are freed, and `run_demo()` returns the figures, the monitor's history
+and the snapshots; the command prints the report and writes the pictures.
 
 Compaction plugs in through the `compactor` argument: an object with a
 `compact()` method. The workers call it when an allocation fails (then retry once), and the
@@ -42,6 +44,30 @@ if TYPE_CHECKING:
 __all__ = ["DemoResult", "KVSummary", "default_capacity", "run_demo", "write_outputs"]
 
 MIB = 1 << 20
+
+
+GROW_BY = 32 * MIB
+"""The least a growth of the demo's pool adds."""
+CHUNK = 2 * MIB
+"""The pool's chunk size (the default): a pool that grows starts with whole chunks."""
+
+
+def start_capacity(capacity: int, weights: int) -> int:
+    """The demo pool's first region for a pool that may grow to `capacity` bytes and holds
+    `weights` bytes of weights: the weights and half of the rest, in whole chunks (the weights
+    are placed first, in one region, as a runtime loads its models before serving); `capacity`
+    itself when less than a growth would be left over."""
+    start = -(-(weights + (capacity - weights) // 2) // CHUNK) * CHUNK
+    return start if start + CHUNK <= capacity else capacity
+
+
+def growing_pool(capacity: int, weights: int) -> npumem.Pool:
+    """The demo's pool: it starts with `start_capacity(capacity, weights)` bytes and grows by at
+    least `GROW_BY` up to `capacity`."""
+    start = start_capacity(capacity, weights)
+    if start == capacity:
+        return npumem.Pool(capacity, name="demo")
+    return npumem.Pool(start, max_capacity=capacity, grow_by=GROW_BY, name="demo")
 
 
 def default_capacity(workers: int) -> int:
@@ -88,6 +114,18 @@ class DemoResult:
     """Frees of kernel arguments queued until the end of their inference batch."""
     deferred_batches: int = 0
     """Inference batches whose frees were made together at their end."""
+    start_capacity: int = 0
+    """The pool's first region: it grew from there up to `capacity` at most."""
+    grow_events: int = 0
+    """Times the pool grew (added a region) while serving."""
+    regions: int = 1
+    """Regions of the pool at the end of serving."""
+
+    @property
+    def growths_per_1000_requests(self) -> float:
+        """Growths of the pool per 1000 requests served (the target is at most 1)."""
+        served = self.requests_served
+        return 1000 * self.grow_events / served if served else 0.0
 
     @property
     def requests_served(self) -> int:
@@ -138,7 +176,8 @@ def run_demo(
         raise npumem.InvalidArgumentError(f"workers must be an int >= 1, got {workers!r}")
     capacity = capacity if capacity is not None else default_capacity(workers)
     models = build_models()
-    pool = npumem.Pool(capacity, name="demo")
+    weight_bytes = sum(m.weight_bytes for m in models)
+    pool = growing_pool(capacity, weight_bytes)
     compact_with: SupportsCompact | None = None
     if compactor is not None:
         compact_with = compactor if isinstance(compactor, SupportsCompact) else compactor(pool)
@@ -254,6 +293,9 @@ def run_demo(
         deferred_frees=service.deferred_frees,
         deferred_batches=service.deferred_batches,
         tiers=tier_result,
+        start_capacity=start_capacity(capacity, weight_bytes),
+        grow_events=after.grow_events,
+        regions=after.regions,
     )
 
 

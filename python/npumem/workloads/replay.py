@@ -41,6 +41,7 @@ _CONFIG_KEYS = (
     "slab_sizes",
     "placement",
     "core_reserve",
+    "max_capacity",
 )
 
 

@@ -73,6 +73,13 @@ pub struct PoolConfig {
     /// The device the memory lives on; `None`: the CPU for host pools, [`Device::EXT_DEV`]
     /// otherwise.
     pub device: Option<Device>,
+    /// The most bytes the pool may grow to (`None`: `capacity`, no growth). A pool that can grow
+    /// starts with one region of `capacity` bytes and adds regions when an allocation cannot be
+    /// served otherwise (see `arena/regions.rs`); `capacity` must then be a multiple of
+    /// `chunk_size`.
+    pub max_capacity: Option<usize>,
+    /// The least bytes one growth adds (rounded up to whole chunks; `None`: `capacity`).
+    pub grow_by: Option<usize>,
 }
 
 impl PoolConfig {
@@ -91,6 +98,36 @@ impl PoolConfig {
             core_reserve: 1,
             base_address: 0,
             device: None,
+            max_capacity: None,
+            grow_by: None,
+        }
+    }
+
+    /// Let the pool grow up to `max_capacity` bytes, by at least `grow_by` bytes at a time.
+    pub fn growth(mut self, max_capacity: usize, grow_by: Option<usize>) -> Self {
+        self.max_capacity = Some(max_capacity);
+        self.grow_by = grow_by;
+        self
+    }
+
+    /// Whether the pool may add regions (a `max_capacity` above `capacity`).
+    pub fn grows(&self) -> bool {
+        self.max_capacity.is_some_and(|max| max > self.capacity)
+    }
+
+    /// The most bytes the pool's regions may hold together.
+    pub fn limit(&self) -> usize {
+        self.max_capacity.unwrap_or(self.capacity).max(self.capacity)
+    }
+
+    /// The offset space of the arena: `capacity` for a pool that cannot grow; for one that can,
+    /// twice `max_capacity` in whole chunks, so that regions separated by one absent chunk
+    /// (and regions given back and added again) always find offsets. Offsets cost metadata
+    /// address space only (`util/zeroed.rs`), no memory.
+    pub fn offset_space(&self) -> usize {
+        match self.grows() {
+            true => 2 * self.limit().div_ceil(self.chunk_size) * self.chunk_size,
+            false => self.capacity,
         }
     }
 
@@ -289,7 +326,44 @@ impl PoolConfig {
                 );
             }
         }
+        self.validate_growth()?;
         self.validate_location()
+    }
+
+    /// The rules of `max_capacity` and `grow_by`.
+    fn validate_growth(&self) -> Result<()> {
+        fn bad(field: &'static str, reason: String) -> Result<()> {
+            Err(Error::Config { field, reason })
+        }
+        if let Some(max) = self.max_capacity {
+            if max < self.capacity {
+                return bad(
+                    "max_capacity",
+                    format!("must be at least the capacity ({} bytes), got {max}", self.capacity),
+                );
+            }
+            if max > MAX_CAPACITY / 2 {
+                return bad("max_capacity", format!("must be at most 2^47 bytes, got {max}"));
+            }
+        }
+        if let Some(step) = self.grow_by {
+            if step == 0 {
+                return bad("grow_by", "must be greater than 0, got 0".into());
+            }
+            if self.max_capacity.is_none() {
+                return bad("grow_by", "applies only with a max_capacity".into());
+            }
+        }
+        if self.grows() && self.capacity % self.chunk_size != 0 {
+            return bad(
+                "capacity",
+                format!(
+                    "must be a multiple of chunk_size ({} bytes) for a pool that can grow, got {}",
+                    self.chunk_size, self.capacity
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// The rules of `base_address` and `device`.
@@ -320,9 +394,13 @@ impl PoolConfig {
                     self.base_address
                 ),
             ),
-            Backing::None if self.base_address.checked_add(self.capacity as u64).is_none() => bad(
+            Backing::None if self.base_address.checked_add(self.offset_space() as u64).is_none() => bad(
                 "base_address",
-                format!("plus capacity must fit in 64 bits, got {:#x} + {}", self.base_address, self.capacity),
+                format!(
+                    "plus the arena's offsets must fit in 64 bits, got {:#x} + {}",
+                    self.base_address,
+                    self.offset_space()
+                ),
             ),
             _ => Ok(()),
         }

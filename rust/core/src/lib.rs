@@ -67,6 +67,7 @@ mod trace;
 mod util;
 
 #[cfg(not(loom))]
+pub use arena::regions::Region;
 pub use compaction::{
     CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StagedCompaction, StepReport, Transfer,
 };
@@ -78,6 +79,8 @@ pub use handle::id::Handle;
 pub use pool::pause::PauseToken;
 #[cfg(not(loom))]
 pub use pool::pool::{BlockInfo, Pool};
+#[cfg(not(loom))]
+pub use pool::region_hooks::RegionHook;
 #[cfg(not(loom))]
 pub use pool::snapshot::{Extent, Snapshot};
 pub use stats::summary::{ClassStats, CoreStats, PoolStats};

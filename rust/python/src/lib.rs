@@ -13,7 +13,8 @@
 //! Errors become Python exceptions in one place (`errors.rs`, which also defines the exception
 //! classes); work that can take long runs without the GIL through one helper (`gil.rs`);
 //! arguments are checked in `args.rs`. A failing allocation's retry through the out-of-memory
-//! handler is `oom.rs`; calling a Python mover is `mover.rs`; tag strings are interned
+//! handler is `oom.rs`; the `on_grow` and `on_trim` callables of a pool that grows are
+//! `growth.rs`; calling a Python mover is `mover.rs`; tag strings are interned
 //! through `tags.rs` (the core holds the table and the counters by tag; `tag_stats.rs` reads
 //! them); Python call stacks of allocations
 //! (`trace_start(stacks=True)`) are kept in `stacks.rs`. A block leaves as a DLPack capsule
@@ -35,6 +36,7 @@ mod dlpack;
 mod errors;
 mod from_dict;
 mod gil;
+mod growth;
 mod kv;
 mod measure;
 mod mover;

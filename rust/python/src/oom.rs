@@ -3,7 +3,9 @@
 //! answer retries the allocation once.
 //!
 //! The handler is called with the GIL, after the failed allocation left the pool (no gate
-//! held), so it may pause and compact.
+//! held), so it may pause and compact. A pool that can grow has tried to grow by then (the core
+//! grows before it reports out-of-memory); an exception its `on_grow` raised becomes the
+//! `__cause__` of the `OutOfMemoryError`.
 
 use std::cell::Cell;
 use std::sync::{Mutex, MutexGuard};
@@ -14,6 +16,7 @@ use pyo3::prelude::*;
 use crate::args;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::detached;
+use crate::growth;
 
 thread_local! {
     /// Set while this thread runs an out-of-memory handler (an allocation inside it does not
@@ -88,10 +91,27 @@ impl OomHandler {
         nbytes: impl FnOnce() -> usize,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
     ) -> PyResult<T> {
+        growth::forget();
+        let out = self.retrying_once(py, core, nbytes, alloc);
+        out.map_err(|err| growth::chain(py, err))
+    }
+
+    /// [`OomHandler::retrying`] without the growth hook's exception.
+    fn retrying_once<T: Send>(
+        &self,
+        py: Python<'_>,
+        core: &npumem_core::Pool,
+        nbytes: impl FnOnce() -> usize,
+        alloc: impl Fn() -> npumem_core::Result<T> + Sync,
+    ) -> PyResult<T> {
         let out_of_memory = |err: &Error| matches!(err.root(), Error::OutOfMemory { .. });
-        match detached(py, &alloc) {
+        // A pool that can grow tries the handler's remedy before it adds a region: the first
+        // try holds growth, the retry allows it.
+        let grow_last = core.config().grows() && self.get(py).is_some();
+        let first = if grow_last { detached(py, || core.without_growth(&alloc)) } else { detached(py, &alloc) };
+        match first {
             Err(err) if out_of_memory(&err) => {
-                if self.ask(py, nbytes())? {
+                if self.ask(py, nbytes())? || grow_last {
                     let again = detached(py, &alloc);
                     if again.as_ref().map_or_else(out_of_memory, |_| true) {
                         // One allocation, one outcome: a success raised nothing, and a second

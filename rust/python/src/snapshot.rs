@@ -25,6 +25,9 @@ pub struct RawSnapshot {
     untracked: Vec<(usize, usize)>,
     /// The stats at the same moment.
     stats: Py<PoolStats>,
+    /// The regions with memory behind them (one unless the pool grew); bytes outside them are
+    /// absent: in none of the lists above.
+    regions: Vec<(usize, usize)>,
 }
 
 fn extents(list: &[Extent]) -> Vec<(usize, usize)> {
@@ -46,6 +49,7 @@ impl RawSnapshot {
             slab_cached: extents(&snap.slab_cached),
             untracked: extents(&snap.untracked),
             stats: Py::new(py, PoolStats::from_core(snap.stats, core.capacity(), by_tag))?,
+            regions: extents(&snap.regions),
         })
     }
 }

@@ -10,6 +10,7 @@ use super::chunk_space::ChunkSpace;
 use super::core_pool::CorePool;
 use super::geometry::Geometry;
 use super::global::{ChunkState, GlobalPool};
+use super::regions::Regions;
 use super::slab::caches::{SlabBlocks, SlabCaches, SlabClasses};
 use crate::config::{Backing, PoolConfig};
 use crate::error::{Error, Result};
@@ -29,6 +30,8 @@ pub(crate) struct Arena {
     pub(crate) cores: Box<[CachePadded<CorePool>]>,
     pub(crate) slabs: SlabCaches,
     pub(crate) backing: Option<HostBacking>,
+    /// The ranges of chunks with memory behind them (`regions.rs`).
+    pub(crate) regions: Regions,
 }
 
 impl Arena {
@@ -41,7 +44,16 @@ impl Arena {
     /// is set up here (its tail nodes are allocated forever). Running out of host memory is
     /// `Error::HostMemory`, and nothing is left behind.
     pub(crate) fn new(config: &PoolConfig, classes: SlabClasses) -> Result<Arena> {
-        let geometry = Geometry::new(config);
+        let geometry = Geometry::new(&PoolConfig { capacity: config.offset_space(), ..config.clone() });
+        let present = match config.grows() {
+            true => config.capacity / config.chunk_size,
+            false => geometry.chunks,
+        };
+        let regions = Regions::new(
+            present,
+            config.limit().div_ceil(config.chunk_size),
+            config.grow_by.unwrap_or(config.capacity).div_ceil(config.chunk_size),
+        );
         let shape = TreeShape::new(geometry.depth);
         let tree_words = geometry
             .chunks
@@ -50,7 +62,7 @@ impl Arena {
         let trees = Zeroed::new(tree_words, "the chunks' buddy trees")?;
         let summaries = Zeroed::new(tree_words, "the chunks' bunch summaries")?;
         let space = Zeroed::new(geometry.chunks, "the chunks' free-space words")?;
-        let global = GlobalPool::new(&geometry, config.placement)?;
+        let global = GlobalPool::new(&geometry, config.placement, present)?;
         let levels = geometry.depth as usize + 1;
         let mut cores = Vec::new();
         cores.try_reserve_exact(config.cores).map_err(|_| Error::HostMemory {
@@ -64,11 +76,21 @@ impl Arena {
         }
         let slabs = SlabCaches::new(classes, geometry.usable_capacity(), config.cores)?;
         let backing = match config.backing {
-            Backing::Host => Some(HostBacking::new(config.capacity, config.chunk_size)?),
+            Backing::Host => Some(HostBacking::new(config.offset_space(), config.chunk_size)?),
             Backing::None => None,
         };
-        let arena =
-            Arena { global, cores: cores.into_boxed_slice(), slabs, backing, shape, trees, summaries, space, geometry };
+        let arena = Arena {
+            global,
+            cores: cores.into_boxed_slice(),
+            slabs,
+            backing,
+            shape,
+            trees,
+            summaries,
+            space,
+            geometry,
+            regions,
+        };
         if let Some(last) = arena.geometry.chunks.checked_sub(1) {
             if arena.geometry.usable_units(last) < arena.geometry.units_per_chunk() {
                 let tree = arena.tree(last);

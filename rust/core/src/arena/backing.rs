@@ -1,6 +1,8 @@
 //! The optional host memory behind the arena: one anonymous private mapping, aligned to the
 //! chunk size (so every chunk, bank and buddy block is aligned in memory as its offset is).
-//! Pages are committed lazily by the kernel on first touch (`MAP_NORESERVE`).
+//! Pages are committed lazily by the kernel on first touch (`MAP_NORESERVE`). A pool that can
+//! grow maps its whole offset space once: a new region needs no remap, so addresses stay valid,
+//! and a region trimmed away gives its pages back (`discard`).
 
 use crate::error::{Error, Result};
 use std::ptr::NonNull;
@@ -60,6 +62,14 @@ impl HostBacking {
     /// The arena's first byte.
     pub(crate) fn base(&self) -> NonNull<u8> {
         self.base
+    }
+
+    /// Give the pages of `[offset, offset + len)` back to the host (a region trimmed away): the
+    /// address space stays reserved, and reads see zeros until the pages are touched again.
+    pub(crate) fn discard(&self, offset: usize, len: usize) {
+        // SAFETY: the range lies inside the mapping (a region of the arena), and no block lives
+        // there (the region was withdrawn from the global pool first).
+        unsafe { libc::madvise(self.base.as_ptr().add(offset).cast(), len, libc::MADV_DONTNEED) };
     }
 }
 

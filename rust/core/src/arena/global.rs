@@ -15,7 +15,7 @@
 use crate::arena::geometry::Geometry;
 use crate::config::Placement;
 use crate::error::Result;
-use crate::util::sync::{AtomicU64, Ordering};
+use crate::util::sync::{AtomicU64, AtomicUsize, Ordering};
 use crate::util::zeroed::Zeroed;
 
 const KIND_SHIFT: u32 = 56;
@@ -32,6 +32,8 @@ pub(crate) enum ChunkState {
     RunHead(usize),
     /// A later chunk of a run.
     RunBody,
+    /// Outside the pool's regions (a pool that can grow): no memory behind it.
+    Absent,
 }
 
 impl ChunkState {
@@ -41,6 +43,7 @@ impl ChunkState {
             ChunkState::Core(c) => (1 << KIND_SHIFT) | c as u64,
             ChunkState::RunHead(len) => (2 << KIND_SHIFT) | len as u64,
             ChunkState::RunBody => 3 << KIND_SHIFT,
+            ChunkState::Absent => 4 << KIND_SHIFT,
         }
     }
 
@@ -49,7 +52,8 @@ impl ChunkState {
             0 => ChunkState::Free,
             1 => ChunkState::Core((word & PAYLOAD) as usize),
             2 => ChunkState::RunHead((word & PAYLOAD) as usize),
-            _ => ChunkState::RunBody,
+            3 => ChunkState::RunBody,
+            _ => ChunkState::Absent,
         }
     }
 }
@@ -69,19 +73,25 @@ pub(crate) struct GlobalPool {
     state: Zeroed<AtomicU64>,
     epoch: AtomicU64,
     placement: Placement,
+    /// Chunks at or beyond it are absent (see the module documentation).
+    end: AtomicUsize,
 }
 
 impl GlobalPool {
-    /// Every chunk free; `Error::HostMemory` when the host has no room for the tables.
-    pub(crate) fn new(geometry: &Geometry, placement: Placement) -> Result<GlobalPool> {
+    /// The first `present` chunks free, the rest absent; `Error::HostMemory` when the host has
+    /// no room for the tables.
+    pub(crate) fn new(geometry: &Geometry, placement: Placement, present: usize) -> Result<GlobalPool> {
         let chunks = geometry.chunks;
-        Ok(GlobalPool {
+        let pool = GlobalPool {
             chunks,
             taken: Zeroed::new(chunks.div_ceil(64), "the global pool's chunk bitmap")?,
             state: Zeroed::new(chunks, "the global pool's chunk states")?,
             epoch: AtomicU64::new(0),
             placement,
-        })
+            end: AtomicUsize::new(present.min(chunks)),
+        };
+        pool.mark_absent_tail(present.min(chunks));
+        Ok(pool)
     }
 
     /// Bytes of its tables the host has committed.
@@ -91,7 +101,11 @@ impl GlobalPool {
     }
 
     pub(crate) fn state(&self, chunk: usize) -> ChunkState {
-        ChunkState::decode(self.state[chunk].load(Ordering::Acquire))
+        let word = self.state[chunk].load(Ordering::Acquire);
+        if word == 0 && chunk >= self.end.load(Ordering::Acquire) {
+            return ChunkState::Absent;
+        }
+        ChunkState::decode(word)
     }
 
     pub(crate) fn set_state(&self, chunk: usize, state: ChunkState) {
@@ -112,7 +126,8 @@ impl GlobalPool {
     pub(crate) fn free_runs(&self, also_free: &dyn Fn(usize) -> bool) -> Vec<FreeRun> {
         let mut runs = Vec::new();
         let mut start = None;
-        for chunk in 0..self.chunks {
+        let end = self.end();
+        for chunk in 0..end {
             let free = !self.is_taken(chunk) || also_free(chunk);
             match (free, start) {
                 (true, None) => start = Some(chunk),
@@ -124,7 +139,7 @@ impl GlobalPool {
             }
         }
         if let Some(s) = start {
-            runs.push(FreeRun { start: s, len: self.chunks - s });
+            runs.push(FreeRun { start: s, len: end - s });
         }
         runs
     }
@@ -224,6 +239,49 @@ impl GlobalPool {
     }
 }
 
+/// Absent chunks and regions (see the module documentation).
+impl GlobalPool {
+    /// The end of the highest region so far: chunks at or beyond it are absent.
+    pub(crate) fn end(&self) -> usize {
+        self.end.load(Ordering::Acquire)
+    }
+
+    /// Set the bits of chunks `[from, chunks)`, absent from the start (the bits of whole words
+    /// are stored, so a large absent tail commits one bit per chunk).
+    fn mark_absent_tail(&self, from: usize) {
+        for (word, mask) in Self::words_of(from, self.chunks - from) {
+            self.taken[word].fetch_or(mask, Ordering::AcqRel);
+        }
+    }
+
+    /// Make absent chunks `[start, start + len)` free (one grower at a time): states first,
+    /// then `end`, then the bits, so a claimer that takes one finds it whole. The absent chunks just
+    /// outside the region get their state written, as `end` may pass them.
+    pub(crate) fn publish(&self, start: usize, len: usize) {
+        for chunk in start.saturating_sub(1)..(start + len + 1).min(self.chunks) {
+            let inside = chunk >= start && chunk < start + len;
+            let state = if inside { ChunkState::Free } else { self.state(chunk) };
+            if inside || state == ChunkState::Absent {
+                self.set_state(chunk, state);
+            }
+        }
+        self.end.fetch_max(start + len, Ordering::AcqRel);
+        self.release(start, len);
+    }
+
+    /// Make free chunks `[start, start + len)` absent, if every one is free now (`false` and no
+    /// change otherwise): they are taken as a claim would, then marked absent.
+    pub(crate) fn withdraw(&self, start: usize, len: usize) -> bool {
+        if !self.try_take(start, len) {
+            return false;
+        }
+        for chunk in start..start + len {
+            self.set_state(chunk, ChunkState::Absent);
+        }
+        true
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -231,7 +289,7 @@ mod tests {
 
     fn setup(capacity: usize, placement: Placement) -> (Geometry, GlobalPool) {
         let g = Geometry::new(&PoolConfig::new(capacity));
-        let p = GlobalPool::new(&g, placement).unwrap();
+        let p = GlobalPool::new(&g, placement, g.chunks).unwrap();
         (g, p)
     }
 
@@ -327,7 +385,7 @@ mod loom_models {
         loom::model(|| {
             // 130 chunks: the runs straddle the first bitmap word boundary (chunk 64).
             let g = Geometry::new(&PoolConfig::new(130 * (2 << 20)));
-            let p = Arc::new(GlobalPool::new(&g, Placement::FirstFit).unwrap());
+            let p = Arc::new(GlobalPool::new(&g, Placement::FirstFit, g.chunks).unwrap());
             let p2 = p.clone();
             let other = thread::spawn(move || p2.try_take(62, 4).then_some((62usize, 4usize)));
             let mine = p.try_take(63, 3).then_some((63usize, 3usize));
@@ -340,6 +398,39 @@ mod loom_models {
             }
             p.release(start, len);
             assert!((60..70).all(|c| !p.is_taken(c)));
+        });
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_region_models {
+    //! Publishing a region against concurrent claims: a claimer that takes a chunk of the new
+    //! region finds it free and inside `end`, and the absent chunk between regions is never taken.
+    use super::*;
+    use crate::config::PoolConfig;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn a_claim_racing_a_publish_finds_the_region_whole() {
+        loom::model(|| {
+            let g = Geometry::new(&PoolConfig::new(8 << 20)); // 4 chunks of 2 MiB
+            let p = Arc::new(GlobalPool::new(&g, Placement::FirstFit, 1).unwrap());
+            assert!(p.try_take(0, 1), "the first region fills up");
+            let grower = {
+                let p = p.clone();
+                thread::spawn(move || p.publish(2, 2))
+            };
+            assert!(!p.try_take(1, 1), "the absent chunk between regions is never taken");
+            if let Some(start) = p.claim(&g, 1, g.chunk_size, 1) {
+                assert!(start == 2 || start == 3, "claimed absent chunk {start}");
+                assert_eq!(p.state(start), ChunkState::Free, "a claimed chunk of the region is whole");
+                assert!(p.end() >= 4);
+            }
+            grower.join().unwrap();
+            assert_eq!(p.state(1), ChunkState::Absent);
+            assert!(p.is_taken(1));
+            assert!(!p.try_take(1, 1));
         });
     }
 }

@@ -1,7 +1,8 @@
 //! The arena: the memory itself, without handles or Python. Its geometry (chunks, units, the
 //! bank rule), the route and shape of a block, the chunks' buddy trees and free-unit counts,
 //! the global pool of chunks and runs, the core pools, the slab caches, the optional host
-//! backing, the chunk life cycle, and the exact-position API that compaction uses.
+//! backing, the chunk life cycle, the regions of a pool that grows, and the exact-position API
+//! that compaction uses.
 
 #[cfg(not(loom))]
 #[allow(clippy::module_inception)]
@@ -18,6 +19,8 @@ pub(crate) mod geometry;
 pub(crate) mod global;
 pub(crate) mod layout;
 pub(crate) mod level_maps;
+#[cfg(not(loom))]
+pub(crate) mod regions;
 #[cfg(not(loom))]
 pub(crate) mod release;
 pub(crate) mod slab;

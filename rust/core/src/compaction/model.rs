@@ -215,7 +215,8 @@ impl<'a> Model<'a> {
                 let usable = g.usable_units(chunk);
                 match pool.arena().global.state(chunk) {
                     ChunkState::Free => ChunkModel { role: Role::Free, owner: 0, used: 0, usable, bits: Vec::new() },
-                    ChunkState::RunHead(_) | ChunkState::RunBody => {
+                    // An absent chunk is neither free nor a place to move into: a full run.
+                    ChunkState::RunHead(_) | ChunkState::RunBody | ChunkState::Absent => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
                     }
                     ChunkState::Core(owner) => {
@@ -249,7 +250,8 @@ impl<'a> Model<'a> {
                 let usable = g.usable_units(chunk);
                 match pool.arena().global.state(chunk) {
                     ChunkState::Free => ChunkModel { role: Role::Free, owner: 0, used: 0, usable, bits: Vec::new() },
-                    ChunkState::RunHead(_) | ChunkState::RunBody => {
+                    // An absent chunk is neither free nor a place to move into: a full run.
+                    ChunkState::RunHead(_) | ChunkState::RunBody | ChunkState::Absent => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
                     }
                     ChunkState::Core(owner) => {

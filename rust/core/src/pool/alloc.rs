@@ -1,6 +1,6 @@
 //! Where a block goes: validating a request, then the slab, buddy and run paths of the
 //! allocation (see `pool.rs` for the order), and reclaiming what cores hold empty before giving
-//! up (chunk grants and retirements are `arena/chunks.rs`).
+//! up, or growing (chunk grants and retirements are `arena/chunks.rs`, growth `growth.rs`).
 
 use crate::arena::buddy::{Conflict, Node, Summary};
 use crate::arena::chunk_space::Probe;
@@ -201,7 +201,7 @@ impl Pool {
     #[inline(always)]
     pub(crate) fn request(&self, size: usize, align: Option<usize>) -> Result<Request> {
         let align = align.unwrap_or(self.config.alignment);
-        let capacity = self.config.capacity;
+        let capacity = self.limit;
         if size != 0 && size <= capacity && align.is_power_of_two() && align <= capacity {
             return Ok(Request { size, align, class: self.arena.slabs.classes.class_for(size, align) });
         }
@@ -212,7 +212,7 @@ impl Pool {
     /// than the arena counts as a failed allocation (and is traced as one, without a tag).
     #[cold]
     fn refusal(&self, size: usize, align: usize) -> Error {
-        let capacity = self.config.capacity;
+        let capacity = self.limit;
         if size == 0 {
             Error::InvalidSize { size: 0, reason: "a block must have at least 1 byte" }
         } else if size > capacity {
@@ -238,7 +238,7 @@ impl Pool {
         let core = cpu::current_core(self.arena.cores.len());
         self.counters.on_failed(core);
         self.trace.on_failed(core, size, align.unwrap_or(self.config.alignment), tag);
-        Error::TooLarge { size, capacity: self.config.capacity }
+        Error::TooLarge { size, capacity: self.limit }
     }
 
     pub(crate) fn finish(&self, placed: Placed, request: &Request, core: usize, tag: u32) -> Result<Handle> {
@@ -349,12 +349,12 @@ impl Pool {
         let slabs = self.arena.slabs.reclaim(&carver);
         let chunks = self.arena.reclaim_empty_chunks(false);
         if slabs + chunks == 0 {
-            return None;
+            return self.place_grown(request, core, reach);
         }
-        self.place_once(request, core, reach)
+        self.place_once(request, core, reach).or_else(|| self.place_grown(request, core, reach))
     }
 
-    fn place_once(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
+    pub(crate) fn place_once(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
         if let Some(k) = request.class {
             let carver = SlabCarver { pool: self, core, reach };
             if let Some((offset, carved)) = self.arena.slabs.alloc(k, core, &carver) {
@@ -555,14 +555,18 @@ impl Pool {
 
     /// Give back what cores keep cached: every all-free slab and every empty chunk (an
     /// allocation does this by itself before it fails; a caller may want it earlier, e.g.
-    /// before a snapshot or when the pool goes idle). Returns the slabs and chunks given back.
+    /// before a snapshot or when the pool goes idle); then, in a pool that grew, every region
+    /// that is entirely free except the first (`pool/growth.rs`). Returns the slabs and chunks
+    /// given back.
     pub fn trim(&self) -> usize {
         let core = crate::util::cpu::current_core(self.arena.cores.len());
         let Ok(_entered) = self.enter() else {
             return 0; // the calling thread is moving blocks (inside a mover): nothing to trim now
         };
         let carver = SlabCarver { pool: self, core, reach: Reach::Full };
-        self.arena.slabs.reclaim(&carver) + self.arena.reclaim_empty_chunks(false)
+        let given_back = self.arena.slabs.reclaim(&carver) + self.arena.reclaim_empty_chunks(false);
+        self.trim_regions();
+        given_back
     }
 
     fn place_run(&self, chunks: usize, align_chunks: usize, size: usize) -> Option<Placed> {

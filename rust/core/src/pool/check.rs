@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use crate::arena::buddy::Node;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
+use crate::arena::regions::Regions;
 use crate::error::{Error, Result};
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
@@ -27,8 +28,13 @@ impl Pool {
         let mut allocated: HashSet<(usize, Node)> = HashSet::new();
         let mut block_bytes_walked = 0usize;
         let mut chunk = 0;
-        while chunk < g.chunks {
+        let regions = self.arena.regions.lock().clone();
+        let end = self.arena.global.end();
+        while chunk < end {
             let state = self.arena.global.state(chunk);
+            if let Some(finding) = region_finding(&regions, chunk, state, self.arena.global.is_taken(chunk)) {
+                findings.push(finding);
+            }
             let owners: Vec<usize> = (0..self.arena.cores.len()).filter(|&c| self.arena.cores[c].owns(chunk)).collect();
             let taken = self.arena.global.is_taken(chunk);
             let tree = self.arena.tree(chunk);
@@ -52,6 +58,11 @@ impl Pool {
             }
             let free_units = self.arena.free_units(chunk);
             match state {
+                ChunkState::Absent => {
+                    if !owners.is_empty() {
+                        findings.push(format!("chunk {chunk} (absent): owned by core(s) {owners:?}"));
+                    }
+                }
                 ChunkState::Free | ChunkState::RunHead(_) | ChunkState::RunBody => {
                     for n in self.arena.retire_nodes(chunk).into_iter().filter(|_| !pristine) {
                         if !nodes.remove(&n) {
@@ -258,5 +269,17 @@ impl Pool {
         } else {
             Err(Error::Corruption(findings))
         }
+    }
+}
+
+/// What is wrong with `chunk` (in `state`, `taken` in the bitmap) as the regions see it: a chunk
+/// outside every region must be absent and taken, one inside must not be absent.
+fn region_finding(regions: &[(usize, usize)], chunk: usize, state: ChunkState, taken: bool) -> Option<String> {
+    let inside = Regions::contains(regions, chunk);
+    match (inside, state == ChunkState::Absent) {
+        (true, true) => Some(format!("chunk {chunk}: inside a region but absent")),
+        (false, false) => Some(format!("chunk {chunk} ({state:?}): outside every region")),
+        (false, true) if !taken => Some(format!("chunk {chunk}: absent but free in the bitmap")),
+        _ => None,
     }
 }

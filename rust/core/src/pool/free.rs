@@ -67,7 +67,7 @@ impl Pool {
 
     /// Free a block of the raw API by its offset and the size it was allocated with.
     pub fn free_raw(&self, offset: usize, size: usize) -> Result<()> {
-        if size == 0 || size > self.config.capacity || offset >= self.config.capacity {
+        if size == 0 || size > self.limit || offset >= self.arena.geometry.usable_capacity() {
             return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
         }
         let _entered = self.enter()?;
@@ -126,7 +126,9 @@ impl Pool {
         match self.arena.global.state(chunk) {
             ChunkState::RunHead(len) => self.arena.release_run(offset, size, chunk, len).map(Released::Block),
             ChunkState::Core(_) => self.arena.release_buddy(offset, size).map(Released::Block),
-            ChunkState::Free | ChunkState::RunBody => Err(invalid_block(offset, size, "no block starts in this chunk")),
+            ChunkState::Free | ChunkState::RunBody | ChunkState::Absent => {
+                Err(invalid_block(offset, size, "no block starts in this chunk"))
+            }
         }
     }
 }

@@ -11,8 +11,8 @@
 //!    global pool, then other cores' chunks (an *overflow* allocation);
 //! 3. larger (or `a > chunk_size`): an exact run of whole chunks from the global pool;
 //! 4. nothing fits: slabs and chunks that cores hold empty go back, and the request is tried
-//!    once more; then [`Error::OutOfMemory`] with the bytes asked, the bytes free and the
-//!    largest free block.
+//!    once more; a pool that can grow then adds a region (`growth.rs`); then
+//!    [`Error::OutOfMemory`] with the bytes asked, the bytes free and the largest free block.
 //!
 //! A free goes straight to the slab, chunk or run that owns the block, from any thread.
 
@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::gate::{self, Gate};
 use crate::handle::id::Handle;
 use crate::handle::table::{HandleTable, PinKind, SlotInfo};
+use crate::pool::region_hooks::GrowthHooks;
 use crate::stats::counters::Counters;
 use crate::stats::tags::TagTable;
 use crate::stats::thread::ThreadStats;
@@ -69,6 +70,10 @@ pub struct Pool {
     pub(super) trace: Trace,
     /// Tag names and the counters by tag (see `pool/tags.rs`).
     pub(super) tags: TagTable,
+    /// The largest request and total: `max_capacity`, or `capacity` if the pool cannot grow.
+    pub(super) limit: usize,
+    /// The hooks called when a region is added or given back (`growth.rs`).
+    pub(super) growth: GrowthHooks,
 }
 
 impl std::fmt::Debug for Pool {
@@ -90,11 +95,13 @@ impl Pool {
         Ok(Pool {
             id,
             slab_counters,
-            counters: Counters::new(config.cores, config.capacity),
+            counters: Counters::new(config.cores, config.limit()),
             handles: HandleTable::new(id, max_blocks.max(1), config.cores)?,
             gate: Gate::new(id as usize),
             trace: Trace::new(),
             tags: TagTable::new(),
+            limit: config.limit(),
+            growth: GrowthHooks::default(),
             arena,
             config,
         })
@@ -110,9 +117,13 @@ impl Pool {
         self.id
     }
 
-    /// Bytes in the arena.
+    /// Bytes in the arena: `capacity`, plus the regions a pool that grows added since (less
+    /// those trimmed away).
     pub fn capacity(&self) -> usize {
-        self.config.capacity
+        match self.config.grows() {
+            true => self.arena.regions.present_chunks() * self.config.chunk_size,
+            false => self.config.capacity,
+        }
     }
 
     /// Number of core pools.

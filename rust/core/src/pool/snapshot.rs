@@ -48,6 +48,9 @@ pub struct Snapshot {
     pub untracked: Vec<Extent>,
     /// The stats at the same moment.
     pub stats: PoolStats,
+    /// The regions with memory behind them, in offset order (one unless the pool grew). Bytes
+    /// outside them are absent: neither free nor allocated, and in no list above.
+    pub regions: Vec<Extent>,
 }
 
 impl Pool {
@@ -60,8 +63,10 @@ impl Pool {
         let blocks = self.blocks();
         let free_runs = merge(self.free_pieces());
         let slab_cached = merge(self.slab_cached());
-        let untracked = self.untracked(&blocks, &free_runs, &slab_cached);
-        Ok(Snapshot { time_ns, blocks, free_runs, slab_cached, untracked, stats })
+        let regions: Vec<Extent> =
+            self.regions().into_iter().map(|r| Extent { offset: r.offset, len: r.bytes }).collect();
+        let untracked = self.untracked(&blocks, &free_runs, &slab_cached, &regions);
+        Ok(Snapshot { time_ns, blocks, free_runs, slab_cached, untracked, stats, regions })
     }
 
     /// The bytes of every slab that no allocated object uses, in offset order.
@@ -90,7 +95,7 @@ impl Pool {
     fn free_pieces(&self) -> Vec<Extent> {
         let g = &self.arena.geometry;
         let mut pieces = Vec::new();
-        for chunk in 0..g.chunks {
+        for chunk in 0..self.arena.global.end() {
             let base = chunk * g.chunk_size;
             match self.arena.global.state(chunk) {
                 ChunkState::Free => pieces.push(Extent { offset: base, len: g.chunk_bytes(chunk) }),
@@ -116,19 +121,26 @@ impl Pool {
                     }
                     hole(at, usable, &mut pieces);
                 }
-                ChunkState::RunHead(_) | ChunkState::RunBody => {}
+                ChunkState::RunHead(_) | ChunkState::RunBody | ChunkState::Absent => {}
             }
         }
         pieces
     }
 
     /// The allocated ranges that no live block covers.
-    fn untracked(&self, blocks: &[BlockInfo], free_runs: &[Extent], slab_cached: &[Extent]) -> Vec<Extent> {
+    fn untracked(
+        &self,
+        blocks: &[BlockInfo],
+        free_runs: &[Extent],
+        slab_cached: &[Extent],
+        regions: &[Extent],
+    ) -> Vec<Extent> {
         let mut covered: Vec<Extent> = blocks
             .iter()
             .map(|b| Extent { offset: b.offset, len: b.block_bytes })
             .chain(free_runs.iter().copied())
             .chain(slab_cached.iter().copied())
+            .chain(absent(regions, self.arena.geometry.usable_capacity()))
             .collect();
         covered.sort();
         let mut gaps = Vec::new();
@@ -145,6 +157,22 @@ impl Pool {
         }
         gaps
     }
+}
+
+/// The bytes of `[0, end)` outside `regions` (sorted): absent, never untracked.
+fn absent(regions: &[Extent], end: usize) -> Vec<Extent> {
+    let mut gaps = Vec::new();
+    let mut at = 0;
+    for r in regions {
+        if r.offset > at {
+            gaps.push(Extent { offset: at, len: r.offset - at });
+        }
+        at = at.max(r.end());
+    }
+    if at < end {
+        gaps.push(Extent { offset: at, len: end - at });
+    }
+    gaps
 }
 
 /// Sorted pieces merged into maximal runs (touching pieces join).

@@ -19,17 +19,18 @@ impl Pool {
         let (slab_bytes, slab_requested) = self.slab_objects(&classes);
         let slab_allocs: u64 = classes.iter().map(|c| c.allocs).sum();
         let slab_frees: u64 = classes.iter().map(|c| c.frees).sum();
-        let usable = self.arena.geometry.usable_capacity();
+        let usable = self.usable_capacity();
         let bytes_in_use = (totals.bytes.max(0) as u64 + slab_bytes) as usize;
         let slab_cached_bytes = self.slab_cached_bytes();
         let bytes_free = usable.saturating_sub(bytes_in_use).saturating_sub(slab_cached_bytes);
         let largest_free_block = self.largest_free_block();
         let (mut chunks_free, mut chunks_in_runs, mut chunks_in_cores) = (0, 0, 0);
-        for chunk in 0..self.arena.geometry.chunks {
+        for chunk in 0..self.arena.global.end() {
             match self.arena.global.state(chunk) {
                 ChunkState::Free => chunks_free += 1,
                 ChunkState::Core(_) => chunks_in_cores += 1,
                 ChunkState::RunHead(_) | ChunkState::RunBody => chunks_in_runs += 1,
+                ChunkState::Absent => {}
             }
         }
         let per_core = (0..self.arena.cores.len())
@@ -71,7 +72,7 @@ impl Pool {
         let alloc_count = totals.allocs() + slab_allocs;
         let free_count = totals.frees + slab_frees;
         PoolStats {
-            capacity: self.config.capacity,
+            capacity: self.capacity(),
             usable_capacity: usable,
             bytes_in_use,
             bytes_free,
@@ -92,10 +93,12 @@ impl Pool {
             core_allocs: totals.core_allocs,
             global_allocs: totals.global_allocs,
             blocks_in_use: alloc_count.saturating_sub(free_count),
-            chunks: self.arena.geometry.chunks,
+            chunks: chunks_free + chunks_in_cores + chunks_in_runs,
             chunks_free,
             chunks_in_cores,
             chunks_in_runs,
+            regions: self.arena.regions.lock().len(),
+            grow_events: self.arena.regions.grow_events(),
             size_classes,
             per_core,
         }
@@ -145,6 +148,15 @@ impl Pool {
         self.counters.raise_peak(bytes as u64);
     }
 
+    /// Bytes blocks can use now: the arena's, or the regions' of a pool that can grow (whole
+    /// chunks each).
+    pub(crate) fn usable_capacity(&self) -> usize {
+        match self.config.grows() {
+            true => self.capacity(),
+            false => self.arena.geometry.usable_capacity(),
+        }
+    }
+
     /// Raise the peak to the exact bytes in use now (slab objects included).
     pub(crate) fn sample_peak(&self) {
         let (slab_bytes, _) = self.slab_objects(&self.slab_counters.totals());
@@ -179,7 +191,7 @@ impl Pool {
             bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
         };
         let mut largest = runs.iter().map(|&run| run_largest(run)).max().unwrap_or(0);
-        for chunk in 0..g.chunks {
+        for chunk in 0..self.arena.global.end() {
             if !matches!(self.arena.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
                 continue;
             }

@@ -112,6 +112,10 @@ macro_rules! pool_stats_fields {
             chunks_in_cores: usize,
             /// Chunks in large blocks (runs).
             chunks_in_runs: usize,
+            /// Regions with memory behind them (1 unless the pool grew).
+            regions: usize,
+            /// Times the pool grew (added a region).
+            grow_events: u64,
         }
     };
 }

@@ -92,6 +92,18 @@ pub(super) fn pool_config(
     Ok(config)
 }
 
+/// `config` with `max_capacity` and `grow_by` (both unset: a pool that cannot grow).
+pub(super) fn growth_config(
+    config: PoolConfig,
+    max_capacity: Option<&Bound<'_, PyAny>>,
+    grow_by: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PoolConfig> {
+    let int = |value: Option<&Bound<'_, PyAny>>, name: &str| -> PyResult<Option<usize>> {
+        value.filter(|v| !v.is_none()).map(|v| args::config_int(v, name)).transpose()
+    };
+    Ok(PoolConfig { max_capacity: int(max_capacity, "max_capacity")?, grow_by: int(grow_by, "grow_by")?, ..config })
+}
+
 /// `device=("cuda", 0)`: a DLPack device type name (or code) and an index.
 fn parse_device(value: &Bound<'_, PyAny>) -> PyResult<Device> {
     let names = || DEVICE_TYPES.iter().map(|(name, _)| format!("{name:?}")).collect::<Vec<_>>().join(", ");

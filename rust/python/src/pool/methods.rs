@@ -6,7 +6,7 @@ use npumem_core::{Backing, EventKind, Move, Placement};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
 
-use super::config::{config_error, pool_config};
+use super::config::{config_error, growth_config, pool_config};
 use super::deferred::{self, Deferred};
 use super::detached::{Detached, DetachedBlock};
 use super::pending::{Pending, PendingFrees};
@@ -18,6 +18,7 @@ use crate::c_pool;
 use crate::compaction_plan::CompactionPlan;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::{detached, without_gil};
+use crate::growth;
 use crate::measure::Measurement;
 use crate::mover;
 use crate::oom::OomHandler;
@@ -40,10 +41,12 @@ impl Pool {
             capacity, *, cores = None, chunk_size = None, min_block = None, bank_size = None,
             alignment = None, slab_sizes = None, backing = None, placement = None,
             core_reserve = None, name = None, base_address = None, device = None,
+            max_capacity = None, grow_by = None, on_grow = None, on_trim = None,
         ),
         text_signature = "(capacity, *, cores=None, chunk_size=2097152, min_block=256, bank_size=4096, \
             alignment=64, slab_sizes=None, backing='host', \
-            placement='best-fit', core_reserve=1, name=None, base_address=None, device=None)"
+            placement='best-fit', core_reserve=1, name=None, base_address=None, device=None, \
+            max_capacity=None, grow_by=None, on_grow=None, on_trim=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -61,7 +64,13 @@ impl Pool {
         name: Option<&Bound<'_, PyAny>>,
         base_address: Option<&Bound<'_, PyAny>>,
         device: Option<&Bound<'_, PyAny>>,
+        max_capacity: Option<&Bound<'_, PyAny>>,
+        grow_by: Option<&Bound<'_, PyAny>>,
+        on_grow: Option<&Bound<'_, PyAny>>,
+        on_trim: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Pool> {
+        let on_grow = growth::hook(on_grow, "on_grow")?;
+        let on_trim = growth::hook(on_trim, "on_trim")?;
         let config = pool_config(
             py,
             capacity,
@@ -77,7 +86,10 @@ impl Pool {
             base_address,
             device,
         )?;
+        let config = growth_config(config, max_capacity, grow_by)?;
         let core = without_gil(py, || npumem_core::Pool::new(config))?;
+        core.set_on_grow(on_grow);
+        core.set_on_trim(on_trim);
         let name = match name.filter(|n| !n.is_none()) {
             Some(n) => n
                 .cast::<PyString>()
@@ -108,7 +120,7 @@ impl Pool {
     ) -> PyResult<Block> {
         let py = slf.py();
         let this = slf.get();
-        let capacity = this.core.capacity();
+        let capacity = this.core.max_capacity();
         let size = match args::size(nbytes, "nbytes", capacity) {
             Ok(size) => size,
             Err(err) => return Err(this.refused(py, err, nbytes, align, tag)),
@@ -142,7 +154,7 @@ impl Pool {
     ) -> PyResult<Bound<'py, PyList>> {
         let py = slf.py();
         let this = slf.get();
-        let capacity = this.core.capacity();
+        let capacity = this.core.max_capacity();
         let items = sizes.try_iter().map_err(|_| {
             error(
                 ErrorClass::ArgumentType,
@@ -588,16 +600,31 @@ impl Pool {
     }
 
     /// Give back what cores keep cached (all-free slabs, empty reserve chunks) now rather than
-    /// when an allocation needs the room. Returns how many slabs and chunks went back.
+    /// when an allocation needs the room; then, in a pool that grew, every region that is
+    /// entirely free except the first (`on_trim(offset, nbytes)` is called for each). Returns
+    /// how many slabs and chunks went back.
     fn trim(&self, py: Python<'_>) -> PyResult<usize> {
         let core = &self.core;
         without_gil(py, || Ok(core.trim()))
     }
 
-    /// Bytes in the arena.
+    /// Bytes in the arena: `capacity`, plus the regions a pool that grows added (less those
+    /// `trim()` gave back).
     #[getter]
     fn capacity(&self) -> usize {
         self.core.capacity()
+    }
+
+    /// The most bytes the pool may grow to (`capacity` for a pool that cannot grow).
+    #[getter]
+    fn max_capacity(&self) -> usize {
+        self.core.max_capacity()
+    }
+
+    /// The regions with memory behind them, as `(offset, nbytes)` pairs by offset: one unless
+    /// the pool grew.
+    fn regions(&self) -> Vec<(usize, usize)> {
+        self.core.regions().into_iter().map(|r| (r.offset, r.bytes)).collect()
     }
 
     /// Number of per-core pools.
@@ -746,7 +773,7 @@ impl Pool {
         align: Option<&Bound<'_, PyAny>>,
         tag: Option<&Bound<'_, PyAny>>,
     ) -> PyErr {
-        let capacity = self.core.capacity();
+        let capacity = self.core.max_capacity();
         let too_large =
             !nbytes.is_instance_of::<PyBool>() && nbytes.cast::<PyInt>().is_ok_and(|n| n.gt(capacity).unwrap_or(false));
         if too_large {

@@ -1,0 +1,170 @@
+//! The arena's regions: the ranges of chunks that have memory behind them. A pool that cannot
+//! grow has one region, the whole arena. A pool that can grow (`PoolConfig::max_capacity`)
+//! starts with one region of `capacity` bytes at offset 0 and adds regions when an allocation
+//! finds no room (`pool/growth.rs`); `trim` gives back regions that are entirely free, except
+//! the first.
+//!
+//! Every chunk outside the regions is *absent* (`global.rs`): taken in the bitmap, so nothing
+//! claims it. Two regions are always at least one absent chunk apart, so no run, and hence no
+//! block, spans two regions; offsets stay unique because a region only ever uses absent
+//! offsets. The offset space is twice `max_capacity` (`PoolConfig::offset_space`), so a region
+//! finds room among the gaps that earlier regions leave.
+//!
+//! One grower or trimmer at a time holds `changing` for the whole change (growth is rare and
+//! slow, and never on the allocation's fast path); it may call out to the runtime meanwhile.
+//! The table itself is behind a second mutex, held only for a quick read or write, so readers
+//! (stats, snapshots, `check()`) never wait for a runtime's callback.
+
+use std::sync::{Mutex, MutexGuard};
+
+use super::geometry::Geometry;
+use crate::util::sync::{AtomicU64, Ordering};
+
+/// A range of chunks with memory behind it, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Region {
+    /// Offset of its first byte.
+    pub offset: usize,
+    /// Its bytes.
+    pub bytes: usize,
+}
+
+/// The regions of an arena, as chunk ranges `(start, len)` sorted by start.
+pub(crate) struct Regions {
+    table: Mutex<Vec<(usize, usize)>>,
+    changing: Mutex<()>,
+    /// Most chunks the regions may hold together (`max_capacity` in whole chunks).
+    limit_chunks: usize,
+    /// Least chunks one growth adds.
+    step_chunks: usize,
+    /// Growths so far (also the table's version: a grower that finds it changed retries).
+    grow_events: AtomicU64,
+}
+
+/// Where a new region goes: its first chunk and length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+}
+
+impl Regions {
+    /// One region of `present` chunks at chunk 0; at most `limit_chunks` chunks in all, at least
+    /// `step_chunks` per growth.
+    pub(crate) fn new(present: usize, limit_chunks: usize, step_chunks: usize) -> Regions {
+        Regions {
+            table: Mutex::new(vec![(0, present)]),
+            changing: Mutex::new(()),
+            limit_chunks: limit_chunks.max(present),
+            step_chunks: step_chunks.max(1),
+            grow_events: AtomicU64::new(0),
+        }
+    }
+
+    /// The table, for a quick read or write.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Vec<(usize, usize)>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The right to change the regions (held across a growth or a trim).
+    pub(crate) fn change(&self) -> MutexGuard<'_, ()> {
+        self.changing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Chunks the regions hold now.
+    pub(crate) fn present_chunks(&self) -> usize {
+        self.lock().iter().map(|&(_, len)| len).sum()
+    }
+
+    /// Whether `chunk` lies in a region.
+    pub(crate) fn contains(table: &[(usize, usize)], chunk: usize) -> bool {
+        table.iter().any(|&(s, l)| chunk >= s && chunk < s + l)
+    }
+
+    /// The regions now, in bytes, by offset.
+    pub(crate) fn list(&self, geometry: &Geometry) -> Vec<Region> {
+        self.lock()
+            .iter()
+            .map(|&(start, len)| Region { offset: start * geometry.chunk_size, bytes: geometry.run_bytes(start, len) })
+            .collect()
+    }
+
+    /// Growths so far.
+    pub(crate) fn grow_events(&self) -> u64 {
+        self.grow_events.load(Ordering::Acquire)
+    }
+
+    /// Count a growth (the table's lock held).
+    pub(crate) fn count_growth(&self) {
+        self.grow_events.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Where a region for a block of `need` chunks starting at a multiple of `align` chunks
+    /// goes: at least the growth step, at least `need`, within the limit, one absent chunk away
+    /// from every other region, inside an arena of `chunks` chunks. `None`: the limit or the
+    /// offsets leave no room.
+    pub(crate) fn place(
+        &self,
+        table: &[(usize, usize)],
+        need: usize,
+        align: usize,
+        chunks: usize,
+    ) -> Option<Placement> {
+        let present: usize = table.iter().map(|&(_, len)| len).sum();
+        let room = self.limit_chunks.saturating_sub(present);
+        let len = self.step_chunks.max(need).min(room);
+        if len < need || len == 0 {
+            return None;
+        }
+        let align = align.max(1);
+        // Holes between regions, each shrunk by the one absent chunk that separates regions.
+        let mut from = 0usize;
+        for hole_end in table.iter().map(|&(start, _)| start).chain(std::iter::once(chunks + 1)) {
+            let start = from.next_multiple_of(align);
+            if start + len < hole_end {
+                return Some(Placement { start, len });
+            }
+            if let Some(&(s, l)) = table.iter().find(|&&(s, _)| s == hole_end) {
+                from = s + l + 1;
+            }
+        }
+        None
+    }
+
+    /// Add region `p` (the table's lock held).
+    pub(crate) fn insert(table: &mut Vec<(usize, usize)>, p: Placement) {
+        let at = table.partition_point(|&(s, _)| s < p.start);
+        table.insert(at, (p.start, p.len));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_keep_an_absent_chunk_between_them() {
+        let r = Regions::new(4, 16, 2);
+        let mut t = r.lock().clone();
+        let p = r.place(&t, 1, 1, 32).unwrap();
+        assert_eq!(p, Placement { start: 5, len: 2 });
+        Regions::insert(&mut t, p);
+        let p = r.place(&t, 3, 4, 32).unwrap();
+        assert_eq!(p, Placement { start: 8, len: 3 });
+        Regions::insert(&mut t, p);
+        // 9 chunks present, 7 left: a request of 8 does not fit the limit.
+        assert_eq!(r.place(&t, 8, 1, 32), None);
+        // A given-back region's offsets are used again.
+        t.remove(1);
+        assert_eq!(r.place(&t, 2, 1, 32), Some(Placement { start: 5, len: 2 }));
+    }
+
+    #[test]
+    fn the_offsets_run_out_before_the_limit_only_when_they_must() {
+        let r = Regions::new(2, 100, 2);
+        let t = r.lock().clone();
+        // An arena of 5 chunks: [0, 2) present, chunk 2 the gap, [3, 5) the last room.
+        assert_eq!(r.place(&t, 2, 1, 5), Some(Placement { start: 3, len: 2 }));
+        assert_eq!(r.place(&t, 3, 1, 5), None);
+    }
+}

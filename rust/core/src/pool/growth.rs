@@ -1,0 +1,138 @@
+//! Pool growth: a pool with a `max_capacity` above its `capacity` adds a region when an
+//! allocation finds no room after the pool's own remedies (its slabs and empty chunks
+//! reclaimed), and `trim` gives back regions that are entirely free, except the first. The
+//! region table and absent chunks are `arena/regions.rs` and `arena/global.rs`.
+//!
+//! A growth, one at a time: try the request once more (another grower may have made room), pick
+//! the region's chunks (at least `grow_by`, at least what the request needs, within
+//! `max_capacity`), call the `on_grow(offset, nbytes)` hook (the runtime maps device memory
+//! there; a host-backed pool has its whole offset space mapped already), then publish the chunks
+//! as free and place the request. A hook that fails leaves everything as it was: the chunks stay
+//! absent, no growth is counted, and the allocation fails with `OutOfMemory`.
+
+use std::cell::Cell;
+
+use crate::arena::layout::Layout;
+use crate::arena::regions::{Region, Regions};
+use crate::pool::alloc::{Placed, Reach, Request};
+use crate::pool::pool::Pool;
+use crate::pool::region_hooks::{GrowthHooks, RegionHook};
+
+thread_local! {
+    /// Set while this thread allocates inside [`Pool::without_growth`].
+    static GROWTH_HELD: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Pool {
+    /// Run `f` with growth held on this thread: an allocation inside it that finds no room
+    /// fails with `OutOfMemory` instead of adding a region. A caller with remedies of its own
+    /// (an out-of-memory handler that compacts or frees caches) tries them first and then
+    /// allocates again outside, so that growth comes last.
+    pub fn without_growth<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                GROWTH_HELD.with(|held| held.set(self.0));
+            }
+        }
+        let _restore = Restore(GROWTH_HELD.with(|held| held.replace(true)));
+        f()
+    }
+
+    /// Set the hook called before a region is added (`None`: none); returns the previous one.
+    pub fn set_on_grow(&self, hook: Option<RegionHook>) -> Option<RegionHook> {
+        GrowthHooks::set(&self.growth.on_grow, hook)
+    }
+
+    /// Set the hook called after a region is given back (`None`: none); returns the previous one.
+    pub fn set_on_trim(&self, hook: Option<RegionHook>) -> Option<RegionHook> {
+        GrowthHooks::set(&self.growth.on_trim, hook)
+    }
+
+    /// The most bytes the pool may hold (its `max_capacity`, or its `capacity` if it cannot grow).
+    pub fn max_capacity(&self) -> usize {
+        self.limit
+    }
+
+    /// The regions with memory behind them, by offset.
+    pub fn regions(&self) -> Vec<Region> {
+        self.arena.regions.list(&self.arena.geometry)
+    }
+
+    /// The allocation's last resort: add a region and place `request` there. `None` when the
+    /// pool cannot grow (no `max_capacity`, the limit reached, the hook failed).
+    #[cold]
+    pub(crate) fn place_grown(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
+        if reach != Reach::Full || !self.config.grows() || GROWTH_HELD.with(Cell::get) {
+            return None;
+        }
+        let regions = &self.arena.regions;
+        let _one = regions.change();
+        if let Some(placed) = self.place_once(request, core, reach) {
+            return Some(placed); // another growth (or a free) made room meanwhile
+        }
+        let g = &self.arena.geometry;
+        let (need, align) = match g.layout(request.size, request.align) {
+            Layout::Run { chunks, align_chunks } => (chunks, align_chunks),
+            Layout::Buddy(_) => (1, 1),
+        };
+        let p = regions.place(&regions.lock(), need, align, g.chunks)?;
+        let (offset, bytes) = (p.start * g.chunk_size, g.run_bytes(p.start, p.len));
+        if let Some(hook) = GrowthHooks::get(&self.growth.on_grow) {
+            hook(offset, bytes).ok()?;
+        }
+        self.arena.global.publish(p.start, p.len);
+        Regions::insert(&mut regions.lock(), p);
+        regions.count_growth();
+        self.place_once(request, core, reach)
+    }
+
+    /// Give back every region that is entirely free, except the first (after the slabs and
+    /// chunks that cores hold empty went back). Returns how many regions went.
+    pub(crate) fn trim_regions(&self) -> usize {
+        if !self.config.grows() {
+            return 0;
+        }
+        let regions = &self.arena.regions;
+        let _one = regions.change();
+        let g = &self.arena.geometry;
+        let candidates: Vec<(usize, usize)> = regions.lock().iter().copied().filter(|&(s, _)| s != 0).collect();
+        let mut given_back = 0;
+        for (start, len) in candidates {
+            if !self.arena.global.withdraw(start, len) {
+                continue;
+            }
+            regions.lock().retain(|&(s, _)| s != start);
+            let (offset, bytes) = (start * g.chunk_size, g.run_bytes(start, len));
+            if let Some(backing) = &self.arena.backing {
+                backing.discard(offset, bytes);
+            }
+            if let Some(hook) = GrowthHooks::get(&self.growth.on_trim) {
+                let _ = hook(offset, bytes); // the region is gone either way
+            }
+            given_back += 1;
+        }
+        given_back
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::config::{Backing, PoolConfig};
+    use crate::pool::pool::Pool;
+
+    #[test]
+    fn a_small_pool_that_may_grow_to_a_tebibyte_commits_almost_nothing() {
+        let pool = Pool::new(PoolConfig::new(64 << 20).cores(4).backing(Backing::None).growth(1 << 40, Some(64 << 20)))
+            .unwrap();
+        let handles: Vec<_> = [64, 5000, 1 << 20, 300 << 20].iter().map(|&n| pool.alloc(n, None, 0).unwrap()).collect();
+        assert_eq!(pool.stats().grow_events, 1, "300 MiB takes a region of its own");
+        for h in handles {
+            pool.free(h).unwrap();
+        }
+        // One bit per absent chunk, and what the two regions used.
+        let committed = pool.arena().committed_metadata_bytes();
+        assert!(committed < 2 << 20, "an empty pool that may grow to 1 TiB committed {committed} bytes");
+        pool.check().unwrap();
+    }
+}

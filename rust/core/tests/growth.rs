@@ -1,0 +1,264 @@
+//! Pool growth through the public API: regions added on demand, the limit, a hook that fails
+//! (nothing changes, a later growth still works), no block spanning two regions, trim, stats,
+//! snapshots and `check()` across regions, a compaction that moves blocks between regions,
+//! bad arguments, and growth racing with allocations on other threads.
+#![cfg(not(loom))]
+
+use npumem_core::{Backing, CompactionMode, Error, Handle, Move, Pool, PoolConfig, Region};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const MIB: usize = 1 << 20;
+
+fn growing(capacity: usize, max: usize, step: usize, cores: usize) -> Pool {
+    Pool::new(PoolConfig::new(capacity).cores(cores).growth(max, Some(step))).unwrap()
+}
+
+fn byte(id: usize, i: usize) -> u8 {
+    (id.wrapping_mul(131) ^ i.wrapping_mul(7) ^ (i >> 8)) as u8
+}
+
+fn fill(p: &Pool, h: Handle, id: usize) {
+    let n = p.block(h).unwrap().size;
+    let bytes: Vec<u8> = (0..n).map(|i| byte(id, i)).collect();
+    p.write(h, 0, &bytes).unwrap();
+}
+
+fn verify(p: &Pool, h: Handle, id: usize) {
+    let n = p.block(h).unwrap().size;
+    let mut out = vec![0u8; n];
+    p.read(h, 0, &mut out).unwrap();
+    assert!(out.iter().enumerate().all(|(i, &b)| b == byte(id, i)), "block {id} lost its bytes");
+}
+
+/// Every live block lies inside one region.
+fn assert_inside_regions(p: &Pool) {
+    let regions = p.regions();
+    for b in p.blocks() {
+        let inside = |r: &Region| b.offset >= r.offset && b.offset + b.block_bytes <= r.offset + r.bytes;
+        assert!(regions.iter().any(inside), "block {b:?} is not inside one region of {regions:?}");
+    }
+}
+
+#[test]
+fn a_pool_grows_when_it_is_full_and_stays_within_its_limit() {
+    let p = growing(4 * MIB, 16 * MIB, 4 * MIB, 1);
+    assert_eq!((p.capacity(), p.max_capacity(), p.stats().regions, p.stats().grow_events), (4 * MIB, 16 * MIB, 1, 0));
+    let mut held = Vec::new();
+    for i in 0..12 {
+        let h = p.alloc(MIB, None, 0).unwrap();
+        fill(&p, h, i);
+        held.push(h);
+    }
+    let s = p.stats();
+    assert_eq!((s.capacity, s.regions, s.grow_events), (12 * MIB, 3, 2));
+    assert_eq!(s.usable_capacity, 12 * MIB);
+    assert_eq!(p.regions()[1], Region { offset: 6 * MIB, bytes: 4 * MIB }, "one absent chunk apart");
+    // A request larger than the step gets a region of its own size; the limit holds.
+    assert!(matches!(p.alloc(6 * MIB, None, 0), Err(Error::OutOfMemory { .. })), "12 + 6 > 16 MiB");
+    let big = p.alloc(4 * MIB, None, 0).unwrap();
+    assert_eq!(p.stats().capacity, 16 * MIB);
+    assert!(matches!(p.alloc(MIB, None, 0), Err(Error::OutOfMemory { .. })));
+    assert_inside_regions(&p);
+    p.check().unwrap();
+    for (i, &h) in held.iter().enumerate() {
+        verify(&p, h, i);
+    }
+    // A single request may be as large as max_capacity allows, not only the first region.
+    assert!(matches!(p.alloc(17 * MIB, None, 0), Err(Error::TooLarge { .. })));
+    p.free(big).unwrap();
+}
+
+#[test]
+fn runs_never_span_two_regions() {
+    let p = growing(4 * MIB, 64 * MIB, 2 * MIB, 1);
+    let a = p.alloc(MIB, None, 0).unwrap();
+    // Chunk 1 is free, but a 4 MiB block would need chunk 2 as well: it gets a region of its own.
+    let b = p.alloc(4 * MIB, None, 0).unwrap();
+    assert_eq!(p.block(b).unwrap().offset, 3 * 2 * MIB, "one absent chunk after the first region");
+    let c = p.alloc(2 * MIB, None, 0).unwrap();
+    assert_eq!(p.block(c).unwrap().offset, 2 * MIB, "chunk 1 still serves");
+    assert_eq!(p.stats().regions, 2, "{:?}", p.regions());
+    assert_inside_regions(&p);
+    p.check().unwrap();
+    for h in [a, b, c] {
+        p.free(h).unwrap();
+    }
+    let d = p.alloc(4 * MIB, None, 0).unwrap();
+    assert_eq!(p.stats().regions, 2, "a free region serves before the pool grows");
+    assert_inside_regions(&p);
+    p.free(d).unwrap();
+}
+
+#[test]
+fn a_failing_hook_changes_nothing_and_a_later_growth_works() {
+    let p = growing(2 * MIB, 8 * MIB, 2 * MIB, 1);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let fail = Arc::new(AtomicUsize::new(1));
+    let (c, f) = (calls.clone(), fail.clone());
+    p.set_on_grow(Some(Arc::new(move |offset, bytes| {
+        c.lock().unwrap().push((offset, bytes));
+        match f.load(Ordering::SeqCst) {
+            1 => Err("the device is out of memory".into()),
+            _ => Ok(()),
+        }
+    })));
+    let first = p.alloc(2 * MIB, None, 0).unwrap();
+    let before = (p.stats().capacity, p.stats().regions, p.stats().grow_events, p.regions());
+    assert!(matches!(p.alloc(MIB, None, 0), Err(Error::OutOfMemory { .. })));
+    assert_eq!(before, (p.stats().capacity, p.stats().regions, p.stats().grow_events, p.regions()));
+    assert_eq!(p.stats().failed_allocs, 1);
+    p.check().unwrap();
+    fail.store(0, Ordering::SeqCst);
+    let second = p.alloc(MIB, None, 0).unwrap();
+    assert_eq!(p.stats().grow_events, 1);
+    assert_eq!(*calls.lock().unwrap(), vec![(2 * 2 * MIB, 2 * MIB), (4 * MIB, 2 * MIB)]);
+    assert_eq!(p.block(second).unwrap().offset, 4 * MIB);
+    p.check().unwrap();
+    p.free(first).unwrap();
+    p.free(second).unwrap();
+}
+
+#[test]
+fn trim_gives_back_free_regions_except_the_first() {
+    let p = Pool::new(PoolConfig::new(2 * MIB).growth(32 * MIB, Some(2 * MIB)).backing(Backing::None)).unwrap();
+    let trimmed = Arc::new(Mutex::new(Vec::new()));
+    let t = trimmed.clone();
+    p.set_on_trim(Some(Arc::new(move |offset, bytes| {
+        t.lock().unwrap().push((offset, bytes));
+        Ok(())
+    })));
+    let blocks: Vec<Handle> = (0..6).map(|_| p.alloc(MIB + MIB / 2, None, 0).unwrap()).collect();
+    assert_eq!(p.stats().regions, 6);
+    // Keep the blocks of regions 0 and 3: regions 1, 2, 4, 5 go.
+    for (i, &h) in blocks.iter().enumerate() {
+        if i != 0 && i != 3 {
+            p.free(h).unwrap();
+        }
+    }
+    p.trim();
+    let s = p.stats();
+    assert_eq!((s.regions, s.capacity, s.grow_events), (2, 4 * MIB, 5));
+    assert_eq!(trimmed.lock().unwrap().len(), 4);
+    p.check().unwrap();
+    // The offsets of trimmed regions serve again.
+    let again = p.alloc(MIB, None, 0).unwrap();
+    assert_eq!(p.block(again).unwrap().offset, 2 * 2 * MIB, "the first hole after region 0");
+    p.check().unwrap();
+    p.free(blocks[0]).unwrap();
+    p.free(blocks[3]).unwrap();
+    p.free(again).unwrap();
+    p.trim();
+    assert_eq!((p.stats().regions, p.stats().capacity), (1, 2 * MIB), "the first region stays");
+    p.check().unwrap();
+}
+
+#[test]
+fn snapshots_list_regions_and_absent_space_is_not_free() {
+    let p = growing(4 * MIB, 16 * MIB, 4 * MIB, 1);
+    let held: Vec<Handle> = (0..5).map(|_| p.alloc(MIB, None, 0).unwrap()).collect();
+    let snap = p.snapshot().unwrap();
+    assert_eq!(snap.regions.len(), 2);
+    assert!(snap.untracked.is_empty(), "absent space is not untracked: {:?}", snap.untracked);
+    let free: usize = snap.free_runs.iter().map(|e| e.len).sum();
+    assert_eq!(free, snap.stats.bytes_free, "free runs cover the free bytes of the regions only");
+    assert_eq!(snap.stats.chunks, 4);
+    for run in &snap.free_runs {
+        assert!(snap.regions.iter().any(|r| run.offset >= r.offset && run.end() <= r.end()));
+    }
+    held.into_iter().for_each(|h| p.free(h).unwrap());
+}
+
+#[test]
+fn a_compaction_moves_blocks_between_regions() {
+    let p = growing(4 * MIB, 16 * MIB, 4 * MIB, 1);
+    let blocks: Vec<Handle> = (0..6).map(|_| p.alloc(MIB, None, 0).unwrap()).collect();
+    for (i, &h) in blocks.iter().enumerate() {
+        fill(&p, h, i);
+    }
+    assert_eq!(p.stats().regions, 2);
+    // Free room in the first region, then move a block of the second one there.
+    p.free(blocks[0]).unwrap();
+    let from = p.block(blocks[5]).unwrap().offset;
+    assert!(from >= 3 * 2 * MIB);
+    let token = p.pause(Duration::from_secs(5)).unwrap();
+    p.move_blocks(&token, &[Move { handle: blocks[5], to: 0 }], None).unwrap();
+    p.resume(&token).unwrap();
+    assert_eq!(p.block(blocks[5]).unwrap().offset, 0);
+    verify(&p, blocks[5], 5);
+    p.check().unwrap();
+    // A move into absent space is refused and changes nothing.
+    let token = p.pause(Duration::from_secs(5)).unwrap();
+    assert!(p.move_blocks(&token, &[Move { handle: blocks[4], to: 4 * MIB }], None).is_err());
+    p.resume(&token).unwrap();
+    p.check().unwrap();
+    // A full compaction across regions keeps every byte.
+    let token = p.pause(Duration::from_secs(5)).unwrap();
+    p.compact_step(&token, &CompactionMode::Full, None).unwrap();
+    p.resume(&token).unwrap();
+    p.check().unwrap();
+    assert_inside_regions(&p);
+    for (i, &h) in blocks.iter().enumerate().skip(1) {
+        verify(&p, h, i);
+    }
+}
+
+#[test]
+fn bad_growth_arguments_are_refused() {
+    let field = |c: PoolConfig| match Pool::new(c) {
+        Err(Error::Config { field, .. }) => field,
+        other => panic!("expected a config error, got {other:?}"),
+    };
+    assert_eq!(field(PoolConfig::new(8 * MIB).growth(4 * MIB, None)), "max_capacity");
+    assert_eq!(field(PoolConfig::new(8 * MIB).growth(16 * MIB, Some(0))), "grow_by");
+    assert_eq!(field(PoolConfig::new(3 * MIB).growth(16 * MIB, None)), "capacity");
+    assert_eq!(field(PoolConfig { grow_by: Some(MIB), ..PoolConfig::new(8 * MIB) }), "grow_by");
+    // max_capacity equal to capacity: a pool that cannot grow, as without one.
+    let p = Pool::new(PoolConfig::new(3 * MIB).growth(3 * MIB, None)).unwrap();
+    assert_eq!((p.capacity(), p.max_capacity()), (3 * MIB, 3 * MIB));
+}
+
+#[test]
+fn growth_races_with_allocations_on_other_threads() {
+    let p = growing(4 * MIB, 256 * MIB, 8 * MIB, 4);
+    let ids = AtomicUsize::new(1);
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let (p, ids) = (&p, &ids);
+            s.spawn(move || {
+                let mut rng = t as u64 + 1;
+                let mut held: Vec<(Handle, usize)> = Vec::new();
+                for _ in 0..200 {
+                    rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let size = match rng >> 62 {
+                        0 => 64 + (rng >> 40) as usize % 4000,
+                        1 => 8192 + (rng >> 40) as usize % 200_000,
+                        2 => MIB + (rng >> 40) as usize % (3 * MIB),
+                        _ => 256 + (rng >> 40) as usize % 60_000,
+                    };
+                    let id = ids.fetch_add(1, Ordering::Relaxed);
+                    let h = p.alloc(size, None, 0).unwrap();
+                    fill(p, h, id);
+                    held.push((h, id));
+                    if held.len() > 24 {
+                        let (h, id) = held.swap_remove((rng >> 33) as usize % held.len());
+                        verify(p, h, id);
+                        p.free(h).unwrap();
+                    }
+                }
+                for (h, id) in held {
+                    verify(p, h, id);
+                    p.free(h).unwrap();
+                }
+            });
+        }
+    });
+    let s = p.stats();
+    assert!(s.grow_events >= 1 && s.regions == 1 + s.grow_events as usize, "{s:?}");
+    assert_eq!(s.blocks_in_use, 0);
+    p.check().unwrap();
+    p.trim();
+    assert_eq!(p.stats().regions, 1);
+    p.check().unwrap();
+}

@@ -1,0 +1,60 @@
+//! The Python side of pool growth: `Pool(on_grow=..., on_trim=...)` callables become the core's
+//! region hooks, and the exception an `on_grow` raised becomes the `__cause__` of the
+//! `OutOfMemoryError` of the allocation it failed.
+//!
+//! A hook runs on the allocating (or trimming) thread, with the GIL taken for the call; the
+//! exception waits in a thread-local slot until the failed allocation reaches Python.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use npumem_core::RegionHook;
+use pyo3::prelude::*;
+
+use crate::args;
+use crate::errors::{error, ErrorClass};
+
+thread_local! {
+    /// The exception the last failing `on_grow` of this thread raised.
+    static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+}
+
+/// The core hook that calls `callable(offset, nbytes)` (`name` for the error when it is not
+/// callable); `None` for `None`.
+pub(crate) fn hook(callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<RegionHook>> {
+    let Some(callable) = callable.filter(|c| !c.is_none()) else { return Ok(None) };
+    if !callable.is_callable() {
+        return Err(error(
+            ErrorClass::ArgumentType,
+            format!("{name} must be callable or None, got {}", args::type_name(callable)),
+        ));
+    }
+    let callable = callable.clone().unbind();
+    let hook: RegionHook = Arc::new(move |offset: usize, nbytes: usize| {
+        Python::attach(|py| match callable.call1(py, (offset, nbytes)) {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                let message = err.to_string();
+                RAISED.with(|slot| *slot.borrow_mut() = Some(err));
+                Err(message)
+            }
+        })
+    });
+    Ok(Some(hook))
+}
+
+/// Forget an exception of an earlier allocation of this thread.
+pub(crate) fn forget() {
+    RAISED.with(|slot| slot.borrow_mut().take());
+}
+
+/// `err` with the exception a failing `on_grow` raised (if any) as its `__cause__`.
+pub(crate) fn chain(py: Python<'_>, err: PyErr) -> PyErr {
+    if let Some(cause) = RAISED.with(|slot| slot.borrow_mut().take()) {
+        let out_of_memory = ErrorClass::OutOfMemory.class(py).is_ok_and(|class| err.is_instance(py, class));
+        if out_of_memory {
+            err.set_cause(py, Some(cause));
+        }
+    }
+    err
+}

@@ -1,0 +1,257 @@
+"""Pool growth from Python: `Pool(capacity, max_capacity=, grow_by=, on_grow=, on_trim=)`.
+
+Regions added on demand, `on_grow` that fails (OutOfMemoryError with the hook's exception as
+its cause, nothing changed, a later growth works), trim, stats and snapshots across regions,
+bad arguments, and growth racing with allocations on other threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import npumem
+from npumem.errors import ArgumentTypeError, ConfigError, OutOfMemoryError
+
+MIB = 1 << 20
+
+
+def _inside_one_region(pool: npumem.Pool) -> None:
+    regions = pool.regions()
+    for b in pool.blocks():
+        assert any(o <= b.offset and b.offset + b.block_bytes <= o + n for o, n in regions), (
+            b,
+            regions,
+        )
+
+
+def test_a_pool_grows_by_regions_within_its_limit() -> None:
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
+    assert (pool.capacity, pool.max_capacity, pool.regions()) == (4 * MIB, 16 * MIB, [(0, 4 * MIB)])
+    blocks = [pool.alloc(MIB) for _ in range(12)]
+    stats = pool.stats()
+    assert (stats.capacity, stats.regions, stats.grow_events) == (12 * MIB, 3, 2)
+    assert pool.regions()[1] == (6 * MIB, 4 * MIB), "regions are one absent chunk apart"
+    _inside_one_region(pool)
+    big = pool.alloc(4 * MIB)  # larger than the first region alone
+    with pytest.raises(OutOfMemoryError):
+        pool.alloc(MIB)
+    assert pool.check() == 13
+    for b in [*blocks, big]:
+        pool.free(b)
+
+
+def test_growth_on_a_device_calls_on_grow_and_its_failure_changes_nothing() -> None:
+    calls: list[tuple[int, int]] = []
+    failing = [True]
+
+    def on_grow(offset: int, nbytes: int) -> None:
+        calls.append((offset, nbytes))
+        if failing[0]:
+            raise RuntimeError("the driver has no memory left")
+
+    pool = npumem.Pool(
+        2 * MIB, max_capacity=8 * MIB, grow_by=2 * MIB, backing="none", on_grow=on_grow, cores=1
+    )
+    first = pool.alloc(2 * MIB)
+    before = pool.stats()
+    with pytest.raises(OutOfMemoryError) as raised:
+        pool.alloc(MIB)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert "no memory left" in str(raised.value.__cause__)
+    after = pool.stats()
+    assert (after.capacity, after.regions, after.grow_events) == (
+        before.capacity,
+        before.regions,
+        before.grow_events,
+    )
+    assert pool.regions() == [(0, 2 * MIB)]
+    pool.check()
+    failing[0] = False
+    second = pool.alloc(MIB)
+    assert calls == [(4 * MIB, 2 * MIB), (4 * MIB, 2 * MIB)]
+    assert second.offset == 4 * MIB
+    assert pool.stats().grow_events == 1
+    pool.free(first)
+    pool.free(second)
+
+
+def test_trim_gives_back_free_regions_except_the_first() -> None:
+    trimmed: list[tuple[int, int]] = []
+    pool = npumem.Pool(
+        2 * MIB,
+        max_capacity=32 * MIB,
+        grow_by=2 * MIB,
+        on_trim=lambda o, n: trimmed.append((o, n)),
+        cores=1,
+    )
+    blocks = [pool.alloc(3 * MIB // 2) for _ in range(4)]
+    assert pool.stats().regions == 4
+    for b in blocks[1:]:
+        pool.free(b)
+    pool.trim()
+    assert pool.stats().regions == 1 and pool.capacity == 2 * MIB
+    assert len(trimmed) == 3
+    pool.check()
+    # Host memory of a trimmed region reads as zeros when the region comes back.
+    again = pool.alloc(MIB)
+    assert not np.frombuffer(again, dtype=np.uint8).any()
+    pool.free(again)
+    pool.free(blocks[0])
+
+
+def test_snapshots_list_regions_and_absent_space_is_not_free() -> None:
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
+    blocks = [pool.alloc(MIB) for _ in range(5)]
+    snap = pool.snapshot()
+    assert [(r.offset, r.length) for r in snap.regions] == [(0, 4 * MIB), (6 * MIB, 4 * MIB)]
+    assert snap.untracked == ()
+    assert snap.bytes_free == snap.stats.bytes_free == 3 * MIB
+    for b in blocks:
+        pool.free(b)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"max_capacity": 2 * MIB}, ConfigError, "max_capacity"),
+        ({"max_capacity": 16 * MIB, "grow_by": 0}, ConfigError, "grow_by"),
+        ({"max_capacity": 16 * MIB, "grow_by": -1}, ConfigError, "grow_by"),
+        ({"grow_by": MIB}, ConfigError, "grow_by"),
+        ({"max_capacity": "big"}, ConfigError, "max_capacity"),
+        ({"max_capacity": 16 * MIB, "on_grow": 5}, ArgumentTypeError, "on_grow"),
+        ({"max_capacity": 16 * MIB, "on_trim": "x"}, ArgumentTypeError, "on_trim"),
+    ],
+)
+def test_bad_growth_arguments_are_typed_errors(
+    kwargs: dict[str, object], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words):
+        npumem.Pool(4 * MIB, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_capacity_that_is_not_whole_chunks_cannot_grow() -> None:
+    with pytest.raises(ConfigError, match="multiple of chunk_size"):
+        npumem.Pool(3 * MIB, max_capacity=16 * MIB)
+
+
+def test_growth_races_with_allocations_on_other_threads() -> None:
+    pool = npumem.Pool(4 * MIB, max_capacity=512 * MIB, grow_by=8 * MIB, cores=4)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        held: list[tuple[npumem.Block, int]] = []
+        try:
+            for i in range(150):
+                size = int(rng.choice([200, 5000, 70_000, 900_000, 3 * MIB]))
+                b = pool.alloc(size)
+                mark = (seed * 1000 + i) % 251
+                np.frombuffer(b, dtype=np.uint8)[:] = mark
+                held.append((b, mark))
+                if len(held) > 16:
+                    b, mark = held.pop(int(rng.integers(len(held))))
+                    assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
+                    pool.free(b)
+            for b, mark in held:
+                assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
+                pool.free(b)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    stats = pool.stats()
+    assert stats.grow_events >= 1 and stats.regions == 1 + stats.grow_events
+    assert stats.blocks_in_use == 0
+    pool.check()
+    pool.trim()
+    assert pool.stats().regions == 1
+    pool.check()
+
+
+def test_a_pool_that_cannot_grow_reports_one_region() -> None:
+    pool = npumem.Pool(3 * MIB, cores=1)
+    assert pool.regions() == [(0, 3 * MIB)]
+    assert pool.max_capacity == pool.capacity == 3 * MIB
+    stats = pool.stats()
+    assert (stats.regions, stats.grow_events) == (1, 0)
+
+
+def test_snapshot_and_trace_files_of_a_grown_pool_read_back(tmp_path: Path) -> None:
+    from npumem.monitor import TraceRecorder, load_snapshot, load_trace
+
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
+    recorder = TraceRecorder(pool)
+    recorder.start()
+    blocks = [pool.alloc(MIB) for _ in range(10)]
+    snap = pool.snapshot()
+    assert load_snapshot(snap.save(tmp_path / "s.json")) == snap
+    assert snap.config["max_capacity"] == 16 * MIB
+    for b in blocks:
+        pool.free(b)
+    trace = recorder.stop()
+    back = load_trace(trace.save(tmp_path / "t.json"))
+    assert max(e.offset for e in back.events) >= 6 * MIB, "events in the grown regions"
+
+
+def test_the_address_map_of_a_grown_pool_shows_every_region() -> None:
+    pytest.importorskip("matplotlib")
+    from npumem.monitor import plots
+
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
+    blocks = [pool.alloc(MIB) for _ in range(10)]
+    snap = pool.snapshot()
+    assert plots._extent(snap) == 16 * MIB, "up to the end of the last region"
+    assert plots._absent(snap) == [(4 * MIB, 2 * MIB), (10 * MIB, 2 * MIB)]
+    for b in blocks:
+        pool.free(b)
+
+
+def test_the_address_map_of_a_grown_pool_draws(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from npumem.monitor import plot_address_map
+
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
+    blocks = [pool.alloc(MIB) for _ in range(10)]
+    for color_by in ("tag", "core"):
+        path = plot_address_map(pool.snapshot(), tmp_path / f"{color_by}.png", color_by=color_by)
+        assert path.stat().st_size > 0
+    for b in blocks:
+        pool.free(b)
+
+
+def test_the_out_of_memory_handler_runs_before_the_pool_grows() -> None:
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
+    held = [pool.alloc(MIB) for _ in range(4)]
+    asked: list[int] = []
+
+    def free_one(nbytes: int) -> bool:
+        asked.append(nbytes)
+        held.pop().free()
+        return True
+
+    pool.set_oom_handler(free_one)
+    extra = pool.alloc(MIB)  # the handler's remedy makes room: no region is added
+    assert asked == [MIB]
+    s = pool.stats()
+    assert (s.grow_events, s.regions, s.failed_allocs) == (0, 1, 0)
+
+    def cannot_help(nbytes: int) -> bool:
+        asked.append(nbytes)
+        return False
+
+    pool.set_oom_handler(cannot_help)
+    grown = pool.alloc(MIB)  # the handler cannot help: then the pool grows
+    assert asked == [MIB, MIB]
+    s = pool.stats()
+    assert (s.grow_events, s.regions, s.failed_allocs) == (1, 2, 0)
+    for b in [*held, extra, grown]:
+        b.free()
