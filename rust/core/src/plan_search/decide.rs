@@ -149,6 +149,12 @@ struct Decider<'a> {
     rem: Vec<u64>,
     /// Number of unplaced buffers live in both section `s` and `s + 1`.
     cuts: Vec<u32>,
+    /// Highest end of a placed buffer live in each section (0 when none).
+    floor: Vec<u64>,
+    /// Scratch: per section, the number of children that can start at the lowest level.
+    cover: Vec<i32>,
+    /// Whether to branch on the most constrained full section (see [`Decider::forced_section`]).
+    forced: bool,
     /// Parts already decided, by [`Decider::part_key`]: the packing found (offsets in the
     /// order of the part's buffers) or `None` when the part cannot be packed.
     memo: HashMap<Vec<u64>, Option<Vec<u64>>>,
@@ -196,9 +202,9 @@ impl Decider<'_> {
             let saved: Vec<u32> = members.iter().map(|&q| self.rank[q as usize]).collect();
             self.rerank(&members);
             let part = Part { buffers: members, lo: a, hi: b };
-            let mut lowest = Lowest::new(a, b - a);
+            let mut lows = (Lowest::new(a, b - a), Lowest::new(a, b - a));
             // Ranks start afresh: children at the offset `last` may come in any order.
-            let status = self.dfs(&part, &mut lowest, last, if self.order.keys.is_empty() { prev } else { None });
+            let status = self.dfs(&part, &mut lows, last, if self.order.keys.is_empty() { prev } else { None });
             for (&q, &r) in part.buffers.iter().zip(&saved) {
                 self.rank[q as usize] = r;
             }
@@ -281,9 +287,57 @@ impl Decider<'_> {
         }
     }
 
+    /// The lowest level any buffer of `part` can still start at: the least, over the sections
+    /// with buffers still to place, of their floor or `last` when that is higher.
+    fn level(&self, part: &Part, last: u64) -> u64 {
+        (part.lo..part.hi).filter(|&s| self.rem[s] > 0).map(|s| self.floor[s].max(last)).min().unwrap_or(u64::MAX)
+    }
+
+    /// A *forced* section of `part`: one at the lowest `level` where, if no buffer started at
+    /// that level, the lowest a buffer still to place could start (`above`: the least, over
+    /// the section's buffers, of their raw offset when it is above the level, else the level
+    /// plus the smallest buffer still to place that is live with it, on which it would rest)
+    /// leaves too little room for the section's buffers still to place. One of them must start
+    /// at the level, and since offsets never decrease along a branch it can be placed next: the
+    /// children reduce to the buffers that start at the level and cover the section. Of the
+    /// forced sections, the one with the fewest such children is returned (`None`: none).
+    fn forced_section(
+        &mut self,
+        part: &Part,
+        last: u64,
+        level: u64,
+        above: &Lowest,
+        children: &[(u64, u32, u32)],
+    ) -> Option<usize> {
+        let capacity = self.capacity;
+        let forced = |d: &Self, s: usize| {
+            d.rem[s] > 0 && d.floor[s].max(last) == level && above.leaf(s).saturating_add(d.rem[s]) > capacity
+        };
+        if !(part.lo..part.hi).any(|s| forced(self, s)) {
+            return None;
+        }
+        let inst = self.inst;
+        self.cover[part.lo..=part.hi].fill(0);
+        for &(r, _, q) in children {
+            if r == level {
+                self.cover[inst.sec_lo[q as usize] as usize] += 1;
+                self.cover[inst.sec_hi[q as usize] as usize] -= 1;
+            }
+        }
+        let mut best: Option<(i32, usize)> = None;
+        let mut running = 0;
+        for s in part.lo..part.hi {
+            running += self.cover[s];
+            if forced(self, s) && best.is_none_or(|(count, _)| running < count) {
+                best = Some((running, s));
+            }
+        }
+        best.map(|(_, s)| s)
+    }
+
     /// Depth-first search in one part: the last placement of this part was at `last` (by the
     /// buffer `prev`).
-    fn dfs(&mut self, part: &Part, lowest: &mut Lowest, last: u64, prev: Option<u32>) -> Status {
+    fn dfs(&mut self, part: &Part, lows: &mut (Lowest, Lowest), last: u64, prev: Option<u32>) -> Status {
         if self.nodes >= self.node_limit
             || (self.nodes & 255 == 0 && self.deadline.is_some_and(|d| Instant::now() >= d))
         {
@@ -294,7 +348,10 @@ impl Decider<'_> {
         let capacity = self.capacity;
         let mut children: Vec<(u64, u32, u32)> = Vec::with_capacity(part.buffers.len());
         let (mut end1, mut end1_q, mut end2) = (u64::MAX, u32::MAX, u64::MAX);
+        let level = self.level(part, last);
+        let (lowest, above) = lows;
         lowest.reset();
+        above.reset();
         for &q in &part.buffers {
             let qi = q as usize;
             if self.placed[qi] {
@@ -332,6 +389,20 @@ impl Decider<'_> {
                 return Status::NotFound;
             }
             lowest.chmin(inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize, low);
+            if self.forced {
+                let next = if r != level {
+                    low
+                } else {
+                    // Not at the level, it must rest on a buffer live with it placed there.
+                    inst.neighbors(qi)
+                        .iter()
+                        .filter(|&&x| !self.placed[x as usize])
+                        .map(|&x| level + inst.sizes[x as usize])
+                        .min()
+                        .unwrap_or(u64::MAX)
+                };
+                above.chmin(inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize, next);
+            }
             if r < last || (r == last && prev.is_some_and(|p| self.rank[qi] < self.rank[p as usize])) {
                 continue;
             }
@@ -347,6 +418,23 @@ impl Decider<'_> {
                 return Status::NotFound;
             }
         }
+        let forced = if self.forced {
+            above.finish();
+            self.forced_section(part, last, level, above, &children)
+        } else {
+            None
+        };
+        if let Some(section) = forced {
+            let inst = self.inst;
+            children.retain(|&(r, _, q)| {
+                r == level
+                    && (inst.sec_lo[q as usize] as usize) <= section
+                    && section < inst.sec_hi[q as usize] as usize
+            });
+            if children.is_empty() {
+                return Status::NotFound;
+            }
+        }
         children.sort_unstable();
         for (r, _, q) in children {
             if r >= if q == end1_q { end2 } else { end1 } {
@@ -358,8 +446,10 @@ impl Decider<'_> {
             // Place q.
             self.placed[qi] = true;
             let (lo, hi) = (inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize);
+            let floors: Vec<u64> = self.floor[lo..hi].to_vec();
             for s in lo..hi {
                 self.rem[s] -= size;
+                self.floor[s] = end;
             }
             let mut cut = false;
             for s in lo..hi - 1 {
@@ -379,10 +469,17 @@ impl Decider<'_> {
                     self.floor_max[xi] = end;
                 }
             }
+            // After a forced step the order among buffers at this offset is still the one set
+            // by the last free choice (none when the offset is new).
+            let next_prev = match forced {
+                Some(_) if r == last => prev,
+                Some(_) => None,
+                None => Some(q),
+            };
             let status = if cut {
-                self.solve_parts(&part.buffers, part.lo, part.hi, r, Some(q))
+                self.solve_parts(&part.buffers, part.lo, part.hi, r, next_prev)
             } else {
-                self.dfs(part, lowest, r, Some(q))
+                self.dfs(part, lows, r, next_prev)
             };
             // Undo.
             for &(x, old) in raised.iter().rev() {
@@ -394,6 +491,7 @@ impl Decider<'_> {
             for s in lo..hi {
                 self.rem[s] += size;
             }
+            self.floor[lo..hi].copy_from_slice(&floors);
             self.placed[qi] = false;
             match status {
                 Status::NotFound => {}
@@ -452,6 +550,9 @@ pub fn decide(
         floor_max: vec![0; n],
         rem,
         cuts,
+        floor: vec![0; sections],
+        cover: vec![0; sections + 1],
+        forced: std::env::var_os("NPUMEM_NO_FORCED").is_none(),
         memo: HashMap::new(),
         memo_words: 0,
     };
