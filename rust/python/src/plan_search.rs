@@ -100,7 +100,7 @@ impl PackingInstance {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(errors::plan_search)?;
-        let order = Order { keys, widths, rank };
+        let order = Order::new(keys, widths, rank);
         if !time_limit.is_finite() || time_limit < 0.0 {
             return Err(errors::plan_search(PackingError(format!(
                 "time_limit must be finite and >= 0, got {time_limit}"

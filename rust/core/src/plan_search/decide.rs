@@ -66,6 +66,16 @@ pub struct Order {
     pub widths: Vec<u64>,
     /// The last tie-break, one distinct value per buffer.
     pub rank: Vec<u32>,
+    /// Branch on forced sections (see [`Decider::forced_section`]): on by default; off only to
+    /// measure the rule or to check it against the plain search.
+    pub forced_sections: bool,
+}
+
+impl Order {
+    /// An order by `keys`, then `rank`, with every rule on.
+    pub fn new(keys: Vec<Key>, widths: Vec<u64>, rank: Vec<u32>) -> Self {
+        Self { keys, widths, rank, forced_sections: true }
+    }
 }
 
 /// Range-min over the sections `base .. base + len` of one part.
@@ -153,6 +163,10 @@ struct Decider<'a> {
     floor: Vec<u64>,
     /// Scratch: per section, the number of children that can start at the lowest level.
     cover: Vec<i32>,
+    /// Saved floors of the sections of each placement on the current branch, in order.
+    floor_trail: Vec<u64>,
+    /// Saved `floor_max` of the buffers each placement on the current branch raised.
+    raised_trail: Vec<(u32, u64)>,
     /// Whether to branch on the most constrained full section (see [`Decider::forced_section`]).
     forced: bool,
     /// Parts already decided, by [`Decider::part_key`]: the packing found (offsets in the
@@ -372,12 +386,7 @@ impl Decider<'_> {
             }
             let low = if r < last {
                 // It must rest on a buffer live with it that is still to place (at >= last).
-                let support = inst
-                    .neighbors(qi)
-                    .iter()
-                    .filter(|&&x| !self.placed[x as usize])
-                    .map(|&x| inst.sizes[x as usize])
-                    .min();
+                let support = inst.smallest_unplaced_neighbor(qi, &self.placed);
                 match support {
                     Some(s) => last + s,
                     None => return Status::NotFound,
@@ -394,12 +403,7 @@ impl Decider<'_> {
                     low
                 } else {
                     // Not at the level, it must rest on a buffer live with it placed there.
-                    inst.neighbors(qi)
-                        .iter()
-                        .filter(|&&x| !self.placed[x as usize])
-                        .map(|&x| level + inst.sizes[x as usize])
-                        .min()
-                        .unwrap_or(u64::MAX)
+                    inst.smallest_unplaced_neighbor(qi, &self.placed).map_or(u64::MAX, |s| level + s)
                 };
                 above.chmin(inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize, next);
             }
@@ -446,7 +450,8 @@ impl Decider<'_> {
             // Place q.
             self.placed[qi] = true;
             let (lo, hi) = (inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize);
-            let floors: Vec<u64> = self.floor[lo..hi].to_vec();
+            let floor_mark = self.floor_trail.len();
+            self.floor_trail.extend_from_slice(&self.floor[lo..hi]);
             for s in lo..hi {
                 self.rem[s] -= size;
                 self.floor[s] = end;
@@ -456,7 +461,7 @@ impl Decider<'_> {
                 self.cuts[s] -= 1;
                 cut |= self.cuts[s] == 0;
             }
-            let mut raised: Vec<(u32, u64)> = Vec::new();
+            let raised_mark = self.raised_trail.len();
             let mut hatless = true;
             for &x in inst.neighbors(qi) {
                 let xi = x as usize;
@@ -465,7 +470,7 @@ impl Decider<'_> {
                 }
                 hatless = false;
                 if self.floor_max[xi] < end {
-                    raised.push((x, self.floor_max[xi]));
+                    self.raised_trail.push((x, self.floor_max[xi]));
                     self.floor_max[xi] = end;
                 }
             }
@@ -482,16 +487,18 @@ impl Decider<'_> {
                 self.dfs(part, lows, r, next_prev)
             };
             // Undo.
-            for &(x, old) in raised.iter().rev() {
+            for &(x, old) in self.raised_trail[raised_mark..].iter().rev() {
                 self.floor_max[x as usize] = old;
             }
+            self.raised_trail.truncate(raised_mark);
             for s in lo..hi - 1 {
                 self.cuts[s] += 1;
             }
             for s in lo..hi {
                 self.rem[s] += size;
             }
-            self.floor[lo..hi].copy_from_slice(&floors);
+            self.floor[lo..hi].copy_from_slice(&self.floor_trail[floor_mark..]);
+            self.floor_trail.truncate(floor_mark);
             self.placed[qi] = false;
             match status {
                 Status::NotFound => {}
@@ -552,7 +559,9 @@ pub fn decide(
         cuts,
         floor: vec![0; sections],
         cover: vec![0; sections + 1],
-        forced: std::env::var_os("NPUMEM_NO_FORCED").is_none(),
+        floor_trail: Vec::new(),
+        raised_trail: Vec::new(),
+        forced: order.forced_sections,
         memo: HashMap::new(),
         memo_words: 0,
     };
@@ -572,6 +581,11 @@ mod tests {
 
     /// Buffers given as (lower, upper, size) over time steps; sections are the unit steps.
     fn instance(buffers: &[(u32, u32, u64)]) -> PackingInstance {
+        aligned(buffers, &vec![1; buffers.len()])
+    }
+
+    /// The same with an alignment per buffer.
+    fn aligned(buffers: &[(u32, u32, u64)], alignments: &[u64]) -> PackingInstance {
         let n_sections = buffers.iter().map(|b| b.1).max().unwrap_or(0) as usize;
         let neighbors: Vec<Vec<u32>> = (0..buffers.len())
             .map(|i| {
@@ -583,7 +597,7 @@ mod tests {
             .collect();
         PackingInstance::new(
             buffers.iter().map(|b| b.2).collect(),
-            &vec![1; buffers.len()],
+            alignments,
             buffers.iter().map(|b| b.0).collect(),
             buffers.iter().map(|b| b.1).collect(),
             n_sections,
@@ -594,11 +608,11 @@ mod tests {
     }
 
     fn order(rank: &[u32], keys: &str) -> Order {
-        Order {
-            keys: keys.chars().map(|c| Key::from_letter(c).expect("key letter")).collect(),
-            widths: vec![1; rank.len()],
-            rank: rank.to_vec(),
-        }
+        Order::new(
+            keys.chars().map(|c| Key::from_letter(c).expect("key letter")).collect(),
+            vec![1; rank.len()],
+            rank.to_vec(),
+        )
     }
 
     fn check(buffers: &[(u32, u32, u64)], offsets: &[u64], capacity: u64) {
@@ -652,5 +666,96 @@ mod tests {
         let out = decide(&inst, &order(&rank, "WAT"), 1, 5, None);
         assert_ne!(out.verdict, Verdict::Found);
         assert!(out.nodes <= 5);
+    }
+
+    /// A small deterministic generator (xorshift64*), so that every run checks the same cases.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) % n
+        }
+    }
+
+    fn live_bytes_bound(buffers: &[(u32, u32, u64)]) -> u64 {
+        let end = buffers.iter().map(|b| b.1).max().unwrap_or(0);
+        (0..end).map(|t| buffers.iter().filter(|b| b.0 <= t && t < b.1).map(|b| b.2).sum()).max().unwrap_or(0)
+    }
+
+    fn plain(order: Order) -> Order {
+        Order { forced_sections: false, ..order }
+    }
+
+    #[test]
+    fn forced_sections_agree_with_the_plain_search() {
+        // Both searches are exhaustive here: they must agree on every capacity from the
+        // live-bytes bound up, and every packing found must be valid.
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut forced_nodes, mut plain_nodes, mut infeasible) = (0, 0, 0);
+        for _ in 0..400 {
+            let n = 4 + rng.below(6) as usize;
+            let buffers: Vec<(u32, u32, u64)> = (0..n)
+                .map(|_| {
+                    let lo = rng.below(6) as u32;
+                    (lo, lo + 1 + rng.below(4) as u32, 1 + rng.below(9))
+                })
+                .collect();
+            let alignments: Vec<u64> = (0..n).map(|_| 1 << rng.below(3)).collect();
+            let inst = aligned(&buffers, &alignments);
+            let rank: Vec<u32> = (0..n as u32).collect();
+            let bound = live_bytes_bound(&buffers);
+            for capacity in bound..bound + 4 {
+                let with = decide(&inst, &order(&rank, "WAT"), capacity, u64::MAX, None);
+                let without = decide(&inst, &plain(order(&rank, "WAT")), capacity, u64::MAX, None);
+                assert_eq!(with.verdict, without.verdict, "{buffers:?} at {capacity}");
+                forced_nodes += with.nodes;
+                plain_nodes += without.nodes;
+                if let Some(offsets) = with.offsets {
+                    check(&buffers, &offsets, capacity);
+                    assert!(offsets.iter().zip(&alignments).all(|(o, a)| o % a == 0));
+                } else {
+                    infeasible += 1;
+                }
+            }
+        }
+        assert!(infeasible > 50, "the cases must include capacities that are too small");
+        assert!(forced_nodes < plain_nodes, "{forced_nodes} nodes with forced sections, {plain_nodes} without");
+    }
+
+    /// A perfect packing of `steps` x `height` cut straight across, again and again, into
+    /// `count` buffers (time or bytes), as (lower, upper, size).
+    fn tiling(rng: &mut Rng, steps: u32, height: u64, count: usize) -> Vec<(u32, u32, u64)> {
+        let mut rects = vec![(0, steps, 0, height)];
+        while rects.len() < count {
+            let k = rng.below(rects.len() as u64) as usize;
+            let (t0, t1, a0, a1) = rects[k];
+            if rng.below(2) == 0 && t1 - t0 >= 2 {
+                let cut = t0 + 1 + rng.below(u64::from(t1 - t0 - 1)) as u32;
+                rects[k] = (t0, cut, a0, a1);
+                rects.push((cut, t1, a0, a1));
+            } else if a1 - a0 >= 2 {
+                let cut = a0 + 1 + rng.below(a1 - a0 - 1);
+                rects[k] = (t0, t1, a0, cut);
+                rects.push((t0, t1, cut, a1));
+            }
+        }
+        rects.into_iter().map(|(t0, t1, a0, a1)| (t0, t1, a1 - a0)).collect()
+    }
+
+    #[test]
+    fn perfect_tilings_fit_at_their_height() {
+        let mut rng = Rng(42);
+        for round in 0..200 {
+            let buffers = tiling(&mut rng, 12, 40, 10 + round % 30);
+            let inst = instance(&buffers);
+            let rank: Vec<u32> = (0..buffers.len() as u32).collect();
+            assert_eq!(live_bytes_bound(&buffers), 40);
+            let out = decide(&inst, &order(&rank, "WAT"), 40, 1_000_000, None);
+            assert_eq!(out.verdict, Verdict::Found, "{buffers:?}");
+            check(&buffers, &out.offsets.expect("a packing"), 40);
+        }
     }
 }
