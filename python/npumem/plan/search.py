@@ -32,11 +32,17 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
     children afresh (`HEURISTICS`: lifetime, area, and the most bytes still to place in the
     buffer's sections, counted when the part starts). Parts already decided are remembered by
     their buffers, their floors and the last offset, so a part met again is not searched again.
+    Forced sections: at the lowest level a buffer can still start at, a section whose buffers
+    could not all fit if none of them started there (the next start is at least a raw offset
+    above the level, or the level plus the smallest buffer still to place that one would rest
+    on) must be covered at that level; the node branches only on the buffers that cover the
+    forced section with the fewest of them, and fails when there are none.
 
 Anytime
     The search starts from the best greedy packing. The part that holds the arena up gets, in
-    passes with doubling node budgets, decision runs halfway between the bound and the best
-    packing (without a capacity) and at the goal (the capacity, or the proven lower bound),
+    passes with doubling node budgets, decision runs an eighth of the way down and halfway
+    from the best packing to the bound (without a capacity) and at the goal (the capacity, or
+    the proven lower bound),
     each order in turn, then
     one descent run (`PackingInstance.search`: every packing found tightens its capacity to
     one byte below it). A decision run that exhausts its tree proves the capacity it probed
@@ -340,7 +346,10 @@ def solve(
             target = min(top, capacity if capacity is not None else floor)
             probes = [target]
             if capacity is None and top - floor > 1:
-                probes.insert(0, (floor + top) // 2)  # halfway first: it improves soonest
+                probes.insert(0, (floor + top) // 2)  # halfway: it improves soonest
+                step = (top - floor) // 8
+                if step > 0:
+                    probes.insert(0, top - step)  # a short step down: the likeliest to fit
             probes.append(-1)  # the descent run
             part.probes = probes
         probe = part.probes.pop(0)
