@@ -66,8 +66,8 @@ pub struct Order {
     pub widths: Vec<u64>,
     /// The last tie-break, one distinct value per buffer.
     pub rank: Vec<u32>,
-    /// Branch on forced sections (see [`Decider::forced_section`]): on by default; off only to
-    /// measure the rule or to check it against the plain search.
+    /// Branch on forced sections (see the module documentation of `npumem.plan.search`): on by
+    /// default; off only to measure the rule or to check it against the plain search.
     pub forced_sections: bool,
 }
 
