@@ -142,10 +142,19 @@ def components(problem: Problem) -> list[Component]:
     return result
 
 
-HEURISTICS = ("WAT", "TAW", "TWA", "ZWT")
+HEURISTICS = (
+    ("WAT", False),
+    ("TAW", False),
+    ("TWA", False),
+    ("ZWT", False),
+    ("WAT", True),
+    ("TWA", True),
+)
 """Orders of the decision runs, in MiniMalloc's letters (compared in turn, largest first): `W`
 the lifetime, `A` lifetime times size, `Z` the size, `T` the most bytes still to place in
-one of the buffer's sections, counted afresh in every part the search splits off."""
+one of the buffer's sections, counted afresh in every part the search splits off. The flag:
+whether a forced section is the one the order's first child covers (else the one with the
+fewest children); the two choices fail on different instances, so both are run."""
 
 BASE_NODES = 20_000
 """Nodes of the shortest descent run; run `k` gets `BASE_NODES` times the k-th Luby term."""
@@ -378,13 +387,19 @@ def solve(
             continue
         if probe < part.bound or probe >= part.arena:
             continue
-        for keys in HEURISTICS:
+        for keys, follow_order in HEURISTICS:
             remaining = deadline - time.perf_counter()
             if remaining <= 0 or (nodes_left is not None and nodes_left <= 0):
                 break
             run_budget = budget if nodes_left is None else min(budget, nodes_left)
             verdict, found, nodes = part.instance.decide(
-                keys, part.comp.lifetimes, part.base_rank, probe, run_budget, remaining
+                keys,
+                part.comp.lifetimes,
+                part.base_rank,
+                probe,
+                run_budget,
+                remaining,
+                follow_order,
             )
             stats.nodes += nodes
             stats.runs += 1

@@ -69,12 +69,16 @@ pub struct Order {
     /// Branch on forced sections (see the module documentation of `npumem.plan.search`): on by
     /// default; off only to measure the rule or to check it against the plain search.
     pub forced_sections: bool,
+    /// Of the forced sections, take one that the first child in this order covers (when there
+    /// is one) instead of the one with the fewest children: the two choices fail on different
+    /// instances, so the schedule runs orders of both kinds.
+    pub follow_order: bool,
 }
 
 impl Order {
     /// An order by `keys`, then `rank`, with every rule on.
     pub fn new(keys: Vec<Key>, widths: Vec<u64>, rank: Vec<u32>) -> Self {
-        Self { keys, widths, rank, forced_sections: true }
+        Self { keys, widths, rank, forced_sections: true, follow_order: false }
     }
 }
 
@@ -314,7 +318,8 @@ impl Decider<'_> {
     /// leaves too little room for the section's buffers still to place. One of them must start
     /// at the level, and since offsets never decrease along a branch it can be placed next: the
     /// children reduce to the buffers that start at the level and cover the section. Of the
-    /// forced sections, the one with the fewest such children is returned (`None`: none).
+    /// forced sections, the one with the fewest such children is returned (`None`: none), or
+    /// with [`Order::follow_order`] the first that the order's first child at the level covers.
     fn forced_section(
         &mut self,
         part: &Part,
@@ -340,10 +345,22 @@ impl Decider<'_> {
         }
         let mut best: Option<(i32, usize)> = None;
         let mut running = 0;
+        let first = if self.order.follow_order {
+            children.iter().filter(|c| c.0 == level).min_by_key(|c| c.1).map(|c| c.2 as usize)
+        } else {
+            None
+        };
         for s in part.lo..part.hi {
             running += self.cover[s];
-            if forced(self, s) && best.is_none_or(|(count, _)| running < count) {
-                best = Some((running, s));
+            if forced(self, s) {
+                if let Some(f) = first {
+                    if (inst.sec_lo[f] as usize) <= s && s < inst.sec_hi[f] as usize {
+                        return Some(s);
+                    }
+                }
+                if best.is_none_or(|(count, _)| running < count) {
+                    best = Some((running, s));
+                }
             }
         }
         best.map(|(_, s)| s)
@@ -710,7 +727,13 @@ mod tests {
             for capacity in bound..bound + 4 {
                 let with = decide(&inst, &order(&rank, "WAT"), capacity, u64::MAX, None);
                 let without = decide(&inst, &plain(order(&rank, "WAT")), capacity, u64::MAX, None);
+                let follow = Order { follow_order: true, ..order(&rank, "WAT") };
+                let following = decide(&inst, &follow, capacity, u64::MAX, None);
                 assert_eq!(with.verdict, without.verdict, "{buffers:?} at {capacity}");
+                assert_eq!(following.verdict, without.verdict, "{buffers:?} at {capacity}, following the order");
+                if let Some(offsets) = following.offsets {
+                    check(&buffers, &offsets, capacity);
+                }
                 forced_nodes += with.nodes;
                 plain_nodes += without.nodes;
                 if let Some(offsets) = with.offsets {
