@@ -708,6 +708,7 @@ class PackingInstance:
         capacity: int,
         node_limit: int,
         time_limit: float,
+        follow_order: bool = False,
     ) -> tuple[str, list[int] | None, int]: ...
 
 @disjoint_base

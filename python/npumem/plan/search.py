@@ -32,11 +32,17 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
     children afresh (`HEURISTICS`: lifetime, area, and the most bytes still to place in the
     buffer's sections, counted when the part starts). Parts already decided are remembered by
     their buffers, their floors and the last offset, so a part met again is not searched again.
+    Forced sections: at the lowest level a buffer can still start at, a section whose buffers
+    could not all fit if none of them started there (the next start is at least a raw offset
+    above the level, or the level plus the smallest buffer still to place that one would rest
+    on) must be covered at that level; the node branches only on the buffers that cover the
+    forced section with the fewest of them, and fails when there are none.
 
 Anytime
     The search starts from the best greedy packing. The part that holds the arena up gets, in
-    passes with doubling node budgets, decision runs halfway between the bound and the best
-    packing (without a capacity) and at the goal (the capacity, or the proven lower bound),
+    passes with doubling node budgets, decision runs an eighth of the way down and halfway
+    from the best packing to the bound (without a capacity) and at the goal (the capacity, or
+    the proven lower bound),
     each order in turn, then
     one descent run (`PackingInstance.search`: every packing found tightens its capacity to
     one byte below it). A decision run that exhausts its tree proves the capacity it probed
@@ -136,10 +142,19 @@ def components(problem: Problem) -> list[Component]:
     return result
 
 
-HEURISTICS = ("WAT", "TAW", "TWA", "ZWT")
+HEURISTICS = (
+    ("WAT", False),
+    ("TAW", False),
+    ("TWA", False),
+    ("ZWT", False),
+    ("WAT", True),
+    ("TWA", True),
+)
 """Orders of the decision runs, in MiniMalloc's letters (compared in turn, largest first): `W`
 the lifetime, `A` lifetime times size, `Z` the size, `T` the most bytes still to place in
-one of the buffer's sections, counted afresh in every part the search splits off."""
+one of the buffer's sections, counted afresh in every part the search splits off. The flag:
+whether a forced section is the one the order's first child covers (else the one with the
+fewest children); the two choices fail on different instances, so both are run."""
 
 BASE_NODES = 20_000
 """Nodes of the shortest descent run; run `k` gets `BASE_NODES` times the k-th Luby term."""
@@ -340,7 +355,10 @@ def solve(
             target = min(top, capacity if capacity is not None else floor)
             probes = [target]
             if capacity is None and top - floor > 1:
-                probes.insert(0, (floor + top) // 2)  # halfway first: it improves soonest
+                probes.insert(0, (floor + top) // 2)  # halfway: it improves soonest
+                step = (top - floor) // 8
+                if step > 0:
+                    probes.insert(0, top - step)  # a short step down: the likeliest to fit
             probes.append(-1)  # the descent run
             part.probes = probes
         probe = part.probes.pop(0)
@@ -369,13 +387,19 @@ def solve(
             continue
         if probe < part.bound or probe >= part.arena:
             continue
-        for keys in HEURISTICS:
+        for keys, follow_order in HEURISTICS:
             remaining = deadline - time.perf_counter()
             if remaining <= 0 or (nodes_left is not None and nodes_left <= 0):
                 break
             run_budget = budget if nodes_left is None else min(budget, nodes_left)
             verdict, found, nodes = part.instance.decide(
-                keys, part.comp.lifetimes, part.base_rank, probe, run_budget, remaining
+                keys,
+                part.comp.lifetimes,
+                part.base_rank,
+                probe,
+                run_budget,
+                remaining,
+                follow_order,
             )
             stats.nodes += nodes
             stats.runs += 1

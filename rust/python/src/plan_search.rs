@@ -73,8 +73,10 @@ impl PackingInstance {
 
     /// One decision run at `capacity`: returns `("found" | "exhausted" | "stopped", offsets or
     /// None, nodes)`. `keys` are letters of `W` (width), `A` (area), `T` (total), `Z` (size),
-    /// `C` (sections), compared largest first, then `rank`.
+    /// `C` (sections), compared largest first, then `rank`. With `follow_order`, a forced section
+    /// is chosen by the order's first child instead of by the fewest children.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (keys, widths, rank, capacity, node_limit, time_limit, follow_order=false))]
     fn decide(
         &self,
         py: Python<'_>,
@@ -84,6 +86,7 @@ impl PackingInstance {
         capacity: u64,
         node_limit: u64,
         time_limit: f64,
+        follow_order: bool,
     ) -> PyResult<(&'static str, Option<Vec<u64>>, u64)> {
         for (what, len) in [("rank", rank.len()), ("widths", widths.len())] {
             if len != self.inner.len() {
@@ -100,7 +103,7 @@ impl PackingInstance {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(errors::plan_search)?;
-        let order = Order { keys, widths, rank };
+        let order = Order { follow_order, ..Order::new(keys, widths, rank) };
         if !time_limit.is_finite() || time_limit < 0.0 {
             return Err(errors::plan_search(PackingError(format!(
                 "time_limit must be finite and >= 0, got {time_limit}"

@@ -66,6 +66,20 @@ pub struct Order {
     pub widths: Vec<u64>,
     /// The last tie-break, one distinct value per buffer.
     pub rank: Vec<u32>,
+    /// Branch on forced sections (see the module documentation of `npumem.plan.search`): on by
+    /// default; off only to measure the rule or to check it against the plain search.
+    pub forced_sections: bool,
+    /// Of the forced sections, take one that the first child in this order covers (when there
+    /// is one) instead of the one with the fewest children: the two choices fail on different
+    /// instances, so the schedule runs orders of both kinds.
+    pub follow_order: bool,
+}
+
+impl Order {
+    /// An order by `keys`, then `rank`, with every rule on.
+    pub fn new(keys: Vec<Key>, widths: Vec<u64>, rank: Vec<u32>) -> Self {
+        Self { keys, widths, rank, forced_sections: true, follow_order: false }
+    }
 }
 
 /// Range-min over the sections `base .. base + len` of one part.
@@ -149,6 +163,16 @@ struct Decider<'a> {
     rem: Vec<u64>,
     /// Number of unplaced buffers live in both section `s` and `s + 1`.
     cuts: Vec<u32>,
+    /// Highest end of a placed buffer live in each section (0 when none).
+    floor: Vec<u64>,
+    /// Scratch: per section, the number of children that can start at the lowest level.
+    cover: Vec<i32>,
+    /// Saved floors of the sections of each placement on the current branch, in order.
+    floor_trail: Vec<u64>,
+    /// Saved `floor_max` of the buffers each placement on the current branch raised.
+    raised_trail: Vec<(u32, u64)>,
+    /// Whether to branch on the most constrained full section (see [`Decider::forced_section`]).
+    forced: bool,
     /// Parts already decided, by [`Decider::part_key`]: the packing found (offsets in the
     /// order of the part's buffers) or `None` when the part cannot be packed.
     memo: HashMap<Vec<u64>, Option<Vec<u64>>>,
@@ -196,9 +220,9 @@ impl Decider<'_> {
             let saved: Vec<u32> = members.iter().map(|&q| self.rank[q as usize]).collect();
             self.rerank(&members);
             let part = Part { buffers: members, lo: a, hi: b };
-            let mut lowest = Lowest::new(a, b - a);
+            let mut lows = (Lowest::new(a, b - a), Lowest::new(a, b - a));
             // Ranks start afresh: children at the offset `last` may come in any order.
-            let status = self.dfs(&part, &mut lowest, last, if self.order.keys.is_empty() { prev } else { None });
+            let status = self.dfs(&part, &mut lows, last, if self.order.keys.is_empty() { prev } else { None });
             for (&q, &r) in part.buffers.iter().zip(&saved) {
                 self.rank[q as usize] = r;
             }
@@ -281,9 +305,70 @@ impl Decider<'_> {
         }
     }
 
+    /// The lowest level any buffer of `part` can still start at: the least, over the sections
+    /// with buffers still to place, of their floor or `last` when that is higher.
+    fn level(&self, part: &Part, last: u64) -> u64 {
+        (part.lo..part.hi).filter(|&s| self.rem[s] > 0).map(|s| self.floor[s].max(last)).min().unwrap_or(u64::MAX)
+    }
+
+    /// A *forced* section of `part`: one at the lowest `level` where, if no buffer started at
+    /// that level, the lowest a buffer still to place could start (`above`: the least, over
+    /// the section's buffers, of their raw offset when it is above the level, else the level
+    /// plus the smallest buffer still to place that is live with it, on which it would rest)
+    /// leaves too little room for the section's buffers still to place. One of them must start
+    /// at the level, and since offsets never decrease along a branch it can be placed next: the
+    /// children reduce to the buffers that start at the level and cover the section. Of the
+    /// forced sections, the one with the fewest such children is returned (`None`: none), or
+    /// with [`Order::follow_order`] the first that the order's first child at the level covers.
+    fn forced_section(
+        &mut self,
+        part: &Part,
+        last: u64,
+        level: u64,
+        above: &Lowest,
+        children: &[(u64, u32, u32)],
+    ) -> Option<usize> {
+        let capacity = self.capacity;
+        let forced = |d: &Self, s: usize| {
+            d.rem[s] > 0 && d.floor[s].max(last) == level && above.leaf(s).saturating_add(d.rem[s]) > capacity
+        };
+        if !(part.lo..part.hi).any(|s| forced(self, s)) {
+            return None;
+        }
+        let inst = self.inst;
+        self.cover[part.lo..=part.hi].fill(0);
+        for &(r, _, q) in children {
+            if r == level {
+                self.cover[inst.sec_lo[q as usize] as usize] += 1;
+                self.cover[inst.sec_hi[q as usize] as usize] -= 1;
+            }
+        }
+        let mut best: Option<(i32, usize)> = None;
+        let mut running = 0;
+        let first = if self.order.follow_order {
+            children.iter().filter(|c| c.0 == level).min_by_key(|c| c.1).map(|c| c.2 as usize)
+        } else {
+            None
+        };
+        for s in part.lo..part.hi {
+            running += self.cover[s];
+            if forced(self, s) {
+                if let Some(f) = first {
+                    if (inst.sec_lo[f] as usize) <= s && s < inst.sec_hi[f] as usize {
+                        return Some(s);
+                    }
+                }
+                if best.is_none_or(|(count, _)| running < count) {
+                    best = Some((running, s));
+                }
+            }
+        }
+        best.map(|(_, s)| s)
+    }
+
     /// Depth-first search in one part: the last placement of this part was at `last` (by the
     /// buffer `prev`).
-    fn dfs(&mut self, part: &Part, lowest: &mut Lowest, last: u64, prev: Option<u32>) -> Status {
+    fn dfs(&mut self, part: &Part, lows: &mut (Lowest, Lowest), last: u64, prev: Option<u32>) -> Status {
         if self.nodes >= self.node_limit
             || (self.nodes & 255 == 0 && self.deadline.is_some_and(|d| Instant::now() >= d))
         {
@@ -294,7 +379,10 @@ impl Decider<'_> {
         let capacity = self.capacity;
         let mut children: Vec<(u64, u32, u32)> = Vec::with_capacity(part.buffers.len());
         let (mut end1, mut end1_q, mut end2) = (u64::MAX, u32::MAX, u64::MAX);
+        let level = self.level(part, last);
+        let (lowest, above) = lows;
         lowest.reset();
+        above.reset();
         for &q in &part.buffers {
             let qi = q as usize;
             if self.placed[qi] {
@@ -315,12 +403,7 @@ impl Decider<'_> {
             }
             let low = if r < last {
                 // It must rest on a buffer live with it that is still to place (at >= last).
-                let support = inst
-                    .neighbors(qi)
-                    .iter()
-                    .filter(|&&x| !self.placed[x as usize])
-                    .map(|&x| inst.sizes[x as usize])
-                    .min();
+                let support = inst.smallest_unplaced_neighbor(qi, &self.placed);
                 match support {
                     Some(s) => last + s,
                     None => return Status::NotFound,
@@ -332,6 +415,15 @@ impl Decider<'_> {
                 return Status::NotFound;
             }
             lowest.chmin(inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize, low);
+            if self.forced {
+                let next = if r != level {
+                    low
+                } else {
+                    // Not at the level, it must rest on a buffer live with it placed there.
+                    inst.smallest_unplaced_neighbor(qi, &self.placed).map_or(u64::MAX, |s| level + s)
+                };
+                above.chmin(inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize, next);
+            }
             if r < last || (r == last && prev.is_some_and(|p| self.rank[qi] < self.rank[p as usize])) {
                 continue;
             }
@@ -347,6 +439,23 @@ impl Decider<'_> {
                 return Status::NotFound;
             }
         }
+        let forced = if self.forced {
+            above.finish();
+            self.forced_section(part, last, level, above, &children)
+        } else {
+            None
+        };
+        if let Some(section) = forced {
+            let inst = self.inst;
+            children.retain(|&(r, _, q)| {
+                r == level
+                    && (inst.sec_lo[q as usize] as usize) <= section
+                    && section < inst.sec_hi[q as usize] as usize
+            });
+            if children.is_empty() {
+                return Status::NotFound;
+            }
+        }
         children.sort_unstable();
         for (r, _, q) in children {
             if r >= if q == end1_q { end2 } else { end1 } {
@@ -358,15 +467,18 @@ impl Decider<'_> {
             // Place q.
             self.placed[qi] = true;
             let (lo, hi) = (inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize);
+            let floor_mark = self.floor_trail.len();
+            self.floor_trail.extend_from_slice(&self.floor[lo..hi]);
             for s in lo..hi {
                 self.rem[s] -= size;
+                self.floor[s] = end;
             }
             let mut cut = false;
             for s in lo..hi - 1 {
                 self.cuts[s] -= 1;
                 cut |= self.cuts[s] == 0;
             }
-            let mut raised: Vec<(u32, u64)> = Vec::new();
+            let raised_mark = self.raised_trail.len();
             let mut hatless = true;
             for &x in inst.neighbors(qi) {
                 let xi = x as usize;
@@ -375,25 +487,35 @@ impl Decider<'_> {
                 }
                 hatless = false;
                 if self.floor_max[xi] < end {
-                    raised.push((x, self.floor_max[xi]));
+                    self.raised_trail.push((x, self.floor_max[xi]));
                     self.floor_max[xi] = end;
                 }
             }
+            // After a forced step the order among buffers at this offset is still the one set
+            // by the last free choice (none when the offset is new).
+            let next_prev = match forced {
+                Some(_) if r == last => prev,
+                Some(_) => None,
+                None => Some(q),
+            };
             let status = if cut {
-                self.solve_parts(&part.buffers, part.lo, part.hi, r, Some(q))
+                self.solve_parts(&part.buffers, part.lo, part.hi, r, next_prev)
             } else {
-                self.dfs(part, lowest, r, Some(q))
+                self.dfs(part, lows, r, next_prev)
             };
             // Undo.
-            for &(x, old) in raised.iter().rev() {
+            for &(x, old) in self.raised_trail[raised_mark..].iter().rev() {
                 self.floor_max[x as usize] = old;
             }
+            self.raised_trail.truncate(raised_mark);
             for s in lo..hi - 1 {
                 self.cuts[s] += 1;
             }
             for s in lo..hi {
                 self.rem[s] += size;
             }
+            self.floor[lo..hi].copy_from_slice(&self.floor_trail[floor_mark..]);
+            self.floor_trail.truncate(floor_mark);
             self.placed[qi] = false;
             match status {
                 Status::NotFound => {}
@@ -452,6 +574,11 @@ pub fn decide(
         floor_max: vec![0; n],
         rem,
         cuts,
+        floor: vec![0; sections],
+        cover: vec![0; sections + 1],
+        floor_trail: Vec::new(),
+        raised_trail: Vec::new(),
+        forced: order.forced_sections,
         memo: HashMap::new(),
         memo_words: 0,
     };
@@ -471,6 +598,11 @@ mod tests {
 
     /// Buffers given as (lower, upper, size) over time steps; sections are the unit steps.
     fn instance(buffers: &[(u32, u32, u64)]) -> PackingInstance {
+        aligned(buffers, &vec![1; buffers.len()])
+    }
+
+    /// The same with an alignment per buffer.
+    fn aligned(buffers: &[(u32, u32, u64)], alignments: &[u64]) -> PackingInstance {
         let n_sections = buffers.iter().map(|b| b.1).max().unwrap_or(0) as usize;
         let neighbors: Vec<Vec<u32>> = (0..buffers.len())
             .map(|i| {
@@ -482,7 +614,7 @@ mod tests {
             .collect();
         PackingInstance::new(
             buffers.iter().map(|b| b.2).collect(),
-            &vec![1; buffers.len()],
+            alignments,
             buffers.iter().map(|b| b.0).collect(),
             buffers.iter().map(|b| b.1).collect(),
             n_sections,
@@ -493,11 +625,11 @@ mod tests {
     }
 
     fn order(rank: &[u32], keys: &str) -> Order {
-        Order {
-            keys: keys.chars().map(|c| Key::from_letter(c).expect("key letter")).collect(),
-            widths: vec![1; rank.len()],
-            rank: rank.to_vec(),
-        }
+        Order::new(
+            keys.chars().map(|c| Key::from_letter(c).expect("key letter")).collect(),
+            vec![1; rank.len()],
+            rank.to_vec(),
+        )
     }
 
     fn check(buffers: &[(u32, u32, u64)], offsets: &[u64], capacity: u64) {
@@ -551,5 +683,102 @@ mod tests {
         let out = decide(&inst, &order(&rank, "WAT"), 1, 5, None);
         assert_ne!(out.verdict, Verdict::Found);
         assert!(out.nodes <= 5);
+    }
+
+    /// A small deterministic generator (xorshift64*), so that every run checks the same cases.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) % n
+        }
+    }
+
+    fn live_bytes_bound(buffers: &[(u32, u32, u64)]) -> u64 {
+        let end = buffers.iter().map(|b| b.1).max().unwrap_or(0);
+        (0..end).map(|t| buffers.iter().filter(|b| b.0 <= t && t < b.1).map(|b| b.2).sum()).max().unwrap_or(0)
+    }
+
+    fn plain(order: Order) -> Order {
+        Order { forced_sections: false, ..order }
+    }
+
+    #[test]
+    fn forced_sections_agree_with_the_plain_search() {
+        // Both searches are exhaustive here: they must agree on every capacity from the
+        // live-bytes bound up, and every packing found must be valid.
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut forced_nodes, mut plain_nodes, mut infeasible) = (0, 0, 0);
+        for _ in 0..400 {
+            let n = 4 + rng.below(6) as usize;
+            let buffers: Vec<(u32, u32, u64)> = (0..n)
+                .map(|_| {
+                    let lo = rng.below(6) as u32;
+                    (lo, lo + 1 + rng.below(4) as u32, 1 + rng.below(9))
+                })
+                .collect();
+            let alignments: Vec<u64> = (0..n).map(|_| 1 << rng.below(3)).collect();
+            let inst = aligned(&buffers, &alignments);
+            let rank: Vec<u32> = (0..n as u32).collect();
+            let bound = live_bytes_bound(&buffers);
+            for capacity in bound..bound + 4 {
+                let with = decide(&inst, &order(&rank, "WAT"), capacity, u64::MAX, None);
+                let without = decide(&inst, &plain(order(&rank, "WAT")), capacity, u64::MAX, None);
+                let follow = Order { follow_order: true, ..order(&rank, "WAT") };
+                let following = decide(&inst, &follow, capacity, u64::MAX, None);
+                assert_eq!(with.verdict, without.verdict, "{buffers:?} at {capacity}");
+                assert_eq!(following.verdict, without.verdict, "{buffers:?} at {capacity}, following the order");
+                if let Some(offsets) = following.offsets {
+                    check(&buffers, &offsets, capacity);
+                }
+                forced_nodes += with.nodes;
+                plain_nodes += without.nodes;
+                if let Some(offsets) = with.offsets {
+                    check(&buffers, &offsets, capacity);
+                    assert!(offsets.iter().zip(&alignments).all(|(o, a)| o % a == 0));
+                } else {
+                    infeasible += 1;
+                }
+            }
+        }
+        assert!(infeasible > 50, "the cases must include capacities that are too small");
+        assert!(forced_nodes < plain_nodes, "{forced_nodes} nodes with forced sections, {plain_nodes} without");
+    }
+
+    /// A perfect packing of `steps` x `height` cut straight across, again and again, into
+    /// `count` buffers (time or bytes), as (lower, upper, size).
+    fn tiling(rng: &mut Rng, steps: u32, height: u64, count: usize) -> Vec<(u32, u32, u64)> {
+        let mut rects = vec![(0, steps, 0, height)];
+        while rects.len() < count {
+            let k = rng.below(rects.len() as u64) as usize;
+            let (t0, t1, a0, a1) = rects[k];
+            if rng.below(2) == 0 && t1 - t0 >= 2 {
+                let cut = t0 + 1 + rng.below(u64::from(t1 - t0 - 1)) as u32;
+                rects[k] = (t0, cut, a0, a1);
+                rects.push((cut, t1, a0, a1));
+            } else if a1 - a0 >= 2 {
+                let cut = a0 + 1 + rng.below(a1 - a0 - 1);
+                rects[k] = (t0, t1, a0, cut);
+                rects.push((t0, t1, cut, a1));
+            }
+        }
+        rects.into_iter().map(|(t0, t1, a0, a1)| (t0, t1, a1 - a0)).collect()
+    }
+
+    #[test]
+    fn perfect_tilings_fit_at_their_height() {
+        let mut rng = Rng(42);
+        for round in 0..200 {
+            let buffers = tiling(&mut rng, 12, 40, 10 + round % 30);
+            let inst = instance(&buffers);
+            let rank: Vec<u32> = (0..buffers.len() as u32).collect();
+            assert_eq!(live_bytes_bound(&buffers), 40);
+            let out = decide(&inst, &order(&rank, "WAT"), 40, 1_000_000, None);
+            assert_eq!(out.verdict, Verdict::Found, "{buffers:?}");
+            check(&buffers, &out.offsets.expect("a packing"), 40);
+        }
     }
 }

@@ -82,7 +82,9 @@ impl PackingInstance {
                     return Err(PackingError(format!("buffer {i}: bad neighbor {j}")));
                 }
             }
-            nbr.extend_from_slice(&neighbors[i]);
+            let mut by_size = neighbors[i].clone();
+            by_size.sort_unstable_by_key(|&j| (sizes[j as usize], j));
+            nbr.extend_from_slice(&by_size);
             nbr_start.push(
                 u32::try_from(nbr.len())
                     .map_err(|_| PackingError("too many neighbor pairs (more than 2^32)".to_string()))?,
@@ -123,8 +125,15 @@ impl PackingInstance {
         self.sizes.is_empty()
     }
 
+    /// The buffers live at the same time as `i`, smallest first.
     pub(crate) fn neighbors(&self, i: usize) -> &[u32] {
         &self.nbr[self.nbr_start[i] as usize..self.nbr_start[i + 1] as usize]
+    }
+
+    /// Size of the smallest buffer live at the same time as `i` that is not `placed`.
+    #[inline]
+    pub(crate) fn smallest_unplaced_neighbor(&self, i: usize, placed: &[bool]) -> Option<u64> {
+        self.neighbors(i).iter().find(|&&x| !placed[x as usize]).map(|&x| self.sizes[x as usize])
     }
 
     /// Lowest offset at or above `floor` for buffer `i`: aligned and clear of pinned buffers.

@@ -125,12 +125,7 @@ impl State<'_> {
             }
             let lowest_offset = if r < last {
                 // Dead for now: it must rest on a buffer live with it placed at >= last.
-                let support = inst
-                    .neighbors(q)
-                    .iter()
-                    .filter(|&&x| !self.placed[x as usize])
-                    .map(|&x| inst.sizes[x as usize])
-                    .min();
+                let support = inst.smallest_unplaced_neighbor(q, &self.placed);
                 match support {
                     Some(s) => last + s,
                     None => return false,
