@@ -68,6 +68,7 @@ mod util;
 
 #[cfg(not(loom))]
 pub use arena::regions::Region;
+#[cfg(not(loom))]
 pub use compaction::{
     CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StagedCompaction, StepReport, Transfer,
 };
