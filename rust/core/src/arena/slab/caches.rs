@@ -43,6 +43,8 @@ pub(crate) const MAX_OBJECTS: u32 = 63;
 /// Banks per slab at most (and an eighth of a chunk): a slab that holds a few objects keeps at
 /// most this much from other uses, and moving it whole (it is a naturally aligned buddy block)
 /// needs no larger gap. With many classes above 1 KiB, each may hold such a slab per core.
+/// Power-of-two classes are few and the usual burst sizes: their slabs go up to an eighth of
+/// a chunk (63 objects of 4 KiB instead of 16, a quarter of the slabs to carve and retire).
 const MAX_SLAB_BANKS: usize = 16;
 pub(super) const RETIRED: u64 = 1 << 63;
 const IDLE: u64 = 0;
@@ -50,6 +52,9 @@ const HELD: u64 = 1;
 const RECYCLED: u64 = 2;
 /// Set in the listing word once the retirer has given the slab's block back.
 const DONE: u64 = 4;
+/// A coarse directory entry that sends the lookup to the fine directory (no slab has class
+/// field 0, so no slab's entry is this).
+const FINE: u64 = 1;
 
 fn listing(generation: u32, state: u64) -> u64 {
     (generation as u64) << 8 | state
@@ -145,8 +150,11 @@ pub(crate) struct SlabClasses {
     /// table has `largest >> size_shift` entries (4096 bytes for the default classes).
     by_size: Vec<u8>,
     size_shift: u32,
-    /// The smallest slab: the granule of the slab directory.
+    /// The smallest slab: the granule of the fine slab directory.
     pub(crate) granule_shift: u32,
+    /// The granule of the coarse slab directory: a bank, or the smallest slab when that is
+    /// larger. Slabs of at least this size have coarse entries only.
+    pub(crate) coarse_shift: u32,
 }
 
 impl SlabClasses {
@@ -155,7 +163,9 @@ impl SlabClasses {
     pub(crate) fn new(sizes: &[usize], bank: usize, min_block: usize, chunk_size: usize) -> SlabClasses {
         debug_assert!(sizes.len() <= MAX_SLAB_CLASSES, "a class index fits a byte");
         let max_slab = (chunk_size / 8).min(bank * MAX_SLAB_BANKS).max(min_block);
-        let classes: Vec<SlabClass> = sizes.iter().map(|&s| SlabClass::new(s, bank, min_block, max_slab)).collect();
+        let max_pow2_slab = (chunk_size / 8).max(min_block);
+        let slab_cap = |size: usize| if size.is_power_of_two() { max_pow2_slab } else { max_slab };
+        let classes: Vec<SlabClass> = sizes.iter().map(|&s| SlabClass::new(s, bank, min_block, slab_cap(s))).collect();
         let largest = sizes.last().copied().unwrap_or(0);
         let size_shift = sizes.iter().map(|s| s.trailing_zeros()).min().unwrap_or(0);
         let mut by_size = Vec::with_capacity(largest >> size_shift);
@@ -167,7 +177,9 @@ impl SlabClasses {
             by_size.push(k as u8);
         }
         let granule = classes.iter().map(|c| c.slab_bytes).min().unwrap_or(min_block);
-        SlabClasses { classes, by_size, size_shift, granule_shift: granule.trailing_zeros() }
+        let granule_shift = granule.trailing_zeros();
+        let coarse_shift = bank.trailing_zeros().max(granule_shift);
+        SlabClasses { classes, by_size, size_shift, granule_shift, coarse_shift }
     }
 
     /// The class for `n` bytes aligned to `align`: the first class at least `n` bytes whose
@@ -296,10 +308,14 @@ pub(crate) struct SlabCaches {
     slabs: Zeroed<Slab>,
     fresh_ids: AtomicU32,
     free_ids: IndexStack,
-    /// Slab granule (offset >> granule_shift) -> `owner << 40 | (class + 1) << 32 | id`, 0 when
-    /// no slab covers it: a free finds its slab, class, owner and (slabs being naturally aligned)
-    /// base in one load.
-    pub(super) directory: Zeroed<AtomicU64>,
+    /// Coarse granule (offset >> coarse_shift) -> `owner << 40 | (class + 1) << 32 | id` of the
+    /// slab of at least a coarse granule that covers it, `FINE` when slabs smaller than a
+    /// granule live (or lived) there, 0 otherwise: a free finds its slab, class, owner and
+    /// (slabs being naturally aligned) base in one load, two for the small slabs.
+    directory: Zeroed<AtomicU64>,
+    /// Fine granule (offset >> granule_shift) -> the same entry, for slabs smaller than a coarse
+    /// granule only (a table of one entry when there are none).
+    fine: Zeroed<AtomicU64>,
     pub(super) cores: Box<[CachePadded<CoreSlabs>]>,
     /// Live slabs per class.
     live: Box<[AtomicU64]>,
@@ -311,6 +327,9 @@ impl SlabCaches {
     /// room for them.
     pub(crate) fn new(classes: SlabClasses, arena_bytes: usize, cores: usize) -> Result<SlabCaches> {
         let granules = (arena_bytes >> classes.granule_shift) + 1;
+        let coarse = (arena_bytes >> classes.coarse_shift) + 1;
+        let small_slabs = classes.classes.iter().any(|c| c.slab_bytes < 1 << classes.coarse_shift);
+        let fine = if small_slabs { coarse << (classes.coarse_shift - classes.granule_shift) } else { 1 };
         let n = classes.classes.len();
         let make_core = |_| {
             CachePadded(CoreSlabs {
@@ -322,7 +341,8 @@ impl SlabCaches {
             slabs: Zeroed::new(granules.min((NIL - 1) as usize), "the slab table")?,
             fresh_ids: AtomicU32::new(0),
             free_ids: IndexStack::new(),
-            directory: Zeroed::new(granules, "the slab directory")?,
+            directory: Zeroed::new(coarse, "the slab directory")?,
+            fine: Zeroed::new(fine, "the fine slab directory")?,
             cores: try_boxed(cores.max(1), "the per-core slab caches", make_core)?,
             live: (0..n).map(|_| AtomicU64::new(0)).collect(),
             classes,
@@ -332,7 +352,7 @@ impl SlabCaches {
     /// Bytes of the slab table and directory the host has committed.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn resident_bytes(&self) -> usize {
-        self.slabs.resident_bytes() + self.directory.resident_bytes()
+        self.slabs.resident_bytes() + self.directory.resident_bytes() + self.fine.resident_bytes()
     }
 
     #[inline]
@@ -488,24 +508,54 @@ impl SlabCaches {
         slab.base.store(base as u64, Ordering::Relaxed);
         slab.listed.store(listing(generation, IDLE), Ordering::Relaxed);
         slab.meta.store(pack_meta(generation, k, core), Ordering::Release);
-        for granule in self.granules(base, class.slab_bytes) {
-            let entry = (core as u64) << 40 | ((k as u64) + 1) << 32 | id as u64;
-            self.directory[granule as usize].store(entry, Ordering::Release);
-        }
+        self.map(id, k, core, base);
         self.live[k].fetch_add(1, Ordering::Relaxed);
         slab.free.store(class.all_free(), Ordering::Release); // publishes the slab
         Some(id)
     }
 
-    pub(super) fn granules(&self, base: usize, bytes: usize) -> impl Iterator<Item = u32> {
-        let shift = self.classes.granule_shift;
-        (base >> shift) as u32..((base + bytes) >> shift) as u32
+    /// Name slab `id` (class `k`, owned by `core`) in the directory entries of `base..base +
+    /// slab_bytes`. A slab smaller than a coarse granule takes fine entries, and marks its
+    /// coarse granule `FINE` after them (the mark stays when it retires: the fine entries say
+    /// 0 then; a slab of a coarse granule or more placed there later overwrites it). Whoever
+    /// holds the slab's block writes its entries, so no two writers race on one entry.
+    pub(super) fn map(&self, id: u32, k: usize, core: usize, base: usize) {
+        let entry = (core as u64) << 40 | ((k as u64) + 1) << 32 | id as u64;
+        let bytes = self.classes.classes[k].slab_bytes;
+        let coarse = self.classes.coarse_shift;
+        if bytes >> coarse == 0 {
+            let fine = self.classes.granule_shift;
+            for granule in base >> fine..(base + bytes) >> fine {
+                self.fine[granule].store(entry, Ordering::Release);
+            }
+            self.directory[base >> coarse].store(FINE, Ordering::Release);
+        } else {
+            for granule in base >> coarse..(base + bytes) >> coarse {
+                self.directory[granule].store(entry, Ordering::Release);
+            }
+        }
+    }
+
+    /// Clear the directory entries of a slab of class `k` at `base`.
+    pub(super) fn unmap_at(&self, k: usize, base: usize) {
+        let bytes = self.classes.classes[k].slab_bytes;
+        let (table, shift) = if bytes >> self.classes.coarse_shift == 0 {
+            (&self.fine, self.classes.granule_shift)
+        } else {
+            (&self.directory, self.classes.coarse_shift)
+        };
+        for granule in base >> shift..(base + bytes) >> shift {
+            table[granule].store(0, Ordering::Release);
+        }
     }
 
     /// The slab holding `offset`, if a slab does.
     #[inline(always)]
     pub(crate) fn lookup(&self, offset: usize) -> Option<SlabRef> {
-        let entry = self.directory.get(offset >> self.classes.granule_shift)?.load(Ordering::Acquire);
+        let mut entry = self.directory.get(offset >> self.classes.coarse_shift)?.load(Ordering::Acquire);
+        if entry == FINE {
+            entry = self.fine[offset >> self.classes.granule_shift].load(Ordering::Acquire);
+        }
         (entry != 0).then(|| SlabRef {
             id: entry as u32,
             class: (entry >> 32 & 0xFF) as usize - 1,
@@ -570,9 +620,7 @@ impl SlabCaches {
         let k = class_of(meta);
         let base = slab.base.load(Ordering::Acquire) as usize;
         let bytes = self.classes.classes[k].slab_bytes;
-        for granule in self.granules(base, bytes) {
-            self.directory[granule as usize].store(0, Ordering::Release);
-        }
+        self.unmap_at(k, base);
         self.live[k].fetch_sub(1, Ordering::Relaxed);
         blocks.release(base, bytes);
         slab.listed.fetch_or(DONE, Ordering::AcqRel);
@@ -812,6 +860,56 @@ mod tests {
         }
         fn release(&self, base: usize, bytes: usize) {
             self.released.lock().unwrap().push((base, bytes));
+        }
+    }
+
+    /// Every slab carved at offset 0, one at a time: slabs of different sizes follow each
+    /// other on the same place.
+    #[derive(Default)]
+    struct OneSpot {
+        busy: std::sync::atomic::AtomicBool,
+    }
+
+    impl SlabBlocks for OneSpot {
+        fn carve(&self, _bytes: usize) -> Option<usize> {
+            (!self.busy.swap(true, std::sync::atomic::Ordering::Relaxed)).then_some(0)
+        }
+        fn release(&self, _base: usize, _bytes: usize) {
+            self.busy.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// A slab smaller than a bank has fine directory entries under a coarse mark that outlives
+    /// it; a bank-sized slab placed there later overwrites the mark, and a small one after it
+    /// marks the place again. Every lookup names the slab there, or nothing.
+    #[test]
+    fn small_and_large_slabs_on_the_same_place_are_found_by_the_directory() {
+        let caches = SlabCaches::new(classes(&[4, 4096]), 16 << 20, 1).unwrap();
+        assert!(caches.classes.classes[0].slab_bytes < 4096 && caches.classes.classes[1].slab_bytes > 4096);
+        let spot = OneSpot::default();
+        let large = caches.classes.classes[1].slab_bytes;
+        for round in 0..3 {
+            let (small, _) = caches.alloc(0, 0, &spot).unwrap();
+            assert_eq!(small, 0);
+            assert_eq!(caches.lookup(small).map(|s| s.class), Some(0), "round {round}");
+            assert_eq!(caches.lookup(252).map(|s| s.class), Some(0));
+            for at in [256, 4095, 4096, large - 1] {
+                assert_eq!(caches.lookup(at), None, "round {round}: {at} is no slab's");
+            }
+            caches.free(caches.lookup(small).unwrap(), small, &spot).unwrap();
+            assert_eq!(caches.reclaim(&spot), 1);
+            assert_eq!(caches.lookup(small), None, "round {round}: the retired small slab is gone");
+            let (big, _) = caches.alloc(1, 0, &spot).unwrap();
+            assert_eq!(big, 0);
+            for at in [0, 255, 256, 4096, large - 1] {
+                assert_eq!(caches.lookup(at).map(|s| s.class), Some(1), "round {round}: {at}");
+            }
+            assert_eq!(caches.lookup(large), None);
+            caches.free(caches.lookup(big).unwrap(), big, &spot).unwrap();
+            assert_eq!(caches.reclaim(&spot), 1);
+            for at in [0, 256, 4096, large - 1] {
+                assert_eq!(caches.lookup(at), None, "round {round}: the retired large slab is gone");
+            }
         }
     }
 

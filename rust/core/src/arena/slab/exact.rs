@@ -56,10 +56,7 @@ impl SlabCaches {
     pub(crate) fn unmap(&self, id: u32) {
         let slab = self.slab(id);
         let k = class_of(slab.meta.load(Ordering::Acquire));
-        let old_base = slab.base.load(Ordering::Acquire) as usize;
-        for granule in self.granules(old_base, self.classes.classes[k].slab_bytes) {
-            self.directory[granule as usize].store(0, Ordering::Release);
-        }
+        self.unmap_at(k, slab.base.load(Ordering::Acquire) as usize);
     }
 
     /// Second half: slab `id` is at `new_base` now (the caller moved the bytes and the buddy
@@ -71,10 +68,7 @@ impl SlabCaches {
         let bytes = self.classes.classes[k].slab_bytes;
         debug_assert_eq!(new_base % bytes, 0, "slabs are naturally aligned buddy blocks");
         slab.base.store(new_base as u64, Ordering::Release);
-        let entry = (owner as u64) << 40 | ((k as u64) + 1) << 32 | id as u64;
-        for granule in self.granules(new_base, bytes) {
-            self.directory[granule as usize].store(entry, Ordering::Release);
-        }
+        self.map(id, k, owner, new_base);
     }
 
     /// Put slab `id` back in order after objects came or went behind the allocator's back: an
