@@ -24,7 +24,7 @@ fn sweep_sizes() -> Vec<usize> {
     }
     for shift in 12..=26 {
         let p = 1usize << shift;
-        sizes.extend([p - 1, p, p + 1, p + p / 32 + 1, p - p / 32 + 1]);
+        sizes.extend([p - 1, p, p + 1, p + p / 32 + 1, p + p / 16 + 1, p - p / 32 + 1]);
     }
     for k in 1..=32 {
         sizes.extend([k * CHUNK - 1, k * CHUNK, k * CHUNK + 1]);
@@ -42,7 +42,7 @@ fn in_the_run_gap(size: usize) -> bool {
 }
 
 #[test]
-fn waste_is_at_most_a_sixteenth_from_4_kib_up() {
+fn waste_is_at_most_an_eighth_from_4_kib_up() {
     let p = pool(160 * MIB);
     let mut worst = (0.0f64, 0usize, 0usize);
     let mut worst_gap = (0.0f64, 0usize, 0usize);
@@ -56,11 +56,14 @@ fn waste_is_at_most_a_sixteenth_from_4_kib_up() {
                 worst_gap = (ratio, size, reserved);
             }
         } else {
-            // The unit (256 B) is the rounding every block pays; the bank rule adds nothing
-            // here, a block of a bank or more starting on a bank boundary.
+            // A trimmed buddy block is cut at 1/16 of its enclosing power of two, so it
+            // reserves less than 1/8 more than asked (1/16 needs the finer 1/32 cut, which
+            // leaves a full compaction's packing more holes than its bound allows). The unit
+            // (256 B) is the rounding every block pays; the bank rule adds nothing here, a
+            // block of a bank or more starting on a bank boundary.
             assert!(
-                reserved <= size + size / 16 + UNIT,
-                "{size} bytes reserve {reserved} (more than 1/16 over, plus a unit)"
+                reserved <= size + size / 8 + UNIT,
+                "{size} bytes reserve {reserved} (more than 1/8 over, plus a unit)"
             );
             if ratio > worst.0 {
                 worst = (ratio, size, reserved);

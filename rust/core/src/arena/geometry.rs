@@ -5,10 +5,11 @@
 use super::layout::{BuddyLayout, Layout};
 use crate::config::PoolConfig;
 
-/// A trimmed buddy block is cut at `enclosing >> TRIM_SHIFT` granularity: at most 1/32 of the
-/// enclosing node, so less than 1/16 of the request, is lost to rounding (a 400 KB request takes
-/// 400 KiB instead of a 512 KiB power of two).
-pub(crate) const TRIM_SHIFT: u32 = 5;
+/// A trimmed buddy block is cut at `enclosing >> TRIM_SHIFT` granularity: at most 1/16 of the
+/// enclosing node, so less than 1/8 of the request, is lost to rounding (a 400 KB request takes
+/// 416 KiB instead of a 512 KiB power of two). A finer cut (1/32) packs tighter but leaves a
+/// full compaction's packing more holes that no block fits.
+pub(crate) const TRIM_SHIFT: u32 = 4;
 
 /// The arena cut into chunks, and each chunk's buddy tree.
 #[derive(Debug, Clone)]
@@ -281,10 +282,10 @@ mod tests {
     #[test]
     fn the_largest_buddy_block_in_a_short_stretch_is_what_a_request_gets() {
         let g = Geometry::new(&PoolConfig::new(95_536).chunk_size(64 << 10).min_block(64));
-        // 30,000 bytes past the last whole chunk: 468 units; a request rounds up to 1/32 of
-        // 512 units (16 units), so 464 units (29,696 bytes) is the most one can get there.
+        // 30,000 bytes past the last whole chunk: 468 units; a request rounds up to 1/16 of
+        // 512 units (32 units), so 448 units (28,672 bytes) is the most one can get there.
         assert_eq!(g.last_units, 468);
-        assert_eq!(g.largest_buddy_within(468), 464);
+        assert_eq!(g.largest_buddy_within(468), 448);
         for units in [1u64, 2, 3, 17, 100, 255, 256, 257, 448, 468, 512] {
             let best = g.largest_buddy_within(units);
             let Layout::Buddy(b) = g.layout(best as usize * 64, 1) else { panic!("a buddy block") };
