@@ -169,6 +169,18 @@ impl LevelMaps {
         }
     }
 
+    /// The last resort of a failed allocation (`reveal.rs`), after an epoch step on `space`:
+    /// set the chunk's bits of every level, then lower the threshold to 0. Setting bits is
+    /// always safe (a set bit costs at most one failed search), so this repairs whatever a
+    /// miss left hidden, whatever the threshold says.
+    #[cold]
+    pub(crate) fn reveal(&self, space: &ChunkSpace, chunk: usize) {
+        for level in 0..self.levels {
+            self.set(level, chunk);
+        }
+        self.announce(space, chunk, 0);
+    }
+
     /// The lowest chunk at or after `from` whose bit of `level` is set and that `owned` (a
     /// bitmap word of the core's owned chunks, by word index) keeps. Summary bits of empty
     /// words are cleared on the way.
@@ -366,6 +378,47 @@ mod loom_models {
             freer.join().unwrap();
             assert!(maps.may_serve(1, 0), "the maps hide a pair freed during the search");
             assert!(maps.next(1, 0, &|_| u64::MAX) == Some(0));
+        });
+    }
+
+    #[test]
+    fn a_reveal_racing_a_miss_leaves_the_room_visible() {
+        // Room came back that no free counted (a leaf bunch that a cleaner sealed for a moment,
+        // here leaf 0 released without its epoch step): a search that missed it records the
+        // miss in the bunch summary and the level maps, racing the last resort of a failed
+        // allocation (an epoch step, summaries forgotten, every level revealed). Afterwards
+        // both the maps and a summarized search find the pair.
+        use crate::arena::buddy::{Conflict, Summary};
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 2, 1));
+            let words = shape.words();
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let summaries: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            for index in [0, 2] {
+                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            let probe = space.probe(0).unwrap();
+            shape.release(&tree, Node { level: 2, index: 0 }).unwrap();
+            let (sm2, sp2, m2) = (summaries.clone(), space.clone(), maps.clone());
+            let revealer = thread::spawn(move || {
+                sp2.refresh();
+                TreeShape::reset_summaries(&sm2);
+                m2.reveal(&sp2, 0);
+            });
+            // A stale search: it reads the tree as it was before leaf 0 came back.
+            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let _ = shape.search_summarized(&tree, &summary, 1, 1, None, &mut |_| Err(Conflict::Taken));
+            maps.hide(&space, 0, 1, probe);
+            revealer.join().unwrap();
+            assert!(maps.next(1, 0, &|_| u64::MAX) == Some(0), "the maps hide the pair");
+            let probe = space.probe(0).unwrap();
+            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let found = shape.search_summarized(&tree, &summary, 1, 1, None, &mut |n| shape.try_alloc(&tree, n));
+            assert_eq!(found, Some(Node { level: 1, index: 0 }), "the summary hides the pair");
         });
     }
 

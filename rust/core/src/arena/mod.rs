@@ -1,8 +1,8 @@
 //! The arena: the memory itself, without handles or Python. Its geometry (chunks, units, the
 //! bank rule), the route and shape of a block, the chunks' buddy trees and free-unit counts,
 //! the global pool of chunks and runs, the core pools, the slab caches, the optional host
-//! backing, the chunk life cycle, the regions of a pool that grows, and the exact-position API
-//! that compaction uses.
+//! backing, the chunk life cycle, the last resort that reveals hidden room, the regions of a
+//! pool that grows, and the exact-position API that compaction uses.
 
 #[cfg(not(loom))]
 #[allow(clippy::module_inception)]
@@ -23,4 +23,6 @@ pub(crate) mod level_maps;
 pub(crate) mod regions;
 #[cfg(not(loom))]
 pub(crate) mod release;
+#[cfg(not(loom))]
+pub(crate) mod reveal;
 pub(crate) mod slab;

@@ -319,8 +319,8 @@ impl Pool {
     }
 
     /// Find a place for `request`: first the fast path (an object of the core's current slab),
-    /// then everything else; with [`Reach::Full`], empty slabs and chunks are reclaimed and the
-    /// request tried once more before giving up.
+    /// then everything else; with [`Reach::Full`], empty slabs and chunks are reclaimed, hidden
+    /// levels of the cores' chunks revealed, and the request tried once more before giving up.
     #[inline(always)]
     pub(crate) fn place(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
         if let Some(k) = request.class {
@@ -348,7 +348,9 @@ impl Pool {
         let carver = SlabCarver { pool: self, core, reach };
         let slabs = self.arena.slabs.reclaim(&carver);
         let chunks = self.arena.reclaim_empty_chunks(false);
-        if slabs + chunks == 0 {
+        // Room a search hid by mistake (see `arena/reveal.rs`) is found again before failing.
+        let revealed = self.arena.reveal_hidden();
+        if slabs + chunks + revealed == 0 {
             return self.place_grown(request, core, reach);
         }
         self.place_once(request, core, reach).or_else(|| self.place_grown(request, core, reach))

@@ -1,0 +1,88 @@
+//! The last resort of an allocation that found no room: make every level of every core's
+//! chunks searchable again.
+//!
+//! The level maps (`level_maps.rs`) and the bunch summaries (`buddy.rs`) only ever hide room
+//! after a search found none, and a free re-announces what its release may have made
+//! servable. A search can still record a miss that no free undoes: one that met a leaf bunch
+//! sealed for a moment by a thread cleaning a phantom mark (a cleaner seals only an empty
+//! bunch, and unseals it without an epoch step). The bunch is empty, so no free happens in it
+//! until a block smaller than the missed level lands there; its room, and the chunk's levels
+//! that it alone could serve, stay hidden, and a long run can hide enough of them to fail
+//! allocations that the arena could serve. Before an allocation answers that there is
+//! no room, it reveals every hidden level of the chunks that cores own and searches once
+//! more: failures are rare, so they pay for it.
+//!
+//! A reveal does what a free does, with nothing released: an epoch step on the chunk's
+//! free-space word ([`ChunkSpace::refresh`]), so that a miss recorded concurrently either
+//! sees the step and undoes itself or is undone by what follows; then it forgets the bunch
+//! summaries and sets the chunk's bits of every level ([`LevelMaps::reveal`]).
+//!
+//! [`ChunkSpace::refresh`]: super::chunk_space::ChunkSpace::refresh
+//! [`LevelMaps::reveal`]: super::level_maps::LevelMaps::reveal
+
+use super::arena::Arena;
+use super::buddy::TreeShape;
+
+impl Arena {
+    /// Reveal every level of every chunk that cores own with a free unit. Returns how many
+    /// chunks were revealed.
+    #[cold]
+    pub(crate) fn reveal_hidden(&self) -> usize {
+        let mut revealed = 0;
+        for pool in self.cores.iter() {
+            for chunk in pool.owned() {
+                let space = &self.space[chunk];
+                if space.free_units() == 0 {
+                    continue;
+                }
+                space.refresh();
+                TreeShape::reset_summaries(self.summaries(chunk));
+                pool.maps.reveal(space, chunk);
+                revealed += 1;
+            }
+        }
+        revealed
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::config::PoolConfig;
+    use crate::pool::pool::Pool;
+
+    const MIB: usize = 1 << 20;
+
+    /// Every bunch summary and every level of every owned chunk hidden, as misses that no free
+    /// undoes can leave them (a search that met a bunch sealed by a cleaner, over a long run).
+    fn hide_everything(p: &Pool) {
+        let depth = p.arena().geometry.depth;
+        for pool in p.arena().cores.iter() {
+            for chunk in pool.owned() {
+                for word in p.arena().summaries(chunk) {
+                    word.store(u64::from(depth) + 1, std::sync::atomic::Ordering::Release);
+                }
+                let space = &p.arena().space[chunk];
+                let probe = space.probe(0).unwrap();
+                pool.maps.hide(space, chunk, depth, probe);
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_allocation_finds_room_that_misses_hid() {
+        for size in [MIB, 3000, 40_000] {
+            let p = Pool::new(PoolConfig::new(16 * MIB).cores(2).core_reserve(0)).unwrap();
+            let blocks: Vec<_> = std::iter::from_fn(|| p.alloc(MIB, None, 0).ok()).collect();
+            // Every chunk granted, half of each free.
+            let (freed, kept): (Vec<_>, Vec<_>) = blocks.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+            for (_, &h) in &freed {
+                p.free(h).unwrap();
+            }
+            assert!(p.stats().bytes_free >= freed.len() * MIB);
+            hide_everything(&p);
+            let h = p.alloc(size, None, 0).expect("room hidden by misses is found before failing");
+            p.free(h).unwrap();
+            assert_eq!(p.check().unwrap(), kept.len());
+        }
+    }
+}
