@@ -20,7 +20,10 @@
 //! free-space word changes with every allocation and free in it, so a chunk whose word and
 //! state are what they were before the census was taken ([`Snapshot`]) is as the plan saw it,
 //! and the plan's destinations in it are free (unless a dropped move's block stays in it). Only
-//! the other destination chunks have their trees read.
+//! the other destination chunks have their trees read. A chunk where a dropped move's block
+//! stays is forgotten by the snapshot ([`Snapshot::forget`]), so the later batches of the same
+//! compaction, planned as if that block had gone, read its tree too: a dropped move changes its
+//! chunk without changing the chunk's word (a pinned block, a block whose destination was taken).
 
 use std::collections::HashMap;
 
@@ -31,30 +34,44 @@ use crate::arena::slab::caches::SlabView;
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
 
-/// Each chunk's free-space word and state, read before a staged compaction's census.
+/// Each chunk's free-space word and state, read before a staged compaction's census (`None`:
+/// a chunk forgotten since, whose tree is read whenever a destination falls in it).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Snapshot(Vec<(u64, ChunkState)>);
+pub(crate) struct Snapshot(Vec<Option<(u64, ChunkState)>>);
 
 impl Snapshot {
     /// The pool's chunks now.
     pub(crate) fn of(pool: &Pool) -> Snapshot {
         let a = pool.arena();
-        Snapshot((0..a.geometry.chunks).map(|c| (a.space[c].word(), a.global.state(c))).collect())
+        Snapshot((0..a.geometry.chunks).map(|c| Some((a.space[c].word(), a.global.state(c)))).collect())
     }
 
     /// Whether `chunk` is what it was when the snapshot was taken (no allocation or free in it
     /// since, same state).
     fn unchanged(&self, pool: &Pool, chunk: usize) -> bool {
         let a = pool.arena();
-        self.0.get(chunk).is_some_and(|&(word, state)| a.space[chunk].word() == word && a.global.state(chunk) == state)
+        self.0
+            .get(chunk)
+            .copied()
+            .flatten()
+            .is_some_and(|(word, state)| a.space[chunk].word() == word && a.global.state(chunk) == state)
+    }
+
+    /// Count `chunk` as changed from now on: the plan's view of it no longer holds, though its
+    /// word may not show it.
+    fn forget(&mut self, chunk: usize) {
+        if let Some(entry) = self.0.get_mut(chunk) {
+            *entry = None;
+        }
     }
 }
 
 impl Pool {
     /// The moves of `batch` that can still run (see the module documentation), every handle of
     /// them marked moving, and how many were dropped. `snapshot`: the chunks as they were before
-    /// the plan's census (`None`: every destination chunk is read). Call while paused.
-    pub(crate) fn revalidate(&self, batch: Vec<Piece>, snapshot: Option<&Snapshot>) -> (Vec<Piece>, usize) {
+    /// the plan's census (`None`: every destination chunk is read); the chunks where dropped moves'
+    /// blocks stay are forgotten by it. Call while paused.
+    pub(crate) fn revalidate(&self, batch: Vec<Piece>, mut snapshot: Option<&mut Snapshot>) -> (Vec<Piece>, usize) {
         let planned = batch.len();
         let slabs_involved =
             batch.iter().any(|p| matches!(p.kind, PieceKind::Slab { .. } | PieceKind::SlabObject { .. }));
@@ -65,17 +82,22 @@ impl Pool {
         };
         let g = &self.arena().geometry;
         let mut dirty: Vec<bool> =
-            (0..g.chunks).map(|c| snapshot.is_none_or(|snap| !snap.unchanged(self, c))).collect();
+            (0..g.chunks).map(|c| snapshot.as_ref().is_none_or(|snap| !snap.unchanged(self, c))).collect();
         let (mut kept, stale): (Vec<Piece>, Vec<Piece>) = batch.into_iter().partition(|p| self.claim_source(p, &views));
-        // The block of a dropped move stays: the plan's view of its chunk no longer holds.
-        let mark_dirty = |dropped: &[Piece], dirty: &mut Vec<bool>| {
+        // The block of a dropped move stays: the plan's view of its chunk no longer holds, for
+        // this batch and the later ones.
+        let mut mark_dirty = |dropped: &[Piece], dirty: &mut Vec<bool>| {
             for p in dropped {
                 let (first, n) = match p.kind {
                     PieceKind::Run { chunks } => (g.chunk_of(p.from), chunks),
                     _ => (g.chunk_of(p.from), 1),
                 };
-                let end = (first + n).min(g.chunks);
-                dirty.iter_mut().take(end).skip(first).for_each(|d| *d = true);
+                for c in first..(first + n).min(g.chunks) {
+                    dirty[c] = true;
+                    if let Some(snap) = snapshot.as_deref_mut() {
+                        snap.forget(c);
+                    }
+                }
             }
         };
         mark_dirty(&stale, &mut dirty);
