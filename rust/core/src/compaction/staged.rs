@@ -14,7 +14,6 @@ use super::model::Model;
 use super::piece::Piece;
 use super::planners::plan_compaction_moves;
 use super::types::{CompactionMode, Mover, StepReport};
-use super::validate::Snapshot;
 use crate::error::{Error, Result};
 use crate::pool::pause::PauseToken;
 use crate::pool::pool::Pool;
@@ -27,8 +26,6 @@ pub struct StagedCompaction {
     caller_copies: bool,
     full: bool,
     batches: Vec<Vec<Piece>>,
-    /// The chunks as they were before the census.
-    snapshot: Snapshot,
     planning: Duration,
 }
 
@@ -56,7 +53,6 @@ impl Pool {
     pub fn stage_compaction(&self, mode: &CompactionMode, with_mover: bool) -> Result<StagedCompaction> {
         let started = Instant::now();
         let caller_copies = with_mover || self.arena().backing.is_none();
-        let snapshot = Snapshot::of(self);
         let mut census: Census = self.census(false);
         let model = Model::of_census(self, &census);
         let schedule = plan_compaction_moves(&mut census, model, mode, caller_copies)
@@ -66,7 +62,6 @@ impl Pool {
             caller_copies,
             full: matches!(mode, CompactionMode::Full),
             batches: schedule.batches,
-            snapshot,
             planning: started.elapsed(),
         })
     }
@@ -91,13 +86,12 @@ impl Pool {
             });
         }
         let mut out = StepReport { planning: staged.planning, ..StepReport::default() };
-        let mut snapshot = staged.snapshot;
         for (k, batch) in staged.batches.into_iter().enumerate() {
             let checking = Instant::now();
             if k > 0 {
                 self.arena().reclaim_all();
             }
-            let (kept, dropped) = self.revalidate(batch, Some(&mut snapshot));
+            let (kept, dropped) = self.revalidate(batch);
             out.stale += dropped;
             out.checking += checking.elapsed();
             let n = kept.len();
@@ -164,13 +158,11 @@ mod tests {
         let chunk = p.arena().geometry.chunk_of(to);
         assert_eq!(chunk, p.arena().geometry.chunk_of(p.block(w).unwrap().offset), "one chunk");
         p.free(z).unwrap();
-        let snapshot = Snapshot::of(&p);
         let staged = StagedCompaction {
             pool: p.id(),
             caller_copies: p.arena().backing.is_none(),
             full: false,
             batches: vec![vec![move_to(&p, y, to)]],
-            snapshot,
             planning: Duration::ZERO,
         };
         let (word, free) = (p.arena().space[chunk].word(), p.arena().space[chunk].free_units());
@@ -213,13 +205,11 @@ mod tests {
         let chunk = p.arena().geometry.chunk_of(x_at);
         assert_eq!(chunk, p.arena().geometry.chunk_of(z_at), "one chunk");
         p.free(z).unwrap();
-        let snapshot = Snapshot::of(&p);
         let staged = StagedCompaction {
             pool: p.id(),
             caller_copies: p.arena().backing.is_none(),
             full: false,
             batches: vec![vec![move_to(&p, x, z_at)], vec![move_to(&p, y, x_at)]],
-            snapshot,
             planning: Duration::ZERO,
         };
         // Between the census and the pause: `x` is pinned (the chunk's word stays).
