@@ -70,9 +70,8 @@ impl ChunkSpace {
         self.free.store(EPOCH_STEP | units, Ordering::Release);
     }
 
-    /// The whole word, `epoch << 32 | free units`: it changes with every allocation and free
-    /// in the chunk (a compaction planned while the pool ran compares it to tell which chunks
-    /// changed since).
+    /// The whole word: it changes with every allocation and free in the chunk.
+    #[cfg(test)]
     pub(crate) fn word(&self) -> u64 {
         self.free.load(Ordering::Acquire)
     }

@@ -16,11 +16,10 @@
 //! it is, which may take a place another move of the batch was to fill, so the destinations are
 //! checked again until no move is dropped.
 //!
-//! A chunk that nobody touched since the plan was made needs no reading at all: each chunk's
-//! free-space word changes with every allocation and free in it, so a chunk whose word and
-//! state are what they were before the census was taken ([`Snapshot`]) is as the plan saw it,
-//! and the plan's destinations in it are free (unless a dropped move's block stays in it). Only
-//! the other destination chunks have their trees read.
+//! Every core chunk a destination falls in has its tree read (once per batch): the chunk's
+//! free-space word and the census taken while the pool ran do not tell, between them, where
+//! the chunk's blocks are once the pool is paused (a block pinned since keeps its move from
+//! running without any change to the word).
 
 use std::collections::HashMap;
 
@@ -31,30 +30,10 @@ use crate::arena::slab::caches::SlabView;
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
 
-/// Each chunk's free-space word and state, read before a staged compaction's census.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Snapshot(Vec<(u64, ChunkState)>);
-
-impl Snapshot {
-    /// The pool's chunks now.
-    pub(crate) fn of(pool: &Pool) -> Snapshot {
-        let a = pool.arena();
-        Snapshot((0..a.geometry.chunks).map(|c| (a.space[c].word(), a.global.state(c))).collect())
-    }
-
-    /// Whether `chunk` is what it was when the snapshot was taken (no allocation or free in it
-    /// since, same state).
-    fn unchanged(&self, pool: &Pool, chunk: usize) -> bool {
-        let a = pool.arena();
-        self.0.get(chunk).is_some_and(|&(word, state)| a.space[chunk].word() == word && a.global.state(chunk) == state)
-    }
-}
-
 impl Pool {
     /// The moves of `batch` that can still run (see the module documentation), every handle of
-    /// them marked moving, and how many were dropped. `snapshot`: the chunks as they were before
-    /// the plan's census (`None`: every destination chunk is read). Call while paused.
-    pub(crate) fn revalidate(&self, batch: Vec<Piece>, snapshot: Option<&Snapshot>) -> (Vec<Piece>, usize) {
+    /// them marked moving, and how many were dropped. Call while paused.
+    pub(crate) fn revalidate(&self, batch: Vec<Piece>) -> (Vec<Piece>, usize) {
         let planned = batch.len();
         let slabs_involved =
             batch.iter().any(|p| matches!(p.kind, PieceKind::Slab { .. } | PieceKind::SlabObject { .. }));
@@ -64,32 +43,18 @@ impl Pool {
             HashMap::new()
         };
         let g = &self.arena().geometry;
-        let mut dirty: Vec<bool> =
-            (0..g.chunks).map(|c| snapshot.is_none_or(|snap| !snap.unchanged(self, c))).collect();
-        let (mut kept, stale): (Vec<Piece>, Vec<Piece>) = batch.into_iter().partition(|p| self.claim_source(p, &views));
-        // The block of a dropped move stays: the plan's view of its chunk no longer holds.
-        let mark_dirty = |dropped: &[Piece], dirty: &mut Vec<bool>| {
-            for p in dropped {
-                let (first, n) = match p.kind {
-                    PieceKind::Run { chunks } => (g.chunk_of(p.from), chunks),
-                    _ => (g.chunk_of(p.from), 1),
-                };
-                let end = (first + n).min(g.chunks);
-                dirty.iter_mut().take(end).skip(first).for_each(|d| *d = true);
-            }
-        };
-        mark_dirty(&stale, &mut dirty);
+        let mut kept: Vec<Piece> = batch.into_iter().filter(|p| self.claim_source(p, &views)).collect();
         let words = g.units_per_chunk().div_ceil(64) as usize;
         let mut trees: HashMap<usize, Vec<u64>> = HashMap::new();
         loop {
-            // The dirty core chunks destinations fall in, as their trees have them now.
+            // The core chunks destinations fall in, as their trees have them now.
             for p in &kept {
                 let (first, n) = match p.kind {
                     PieceKind::SlabObject { .. } => continue,
                     PieceKind::Run { chunks } => (g.chunk_of(p.to), chunks),
                     _ => (g.chunk_of(p.to), 1),
                 };
-                for c in (first..(first + n).min(g.chunks)).filter(|&c| dirty[c]) {
+                for c in first..(first + n).min(g.chunks) {
                     if matches!(self.arena().global.state(c), ChunkState::Core(_)) {
                         trees.entry(c).or_insert_with(|| {
                             let mut bits = vec![0u64; words];
@@ -101,7 +66,7 @@ impl Pool {
             }
             let room = self.room_after_sources(&kept, &trees);
             let (fit, stale): (Vec<Piece>, Vec<Piece>) =
-                kept.into_iter().partition(|p| self.destination_free(p, &room, &views, &dirty));
+                kept.into_iter().partition(|p| self.destination_free(p, &room, &views));
             kept = fit;
             if stale.is_empty() {
                 break;
@@ -109,7 +74,6 @@ impl Pool {
             for p in &stale {
                 p.handles().into_iter().for_each(|h| self.handles().end_move(h));
             }
-            mark_dirty(&stale, &mut dirty);
         }
         let dropped = planned - kept.len();
         (kept, dropped)
@@ -165,9 +129,8 @@ impl Pool {
         room
     }
 
-    /// Whether `p`'s destination is free in `room`; a destination in a chunk not `dirty` is
-    /// free as planned.
-    fn destination_free(&self, p: &Piece, room: &Room, views: &HashMap<u32, SlabView>, dirty: &[bool]) -> bool {
+    /// Whether `p`'s destination is free in `room`.
+    fn destination_free(&self, p: &Piece, room: &Room, views: &HashMap<u32, SlabView>) -> bool {
         let g = &self.arena().geometry;
         let chunk = g.chunk_of(p.to);
         let leaving = |c: usize| room.run_chunks.binary_search(&c).is_ok();
@@ -189,9 +152,6 @@ impl Pool {
                 if chunk >= g.chunks {
                     return false;
                 }
-                if !dirty[chunk] {
-                    return true;
-                }
                 match self.arena().global.state(chunk) {
                     ChunkState::Free => true,
                     ChunkState::Core(_) => room.bits.get(&chunk).is_some_and(|bits| {
@@ -203,14 +163,13 @@ impl Pool {
             }
             PieceKind::Run { chunks } => (chunk..chunk + chunks).all(|c| {
                 c < g.chunks
-                    && (!dirty[c]
-                        || match self.arena().global.state(c) {
-                            ChunkState::Free => true,
-                            ChunkState::Core(_) => {
-                                room.bits.get(&c).is_some_and(|bits| all_clear(bits, 0, g.usable_units(c)))
-                            }
-                            _ => leaving(c),
-                        })
+                    && (match self.arena().global.state(c) {
+                        ChunkState::Free => true,
+                        ChunkState::Core(_) => {
+                            room.bits.get(&c).is_some_and(|bits| all_clear(bits, 0, g.usable_units(c)))
+                        }
+                        _ => leaving(c),
+                    })
             }),
         }
     }
