@@ -202,12 +202,20 @@ fn staged_compactions_under_load_lose_nothing() {
                 }
             });
         }
+        // The workers stop when this scope's thread is done, also when a compaction fails
+        // (a panic here must fail the test, not leave the workers running forever).
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
         for round in 0..12 {
             let mode =
                 if round % 3 == 0 { CompactionMode::Full } else { CompactionMode::Incremental { max_bytes: MIB } };
             p.compact(&mode, None, WAIT).unwrap();
         }
-        stop.store(true, Ordering::Relaxed);
     });
     p.check().unwrap();
     kept.iter().for_each(|&(h, id)| verify(&p, h, id));
