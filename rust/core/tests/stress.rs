@@ -214,21 +214,20 @@ impl Run {
     fn failed(&self, size: usize, err: &npumem_core::Error) {
         self.failures.fetch_add(1, Ordering::Relaxed);
         let live = self.live_bytes.load(Ordering::Relaxed);
-        if size <= self.pool.config().chunk_size / 16 && live + size <= self.scale.capacity / 2 {
-            if self.starved.fetch_add(1, Ordering::Relaxed) == 0 {
-                let s = self.pool.stats();
-                *self.starved_example.lock().unwrap() = Some(format!(
-                    "{size} bytes failed ({err}) with {live} bytes live of {}: pool bytes in use {}, free {}, \
-                     cached in slabs {}, largest free block {}, chunks free {} of {}",
-                    self.scale.capacity,
-                    s.bytes_in_use,
-                    s.bytes_free,
-                    s.slab_cached_bytes,
-                    s.largest_free_block,
-                    s.chunks_free,
-                    s.chunks
-                ));
-            }
+        let small = size <= self.pool.config().chunk_size / 16;
+        if small && live + size <= self.scale.capacity / 2 && self.starved.fetch_add(1, Ordering::Relaxed) == 0 {
+            let s = self.pool.stats();
+            *self.starved_example.lock().unwrap() = Some(format!(
+                "{size} bytes failed ({err}) with {live} bytes live of {}: pool bytes in use {}, free {}, \
+                 cached in slabs {}, largest free block {}, chunks free {} of {}",
+                self.scale.capacity,
+                s.bytes_in_use,
+                s.bytes_free,
+                s.slab_cached_bytes,
+                s.largest_free_block,
+                s.chunks_free,
+                s.chunks
+            ));
         }
     }
 
@@ -396,7 +395,7 @@ fn a_receiver_that_never_runs_does_not_fill_the_arena() {
     run.worker(1);
     run.finish();
     assert_eq!(run.failures.load(Ordering::Relaxed), 0, "no allocation fails with a bounded live set");
-    let bound = scale.threads * (scale.slots + scale.mailbox()) * 9 << 10; // blocks of at most 9 KiB
+    let bound = (scale.threads * (scale.slots + scale.mailbox()) * 9) << 10; // blocks of at most 9 KiB
     let peak = run.peak_live_bytes.load(Ordering::Relaxed);
     assert!(peak <= bound, "the live set peaked at {peak} bytes, over its bound of {bound}");
     assert!(run.kept.load(Ordering::Relaxed) > 0, "the mailbox filled up and refused blocks");
