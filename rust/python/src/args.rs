@@ -54,11 +54,17 @@ fn exact_int_size(value: &Bound<'_, PyAny>) -> Option<usize> {
     if !value.is_exact_instance_of::<PyInt>() {
         return None;
     }
-    // SAFETY: `value` is a live `int` object and the GIL is held; an overflow error is cleared.
+    // SAFETY: `value` is a live `int` object and the GIL is held (`Bound`).
     let n = unsafe { ffi::PyLong_AsSize_t(value.as_ptr()) };
-    if n == usize::MAX && unsafe { !ffi::PyErr_Occurred().is_null() } {
-        unsafe { ffi::PyErr_Clear() };
-        return None;
+    if n == usize::MAX {
+        // SAFETY: the GIL is held; the error is the conversion's overflow (a negative or too
+        // large int), which the slow path reports with the argument's name.
+        let failed = unsafe { !ffi::PyErr_Occurred().is_null() };
+        if failed {
+            // SAFETY: as above.
+            unsafe { ffi::PyErr_Clear() };
+            return None;
+        }
     }
     Some(n)
 }
@@ -71,14 +77,14 @@ fn size_checked(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResu
             return Ok(n);
         }
     }
-    let n = match integer(value, &name, ErrorClass::ArgumentType) {
+    let n = match integer(value, name, ErrorClass::ArgumentType) {
         Ok(n) => n,
         // An int beyond i128: a value problem, not a type problem.
         Err(_) if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() => {
             if value.lt(0)? {
                 return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {value}")));
             }
-            return Err(too_large(value.py(), &name, &value.to_string(), capacity));
+            return Err(too_large(value.py(), name, &value.to_string(), capacity));
         }
         Err(err) => return Err(err),
     };
@@ -87,7 +93,7 @@ fn size_checked(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResu
     }
     if n > capacity as i128 {
         let asked = usize::try_from(n).map_or_else(|_| n.to_string(), |n| byte_text::exact(value.py(), n));
-        return Err(too_large(value.py(), &name, &asked, capacity));
+        return Err(too_large(value.py(), name, &asked, capacity));
     }
     Ok(n as usize)
 }
