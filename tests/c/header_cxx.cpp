@@ -9,7 +9,7 @@
 int main() {
     static_assert(sizeof(void *) != 8 || sizeof(npumem_config) == 104, "npumem_config");
     static_assert(sizeof(void *) != 8 || sizeof(npumem_block) == 40, "npumem_block");
-    static_assert(sizeof(void *) != 8 || sizeof(npumem_stats) == 96, "npumem_stats");
+    static_assert(sizeof(void *) != 8 || sizeof(npumem_stats) == 184, "npumem_stats");
     static_assert(sizeof(void *) != 8 || sizeof(npumem_pool_info) == 48, "npumem_pool_info");
     static_assert(sizeof(npumem_handle) == 16, "npumem_handle");
     npumem_config config;

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /** The version of this interface; npumem_abi_version() gives the library's. */
-#define NPUMEM_ABI_VERSION 2
+#define NPUMEM_ABI_VERSION 3
 
 /** Status codes. */
 typedef int npumem_status;
@@ -123,20 +123,34 @@ typedef struct npumem_block {
     uint64_t address;  /* base address + offset: a host pointer on host pools */
 } npumem_block;
 
-/** A snapshot of a pool's usage and counters. */
+/**
+ * A snapshot of a pool's usage and counters: the fields of the Python `PoolStats` (and of the
+ * core's `PoolStats`) without its lists, in the same order.
+ */
 typedef struct npumem_stats {
-    size_t capacity;
-    size_t usable_capacity;
-    size_t bytes_in_use;
-    size_t bytes_free;
-    size_t peak_bytes_in_use;
-    size_t requested_bytes_in_use;
-    size_t largest_free_block;
-    double external_fragmentation;
-    uint64_t alloc_count;
-    uint64_t free_count;
-    uint64_t failed_allocs;
-    uint64_t blocks_in_use;
+    size_t capacity;               /* bytes in the arena */
+    size_t usable_capacity;        /* bytes blocks can use */
+    size_t bytes_in_use;           /* bytes held by live blocks (block sizes) */
+    size_t bytes_free;             /* bytes any allocation can use */
+    size_t slab_cached_bytes;      /* unused bytes inside slabs that still hold objects */
+    size_t peak_bytes_in_use;      /* the highest bytes_in_use seen */
+    size_t requested_bytes_in_use; /* bytes the live blocks asked for */
+    size_t largest_free_block;     /* the largest block one allocation could get now */
+    double external_fragmentation; /* 1 - largest_free_block / bytes_free; 0.0 when nothing is free */
+    uint64_t alloc_count;          /* allocations since the pool was made */
+    uint64_t free_count;           /* frees since the pool was made */
+    uint64_t failed_allocs;        /* allocations that failed for lack of room */
+    uint64_t overflow_allocs;      /* allocations served outside the caller's core pool */
+    uint64_t slab_allocs;          /* allocations served by slab caches */
+    uint64_t core_allocs;          /* allocations served by core pools' buddy trees */
+    uint64_t global_allocs;        /* allocations served by the global pool (chunk runs) */
+    uint64_t blocks_in_use;        /* live blocks */
+    size_t chunks;                 /* chunks in the arena */
+    size_t chunks_free;            /* chunks free in the global pool */
+    size_t chunks_in_cores;        /* chunks granted to core pools */
+    size_t chunks_in_runs;         /* chunks in large blocks (runs) */
+    size_t regions;                /* regions with memory behind them (1 unless the pool grew) */
+    uint64_t grow_events;          /* times the pool grew */
 } npumem_stats;
 
 /** What a pool is. */

@@ -29,9 +29,25 @@ fn structs_have_the_sizes_of_the_header() {
         assert_eq!(std::mem::size_of::<NpumemConfig>(), 104);
         assert_eq!(std::mem::size_of::<NpumemHandle>(), 16);
         assert_eq!(std::mem::size_of::<NpumemBlock>(), 40);
-        assert_eq!(std::mem::size_of::<NpumemStats>(), 96);
+        assert_eq!(std::mem::size_of::<NpumemStats>(), 184);
         assert_eq!(std::mem::size_of::<NpumemPoolInfo>(), 48);
     }
+}
+
+#[test]
+fn the_header_stats_struct_has_the_core_fields_in_order() {
+    let header = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../python/npumem/include/npumem.h"));
+    let body = header
+        .split("typedef struct npumem_stats {")
+        .nth(1)
+        .and_then(|rest| rest.split("} npumem_stats;").next())
+        .expect("npumem.h defines npumem_stats");
+    let fields: Vec<&str> = body
+        .lines()
+        .filter_map(|line| line.split(';').next().filter(|_| line.contains(';')))
+        .filter_map(|decl| decl.split_whitespace().last())
+        .collect();
+    assert_eq!(fields, NpumemStats::FIELDS);
 }
 
 #[test]

@@ -372,21 +372,7 @@ unsafe extern "C" fn stats(pool: *mut NpumemPool, out: *mut NpumemStats) -> Stat
         if out.is_null() {
             return null("out");
         }
-        let s = p.pool.stats();
-        let stats = NpumemStats {
-            capacity: s.capacity,
-            usable_capacity: s.usable_capacity,
-            bytes_in_use: s.bytes_in_use,
-            bytes_free: s.bytes_free,
-            peak_bytes_in_use: s.peak_bytes_in_use,
-            requested_bytes_in_use: s.requested_bytes_in_use,
-            largest_free_block: s.largest_free_block,
-            external_fragmentation: s.external_fragmentation,
-            alloc_count: s.alloc_count,
-            free_count: s.free_count,
-            failed_allocs: s.failed_allocs,
-            blocks_in_use: s.blocks_in_use,
-        };
+        let stats = NpumemStats::from_core(&p.pool.stats());
         // SAFETY: `out` is non-NULL and the caller's to write.
         unsafe { out.write(stats) };
         OK

@@ -73,23 +73,35 @@ pub struct NpumemBlock {
     pub address: u64,
 }
 
-/// `npumem_stats`: a snapshot of a pool's usage and counters.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct NpumemStats {
-    pub capacity: usize,
-    pub usable_capacity: usize,
-    pub bytes_in_use: usize,
-    pub bytes_free: usize,
-    pub peak_bytes_in_use: usize,
-    pub requested_bytes_in_use: usize,
-    pub largest_free_block: usize,
-    pub external_fragmentation: f64,
-    pub alloc_count: u64,
-    pub free_count: u64,
-    pub failed_allocs: u64,
-    pub blocks_in_use: u64,
+/// Defines `npumem_stats` from the core's field list (`npumem_core::pool_stats_fields!`): every
+/// scalar field of `npumem_core::PoolStats`, in its order and with its doc, plus the copy from a
+/// core snapshot and the field names (the header's struct is checked against them).
+macro_rules! c_stats_struct {
+    ([$(#[$attr:meta])* $name:ident] $($(#[$doc:meta])* $field:ident: $ty:ty,)*) => {
+        $(#[$attr])*
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, PartialEq, Default)]
+        pub struct $name {
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// The C view of a core snapshot.
+            pub fn from_core(s: &npumem_core::PoolStats) -> $name {
+                $name { $($field: s.$field,)* }
+            }
+
+            /// The field names, in order.
+            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field),)*];
+        }
+    };
 }
+
+npumem_core::pool_stats_fields!(
+    c_stats_struct,
+    /// `npumem_stats`: a snapshot of a pool's usage and counters.
+    NpumemStats
+);
 
 /// `npumem_pool_info`: what a pool is.
 #[repr(C)]

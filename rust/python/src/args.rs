@@ -2,6 +2,7 @@
 //! names the argument, what it got and what it needs.
 
 use npumem_core::{CompactionMode, MAX_TRACE_CAPACITY};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
@@ -36,21 +37,54 @@ pub(crate) fn size(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyR
 }
 
 /// [`size`] with the argument's name made only if an error needs it (batches of thousands).
+#[inline]
 pub(crate) fn size_named(value: &Bound<'_, PyAny>, name: impl Fn() -> String, capacity: usize) -> PyResult<usize> {
-    if let Ok(n) = value.extract::<usize>() {
-        if n > 0 && n <= capacity && !value.is_instance_of::<PyBool>() {
+    if let Some(n) = exact_int_size(value) {
+        if n > 0 && n <= capacity {
             return Ok(n); // the common case: no name needed
         }
     }
-    let name = name();
-    let n = match integer(value, &name, ErrorClass::ArgumentType) {
+    size_checked(value, &name(), capacity)
+}
+
+/// The value of an exact `int` (not a subclass such as `bool`) that fits a `usize`, read
+/// without a conversion protocol; None for anything else.
+#[inline(always)]
+fn exact_int_size(value: &Bound<'_, PyAny>) -> Option<usize> {
+    if !value.is_exact_instance_of::<PyInt>() {
+        return None;
+    }
+    // SAFETY: `value` is a live `int` object and the GIL is held (`Bound`).
+    let n = unsafe { ffi::PyLong_AsSize_t(value.as_ptr()) };
+    if n == usize::MAX {
+        // SAFETY: the GIL is held; the error is the conversion's overflow (a negative or too
+        // large int), which the slow path reports with the argument's name.
+        let failed = unsafe { !ffi::PyErr_Occurred().is_null() };
+        if failed {
+            // SAFETY: as above.
+            unsafe { ffi::PyErr_Clear() };
+            return None;
+        }
+    }
+    Some(n)
+}
+
+/// [`size_named`] past its fast path: every other value, and every refusal.
+#[cold]
+fn size_checked(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResult<usize> {
+    if let Ok(n) = value.extract::<usize>() {
+        if n > 0 && n <= capacity && !value.is_instance_of::<PyBool>() {
+            return Ok(n);
+        }
+    }
+    let n = match integer(value, name, ErrorClass::ArgumentType) {
         Ok(n) => n,
         // An int beyond i128: a value problem, not a type problem.
         Err(_) if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() => {
             if value.lt(0)? {
                 return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {value}")));
             }
-            return Err(too_large(value.py(), &name, &value.to_string(), capacity));
+            return Err(too_large(value.py(), name, &value.to_string(), capacity));
         }
         Err(err) => return Err(err),
     };
@@ -59,7 +93,7 @@ pub(crate) fn size_named(value: &Bound<'_, PyAny>, name: impl Fn() -> String, ca
     }
     if n > capacity as i128 {
         let asked = usize::try_from(n).map_or_else(|_| n.to_string(), |n| byte_text::exact(value.py(), n));
-        return Err(too_large(value.py(), &name, &asked, capacity));
+        return Err(too_large(value.py(), name, &asked, capacity));
     }
     Ok(n as usize)
 }

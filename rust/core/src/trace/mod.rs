@@ -33,4 +33,5 @@ pub(crate) mod recorder;
 pub(crate) mod ring;
 #[cfg(not(loom))]
 pub(crate) mod rings;
+pub(crate) mod slot;
 pub(crate) mod solo;

@@ -29,6 +29,7 @@
 //! The loom models at the end of this file check this protocol: writers racing each other on a
 //! lapped ring and a concurrent drain.
 
+use super::slot::{first_held, Drained, EventWords};
 use crate::error::Result;
 use crate::util::sync::{fence, AtomicU64, Ordering};
 use crate::util::zeroed::try_boxed;
@@ -43,7 +44,7 @@ const STATE: u64 = 3;
 #[repr(align(64))]
 struct Slot<const W: usize> {
     seq: AtomicU64,
-    words: [AtomicU64; W],
+    words: EventWords<W>,
 }
 
 /// A bounded multi-writer ring with one drainer (see the module documentation).
@@ -55,19 +56,12 @@ pub(crate) struct Ring<const W: usize> {
     read: AtomicU64,
 }
 
-/// What one drain of a ring found.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Drained {
-    pub(crate) delivered: u64,
-    pub(crate) dropped: u64,
-}
-
 impl<const W: usize> Ring<W> {
     /// A ring of `cap` slots (a power of two, at least 1); `Error::HostMemory` when the host
     /// has no room for it (failpoint `host.vec`).
     pub(crate) fn new(cap: usize) -> Result<Ring<W>> {
         assert!(cap.is_power_of_two());
-        let empty = |_| Slot { seq: AtomicU64::new(VOID), words: std::array::from_fn(|_| AtomicU64::new(0)) };
+        let empty = |_| Slot { seq: AtomicU64::new(VOID), words: EventWords::new() };
         Ok(Ring {
             slots: try_boxed(cap, "a trace ring", empty)?,
             mask: cap as u64 - 1,
@@ -102,9 +96,7 @@ impl<const W: usize> Ring<W> {
         }
         // Readers that see any of the words below see the claim above (seqlock writer side).
         fence(Ordering::Release);
-        for (cell, &w) in slot.words.iter().zip(words) {
-            cell.store(w, Ordering::Relaxed);
-        }
+        slot.words.store(words);
         if let Err(mut seen) =
             slot.seq.compare_exchange(mine | WRITING, mine | DONE, Ordering::Release, Ordering::Relaxed)
         {
@@ -125,13 +117,8 @@ impl<const W: usize> Ring<W> {
     pub(crate) fn drain(&self, out: &mut dyn FnMut([u64; W])) -> Drained {
         let write = self.write.load(Ordering::Acquire);
         let cap = self.mask + 1;
-        let mut ticket = self.read.load(Ordering::Relaxed);
         let mut done = Drained::default();
-        if write - ticket > cap {
-            // The slots of these tickets belong to newer tickets now.
-            done.dropped += write - cap - ticket;
-            ticket = write - cap;
-        }
+        let mut ticket = first_held(self.read.load(Ordering::Relaxed), write, cap, &mut done);
         while ticket < write {
             let slot = &self.slots[(ticket & self.mask) as usize];
             let before = slot.seq.load(Ordering::Acquire);
@@ -149,7 +136,7 @@ impl<const W: usize> Ring<W> {
                 ticket += 1;
                 continue;
             }
-            let words: [u64; W] = std::array::from_fn(|i| slot.words[i].load(Ordering::Relaxed));
+            let words = slot.words.load();
             fence(Ordering::Acquire);
             if slot.seq.load(Ordering::Relaxed) == before {
                 out(words);

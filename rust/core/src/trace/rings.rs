@@ -17,7 +17,8 @@ use std::sync::{Arc, Weak};
 
 use super::clock::TscScale;
 use super::event::EVENT_WORDS;
-use super::ring::{Drained, Ring};
+use super::ring::Ring;
+use super::slot::Drained;
 use super::solo::SoloRing;
 use crate::error::{Error, Result};
 

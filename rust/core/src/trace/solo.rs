@@ -26,11 +26,10 @@
 //! The loom models at the end of this file check this protocol: a writer lapping a small ring
 //! while a drain reads it, and two threads handing a ring over by claim and release.
 
+use super::slot::{first_held, Drained, EventWords};
 use crate::error::Result;
 use crate::util::sync::{fence, AtomicU64, CachePadded, Ordering};
 use crate::util::zeroed::try_boxed;
-
-use super::ring::Drained;
 
 /// Tickets read per batch by a drain before it checks that the writer left them intact.
 const DRAIN_BATCH: usize = 256;
@@ -38,7 +37,7 @@ const DRAIN_BATCH: usize = 256;
 /// One slot: the event's words, alone on a cache line when `W <= 8`.
 #[repr(align(64))]
 struct Slot<const W: usize> {
-    words: [AtomicU64; W],
+    words: EventWords<W>,
 }
 
 /// A bounded single-writer ring with one drainer (see the module documentation).
@@ -58,7 +57,7 @@ impl<const W: usize> SoloRing<W> {
     /// has no room for it (failpoint `host.vec`).
     pub(crate) fn new(cap: usize) -> Result<SoloRing<W>> {
         assert!(cap.is_power_of_two());
-        let empty = |_| Slot { words: std::array::from_fn(|_| AtomicU64::new(0)) };
+        let empty = |_| Slot { words: EventWords::new() };
         Ok(SoloRing {
             seq: CachePadded(AtomicU64::new(0)),
             owner: CachePadded(AtomicU64::new(0)),
@@ -100,9 +99,7 @@ impl<const W: usize> SoloRing<W> {
         // A drainer that sees any word below sees the odd sequence above, so it knows the
         // event this slot held is being overwritten.
         fence(Ordering::Release);
-        for (cell, &w) in slot.words.iter().zip(words) {
-            cell.store(w, Ordering::Relaxed);
-        }
+        slot.words.store(words);
         self.seq.store(seq + 2, Ordering::Release);
     }
 
@@ -111,21 +108,13 @@ impl<const W: usize> SoloRing<W> {
     pub(crate) fn drain(&self, out: &mut dyn FnMut([u64; W])) -> Drained {
         let end = self.seq.load(Ordering::Acquire) >> 1;
         let cap = self.mask + 1;
-        let mut ticket = self.read.load(Ordering::Relaxed);
         let mut done = Drained::default();
-        if end - ticket > cap {
-            // The slots of these tickets belong to newer tickets now.
-            done.dropped += end - cap - ticket;
-            ticket = end - cap;
-        }
+        let mut ticket = first_held(self.read.load(Ordering::Relaxed), end, cap, &mut done);
         let mut batch: Vec<[u64; W]> = Vec::with_capacity(((end - ticket) as usize).min(DRAIN_BATCH));
         while ticket < end {
             let n = ((end - ticket) as usize).min(DRAIN_BATCH);
             batch.clear();
-            batch.extend((0..n as u64).map(|i| {
-                let slot = &self.slots[((ticket + i) & self.mask) as usize];
-                std::array::from_fn(|w| slot.words[w].load(Ordering::Relaxed))
-            }));
+            batch.extend((0..n as u64).map(|i| self.slots[((ticket + i) & self.mask) as usize].words.load()));
             fence(Ordering::Acquire);
             let seq = self.seq.load(Ordering::Relaxed);
             // Tickets below `newest + 1 - cap` share a slot with a ticket whose words may have

@@ -125,16 +125,26 @@ impl Pool {
             Ok(size) => size,
             Err(err) => return Err(this.refused(py, err, nbytes, align, tag)),
         };
-        let align = args::alignment(align, capacity)?;
-        let tag = args::tag(tag)?;
         let core = &this.core;
-        let tag_id = this.tags.acquire(py, core, tag.as_ref(), 1)?;
-        let made = match core.try_alloc_fast(size, align, tag_id).map_err(to_py) {
-            Ok(Some(handle)) => Ok(handle),
-            Ok(None) => this.oom.alloc(py, core, size, align, tag_id),
-            Err(err) => Err(err),
+        // Neither alignment nor tag (the common call): nothing more to check, no tag to hold.
+        let (align, tag, tag_id) = if align.is_none() && tag.is_none() {
+            (None, None, 0)
+        } else {
+            let align = args::alignment(align, capacity)?;
+            let tag = args::tag(tag)?;
+            let tag_id = this.tags.acquire(py, core, tag.as_ref(), 1)?;
+            (align, tag, tag_id)
         };
-        let handle = made.inspect_err(|_| this.tags.release(core, tag_id, 1))?;
+        let handle = match core.try_alloc_fast(size, align, tag_id) {
+            Ok(Some(handle)) => handle,
+            quick => {
+                let made = match quick {
+                    Ok(_) => this.oom.alloc(py, core, size, align, tag_id),
+                    Err(err) => Err(to_py(err)),
+                };
+                made.inspect_err(|_| this.tags.release(core, tag_id, 1))?
+            }
+        };
         core.tags().on_alloc(tag_id, 1, size);
         if this.stacks.enabled() {
             this.stacks.record(py, handle.to_bits())?;
