@@ -182,7 +182,7 @@ impl Pool {
                 break;
             }
             for p in &stale {
-                p.handles().into_iter().for_each(|h| self.handles().end_move(h));
+                p.each_handle().for_each(|h| self.handles().end_move(h));
             }
         }
         let dropped = planned_moves - kept.len();
