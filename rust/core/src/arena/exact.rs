@@ -144,20 +144,15 @@ impl Arena {
             .map_err(|why| format!("no buddy block of {size} bytes at offset {offset}: {why}"))
     }
 
-    /// After quiet releases in `chunk` (on a paused pool): forget its bunch summaries, and
-    /// announce its largest free node to its owner's level maps if they hide that level. Once
-    /// per chunk, this costs one walk of the tree instead of one climb per released node.
+    /// After quiet releases in `chunk` (on a paused pool): forget its bunch summaries and show
+    /// every level of it in its owner's level maps, as a reveal does (`reveal.rs`). Setting a
+    /// level's bit is always safe: a search that finds nothing there hides it again. Once per
+    /// chunk this costs a few stores, where announcing each release costs a climb of the tree.
     pub(crate) fn announce_chunk(&self, chunk: usize) {
         let ChunkState::Core(owner) = self.global.state(chunk) else { return };
         TreeShape::reset_summaries(self.summaries(chunk));
-        let hidden = self.space[chunk].hidden();
-        if hidden == 0 {
-            return;
-        }
-        if let Some(level) = self.shape.largest_free_level_with(self.tree(chunk), &|_| false) {
-            if level < hidden {
-                self.cores[owner].maps.announce(&self.space[chunk], chunk, level);
-            }
+        if self.space[chunk].hidden() != 0 {
+            self.cores[owner].maps.reveal(&self.space[chunk], chunk);
         }
     }
 
@@ -262,8 +257,8 @@ mod tests {
         assert_eq!(a.global.state(chunk), ChunkState::Free);
     }
 
-    /// A quiet release tells nobody; announcing its chunk afterwards lowers the hidden-level
-    /// threshold to the largest free node, as a free would have.
+    /// A quiet release tells nobody; announcing its chunk afterwards shows every level of it,
+    /// the free half's among them.
     #[test]
     fn a_chunk_announced_after_quiet_releases_shows_its_largest_free_node() {
         let a = arena();
@@ -281,7 +276,7 @@ mod tests {
         assert_eq!(a.space[chunk].hidden(), 5, "a quiet release announces nothing");
         assert!(a.buddy_release_quiet(base + half, half).is_err(), "given back already");
         a.announce_chunk(chunk);
-        assert_eq!(a.space[chunk].hidden(), 1, "the free half is a node of level 1");
+        assert_eq!(a.space[chunk].hidden(), 0, "every level is shown");
         assert_eq!(a.space[chunk].free_units(), a.geometry.usable_units(chunk) / 2);
     }
 

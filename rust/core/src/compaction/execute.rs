@@ -325,14 +325,12 @@ impl Pool {
         let chunks_freed = self.arena().retire_empty_chunks();
         // Sources were given back quietly (`swap_metadata`): announce each chunk that keeps
         // blocks once (an emptied chunk went back to the global pool above).
-        let mut quiet: Vec<usize> = pieces
-            .iter()
-            .filter(|u| matches!(u.kind, PieceKind::Buddy | PieceKind::Slab { .. }))
-            .map(|u| self.arena().geometry.chunk_of(u.from))
-            .collect();
-        quiet.sort_unstable();
-        quiet.dedup();
-        quiet.into_iter().for_each(|c| self.arena().announce_chunk(c));
+        let g = &self.arena().geometry;
+        let mut quiet = vec![false; g.chunks];
+        for u in pieces.iter().filter(|u| matches!(u.kind, PieceKind::Buddy | PieceKind::Slab { .. })) {
+            quiet[g.chunk_of(u.from)] = true;
+        }
+        (0..g.chunks).filter(|&c| quiet[c]).for_each(|c| self.arena().announce_chunk(c));
         Ok(MovedBlocks {
             blocks,
             bytes,
