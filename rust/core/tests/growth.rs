@@ -4,32 +4,16 @@
 //! bad arguments, and growth racing with allocations on other threads.
 #![cfg(not(loom))]
 
+mod common;
+
+use common::{fill, verify, MIB};
 use npumem_core::{Backing, CompactionMode, Error, Handle, Move, Pool, PoolConfig, Region};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const MIB: usize = 1 << 20;
-
 fn growing(capacity: usize, max: usize, step: usize, cores: usize) -> Pool {
     Pool::new(PoolConfig::new(capacity).cores(cores).growth(max, Some(step))).unwrap()
-}
-
-fn byte(id: usize, i: usize) -> u8 {
-    (id.wrapping_mul(131) ^ i.wrapping_mul(7) ^ (i >> 8)) as u8
-}
-
-fn fill(p: &Pool, h: Handle, id: usize) {
-    let n = p.block(h).unwrap().size;
-    let bytes: Vec<u8> = (0..n).map(|i| byte(id, i)).collect();
-    p.write(h, 0, &bytes).unwrap();
-}
-
-fn verify(p: &Pool, h: Handle, id: usize) {
-    let n = p.block(h).unwrap().size;
-    let mut out = vec![0u8; n];
-    p.read(h, 0, &mut out).unwrap();
-    assert!(out.iter().enumerate().all(|(i, &b)| b == byte(id, i)), "block {id} lost its bytes");
 }
 
 /// Every live block lies inside one region.
