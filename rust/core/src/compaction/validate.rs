@@ -141,11 +141,16 @@ impl Pool {
         let planned_moves = batch.len();
         let slabs_involved =
             batch.iter().any(|p| matches!(p.kind, PieceKind::Slab { .. } | PieceKind::SlabObject { .. }));
-        let views: HashMap<u32, SlabView> = if slabs_involved {
-            self.arena().slabs.views().into_iter().map(|v| (v.id, v)).collect()
-        } else {
-            HashMap::new()
-        };
+        let mut views = Views(Vec::new());
+        if slabs_involved {
+            for v in self.arena().slabs.views() {
+                let i = v.id as usize;
+                if views.0.len() <= i {
+                    views.0.resize(i + 1, None);
+                }
+                views.0[i] = Some(v);
+            }
+        }
         let g = &self.arena().geometry;
         let mut kept: Vec<Piece> = batch.into_iter().filter(|p| self.claim_source(p, &views)).collect();
         let words = g.units_per_chunk().div_ceil(64) as usize;
@@ -175,14 +180,16 @@ impl Pool {
                 }
             }
             let room = self.room_after_sources(&kept, &taken);
-            let (fit, stale): (Vec<Piece>, Vec<Piece>) =
-                kept.into_iter().partition(|p| self.destination_free(p, &room, &views));
-            kept = fit;
-            if stale.is_empty() {
+            let before = kept.len();
+            kept.retain(|p| {
+                let free = self.destination_free(p, &room, &views);
+                if !free {
+                    p.each_handle().for_each(|h| self.handles().end_move(h));
+                }
+                free
+            });
+            if kept.len() == before {
                 break;
-            }
-            for p in &stale {
-                p.each_handle().for_each(|h| self.handles().end_move(h));
             }
         }
         let dropped = planned_moves - kept.len();
@@ -193,10 +200,10 @@ impl Pool {
     /// leave nothing marked and say no. (A block with the same generation at the same offset is
     /// the block the plan saw, so its home is too; a slab object's slab is checked, since a
     /// slab may be given back and another made at its place.)
-    fn claim_source(&self, p: &Piece, views: &HashMap<u32, SlabView>) -> bool {
+    fn claim_source(&self, p: &Piece, views: &Views) -> bool {
         match &p.kind {
             PieceKind::Slab { id, objects } => {
-                let Some(view) = views.get(id) else { return false };
+                let Some(view) = views.get(*id) else { return false };
                 let class = &self.arena().slabs.classes.classes[view.class];
                 let live = class.objects - (view.free & class.all_free()).count_ones();
                 if view.base != p.from || view.bytes != p.extent || live as usize != objects.len() {
@@ -240,7 +247,7 @@ impl Pool {
     }
 
     /// Whether `p`'s destination is free in `room`.
-    fn destination_free(&self, p: &Piece, room: &Room, views: &HashMap<u32, SlabView>) -> bool {
+    fn destination_free(&self, p: &Piece, room: &Room, views: &Views) -> bool {
         let g = &self.arena().geometry;
         let chunk = g.chunk_of(p.to);
         let leaving = |c: usize| room.run_chunks.binary_search(&c).is_ok();
@@ -248,7 +255,7 @@ impl Pool {
             PieceKind::SlabObject { class, .. } => {
                 let slabs = &self.arena().slabs;
                 match slabs.lookup(p.to) {
-                    Some(s) if s.class == class => match (slabs.object_at(s, p.to), views.get(&s.id)) {
+                    Some(s) if s.class == class => match (slabs.object_at(s, p.to), views.get(s.id)) {
                         (Some(j), Some(view)) => {
                             view.base + slabs.classes.classes[class].offset_of(j) == p.to
                                 && view.free & (1u64 << j) != 0
@@ -282,6 +289,15 @@ impl Pool {
                     })
             }),
         }
+    }
+}
+
+/// The live slabs by id (ids are dense), as they are on the paused pool.
+struct Views(Vec<Option<SlabView>>);
+
+impl Views {
+    fn get(&self, id: u32) -> Option<&SlabView> {
+        self.0.get(id as usize).and_then(Option::as_ref)
     }
 }
 
