@@ -246,3 +246,40 @@ fn growth_races_with_allocations_on_other_threads() {
     assert_eq!(p.stats().regions, 1);
     p.check().unwrap();
 }
+
+/// A pool grown to five regions, two blocks of three freed: a staged full compaction packs the
+/// survivors into the first regions, and trim gives back the later ones it emptied.
+#[test]
+fn a_full_compaction_empties_later_regions_for_trim() {
+    let p = growing(4 * MIB, 32 * MIB, 4 * MIB, 1);
+    let all: Vec<(Handle, usize)> = (0..400)
+        .map(|i| {
+            let h = p.alloc(20_000 + (i % 7) * 3000, None, 0).unwrap();
+            fill(&p, h, i);
+            (h, i)
+        })
+        .collect();
+    let mut kept = Vec::new();
+    for (h, i) in all {
+        if i % 3 == 0 {
+            kept.push((h, i));
+        } else {
+            p.free(h).unwrap();
+        }
+    }
+    p.trim();
+    let before = p.stats().regions;
+    assert!(before >= 4, "the survivors are spread over the regions ({before})");
+    let done = p.compact(&CompactionMode::Full, None, Duration::from_secs(5)).unwrap();
+    assert!(done.blocks > 0);
+    p.trim();
+    let live: usize = kept.iter().map(|&(h, _)| p.block(h).unwrap().size).sum();
+    let after = p.stats().regions;
+    assert!(after < before, "regions {before} -> {after}");
+    assert!(after <= live.div_ceil(4 * MIB) + 1, "{after} regions for {live} live bytes");
+    assert_inside_regions(&p);
+    for &(h, i) in &kept {
+        verify(&p, h, i);
+    }
+    p.check().unwrap();
+}
