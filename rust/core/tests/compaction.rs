@@ -3,61 +3,15 @@
 //! byte checked, and compaction while other threads allocate, write, check and free.
 #![cfg(not(loom))]
 
+mod common;
+
+use common::{fill, fragment, pool, verify, MIB, WAIT};
 use npumem_core::{Backing, BlockInfo, CompactionMode, Error, Handle, Move, Pool, PoolConfig, Transfer};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-const MIB: usize = 1 << 20;
-const WAIT: Duration = Duration::from_secs(5);
-
-fn pool(capacity: usize, cores: usize) -> Pool {
-    Pool::new(PoolConfig::new(capacity).cores(cores)).unwrap()
-}
-
 fn device_pool(capacity: usize, cores: usize) -> Pool {
     Pool::new(PoolConfig::new(capacity).cores(cores).backing(Backing::None)).unwrap()
-}
-
-/// A byte pattern unique to block `id` at position `i`.
-fn byte(id: usize, i: usize) -> u8 {
-    (id.wrapping_mul(131) ^ i.wrapping_mul(7) ^ (i >> 8)) as u8
-}
-
-fn fill(p: &Pool, h: Handle, id: usize) {
-    let n = p.block(h).unwrap().size;
-    let bytes: Vec<u8> = (0..n).map(|i| byte(id, i)).collect();
-    p.write(h, 0, &bytes).unwrap();
-}
-
-fn verify(p: &Pool, h: Handle, id: usize) {
-    let n = p.block(h).unwrap().size;
-    let mut out = vec![0u8; n];
-    p.read(h, 0, &mut out).unwrap();
-    for (i, &b) in out.iter().enumerate() {
-        assert_eq!(b, byte(id, i), "block {id} byte {i} of {n}");
-    }
-}
-
-/// Blocks of many sizes, every other one freed: a fragmented pool. Returns the survivors.
-fn fragment(p: &Pool, sizes: &[usize], rounds: usize) -> Vec<(Handle, usize)> {
-    let mut all = Vec::new();
-    for r in 0..rounds {
-        for (k, &s) in sizes.iter().enumerate() {
-            if let Ok(h) = p.alloc(s, None, 0) {
-                all.push((h, r * sizes.len() + k));
-            }
-        }
-    }
-    let mut kept = Vec::new();
-    for (i, (h, id)) in all.into_iter().enumerate() {
-        if i % 2 == 0 {
-            p.free(h).unwrap();
-        } else {
-            fill(p, h, id);
-            kept.push((h, id));
-        }
-    }
-    kept
 }
 
 fn state(p: &Pool) -> (Vec<BlockInfo>, usize, usize) {

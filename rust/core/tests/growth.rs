@@ -4,32 +4,16 @@
 //! bad arguments, and growth racing with allocations on other threads.
 #![cfg(not(loom))]
 
+mod common;
+
+use common::{fill, verify, MIB};
 use npumem_core::{Backing, CompactionMode, Error, Handle, Move, Pool, PoolConfig, Region};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const MIB: usize = 1 << 20;
-
 fn growing(capacity: usize, max: usize, step: usize, cores: usize) -> Pool {
     Pool::new(PoolConfig::new(capacity).cores(cores).growth(max, Some(step))).unwrap()
-}
-
-fn byte(id: usize, i: usize) -> u8 {
-    (id.wrapping_mul(131) ^ i.wrapping_mul(7) ^ (i >> 8)) as u8
-}
-
-fn fill(p: &Pool, h: Handle, id: usize) {
-    let n = p.block(h).unwrap().size;
-    let bytes: Vec<u8> = (0..n).map(|i| byte(id, i)).collect();
-    p.write(h, 0, &bytes).unwrap();
-}
-
-fn verify(p: &Pool, h: Handle, id: usize) {
-    let n = p.block(h).unwrap().size;
-    let mut out = vec![0u8; n];
-    p.read(h, 0, &mut out).unwrap();
-    assert!(out.iter().enumerate().all(|(i, &b)| b == byte(id, i)), "block {id} lost its bytes");
 }
 
 /// Every live block lies inside one region.
@@ -260,5 +244,42 @@ fn growth_races_with_allocations_on_other_threads() {
     p.check().unwrap();
     p.trim();
     assert_eq!(p.stats().regions, 1);
+    p.check().unwrap();
+}
+
+/// A pool grown to five regions, two blocks of three freed: a staged full compaction packs the
+/// survivors into the first regions, and trim gives back the later ones it emptied.
+#[test]
+fn a_full_compaction_empties_later_regions_for_trim() {
+    let p = growing(4 * MIB, 32 * MIB, 4 * MIB, 1);
+    let all: Vec<(Handle, usize)> = (0..400)
+        .map(|i| {
+            let h = p.alloc(20_000 + (i % 7) * 3000, None, 0).unwrap();
+            fill(&p, h, i);
+            (h, i)
+        })
+        .collect();
+    let mut kept = Vec::new();
+    for (h, i) in all {
+        if i % 3 == 0 {
+            kept.push((h, i));
+        } else {
+            p.free(h).unwrap();
+        }
+    }
+    p.trim();
+    let before = p.stats().regions;
+    assert!(before >= 4, "the survivors are spread over the regions ({before})");
+    let done = p.compact(&CompactionMode::Full, None, Duration::from_secs(5)).unwrap();
+    assert!(done.blocks > 0);
+    p.trim();
+    let live: usize = kept.iter().map(|&(h, _)| p.block(h).unwrap().size).sum();
+    let after = p.stats().regions;
+    assert!(after < before, "regions {before} -> {after}");
+    assert!(after <= live.div_ceil(4 * MIB) + 1, "{after} regions for {live} live bytes");
+    assert_inside_regions(&p);
+    for &(h, i) in &kept {
+        verify(&p, h, i);
+    }
     p.check().unwrap();
 }

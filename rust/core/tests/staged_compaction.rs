@@ -4,57 +4,15 @@
 //! compactions while other threads allocate, write, check and free.
 #![cfg(not(loom))]
 
-use npumem_core::{CompactionMode, Error, Handle, Pool, PoolConfig};
+mod common;
+
+use common::{fill, pool, verify, MIB, SIZES, WAIT};
+use npumem_core::{CompactionMode, Error, Handle, Pool};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-const MIB: usize = 1 << 20;
-const WAIT: Duration = Duration::from_secs(5);
-const SIZES: [usize; 9] = [64, 200, 900, 3000, 5000, 20_000, 70_000, 300_000, 3 * MIB];
-
-fn pool(capacity: usize, cores: usize) -> Pool {
-    Pool::new(PoolConfig::new(capacity).cores(cores)).unwrap()
-}
-
-fn byte(id: usize, i: usize) -> u8 {
-    (id.wrapping_mul(131) ^ i.wrapping_mul(7) ^ (i >> 8)) as u8
-}
-
-fn fill(p: &Pool, h: Handle, id: usize) {
-    let n = p.block(h).unwrap().size;
-    let bytes: Vec<u8> = (0..n).map(|i| byte(id, i)).collect();
-    p.write(h, 0, &bytes).unwrap();
-}
-
-fn verify(p: &Pool, h: Handle, id: usize) {
-    let n = p.block(h).unwrap().size;
-    let mut out = vec![0u8; n];
-    p.read(h, 0, &mut out).unwrap();
-    for (i, &b) in out.iter().enumerate() {
-        assert_eq!(b, byte(id, i), "block {id} byte {i} of {n}");
-    }
-}
-
-/// Blocks of many sizes, every other one freed. Returns the survivors.
+/// Blocks of every kind, every other one freed. Returns the survivors.
 fn fragment(p: &Pool, rounds: usize) -> Vec<(Handle, usize)> {
-    let mut all = Vec::new();
-    for r in 0..rounds {
-        for (k, &s) in SIZES.iter().enumerate() {
-            if let Ok(h) = p.alloc(s, None, 0) {
-                all.push((h, r * SIZES.len() + k));
-            }
-        }
-    }
-    let mut kept = Vec::new();
-    for (i, (h, id)) in all.into_iter().enumerate() {
-        if i % 2 == 0 {
-            p.free(h).unwrap();
-        } else {
-            fill(p, h, id);
-            kept.push((h, id));
-        }
-    }
-    kept
+    common::fragment(p, &SIZES, rounds)
 }
 
 fn run(p: &Pool, mode: &CompactionMode) -> npumem_core::StepReport {

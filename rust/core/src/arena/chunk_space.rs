@@ -76,6 +76,15 @@ impl ChunkSpace {
         self.free.load(Ordering::Acquire)
     }
 
+    /// The word without the hidden-level threshold: it changes with every allocation (the free
+    /// units), every free and every refresh (the free epoch) in the chunk, so while it stays
+    /// the same the chunk's tree covers the same units (a claim is counted after its nodes are
+    /// taken, a release after they are given back). Read it before reading the tree.
+    #[inline]
+    pub(crate) fn stamp(&self) -> u64 {
+        self.free.load(Ordering::Acquire) & !HIDDEN_MASK
+    }
+
     /// Free units now.
     #[inline]
     pub(crate) fn free_units(&self) -> u64 {

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 
 use super::arena::Arena;
-use super::buddy::Node;
+use super::buddy::{Node, TreeShape};
 use super::geometry::TRIM_SHIFT;
 use super::global::ChunkState;
 use super::layout::BuddyLayout;
@@ -49,6 +49,27 @@ impl Arena {
     /// block is not allocated there; of two callers releasing the same block, one gets `Err`.
     #[inline(always)]
     pub(crate) fn unmark_buddy(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<u64, &'static str> {
+        let (after, hidden) = self.unmark_nodes(chunk, b, within)?;
+        let depth = self.geometry.depth;
+        // With nothing hidden, only pieces inside leaf bunches have a summary to lower. At its
+        // enclosing node's start a piece is at most TRIM_SHIFT levels below that node; a packed
+        // block elsewhere may have pieces at any level.
+        let deepest = match (within & (b.enclosing - 1) == 0, b.is_whole()) {
+            (false, _) => depth,
+            (true, true) => b.level,
+            (true, false) => b.level + TRIM_SHIFT,
+        };
+        if hidden != 0 || deepest >= self.shape.summarized_from() {
+            self.announce_free(chunk, hidden, b.pieces_at(depth, within));
+        }
+        Ok(after)
+    }
+
+    /// The release of [`Arena::unmark_buddy`] without its announcement: the nodes released and
+    /// the units given back (the epoch advanced). Returns the free units after and the
+    /// hidden-level threshold.
+    #[inline(always)]
+    fn unmark_nodes(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<(u64, u32), &'static str> {
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
         if b.is_one_node_at(within) {
@@ -71,19 +92,7 @@ impl Arena {
                 let _ = self.shape.release(tree, p);
             }
         }
-        let (after, hidden) = self.space[chunk].give(b.units);
-        // With nothing hidden, only pieces inside leaf bunches have a summary to lower. At its
-        // enclosing node's start a piece is at most TRIM_SHIFT levels below that node; a packed
-        // block elsewhere may have pieces at any level.
-        let deepest = match (within & (b.enclosing - 1) == 0, b.is_whole()) {
-            (false, _) => depth,
-            (true, true) => b.level,
-            (true, false) => b.level + TRIM_SHIFT,
-        };
-        if hidden != 0 || deepest >= self.shape.summarized_from() {
-            self.announce_free(chunk, hidden, b.pieces_at(depth, within));
-        }
-        Ok(after)
+        Ok(self.space[chunk].give(b.units))
     }
 
     /// After `nodes` of `chunk` were released and its epoch advanced (which returned `hidden`):
@@ -124,6 +133,29 @@ impl Arena {
             .map_err(|why| format!("no buddy block of {size} bytes at offset {offset}: {why}"))
     }
 
+    /// [`Arena::buddy_release_raw`] without telling the bunch summaries and the owner's level
+    /// maps (on a paused pool, for a batch that gives back many blocks): the caller calls
+    /// [`Arena::announce_chunk`] for the block's chunk before anyone allocates again.
+    pub(crate) fn buddy_release_quiet(&self, offset: usize, size: usize) -> Result<(), String> {
+        let b = self.geometry.buddy_layout(size).ok_or("a block of this size is a chunk run")?;
+        let (chunk, start) = self.block_start(offset, &b).ok_or("not the start of a buddy block")?;
+        self.unmark_nodes(chunk, &b, start)
+            .map(|_| ())
+            .map_err(|why| format!("no buddy block of {size} bytes at offset {offset}: {why}"))
+    }
+
+    /// After quiet releases in `chunk` (on a paused pool): forget its bunch summaries and show
+    /// every level of it in its owner's level maps, as a reveal does (`reveal.rs`). Setting a
+    /// level's bit is always safe: a search that finds nothing there hides it again. Once per
+    /// chunk this costs a few stores, where announcing each release costs a climb of the tree.
+    pub(crate) fn announce_chunk(&self, chunk: usize) {
+        let ChunkState::Core(owner) = self.global.state(chunk) else { return };
+        TreeShape::reset_summaries(self.summaries(chunk));
+        if self.space[chunk].hidden() != 0 {
+            self.cores[owner].maps.reveal(&self.space[chunk], chunk);
+        }
+    }
+
     /// Take the buddy block of `size` bytes at `offset` in a core chunk: every unit of it must
     /// be free. The chunk's tree is swept first (once per batch, see [`Swept`]).
     pub(crate) fn buddy_reserve_at(&self, offset: usize, size: usize, swept: &mut Swept) -> Result<(), String> {
@@ -139,15 +171,13 @@ impl Arena {
             self.shape.sweep_all(tree);
         }
         let depth = self.geometry.depth;
-        let mut taken: Vec<Node> = Vec::new();
-        for p in b.pieces_at(depth, start) {
+        for (i, p) in b.pieces_at(depth, start).enumerate() {
             if self.shape.try_alloc(tree, p).is_err() {
-                for &q in &taken {
+                for q in b.pieces_at(depth, start).take(i) {
                     let _ = self.shape.release(tree, q);
                 }
                 return Err(format!("the bytes at offset {offset} (+{size}) are not free"));
             }
-            taken.push(p);
         }
         self.space[chunk].take(b.units);
         Ok(())
@@ -225,6 +255,29 @@ mod tests {
         assert_eq!(a.global.state(chunk), ChunkState::Core(1));
         assert!(a.retire_swept(chunk, 1));
         assert_eq!(a.global.state(chunk), ChunkState::Free);
+    }
+
+    /// A quiet release tells nobody; announcing its chunk afterwards shows every level of it,
+    /// the free half's among them.
+    #[test]
+    fn a_chunk_announced_after_quiet_releases_shows_its_largest_free_node() {
+        let a = arena();
+        let chunk = 3;
+        assert!(a.grant_exact(chunk, 1));
+        let base = chunk * a.geometry.chunk_size;
+        let half = a.geometry.chunk_size / 2;
+        let mut swept = Swept::default();
+        a.buddy_reserve_at(base, half, &mut swept).unwrap();
+        a.buddy_reserve_at(base + half, half, &mut swept).unwrap();
+        // A search found nothing at every level above 5: they are hidden.
+        let probe = a.space[chunk].probe(0).unwrap();
+        assert!(a.space[chunk].raise_hidden(5, probe));
+        a.buddy_release_quiet(base + half, half).unwrap();
+        assert_eq!(a.space[chunk].hidden(), 5, "a quiet release announces nothing");
+        assert!(a.buddy_release_quiet(base + half, half).is_err(), "given back already");
+        a.announce_chunk(chunk);
+        assert_eq!(a.space[chunk].hidden(), 0, "every level is shown");
+        assert_eq!(a.space[chunk].free_units(), a.geometry.usable_units(chunk) / 2);
     }
 
     #[test]

@@ -73,6 +73,9 @@ pub(crate) struct Census {
     pub(crate) slabs: Vec<SlabView>,
     /// Units of each chunk the arena counts as covered (by any block, with a handle or not).
     pub(crate) covered: Vec<u64>,
+    /// The stamp of each chunk's free-space word, read before anything else of the chunk
+    /// (`ChunkSpace::stamp`): a chunk whose stamp is the same later is unchanged since.
+    pub(crate) stamps: Vec<u64>,
 }
 
 impl Census {
@@ -151,8 +154,9 @@ impl Pool {
     /// ones stay put.
     pub(crate) fn census(&self, claim: bool) -> Census {
         let g = &self.arena().geometry;
+        let stamps = (0..g.chunks).map(|c| self.arena().space[c].stamp()).collect();
         let covered = (0..g.chunks).map(|c| g.usable_units(c) - self.arena().free_units(c)).collect();
-        let mut census = Census { slabs: self.arena().slabs.views(), covered, ..Census::default() };
+        let mut census = Census { slabs: self.arena().slabs.views(), covered, stamps, ..Census::default() };
         let cores = self.arena().cores.len();
         let slabs = &self.arena().slabs;
         let mut add = |handle: Handle, info: SlotInfo, movable: bool| {

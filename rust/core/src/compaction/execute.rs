@@ -323,6 +323,14 @@ impl Pool {
         slabs_touched.dedup();
         self.tidy_slabs(&slabs_touched);
         let chunks_freed = self.arena().retire_empty_chunks();
+        // Sources were given back quietly (`swap_metadata`): announce each chunk that keeps
+        // blocks once (an emptied chunk went back to the global pool above).
+        let g = &self.arena().geometry;
+        let mut quiet = vec![false; g.chunks];
+        for u in pieces.iter().filter(|u| matches!(u.kind, PieceKind::Buddy | PieceKind::Slab { .. })) {
+            quiet[g.chunk_of(u.from)] = true;
+        }
+        (0..g.chunks).filter(|&c| quiet[c]).for_each(|c| self.arena().announce_chunk(c));
         Ok(MovedBlocks {
             blocks,
             bytes,
@@ -334,7 +342,7 @@ impl Pool {
     }
 
     fn end_moves(&self, piece: &Piece) {
-        for h in piece.handles() {
+        for h in piece.each_handle() {
             self.handles().end_move(h);
         }
     }
@@ -345,7 +353,9 @@ impl Pool {
         }
     }
 
-    /// Give back every source, prepare the destination chunks, take every destination.
+    /// Give back every source (quietly: the chunks are announced once the batch is done, see
+    /// `Arena::announce_chunk`; undone, the sources are taken again and nothing needs telling),
+    /// prepare the destination chunks, take every destination.
     /// `Err((i, why))` for the first move that cannot be done (the journal says what to undo).
     fn swap_metadata(&self, pieces: &[Piece], journal: &mut Journal) -> std::result::Result<(), (usize, String)> {
         for (i, u) in pieces.iter().enumerate() {
@@ -353,11 +363,11 @@ impl Pool {
                 PieceKind::SlabObject { from_slab, .. } => {
                     self.arena().slabs.unclaim_at(*from_slab, u.from).map_err(String::from)
                 }
-                PieceKind::Buddy => self.arena().buddy_release_raw(u.from, u.size),
+                PieceKind::Buddy => self.arena().buddy_release_quiet(u.from, u.size),
                 PieceKind::Run { chunks } => {
                     self.arena().run_release_raw(self.arena().geometry.chunk_of(u.from), *chunks)
                 }
-                PieceKind::Slab { .. } => self.arena().buddy_release_raw(u.from, u.extent),
+                PieceKind::Slab { .. } => self.arena().buddy_release_quiet(u.from, u.extent),
             };
             released.map_err(|why| (i, format!("the block at {} is not where its handle says: {why}", u.from)))?;
             journal.released.push(i);

@@ -30,7 +30,8 @@
 //! `census.rs` (the live blocks), `model.rs` (the arena as the planners see it), `planners/`
 //! (pure functions of a census and a model), `piece.rs` (what moves as one), `execute.rs` (one
 //! batch), `order.rs` (the copy order), `waves.rs` (the copy order cut into waves for a mover),
-//! `copy.rs` (host copies). Blocks are taken and given
+//! `copy.rs` (host copies), `staged.rs` (compactions planned while the pool runs) and
+//! `validate.rs` (their moves checked on the paused pool). Blocks are taken and given
 //! back at exact positions through the arena's exact-position API (`arena/exact.rs`).
 
 mod api;

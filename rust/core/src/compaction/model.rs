@@ -51,6 +51,10 @@ pub(crate) struct Model<'a> {
     pub(crate) chunks: Vec<ChunkModel>,
     units_per_chunk: u64,
     pub(crate) min_block: usize,
+    /// Per chunk, for a model drawn while the pool ran ([`Model::of_census`]): the stamp of its
+    /// free-space word read before the chunk's units were (`ChunkSpace::stamp`); empty
+    /// otherwise.
+    pub(crate) stamps: Vec<u64>,
 }
 
 /// Whether bits `[lo, hi)` of `bits` are all clear; otherwise the last set bit among them.
@@ -202,6 +206,7 @@ impl<'a> Model<'a> {
             chunks,
             units_per_chunk: geometry.units_per_chunk(),
             min_block: geometry.min_block,
+            stamps: Vec::new(),
         }
     }
 
@@ -234,6 +239,7 @@ impl<'a> Model<'a> {
             chunks,
             units_per_chunk: upc,
             min_block: g.min_block,
+            stamps: Vec::new(),
         }
     }
 
@@ -278,8 +284,12 @@ impl<'a> Model<'a> {
         for view in &census.slabs {
             cover(view.base, (view.bytes >> g.unit_shift) as u64);
         }
+        let mut stamps = census.stamps.clone();
         for (chunk, c) in chunks.iter_mut().enumerate() {
             if c.role == Role::Core && census.covered.get(chunk) != Some(&c.used) {
+                if let Some(stamp) = stamps.get_mut(chunk) {
+                    *stamp = pool.arena().space[chunk].stamp();
+                }
                 c.bits.fill(0);
                 c.used = covered_bits(pool, chunk, &mut c.bits);
             }
@@ -291,6 +301,7 @@ impl<'a> Model<'a> {
             chunks,
             units_per_chunk: upc,
             min_block: g.min_block,
+            stamps,
         }
     }
 
@@ -300,6 +311,11 @@ impl<'a> Model<'a> {
         let c = self.bits_of(chunk);
         c.role = Role::Core;
         c.owner = owner;
+    }
+
+    /// The covered units of core chunk `chunk`, one bit each (`None` for other chunks).
+    pub(crate) fn core_bits(&self, chunk: usize) -> Option<&[u64]> {
+        self.chunks.get(chunk).filter(|c| c.role == Role::Core && !c.bits.is_empty()).map(|c| c.bits.as_slice())
     }
 
     /// Bytes of chunk `c` (all of it; the last chunk may be partial).

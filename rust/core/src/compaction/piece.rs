@@ -112,6 +112,15 @@ impl Piece {
         }
     }
 
+    /// Every handle this move re-points, without collecting them.
+    pub(crate) fn each_handle(&self) -> impl Iterator<Item = Handle> + '_ {
+        let (objects, single): (&[(Handle, usize)], Option<Handle>) = match &self.kind {
+            PieceKind::Slab { objects, .. } => (objects, None),
+            _ => (&[], self.handle),
+        };
+        objects.iter().map(|&(h, _)| h).chain(single)
+    }
+
     /// How many blocks (handles) it moves.
     pub(crate) fn blocks(&self) -> usize {
         match &self.kind {

@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 use super::census::Census;
 use super::model::Model;
 use super::piece::Piece;
+use super::piece::PieceKind;
 use super::planners::plan_compaction_moves;
 use super::types::{CompactionMode, Mover, StepReport};
+use super::validate::Planned;
 use crate::error::{Error, Result};
 use crate::pool::pause::PauseToken;
 use crate::pool::pool::Pool;
@@ -26,6 +28,10 @@ pub struct StagedCompaction {
     caller_copies: bool,
     full: bool,
     batches: Vec<Vec<Piece>>,
+    /// Per batch, the buddy blocks the pool gives back before it (see `Schedule`).
+    released: Vec<Vec<(usize, usize)>>,
+    /// The units of the chunks destinations fall in, as planning saw them.
+    planned: Planned,
     planning: Duration,
 }
 
@@ -55,13 +61,28 @@ impl Pool {
         let caller_copies = with_mover || self.arena().backing.is_none();
         let mut census: Census = self.census(false);
         let model = Model::of_census(self, &census);
+        let mut planned = Planned::of(&model);
         let schedule = plan_compaction_moves(&mut census, model, mode, caller_copies)
             .map_err(|reason| Error::InvalidMove { reason })?;
+        let g = &self.arena().geometry;
+        let mut destination = vec![false; g.chunks];
+        for p in schedule.batches.iter().flatten() {
+            let chunks = match p.kind {
+                PieceKind::SlabObject { .. } => continue,
+                PieceKind::Run { chunks } => chunks,
+                PieceKind::Buddy | PieceKind::Slab { .. } => 1,
+            };
+            let first = g.chunk_of(p.to);
+            destination.iter_mut().skip(first).take(chunks).for_each(|d| *d = true);
+        }
+        planned.retain(|c| destination[c]);
         Ok(StagedCompaction {
             pool: self.id(),
             caller_copies,
             full: matches!(mode, CompactionMode::Full),
             batches: schedule.batches,
+            released: schedule.released,
+            planned,
             planning: started.elapsed(),
         })
     }
@@ -86,12 +107,14 @@ impl Pool {
             });
         }
         let mut out = StepReport { planning: staged.planning, ..StepReport::default() };
-        for (k, batch) in staged.batches.into_iter().enumerate() {
+        let mut planned = staged.planned;
+        for (k, (batch, released)) in staged.batches.into_iter().zip(staged.released).enumerate() {
             let checking = Instant::now();
             if k > 0 {
                 self.arena().reclaim_all();
+                planned.after_releases(self, &released);
             }
-            let (kept, dropped) = self.revalidate(batch);
+            let (kept, dropped) = self.revalidate(batch, &planned);
             out.stale += dropped;
             out.checking += checking.elapsed();
             let n = kept.len();
@@ -136,6 +159,11 @@ mod tests {
         piece
     }
 
+    /// Every core chunk as a staged compaction would keep it now.
+    fn planned(p: &Pool) -> Planned {
+        Planned::of(&Model::of_census(p, &p.census(false)))
+    }
+
     fn bytes_of(p: &Pool, h: Handle) -> Vec<u8> {
         let mut out = vec![0u8; p.block(h).unwrap().size];
         p.read(h, 0, &mut out).unwrap();
@@ -144,8 +172,8 @@ mod tests {
 
     /// Between the census and the pause, a block of the planned destination's size is allocated
     /// there and another of the same size freed elsewhere in the chunk: the free units are as
-    /// they were, but every free advances the chunk's epoch, so the word differs and the
-    /// destination's tree is read: the move is dropped.
+    /// they were, but every free advances the chunk's epoch, so the stamp differs and the
+    /// destination's tree is read, not the units planning kept: the move is dropped.
     #[test]
     fn an_allocation_and_a_free_that_keep_the_free_units_still_change_the_word() {
         let p = Pool::new(PoolConfig::new(64 * MIB).cores(1)).unwrap();
@@ -163,6 +191,8 @@ mod tests {
             caller_copies: p.arena().backing.is_none(),
             full: false,
             batches: vec![vec![move_to(&p, y, to)]],
+            released: vec![Vec::new()],
+            planned: planned(&p),
             planning: Duration::ZERO,
         };
         let (word, free) = (p.arena().space[chunk].word(), p.arena().space[chunk].free_units());
@@ -191,8 +221,8 @@ mod tests {
 
     /// Batch 0 moves `x` away and batch 1 moves `y` into the place `x` leaves. When `x` is
     /// pinned before the pause, its move is dropped and `x` stays: that changes nothing in its
-    /// chunk's free-space word, yet batch 1's destination is taken. The later batch must see it
-    /// and drop its move too, not fail.
+    /// chunk's free-space word (the units planning kept are used), yet batch 1's destination is
+    /// taken. The later batch must see it and drop its move too, not fail.
     #[test]
     fn a_later_batch_does_not_move_into_the_place_of_a_dropped_move() {
         let p = Pool::new(PoolConfig::new(64 * MIB).cores(1)).unwrap();
@@ -210,6 +240,8 @@ mod tests {
             caller_copies: p.arena().backing.is_none(),
             full: false,
             batches: vec![vec![move_to(&p, x, z_at)], vec![move_to(&p, y, x_at)]],
+            released: vec![Vec::new(), Vec::new()],
+            planned: planned(&p),
             planning: Duration::ZERO,
         };
         // Between the census and the pause: `x` is pinned (the chunk's word stays).

@@ -73,8 +73,9 @@ pub(crate) fn consolidate_slabs(census: &Census, model: &Model) -> Consolidation
 /// Bring `census` and `model` to the arena after `done` ran and the pool reclaimed what it
 /// could (every all-free slab goes back to the buddy pool, every empty core chunk to the global
 /// pool): the moved objects sit in their new slabs, those slabs' free objects are taken, and
-/// the emptied and all-free slabs are gone.
-pub(crate) fn apply_consolidation(census: &mut Census, model: &mut Model, done: &Consolidation) {
+/// the emptied and all-free slabs are gone. Returns the buddy blocks (base, bytes) of those
+/// slabs, which the pool gives back before the next batch.
+pub(crate) fn apply_consolidation(census: &mut Census, model: &mut Model, done: &Consolidation) -> Vec<(usize, usize)> {
     let g = model.geometry;
     // The live slabs by base, to find the slab a destination lies in.
     let mut by_base: Vec<usize> = (0..census.slabs.len()).collect();
@@ -106,7 +107,7 @@ pub(crate) fn apply_consolidation(census: &mut Census, model: &mut Model, done: 
         }
         stays
     });
-    for (base, bytes) in gone {
+    for &(base, bytes) in &gone {
         let (chunk, units) = (g.chunk_of(base), (bytes >> g.unit_shift) as u64);
         model.vacate(chunk, g.unit_in_chunk(base), units);
         if let Some(covered) = census.covered.get_mut(chunk) {
@@ -118,4 +119,5 @@ pub(crate) fn apply_consolidation(census: &mut Census, model: &mut Model, done: 
             model.set_run(c, 1, false);
         }
     }
+    gone
 }

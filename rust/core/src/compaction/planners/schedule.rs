@@ -15,6 +15,9 @@ pub(crate) struct Schedule<'a> {
     /// The batches, in the order they run (each moves its pieces at once; a later batch was
     /// planned on the arena the earlier ones leave).
     pub(crate) batches: Vec<Vec<Piece>>,
+    /// Per batch, the buddy blocks (base, bytes) the pool is expected to give back before it
+    /// runs, after the batches before it (slabs a consolidation emptied).
+    pub(crate) released: Vec<Vec<(usize, usize)>>,
     /// The arena after every batch (and the chunks they empty given back).
     pub(crate) model: Model<'a>,
 }
@@ -35,12 +38,13 @@ pub(crate) fn plan_compaction_moves<'a>(
     caller_copies: bool,
 ) -> Result<Schedule<'a>, String> {
     let mut batches = Vec::new();
+    let mut released = Vec::new();
     match mode {
         CompactionMode::Full => {
             if !caller_copies {
                 let consolidation = consolidate_slabs(census, &model);
                 if !consolidation.moves.is_empty() {
-                    apply_consolidation(census, &mut model, &consolidation);
+                    released = apply_consolidation(census, &mut model, &consolidation);
                     batches.push(consolidation.moves);
                 }
             }
@@ -74,6 +78,9 @@ pub(crate) fn plan_compaction_moves<'a>(
             batches.push(moves);
         }
     }
-    batches.retain(|b| !b.is_empty());
-    Ok(Schedule { batches, model })
+    // What is given back after the first batch comes before the second.
+    let mut released: Vec<Vec<(usize, usize)>> = vec![Vec::new(), released];
+    released.resize_with(batches.len(), Vec::new);
+    let (batches, released) = batches.into_iter().zip(released).filter(|(b, _)| !b.is_empty()).unzip();
+    Ok(Schedule { batches, released, model })
 }
