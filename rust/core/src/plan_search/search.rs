@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::instance::PackingInstance;
+use super::lowest::Lowest;
 
 /// Stopping rules of one run.
 #[derive(Debug, Clone, Copy)]
@@ -29,53 +30,6 @@ pub struct Outcome {
     pub arena: u64,
     /// Nodes expanded.
     pub nodes: u64,
-}
-
-/// Range-min over sections: `chmin` on ranges, then `finish` pushes the minima to the leaves.
-struct Lowest {
-    width: usize,
-    tag: Vec<u64>,
-}
-
-impl Lowest {
-    fn new(n_sections: usize) -> Self {
-        let width = n_sections.next_power_of_two().max(1);
-        Self { width, tag: vec![u64::MAX; 2 * width] }
-    }
-
-    fn reset(&mut self) {
-        self.tag.fill(u64::MAX);
-    }
-
-    fn chmin(&mut self, lo: usize, hi: usize, value: u64) {
-        let (mut l, mut r) = (lo + self.width, hi + self.width);
-        while l < r {
-            if l & 1 == 1 {
-                self.tag[l] = self.tag[l].min(value);
-                l += 1;
-            }
-            if r & 1 == 1 {
-                r -= 1;
-                self.tag[r] = self.tag[r].min(value);
-            }
-            l >>= 1;
-            r >>= 1;
-        }
-    }
-
-    fn finish(&mut self) {
-        for i in 1..self.width {
-            let t = self.tag[i];
-            if t != u64::MAX {
-                self.tag[2 * i] = self.tag[2 * i].min(t);
-                self.tag[2 * i + 1] = self.tag[2 * i + 1].min(t);
-            }
-        }
-    }
-
-    fn leaf(&self, s: usize) -> u64 {
-        self.tag[self.width + s]
-    }
 }
 
 struct State<'a> {
@@ -151,6 +105,9 @@ impl State<'_> {
         }
         out.sort_unstable();
         out.retain(|&(r, _, q)| r < if q as usize == end1_q { end2 } else { end1 });
+        if let Some(cut) = self.first_without_room(capacity, out) {
+            out.truncate(cut);
+        }
         if let Some(&(_, _, q0)) = out.first() {
             let hatless = inst.neighbors(q0 as usize).iter().all(|&x| self.placed[x as usize]);
             if hatless {
@@ -158,6 +115,27 @@ impl State<'_> {
             }
         }
         true
+    }
+}
+
+impl State<'_> {
+    /// The first child (sorted by offset) whose offset `r` leaves some section too little room:
+    /// every later placement starts at `r` or above, so in each section whose floor is not above
+    /// `r` the buffers still to place must fit between `r` and the capacity. Every later child
+    /// starts at least as high and fails too.
+    fn first_without_room(&self, capacity: u64, children: &Children) -> Option<usize> {
+        let mut checked = None;
+        for (k, &(r, _, _)) in children.iter().enumerate() {
+            if checked.is_some_and(|c| r <= c) {
+                continue;
+            }
+            let room = capacity.saturating_sub(r);
+            if !(0..self.inst.n_sections).all(|s| self.rem[s] <= room || self.floor[s] > r) {
+                return Some(k);
+            }
+            checked = Some(r);
+        }
+        None
     }
 }
 
@@ -190,7 +168,7 @@ pub fn search(inst: &PackingInstance, rank: &[u32], limits: &Limits) -> Outcome 
         last: 0,
         prev: NONE,
         top: 0,
-        lowest: Lowest::new(inst.n_sections),
+        lowest: Lowest::new(0, inst.n_sections),
     };
     for q in 0..n {
         for s in inst.sec_lo[q]..inst.sec_hi[q] {
