@@ -279,6 +279,7 @@ pub fn search(inst: &PackingInstance, rank: &[u32], limits: &Limits) -> Outcome 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan_search::decide::{decide, Key, Order, Verdict};
 
     /// Buffers given as (lower, upper, size) over time steps; sections are the unit steps.
     fn instance(buffers: &[(u32, u32, u64)]) -> PackingInstance {
@@ -347,6 +348,48 @@ mod tests {
         assert_eq!(offsets[0] % 16, 0);
         assert!(offsets.iter().all(|&o| o >= 5));
         assert_eq!(out.arena, 26); // [5, 15) then [16, 26)
+    }
+
+    /// A small deterministic generator (xorshift64*), so that every run checks the same cases.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) % n
+        }
+    }
+
+    #[test]
+    fn minimum_agrees_with_the_plain_decision_search() {
+        // The descent run proves its arena optimal; the plain decision search (no forced
+        // sections, no room cutoff) must fit that arena and not one byte less.
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        for _ in 0..300 {
+            let n = 3 + rng.below(7) as usize;
+            let buffers: Vec<(u32, u32, u64)> = (0..n)
+                .map(|_| {
+                    let lo = rng.below(6) as u32;
+                    (lo, lo + 1 + rng.below(4) as u32, 1 + rng.below(9))
+                })
+                .collect();
+            let inst = instance(&buffers);
+            let rank: Vec<u32> = (0..n as u32).collect();
+            let out = search(&inst, &rank, &limits(u64::MAX / 2, 0));
+            assert!(out.exhausted && out.offsets.is_some(), "{buffers:?}");
+            let plain = |capacity| {
+                let order = Order {
+                    forced_sections: false,
+                    room_cutoff: false,
+                    ..Order::new(vec![Key::Width, Key::Area, Key::Total], vec![1; n], rank.clone())
+                };
+                decide(&inst, &order, capacity, u64::MAX, None).verdict
+            };
+            assert_eq!(plain(out.arena), Verdict::Found, "{buffers:?} at {}", out.arena);
+            assert_eq!(plain(out.arena - 1), Verdict::Exhausted, "{buffers:?} below {}", out.arena);
+        }
     }
 
     #[test]
