@@ -37,6 +37,10 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
     above the level, or the level plus the smallest buffer still to place that one would rest
     on) must be covered at that level; the node branches only on the buffers that cover the
     forced section with the fewest of them, and fails when there are none.
+    Room cutoff (both kinds of run): every placement after a child at offset `r` starts at `r`
+    or above, so each section whose floor is not above `r` must hold its buffers still to place
+    between `r` and the capacity; children come by offset, so the first child that leaves a
+    section too little room ends the node (every later child would fail its first check).
 
 Anytime
     The search starts from the best greedy packing. The part that holds the arena up gets, in
@@ -149,12 +153,14 @@ HEURISTICS = (
     ("ZWT", False),
     ("WAT", True),
     ("TWA", True),
+    ("TAW", True),
 )
 """Orders of the decision runs, in MiniMalloc's letters (compared in turn, largest first): `W`
 the lifetime, `A` lifetime times size, `Z` the size, `T` the most bytes still to place in
 one of the buffer's sections, counted afresh in every part the search splits off. The flag:
 whether a forced section is the one the order's first child covers (else the one with the
-fewest children); the two choices fail on different instances, so both are run."""
+fewest children); the two choices fail on different instances, so each of MiniMalloc's three
+orders (`WAT`, `TAW`, `TWA`) runs with both."""
 
 BASE_NODES = 20_000
 """Nodes of the shortest descent run; run `k` gets `BASE_NODES` times the k-th Luby term."""

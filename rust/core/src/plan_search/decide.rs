@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::instance::PackingInstance;
+use super::lowest::Lowest;
 
 /// What [`decide`] concluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,60 +74,15 @@ pub struct Order {
     /// is one) instead of the one with the fewest children: the two choices fail on different
     /// instances, so the schedule runs orders of both kinds.
     pub follow_order: bool,
+    /// Stop a node's children at the first offset that leaves some section too little room
+    /// (see `Decider::room_above`): on by default; off only to check it against the plain search.
+    pub room_cutoff: bool,
 }
 
 impl Order {
     /// An order by `keys`, then `rank`, with every rule on.
     pub fn new(keys: Vec<Key>, widths: Vec<u64>, rank: Vec<u32>) -> Self {
-        Self { keys, widths, rank, forced_sections: true, follow_order: false }
-    }
-}
-
-/// Range-min over the sections `base .. base + len` of one part.
-struct Lowest {
-    base: usize,
-    width: usize,
-    tag: Vec<u64>,
-}
-
-impl Lowest {
-    fn new(base: usize, len: usize) -> Self {
-        let width = len.next_power_of_two().max(1);
-        Self { base, width, tag: vec![u64::MAX; 2 * width] }
-    }
-
-    fn reset(&mut self) {
-        self.tag.fill(u64::MAX);
-    }
-
-    fn chmin(&mut self, lo: usize, hi: usize, value: u64) {
-        let (mut l, mut r) = (lo - self.base + self.width, hi - self.base + self.width);
-        while l < r {
-            if l & 1 == 1 {
-                self.tag[l] = self.tag[l].min(value);
-                l += 1;
-            }
-            if r & 1 == 1 {
-                r -= 1;
-                self.tag[r] = self.tag[r].min(value);
-            }
-            l >>= 1;
-            r >>= 1;
-        }
-    }
-
-    fn finish(&mut self) {
-        for i in 1..self.width {
-            let t = self.tag[i];
-            if t != u64::MAX {
-                self.tag[2 * i] = self.tag[2 * i].min(t);
-                self.tag[2 * i + 1] = self.tag[2 * i + 1].min(t);
-            }
-        }
-    }
-
-    fn leaf(&self, s: usize) -> u64 {
-        self.tag[self.width + s - self.base]
+        Self { keys, widths, rank, forced_sections: true, follow_order: false, room_cutoff: true }
     }
 }
 
@@ -366,6 +322,16 @@ impl Decider<'_> {
         best.map(|(_, s)| s)
     }
 
+    /// Whether a placement at offset `r` leaves room for the buffers still to place: every
+    /// placement after it starts at `r` or above, so in every section of `part` whose floor is
+    /// not above `r` the buffers still to place must fit between `r` and the capacity. False at
+    /// `r` means false at every higher offset, which lets a node stop at its first child that
+    /// fails it instead of expanding each child to find out.
+    fn room_above(&self, part: &Part, r: u64) -> bool {
+        let room = self.capacity.saturating_sub(r);
+        (part.lo..part.hi).all(|s| self.rem[s] <= room || self.floor[s] > r)
+    }
+
     /// Depth-first search in one part: the last placement of this part was at `last` (by the
     /// buffer `prev`).
     fn dfs(&mut self, part: &Part, lows: &mut (Lowest, Lowest), last: u64, prev: Option<u32>) -> Status {
@@ -457,9 +423,16 @@ impl Decider<'_> {
             }
         }
         children.sort_unstable();
+        let mut room_checked = None;
         for (r, _, q) in children {
             if r >= if q == end1_q { end2 } else { end1 } {
                 continue; // another buffer would fit entirely below it
+            }
+            if self.order.room_cutoff && room_checked.is_none_or(|checked| r > checked) {
+                if !self.room_above(part, r) {
+                    break; // every later child starts at least as high
+                }
+                room_checked = Some(r);
             }
             let qi = q as usize;
             let size = inst.sizes[qi];
@@ -703,7 +676,7 @@ mod tests {
     }
 
     fn plain(order: Order) -> Order {
-        Order { forced_sections: false, ..order }
+        Order { forced_sections: false, room_cutoff: false, ..order }
     }
 
     #[test]
@@ -711,7 +684,7 @@ mod tests {
         // Both searches are exhaustive here: they must agree on every capacity from the
         // live-bytes bound up, and every packing found must be valid.
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let (mut forced_nodes, mut plain_nodes, mut infeasible) = (0, 0, 0);
+        let (mut forced_nodes, mut cut_nodes, mut plain_nodes, mut infeasible) = (0, 0, 0, 0);
         for _ in 0..400 {
             let n = 4 + rng.below(6) as usize;
             let buffers: Vec<(u32, u32, u64)> = (0..n)
@@ -729,6 +702,13 @@ mod tests {
                 let without = decide(&inst, &plain(order(&rank, "WAT")), capacity, u64::MAX, None);
                 let follow = Order { follow_order: true, ..order(&rank, "WAT") };
                 let following = decide(&inst, &follow, capacity, u64::MAX, None);
+                let room_only = Order { forced_sections: false, ..order(&rank, "WAT") };
+                let cut = decide(&inst, &room_only, capacity, u64::MAX, None);
+                assert_eq!(cut.verdict, without.verdict, "{buffers:?} at {capacity}, room cutoff only");
+                if let Some(offsets) = cut.offsets {
+                    check(&buffers, &offsets, capacity);
+                }
+                cut_nodes += cut.nodes;
                 assert_eq!(with.verdict, without.verdict, "{buffers:?} at {capacity}");
                 assert_eq!(following.verdict, without.verdict, "{buffers:?} at {capacity}, following the order");
                 if let Some(offsets) = following.offsets {
@@ -746,6 +726,8 @@ mod tests {
         }
         assert!(infeasible > 50, "the cases must include capacities that are too small");
         assert!(forced_nodes < plain_nodes, "{forced_nodes} nodes with forced sections, {plain_nodes} without");
+        // A child the room cutoff skips would fail at its first check: never more nodes.
+        assert!(cut_nodes < plain_nodes, "{cut_nodes} nodes with the room cutoff, {plain_nodes} without");
     }
 
     /// A perfect packing of `steps` x `height` cut straight across, again and again, into

@@ -13,6 +13,7 @@
 
 mod decide;
 mod instance;
+mod lowest;
 mod search;
 
 pub use decide::{decide, Decision, Key, Order, Verdict};

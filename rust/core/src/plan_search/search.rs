@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::instance::PackingInstance;
+use super::lowest::Lowest;
 
 /// Stopping rules of one run.
 #[derive(Debug, Clone, Copy)]
@@ -29,53 +30,6 @@ pub struct Outcome {
     pub arena: u64,
     /// Nodes expanded.
     pub nodes: u64,
-}
-
-/// Range-min over sections: `chmin` on ranges, then `finish` pushes the minima to the leaves.
-struct Lowest {
-    width: usize,
-    tag: Vec<u64>,
-}
-
-impl Lowest {
-    fn new(n_sections: usize) -> Self {
-        let width = n_sections.next_power_of_two().max(1);
-        Self { width, tag: vec![u64::MAX; 2 * width] }
-    }
-
-    fn reset(&mut self) {
-        self.tag.fill(u64::MAX);
-    }
-
-    fn chmin(&mut self, lo: usize, hi: usize, value: u64) {
-        let (mut l, mut r) = (lo + self.width, hi + self.width);
-        while l < r {
-            if l & 1 == 1 {
-                self.tag[l] = self.tag[l].min(value);
-                l += 1;
-            }
-            if r & 1 == 1 {
-                r -= 1;
-                self.tag[r] = self.tag[r].min(value);
-            }
-            l >>= 1;
-            r >>= 1;
-        }
-    }
-
-    fn finish(&mut self) {
-        for i in 1..self.width {
-            let t = self.tag[i];
-            if t != u64::MAX {
-                self.tag[2 * i] = self.tag[2 * i].min(t);
-                self.tag[2 * i + 1] = self.tag[2 * i + 1].min(t);
-            }
-        }
-    }
-
-    fn leaf(&self, s: usize) -> u64 {
-        self.tag[self.width + s]
-    }
 }
 
 struct State<'a> {
@@ -151,6 +105,9 @@ impl State<'_> {
         }
         out.sort_unstable();
         out.retain(|&(r, _, q)| r < if q as usize == end1_q { end2 } else { end1 });
+        if let Some(cut) = self.first_without_room(capacity, out) {
+            out.truncate(cut);
+        }
         if let Some(&(_, _, q0)) = out.first() {
             let hatless = inst.neighbors(q0 as usize).iter().all(|&x| self.placed[x as usize]);
             if hatless {
@@ -158,6 +115,27 @@ impl State<'_> {
             }
         }
         true
+    }
+}
+
+impl State<'_> {
+    /// The first child (sorted by offset) whose offset `r` leaves some section too little room:
+    /// every later placement starts at `r` or above, so in each section whose floor is not above
+    /// `r` the buffers still to place must fit between `r` and the capacity. Every later child
+    /// starts at least as high and fails too.
+    fn first_without_room(&self, capacity: u64, children: &Children) -> Option<usize> {
+        let mut checked = None;
+        for (k, &(r, _, _)) in children.iter().enumerate() {
+            if checked.is_some_and(|c| r <= c) {
+                continue;
+            }
+            let room = capacity.saturating_sub(r);
+            if !(0..self.inst.n_sections).all(|s| self.rem[s] <= room || self.floor[s] > r) {
+                return Some(k);
+            }
+            checked = Some(r);
+        }
+        None
     }
 }
 
@@ -190,7 +168,7 @@ pub fn search(inst: &PackingInstance, rank: &[u32], limits: &Limits) -> Outcome 
         last: 0,
         prev: NONE,
         top: 0,
-        lowest: Lowest::new(inst.n_sections),
+        lowest: Lowest::new(0, inst.n_sections),
     };
     for q in 0..n {
         for s in inst.sec_lo[q]..inst.sec_hi[q] {
@@ -301,6 +279,7 @@ pub fn search(inst: &PackingInstance, rank: &[u32], limits: &Limits) -> Outcome 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan_search::decide::{decide, Key, Order, Verdict};
 
     /// Buffers given as (lower, upper, size) over time steps; sections are the unit steps.
     fn instance(buffers: &[(u32, u32, u64)]) -> PackingInstance {
@@ -369,6 +348,48 @@ mod tests {
         assert_eq!(offsets[0] % 16, 0);
         assert!(offsets.iter().all(|&o| o >= 5));
         assert_eq!(out.arena, 26); // [5, 15) then [16, 26)
+    }
+
+    /// A small deterministic generator (xorshift64*), so that every run checks the same cases.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) % n
+        }
+    }
+
+    #[test]
+    fn minimum_agrees_with_the_plain_decision_search() {
+        // The descent run proves its arena optimal; the plain decision search (no forced
+        // sections, no room cutoff) must fit that arena and not one byte less.
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        for _ in 0..300 {
+            let n = 3 + rng.below(7) as usize;
+            let buffers: Vec<(u32, u32, u64)> = (0..n)
+                .map(|_| {
+                    let lo = rng.below(6) as u32;
+                    (lo, lo + 1 + rng.below(4) as u32, 1 + rng.below(9))
+                })
+                .collect();
+            let inst = instance(&buffers);
+            let rank: Vec<u32> = (0..n as u32).collect();
+            let out = search(&inst, &rank, &limits(u64::MAX / 2, 0));
+            assert!(out.exhausted && out.offsets.is_some(), "{buffers:?}");
+            let plain = |capacity| {
+                let order = Order {
+                    forced_sections: false,
+                    room_cutoff: false,
+                    ..Order::new(vec![Key::Width, Key::Area, Key::Total], vec![1; n], rank.clone())
+                };
+                decide(&inst, &order, capacity, u64::MAX, None).verdict
+            };
+            assert_eq!(plain(out.arena), Verdict::Found, "{buffers:?} at {}", out.arena);
+            assert_eq!(plain(out.arena - 1), Verdict::Exhausted, "{buffers:?} below {}", out.arena);
+        }
     }
 
     #[test]
