@@ -89,6 +89,7 @@ class FrequencyPolicy:
         self.half_life = float(half_life)
         self.admit_cold = admit_cold
         self._ratio = 0.5 ** (1.0 / self.half_life)  # the decay of one tick
+        self._sums: dict[int, float] = {}  # count -> 1 + r + ... + r^(count - 1)
 
     def admit(self, nbytes: int, hot: bool) -> bool:
         return hot or nbytes <= self.admit_cold
@@ -108,18 +109,22 @@ class FrequencyPolicy:
         heat.count += 1
 
     def touch_n(self, heat: Heat, now: int, count: int) -> None:
-        # count touches one tick apart: v * r^(gap + count - 1) + (1 + r + ... + r^(count - 1))
+        # count touches one tick apart: v * r^(end - last) + (1 + r + ... + r^(count - 1))
         if count <= 0:
             return
-        r = self._ratio
-        added = (1.0 - r**count) / (1.0 - r)
+        added = self._sums.get(count)
+        if added is None:
+            r = self._ratio
+            added = (1.0 - r**count) / (1.0 - r) if count > 1 else 1.0
+            if len(self._sums) < 4096:
+                self._sums[count] = added
         last = heat.last
+        end = now + count - 1
         if last < 0:
             heat.value = added
         else:
-            decay = 0.5 ** ((now - last) / self.half_life)
-            heat.value = float(heat.value * decay * r ** (count - 1)) + added
-        heat.last = now + count - 1
+            heat.value = float(heat.value * 0.5 ** ((end - last) / self.half_life)) + added
+        heat.last = end
         heat.count += count
 
     def score(self, heat: Heat, now: int) -> float:

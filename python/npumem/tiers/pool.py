@@ -175,7 +175,8 @@ class TieredPool:
         self._fast_counts = [_Counters() for _ in fast]
         self._slow_counts = _Counters()
         self._serials = itertools.count()
-        self._placed: deque[tuple[TieredBlock, bool]] = deque()
+        self._placed: deque[TieredBlock] = deque()
+        self._spills: deque[int] = deque()  # the home cores of the blocks that spilled
         self._next_core = 0
         self._bytes_accessed = 0
         self._recording: list[TierEvent] | None = None
@@ -286,15 +287,16 @@ class TieredPool:
             where = None
         else:
             raise InvalidArgumentError(f"tier must be 'fast', 'slow' or None, got {tier!r}")
-        tb = TieredBlock(self, block, where, home, align, nbytes)
-        tb.serial = next(self._serials)
+        tb = TieredBlock(self, block, where, home, align, nbytes, next(self._serials))
+        if spilled:
+            self._spills.append(home)
         if self._recording is None:
             # Without the lock: the placement joins the books at the next call that takes it.
-            self._placed.append((tb, spilled))
+            self._placed.append(tb)
         else:
             with self._lock:
                 self._note("alloc", tb, nbytes=nbytes, core=home, tier=tier, hot=hot, tag=tag)
-                self._placed.append((tb, spilled))
+                self._placed.append(tb)
                 self._fold()
         return tb
 
@@ -304,18 +306,19 @@ class TieredPool:
         placed = self._placed
         fast, slow = self._fast_counts, self._slow_counts
         while placed:
-            tb, spilled = placed.popleft()
+            tb = placed.popleft()
             core = tb._core
             if core is None:
                 slow.allocs += 1
-                if spilled:
-                    fast[tb.home].spills += 1
                 if tb._block is not None:
                     self._slow_blocks.add(tb)
             else:
                 fast[core].allocs += 1
                 if tb._block is not None:
                     self._resident[core].add(tb)
+        spills = self._spills
+        while spills:
+            fast[spills.popleft()].spills += 1
 
     def free(self, tb: TieredBlock) -> None:
         """Give `tb`'s bytes back to their tier. A pinned block raises
@@ -332,10 +335,11 @@ class TieredPool:
             tb._block = None
             if self._recording is not None:
                 self._note("free", tb)
-            if tb._core is None:
+            core = tb._core
+            if core is None:
                 self._slow_blocks.discard(tb)
             else:
-                self._resident[tb._core].discard(tb)
+                self._resident[core].discard(tb)
             if self._placed:
                 self._fold()
         finally:
@@ -395,20 +399,22 @@ class TieredPool:
         recorded as one `touch_many` event). A block of another tiered pool, a freed one or a
         bad count raises before anything is recorded."""
         tbs = blocks if isinstance(blocks, list | tuple) else list(blocks)
-        for tb in tbs:
-            if type(tb) is not TieredBlock or tb._owner is not self:
-                self._check_own(tb)
         if counts is not None:
             ns = counts if isinstance(counts, list | tuple) else list(counts)
             if len(ns) != len(tbs):
                 raise InvalidArgumentError(
                     f"counts has {len(ns)} entries for {len(tbs)} blocks: give one per block"
                 )
-            for n in ns:
+            for tb, n in zip(tbs, ns, strict=True):
+                if type(tb) is not TieredBlock or tb._owner is not self:
+                    self._check_own(tb)
                 if n.__class__ is not int or n < 0:
                     raise InvalidArgumentError(f"counts must be ints >= 0, got {n!r}")
             self._touch_counted(tbs, ns)
             return
+        for tb in tbs:
+            if type(tb) is not TieredBlock or tb._owner is not self:
+                self._check_own(tb)
         with self._lock:
             for tb in tbs:
                 if tb._block is None:

@@ -202,9 +202,10 @@ def run_demo_command(args: argparse.Namespace) -> int:
 def _report_tiers(
     result: DemoResult, out: Console, output: Path, pictures: bool
 ) -> dict[str, Path]:
-    """`npumem demo` (unless `--no-tiers`): the tiers of the run (one SRAM pool per worker in front of the
-    demo's pool, `npumem.workloads.demo_tiers`) and the policies compared on its reads;
-    prints them, returns the files written."""
+    """The tiers of the run (`npumem demo` without `--no-tiers`: one SRAM pool per worker in
+    front of the demo's pool, `npumem.workloads.demo_tiers`) and the policies compared on its
+    reads; prints them, returns the files written."""
+
     from npumem.workloads.tiered import report_tiered_demo, write_tier_outputs
 
     if result.tiers is None:
