@@ -37,7 +37,7 @@ def test_demo_without_tiers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "requests served" in text and "fast-tier hit rate" not in text
     assert not (out / "tiers.json").exists()
     end = load_snapshot(out / "snapshot-end.json")
-    assert sorted(b.tag for b in end.blocks) == [
+    assert sorted(str(b.tag) for b in end.blocks) == [
         "mobilenet_v2.weights",
         "resnet50.weights",
         "text.weights",

@@ -322,7 +322,7 @@ def test_touch_many_with_counts_refuses_bad_counts_before_recording() -> None:
     a, b = mem.alloc(100, core=0), mem.alloc(100, core=1)
     for bad in ([1], [1, -1], [1, 1.5], [1, True], [1, 2, 3]):
         with pytest.raises(InvalidArgumentError):
-            mem.touch_many([a, b], bad)  # type: ignore[list-item]
+            mem.touch_many([a, b], bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         mem.touch(a, -2)
     b.free()

@@ -1,5 +1,5 @@
-"""The main demo on tiered memory (`npumem demo --tiers`): one fast pool (SRAM) per worker in
-front of the demo's pool, which becomes the shared slow tier (HBM).
+"""The main demo on tiered memory (`npumem demo`, unless `--no-tiers`): one fast pool (SRAM)
+per worker in front of the demo's pool, which becomes the shared slow tier (HBM).
 
 The models' weights are allocated through a `TieredPool`, one block per weight tensor of
 the model's graph (plus one block for the rest of the model's parameters, the embeddings, kept
