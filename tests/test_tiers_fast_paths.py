@@ -359,3 +359,32 @@ def test_a_policy_without_touch_n_gets_one_touch_per_access() -> None:
     mem.touch(a, 2)
     assert policy.calls == [0, 1, 2, 3, 4, 5, 6]
     assert (a.heat.last, b.heat.last, a.heat.count) == (6, 4, 4)
+
+
+def test_a_block_that_found_no_room_after_demotions_waits_for_a_block_to_leave() -> None:
+    # 64 KiB of SRAM: a (hot) at 0, d (cold) at 48 KiB, the middle free but not where a 48 KiB
+    # block can start. Demoting d for t frees 48 KiB that still do not hold t, and a is hotter
+    # than t: t waits, instead of demoting d again at every rebalance once d is back.
+    k = 1024
+    mem = TieredPool(
+        [npumem.Pool(64 * k, cores=1, name="sram0")],
+        npumem.Pool(8 * MIB, cores=1, name="hbm"),
+        policy=FrequencyPolicy(half_life=1e9),
+    )
+    a, b, c, d = (mem.alloc(16 * k, core=0, tier="fast", tag=tag) for tag in "abcd")
+    b.free()
+    c.free()
+    t = mem.alloc(48 * k, core=0, tag="t")
+    mem.touch(a, 100)
+    mem.touch(d, 1)
+    mem.touch(t, 10)
+
+    def moves() -> list[tuple[str | None, str]]:
+        return [(m.tag, str(m.dst)) for m in mem.rebalance().moves]
+
+    assert moves() == [("d", "slow")] and t.tier == "slow"  # in vain: t still has no room
+    assert moves() == [("d", "fast[0]")]  # d comes back; t waits
+    assert moves() == [] and moves() == []  # and nothing moves again
+    a.free()  # a block leaves the SRAM: t tries again
+    assert moves() == [("d", "slow"), ("t", "fast[0]")] and t.tier == "fast"
+    assert mem.check() == 3

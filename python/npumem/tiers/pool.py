@@ -566,9 +566,10 @@ class TieredPool:
     def rebalance(self, max_bytes: int | None = None) -> RebalanceReport:
         """Promote the hottest blocks of the slow tier (by the policy's score, per byte when
         the policy says so) that fit in their home core's fast pool, demoting colder ones to
-        make room, until `max_bytes` bytes have moved (`None`: no limit). Pinned blocks and
-        blocks with views are skipped; a failed move changes nothing and the rebalance goes
-        on. Returns what moved."""
+        make room, until `max_bytes` bytes have moved (`None`: no limit). A block for which
+        residents were demoted and that still found no room waits until a block leaves its
+        core's fast pool. Pinned blocks and blocks with views are skipped; a failed move
+        changes nothing and the rebalance goes on. Returns what moved."""
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
         ):
@@ -628,112 +629,95 @@ class TieredPool:
         score = policy.score
         per_byte = policy.per_byte
         candidates.sort(key=lambda c: (-c[0], c[1].serial))  # ties: the oldest first
-        residents: list[tuple[float, TieredBlock]] = []  # the coldest first, made when needed
-        ranked = False
-        free = 0  # the bytes of the fast pool that no resident holds
+        residents: list[tuple[float, TieredBlock]] | None = None  # the coldest first, when needed
         cold = 0  # residents[cold:] are the ones not demoted yet
         # The smallest size that found no room once no resident was left to demote: a block at
         # least as large is not tried again in this pass.
         no_room = math.inf
         misfits = self._misfits
         room = self._room
-        pool = self.fast[core]
-        unplaced: list[TieredBlock] = []  # demoted for, and still without room
+        unplaced: list[TieredBlock] = []  # colder residents went for them, in vain
         for hotness, tb in candidates:
             nbytes = tb._nbytes
             if budget < nbytes or nbytes >= no_room:
                 continue
             if misfits and misfits.get(tb) == room[core]:
-                continue  # no block left the pool since this one found no room
+                continue  # no block left the pool since colder ones went for it in vain
             block = tb._block
             if block is None:
                 continue
             if block.pins:
                 report.skipped_pinned += 1
                 continue
-            moved = self._promote(tb, core, hotness, report)
-            if moved is not None:
-                if moved:
-                    budget -= nbytes
-                    free -= tb._block.block_bytes if tb._block is not None else nbytes
-                continue
-            # No room: demote the coldest residents colder than this block, when enough of
-            # them may go to free its bytes: within the budget and, per byte, serving fewer
-            # accesses in all than it does (its accesses are its score times its size).
-            if not ranked:
-                ranked = True
-                held = 0
-                for r in self._resident[core]:
-                    value = score(r._heat or _UNTOUCHED, now)
-                    residents.append((value / r._nbytes if per_byte else value, r))
-                    held += r._block.block_bytes if r._block is not None else r._nbytes
-                residents.sort(key=lambda c: (c[0], c[1].serial))
-                free = pool.capacity - held
+            # Per byte, a block's accesses are its score times its size: the blocks
+            # demoted for it must serve fewer accesses in all than it does.
             gain = hotness * nbytes if per_byte else math.inf
-            victims: list[tuple[float, TieredBlock]] = []
-            freed = 0
             loss = 0.0
-            spent = nbytes
-            end = cold  # residents[cold:end] have been looked at for this block
-            exhausted = False  # no resident is left that a colder block could demote
-            while free + freed < nbytes or not victims:
-                if end >= len(residents):
-                    exhausted = True
+            demoted = 0
+            while True:
+                try:
+                    self._move(tb, Tier(FAST, core))
+                except OutOfMemoryError:
+                    pass
+                except (MoveError, PinnedBlockError):
+                    report.failed += 1
                     break
-                vscore, vtb = residents[end]
-                if vscore >= hotness:
-                    exhausted = True  # the rest are hotter still
+                else:
+                    budget -= nbytes
+                    if misfits:
+                        misfits.pop(tb, None)
+                    report.moves.append(
+                        TierMove(block.tag, nbytes, Tier(SLOW), Tier(FAST, core), hotness)
+                    )
                     break
-                end += 1
-                vblock = vtb._block
-                if vblock is None or vtb._core != core:
-                    continue
-                if vblock.pins:
-                    report.skipped_pinned += 1
-                    continue
-                vbytes = vtb._nbytes
-                if budget < spent + vbytes:
-                    continue
-                if per_byte and loss + vscore * vbytes >= gain:
-                    end -= 1  # it may still make room for a block of more accesses
+                # No room: demote the coldest resident colder than this block.
+                if residents is None:
+                    residents = []
+                    for r in self._resident[core]:
+                        value = score(r._heat or _UNTOUCHED, now)
+                        residents.append((value / r._nbytes if per_byte else value, r))
+                    residents.sort(key=lambda c: (c[0], c[1].serial))
+                victim = None
+                while cold < len(residents) and victim is None:
+                    vscore, vtb = residents[cold]
+                    cold += 1
+                    if vscore >= hotness:
+                        cold = len(residents)  # the later candidates are colder still
+                        break
+                    vblock = vtb._block
+                    if vblock is None or vtb._core != core:
+                        continue
+                    if vblock.pins:
+                        report.skipped_pinned += 1
+                        continue
+                    if budget < vtb._nbytes + nbytes:
+                        continue
+                    if per_byte and loss + vscore * vtb._nbytes >= gain:
+                        cold -= 1  # it may still make room for a block of more accesses
+                        break
+                    victim = (vscore, vtb, vblock.tag)
+                if victim is None:
+                    if cold >= len(residents):
+                        no_room = min(no_room, nbytes)
+                    if demoted:
+                        unplaced.append(tb)
                     break
-                victims.append((vscore, vtb))
-                freed += vblock.block_bytes
-                loss += vscore * vbytes
-                spent += vbytes
-            if free + freed < nbytes or not victims:
-                if exhausted:
-                    no_room = min(no_room, nbytes)
-                continue
-            cold = end
-            placed = False
-            for vscore, vtb in victims:
-                vblock = vtb._block
-                if vblock is None:
-                    continue
-                vtag, vbytes, vheld = vblock.tag, vtb._nbytes, vblock.block_bytes
+                vscore, vtb, vtag = victim
                 try:
                     self._move(vtb, Tier(SLOW))
                 except (OutOfMemoryError, MoveError, PinnedBlockError):
                     report.failed += 1
                     break
-                budget -= vbytes
-                free += vheld
-                report.moves.append(TierMove(vtag, vbytes, Tier(FAST, core), Tier(SLOW), vscore))
-                if free < nbytes:
-                    continue
-                moved = self._promote(tb, core, hotness, report)
-                if moved is not None:
-                    placed = True  # moved, or failed for another reason than room
-                    if moved:
-                        budget -= nbytes
-                        free -= tb._block.block_bytes if tb._block is not None else nbytes
-                    break
-            if not placed:
-                unplaced.append(tb)
-        # Blocks whose bytes were free but not in one piece wait until a block leaves the pool
-        # after this pass, rather than demote colder blocks that colder ones would replace
-        # (every such block of the core: the demotions of this pass do not wake them).
+                budget -= vtb._nbytes
+                demoted += 1
+                loss += vscore * vtb._nbytes
+                report.moves.append(
+                    TierMove(vtag, vtb._nbytes, Tier(FAST, core), Tier(SLOW), vscore)
+                )
+        # A block for which colder residents were demoted and that still found no room (its
+        # free bytes not in one piece) waits until a block leaves the pool after this pass,
+        # with every such block of the core: colder blocks refill the room, and trying it again
+        # would only demote them again.
         for tb in unplaced:
             misfits[tb] = room[core]
         if misfits:
@@ -741,26 +725,6 @@ class TieredPool:
                 if tb.home == core:
                     misfits[tb] = room[core]
         return budget
-
-    def _promote(
-        self, tb: TieredBlock, core: int, hotness: float, report: RebalanceReport
-    ) -> bool | None:
-        """Move `tb` into the fast pool of `core`: `True` when it moved, `None` when there is
-        no room, `False` when the move failed otherwise (counted in `report`). The caller
-        holds the lock."""
-        block = tb._block
-        assert block is not None
-        try:
-            self._move(tb, Tier(FAST, core))
-        except OutOfMemoryError:
-            return None
-        except (MoveError, PinnedBlockError):
-            report.failed += 1
-            return False
-        if self._misfits:
-            self._misfits.pop(tb, None)
-        report.moves.append(TierMove(block.tag, tb._nbytes, Tier(SLOW), Tier(FAST, core), hotness))
-        return True
 
     # ----------------------------------------------------------------------------------------
     # Figures
