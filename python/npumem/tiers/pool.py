@@ -80,6 +80,9 @@ def _counted_touch(policy: Policy) -> Callable[[Heat, int, int], None]:
     return repeated
 
 
+WAIT_PASSES = 32
+"""Rebalances of its core that a block waits at most after residents went for it in vain."""
+
 _UNTOUCHED = Heat()
 """The heat of a block never touched, for scoring it (never changed)."""
 
@@ -179,10 +182,11 @@ class TieredPool:
         self._spills: deque[int] = deque()  # the home cores of the blocks that spilled
         self._next_core = 0
         # Blocks that found no room in their core's fast pool although colder residents were
-        # demoted for them, with the core's room count then: they are not tried again until a
-        # block leaves that pool.
-        self._misfits: dict[TieredBlock, int] = {}
+        # demoted for them, with the core's room count and pass count then: they are not tried
+        # again until a block leaves that pool or WAIT_PASSES rebalances of the core went by.
+        self._misfits: dict[TieredBlock, tuple[int, int]] = {}
         self._room = [0 for _ in fast]  # per core: blocks that left the fast pool
+        self._passes = [0 for _ in fast]  # per core: rebalances that looked at it
         self._bytes_accessed = 0
         self._recording: list[TierEvent] | None = None
 
@@ -568,8 +572,9 @@ class TieredPool:
         the policy says so) that fit in their home core's fast pool, demoting colder ones to
         make room, until `max_bytes` bytes have moved (`None`: no limit). A block for which
         residents were demoted and that still found no room waits until a block leaves its
-        core's fast pool. Pinned blocks and blocks with views are skipped; a failed move
-        changes nothing and the rebalance goes on. Returns what moved."""
+        core's fast pool, or `WAIT_PASSES` rebalances of the core. Pinned blocks and blocks
+        with views are skipped; a failed move changes nothing and the rebalance goes on.
+        Returns what moved."""
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
         ):
@@ -636,12 +641,14 @@ class TieredPool:
         no_room = math.inf
         misfits = self._misfits
         room = self._room
+        passes = self._passes[core] = self._passes[core] + 1
         unplaced: list[TieredBlock] = []  # colder residents went for them, in vain
         for hotness, tb in candidates:
             nbytes = tb._nbytes
             if budget < nbytes or nbytes >= no_room:
                 continue
-            if misfits and misfits.get(tb) == room[core]:
+            mark = misfits.get(tb) if misfits else None
+            if mark is not None and mark[0] == room[core] and passes - mark[1] < WAIT_PASSES:
                 continue  # no block left the pool since colder ones went for it in vain
             block = tb._block
             if block is None:
@@ -718,12 +725,12 @@ class TieredPool:
         # free bytes not in one piece) waits until a block leaves the pool after this pass,
         # with every such block of the core: colder blocks refill the room, and trying it again
         # would only demote them again.
-        for tb in unplaced:
-            misfits[tb] = room[core]
-        if misfits:
+        if unplaced or misfits:
             for tb in misfits:
-                if tb.home == core:
-                    misfits[tb] = room[core]
+                if tb.home == core and misfits[tb][0] != room[core]:
+                    misfits[tb] = (room[core], misfits[tb][1])
+            for tb in unplaced:
+                misfits[tb] = (room[core], passes)
         return budget
 
     # ----------------------------------------------------------------------------------------
