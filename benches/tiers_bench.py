@@ -59,7 +59,7 @@ def _traces(requests: int) -> dict[str, tuple[int, list[TierEvent]]]:
         traces[f"tiered demo, {mix}"] = (result.cores, result.events)
     main = run_demo(requests=requests * 3 // 2, workers=4, tiers=True, interval=0.1).tiers
     assert main is not None
-    traces["npumem demo --tiers"] = (main.cores, main.events)
+    traces["npumem demo"] = (main.cores, main.events)
     traces["Zipf, 400 blocks, scratch"] = (4, synthetic_events(1))
     traces["Zipf, 1500 blocks"] = (4, synthetic_events(2, blocks=1500, scratch=False))
     return traces

@@ -52,9 +52,10 @@ COMPARE = ("frequency", "size-only")
 class DemoTiers:
     """The tiers of one demo run: `workers` fast pools of `sram_per_core` bytes in front of
     `pool`, the policy called `policy` (one of `npumem.workloads.tiered.POLICIES`), blocks
-    up to `fast_max_block` bytes in SRAM, the reads entered and a rebalance of at most
-    `rebalance_bytes` every `rebalance_every` reads of all workers together; the run is
-    recorded and replayed under each policy of `compare`."""
+    up to `fast_max_block` bytes in SRAM, the reads entered every `rebalance_every` reads of
+    all workers together (a window), and a rebalance of at most `rebalance_bytes` after each of
+    the first `warm_windows` windows, then after every `steady_every`-th; the run is recorded
+    and replayed under each policy of `compare`."""
 
     def __init__(
         self,
@@ -66,6 +67,8 @@ class DemoTiers:
         policy: str = "frequency",
         rebalance_every: int = 128,
         rebalance_bytes: int = 2 * MIB,
+        warm_windows: int = 32,
+        steady_every: int = 8,
         compare: Sequence[str] = COMPARE,
     ) -> None:
         self.sram_per_core = sram_per_core
@@ -73,6 +76,8 @@ class DemoTiers:
         self.policy = policy
         self.rebalance_every = rebalance_every
         self.rebalance_bytes = rebalance_bytes
+        self.warm_windows = warm_windows
+        self.steady_every = steady_every
         self.compare = tuple(compare)
         fast = [npumem.Pool(sram_per_core, cores=1, name=f"sram{c}") for c in range(workers)]
         self.mem = TieredPool(
@@ -132,7 +137,11 @@ class DemoTiers:
             self._reads += 1
             due = self._reads % self.rebalance_every == 0
         if due:
-            self.flush(rebalance=True)
+            # Every window while the SRAM fills, then every `steady_every` windows: each move
+            # of a weight reallocates it in the shared pool, among the requests' blocks.
+            window = self._reads // self.rebalance_every
+            steady = window > self.warm_windows and window % self.steady_every
+            self.flush(rebalance=not steady)
 
     def flush(self, *, rebalance: bool = False) -> None:
         """Enter the reads made since the last flush into the tiered pool (one
