@@ -4,6 +4,7 @@ its exit status tells whether the goal was met; bad arguments exit 2 with a clea
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from monitor_helpers import assert_png
 from npumem.cli import main
 from npumem.monitor import load_snapshot, load_trace
+from npumem.tiers.observe import load_tier_snapshot
 from schema_helpers import assert_valid
 
 MIB = 1 << 20
@@ -27,6 +29,8 @@ FILES = (
     "plan-text-1-128.png",
     "trace.json",
     "trace.png",
+    "tiers.json",
+    "tiers.png",
 )
 
 
@@ -53,6 +57,14 @@ def test_demo_quick_runs_end_to_end(tmp_path: Path) -> None:
         "Largest free runs",
         "Per core",
         "Over time (monitor)",
+        # The tiers (on by default): the live run and the policies on the same accesses.
+        "tiered demo:",
+        "fast-tier hit rate",
+        "promotions",
+        "fast[0]",
+        "the same accesses under each policy",
+        "frequency",
+        "size-only",
         f"wrote to {out.resolve()}",
     ):
         assert figure in text, figure
@@ -65,8 +77,15 @@ def test_demo_quick_runs_end_to_end(tmp_path: Path) -> None:
     assert snap.pool == "demo" and snap.blocks, "the busiest snapshot holds blocks"
     tags = {b.tag for b in snap.blocks}
     assert {"resnet50.weights", "mobilenet_v2.weights", "text.weights"} <= tags
+    # The weights left in the demo's pool (the slow tier): one block per weight tensor that is
+    # not in SRAM, and one per model for the parameters outside its graph.
     end = load_snapshot(out / "snapshot-end.json")
-    assert len(end.blocks) == 3 and len(end.free_runs) >= 1
+    assert len(end.blocks) > 3 and len(end.free_runs) >= 1
+    assert all(b.tag is not None and b.tag.endswith(".weights") for b in end.blocks)
+    tiers = load_tier_snapshot(out / "tiers.json")
+    workers = max(1, os.cpu_count() or 1)
+    assert len(tiers.stats.fast) == workers and tiers.stats.accesses > 0
+    assert tiers.stats.promotions > 0 and 0 < tiers.stats.hit_rate < 1
     trace = load_trace(out / "trace.json")
     assert trace.complete and trace.stats_at_stop is not None
     assert trace.counts()["alloc"] == trace.stats_at_stop.alloc_count
@@ -85,10 +104,10 @@ def test_demo_quick_runs_end_to_end(tmp_path: Path) -> None:
 
 
 def test_goal_not_met_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # 190 MiB: the weights take 155 MiB, so a batch-8 ResNet-50 arena (55 MiB) never fits.
-    status = main(
-        ["demo", "--requests", "40", "--capacity", "190MiB", "--workers", "1", "-o", str(tmp_path)]
-    )
+    # 190 MiB: the weights take 155 MiB, so a batch-8 ResNet-50 arena (55 MiB) never fits
+    # (without the tiers: one block per model, none of it in SRAM).
+    argv = ["demo", "--requests", "40", "--capacity", "190MiB", "--workers", "1", "--no-tiers"]
+    status = main([*argv, "-o", str(tmp_path)])
     captured = capsys.readouterr()
     assert status == 1, captured.err
     assert "goal not met" in captured.err

@@ -1,5 +1,6 @@
-"""``npumem demo --tiers``: the demo also serves from per-worker SRAM and shared HBM, prints the
-tiers and the policies compared, and writes the tier snapshot and picture."""
+"""``npumem demo`` serves its weights from per-worker SRAM and shared HBM (``--tiers``, the
+default), prints the tiers and the policies compared, and writes the tier snapshot and picture;
+``--no-tiers`` keeps every weight in the demo's pool."""
 
 from __future__ import annotations
 
@@ -17,13 +18,30 @@ def test_demo_with_tiers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     status = main(["demo", "--requests", "40", "--workers", "2", "--tiers", "--output", str(out)])
     assert status == 0
     text = capsys.readouterr().out
-    for figure in ("tiered demo: 2 cores", "fast-tier hit rate", "fast[1]", "size-only", "lru"):
+    for figure in ("tiered demo: 2 cores", "fast-tier hit rate", "fast[1]", "size-only"):
         assert figure in text, figure
     snap = load_tier_snapshot(out / "tiers.json")
     assert len(snap.stats.fast) == 2 and snap.stats.accesses > 0
     assert set(snap.snapshots) == {"fast[0]", "fast[1]", "slow"}
     assert_png(out / "tiers.png")
     assert "tiers.json" in text and "tiers.png" in text
+
+
+def test_demo_without_tiers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from npumem.monitor import load_snapshot
+
+    out = tmp_path / "demo"
+    status = main(["demo", "--requests", "20", "--workers", "1", "--no-tiers", "-o", str(out)])
+    assert status == 0
+    text = capsys.readouterr().out
+    assert "requests served" in text and "fast-tier hit rate" not in text
+    assert not (out / "tiers.json").exists()
+    end = load_snapshot(out / "snapshot-end.json")
+    assert sorted(str(b.tag) for b in end.blocks) == [
+        "mobilenet_v2.weights",
+        "resnet50.weights",
+        "text.weights",
+    ]
 
 
 def test_report_and_plot_read_a_tier_snapshot(

@@ -76,8 +76,10 @@ def test_a_policy_set_later_places_the_next_blocks() -> None:
 
 
 def test_the_main_demo_serves_its_weights_through_a_tiered_pool() -> None:
+    from npumem.tiers import replay
     from npumem.workloads.demo import run_demo
     from npumem.workloads.models import build_models
+    from npumem.workloads.tiered import make_policy
 
     result = run_demo(requests=24, workers=2, seed=3, interval=0.05, tiers=True)
     assert result.ok and result.tiers is not None
@@ -85,7 +87,24 @@ def test_the_main_demo_serves_its_weights_through_a_tiered_pool() -> None:
     assert tiers.cores == 2 and tiers.live.accesses > 0
     assert tiers.live.promotions > 0, "the rebalances move hot weights into SRAM"
     assert tiers.live.hit_rate > 0
-    assert set(tiers.compared) == {"frequency", "lru", "size-only"}
+    # Frequency against size-only placement on the same accesses: the live run is the
+    # frequency row (its recording replays to the same figures), size-only is replayed.
+    assert set(tiers.compared) == {"frequency", "size-only"}
+    assert tiers.compared["frequency"] == tiers.live
+    assert tiers.compared["size-only"].promotions == 0
+    assert tiers.compared["size-only"].accesses == tiers.live.accesses
+    fresh = TieredPool(
+        [npumem.Pool(tiers.sram_per_core, cores=1) for _ in range(tiers.cores)],
+        npumem.Pool(tiers.hbm, cores=tiers.cores),
+        fast_max_block=tiers.fast_max_block,
+        policy=make_policy("frequency", tiers.fast_max_block),
+    )
+    replayed = replay(tiers.events, fresh)
+    assert (replayed.hit_rate, replayed.promotions, replayed.demotions) == (
+        tiers.live.hit_rate,
+        tiers.live.promotions,
+        tiers.live.demotions,
+    )
     # One block per weight tensor: the demo pool (HBM) holds many weight blocks, and the
     # weights of each model take its parameter bytes in all, across the tiers.
     assert tiers.snapshot is not None
@@ -264,3 +283,108 @@ def test_rebalance_starts_at_the_next_core_each_time() -> None:
     second = mem.rebalance(4096)
     assert first.promotions == second.promotions == 1
     assert one.tier == "fast" and sum(tb.tier == "fast" for tb in zero) == 1
+
+
+def test_touch_many_with_counts_gives_the_figures_of_touch_with_a_count() -> None:
+    one, many = (
+        make(policy=FrequencyPolicy(half_life=50)),
+        make(policy=FrequencyPolicy(half_life=50)),
+    )
+    figures = []
+    for mem in (one, many):
+        blocks = [mem.alloc(1000 * (i + 1), core=i % 2, hot=i % 2 == 0) for i in range(6)]
+        counts = [3, 0, 1, 7, 2, 5]
+        mem.touch(blocks[0])
+        mem.record()
+        if mem is one:
+            for tb, n in zip(blocks, counts, strict=True):
+                mem.touch(tb, n)
+        else:
+            mem.touch_many(blocks, counts)
+        events = mem.stop_recording()
+        figures.append(
+            (
+                mem.stats(),
+                [(round(tb.heat.value, 9), tb.heat.last, tb.heat.count) for tb in blocks],
+            )
+        )
+        if mem is many:
+            assert [(e.kind, e.counts) for e in events] == [("touch_many", tuple(counts))]
+            assert events[0].serials == tuple(tb.serial for tb in blocks)
+    assert figures[0] == figures[1]
+    assert figures[0][0].accesses == 1 + 18
+
+
+def test_touch_many_with_counts_refuses_bad_counts_before_recording() -> None:
+    from npumem.errors import InvalidArgumentError
+
+    mem = make()
+    a, b = mem.alloc(100, core=0), mem.alloc(100, core=1)
+    for bad in ([1], [1, -1], [1, 1.5], [1, True], [1, 2, 3]):
+        with pytest.raises(InvalidArgumentError):
+            mem.touch_many([a, b], bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        mem.touch(a, -2)
+    b.free()
+    with pytest.raises(InvalidHandleError):
+        mem.touch_many([a, b], [1, 1])
+    assert mem.stats().accesses == 0 and a.heat.count == 0
+
+
+def test_a_policy_without_touch_n_gets_one_touch_per_access() -> None:
+    from npumem.tiers.policy import Heat, LRUPolicy
+
+    class Plain:
+        name = "plain"
+        moves = True
+        per_byte = False
+
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+
+        def admit(self, nbytes: int, hot: bool) -> bool:
+            return hot
+
+        def touch(self, heat: Heat, now: int) -> None:
+            self.calls.append(now)
+            LRUPolicy().touch(heat, now)
+
+        def score(self, heat: Heat, now: int) -> float:
+            return float(heat.last + 1)
+
+    policy = Plain()
+    mem = make(policy=policy)
+    a, b = mem.alloc(100, core=0), mem.alloc(100, core=1)
+    mem.touch_many([a, b], [2, 3])
+    mem.touch(a, 2)
+    assert policy.calls == [0, 1, 2, 3, 4, 5, 6]
+    assert (a.heat.last, b.heat.last, a.heat.count) == (6, 4, 4)
+
+
+def test_a_block_that_found_no_room_after_demotions_waits_for_a_block_to_leave() -> None:
+    # 64 KiB of SRAM: a (hot) at 0, d (cold) at 48 KiB, the middle free but not where a 48 KiB
+    # block can start. Demoting d for t frees 48 KiB that still do not hold t, and a is hotter
+    # than t: t waits, instead of demoting d again at every rebalance once d is back.
+    k = 1024
+    mem = TieredPool(
+        [npumem.Pool(64 * k, cores=1, name="sram0")],
+        npumem.Pool(8 * MIB, cores=1, name="hbm"),
+        policy=FrequencyPolicy(half_life=1e9),
+    )
+    a, b, c, d = (mem.alloc(16 * k, core=0, tier="fast", tag=tag) for tag in "abcd")
+    b.free()
+    c.free()
+    t = mem.alloc(48 * k, core=0, tag="t")
+    mem.touch(a, 100)
+    mem.touch(d, 1)
+    mem.touch(t, 10)
+
+    def moves() -> list[tuple[str | None, str]]:
+        return [(m.tag, str(m.dst)) for m in mem.rebalance().moves]
+
+    assert moves() == [("d", "slow")] and t.tier == "slow"  # in vain: t still has no room
+    assert moves() == [("d", "fast[0]")]  # d comes back; t waits
+    assert moves() == [] and moves() == []  # and nothing moves again
+    a.free()  # a block leaves the SRAM: t tries again
+    assert moves() == [("d", "slow"), ("t", "fast[0]")] and t.tier == "fast"
+    assert mem.check() == 2  # d and t

@@ -54,6 +54,7 @@ class TieredBlock:
         home: int,
         align: int | None,
         nbytes: int,
+        serial: int = -1,
     ) -> None:
         self._owner = owner
         self._nbytes = nbytes
@@ -63,7 +64,7 @@ class TieredBlock:
         self.home = home
         """The core the block belongs to: promotions go to this core's fast pool."""
         self._heat: Heat | None = None
-        self.serial = -1
+        self.serial = serial
         """The number of the allocation in its tiered pool (0, 1, 2, ...)."""
 
     @property

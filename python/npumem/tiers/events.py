@@ -9,7 +9,7 @@ from npumem.tiers.block import TierKind
 
 __all__ = ["EventKind", "TierEvent"]
 
-EventKind = Literal["alloc", "touch", "free", "promote", "demote", "rebalance"]
+EventKind = Literal["alloc", "touch", "touch_many", "free", "promote", "demote", "rebalance"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,3 +28,7 @@ class TierEvent:
     """`touch`: accesses."""
     max_bytes: int | None = None
     """`rebalance`: the budget."""
+    serials: tuple[int, ...] = ()
+    """`touch_many` with counts: the blocks, in order."""
+    counts: tuple[int, ...] = ()
+    """`touch_many` with counts: the accesses of each block."""

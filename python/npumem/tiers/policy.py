@@ -5,6 +5,9 @@ A policy is a small replaceable object with four members (`Policy`):
 * `admit(nbytes, hot)`: whether a new block asks for the fast tier when the caller named no
   tier;
 * `touch(heat, now)`: update a block's `Heat` when it is accessed at tick `now`;
+* `touch_n(heat, now, count)` (optional): `count` accesses at ticks `now` to
+  `now + count - 1` at once, as `count` calls of `touch` would record them; the tiered pool
+  makes those calls itself for a policy without it;
 * `score(heat, now)`: how hot the block is at tick `now`; `rebalance()` promotes the
   highest scores and demotes the lowest;
 * `moves`: whether `rebalance()` moves anything at all under this policy;
@@ -85,6 +88,8 @@ class FrequencyPolicy:
             raise InvalidArgumentError(f"admit_cold must be an int >= 0, got {admit_cold!r}")
         self.half_life = float(half_life)
         self.admit_cold = admit_cold
+        self._ratio = 0.5 ** (1.0 / self.half_life)  # the decay of one tick
+        self._sums: dict[int, float] = {}  # count -> 1 + r + ... + r^(count - 1)
 
     def admit(self, nbytes: int, hot: bool) -> bool:
         return hot or nbytes <= self.admit_cold
@@ -102,6 +107,25 @@ class FrequencyPolicy:
             heat.value = float(heat.value * 0.5 ** ((now - last) / self.half_life)) + 1.0
         heat.last = now
         heat.count += 1
+
+    def touch_n(self, heat: Heat, now: int, count: int) -> None:
+        # count touches one tick apart: v * r^(end - last) + (1 + r + ... + r^(count - 1))
+        if count <= 0:
+            return
+        added = self._sums.get(count)
+        if added is None:
+            r = self._ratio
+            added = (1.0 - r**count) / (1.0 - r) if count > 1 else 1.0
+            if len(self._sums) < 4096:
+                self._sums[count] = added
+        last = heat.last
+        end = now + count - 1
+        if last < 0:
+            heat.value = added
+        else:
+            heat.value = float(heat.value * 0.5 ** ((end - last) / self.half_life)) + added
+        heat.last = end
+        heat.count += count
 
     def score(self, heat: Heat, now: int) -> float:
         return self._decayed(heat, now)
@@ -125,6 +149,11 @@ class LRUPolicy:
     def touch(self, heat: Heat, now: int) -> None:
         heat.last = now
         heat.count += 1
+
+    def touch_n(self, heat: Heat, now: int, count: int) -> None:
+        if count > 0:
+            heat.last = now + count - 1
+            heat.count += count
 
     def score(self, heat: Heat, now: int) -> float:
         return float(heat.last + 1)  # 0 for a block never touched
@@ -152,6 +181,11 @@ class SizeOnlyPolicy:
     def touch(self, heat: Heat, now: int) -> None:
         heat.last = now
         heat.count += 1
+
+    def touch_n(self, heat: Heat, now: int, count: int) -> None:
+        if count > 0:
+            heat.last = now + count - 1
+            heat.count += count
 
     def score(self, heat: Heat, now: int) -> float:
         return 0.0

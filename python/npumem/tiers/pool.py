@@ -66,6 +66,27 @@ class _Counters:
         self.spills = 0
 
 
+def _counted_touch(policy: Policy) -> Callable[[Heat, int, int], None]:
+    """`policy.touch_n`, or `count` calls of `policy.touch` for a policy without it."""
+    touch_n: Callable[[Heat, int, int], None] | None = getattr(policy, "touch_n", None)
+    if touch_n is not None:
+        return touch_n
+    touch = policy.touch
+
+    def repeated(heat: Heat, now: int, count: int) -> None:
+        for k in range(count):
+            touch(heat, now + k)
+
+    return repeated
+
+
+WAIT_PASSES = 32
+"""Rebalances of its core that a block waits at most after residents went for it in vain."""
+
+_UNTOUCHED = Heat()
+"""The heat of a block never touched, for scoring it (never changed)."""
+
+
 class _RoundRobinCores:
     """The default `core_of`: each thread gets a core on its first call, in turn."""
 
@@ -149,6 +170,7 @@ class TieredPool:
         self._core_of = core_of if core_of is not None else _RoundRobinCores(len(fast))
         self._ncores = len(fast)
         self._admit = policy.admit
+        self._touch_n = _counted_touch(policy)
         self._lock = threading.RLock()
         self._clock = 0
         self._resident: list[set[TieredBlock]] = [set() for _ in fast]
@@ -156,8 +178,15 @@ class TieredPool:
         self._fast_counts = [_Counters() for _ in fast]
         self._slow_counts = _Counters()
         self._serials = itertools.count()
-        self._placed: deque[tuple[TieredBlock, bool]] = deque()
+        self._placed: deque[TieredBlock] = deque()
+        self._spills: deque[int] = deque()  # the home cores of the blocks that spilled
         self._next_core = 0
+        # Blocks that found no room in their core's fast pool although colder residents were
+        # demoted for them, with the core's room count and pass count then: they are not tried
+        # again until a block leaves that pool or WAIT_PASSES rebalances of the core went by.
+        self._misfits: dict[TieredBlock, tuple[int, int]] = {}
+        self._room = [0 for _ in fast]  # per core: blocks that left the fast pool
+        self._passes = [0 for _ in fast]  # per core: rebalances that looked at it
         self._bytes_accessed = 0
         self._recording: list[TierEvent] | None = None
 
@@ -200,6 +229,7 @@ class TieredPool:
         with self._lock:
             self._policy = policy
             self._admit = policy.admit
+            self._touch_n = _counted_touch(policy)
 
     @property
     def cores(self) -> int:
@@ -266,15 +296,16 @@ class TieredPool:
             where = None
         else:
             raise InvalidArgumentError(f"tier must be 'fast', 'slow' or None, got {tier!r}")
-        tb = TieredBlock(self, block, where, home, align, nbytes)
-        tb.serial = next(self._serials)
+        tb = TieredBlock(self, block, where, home, align, nbytes, next(self._serials))
+        if spilled:
+            self._spills.append(home)
         if self._recording is None:
             # Without the lock: the placement joins the books at the next call that takes it.
-            self._placed.append((tb, spilled))
+            self._placed.append(tb)
         else:
             with self._lock:
                 self._note("alloc", tb, nbytes=nbytes, core=home, tier=tier, hot=hot, tag=tag)
-                self._placed.append((tb, spilled))
+                self._placed.append(tb)
                 self._fold()
         return tb
 
@@ -284,18 +315,19 @@ class TieredPool:
         placed = self._placed
         fast, slow = self._fast_counts, self._slow_counts
         while placed:
-            tb, spilled = placed.popleft()
+            tb = placed.popleft()
             core = tb._core
             if core is None:
                 slow.allocs += 1
-                if spilled:
-                    fast[tb.home].spills += 1
                 if tb._block is not None:
                     self._slow_blocks.add(tb)
             else:
                 fast[core].allocs += 1
                 if tb._block is not None:
                     self._resident[core].add(tb)
+        spills = self._spills
+        while spills:
+            fast[spills.popleft()].spills += 1
 
     def free(self, tb: TieredBlock) -> None:
         """Give `tb`'s bytes back to their tier. A pinned block raises
@@ -312,10 +344,14 @@ class TieredPool:
             tb._block = None
             if self._recording is not None:
                 self._note("free", tb)
-            if tb._core is None:
+            core = tb._core
+            if core is None:
                 self._slow_blocks.discard(tb)
             else:
-                self._resident[tb._core].discard(tb)
+                self._resident[core].discard(tb)
+                self._room[core] += 1
+            if self._misfits:
+                self._misfits.pop(tb, None)
             if self._placed:
                 self._fold()
         finally:
@@ -339,6 +375,8 @@ class TieredPool:
         """Record `count` accesses of `tb`: the policy's heat, and a hit of its tier."""
         if type(tb) is not TieredBlock or tb._owner is not self:
             self._check_own(tb)
+        if count.__class__ is not int or count < 0:
+            raise InvalidArgumentError(f"count must be an int >= 0, got {count!r}")
         lock = self._lock
         lock.acquire()
         try:
@@ -349,16 +387,12 @@ class TieredPool:
             heat = tb._heat
             if heat is None:
                 heat = tb._heat = Heat()
-            touch = self._policy.touch
             clock = self._clock
             if count == 1:
-                touch(heat, clock)
-                self._clock = clock + 1
+                self._policy.touch(heat, clock)
             else:
-                for _ in range(count):
-                    touch(heat, clock)
-                    clock += 1
-                self._clock = clock
+                self._touch_n(heat, clock, count)
+            self._clock = clock + count
             nbytes = count * tb._nbytes
             counts.hits += count
             counts.hit_bytes += nbytes
@@ -368,11 +402,28 @@ class TieredPool:
         finally:
             lock.release()
 
-    def touch_many(self, blocks: Iterable[TieredBlock]) -> None:
-        """Record one access of each block of `blocks`, in order, under one acquisition of
-        the lock: the same figures as `touch(tb)` for each, at a fraction of the cost. A block
-        of another tiered pool or a freed one raises before anything is recorded."""
+    def touch_many(
+        self, blocks: Iterable[TieredBlock], counts: Iterable[int] | None = None
+    ) -> None:
+        """Record accesses of each block of `blocks`, in order, under one acquisition of the
+        lock: one access of each (`counts=None`: the same figures as `touch(tb)` for each), or
+        `counts[i]` accesses of `blocks[i]` (the same figures as `touch(tb, count)` for each,
+        recorded as one `touch_many` event). A block of another tiered pool, a freed one or a
+        bad count raises before anything is recorded."""
         tbs = blocks if isinstance(blocks, list | tuple) else list(blocks)
+        if counts is not None:
+            ns = counts if isinstance(counts, list | tuple) else list(counts)
+            if len(ns) != len(tbs):
+                raise InvalidArgumentError(
+                    f"counts has {len(ns)} entries for {len(tbs)} blocks: give one per block"
+                )
+            for tb, n in zip(tbs, ns, strict=True):
+                if type(tb) is not TieredBlock or tb._owner is not self:
+                    self._check_own(tb)
+                if n.__class__ is not int or n < 0:
+                    raise InvalidArgumentError(f"counts must be ints >= 0, got {n!r}")
+            self._touch_counted(tbs, ns)
+            return
         for tb in tbs:
             if type(tb) is not TieredBlock or tb._owner is not self:
                 self._check_own(tb)
@@ -380,7 +431,7 @@ class TieredPool:
             for tb in tbs:
                 if tb._block is None:
                     raise InvalidHandleError("the tiered block was freed")
-            touch = self.policy.touch
+            touch = self._policy.touch
             fast, slow = self._fast_counts, self._slow_counts
             clock = self._clock
             accessed = 0
@@ -393,14 +444,49 @@ class TieredPool:
                 clock += 1
                 nbytes = tb._nbytes
                 core = tb._core
-                counts = slow if core is None else fast[core]
-                counts.hits += 1
-                counts.hit_bytes += nbytes
+                counts_of = slow if core is None else fast[core]
+                counts_of.hits += 1
+                counts_of.hit_bytes += nbytes
                 accessed += nbytes
                 if recording is not None:
                     recording.append(TierEvent("touch", tb.serial, count=1))
             self._clock = clock
             self._bytes_accessed += accessed
+
+    def _touch_counted(self, tbs: Sequence[TieredBlock], ns: Sequence[int]) -> None:
+        """`touch_many` with counts, the arguments checked."""
+        with self._lock:
+            for tb in tbs:
+                if tb._block is None:
+                    raise InvalidHandleError("the tiered block was freed")
+            touch_n = self._touch_n
+            fast, slow = self._fast_counts, self._slow_counts
+            clock = self._clock
+            accessed = 0
+            for tb, n in zip(tbs, ns, strict=True):
+                if not n:
+                    continue
+                heat = tb._heat
+                if heat is None:
+                    heat = tb._heat = Heat()
+                touch_n(heat, clock, n)
+                clock += n
+                nbytes = n * tb._nbytes
+                core = tb._core
+                counts_of = slow if core is None else fast[core]
+                counts_of.hits += n
+                counts_of.hit_bytes += nbytes
+                accessed += nbytes
+            self._clock = clock
+            self._bytes_accessed += accessed
+            if self._recording is not None:
+                self._recording.append(
+                    TierEvent(
+                        "touch_many",
+                        serials=tuple(tb.serial for tb in tbs),
+                        counts=tuple(ns),
+                    )
+                )
 
     @property
     def accesses(self) -> int:
@@ -441,23 +527,25 @@ class TieredPool:
     def _move(self, tb: TieredBlock, dst: Tier) -> None:
         """Copy `tb` to a new block in `dst` and re-point it; the caller holds the lock."""
         src_block = tb.block
-        src = tb.location
         if src_block.pins:
             raise PinnedBlockError(
-                f"the block ({src_block.nbytes} bytes in {src}) is pinned or has "
+                f"the block ({src_block.nbytes} bytes in {tb.location}) is pinned or has "
                 f"{src_block.pins} live view(s): it does not move"
             )
-        nbytes = src_block.nbytes
-        dst_block = self.pool_of(dst).alloc(nbytes, align=tb._align, tag=src_block.tag)
+        nbytes = tb._nbytes
+        src_core = tb._core
+        dst_core = dst.core
+        pool = self.slow if dst_core is None else self.fast[dst_core]
+        dst_block = pool.alloc(nbytes, align=tb._align, tag=src_block.tag)
         try:
             if self.movers is None:
                 host_copy(src_block, dst_block, nbytes)
             else:
-                self.movers(src, src_block.offset, dst, dst_block.offset, nbytes)
+                self.movers(tb.location, src_block.offset, dst, dst_block.offset, nbytes)
         except BaseException as exc:
             dst_block.free()
             raise MoveError(
-                f"moving {nbytes} bytes from {src} to {dst} failed ({exc!r}); nothing moved"
+                f"moving {nbytes} bytes from {tb.location} to {dst} failed ({exc!r}); nothing moved"
             ) from exc
         try:
             src_block.free()
@@ -465,33 +553,36 @@ class TieredPool:
             dst_block.free()  # a view appeared meanwhile: keep the block where it was
             raise
         tb._block = dst_block
-        tb._core = dst.core
-        if src.core is None:
+        tb._core = dst_core
+        if src_core is None:
             self._slow_blocks.discard(tb)
         else:
-            self._resident[src.core].discard(tb)
-        if dst.core is None:
+            self._resident[src_core].discard(tb)
+            self._room[src_core] += 1
+        if dst_core is None:
             self._slow_blocks.add(tb)
+            if src_core is not None:
+                self._fast_counts[src_core].demotions += 1
         else:
-            self._resident[dst.core].add(tb)
-        if dst.kind == FAST:
-            self._fast_counts[dst.core if dst.core is not None else 0].promotions += 1
-        if src.core is not None and dst.kind == SLOW:
-            self._fast_counts[src.core].demotions += 1
+            self._resident[dst_core].add(tb)
+            self._fast_counts[dst_core].promotions += 1
 
     def rebalance(self, max_bytes: int | None = None) -> RebalanceReport:
         """Promote the hottest blocks of the slow tier (by the policy's score, per byte when
         the policy says so) that fit in their home core's fast pool, demoting colder ones to
-        make room, until `max_bytes` bytes have moved (`None`: no limit). Pinned blocks and
-        blocks with views are skipped; a failed move changes nothing and the rebalance goes
-        on. Returns what moved."""
+        make room, until `max_bytes` bytes have moved (`None`: no limit). A block for which
+        residents were demoted and that still found no room waits until a block leaves its
+        core's fast pool, or `WAIT_PASSES` rebalances of the core. Pinned blocks and blocks
+        with views are skipped; a failed move changes nothing and the rebalance goes on.
+        Returns what moved."""
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
         ):
             raise InvalidArgumentError(f"max_bytes must be an int >= 0 or None, got {max_bytes!r}")
         start = time.perf_counter()
-        report = RebalanceReport(self.policy.name, max_bytes)
-        if not self.policy.moves:
+        policy = self._policy
+        report = RebalanceReport(policy.name, max_bytes)
+        if not policy.moves:
             report.seconds = time.perf_counter() - start
             return report
         budget = math.inf if max_bytes is None else max_bytes
@@ -500,90 +591,147 @@ class TieredPool:
             if self._recording is not None:
                 self._note("rebalance", max_bytes=max_bytes)
             now = self._clock
-            policy = self.policy
+            score = policy.score
             per_byte = policy.per_byte
-
-            def score(tb: TieredBlock) -> float:
-                value = policy.score(tb.heat, now)
-                return value / tb._nbytes if per_byte else value
-
             limit = self.fast_max_block
+            ncores = self._ncores
+            # The candidates of every core, in one pass over the slow tier: the blocks touched
+            # at least once that may live in a fast tier, with a score above 0.
+            candidates: list[list[tuple[float, TieredBlock]]] = [[] for _ in range(ncores)]
+            for tb in self._slow_blocks:
+                heat = tb._heat
+                if heat is None:
+                    continue
+                nbytes = tb._nbytes
+                if limit is not None and nbytes > limit:
+                    continue
+                value = score(heat, now)
+                if value > 0:
+                    candidates[tb.home].append((value / nbytes if per_byte else value, tb))
             # Each rebalance starts at the next core, so that a budget spent early on one core
             # does not leave the others without moves.
             first = self._next_core
-            self._next_core = (first + 1) % self._ncores
-            for k in range(self._ncores):
-                core = (first + k) % self._ncores
-                candidates = [
-                    (score(tb), tb)
-                    for tb in self._slow_blocks
-                    if tb.home == core and (limit is None or tb._nbytes <= limit)
-                ]
-                candidates = [c for c in candidates if c[0] > 0]
-                candidates.sort(key=lambda c: -c[0])
-                residents = sorted(
-                    ((score(tb), tb) for tb in self._resident[core]),
-                    key=lambda c: c[0],
-                )
-                cold = 0  # residents[cold:] are the ones not demoted yet
-                for hotness, tb in candidates:
-                    if budget < tb.nbytes:
-                        continue
-                    if tb.pins:
-                        report.skipped_pinned += 1
-                        continue
-                    # Per byte, a block's accesses are its score times its size: the blocks
-                    # demoted for it must serve fewer accesses in all than it does.
-                    gain = hotness * tb._nbytes if per_byte else math.inf
-                    loss = 0.0
-                    while True:
-                        try:
-                            self._move(tb, Tier(FAST, core))
-                        except OutOfMemoryError:
-                            pass
-                        except (MoveError, PinnedBlockError):
-                            report.failed += 1
-                            break
-                        else:
-                            budget -= tb.nbytes
-                            report.moves.append(
-                                TierMove(tb.tag, tb.nbytes, Tier(SLOW), Tier(FAST, core), hotness)
-                            )
-                            break
-                        # No room: demote the coldest resident colder than this block.
-                        victim = None
-                        while cold < len(residents) and victim is None:
-                            vscore, vtb = residents[cold]
-                            cold += 1
-                            if vscore >= hotness:
-                                cold = len(residents)
-                                break
-                            if not vtb.alive or vtb._core != core:
-                                continue
-                            if vtb.pins:
-                                report.skipped_pinned += 1
-                                continue
-                            if budget < vtb.nbytes + tb.nbytes:
-                                continue
-                            if per_byte and loss + vscore * vtb._nbytes >= gain:
-                                cold -= 1  # it may still make room for a block of more accesses
-                                break
-                            victim = (vscore, vtb)
-                        if victim is None:
-                            break
-                        vscore, vtb = victim
-                        try:
-                            self._move(vtb, Tier(SLOW))
-                        except (OutOfMemoryError, MoveError, PinnedBlockError):
-                            report.failed += 1
-                            break
-                        budget -= vtb.nbytes
-                        loss += vscore * vtb._nbytes
-                        report.moves.append(
-                            TierMove(vtb.tag, vtb.nbytes, Tier(FAST, core), Tier(SLOW), vscore)
-                        )
+            self._next_core = (first + 1) % ncores
+            for k in range(ncores):
+                core = (first + k) % ncores
+                if candidates[core]:
+                    budget = self._rebalance_core(core, candidates[core], budget, now, report)
         report.seconds = time.perf_counter() - start
         return report
+
+    def _rebalance_core(
+        self,
+        core: int,
+        candidates: list[tuple[float, TieredBlock]],
+        budget: float,
+        now: int,
+        report: RebalanceReport,
+    ) -> float:
+        """Promote `candidates` (score and block) into the fast pool of `core`, hottest first,
+        demoting colder residents to make room; returns the budget left. The caller holds the
+        lock."""
+        policy = self._policy
+        score = policy.score
+        per_byte = policy.per_byte
+        candidates.sort(key=lambda c: (-c[0], c[1].serial))  # ties: the oldest first
+        residents: list[tuple[float, TieredBlock]] | None = None  # the coldest first, when needed
+        cold = 0  # residents[cold:] are the ones not demoted yet
+        # The smallest size that found no room once no resident was left to demote: a block at
+        # least as large is not tried again in this pass.
+        no_room = math.inf
+        misfits = self._misfits
+        room = self._room
+        passes = self._passes[core] = self._passes[core] + 1
+        unplaced: list[TieredBlock] = []  # colder residents went for them, in vain
+        for hotness, tb in candidates:
+            nbytes = tb._nbytes
+            if budget < nbytes or nbytes >= no_room:
+                continue
+            mark = misfits.get(tb) if misfits else None
+            if mark is not None and mark[0] == room[core] and passes - mark[1] < WAIT_PASSES:
+                continue  # no block left the pool since colder ones went for it in vain
+            block = tb._block
+            if block is None:
+                continue
+            if block.pins:
+                report.skipped_pinned += 1
+                continue
+            # Per byte, a block's accesses are its score times its size: the blocks
+            # demoted for it must serve fewer accesses in all than it does.
+            gain = hotness * nbytes if per_byte else math.inf
+            loss = 0.0
+            demoted = 0
+            while True:
+                try:
+                    self._move(tb, Tier(FAST, core))
+                except OutOfMemoryError:
+                    pass
+                except (MoveError, PinnedBlockError):
+                    report.failed += 1
+                    break
+                else:
+                    budget -= nbytes
+                    if misfits:
+                        misfits.pop(tb, None)
+                    report.moves.append(
+                        TierMove(block.tag, nbytes, Tier(SLOW), Tier(FAST, core), hotness)
+                    )
+                    break
+                # No room: demote the coldest resident colder than this block.
+                if residents is None:
+                    residents = []
+                    for r in self._resident[core]:
+                        value = score(r._heat or _UNTOUCHED, now)
+                        residents.append((value / r._nbytes if per_byte else value, r))
+                    residents.sort(key=lambda c: (c[0], c[1].serial))
+                victim = None
+                while cold < len(residents) and victim is None:
+                    vscore, vtb = residents[cold]
+                    cold += 1
+                    if vscore >= hotness:
+                        cold = len(residents)  # the later candidates are colder still
+                        break
+                    vblock = vtb._block
+                    if vblock is None or vtb._core != core:
+                        continue
+                    if vblock.pins:
+                        report.skipped_pinned += 1
+                        continue
+                    if budget < vtb._nbytes + nbytes:
+                        continue
+                    if per_byte and loss + vscore * vtb._nbytes >= gain:
+                        cold -= 1  # it may still make room for a block of more accesses
+                        break
+                    victim = (vscore, vtb, vblock.tag)
+                if victim is None:
+                    if cold >= len(residents):
+                        no_room = min(no_room, nbytes)
+                    if demoted:
+                        unplaced.append(tb)
+                    break
+                vscore, vtb, vtag = victim
+                try:
+                    self._move(vtb, Tier(SLOW))
+                except (OutOfMemoryError, MoveError, PinnedBlockError):
+                    report.failed += 1
+                    break
+                budget -= vtb._nbytes
+                demoted += 1
+                loss += vscore * vtb._nbytes
+                report.moves.append(
+                    TierMove(vtag, vtb._nbytes, Tier(FAST, core), Tier(SLOW), vscore)
+                )
+        # A block for which colder residents were demoted and that still found no room (its
+        # free bytes not in one piece) waits until a block leaves the pool after this pass,
+        # with every such block of the core: colder blocks refill the room, and trying it again
+        # would only demote them again.
+        if unplaced or misfits:
+            for tb in misfits:
+                if tb.home == core and misfits[tb][0] != room[core]:
+                    misfits[tb] = (room[core], misfits[tb][1])
+            for tb in unplaced:
+                misfits[tb] = (room[core], passes)
+        return budget
 
     # ----------------------------------------------------------------------------------------
     # Figures

@@ -1,7 +1,8 @@
 """Recording what a tiered pool was asked to do, and replaying it under another policy.
 
-`mem.record()` starts a recording; every allocation, access, free, explicit move and
-rebalance is then appended as a `TierEvent`, in the order the
+`mem.record()` starts a recording; every allocation, access (one event per `touch`, per
+block of `touch_many(blocks)`, or one per call of `touch_many(blocks, counts)`), free, explicit
+move and rebalance is then appended as a `TierEvent`, in the order the
 tiered pool serialized them (under its lock). `mem.stop_recording()` returns them.
 `replay` runs such a list on a fresh tiered pool, single-threaded, and returns its
 `TierStats`: the same accesses under another policy give comparable
@@ -34,6 +35,14 @@ def replay(events: Iterable[TierEvent], mem: TieredPool) -> TierStats:
                 )
             elif ev.kind == "rebalance":
                 mem.rebalance(ev.max_bytes)
+            elif ev.kind == "touch_many":
+                tbs, counts = [], []
+                for serial, count in zip(ev.serials, ev.counts, strict=True):
+                    known = blocks.get(serial)
+                    if known is not None:
+                        tbs.append(known)
+                        counts.append(count)
+                mem.touch_many(tbs, counts)
             elif ev.serial in blocks:
                 tb = blocks[ev.serial]
                 if ev.kind == "touch":

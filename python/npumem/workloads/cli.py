@@ -1,7 +1,7 @@
 """`npumem demo` and `npumem replay`.
 
     npumem demo [--quick] [--requests N] [--workers N] [--capacity BYTES] [--output DIR] [--trace]
-                [--tiers]
+                [--no-tiers]
     npumem replay TRACE [--capacity BYTES] [--cores N] [--chunk-size BYTES] ... [--json]
 
 Exit status: 0 done and the goal met (demo: no failed allocation and no rejected request;
@@ -202,9 +202,10 @@ def run_demo_command(args: argparse.Namespace) -> int:
 def _report_tiers(
     result: DemoResult, out: Console, output: Path, pictures: bool
 ) -> dict[str, Path]:
-    """`npumem demo --tiers`: the tiers of the run (one SRAM pool per worker in front of the
-    demo's pool, `npumem.workloads.demo_tiers`) and the policies compared on its reads;
-    prints them, returns the files written."""
+    """The tiers of the run (`npumem demo` without `--no-tiers`: one SRAM pool per worker in
+    front of the demo's pool, `npumem.workloads.demo_tiers`) and the policies compared on its
+    reads; prints them, returns the files written."""
+
     from npumem.workloads.tiered import report_tiered_demo, write_tier_outputs
 
     if result.tiers is None:
@@ -364,8 +365,9 @@ def add_parsers(subparsers: Any) -> None:
         description="An inference service in miniature on a host-backed pool: ResNet-50, "
         "MobileNetV2 and a text generator with planned activation arenas, worker threads on "
         "every core serving requests of varying batch size and sequence length (a paged KV cache "
-        "with a shared system prompt and beam search), the monitor running. Prints the report; "
-        "writes the pictures and snapshots to --output.",
+        "with a shared system prompt and beam search), the monitor running; the weights live in "
+        "one SRAM tier per worker in front of the shared pool (HBM), promoted by access "
+        "frequency. Prints the report; writes the pictures and snapshots to --output.",
         epilog="Exit status: 0 goal met (no failed allocation, no rejected request), 1 goal "
         "not met, 2 bad arguments.",
     )
@@ -404,10 +406,12 @@ def add_parsers(subparsers: Any) -> None:
     )
     demo.add_argument(
         "--tiers",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="serve the weights from one SRAM pool per worker in front of the demo's pool (HBM) "
-        "through a TieredPool, and compare the promotion policies on the same reads (writes "
-        "tiers.json, tiers.png)",
+        "through a TieredPool, report the fast-tier hit rate and the promotions, and compare "
+        "the frequency policy with size-only placement on the same reads (writes tiers.json, "
+        "tiers.png); on by default, --no-tiers keeps every weight in the demo's pool",
     )
     demo.set_defaults(func=run_demo_command)
 

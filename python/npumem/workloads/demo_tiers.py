@@ -1,52 +1,60 @@
-"""The main demo on tiered memory (`npumem demo --tiers`): one fast pool (SRAM) per worker in
-front of the demo's pool, which becomes the shared slow tier (HBM).
+"""The main demo on tiered memory (`npumem demo`, unless `--no-tiers`): one fast pool (SRAM)
+per worker in front of the demo's pool, which becomes the shared slow tier (HBM).
 
 The models' weights are allocated through a `TieredPool`, one block per weight tensor of
 the model's graph (plus one block for the rest of the model's parameters, the embeddings, kept
 in HBM), so that single tensors can be promoted. The service (`TieredService`, the demo's
 `Service` with three hooks) reads each op's weights when it serves a vision request, and every
-layer's weights at the prefill and at every generated token of a text request: each read is a
-`touch`, batched per request or token (`TieredPool.touch_many`). Every few reads (all workers
-together) the worker that made the last one calls `rebalance` with a byte budget. The
-activation arenas, the KV cache and the small per-request blocks stay in the demo's pool as
-without tiers.
+layer's weights at the prefill and at every generated token of a text request. A read only
+counts the pass over the model's weights; every `rebalance_every` reads (all workers together)
+the worker that made the last one enters the window's reads into the tiered pool, one
+`touch_many(blocks, counts)` per model read in the window, and calls `rebalance` with a byte
+budget. Blocks move only in those rebalances, so each access is counted in the tier that
+served it. The activation arenas, the KV cache and the small per-request blocks stay in the
+demo's pool as without tiers.
 
-The first `record_reads` reads are recorded (`npumem.tiers.trace`) and replayed on fresh
-pools under each policy, so the report compares the policies on the demo's own accesses.
+The whole run is recorded (`npumem.tiers.trace`: a few events per window) and replayed on
+fresh pools under each other policy of `compare` (the live run's own policy needs no replay: the
+recording holds the calls in the order the tiered pool served them, so its replay gives the
+live figures), so the report compares the policies on the demo's own accesses.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import npumem
 from npumem.tiers.block import SLOW, TieredBlock
-from npumem.tiers.events import TierEvent
 from npumem.tiers.pool import TieredPool
 from npumem.tiers.trace import replay
 from npumem.workloads.models import Model
 from npumem.workloads.service import Service
 from npumem.workloads.tiered import (
-    POLICIES,
     TieredDemoResult,
     WeightModel,
     make_policy,
     weight_models,
 )
 
-__all__ = ["DemoTiers", "TieredService"]
+__all__ = ["COMPARE", "DemoTiers", "TieredService"]
 
 MIB = 1 << 20
+
+
+COMPARE = ("frequency", "size-only")
+"""The policies the demo replays its accesses under."""
 
 
 class DemoTiers:
     """The tiers of one demo run: `workers` fast pools of `sram_per_core` bytes in front of
     `pool`, the policy called `policy` (one of `npumem.workloads.tiered.POLICIES`), blocks
-    up to `fast_max_block` bytes in SRAM, a rebalance of at most `rebalance_bytes` every
-    `rebalance_every` reads of all workers together, the first `record_reads` reads recorded
+    up to `fast_max_block` bytes in SRAM, the reads entered every `rebalance_every` reads of
+    all workers together (a window), and a rebalance of at most `rebalance_bytes` after each of
+    the first `warm_windows` windows, then after every `steady_every`-th; the run is recorded
     and replayed under each policy of `compare`."""
 
     def __init__(
@@ -57,17 +65,19 @@ class DemoTiers:
         sram_per_core: int = 8 * MIB,
         fast_max_block: int = 4 * MIB,
         policy: str = "frequency",
-        rebalance_every: int = 8,
+        rebalance_every: int = 128,
         rebalance_bytes: int = 2 * MIB,
-        record_reads: int = 4000,
-        compare: Sequence[str] = POLICIES,
+        warm_windows: int = 32,
+        steady_every: int = 8,
+        compare: Sequence[str] = COMPARE,
     ) -> None:
         self.sram_per_core = sram_per_core
         self.fast_max_block = fast_max_block
         self.policy = policy
         self.rebalance_every = rebalance_every
         self.rebalance_bytes = rebalance_bytes
-        self.record_reads = record_reads
+        self.warm_windows = warm_windows
+        self.steady_every = steady_every
         self.compare = tuple(compare)
         fast = [npumem.Pool(sram_per_core, cores=1, name=f"sram{c}") for c in range(workers)]
         self.mem = TieredPool(
@@ -78,10 +88,17 @@ class DemoTiers:
         )
         self.models: dict[str, WeightModel] = {}
         self.blocks: dict[str, list[TieredBlock]] = {}
+        self._passes: dict[str, tuple[list[TieredBlock], list[int]]] = {}
+        self._pending: dict[str, int] = {}
         self._reads = 0
-        self._lock = threading.Lock()
-        self._events: list[TierEvent] | None = None
+        self._lock = threading.Lock()  # the read count and the pending reads
+        self._flush_lock = threading.Lock()  # windows are entered one at a time, in order
         self._started = time.perf_counter()
+
+    @property
+    def reads(self) -> int:
+        """Passes over a model's weights so far."""
+        return self._reads
 
     def alloc_weights(self, models: Sequence[Model]) -> list[TieredBlock]:
         """Every weight tensor of `models` as a tiered block (homed on the cores in turn), and
@@ -100,6 +117,13 @@ class DemoTiers:
             ]
             self.models[model.name] = wm
             self.blocks[model.name] = blocks
+            # One pass reads each weight as many times as ops read it.
+            per_pass = Counter(w for reads in wm.op_weights for w in reads)
+            self._passes[model.name] = (
+                [blocks[w] for w in per_pass],
+                list(per_pass.values()),
+            )
+            self._pending[model.name] = 0
             out += blocks
             rest = model.weight_bytes - sum(size for _, size in wm.weights)
             if rest > 0:
@@ -108,15 +132,31 @@ class DemoTiers:
 
     def read(self, model: str) -> None:
         """One pass over `model`'s weights in op order (a forward pass, or one token)."""
-        wm, blocks = self.models[model], self.blocks[model]
-        self.mem.touch_many([blocks[w] for reads in wm.op_weights for w in reads])
         with self._lock:
+            self._pending[model] += 1
             self._reads += 1
-            reads = self._reads
-            if reads == self.record_reads:
-                self._events = self.mem.stop_recording()
-        if reads % self.rebalance_every == 0:
-            self.mem.rebalance(self.rebalance_bytes)
+            due = self._reads % self.rebalance_every == 0
+        if due:
+            # Every window while the SRAM fills, then every `steady_every` windows: each move
+            # of a weight reallocates it in the shared pool, among the requests' blocks.
+            window = self._reads // self.rebalance_every
+            steady = window > self.warm_windows and window % self.steady_every
+            self.flush(rebalance=not steady)
+
+    def flush(self, *, rebalance: bool = False) -> None:
+        """Enter the reads made since the last flush into the tiered pool (one
+        `touch_many(blocks, counts)` per model read), then, with `rebalance`, rebalance
+        within the budget."""
+        with self._flush_lock:
+            with self._lock:
+                pending = self._pending
+                self._pending = dict.fromkeys(pending, 0)
+            for model, passes in pending.items():
+                if passes:
+                    blocks, per_pass = self._passes[model]
+                    self.mem.touch_many(blocks, [n * passes for n in per_pass])
+            if rebalance:
+                self.mem.rebalance(self.rebalance_bytes)
 
     def service(self, *args: Any, **kwargs: Any) -> TieredService:
         """The demo's service with these tiers (the arguments of `Service`)."""
@@ -124,16 +164,20 @@ class DemoTiers:
 
     def result(self, requests: int) -> TieredDemoResult:
         """The live figures and a snapshot of every tier (call it while the weights are
-        still allocated), and the policies replayed on the recorded reads."""
+        still allocated), and the policies replayed on the recorded run."""
+        self.flush()
         seconds = time.perf_counter() - self._started
         live = self.mem.stats()
         snapshot = self.mem.snapshot(label="end of the run")
-        with self._lock:
-            events = self._events if self._events is not None else self.mem.stop_recording()
-            self._events = events
+        events = self.mem.stop_recording()
         slow = self.mem.slow
         compared = {}
         for name in self.compare:
+            if name == self.policy:
+                # The recording holds the calls in the order the tiered pool served them, so
+                # a replay under the live run's policy gives the live run's figures.
+                compared[name] = live
+                continue
             fresh = TieredPool(
                 [npumem.Pool(self.sram_per_core, cores=1) for _ in range(self.mem.cores)],
                 npumem.Pool(slow.capacity, cores=self.mem.cores),
