@@ -88,7 +88,8 @@ impl Pool {
         let mut out = StepReport { planning: staged.planning, ..StepReport::default() };
         for (k, batch) in staged.batches.into_iter().enumerate() {
             let checking = Instant::now();
-            if k > 0 {
+            // A full compaction on host memory was planned with the all-free slabs given back.
+            if k > 0 || (staged.full && !staged.caller_copies) {
                 self.arena().reclaim_all();
             }
             let (kept, dropped) = self.revalidate(batch);

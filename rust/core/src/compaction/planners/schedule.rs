@@ -24,7 +24,7 @@ pub(crate) struct Schedule<'a> {
 /// bounce (no slab consolidation, a slide rather than a repack).
 ///
 /// * `Full`: a slab consolidation (host memory only; `census` is brought to the arena after
-///   it, see [`apply_consolidation`]), then [`plan_full`].
+///   it and after the all-free slabs go back, see [`apply_consolidation`]), then [`plan_full`].
 /// * `Incremental`: chunks above the boundary evacuated sparsest first within `max_bytes`, then
 ///   runs slid down into the room that makes, within what is left of it.
 /// * `Evacuate`: the named chunks emptied; `Err` when one does not exist or cannot be.
@@ -38,9 +38,11 @@ pub(crate) fn plan_compaction_moves<'a>(
     match mode {
         CompactionMode::Full => {
             if !caller_copies {
+                // The all-free slabs go back before the moves (a batch of their own when objects
+                // consolidate, else before the first batch), so the model loses them either way.
                 let consolidation = consolidate_slabs(census, &model);
+                apply_consolidation(census, &mut model, &consolidation);
                 if !consolidation.moves.is_empty() {
-                    apply_consolidation(census, &mut model, &consolidation);
                     batches.push(consolidation.moves);
                 }
             }
