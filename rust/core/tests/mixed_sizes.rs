@@ -2,7 +2,7 @@
 //! arena gets before the first failure when filled with random sizes (the fill floors), and
 //! placement staying correct through churn at high occupancy.
 
-use npumem_core::{Backing, Pool, PoolConfig};
+use npumem_core::{Backing, CompactionMode, Move, Pool, PoolConfig};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -10,6 +10,11 @@ const CHUNK: usize = 2 * MIB;
 
 fn pool(capacity: usize) -> Pool {
     Pool::new(PoolConfig::new(capacity).cores(1).backing(Backing::None)).unwrap()
+}
+
+/// A pool whose blocks past a chunk take a tail (`PoolConfig::run_tails`).
+fn tailed_pool(capacity: usize) -> Pool {
+    Pool::new(PoolConfig::new(capacity).cores(1).backing(Backing::None).run_tails(true)).unwrap()
 }
 
 /// Every size on a log grid (16 steps per doubling) from 1 B to 64 MiB, and each size next to a
@@ -54,11 +59,12 @@ fn bank_slack(reserved: usize, bank: usize) -> usize {
 
 /// Every size up to the capacity of the sweep reserves at most 17/16 of what it asks for, plus
 /// the bank slack, from 4 KiB up: buddy blocks are trimmed to 1/32 of their enclosing power of
-/// two (less than 1/16 of the request), and a block past a chunk is a run of whole chunks and a
-/// tail trimmed the same way. Below 4 KiB (slab classes) the worst case is printed.
+/// two (less than 1/16 of the request), and with `run_tails` a block past a chunk is a run of
+/// whole chunks and a tail trimmed the same way (without, a run of 2 to 16 chunks may lose up
+/// to a chunk). Below 4 KiB (slab classes) the worst case is printed.
 #[test]
 fn waste_is_at_most_a_sixteenth_from_4_kib_up() {
-    let p = pool(160 * MIB);
+    let p = tailed_pool(160 * MIB);
     let config = p.config();
     let bank = config.bank_size;
     let classes = config.slab_sizes.clone();
@@ -195,7 +201,7 @@ fn churn_at_85_percent_stays_consistent() {
 /// wrong size changes nothing, and everything frees and checks clean.
 #[test]
 fn a_run_with_a_tail_shares_its_last_chunk() {
-    let p = pool(32 * MIB);
+    let p = tailed_pool(32 * MIB);
     let h = p.alloc(2 * CHUNK + 1, None, 0).unwrap();
     let run = p.block(h).unwrap();
     assert_eq!(run.block_bytes, 2 * CHUNK + 256);
@@ -229,8 +235,10 @@ fn a_run_with_a_tail_shares_its_last_chunk() {
 /// and its tail's chunk: a block never spans two regions.
 #[test]
 fn a_run_with_a_tail_lies_inside_one_region() {
-    let p =
-        Pool::new(PoolConfig::new(4 * MIB).cores(1).backing(Backing::None).growth(32 * MIB, Some(2 * MIB))).unwrap();
+    let p = Pool::new(
+        PoolConfig::new(4 * MIB).cores(1).backing(Backing::None).run_tails(true).growth(32 * MIB, Some(2 * MIB)),
+    )
+    .unwrap();
     let first = p.alloc(MIB, None, 0).unwrap();
     let h = p.alloc(2 * CHUNK + 5, None, 0).unwrap();
     assert_eq!(p.stats().regions, 2);
@@ -243,4 +251,30 @@ fn a_run_with_a_tail_lies_inside_one_region() {
     p.free(h).unwrap();
     p.free(first).unwrap();
     p.check().unwrap();
+}
+
+/// A run with a tail moves with its tail: to whole free chunks followed by a chunk whose start
+/// is free (a free chunk is granted for it), its bytes along; a full compaction slides it down.
+#[test]
+fn a_run_with_a_tail_moves_with_its_tail() {
+    let p = Pool::new(PoolConfig::new(32 * MIB).cores(1).run_tails(true)).unwrap();
+    let low = p.alloc(4 * CHUNK, None, 0).unwrap();
+    let h = p.alloc(2 * CHUNK + 1000, None, 0).unwrap();
+    let data: Vec<u8> = (0..2 * CHUNK + 1000).map(|i| (i * 7 + i / 4096) as u8).collect();
+    p.write(h, 0, &data).unwrap();
+    let token = p.pause(std::time::Duration::from_secs(5)).unwrap();
+    p.move_blocks(&token, &[Move { handle: h, to: 10 * CHUNK }], None).unwrap();
+    p.check().unwrap();
+    p.resume(&token).unwrap();
+    assert_eq!(p.block(h).unwrap().offset, 10 * CHUNK);
+    p.free(low).unwrap();
+    p.compact(&CompactionMode::Full, None, std::time::Duration::from_secs(5)).unwrap();
+    p.check().unwrap();
+    assert!(p.block(h).unwrap().offset < 10 * CHUNK, "the full compaction slid it down");
+    let mut back = vec![0u8; data.len()];
+    p.read(h, 0, &mut back).unwrap();
+    assert!(back == data, "the bytes moved with the block");
+    p.free(h).unwrap();
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
 }

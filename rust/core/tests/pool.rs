@@ -121,10 +121,9 @@ fn out_of_memory_reports_what_is_free() {
     match p.alloc(6 * MIB, None, 0) {
         Err(Error::OutOfMemory { requested, bytes_free, largest_free_block }) => {
             assert_eq!(requested, 6 * MIB);
-            // a and b each took a chunk and a 1 MiB tail at the start of the next chunk; c went
-            // into a's emptied tail chunk: 4 MiB free, in a free chunk (2 MiB) and the upper
-            // halves of the two tail chunks (1 MiB each).
-            assert_eq!(bytes_free, 4 * MIB);
+            // b holds two whole chunks (4 MiB), c 1 MiB of chunk 0: 3 MiB free, in a free
+            // chunk (2 MiB) and the other half of chunk 0 (1 MiB).
+            assert_eq!(bytes_free, 3 * MIB);
             assert_eq!(largest_free_block, 2 * MIB);
         }
         other => panic!("{other:?}"),

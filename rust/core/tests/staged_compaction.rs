@@ -10,9 +10,7 @@ use std::time::Duration;
 
 const MIB: usize = 1 << 20;
 const WAIT: Duration = Duration::from_secs(5);
-// The largest size is a run of whole chunks (3 MiB is a chunk and a tail, whose chunk also
-// holds other blocks and so never empties: incremental steps could not gather it).
-const SIZES: [usize; 9] = [64, 200, 900, 3000, 5000, 20_000, 70_000, 300_000, 4 * MIB];
+const SIZES: [usize; 9] = [64, 200, 900, 3000, 5000, 20_000, 70_000, 300_000, 3 * MIB];
 
 fn pool(capacity: usize, cores: usize) -> Pool {
     Pool::new(PoolConfig::new(capacity).cores(cores)).unwrap()

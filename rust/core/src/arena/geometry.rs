@@ -27,6 +27,8 @@ pub(crate) struct Geometry {
     pub(crate) last_units: u64,
     /// Usable bytes of the last chunk (`last_units * min_block`).
     pub(crate) last_bytes: usize,
+    /// Blocks past a chunk take a tail (`PoolConfig::run_tails`).
+    pub(crate) tails: bool,
 }
 
 impl Geometry {
@@ -53,6 +55,7 @@ impl Geometry {
             chunks,
             last_units,
             last_bytes,
+            tails: config.run_tails,
         }
     }
 
@@ -132,16 +135,16 @@ impl Geometry {
     }
 
     /// A request too large for a chunk's tree (or aligned to more than a chunk): the whole
-    /// chunks it fills, and what is left over as a tail of buddy nodes at the start of the next
-    /// chunk when such a tail holds it (a chunk less one granule at most); otherwise one more
-    /// whole chunk, which then loses at most a granule.
+    /// chunks it fills, and (with `run_tails`) what is left over as a tail of buddy nodes at
+    /// the start of the next chunk when such a tail holds it (a chunk less one granule at
+    /// most); otherwise one more whole chunk.
     #[inline(never)]
     fn run_layout(&self, size: usize, align: usize) -> Layout {
         let align_chunks = (align >> self.chunk_shift).max(1);
         let whole = size >> self.chunk_shift;
         let rest = size & (self.chunk_size - 1);
         let rest_units = ((rest + self.min_block - 1) >> self.unit_shift) as u64;
-        if whole > 0 && rest > 0 && rest_units <= self.largest_trimmed() {
+        if self.tails && whole > 0 && rest > 0 && rest_units <= self.largest_trimmed() {
             let tail = self.buddy_of(rest_units, 1);
             return Layout::RunTail { chunks: whole, align_chunks, tail };
         }
@@ -247,6 +250,18 @@ mod tests {
     #[test]
     fn routes() {
         let g = geometry(64 << 20);
+        assert_eq!(g.layout(3 << 20, 64), Layout::Run { chunks: 2, align_chunks: 1 });
+        assert_eq!(g.layout((300 << 20) / 2, 64), Layout::Run { chunks: 75, align_chunks: 1 });
+        assert_eq!(g.layout(64, 8 << 20), Layout::Run { chunks: 1, align_chunks: 4 });
+        match g.layout(1 << 20, 64) {
+            Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn routes_with_tails() {
+        let g = Geometry::new(&PoolConfig::new(64 << 20).run_tails(true));
         // 3 MiB: a whole chunk and a 1 MiB tail (a node of half a chunk), not two chunks.
         let half = BuddyLayout { level: 1, enclosing: 4096, units: 4096, step: 1 };
         assert_eq!(g.layout(3 << 20, 64), Layout::RunTail { chunks: 1, align_chunks: 1, tail: half });

@@ -12,8 +12,8 @@ pub(crate) enum Layout {
     Run { chunks: usize, align_chunks: usize },
     /// A run of `chunks` whole chunks followed by `tail`: the nodes at the start of the next
     /// chunk (a core chunk, whose other nodes serve other blocks), cut like a trimmed buddy
-    /// block. A request a little over a multiple of the chunk takes this instead of one more
-    /// whole chunk (see `arena/tail.rs`).
+    /// block. With `PoolConfig::run_tails`, a request a little over a multiple of the chunk
+    /// takes this instead of one more whole chunk (see `arena/tail.rs`).
     RunTail { chunks: usize, align_chunks: usize, tail: BuddyLayout },
 }
 

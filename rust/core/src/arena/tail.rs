@@ -1,5 +1,5 @@
-//! Runs with a tail: a block a little over a multiple of the chunk is a run of whole chunks and
-//! a *tail*, the first nodes of the chunk after the run, cut like a trimmed buddy block
+//! Runs with a tail (a pool with `PoolConfig::run_tails`): a block a little over a multiple of
+//! the chunk is a run of whole chunks and a *tail*, the first nodes of the chunk after the run, cut like a trimmed buddy block
 //! (`Layout::RunTail`). It reserves what its tail rounds up to, at most a granule of the tail's
 //! enclosing power of two, instead of one more whole chunk (2 MiB + 1 B takes one chunk and one
 //! unit, not two chunks). The tail's chunk is a core chunk of the allocating core: the rest of
@@ -9,8 +9,9 @@
 //! (contiguous and free, so the block never spans two regions: absent chunks are taken), the
 //! tail's chunk is granted to the core, the tail's nodes are claimed at its start, and only
 //! then the run's chunks are marked, its head last (`TailedRunHead`). A thread holding a stale
-//! hint into the granted chunk may claim a node at its start first: the chunk then stays with
-//! the core, the run's chunks go back, and the claim starts again. Each retry follows another
+//! hint into the granted chunk may claim a node at its start first (or leave a mark there that
+//! a sweep cleans): the chunk then stays with the core, the run's chunks go back, and the claim
+//! starts again. Each retry follows another
 //! allocation's success, so no thread waits for another.
 //!
 //! Giving one back: the head's state word decides which of two racing frees wins (as for a
@@ -44,13 +45,22 @@ impl Arena {
             let start = self.global.claim(g, chunks + 1, bytes, align)?;
             let last = start + chunks;
             self.open(last, core);
-            if self.take_tail(last, tail) {
+            if self.take_tail(last, tail) || self.take_tail_swept(last, tail) {
                 self.mark_tailed_run(start, chunks);
                 return Some(start);
             }
             // A block took the start of the tail's chunk first: the chunk stays with the core.
             self.global.release(start, chunks);
         }
+    }
+
+    /// [`Arena::take_tail`] after a sweep of the chunk's tree: a chunk retired once may keep
+    /// marks that a stale hint's failed climb left under its closed root, which only a thorough
+    /// sweep (`TreeShape::sweep_all`) finds.
+    #[cold]
+    fn take_tail_swept(&self, chunk: usize, tail: &BuddyLayout) -> bool {
+        self.shape.sweep_all(self.tree(chunk));
+        self.take_tail(chunk, tail)
     }
 
     /// Claim the nodes of `tail` at the start of core chunk `chunk`; `false` (and the nodes as

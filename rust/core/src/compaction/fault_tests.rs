@@ -14,8 +14,7 @@ use crate::pool::pool::Pool;
 use crate::util::failpoint;
 
 const MIB: usize = 1 << 20;
-// The largest size is a run of whole chunks (3 MiB is a chunk and a tail).
-const SIZES: [usize; 8] = [100, 700, 3000, 5000, 20_000, 70_000, 300_000, 4 * MIB];
+const SIZES: [usize; 8] = [100, 700, 3000, 5000, 20_000, 70_000, 300_000, 3 * MIB];
 
 /// A device pool (`backing="none"`) whose bytes live in `memory`, fragmented, each live block
 /// holding its own pattern.
