@@ -64,6 +64,11 @@ pub struct PoolConfig {
     pub backing: Backing,
     /// How the global pool places chunk runs.
     pub placement: Placement,
+    /// Whether a block past a chunk is its whole chunks and a *tail* of buddy nodes at the
+    /// start of the next chunk (at most 1/16 over the request, `arena/tail.rs`) instead of
+    /// whole chunks only. Off by default: a tail's chunk also holds other blocks, so freed
+    /// chunks join into long runs less easily (a workload of large blocks may fail sooner).
+    pub run_tails: bool,
     /// Fully free chunks a core keeps before it returns further ones to the global pool (at
     /// most [`MAX_CORE_RESERVE`], or the arena's number of chunks if that is larger).
     pub core_reserve: usize,
@@ -95,6 +100,7 @@ impl PoolConfig {
             slab_sizes: PoolConfig::default_slab_sizes(),
             backing: Backing::Host,
             placement: Placement::BestFit,
+            run_tails: false,
             core_reserve: 1,
             base_address: 0,
             device: None,
@@ -193,6 +199,12 @@ impl PoolConfig {
     /// Set the global pool's placement rule.
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
+        self
+    }
+
+    /// Serve blocks past a chunk as whole chunks and a tail (see [`PoolConfig::run_tails`]).
+    pub fn run_tails(mut self, on: bool) -> Self {
+        self.run_tails = on;
         self
     }
 

@@ -40,7 +40,7 @@ impl Arena {
     }
 
     /// Hand chunk `chunk`, just taken from the global pool, to core `owner`: its tree opens.
-    fn open(&self, chunk: usize, owner: usize) {
+    pub(crate) fn open(&self, chunk: usize, owner: usize) {
         let space = &self.space[chunk];
         if space.is_pristine() {
             // Its tree is all free already; its word is set before the core can search it.

@@ -3,7 +3,8 @@
 //! effects (no search, no hint, no chunk going back to the global pool by itself). Compaction
 //! uses it on a paused pool, so the only writer is the caller. Whole chunks are
 //! `Arena::grant_exact` and `Arena::retire_swept` (`chunks.rs`); slab objects
-//! `SlabCaches::claim_at` and `SlabCaches::unclaim_at` (`slab/exact.rs`).
+//! `SlabCaches::claim_at` and `SlabCaches::unclaim_at` (`slab/exact.rs`); runs with a tail
+//! `Arena::tailed_run_reserve_at` and `Arena::tailed_run_release_raw` (`tail.rs`).
 //!
 //! The free path (`arena/release.rs`) gives blocks back through the same primitives
 //! ([`Arena::unmark_buddy`], [`Arena::free_run`]), after its own checks.
@@ -14,7 +15,7 @@ use super::arena::Arena;
 use super::buddy::{Node, TreeShape};
 use super::geometry::TRIM_SHIFT;
 use super::global::ChunkState;
-use super::layout::BuddyLayout;
+use super::layout::{BuddyLayout, Layout};
 
 /// Chunks whose buddy tree was swept (`sweep_all`) during the current batch (lazy-coalescing
 /// marks cleared: a node is free for `try_alloc` exactly when no block covers any of its units).
@@ -187,7 +188,14 @@ impl Arena {
     /// change) when no such run starts there (of two callers, one gets `false`).
     #[inline]
     pub(crate) fn free_run(&self, start: usize, len: usize) -> bool {
-        if !self.global.swap_state(start, ChunkState::RunHead(len), ChunkState::Free) {
+        self.free_run_headed(start, len, ChunkState::RunHead(len))
+    }
+
+    /// [`Arena::free_run`] for a run whose head is in state `head` (a plain run's or one with a
+    /// tail, `arena/tail.rs`; the tail is not touched).
+    #[inline]
+    pub(crate) fn free_run_headed(&self, start: usize, len: usize, head: ChunkState) -> bool {
+        if !self.global.swap_state(start, head, ChunkState::Free) {
             return false;
         }
         for c in start + 1..start + len {
@@ -211,6 +219,40 @@ impl Arena {
         match self.free_run(start, len) {
             true => Ok(()),
             false => Err(format!("no run of {len} chunks starts at chunk {start}")),
+        }
+    }
+
+    /// Give back the run of `len` chunks at chunk `start` that holds a block of `size` bytes,
+    /// and its tail if the block has one (`arena/tail.rs`).
+    pub(crate) fn run_release_sized(&self, start: usize, len: usize, size: usize) -> Result<(), String> {
+        match self.geometry.layout(size, 1) {
+            Layout::RunTail { tail, .. } => self.tailed_run_release_raw(start, len, &tail),
+            _ => self.run_release_raw(start, len),
+        }
+    }
+
+    /// Take the run of `len` chunks at chunk `start` for a block of `size` bytes, and its tail
+    /// at the start of the core chunk after them if the block has one (that chunk's tree is
+    /// swept first, once per batch, see [`Swept`]).
+    pub(crate) fn run_reserve_sized(
+        &self,
+        start: usize,
+        len: usize,
+        size: usize,
+        swept: &mut Swept,
+    ) -> Result<(), String> {
+        match self.geometry.layout(size, 1) {
+            Layout::RunTail { tail, .. } => {
+                let last = start + len;
+                if last < self.geometry.chunks
+                    && matches!(self.global.state(last), ChunkState::Core(_))
+                    && swept.0.insert(last)
+                {
+                    self.shape.sweep_all(self.tree(last));
+                }
+                self.tailed_run_reserve_at(start, len, &tail)
+            }
+            _ => self.run_reserve_at(start, len),
         }
     }
 

@@ -5,11 +5,10 @@
 use super::layout::{BuddyLayout, Layout};
 use crate::config::PoolConfig;
 
-/// A trimmed buddy block is cut at `enclosing >> TRIM_SHIFT` granularity: at most 1/16 of the
-/// enclosing node, so less than 1/8 of the request, is lost to rounding (a 400 KB request takes
-/// 416 KiB instead of a 512 KiB power of two). A finer cut (1/32) packs tighter but leaves a
-/// full compaction's packing more holes that no block fits.
-pub(crate) const TRIM_SHIFT: u32 = 4;
+/// A trimmed buddy block is cut at `enclosing >> TRIM_SHIFT` granularity: less than 1/32 of the
+/// enclosing node, so less than 1/16 of a request of 4 KiB or more, is lost to rounding (a 400 KB
+/// request takes 400 KiB, 1 MiB + 1 B takes 1 MiB + 64 KiB, instead of a power of two).
+pub(crate) const TRIM_SHIFT: u32 = 5;
 
 /// The arena cut into chunks, and each chunk's buddy tree.
 #[derive(Debug, Clone)]
@@ -28,6 +27,8 @@ pub(crate) struct Geometry {
     pub(crate) last_units: u64,
     /// Usable bytes of the last chunk (`last_units * min_block`).
     pub(crate) last_bytes: usize,
+    /// Blocks past a chunk take a tail (`PoolConfig::run_tails`).
+    pub(crate) tails: bool,
 }
 
 impl Geometry {
@@ -54,6 +55,7 @@ impl Geometry {
             chunks,
             last_units,
             last_bytes,
+            tails: config.run_tails,
         }
     }
 
@@ -107,20 +109,54 @@ impl Geometry {
     pub(crate) fn layout(&self, size: usize, align: usize) -> Layout {
         // Powers of two throughout: shifts and masks, no divisions on the hot path.
         let units = ((size + self.min_block - 1) >> self.unit_shift) as u64;
-        let whole_chunk = self.units_per_chunk() - (self.units_per_chunk() >> TRIM_SHIFT).max(1);
-        if align > self.chunk_size || (size > self.chunk_size >> 1 && units > whole_chunk) {
-            // Larger than what a chunk's tree can hold trimmed: whole chunks.
-            return Layout::Run {
-                chunks: (size + self.chunk_size - 1) >> self.chunk_shift,
-                align_chunks: (align >> self.chunk_shift).max(1),
-            };
+        if align > self.chunk_size || (size > self.chunk_size >> 1 && units > self.largest_trimmed()) {
+            // Larger than what a chunk's tree can hold trimmed: whole chunks, and a tail.
+            return self.run_layout(size, align);
         }
+        Layout::Buddy(self.buddy_of(units, align))
+    }
+
+    /// The most units a buddy block in a chunk's tree may have: a chunk less one granule.
+    #[inline]
+    fn largest_trimmed(&self) -> u64 {
+        self.units_per_chunk() - (self.units_per_chunk() >> TRIM_SHIFT).max(1)
+    }
+
+    /// The buddy block of `units` units (at most [`Geometry::largest_trimmed`]) aligned to
+    /// `align` bytes: its enclosing power of two, trimmed to a granule of it.
+    #[inline]
+    fn buddy_of(&self, units: u64, align: usize) -> BuddyLayout {
         let enclosing = units.next_power_of_two();
         let log_enclosing = enclosing.trailing_zeros();
         let granule = (enclosing >> TRIM_SHIFT).max(1);
         let trimmed = (units + granule - 1) & !(granule - 1);
         let step = (((align >> self.unit_shift) as u64) >> log_enclosing).max(1);
-        Layout::Buddy(BuddyLayout { level: self.depth - log_enclosing, enclosing, units: trimmed, step })
+        BuddyLayout { level: self.depth - log_enclosing, enclosing, units: trimmed, step }
+    }
+
+    /// A request too large for a chunk's tree (or aligned to more than a chunk): the whole
+    /// chunks it fills, and (with `run_tails`) what is left over as a tail of buddy nodes at
+    /// the start of the next chunk when such a tail holds it (a chunk less one granule at
+    /// most); otherwise one more whole chunk.
+    #[inline(never)]
+    fn run_layout(&self, size: usize, align: usize) -> Layout {
+        let align_chunks = (align >> self.chunk_shift).max(1);
+        let whole = size >> self.chunk_shift;
+        let rest = size & (self.chunk_size - 1);
+        let rest_units = ((rest + self.min_block - 1) >> self.unit_shift) as u64;
+        if self.tails && whole > 0 && rest > 0 && rest_units <= self.largest_trimmed() {
+            let tail = self.buddy_of(rest_units, 1);
+            return Layout::RunTail { chunks: whole, align_chunks, tail };
+        }
+        Layout::Run { chunks: whole + usize::from(rest > 0), align_chunks }
+    }
+
+    /// Bytes of the tail of a block of `size` bytes (0 for a block without one).
+    pub(crate) fn tail_bytes(&self, size: usize) -> usize {
+        match self.layout(size, 1) {
+            Layout::RunTail { tail, .. } => tail.units as usize * self.min_block,
+            _ => 0,
+        }
     }
 
     /// The buddy layout of a block of `size` bytes (its shape does not depend on alignment);
@@ -128,7 +164,7 @@ impl Geometry {
     pub(crate) fn buddy_layout(&self, size: usize) -> Option<BuddyLayout> {
         match self.layout(size, 1) {
             Layout::Buddy(b) => Some(b),
-            Layout::Run { .. } => None,
+            Layout::Run { .. } | Layout::RunTail { .. } => None,
         }
     }
 
@@ -152,7 +188,7 @@ impl Geometry {
 
     /// The largest block (in units) that a buddy request can get from `units` free units at
     /// the start of an otherwise unusable stretch (the arena's short last chunk): a request
-    /// rounds up to a sixteenth of its enclosing power of two, so not every size up to `units`
+    /// rounds up to a granule of its enclosing power of two, so not every size up to `units`
     /// fits.
     pub(crate) fn largest_buddy_within(&self, units: u64) -> u64 {
         let max_enclosing = self.units_per_chunk();
@@ -224,6 +260,25 @@ mod tests {
     }
 
     #[test]
+    fn routes_with_tails() {
+        let g = Geometry::new(&PoolConfig::new(64 << 20).run_tails(true));
+        // 3 MiB: a whole chunk and a 1 MiB tail (a node of half a chunk), not two chunks.
+        let half = BuddyLayout { level: 1, enclosing: 4096, units: 4096, step: 1 };
+        assert_eq!(g.layout(3 << 20, 64), Layout::RunTail { chunks: 1, align_chunks: 1, tail: half });
+        assert_eq!(g.layout(4 << 20, 64), Layout::Run { chunks: 2, align_chunks: 1 });
+        // A tail too long for a chunk's tree trimmed: one more whole chunk (less than 1/32 lost).
+        assert_eq!(g.layout((4 << 20) - 1, 64), Layout::Run { chunks: 2, align_chunks: 1 });
+        let Layout::RunTail { chunks: 1, tail, .. } = g.layout((2 << 20) + 1, 64) else { panic!() };
+        assert_eq!((tail.units, tail.enclosing), (1, 1), "2 MiB + 1 B takes a chunk and a unit");
+        assert_eq!(g.layout((300 << 20) / 2, 64), Layout::Run { chunks: 75, align_chunks: 1 });
+        assert_eq!(g.layout(64, 8 << 20), Layout::Run { chunks: 1, align_chunks: 4 });
+        match g.layout(1 << 20, 64) {
+            Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn a_packed_block_is_the_aligned_nodes_that_cover_it() {
         let g = geometry(64 << 20);
         for size in [300, 5000, 9000, 40_000, 400_000, 1 << 20] {
@@ -282,10 +337,10 @@ mod tests {
     #[test]
     fn the_largest_buddy_block_in_a_short_stretch_is_what_a_request_gets() {
         let g = Geometry::new(&PoolConfig::new(95_536).chunk_size(64 << 10).min_block(64));
-        // 30,000 bytes past the last whole chunk: 468 units; a request rounds up to 1/16 of
-        // 512 units (32 units), so 448 units (28,672 bytes) is the most one can get there.
+        // 30,000 bytes past the last whole chunk: 468 units; a request rounds up to 1/32 of
+        // 512 units (16 units), so 464 units (29,696 bytes) is the most one can get there.
         assert_eq!(g.last_units, 468);
-        assert_eq!(g.largest_buddy_within(468), 448);
+        assert_eq!(g.largest_buddy_within(468), 464);
         for units in [1u64, 2, 3, 17, 100, 255, 256, 257, 448, 468, 512] {
             let best = g.largest_buddy_within(units);
             let Layout::Buddy(b) = g.layout(best as usize * 64, 1) else { panic!("a buddy block") };

@@ -9,8 +9,9 @@
 //! scan that found nothing whether the bitmap changed under it and a rescan is worth it.
 //!
 //! Per chunk, a state word records what the chunk is: free in the global pool, owned by a core,
-//! or the head or body of a run (the head keeps the run's length, so a free can be validated and
-//! only one of two racing frees of the same run wins).
+//! or the head or body of a run (the head keeps the run's length and whether a tail follows it,
+//! `arena/tail.rs`, so a free can be validated and only one of two racing frees of the same run
+//! wins).
 
 use crate::arena::geometry::Geometry;
 use crate::config::Placement;
@@ -30,6 +31,9 @@ pub(crate) enum ChunkState {
     Core(usize),
     /// The first chunk of a run of `len` chunks.
     RunHead(usize),
+    /// The first chunk of a run of `len` whole chunks whose block goes on into a tail at the
+    /// start of the chunk after the run (a core chunk; see `arena/tail.rs`).
+    TailedRunHead(usize),
     /// A later chunk of a run.
     RunBody,
     /// Outside the pool's regions (a pool that can grow): no memory behind it.
@@ -44,6 +48,7 @@ impl ChunkState {
             ChunkState::RunHead(len) => (2 << KIND_SHIFT) | len as u64,
             ChunkState::RunBody => 3 << KIND_SHIFT,
             ChunkState::Absent => 4 << KIND_SHIFT,
+            ChunkState::TailedRunHead(len) => (5 << KIND_SHIFT) | len as u64,
         }
     }
 
@@ -53,6 +58,7 @@ impl ChunkState {
             1 => ChunkState::Core((word & PAYLOAD) as usize),
             2 => ChunkState::RunHead((word & PAYLOAD) as usize),
             3 => ChunkState::RunBody,
+            5 => ChunkState::TailedRunHead((word & PAYLOAD) as usize),
             _ => ChunkState::Absent,
         }
     }

@@ -1,5 +1,5 @@
-//! The route and shape of one block: buddy nodes inside a chunk, or a run of whole chunks
-//! (`Geometry::layout` chooses).
+//! The route and shape of one block: buddy nodes inside a chunk, a run of whole chunks, or a
+//! run of whole chunks followed by a tail of buddy nodes (`Geometry::layout` chooses).
 
 use super::buddy::Node;
 
@@ -10,6 +10,11 @@ pub(crate) enum Layout {
     Buddy(BuddyLayout),
     /// A run of whole chunks from the global pool, starting at a multiple of `align_chunks`.
     Run { chunks: usize, align_chunks: usize },
+    /// A run of `chunks` whole chunks followed by `tail`: the nodes at the start of the next
+    /// chunk (a core chunk, whose other nodes serve other blocks), cut like a trimmed buddy
+    /// block. With `PoolConfig::run_tails`, a request a little over a multiple of the chunk
+    /// takes this instead of one more whole chunk (see `arena/tail.rs`).
+    RunTail { chunks: usize, align_chunks: usize, tail: BuddyLayout },
 }
 
 /// A buddy block: the nodes that make up `units` units at the left of an *enclosing* node of

@@ -2,7 +2,7 @@
 //! bank rule), the route and shape of a block, the chunks' buddy trees and free-unit counts,
 //! the global pool of chunks and runs, the core pools, the slab caches, the optional host
 //! backing, the chunk life cycle, the last resort that reveals hidden room, the regions of a
-//! pool that grows, and the exact-position API that compaction uses.
+//! pool that grows, runs with a buddy tail, and the exact-position API that compaction uses.
 
 #[cfg(not(loom))]
 #[allow(clippy::module_inception)]
@@ -26,3 +26,5 @@ pub(crate) mod release;
 #[cfg(not(loom))]
 pub(crate) mod reveal;
 pub(crate) mod slab;
+#[cfg(not(loom))]
+pub(crate) mod tail;

@@ -1,11 +1,11 @@
-//! Giving buddy blocks and runs back on the free path, from any thread: each is checked before
+//! Giving buddy blocks and runs back on the free path (runs with a tail: `tail.rs`), from any thread: each is checked before
 //! anything changes, and the first atomic release decides who frees a block when two callers
 //! race. A chunk that becomes empty stays as its core's reserve or goes back to the global pool.
 
 use super::arena::Arena;
 use super::buddy::Node;
 use super::global::ChunkState;
-use super::layout::Layout;
+use super::layout::{BuddyLayout, Layout};
 use crate::error::{Error, Result};
 
 impl Arena {
@@ -43,10 +43,23 @@ impl Arena {
         if offset & (self.geometry.min_block - 1) != 0 || within + b.units > self.geometry.units_per_chunk() {
             return invalid("not the start of a block of this size");
         }
-        let after = match self.unmark_buddy(chunk, &b, within) {
-            Ok(after) => after,
-            Err(reason) => return invalid(reason),
-        };
+        if let Err(reason) = self.give_back_buddy(chunk, owner, &b, within) {
+            return invalid(reason);
+        }
+        Ok(b.units as usize * self.geometry.min_block)
+    }
+
+    /// Give back buddy block `b` at unit `within` of chunk `chunk` of core `owner`: its nodes,
+    /// then the chunk if that emptied it, else a hint for the owner to the space it left.
+    #[inline(always)]
+    pub(crate) fn give_back_buddy(
+        &self,
+        chunk: usize,
+        owner: usize,
+        b: &BuddyLayout,
+        within: u64,
+    ) -> std::result::Result<(), &'static str> {
+        let after = self.unmark_buddy(chunk, b, within)?;
         if after == self.geometry.usable_units(chunk) {
             self.chunk_became_empty(chunk);
         } else {
@@ -55,6 +68,6 @@ impl Arena {
             let e = Node::covering(self.geometry.depth, within & !(b.enclosing - 1), b.enclosing);
             self.cores[owner].set_hint(b.level, chunk, self.shape.bunch_of(e));
         }
-        Ok(b.units as usize * self.geometry.min_block)
+        Ok(())
     }
 }

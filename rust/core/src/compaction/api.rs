@@ -79,10 +79,15 @@ impl Pool {
         let started = Instant::now();
         let full = matches!(mode, CompactionMode::Full);
         let caller_copies = mover.is_some() || self.arena().backing.is_none();
-        // No trim before the first batch: a failing mover must leave the pool exactly as it
-        // was, caches included (empty chunks and all-free slabs go after a batch). A full
-        // compaction marks every unpinned block moving as it takes the census (the other
-        // modes mark the blocks they move once planned).
+        // No trim before the first batch when the caller copies: a failing mover must leave
+        // the pool exactly as it was, caches included (empty chunks and all-free slabs go after
+        // a batch). On host memory a full compaction gives them back first, as its planners
+        // expect, so that their room is not in the way of the moves. A full compaction marks
+        // every unpinned block moving as it takes the census (the other modes mark the blocks
+        // they move once planned).
+        if full && !caller_copies {
+            self.arena().reclaim_all();
+        }
         let mut census = self.census(full);
         let model = Model::of_census(self, &census);
         let planned = plan_compaction_moves(&mut census, model, mode, caller_copies);

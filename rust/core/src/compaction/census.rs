@@ -19,7 +19,8 @@ use crate::pool::pool::Pool;
 pub(crate) enum Place {
     /// A buddy block of a core chunk.
     Buddy,
-    /// The head of a run of this many whole chunks.
+    /// The head of a run of this many whole chunks (and a tail after them when its size says
+    /// so: `Layout::RunTail`).
     Run(u32),
     /// An object of the slab with this id.
     Object(u32),
@@ -143,7 +144,7 @@ impl Pool {
     fn chunk_place(&self, offset: usize) -> Place {
         let chunk = self.arena().geometry.chunk_of(offset);
         match (chunk < self.arena().geometry.chunks).then(|| self.arena().global.state(chunk)) {
-            Some(ChunkState::RunHead(chunks)) => Place::Run(chunks as u32),
+            Some(ChunkState::RunHead(chunks) | ChunkState::TailedRunHead(chunks)) => Place::Run(chunks as u32),
             Some(ChunkState::Core(_)) => Place::Buddy,
             _ => Place::Lost,
         }

@@ -92,8 +92,10 @@ impl Pool {
                 Ok(())
             }
             PieceKind::Run { chunks } => {
-                let Layout::Run { align_chunks, .. } = g.layout(size, piece.align) else {
-                    return Err("the block is not a chunk run".into());
+                let (align_chunks, tail) = match g.layout(size, piece.align) {
+                    Layout::Run { align_chunks, .. } => (align_chunks, 0),
+                    Layout::RunTail { align_chunks, tail, .. } => (align_chunks, tail.units),
+                    Layout::Buddy(_) => return Err("the block is not a chunk run".into()),
                 };
                 let start = g.chunk_of(to);
                 if to % g.chunk_size != 0 || start % align_chunks != 0 {
@@ -102,8 +104,13 @@ impl Pool {
                         g.chunk_size * align_chunks
                     ));
                 }
-                if start + chunks > g.chunks || g.run_bytes(start, *chunks) != piece.extent {
+                if start + chunks > g.chunks || g.run_bytes(start, *chunks) + g.tail_bytes(size) != piece.extent {
                     return Err(format!("destination {to} leaves no room for the run's {chunks} chunks"));
+                }
+                if tail > 0 && (start + chunks >= g.chunks || tail > g.usable_units(start + chunks)) {
+                    return Err(format!(
+                        "destination {to} leaves no room for the run's tail after its {chunks} chunks"
+                    ));
                 }
                 Ok(())
             }
@@ -131,7 +138,13 @@ impl Pool {
         for u in pieces {
             let chunk = g.chunk_of(u.to);
             match u.kind {
-                PieceKind::Run { chunks } => model.set_run(chunk, chunks, true),
+                PieceKind::Run { chunks } => {
+                    model.set_run(chunk, chunks, true);
+                    let tail = g.tail_bytes(u.size);
+                    if tail > 0 {
+                        model.occupy(chunk + chunks, 0, (tail / g.min_block) as u64, u.core);
+                    }
+                }
                 PieceKind::Buddy | PieceKind::Slab { .. } => {
                     model.occupy(chunk, g.unit_in_chunk(u.to), (u.extent / g.min_block) as u64, u.core)
                 }
@@ -365,7 +378,7 @@ impl Pool {
                 }
                 PieceKind::Buddy => self.arena().buddy_release_quiet(u.from, u.size),
                 PieceKind::Run { chunks } => {
-                    self.arena().run_release_raw(self.arena().geometry.chunk_of(u.from), *chunks)
+                    self.arena().run_release_sized(self.arena().geometry.chunk_of(u.from), *chunks, u.size)
                 }
                 PieceKind::Slab { .. } => self.arena().buddy_release_quiet(u.from, u.extent),
             };
@@ -382,7 +395,12 @@ impl Pool {
                     _ => Err("no slab of the block's size class is there".into()),
                 },
                 PieceKind::Buddy => self.arena().buddy_reserve_at(u.to, u.size, &mut journal.swept),
-                PieceKind::Run { chunks } => self.arena().run_reserve_at(self.arena().geometry.chunk_of(u.to), *chunks),
+                PieceKind::Run { chunks } => self.arena().run_reserve_sized(
+                    self.arena().geometry.chunk_of(u.to),
+                    *chunks,
+                    u.size,
+                    &mut journal.swept,
+                ),
                 PieceKind::Slab { .. } => self.arena().buddy_reserve_at(u.to, u.extent, &mut journal.swept),
             };
             taken.map_err(|why| (i, format!("destination {} is not free: {why}", u.to)))?;
@@ -424,6 +442,15 @@ impl Pool {
                         _ => return Err(format!("destination {} overlaps live blocks in chunk {chunk}", u.to)),
                     }
                 }
+                // A tail goes to the start of the chunk after the run: a core chunk (a free
+                // one is granted).
+                let last = start + chunks;
+                if self.arena().geometry.tail_bytes(u.size) > 0 && self.arena().global.state(last) == ChunkState::Free {
+                    if !self.arena().grant_exact(last, u.core) {
+                        return Err(format!("chunk {last} could not be granted for the run's tail"));
+                    }
+                    journal.granted.push((last, u.core));
+                }
                 Ok(())
             }
         }
@@ -442,7 +469,7 @@ impl Pool {
                 },
                 PieceKind::Buddy => self.arena().buddy_release_raw(u.to, u.size),
                 PieceKind::Run { chunks } => {
-                    self.arena().run_release_raw(self.arena().geometry.chunk_of(u.to), *chunks)
+                    self.arena().run_release_sized(self.arena().geometry.chunk_of(u.to), *chunks, u.size)
                 }
                 PieceKind::Slab { .. } => self.arena().buddy_release_raw(u.to, u.extent),
             };
@@ -468,9 +495,12 @@ impl Pool {
                     self.arena().slabs.claim_at(*from_slab, u.from).map_err(String::from)
                 }
                 PieceKind::Buddy => self.arena().buddy_reserve_at(u.from, u.size, &mut journal.swept),
-                PieceKind::Run { chunks } => {
-                    self.arena().run_reserve_at(self.arena().geometry.chunk_of(u.from), *chunks)
-                }
+                PieceKind::Run { chunks } => self.arena().run_reserve_sized(
+                    self.arena().geometry.chunk_of(u.from),
+                    *chunks,
+                    u.size,
+                    &mut journal.swept,
+                ),
                 PieceKind::Slab { .. } => self.arena().buddy_reserve_at(u.from, u.extent, &mut journal.swept),
             };
             if let Err(why) = r {

@@ -221,7 +221,10 @@ impl<'a> Model<'a> {
                 match pool.arena().global.state(chunk) {
                     ChunkState::Free => ChunkModel { role: Role::Free, owner: 0, used: 0, usable, bits: Vec::new() },
                     // An absent chunk is neither free nor a place to move into: a full run.
-                    ChunkState::RunHead(_) | ChunkState::RunBody | ChunkState::Absent => {
+                    ChunkState::RunHead(_)
+                    | ChunkState::TailedRunHead(_)
+                    | ChunkState::RunBody
+                    | ChunkState::Absent => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
                     }
                     ChunkState::Core(owner) => {
@@ -257,7 +260,10 @@ impl<'a> Model<'a> {
                 match pool.arena().global.state(chunk) {
                     ChunkState::Free => ChunkModel { role: Role::Free, owner: 0, used: 0, usable, bits: Vec::new() },
                     // An absent chunk is neither free nor a place to move into: a full run.
-                    ChunkState::RunHead(_) | ChunkState::RunBody | ChunkState::Absent => {
+                    ChunkState::RunHead(_)
+                    | ChunkState::TailedRunHead(_)
+                    | ChunkState::RunBody
+                    | ChunkState::Absent => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
                     }
                     ChunkState::Core(owner) => {

@@ -28,7 +28,8 @@ pub(crate) enum PieceKind {
     SlabObject { class: usize, from_slab: SlabRef },
     /// A buddy block in a core chunk.
     Buddy,
-    /// A run of `chunks` whole chunks.
+    /// A run of `chunks` whole chunks (and its tail at the start of the chunk after them, when
+    /// its size has one: `Layout::RunTail`).
     Run { chunks: usize },
     /// A whole slab (its buddy block) with every object in it: `(handle, offset)`.
     Slab { id: u32, objects: Vec<(Handle, usize)> },
@@ -81,11 +82,11 @@ impl Piece {
             }
             Home::Run { chunks } => {
                 piece.kind = PieceKind::Run { chunks };
-                piece.extent = geometry.run_bytes(geometry.chunk_of(offset), chunks);
+                piece.extent = geometry.run_bytes(geometry.chunk_of(offset), chunks) + geometry.tail_bytes(size);
             }
             Home::Buddy => match geometry.layout(size, 1) {
                 Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
-                Layout::Run { .. } => return Err("a run-sized block in a core chunk"),
+                Layout::Run { .. } | Layout::RunTail { .. } => return Err("a run-sized block in a core chunk"),
             },
             Home::Lost => return Err("its chunk holds no block"),
         }

@@ -110,7 +110,8 @@ impl Pool {
         let mut planned = staged.planned;
         for (k, (batch, released)) in staged.batches.into_iter().zip(staged.released).enumerate() {
             let checking = Instant::now();
-            if k > 0 {
+            // A full compaction on host memory was planned with the all-free slabs given back.
+            if k > 0 || (staged.full && !staged.caller_copies) {
                 self.arena().reclaim_all();
                 planned.after_releases(self, &released);
             }

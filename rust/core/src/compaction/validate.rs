@@ -161,7 +161,8 @@ impl Pool {
             for p in &kept {
                 let (first, n) = match p.kind {
                     PieceKind::SlabObject { .. } => continue,
-                    PieceKind::Run { chunks } => (g.chunk_of(p.to), chunks),
+                    // A run with a tail: also the chunk after it, which holds the tail.
+                    PieceKind::Run { chunks } => (g.chunk_of(p.to), chunks + usize::from(g.tail_bytes(p.size) > 0)),
                     _ => (g.chunk_of(p.to), 1),
                 };
                 for c in first..(first + n).min(g.chunks) {
@@ -238,7 +239,12 @@ impl Pool {
                         clear_range(bits, start, start + (p.extent / g.min_block) as u64);
                     }
                 }
-                PieceKind::Run { chunks } => room.run_chunks.extend(chunk..chunk + chunks),
+                PieceKind::Run { chunks } => {
+                    room.run_chunks.extend(chunk..chunk + chunks);
+                    if let Some(bits) = room.bits.get_mut(chunk + chunks) {
+                        clear_range(bits, 0, (g.tail_bytes(p.size) / g.min_block) as u64);
+                    }
+                }
                 PieceKind::SlabObject { .. } => {}
             }
         }
@@ -278,16 +284,20 @@ impl Pool {
                     _ => leaving(chunk),
                 }
             }
-            PieceKind::Run { chunks } => (chunk..chunk + chunks).all(|c| {
-                c < g.chunks
-                    && (match self.arena().global.state(c) {
-                        ChunkState::Free => true,
-                        ChunkState::Core(_) => {
-                            room.bits.get(c).is_some_and(|bits| all_clear(bits, 0, g.usable_units(c)))
-                        }
-                        _ => leaving(c),
-                    })
-            }),
+            PieceKind::Run { chunks } => {
+                // Its whole chunks free, and the start of the chunk after them for a tail.
+                let free_from_start = |c: usize, units: u64| {
+                    c < g.chunks
+                        && (match self.arena().global.state(c) {
+                            ChunkState::Free => true,
+                            ChunkState::Core(_) => room.bits.get(c).is_some_and(|bits| all_clear(bits, 0, units)),
+                            _ => leaving(c),
+                        })
+                };
+                let tail = (g.tail_bytes(p.size) / g.min_block) as u64;
+                (chunk..chunk + chunks).all(|c| free_from_start(c, g.usable_units(c)))
+                    && (tail == 0 || free_from_start(chunk + chunks, tail))
+            }
         }
     }
 }

@@ -381,6 +381,7 @@ impl Pool {
             }
             Layout::Buddy(b) => self.place_buddy(&b, core, reach),
             Layout::Run { chunks, align_chunks } => self.place_run(chunks, align_chunks, request.size),
+            Layout::RunTail { chunks, align_chunks, tail } => self.place_tailed_run(chunks, align_chunks, &tail, core),
         }
     }
 
@@ -577,6 +578,19 @@ impl Pool {
         Some(Placed {
             offset: start * self.arena.geometry.chunk_size,
             block_bytes: self.arena.geometry.run_bytes(start, chunks),
+            route: Route::Global,
+            overflow: false,
+            class: None,
+        })
+    }
+
+    /// A run of whole chunks and a tail at the start of the chunk after it (`arena/tail.rs`).
+    #[inline(never)]
+    fn place_tailed_run(&self, chunks: usize, align_chunks: usize, tail: &BuddyLayout, core: usize) -> Option<Placed> {
+        let start = self.arena.claim_tailed_run(chunks, align_chunks, tail, core)?;
+        Some(Placed {
+            offset: start * self.arena.geometry.chunk_size,
+            block_bytes: self.arena.tailed_run_bytes(start, chunks, tail),
             route: Route::Global,
             overflow: false,
             class: None,

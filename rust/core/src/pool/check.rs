@@ -63,7 +63,7 @@ impl Pool {
                         findings.push(format!("chunk {chunk} (absent): owned by core(s) {owners:?}"));
                     }
                 }
-                ChunkState::Free | ChunkState::RunHead(_) | ChunkState::RunBody => {
+                ChunkState::Free | ChunkState::RunHead(_) | ChunkState::TailedRunHead(_) | ChunkState::RunBody => {
                     for n in self.arena.retire_nodes(chunk).into_iter().filter(|_| !pristine) {
                         if !nodes.remove(&n) {
                             findings.push(format!("chunk {chunk} ({state:?}): not retired, node {n:?} is free"));
@@ -103,10 +103,16 @@ impl Pool {
                     allocated.extend(nodes.into_iter().map(|n| (chunk, n)));
                 }
             }
-            if let ChunkState::RunHead(len) = state {
+            if let ChunkState::RunHead(len) | ChunkState::TailedRunHead(len) = state {
                 if chunk + len > g.chunks {
                     findings.push(format!("chunk {chunk}: run of {len} chunks runs past the arena"));
                     break;
+                }
+                let tailed = matches!(state, ChunkState::TailedRunHead(_));
+                if tailed
+                    && (chunk + len >= g.chunks || !matches!(self.arena.global.state(chunk + len), ChunkState::Core(_)))
+                {
+                    findings.push(format!("chunk {chunk}: the run of {len} chunks has no core chunk for its tail"));
                 }
                 for c in chunk + 1..chunk + len {
                     if self.arena.global.state(c) != ChunkState::RunBody || !self.arena.global.is_taken(c) {
@@ -119,7 +125,10 @@ impl Pool {
                 block_bytes_walked += self.arena.geometry.run_bytes(chunk, len);
             } else if state == ChunkState::RunBody
                 && (chunk == 0
-                    || !matches!(self.arena.global.state(chunk - 1), ChunkState::RunHead(_) | ChunkState::RunBody))
+                    || !matches!(
+                        self.arena.global.state(chunk - 1),
+                        ChunkState::RunHead(_) | ChunkState::TailedRunHead(_) | ChunkState::RunBody
+                    ))
             {
                 findings.push(format!("chunk {chunk}: run body without a head"));
             }
@@ -213,7 +222,23 @@ impl Pool {
                             }
                         }
                     }
-                    Layout::Run { .. } => findings.push(format!("block {h:?}: run-sized block inside a core chunk")),
+                    Layout::Run { .. } | Layout::RunTail { .. } => {
+                        findings.push(format!("block {h:?}: run-sized block inside a core chunk"))
+                    }
+                },
+                ChunkState::TailedRunHead(len) => match g.layout(info.size, 1) {
+                    Layout::RunTail { chunks, tail, .. } if chunks == len && info.offset % g.chunk_size == 0 => {
+                        // Its tail: the first nodes of the core chunk after the run.
+                        let last = chunk + len;
+                        for p in tail.pieces_at(depth, 0) {
+                            if !allocated.remove(&(last, p)) {
+                                findings.push(format!(
+                                    "block {h:?}: node {p:?} of its tail in chunk {last} is not allocated (or shared)"
+                                ));
+                            }
+                        }
+                    }
+                    _ => findings.push(format!("block {h:?}: does not match the run with a tail at chunk {chunk}")),
                 },
                 other => findings.push(format!("block {h:?}: its chunk {chunk} is {other:?}")),
             }

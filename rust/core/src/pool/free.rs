@@ -126,6 +126,9 @@ impl Pool {
         match self.arena.global.state(chunk) {
             ChunkState::RunHead(len) => self.arena.release_run(offset, size, chunk, len).map(Released::Block),
             ChunkState::Core(_) => self.arena.release_buddy(offset, size).map(Released::Block),
+            ChunkState::TailedRunHead(len) => {
+                self.arena.release_tailed_run(offset, size, chunk, len).map(Released::Block)
+            }
             ChunkState::Free | ChunkState::RunBody | ChunkState::Absent => {
                 Err(invalid_block(offset, size, "no block starts in this chunk"))
             }

@@ -74,6 +74,8 @@ impl Pool {
         let g = &self.arena.geometry;
         let (need, align) = match g.layout(request.size, request.align) {
             Layout::Run { chunks, align_chunks } => (chunks, align_chunks),
+            // The tail's chunk comes from the same region: a block never spans two.
+            Layout::RunTail { chunks, align_chunks, .. } => (chunks + 1, align_chunks),
             Layout::Buddy(_) => (1, 1),
         };
         let p = regions.place(&regions.lock(), need, align, g.chunks)?;

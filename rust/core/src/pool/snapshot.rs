@@ -121,7 +121,7 @@ impl Pool {
                     }
                     hole(at, usable, &mut pieces);
                 }
-                ChunkState::RunHead(_) | ChunkState::RunBody | ChunkState::Absent => {}
+                ChunkState::RunHead(_) | ChunkState::TailedRunHead(_) | ChunkState::RunBody | ChunkState::Absent => {}
             }
         }
         pieces

@@ -29,7 +29,7 @@ impl Pool {
             match self.arena.global.state(chunk) {
                 ChunkState::Free => chunks_free += 1,
                 ChunkState::Core(_) => chunks_in_cores += 1,
-                ChunkState::RunHead(_) | ChunkState::RunBody => chunks_in_runs += 1,
+                ChunkState::RunHead(_) | ChunkState::TailedRunHead(_) | ChunkState::RunBody => chunks_in_runs += 1,
                 ChunkState::Absent => {}
             }
         }
@@ -210,14 +210,15 @@ impl Pool {
             return self.arena.slabs.classes.classes[slab.class].size;
         }
         let g = &self.arena.geometry;
-        if let ChunkState::RunHead(len) = self.arena.global.state(g.chunk_of(offset)) {
+        match (self.arena.global.state(g.chunk_of(offset)), g.layout(size, align)) {
             // A block too large for a chunk's tree trimmed, or one that took a whole chunk
             // where no tree could hold it (see `Pool::place_once`).
-            return g.run_bytes(g.chunk_of(offset), len);
-        }
-        match self.arena.geometry.layout(size, align) {
-            Layout::Buddy(b) => b.units as usize * self.arena.geometry.min_block,
-            Layout::Run { chunks, .. } => self.arena.geometry.run_bytes(self.arena.geometry.chunk_of(offset), chunks),
+            (ChunkState::RunHead(len), _) => g.run_bytes(g.chunk_of(offset), len),
+            (ChunkState::TailedRunHead(len), Layout::RunTail { tail, .. }) => {
+                self.arena.tailed_run_bytes(g.chunk_of(offset), len, &tail)
+            }
+            (_, Layout::Buddy(b)) => b.units as usize * g.min_block,
+            (_, Layout::Run { chunks, .. } | Layout::RunTail { chunks, .. }) => g.run_bytes(g.chunk_of(offset), chunks),
         }
     }
 }

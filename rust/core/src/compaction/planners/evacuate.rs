@@ -6,13 +6,13 @@
 use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 
-use super::super::census::Census;
+use super::super::census::{Census, Place};
 use super::super::model::{Model, Role};
 use super::super::piece::{Piece, PieceKind};
 use super::movable::{
-    block_piece, boundary, buddy_units, movable_runs, movable_units, shaped_block, slab_movable, slab_piece, Shaped,
+    block_piece, boundary, buddy_units, movable_runs, movable_units, run_alignment, run_fits, set_run_piece,
+    shaped_block, slab_movable, slab_piece, tail_units, Shaped,
 };
-use crate::arena::layout::Layout;
 use crate::arena::slab::caches::SlabRef;
 
 /// What one core chunk holds, for an evacuation: indices into the census.
@@ -24,8 +24,11 @@ pub(crate) struct Contents {
     pub(crate) slabs: Vec<usize>,
     /// Bytes to move to empty it.
     pub(crate) bytes: usize,
-    /// Everything in it can move (no pinned blocks, no blocks without handles).
+    /// Everything in it can move (no pinned blocks, no blocks without handles), but for the
+    /// tail of a run, which moves with its run.
     pub(crate) movable: bool,
+    /// It holds the tail of a run (`arena/tail.rs`): it cannot be emptied by moving its blocks.
+    pub(crate) tail: bool,
     units: u64,
 }
 
@@ -49,6 +52,16 @@ pub(crate) fn chunk_contents(census: &Census, model: &Model) -> Vec<Option<Conte
         e.bytes += census.items(view.id).iter().map(|i| i.size).sum::<usize>();
         e.units += (view.bytes >> g.unit_shift) as u64;
         e.slabs.push(i);
+    }
+    for item in &census.runs {
+        let tail = tail_units(model, item.size);
+        let Place::Run(chunks) = item.place else { continue };
+        let after = g.chunk_of(item.offset) + chunks as usize;
+        if tail > 0 && after < out.len() {
+            let e = entry(&mut out, after);
+            e.units += tail;
+            e.tail = true;
+        }
     }
     // Blocks without a handle show as covered units nobody accounts for.
     for (c, e) in out.iter_mut().enumerate() {
@@ -102,7 +115,7 @@ pub(crate) fn plan_run_slides(census: &Census, model: &mut Model, emptied: &[usi
     let mut moves = Vec::new();
     for mut piece in movable_runs(census, model) {
         let PieceKind::Run { chunks } = piece.kind else { continue };
-        let Layout::Run { align_chunks, .. } = g.layout(piece.size, piece.align) else { continue };
+        let Some(align_chunks) = run_alignment(model, &piece) else { continue };
         let from = g.chunk_of(piece.from);
         if from == 0 || !model.is_empty(from - 1) || spent + piece.size > budget {
             continue;
@@ -111,11 +124,11 @@ pub(crate) fn plan_run_slides(census: &Census, model: &mut Model, emptied: &[usi
         while low > 0 && model.is_empty(low - 1) {
             low -= 1;
         }
-        model.set_run(from, chunks, false);
-        let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && g.run_bytes(d, chunks) == piece.extent;
+        set_run_piece(model, &piece, chunks, from, false);
+        let fits = |d: usize| run_fits(model, &piece, chunks, d);
         let to = (low.next_multiple_of(align_chunks)..from).step_by(align_chunks).find(|&d| fits(d));
         let to = to.unwrap_or(from);
-        model.set_run(to, chunks, true);
+        set_run_piece(model, &piece, chunks, to, true);
         if to != from {
             piece.to = to * g.chunk_size;
             spent += piece.size;
@@ -196,6 +209,9 @@ pub(crate) fn plan_evacuation(
         if !content.movable {
             refuse(format!("chunk {chunk} holds pinned blocks or blocks without a handle"))?;
             continue;
+        }
+        if content.tail && strict {
+            refuse(format!("chunk {chunk} holds the tail of a chunk run"))?;
         }
         if received.contains(&chunk) {
             continue;
@@ -299,7 +315,7 @@ pub(crate) fn plan_evacuation(
             received.extend(taken.iter().map(|(_, at)| g.chunk_of(*at)));
         }
         spent += bytes;
-        if all {
+        if all && !content.tail {
             emptied.push(chunk);
         }
         // A chunk being emptied is no longer a hole, nor are its slabs' free objects slots.

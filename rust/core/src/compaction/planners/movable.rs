@@ -148,6 +148,36 @@ pub(crate) fn boundary(model: &Model, movable: &[u64]) -> usize {
         .unwrap_or(n.saturating_sub(1))
 }
 
+/// Units of the tail of a block of `size` bytes (0 for a block without one): a run with a tail
+/// (`arena/tail.rs`) also covers that many units at the start of the chunk after its chunks.
+pub(crate) fn tail_units(model: &Model, size: usize) -> u64 {
+    (model.geometry.tail_bytes(size) >> model.geometry.unit_shift) as u64
+}
+
+/// Whether the run `run` of `chunks` whole chunks fits at chunk `d` of `model`: its chunks
+/// empty and as long, and the start of the chunk after them free for its tail, if it has one.
+pub(crate) fn run_fits(model: &Model, run: &Piece, chunks: usize, d: usize) -> bool {
+    let g = model.geometry;
+    let tail = tail_units(model, run.size);
+    let whole = (d..d + chunks).all(|c| c < model.chunks.len() && model.is_empty(c));
+    whole
+        && g.run_bytes(d, chunks) + tail as usize * g.min_block == run.extent
+        && (tail == 0 || (d + chunks < model.chunks.len() && model.find(d + chunks, 0, tail, 1, tail) == Some(0)))
+}
+
+/// Put the run `run` of `chunks` whole chunks at chunk `d` of `model` (`on`), or take it away,
+/// with its tail.
+pub(crate) fn set_run_piece(model: &mut Model, run: &Piece, chunks: usize, d: usize, on: bool) {
+    model.set_run(d, chunks, on);
+    let tail = tail_units(model, run.size);
+    if tail > 0 {
+        match on {
+            true => model.occupy(d + chunks, 0, tail, run.core),
+            false => model.vacate(d + chunks, 0, tail),
+        }
+    }
+}
+
 /// The movable runs of a census, in address order.
 pub(crate) fn movable_runs(census: &Census, model: &Model) -> Vec<Piece> {
     let mut runs: Vec<Piece> =
@@ -156,22 +186,30 @@ pub(crate) fn movable_runs(census: &Census, model: &Model) -> Vec<Piece> {
     runs
 }
 
+/// The alignment (in chunks) of a run piece's first chunk; `None` for a block that is no run.
+pub(crate) fn run_alignment(model: &Model, run: &Piece) -> Option<usize> {
+    match model.geometry.layout(run.size, run.align) {
+        Layout::Run { align_chunks, .. } | Layout::RunTail { align_chunks, .. } => Some(align_chunks),
+        Layout::Buddy(_) => None,
+    }
+}
+
 /// Move `run` (in the model) to the lowest stretch of empty chunks that starts below it (it may
-/// overlap its own chunks); `None` (and the model as it was) when there is none.
+/// overlap its own chunks), with room for its tail after them; `None` (and the model as it was)
+/// when there is none.
 pub(crate) fn move_run_down(model: &mut Model, run: &Piece) -> Option<Piece> {
     let g = model.geometry;
     let PieceKind::Run { chunks } = run.kind else { return None };
-    let Layout::Run { align_chunks, .. } = g.layout(run.size, run.align) else { return None };
+    let align_chunks = run_alignment(model, run)?;
     let first = g.chunk_of(run.from);
-    model.set_run(first, chunks, false);
-    let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && g.run_bytes(d, chunks) == run.extent;
-    match (0..first).step_by(align_chunks).find(|&d| fits(d)) {
+    set_run_piece(model, run, chunks, first, false);
+    match (0..first).step_by(align_chunks).find(|&d| run_fits(model, run, chunks, d)) {
         Some(d) => {
-            model.set_run(d, chunks, true);
+            set_run_piece(model, run, chunks, d, true);
             Some(Piece { to: d * g.chunk_size, ..run.clone() })
         }
         None => {
-            model.set_run(first, chunks, true);
+            set_run_piece(model, run, chunks, first, true);
             None
         }
     }

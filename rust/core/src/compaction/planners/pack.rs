@@ -18,7 +18,7 @@ use super::super::model::Model;
 use super::super::piece::{Piece, PieceKind};
 use super::movable::{
     bank_slack, block_piece, boundary, movable_bytes, movable_pieces, movable_runs, move_run_down, packed_alignment,
-    slab_piece, slab_worth_moving, Shaped,
+    run_alignment, run_fits, set_run_piece, slab_piece, slab_worth_moving, Shaped,
 };
 use crate::arena::layout::Layout;
 
@@ -42,8 +42,8 @@ pub(crate) const REPACK_ALLOWANCE: usize = 32 << 20;
 pub(crate) fn plan_full<'a>(census: &Census, model: Model<'a>, downward: bool) -> (Vec<Piece>, Model<'a>) {
     let mut packed = model.clone();
     let few = plan_pack(census, &mut packed);
-    let largest = packed.largest_free();
-    let free = packed.free_bytes();
+    let after = reclaimed(census, &packed, downward);
+    let (largest, free) = (after.largest_free(), after.free_bytes());
     let outside = free.saturating_sub(largest);
     let slack = bank_slack(census, &packed);
     let moved: usize = few.iter().map(Piece::copy_len).sum();
@@ -54,9 +54,28 @@ pub(crate) fn plan_full<'a>(census: &Census, model: Model<'a>, downward: bool) -
     }
     let mut tight = model;
     match plan_repack(census, &mut tight, downward) {
-        Some(all) if tight.largest_free() >= largest + gain => (all, tight),
+        Some(all) if reclaimed(census, &tight, downward).largest_free() >= largest + gain => (all, tight),
         _ => (few, packed),
     }
+}
+
+/// `model` once the pool gives back the all-free slabs of `census` after the batch (they stay
+/// where they are during it, but their room is free space afterwards, like any hole the moves
+/// leave): the free space a plan leaves is measured on it. Only where the caller copies
+/// (`single_batch`: no slab consolidation ran first, whose batch already gave them back).
+fn reclaimed<'a>(census: &Census, model: &Model<'a>, single_batch: bool) -> Model<'a> {
+    let g = model.geometry;
+    let mut after = model.clone();
+    if !single_batch {
+        return after;
+    }
+    for view in &census.slabs {
+        let all_free = model.classes[view.class].all_free();
+        if view.free & all_free == all_free {
+            after.vacate(g.chunk_of(view.base), g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
+        }
+    }
+    after
 }
 
 /// Every movable run, buddy block and whole slab re-placed, over `model` (changed to the arena
@@ -101,7 +120,7 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
         candidates.sort_by_key(|(p, units, align)| (*units != 0, Reverse(*units), Reverse(*align), p.from));
         for (p, units, _) in &candidates {
             match p.kind {
-                PieceKind::Run { chunks } => model.set_run(g.chunk_of(p.from), chunks, false),
+                PieceKind::Run { chunks } => set_run_piece(model, p, chunks, g.chunk_of(p.from), false),
                 _ => model.vacate(g.chunk_of(p.from), g.unit_in_chunk(p.from), *units),
             }
         }
@@ -111,14 +130,13 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
     for (mut piece, units, align) in candidates {
         let from_chunk = g.chunk_of(piece.from);
         if let PieceKind::Run { chunks } = piece.kind {
-            let Layout::Run { align_chunks, .. } = g.layout(piece.size, piece.align) else { continue };
+            let Some(align_chunks) = run_alignment(model, &piece) else { continue };
             if downward {
-                model.set_run(from_chunk, chunks, false);
+                set_run_piece(model, &piece, chunks, from_chunk, false);
             }
             let last = if downward { from_chunk } else { model.chunks.len() - chunks };
-            let fits = |d: usize| (d..d + chunks).all(|c| model.is_empty(c)) && g.run_bytes(d, chunks) == piece.extent;
-            let to = (0..=last).step_by(align_chunks).find(|&d| fits(d))?;
-            model.set_run(to, chunks, true);
+            let to = (0..=last).step_by(align_chunks).find(|&d| run_fits(model, &piece, chunks, d))?;
+            set_run_piece(model, &piece, chunks, to, true);
             piece.to = to * g.chunk_size;
         } else {
             let pos = g.unit_in_chunk(piece.from);

@@ -27,7 +27,7 @@ pub(crate) struct Schedule<'a> {
 /// bounce (no slab consolidation, a slide rather than a repack).
 ///
 /// * `Full`: a slab consolidation (host memory only; `census` is brought to the arena after
-///   it, see [`apply_consolidation`]), then [`plan_full`].
+///   it and after the all-free slabs go back, see [`apply_consolidation`]), then [`plan_full`].
 /// * `Incremental`: chunks above the boundary evacuated sparsest first within `max_bytes`, then
 ///   runs slid down into the room that makes, within what is left of it.
 /// * `Evacuate`: the named chunks emptied; `Err` when one does not exist or cannot be.
@@ -38,13 +38,21 @@ pub(crate) fn plan_compaction_moves<'a>(
     caller_copies: bool,
 ) -> Result<Schedule<'a>, String> {
     let mut batches = Vec::new();
+    // Slabs given back before the first batch (all-free slabs, when no object consolidates) and
+    // before the second (those a consolidation batch empties, with the all-free ones).
+    let mut before_first = Vec::new();
     let mut released = Vec::new();
     match mode {
         CompactionMode::Full => {
             if !caller_copies {
+                // The all-free slabs go back before the moves (a batch of their own when objects
+                // consolidate, else before the first batch), so the model loses them either way.
                 let consolidation = consolidate_slabs(census, &model);
-                if !consolidation.moves.is_empty() {
-                    released = apply_consolidation(census, &mut model, &consolidation);
+                let gone = apply_consolidation(census, &mut model, &consolidation);
+                if consolidation.moves.is_empty() {
+                    before_first = gone;
+                } else {
+                    released = gone;
                     batches.push(consolidation.moves);
                 }
             }
@@ -79,7 +87,7 @@ pub(crate) fn plan_compaction_moves<'a>(
         }
     }
     // What is given back after the first batch comes before the second.
-    let mut released: Vec<Vec<(usize, usize)>> = vec![Vec::new(), released];
+    let mut released: Vec<Vec<(usize, usize)>> = vec![before_first, released];
     released.resize_with(batches.len(), Vec::new);
     let (batches, released) = batches.into_iter().zip(released).filter(|(b, _)| !b.is_empty()).unzip();
     Ok(Schedule { batches, released, model })
