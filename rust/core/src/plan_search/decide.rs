@@ -133,6 +133,11 @@ struct Decider<'a> {
     /// order of the part's buffers) or `None` when the part cannot be packed.
     memo: HashMap<Vec<u64>, Option<Vec<u64>>>,
     memo_words: usize,
+    /// Scratch of [`Decider::room_beside`]: neighbours of the child's buffer (`mark == stamp`)
+    /// and the lowest start per section.
+    mark: Vec<u32>,
+    stamp: u32,
+    window: Vec<u64>,
 }
 
 /// Words of part keys and packings kept in the memo before it is cleared.
@@ -332,6 +337,54 @@ impl Decider<'_> {
         (part.lo..part.hi).all(|s| self.rem[s] <= room || self.floor[s] > r)
     }
 
+    /// Whether the child that places `q` at `r` passes its first check in the sections beside
+    /// `q`'s own where an unplaced neighbour of `q` is live: in the child that neighbour starts
+    /// at or above the end of `q`, every other buffer still to place at its raw offset, or
+    /// when that is below `r` at `r` plus its smallest unplaced neighbour, on which it must rest;
+    /// the lowest of those plus the bytes still to place in the section must fit the capacity.
+    /// False means the child fails its first check.
+    fn room_beside(&mut self, raws: &[(u64, u32)], q: u32, r: u64) -> bool {
+        let inst = self.inst;
+        let qi = q as usize;
+        let (qlo, qhi) = (inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize);
+        let end = r + inst.sizes[qi];
+        self.stamp = self.stamp.wrapping_add(1);
+        let (mut wlo, mut whi) = (qlo, qhi);
+        for &x in inst.neighbors(qi) {
+            let xi = x as usize;
+            if !self.placed[xi] {
+                self.mark[xi] = self.stamp;
+                wlo = wlo.min(inst.sec_lo[xi] as usize);
+                whi = whi.max(inst.sec_hi[xi] as usize);
+            }
+        }
+        if wlo == qlo && whi == qhi {
+            return true;
+        }
+        self.window[wlo..whi].fill(u64::MAX);
+        for &(raw, x) in raws {
+            let xi = x as usize;
+            let (lo, hi) = ((inst.sec_lo[xi] as usize).max(wlo), (inst.sec_hi[xi] as usize).min(whi));
+            if x == q || lo >= hi || (lo >= qlo && hi <= qhi) {
+                continue;
+            }
+            let low = if self.mark[xi] == self.stamp {
+                raw.max(end)
+            } else if raw >= r {
+                raw
+            } else {
+                inst.smallest_unplaced_neighbor(xi, &self.placed).map_or(self.capacity + 1, |s| r + s)
+            };
+            for w in &mut self.window[lo..hi] {
+                *w = (*w).min(low);
+            }
+        }
+        (wlo..qlo).chain(qhi..whi).all(|s| {
+            let low = self.window[s];
+            low == u64::MAX || low.saturating_add(self.rem[s]) <= self.capacity
+        })
+    }
+
     /// Depth-first search in one part: the last placement of this part was at `last` (by the
     /// buffer `prev`).
     fn dfs(&mut self, part: &Part, lows: &mut (Lowest, Lowest), last: u64, prev: Option<u32>) -> Status {
@@ -344,6 +397,8 @@ impl Decider<'_> {
         let inst = self.inst;
         let capacity = self.capacity;
         let mut children: Vec<(u64, u32, u32)> = Vec::with_capacity(part.buffers.len());
+        // Raw offset of every buffer still to place, for the children's room check.
+        let mut raws: Vec<(u64, u32)> = Vec::with_capacity(part.buffers.len());
         let (mut end1, mut end1_q, mut end2) = (u64::MAX, u32::MAX, u64::MAX);
         let level = self.level(part, last);
         let (lowest, above) = lows;
@@ -355,6 +410,7 @@ impl Decider<'_> {
                 continue;
             }
             let r = inst.raw_offset(qi, self.floor_max[qi]);
+            raws.push((r, q));
             let size = inst.sizes[qi];
             let end = r + size;
             if end <= last {
@@ -435,6 +491,13 @@ impl Decider<'_> {
                 room_checked = Some(r);
             }
             let qi = q as usize;
+            if self.order.room_cutoff && !self.room_beside(&raws, q, r) {
+                // The child would fail its first check; nothing rests on q: stop as below.
+                if inst.neighbors(qi).iter().all(|&x| self.placed[x as usize]) {
+                    break;
+                }
+                continue;
+            }
             let size = inst.sizes[qi];
             let end = r + size;
             // Place q.
@@ -554,6 +617,9 @@ pub fn decide(
         forced: order.forced_sections,
         memo: HashMap::new(),
         memo_words: 0,
+        mark: vec![0; n],
+        stamp: 0,
+        window: vec![0; sections],
     };
     let all: Vec<u32> = (0..n as u32).collect();
     let status = if n == 0 { Status::Found } else { decider.solve_parts(&all, 0, sections, 0, None) };
