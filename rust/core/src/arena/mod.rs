@@ -20,9 +20,12 @@ pub(crate) mod global;
 pub(crate) mod layout;
 pub(crate) mod level_maps;
 #[cfg(not(loom))]
+pub(crate) mod packed;
+#[cfg(not(loom))]
 pub(crate) mod regions;
 #[cfg(not(loom))]
 pub(crate) mod release;
 #[cfg(not(loom))]
 pub(crate) mod reveal;
 pub(crate) mod slab;
+pub(crate) mod stretches;
