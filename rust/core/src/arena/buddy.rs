@@ -1757,4 +1757,32 @@ mod loom_models {
             }
         });
     }
+
+    #[test]
+    fn a_cleaning_claim_racing_a_leaf_allocation_never_overlaps() {
+        // A phantom mark over an empty leaf bunch: one thread claims the node over the bunch
+        // as a block placed in a free stretch does (cleaning the mark), another allocates a
+        // leaf in that bunch. At most one wins, the tree stays consistent, and a claim that
+        // failed because it met the seal is counted for the next reveal.
+        loom::model(|| {
+            let (shape, t) = setup();
+            let old = Node { level: 2, index: 0 };
+            shape.try_alloc(&t, old).unwrap();
+            shape.release(&t, old).unwrap();
+            let ticket = shape.reveal_ticket().expect("no reveal yet");
+            shape.revealed(ticket);
+            let (s2, t2) = (shape.clone(), t.clone());
+            let leaf = Node { level: 2, index: 1 };
+            let taker = thread::spawn(move || s2.try_alloc(&t2, leaf).is_ok());
+            let parent = Node { level: 1, index: 0 };
+            let got_parent = shape.try_alloc_cleaning(&t, parent).is_ok();
+            let got_leaf = taker.join().unwrap();
+            assert!(!(got_leaf && got_parent), "overlapping blocks both allocated");
+            quiescent_ok(&shape, &t);
+            if !got_leaf && !got_parent {
+                // Neither won: only a seal met by the leaf's claim can explain it.
+                assert!(shape.reveal_ticket().is_some(), "a claim refused by a seal went uncounted");
+            }
+        });
+    }
 }

@@ -60,3 +60,98 @@ impl Arena {
         true
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! Random allocations and frees of blocks larger than a bank (many placed in free
+    //! stretches) against a reference model of every chunk's units: the trees hold exactly
+    //! the units the live blocks cover, and no stretch memo that is still valid rules out a
+    //! stretch the reference has free.
+    use crate::arena::stretches::best_fit;
+    use crate::config::{Backing, PoolConfig};
+    use crate::pool::pool::Pool;
+
+    const MIB: usize = 1 << 20;
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn size(&mut self, lo: usize, hi: usize) -> usize {
+            let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
+            let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+            ((a + (b - a) * u).exp() as usize).clamp(lo, hi)
+        }
+    }
+
+    #[test]
+    fn stretches_and_memos_agree_with_a_unit_model() {
+        let p = Pool::new(PoolConfig::new(32 * MIB).cores(1).core_reserve(0).backing(Backing::None)).unwrap();
+        let a = p.arena();
+        let g = &a.geometry;
+        let units = g.units_per_chunk();
+        let bank = g.bank_units(4096); // the default bank
+        let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+        let mut live = Vec::new();
+        let mut placed_off_node = 0;
+        for step in 0..20_000 {
+            if live.is_empty() || rng.next() % 100 < 55 {
+                let size = rng.size(4097, MIB);
+                if let Ok(h) = p.alloc(size, None, 0) {
+                    let info = p.block(h).unwrap();
+                    let b = g.buddy_layout(size).unwrap();
+                    if g.unit_in_chunk(info.offset) & (b.enclosing - 1) != 0 {
+                        placed_off_node += 1;
+                    }
+                    live.push(h);
+                }
+            } else {
+                let i = (rng.next() as usize) % live.len();
+                p.free(live.swap_remove(i)).unwrap();
+            }
+            if step % 250 != 249 {
+                continue;
+            }
+            // The reference: per chunk, the units the live blocks cover.
+            let mut model = vec![vec![0u64; (units / 64) as usize]; g.chunks];
+            for &h in &live {
+                let info = p.block(h).unwrap();
+                let chunk = g.chunk_of(info.offset);
+                let from = g.unit_in_chunk(info.offset);
+                for u in from..from + (info.block_bytes / g.min_block) as u64 {
+                    let word = &mut model[chunk][(u / 64) as usize];
+                    assert_eq!(*word & (1 << (u % 64)), 0, "two live blocks share unit {u} of chunk {chunk}");
+                    *word |= 1 << (u % 64);
+                }
+            }
+            for chunk in a.cores[0].owned() {
+                let mut bits = vec![0u64; (units / 64) as usize];
+                a.shape.allocated_granules(a.tree(chunk), 0, &mut bits);
+                assert_eq!(bits, model[chunk], "step {step}: the tree of chunk {chunk} against the model");
+                let mut coarse = vec![0u64; (units / 256) as usize];
+                a.shape.allocated_granules(a.tree(chunk), 2, &mut coarse);
+                for granule in 0..units / 4 {
+                    let any = (0..4)
+                        .any(|k| model[chunk][((granule * 4 + k) / 64) as usize] >> ((granule * 4 + k) % 64) & 1 != 0);
+                    assert_eq!(coarse[(granule / 64) as usize] >> (granule % 64) & 1 != 0, any);
+                }
+                let (_, longest) = best_fit(&model[chunk], units, 1, bank);
+                let epoch = a.space[chunk].probe(0).unwrap().epoch();
+                assert!(
+                    !a.stretches[chunk].rules_out(epoch, longest),
+                    "step {step}: chunk {chunk}'s memo hides a free stretch of {longest} units"
+                );
+            }
+        }
+        assert!(placed_off_node > 0, "some blocks were placed in free stretches");
+        for h in live {
+            p.free(h).unwrap();
+        }
+        assert_eq!(p.check().unwrap(), 0);
+    }
+}
