@@ -1,6 +1,7 @@
 //! The arena: the memory itself, without handles or Python. Its geometry (chunks, units, the
 //! bank rule), the route and shape of a block, the chunks' buddy trees and free-unit counts,
-//! the global pool of chunks and runs, the core pools, the slab caches, the optional host
+//! the free stretches inside chunks and blocks placed in them, the global pool of chunks and
+//! runs, the core pools, the slab caches, the optional host
 //! backing, the chunk life cycle, the last resort that reveals hidden room, the regions of a
 //! pool that grows, and the exact-position API that compaction uses.
 

@@ -1,6 +1,7 @@
-//! Taking a buddy block at the best-fitting free stretch of one chunk, on the allocation path:
-//! the last resort before a chunk is given up for a block whose enclosing node is nowhere free
-//! (`stretches.rs` explains the stretches and their memo).
+//! Taking a buddy block at a given start in a chunk, on the allocation path: at the
+//! best-fitting free stretch of the chunk (for a block whose enclosing node is nowhere free),
+//! or right after the last block its core placed (`pool/alloc.rs`). `stretches.rs` explains the
+//! stretches and their memo.
 
 use super::arena::Arena;
 use super::layout::BuddyLayout;

@@ -12,6 +12,12 @@
 //! no room, it reveals every hidden level of the chunks that cores own and searches once
 //! more: failures are rare, so they pay for it.
 //!
+//! Only a search that met a sealed bunch can record such a miss, and the trees count every time
+//! one does (`TreeShape::reveal_ticket`). When none did since the last complete reveal, every
+//! miss since was true, and a failing allocation reveals only the next [`REVEAL_SOME`] chunks
+//! with enough free units (from a cursor that goes round the arena) instead of all of them:
+//! a failure then costs a few searches.
+//!
 //! A reveal does what a free does, with nothing released: an epoch step on the chunk's
 //! free-space word ([`ChunkSpace::refresh`]), so that a miss recorded concurrently either
 //! sees the step and undoes itself or is undone by what follows; then it forgets the bunch
