@@ -18,11 +18,6 @@ pub(crate) struct CorePool {
     /// Per level: `(chunk + 1) << 32 | bunch`, 0 meaning no hint. Inline, so that it shares the
     /// padded lines of this core only: a hint is written on most allocations and local frees.
     hints: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
-    /// Where the last block larger than a bank that this core placed ended: `(chunk + 1) << 32
-    /// | first unit after it`, 0 meaning none, and the unit where the free room after it may
-    /// end. The next such block that fits goes there (`pool/alloc.rs`); a hint only: the claim
-    /// of the block's nodes decides.
-    stretch: [AtomicU64; 2],
     /// Reserve slots: `chunk + 1`, or 0 for an empty slot.
     reserve: Box<[AtomicU64]>,
     /// Per level, the chunks that may hold a free node of that level.
@@ -37,7 +32,6 @@ impl CorePool {
         Ok(CorePool {
             owned: Zeroed::new(chunks.div_ceil(64), "a core pool's chunk bitmap")?,
             hints: std::array::from_fn(|_| AtomicU64::new(0)),
-            stretch: [AtomicU64::new(0), AtomicU64::new(0)],
             reserve: try_boxed(reserve, "a core pool's reserve slots", |_| AtomicU64::new(0))?,
             maps: LevelMaps::new(chunks, levels)?,
         })
@@ -93,20 +87,6 @@ impl CorePool {
         if self.hints[level as usize].load(Ordering::Relaxed) != h {
             self.hints[level as usize].store(h, Ordering::Relaxed);
         }
-    }
-
-    /// The room after the last block larger than a bank: `(chunk, from unit, to unit)`.
-    #[inline]
-    pub(crate) fn stretch(&self) -> Option<(usize, u64, u64)> {
-        let at = self.stretch[0].load(Ordering::Relaxed);
-        let end = self.stretch[1].load(Ordering::Relaxed);
-        (at != 0).then(|| ((at >> 32) as usize - 1, at & 0xFFFF_FFFF, end))
-    }
-
-    #[inline]
-    pub(crate) fn set_stretch(&self, chunk: usize, from: u64, to: u64) {
-        self.stretch[1].store(to, Ordering::Relaxed);
-        self.stretch[0].store(((chunk as u64 + 1) << 32) | from, Ordering::Relaxed);
     }
 
     /// `chunk` just became empty: keep it in reserve if it is already there or a slot is free

@@ -18,8 +18,9 @@ pub(crate) enum Layout {
 /// naturally aligned, and the rest of the enclosing node stays free for others.
 ///
 /// The allocation path starts a block at its enclosing node, or, for a block larger than a
-/// bank, in a free stretch (`stretches.rs`); a compaction may also *pack* a block at any other
-/// start that the bank rule allows (`Geometry::packed_alignment`):
+/// bank that no enclosing node can take, in a free stretch (`stretches.rs`); a compaction may
+/// also *pack* a block at any other start that the bank rule allows
+/// (`Geometry::packed_alignment`):
 /// the block is then the maximal aligned nodes covering its units ([`BuddyLayout::pieces_at`]),
 /// so the free tail of the enclosing node is no longer lost between packed blocks. Both kinds
 /// are released the same way, from the block's start and size alone.

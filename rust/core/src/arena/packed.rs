@@ -1,7 +1,6 @@
-//! Taking a buddy block at a given start in a chunk, on the allocation path: at the
-//! best-fitting free stretch of the chunk (for a block whose enclosing node is nowhere free),
-//! or right after the last block its core placed (`pool/alloc.rs`). `stretches.rs` explains the
-//! stretches and their memo.
+//! Taking a buddy block at the best-fitting free stretch of one chunk, on the allocation path:
+//! the last resort for a block whose enclosing node is nowhere free (`pool/alloc.rs`).
+//! `stretches.rs` explains the stretches and their memo.
 
 use super::arena::Arena;
 use super::layout::BuddyLayout;
@@ -9,10 +8,9 @@ use super::stretches::{best_fit, granule_shift, MAX_GRANULES};
 
 impl Arena {
     /// Take block `b` in `chunk` at the start of the smallest free stretch that holds it from a
-    /// multiple of `align` units (a power of two); returns its start and the stretch's end (in
-    /// units). `None` when no stretch holds it, or a concurrent claim took part of the one
-    /// found.
-    pub(crate) fn take_stretch(&self, chunk: usize, b: &BuddyLayout, align: u64) -> Option<(u64, u64)> {
+    /// multiple of `align` units (a power of two); returns its start (in units). `None` when no
+    /// stretch holds it, or a concurrent claim took part of the one found.
+    pub(crate) fn take_stretch(&self, chunk: usize, b: &BuddyLayout, align: u64) -> Option<u64> {
         let space = &self.space[chunk];
         let probe = space.probe(b.units)?;
         let memo = &self.stretches[chunk];
@@ -30,9 +28,8 @@ impl Arena {
         let len = b.units.div_ceil(1 << shift);
         let (fit, longest) = best_fit(bits, granules, len, align_granules);
         memo.record(probe.epoch(), longest << shift);
-        let (start, end) = fit?;
-        let (start, end) = (start << shift, end << shift);
-        self.claim_at(chunk, b, start).then_some((start, end))
+        let start = fit?.0 << shift;
+        self.claim_at(chunk, b, start).then_some(start)
     }
 
     /// Claim the nodes of block `b` from unit `start` of `chunk` (cleaning phantom marks under

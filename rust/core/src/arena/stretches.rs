@@ -7,10 +7,9 @@
 //! `Geometry::packed_alignment`) and is then held by the naturally aligned nodes that cover it,
 //! as a compaction's packed blocks are (`BuddyLayout::pieces_at`); it is freed like any other
 //! block, from its start and size, so a freed stretch goes back as aligned buddy nodes and
-//! coalesces as they do. The allocation path places a block this way when its core's chunks
-//! have no free enclosing node (before it takes a fresh chunk, and again after every other
-//! core's chunks: `pool/alloc.rs`), so holes that no power of two fits (a 34 KiB request with
-//! 14% of the arena free, the largest free node 32 KiB) still serve requests.
+//! coalesces as they do. The allocation path places a block this way only after it found no
+//! free enclosing node anywhere (`pool/alloc.rs`), so holes that no power of two fits (a 34 KiB
+//! request with 14% of the arena free, the largest free node 32 KiB) still serve requests.
 //!
 //! # Finding a stretch
 //!

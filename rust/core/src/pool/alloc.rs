@@ -34,10 +34,6 @@ pub(crate) struct Placed {
     pub(crate) class: Option<usize>,
 }
 
-/// Blocks of at least this many banks go after the last such block the core placed, when they
-/// fit there, before the buddy path (see [`Pool::place_block`]).
-const BUMP_FROM_BANKS: usize = 16;
-
 /// How many placements [`Pool::alloc_many_until`] makes between two questions to its caller.
 pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;
 
@@ -446,82 +442,28 @@ impl Pool {
         })
     }
 
-    /// A buddy block of a request: a block larger than a bank goes first into the room after
-    /// the last such block the core placed, if it fits there (so that the tails of trimmed
-    /// blocks fill up as a free-list allocator fills its remainders); then the buddy path;
-    /// then, for a block larger than a bank, the best-fitting free stretch.
+    /// A buddy block of a request: the buddy path, then, for a block larger than a bank whose
+    /// enclosing node is nowhere free, the best-fitting free stretch of a chunk.
     #[inline]
     fn place_block(&self, b: &BuddyLayout, align: usize, core: usize, reach: Reach) -> Option<Placed> {
         let g = &self.arena.geometry;
-        if b.units as usize * g.min_block <= self.config.bank_size {
-            return self.place_buddy(b, core, reach);
+        let placed = self.place_buddy(b, core, reach);
+        if placed.is_some() || b.units as usize * g.min_block <= self.config.bank_size {
+            return placed;
         }
-        let align_units = g.packed_alignment(b.units, align, self.config.bank_size);
-        let bumps = b.units as usize * g.min_block >= BUMP_FROM_BANKS * self.config.bank_size;
-        if bumps {
-            if let Some(placed) = self.alloc_in_stretch(b, align_units, core) {
-                return Some(placed);
-            }
-        }
-        let placed = match self.alloc_in_core(b, core) {
-            Some(placed) => Some(placed),
-            None => {
-                if let Some(placed) = self.place_packed_in(b, align_units, core, core) {
-                    return Some(placed);
-                }
-                self.place_buddy_elsewhere(b, core, reach)
-            }
-        };
-        if let Some(placed) = placed.filter(|_| bumps) {
-            // The rest of the chunk is where the next block may go.
-            let chunk = g.chunk_of(placed.offset);
-            let start = g.unit_in_chunk(placed.offset);
-            let end = (start + b.units + align_units - 1) & !(align_units - 1);
-            let usable = g.usable_units(chunk);
-            if end < usable {
-                self.arena.cores[core].set_stretch(chunk, end, usable);
-            }
-            return Some(placed);
-        }
-        placed.or_else(|| self.place_packed(b, align_units, core, reach))
-    }
-
-    /// Block `b` in the room after the last block larger than a bank that `core` placed, at
-    /// the first start that `align_units` allows, if it fits there and its units are free.
-    #[inline]
-    fn alloc_in_stretch(&self, b: &BuddyLayout, align_units: u64, core: usize) -> Option<Placed> {
-        let g = &self.arena.geometry;
-        let pool = &self.arena.cores[core];
-        let (chunk, from, to) = pool.stretch()?;
-        let start = (from + align_units - 1) & !(align_units - 1);
-        if start + b.units > to || chunk >= g.chunks {
-            return None;
-        }
-        if !self.arena.claim_at(chunk, b, start) {
-            pool.set_stretch(chunk, to, to);
-            return None;
-        }
-        pool.set_stretch(chunk, start + b.units, to);
-        Some(Placed {
-            offset: g.offset_of(chunk, start),
-            block_bytes: b.units as usize * g.min_block,
-            route: Route::Core,
-            overflow: false,
-            class: None,
-        })
+        self.place_packed(b, g.packed_alignment(b.units, align, self.config.bank_size), core, reach)
     }
 
     /// A block larger than a bank whose enclosing node is nowhere free: the best-fitting free
     /// stretch that holds it from a bank boundary (or the caller's coarser alignment), in the
-    /// first chunk of another core that has one (`arena/stretches.rs`; the calling core's own
-    /// chunks were tried before a fresh chunk was granted).
+    /// first chunk that has one (`arena/stretches.rs`), the calling core's chunks first.
     #[inline(never)]
     fn place_packed(&self, b: &BuddyLayout, align_units: u64, core: usize, reach: Reach) -> Option<Placed> {
         if reach == Reach::Fast {
             return None;
         }
         let cores = self.arena.cores.len();
-        (1..cores).find_map(|i| self.place_packed_in(b, align_units, core, (core + i) % cores))
+        (0..cores).find_map(|i| self.place_packed_in(b, align_units, core, (core + i) % cores))
     }
 
     /// The best-fitting free stretch for `b` in the first chunk of `owner` that has one. Only
@@ -538,11 +480,7 @@ impl Pool {
         let mut from = 0;
         while let Some(chunk) = pool.maps.next(level, from, &owned) {
             from = chunk + 1;
-            if let Some((start, end)) = self.arena.take_stretch(chunk, b, align_units) {
-                let next = (start + b.units + align_units - 1) & !(align_units - 1);
-                if next < end {
-                    self.arena.cores[core].set_stretch(chunk, next, end);
-                }
+            if let Some(start) = self.arena.take_stretch(chunk, b, align_units) {
                 return Some(Placed {
                     offset: g.offset_of(chunk, start),
                     block_bytes: b.units as usize * g.min_block,
