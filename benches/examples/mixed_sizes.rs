@@ -12,7 +12,8 @@
 //!   reserved over requested, worst case per range.
 //!
 //! `cargo run --release -p npumem-benches --example mixed_sizes [-- --quick] [--steps N]
-//! [--runs N] [--only TABLE]` (TABLE: churn, threads, pairs, fill, waste).
+//! [--runs N] [--only TABLE] [--peer NAME]` (TABLE: churn, threads, pairs, fill, waste; NAME: one
+//! row of every table, e.g. `npumem`).
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -194,10 +195,18 @@ struct Options {
     runs: usize,
     pairs: usize,
     only: Option<String>,
+    peer: Option<String>,
+}
+
+impl Options {
+    /// The peers to measure, in table order.
+    fn peers(&self) -> impl Iterator<Item = &'static str> + '_ {
+        PEERS.into_iter().filter(|&name| self.peer.as_deref().is_none_or(|p| p == name))
+    }
 }
 
 fn options() -> Options {
-    let mut o = Options { steps: 200_000, runs: 3, pairs: 1_000_000, only: None };
+    let mut o = Options { steps: 200_000, runs: 3, pairs: 1_000_000, only: None, peer: None };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().expect("a value after the option");
@@ -211,6 +220,7 @@ fn options() -> Options {
             "--runs" => o.runs = value().parse().expect("--runs N"),
             "--pairs" => o.pairs = value().parse().expect("--pairs N"),
             "--only" => o.only = Some(value()),
+            "--peer" => o.peer = Some(value()),
             other => panic!("unknown option {other}"),
         }
     }
@@ -321,7 +331,7 @@ fn churn_tables(o: &Options) {
         );
         println!("| | ns per free+alloc | failed allocations | failing alloc: median us | failing alloc: max us |");
         println!("|---|---:|---:|---:|---:|");
-        for name in PEERS {
+        for name in o.peers() {
             let (mut ns, mut fails, mut fail_med, mut fail_max) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..o.runs {
                 let (n, f, mut lat) = with_peer(name, &mut |p| churn(p, occupancy, o.steps, 7));
@@ -346,7 +356,7 @@ fn threads_table(o: &Options) {
     println!("\n### Two threads, the churn at 50% each ({steps} steps per thread, medians of {})\n", o.runs);
     println!("| | one thread (M steps/s) | two threads (M steps/s) | two / one |");
     println!("|---|---:|---:|---:|");
-    for name in PEERS {
+    for name in o.peers() {
         let (mut one, mut two) = (Vec::new(), Vec::new());
         for _ in 0..o.runs {
             with_peer(name, &mut |p| {
@@ -371,7 +381,7 @@ fn pairs_table(o: &Options) {
     println!("\n### Fixed-size alloc+free pairs, empty arena ({} pairs, medians of {})\n", o.pairs, o.runs);
     println!("| | 256 B | 4 KiB | 64 KiB | 1 MiB |");
     println!("|---|---:|---:|---:|---:|");
-    for name in PEERS {
+    for name in o.peers() {
         let mut cells = Vec::new();
         for size in sizes {
             let mut ns = Vec::new();
@@ -417,12 +427,12 @@ fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> f64 {
     requested as f64 / ARENA as f64
 }
 
-fn fill_table() {
+fn fill_table(o: &Options) {
     let bands = [(64usize, 4 << 10), (4 << 10, 64 << 10), (64 << 10, 1 << 20), (1 << 20, 8 << 20), (64, 8 << 20)];
     println!("\n### Fill: random sizes, no frees, requested / capacity at the first failure\n");
     println!("| | 64 B-4 KiB | 4-64 KiB | 64 KiB-1 MiB | 1-8 MiB | 64 B-8 MiB |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for name in PEERS {
+    for name in o.peers() {
         let mut cells = Vec::new();
         for (lo, hi) in bands {
             cells.push(format!("{:.3}", with_peer(name, &mut |p| fill(p, lo, hi, 3))));
@@ -484,7 +494,7 @@ struct WastePools {
     rlsf: &'static RlsfHeap,
 }
 
-fn waste_table() {
+fn waste_table(o: &Options) {
     let sizes = waste_sizes();
     let config = || PoolConfig::new(ARENA).cores(2).backing(Backing::None);
     let pools = WastePools {
@@ -496,7 +506,7 @@ fn waste_table() {
     println!("\n### Waste: reserved / requested, worst case ({} sizes from 1 B to 64 MiB)\n", sizes.len());
     println!("| | 1-63 B | 64 B-4 KiB | 4 KiB-64 MiB | worst size >= 4 KiB |");
     println!("|---|---:|---:|---:|---:|");
-    for name in PEERS {
+    for name in o.peers() {
         let mut worst = [(0.0f64, 0usize); 3];
         for &s in &sizes {
             let Some(r) = reserved_of(name, &pools, s) else { continue };
@@ -532,10 +542,10 @@ fn main() {
         pairs_table(&o);
     }
     if wants("fill") {
-        fill_table();
+        fill_table(&o);
     }
     if wants("waste") {
-        waste_table();
+        waste_table(&o);
     }
     let took: Duration = start.elapsed();
     println!("\n({:.0} s)", took.as_secs_f64());

@@ -137,12 +137,13 @@ fn fill(capacity: usize, lo: usize, hi: usize, seed: u64) -> f64 {
 
 /// Floors on the fill per band (256 MiB, a few seeds each): what this build reaches, so that a
 /// change that strands more of the arena fails here. The goals are higher (95% in every band,
-/// 98% from 1 to 8 MiB): holes inside chunks below the enclosing node of the request and runs
-/// rounded to whole chunks keep the arena from them.
+/// 98% from 1 to 8 MiB): blocks start at their enclosing node until no such node is free
+/// anywhere, and the tails then left are mostly shorter than the next request (a free stretch
+/// serves a block only where it fits); runs are rounded to whole chunks above.
 #[test]
 fn fill_floors_per_band() {
     let bands: [(usize, usize, f64); 4] =
-        [(4 * KIB, 64 * KIB, 0.82), (64 * KIB, MIB, 0.81), (MIB, 8 * MIB, 0.76), (64, 8 * MIB, 0.76)];
+        [(4 * KIB, 64 * KIB, 0.83), (64 * KIB, MIB, 0.82), (MIB, 8 * MIB, 0.76), (64, 8 * MIB, 0.76)];
     for (lo, hi, floor) in bands {
         for seed in [1u64, 7, 12345] {
             let share = fill(256 * MIB, lo, hi, seed);

@@ -12,6 +12,7 @@ use super::geometry::Geometry;
 use super::global::{ChunkState, GlobalPool};
 use super::regions::Regions;
 use super::slab::caches::{SlabBlocks, SlabCaches, SlabClasses};
+use super::stretches::StretchMemo;
 use crate::config::{Backing, PoolConfig};
 use crate::error::{Error, Result};
 use crate::util::sync::{AtomicU64, CachePadded};
@@ -26,12 +27,16 @@ pub(crate) struct Arena {
     pub(crate) summaries: Zeroed<AtomicU64>,
     /// Free units and the search memo of every chunk.
     pub(crate) space: Zeroed<ChunkSpace>,
+    /// Per chunk, what the last search learnt about its free stretches (`stretches.rs`).
+    pub(crate) stretches: Zeroed<StretchMemo>,
     pub(crate) global: GlobalPool,
     pub(crate) cores: Box<[CachePadded<CorePool>]>,
     pub(crate) slabs: SlabCaches,
     pub(crate) backing: Option<HostBacking>,
     /// The ranges of chunks with memory behind them (`regions.rs`).
     pub(crate) regions: Regions,
+    /// Where the next partial reveal of a failing allocation starts (`reveal.rs`).
+    pub(crate) reveal_cursor: AtomicU64,
 }
 
 impl Arena {
@@ -62,6 +67,7 @@ impl Arena {
         let trees = Zeroed::new(tree_words, "the chunks' buddy trees")?;
         let summaries = Zeroed::new(tree_words, "the chunks' bunch summaries")?;
         let space = Zeroed::new(geometry.chunks, "the chunks' free-space words")?;
+        let stretches = Zeroed::new(geometry.chunks, "the chunks' stretch memos")?;
         let global = GlobalPool::new(&geometry, config.placement, present)?;
         let levels = geometry.depth as usize + 1;
         let mut cores = Vec::new();
@@ -88,8 +94,10 @@ impl Arena {
             trees,
             summaries,
             space,
+            stretches,
             geometry,
             regions,
+            reveal_cursor: AtomicU64::new(0),
         };
         if let Some(last) = arena.geometry.chunks.checked_sub(1) {
             if arena.geometry.usable_units(last) < arena.geometry.units_per_chunk() {
@@ -133,6 +141,7 @@ impl Arena {
         self.trees.resident_bytes()
             + self.summaries.resident_bytes()
             + self.space.resident_bytes()
+            + self.stretches.resident_bytes()
             + self.global.resident_bytes()
             + self.cores.iter().map(|c| c.resident_bytes()).sum::<usize>()
             + self.slabs.resident_bytes()

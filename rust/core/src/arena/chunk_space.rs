@@ -50,6 +50,14 @@ unsafe impl crate::util::zeroed::Zeroable for ChunkSpace {}
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Probe(u64);
 
+impl Probe {
+    /// The free epoch it saw (32 bits).
+    #[inline]
+    pub(crate) fn epoch(self) -> u64 {
+        self.0
+    }
+}
+
 impl ChunkSpace {
     /// A chunk with `units` free units (at most 2^26 - 1).
     #[cfg(test)]

@@ -22,8 +22,10 @@ pub(crate) enum Layout {
 /// trimmed into at most four nodes of decreasing size (the binary digits of `units`), each
 /// naturally aligned, and the rest of the enclosing node stays free for others.
 ///
-/// The allocation path always starts a block at its enclosing node. A compaction may also
-/// *pack* a block at any other start that the bank rule allows (`Geometry::packed_alignment`):
+/// The allocation path starts a block at its enclosing node, or, for a block larger than a
+/// bank that no enclosing node can take, in a free stretch (`stretches.rs`); a compaction may
+/// also *pack* a block at any other start that the bank rule allows
+/// (`Geometry::packed_alignment`):
 /// the block is then the maximal aligned nodes covering its units ([`BuddyLayout::pieces_at`]),
 /// so the free tail of the enclosing node is no longer lost between packed blocks. Both kinds
 /// are released the same way, from the block's start and size alone.

@@ -1,6 +1,7 @@
 //! The arena: the memory itself, without handles or Python. Its geometry (chunks, units, the
 //! bank rule), the route and shape of a block, the chunks' buddy trees and free-unit counts,
-//! the global pool of chunks and runs, the core pools, the slab caches, the optional host
+//! the free stretches inside chunks and blocks placed in them, the global pool of chunks and
+//! runs, the core pools, the slab caches, the optional host
 //! backing, the chunk life cycle, the last resort that reveals hidden room, the regions of a
 //! pool that grows, runs with a buddy tail, and the exact-position API that compaction uses.
 
@@ -20,11 +21,14 @@ pub(crate) mod global;
 pub(crate) mod layout;
 pub(crate) mod level_maps;
 #[cfg(not(loom))]
+pub(crate) mod packed;
+#[cfg(not(loom))]
 pub(crate) mod regions;
 #[cfg(not(loom))]
 pub(crate) mod release;
 #[cfg(not(loom))]
 pub(crate) mod reveal;
 pub(crate) mod slab;
+pub(crate) mod stretches;
 #[cfg(not(loom))]
 pub(crate) mod tail;

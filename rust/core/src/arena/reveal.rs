@@ -12,6 +12,12 @@
 //! no room, it reveals every hidden level of the chunks that cores own and searches once
 //! more: failures are rare, so they pay for it.
 //!
+//! Only a search that met a sealed bunch can record such a miss, and the trees count every time
+//! one does (`TreeShape::reveal_ticket`). When none did since the last complete reveal, every
+//! miss since was true, and a failing allocation reveals only the next [`REVEAL_SOME`] chunks
+//! with enough free units (from a cursor that goes round the arena) instead of all of them:
+//! a failure then costs a few searches.
+//!
 //! A reveal does what a free does, with nothing released: an epoch step on the chunk's
 //! free-space word ([`ChunkSpace::refresh`]), so that a miss recorded concurrently either
 //! sees the step and undoes itself or is undone by what follows; then it forgets the bunch
@@ -22,26 +28,66 @@
 
 use super::arena::Arena;
 use super::buddy::TreeShape;
+use super::core_pool::CorePool;
+use super::global::ChunkState;
+use crate::util::sync::Ordering;
+
+/// Chunks a failing allocation reveals when no search met a sealed bunch since the last
+/// complete reveal.
+const REVEAL_SOME: usize = 2;
 
 impl Arena {
-    /// Reveal every level of every chunk that cores own with a free unit. Returns how many
-    /// chunks were revealed.
+    /// Reveal every level of every chunk that cores own with a free unit; or, when no search
+    /// met a sealed bunch since the last complete reveal (so every miss since was true), only
+    /// the next [`REVEAL_SOME`] chunks with at least `units` free units, from a cursor that
+    /// goes round the arena: a failure then costs a few searches, not one of every tree.
+    /// Returns how many chunks were revealed.
     #[cold]
-    pub(crate) fn reveal_hidden(&self) -> usize {
+    pub(crate) fn reveal_hidden(&self, units: u64) -> usize {
+        let Some(ticket) = self.shape.reveal_ticket() else {
+            return self.reveal_some(units);
+        };
         let mut revealed = 0;
         for pool in self.cores.iter() {
             for chunk in pool.owned() {
-                let space = &self.space[chunk];
-                if space.free_units() == 0 {
-                    continue;
+                if self.reveal_chunk(pool, chunk, 1) {
+                    revealed += 1;
                 }
-                space.refresh();
-                TreeShape::reset_summaries(self.summaries(chunk));
-                pool.maps.reveal(space, chunk);
-                revealed += 1;
+            }
+        }
+        self.shape.revealed(ticket);
+        revealed
+    }
+
+    fn reveal_some(&self, units: u64) -> usize {
+        let chunks = self.geometry.chunks;
+        let from = self.reveal_cursor.load(Ordering::Relaxed) as usize;
+        let mut revealed = 0;
+        for i in 0..chunks {
+            let chunk = (from + i) % chunks;
+            if let ChunkState::Core(owner) = self.global.state(chunk) {
+                if self.reveal_chunk(&self.cores[owner], chunk, units.max(1)) {
+                    revealed += 1;
+                    if revealed == REVEAL_SOME {
+                        self.reveal_cursor.store(chunk as u64 + 1, Ordering::Relaxed);
+                        break;
+                    }
+                }
             }
         }
         revealed
+    }
+
+    /// Reveal `chunk` of `pool` if it has at least `units` free units.
+    fn reveal_chunk(&self, pool: &CorePool, chunk: usize, units: u64) -> bool {
+        let space = &self.space[chunk];
+        if space.free_units() < units {
+            return false;
+        }
+        space.refresh();
+        TreeShape::reset_summaries(self.summaries(chunk));
+        pool.maps.reveal(space, chunk);
+        true
     }
 }
 

@@ -349,7 +349,8 @@ impl Pool {
         let slabs = self.arena.slabs.reclaim(&carver);
         let chunks = self.arena.reclaim_empty_chunks(false);
         // Room a search hid by mistake (see `arena/reveal.rs`) is found again before failing.
-        let revealed = self.arena.reveal_hidden();
+        let units = request.size.div_ceil(self.arena.geometry.min_block) as u64;
+        let revealed = self.arena.reveal_hidden(units);
         if slabs + chunks + revealed == 0 {
             return self.place_grown(request, core, reach);
         }
@@ -377,9 +378,9 @@ impl Pool {
             // A block of more than half a chunk that no chunk's tree can hold (the arena's
             // short last chunk is too short for its trimmed pieces): a whole chunk, as a run.
             Layout::Buddy(b) if b.level == 0 => {
-                self.place_buddy(&b, core, reach).or_else(|| self.place_run(1, 1, request.size))
+                self.place_block(&b, request.align, core, reach).or_else(|| self.place_run(1, 1, request.size))
             }
-            Layout::Buddy(b) => self.place_buddy(&b, core, reach),
+            Layout::Buddy(b) => self.place_block(&b, request.align, core, reach),
             Layout::Run { chunks, align_chunks } => self.place_run(chunks, align_chunks, request.size),
             Layout::RunTail { chunks, align_chunks, tail } => self.place_tailed_run(chunks, align_chunks, &tail, core),
         }
@@ -389,6 +390,11 @@ impl Pool {
         if let Some(placed) = self.alloc_in_core(b, core) {
             return Some(placed);
         }
+        self.place_buddy_elsewhere(b, core, reach)
+    }
+
+    /// [`Pool::place_buddy`] after the core's own chunks had no room.
+    fn place_buddy_elsewhere(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
         // A chunk that holds the trimmed block will do (the arena's last chunk may be short).
         let bytes = b.units as usize * self.arena.geometry.min_block;
         if let Some(chunk) = self.arena.grant(core, bytes) {
@@ -435,6 +441,57 @@ impl Pool {
             }
             None
         })
+    }
+
+    /// A buddy block of a request: the buddy path, then, for a block larger than a bank whose
+    /// enclosing node is nowhere free, the best-fitting free stretch of a chunk.
+    #[inline]
+    fn place_block(&self, b: &BuddyLayout, align: usize, core: usize, reach: Reach) -> Option<Placed> {
+        let g = &self.arena.geometry;
+        let placed = self.place_buddy(b, core, reach);
+        if placed.is_some() || b.units as usize * g.min_block <= self.config.bank_size {
+            return placed;
+        }
+        self.place_packed(b, g.packed_alignment(b.units, align, self.config.bank_size), core, reach)
+    }
+
+    /// A block larger than a bank whose enclosing node is nowhere free: the best-fitting free
+    /// stretch that holds it from a bank boundary (or the caller's coarser alignment), in the
+    /// first chunk that has one (`arena/stretches.rs`), the calling core's chunks first.
+    #[inline(never)]
+    fn place_packed(&self, b: &BuddyLayout, align_units: u64, core: usize, reach: Reach) -> Option<Placed> {
+        if reach == Reach::Fast {
+            return None;
+        }
+        let cores = self.arena.cores.len();
+        (0..cores).find_map(|i| self.place_packed_in(b, align_units, core, (core + i) % cores))
+    }
+
+    /// The best-fitting free stretch for `b` in the first chunk of `owner` that has one. Only
+    /// chunks that may hold a free node of the largest size every such stretch contains are
+    /// read, and one whose stretch memo rules the block out costs two loads.
+    fn place_packed_in(&self, b: &BuddyLayout, align_units: u64, core: usize, owner: usize) -> Option<Placed> {
+        let g = &self.arena.geometry;
+        // A free stretch of `units` units holds a naturally aligned node of 2^j units when
+        // units >= 2^(j+1) - 1.
+        let j = 63 - (b.units + 1).leading_zeros() - 1;
+        let level = g.depth - j.min(g.depth);
+        let pool = &self.arena.cores[owner];
+        let owned = |w: usize| pool.owned_word(w);
+        let mut from = 0;
+        while let Some(chunk) = pool.maps.next(level, from, &owned) {
+            from = chunk + 1;
+            if let Some(start) = self.arena.take_stretch(chunk, b, align_units) {
+                return Some(Placed {
+                    offset: g.offset_of(chunk, start),
+                    block_bytes: b.units as usize * g.min_block,
+                    route: Route::Core,
+                    overflow: owner != core,
+                    class: None,
+                });
+            }
+        }
+        None
     }
 
     /// Try the chunks owned by `owner`: its hint first, then, in address order (first fit:

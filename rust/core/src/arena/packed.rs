@@ -1,0 +1,155 @@
+//! Taking a buddy block at the best-fitting free stretch of one chunk, on the allocation path:
+//! the last resort for a block whose enclosing node is nowhere free (`pool/alloc.rs`).
+//! `stretches.rs` explains the stretches and their memo.
+
+use super::arena::Arena;
+use super::layout::BuddyLayout;
+use super::stretches::{best_fit, granule_shift, MAX_GRANULES};
+
+impl Arena {
+    /// Take block `b` in `chunk` at the start of the smallest free stretch that holds it from a
+    /// multiple of `align` units (a power of two); returns its start (in units). `None` when no
+    /// stretch holds it, or a concurrent claim took part of the one found.
+    pub(crate) fn take_stretch(&self, chunk: usize, b: &BuddyLayout, align: u64) -> Option<u64> {
+        let space = &self.space[chunk];
+        let probe = space.probe(b.units)?;
+        let memo = &self.stretches[chunk];
+        if memo.rules_out(probe.epoch(), b.units) {
+            return None;
+        }
+        let depth = self.geometry.depth;
+        let shift = granule_shift(depth);
+        let granules = self.geometry.units_per_chunk() >> shift;
+        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
+        let bits = &mut bits[..granules.div_ceil(64) as usize];
+        let tree = self.tree(chunk);
+        self.shape.allocated_granules(tree, shift, bits);
+        let align_granules = (align >> shift).max(1);
+        let len = b.units.div_ceil(1 << shift);
+        let (fit, longest) = best_fit(bits, granules, len, align_granules);
+        memo.record(probe.epoch(), longest << shift);
+        let start = fit?.0 << shift;
+        self.claim_at(chunk, b, start).then_some(start)
+    }
+
+    /// Claim the nodes of block `b` from unit `start` of `chunk` (cleaning phantom marks under
+    /// them), and count its units as taken; `false` (nothing claimed) when a unit is in use.
+    pub(crate) fn claim_at(&self, chunk: usize, b: &BuddyLayout, start: u64) -> bool {
+        let depth = self.geometry.depth;
+        let tree = self.tree(chunk);
+        let space = &self.space[chunk];
+        if start + b.units > self.geometry.units_per_chunk() {
+            return false;
+        }
+        for (i, piece) in b.pieces_at(depth, start).enumerate() {
+            if self.shape.try_alloc_cleaning(tree, piece).is_err() {
+                let taken = || b.pieces_at(depth, start).take(i);
+                for p in taken() {
+                    let _ = self.shape.release(tree, p);
+                }
+                if i > 0 {
+                    let hidden = space.refresh();
+                    self.announce_free(chunk, hidden, taken());
+                }
+                return false;
+            }
+        }
+        space.take(b.units);
+        true
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! Random allocations and frees of blocks larger than a bank (many placed in free
+    //! stretches) against a reference model of every chunk's units: the trees hold exactly
+    //! the units the live blocks cover, and no stretch memo that is still valid rules out a
+    //! stretch the reference has free.
+    use crate::arena::stretches::best_fit;
+    use crate::config::{Backing, PoolConfig};
+    use crate::pool::pool::Pool;
+
+    const MIB: usize = 1 << 20;
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn size(&mut self, lo: usize, hi: usize) -> usize {
+            let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
+            let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+            ((a + (b - a) * u).exp() as usize).clamp(lo, hi)
+        }
+    }
+
+    #[test]
+    fn stretches_and_memos_agree_with_a_unit_model() {
+        let p = Pool::new(PoolConfig::new(32 * MIB).cores(1).core_reserve(0).backing(Backing::None)).unwrap();
+        let a = p.arena();
+        let g = &a.geometry;
+        let units = g.units_per_chunk();
+        let bank = g.bank_units(4096); // the default bank
+        let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+        let mut live = Vec::new();
+        let mut placed_off_node = 0;
+        for step in 0..20_000 {
+            if live.is_empty() || rng.next() % 100 < 55 {
+                let size = rng.size(4097, MIB);
+                if let Ok(h) = p.alloc(size, None, 0) {
+                    let info = p.block(h).unwrap();
+                    let b = g.buddy_layout(size).unwrap();
+                    if g.unit_in_chunk(info.offset) & (b.enclosing - 1) != 0 {
+                        placed_off_node += 1;
+                    }
+                    live.push(h);
+                }
+            } else {
+                let i = (rng.next() as usize) % live.len();
+                p.free(live.swap_remove(i)).unwrap();
+            }
+            if step % 250 != 249 {
+                continue;
+            }
+            // The reference: per chunk, the units the live blocks cover.
+            let mut model = vec![vec![0u64; (units / 64) as usize]; g.chunks];
+            for &h in &live {
+                let info = p.block(h).unwrap();
+                let chunk = g.chunk_of(info.offset);
+                let from = g.unit_in_chunk(info.offset);
+                for u in from..from + (info.block_bytes / g.min_block) as u64 {
+                    let word = &mut model[chunk][(u / 64) as usize];
+                    assert_eq!(*word & (1 << (u % 64)), 0, "two live blocks share unit {u} of chunk {chunk}");
+                    *word |= 1 << (u % 64);
+                }
+            }
+            for chunk in a.cores[0].owned() {
+                let mut bits = vec![0u64; (units / 64) as usize];
+                a.shape.allocated_granules(a.tree(chunk), 0, &mut bits);
+                assert_eq!(bits, model[chunk], "step {step}: the tree of chunk {chunk} against the model");
+                let mut coarse = vec![0u64; (units / 256) as usize];
+                a.shape.allocated_granules(a.tree(chunk), 2, &mut coarse);
+                for granule in 0..units / 4 {
+                    let any = (0..4)
+                        .any(|k| model[chunk][((granule * 4 + k) / 64) as usize] >> ((granule * 4 + k) % 64) & 1 != 0);
+                    assert_eq!(coarse[(granule / 64) as usize] >> (granule % 64) & 1 != 0, any);
+                }
+                let (_, longest) = best_fit(&model[chunk], units, 1, bank);
+                let epoch = a.space[chunk].probe(0).unwrap().epoch();
+                assert!(
+                    !a.stretches[chunk].rules_out(epoch, longest),
+                    "step {step}: chunk {chunk}'s memo hides a free stretch of {longest} units"
+                );
+            }
+        }
+        assert!(placed_off_node > 0, "some blocks were placed in free stretches");
+        for h in live {
+            p.free(h).unwrap();
+        }
+        assert_eq!(p.check().unwrap(), 0);
+    }
+}

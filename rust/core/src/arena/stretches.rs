@@ -1,0 +1,247 @@
+//! Free stretches inside a chunk: where a buddy block goes when no node of its enclosing size
+//! is free, and the per-chunk memo that keeps a search from reading a chunk's tree again when
+//! nothing there can have grown.
+//!
+//! A *free stretch* is a maximal range of a chunk's units that no allocated node covers. A
+//! block larger than a bank may start at any bank boundary (the bank rule,
+//! `Geometry::packed_alignment`) and is then held by the naturally aligned nodes that cover it,
+//! as a compaction's packed blocks are (`BuddyLayout::pieces_at`); it is freed like any other
+//! block, from its start and size, so a freed stretch goes back as aligned buddy nodes and
+//! coalesces as they do. The allocation path places a block this way only after it found no
+//! free enclosing node anywhere (`pool/alloc.rs`), so holes that no power of two fits (a 34 KiB
+//! request with 14% of the arena free, the largest free node 32 KiB) still serve requests.
+//!
+//! # Finding a stretch
+//!
+//! The chunk's tree is read once into a bitmap of allocated granules (a granule is one unit, or
+//! a few for trees of more than 8,192 leaves, so the bitmap stays on the stack:
+//! `TreeShape::allocated_granules`), and [`best_fit`] picks the smallest free stretch that
+//! holds the block at an allowed start. The pieces are then claimed one by one (cleaning the
+//! phantom marks under them); a piece taken meanwhile rolls the claim back, as a trimmed
+//! block's claim does.
+//!
+//! # The memo
+//!
+//! A chunk's [`StretchMemo`] holds `epoch << 32 | (longest + 1)`: a search that began at free
+//! epoch `epoch` (`ChunkSpace::probe`) found no free stretch longer than `longest` units at an
+//! allowed start (0: nothing known). Allocations only shorten stretches and every free (and
+//! every rollback, grant and reveal) advances the chunk's epoch after its nodes are released,
+//! so while the epoch is unchanged the memo is an upper bound: a search for a longer block
+//! skips the chunk after two loads. A search that missed a free's release read the epoch
+//! before that free's step, so the memo it writes names an epoch that is already over. No
+//! read-modify-write is needed on either side: the memo is only ever compared with the epoch
+//! the reader itself probed. The loom model below checks a memo racing a free.
+
+use crate::util::sync::{AtomicU64, Ordering};
+
+/// Units in the bitmap of one chunk, at most: larger trees count granules of several units.
+pub(crate) const MAX_GRANULES: u64 = 8192;
+
+/// Granules of `1 << shift` units for a tree of `depth` levels below its root.
+pub(crate) fn granule_shift(depth: u32) -> u32 {
+    depth.saturating_sub(MAX_GRANULES.trailing_zeros())
+}
+
+/// What a search learnt about a chunk's free stretches (see the module documentation).
+#[derive(Debug, Default)]
+pub(crate) struct StretchMemo(AtomicU64);
+
+// SAFETY: one atomic word; all zero means nothing is known.
+unsafe impl crate::util::zeroed::Zeroable for StretchMemo {}
+
+impl StretchMemo {
+    /// Whether a search that probed free epoch `epoch` may skip the chunk for a block of
+    /// `units` units: a search at the same epoch found no stretch that long.
+    #[inline]
+    pub(crate) fn rules_out(&self, epoch: u64, units: u64) -> bool {
+        let memo = self.0.load(Ordering::Acquire);
+        let known = memo & 0xFFFF_FFFF;
+        known != 0 && memo >> 32 == epoch & 0xFFFF_FFFF && known - 1 < units
+    }
+
+    /// A search that probed `epoch` found no free stretch longer than `longest` units.
+    #[inline]
+    pub(crate) fn record(&self, epoch: u64, longest: u64) {
+        let memo = ((epoch & 0xFFFF_FFFF) << 32) | (longest.min(0xFFFF_FFFE) + 1);
+        if self.0.load(Ordering::Relaxed) != memo {
+            self.0.store(memo, Ordering::Release);
+        }
+    }
+}
+
+/// The first granule at or after `from` whose bit in `bits` equals `set`, or `end`.
+fn next_bit(bits: &[u64], from: u64, end: u64, set: bool) -> u64 {
+    let mut w = (from / 64) as usize;
+    let flip = if set { 0 } else { u64::MAX };
+    if w >= bits.len() {
+        return end;
+    }
+    let mut word = (bits[w] ^ flip) & (u64::MAX << (from % 64));
+    loop {
+        if word != 0 {
+            return (w as u64 * 64 + u64::from(word.trailing_zeros())).min(end);
+        }
+        w += 1;
+        if w >= bits.len() {
+            return end;
+        }
+        word = bits[w] ^ flip;
+    }
+}
+
+/// In a bitmap of `granules` granules (a set bit is allocated), the smallest free stretch that
+/// holds `len` granules from a start that is a multiple of `align` (best fit, the lowest on a
+/// tie) as its first allowed start and its end, and the longest free length from such a start.
+pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -> (Option<(u64, u64)>, u64) {
+    let mut best: Option<(u64, u64)> = None;
+    let mut longest = 0;
+    let mut at = 0;
+    while at < granules {
+        let start = next_bit(allocated, at, granules, false);
+        if start >= granules {
+            break;
+        }
+        let end = next_bit(allocated, start, granules, true);
+        let aligned = start.div_ceil(align) * align;
+        if aligned < end {
+            let room = end - aligned;
+            longest = longest.max(room);
+            if room >= len && best.is_none_or(|(_, r)| room < r) {
+                best = Some((aligned, room));
+            }
+        }
+        at = end;
+    }
+    (best.map(|(start, room)| (start, start + room)), longest)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A seeded xorshift generator.
+    pub(crate) struct Rng(u64);
+
+    impl Rng {
+        pub(crate) fn new(seed: u64) -> Rng {
+            Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        }
+        pub(crate) fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// The reference: every start, every length, unit by unit.
+    fn reference(free: &[bool], len: u64, align: u64) -> (Option<u64>, u64) {
+        let n = free.len() as u64;
+        let run = |s: u64| (s..n).take_while(|&i| free[i as usize]).count() as u64;
+        let mut best: Option<(u64, u64)> = None;
+        let mut longest = 0;
+        let mut s = 0;
+        while s < n {
+            if free[s as usize] && (s == 0 || !free[s as usize - 1]) {
+                // A maximal stretch: its first allowed start.
+                let end = s + run(s);
+                let aligned = s.div_ceil(align) * align;
+                if aligned < end {
+                    let room = end - aligned;
+                    longest = longest.max(room);
+                    if room >= len && best.is_none_or(|(_, r)| room < r) {
+                        best = Some((aligned, room));
+                    }
+                }
+                s = end;
+            } else {
+                s += 1;
+            }
+        }
+        (best.map(|b| b.0), longest)
+    }
+
+    #[test]
+    fn best_fit_matches_a_unit_by_unit_reference() {
+        let mut rng = Rng::new(16);
+        for round in 0..2000 {
+            let n = [64u64, 100, 128, 300, 8192][round % 5];
+            let density = (rng.next() % 100) as f64 / 100.0;
+            let free: Vec<bool> = (0..n).map(|_| (rng.next() % 1000) as f64 / 1000.0 >= density).collect();
+            let mut bits = vec![0u64; n.div_ceil(64) as usize];
+            for (i, &f) in free.iter().enumerate() {
+                if !f {
+                    bits[i / 64] |= 1 << (i % 64);
+                }
+            }
+            let len = 1 + rng.next() % 40;
+            let align = 1 << (rng.next() % 5);
+            let (fit, longest) = best_fit(&bits, n, len, align);
+            let (want_fit, want_longest) = reference(&free, len, align);
+            assert_eq!(longest, want_longest, "round {round}");
+            // Ties may break differently; the fit must be free, allowed and as small.
+            assert_eq!(fit.is_some(), want_fit.is_some(), "round {round}");
+            if let (Some((s, end)), Some(w)) = (fit, want_fit) {
+                assert_eq!(end - s, (s..n).take_while(|&i| free[i as usize]).count() as u64);
+                assert_eq!(s % align, 0);
+                assert!((s..s + len).all(|i| free[i as usize]), "round {round}: the fit is free");
+                let room = |s: u64| (s..n).take_while(|&i| free[i as usize]).count();
+                assert_eq!(room(s), room(w), "round {round}: as tight as the reference");
+            }
+        }
+    }
+
+    #[test]
+    fn a_memo_rules_out_only_longer_blocks_at_its_own_epoch() {
+        let m = StretchMemo::default();
+        assert!(!m.rules_out(1, 1), "nothing known");
+        m.record(7, 40);
+        assert!(m.rules_out(7, 41));
+        assert!(!m.rules_out(7, 40));
+        assert!(!m.rules_out(8, 41), "a free came since");
+        m.record(8, 0);
+        assert!(m.rules_out(8, 1));
+        assert!(m.rules_out(8 + (1 << 32), 1), "epochs are compared on 32 bits, as the chunk keeps them");
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! A search that records a memo races a free in the same chunk: afterwards, a memo that is
+    //! valid at the chunk's epoch never rules out a stretch that is free.
+    use super::*;
+    use crate::arena::buddy::{Node, TreeShape};
+    use crate::arena::chunk_space::ChunkSpace;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn a_memo_racing_a_free_never_hides_the_freed_stretch() {
+        loom::model(|| {
+            // Four units in two leaf bunches of two (depth 2, bands of height 1).
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let memo = Arc::new(StretchMemo::default());
+            // Units 0 and 2 taken: the longest free stretch is one unit.
+            for index in [0, 2] {
+                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            let (s2, t2, sp2) = (shape.clone(), tree.clone(), space.clone());
+            let freer = thread::spawn(move || {
+                s2.release(&t2, Node { level: 2, index: 2 }).unwrap();
+                sp2.give(1);
+            });
+            let probe = space.probe(1).unwrap();
+            let mut bits = [0u64; 1];
+            shape.allocated_granules(&tree, 0, &mut bits);
+            let (_, longest) = best_fit(&bits, 4, 1, 1);
+            memo.record(probe.epoch(), longest);
+            freer.join().unwrap();
+            // Units 1..4 are free now: a block of three must not be ruled out.
+            let now = space.probe(0).unwrap();
+            assert!(!memo.rules_out(now.epoch(), 3), "the memo hides the freed stretch");
+        });
+    }
+}
