@@ -362,16 +362,17 @@ def test_a_policy_without_touch_n_gets_one_touch_per_access() -> None:
 
 
 def test_a_block_that_found_no_room_after_demotions_waits_for_a_block_to_leave() -> None:
-    # 64 KiB of SRAM: a (hot) at 0, d (cold) at 48 KiB, the middle free but not where a 48 KiB
-    # block can start. Demoting d for t frees 48 KiB that still do not hold t, and a is hotter
-    # than t: t waits, instead of demoting d again at every rebalance once d is back.
+    # 64 KiB of SRAM: a (hot) at 16 KiB, d (cold) at 48 KiB, the rest free. Demoting d for t
+    # frees 48 KiB that still do not hold t (a splits them), and a is hotter than t: t waits,
+    # instead of demoting d again at every rebalance once d is back.
     k = 1024
     mem = TieredPool(
         [npumem.Pool(64 * k, cores=1, name="sram0")],
         npumem.Pool(8 * MIB, cores=1, name="hbm"),
         policy=FrequencyPolicy(half_life=1e9),
     )
-    a, b, c, d = (mem.alloc(16 * k, core=0, tier="fast", tag=tag) for tag in "abcd")
+    b, a, c, d = (mem.alloc(16 * k, core=0, tier="fast", tag=tag) for tag in "bacd")
+    assert [x.offset for x in (b, a, c, d)] == [0, 16 * k, 32 * k, 48 * k]
     b.free()
     c.free()
     t = mem.alloc(48 * k, core=0, tag="t")
@@ -385,6 +386,6 @@ def test_a_block_that_found_no_room_after_demotions_waits_for_a_block_to_leave()
     assert moves() == [("d", "slow")] and t.tier == "slow"  # in vain: t still has no room
     assert moves() == [("d", "fast[0]")]  # d comes back; t waits
     assert moves() == [] and moves() == []  # and nothing moves again
-    a.free()  # a block leaves the SRAM: t tries again
-    assert moves() == [("d", "slow"), ("t", "fast[0]")] and t.tier == "fast"
+    a.free()  # a block leaves the SRAM: t tries again, and 0-48 KiB now holds it
+    assert moves() == [("t", "fast[0]")] and t.tier == "fast" and d.tier == "fast"
     assert mem.check() == 2  # d and t
