@@ -24,7 +24,10 @@ pub(crate) fn consolidate_slabs(census: &Census, model: &Model) -> Consolidation
     let mut out = Consolidation::default();
     for (k, class) in model.classes.iter().enumerate() {
         let all_free = class.all_free();
-        let views: Vec<&SlabView> = census.slabs.iter().filter(|v| v.class == k).collect();
+        // All-free slabs go back to the buddy pool before the first batch: they hold nothing to
+        // move and are no room to move into.
+        let views: Vec<&SlabView> =
+            census.slabs.iter().filter(|v| v.class == k && v.free & all_free != all_free).collect();
         if views.len() < 2 {
             continue;
         }

@@ -377,6 +377,32 @@ fn slab_consolidation_empties_the_sparsest_slab_into_the_densest() {
 }
 
 #[test]
+fn slab_consolidation_never_moves_into_an_all_free_slab() {
+    let arena = arena(4);
+    let mut w = World::new(&arena);
+    let objects = w.model.classes[0].objects;
+    // Slab 0 all free (it goes back before the first batch), slab 1 with one object, slab 2
+    // with all but one object taken: only slab 2's free object is room, so slab 1 empties
+    // into it and nothing lands in slab 0.
+    w.slab(0, 0, 0, &[]);
+    let sparse = w.slab(1, 0, 32, &[4]);
+    let dense_live: Vec<u32> = (0..objects).filter(|&j| j != 7).collect();
+    w.slab(2, 0, 64, &dense_live);
+    let done = consolidate_slabs(&w.census, &w.model);
+    assert_eq!(done.emptied, vec![1]);
+    assert_eq!(done.moves.len(), 1);
+    assert_eq!(done.moves[0].handle, Some(sparse[0]));
+    assert_eq!(done.moves[0].to, at(0, 64) + w.model.classes[0].offset_of(7));
+    // Two objects in two slabs with room only in the all-free one: nothing moves.
+    let mut w = World::new(&arena);
+    w.slab(0, 0, 0, &[]);
+    w.slab(1, 0, 32, &[4]);
+    w.slab(2, 0, 64, &(0..objects).collect::<Vec<u32>>());
+    let done = consolidate_slabs(&w.census, &w.model);
+    assert!(done.moves.is_empty(), "moved into a slab that goes back: {:?}", done.moves);
+}
+
+#[test]
 fn a_full_compaction_on_host_memory_consolidates_slabs_first_and_plans_on_what_that_leaves() {
     let arena = arena(4);
     let mut w = World::new(&arena);
