@@ -69,22 +69,15 @@ mod tests {
     use crate::config::{Backing, PoolConfig};
     use crate::pool::pool::Pool;
 
+    use crate::arena::stretches::tests::Rng;
+
     const MIB: usize = 1 << 20;
 
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn size(&mut self, lo: usize, hi: usize) -> usize {
-            let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
-            let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-            ((a + (b - a) * u).exp() as usize).clamp(lo, hi)
-        }
+    /// A size from `lo` to `hi`, log-uniform.
+    fn log_uniform(rng: &mut Rng, lo: usize, hi: usize) -> usize {
+        let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
+        let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+        ((a + (b - a) * u).exp() as usize).clamp(lo, hi)
     }
 
     #[test]
@@ -99,7 +92,7 @@ mod tests {
         let mut placed_off_node = 0;
         for step in 0..20_000 {
             if live.is_empty() || rng.next() % 100 < 55 {
-                let size = rng.size(4097, MIB);
+                let size = log_uniform(&mut rng, 4097, MIB);
                 if let Ok(h) = p.alloc(size, None, 0) {
                     let info = p.block(h).unwrap();
                     let b = g.buddy_layout(size).unwrap();

@@ -116,11 +116,11 @@ pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A seeded xorshift generator.
-    pub(crate) struct Rng(u64);
+    pub(crate) struct Rng(pub(crate) u64);
 
     impl Rng {
         pub(crate) fn new(seed: u64) -> Rng {

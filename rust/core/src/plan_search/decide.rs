@@ -634,34 +634,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Buffers given as (lower, upper, size) over time steps; sections are the unit steps.
-    fn instance(buffers: &[(u32, u32, u64)]) -> PackingInstance {
-        aligned(buffers, &vec![1; buffers.len()])
-    }
-
-    /// The same with an alignment per buffer.
-    fn aligned(buffers: &[(u32, u32, u64)], alignments: &[u64]) -> PackingInstance {
-        let n_sections = buffers.iter().map(|b| b.1).max().unwrap_or(0) as usize;
-        let neighbors: Vec<Vec<u32>> = (0..buffers.len())
-            .map(|i| {
-                (0..buffers.len())
-                    .filter(|&j| j != i && buffers[i].0 < buffers[j].1 && buffers[j].0 < buffers[i].1)
-                    .map(|j| j as u32)
-                    .collect()
-            })
-            .collect();
-        PackingInstance::new(
-            buffers.iter().map(|b| b.2).collect(),
-            alignments,
-            buffers.iter().map(|b| b.0).collect(),
-            buffers.iter().map(|b| b.1).collect(),
-            n_sections,
-            &neighbors,
-            &vec![Vec::new(); buffers.len()],
-        )
-        .expect("valid instance")
-    }
+    use crate::plan_search::test_instances::{aligned, instance, Rng};
 
     fn order(rank: &[u32], keys: &str) -> Order {
         Order::new(
@@ -722,18 +695,6 @@ mod tests {
         let out = decide(&inst, &order(&rank, "WAT"), 1, 5, None);
         assert_ne!(out.verdict, Verdict::Found);
         assert!(out.nodes <= 5);
-    }
-
-    /// A small deterministic generator (xorshift64*), so that every run checks the same cases.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) % n
-        }
     }
 
     fn live_bytes_bound(buffers: &[(u32, u32, u64)]) -> u64 {

@@ -15,6 +15,8 @@ mod decide;
 mod instance;
 mod lowest;
 mod search;
+#[cfg(test)]
+mod test_instances;
 
 pub use decide::{decide, Decision, Key, Order, Verdict};
 pub use instance::{PackingError, PackingInstance};

@@ -280,29 +280,7 @@ pub fn search(inst: &PackingInstance, rank: &[u32], limits: &Limits) -> Outcome 
 mod tests {
     use super::*;
     use crate::plan_search::decide::{decide, Key, Order, Verdict};
-
-    /// Buffers given as (lower, upper, size) over time steps; sections are the unit steps.
-    fn instance(buffers: &[(u32, u32, u64)]) -> PackingInstance {
-        let n_sections = buffers.iter().map(|b| b.1).max().unwrap_or(0) as usize;
-        let neighbors: Vec<Vec<u32>> = (0..buffers.len())
-            .map(|i| {
-                (0..buffers.len())
-                    .filter(|&j| j != i && buffers[i].0 < buffers[j].1 && buffers[j].0 < buffers[i].1)
-                    .map(|j| j as u32)
-                    .collect()
-            })
-            .collect();
-        PackingInstance::new(
-            buffers.iter().map(|b| b.2).collect(),
-            &vec![1; buffers.len()],
-            buffers.iter().map(|b| b.0).collect(),
-            buffers.iter().map(|b| b.1).collect(),
-            n_sections,
-            &neighbors,
-            &vec![Vec::new(); buffers.len()],
-        )
-        .expect("valid instance")
-    }
+    use crate::plan_search::test_instances::{instance, Rng};
 
     fn limits(capacity: u64, target: u64) -> Limits {
         Limits { capacity, target, node_limit: u64::MAX, deadline: None }
@@ -348,18 +326,6 @@ mod tests {
         assert_eq!(offsets[0] % 16, 0);
         assert!(offsets.iter().all(|&o| o >= 5));
         assert_eq!(out.arena, 26); // [5, 15) then [16, 26)
-    }
-
-    /// A small deterministic generator (xorshift64*), so that every run checks the same cases.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) % n
-        }
     }
 
     #[test]
