@@ -16,6 +16,7 @@ import random
 import time
 
 import npumem
+from bench_args import positive_int
 from npumem.compaction import Compactor
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -56,11 +57,21 @@ def run(capacity: int, low: int, high: int, seed: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--capacity-mib", type=int, default=64)
-    parser.add_argument("--min", type=int, default=1024, help="smallest block size (bytes)")
-    parser.add_argument("--max", type=int, default=100 * KIB, help="largest block size (bytes)")
-    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--capacity-mib", type=positive_int, default=64)
+    parser.add_argument(
+        "--min", type=positive_int, default=1024, help="smallest block size (bytes)"
+    )
+    parser.add_argument(
+        "--max", type=positive_int, default=100 * KIB, help="largest block size (bytes)"
+    )
+    parser.add_argument("--seeds", type=positive_int, default=8)
     args = parser.parse_args(argv)
+    if args.min > args.max:
+        parser.error(f"--min ({args.min}) must not be above --max ({args.max})")
+    if args.max * 4 > args.capacity_mib * MIB:
+        parser.error(
+            f"--max ({args.max}) must be at most a quarter of the pool ({args.capacity_mib} MiB)"
+        )
     print(
         f"pool {args.capacity_mib} MiB, sizes {args.min}-{args.max} bytes, every other block freed"
     )

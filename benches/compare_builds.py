@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from bench_args import positive_int
+
 ROUNDTRIP = Path(__file__).with_name("python_roundtrip.py")
 EXAMPLES = ("pair_loop", "random_loop", "threads_loop", "compaction_pause")
 
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument("--only", default="", help="measure only the rows whose name matches")
     args = parser.parse_args(argv)
     if args.rounds < 1:

@@ -19,6 +19,7 @@ import timeit
 import numpy as np
 
 import npumem
+from bench_args import positive_int
 
 
 def median_ns(stmt: str, env: dict[str, object], number: int, repeat: int) -> float:
@@ -28,8 +29,8 @@ def median_ns(stmt: str, env: dict[str, object], number: int, repeat: int) -> fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="DLPack export cost from Python")
-    parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--number", type=int, default=20000)
+    parser.add_argument("--repeat", type=positive_int, default=15)
+    parser.add_argument("--number", type=positive_int, default=20000)
     args = parser.parse_args(argv)
     pool = npumem.Pool(64 << 20, cores=1)
     blk = pool.alloc(4096)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import npumem
+from bench_args import non_negative_int, positive_int
 from npumem.kv import KVCache
 
 SHAPE: dict[str, Any] = {
@@ -274,13 +275,13 @@ def run_blocks(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="the paged KV cache, measured")
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--capacity-mib", type=int, default=256)
-    parser.add_argument("--max-len", type=int, default=1024)
-    parser.add_argument("--max-batch", type=int, default=256)
-    parser.add_argument("--roomy-mib", type=int, default=1024)
+    parser.add_argument("--repeat", type=positive_int, default=7)
+    parser.add_argument("--requests", type=positive_int, default=400)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--capacity-mib", type=positive_int, default=256)
+    parser.add_argument("--max-len", type=positive_int, default=1024)
+    parser.add_argument("--max-batch", type=positive_int, default=256)
+    parser.add_argument("--roomy-mib", type=positive_int, default=1024)
     args = parser.parse_args(argv)
 
     print(f"KV shape {SHAPE}, {PAGE_TOKENS} tokens a page\n")

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_args import non_negative_int, positive_float, positive_int
 from npumem.plan import Buffer, Problem, best_greedy, lower_bound, plan_buckets, solve
 from npumem.plan.generator import instance_set
 from npumem.plan.networks import NETWORKS
@@ -304,15 +305,20 @@ PARTS = {"suite": suite, "sets": generated_sets, "networks": networks, "scale": 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--time-limit", type=float, default=10.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=positive_float, default=10.0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run")
     parser.add_argument("--set", action="append", choices=("train", "test"))
-    parser.add_argument("--count", type=int, default=30, help="instances of a generated set")
+    parser.add_argument(
+        "--count", type=positive_int, default=30, help="instances of a generated set"
+    )
     parser.add_argument("--suite-dir", help="more MiniMalloc instances (*.1048576.csv)")
     parser.add_argument("--minimalloc", metavar="PATH", help="MiniMalloc's solver binary")
     parser.add_argument("--write", metavar="BENCHMARKS.md", help="update that file's section")
     args = parser.parse_args()
+    unknown = [part for part in args.parts.split(",") if part not in PARTS]
+    if unknown:
+        parser.error(f"--parts: unknown part {unknown[0]!r} (choose from {', '.join(PARTS)})")
     failures: list[str] = []
     out: list[str] = []
     command = " ".join(["`.venv/bin/python benches/plan_bench.py", *sys.argv[1:]]) + "`"

@@ -28,6 +28,7 @@ import time
 import timeit
 
 import npumem
+from bench_args import positive_int
 
 #: The clock of every timing: wall time, or the thread's CPU time with ``--cpu-time``.
 clock = time.perf_counter
@@ -85,7 +86,7 @@ def random_sizes(repeat: int, steps: int = 20_000) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Python-side costs of npumem")
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--repeat", type=positive_int, default=15)
     parser.add_argument("--cpu-time", action="store_true", help="time by the thread's CPU time")
     args = parser.parse_args(argv)
     global clock

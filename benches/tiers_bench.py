@@ -29,6 +29,7 @@ import timeit
 from pathlib import Path
 
 import npumem
+from bench_args import positive_float, positive_int
 from npumem import plan
 from npumem.plan.networks import NETWORKS
 from npumem.tiers import TieredPool, TierEvent, replay
@@ -194,9 +195,9 @@ def static(out: list[str], time_limit: float) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--part", choices=("hits", "alloc", "static", "all"), default="all")
-    parser.add_argument("--time-limit", type=float, default=2.0)
-    parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--time-limit", type=positive_float, default=2.0)
+    parser.add_argument("--requests", type=positive_int, default=400)
+    parser.add_argument("--repeat", type=positive_int, default=15)
     parser.add_argument("--write", metavar="BENCHMARKS.md", help="update that file's section")
     args = parser.parse_args()
     out = [

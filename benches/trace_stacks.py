@@ -7,11 +7,12 @@ drain and conversion to TraceEvent included. Prints nanoseconds per pair (best o
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from collections.abc import Callable
 
 import npumem
+from bench_args import positive_int
 from npumem.monitor import TraceRecorder
 
 
@@ -29,7 +30,13 @@ def loop(pool: npumem.Pool, n: int) -> None:
 
 
 def main() -> None:
-    pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+    parser = argparse.ArgumentParser(
+        description="The cost of recording Python call stacks in a trace."
+    )
+    parser.add_argument(
+        "pairs", nargs="?", type=positive_int, default=20_000, help="alloc/free pairs per run"
+    )
+    pairs = parser.parse_args().pairs
     for depth in (0, 20):
         best: dict[str, float] = {}
         for _ in range(3):

@@ -13,6 +13,7 @@ use npumem::{
     npumem_alloc, npumem_alloc_raw, npumem_config_init, npumem_free, npumem_free_raw, npumem_pool_create,
     npumem_pool_release, NpumemBlock, NpumemConfig, BACKING_NONE,
 };
+use npumem_benches::cli;
 use npumem_core::{Backing, Pool, PoolConfig};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -21,15 +22,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let pairs: usize = std::env::args().nth(1).map(|s| s.parse().unwrap()).unwrap_or(2_000_000);
-    let size: usize = std::env::args().nth(2).map(|s| s.parse().unwrap()).unwrap_or(256);
-    let only: Option<usize> = std::env::args().nth(3).map(|w| match w.as_str() {
-        "rust" => 0,
-        "c" => 1,
-        "rust-raw" => 2,
-        "c-raw" => 3,
-        other => panic!("way must be rust, c, rust-raw or c-raw, got {other}"),
-    });
+    const USAGE: &str = "capi_pair [PAIRS] [SIZE] [rust|c|rust-raw|c-raw]";
+    const WAYS: [&str; 4] = ["rust", "c", "rust-raw", "c-raw"];
+    let args = cli::args();
+    cli::at_most(USAGE, &args, 3);
+    let pairs = cli::positional(USAGE, &args, 0, "PAIRS", 1..=usize::MAX, 2_000_000);
+    let size = cli::positional(USAGE, &args, 1, "SIZE", 1..=1 << 20, 256);
+    let only = cli::choice(USAGE, &args, 2, "the way", &WAYS).map(|w| WAYS.iter().position(|&x| x == w).unwrap_or(0));
     let runs = |way: usize| only.is_none_or(|o| o == way);
     let rounds = 7;
     let pool = Pool::new(PoolConfig::new(256 << 20).cores(2).backing(Backing::None)).unwrap();

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use npumem_benches::Rng;
+use npumem_benches::{cli, Rng};
 use npumem_core::{CompactionMode, Handle, Pool, PoolConfig};
 
 const MIB: usize = 1 << 20;
@@ -81,12 +81,14 @@ fn memmove(bytes: usize) -> Duration {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("numbers")).collect();
-    let capacity = args.first().copied().unwrap_or(1024) * MIB;
-    let live = args.get(1).copied().unwrap_or(100_000);
-    let runs = args.get(2).copied().unwrap_or(3);
-    let incremental = args.get(3).copied().unwrap_or(1) != 0;
-    let staged = args.get(4).copied().unwrap_or(1) != 0;
+    const USAGE: &str = "compaction_pause [MIB] [LIVE] [RUNS] [INCREMENTAL 0|1] [STAGED 0|1]";
+    let args = cli::args();
+    cli::at_most(USAGE, &args, 5);
+    let capacity = cli::positional(USAGE, &args, 0, "MIB", 16..=1 << 20, 1024) * MIB;
+    let live = cli::positional(USAGE, &args, 1, "LIVE", 1..=100_000_000, 100_000);
+    let runs = cli::positional(USAGE, &args, 2, "RUNS", 1..=1000, 3);
+    let incremental = cli::positional(USAGE, &args, 3, "INCREMENTAL", 0..=1, 1) != 0;
+    let staged = cli::positional(USAGE, &args, 4, "STAGED", 0..=1, 1) != 0;
     println!(
         "pool {} MiB, target {live} live blocks, {runs} run(s), {}",
         capacity / MIB,

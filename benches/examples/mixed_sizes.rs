@@ -16,10 +16,10 @@
 //! row of every table, e.g. `npumem`).
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use npumem_benches::{timed_threads, Allocator, LockedFrames, MutexTree, NpumemRaw, Rng, UNIT};
+use npumem_benches::{cli, timed_threads, Allocator, LockedFrames, MutexTree, NpumemRaw, Rng, UNIT};
 use npumem_core::{Backing, Pool, PoolConfig};
 
 const ARENA: usize = 1 << 30;
@@ -205,23 +205,38 @@ impl Options {
     }
 }
 
+const USAGE: &str = "mixed_sizes [--quick] [--steps N] [--runs N] [--pairs N] [--only TABLE] [--peer NAME]";
+const TABLES: [&str; 5] = ["churn", "threads", "pairs", "fill", "waste"];
+
 fn options() -> Options {
     let mut o = Options { steps: 200_000, runs: 3, pairs: 1_000_000, only: None, peer: None };
-    let mut args = std::env::args().skip(1);
+    let mut args = cli::args().into_iter();
     while let Some(a) = args.next() {
-        let mut value = || args.next().expect("a value after the option");
+        let mut value = || args.next().unwrap_or_else(|| cli::fail(USAGE, format!("{a} needs a value")));
         match a.as_str() {
             "--quick" => {
                 o.steps = 50_000;
                 o.runs = 1;
                 o.pairs = 100_000;
             }
-            "--steps" => o.steps = value().parse().expect("--steps N"),
-            "--runs" => o.runs = value().parse().expect("--runs N"),
-            "--pairs" => o.pairs = value().parse().expect("--pairs N"),
-            "--only" => o.only = Some(value()),
-            "--peer" => o.peer = Some(value()),
-            other => panic!("unknown option {other}"),
+            "--steps" => o.steps = cli::number(USAGE, "--steps", &value(), 2..=usize::MAX),
+            "--runs" => o.runs = cli::number(USAGE, "--runs", &value(), 1..=1000),
+            "--pairs" => o.pairs = cli::number(USAGE, "--pairs", &value(), 1..=usize::MAX),
+            "--only" => {
+                let table = value();
+                if !TABLES.contains(&table.as_str()) {
+                    cli::fail(USAGE, format!("--only must be one of {}, got '{table}'", TABLES.join(", ")));
+                }
+                o.only = Some(table);
+            }
+            "--peer" => {
+                let peer = value();
+                if !PEERS.contains(&peer.as_str()) {
+                    cli::fail(USAGE, format!("--peer must be one of {}, got '{peer}'", PEERS.join(", ")));
+                }
+                o.peer = Some(peer);
+            }
+            other => cli::fail(USAGE, format!("unknown option '{other}'")),
         }
     }
     o
@@ -236,13 +251,19 @@ fn cpu_ns() -> f64 {
     ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
 }
 
-/// Run `work(t)` on `threads` threads pinned to CPUs 0, 1, ... from a common start; the wall
-/// time from the first thread's start to the last one's end, as the threads themselves read it.
-fn wall_of_threads(threads: usize, work: impl Fn(usize) + Sync) -> f64 {
+/// Run `work(t, start)` on `threads` threads pinned to CPUs 0, 1, ...; each calls `start()`
+/// when its timed part begins (every thread waits there for the others, so set-up is not timed).
+/// The wall time from the first timed start to the last thread's end, as the threads read it.
+fn wall_of_threads(threads: usize, work: impl Fn(usize, &dyn Fn()) + Sync) -> f64 {
     let spans = Mutex::new(Vec::new());
+    let ready = Barrier::new(threads);
     timed_threads(threads, |t| {
-        let start = Instant::now();
-        work(t);
+        let start = std::cell::Cell::new(None);
+        work(t, &|| {
+            ready.wait();
+            start.set(Some(Instant::now()));
+        });
+        let start = start.get().expect("the work marks its timed start");
         spans.lock().unwrap().push((start, Instant::now()));
     });
     let spans = spans.into_inner().unwrap();
@@ -276,6 +297,11 @@ const HI: usize = 1 << 20;
 /// held block, allocate a new random size in its place. Returns (ns per step, failed
 /// allocations, latencies of the failing allocations in ns).
 fn churn(p: &dyn Peer, occupancy: f64, steps: usize, seed: u64) -> (f64, usize, Vec<f64>) {
+    churn_timed_from(p, occupancy, steps, seed, &|| {})
+}
+
+/// [`churn`], calling `start()` between the fill and the timed steps.
+fn churn_timed_from(p: &dyn Peer, occupancy: f64, steps: usize, seed: u64, start: &dyn Fn()) -> (f64, usize, Vec<f64>) {
     let mut rng = Rng::new(seed);
     let mut held: Vec<(u128, usize)> = Vec::new();
     let mut bytes = 0usize;
@@ -290,6 +316,7 @@ fn churn(p: &dyn Peer, occupancy: f64, steps: usize, seed: u64) -> (f64, usize, 
         }
     }
     let mut failed = Vec::new();
+    start();
     let start = cpu_ns();
     for _ in 0..steps {
         if held.is_empty() {
@@ -360,11 +387,11 @@ fn threads_table(o: &Options) {
         let (mut one, mut two) = (Vec::new(), Vec::new());
         for _ in 0..o.runs {
             with_peer(name, &mut |p| {
-                let t1 = wall_of_threads(1, |t| {
-                    churn(p, 0.25, steps, 11 + t as u64);
+                let t1 = wall_of_threads(1, |t, start| {
+                    churn_timed_from(p, 0.25, steps, 11 + t as u64, start);
                 });
-                let t2 = wall_of_threads(2, |t| {
-                    churn(p, 0.25, steps, 11 + t as u64);
+                let t2 = wall_of_threads(2, |t, start| {
+                    churn_timed_from(p, 0.25, steps, 11 + t as u64, start);
                 });
                 one.push(steps as f64 / t1 / 1e6);
                 two.push(2.0 * steps as f64 / t2 / 1e6);
@@ -373,7 +400,7 @@ fn threads_table(o: &Options) {
         let (a, b) = (median(&mut one), median(&mut two));
         println!("| {name} | {a:.2} | {b:.2} | {:.2}x |", b / a);
     }
-    println!("\n(Each thread fills a quarter of the arena, so both together hold half; wall times, fill included.)");
+    println!("\n(Each thread fills a quarter of the arena, so both together hold half; wall time of the churn steps, from a common start after every thread's fill.)");
 }
 
 fn pairs_table(o: &Options) {

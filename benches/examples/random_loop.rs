@@ -1,6 +1,6 @@
 //! The random-size workload of `alloc_path` (256 B to 1 MiB, 50% full) as a plain loop, for
 //! profilers: `cargo run --release -p npumem-benches --example random_loop [-- ITERATIONS [PEER]]`.
-use npumem_benches::{prefill, replace_random, Allocator, LockedFrames, MutexTree, NpumemBuddy, NpumemRaw, Rng};
+use npumem_benches::{cli, prefill, replace_random, Allocator, LockedFrames, MutexTree, NpumemBuddy, NpumemRaw, Rng};
 
 const ARENA: usize = 256 << 20;
 
@@ -19,8 +19,12 @@ fn run<A: Allocator>(a: &A, n: usize) {
 }
 
 fn main() {
-    let n: usize = std::env::args().nth(1).map(|s| s.parse().expect("iterations")).unwrap_or(2_000_000);
-    match std::env::args().nth(2).as_deref() {
+    const USAGE: &str = "random_loop [ITERATIONS] [mutex-tree|buddy_system_allocator|npumem|npumem-buddy]";
+    let args = cli::args();
+    cli::at_most(USAGE, &args, 2);
+    let n = cli::positional(USAGE, &args, 0, "ITERATIONS", 1..=usize::MAX, 2_000_000);
+    let peers = ["mutex-tree", "buddy_system_allocator", "npumem", "npumem-buddy"];
+    match cli::choice(USAGE, &args, 1, "PEER", &peers) {
         Some("mutex-tree") => run(&MutexTree::new(ARENA), n),
         Some("buddy_system_allocator") => run(&LockedFrames::new(ARENA), n),
         Some("npumem") => run(&NpumemRaw::new(ARENA, 2), n),

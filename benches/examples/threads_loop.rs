@@ -8,7 +8,7 @@
 //! instead of wall time: on a shared VM the host often takes a vCPU away for part of a run, which
 //! no allocator causes, while contention (cache-line transfers, CAS retries) still costs CPU
 //! time. A lock that puts waiters to sleep looks good by CPU time; judge it by wall time.
-use npumem_benches::{churn, timed_threads, Allocator, Glibc, MutexTree, NpumemBuddy, NpumemHandles, NpumemRaw};
+use npumem_benches::{churn, cli, timed_threads, Allocator, Glibc, MutexTree, NpumemBuddy, NpumemHandles, NpumemRaw};
 use std::sync::Mutex;
 
 const ARENA: usize = 256 << 20;
@@ -66,8 +66,12 @@ fn report<A: Allocator>(a: &A, sizes: &[usize], pairs: usize) {
 }
 
 fn main() {
-    let pairs: usize = std::env::args().nth(1).map(|s| s.parse().expect("pairs")).unwrap_or(3_000_000);
-    match std::env::args().nth(2).as_deref() {
+    const USAGE: &str = "threads_loop [PAIRS] [mutex-tree|npumem|slabs|glibc|npumem-handles|npumem-buddy]";
+    let args = cli::args();
+    cli::at_most(USAGE, &args, 2);
+    let pairs = cli::positional(USAGE, &args, 0, "PAIRS", 1..=usize::MAX, 3_000_000);
+    let peers = ["mutex-tree", "npumem", "slabs", "glibc", "npumem-handles", "npumem-buddy"];
+    match cli::choice(USAGE, &args, 1, "PEER", &peers) {
         Some("mutex-tree") => report(&MutexTree::new(ARENA), &SIZES, pairs),
         Some("npumem") => report(&NpumemRaw::new(ARENA, 2), &SIZES, pairs),
         // The slab classes only (the `slab_threads/N` groups).

@@ -8,6 +8,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use npumem_benches::cli;
 use npumem_core::{Backing, Pool, PoolConfig};
 
 const ARENA: usize = 256 << 20;
@@ -36,7 +37,10 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
 }
 
 fn main() {
-    let batches: usize = std::env::args().nth(1).map(|s| s.parse().expect("batches")).unwrap_or(20_000);
+    const USAGE: &str = "trace_cost [BATCHES]";
+    let args = cli::args();
+    cli::at_most(USAGE, &args, 1);
+    let batches = cli::positional(USAGE, &args, 0, "BATCHES", 1..=usize::MAX, 20_000);
     println!("| size | off p10 | on p10 | per event p10 | off p50 | on p50 | per event p50 |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for size in [256usize, 64 << 10] {

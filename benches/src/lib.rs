@@ -3,6 +3,8 @@
 //! Every peer manages the same arena in 256-byte units and hands out offsets; none touches the
 //! bytes (npumem's device use case), so the benches measure bookkeeping only.
 
+pub mod cli;
+
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Barrier, Mutex};

@@ -1,0 +1,41 @@
+"""Argument types for the bench scripts' parsers: a bad value ends the script with argparse's
+one-line error and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    """A whole number of at least 1."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number of at least 0."""
+    return _int_at_least(text, 0)
+
+
+def positive_float(text: str) -> float:
+    """A number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text!r}")
+    return value
+
+
+def _int_at_least(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of at least {least}, got {text!r}"
+        ) from None
+    if value < least:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of at least {least}, got {text!r}"
+        )
+    return value

@@ -1,0 +1,42 @@
+"""The bench scripts refuse bad arguments like every other reader: argparse's usage and one
+error line on stderr, exit status 2, no traceback and nothing measured."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHES = Path(__file__).resolve().parents[1] / "benches"
+
+BAD = [
+    ("python_roundtrip.py", ["--repeat", "0"], "--repeat"),
+    ("dlpack_export.py", ["--number", "x"], "--number"),
+    ("compaction_residue.py", ["--seeds", "-1"], "--seeds"),
+    ("compaction_residue.py", ["--min", "5000", "--max", "10"], "--min"),
+    ("compaction_residue.py", ["--max", "100000000"], "--max"),
+    ("kv_bench.py", ["--requests", "0"], "--requests"),
+    ("tiers_bench.py", ["--time-limit", "nan"], "--time-limit"),
+    ("plan_bench.py", ["--parts", "bogus"], "--parts"),
+    ("plan_bench.py", ["--time-limit", "-1"], "--time-limit"),
+    ("plan_bench.py", ["--count", "0"], "--count"),
+    ("trace_stacks.py", ["0"], "pairs"),
+    ("compare_builds.py", ["a", "b", "--rounds", "0"], "--rounds"),
+]
+
+
+@pytest.mark.parametrize(("script", "args", "named"), BAD, ids=[f"{s}:{a[-1]}" for s, a, _ in BAD])
+def test_a_bad_argument_is_one_line_and_exit_2(script: str, args: list[str], named: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCHES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and named in errors[0], done.stderr
