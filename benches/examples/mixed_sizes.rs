@@ -432,6 +432,35 @@ fn pairs_table(o: &Options) {
     }
 }
 
+/// The requested share of the arena at which the sequence of [`fill`] needs more than the
+/// arena under the bank rule, with blocks of at most a bank in per-class slabs: `None` when the
+/// band mixes both kinds of blocks (then small blocks could share a large block's last bank).
+fn bank_rule_bound(lo: usize, hi: usize, seed: u64) -> Option<f64> {
+    let config = PoolConfig::new(ARENA);
+    let bank = config.bank_size;
+    if lo < bank && hi > bank {
+        return None;
+    }
+    let classes = config.slab_sizes;
+    let mut rng = Rng::new(seed);
+    let (mut requested, mut reserved) = (0usize, 0f64);
+    loop {
+        let size = rng.size(lo, hi);
+        let cost = if size > bank {
+            size.next_multiple_of(bank) as f64
+        } else {
+            let aligned = size.next_multiple_of(ALIGN);
+            let class = classes.iter().copied().find(|&c| c >= aligned && c % ALIGN == 0).unwrap_or(bank);
+            bank as f64 / (bank / class) as f64
+        };
+        if reserved + cost > ARENA as f64 {
+            return Some(requested as f64 / ARENA as f64);
+        }
+        reserved += cost;
+        requested += size;
+    }
+}
+
 /// Allocate seeded sizes in `[lo, hi]`, no frees, until the first failure: requested bytes over
 /// the arena's capacity then.
 fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> f64 {
@@ -465,6 +494,20 @@ fn fill_table(o: &Options) {
             cells.push(format!("{:.3}", with_peer(name, &mut |p| fill(p, lo, hi, 3))));
         }
         println!("| {name} | {} |", cells.join(" | "));
+    }
+    if o.peer.as_deref().is_none_or(|p| p == "npumem") {
+        let cells: Vec<String> = bands
+            .iter()
+            .map(|&(lo, hi)| bank_rule_bound(lo, hi, 3).map_or("-".into(), |b| format!("{b:.3}")))
+            .collect();
+        println!("| bound under the bank rule | {} |", cells.join(" | "));
+        println!(
+            "\n(The bound: the same sequence, each block of more than a 4 KiB bank taking whole banks (it \
+             starts on a bank boundary and no smaller block shares its last bank in these bands), each of \
+             at most a bank taking its share of a bank tiled by its default slab class; no allocator that \
+             keeps the bank rule and per-class slabs can pass it. Not given for the mixed band, where small \
+             blocks could fill the rest of a large block's last bank.)"
+        );
     }
 }
 
