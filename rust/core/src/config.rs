@@ -100,7 +100,7 @@ impl PoolConfig {
             slab_sizes: PoolConfig::default_slab_sizes(),
             backing: Backing::Host,
             placement: Placement::BestFit,
-            run_tails: false,
+            run_tails: true,
             core_reserve: 1,
             base_address: 0,
             device: None,

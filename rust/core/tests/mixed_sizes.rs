@@ -209,10 +209,13 @@ fn a_run_with_a_tail_shares_its_last_chunk() {
     assert_eq!(run.offset % CHUNK, 0);
     let stats = p.stats();
     assert_eq!((stats.chunks_in_runs, stats.chunks_in_cores), (2, 1));
-    // The tail's chunk is a core chunk: a 1 MiB block goes after the tail.
+    // The tail's chunk is a core chunk: once no other chunk has room, a 1 MiB block goes
+    // after the tail.
+    let filler = p.alloc(13 * CHUNK, None, 0).unwrap();
     let other = p.alloc(MIB, None, 0).unwrap();
     let at = p.block(other).unwrap().offset;
     assert!(at >= run.offset + 2 * CHUNK && at < run.offset + 3 * CHUNK, "{at}");
+    p.free(filler).unwrap();
     p.check().unwrap();
     let snapshot = p.snapshot().unwrap();
     assert!(snapshot.untracked.is_empty(), "{:?}", snapshot.untracked);
@@ -278,4 +281,74 @@ fn a_run_with_a_tail_moves_with_its_tail() {
     p.free(h).unwrap();
     p.check().unwrap();
     assert_eq!(p.stats().bytes_in_use, 0);
+}
+
+/// A freed run with a tail leaves its whole chunks free and the start of its tail's chunk free,
+/// while other blocks keep that chunk: a block of the same size takes that room again (its tail
+/// at the start of the chunk that other blocks share), and the pool counts the room as one
+/// free block. Without that, every run with a tail that is freed leaves a hole one chunk too
+/// short for its own size.
+#[test]
+fn a_freed_run_with_a_tail_serves_its_size_again() {
+    let p = pool(8 * CHUNK);
+    let size = 3 * CHUNK + MIB;
+    let first = p.alloc(size, None, 0).unwrap();
+    assert_eq!(p.block(first).unwrap().offset, 0);
+    // A run takes the other chunks; the rest of the tail's chunk then serves another block.
+    let rest = p.alloc(4 * CHUNK, None, 0).unwrap();
+    let neighbour = p.alloc(MIB, None, 0).unwrap();
+    assert_eq!(p.block(neighbour).unwrap().offset, 3 * CHUNK + MIB);
+    p.free(first).unwrap();
+    let stats = p.stats();
+    assert_eq!(stats.bytes_free, size);
+    assert_eq!(stats.largest_free_block, size, "three free chunks and the free start of the fourth");
+    let again = p.alloc(size, None, 0).unwrap_or_else(|e| panic!("the hole a run with a tail left: {e}"));
+    assert_eq!(p.block(again).unwrap().offset, 0);
+    p.check().unwrap();
+    for h in [again, neighbour, rest] {
+        p.free(h).unwrap();
+    }
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
+}
+
+/// Runs with a tail that come and go next to small blocks that stay (an inference service's
+/// activation arenas and its KV cache pages): the small blocks settle in chunks of their own,
+/// not in the rest of a tail's chunk, so the chunks that freed runs give back join into runs
+/// long enough for a large block whenever the free bytes would hold it.
+#[test]
+fn small_blocks_that_stay_do_not_split_the_runs_of_tails_that_go() {
+    let p = pool(48 * CHUNK);
+    let mut rng = Rng(2024);
+    let page = 192 * KIB;
+    let mut pages = std::collections::VecDeque::new();
+    let mut arenas = std::collections::VecDeque::new();
+    let big = 12 * CHUNK;
+    let mut refused = 0;
+    for step in 0..3000 {
+        let chunks = 1 + rng.next() as usize % 6;
+        let size = chunks * CHUNK + 64 * KIB + rng.next() as usize % (MIB + MIB / 2);
+        if let Ok(h) = p.alloc(size, None, 0) {
+            arenas.push_back(h);
+        }
+        if arenas.len() > 2 {
+            p.free(arenas.pop_front().unwrap()).unwrap();
+        }
+        if let Ok(h) = p.alloc(page, None, 0) {
+            pages.push_back(h);
+        }
+        if pages.len() > 40 {
+            p.free(pages.pop_front().unwrap()).unwrap();
+        }
+        if step % 10 == 9 {
+            let free = p.stats().bytes_free;
+            match p.alloc(big, None, 0) {
+                Ok(h) => p.free(h).unwrap(),
+                Err(_) if free >= big + 4 * CHUNK => refused += 1,
+                Err(_) => {}
+            }
+        }
+    }
+    p.check().unwrap();
+    assert_eq!(refused, 0, "a run of {big} bytes was refused with far more bytes free");
 }

@@ -118,7 +118,7 @@ impl Geometry {
 
     /// The most units a buddy block in a chunk's tree may have: a chunk less one granule.
     #[inline]
-    fn largest_trimmed(&self) -> u64 {
+    pub(crate) fn largest_trimmed(&self) -> u64 {
         self.units_per_chunk() - (self.units_per_chunk() >> TRIM_SHIFT).max(1)
     }
 
@@ -144,7 +144,16 @@ impl Geometry {
         let whole = size >> self.chunk_shift;
         let rest = size & (self.chunk_size - 1);
         let rest_units = ((rest + self.min_block - 1) >> self.unit_shift) as u64;
-        if self.tails && whole > 0 && rest > 0 && rest_units <= self.largest_trimmed() {
+        // Whole chunks waste `chunk_size - rest`: a tail is taken only where that is more than
+        // 1/32 of the request (at most 31 whole chunks), as a trimmed buddy block loses at most
+        // 1/32 of its enclosing node.
+        let rounding_waste = self.chunk_size - rest;
+        if self.tails
+            && whole > 0
+            && rest > 0
+            && rest_units <= self.largest_trimmed()
+            && rounding_waste << TRIM_SHIFT > size
+        {
             let tail = self.buddy_of(rest_units, 1);
             return Layout::RunTail { chunks: whole, align_chunks, tail };
         }
