@@ -258,13 +258,36 @@ mod tests {
 
     #[test]
     fn routes() {
-        let g = geometry(64 << 20);
+        let g = Geometry::new(&PoolConfig::new(64 << 20).run_tails(false));
         assert_eq!(g.layout(3 << 20, 64), Layout::Run { chunks: 2, align_chunks: 1 });
         assert_eq!(g.layout((300 << 20) / 2, 64), Layout::Run { chunks: 75, align_chunks: 1 });
         assert_eq!(g.layout(64, 8 << 20), Layout::Run { chunks: 1, align_chunks: 4 });
         match g.layout(1 << 20, 64) {
             Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// A tail where one more whole chunk would waste more than 1/32 of the request: never past
+    /// 31 whole chunks, and for fewer only when the rest is short enough.
+    #[test]
+    fn tails_only_where_whole_chunks_waste_over_a_32nd() {
+        let g = geometry(256 << 20);
+        let chunk = 2 << 20;
+        let tailed = |size: usize| matches!(g.layout(size, 64), Layout::RunTail { .. });
+        assert!(tailed(chunk + 1) && tailed(31 * chunk + 1), "a chunk would waste nearly all of itself");
+        assert!(!tailed(32 * chunk + 1), "32 chunks + 1 B lose under 1/32 as 33 chunks");
+        assert_eq!(g.layout(32 * chunk + 1, 64), Layout::Run { chunks: 33, align_chunks: 1 });
+        // 16 chunks + 1 MiB: one more chunk wastes 1 MiB, under 1/32 of 33 MiB.
+        assert!(!tailed(16 * chunk + (1 << 20)));
+        assert!(tailed(16 * chunk + (1 << 20) - (64 << 10)));
+        for size in [chunk + 1, 5 * chunk + 12345, 16 * chunk + (1 << 20), 40 * chunk + 1] {
+            let reserved = match g.layout(size, 64) {
+                Layout::RunTail { chunks, tail, .. } => chunks * chunk + tail.units as usize * g.min_block,
+                Layout::Run { chunks, .. } => chunks * chunk,
+                Layout::Buddy(_) => unreachable!(),
+            };
+            assert!(reserved <= size + size / 16, "{size} reserves {reserved}");
         }
     }
 

@@ -1,22 +1,36 @@
-//! Runs with a tail (a pool with `PoolConfig::run_tails`): a block a little over a multiple of
-//! the chunk is a run of whole chunks and a *tail*, the first nodes of the chunk after the run, cut like a trimmed buddy block
-//! (`Layout::RunTail`). It reserves what its tail rounds up to, at most a granule of the tail's
-//! enclosing power of two, instead of one more whole chunk (2 MiB + 1 B takes one chunk and one
-//! unit, not two chunks). The tail's chunk is a core chunk of the allocating core: the rest of
-//! it serves other blocks.
+//! Runs with a tail (`PoolConfig::run_tails`, on by default): a block past a multiple of the
+//! chunk is a run of whole chunks and a *tail*, the first nodes of the chunk after the run, cut
+//! like a trimmed buddy block (`Layout::RunTail`), where one more whole chunk would waste more
+//! than 1/32 of the request. It reserves what its tail rounds up to, at most a granule of the
+//! tail's enclosing power of two, instead of one more whole chunk (2 MiB + 1 B takes one chunk
+//! and one unit, not two chunks). The tail's chunk is a core chunk: the rest of it serves other
+//! blocks.
 //!
-//! Taking one: the run's chunks and the tail's chunk are claimed from the global pool at once
-//! (contiguous and free, so the block never spans two regions: absent chunks are taken), the
-//! tail's chunk is granted to the core, the tail's nodes are claimed at its start, and only
-//! then the run's chunks are marked, its head last (`TailedRunHead`). A thread holding a stale
-//! hint into the granted chunk may claim a node at its start first (or leave a mark there that
-//! a sweep cleans): the chunk then stays with the core, the run's chunks go back, and the claim
-//! starts again. Each retry follows another
-//! allocation's success, so no thread waits for another.
+//! Where one goes (`GlobalPool::choose_tailed`, best fit over the free runs): either the free
+//! chunks at the end of a free run and the free start of the core chunk after them (any core's:
+//! the hole a freed run with a tail leaves, its chunks and its tail's room, serves its size
+//! again), or free chunks and the free chunk after them, which is granted to the allocating
+//! core for the tail. Such a chunk's levels are hidden from the core's searches: its rest
+//! serves other blocks once a failing allocation reveals it (`reveal.rs`) or a free there
+//! announces room, not at once. Small blocks that live long would otherwise settle next to a
+//! run that comes and goes, and the chunk would stay with its core after the run is freed,
+//! splitting the free chunks around it into runs one chunk too short for the next large block.
+//!
+//! Taking one: the run's chunks (and a fresh tail chunk) are claimed from the global pool at
+//! once (contiguous and free, so the block never spans two regions: absent chunks are taken), a
+//! fresh tail chunk is granted to the core, the tail's nodes are claimed at the tail chunk's
+//! start, and only then the run's chunks are marked, its head last (`TailedRunHead`). A block
+//! may take the start of the tail's chunk first (a thread holding a stale hint into a granted
+//! chunk, a search in a shared one): the run's chunks go back, a shared chunk is not tried
+//! again by this claim, and the claim starts again. A claimed tail keeps its chunk from being
+//! retired (a retire needs the whole tree free), so the chunk stays a core chunk while the run
+//! lives. Each retry follows another allocation's success or drops a candidate, so no thread
+//! waits for another.
 //!
 //! Giving one back: the head's state word decides which of two racing frees wins (as for a
-//! plain run), then the run's chunks go back to the global pool and the tail is released like
-//! any buddy block (its chunk may become empty and go back too).
+//! plain run), then the run's chunks go back to the global pool and the tail's nodes are
+//! released; a tail chunk that this empties is retired with the run, not kept in its core's
+//! reserve, so the chunks join again.
 
 use super::arena::Arena;
 use super::global::{ChunkState, TailSpot};
