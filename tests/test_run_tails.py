@@ -20,11 +20,11 @@ def bank_slack(reserved: int) -> int:
 
 
 def sizes_around_chunk_multiples() -> list[int]:
-    sizes = []
+    sizes = [4 * KIB, 64 * KIB + 1, MIB + 1, CHUNK - 1]
     for k in (1, 2, 3, 7, 16, 31, 32, 40):
         base = k * CHUNK
         sizes += [base - 1, base, base + 1, base + 4 * KIB + 1, base + MIB, base + CHUNK - 64 * KIB]
-    return sizes + [4 * KIB, 64 * KIB + 1, MIB + 1, CHUNK - 1]
+    return sizes
 
 
 def test_tails_are_on_by_default_and_can_be_turned_off() -> None:
