@@ -25,7 +25,9 @@
 //! again by this claim, and the claim starts again. A claimed tail keeps its chunk from being
 //! retired (a retire needs the whole tree free), so the chunk stays a core chunk while the run
 //! lives. Each retry follows another allocation's success or drops a candidate, so no thread
-//! waits for another.
+//! waits for another. The exclusion rests on the claims the loom models check: chunks taken
+//! from the global pool (`global.rs`), and tree nodes, where a node and its ancestor or a
+//! cleaning claim and a leaf never both win (`buddy.rs`).
 //!
 //! Giving one back: the head's state word decides which of two racing frees wins (as for a
 //! plain run), then the run's chunks go back to the global pool and the tail's nodes are
