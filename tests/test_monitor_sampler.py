@@ -23,7 +23,7 @@ def kinds(alerts: list[Alert]) -> list[tuple[str, bool]]:
 
 
 def test_sample_reads_the_stats_now() -> None:
-    pool = make_pool()
+    pool = npumem.Pool(16 * MIB, cores=1, name="mon", run_tails=False)  # whole-chunk runs
     mon = Monitor(pool)
     blk = pool.alloc(3 * MIB)
     s = mon.sample()

@@ -105,6 +105,7 @@ class Pool:
         slab_sizes: Sequence[int] | None = ...,
         backing: _Backing | None = ...,
         placement: _Placement | None = ...,
+        run_tails: bool | None = ...,
         core_reserve: int | None = ...,
         name: str | None = ...,
         base_address: int | None = ...,
@@ -195,6 +196,8 @@ class Pool:
     def oom_handler(self) -> Callable[[int], object] | None: ...
     @property
     def placement(self) -> _Placement: ...
+    @property
+    def run_tails(self) -> bool: ...
     @property
     def core_reserve(self) -> int: ...
     @property

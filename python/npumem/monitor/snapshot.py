@@ -103,6 +103,7 @@ def pool_config(pool: Pool) -> dict[str, Any]:
         "slab_sizes": list(pool.slab_sizes),
         "backing": pool.backing,
         "placement": pool.placement,
+        "run_tails": pool.run_tails,
         "core_reserve": pool.core_reserve,
         **({"max_capacity": pool.max_capacity} if growth else {}),
     }

@@ -40,6 +40,7 @@ _CONFIG_KEYS = (
     "alignment",
     "slab_sizes",
     "placement",
+    "run_tails",
     "core_reserve",
     "max_capacity",
 )
@@ -116,7 +117,7 @@ def replay_trace(
 ) -> ReplayResult:
     """Replay `trace` on a fresh pool made from the trace's configuration with the entries of
     `config` replacing its own (`capacity`, `cores`, `chunk_size`, `min_block`,
-    `bank_size`, `alignment`, `slab_sizes`, `placement`, `core_reserve`).
+    `bank_size`, `alignment`, `slab_sizes`, `placement`, `run_tails`, `core_reserve`).
 
     Fragmentation is sampled every `sample_every` events and at every failure; `progress`
     is called now and then with (events done, events in all). A bad configuration raises

@@ -65,9 +65,9 @@ pub struct PoolConfig {
     /// How the global pool places chunk runs.
     pub placement: Placement,
     /// Whether a block past a chunk is its whole chunks and a *tail* of buddy nodes at the
-    /// start of the next chunk (at most 1/16 over the request, `arena/tail.rs`) instead of
-    /// whole chunks only. Off by default: a tail's chunk also holds other blocks, so freed
-    /// chunks join into long runs less easily (a workload of large blocks may fail sooner).
+    /// start of the next chunk (at most 1/16 over the request, `arena/tail.rs`) where whole
+    /// chunks alone would waste more than 1/32 of it, instead of whole chunks only. On by
+    /// default; off, a block of 2 MiB + 1 B takes two chunks of 2 MiB.
     pub run_tails: bool,
     /// Fully free chunks a core keeps before it returns further ones to the global pool (at
     /// most [`MAX_CORE_RESERVE`], or the arena's number of chunks if that is larger).
@@ -100,7 +100,7 @@ impl PoolConfig {
             slab_sizes: PoolConfig::default_slab_sizes(),
             backing: Backing::Host,
             placement: Placement::BestFit,
-            run_tails: false,
+            run_tails: true,
             core_reserve: 1,
             base_address: 0,
             device: None,

@@ -12,11 +12,6 @@ fn pool(capacity: usize) -> Pool {
     Pool::new(PoolConfig::new(capacity).cores(1).backing(Backing::None)).unwrap()
 }
 
-/// A pool whose blocks past a chunk take a tail (`PoolConfig::run_tails`).
-fn tailed_pool(capacity: usize) -> Pool {
-    Pool::new(PoolConfig::new(capacity).cores(1).backing(Backing::None).run_tails(true)).unwrap()
-}
-
 /// Every size on a log grid (16 steps per doubling) from 1 B to 64 MiB, and each size next to a
 /// slab class, a power of two, a trimming granule (1/32 of a power of two), a chunk multiple and
 /// a chunk multiple plus a power of two (where a run's tail changes shape).
@@ -57,45 +52,58 @@ fn bank_slack(reserved: usize, bank: usize) -> usize {
     }
 }
 
-/// Every size up to the capacity of the sweep reserves at most 17/16 of what it asks for, plus
-/// the bank slack, from 4 KiB up: buddy blocks are trimmed to 1/32 of their enclosing power of
-/// two (less than 1/16 of the request), and with `run_tails` a block past a chunk is a run of
-/// whole chunks and a tail trimmed the same way (without, a run of 2 to 16 chunks may lose up
-/// to a chunk). Below 4 KiB (slab classes) the worst case is printed.
+/// Every size of the sweep, and past it up to the capacity, reserves at most 17/16 of what it
+/// asks for, plus the bank slack, from 4 KiB up, on a pool with the default configuration:
+/// buddy blocks are trimmed to 1/32 of their enclosing power of two (less than 1/16 of the
+/// request), and a block past a chunk is a run of whole chunks and a tail trimmed the same way
+/// where whole chunks alone would lose more than 1/32 of it (`PoolConfig::run_tails`, on by
+/// default). The worst case per range is printed (`-- --nocapture`), below 4 KiB (slab classes)
+/// too.
 #[test]
 fn waste_is_at_most_a_sixteenth_from_4_kib_up() {
-    let p = tailed_pool(160 * MIB);
+    let capacity = 160 * MIB;
+    let p = Pool::new(PoolConfig::new(capacity)).unwrap();
+    assert!(p.config().run_tails, "tails are on by default");
     let config = p.config();
     let bank = config.bank_size;
     let classes = config.slab_sizes.clone();
-    let mut worst = (0.0f64, 0usize, 0usize);
-    let mut worst_small = (0.0f64, 0usize, 0usize);
-    let mut worst_run = (0.0f64, 0usize, 0usize);
-    for size in sweep_sizes(&classes) {
+    let ranges = [
+        ("1 B - 4 KiB", 1, 4 * KIB - 1),
+        ("4 - 64 KiB", 4 * KIB, 64 * KIB - 1),
+        ("64 KiB - 1 MiB", 64 * KIB, MIB - 1),
+        ("1 - 2 MiB", MIB, CHUNK),
+        ("2 - 8 MiB", CHUNK + 1, 8 * MIB),
+        ("8 - 64 MiB", 8 * MIB + 1, 64 * MIB),
+        ("64 - 160 MiB", 64 * MIB + 1, capacity),
+    ];
+    let mut worst = [(0.0f64, 0usize, 0usize); 7];
+    let mut sizes = sweep_sizes(&classes);
+    // Past the sweep, up to the capacity: a chunk multiple, one byte either side, and a quarter
+    // chunk past it.
+    for k in 33..=capacity / CHUNK {
+        sizes.extend([k * CHUNK - 1, k * CHUNK, k * CHUNK + 1, k * CHUNK + CHUNK / 4]);
+    }
+    sizes.retain(|&s| s <= capacity);
+    for size in sizes {
         let h = p.alloc(size, None, 0).unwrap_or_else(|e| panic!("{size} bytes: {e}"));
         let reserved = p.block(h).unwrap().block_bytes;
         assert!(reserved >= size);
-        let ratio = reserved as f64 / size as f64;
-        let entry = (ratio, size, reserved);
-        if size < 4 * KIB {
-            if ratio > worst_small.0 {
-                worst_small = entry;
-            }
-        } else {
+        if size >= 4 * KIB {
             assert!(
                 reserved <= size + size / 16 + bank_slack(reserved, bank),
                 "{size} bytes reserve {reserved} (more than 1/16 over, plus the bank slack)"
             );
-            let slot = if size > CHUNK { &mut worst_run } else { &mut worst };
-            if ratio > slot.0 {
-                *slot = entry;
-            }
+        }
+        let ratio = reserved as f64 / size as f64;
+        let range = ranges.iter().position(|&(_, lo, hi)| (lo..=hi).contains(&size)).unwrap();
+        if ratio > worst[range].0 {
+            worst[range] = (ratio, size, reserved);
         }
         p.free(h).unwrap();
     }
     p.check().unwrap();
     assert_eq!(p.stats().bytes_in_use, 0);
-    for (what, w) in [("below 4 KiB", worst_small), ("4 KiB to a chunk", worst), ("past a chunk", worst_run)] {
+    for ((what, _, _), w) in ranges.iter().zip(worst) {
         eprintln!("worst waste {what}: {:.4} ({} bytes reserve {})", w.0, w.1, w.2);
     }
 }
@@ -202,17 +210,20 @@ fn churn_at_85_percent_stays_consistent() {
 /// wrong size changes nothing, and everything frees and checks clean.
 #[test]
 fn a_run_with_a_tail_shares_its_last_chunk() {
-    let p = tailed_pool(32 * MIB);
+    let p = pool(32 * MIB);
     let h = p.alloc(2 * CHUNK + 1, None, 0).unwrap();
     let run = p.block(h).unwrap();
     assert_eq!(run.block_bytes, 2 * CHUNK + 256);
     assert_eq!(run.offset % CHUNK, 0);
     let stats = p.stats();
     assert_eq!((stats.chunks_in_runs, stats.chunks_in_cores), (2, 1));
-    // The tail's chunk is a core chunk: a 1 MiB block goes after the tail.
+    // The tail's chunk is a core chunk: once no other chunk has room, a 1 MiB block goes
+    // after the tail.
+    let filler = p.alloc(13 * CHUNK, None, 0).unwrap();
     let other = p.alloc(MIB, None, 0).unwrap();
     let at = p.block(other).unwrap().offset;
     assert!(at >= run.offset + 2 * CHUNK && at < run.offset + 3 * CHUNK, "{at}");
+    p.free(filler).unwrap();
     p.check().unwrap();
     let snapshot = p.snapshot().unwrap();
     assert!(snapshot.untracked.is_empty(), "{:?}", snapshot.untracked);
@@ -276,6 +287,137 @@ fn a_run_with_a_tail_moves_with_its_tail() {
     p.read(h, 0, &mut back).unwrap();
     assert!(back == data, "the bytes moved with the block");
     p.free(h).unwrap();
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
+}
+
+/// A freed run with a tail leaves its whole chunks free and the start of its tail's chunk free,
+/// while other blocks keep that chunk: a block of the same size takes that room again (its tail
+/// at the start of the chunk that other blocks share), and the pool counts the room as one
+/// free block. Without that, every run with a tail that is freed leaves a hole one chunk too
+/// short for its own size.
+#[test]
+fn a_freed_run_with_a_tail_serves_its_size_again() {
+    let p = pool(8 * CHUNK);
+    let size = 3 * CHUNK + MIB;
+    let first = p.alloc(size, None, 0).unwrap();
+    assert_eq!(p.block(first).unwrap().offset, 0);
+    // A run takes the other chunks; the rest of the tail's chunk then serves another block.
+    let rest = p.alloc(4 * CHUNK, None, 0).unwrap();
+    let neighbour = p.alloc(MIB, None, 0).unwrap();
+    assert_eq!(p.block(neighbour).unwrap().offset, 3 * CHUNK + MIB);
+    p.free(first).unwrap();
+    let stats = p.stats();
+    assert_eq!(stats.bytes_free, size);
+    assert_eq!(stats.largest_free_block, size, "three free chunks and the free start of the fourth");
+    let again = p.alloc(size, None, 0).unwrap_or_else(|e| panic!("the hole a run with a tail left: {e}"));
+    assert_eq!(p.block(again).unwrap().offset, 0);
+    p.check().unwrap();
+    for h in [again, neighbour, rest] {
+        p.free(h).unwrap();
+    }
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
+}
+
+/// Runs with a tail that come and go next to small blocks that stay (an inference service's
+/// activation arenas and its KV cache pages): the small blocks settle in chunks of their own,
+/// not in the rest of a tail's chunk, so the chunks that freed runs give back join into runs
+/// long enough for a large block whenever the free bytes would hold it.
+#[test]
+fn small_blocks_that_stay_do_not_split_the_runs_of_tails_that_go() {
+    let p = pool(48 * CHUNK);
+    let mut rng = Rng(2024);
+    let page = 192 * KIB;
+    let mut pages = std::collections::VecDeque::new();
+    let mut arenas = std::collections::VecDeque::new();
+    let big = 12 * CHUNK;
+    let mut refused = 0;
+    for step in 0..3000 {
+        let chunks = 1 + rng.next() as usize % 6;
+        let size = chunks * CHUNK + 64 * KIB + rng.next() as usize % (MIB + MIB / 2);
+        if let Ok(h) = p.alloc(size, None, 0) {
+            arenas.push_back(h);
+        }
+        if arenas.len() > 2 {
+            p.free(arenas.pop_front().unwrap()).unwrap();
+        }
+        if let Ok(h) = p.alloc(page, None, 0) {
+            pages.push_back(h);
+        }
+        if pages.len() > 40 {
+            p.free(pages.pop_front().unwrap()).unwrap();
+        }
+        if step % 10 == 9 {
+            let free = p.stats().bytes_free;
+            match p.alloc(big, None, 0) {
+                Ok(h) => p.free(h).unwrap(),
+                Err(_) if free >= big + 4 * CHUNK => refused += 1,
+                Err(_) => {}
+            }
+        }
+    }
+    p.check().unwrap();
+    assert_eq!(refused, 0, "a run of {big} bytes was refused with far more bytes free");
+}
+
+/// A full compaction of a pool that holds runs with a tail between small blocks and holes: the
+/// runs move with their tails, the pool checks clean, every block keeps its bytes, and the free
+/// chunks join into one long run that a large block then takes.
+#[test]
+fn full_compaction_gathers_runs_with_tails_into_long_free_runs() {
+    let p = Pool::new(PoolConfig::new(64 * MIB)).unwrap();
+    let mut rng = Rng(77);
+    let mut live = Vec::new();
+    for i in 0..24 {
+        let size = match i % 3 {
+            0 => CHUNK + 300 * KIB + rng.next() as usize % (600 * KIB),
+            1 => 2 * CHUNK + MIB + rng.next() as usize % (512 * KIB),
+            _ => 64 * KIB + rng.next() as usize % (256 * KIB),
+        };
+        let Ok(h) = p.alloc(size, None, 0) else { break };
+        let bytes: Vec<u8> = (0..size).map(|j| (j as u64 * 31 + i as u64) as u8).collect();
+        p.write(h, 0, &bytes).unwrap();
+        live.push((h, bytes));
+    }
+    assert!(live.len() > 12, "{} blocks placed", live.len());
+    let tailed =
+        live.iter().filter(|(h, _)| p.block(*h).unwrap().block_bytes % CHUNK != 0 && p.block(*h).unwrap().size > CHUNK);
+    assert!(tailed.count() >= 4, "runs with a tail were placed");
+    // Every other block goes: holes between runs, tails and small blocks.
+    let mut kept = Vec::new();
+    for (i, entry) in live.into_iter().enumerate() {
+        if i % 2 == 0 {
+            p.free(entry.0).unwrap();
+        } else {
+            kept.push(entry);
+        }
+    }
+    p.check().unwrap();
+    let before = p.stats();
+    p.compact(&CompactionMode::Full, None, std::time::Duration::from_secs(5)).unwrap();
+    p.check().unwrap();
+    let after = p.stats();
+    for (h, bytes) in &kept {
+        let mut back = vec![0u8; bytes.len()];
+        p.read(*h, 0, &mut back).unwrap();
+        assert!(back == *bytes, "a block kept its bytes");
+    }
+    assert!(
+        after.largest_free_block > before.largest_free_block
+            && after.largest_free_block + 4 * CHUNK >= after.bytes_free,
+        "largest free block {} of {} free (before: {} of {})",
+        after.largest_free_block,
+        after.bytes_free,
+        before.largest_free_block,
+        before.bytes_free
+    );
+    let large = p.alloc(after.largest_free_block, None, 0).unwrap();
+    p.check().unwrap();
+    p.free(large).unwrap();
+    for (h, _) in kept {
+        p.free(h).unwrap();
+    }
     p.check().unwrap();
     assert_eq!(p.stats().bytes_in_use, 0);
 }

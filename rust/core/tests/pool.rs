@@ -113,7 +113,8 @@ fn misuse_is_refused_and_changes_nothing() {
 
 #[test]
 fn out_of_memory_reports_what_is_free() {
-    let p = pool(8 * MIB, 1);
+    // Whole-chunk runs (3 MiB takes two chunks), for the figures below.
+    let p = Pool::new(PoolConfig::new(8 * MIB).cores(1).run_tails(false)).unwrap();
     let a = p.alloc(3 * MIB, None, 0).unwrap();
     let _b = p.alloc(3 * MIB, None, 0).unwrap();
     p.free(a).unwrap();

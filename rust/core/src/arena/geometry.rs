@@ -118,7 +118,7 @@ impl Geometry {
 
     /// The most units a buddy block in a chunk's tree may have: a chunk less one granule.
     #[inline]
-    fn largest_trimmed(&self) -> u64 {
+    pub(crate) fn largest_trimmed(&self) -> u64 {
         self.units_per_chunk() - (self.units_per_chunk() >> TRIM_SHIFT).max(1)
     }
 
@@ -144,7 +144,16 @@ impl Geometry {
         let whole = size >> self.chunk_shift;
         let rest = size & (self.chunk_size - 1);
         let rest_units = ((rest + self.min_block - 1) >> self.unit_shift) as u64;
-        if self.tails && whole > 0 && rest > 0 && rest_units <= self.largest_trimmed() {
+        // Whole chunks waste `chunk_size - rest`: a tail is taken only where that is more than
+        // 1/32 of the request (at most 31 whole chunks), as a trimmed buddy block loses at most
+        // 1/32 of its enclosing node.
+        let rounding_waste = self.chunk_size - rest;
+        if self.tails
+            && whole > 0
+            && rest > 0
+            && rest_units <= self.largest_trimmed()
+            && rounding_waste << TRIM_SHIFT > size
+        {
             let tail = self.buddy_of(rest_units, 1);
             return Layout::RunTail { chunks: whole, align_chunks, tail };
         }
@@ -249,13 +258,36 @@ mod tests {
 
     #[test]
     fn routes() {
-        let g = geometry(64 << 20);
+        let g = Geometry::new(&PoolConfig::new(64 << 20).run_tails(false));
         assert_eq!(g.layout(3 << 20, 64), Layout::Run { chunks: 2, align_chunks: 1 });
         assert_eq!(g.layout((300 << 20) / 2, 64), Layout::Run { chunks: 75, align_chunks: 1 });
         assert_eq!(g.layout(64, 8 << 20), Layout::Run { chunks: 1, align_chunks: 4 });
         match g.layout(1 << 20, 64) {
             Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// A tail where one more whole chunk would waste more than 1/32 of the request: never past
+    /// 31 whole chunks, and for fewer only when the rest is short enough.
+    #[test]
+    fn tails_only_where_whole_chunks_waste_over_a_32nd() {
+        let g = geometry(256 << 20);
+        let chunk = 2 << 20;
+        let tailed = |size: usize| matches!(g.layout(size, 64), Layout::RunTail { .. });
+        assert!(tailed(chunk + 1) && tailed(31 * chunk + 1), "a chunk would waste nearly all of itself");
+        assert!(!tailed(32 * chunk + 1), "32 chunks + 1 B lose under 1/32 as 33 chunks");
+        assert_eq!(g.layout(32 * chunk + 1, 64), Layout::Run { chunks: 33, align_chunks: 1 });
+        // 16 chunks + 1 MiB: one more chunk wastes 1 MiB, under 1/32 of 33 MiB.
+        assert!(!tailed(16 * chunk + (1 << 20)));
+        assert!(tailed(16 * chunk + (1 << 20) - (64 << 10)));
+        for size in [chunk + 1, 5 * chunk + 12345, 16 * chunk + (1 << 20), 40 * chunk + 1] {
+            let reserved = match g.layout(size, 64) {
+                Layout::RunTail { chunks, tail, .. } => chunks * chunk + tail.units as usize * g.min_block,
+                Layout::Run { chunks, .. } => chunks * chunk,
+                Layout::Buddy(_) => unreachable!(),
+            };
+            assert!(reserved <= size + size / 16, "{size} reserves {reserved}");
         }
     }
 

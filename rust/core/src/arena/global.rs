@@ -64,6 +64,16 @@ impl ChunkState {
     }
 }
 
+/// Where a run with a tail goes (`GlobalPool::choose_tailed`): its first chunk, and whether
+/// its tail takes a fresh chunk or shares a core chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TailSpot {
+    /// The run's chunks and the free chunk after them, which is granted for the tail.
+    Fresh(usize),
+    /// The run's chunks, followed by a core chunk whose start holds the tail.
+    Shared(usize),
+}
+
 /// A maximal run of free chunks `[start, start + len)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FreeRun {
@@ -163,6 +173,49 @@ impl GlobalPool {
             return None;
         }
         (geometry.run_bytes(start, len) >= bytes).then_some(start)
+    }
+
+    /// The release epoch: a scan that found nothing may give up if it is unchanged after.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Where in `runs` (the free runs now) a block of `len` whole chunks and a tail goes,
+    /// starting at a multiple of `align` chunks, holding `bytes` bytes with its tail if the
+    /// tail takes a fresh chunk: `len + 1` free chunks (`TailSpot::Fresh`), or `len` free
+    /// chunks at the end of a run followed by a chunk that `shares` accepts for the tail
+    /// (`TailSpot::Shared`, a core chunk whose start is free). Best fit takes the run that
+    /// leaves the fewest free chunks, a shared tail first on a tie (it takes no chunk from the
+    /// global pool); first fit the first run, a shared tail first. `shares` is asked only for
+    /// the candidates in that order, until one is accepted.
+    pub(crate) fn choose_tailed(
+        &self,
+        geometry: &Geometry,
+        runs: &[FreeRun],
+        len: usize,
+        bytes: usize,
+        align: usize,
+        shares: &mut dyn FnMut(usize) -> bool,
+    ) -> Option<TailSpot> {
+        let end = self.end();
+        // (free chunks left in the run, fresh, first chunk)
+        let mut candidates: Vec<(usize, bool, usize)> = Vec::new();
+        for &run in runs {
+            let after = run.start + run.len;
+            if run.len >= len && after < end && (after - len) % align == 0 {
+                candidates.push((run.len - len, false, after - len));
+            }
+            if let Some(start) = Self::place_in(geometry, run, len + 1, bytes, align) {
+                candidates.push((run.len - len - 1, true, start));
+            }
+        }
+        if self.placement == Placement::BestFit {
+            candidates.sort_unstable();
+        }
+        candidates.into_iter().find_map(|(_, fresh, start)| match fresh {
+            true => Some(TailSpot::Fresh(start)),
+            false => shares(start + len).then_some(TailSpot::Shared(start)),
+        })
     }
 
     /// Claim `len` contiguous chunks that hold at least `bytes` bytes, starting at a multiple of

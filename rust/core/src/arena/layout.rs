@@ -12,8 +12,9 @@ pub(crate) enum Layout {
     Run { chunks: usize, align_chunks: usize },
     /// A run of `chunks` whole chunks followed by `tail`: the nodes at the start of the next
     /// chunk (a core chunk, whose other nodes serve other blocks), cut like a trimmed buddy
-    /// block. With `PoolConfig::run_tails`, a request a little over a multiple of the chunk
-    /// takes this instead of one more whole chunk (see `arena/tail.rs`).
+    /// block. With `PoolConfig::run_tails` (the default), a request past a multiple of the
+    /// chunk takes this instead of one more whole chunk when that chunk would waste more than
+    /// 1/32 of it (see `arena/tail.rs`).
     RunTail { chunks: usize, align_chunks: usize, tail: BuddyLayout },
 }
 

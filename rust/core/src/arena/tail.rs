@@ -1,26 +1,43 @@
-//! Runs with a tail (a pool with `PoolConfig::run_tails`): a block a little over a multiple of
-//! the chunk is a run of whole chunks and a *tail*, the first nodes of the chunk after the run, cut like a trimmed buddy block
-//! (`Layout::RunTail`). It reserves what its tail rounds up to, at most a granule of the tail's
-//! enclosing power of two, instead of one more whole chunk (2 MiB + 1 B takes one chunk and one
-//! unit, not two chunks). The tail's chunk is a core chunk of the allocating core: the rest of
-//! it serves other blocks.
+//! Runs with a tail (`PoolConfig::run_tails`, on by default): a block past a multiple of the
+//! chunk is a run of whole chunks and a *tail*, the first nodes of the chunk after the run, cut
+//! like a trimmed buddy block (`Layout::RunTail`), where one more whole chunk would waste more
+//! than 1/32 of the request. It reserves what its tail rounds up to, at most a granule of the
+//! tail's enclosing power of two, instead of one more whole chunk (2 MiB + 1 B takes one chunk
+//! and one unit, not two chunks). The tail's chunk is a core chunk: the rest of it serves other
+//! blocks.
 //!
-//! Taking one: the run's chunks and the tail's chunk are claimed from the global pool at once
-//! (contiguous and free, so the block never spans two regions: absent chunks are taken), the
-//! tail's chunk is granted to the core, the tail's nodes are claimed at its start, and only
-//! then the run's chunks are marked, its head last (`TailedRunHead`). A thread holding a stale
-//! hint into the granted chunk may claim a node at its start first (or leave a mark there that
-//! a sweep cleans): the chunk then stays with the core, the run's chunks go back, and the claim
-//! starts again. Each retry follows another
-//! allocation's success, so no thread waits for another.
+//! Where one goes (`GlobalPool::choose_tailed`, best fit over the free runs): either the free
+//! chunks at the end of a free run and the free start of the core chunk after them (any core's:
+//! the hole a freed run with a tail leaves, its chunks and its tail's room, serves its size
+//! again), or free chunks and the free chunk after them, which is granted to the allocating
+//! core for the tail. Such a chunk's levels are hidden from the core's searches: its rest
+//! serves other blocks once a failing allocation reveals it (`reveal.rs`) or a free there
+//! announces room, not at once. Small blocks that live long would otherwise settle next to a
+//! run that comes and goes, and the chunk would stay with its core after the run is freed,
+//! splitting the free chunks around it into runs one chunk too short for the next large block.
+//!
+//! Taking one: the run's chunks (and a fresh tail chunk) are claimed from the global pool at
+//! once (contiguous and free, so the block never spans two regions: absent chunks are taken), a
+//! fresh tail chunk is granted to the core, the tail's nodes are claimed at the tail chunk's
+//! start, and only then the run's chunks are marked, its head last (`TailedRunHead`). A block
+//! may take the start of the tail's chunk first (a thread holding a stale hint into a granted
+//! chunk, a search in a shared one): the run's chunks go back, a shared chunk is not tried
+//! again by this claim, and the claim starts again. A claimed tail keeps its chunk from being
+//! retired (a retire needs the whole tree free), so the chunk stays a core chunk while the run
+//! lives. Each retry follows another allocation's success or drops a candidate, so no thread
+//! waits for another. The exclusion rests on the claims the loom models check: chunks taken
+//! from the global pool (`global.rs`), and tree nodes, where a node and its ancestor or a
+//! cleaning claim and a leaf never both win (`buddy.rs`).
 //!
 //! Giving one back: the head's state word decides which of two racing frees wins (as for a
-//! plain run), then the run's chunks go back to the global pool and the tail is released like
-//! any buddy block (its chunk may become empty and go back too).
+//! plain run), then the run's chunks go back to the global pool and the tail's nodes are
+//! released; a tail chunk that this empties is retired with the run, not kept in its core's
+//! reserve, so the chunks join again.
 
 use super::arena::Arena;
-use super::global::ChunkState;
+use super::global::{ChunkState, TailSpot};
 use super::layout::{BuddyLayout, Layout};
+use super::stretches::{granule_shift, MAX_GRANULES};
 use crate::error::{Error, Result};
 
 impl Arena {
@@ -31,7 +48,9 @@ impl Arena {
     }
 
     /// Take `chunks` whole chunks, starting at a multiple of `align` chunks, and `tail` at the
-    /// start of the chunk after them, which goes to core `core`. Returns the run's first chunk.
+    /// start of the chunk after them: a core chunk whose start is free (any core's), or a free
+    /// chunk, which goes to core `core` (`GlobalPool::choose_tailed` picks). Returns the run's
+    /// first chunk.
     pub(crate) fn claim_tailed_run(
         &self,
         chunks: usize,
@@ -41,17 +60,94 @@ impl Arena {
     ) -> Option<usize> {
         let g = &self.geometry;
         let bytes = (chunks << g.chunk_shift) + tail.units as usize * g.min_block;
+        // Core chunks whose start a block took before this claim could (not retried).
+        let mut refused: Vec<usize> = Vec::new();
         loop {
-            let start = self.global.claim(g, chunks + 1, bytes, align)?;
-            let last = start + chunks;
-            self.open(last, core);
-            if self.take_tail(last, tail) || self.take_tail_swept(last, tail) {
-                self.mark_tailed_run(start, chunks);
-                return Some(start);
+            let epoch = self.global.epoch();
+            let runs = self.global.free_runs(&|_| false);
+            let mut shares = |chunk: usize| !refused.contains(&chunk) && self.tail_fits_at_start(chunk, tail.units);
+            match self.global.choose_tailed(g, &runs, chunks, bytes, align, &mut shares) {
+                Some(TailSpot::Fresh(start)) => {
+                    if !self.global.try_take(start, chunks + 1) {
+                        continue;
+                    }
+                    let last = start + chunks;
+                    self.open(last, core);
+                    self.hide_rest_of(last, core);
+                    if self.take_tail(last, tail) || self.take_tail_swept(last, tail) {
+                        self.mark_tailed_run(start, chunks);
+                        return Some(start);
+                    }
+                    // A block took the start of the tail's chunk first: the chunk stays with
+                    // the core.
+                    self.global.release(start, chunks);
+                }
+                Some(TailSpot::Shared(start)) => {
+                    if !self.global.try_take(start, chunks) {
+                        continue;
+                    }
+                    let last = start + chunks;
+                    if self.take_tail(last, tail) {
+                        // Its tail's nodes are held: the chunk cannot be retired under it.
+                        self.mark_tailed_run(start, chunks);
+                        return Some(start);
+                    }
+                    self.global.release(start, chunks);
+                    refused.push(last);
+                }
+                None => {
+                    if self.global.epoch() == epoch {
+                        return None;
+                    }
+                }
             }
-            // A block took the start of the tail's chunk first: the chunk stays with the core.
-            self.global.release(start, chunks);
         }
+    }
+
+    /// Hide every level of chunk `chunk`, just granted to core `core` for a tail, from the
+    /// core's searches: the rest of a tail's chunk serves other blocks only when nothing else
+    /// can (a failing allocation reveals it, `reveal.rs`) or once a free there announces room.
+    /// Small blocks that live long would otherwise settle next to a run that comes and goes,
+    /// and the chunk would stay with its core after the run is freed, splitting the free
+    /// chunks around it into runs too short for the next large block.
+    fn hide_rest_of(&self, chunk: usize, core: usize) {
+        if let Some(probe) = self.space[chunk].probe(0) {
+            self.cores[core].maps.hide(&self.space[chunk], chunk, self.geometry.depth, probe);
+        }
+    }
+
+    /// Whether core chunk `chunk` looks free over its first `units` units now (its tree read
+    /// once; a claim decides).
+    fn tail_fits_at_start(&self, chunk: usize, units: u64) -> bool {
+        matches!(self.global.state(chunk), ChunkState::Core(_))
+            && units <= self.geometry.usable_units(chunk)
+            && self.space[chunk].free_units() >= units
+            && self.free_units_at_start(chunk) >= units
+    }
+
+    /// The units at the start of core chunk `chunk` that no allocated node covers (whole
+    /// granules of its tree's bitmap: `stretches.rs`).
+    pub(crate) fn free_units_at_start(&self, chunk: usize) -> u64 {
+        let shift = granule_shift(self.geometry.depth);
+        let granules = self.geometry.usable_units(chunk) >> shift;
+        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
+        self.shape.allocated_granules(self.tree(chunk), shift, &mut bits);
+        let first =
+            bits.iter().position(|&w| w != 0).map_or(u64::MAX, |w| w as u64 * 64 + u64::from(bits[w].trailing_zeros()));
+        first.min(granules) << shift
+    }
+
+    /// The most units a tail could take at the start of core chunk `chunk` now (0 with
+    /// `run_tails` off, or when the chunk is not a core chunk).
+    pub(crate) fn largest_tail_at(&self, chunk: usize) -> u64 {
+        if !self.geometry.tails
+            || chunk >= self.global.end()
+            || !matches!(self.global.state(chunk), ChunkState::Core(_))
+        {
+            return 0;
+        }
+        let free = self.free_units_at_start(chunk).min(self.geometry.largest_trimmed());
+        self.geometry.largest_buddy_within(free)
     }
 
     /// [`Arena::take_tail`] after a sweep of the chunk's tree: a chunk retired once may keep
@@ -63,13 +159,14 @@ impl Arena {
         self.take_tail(chunk, tail)
     }
 
-    /// Claim the nodes of `tail` at the start of core chunk `chunk`; `false` (and the nodes as
-    /// they were) when one of them is taken.
+    /// Claim the nodes of `tail` at the start of core chunk `chunk` (cleaning phantom marks of
+    /// emptied bunches under them); `false` (and the nodes as they were) when one of them is
+    /// taken.
     pub(crate) fn take_tail(&self, chunk: usize, tail: &BuddyLayout) -> bool {
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
         for (i, piece) in tail.pieces_at(depth, 0).enumerate() {
-            if self.shape.try_alloc(tree, piece).is_err() {
+            if self.shape.try_alloc_cleaning(tree, piece).is_err() {
                 for taken in tail.pieces_at(depth, 0).take(i) {
                     let _ = self.shape.release(tree, taken);
                 }
@@ -115,8 +212,15 @@ impl Arena {
         if !self.free_run_headed(chunk, len, ChunkState::TailedRunHead(len)) {
             return invalid("the chunk run there was freed already");
         }
-        match self.give_back_buddy(last, owner, &tail, 0) {
-            Ok(()) => Ok(self.tailed_run_bytes(chunk, len, &tail)),
+        match self.unmark_buddy(last, &tail, 0) {
+            Ok(after) => {
+                // A chunk the tail alone held goes back with the run's chunks (not into the
+                // core's reserve), so that they join again.
+                if after == self.geometry.usable_units(last) && !self.retire(last, owner) {
+                    self.chunk_became_empty(last);
+                }
+                Ok(self.tailed_run_bytes(chunk, len, &tail))
+            }
             Err(reason) => invalid(reason),
         }
     }

@@ -445,14 +445,22 @@ impl<'a> Model<'a> {
     }
 
     /// The largest free power-of-two block any chunk could give, in bytes, and the longest
-    /// stretch of empty chunks (in chunks), as an allocation would see them after the moves.
+    /// stretch of empty chunks (and the tail the free start of the core chunk after it could
+    /// hold, `arena/tail.rs`), as an allocation would see them after the moves.
     pub(crate) fn largest_free(&self) -> usize {
         // The longest stretch first: a chunk's nodes are then only searched when one could
         // beat it.
         let mut best = 0usize;
         let mut run = 0usize;
         for i in 0..self.chunks.len() {
-            run = if self.is_empty(i) { run + self.chunk_bytes(i) } else { 0 };
+            if self.is_empty(i) {
+                run += self.chunk_bytes(i);
+            } else {
+                if run > 0 {
+                    best = best.max(run + self.largest_tail_at(i));
+                }
+                run = 0;
+            }
             best = best.max(run);
         }
         for (i, c) in self.chunks.iter().enumerate() {
@@ -470,6 +478,19 @@ impl<'a> Model<'a> {
             }
         }
         best
+    }
+}
+
+impl Model<'_> {
+    /// The bytes of the largest tail that the free start of chunk `i` could hold after a run
+    /// of empty chunks (0 without `run_tails`, or when `i` is not a core chunk).
+    fn largest_tail_at(&self, i: usize) -> usize {
+        let c = &self.chunks[i];
+        if !self.geometry.tails || c.role != Role::Core {
+            return 0;
+        }
+        let free = next_covered(&c.bits, 0, c.usable).min(self.geometry.largest_trimmed());
+        self.geometry.largest_buddy_within(free) as usize * self.min_block
     }
 }
 

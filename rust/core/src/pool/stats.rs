@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::arena::buddy::Node;
-use crate::arena::global::{ChunkState, GlobalPool};
+use crate::arena::global::{ChunkState, FreeRun, GlobalPool};
 use crate::arena::layout::Layout;
 use crate::pool::pool::Pool;
 use crate::stats::summary::{ClassStats, CoreStats, PoolStats};
@@ -185,9 +185,12 @@ impl Pool {
         };
         let runs = self.arena.global.free_runs(&effectively_empty);
         // A run no larger than half a chunk is the arena's short last chunk alone: only buddy
-        // blocks go there, and they round up.
-        let run_largest = |run| match GlobalPool::run_capacity(g, run) {
-            bytes if bytes > g.chunk_size / 2 => bytes,
+        // blocks go there, and they round up. A longer one may go on into a tail at the start
+        // of the core chunk after it (`arena/tail.rs`).
+        let run_largest = |run: FreeRun| match GlobalPool::run_capacity(g, run) {
+            bytes if bytes > g.chunk_size / 2 => {
+                bytes + self.arena.largest_tail_at(run.start + run.len) as usize * g.min_block
+            }
             bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
         };
         let mut largest = runs.iter().map(|&run| run_largest(run)).max().unwrap_or(0);

@@ -2,7 +2,7 @@
 
 use npumem_core::{Backing, Device, Placement, PoolConfig, DEVICE_TYPES};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFrozenSet, PySet, PyString};
+use pyo3::types::{PyBool, PyDict, PyFrozenSet, PySet, PyString};
 
 use crate::args;
 use crate::errors::{error, ErrorClass};
@@ -26,6 +26,7 @@ pub(super) fn pool_config(
     slab_sizes: Option<&Bound<'_, PyAny>>,
     backing: Option<&Bound<'_, PyAny>>,
     placement: Option<&Bound<'_, PyAny>>,
+    run_tails: Option<&Bound<'_, PyAny>>,
     core_reserve: Option<&Bound<'_, PyAny>>,
     base_address: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
@@ -80,6 +81,12 @@ pub(super) fn pool_config(
         "first-fit" => Placement::FirstFit,
         other => return Err(config_error(format!("placement must be \"best-fit\" or \"first-fit\", got {other:?}"))),
     });
+    if let Some(on) = run_tails.filter(|v| !v.is_none()) {
+        let on = on
+            .cast::<PyBool>()
+            .map_err(|_| config_error(format!("run_tails must be a bool, got {}", args::type_name(on))))?;
+        config = config.run_tails(on.is_true());
+    }
     if let Some(base) = base_address.filter(|b| !b.is_none()) {
         let base = args::integer(base, "base_address", ErrorClass::Config)?;
         let base = u64::try_from(base)

@@ -40,12 +40,12 @@ impl Pool {
         signature = (
             capacity, *, cores = None, chunk_size = None, min_block = None, bank_size = None,
             alignment = None, slab_sizes = None, backing = None, placement = None,
-            core_reserve = None, name = None, base_address = None, device = None,
+            run_tails = None, core_reserve = None, name = None, base_address = None, device = None,
             max_capacity = None, grow_by = None, on_grow = None, on_trim = None,
         ),
         text_signature = "(capacity, *, cores=None, chunk_size=2097152, min_block=256, bank_size=4096, \
             alignment=64, slab_sizes=None, backing='host', \
-            placement='best-fit', core_reserve=1, name=None, base_address=None, device=None, \
+            placement='best-fit', run_tails=True, core_reserve=1, name=None, base_address=None, device=None, \
             max_capacity=None, grow_by=None, on_grow=None, on_trim=None)"
     )]
     #[allow(clippy::too_many_arguments)]
@@ -60,6 +60,7 @@ impl Pool {
         slab_sizes: Option<&Bound<'_, PyAny>>,
         backing: Option<&Bound<'_, PyAny>>,
         placement: Option<&Bound<'_, PyAny>>,
+        run_tails: Option<&Bound<'_, PyAny>>,
         core_reserve: Option<&Bound<'_, PyAny>>,
         name: Option<&Bound<'_, PyAny>>,
         base_address: Option<&Bound<'_, PyAny>>,
@@ -82,6 +83,7 @@ impl Pool {
             slab_sizes,
             backing,
             placement,
+            run_tails,
             core_reserve,
             base_address,
             device,
@@ -684,6 +686,13 @@ impl Pool {
             Placement::BestFit => "best-fit",
             Placement::FirstFit => "first-fit",
         }
+    }
+
+    /// Whether a block past a chunk is its whole chunks and a tail at the start of the next
+    /// chunk (at most 1/16 over the request) rather than whole chunks only.
+    #[getter]
+    fn run_tails(&self) -> bool {
+        self.core.config().run_tails
     }
 
     /// Empty chunks each core keeps in reserve.
