@@ -1,7 +1,9 @@
 //! One pool per core: the set of chunks it owns (a bitmap over all chunks, so any thread can add
 //! or drop one with a single atomic operation), a search hint per tree level (the chunk and
 //! bunch of the last success or of the last local free of that size, so the next allocation of
-//! that size usually finds room at once, and a search resumes there as a cursor),
+//! that size usually finds room at once, and a search resumes there as a cursor), per level the
+//! last few nodes that frees left entirely free (an allocation of that level takes one of them
+//! with a claim and no search at all),
 //! the few fully free chunks it keeps in reserve instead of giving them back (so a core that
 //! empties and refills a chunk does not trade it with the global pool each time), and its level
 //! maps: which of its chunks may serve which tree level (`level_maps.rs`).
@@ -12,12 +14,30 @@ use crate::error::Result;
 use crate::util::sync::{AtomicU64, Ordering};
 use crate::util::zeroed::{try_boxed, Zeroed};
 
+/// Nodes a core's free-node record keeps per level.
+const FREE_SLOTS: u64 = 16;
+
+/// The last [`FREE_SLOTS`] nodes of one level recorded as free, a ring of
+/// `(chunk + 1) << 32 | index` (0 for an empty slot).
+#[repr(align(128))]
+struct FreeNodes {
+    slots: [AtomicU64; FREE_SLOTS as usize],
+}
+
 pub(crate) struct CorePool {
     /// One bit per chunk of the arena (lazily committed: see `util/zeroed.rs`).
     owned: Zeroed<AtomicU64>,
     /// Per level: `(chunk + 1) << 32 | bunch`, 0 meaning no hint. Inline, so that it shares the
     /// padded lines of this core only: a hint is written on most allocations and local frees.
     hints: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
+    /// Per level: how many nodes were ever recorded in `free_nodes` less how many were taken
+    /// out (wrapping); the newest is in slot `(tops[level] - 1) % FREE_SLOTS`.
+    tops: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
+    /// Per level, the nodes of this core's chunks that a free or a split left entirely free
+    /// most recently: where an allocation of that level (or a smaller one, split off) looks
+    /// before it searches. Advisory, as the hints: a node taken since fails its claim and is
+    /// dropped, a node overwritten is only found by a search.
+    free_nodes: [FreeNodes; MAX_TREE_DEPTH as usize + 1],
     /// Reserve slots: `chunk + 1`, or 0 for an empty slot.
     reserve: Box<[AtomicU64]>,
     /// Per level, the chunks that may hold a free node of that level.
@@ -32,6 +52,8 @@ impl CorePool {
         Ok(CorePool {
             owned: Zeroed::new(chunks.div_ceil(64), "a core pool's chunk bitmap")?,
             hints: std::array::from_fn(|_| AtomicU64::new(0)),
+            tops: std::array::from_fn(|_| AtomicU64::new(0)),
+            free_nodes: std::array::from_fn(|_| FreeNodes { slots: std::array::from_fn(|_| AtomicU64::new(0)) }),
             reserve: try_boxed(reserve, "a core pool's reserve slots", |_| AtomicU64::new(0))?,
             maps: LevelMaps::new(chunks, levels)?,
         })
@@ -89,6 +111,32 @@ impl CorePool {
         }
     }
 
+    /// Record node `index` of `level` in `chunk` as entirely free (over the oldest record of
+    /// that level when all slots are taken). Plain stores: a record is only a place to try.
+    #[inline]
+    pub(crate) fn record_free(&self, level: u32, chunk: usize, index: u64) {
+        let top = &self.tops[level as usize];
+        let t = top.load(Ordering::Relaxed);
+        let slot = &self.free_nodes[level as usize].slots[(t % FREE_SLOTS) as usize];
+        slot.store(((chunk as u64 + 1) << 32) | index, Ordering::Relaxed);
+        top.store(t.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Take out the newest free node recorded at `level`: `(chunk, index)`.
+    #[inline]
+    pub(crate) fn take_free(&self, level: u32) -> Option<(usize, u64)> {
+        let top = &self.tops[level as usize];
+        let t = top.load(Ordering::Relaxed).wrapping_sub(1);
+        let slot = &self.free_nodes[level as usize].slots[(t % FREE_SLOTS) as usize];
+        let h = slot.load(Ordering::Relaxed);
+        if h == 0 {
+            return None;
+        }
+        slot.store(0, Ordering::Relaxed);
+        top.store(t, Ordering::Relaxed);
+        Some(((h >> 32) as usize - 1, h & 0xFFFF_FFFF))
+    }
+
     /// `chunk` just became empty: keep it in reserve if it is already there or a slot is free
     /// (or holds a chunk that is no longer a reserve: refilled, or given away). `still_reserve`
     /// tells whether a slot's chunk is still an empty chunk of this core. `false`: retire it.
@@ -135,6 +183,24 @@ mod tests {
         assert!(c.keep_in_reserve(7, empty), "replaces chunk 3, which is no longer empty");
         assert!(!c.keep_in_reserve(8, empty), "both slots hold empty chunks");
         assert!(!CorePool::new(10, 14, 0).unwrap().keep_in_reserve(1, empty));
+    }
+
+    #[test]
+    fn free_records_are_taken_newest_first_and_keep_the_last_few() {
+        let c = CorePool::new(10, 14, 1).unwrap();
+        assert_eq!(c.take_free(3), None);
+        c.record_free(3, 2, 5);
+        c.record_free(3, 9, 1);
+        c.record_free(4, 7, 0);
+        assert_eq!(c.take_free(3), Some((9, 1)));
+        assert_eq!(c.take_free(3), Some((2, 5)));
+        assert_eq!(c.take_free(3), None);
+        assert_eq!(c.take_free(4), Some((7, 0)));
+        for i in 0..FREE_SLOTS + 3 {
+            c.record_free(6, 1, i);
+        }
+        let kept: Vec<u64> = std::iter::from_fn(|| c.take_free(6).map(|(_, i)| i)).collect();
+        assert_eq!(kept, (3..FREE_SLOTS + 3).rev().collect::<Vec<_>>(), "the oldest records were overwritten");
     }
 
     #[test]

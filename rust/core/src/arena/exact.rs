@@ -50,20 +50,57 @@ impl Arena {
     /// block is not allocated there; of two callers releasing the same block, one gets `Err`.
     #[inline(always)]
     pub(crate) fn unmark_buddy(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<u64, &'static str> {
+        self.unmark_buddy_coalesced(chunk, b, within).map(|(after, _)| after)
+    }
+
+    /// [`Arena::unmark_buddy`], also returning the level of the largest free node around the
+    /// block's first node when the announcement had to find it (`None` when it did not).
+    #[inline(always)]
+    pub(crate) fn unmark_buddy_coalesced(
+        &self,
+        chunk: usize,
+        b: &BuddyLayout,
+        within: u64,
+    ) -> Result<(u64, Option<u32>), &'static str> {
         let (after, hidden) = self.unmark_nodes(chunk, b, within)?;
         let depth = self.geometry.depth;
-        // With nothing hidden, only pieces inside leaf bunches have a summary to lower. At its
-        // enclosing node's start a piece is at most TRIM_SHIFT levels below that node; a packed
-        // block elsewhere may have pieces at any level.
-        let deepest = match (within & (b.enclosing - 1) == 0, b.is_whole()) {
-            (false, _) => depth,
-            (true, true) => b.level,
-            (true, false) => b.level + TRIM_SHIFT,
-        };
-        if hidden != 0 || deepest >= self.shape.summarized_from() {
-            self.announce_free(chunk, hidden, b.pieces_at(depth, within));
+        let pieces = b.pieces_at(depth, within);
+        if within & (b.enclosing - 1) != 0 {
+            // A packed block: its pieces may lie at any level, side by side in any order.
+            self.announce_free(chunk, hidden, pieces);
+            return Ok((after, None));
         }
-        Ok(after)
+        // With nothing hidden, only pieces inside leaf bunches have a summary to lower. At its
+        // enclosing node's start a piece is at most TRIM_SHIFT levels below that node.
+        let deepest = if b.is_whole() { b.level } else { b.level + TRIM_SHIFT };
+        if hidden == 0 && deepest < self.shape.summarized_from() {
+            return Ok((after, None));
+        }
+        Ok((after, self.announce_block(chunk, hidden, pieces)))
+    }
+
+    /// [`Arena::announce_free`] for the pieces of a block at its enclosing node's start. Every
+    /// later piece lies in the enclosing node's right half, so it joins a free node larger than
+    /// that half only through the first piece: the first piece's largest free node is the
+    /// largest of them all, and it alone decides the owner's announcement. Returns its level
+    /// when it was found.
+    #[inline]
+    fn announce_block(&self, chunk: usize, hidden: u32, mut pieces: impl Iterator<Item = Node>) -> Option<u32> {
+        let tree = self.tree(chunk);
+        let summaries = self.summaries(chunk);
+        let first = pieces.next()?;
+        let mut coalesced = None;
+        self.shape.announce_in_bunches(tree, summaries, first, &mut coalesced);
+        if hidden != 0 {
+            let level = *coalesced.get_or_insert_with(|| self.shape.coalesced_level(tree, first));
+            if level < hidden {
+                self.announce_to_owner(chunk, level);
+            }
+        }
+        for node in pieces {
+            self.shape.announce_in_bunches(tree, summaries, node, &mut None);
+        }
+        coalesced
     }
 
     /// The release of [`Arena::unmark_buddy`] without its announcement: the nodes released and

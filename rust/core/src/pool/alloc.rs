@@ -34,6 +34,9 @@ pub(crate) struct Placed {
     pub(crate) class: Option<usize>,
 }
 
+/// How many recorded free nodes that fail their claim an allocation drops before it searches.
+const MAX_RECORD_MISSES: u32 = 4;
+
 /// How many placements [`Pool::alloc_many_until`] makes between two questions to its caller.
 pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;
 
@@ -500,6 +503,11 @@ impl Pool {
     /// nothing is hidden at that level until a free there may have made room.
     fn alloc_in_core(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
         let pool = &self.arena.cores[owner];
+        if b.step <= 1 {
+            if let Some(placed) = self.alloc_recorded(b, owner) {
+                return Some(placed);
+            }
+        }
         if let Some((chunk, bunch)) = pool.hint(b.level) {
             if chunk < self.arena.geometry.chunks {
                 let tree = self.arena.tree(chunk);
@@ -523,6 +531,22 @@ impl Pool {
             }
             if b.step <= 1 {
                 pool.maps.hide(space, chunk, b.level, probe);
+            }
+        }
+        None
+    }
+
+    /// Block `b` (natural alignment) at a node of its level that `owner`'s record of free nodes
+    /// holds (`arena/core_pool.rs`), newest first. A record that fails its claim (taken since)
+    /// is dropped; after a few such, the search takes over.
+    #[inline]
+    fn alloc_recorded(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
+        let pool = &self.arena.cores[owner];
+        for _ in 0..MAX_RECORD_MISSES {
+            let (chunk, index) = pool.take_free(b.level)?;
+            let e = Node { level: b.level, index };
+            if chunk < self.arena.geometry.chunks && self.claim_in(chunk, b, e, true).is_ok() {
+                return Some(self.commit(chunk, b, e));
             }
         }
         None
@@ -580,14 +604,24 @@ impl Pool {
 
     /// Claim the block with enclosing node `e`: the node itself, or its trimmed pieces (rolled
     /// back if one of them is taken).
+    #[inline]
     fn claim(&self, chunk: usize, b: &BuddyLayout, e: Node) -> std::result::Result<(), Conflict> {
+        self.claim_in(chunk, b, e, false)
+    }
+
+    /// [`Pool::claim`]; `cleaning`: clear phantom marks in the way of a piece first (a node
+    /// found by other means than a search of the tree, which cleans them as it goes).
+    #[inline(always)]
+    fn claim_in(&self, chunk: usize, b: &BuddyLayout, e: Node, cleaning: bool) -> std::result::Result<(), Conflict> {
         let tree = self.arena.tree(chunk);
+        let shape = &self.arena.shape;
+        let take = |n: Node| if cleaning { shape.try_alloc_cleaning(tree, n) } else { shape.try_alloc(tree, n) };
         if b.is_whole() {
-            return self.arena.shape.try_alloc(tree, e);
+            return take(e);
         }
         let mut taken: Vec<Node> = Vec::with_capacity(4);
         for piece in b.pieces(self.arena.geometry.depth, e) {
-            if let Err(conflict) = self.arena.shape.try_alloc(tree, piece) {
+            if let Err(conflict) = take(piece) {
                 for &p in &taken {
                     let _ = self.arena.shape.release(tree, p);
                 }
