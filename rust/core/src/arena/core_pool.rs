@@ -15,7 +15,7 @@ use crate::util::sync::{AtomicU64, Ordering};
 use crate::util::zeroed::{try_boxed, Zeroed};
 
 /// Nodes a core's free-node record keeps per level.
-const FREE_SLOTS: u64 = 16;
+const FREE_SLOTS: u64 = 32;
 
 /// The last [`FREE_SLOTS`] nodes of one level recorded as free, a ring of
 /// `(chunk + 1) << 32 | index` (0 for an empty slot).

@@ -17,6 +17,10 @@ use super::geometry::TRIM_SHIFT;
 use super::global::ChunkState;
 use super::layout::{BuddyLayout, Layout};
 
+/// The most nodes a release gathers to release them bunch by bunch: a block at its enclosing
+/// node's start has at most `TRIM_SHIFT` (a packed block, elsewhere, may have more).
+const MAX_PIECES: usize = 2 * TRIM_SHIFT as usize;
+
 /// Chunks whose buddy tree was swept (`sweep_all`) during the current batch (lazy-coalescing
 /// marks cleared: a node is free for `try_alloc` exactly when no block covers any of its units).
 #[derive(Default)]
@@ -116,19 +120,40 @@ impl Arena {
                 return Err("the block was freed already");
             }
         } else {
-            // Several nodes: all must be allocated before any is freed; the first release
-            // decides who frees the block when two callers race.
-            if !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
+            // Several nodes: all must be allocated before any is freed; the release of the
+            // first bunch's nodes decides who frees the block when two callers race.
+            let mut nodes = [Node { level: 0, index: 0 }; MAX_PIECES];
+            let mut count = 0;
+            for p in b.pieces_at(depth, within) {
+                if count == MAX_PIECES {
+                    return self.unmark_many(chunk, b, within);
+                }
+                nodes[count] = p;
+                count += 1;
+            }
+            if self.shape.release_block(tree, &nodes[..count]).is_err() {
                 return Err("no block of this size is allocated there");
             }
-            let mut pieces = b.pieces_at(depth, within);
-            let first = pieces.next().expect("a block has at least one node");
-            if self.shape.release(tree, first).is_err() {
-                return Err("the block was freed already");
-            }
-            for p in pieces {
-                let _ = self.shape.release(tree, p);
-            }
+        }
+        Ok(self.space[chunk].give(b.units))
+    }
+
+    /// [`Arena::unmark_nodes`] for a packed block of more than [`MAX_PIECES`] nodes, one node at a
+    /// time.
+    #[cold]
+    fn unmark_many(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<(u64, u32), &'static str> {
+        let tree = self.tree(chunk);
+        let depth = self.geometry.depth;
+        if !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
+            return Err("no block of this size is allocated there");
+        }
+        let mut pieces = b.pieces_at(depth, within);
+        let first = pieces.next().expect("a block has at least one node");
+        if self.shape.release(tree, first).is_err() {
+            return Err("the block was freed already");
+        }
+        for p in pieces {
+            let _ = self.shape.release(tree, p);
         }
         Ok(self.space[chunk].give(b.units))
     }

@@ -4,6 +4,7 @@
 
 use crate::arena::buddy::{Conflict, Node, Summary};
 use crate::arena::chunk_space::Probe;
+use crate::arena::geometry::TRIM_SHIFT;
 use crate::arena::global::GlobalPool;
 use crate::arena::layout::{BuddyLayout, Layout};
 use crate::arena::slab::caches::SlabBlocks;
@@ -615,25 +616,25 @@ impl Pool {
     fn claim_in(&self, chunk: usize, b: &BuddyLayout, e: Node, cleaning: bool) -> std::result::Result<(), Conflict> {
         let tree = self.arena.tree(chunk);
         let shape = &self.arena.shape;
-        let take = |n: Node| if cleaning { shape.try_alloc_cleaning(tree, n) } else { shape.try_alloc(tree, n) };
         if b.is_whole() {
-            return take(e);
+            return if cleaning { shape.try_alloc_cleaning(tree, e) } else { shape.try_alloc(tree, e) };
         }
-        let mut taken: Vec<Node> = Vec::with_capacity(4);
+        // At its enclosing node's start a trimmed block has at most TRIM_SHIFT pieces.
+        let mut pieces = [e; TRIM_SHIFT as usize];
+        let mut count = 0;
         for piece in b.pieces(self.arena.geometry.depth, e) {
-            if let Err(conflict) = take(piece) {
-                for &p in &taken {
-                    let _ = self.arena.shape.release(tree, p);
-                }
-                if !taken.is_empty() {
-                    let hidden = self.arena.space[chunk].refresh();
-                    self.arena.announce_free(chunk, hidden, taken.iter().copied());
-                }
-                return Err(if taken.is_empty() { conflict } else { Conflict::Taken });
-            }
-            taken.push(piece);
+            pieces[count] = piece;
+            count += 1;
         }
-        Ok(())
+        match shape.try_alloc_block(tree, &pieces[..count], cleaning) {
+            Ok(()) => Ok(()),
+            Err((conflict, 0)) => Err(conflict),
+            Err((_, undone)) => {
+                let hidden = self.arena.space[chunk].refresh();
+                self.arena.announce_free(chunk, hidden, pieces[..undone].iter().copied());
+                Err(Conflict::Taken)
+            }
+        }
     }
 
     fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
