@@ -132,6 +132,9 @@ struct Loc {
     bit: u64,
 }
 
+/// The most nodes [`TreeShape::release_block`] releases at once.
+pub(crate) const MAX_BLOCK_NODES: usize = 10;
+
 /// The geometry of every chunk's tree; the metadata itself is a `[AtomicU64]` of
 /// [`TreeShape::words`] words per chunk, owned by the caller.
 #[derive(Debug)]
@@ -568,16 +571,26 @@ impl TreeShape {
         Ok(())
     }
 
-    /// Release the disjoint nodes of one block (in address order): `Err(())`, and nothing
-    /// changes, unless every one of them is allocated. The nodes that share a bunch with the
-    /// first are released with one compare-and-swap that finds them all allocated, which decides
-    /// a race of two callers; the others with one `fetch_and` per bunch.
+    /// Release the disjoint nodes of one block (in address order, at most
+    /// [`MAX_BLOCK_NODES`]): `Err(())`, and nothing changes, unless every one of them is
+    /// allocated. The nodes that share a bunch with the first are released with one
+    /// compare-and-swap that finds them all allocated, which decides a race of two callers; the
+    /// others with one `fetch_and` per bunch.
     pub(crate) fn release_block(&self, tree: &[AtomicU64], nodes: &[Node]) -> Result<(), ()> {
-        if !nodes.iter().all(|&node| self.is_allocated(tree, node)) {
-            return Err(());
+        let mut runs = [(0usize, 0u64); MAX_BLOCK_NODES];
+        let mut count = 0;
+        let mut done = 0;
+        while done < nodes.len() {
+            let (n, loc, bits, _) = self.run_in_bunch(&nodes[done..]);
+            if tree[loc.word].load(Ordering::Acquire) & bits != bits {
+                return Err(());
+            }
+            runs[count] = (loc.word, bits);
+            count += 1;
+            done += n;
         }
-        let (mut done, loc, bits, _) = self.run_in_bunch(nodes);
-        let word = &tree[loc.word];
+        let (first, bits) = runs[0];
+        let word = &tree[first];
         let mut current = word.load(Ordering::Acquire);
         loop {
             if current & bits != bits {
@@ -588,10 +601,8 @@ impl TreeShape {
                 Err(seen) => current = seen,
             }
         }
-        while done < nodes.len() {
-            let (n, loc, bits, _) = self.run_in_bunch(&nodes[done..]);
-            self.clear_bits(tree, loc.word, bits);
-            done += n;
+        for &(word, bits) in &runs[1..count] {
+            self.clear_bits(tree, word, bits);
         }
         Ok(())
     }

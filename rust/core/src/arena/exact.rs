@@ -12,14 +12,10 @@
 use std::collections::HashSet;
 
 use super::arena::Arena;
-use super::buddy::{Node, TreeShape};
+use super::buddy::{Node, TreeShape, MAX_BLOCK_NODES};
 use super::geometry::TRIM_SHIFT;
 use super::global::ChunkState;
 use super::layout::{BuddyLayout, Layout};
-
-/// The most nodes a release gathers to release them bunch by bunch: a block at its enclosing
-/// node's start has at most `TRIM_SHIFT` (a packed block, elsewhere, may have more).
-const MAX_PIECES: usize = 2 * TRIM_SHIFT as usize;
 
 /// Chunks whose buddy tree was swept (`sweep_all`) during the current batch (lazy-coalescing
 /// marks cleared: a node is free for `try_alloc` exactly when no block covers any of its units).
@@ -122,10 +118,10 @@ impl Arena {
         } else {
             // Several nodes: all must be allocated before any is freed; the release of the
             // first bunch's nodes decides who frees the block when two callers race.
-            let mut nodes = [Node { level: 0, index: 0 }; MAX_PIECES];
+            let mut nodes = [Node { level: 0, index: 0 }; MAX_BLOCK_NODES];
             let mut count = 0;
             for p in b.pieces_at(depth, within) {
-                if count == MAX_PIECES {
+                if count == MAX_BLOCK_NODES {
                     return self.unmark_many(chunk, b, within);
                 }
                 nodes[count] = p;
@@ -138,7 +134,7 @@ impl Arena {
         Ok(self.space[chunk].give(b.units))
     }
 
-    /// [`Arena::unmark_nodes`] for a packed block of more than [`MAX_PIECES`] nodes, one node at a
+    /// [`Arena::unmark_nodes`] for a packed block of more than [`MAX_BLOCK_NODES`] nodes, one node at a
     /// time.
     #[cold]
     fn unmark_many(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<(u64, u32), &'static str> {
