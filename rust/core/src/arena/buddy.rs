@@ -147,6 +147,9 @@ pub(crate) struct TreeShape {
     /// allocatable: itself, its ancestors and descendants in the bunch, the occupied bits of the
     /// child bunches below it, and the seal.
     conflicts: Vec<Vec<u64>>,
+    /// Per band, per child bunch: the allocated bits of every node on the path from the
+    /// bunch's root to that child (what a climb from the child must find clear).
+    paths: Vec<Vec<u64>>,
     /// Per band, per node: its own bit, its descendants' bits in the bunch and the occupied bits
     /// of the child bunches below it.
     subtrees: Vec<Vec<u64>>,
@@ -282,12 +285,14 @@ impl TreeShape {
         let words = base.div_ceil(16) * 16;
         let conflicts = bands.iter().map(Self::conflict_masks).collect();
         let subtrees = bands.iter().map(Self::subtree_masks).collect();
+        let paths = bands.iter().map(|b| (0..1u64 << b.height).map(|j| path_mask(b.height, j)).collect()).collect();
         TreeShape {
             depth,
             bands,
             band_of_level,
             words,
             conflicts,
+            paths,
             subtrees,
             seals: AtomicU64::new(0),
             revealed: AtomicU64::new(u64::MAX),
@@ -464,7 +469,7 @@ impl TreeShape {
             let j = bunch & low_bits(parent.height);
             let parent_bunch = bunch >> parent.height;
             let parent_word = &tree[parent.base + parent_bunch as usize];
-            let path = path_mask(parent.height, j);
+            let path = self.paths[band - 1][j as usize];
             let occupied = 1u64 << (OCC_SHIFT as u64 + j);
             let mut current = parent_word.load(Ordering::Acquire);
             loop {
