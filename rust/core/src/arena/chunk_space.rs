@@ -120,6 +120,15 @@ impl ChunkSpace {
         hidden_of(self.free.fetch_add(EPOCH_STEP, Ordering::AcqRel))
     }
 
+    /// The free units now and the free epoch (as [`ChunkSpace::probe`] sees it), from one read:
+    /// a chunk with fewer free units than a block has no free node that holds the block, and
+    /// the epoch lets a caller hide it as a search that found nothing does.
+    #[inline]
+    pub(crate) fn look(&self) -> (u64, Probe) {
+        let word = self.free.load(Ordering::Acquire);
+        (word & UNITS_MASK, Probe(word >> 32))
+    }
+
     /// The epoch now, if at least `units` units are free (else a search cannot succeed).
     #[inline]
     pub(crate) fn probe(&self, units: u64) -> Option<Probe> {
@@ -229,5 +238,48 @@ mod tests {
         assert_eq!(s.hidden(), 1);
         s.reset_hidden();
         assert_eq!(s.hidden(), 0);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! A chunk hidden because it has fewer free units than a block, racing the free that
+    //! gives it the room: the free's announcement or the hide's refusal keeps the room visible.
+    use super::*;
+    use crate::arena::buddy::{Node, TreeShape};
+    use crate::arena::level_maps::LevelMaps;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn a_hide_for_want_of_units_racing_a_free_never_hides_the_freed_block() {
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            // The whole chunk taken as one pair and two leaves: no unit free.
+            for node in [Node { level: 1, index: 0 }, Node { level: 2, index: 2 }, Node { level: 2, index: 3 }] {
+                shape.try_alloc(&tree, node).unwrap();
+            }
+            space.take(4);
+            let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
+            let freer = thread::spawn(move || {
+                let pair = Node { level: 1, index: 0 };
+                s2.release(&t2, pair).unwrap();
+                // The largest free node around the pair is the pair itself (level 1).
+                if sp2.give(2).1 > s2.coalesced_level(&t2, pair) {
+                    m2.announce(&sp2, 0, s2.coalesced_level(&t2, pair));
+                }
+            });
+            // An allocation of a pair (two units) reads the chunk's count.
+            let (free_units, probe) = space.look();
+            if free_units < 2 {
+                maps.hide(&space, 0, 1, probe);
+            }
+            freer.join().unwrap();
+            assert!(maps.may_serve(1, 0), "the maps hide a pair freed while the chunk was full");
+        });
     }
 }

@@ -524,9 +524,13 @@ impl Pool {
         while let Some(chunk) = pool.maps.next(b.level, from, &owned) {
             from = chunk + 1;
             let space = &self.arena.space[chunk];
-            let Some(probe) = space.probe(b.units) else {
+            let (free_units, probe) = space.look();
+            if free_units < b.units {
+                // No node of the block's level (or a larger one) can be free there: hidden
+                // like a chunk whose search found nothing, until a free makes one.
+                pool.maps.hide(space, chunk, b.level, probe);
                 continue;
-            };
+            }
             if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, probe, false) {
                 return Some(placed);
             }
