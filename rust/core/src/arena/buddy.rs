@@ -447,6 +447,7 @@ impl TreeShape {
     /// Claim the nodes whose bits are `bits` in the bunch at `loc` at once (one compare-and-swap,
     /// provided no bit of `conflicts`, their conflict masks together, is set), then climb to the
     /// root once. On `Err`, nothing is left claimed.
+    #[inline]
     fn try_alloc_bits(&self, tree: &[AtomicU64], loc: Loc, bits: u64, conflicts: u64) -> Result<(), Conflict> {
         let word = &tree[loc.word];
         let mut current = word.load(Ordering::Acquire);
