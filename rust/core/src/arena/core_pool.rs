@@ -217,7 +217,8 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_models {
     //! Two chunks of one core become empty at once with one reserve slot, whose chunk was
-    //! refilled: exactly one of them is kept, the other goes back (is retired).
+    //! refilled: exactly one of them is kept, the other goes back (is retired). And a core's
+    //! level maps hiding a chunk that is short of units, racing the free that fills it up.
     use super::*;
     use loom::sync::Arc;
     use loom::thread;
@@ -248,6 +249,44 @@ mod loom_models {
             c.disown(1);
             other.join().unwrap();
             assert_eq!(c.owned().collect::<Vec<_>>(), vec![2]);
+        });
+    }
+
+    #[test]
+    fn a_hide_for_want_of_units_racing_a_free_never_hides_the_freed_block() {
+        // A chunk hidden because it has fewer free units than a block (as an allocation hides
+        // one when it meets it in the level maps), racing the free that gives it the room: the
+        // free's announcement or the hide's refusal keeps the room visible.
+        use crate::arena::buddy::{Node, TreeShape};
+        use crate::arena::chunk_space::ChunkSpace;
+        use crate::util::sync::AtomicU64;
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            // The whole chunk taken as one pair and two leaves: no unit free.
+            for node in [Node { level: 1, index: 0 }, Node { level: 2, index: 2 }, Node { level: 2, index: 3 }] {
+                shape.try_alloc(&tree, node).unwrap();
+            }
+            space.take(4);
+            let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
+            let freer = thread::spawn(move || {
+                let pair = Node { level: 1, index: 0 };
+                s2.release(&t2, pair).unwrap();
+                // The largest free node around the pair is the pair itself (level 1).
+                if sp2.give(2).1 > s2.coalesced_level(&t2, pair) {
+                    m2.announce(&sp2, 0, s2.coalesced_level(&t2, pair));
+                }
+            });
+            // An allocation of a pair (two units) reads the chunk's count.
+            let (free_units, probe) = space.look();
+            if free_units < 2 {
+                maps.hide(&space, 0, 1, probe);
+            }
+            freer.join().unwrap();
+            assert!(maps.may_serve(1, 0), "the maps hide a pair freed while the chunk was full");
         });
     }
 }
