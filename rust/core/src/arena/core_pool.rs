@@ -14,6 +14,19 @@ use crate::error::Result;
 use crate::util::sync::{AtomicU64, Ordering};
 use crate::util::zeroed::{try_boxed, Zeroed};
 
+/// Where a core's hint of a level points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hint {
+    /// A bunch (of the level's band) where a search of that level last succeeded.
+    Bunch(u64),
+    /// The node of that level that a free of a block of that level last released (or the
+    /// node its block started in).
+    Freed(u64),
+}
+
+/// The hint word's flag for [`Hint::Freed`].
+const FREED_NODE: u64 = 1 << 31;
+
 /// Nodes a core's free-node record keeps per level.
 const FREE_SLOTS: u64 = 32;
 
@@ -27,7 +40,8 @@ struct FreeNodes {
 pub(crate) struct CorePool {
     /// One bit per chunk of the arena (lazily committed: see `util/zeroed.rs`).
     owned: Zeroed<AtomicU64>,
-    /// Per level: `(chunk + 1) << 32 | bunch`, 0 meaning no hint. Inline, so that it shares the
+    /// Per level: `(chunk + 1) << 32 | bunch`, or `(chunk + 1) << 32 | FREED_NODE | index` (see
+    /// [`Hint`]), 0 meaning no hint. Inline, so that it shares the
     /// padded lines of this core only: a hint is written on most allocations and local frees.
     hints: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
     /// Per level: how many nodes were ever recorded in `free_nodes` less how many were taken
@@ -98,14 +112,29 @@ impl CorePool {
     }
 
     #[inline]
-    pub(crate) fn hint(&self, level: u32) -> Option<(usize, u64)> {
+    pub(crate) fn hint(&self, level: u32) -> Option<(usize, Hint)> {
         let h = self.hints[level as usize].load(Ordering::Relaxed);
-        (h != 0).then(|| ((h >> 32) as usize - 1, h & 0xFFFF_FFFF))
+        (h != 0).then(|| {
+            let value = h & 0x7FFF_FFFF;
+            let hint = if h & FREED_NODE != 0 { Hint::Freed(value) } else { Hint::Bunch(value) };
+            ((h >> 32) as usize - 1, hint)
+        })
+    }
+
+    /// Point the hint of `level` at bunch `bunch` of `chunk` (where a search just succeeded).
+    #[inline]
+    pub(crate) fn set_hint(&self, level: u32, chunk: usize, bunch: u64) {
+        self.store_hint(level, ((chunk as u64 + 1) << 32) | bunch);
+    }
+
+    /// Point the hint of `level` at node `index` of `chunk`, which a free just released.
+    #[inline]
+    pub(crate) fn set_hint_freed(&self, level: u32, chunk: usize, index: u64) {
+        self.store_hint(level, ((chunk as u64 + 1) << 32) | FREED_NODE | index);
     }
 
     #[inline]
-    pub(crate) fn set_hint(&self, level: u32, chunk: usize, bunch: u64) {
-        let h = ((chunk as u64 + 1) << 32) | bunch;
+    fn store_hint(&self, level: u32, h: u64) {
         if self.hints[level as usize].load(Ordering::Relaxed) != h {
             self.hints[level as usize].store(h, Ordering::Relaxed);
         }
@@ -135,6 +164,23 @@ impl CorePool {
         slot.store(0, Ordering::Relaxed);
         top.store(t, Ordering::Relaxed);
         Some(((h >> 32) as usize - 1, h & 0xFFFF_FFFF))
+    }
+
+    /// Drop the newest free node recorded at `level` if it is node `index` of `chunk` or holds
+    /// it (`index` at level `inner`, at or below `level`): a node taken otherwise than through
+    /// its record (the hint of a free) leaves that record stale.
+    #[inline]
+    pub(crate) fn drop_free_holding(&self, level: u32, chunk: usize, inner: u32, index: u64) -> bool {
+        let top = &self.tops[level as usize];
+        let t = top.load(Ordering::Relaxed).wrapping_sub(1);
+        let slot = &self.free_nodes[level as usize].slots[(t % FREE_SLOTS) as usize];
+        let h = slot.load(Ordering::Relaxed);
+        if h == 0 || h != ((chunk as u64 + 1) << 32) | (index >> (inner - level)) {
+            return false;
+        }
+        slot.store(0, Ordering::Relaxed);
+        top.store(t, Ordering::Relaxed);
+        true
     }
 
     /// `chunk` just became empty: keep it in reserve if it is already there or a slot is free
@@ -208,9 +254,11 @@ mod tests {
         let c = CorePool::new(10, 14, 1).unwrap();
         assert_eq!(c.hint(5), None);
         c.set_hint(5, 0, 0);
-        assert_eq!(c.hint(5), Some((0, 0)));
+        assert_eq!(c.hint(5), Some((0, Hint::Bunch(0))));
         c.set_hint(5, 9, 255);
-        assert_eq!(c.hint(5), Some((9, 255)));
+        assert_eq!(c.hint(5), Some((9, Hint::Bunch(255))));
+        c.set_hint_freed(5, 9, 31);
+        assert_eq!(c.hint(5), Some((9, Hint::Freed(31))));
     }
 }
 

@@ -71,7 +71,7 @@ impl Arena {
         // one node (the common case), else where the hint points.
         let e = Node::covering(depth, within & !(b.enclosing - 1), b.enclosing);
         let core = &self.cores[owner];
-        core.set_hint(b.level, chunk, self.shape.bunch_of(e));
+        core.set_hint_freed(b.level, chunk, e.index);
         // Only a block at its enclosing node's start is recorded: recording the pieces of a
         // trimmed block (or of a packed one) would scatter small blocks over the holes of large
         // ones, which then no longer join into the nodes that large requests need.

@@ -4,6 +4,7 @@
 
 use crate::arena::buddy::{Conflict, Node, Summary};
 use crate::arena::chunk_space::Probe;
+use crate::arena::core_pool::Hint;
 use crate::arena::geometry::TRIM_SHIFT;
 use crate::arena::global::GlobalPool;
 use crate::arena::layout::{BuddyLayout, Layout};
@@ -37,6 +38,10 @@ pub(crate) struct Placed {
 
 /// How many recorded free nodes that fail their claim an allocation drops before it searches.
 const MAX_RECORD_MISSES: u32 = 4;
+
+/// How many levels above a block's an allocation that takes the node a free just released looks
+/// for that free's record, to drop it.
+const FREED_RECORD_LEVELS: u32 = 3;
 
 /// How many placements [`Pool::alloc_many_until`] makes between two questions to its caller.
 pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;
@@ -504,19 +509,32 @@ impl Pool {
     /// nothing is hidden at that level until a free there may have made room.
     fn alloc_in_core(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
         let pool = &self.arena.cores[owner];
+        let hint = pool.hint(b.level).filter(|&(chunk, _)| chunk < self.arena.geometry.chunks);
+        if let Some((chunk, Hint::Freed(index))) = hint {
+            // The node the last free of this level released: what it held, a block of this
+            // level holds again (its pieces lie inside the freed ones when it is not larger).
+            let e = Node { level: b.level, index };
+            if index % b.step == 0 && self.claim_in(chunk, b, e, true).is_ok() {
+                // That free recorded the largest free node around it, mostly this node or one
+                // a few levels larger: drop the record, which no longer holds free room.
+                for level in (b.level.saturating_sub(FREED_RECORD_LEVELS)..=b.level).rev() {
+                    if pool.drop_free_holding(level, chunk, b.level, index) {
+                        break;
+                    }
+                }
+                return Some(self.commit(chunk, b, e));
+            }
+        }
         if b.step <= 1 {
             if let Some(placed) = self.alloc_recorded(b, owner) {
                 return Some(placed);
             }
         }
-        if let Some((chunk, bunch)) = pool.hint(b.level) {
-            if chunk < self.arena.geometry.chunks {
-                let tree = self.arena.tree(chunk);
-                let node =
-                    self.arena.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
-                if let Some(node) = node {
-                    return Some(self.commit(chunk, b, node));
-                }
+        if let Some((chunk, Hint::Bunch(bunch))) = hint {
+            let tree = self.arena.tree(chunk);
+            let node = self.arena.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
+            if let Some(node) = node {
+                return Some(self.commit(chunk, b, node));
             }
         }
         let owned = |w: usize| pool.owned_word(w);
@@ -572,7 +590,12 @@ impl Pool {
         let tree = self.arena.tree(chunk);
         let space = &self.arena.space[chunk];
         let summary = Summary { words: self.arena.summaries(chunk), moved: &|| space.moved_since(probe) };
-        let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, bunch)| (c == chunk).then_some(bunch));
+        let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, hint)| {
+            (c == chunk).then(|| match hint {
+                Hint::Bunch(bunch) => bunch,
+                Hint::Freed(index) => self.arena.shape.bunch_of(Node { level: b.level, index }),
+            })
+        });
         let node = self
             .arena
             .shape
