@@ -562,7 +562,7 @@ impl Pool {
     /// Block `b` (natural alignment) at a node of its level that `owner`'s record of free nodes
     /// holds (`arena/core_pool.rs`), newest first. A record that fails its claim (taken since)
     /// is dropped; after a few such, the search takes over.
-    #[inline]
+    #[inline(always)]
     fn alloc_recorded(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
         let pool = &self.arena.cores[owner];
         for _ in 0..MAX_RECORD_MISSES {
