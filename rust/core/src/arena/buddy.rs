@@ -132,6 +132,9 @@ struct Loc {
     bit: u64,
 }
 
+/// The most nodes [`TreeShape::release_block`] releases at once.
+pub(crate) const MAX_BLOCK_NODES: usize = 10;
+
 /// The geometry of every chunk's tree; the metadata itself is a `[AtomicU64]` of
 /// [`TreeShape::words`] words per chunk, owned by the caller.
 #[derive(Debug)]
@@ -144,6 +147,9 @@ pub(crate) struct TreeShape {
     /// allocatable: itself, its ancestors and descendants in the bunch, the occupied bits of the
     /// child bunches below it, and the seal.
     conflicts: Vec<Vec<u64>>,
+    /// Per band, per child bunch: the allocated bits of every node on the path from the
+    /// bunch's root to that child (what a climb from the child must find clear).
+    paths: Vec<Vec<u64>>,
     /// Per band, per node: its own bit, its descendants' bits in the bunch and the occupied bits
     /// of the child bunches below it.
     subtrees: Vec<Vec<u64>>,
@@ -279,12 +285,14 @@ impl TreeShape {
         let words = base.div_ceil(16) * 16;
         let conflicts = bands.iter().map(Self::conflict_masks).collect();
         let subtrees = bands.iter().map(Self::subtree_masks).collect();
+        let paths = bands.iter().map(|b| (0..1u64 << b.height).map(|j| path_mask(b.height, j)).collect()).collect();
         TreeShape {
             depth,
             bands,
             band_of_level,
             words,
             conflicts,
+            paths,
             subtrees,
             seals: AtomicU64::new(0),
             revealed: AtomicU64::new(u64::MAX),
@@ -430,10 +438,18 @@ impl TreeShape {
     }
 
     /// Claim `node` and climb to the root. On `Err`, nothing is left claimed.
+    #[inline]
     pub(crate) fn try_alloc(&self, tree: &[AtomicU64], node: Node) -> Result<(), Conflict> {
         let loc = self.locate(node);
+        self.try_alloc_bits(tree, loc, loc.bit, self.conflicts[loc.band][loc.bit.trailing_zeros() as usize])
+    }
+
+    /// Claim the nodes whose bits are `bits` in the bunch at `loc` at once (one compare-and-swap,
+    /// provided no bit of `conflicts`, their conflict masks together, is set), then climb to the
+    /// root once. On `Err`, nothing is left claimed.
+    #[inline]
+    fn try_alloc_bits(&self, tree: &[AtomicU64], loc: Loc, bits: u64, conflicts: u64) -> Result<(), Conflict> {
         let word = &tree[loc.word];
-        let conflicts = self.conflicts[loc.band][loc.bit.trailing_zeros() as usize];
         let mut current = word.load(Ordering::Acquire);
         loop {
             if current & conflicts != 0 {
@@ -442,7 +458,7 @@ impl TreeShape {
                 }
                 return Err(Conflict::Taken);
             }
-            match word.compare_exchange_weak(current, current | loc.bit, Ordering::AcqRel, Ordering::Acquire) {
+            match word.compare_exchange_weak(current, current | bits, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
                 Err(seen) => current = seen,
             }
@@ -454,12 +470,12 @@ impl TreeShape {
             let j = bunch & low_bits(parent.height);
             let parent_bunch = bunch >> parent.height;
             let parent_word = &tree[parent.base + parent_bunch as usize];
-            let path = path_mask(parent.height, j);
+            let path = self.paths[band - 1][j as usize];
             let occupied = 1u64 << (OCC_SHIFT as u64 + j);
             let mut current = parent_word.load(Ordering::Acquire);
             loop {
                 if current & path != 0 {
-                    self.clear_bit(tree, loc);
+                    self.clear_bits(tree, loc.word, bits);
                     return Err(Conflict::Ancestor);
                 }
                 if current & occupied != 0 {
@@ -467,7 +483,7 @@ impl TreeShape {
                 }
                 if current & INNER_SEAL != 0 {
                     self.saw_seal();
-                    self.clear_bit(tree, loc);
+                    self.clear_bits(tree, loc.word, bits);
                     return Err(Conflict::Taken); // being cleaned: try elsewhere
                 }
                 match parent_word.compare_exchange_weak(
@@ -482,6 +498,117 @@ impl TreeShape {
             }
             band -= 1;
             bunch = parent_bunch;
+        }
+        Ok(())
+    }
+
+    /// [`TreeShape::try_alloc_bits`] that, when only phantom marks of child bunches are in the
+    /// way, cleans them and tries once more (see [`TreeShape::try_alloc_cleaning`]).
+    fn try_alloc_bits_cleaning(&self, tree: &[AtomicU64], loc: Loc, bits: u64, conflicts: u64) -> Result<(), Conflict> {
+        match self.try_alloc_bits(tree, loc, bits, conflicts) {
+            Err(Conflict::Taken) => {}
+            other => return other,
+        }
+        let b = self.bands[loc.band];
+        if b.leaf {
+            return Err(Conflict::Taken);
+        }
+        let word = tree[loc.word].load(Ordering::Acquire);
+        if word & conflicts & !b.occ_mask() != 0 {
+            return Err(Conflict::Taken);
+        }
+        let mut marked = (word & conflicts & b.occ_mask()) >> OCC_SHIFT;
+        while marked != 0 {
+            let child = (loc.bunch << b.height) | marked.trailing_zeros() as u64;
+            if !self.clean_child(tree, loc.band, loc.bunch, child) {
+                return Err(Conflict::Taken);
+            }
+            marked &= marked - 1;
+        }
+        self.try_alloc_bits(tree, loc, bits, conflicts)
+    }
+
+    /// The run of nodes at the start of `nodes` (disjoint, in address order) that share the
+    /// bunch of `nodes[0]`: its length, the bunch's location, their bits and their conflict
+    /// masks together.
+    #[inline]
+    fn run_in_bunch(&self, nodes: &[Node]) -> (usize, Loc, u64, u64) {
+        let loc = self.locate(nodes[0]);
+        let (mut bits, mut conflicts) = (loc.bit, self.conflicts[loc.band][loc.bit.trailing_zeros() as usize]);
+        let mut n = 1;
+        while let Some(&node) = nodes.get(n) {
+            let l = self.locate(node);
+            if l.word != loc.word {
+                break;
+            }
+            bits |= l.bit;
+            conflicts |= self.conflicts[l.band][l.bit.trailing_zeros() as usize];
+            n += 1;
+        }
+        (n, loc, bits, conflicts)
+    }
+
+    /// Claim the disjoint nodes of one block (in address order) together: those that share a
+    /// bunch with one compare-and-swap and one climb, as [`TreeShape::try_alloc`] claims one
+    /// (`cleaning`: as [`TreeShape::try_alloc_cleaning`]). On `Err((conflict, n))` nothing is
+    /// left claimed, and the first `n` nodes were claimed and released again: a caller announces
+    /// their release as a free does (`n == 0`: nothing changed).
+    pub(crate) fn try_alloc_block(
+        &self,
+        tree: &[AtomicU64],
+        nodes: &[Node],
+        cleaning: bool,
+    ) -> Result<(), (Conflict, usize)> {
+        let mut done = 0;
+        while done < nodes.len() {
+            let (n, loc, bits, conflicts) = self.run_in_bunch(&nodes[done..]);
+            let claimed = match cleaning {
+                true => self.try_alloc_bits_cleaning(tree, loc, bits, conflicts),
+                false => self.try_alloc_bits(tree, loc, bits, conflicts),
+            };
+            if let Err(conflict) = claimed {
+                for &node in &nodes[..done] {
+                    self.clear_bit(tree, self.locate(node));
+                }
+                return Err((conflict, done));
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Release the disjoint nodes of one block (in address order, at most
+    /// [`MAX_BLOCK_NODES`]): `Err(())`, and nothing changes, unless every one of them is
+    /// allocated. The nodes that share a bunch with the first are released with one
+    /// compare-and-swap that finds them all allocated, which decides a race of two callers; the
+    /// others with one `fetch_and` per bunch.
+    pub(crate) fn release_block(&self, tree: &[AtomicU64], nodes: &[Node]) -> Result<(), ()> {
+        let mut runs = [(0usize, 0u64); MAX_BLOCK_NODES];
+        let mut count = 0;
+        let mut done = 0;
+        while done < nodes.len() {
+            let (n, loc, bits, _) = self.run_in_bunch(&nodes[done..]);
+            if tree[loc.word].load(Ordering::Acquire) & bits != bits {
+                return Err(());
+            }
+            runs[count] = (loc.word, bits);
+            count += 1;
+            done += n;
+        }
+        let (first, bits) = runs[0];
+        let word = &tree[first];
+        let mut current = word.load(Ordering::Acquire);
+        loop {
+            if current & bits != bits {
+                return Err(());
+            }
+            match word.compare_exchange_weak(current, current & !bits, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        for &(word, bits) in &runs[1..count] {
+            self.clear_bits(tree, word, bits);
         }
         Ok(())
     }
@@ -623,8 +750,13 @@ impl TreeShape {
 
     /// Clear the bit at `loc`; `false` when it was already clear. Marks above stay (lazily).
     fn clear_bit(&self, tree: &[AtomicU64], loc: Loc) -> bool {
-        let previous = tree[loc.word].fetch_and(!loc.bit, Ordering::AcqRel);
-        previous & loc.bit != 0
+        self.clear_bits(tree, loc.word, loc.bit) & loc.bit != 0
+    }
+
+    /// Clear `bits` of word `word`; returns the word before. Marks above stay (lazily).
+    #[inline]
+    fn clear_bits(&self, tree: &[AtomicU64], word: usize, bits: u64) -> u64 {
+        tree[word].fetch_and(!bits, Ordering::AcqRel)
     }
 
     /// Clean marked child bunch `child` of bunch `bunch` in `band`: clean its own marked
@@ -664,29 +796,8 @@ impl TreeShape {
     /// For blocks placed at a position found by other means than a search of the tree (a free
     /// stretch: `stretches.rs`), whose pieces may lie over bunches emptied since.
     pub(crate) fn try_alloc_cleaning(&self, tree: &[AtomicU64], node: Node) -> Result<(), Conflict> {
-        match self.try_alloc(tree, node) {
-            Err(Conflict::Taken) => {}
-            other => return other,
-        }
         let loc = self.locate(node);
-        let b = self.bands[loc.band];
-        if b.leaf {
-            return Err(Conflict::Taken);
-        }
-        let conflicts = self.conflicts[loc.band][loc.bit.trailing_zeros() as usize];
-        let word = tree[loc.word].load(Ordering::Acquire);
-        if word & conflicts & !b.occ_mask() != 0 {
-            return Err(Conflict::Taken);
-        }
-        let mut marked = (word & conflicts & b.occ_mask()) >> OCC_SHIFT;
-        while marked != 0 {
-            let child = (loc.bunch << b.height) | marked.trailing_zeros() as u64;
-            if !self.clean_child(tree, loc.band, loc.bunch, child) {
-                return Err(Conflict::Taken);
-            }
-            marked &= marked - 1;
-        }
-        self.try_alloc(tree, node)
+        self.try_alloc_bits_cleaning(tree, loc, loc.bit, self.conflicts[loc.band][loc.bit.trailing_zeros() as usize])
     }
 
     /// Set in `out` (bit `i % 64` of word `i / 64` is granule `i`, a granule `1 << shift`
@@ -1676,6 +1787,77 @@ mod loom_models {
             shape.sweep(&t);
             quiescent_ok(&shape, &t);
             assert!(shape.try_alloc(&t, Node { level: 0, index: 0 }).is_ok());
+        });
+    }
+
+    /// A tree of four levels: the root alone in the top band, levels 1 to 3 in two leaf
+    /// bunches, so that the nodes of a three-unit block (a half of a leaf bunch's top node and
+    /// a unit) share one bunch.
+    fn setup_deep_leaves() -> (Arc<TreeShape>, Arc<Vec<AtomicU64>>) {
+        let shape = TreeShape::with_heights(3, 3, 1);
+        let t = (0..shape.words()).map(|_| AtomicU64::new(0)).collect();
+        (Arc::new(shape), Arc::new(t))
+    }
+
+    /// The nodes of the three-unit block at unit 0: two units and one, in one leaf bunch.
+    const BLOCK: [Node; 2] = [Node { level: 2, index: 0 }, Node { level: 3, index: 2 }];
+
+    #[test]
+    fn a_block_claimed_in_one_step_races_a_unit_inside_it_and_the_root() {
+        loom::model(|| {
+            let (shape, t) = setup_deep_leaves();
+            let (s1, t1) = (shape.clone(), t.clone());
+            let unit = thread::spawn(move || s1.try_alloc(&t1, Node { level: 3, index: 2 }).is_ok());
+            let (s2, t2) = (shape.clone(), t.clone());
+            let root = thread::spawn(move || s2.try_alloc(&t2, Node { level: 0, index: 0 }).is_ok());
+            let block = shape.try_alloc_block(&t, &BLOCK, false).is_ok();
+            let (unit, root) = (unit.join().unwrap(), root.join().unwrap());
+            assert!(!(block && unit) && !(block && root) && !(unit && root), "{block} {unit} {root}");
+            assert!(block || unit || root, "one of them always fits");
+            quiescent_ok(&shape, &t);
+            if block {
+                assert!(shape.is_allocated(&t, BLOCK[0]) && shape.is_allocated(&t, BLOCK[1]));
+                assert_eq!(shape.release_block(&t, &BLOCK), Ok(()));
+            }
+        });
+    }
+
+    #[test]
+    fn a_block_claimed_across_bunches_rolls_back_whole_when_its_last_bunch_is_taken() {
+        // Four units and one: the first bunch's top node and a unit of the second bunch. A
+        // unit allocated in the second bunch meanwhile makes the claim undo its first part.
+        loom::model(|| {
+            let (shape, t) = setup_deep_leaves();
+            let block = [Node { level: 1, index: 0 }, Node { level: 3, index: 4 }];
+            let (s1, t1) = (shape.clone(), t.clone());
+            let unit = thread::spawn(move || s1.try_alloc(&t1, Node { level: 3, index: 4 }).is_ok());
+            let got = shape.try_alloc_block(&t, &block, true);
+            let unit = unit.join().unwrap();
+            assert!(unit != got.is_ok(), "exactly one of them gets unit 4: {unit} {got:?}");
+            if let Err((_, undone)) = got {
+                assert!(undone <= 1 && !shape.is_allocated(&t, block[0]), "the first part was undone");
+            }
+            quiescent_ok(&shape, &t);
+        });
+    }
+
+    #[test]
+    fn two_releases_of_one_block_one_wins_and_a_claim_after_keeps_its_nodes() {
+        loom::model(|| {
+            let (shape, t) = setup_deep_leaves();
+            shape.try_alloc_block(&t, &BLOCK, false).unwrap();
+            let (s1, t1) = (shape.clone(), t.clone());
+            let other = thread::spawn(move || {
+                let released = s1.release_block(&t1, &BLOCK).is_ok();
+                // Reuse one of the units at once, as an allocation racing a double free would.
+                let unit = released && s1.try_alloc(&t1, Node { level: 3, index: 2 }).is_ok();
+                (released, unit)
+            });
+            let mine = shape.release_block(&t, &BLOCK).is_ok();
+            let (theirs, unit) = other.join().unwrap();
+            assert!(mine ^ theirs, "exactly one release wins: {mine} {theirs}");
+            assert_eq!(shape.is_allocated(&t, Node { level: 3, index: 2 }), unit, "a losing release took nothing");
+            quiescent_ok(&shape, &t);
         });
     }
 

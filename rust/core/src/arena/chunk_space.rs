@@ -120,6 +120,15 @@ impl ChunkSpace {
         hidden_of(self.free.fetch_add(EPOCH_STEP, Ordering::AcqRel))
     }
 
+    /// The free units now and the free epoch (as [`ChunkSpace::probe`] sees it), from one read:
+    /// a chunk with fewer free units than a block has no free node that holds the block, and
+    /// the epoch lets a caller hide it as a search that found nothing does.
+    #[inline]
+    pub(crate) fn look(&self) -> (u64, Probe) {
+        let word = self.free.load(Ordering::Acquire);
+        (word & UNITS_MASK, Probe(word >> 32))
+    }
+
     /// The epoch now, if at least `units` units are free (else a search cannot succeed).
     #[inline]
     pub(crate) fn probe(&self, units: u64) -> Option<Probe> {

@@ -1,7 +1,9 @@
 //! One pool per core: the set of chunks it owns (a bitmap over all chunks, so any thread can add
 //! or drop one with a single atomic operation), a search hint per tree level (the chunk and
 //! bunch of the last success or of the last local free of that size, so the next allocation of
-//! that size usually finds room at once, and a search resumes there as a cursor),
+//! that size usually finds room at once, and a search resumes there as a cursor), per level the
+//! last few nodes that frees left entirely free (an allocation of that level takes one of them
+//! with a claim and no search at all),
 //! the few fully free chunks it keeps in reserve instead of giving them back (so a core that
 //! empties and refills a chunk does not trade it with the global pool each time), and its level
 //! maps: which of its chunks may serve which tree level (`level_maps.rs`).
@@ -12,12 +14,44 @@ use crate::error::Result;
 use crate::util::sync::{AtomicU64, Ordering};
 use crate::util::zeroed::{try_boxed, Zeroed};
 
+/// Where a core's hint of a level points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hint {
+    /// A bunch (of the level's band) where a search of that level last succeeded.
+    Bunch(u64),
+    /// The node of that level that a free of a block of that level last released (or the
+    /// node its block started in).
+    Freed(u64),
+}
+
+/// The hint word's flag for [`Hint::Freed`].
+const FREED_NODE: u64 = 1 << 31;
+
+/// Nodes a core's free-node record keeps per level.
+const FREE_SLOTS: u64 = 32;
+
+/// The last [`FREE_SLOTS`] nodes of one level recorded as free, a ring of
+/// `(chunk + 1) << 32 | index` (0 for an empty slot).
+#[repr(align(128))]
+struct FreeNodes {
+    slots: [AtomicU64; FREE_SLOTS as usize],
+}
+
 pub(crate) struct CorePool {
     /// One bit per chunk of the arena (lazily committed: see `util/zeroed.rs`).
     owned: Zeroed<AtomicU64>,
-    /// Per level: `(chunk + 1) << 32 | bunch`, 0 meaning no hint. Inline, so that it shares the
+    /// Per level: `(chunk + 1) << 32 | bunch`, or `(chunk + 1) << 32 | FREED_NODE | index` (see
+    /// [`Hint`]), 0 meaning no hint. Inline, so that it shares the
     /// padded lines of this core only: a hint is written on most allocations and local frees.
     hints: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
+    /// Per level: how many nodes were ever recorded in `free_nodes` less how many were taken
+    /// out (wrapping); the newest is in slot `(tops[level] - 1) % FREE_SLOTS`.
+    tops: [AtomicU64; MAX_TREE_DEPTH as usize + 1],
+    /// Per level, the nodes of this core's chunks that a free or a split left entirely free
+    /// most recently: where an allocation of that level (or a smaller one, split off) looks
+    /// before it searches. Advisory, as the hints: a node taken since fails its claim and is
+    /// dropped, a node overwritten is only found by a search.
+    free_nodes: [FreeNodes; MAX_TREE_DEPTH as usize + 1],
     /// Reserve slots: `chunk + 1`, or 0 for an empty slot.
     reserve: Box<[AtomicU64]>,
     /// Per level, the chunks that may hold a free node of that level.
@@ -32,6 +66,8 @@ impl CorePool {
         Ok(CorePool {
             owned: Zeroed::new(chunks.div_ceil(64), "a core pool's chunk bitmap")?,
             hints: std::array::from_fn(|_| AtomicU64::new(0)),
+            tops: std::array::from_fn(|_| AtomicU64::new(0)),
+            free_nodes: std::array::from_fn(|_| FreeNodes { slots: std::array::from_fn(|_| AtomicU64::new(0)) }),
             reserve: try_boxed(reserve, "a core pool's reserve slots", |_| AtomicU64::new(0))?,
             maps: LevelMaps::new(chunks, levels)?,
         })
@@ -76,17 +112,75 @@ impl CorePool {
     }
 
     #[inline]
-    pub(crate) fn hint(&self, level: u32) -> Option<(usize, u64)> {
+    pub(crate) fn hint(&self, level: u32) -> Option<(usize, Hint)> {
         let h = self.hints[level as usize].load(Ordering::Relaxed);
-        (h != 0).then(|| ((h >> 32) as usize - 1, h & 0xFFFF_FFFF))
+        (h != 0).then(|| {
+            let value = h & 0x7FFF_FFFF;
+            let hint = if h & FREED_NODE != 0 { Hint::Freed(value) } else { Hint::Bunch(value) };
+            ((h >> 32) as usize - 1, hint)
+        })
+    }
+
+    /// Point the hint of `level` at bunch `bunch` of `chunk` (where a search just succeeded).
+    #[inline]
+    pub(crate) fn set_hint(&self, level: u32, chunk: usize, bunch: u64) {
+        self.store_hint(level, ((chunk as u64 + 1) << 32) | bunch);
+    }
+
+    /// Point the hint of `level` at node `index` of `chunk`, which a free just released.
+    #[inline]
+    pub(crate) fn set_hint_freed(&self, level: u32, chunk: usize, index: u64) {
+        self.store_hint(level, ((chunk as u64 + 1) << 32) | FREED_NODE | index);
     }
 
     #[inline]
-    pub(crate) fn set_hint(&self, level: u32, chunk: usize, bunch: u64) {
-        let h = ((chunk as u64 + 1) << 32) | bunch;
+    fn store_hint(&self, level: u32, h: u64) {
         if self.hints[level as usize].load(Ordering::Relaxed) != h {
             self.hints[level as usize].store(h, Ordering::Relaxed);
         }
+    }
+
+    /// Record node `index` of `level` in `chunk` as entirely free (over the oldest record of
+    /// that level when all slots are taken). Plain stores: a record is only a place to try.
+    #[inline]
+    pub(crate) fn record_free(&self, level: u32, chunk: usize, index: u64) {
+        let top = &self.tops[level as usize];
+        let t = top.load(Ordering::Relaxed);
+        let slot = &self.free_nodes[level as usize].slots[(t % FREE_SLOTS) as usize];
+        slot.store(((chunk as u64 + 1) << 32) | index, Ordering::Relaxed);
+        top.store(t.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Take out the newest free node recorded at `level`: `(chunk, index)`.
+    #[inline]
+    pub(crate) fn take_free(&self, level: u32) -> Option<(usize, u64)> {
+        let top = &self.tops[level as usize];
+        let t = top.load(Ordering::Relaxed).wrapping_sub(1);
+        let slot = &self.free_nodes[level as usize].slots[(t % FREE_SLOTS) as usize];
+        let h = slot.load(Ordering::Relaxed);
+        if h == 0 {
+            return None;
+        }
+        slot.store(0, Ordering::Relaxed);
+        top.store(t, Ordering::Relaxed);
+        Some(((h >> 32) as usize - 1, h & 0xFFFF_FFFF))
+    }
+
+    /// Drop the newest free node recorded at `level` if it is node `index` of `chunk` or holds
+    /// it (`index` at level `inner`, at or below `level`): a node taken otherwise than through
+    /// its record (the hint of a free) leaves that record stale.
+    #[inline]
+    pub(crate) fn drop_free_holding(&self, level: u32, chunk: usize, inner: u32, index: u64) -> bool {
+        let top = &self.tops[level as usize];
+        let t = top.load(Ordering::Relaxed).wrapping_sub(1);
+        let slot = &self.free_nodes[level as usize].slots[(t % FREE_SLOTS) as usize];
+        let h = slot.load(Ordering::Relaxed);
+        if h == 0 || h != ((chunk as u64 + 1) << 32) | (index >> (inner - level)) {
+            return false;
+        }
+        slot.store(0, Ordering::Relaxed);
+        top.store(t, Ordering::Relaxed);
+        true
     }
 
     /// `chunk` just became empty: keep it in reserve if it is already there or a slot is free
@@ -138,20 +232,41 @@ mod tests {
     }
 
     #[test]
+    fn free_records_are_taken_newest_first_and_keep_the_last_few() {
+        let c = CorePool::new(10, 14, 1).unwrap();
+        assert_eq!(c.take_free(3), None);
+        c.record_free(3, 2, 5);
+        c.record_free(3, 9, 1);
+        c.record_free(4, 7, 0);
+        assert_eq!(c.take_free(3), Some((9, 1)));
+        assert_eq!(c.take_free(3), Some((2, 5)));
+        assert_eq!(c.take_free(3), None);
+        assert_eq!(c.take_free(4), Some((7, 0)));
+        for i in 0..FREE_SLOTS + 3 {
+            c.record_free(6, 1, i);
+        }
+        let kept: Vec<u64> = std::iter::from_fn(|| c.take_free(6).map(|(_, i)| i)).collect();
+        assert_eq!(kept, (3..FREE_SLOTS + 3).rev().collect::<Vec<_>>(), "the oldest records were overwritten");
+    }
+
+    #[test]
     fn hints_round_trip() {
         let c = CorePool::new(10, 14, 1).unwrap();
         assert_eq!(c.hint(5), None);
         c.set_hint(5, 0, 0);
-        assert_eq!(c.hint(5), Some((0, 0)));
+        assert_eq!(c.hint(5), Some((0, Hint::Bunch(0))));
         c.set_hint(5, 9, 255);
-        assert_eq!(c.hint(5), Some((9, 255)));
+        assert_eq!(c.hint(5), Some((9, Hint::Bunch(255))));
+        c.set_hint_freed(5, 9, 31);
+        assert_eq!(c.hint(5), Some((9, Hint::Freed(31))));
     }
 }
 
 #[cfg(all(test, loom))]
 mod loom_models {
     //! Two chunks of one core become empty at once with one reserve slot, whose chunk was
-    //! refilled: exactly one of them is kept, the other goes back (is retired).
+    //! refilled: exactly one of them is kept, the other goes back (is retired). And a core's
+    //! level maps hiding a chunk that is short of units, racing the free that fills it up.
     use super::*;
     use loom::sync::Arc;
     use loom::thread;
@@ -182,6 +297,44 @@ mod loom_models {
             c.disown(1);
             other.join().unwrap();
             assert_eq!(c.owned().collect::<Vec<_>>(), vec![2]);
+        });
+    }
+
+    #[test]
+    fn a_hide_for_want_of_units_racing_a_free_never_hides_the_freed_block() {
+        // A chunk hidden because it has fewer free units than a block (as an allocation hides
+        // one when it meets it in the level maps), racing the free that gives it the room: the
+        // free's announcement or the hide's refusal keeps the room visible.
+        use crate::arena::buddy::{Node, TreeShape};
+        use crate::arena::chunk_space::ChunkSpace;
+        use crate::util::sync::AtomicU64;
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            // The whole chunk taken as one pair and two leaves: no unit free.
+            for node in [Node { level: 1, index: 0 }, Node { level: 2, index: 2 }, Node { level: 2, index: 3 }] {
+                shape.try_alloc(&tree, node).unwrap();
+            }
+            space.take(4);
+            let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
+            let freer = thread::spawn(move || {
+                let pair = Node { level: 1, index: 0 };
+                s2.release(&t2, pair).unwrap();
+                // The largest free node around the pair is the pair itself (level 1).
+                if sp2.give(2).1 > s2.coalesced_level(&t2, pair) {
+                    m2.announce(&sp2, 0, s2.coalesced_level(&t2, pair));
+                }
+            });
+            // An allocation of a pair (two units) reads the chunk's count.
+            let (free_units, probe) = space.look();
+            if free_units < 2 {
+                maps.hide(&space, 0, 1, probe);
+            }
+            freer.join().unwrap();
+            assert!(maps.may_serve(1, 0), "the maps hide a pair freed while the chunk was full");
         });
     }
 }

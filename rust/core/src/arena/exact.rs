@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 
 use super::arena::Arena;
-use super::buddy::{Node, TreeShape};
+use super::buddy::{Node, TreeShape, MAX_BLOCK_NODES};
 use super::geometry::TRIM_SHIFT;
 use super::global::ChunkState;
 use super::layout::{BuddyLayout, Layout};
@@ -50,20 +50,57 @@ impl Arena {
     /// block is not allocated there; of two callers releasing the same block, one gets `Err`.
     #[inline(always)]
     pub(crate) fn unmark_buddy(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<u64, &'static str> {
+        self.unmark_buddy_coalesced(chunk, b, within).map(|(after, _)| after)
+    }
+
+    /// [`Arena::unmark_buddy`], also returning the level of the largest free node around the
+    /// block's first node when the announcement had to find it (`None` when it did not).
+    #[inline(always)]
+    pub(crate) fn unmark_buddy_coalesced(
+        &self,
+        chunk: usize,
+        b: &BuddyLayout,
+        within: u64,
+    ) -> Result<(u64, Option<u32>), &'static str> {
         let (after, hidden) = self.unmark_nodes(chunk, b, within)?;
         let depth = self.geometry.depth;
-        // With nothing hidden, only pieces inside leaf bunches have a summary to lower. At its
-        // enclosing node's start a piece is at most TRIM_SHIFT levels below that node; a packed
-        // block elsewhere may have pieces at any level.
-        let deepest = match (within & (b.enclosing - 1) == 0, b.is_whole()) {
-            (false, _) => depth,
-            (true, true) => b.level,
-            (true, false) => b.level + TRIM_SHIFT,
-        };
-        if hidden != 0 || deepest >= self.shape.summarized_from() {
-            self.announce_free(chunk, hidden, b.pieces_at(depth, within));
+        let pieces = b.pieces_at(depth, within);
+        if within & (b.enclosing - 1) != 0 {
+            // A packed block: its pieces may lie at any level, side by side in any order.
+            self.announce_free(chunk, hidden, pieces);
+            return Ok((after, None));
         }
-        Ok(after)
+        // With nothing hidden, only pieces inside leaf bunches have a summary to lower. At its
+        // enclosing node's start a piece is at most TRIM_SHIFT levels below that node.
+        let deepest = if b.is_whole() { b.level } else { b.level + TRIM_SHIFT };
+        if hidden == 0 && deepest < self.shape.summarized_from() {
+            return Ok((after, None));
+        }
+        Ok((after, self.announce_block(chunk, hidden, pieces)))
+    }
+
+    /// [`Arena::announce_free`] for the pieces of a block at its enclosing node's start. Every
+    /// later piece lies in the enclosing node's right half, so it joins a free node larger than
+    /// that half only through the first piece: the first piece's largest free node is the
+    /// largest of them all, and it alone decides the owner's announcement. Returns its level
+    /// when it was found.
+    #[inline]
+    fn announce_block(&self, chunk: usize, hidden: u32, mut pieces: impl Iterator<Item = Node>) -> Option<u32> {
+        let tree = self.tree(chunk);
+        let summaries = self.summaries(chunk);
+        let first = pieces.next()?;
+        let mut coalesced = None;
+        self.shape.announce_in_bunches(tree, summaries, first, &mut coalesced);
+        if hidden != 0 {
+            let level = *coalesced.get_or_insert_with(|| self.shape.coalesced_level(tree, first));
+            if level < hidden {
+                self.announce_to_owner(chunk, level);
+            }
+        }
+        for node in pieces {
+            self.shape.announce_in_bunches(tree, summaries, node, &mut None);
+        }
+        coalesced
     }
 
     /// The release of [`Arena::unmark_buddy`] without its announcement: the nodes released and
@@ -79,19 +116,40 @@ impl Arena {
                 return Err("the block was freed already");
             }
         } else {
-            // Several nodes: all must be allocated before any is freed; the first release
-            // decides who frees the block when two callers race.
-            if !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
+            // Several nodes: all must be allocated before any is freed; the release of the
+            // first bunch's nodes decides who frees the block when two callers race.
+            let mut nodes = [Node { level: 0, index: 0 }; MAX_BLOCK_NODES];
+            let mut count = 0;
+            for p in b.pieces_at(depth, within) {
+                if count == MAX_BLOCK_NODES {
+                    return self.unmark_many(chunk, b, within);
+                }
+                nodes[count] = p;
+                count += 1;
+            }
+            if self.shape.release_block(tree, &nodes[..count]).is_err() {
                 return Err("no block of this size is allocated there");
             }
-            let mut pieces = b.pieces_at(depth, within);
-            let first = pieces.next().expect("a block has at least one node");
-            if self.shape.release(tree, first).is_err() {
-                return Err("the block was freed already");
-            }
-            for p in pieces {
-                let _ = self.shape.release(tree, p);
-            }
+        }
+        Ok(self.space[chunk].give(b.units))
+    }
+
+    /// [`Arena::unmark_nodes`] for a packed block of more than [`MAX_BLOCK_NODES`] nodes, one node at a
+    /// time.
+    #[cold]
+    fn unmark_many(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<(u64, u32), &'static str> {
+        let tree = self.tree(chunk);
+        let depth = self.geometry.depth;
+        if !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
+            return Err("no block of this size is allocated there");
+        }
+        let mut pieces = b.pieces_at(depth, within);
+        let first = pieces.next().expect("a block has at least one node");
+        if self.shape.release(tree, first).is_err() {
+            return Err("the block was freed already");
+        }
+        for p in pieces {
+            let _ = self.shape.release(tree, p);
         }
         Ok(self.space[chunk].give(b.units))
     }

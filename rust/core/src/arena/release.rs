@@ -50,7 +50,9 @@ impl Arena {
     }
 
     /// Give back buddy block `b` at unit `within` of chunk `chunk` of core `owner`: its nodes,
-    /// then the chunk if that emptied it, else a hint for the owner to the space it left.
+    /// then the chunk if that emptied it, else a hint for the owner to the space it left and,
+    /// when the block's enclosing node is free now, a record of the largest free node around it
+    /// (`core_pool.rs`).
     #[inline(always)]
     pub(crate) fn give_back_buddy(
         &self,
@@ -59,14 +61,26 @@ impl Arena {
         b: &BuddyLayout,
         within: u64,
     ) -> std::result::Result<(), &'static str> {
-        let after = self.unmark_buddy(chunk, b, within)?;
+        let (after, coalesced) = self.unmark_buddy_coalesced(chunk, b, within)?;
         if after == self.geometry.usable_units(chunk) {
             self.chunk_became_empty(chunk);
-        } else {
-            // The enclosing-sized node around the block's start: the block itself when it is
-            // one node (the common case), else where the hint points.
-            let e = Node::covering(self.geometry.depth, within & !(b.enclosing - 1), b.enclosing);
-            self.cores[owner].set_hint(b.level, chunk, self.shape.bunch_of(e));
+            return Ok(());
+        }
+        let depth = self.geometry.depth;
+        // The enclosing-sized node around the block's start: the block itself when it is
+        // one node (the common case), else where the hint points.
+        let e = Node::covering(depth, within & !(b.enclosing - 1), b.enclosing);
+        let core = &self.cores[owner];
+        core.set_hint_freed(b.level, chunk, e.index);
+        // Only a block at its enclosing node's start is recorded: recording the pieces of a
+        // trimmed block (or of a packed one) would scatter small blocks over the holes of large
+        // ones, which then no longer join into the nodes that large requests need.
+        if within & (b.enclosing - 1) == 0 {
+            let first = b.pieces_at(depth, within).next().unwrap_or(e);
+            let level = coalesced.unwrap_or_else(|| self.shape.coalesced_level(self.tree(chunk), first));
+            if level <= b.level {
+                core.record_free(level, chunk, within >> (depth - level));
+            }
         }
         Ok(())
     }

@@ -4,6 +4,8 @@
 
 use crate::arena::buddy::{Conflict, Node, Summary};
 use crate::arena::chunk_space::Probe;
+use crate::arena::core_pool::Hint;
+use crate::arena::geometry::TRIM_SHIFT;
 use crate::arena::global::GlobalPool;
 use crate::arena::layout::{BuddyLayout, Layout};
 use crate::arena::slab::caches::SlabBlocks;
@@ -33,6 +35,13 @@ pub(crate) struct Placed {
     /// The slab class, for slab objects.
     pub(crate) class: Option<usize>,
 }
+
+/// How many recorded free nodes that fail their claim an allocation drops before it searches.
+const MAX_RECORD_MISSES: u32 = 4;
+
+/// How many levels above a block's an allocation that takes the node a free just released looks
+/// for that free's record, to drop it.
+const FREED_RECORD_LEVELS: u32 = 3;
 
 /// How many placements [`Pool::alloc_many_until`] makes between two questions to its caller.
 pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;
@@ -500,14 +509,32 @@ impl Pool {
     /// nothing is hidden at that level until a free there may have made room.
     fn alloc_in_core(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
         let pool = &self.arena.cores[owner];
-        if let Some((chunk, bunch)) = pool.hint(b.level) {
-            if chunk < self.arena.geometry.chunks {
-                let tree = self.arena.tree(chunk);
-                let node =
-                    self.arena.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
-                if let Some(node) = node {
-                    return Some(self.commit(chunk, b, node));
+        let hint = pool.hint(b.level).filter(|&(chunk, _)| chunk < self.arena.geometry.chunks);
+        if let Some((chunk, Hint::Freed(index))) = hint {
+            // The node the last free of this level released: what it held, a block of this
+            // level holds again (its pieces lie inside the freed ones when it is not larger).
+            let e = Node { level: b.level, index };
+            if index % b.step == 0 && self.claim_in(chunk, b, e, true).is_ok() {
+                // That free recorded the largest free node around it, mostly this node or one
+                // a few levels larger: drop the record, which no longer holds free room.
+                for level in (b.level.saturating_sub(FREED_RECORD_LEVELS)..=b.level).rev() {
+                    if pool.drop_free_holding(level, chunk, b.level, index) {
+                        break;
+                    }
                 }
+                return Some(self.commit(chunk, b, e));
+            }
+        }
+        if b.step <= 1 {
+            if let Some(placed) = self.alloc_recorded(b, owner) {
+                return Some(placed);
+            }
+        }
+        if let Some((chunk, Hint::Bunch(bunch))) = hint {
+            let tree = self.arena.tree(chunk);
+            let node = self.arena.shape.search_in_bunch(tree, b.level, bunch, b.step, &mut |e| self.claim(chunk, b, e));
+            if let Some(node) = node {
+                return Some(self.commit(chunk, b, node));
             }
         }
         let owned = |w: usize| pool.owned_word(w);
@@ -515,14 +542,34 @@ impl Pool {
         while let Some(chunk) = pool.maps.next(b.level, from, &owned) {
             from = chunk + 1;
             let space = &self.arena.space[chunk];
-            let Some(probe) = space.probe(b.units) else {
+            let (free_units, probe) = space.look();
+            if free_units < b.units {
+                // No node of the block's level (or a larger one) can be free there: hidden
+                // like a chunk whose search found nothing, until a free makes one.
+                pool.maps.hide(space, chunk, b.level, probe);
                 continue;
-            };
+            }
             if let Some(placed) = self.alloc_in_chunk(chunk, b, owner, probe, false) {
                 return Some(placed);
             }
             if b.step <= 1 {
                 pool.maps.hide(space, chunk, b.level, probe);
+            }
+        }
+        None
+    }
+
+    /// Block `b` (natural alignment) at a node of its level that `owner`'s record of free nodes
+    /// holds (`arena/core_pool.rs`), newest first. A record that fails its claim (taken since)
+    /// is dropped; after a few such, the search takes over.
+    #[inline(always)]
+    fn alloc_recorded(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
+        let pool = &self.arena.cores[owner];
+        for _ in 0..MAX_RECORD_MISSES {
+            let (chunk, index) = pool.take_free(b.level)?;
+            let e = Node { level: b.level, index };
+            if chunk < self.arena.geometry.chunks && self.claim_in(chunk, b, e, true).is_ok() {
+                return Some(self.commit(chunk, b, e));
             }
         }
         None
@@ -543,7 +590,12 @@ impl Pool {
         let tree = self.arena.tree(chunk);
         let space = &self.arena.space[chunk];
         let summary = Summary { words: self.arena.summaries(chunk), moved: &|| space.moved_since(probe) };
-        let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, bunch)| (c == chunk).then_some(bunch));
+        let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, hint)| {
+            (c == chunk).then(|| match hint {
+                Hint::Bunch(bunch) => bunch,
+                Hint::Freed(index) => self.arena.shape.bunch_of(Node { level: b.level, index }),
+            })
+        });
         let node = self
             .arena
             .shape
@@ -580,26 +632,36 @@ impl Pool {
 
     /// Claim the block with enclosing node `e`: the node itself, or its trimmed pieces (rolled
     /// back if one of them is taken).
+    #[inline]
     fn claim(&self, chunk: usize, b: &BuddyLayout, e: Node) -> std::result::Result<(), Conflict> {
+        self.claim_in(chunk, b, e, false)
+    }
+
+    /// [`Pool::claim`]; `cleaning`: clear phantom marks in the way of a piece first (a node
+    /// found by other means than a search of the tree, which cleans them as it goes).
+    #[inline(always)]
+    fn claim_in(&self, chunk: usize, b: &BuddyLayout, e: Node, cleaning: bool) -> std::result::Result<(), Conflict> {
         let tree = self.arena.tree(chunk);
+        let shape = &self.arena.shape;
         if b.is_whole() {
-            return self.arena.shape.try_alloc(tree, e);
+            return if cleaning { shape.try_alloc_cleaning(tree, e) } else { shape.try_alloc(tree, e) };
         }
-        let mut taken: Vec<Node> = Vec::with_capacity(4);
+        // At its enclosing node's start a trimmed block has at most TRIM_SHIFT pieces.
+        let mut pieces = [e; TRIM_SHIFT as usize];
+        let mut count = 0;
         for piece in b.pieces(self.arena.geometry.depth, e) {
-            if let Err(conflict) = self.arena.shape.try_alloc(tree, piece) {
-                for &p in &taken {
-                    let _ = self.arena.shape.release(tree, p);
-                }
-                if !taken.is_empty() {
-                    let hidden = self.arena.space[chunk].refresh();
-                    self.arena.announce_free(chunk, hidden, taken.iter().copied());
-                }
-                return Err(if taken.is_empty() { conflict } else { Conflict::Taken });
-            }
-            taken.push(piece);
+            pieces[count] = piece;
+            count += 1;
         }
-        Ok(())
+        match shape.try_alloc_block(tree, &pieces[..count], cleaning) {
+            Ok(()) => Ok(()),
+            Err((conflict, 0)) => Err(conflict),
+            Err((_, undone)) => {
+                let hidden = self.arena.space[chunk].refresh();
+                self.arena.announce_free(chunk, hidden, pieces[..undone].iter().copied());
+                Err(Conflict::Taken)
+            }
+        }
     }
 
     fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
