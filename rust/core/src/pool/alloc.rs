@@ -34,6 +34,10 @@ pub(crate) struct Placed {
     pub(crate) class: Option<usize>,
 }
 
+/// In a tight arena, a block of at least `1 / PACK_FIRST` of a chunk goes to the best-fitting
+/// free stretch first (`arena/tight.rs`).
+const PACK_FIRST: u64 = 32;
+
 /// How many placements [`Pool::alloc_many_until`] makes between two questions to its caller.
 pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;
 
@@ -393,14 +397,27 @@ impl Pool {
         self.place_buddy_elsewhere(b, core, reach)
     }
 
-    /// [`Pool::place_buddy`] after the core's own chunks had no room.
+    /// [`Pool::place_buddy`] after the core's own chunks had no room: a fresh chunk, other
+    /// cores' chunks, then a trimmed block's pieces.
     fn place_buddy_elsewhere(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
+        self.place_in_other_chunks(b, core, reach).or_else(|| match reach {
+            Reach::Full => self.place_pieces(b, core),
+            Reach::Fast => None,
+        })
+    }
+
+    /// A fresh chunk, then (with [`Reach::Full`]) other cores' chunks. Whether the global pool
+    /// had a chunk to grant sets the arena's *tight* mode (`arena/tight.rs`).
+    fn place_in_other_chunks(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
         // A chunk that holds the trimmed block will do (the arena's last chunk may be short).
         let bytes = b.units as usize * self.arena.geometry.min_block;
         if let Some(chunk) = self.arena.grant(core, bytes) {
+            self.arena.tight.leave();
             if let Some(placed) = self.alloc_in_fresh_chunk(chunk, b, core) {
                 return Some(placed);
             }
+        } else {
+            self.arena.tight.enter();
         }
         if reach == Reach::Fast {
             return None;
@@ -414,16 +431,17 @@ impl Pool {
             }
         }
         // A chunk may have come free meanwhile.
-        if let Some(chunk) = self.arena.grant(core, bytes) {
-            if let Some(placed) = self.alloc_in_fresh_chunk(chunk, b, core) {
-                return Some(placed);
-            }
-        }
-        // A trimmed block fits where its pieces are free, though no whole enclosing node is:
-        // the chunks that may hold a free node of half its enclosing size.
+        let chunk = self.arena.grant(core, bytes)?;
+        self.alloc_in_fresh_chunk(chunk, b, core)
+    }
+
+    /// A trimmed block fits where its pieces are free, though no whole enclosing node is: the
+    /// chunks that may hold a free node of half its enclosing size.
+    fn place_pieces(&self, b: &BuddyLayout, core: usize) -> Option<Placed> {
         if b.is_whole() {
             return None;
         }
+        let cores = self.arena.cores.len();
         (0..cores).find_map(|i| {
             let owner = (core + i) % cores;
             let pool = &self.arena.cores[owner];
@@ -443,16 +461,28 @@ impl Pool {
         })
     }
 
-    /// A buddy block of a request: the buddy path, then, for a block larger than a bank whose
-    /// enclosing node is nowhere free, the best-fitting free stretch of a chunk.
+    /// A buddy block of a request. A block of at most a bank: the buddy path. A larger one:
+    /// the buddy path (its enclosing node) while the arena is not tight; then, or first for a
+    /// block of [`PACK_FIRST`] of a chunk or more in a tight arena, the best-fitting free
+    /// stretch of a chunk (`arena/tight.rs` says why). A free stretch holds every place where
+    /// a trimmed block's pieces fit, so the pieces are not searched for such a block.
     #[inline]
     fn place_block(&self, b: &BuddyLayout, align: usize, core: usize, reach: Reach) -> Option<Placed> {
         let g = &self.arena.geometry;
-        let placed = self.place_buddy(b, core, reach);
-        if placed.is_some() || b.units as usize * g.min_block <= self.config.bank_size {
-            return placed;
+        if b.units as usize * g.min_block <= self.config.bank_size {
+            return self.place_buddy(b, core, reach);
         }
-        self.place_packed(b, g.packed_alignment(b.units, align, self.config.bank_size), core, reach)
+        let align_units = g.packed_alignment(b.units, align, self.config.bank_size);
+        if reach == Reach::Full && b.units >= g.units_per_chunk() / PACK_FIRST && self.arena.tight.is_on() {
+            if let Some(placed) = self.place_packed(b, align_units, core, reach) {
+                return Some(placed);
+            }
+            return self.place_in_other_chunks(b, core, reach);
+        }
+        if let Some(placed) = self.alloc_in_core(b, core) {
+            return Some(placed);
+        }
+        self.place_in_other_chunks(b, core, reach).or_else(|| self.place_packed(b, align_units, core, reach))
     }
 
     /// A block larger than a bank whose enclosing node is nowhere free: the best-fitting free
