@@ -8,28 +8,54 @@ use super::stretches::{best_fit, granule_shift, MAX_GRANULES};
 
 impl Arena {
     /// Take block `b` in `chunk` at the start of the smallest free stretch that holds it from a
-    /// multiple of `align` units (a power of two); returns its start (in units). `None` when no
-    /// stretch holds it, or a concurrent claim took part of the one found.
-    pub(crate) fn take_stretch(&self, chunk: usize, b: &BuddyLayout, align: u64) -> Option<u64> {
+    /// multiple of `align` units (a power of two, at least `bank` units: a bank, the finest
+    /// start of a block larger than a bank); returns its start (in units). Otherwise (no
+    /// stretch holds it, or a concurrent claim took part of the one found) the longest free
+    /// stretch from a bank boundary that the search learnt of (0 when it learnt nothing).
+    pub(crate) fn take_stretch(&self, chunk: usize, b: &BuddyLayout, align: u64, bank: u64) -> Result<u64, u64> {
         let space = &self.space[chunk];
-        let probe = space.probe(b.units)?;
+        let probe = space.probe(b.units).ok_or(0u64)?;
         let memo = &self.stretches[chunk];
         if memo.rules_out(probe.epoch(), b.units) {
-            return None;
+            return Err(memo.known(probe.epoch()).unwrap_or(0));
         }
-        let depth = self.geometry.depth;
-        let shift = granule_shift(depth);
-        let granules = self.geometry.units_per_chunk() >> shift;
         let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
-        let bits = &mut bits[..granules.div_ceil(64) as usize];
-        let tree = self.tree(chunk);
-        self.shape.allocated_granules(tree, shift, bits);
-        let align_granules = (align >> shift).max(1);
+        let (granules, shift) = self.read_granules(chunk, &mut bits);
+        let bits = &bits[..granules.div_ceil(64) as usize];
         let len = b.units.div_ceil(1 << shift);
-        let (fit, longest) = best_fit(bits, granules, len, align_granules);
+        let (fit, longest) = best_fit(bits, granules, len, (align >> shift).max(1));
+        if align == bank {
+            memo.record(probe.epoch(), longest << shift);
+        }
+        let seen = if align == bank { longest << shift } else { 0 };
+        let start = fit.ok_or(seen)?.0 << shift;
+        self.claim_at(chunk, b, start).then_some(start).ok_or(seen)
+    }
+
+    /// The longest free stretch of `chunk` from a multiple of `bank` units, in units: its memo
+    /// when it is valid (what the last search saw, no more than the chunk's free units), else (while `reads` lasts: each read of a tree takes one) read from
+    /// the tree and recorded. `None` when the chunk has nothing free or `reads` ran out.
+    pub(crate) fn longest_stretch(&self, chunk: usize, bank: u64, reads: &mut usize) -> Option<u64> {
+        let probe = self.space[chunk].probe(1)?;
+        let memo = &self.stretches[chunk];
+        if let Some(longest) = memo.known(probe.epoch()) {
+            return Some(longest.min(self.space[chunk].free_units()));
+        }
+        *reads = reads.checked_sub(1)?;
+        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
+        let (granules, shift) = self.read_granules(chunk, &mut bits);
+        let (_, longest) = best_fit(&bits[..granules.div_ceil(64) as usize], granules, 1, (bank >> shift).max(1));
         memo.record(probe.epoch(), longest << shift);
-        let start = fit?.0 << shift;
-        self.claim_at(chunk, b, start).then_some(start)
+        Some(longest << shift)
+    }
+
+    /// Read `chunk`'s tree into `bits` (a set bit is an allocated granule): the granules and
+    /// the granule's shift (`stretches.rs`).
+    fn read_granules(&self, chunk: usize, bits: &mut [u64]) -> (u64, u32) {
+        let shift = granule_shift(self.geometry.depth);
+        let granules = self.geometry.units_per_chunk() >> shift;
+        self.shape.allocated_granules(self.tree(chunk), shift, &mut bits[..granules.div_ceil(64) as usize]);
+        (granules, shift)
     }
 
     /// Claim the nodes of block `b` from unit `start` of `chunk` (cleaning phantom marks under

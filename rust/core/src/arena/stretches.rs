@@ -59,6 +59,14 @@ impl StretchMemo {
         known != 0 && memo >> 32 == epoch & 0xFFFF_FFFF && known - 1 < units
     }
 
+    /// The longest free stretch a search that probed `epoch` found, if one recorded it.
+    #[inline]
+    pub(crate) fn known(&self, epoch: u64) -> Option<u64> {
+        let memo = self.0.load(Ordering::Acquire);
+        let known = memo & 0xFFFF_FFFF;
+        (known != 0 && memo >> 32 == epoch & 0xFFFF_FFFF).then(|| known - 1)
+    }
+
     /// A search that probed `epoch` found no free stretch longer than `longest` units.
     #[inline]
     pub(crate) fn record(&self, epoch: u64, longest: u64) {

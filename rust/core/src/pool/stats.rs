@@ -113,14 +113,7 @@ impl Pool {
 
     /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead).
     fn slab_cached_bytes(&self) -> usize {
-        let classes = &self.arena.slabs.classes.classes;
-        self.arena
-            .slabs
-            .views()
-            .iter()
-            .filter(|v| v.free != classes[v.class].all_free())
-            .map(|v| v.bytes - (classes[v.class].objects - v.free.count_ones()) as usize * classes[v.class].size)
-            .sum()
+        self.arena.slabs.unused_bytes()
     }
 
     /// Bytes and requested bytes of the live slab objects.
