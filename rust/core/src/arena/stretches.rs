@@ -97,12 +97,38 @@ fn next_bit(bits: &[u64], from: u64, end: u64, set: bool) -> u64 {
     }
 }
 
+/// What [`best_fit`] found in a chunk's bitmap (lengths in granules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fit {
+    /// The smallest free stretch that holds the block from an allowed start (the lowest on a
+    /// tie): that start and the stretch's end.
+    pub(crate) at: Option<(u64, u64)>,
+    /// The longest free length from an allowed start.
+    pub(crate) longest: u64,
+    /// The longest such length among the other stretches than one of length `longest` (so
+    /// `longest` again when two stretches share it).
+    pub(crate) second: u64,
+}
+
+impl Fit {
+    /// The longest free length from an allowed start once a block of `len` granules takes the
+    /// start of the fit (what is left after it begins at the next allowed start).
+    pub(crate) fn longest_after(&self, len: u64, align: u64) -> u64 {
+        let Some((start, end)) = self.at else {
+            return self.longest;
+        };
+        let rest = end.saturating_sub((start + len).div_ceil(align) * align);
+        let others = if end - start == self.longest { self.second } else { self.longest };
+        others.max(rest)
+    }
+}
+
 /// In a bitmap of `granules` granules (a set bit is allocated), the smallest free stretch that
 /// holds `len` granules from a start that is a multiple of `align` (best fit, the lowest on a
-/// tie) as its first allowed start and its end, and the longest free length from such a start.
-pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -> (Option<(u64, u64)>, u64) {
+/// tie), and the two longest free lengths from such starts.
+pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -> Fit {
     let mut best: Option<(u64, u64)> = None;
-    let mut longest = 0;
+    let (mut longest, mut second) = (0, 0);
     let mut at = 0;
     while at < granules {
         let start = next_bit(allocated, at, granules, false);
@@ -113,14 +139,18 @@ pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -
         let aligned = start.div_ceil(align) * align;
         if aligned < end {
             let room = end - aligned;
-            longest = longest.max(room);
+            if room > longest {
+                (longest, second) = (room, longest);
+            } else if room > second {
+                second = room;
+            }
             if room >= len && best.is_none_or(|(_, r)| room < r) {
                 best = Some((aligned, room));
             }
         }
         at = end;
     }
-    (best.map(|(start, room)| (start, start + room)), longest)
+    Fit { at: best.map(|(start, room)| (start, start + room)), longest, second }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -142,12 +172,13 @@ pub(crate) mod tests {
         }
     }
 
-    /// The reference: every start, every length, unit by unit.
-    fn reference(free: &[bool], len: u64, align: u64) -> (Option<u64>, u64) {
+    /// The reference: every start, every length, unit by unit; the fit's start, and every
+    /// stretch's length from its first allowed start.
+    fn reference(free: &[bool], len: u64, align: u64) -> (Option<u64>, Vec<u64>) {
         let n = free.len() as u64;
         let run = |s: u64| (s..n).take_while(|&i| free[i as usize]).count() as u64;
         let mut best: Option<(u64, u64)> = None;
-        let mut longest = 0;
+        let mut rooms = Vec::new();
         let mut s = 0;
         while s < n {
             if free[s as usize] && (s == 0 || !free[s as usize - 1]) {
@@ -156,7 +187,7 @@ pub(crate) mod tests {
                 let aligned = s.div_ceil(align) * align;
                 if aligned < end {
                     let room = end - aligned;
-                    longest = longest.max(room);
+                    rooms.push(room);
                     if room >= len && best.is_none_or(|(_, r)| room < r) {
                         best = Some((aligned, room));
                     }
@@ -166,7 +197,7 @@ pub(crate) mod tests {
                 s += 1;
             }
         }
-        (best.map(|b| b.0), longest)
+        (best.map(|b| b.0), rooms)
     }
 
     #[test]
@@ -184,9 +215,22 @@ pub(crate) mod tests {
             }
             let len = 1 + rng.next() % 40;
             let align = 1 << (rng.next() % 5);
-            let (fit, longest) = best_fit(&bits, n, len, align);
-            let (want_fit, want_longest) = reference(&free, len, align);
-            assert_eq!(longest, want_longest, "round {round}");
+            let found = best_fit(&bits, n, len, align);
+            let fit = found.at;
+            let (want_fit, mut rooms) = reference(&free, len, align);
+            rooms.sort_unstable_by(|a, b| b.cmp(a));
+            let (want_longest, want_second) = (rooms.first().copied().unwrap_or(0), rooms.get(1).copied().unwrap_or(0));
+            assert_eq!((found.longest, found.second), (want_longest, want_second), "round {round}");
+            // What is left once the block takes the fit: every other stretch, and the rest of
+            // the fit after the block.
+            if let Some((s, end)) = fit {
+                let rest = end.saturating_sub((s + len).div_ceil(align) * align);
+                let mut others = rooms.clone();
+                let i = others.iter().position(|&r| r == end - s).expect("the fit is a stretch");
+                others.remove(i);
+                let want = others.into_iter().chain([rest]).max().unwrap_or(0);
+                assert_eq!(found.longest_after(len, align), want, "round {round}: longest after");
+            }
             // Ties may break differently; the fit must be free, allowed and as small.
             assert_eq!(fit.is_some(), want_fit.is_some(), "round {round}");
             if let (Some((s, end)), Some(w)) = (fit, want_fit) {
@@ -244,8 +288,7 @@ mod loom_models {
             let probe = space.probe(1).unwrap();
             let mut bits = [0u64; 1];
             shape.allocated_granules(&tree, 0, &mut bits);
-            let (_, longest) = best_fit(&bits, 4, 1, 1);
-            memo.record(probe.epoch(), longest);
+            memo.record(probe.epoch(), best_fit(&bits, 4, 1, 1).longest);
             freer.join().unwrap();
             // Units 1..4 are free now: a block of three must not be ruled out.
             let now = space.probe(0).unwrap();

@@ -573,8 +573,19 @@ impl Pool {
         if reach == Reach::Fast {
             return None;
         }
+        let g = &self.arena.geometry;
         let cores = self.arena.cores.len();
         let mut seen = 0;
+        let bank = g.bank_units(self.config.bank_size);
+        if let Some(t) = self.arena.take_best_stretch(b, align_units, bank, core, &mut seen) {
+            return Some(Placed {
+                offset: g.offset_of(t.chunk, t.start),
+                block_bytes: b.units as usize * g.min_block,
+                route: Route::Core,
+                overflow: t.owner != core,
+                class: None,
+            });
+        }
         let placed = (0..cores).find_map(|i| self.place_packed_in(b, align_units, core, (core + i) % cores, &mut seen));
         if placed.is_none() {
             STRETCH_SEEN.with(|s| s.set(seen));
