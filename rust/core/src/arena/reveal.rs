@@ -13,8 +13,8 @@
 //! more: failures are rare, so they pay for it.
 //!
 //! Only a search that met a sealed bunch can record such a miss, and the trees count every time
-//! one does (`TreeShape::reveal_ticket`). When none did since the last complete reveal, every
-//! miss since was true, and a failing allocation reveals only the next [`REVEAL_SOME`] chunks
+//! one does (`TreeShape::reveal_ticket`). When none did since the last complete reveal (or
+//! ever), every miss since was true, and a failing allocation reveals only the next [`REVEAL_SOME`] chunks
 //! with enough free units (from a cursor that goes round the arena) instead of all of them:
 //! a failure then costs a few searches.
 //!
@@ -59,6 +59,11 @@ impl Arena {
         let Some(ticket) = self.shape.reveal_ticket() else {
             return self.reveal_some(units);
         };
+        if ticket == 0 {
+            // No search ever met a seal: nothing was hidden by mistake.
+            self.shape.revealed(0);
+            return self.reveal_some(units);
+        }
         for pool in self.cores.iter() {
             for chunk in pool.owned() {
                 self.reveal_chunk(pool, chunk, 1);
