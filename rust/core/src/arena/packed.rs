@@ -1,6 +1,7 @@
-//! Taking a buddy block at the best-fitting free stretch of one chunk, on the allocation path:
-//! the last resort for a block whose enclosing node is nowhere free (`pool/alloc.rs`).
-//! `stretches.rs` explains the stretches and their memo.
+//! Taking a buddy block at the best-fitting free stretch, on the allocation path: across
+//! chunks (ranked by the longest stretch their memos know) and inside one chunk, for a block
+//! whose enclosing node is nowhere free or, in a tight arena, for every block of 1/32 of a
+//! chunk or more (`pool/alloc.rs`). `stretches.rs` explains the stretches and their memo.
 
 use super::arena::Arena;
 use super::layout::BuddyLayout;

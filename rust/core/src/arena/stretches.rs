@@ -7,9 +7,11 @@
 //! `Geometry::packed_alignment`) and is then held by the naturally aligned nodes that cover it,
 //! as a compaction's packed blocks are (`BuddyLayout::pieces_at`); it is freed like any other
 //! block, from its start and size, so a freed stretch goes back as aligned buddy nodes and
-//! coalesces as they do. The allocation path places a block this way only after it found no
-//! free enclosing node anywhere (`pool/alloc.rs`), so holes that no power of two fits (a 34 KiB
-//! request with 14% of the arena free, the largest free node 32 KiB) still serve requests.
+//! coalesces as they do. The allocation path places a block this way after it found no free
+//! enclosing node anywhere (`pool/alloc.rs`), so holes that no power of two fits (a 34 KiB
+//! request with 14% of the arena free, the largest free node 32 KiB) still serve requests;
+//! and, once the global pool has no chunk left to grant, first for every block of 1/32 of a
+//! chunk or more (`tight.rs`).
 //!
 //! # Finding a stretch
 //!
@@ -19,6 +21,13 @@
 //! holds the block at an allowed start. The pieces are then claimed one by one (cleaning the
 //! phantom marks under them); a piece taken meanwhile rolls the claim back, as a trimmed
 //! block's claim does.
+//!
+//! Across chunks, the search is a best fit too (`packed.rs`): of the first 16 chunks that can
+//! hold the block, the one whose longest free stretch is the shortest, known from the memos
+//! below without reading the trees. Placing each block in the tightest chunk leaves the long
+//! stretches to the large blocks: with random sizes from 256 B to 1 MiB at 85% occupancy, a
+//! first fit across chunks failed one allocation in 200 (no chunk kept a stretch of 700 KiB),
+//! the best fit about one in 2,500.
 //!
 //! # The memo
 //!
@@ -30,7 +39,11 @@
 //! skips the chunk after two loads. A search that missed a free's release read the epoch
 //! before that free's step, so the memo it writes names an epoch that is already over. No
 //! read-modify-write is needed on either side: the memo is only ever compared with the epoch
-//! the reader itself probed. The loom model below checks a memo racing a free.
+//! the reader itself probed. A search that then takes a block records what the block leaves
+//! (the longest other stretch, or the rest of its own, [`Fit::longest_after`]) under the same
+//! epoch, so that allocations keep the memo exact, not only an upper bound: the best fit
+//! across chunks ranks chunks by it. The loom models below check a memo, and a memo recorded
+//! after a claim, racing a free.
 
 use crate::util::sync::{AtomicU64, Ordering};
 
@@ -293,6 +306,47 @@ mod loom_models {
             // Units 1..4 are free now: a block of three must not be ruled out.
             let now = space.probe(0).unwrap();
             assert!(!memo.rules_out(now.epoch(), 3), "the memo hides the freed stretch");
+        });
+    }
+
+    #[test]
+    fn a_memo_recorded_after_a_claim_racing_a_free_never_hides_the_freed_stretch() {
+        loom::model(|| {
+            // Four units in two leaf bunches of two (depth 2, bands of height 1).
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let memo = Arc::new(StretchMemo::default());
+            // Units 0 and 2 taken: free stretches of one unit at 1 and at 3.
+            for index in [0, 2] {
+                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            let (s2, t2, sp2) = (shape.clone(), tree.clone(), space.clone());
+            let freer = thread::spawn(move || {
+                s2.release(&t2, Node { level: 2, index: 2 }).unwrap();
+                sp2.give(1);
+            });
+            // A search for one unit: read, record, claim the best fit, record what is left.
+            let probe = space.probe(1).unwrap();
+            let mut bits = [0u64; 1];
+            shape.allocated_granules(&tree, 0, &mut bits);
+            let fit = best_fit(&bits, 4, 1, 1);
+            memo.record(probe.epoch(), fit.longest);
+            let (start, _) = fit.at.unwrap();
+            let claimed = shape.try_alloc(&tree, Node { level: 2, index: start }).is_ok();
+            if claimed {
+                space.take(1);
+                memo.record(probe.epoch(), fit.longest_after(1, 1));
+            }
+            freer.join().unwrap();
+            // Unit 2 is free now, and unit 3 unless the search took it: the longest free
+            // stretch the tree holds must not be ruled out.
+            let mut now_bits = [0u64; 1];
+            shape.allocated_granules(&tree, 0, &mut now_bits);
+            let longest = best_fit(&now_bits, 4, 1, 1).longest;
+            let now = space.probe(0).unwrap();
+            assert!(!memo.rules_out(now.epoch(), longest), "the memo hides a free stretch of {longest}");
         });
     }
 }

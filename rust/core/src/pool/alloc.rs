@@ -563,11 +563,11 @@ impl Pool {
         self.place_in_other_chunks(b, core, reach).or_else(|| self.place_packed(b, align_units, core, reach))
     }
 
-    /// A block larger than a bank whose enclosing node is nowhere free: the best-fitting free
-    /// stretch that holds it from a bank boundary (or the caller's coarser alignment), in the
-    /// first chunk that has one (`arena/stretches.rs`), the calling core's chunks first. When
-    /// none has, the longest stretch the search learnt of is left in [`STRETCH_SEEN`] for the
-    /// out-of-memory error.
+    /// A block larger than a bank in a free stretch, from a bank boundary (or the caller's
+    /// coarser alignment): the best fit across the cores' chunks (`arena/packed.rs`), then,
+    /// when that compared no chunk that took it, the best-fitting stretch of the first chunk
+    /// that has one, the calling core's chunks first. When none has, the longest stretch the
+    /// search learnt of is left in [`STRETCH_SEEN`] for the out-of-memory error.
     #[inline(never)]
     fn place_packed(&self, b: &BuddyLayout, align_units: u64, core: usize, reach: Reach) -> Option<Placed> {
         if reach == Reach::Fast {
