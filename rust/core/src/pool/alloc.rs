@@ -370,11 +370,12 @@ impl Pool {
         self.place_slow(request, core, reach)
     }
 
-    /// Everything after the fast path. With [`Reach::Full`], when nothing had room: all-free
-    /// slabs go back, hidden room is revealed (`arena/reveal.rs`) and the empty chunks that
-    /// cores hold go back; the request is tried once more everywhere when that gave something
-    /// back or revealed every chunk, and otherwise only in the few chunks revealed, so a
-    /// failure costs a few searches; then a pool that can grow grows.
+    /// Everything after the fast path. With [`Reach::Full`], when nothing had room: the cores'
+    /// all-free current slabs go back (the free that empties any other slab retires it), hidden
+    /// room is revealed (`arena/reveal.rs`) and the empty chunks that cores hold go back; the
+    /// request is tried once more everywhere when that gave something back or revealed every
+    /// chunk, and otherwise only in the few chunks revealed, so a failure costs a few
+    /// searches; then a pool that can grow grows.
     #[inline(never)]
     fn place_slow(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
         if let Some(placed) = self.place_once(request, core, reach) {
