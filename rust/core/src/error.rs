@@ -27,6 +27,8 @@ pub enum Error {
     /// An alignment argument is unusable.
     InvalidAlignment { align: u128, reason: String },
     /// No block of the requested size is free now (the request itself is valid).
+    /// `largest_free_block` is the largest the failed allocation found without walking every
+    /// chunk: never more than the exact figure of `Pool::stats`, which reads every tree.
     OutOfMemory { requested: usize, bytes_free: usize, largest_free_block: usize },
     /// A handle was refused.
     InvalidHandle(HandleFault),
@@ -100,7 +102,7 @@ impl fmt::Display for Error {
             Error::OutOfMemory { requested, bytes_free, largest_free_block } => write!(
                 f,
                 "out of memory: asked for {requested} bytes; {bytes_free} bytes are free, \
-                 the largest free block is {largest_free_block} bytes"
+                 the largest free block found is {largest_free_block} bytes"
             ),
             Error::InvalidHandle(HandleFault::Freed) => write!(f, "the block was freed; its handle is no longer valid"),
             Error::InvalidHandle(HandleFault::Foreign) => write!(f, "the block belongs to another pool"),

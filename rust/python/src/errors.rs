@@ -73,9 +73,10 @@ impl ErrorClass {
                 "OutOfMemoryError",
                 &[Base::Ours(Npumem), Base::Builtin(builtin::<PyMemoryError>)],
                 "No block of the requested size could be found, although the request itself is valid.\n\n\
-                 The message gives the bytes asked, the bytes free and the largest free block. The numbers\n\
-                 are also attributes: `requested`, `bytes_free`, `largest_free_block` (`None` when\n\
-                 the error was not raised by a pool).",
+                 The message gives the bytes asked, the bytes free and the largest free block that the\n\
+                 failed allocation found (at most the exact `pool.stats().largest_free_block`, which reads\n\
+                 the whole pool). The numbers are also attributes: `requested`, `bytes_free`,\n\
+                 `largest_free_block` (`None` when the error was not raised by a pool).",
             ),
             InvalidArgument => (
                 "InvalidArgumentError",
@@ -233,14 +234,14 @@ pub(crate) fn out_of_memory_message(py: Python<'_>, requested: usize, free: usiz
     let largest_text = byte_text::exact(py, largest);
     if requested <= free {
         format!(
-            "out of memory: asked for {asked}; {free_text} are free, but the largest free block is \
+            "out of memory: asked for {asked}; {free_text} are free, but the largest free block found is \
              {largest_text}: the free memory is fragmented. A compaction joins it \
              (npumem.compaction.Compactor(pool).compact(), or attach() one to compact on failure)"
         )
     } else {
         format!(
             "out of memory: asked for {asked}, more than the {free_text} free; the largest free \
-             block is {largest_text}. Free other blocks, or make the pool larger"
+             block found is {largest_text}. Free other blocks, or make the pool larger"
         )
     }
 }

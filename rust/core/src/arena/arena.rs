@@ -13,6 +13,7 @@ use super::global::{ChunkState, GlobalPool};
 use super::regions::Regions;
 use super::slab::caches::{SlabBlocks, SlabCaches, SlabClasses};
 use super::stretches::StretchMemo;
+use super::tight::Tight;
 use crate::config::{Backing, PoolConfig};
 use crate::error::{Error, Result};
 use crate::util::sync::{AtomicU64, CachePadded};
@@ -37,6 +38,8 @@ pub(crate) struct Arena {
     pub(crate) regions: Regions,
     /// Where the next partial reveal of a failing allocation starts (`reveal.rs`).
     pub(crate) reveal_cursor: AtomicU64,
+    /// Whether the global pool ran out of chunks (`tight.rs`).
+    pub(crate) tight: Tight,
 }
 
 impl Arena {
@@ -98,6 +101,7 @@ impl Arena {
             geometry,
             regions,
             reveal_cursor: AtomicU64::new(0),
+            tight: Tight::default(),
         };
         if let Some(last) = arena.geometry.chunks.checked_sub(1) {
             if arena.geometry.usable_units(last) < arena.geometry.units_per_chunk() {

@@ -137,6 +137,15 @@ impl GlobalPool {
         self.taken[chunk / 64].load(Ordering::Acquire) & (1 << (chunk % 64)) != 0
     }
 
+    /// Whether any chunk is free now (a word of the bitmap at a time; absent chunks count as
+    /// taken): a caller that finds none need not look for a run.
+    pub(crate) fn has_free(&self) -> bool {
+        (0..self.chunks.div_ceil(64)).any(|w| {
+            let present = if (w + 1) * 64 <= self.chunks { u64::MAX } else { (1u64 << (self.chunks % 64)) - 1 };
+            !self.taken[w].load(Ordering::Acquire) & present != 0
+        })
+    }
+
     /// The maximal free runs now, in address order; `also_free(chunk)` may count further chunks
     /// as free (core chunks that are empty and could be reclaimed).
     pub(crate) fn free_runs(&self, also_free: &dyn Fn(usize) -> bool) -> Vec<FreeRun> {

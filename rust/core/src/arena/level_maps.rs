@@ -217,6 +217,35 @@ impl LevelMaps {
         None
     }
 
+    /// [`LevelMaps::next`] over the chunks whose largest free node may be of `level`: its bit
+    /// of `level` set and of the level above clear (every chunk once over all levels).
+    pub(crate) fn next_largest_at(&self, level: u32, from: usize, owned: &dyn Fn(usize) -> u64) -> Option<usize> {
+        if level == 0 {
+            return self.next(0, from, owned);
+        }
+        let (level, above) = (level as usize, level as usize - 1);
+        let mut w = from / 64;
+        let mut mask = !((1u64 << (from % 64)) - 1);
+        while w < self.words {
+            let s = w / 64;
+            let summary = self.summary(level, s).load(ACQ) & !((1u64 << (w % 64)) - 1);
+            if summary == 0 {
+                (w, mask) = ((s + 1) * 64, u64::MAX);
+                continue;
+            }
+            let at = s * 64 + summary.trailing_zeros() as usize;
+            if at != w {
+                (w, mask) = (at, u64::MAX);
+            }
+            let bits = self.word(level, w).load(ACQ) & !self.word(above, w).load(ACQ) & owned(w) & mask;
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            (w, mask) = (w + 1, u64::MAX);
+        }
+        None
+    }
+
     /// Bitmap word `w` of `level` was seen empty: clear its summary bit, unless it is set again.
     #[cold]
     fn tidy(&self, level: usize, w: usize) {
@@ -254,6 +283,18 @@ mod tests {
         maps.close(64);
         assert_eq!(maps.next(2, 6, &all), Some(4_100));
         assert_eq!(maps.next(0, 4_101, &|w| if w == 9_999 / 64 { 0 } else { u64::MAX }), None, "not owned");
+        // Chunk 5 hidden at levels 0 and 1: its largest free node is of level 2.
+        let probe = space.probe(0).unwrap();
+        maps.hide(&space, 5, 1, probe);
+        let at = |level| {
+            let (mut seen, mut from) = (Vec::new(), 0);
+            while let Some(c) = maps.next_largest_at(level, from, &all) {
+                seen.push(c);
+                from = c + 1;
+            }
+            seen
+        };
+        assert_eq!((at(0), at(1), at(2)), (vec![4_100, 9_999], vec![], vec![5]));
         maps.close(4_100);
         maps.close(5);
         maps.close(9_999);

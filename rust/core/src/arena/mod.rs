@@ -3,7 +3,7 @@
 //! the free stretches inside chunks and blocks placed in them, the global pool of chunks and
 //! runs, the core pools, the slab caches, the optional host
 //! backing, the chunk life cycle, the last resort that reveals hidden room, the regions of a
-//! pool that grows, runs with a buddy tail, and the exact-position API that compaction uses.
+//! pool that grows, runs with a buddy tail, whether the arena is tight, and the exact-position API that compaction uses.
 
 #[cfg(not(loom))]
 #[allow(clippy::module_inception)]
@@ -32,3 +32,4 @@ pub(crate) mod slab;
 pub(crate) mod stretches;
 #[cfg(not(loom))]
 pub(crate) mod tail;
+pub(crate) mod tight;

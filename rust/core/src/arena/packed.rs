@@ -1,35 +1,148 @@
-//! Taking a buddy block at the best-fitting free stretch of one chunk, on the allocation path:
-//! the last resort for a block whose enclosing node is nowhere free (`pool/alloc.rs`).
-//! `stretches.rs` explains the stretches and their memo.
+//! Taking a buddy block at the best-fitting free stretch, on the allocation path: across
+//! chunks (ranked by the longest stretch their memos know) and inside one chunk, for a block
+//! whose enclosing node is nowhere free or, in a tight arena, for every block of 1/32 of a
+//! chunk or more (`pool/alloc.rs`). `stretches.rs` explains the stretches and their memo.
 
 use super::arena::Arena;
 use super::layout::BuddyLayout;
 use super::stretches::{best_fit, granule_shift, MAX_GRANULES};
 
+/// Chunks whose stretch memo is out of date that a best-fit search reads from their trees, at
+/// most (besides the chunk it takes the block in).
+const FRESH_READS: usize = 2;
+/// Chunks that can hold the block that a best-fit search compares, at most.
+const COMPARED: usize = 16;
+
+/// Where a best-fit search put a block.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Taken {
+    pub(crate) chunk: usize,
+    /// Its first unit in the chunk.
+    pub(crate) start: u64,
+    /// The core that owns the chunk.
+    pub(crate) owner: usize,
+}
+
 impl Arena {
+    /// Take block `b` in the free stretch of a core chunk that fits it best, from a multiple of
+    /// `align` units (see [`Arena::take_stretch`]): the chunk whose longest free stretch is the
+    /// shortest that holds the block, among the first [`COMPARED`] such chunks (core `core`'s
+    /// first, in address order), known from their stretch memos (at most [`FRESH_READS`]
+    /// trees are read for chunks whose memo is out of date). `seen` keeps the longest stretch
+    /// (in units) learnt of on the way. `None`: no compared chunk took it (the caller may go
+    /// on to a first fit, which reads every chunk that may hold it).
+    pub(crate) fn take_best_stretch(
+        &self,
+        b: &BuddyLayout,
+        align: u64,
+        bank: u64,
+        core: usize,
+        seen: &mut u64,
+    ) -> Option<Taken> {
+        let g = &self.geometry;
+        // A free stretch of `units` units holds a naturally aligned node of 2^j units when
+        // units >= 2^(j+1) - 1: only chunks that may hold a free node of 2^j units are read.
+        let j = 63 - (b.units + 1).leading_zeros() - 1;
+        let level = g.depth - j.min(g.depth);
+        let cores = self.cores.len();
+        let mut reads = FRESH_READS;
+        let mut best: Option<(u64, usize, usize)> = None;
+        let mut compared = 0;
+        'cores: for i in 0..cores {
+            let owner = (core + i) % cores;
+            let pool = &self.cores[owner];
+            let owned = |w: usize| pool.owned_word(w);
+            let mut from = 0;
+            while let Some(chunk) = pool.maps.next(level, from, &owned) {
+                from = chunk + 1;
+                if self.space[chunk].free_units() < b.units {
+                    continue;
+                }
+                let Some(longest) = self.longest_stretch(chunk, bank, &mut reads) else {
+                    continue;
+                };
+                *seen = (*seen).max(longest);
+                if longest < b.units {
+                    continue;
+                }
+                if best.is_none_or(|(k, ..)| longest < k) {
+                    best = Some((longest, chunk, owner));
+                }
+                compared += 1;
+                if compared == COMPARED || longest == b.units {
+                    break 'cores;
+                }
+            }
+        }
+        let (_, chunk, owner) = best?;
+        match self.take_stretch(chunk, b, align, bank) {
+            Ok(start) => Some(Taken { chunk, start, owner }),
+            Err(longest) => {
+                *seen = (*seen).max(longest);
+                None
+            }
+        }
+    }
+
     /// Take block `b` in `chunk` at the start of the smallest free stretch that holds it from a
-    /// multiple of `align` units (a power of two); returns its start (in units). `None` when no
-    /// stretch holds it, or a concurrent claim took part of the one found.
-    pub(crate) fn take_stretch(&self, chunk: usize, b: &BuddyLayout, align: u64) -> Option<u64> {
+    /// multiple of `align` units (a power of two, at least `bank` units: a bank, the finest
+    /// start of a block larger than a bank); returns its start (in units). Otherwise (no
+    /// stretch holds it, or a concurrent claim took part of the one found) the longest free
+    /// stretch from a bank boundary that the search learnt of (0 when it learnt nothing).
+    pub(crate) fn take_stretch(&self, chunk: usize, b: &BuddyLayout, align: u64, bank: u64) -> Result<u64, u64> {
         let space = &self.space[chunk];
-        let probe = space.probe(b.units)?;
+        let probe = space.probe(b.units).ok_or(0u64)?;
         let memo = &self.stretches[chunk];
         if memo.rules_out(probe.epoch(), b.units) {
-            return None;
+            return Err(memo.known(probe.epoch()).unwrap_or(0));
         }
-        let depth = self.geometry.depth;
-        let shift = granule_shift(depth);
-        let granules = self.geometry.units_per_chunk() >> shift;
         let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
-        let bits = &mut bits[..granules.div_ceil(64) as usize];
-        let tree = self.tree(chunk);
-        self.shape.allocated_granules(tree, shift, bits);
-        let align_granules = (align >> shift).max(1);
+        let (granules, shift) = self.read_granules(chunk, &mut bits);
+        let bits = &bits[..granules.div_ceil(64) as usize];
         let len = b.units.div_ceil(1 << shift);
-        let (fit, longest) = best_fit(bits, granules, len, align_granules);
+        let granule_align = (align >> shift).max(1);
+        let fit = best_fit(bits, granules, len, granule_align);
+        // The memo keeps stretches from a bank boundary: a coarser search says nothing of them.
+        let seen = if align == bank { fit.longest << shift } else { 0 };
+        if align == bank {
+            memo.record(probe.epoch(), seen);
+        }
+        let start = fit.at.ok_or(seen)?.0 << shift;
+        if !self.claim_at(chunk, b, start) {
+            return Err(seen);
+        }
+        // Allocations leave the epoch as it is: what is left after this block is known.
+        if align == bank {
+            memo.record(probe.epoch(), fit.longest_after(len, granule_align) << shift);
+        }
+        Ok(start)
+    }
+
+    /// The longest free stretch of `chunk` from a multiple of `bank` units, in units: its memo
+    /// when it is valid (what the last search saw, no more than the chunk's free units), else
+    /// (while `reads` lasts: each read of a tree takes one) read from the tree and recorded.
+    /// `None` when the chunk has nothing free or `reads` ran out.
+    pub(crate) fn longest_stretch(&self, chunk: usize, bank: u64, reads: &mut usize) -> Option<u64> {
+        let probe = self.space[chunk].probe(1)?;
+        let memo = &self.stretches[chunk];
+        if let Some(longest) = memo.known(probe.epoch()) {
+            return Some(longest.min(self.space[chunk].free_units()));
+        }
+        *reads = reads.checked_sub(1)?;
+        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
+        let (granules, shift) = self.read_granules(chunk, &mut bits);
+        let longest = best_fit(&bits[..granules.div_ceil(64) as usize], granules, 1, (bank >> shift).max(1)).longest;
         memo.record(probe.epoch(), longest << shift);
-        let start = fit?.0 << shift;
-        self.claim_at(chunk, b, start).then_some(start)
+        Some(longest << shift)
+    }
+
+    /// Read `chunk`'s tree into `bits` (a set bit is an allocated granule): the granules and
+    /// the granule's shift (`stretches.rs`).
+    fn read_granules(&self, chunk: usize, bits: &mut [u64]) -> (u64, u32) {
+        let shift = granule_shift(self.geometry.depth);
+        let granules = self.geometry.units_per_chunk() >> shift;
+        self.shape.allocated_granules(self.tree(chunk), shift, &mut bits[..granules.div_ceil(64) as usize]);
+        (granules, shift)
     }
 
     /// Claim the nodes of block `b` from unit `start` of `chunk` (cleaning phantom marks under
@@ -131,7 +244,7 @@ mod tests {
                         .any(|k| model[chunk][((granule * 4 + k) / 64) as usize] >> ((granule * 4 + k) % 64) & 1 != 0);
                     assert_eq!(coarse[(granule / 64) as usize] >> (granule % 64) & 1 != 0, any);
                 }
-                let (_, longest) = best_fit(&model[chunk], units, 1, bank);
+                let longest = best_fit(&model[chunk], units, 1, bank).longest;
                 let epoch = a.space[chunk].probe(0).unwrap().epoch();
                 assert!(
                     !a.stretches[chunk].rules_out(epoch, longest),

@@ -13,8 +13,8 @@
 //! more: failures are rare, so they pay for it.
 //!
 //! Only a search that met a sealed bunch can record such a miss, and the trees count every time
-//! one does (`TreeShape::reveal_ticket`). When none did since the last complete reveal, every
-//! miss since was true, and a failing allocation reveals only the next [`REVEAL_SOME`] chunks
+//! one does (`TreeShape::reveal_ticket`). When none did since the last complete reveal (or
+//! ever), every miss since was true, and a failing allocation reveals only the next [`REVEAL_SOME`] chunks
 //! with enough free units (from a cursor that goes round the arena) instead of all of them:
 //! a failure then costs a few searches.
 //!
@@ -34,48 +34,84 @@ use crate::util::sync::Ordering;
 
 /// Chunks a failing allocation reveals when no search met a sealed bunch since the last
 /// complete reveal.
-const REVEAL_SOME: usize = 2;
+pub(crate) const REVEAL_SOME: usize = 2;
+/// Chunks such a reveal looks at, at most (the next failure goes on from there).
+const REVEAL_LOOKS: usize = 64;
+
+/// What a reveal made searchable again.
+#[derive(Debug, Default)]
+pub(crate) struct Revealed {
+    /// Every level of every chunk that cores own.
+    pub(crate) every: bool,
+    /// Otherwise these chunks, with their owners (the first `count`).
+    pub(crate) chunks: [(usize, usize); REVEAL_SOME],
+    pub(crate) count: usize,
+}
 
 impl Arena {
     /// Reveal every level of every chunk that cores own with a free unit; or, when no search
     /// met a sealed bunch since the last complete reveal (so every miss since was true), only
-    /// the next [`REVEAL_SOME`] chunks with at least `units` free units, from a cursor that
-    /// goes round the arena: a failure then costs a few searches, not one of every tree.
-    /// Returns how many chunks were revealed.
+    /// the next [`REVEAL_SOME`] chunks with at least `units` free units among the next
+    /// [`REVEAL_LOOKS`], from a cursor that goes round the arena: a failure then costs a few
+    /// searches, not one of every tree.
     #[cold]
-    pub(crate) fn reveal_hidden(&self, units: u64) -> usize {
+    pub(crate) fn reveal_hidden(&self, units: u64) -> Revealed {
         let Some(ticket) = self.shape.reveal_ticket() else {
             return self.reveal_some(units);
         };
-        let mut revealed = 0;
+        if ticket == 0 {
+            // No search ever met a seal: nothing was hidden by mistake.
+            self.shape.revealed(0);
+            return self.reveal_some(units);
+        }
         for pool in self.cores.iter() {
             for chunk in pool.owned() {
-                if self.reveal_chunk(pool, chunk, 1) {
-                    revealed += 1;
-                }
+                self.reveal_chunk(pool, chunk, 1);
             }
         }
         self.shape.revealed(ticket);
-        revealed
+        Revealed { every: true, ..Revealed::default() }
     }
 
-    fn reveal_some(&self, units: u64) -> usize {
+    fn reveal_some(&self, units: u64) -> Revealed {
         let chunks = self.geometry.chunks;
         let from = self.reveal_cursor.load(Ordering::Relaxed) as usize;
-        let mut revealed = 0;
-        for i in 0..chunks {
+        let mut revealed = Revealed::default();
+        let mut next = from + chunks.min(REVEAL_LOOKS);
+        for i in 0..chunks.min(REVEAL_LOOKS) {
             let chunk = (from + i) % chunks;
             if let ChunkState::Core(owner) = self.global.state(chunk) {
                 if self.reveal_chunk(&self.cores[owner], chunk, units.max(1)) {
-                    revealed += 1;
-                    if revealed == REVEAL_SOME {
-                        self.reveal_cursor.store(chunk as u64 + 1, Ordering::Relaxed);
+                    revealed.chunks[revealed.count] = (chunk, owner);
+                    revealed.count += 1;
+                    if revealed.count == REVEAL_SOME {
+                        next = from + i + 1;
                         break;
                     }
                 }
             }
         }
+        self.reveal_cursor.store((next % chunks) as u64, Ordering::Relaxed);
         revealed
+    }
+
+    /// Give back the empty chunks that cores hold, found through their level maps (an empty
+    /// chunk may serve level 0) rather than by reading every owned chunk. Returns how many
+    /// went back.
+    #[cold]
+    pub(crate) fn reclaim_empty_mapped(&self) -> usize {
+        let mut reclaimed = 0;
+        for (owner, pool) in self.cores.iter().enumerate() {
+            let owned = |w: usize| pool.owned_word(w);
+            let mut from = 0;
+            while let Some(chunk) = pool.maps.next(0, from, &owned) {
+                from = chunk + 1;
+                if self.chunk_is_empty(chunk) && self.retire(chunk, owner) {
+                    reclaimed += 1;
+                }
+            }
+        }
+        reclaimed
     }
 
     /// Reveal `chunk` of `pool` if it has at least `units` free units.

@@ -35,7 +35,7 @@
 //! reserve, so the chunks join again.
 
 use super::arena::Arena;
-use super::global::{ChunkState, TailSpot};
+use super::global::{ChunkState, FreeRun, GlobalPool, TailSpot};
 use super::layout::{BuddyLayout, Layout};
 use super::stretches::{granule_shift, MAX_GRANULES};
 use crate::error::{Error, Result};
@@ -148,6 +148,20 @@ impl Arena {
         }
         let free = self.free_units_at_start(chunk).min(self.geometry.largest_trimmed());
         self.geometry.largest_buddy_within(free)
+    }
+
+    /// The largest block that free run `run` could hold now: its chunks and, for a run longer
+    /// than half a chunk, the tail the core chunk after it could take. A run no larger than half
+    /// a chunk is the arena's short last chunk alone: only buddy blocks go there, and they round
+    /// up.
+    pub(crate) fn largest_block_in_run(&self, run: FreeRun) -> usize {
+        let g = &self.geometry;
+        match GlobalPool::run_capacity(g, run) {
+            bytes if bytes > g.chunk_size / 2 => {
+                bytes + self.largest_tail_at(run.start + run.len) as usize * g.min_block
+            }
+            bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
+        }
     }
 
     /// [`Arena::take_tail`] after a sweep of the chunk's tree: a chunk retired once may keep

@@ -6,14 +6,16 @@ use crate::arena::buddy::{Conflict, Node, Summary};
 use crate::arena::chunk_space::Probe;
 use crate::arena::core_pool::Hint;
 use crate::arena::geometry::TRIM_SHIFT;
-use crate::arena::global::GlobalPool;
+use crate::arena::global::ChunkState;
 use crate::arena::layout::{BuddyLayout, Layout};
+use crate::arena::reveal::Revealed;
 use crate::arena::slab::caches::SlabBlocks;
 use crate::error::{Error, Result};
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
 use crate::stats::counters::Route;
 use crate::util::cpu;
+use std::cell::Cell;
 
 /// A validated request. (The buddy or run layout is derived only when the request leaves the
 /// slab path: the slab path pays for nothing it does not use.)
@@ -42,6 +44,21 @@ const MAX_RECORD_MISSES: u32 = 4;
 /// How many levels above a block's an allocation that takes the node a free just released looks
 /// for that free's record, to drop it.
 const FREED_RECORD_LEVELS: u32 = 3;
+
+/// In a tight arena, a block of at least `1 / PACK_FIRST` of a chunk goes to the best-fitting
+/// free stretch first (`arena/tight.rs`).
+const PACK_FIRST: u64 = 32;
+
+thread_local! {
+    /// The longest free stretch (in units) that the calling thread's last failed search for a
+    /// free stretch learnt of (`Pool::place_packed`), for its out-of-memory error.
+    static STRETCH_SEEN: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Chunks an out-of-memory error looks at, and trees it reads, at most to find the largest
+/// free block.
+const LARGEST_VISITS: usize = 64;
+const LARGEST_READS: usize = 2;
 
 /// How many placements [`Pool::alloc_many_until`] makes between two questions to its caller.
 pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;
@@ -283,43 +300,53 @@ impl Pool {
         Error::OutOfMemory {
             requested: request.size,
             bytes_free: self.bytes_free(),
-            largest_free_block: self.largest_free_after_failure(),
+            largest_free_block: self.largest_free_after_failure(request),
         }
     }
 
     /// The largest free block, right after an allocation failed (and gave back what cores held
-    /// empty): the largest free chunk run, or the largest free node of a core chunk, found
-    /// through the level maps from the largest level down. A chunk whose tree disagrees with
-    /// its maps is hidden at the levels it cannot serve, so the next failure reads less.
+    /// empty), in bounded work: the largest free chunk run (looked for only when the global
+    /// pool has a free chunk), or the longest free stretch from a bank boundary of a core chunk
+    /// that is known. For a block larger than a bank, that is the longest its own failed
+    /// search learnt of (every chunk that might have held it). Otherwise the chunks are read
+    /// through the level maps from the largest free node down, each from its stretch memo if
+    /// valid and else from its tree, at most [`LARGEST_VISITS`] chunks and [`LARGEST_READS`]
+    /// trees. What is not read is left out: the answer is a lower bound.
     #[cold]
-    fn largest_free_after_failure(&self) -> usize {
+    fn largest_free_after_failure(&self, request: &Request) -> usize {
         let g = &self.arena.geometry;
-        // A run no larger than half a chunk is the arena's short last chunk alone: only buddy
-        // blocks go there, and they round up.
-        let run_largest = |run| match GlobalPool::run_capacity(g, run) {
-            bytes if bytes > g.chunk_size / 2 => bytes,
-            bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
-        };
-        let runs = self.arena.global.free_runs(&|_| false);
-        let mut largest = runs.iter().map(|&run| run_largest(run)).max().unwrap_or(0);
-        let node_bytes = |level: u32| (1usize << (g.depth - level)) * g.min_block;
-        for pool in self.arena.cores.iter() {
-            let owned = |w: usize| pool.owned_word(w);
-            'levels: for level in 0..=g.depth {
-                if node_bytes(level) <= largest {
-                    break;
+        let mut largest = 0;
+        if self.arena.global.has_free() {
+            let runs = self.arena.global.free_runs(&|_| false);
+            largest = runs.iter().map(|&run| self.arena.largest_block_in_run(run)).max().unwrap_or(0);
+        }
+        if request.class.is_none() {
+            if let Layout::Buddy(b) = g.layout(request.size, request.align) {
+                if b.units as usize * g.min_block > self.config.bank_size {
+                    return largest.max(STRETCH_SEEN.with(Cell::get) as usize * g.min_block);
                 }
+            }
+        }
+        let bank = g.bank_units(self.config.bank_size);
+        let node_bytes = |level: u32| (1usize << (g.depth - level)) * g.min_block;
+        let (mut visits, mut reads) = (LARGEST_VISITS, LARGEST_READS);
+        for level in 0..=g.depth {
+            // The chunks left have no free node of the level above: no free stretch of twice
+            // its size.
+            if level > 0 && largest >= 2 * node_bytes(level - 1) {
+                break;
+            }
+            for pool in self.arena.cores.iter() {
+                let owned = |w: usize| pool.owned_word(w);
                 let mut from = 0;
-                while let Some(chunk) = pool.maps.next(level, from, &owned) {
+                while let Some(chunk) = pool.maps.next_largest_at(level, from, &owned) {
                     from = chunk + 1;
-                    let space = &self.arena.space[chunk];
-                    let Some(probe) = space.probe(0) else { continue };
-                    match self.arena.shape.largest_free_level_with(self.arena.tree(chunk), &|_| false) {
-                        Some(found) if found <= level => {
-                            largest = largest.max(node_bytes(found));
-                            break 'levels;
-                        }
-                        found => pool.maps.hide(space, chunk, found.map_or(g.depth, |l| l - 1), probe),
+                    visits = match visits.checked_sub(1) {
+                        Some(left) => left,
+                        None => return largest,
+                    };
+                    if let Some(units) = self.arena.longest_stretch(chunk, bank, &mut reads) {
+                        largest = largest.max(units as usize * g.min_block);
                     }
                 }
             }
@@ -346,6 +373,12 @@ impl Pool {
         self.place_slow(request, core, reach)
     }
 
+    /// Everything after the fast path. With [`Reach::Full`], when nothing had room: the cores'
+    /// all-free current slabs go back (the free that empties any other slab retires it), hidden
+    /// room is revealed (`arena/reveal.rs`) and the empty chunks that cores hold go back; the
+    /// request is tried once more everywhere when that gave something back or revealed every
+    /// chunk, and otherwise only in the few chunks revealed, so a failure costs a few
+    /// searches; then a pool that can grow grows.
     #[inline(never)]
     fn place_slow(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
         if let Some(placed) = self.place_once(request, core, reach) {
@@ -356,14 +389,57 @@ impl Pool {
         }
         let carver = SlabCarver { pool: self, core, reach };
         let slabs = self.arena.slabs.reclaim(&carver);
-        let chunks = self.arena.reclaim_empty_chunks(false);
-        // Room a search hid by mistake (see `arena/reveal.rs`) is found again before failing.
         let units = request.size.div_ceil(self.arena.geometry.min_block) as u64;
         let revealed = self.arena.reveal_hidden(units);
-        if slabs + chunks + revealed == 0 {
-            return self.place_grown(request, core, reach);
+        let chunks = self.arena.reclaim_empty_mapped();
+        if slabs + chunks > 0 || revealed.every {
+            if let Some(placed) = self.place_once(request, core, reach) {
+                return Some(placed);
+            }
+        } else if let Some(placed) = self.place_in_revealed(request, core, &revealed) {
+            return Some(placed);
         }
-        self.place_once(request, core, reach).or_else(|| self.place_grown(request, core, reach))
+        self.place_grown(request, core, reach)
+    }
+
+    /// A buddy block in the chunks a failing allocation revealed (a slab object tries
+    /// everything again: its slab may come from anywhere).
+    #[cold]
+    fn place_in_revealed(&self, request: &Request, core: usize, revealed: &Revealed) -> Option<Placed> {
+        if revealed.count == 0 {
+            return None;
+        }
+        if request.class.is_some() {
+            return self.place_once(request, core, Reach::Full);
+        }
+        let g = &self.arena.geometry;
+        let Layout::Buddy(b) = g.layout(request.size, request.align) else {
+            return None;
+        };
+        let align_units = g.packed_alignment(b.units, request.align, self.config.bank_size);
+        let bank = g.bank_units(self.config.bank_size);
+        revealed.chunks[..revealed.count].iter().find_map(|&(chunk, owner)| {
+            if self.arena.global.state(chunk) != ChunkState::Core(owner) {
+                return None;
+            }
+            let probe = self.arena.space[chunk].probe(b.units)?;
+            let mut placed = match self.alloc_in_chunk(chunk, &b, owner, probe, true) {
+                Some(placed) => placed,
+                None if b.units as usize * g.min_block > self.config.bank_size => {
+                    let start = self.arena.take_stretch(chunk, &b, align_units, bank).ok()?;
+                    Placed {
+                        offset: g.offset_of(chunk, start),
+                        block_bytes: b.units as usize * g.min_block,
+                        route: Route::Core,
+                        overflow: false,
+                        class: None,
+                    }
+                }
+                None => return None,
+            };
+            placed.overflow = owner != core;
+            Some(placed)
+        })
     }
 
     pub(crate) fn place_once(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
@@ -402,14 +478,28 @@ impl Pool {
         self.place_buddy_elsewhere(b, core, reach)
     }
 
-    /// [`Pool::place_buddy`] after the core's own chunks had no room.
+    /// [`Pool::place_buddy`] after the core's own chunks had no room: a fresh chunk, other
+    /// cores' chunks, then a trimmed block's pieces.
     fn place_buddy_elsewhere(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
+        self.place_in_other_chunks(b, core, reach).or_else(|| match reach {
+            Reach::Full => self.place_pieces(b, core),
+            Reach::Fast => None,
+        })
+    }
+
+    /// A fresh chunk, then (with [`Reach::Full`]) other cores' chunks. Whether the global pool
+    /// had a chunk to grant sets the arena's *tight* mode (`arena/tight.rs`).
+    fn place_in_other_chunks(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
         // A chunk that holds the trimmed block will do (the arena's last chunk may be short).
         let bytes = b.units as usize * self.arena.geometry.min_block;
-        if let Some(chunk) = self.arena.grant(core, bytes) {
+        let grant = || self.arena.global.has_free().then(|| self.arena.grant(core, bytes)).flatten();
+        if let Some(chunk) = grant() {
+            self.arena.tight.leave();
             if let Some(placed) = self.alloc_in_fresh_chunk(chunk, b, core) {
                 return Some(placed);
             }
+        } else {
+            self.arena.tight.enter();
         }
         if reach == Reach::Fast {
             return None;
@@ -423,16 +513,17 @@ impl Pool {
             }
         }
         // A chunk may have come free meanwhile.
-        if let Some(chunk) = self.arena.grant(core, bytes) {
-            if let Some(placed) = self.alloc_in_fresh_chunk(chunk, b, core) {
-                return Some(placed);
-            }
-        }
-        // A trimmed block fits where its pieces are free, though no whole enclosing node is:
-        // the chunks that may hold a free node of half its enclosing size.
+        let chunk = grant()?;
+        self.alloc_in_fresh_chunk(chunk, b, core)
+    }
+
+    /// A trimmed block fits where its pieces are free, though no whole enclosing node is: the
+    /// chunks that may hold a free node of half its enclosing size.
+    fn place_pieces(&self, b: &BuddyLayout, core: usize) -> Option<Placed> {
         if b.is_whole() {
             return None;
         }
+        let cores = self.arena.cores.len();
         (0..cores).find_map(|i| {
             let owner = (core + i) % cores;
             let pool = &self.arena.cores[owner];
@@ -452,52 +543,94 @@ impl Pool {
         })
     }
 
-    /// A buddy block of a request: the buddy path, then, for a block larger than a bank whose
-    /// enclosing node is nowhere free, the best-fitting free stretch of a chunk.
+    /// A buddy block of a request. A block of at most a bank: the buddy path. A larger one:
+    /// the buddy path (its enclosing node) while the arena is not tight; then, or first for a
+    /// block of [`PACK_FIRST`] of a chunk or more in a tight arena, the best-fitting free
+    /// stretch of a chunk (`arena/tight.rs` says why). A free stretch holds every place where
+    /// a trimmed block's pieces fit, so the pieces are not searched for such a block.
     #[inline]
     fn place_block(&self, b: &BuddyLayout, align: usize, core: usize, reach: Reach) -> Option<Placed> {
         let g = &self.arena.geometry;
-        let placed = self.place_buddy(b, core, reach);
-        if placed.is_some() || b.units as usize * g.min_block <= self.config.bank_size {
-            return placed;
+        if b.units as usize * g.min_block <= self.config.bank_size {
+            return self.place_buddy(b, core, reach);
         }
-        self.place_packed(b, g.packed_alignment(b.units, align, self.config.bank_size), core, reach)
+        let align_units = g.packed_alignment(b.units, align, self.config.bank_size);
+        if reach == Reach::Full && b.units >= g.units_per_chunk() / PACK_FIRST && self.arena.tight.is_on() {
+            if let Some(placed) = self.place_packed(b, align_units, core, reach) {
+                return Some(placed);
+            }
+            return self.place_in_other_chunks(b, core, reach);
+        }
+        if let Some(placed) = self.alloc_in_core(b, core) {
+            return Some(placed);
+        }
+        self.place_in_other_chunks(b, core, reach).or_else(|| self.place_packed(b, align_units, core, reach))
     }
 
-    /// A block larger than a bank whose enclosing node is nowhere free: the best-fitting free
-    /// stretch that holds it from a bank boundary (or the caller's coarser alignment), in the
-    /// first chunk that has one (`arena/stretches.rs`), the calling core's chunks first.
+    /// A block larger than a bank in a free stretch, from a bank boundary (or the caller's
+    /// coarser alignment): the best fit across the cores' chunks (`arena/packed.rs`), then,
+    /// when that compared no chunk that took it, the best-fitting stretch of the first chunk
+    /// that has one, the calling core's chunks first. When none has, the longest stretch the
+    /// search learnt of is left in [`STRETCH_SEEN`] for the out-of-memory error.
     #[inline(never)]
     fn place_packed(&self, b: &BuddyLayout, align_units: u64, core: usize, reach: Reach) -> Option<Placed> {
         if reach == Reach::Fast {
             return None;
         }
+        let g = &self.arena.geometry;
         let cores = self.arena.cores.len();
-        (0..cores).find_map(|i| self.place_packed_in(b, align_units, core, (core + i) % cores))
+        let mut seen = 0;
+        let bank = g.bank_units(self.config.bank_size);
+        if let Some(t) = self.arena.take_best_stretch(b, align_units, bank, core, &mut seen) {
+            return Some(Placed {
+                offset: g.offset_of(t.chunk, t.start),
+                block_bytes: b.units as usize * g.min_block,
+                route: Route::Core,
+                overflow: t.owner != core,
+                class: None,
+            });
+        }
+        let placed = (0..cores).find_map(|i| self.place_packed_in(b, align_units, core, (core + i) % cores, &mut seen));
+        if placed.is_none() {
+            STRETCH_SEEN.with(|s| s.set(seen));
+        }
+        placed
     }
 
     /// The best-fitting free stretch for `b` in the first chunk of `owner` that has one. Only
     /// chunks that may hold a free node of the largest size every such stretch contains are
-    /// read, and one whose stretch memo rules the block out costs two loads.
-    fn place_packed_in(&self, b: &BuddyLayout, align_units: u64, core: usize, owner: usize) -> Option<Placed> {
+    /// read, and one whose stretch memo rules the block out costs two loads. `seen` keeps the
+    /// longest stretch (in units) learnt of on the way.
+    fn place_packed_in(
+        &self,
+        b: &BuddyLayout,
+        align_units: u64,
+        core: usize,
+        owner: usize,
+        seen: &mut u64,
+    ) -> Option<Placed> {
         let g = &self.arena.geometry;
         // A free stretch of `units` units holds a naturally aligned node of 2^j units when
         // units >= 2^(j+1) - 1.
         let j = 63 - (b.units + 1).leading_zeros() - 1;
         let level = g.depth - j.min(g.depth);
+        let bank = g.bank_units(self.config.bank_size);
         let pool = &self.arena.cores[owner];
         let owned = |w: usize| pool.owned_word(w);
         let mut from = 0;
         while let Some(chunk) = pool.maps.next(level, from, &owned) {
             from = chunk + 1;
-            if let Some(start) = self.arena.take_stretch(chunk, b, align_units) {
-                return Some(Placed {
-                    offset: g.offset_of(chunk, start),
-                    block_bytes: b.units as usize * g.min_block,
-                    route: Route::Core,
-                    overflow: owner != core,
-                    class: None,
-                });
+            match self.arena.take_stretch(chunk, b, align_units, bank) {
+                Ok(start) => {
+                    return Some(Placed {
+                        offset: g.offset_of(chunk, start),
+                        block_bytes: b.units as usize * g.min_block,
+                        route: Route::Core,
+                        overflow: owner != core,
+                        class: None,
+                    })
+                }
+                Err(longest) => *seen = (*seen).max(longest),
             }
         }
         None

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::arena::buddy::Node;
-use crate::arena::global::{ChunkState, FreeRun, GlobalPool};
+use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
 use crate::pool::pool::Pool;
 use crate::stats::summary::{ClassStats, CoreStats, PoolStats};
@@ -113,14 +113,7 @@ impl Pool {
 
     /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead).
     fn slab_cached_bytes(&self) -> usize {
-        let classes = &self.arena.slabs.classes.classes;
-        self.arena
-            .slabs
-            .views()
-            .iter()
-            .filter(|v| v.free != classes[v.class].all_free())
-            .map(|v| v.bytes - (classes[v.class].objects - v.free.count_ones()) as usize * classes[v.class].size)
-            .sum()
+        self.arena.slabs.unused_bytes()
     }
 
     /// Bytes and requested bytes of the live slab objects.
@@ -184,16 +177,7 @@ impl Pool {
                 && self.arena.space[chunk].free_units() + reclaimable_units(chunk) == g.usable_units(chunk)
         };
         let runs = self.arena.global.free_runs(&effectively_empty);
-        // A run no larger than half a chunk is the arena's short last chunk alone: only buddy
-        // blocks go there, and they round up. A longer one may go on into a tail at the start
-        // of the core chunk after it (`arena/tail.rs`).
-        let run_largest = |run: FreeRun| match GlobalPool::run_capacity(g, run) {
-            bytes if bytes > g.chunk_size / 2 => {
-                bytes + self.arena.largest_tail_at(run.start + run.len) as usize * g.min_block
-            }
-            bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
-        };
-        let mut largest = runs.iter().map(|&run| run_largest(run)).max().unwrap_or(0);
+        let mut largest = runs.iter().map(|&run| self.arena.largest_block_in_run(run)).max().unwrap_or(0);
         for chunk in 0..self.arena.global.end() {
             if !matches!(self.arena.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
                 continue;

@@ -627,9 +627,10 @@ impl SlabCaches {
         self.recycle(id, generation_of(meta));
     }
 
-    /// Retire every all-free slab of every core, current slabs included; returns how many went
-    /// back. Slabs that still hold objects stay where they were.
-    pub(crate) fn reclaim(&self, blocks: &dyn SlabBlocks) -> usize {
+    /// Retire the all-free current slabs of every core (the free that empties any other slab
+    /// retires it, so these are nearly all the all-free slabs there are: [`SlabCaches::reclaim`]
+    /// also walks the partial stacks); returns how many went back.
+    pub(crate) fn reclaim_current(&self, blocks: &dyn SlabBlocks) -> usize {
         let mut retired = 0;
         for core in 0..self.cores.len() {
             let caches = &self.cores[core];
@@ -652,6 +653,19 @@ impl SlabCaches {
                         }
                     }
                 }
+            }
+        }
+        retired
+    }
+
+    /// Retire every all-free slab of every core, current slabs included; returns how many went
+    /// back. Slabs that still hold objects stay where they were.
+    pub(crate) fn reclaim(&self, blocks: &dyn SlabBlocks) -> usize {
+        let mut retired = self.reclaim_current(blocks);
+        for core in 0..self.cores.len() {
+            let caches = &self.cores[core];
+            for k in 0..self.classes.classes.len() {
+                let all_free = self.classes.classes[k].all_free();
                 let mut keep = Vec::new();
                 while let Some(id) = self.stack_pop(&caches.partial[k]) {
                     // Held while we look (listed stays 1).
@@ -681,6 +695,25 @@ impl SlabCaches {
     /// Live slabs per class.
     pub(crate) fn live_slabs(&self, k: usize) -> u64 {
         self.live[k].load(Ordering::Relaxed)
+    }
+
+    /// Unused bytes of the live slabs that hold objects (all-free slabs count as free), summed
+    /// without listing the slabs.
+    pub(crate) fn unused_bytes(&self) -> usize {
+        let ids = self.fresh_ids.load(Ordering::Acquire).min(self.slabs.len() as u32);
+        (0..ids)
+            .filter_map(|id| {
+                let slab = self.slabs.get(id as usize)?;
+                let free = slab.free.load(Ordering::Acquire);
+                let meta = slab.meta.load(Ordering::Acquire);
+                if free & RETIRED != 0 || generation_of(meta) == 0 {
+                    return None;
+                }
+                let class = &self.classes.classes[class_of(meta)];
+                (free != class.all_free())
+                    .then(|| class.slab_bytes - (class.objects - free.count_ones()) as usize * class.size)
+            })
+            .sum()
     }
 
     /// Every live slab. Meant for a quiescent (paused) pool.
