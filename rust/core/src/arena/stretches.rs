@@ -280,24 +280,30 @@ mod loom_models {
     use loom::sync::Arc;
     use loom::thread;
 
+    /// Four units in two leaf bunches of two (depth 2, bands of height 1), units 0 and 2 taken
+    /// (free stretches of one unit at 1 and at 3), and a thread that frees unit 2.
+    fn two_of_four_taken_and_unit_2_freed(
+    ) -> (Arc<TreeShape>, Arc<Vec<AtomicU64>>, Arc<ChunkSpace>, thread::JoinHandle<()>) {
+        let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+        let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+        let space = Arc::new(ChunkSpace::new(4));
+        for index in [0, 2] {
+            shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
+            space.take(1);
+        }
+        let (s2, t2, sp2) = (shape.clone(), tree.clone(), space.clone());
+        let freer = thread::spawn(move || {
+            s2.release(&t2, Node { level: 2, index: 2 }).unwrap();
+            sp2.give(1);
+        });
+        (shape, tree, space, freer)
+    }
+
     #[test]
     fn a_memo_racing_a_free_never_hides_the_freed_stretch() {
         loom::model(|| {
-            // Four units in two leaf bunches of two (depth 2, bands of height 1).
-            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
-            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
-            let space = Arc::new(ChunkSpace::new(4));
-            let memo = Arc::new(StretchMemo::default());
-            // Units 0 and 2 taken: the longest free stretch is one unit.
-            for index in [0, 2] {
-                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
-                space.take(1);
-            }
-            let (s2, t2, sp2) = (shape.clone(), tree.clone(), space.clone());
-            let freer = thread::spawn(move || {
-                s2.release(&t2, Node { level: 2, index: 2 }).unwrap();
-                sp2.give(1);
-            });
+            let (shape, tree, space, freer) = two_of_four_taken_and_unit_2_freed();
+            let memo = StretchMemo::default();
             let probe = space.probe(1).unwrap();
             let mut bits = [0u64; 1];
             shape.allocated_granules(&tree, 0, &mut bits);
@@ -312,21 +318,8 @@ mod loom_models {
     #[test]
     fn a_memo_recorded_after_a_claim_racing_a_free_never_hides_the_freed_stretch() {
         loom::model(|| {
-            // Four units in two leaf bunches of two (depth 2, bands of height 1).
-            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
-            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
-            let space = Arc::new(ChunkSpace::new(4));
-            let memo = Arc::new(StretchMemo::default());
-            // Units 0 and 2 taken: free stretches of one unit at 1 and at 3.
-            for index in [0, 2] {
-                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
-                space.take(1);
-            }
-            let (s2, t2, sp2) = (shape.clone(), tree.clone(), space.clone());
-            let freer = thread::spawn(move || {
-                s2.release(&t2, Node { level: 2, index: 2 }).unwrap();
-                sp2.give(1);
-            });
+            let (shape, tree, space, freer) = two_of_four_taken_and_unit_2_freed();
+            let memo = StretchMemo::default();
             // A search for one unit: read, record, claim the best fit, record what is left.
             let probe = space.probe(1).unwrap();
             let mut bits = [0u64; 1];
