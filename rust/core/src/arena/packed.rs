@@ -11,7 +11,7 @@ use super::stretches::{best_fit, granule_shift, MAX_GRANULES};
 /// most (besides the chunk it takes the block in).
 const FRESH_READS: usize = 2;
 /// Chunks that can hold the block that a best-fit search compares, at most.
-const COMPARED: usize = 16;
+const COMPARED: usize = 64;
 
 /// Where a best-fit search put a block.
 #[derive(Debug, Clone, Copy)]

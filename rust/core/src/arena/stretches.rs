@@ -22,7 +22,7 @@
 //! phantom marks under them); a piece taken meanwhile rolls the claim back, as a trimmed
 //! block's claim does.
 //!
-//! Across chunks, the search is a best fit too (`packed.rs`): of the first 16 chunks that can
+//! Across chunks, the search is a best fit too (`packed.rs`): of the first 64 chunks that can
 //! hold the block, the one whose longest free stretch is the shortest, known from the memos
 //! below without reading the trees. Placing each block in the tightest chunk leaves the long
 //! stretches to the large blocks: with random sizes from 256 B to 1 MiB at 85% occupancy, a
