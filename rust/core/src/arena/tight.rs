@@ -9,7 +9,13 @@
 //! stretch of 600 KiB while 26% of the arena was free. In a tight arena a block of at least
 //! 1/32 of a chunk therefore goes to the best-fitting free stretch of a chunk first, next to
 //! the blocks around it (`stretches.rs`), which costs one read of the tree per chunk tried;
-//! the flag clears again as soon as a grant succeeds.
+//! the flag clears again as soon as a grant succeeds. The pool also places large blocks that
+//! way once its buddy blocks and runs hold 3/4 of the capacity (`Pool::packs_first`), though
+//! chunks are still to be had: by the time the last chunk is granted the stretches are already
+//! broken up. Measured on the churn at 85% of 1 GiB, that threshold took the failed allocations
+//! from 31 to 0 of 200,000 steps and the fill of 64 KiB-1 MiB blocks from 0.843 to 0.884, and
+//! left the churn at 50% as it was; at 3/5 the fill reached 0.914, but the churn at 50% crossed
+//! it and slowed by a third.
 
 use crate::util::sync::{AtomicU64, Ordering};
 

@@ -555,7 +555,7 @@ impl Pool {
             return self.place_buddy(b, core, reach);
         }
         let align_units = g.packed_alignment(b.units, align, self.config.bank_size);
-        if reach == Reach::Full && b.units >= g.units_per_chunk() / PACK_FIRST && self.arena.tight.is_on() {
+        if reach == Reach::Full && b.units >= g.units_per_chunk() / PACK_FIRST && self.packs_first() {
             if let Some(placed) = self.place_packed(b, align_units, core, reach) {
                 return Some(placed);
             }
@@ -565,6 +565,14 @@ impl Pool {
             return Some(placed);
         }
         self.place_in_other_chunks(b, core, reach).or_else(|| self.place_packed(b, align_units, core, reach))
+    }
+
+    /// Whether a large block goes to the best-fitting free stretch first: in a tight arena, or
+    /// once the published bytes of buddy blocks and runs reach 3/4 of the capacity, before the
+    /// last chunks are granted (`arena/tight.rs` says why).
+    #[inline]
+    fn packs_first(&self) -> bool {
+        self.arena.tight.is_on() || self.counters.published_bytes() / 3 >= self.capacity() as u64 / 4
     }
 
     /// A block larger than a bank in a free stretch, from a bank boundary (or the caller's

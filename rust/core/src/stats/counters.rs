@@ -50,6 +50,13 @@ macro_rules! core_counters {
         }
 
         impl Counters {
+    /// The bytes of buddy blocks and runs that the cores have published (each core's own
+    /// count may be up to its slack away): one relaxed load of a line that changes seldom.
+    #[inline]
+    pub(crate) fn published_bytes(&self) -> u64 {
+        self.shared.published_total.load(Ordering::Relaxed)
+    }
+
             pub(crate) fn core(&self, core: usize) -> Totals {
                 let c = &self.cores[core];
                 Totals {
