@@ -299,6 +299,28 @@ static void misuse(void) {
     EXPECT(npumem_pool_create(&config, &made), NPUMEM_ERR_CONFIG);
     CHECK(strstr(npumem_last_error(), "base_address") != NULL);
     EXPECT(npumem_config_init(&config, 1u << 20), NPUMEM_OK);
+    CHECK(config.run_tails == 1);
+    config.run_tails = 2;
+    EXPECT(npumem_pool_create(&config, &made), NPUMEM_ERR_CONFIG);
+    CHECK(strstr(npumem_last_error(), "run_tails must be 0 or 1, got 2") != NULL);
+    CHECK(made == NULL);
+    /* run_tails 1 (the default): 3 MiB takes a chunk and a 1 MiB tail; 0: two whole chunks. */
+    for (uint32_t tails = 0; tails <= 1; tails++) {
+        npumem_pool *tailed = NULL;
+        npumem_block big;
+        npumem_stats held;
+        EXPECT(npumem_config_init(&config, 16u << 20), NPUMEM_OK);
+        config.backing = NPUMEM_BACKING_NONE;
+        config.cores = 1;
+        config.run_tails = tails;
+        EXPECT(npumem_pool_create(&config, &tailed), NPUMEM_OK);
+        EXPECT(npumem_alloc(tailed, (size_t)3 << 20, 0, 0, &big), NPUMEM_OK);
+        EXPECT(npumem_pool_stats(tailed, &held), NPUMEM_OK);
+        CHECK(held.bytes_in_use == (tails ? (size_t)3 << 20 : (size_t)4 << 20));
+        EXPECT(npumem_free(tailed, big.handle), NPUMEM_OK);
+        npumem_pool_release(tailed);
+    }
+    EXPECT(npumem_config_init(&config, 1u << 20), NPUMEM_OK);
     config.struct_size = 8;
     EXPECT(npumem_pool_create(&config, &made), NPUMEM_ERR_ABI_MISMATCH);
     CHECK(made == NULL);

@@ -7,7 +7,7 @@
 #include "npumem.h"
 
 int main() {
-    static_assert(sizeof(void *) != 8 || sizeof(npumem_config) == 104, "npumem_config");
+    static_assert(sizeof(void *) != 8 || sizeof(npumem_config) == 112, "npumem_config");
     static_assert(sizeof(void *) != 8 || sizeof(npumem_block) == 40, "npumem_block");
     static_assert(sizeof(void *) != 8 || sizeof(npumem_stats) == 184, "npumem_stats");
     static_assert(sizeof(void *) != 8 || sizeof(npumem_pool_info) == 48, "npumem_pool_info");

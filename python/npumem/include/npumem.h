@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /** The version of this interface; npumem_abi_version() gives the library's. */
-#define NPUMEM_ABI_VERSION 3
+#define NPUMEM_ABI_VERSION 4
 
 /** Status codes. */
 typedef int npumem_status;
@@ -105,6 +105,7 @@ typedef struct npumem_config {
     int32_t device_type;    /* NPUMEM_DEVICE_*; 0: CPU for host pools, EXT_DEV otherwise */
     int32_t device_id;      /* device index (0 for host pools) */
     uint64_t base_address;  /* address of offset 0; backing none only (host: the mapping) */
+    uint32_t run_tails;     /* 1 (default): past a chunk, whole chunks and a tail; 0: whole chunks */
 } npumem_config;
 
 /** A block reference: survives moves by compaction and detects reuse after a free. */

@@ -34,6 +34,7 @@ pub fn defaults(capacity: usize) -> NpumemConfig {
         device_type: 0,
         device_id: 0,
         base_address: 0,
+        run_tails: u32::from(core.run_tails),
     }
 }
 
@@ -78,6 +79,11 @@ pub unsafe fn convert(config: &NpumemConfig) -> Result<(PoolConfig, Location), E
         core = core.slab_sizes(unsafe { slice::from_raw_parts(config.slab_sizes, config.slab_count) }.to_vec());
     }
     core = core.base_address(config.base_address);
+    core = match config.run_tails {
+        0 => core.run_tails(false),
+        1 => core.run_tails(true),
+        other => return Err(bad("run_tails", format!("must be 0 or 1, got {other}"))),
+    };
     if config.device_type != 0 {
         core = core.device(Device { type_code: config.device_type, index: config.device_id });
     } else if config.device_id != 0 {

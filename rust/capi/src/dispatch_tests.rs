@@ -26,7 +26,7 @@ fn last_error() -> String {
 fn structs_have_the_sizes_of_the_header() {
     // Checked against the C compiler's sizeof in tests/c (x86_64 and aarch64 Linux).
     if cfg!(target_pointer_width = "64") {
-        assert_eq!(std::mem::size_of::<NpumemConfig>(), 104);
+        assert_eq!(std::mem::size_of::<NpumemConfig>(), 112);
         assert_eq!(std::mem::size_of::<NpumemHandle>(), 16);
         assert_eq!(std::mem::size_of::<NpumemBlock>(), 40);
         assert_eq!(std::mem::size_of::<NpumemStats>(), 184);

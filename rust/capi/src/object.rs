@@ -14,7 +14,7 @@ use crate::status::{Status, ERR_ABI_MISMATCH, ERR_INVALID_POOL, ERR_NULL_ARGUMEN
 use crate::types::{NpumemBlock, NpumemHandle, NpumemPoolInfo, NpumemStats};
 
 /// `NPUMEM_ABI_VERSION`: bumped when `Ops` or a public struct changes.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// The magic word of a live pool object.
 pub const MAGIC: u64 = 0x6e70_756d_656d_5031; // "npumemP1"

@@ -38,6 +38,8 @@ pub struct NpumemConfig {
     pub device_id: i32,
     /// The address of offset 0 (backing none only; host pools report their mapping).
     pub base_address: u64,
+    /// 1 (default): a block past a chunk is whole chunks and a tail; 0: whole chunks only.
+    pub run_tails: u32,
 }
 
 /// `npumem_handle`: a block reference that survives moves and detects reuse.
