@@ -103,9 +103,10 @@ docs: develop $(DOCS_STAMP) ## Build the documentation site into site/ (MkDocs, 
 	$(BIN)/mkdocs build --strict --site-dir site
 
 .PHONY: lint
-lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings, ruff, mypy, no import cycles
+lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings (also on the loom models), ruff, mypy, no import cycles
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo clippy -p npumem-core --lib --profile=test -- -D warnings
 	$(BIN)/ruff check python tests benches scripts
 	$(BIN)/ruff format --check python tests benches scripts
 	$(BIN)/mypy

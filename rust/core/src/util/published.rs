@@ -56,7 +56,6 @@ impl<T, const N: usize> PublishedSlots<T, N> {
     }
 }
 
-#[cfg(not(loom))]
 impl<T, const N: usize> Default for PublishedSlots<T, N> {
     fn default() -> Self {
         Self::new()
@@ -101,6 +100,7 @@ mod loom_models {
 
     fn make(id: u32, payload: u64) -> *mut Object {
         let object = Box::new(Object { id, payload: UnsafeCell::new(0) });
+        // SAFETY: the object is not published yet: this thread is its only user.
         object.payload.with_mut(|p| unsafe { *p = payload });
         Box::into_raw(object)
     }
@@ -149,6 +149,7 @@ mod loom_models {
                     let old = t.publish(0, make(id, 100 + id as u64)).unwrap();
                     // SAFETY: `old` is this thread's now; it was built before it was published.
                     let payload = unsafe { (*old).payload.with(|p| *p) };
+                    // SAFETY: as above, `old` is this thread's alone.
                     assert_eq!(payload, 100 + unsafe { (*old).id } as u64);
                     release(old)
                 })
