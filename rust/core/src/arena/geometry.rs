@@ -260,11 +260,15 @@ mod tests {
     fn routes() {
         let g = Geometry::new(&PoolConfig::new(64 << 20).run_tails(false));
         assert_eq!(g.layout(3 << 20, 64), Layout::Run { chunks: 2, align_chunks: 1 });
-        assert_eq!(g.layout((300 << 20) / 2, 64), Layout::Run { chunks: 75, align_chunks: 1 });
-        assert_eq!(g.layout(64, 8 << 20), Layout::Run { chunks: 1, align_chunks: 4 });
-        match g.layout(1 << 20, 64) {
-            Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
-            other => panic!("{other:?}"),
+        // Whole-chunk runs, over-aligned runs and buddy blocks route alike with tails or not.
+        for tails in [false, true] {
+            let g = Geometry::new(&PoolConfig::new(64 << 20).run_tails(tails));
+            assert_eq!(g.layout((300 << 20) / 2, 64), Layout::Run { chunks: 75, align_chunks: 1 });
+            assert_eq!(g.layout(64, 8 << 20), Layout::Run { chunks: 1, align_chunks: 4 });
+            match g.layout(1 << 20, 64) {
+                Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
+                other => panic!("{other:?}"),
+            }
         }
     }
 
@@ -302,12 +306,6 @@ mod tests {
         assert_eq!(g.layout((4 << 20) - 1, 64), Layout::Run { chunks: 2, align_chunks: 1 });
         let Layout::RunTail { chunks: 1, tail, .. } = g.layout((2 << 20) + 1, 64) else { panic!() };
         assert_eq!((tail.units, tail.enclosing), (1, 1), "2 MiB + 1 B takes a chunk and a unit");
-        assert_eq!(g.layout((300 << 20) / 2, 64), Layout::Run { chunks: 75, align_chunks: 1 });
-        assert_eq!(g.layout(64, 8 << 20), Layout::Run { chunks: 1, align_chunks: 4 });
-        match g.layout(1 << 20, 64) {
-            Layout::Buddy(b) => assert_eq!((b.level, b.enclosing, b.units), (1, 4096, 4096)),
-            other => panic!("{other:?}"),
-        }
     }
 
     #[test]

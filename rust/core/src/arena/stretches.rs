@@ -299,15 +299,21 @@ mod loom_models {
         (shape, tree, space, freer)
     }
 
+    /// A search's read of the tree for one unit: the epoch it probed and the best fit it saw.
+    fn read_fit(shape: &TreeShape, tree: &[AtomicU64], space: &ChunkSpace) -> (u64, Fit) {
+        let probe = space.probe(1).unwrap();
+        let mut bits = [0u64; 1];
+        shape.allocated_granules(tree, 0, &mut bits);
+        (probe.epoch(), best_fit(&bits, 4, 1, 1))
+    }
+
     #[test]
     fn a_memo_racing_a_free_never_hides_the_freed_stretch() {
         loom::model(|| {
             let (shape, tree, space, freer) = two_of_four_taken_and_unit_2_freed();
             let memo = StretchMemo::default();
-            let probe = space.probe(1).unwrap();
-            let mut bits = [0u64; 1];
-            shape.allocated_granules(&tree, 0, &mut bits);
-            memo.record(probe.epoch(), best_fit(&bits, 4, 1, 1).longest);
+            let (epoch, fit) = read_fit(&shape, &tree, &space);
+            memo.record(epoch, fit.longest);
             freer.join().unwrap();
             // Units 1..4 are free now: a block of three must not be ruled out.
             let now = space.probe(0).unwrap();
@@ -321,16 +327,13 @@ mod loom_models {
             let (shape, tree, space, freer) = two_of_four_taken_and_unit_2_freed();
             let memo = StretchMemo::default();
             // A search for one unit: read, record, claim the best fit, record what is left.
-            let probe = space.probe(1).unwrap();
-            let mut bits = [0u64; 1];
-            shape.allocated_granules(&tree, 0, &mut bits);
-            let fit = best_fit(&bits, 4, 1, 1);
-            memo.record(probe.epoch(), fit.longest);
+            let (epoch, fit) = read_fit(&shape, &tree, &space);
+            memo.record(epoch, fit.longest);
             let (start, _) = fit.at.unwrap();
             let claimed = shape.try_alloc(&tree, Node { level: 2, index: start }).is_ok();
             if claimed {
                 space.take(1);
-                memo.record(probe.epoch(), fit.longest_after(1, 1));
+                memo.record(epoch, fit.longest_after(1, 1));
             }
             freer.join().unwrap();
             // Unit 2 is free now, and unit 3 unless the search took it: the longest free
