@@ -12,8 +12,9 @@
 //!   reserved over requested, worst case per range.
 //!
 //! `cargo run --release -p npumem-benches --example mixed_sizes [-- --quick] [--steps N]
-//! [--runs N] [--only TABLE] [--peer NAME]` (TABLE: churn, threads, pairs, fill, waste; NAME: one
-//! row of every table, e.g. `npumem`).
+//! [--runs N] [--only TABLE] [--peer NAME] [--occupancy PERCENT]` (TABLE: churn, threads, pairs,
+//! fill, waste; NAME: one row of every table, e.g. `npumem`; PERCENT: the churn table at that one
+//! occupancy, 1-95, instead of 50 and 85).
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::{Barrier, Mutex};
@@ -196,6 +197,8 @@ struct Options {
     pairs: usize,
     only: Option<String>,
     peer: Option<String>,
+    /// The churn table's occupancies: 50% and 85% unless `--occupancy` names one.
+    occupancies: Vec<f64>,
 }
 
 impl Options {
@@ -205,11 +208,11 @@ impl Options {
     }
 }
 
-const USAGE: &str = "mixed_sizes [--quick] [--steps N] [--runs N] [--pairs N] [--only TABLE] [--peer NAME]";
+const USAGE: &str = "mixed_sizes [--quick] [--steps N] [--runs N] [--pairs N] [--only TABLE] [--peer NAME] [--occupancy PERCENT]";
 const TABLES: [&str; 5] = ["churn", "threads", "pairs", "fill", "waste"];
 
 fn options() -> Options {
-    let mut o = Options { steps: 200_000, runs: 3, pairs: 1_000_000, only: None, peer: None };
+    let mut o = Options { steps: 200_000, runs: 3, pairs: 1_000_000, only: None, peer: None, occupancies: vec![0.5, 0.85] };
     let mut args = cli::args().into_iter();
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| cli::fail(USAGE, format!("{a} needs a value")));
@@ -235,6 +238,10 @@ fn options() -> Options {
                     cli::fail(USAGE, format!("--peer must be one of {}, got '{peer}'", PEERS.join(", ")));
                 }
                 o.peer = Some(peer);
+            }
+            "--occupancy" => {
+                let percent: usize = cli::number(USAGE, "--occupancy", &value(), 1..=95);
+                o.occupancies = vec![percent as f64 / 100.0];
             }
             other => cli::fail(USAGE, format!("unknown option '{other}'")),
         }
@@ -349,7 +356,7 @@ fn churn_timed_from(p: &dyn Peer, occupancy: f64, steps: usize, seed: u64, start
 }
 
 fn churn_tables(o: &Options) {
-    for occupancy in [0.5, 0.85] {
+    for &occupancy in &o.occupancies {
         println!(
             "\n### Churn, random sizes 256 B-1 MiB at {:.0}% occupancy ({} steps, medians of {})\n",
             occupancy * 100.0,
