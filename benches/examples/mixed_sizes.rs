@@ -208,11 +208,13 @@ impl Options {
     }
 }
 
-const USAGE: &str = "mixed_sizes [--quick] [--steps N] [--runs N] [--pairs N] [--only TABLE] [--peer NAME] [--occupancy PERCENT]";
+const USAGE: &str =
+    "mixed_sizes [--quick] [--steps N] [--runs N] [--pairs N] [--only TABLE] [--peer NAME] [--occupancy PERCENT]";
 const TABLES: [&str; 5] = ["churn", "threads", "pairs", "fill", "waste"];
 
 fn options() -> Options {
-    let mut o = Options { steps: 200_000, runs: 3, pairs: 1_000_000, only: None, peer: None, occupancies: vec![0.5, 0.85] };
+    let mut o =
+        Options { steps: 200_000, runs: 3, pairs: 1_000_000, only: None, peer: None, occupancies: vec![0.5, 0.85] };
     let mut args = cli::args().into_iter();
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| cli::fail(USAGE, format!("{a} needs a value")));
