@@ -1348,6 +1348,51 @@ mod tests {
     }
 
     #[test]
+    fn allocated_granules_match_the_allocated_nodes() {
+        // Random nodes of every level, some released again (leaving phantom marks), in trees
+        // of several shapes; every granule size: the granules some allocated node covers.
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for depth in [0u32, 3, 6, 7, 10, 13] {
+            let shape = TreeShape::new(depth);
+            for round in 0..30 {
+                let t = tree(&shape);
+                let mut live: Vec<Node> = Vec::new();
+                for _ in 0..(next() % 200) {
+                    let level = (next() % u64::from(depth + 1)) as u32;
+                    let index = next() % (1 << level);
+                    let n = Node { level, index };
+                    if shape.try_alloc(&t, n).is_ok() {
+                        live.push(n);
+                    }
+                    if !live.is_empty() && next() % 3 == 0 {
+                        let n = live.swap_remove((next() % live.len() as u64) as usize);
+                        shape.release(&t, n).unwrap();
+                    }
+                }
+                for shift in 0..=depth.min(8) {
+                    let granules = (1u64 << depth) >> shift;
+                    let mut got = vec![u64::MAX; granules.div_ceil(64) as usize];
+                    shape.allocated_granules(&t, shift, &mut got);
+                    let mut want = vec![0u64; got.len()];
+                    for n in &live {
+                        let (from, to) = (n.start(depth), n.start(depth) + n.units(depth));
+                        for g in from >> shift..(to + (1 << shift) - 1) >> shift {
+                            want[(g / 64) as usize] |= 1 << (g % 64);
+                        }
+                    }
+                    assert_eq!(got, want, "depth {depth}, round {round}, shift {shift}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn bands_of_a_default_chunk() {
         // 2 MiB chunk of 256-byte leaves: 14 levels = 4 + 4 + 6.
         let shape = TreeShape::new(13);

@@ -10,12 +10,15 @@
 //! 1/32 of a chunk therefore goes to the best-fitting free stretch of a chunk first, next to
 //! the blocks around it (`stretches.rs`), which costs one read of the tree per chunk tried;
 //! the flag clears again as soon as a grant succeeds. The pool also places large blocks that
-//! way once its buddy blocks and runs hold 3/4 of the capacity (`Pool::packs_first`), though
+//! way once its buddy blocks and runs hold 2/3 of the capacity (`Pool::packs_first`), though
 //! chunks are still to be had: by the time the last chunk is granted the stretches are already
-//! broken up. Measured on the churn at 85% of 1 GiB, that threshold took the failed allocations
-//! from 31 to 0 of 200,000 steps and the fill of 64 KiB-1 MiB blocks from 0.843 to 0.884, and
-//! left the churn at 50% as it was; at 3/5 the fill reached 0.914, but the churn at 50% crossed
-//! it and slowed by a third.
+//! broken up, and blocks placed at their enclosing nodes strand the nodes' tails. Measured on
+//! 1 GiB (random sizes, medians of runs alternated with the same build at other thresholds):
+//! the first failure of a fill of 64 KiB-1 MiB blocks comes at 0.884 of the arena with a
+//! threshold of 3/4, 0.899 with 2/3, 0.914 with 3/5 and 0.966 when large blocks always go to
+//! a stretch first; the churn at 85% fails no allocation of 200,000 steps at 3/4 or 2/3 (31
+//! with the flag alone); the churn at 50% runs at the same speed up to 2/3, a third slower at
+//! 3/5 (its buddy blocks and runs hold more than 3/5) and six times slower always.
 
 use crate::util::sync::{AtomicU64, Ordering};
 

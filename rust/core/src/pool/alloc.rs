@@ -568,11 +568,11 @@ impl Pool {
     }
 
     /// Whether a large block goes to the best-fitting free stretch first: in a tight arena, or
-    /// once the published bytes of buddy blocks and runs reach 3/4 of the capacity, before the
+    /// once the published bytes of buddy blocks and runs reach 2/3 of the capacity, before the
     /// last chunks are granted (`arena/tight.rs` says why).
     #[inline]
     fn packs_first(&self) -> bool {
-        self.arena.tight.is_on() || self.counters.published_bytes() / 3 >= self.capacity() as u64 / 4
+        self.arena.tight.is_on() || self.counters.published_bytes() / 2 >= self.capacity() as u64 / 3
     }
 
     /// A block larger than a bank in a free stretch, from a bank boundary (or the caller's
