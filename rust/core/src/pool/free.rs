@@ -72,7 +72,7 @@ impl Pool {
         }
         let _entered = self.enter()?;
         let released = self.release_block(offset, size)?;
-        self.account_free(released, size);
+        self.account_free(released, cpu::current_core(self.arena.cores.len()), size);
         Ok(())
     }
 
@@ -86,17 +86,17 @@ impl Pool {
             )])
         })?;
         self.handles.recycle(core, handle);
-        self.account_free(released, info.size);
+        self.account_free(released, core, info.size);
         self.trace.on_free(core, handle, info.offset, info.size, info.tag);
         Ok(())
     }
 
-    /// Count a free: per thread for slab objects, per core (the caller's) otherwise.
+    /// Count a free: per thread for slab objects, per core (the caller's, `core`) otherwise.
     #[inline(always)]
-    pub(crate) fn account_free(&self, released: Released, size: usize) {
+    pub(crate) fn account_free(&self, released: Released, core: usize, size: usize) {
         match released {
             Released::Slab(k) => self.slab_counters.on_free(k, size),
-            Released::Block(bytes) => self.counters.on_free(cpu::current_core(self.arena.cores.len()), bytes, size),
+            Released::Block(bytes) => self.counters.on_free(core, bytes, size),
         }
     }
 
