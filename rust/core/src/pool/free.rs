@@ -79,7 +79,14 @@ impl Pool {
     pub(crate) fn free_entered(&self, handle: Handle) -> Result<()> {
         let core = cpu::current_core(self.arena.cores.len());
         let info = self.handles.remove(handle)?;
-        let released = self.release_block(info.offset, info.size).map_err(|err| {
+        // A block larger than every slab class is no slab object: its free skips the slab
+        // directory (a load that misses the cache when blocks are freed in random order).
+        let released = if info.size > self.largest_slab {
+            self.release_chunk_block(info.offset, info.size)
+        } else {
+            self.release_block(info.offset, info.size)
+        };
+        let released = released.map_err(|err| {
             Error::Corruption(vec![format!(
                 "live handle {handle:?} pointed at offset {} ({} bytes) but: {err}",
                 info.offset, info.size
