@@ -9,7 +9,9 @@ same way in the same process:
 - random sizes: with 2000 blocks live (sizes log-uniform from 64 B to 1 MiB, on a 1 GiB pool
   with ``backing="none"``), each step frees a random live block and allocates a new size in its
   place; beside it, the same loop over a dict (delete a random key, insert a new one) with the
-  same indices, in the same run, alternating (target: the pool at most 3x the dict).
+  same indices, in the same run, alternating (target: the pool at most 3x the dict); and the
+  pool's loop with every size 256 B, which only the slab path serves: what the step costs
+  without the buddy placement and release (the binding, the handles and the interpreter).
 
     .venv/bin/python benches/python_roundtrip.py [--repeat 15] [--cpu-time]
 
@@ -43,8 +45,9 @@ def median_ns(stmt: str, setup_globals: dict[str, object], number: int, repeat: 
 LIVE = 2000
 
 
-def random_sizes(repeat: int, steps: int = 20_000) -> tuple[float, float]:
-    """Median ns per step of the random-size pool loop and of the dict loop (see above)."""
+def random_sizes(repeat: int, steps: int = 20_000) -> tuple[float, float, float]:
+    """Median ns per step of the random-size pool loop, of the dict loop and of the pool loop
+    with every size 256 B (see above)."""
     rng = random.Random(5)
     lo, hi = math.log(64), math.log(1 << 20)
 
@@ -55,6 +58,8 @@ def random_sizes(repeat: int, steps: int = 20_000) -> tuple[float, float]:
     slots = [rng.randrange(LIVE) for _ in range(steps)]
     pool = npumem.Pool(1 << 30, cores=2, backing="none")
     live = [pool.alloc(size()) for _ in range(LIVE)]
+    small_pool = npumem.Pool(1 << 30, cores=2, backing="none")
+    small = [small_pool.alloc(256) for _ in range(LIVE)]
     table = {k: k for k in range(LIVE)}
     keys = list(range(LIVE))
 
@@ -62,6 +67,11 @@ def random_sizes(repeat: int, steps: int = 20_000) -> tuple[float, float]:
         for i, n in zip(slots, sizes, strict=True):
             live[i].free()
             live[i] = pool.alloc(n)
+
+    def small_loop() -> None:
+        for i, _n in zip(slots, sizes, strict=True):
+            small[i].free()
+            small[i] = small_pool.alloc(256)
 
     def dict_loop() -> None:
         key = keys[-1] + LIVE
@@ -73,15 +83,27 @@ def random_sizes(repeat: int, steps: int = 20_000) -> tuple[float, float]:
 
     pool_times: list[float] = []
     dict_times: list[float] = []
+    small_times: list[float] = []
     for _ in range(repeat):
-        for loop, times in ((pool_loop, pool_times), (dict_loop, dict_times)):
+        for loop, times in (
+            (pool_loop, pool_times),
+            (dict_loop, dict_times),
+            (small_loop, small_times),
+        ):
             start = clock()
             loop()
             times.append((clock() - start) / steps * 1e9)
     for b in live:
         b.free()
+    for b in small:
+        b.free()
     pool.check()
-    return statistics.median(pool_times), statistics.median(dict_times)
+    small_pool.check()
+    return (
+        statistics.median(pool_times),
+        statistics.median(dict_times),
+        statistics.median(small_times),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,13 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, ns, unit in rows:
         print(f"| `{name}` | {ns:,.0f} | {unit} |")
     pool.check()
-    pool_ns, dict_ns = random_sizes(args.repeat)
+    pool_ns, dict_ns, small_ns = random_sizes(args.repeat)
     print(f"\nRandom sizes 64 B-1 MiB, {LIVE} live, medians of {args.repeat} runs (alternating):\n")
     print("| loop step | median ns |")
     print("|---|---:|")
     print(f"| pool: free a random block, allocate a random size | {pool_ns:,.0f} |")
     print(f"| dict: delete a random key, insert a new one | {dict_ns:,.0f} |")
     print(f"| pool / dict (target: at most 3x) | {pool_ns / dict_ns:.2f}x |")
+    print(f"| pool, every size 256 B (slab path only) | {small_ns:,.0f} |")
+    print(f"| pool, every size 256 B / dict | {small_ns / dict_ns:.2f}x |")
     return 0
 
 

@@ -116,6 +116,25 @@ def test_scopes_are_per_thread() -> None:
     assert live(pool) == 0
 
 
+def test_frees_are_immediate_again_once_every_scope_closed() -> None:
+    pool, other = npumem.Pool(16 * MIB, cores=1), npumem.Pool(16 * MIB, cores=1)
+    with other.deferred():
+        pool.alloc(100).free()  # another pool's scope: freed at once
+        assert live(pool) == 0
+    with pool.deferred(), pool.deferred():
+        pool.alloc(100).free()
+        assert pool.stats().deferred_pending == 1
+    with pytest.raises(RuntimeError), pool.deferred():
+        raise RuntimeError("the body raised")
+    blk = pool.alloc(100)
+    blk.free()  # no scope open any more: freed at once
+    assert (live(pool), pool.stats().deferred_pending) == (0, 0)
+    with pool.deferred():  # and a new scope defers again
+        pool.alloc(100).free()
+        assert live(pool) == 1
+    assert live(pool) == 0
+
+
 def test_deferred_frees_of_many_threads_at_once() -> None:
     pool = npumem.Pool(64 * MIB, cores=4)
     errors: list[BaseException] = []

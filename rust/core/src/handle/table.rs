@@ -75,6 +75,13 @@ impl PinKind {
     }
 }
 
+/// The error for a slot index the table never handed out (out of line: the hot paths only
+/// branch to it, and build no error value they would drop).
+#[cold]
+fn unknown_handle() -> Error {
+    Error::InvalidHandle(HandleFault::Unknown)
+}
+
 /// Pins of both kinds.
 fn pins_of(state: u64) -> u32 {
     (PinKind::User.count(state) + PinKind::View.count(state)) as u32
@@ -203,7 +210,7 @@ impl HandleTable {
         if handle.pool != self.pool {
             return Err(Error::InvalidHandle(HandleFault::Foreign));
         }
-        self.existing_slot(handle.slot).ok_or(Error::InvalidHandle(HandleFault::Unknown))
+        self.existing_slot(handle.slot).ok_or_else(unknown_handle)
     }
 
     fn matches(state: u64, handle: Handle) -> bool {

@@ -72,31 +72,38 @@ impl Pool {
         }
         let _entered = self.enter()?;
         let released = self.release_block(offset, size)?;
-        self.account_free(released, size);
+        self.account_free(released, cpu::current_core(self.arena.cores.len()), size);
         Ok(())
     }
 
     pub(crate) fn free_entered(&self, handle: Handle) -> Result<()> {
         let core = cpu::current_core(self.arena.cores.len());
         let info = self.handles.remove(handle)?;
-        let released = self.release_block(info.offset, info.size).map_err(|err| {
+        // A block larger than every slab class is no slab object: its free skips the slab
+        // directory (a load that misses the cache when blocks are freed in random order).
+        let released = if info.size > self.largest_slab {
+            self.release_chunk_block(info.offset, info.size)
+        } else {
+            self.release_block(info.offset, info.size)
+        };
+        let released = released.map_err(|err| {
             Error::Corruption(vec![format!(
                 "live handle {handle:?} pointed at offset {} ({} bytes) but: {err}",
                 info.offset, info.size
             )])
         })?;
         self.handles.recycle(core, handle);
-        self.account_free(released, info.size);
+        self.account_free(released, core, info.size);
         self.trace.on_free(core, handle, info.offset, info.size, info.tag);
         Ok(())
     }
 
-    /// Count a free: per thread for slab objects, per core (the caller's) otherwise.
+    /// Count a free: per thread for slab objects, per core (the caller's, `core`) otherwise.
     #[inline(always)]
-    pub(crate) fn account_free(&self, released: Released, size: usize) {
+    pub(crate) fn account_free(&self, released: Released, core: usize, size: usize) {
         match released {
             Released::Slab(k) => self.slab_counters.on_free(k, size),
-            Released::Block(bytes) => self.counters.on_free(cpu::current_core(self.arena.cores.len()), bytes, size),
+            Released::Block(bytes) => self.counters.on_free(core, bytes, size),
         }
     }
 

@@ -72,6 +72,9 @@ pub struct Pool {
     pub(super) tags: TagTable,
     /// The largest request and total: `max_capacity`, or `capacity` if the pool cannot grow.
     pub(super) limit: usize,
+    /// The largest slab class (0 without classes): a block that asked for more is never a slab
+    /// object, so its free goes straight to its chunk.
+    pub(super) largest_slab: usize,
     /// The hooks called when a region is added or given back (`growth.rs`).
     pub(super) growth: GrowthHooks,
 }
@@ -101,6 +104,7 @@ impl Pool {
             trace: Trace::new(),
             tags: TagTable::new(),
             limit: config.limit(),
+            largest_slab: config.slab_sizes.last().copied().unwrap_or(0),
             growth: GrowthHooks::default(),
             arena,
             config,

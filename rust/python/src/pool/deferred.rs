@@ -4,7 +4,9 @@
 //! raises.
 //!
 //! The open scopes of a thread live in a thread-local list, so that a free asks "is this thread
-//! deferring?" by reading its own thread's list: no lock and no shared counter on the free path.
+//! deferring?" by reading its own thread's list: no lock on the free path. Before that, one
+//! relaxed load of the pool's count of open scopes (written only when a scope opens or closes)
+//! answers "no" for a pool without any, so the common free reads no thread-local storage.
 //! Scopes of one pool nest: an inner scope adds to the queue of the outermost one. A thread that
 //! ends with a scope open (it cannot in Python, but the list is dropped all the same) hands its
 //! queue to the pool's stranded frees.
@@ -32,6 +34,7 @@ impl Drop for Scope {
     fn drop(&mut self) {
         let rest = std::mem::take(&mut self.queue);
         self.pending.strand_queued(rest);
+        self.pending.scope_closed();
     }
 }
 
@@ -42,6 +45,9 @@ thread_local! {
 /// Whether this thread has a deferred scope of `pending`'s pool open.
 #[inline]
 pub(crate) fn deferring(pending: &Arc<PendingFrees>) -> bool {
+    if !pending.any_scope() {
+        return false;
+    }
     SCOPES
         .try_with(|scopes| match scopes.try_borrow() {
             Ok(scopes) => !scopes.is_empty() && scopes.iter().any(|s| Arc::ptr_eq(&s.pending, pending)),
@@ -53,6 +59,9 @@ pub(crate) fn deferring(pending: &Arc<PendingFrees>) -> bool {
 /// Queue `items` in this thread's open scope of `pending`'s pool; false (nothing queued) when
 /// none is open.
 pub(crate) fn queue_in_scope(pending: &Arc<PendingFrees>, items: &[Pending]) -> bool {
+    if !pending.any_scope() {
+        return false;
+    }
     SCOPES
         .try_with(|scopes| {
             let Ok(mut scopes) = scopes.try_borrow_mut() else {
@@ -74,7 +83,10 @@ pub(crate) fn queue_in_scope(pending: &Arc<PendingFrees>, items: &[Pending]) -> 
 fn open(pending: &Arc<PendingFrees>) {
     SCOPES.with_borrow_mut(|scopes| match scopes.iter_mut().find(|s| Arc::ptr_eq(&s.pending, pending)) {
         Some(scope) => scope.depth += 1,
-        None => scopes.push(Scope { pending: Arc::clone(pending), depth: 1, queue: Vec::new() }),
+        None => {
+            pending.scope_opened();
+            scopes.push(Scope { pending: Arc::clone(pending), depth: 1, queue: Vec::new() });
+        }
     });
 }
 

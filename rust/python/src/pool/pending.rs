@@ -40,6 +40,9 @@ pub(crate) struct PendingFrees {
     count: AtomicUsize,
     /// Blocks freed because their last reference went (`PoolStats.auto_freed`).
     collected: AtomicU64,
+    /// Threads with a deferred scope of this pool open (`deferred.rs`): while none has, a free
+    /// skips the look at its thread's scopes.
+    scopes: AtomicUsize,
 }
 
 fn lock(queue: &Mutex<Vec<Pending>>) -> MutexGuard<'_, Vec<Pending>> {
@@ -67,6 +70,7 @@ impl PendingFrees {
             stranded: Mutex::new(Vec::new()),
             count: AtomicUsize::new(0),
             collected: AtomicU64::new(0),
+            scopes: AtomicUsize::new(0),
         }
     }
 
@@ -78,6 +82,23 @@ impl PendingFrees {
     /// Blocks freed because their last reference went.
     pub(crate) fn collected(&self) -> u64 {
         self.collected.load(Ordering::Relaxed)
+    }
+
+    /// Whether some thread has a deferred scope of this pool open. A thread that opened one
+    /// sees its own count: the load never hides a scope of the calling thread.
+    #[inline]
+    pub(crate) fn any_scope(&self) -> bool {
+        self.scopes.load(Ordering::Relaxed) != 0
+    }
+
+    /// A thread opened its outermost scope of this pool.
+    pub(crate) fn scope_opened(&self) {
+        self.scopes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A thread's outermost scope of this pool closed (or the thread ended with it open).
+    pub(crate) fn scope_closed(&self) {
+        self.scopes.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// `n` frees entered a queue (a scope's, or one of these).
