@@ -42,6 +42,7 @@
 
 use crate::util::bits::{every_nth, low_bits, siblings, to_children, to_parents};
 use crate::util::sync::{AtomicU64, Ordering};
+use std::cell::Cell;
 
 /// Height of the bottom band (leaf bunches): 63 allocated bits and a seal fit one word.
 pub(crate) const LEAF_BAND_HEIGHT: u32 = 6;
@@ -171,24 +172,38 @@ struct Goal<'s> {
     summary: Option<&'s Summary<'s>>,
 }
 
-/// The per-bunch summaries of one chunk's tree, parallel to its words: the word of a leaf bunch
-/// (the bottom band, where most of a tree's bunches are; not the top band) holds a level `v`
-/// such that no node of a level below `v` (a larger node) is free in the bunch; 0 when nothing
-/// is known. A search for a node at `level`
-/// skips a bunch whose summary is above `level`, and raises it after searching the bunch in
-/// vain; a free lowers the summary of the bunch around the node it released to the level of
-/// the largest free node around it ([`TreeShape::announce_in_bunches`]).
+/// The per-bunch summaries of one chunk's tree, parallel to its words: the word of a bunch of
+/// any band but the top one holds a level `v` such that no node of a level below `v` (a larger
+/// node) is free in the bunch or in the bunches below it; 0 when nothing is known. A search for
+/// a node at `level` skips a bunch whose summary is above `level`, and raises it after
+/// searching the bunch (and what lies below it) in vain, so a search that fails in a crowded
+/// tree skips whole subtrees of leaf bunches; a free lowers the summary of every bunch around
+/// the node it released to the level of the largest free node around it, but never below the
+/// bunch's top level ([`TreeShape::announce_in_bunches`]). A bunch whose contents were all
+/// freed therefore has a summary at most its top level, which rules out nothing inside it: an
+/// ancestor node allocated over it and freed again leaves no stale summary there. A search
+/// whose claim met an allocated ancestor records no miss (its bunch may be free once that
+/// ancestor goes).
 ///
 /// The same handshake as the chunk's level maps (`level_maps.rs`): a search records a miss
 /// (`fetch_max`) and then asks `moved` (a read-modify-write of the chunk's free-space word)
 /// whether a free came since it began, undoing the record if so; a free reads the summaries
 /// only after its own epoch step.
 pub(crate) struct Summary<'a> {
-    pub(crate) words: &'a [AtomicU64],
-    pub(crate) moved: &'a dyn Fn() -> bool,
+    words: &'a [AtomicU64],
+    moved: &'a dyn Fn() -> bool,
+    /// Whether a claim of the search met an allocated ancestor (in the bunch being searched).
+    blocked: Cell<bool>,
 }
 
-impl Summary<'_> {
+impl<'a> Summary<'a> {
+    /// The summaries `words` of a chunk's tree, for a search that asks `moved` whether a free
+    /// came since it began.
+    #[inline]
+    pub(crate) fn new(words: &'a [AtomicU64], moved: &'a dyn Fn() -> bool) -> Summary<'a> {
+        Summary { words, moved, blocked: Cell::new(false) }
+    }
+
     #[inline]
     fn skips(&self, word: usize, level: u32) -> bool {
         self.words[word].load(Ordering::Acquire) > u64::from(level)
@@ -357,13 +372,13 @@ impl TreeShape {
         self.words
     }
 
-    /// The first level that leaf bunches with summaries hold (past the deepest level when the
-    /// tree is one band, which has none).
+    /// The first level that bunches with summaries hold (every band below the top one; past
+    /// the deepest level when the tree is one band, which has none).
     #[inline]
     pub(crate) fn summarized_from(&self) -> u32 {
         match self.bands.len() {
             1 => self.depth + 1,
-            n => self.bands[n - 1].top,
+            _ => self.bands[1].top,
         }
     }
 
@@ -659,9 +674,10 @@ impl TreeShape {
         }
     }
 
-    /// After `node` was released (and the chunk's epoch advanced): lower the summary of the
-    /// leaf bunch around it to the level of the largest free node around it (computed only when
-    /// the summary is above the bunch's top level). `coalesced` caches that level.
+    /// After `node` was released (and the chunk's epoch advanced): lower the summary of each
+    /// bunch around it (one per band below the top one) to the level of the largest free node
+    /// around it, or to the bunch's top level if that is lower in the tree (the level is
+    /// computed only when a summary is above its bunch's top level). `coalesced` caches it.
     #[inline]
     pub(crate) fn announce_in_bunches(
         &self,
@@ -670,19 +686,19 @@ impl TreeShape {
         node: Node,
         coalesced: &mut Option<u32>,
     ) {
-        let band = self.band_of_level[node.level as usize];
-        let b = self.bands[band];
-        if b.leaf && band > 0 {
+        let mut band = self.band_of_level[node.level as usize];
+        while band > 0 {
+            let b = self.bands[band];
             let word = &summaries[b.base + (node.index >> (node.level - b.top)) as usize];
             let known = word.load(Ordering::Acquire);
-            if known <= u64::from(b.top) {
-                return;
+            if known > u64::from(b.top) {
+                let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, node));
+                let target = u64::from(level.max(b.top));
+                if known > target {
+                    word.fetch_min(target, Ordering::AcqRel);
+                }
             }
-            let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, node));
-            let target = u64::from(level.max(b.top));
-            if known > target {
-                word.fetch_min(target, Ordering::AcqRel);
-            }
+            band -= 1;
         }
     }
 
@@ -925,7 +941,14 @@ impl TreeShape {
     ) -> Option<Node> {
         let band = self.band_of_level[level as usize];
         let from = from.filter(|f| f >> self.bands[band].top == 0);
-        self.search_bunch(tree, 0, 0, Goal { level, step, from, summary: Some(summary) }, claim)
+        let mut claim = |node: Node| {
+            let claimed = claim(node);
+            if claimed == Err(Conflict::Ancestor) {
+                summary.blocked.set(true);
+            }
+            claimed
+        };
+        self.search_bunch(tree, 0, 0, Goal { level, step, from, summary: Some(summary) }, &mut claim)
     }
 
     /// [`TreeShape::search`] that visits bunch `from` (of the band of `level`, as
@@ -1055,17 +1078,20 @@ impl TreeShape {
         goal: Goal,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
-        let Some(summary) = goal.summary.filter(|_| band > 0 && self.bands[band].leaf) else {
+        let Some(summary) = goal.summary.filter(|_| band > 0) else {
             return self.search_bunch_unsummarized(tree, band, bunch, goal, claim);
         };
         let word = self.bands[band].base + bunch as usize;
         if summary.skips(word, goal.level) {
             return None;
         }
+        let blocked_before = summary.blocked.replace(false);
         let found = self.search_bunch_unsummarized(tree, band, bunch, goal, claim);
-        if found.is_none() && goal.step <= 1 {
+        let blocked = summary.blocked.get();
+        if found.is_none() && goal.step <= 1 && !blocked {
             summary.record_miss(word, goal.level);
         }
+        summary.blocked.set(blocked_before | blocked);
         found
     }
 
@@ -1953,15 +1979,67 @@ mod loom_models {
                 s2.announce_in_bunches(&t2, &sm2, leaf, &mut None);
             });
             let probe = space.probe(0).unwrap();
-            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
             // A search that finds the pair takes nothing (the claim only looks).
             let _ = shape.search_summarized(&t, &summary, 1, 1, None, &mut |_| Ok(()));
             freer.join().unwrap();
             let probe = space.probe(0).unwrap();
-            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
             let found = shape.search_summarized(&t, &summary, 1, 1, None, &mut |n| shape.try_alloc(&t, n));
             assert_eq!(found, Some(Node { level: 1, index: 0 }), "the summary hides the freed pair");
         });
+    }
+
+    /// Three bands of height 1 (root, one inner band with summaries, leaves) with `taken`
+    /// leaves allocated; one thread frees `freed` (release, epoch step, announcement) while a
+    /// search for a node of `level` that takes nothing may record misses in the inner and leaf
+    /// bunches. Afterwards a search of `level` finds `expected`.
+    fn inner_summary_race(taken: &'static [u64], freed: u64, level: u32, expected: Node) {
+        use crate::arena::chunk_space::ChunkSpace;
+        loom::model(move || {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let words = shape.words();
+            let t: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let summaries: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            for &index in taken {
+                shape.try_alloc(&t, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            let (s2, t2, sm2, sp2) = (shape.clone(), t.clone(), summaries.clone(), space.clone());
+            let freer = thread::spawn(move || {
+                let leaf = Node { level: 2, index: freed };
+                s2.release(&t2, leaf).unwrap();
+                sp2.give(1);
+                s2.announce_in_bunches(&t2, &sm2, leaf, &mut None);
+            });
+            let probe = space.probe(0).unwrap();
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
+            let _ = shape.search_summarized(&t, &summary, level, 1, None, &mut |_| Ok(()));
+            freer.join().unwrap();
+            let probe = space.probe(0).unwrap();
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
+            let found = shape.search_summarized(&t, &summary, level, 1, None, &mut |n| shape.try_alloc(&t, n));
+            assert_eq!(found, Some(expected), "the summaries hide the freed room");
+        });
+    }
+
+    #[test]
+    fn an_inner_bunch_miss_racing_a_free_below_never_hides_the_freed_pair() {
+        // The pair over leaves 0 and 1 is an inner bunch's node: a search for it misses in both
+        // inner bunches (their leaf bunches are taken) unless it sees leaf 0 come back.
+        inner_summary_race(&[0, 2], 0, 1, Node { level: 1, index: 0 });
+    }
+
+    #[test]
+    fn a_miss_recorded_over_leaf_bunches_racing_a_free_never_hides_the_freed_leaf() {
+        // Every leaf taken: a leaf search records misses in the leaf bunches and in the inner
+        // bunches over them, racing the free of leaf 1.
+        inner_summary_race(&[0, 1, 2, 3], 1, 2, Node { level: 2, index: 1 });
     }
 
     #[test]

@@ -730,7 +730,8 @@ impl Pool {
     ) -> Option<Placed> {
         let tree = self.arena.tree(chunk);
         let space = &self.arena.space[chunk];
-        let summary = Summary { words: self.arena.summaries(chunk), moved: &|| space.moved_since(probe) };
+        let moved = || space.moved_since(probe);
+        let summary = Summary::new(self.arena.summaries(chunk), &moved);
         let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, hint)| {
             (c == chunk).then(|| match hint {
                 Hint::Bunch(bunch) => bunch,
