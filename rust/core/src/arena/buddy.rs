@@ -133,6 +133,20 @@ struct Loc {
     bit: u64,
 }
 
+/// Room for the levels of any tree (at most `MAX_TREE_DEPTH + 1`) in [`TreeShape`]'s tables
+/// by level: a level masked to this many slots indexes them without a bounds check.
+const LEVEL_SLOTS: usize = 32;
+/// Room for the bands of any tree in [`TreeShape`]'s tables by band (as [`LEVEL_SLOTS`]).
+const BAND_SLOTS: usize = 32;
+
+/// Where the nodes of one level live: the band, its first level and its first word.
+#[derive(Debug, Clone, Copy, Default)]
+struct LevelLoc {
+    band: usize,
+    top: u32,
+    base: usize,
+}
+
 /// The most nodes [`TreeShape::release_block`] releases at once.
 pub(crate) const MAX_BLOCK_NODES: usize = 10;
 
@@ -143,14 +157,17 @@ pub(crate) struct TreeShape {
     depth: u32,
     bands: Vec<Band>,
     band_of_level: Vec<usize>,
+    /// Per level, where its nodes live (what [`TreeShape::locate`] reads).
+    level_locs: [LevelLoc; LEVEL_SLOTS],
     words: usize,
     /// Per band, per node (heap bit index): the bits that must all be clear for the node to be
     /// allocatable: itself, its ancestors and descendants in the bunch, the occupied bits of the
-    /// child bunches below it, and the seal.
-    conflicts: Vec<Vec<u64>>,
+    /// child bunches below it, and the seal. Fixed-size rows, so that a lookup on the claim
+    /// path needs no bounds check.
+    conflicts: [[u64; 64]; BAND_SLOTS],
     /// Per band, per child bunch: the allocated bits of every node on the path from the
     /// bunch's root to that child (what a climb from the child must find clear).
-    paths: Vec<Vec<u64>>,
+    paths: [[u64; 16]; BAND_SLOTS],
     /// Per band, per node: its own bit, its descendants' bits in the bunch and the occupied bits
     /// of the child bunches below it.
     subtrees: Vec<Vec<u64>>,
@@ -298,13 +315,27 @@ impl TreeShape {
         }
         // Pad each tree to whole 128-byte lines so trees of different chunks share no line.
         let words = base.div_ceil(16) * 16;
-        let conflicts = bands.iter().map(Self::conflict_masks).collect();
+        assert!(levels as usize <= LEVEL_SLOTS && bands.len() <= BAND_SLOTS);
+        let mut level_locs = [LevelLoc::default(); LEVEL_SLOTS];
+        for (level, &band) in band_of_level.iter().enumerate() {
+            level_locs[level] = LevelLoc { band, top: bands[band].top, base: bands[band].base };
+        }
+        let mut conflicts = [[0u64; 64]; BAND_SLOTS];
+        let mut paths = [[0u64; 16]; BAND_SLOTS];
+        for (i, b) in bands.iter().enumerate() {
+            for (slot, mask) in conflicts[i].iter_mut().zip(Self::conflict_masks(b)) {
+                *slot = mask;
+            }
+            for (j, slot) in paths[i].iter_mut().enumerate().take(1 << b.height) {
+                *slot = path_mask(b.height, j as u64);
+            }
+        }
         let subtrees = bands.iter().map(Self::subtree_masks).collect();
-        let paths = bands.iter().map(|b| (0..1u64 << b.height).map(|j| path_mask(b.height, j)).collect()).collect();
         TreeShape {
             depth,
             bands,
             band_of_level,
+            level_locs,
             words,
             conflicts,
             paths,
@@ -388,13 +419,19 @@ impl TreeShape {
         self.bands.len()
     }
 
+    #[inline]
     fn locate(&self, node: Node) -> Loc {
-        let band = self.band_of_level[node.level as usize];
-        let b = &self.bands[band];
-        let row = node.level - b.top;
+        let at = self.level_locs[node.level as usize % LEVEL_SLOTS];
+        let row = node.level - at.top;
         let bunch = node.index >> row;
         let pos = node.index & low_bits(row);
-        Loc { band, bunch, word: b.base + bunch as usize, bit: 1u64 << ((1u64 << row) - 1 + pos) }
+        Loc { band: at.band, bunch, word: at.base + bunch as usize, bit: 1u64 << ((1u64 << row) - 1 + pos) }
+    }
+
+    /// The conflict mask of the node at `loc`.
+    #[inline]
+    fn conflicts_of(&self, loc: Loc) -> u64 {
+        self.conflicts[loc.band % BAND_SLOTS][loc.bit.trailing_zeros() as usize % 64]
     }
 
     fn word<'t>(&self, tree: &'t [AtomicU64], band: usize, bunch: u64) -> &'t AtomicU64 {
@@ -456,7 +493,7 @@ impl TreeShape {
     #[inline]
     pub(crate) fn try_alloc(&self, tree: &[AtomicU64], node: Node) -> Result<(), Conflict> {
         let loc = self.locate(node);
-        self.try_alloc_bits(tree, loc, loc.bit, self.conflicts[loc.band][loc.bit.trailing_zeros() as usize])
+        self.try_alloc_bits(tree, loc, loc.bit, self.conflicts_of(loc))
     }
 
     /// Claim the nodes whose bits are `bits` in the bunch at `loc` at once (one compare-and-swap,
@@ -485,7 +522,7 @@ impl TreeShape {
             let j = bunch & low_bits(parent.height);
             let parent_bunch = bunch >> parent.height;
             let parent_word = &tree[parent.base + parent_bunch as usize];
-            let path = self.paths[band - 1][j as usize];
+            let path = self.paths[(band - 1) % BAND_SLOTS][j as usize % 16];
             let occupied = 1u64 << (OCC_SHIFT as u64 + j);
             let mut current = parent_word.load(Ordering::Acquire);
             loop {
@@ -549,7 +586,7 @@ impl TreeShape {
     #[inline]
     fn run_in_bunch(&self, nodes: &[Node]) -> (usize, Loc, u64, u64) {
         let loc = self.locate(nodes[0]);
-        let (mut bits, mut conflicts) = (loc.bit, self.conflicts[loc.band][loc.bit.trailing_zeros() as usize]);
+        let (mut bits, mut conflicts) = (loc.bit, self.conflicts_of(loc));
         let mut n = 1;
         while let Some(&node) = nodes.get(n) {
             let l = self.locate(node);
@@ -557,7 +594,7 @@ impl TreeShape {
                 break;
             }
             bits |= l.bit;
-            conflicts |= self.conflicts[l.band][l.bit.trailing_zeros() as usize];
+            conflicts |= self.conflicts_of(l);
             n += 1;
         }
         (n, loc, bits, conflicts)
@@ -813,7 +850,7 @@ impl TreeShape {
     /// stretch: `stretches.rs`), whose pieces may lie over bunches emptied since.
     pub(crate) fn try_alloc_cleaning(&self, tree: &[AtomicU64], node: Node) -> Result<(), Conflict> {
         let loc = self.locate(node);
-        self.try_alloc_bits_cleaning(tree, loc, loc.bit, self.conflicts[loc.band][loc.bit.trailing_zeros() as usize])
+        self.try_alloc_bits_cleaning(tree, loc, loc.bit, self.conflicts_of(loc))
     }
 
     /// Set in `out` (bit `i % 64` of word `i / 64` is granule `i`, a granule `1 << shift`
