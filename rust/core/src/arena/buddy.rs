@@ -167,14 +167,14 @@ pub(crate) struct TreeShape {
     /// Per band, per node (heap bit index): the bits that must all be clear for the node to be
     /// allocatable: itself, its ancestors and descendants in the bunch, the occupied bits of the
     /// child bunches below it, and the seal. Fixed-size rows, so that a lookup on the claim
-    /// path needs no bounds check.
-    conflicts: [[u64; 64]; BAND_SLOTS],
+    /// path needs no bounds check (boxed: a shape stays small on a stack).
+    conflicts: Box<[[u64; 64]; BAND_SLOTS]>,
     /// Per band, per child bunch: the allocated bits of every node on the path from the
     /// bunch's root to that child (what a climb from the child must find clear).
-    paths: [[u64; 16]; BAND_SLOTS],
+    paths: Box<[[u64; 16]; BAND_SLOTS]>,
     /// Per band, per node: its own bit, its descendants' bits in the bunch and the occupied bits
     /// of the child bunches below it.
-    subtrees: Vec<Vec<u64>>,
+    subtrees: Box<[[u64; 64]; BAND_SLOTS]>,
     /// How often an allocation or a search of any tree of this shape met a sealed bunch: such
     /// a search may record a miss that no free undoes (`reveal.rs`), and meeting a seal is the
     /// only way one comes about. Counted before the search returns, so before its miss.
@@ -324,8 +324,10 @@ impl TreeShape {
         for (level, &band) in band_of_level.iter().enumerate() {
             level_locs[level] = LevelLoc { band, top: bands[band].top, base: bands[band].base };
         }
-        let mut conflicts = [[0u64; 64]; BAND_SLOTS];
-        let mut paths = [[0u64; 16]; BAND_SLOTS];
+        let mut conflicts: Box<[[u64; 64]; BAND_SLOTS]> =
+            vec![[0u64; 64]; BAND_SLOTS].into_boxed_slice().try_into().expect("BAND_SLOTS rows");
+        let mut paths: Box<[[u64; 16]; BAND_SLOTS]> =
+            vec![[0u64; 16]; BAND_SLOTS].into_boxed_slice().try_into().expect("BAND_SLOTS rows");
         for (i, b) in bands.iter().enumerate() {
             for (slot, mask) in conflicts[i].iter_mut().zip(Self::conflict_masks(b)) {
                 *slot = mask;
@@ -334,7 +336,13 @@ impl TreeShape {
                 *slot = path_mask(b.height, j as u64);
             }
         }
-        let subtrees = bands.iter().map(Self::subtree_masks).collect();
+        let mut subtrees: Box<[[u64; 64]; BAND_SLOTS]> =
+            vec![[0u64; 64]; BAND_SLOTS].into_boxed_slice().try_into().expect("BAND_SLOTS rows");
+        for (i, b) in bands.iter().enumerate() {
+            for (slot, mask) in subtrees[i].iter_mut().zip(Self::subtree_masks(b)) {
+                *slot = mask;
+            }
+        }
         TreeShape {
             depth,
             bands,
@@ -781,7 +789,7 @@ impl TreeShape {
     /// Whether the subtree of heap bit `bit` of bunch `bunch` (word `word`) holds no allocated
     /// node: its bits in the word, and the words of its marked child bunches.
     fn subtree_free(&self, tree: &[AtomicU64], band: usize, bunch: u64, word: u64, bit: u64) -> bool {
-        let mask = self.subtrees[band][bit as usize];
+        let mask = self.subtrees[band % BAND_SLOTS][bit as usize % 64];
         if word & mask & self.bands[band].alloc_mask() != 0 {
             return false;
         }
