@@ -64,8 +64,8 @@ impl Node {
     /// The node of `units` units (a power of two) starting at unit `start` in a tree of `depth`.
     pub(crate) fn covering(depth: u32, start: u64, units: u64) -> Node {
         debug_assert!(units.is_power_of_two() && start % units == 0);
-        let level = depth - units.trailing_zeros();
-        Node { level, index: start / units }
+        let shift = units.trailing_zeros();
+        Node { level: depth - shift, index: start >> shift }
     }
 
     /// The first unit the node covers.
