@@ -777,6 +777,23 @@ impl TreeShape {
         }
     }
 
+    /// Whether a free of `node` has no summary to lower: every summary around it is at most
+    /// its bunch's top level, so [`TreeShape::announce_in_bunches`] would change nothing (read
+    /// after the chunk's epoch step, as that does).
+    #[inline]
+    pub(crate) fn summaries_settled(&self, summaries: &[AtomicU64], node: Node) -> bool {
+        let LevelLoc { mut band, mut top, mut base } = self.level_locs[node.level as usize % LEVEL_SLOTS];
+        while band > 0 {
+            let word = &summaries[base + (node.index >> (node.level - top)) as usize];
+            if word.load(Ordering::Acquire) > u64::from(top) {
+                return false;
+            }
+            band -= 1;
+            (top, base) = (self.bands[band].top, self.bands[band].base);
+        }
+        true
+    }
+
     /// Forget every summary of a tree (a chunk granted anew).
     pub(crate) fn reset_summaries(summaries: &[AtomicU64]) {
         for word in summaries {
