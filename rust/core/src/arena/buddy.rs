@@ -782,16 +782,19 @@ impl TreeShape {
     /// after the chunk's epoch step, as that does).
     #[inline]
     pub(crate) fn summaries_settled(&self, summaries: &[AtomicU64], node: Node) -> bool {
-        let LevelLoc { mut band, mut top, mut base } = self.level_locs[node.level as usize % LEVEL_SLOTS];
-        while band > 0 {
-            let word = &summaries[base + (node.index >> (node.level - top)) as usize];
-            if word.load(Ordering::Acquire) > u64::from(top) {
-                return false;
-            }
-            band -= 1;
-            (top, base) = (self.bands[band].top, self.bands[band].base);
+        let at = self.level_locs[node.level as usize % LEVEL_SLOTS];
+        if at.band == 0 {
+            return true;
         }
-        true
+        let own = &summaries[at.base + (node.index >> (node.level - at.top)) as usize];
+        if own.load(Ordering::Acquire) > u64::from(at.top) {
+            return false;
+        }
+        (1..at.band).all(|band| {
+            let b = &self.bands[band];
+            summaries[b.base + (node.index >> (node.level - b.top)) as usize].load(Ordering::Acquire)
+                <= u64::from(b.top)
+        })
     }
 
     /// Forget every summary of a tree (a chunk granted anew).
