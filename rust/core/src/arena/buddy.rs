@@ -42,6 +42,7 @@
 
 use crate::util::bits::{every_nth, low_bits, siblings, to_children, to_parents};
 use crate::util::sync::{AtomicU64, Ordering};
+use std::cell::Cell;
 
 /// Height of the bottom band (leaf bunches): 63 allocated bits and a seal fit one word.
 pub(crate) const LEAF_BAND_HEIGHT: u32 = 6;
@@ -63,8 +64,8 @@ impl Node {
     /// The node of `units` units (a power of two) starting at unit `start` in a tree of `depth`.
     pub(crate) fn covering(depth: u32, start: u64, units: u64) -> Node {
         debug_assert!(units.is_power_of_two() && start % units == 0);
-        let level = depth - units.trailing_zeros();
-        Node { level, index: start / units }
+        let shift = units.trailing_zeros();
+        Node { level: depth - shift, index: start >> shift }
     }
 
     /// The first unit the node covers.
@@ -132,6 +133,24 @@ struct Loc {
     bit: u64,
 }
 
+/// Room for the levels of any tree (at most `MAX_TREE_DEPTH + 1`) in [`TreeShape`]'s tables
+/// by level: a level masked to this many slots indexes them without a bounds check.
+const LEVEL_SLOTS: usize = 32;
+/// Room for the bands of any tree in [`TreeShape`]'s tables by band (as [`LEVEL_SLOTS`]).
+const BAND_SLOTS: usize = 32;
+
+/// Where the nodes of one level live: the band, its first level and its first word.
+#[derive(Debug, Clone, Copy, Default)]
+struct LevelLoc {
+    band: usize,
+    top: u32,
+    base: usize,
+}
+
+/// Up to this many allocated nodes in a bunch, [`TreeShape::available_row`] rules out each
+/// one's span of the row in turn instead of moving whole rows.
+const FEW_NODES: u32 = 4;
+
 /// The most nodes [`TreeShape::release_block`] releases at once.
 pub(crate) const MAX_BLOCK_NODES: usize = 10;
 
@@ -142,17 +161,20 @@ pub(crate) struct TreeShape {
     depth: u32,
     bands: Vec<Band>,
     band_of_level: Vec<usize>,
+    /// Per level, where its nodes live (what [`TreeShape::locate`] reads).
+    level_locs: [LevelLoc; LEVEL_SLOTS],
     words: usize,
     /// Per band, per node (heap bit index): the bits that must all be clear for the node to be
     /// allocatable: itself, its ancestors and descendants in the bunch, the occupied bits of the
-    /// child bunches below it, and the seal.
-    conflicts: Vec<Vec<u64>>,
+    /// child bunches below it, and the seal. Fixed-size rows, so that a lookup on the claim
+    /// path needs no bounds check (boxed: a shape stays small on a stack).
+    conflicts: Box<[[u64; 64]; BAND_SLOTS]>,
     /// Per band, per child bunch: the allocated bits of every node on the path from the
     /// bunch's root to that child (what a climb from the child must find clear).
-    paths: Vec<Vec<u64>>,
+    paths: Box<[[u64; 16]; BAND_SLOTS]>,
     /// Per band, per node: its own bit, its descendants' bits in the bunch and the occupied bits
     /// of the child bunches below it.
-    subtrees: Vec<Vec<u64>>,
+    subtrees: Box<[[u64; 64]; BAND_SLOTS]>,
     /// How often an allocation or a search of any tree of this shape met a sealed bunch: such
     /// a search may record a miss that no free undoes (`reveal.rs`), and meeting a seal is the
     /// only way one comes about. Counted before the search returns, so before its miss.
@@ -171,24 +193,38 @@ struct Goal<'s> {
     summary: Option<&'s Summary<'s>>,
 }
 
-/// The per-bunch summaries of one chunk's tree, parallel to its words: the word of a leaf bunch
-/// (the bottom band, where most of a tree's bunches are; not the top band) holds a level `v`
-/// such that no node of a level below `v` (a larger node) is free in the bunch; 0 when nothing
-/// is known. A search for a node at `level`
-/// skips a bunch whose summary is above `level`, and raises it after searching the bunch in
-/// vain; a free lowers the summary of the bunch around the node it released to the level of
-/// the largest free node around it ([`TreeShape::announce_in_bunches`]).
+/// The per-bunch summaries of one chunk's tree, parallel to its words: the word of a bunch of
+/// any band but the top one holds a level `v` such that no node of a level below `v` (a larger
+/// node) is free in the bunch or in the bunches below it; 0 when nothing is known. A search for
+/// a node at `level` skips a bunch whose summary is above `level`, and raises it after
+/// searching the bunch (and what lies below it) in vain, so a search that fails in a crowded
+/// tree skips whole subtrees of leaf bunches; a free lowers the summary of every bunch around
+/// the node it released to the level of the largest free node around it, but never below the
+/// bunch's top level ([`TreeShape::announce_in_bunches`]). A bunch whose contents were all
+/// freed therefore has a summary at most its top level, which rules out nothing inside it: an
+/// ancestor node allocated over it and freed again leaves no stale summary there. A search
+/// whose claim met an allocated ancestor records no miss (its bunch may be free once that
+/// ancestor goes).
 ///
 /// The same handshake as the chunk's level maps (`level_maps.rs`): a search records a miss
 /// (`fetch_max`) and then asks `moved` (a read-modify-write of the chunk's free-space word)
 /// whether a free came since it began, undoing the record if so; a free reads the summaries
 /// only after its own epoch step.
 pub(crate) struct Summary<'a> {
-    pub(crate) words: &'a [AtomicU64],
-    pub(crate) moved: &'a dyn Fn() -> bool,
+    words: &'a [AtomicU64],
+    moved: &'a dyn Fn() -> bool,
+    /// Whether a claim of the search met an allocated ancestor (in the bunch being searched).
+    blocked: Cell<bool>,
 }
 
-impl Summary<'_> {
+impl<'a> Summary<'a> {
+    /// The summaries `words` of a chunk's tree, for a search that asks `moved` whether a free
+    /// came since it began.
+    #[inline]
+    pub(crate) fn new(words: &'a [AtomicU64], moved: &'a dyn Fn() -> bool) -> Summary<'a> {
+        Summary { words, moved, blocked: Cell::new(false) }
+    }
+
     #[inline]
     fn skips(&self, word: usize, level: u32) -> bool {
         self.words[word].load(Ordering::Acquire) > u64::from(level)
@@ -283,13 +319,35 @@ impl TreeShape {
         }
         // Pad each tree to whole 128-byte lines so trees of different chunks share no line.
         let words = base.div_ceil(16) * 16;
-        let conflicts = bands.iter().map(Self::conflict_masks).collect();
-        let subtrees = bands.iter().map(Self::subtree_masks).collect();
-        let paths = bands.iter().map(|b| (0..1u64 << b.height).map(|j| path_mask(b.height, j)).collect()).collect();
+        assert!(levels as usize <= LEVEL_SLOTS && bands.len() <= BAND_SLOTS);
+        let mut level_locs = [LevelLoc::default(); LEVEL_SLOTS];
+        for (level, &band) in band_of_level.iter().enumerate() {
+            level_locs[level] = LevelLoc { band, top: bands[band].top, base: bands[band].base };
+        }
+        let mut conflicts: Box<[[u64; 64]; BAND_SLOTS]> =
+            vec![[0u64; 64]; BAND_SLOTS].into_boxed_slice().try_into().expect("BAND_SLOTS rows");
+        let mut paths: Box<[[u64; 16]; BAND_SLOTS]> =
+            vec![[0u64; 16]; BAND_SLOTS].into_boxed_slice().try_into().expect("BAND_SLOTS rows");
+        for (i, b) in bands.iter().enumerate() {
+            for (slot, mask) in conflicts[i].iter_mut().zip(Self::conflict_masks(b)) {
+                *slot = mask;
+            }
+            for (j, slot) in paths[i].iter_mut().enumerate().take(1 << b.height) {
+                *slot = path_mask(b.height, j as u64);
+            }
+        }
+        let mut subtrees: Box<[[u64; 64]; BAND_SLOTS]> =
+            vec![[0u64; 64]; BAND_SLOTS].into_boxed_slice().try_into().expect("BAND_SLOTS rows");
+        for (i, b) in bands.iter().enumerate() {
+            for (slot, mask) in subtrees[i].iter_mut().zip(Self::subtree_masks(b)) {
+                *slot = mask;
+            }
+        }
         TreeShape {
             depth,
             bands,
             band_of_level,
+            level_locs,
             words,
             conflicts,
             paths,
@@ -357,13 +415,13 @@ impl TreeShape {
         self.words
     }
 
-    /// The first level that leaf bunches with summaries hold (past the deepest level when the
-    /// tree is one band, which has none).
+    /// The first level that bunches with summaries hold (every band below the top one; past
+    /// the deepest level when the tree is one band, which has none).
     #[inline]
     pub(crate) fn summarized_from(&self) -> u32 {
         match self.bands.len() {
             1 => self.depth + 1,
-            n => self.bands[n - 1].top,
+            _ => self.bands[1].top,
         }
     }
 
@@ -373,13 +431,19 @@ impl TreeShape {
         self.bands.len()
     }
 
+    #[inline]
     fn locate(&self, node: Node) -> Loc {
-        let band = self.band_of_level[node.level as usize];
-        let b = &self.bands[band];
-        let row = node.level - b.top;
+        let at = self.level_locs[node.level as usize % LEVEL_SLOTS];
+        let row = node.level - at.top;
         let bunch = node.index >> row;
         let pos = node.index & low_bits(row);
-        Loc { band, bunch, word: b.base + bunch as usize, bit: 1u64 << ((1u64 << row) - 1 + pos) }
+        Loc { band: at.band, bunch, word: at.base + bunch as usize, bit: 1u64 << ((1u64 << row) - 1 + pos) }
+    }
+
+    /// The conflict mask of the node at `loc`.
+    #[inline]
+    fn conflicts_of(&self, loc: Loc) -> u64 {
+        self.conflicts[loc.band % BAND_SLOTS][loc.bit.trailing_zeros() as usize % 64]
     }
 
     fn word<'t>(&self, tree: &'t [AtomicU64], band: usize, bunch: u64) -> &'t AtomicU64 {
@@ -400,12 +464,38 @@ impl TreeShape {
             return 0;
         }
         let height = b.height;
+        let occupied = self.occupied_children(band, word);
+        // Most bunches hold a few nodes: each one rules out its span of the row (or the one
+        // node of the row above it), which is cheaper than moving whole rows up and down.
+        let mut allocated = word & b.alloc_mask();
+        let mut taken = 0u64;
+        for _ in 0..FEW_NODES {
+            if allocated == 0 {
+                if occupied != 0 {
+                    let mut up = occupied;
+                    for _ in r..height {
+                        up = to_parents(up);
+                    }
+                    taken |= up;
+                }
+                return !taken & low_bits(1 << r);
+            }
+            let bit = allocated.trailing_zeros();
+            allocated &= allocated - 1;
+            let i = 31 - (bit + 1).leading_zeros(); // heap row of the bit
+            let pos = u64::from(bit + 1 - (1 << i));
+            taken |= if i <= r {
+                let span = r - i;
+                low_bits(1 << span) << (pos << span)
+            } else {
+                1u64 << (pos >> (i - r))
+            };
+        }
         let row = row_of(word, r);
         // Most bunches hold blocks of one size: skip the propagation when nothing is allocated
         // above the row, or below it.
         let above = word & low_bits((1 << r) - 1);
         let below_mask = low_bits((1 << height) - 1) & !low_bits((1 << (r + 1)) - 1);
-        let occupied = self.occupied_children(band, word);
         let down = if above == 0 {
             row
         } else {
@@ -441,7 +531,7 @@ impl TreeShape {
     #[inline]
     pub(crate) fn try_alloc(&self, tree: &[AtomicU64], node: Node) -> Result<(), Conflict> {
         let loc = self.locate(node);
-        self.try_alloc_bits(tree, loc, loc.bit, self.conflicts[loc.band][loc.bit.trailing_zeros() as usize])
+        self.try_alloc_bits(tree, loc, loc.bit, self.conflicts_of(loc))
     }
 
     /// Claim the nodes whose bits are `bits` in the bunch at `loc` at once (one compare-and-swap,
@@ -470,7 +560,7 @@ impl TreeShape {
             let j = bunch & low_bits(parent.height);
             let parent_bunch = bunch >> parent.height;
             let parent_word = &tree[parent.base + parent_bunch as usize];
-            let path = self.paths[band - 1][j as usize];
+            let path = self.paths[(band - 1) % BAND_SLOTS][j as usize % 16];
             let occupied = 1u64 << (OCC_SHIFT as u64 + j);
             let mut current = parent_word.load(Ordering::Acquire);
             loop {
@@ -534,7 +624,7 @@ impl TreeShape {
     #[inline]
     fn run_in_bunch(&self, nodes: &[Node]) -> (usize, Loc, u64, u64) {
         let loc = self.locate(nodes[0]);
-        let (mut bits, mut conflicts) = (loc.bit, self.conflicts[loc.band][loc.bit.trailing_zeros() as usize]);
+        let (mut bits, mut conflicts) = (loc.bit, self.conflicts_of(loc));
         let mut n = 1;
         while let Some(&node) = nodes.get(n) {
             let l = self.locate(node);
@@ -542,7 +632,7 @@ impl TreeShape {
                 break;
             }
             bits |= l.bit;
-            conflicts |= self.conflicts[l.band][l.bit.trailing_zeros() as usize];
+            conflicts |= self.conflicts_of(l);
             n += 1;
         }
         (n, loc, bits, conflicts)
@@ -659,9 +749,10 @@ impl TreeShape {
         }
     }
 
-    /// After `node` was released (and the chunk's epoch advanced): lower the summary of the
-    /// leaf bunch around it to the level of the largest free node around it (computed only when
-    /// the summary is above the bunch's top level). `coalesced` caches that level.
+    /// After `node` was released (and the chunk's epoch advanced): lower the summary of each
+    /// bunch around it (one per band below the top one) to the level of the largest free node
+    /// around it, or to the bunch's top level if that is lower in the tree (the level is
+    /// computed only when a summary is above its bunch's top level). `coalesced` caches it.
     #[inline]
     pub(crate) fn announce_in_bunches(
         &self,
@@ -670,20 +761,40 @@ impl TreeShape {
         node: Node,
         coalesced: &mut Option<u32>,
     ) {
-        let band = self.band_of_level[node.level as usize];
-        let b = self.bands[band];
-        if b.leaf && band > 0 {
+        let mut band = self.band_of_level[node.level as usize];
+        while band > 0 {
+            let b = self.bands[band];
             let word = &summaries[b.base + (node.index >> (node.level - b.top)) as usize];
             let known = word.load(Ordering::Acquire);
-            if known <= u64::from(b.top) {
-                return;
+            if known > u64::from(b.top) {
+                let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, node));
+                let target = u64::from(level.max(b.top));
+                if known > target {
+                    word.fetch_min(target, Ordering::AcqRel);
+                }
             }
-            let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, node));
-            let target = u64::from(level.max(b.top));
-            if known > target {
-                word.fetch_min(target, Ordering::AcqRel);
-            }
+            band -= 1;
         }
+    }
+
+    /// Whether a free of `node` has no summary to lower: every summary around it is at most
+    /// its bunch's top level, so [`TreeShape::announce_in_bunches`] would change nothing (read
+    /// after the chunk's epoch step, as that does).
+    #[inline]
+    pub(crate) fn summaries_settled(&self, summaries: &[AtomicU64], node: Node) -> bool {
+        let at = self.level_locs[node.level as usize % LEVEL_SLOTS];
+        if at.band == 0 {
+            return true;
+        }
+        let own = &summaries[at.base + (node.index >> (node.level - at.top)) as usize];
+        if own.load(Ordering::Acquire) > u64::from(at.top) {
+            return false;
+        }
+        (1..at.band).all(|band| {
+            let b = &self.bands[band];
+            summaries[b.base + (node.index >> (node.level - b.top)) as usize].load(Ordering::Acquire)
+                <= u64::from(b.top)
+        })
     }
 
     /// Forget every summary of a tree (a chunk granted anew).
@@ -698,7 +809,7 @@ impl TreeShape {
     /// Whether the subtree of heap bit `bit` of bunch `bunch` (word `word`) holds no allocated
     /// node: its bits in the word, and the words of its marked child bunches.
     fn subtree_free(&self, tree: &[AtomicU64], band: usize, bunch: u64, word: u64, bit: u64) -> bool {
-        let mask = self.subtrees[band][bit as usize];
+        let mask = self.subtrees[band % BAND_SLOTS][bit as usize % 64];
         if word & mask & self.bands[band].alloc_mask() != 0 {
             return false;
         }
@@ -797,7 +908,7 @@ impl TreeShape {
     /// stretch: `stretches.rs`), whose pieces may lie over bunches emptied since.
     pub(crate) fn try_alloc_cleaning(&self, tree: &[AtomicU64], node: Node) -> Result<(), Conflict> {
         let loc = self.locate(node);
-        self.try_alloc_bits_cleaning(tree, loc, loc.bit, self.conflicts[loc.band][loc.bit.trailing_zeros() as usize])
+        self.try_alloc_bits_cleaning(tree, loc, loc.bit, self.conflicts_of(loc))
     }
 
     /// Set in `out` (bit `i % 64` of word `i / 64` is granule `i`, a granule `1 << shift`
@@ -925,7 +1036,14 @@ impl TreeShape {
     ) -> Option<Node> {
         let band = self.band_of_level[level as usize];
         let from = from.filter(|f| f >> self.bands[band].top == 0);
-        self.search_bunch(tree, 0, 0, Goal { level, step, from, summary: Some(summary) }, claim)
+        let mut claim = |node: Node| {
+            let claimed = claim(node);
+            if claimed == Err(Conflict::Ancestor) {
+                summary.blocked.set(true);
+            }
+            claimed
+        };
+        self.search_bunch(tree, 0, 0, Goal { level, step, from, summary: Some(summary) }, &mut claim)
     }
 
     /// [`TreeShape::search`] that visits bunch `from` (of the band of `level`, as
@@ -1055,17 +1173,20 @@ impl TreeShape {
         goal: Goal,
         claim: &mut dyn FnMut(Node) -> Result<(), Conflict>,
     ) -> Option<Node> {
-        let Some(summary) = goal.summary.filter(|_| band > 0 && self.bands[band].leaf) else {
+        let Some(summary) = goal.summary.filter(|_| band > 0) else {
             return self.search_bunch_unsummarized(tree, band, bunch, goal, claim);
         };
         let word = self.bands[band].base + bunch as usize;
         if summary.skips(word, goal.level) {
             return None;
         }
+        let blocked_before = summary.blocked.replace(false);
         let found = self.search_bunch_unsummarized(tree, band, bunch, goal, claim);
-        if found.is_none() && goal.step <= 1 {
+        let blocked = summary.blocked.get();
+        if found.is_none() && goal.step <= 1 && !blocked {
             summary.record_miss(word, goal.level);
         }
+        summary.blocked.set(blocked_before | blocked);
         found
     }
 
@@ -1463,8 +1584,10 @@ mod tests {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
+            // About 8 and about 1 node in 63: both ways of `available_row`.
             let sparse = rng & (rng >> 3) & (rng >> 7);
-            for (band, b) in shape.bands.iter().enumerate() {
+            let sparser = sparse & (rng >> 11) & (rng >> 19) & (rng >> 23);
+            for ((band, b), sparse) in shape.bands.iter().enumerate().flat_map(|b| [(b, sparse), (b, sparser)]) {
                 let word = if b.leaf { sparse & low_bits(63) } else { sparse & 0xFFFF_7FFF };
                 for r in 0..b.height {
                     let row = shape.available_row(band, word, r);
@@ -1953,15 +2076,67 @@ mod loom_models {
                 s2.announce_in_bunches(&t2, &sm2, leaf, &mut None);
             });
             let probe = space.probe(0).unwrap();
-            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
             // A search that finds the pair takes nothing (the claim only looks).
             let _ = shape.search_summarized(&t, &summary, 1, 1, None, &mut |_| Ok(()));
             freer.join().unwrap();
             let probe = space.probe(0).unwrap();
-            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
             let found = shape.search_summarized(&t, &summary, 1, 1, None, &mut |n| shape.try_alloc(&t, n));
             assert_eq!(found, Some(Node { level: 1, index: 0 }), "the summary hides the freed pair");
         });
+    }
+
+    /// Three bands of height 1 (root, one inner band with summaries, leaves) with `taken`
+    /// leaves allocated; one thread frees `freed` (release, epoch step, announcement) while a
+    /// search for a node of `level` that takes nothing may record misses in the inner and leaf
+    /// bunches. Afterwards a search of `level` finds `expected`.
+    fn inner_summary_race(taken: &'static [u64], freed: u64, level: u32, expected: Node) {
+        use crate::arena::chunk_space::ChunkSpace;
+        loom::model(move || {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let words = shape.words();
+            let t: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let summaries: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            for &index in taken {
+                shape.try_alloc(&t, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            let (s2, t2, sm2, sp2) = (shape.clone(), t.clone(), summaries.clone(), space.clone());
+            let freer = thread::spawn(move || {
+                let leaf = Node { level: 2, index: freed };
+                s2.release(&t2, leaf).unwrap();
+                sp2.give(1);
+                s2.announce_in_bunches(&t2, &sm2, leaf, &mut None);
+            });
+            let probe = space.probe(0).unwrap();
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
+            let _ = shape.search_summarized(&t, &summary, level, 1, None, &mut |_| Ok(()));
+            freer.join().unwrap();
+            let probe = space.probe(0).unwrap();
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
+            let found = shape.search_summarized(&t, &summary, level, 1, None, &mut |n| shape.try_alloc(&t, n));
+            assert_eq!(found, Some(expected), "the summaries hide the freed room");
+        });
+    }
+
+    #[test]
+    fn an_inner_bunch_miss_racing_a_free_below_never_hides_the_freed_pair() {
+        // The pair over leaves 0 and 1 is an inner bunch's node: a search for it misses in both
+        // inner bunches (their leaf bunches are taken) unless it sees leaf 0 come back.
+        inner_summary_race(&[0, 2], 0, 1, Node { level: 1, index: 0 });
+    }
+
+    #[test]
+    fn a_miss_recorded_over_leaf_bunches_racing_a_free_never_hides_the_freed_leaf() {
+        // Every leaf taken: a leaf search records misses in the leaf bunches and in the inner
+        // bunches over them, racing the free of leaf 1.
+        inner_summary_race(&[0, 1, 2, 3], 1, 2, Node { level: 2, index: 1 });
     }
 
     #[test]

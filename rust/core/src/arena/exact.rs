@@ -70,10 +70,15 @@ impl Arena {
             self.announce_free(chunk, hidden, pieces);
             return Ok((after, None));
         }
-        // With nothing hidden, only pieces inside leaf bunches have a summary to lower. At its
-        // enclosing node's start a piece is at most TRIM_SHIFT levels below that node.
+        // With nothing hidden, only pieces inside summarized bunches have a summary to lower. At
+        // its enclosing node's start a piece is at most TRIM_SHIFT levels below that node; a
+        // block of one node has none to lower when the summaries around it rule nothing out.
         let deepest = if b.is_whole() { b.level } else { b.level + TRIM_SHIFT };
-        if hidden == 0 && deepest < self.shape.summarized_from() {
+        if hidden == 0
+            && (deepest < self.shape.summarized_from()
+                || b.is_whole()
+                    && self.shape.summaries_settled(self.summaries(chunk), Node::covering(depth, within, b.enclosing)))
+        {
             return Ok((after, None));
         }
         Ok((after, self.announce_block(chunk, hidden, pieces)))
@@ -98,7 +103,9 @@ impl Arena {
             }
         }
         for node in pieces {
-            self.shape.announce_in_bunches(tree, summaries, node, &mut None);
+            // A later piece's largest free node is no larger than the first's: its level, when
+            // known, lowers the summaries enough (and spares a climb per piece).
+            self.shape.announce_in_bunches(tree, summaries, node, &mut { coalesced });
         }
         coalesced
     }

@@ -451,13 +451,15 @@ mod loom_models {
                 m2.reveal(&sp2, 0);
             });
             // A stale search: it reads the tree as it was before leaf 0 came back.
-            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
             let _ = shape.search_summarized(&tree, &summary, 1, 1, None, &mut |_| Err(Conflict::Taken));
             maps.hide(&space, 0, 1, probe);
             revealer.join().unwrap();
             assert!(maps.next(1, 0, &|_| u64::MAX) == Some(0), "the maps hide the pair");
             let probe = space.probe(0).unwrap();
-            let summary = Summary { words: &summaries, moved: &|| space.moved_since(probe) };
+            let moved = || space.moved_since(probe);
+            let summary = Summary::new(&summaries, &moved);
             let found = shape.search_summarized(&tree, &summary, 1, 1, None, &mut |n| shape.try_alloc(&tree, n));
             assert_eq!(found, Some(Node { level: 1, index: 0 }), "the summary hides the pair");
         });

@@ -730,7 +730,8 @@ impl Pool {
     ) -> Option<Placed> {
         let tree = self.arena.tree(chunk);
         let space = &self.arena.space[chunk];
-        let summary = Summary { words: self.arena.summaries(chunk), moved: &|| space.moved_since(probe) };
+        let moved = || space.moved_since(probe);
+        let summary = Summary::new(self.arena.summaries(chunk), &moved);
         let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, hint)| {
             (c == chunk).then(|| match hint {
                 Hint::Bunch(bunch) => bunch,
@@ -787,13 +788,18 @@ impl Pool {
         if b.is_whole() {
             return if cleaning { shape.try_alloc_cleaning(tree, e) } else { shape.try_alloc(tree, e) };
         }
-        // At its enclosing node's start a trimmed block has at most TRIM_SHIFT pieces.
+        // At its enclosing node's start a trimmed block has at most TRIM_SHIFT pieces: one per
+        // set bit of its units, largest first (what `b.pieces` gives, without the iterator).
+        let depth = self.arena.geometry.depth;
         let mut pieces = [e; TRIM_SHIFT as usize];
         let mut count = 0;
-        for piece in b.pieces(self.arena.geometry.depth, e) {
-            pieces[count] = piece;
-            count += 1;
+        let (mut start, mut rest) = (e.start(depth), b.units);
+        while rest != 0 && count < pieces.len() {
+            let units = 1u64 << (63 - rest.leading_zeros());
+            pieces[count] = Node::covering(depth, start, units);
+            (start, rest, count) = (start + units, rest - units, count + 1);
         }
+        debug_assert!(pieces[..count].iter().copied().eq(b.pieces(depth, e)));
         match shape.try_alloc_block(tree, &pieces[..count], cleaning) {
             Ok(()) => Ok(()),
             Err((conflict, 0)) => Err(conflict),
