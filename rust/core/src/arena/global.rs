@@ -21,6 +21,8 @@ use crate::util::zeroed::Zeroed;
 
 const KIND_SHIFT: u32 = 56;
 const PAYLOAD: u64 = (1 << KIND_SHIFT) - 1;
+/// Where a `FrontedRun` keeps its tail's units (below: its length in chunks).
+const FRONT_TAIL_SHIFT: u32 = 32;
 
 /// What a chunk is used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +36,10 @@ pub(crate) enum ChunkState {
     /// The first chunk of a run of `len` whole chunks whose block goes on into a tail at the
     /// start of the chunk after the run (a core chunk; see `arena/tail.rs`).
     TailedRunHead(usize),
+    /// The first of the `len` whole chunks of a block that starts in the free end of the core
+    /// chunk before them (a *front*) and ends in a tail of `tail` units at the start of the
+    /// chunk after them (none when 0; see `arena/front.rs`).
+    FrontedRun { len: usize, tail: u64 },
     /// A later chunk of a run.
     RunBody,
     /// Outside the pool's regions (a pool that can grow): no memory behind it.
@@ -49,6 +55,7 @@ impl ChunkState {
             ChunkState::RunBody => 3 << KIND_SHIFT,
             ChunkState::Absent => 4 << KIND_SHIFT,
             ChunkState::TailedRunHead(len) => (5 << KIND_SHIFT) | len as u64,
+            ChunkState::FrontedRun { len, tail } => (6 << KIND_SHIFT) | (tail << FRONT_TAIL_SHIFT) | len as u64,
         }
     }
 
@@ -59,6 +66,10 @@ impl ChunkState {
             2 => ChunkState::RunHead((word & PAYLOAD) as usize),
             3 => ChunkState::RunBody,
             5 => ChunkState::TailedRunHead((word & PAYLOAD) as usize),
+            6 => ChunkState::FrontedRun {
+                len: (word & ((1 << FRONT_TAIL_SHIFT) - 1)) as usize,
+                tail: (word & PAYLOAD) >> FRONT_TAIL_SHIFT,
+            },
             _ => ChunkState::Absent,
         }
     }
@@ -182,6 +193,11 @@ impl GlobalPool {
             return None;
         }
         (geometry.run_bytes(start, len) >= bytes).then_some(start)
+    }
+
+    /// How runs are placed.
+    pub(crate) fn placement(&self) -> Placement {
+        self.placement
     }
 
     /// The release epoch: a scan that found nothing may give up if it is unchanged after.

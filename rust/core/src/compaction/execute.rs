@@ -15,6 +15,7 @@ use super::piece::{Piece, PieceKind};
 use super::types::{BatchMover, MovedBlocks};
 use super::waves::{reverse, waves};
 use crate::arena::exact::Swept;
+use crate::arena::front::FrontLayout;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
 use crate::error::{Error, Result};
@@ -38,7 +39,7 @@ impl Pool {
     /// yet (`to == from`).
     pub(crate) fn piece_of(&self, handle: Handle, info: &SlotInfo) -> Result<Piece> {
         let core = info.core as usize % self.arena().cores.len();
-        let home = self.home_of(info.offset);
+        let home = self.home_of(info.offset, info.size);
         let place = (info.offset, info.size, info.align_log2);
         Piece::of_block(handle, place, core, home, &self.arena().geometry, &self.arena().slabs.classes.classes)
             .map_err(|why| corrupt(handle, why))
@@ -320,6 +321,13 @@ impl Pool {
             bytes += piece.copy_len();
         }
         for piece in &pieces {
+            let g = &self.arena().geometry;
+            if let (Some(f), PieceKind::Buddy | PieceKind::Run { .. }) =
+                (FrontLayout::of(g, piece.from, piece.size), &piece.kind)
+            {
+                // A block that had a front holds the bytes its size lays out to now.
+                self.count_resized(piece.core, f.bytes(g), piece.extent);
+            }
             self.end_moves(piece);
             match &piece.kind {
                 PieceKind::Slab { objects, .. } => {
@@ -373,6 +381,11 @@ impl Pool {
     fn swap_metadata(&self, pieces: &[Piece], journal: &mut Journal) -> std::result::Result<(), (usize, String)> {
         for (i, u) in pieces.iter().enumerate() {
             let released = match &u.kind {
+                // A block with a front leaves its front, chunks and tail; it lands as its size
+                // lays out at its destination (`arena/front.rs`).
+                PieceKind::Buddy | PieceKind::Run { .. } if self.has_front(u) => {
+                    self.arena().fronted_release_raw(u.from, u.size)
+                }
                 PieceKind::SlabObject { from_slab, .. } => {
                     self.arena().slabs.unclaim_at(*from_slab, u.from).map_err(String::from)
                 }
@@ -456,6 +469,14 @@ impl Pool {
         }
     }
 
+    /// Whether the source of `u` is a block with a front (`arena/front.rs`): a block in a
+    /// core chunk whose requested bytes cross that chunk's end.
+    fn has_front(&self, u: &Piece) -> bool {
+        let g = &self.arena().geometry;
+        FrontLayout::of(g, u.from, u.size).is_some()
+            && matches!(self.arena().global.state(g.chunk_of(u.from)), ChunkState::Core(_))
+    }
+
     /// Undo the metadata phase: the pool's blocks are where they were (a `Corruption` error if
     /// that proves impossible, which would be a bug).
     fn undo(&self, pieces: &[Piece], journal: &mut Journal) -> Result<()> {
@@ -491,6 +512,9 @@ impl Pool {
         for &i in journal.released.iter().rev() {
             let u = &pieces[i];
             let r = match &u.kind {
+                PieceKind::Buddy | PieceKind::Run { .. } if self.has_front(u) => {
+                    self.arena().fronted_reserve_at(u.from, u.size, &mut journal.swept)
+                }
                 PieceKind::SlabObject { from_slab, .. } => {
                     self.arena().slabs.claim_at(*from_slab, u.from).map_err(String::from)
                 }

@@ -223,6 +223,7 @@ impl<'a> Model<'a> {
                     // An absent chunk is neither free nor a place to move into: a full run.
                     ChunkState::RunHead(_)
                     | ChunkState::TailedRunHead(_)
+                    | ChunkState::FrontedRun { .. }
                     | ChunkState::RunBody
                     | ChunkState::Absent => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
@@ -262,6 +263,7 @@ impl<'a> Model<'a> {
                     // An absent chunk is neither free nor a place to move into: a full run.
                     ChunkState::RunHead(_)
                     | ChunkState::TailedRunHead(_)
+                    | ChunkState::FrontedRun { .. }
                     | ChunkState::RunBody
                     | ChunkState::Absent => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }

@@ -16,6 +16,9 @@ pub(crate) enum Home {
     Run { chunks: usize },
     /// An object of a slab.
     Object(SlabRef),
+    /// A block with a front (`arena/front.rs`): it moves as a buddy block or a run, as its
+    /// size lays out.
+    Fronted,
     /// Its chunk holds no block (the pool is corrupt): it cannot move.
     Lost,
 }
@@ -87,6 +90,15 @@ impl Piece {
             Home::Buddy => match geometry.layout(size, 1) {
                 Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
                 Layout::Run { .. } | Layout::RunTail { .. } => return Err("a run-sized block in a core chunk"),
+            },
+            // A block with a front (`arena/front.rs`) lands as its size lays out: a buddy
+            // block or a run (with its tail).
+            Home::Fronted => match geometry.layout(size, 1) {
+                Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
+                Layout::Run { chunks, .. } | Layout::RunTail { chunks, .. } => {
+                    piece.kind = PieceKind::Run { chunks };
+                    piece.extent = geometry.run_bytes(0, chunks) + geometry.tail_bytes(size);
+                }
             },
             Home::Lost => return Err("its chunk holds no block"),
         }

@@ -29,6 +29,7 @@ use std::collections::HashMap;
 
 use super::model::{all_clear, clear_range, covered_bits, Model};
 use super::piece::{Home, Piece, PieceKind};
+use crate::arena::front::FrontLayout;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::BuddyLayout;
 use crate::arena::slab::caches::SlabView;
@@ -215,8 +216,9 @@ impl Pool {
             }
             PieceKind::SlabObject { from_slab, .. } => {
                 let Some(h) = p.handle else { return false };
-                self.handles()
-                    .begin_moves(&[h], |_, offset| offset == p.from && self.home_of(offset) == Home::Object(*from_slab))
+                self.handles().begin_moves(&[h], |_, offset| {
+                    offset == p.from && self.home_of(offset, p.size) == Home::Object(*from_slab)
+                })
             }
             PieceKind::Buddy | PieceKind::Run { .. } => {
                 let Some(h) = p.handle else { return false };
@@ -232,6 +234,17 @@ impl Pool {
         let mut room = Room { bits: taken.clone(), run_chunks: Vec::new() };
         for p in kept {
             let chunk = g.chunk_of(p.from);
+            if let (Some(f), PieceKind::Buddy | PieceKind::Run { .. }) = (FrontLayout::of(g, p.from, p.size), &p.kind) {
+                // A block with a front leaves its front, whole chunks and tail.
+                if let Some(bits) = room.bits.get_mut(f.chunk) {
+                    clear_range(bits, f.start, g.units_per_chunk());
+                }
+                room.run_chunks.extend(f.first_whole()..f.first_whole() + f.chunks);
+                if let Some(bits) = room.bits.get_mut(f.tail_chunk()).filter(|_| f.tail_units > 0) {
+                    clear_range(bits, 0, f.tail_units);
+                }
+                continue;
+            }
             match p.kind {
                 PieceKind::Buddy | PieceKind::Slab { .. } => {
                     if let Some(bits) = room.bits.get_mut(chunk) {

@@ -5,6 +5,7 @@
 use super::super::census::{Census, Item};
 use super::super::model::Model;
 use super::super::piece::{Piece, PieceKind};
+use crate::arena::front::FrontLayout;
 use crate::arena::layout::Layout;
 use crate::arena::slab::caches::SlabView;
 
@@ -38,7 +39,7 @@ pub(crate) fn buddy_units(model: &Model, size: usize) -> Option<u64> {
     model.geometry.buddy_layout(size).map(|b| b.units)
 }
 
-/// The move of a census block, going nowhere yet.
+/// The move of a census block, going nowhere yet (`None` for one its home cannot hold).
 pub(crate) fn block_piece(census: &Census, model: &Model, item: &Item) -> Option<Piece> {
     census.piece(item, model.geometry, model.classes)
 }
@@ -194,6 +195,39 @@ pub(crate) fn run_alignment(model: &Model, run: &Piece) -> Option<usize> {
     }
 }
 
+/// Take the place that `piece` holds at its source out of `model` (`on`: put it back), `units`
+/// its units when it is a buddy block or slab: a run's chunks and tail, a buddy block's units,
+/// or a block with a front's front, whole chunks and tail (`arena/front.rs`).
+pub(crate) fn set_source(model: &mut Model, piece: &Piece, units: u64, on: bool) {
+    let g = model.geometry;
+    let set = |model: &mut Model, chunk: usize, start: u64, units: u64| match on {
+        true => model.occupy(chunk, start, units, piece.core),
+        false => model.vacate(chunk, start, units),
+    };
+    if let (Some(f), PieceKind::Buddy | PieceKind::Run { .. }) =
+        (FrontLayout::of(g, piece.from, piece.size), &piece.kind)
+    {
+        set(model, f.chunk, f.start, f.front_units(g));
+        if f.chunks > 0 {
+            model.set_run(f.first_whole(), f.chunks, on);
+        }
+        if f.tail_units > 0 {
+            set(model, f.tail_chunk(), 0, f.tail_units);
+        }
+        return;
+    }
+    match piece.kind {
+        PieceKind::Run { chunks } => set_run_piece(model, piece, chunks, g.chunk_of(piece.from), on),
+        _ => set(model, g.chunk_of(piece.from), g.unit_in_chunk(piece.from), units),
+    }
+}
+
+/// Whether `piece`'s source is a block with a front (its offset and size say so).
+pub(crate) fn has_front(model: &Model, piece: &Piece) -> bool {
+    FrontLayout::of(model.geometry, piece.from, piece.size).is_some()
+        && matches!(piece.kind, PieceKind::Buddy | PieceKind::Run { .. })
+}
+
 /// Move `run` (in the model) to the lowest stretch of empty chunks that starts below it (it may
 /// overlap its own chunks), with room for its tail after them; `None` (and the model as it was)
 /// when there is none.
@@ -202,14 +236,16 @@ pub(crate) fn move_run_down(model: &mut Model, run: &Piece) -> Option<Piece> {
     let PieceKind::Run { chunks } = run.kind else { return None };
     let align_chunks = run_alignment(model, run)?;
     let first = g.chunk_of(run.from);
-    set_run_piece(model, run, chunks, first, false);
-    match (0..first).step_by(align_chunks).find(|&d| run_fits(model, run, chunks, d)) {
+    // A block with a front (`arena/front.rs`) may also go to the start of its front's chunk.
+    let top = first + usize::from(has_front(model, run));
+    set_source(model, run, 0, false);
+    match (0..top).step_by(align_chunks).find(|&d| run_fits(model, run, chunks, d)) {
         Some(d) => {
             set_run_piece(model, run, chunks, d, true);
             Some(Piece { to: d * g.chunk_size, ..run.clone() })
         }
         None => {
-            set_run_piece(model, run, chunks, first, true);
+            set_source(model, run, 0, true);
             None
         }
     }

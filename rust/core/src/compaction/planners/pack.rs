@@ -18,7 +18,7 @@ use super::super::model::Model;
 use super::super::piece::{Piece, PieceKind};
 use super::movable::{
     bank_slack, block_piece, boundary, movable_bytes, movable_pieces, movable_runs, move_run_down, packed_alignment,
-    run_alignment, run_fits, set_run_piece, slab_piece, slab_worth_moving, Shaped,
+    run_alignment, run_fits, set_run_piece, set_source, slab_piece, slab_worth_moving, Shaped,
 };
 use crate::arena::layout::Layout;
 
@@ -119,10 +119,7 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
         // Runs first (by address), then the rest largest first (by address within a size).
         candidates.sort_by_key(|(p, units, align)| (*units != 0, Reverse(*units), Reverse(*align), p.from));
         for (p, units, _) in &candidates {
-            match p.kind {
-                PieceKind::Run { chunks } => set_run_piece(model, p, chunks, g.chunk_of(p.from), false),
-                _ => model.vacate(g.chunk_of(p.from), g.unit_in_chunk(p.from), *units),
-            }
+            set_source(model, p, *units, false);
         }
     }
     let mut cursors: HashMap<(u64, u64), (usize, u64)> = HashMap::new();
@@ -132,7 +129,7 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
         if let PieceKind::Run { chunks } = piece.kind {
             let Some(align_chunks) = run_alignment(model, &piece) else { continue };
             if downward {
-                set_run_piece(model, &piece, chunks, from_chunk, false);
+                set_source(model, &piece, 0, false);
             }
             let last = if downward { from_chunk } else { model.chunks.len() - chunks };
             let to = (0..=last).step_by(align_chunks).find(|&d| run_fits(model, &piece, chunks, d))?;
@@ -141,7 +138,7 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
         } else {
             let pos = g.unit_in_chunk(piece.from);
             if downward {
-                model.vacate(from_chunk, pos, units);
+                set_source(model, &piece, units, false);
             }
             // Downward, places left behind are above every cursor (cursors stay below the
             // sources seen so far); in a repack, every place was left before the first.
@@ -230,7 +227,7 @@ fn pack_below<'p>(model: &mut Model, pieces: &'p [Vec<Shaped>], boundary: usize)
             continue;
         };
         model.occupy(c, p, *units, piece.core);
-        model.vacate(g.chunk_of(piece.from), g.unit_in_chunk(piece.from), *units);
+        set_source(model, piece, *units, false);
         moves.push(Piece { to: g.offset_of(c, p), ..piece.clone() });
     }
     (moves, left)
@@ -272,7 +269,7 @@ fn pack_above(model: &mut Model, mut pieces: Vec<&Shaped>, floor: usize) -> Vec<
     placed
         .into_iter()
         .map(|(piece, units, to)| {
-            model.vacate(g.chunk_of(piece.from), g.unit_in_chunk(piece.from), units);
+            set_source(model, &piece, units, false);
             Piece { to, ..piece.clone() }
         })
         .collect()
