@@ -42,8 +42,15 @@
 //! pool with them, not into its core's reserve.
 //!
 //! Compaction moves a block with a front as its size lays out elsewhere (a buddy block, or a
-//! run with its tail); a chunk that the front or the tail of a block that stays holds is not
+//! run with its tail), and a run-sized block also to a place with a front in the free end of a
+//! chunk below it (`compaction/planners/movable.rs`), so a full compaction tiles large blocks as
+//! allocation does; a chunk that the front or the tail of a block that stays holds is not
 //! emptied by an evacuation (its other blocks may leave).
+//!
+//! A chunk granted to a core for small blocks comes from the far end of a free run when the
+//! core chunk before the run has a quarter of a chunk or more free at its end
+//! ([`Arena::keeps_front_room`]), so that free end stays next to free chunks for the next block
+//! with a front instead of being cut off by a chunk of small blocks.
 
 use super::arena::Arena;
 use super::exact::Swept;
@@ -228,6 +235,14 @@ impl Arena {
         (start > 0 && start < upc).then_some(start)
     }
 
+    /// Whether a chunk granted to a core should not go right after chunk `chunk`: with
+    /// `run_tails`, a core chunk whose free end (at least a quarter of it) a block with a front
+    /// could take (`GlobalPool::claim_grant`).
+    pub(crate) fn keeps_front_room(&self, chunk: usize) -> bool {
+        let g = &self.geometry;
+        g.tails && self.front_start(chunk, g.bank_units).is_some_and(|start| start <= g.units_per_chunk() * 3 / 4)
+    }
+
     /// The bytes of the free end of the core chunk before free run `run` that a block with a
     /// front could take (0 without `run_tails`).
     pub(crate) fn front_room_before(&self, run: FreeRun) -> usize {
@@ -285,7 +300,8 @@ impl Arena {
                     self.try_front_at(&f, tail, core, &mut refused).then(|| (f.offset(g), f.bytes(g)))
                 }
                 (Spot::Packed(chunk, at), Layout::Buddy(b)) => {
-                    let taken = take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
+                    let taken = self.space[chunk].free_units() >= b.units
+                        && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
                     if taken {
                         self.space[chunk].take(b.units);
                     } else {
@@ -401,6 +417,15 @@ impl Arena {
     fn try_front_at(&self, f: &FrontLayout, tail: FrontTail, core: usize, refused: &mut Vec<usize>) -> bool {
         let g = &self.geometry;
         let fresh = tail == FrontTail::Fresh;
+        // Nodes are claimed only where the chunk counts them free: a free releases its nodes
+        // before it counts them, and a claim of nodes not counted yet would take the count
+        // below zero for a moment (as every claim of the allocation path checks).
+        let counted = |chunk: usize, units: u64| self.space[chunk].free_units() >= units;
+        if !counted(f.chunk, f.front_units(g)) || (tail == FrontTail::Shared && !counted(f.tail_chunk(), f.tail_units))
+        {
+            refused.push(f.chunk);
+            return false;
+        }
         let take = f.chunks + usize::from(fresh);
         if take > 0 && !self.global.try_take(f.first_whole(), take) {
             return false;

@@ -246,6 +246,43 @@ impl GlobalPool {
     /// Claim `len` contiguous chunks that hold at least `bytes` bytes, starting at a multiple of
     /// `align` chunks. Returns the first chunk; its state is still `Free` for the caller to set.
     pub(crate) fn claim(&self, geometry: &Geometry, len: usize, bytes: usize, align: usize) -> Option<usize> {
+        self.claim_placed(geometry, len, bytes, align, &|_| false)
+    }
+
+    /// Claim one chunk that holds `bytes` bytes for a core (a grant): as [`GlobalPool::claim`],
+    /// except that in a free run after a chunk that `keep_next_free` names (a core chunk whose
+    /// free end a block with a front could take, `front.rs`) it takes the run's last chunk, so
+    /// that free end stays next to free chunks instead of next to a chunk of small blocks.
+    pub(crate) fn claim_grant(
+        &self,
+        geometry: &Geometry,
+        bytes: usize,
+        keep_next_free: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
+        self.claim_placed(geometry, 1, bytes, 1, keep_next_free)
+    }
+
+    /// [`GlobalPool::claim`]; one chunk at the end of a run after a chunk `from_end` names.
+    fn claim_placed(
+        &self,
+        geometry: &Geometry,
+        len: usize,
+        bytes: usize,
+        align: usize,
+        from_end: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let at_end = |run: FreeRun, start: usize| {
+            let last = run.start + run.len - 1;
+            match len == 1
+                && last > start
+                && geometry.chunk_bytes(last) >= bytes
+                && run.start > 0
+                && from_end(run.start - 1)
+            {
+                true => last,
+                false => start,
+            }
+        };
         loop {
             let epoch = self.epoch.load(Ordering::Acquire);
             let runs = self.free_runs(&|_| false);
@@ -256,7 +293,7 @@ impl GlobalPool {
                 Placement::FirstFit => candidates.into_iter().next(),
                 Placement::BestFit => candidates.min_by_key(|(run, start)| (run.len, *start)),
             };
-            match choice {
+            match choice.map(|(run, start)| (run, at_end(run, start))) {
                 Some((_, start)) => {
                     if self.try_take(start, len) {
                         return Some(start);

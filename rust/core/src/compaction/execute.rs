@@ -98,6 +98,9 @@ impl Pool {
                     Layout::RunTail { align_chunks, tail, .. } => (align_chunks, tail.units),
                     Layout::Buddy(_) => return Err("the block is not a chunk run".into()),
                 };
+                if piece.front_at_destination(g).is_some() && align_chunks == 1 {
+                    return Ok(()); // a block with a front there (`arena/front.rs`) fits the arena
+                }
                 let start = g.chunk_of(to);
                 if to % g.chunk_size != 0 || start % align_chunks != 0 {
                     return Err(format!(
@@ -138,6 +141,10 @@ impl Pool {
         let mut model = Model::of(self); // sources are still taken in it
         for u in pieces {
             let chunk = g.chunk_of(u.to);
+            if let Some(f) = u.front_at_destination(g) {
+                model.set_fronted(&f, true, u.core);
+                continue;
+            }
             match u.kind {
                 PieceKind::Run { chunks } => {
                     model.set_run(chunk, chunks, true);
@@ -321,12 +328,11 @@ impl Pool {
             bytes += piece.copy_len();
         }
         for piece in &pieces {
+            // A block that leaves a front or lands with one holds other bytes now.
             let g = &self.arena().geometry;
-            if let (Some(f), PieceKind::Buddy | PieceKind::Run { .. }) =
-                (FrontLayout::of(g, piece.from, piece.size), &piece.kind)
-            {
-                // A block that had a front holds the bytes its size lays out to now.
-                self.count_resized(piece.core, f.bytes(g), piece.extent);
+            let (before, after) = (piece.bytes_at(g, piece.from), piece.bytes_at(g, piece.to));
+            if before != after {
+                self.count_resized(piece.core, before, after);
             }
             self.end_moves(piece);
             match &piece.kind {
@@ -408,6 +414,9 @@ impl Pool {
                     _ => Err("no slab of the block's size class is there".into()),
                 },
                 PieceKind::Buddy => self.arena().buddy_reserve_at(u.to, u.size, &mut journal.swept),
+                PieceKind::Run { .. } if u.front_at_destination(&self.arena().geometry).is_some() => {
+                    self.arena().fronted_reserve_at(u.to, u.size, &mut journal.swept)
+                }
                 PieceKind::Run { chunks } => self.arena().run_reserve_sized(
                     self.arena().geometry.chunk_of(u.to),
                     *chunks,
@@ -441,6 +450,9 @@ impl Pool {
                     }
                     _ => Err(format!("destination {} lies in a chunk run that stays", u.to)),
                 }
+            }
+            PieceKind::Run { .. } if u.front_at_destination(&self.arena().geometry).is_some() => {
+                self.prepare_front_chunks(u, journal)
             }
             PieceKind::Run { chunks } => {
                 let start = self.arena().geometry.chunk_of(u.to);
@@ -477,6 +489,34 @@ impl Pool {
             && matches!(self.arena().global.state(g.chunk_of(u.from)), ChunkState::Core(_))
     }
 
+    /// [`Pool::prepare_chunks`] for a run-sized block that lands with a front
+    /// (`arena/front.rs`): its front's chunk and its tail's a core chunk (a free one is
+    /// granted), its whole chunks free (empty core chunks are retired).
+    fn prepare_front_chunks(&self, u: &Piece, journal: &mut Journal) -> std::result::Result<(), String> {
+        let g = &self.arena().geometry;
+        let Some(f) = u.front_at_destination(g) else { return Err(format!("destination {} holds no front", u.to)) };
+        for chunk in f.first_whole()..f.first_whole() + f.chunks {
+            match self.arena().global.state(chunk) {
+                ChunkState::Free => {}
+                ChunkState::Core(owner)
+                    if self.arena().chunk_is_empty(chunk) && self.arena().retire_swept(chunk, owner) =>
+                {
+                    journal.retired.push((chunk, owner));
+                }
+                _ => return Err(format!("destination {} overlaps live blocks in chunk {chunk}", u.to)),
+            }
+        }
+        let ends = [Some(f.chunk), (f.tail_units > 0).then(|| f.tail_chunk())];
+        for chunk in ends.into_iter().flatten() {
+            match self.arena().global.state(chunk) {
+                ChunkState::Core(_) => {}
+                ChunkState::Free if self.arena().grant_exact(chunk, u.core) => journal.granted.push((chunk, u.core)),
+                _ => return Err(format!("chunk {chunk} cannot hold the front or the tail of the block at {}", u.to)),
+            }
+        }
+        Ok(())
+    }
+
     /// Undo the metadata phase: the pool's blocks are where they were (a `Corruption` error if
     /// that proves impossible, which would be a bug).
     fn undo(&self, pieces: &[Piece], journal: &mut Journal) -> Result<()> {
@@ -489,6 +529,9 @@ impl Pool {
                     None => Err("its slab is gone".into()),
                 },
                 PieceKind::Buddy => self.arena().buddy_release_raw(u.to, u.size),
+                PieceKind::Run { .. } if u.front_at_destination(&self.arena().geometry).is_some() => {
+                    self.arena().fronted_release_raw(u.to, u.size)
+                }
                 PieceKind::Run { chunks } => {
                     self.arena().run_release_sized(self.arena().geometry.chunk_of(u.to), *chunks, u.size)
                 }

@@ -2,6 +2,7 @@
 //! is and where it goes. The planners make pieces, the executor moves them.
 
 use super::order::Transfer;
+use crate::arena::front::FrontLayout;
 use crate::arena::geometry::Geometry;
 use crate::arena::layout::Layout;
 use crate::arena::slab::caches::{SlabClass, SlabRef};
@@ -103,6 +104,26 @@ impl Piece {
             Home::Lost => return Err("its chunk holds no block"),
         }
         Ok(piece)
+    }
+
+    /// The block with a front that a run-sized piece is at its destination (`None`: a run
+    /// there, or another kind of piece; see `arena/front.rs`).
+    pub(crate) fn front_at_destination(&self, g: &Geometry) -> Option<FrontLayout> {
+        match self.kind {
+            PieceKind::Run { .. } if self.to % g.chunk_size != 0 => FrontLayout::of(g, self.to, self.size),
+            _ => None,
+        }
+    }
+
+    /// The bytes the block holds at offset `at` (its source or its destination): those of a
+    /// block with a front there, else `extent`.
+    pub(crate) fn bytes_at(&self, g: &Geometry, at: usize) -> usize {
+        match self.kind {
+            PieceKind::Buddy | PieceKind::Run { .. } => {
+                FrontLayout::of(g, at, self.size).map_or(self.extent, |f| f.bytes(g))
+            }
+            _ => self.extent,
+        }
     }
 
     /// The bytes that must move: what the block asked for (a slab: all of it).

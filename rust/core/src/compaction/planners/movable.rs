@@ -207,13 +207,7 @@ pub(crate) fn set_source(model: &mut Model, piece: &Piece, units: u64, on: bool)
     if let (Some(f), PieceKind::Buddy | PieceKind::Run { .. }) =
         (FrontLayout::of(g, piece.from, piece.size), &piece.kind)
     {
-        set(model, f.chunk, f.start, f.front_units(g));
-        if f.chunks > 0 {
-            model.set_run(f.first_whole(), f.chunks, on);
-        }
-        if f.tail_units > 0 {
-            set(model, f.tail_chunk(), 0, f.tail_units);
-        }
+        model.set_fronted(&f, on, piece.core);
         return;
     }
     match piece.kind {
@@ -228,9 +222,24 @@ pub(crate) fn has_front(model: &Model, piece: &Piece) -> bool {
         && matches!(piece.kind, PieceKind::Buddy | PieceKind::Run { .. })
 }
 
+/// The block with a front that run piece `run` would be with its front in the free end of
+/// chunk `c` of `model` (`arena/front.rs`), if it fits there: its whole chunks empty and the
+/// start of its tail's chunk free.
+pub(crate) fn front_fits(model: &Model, run: &Piece, c: usize) -> Option<FrontLayout> {
+    let g = model.geometry;
+    if !g.tails || run_alignment(model, run) != Some(1) || run.align > g.chunk_size {
+        return None;
+    }
+    let align = g.bank_units(model.bank_size).max((run.align >> g.unit_shift) as u64);
+    let f = FrontLayout::at(g, c, model.free_end_from(c, align)?, run.size)?;
+    let whole = (f.first_whole()..f.first_whole() + f.chunks).all(|x| model.is_empty(x));
+    let tail = f.tail_units == 0 || model.find(f.tail_chunk(), 0, f.tail_units, 1, f.tail_units) == Some(0);
+    (whole && tail).then_some(f)
+}
+
 /// Move `run` (in the model) to the lowest stretch of empty chunks that starts below it (it may
-/// overlap its own chunks), with room for its tail after them; `None` (and the model as it was)
-/// when there is none.
+/// overlap its own chunks), with room for its tail after them, or, where that is lower, to a
+/// place with a front (`front_fits`); `None` (and the model as it was) when there is none.
 pub(crate) fn move_run_down(model: &mut Model, run: &Piece) -> Option<Piece> {
     let g = model.geometry;
     let PieceKind::Run { chunks } = run.kind else { return None };
@@ -239,14 +248,17 @@ pub(crate) fn move_run_down(model: &mut Model, run: &Piece) -> Option<Piece> {
     // A block with a front (`arena/front.rs`) may also go to the start of its front's chunk.
     let top = first + usize::from(has_front(model, run));
     set_source(model, run, 0, false);
-    match (0..top).step_by(align_chunks).find(|&d| run_fits(model, run, chunks, d)) {
-        Some(d) => {
+    // Or, lower still, with a front in the free end of the chunk before its first whole one.
+    for d in 0..top {
+        if d % align_chunks == 0 && run_fits(model, run, chunks, d) {
             set_run_piece(model, run, chunks, d, true);
-            Some(Piece { to: d * g.chunk_size, ..run.clone() })
+            return Some(Piece { to: d * g.chunk_size, ..run.clone() });
         }
-        None => {
-            set_source(model, run, 0, true);
-            None
+        if let Some(f) = front_fits(model, run, d).filter(|f| f.offset(g) < run.from) {
+            model.set_fronted(&f, true, run.core);
+            return Some(Piece { to: f.offset(g), ..run.clone() });
         }
     }
+    set_source(model, run, 0, true);
+    None
 }
