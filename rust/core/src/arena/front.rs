@@ -453,7 +453,7 @@ impl Arena {
                 if f.chunks > 0 {
                     self.mark_fronted_run(f.first_whole(), f.chunks, f.tail_units);
                 }
-                // Whole now: a free may find it.
+                // The block is whole: a free may find it from here on.
                 self.fronts[f.chunk].store(f.name(g), Ordering::Release);
                 true
             }

@@ -328,7 +328,7 @@ impl Pool {
             bytes += piece.copy_len();
         }
         for piece in &pieces {
-            // A block that leaves a front or lands with one holds other bytes now.
+            // A block that leaves a front or lands with one holds other bytes after the move.
             let g = &self.arena().geometry;
             let (before, after) = (piece.bytes_at(g, piece.from), piece.bytes_at(g, piece.to));
             if before != after {

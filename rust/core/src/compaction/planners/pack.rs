@@ -269,7 +269,7 @@ fn pack_above(model: &mut Model, mut pieces: Vec<&Shaped>, floor: usize) -> Vec<
     placed
         .into_iter()
         .map(|(piece, units, to)| {
-            set_source(model, &piece, units, false);
+            set_source(model, piece, units, false);
             Piece { to, ..piece.clone() }
         })
         .collect()
