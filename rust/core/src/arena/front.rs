@@ -41,16 +41,16 @@
 //! front and the tail; a front's or a tail's chunk that this empties goes back to the global
 //! pool with them, not into its core's reserve.
 //!
-//! Compaction moves a block with a front as its size lays out elsewhere (a buddy block, or a
-//! run with its tail), and a run-sized block also to a place with a front in the free end of a
-//! chunk below it (`compaction/planners/movable.rs`), so a full compaction tiles large blocks as
-//! allocation does; a chunk that the front or the tail of a block that stays holds is not
-//! emptied by an evacuation (its other blocks may leave).
+//! Compaction moves a block with a front only to another place with a front, where it holds as
+//! many bytes (`compaction/planners/movable.rs`, `pack.rs`): a full compaction tiles large
+//! blocks as allocation does; an evacuation does not move it, and the chunks its front and its
+//! tail touch are not emptied (their other blocks may leave).
 //!
 //! A chunk granted to a core for small blocks comes from the far end of a free run when the
-//! core chunk before the run has a quarter of a chunk or more free at its end
-//! ([`Arena::keeps_front_room`]), so that free end stays next to free chunks for the next block
-//! with a front instead of being cut off by a chunk of small blocks.
+//! chunk before the run was granted for a tail, its rest still hidden, and has a quarter of a
+//! chunk or more free at its end ([`Arena::keeps_front_room`]), so that free end stays next to
+//! free chunks for the next block with a front instead of being cut off by a chunk of small
+//! blocks.
 
 use super::arena::Arena;
 use super::exact::Swept;
@@ -236,11 +236,14 @@ impl Arena {
     }
 
     /// Whether a chunk granted to a core should not go right after chunk `chunk`: with
-    /// `run_tails`, a core chunk whose free end (at least a quarter of it) a block with a front
-    /// could take (`GlobalPool::claim_grant`).
+    /// `run_tails`, a chunk granted for a tail whose rest its core's searches do not see yet
+    /// (every level hidden, `tail.rs`) and whose free end (at least a quarter of it) a block
+    /// with a front could take (`GlobalPool::claim_grant`).
     pub(crate) fn keeps_front_room(&self, chunk: usize) -> bool {
         let g = &self.geometry;
-        g.tails && self.front_start(chunk, g.bank_units).is_some_and(|start| start <= g.units_per_chunk() * 3 / 4)
+        g.tails
+            && self.space[chunk].hidden() > g.depth
+            && self.front_start(chunk, g.bank_units).is_some_and(|start| start <= g.units_per_chunk() * 3 / 4)
     }
 
     /// The bytes of the free end of the core chunk before free run `run` that a block with a

@@ -25,8 +25,8 @@ pub(crate) enum Place {
     Run(u32),
     /// An object of the slab with this id.
     Object(u32),
-    /// A block with a front (`arena/front.rs`), listed with the buddy blocks or the runs as its
-    /// size lays out (where a move puts it).
+    /// A block with a front (`arena/front.rs`), listed with the runs: it moves only to another
+    /// place with a front (which holds as many bytes).
     Fronted,
     /// Its chunk holds no block (a corrupt pool): it cannot move.
     Lost,
@@ -178,7 +178,7 @@ impl Pool {
             let item = Item::of_slot(handle, &info, cores, place, movable);
             match place {
                 Place::Run(_) => census.runs.push(item),
-                Place::Fronted if g.buddy_layout(info.size).is_none() => census.runs.push(item),
+                Place::Fronted => census.runs.push(item),
                 _ => census.buddy.push(item),
             }
         };

@@ -92,15 +92,19 @@ impl Pool {
                 }
                 Ok(())
             }
+            PieceKind::Run { .. } if piece.front_at_destination(g).is_some() => {
+                // A block with a front there (`arena/front.rs`): it fits the arena.
+                if piece.align > g.chunk_size {
+                    return Err(format!("a block aligned to {} bytes has no front", piece.align));
+                }
+                Ok(())
+            }
             PieceKind::Run { chunks } => {
                 let (align_chunks, tail) = match g.layout(size, piece.align) {
                     Layout::Run { align_chunks, .. } => (align_chunks, 0),
                     Layout::RunTail { align_chunks, tail, .. } => (align_chunks, tail.units),
                     Layout::Buddy(_) => return Err("the block is not a chunk run".into()),
                 };
-                if piece.front_at_destination(g).is_some() && align_chunks == 1 {
-                    return Ok(()); // a block with a front there (`arena/front.rs`) fits the arena
-                }
                 let start = g.chunk_of(to);
                 if to % g.chunk_size != 0 || start % align_chunks != 0 {
                     return Err(format!(
@@ -328,7 +332,7 @@ impl Pool {
             bytes += piece.copy_len();
         }
         for piece in &pieces {
-            // A block that leaves a front or lands with one holds other bytes after the move.
+            // A block that leaves a front for a run holds other bytes after the move.
             let g = &self.arena().geometry;
             let (before, after) = (piece.bytes_at(g, piece.from), piece.bytes_at(g, piece.to));
             if before != after {

@@ -17,8 +17,7 @@ pub(crate) enum Home {
     Run { chunks: usize },
     /// An object of a slab.
     Object(SlabRef),
-    /// A block with a front (`arena/front.rs`): it moves as a buddy block or a run, as its
-    /// size lays out.
+    /// A block with a front (`arena/front.rs`): it moves to another place with a front.
     Fronted,
     /// Its chunk holds no block (the pool is corrupt): it cannot move.
     Lost,
@@ -92,15 +91,19 @@ impl Piece {
                 Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
                 Layout::Run { .. } | Layout::RunTail { .. } => return Err("a run-sized block in a core chunk"),
             },
-            // A block with a front (`arena/front.rs`) lands as its size lays out: a buddy
-            // block or a run (with its tail).
-            Home::Fronted => match geometry.layout(size, 1) {
-                Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
-                Layout::Run { chunks, .. } | Layout::RunTail { chunks, .. } => {
+            // A block with a front (`arena/front.rs`) moves as a run-like piece: to another place
+            // with a front, where it holds as many bytes (its size rounded up to a unit), or, when
+            // its size makes a run, to whole chunks as a run (`extent`: its bytes there).
+            Home::Fronted => {
+                piece.kind = PieceKind::Run { chunks: 0 };
+                piece.extent = FrontLayout::of(geometry, offset, size)
+                    .ok_or("no block with a front starts there")?
+                    .bytes(geometry);
+                if let Layout::Run { chunks, .. } | Layout::RunTail { chunks, .. } = geometry.layout(size, 1) {
                     piece.kind = PieceKind::Run { chunks };
                     piece.extent = geometry.run_bytes(0, chunks) + geometry.tail_bytes(size);
                 }
-            },
+            }
             Home::Lost => return Err("its chunk holds no block"),
         }
         Ok(piece)

@@ -101,7 +101,7 @@ impl Pool {
     }
 
     /// Count a live block whose bytes went from `old` to `new` (a block with a front that a
-    /// compaction moved, `arena/front.rs`), on core `core`'s counters.
+    /// compaction moved to whole chunks, `arena/front.rs`), on core `core`'s counters.
     pub(crate) fn count_resized(&self, core: usize, old: usize, new: usize) {
         self.counters.on_resize(core, old, new);
     }

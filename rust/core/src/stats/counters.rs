@@ -171,11 +171,8 @@ impl Counters {
     /// A live block's bytes went from `old` to `new` (a compaction reshaped it).
     pub(crate) fn on_resize(&self, core: usize, old: usize, new: usize) {
         let c = &self.cores[core];
-        let now = c
-            .bytes
-            .fetch_add((new as u64).wrapping_sub(old as u64), Ordering::Relaxed)
-            .wrapping_add(new as u64)
-            .wrapping_sub(old as u64);
+        let delta = (new as u64).wrapping_sub(old as u64);
+        let now = c.bytes.fetch_add(delta, Ordering::Relaxed).wrapping_add(delta);
         self.maybe_publish(c, now);
     }
 

@@ -42,14 +42,13 @@ pub(crate) fn chunk_contents(census: &Census, model: &Model) -> Vec<Option<Conte
         out[c].get_or_insert_with(|| Contents { movable: true, ..Contents::default() })
     }
     // A block with a front covers its front in its chunk and its tail in the chunk its tail
-    // begins (which holds a tail then: it is not emptied by moving its blocks). A buddy-sized
-    // one moves with its chunk's blocks; a run-sized one stays, and so its front's chunk is not
-    // emptied either (its other blocks may leave).
+    // begins: an evacuation does not move it, so neither chunk is emptied by moving its blocks
+    // (they may leave).
     for item in census.buddy.iter().chain(census.runs.iter()).filter(|i| i.place == Place::Fronted) {
         let Some(f) = FrontLayout::of(g, item.offset, item.size) else { continue };
         let e = entry(&mut out, f.chunk);
         e.units += f.front_units(g);
-        e.tail |= g.buddy_layout(item.size).is_none();
+        e.tail = true;
         if f.tail_units > 0 && f.tail_chunk() < out.len() {
             let e = entry(&mut out, f.tail_chunk());
             e.units += f.tail_units;
@@ -57,13 +56,6 @@ pub(crate) fn chunk_contents(census: &Census, model: &Model) -> Vec<Option<Conte
         }
     }
     for (i, item) in census.buddy.iter().enumerate() {
-        if item.place == Place::Fronted {
-            let e = entry(&mut out, g.chunk_of(item.offset));
-            e.movable &= item.movable;
-            e.bytes += item.size;
-            e.buddy.push(i);
-            continue;
-        }
         let e = entry(&mut out, g.chunk_of(item.offset));
         e.movable &= item.movable;
         e.bytes += item.size;
@@ -141,8 +133,9 @@ pub(crate) fn plan_run_slides(census: &Census, model: &mut Model, emptied: &[usi
         let PieceKind::Run { chunks } = piece.kind else { continue };
         let Some(align_chunks) = run_alignment(model, &piece) else { continue };
         let from = g.chunk_of(piece.from);
-        // A block with a front may also slide to the start of its front's chunk.
-        let fronted = has_front(model, &piece);
+        if has_front(model, &piece) {
+            continue; // it moves only to a place with a front (`plan_pack`)
+        }
         if from == 0 || !model.is_empty(from - 1) || spent + piece.size > budget {
             continue;
         }
@@ -152,13 +145,12 @@ pub(crate) fn plan_run_slides(census: &Census, model: &mut Model, emptied: &[usi
         }
         set_source(model, &piece, 0, false);
         let fits = |d: usize| run_fits(model, &piece, chunks, d);
-        let top = from + usize::from(fronted);
-        let to = (low.next_multiple_of(align_chunks)..top).step_by(align_chunks).find(|&d| fits(d));
+        let to = (low.next_multiple_of(align_chunks)..from).step_by(align_chunks).find(|&d| fits(d));
         match to {
             Some(to) => set_run_piece(model, &piece, chunks, to, true),
             None => set_source(model, &piece, 0, true),
         }
-        if let Some(to) = to.filter(|&to| to != from || fronted) {
+        if let Some(to) = to {
             piece.to = to * g.chunk_size;
             spent += piece.size;
             moves.push(piece);

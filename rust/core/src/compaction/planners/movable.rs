@@ -227,7 +227,7 @@ pub(crate) fn has_front(model: &Model, piece: &Piece) -> bool {
 /// start of its tail's chunk free.
 pub(crate) fn front_fits(model: &Model, run: &Piece, c: usize) -> Option<FrontLayout> {
     let g = model.geometry;
-    if !g.tails || run_alignment(model, run) != Some(1) || run.align > g.chunk_size {
+    if !g.tails || run.align > g.chunk_size {
         return None;
     }
     let align = g.bank_units(model.bank_size).max((run.align >> g.unit_shift) as u64);
@@ -238,27 +238,37 @@ pub(crate) fn front_fits(model: &Model, run: &Piece, c: usize) -> Option<FrontLa
 }
 
 /// Move `run` (in the model) to the lowest stretch of empty chunks that starts below it (it may
-/// overlap its own chunks), with room for its tail after them, or, where that is lower, to a
-/// place with a front (`front_fits`); `None` (and the model as it was) when there is none.
+/// overlap its own chunks), with room for its tail after them, or a block with a front to the
+/// lowest place with a front below it; `None` (and the model as it was) when there is none.
 pub(crate) fn move_run_down(model: &mut Model, run: &Piece) -> Option<Piece> {
     let g = model.geometry;
     let PieceKind::Run { chunks } = run.kind else { return None };
+    if has_front(model, run) {
+        // To the lowest place with a front below it (where it holds as many bytes).
+        set_source(model, run, 0, false);
+        let lower = |f: &FrontLayout| f.offset(g) < run.from;
+        return match (0..=g.chunk_of(run.from)).find_map(|c| front_fits(model, run, c).filter(lower)) {
+            Some(f) => {
+                model.set_fronted(&f, true, run.core);
+                Some(Piece { to: f.offset(g), ..run.clone() })
+            }
+            None => {
+                set_source(model, run, 0, true);
+                None
+            }
+        };
+    }
     let align_chunks = run_alignment(model, run)?;
     let first = g.chunk_of(run.from);
-    // A block with a front (`arena/front.rs`) may also go to the start of its front's chunk.
-    let top = first + usize::from(has_front(model, run));
     set_source(model, run, 0, false);
-    // Or, lower still, with a front in the free end of the chunk before its first whole one.
-    for d in 0..top {
-        if d % align_chunks == 0 && run_fits(model, run, chunks, d) {
+    match (0..first).step_by(align_chunks).find(|&d| run_fits(model, run, chunks, d)) {
+        Some(d) => {
             set_run_piece(model, run, chunks, d, true);
-            return Some(Piece { to: d * g.chunk_size, ..run.clone() });
+            Some(Piece { to: d * g.chunk_size, ..run.clone() })
         }
-        if let Some(f) = front_fits(model, run, d).filter(|f| f.offset(g) < run.from) {
-            model.set_fronted(&f, true, run.core);
-            return Some(Piece { to: f.offset(g), ..run.clone() });
+        None => {
+            set_source(model, run, 0, true);
+            None
         }
     }
-    set_source(model, run, 0, true);
-    None
 }
