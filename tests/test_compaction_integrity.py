@@ -139,7 +139,8 @@ def test_the_plan_of_a_compactor_with_a_mover_is_what_it_does(backing: str) -> N
     assert (plan.blocks, plan.bytes) == (report.blocks_moved, report.bytes_moved)
     assert report.largest_free_after == plan.largest_free_after
     if backing == "host":
-        assert without.blocks != plan.blocks, "without a mover, slab objects are packed too"
+        # Without a mover the plan may also repack (whole slabs included): never a worse result.
+        assert without.largest_free_after >= plan.largest_free_after
     for blk, ident in kept:
         assert intact(blk, ident, mirror)
     pool.check()

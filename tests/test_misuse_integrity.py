@@ -35,7 +35,7 @@ def test_failed_alloc_many_leaves_the_counters_unchanged() -> None:
     assert pool.stats().failed_allocs == failed_before + 1
     # Small blocks (slab objects) too.
     with pytest.raises(npumem.OutOfMemoryError):
-        pool.alloc_many([64] * 1000 + [15 * MIB + 1])
+        pool.alloc_many([64] * 1000 + [16 * MIB])
     assert counters(pool) == before
     pool.check()
     keep.free()

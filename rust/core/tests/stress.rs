@@ -175,6 +175,8 @@ struct Run {
     kept: AtomicU64,
     /// Blocks freed by a thread other than the one that allocated them (from a mailbox).
     remote_frees: AtomicU64,
+    /// Blocks placed with a front: from inside a chunk past its end (`arena/front.rs`).
+    fronted: AtomicU64,
 }
 
 impl Run {
@@ -192,6 +194,7 @@ impl Run {
             verified: AtomicU64::new(0),
             kept: AtomicU64::new(0),
             remote_frees: AtomicU64::new(0),
+            fronted: AtomicU64::new(0),
             scale,
         }
     }
@@ -264,6 +267,10 @@ impl Run {
                             let info = self.pool.block(h).unwrap();
                             assert!(info.block_bytes >= size);
                             self.live.claim(info.offset, info.block_bytes).unwrap();
+                            let chunk = self.pool.config().chunk_size;
+                            if info.offset % chunk != 0 && info.offset % chunk + size > chunk {
+                                self.fronted.fetch_add(1, Ordering::Relaxed);
+                            }
                             let now = self.live_bytes.fetch_add(info.block_bytes, Ordering::Relaxed) + info.block_bytes;
                             self.peak_live_bytes.fetch_max(now, Ordering::Relaxed);
                             self.allocations.fetch_add(1, Ordering::Relaxed);
@@ -343,9 +350,11 @@ fn scale_from_env() -> Scale {
 /// test-stress does), fill each block with a pattern, hand blocks to each other through
 /// bounded mailboxes (so many frees are remote, and the live set stays bounded at any number
 /// of operations however the threads are scheduled), check the pattern at free, and register
-/// every live block in the occupancy bitmap (every live block against every other). At the end
-/// every byte is free and `check()` passes, and no small allocation failed while the live set
-/// and the request together were at most half the arena. Knobs from the environment:
+/// every live block in the occupancy bitmap (every live block against every other). Blocks of
+/// 1-4 MiB take fronts (`arena/front.rs`) as they come and go: some must be placed so when the
+/// sizes reach that far. At the end every byte is free and `check()` passes, and no small
+/// allocation failed while the live set and the request together were at most half the arena.
+/// Knobs from the environment:
 /// `NPUMEM_STRESS_THREADS`, `NPUMEM_STRESS_ITERS` (operations per thread, half of them
 /// allocations), `NPUMEM_STRESS_SLOTS` (live blocks per thread; a mailbox holds four times as many),
 /// `NPUMEM_STRESS_MAX_SIZE` (caps the sizes) and `NPUMEM_STRESS_CAPACITY_MIB` (the arena).
@@ -363,10 +372,11 @@ fn stress_mixed_sizes_remote_frees_no_overlap_no_corruption() {
     });
     run.finish();
     let verified = run.verified.load(Ordering::Relaxed);
+    let fronted = run.fronted.load(Ordering::Relaxed);
     println!(
-        "stress: {} threads x {} operations, {} slots, on {} MiB: {} allocations ({} failed for want of space), \
-         peak live set {:.1} MiB, {} remote frees, {} hand-overs refused by a full mailbox, {verified} bytes \
-         verified ({:.1} GB), {:.1} s",
+        "stress: {} threads x {} operations, {} slots, on {} MiB: {} allocations ({} failed for want of space, \
+         {fronted} with a front), peak live set {:.1} MiB, {} remote frees, {} hand-overs refused by a full \
+         mailbox, {verified} bytes verified ({:.1} GB), {:.1} s",
         scale.threads,
         scale.ops,
         scale.slots,
@@ -379,6 +389,9 @@ fn stress_mixed_sizes_remote_frees_no_overlap_no_corruption() {
         verified as f64 / 1e9,
         started.elapsed().as_secs_f64()
     );
+    if scale.max_size > 3 << 20 && scale.ops >= 1000 {
+        assert!(fronted > 0, "no block was placed with a front: the stress test does not exercise them");
+    }
 }
 
 /// The scheduling that filled the arena, made deterministic: thread 0 runs all its operations

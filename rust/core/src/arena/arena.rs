@@ -30,6 +30,8 @@ pub(crate) struct Arena {
     pub(crate) space: Zeroed<ChunkSpace>,
     /// Per chunk, what the last search learnt about its free stretches (`stretches.rs`).
     pub(crate) stretches: Zeroed<StretchMemo>,
+    /// Per chunk, the block with a front in its free end, if any (`front.rs`).
+    pub(crate) fronts: Zeroed<AtomicU64>,
     pub(crate) global: GlobalPool,
     pub(crate) cores: Box<[CachePadded<CorePool>]>,
     pub(crate) slabs: SlabCaches,
@@ -71,6 +73,7 @@ impl Arena {
         let summaries = Zeroed::new(tree_words, "the chunks' bunch summaries")?;
         let space = Zeroed::new(geometry.chunks, "the chunks' free-space words")?;
         let stretches = Zeroed::new(geometry.chunks, "the chunks' stretch memos")?;
+        let fronts = Zeroed::new(geometry.chunks, "the chunks' front words")?;
         let global = GlobalPool::new(&geometry, config.placement, present)?;
         let levels = geometry.depth as usize + 1;
         let mut cores = Vec::new();
@@ -98,6 +101,7 @@ impl Arena {
             summaries,
             space,
             stretches,
+            fronts,
             geometry,
             regions,
             reveal_cursor: AtomicU64::new(0),
@@ -146,6 +150,7 @@ impl Arena {
             + self.summaries.resident_bytes()
             + self.space.resident_bytes()
             + self.stretches.resident_bytes()
+            + self.fronts.resident_bytes()
             + self.global.resident_bytes()
             + self.cores.iter().map(|c| c.resident_bytes()).sum::<usize>()
             + self.slabs.resident_bytes()

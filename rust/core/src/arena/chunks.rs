@@ -24,7 +24,7 @@ impl Arena {
     /// Take a free chunk from the global pool for core `core` (one that can hold a node of
     /// `bytes` bytes).
     pub(crate) fn grant(&self, core: usize, bytes: usize) -> Option<usize> {
-        let chunk = self.global.claim(&self.geometry, 1, bytes, 1)?;
+        let chunk = self.global.claim_grant(&self.geometry, bytes, &|before| self.keeps_front_room(before))?;
         self.open(chunk, core);
         Some(chunk)
     }

@@ -27,6 +27,11 @@ impl Swept {
     pub(crate) fn clear(&mut self) {
         self.0.clear();
     }
+
+    /// Note that `chunk` is swept now; `true` when it was not yet (the caller sweeps it).
+    pub(crate) fn insert(&mut self, chunk: usize) -> bool {
+        self.0.insert(chunk)
+    }
 }
 
 impl Arena {

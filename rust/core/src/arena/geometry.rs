@@ -27,8 +27,11 @@ pub(crate) struct Geometry {
     pub(crate) last_units: u64,
     /// Usable bytes of the last chunk (`last_units * min_block`).
     pub(crate) last_bytes: usize,
-    /// Blocks past a chunk take a tail (`PoolConfig::run_tails`).
+    /// Blocks past a chunk take a tail (`PoolConfig::run_tails`), or start in the free end of
+    /// a core chunk (a front, `front.rs`).
     pub(crate) tails: bool,
+    /// Units in a bank (at least one): a block larger than a bank starts on a multiple of it.
+    pub(crate) bank_units: u64,
 }
 
 impl Geometry {
@@ -56,6 +59,7 @@ impl Geometry {
             last_units,
             last_bytes,
             tails: config.run_tails,
+            bank_units: ((config.bank_size / min_block) as u64).max(1),
         }
     }
 

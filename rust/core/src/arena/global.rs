@@ -21,6 +21,8 @@ use crate::util::zeroed::Zeroed;
 
 const KIND_SHIFT: u32 = 56;
 const PAYLOAD: u64 = (1 << KIND_SHIFT) - 1;
+/// Where a `FrontedRun` keeps its tail's units (below: its length in chunks).
+const FRONT_TAIL_SHIFT: u32 = 32;
 
 /// What a chunk is used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +36,10 @@ pub(crate) enum ChunkState {
     /// The first chunk of a run of `len` whole chunks whose block goes on into a tail at the
     /// start of the chunk after the run (a core chunk; see `arena/tail.rs`).
     TailedRunHead(usize),
+    /// The first of the `len` whole chunks of a block that starts in the free end of the core
+    /// chunk before them (a *front*) and ends in a tail of `tail` units at the start of the
+    /// chunk after them (none when 0; see `arena/front.rs`).
+    FrontedRun { len: usize, tail: u64 },
     /// A later chunk of a run.
     RunBody,
     /// Outside the pool's regions (a pool that can grow): no memory behind it.
@@ -49,6 +55,7 @@ impl ChunkState {
             ChunkState::RunBody => 3 << KIND_SHIFT,
             ChunkState::Absent => 4 << KIND_SHIFT,
             ChunkState::TailedRunHead(len) => (5 << KIND_SHIFT) | len as u64,
+            ChunkState::FrontedRun { len, tail } => (6 << KIND_SHIFT) | (tail << FRONT_TAIL_SHIFT) | len as u64,
         }
     }
 
@@ -59,6 +66,10 @@ impl ChunkState {
             2 => ChunkState::RunHead((word & PAYLOAD) as usize),
             3 => ChunkState::RunBody,
             5 => ChunkState::TailedRunHead((word & PAYLOAD) as usize),
+            6 => ChunkState::FrontedRun {
+                len: (word & ((1 << FRONT_TAIL_SHIFT) - 1)) as usize,
+                tail: (word & PAYLOAD) >> FRONT_TAIL_SHIFT,
+            },
             _ => ChunkState::Absent,
         }
     }
@@ -184,6 +195,11 @@ impl GlobalPool {
         (geometry.run_bytes(start, len) >= bytes).then_some(start)
     }
 
+    /// How runs are placed.
+    pub(crate) fn placement(&self) -> Placement {
+        self.placement
+    }
+
     /// The release epoch: a scan that found nothing may give up if it is unchanged after.
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
@@ -230,6 +246,43 @@ impl GlobalPool {
     /// Claim `len` contiguous chunks that hold at least `bytes` bytes, starting at a multiple of
     /// `align` chunks. Returns the first chunk; its state is still `Free` for the caller to set.
     pub(crate) fn claim(&self, geometry: &Geometry, len: usize, bytes: usize, align: usize) -> Option<usize> {
+        self.claim_placed(geometry, len, bytes, align, &|_| false)
+    }
+
+    /// Claim one chunk that holds `bytes` bytes for a core (a grant): as [`GlobalPool::claim`],
+    /// except that in a free run after a chunk that `keep_next_free` names (a core chunk whose
+    /// free end a block with a front could take, `front.rs`) it takes the run's last chunk, so
+    /// that free end stays next to free chunks instead of next to a chunk of small blocks.
+    pub(crate) fn claim_grant(
+        &self,
+        geometry: &Geometry,
+        bytes: usize,
+        keep_next_free: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
+        self.claim_placed(geometry, 1, bytes, 1, keep_next_free)
+    }
+
+    /// [`GlobalPool::claim`]; one chunk at the end of a run after a chunk `from_end` names.
+    fn claim_placed(
+        &self,
+        geometry: &Geometry,
+        len: usize,
+        bytes: usize,
+        align: usize,
+        from_end: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let at_end = |run: FreeRun, start: usize| {
+            let last = run.start + run.len - 1;
+            match len == 1
+                && last > start
+                && geometry.chunk_bytes(last) >= bytes
+                && run.start > 0
+                && from_end(run.start - 1)
+            {
+                true => last,
+                false => start,
+            }
+        };
         loop {
             let epoch = self.epoch.load(Ordering::Acquire);
             let runs = self.free_runs(&|_| false);
@@ -240,7 +293,7 @@ impl GlobalPool {
                 Placement::FirstFit => candidates.into_iter().next(),
                 Placement::BestFit => candidates.min_by_key(|(run, start)| (run.len, *start)),
             };
-            match choice {
+            match choice.map(|(run, start)| (run, at_end(run, start))) {
                 Some((_, start)) => {
                     if self.try_take(start, len) {
                         return Some(start);

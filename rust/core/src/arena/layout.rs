@@ -70,6 +70,7 @@ impl BuddyLayout {
 
 /// The nodes of a buddy block, in address order: each the largest naturally aligned node that
 /// starts where the previous one ended and fits in what remains.
+#[derive(Debug, Clone)]
 pub(crate) struct Pieces {
     depth: u32,
     next: u64,

@@ -3,7 +3,7 @@
 //! the free stretches inside chunks and blocks placed in them, the global pool of chunks and
 //! runs, the core pools, the slab caches, the optional host
 //! backing, the chunk life cycle, the last resort that reveals hidden room, the regions of a
-//! pool that grows, runs with a buddy tail, whether the arena is tight, and the exact-position API that compaction uses.
+//! pool that grows, runs with a buddy tail, blocks with a front in the free end of a chunk, whether the arena is tight, and the exact-position API that compaction uses.
 
 #[cfg(not(loom))]
 #[allow(clippy::module_inception)]
@@ -16,6 +16,9 @@ pub(crate) mod chunks;
 pub(crate) mod core_pool;
 #[cfg(not(loom))]
 pub(crate) mod exact;
+#[cfg(not(loom))]
+pub(crate) mod front;
+pub(crate) mod front_nodes;
 pub(crate) mod geometry;
 pub(crate) mod global;
 pub(crate) mod layout;

@@ -1,4 +1,5 @@
-//! Giving buddy blocks and runs back on the free path (runs with a tail: `tail.rs`), from any thread: each is checked before
+//! Giving buddy blocks and runs back on the free path (runs with a tail: `tail.rs`; blocks with
+//! a front: `front.rs`), from any thread: each is checked before
 //! anything changes, and the first atomic release decides who frees a block when two callers
 //! race. A chunk that becomes empty stays as its core's reserve or goes back to the global pool.
 
@@ -35,18 +36,30 @@ impl Arena {
             return invalid("not inside a core pool's chunk");
         };
         let Layout::Buddy(b) = self.geometry.layout(size, 1) else {
-            return invalid("a block of this size would be a chunk run");
+            return self.release_past_chunk(offset, size, "a block of this size would be a chunk run");
         };
         let within = self.geometry.unit_in_chunk(offset);
         // A block starts on a unit; the allocation path puts it at the start of its enclosing
         // node, a compaction may pack it elsewhere (its pieces then cover it all the same).
         if offset & (self.geometry.min_block - 1) != 0 || within + b.units > self.geometry.units_per_chunk() {
-            return invalid("not the start of a block of this size");
+            return self.release_past_chunk(offset, size, "not the start of a block of this size");
         }
         if let Err(reason) = self.give_back_buddy(chunk, owner, &b, within) {
             return invalid(reason);
         }
         Ok(b.units as usize * self.geometry.min_block)
+    }
+
+    /// Release the block at `offset` of a core chunk whose `size` is no buddy block there: a
+    /// block with a front when its requested bytes cross the chunk's end (`front.rs`), else
+    /// `Error::InvalidBlock` with `reason`.
+    #[cold]
+    fn release_past_chunk(&self, offset: usize, size: usize, reason: &'static str) -> Result<usize> {
+        let g = &self.geometry;
+        if (g.unit_in_chunk(offset) as usize) * g.min_block + size > g.chunk_size {
+            return self.release_fronted(offset, size);
+        }
+        Err(Error::InvalidBlock { offset, size, reason })
     }
 
     /// Give back buddy block `b` at unit `within` of chunk `chunk` of core `owner`: its nodes,

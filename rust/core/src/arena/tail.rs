@@ -67,33 +67,10 @@ impl Arena {
             let runs = self.global.free_runs(&|_| false);
             let mut shares = |chunk: usize| !refused.contains(&chunk) && self.tail_fits_at_start(chunk, tail.units);
             match self.global.choose_tailed(g, &runs, chunks, bytes, align, &mut shares) {
-                Some(TailSpot::Fresh(start)) => {
-                    if !self.global.try_take(start, chunks + 1) {
-                        continue;
-                    }
-                    let last = start + chunks;
-                    self.open(last, core);
-                    self.hide_rest_of(last, core);
-                    if self.take_tail(last, tail) || self.take_tail_swept(last, tail) {
-                        self.mark_tailed_run(start, chunks);
+                Some(spot) => {
+                    if let Some(start) = self.try_tailed_at(spot, chunks, tail, core, &mut refused) {
                         return Some(start);
                     }
-                    // A block took the start of the tail's chunk first: the chunk stays with
-                    // the core.
-                    self.global.release(start, chunks);
-                }
-                Some(TailSpot::Shared(start)) => {
-                    if !self.global.try_take(start, chunks) {
-                        continue;
-                    }
-                    let last = start + chunks;
-                    if self.take_tail(last, tail) {
-                        // Its tail's nodes are held: the chunk cannot be retired under it.
-                        self.mark_tailed_run(start, chunks);
-                        return Some(start);
-                    }
-                    self.global.release(start, chunks);
-                    refused.push(last);
                 }
                 None => {
                     if self.global.epoch() == epoch {
@@ -104,13 +81,58 @@ impl Arena {
         }
     }
 
+    /// Try to take the run of `chunks` whole chunks with `tail` at `spot`; its first chunk, or
+    /// `None` when a claim failed (a shared tail chunk whose start a block took first goes into
+    /// `refused`).
+    pub(crate) fn try_tailed_at(
+        &self,
+        spot: TailSpot,
+        chunks: usize,
+        tail: &BuddyLayout,
+        core: usize,
+        refused: &mut Vec<usize>,
+    ) -> Option<usize> {
+        match spot {
+            TailSpot::Fresh(start) => {
+                if !self.global.try_take(start, chunks + 1) {
+                    return None;
+                }
+                let last = start + chunks;
+                self.open(last, core);
+                self.hide_rest_of(last, core);
+                if self.take_tail(last, tail) || self.take_tail_swept(last, tail) {
+                    self.mark_tailed_run(start, chunks);
+                    return Some(start);
+                }
+                // A block took the start of the tail's chunk first: the chunk stays with
+                // the core.
+                self.global.release(start, chunks);
+                None
+            }
+            TailSpot::Shared(start) => {
+                if !self.global.try_take(start, chunks) {
+                    return None;
+                }
+                let last = start + chunks;
+                if self.take_tail(last, tail) {
+                    // Its tail's nodes are held: the chunk cannot be retired under it.
+                    self.mark_tailed_run(start, chunks);
+                    return Some(start);
+                }
+                self.global.release(start, chunks);
+                refused.push(last);
+                None
+            }
+        }
+    }
+
     /// Hide every level of chunk `chunk`, just granted to core `core` for a tail, from the
     /// core's searches: the rest of a tail's chunk serves other blocks only when nothing else
     /// can (a failing allocation reveals it, `reveal.rs`) or once a free there announces room.
     /// Small blocks that live long would otherwise settle next to a run that comes and goes,
     /// and the chunk would stay with its core after the run is freed, splitting the free
     /// chunks around it into runs too short for the next large block.
-    fn hide_rest_of(&self, chunk: usize, core: usize) {
+    pub(crate) fn hide_rest_of(&self, chunk: usize, core: usize) {
         if let Some(probe) = self.space[chunk].probe(0) {
             self.cores[core].maps.hide(&self.space[chunk], chunk, self.geometry.depth, probe);
         }
@@ -118,7 +140,7 @@ impl Arena {
 
     /// Whether core chunk `chunk` looks free over its first `units` units now (its tree read
     /// once; a claim decides).
-    fn tail_fits_at_start(&self, chunk: usize, units: u64) -> bool {
+    pub(crate) fn tail_fits_at_start(&self, chunk: usize, units: u64) -> bool {
         matches!(self.global.state(chunk), ChunkState::Core(_))
             && units <= self.geometry.usable_units(chunk)
             && self.space[chunk].free_units() >= units
@@ -137,6 +159,16 @@ impl Arena {
         first.min(granules) << shift
     }
 
+    /// One past the last unit of core chunk `chunk` that an allocated node covers (whole
+    /// granules of its tree's bitmap), `None` when none does.
+    pub(crate) fn last_allocated_unit(&self, chunk: usize) -> Option<u64> {
+        let shift = granule_shift(self.geometry.depth);
+        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
+        self.shape.allocated_granules(self.tree(chunk), shift, &mut bits);
+        let w = bits.iter().rposition(|&w| w != 0)?;
+        Some((w as u64 * 64 + 64 - u64::from(bits[w].leading_zeros())) << shift)
+    }
+
     /// The most units a tail could take at the start of core chunk `chunk` now (0 with
     /// `run_tails` off, or when the chunk is not a core chunk).
     pub(crate) fn largest_tail_at(&self, chunk: usize) -> u64 {
@@ -151,14 +183,15 @@ impl Arena {
     }
 
     /// The largest block that free run `run` could hold now: its chunks and, for a run longer
-    /// than half a chunk, the tail the core chunk after it could take. A run no larger than half
+    /// than half a chunk, the tail the core chunk after it could take and the front the free
+    /// end of the core chunk before it could (`front.rs`). A run no larger than half
     /// a chunk is the arena's short last chunk alone: only buddy blocks go there, and they round
     /// up.
     pub(crate) fn largest_block_in_run(&self, run: FreeRun) -> usize {
         let g = &self.geometry;
         match GlobalPool::run_capacity(g, run) {
             bytes if bytes > g.chunk_size / 2 => {
-                bytes + self.largest_tail_at(run.start + run.len) as usize * g.min_block
+                bytes + self.largest_tail_at(run.start + run.len) as usize * g.min_block + self.front_room_before(run)
             }
             bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
         }
@@ -168,7 +201,7 @@ impl Arena {
     /// marks that a stale hint's failed climb left under its closed root, which only a thorough
     /// sweep (`TreeShape::sweep_all`) finds.
     #[cold]
-    fn take_tail_swept(&self, chunk: usize, tail: &BuddyLayout) -> bool {
+    pub(crate) fn take_tail_swept(&self, chunk: usize, tail: &BuddyLayout) -> bool {
         self.shape.sweep_all(self.tree(chunk));
         self.take_tail(chunk, tail)
     }

@@ -7,6 +7,7 @@
 //! into moves ([`Census::piece`]).
 
 use super::piece::{Home, Piece};
+use crate::arena::front::FrontLayout;
 use crate::arena::geometry::Geometry;
 use crate::arena::global::ChunkState;
 use crate::arena::slab::caches::{SlabClass, SlabRef, SlabView};
@@ -24,6 +25,9 @@ pub(crate) enum Place {
     Run(u32),
     /// An object of the slab with this id.
     Object(u32),
+    /// A block with a front (`arena/front.rs`), listed with the runs: it moves only to another
+    /// place with a front (which holds as many bytes).
+    Fronted,
     /// Its chunk holds no block (a corrupt pool): it cannot move.
     Lost,
 }
@@ -105,6 +109,7 @@ impl Census {
                 Some(slab) => Home::Object(slab),
                 None => Home::Lost,
             },
+            Place::Fronted => Home::Fronted,
             Place::Lost => Home::Lost,
         }
     }
@@ -128,23 +133,27 @@ impl Census {
 }
 
 impl Pool {
-    /// Where the live block at `offset` lives.
-    pub(crate) fn home_of(&self, offset: usize) -> Home {
+    /// Where the live block of `size` bytes at `offset` lives.
+    pub(crate) fn home_of(&self, offset: usize, size: usize) -> Home {
         if let Some(slab) = self.arena().slabs.lookup(offset) {
             return Home::Object(slab);
         }
-        match self.chunk_place(offset) {
+        match self.chunk_place(offset, size) {
             Place::Run(chunks) => Home::Run { chunks: chunks as usize },
             Place::Buddy => Home::Buddy,
+            Place::Fronted => Home::Fronted,
             _ => Home::Lost,
         }
     }
 
-    /// Where the block at `offset` lives, for a block of no slab: its chunk's state.
-    fn chunk_place(&self, offset: usize) -> Place {
-        let chunk = self.arena().geometry.chunk_of(offset);
-        match (chunk < self.arena().geometry.chunks).then(|| self.arena().global.state(chunk)) {
+    /// Where the block of `size` bytes at `offset` lives, for a block of no slab: its chunk's
+    /// state (in a core chunk, requested bytes past the chunk's end make a block with a front).
+    fn chunk_place(&self, offset: usize, size: usize) -> Place {
+        let g = &self.arena().geometry;
+        let chunk = g.chunk_of(offset);
+        match (chunk < g.chunks).then(|| self.arena().global.state(chunk)) {
             Some(ChunkState::RunHead(chunks) | ChunkState::TailedRunHead(chunks)) => Place::Run(chunks as u32),
+            Some(ChunkState::Core(_)) if FrontLayout::of(g, offset, size).is_some() => Place::Fronted,
             Some(ChunkState::Core(_)) => Place::Buddy,
             _ => Place::Lost,
         }
@@ -165,10 +174,11 @@ impl Pool {
                 census.add_object(slab, Item::of_slot(handle, &info, cores, Place::Object(slab.id), movable));
                 return;
             }
-            let place = self.chunk_place(info.offset);
+            let place = self.chunk_place(info.offset, info.size);
             let item = Item::of_slot(handle, &info, cores, place, movable);
             match place {
                 Place::Run(_) => census.runs.push(item),
+                Place::Fronted => census.runs.push(item),
                 _ => census.buddy.push(item),
             }
         };

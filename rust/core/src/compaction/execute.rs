@@ -15,6 +15,7 @@ use super::piece::{Piece, PieceKind};
 use super::types::{BatchMover, MovedBlocks};
 use super::waves::{reverse, waves};
 use crate::arena::exact::Swept;
+use crate::arena::front::FrontLayout;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
 use crate::error::{Error, Result};
@@ -38,7 +39,7 @@ impl Pool {
     /// yet (`to == from`).
     pub(crate) fn piece_of(&self, handle: Handle, info: &SlotInfo) -> Result<Piece> {
         let core = info.core as usize % self.arena().cores.len();
-        let home = self.home_of(info.offset);
+        let home = self.home_of(info.offset, info.size);
         let place = (info.offset, info.size, info.align_log2);
         Piece::of_block(handle, place, core, home, &self.arena().geometry, &self.arena().slabs.classes.classes)
             .map_err(|why| corrupt(handle, why))
@@ -91,6 +92,13 @@ impl Pool {
                 }
                 Ok(())
             }
+            PieceKind::Run { .. } if piece.front_at_destination(g).is_some() => {
+                // A block with a front there (`arena/front.rs`): it fits the arena.
+                if piece.align > g.chunk_size {
+                    return Err(format!("a block aligned to {} bytes has no front", piece.align));
+                }
+                Ok(())
+            }
             PieceKind::Run { chunks } => {
                 let (align_chunks, tail) = match g.layout(size, piece.align) {
                     Layout::Run { align_chunks, .. } => (align_chunks, 0),
@@ -137,6 +145,10 @@ impl Pool {
         let mut model = Model::of(self); // sources are still taken in it
         for u in pieces {
             let chunk = g.chunk_of(u.to);
+            if let Some(f) = u.front_at_destination(g) {
+                model.set_fronted(&f, true, u.core);
+                continue;
+            }
             match u.kind {
                 PieceKind::Run { chunks } => {
                     model.set_run(chunk, chunks, true);
@@ -320,6 +332,12 @@ impl Pool {
             bytes += piece.copy_len();
         }
         for piece in &pieces {
+            // A block that leaves a front for a run holds other bytes after the move.
+            let g = &self.arena().geometry;
+            let (before, after) = (piece.bytes_at(g, piece.from), piece.bytes_at(g, piece.to));
+            if before != after {
+                self.count_resized(piece.core, before, after);
+            }
             self.end_moves(piece);
             match &piece.kind {
                 PieceKind::Slab { objects, .. } => {
@@ -373,6 +391,11 @@ impl Pool {
     fn swap_metadata(&self, pieces: &[Piece], journal: &mut Journal) -> std::result::Result<(), (usize, String)> {
         for (i, u) in pieces.iter().enumerate() {
             let released = match &u.kind {
+                // A block with a front leaves its front, chunks and tail; it lands as its size
+                // lays out at its destination (`arena/front.rs`).
+                PieceKind::Buddy | PieceKind::Run { .. } if self.has_front(u) => {
+                    self.arena().fronted_release_raw(u.from, u.size)
+                }
                 PieceKind::SlabObject { from_slab, .. } => {
                     self.arena().slabs.unclaim_at(*from_slab, u.from).map_err(String::from)
                 }
@@ -395,6 +418,9 @@ impl Pool {
                     _ => Err("no slab of the block's size class is there".into()),
                 },
                 PieceKind::Buddy => self.arena().buddy_reserve_at(u.to, u.size, &mut journal.swept),
+                PieceKind::Run { .. } if u.front_at_destination(&self.arena().geometry).is_some() => {
+                    self.arena().fronted_reserve_at(u.to, u.size, &mut journal.swept)
+                }
                 PieceKind::Run { chunks } => self.arena().run_reserve_sized(
                     self.arena().geometry.chunk_of(u.to),
                     *chunks,
@@ -429,6 +455,9 @@ impl Pool {
                     _ => Err(format!("destination {} lies in a chunk run that stays", u.to)),
                 }
             }
+            PieceKind::Run { .. } if u.front_at_destination(&self.arena().geometry).is_some() => {
+                self.prepare_front_chunks(u, journal)
+            }
             PieceKind::Run { chunks } => {
                 let start = self.arena().geometry.chunk_of(u.to);
                 for chunk in start..start + chunks {
@@ -456,6 +485,42 @@ impl Pool {
         }
     }
 
+    /// Whether the source of `u` is a block with a front (`arena/front.rs`): a block in a
+    /// core chunk whose requested bytes cross that chunk's end.
+    fn has_front(&self, u: &Piece) -> bool {
+        let g = &self.arena().geometry;
+        FrontLayout::of(g, u.from, u.size).is_some()
+            && matches!(self.arena().global.state(g.chunk_of(u.from)), ChunkState::Core(_))
+    }
+
+    /// [`Pool::prepare_chunks`] for a run-sized block that lands with a front
+    /// (`arena/front.rs`): its front's chunk and its tail's a core chunk (a free one is
+    /// granted), its whole chunks free (empty core chunks are retired).
+    fn prepare_front_chunks(&self, u: &Piece, journal: &mut Journal) -> std::result::Result<(), String> {
+        let g = &self.arena().geometry;
+        let Some(f) = u.front_at_destination(g) else { return Err(format!("destination {} holds no front", u.to)) };
+        for chunk in f.first_whole()..f.first_whole() + f.chunks {
+            match self.arena().global.state(chunk) {
+                ChunkState::Free => {}
+                ChunkState::Core(owner)
+                    if self.arena().chunk_is_empty(chunk) && self.arena().retire_swept(chunk, owner) =>
+                {
+                    journal.retired.push((chunk, owner));
+                }
+                _ => return Err(format!("destination {} overlaps live blocks in chunk {chunk}", u.to)),
+            }
+        }
+        let ends = [Some(f.chunk), (f.tail_units > 0).then(|| f.tail_chunk())];
+        for chunk in ends.into_iter().flatten() {
+            match self.arena().global.state(chunk) {
+                ChunkState::Core(_) => {}
+                ChunkState::Free if self.arena().grant_exact(chunk, u.core) => journal.granted.push((chunk, u.core)),
+                _ => return Err(format!("chunk {chunk} cannot hold the front or the tail of the block at {}", u.to)),
+            }
+        }
+        Ok(())
+    }
+
     /// Undo the metadata phase: the pool's blocks are where they were (a `Corruption` error if
     /// that proves impossible, which would be a bug).
     fn undo(&self, pieces: &[Piece], journal: &mut Journal) -> Result<()> {
@@ -468,6 +533,9 @@ impl Pool {
                     None => Err("its slab is gone".into()),
                 },
                 PieceKind::Buddy => self.arena().buddy_release_raw(u.to, u.size),
+                PieceKind::Run { .. } if u.front_at_destination(&self.arena().geometry).is_some() => {
+                    self.arena().fronted_release_raw(u.to, u.size)
+                }
                 PieceKind::Run { chunks } => {
                     self.arena().run_release_sized(self.arena().geometry.chunk_of(u.to), *chunks, u.size)
                 }
@@ -491,6 +559,9 @@ impl Pool {
         for &i in journal.released.iter().rev() {
             let u = &pieces[i];
             let r = match &u.kind {
+                PieceKind::Buddy | PieceKind::Run { .. } if self.has_front(u) => {
+                    self.arena().fronted_reserve_at(u.from, u.size, &mut journal.swept)
+                }
                 PieceKind::SlabObject { from_slab, .. } => {
                     self.arena().slabs.claim_at(*from_slab, u.from).map_err(String::from)
                 }

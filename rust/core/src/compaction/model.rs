@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 
 use super::census::{Census, Place};
+use crate::arena::front::FrontLayout;
 use crate::arena::geometry::Geometry;
 use crate::arena::global::ChunkState;
 use crate::arena::slab::caches::SlabClass;
@@ -223,6 +224,7 @@ impl<'a> Model<'a> {
                     // An absent chunk is neither free nor a place to move into: a full run.
                     ChunkState::RunHead(_)
                     | ChunkState::TailedRunHead(_)
+                    | ChunkState::FrontedRun { .. }
                     | ChunkState::RunBody
                     | ChunkState::Absent => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
@@ -262,6 +264,7 @@ impl<'a> Model<'a> {
                     // An absent chunk is neither free nor a place to move into: a full run.
                     ChunkState::RunHead(_)
                     | ChunkState::TailedRunHead(_)
+                    | ChunkState::FrontedRun { .. }
                     | ChunkState::RunBody
                     | ChunkState::Absent => {
                         ChunkModel { role: Role::Run, owner: 0, used: usable, usable, bits: Vec::new() }
@@ -355,6 +358,35 @@ impl<'a> Model<'a> {
         }
         set_range(&mut c.bits, start, start + units, true);
         c.used += units;
+    }
+
+    /// The first unit, a multiple of `align`, from which core chunk `chunk` (a whole one, with
+    /// something in it) is free to its end: where a block with a front could start
+    /// (`arena/front.rs`).
+    pub(crate) fn free_end_from(&self, chunk: usize, align: u64) -> Option<u64> {
+        let c = &self.chunks[chunk];
+        if c.role != Role::Core || c.used == 0 || c.bits.is_empty() || c.usable != self.units_per_chunk {
+            return None;
+        }
+        let start = (last_set(&c.bits, 0, c.usable)? + 1).next_multiple_of(align);
+        (start < c.usable).then_some(start)
+    }
+
+    /// Put the block with front `f` in (`on`, for core `owner`) or take it out: its front, whole
+    /// chunks and tail.
+    pub(crate) fn set_fronted(&mut self, f: &FrontLayout, on: bool, owner: usize) {
+        let g = self.geometry;
+        let set = |model: &mut Model, chunk: usize, start: u64, units: u64| match on {
+            true => model.occupy(chunk, start, units, owner),
+            false => model.vacate(chunk, start, units),
+        };
+        set(self, f.chunk, f.start, f.front_units(g));
+        if f.chunks > 0 {
+            self.set_run(f.first_whole(), f.chunks, on);
+        }
+        if f.tail_units > 0 {
+            set(self, f.tail_chunk(), 0, f.tail_units);
+        }
     }
 
     /// Whether a chunk holds nothing (free, or a core chunk with nothing in it).

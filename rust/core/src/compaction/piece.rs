@@ -2,6 +2,7 @@
 //! is and where it goes. The planners make pieces, the executor moves them.
 
 use super::order::Transfer;
+use crate::arena::front::FrontLayout;
 use crate::arena::geometry::Geometry;
 use crate::arena::layout::Layout;
 use crate::arena::slab::caches::{SlabClass, SlabRef};
@@ -16,6 +17,8 @@ pub(crate) enum Home {
     Run { chunks: usize },
     /// An object of a slab.
     Object(SlabRef),
+    /// A block with a front (`arena/front.rs`): it moves to another place with a front.
+    Fronted,
     /// Its chunk holds no block (the pool is corrupt): it cannot move.
     Lost,
 }
@@ -88,9 +91,42 @@ impl Piece {
                 Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
                 Layout::Run { .. } | Layout::RunTail { .. } => return Err("a run-sized block in a core chunk"),
             },
+            // A block with a front (`arena/front.rs`) moves as a run-like piece: to another place
+            // with a front, where it holds as many bytes (its size rounded up to a unit), or, when
+            // its size makes a run, to whole chunks as a run (`extent`: its bytes there).
+            Home::Fronted => {
+                piece.kind = PieceKind::Run { chunks: 0 };
+                piece.extent = FrontLayout::of(geometry, offset, size)
+                    .ok_or("no block with a front starts there")?
+                    .bytes(geometry);
+                if let Layout::Run { chunks, .. } | Layout::RunTail { chunks, .. } = geometry.layout(size, 1) {
+                    piece.kind = PieceKind::Run { chunks };
+                    piece.extent = geometry.run_bytes(0, chunks) + geometry.tail_bytes(size);
+                }
+            }
             Home::Lost => return Err("its chunk holds no block"),
         }
         Ok(piece)
+    }
+
+    /// The block with a front that a run-sized piece is at its destination (`None`: a run
+    /// there, or another kind of piece; see `arena/front.rs`).
+    pub(crate) fn front_at_destination(&self, g: &Geometry) -> Option<FrontLayout> {
+        match self.kind {
+            PieceKind::Run { .. } if self.to % g.chunk_size != 0 => FrontLayout::of(g, self.to, self.size),
+            _ => None,
+        }
+    }
+
+    /// The bytes the block holds at offset `at` (its source or its destination): those of a
+    /// block with a front there, else `extent`.
+    pub(crate) fn bytes_at(&self, g: &Geometry, at: usize) -> usize {
+        match self.kind {
+            PieceKind::Buddy | PieceKind::Run { .. } => {
+                FrontLayout::of(g, at, self.size).map_or(self.extent, |f| f.bytes(g))
+            }
+            _ => self.extent,
+        }
     }
 
     /// The bytes that must move: what the block asked for (a slab: all of it).

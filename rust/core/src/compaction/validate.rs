@@ -29,6 +29,7 @@ use std::collections::HashMap;
 
 use super::model::{all_clear, clear_range, covered_bits, Model};
 use super::piece::{Home, Piece, PieceKind};
+use crate::arena::front::FrontLayout;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::BuddyLayout;
 use crate::arena::slab::caches::SlabView;
@@ -161,6 +162,11 @@ impl Pool {
             for p in &kept {
                 let (first, n) = match p.kind {
                     PieceKind::SlabObject { .. } => continue,
+                    // With a front: from its front's chunk to its tail's.
+                    PieceKind::Run { .. } if p.front_at_destination(g).is_some() => {
+                        let f = p.front_at_destination(g).expect("checked");
+                        (f.chunk, f.tail_chunk() + usize::from(f.tail_units > 0) - f.chunk)
+                    }
                     // A run with a tail: also the chunk after it, which holds the tail.
                     PieceKind::Run { chunks } => (g.chunk_of(p.to), chunks + usize::from(g.tail_bytes(p.size) > 0)),
                     _ => (g.chunk_of(p.to), 1),
@@ -215,8 +221,9 @@ impl Pool {
             }
             PieceKind::SlabObject { from_slab, .. } => {
                 let Some(h) = p.handle else { return false };
-                self.handles()
-                    .begin_moves(&[h], |_, offset| offset == p.from && self.home_of(offset) == Home::Object(*from_slab))
+                self.handles().begin_moves(&[h], |_, offset| {
+                    offset == p.from && self.home_of(offset, p.size) == Home::Object(*from_slab)
+                })
             }
             PieceKind::Buddy | PieceKind::Run { .. } => {
                 let Some(h) = p.handle else { return false };
@@ -232,6 +239,17 @@ impl Pool {
         let mut room = Room { bits: taken.clone(), run_chunks: Vec::new() };
         for p in kept {
             let chunk = g.chunk_of(p.from);
+            if let (Some(f), PieceKind::Buddy | PieceKind::Run { .. }) = (FrontLayout::of(g, p.from, p.size), &p.kind) {
+                // A block with a front leaves its front, whole chunks and tail.
+                if let Some(bits) = room.bits.get_mut(f.chunk) {
+                    clear_range(bits, f.start, g.units_per_chunk());
+                }
+                room.run_chunks.extend(f.first_whole()..f.first_whole() + f.chunks);
+                if let Some(bits) = room.bits.get_mut(f.tail_chunk()).filter(|_| f.tail_units > 0) {
+                    clear_range(bits, 0, f.tail_units);
+                }
+                continue;
+            }
             match p.kind {
                 PieceKind::Buddy | PieceKind::Slab { .. } => {
                     if let Some(bits) = room.bits.get_mut(chunk) {
@@ -285,7 +303,8 @@ impl Pool {
                 }
             }
             PieceKind::Run { chunks } => {
-                // Its whole chunks free, and the start of the chunk after them for a tail.
+                // Its whole chunks free, and the start of the chunk after them for a tail (and,
+                // for a block with a front, the end of the chunk before them).
                 let free_from_start = |c: usize, units: u64| {
                     c < g.chunks
                         && (match self.arena().global.state(c) {
@@ -294,6 +313,19 @@ impl Pool {
                             _ => leaving(c),
                         })
                 };
+                if let Some(f) = p.front_at_destination(g) {
+                    let front_free = match self.arena().global.state(f.chunk) {
+                        ChunkState::Free => true,
+                        ChunkState::Core(_) => {
+                            room.bits.get(f.chunk).is_some_and(|bits| all_clear(bits, f.start, g.units_per_chunk()))
+                        }
+                        _ => leaving(f.chunk),
+                    };
+                    let first = f.first_whole();
+                    return front_free
+                        && (first..first + f.chunks).all(|c| free_from_start(c, g.usable_units(c)))
+                        && (f.tail_units == 0 || free_from_start(f.tail_chunk(), f.tail_units));
+                }
                 let tail = (g.tail_bytes(p.size) / g.min_block) as u64;
                 (chunk..chunk + chunks).all(|c| free_from_start(c, g.usable_units(c)))
                     && (tail == 0 || free_from_start(chunk + chunks, tail))

@@ -462,12 +462,13 @@ impl Pool {
         match self.arena.geometry.layout(request.size, request.align) {
             // A block of more than half a chunk that no chunk's tree can hold (the arena's
             // short last chunk is too short for its trimmed pieces): a whole chunk, as a run.
-            Layout::Buddy(b) if b.level == 0 => {
-                self.place_block(&b, request.align, core, reach).or_else(|| self.place_run(1, 1, request.size))
-            }
+            // More than half a chunk: first across two chunks where that fills a tight spot.
+            Layout::Buddy(b) if b.level == 0 => self
+                .place_large(request, Layout::Buddy(b), core)
+                .or_else(|| self.place_block(&b, request.align, core, reach))
+                .or_else(|| self.place_run(1, 1, request.size)),
             Layout::Buddy(b) => self.place_block(&b, request.align, core, reach),
-            Layout::Run { chunks, align_chunks } => self.place_run(chunks, align_chunks, request.size),
-            Layout::RunTail { chunks, align_chunks, tail } => self.place_tailed_run(chunks, align_chunks, &tail, core),
+            layout @ (Layout::Run { .. } | Layout::RunTail { .. }) => self.place_large(request, layout, core),
         }
     }
 
@@ -848,6 +849,27 @@ impl Pool {
             overflow: false,
             class: None,
         })
+    }
+
+    /// A block of layout `layout`: with `run_tails` and an alignment of at most a chunk, the
+    /// best fit among runs and blocks with a front (`arena/front.rs`); otherwise a run. A
+    /// buddy block (of more than half a chunk) only where it fits with a front (`None`
+    /// otherwise: the buddy path places it).
+    #[inline(never)]
+    fn place_large(&self, request: &Request, layout: Layout, core: usize) -> Option<Placed> {
+        let g = &self.arena.geometry;
+        match layout {
+            Layout::Run { align_chunks: 1, .. } | Layout::RunTail { align_chunks: 1, .. } | Layout::Buddy(_)
+                if g.tails && request.align <= g.chunk_size =>
+            {
+                let align = g.bank_units.max((request.align >> g.unit_shift) as u64);
+                let (offset, block_bytes) = self.arena.claim_large(request.size, layout, align, core)?;
+                Some(Placed { offset, block_bytes, route: Route::Global, overflow: false, class: None })
+            }
+            Layout::RunTail { chunks, align_chunks, tail } => self.place_tailed_run(chunks, align_chunks, &tail, core),
+            Layout::Run { chunks, align_chunks } => self.place_run(chunks, align_chunks, request.size),
+            Layout::Buddy(_) => None,
+        }
     }
 
     /// A run of whole chunks and a tail at the start of the chunk after it (`arena/tail.rs`).

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use crate::arena::buddy::Node;
+use crate::arena::front::FrontLayout;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
 use crate::arena::regions::Regions;
@@ -57,13 +58,20 @@ impl Pool {
                 }
             }
             let free_units = self.arena.free_units(chunk);
+            if !matches!(state, ChunkState::Core(_)) && self.arena.fronts[chunk].load(Ordering::Acquire) != 0 {
+                findings.push(format!("chunk {chunk} ({state:?}): its front word names a block"));
+            }
             match state {
                 ChunkState::Absent => {
                     if !owners.is_empty() {
                         findings.push(format!("chunk {chunk} (absent): owned by core(s) {owners:?}"));
                     }
                 }
-                ChunkState::Free | ChunkState::RunHead(_) | ChunkState::TailedRunHead(_) | ChunkState::RunBody => {
+                ChunkState::Free
+                | ChunkState::RunHead(_)
+                | ChunkState::TailedRunHead(_)
+                | ChunkState::FrontedRun { .. }
+                | ChunkState::RunBody => {
                     for n in self.arena.retire_nodes(chunk).into_iter().filter(|_| !pristine) {
                         if !nodes.remove(&n) {
                             findings.push(format!("chunk {chunk} ({state:?}): not retired, node {n:?} is free"));
@@ -123,11 +131,36 @@ impl Pool {
                     }
                 }
                 block_bytes_walked += self.arena.geometry.run_bytes(chunk, len);
+            } else if let ChunkState::FrontedRun { len, tail } = state {
+                if chunk == 0 || !matches!(self.arena.global.state(chunk - 1), ChunkState::Core(_)) {
+                    findings
+                        .push(format!("chunk {chunk}: whole chunks of a block with a front, but no core chunk before"));
+                }
+                if chunk + len > g.chunks
+                    || (tail > 0
+                        && (chunk + len >= g.chunks
+                            || !matches!(self.arena.global.state(chunk + len), ChunkState::Core(_))))
+                {
+                    findings.push(format!("chunk {chunk}: {len} whole chunks and a tail of {tail} units do not fit"));
+                    break;
+                }
+                for c in chunk + 1..chunk + len {
+                    if self.arena.global.state(c) != ChunkState::RunBody || !self.arena.global.is_taken(c) {
+                        findings.push(format!(
+                            "chunk {c}: inside the chunks at chunk {chunk} but {:?}",
+                            self.arena.global.state(c)
+                        ));
+                    }
+                }
+                block_bytes_walked += self.arena.geometry.run_bytes(chunk, len);
             } else if state == ChunkState::RunBody
                 && (chunk == 0
                     || !matches!(
                         self.arena.global.state(chunk - 1),
-                        ChunkState::RunHead(_) | ChunkState::TailedRunHead(_) | ChunkState::RunBody
+                        ChunkState::RunHead(_)
+                            | ChunkState::TailedRunHead(_)
+                            | ChunkState::FrontedRun { .. }
+                            | ChunkState::RunBody
                     ))
             {
                 findings.push(format!("chunk {chunk}: run body without a head"));
@@ -204,6 +237,33 @@ impl Pool {
                 ChunkState::RunHead(len) => {
                     if info.offset % g.chunk_size != 0 || info.size.div_ceil(g.chunk_size) != len {
                         findings.push(format!("block {h:?}: does not match the run at chunk {chunk}"));
+                    }
+                }
+                ChunkState::Core(_)
+                    if g.unit_in_chunk(info.offset) as usize * g.min_block + info.size > g.chunk_size =>
+                {
+                    // Requested bytes past the chunk's end: a block with a front.
+                    let Some(f) = FrontLayout::of(g, info.offset, info.size) else {
+                        findings.push(format!("block {h:?}: crosses the end of chunk {chunk} but has no front"));
+                        return;
+                    };
+                    let mut parts: Vec<(usize, Node)> = f.front_nodes(g).map(|n| (chunk, n)).collect();
+                    parts.extend(f.tail_nodes(g).map(|n| (f.tail_chunk(), n)));
+                    for (c, p) in parts {
+                        if !allocated.remove(&(c, p)) {
+                            findings.push(format!("block {h:?}: node {p:?} of chunk {c} is not allocated (or shared)"));
+                        }
+                    }
+                    if self.arena.fronts[chunk].load(Ordering::Acquire) != f.name(g) {
+                        findings.push(format!("block {h:?}: the front word of chunk {chunk} does not name it"));
+                    }
+                    let whole = ChunkState::FrontedRun { len: f.chunks, tail: f.tail_units };
+                    if f.chunks > 0 && self.arena.global.state(f.first_whole()) != whole {
+                        findings.push(format!(
+                            "block {h:?}: chunk {} is {:?}, not its {whole:?}",
+                            f.first_whole(),
+                            self.arena.global.state(f.first_whole())
+                        ));
                     }
                 }
                 ChunkState::Core(_) => match g.layout(info.size, 1) {

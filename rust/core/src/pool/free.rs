@@ -107,6 +107,12 @@ impl Pool {
         }
     }
 
+    /// Count a live block whose bytes went from `old` to `new` (a block with a front that a
+    /// compaction moved to whole chunks, `arena/front.rs`), on core `core`'s counters.
+    pub(crate) fn count_resized(&self, core: usize, old: usize, new: usize) {
+        self.counters.on_resize(core, old, new);
+    }
+
     /// Release the block at `offset` of `size` requested bytes.
     #[inline(always)]
     pub(crate) fn release_block(&self, offset: usize, size: usize) -> Result<Released> {
@@ -136,7 +142,7 @@ impl Pool {
             ChunkState::TailedRunHead(len) => {
                 self.arena.release_tailed_run(offset, size, chunk, len).map(Released::Block)
             }
-            ChunkState::Free | ChunkState::RunBody | ChunkState::Absent => {
+            ChunkState::Free | ChunkState::RunBody | ChunkState::FrontedRun { .. } | ChunkState::Absent => {
                 Err(invalid_block(offset, size, "no block starts in this chunk"))
             }
         }

@@ -121,7 +121,11 @@ impl Pool {
                     }
                     hole(at, usable, &mut pieces);
                 }
-                ChunkState::RunHead(_) | ChunkState::TailedRunHead(_) | ChunkState::RunBody | ChunkState::Absent => {}
+                ChunkState::RunHead(_)
+                | ChunkState::TailedRunHead(_)
+                | ChunkState::FrontedRun { .. }
+                | ChunkState::RunBody
+                | ChunkState::Absent => {}
             }
         }
         pieces

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::arena::buddy::Node;
+use crate::arena::front::FrontLayout;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
 use crate::pool::pool::Pool;
@@ -29,7 +30,10 @@ impl Pool {
             match self.arena.global.state(chunk) {
                 ChunkState::Free => chunks_free += 1,
                 ChunkState::Core(_) => chunks_in_cores += 1,
-                ChunkState::RunHead(_) | ChunkState::TailedRunHead(_) | ChunkState::RunBody => chunks_in_runs += 1,
+                ChunkState::RunHead(_)
+                | ChunkState::TailedRunHead(_)
+                | ChunkState::FrontedRun { .. }
+                | ChunkState::RunBody => chunks_in_runs += 1,
                 ChunkState::Absent => {}
             }
         }
@@ -197,6 +201,11 @@ impl Pool {
             return self.arena.slabs.classes.classes[slab.class].size;
         }
         let g = &self.arena.geometry;
+        if g.unit_in_chunk(offset) as usize * g.min_block + size > g.chunk_size {
+            if let Some(f) = FrontLayout::of(g, offset, size) {
+                return f.bytes(g);
+            }
+        }
         match (self.arena.global.state(g.chunk_of(offset)), g.layout(size, align)) {
             // A block too large for a chunk's tree trimmed, or one that took a whole chunk
             // where no tree could hold it (see `Pool::place_once`).

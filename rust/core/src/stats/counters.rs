@@ -168,6 +168,14 @@ impl Counters {
         self.maybe_publish(c, now);
     }
 
+    /// A live block's bytes went from `old` to `new` (a compaction reshaped it).
+    pub(crate) fn on_resize(&self, core: usize, old: usize, new: usize) {
+        let c = &self.cores[core];
+        let delta = (new as u64).wrapping_sub(old as u64);
+        let now = c.bytes.fetch_add(delta, Ordering::Relaxed).wrapping_add(delta);
+        self.maybe_publish(c, now);
+    }
+
     pub(crate) fn on_failed(&self, core: usize) {
         self.cores[core].failed_allocs.fetch_add(1, Ordering::Relaxed);
     }

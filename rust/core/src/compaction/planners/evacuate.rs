@@ -10,9 +10,10 @@ use super::super::census::{Census, Place};
 use super::super::model::{Model, Role};
 use super::super::piece::{Piece, PieceKind};
 use super::movable::{
-    block_piece, boundary, buddy_units, movable_runs, movable_units, run_alignment, run_fits, set_run_piece,
-    shaped_block, slab_movable, slab_piece, tail_units, Shaped,
+    block_piece, boundary, buddy_units, has_front, movable_runs, movable_units, run_alignment, run_fits, set_run_piece,
+    set_source, shaped_block, slab_movable, slab_piece, tail_units, Shaped,
 };
+use crate::arena::front::FrontLayout;
 use crate::arena::slab::caches::SlabRef;
 
 /// What one core chunk holds, for an evacuation: indices into the census.
@@ -27,7 +28,8 @@ pub(crate) struct Contents {
     /// Everything in it can move (no pinned blocks, no blocks without handles), but for the
     /// tail of a run, which moves with its run.
     pub(crate) movable: bool,
-    /// It holds the tail of a run (`arena/tail.rs`): it cannot be emptied by moving its blocks.
+    /// It holds the tail of a run (`arena/tail.rs`), or the tail or the front of a block with a
+    /// front that stays (`arena/front.rs`): it cannot be emptied by moving its blocks.
     pub(crate) tail: bool,
     units: u64,
 }
@@ -38,6 +40,20 @@ pub(crate) fn chunk_contents(census: &Census, model: &Model) -> Vec<Option<Conte
     let mut out: Vec<Option<Contents>> = (0..model.chunks.len()).map(|_| None).collect();
     fn entry(out: &mut [Option<Contents>], c: usize) -> &mut Contents {
         out[c].get_or_insert_with(|| Contents { movable: true, ..Contents::default() })
+    }
+    // A block with a front covers its front in its chunk and its tail in the chunk its tail
+    // begins: an evacuation does not move it, so neither chunk is emptied by moving its blocks
+    // (they may leave).
+    for item in census.buddy.iter().chain(census.runs.iter()).filter(|i| i.place == Place::Fronted) {
+        let Some(f) = FrontLayout::of(g, item.offset, item.size) else { continue };
+        let e = entry(&mut out, f.chunk);
+        e.units += f.front_units(g);
+        e.tail = true;
+        if f.tail_units > 0 && f.tail_chunk() < out.len() {
+            let e = entry(&mut out, f.tail_chunk());
+            e.units += f.tail_units;
+            e.tail = true;
+        }
     }
     for (i, item) in census.buddy.iter().enumerate() {
         let e = entry(&mut out, g.chunk_of(item.offset));
@@ -117,6 +133,9 @@ pub(crate) fn plan_run_slides(census: &Census, model: &mut Model, emptied: &[usi
         let PieceKind::Run { chunks } = piece.kind else { continue };
         let Some(align_chunks) = run_alignment(model, &piece) else { continue };
         let from = g.chunk_of(piece.from);
+        if has_front(model, &piece) {
+            continue; // it moves only to a place with a front (`plan_pack`)
+        }
         if from == 0 || !model.is_empty(from - 1) || spent + piece.size > budget {
             continue;
         }
@@ -124,12 +143,14 @@ pub(crate) fn plan_run_slides(census: &Census, model: &mut Model, emptied: &[usi
         while low > 0 && model.is_empty(low - 1) {
             low -= 1;
         }
-        set_run_piece(model, &piece, chunks, from, false);
+        set_source(model, &piece, 0, false);
         let fits = |d: usize| run_fits(model, &piece, chunks, d);
         let to = (low.next_multiple_of(align_chunks)..from).step_by(align_chunks).find(|&d| fits(d));
-        let to = to.unwrap_or(from);
-        set_run_piece(model, &piece, chunks, to, true);
-        if to != from {
+        match to {
+            Some(to) => set_run_piece(model, &piece, chunks, to, true),
+            None => set_source(model, &piece, 0, true),
+        }
+        if let Some(to) = to {
             piece.to = to * g.chunk_size;
             spent += piece.size;
             moves.push(piece);

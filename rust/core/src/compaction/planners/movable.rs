@@ -5,6 +5,7 @@
 use super::super::census::{Census, Item};
 use super::super::model::Model;
 use super::super::piece::{Piece, PieceKind};
+use crate::arena::front::FrontLayout;
 use crate::arena::layout::Layout;
 use crate::arena::slab::caches::SlabView;
 
@@ -38,7 +39,7 @@ pub(crate) fn buddy_units(model: &Model, size: usize) -> Option<u64> {
     model.geometry.buddy_layout(size).map(|b| b.units)
 }
 
-/// The move of a census block, going nowhere yet.
+/// The move of a census block, going nowhere yet (`None` for one its home cannot hold).
 pub(crate) fn block_piece(census: &Census, model: &Model, item: &Item) -> Option<Piece> {
     census.piece(item, model.geometry, model.classes)
 }
@@ -194,22 +195,79 @@ pub(crate) fn run_alignment(model: &Model, run: &Piece) -> Option<usize> {
     }
 }
 
+/// Take the place that `piece` holds at its source out of `model` (`on`: put it back), `units`
+/// its units when it is a buddy block or slab: a run's chunks and tail, a buddy block's units,
+/// or a block with a front's front, whole chunks and tail (`arena/front.rs`).
+pub(crate) fn set_source(model: &mut Model, piece: &Piece, units: u64, on: bool) {
+    let g = model.geometry;
+    let set = |model: &mut Model, chunk: usize, start: u64, units: u64| match on {
+        true => model.occupy(chunk, start, units, piece.core),
+        false => model.vacate(chunk, start, units),
+    };
+    if let (Some(f), PieceKind::Buddy | PieceKind::Run { .. }) =
+        (FrontLayout::of(g, piece.from, piece.size), &piece.kind)
+    {
+        model.set_fronted(&f, on, piece.core);
+        return;
+    }
+    match piece.kind {
+        PieceKind::Run { chunks } => set_run_piece(model, piece, chunks, g.chunk_of(piece.from), on),
+        _ => set(model, g.chunk_of(piece.from), g.unit_in_chunk(piece.from), units),
+    }
+}
+
+/// Whether `piece`'s source is a block with a front (its offset and size say so).
+pub(crate) fn has_front(model: &Model, piece: &Piece) -> bool {
+    FrontLayout::of(model.geometry, piece.from, piece.size).is_some()
+        && matches!(piece.kind, PieceKind::Buddy | PieceKind::Run { .. })
+}
+
+/// The block with a front that run piece `run` would be with its front in the free end of
+/// chunk `c` of `model` (`arena/front.rs`), if it fits there: its whole chunks empty and the
+/// start of its tail's chunk free.
+pub(crate) fn front_fits(model: &Model, run: &Piece, c: usize) -> Option<FrontLayout> {
+    let g = model.geometry;
+    if !g.tails || run.align > g.chunk_size {
+        return None;
+    }
+    let align = g.bank_units(model.bank_size).max((run.align >> g.unit_shift) as u64);
+    let f = FrontLayout::at(g, c, model.free_end_from(c, align)?, run.size)?;
+    let whole = (f.first_whole()..f.first_whole() + f.chunks).all(|x| model.is_empty(x));
+    let tail = f.tail_units == 0 || model.find(f.tail_chunk(), 0, f.tail_units, 1, f.tail_units) == Some(0);
+    (whole && tail).then_some(f)
+}
+
 /// Move `run` (in the model) to the lowest stretch of empty chunks that starts below it (it may
-/// overlap its own chunks), with room for its tail after them; `None` (and the model as it was)
-/// when there is none.
+/// overlap its own chunks), with room for its tail after them, or a block with a front to the
+/// lowest place with a front below it; `None` (and the model as it was) when there is none.
 pub(crate) fn move_run_down(model: &mut Model, run: &Piece) -> Option<Piece> {
     let g = model.geometry;
     let PieceKind::Run { chunks } = run.kind else { return None };
+    if has_front(model, run) {
+        // To the lowest place with a front below it (where it holds as many bytes).
+        set_source(model, run, 0, false);
+        let lower = |f: &FrontLayout| f.offset(g) < run.from;
+        return match (0..=g.chunk_of(run.from)).find_map(|c| front_fits(model, run, c).filter(lower)) {
+            Some(f) => {
+                model.set_fronted(&f, true, run.core);
+                Some(Piece { to: f.offset(g), ..run.clone() })
+            }
+            None => {
+                set_source(model, run, 0, true);
+                None
+            }
+        };
+    }
     let align_chunks = run_alignment(model, run)?;
     let first = g.chunk_of(run.from);
-    set_run_piece(model, run, chunks, first, false);
+    set_source(model, run, 0, false);
     match (0..first).step_by(align_chunks).find(|&d| run_fits(model, run, chunks, d)) {
         Some(d) => {
             set_run_piece(model, run, chunks, d, true);
             Some(Piece { to: d * g.chunk_size, ..run.clone() })
         }
         None => {
-            set_run_piece(model, run, chunks, first, true);
+            set_source(model, run, 0, true);
             None
         }
     }

@@ -17,9 +17,11 @@ use super::super::census::Census;
 use super::super::model::Model;
 use super::super::piece::{Piece, PieceKind};
 use super::movable::{
-    bank_slack, block_piece, boundary, movable_bytes, movable_pieces, movable_runs, move_run_down, packed_alignment,
-    run_alignment, run_fits, set_run_piece, slab_piece, slab_worth_moving, Shaped,
+    bank_slack, block_piece, boundary, front_fits, has_front, movable_bytes, movable_pieces, movable_runs,
+    move_run_down, packed_alignment, run_alignment, run_fits, set_run_piece, set_source, slab_piece, slab_worth_moving,
+    Shaped,
 };
+use crate::arena::front::FrontLayout;
 use crate::arena::layout::Layout;
 
 /// How many bytes more than the packing below a boundary a full compaction's repack may move
@@ -119,10 +121,7 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
         // Runs first (by address), then the rest largest first (by address within a size).
         candidates.sort_by_key(|(p, units, align)| (*units != 0, Reverse(*units), Reverse(*align), p.from));
         for (p, units, _) in &candidates {
-            match p.kind {
-                PieceKind::Run { chunks } => set_run_piece(model, p, chunks, g.chunk_of(p.from), false),
-                _ => model.vacate(g.chunk_of(p.from), g.unit_in_chunk(p.from), *units),
-            }
+            set_source(model, p, *units, false);
         }
     }
     let mut cursors: HashMap<(u64, u64), (usize, u64)> = HashMap::new();
@@ -130,10 +129,20 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
     for (mut piece, units, align) in candidates {
         let from_chunk = g.chunk_of(piece.from);
         if let PieceKind::Run { chunks } = piece.kind {
-            let Some(align_chunks) = run_alignment(model, &piece) else { continue };
             if downward {
-                set_run_piece(model, &piece, chunks, from_chunk, false);
+                set_source(model, &piece, 0, false);
             }
+            if has_front(model, &piece) {
+                // A block with a front goes to the lowest place with a front (below its own in
+                // a slide), where it holds as many bytes (`arena/front.rs`).
+                let below = |f: &FrontLayout| !downward || f.offset(g) < piece.from;
+                let f = (0..model.chunks.len()).find_map(|c| front_fits(model, &piece, c).filter(below))?;
+                model.set_fronted(&f, true, piece.core);
+                piece.to = f.offset(g);
+                moves.push(piece);
+                continue;
+            }
+            let Some(align_chunks) = run_alignment(model, &piece) else { continue };
             let last = if downward { from_chunk } else { model.chunks.len() - chunks };
             let to = (0..=last).step_by(align_chunks).find(|&d| run_fits(model, &piece, chunks, d))?;
             set_run_piece(model, &piece, chunks, to, true);
@@ -141,7 +150,7 @@ pub(crate) fn plan_repack(census: &Census, model: &mut Model, downward: bool) ->
         } else {
             let pos = g.unit_in_chunk(piece.from);
             if downward {
-                model.vacate(from_chunk, pos, units);
+                set_source(model, &piece, units, false);
             }
             // Downward, places left behind are above every cursor (cursors stay below the
             // sources seen so far); in a repack, every place was left before the first.
@@ -230,7 +239,7 @@ fn pack_below<'p>(model: &mut Model, pieces: &'p [Vec<Shaped>], boundary: usize)
             continue;
         };
         model.occupy(c, p, *units, piece.core);
-        model.vacate(g.chunk_of(piece.from), g.unit_in_chunk(piece.from), *units);
+        set_source(model, piece, *units, false);
         moves.push(Piece { to: g.offset_of(c, p), ..piece.clone() });
     }
     (moves, left)
@@ -272,7 +281,7 @@ fn pack_above(model: &mut Model, mut pieces: Vec<&Shaped>, floor: usize) -> Vec<
     placed
         .into_iter()
         .map(|(piece, units, to)| {
-            model.vacate(g.chunk_of(piece.from), g.unit_in_chunk(piece.from), units);
+            set_source(model, piece, units, false);
             Piece { to, ..piece.clone() }
         })
         .collect()

@@ -1,0 +1,693 @@
+//! Blocks with a front (with `PoolConfig::run_tails`, on by default): a block past half a chunk
+//! may start in the free end of a core chunk. Its *front* is that chunk's units from a bank
+//! boundary to the chunk's end (the aligned nodes that cover them, as a tail's cover a prefix);
+//! then come zero or more whole chunks from the global pool, then maybe a tail at the start of
+//! the chunk after them (a core chunk, as for a run with a tail, `tail.rs`). Consecutive large
+//! blocks so tile the arena: each one's front fills the end of the chunk the previous one's
+//! tail began, where otherwise only smaller blocks could go.
+//!
+//! The shape follows from the block's offset and size alone ([`FrontLayout::of`]): a block whose
+//! requested bytes cross the end of the core chunk it starts in has a front (a buddy block never
+//! does); what its front does not hold is laid out as whole chunks and, for the rest, a tail of
+//! exactly its units (a whole chunk instead when that rest needs every unit of one). It reserves
+//! at most one unit more than it asks for.
+//!
+//! Where one goes ([`Arena::claim_large`]): best fit over the free runs of chunks and the
+//! boundaries between two core chunks (the free end of one and the free start of the next, the
+//! tightest first), the smallest run that can hold the block (first fit: the first), and in
+//! it, first a block with a front in the core chunk before the run whose tail takes the free
+//! start of the core chunk after it (or a buddy block in that free end, when it holds the
+//! block), then one with a front and no tail or a run of exactly the block's chunks, then one
+//! with a front and a fresh tail chunk or a run whose tail takes the free start of the chunk
+//! after it, then a run at the run's start. So a tight spot is taken before fresh chunks are
+//! cut, and consecutive blocks tile the arena. A block aligned to more than a chunk has no
+//! front. A buddy block of more than half a chunk takes such a spot only where one fits it
+//! (`Pool::place_large`); otherwise the buddy path places it.
+//!
+//! Taking one: its whole chunks (and a fresh tail chunk) are claimed from the global pool at
+//! once; a fresh tail chunk is granted to the allocating core with its levels hidden (as for a
+//! run with a tail); then the front's nodes and the tail's nodes are claimed, all or none
+//! (`front_nodes.rs`); only then are the whole chunks marked, the first one last
+//! (`ChunkState::FrontedRun`). A claim that fails gives back what it took and the placement
+//! starts again without the chunk it met taken. The claimed front keeps its chunk from being
+//! retired (a retire needs the whole tree free), and so does the tail.
+//!
+//! The front's chunk keeps a *front word* (`Arena::fronts`): the first unit and the units of
+//! the block in its free end, stored last, once the block is whole. Giving one back: every part
+//! is checked first (the front word, the front's and the tail's nodes allocated, the first whole
+//! chunk's state, which also records the tail's units); then clearing the front word decides
+//! which of two racing frees wins (`front_nodes.rs`), and a free of another size or from inside
+//! the block finds another word and changes nothing. The winner gives back the chunks, the
+//! front and the tail; a front's or a tail's chunk that this empties goes back to the global
+//! pool with them, not into its core's reserve.
+//!
+//! Compaction moves a block with a front only to another place with a front, where it holds as
+//! many bytes (`compaction/planners/movable.rs`, `pack.rs`): a full compaction tiles large
+//! blocks as allocation does; an evacuation does not move it, and the chunks its front and its
+//! tail touch are not emptied (their other blocks may leave).
+//!
+//! A chunk granted to a core for small blocks comes from the far end of a free run when the
+//! chunk before the run was granted for a tail, its rest still hidden, and has a quarter of a
+//! chunk or more free at its end ([`Arena::keeps_front_room`]), so that free end stays next to
+//! free chunks for the next block with a front instead of being cut off by a chunk of small
+//! blocks.
+
+use super::arena::Arena;
+use super::exact::Swept;
+use super::front_nodes::{give_front_and_tail, take_front_and_tail, take_nodes, Taken};
+use super::geometry::Geometry;
+use super::global::{ChunkState, FreeRun, TailSpot};
+use super::layout::{BuddyLayout, Layout, Pieces};
+use crate::config::Placement;
+use crate::error::{Error, Result};
+use crate::util::sync::Ordering;
+
+/// Bits of a front word that hold the front's first unit (the units above): a chunk of more
+/// units has no fronts.
+const START_BITS: u32 = 24;
+
+/// The shape of a block with a front (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrontLayout {
+    /// The core chunk whose end holds the front.
+    pub(crate) chunk: usize,
+    /// The front's first unit in that chunk (not 0).
+    pub(crate) start: u64,
+    /// Whole chunks after the front's chunk.
+    pub(crate) chunks: usize,
+    /// Units of the tail at the start of the chunk after them (0: no tail).
+    pub(crate) tail_units: u64,
+}
+
+impl FrontLayout {
+    /// The block with a front of `size` requested bytes at `offset`, if a block there has one:
+    /// with `run_tails`, a start on a unit past a whole core chunk's first, and requested bytes
+    /// that cross that chunk's end (and fit in the arena).
+    pub(crate) fn of(g: &Geometry, offset: usize, size: usize) -> Option<FrontLayout> {
+        if !g.tails || offset & (g.min_block - 1) != 0 || g.chunk_of(offset) >= g.chunks {
+            return None;
+        }
+        Self::at(g, g.chunk_of(offset), g.unit_in_chunk(offset), size)
+    }
+
+    /// The block with a front of `size` bytes from unit `start` of chunk `chunk` (see
+    /// [`FrontLayout::of`]).
+    pub(crate) fn at(g: &Geometry, chunk: usize, start: u64, size: usize) -> Option<FrontLayout> {
+        let upc = g.units_per_chunk();
+        if start == 0 || start >= upc || upc > 1 << START_BITS || chunk + 1 >= g.chunks || g.usable_units(chunk) != upc
+        {
+            return None;
+        }
+        let front_bytes = ((upc - start) as usize) << g.unit_shift;
+        let rest = size.checked_sub(front_bytes).filter(|&r| r > 0)?;
+        let mut chunks = rest >> g.chunk_shift;
+        let mut tail_units = ((rest & (g.chunk_size - 1)).div_ceil(g.min_block)) as u64;
+        if tail_units == upc {
+            chunks += 1;
+            tail_units = 0;
+        }
+        let f = FrontLayout { chunk, start, chunks, tail_units };
+        let whole_fit = chunks == 0 || g.usable_units(chunk + chunks) == upc;
+        let tail_fits = tail_units == 0 || (f.tail_chunk() < g.chunks && tail_units <= g.usable_units(f.tail_chunk()));
+        (chunk + chunks < g.chunks && whole_fit && tail_fits).then_some(f)
+    }
+
+    /// Units of the front.
+    pub(crate) fn front_units(&self, g: &Geometry) -> u64 {
+        g.units_per_chunk() - self.start
+    }
+
+    /// The first whole chunk (if it has any).
+    pub(crate) fn first_whole(&self) -> usize {
+        self.chunk + 1
+    }
+
+    /// The chunk that holds the tail (if it has one).
+    pub(crate) fn tail_chunk(&self) -> usize {
+        self.chunk + 1 + self.chunks
+    }
+
+    /// The front as a buddy block at its start (its enclosing node is the whole chunk).
+    pub(crate) fn front(&self, g: &Geometry) -> BuddyLayout {
+        BuddyLayout { level: 0, enclosing: g.units_per_chunk(), units: self.front_units(g), step: 1 }
+    }
+
+    /// The tail as a buddy block at its chunk's start: exactly its units.
+    pub(crate) fn tail(&self, g: &Geometry) -> BuddyLayout {
+        let enclosing = self.tail_units.next_power_of_two();
+        BuddyLayout { level: g.depth - enclosing.trailing_zeros(), enclosing, units: self.tail_units, step: 1 }
+    }
+
+    /// The front's nodes, in address order.
+    pub(crate) fn front_nodes(&self, g: &Geometry) -> Pieces {
+        self.front(g).pieces_at(g.depth, self.start)
+    }
+
+    /// The tail's nodes, in address order (none without a tail).
+    pub(crate) fn tail_nodes(&self, g: &Geometry) -> Pieces {
+        self.tail(g).pieces_at(g.depth, 0)
+    }
+
+    /// The bytes the block holds.
+    pub(crate) fn bytes(&self, g: &Geometry) -> usize {
+        (((self.front_units(g) + self.tail_units) as usize) << g.unit_shift) + (self.chunks << g.chunk_shift)
+    }
+
+    /// What the front word of its front's chunk holds while it lives: its first unit and its
+    /// units (`front_nodes.rs`).
+    pub(crate) fn name(&self, g: &Geometry) -> u64 {
+        self.start | (((self.bytes(g) >> g.unit_shift) as u64) << START_BITS)
+    }
+
+    /// The block's first byte.
+    pub(crate) fn offset(&self, g: &Geometry) -> usize {
+        g.offset_of(self.chunk, self.start)
+    }
+}
+
+/// Where the tail of a block with a front goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FrontTail {
+    /// It has none.
+    None,
+    /// A free chunk, granted for it.
+    Fresh,
+    /// The free start of a core chunk.
+    Shared,
+}
+
+/// A place a large block may take (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spot {
+    /// Whole chunks from this one (a plain run); whether they hold the block exactly.
+    Plain(usize, bool),
+    /// A run with a tail (`tail.rs`).
+    Tailed(TailSpot),
+    /// A block with a front.
+    Front(FrontLayout, FrontTail),
+    /// A buddy block from this unit of this core chunk, in its free end before a free run.
+    Packed(usize, u64),
+}
+
+impl Spot {
+    /// The order among the places of one free run: the tightest first.
+    fn rank(&self) -> u8 {
+        match self {
+            Spot::Front(_, FrontTail::Shared) | Spot::Packed(..) => 0,
+            Spot::Front(_, FrontTail::None) | Spot::Plain(_, true) => 1,
+            Spot::Front(_, FrontTail::Fresh) | Spot::Tailed(TailSpot::Shared(_)) => 2,
+            Spot::Plain(_, false) | Spot::Tailed(TailSpot::Fresh(_)) => 3,
+        }
+    }
+
+    fn first_chunk(&self) -> usize {
+        match *self {
+            Spot::Plain(start, _) | Spot::Tailed(TailSpot::Fresh(start) | TailSpot::Shared(start)) => start,
+            Spot::Front(f, _) => f.chunk,
+            Spot::Packed(chunk, _) => chunk,
+        }
+    }
+}
+
+impl Arena {
+    /// The units at the end of core chunk `chunk` that no allocated node covers (whole
+    /// granules of its tree's bitmap, as [`Arena::free_units_at_start`] reads the start).
+    pub(crate) fn free_units_at_end(&self, chunk: usize) -> u64 {
+        let usable = self.geometry.usable_units(chunk);
+        usable - self.last_allocated_unit(chunk).map_or(0, |end| end.min(usable))
+    }
+
+    /// The first unit, a multiple of `align` units, from which core chunk `chunk` looks free to
+    /// its end now (its tree read once; a claim decides); `None` when it is not a whole core
+    /// chunk, or is empty (a front would take all of it), or nothing is free there.
+    pub(crate) fn front_start(&self, chunk: usize, align: u64) -> Option<u64> {
+        let g = &self.geometry;
+        let upc = g.units_per_chunk();
+        if chunk + 1 >= g.chunks
+            || g.usable_units(chunk) != upc
+            || !matches!(self.global.state(chunk), ChunkState::Core(_))
+            || self.space[chunk].free_units() == 0
+        {
+            return None;
+        }
+        let free = self.free_units_at_end(chunk);
+        let start = (upc - free).next_multiple_of(align);
+        (start > 0 && start < upc).then_some(start)
+    }
+
+    /// Whether a chunk granted to a core should not go right after chunk `chunk`: with
+    /// `run_tails`, a chunk granted for a tail whose rest its core's searches do not see yet
+    /// (every level hidden, `tail.rs`) and whose free end (at least a quarter of it) a block
+    /// with a front could take (`GlobalPool::claim_grant`).
+    pub(crate) fn keeps_front_room(&self, chunk: usize) -> bool {
+        let g = &self.geometry;
+        g.tails
+            && self.space[chunk].hidden() > g.depth
+            && self.front_start(chunk, g.bank_units).is_some_and(|start| start <= g.units_per_chunk() * 3 / 4)
+    }
+
+    /// The bytes of the free end of the core chunk before free run `run` that a block with a
+    /// front could take (0 without `run_tails`).
+    pub(crate) fn front_room_before(&self, run: FreeRun) -> usize {
+        let g = &self.geometry;
+        if !g.tails || run.start == 0 || run.start + run.len >= g.chunks {
+            return 0;
+        }
+        self.front_start(run.start - 1, g.bank_units)
+            .map_or(0, |start| ((g.units_per_chunk() - start) as usize) << g.unit_shift)
+    }
+
+    /// Take a place for a block of `size` bytes whose layout is `layout` (a run, with or
+    /// without a tail, aligned to one chunk), its start a multiple of `align` units: the best
+    /// fit among the free runs, with or without a front (see the module documentation).
+    /// Returns its offset and bytes.
+    pub(crate) fn claim_large(&self, size: usize, layout: Layout, align: u64, core: usize) -> Option<(usize, usize)> {
+        let g = &self.geometry;
+        let mut refused: Vec<usize> = Vec::new();
+        loop {
+            let epoch = self.global.epoch();
+            let runs = self.global.free_runs(&|_| false);
+            let mut candidates = self.large_candidates(&runs, size, layout, align, &refused);
+            self.pair_candidates(size, align, &refused, &mut candidates);
+            match self.global.placement() {
+                Placement::BestFit => {
+                    candidates.sort_unstable_by_key(|&(len, hole, spot)| (len, hole, spot.rank(), spot.first_chunk()))
+                }
+                Placement::FirstFit => candidates.sort_by_key(|&(_, _, spot)| (spot.first_chunk(), spot.rank())),
+            }
+            let chosen = candidates.into_iter().map(|(_, _, spot)| spot).find(|spot| match spot {
+                Spot::Tailed(TailSpot::Shared(start)) => {
+                    let Layout::RunTail { chunks, tail, .. } = layout else { return false };
+                    !refused.contains(&(start + chunks)) && self.tail_fits_at_start(start + chunks, tail.units)
+                }
+                Spot::Front(f, FrontTail::Shared) => {
+                    !refused.contains(&f.tail_chunk()) && self.tail_fits_at_start(f.tail_chunk(), f.tail_units)
+                }
+                _ => true,
+            });
+            let Some(spot) = chosen else {
+                if self.global.epoch() == epoch {
+                    return None;
+                }
+                continue;
+            };
+            let taken = match (spot, layout) {
+                (Spot::Plain(start, _), Layout::Run { chunks, .. }) => self.global.try_take(start, chunks).then(|| {
+                    self.mark_run(start, chunks);
+                    (start << g.chunk_shift, g.run_bytes(start, chunks))
+                }),
+                (Spot::Tailed(at), Layout::RunTail { chunks, tail, .. }) => self
+                    .try_tailed_at(at, chunks, &tail, core, &mut refused)
+                    .map(|start| (start << g.chunk_shift, self.tailed_run_bytes(start, chunks, &tail))),
+                (Spot::Front(f, tail), _) => {
+                    self.try_front_at(&f, tail, core, &mut refused).then(|| (f.offset(g), f.bytes(g)))
+                }
+                (Spot::Packed(chunk, at), Layout::Buddy(b)) => {
+                    let taken = self.space[chunk].free_units() >= b.units
+                        && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
+                    if taken {
+                        self.space[chunk].take(b.units);
+                    } else {
+                        refused.push(chunk);
+                    }
+                    taken.then(|| (g.offset_of(chunk, at), (b.units as usize) << g.unit_shift))
+                }
+                _ => None,
+            };
+            if taken.is_some() {
+                return taken;
+            }
+        }
+    }
+
+    /// Every place for the block in `runs` (the free runs now), each with its run's length (the
+    /// key of best fit) and 0.
+    fn large_candidates(
+        &self,
+        runs: &[FreeRun],
+        size: usize,
+        layout: Layout,
+        align: u64,
+        refused: &[usize],
+    ) -> Vec<(usize, u64, Spot)> {
+        let g = &self.geometry;
+        let end = self.global.end();
+        let mut out = Vec::new();
+        for &run in runs {
+            let after = run.start + run.len;
+            match layout {
+                Layout::Run { chunks, .. } => {
+                    if run.len >= chunks && g.run_bytes(run.start, chunks) >= size {
+                        let exact = size & (g.chunk_size - 1) == 0;
+                        out.push((run.len, 0, Spot::Plain(run.start, exact)));
+                    }
+                }
+                Layout::RunTail { chunks, tail, .. } => {
+                    if run.len >= chunks && after < end {
+                        out.push((run.len, 0, Spot::Tailed(TailSpot::Shared(after - chunks))));
+                    }
+                    let fresh_bytes = (chunks << g.chunk_shift) + tail.units as usize * g.min_block;
+                    if run.len > chunks && g.run_bytes(run.start, chunks + 1) >= fresh_bytes {
+                        out.push((run.len, 0, Spot::Tailed(TailSpot::Fresh(run.start))));
+                    }
+                }
+                Layout::Buddy(_) => {}
+            }
+            if run.start == 0 || refused.contains(&(run.start - 1)) {
+                continue;
+            }
+            let Some(at) = self.front_start(run.start - 1, align) else { continue };
+            let Some(f) = FrontLayout::at(g, run.start - 1, at, size) else {
+                // The block fits in the free end: a buddy block there keeps the rest of it next
+                // to the free run.
+                if let Layout::Buddy(b) = layout {
+                    if at + b.units <= g.units_per_chunk() {
+                        out.push((run.len, 0, Spot::Packed(run.start - 1, at)));
+                    }
+                }
+                continue;
+            };
+            let tail = match f.tail_units {
+                0 if f.chunks <= run.len => FrontTail::None,
+                0 => continue,
+                _ if f.chunks < run.len => FrontTail::Fresh,
+                _ if f.chunks == run.len && after < end => FrontTail::Shared,
+                _ => continue,
+            };
+            out.push((run.len, 0, Spot::Front(f, tail)));
+        }
+        out
+    }
+
+    /// The places for a block of `size` bytes (less than two chunks) across the boundary of two
+    /// core chunks: its front in the free end of one, its tail in the free start of the next;
+    /// each with run length 0 and the units of the free room there (the key of best fit: the
+    /// tightest spot first). Two loads per chunk rule most pairs out; the trees of the rest
+    /// are read once.
+    fn pair_candidates(&self, size: usize, align: u64, refused: &[usize], out: &mut Vec<(usize, u64, Spot)>) {
+        let g = &self.geometry;
+        let upc = g.units_per_chunk();
+        if size >= 2 * g.chunk_size {
+            return;
+        }
+        let units = size.div_ceil(g.min_block) as u64;
+        let end = self.global.end();
+        let core_chunk = |c: usize| matches!(self.global.state(c), ChunkState::Core(_)) && !refused.contains(&c);
+        for chunk in 0..end.saturating_sub(1) {
+            let next = chunk + 1;
+            if self.space[chunk].free_units().min(upc) + self.space[next].free_units().min(upc) < units
+                || !core_chunk(chunk)
+                || !core_chunk(next)
+            {
+                continue;
+            }
+            let Some(f) = self.front_start(chunk, align).and_then(|at| FrontLayout::at(g, chunk, at, size)) else {
+                continue;
+            };
+            if f.chunks > 0 || f.tail_units == 0 {
+                continue;
+            }
+            let start_room = self.free_units_at_start(next);
+            if start_room >= f.tail_units {
+                out.push((0, f.front_units(g) + start_room, Spot::Front(f, FrontTail::Shared)));
+            }
+        }
+    }
+
+    /// Try to take the block with front `f` and its tail `tail`; `false` when a claim failed
+    /// (the front's chunk, or a shared tail's, goes into `refused` when a block took its room
+    /// first).
+    fn try_front_at(&self, f: &FrontLayout, tail: FrontTail, core: usize, refused: &mut Vec<usize>) -> bool {
+        let g = &self.geometry;
+        let fresh = tail == FrontTail::Fresh;
+        // Nodes are claimed only where the chunk counts them free: a free releases its nodes
+        // before it counts them, and a claim of nodes not counted yet would take the count
+        // below zero for a moment (as every claim of the allocation path checks).
+        let counted = |chunk: usize, units: u64| self.space[chunk].free_units() >= units;
+        if !counted(f.chunk, f.front_units(g)) || (tail == FrontTail::Shared && !counted(f.tail_chunk(), f.tail_units))
+        {
+            refused.push(f.chunk);
+            return false;
+        }
+        let take = f.chunks + usize::from(fresh);
+        if take > 0 && !self.global.try_take(f.first_whole(), take) {
+            return false;
+        }
+        let last = f.tail_chunk();
+        if fresh {
+            self.open(last, core);
+            self.hide_rest_of(last, core);
+        }
+        let tail_tree = self.tree(if f.tail_units > 0 { last } else { f.chunk });
+        let claim =
+            || take_front_and_tail(&self.shape, self.tree(f.chunk), f.front_nodes(g), tail_tree, f.tail_nodes(g));
+        let mut claimed = claim();
+        if claimed == Err(Taken::Tail) && fresh {
+            // A chunk retired once may keep marks under its closed root (see `tail.rs`).
+            self.shape.sweep_all(self.tree(last));
+            claimed = claim();
+        }
+        match claimed {
+            Ok(()) => {
+                self.space[f.chunk].take(f.front_units(g));
+                if f.tail_units > 0 {
+                    self.space[last].take(f.tail_units);
+                }
+                if f.chunks > 0 {
+                    self.mark_fronted_run(f.first_whole(), f.chunks, f.tail_units);
+                }
+                // The block is whole: a free may find it from here on.
+                self.fronts[f.chunk].store(f.name(g), Ordering::Release);
+                true
+            }
+            Err(which) => {
+                if which == Taken::Tail {
+                    // The front's nodes were held for a moment: a search may have hidden them.
+                    let hidden = self.space[f.chunk].refresh();
+                    self.announce_free(f.chunk, hidden, f.front_nodes(g));
+                }
+                if f.chunks > 0 {
+                    self.global.release(f.first_whole(), f.chunks);
+                }
+                if fresh && !self.retire(last, core) {
+                    self.space[last].refresh();
+                }
+                match which {
+                    Taken::Front => refused.push(f.chunk),
+                    Taken::Tail if !fresh => refused.push(last),
+                    Taken::Tail => {}
+                }
+                false
+            }
+        }
+    }
+
+    /// Mark chunks `[start, start + len)`, just taken from the global pool, as the whole chunks
+    /// of a block with a front and a tail of `tail` units.
+    fn mark_fronted_run(&self, start: usize, len: usize, tail: u64) {
+        for c in start + 1..start + len {
+            self.global.set_state(c, ChunkState::RunBody);
+        }
+        self.global.set_state(start, ChunkState::FrontedRun { len, tail });
+    }
+
+    /// Whether every part of the block with front `f` is allocated (its whole chunks marked as
+    /// its own); `Err` says which is not.
+    fn check_front(&self, f: &FrontLayout) -> std::result::Result<(), &'static str> {
+        let g = &self.geometry;
+        if !matches!(self.global.state(f.chunk), ChunkState::Core(_)) {
+            return Err("its front's chunk is not a core chunk");
+        }
+        if self.fronts[f.chunk].load(Ordering::Acquire) != f.name(g)
+            || !f.front_nodes(g).all(|n| self.shape.is_allocated(self.tree(f.chunk), n))
+        {
+            return Err("no block with a front of this size starts there");
+        }
+        if f.chunks > 0
+            && self.global.state(f.first_whole()) != (ChunkState::FrontedRun { len: f.chunks, tail: f.tail_units })
+        {
+            return Err("the chunks after its front are not its own");
+        }
+        if f.tail_units > 0 {
+            let last = f.tail_chunk();
+            if !matches!(self.global.state(last), ChunkState::Core(_))
+                || !f.tail_nodes(g).all(|n| self.shape.is_allocated(self.tree(last), n))
+            {
+                return Err("no tail of this size follows it");
+            }
+        }
+        Ok(())
+    }
+
+    /// Release the block with a front of `size` requested bytes at `offset` (in a core chunk);
+    /// returns its bytes.
+    pub(crate) fn release_fronted(&self, offset: usize, size: usize) -> Result<usize> {
+        let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
+        let g = &self.geometry;
+        let Some(f) = FrontLayout::of(g, offset, size) else {
+            return invalid("not the start of a block of this size");
+        };
+        if let Err(reason) = self.check_front(&f) {
+            return invalid(reason);
+        }
+        if let Err(reason) = self.give_back_front(&f) {
+            return invalid(reason);
+        }
+        for chunk in [f.chunk, f.tail_chunk()] {
+            if chunk == f.chunk || f.tail_units > 0 {
+                self.retire_if_empty(chunk);
+            }
+        }
+        Ok(f.bytes(g))
+    }
+
+    /// Give back the block with front `f`, checked before: clearing its front word decides a
+    /// race of two callers (the loser gets `Err` and nothing changes); then its nodes, whole
+    /// chunks and the units of its chunks.
+    fn give_back_front(&self, f: &FrontLayout) -> std::result::Result<(), &'static str> {
+        let g = &self.geometry;
+        let last = f.tail_chunk();
+        let tail_tree = self.tree(if f.tail_units > 0 { last } else { f.chunk });
+        let word = &self.fronts[f.chunk];
+        let front_tree = self.tree(f.chunk);
+        if !give_front_and_tail(&self.shape, word, f.name(g), front_tree, f.front_nodes(g), tail_tree, f.tail_nodes(g))
+        {
+            return Err("the block was freed already");
+        }
+        if f.chunks > 0 {
+            let head = ChunkState::FrontedRun { len: f.chunks, tail: f.tail_units };
+            let freed = self.free_run_headed(f.first_whole(), f.chunks, head);
+            debug_assert!(freed, "the chunks of a block with a front whose word this free cleared");
+        }
+        let (_, hidden) = self.space[f.chunk].give(f.front_units(g));
+        self.announce_free(f.chunk, hidden, f.front_nodes(g));
+        if f.tail_units > 0 {
+            let (_, hidden) = self.space[last].give(f.tail_units);
+            self.announce_free(last, hidden, f.tail_nodes(g));
+        }
+        Ok(())
+    }
+
+    /// Give back the block with a front of `size` bytes at `offset` (the exact-position API:
+    /// nothing else happens, an emptied chunk stays with its core).
+    pub(crate) fn fronted_release_raw(&self, offset: usize, size: usize) -> std::result::Result<(), String> {
+        let f = FrontLayout::of(&self.geometry, offset, size)
+            .ok_or_else(|| format!("no block with a front of {size} bytes can start at offset {offset}"))?;
+        self.check_front(&f).map_err(|why| format!("the block with a front at offset {offset}: {why}"))?;
+        self.give_back_front(&f).map_err(|why| format!("the block with a front at offset {offset}: {why}"))
+    }
+
+    /// Take the block with a front of `size` bytes at `offset` again (the exact-position API,
+    /// on a paused pool: a compaction that undoes its moves): its front's chunk (and its
+    /// tail's) must be core chunks, swept first (once per batch), its whole chunks free.
+    pub(crate) fn fronted_reserve_at(
+        &self,
+        offset: usize,
+        size: usize,
+        swept: &mut Swept,
+    ) -> std::result::Result<(), String> {
+        let g = &self.geometry;
+        let f = FrontLayout::of(g, offset, size)
+            .ok_or_else(|| format!("no block with a front of {size} bytes can start at offset {offset}"))?;
+        let last = f.tail_chunk();
+        let core = |c: usize| matches!(self.global.state(c), ChunkState::Core(_));
+        if !core(f.chunk) || (f.tail_units > 0 && !core(last)) {
+            return Err(format!("the chunks of the block with a front at offset {offset} are not core chunks"));
+        }
+        for c in [f.chunk, last] {
+            if (c == f.chunk || f.tail_units > 0) && swept.insert(c) {
+                self.shape.sweep_all(self.tree(c));
+            }
+        }
+        if f.chunks > 0 && !self.global.try_take(f.first_whole(), f.chunks) {
+            return Err(format!("the chunks after the front at offset {offset} are not free"));
+        }
+        let tail_tree = self.tree(if f.tail_units > 0 { last } else { f.chunk });
+        if take_front_and_tail(&self.shape, self.tree(f.chunk), f.front_nodes(g), tail_tree, f.tail_nodes(g)).is_err() {
+            if f.chunks > 0 {
+                self.global.release(f.first_whole(), f.chunks);
+            }
+            return Err(format!("the bytes of the block with a front at offset {offset} are not free"));
+        }
+        self.space[f.chunk].take(f.front_units(g));
+        if f.tail_units > 0 {
+            self.space[last].take(f.tail_units);
+        }
+        if f.chunks > 0 {
+            self.mark_fronted_run(f.first_whole(), f.chunks, f.tail_units);
+        }
+        self.fronts[f.chunk].store(f.name(g), Ordering::Release);
+        Ok(())
+    }
+
+    /// A core chunk that a front or a tail alone held goes back to the global pool (not into
+    /// its core's reserve), so that the free chunks around it join again.
+    fn retire_if_empty(&self, chunk: usize) {
+        if let ChunkState::Core(owner) = self.global.state(chunk) {
+            if self.chunk_is_empty(chunk) && !self.retire(chunk, owner) {
+                self.chunk_became_empty(chunk);
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::arena::slab::caches::SlabClasses;
+    use crate::config::PoolConfig;
+
+    const MIB: usize = 1 << 20;
+
+    fn arena() -> Arena {
+        let config = PoolConfig::new(32 * MIB).cores(2);
+        config.validate().unwrap();
+        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        Arena::new(&config, classes).unwrap()
+    }
+
+    #[test]
+    fn the_shape_follows_from_offset_and_size() {
+        let a = arena();
+        let g = &a.geometry;
+        let upc = g.units_per_chunk();
+        // A block of 5 MiB + 100 B from 1.5 MiB before the end of chunk 2: one whole chunk and
+        // a tail of 1.5 MiB + 1 unit.
+        let at = 2 * g.chunk_size + MIB / 2;
+        let f = FrontLayout::of(g, at, 5 * MIB + 100).unwrap();
+        assert_eq!((f.chunk, f.start, f.chunks), (2, upc / 4, 1));
+        assert_eq!(f.tail_units, (3 * MIB / 2) as u64 / 256 + 1);
+        assert_eq!(f.tail_chunk(), 4);
+        assert_eq!(f.bytes(g), 5 * MIB + 256);
+        assert!(FrontLayout::of(g, at, 3 * MIB / 2).is_none(), "it fits the chunk's end: a buddy block");
+        assert!(FrontLayout::of(g, 2 * g.chunk_size, 3 * MIB).is_none(), "at a chunk's start: a run");
+        assert!(FrontLayout::of(g, 15 * g.chunk_size + MIB, 2 * MIB).is_none(), "past the arena");
+        // A rest that needs every unit of a chunk takes it whole.
+        let f = FrontLayout::of(g, at, 3 * MIB / 2 + 2 * MIB - 1).unwrap();
+        assert_eq!((f.chunks, f.tail_units), (1, 0));
+    }
+
+    #[test]
+    fn a_block_with_a_front_is_taken_and_freed_once() {
+        let a = arena();
+        let g = &a.geometry;
+        // Chunk 0 to core 0, its first half taken by a buddy block.
+        assert!(a.grant_exact(0, 0));
+        let mut swept = crate::arena::exact::Swept::default();
+        a.buddy_reserve_at(0, MIB, &mut swept).unwrap();
+        let size = 9 * MIB / 2;
+        let (offset, bytes) = a.claim_large(size, g.layout(size, 1), g.bank_units, 1).unwrap();
+        assert_eq!(offset, MIB, "the front fills the end of chunk 0");
+        assert_eq!(bytes, size);
+        let tail = (3 * MIB / 2 / 256) as u64;
+        assert_eq!(a.global.state(1), ChunkState::FrontedRun { len: 1, tail });
+        assert_eq!(a.global.state(2), ChunkState::Core(1), "a fresh chunk for the tail");
+        assert!(a.release_fronted(offset, 4 * MIB).is_err(), "a wrong size");
+        assert!(a.release_fronted(offset + 4096, size).is_err(), "a wrong offset");
+        assert_eq!(a.release_fronted(offset, size), Ok(size));
+        assert!(a.release_fronted(offset, size).is_err(), "a double free");
+        assert_eq!(a.global.state(2), ChunkState::Free, "the emptied tail chunk went back");
+        assert_eq!(a.global.state(1), ChunkState::Free);
+        assert_eq!(a.space[0].free_units(), g.units_per_chunk() / 2);
+    }
+}
