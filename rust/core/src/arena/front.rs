@@ -449,15 +449,7 @@ impl Arena {
         }
         match claimed {
             Ok(()) => {
-                self.space[f.chunk].take(f.front_units(g));
-                if f.tail_units > 0 {
-                    self.space[last].take(f.tail_units);
-                }
-                if f.chunks > 0 {
-                    self.mark_fronted_run(f.first_whole(), f.chunks, f.tail_units);
-                }
-                // The block is whole: a free may find it from here on.
-                self.fronts[f.chunk].store(f.name(g), Ordering::Release);
+                self.complete_front(f);
                 true
             }
             Err(which) => {
@@ -609,15 +601,23 @@ impl Arena {
             }
             return Err(format!("the bytes of the block with a front at offset {offset} are not free"));
         }
+        self.complete_front(&f);
+        Ok(())
+    }
+
+    /// After the nodes of block `f` were claimed: count its units taken, mark its whole chunks
+    /// (if any) as its run, and last publish its front word. The block is whole from then on,
+    /// and a free may find it.
+    fn complete_front(&self, f: &FrontLayout) {
+        let g = &self.geometry;
         self.space[f.chunk].take(f.front_units(g));
         if f.tail_units > 0 {
-            self.space[last].take(f.tail_units);
+            self.space[f.tail_chunk()].take(f.tail_units);
         }
         if f.chunks > 0 {
             self.mark_fronted_run(f.first_whole(), f.chunks, f.tail_units);
         }
         self.fronts[f.chunk].store(f.name(g), Ordering::Release);
-        Ok(())
     }
 
     /// A core chunk that a front or a tail alone held goes back to the global pool (not into

@@ -460,17 +460,7 @@ impl Pool {
             }
             PieceKind::Run { chunks } => {
                 let start = self.arena().geometry.chunk_of(u.to);
-                for chunk in start..start + chunks {
-                    match self.arena().global.state(chunk) {
-                        ChunkState::Free => {}
-                        ChunkState::Core(owner)
-                            if self.arena().chunk_is_empty(chunk) && self.arena().retire_swept(chunk, owner) =>
-                        {
-                            journal.retired.push((chunk, owner));
-                        }
-                        _ => return Err(format!("destination {} overlaps live blocks in chunk {chunk}", u.to)),
-                    }
-                }
+                self.free_whole_chunks(u, start, *chunks, journal)?;
                 // A tail goes to the start of the chunk after the run: a core chunk (a free
                 // one is granted).
                 let last = start + chunks;
@@ -483,6 +473,29 @@ impl Pool {
                 Ok(())
             }
         }
+    }
+
+    /// Make the `count` whole chunks from `start` that piece `u` lands on free: free chunks
+    /// stay, empty core chunks are retired (and journaled), any other is an error.
+    fn free_whole_chunks(
+        &self,
+        u: &Piece,
+        start: usize,
+        count: usize,
+        journal: &mut Journal,
+    ) -> std::result::Result<(), String> {
+        for chunk in start..start + count {
+            match self.arena().global.state(chunk) {
+                ChunkState::Free => {}
+                ChunkState::Core(owner)
+                    if self.arena().chunk_is_empty(chunk) && self.arena().retire_swept(chunk, owner) =>
+                {
+                    journal.retired.push((chunk, owner));
+                }
+                _ => return Err(format!("destination {} overlaps live blocks in chunk {chunk}", u.to)),
+            }
+        }
+        Ok(())
     }
 
     /// Whether the source of `u` is a block with a front (`arena/front.rs`): a block in a
@@ -499,17 +512,7 @@ impl Pool {
     fn prepare_front_chunks(&self, u: &Piece, journal: &mut Journal) -> std::result::Result<(), String> {
         let g = &self.arena().geometry;
         let Some(f) = u.front_at_destination(g) else { return Err(format!("destination {} holds no front", u.to)) };
-        for chunk in f.first_whole()..f.first_whole() + f.chunks {
-            match self.arena().global.state(chunk) {
-                ChunkState::Free => {}
-                ChunkState::Core(owner)
-                    if self.arena().chunk_is_empty(chunk) && self.arena().retire_swept(chunk, owner) =>
-                {
-                    journal.retired.push((chunk, owner));
-                }
-                _ => return Err(format!("destination {} overlaps live blocks in chunk {chunk}", u.to)),
-            }
-        }
+        self.free_whole_chunks(u, f.first_whole(), f.chunks, journal)?;
         let ends = [Some(f.chunk), (f.tail_units > 0).then(|| f.tail_chunk())];
         for chunk in ends.into_iter().flatten() {
             match self.arena().global.state(chunk) {
