@@ -208,7 +208,13 @@ npumem_status npumem_free_many(npumem_pool *pool, const npumem_handle *handles, 
 /** Allocate without a handle (the block never moves); `address` may be NULL. */
 npumem_status npumem_alloc_raw(npumem_pool *pool, size_t size, size_t align, size_t *offset,
                                uint64_t *address);
-/** Free a raw block by its offset and the size it was allocated with. */
+/**
+ * Free a raw block by its offset and the size it was allocated with. A raw block keeps no record
+ * of its size: an offset or size that names no block is refused, but a size whose shape matches
+ * other allocated bytes at that offset (a part of the block, or the block and its neighbour) is
+ * not detected and frees those bytes. Use handles (npumem_alloc / npumem_free) where a caller
+ * cannot vouch for the size.
+ */
 npumem_status npumem_free_raw(npumem_pool *pool, size_t offset, size_t size);
 
 /* ----- errors and versions ---------------------------------------------------------------- */

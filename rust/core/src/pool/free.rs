@@ -65,7 +65,11 @@ impl Pool {
         Ok(())
     }
 
-    /// Free a block of the raw API by its offset and the size it was allocated with.
+    /// Free a block of the raw API by its offset and the size it was allocated with. A raw block
+    /// keeps no record of its size: an offset or size that names no block is refused, but a
+    /// size whose shape matches other allocated bytes at `offset` (a part of the block, or the
+    /// block and its neighbour) is not detected and frees those bytes. Handles
+    /// ([`Pool::alloc`], [`Pool::free`]) record the size.
     pub fn free_raw(&self, offset: usize, size: usize) -> Result<()> {
         if size == 0 || size > self.limit || offset >= self.arena.geometry.usable_capacity() {
             return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
