@@ -2,7 +2,7 @@
 //! arena gets before the first failure when filled with random sizes (the fill floors), and
 //! placement staying correct through churn at high occupancy.
 
-use npumem_core::{Backing, CompactionMode, Move, Pool, PoolConfig};
+use npumem_core::{Backing, CompactionMode, Handle, Move, Pool, PoolConfig, PoolStats};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -398,24 +398,7 @@ fn full_compaction_gathers_runs_with_tails_into_long_free_runs() {
         live.iter().filter(|(h, _)| p.block(*h).unwrap().block_bytes % CHUNK != 0 && p.block(*h).unwrap().size > CHUNK);
     assert!(tailed.count() >= 4, "runs with a tail were placed");
     // Every other block goes: holes between runs, tails and small blocks.
-    let mut kept = Vec::new();
-    for (i, entry) in live.into_iter().enumerate() {
-        if i % 2 == 0 {
-            p.free(entry.0).unwrap();
-        } else {
-            kept.push(entry);
-        }
-    }
-    p.check().unwrap();
-    let before = p.stats();
-    p.compact(&CompactionMode::Full, None, std::time::Duration::from_secs(5)).unwrap();
-    p.check().unwrap();
-    let after = p.stats();
-    for (h, bytes) in &kept {
-        let mut back = vec![0u8; bytes.len()];
-        p.read(*h, 0, &mut back).unwrap();
-        assert!(back == *bytes, "a block kept its bytes");
-    }
+    let (kept, before, after) = free_every_nth_and_compact(&p, live, 2);
     assert!(
         after.largest_free_block > before.largest_free_block
             && after.largest_free_block + 4 * CHUNK >= after.bytes_free,
@@ -433,6 +416,35 @@ fn full_compaction_gathers_runs_with_tails_into_long_free_runs() {
     }
     p.check().unwrap();
     assert_eq!(p.stats().bytes_in_use, 0);
+}
+
+/// Free every `nth` block of `live` (blocks with the bytes written to them), run a full
+/// compaction, and check the pool and that every kept block still holds its bytes. Returns the
+/// kept blocks and the statistics before and after the compaction.
+fn free_every_nth_and_compact(
+    p: &Pool,
+    live: Vec<(Handle, Vec<u8>)>,
+    nth: usize,
+) -> (Vec<(Handle, Vec<u8>)>, PoolStats, PoolStats) {
+    let mut kept = Vec::new();
+    for (i, entry) in live.into_iter().enumerate() {
+        if i % nth == 0 {
+            p.free(entry.0).unwrap();
+        } else {
+            kept.push(entry);
+        }
+    }
+    p.check().unwrap();
+    let before = p.stats();
+    p.compact(&CompactionMode::Full, None, std::time::Duration::from_secs(5)).unwrap();
+    p.check().unwrap();
+    let after = p.stats();
+    for (h, bytes) in &kept {
+        let mut back = vec![0u8; bytes.len()];
+        p.read(*h, 0, &mut back).unwrap();
+        assert!(back == *bytes, "a block kept its bytes");
+    }
+    (kept, before, after)
 }
 
 /// Whether the block `[offset, +size)` starts inside a chunk and its requested bytes go on past
@@ -543,23 +555,7 @@ fn blocks_with_a_front_move_with_their_bytes() {
     }
     let fronted = live.iter().filter(|(h, b)| has_front(p.block(*h).unwrap().offset, b.len())).count();
     assert!(fronted >= 4, "{fronted} blocks with a front");
-    let mut kept = Vec::new();
-    for (i, entry) in live.into_iter().enumerate() {
-        if i % 3 == 0 {
-            p.free(entry.0).unwrap();
-        } else {
-            kept.push(entry);
-        }
-    }
-    let before = p.stats();
-    p.compact(&CompactionMode::Full, None, std::time::Duration::from_secs(5)).unwrap();
-    p.check().unwrap();
-    let after = p.stats();
-    for (h, bytes) in &kept {
-        let mut back = vec![0u8; bytes.len()];
-        p.read(*h, 0, &mut back).unwrap();
-        assert!(back == *bytes, "a block kept its bytes");
-    }
+    let (kept, before, after) = free_every_nth_and_compact(&p, live, 3);
     assert!(after.largest_free_block > before.largest_free_block, "{before:?} -> {after:?}");
     for (h, _) in kept {
         p.free(h).unwrap();

@@ -2057,46 +2057,18 @@ mod loom_models {
         // Leaf bunches of two leaves under a root band of height 1: leaves 0 and 2 taken, the
         // search for a pair (level 1, in the leaf band) fails in both leaf bunches unless it
         // sees leaf 0 come back; the free lowers the summary after its epoch step.
-        use crate::arena::chunk_space::ChunkSpace;
-        loom::model(|| {
-            let shape = Arc::new(TreeShape::with_heights(2, 2, 1));
-            let words = shape.words();
-            let t: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
-            let summaries: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
-            let space = Arc::new(ChunkSpace::new(4));
-            for index in [0, 2] {
-                shape.try_alloc(&t, Node { level: 2, index }).unwrap();
-                space.take(1);
-            }
-            let (s2, t2, sm2, sp2) = (shape.clone(), t.clone(), summaries.clone(), space.clone());
-            let freer = thread::spawn(move || {
-                let leaf = Node { level: 2, index: 0 };
-                s2.release(&t2, leaf).unwrap();
-                sp2.give(1);
-                s2.announce_in_bunches(&t2, &sm2, leaf, &mut None);
-            });
-            let probe = space.probe(0).unwrap();
-            let moved = || space.moved_since(probe);
-            let summary = Summary::new(&summaries, &moved);
-            // A search that finds the pair takes nothing (the claim only looks).
-            let _ = shape.search_summarized(&t, &summary, 1, 1, None, &mut |_| Ok(()));
-            freer.join().unwrap();
-            let probe = space.probe(0).unwrap();
-            let moved = || space.moved_since(probe);
-            let summary = Summary::new(&summaries, &moved);
-            let found = shape.search_summarized(&t, &summary, 1, 1, None, &mut |n| shape.try_alloc(&t, n));
-            assert_eq!(found, Some(Node { level: 1, index: 0 }), "the summary hides the freed pair");
-        });
+        summary_race((2, 1), &[0, 2], 0, 1, Node { level: 1, index: 0 });
     }
 
-    /// Three bands of height 1 (root, one inner band with summaries, leaves) with `taken`
-    /// leaves allocated; one thread frees `freed` (release, epoch step, announcement) while a
-    /// search for a node of `level` that takes nothing may record misses in the inner and leaf
-    /// bunches. Afterwards a search of `level` finds `expected`.
-    fn inner_summary_race(taken: &'static [u64], freed: u64, level: u32, expected: Node) {
+    /// A tree of depth 2 with bands of `(leaf_height, inner_height)` (with (1, 1): root, one
+    /// inner band with summaries, leaves) and `taken` leaves allocated; one thread frees
+    /// `freed` (release, epoch step, announcement) while a search for a node of `level` that
+    /// takes nothing may record misses in the bunches it visits. Afterwards a search of
+    /// `level` finds `expected`.
+    fn summary_race(heights: (u32, u32), taken: &'static [u64], freed: u64, level: u32, expected: Node) {
         use crate::arena::chunk_space::ChunkSpace;
         loom::model(move || {
-            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let shape = Arc::new(TreeShape::with_heights(2, heights.0, heights.1));
             let words = shape.words();
             let t: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
             let summaries: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
@@ -2129,14 +2101,14 @@ mod loom_models {
     fn an_inner_bunch_miss_racing_a_free_below_never_hides_the_freed_pair() {
         // The pair over leaves 0 and 1 is an inner bunch's node: a search for it misses in both
         // inner bunches (their leaf bunches are taken) unless it sees leaf 0 come back.
-        inner_summary_race(&[0, 2], 0, 1, Node { level: 1, index: 0 });
+        summary_race((1, 1), &[0, 2], 0, 1, Node { level: 1, index: 0 });
     }
 
     #[test]
     fn a_miss_recorded_over_leaf_bunches_racing_a_free_never_hides_the_freed_leaf() {
         // Every leaf taken: a leaf search records misses in the leaf bunches and in the inner
         // bunches over them, racing the free of leaf 1.
-        inner_summary_race(&[0, 1, 2, 3], 1, 2, Node { level: 2, index: 1 });
+        summary_race((1, 1), &[0, 1, 2, 3], 1, 2, Node { level: 2, index: 1 });
     }
 
     #[test]
