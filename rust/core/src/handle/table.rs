@@ -167,12 +167,20 @@ impl HandleTable {
         stack.push(slot, |i| &self.slot(i).next)
     }
 
+    /// The free list of core `core`. Callers pass their own core, which is below the number of
+    /// lists: the remainder (a division) is only taken for a larger number.
+    #[inline]
+    fn free_list(&self, core: usize) -> &IndexStack {
+        let lists = self.free.len();
+        &self.free[if core < lists { core } else { core % lists }]
+    }
+
     /// A free slot for core `core`: from its stack, else a fresh one (its segment installed
     /// first, so a fresh index always has storage), else from another core's stack. `Ok(None)`
     /// when the table is full; `Err` when the host has no memory for a new segment.
     fn take_slot(&self, core: usize) -> Result<Option<u32>> {
         let cores = self.free.len();
-        if let Some(slot) = self.pop(&self.free[core % cores]) {
+        if let Some(slot) = self.pop(self.free_list(core)) {
             return Ok(Some(slot));
         }
         let mut fresh = self.fresh.load(Ordering::Acquire);
@@ -277,7 +285,7 @@ impl HandleTable {
             self.retired.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        self.push(&self.free[core % self.free.len()], handle.slot);
+        self.push(self.free_list(core), handle.slot);
     }
 
     /// Add a pin of `kind`, waiting while the block is being moved. Returns the pins of that
