@@ -32,6 +32,7 @@ pub(crate) fn integer(value: &Bound<'_, PyAny>, name: &str, class: ErrorClass) -
 }
 
 /// A size in bytes: an int > 0 (`capacity` is the pool's, for the "too large" message).
+#[inline]
 pub(crate) fn size(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResult<usize> {
     size_named(value, || name.to_string(), capacity)
 }

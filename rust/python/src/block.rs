@@ -105,7 +105,7 @@ impl Block {
 
     /// Refuse a block this object no longer owns (deferred or detached): `class` for a
     /// deferred one.
-    #[inline]
+    #[inline(always)]
     fn owned(&self, class: ErrorClass) -> PyResult<()> {
         match self.owner.load(Ordering::Relaxed) {
             DEFERRED => Err(deferred_error(class)),
