@@ -13,10 +13,14 @@ same way in the same process:
   pool's loop with every size 256 B, which only the slab path serves: what the step costs
   without the buddy placement and release (the binding, the handles and the interpreter).
 
-    .venv/bin/python benches/python_roundtrip.py [--repeat 15] [--cpu-time]
+    .venv/bin/python benches/python_roundtrip.py [--repeat 15] [--cpu-time] [--only random]
+        [--loop pool|dict|small]
 
 ``--cpu-time`` times every loop by the thread's CPU time instead of wall time: on a shared
-machine, time given to other processes then does not count.
+machine, time given to other processes then does not count. ``--only random`` measures the
+random sizes only; ``--loop`` runs only one of their three loops (and prints its figure), for a
+profiler: under callgrind, ``--only random --loop pool --repeat 2`` less the same with
+``--repeat 1`` is one run of 20,000 steps of that loop, everything else being the same.
 """
 
 from __future__ import annotations
@@ -45,9 +49,15 @@ def median_ns(stmt: str, setup_globals: dict[str, object], number: int, repeat: 
 LIVE = 2000
 
 
-def random_sizes(repeat: int, steps: int = 20_000) -> tuple[float, float, float]:
-    """Median ns per step of the random-size pool loop, of the dict loop and of the pool loop
-    with every size 256 B (see above)."""
+LOOPS = ("pool", "dict", "small")
+
+
+def random_sizes(
+    repeat: int, steps: int = 20_000, loops: tuple[str, ...] = LOOPS
+) -> dict[str, float]:
+    """Median ns per step of the random-size pool loop (``pool``), of the dict loop (``dict``)
+    and of the pool loop with every size 256 B (``small``), of those named in ``loops`` (see
+    above)."""
     rng = random.Random(5)
     lo, hi = math.log(64), math.log(1 << 20)
 
@@ -81,39 +91,42 @@ def random_sizes(repeat: int, steps: int = 20_000) -> tuple[float, float, float]
             keys[i] = key
             table[key] = n
 
-    pool_times: list[float] = []
-    dict_times: list[float] = []
-    small_times: list[float] = []
+    runs = {"pool": pool_loop, "dict": dict_loop, "small": small_loop}
+    times: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(repeat):
-        for loop, times in (
-            (pool_loop, pool_times),
-            (dict_loop, dict_times),
-            (small_loop, small_times),
-        ):
+        for name in loops:
             start = clock()
-            loop()
-            times.append((clock() - start) / steps * 1e9)
+            runs[name]()
+            times[name].append((clock() - start) / steps * 1e9)
     for b in live:
         b.free()
     for b in small:
         b.free()
     pool.check()
     small_pool.check()
-    return (
-        statistics.median(pool_times),
-        statistics.median(dict_times),
-        statistics.median(small_times),
-    )
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Python-side costs of npumem")
     parser.add_argument("--repeat", type=positive_int, default=15)
     parser.add_argument("--cpu-time", action="store_true", help="time by the thread's CPU time")
+    parser.add_argument(
+        "--only", choices=("all", "random"), default="all", help="measure the random sizes only"
+    )
+    parser.add_argument("--loop", choices=LOOPS, help="run only this loop of the random sizes")
     args = parser.parse_args(argv)
     global clock
     if args.cpu_time:
         clock = time.thread_time
+    what = "CPU time" if args.cpu_time else "wall time"
+    if args.loop is not None:
+        ns = random_sizes(args.repeat, loops=(args.loop,))[args.loop]
+        print(f"Random sizes, {args.loop} loop only: {ns:,.0f} ns per step ({what})")
+        return 0
+    if args.only == "random":
+        print_random_sizes(args.repeat)
+        return 0
     pool = npumem.Pool(256 << 20, cores=2)
     env: dict[str, object] = {"pool": pool, "sizes": [256] * 1000}
     rows: list[tuple[str, float, str]] = []
@@ -158,7 +171,6 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("pool.alloc_many(1000 x 256 B)", per_block, "per block"))
     rows.append(("pool.free_many(1000 blocks)", per_free, "per block"))
     python_version = sys.version.split()[0]
-    what = "CPU time" if args.cpu_time else "wall time"
     print(f"npumem {npumem.__version__}, Python {python_version}, ", end="")
     print(f"medians of {args.repeat} runs, {what}\n")
     print("| operation | median ns | unit |")
@@ -166,8 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, ns, unit in rows:
         print(f"| `{name}` | {ns:,.0f} | {unit} |")
     pool.check()
-    pool_ns, dict_ns, small_ns = random_sizes(args.repeat)
-    print(f"\nRandom sizes 64 B-1 MiB, {LIVE} live, medians of {args.repeat} runs (alternating):\n")
+    print()
+    print_random_sizes(args.repeat)
+    return 0
+
+
+def print_random_sizes(repeat: int) -> None:
+    found = random_sizes(repeat)
+    pool_ns, dict_ns, small_ns = found["pool"], found["dict"], found["small"]
+    print(f"Random sizes 64 B-1 MiB, {LIVE} live, medians of {repeat} runs (alternating):\n")
     print("| loop step | median ns |")
     print("|---|---:|")
     print(f"| pool: free a random block, allocate a random size | {pool_ns:,.0f} |")
@@ -175,7 +194,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| pool / dict (target: at most 3x) | {pool_ns / dict_ns:.2f}x |")
     print(f"| pool, every size 256 B (slab path only) | {small_ns:,.0f} |")
     print(f"| pool, every size 256 B / dict | {small_ns / dict_ns:.2f}x |")
-    return 0
 
 
 if __name__ == "__main__":
