@@ -751,7 +751,8 @@ impl TreeShape {
 
     /// After `node` was released (and the chunk's epoch advanced): lower the summary of each
     /// bunch around it (one per band below the top one) to the level of the largest free node
-    /// around it, or to the bunch's top level if that is lower in the tree (the level is
+    /// around `from` (`node` itself, or a node released with it whose largest free node is at
+    /// least as large), or to the bunch's top level if that is lower in the tree (the level is
     /// computed only when a summary is above its bunch's top level). `coalesced` caches it.
     #[inline]
     pub(crate) fn announce_in_bunches(
@@ -759,6 +760,7 @@ impl TreeShape {
         tree: &[AtomicU64],
         summaries: &[AtomicU64],
         node: Node,
+        from: Node,
         coalesced: &mut Option<u32>,
     ) {
         let mut band = self.band_of_level[node.level as usize];
@@ -767,7 +769,7 @@ impl TreeShape {
             let word = &summaries[b.base + (node.index >> (node.level - b.top)) as usize];
             let known = word.load(Ordering::Acquire);
             if known > u64::from(b.top) {
-                let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, node));
+                let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, from));
                 let target = u64::from(level.max(b.top));
                 if known > target {
                     word.fetch_min(target, Ordering::AcqRel);
@@ -2082,7 +2084,7 @@ mod loom_models {
                 let leaf = Node { level: 2, index: freed };
                 s2.release(&t2, leaf).unwrap();
                 sp2.give(1);
-                s2.announce_in_bunches(&t2, &sm2, leaf, &mut None);
+                s2.announce_in_bunches(&t2, &sm2, leaf, leaf, &mut None);
             });
             let probe = space.probe(0).unwrap();
             let moved = || space.moved_since(probe);

@@ -126,7 +126,7 @@ impl Arena {
         };
         let mut coalesced = None;
         let mut sole = false;
-        self.shape.announce_in_bunches(tree, summaries, first, &mut coalesced);
+        self.shape.announce_in_bunches(tree, summaries, first, first, &mut coalesced);
         if hidden != 0 {
             let level = *coalesced.get_or_insert_with(|| self.shape.coalesced_level(tree, first));
             if level < hidden {
@@ -134,9 +134,9 @@ impl Arena {
             }
         }
         for node in pieces {
-            // A later piece's largest free node is no larger than the first's: its level, when
-            // known, lowers the summaries enough (and spares a climb per piece).
-            self.shape.announce_in_bunches(tree, summaries, node, &mut { coalesced });
+            // A later piece's largest free node is no larger than the first's: the first's
+            // level lowers the summaries enough, found at most once for all the pieces.
+            self.shape.announce_in_bunches(tree, summaries, node, first, &mut coalesced);
         }
         (coalesced, sole)
     }
@@ -208,7 +208,7 @@ impl Arena {
         let mut largest: Option<u32> = None;
         for node in nodes {
             let mut coalesced = None;
-            self.shape.announce_in_bunches(tree, summaries, node, &mut coalesced);
+            self.shape.announce_in_bunches(tree, summaries, node, node, &mut coalesced);
             if hidden != 0 {
                 let level = coalesced.unwrap_or_else(|| self.shape.coalesced_level(tree, node));
                 largest = Some(largest.map_or(level, |l| l.min(level)));
