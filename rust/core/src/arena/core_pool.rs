@@ -28,8 +28,9 @@ pub(crate) enum Hint {
 /// The hint word's flag for [`Hint::Freed`].
 const FREED_NODE: u64 = 1 << 31;
 
-/// Nodes a core's free-node record keeps per level.
-const FREE_SLOTS: u64 = 32;
+/// Nodes a core's free-node record keeps per level (fewer under loom, whose atomics are larger,
+/// so that a core pool fits the stack of a modelled thread).
+const FREE_SLOTS: u64 = if cfg!(loom) { 4 } else { 32 };
 
 /// The last [`FREE_SLOTS`] nodes of one level recorded as free, a ring of
 /// `(chunk + 1) << 32 | index` (0 for an empty slot).
@@ -351,6 +352,51 @@ mod loom_models {
             c.disown(1);
             other.join().unwrap();
             assert_eq!(c.owned().collect::<Vec<_>>(), vec![2]);
+        });
+    }
+
+    #[test]
+    fn a_take_through_a_record_racing_two_frees_never_hides_a_free_leaf() {
+        // Two frees of leaves of one full chunk (every level hidden) record their leaves,
+        // racing an allocation that takes the newest record it finds, claims its leaf and, when
+        // the record says its free left the only free leaf, hides the leaf level: a leaf that
+        // stays free stays visible, however the records' words are read.
+        use crate::arena::buddy::{Node, TreeShape};
+        use crate::arena::chunk_space::ChunkSpace;
+        use crate::util::sync::AtomicU64;
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let core = Arc::new(CorePool::new(1, 3, 1).unwrap());
+            core.maps.open(&space, 0);
+            for index in 0..4 {
+                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            core.maps.hide(&space, 0, 2, space.probe(0).unwrap());
+            let free = |shape: &TreeShape, tree: &[AtomicU64], space: &ChunkSpace, core: &CorePool, leaf: u64| {
+                let node = Node { level: 2, index: leaf };
+                shape.release(tree, node).unwrap();
+                let (_, hidden, epoch) = space.give_stepped(1);
+                let level = shape.coalesced_level(tree, node);
+                let sole = level < hidden && core.maps.announce(space, 0, level, Some(epoch));
+                core.record_free(level, 0, leaf >> (2 - level), sole.then_some(epoch));
+            };
+            let (s2, t2, sp2, c2) = (shape.clone(), tree.clone(), space.clone(), core.clone());
+            let other = thread::spawn(move || free(&s2, &t2, &sp2, &c2, 0));
+            free(&shape, &tree, &space, &core, 2);
+            if let Some((chunk, index, sole)) = core.take_free(2) {
+                if shape.try_alloc(&tree, Node { level: 2, index }).is_ok() {
+                    space.take(1);
+                    if let Some(epoch) = sole {
+                        core.maps.hide(&space, chunk, 2, epoch);
+                    }
+                }
+            }
+            other.join().unwrap();
+            let free_leaf = [0, 2].iter().any(|&index| !shape.is_allocated(&tree, Node { level: 2, index }));
+            assert!(!free_leaf || core.maps.may_serve(2, 0), "a free leaf is hidden");
         });
     }
 

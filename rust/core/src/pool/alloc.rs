@@ -665,6 +665,9 @@ impl Pool {
                     .find_map(|level| pool.free_holding(level, chunk, b.level, index));
                 if self.claim_in(chunk, b, e, true).is_ok() {
                     let placed = self.commit(chunk, b, e);
+                    // The node is no longer free: the hint names its bunch instead, as after a
+                    // search that succeeded there (a claim of the node would only fail).
+                    pool.set_hint(b.level, chunk, self.arena.shape.bunch_of(e));
                     if let Some(held) = held {
                         pool.drop_held(&held);
                         if held.level == b.level {
