@@ -537,7 +537,7 @@ impl TreeShape {
     /// Claim the nodes whose bits are `bits` in the bunch at `loc` at once (one compare-and-swap,
     /// provided no bit of `conflicts`, their conflict masks together, is set), then climb to the
     /// root once. On `Err`, nothing is left claimed.
-    #[inline]
+    #[inline(always)]
     fn try_alloc_bits(&self, tree: &[AtomicU64], loc: Loc, bits: u64, conflicts: u64) -> Result<(), Conflict> {
         let word = &tree[loc.word];
         let mut current = word.load(Ordering::Acquire);
@@ -594,11 +594,19 @@ impl TreeShape {
 
     /// [`TreeShape::try_alloc_bits`] that, when only phantom marks of child bunches are in the
     /// way, cleans them and tries once more (see [`TreeShape::try_alloc_cleaning`]).
+    #[inline(always)]
     fn try_alloc_bits_cleaning(&self, tree: &[AtomicU64], loc: Loc, bits: u64, conflicts: u64) -> Result<(), Conflict> {
         match self.try_alloc_bits(tree, loc, bits, conflicts) {
             Err(Conflict::Taken) => {}
             other => return other,
         }
+        self.clean_and_retry(tree, loc, bits, conflicts)
+    }
+
+    /// The rest of [`TreeShape::try_alloc_bits_cleaning`], after its first try met a conflict:
+    /// clean the phantom marks in the way, if only those are, and try once more.
+    #[inline(never)]
+    fn clean_and_retry(&self, tree: &[AtomicU64], loc: Loc, bits: u64, conflicts: u64) -> Result<(), Conflict> {
         let b = self.bands[loc.band];
         if b.leaf {
             return Err(Conflict::Taken);
@@ -751,7 +759,8 @@ impl TreeShape {
 
     /// After `node` was released (and the chunk's epoch advanced): lower the summary of each
     /// bunch around it (one per band below the top one) to the level of the largest free node
-    /// around it, or to the bunch's top level if that is lower in the tree (the level is
+    /// around `from` (`node` itself, or a node released with it whose largest free node is at
+    /// least as large), or to the bunch's top level if that is lower in the tree (the level is
     /// computed only when a summary is above its bunch's top level). `coalesced` caches it.
     #[inline]
     pub(crate) fn announce_in_bunches(
@@ -759,6 +768,7 @@ impl TreeShape {
         tree: &[AtomicU64],
         summaries: &[AtomicU64],
         node: Node,
+        from: Node,
         coalesced: &mut Option<u32>,
     ) {
         let mut band = self.band_of_level[node.level as usize];
@@ -767,7 +777,7 @@ impl TreeShape {
             let word = &summaries[b.base + (node.index >> (node.level - b.top)) as usize];
             let known = word.load(Ordering::Acquire);
             if known > u64::from(b.top) {
-                let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, node));
+                let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, from));
                 let target = u64::from(level.max(b.top));
                 if known > target {
                     word.fetch_min(target, Ordering::AcqRel);
@@ -828,12 +838,21 @@ impl TreeShape {
     /// Whether bunch `bunch` of `band` and the bunches below it hold no allocated node (marks
     /// over empty bunches do not count: see [`TreeShape::coalesced_level`]). Stops at the first
     /// allocated node it meets.
+    #[inline(always)]
     fn child_empty(&self, tree: &[AtomicU64], band: usize, bunch: u64) -> bool {
         let b = self.bands[band];
         let word = self.word(tree, band, bunch).load(Ordering::Acquire);
         if word & b.alloc_mask() != 0 {
             return false;
         }
+        b.leaf || self.children_empty(tree, band, bunch, word)
+    }
+
+    /// The rest of [`TreeShape::child_empty`] for a bunch of an inner band whose own word
+    /// `word` holds no allocated node: whether its marked children are empty.
+    #[inline(never)]
+    fn children_empty(&self, tree: &[AtomicU64], band: usize, bunch: u64, word: u64) -> bool {
+        let b = self.bands[band];
         let mut marked = self.occupied_children(band, word);
         while marked != 0 {
             if !self.child_empty(tree, band + 1, (bunch << b.height) | marked.trailing_zeros() as u64) {
@@ -2082,7 +2101,7 @@ mod loom_models {
                 let leaf = Node { level: 2, index: freed };
                 s2.release(&t2, leaf).unwrap();
                 sp2.give(1);
-                s2.announce_in_bunches(&t2, &sm2, leaf, &mut None);
+                s2.announce_in_bunches(&t2, &sm2, leaf, leaf, &mut None);
             });
             let probe = space.probe(0).unwrap();
             let moved = || space.moved_since(probe);

@@ -22,6 +22,12 @@ const UNITS_MASK: u64 = (1 << 26) - 1;
 const HIDDEN_SHIFT: u32 = 26;
 const HIDDEN_MASK: u64 = 63 << HIDDEN_SHIFT;
 const EPOCH_STEP: u64 = 1 << 32;
+const EPOCH_MASK: u64 = (1 << 32) - 1;
+
+/// The epoch a word holds after one step from `before`.
+fn stepped(before: u64) -> Probe {
+    Probe(((before >> 32) + 1) & EPOCH_MASK)
+}
 
 fn hidden_of(word: u64) -> u32 {
     ((word & HIDDEN_MASK) >> HIDDEN_SHIFT) as u32
@@ -47,7 +53,7 @@ unsafe impl crate::util::zeroed::Zeroable for ChunkSpace {}
 
 /// The free epoch of a chunk seen by [`ChunkSpace::probe`], to hand to
 /// [`ChunkSpace::moved_since`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Probe(u64);
 
 impl Probe {
@@ -55,6 +61,12 @@ impl Probe {
     #[inline]
     pub(crate) fn epoch(self) -> u64 {
         self.0
+    }
+
+    /// The probe of free epoch `epoch` (its low 32 bits), as a record of free nodes keeps it.
+    #[inline]
+    pub(crate) fn of(epoch: u64) -> Probe {
+        Probe(epoch & EPOCH_MASK)
     }
 }
 
@@ -113,6 +125,42 @@ impl ChunkSpace {
         (((before & UNITS_MASK) + units), hidden_of(before))
     }
 
+    /// [`ChunkSpace::give`], also returning the epoch its step made (the free's own epoch).
+    #[inline]
+    pub(crate) fn give_stepped(&self, units: u64) -> (u64, u32, Probe) {
+        let before = self.free.fetch_add(EPOCH_STEP + units, Ordering::AcqRel);
+        (((before & UNITS_MASK) + units), hidden_of(before), stepped(before))
+    }
+
+    /// [`ChunkSpace::refresh`], also returning the epoch its step made.
+    #[inline]
+    pub(crate) fn step(&self) -> (u32, Probe) {
+        let before = self.free.fetch_add(EPOCH_STEP, Ordering::AcqRel);
+        (hidden_of(before), stepped(before))
+    }
+
+    /// The hidden-level threshold and the free epoch, from one read.
+    #[inline]
+    pub(crate) fn threshold(&self) -> (u32, Probe) {
+        let word = self.free.load(Ordering::Acquire);
+        (hidden_of(word), Probe(word >> 32))
+    }
+
+    /// Lower the threshold from `from` to `to`, provided the epoch is still `probe`'s; `false`
+    /// (and no change) when the threshold or the epoch moved.
+    pub(crate) fn lower_hidden_at(&self, probe: Probe, from: u32, to: u32) -> bool {
+        let mut word = self.free.load(Ordering::Acquire);
+        loop {
+            if hidden_of(word) != from || word >> 32 != probe.0 {
+                return false;
+            }
+            match self.free.compare_exchange_weak(word, with_hidden(word, to), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(seen) => word = seen,
+            }
+        }
+    }
+
     /// Advance the epoch without a free: nodes came back that no free counted (a chunk granted
     /// to a core, claims rolled back), so no miss seen before may stand. Returns the threshold.
     #[inline]
@@ -162,20 +210,6 @@ impl ChunkSpace {
                 return self.free.fetch_add(0, Ordering::AcqRel) >> 32 == probe.0;
             }
             match self.free.compare_exchange_weak(word, with_hidden(word, level), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(seen) => word = seen,
-            }
-        }
-    }
-
-    /// Lower the threshold from `from` to `to`; `false` when it is no longer `from`.
-    pub(crate) fn lower_hidden(&self, from: u32, to: u32) -> bool {
-        let mut word = self.free.load(Ordering::Acquire);
-        loop {
-            if hidden_of(word) != from {
-                return false;
-            }
-            match self.free.compare_exchange_weak(word, with_hidden(word, to), Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return true,
                 Err(seen) => word = seen,
             }
@@ -233,8 +267,10 @@ mod tests {
         assert!(!s.raise_hidden(7, probe), "a free came since the probe");
         s.take(1);
         assert_eq!((s.hidden(), s.free_units()), (5, 16));
-        assert!(!s.lower_hidden(4, 1));
-        assert!(s.lower_hidden(5, 1));
+        let (_, now) = s.threshold();
+        assert!(!s.lower_hidden_at(now, 4, 1));
+        assert!(!s.lower_hidden_at(probe, 5, 1), "an epoch that a free moved on");
+        assert!(s.lower_hidden_at(now, 5, 1));
         assert_eq!(s.hidden(), 1);
         s.reset_hidden();
         assert_eq!(s.hidden(), 0);

@@ -8,6 +8,7 @@
 //! empties and refills a chunk does not trade it with the global pool each time), and its level
 //! maps: which of its chunks may serve which tree level (`level_maps.rs`).
 
+use super::chunk_space::Probe;
 use super::level_maps::LevelMaps;
 use crate::config::MAX_TREE_DEPTH;
 use crate::error::Result;
@@ -27,14 +28,40 @@ pub(crate) enum Hint {
 /// The hint word's flag for [`Hint::Freed`].
 const FREED_NODE: u64 = 1 << 31;
 
-/// Nodes a core's free-node record keeps per level.
-const FREE_SLOTS: u64 = 32;
+/// Nodes a core's free-node record keeps per level (fewer under loom, whose atomics are larger,
+/// so that a core pool fits the stack of a modelled thread).
+const FREE_SLOTS: u64 = if cfg!(loom) { 4 } else { 32 };
 
 /// The last [`FREE_SLOTS`] nodes of one level recorded as free, a ring of
 /// `(chunk + 1) << 32 | index` (0 for an empty slot).
 #[repr(align(128))]
 struct FreeNodes {
     slots: [AtomicU64; FREE_SLOTS as usize],
+    /// Per slot, when the free that recorded it left its node the only free node of that level
+    /// or a larger one in the chunk (`LevelMaps::announce`): that free's `epoch << 32 |
+    /// (chunk + 1)` (low 32 bits of the chunk); else 0. Written before the slot, read after it,
+    /// and trusted only with the chunk of the slot (see [`CorePool::take_free`]).
+    sole: [AtomicU64; FREE_SLOTS as usize],
+}
+
+/// The `sole` word of a record of `chunk` by a free whose epoch was `epoch`.
+fn sole_word(chunk: usize, epoch: Option<Probe>) -> u64 {
+    epoch.map_or(0, |e| (e.epoch() << 32) | ((chunk as u64 + 1) & 0xFFFF_FFFF))
+}
+
+/// The epoch in a `sole` word, if the word belongs to a record of `chunk`.
+fn sole_epoch(word: u64, chunk: usize) -> Option<Probe> {
+    (word != 0 && word & 0xFFFF_FFFF == (chunk as u64 + 1) & 0xFFFF_FFFF).then(|| Probe::of(word >> 32))
+}
+
+/// A record found by [`CorePool::free_holding`].
+pub(crate) struct Held {
+    /// The record's level.
+    pub(crate) level: u32,
+    top: u64,
+    word: u64,
+    /// As [`CorePool::take_free`]'s.
+    pub(crate) sole: Option<Probe>,
 }
 
 pub(crate) struct CorePool {
@@ -67,7 +94,10 @@ impl CorePool {
             owned: Zeroed::new(chunks.div_ceil(64), "a core pool's chunk bitmap")?,
             hints: std::array::from_fn(|_| AtomicU64::new(0)),
             tops: std::array::from_fn(|_| AtomicU64::new(0)),
-            free_nodes: std::array::from_fn(|_| FreeNodes { slots: std::array::from_fn(|_| AtomicU64::new(0)) }),
+            free_nodes: std::array::from_fn(|_| FreeNodes {
+                slots: std::array::from_fn(|_| AtomicU64::new(0)),
+                sole: std::array::from_fn(|_| AtomicU64::new(0)),
+            }),
             reserve: try_boxed(reserve, "a core pool's reserve slots", |_| AtomicU64::new(0))?,
             maps: LevelMaps::new(chunks, levels)?,
         })
@@ -141,46 +171,70 @@ impl CorePool {
     }
 
     /// Record node `index` of `level` in `chunk` as entirely free (over the oldest record of
-    /// that level when all slots are taken). Plain stores: a record is only a place to try.
+    /// that level when all slots are taken), with the epoch of the free that left it the only
+    /// free node of its level or a larger one in the chunk, if it did. Plain stores: a record is
+    /// only a place to try (the `sole` word is stored with `Release`, after the free's epoch
+    /// step, so that a take that reads it comes after that step).
     #[inline]
-    pub(crate) fn record_free(&self, level: u32, chunk: usize, index: u64) {
+    pub(crate) fn record_free(&self, level: u32, chunk: usize, index: u64, sole: Option<Probe>) {
         let top = &self.tops[level as usize];
         let t = top.load(Ordering::Relaxed);
-        let slot = &self.free_nodes[level as usize].slots[(t % FREE_SLOTS) as usize];
-        slot.store(((chunk as u64 + 1) << 32) | index, Ordering::Relaxed);
+        let nodes = &self.free_nodes[level as usize];
+        let i = (t % FREE_SLOTS) as usize;
+        nodes.sole[i].store(sole_word(chunk, sole), Ordering::Release);
+        nodes.slots[i].store(((chunk as u64 + 1) << 32) | index, Ordering::Relaxed);
         top.store(t.wrapping_add(1), Ordering::Relaxed);
     }
 
-    /// Take out the newest free node recorded at `level`: `(chunk, index)`.
+    /// Take out the newest free node recorded at `level`: `(chunk, index, sole)`, `sole` the
+    /// epoch of a free that left the node the only free node of its level or a larger one in
+    /// the chunk. The `sole` word is read after the slot and may belong to another record of
+    /// the same chunk (two frees that record at once): an allocation that takes the node
+    /// after this read, while the chunk's epoch is still that epoch, still takes the only such
+    /// node (the other record's node, if free, was free at that free's step: it is the same
+    /// node).
     #[inline]
-    pub(crate) fn take_free(&self, level: u32) -> Option<(usize, u64)> {
+    pub(crate) fn take_free(&self, level: u32) -> Option<(usize, u64, Option<Probe>)> {
         let top = &self.tops[level as usize];
         let t = top.load(Ordering::Relaxed).wrapping_sub(1);
-        let slot = &self.free_nodes[level as usize].slots[(t % FREE_SLOTS) as usize];
-        let h = slot.load(Ordering::Relaxed);
+        let nodes = &self.free_nodes[level as usize];
+        let i = (t % FREE_SLOTS) as usize;
+        let h = nodes.slots[i].load(Ordering::Relaxed);
         if h == 0 {
             return None;
         }
-        slot.store(0, Ordering::Relaxed);
+        let chunk = (h >> 32) as usize - 1;
+        let sole = sole_epoch(nodes.sole[i].load(Ordering::Acquire), chunk);
+        nodes.slots[i].store(0, Ordering::Relaxed);
         top.store(t, Ordering::Relaxed);
-        Some(((h >> 32) as usize - 1, h & 0xFFFF_FFFF))
+        Some((chunk, h & 0xFFFF_FFFF, sole))
     }
 
-    /// Drop the newest free node recorded at `level` if it is node `index` of `chunk` or holds
-    /// it (`index` at level `inner`, at or below `level`): a node taken otherwise than through
-    /// its record (the hint of a free) leaves that record stale.
+    /// The newest free node recorded at `level`, if it is node `index` of `chunk` or holds it
+    /// (`index` at level `inner`, at or below `level`): the record that a node taken otherwise
+    /// than through it (the hint of a free) leaves stale. Read before that node is claimed:
+    /// its `sole` epoch is then as good as [`CorePool::take_free`]'s.
     #[inline]
-    pub(crate) fn drop_free_holding(&self, level: u32, chunk: usize, inner: u32, index: u64) -> bool {
-        let top = &self.tops[level as usize];
-        let t = top.load(Ordering::Relaxed).wrapping_sub(1);
-        let slot = &self.free_nodes[level as usize].slots[(t % FREE_SLOTS) as usize];
-        let h = slot.load(Ordering::Relaxed);
+    pub(crate) fn free_holding(&self, level: u32, chunk: usize, inner: u32, index: u64) -> Option<Held> {
+        let t = self.tops[level as usize].load(Ordering::Relaxed).wrapping_sub(1);
+        let nodes = &self.free_nodes[level as usize];
+        let i = (t % FREE_SLOTS) as usize;
+        let h = nodes.slots[i].load(Ordering::Relaxed);
         if h == 0 || h != ((chunk as u64 + 1) << 32) | (index >> (inner - level)) {
-            return false;
+            return None;
         }
-        slot.store(0, Ordering::Relaxed);
-        top.store(t, Ordering::Relaxed);
-        true
+        let sole = sole_epoch(nodes.sole[i].load(Ordering::Acquire), chunk);
+        Some(Held { level, top: t, word: h, sole })
+    }
+
+    /// Drop the record [`CorePool::free_holding`] found, unless it changed since.
+    #[inline]
+    pub(crate) fn drop_held(&self, held: &Held) {
+        let slot = &self.free_nodes[held.level as usize].slots[(held.top % FREE_SLOTS) as usize];
+        if slot.load(Ordering::Relaxed) == held.word {
+            slot.store(0, Ordering::Relaxed);
+            self.tops[held.level as usize].store(held.top, Ordering::Relaxed);
+        }
     }
 
     /// `chunk` just became empty: keep it in reserve if it is already there or a slot is free
@@ -235,17 +289,18 @@ mod tests {
     fn free_records_are_taken_newest_first_and_keep_the_last_few() {
         let c = CorePool::new(10, 14, 1).unwrap();
         assert_eq!(c.take_free(3), None);
-        c.record_free(3, 2, 5);
-        c.record_free(3, 9, 1);
-        c.record_free(4, 7, 0);
-        assert_eq!(c.take_free(3), Some((9, 1)));
-        assert_eq!(c.take_free(3), Some((2, 5)));
-        assert_eq!(c.take_free(3), None);
-        assert_eq!(c.take_free(4), Some((7, 0)));
+        c.record_free(3, 2, 5, None);
+        c.record_free(3, 9, 1, None);
+        c.record_free(4, 7, 0, None);
+        let node = |taken: Option<(usize, u64, Option<Probe>)>| taken.map(|(chunk, index, _)| (chunk, index));
+        assert_eq!(node(c.take_free(3)), Some((9, 1)));
+        assert_eq!(node(c.take_free(3)), Some((2, 5)));
+        assert_eq!(node(c.take_free(3)), None);
+        assert_eq!(node(c.take_free(4)), Some((7, 0)));
         for i in 0..FREE_SLOTS + 3 {
-            c.record_free(6, 1, i);
+            c.record_free(6, 1, i, None);
         }
-        let kept: Vec<u64> = std::iter::from_fn(|| c.take_free(6).map(|(_, i)| i)).collect();
+        let kept: Vec<u64> = std::iter::from_fn(|| c.take_free(6).map(|(_, i, _)| i)).collect();
         assert_eq!(kept, (3..FREE_SLOTS + 3).rev().collect::<Vec<_>>(), "the oldest records were overwritten");
     }
 
@@ -301,6 +356,51 @@ mod loom_models {
     }
 
     #[test]
+    fn a_take_through_a_record_racing_two_frees_never_hides_a_free_leaf() {
+        // Two frees of leaves of one full chunk (every level hidden) record their leaves,
+        // racing an allocation that takes the newest record it finds, claims its leaf and, when
+        // the record says its free left the only free leaf, hides the leaf level: a leaf that
+        // stays free stays visible, however the records' words are read.
+        use crate::arena::buddy::{Node, TreeShape};
+        use crate::arena::chunk_space::ChunkSpace;
+        use crate::util::sync::AtomicU64;
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let core = Arc::new(CorePool::new(1, 3, 1).unwrap());
+            core.maps.open(&space, 0);
+            for index in 0..4 {
+                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            core.maps.hide(&space, 0, 2, space.probe(0).unwrap());
+            let free = |shape: &TreeShape, tree: &[AtomicU64], space: &ChunkSpace, core: &CorePool, leaf: u64| {
+                let node = Node { level: 2, index: leaf };
+                shape.release(tree, node).unwrap();
+                let (_, hidden, epoch) = space.give_stepped(1);
+                let level = shape.coalesced_level(tree, node);
+                let sole = level < hidden && core.maps.announce(space, 0, level, Some(epoch));
+                core.record_free(level, 0, leaf >> (2 - level), sole.then_some(epoch));
+            };
+            let (s2, t2, sp2, c2) = (shape.clone(), tree.clone(), space.clone(), core.clone());
+            let other = thread::spawn(move || free(&s2, &t2, &sp2, &c2, 0));
+            free(&shape, &tree, &space, &core, 2);
+            if let Some((chunk, index, sole)) = core.take_free(2) {
+                if shape.try_alloc(&tree, Node { level: 2, index }).is_ok() {
+                    space.take(1);
+                    if let Some(epoch) = sole {
+                        core.maps.hide(&space, chunk, 2, epoch);
+                    }
+                }
+            }
+            other.join().unwrap();
+            let free_leaf = [0, 2].iter().any(|&index| !shape.is_allocated(&tree, Node { level: 2, index }));
+            assert!(!free_leaf || core.maps.may_serve(2, 0), "a free leaf is hidden");
+        });
+    }
+
+    #[test]
     fn a_hide_for_want_of_units_racing_a_free_never_hides_the_freed_block() {
         // A chunk hidden because it has fewer free units than a block (as an allocation hides
         // one when it meets it in the level maps), racing the free that gives it the room: the
@@ -324,8 +424,9 @@ mod loom_models {
                 let pair = Node { level: 1, index: 0 };
                 s2.release(&t2, pair).unwrap();
                 // The largest free node around the pair is the pair itself (level 1).
-                if sp2.give(2).1 > s2.coalesced_level(&t2, pair) {
-                    m2.announce(&sp2, 0, s2.coalesced_level(&t2, pair));
+                let (_, hidden, epoch) = sp2.give_stepped(2);
+                if hidden > s2.coalesced_level(&t2, pair) {
+                    m2.announce(&sp2, 0, s2.coalesced_level(&t2, pair), Some(epoch));
                 }
             });
             // An allocation of a pair (two units) reads the chunk's count.

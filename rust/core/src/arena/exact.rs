@@ -13,6 +13,7 @@ use std::collections::HashSet;
 
 use super::arena::Arena;
 use super::buddy::{Node, TreeShape, MAX_BLOCK_NODES};
+use super::chunk_space::Probe;
 use super::geometry::TRIM_SHIFT;
 use super::global::ChunkState;
 use super::layout::{BuddyLayout, Layout};
@@ -32,6 +33,19 @@ impl Swept {
     pub(crate) fn insert(&mut self, chunk: usize) -> bool {
         self.0.insert(chunk)
     }
+}
+
+/// What giving back a buddy block's nodes learnt ([`Arena::unmark_buddy_coalesced`]).
+pub(crate) struct Unmarked {
+    /// The chunk's free units after.
+    pub(crate) after: u64,
+    /// The level of the largest free node around the block's first node, when the
+    /// announcement had to find it.
+    pub(crate) coalesced: Option<u32>,
+    /// The free's epoch, when its announcement made that node the only free node of its level
+    /// or a larger one in the chunk (`LevelMaps::announce`): an allocation that takes the node
+    /// while the epoch holds may hide the level again.
+    pub(crate) sole: Option<Probe>,
 }
 
 impl Arena {
@@ -55,25 +69,25 @@ impl Arena {
     /// block is not allocated there; of two callers releasing the same block, one gets `Err`.
     #[inline(always)]
     pub(crate) fn unmark_buddy(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<u64, &'static str> {
-        self.unmark_buddy_coalesced(chunk, b, within).map(|(after, _)| after)
+        self.unmark_buddy_coalesced(chunk, b, within).map(|unmarked| unmarked.after)
     }
 
-    /// [`Arena::unmark_buddy`], also returning the level of the largest free node around the
-    /// block's first node when the announcement had to find it (`None` when it did not).
+    /// [`Arena::unmark_buddy`], also telling what the announcement learnt ([`Unmarked`]).
     #[inline(always)]
     pub(crate) fn unmark_buddy_coalesced(
         &self,
         chunk: usize,
         b: &BuddyLayout,
         within: u64,
-    ) -> Result<(u64, Option<u32>), &'static str> {
-        let (after, hidden) = self.unmark_nodes(chunk, b, within)?;
+    ) -> Result<Unmarked, &'static str> {
+        let (after, hidden, epoch) = self.unmark_nodes(chunk, b, within)?;
         let depth = self.geometry.depth;
         let pieces = b.pieces_at(depth, within);
+        let quiet = Unmarked { after, coalesced: None, sole: None };
         if within & (b.enclosing - 1) != 0 {
             // A packed block: its pieces may lie at any level, side by side in any order.
-            self.announce_free(chunk, hidden, pieces);
-            return Ok((after, None));
+            self.announce_nodes(chunk, hidden, Some(epoch), pieces);
+            return Ok(quiet);
         }
         // With nothing hidden, only pieces inside summarized bunches have a summary to lower. At
         // its enclosing node's start a piece is at most TRIM_SHIFT levels below that node; a
@@ -84,42 +98,54 @@ impl Arena {
                 || b.is_whole()
                     && self.shape.summaries_settled(self.summaries(chunk), Node::covering(depth, within, b.enclosing)))
         {
-            return Ok((after, None));
+            return Ok(quiet);
         }
-        Ok((after, self.announce_block(chunk, hidden, pieces)))
+        let (coalesced, sole) = self.announce_block(chunk, hidden, epoch, pieces);
+        Ok(Unmarked { after, coalesced, sole: sole.then_some(epoch) })
     }
 
     /// [`Arena::announce_free`] for the pieces of a block at its enclosing node's start. Every
     /// later piece lies in the enclosing node's right half, so it joins a free node larger than
     /// that half only through the first piece: the first piece's largest free node is the
-    /// largest of them all, and it alone decides the owner's announcement. Returns its level
-    /// when it was found.
+    /// largest of them all, and it alone decides the owner's announcement (its epoch step
+    /// made `epoch`). Returns its level when it was found, and whether the announcement made
+    /// the first piece's largest free node the only one of its level or larger in the chunk
+    /// (`LevelMaps::announce`).
     #[inline]
-    fn announce_block(&self, chunk: usize, hidden: u32, mut pieces: impl Iterator<Item = Node>) -> Option<u32> {
+    fn announce_block(
+        &self,
+        chunk: usize,
+        hidden: u32,
+        epoch: Probe,
+        mut pieces: impl Iterator<Item = Node>,
+    ) -> (Option<u32>, bool) {
         let tree = self.tree(chunk);
         let summaries = self.summaries(chunk);
-        let first = pieces.next()?;
+        let Some(first) = pieces.next() else {
+            return (None, false);
+        };
         let mut coalesced = None;
-        self.shape.announce_in_bunches(tree, summaries, first, &mut coalesced);
+        let mut sole = false;
+        self.shape.announce_in_bunches(tree, summaries, first, first, &mut coalesced);
         if hidden != 0 {
             let level = *coalesced.get_or_insert_with(|| self.shape.coalesced_level(tree, first));
             if level < hidden {
-                self.announce_to_owner(chunk, level);
+                sole = self.announce_to_owner(chunk, level, Some(epoch));
             }
         }
         for node in pieces {
-            // A later piece's largest free node is no larger than the first's: its level, when
-            // known, lowers the summaries enough (and spares a climb per piece).
-            self.shape.announce_in_bunches(tree, summaries, node, &mut { coalesced });
+            // A later piece's largest free node is no larger than the first's: the first's
+            // level lowers the summaries enough, found at most once for all the pieces.
+            self.shape.announce_in_bunches(tree, summaries, node, first, &mut coalesced);
         }
-        coalesced
+        (coalesced, sole)
     }
 
     /// The release of [`Arena::unmark_buddy`] without its announcement: the nodes released and
     /// the units given back (the epoch advanced). Returns the free units after and the
-    /// hidden-level threshold.
+    /// hidden-level threshold and the epoch the step made.
     #[inline(always)]
-    fn unmark_nodes(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<(u64, u32), &'static str> {
+    fn unmark_nodes(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<(u64, u32, Probe), &'static str> {
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
         if b.is_one_node_at(within) {
@@ -143,13 +169,13 @@ impl Arena {
                 return Err("no block of this size is allocated there");
             }
         }
-        Ok(self.space[chunk].give(b.units))
+        Ok(self.space[chunk].give_stepped(b.units))
     }
 
     /// [`Arena::unmark_nodes`] for a packed block of more than [`MAX_BLOCK_NODES`] nodes, one node at a
     /// time.
     #[cold]
-    fn unmark_many(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<(u64, u32), &'static str> {
+    fn unmark_many(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<(u64, u32, Probe), &'static str> {
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
         if !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
@@ -163,7 +189,7 @@ impl Arena {
         for p in pieces {
             let _ = self.shape.release(tree, p);
         }
-        Ok(self.space[chunk].give(b.units))
+        Ok(self.space[chunk].give_stepped(b.units))
     }
 
     /// After `nodes` of `chunk` were released and its epoch advanced (which returned `hidden`):
@@ -171,26 +197,36 @@ impl Arena {
     /// level that the release may have made servable, announce it (`level_maps.rs`).
     #[inline]
     pub(crate) fn announce_free(&self, chunk: usize, hidden: u32, nodes: impl Iterator<Item = Node>) {
+        self.announce_nodes(chunk, hidden, None, nodes);
+    }
+
+    /// [`Arena::announce_free`] after an epoch step that made `given` (`None`: not known).
+    #[inline]
+    fn announce_nodes(&self, chunk: usize, hidden: u32, given: Option<Probe>, nodes: impl Iterator<Item = Node>) {
         let tree = self.tree(chunk);
         let summaries = self.summaries(chunk);
         let mut largest: Option<u32> = None;
         for node in nodes {
             let mut coalesced = None;
-            self.shape.announce_in_bunches(tree, summaries, node, &mut coalesced);
+            self.shape.announce_in_bunches(tree, summaries, node, node, &mut coalesced);
             if hidden != 0 {
                 let level = coalesced.unwrap_or_else(|| self.shape.coalesced_level(tree, node));
                 largest = Some(largest.map_or(level, |l| l.min(level)));
             }
         }
         if let Some(level) = largest.filter(|&l| l < hidden) {
-            self.announce_to_owner(chunk, level);
+            self.announce_to_owner(chunk, level, given);
         }
     }
 
+    /// Announce a free node of `level` in `chunk` to its owner's level maps, after the epoch
+    /// step that made `given`; whether the node is the only one of its level or larger there
+    /// (`LevelMaps::announce`).
     #[inline(never)]
-    fn announce_to_owner(&self, chunk: usize, level: u32) {
-        if let ChunkState::Core(owner) = self.global.state(chunk) {
-            self.cores[owner].maps.announce(&self.space[chunk], chunk, level);
+    fn announce_to_owner(&self, chunk: usize, level: u32, given: Option<Probe>) -> bool {
+        match self.global.state(chunk) {
+            ChunkState::Core(owner) => self.cores[owner].maps.announce(&self.space[chunk], chunk, level, given),
+            _ => false,
         }
     }
 

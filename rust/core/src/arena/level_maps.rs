@@ -31,8 +31,20 @@
 //!
 //! *Announce* (after a free released its nodes; its epoch step also returned `hidden`): the
 //! largest free node around the released block is at level `l`; while `hidden > l`, set the
-//! bits of levels `l..hidden` and lower `hidden` to `l` with a compare-and-swap (on failure, a
-//! concurrent hide raised it: read it again and repeat).
+//! bits of levels `l..hidden` and lower `hidden` to `l` with a compare-and-swap that also
+//! requires the epoch to be the free's own (on failure, read it again and repeat). When the
+//! epoch moved since, another free stepped in between and may have seen the threshold still
+//! high (see *Take*): the announcement steps the epoch once more and goes on with that step's
+//! epoch as its own.
+//!
+//! *Take* (an allocation took, by a claim made after reading its record, the node of level `l`
+//! that a free recorded: `core_pool.rs`): if that free's announcement lowered the threshold
+//! itself from above `l` with the epoch still its own, then until the next epoch step the node
+//! was the only free node of level `l` or larger in the chunk (no other free had one: one that
+//! stepped before it either left the threshold at most its own level, or had not finished its
+//! announcement and steps again, after). The allocation then hides `l` as a miss does, with
+//! that free's epoch as its probe: refused if any free came since, undone by the same handshake
+//! if one comes meanwhile. So a take that empties a level leaves no stale bit.
 //!
 //! A hide reads the chunk's word only by read-modify-write operations, so it and a free's epoch
 //! step are ordered: either the hide sees the free's step (and undoes itself), or the free's
@@ -41,7 +53,7 @@
 //! then the summary bit; a scanner that finds a word empty clears the summary bit and reads the
 //! word again with a read-modify-write, setting the summary bit back when it is not empty.
 //!
-//! The loom models in this module check both handshakes exhaustively.
+//! The loom models in this module check these handshakes exhaustively.
 
 use super::chunk_space::{ChunkSpace, Probe};
 use crate::error::Result;
@@ -153,18 +165,34 @@ impl LevelMaps {
         }
     }
 
-    /// A free left a free node at `level` in `chunk` (after its release and epoch step).
-    pub(crate) fn announce(&self, space: &ChunkSpace, chunk: usize, level: u32) {
+    /// A free left a free node at `level` in `chunk`, after its release and its epoch step,
+    /// which made epoch `given` (`None` when the caller does not know it: the announcement then
+    /// steps the epoch itself first). Returns whether it lowered the threshold itself, from
+    /// above `level`, with the epoch still `given`: then, while the epoch stays `given`, the
+    /// free's node of `level` is the only free node of that level or a larger one in the chunk,
+    /// and the allocation that takes it may hide the level again (see *Take* above).
+    pub(crate) fn announce(&self, space: &ChunkSpace, chunk: usize, level: u32, given: Option<Probe>) -> bool {
+        let (mut epoch, mut own) = match given {
+            Some(probe) => (probe, true),
+            None => (space.step().1, false),
+        };
         loop {
-            let hidden = space.hidden();
+            let (hidden, now) = space.threshold();
+            if now != epoch {
+                // Another step since ours: a free after ours may count on the threshold it saw,
+                // which this announcement lowers. A step of our own voids whatever it counts on.
+                epoch = space.step().1;
+                own = false;
+                continue;
+            }
             if hidden <= level {
-                return;
+                return false;
             }
             for l in level..hidden {
                 self.set(l as usize, chunk);
             }
-            if space.lower_hidden(hidden, level) {
-                return;
+            if space.lower_hidden_at(epoch, hidden, level) {
+                return own;
             }
         }
     }
@@ -178,7 +206,7 @@ impl LevelMaps {
         for level in 0..self.levels {
             self.set(level, chunk);
         }
-        self.announce(space, chunk, 0);
+        self.announce(space, chunk, 0, None);
     }
 
     /// The lowest chunk at or after `from` whose bit of `level` is set and that `owned` (a
@@ -312,7 +340,7 @@ mod tests {
             assert_eq!(maps.may_serve(level, 3), level > 4, "level {level}");
         }
         assert_eq!(space.hidden(), 5);
-        maps.announce(&space, 3, 2);
+        maps.announce(&space, 3, 2, None);
         for level in 0..8 {
             assert_eq!(maps.may_serve(level, 3), level >= 2, "level {level}");
         }
@@ -367,8 +395,9 @@ mod tests {
                 // A free: the chunk's largest free node may grow, to `level` at most.
                 let l = level.min(truth[c]);
                 truth[c] = l;
-                if spaces[c].give(0).1 > l {
-                    maps.announce(&spaces[c], c, l);
+                let (_, hidden, epoch) = spaces[c].give_stepped(0);
+                if hidden > l {
+                    maps.announce(&spaces[c], c, l, Some(epoch));
                 }
             }
             let want = next() as u32 % levels;
@@ -407,8 +436,9 @@ mod loom_models {
             let freer = thread::spawn(move || {
                 s2.release(&t2, Node { level: 2, index: 0 }).unwrap();
                 // The largest free node around leaf 0 is now the pair (level 1).
-                if sp2.give(1).1 > 1 {
-                    m2.announce(&sp2, 0, 1);
+                let (_, hidden, epoch) = sp2.give_stepped(1);
+                if hidden > 1 {
+                    m2.announce(&sp2, 0, 1, Some(epoch));
                 }
             });
             if let Some(probe) = space.probe(2) {
@@ -474,8 +504,9 @@ mod loom_models {
             let probe = space.probe(1).unwrap();
             let (sp2, m2) = (space.clone(), maps.clone());
             let freer = thread::spawn(move || {
-                if sp2.give(1).1 > 1 {
-                    m2.announce(&sp2, 0, 1);
+                let (_, hidden, epoch) = sp2.give_stepped(1);
+                if hidden > 1 {
+                    m2.announce(&sp2, 0, 1, Some(epoch));
                 }
             });
             // Two stale misses (their probe predates the free).
@@ -483,6 +514,49 @@ mod loom_models {
             maps.hide(&space, 0, 1, probe);
             freer.join().unwrap();
             assert!(maps.may_serve(1, 0) && maps.may_serve(2, 0));
+        });
+    }
+
+    /// One free of a leaf, racing a second free of a leaf in the same chunk whose node an
+    /// allocation then takes through its record (every level hidden before: the chunk was
+    /// full). The second free counts on its announcement to be the only free leaf there, and
+    /// the take hides the leaf level with its epoch; the first free's leaf stays visible
+    /// however the two frees' steps and announcements interleave.
+    #[test]
+    fn a_take_that_empties_a_level_never_hides_another_free() {
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            for index in 0..4 {
+                shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
+                space.take(1);
+            }
+            let probe = space.probe(0).unwrap();
+            maps.hide(&space, 0, 2, probe);
+            let free = |shape: &TreeShape, tree: &[AtomicU64], space: &ChunkSpace, maps: &LevelMaps, leaf: u64| {
+                let node = Node { level: 2, index: leaf };
+                shape.release(tree, node).unwrap();
+                let (_, hidden, epoch) = space.give_stepped(1);
+                let level = shape.coalesced_level(tree, node);
+                (level < hidden && maps.announce(space, 0, level, Some(epoch)) && level == 2).then_some(epoch)
+            };
+            let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
+            let first = thread::spawn(move || {
+                free(&s2, &t2, &sp2, &m2, 0);
+            });
+            let sole = free(&shape, &tree, &space, &maps, 2);
+            // The record is read, then its node claimed, then the level hidden.
+            shape.try_alloc(&tree, Node { level: 2, index: 2 }).unwrap();
+            space.take(1);
+            if let Some(epoch) = sole {
+                maps.hide(&space, 0, 2, epoch);
+            }
+            first.join().unwrap();
+            assert!(maps.may_serve(2, 0), "the maps hide the first free's leaf");
+            assert!(maps.next(2, 0, &|_| u64::MAX) == Some(0));
         });
     }
 

@@ -74,8 +74,8 @@ impl Arena {
         b: &BuddyLayout,
         within: u64,
     ) -> std::result::Result<(), &'static str> {
-        let (after, coalesced) = self.unmark_buddy_coalesced(chunk, b, within)?;
-        if after == self.geometry.usable_units(chunk) {
+        let unmarked = self.unmark_buddy_coalesced(chunk, b, within)?;
+        if unmarked.after == self.geometry.usable_units(chunk) {
             self.chunk_became_empty(chunk);
             return Ok(());
         }
@@ -90,9 +90,9 @@ impl Arena {
         // ones, which then no longer join into the nodes that large requests need.
         if within & (b.enclosing - 1) == 0 {
             let first = b.pieces_at(depth, within).next().unwrap_or(e);
-            let level = coalesced.unwrap_or_else(|| self.shape.coalesced_level(self.tree(chunk), first));
+            let level = unmarked.coalesced.unwrap_or_else(|| self.shape.coalesced_level(self.tree(chunk), first));
             if level <= b.level {
-                core.record_free(level, chunk, within >> (depth - level));
+                core.record_free(level, chunk, within >> (depth - level), unmarked.sole);
             }
         }
         Ok(())

@@ -656,15 +656,26 @@ impl Pool {
             // The node the last free of this level released: what it held, a block of this
             // level holds again (its pieces lie inside the freed ones when it is not larger).
             let e = Node { level: b.level, index };
-            if index % b.step == 0 && self.claim_in(chunk, b, e, true).is_ok() {
+            if index % b.step == 0 {
                 // That free recorded the largest free node around it, mostly this node or one
-                // a few levels larger: drop the record, which no longer holds free room.
-                for level in (b.level.saturating_sub(FREED_RECORD_LEVELS)..=b.level).rev() {
-                    if pool.drop_free_holding(level, chunk, b.level, index) {
-                        break;
+                // a few levels larger: found before the claim (see `CorePool::free_holding`)
+                // and dropped after it, as it no longer holds free room.
+                let held = (b.level.saturating_sub(FREED_RECORD_LEVELS)..=b.level)
+                    .rev()
+                    .find_map(|level| pool.free_holding(level, chunk, b.level, index));
+                if self.claim_in(chunk, b, e, true).is_ok() {
+                    let placed = self.commit(chunk, b, e);
+                    // The node is no longer free: the hint names its bunch instead, as after a
+                    // search that succeeded there (a claim of the node would only fail).
+                    pool.set_hint(b.level, chunk, self.arena.shape.bunch_of(e));
+                    if let Some(held) = held {
+                        pool.drop_held(&held);
+                        if held.level == b.level {
+                            self.took_recorded(owner, chunk, b.level, held.sole);
+                        }
                     }
+                    return Some(placed);
                 }
-                return Some(self.commit(chunk, b, e));
             }
         }
         if b.step <= 1 {
@@ -708,13 +719,32 @@ impl Pool {
     fn alloc_recorded(&self, b: &BuddyLayout, owner: usize) -> Option<Placed> {
         let pool = &self.arena.cores[owner];
         for _ in 0..MAX_RECORD_MISSES {
-            let (chunk, index) = pool.take_free(b.level)?;
+            let (chunk, index, sole) = pool.take_free(b.level)?;
             let e = Node { level: b.level, index };
             if chunk < self.arena.geometry.chunks && self.claim_in(chunk, b, e, true).is_ok() {
-                return Some(self.commit(chunk, b, e));
+                let placed = self.commit(chunk, b, e);
+                self.took_recorded(owner, chunk, b.level, sole);
+                return Some(placed);
             }
         }
         None
+    }
+
+    /// An allocation took the node of `level` in `chunk` that a record of `owner` named (its
+    /// claim came after it read the record). When the free that recorded it left it the only
+    /// free node of its level or a larger one there (`sole`, that free's epoch), and no free
+    /// came since, the chunk has none left: hide the level in the owner's maps as a search that
+    /// found nothing does, with that epoch as its probe (`arena/level_maps.rs`, *Take*).
+    #[inline(always)]
+    fn took_recorded(&self, owner: usize, chunk: usize, level: u32, sole: Option<Probe>) {
+        if let Some(epoch) = sole {
+            self.hide_taken(owner, chunk, level, epoch);
+        }
+    }
+
+    #[inline(never)]
+    fn hide_taken(&self, owner: usize, chunk: usize, level: u32, epoch: Probe) {
+        self.arena.cores[owner].maps.hide(&self.arena.space[chunk], chunk, level, epoch);
     }
 
     /// Search chunk `chunk` for block `b` (its epoch read as `probe` before). `thorough` also
@@ -883,5 +913,46 @@ impl Pool {
             overflow: false,
             class: None,
         })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::config::PoolConfig;
+    use crate::pool::pool::Pool;
+
+    /// A block of 1/64 of a chunk (below the size that goes to a free stretch first).
+    const BLOCK: usize = 32 << 10;
+    /// Its tree level in a chunk of 2 MiB.
+    const LEVEL: u32 = 6;
+
+    /// Two chunks full of blocks of one level, that level hidden by an allocation that found
+    /// no room; one block of each is freed, and its free records it as the only free node of
+    /// its level in its chunk. Two allocations take them again, the first through the hint of
+    /// the last free, the second through the record alone: neither leaves the level shown in
+    /// the core's maps, where no free node of it remains.
+    #[test]
+    fn a_take_through_a_free_node_record_hides_the_level_it_empties() {
+        let pool = Pool::new(PoolConfig::new(4 << 20).cores(1).slab_sizes(Vec::new())).unwrap();
+        let blocks: Vec<usize> = (0..128).map(|_| pool.alloc_raw(BLOCK, None).unwrap()).collect();
+        let chunk = |offset: usize| offset >> 21;
+        let (x, y) = (blocks[10], blocks[100]);
+        let (a, b) = (chunk(x), chunk(y));
+        assert_ne!(a, b);
+        assert!(pool.try_alloc_fast(BLOCK, None, 0).unwrap().is_none(), "the arena is full");
+        let maps = &pool.arena().cores[0].maps;
+        assert!(!maps.may_serve(LEVEL, a) && !maps.may_serve(LEVEL, b), "the failed allocation hid both");
+        pool.free_raw(x, BLOCK).unwrap();
+        pool.free_raw(y, BLOCK).unwrap();
+        assert!(maps.may_serve(LEVEL, a) && maps.may_serve(LEVEL, b), "each free shows its block");
+        assert_eq!(pool.alloc_raw(BLOCK, None).unwrap(), y, "the hint of the last free");
+        assert!(!maps.may_serve(LEVEL, b), "a stale bit: chunk {b} has no free node of the level left");
+        assert_eq!(pool.alloc_raw(BLOCK, None).unwrap(), x, "the record of the first free");
+        assert!(!maps.may_serve(LEVEL, a), "a stale bit: chunk {a} has no free node of the level left");
+        // A free shows the level again.
+        pool.free_raw(x, BLOCK).unwrap();
+        assert!(maps.may_serve(LEVEL, a));
+        assert_eq!(pool.alloc_raw(BLOCK, None).unwrap(), x);
+        pool.check().unwrap();
     }
 }
