@@ -3,7 +3,8 @@
 //! blocks with a front: checked against a model of units, misused without effect, and never
 //! placed without `run_tails`.
 
-use npumem_core::{Backing, Error, Handle, Pool, PoolConfig};
+use npumem_core::{Backing, CompactionMode, Error, Handle, Pool, PoolConfig};
+use std::time::Duration;
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -165,4 +166,73 @@ fn without_run_tails_no_small_block_has_a_front() {
     }
     assert!(placed > 50);
     p.check().unwrap();
+}
+
+/// Blocks of at most half a chunk with a front move in a compaction as buddy blocks, with
+/// their bytes: an evacuation of the chunk that holds a front and of the chunk that holds a
+/// tail moves the block out of both (once), a full compaction packs the rest, and the pool
+/// checks clean after each, with every kept block's bytes intact.
+#[test]
+fn small_blocks_with_a_front_move_with_their_bytes() {
+    let p = Pool::new(PoolConfig::new(32 * MIB).cores(1)).unwrap();
+    let mut rng = Rng(404);
+    let mut live: Vec<(Handle, usize, usize)> = Vec::new(); // handle, size, seed
+    for seed in 0..400 {
+        let size = rng.size(64 * KIB, MIB);
+        let Ok(h) = p.alloc(size, None, 0) else { break };
+        p.write(h, 0, &pattern(size, seed)).unwrap();
+        live.push((h, size, seed));
+    }
+    let fronted = |p: &Pool, live: &[(Handle, usize, usize)]| {
+        live.iter().filter(|(h, size, _)| has_front(p.block(*h).unwrap().offset, *size)).count()
+    };
+    assert!(fronted(&p, &live) >= 4, "{} blocks with a front", fronted(&p, &live));
+    // Free every other block: holes to compact into.
+    let mut kept = Vec::new();
+    for (i, block) in live.into_iter().enumerate() {
+        if i % 2 == 0 {
+            p.free(block.0).unwrap();
+        } else {
+            kept.push(block);
+        }
+    }
+    let verify = |p: &Pool, kept: &[(Handle, usize, usize)]| {
+        for &(h, size, seed) in kept {
+            let mut back = vec![0u8; size];
+            p.read(h, 0, &mut back).unwrap();
+            assert!(back == pattern(size, seed), "a kept block lost its bytes");
+        }
+    };
+    // Evacuate the chunks of one block with a front: its front's and its tail's.
+    {
+        let &(h, size, _) = kept
+            .iter()
+            .find(|(h, size, _)| has_front(p.block(*h).unwrap().offset, *size))
+            .expect("a kept block with a front");
+        let offset = p.block(h).unwrap().offset;
+        let chunks = vec![offset / CHUNK, (offset + size - 1) / CHUNK];
+        let token = p.pause(Duration::from_secs(5)).unwrap();
+        let done = p.compact_step(&token, &CompactionMode::Evacuate { chunks: chunks.clone() }, None);
+        p.resume(&token).unwrap();
+        done.unwrap();
+        p.check().unwrap();
+        let moved = p.block(h).unwrap();
+        assert!(!chunks.contains(&(moved.offset / CHUNK)), "the block at {offset} stayed in {chunks:?}");
+        assert!(p.blocks().iter().all(|b| !chunks.contains(&(b.offset / CHUNK))), "{chunks:?} still hold blocks");
+        verify(&p, &kept);
+    }
+    let before = p.stats();
+    let token = p.pause(Duration::from_secs(5)).unwrap();
+    let done = p.compact_step(&token, &CompactionMode::Full, None);
+    p.resume(&token).unwrap();
+    done.unwrap();
+    p.check().unwrap();
+    verify(&p, &kept);
+    let after = p.stats();
+    assert!(after.largest_free_block >= before.largest_free_block, "{before:?} -> {after:?}");
+    for (h, _, _) in kept {
+        p.free(h).unwrap();
+    }
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
 }

@@ -1,10 +1,11 @@
-//! Blocks with a front (with `PoolConfig::run_tails`, on by default): a block past half a chunk
-//! may start in the free end of a core chunk. Its *front* is that chunk's units from a bank
-//! boundary to the chunk's end (the aligned nodes that cover them, as a tail's cover a prefix);
-//! then come zero or more whole chunks from the global pool, then maybe a tail at the start of
-//! the chunk after them (a core chunk, as for a run with a tail, `tail.rs`). Consecutive large
-//! blocks so tile the arena: each one's front fills the end of the chunk the previous one's
-//! tail began, where otherwise only smaller blocks could go.
+//! Blocks with a front (with `PoolConfig::run_tails`, on by default): a block larger than a
+//! bank may start in the free end of a core chunk. Its *front* is that chunk's units from a
+//! bank boundary to the chunk's end (the aligned nodes that cover them, as a tail's cover a
+//! prefix); then come zero or more whole chunks from the global pool, then maybe a tail at the
+//! start of the chunk after them (a core chunk, as for a run with a tail, `tail.rs`). A block
+//! of at most half a chunk has no whole chunks: it straddles the boundary of two chunks.
+//! Consecutive blocks so tile the arena: each one's front fills the end of the chunk the
+//! previous one's tail began, where otherwise only smaller blocks could go.
 //!
 //! The shape follows from the block's offset and size alone ([`FrontLayout::of`]): a block whose
 //! requested bytes cross the end of the core chunk it starts in has a front (a buddy block never
@@ -24,6 +25,17 @@
 //! front. A buddy block of more than half a chunk takes such a spot only where one fits it
 //! (`Pool::place_large`); otherwise the buddy path places it.
 //!
+//! A smaller buddy block (larger than a bank, `Pool::place_straddling`), once 3/10 of the
+//! capacity is in use and the arena is not tight, when the core's own chunks cannot hold it
+//! and before a fresh chunk is cut: first the *frontier* ([`Arena::claim_at_frontier`]), the
+//! free end of the chunk where the last block placed here or by a best fit left room (a hint
+//! of a chunk and a unit: no tree is read, the claim decides); then the best fit among the
+//! free ends before the shortest free runs (at most [`FREE_END_READS`] read): a buddy block in
+//! that end, or a front there and a tail in a fresh chunk after it. When no chunk of the
+//! buddy path has room either (and in a tight arena, after its free stretches): the best fit
+//! over the free end of every core chunk and every boundary of two core chunks. So the holes
+//! at chunk ends that no single chunk could give a large request join.
+//!
 //! Taking one: its whole chunks (and a fresh tail chunk) are claimed from the global pool at
 //! once; a fresh tail chunk is granted to the allocating core with its levels hidden (as for a
 //! run with a tail); then the front's nodes and the tail's nodes are claimed, all or none
@@ -41,10 +53,12 @@
 //! front and the tail; a front's or a tail's chunk that this empties goes back to the global
 //! pool with them, not into its core's reserve.
 //!
-//! Compaction moves a block with a front only to another place with a front, where it holds as
-//! many bytes (`compaction/planners/movable.rs`, `pack.rs`): a full compaction tiles large
-//! blocks as allocation does; an evacuation does not move it, and the chunks its front and its
-//! tail touch are not emptied (their other blocks may leave).
+//! Compaction moves a block with a front of more than half a chunk only to another place with
+//! a front, where it holds as many bytes (`compaction/planners/movable.rs`, `pack.rs`): a full
+//! compaction tiles large blocks as allocation does; an evacuation does not move it, and the
+//! chunks its front and its tail touch are not emptied (their other blocks may leave). A
+//! smaller one moves as a buddy block, to a place inside one chunk ([`FrontLayout::small`]);
+//! an evacuation of its front's chunk or of its tail's moves it out of both.
 //!
 //! A chunk granted to a core for small blocks comes from the far end of a free run when the
 //! chunk before the run was granted for a tail, its rest still hidden, and has a quarter of a

@@ -473,6 +473,7 @@ impl Pool {
                 .place_large(request, Layout::Buddy(b), core)
                 .or_else(|| self.place_block(&b, request.align, core, reach))
                 .or_else(|| self.place_run(1, 1, request.size)),
+            // Larger than a bank: maybe across two chunks (`Pool::place_straddling`).
             Layout::Buddy(b) if self.straddles(&b, request.align, reach) => {
                 self.place_straddling(request, b, core, reach)
             }
@@ -493,14 +494,15 @@ impl Pool {
             && align <= g.chunk_size
     }
 
-    /// A buddy block that may take a front (`arena/front.rs`). While the arena is not tight,
-    /// a block that the core's own chunks cannot hold takes the *frontier* (the free end of
-    /// the chunk where the last block with a front left room, or a front there and a tail in
-    /// the next chunk), else the best fit among the free ends of core chunks before free
-    /// chunks, before the buddy path cuts a fresh chunk: so such blocks tile the arena across
-    /// chunk ends instead of leaving each chunk's end to smaller blocks. In a tight arena the
-    /// buddy path (free stretches first). When neither has room: the best fit among the free
-    /// ends of every core chunk and the boundaries of two core chunks (a front and a tail).
+    /// A buddy block that may take a front (`arena/front.rs`). Once [`STRADDLE_FROM`] of the
+    /// capacity is published and while the arena is not tight, a block that the core's own
+    /// chunks cannot hold takes the *frontier* (the free end of the chunk where the last such
+    /// block left room, or a front there and a tail in the next chunk), else the best fit
+    /// among the free ends of core chunks before free chunks, before the buddy path cuts a
+    /// fresh chunk: so such blocks tile the arena across chunk ends instead of leaving each
+    /// chunk's end to smaller blocks. Otherwise the buddy path (in a tight arena, free
+    /// stretches first). When nothing has room: the best fit among the free ends of every core
+    /// chunk and the boundaries of two core chunks (a front and a tail).
     #[inline(never)]
     fn place_straddling(&self, request: &Request, b: BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
         let g = &self.arena.geometry;
