@@ -146,7 +146,7 @@ fn fill(capacity: usize, lo: usize, hi: usize, seed: u64) -> f64 {
 /// Floors on the fill per band (256 MiB, a few seeds each): what this build reaches, so that a
 /// change that strands more of the arena fails here. The goal is 95% in every band. Blocks
 /// with a front tile the arena (`arena/front.rs`): from 1 to 8 MiB the 98% goal holds; from
-/// 4 KiB to 1 MiB, once 3/10 of the arena is in use, a block that the core's chunks cannot hold
+/// 4 KiB to 1 MiB, once 27% of the arena is in use, a block that the core's chunks cannot hold
 /// takes the free end of a chunk (with a tail in the next) before a fresh chunk is cut, which
 /// brings 64 KiB-1 MiB to 0.94 (4-64 KiB stays near 0.87: its holes are mostly inside chunks,
 /// shorter than the next request).

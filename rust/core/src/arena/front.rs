@@ -25,7 +25,7 @@
 //! front. A buddy block of more than half a chunk takes such a spot only where one fits it
 //! (`Pool::place_large`); otherwise the buddy path places it.
 //!
-//! A smaller buddy block (larger than a bank, `Pool::place_straddling`), once 3/10 of the
+//! A smaller buddy block (larger than a bank, `Pool::place_straddling`), once 27% of the
 //! capacity is in use and the arena is not tight, when the core's own chunks cannot hold it
 //! and before a fresh chunk is cut: first the *frontier* ([`Arena::claim_at_frontier`]), the
 //! free end of the chunk where the last block placed here or by a best fit left room (a hint

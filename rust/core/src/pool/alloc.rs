@@ -52,8 +52,10 @@ const PACK_FIRST: u64 = 32;
 /// A block that may take a front tries the frontier and the free ends before free chunks only
 /// once the bytes the cores published for buddy blocks and runs reach this share of the
 /// capacity (`Pool::place_straddling`): below it, fresh chunks keep blocks inside one chunk,
-/// where a compaction can move them out of chunks it empties.
-const STRADDLE_FROM: (u64, u64) = (3, 10);
+/// where a compaction can move them out of chunks it empties and holes stay inside chunks.
+/// From the start, 64 KiB-1 MiB would fill to 0.98 of the arena; from 27%, 0.95; from half,
+/// 0.91 (`benches/examples/mixed_sizes --only fill`).
+const STRADDLE_FROM: (u64, u64) = (27, 100);
 
 thread_local! {
     /// The longest free stretch (in units) that the calling thread's last failed search for a
