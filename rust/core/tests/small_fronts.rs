@@ -58,7 +58,8 @@ fn pattern(size: usize, seed: usize) -> Vec<u8> {
 /// units: every block lies inside the arena, holds at least its request, overlaps no other
 /// block (those across a chunk boundary included) and keeps its bytes; one with a front
 /// reserves its request rounded up to a unit; many blocks take a front; each pool checks clean
-/// after every step, and every block frees to an empty pool whose chunks all join again.
+/// after every step and its snapshot tiles the arena, and every block frees to an empty pool
+/// whose chunks all join again.
 #[test]
 fn small_blocks_with_a_front_against_a_unit_model() {
     let capacity = 24 * MIB;
@@ -93,6 +94,12 @@ fn small_blocks_with_a_front_against_a_unit_model() {
                 placed += 1;
             }
             p.check().unwrap();
+            // The snapshot accounts for every unit: blocks, free runs and slabs tile the arena.
+            let snap = p.snapshot().unwrap();
+            assert!(snap.untracked.is_empty(), "{:?}", snap.untracked);
+            let blocks: usize = snap.blocks.iter().map(|b| b.block_bytes).sum();
+            let free: usize = snap.free_runs.iter().chain(&snap.slab_cached).map(|e| e.len).sum();
+            assert_eq!(blocks + free, capacity, "the snapshot tiles the arena");
             for _ in 0..held.len() * 3 / 4 {
                 let i = rng.next() as usize % held.len();
                 give_back(&p, &mut model, held.swap_remove(i));
