@@ -144,15 +144,16 @@ fn fill(capacity: usize, lo: usize, hi: usize, seed: u64) -> f64 {
 }
 
 /// Floors on the fill per band (256 MiB, a few seeds each): what this build reaches, so that a
-/// change that strands more of the arena fails here. The goal is 95% in every band: blocks
-/// start at their enclosing node until no such node is free anywhere, and the tails then left
-/// are mostly shorter than the next request (a free stretch serves a block only where it fits).
-/// From 1 to 8 MiB, blocks with a front tile the arena (`arena/front.rs`), and the 98% goal
-/// holds.
+/// change that strands more of the arena fails here. The goal is 95% in every band. Blocks
+/// with a front tile the arena (`arena/front.rs`): from 1 to 8 MiB the 98% goal holds; from
+/// 4 KiB to 1 MiB, once 27% of the arena is in use, a block that the core's chunks cannot hold
+/// takes the free end of a chunk (with a tail in the next) before a fresh chunk is cut, which
+/// brings 64 KiB-1 MiB to 0.94 (4-64 KiB stays near 0.87: its holes are mostly inside chunks,
+/// shorter than the next request).
 #[test]
 fn fill_floors_per_band() {
     let bands: [(usize, usize, f64); 4] =
-        [(4 * KIB, 64 * KIB, 0.83), (64 * KIB, MIB, 0.88), (MIB, 8 * MIB, 0.98), (64, 8 * MIB, 0.93)];
+        [(4 * KIB, 64 * KIB, 0.85), (64 * KIB, MIB, 0.93), (MIB, 8 * MIB, 0.98), (64, 8 * MIB, 0.96)];
     for (lo, hi, floor) in bands {
         for seed in [1u64, 7, 12345] {
             let share = fill(256 * MIB, lo, hi, seed);

@@ -177,6 +177,8 @@ struct Run {
     remote_frees: AtomicU64,
     /// Blocks placed with a front: from inside a chunk past its end (`arena/front.rs`).
     fronted: AtomicU64,
+    /// Of those, blocks of at most half a chunk: across the boundary of two core chunks.
+    straddling: AtomicU64,
 }
 
 impl Run {
@@ -195,6 +197,7 @@ impl Run {
             kept: AtomicU64::new(0),
             remote_frees: AtomicU64::new(0),
             fronted: AtomicU64::new(0),
+            straddling: AtomicU64::new(0),
             scale,
         }
     }
@@ -270,6 +273,9 @@ impl Run {
                             let chunk = self.pool.config().chunk_size;
                             if info.offset % chunk != 0 && info.offset % chunk + size > chunk {
                                 self.fronted.fetch_add(1, Ordering::Relaxed);
+                                if size <= chunk / 2 {
+                                    self.straddling.fetch_add(1, Ordering::Relaxed);
+                                }
                             }
                             let now = self.live_bytes.fetch_add(info.block_bytes, Ordering::Relaxed) + info.block_bytes;
                             self.peak_live_bytes.fetch_max(now, Ordering::Relaxed);
@@ -350,11 +356,14 @@ fn scale_from_env() -> Scale {
 /// test-stress does), fill each block with a pattern, hand blocks to each other through
 /// bounded mailboxes (so many frees are remote, and the live set stays bounded at any number
 /// of operations however the threads are scheduled), check the pattern at free, and register
-/// every live block in the occupancy bitmap (every live block against every other). Blocks of
-/// 1-4 MiB take fronts (`arena/front.rs`) as they come and go: some must be placed so when the
-/// sizes reach that far. At the end every byte is free and `check()` passes, and no small
-/// allocation failed while the live set and the request together were at most half the arena.
-/// Knobs from the environment:
+/// every live block in the occupancy bitmap (every live block against every other). Blocks
+/// take fronts (`arena/front.rs`) as they come and go: some must be placed so when the sizes
+/// reach that far. A second run caps the sizes at half a chunk with fewer slots (16) in a
+/// 32 MiB arena, which stays below the occupancy at which the arena counts as tight: there,
+/// blocks of at most half a chunk must be placed across the boundary of two core chunks (both
+/// runs print how many were). At the end of each run every byte is free and `check()` passes,
+/// and no small allocation failed while the live set and the request together were at most
+/// half the arena. Knobs from the environment:
 /// `NPUMEM_STRESS_THREADS`, `NPUMEM_STRESS_ITERS` (operations per thread, half of them
 /// allocations), `NPUMEM_STRESS_SLOTS` (live blocks per thread; a mailbox holds four times as many),
 /// `NPUMEM_STRESS_MAX_SIZE` (caps the sizes) and `NPUMEM_STRESS_CAPACITY_MIB` (the arena).
@@ -362,6 +371,20 @@ fn scale_from_env() -> Scale {
 #[test]
 fn stress_mixed_sizes_remote_frees_no_overlap_no_corruption() {
     let scale = scale_from_env();
+    let (fronted, _) = stress_run(scale);
+    if scale.max_size > 3 << 20 && scale.ops >= 1000 {
+        assert!(fronted > 0, "no block was placed with a front: the stress test does not exercise them");
+    }
+    let small = Scale { slots: 16, max_size: scale.max_size.min(1 << 20), capacity: 32 * MIB, ..scale };
+    let (_, straddling) = stress_run(small);
+    if small.max_size > 64 << 10 && small.ops >= 1000 {
+        assert!(straddling > 0, "no block of at most half a chunk was placed across a chunk boundary");
+    }
+}
+
+/// One run of the stress test at `scale`, its figures printed: the blocks placed with a front,
+/// and those of them of at most half a chunk.
+fn stress_run(scale: Scale) -> (u64, u64) {
     let started = std::time::Instant::now();
     let run = Run::new(scale);
     std::thread::scope(|s| {
@@ -373,10 +396,11 @@ fn stress_mixed_sizes_remote_frees_no_overlap_no_corruption() {
     run.finish();
     let verified = run.verified.load(Ordering::Relaxed);
     let fronted = run.fronted.load(Ordering::Relaxed);
+    let straddling = run.straddling.load(Ordering::Relaxed);
     println!(
         "stress: {} threads x {} operations, {} slots, on {} MiB: {} allocations ({} failed for want of space, \
-         {fronted} with a front), peak live set {:.1} MiB, {} remote frees, {} hand-overs refused by a full \
-         mailbox, {verified} bytes verified ({:.1} GB), {:.1} s",
+         {fronted} with a front, {straddling} of them of at most half a chunk), peak live set {:.1} MiB, {} \
+         remote frees, {} hand-overs refused by a full mailbox, {verified} bytes verified ({:.1} GB), {:.1} s",
         scale.threads,
         scale.ops,
         scale.slots,
@@ -389,9 +413,7 @@ fn stress_mixed_sizes_remote_frees_no_overlap_no_corruption() {
         verified as f64 / 1e9,
         started.elapsed().as_secs_f64()
     );
-    if scale.max_size > 3 << 20 && scale.ops >= 1000 {
-        assert!(fronted > 0, "no block was placed with a front: the stress test does not exercise them");
-    }
+    (fronted, straddling)
 }
 
 /// The scheduling that filled the arena, made deterministic: thread 0 runs all its operations

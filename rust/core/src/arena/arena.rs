@@ -40,6 +40,9 @@ pub(crate) struct Arena {
     pub(crate) regions: Regions,
     /// Where the next partial reveal of a failing allocation starts (`reveal.rs`).
     pub(crate) reveal_cursor: AtomicU64,
+    /// Where the free end of a core chunk that the next block with a front tries first starts:
+    /// the chunk plus one and the unit (0: none; a hint, `front.rs`).
+    pub(crate) frontier: AtomicU64,
     /// Whether the global pool ran out of chunks (`tight.rs`).
     pub(crate) tight: Tight,
 }
@@ -105,6 +108,7 @@ impl Arena {
             geometry,
             regions,
             reveal_cursor: AtomicU64::new(0),
+            frontier: AtomicU64::new(0),
             tight: Tight::default(),
         };
         if let Some(last) = arena.geometry.chunks.checked_sub(1) {

@@ -1,10 +1,11 @@
-//! Blocks with a front (with `PoolConfig::run_tails`, on by default): a block past half a chunk
-//! may start in the free end of a core chunk. Its *front* is that chunk's units from a bank
-//! boundary to the chunk's end (the aligned nodes that cover them, as a tail's cover a prefix);
-//! then come zero or more whole chunks from the global pool, then maybe a tail at the start of
-//! the chunk after them (a core chunk, as for a run with a tail, `tail.rs`). Consecutive large
-//! blocks so tile the arena: each one's front fills the end of the chunk the previous one's
-//! tail began, where otherwise only smaller blocks could go.
+//! Blocks with a front (with `PoolConfig::run_tails`, on by default): a block larger than a
+//! bank may start in the free end of a core chunk. Its *front* is that chunk's units from a
+//! bank boundary to the chunk's end (the aligned nodes that cover them, as a tail's cover a
+//! prefix); then come zero or more whole chunks from the global pool, then maybe a tail at the
+//! start of the chunk after them (a core chunk, as for a run with a tail, `tail.rs`). A block
+//! of at most half a chunk has no whole chunks: it straddles the boundary of two chunks.
+//! Consecutive blocks so tile the arena: each one's front fills the end of the chunk the
+//! previous one's tail began, where otherwise only smaller blocks could go.
 //!
 //! The shape follows from the block's offset and size alone ([`FrontLayout::of`]): a block whose
 //! requested bytes cross the end of the core chunk it starts in has a front (a buddy block never
@@ -24,6 +25,17 @@
 //! front. A buddy block of more than half a chunk takes such a spot only where one fits it
 //! (`Pool::place_large`); otherwise the buddy path places it.
 //!
+//! A smaller buddy block (larger than a bank, `Pool::place_straddling`), once 27% of the
+//! capacity is in use and the arena is not tight, when the core's own chunks cannot hold it
+//! and before a fresh chunk is cut: first the *frontier* ([`Arena::claim_at_frontier`]), the
+//! free end of the chunk where the last block placed here or by a best fit left room (a hint
+//! of a chunk and a unit: no tree is read, the claim decides); then the best fit among the
+//! free ends before the shortest free runs (at most [`FREE_END_READS`] read): a buddy block in
+//! that end, or a front there and a tail in a fresh chunk after it. When no chunk of the
+//! buddy path has room either (and in a tight arena, after its free stretches): the best fit
+//! over the free end of every core chunk and every boundary of two core chunks. So the holes
+//! at chunk ends that no single chunk could give a large request join.
+//!
 //! Taking one: its whole chunks (and a fresh tail chunk) are claimed from the global pool at
 //! once; a fresh tail chunk is granted to the allocating core with its levels hidden (as for a
 //! run with a tail); then the front's nodes and the tail's nodes are claimed, all or none
@@ -41,10 +53,12 @@
 //! front and the tail; a front's or a tail's chunk that this empties goes back to the global
 //! pool with them, not into its core's reserve.
 //!
-//! Compaction moves a block with a front only to another place with a front, where it holds as
-//! many bytes (`compaction/planners/movable.rs`, `pack.rs`): a full compaction tiles large
-//! blocks as allocation does; an evacuation does not move it, and the chunks its front and its
-//! tail touch are not emptied (their other blocks may leave).
+//! Compaction moves a block with a front of more than half a chunk only to another place with
+//! a front, where it holds as many bytes (`compaction/planners/movable.rs`, `pack.rs`): a full
+//! compaction tiles large blocks as allocation does; an evacuation does not move it, and the
+//! chunks its front and its tail touch are not emptied (their other blocks may leave). A
+//! smaller one moves as a buddy block, to a place inside one chunk ([`FrontLayout::small`]);
+//! an evacuation of its front's chunk or of its tail's moves it out of both.
 //!
 //! A chunk granted to a core for small blocks comes from the far end of a free run when the
 //! chunk before the run was granted for a tail, its rest still hidden, and has a quarter of a
@@ -65,6 +79,10 @@ use crate::util::sync::Ordering;
 /// Bits of a front word that hold the front's first unit (the units above): a chunk of more
 /// units has no fronts.
 const START_BITS: u32 = 24;
+
+/// Free ends before free runs that a block with a front of at most half a chunk reads to find
+/// its place while free chunks are left ([`Arena::claim_large_in`]), at most.
+const FREE_END_READS: usize = 4;
 
 /// The shape of a block with a front (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +128,12 @@ impl FrontLayout {
         let whole_fit = chunks == 0 || g.usable_units(chunk + chunks) == upc;
         let tail_fits = tail_units == 0 || (f.tail_chunk() < g.chunks && tail_units <= g.usable_units(f.tail_chunk()));
         (chunk + chunks < g.chunks && whole_fit && tail_fits).then_some(f)
+    }
+
+    /// Whether a block of `size` bytes with a front is a buddy block elsewhere (at most half
+    /// a chunk): a compaction moves it as one, to a place inside one chunk.
+    pub(crate) fn small(g: &Geometry, size: usize) -> bool {
+        matches!(g.layout(size, 1), Layout::Buddy(b) if b.level > 0)
     }
 
     /// Units of the front.
@@ -221,10 +245,17 @@ impl Arena {
     /// its end now (its tree read once; a claim decides); `None` when it is not a whole core
     /// chunk, or is empty (a front would take all of it), or nothing is free there.
     pub(crate) fn front_start(&self, chunk: usize, align: u64) -> Option<u64> {
+        if chunk + 1 >= self.geometry.chunks {
+            return None;
+        }
+        self.free_end_start(chunk, align)
+    }
+
+    /// [`Arena::front_start`], also for the arena's last chunk (a buddy block in its free end).
+    fn free_end_start(&self, chunk: usize, align: u64) -> Option<u64> {
         let g = &self.geometry;
         let upc = g.units_per_chunk();
-        if chunk + 1 >= g.chunks
-            || g.usable_units(chunk) != upc
+        if g.usable_units(chunk) != upc
             || !matches!(self.global.state(chunk), ChunkState::Core(_))
             || self.space[chunk].free_units() == 0
         {
@@ -262,13 +293,32 @@ impl Arena {
     /// fit among the free runs, with or without a front (see the module documentation).
     /// Returns its offset and bytes.
     pub(crate) fn claim_large(&self, size: usize, layout: Layout, align: u64, core: usize) -> Option<(usize, usize)> {
+        self.claim_large_in(size, layout, align, core, true)
+    }
+
+    /// [`Arena::claim_large`]; without `pairs`, only the places next to free runs (no scan of
+    /// every chunk).
+    pub(crate) fn claim_large_in(
+        &self,
+        size: usize,
+        layout: Layout,
+        align: u64,
+        core: usize,
+        pairs: bool,
+    ) -> Option<(usize, usize)> {
         let g = &self.geometry;
         let mut refused: Vec<usize> = Vec::new();
         loop {
             let epoch = self.global.epoch();
             let runs = self.global.free_runs(&|_| false);
-            let mut candidates = self.large_candidates(&runs, size, layout, align, &refused);
-            self.pair_candidates(size, align, &refused, &mut candidates);
+            let mut candidates = if pairs || matches!(self.global.placement(), Placement::FirstFit) {
+                self.large_candidates(&runs, size, layout, align, &refused)
+            } else {
+                self.shortest_run_candidates(runs, size, layout, align, &refused)
+            };
+            if pairs {
+                self.pair_candidates(size, layout, align, &refused, &mut candidates);
+            }
             match self.global.placement() {
                 Placement::BestFit => {
                     candidates.sort_unstable_by_key(|&(len, hole, spot)| (len, hole, spot.rank(), spot.first_chunk()))
@@ -307,6 +357,7 @@ impl Arena {
                         && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
                     if taken {
                         self.space[chunk].take(b.units);
+                        self.set_frontier(chunk, at + b.units);
                     } else {
                         refused.push(chunk);
                     }
@@ -379,12 +430,41 @@ impl Arena {
         out
     }
 
+    /// [`Arena::large_candidates`] of the shortest free runs that offer a place (best fit
+    /// picks among them), so that only the free ends before those runs are read, at most
+    /// [`FREE_END_READS`] of them.
+    fn shortest_run_candidates(
+        &self,
+        mut runs: Vec<FreeRun>,
+        size: usize,
+        layout: Layout,
+        align: u64,
+        refused: &[usize],
+    ) -> Vec<(usize, u64, Spot)> {
+        runs.sort_unstable_by_key(|run| (run.len, run.start));
+        let mut out: Vec<(usize, u64, Spot)> = Vec::new();
+        for (read, run) in runs.iter().enumerate() {
+            if read == FREE_END_READS || out.first().is_some_and(|&(len, ..)| len != run.len) {
+                break;
+            }
+            out.extend(self.large_candidates(std::slice::from_ref(run), size, layout, align, refused));
+        }
+        out
+    }
+
     /// The places for a block of `size` bytes (less than two chunks) across the boundary of two
     /// core chunks: its front in the free end of one, its tail in the free start of the next;
     /// each with run length 0 and the units of the free room there (the key of best fit: the
     /// tightest spot first). Two loads per chunk rule most pairs out; the trees of the rest
     /// are read once.
-    fn pair_candidates(&self, size: usize, align: u64, refused: &[usize], out: &mut Vec<(usize, u64, Spot)>) {
+    fn pair_candidates(
+        &self,
+        size: usize,
+        layout: Layout,
+        align: u64,
+        refused: &[usize],
+        out: &mut Vec<(usize, u64, Spot)>,
+    ) {
         let g = &self.geometry;
         let upc = g.units_per_chunk();
         if size >= 2 * g.chunk_size {
@@ -393,15 +473,33 @@ impl Arena {
         let units = size.div_ceil(g.min_block) as u64;
         let end = self.global.end();
         let core_chunk = |c: usize| matches!(self.global.state(c), ChunkState::Core(_)) && !refused.contains(&c);
-        for chunk in 0..end.saturating_sub(1) {
+        for chunk in 0..end {
             let next = chunk + 1;
+            if next == end {
+                // The last chunk: only a buddy block in its free end.
+                if let Layout::Buddy(b) = layout {
+                    if self.space[chunk].free_units() >= units && core_chunk(chunk) {
+                        if let Some(at) = self.free_end_start(chunk, align).filter(|&at| at + b.units <= upc) {
+                            out.push((0, upc - at, Spot::Packed(chunk, at)));
+                        }
+                    }
+                }
+                break;
+            }
             if self.space[chunk].free_units().min(upc) + self.space[next].free_units().min(upc) < units
                 || !core_chunk(chunk)
                 || !core_chunk(next)
             {
                 continue;
             }
-            let Some(f) = self.front_start(chunk, align).and_then(|at| FrontLayout::at(g, chunk, at, size)) else {
+            let Some(at) = self.front_start(chunk, align) else { continue };
+            let Some(f) = FrontLayout::at(g, chunk, at, size) else {
+                // The block fits in the free end: a buddy block there, ranked by that end.
+                if let Layout::Buddy(b) = layout {
+                    if at + b.units <= upc {
+                        out.push((0, upc - at, Spot::Packed(chunk, at)));
+                    }
+                }
                 continue;
             };
             if f.chunks > 0 || f.tail_units == 0 {
@@ -412,6 +510,62 @@ impl Arena {
                 out.push((0, f.front_units(g) + start_room, Spot::Front(f, FrontTail::Shared)));
             }
         }
+    }
+
+    /// Take buddy block `b` of `size` bytes at the *frontier*: the free end of the core chunk
+    /// where the last block placed by [`Arena::claim_large`] or here left room, as that
+    /// placement recorded it ([`Arena::set_frontier`]; a hint: the claim decides, and a claim
+    /// that fails clears it). There, a buddy block when the free end holds it, else a block
+    /// with a front there and its tail at the start of the next chunk (a free chunk, granted
+    /// for it with its rest hidden, or a core chunk whose start is free); the frontier then
+    /// moves past the block. No tree is read but a shared tail's chunk. Returns the block's
+    /// offset and bytes.
+    pub(crate) fn claim_at_frontier(
+        &self,
+        size: usize,
+        b: &BuddyLayout,
+        align: u64,
+        core: usize,
+    ) -> Option<(usize, usize)> {
+        let g = &self.geometry;
+        let upc = g.units_per_chunk();
+        let word = self.frontier.load(Ordering::Relaxed);
+        let chunk = ((word >> START_BITS) as usize).checked_sub(1)?;
+        let at = (word & ((1 << START_BITS) - 1)).next_multiple_of(align);
+        if chunk >= g.chunks || at == 0 || at >= upc || !matches!(self.global.state(chunk), ChunkState::Core(_)) {
+            return None;
+        }
+        if at + b.units <= upc {
+            let taken = self.space[chunk].free_units() >= b.units
+                && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
+            if !taken {
+                self.frontier.store(0, Ordering::Relaxed);
+                return None;
+            }
+            self.space[chunk].take(b.units);
+            self.set_frontier(chunk, at + b.units);
+            return Some((g.offset_of(chunk, at), (b.units as usize) << g.unit_shift));
+        }
+        let f = FrontLayout::at(g, chunk, at, size).filter(|f| f.chunks == 0 && f.tail_units > 0)?;
+        let next = f.tail_chunk();
+        let tail = match self.global.state(next) {
+            ChunkState::Free => FrontTail::Fresh,
+            ChunkState::Core(_) if self.tail_fits_at_start(next, f.tail_units) => FrontTail::Shared,
+            _ => return None,
+        };
+        let mut refused = Vec::new();
+        if !self.try_front_at(&f, tail, core, &mut refused) {
+            self.frontier.store(0, Ordering::Relaxed);
+            return None;
+        }
+        Some((f.offset(g), f.bytes(g)))
+    }
+
+    /// Make unit `start` of core chunk `chunk` the frontier: the start of the room a block
+    /// placed there left at the chunk's end ([`Arena::claim_at_frontier`]).
+    #[inline]
+    fn set_frontier(&self, chunk: usize, start: u64) {
+        self.frontier.store(((chunk as u64 + 1) << START_BITS) | start, Ordering::Relaxed);
     }
 
     /// Try to take the block with front `f` and its tail `tail`; `false` when a claim failed
@@ -450,6 +604,9 @@ impl Arena {
         match claimed {
             Ok(()) => {
                 self.complete_front(f);
+                if f.tail_units > 0 {
+                    self.set_frontier(last, f.tail_units);
+                }
                 true
             }
             Err(which) => {

@@ -94,7 +94,8 @@ pub(crate) fn give_front_and_tail(
 #[cfg(all(test, loom))]
 mod loom_models {
     //! A block with a front claimed across two chunks' trees while other blocks claim nodes
-    //! there: no unit is ever held twice, a claim that fails leaves nothing taken, and of two
+    //! there (other fronts, buddy blocks, a block taken at the frontier): no unit is ever held
+    //! twice, a claim that fails leaves nothing taken, and of two
     //! frees of one block exactly one wins.
     use super::*;
     use crate::arena::layout::BuddyLayout;
@@ -153,6 +154,32 @@ mod loom_models {
             let want_b = [mine || theirs || pair, mine || pair, false, false];
             assert_eq!(held_a, want_a, "tree A after mine={mine} theirs={theirs}");
             assert_eq!(held_b, want_b, "tree B after mine={mine} theirs={theirs} pair={pair}");
+        });
+    }
+
+    /// A block of at most half a chunk with a front across the boundary of two chunks (units
+    /// 1..4 of A and unit 0 of B) against a buddy block taken at the frontier, the free end of
+    /// A (units 2..4, as `Arena::claim_at_frontier` takes one, `take_nodes`), and one taken at
+    /// B's start (units 0..2): at most one of the first two wins, and what each winner holds
+    /// is exactly its block.
+    #[test]
+    fn a_front_and_a_block_at_the_frontier_never_share_a_unit() {
+        loom::model(|| {
+            let (shape, a, b) = two_trees();
+            let (s2, a2) = (shape.clone(), a.clone());
+            let packed = thread::spawn(move || take_nodes(&s2, &a2, layout(2).pieces_at(2, 2)));
+            let (s3, b3) = (shape.clone(), b.clone());
+            let pair = thread::spawn(move || take_nodes(&s3, &b3, layout(2).pieces_at(2, 0)));
+            let mine =
+                take_front_and_tail(&shape, &a, layout(3).pieces_at(2, 1), &b, layout(1).pieces_at(2, 0)).is_ok();
+            let at_frontier = packed.join().unwrap();
+            let at_start = pair.join().unwrap();
+            assert!(!(mine && at_frontier), "the front and the block at the frontier share units 2..4 of A");
+            assert!(!(mine && at_start), "the tail and the block at B's start share unit 0 of B");
+            let want_a = [false, mine, mine || at_frontier, mine || at_frontier];
+            let want_b = [mine || at_start, at_start, false, false];
+            assert_eq!(units_held(&shape, &a), want_a, "tree A after mine={mine} frontier={at_frontier}");
+            assert_eq!(units_held(&shape, &b), want_b, "tree B after mine={mine} start={at_start}");
         });
     }
 

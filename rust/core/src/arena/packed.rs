@@ -228,6 +228,8 @@ mod tests {
                 let chunk = g.chunk_of(info.offset);
                 let from = g.unit_in_chunk(info.offset);
                 for u in from..from + (info.block_bytes / g.min_block) as u64 {
+                    // A block with a front goes on at the start of the next chunk.
+                    let (chunk, u) = (chunk + (u / units) as usize, u % units);
                     let word = &mut model[chunk][(u / 64) as usize];
                     assert_eq!(*word & (1 << (u % 64)), 0, "two live blocks share unit {u} of chunk {chunk}");
                     *word |= 1 << (u % 64);

@@ -49,6 +49,14 @@ const FREED_RECORD_LEVELS: u32 = 3;
 /// free stretch first (`arena/tight.rs`).
 const PACK_FIRST: u64 = 32;
 
+/// A block that may take a front tries the frontier and the free ends before free chunks only
+/// once the bytes the cores published for buddy blocks and runs reach this share of the
+/// capacity (`Pool::place_straddling`): below it, fresh chunks keep blocks inside one chunk,
+/// where a compaction can move them out of chunks it empties and holes stay inside chunks.
+/// From the start, 64 KiB-1 MiB would fill to 0.98 of the arena; from 27%, 0.95; from half,
+/// 0.91 (`benches/examples/mixed_sizes --only fill`).
+const STRADDLE_FROM: (u64, u64) = (27, 100);
+
 thread_local! {
     /// The longest free stretch (in units) that the calling thread's last failed search for a
     /// free stretch learnt of (`Pool::place_packed`), for its out-of-memory error.
@@ -467,9 +475,57 @@ impl Pool {
                 .place_large(request, Layout::Buddy(b), core)
                 .or_else(|| self.place_block(&b, request.align, core, reach))
                 .or_else(|| self.place_run(1, 1, request.size)),
+            // Larger than a bank: maybe across two chunks (`Pool::place_straddling`).
+            Layout::Buddy(b) if self.straddles(&b, request.align, reach) => {
+                self.place_straddling(request, b, core, reach)
+            }
             Layout::Buddy(b) => self.place_block(&b, request.align, core, reach),
             layout @ (Layout::Run { .. } | Layout::RunTail { .. }) => self.place_large(request, layout, core),
         }
+    }
+
+    /// Whether buddy block `b` (of at most half a chunk) may take a front: with `run_tails`, a
+    /// block larger than a bank (a smaller one never straddles a bank, let alone a chunk),
+    /// aligned to at most a chunk, on the full path.
+    #[inline]
+    fn straddles(&self, b: &BuddyLayout, align: usize, reach: Reach) -> bool {
+        let g = &self.arena.geometry;
+        reach == Reach::Full
+            && g.tails
+            && b.units as usize * g.min_block > self.config.bank_size
+            && align <= g.chunk_size
+    }
+
+    /// A buddy block that may take a front (`arena/front.rs`). Once [`STRADDLE_FROM`] of the
+    /// capacity is published and while the arena is not tight, a block that the core's own
+    /// chunks cannot hold takes the *frontier* (the free end of the chunk where the last such
+    /// block left room, or a front there and a tail in the next chunk), else the best fit
+    /// among the free ends of core chunks before free chunks, before the buddy path cuts a
+    /// fresh chunk: so such blocks tile the arena across chunk ends instead of leaving each
+    /// chunk's end to smaller blocks. Otherwise the buddy path (in a tight arena, free
+    /// stretches first). When nothing has room: the best fit among the free ends of every core
+    /// chunk and the boundaries of two core chunks (a front and a tail).
+    #[inline(never)]
+    fn place_straddling(&self, request: &Request, b: BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
+        let g = &self.arena.geometry;
+        let align = g.bank_units.max((request.align >> g.unit_shift) as u64);
+        let spanned = |(offset, block_bytes): (usize, usize)| Placed {
+            offset,
+            block_bytes,
+            route: Route::Global,
+            overflow: false,
+            class: None,
+        };
+        let published = self.counters.published_bytes();
+        let placed = if self.packs_first() || published * STRADDLE_FROM.1 < self.capacity() as u64 * STRADDLE_FROM.0 {
+            self.place_block(&b, request.align, core, reach)
+        } else {
+            self.alloc_in_core(&b, core)
+                .or_else(|| self.arena.claim_at_frontier(request.size, &b, align, core).map(spanned))
+                .or_else(|| self.arena.claim_large_in(request.size, Layout::Buddy(b), align, core, false).map(spanned))
+                .or_else(|| self.place_block(&b, request.align, core, reach))
+        };
+        placed.or_else(|| self.arena.claim_large(request.size, Layout::Buddy(b), align, core).map(spanned))
     }
 
     pub(crate) fn place_buddy(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {

@@ -1,0 +1,245 @@
+//! Blocks of at most half a chunk with a front (`arena/front.rs`): the free end of one core
+//! chunk and the free start of the next. They are placed, freed and refused like the larger
+//! blocks with a front: checked against a model of units, misused without effect, and never
+//! placed without `run_tails`.
+
+use npumem_core::{Backing, CompactionMode, Error, Handle, Pool, PoolConfig};
+use std::time::Duration;
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+const CHUNK: usize = 2 * MIB;
+const UNIT: usize = 256;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Log-uniform in `[lo, hi]`.
+    fn size(&mut self, lo: usize, hi: usize) -> usize {
+        let (l, h) = ((lo as f64).ln(), (hi as f64).ln());
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        ((l + u * (h - l)).exp() as usize).clamp(lo, hi)
+    }
+}
+
+/// Whether the block `[offset, +size)` starts inside a chunk and its requested bytes go on past
+/// that chunk's end.
+fn has_front(offset: usize, size: usize) -> bool {
+    offset % CHUNK != 0 && offset % CHUNK + size > CHUNK
+}
+
+/// One flag per unit of the arena: which units live blocks hold.
+struct Units(Vec<bool>);
+
+impl Units {
+    /// Mark the units of `[offset, offset + len)` held (`on`) or free; each must be the other.
+    fn set(&mut self, offset: usize, len: usize, on: bool) {
+        assert_eq!(offset % UNIT, 0, "a block starts on a unit: {offset}");
+        for u in offset / UNIT..(offset + len).div_ceil(UNIT) {
+            assert_eq!(self.0[u], !on, "[{offset}, +{len}): unit {u} already {on}");
+            self.0[u] = on;
+        }
+    }
+}
+
+fn pattern(size: usize, seed: usize) -> Vec<u8> {
+    (0..size).map(|j| (j.wrapping_mul(31) ^ seed.wrapping_mul(131)) as u8).collect()
+}
+
+/// Random sizes of 4 KiB-1 MiB on two cores with host memory, filled until an allocation
+/// fails, three in four freed, filled again and so on, in several pools, against a model of
+/// units: every block lies inside the arena, holds at least its request, overlaps no other
+/// block (those across a chunk boundary included) and keeps its bytes; one with a front
+/// reserves its request rounded up to a unit; many blocks take a front; each pool checks clean
+/// after every step and its snapshot tiles the arena, and every block frees to an empty pool
+/// whose chunks all join again.
+#[test]
+fn small_blocks_with_a_front_against_a_unit_model() {
+    let capacity = 24 * MIB;
+    let (mut fronted, mut placed) = (0usize, 0usize);
+    for seed in 0..10u64 {
+        let p = Pool::new(PoolConfig::new(capacity).cores(2).core_reserve(0)).unwrap();
+        let mut model = Units(vec![false; capacity / UNIT]);
+        let mut rng = Rng(77 + seed * 1000);
+        let mut held: Vec<(Handle, usize, usize, usize)> = Vec::new(); // handle, offset, size, seed
+        let give_back = |p: &Pool, model: &mut Units, (h, offset, size, seed): (Handle, usize, usize, usize)| {
+            let mut back = vec![0u8; size];
+            p.read(h, 0, &mut back).unwrap();
+            assert!(back == pattern(size, seed), "the block at {offset} lost its bytes");
+            let bytes = p.block(h).unwrap().block_bytes;
+            p.free(h).unwrap();
+            model.set(offset, bytes, false);
+        };
+        for _round in 0..3 {
+            loop {
+                let size = rng.size(4 * KIB, MIB);
+                let Ok(h) = p.alloc(size, None, 0) else { break };
+                let b = p.block(h).unwrap();
+                assert!(b.offset + b.block_bytes <= capacity && b.block_bytes >= size, "{b:?} for {size}");
+                assert_eq!(b.offset % 4096, 0, "a block past a bank starts on a bank boundary");
+                model.set(b.offset, b.block_bytes, true);
+                if has_front(b.offset, size) {
+                    fronted += 1;
+                    assert_eq!(b.block_bytes, size.next_multiple_of(UNIT), "a block with a front of {size} bytes");
+                }
+                p.write(h, 0, &pattern(size, placed)).unwrap();
+                held.push((h, b.offset, size, placed));
+                placed += 1;
+            }
+            p.check().unwrap();
+            // The snapshot accounts for every unit: blocks, free runs and slabs tile the arena.
+            let snap = p.snapshot().unwrap();
+            assert!(snap.untracked.is_empty(), "{:?}", snap.untracked);
+            let blocks: usize = snap.blocks.iter().map(|b| b.block_bytes).sum();
+            let free: usize = snap.free_runs.iter().chain(&snap.slab_cached).map(|e| e.len).sum();
+            assert_eq!(blocks + free, capacity, "the snapshot tiles the arena");
+            for _ in 0..held.len() * 3 / 4 {
+                let i = rng.next() as usize % held.len();
+                give_back(&p, &mut model, held.swap_remove(i));
+            }
+            p.check().unwrap();
+        }
+        for block in held.drain(..) {
+            give_back(&p, &mut model, block);
+        }
+        p.check().unwrap();
+        let stats = p.stats();
+        assert_eq!(stats.bytes_in_use, 0);
+        assert_eq!(stats.largest_free_block, capacity, "every chunk went back and joined");
+    }
+    eprintln!("{placed} blocks placed, {fronted} with a front");
+    assert!(fronted >= 20, "only {fronted} of {placed} blocks took a front");
+}
+
+/// A block of 640 KiB that the core's chunk cannot hold (two are in use, 31% of the arena)
+/// takes the free end of that chunk and a tail at the start of the next. A free of another
+/// size that also crosses the chunk's end, one from inside the block, and a second free are
+/// refused with a typed error and change nothing.
+#[test]
+fn a_small_block_with_a_front_refuses_a_wrong_free() {
+    let p = Pool::new(PoolConfig::new(4 * MIB).cores(1).backing(Backing::None)).unwrap();
+    let size = 640 * KIB;
+    let first = p.alloc_raw(size, None).unwrap();
+    let second = p.alloc_raw(size, None).unwrap();
+    assert_eq!((first, second), (0, MIB), "each at its enclosing node");
+    let third = p.alloc_raw(size, None).unwrap();
+    assert!(has_front(third, size), "the third crosses the end of chunk 0: at {third}");
+    assert!(third < CHUNK && third > second, "{third}");
+    let before = p.stats();
+    let crossing = CHUNK - third;
+    for wrong in [size + UNIT, size + 64 * KIB, crossing + 4 * KIB, size + CHUNK] {
+        match p.free_raw(third, wrong) {
+            Err(Error::InvalidBlock { .. }) => {}
+            other => panic!("a free of {wrong} bytes for {size}: {other:?}"),
+        }
+    }
+    for inside in [third + 4096, third + crossing - 4096, CHUNK, CHUNK + 4096] {
+        match p.free_raw(inside, size) {
+            Err(Error::InvalidBlock { .. }) => {}
+            other => panic!("a free from inside at {inside}: {other:?}"),
+        }
+    }
+    let after = p.stats();
+    assert_eq!((after.bytes_in_use, after.bytes_free), (before.bytes_in_use, before.bytes_free));
+    p.check().unwrap();
+    p.free_raw(third, size).unwrap();
+    assert!(matches!(p.free_raw(third, size), Err(Error::InvalidBlock { .. })), "a second free");
+    p.free_raw(second, size).unwrap();
+    p.free_raw(first, size).unwrap();
+    p.check().unwrap();
+    let stats = p.stats();
+    assert_eq!(stats.bytes_in_use, 0);
+    assert_eq!(stats.largest_free_block, 4 * MIB);
+}
+
+/// Without `run_tails`, no block of any size has a front.
+#[test]
+fn without_run_tails_no_small_block_has_a_front() {
+    let p = Pool::new(PoolConfig::new(32 * MIB).cores(1).backing(Backing::None).run_tails(false)).unwrap();
+    let mut rng = Rng(5);
+    let mut placed = 0;
+    loop {
+        let size = rng.size(4 * KIB, MIB);
+        let Ok(offset) = p.alloc_raw(size, None) else { break };
+        assert!(!has_front(offset, size), "{size} bytes at {offset} cross the end of their chunk");
+        placed += 1;
+    }
+    assert!(placed > 50);
+    p.check().unwrap();
+}
+
+/// Blocks of at most half a chunk with a front move in a compaction as buddy blocks, with
+/// their bytes: an evacuation of the chunk that holds a front and of the chunk that holds a
+/// tail moves the block out of both (once), a full compaction packs the rest, and the pool
+/// checks clean after each, with every kept block's bytes intact.
+#[test]
+fn small_blocks_with_a_front_move_with_their_bytes() {
+    let p = Pool::new(PoolConfig::new(32 * MIB).cores(1)).unwrap();
+    let mut rng = Rng(404);
+    let mut live: Vec<(Handle, usize, usize)> = Vec::new(); // handle, size, seed
+    for seed in 0..400 {
+        let size = rng.size(64 * KIB, MIB);
+        let Ok(h) = p.alloc(size, None, 0) else { break };
+        p.write(h, 0, &pattern(size, seed)).unwrap();
+        live.push((h, size, seed));
+    }
+    let fronted = |p: &Pool, live: &[(Handle, usize, usize)]| {
+        live.iter().filter(|(h, size, _)| has_front(p.block(*h).unwrap().offset, *size)).count()
+    };
+    assert!(fronted(&p, &live) >= 4, "{} blocks with a front", fronted(&p, &live));
+    // Free every other block: holes to compact into.
+    let mut kept = Vec::new();
+    for (i, block) in live.into_iter().enumerate() {
+        if i % 2 == 0 {
+            p.free(block.0).unwrap();
+        } else {
+            kept.push(block);
+        }
+    }
+    let verify = |p: &Pool, kept: &[(Handle, usize, usize)]| {
+        for &(h, size, seed) in kept {
+            let mut back = vec![0u8; size];
+            p.read(h, 0, &mut back).unwrap();
+            assert!(back == pattern(size, seed), "a kept block lost its bytes");
+        }
+    };
+    // Evacuate the chunks of one block with a front: its front's and its tail's.
+    {
+        let &(h, size, _) = kept
+            .iter()
+            .find(|(h, size, _)| has_front(p.block(*h).unwrap().offset, *size))
+            .expect("a kept block with a front");
+        let offset = p.block(h).unwrap().offset;
+        let chunks = vec![offset / CHUNK, (offset + size - 1) / CHUNK];
+        let token = p.pause(Duration::from_secs(5)).unwrap();
+        let done = p.compact_step(&token, &CompactionMode::Evacuate { chunks: chunks.clone() }, None);
+        p.resume(&token).unwrap();
+        done.unwrap();
+        p.check().unwrap();
+        let moved = p.block(h).unwrap();
+        assert!(!chunks.contains(&(moved.offset / CHUNK)), "the block at {offset} stayed in {chunks:?}");
+        assert!(p.blocks().iter().all(|b| !chunks.contains(&(b.offset / CHUNK))), "{chunks:?} still hold blocks");
+        verify(&p, &kept);
+    }
+    let before = p.stats();
+    let token = p.pause(Duration::from_secs(5)).unwrap();
+    let done = p.compact_step(&token, &CompactionMode::Full, None);
+    p.resume(&token).unwrap();
+    done.unwrap();
+    p.check().unwrap();
+    verify(&p, &kept);
+    let after = p.stats();
+    assert!(after.largest_free_block >= before.largest_free_block, "{before:?} -> {after:?}");
+    for (h, _, _) in kept {
+        p.free(h).unwrap();
+    }
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
+}
