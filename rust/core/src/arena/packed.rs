@@ -4,6 +4,7 @@
 //! chunk or more (`pool/alloc.rs`). `stretches.rs` explains the stretches and their memo.
 
 use super::arena::Arena;
+use super::chunk_space::Probe;
 use super::layout::BuddyLayout;
 use super::stretches::{best_fit, granule_shift, MAX_GRANULES};
 
@@ -39,38 +40,41 @@ impl Arena {
         core: usize,
         seen: &mut u64,
     ) -> Option<Taken> {
-        let g = &self.geometry;
-        // A free stretch of `units` units holds a naturally aligned node of 2^j units when
-        // units >= 2^(j+1) - 1: only chunks that may hold a free node of 2^j units are read.
-        let j = 63 - (b.units + 1).leading_zeros() - 1;
-        let level = g.depth - j.min(g.depth);
         let cores = self.cores.len();
+        let words = self.geometry.chunks.div_ceil(64);
         let mut reads = FRESH_READS;
         let mut best: Option<(u64, usize, usize)> = None;
         let mut compared = 0;
         'cores: for i in 0..cores {
             let owner = (core + i) % cores;
             let pool = &self.cores[owner];
-            let owned = |w: usize| pool.owned_word(w);
-            let mut from = 0;
-            while let Some(chunk) = pool.maps.next(level, from, &owned) {
-                from = chunk + 1;
-                if self.space[chunk].free_units() < b.units {
-                    continue;
-                }
-                let Some(longest) = self.longest_stretch(chunk, bank, &mut reads) else {
-                    continue;
-                };
-                *seen = (*seen).max(longest);
-                if longest < b.units {
-                    continue;
-                }
-                if best.is_none_or(|(k, ..)| longest < k) {
-                    best = Some((longest, chunk, owner));
-                }
-                compared += 1;
-                if compared == COMPARED || longest == b.units {
-                    break 'cores;
+            for w in 0..words {
+                let mut owned = pool.owned_word(w);
+                while owned != 0 {
+                    let chunk = w * 64 + owned.trailing_zeros() as usize;
+                    owned &= owned - 1;
+                    let (free, probe) = self.space[chunk].look();
+                    if free < b.units {
+                        continue;
+                    }
+                    let longest = match self.stretches[chunk].known(probe.epoch()) {
+                        Some(longest) => longest.min(free),
+                        None => match self.read_longest(chunk, bank, probe, &mut reads) {
+                            Some(longest) => longest,
+                            None => continue,
+                        },
+                    };
+                    *seen = (*seen).max(longest);
+                    if longest < b.units {
+                        continue;
+                    }
+                    if best.is_none_or(|(k, ..)| longest < k) {
+                        best = Some((longest, chunk, owner));
+                    }
+                    compared += 1;
+                    if compared == COMPARED || longest == b.units {
+                        break 'cores;
+                    }
                 }
             }
         }
@@ -128,12 +132,42 @@ impl Arena {
         if let Some(longest) = memo.known(probe.epoch()) {
             return Some(longest.min(self.space[chunk].free_units()));
         }
+        self.read_longest(chunk, bank, probe, reads)
+    }
+
+    /// The longest free stretch of `chunk` from a multiple of `bank` units, read from its tree
+    /// after `probe` (while `reads` lasts) and recorded in its memo.
+    fn read_longest(&self, chunk: usize, bank: u64, probe: Probe, reads: &mut usize) -> Option<u64> {
         *reads = reads.checked_sub(1)?;
         let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
         let (granules, shift) = self.read_granules(chunk, &mut bits);
         let longest = best_fit(&bits[..granules.div_ceil(64) as usize], granules, 1, (bank >> shift).max(1)).longest;
-        memo.record(probe.epoch(), longest << shift);
+        self.stretches[chunk].record(probe.epoch(), longest << shift);
         Some(longest << shift)
+    }
+
+    /// [`Arena::unmark_buddy_coalesced`] (the free path's release of block `b` at unit `within`
+    /// of `chunk`) that keeps the chunk's stretch memo valid across the free: the memo is
+    /// raised to the free run around the block, read from the tree around it
+    /// (`TreeShape::free_run_around`), instead of going out of date with the epoch step.
+    #[inline(always)]
+    pub(crate) fn unmark_buddy_raising(
+        &self,
+        chunk: usize,
+        b: &BuddyLayout,
+        within: u64,
+    ) -> Result<(u64, Option<u32>), &'static str> {
+        let memo = &self.stretches[chunk];
+        let space = &self.space[chunk];
+        let Some(before) = memo.before_free(space) else {
+            return self.unmark_buddy_coalesced(chunk, b, within);
+        };
+        let released = self.unmark_buddy_coalesced(chunk, b, within)?;
+        memo.after_free(space, before, || {
+            let (start, stop) = self.shape.free_run_around(self.tree(chunk), within, within + b.units);
+            stop - start
+        });
+        Ok(released)
     }
 
     /// Read `chunk`'s tree into `bits` (a set bit is an allocated granule): the granules and

@@ -74,7 +74,7 @@ impl Arena {
         b: &BuddyLayout,
         within: u64,
     ) -> std::result::Result<(), &'static str> {
-        let (after, coalesced) = self.unmark_buddy_coalesced(chunk, b, within)?;
+        let (after, coalesced) = self.unmark_buddy_raising(chunk, b, within)?;
         if after == self.geometry.usable_units(chunk) {
             self.chunk_became_empty(chunk);
             return Ok(());

@@ -45,6 +45,7 @@
 //! across chunks ranks chunks by it. The loom models below check a memo, and a memo recorded
 //! after a claim, racing a free.
 
+use super::chunk_space::{ChunkSpace, Probe};
 use crate::util::sync::{AtomicU64, Ordering};
 
 /// Units in the bitmap of one chunk, at most: larger trees count granules of several units.
@@ -87,6 +88,32 @@ impl StretchMemo {
         if self.0.load(Ordering::Relaxed) != memo {
             self.0.store(memo, Ordering::Release);
         }
+    }
+
+    /// Before a free in the chunk releases anything: the chunk's epoch now, if the memo is
+    /// valid at it (else there is nothing to keep, and the free leaves the memo out of date).
+    #[inline]
+    pub(crate) fn before_free(&self, space: &ChunkSpace) -> Option<Probe> {
+        let (_, before) = space.look();
+        self.known(before.epoch()).map(|_| before)
+    }
+
+    /// After that free released its nodes and advanced the epoch: when its own step is the only
+    /// one since `before`, the memo (read again: it bounds every stretch at `before`) becomes
+    /// valid at the new epoch, raised to the free run around the freed units that `run` reads
+    /// from the tree (in units; an upper bound of any stretch the free made). Otherwise the
+    /// memo is left as it is: out of date.
+    #[inline(never)]
+    pub(crate) fn after_free(&self, space: &ChunkSpace, before: Probe, run: impl FnOnce() -> u64) {
+        let (_, now) = space.look();
+        let after = (before.epoch() + 1) & 0xFFFF_FFFF;
+        if now.epoch() != after {
+            return;
+        }
+        let Some(known) = self.known(before.epoch()) else {
+            return;
+        };
+        self.record(after, known.max(run()));
     }
 }
 
