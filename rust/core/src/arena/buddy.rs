@@ -932,6 +932,12 @@ impl TreeShape {
     fn allocated_granules_in(&self, tree: &[AtomicU64], band: usize, bunch: u64, shift: u32, out: &mut [u64]) {
         let b = self.bands[band];
         let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        if b.leaf && shift == 0 {
+            // A leaf bunch's units fit in one word of `out` (at most 32, aligned).
+            let first = bunch << (b.height - 1);
+            out[(first / 64) as usize] |= self.row_covered(&b, word) << (first % 64);
+            return;
+        }
         let mut allocated = word & b.alloc_mask();
         while allocated != 0 {
             let bit = u64::from(allocated.trailing_zeros());
@@ -950,59 +956,63 @@ impl TreeShape {
         }
     }
 
-    /// The units of a leaf bunch that its allocated nodes cover (bit `i`: the bunch's unit
-    /// `i`), from the bunch's word.
+    /// What a bunch's allocated nodes cover of the row below the bunch: of the units of a leaf
+    /// bunch (bit `i`: its unit `i`), of the child bunches of an inner one (bit `j`: child
+    /// `j`); from the bunch's word.
     #[inline]
-    fn leaf_units_allocated(&self, leaf: &Band, word: u64) -> u64 {
-        let width = 1u64 << (leaf.height - 1);
-        let mut allocated = word & leaf.alloc_mask();
-        let mut units = 0;
+    fn row_covered(&self, b: &Band, word: u64) -> u64 {
+        let width = 1u64 << if b.leaf { b.height - 1 } else { b.height };
+        let mut allocated = word & b.alloc_mask();
+        let mut covered = 0;
         while allocated != 0 {
             let bit = u64::from(allocated.trailing_zeros());
             let r = 63 - (bit + 1).leading_zeros(); // heap row of the bit
             let span = width >> r;
-            units |= low_bits(span as u32) << ((bit + 1 - (1 << r)) * span);
+            covered |= low_bits(span as u32) << ((bit + 1 - (1 << r)) * span);
             allocated &= allocated - 1;
         }
-        units
+        covered
     }
 
     /// The free units around unit `u`, looking from the root down to `u`: `None` when an
-    /// allocated node covers it; else `[lo, hi)` (the span of an unmarked child bunch, or the
-    /// free units of `u`'s leaf bunch around it), and whether an allocated unit bounds it at
-    /// `lo - 1` and at `hi`.
+    /// allocated node covers it; else `[lo, hi)` (the spans of the unmarked child bunches that
+    /// no allocated node covers around `u`'s, or the free units of `u`'s leaf bunch around
+    /// it), and whether an allocated unit is known to bound it at `lo - 1` and at `hi`.
     fn free_span_at(&self, tree: &[AtomicU64], u: u64) -> Option<FreeSpan> {
         let depth = self.depth;
         for (i, band) in self.bands.iter().enumerate() {
             let bunch = u >> (depth - band.top);
             let word = self.word(tree, i, bunch).load(Ordering::Acquire);
-            if band.leaf {
-                let shift = depth - band.top;
-                let first = bunch << shift;
-                let allocated = self.leaf_units_allocated(band, word);
-                let off = (u - first) as u32;
-                if allocated >> off & 1 != 0 {
+            // The row below the bunch: its entries' size, and `u`'s entry.
+            let shift = if band.leaf { depth - band.top - (band.height - 1) } else { depth - band.top - band.height };
+            let width = if band.leaf { band.height - 1 } else { band.height };
+            let first = bunch << width;
+            let j = ((u >> shift) - first) as u32;
+            let occupied = self.occupied_children(i, word);
+            if !band.leaf {
+                if word & self.paths[i % BAND_SLOTS][j as usize % 16] != 0 {
                     return None;
                 }
-                let below = allocated & low_bits(off);
-                let above = allocated & !low_bits(off);
-                return Some(FreeSpan {
-                    lo: first + if below == 0 { 0 } else { 64 - u64::from(below.leading_zeros()) },
-                    hi: first + if above == 0 { 1 << shift } else { u64::from(above.trailing_zeros()) },
-                    lo_bounded: below != 0,
-                    hi_bounded: above != 0,
-                });
+                if occupied >> j & 1 != 0 {
+                    continue;
+                }
             }
-            let shift = depth - (band.top + band.height);
-            let child = u >> shift;
-            let j = child & low_bits(band.height);
-            if word & self.paths[i % BAND_SLOTS][j as usize % 16] != 0 {
+            let covered = self.row_covered(band, word);
+            if covered >> j & 1 != 0 {
                 return None;
             }
-            if word & (1 << (OCC_SHIFT as u64 + j)) == 0 {
-                let (lo, hi) = (child << shift, (child + 1) << shift);
-                return Some(FreeSpan { lo, hi, lo_bounded: false, hi_bounded: false });
-            }
+            // The entries around `j` that nothing covers or marks: free all through.
+            let blocked = covered | occupied | !low_bits(1 << width);
+            let below = blocked & low_bits(j);
+            let above = blocked & !low_bits(j);
+            let lo = if below == 0 { 0 } else { 64 - u64::from(below.leading_zeros()) };
+            let hi = u64::from(above.trailing_zeros());
+            return Some(FreeSpan {
+                lo: (first + lo) << shift,
+                hi: (first + hi) << shift,
+                lo_bounded: below != 0 && covered >> (lo - 1) & 1 != 0,
+                hi_bounded: hi < 1 << width && covered >> hi & 1 != 0,
+            });
         }
         unreachable!("the last band holds the leaves")
     }

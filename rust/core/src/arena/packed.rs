@@ -157,17 +157,22 @@ impl Arena {
         b: &BuddyLayout,
         within: u64,
     ) -> Result<(u64, Option<u32>), &'static str> {
-        let memo = &self.stretches[chunk];
-        let space = &self.space[chunk];
-        let Some(before) = memo.before_free(space) else {
-            return self.unmark_buddy_coalesced(chunk, b, within);
-        };
+        let before = self.stretches[chunk].before_free(&self.space[chunk]);
         let released = self.unmark_buddy_coalesced(chunk, b, within)?;
-        memo.after_free(space, before, || {
-            let (start, stop) = self.shape.free_run_around(self.tree(chunk), within, within + b.units);
+        if let Some(before) = before {
+            self.raise_after_free(chunk, before, within, within + b.units);
+        }
+        Ok(released)
+    }
+
+    /// The second half of [`Arena::unmark_buddy_raising`], once units `[from, to)` of `chunk`
+    /// are released and the epoch advanced.
+    #[inline(never)]
+    fn raise_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) {
+        self.stretches[chunk].after_free(&self.space[chunk], before, || {
+            let (start, stop) = self.shape.free_run_around(self.tree(chunk), from, to);
             stop - start
         });
-        Ok(released)
     }
 
     /// Read `chunk`'s tree into `bits` (a set bit is an allocated granule): the granules and
@@ -211,7 +216,7 @@ mod tests {
     //! Random allocations and frees of blocks larger than a bank (many placed in free
     //! stretches) against a reference model of every chunk's units: the trees hold exactly
     //! the units the live blocks cover, and no stretch memo that is still valid rules out a
-    //! stretch the reference has free.
+    //! stretch the reference has free (frees raise the memos, so most stay valid).
     use crate::arena::stretches::best_fit;
     use crate::config::{Backing, PoolConfig};
     use crate::pool::pool::Pool;
@@ -237,6 +242,7 @@ mod tests {
         let mut rng = Rng(0x1234_5678_9ABC_DEF1);
         let mut live = Vec::new();
         let mut placed_off_node = 0;
+        let (mut checks, mut valid_memos, mut exact_memos) = (0, 0, 0);
         for step in 0..20_000 {
             if live.is_empty() || rng.next() % 100 < 55 {
                 let size = log_uniform(&mut rng, 4097, MIB);
@@ -284,9 +290,17 @@ mod tests {
                     !a.stretches[chunk].rules_out(epoch, longest),
                     "step {step}: chunk {chunk}'s memo hides a free stretch of {longest} units"
                 );
+                checks += 1;
+                if let Some(known) = a.stretches[chunk].known(epoch) {
+                    valid_memos += 1;
+                    exact_memos += usize::from(known == longest);
+                }
             }
         }
         assert!(placed_off_node > 0, "some blocks were placed in free stretches");
+        // Frees raise the memos rather than leaving them out of date: most stay valid.
+        assert!(valid_memos * 4 > checks * 3, "{valid_memos} memos valid of {checks}");
+        assert!(exact_memos * 2 > valid_memos, "{exact_memos} of {valid_memos} valid memos exact");
         for h in live {
             p.free(h).unwrap();
         }

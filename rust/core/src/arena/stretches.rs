@@ -94,8 +94,12 @@ impl StretchMemo {
     /// valid at it (else there is nothing to keep, and the free leaves the memo out of date).
     #[inline]
     pub(crate) fn before_free(&self, space: &ChunkSpace) -> Option<Probe> {
+        let memo = self.0.load(Ordering::Acquire);
+        if memo == 0 {
+            return None; // nothing known: the common case of a chunk no search read
+        }
         let (_, before) = space.look();
-        self.known(before.epoch()).map(|_| before)
+        (memo >> 32 == before.epoch()).then_some(before)
     }
 
     /// After that free released its nodes and advanced the epoch: when its own step is the only
@@ -103,7 +107,7 @@ impl StretchMemo {
     /// valid at the new epoch, raised to the free run around the freed units that `run` reads
     /// from the tree (in units; an upper bound of any stretch the free made). Otherwise the
     /// memo is left as it is: out of date.
-    #[inline(never)]
+    #[inline]
     pub(crate) fn after_free(&self, space: &ChunkSpace, before: Probe, run: impl FnOnce() -> u64) {
         let (_, now) = space.look();
         let after = (before.epoch() + 1) & 0xFFFF_FFFF;
@@ -299,77 +303,168 @@ pub(crate) mod tests {
 
 #[cfg(all(test, loom))]
 mod loom_models {
-    //! A search that records a memo races a free in the same chunk: afterwards, a memo that is
-    //! valid at the chunk's epoch never rules out a stretch that is free.
+    //! A search that records a memo races a free in the same chunk, and frees that raise the
+    //! memo race searches, claims and each other: afterwards, a memo that is valid at the
+    //! chunk's epoch never rules out a stretch that is free.
     use super::*;
     use crate::arena::buddy::{Node, TreeShape};
     use crate::arena::chunk_space::ChunkSpace;
     use loom::sync::Arc;
     use loom::thread;
 
-    /// Four units in two leaf bunches of two (depth 2, bands of height 1), units 0 and 2 taken
-    /// (free stretches of one unit at 1 and at 3), and a thread that frees unit 2.
-    fn two_of_four_taken_and_unit_2_freed(
-    ) -> (Arc<TreeShape>, Arc<Vec<AtomicU64>>, Arc<ChunkSpace>, thread::JoinHandle<()>) {
-        let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+    /// A chunk's tree (of `depth` levels below the root, bands of height 1), free-space word
+    /// and stretch memo.
+    #[derive(Clone)]
+    struct Chunk {
+        depth: u32,
+        shape: Arc<TreeShape>,
+        tree: Arc<Vec<AtomicU64>>,
+        space: Arc<ChunkSpace>,
+        memo: Arc<StretchMemo>,
+    }
+
+    /// A chunk of `1 << depth` units with `taken` allocated, and a memo that a search recorded
+    /// then.
+    fn chunk_with(depth: u32, taken: &[Node]) -> Chunk {
+        let shape = Arc::new(TreeShape::with_heights(depth, 1, 1));
         let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
-        let space = Arc::new(ChunkSpace::new(4));
-        for index in [0, 2] {
-            shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
-            space.take(1);
+        let space = Arc::new(ChunkSpace::new(1 << depth));
+        for &node in taken {
+            shape.try_alloc(&tree, node).unwrap();
+            space.take(node.units(depth));
         }
-        let (s2, t2, sp2) = (shape.clone(), tree.clone(), space.clone());
-        let freer = thread::spawn(move || {
-            s2.release(&t2, Node { level: 2, index: 2 }).unwrap();
-            sp2.give(1);
-        });
-        (shape, tree, space, freer)
+        let chunk = Chunk { depth, shape, tree, space, memo: Arc::new(StretchMemo::default()) };
+        let (epoch, fit) = read_fit(&chunk);
+        chunk.memo.record(epoch, fit.longest);
+        chunk
+    }
+
+    /// Four units in two leaf bunches of two (depth 2), units 0 and 2 taken (free stretches of
+    /// one unit at 1 and at 3).
+    fn two_of_four_taken() -> Chunk {
+        chunk_with(2, &[Node { level: 2, index: 0 }, Node { level: 2, index: 2 }])
+    }
+
+    /// A thread that frees `node`, raising the memo as the free path does
+    /// (`Arena::unmark_buddy_raising`) when `raise`, else only advancing the epoch.
+    fn freer(chunk: &Chunk, node: Node, raise: bool) -> thread::JoinHandle<()> {
+        let c = chunk.clone();
+        thread::spawn(move || {
+            let before = if raise { c.memo.before_free(&c.space) } else { None };
+            c.shape.release(&c.tree, node).unwrap();
+            c.space.give(node.units(c.depth));
+            if let Some(before) = before {
+                c.memo.after_free(&c.space, before, || {
+                    let from = node.start(c.depth);
+                    let (start, stop) = c.shape.free_run_around(&c.tree, from, from + node.units(c.depth));
+                    stop - start
+                });
+            }
+        })
     }
 
     /// A search's read of the tree for one unit: the epoch it probed and the best fit it saw.
-    fn read_fit(shape: &TreeShape, tree: &[AtomicU64], space: &ChunkSpace) -> (u64, Fit) {
-        let probe = space.probe(1).unwrap();
+    fn read_fit(c: &Chunk) -> (u64, Fit) {
+        let probe = c.space.probe(1).unwrap();
         let mut bits = [0u64; 1];
-        shape.allocated_granules(tree, 0, &mut bits);
-        (probe.epoch(), best_fit(&bits, 4, 1, 1))
+        c.shape.allocated_granules(&c.tree, 0, &mut bits);
+        (probe.epoch(), best_fit(&bits, 1 << c.depth, 1, 1))
     }
+
+    /// The memo, valid at the chunk's epoch now, does not rule out its longest free stretch.
+    fn assert_memo_holds(c: &Chunk) {
+        let mut now_bits = [0u64; 1];
+        c.shape.allocated_granules(&c.tree, 0, &mut now_bits);
+        let longest = best_fit(&now_bits, 1 << c.depth, 1, 1).longest;
+        let now = c.space.probe(0).unwrap();
+        assert!(!c.memo.rules_out(now.epoch(), longest), "the memo hides a free stretch of {longest}");
+    }
+
+    const UNIT_0: Node = Node { level: 2, index: 0 };
+    const UNIT_2: Node = Node { level: 2, index: 2 };
 
     #[test]
     fn a_memo_racing_a_free_never_hides_the_freed_stretch() {
         loom::model(|| {
-            let (shape, tree, space, freer) = two_of_four_taken_and_unit_2_freed();
-            let memo = StretchMemo::default();
-            let (epoch, fit) = read_fit(&shape, &tree, &space);
-            memo.record(epoch, fit.longest);
-            freer.join().unwrap();
+            let chunk = two_of_four_taken();
+            let freeing = freer(&chunk, UNIT_2, false);
+            let (epoch, fit) = read_fit(&chunk);
+            chunk.memo.record(epoch, fit.longest);
+            freeing.join().unwrap();
             // Units 1..4 are free now: a block of three must not be ruled out.
-            let now = space.probe(0).unwrap();
-            assert!(!memo.rules_out(now.epoch(), 3), "the memo hides the freed stretch");
+            let now = chunk.space.probe(0).unwrap();
+            assert!(!chunk.memo.rules_out(now.epoch(), 3), "the memo hides the freed stretch");
         });
     }
 
     #[test]
     fn a_memo_recorded_after_a_claim_racing_a_free_never_hides_the_freed_stretch() {
+        for raise in [false, true] {
+            loom::model(move || {
+                let chunk = two_of_four_taken();
+                let freeing = freer(&chunk, UNIT_2, raise);
+                // A search for one unit: read, record, claim the best fit, record what is left.
+                let (epoch, fit) = read_fit(&chunk);
+                chunk.memo.record(epoch, fit.longest);
+                let (start, _) = fit.at.unwrap();
+                let claimed = chunk.shape.try_alloc(&chunk.tree, Node { level: 2, index: start }).is_ok();
+                if claimed {
+                    chunk.space.take(1);
+                    chunk.memo.record(epoch, fit.longest_after(1, 1));
+                }
+                freeing.join().unwrap();
+                // Unit 2 is free now, and unit 3 unless the search took it.
+                assert_memo_holds(&chunk);
+            });
+        }
+    }
+
+    #[test]
+    fn a_memo_raised_by_a_free_racing_a_search_never_hides_a_free_stretch() {
         loom::model(|| {
-            let (shape, tree, space, freer) = two_of_four_taken_and_unit_2_freed();
-            let memo = StretchMemo::default();
-            // A search for one unit: read, record, claim the best fit, record what is left.
-            let (epoch, fit) = read_fit(&shape, &tree, &space);
-            memo.record(epoch, fit.longest);
-            let (start, _) = fit.at.unwrap();
-            let claimed = shape.try_alloc(&tree, Node { level: 2, index: start }).is_ok();
-            if claimed {
-                space.take(1);
-                memo.record(epoch, fit.longest_after(1, 1));
-            }
-            freer.join().unwrap();
-            // Unit 2 is free now, and unit 3 unless the search took it: the longest free
-            // stretch the tree holds must not be ruled out.
-            let mut now_bits = [0u64; 1];
-            shape.allocated_granules(&tree, 0, &mut now_bits);
-            let longest = best_fit(&now_bits, 4, 1, 1).longest;
-            let now = space.probe(0).unwrap();
-            assert!(!memo.rules_out(now.epoch(), longest), "the memo hides a free stretch of {longest}");
+            let chunk = two_of_four_taken();
+            let freeing = freer(&chunk, UNIT_2, true);
+            let (epoch, fit) = read_fit(&chunk);
+            chunk.memo.record(epoch, fit.longest);
+            freeing.join().unwrap();
+            assert_memo_holds(&chunk);
         });
+    }
+
+    #[test]
+    fn two_frees_raising_the_memo_never_hide_a_free_stretch() {
+        // The second free raises the memo too, or only advances the epoch (as a release that
+        // keeps no memo does: a block with a front, a rollback, a reveal).
+        for second_raises in [true, false] {
+            loom::model(move || {
+                let chunk = two_of_four_taken();
+                let first = freer(&chunk, UNIT_0, true);
+                let second = freer(&chunk, UNIT_2, second_raises);
+                first.join().unwrap();
+                second.join().unwrap();
+                // Every unit is free: whichever raise came last, a valid memo allows all four.
+                assert_memo_holds(&chunk);
+            });
+        }
+    }
+
+    #[test]
+    fn a_raise_never_covers_for_another_free_apart_from_its_own() {
+        // Eight units: unit 0, units 2..4 and units 4..8 taken, unit 1 free. One free gives
+        // back unit 0 (a run of two) and raises the memo, the other gives back units 4..8 (a
+        // run of four, apart from the first) and keeps no memo: the raise must not make a memo
+        // of two valid after both steps.
+        for second_raises in [true, false] {
+            loom::model(move || {
+                let low = Node { level: 3, index: 0 };
+                let high = Node { level: 1, index: 1 };
+                let chunk = chunk_with(3, &[low, Node { level: 2, index: 1 }, high]);
+                let first = freer(&chunk, low, true);
+                let second = freer(&chunk, high, second_raises);
+                first.join().unwrap();
+                second.join().unwrap();
+                assert_memo_holds(&chunk);
+            });
+        }
     }
 }
