@@ -1,7 +1,9 @@
 //! Taking a buddy block at the best-fitting free stretch, on the allocation path: across
 //! chunks (ranked by the longest stretch their memos know) and inside one chunk, for a block
 //! whose enclosing node is nowhere free or, in a tight arena, for every block of 1/32 of a
-//! chunk or more (`pool/alloc.rs`). `stretches.rs` explains the stretches and their memo.
+//! chunk or more (`pool/alloc.rs`); and, on the free path, keeping a chunk's stretch memo
+//! valid across a free (`Arena::unmark_buddy_raising`). `stretches.rs` explains the stretches
+//! and their memo.
 
 use super::arena::Arena;
 use super::chunk_space::Probe;
@@ -28,10 +30,11 @@ impl Arena {
     /// Take block `b` in the free stretch of a core chunk that fits it best, from a multiple of
     /// `align` units (see [`Arena::take_stretch`]): the chunk whose longest free stretch is the
     /// shortest that holds the block, among the first [`COMPARED`] such chunks (core `core`'s
-    /// first, in address order), known from their stretch memos (at most [`FRESH_READS`]
-    /// trees are read for chunks whose memo is out of date). `seen` keeps the longest stretch
-    /// (in units) learnt of on the way. `None`: no compared chunk took it (the caller may go
-    /// on to a first fit, which reads every chunk that may hold it).
+    /// first, in address order, over the owned bitmap), known from their stretch memos (frees
+    /// keep them valid; at most [`FRESH_READS`] trees are read for chunks whose memo is out of
+    /// date). `seen` keeps the longest stretch (in units) learnt of on the way. `None`: no
+    /// compared chunk took it (the caller may go on to a first fit, which reads every chunk
+    /// that may hold it).
     pub(crate) fn take_best_stretch(
         &self,
         b: &BuddyLayout,

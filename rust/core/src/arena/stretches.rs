@@ -24,26 +24,45 @@
 //!
 //! Across chunks, the search is a best fit too (`packed.rs`): of the first 64 chunks that can
 //! hold the block, the one whose longest free stretch is the shortest, known from the memos
-//! below without reading the trees. Placing each block in the tightest chunk leaves the long
-//! stretches to the large blocks: with random sizes from 256 B to 1 MiB at 85% occupancy, a
-//! first fit across chunks failed one allocation in 200 (no chunk kept a stretch of 700 KiB),
-//! the best fit about one in 2,500.
+//! below without reading the trees (only the chosen chunk's tree is read, to place the block
+//! in it). Placing each block in the tightest chunk leaves the long stretches to the large
+//! blocks: with random sizes from 256 B to 1 MiB at 85% occupancy, a first fit across chunks
+//! failed one allocation in 200 (no chunk kept a stretch of 700 KiB), the best fit about one
+//! in 2,500.
 //!
 //! # The memo
 //!
-//! A chunk's [`StretchMemo`] holds `epoch << 32 | (longest + 1)`: a search that began at free
-//! epoch `epoch` (`ChunkSpace::probe`) found no free stretch longer than `longest` units at an
-//! allowed start (0: nothing known). Allocations only shorten stretches and every free (and
-//! every rollback, grant and reveal) advances the chunk's epoch after its nodes are released,
-//! so while the epoch is unchanged the memo is an upper bound: a search for a longer block
-//! skips the chunk after two loads. A search that missed a free's release read the epoch
-//! before that free's step, so the memo it writes names an epoch that is already over. No
-//! read-modify-write is needed on either side: the memo is only ever compared with the epoch
-//! the reader itself probed. A search that then takes a block records what the block leaves
-//! (the longest other stretch, or the rest of its own, [`Fit::longest_after`]) under the same
-//! epoch, so that allocations keep the memo exact, not only an upper bound: the best fit
-//! across chunks ranks chunks by it. The loom models below check a memo, and a memo recorded
-//! after a claim, racing a free.
+//! A chunk's [`StretchMemo`] holds `epoch << 32 | (longest + 1)`: no free stretch of the chunk
+//! is longer than `longest` units at an allowed start while its free epoch is `epoch`
+//! (`ChunkSpace::probe`; 0: nothing known). The rule every writer keeps: a memo valid at the
+//! chunk's epoch never hides a stretch that is free, so a search for a longer block may skip
+//! the chunk after two loads. Allocations only shorten stretches and every free (and every
+//! rollback, grant and reveal) advances the chunk's epoch after its nodes are released.
+//!
+//! * A search that began at epoch `epoch` records the longest stretch it read. One that missed
+//!   a free's release read the epoch before that free's step, so the memo it writes names an
+//!   epoch that is already over. A search that then takes a block records what the block
+//!   leaves (the longest other stretch, or the rest of its own, [`Fit::longest_after`]) under
+//!   the same epoch, so that allocations keep the memo exact, not only an upper bound: the
+//!   best fit across chunks ranks chunks by it.
+//! * A free of a buddy block carries a valid memo over its own epoch step instead of letting
+//!   it go out of date ([`StretchMemo::before_free`], [`StretchMemo::after_free`], called by
+//!   `Arena::unmark_buddy_raising` on the free path). Before it releases anything it reads
+//!   the epoch `e` and checks that the memo is valid at `e`; after its release and step it
+//!   reads the epoch again. Only when that is `e + 1` (its own step is the only one since) is
+//!   the memo written again, valid at `e + 1`: the larger of what the memo held (read again:
+//!   it bounded every stretch at `e`) and the free run around the freed block, read from the
+//!   tree around it (`TreeShape::free_run_around`, a few words, not the whole tree). Every
+//!   other stretch is as it was at `e` or shorter; the one the free made is that run. When
+//!   another step came between, that step's free made a stretch this free did not measure,
+//!   and the memo stays out of date.
+//!
+//! No read-modify-write is needed on either side: a memo is only ever compared with the epoch
+//! the reader itself probed, and a write that lands late names an epoch that is over. The loom
+//! models below check a memo, and a memo recorded after a claim, racing a free; a free that
+//! raises the memo racing a search, a claim and a second free (that raises it or not), also
+//! when the two frees make stretches apart (a raise must never cover another free's step).
+//! `packed.rs` checks the memos against a unit model over random allocations and frees.
 
 use super::chunk_space::{ChunkSpace, Probe};
 use crate::util::sync::{AtomicU64, Ordering};
