@@ -7,7 +7,9 @@
 
 use super::arena::Arena;
 use super::chunk_space::Probe;
+use super::global::ChunkState;
 use super::layout::BuddyLayout;
+use super::stretch_classes::{class_of, CLASSES};
 use super::stretches::{best_fit, granule_shift, MAX_GRANULES};
 
 /// Chunks whose stretch memo is out of date that a best-fit search reads from their trees, at
@@ -43,44 +45,10 @@ impl Arena {
         core: usize,
         seen: &mut u64,
     ) -> Option<Taken> {
-        let cores = self.cores.len();
-        let words = self.geometry.chunks.div_ceil(64);
         let mut reads = FRESH_READS;
-        let mut best: Option<(u64, usize, usize)> = None;
-        let mut compared = 0;
-        'cores: for i in 0..cores {
-            let owner = (core + i) % cores;
-            let pool = &self.cores[owner];
-            for w in 0..words {
-                let mut owned = pool.owned_word(w);
-                while owned != 0 {
-                    let chunk = w * 64 + owned.trailing_zeros() as usize;
-                    owned &= owned - 1;
-                    let (free, probe) = self.space[chunk].look();
-                    if free < b.units {
-                        continue;
-                    }
-                    let longest = match self.stretches[chunk].known(probe.epoch()) {
-                        Some(longest) => longest.min(free),
-                        None => match self.read_longest(chunk, bank, probe, &mut reads) {
-                            Some(longest) => longest,
-                            None => continue,
-                        },
-                    };
-                    *seen = (*seen).max(longest);
-                    if longest < b.units {
-                        continue;
-                    }
-                    if best.is_none_or(|(k, ..)| longest < k) {
-                        best = Some((longest, chunk, owner));
-                    }
-                    compared += 1;
-                    if compared == COMPARED || longest == b.units {
-                        break 'cores;
-                    }
-                }
-            }
-        }
+        let best = self
+            .best_by_class(b, bank, &mut reads, seen)
+            .or_else(|| self.best_by_address(b, bank, core, &mut reads, seen));
         let (_, chunk, owner) = best?;
         match self.take_stretch(chunk, b, align, bank) {
             Ok(start) => Some(Taken { chunk, start, owner }),
@@ -89,6 +57,99 @@ impl Arena {
                 None
             }
         }
+    }
+
+    /// The longest free stretch of core chunk `chunk` if it holds `b`, as its memo knows it
+    /// (or its tree, read while `reads` lasts, when the memo is out of date); `seen` keeps the
+    /// longest learnt of.
+    #[inline]
+    fn holding(&self, chunk: usize, b: &BuddyLayout, bank: u64, reads: &mut usize, seen: &mut u64) -> Option<u64> {
+        let (free, probe) = self.space[chunk].look();
+        if free < b.units {
+            return None;
+        }
+        let longest = match self.stretches[chunk].known(probe.epoch()) {
+            Some(longest) => longest.min(free),
+            None => self.read_longest(chunk, bank, probe, reads)?,
+        };
+        *seen = (*seen).max(longest);
+        (longest >= b.units).then_some(longest)
+    }
+
+    /// The best fit through the length classes (`stretch_classes.rs`): the class of `b`'s
+    /// length first (some of its chunks hold `b`), then the longer ones (all of theirs do,
+    /// while their memos hold); in the first class with a chunk that holds `b`, the one whose
+    /// longest stretch is the shortest among the first [`COMPARED`]. Returns that length, the
+    /// chunk and its owner.
+    fn best_by_class(
+        &self,
+        b: &BuddyLayout,
+        bank: u64,
+        reads: &mut usize,
+        seen: &mut u64,
+    ) -> Option<(u64, usize, usize)> {
+        for class in class_of(b.units)..CLASSES {
+            let mut best: Option<(u64, usize, usize)> = None;
+            let mut compared = 0;
+            for chunk in self.stretch_classes.chunks(class, 0) {
+                let ChunkState::Core(owner) = self.global.state(chunk) else {
+                    continue;
+                };
+                let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
+                    continue;
+                };
+                if best.is_none_or(|(k, ..)| longest < k) {
+                    best = Some((longest, chunk, owner));
+                }
+                compared += 1;
+                if compared == COMPARED || longest == b.units {
+                    break;
+                }
+            }
+            if best.is_some() {
+                return best;
+            }
+        }
+        None
+    }
+
+    /// The best fit over the cores' chunks in address order (core `core`'s first), for when the
+    /// length classes had none: chunks whose memo is out of date or was never written, or
+    /// missing from their class after a race.
+    fn best_by_address(
+        &self,
+        b: &BuddyLayout,
+        bank: u64,
+        core: usize,
+        reads: &mut usize,
+        seen: &mut u64,
+    ) -> Option<(u64, usize, usize)> {
+        let cores = self.cores.len();
+        let words = self.geometry.chunks.div_ceil(64);
+        let mut best: Option<(u64, usize, usize)> = None;
+        let mut compared = 0;
+        for i in 0..cores {
+            let owner = (core + i) % cores;
+            let pool = &self.cores[owner];
+            for w in 0..words {
+                let mut owned = pool.owned_word(w);
+                while owned != 0 {
+                    let chunk = w * 64 + owned.trailing_zeros() as usize;
+                    owned &= owned - 1;
+                    let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
+                        continue;
+                    };
+                    if best.is_none_or(|(k, ..)| longest < k) {
+                        best = Some((longest, chunk, owner));
+                    }
+                    compared += 1;
+                    if compared == COMPARED || longest == b.units {
+                        return best;
+                    }
+                }
+            }
+        }
+        best
     }
 
     /// Take block `b` in `chunk` at the start of the smallest free stretch that holds it from a
@@ -112,7 +173,7 @@ impl Arena {
         // The memo keeps stretches from a bank boundary: a coarser search says nothing of them.
         let seen = if align == bank { fit.longest << shift } else { 0 };
         if align == bank {
-            memo.record(probe.epoch(), seen);
+            self.record_stretch(chunk, probe.epoch(), seen);
         }
         let start = fit.at.ok_or(seen)?.0 << shift;
         if !self.claim_at(chunk, b, start) {
@@ -120,7 +181,7 @@ impl Arena {
         }
         // Allocations leave the epoch as it is: what is left after this block is known.
         if align == bank {
-            memo.record(probe.epoch(), fit.longest_after(len, granule_align) << shift);
+            self.record_stretch(chunk, probe.epoch(), fit.longest_after(len, granule_align) << shift);
         }
         Ok(start)
     }
@@ -145,7 +206,7 @@ impl Arena {
         let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
         let (granules, shift) = self.read_granules(chunk, &mut bits);
         let longest = best_fit(&bits[..granules.div_ceil(64) as usize], granules, 1, (bank >> shift).max(1)).longest;
-        self.stretches[chunk].record(probe.epoch(), longest << shift);
+        self.record_stretch(chunk, probe.epoch(), longest << shift);
         Some(longest << shift)
     }
 
@@ -172,10 +233,21 @@ impl Arena {
     /// are released and the epoch advanced.
     #[inline(never)]
     fn raise_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) {
-        self.stretches[chunk].after_free(&self.space[chunk], before, || {
+        let raised = self.stretches[chunk].after_free(&self.space[chunk], before, || {
             let (start, stop) = self.shape.free_run_around(self.tree(chunk), from, to);
             stop - start
         });
+        if let Some((known, longest)) = raised {
+            self.stretch_classes.moved(chunk, Some(known), longest);
+        }
+    }
+
+    /// Record in `chunk`'s stretch memo that a search that probed `epoch` found no free
+    /// stretch longer than `longest` units, and move the chunk to that length's class.
+    #[inline]
+    fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64) {
+        let before = self.stretches[chunk].record(epoch, longest);
+        self.stretch_classes.moved(chunk, before, longest);
     }
 
     /// Read `chunk`'s tree into `bits` (a set bit is an allocated granule): the granules and

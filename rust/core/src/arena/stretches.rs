@@ -101,12 +101,15 @@ impl StretchMemo {
     }
 
     /// A search that probed `epoch` found no free stretch longer than `longest` units.
+    /// Returns the longest stretch the memo held before, at whatever epoch (`None`: nothing).
     #[inline]
-    pub(crate) fn record(&self, epoch: u64, longest: u64) {
+    pub(crate) fn record(&self, epoch: u64, longest: u64) -> Option<u64> {
         let memo = ((epoch & 0xFFFF_FFFF) << 32) | (longest.min(0xFFFF_FFFE) + 1);
-        if self.0.load(Ordering::Relaxed) != memo {
+        let before = self.0.load(Ordering::Relaxed);
+        if before != memo {
             self.0.store(memo, Ordering::Release);
         }
+        (before & 0xFFFF_FFFF).checked_sub(1)
     }
 
     /// Before a free in the chunk releases anything: the chunk's epoch now, if the memo is
@@ -126,17 +129,23 @@ impl StretchMemo {
     /// valid at the new epoch, raised to the free run around the freed units that `run` reads
     /// from the tree (in units; an upper bound of any stretch the free made). Otherwise the
     /// memo is left as it is: out of date.
+    /// Returns what it wrote: the longest stretch before and after, when it did.
     #[inline]
-    pub(crate) fn after_free(&self, space: &ChunkSpace, before: Probe, run: impl FnOnce() -> u64) {
+    pub(crate) fn after_free(
+        &self,
+        space: &ChunkSpace,
+        before: Probe,
+        run: impl FnOnce() -> u64,
+    ) -> Option<(u64, u64)> {
         let (_, now) = space.look();
         let after = (before.epoch() + 1) & 0xFFFF_FFFF;
         if now.epoch() != after {
-            return;
+            return None;
         }
-        let Some(known) = self.known(before.epoch()) else {
-            return;
-        };
-        self.record(after, known.max(run()));
+        let known = self.known(before.epoch())?;
+        let raised = known.max(run());
+        self.record(after, raised);
+        Some((known, raised))
     }
 }
 
