@@ -31,12 +31,12 @@ pub(crate) struct Taken {
 impl Arena {
     /// Take block `b` in the free stretch of a core chunk that fits it best, from a multiple of
     /// `align` units (see [`Arena::take_stretch`]): the chunk whose longest free stretch is the
-    /// shortest that holds the block, among the first [`COMPARED`] such chunks (core `core`'s
-    /// first, in address order, over the owned bitmap), known from their stretch memos (frees
-    /// keep them valid; at most [`FRESH_READS`] trees are read for chunks whose memo is out of
-    /// date). `seen` keeps the longest stretch (in units) learnt of on the way. `None`: no
-    /// compared chunk took it (the caller may go on to a first fit, which reads every chunk
-    /// that may hold it).
+    /// shortest that holds the block, known from the stretch memos (frees keep them valid),
+    /// found through their length classes ([`Arena::best_by_class`]), or, when those have
+    /// none, among the first [`COMPARED`] chunks that hold it in address order (core `core`'s
+    /// first); at most [`FRESH_READS`] trees are read for chunks whose memo is out of date.
+    /// `seen` keeps the longest stretch (in units) learnt of on the way. `None`: no chunk took
+    /// it (the caller may go on to a first fit, which reads every chunk that may hold it).
     pub(crate) fn take_best_stretch(
         &self,
         b: &BuddyLayout,

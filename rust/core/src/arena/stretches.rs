@@ -22,10 +22,12 @@
 //! phantom marks under them); a piece taken meanwhile rolls the claim back, as a trimmed
 //! block's claim does.
 //!
-//! Across chunks, the search is a best fit too (`packed.rs`): of the first 64 chunks that can
-//! hold the block, the one whose longest free stretch is the shortest, known from the memos
-//! below without reading the trees (only the chosen chunk's tree is read, to place the block
-//! in it). Placing each block in the tightest chunk leaves the long stretches to the large
+//! Across chunks, the search is a best fit too (`packed.rs`): the chunk whose longest free
+//! stretch is the shortest that holds the block, known from the memos below without reading
+//! the trees (only the chosen chunk's tree is read, to place the block in it), and found
+//! through an index of the chunks by the power-of-two class of their memo's longest stretch
+//! (`stretch_classes.rs`): the block's class first, then the classes above, at most 64 chunks
+//! compared in the first class that has one that holds it. Placing each block in the tightest chunk leaves the long stretches to the large
 //! blocks: with random sizes from 256 B to 1 MiB at 85% occupancy, a first fit across chunks
 //! failed one allocation in 200 (no chunk kept a stretch of 700 KiB), the best fit about one
 //! in 2,500.
