@@ -12,6 +12,7 @@ use super::geometry::Geometry;
 use super::global::{ChunkState, GlobalPool};
 use super::regions::Regions;
 use super::slab::caches::{SlabBlocks, SlabCaches, SlabClasses};
+use super::stretch_classes::StretchClasses;
 use super::stretches::StretchMemo;
 use super::tight::Tight;
 use crate::config::{Backing, PoolConfig};
@@ -30,6 +31,8 @@ pub(crate) struct Arena {
     pub(crate) space: Zeroed<ChunkSpace>,
     /// Per chunk, what the last search learnt about its free stretches (`stretches.rs`).
     pub(crate) stretches: Zeroed<StretchMemo>,
+    /// The chunks by the length class of their memo's longest stretch (`stretch_classes.rs`).
+    pub(crate) stretch_classes: StretchClasses,
     /// Per chunk, the block with a front in its free end, if any (`front.rs`).
     pub(crate) fronts: Zeroed<AtomicU64>,
     pub(crate) global: GlobalPool,
@@ -76,6 +79,7 @@ impl Arena {
         let summaries = Zeroed::new(tree_words, "the chunks' bunch summaries")?;
         let space = Zeroed::new(geometry.chunks, "the chunks' free-space words")?;
         let stretches = Zeroed::new(geometry.chunks, "the chunks' stretch memos")?;
+        let stretch_classes = StretchClasses::new(geometry.chunks)?;
         let fronts = Zeroed::new(geometry.chunks, "the chunks' front words")?;
         let global = GlobalPool::new(&geometry, config.placement, present)?;
         let levels = geometry.depth as usize + 1;
@@ -104,6 +108,7 @@ impl Arena {
             summaries,
             space,
             stretches,
+            stretch_classes,
             fronts,
             geometry,
             regions,
@@ -154,6 +159,7 @@ impl Arena {
             + self.summaries.resident_bytes()
             + self.space.resident_bytes()
             + self.stretches.resident_bytes()
+            + self.stretch_classes.resident_bytes()
             + self.fronts.resident_bytes()
             + self.global.resident_bytes()
             + self.cores.iter().map(|c| c.resident_bytes()).sum::<usize>()

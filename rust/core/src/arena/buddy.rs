@@ -133,6 +133,14 @@ struct Loc {
     bit: u64,
 }
 
+/// Free units around a unit (see [`TreeShape::free_span_at`]).
+struct FreeSpan {
+    lo: u64,
+    hi: u64,
+    lo_bounded: bool,
+    hi_bounded: bool,
+}
+
 /// Room for the levels of any tree (at most `MAX_TREE_DEPTH + 1`) in [`TreeShape`]'s tables
 /// by level: a level masked to this many slots indexes them without a bounds check.
 const LEVEL_SLOTS: usize = 32;
@@ -943,6 +951,12 @@ impl TreeShape {
     fn allocated_granules_in(&self, tree: &[AtomicU64], band: usize, bunch: u64, shift: u32, out: &mut [u64]) {
         let b = self.bands[band];
         let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        if b.leaf && shift == 0 {
+            // A leaf bunch's units fit in one word of `out` (at most 32, aligned).
+            let first = bunch << (b.height - 1);
+            out[(first / 64) as usize] |= self.row_covered(&b, word) << (first % 64);
+            return;
+        }
         let mut allocated = word & b.alloc_mask();
         while allocated != 0 {
             let bit = u64::from(allocated.trailing_zeros());
@@ -959,6 +973,99 @@ impl TreeShape {
             self.allocated_granules_in(tree, band + 1, child, shift, out);
             marked &= marked - 1;
         }
+    }
+
+    /// What a bunch's allocated nodes cover of the row below the bunch: of the units of a leaf
+    /// bunch (bit `i`: its unit `i`), of the child bunches of an inner one (bit `j`: child
+    /// `j`); from the bunch's word.
+    #[inline]
+    fn row_covered(&self, b: &Band, word: u64) -> u64 {
+        let width = 1u64 << if b.leaf { b.height - 1 } else { b.height };
+        let mut allocated = word & b.alloc_mask();
+        let mut covered = 0;
+        while allocated != 0 {
+            let bit = u64::from(allocated.trailing_zeros());
+            let r = 63 - (bit + 1).leading_zeros(); // heap row of the bit
+            let span = width >> r;
+            covered |= low_bits(span as u32) << ((bit + 1 - (1 << r)) * span);
+            allocated &= allocated - 1;
+        }
+        covered
+    }
+
+    /// The free units around unit `u`, looking from the root down to `u`: `None` when an
+    /// allocated node covers it; else `[lo, hi)` (the spans of the unmarked child bunches that
+    /// no allocated node covers around `u`'s, or the free units of `u`'s leaf bunch around
+    /// it), and whether an allocated unit is known to bound it at `lo - 1` and at `hi`.
+    fn free_span_at(&self, tree: &[AtomicU64], u: u64) -> Option<FreeSpan> {
+        let depth = self.depth;
+        for (i, band) in self.bands.iter().enumerate() {
+            let bunch = u >> (depth - band.top);
+            let word = self.word(tree, i, bunch).load(Ordering::Acquire);
+            // The row below the bunch: its entries' size, and `u`'s entry.
+            let shift = if band.leaf { depth - band.top - (band.height - 1) } else { depth - band.top - band.height };
+            let width = if band.leaf { band.height - 1 } else { band.height };
+            let first = bunch << width;
+            let j = ((u >> shift) - first) as u32;
+            let occupied = self.occupied_children(i, word);
+            if !band.leaf {
+                if word & self.paths[i % BAND_SLOTS][j as usize % 16] != 0 {
+                    return None;
+                }
+                if occupied >> j & 1 != 0 {
+                    continue;
+                }
+            }
+            let covered = self.row_covered(band, word);
+            if covered >> j & 1 != 0 {
+                return None;
+            }
+            // The entries around `j` that nothing covers or marks: free all through.
+            let blocked = covered | occupied | !low_bits(1 << width);
+            let below = blocked & low_bits(j);
+            let above = blocked & !low_bits(j);
+            let lo = if below == 0 { 0 } else { 64 - u64::from(below.leading_zeros()) };
+            let hi = u64::from(above.trailing_zeros());
+            return Some(FreeSpan {
+                lo: (first + lo) << shift,
+                hi: (first + hi) << shift,
+                lo_bounded: below != 0 && covered >> (lo - 1) & 1 != 0,
+                hi_bounded: hi < 1 << width && covered >> hi & 1 != 0,
+            });
+        }
+        unreachable!("the last band holds the leaves")
+    }
+
+    /// The free run around units `[from, to)` (which the caller just released): the last unit
+    /// before `from` and the first from `to` on that an allocated node covers bound it (the
+    /// tree's ends otherwise). Reads outwards from the block until each side meets an
+    /// allocated unit, from the root down to each leaf bunch on the way, or only to the
+    /// unmarked child bunch above it (an unmarked child is empty: its whole span is skipped);
+    /// not the whole tree. On a tree in use it is a snapshot, as
+    /// [`TreeShape::allocated_granules`] is.
+    pub(crate) fn free_run_around(&self, tree: &[AtomicU64], from: u64, to: u64) -> (u64, u64) {
+        let mut start = from;
+        while start > 0 {
+            let Some(span) = self.free_span_at(tree, start - 1) else {
+                break;
+            };
+            start = span.lo;
+            if span.lo_bounded {
+                break;
+            }
+        }
+        let end = 1u64 << self.depth;
+        let mut stop = to;
+        while stop < end {
+            let Some(span) = self.free_span_at(tree, stop) else {
+                break;
+            };
+            stop = span.hi;
+            if span.hi_bounded {
+                break;
+            }
+        }
+        (start, stop)
     }
 
     /// A search or an allocation met a sealed bunch (see `seals`).
@@ -1527,6 +1634,59 @@ mod tests {
                         }
                     }
                     assert_eq!(got, want, "depth {depth}, round {round}, shift {shift}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn free_runs_match_the_allocated_nodes() {
+        // Random nodes, some released again (phantom marks), in trees of several shapes: the
+        // run around any free unit is the maximal range of units no live node covers.
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for depth in [0u32, 3, 5, 6, 7, 10, 13] {
+            let shape = TreeShape::new(depth);
+            let units = 1u64 << depth;
+            for round in 0..30 {
+                let t = tree(&shape);
+                let mut live: Vec<Node> = Vec::new();
+                for _ in 0..(next() % 300) {
+                    let level = (next() % u64::from(depth + 1)) as u32;
+                    let n = Node { level, index: next() % (1 << level) };
+                    if shape.try_alloc(&t, n).is_ok() {
+                        live.push(n);
+                    }
+                    if !live.is_empty() && next() % 3 == 0 {
+                        let n = live.swap_remove((next() % live.len() as u64) as usize);
+                        shape.release(&t, n).unwrap();
+                    }
+                }
+                let mut covered = vec![false; units as usize];
+                for n in &live {
+                    for u in n.start(depth)..n.start(depth) + n.units(depth) {
+                        covered[u as usize] = true;
+                    }
+                }
+                for u in 0..units {
+                    if covered[u as usize] {
+                        continue;
+                    }
+                    let mut start = u;
+                    while start > 0 && !covered[start as usize - 1] {
+                        start -= 1;
+                    }
+                    let mut stop = u + 1;
+                    while stop < units && !covered[stop as usize] {
+                        stop += 1;
+                    }
+                    assert_eq!(shape.free_run_around(&t, u, u + 1), (start, stop), "depth {depth}, round {round}");
+                    assert_eq!(shape.free_run_around(&t, start, stop), (start, stop));
                 }
             }
         }

@@ -32,6 +32,7 @@ pub(crate) mod release;
 #[cfg(not(loom))]
 pub(crate) mod reveal;
 pub(crate) mod slab;
+pub(crate) mod stretch_classes;
 pub(crate) mod stretches;
 #[cfg(not(loom))]
 pub(crate) mod tail;

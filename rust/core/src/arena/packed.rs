@@ -1,10 +1,16 @@
 //! Taking a buddy block at the best-fitting free stretch, on the allocation path: across
 //! chunks (ranked by the longest stretch their memos know) and inside one chunk, for a block
 //! whose enclosing node is nowhere free or, in a tight arena, for every block of 1/32 of a
-//! chunk or more (`pool/alloc.rs`). `stretches.rs` explains the stretches and their memo.
+//! chunk or more (`pool/alloc.rs`); and, on the free path, keeping a chunk's stretch memo
+//! valid across a free (`Arena::unmark_buddy_raising`). `stretches.rs` explains the stretches
+//! and their memo.
 
 use super::arena::Arena;
+use super::chunk_space::Probe;
+use super::exact::Unmarked;
+use super::global::ChunkState;
 use super::layout::BuddyLayout;
+use super::stretch_classes::{class_of, CLASSES};
 use super::stretches::{best_fit, granule_shift, MAX_GRANULES};
 
 /// Chunks whose stretch memo is out of date that a best-fit search reads from their trees, at
@@ -26,11 +32,12 @@ pub(crate) struct Taken {
 impl Arena {
     /// Take block `b` in the free stretch of a core chunk that fits it best, from a multiple of
     /// `align` units (see [`Arena::take_stretch`]): the chunk whose longest free stretch is the
-    /// shortest that holds the block, among the first [`COMPARED`] such chunks (core `core`'s
-    /// first, in address order), known from their stretch memos (at most [`FRESH_READS`]
-    /// trees are read for chunks whose memo is out of date). `seen` keeps the longest stretch
-    /// (in units) learnt of on the way. `None`: no compared chunk took it (the caller may go
-    /// on to a first fit, which reads every chunk that may hold it).
+    /// shortest that holds the block, known from the stretch memos (frees keep them valid),
+    /// found through their length classes ([`Arena::best_by_class`]), or, when those have
+    /// none, among the first [`COMPARED`] chunks that hold it in address order (core `core`'s
+    /// first); at most [`FRESH_READS`] trees are read for chunks whose memo is out of date.
+    /// `seen` keeps the longest stretch (in units) learnt of on the way. `None`: no chunk took
+    /// it (the caller may go on to a first fit, which reads every chunk that may hold it).
     pub(crate) fn take_best_stretch(
         &self,
         b: &BuddyLayout,
@@ -39,41 +46,10 @@ impl Arena {
         core: usize,
         seen: &mut u64,
     ) -> Option<Taken> {
-        let g = &self.geometry;
-        // A free stretch of `units` units holds a naturally aligned node of 2^j units when
-        // units >= 2^(j+1) - 1: only chunks that may hold a free node of 2^j units are read.
-        let j = 63 - (b.units + 1).leading_zeros() - 1;
-        let level = g.depth - j.min(g.depth);
-        let cores = self.cores.len();
         let mut reads = FRESH_READS;
-        let mut best: Option<(u64, usize, usize)> = None;
-        let mut compared = 0;
-        'cores: for i in 0..cores {
-            let owner = (core + i) % cores;
-            let pool = &self.cores[owner];
-            let owned = |w: usize| pool.owned_word(w);
-            let mut from = 0;
-            while let Some(chunk) = pool.maps.next(level, from, &owned) {
-                from = chunk + 1;
-                if self.space[chunk].free_units() < b.units {
-                    continue;
-                }
-                let Some(longest) = self.longest_stretch(chunk, bank, &mut reads) else {
-                    continue;
-                };
-                *seen = (*seen).max(longest);
-                if longest < b.units {
-                    continue;
-                }
-                if best.is_none_or(|(k, ..)| longest < k) {
-                    best = Some((longest, chunk, owner));
-                }
-                compared += 1;
-                if compared == COMPARED || longest == b.units {
-                    break 'cores;
-                }
-            }
-        }
+        let best = self
+            .best_by_class(b, bank, &mut reads, seen)
+            .or_else(|| self.best_by_address(b, bank, core, &mut reads, seen));
         let (_, chunk, owner) = best?;
         match self.take_stretch(chunk, b, align, bank) {
             Ok(start) => Some(Taken { chunk, start, owner }),
@@ -82,6 +58,99 @@ impl Arena {
                 None
             }
         }
+    }
+
+    /// The longest free stretch of core chunk `chunk` if it holds `b`, as its memo knows it
+    /// (or its tree, read while `reads` lasts, when the memo is out of date); `seen` keeps the
+    /// longest learnt of.
+    #[inline]
+    fn holding(&self, chunk: usize, b: &BuddyLayout, bank: u64, reads: &mut usize, seen: &mut u64) -> Option<u64> {
+        let (free, probe) = self.space[chunk].look();
+        if free < b.units {
+            return None;
+        }
+        let longest = match self.stretches[chunk].known(probe.epoch()) {
+            Some(longest) => longest.min(free),
+            None => self.read_longest(chunk, bank, probe, reads)?,
+        };
+        *seen = (*seen).max(longest);
+        (longest >= b.units).then_some(longest)
+    }
+
+    /// The best fit through the length classes (`stretch_classes.rs`): the class of `b`'s
+    /// length first (some of its chunks hold `b`), then the longer ones (all of theirs do,
+    /// while their memos hold); in the first class with a chunk that holds `b`, the one whose
+    /// longest stretch is the shortest among the first [`COMPARED`]. Returns that length, the
+    /// chunk and its owner.
+    fn best_by_class(
+        &self,
+        b: &BuddyLayout,
+        bank: u64,
+        reads: &mut usize,
+        seen: &mut u64,
+    ) -> Option<(u64, usize, usize)> {
+        for class in class_of(b.units)..CLASSES {
+            let mut best: Option<(u64, usize, usize)> = None;
+            let mut compared = 0;
+            for chunk in self.stretch_classes.chunks(class, 0) {
+                let ChunkState::Core(owner) = self.global.state(chunk) else {
+                    continue;
+                };
+                let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
+                    continue;
+                };
+                if best.is_none_or(|(k, ..)| longest < k) {
+                    best = Some((longest, chunk, owner));
+                }
+                compared += 1;
+                if compared == COMPARED || longest == b.units {
+                    break;
+                }
+            }
+            if best.is_some() {
+                return best;
+            }
+        }
+        None
+    }
+
+    /// The best fit over the cores' chunks in address order (core `core`'s first), for when the
+    /// length classes had none: chunks whose memo is out of date or was never written, or
+    /// missing from their class after a race.
+    fn best_by_address(
+        &self,
+        b: &BuddyLayout,
+        bank: u64,
+        core: usize,
+        reads: &mut usize,
+        seen: &mut u64,
+    ) -> Option<(u64, usize, usize)> {
+        let cores = self.cores.len();
+        let words = self.geometry.chunks.div_ceil(64);
+        let mut best: Option<(u64, usize, usize)> = None;
+        let mut compared = 0;
+        for i in 0..cores {
+            let owner = (core + i) % cores;
+            let pool = &self.cores[owner];
+            for w in 0..words {
+                let mut owned = pool.owned_word(w);
+                while owned != 0 {
+                    let chunk = w * 64 + owned.trailing_zeros() as usize;
+                    owned &= owned - 1;
+                    let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
+                        continue;
+                    };
+                    if best.is_none_or(|(k, ..)| longest < k) {
+                        best = Some((longest, chunk, owner));
+                    }
+                    compared += 1;
+                    if compared == COMPARED || longest == b.units {
+                        return best;
+                    }
+                }
+            }
+        }
+        best
     }
 
     /// Take block `b` in `chunk` at the start of the smallest free stretch that holds it from a
@@ -105,7 +174,7 @@ impl Arena {
         // The memo keeps stretches from a bank boundary: a coarser search says nothing of them.
         let seen = if align == bank { fit.longest << shift } else { 0 };
         if align == bank {
-            memo.record(probe.epoch(), seen);
+            self.record_stretch(chunk, probe.epoch(), seen);
         }
         let start = fit.at.ok_or(seen)?.0 << shift;
         if !self.claim_at(chunk, b, start) {
@@ -113,7 +182,7 @@ impl Arena {
         }
         // Allocations leave the epoch as it is: what is left after this block is known.
         if align == bank {
-            memo.record(probe.epoch(), fit.longest_after(len, granule_align) << shift);
+            self.record_stretch(chunk, probe.epoch(), fit.longest_after(len, granule_align) << shift);
         }
         Ok(start)
     }
@@ -128,12 +197,58 @@ impl Arena {
         if let Some(longest) = memo.known(probe.epoch()) {
             return Some(longest.min(self.space[chunk].free_units()));
         }
+        self.read_longest(chunk, bank, probe, reads)
+    }
+
+    /// The longest free stretch of `chunk` from a multiple of `bank` units, read from its tree
+    /// after `probe` (while `reads` lasts) and recorded in its memo.
+    fn read_longest(&self, chunk: usize, bank: u64, probe: Probe, reads: &mut usize) -> Option<u64> {
         *reads = reads.checked_sub(1)?;
         let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
         let (granules, shift) = self.read_granules(chunk, &mut bits);
         let longest = best_fit(&bits[..granules.div_ceil(64) as usize], granules, 1, (bank >> shift).max(1)).longest;
-        memo.record(probe.epoch(), longest << shift);
+        self.record_stretch(chunk, probe.epoch(), longest << shift);
         Some(longest << shift)
+    }
+
+    /// [`Arena::unmark_buddy_coalesced`] (the free path's release of block `b` at unit `within`
+    /// of `chunk`) that keeps the chunk's stretch memo valid across the free: the memo is
+    /// raised to the free run around the block, read from the tree around it
+    /// (`TreeShape::free_run_around`), instead of going out of date with the epoch step.
+    #[inline(always)]
+    pub(crate) fn unmark_buddy_raising(
+        &self,
+        chunk: usize,
+        b: &BuddyLayout,
+        within: u64,
+    ) -> Result<Unmarked, &'static str> {
+        let before = self.stretches[chunk].before_free(&self.space[chunk]);
+        let released = self.unmark_buddy_coalesced(chunk, b, within)?;
+        if let Some(before) = before {
+            self.raise_after_free(chunk, before, within, within + b.units);
+        }
+        Ok(released)
+    }
+
+    /// The second half of [`Arena::unmark_buddy_raising`], once units `[from, to)` of `chunk`
+    /// are released and the epoch advanced.
+    #[inline(never)]
+    fn raise_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) {
+        let raised = self.stretches[chunk].after_free(&self.space[chunk], before, || {
+            let (start, stop) = self.shape.free_run_around(self.tree(chunk), from, to);
+            stop - start
+        });
+        if let Some((known, longest)) = raised {
+            self.stretch_classes.moved(chunk, Some(known), longest);
+        }
+    }
+
+    /// Record in `chunk`'s stretch memo that a search that probed `epoch` found no free
+    /// stretch longer than `longest` units, and move the chunk to that length's class.
+    #[inline]
+    fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64) {
+        let before = self.stretches[chunk].record(epoch, longest);
+        self.stretch_classes.moved(chunk, before, longest);
     }
 
     /// Read `chunk`'s tree into `bits` (a set bit is an allocated granule): the granules and
@@ -177,7 +292,7 @@ mod tests {
     //! Random allocations and frees of blocks larger than a bank (many placed in free
     //! stretches) against a reference model of every chunk's units: the trees hold exactly
     //! the units the live blocks cover, and no stretch memo that is still valid rules out a
-    //! stretch the reference has free.
+    //! stretch the reference has free (frees raise the memos, so most stay valid).
     use crate::arena::stretches::best_fit;
     use crate::config::{Backing, PoolConfig};
     use crate::pool::pool::Pool;
@@ -203,6 +318,7 @@ mod tests {
         let mut rng = Rng(0x1234_5678_9ABC_DEF1);
         let mut live = Vec::new();
         let mut placed_off_node = 0;
+        let (mut checks, mut valid_memos, mut exact_memos) = (0, 0, 0);
         for step in 0..20_000 {
             if live.is_empty() || rng.next() % 100 < 55 {
                 let size = log_uniform(&mut rng, 4097, MIB);
@@ -252,9 +368,17 @@ mod tests {
                     !a.stretches[chunk].rules_out(epoch, longest),
                     "step {step}: chunk {chunk}'s memo hides a free stretch of {longest} units"
                 );
+                checks += 1;
+                if let Some(known) = a.stretches[chunk].known(epoch) {
+                    valid_memos += 1;
+                    exact_memos += usize::from(known == longest);
+                }
             }
         }
         assert!(placed_off_node > 0, "some blocks were placed in free stretches");
+        // Frees raise the memos rather than leaving them out of date: most stay valid.
+        assert!(valid_memos * 4 > checks * 3, "{valid_memos} memos valid of {checks}");
+        assert!(exact_memos * 2 > valid_memos, "{exact_memos} of {valid_memos} valid memos exact");
         for h in live {
             p.free(h).unwrap();
         }

@@ -22,29 +22,51 @@
 //! phantom marks under them); a piece taken meanwhile rolls the claim back, as a trimmed
 //! block's claim does.
 //!
-//! Across chunks, the search is a best fit too (`packed.rs`): of the first 64 chunks that can
-//! hold the block, the one whose longest free stretch is the shortest, known from the memos
-//! below without reading the trees. Placing each block in the tightest chunk leaves the long
-//! stretches to the large blocks: with random sizes from 256 B to 1 MiB at 85% occupancy, a
-//! first fit across chunks failed one allocation in 200 (no chunk kept a stretch of 700 KiB),
-//! the best fit about one in 2,500.
+//! Across chunks, the search is a best fit too (`packed.rs`): the chunk whose longest free
+//! stretch is the shortest that holds the block, known from the memos below without reading
+//! the trees (only the chosen chunk's tree is read, to place the block in it), and found
+//! through an index of the chunks by the power-of-two class of their memo's longest stretch
+//! (`stretch_classes.rs`): the block's class first, then the classes above, at most 64 chunks
+//! compared in the first class that has one that holds it. Placing each block in the tightest chunk leaves the long stretches to the large
+//! blocks: with random sizes from 256 B to 1 MiB at 85% occupancy, a first fit across chunks
+//! failed one allocation in 200 (no chunk kept a stretch of 700 KiB), the best fit about one
+//! in 2,500.
 //!
 //! # The memo
 //!
-//! A chunk's [`StretchMemo`] holds `epoch << 32 | (longest + 1)`: a search that began at free
-//! epoch `epoch` (`ChunkSpace::probe`) found no free stretch longer than `longest` units at an
-//! allowed start (0: nothing known). Allocations only shorten stretches and every free (and
-//! every rollback, grant and reveal) advances the chunk's epoch after its nodes are released,
-//! so while the epoch is unchanged the memo is an upper bound: a search for a longer block
-//! skips the chunk after two loads. A search that missed a free's release read the epoch
-//! before that free's step, so the memo it writes names an epoch that is already over. No
-//! read-modify-write is needed on either side: the memo is only ever compared with the epoch
-//! the reader itself probed. A search that then takes a block records what the block leaves
-//! (the longest other stretch, or the rest of its own, [`Fit::longest_after`]) under the same
-//! epoch, so that allocations keep the memo exact, not only an upper bound: the best fit
-//! across chunks ranks chunks by it. The loom models below check a memo, and a memo recorded
-//! after a claim, racing a free.
+//! A chunk's [`StretchMemo`] holds `epoch << 32 | (longest + 1)`: no free stretch of the chunk
+//! is longer than `longest` units at an allowed start while its free epoch is `epoch`
+//! (`ChunkSpace::probe`; 0: nothing known). The rule every writer keeps: a memo valid at the
+//! chunk's epoch never hides a stretch that is free, so a search for a longer block may skip
+//! the chunk after two loads. Allocations only shorten stretches and every free (and every
+//! rollback, grant and reveal) advances the chunk's epoch after its nodes are released.
+//!
+//! * A search that began at epoch `epoch` records the longest stretch it read. One that missed
+//!   a free's release read the epoch before that free's step, so the memo it writes names an
+//!   epoch that is already over. A search that then takes a block records what the block
+//!   leaves (the longest other stretch, or the rest of its own, [`Fit::longest_after`]) under
+//!   the same epoch, so that allocations keep the memo exact, not only an upper bound: the
+//!   best fit across chunks ranks chunks by it.
+//! * A free of a buddy block carries a valid memo over its own epoch step instead of letting
+//!   it go out of date ([`StretchMemo::before_free`], [`StretchMemo::after_free`], called by
+//!   `Arena::unmark_buddy_raising` on the free path). Before it releases anything it reads
+//!   the epoch `e` and checks that the memo is valid at `e`; after its release and step it
+//!   reads the epoch again. Only when that is `e + 1` (its own step is the only one since) is
+//!   the memo written again, valid at `e + 1`: the larger of what the memo held (read again:
+//!   it bounded every stretch at `e`) and the free run around the freed block, read from the
+//!   tree around it (`TreeShape::free_run_around`, a few words, not the whole tree). Every
+//!   other stretch is as it was at `e` or shorter; the one the free made is that run. When
+//!   another step came between, that step's free made a stretch this free did not measure,
+//!   and the memo stays out of date.
+//!
+//! No read-modify-write is needed on either side: a memo is only ever compared with the epoch
+//! the reader itself probed, and a write that lands late names an epoch that is over. The loom
+//! models below check a memo, and a memo recorded after a claim, racing a free; a free that
+//! raises the memo racing a search, a claim and a second free (that raises it or not), also
+//! when the two frees make stretches apart (a raise must never cover another free's step).
+//! `packed.rs` checks the memos against a unit model over random allocations and frees.
 
+use super::chunk_space::{ChunkSpace, Probe};
 use crate::util::sync::{AtomicU64, Ordering};
 
 /// Units in the bitmap of one chunk, at most: larger trees count granules of several units.
@@ -81,12 +103,51 @@ impl StretchMemo {
     }
 
     /// A search that probed `epoch` found no free stretch longer than `longest` units.
+    /// Returns the longest stretch the memo held before, at whatever epoch (`None`: nothing).
     #[inline]
-    pub(crate) fn record(&self, epoch: u64, longest: u64) {
+    pub(crate) fn record(&self, epoch: u64, longest: u64) -> Option<u64> {
         let memo = ((epoch & 0xFFFF_FFFF) << 32) | (longest.min(0xFFFF_FFFE) + 1);
-        if self.0.load(Ordering::Relaxed) != memo {
+        let before = self.0.load(Ordering::Relaxed);
+        if before != memo {
             self.0.store(memo, Ordering::Release);
         }
+        (before & 0xFFFF_FFFF).checked_sub(1)
+    }
+
+    /// Before a free in the chunk releases anything: the chunk's epoch now, if the memo is
+    /// valid at it (else there is nothing to keep, and the free leaves the memo out of date).
+    #[inline]
+    pub(crate) fn before_free(&self, space: &ChunkSpace) -> Option<Probe> {
+        let memo = self.0.load(Ordering::Acquire);
+        if memo == 0 {
+            return None; // nothing known: the common case of a chunk no search read
+        }
+        let (_, before) = space.look();
+        (memo >> 32 == before.epoch()).then_some(before)
+    }
+
+    /// After that free released its nodes and advanced the epoch: when its own step is the only
+    /// one since `before`, the memo (read again: it bounds every stretch at `before`) becomes
+    /// valid at the new epoch, raised to the free run around the freed units that `run` reads
+    /// from the tree (in units; an upper bound of any stretch the free made). Otherwise the
+    /// memo is left as it is: out of date.
+    /// Returns what it wrote: the longest stretch before and after, when it did.
+    #[inline]
+    pub(crate) fn after_free(
+        &self,
+        space: &ChunkSpace,
+        before: Probe,
+        run: impl FnOnce() -> u64,
+    ) -> Option<(u64, u64)> {
+        let (_, now) = space.look();
+        let after = (before.epoch() + 1) & 0xFFFF_FFFF;
+        if now.epoch() != after {
+            return None;
+        }
+        let known = self.known(before.epoch())?;
+        let raised = known.max(run());
+        self.record(after, raised);
+        Some((known, raised))
     }
 }
 
@@ -272,77 +333,168 @@ pub(crate) mod tests {
 
 #[cfg(all(test, loom))]
 mod loom_models {
-    //! A search that records a memo races a free in the same chunk: afterwards, a memo that is
-    //! valid at the chunk's epoch never rules out a stretch that is free.
+    //! A search that records a memo races a free in the same chunk, and frees that raise the
+    //! memo race searches, claims and each other: afterwards, a memo that is valid at the
+    //! chunk's epoch never rules out a stretch that is free.
     use super::*;
     use crate::arena::buddy::{Node, TreeShape};
     use crate::arena::chunk_space::ChunkSpace;
     use loom::sync::Arc;
     use loom::thread;
 
-    /// Four units in two leaf bunches of two (depth 2, bands of height 1), units 0 and 2 taken
-    /// (free stretches of one unit at 1 and at 3), and a thread that frees unit 2.
-    fn two_of_four_taken_and_unit_2_freed(
-    ) -> (Arc<TreeShape>, Arc<Vec<AtomicU64>>, Arc<ChunkSpace>, thread::JoinHandle<()>) {
-        let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+    /// A chunk's tree (of `depth` levels below the root, bands of height 1), free-space word
+    /// and stretch memo.
+    #[derive(Clone)]
+    struct Chunk {
+        depth: u32,
+        shape: Arc<TreeShape>,
+        tree: Arc<Vec<AtomicU64>>,
+        space: Arc<ChunkSpace>,
+        memo: Arc<StretchMemo>,
+    }
+
+    /// A chunk of `1 << depth` units with `taken` allocated, and a memo that a search recorded
+    /// then.
+    fn chunk_with(depth: u32, taken: &[Node]) -> Chunk {
+        let shape = Arc::new(TreeShape::with_heights(depth, 1, 1));
         let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
-        let space = Arc::new(ChunkSpace::new(4));
-        for index in [0, 2] {
-            shape.try_alloc(&tree, Node { level: 2, index }).unwrap();
-            space.take(1);
+        let space = Arc::new(ChunkSpace::new(1 << depth));
+        for &node in taken {
+            shape.try_alloc(&tree, node).unwrap();
+            space.take(node.units(depth));
         }
-        let (s2, t2, sp2) = (shape.clone(), tree.clone(), space.clone());
-        let freer = thread::spawn(move || {
-            s2.release(&t2, Node { level: 2, index: 2 }).unwrap();
-            sp2.give(1);
-        });
-        (shape, tree, space, freer)
+        let chunk = Chunk { depth, shape, tree, space, memo: Arc::new(StretchMemo::default()) };
+        let (epoch, fit) = read_fit(&chunk);
+        chunk.memo.record(epoch, fit.longest);
+        chunk
+    }
+
+    /// Four units in two leaf bunches of two (depth 2), units 0 and 2 taken (free stretches of
+    /// one unit at 1 and at 3).
+    fn two_of_four_taken() -> Chunk {
+        chunk_with(2, &[Node { level: 2, index: 0 }, Node { level: 2, index: 2 }])
+    }
+
+    /// A thread that frees `node`, raising the memo as the free path does
+    /// (`Arena::unmark_buddy_raising`) when `raise`, else only advancing the epoch.
+    fn freer(chunk: &Chunk, node: Node, raise: bool) -> thread::JoinHandle<()> {
+        let c = chunk.clone();
+        thread::spawn(move || {
+            let before = if raise { c.memo.before_free(&c.space) } else { None };
+            c.shape.release(&c.tree, node).unwrap();
+            c.space.give(node.units(c.depth));
+            if let Some(before) = before {
+                c.memo.after_free(&c.space, before, || {
+                    let from = node.start(c.depth);
+                    let (start, stop) = c.shape.free_run_around(&c.tree, from, from + node.units(c.depth));
+                    stop - start
+                });
+            }
+        })
     }
 
     /// A search's read of the tree for one unit: the epoch it probed and the best fit it saw.
-    fn read_fit(shape: &TreeShape, tree: &[AtomicU64], space: &ChunkSpace) -> (u64, Fit) {
-        let probe = space.probe(1).unwrap();
+    fn read_fit(c: &Chunk) -> (u64, Fit) {
+        let probe = c.space.probe(1).unwrap();
         let mut bits = [0u64; 1];
-        shape.allocated_granules(tree, 0, &mut bits);
-        (probe.epoch(), best_fit(&bits, 4, 1, 1))
+        c.shape.allocated_granules(&c.tree, 0, &mut bits);
+        (probe.epoch(), best_fit(&bits, 1 << c.depth, 1, 1))
     }
+
+    /// The memo, valid at the chunk's epoch now, does not rule out its longest free stretch.
+    fn assert_memo_holds(c: &Chunk) {
+        let mut now_bits = [0u64; 1];
+        c.shape.allocated_granules(&c.tree, 0, &mut now_bits);
+        let longest = best_fit(&now_bits, 1 << c.depth, 1, 1).longest;
+        let now = c.space.probe(0).unwrap();
+        assert!(!c.memo.rules_out(now.epoch(), longest), "the memo hides a free stretch of {longest}");
+    }
+
+    const UNIT_0: Node = Node { level: 2, index: 0 };
+    const UNIT_2: Node = Node { level: 2, index: 2 };
 
     #[test]
     fn a_memo_racing_a_free_never_hides_the_freed_stretch() {
         loom::model(|| {
-            let (shape, tree, space, freer) = two_of_four_taken_and_unit_2_freed();
-            let memo = StretchMemo::default();
-            let (epoch, fit) = read_fit(&shape, &tree, &space);
-            memo.record(epoch, fit.longest);
-            freer.join().unwrap();
+            let chunk = two_of_four_taken();
+            let freeing = freer(&chunk, UNIT_2, false);
+            let (epoch, fit) = read_fit(&chunk);
+            chunk.memo.record(epoch, fit.longest);
+            freeing.join().unwrap();
             // Units 1..4 are free now: a block of three must not be ruled out.
-            let now = space.probe(0).unwrap();
-            assert!(!memo.rules_out(now.epoch(), 3), "the memo hides the freed stretch");
+            let now = chunk.space.probe(0).unwrap();
+            assert!(!chunk.memo.rules_out(now.epoch(), 3), "the memo hides the freed stretch");
         });
     }
 
     #[test]
     fn a_memo_recorded_after_a_claim_racing_a_free_never_hides_the_freed_stretch() {
+        for raise in [false, true] {
+            loom::model(move || {
+                let chunk = two_of_four_taken();
+                let freeing = freer(&chunk, UNIT_2, raise);
+                // A search for one unit: read, record, claim the best fit, record what is left.
+                let (epoch, fit) = read_fit(&chunk);
+                chunk.memo.record(epoch, fit.longest);
+                let (start, _) = fit.at.unwrap();
+                let claimed = chunk.shape.try_alloc(&chunk.tree, Node { level: 2, index: start }).is_ok();
+                if claimed {
+                    chunk.space.take(1);
+                    chunk.memo.record(epoch, fit.longest_after(1, 1));
+                }
+                freeing.join().unwrap();
+                // Unit 2 is free now, and unit 3 unless the search took it.
+                assert_memo_holds(&chunk);
+            });
+        }
+    }
+
+    #[test]
+    fn a_memo_raised_by_a_free_racing_a_search_never_hides_a_free_stretch() {
         loom::model(|| {
-            let (shape, tree, space, freer) = two_of_four_taken_and_unit_2_freed();
-            let memo = StretchMemo::default();
-            // A search for one unit: read, record, claim the best fit, record what is left.
-            let (epoch, fit) = read_fit(&shape, &tree, &space);
-            memo.record(epoch, fit.longest);
-            let (start, _) = fit.at.unwrap();
-            let claimed = shape.try_alloc(&tree, Node { level: 2, index: start }).is_ok();
-            if claimed {
-                space.take(1);
-                memo.record(epoch, fit.longest_after(1, 1));
-            }
-            freer.join().unwrap();
-            // Unit 2 is free now, and unit 3 unless the search took it: the longest free
-            // stretch the tree holds must not be ruled out.
-            let mut now_bits = [0u64; 1];
-            shape.allocated_granules(&tree, 0, &mut now_bits);
-            let longest = best_fit(&now_bits, 4, 1, 1).longest;
-            let now = space.probe(0).unwrap();
-            assert!(!memo.rules_out(now.epoch(), longest), "the memo hides a free stretch of {longest}");
+            let chunk = two_of_four_taken();
+            let freeing = freer(&chunk, UNIT_2, true);
+            let (epoch, fit) = read_fit(&chunk);
+            chunk.memo.record(epoch, fit.longest);
+            freeing.join().unwrap();
+            assert_memo_holds(&chunk);
         });
+    }
+
+    #[test]
+    fn two_frees_raising_the_memo_never_hide_a_free_stretch() {
+        // The second free raises the memo too, or only advances the epoch (as a release that
+        // keeps no memo does: a block with a front, a rollback, a reveal).
+        for second_raises in [true, false] {
+            loom::model(move || {
+                let chunk = two_of_four_taken();
+                let first = freer(&chunk, UNIT_0, true);
+                let second = freer(&chunk, UNIT_2, second_raises);
+                first.join().unwrap();
+                second.join().unwrap();
+                // Every unit is free: whichever raise came last, a valid memo allows all four.
+                assert_memo_holds(&chunk);
+            });
+        }
+    }
+
+    #[test]
+    fn a_raise_never_covers_for_another_free_apart_from_its_own() {
+        // Eight units: unit 0, units 2..4 and units 4..8 taken, unit 1 free. One free gives
+        // back unit 0 (a run of two) and raises the memo, the other gives back units 4..8 (a
+        // run of four, apart from the first) and keeps no memo: the raise must not make a memo
+        // of two valid after both steps.
+        for second_raises in [true, false] {
+            loom::model(move || {
+                let low = Node { level: 3, index: 0 };
+                let high = Node { level: 1, index: 1 };
+                let chunk = chunk_with(3, &[low, Node { level: 2, index: 1 }, high]);
+                let first = freer(&chunk, low, true);
+                let second = freer(&chunk, high, second_raises);
+                first.join().unwrap();
+                second.join().unwrap();
+                assert_memo_holds(&chunk);
+            });
+        }
     }
 }

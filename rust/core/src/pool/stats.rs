@@ -81,7 +81,9 @@ impl Pool {
             bytes_in_use,
             bytes_free,
             slab_cached_bytes,
-            peak_bytes_in_use: self.counters.sample(bytes_in_use as u64, slab_bytes) as usize,
+            // The running estimate counts slab objects as of the last sample, so it may pass
+            // what can be in use: never more than the usable capacity.
+            peak_bytes_in_use: (self.counters.sample(bytes_in_use as u64, slab_bytes) as usize).min(usable),
             requested_bytes_in_use: (totals.requested + slab_requested).max(0) as usize,
             largest_free_block,
             external_fragmentation: if bytes_free == 0 {
