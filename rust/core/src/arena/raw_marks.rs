@@ -13,13 +13,13 @@
 //!   freed already, or a block with a handle, which carries no marks);
 //! - the end bit at the last unit that the given size implies (the block's shape follows from
 //!   its offset and size): a size too small ends inside the block, where no end bit is;
-//! - for each later piece of that shape (the nodes of a buddy block or of a tail), no start bit
-//!   at the piece's first unit and no end bit at the unit before it: a size too large that
-//!   covers a neighbour whose nodes match the shape meets that neighbour's start, or its own
-//!   block's end. A size too large whose pieces do not match allocated nodes is refused by the
-//!   release, which checks every piece before it changes anything (and the marks are then put
-//!   back). Runs and blocks with a front also check their size against their own records (the
-//!   run's length, the front word).
+//! - for each later piece of that shape (the nodes of a buddy block or of a tail), no end bit at
+//!   the unit before the piece. A size too large reaches past the block's end; where its
+//!   pieces are all allocated nodes (which the release checks before it changes anything),
+//!   every boundary between blocks inside it is a boundary between two pieces, the block's own
+//!   end among them, and its end bit is there. Where they are not, the release refuses the
+//!   size and the marks are put back. Runs and blocks with a front also check their size
+//!   against their own records (the run's length, the front word).
 //!
 //! Then clearing the start bit decides which of two racing frees of one block wins (the loser
 //! gets an error and changes nothing); the winner clears the end bit before the release, so the
@@ -55,6 +55,25 @@ fn start_bit(unit: u64) -> (usize, u64) {
 fn end_bit(unit: u64) -> (usize, u64) {
     let (word, bit) = start_bit(unit);
     (word, bit << 1)
+}
+
+/// The first units of the later pieces of a block of `units` units from unit `first`: the
+/// maximal naturally aligned nodes that cover it (`BuddyLayout::pieces_at`, on units of the
+/// whole offset space: a chunk is aligned to more units than any block in it has).
+#[inline(always)]
+pub(crate) fn later_pieces(first: u64, units: u64) -> impl Iterator<Item = u64> {
+    let (mut at, mut rest) = (first, units);
+    std::iter::from_fn(move || {
+        if rest == 0 {
+            return None;
+        }
+        let fits = 1u64 << (63 - rest.leading_zeros());
+        let aligned = if at == 0 { u64::MAX } else { 1u64 << at.trailing_zeros() };
+        let piece = fits.min(aligned);
+        at += piece;
+        rest -= piece;
+        (rest > 0).then_some(at)
+    })
 }
 
 /// Why a raw free is refused by the marks (the reasons of `Error::InvalidBlock`).
@@ -107,10 +126,10 @@ impl RawMarks {
         self.bounds[w].load(Ordering::Acquire) & b != 0
     }
 
-    /// Check that the raw block from unit `first` to unit `last` is marked and that none of
-    /// `pieces` (the first units of its later pieces) is another block's start or follows a
-    /// block's end; then take it: clear its marks, the start bit first (it decides a race).
-    /// `Err` (and nothing changed) says why not.
+    /// Check that the raw block from unit `first` to unit `last` is marked and that no block
+    /// ends before any of `pieces` (the first units of its later pieces); then take it: clear
+    /// its marks, the start bit first (it decides a race). `Err` (and nothing changed) says why
+    /// not.
     #[inline(always)]
     pub(crate) fn take_block(
         &self,
@@ -125,7 +144,7 @@ impl RawMarks {
             return Err(NOT_THE_END);
         }
         for unit in pieces {
-            if self.starts_at(unit) || self.ends_at(unit - 1) {
+            if self.ends_at(unit - 1) {
                 return Err(COVERS_ANOTHER);
             }
         }
@@ -218,6 +237,9 @@ mod tests {
         assert_eq!(marks.take_block(41, 41, std::iter::empty()), Ok(()));
         marks.mark_object(2, 63);
         assert!(marks.take_object(2, 63));
+        assert_eq!(later_pieces(1024, 1216).collect::<Vec<_>>(), vec![2048, 2176]);
+        assert_eq!(later_pieces(1, 3).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(later_pieces(64, 64).count(), 0);
         assert!(!marks.take_object(2, 63));
     }
 }

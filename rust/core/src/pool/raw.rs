@@ -5,11 +5,12 @@
 use crate::arena::front::FrontLayout;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
-use crate::arena::raw_marks::NOT_A_RAW_START;
+use crate::arena::raw_marks::{later_pieces, NOT_A_RAW_START};
 use crate::error::{Error, Result};
 use crate::pool::alloc::Placed;
 use crate::pool::free::Released;
 use crate::pool::pool::Pool;
+use std::iter::empty;
 
 /// The error for a raw free the marks or the release refused (out of line).
 #[cold]
@@ -71,32 +72,39 @@ impl Pool {
             return Err(refused(offset, size, "not the start of a block"));
         }
         let first = (offset >> g.unit_shift) as u64;
-        let depth = g.depth;
         let state = a.global.state(chunk);
         // The last unit the size implies, and the check of the shape's later pieces.
         let taken = match state {
-            ChunkState::Core(_) => match g.layout(size, 1) {
-                Layout::Buddy(b) if g.unit_in_chunk(offset) + b.units <= g.units_per_chunk() => {
-                    let base = first - g.unit_in_chunk(offset);
-                    let pieces = b.pieces_at(depth, g.unit_in_chunk(offset)).skip(1).map(|n| base + n.start(depth));
-                    a.raw.take_block(first, first + b.units - 1, pieces)
-                }
-                _ => match FrontLayout::of(g, offset, size) {
-                    Some(f) => {
-                        a.raw.take_block(first, first + (f.bytes(g) >> g.unit_shift) as u64 - 1, std::iter::empty())
+            ChunkState::Core(owner) => {
+                let within = g.unit_in_chunk(offset);
+                match g.layout(size, 1) {
+                    Layout::Buddy(b) if within + b.units <= g.units_per_chunk() => {
+                        // The buddy block: `Arena::release_buddy` with its checks done here.
+                        let last = first + b.units - 1;
+                        if let Err(reason) = a.raw.take_block(first, last, later_pieces(first, b.units)) {
+                            return Err(refused(offset, size, reason));
+                        }
+                        return match a.give_back_buddy(chunk, owner, &b, within) {
+                            Ok(()) => Ok(Released::Block((b.units as usize) << g.unit_shift)),
+                            Err(reason) => {
+                                a.raw.restore_block(first, last);
+                                Err(refused(offset, size, reason))
+                            }
+                        };
                     }
-                    None => Err("not the start of a block of this size"),
-                },
-            },
+                    _ => match FrontLayout::of(g, offset, size) {
+                        Some(f) => a.raw.take_block(first, first + (f.bytes(g) >> g.unit_shift) as u64 - 1, empty()),
+                        None => Err("not the start of a block of this size"),
+                    },
+                }
+            }
             ChunkState::RunHead(len) => {
-                let bytes = g.run_bytes(chunk, len);
-                a.raw.take_block(first, first + (bytes >> g.unit_shift) as u64 - 1, std::iter::empty())
+                a.raw.take_block(first, first + (g.run_bytes(chunk, len) >> g.unit_shift) as u64 - 1, empty())
             }
             ChunkState::TailedRunHead(len) => match g.layout(size, 1) {
                 Layout::RunTail { tail, .. } => {
-                    let base = ((chunk + len) as u64) << depth;
-                    let pieces = tail.pieces_at(depth, 0).skip(1).map(|n| base + n.start(depth));
-                    a.raw.take_block(first, base + tail.units - 1, pieces)
+                    let base = ((chunk + len) as u64) << g.depth;
+                    a.raw.take_block(first, base + tail.units - 1, later_pieces(base, tail.units))
                 }
                 _ => Err("a chunk run with a tail starts there, but a block of this size has none"),
             },
@@ -107,38 +115,35 @@ impl Pool {
         if let Err(reason) = taken {
             return Err(refused(offset, size, reason));
         }
+        self.release_raw_large(offset, size, state)
+    }
+
+    /// Release a run, a run with a tail or a block with a front whose marks were taken; put
+    /// them back when the release refuses.
+    #[cold]
+    fn release_raw_large(&self, offset: usize, size: usize, state: ChunkState) -> Result<Released> {
+        let a = &self.arena;
+        let g = &a.geometry;
+        let chunk = g.chunk_of(offset);
+        let first = (offset >> g.unit_shift) as u64;
         let released = match state {
-            ChunkState::Core(_) => a.release_buddy(offset, size),
             ChunkState::RunHead(len) => a.release_run(offset, size, chunk, len),
             ChunkState::TailedRunHead(len) => a.release_tailed_run(offset, size, chunk, len),
-            _ => unreachable!("the marks refuse a block in a chunk of no block"),
+            _ => a.release_buddy(offset, size),
         };
         match released {
             Ok(bytes) => Ok(Released::Block(bytes)),
             Err(err) => {
-                let last = first + (self.raw_bytes_claimed(offset, size, state) >> g.unit_shift) as u64 - 1;
-                a.raw.restore_block(first, last);
+                let bytes = match (state, g.layout(size, 1)) {
+                    (ChunkState::RunHead(len), _) => g.run_bytes(chunk, len),
+                    (ChunkState::TailedRunHead(len), Layout::RunTail { tail, .. }) => {
+                        a.tailed_run_bytes(chunk, len, &tail)
+                    }
+                    _ => FrontLayout::of(g, offset, size).map_or(0, |f| f.bytes(g)),
+                };
+                a.raw.restore_block(first, first + (bytes >> g.unit_shift) as u64 - 1);
                 Err(err)
             }
-        }
-    }
-
-    /// The bytes that a block of `size` at `offset` in a chunk of `state` reserves (the shape
-    /// [`Pool::release_raw_block`] took the marks of).
-    #[cold]
-    fn raw_bytes_claimed(&self, offset: usize, size: usize, state: ChunkState) -> usize {
-        let g = &self.arena.geometry;
-        let chunk = g.chunk_of(offset);
-        match (state, g.layout(size, 1)) {
-            (ChunkState::Core(_), Layout::Buddy(b)) if g.unit_in_chunk(offset) + b.units <= g.units_per_chunk() => {
-                (b.units as usize) << g.unit_shift
-            }
-            (ChunkState::Core(_), _) => FrontLayout::of(g, offset, size).map_or(0, |f| f.bytes(g)),
-            (ChunkState::RunHead(len), _) => g.run_bytes(chunk, len),
-            (ChunkState::TailedRunHead(len), Layout::RunTail { tail, .. }) => {
-                self.arena.tailed_run_bytes(chunk, len, &tail)
-            }
-            _ => 0,
         }
     }
 }
