@@ -256,6 +256,26 @@ mod tests {
     }
 
     #[test]
+    fn blocks_with_a_front_of_another_size_are_refused() {
+        let pool = pool();
+        let g = &pool.arena.geometry;
+        let size = 1_300_000;
+        let blocks: Vec<(usize, usize)> = (0..24).map(|_| (pool.alloc_raw(size, None).unwrap(), size)).collect();
+        let fronted: Vec<usize> = blocks
+            .iter()
+            .map(|&(o, _)| o)
+            .filter(|&o| crate::arena::front::FrontLayout::of(g, o, size).is_some())
+            .collect();
+        assert!(!fronted.is_empty(), "consecutive large blocks take fronts");
+        for &o in &fronted {
+            for wrong in [size - 64 * KIB, size + 64 * KIB, size + MIB, 1000 * KIB] {
+                refused(&pool, o, wrong);
+            }
+        }
+        free_all(&pool, &blocks);
+    }
+
+    #[test]
     fn slab_objects_are_freed_once_and_only_raw() {
         let pool = pool();
         let a = pool.alloc_raw(100, None).unwrap();
