@@ -478,7 +478,7 @@ impl Arena {
             if next == end {
                 // The last chunk: only a buddy block in its free end.
                 if let Layout::Buddy(b) = layout {
-                    if self.space[chunk].free_units() >= units && core_chunk(chunk) {
+                    if self.room_from_bank_boundary(chunk) >= units && core_chunk(chunk) {
                         if let Some(at) = self.free_end_start(chunk, align).filter(|&at| at + b.units <= upc) {
                             out.push((0, upc - at, Spot::Packed(chunk, at)));
                         }
@@ -486,7 +486,7 @@ impl Arena {
                 }
                 break;
             }
-            if self.space[chunk].free_units().min(upc) + self.space[next].free_units().min(upc) < units
+            if self.room_from_bank_boundary(chunk) + self.room_from_bank_boundary(next) < units
                 || !core_chunk(chunk)
                 || !core_chunk(next)
             {
@@ -510,6 +510,16 @@ impl Arena {
                 out.push((0, f.front_units(g) + start_room, Spot::Front(f, FrontTail::Shared)));
             }
         }
+    }
+
+    /// An upper bound on the free units of `chunk` from a bank boundary (a free end or a free
+    /// start is such a stretch): its free units, no more than a chunk, and no more than its
+    /// stretch memo's longest stretch while that memo is valid. Two loads; no tree is read.
+    #[inline]
+    fn room_from_bank_boundary(&self, chunk: usize) -> u64 {
+        let (free, probe) = self.space[chunk].look();
+        let free = free.min(self.geometry.units_per_chunk());
+        self.stretches[chunk].known(probe.epoch()).map_or(free, |longest| longest.min(free))
     }
 
     /// Take buddy block `b` of `size` bytes at the *frontier*: the free end of the core chunk
