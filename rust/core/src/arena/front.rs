@@ -473,6 +473,16 @@ impl Arena {
         let units = size.div_ceil(g.min_block) as u64;
         let end = self.global.end();
         let core_chunk = |c: usize| matches!(self.global.state(c), ChunkState::Core(_)) && !refused.contains(&c);
+        // Each tree is read at most once: the next chunk's read serves its own pair next.
+        let mut last_read: Option<(usize, (u64, u64))> = None;
+        let mut ends = |c: usize| match last_read {
+            Some((read, ends)) if read == c => ends,
+            _ => {
+                let ends = self.free_ends(c, g.bank_units);
+                last_read = Some((c, ends));
+                ends
+            }
+        };
         for chunk in 0..end {
             let next = chunk + 1;
             if next == end {
@@ -492,7 +502,14 @@ impl Arena {
             {
                 continue;
             }
-            let Some(at) = self.front_start(chunk, align) else { continue };
+            if g.usable_units(chunk) != upc || self.space[chunk].free_units() == 0 {
+                continue;
+            }
+            let (_, end_room) = ends(chunk);
+            let at = (upc - end_room).next_multiple_of(align);
+            if at == 0 || at >= upc {
+                continue;
+            }
             let Some(f) = FrontLayout::at(g, chunk, at, size) else {
                 // The block fits in the free end: a buddy block there, ranked by that end.
                 if let Layout::Buddy(b) = layout {
@@ -505,7 +522,7 @@ impl Arena {
             if f.chunks > 0 || f.tail_units == 0 {
                 continue;
             }
-            let start_room = self.free_units_at_start(next);
+            let (start_room, _) = ends(next);
             if start_room >= f.tail_units {
                 out.push((0, f.front_units(g) + start_room, Spot::Front(f, FrontTail::Shared)));
             }
