@@ -1,5 +1,6 @@
 //! A failing allocation in a nearly full, fragmented pool: it leaves the pool as it was and
-//! answers with the typed out-of-memory error, whose figures agree with the pool's statistics.
+//! answers with the typed out-of-memory error: the bytes free as the statistics count them, and
+//! a largest free block short of the request.
 
 use npumem_core::{Backing, Error, Pool, PoolConfig, PoolStats};
 
@@ -59,12 +60,7 @@ fn a_failing_allocation_leaves_a_fragmented_pool_unchanged() {
         Err(Error::OutOfMemory { requested, bytes_free, largest_free_block }) => {
             assert_eq!(requested, request);
             assert_eq!(bytes_free, before.bytes_free);
-            // What the failed search found: no more than the exact figure, and not enough.
-            assert!(
-                largest_free_block <= before.largest_free_block,
-                "{largest_free_block} B > {}",
-                before.largest_free_block
-            );
+            // What the failed search found (a lower bound, in bounded work): not enough.
             assert!(largest_free_block < request);
         }
         other => panic!("expected an out-of-memory error, got {other:?}"),
