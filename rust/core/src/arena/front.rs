@@ -455,8 +455,10 @@ impl Arena {
     /// The places for a block of `size` bytes (less than two chunks) across the boundary of two
     /// core chunks: its front in the free end of one, its tail in the free start of the next;
     /// each with run length 0 and the units of the free room there (the key of best fit: the
-    /// tightest spot first). Two loads per chunk rule most pairs out; the trees of the rest
-    /// are read once.
+    /// tightest spot first). Two loads per chunk rule most pairs out: the free units and the
+    /// valid stretch memos of the two chunks bound their room
+    /// ([`Arena::room_from_bank_boundary`]). The trees of the rest are read once each
+    /// ([`Arena::free_ends`]), which leaves a valid memo for the next search.
     fn pair_candidates(
         &self,
         size: usize,

@@ -58,6 +58,10 @@
 //!   other stretch is as it was at `e` or shorter; the one the free made is that run. When
 //!   another step came between, that step's free made a stretch this free did not measure,
 //!   and the memo stays out of date.
+//! * A reveal (`reveal.rs`) releases nothing: it carries a valid memo over its epoch step the
+//!   same way, with nothing to raise. A search that reads a chunk's tree for another purpose
+//!   (the ends of a chunk, `Arena::free_ends`) records what it read when the memo is out of
+//!   date, as a search does.
 //!
 //! No read-modify-write is needed on either side: a memo is only ever compared with the epoch
 //! the reader itself probed, and a write that lands late names an epoch that is over. The loom
