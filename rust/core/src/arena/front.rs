@@ -455,8 +455,10 @@ impl Arena {
     /// The places for a block of `size` bytes (less than two chunks) across the boundary of two
     /// core chunks: its front in the free end of one, its tail in the free start of the next;
     /// each with run length 0 and the units of the free room there (the key of best fit: the
-    /// tightest spot first). Two loads per chunk rule most pairs out; the trees of the rest
-    /// are read once.
+    /// tightest spot first). Two loads per chunk rule most pairs out: the free units and the
+    /// valid stretch memos of the two chunks bound their room
+    /// ([`Arena::room_from_bank_boundary`]). The trees of the rest are read once each
+    /// ([`Arena::free_ends`]), which leaves a valid memo for the next search.
     fn pair_candidates(
         &self,
         size: usize,
@@ -473,12 +475,22 @@ impl Arena {
         let units = size.div_ceil(g.min_block) as u64;
         let end = self.global.end();
         let core_chunk = |c: usize| matches!(self.global.state(c), ChunkState::Core(_)) && !refused.contains(&c);
+        // Each tree is read at most once: the next chunk's read serves its own pair next.
+        let mut last_read: Option<(usize, (u64, u64))> = None;
+        let mut ends = |c: usize| match last_read {
+            Some((read, ends)) if read == c => ends,
+            _ => {
+                let ends = self.free_ends(c, g.bank_units);
+                last_read = Some((c, ends));
+                ends
+            }
+        };
         for chunk in 0..end {
             let next = chunk + 1;
             if next == end {
                 // The last chunk: only a buddy block in its free end.
                 if let Layout::Buddy(b) = layout {
-                    if self.space[chunk].free_units() >= units && core_chunk(chunk) {
+                    if self.room_from_bank_boundary(chunk) >= units && core_chunk(chunk) {
                         if let Some(at) = self.free_end_start(chunk, align).filter(|&at| at + b.units <= upc) {
                             out.push((0, upc - at, Spot::Packed(chunk, at)));
                         }
@@ -486,13 +498,20 @@ impl Arena {
                 }
                 break;
             }
-            if self.space[chunk].free_units().min(upc) + self.space[next].free_units().min(upc) < units
+            if self.room_from_bank_boundary(chunk) + self.room_from_bank_boundary(next) < units
                 || !core_chunk(chunk)
                 || !core_chunk(next)
             {
                 continue;
             }
-            let Some(at) = self.front_start(chunk, align) else { continue };
+            if g.usable_units(chunk) != upc || self.space[chunk].free_units() == 0 {
+                continue;
+            }
+            let (_, end_room) = ends(chunk);
+            let at = (upc - end_room).next_multiple_of(align);
+            if at == 0 || at >= upc {
+                continue;
+            }
             let Some(f) = FrontLayout::at(g, chunk, at, size) else {
                 // The block fits in the free end: a buddy block there, ranked by that end.
                 if let Layout::Buddy(b) = layout {
@@ -505,11 +524,21 @@ impl Arena {
             if f.chunks > 0 || f.tail_units == 0 {
                 continue;
             }
-            let start_room = self.free_units_at_start(next);
+            let (start_room, _) = ends(next);
             if start_room >= f.tail_units {
                 out.push((0, f.front_units(g) + start_room, Spot::Front(f, FrontTail::Shared)));
             }
         }
+    }
+
+    /// An upper bound on the free units of `chunk` from a bank boundary (a free end or a free
+    /// start is such a stretch): its free units, no more than a chunk, and no more than its
+    /// stretch memo's longest stretch while that memo is valid. Two loads; no tree is read.
+    #[inline]
+    fn room_from_bank_boundary(&self, chunk: usize) -> u64 {
+        let (free, probe) = self.space[chunk].look();
+        let free = free.min(self.geometry.units_per_chunk());
+        self.stretches[chunk].known(probe.epoch()).map_or(free, |longest| longest.min(free))
     }
 
     /// Take buddy block `b` of `size` bytes at the *frontier*: the free end of the core chunk

@@ -211,6 +211,28 @@ impl Arena {
         Some(longest << shift)
     }
 
+    /// The free units at the start and at the end of core chunk `chunk` (whole granules, as
+    /// [`Arena::free_units_at_start`] and [`Arena::free_units_at_end`] read them), from one read
+    /// of its tree; when its stretch memo is out of date, the longest stretch that read finds
+    /// is recorded, so the next search skips the chunk after two loads while nothing is freed
+    /// there.
+    pub(crate) fn free_ends(&self, chunk: usize, bank: u64) -> (u64, u64) {
+        let (_, probe) = self.space[chunk].look();
+        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
+        let (granules, shift) = self.read_granules(chunk, &mut bits);
+        let bits = &bits[..granules.div_ceil(64) as usize];
+        if self.stretches[chunk].known(probe.epoch()).is_none() {
+            let longest = best_fit(bits, granules, 1, (bank >> shift).max(1)).longest;
+            self.record_stretch(chunk, probe.epoch(), longest << shift);
+        }
+        let usable = self.geometry.usable_units(chunk);
+        let first =
+            bits.iter().position(|&w| w != 0).map_or(granules, |w| w as u64 * 64 + u64::from(bits[w].trailing_zeros()));
+        let last =
+            bits.iter().rposition(|&w| w != 0).map_or(0, |w| w as u64 * 64 + 64 - u64::from(bits[w].leading_zeros()));
+        ((first << shift).min(usable), usable - (last << shift).min(usable))
+    }
+
     /// [`Arena::unmark_buddy_coalesced`] (the free path's release of block `b` at unit `within`
     /// of `chunk`) that keeps the chunk's stretch memo valid across the free: the memo is
     /// raised to the free run around the block, read from the tree around it

@@ -114,13 +114,20 @@ impl Arena {
         reclaimed
     }
 
-    /// Reveal `chunk` of `pool` if it has at least `units` free units.
+    /// Reveal `chunk` of `pool` if it has at least `units` free units. Its stretch memo, when
+    /// valid, stays valid across the reveal's epoch step (nothing was released: every stretch
+    /// is as long as before or shorter), as a free keeps it (`stretches.rs`).
     fn reveal_chunk(&self, pool: &CorePool, chunk: usize, units: u64) -> bool {
         let space = &self.space[chunk];
         if space.free_units() < units {
             return false;
         }
+        let memo = &self.stretches[chunk];
+        let before = memo.before_free(space);
         space.refresh();
+        if let Some(before) = before {
+            memo.after_free(space, before, || 0);
+        }
         TreeShape::reset_summaries(self.summaries(chunk));
         pool.maps.reveal(space, chunk);
         true

@@ -58,12 +58,17 @@
 //!   other stretch is as it was at `e` or shorter; the one the free made is that run. When
 //!   another step came between, that step's free made a stretch this free did not measure,
 //!   and the memo stays out of date.
+//! * A reveal (`reveal.rs`) releases nothing: it carries a valid memo over its epoch step the
+//!   same way, with nothing to raise. A search that reads a chunk's tree for another purpose
+//!   (the ends of a chunk, `Arena::free_ends`) records what it read when the memo is out of
+//!   date, as a search does.
 //!
 //! No read-modify-write is needed on either side: a memo is only ever compared with the epoch
 //! the reader itself probed, and a write that lands late names an epoch that is over. The loom
 //! models below check a memo, and a memo recorded after a claim, racing a free; a free that
 //! raises the memo racing a search, a claim and a second free (that raises it or not), also
-//! when the two frees make stretches apart (a raise must never cover another free's step).
+//! when the two frees make stretches apart (a raise must never cover another free's step); a
+//! reveal that carries the memo racing a free.
 //! `packed.rs` checks the memos against a unit model over random allocations and frees.
 
 use super::chunk_space::{ChunkSpace, Probe};
@@ -473,6 +478,25 @@ mod loom_models {
                 first.join().unwrap();
                 second.join().unwrap();
                 // Every unit is free: whichever raise came last, a valid memo allows all four.
+                assert_memo_holds(&chunk);
+            });
+        }
+    }
+
+    #[test]
+    fn a_reveal_carrying_the_memo_racing_a_free_never_hides_a_free_stretch() {
+        // The reveal steps the epoch with nothing released and carries a valid memo over its
+        // step (`Arena::reveal_chunk`); the free raises the memo or only advances the epoch.
+        for raise in [true, false] {
+            loom::model(move || {
+                let chunk = two_of_four_taken();
+                let freeing = freer(&chunk, UNIT_2, raise);
+                let before = chunk.memo.before_free(&chunk.space);
+                chunk.space.refresh();
+                if let Some(before) = before {
+                    chunk.memo.after_free(&chunk.space, before, || 0);
+                }
+                freeing.join().unwrap();
                 assert_memo_holds(&chunk);
             });
         }

@@ -1,0 +1,76 @@
+//! A failing allocation in a nearly full, fragmented pool: it leaves the pool as it was and
+//! answers with the typed out-of-memory error: the bytes free as the statistics count them, and
+//! a largest free block short of the request.
+
+use npumem_core::{Backing, Error, Pool, PoolConfig, PoolStats};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+/// A small xorshift generator: the test is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A size from `lo` to `hi` bytes, uniform on a log scale.
+    fn size(&mut self, lo: usize, hi: usize) -> usize {
+        let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
+        let x = a + (b - a) * (self.next() % 1_000_000) as f64 / 1_000_000.0;
+        (x.exp() as usize).clamp(lo, hi)
+    }
+}
+
+/// The figures a failed allocation must not change.
+fn held(s: &PoolStats) -> (usize, usize, usize, usize, u64, u64) {
+    (s.bytes_in_use, s.bytes_free, s.requested_bytes_in_use, s.largest_free_block, s.blocks_in_use, s.alloc_count)
+}
+
+#[test]
+fn a_failing_allocation_leaves_a_fragmented_pool_unchanged() {
+    let capacity = 64 * MIB;
+    let p = Pool::new(PoolConfig::new(capacity).cores(2).backing(Backing::None)).unwrap();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut blocks: Vec<(usize, usize)> = Vec::new();
+    let mut live = 0;
+    // Churn at about 92% of the capacity requested: random frees and allocations fragment it.
+    for _ in 0..20_000 {
+        if live > capacity * 92 / 100 || (live > capacity * 85 / 100 && rng.next() % 2 == 0) {
+            let i = (rng.next() % blocks.len() as u64) as usize;
+            let (offset, size) = blocks.swap_remove(i);
+            p.free_raw(offset, size).unwrap();
+            live -= size;
+        }
+        let size = rng.size(4 * KIB, MIB);
+        if let Ok(offset) = p.alloc_raw(size, None) {
+            blocks.push((offset, size));
+            live += size;
+        }
+    }
+    // A request a little larger than the largest free block fails.
+    let before = p.stats();
+    let request = before.largest_free_block + before.largest_free_block / 8 + 64 * KIB;
+    assert!(request < before.bytes_free, "the pool is fragmented: more is free than one block");
+    match p.alloc_raw(request, None) {
+        Err(Error::OutOfMemory { requested, bytes_free, largest_free_block }) => {
+            assert_eq!(requested, request);
+            assert_eq!(bytes_free, before.bytes_free);
+            // What the failed search found (a lower bound, in bounded work): not enough.
+            assert!(largest_free_block < request);
+        }
+        other => panic!("expected an out-of-memory error, got {other:?}"),
+    }
+    let after = p.stats();
+    assert_eq!(held(&after), held(&before));
+    assert_eq!(after.failed_allocs, before.failed_allocs + 1);
+    // Every block is still there, and the pool is whole again once they go.
+    for (offset, size) in blocks {
+        p.free_raw(offset, size).unwrap();
+    }
+    assert_eq!(p.stats().bytes_in_use, 0);
+}
