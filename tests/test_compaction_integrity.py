@@ -55,16 +55,16 @@ def test_full_compaction_makes_free_space_one_run_but_for_block_shapes() -> None
     pool.check()
 
 
-@pytest.mark.parametrize("backing", ["host", "none"])
-def test_full_compaction_of_odd_sizes_leaves_only_the_bank_slack_and_the_last_chunk(
-    backing: str,
-) -> None:
-    # Sizes that are not powers of two: blocks are packed where their buddy node would not
-    # start. What no packing can use is the rest of the last bank of each block larger than a
-    # bank (the next block starts on a bank) and the partly filled last chunk.
-    pool = npumem.Pool(64 * MIB, cores=2, backing=backing)
+def odd_sizes_compacted(seed: int, backing: str) -> tuple[int, int, int]:
+    """Fill a 64 MiB pool with sizes of 1-100 KiB (not powers of two: blocks are packed where
+    their buddy node would not start), free every other block, compact fully, and check every
+    kept byte. Returns the free bytes outside the largest free block, the bank slack (the rest
+    of the last bank of each block larger than a bank: the next block starts on a bank) and
+    the chunk size. One core pool: with more, the pool a call uses follows the CPU the
+    thread runs on, so the layout that a seed makes would depend on the scheduler."""
+    pool = npumem.Pool(64 * MIB, cores=1, backing=backing)
     mirror = HostMirror(pool.capacity) if backing == "none" else None
-    rng = random.Random(5)
+    rng = random.Random(seed)
     made = []
     while True:
         try:
@@ -86,11 +86,34 @@ def test_full_compaction_of_odd_sizes_leaves_only_the_bank_slack_and_the_last_ch
     slack = sum(
         -b.block_bytes % bank for b in pool.blocks() if bank < b.block_bytes <= pool.chunk_size // 2
     )
-    outside = after.bytes_free - after.largest_free_block
-    assert outside <= slack + pool.chunk_size, (outside, slack)
     for blk, ident in kept:
         assert intact(blk, ident, mirror)
     pool.check()
+    return after.bytes_free - after.largest_free_block, slack, pool.chunk_size
+
+
+@pytest.mark.parametrize("backing", ["host", "none"])
+def test_full_compaction_of_odd_sizes_leaves_only_the_bank_slack_and_the_last_chunk(
+    backing: str,
+) -> None:
+    # What no packing can use is the bank slack and the partly filled last chunk; for this
+    # seed the full compaction's packing leaves nothing more.
+    outside, slack, chunk = odd_sizes_compacted(5, backing)
+    assert outside <= slack + chunk, (outside, slack)
+
+
+def test_full_compaction_of_odd_sizes_packs_tightly_over_many_seeds() -> None:
+    # The packing is a heuristic: over seeds 0-59 (measured), the free bytes outside the
+    # largest free block are at the median about half a chunk beyond the bank slack and at
+    # worst 1.26 chunks (seed 21), so the bound of the one-seed test above does not hold for
+    # every seed. The bounds here keep a margin over those figures: a packing that strands
+    # another quarter chunk of holes on some seed fails.
+    beyond = []
+    for seed in range(40):
+        outside, slack, chunk = odd_sizes_compacted(seed, "none")
+        beyond.append((outside - slack) / chunk)
+    assert max(beyond) <= 1.5, sorted(beyond)[-3:]
+    assert sorted(beyond)[len(beyond) // 2] <= 0.75, sorted(beyond)
 
 
 def test_a_device_pool_moves_its_bytes_through_the_mover() -> None:
