@@ -209,12 +209,11 @@ npumem_status npumem_free_many(npumem_pool *pool, const npumem_handle *handles, 
 npumem_status npumem_alloc_raw(npumem_pool *pool, size_t size, size_t align, size_t *offset,
                                uint64_t *address);
 /**
- * Free a raw block by its offset and the size it was allocated with. NPUMEM_ERR_INVALID_BLOCK,
- * and nothing changes, for an offset where no raw block starts (inside a block, a block freed
- * already, a block of npumem_alloc: free those with npumem_free) and for a size of another
- * shape than the block's (too small, too large, another layout). A size that reserves the same
- * bytes (or a slab object of the same class) names the same block and frees it. Of two racing
- * frees of one block, one frees it and the other gets NPUMEM_ERR_INVALID_BLOCK.
+ * Free a raw block by its offset and the size it was allocated with. A raw block keeps no record
+ * of its size: an offset or size that names no block is refused, but a size whose shape matches
+ * other allocated bytes at that offset (a part of the block, or the block and its neighbour) is
+ * not detected and frees those bytes. Use handles (npumem_alloc / npumem_free) where a caller
+ * cannot vouch for the size.
  */
 npumem_status npumem_free_raw(npumem_pool *pool, size_t offset, size_t size);
 

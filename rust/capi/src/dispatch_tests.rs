@@ -9,8 +9,8 @@ use std::sync::Arc;
 use npumem_core::{Backing, Pool, PoolConfig};
 
 use crate::exports::{
-    npumem_alloc, npumem_alloc_raw, npumem_config_init, npumem_free, npumem_free_raw, npumem_last_error,
-    npumem_pool_create, npumem_pool_release, npumem_pool_retain, npumem_pool_stats,
+    npumem_alloc, npumem_config_init, npumem_free, npumem_last_error, npumem_pool_create, npumem_pool_release,
+    npumem_pool_retain, npumem_pool_stats,
 };
 use crate::native::{wrap, OPS};
 use crate::object::{Location, NpumemPool, OomCallback, Ops, ABI_VERSION};
@@ -69,45 +69,6 @@ fn create_alloc_free_release() {
         assert_eq!(npumem_free(pool, block.handle), OK);
         assert_eq!(npumem_free(pool, block.handle), status::ERR_DOUBLE_FREE);
         assert!(last_error().contains("double free"), "{}", last_error());
-        assert_eq!(npumem_pool_release(pool), OK);
-    }
-}
-
-#[test]
-fn a_raw_free_of_another_size_is_refused_and_changes_nothing() {
-    const KIB: usize = 1 << 10;
-    let mut config = std::mem::MaybeUninit::<NpumemConfig>::uninit();
-    // SAFETY: local pointers; the pool is released at the end.
-    unsafe {
-        assert_eq!(npumem_config_init(config.as_mut_ptr(), 16 << 20), OK);
-        let mut config = config.assume_init();
-        config.cores = 1;
-        let mut pool = ptr::null_mut();
-        assert_eq!(npumem_pool_create(&config, &mut pool), OK);
-        let (mut offset, mut address) = (0usize, 0u64);
-        // 300 KiB: nodes of 256, 32 and 16 KiB; a neighbour with a handle after it.
-        assert_eq!(npumem_alloc_raw(pool, 300 * KIB, 0, &mut offset, &mut address), OK);
-        let mut block = NpumemBlock::default();
-        assert_eq!(npumem_alloc(pool, 16 * KIB, 0, 0, &mut block), OK);
-        let mut before = NpumemStats::default();
-        assert_eq!(npumem_pool_stats(pool, &mut before), OK);
-        let refused = [
-            (offset, 256 * KIB, "another size"),                       // too small
-            (offset, 288 * KIB, "another size"),                       // too small by one piece
-            (offset, 320 * KIB, "another size"),                       // too large
-            (offset + 256 * KIB, 48 * KIB, "no block of the raw API"), // inside
-            (block.offset, 16 * KIB, "no block of the raw API"),       // a block with a handle
-        ];
-        for (at, size, why) in refused {
-            assert_eq!(npumem_free_raw(pool, at, size), status::ERR_INVALID_BLOCK, "{at} {size}");
-            assert!(last_error().contains(why), "{}", last_error());
-        }
-        let mut after = NpumemStats::default();
-        assert_eq!(npumem_pool_stats(pool, &mut after), OK);
-        assert_eq!((after.blocks_in_use, after.bytes_in_use), (before.blocks_in_use, before.bytes_in_use));
-        assert_eq!(npumem_free_raw(pool, offset, 300 * KIB), OK);
-        assert_eq!(npumem_free_raw(pool, offset, 300 * KIB), status::ERR_INVALID_BLOCK);
-        assert_eq!(npumem_free(pool, block.handle), OK);
         assert_eq!(npumem_pool_release(pool), OK);
     }
 }

@@ -224,9 +224,7 @@ pub unsafe extern "C" fn npumem_alloc_raw(
     dispatch!(pool, |ops| unsafe { (ops.alloc_raw)(pool, size, align, offset, address) })
 }
 
-/// Free a block of `npumem_alloc_raw` by its offset and the size it was allocated with
-/// (`ERR_INVALID_BLOCK`, and nothing changes, for an offset where no raw block starts or a size
-/// of another shape than the block's; see `Pool::free_raw`).
+/// Free a block of `npumem_alloc_raw` by its offset and the size it was allocated with.
 ///
 /// # Safety
 /// `pool` is NULL or a live pool object.

@@ -10,7 +10,6 @@ use super::chunk_space::ChunkSpace;
 use super::core_pool::CorePool;
 use super::geometry::Geometry;
 use super::global::{ChunkState, GlobalPool};
-use super::raw_marks::RawMarks;
 use super::regions::Regions;
 use super::slab::caches::{SlabBlocks, SlabCaches, SlabClasses};
 use super::stretch_classes::StretchClasses;
@@ -49,8 +48,6 @@ pub(crate) struct Arena {
     pub(crate) frontier: AtomicU64,
     /// Whether the global pool ran out of chunks (`tight.rs`).
     pub(crate) tight: Tight,
-    /// Where the raw API's blocks start and end (`raw_marks.rs`).
-    pub(crate) raw: RawMarks,
 }
 
 impl Arena {
@@ -97,7 +94,6 @@ impl Arena {
             cores.push(CachePadded(CorePool::new(geometry.chunks, levels, reserve)?));
         }
         let slabs = SlabCaches::new(classes, geometry.usable_capacity(), config.cores)?;
-        let raw = RawMarks::new((geometry.chunks as u64) << geometry.depth, slabs.slab_ids())?;
         let backing = match config.backing {
             Backing::Host => Some(HostBacking::new(config.offset_space(), config.chunk_size)?),
             Backing::None => None,
@@ -119,7 +115,6 @@ impl Arena {
             reveal_cursor: AtomicU64::new(0),
             frontier: AtomicU64::new(0),
             tight: Tight::default(),
-            raw,
         };
         if let Some(last) = arena.geometry.chunks.checked_sub(1) {
             if arena.geometry.usable_units(last) < arena.geometry.units_per_chunk() {
@@ -169,7 +164,6 @@ impl Arena {
             + self.global.resident_bytes()
             + self.cores.iter().map(|c| c.resident_bytes()).sum::<usize>()
             + self.slabs.resident_bytes()
-            + self.raw.resident_bytes()
     }
 
     /// Whether `chunk` was never granted to a core (see `chunks.rs`).

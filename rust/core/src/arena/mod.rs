@@ -3,7 +3,7 @@
 //! the free stretches inside chunks and blocks placed in them, the global pool of chunks and
 //! runs, the core pools, the slab caches, the optional host
 //! backing, the chunk life cycle, the last resort that reveals hidden room, the regions of a
-//! pool that grows, runs with a buddy tail, blocks with a front in the free end of a chunk, whether the arena is tight, the marks of the raw API's blocks, and the exact-position API that compaction uses.
+//! pool that grows, runs with a buddy tail, blocks with a front in the free end of a chunk, whether the arena is tight, and the exact-position API that compaction uses.
 
 #[cfg(not(loom))]
 #[allow(clippy::module_inception)]
@@ -25,7 +25,6 @@ pub(crate) mod layout;
 pub(crate) mod level_maps;
 #[cfg(not(loom))]
 pub(crate) mod packed;
-pub(crate) mod raw_marks;
 #[cfg(not(loom))]
 pub(crate) mod regions;
 #[cfg(not(loom))]

@@ -218,15 +218,13 @@ impl Pool {
     }
 
     /// Allocate without a handle: the block's offset. Free it with [`Pool::free_raw`] and the
-    /// same size. The block's start and end are marked (`arena/raw_marks.rs`), so that a free
-    /// of another size is refused.
+    /// same size.
     pub fn alloc_raw(&self, size: usize, align: Option<usize>) -> Result<usize> {
         let request = self.request(size, align)?;
         let core = cpu::current_core(self.arena.cores.len());
         let _entered = self.enter()?;
         match self.place(&request, core, Reach::Full) {
             Some(placed) => {
-                self.mark_raw(&placed);
                 self.account_alloc(&placed, core, size);
                 Ok(placed.offset)
             }

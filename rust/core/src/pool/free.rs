@@ -65,19 +65,17 @@ impl Pool {
         Ok(())
     }
 
-    /// Free a block of the raw API ([`Pool::alloc_raw`]) by its offset and the size it was
-    /// allocated with. Refused with [`Error::InvalidBlock`], and nothing changes, for an offset
-    /// where no raw block starts (inside a block, a block freed already, a block with a handle)
-    /// and for a size of another shape than the block's: too small, too large (into the next
-    /// block or beyond), or another layout. A size with the same shape (a slab object of the
-    /// same class, a block that reserves the same units) names the same block and frees it.
-    /// Of two racing frees of one block, one frees it and the other is refused.
+    /// Free a block of the raw API by its offset and the size it was allocated with. A raw block
+    /// keeps no record of its size: an offset or size that names no block is refused, but a
+    /// size whose shape matches other allocated bytes at `offset` (a part of the block, or the
+    /// block and its neighbour) is not detected and frees those bytes. Handles
+    /// ([`Pool::alloc`], [`Pool::free`]) record the size.
     pub fn free_raw(&self, offset: usize, size: usize) -> Result<()> {
         if size == 0 || size > self.limit || offset >= self.arena.geometry.usable_capacity() {
             return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
         }
         let _entered = self.enter()?;
-        let released = self.release_raw(offset, size)?;
+        let released = self.release_block(offset, size)?;
         self.account_free(released, cpu::current_core(self.arena.cores.len()), size);
         Ok(())
     }

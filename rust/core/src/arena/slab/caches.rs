@@ -355,11 +355,6 @@ impl SlabCaches {
         self.slabs.resident_bytes() + self.directory.resident_bytes() + self.fine.resident_bytes()
     }
 
-    /// How many slab ids there can be (ids are below this).
-    pub(crate) fn slab_ids(&self) -> usize {
-        self.slabs.len()
-    }
-
     #[inline]
     pub(super) fn slab(&self, id: u32) -> &Slab {
         &self.slabs[id as usize]
