@@ -57,6 +57,11 @@ const PACK_FIRST: u64 = 32;
 /// 0.91 (`benches/examples/mixed_sizes --only fill`).
 const STRADDLE_FROM: (u64, u64) = (27, 100);
 
+/// Where a block that took a front went (`Arena::claim_large` and its kin): its offset and bytes.
+fn spanned((offset, block_bytes): (usize, usize)) -> Placed {
+    Placed { offset, block_bytes, route: Route::Global, overflow: false, class: None }
+}
+
 thread_local! {
     /// The longest free stretch (in units) that the calling thread's last failed search for a
     /// free stretch learnt of (`Pool::place_packed`), for its out-of-memory error.
@@ -475,9 +480,13 @@ impl Pool {
                 .place_large(request, Layout::Buddy(b), core)
                 .or_else(|| self.place_block(&b, request.align, core, reach))
                 .or_else(|| self.place_run(1, 1, request.size)),
-            // Larger than a bank: maybe across two chunks (`Pool::place_straddling`).
+            // Larger than a bank: maybe across two chunks (`Pool::place_straddling`), and
+            // across two chunks when nothing else has room.
             Layout::Buddy(b) if self.straddles(&b, request.align, reach) => {
-                self.place_straddling(request, b, core, reach)
+                if self.straddles_first() {
+                    return self.place_straddling(request, b, core, reach);
+                }
+                self.place_block(&b, request.align, core, reach).or_else(|| self.place_across(request, b, core))
             }
             Layout::Buddy(b) => self.place_block(&b, request.align, core, reach),
             layout @ (Layout::Run { .. } | Layout::RunTail { .. }) => self.place_large(request, layout, core),
@@ -496,36 +505,46 @@ impl Pool {
             && align <= g.chunk_size
     }
 
-    /// A buddy block that may take a front (`arena/front.rs`). Once [`STRADDLE_FROM`] of the
-    /// capacity is published and while the arena is not tight, a block that the core's own
-    /// chunks cannot hold takes the *frontier* (the free end of the chunk where the last such
-    /// block left room, or a front there and a tail in the next chunk), else the best fit
-    /// among the free ends of core chunks before free chunks, before the buddy path cuts a
-    /// fresh chunk: so such blocks tile the arena across chunk ends instead of leaving each
-    /// chunk's end to smaller blocks. Otherwise the buddy path (in a tight arena, free
-    /// stretches first). When nothing has room: the best fit among the free ends of every core
-    /// chunk and the boundaries of two core chunks (a front and a tail).
+    /// Whether a block that may take a front looks across chunk ends before the buddy path
+    /// cuts a fresh chunk: once [`STRADDLE_FROM`] of the capacity is published and while the
+    /// arena is not tight (then free stretches come first).
+    #[inline]
+    fn straddles_first(&self) -> bool {
+        let published = self.counters.published_bytes();
+        !self.packs_first() && published * STRADDLE_FROM.1 >= self.capacity() as u64 * STRADDLE_FROM.0
+    }
+
+    /// A buddy block that may take a front (`arena/front.rs`), when [`Pool::straddles_first`]:
+    /// a block that the core's own chunks cannot hold takes the *frontier* (the free end of the
+    /// chunk where the last such block left room, or a front there and a tail in the next
+    /// chunk), else the best fit among the free ends of core chunks before free chunks, before
+    /// the buddy path cuts a fresh chunk: so such blocks tile the arena across chunk ends
+    /// instead of leaving each chunk's end to smaller blocks. Then the buddy path, then
+    /// [`Pool::place_across`].
     #[inline(never)]
     fn place_straddling(&self, request: &Request, b: BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
+        let align = self.straddle_align(request);
+        self.alloc_in_core(&b, core)
+            .or_else(|| self.arena.claim_at_frontier(request.size, &b, align, core).map(spanned))
+            .or_else(|| self.arena.claim_large_in(request.size, Layout::Buddy(b), align, core, false).map(spanned))
+            .or_else(|| self.place_block(&b, request.align, core, reach))
+            .or_else(|| self.place_across(request, b, core))
+    }
+
+    /// The last resort of a block that may take a front and found no room elsewhere: the best
+    /// fit among the free ends of every core chunk and the boundaries of two core chunks (a
+    /// front and a tail).
+    #[cold]
+    #[inline(never)]
+    fn place_across(&self, request: &Request, b: BuddyLayout, core: usize) -> Option<Placed> {
+        let align = self.straddle_align(request);
+        self.arena.claim_large(request.size, Layout::Buddy(b), align, core).map(spanned)
+    }
+
+    /// The alignment, in units, of a block that takes a front: a bank at least.
+    fn straddle_align(&self, request: &Request) -> u64 {
         let g = &self.arena.geometry;
-        let align = g.bank_units.max((request.align >> g.unit_shift) as u64);
-        let spanned = |(offset, block_bytes): (usize, usize)| Placed {
-            offset,
-            block_bytes,
-            route: Route::Global,
-            overflow: false,
-            class: None,
-        };
-        let published = self.counters.published_bytes();
-        let placed = if self.packs_first() || published * STRADDLE_FROM.1 < self.capacity() as u64 * STRADDLE_FROM.0 {
-            self.place_block(&b, request.align, core, reach)
-        } else {
-            self.alloc_in_core(&b, core)
-                .or_else(|| self.arena.claim_at_frontier(request.size, &b, align, core).map(spanned))
-                .or_else(|| self.arena.claim_large_in(request.size, Layout::Buddy(b), align, core, false).map(spanned))
-                .or_else(|| self.place_block(&b, request.align, core, reach))
-        };
-        placed.or_else(|| self.arena.claim_large(request.size, Layout::Buddy(b), align, core).map(spanned))
+        g.bank_units.max((request.align >> g.unit_shift) as u64)
     }
 
     pub(crate) fn place_buddy(&self, b: &BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
