@@ -2,30 +2,16 @@
 //! core pools. Only a hint: a thread may migrate at any moment, and every operation stays
 //! correct when it does (frees go to the block's owner, whatever core the caller is on). So the
 //! answer is cached per thread and asked again every `REFRESH` calls: a thread that migrates
-//! keeps its old core for a few operations, which costs locality, never correctness. The cache
-//! also keeps the core pool it found for the last number of core pools asked, so that a call
-//! pays no division.
+//! keeps its old core for a few operations, which costs locality, never correctness.
 
 use std::cell::Cell;
 
 /// Calls between two `sched_getcpu`s.
 const REFRESH: u32 = 64;
 
-/// A thread's cached answer.
-#[derive(Clone, Copy)]
-struct Cached {
-    /// The CPU found last.
-    cpu: u32,
-    /// Calls left before asking again.
-    left: u32,
-    /// The number of core pools `core` is for.
-    cores: u32,
-    /// `cpu % cores`.
-    core: u32,
-}
-
 thread_local! {
-    static CACHED: Cell<Cached> = const { Cell::new(Cached { cpu: 0, left: 0, cores: 0, core: 0 }) };
+    /// `(cpu, calls left before asking again)`.
+    static CACHED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
 }
 
 /// The CPU this thread runs on now (0 when the kernel cannot say).
@@ -42,32 +28,31 @@ pub(crate) fn current_cpu() -> usize {
     0
 }
 
+/// The CPU this thread ran on recently.
+#[inline]
+fn recent_cpu() -> usize {
+    CACHED
+        .try_with(|cached| {
+            let (cpu, left) = cached.get();
+            if left > 0 {
+                cached.set((cpu, left - 1));
+                return cpu as usize;
+            }
+            let cpu = current_cpu();
+            cached.set((cpu as u32, REFRESH));
+            cpu
+        })
+        .unwrap_or_else(|_| current_cpu())
+}
+
 /// The core pool for this thread now, out of `cores`.
 #[inline]
 pub(crate) fn current_core(cores: usize) -> usize {
     if cores == 1 {
-        return 0;
+        0
+    } else {
+        recent_cpu() % cores
     }
-    CACHED
-        .try_with(|cached| {
-            let c = cached.get();
-            if c.left > 0 && c.cores as usize == cores {
-                cached.set(Cached { left: c.left - 1, ..c });
-                return c.core as usize;
-            }
-            core_after_miss(cached, c, cores)
-        })
-        .unwrap_or_else(|_| current_cpu() % cores)
-}
-
-/// [`current_core`] when the cache is due for a refresh or was for another number of core pools.
-#[cold]
-#[inline(never)]
-fn core_after_miss(cached: &Cell<Cached>, c: Cached, cores: usize) -> usize {
-    let (cpu, left) = if c.left > 0 { (c.cpu, c.left - 1) } else { (current_cpu() as u32, REFRESH) };
-    let core = cpu as usize % cores;
-    cached.set(Cached { cpu, left, cores: cores as u32, core: core as u32 });
-    core
 }
 
 #[cfg(all(test, not(loom)))]
