@@ -175,10 +175,12 @@ fn without_run_tails_no_small_block_has_a_front() {
     p.check().unwrap();
 }
 
-/// Blocks of at most half a chunk with a front move in a compaction as buddy blocks, with
-/// their bytes: an evacuation of the chunk that holds a front and of the chunk that holds a
-/// tail moves the block out of both (once), a full compaction packs the rest, and the pool
-/// checks clean after each, with every kept block's bytes intact.
+/// Blocks of at most half a chunk with a front keep their bytes and their reserved size in a
+/// compaction: an evacuation of the chunk that holds a front and of the chunk that holds a
+/// tail is refused with a typed error and leaves the block where it is (as for larger blocks
+/// with a front), a full compaction
+/// moves it only to another place with a front, and the pool checks clean after each, with
+/// every kept block's bytes, `block_bytes` and the bytes in use unchanged.
 #[test]
 fn small_blocks_with_a_front_move_with_their_bytes() {
     let p = Pool::new(PoolConfig::new(32 * MIB).cores(1)).unwrap();
@@ -221,14 +223,14 @@ fn small_blocks_with_a_front_move_with_their_bytes() {
         let token = p.pause(Duration::from_secs(5)).unwrap();
         let done = p.compact_step(&token, &CompactionMode::Evacuate { chunks: chunks.clone() }, None);
         p.resume(&token).unwrap();
-        done.unwrap();
+        let err = format!("{:?}", done.expect_err("an evacuation of a chunk that holds a front or a tail"));
+        assert!(err.contains("InvalidMove"), "{err}");
         p.check().unwrap();
-        let moved = p.block(h).unwrap();
-        assert!(!chunks.contains(&(moved.offset / CHUNK)), "the block at {offset} stayed in {chunks:?}");
-        assert!(p.blocks().iter().all(|b| !chunks.contains(&(b.offset / CHUNK))), "{chunks:?} still hold blocks");
+        assert_eq!(p.block(h).unwrap().offset, offset, "an evacuation moved a block with a front");
         verify(&p, &kept);
     }
     let before = p.stats();
+    let reserved: Vec<usize> = kept.iter().map(|(h, _, _)| p.block(*h).unwrap().block_bytes).collect();
     let token = p.pause(Duration::from_secs(5)).unwrap();
     let done = p.compact_step(&token, &CompactionMode::Full, None);
     p.resume(&token).unwrap();
@@ -237,6 +239,10 @@ fn small_blocks_with_a_front_move_with_their_bytes() {
     verify(&p, &kept);
     let after = p.stats();
     assert!(after.largest_free_block >= before.largest_free_block, "{before:?} -> {after:?}");
+    assert_eq!(after.bytes_in_use, before.bytes_in_use, "a compaction changed the bytes in use");
+    for ((h, _, _), bytes) in kept.iter().zip(reserved) {
+        assert_eq!(p.block(*h).unwrap().block_bytes, bytes, "a compaction changed a block's reserved bytes");
+    }
     for (h, _, _) in kept {
         p.free(h).unwrap();
     }

@@ -53,12 +53,11 @@
 //! front and the tail; a front's or a tail's chunk that this empties goes back to the global
 //! pool with them, not into its core's reserve.
 //!
-//! Compaction moves a block with a front of more than half a chunk only to another place with
-//! a front, where it holds as many bytes (`compaction/planners/movable.rs`, `pack.rs`): a full
-//! compaction tiles large blocks as allocation does; an evacuation does not move it, and the
-//! chunks its front and its tail touch are not emptied (their other blocks may leave). A
-//! smaller one moves as a buddy block, to a place inside one chunk ([`FrontLayout::small`]);
-//! an evacuation of its front's chunk or of its tail's moves it out of both.
+//! Compaction moves a block with a front, of any size, only to another place with a front,
+//! where it holds as many bytes (`compaction/planners/movable.rs`, `pack.rs`), so its
+//! `block_bytes` and the pool's bytes in use stay as they are: a full compaction tiles such
+//! blocks as allocation does; an evacuation does not move it, and the chunks its front and its
+//! tail touch are not emptied (their other blocks may leave).
 //!
 //! A chunk granted to a core for small blocks comes from the far end of a free run when the
 //! chunk before the run was granted for a tail, its rest still hidden, and has a quarter of a
@@ -128,12 +127,6 @@ impl FrontLayout {
         let whole_fit = chunks == 0 || g.usable_units(chunk + chunks) == upc;
         let tail_fits = tail_units == 0 || (f.tail_chunk() < g.chunks && tail_units <= g.usable_units(f.tail_chunk()));
         (chunk + chunks < g.chunks && whole_fit && tail_fits).then_some(f)
-    }
-
-    /// Whether a block of `size` bytes with a front is a buddy block elsewhere (at most half
-    /// a chunk): a compaction moves it as one, to a place inside one chunk.
-    pub(crate) fn small(g: &Geometry, size: usize) -> bool {
-        matches!(g.layout(size, 1), Layout::Buddy(b) if b.level > 0)
     }
 
     /// Units of the front.

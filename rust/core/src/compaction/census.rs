@@ -178,8 +178,7 @@ impl Pool {
             let item = Item::of_slot(handle, &info, cores, place, movable);
             match place {
                 Place::Run(_) => census.runs.push(item),
-                // A block with a front of at most half a chunk moves as a buddy block.
-                Place::Fronted if !FrontLayout::small(g, info.size) => census.runs.push(item),
+                Place::Fronted => census.runs.push(item),
                 _ => census.buddy.push(item),
             }
         };

@@ -91,17 +91,9 @@ impl Piece {
                 Layout::Buddy(b) => piece.extent = b.units as usize * geometry.min_block,
                 Layout::Run { .. } | Layout::RunTail { .. } => return Err("a run-sized block in a core chunk"),
             },
-            // A larger block with a front (`arena/front.rs`) moves as a run-like piece: to another
-            // place with a front, where it holds as many bytes (its size rounded up to a unit), or, when
+            // A block with a front (`arena/front.rs`) moves as a run-like piece: to another place
+            // with a front, where it holds as many bytes (its size rounded up to a unit), or, when
             // its size makes a run, to whole chunks as a run (`extent`: its bytes there).
-            // One of at most half a chunk moves as a buddy block: to a place inside one chunk
-            // (`extent`: its bytes there; it leaves its front and its tail).
-            Home::Fronted if FrontLayout::small(geometry, size) => {
-                FrontLayout::of(geometry, offset, size).ok_or("no block with a front starts there")?;
-                let Layout::Buddy(b) = geometry.layout(size, 1) else { return Err("no buddy block") };
-                piece.kind = PieceKind::Buddy;
-                piece.extent = b.units as usize * geometry.min_block;
-            }
             Home::Fronted => {
                 piece.kind = PieceKind::Run { chunks: 0 };
                 piece.extent = FrontLayout::of(geometry, offset, size)

@@ -15,7 +15,6 @@ use super::movable::{
 };
 use crate::arena::front::FrontLayout;
 use crate::arena::slab::caches::SlabRef;
-use crate::handle::id::Handle;
 
 /// What one core chunk holds, for an evacuation: indices into the census.
 #[derive(Debug, Default)]
@@ -45,38 +44,22 @@ pub(crate) fn chunk_contents(census: &Census, model: &Model) -> Vec<Option<Conte
     // A block with a front covers its front in its chunk and its tail in the chunk its tail
     // begins: an evacuation does not move it, so neither chunk is emptied by moving its blocks
     // (they may leave).
-    // One of at most half a chunk moves with its front's chunk (as a buddy block): only its
-    // tail's chunk is not emptied by moving that chunk's blocks.
     for item in census.buddy.iter().chain(census.runs.iter()).filter(|i| i.place == Place::Fronted) {
         let Some(f) = FrontLayout::of(g, item.offset, item.size) else { continue };
         let e = entry(&mut out, f.chunk);
         e.units += f.front_units(g);
-        e.tail |= !FrontLayout::small(g, item.size);
-        if f.tail_units > 0 && f.tail_chunk() < out.len() && !FrontLayout::small(g, item.size) {
-            let e = entry(&mut out, f.tail_chunk());
-            e.units += f.tail_units;
-            e.tail = true;
-        }
-    }
-    // A smaller one also counts among the blocks of its tail's chunk: evacuating either chunk
-    // moves it (once).
-    for (i, item) in census.buddy.iter().enumerate().filter(|(_, i)| i.place == Place::Fronted) {
-        let Some(f) = FrontLayout::of(g, item.offset, item.size) else { continue };
+        e.tail = true;
         if f.tail_units > 0 && f.tail_chunk() < out.len() {
             let e = entry(&mut out, f.tail_chunk());
             e.units += f.tail_units;
-            e.movable &= item.movable;
-            e.bytes += item.size;
-            e.buddy.push(i);
+            e.tail = true;
         }
     }
     for (i, item) in census.buddy.iter().enumerate() {
         let e = entry(&mut out, g.chunk_of(item.offset));
         e.movable &= item.movable;
         e.bytes += item.size;
-        if item.place != Place::Fronted {
-            e.units += buddy_units(model, item.size).unwrap_or(0);
-        }
+        e.units += buddy_units(model, item.size).unwrap_or(0);
         e.buddy.push(i);
     }
     for (i, view) in census.slabs.iter().enumerate() {
@@ -229,8 +212,6 @@ pub(crate) fn plan_evacuation(
     let mut cursors: HashMap<(u64, u64), usize> = HashMap::new();
     // Chunks that received blocks in this evacuation cannot be emptied by it.
     let mut received: HashSet<usize> = HashSet::new();
-    // Blocks that moves already take away (a block with a front counts in two chunks).
-    let mut moved: HashSet<Handle> = HashSet::new();
     let mut moves = Vec::new();
     let mut emptied = Vec::new();
     let mut spent = 0usize;
@@ -293,13 +274,7 @@ pub(crate) fn plan_evacuation(
                 pieces.push(slab_piece(census, model, view));
             }
         }
-        pieces.extend(
-            content
-                .buddy
-                .iter()
-                .filter(|&&i| !moved.contains(&census.buddy[i].handle))
-                .filter_map(|&i| shaped_block(census, model, &census.buddy[i])),
-        );
+        pieces.extend(content.buddy.iter().filter_map(|&i| shaped_block(census, model, &census.buddy[i])));
         pieces.sort_by_key(|(p, n, _)| (Reverse(*n), p.from));
         for (mut piece, n, align) in pieces {
             if bytes + piece.copy_len() > room {
@@ -334,7 +309,6 @@ pub(crate) fn plan_evacuation(
             };
             model.occupy(c, p, n, piece.core);
             placements.push((c, p, n));
-            moved.extend(piece.handle);
             piece.to = g.offset_of(c, p);
             bytes += piece.copy_len();
             moves.push(piece);
@@ -343,11 +317,7 @@ pub(crate) fn plan_evacuation(
             for (c, p, n) in placements {
                 model.vacate(c, p, n);
             }
-            for piece in moves.drain(first_move..) {
-                if let Some(handle) = piece.handle {
-                    moved.remove(&handle);
-                }
-            }
+            moves.truncate(first_move);
             for (k, taken) in taken_slots.into_iter().enumerate() {
                 slots[k].extend(taken.into_iter().rev());
                 debug_assert_eq!(slots[k].len(), slots_before[k]);
