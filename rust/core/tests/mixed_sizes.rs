@@ -2,6 +2,9 @@
 //! arena gets before the first failure when filled with random sizes (the fill floors), and
 //! placement staying correct through churn at high occupancy.
 
+mod common;
+
+use common::Rng;
 use npumem_core::{Backing, CompactionMode, Handle, Move, Pool, PoolConfig, PoolStats};
 
 const KIB: usize = 1 << 10;
@@ -105,24 +108,6 @@ fn waste_is_at_most_a_sixteenth_from_4_kib_up() {
     assert_eq!(p.stats().bytes_in_use, 0);
     for ((what, _, _), w) in ranges.iter().zip(worst) {
         eprintln!("worst waste {what}: {:.4} ({} bytes reserve {})", w.0, w.1, w.2);
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Log-uniform in `[lo, hi]`.
-    fn size(&mut self, lo: usize, hi: usize) -> usize {
-        let (l, h) = ((lo as f64).ln(), (hi as f64).ln());
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        ((l + u * (h - l)).exp() as usize).clamp(lo, hi)
     }
 }
 

@@ -3,6 +3,9 @@
 //! blocks with a front: checked against a model of units, misused without effect, and never
 //! placed without `run_tails`.
 
+mod common;
+
+use common::Rng;
 use npumem_core::{Backing, CompactionMode, Error, Handle, Pool, PoolConfig};
 use std::time::Duration;
 
@@ -10,24 +13,6 @@ const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 const CHUNK: usize = 2 * MIB;
 const UNIT: usize = 256;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Log-uniform in `[lo, hi]`.
-    fn size(&mut self, lo: usize, hi: usize) -> usize {
-        let (l, h) = ((lo as f64).ln(), (hi as f64).ln());
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        ((l + u * (h - l)).exp() as usize).clamp(lo, hi)
-    }
-}
 
 /// Whether the block `[offset, +size)` starts inside a chunk and its requested bytes go on past
 /// that chunk's end.

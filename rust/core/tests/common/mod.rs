@@ -1,5 +1,5 @@
-//! What the compaction, staged-compaction and growth tests share: pools, a byte pattern per
-//! block, and a fragmented pool to compact.
+//! What the integration tests share: pools, a byte pattern per block, a fragmented pool to
+//! compact, and a seeded generator of sizes.
 #![allow(dead_code)] // each test file uses its own part
 
 use npumem_core::{Handle, Pool, PoolConfig};
@@ -58,4 +58,23 @@ pub fn fragment(p: &Pool, sizes: &[usize], rounds: usize) -> Vec<(Handle, usize)
         }
     }
     kept
+}
+
+/// A small xorshift generator: a test draws the same sequence on every run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Log-uniform in `[lo, hi]`.
+    pub fn size(&mut self, lo: usize, hi: usize) -> usize {
+        let (l, h) = ((lo as f64).ln(), (hi as f64).ln());
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        ((l + u * (h - l)).exp() as usize).clamp(lo, hi)
+    }
 }
