@@ -19,6 +19,27 @@ const FRESH_READS: usize = 2;
 /// Chunks that can hold the block that a best-fit search compares, at most.
 const COMPARED: usize = 64;
 
+/// The best fit among the chunks a search compares: the shortest longest stretch that holds the
+/// block, with its chunk and owner.
+#[derive(Default)]
+struct BestFit {
+    best: Option<(u64, usize, usize)>,
+    compared: usize,
+}
+
+impl BestFit {
+    /// Compare a chunk whose longest stretch (`longest` units) holds a block of `units`; true
+    /// when the search can stop: [`COMPARED`] chunks compared, or one that fits exactly.
+    #[inline]
+    fn offer(&mut self, longest: u64, chunk: usize, owner: usize, units: u64) -> bool {
+        if self.best.is_none_or(|(k, ..)| longest < k) {
+            self.best = Some((longest, chunk, owner));
+        }
+        self.compared += 1;
+        self.compared == COMPARED || longest == units
+    }
+}
+
 /// Where a best-fit search put a block.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Taken {
@@ -90,8 +111,7 @@ impl Arena {
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
         for class in class_of(b.units)..CLASSES {
-            let mut best: Option<(u64, usize, usize)> = None;
-            let mut compared = 0;
+            let mut best = BestFit::default();
             for chunk in self.stretch_classes.chunks(class, 0) {
                 let ChunkState::Core(owner) = self.global.state(chunk) else {
                     continue;
@@ -99,16 +119,12 @@ impl Arena {
                 let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
                     continue;
                 };
-                if best.is_none_or(|(k, ..)| longest < k) {
-                    best = Some((longest, chunk, owner));
-                }
-                compared += 1;
-                if compared == COMPARED || longest == b.units {
+                if best.offer(longest, chunk, owner, b.units) {
                     break;
                 }
             }
-            if best.is_some() {
-                return best;
+            if best.best.is_some() {
+                return best.best;
             }
         }
         None
@@ -127,8 +143,7 @@ impl Arena {
     ) -> Option<(u64, usize, usize)> {
         let cores = self.cores.len();
         let words = self.geometry.chunks.div_ceil(64);
-        let mut best: Option<(u64, usize, usize)> = None;
-        let mut compared = 0;
+        let mut best = BestFit::default();
         for i in 0..cores {
             let owner = (core + i) % cores;
             let pool = &self.cores[owner];
@@ -140,17 +155,13 @@ impl Arena {
                     let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
                         continue;
                     };
-                    if best.is_none_or(|(k, ..)| longest < k) {
-                        best = Some((longest, chunk, owner));
-                    }
-                    compared += 1;
-                    if compared == COMPARED || longest == b.units {
-                        return best;
+                    if best.offer(longest, chunk, owner, b.units) {
+                        return best.best;
                     }
                 }
             }
         }
-        best
+        best.best
     }
 
     /// Take block `b` in `chunk` at the start of the smallest free stretch that holds it from a
