@@ -68,9 +68,6 @@ impl Pool {
         }
         let regions = &self.arena.regions;
         let _one = regions.change();
-        if let Some(placed) = self.place_once(request, core, reach) {
-            return Some(placed); // another growth (or a free) made room meanwhile
-        }
         let g = &self.arena.geometry;
         let (need, align) = match g.layout(request.size, request.align) {
             Layout::Run { chunks, align_chunks } => (chunks, align_chunks),
@@ -78,15 +75,22 @@ impl Pool {
             Layout::RunTail { chunks, align_chunks, .. } => (chunks + 1, align_chunks),
             Layout::Buddy(_) => (1, 1),
         };
-        let p = regions.place(&regions.lock(), need, align, g.chunks)?;
-        let (offset, bytes) = (p.start * g.chunk_size, g.run_bytes(p.start, p.len));
-        if let Some(hook) = GrowthHooks::get(&self.growth.on_grow) {
-            hook(offset, bytes).ok()?;
+        // Other threads allocate meanwhile (only growth waits for `change`): the room a new
+        // region brought may be gone before this request gets to it. Then grow again, up to
+        // `max_capacity`, rather than fail while the pool may still grow.
+        loop {
+            if let Some(placed) = self.place_once(request, core, reach) {
+                return Some(placed); // another growth (or a free) made room meanwhile
+            }
+            let p = regions.place(&regions.lock(), need, align, g.chunks)?;
+            let (offset, bytes) = (p.start * g.chunk_size, g.run_bytes(p.start, p.len));
+            if let Some(hook) = GrowthHooks::get(&self.growth.on_grow) {
+                hook(offset, bytes).ok()?;
+            }
+            self.arena.global.publish(p.start, p.len);
+            Regions::insert(&mut regions.lock(), p);
+            regions.count_growth();
         }
-        self.arena.global.publish(p.start, p.len);
-        Regions::insert(&mut regions.lock(), p);
-        regions.count_growth();
-        self.place_once(request, core, reach)
     }
 
     /// Give back every region that is entirely free, except the first (after the slabs and

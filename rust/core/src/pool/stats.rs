@@ -114,7 +114,7 @@ impl Pool {
     pub(crate) fn bytes_free(&self) -> usize {
         let (slab_bytes, _) = self.slab_objects(&self.slab_counters.totals());
         let bytes_in_use = (self.counters.totals().bytes.max(0) as u64 + slab_bytes) as usize;
-        self.arena.geometry.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes())
+        self.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes())
     }
 
     /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead).
