@@ -28,6 +28,23 @@ def _inside_one_region(pool: npumem.Pool) -> None:
         )
 
 
+def test_a_growth_that_would_leave_less_than_a_step_takes_the_rest() -> None:
+    # 4 MiB present, up to 14 MiB, by 4 MiB: the first growth leaves 6 MiB (more than a step),
+    # the second would leave 2 MiB, so it takes all 6; then the pool cannot grow.
+    pool = npumem.Pool(4 * MIB, max_capacity=14 * MIB, grow_by=4 * MIB, cores=1)
+    blocks = [pool.alloc(2 * MIB) for _ in range(4)]
+    assert [n for _, n in pool.regions()] == [4 * MIB, 4 * MIB]
+    blocks.append(pool.alloc(2 * MIB))
+    assert [n for _, n in pool.regions()] == [4 * MIB, 4 * MIB, 6 * MIB]
+    blocks += [pool.alloc(2 * MIB) for _ in range(2)]
+    with pytest.raises(OutOfMemoryError):
+        pool.alloc(2 * MIB)
+    assert pool.stats().grow_events == 2 and pool.capacity == 14 * MIB
+    _inside_one_region(pool)
+    for b in blocks:
+        b.free()
+
+
 def test_a_pool_grows_by_regions_within_its_limit() -> None:
     pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
     assert (pool.capacity, pool.max_capacity, pool.regions()) == (4 * MIB, 16 * MIB, [(0, 4 * MIB)])

@@ -17,6 +17,11 @@ def test_requests_mix_beams_and_the_system_prompt() -> None:
 def test_demo_uses_the_paged_kv_cache() -> None:
     result = run_demo(requests=120, workers=1, seed=1)
     assert result.ok
+    # The pool starts with the weights and half the rest, and grows once, by all the rest: a
+    # region is more than the largest request (an activation arena), whatever triggers growth.
+    assert result.grow_events == 1 and result.regions == 2
+    grown = result.end_snapshot.regions[1]
+    assert grown.length == result.capacity - result.start_capacity
     kv = result.kv
     assert kv.peak_pages > 0 and kv.page_bytes == 16 * 4 * 768 * 2 * 2
     assert kv.peak_shared_saved_bytes > 0, "the system prompt and the beams share pages"

@@ -46,8 +46,10 @@ __all__ = ["DemoResult", "KVSummary", "default_capacity", "run_demo", "write_out
 MIB = 1 << 20
 
 
-GROW_BY = 32 * MIB
-"""The least a growth of the demo's pool adds."""
+GROW_BY = 64 * MIB
+"""The least a growth of the demo's pool adds: more than its largest request (a batch-8
+activation arena of 55 MiB), since no block spans two regions and a smaller region could not
+serve that request however empty it was."""
 CHUNK = 2 * MIB
 """The pool's chunk size (the default): a pool that grows starts with whole chunks."""
 

@@ -83,7 +83,8 @@ pub struct PoolConfig {
     /// served otherwise (see `arena/regions.rs`); `capacity` must then be a multiple of
     /// `chunk_size`.
     pub max_capacity: Option<usize>,
-    /// The least bytes one growth adds (rounded up to whole chunks; `None`: `capacity`).
+    /// The least bytes one growth adds (rounded up to whole chunks; `None`: `capacity`). A
+    /// growth that would leave less than this before `max_capacity` adds that rest too.
     pub grow_by: Option<usize>,
 }
 

@@ -101,8 +101,11 @@ impl Regions {
 
     /// Where a region for a block of `need` chunks starting at a multiple of `align` chunks
     /// goes: at least the growth step, at least `need`, within the limit, one absent chunk away
-    /// from every other region, inside an arena of `chunks` chunks. `None`: the limit or the
-    /// offsets leave no room.
+    /// from every other region, inside an arena of `chunks` chunks. A growth that would leave
+    /// less than a step before the limit takes that rest as well (where the offsets have room
+    /// for it): no block spans two regions, so a last region smaller than a step would serve
+    /// only blocks smaller than itself, while the same chunks joined to this region serve a
+    /// block as large as both. `None`: the limit or the offsets leave no room.
     pub(crate) fn place(
         &self,
         table: &[(usize, usize)],
@@ -116,6 +119,17 @@ impl Regions {
         if len < need || len == 0 {
             return None;
         }
+        if room - len < self.step_chunks && room > len {
+            if let Some(p) = Self::place_len(table, room, align, chunks) {
+                return Some(p);
+            }
+        }
+        Self::place_len(table, len, align, chunks)
+    }
+
+    /// The first start, a multiple of `align`, of `len` chunks one absent chunk away from every
+    /// region of `table` in an arena of `chunks` chunks.
+    fn place_len(table: &[(usize, usize)], len: usize, align: usize, chunks: usize) -> Option<Placement> {
         let align = align.max(1);
         // Holes between regions, each shrunk by the one absent chunk that separates regions.
         let mut from = 0usize;
@@ -157,6 +171,22 @@ mod tests {
         // A given-back region's offsets are used again.
         t.remove(1);
         assert_eq!(r.place(&t, 2, 1, 32), Some(Placement { start: 5, len: 2 }));
+    }
+
+    #[test]
+    fn a_growth_that_would_leave_less_than_a_step_takes_the_rest() {
+        let r = Regions::new(4, 16, 4);
+        let mut t = r.lock().clone();
+        // 12 chunks of room: a growth of 4 leaves 8, two steps.
+        let p = r.place(&t, 1, 1, 32).unwrap();
+        assert_eq!(p, Placement { start: 5, len: 4 });
+        Regions::insert(&mut t, p);
+        // 8 left: a growth of 5 would leave 3, less than a step, so it takes all 8.
+        assert_eq!(r.place(&t, 5, 1, 32), Some(Placement { start: 10, len: 8 }));
+        // Where the offsets hold the growth but not the rest, the growth alone.
+        let r = Regions::new(2, 7, 3);
+        let t = r.lock().clone();
+        assert_eq!(r.place(&t, 2, 1, 6), Some(Placement { start: 3, len: 3 }));
     }
 
     #[test]
