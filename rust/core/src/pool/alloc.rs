@@ -80,10 +80,7 @@ pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reach {
     /// The caller's slab cache and core pool and a fresh chunk: quick, for callers that hold a
-    /// lock (the GIL). It takes the full path's first steps in the full path's order and stops
-    /// at the first step it may not take, so a block goes where the full path would put it or
-    /// nowhere: where it lands never depends on whether the quick attempt ran
-    /// (`tests/fast_path.rs`).
+    /// lock (the GIL).
     Fast,
     /// Everything: other cores' chunks, reclaiming empty slabs and chunks.
     Full,
@@ -479,25 +476,17 @@ impl Pool {
             // A block of more than half a chunk that no chunk's tree can hold (the arena's
             // short last chunk is too short for its trimmed pieces): a whole chunk, as a run.
             // More than half a chunk: first across two chunks where that fills a tight spot.
-            // The quick attempt stops after the first step (the global pool's best fit).
-            Layout::Buddy(b) if b.level == 0 => {
-                let placed = self.place_large(request, Layout::Buddy(b), core);
-                if placed.is_some() || reach == Reach::Fast {
-                    return placed;
-                }
-                self.place_block(&b, request.align, core, reach).or_else(|| self.place_run(1, 1, request.size))
-            }
+            Layout::Buddy(b) if b.level == 0 => self
+                .place_large(request, Layout::Buddy(b), core)
+                .or_else(|| self.place_block(&b, request.align, core, reach))
+                .or_else(|| self.place_run(1, 1, request.size)),
             // Larger than a bank: maybe across two chunks (`Pool::place_straddling`), and
             // across two chunks when nothing else has room.
-            Layout::Buddy(b) if self.straddles(&b, request.align) => {
+            Layout::Buddy(b) if self.straddles(&b, request.align, reach) => {
                 if self.straddles_first() {
                     return self.place_straddling(request, b, core, reach);
                 }
-                let placed = self.place_block(&b, request.align, core, reach);
-                if placed.is_some() || reach == Reach::Fast {
-                    return placed;
-                }
-                self.place_across(request, b, core)
+                self.place_block(&b, request.align, core, reach).or_else(|| self.place_across(request, b, core))
             }
             Layout::Buddy(b) => self.place_block(&b, request.align, core, reach),
             layout @ (Layout::Run { .. } | Layout::RunTail { .. }) => self.place_large(request, layout, core),
@@ -506,11 +495,14 @@ impl Pool {
 
     /// Whether buddy block `b` (of at most half a chunk) may take a front: with `run_tails`, a
     /// block larger than a bank (a smaller one never straddles a bank, let alone a chunk),
-    /// aligned to at most a chunk.
+    /// aligned to at most a chunk, on the full path.
     #[inline]
-    fn straddles(&self, b: &BuddyLayout, align: usize) -> bool {
+    fn straddles(&self, b: &BuddyLayout, align: usize, reach: Reach) -> bool {
         let g = &self.arena.geometry;
-        g.tails && b.units as usize * g.min_block > self.config.bank_size && align <= g.chunk_size
+        reach == Reach::Full
+            && g.tails
+            && b.units as usize * g.min_block > self.config.bank_size
+            && align <= g.chunk_size
     }
 
     /// Whether a block that may take a front looks across chunk ends before the buddy path
@@ -528,17 +520,12 @@ impl Pool {
     /// chunk), else the best fit among the free ends of core chunks before free chunks, before
     /// the buddy path cuts a fresh chunk: so such blocks tile the arena across chunk ends
     /// instead of leaving each chunk's end to smaller blocks. Then the buddy path, then
-    /// [`Pool::place_across`]. The quick attempt tries the core's own chunks only.
+    /// [`Pool::place_across`].
     #[inline(never)]
     fn place_straddling(&self, request: &Request, b: BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
-        let placed = self.alloc_in_core(&b, core);
-        if placed.is_some() || reach == Reach::Fast {
-            return placed;
-        }
         let align = self.straddle_align(request);
-        self.arena
-            .claim_at_frontier(request.size, &b, align, core)
-            .map(spanned)
+        self.alloc_in_core(&b, core)
+            .or_else(|| self.arena.claim_at_frontier(request.size, &b, align, core).map(spanned))
             .or_else(|| self.arena.claim_large_in(request.size, Layout::Buddy(b), align, core, false).map(spanned))
             .or_else(|| self.place_block(&b, request.align, core, reach))
             .or_else(|| self.place_across(request, b, core))
@@ -644,10 +631,7 @@ impl Pool {
             return self.place_buddy(b, core, reach);
         }
         let align_units = g.packed_alignment(b.units, align, self.config.bank_size);
-        if b.units >= g.units_per_chunk() / PACK_FIRST && self.packs_first() {
-            if reach == Reach::Fast {
-                return None; // a free stretch comes first: the full path's search
-            }
+        if reach == Reach::Full && b.units >= g.units_per_chunk() / PACK_FIRST && self.packs_first() {
             if let Some(placed) = self.place_packed(b, align_units, core, reach) {
                 return Some(placed);
             }
