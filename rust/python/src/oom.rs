@@ -127,7 +127,9 @@ impl OomHandler {
         }
     }
 
-    /// The slow path of `Pool.alloc`, with the retry.
+    /// The slow path of `Pool.alloc`, after the quick attempt with the GIL held, with the
+    /// retry: `alloc_quick_first`, so the block lands where it would had the quick attempt
+    /// run (a pause shuts that attempt out).
     pub(crate) fn alloc(
         &self,
         py: Python<'_>,
@@ -136,7 +138,7 @@ impl OomHandler {
         align: Option<usize>,
         tag: u32,
     ) -> PyResult<Handle> {
-        self.retrying(py, core, || size, || core.alloc(size, align, tag))
+        self.retrying(py, core, || size, || core.alloc_quick_first(size, align, tag))
     }
 
     /// `Pool.alloc_many`, with the retry (the handler is asked for the sum of the sizes).

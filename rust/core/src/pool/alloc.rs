@@ -119,9 +119,10 @@ impl Pool {
         }
     }
 
-    /// The quick part of [`Pool::alloc`] only (the caller's slab cache, core pool and a fresh
-    /// chunk, no waiting while paused): `Ok(None)` means "call `alloc`", which may take longer.
-    /// Meant for callers holding a lock they would rather release for the long part (the GIL).
+    /// The quick part of an allocation only (the caller's slab cache, core pool and a fresh
+    /// chunk, no waiting while paused): `Ok(None)` means "call [`Pool::alloc_quick_first`]",
+    /// which may take longer. Meant for callers holding a lock they would rather release for
+    /// the long part (the GIL).
     pub fn try_alloc_fast(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Option<Handle>> {
         let request = self.request(size, align)?;
         let core = cpu::current_core(self.arena.cores.len());
@@ -131,6 +132,23 @@ impl Pool {
         match self.place(&request, core, Reach::Fast) {
             Some(placed) => self.finish(placed, &request, core, tag).map(Some),
             None => Ok(None),
+        }
+    }
+
+    /// [`Pool::alloc`] that tries the quick part's steps first (those of
+    /// [`Pool::try_alloc_fast`]: the core's chunks and a fresh chunk before the frontier, the
+    /// free stretches and the runs that the full path may try before them), then the full
+    /// path. The long part for a caller of `try_alloc_fast`: a block lands where one call of
+    /// this would put it, whether the quick attempt ran or a pause shut it out, so the layout
+    /// does not depend on timing (`tests/quick_first.rs`). Waits while the pool is paused.
+    pub fn alloc_quick_first(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Handle> {
+        let request = self.request(size, align)?;
+        let core = cpu::current_core(self.arena.cores.len());
+        let _entered = self.enter()?;
+        let placed = self.place(&request, core, Reach::Fast).or_else(|| self.place(&request, core, Reach::Full));
+        match placed {
+            Some(placed) => self.finish(placed, &request, core, tag),
+            None => Err(self.out_of_memory(&request, core, tag)),
         }
     }
 

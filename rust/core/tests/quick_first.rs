@@ -1,0 +1,114 @@
+//! A caller that holds a lock such as the GIL makes the quick attempt of an allocation
+//! (`Pool::try_alloc_fast`) and, when it gives up, the long part without the lock
+//! (`Pool::alloc_quick_first`). Whether the quick attempt ran depends on timing (a pause shuts
+//! it out); the long part starts with the quick attempt's steps, so a block lands in the same
+//! place either way, and two runs of one program lay out, and fragment, the arena alike.
+
+mod common;
+
+use common::Rng;
+use npumem_core::{Handle, Pool, PoolConfig};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+/// The quick attempt, then the long part where it gave up: what the Python binding does.
+fn quick_then_long(p: &Pool, size: usize, align: Option<usize>) -> Option<Handle> {
+    match p.try_alloc_fast(size, align, 0) {
+        Ok(Some(h)) => Some(h),
+        Ok(None) => p.alloc_quick_first(size, align, 0).ok(),
+        Err(err) => panic!("the quick attempt refused a valid request of {size} bytes: {err}"),
+    }
+}
+
+fn offset(p: &Pool, h: Handle) -> usize {
+    p.block(h).unwrap().offset
+}
+
+/// One random size of every kind the arena places differently: slab objects, buddy blocks of
+/// at most a bank, blocks across chunk ends, blocks of more than half a chunk, runs of chunks,
+/// now and then with an alignment.
+fn draw(rng: &mut Rng) -> (usize, Option<usize>) {
+    let size = match rng.next() % 8 {
+        0 | 1 => rng.size(16, 4 * KIB),
+        2..=4 => rng.size(4 * KIB, MIB),
+        5 => rng.size(MIB, 2 * MIB),
+        _ => rng.size(2 * MIB, 9 * MIB),
+    };
+    let align = match rng.next() % 16 {
+        0 => Some(64 * KIB),
+        1 => Some(4 * KIB),
+        _ => None,
+    };
+    (size, align)
+}
+
+/// The same random churn (allocations until one fails or the arena is 3/4 full, then a random
+/// half freed, again and again) on two pools of one core: one allocates through the quick
+/// attempt and then the long part, the other through the long part only (as when a pause shut
+/// the quick attempt out). Every block lands at the same offset
+/// in both, and an allocation fails in one exactly when it fails in the other; the churn goes
+/// through the arena's every mode (chunks to be had, blocks across chunk ends from 27% of the
+/// capacity, free stretches first from 2/3, a tight arena).
+#[test]
+fn a_block_lands_in_the_same_place_whether_the_quick_attempt_ran_or_not() {
+    let capacity = 96 * MIB;
+    let (mut quick_allocs, mut failures) = (0usize, 0usize);
+    for seed in 0..6u64 {
+        let config = || PoolConfig::new(capacity).cores(1);
+        let (a, b) = (Pool::new(config()).unwrap(), Pool::new(config()).unwrap());
+        let mut rng = Rng(0x9E37_79B9 + seed * 7919);
+        let mut held: Vec<(Handle, Handle, usize)> = Vec::new();
+        for round in 0..40 {
+            let mut in_use: usize = held.iter().map(|&(_, _, size)| size).sum();
+            for _ in 0..400 {
+                if in_use > capacity * 3 / 4 {
+                    break;
+                }
+                let (size, align) = draw(&mut rng);
+                let quick = quick_then_long(&a, size, align);
+                let full = b.alloc_quick_first(size, align, 0).ok();
+                match (quick, full) {
+                    (Some(ha), Some(hb)) => {
+                        assert_eq!(
+                            offset(&a, ha),
+                            offset(&b, hb),
+                            "seed {seed}, round {round}: {size} bytes (align {align:?}) went elsewhere \
+                             through the quick attempt"
+                        );
+                        held.push((ha, hb, size));
+                        in_use += size;
+                        quick_allocs += 1;
+                    }
+                    (None, None) => {
+                        failures += 1;
+                        break;
+                    }
+                    (q, f) => panic!(
+                        "seed {seed}, round {round}: {size} bytes (align {align:?}): quick attempt \
+                         first {:?}, long part only {:?}",
+                        q.map(|h| offset(&a, h)),
+                        f.map(|h| offset(&b, h))
+                    ),
+                }
+            }
+            let mut kept = Vec::with_capacity(held.len());
+            for entry in held.drain(..) {
+                if rng.next() % 2 == 0 {
+                    a.free(entry.0).unwrap();
+                    b.free(entry.1).unwrap();
+                } else {
+                    kept.push(entry);
+                }
+            }
+            held = kept;
+        }
+        for (ha, hb, _) in held {
+            a.free(ha).unwrap();
+            b.free(hb).unwrap();
+        }
+        assert_eq!(a.check().unwrap(), b.check().unwrap());
+    }
+    assert!(quick_allocs > 5_000, "the churn placed {quick_allocs} blocks");
+    assert!(failures > 0, "the churn never filled the arena");
+}
