@@ -27,8 +27,10 @@ pub enum Error {
     /// An alignment argument is unusable.
     InvalidAlignment { align: u128, reason: String },
     /// No block of the requested size is free now (the request itself is valid).
-    /// `largest_free_block` is the largest the failed allocation found without walking every
-    /// chunk: never more than the exact figure of `Pool::stats`, which reads every tree.
+    /// `largest_free_block` is the largest the failed allocation learnt of without walking
+    /// every chunk, partly from the chunks' stretch memos, which bound a chunk's longest free
+    /// stretch from above: an estimate, which may be more or less than the figure of
+    /// `Pool::stats` (that one reads every tree).
     OutOfMemory { requested: usize, bytes_free: usize, largest_free_block: usize },
     /// A handle was refused.
     InvalidHandle(HandleFault),

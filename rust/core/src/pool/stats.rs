@@ -163,9 +163,12 @@ impl Pool {
         self.counters.sample(total, slab_bytes);
     }
 
-    /// The largest block one allocation could get now: the largest free chunk run or free node
-    /// in a chunk, counting what an allocation would reclaim before failing (all-free slabs and
-    /// chunks that cores hold empty).
+    /// The largest block one allocation could get now, counting what an allocation would
+    /// reclaim before failing (all-free slabs and chunks that cores hold empty): the largest
+    /// free chunk run (with the front and tail the core chunks around it could add), and in the
+    /// core chunks the largest free node, the longest free stretch from a bank boundary (where
+    /// a block larger than a bank may start), and, with `run_tails`, the free end of a core
+    /// chunk joined to the free start of the next one (a block with a front).
     fn largest_free_block(&self) -> usize {
         let g = &self.arena.geometry;
         // All-free slabs, by chunk: their blocks count as free.
@@ -184,8 +187,11 @@ impl Pool {
         };
         let runs = self.arena.global.free_runs(&effectively_empty);
         let mut largest = runs.iter().map(|&run| self.arena.largest_block_in_run(run)).max().unwrap_or(0);
+        // The free end of the core chunk before, from a bank boundary (units).
+        let mut end_before: Option<u64> = None;
         for chunk in 0..self.arena.global.end() {
             if !matches!(self.arena.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
+                end_before = None;
                 continue;
             }
             let nodes = reclaimable.get(&chunk);
@@ -193,8 +199,58 @@ impl Pool {
             if let Some(level) = self.arena.shape.largest_free_level_with(self.arena.tree(chunk), &is_reclaimable) {
                 largest = largest.max((1usize << (g.depth - level)) * g.min_block);
             }
+            let inside_reclaimable = |n: Node| {
+                let (start, units) = (n.start(g.depth), n.units(g.depth));
+                nodes.is_some_and(|ns| {
+                    ns.iter().any(|r| start >= r.start(g.depth) && start + units <= r.start(g.depth) + r.units(g.depth))
+                })
+            };
+            let free = self.free_stretches(chunk, &inside_reclaimable);
+            largest = largest.max(free.longest as usize * g.min_block);
+            if let Some(end) = end_before.filter(|_| g.tails) {
+                largest = largest.max((end + free.at_start) as usize * g.min_block);
+            }
+            end_before = Some(free.at_end);
         }
         largest
+    }
+
+    /// The free stretches of core chunk `chunk`, read from its tree (allocated nodes for which
+    /// `counts_free` is true count as free).
+    fn free_stretches(&self, chunk: usize, counts_free: &dyn Fn(Node) -> bool) -> FreeStretches {
+        let g = &self.arena.geometry;
+        let usable = g.usable_units(chunk);
+        let mut taken: Vec<(u64, u64)> = Vec::new();
+        self.arena.shape.for_each_allocated(self.arena.tree(chunk), &mut |n| {
+            if !counts_free(n) {
+                taken.push((n.start(g.depth), n.units(g.depth)));
+            }
+        });
+        taken.sort_unstable();
+        let mut out = FreeStretches { at_start: 0, longest: 0, at_end: 0 };
+        let mut hole = |from: u64, to: u64| {
+            let to = to.min(usable);
+            if from >= to {
+                return;
+            }
+            if from == 0 {
+                out.at_start = to;
+            }
+            let banked = from.next_multiple_of(g.bank_units);
+            if banked < to {
+                out.longest = out.longest.max(to - banked);
+                if to == usable {
+                    out.at_end = to - banked;
+                }
+            }
+        };
+        let mut at = 0u64; // the first unit not known to be allocated
+        for (start, units) in taken {
+            hole(at, start);
+            at = at.max(start + units);
+        }
+        hole(at, usable);
+        out
     }
 
     /// The bytes the block of `size` requested bytes at `offset` holds.
@@ -219,4 +275,14 @@ impl Pool {
             (_, Layout::Run { chunks, .. } | Layout::RunTail { chunks, .. }) => g.run_bytes(g.chunk_of(offset), chunks),
         }
     }
+}
+
+/// What [`Pool::free_stretches`] reads of a core chunk, in units.
+struct FreeStretches {
+    /// Free units at the chunk's start.
+    at_start: u64,
+    /// The longest free stretch from a bank boundary.
+    longest: u64,
+    /// Free units from a bank boundary to the chunk's end.
+    at_end: u64,
 }

@@ -1,0 +1,86 @@
+//! `stats().largest_free_block` is the largest block one allocation could get now: no free
+//! stretch inside a chunk is longer, and an allocation of nearly that size succeeds.
+
+mod common;
+
+use common::{Rng, MIB};
+use npumem_core::{Error, Handle, Pool, PoolConfig};
+
+const CHUNK: usize = 2 * MIB;
+
+/// Random sizes of 256 B-3 MiB filled until allocations fail, half freed, filled again: at
+/// every failure, no free piece of the snapshot inside a chunk, from its first bank boundary on,
+/// is longer
+/// than the statistics' figure, and that figure less 1/16 (what a block's rounding may add)
+/// and a bank is allocatable.
+#[test]
+fn the_largest_free_block_holds_every_free_stretch_and_can_be_allocated() {
+    let (mut failures, mut checked, mut seen) = (0usize, 0usize, 0usize);
+    for seed in 0..8u64 {
+        let cores = 1 + seed as usize % 2;
+        let p = Pool::new(PoolConfig::new(48 * MIB).cores(cores)).unwrap();
+        let bank = p.config().bank_size;
+        let mut rng = Rng(0x5EED_0000 + seed * 7_777);
+        let mut held: Vec<Handle> = Vec::new();
+        for round in 0..12 {
+            let mut misses = 0;
+            while misses < 6 {
+                let size = rng.size(256, 3 * MIB);
+                match p.alloc(size, None, 0) {
+                    Ok(h) => held.push(h),
+                    Err(Error::OutOfMemory { largest_free_block, bytes_free, .. }) => {
+                        failures += 1;
+                        misses += 1;
+                        let s = p.stats();
+                        // Every free piece of the snapshot inside one chunk, from the first bank
+                        // boundary in it (where a block larger than a bank may start), fits the
+                        // figure. (Across chunks, a block's tail is cut to whole nodes.)
+                        let snap = p.snapshot().unwrap();
+                        let longest = snap
+                            .free_runs
+                            .iter()
+                            .filter(|e| e.offset / CHUNK == (e.offset + e.len - 1) / CHUNK)
+                            .map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank)))
+                            .max()
+                            .unwrap_or(0);
+                        assert!(
+                            longest <= s.largest_free_block,
+                            "seed {seed}, round {round}: a free stretch of {longest} bytes from a bank \
+                             boundary, the statistics say {}",
+                            s.largest_free_block
+                        );
+                        assert!(s.largest_free_block <= s.bytes_free && bytes_free == s.bytes_free, "{s:?}");
+                        seen = seen.max(largest_free_block);
+                        let want = (s.largest_free_block - s.largest_free_block / 16).saturating_sub(bank) & !255;
+                        if want > 0 {
+                            let h = p.alloc(want, None, 0).unwrap_or_else(|e| {
+                                panic!(
+                                    "seed {seed}, round {round}: {want} bytes do not fit a largest free block \
+                                     of {}: {e}",
+                                    s.largest_free_block
+                                )
+                            });
+                            p.free(h).unwrap();
+                            checked += 1;
+                        }
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            let mut kept = Vec::with_capacity(held.len());
+            for h in held.drain(..) {
+                if rng.next() % 2 == 0 {
+                    p.free(h).unwrap();
+                } else {
+                    kept.push(h);
+                }
+            }
+            held = kept;
+        }
+        for h in held {
+            p.free(h).unwrap();
+        }
+        p.check().unwrap();
+    }
+    assert!(failures > 100 && checked > 100 && seen > 0, "{failures} failures, {checked} checked");
+}
