@@ -46,7 +46,11 @@ def test_keyboard_interrupt_during_alloc_many_leaves_nothing_allocated() -> None
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals are handled on the main thread")
     pool = npumem.Pool(1 << 30, cores=1, backing="none")
-    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    # To the main thread itself: a signal sent to the process may land on another thread, and
+    # then nothing wakes the main thread's sleep below before it ends.
+    main = threading.main_thread().ident
+    assert main is not None
+    timer = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT))
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
