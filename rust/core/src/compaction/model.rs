@@ -360,16 +360,18 @@ impl<'a> Model<'a> {
         c.used += units;
     }
 
-    /// The first unit, a multiple of `align`, from which core chunk `chunk` (a whole one, with
-    /// something in it) is free to its end: where a block with a front could start
-    /// (`arena/front.rs`).
-    pub(crate) fn free_end_from(&self, chunk: usize, align: u64) -> Option<u64> {
+    /// The first unit of the free end of chunk `chunk` (a whole chunk, free or a core chunk):
+    /// every unit from it to the chunk's end is free; the chunk's length when its last unit is
+    /// covered. `None` for a run's chunk or a short one.
+    pub(crate) fn free_suffix_start(&self, chunk: usize) -> Option<u64> {
         let c = &self.chunks[chunk];
-        if c.role != Role::Core || c.used == 0 || c.bits.is_empty() || c.usable != self.units_per_chunk {
+        if c.role == Role::Run || c.usable != self.units_per_chunk {
             return None;
         }
-        let start = (last_set(&c.bits, 0, c.usable)? + 1).next_multiple_of(align);
-        (start < c.usable).then_some(start)
+        if c.bits.is_empty() || c.used == 0 {
+            return Some(0);
+        }
+        Some(last_set(&c.bits, 0, c.usable).map_or(0, |last| last + 1))
     }
 
     /// Put the block with front `f` in (`on`, for core `owner`) or take it out: its front, whole
@@ -489,7 +491,8 @@ impl<'a> Model<'a> {
                 run += self.chunk_bytes(i);
             } else {
                 if run > 0 {
-                    best = best.max(run + self.largest_tail_at(i));
+                    let before = (i - run / self.geometry.chunk_size).checked_sub(1);
+                    best = best.max(run + self.largest_tail_at(i) + before.map_or(0, |c| self.front_room_of(c)));
                 }
                 run = 0;
             }
@@ -514,6 +517,22 @@ impl<'a> Model<'a> {
 }
 
 impl Model<'_> {
+    /// The bytes of the free end of core chunk `c` (from a bank boundary) that a block with a
+    /// front could take before a run of empty chunks after it (0 without `run_tails`).
+    fn front_room_of(&self, c: usize) -> usize {
+        let upc = self.units_per_chunk;
+        if !self.geometry.tails || self.is_empty(c) || self.chunks[c].role != Role::Core || c + 1 >= self.chunks.len() {
+            return 0;
+        }
+        let bank = self.geometry.bank_units(self.bank_size);
+        match self.free_suffix_start(c) {
+            Some(start) if start.next_multiple_of(bank) < upc => {
+                (upc - start.next_multiple_of(bank)) as usize * self.min_block
+            }
+            _ => 0,
+        }
+    }
+
     /// The bytes of the largest tail that the free start of chunk `i` could hold after a run
     /// of empty chunks (0 without `run_tails`, or when `i` is not a core chunk).
     fn largest_tail_at(&self, i: usize) -> usize {

@@ -223,15 +223,22 @@ pub(crate) fn has_front(model: &Model, piece: &Piece) -> bool {
 }
 
 /// The block with a front that run piece `run` would be with its front in the free end of
-/// chunk `c` of `model` (`arena/front.rs`), if it fits there: its whole chunks empty and the
-/// start of its tail's chunk free.
+/// chunk `c` of `model` (`arena/front.rs`), if one fits there: the front starts on the lowest
+/// unit of that free end (on a bank, or the block's coarser alignment) where it holds less than
+/// the block, so the tail after it is the shortest, and the rest of the free end before it stays
+/// for other blocks; its whole chunks empty and the start of its tail's chunk free. The chunk
+/// may be empty (a free chunk is granted for the front, as for the tail).
 pub(crate) fn front_fits(model: &Model, run: &Piece, c: usize) -> Option<FrontLayout> {
     let g = model.geometry;
     if !g.tails || run.align > g.chunk_size {
         return None;
     }
     let align = g.bank_units(model.bank_size).max((run.align >> g.unit_shift) as u64);
-    let f = FrontLayout::at(g, c, model.free_end_from(c, align)?, run.size)?;
+    let upc = g.units_per_chunk();
+    // The lowest start whose front holds less than the block: `(upc - s) * unit < size`.
+    let shortest_tail = upc.saturating_sub(((run.size - 1) >> g.unit_shift) as u64);
+    let start = model.free_suffix_start(c)?.max(shortest_tail).max(1).next_multiple_of(align);
+    let f = FrontLayout::at(g, c, start, run.size)?;
     let whole = (f.first_whole()..f.first_whole() + f.chunks).all(|x| model.is_empty(x));
     let tail = f.tail_units == 0 || model.find(f.tail_chunk(), 0, f.tail_units, 1, f.tail_units) == Some(0);
     (whole && tail).then_some(f)

@@ -7,8 +7,10 @@ use super::super::model::{Model, Role};
 use super::super::piece::{Piece, PieceKind};
 use super::super::types::CompactionMode;
 use super::consolidate::{apply_consolidation, consolidate_slabs};
+use super::movable::front_fits;
 use super::pack::{plan_full, plan_pack};
 use super::schedule::plan_compaction_moves;
+use crate::arena::front::FrontLayout;
 use crate::arena::geometry::Geometry;
 use crate::arena::layout::Layout;
 use crate::arena::slab::caches::{SlabClasses, SlabRef, SlabView};
@@ -445,4 +447,37 @@ fn runs_move_down_into_empty_chunks() {
     check_moves(&w.census, &moves);
     assert_eq!(to_of(&moves, handle), Some(CHUNK));
     assert!(w.model.is_empty(3) && w.model.is_empty(4));
+}
+
+/// A block with a front takes the longest front the free end of a chunk allows below the
+/// block's size (on a bank), so its tail is the shortest and the rest of that free end stays for
+/// other blocks; a free chunk may hold the front too. A front that must start later makes a
+/// longer tail, and a tail needs the free start of the next chunk.
+#[test]
+fn a_block_with_a_front_takes_the_longest_front_below_its_size() {
+    let arena = arena(4);
+    let mut w = World::new(&arena);
+    w.cover(0, 0, 100);
+    let size = 40 * UNIT + 10;
+    let piece = Piece {
+        kind: PieceKind::Run { chunks: 0 },
+        handle: None,
+        size,
+        align: 64,
+        core: 0,
+        from: at(3, 0),
+        to: at(3, 0),
+        extent: size.next_multiple_of(UNIT),
+    };
+    let g = &arena.geometry;
+    // 224 is the first bank from which 32 units (8 KiB) hold less than the block: 9 units of
+    // tail in chunk 1.
+    assert_eq!(front_fits(&w.model, &piece, 0), Some(FrontLayout { chunk: 0, start: 224, chunks: 0, tail_units: 9 }));
+    assert_eq!(front_fits(&w.model, &piece, 1).map(|f| (f.start, f.tail_units)), Some((224, 9)), "a free chunk");
+    w.cover(0, 100, 140);
+    let f = front_fits(&w.model, &piece, 0).unwrap();
+    assert_eq!((f.start, f.tail_units), (240, 25));
+    assert_eq!(f.bytes(g), size.next_multiple_of(UNIT), "it holds as many bytes wherever it goes");
+    w.cover(1, 0, 1);
+    assert_eq!(front_fits(&w.model, &piece, 0), None, "the tail's place is taken");
 }
