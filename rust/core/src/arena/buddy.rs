@@ -162,6 +162,24 @@ const FEW_NODES: u32 = 4;
 /// The most nodes [`TreeShape::release_block`] releases at once.
 pub(crate) const MAX_BLOCK_NODES: usize = 10;
 
+/// Leaf bunches a [`LeafMap`] holds, at most: a tree of 8,192 units with leaf bunches of 32.
+pub(crate) const MAX_LEAF_BUNCHES: usize = 256;
+
+/// A chunk's leaf bunches as the inner bands see them, one bit per leaf bunch (bit `k % 64` of
+/// word `k / 64`), from one read of the inner bands' marked words
+/// ([`TreeShape::leaf_map`]): `covered`, an allocated node of an inner band covers the bunch
+/// (all its units are taken); `marked`, it is not covered and the bunch above marks it
+/// occupied (its own word says which of its units are allocated:
+/// [`TreeShape::leaf_allocated`]); neither, none of its units is allocated.
+pub(crate) struct LeafMap {
+    pub(crate) covered: [u64; MAX_LEAF_BUNCHES / 64],
+    pub(crate) marked: [u64; MAX_LEAF_BUNCHES / 64],
+    /// The number of leaf bunches.
+    pub(crate) bunches: u64,
+    /// The units of one leaf bunch (at most 32).
+    pub(crate) units: u64,
+}
+
 /// The geometry of every chunk's tree; the metadata itself is a `[AtomicU64]` of
 /// [`TreeShape::words`] words per chunk, owned by the caller.
 #[derive(Debug)]
@@ -973,6 +991,63 @@ impl TreeShape {
             self.allocated_granules_in(tree, band + 1, child, shift, out);
             marked &= marked - 1;
         }
+    }
+
+    /// The tree's [`LeafMap`]: the words of the inner bands, read from the root down along the
+    /// occupied marks (an unmarked child bunch is empty), not the leaf bunches' own words.
+    /// `None` for a tree of one band, or of more than [`MAX_LEAF_BUNCHES`] leaf bunches (read
+    /// it with [`TreeShape::allocated_granules`]). On a tree in use it is a snapshot, as
+    /// [`TreeShape::allocated_granules`] is.
+    pub(crate) fn leaf_map(&self, tree: &[AtomicU64]) -> Option<LeafMap> {
+        let leaf = self.bands[self.bands.len() - 1];
+        if self.bands.len() == 1 || 1usize << leaf.top > MAX_LEAF_BUNCHES {
+            return None;
+        }
+        let mut map = LeafMap {
+            covered: [0; MAX_LEAF_BUNCHES / 64],
+            marked: [0; MAX_LEAF_BUNCHES / 64],
+            bunches: 1 << leaf.top,
+            units: 1 << (leaf.height - 1),
+        };
+        self.leaf_map_in(tree, 0, 0, &mut map);
+        Some(map)
+    }
+
+    fn leaf_map_in(&self, tree: &[AtomicU64], band: usize, bunch: u64, map: &mut LeafMap) {
+        let b = self.bands[band];
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let covered = self.row_covered(&b, word);
+        let marked = self.occupied_children(band, word) & !covered;
+        let first = bunch << b.height;
+        if self.bands[band + 1].leaf {
+            // At most 16 children, aligned: they share one word of the map.
+            let (w, at) = ((first / 64) as usize % (MAX_LEAF_BUNCHES / 64), first % 64);
+            map.covered[w] |= covered << at;
+            map.marked[w] |= marked << at;
+            return;
+        }
+        // Leaf bunches under each child bunch.
+        let shift = self.bands[self.bands.len() - 1].top - (b.top + b.height);
+        let mut taken = covered;
+        while taken != 0 {
+            let j = u64::from(taken.trailing_zeros());
+            set_bits(&mut map.covered, (first + j) << shift, (first + j + 1) << shift);
+            taken &= taken - 1;
+        }
+        let mut below = marked;
+        while below != 0 {
+            self.leaf_map_in(tree, band + 1, first + u64::from(below.trailing_zeros()), map);
+            below &= below - 1;
+        }
+    }
+
+    /// The allocated units of leaf bunch `bunch` (bit `i`: its unit `i`), from its own word
+    /// (an allocated node of an inner band over it does not show: see [`LeafMap`]).
+    #[inline]
+    pub(crate) fn leaf_allocated(&self, tree: &[AtomicU64], bunch: u64) -> u64 {
+        let band = self.bands.len() - 1;
+        let b = self.bands[band];
+        self.row_covered(&b, self.word(tree, band, bunch).load(Ordering::Acquire))
     }
 
     /// What a bunch's allocated nodes cover of the row below the bunch: of the units of a leaf

@@ -71,7 +71,9 @@
 //! reveal that carries the memo racing a free.
 //! `packed.rs` checks the memos against a unit model over random allocations and frees.
 
+use super::buddy::TreeShape;
 use super::chunk_space::{ChunkSpace, Probe};
+use crate::util::bits::low_bits;
 use crate::util::sync::{AtomicU64, Ordering};
 
 /// Units in the bitmap of one chunk, at most: larger trees count granules of several units.
@@ -202,12 +204,48 @@ impl Fit {
     }
 }
 
+/// The free stretches of a chunk offered one by one, in address order, to the best fit for
+/// `len` granules from a start that is a multiple of `align` (see [`best_fit`]).
+struct FitScan {
+    len: u64,
+    align: u64,
+    best: Option<(u64, u64)>,
+    longest: u64,
+    second: u64,
+}
+
+impl FitScan {
+    fn new(len: u64, align: u64) -> FitScan {
+        FitScan { len, align, best: None, longest: 0, second: 0 }
+    }
+
+    /// The free stretch `[start, end)` (empty when `start == end`); a maximal one.
+    #[inline]
+    fn offer(&mut self, start: u64, end: u64) {
+        let aligned = start.div_ceil(self.align) * self.align;
+        if aligned < end {
+            let room = end - aligned;
+            if room > self.longest {
+                (self.longest, self.second) = (room, self.longest);
+            } else if room > self.second {
+                self.second = room;
+            }
+            if room >= self.len && self.best.is_none_or(|(_, r)| room < r) {
+                self.best = Some((aligned, room));
+            }
+        }
+    }
+
+    fn fit(self) -> Fit {
+        Fit { at: self.best.map(|(start, room)| (start, start + room)), longest: self.longest, second: self.second }
+    }
+}
+
 /// In a bitmap of `granules` granules (a set bit is allocated), the smallest free stretch that
 /// holds `len` granules from a start that is a multiple of `align` (best fit, the lowest on a
 /// tie), and the two longest free lengths from such starts.
 pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -> Fit {
-    let mut best: Option<(u64, u64)> = None;
-    let (mut longest, mut second) = (0, 0);
+    let mut scan = FitScan::new(len, align);
     let mut at = 0;
     while at < granules {
         let start = next_bit(allocated, at, granules, false);
@@ -215,21 +253,59 @@ pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -
             break;
         }
         let end = next_bit(allocated, start, granules, true);
-        let aligned = start.div_ceil(align) * align;
-        if aligned < end {
-            let room = end - aligned;
-            if room > longest {
-                (longest, second) = (room, longest);
-            } else if room > second {
-                second = room;
-            }
-            if room >= len && best.is_none_or(|(_, r)| room < r) {
-                best = Some((aligned, room));
-            }
-        }
+        scan.offer(start, end);
         at = end;
     }
-    Fit { at: best.map(|(start, room)| (start, start + room)), longest, second }
+    scan.fit()
+}
+
+/// [`best_fit`] over the units of a chunk's tree (granules of one unit), read through its leaf
+/// map (`TreeShape::leaf_map`): the words of the inner bands, then those of the marked leaf
+/// bunches; runs of covered leaf bunches are skipped a word of the map at a time, and the tree
+/// is not copied into a bitmap. The same answer as [`best_fit`] over
+/// `TreeShape::allocated_granules`, and a snapshot of a moving target as that is. `None` when
+/// the tree has no leaf map (one band, or more than 8,192 units).
+pub(crate) fn best_fit_in_tree(shape: &TreeShape, tree: &[AtomicU64], len: u64, align: u64) -> Option<Fit> {
+    let map = shape.leaf_map(tree)?;
+    let (bunches, width) = (map.bunches, map.units);
+    let mut scan = FitScan::new(len, align);
+    let mut at = 0;
+    while at < bunches {
+        let first = next_bit(&map.covered, at, bunches, false);
+        if first >= bunches {
+            break;
+        }
+        let end = next_bit(&map.covered, first, bunches, true);
+        at = end;
+        // The open free run: from the start of the uncovered leaf bunches.
+        let mut run = first * width;
+        let mut k = first;
+        loop {
+            k = next_bit(&map.marked, k, end, true);
+            if k >= end {
+                break;
+            }
+            let allocated = shape.leaf_allocated(tree, k);
+            if allocated != 0 {
+                let base = k * width;
+                let low = u64::from(allocated.trailing_zeros());
+                let high = 63 - u64::from(allocated.leading_zeros());
+                scan.offer(run, base + low);
+                // The free runs between the bunch's first and last allocated units.
+                let mut free = !allocated & low_bits(high as u32) & !low_bits(low as u32);
+                while free != 0 {
+                    let s = free.trailing_zeros();
+                    let e = (!free & !low_bits(s)).trailing_zeros();
+                    scan.offer(base + u64::from(s), base + u64::from(e));
+                    free &= !low_bits(e);
+                }
+                run = base + high + 1;
+            }
+            k += 1;
+        }
+        scan.offer(run, end * width);
+    }
+    Some(scan.fit())
 }
 
 #[cfg(all(test, not(loom)))]
@@ -318,6 +394,79 @@ pub(crate) mod tests {
                 assert!((s..s + len).all(|i| free[i as usize]), "round {round}: the fit is free");
                 let room = |s: u64| (s..n).take_while(|&i| free[i as usize]).count();
                 assert_eq!(room(s), room(w), "round {round}: as tight as the reference");
+            }
+        }
+    }
+
+    #[test]
+    fn the_tree_read_through_its_leaf_map_agrees_with_a_node_model() {
+        // Random nodes of every level taken and released (leaving phantom marks, some cleaned
+        // again by claims that clean) in trees of several shapes: the leaf map against the
+        // live nodes, and the best fit read through it against the bitmap of the live nodes'
+        // units, for random lengths and alignments.
+        use crate::arena::buddy::{Node, TreeShape};
+        let mut rng = Rng::new(61);
+        let shapes = [(6, 6, 4), (7, 6, 4), (10, 6, 4), (13, 6, 4), (4, 2, 2), (5, 1, 1), (9, 3, 2), (8, 6, 1)];
+        for (case, &(depth, leaf, inner)) in shapes.iter().cycle().take(8 * 40).enumerate() {
+            let shape = TreeShape::with_heights(depth, leaf, inner);
+            let tree: Vec<AtomicU64> = (0..shape.words()).map(|_| AtomicU64::new(0)).collect();
+            let units = 1u64 << depth;
+            let mut live: Vec<Node> = Vec::new();
+            let steps = rng.next() % 400;
+            for _ in 0..steps {
+                // Mostly small nodes, so leaf bunches fill up and empty again.
+                let level = depth - (rng.next() % u64::from(depth + 1)).min(rng.next() % u64::from(depth + 1)) as u32;
+                let n = Node { level, index: rng.next() % (1 << level) };
+                let taken =
+                    if rng.next() % 4 == 0 { shape.try_alloc_cleaning(&tree, n) } else { shape.try_alloc(&tree, n) };
+                if taken.is_ok() {
+                    live.push(n);
+                }
+                if !live.is_empty() && rng.next() % 5 < 2 {
+                    let n = live.swap_remove((rng.next() % live.len() as u64) as usize);
+                    shape.release(&tree, n).unwrap();
+                }
+            }
+            let mut model = vec![0u64; units.div_ceil(64) as usize];
+            for n in &live {
+                set(&mut model, n.start(depth), n.start(depth) + n.units(depth));
+            }
+            let Some(map) = shape.leaf_map(&tree) else {
+                assert!(depth + 1 <= leaf, "case {case}: a tree of several bands has a leaf map");
+                continue;
+            };
+            let width = map.units;
+            assert_eq!(map.bunches * width, units, "case {case}");
+            for k in 0..map.bunches {
+                let bit = |m: &[u64]| m[(k / 64) as usize] >> (k % 64) & 1 != 0;
+                let (lo, hi) = (k * width, (k + 1) * width);
+                let above = live
+                    .iter()
+                    .any(|n| n.units(depth) > width && n.start(depth) < hi && lo < n.start(depth) + n.units(depth));
+                let inside = (lo..hi).filter(|&u| model[(u / 64) as usize] >> (u % 64) & 1 != 0).count() as u64;
+                assert_eq!(bit(&map.covered), above, "case {case}: leaf bunch {k} covered");
+                if above {
+                    continue;
+                }
+                let allocated = shape.leaf_allocated(&tree, k);
+                assert_eq!(u64::from(allocated.count_ones()), inside, "case {case}: leaf bunch {k}'s units");
+                assert!(bit(&map.marked) || inside == 0, "case {case}: leaf bunch {k} holds nodes, unmarked");
+            }
+            for _ in 0..8 {
+                let len = 1 + rng.next() % units.min(300);
+                let align = 1 << (rng.next() % u64::from(depth.min(6) + 1));
+                let want = best_fit(&model, units, len, align);
+                assert_eq!(
+                    best_fit_in_tree(&shape, &tree, len, align),
+                    Some(want),
+                    "case {case}: len {len}, align {align}"
+                );
+            }
+        }
+
+        fn set(bits: &mut [u64], from: u64, to: u64) {
+            for u in from..to {
+                bits[(u / 64) as usize] |= 1 << (u % 64);
             }
         }
     }
