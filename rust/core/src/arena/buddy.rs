@@ -201,6 +201,12 @@ pub(crate) struct TreeShape {
     /// Per band, per node: its own bit, its descendants' bits in the bunch and the occupied bits
     /// of the child bunches below it.
     subtrees: Box<[[u64; 64]; BAND_SLOTS]>,
+    /// Per inner band, per value of the allocated bits of every row but the last (at most 7
+    /// bits): the child bunches those nodes cover (what [`TreeShape::row_covered`] reads).
+    upper_covers: Box<[[u16; 128]; BAND_SLOTS]>,
+    /// For the leaf band, per byte of a bunch's word, per value of that byte: the units its
+    /// allocated nodes cover (what [`TreeShape::row_covered`] reads).
+    leaf_covers: Box<[[u32; 256]; 8]>,
     /// How often an allocation or a search of any tree of this shape met a sealed bunch: such
     /// a search may record a miss that no free undoes (`reveal.rs`), and meeting a seal is the
     /// only way one comes about. Counted before the search returns, so before its miss.
@@ -369,6 +375,21 @@ impl TreeShape {
                 *slot = mask;
             }
         }
+        let mut upper_covers: Box<[[u16; 128]; BAND_SLOTS]> =
+            vec![[0u16; 128]; BAND_SLOTS].into_boxed_slice().try_into().expect("BAND_SLOTS rows");
+        for (i, b) in bands.iter().enumerate().filter(|(_, b)| !b.leaf) {
+            for (bits, slot) in upper_covers[i].iter_mut().enumerate().take(1 << ((1 << (b.height - 1)) - 1)) {
+                *slot = Self::row_covered_by_nodes(b, bits as u64) as u16;
+            }
+        }
+        let mut leaf_covers: Box<[[u32; 256]; 8]> =
+            vec![[0u32; 256]; 8].into_boxed_slice().try_into().expect("8 bytes of a word");
+        let leaf = bands[bands.len() - 1];
+        for (k, table) in leaf_covers.iter_mut().enumerate() {
+            for (byte, slot) in table.iter_mut().enumerate() {
+                *slot = Self::row_covered_by_nodes(&leaf, (byte as u64) << (8 * k)) as u32;
+            }
+        }
         TreeShape {
             depth,
             bands,
@@ -378,6 +399,8 @@ impl TreeShape {
             conflicts,
             paths,
             subtrees,
+            upper_covers,
+            leaf_covers,
             seals: AtomicU64::new(0),
             revealed: AtomicU64::new(u64::MAX),
         }
@@ -972,7 +995,7 @@ impl TreeShape {
         if b.leaf && shift == 0 {
             // A leaf bunch's units fit in one word of `out` (at most 32, aligned).
             let first = bunch << (b.height - 1);
-            out[(first / 64) as usize] |= self.row_covered(&b, word) << (first % 64);
+            out[(first / 64) as usize] |= self.row_covered(band, &b, word) << (first % 64);
             return;
         }
         let mut allocated = word & b.alloc_mask();
@@ -999,8 +1022,9 @@ impl TreeShape {
     /// it with [`TreeShape::allocated_granules`]). On a tree in use it is a snapshot, as
     /// [`TreeShape::allocated_granules`] is.
     pub(crate) fn leaf_map(&self, tree: &[AtomicU64]) -> Option<LeafMap> {
-        let leaf = self.bands[self.bands.len() - 1];
-        if self.bands.len() == 1 || 1usize << leaf.top > MAX_LEAF_BUNCHES {
+        let n = self.bands.len();
+        let leaf = self.bands[n - 1];
+        if n == 1 || 1usize << leaf.top > MAX_LEAF_BUNCHES {
             return None;
         }
         let mut map = LeafMap {
@@ -1009,23 +1033,21 @@ impl TreeShape {
             bunches: 1 << leaf.top,
             units: 1 << (leaf.height - 1),
         };
-        self.leaf_map_in(tree, 0, 0, &mut map);
+        if n == 2 {
+            self.map_leaf_parents(tree, 0, 1, &mut map);
+        } else {
+            self.leaf_map_in(tree, 0, 0, &mut map);
+        }
         Some(map)
     }
 
+    /// [`TreeShape::leaf_map`] under bunch `bunch` of `band`, whose children are inner bunches.
     fn leaf_map_in(&self, tree: &[AtomicU64], band: usize, bunch: u64, map: &mut LeafMap) {
         let b = self.bands[band];
         let word = self.word(tree, band, bunch).load(Ordering::Acquire);
-        let covered = self.row_covered(&b, word);
+        let covered = self.row_covered(band, &b, word);
         let marked = self.occupied_children(band, word) & !covered;
         let first = bunch << b.height;
-        if self.bands[band + 1].leaf {
-            // At most 16 children, aligned: they share one word of the map.
-            let (w, at) = ((first / 64) as usize % (MAX_LEAF_BUNCHES / 64), first % 64);
-            map.covered[w] |= covered << at;
-            map.marked[w] |= marked << at;
-            return;
-        }
         // Leaf bunches under each child bunch.
         let shift = self.bands[self.bands.len() - 1].top - (b.top + b.height);
         let mut taken = covered;
@@ -1034,10 +1056,41 @@ impl TreeShape {
             set_bits(&mut map.covered, (first + j) << shift, (first + j + 1) << shift);
             taken &= taken - 1;
         }
+        if band + 3 == self.bands.len() {
+            let mut below = marked;
+            while below != 0 {
+                let child = first | u64::from(below.trailing_zeros());
+                self.map_leaf_parents(tree, child, child + 1, map);
+                below &= below - 1;
+            }
+            return;
+        }
         let mut below = marked;
         while below != 0 {
-            self.leaf_map_in(tree, band + 1, first + u64::from(below.trailing_zeros()), map);
+            self.leaf_map_in(tree, band + 1, first | u64::from(below.trailing_zeros()), map);
             below &= below - 1;
+        }
+    }
+
+    /// [`TreeShape::leaf_map`] of bunches `[from, to)` of the band above the leaf band: their
+    /// covered and marked children, straight into the map.
+    #[inline]
+    fn map_leaf_parents(&self, tree: &[AtomicU64], from: u64, to: u64, map: &mut LeafMap) {
+        let band = self.bands.len() - 2;
+        let b = self.bands[band];
+        let covers = &self.upper_covers[band % BAND_SLOTS];
+        let upper = low_bits((1u32 << (b.height - 1)) - 1);
+        let occ = b.occ_mask();
+        for bunch in from..to {
+            let word = tree[b.base + bunch as usize].load(Ordering::Acquire);
+            let covered =
+                u64::from(covers[(word & upper) as usize % 128]) | to_children(row_of(word, b.height - 1));
+            let marked = ((word & occ) >> OCC_SHIFT) & !covered;
+            // At most 16 children, aligned: they share one word of the map.
+            let first = bunch << b.height;
+            let (w, at) = ((first / 64) as usize % (MAX_LEAF_BUNCHES / 64), first % 64);
+            map.covered[w] |= covered << at;
+            map.marked[w] |= marked << at;
         }
     }
 
@@ -1047,14 +1100,32 @@ impl TreeShape {
     pub(crate) fn leaf_allocated(&self, tree: &[AtomicU64], bunch: u64) -> u64 {
         let band = self.bands.len() - 1;
         let b = self.bands[band];
-        self.row_covered(&b, self.word(tree, band, bunch).load(Ordering::Acquire))
+        self.row_covered(band, &b, self.word(tree, band, bunch).load(Ordering::Acquire))
     }
 
     /// What a bunch's allocated nodes cover of the row below the bunch: of the units of a leaf
     /// bunch (bit `i`: its unit `i`), of the child bunches of an inner one (bit `j`: child
-    /// `j`); from the bunch's word.
+    /// `j`); from the bunch's word. An inner bunch's rows above its last come from a table
+    /// (`upper_covers`), its last row doubles; a leaf bunch's from a table per byte of its
+    /// word (`leaf_covers`).
     #[inline]
-    fn row_covered(&self, b: &Band, word: u64) -> u64 {
+    fn row_covered(&self, band: usize, b: &Band, word: u64) -> u64 {
+        if !b.leaf {
+            let upper = (1u32 << (b.height - 1)) - 1;
+            let top = self.upper_covers[band % BAND_SLOTS][(word & low_bits(upper)) as usize % 128];
+            return u64::from(top) | to_children(row_of(word, b.height - 1));
+        }
+        let word = word & b.alloc_mask();
+        let mut covered = 0;
+        for (k, table) in self.leaf_covers.iter().enumerate() {
+            covered |= u64::from(table[((word >> (8 * k)) & 0xFF) as usize]);
+        }
+        covered
+    }
+
+    /// [`TreeShape::row_covered`], node by node.
+    #[inline]
+    fn row_covered_by_nodes(b: &Band, word: u64) -> u64 {
         let width = 1u64 << if b.leaf { b.height - 1 } else { b.height };
         let mut allocated = word & b.alloc_mask();
         let mut covered = 0;
@@ -1091,7 +1162,7 @@ impl TreeShape {
                     continue;
                 }
             }
-            let covered = self.row_covered(band, word);
+            let covered = self.row_covered(i, band, word);
             if covered >> j & 1 != 0 {
                 return None;
             }
