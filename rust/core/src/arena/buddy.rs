@@ -1083,8 +1083,7 @@ impl TreeShape {
         let occ = b.occ_mask();
         for bunch in from..to {
             let word = tree[b.base + bunch as usize].load(Ordering::Acquire);
-            let covered =
-                u64::from(covers[(word & upper) as usize % 128]) | to_children(row_of(word, b.height - 1));
+            let covered = u64::from(covers[(word & upper) as usize % 128]) | to_children(row_of(word, b.height - 1));
             let marked = ((word & occ) >> OCC_SHIFT) & !covered;
             // At most 16 children, aligned: they share one word of the map.
             let first = bunch << b.height;

@@ -77,7 +77,7 @@
 //! reveal that carries the memo racing a free.
 //! `packed.rs` checks the memos against a unit model over random allocations and frees.
 
-use super::buddy::TreeShape;
+use super::buddy::{LeafMap, TreeShape};
 use super::chunk_space::{ChunkSpace, Probe};
 use crate::util::bits::low_bits;
 use crate::util::sync::{AtomicU64, Ordering};
@@ -267,51 +267,66 @@ pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -
 
 /// [`best_fit`] over the units of a chunk's tree (granules of one unit), read through its leaf
 /// map (`TreeShape::leaf_map`): the words of the inner bands, then those of the marked leaf
-/// bunches; runs of covered leaf bunches are skipped a word of the map at a time, and the tree
-/// is not copied into a bitmap. The same answer as [`best_fit`] over
-/// `TreeShape::allocated_granules`, and a snapshot of a moving target as that is. `None` when
-/// the tree has no leaf map (one band, or more than 8,192 units).
+/// bunches that can matter; the tree is not copied into a bitmap. Every free stretch lies in a
+/// run of uncovered leaf bunches and is no longer than the run from its first allowed start:
+/// the runs that long enough to hold `len` units are read first, in address order (the fit is
+/// in one of them), then the others whose length could still change the two longest stretches
+/// found. The same answer as [`best_fit`] over `TreeShape::allocated_granules`, and a snapshot
+/// of a moving target as that is. `None` when the tree has no leaf map (one band, or more than
+/// 8,192 units).
 pub(crate) fn best_fit_in_tree(shape: &TreeShape, tree: &[AtomicU64], len: u64, align: u64) -> Option<Fit> {
     let map = shape.leaf_map(tree)?;
-    let (bunches, width) = (map.bunches, map.units);
     let mut scan = FitScan::new(len, align);
-    let mut at = 0;
-    while at < bunches {
-        let first = next_bit(&map.covered, at, bunches, false);
-        if first >= bunches {
-            break;
-        }
-        let end = next_bit(&map.covered, first, bunches, true);
-        at = end;
-        // The open free run: from the start of the uncovered leaf bunches.
-        let mut run = first * width;
-        let mut k = first;
-        loop {
-            k = next_bit(&map.marked, k, end, true);
-            if k >= end {
+    for long in [true, false] {
+        let mut at = 0;
+        while at < map.bunches {
+            let first = next_bit(&map.covered, at, map.bunches, false);
+            if first >= map.bunches {
                 break;
             }
-            let allocated = shape.leaf_allocated(tree, k);
-            if allocated != 0 {
-                let base = k * width;
-                let low = u64::from(allocated.trailing_zeros());
-                let high = 63 - u64::from(allocated.leading_zeros());
-                scan.offer(run, base + low);
-                // The free runs between the bunch's first and last allocated units.
-                let mut free = !allocated & low_bits(high as u32) & !low_bits(low as u32);
-                while free != 0 {
-                    let s = free.trailing_zeros();
-                    let e = (!free & !low_bits(s)).trailing_zeros();
-                    scan.offer(base + u64::from(s), base + u64::from(e));
-                    free &= !low_bits(e);
-                }
-                run = base + high + 1;
+            let end = next_bit(&map.covered, first, map.bunches, true);
+            at = end;
+            let room = (end * map.units).saturating_sub((first * map.units).div_ceil(align) * align);
+            if if long { room >= len } else { room < len && room > scan.second } {
+                scan_run(shape, tree, &map, first, end, &mut scan);
             }
-            k += 1;
         }
-        scan.offer(run, end * width);
     }
     Some(scan.fit())
+}
+
+/// Offer to `scan` the free stretches of uncovered leaf bunches `[first, end)` (covered ones,
+/// or the chunk's ends, around them): the unmarked bunches are free all through, the marked
+/// ones' words say which of their units are allocated.
+fn scan_run(shape: &TreeShape, tree: &[AtomicU64], map: &LeafMap, first: u64, end: u64, scan: &mut FitScan) {
+    let width = map.units;
+    // The open free run: from the start of the uncovered leaf bunches.
+    let mut run = first * width;
+    let mut k = first;
+    loop {
+        k = next_bit(&map.marked, k, end, true);
+        if k >= end {
+            break;
+        }
+        let allocated = shape.leaf_allocated(tree, k);
+        if allocated != 0 {
+            let base = k * width;
+            let low = u64::from(allocated.trailing_zeros());
+            let high = 63 - u64::from(allocated.leading_zeros());
+            scan.offer(run, base + low);
+            // The free runs between the bunch's first and last allocated units.
+            let mut free = !allocated & low_bits(high as u32) & !low_bits(low as u32);
+            while free != 0 {
+                let s = free.trailing_zeros();
+                let e = (!free & !low_bits(s)).trailing_zeros();
+                scan.offer(base + u64::from(s), base + u64::from(e));
+                free &= !low_bits(e);
+            }
+            run = base + high + 1;
+        }
+        k += 1;
+    }
+    scan.offer(run, end * width);
 }
 
 #[cfg(all(test, not(loom)))]
