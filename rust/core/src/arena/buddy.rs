@@ -204,9 +204,6 @@ pub(crate) struct TreeShape {
     /// Per inner band, per value of the allocated bits of every row but the last (at most 7
     /// bits): the child bunches those nodes cover (what [`TreeShape::row_covered`] reads).
     upper_covers: Box<[[u16; 128]; BAND_SLOTS]>,
-    /// For the leaf band, per byte of a bunch's word, per value of that byte: the units its
-    /// allocated nodes cover (what [`TreeShape::row_covered`] reads).
-    leaf_covers: Box<[[u32; 256]; 8]>,
     /// How often an allocation or a search of any tree of this shape met a sealed bunch: such
     /// a search may record a miss that no free undoes (`reveal.rs`), and meeting a seal is the
     /// only way one comes about. Counted before the search returns, so before its miss.
@@ -375,19 +372,13 @@ impl TreeShape {
                 *slot = mask;
             }
         }
+        // Each entry: the entry without its lowest bit, and what that bit's node covers.
         let mut upper_covers: Box<[[u16; 128]; BAND_SLOTS]> =
             vec![[0u16; 128]; BAND_SLOTS].into_boxed_slice().try_into().expect("BAND_SLOTS rows");
-        for (i, b) in bands.iter().enumerate().filter(|(_, b)| !b.leaf) {
-            for (bits, slot) in upper_covers[i].iter_mut().enumerate().take(1 << ((1 << (b.height - 1)) - 1)) {
-                *slot = Self::row_covered_by_nodes(b, bits as u64) as u16;
-            }
-        }
-        let mut leaf_covers: Box<[[u32; 256]; 8]> =
-            vec![[0u32; 256]; 8].into_boxed_slice().try_into().expect("8 bytes of a word");
-        let leaf = bands[bands.len() - 1];
-        for (k, table) in leaf_covers.iter_mut().enumerate() {
-            for (byte, slot) in table.iter_mut().enumerate() {
-                *slot = Self::row_covered_by_nodes(&leaf, (byte as u64) << (8 * k)) as u32;
+        for (b, covers) in bands.iter().zip(upper_covers.iter_mut()).filter(|(b, _)| !b.leaf) {
+            for bits in 1..1usize << ((1 << (b.height - 1)) - 1) {
+                let low = bits & bits.wrapping_neg();
+                covers[bits] = covers[bits & (bits - 1)] | Self::row_covered_by_nodes(b, low as u64) as u16;
             }
         }
         TreeShape {
@@ -400,7 +391,6 @@ impl TreeShape {
             paths,
             subtrees,
             upper_covers,
-            leaf_covers,
             seals: AtomicU64::new(0),
             revealed: AtomicU64::new(u64::MAX),
         }
@@ -1105,8 +1095,8 @@ impl TreeShape {
     /// What a bunch's allocated nodes cover of the row below the bunch: of the units of a leaf
     /// bunch (bit `i`: its unit `i`), of the child bunches of an inner one (bit `j`: child
     /// `j`); from the bunch's word. An inner bunch's rows above its last come from a table
-    /// (`upper_covers`), its last row doubles; a leaf bunch's from a table per byte of its
-    /// word (`leaf_covers`).
+    /// (`upper_covers`), its last row doubles; a leaf bunch's nodes (mostly few) are spread
+    /// one by one.
     #[inline]
     fn row_covered(&self, band: usize, b: &Band, word: u64) -> u64 {
         if !b.leaf {
@@ -1114,12 +1104,7 @@ impl TreeShape {
             let top = self.upper_covers[band % BAND_SLOTS][(word & low_bits(upper)) as usize % 128];
             return u64::from(top) | to_children(row_of(word, b.height - 1));
         }
-        let word = word & b.alloc_mask();
-        let mut covered = 0;
-        for (k, table) in self.leaf_covers.iter().enumerate() {
-            covered |= u64::from(table[((word >> (8 * k)) & 0xFF) as usize]);
-        }
-        covered
+        Self::row_covered_by_nodes(b, word)
     }
 
     /// [`TreeShape::row_covered`], node by node.

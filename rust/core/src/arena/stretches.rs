@@ -568,15 +568,15 @@ mod loom_models {
         })
     }
 
-    /// A search's read of the tree for one unit: the epoch it probed and the best fit it saw.
+    /// A search's read of the tree for one unit, as the allocation path reads it (through the
+    /// leaf map): the epoch it probed and the best fit it saw.
     fn read_fit(c: &Chunk) -> (u64, Fit) {
         let probe = c.space.probe(1).unwrap();
-        let mut bits = [0u64; 1];
-        c.shape.allocated_granules(&c.tree, 0, &mut bits);
-        (probe.epoch(), best_fit(&bits, 1 << c.depth, 1, 1))
+        (probe.epoch(), best_fit_in_tree(&c.shape, &c.tree, 1, 1).expect("a tree of several bands"))
     }
 
-    /// The memo, valid at the chunk's epoch now, does not rule out its longest free stretch.
+    /// The memo, valid at the chunk's epoch now, does not rule out its longest free stretch
+    /// (read into a bitmap, the reference).
     fn assert_memo_holds(c: &Chunk) {
         let mut now_bits = [0u64; 1];
         c.shape.allocated_granules(&c.tree, 0, &mut now_bits);
