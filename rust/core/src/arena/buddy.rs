@@ -1126,9 +1126,13 @@ impl TreeShape {
     /// The free units around unit `u`, looking from the root down to `u`: `None` when an
     /// allocated node covers it; else `[lo, hi)` (the spans of the unmarked child bunches that
     /// no allocated node covers around `u`'s, or the free units of `u`'s leaf bunch around
-    /// it), and whether an allocated unit is known to bound it at `lo - 1` and at `hi`.
-    fn free_span_at(&self, tree: &[AtomicU64], u: u64) -> Option<FreeSpan> {
+    /// it), and whether an allocated unit is known to bound it at `lo - 1` and at `hi`. When
+    /// `u`'s leaf bunch is marked, the span goes on through the neighbouring leaf bunches of the
+    /// same bunch above them on the side `up` says ([`TreeShape::free_leaves_from`]), and only
+    /// that side is meaningful.
+    fn free_span_at(&self, tree: &[AtomicU64], u: u64, up: bool) -> Option<FreeSpan> {
         let depth = self.depth;
+        let bands = self.bands.len();
         for (i, band) in self.bands.iter().enumerate() {
             let bunch = u >> (depth - band.top);
             let word = self.word(tree, i, bunch).load(Ordering::Acquire);
@@ -1143,6 +1147,10 @@ impl TreeShape {
                     return None;
                 }
                 if occupied >> j & 1 != 0 {
+                    if i + 2 == bands {
+                        let covered = self.row_covered(i, band, word);
+                        return self.free_leaves_from(tree, u, up, first, 1 << width, covered, occupied);
+                    }
                     continue;
                 }
             }
@@ -1166,17 +1174,91 @@ impl TreeShape {
         unreachable!("the last band holds the leaves")
     }
 
+    /// [`TreeShape::free_span_at`] for a unit `u` of a marked leaf bunch under a bunch of the
+    /// band above the leaf band whose children are leaf bunches `[first, first + children)`,
+    /// which it covers as `covered` and marks as `occupied`: the free units of `u`'s leaf bunch
+    /// from `u` on (`up`) or down to it, then of the leaf bunches next to it on that side, until
+    /// an allocated unit (bounded) or the last of those children (not bounded).
+    #[allow(clippy::too_many_arguments)]
+    fn free_leaves_from(
+        &self,
+        tree: &[AtomicU64],
+        u: u64,
+        up: bool,
+        first: u64,
+        children: u64,
+        covered: u64,
+        occupied: u64,
+    ) -> Option<FreeSpan> {
+        let units = 1u64 << (self.bands[self.bands.len() - 1].height - 1);
+        let mut k = u / units;
+        let allocated = self.leaf_allocated(tree, k);
+        let bit = u % units;
+        if allocated >> bit & 1 != 0 {
+            return None;
+        }
+        let span = |edge: u64, bounded: bool| {
+            Some(if up {
+                FreeSpan { lo: u, hi: edge, lo_bounded: false, hi_bounded: bounded }
+            } else {
+                FreeSpan { lo: edge, hi: u + 1, lo_bounded: bounded, hi_bounded: false }
+            })
+        };
+        if up {
+            let above = allocated & !low_bits(bit as u32);
+            if above != 0 {
+                return span(k * units + u64::from(above.trailing_zeros()), true);
+            }
+            loop {
+                k += 1;
+                let j = k - first;
+                if j == children {
+                    return span(k * units, false);
+                }
+                if covered >> j & 1 != 0 {
+                    return span(k * units, true);
+                }
+                if occupied >> j & 1 != 0 {
+                    let allocated = self.leaf_allocated(tree, k);
+                    if allocated != 0 {
+                        return span(k * units + u64::from(allocated.trailing_zeros()), true);
+                    }
+                }
+            }
+        }
+        let below = allocated & low_bits(bit as u32);
+        if below != 0 {
+            return span(k * units + 64 - u64::from(below.leading_zeros()), true);
+        }
+        loop {
+            if k == first {
+                return span(k * units, false);
+            }
+            k -= 1;
+            let j = k - first;
+            if covered >> j & 1 != 0 {
+                return span((k + 1) * units, true);
+            }
+            if occupied >> j & 1 != 0 {
+                let allocated = self.leaf_allocated(tree, k);
+                if allocated != 0 {
+                    return span(k * units + 64 - u64::from(allocated.leading_zeros()), true);
+                }
+            }
+        }
+    }
+
     /// The free run around units `[from, to)` (which the caller just released): the last unit
     /// before `from` and the first from `to` on that an allocated node covers bound it (the
     /// tree's ends otherwise). Reads outwards from the block until each side meets an
-    /// allocated unit, from the root down to each leaf bunch on the way, or only to the
-    /// unmarked child bunch above it (an unmarked child is empty: its whole span is skipped);
-    /// not the whole tree. On a tree in use it is a snapshot, as
-    /// [`TreeShape::allocated_granules`] is.
+    /// allocated unit, from the root down to each leaf bunch on the way (then sideways through
+    /// the leaf bunches under the same bunch), or only to the unmarked child bunch above it (an
+    /// unmarked child is empty: its whole span is skipped); not the whole tree. On a tree in use
+    /// it is a snapshot, as [`TreeShape::allocated_granules`] is.
     pub(crate) fn free_run_around(&self, tree: &[AtomicU64], from: u64, to: u64) -> (u64, u64) {
         let mut start = from;
         while start > 0 {
-            let Some(span) = self.free_span_at(tree, start - 1) else {
+            let Some(span) = self.free_span_at(tree, start - 1, false) else {
                 break;
             };
             start = span.lo;
@@ -1187,7 +1269,7 @@ impl TreeShape {
         let end = 1u64 << self.depth;
         let mut stop = to;
         while stop < end {
-            let Some(span) = self.free_span_at(tree, stop) else {
+            let Some(span) = self.free_span_at(tree, stop, true) else {
                 break;
             };
             stop = span.hi;
