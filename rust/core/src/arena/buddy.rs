@@ -162,6 +162,34 @@ const FEW_NODES: u32 = 4;
 /// The most nodes [`TreeShape::release_block`] releases at once.
 pub(crate) const MAX_BLOCK_NODES: usize = 10;
 
+/// Per height `h` of an inner band (1 to [`INNER_BAND_HEIGHT`]), per value of the allocated
+/// bits of a bunch's rows but the last (`2^(h-1) - 1` bits, at most 7): the child bunches those
+/// nodes cover (bit `j`: child `j`), what [`TreeShape::row_covered`] reads.
+static UPPER_COVERS: [[u16; 128]; INNER_BAND_HEIGHT as usize + 1] = upper_covers();
+
+const fn upper_covers() -> [[u16; 128]; INNER_BAND_HEIGHT as usize + 1] {
+    let mut table = [[0u16; 128]; INNER_BAND_HEIGHT as usize + 1];
+    let mut height = 1;
+    while height <= INNER_BAND_HEIGHT {
+        let width = 1u32 << height;
+        let mut bits = 1u32;
+        while bits < 1 << ((1 << (height - 1)) - 1) {
+            let (mut rest, mut covered) = (bits, 0u32);
+            while rest != 0 {
+                let bit = rest.trailing_zeros();
+                let r = 31 - (bit + 1).leading_zeros(); // heap row of the bit
+                let span = width >> r;
+                covered |= ((1 << span) - 1) << ((bit + 1 - (1 << r)) * span);
+                rest &= rest - 1;
+            }
+            table[height as usize][bits as usize] = covered as u16;
+            bits += 1;
+        }
+        height += 1;
+    }
+    table
+}
+
 /// Leaf bunches a [`LeafMap`] holds, at most: a tree of 8,192 units with leaf bunches of 32.
 pub(crate) const MAX_LEAF_BUNCHES: usize = 256;
 
@@ -201,9 +229,6 @@ pub(crate) struct TreeShape {
     /// Per band, per node: its own bit, its descendants' bits in the bunch and the occupied bits
     /// of the child bunches below it.
     subtrees: Box<[[u64; 64]; BAND_SLOTS]>,
-    /// Per inner band, per value of the allocated bits of every row but the last (at most 7
-    /// bits): the child bunches those nodes cover (what [`TreeShape::row_covered`] reads).
-    upper_covers: Box<[[u16; 128]; BAND_SLOTS]>,
     /// How often an allocation or a search of any tree of this shape met a sealed bunch: such
     /// a search may record a miss that no free undoes (`reveal.rs`), and meeting a seal is the
     /// only way one comes about. Counted before the search returns, so before its miss.
@@ -372,15 +397,6 @@ impl TreeShape {
                 *slot = mask;
             }
         }
-        // Each entry: the entry without its lowest bit, and what that bit's node covers.
-        let mut upper_covers: Box<[[u16; 128]; BAND_SLOTS]> =
-            vec![[0u16; 128]; BAND_SLOTS].into_boxed_slice().try_into().expect("BAND_SLOTS rows");
-        for (b, covers) in bands.iter().zip(upper_covers.iter_mut()).filter(|(b, _)| !b.leaf) {
-            for bits in 1..1usize << ((1 << (b.height - 1)) - 1) {
-                let low = bits & bits.wrapping_neg();
-                covers[bits] = covers[bits & (bits - 1)] | Self::row_covered_by_nodes(b, low as u64) as u16;
-            }
-        }
         TreeShape {
             depth,
             bands,
@@ -390,7 +406,6 @@ impl TreeShape {
             conflicts,
             paths,
             subtrees,
-            upper_covers,
             seals: AtomicU64::new(0),
             revealed: AtomicU64::new(u64::MAX),
         }
@@ -985,7 +1000,7 @@ impl TreeShape {
         if b.leaf && shift == 0 {
             // A leaf bunch's units fit in one word of `out` (at most 32, aligned).
             let first = bunch << (b.height - 1);
-            out[(first / 64) as usize] |= self.row_covered(band, &b, word) << (first % 64);
+            out[(first / 64) as usize] |= Self::row_covered(&b, word) << (first % 64);
             return;
         }
         let mut allocated = word & b.alloc_mask();
@@ -1035,7 +1050,7 @@ impl TreeShape {
     fn leaf_map_in(&self, tree: &[AtomicU64], band: usize, bunch: u64, map: &mut LeafMap) {
         let b = self.bands[band];
         let word = self.word(tree, band, bunch).load(Ordering::Acquire);
-        let covered = self.row_covered(band, &b, word);
+        let covered = Self::row_covered(&b, word);
         let marked = self.occupied_children(band, word) & !covered;
         let first = bunch << b.height;
         // Leaf bunches under each child bunch.
@@ -1068,7 +1083,7 @@ impl TreeShape {
     fn map_leaf_parents(&self, tree: &[AtomicU64], from: u64, to: u64, map: &mut LeafMap) {
         let band = self.bands.len() - 2;
         let b = self.bands[band];
-        let covers = &self.upper_covers[band % BAND_SLOTS];
+        let covers = &UPPER_COVERS[b.height as usize % UPPER_COVERS.len()];
         let upper = low_bits((1u32 << (b.height - 1)) - 1);
         let occ = b.occ_mask();
         for bunch in from..to {
@@ -1089,19 +1104,19 @@ impl TreeShape {
     pub(crate) fn leaf_allocated(&self, tree: &[AtomicU64], bunch: u64) -> u64 {
         let band = self.bands.len() - 1;
         let b = self.bands[band];
-        self.row_covered(band, &b, self.word(tree, band, bunch).load(Ordering::Acquire))
+        Self::row_covered(&b, self.word(tree, band, bunch).load(Ordering::Acquire))
     }
 
     /// What a bunch's allocated nodes cover of the row below the bunch: of the units of a leaf
     /// bunch (bit `i`: its unit `i`), of the child bunches of an inner one (bit `j`: child
     /// `j`); from the bunch's word. An inner bunch's rows above its last come from a table
-    /// (`upper_covers`), its last row doubles; a leaf bunch's nodes (mostly few) are spread
+    /// ([`UPPER_COVERS`]), its last row doubles; a leaf bunch's nodes (mostly few) are spread
     /// one by one.
     #[inline]
-    fn row_covered(&self, band: usize, b: &Band, word: u64) -> u64 {
+    fn row_covered(b: &Band, word: u64) -> u64 {
         if !b.leaf {
             let upper = (1u32 << (b.height - 1)) - 1;
-            let top = self.upper_covers[band % BAND_SLOTS][(word & low_bits(upper)) as usize % 128];
+            let top = UPPER_COVERS[b.height as usize % UPPER_COVERS.len()][(word & low_bits(upper)) as usize % 128];
             return u64::from(top) | to_children(row_of(word, b.height - 1));
         }
         Self::row_covered_by_nodes(b, word)
@@ -1148,13 +1163,13 @@ impl TreeShape {
                 }
                 if occupied >> j & 1 != 0 {
                     if i + 2 == bands {
-                        let covered = self.row_covered(i, band, word);
+                        let covered = Self::row_covered(band, word);
                         return self.free_leaves_from(tree, u, up, first, 1 << width, covered, occupied);
                     }
                     continue;
                 }
             }
-            let covered = self.row_covered(i, band, word);
+            let covered = Self::row_covered(band, word);
             if covered >> j & 1 != 0 {
                 return None;
             }
@@ -1900,6 +1915,30 @@ mod tests {
                     assert_eq!(shape.free_run_around(&t, u, u + 1), (start, stop), "depth {depth}, round {round}");
                     assert_eq!(shape.free_run_around(&t, start, stop), (start, stop));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn covered_rows_from_the_tables_match_node_by_node() {
+        // Every inner band height, every value of the upper rows, with random last rows.
+        let mut seed = 0x51_7CC1_B727_220Au64;
+        for height in 1..=INNER_BAND_HEIGHT {
+            let band = Band { top: 0, height, base: 0, leaf: false };
+            for upper in 0..1u64 << ((1 << (height - 1)) - 1) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let word = (upper | seed << ((1 << (height - 1)) - 1)) & band.alloc_mask() | seed & band.occ_mask();
+                assert_eq!(
+                    UPPER_COVERS[height as usize][upper as usize] as u64,
+                    TreeShape::row_covered_by_nodes(&band, upper)
+                );
+                assert_eq!(
+                    TreeShape::row_covered(&band, word),
+                    TreeShape::row_covered_by_nodes(&band, word),
+                    "height {height}"
+                );
             }
         }
     }
