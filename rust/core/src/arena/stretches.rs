@@ -17,16 +17,18 @@
 //!
 //! The chunk's tree is read once, through its *leaf map* (`TreeShape::leaf_map`): the words of
 //! the inner bands say, for each leaf bunch (32 units), whether an allocated node above covers
-//! it, whether it is marked occupied, or neither (all its units are free); only the marked leaf
-//! bunches' own words are read then, and the free stretches, found run by run between the
-//! covered bunches and the allocated units of the marked ones, go to [`best_fit_in_tree`],
-//! which picks the smallest free stretch that holds the block at an allowed start (at 85%
-//! occupancy a tree read visits about 10 inner and 18 leaf words of 273). A tree of more than
-//! 8,192 leaves is copied into a bitmap of allocated granules instead (a granule is a few
-//! units, so the bitmap stays on the stack: `TreeShape::allocated_granules`) for [`best_fit`].
-//! Both give the same answer for the same tree. The pieces are then claimed one by one
-//! (cleaning the phantom marks under them); a piece taken meanwhile rolls the claim back, as a
-//! trimmed block's claim does.
+//! it, whether it is marked occupied, or neither (all its units are free). The free stretches
+//! lie in the runs of uncovered leaf bunches; the marked leaf bunches' own words are read only
+//! in the runs long enough to hold the block, or to change the two longest stretches found,
+//! and the stretches, found run by run between the covered bunches and the allocated units of
+//! the marked ones, go to [`best_fit_in_tree`], which picks the smallest free stretch that
+//! holds the block at an allowed start (at 85% occupancy a tree read visits about 10 inner
+//! words and at most the 18 or so marked leaf words of 273). A tree of more than 8,192 leaves
+//! is copied into a bitmap of allocated granules instead (a granule is a few units, so the
+//! bitmap stays on the stack: `TreeShape::allocated_granules`) for [`best_fit`]. Both give
+//! the same answer for the same tree. The pieces are then claimed one by one (cleaning the
+//! phantom marks under them); a piece taken meanwhile rolls the claim back, as a trimmed
+//! block's claim does.
 //!
 //! Across chunks, the search is a best fit too (`packed.rs`): the chunk whose longest free
 //! stretch is the shortest that holds the block, known from the memos below without reading
