@@ -167,6 +167,26 @@ pub(crate) const MAX_BLOCK_NODES: usize = 10;
 /// nodes cover (bit `j`: child `j`), what [`TreeShape::row_covered`] reads.
 static UPPER_COVERS: [[u16; 128]; INNER_BAND_HEIGHT as usize + 1] = upper_covers();
 
+/// Per value of the last row of an inner bunch (at most 8 nodes): the child bunches its
+/// allocated nodes cover, two each (what [`TreeShape::row_covered`] reads).
+static LAST_COVERS: [u16; 256] = last_covers();
+
+const fn last_covers() -> [u16; 256] {
+    let mut table = [0u16; 256];
+    let mut row = 0;
+    while row < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if row >> i & 1 != 0 {
+                table[row] |= 3 << (2 * i);
+            }
+            i += 1;
+        }
+        row += 1;
+    }
+    table
+}
+
 const fn upper_covers() -> [[u16; 128]; INNER_BAND_HEIGHT as usize + 1] {
     let mut table = [[0u16; 128]; INNER_BAND_HEIGHT as usize + 1];
     let mut height = 1;
@@ -1088,7 +1108,9 @@ impl TreeShape {
         let occ = b.occ_mask();
         for bunch in from..to {
             let word = tree[b.base + bunch as usize].load(Ordering::Acquire);
-            let covered = u64::from(covers[(word & upper) as usize % 128]) | to_children(row_of(word, b.height - 1));
+            let covered = u64::from(
+                covers[(word & upper) as usize % 128] | LAST_COVERS[row_of(word, b.height - 1) as usize % 256],
+            );
             let marked = ((word & occ) >> OCC_SHIFT) & !covered;
             // At most 16 children, aligned: they share one word of the map.
             let first = bunch << b.height;
@@ -1110,14 +1132,14 @@ impl TreeShape {
     /// What a bunch's allocated nodes cover of the row below the bunch: of the units of a leaf
     /// bunch (bit `i`: its unit `i`), of the child bunches of an inner one (bit `j`: child
     /// `j`); from the bunch's word. An inner bunch's rows above its last come from a table
-    /// ([`UPPER_COVERS`]), its last row doubles; a leaf bunch's nodes (mostly few) are spread
+    /// ([`UPPER_COVERS`]) and its last row from another ([`LAST_COVERS`]); a leaf bunch's nodes (mostly few) are spread
     /// one by one.
     #[inline]
     fn row_covered(b: &Band, word: u64) -> u64 {
         if !b.leaf {
             let upper = (1u32 << (b.height - 1)) - 1;
             let top = UPPER_COVERS[b.height as usize % UPPER_COVERS.len()][(word & low_bits(upper)) as usize % 128];
-            return u64::from(top) | to_children(row_of(word, b.height - 1));
+            return u64::from(top | LAST_COVERS[row_of(word, b.height - 1) as usize % 256]);
         }
         Self::row_covered_by_nodes(b, word)
     }
