@@ -1132,8 +1132,8 @@ impl TreeShape {
     /// What a bunch's allocated nodes cover of the row below the bunch: of the units of a leaf
     /// bunch (bit `i`: its unit `i`), of the child bunches of an inner one (bit `j`: child
     /// `j`); from the bunch's word. An inner bunch's rows above its last come from a table
-    /// ([`UPPER_COVERS`]) and its last row from another ([`LAST_COVERS`]); a leaf bunch's nodes (mostly few) are spread
-    /// one by one.
+    /// ([`UPPER_COVERS`]) and its last row from another ([`LAST_COVERS`]); a leaf bunch's nodes
+    /// (mostly few) are spread one by one.
     #[inline]
     fn row_covered(b: &Band, word: u64) -> u64 {
         if !b.leaf {
