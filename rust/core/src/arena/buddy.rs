@@ -162,6 +162,72 @@ const FEW_NODES: u32 = 4;
 /// The most nodes [`TreeShape::release_block`] releases at once.
 pub(crate) const MAX_BLOCK_NODES: usize = 10;
 
+/// Per height `h` of an inner band (1 to [`INNER_BAND_HEIGHT`]), per value of the allocated
+/// bits of a bunch's rows but the last (`2^(h-1) - 1` bits, at most 7): the child bunches those
+/// nodes cover (bit `j`: child `j`), what [`TreeShape::row_covered`] reads.
+static UPPER_COVERS: [[u16; 128]; INNER_BAND_HEIGHT as usize + 1] = upper_covers();
+
+/// Per value of the last row of an inner bunch (at most 8 nodes): the child bunches its
+/// allocated nodes cover, two each (what [`TreeShape::row_covered`] reads).
+static LAST_COVERS: [u16; 256] = last_covers();
+
+const fn last_covers() -> [u16; 256] {
+    let mut table = [0u16; 256];
+    let mut row = 0;
+    while row < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if row >> i & 1 != 0 {
+                table[row] |= 3 << (2 * i);
+            }
+            i += 1;
+        }
+        row += 1;
+    }
+    table
+}
+
+const fn upper_covers() -> [[u16; 128]; INNER_BAND_HEIGHT as usize + 1] {
+    let mut table = [[0u16; 128]; INNER_BAND_HEIGHT as usize + 1];
+    let mut height = 1;
+    while height <= INNER_BAND_HEIGHT {
+        let width = 1u32 << height;
+        let mut bits = 1u32;
+        while bits < 1 << ((1 << (height - 1)) - 1) {
+            let (mut rest, mut covered) = (bits, 0u32);
+            while rest != 0 {
+                let bit = rest.trailing_zeros();
+                let r = 31 - (bit + 1).leading_zeros(); // heap row of the bit
+                let span = width >> r;
+                covered |= ((1 << span) - 1) << ((bit + 1 - (1 << r)) * span);
+                rest &= rest - 1;
+            }
+            table[height as usize][bits as usize] = covered as u16;
+            bits += 1;
+        }
+        height += 1;
+    }
+    table
+}
+
+/// Leaf bunches a [`LeafMap`] holds, at most: a tree of 8,192 units with leaf bunches of 32.
+pub(crate) const MAX_LEAF_BUNCHES: usize = 256;
+
+/// A chunk's leaf bunches as the inner bands see them, one bit per leaf bunch (bit `k % 64` of
+/// word `k / 64`), from one read of the inner bands' marked words
+/// ([`TreeShape::leaf_map`]): `covered`, an allocated node of an inner band covers the bunch
+/// (all its units are taken); `marked`, it is not covered and the bunch above marks it
+/// occupied (its own word says which of its units are allocated:
+/// [`TreeShape::leaf_allocated`]); neither, none of its units is allocated.
+pub(crate) struct LeafMap {
+    pub(crate) covered: [u64; MAX_LEAF_BUNCHES / 64],
+    pub(crate) marked: [u64; MAX_LEAF_BUNCHES / 64],
+    /// The number of leaf bunches.
+    pub(crate) bunches: u64,
+    /// The units of one leaf bunch (at most 32).
+    pub(crate) units: u64,
+}
+
 /// The geometry of every chunk's tree; the metadata itself is a `[AtomicU64]` of
 /// [`TreeShape::words`] words per chunk, owned by the caller.
 #[derive(Debug)]
@@ -954,7 +1020,7 @@ impl TreeShape {
         if b.leaf && shift == 0 {
             // A leaf bunch's units fit in one word of `out` (at most 32, aligned).
             let first = bunch << (b.height - 1);
-            out[(first / 64) as usize] |= self.row_covered(&b, word) << (first % 64);
+            out[(first / 64) as usize] |= Self::row_covered(&b, word) << (first % 64);
             return;
         }
         let mut allocated = word & b.alloc_mask();
@@ -975,11 +1041,112 @@ impl TreeShape {
         }
     }
 
+    /// The tree's [`LeafMap`]: the words of the inner bands, read from the root down along the
+    /// occupied marks (an unmarked child bunch is empty), not the leaf bunches' own words.
+    /// `None` for a tree of one band, or of more than [`MAX_LEAF_BUNCHES`] leaf bunches (read
+    /// it with [`TreeShape::allocated_granules`]). On a tree in use it is a snapshot, as
+    /// [`TreeShape::allocated_granules`] is.
+    pub(crate) fn leaf_map(&self, tree: &[AtomicU64]) -> Option<LeafMap> {
+        let n = self.bands.len();
+        let leaf = self.bands[n - 1];
+        if n == 1 || 1usize << leaf.top > MAX_LEAF_BUNCHES {
+            return None;
+        }
+        let mut map = LeafMap {
+            covered: [0; MAX_LEAF_BUNCHES / 64],
+            marked: [0; MAX_LEAF_BUNCHES / 64],
+            bunches: 1 << leaf.top,
+            units: 1 << (leaf.height - 1),
+        };
+        if n == 2 {
+            self.map_leaf_parents(tree, 0, 1, &mut map);
+        } else {
+            self.leaf_map_in(tree, 0, 0, &mut map);
+        }
+        Some(map)
+    }
+
+    /// [`TreeShape::leaf_map`] under bunch `bunch` of `band`, whose children are inner bunches.
+    fn leaf_map_in(&self, tree: &[AtomicU64], band: usize, bunch: u64, map: &mut LeafMap) {
+        let b = self.bands[band];
+        let word = self.word(tree, band, bunch).load(Ordering::Acquire);
+        let covered = Self::row_covered(&b, word);
+        let marked = self.occupied_children(band, word) & !covered;
+        let first = bunch << b.height;
+        // Leaf bunches under each child bunch.
+        let shift = self.bands[self.bands.len() - 1].top - (b.top + b.height);
+        let mut taken = covered;
+        while taken != 0 {
+            let j = u64::from(taken.trailing_zeros());
+            set_bits(&mut map.covered, (first + j) << shift, (first + j + 1) << shift);
+            taken &= taken - 1;
+        }
+        if band + 3 == self.bands.len() {
+            let mut below = marked;
+            while below != 0 {
+                let child = first | u64::from(below.trailing_zeros());
+                self.map_leaf_parents(tree, child, child + 1, map);
+                below &= below - 1;
+            }
+            return;
+        }
+        let mut below = marked;
+        while below != 0 {
+            self.leaf_map_in(tree, band + 1, first | u64::from(below.trailing_zeros()), map);
+            below &= below - 1;
+        }
+    }
+
+    /// [`TreeShape::leaf_map`] of bunches `[from, to)` of the band above the leaf band: their
+    /// covered and marked children, straight into the map.
+    #[inline]
+    fn map_leaf_parents(&self, tree: &[AtomicU64], from: u64, to: u64, map: &mut LeafMap) {
+        let band = self.bands.len() - 2;
+        let b = self.bands[band];
+        let covers = &UPPER_COVERS[b.height as usize % UPPER_COVERS.len()];
+        let upper = low_bits((1u32 << (b.height - 1)) - 1);
+        let occ = b.occ_mask();
+        for bunch in from..to {
+            let word = tree[b.base + bunch as usize].load(Ordering::Acquire);
+            let covered = u64::from(
+                covers[(word & upper) as usize % 128] | LAST_COVERS[row_of(word, b.height - 1) as usize % 256],
+            );
+            let marked = ((word & occ) >> OCC_SHIFT) & !covered;
+            // At most 16 children, aligned: they share one word of the map.
+            let first = bunch << b.height;
+            let (w, at) = ((first / 64) as usize % (MAX_LEAF_BUNCHES / 64), first % 64);
+            map.covered[w] |= covered << at;
+            map.marked[w] |= marked << at;
+        }
+    }
+
+    /// The allocated units of leaf bunch `bunch` (bit `i`: its unit `i`), from its own word
+    /// (an allocated node of an inner band over it does not show: see [`LeafMap`]).
+    #[inline]
+    pub(crate) fn leaf_allocated(&self, tree: &[AtomicU64], bunch: u64) -> u64 {
+        let band = self.bands.len() - 1;
+        let b = self.bands[band];
+        Self::row_covered(&b, self.word(tree, band, bunch).load(Ordering::Acquire))
+    }
+
     /// What a bunch's allocated nodes cover of the row below the bunch: of the units of a leaf
     /// bunch (bit `i`: its unit `i`), of the child bunches of an inner one (bit `j`: child
-    /// `j`); from the bunch's word.
+    /// `j`); from the bunch's word. An inner bunch's rows above its last come from a table
+    /// ([`UPPER_COVERS`]) and its last row from another ([`LAST_COVERS`]); a leaf bunch's nodes
+    /// (mostly few) are spread one by one.
     #[inline]
-    fn row_covered(&self, b: &Band, word: u64) -> u64 {
+    fn row_covered(b: &Band, word: u64) -> u64 {
+        if !b.leaf {
+            let upper = (1u32 << (b.height - 1)) - 1;
+            let top = UPPER_COVERS[b.height as usize % UPPER_COVERS.len()][(word & low_bits(upper)) as usize % 128];
+            return u64::from(top | LAST_COVERS[row_of(word, b.height - 1) as usize % 256]);
+        }
+        Self::row_covered_by_nodes(b, word)
+    }
+
+    /// [`TreeShape::row_covered`], node by node.
+    #[inline]
+    fn row_covered_by_nodes(b: &Band, word: u64) -> u64 {
         let width = 1u64 << if b.leaf { b.height - 1 } else { b.height };
         let mut allocated = word & b.alloc_mask();
         let mut covered = 0;
@@ -996,9 +1163,13 @@ impl TreeShape {
     /// The free units around unit `u`, looking from the root down to `u`: `None` when an
     /// allocated node covers it; else `[lo, hi)` (the spans of the unmarked child bunches that
     /// no allocated node covers around `u`'s, or the free units of `u`'s leaf bunch around
-    /// it), and whether an allocated unit is known to bound it at `lo - 1` and at `hi`.
-    fn free_span_at(&self, tree: &[AtomicU64], u: u64) -> Option<FreeSpan> {
+    /// it), and whether an allocated unit is known to bound it at `lo - 1` and at `hi`. When
+    /// `u`'s leaf bunch is marked, the span goes on through the neighbouring leaf bunches of the
+    /// same bunch above them on the side `up` says ([`TreeShape::free_leaves_from`]), and only
+    /// that side is meaningful.
+    fn free_span_at(&self, tree: &[AtomicU64], u: u64, up: bool) -> Option<FreeSpan> {
         let depth = self.depth;
+        let bands = self.bands.len();
         for (i, band) in self.bands.iter().enumerate() {
             let bunch = u >> (depth - band.top);
             let word = self.word(tree, i, bunch).load(Ordering::Acquire);
@@ -1013,10 +1184,14 @@ impl TreeShape {
                     return None;
                 }
                 if occupied >> j & 1 != 0 {
+                    if i + 2 == bands {
+                        let covered = Self::row_covered(band, word);
+                        return self.free_leaves_from(tree, u, up, first, 1 << width, covered, occupied);
+                    }
                     continue;
                 }
             }
-            let covered = self.row_covered(band, word);
+            let covered = Self::row_covered(band, word);
             if covered >> j & 1 != 0 {
                 return None;
             }
@@ -1036,17 +1211,91 @@ impl TreeShape {
         unreachable!("the last band holds the leaves")
     }
 
+    /// [`TreeShape::free_span_at`] for a unit `u` of a marked leaf bunch under a bunch of the
+    /// band above the leaf band whose children are leaf bunches `[first, first + children)`,
+    /// which it covers as `covered` and marks as `occupied`: the free units of `u`'s leaf bunch
+    /// from `u` on (`up`) or down to it, then of the leaf bunches next to it on that side, until
+    /// an allocated unit (bounded) or the last of those children (not bounded).
+    #[allow(clippy::too_many_arguments)]
+    fn free_leaves_from(
+        &self,
+        tree: &[AtomicU64],
+        u: u64,
+        up: bool,
+        first: u64,
+        children: u64,
+        covered: u64,
+        occupied: u64,
+    ) -> Option<FreeSpan> {
+        let units = 1u64 << (self.bands[self.bands.len() - 1].height - 1);
+        let mut k = u / units;
+        let allocated = self.leaf_allocated(tree, k);
+        let bit = u % units;
+        if allocated >> bit & 1 != 0 {
+            return None;
+        }
+        let span = |edge: u64, bounded: bool| {
+            Some(if up {
+                FreeSpan { lo: u, hi: edge, lo_bounded: false, hi_bounded: bounded }
+            } else {
+                FreeSpan { lo: edge, hi: u + 1, lo_bounded: bounded, hi_bounded: false }
+            })
+        };
+        if up {
+            let above = allocated & !low_bits(bit as u32);
+            if above != 0 {
+                return span(k * units + u64::from(above.trailing_zeros()), true);
+            }
+            loop {
+                k += 1;
+                let j = k - first;
+                if j == children {
+                    return span(k * units, false);
+                }
+                if covered >> j & 1 != 0 {
+                    return span(k * units, true);
+                }
+                if occupied >> j & 1 != 0 {
+                    let allocated = self.leaf_allocated(tree, k);
+                    if allocated != 0 {
+                        return span(k * units + u64::from(allocated.trailing_zeros()), true);
+                    }
+                }
+            }
+        }
+        let below = allocated & low_bits(bit as u32);
+        if below != 0 {
+            return span(k * units + 64 - u64::from(below.leading_zeros()), true);
+        }
+        loop {
+            if k == first {
+                return span(k * units, false);
+            }
+            k -= 1;
+            let j = k - first;
+            if covered >> j & 1 != 0 {
+                return span((k + 1) * units, true);
+            }
+            if occupied >> j & 1 != 0 {
+                let allocated = self.leaf_allocated(tree, k);
+                if allocated != 0 {
+                    return span(k * units + 64 - u64::from(allocated.leading_zeros()), true);
+                }
+            }
+        }
+    }
+
     /// The free run around units `[from, to)` (which the caller just released): the last unit
     /// before `from` and the first from `to` on that an allocated node covers bound it (the
     /// tree's ends otherwise). Reads outwards from the block until each side meets an
-    /// allocated unit, from the root down to each leaf bunch on the way, or only to the
-    /// unmarked child bunch above it (an unmarked child is empty: its whole span is skipped);
-    /// not the whole tree. On a tree in use it is a snapshot, as
-    /// [`TreeShape::allocated_granules`] is.
+    /// allocated unit, from the root down to each leaf bunch on the way (then sideways through
+    /// the leaf bunches under the same bunch), or only to the unmarked child bunch above it (an
+    /// unmarked child is empty: its whole span is skipped); not the whole tree. On a tree in use
+    /// it is a snapshot, as [`TreeShape::allocated_granules`] is.
     pub(crate) fn free_run_around(&self, tree: &[AtomicU64], from: u64, to: u64) -> (u64, u64) {
         let mut start = from;
         while start > 0 {
-            let Some(span) = self.free_span_at(tree, start - 1) else {
+            let Some(span) = self.free_span_at(tree, start - 1, false) else {
                 break;
             };
             start = span.lo;
@@ -1057,7 +1306,7 @@ impl TreeShape {
         let end = 1u64 << self.depth;
         let mut stop = to;
         while stop < end {
-            let Some(span) = self.free_span_at(tree, stop) else {
+            let Some(span) = self.free_span_at(tree, stop, true) else {
                 break;
             };
             stop = span.hi;
@@ -1688,6 +1937,30 @@ mod tests {
                     assert_eq!(shape.free_run_around(&t, u, u + 1), (start, stop), "depth {depth}, round {round}");
                     assert_eq!(shape.free_run_around(&t, start, stop), (start, stop));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn covered_rows_from_the_tables_match_node_by_node() {
+        // Every inner band height, every value of the upper rows, with random last rows.
+        let mut seed = 0x51_7CC1_B727_220Au64;
+        for height in 1..=INNER_BAND_HEIGHT {
+            let band = Band { top: 0, height, base: 0, leaf: false };
+            for upper in 0..1u64 << ((1 << (height - 1)) - 1) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let word = (upper | seed << ((1 << (height - 1)) - 1)) & band.alloc_mask() | seed & band.occ_mask();
+                assert_eq!(
+                    UPPER_COVERS[height as usize][upper as usize] as u64,
+                    TreeShape::row_covered_by_nodes(&band, upper)
+                );
+                assert_eq!(
+                    TreeShape::row_covered(&band, word),
+                    TreeShape::row_covered_by_nodes(&band, word),
+                    "height {height}"
+                );
             }
         }
     }

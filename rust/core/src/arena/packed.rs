@@ -11,7 +11,7 @@ use super::exact::Unmarked;
 use super::global::ChunkState;
 use super::layout::BuddyLayout;
 use super::stretch_classes::{class_of, CLASSES};
-use super::stretches::{best_fit, granule_shift, MAX_GRANULES};
+use super::stretches::{best_fit, best_fit_in_tree, granule_shift, Fit, MAX_GRANULES};
 
 /// Chunks whose stretch memo is out of date that a best-fit search reads from their trees, at
 /// most (besides the chunk it takes the block in).
@@ -176,12 +176,9 @@ impl Arena {
         if memo.rules_out(probe.epoch(), b.units) {
             return Err(memo.known(probe.epoch()).unwrap_or(0));
         }
-        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
-        let (granules, shift) = self.read_granules(chunk, &mut bits);
-        let bits = &bits[..granules.div_ceil(64) as usize];
+        let (fit, shift) = self.fit_in(chunk, b.units, align);
         let len = b.units.div_ceil(1 << shift);
         let granule_align = (align >> shift).max(1);
-        let fit = best_fit(bits, granules, len, granule_align);
         // The memo keeps stretches from a bank boundary: a coarser search says nothing of them.
         let seen = if align == bank { fit.longest << shift } else { 0 };
         if align == bank {
@@ -215,9 +212,8 @@ impl Arena {
     /// after `probe` (while `reads` lasts) and recorded in its memo.
     fn read_longest(&self, chunk: usize, bank: u64, probe: Probe, reads: &mut usize) -> Option<u64> {
         *reads = reads.checked_sub(1)?;
-        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
-        let (granules, shift) = self.read_granules(chunk, &mut bits);
-        let longest = best_fit(&bits[..granules.div_ceil(64) as usize], granules, 1, (bank >> shift).max(1)).longest;
+        let (fit, shift) = self.fit_in(chunk, 1, bank);
+        let longest = fit.longest;
         self.record_stretch(chunk, probe.epoch(), longest << shift);
         Some(longest << shift)
     }
@@ -282,6 +278,20 @@ impl Arena {
     fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64) {
         let before = self.stretches[chunk].record(epoch, longest);
         self.stretch_classes.moved(chunk, before, longest);
+    }
+
+    /// The best fit in `chunk`'s tree for a block of `units` units from a multiple of `align`
+    /// units (a power of two), and the shift of the granules its lengths count
+    /// (`stretches.rs`): read through the tree's leaf map when it has one
+    /// ([`best_fit_in_tree`], granules of one unit), else copied into a bitmap first.
+    fn fit_in(&self, chunk: usize, units: u64, align: u64) -> (Fit, u32) {
+        if let Some(fit) = best_fit_in_tree(&self.shape, self.tree(chunk), units, align) {
+            return (fit, 0);
+        }
+        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
+        let (granules, shift) = self.read_granules(chunk, &mut bits);
+        let bits = &bits[..granules.div_ceil(64) as usize];
+        (best_fit(bits, granules, units.div_ceil(1 << shift), (align >> shift).max(1)), shift)
     }
 
     /// Read `chunk`'s tree into `bits` (a set bit is an allocated granule): the granules and

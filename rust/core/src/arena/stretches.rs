@@ -15,10 +15,18 @@
 //!
 //! # Finding a stretch
 //!
-//! The chunk's tree is read once into a bitmap of allocated granules (a granule is one unit, or
-//! a few for trees of more than 8,192 leaves, so the bitmap stays on the stack:
-//! `TreeShape::allocated_granules`), and [`best_fit`] picks the smallest free stretch that
-//! holds the block at an allowed start. The pieces are then claimed one by one (cleaning the
+//! The chunk's tree is read once, through its *leaf map* (`TreeShape::leaf_map`): the words of
+//! the inner bands say, for each leaf bunch (32 units), whether an allocated node above covers
+//! it, whether it is marked occupied, or neither (all its units are free). The free stretches
+//! lie in the runs of uncovered leaf bunches; the marked leaf bunches' own words are read only
+//! in the runs long enough to hold the block, or to change the two longest stretches found,
+//! and the stretches, found run by run between the covered bunches and the allocated units of
+//! the marked ones, go to [`best_fit_in_tree`], which picks the smallest free stretch that
+//! holds the block at an allowed start (at 85% occupancy a tree read visits about 10 inner
+//! words and at most the 18 or so marked leaf words of 273). A tree of more than 8,192 leaves
+//! is copied into a bitmap of allocated granules instead (a granule is a few units, so the
+//! bitmap stays on the stack: `TreeShape::allocated_granules`) for [`best_fit`]. Both give
+//! the same answer for the same tree. The pieces are then claimed one by one (cleaning the
 //! phantom marks under them); a piece taken meanwhile rolls the claim back, as a trimmed
 //! block's claim does.
 //!
@@ -27,10 +35,10 @@
 //! the trees (only the chosen chunk's tree is read, to place the block in it), and found
 //! through an index of the chunks by the power-of-two class of their memo's longest stretch
 //! (`stretch_classes.rs`): the block's class first, then the classes above, at most 64 chunks
-//! compared in the first class that has one that holds it. Placing each block in the tightest chunk leaves the long stretches to the large
-//! blocks: with random sizes from 256 B to 1 MiB at 85% occupancy, a first fit across chunks
-//! failed one allocation in 200 (no chunk kept a stretch of 700 KiB), the best fit about one
-//! in 2,500.
+//! compared in the first class that has one that holds it. Placing each block in the tightest
+//! chunk leaves the long stretches to the large blocks: with random sizes from 256 B to 1 MiB
+//! at 85% occupancy, a first fit across chunks failed one allocation in 200 (no chunk kept a
+//! stretch of 700 KiB), the best fit about one in 2,500.
 //!
 //! # The memo
 //!
@@ -71,7 +79,9 @@
 //! reveal that carries the memo racing a free.
 //! `packed.rs` checks the memos against a unit model over random allocations and frees.
 
+use super::buddy::{LeafMap, TreeShape};
 use super::chunk_space::{ChunkSpace, Probe};
+use crate::util::bits::low_bits;
 use crate::util::sync::{AtomicU64, Ordering};
 
 /// Units in the bitmap of one chunk, at most: larger trees count granules of several units.
@@ -202,12 +212,48 @@ impl Fit {
     }
 }
 
+/// The free stretches of a chunk offered one by one, in address order, to the best fit for
+/// `len` granules from a start that is a multiple of `align` (see [`best_fit`]).
+struct FitScan {
+    len: u64,
+    align: u64,
+    best: Option<(u64, u64)>,
+    longest: u64,
+    second: u64,
+}
+
+impl FitScan {
+    fn new(len: u64, align: u64) -> FitScan {
+        FitScan { len, align, best: None, longest: 0, second: 0 }
+    }
+
+    /// The free stretch `[start, end)` (empty when `start == end`); a maximal one.
+    #[inline]
+    fn offer(&mut self, start: u64, end: u64) {
+        let aligned = start.div_ceil(self.align) * self.align;
+        if aligned < end {
+            let room = end - aligned;
+            if room > self.longest {
+                (self.longest, self.second) = (room, self.longest);
+            } else if room > self.second {
+                self.second = room;
+            }
+            if room >= self.len && self.best.is_none_or(|(_, r)| room < r) {
+                self.best = Some((aligned, room));
+            }
+        }
+    }
+
+    fn fit(self) -> Fit {
+        Fit { at: self.best.map(|(start, room)| (start, start + room)), longest: self.longest, second: self.second }
+    }
+}
+
 /// In a bitmap of `granules` granules (a set bit is allocated), the smallest free stretch that
 /// holds `len` granules from a start that is a multiple of `align` (best fit, the lowest on a
 /// tie), and the two longest free lengths from such starts.
 pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -> Fit {
-    let mut best: Option<(u64, u64)> = None;
-    let (mut longest, mut second) = (0, 0);
+    let mut scan = FitScan::new(len, align);
     let mut at = 0;
     while at < granules {
         let start = next_bit(allocated, at, granules, false);
@@ -215,21 +261,74 @@ pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -
             break;
         }
         let end = next_bit(allocated, start, granules, true);
-        let aligned = start.div_ceil(align) * align;
-        if aligned < end {
-            let room = end - aligned;
-            if room > longest {
-                (longest, second) = (room, longest);
-            } else if room > second {
-                second = room;
-            }
-            if room >= len && best.is_none_or(|(_, r)| room < r) {
-                best = Some((aligned, room));
-            }
-        }
+        scan.offer(start, end);
         at = end;
     }
-    Fit { at: best.map(|(start, room)| (start, start + room)), longest, second }
+    scan.fit()
+}
+
+/// [`best_fit`] over the units of a chunk's tree (granules of one unit), read through its leaf
+/// map (`TreeShape::leaf_map`): the words of the inner bands, then those of the marked leaf
+/// bunches that can matter; the tree is not copied into a bitmap. Every free stretch lies in a
+/// run of uncovered leaf bunches and is no longer than the run from its first allowed start:
+/// the runs that long enough to hold `len` units are read first, in address order (the fit is
+/// in one of them), then the others whose length could still change the two longest stretches
+/// found. The same answer as [`best_fit`] over `TreeShape::allocated_granules`, and a snapshot
+/// of a moving target as that is. `None` when the tree has no leaf map (one band, or more than
+/// 8,192 units).
+pub(crate) fn best_fit_in_tree(shape: &TreeShape, tree: &[AtomicU64], len: u64, align: u64) -> Option<Fit> {
+    let map = shape.leaf_map(tree)?;
+    let mut scan = FitScan::new(len, align);
+    for long in [true, false] {
+        let mut at = 0;
+        while at < map.bunches {
+            let first = next_bit(&map.covered, at, map.bunches, false);
+            if first >= map.bunches {
+                break;
+            }
+            let end = next_bit(&map.covered, first, map.bunches, true);
+            at = end;
+            let room = (end * map.units).saturating_sub((first * map.units).div_ceil(align) * align);
+            if if long { room >= len } else { room < len && room > scan.second } {
+                scan_run(shape, tree, &map, first, end, &mut scan);
+            }
+        }
+    }
+    Some(scan.fit())
+}
+
+/// Offer to `scan` the free stretches of uncovered leaf bunches `[first, end)` (covered ones,
+/// or the chunk's ends, around them): the unmarked bunches are free all through, the marked
+/// ones' words say which of their units are allocated.
+fn scan_run(shape: &TreeShape, tree: &[AtomicU64], map: &LeafMap, first: u64, end: u64, scan: &mut FitScan) {
+    let width = map.units;
+    // The open free run: from the start of the uncovered leaf bunches.
+    let mut run = first * width;
+    let mut k = first;
+    loop {
+        k = next_bit(&map.marked, k, end, true);
+        if k >= end {
+            break;
+        }
+        let allocated = shape.leaf_allocated(tree, k);
+        if allocated != 0 {
+            let base = k * width;
+            let low = u64::from(allocated.trailing_zeros());
+            let high = 63 - u64::from(allocated.leading_zeros());
+            scan.offer(run, base + low);
+            // The free runs between the bunch's first and last allocated units.
+            let mut free = !allocated & low_bits(high as u32) & !low_bits(low as u32);
+            while free != 0 {
+                let s = free.trailing_zeros();
+                let e = (!free & !low_bits(s)).trailing_zeros();
+                scan.offer(base + u64::from(s), base + u64::from(e));
+                free &= !low_bits(e);
+            }
+            run = base + high + 1;
+        }
+        k += 1;
+    }
+    scan.offer(run, end * width);
 }
 
 #[cfg(all(test, not(loom)))]
@@ -323,6 +422,79 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_tree_read_through_its_leaf_map_agrees_with_a_node_model() {
+        // Random nodes of every level taken and released (leaving phantom marks, some cleaned
+        // again by claims that clean) in trees of several shapes: the leaf map against the
+        // live nodes, and the best fit read through it against the bitmap of the live nodes'
+        // units, for random lengths and alignments.
+        use crate::arena::buddy::{Node, TreeShape};
+        let mut rng = Rng::new(61);
+        let shapes = [(6, 6, 4), (7, 6, 4), (10, 6, 4), (13, 6, 4), (4, 2, 2), (5, 1, 1), (9, 3, 2), (8, 6, 1)];
+        for (case, &(depth, leaf, inner)) in shapes.iter().cycle().take(8 * 40).enumerate() {
+            let shape = TreeShape::with_heights(depth, leaf, inner);
+            let tree: Vec<AtomicU64> = (0..shape.words()).map(|_| AtomicU64::new(0)).collect();
+            let units = 1u64 << depth;
+            let mut live: Vec<Node> = Vec::new();
+            let steps = rng.next() % 400;
+            for _ in 0..steps {
+                // Mostly small nodes, so leaf bunches fill up and empty again.
+                let level = depth - (rng.next() % u64::from(depth + 1)).min(rng.next() % u64::from(depth + 1)) as u32;
+                let n = Node { level, index: rng.next() % (1 << level) };
+                let taken =
+                    if rng.next() % 4 == 0 { shape.try_alloc_cleaning(&tree, n) } else { shape.try_alloc(&tree, n) };
+                if taken.is_ok() {
+                    live.push(n);
+                }
+                if !live.is_empty() && rng.next() % 5 < 2 {
+                    let n = live.swap_remove((rng.next() % live.len() as u64) as usize);
+                    shape.release(&tree, n).unwrap();
+                }
+            }
+            let mut model = vec![0u64; units.div_ceil(64) as usize];
+            for n in &live {
+                set(&mut model, n.start(depth), n.start(depth) + n.units(depth));
+            }
+            let Some(map) = shape.leaf_map(&tree) else {
+                assert!(depth < leaf, "case {case}: a tree of several bands has a leaf map");
+                continue;
+            };
+            let width = map.units;
+            assert_eq!(map.bunches * width, units, "case {case}");
+            for k in 0..map.bunches {
+                let bit = |m: &[u64]| m[(k / 64) as usize] >> (k % 64) & 1 != 0;
+                let (lo, hi) = (k * width, (k + 1) * width);
+                let above = live
+                    .iter()
+                    .any(|n| n.units(depth) > width && n.start(depth) < hi && lo < n.start(depth) + n.units(depth));
+                let inside = (lo..hi).filter(|&u| model[(u / 64) as usize] >> (u % 64) & 1 != 0).count() as u64;
+                assert_eq!(bit(&map.covered), above, "case {case}: leaf bunch {k} covered");
+                if above {
+                    continue;
+                }
+                let allocated = shape.leaf_allocated(&tree, k);
+                assert_eq!(u64::from(allocated.count_ones()), inside, "case {case}: leaf bunch {k}'s units");
+                assert!(bit(&map.marked) || inside == 0, "case {case}: leaf bunch {k} holds nodes, unmarked");
+            }
+            for _ in 0..8 {
+                let len = 1 + rng.next() % units.min(300);
+                let align = 1 << (rng.next() % u64::from(depth.min(6) + 1));
+                let want = best_fit(&model, units, len, align);
+                assert_eq!(
+                    best_fit_in_tree(&shape, &tree, len, align),
+                    Some(want),
+                    "case {case}: len {len}, align {align}"
+                );
+            }
+        }
+
+        fn set(bits: &mut [u64], from: u64, to: u64) {
+            for u in from..to {
+                bits[(u / 64) as usize] |= 1 << (u % 64);
+            }
+        }
+    }
+
+    #[test]
     fn a_memo_rules_out_only_longer_blocks_at_its_own_epoch() {
         let m = StretchMemo::default();
         assert!(!m.rules_out(1, 1), "nothing known");
@@ -398,15 +570,15 @@ mod loom_models {
         })
     }
 
-    /// A search's read of the tree for one unit: the epoch it probed and the best fit it saw.
+    /// A search's read of the tree for one unit, as the allocation path reads it (through the
+    /// leaf map): the epoch it probed and the best fit it saw.
     fn read_fit(c: &Chunk) -> (u64, Fit) {
         let probe = c.space.probe(1).unwrap();
-        let mut bits = [0u64; 1];
-        c.shape.allocated_granules(&c.tree, 0, &mut bits);
-        (probe.epoch(), best_fit(&bits, 1 << c.depth, 1, 1))
+        (probe.epoch(), best_fit_in_tree(&c.shape, &c.tree, 1, 1).expect("a tree of several bands"))
     }
 
-    /// The memo, valid at the chunk's epoch now, does not rule out its longest free stretch.
+    /// The memo, valid at the chunk's epoch now, does not rule out its longest free stretch
+    /// (read into a bitmap, the reference).
     fn assert_memo_holds(c: &Chunk) {
         let mut now_bits = [0u64; 1];
         c.shape.allocated_granules(&c.tree, 0, &mut now_bits);
