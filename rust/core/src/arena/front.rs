@@ -303,7 +303,7 @@ impl Arena {
         let mut refused: Vec<usize> = Vec::new();
         loop {
             let epoch = self.global.epoch();
-            let runs = self.global.free_runs(&|_| false);
+            let runs = self.global.free_runs_now();
             let mut candidates = if pairs || matches!(self.global.placement(), Placement::FirstFit) {
                 self.large_candidates(&runs, size, layout, align, &refused)
             } else {

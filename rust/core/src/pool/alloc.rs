@@ -333,7 +333,7 @@ impl Pool {
         let g = &self.arena.geometry;
         let mut largest = 0;
         if self.arena.global.has_free() {
-            let runs = self.arena.global.free_runs(&|_| false);
+            let runs = self.arena.global.free_runs_now();
             largest = runs.iter().map(|&run| self.arena.largest_block_in_run(run)).max().unwrap_or(0);
         }
         if request.class.is_none() {
