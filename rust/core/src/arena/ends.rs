@@ -1,0 +1,98 @@
+//! The ends records of the chunks (`chunk_ends.rs`) on the arena's paths: a free of a buddy
+//! block carries its chunk's record over its epoch step, a search learns a chunk's bounds in a
+//! few loads, and a read of a tree for its ends records what it found.
+
+use super::arena::Arena;
+use super::chunk_ends::Ends;
+use super::chunk_space::Probe;
+use super::exact::Unmarked;
+use super::layout::BuddyLayout;
+use super::stretches::granule_shift;
+
+impl Arena {
+    /// [`Arena::unmark_buddy_raising`] (the free path's release of block `b` at unit `within`
+    /// of `chunk`, which keeps the stretch memo) that also carries the chunk's ends record over
+    /// the free. A chunk whose record no search ever wrote costs one load more.
+    #[inline(always)]
+    pub(crate) fn unmark_buddy_keeping_ends(
+        &self,
+        chunk: usize,
+        b: &BuddyLayout,
+        within: u64,
+    ) -> Result<Unmarked, &'static str> {
+        let before = self.chunk_ends[chunk].before_free(&self.space[chunk]);
+        let released = self.unmark_buddy_raising(chunk, b, within)?;
+        if let Some(before) = before {
+            self.keep_ends_after_free(chunk, before, within, within + b.units);
+        }
+        Ok(released)
+    }
+
+    /// The second half of [`Arena::unmark_buddy_keeping_ends`], once units `[from, to)` of
+    /// `chunk` are released, the epoch advanced and the stretch memo raised: an end the freed
+    /// units may reach takes the memo's bound (no tree is read).
+    #[inline(never)]
+    fn keep_ends_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) {
+        self.chunk_ends[chunk].after_free(
+            &self.space[chunk],
+            before,
+            (from, to),
+            self.geometry.usable_units(chunk),
+            self.ends_slack(),
+            |epoch| {
+                let longest = self.stretches[chunk].known(epoch).unwrap_or(u64::MAX);
+                Ends { start: longest, end: longest }
+            },
+        );
+    }
+
+    /// Carry `chunk`'s ends record (valid at `before`, read before anything was released) over
+    /// the release and epoch step of units `[from, to)` that no buddy free kept: the front or the
+    /// tail of a block with a front. An end they may reach takes its bound from the free run
+    /// around them, read from the tree.
+    pub(crate) fn keep_ends_around(&self, chunk: usize, before: Probe, from: u64, to: u64) {
+        let usable = self.geometry.usable_units(chunk);
+        self.chunk_ends[chunk].after_free(&self.space[chunk], before, (from, to), usable, self.ends_slack(), |_| {
+            let (lo, hi) = self.shape.free_run_around(self.tree(chunk), from, to);
+            let hi = hi.min(usable);
+            Ends { start: if lo == 0 { hi } else { lo }, end: if hi == usable { usable - lo } else { usable - hi } }
+        });
+    }
+
+    /// How near a freed unit must come to an end's bound to count as reaching it: a granule
+    /// for the free start, a bank (or a granule when larger) for the free end
+    /// ([`ChunkEnds::after_free`](super::chunk_ends::ChunkEnds::after_free)).
+    fn ends_slack(&self) -> (u64, u64) {
+        let granule = 1u64 << granule_shift(self.geometry.depth);
+        (granule, self.geometry.bank_units.max(granule))
+    }
+
+    /// Upper bounds, in units, of the free start of `chunk` and of its free end from the first
+    /// bank boundary in it (where a front would start), in a few loads and no tree read: its
+    /// ends record when valid, else the longest stretch its stretch memo knows (a free start or
+    /// a free end from a bank boundary is such a stretch); no more than its free units, nor
+    /// than a chunk.
+    #[inline]
+    pub(crate) fn ends_bound(&self, chunk: usize) -> Ends {
+        let (free, probe) = self.space[chunk].look();
+        let free = free.min(self.geometry.units_per_chunk());
+        match self.chunk_ends[chunk].known(probe.epoch()) {
+            Some(Ends { start, end }) => Ends { start: start.min(free), end: end.min(free) },
+            None => {
+                let room = self.stretches[chunk].known(probe.epoch()).map_or(free, |longest| longest.min(free));
+                Ends { start: room, end: room }
+            }
+        }
+    }
+
+    /// The free units at the start and at the end of core chunk `chunk`, read from its tree
+    /// ([`Arena::free_ends`], which also records its stretch memo when out of date), recorded
+    /// in its ends record, so that the next search bounds them in two loads while nothing is
+    /// freed there (or only what frees keep).
+    pub(crate) fn read_ends(&self, chunk: usize) -> (u64, u64) {
+        let (_, probe) = self.space[chunk].look();
+        let (start, end) = self.free_ends(chunk, self.geometry.bank_units);
+        self.chunk_ends[chunk].record(probe.epoch(), start, end);
+        (start, end)
+    }
+}
