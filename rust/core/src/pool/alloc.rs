@@ -404,7 +404,7 @@ impl Pool {
             return None;
         }
         let carver = SlabCarver { pool: self, core, reach };
-        let slabs = self.arena.slabs.reclaim(&carver);
+        let slabs = self.arena.slabs.reclaim_before_failing(&carver);
         let units = request.size.div_ceil(self.arena.geometry.min_block) as u64;
         let revealed = self.arena.reveal_hidden(units);
         let chunks = self.arena.reclaim_empty_mapped();
