@@ -3,11 +3,11 @@
 //! few loads, and a read of a tree for its ends records what it found.
 
 use super::arena::Arena;
-use super::chunk_ends::Ends;
-use super::chunk_space::Probe;
+use super::chunk_ends::{ChunkEnds, Ends};
+use super::chunk_space::{ChunkSpace, Probe};
 use super::exact::Unmarked;
 use super::layout::BuddyLayout;
-use super::stretches::granule_shift;
+use super::stretches::{granule_shift, StretchMemo};
 
 impl Arena {
     /// [`Arena::unmark_buddy_raising`] (the free path's release of block `b` at unit `within`
@@ -72,17 +72,16 @@ impl Arena {
     /// ends record when valid, else the longest stretch its stretch memo knows (a free start or
     /// a free end from a bank boundary is such a stretch); no more than its free units, nor
     /// than a chunk.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn ends_bound(&self, chunk: usize) -> Ends {
-        let (free, probe) = self.space[chunk].look();
-        let free = free.min(self.geometry.units_per_chunk());
-        match self.chunk_ends[chunk].known(probe.epoch()) {
-            Some(Ends { start, end }) => Ends { start: start.min(free), end: end.min(free) },
-            None => {
-                let room = self.stretches[chunk].known(probe.epoch()).map_or(free, |longest| longest.min(free));
-                Ends { start: room, end: room }
-            }
-        }
+        bound(&self.space[chunk], &self.chunk_ends[chunk], &self.stretches[chunk], self.geometry.units_per_chunk())
+    }
+
+    /// [`Arena::ends_bound`] of chunks `0..end`, in order (a walk of three tables side by side).
+    pub(crate) fn ends_bounds(&self, end: usize) -> impl Iterator<Item = Ends> + '_ {
+        let upc = self.geometry.units_per_chunk();
+        let spaces = self.space[..end].iter().zip(&self.chunk_ends[..end]).zip(&self.stretches[..end]);
+        spaces.map(move |((space, record), memo)| bound(space, record, memo, upc))
     }
 
     /// The free units at the start and at the end of core chunk `chunk`, read from its tree
@@ -94,5 +93,77 @@ impl Arena {
         let (start, end) = self.free_ends(chunk, self.geometry.bank_units);
         self.chunk_ends[chunk].record(probe.epoch(), start, end);
         (start, end)
+    }
+}
+
+/// The bounds of [`Arena::ends_bound`] from a chunk's free-space word, ends record and stretch
+/// memo, in a chunk of `upc` units.
+#[inline(always)]
+fn bound(space: &ChunkSpace, record: &ChunkEnds, memo: &StretchMemo, upc: u64) -> Ends {
+    let (free, probe) = space.look();
+    let free = free.min(upc);
+    match record.known(probe.epoch()) {
+        Some(Ends { start, end }) => Ends { start: start.min(free), end: end.min(free) },
+        None => {
+            let room = memo.known(probe.epoch()).map_or(free, |longest| longest.min(free));
+            Ends { start: room, end: room }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! Random allocations and frees in a nearly full pool, where failing allocations scan the
+    //! pairs of chunk ends and write records that frees then carry: after every step, no record
+    //! valid at its chunk's epoch (nor any bound) says an end is shorter than the tree has it.
+    use crate::arena::global::ChunkState;
+    use crate::arena::stretches::tests::Rng;
+    use crate::config::{Backing, PoolConfig};
+    use crate::pool::pool::Pool;
+
+    #[test]
+    fn records_and_bounds_never_cut_an_end_short() {
+        let capacity = 32 << 20;
+        let pool = Pool::new(PoolConfig::new(capacity).cores(2).backing(Backing::None)).unwrap();
+        let a = pool.arena();
+        let g = &a.geometry;
+        let bank = g.bank_units;
+        let mut rng = Rng::new(16);
+        let mut blocks: Vec<(usize, usize)> = Vec::new();
+        let (mut live, mut failed, mut checked) = (0usize, 0, 0);
+        for step in 0..6_000 {
+            if live > capacity * 93 / 100 || (live > capacity * 85 / 100 && rng.next() % 2 == 0) {
+                let (offset, size) = blocks.swap_remove((rng.next() % blocks.len() as u64) as usize);
+                pool.free_raw(offset, size).unwrap();
+                live -= size;
+            }
+            let size = 4096 + (rng.next() % (1 << 20)) as usize;
+            match pool.alloc_raw(size, None) {
+                Ok(offset) => {
+                    blocks.push((offset, size));
+                    live += size;
+                }
+                Err(_) => failed += 1,
+            }
+            let bounds: Vec<_> = a.ends_bounds(g.chunks).collect();
+            for chunk in 0..g.chunks {
+                if !matches!(a.global.state(chunk), ChunkState::Core(_)) {
+                    continue;
+                }
+                let (_, probe) = a.space[chunk].look();
+                let known = a.chunk_ends[chunk].known(probe.epoch());
+                let (start, end) = a.free_ends(chunk, bank);
+                // The free end from its first bank boundary.
+                let end = end / bank * bank;
+                assert!(bounds[chunk].start >= start && bounds[chunk].end >= end, "step {step}, chunk {chunk}");
+                if let Some(known) = known {
+                    checked += 1;
+                    assert!(known.start >= start, "step {step}, chunk {chunk}: free start {start}, record {known:?}");
+                    assert!(known.end >= end, "step {step}, chunk {chunk}: free end {end}, record {known:?}");
+                }
+            }
+        }
+        assert!(failed > 100, "the pool is full enough to fail ({failed} failed)");
+        assert!(checked > 1000, "records were written and kept ({checked} checked)");
     }
 }

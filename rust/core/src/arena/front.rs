@@ -449,8 +449,8 @@ impl Arena {
     /// core chunks: its front in the free end of one, its tail in the free start of the next;
     /// each with run length 0 and the units of the free room there (the key of best fit: the
     /// tightest spot first). A few loads per chunk rule most pairs out: the bounds of each
-    /// chunk's ends ([`Arena::ends_bound`]: the ends records that searches write and frees keep,
-    /// else the stretch memos). The trees of the rest are read once each ([`Arena::read_ends`]),
+    /// chunk's ends ([`Arena::ends_bounds`]: the ends records that searches write and frees
+    /// keep, else the stretch memos). The trees of the rest are read once each ([`Arena::read_ends`]),
     /// which records their ends for the next search.
     fn pair_candidates(
         &self,
@@ -467,9 +467,6 @@ impl Arena {
         }
         let units = size.div_ceil(g.min_block) as u64;
         let end = self.global.end();
-        if end == 0 {
-            return;
-        }
         let core_chunk = |c: usize| matches!(self.global.state(c), ChunkState::Core(_)) && !refused.contains(&c);
         // Each tree is read at most once: the next chunk's read serves its own pair next.
         let mut last_read: Option<(usize, (u64, u64))> = None;
@@ -481,8 +478,11 @@ impl Arena {
                 ends
             }
         };
-        // The bounds of the chunk's ends, carried over as the next chunk's.
-        let mut bound = self.ends_bound(0);
+        // The bounds of the chunk's ends, then the next chunk's.
+        let mut bounds = self.ends_bounds(end);
+        let Some(mut bound) = bounds.next() else {
+            return;
+        };
         for chunk in 0..end {
             let next = chunk + 1;
             if next == end {
@@ -499,7 +499,7 @@ impl Arena {
             // A front starts at a multiple of `align` units: it holds at most that end rounded
             // down to one.
             let front_bound = bound.end & !(align - 1);
-            bound = self.ends_bound(next);
+            bound = bounds.next().expect("a bound per chunk");
             if front_bound.saturating_add(bound.start) < units || !core_chunk(chunk) || !core_chunk(next) {
                 continue;
             }
