@@ -67,17 +67,11 @@ impl Arena {
         (granule, self.geometry.bank_units.max(granule))
     }
 
-    /// Upper bounds, in units, of the free start of `chunk` and of its free end from the first
-    /// bank boundary in it (where a front would start), in a few loads and no tree read: its
-    /// ends record when valid, else the longest stretch its stretch memo knows (a free start or
-    /// a free end from a bank boundary is such a stretch); no more than its free units, nor
-    /// than a chunk.
-    #[cfg(test)]
-    pub(crate) fn ends_bound(&self, chunk: usize) -> Ends {
-        bound(&self.space[chunk], &self.chunk_ends[chunk], &self.stretches[chunk], self.geometry.units_per_chunk())
-    }
-
-    /// [`Arena::ends_bound`] of chunks `0..end`, in order (a walk of three tables side by side).
+    /// Upper bounds, in units, of the free start of each chunk of `0..end` and of its free end
+    /// from the first bank boundary in it (where a front would start), in order, in a few
+    /// loads per chunk and no tree read (a walk of three tables side by side): its ends record
+    /// when valid, else the longest stretch its stretch memo knows (a free start or a free end
+    /// from a bank boundary is such a stretch); no more than its free units, nor than a chunk.
     pub(crate) fn ends_bounds(&self, end: usize) -> impl Iterator<Item = Ends> + '_ {
         let upc = self.geometry.units_per_chunk();
         let spaces = self.space[..end].iter().zip(&self.chunk_ends[..end]).zip(&self.stretches[..end]);
@@ -96,7 +90,7 @@ impl Arena {
     }
 }
 
-/// The bounds of [`Arena::ends_bound`] from a chunk's free-space word, ends record and stretch
+/// The bounds of [`Arena::ends_bounds`] from a chunk's free-space word, ends record and stretch
 /// memo, in a chunk of `upc` units.
 #[inline(always)]
 fn bound(space: &ChunkSpace, record: &ChunkEnds, memo: &StretchMemo, upc: u64) -> Ends {
@@ -145,8 +139,7 @@ mod tests {
                 }
                 Err(_) => failed += 1,
             }
-            let bounds: Vec<_> = a.ends_bounds(g.chunks).collect();
-            for chunk in 0..g.chunks {
+            for (chunk, bound) in a.ends_bounds(g.chunks).enumerate() {
                 if !matches!(a.global.state(chunk), ChunkState::Core(_)) {
                     continue;
                 }
@@ -155,7 +148,7 @@ mod tests {
                 let (start, end) = a.free_ends(chunk, bank);
                 // The free end from its first bank boundary.
                 let end = end / bank * bank;
-                assert!(bounds[chunk].start >= start && bounds[chunk].end >= end, "step {step}, chunk {chunk}");
+                assert!(bound.start >= start && bound.end >= end, "step {step}, chunk {chunk}");
                 if let Some(known) = known {
                     checked += 1;
                     assert!(known.start >= start, "step {step}, chunk {chunk}: free start {start}, record {known:?}");
