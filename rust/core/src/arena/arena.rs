@@ -35,6 +35,8 @@ pub(crate) struct Arena {
     /// Per chunk, what the last search learnt about its free start and free end
     /// (`chunk_ends.rs`).
     pub(crate) chunk_ends: Zeroed<ChunkEnds>,
+    /// 1 once any ends record was written (until then a free has none to keep), else 0.
+    pub(crate) ends_recorded: AtomicU64,
     /// The chunks by the length class of their memo's longest stretch (`stretch_classes.rs`).
     pub(crate) stretch_classes: StretchClasses,
     /// Per chunk, the block with a front in its free end, if any (`front.rs`).
@@ -114,6 +116,7 @@ impl Arena {
             space,
             stretches,
             chunk_ends,
+            ends_recorded: AtomicU64::new(0),
             stretch_classes,
             fronts,
             geometry,

@@ -8,11 +8,12 @@ use super::chunk_space::{ChunkSpace, Probe};
 use super::exact::Unmarked;
 use super::layout::BuddyLayout;
 use super::stretches::{granule_shift, StretchMemo};
+use crate::util::sync::Ordering;
 
 impl Arena {
     /// [`Arena::unmark_buddy_raising`] (the free path's release of block `b` at unit `within`
     /// of `chunk`, which keeps the stretch memo) that also carries the chunk's ends record over
-    /// the free. A chunk whose record no search ever wrote costs one load more.
+    /// the free. Until a search wrote a record anywhere, a free costs one load of a flag more.
     #[inline(always)]
     pub(crate) fn unmark_buddy_keeping_ends(
         &self,
@@ -20,7 +21,10 @@ impl Arena {
         b: &BuddyLayout,
         within: u64,
     ) -> Result<Unmarked, &'static str> {
-        let before = self.chunk_ends[chunk].before_free(&self.space[chunk]);
+        let before = match self.ends_recorded.load(Ordering::Relaxed) {
+            0 => None,
+            _ => self.chunk_ends[chunk].before_free(&self.space[chunk]),
+        };
         let released = self.unmark_buddy_raising(chunk, b, within)?;
         if let Some(before) = before {
             self.keep_ends_after_free(chunk, before, within, within + b.units);
@@ -83,6 +87,9 @@ impl Arena {
     /// in its ends record, so that the next search bounds them in two loads while nothing is
     /// freed there (or only what frees keep).
     pub(crate) fn read_ends(&self, chunk: usize) -> (u64, u64) {
+        if self.ends_recorded.load(Ordering::Relaxed) == 0 {
+            self.ends_recorded.store(1, Ordering::Relaxed);
+        }
         let (_, probe) = self.space[chunk].look();
         let (start, end) = self.free_ends(chunk, self.geometry.bank_units);
         self.chunk_ends[chunk].record(probe.epoch(), start, end);
