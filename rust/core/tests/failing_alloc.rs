@@ -74,3 +74,33 @@ fn a_failing_allocation_leaves_a_fragmented_pool_unchanged() {
     }
     assert_eq!(p.stats().bytes_in_use, 0);
 }
+
+/// A failing allocation reads the ends of two chunks that might together hold its block across
+/// their boundary and records them; frees at those ends afterwards must be seen by the next
+/// allocation, which finds the place across the boundary only through the records the frees
+/// kept (a record that still said the free start was 0 would rule the pair out).
+#[test]
+fn frees_at_chunk_ends_after_a_failing_scan_make_room_across_the_boundary() {
+    const BLOCK: usize = 256 * KIB;
+    let p = Pool::new(PoolConfig::new(8 * MIB).cores(1).slab_sizes(Vec::new()).backing(Backing::None)).unwrap();
+    // Four chunks of eight blocks each: the arena is full.
+    let blocks: Vec<usize> = (0..32).map(|_| p.alloc_raw(BLOCK, None).unwrap()).collect();
+    let at =
+        |chunk: usize, block: usize| blocks.iter().copied().find(|&o| o == chunk * 2 * MIB + block * BLOCK).unwrap();
+    // The end of chunk 0 (512 KiB) and the middle of chunk 1 (512 KiB) go free: 600 KiB fits
+    // nowhere, not even across the boundary (chunk 1 starts with a block).
+    for (chunk, block) in [(0, 6), (0, 7), (1, 3), (1, 4)] {
+        p.free_raw(at(chunk, block), BLOCK).unwrap();
+    }
+    let request = 600 * KIB;
+    assert!(matches!(p.alloc_raw(request, None), Err(Error::OutOfMemory { .. })));
+    // Now the start of chunk 1 goes free too: the end of chunk 0 and the start of chunk 1 hold
+    // 1 MiB together.
+    for block in [0, 1] {
+        p.free_raw(at(1, block), BLOCK).unwrap();
+    }
+    let offset = p.alloc_raw(request, None).expect("room across the boundary of chunks 0 and 1");
+    assert_eq!(offset, 2 * MIB - 2 * BLOCK, "the block starts in the free end of chunk 0");
+    p.free_raw(offset, request).unwrap();
+    p.check().unwrap();
+}

@@ -6,6 +6,7 @@
 
 use super::backing::HostBacking;
 use super::buddy::{Node, TreeShape};
+use super::chunk_ends::ChunkEnds;
 use super::chunk_space::ChunkSpace;
 use super::core_pool::CorePool;
 use super::geometry::Geometry;
@@ -31,6 +32,11 @@ pub(crate) struct Arena {
     pub(crate) space: Zeroed<ChunkSpace>,
     /// Per chunk, what the last search learnt about its free stretches (`stretches.rs`).
     pub(crate) stretches: Zeroed<StretchMemo>,
+    /// Per chunk, what the last search learnt about its free start and free end
+    /// (`chunk_ends.rs`).
+    pub(crate) chunk_ends: Zeroed<ChunkEnds>,
+    /// 1 once any ends record was written (until then a free has none to keep), else 0.
+    pub(crate) ends_recorded: AtomicU64,
     /// The chunks by the length class of their memo's longest stretch (`stretch_classes.rs`).
     pub(crate) stretch_classes: StretchClasses,
     /// Per chunk, the block with a front in its free end, if any (`front.rs`).
@@ -79,6 +85,7 @@ impl Arena {
         let summaries = Zeroed::new(tree_words, "the chunks' bunch summaries")?;
         let space = Zeroed::new(geometry.chunks, "the chunks' free-space words")?;
         let stretches = Zeroed::new(geometry.chunks, "the chunks' stretch memos")?;
+        let chunk_ends = Zeroed::new(geometry.chunks, "the chunks' ends records")?;
         let stretch_classes = StretchClasses::new(geometry.chunks)?;
         let fronts = Zeroed::new(geometry.chunks, "the chunks' front words")?;
         let global = GlobalPool::new(&geometry, config.placement, present)?;
@@ -108,6 +115,8 @@ impl Arena {
             summaries,
             space,
             stretches,
+            chunk_ends,
+            ends_recorded: AtomicU64::new(0),
             stretch_classes,
             fronts,
             geometry,
@@ -159,6 +168,7 @@ impl Arena {
             + self.summaries.resident_bytes()
             + self.space.resident_bytes()
             + self.stretches.resident_bytes()
+            + self.chunk_ends.resident_bytes()
             + self.stretch_classes.resident_bytes()
             + self.fronts.resident_bytes()
             + self.global.resident_bytes()

@@ -303,7 +303,7 @@ impl Arena {
         let mut refused: Vec<usize> = Vec::new();
         loop {
             let epoch = self.global.epoch();
-            let runs = self.global.free_runs(&|_| false);
+            let runs = self.global.free_runs_now();
             let mut candidates = if pairs || matches!(self.global.placement(), Placement::FirstFit) {
                 self.large_candidates(&runs, size, layout, align, &refused)
             } else {
@@ -448,10 +448,10 @@ impl Arena {
     /// The places for a block of `size` bytes (less than two chunks) across the boundary of two
     /// core chunks: its front in the free end of one, its tail in the free start of the next;
     /// each with run length 0 and the units of the free room there (the key of best fit: the
-    /// tightest spot first). Two loads per chunk rule most pairs out: the free units and the
-    /// valid stretch memos of the two chunks bound their room
-    /// ([`Arena::room_from_bank_boundary`]). The trees of the rest are read once each
-    /// ([`Arena::free_ends`]), which leaves a valid memo for the next search.
+    /// tightest spot first). A few loads per chunk rule most pairs out: the bounds of each
+    /// chunk's ends ([`Arena::ends_bounds`]: the ends records that searches write and frees
+    /// keep, else the stretch memos). The trees of the rest are read once each ([`Arena::read_ends`]),
+    /// which records their ends for the next search.
     fn pair_candidates(
         &self,
         size: usize,
@@ -473,17 +473,22 @@ impl Arena {
         let mut ends = |c: usize| match last_read {
             Some((read, ends)) if read == c => ends,
             _ => {
-                let ends = self.free_ends(c, g.bank_units);
+                let ends = self.read_ends(c);
                 last_read = Some((c, ends));
                 ends
             }
+        };
+        // The bounds of the chunk's ends, then the next chunk's.
+        let mut bounds = self.ends_bounds(end);
+        let Some(mut bound) = bounds.next() else {
+            return;
         };
         for chunk in 0..end {
             let next = chunk + 1;
             if next == end {
                 // The last chunk: only a buddy block in its free end.
                 if let Layout::Buddy(b) = layout {
-                    if self.room_from_bank_boundary(chunk) >= units && core_chunk(chunk) {
+                    if bound.end & !(align - 1) >= units && core_chunk(chunk) {
                         if let Some(at) = self.free_end_start(chunk, align).filter(|&at| at + b.units <= upc) {
                             out.push((0, upc - at, Spot::Packed(chunk, at)));
                         }
@@ -491,10 +496,11 @@ impl Arena {
                 }
                 break;
             }
-            if self.room_from_bank_boundary(chunk) + self.room_from_bank_boundary(next) < units
-                || !core_chunk(chunk)
-                || !core_chunk(next)
-            {
+            // A front starts at a multiple of `align` units: it holds at most that end rounded
+            // down to one.
+            let front_bound = bound.end & !(align - 1);
+            bound = bounds.next().expect("a bound per chunk");
+            if front_bound.saturating_add(bound.start) < units || !core_chunk(chunk) || !core_chunk(next) {
                 continue;
             }
             if g.usable_units(chunk) != upc || self.space[chunk].free_units() == 0 {
@@ -522,16 +528,6 @@ impl Arena {
                 out.push((0, f.front_units(g) + start_room, Spot::Front(f, FrontTail::Shared)));
             }
         }
-    }
-
-    /// An upper bound on the free units of `chunk` from a bank boundary (a free end or a free
-    /// start is such a stretch): its free units, no more than a chunk, and no more than its
-    /// stretch memo's longest stretch while that memo is valid. Two loads; no tree is read.
-    #[inline]
-    fn room_from_bank_boundary(&self, chunk: usize) -> u64 {
-        let (free, probe) = self.space[chunk].look();
-        let free = free.min(self.geometry.units_per_chunk());
-        self.stretches[chunk].known(probe.epoch()).map_or(free, |longest| longest.min(free))
     }
 
     /// Take buddy block `b` of `size` bytes at the *frontier*: the free end of the core chunk
@@ -721,6 +717,9 @@ impl Arena {
         let tail_tree = self.tree(if f.tail_units > 0 { last } else { f.chunk });
         let word = &self.fronts[f.chunk];
         let front_tree = self.tree(f.chunk);
+        // The chunks' ends records are carried over the release (`chunk_ends.rs`).
+        let front_ends = self.chunk_ends[f.chunk].before_free(&self.space[f.chunk]);
+        let tail_ends = (f.tail_units > 0).then(|| self.chunk_ends[last].before_free(&self.space[last])).flatten();
         if !give_front_and_tail(&self.shape, word, f.name(g), front_tree, f.front_nodes(g), tail_tree, f.tail_nodes(g))
         {
             return Err("the block was freed already");
@@ -731,9 +730,15 @@ impl Arena {
             debug_assert!(freed, "the chunks of a block with a front whose word this free cleared");
         }
         let (_, hidden) = self.space[f.chunk].give(f.front_units(g));
+        if let Some(before) = front_ends {
+            self.keep_ends_around(f.chunk, before, f.start, g.units_per_chunk());
+        }
         self.announce_free(f.chunk, hidden, f.front_nodes(g));
         if f.tail_units > 0 {
             let (_, hidden) = self.space[last].give(f.tail_units);
+            if let Some(before) = tail_ends {
+                self.keep_ends_around(last, before, 0, f.tail_units);
+            }
             self.announce_free(last, hidden, f.tail_nodes(g));
         }
         Ok(())

@@ -180,6 +180,45 @@ impl GlobalPool {
         runs
     }
 
+    /// The maximal free runs now, in address order ([`GlobalPool::free_runs`] with no chunk
+    /// counted free besides the free ones): a word of the bitmap at a time, so a full arena of
+    /// 512 chunks costs 8 loads, not 512.
+    pub(crate) fn free_runs_now(&self) -> Vec<FreeRun> {
+        let mut runs = Vec::new();
+        let end = self.end();
+        let mut start: Option<usize> = None;
+        for w in 0..end.div_ceil(64) {
+            let present = if (w + 1) * 64 <= end { u64::MAX } else { (1u64 << (end % 64)) - 1 };
+            let free = !self.taken[w].load(Ordering::Acquire) & present;
+            let base = w * 64;
+            // `at`: the first bit of the word not looked at yet.
+            let mut at = 0u32;
+            while at < 64 {
+                let rest = free >> at;
+                match start {
+                    None if rest == 0 => break,
+                    None => {
+                        at += rest.trailing_zeros();
+                        start = Some(base + at as usize);
+                    }
+                    Some(s) => {
+                        let taken = !rest & (present >> at);
+                        if taken == 0 {
+                            break; // the run goes on into the next word, or to the arena's end
+                        }
+                        at += taken.trailing_zeros();
+                        runs.push(FreeRun { start: s, len: base + at as usize - s });
+                        start = None;
+                    }
+                }
+            }
+        }
+        if let Some(s) = start {
+            runs.push(FreeRun { start: s, len: end - s });
+        }
+        runs
+    }
+
     /// The bytes one block placed in `run` could have.
     pub(crate) fn run_capacity(geometry: &Geometry, run: FreeRun) -> usize {
         geometry.run_bytes(run.start, run.len)
@@ -285,7 +324,7 @@ impl GlobalPool {
         };
         loop {
             let epoch = self.epoch.load(Ordering::Acquire);
-            let runs = self.free_runs(&|_| false);
+            let runs = self.free_runs_now();
             let candidates = runs
                 .iter()
                 .filter_map(|&run| Self::place_in(geometry, run, len, bytes, align).map(|start| (run, start)));
@@ -461,6 +500,35 @@ mod tests {
         assert!(!p.is_taken(59));
         assert!(p.is_taken(259));
         assert!(!p.is_taken(280));
+    }
+
+    #[test]
+    fn free_runs_now_reads_the_bitmap_as_free_runs_does() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        for chunks in [1usize, 63, 64, 65, 130, 512, 700] {
+            let g = Geometry::new(&PoolConfig::new(chunks * (2 << 20)));
+            for present in [chunks, chunks / 2 + 1] {
+                let p = GlobalPool::new(&g, Placement::BestFit, present).unwrap();
+                for round in 0..50 {
+                    for c in 0..present {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        // Runs of every length: a chunk follows its neighbour's state mostly.
+                        let flip = rng % [2, 5, 40][round % 3] == 0;
+                        let taken = p.is_taken(c.saturating_sub(1)) ^ flip;
+                        if taken != p.is_taken(c) {
+                            if taken {
+                                assert!(p.try_take(c, 1));
+                            } else {
+                                p.release(c, 1);
+                            }
+                        }
+                    }
+                    assert_eq!(p.free_runs_now(), p.free_runs(&|_| false), "{chunks} chunks, {present} present");
+                }
+            }
+        }
     }
 
     #[test]

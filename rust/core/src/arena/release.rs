@@ -74,7 +74,7 @@ impl Arena {
         b: &BuddyLayout,
         within: u64,
     ) -> std::result::Result<(), &'static str> {
-        let unmarked = self.unmark_buddy_raising(chunk, b, within)?;
+        let unmarked = self.unmark_buddy_keeping_ends(chunk, b, within)?;
         if unmarked.after == self.geometry.usable_units(chunk) {
             self.chunk_became_empty(chunk);
             return Ok(());

@@ -114,9 +114,10 @@ impl Arena {
         reclaimed
     }
 
-    /// Reveal `chunk` of `pool` if it has at least `units` free units. Its stretch memo, when
-    /// valid, stays valid across the reveal's epoch step (nothing was released: every stretch
-    /// is as long as before or shorter), as a free keeps it (`stretches.rs`).
+    /// Reveal `chunk` of `pool` if it has at least `units` free units. Its stretch memo and its
+    /// ends record, when valid, stay valid across the reveal's epoch step (nothing was
+    /// released: every stretch and both ends are as long as before or shorter), as a free
+    /// keeps them (`stretches.rs`, `chunk_ends.rs`).
     fn reveal_chunk(&self, pool: &CorePool, chunk: usize, units: u64) -> bool {
         let space = &self.space[chunk];
         if space.free_units() < units {
@@ -124,9 +125,13 @@ impl Arena {
         }
         let memo = &self.stretches[chunk];
         let before = memo.before_free(space);
+        let ends_before = self.chunk_ends[chunk].before_free(space);
         space.refresh();
         if let Some(before) = before {
             memo.after_free(space, before, || 0);
+        }
+        if let Some(before) = ends_before {
+            self.chunk_ends[chunk].after_step(space, before);
         }
         TreeShape::reset_summaries(self.summaries(chunk));
         pool.maps.reveal(space, chunk);

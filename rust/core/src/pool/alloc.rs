@@ -348,7 +348,7 @@ impl Pool {
         let g = &self.arena.geometry;
         let mut largest = 0;
         if self.arena.global.has_free() {
-            let runs = self.arena.global.free_runs(&|_| false);
+            let runs = self.arena.global.free_runs_now();
             largest = runs.iter().map(|&run| self.arena.largest_block_in_run(run)).max().unwrap_or(0);
         }
         if request.class.is_none() {
@@ -419,7 +419,7 @@ impl Pool {
             return None;
         }
         let carver = SlabCarver { pool: self, core, reach };
-        let slabs = self.arena.slabs.reclaim(&carver);
+        let slabs = self.arena.slabs.reclaim_before_failing(&carver);
         let units = request.size.div_ceil(self.arena.geometry.min_block) as u64;
         let revealed = self.arena.reveal_hidden(units);
         let chunks = self.arena.reclaim_empty_mapped();

@@ -692,6 +692,36 @@ impl SlabCaches {
         retired
     }
 
+    /// [`SlabCaches::reclaim`] for an allocation about to fail: the all-free current slabs,
+    /// then the partial stacks only when one of them holds an all-free slab. A free retires
+    /// every slab it empties that is not its owner's current one, so a listed slab is all-free
+    /// only when frees emptied it while it was current and it stopped being current before it
+    /// was full again (an allocation of its core replaced it as full while those frees came),
+    /// or when a slab carved for a core that installed another first was listed: both need
+    /// threads racing on one core's slabs. The stacks are read without taking anything from
+    /// them (two loads per listed slab), where [`SlabCaches::reclaim`] pops and pushes back
+    /// every listed slab. On a pool where no slab operation runs meanwhile both retire the same
+    /// slabs; while one runs, either may miss a slab that moves. Returns how many went back.
+    pub(crate) fn reclaim_before_failing(&self, blocks: &dyn SlabBlocks) -> usize {
+        let retired = self.reclaim_current(blocks);
+        if self.listed_all_free() {
+            return retired + self.reclaim(blocks);
+        }
+        retired
+    }
+
+    /// Whether a partial stack holds an all-free slab (see
+    /// [`SlabCaches::reclaim_before_failing`]).
+    fn listed_all_free(&self) -> bool {
+        let limit = (self.fresh_ids.load(Ordering::Acquire) as usize).min(self.slabs.len());
+        self.cores.iter().any(|caches| {
+            caches.partial.iter().enumerate().any(|(k, stack)| {
+                let all_free = self.classes.classes[k].all_free();
+                stack.any(limit, |i| &self.slab(i).next, |id| self.slab(id).free.load(Ordering::Acquire) == all_free)
+            })
+        })
+    }
+
     /// Live slabs per class.
     pub(crate) fn live_slabs(&self, k: usize) -> u64 {
         self.live[k].load(Ordering::Relaxed)
@@ -970,6 +1000,29 @@ mod tests {
         assert_eq!(caches.reclaim(&arena), 1);
         assert_eq!(caches.live_slabs(0), 0);
         assert!(caches.views().is_empty());
+    }
+
+    /// The frees that empty a core's current slab keep it; when an allocation of that core had
+    /// found it full and replaced it as those frees came, the slab stays listed (by the first
+    /// of them), all-free and not current: an allocation about to fail gives it back.
+    #[test]
+    fn an_allocation_about_to_fail_gives_back_a_listed_all_free_slab() {
+        let caches = SlabCaches::new(classes(&[1024]), 64 << 20, 1).unwrap();
+        let arena = Arena::default();
+        let per_slab = caches.classes.classes[0].objects as usize;
+        let objects: Vec<usize> = (0..per_slab).map(|_| caches.alloc(0, 0, &arena).unwrap().0).collect();
+        let slab = caches.lookup(objects[0]).unwrap();
+        for &off in &objects {
+            caches.free(slab, off, &arena).unwrap();
+        }
+        assert_eq!(caches.live_slabs(0), 1, "kept: the core's current slab");
+        // The racing allocation's replacement (it found the slab full before the frees).
+        caches.cores[0].current[0].store(0, Ordering::Release);
+        assert_eq!(caches.reclaim_current(&arena), 0, "no current slab");
+        assert_eq!(caches.reclaim_before_failing(&arena), 1, "the listed all-free slab goes back");
+        assert_eq!(*arena.released.lock().unwrap(), vec![(0, caches.classes.classes[0].slab_bytes)]);
+        assert_eq!(caches.live_slabs(0), 0);
+        assert_eq!(caches.reclaim_before_failing(&arena), 0);
     }
 
     #[test]
