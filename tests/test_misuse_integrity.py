@@ -51,6 +51,9 @@ def test_keyboard_interrupt_during_alloc_many_leaves_nothing_allocated() -> None
     main = threading.main_thread().ident
     assert main is not None
     timer = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT))
+    # Python's own handler: a process started in the background by a shell without job
+    # control inherits SIGINT ignored, and Python then installs no handler for it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -58,6 +61,7 @@ def test_keyboard_interrupt_during_alloc_many_leaves_nothing_allocated() -> None
             time.sleep(5)  # the batch finished before the signal: wait for it here
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert pool.stats().blocks_in_use == 0
     pool.check()
 
