@@ -100,26 +100,10 @@ impl Pool {
             match self.arena.global.state(chunk) {
                 ChunkState::Free => pieces.push(Extent { offset: base, len: g.chunk_bytes(chunk) }),
                 ChunkState::Core(_) => {
-                    let usable = g.usable_units(chunk);
-                    let mut at = 0u64; // first unit not known to be allocated
-                    let hole = |from: u64, to: u64, pieces: &mut Vec<Extent>| {
-                        let to = to.min(usable);
-                        if from < to {
-                            pieces.push(Extent {
-                                offset: g.offset_of(chunk, from),
-                                len: ((to - from) as usize) << g.unit_shift,
-                            });
-                        }
-                    };
-                    let mut nodes = Vec::new();
-                    self.arena.shape.for_each_allocated(self.arena.tree(chunk), &mut |n| nodes.push(n));
-                    nodes.sort_by_key(|n| n.start(g.depth));
-                    for n in nodes {
-                        let start = n.start(g.depth);
-                        hole(at, start, &mut pieces);
-                        at = at.max(start + n.units(g.depth));
-                    }
-                    hole(at, usable, &mut pieces);
+                    pieces.extend(self.free_holes(chunk, &|_| false).into_iter().map(|(from, to)| Extent {
+                        offset: g.offset_of(chunk, from),
+                        len: ((to - from) as usize) << g.unit_shift,
+                    }))
                 }
                 ChunkState::RunHead(_)
                 | ChunkState::TailedRunHead(_)

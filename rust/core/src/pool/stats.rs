@@ -220,19 +220,8 @@ impl Pool {
     fn free_stretches(&self, chunk: usize, counts_free: &dyn Fn(Node) -> bool) -> FreeStretches {
         let g = &self.arena.geometry;
         let usable = g.usable_units(chunk);
-        let mut taken: Vec<(u64, u64)> = Vec::new();
-        self.arena.shape.for_each_allocated(self.arena.tree(chunk), &mut |n| {
-            if !counts_free(n) {
-                taken.push((n.start(g.depth), n.units(g.depth)));
-            }
-        });
-        taken.sort_unstable();
         let mut out = FreeStretches { at_start: 0, longest: 0, at_end: 0 };
-        let mut hole = |from: u64, to: u64| {
-            let to = to.min(usable);
-            if from >= to {
-                return;
-            }
+        for (from, to) in self.free_holes(chunk, counts_free) {
             if from == 0 {
                 out.at_start = to;
             }
@@ -243,14 +232,31 @@ impl Pool {
                     out.at_end = to - banked;
                 }
             }
-        };
+        }
+        out
+    }
+
+    /// The free unit ranges `[from, to)` of core chunk `chunk`, in order, read from its tree
+    /// (allocated nodes for which `counts_free` is true count as free).
+    pub(crate) fn free_holes(&self, chunk: usize, counts_free: &dyn Fn(Node) -> bool) -> Vec<(u64, u64)> {
+        let g = &self.arena.geometry;
+        let usable = g.usable_units(chunk);
+        let mut taken: Vec<(u64, u64)> = Vec::new();
+        self.arena.shape.for_each_allocated(self.arena.tree(chunk), &mut |n| {
+            if !counts_free(n) {
+                taken.push((n.start(g.depth), n.units(g.depth)));
+            }
+        });
+        taken.sort_unstable();
+        let mut holes = Vec::new();
         let mut at = 0u64; // the first unit not known to be allocated
-        for (start, units) in taken {
-            hole(at, start);
+        for (start, units) in taken.into_iter().chain(std::iter::once((usable, 0))) {
+            if at < start.min(usable) {
+                holes.push((at, start.min(usable)));
+            }
             at = at.max(start + units);
         }
-        hole(at, usable);
-        out
+        holes
     }
 
     /// The bytes the block of `size` requested bytes at `offset` holds.
