@@ -231,6 +231,7 @@ mod loom_models {
     //! chunk's epoch never says an end is shorter than the tree has it.
     use super::*;
     use crate::arena::buddy::{Node, TreeShape};
+    use crate::arena::loom_chunk::tree_with;
     use loom::sync::Arc;
     use loom::thread;
 
@@ -247,13 +248,7 @@ mod loom_models {
 
     /// A chunk of `1 << depth` units with `taken` allocated, and the record a search made then.
     fn chunk_with(depth: u32, taken: &[Node]) -> Chunk {
-        let shape = Arc::new(TreeShape::with_heights(depth, 1, 1));
-        let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
-        let space = Arc::new(ChunkSpace::new(1 << depth));
-        for &node in taken {
-            shape.try_alloc(&tree, node).unwrap();
-            space.take(node.units(depth));
-        }
+        let (shape, tree, space) = tree_with(depth, taken);
         let chunk = Chunk { depth, shape, tree, space, ends: Arc::new(ChunkEnds::default()) };
         search(&chunk);
         chunk

@@ -26,6 +26,8 @@ pub(crate) mod geometry;
 pub(crate) mod global;
 pub(crate) mod layout;
 pub(crate) mod level_maps;
+#[cfg(all(test, loom))]
+pub(crate) mod loom_chunk;
 #[cfg(not(loom))]
 pub(crate) mod packed;
 #[cfg(not(loom))]

@@ -516,6 +516,7 @@ mod loom_models {
     use super::*;
     use crate::arena::buddy::{Node, TreeShape};
     use crate::arena::chunk_space::ChunkSpace;
+    use crate::arena::loom_chunk::tree_with;
     use loom::sync::Arc;
     use loom::thread;
 
@@ -533,13 +534,7 @@ mod loom_models {
     /// A chunk of `1 << depth` units with `taken` allocated, and a memo that a search recorded
     /// then.
     fn chunk_with(depth: u32, taken: &[Node]) -> Chunk {
-        let shape = Arc::new(TreeShape::with_heights(depth, 1, 1));
-        let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
-        let space = Arc::new(ChunkSpace::new(1 << depth));
-        for &node in taken {
-            shape.try_alloc(&tree, node).unwrap();
-            space.take(node.units(depth));
-        }
+        let (shape, tree, space) = tree_with(depth, taken);
         let chunk = Chunk { depth, shape, tree, space, memo: Arc::new(StretchMemo::default()) };
         let (epoch, fit) = read_fit(&chunk);
         chunk.memo.record(epoch, fit.longest);
