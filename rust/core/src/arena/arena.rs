@@ -5,6 +5,7 @@
 //! statistics, the stop gate and the trace.
 
 use super::backing::HostBacking;
+use super::block_cache::BlockCaches;
 use super::buddy::{Node, TreeShape};
 use super::chunk_ends::ChunkEnds;
 use super::chunk_space::ChunkSpace;
@@ -44,6 +45,9 @@ pub(crate) struct Arena {
     pub(crate) global: GlobalPool,
     pub(crate) cores: Box<[CachePadded<CorePool>]>,
     pub(crate) slabs: SlabCaches,
+    /// Per core, freed buddy blocks kept allocated for the next request of their class
+    /// (`block_cache.rs`).
+    pub(crate) block_caches: BlockCaches,
     pub(crate) backing: Option<HostBacking>,
     /// The ranges of chunks with memory behind them (`regions.rs`).
     pub(crate) regions: Regions,
@@ -101,6 +105,15 @@ impl Arena {
             cores.push(CachePadded(CorePool::new(geometry.chunks, levels, reserve)?));
         }
         let slabs = SlabCaches::new(classes, geometry.usable_capacity(), config.cores)?;
+        // The caches of freed blocks hold at most 1/8 of the largest capacity, split between
+        // the cores; a granule is a bank (every cached block starts on one).
+        let block_caches = BlockCaches::new(
+            config.cores,
+            geometry.cache_classes(),
+            geometry.chunks << geometry.chunk_shift,
+            geometry.bank_units as usize * geometry.min_block,
+            (config.limit() / (8 * config.cores)) as u64,
+        )?;
         let backing = match config.backing {
             Backing::Host => Some(HostBacking::new(config.offset_space(), config.chunk_size)?),
             Backing::None => None,
@@ -109,6 +122,7 @@ impl Arena {
             global,
             cores: cores.into_boxed_slice(),
             slabs,
+            block_caches,
             backing,
             shape,
             trees,
@@ -174,6 +188,7 @@ impl Arena {
             + self.global.resident_bytes()
             + self.cores.iter().map(|c| c.resident_bytes()).sum::<usize>()
             + self.slabs.resident_bytes()
+            + self.block_caches.resident_bytes()
     }
 
     /// Whether `chunk` was never granted to a core (see `chunks.rs`).
@@ -203,6 +218,6 @@ impl SlabBlocks for Arena {
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.release_buddy(base, bytes).expect("a retired slab's block is allocated");
+        self.release_buddy(base, bytes, false).expect("a retired slab's block is allocated");
     }
 }

@@ -138,6 +138,30 @@ impl Geometry {
         BuddyLayout { level: self.depth - log_enclosing, enclosing, units: trimmed, step }
     }
 
+    /// The class of buddy block `b` in the caches of freed blocks (`block_cache.rs`): the rank
+    /// of its unit count among the trimmed unit counts. `None` for a block those caches never
+    /// hold: one of at most a bank (it need not start on a bank boundary) or of more than half a
+    /// chunk.
+    #[inline]
+    pub(crate) fn cache_class(&self, b: &BuddyLayout) -> Option<usize> {
+        (b.units > self.bank_units && b.level >= 1).then(|| trimmed_rank(b.units))
+    }
+
+    /// The number of classes of [`Geometry::cache_class`] (0 when the tree is too shallow for
+    /// any).
+    pub(crate) fn cache_classes(&self) -> usize {
+        match self.depth {
+            0 => 0,
+            _ => trimmed_rank(self.units_per_chunk() >> 1) + 1,
+        }
+    }
+
+    /// The layout of the blocks of cache class `class` (aligned to a bank at most).
+    #[inline]
+    pub(crate) fn cached_layout(&self, class: usize) -> BuddyLayout {
+        self.buddy_of(trimmed_units(class), 1)
+    }
+
     /// A request too large for a chunk's tree (or aligned to more than a chunk): the whole
     /// chunks it fills, and (with `run_tails`) what is left over as a tail of buddy nodes at
     /// the start of the next chunk when such a tail holds it (a chunk less one granule at
@@ -237,6 +261,35 @@ impl Geometry {
     }
 }
 
+/// Unit counts that the trimming leaves, below one granule: every count up to `1 << TRIM_SHIFT`.
+const EXACT_COUNTS: u64 = 1 << TRIM_SHIFT;
+/// Trimmed unit counts per doubling above [`EXACT_COUNTS`]: the granules past the half.
+const COUNTS_PER_DOUBLING: u64 = 1 << (TRIM_SHIFT - 1);
+
+/// The rank of a trimmed unit count (`Geometry::buddy_of`) among all of them: the count itself
+/// up to [`EXACT_COUNTS`], then [`COUNTS_PER_DOUBLING`] per doubling.
+#[inline]
+pub(crate) fn trimmed_rank(units: u64) -> usize {
+    if units <= EXACT_COUNTS {
+        return units as usize;
+    }
+    let log = units.next_power_of_two().trailing_zeros();
+    let granules = units >> (log - TRIM_SHIFT);
+    (EXACT_COUNTS + 1 + u64::from(log - TRIM_SHIFT - 1) * COUNTS_PER_DOUBLING + (granules - COUNTS_PER_DOUBLING - 1))
+        as usize
+}
+
+/// The trimmed unit count of rank `rank` (the inverse of [`trimmed_rank`]).
+pub(crate) fn trimmed_units(rank: usize) -> u64 {
+    let rank = rank as u64;
+    if rank <= EXACT_COUNTS {
+        return rank;
+    }
+    let past = rank - EXACT_COUNTS - 1;
+    let log = TRIM_SHIFT + 1 + (past / COUNTS_PER_DOUBLING) as u32;
+    (COUNTS_PER_DOUBLING + 1 + past % COUNTS_PER_DOUBLING) << (log - TRIM_SHIFT)
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -244,6 +297,35 @@ mod tests {
 
     fn geometry(capacity: usize) -> Geometry {
         Geometry::new(&PoolConfig::new(capacity))
+    }
+
+    #[test]
+    fn cache_classes_rank_every_trimmed_unit_count_once_in_order() {
+        let g = geometry(64 << 20);
+        let mut previous = None;
+        let mut classes = 0;
+        for units in 1..=g.units_per_chunk() >> 1 {
+            let b = g.buddy_of(units, 1);
+            let rank = trimmed_rank(b.units);
+            assert_eq!(trimmed_units(rank), b.units, "units {units}");
+            match previous {
+                Some((p_units, p_rank)) if p_units == b.units => assert_eq!(p_rank, rank),
+                Some((_, p_rank)) => assert_eq!(rank, p_rank + 1, "units {units}: ranks are dense"),
+                None => assert_eq!(rank, 1),
+            }
+            if b.units > g.bank_units {
+                assert_eq!(g.cache_class(&b), Some(rank));
+                assert_eq!(g.cached_layout(rank).units, b.units);
+            } else {
+                assert_eq!(g.cache_class(&b), None, "a block of a bank or less is never cached");
+            }
+            previous = Some((b.units, rank));
+            classes = rank + 1;
+        }
+        assert_eq!(g.cache_classes(), classes);
+        let Layout::Buddy(large) = g.layout(g.chunk_size / 2 + 4096, 64) else { panic!("a buddy block") };
+        assert_eq!(large.level, 0);
+        assert_eq!(g.cache_class(&large), None, "more than half a chunk");
     }
 
     #[test]

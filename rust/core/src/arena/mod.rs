@@ -2,13 +2,14 @@
 //! bank rule), the route and shape of a block, the chunks' buddy trees and free-unit counts,
 //! the free stretches inside chunks and blocks placed in them, the global pool of chunks and
 //! runs, the core pools, the slab caches, the optional host
-//! backing, the chunk life cycle, the last resort that reveals hidden room, the regions of a
+//! backing, the caches of freed blocks, the chunk life cycle, the last resort that reveals hidden room, the regions of a
 //! pool that grows, runs with a buddy tail, blocks with a front in the free end of a chunk and the records of the chunks' free ends, whether the arena is tight, and the exact-position API that compaction uses.
 
 #[cfg(not(loom))]
 #[allow(clippy::module_inception)]
 pub(crate) mod arena;
 pub(crate) mod backing;
+pub(crate) mod block_cache;
 pub(crate) mod buddy;
 pub(crate) mod chunk_ends;
 pub(crate) mod chunk_space;

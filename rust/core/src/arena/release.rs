@@ -1,9 +1,11 @@
 //! Giving buddy blocks and runs back on the free path (runs with a tail: `tail.rs`; blocks with
-//! a front: `front.rs`), from any thread: each is checked before
+//! a front: `front.rs`; a buddy block of a cache class may stay in its core's cache of freed
+//! blocks instead: `block_cache.rs`), from any thread: each is checked before
 //! anything changes, and the first atomic release decides who frees a block when two callers
 //! race. A chunk that becomes empty stays as its core's reserve or goes back to the global pool.
 
 use super::arena::Arena;
+use super::block_cache::Put;
 use super::buddy::Node;
 use super::global::ChunkState;
 use super::layout::{BuddyLayout, Layout};
@@ -27,8 +29,9 @@ impl Arena {
     }
 
     /// Release the buddy block at `offset` (of `size` requested bytes, in a core chunk);
-    /// returns its block bytes.
-    pub(crate) fn release_buddy(&self, offset: usize, size: usize) -> Result<usize> {
+    /// returns its block bytes. With `room`, a block of a cache class may stay allocated in
+    /// its owner's cache of freed blocks instead (`block_cache.rs`).
+    pub(crate) fn release_buddy(&self, offset: usize, size: usize, room: bool) -> Result<usize> {
         let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
         let chunk = self.geometry.chunk_of(offset);
         let state = (chunk < self.geometry.chunks).then(|| self.global.state(chunk));
@@ -44,10 +47,90 @@ impl Arena {
         if offset & (self.geometry.min_block - 1) != 0 || within + b.units > self.geometry.units_per_chunk() {
             return self.release_past_chunk(offset, size, "not the start of a block of this size");
         }
+        if let Some(class) = self.geometry.cache_class(&b) {
+            return self.release_cacheable(offset, size, (chunk, owner, within), &b, class, room);
+        }
         if let Err(reason) = self.give_back_buddy(chunk, owner, &b, within) {
             return invalid(reason);
         }
         Ok(b.units as usize * self.geometry.min_block)
+    }
+
+    /// [`Arena::release_buddy`] of a block of cache class `class` at unit `within` of `chunk`
+    /// (core `owner`'s): kept in the owner's cache when it has room, else given back to the
+    /// tree under the block's granule state (`block_cache.rs`).
+    #[inline(always)]
+    fn release_cacheable(
+        &self,
+        offset: usize,
+        size: usize,
+        (chunk, owner, within): (usize, usize, u64),
+        b: &BuddyLayout,
+        class: usize,
+        room: bool,
+    ) -> Result<usize> {
+        let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
+        let bytes = b.units as usize * self.geometry.min_block;
+        let tree = self.tree(chunk);
+        let depth = self.geometry.depth;
+        let allocated = || b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p));
+        if !allocated() {
+            // Not this block: the tree's release finds what is wrong and changes nothing.
+            return match self.give_back_buddy(chunk, owner, b, within) {
+                Ok(()) => Ok(bytes),
+                Err(reason) => invalid(reason),
+            };
+        }
+        let given_back = match self.block_caches.put(owner, class, offset, bytes as u64, room, allocated) {
+            Put::Kept => return Ok(bytes),
+            Put::Twice => return invalid("the block was freed already"),
+            Put::Release => self.give_back_buddy(chunk, owner, b, within),
+            Put::ReleaseThenSettle => {
+                let given_back = self.give_back_buddy(chunk, owner, b, within);
+                self.block_caches.settle(offset);
+                given_back
+            }
+        };
+        match given_back {
+            Ok(()) => Ok(bytes),
+            Err(reason) => invalid(reason),
+        }
+    }
+
+    /// Give every block the cores' caches of freed blocks hold back to its tree (before a
+    /// failing allocation gives up, and before anything reads the trees as the pool's free
+    /// space: a check, a snapshot, statistics, a trim, a compaction). Returns the number of
+    /// blocks given back.
+    pub(crate) fn drain_block_caches(&self) -> usize {
+        let g = &self.geometry;
+        let mut chunks: Vec<usize> = Vec::new();
+        let drained = self.block_caches.drain(
+            |class| g.cached_layout(class).units * g.min_block as u64,
+            |offset, class| {
+                let b = g.cached_layout(class);
+                let chunk = g.chunk_of(offset);
+                let ChunkState::Core(owner) = self.global.state(chunk) else {
+                    debug_assert!(false, "a cached block at {offset} outside a core chunk");
+                    return;
+                };
+                // Only a second free of the block racing this drain can have released it first
+                // (`block_cache.rs`): then this release fails and changes nothing.
+                let _ = self.give_back_buddy(chunk, owner, &b, g.unit_in_chunk(offset));
+                chunks.push(chunk);
+            },
+        );
+        // Many blocks of one chunk given back at once join into stretches longer than what
+        // each release raises its chunk's stretch memo to: read the ends of every chunk that
+        // is still a core's once, so that the searches for large blocks bound them from the
+        // tree as it is now.
+        chunks.sort_unstable();
+        chunks.dedup();
+        for chunk in chunks {
+            if matches!(self.global.state(chunk), ChunkState::Core(_)) && !self.chunk_is_empty(chunk) {
+                self.read_ends(chunk);
+            }
+        }
+        drained
     }
 
     /// Release the block at `offset` of a core chunk whose `size` is no buddy block there: a

@@ -24,6 +24,8 @@ impl Pool {
     /// bytes); [`Error::MoverFailed`] when the mover failed (undone).
     pub fn move_blocks(&self, token: &PauseToken, moves: &[Move], mover: Option<Mover<'_>>) -> Result<MovedBlocks> {
         let _busy = self.busy(token)?;
+        // A destination may lie in a cached freed block: give those back first.
+        self.arena().drain_block_caches();
         let mut pieces: Vec<Piece> = Vec::with_capacity(moves.len());
         let release = |pieces: &[Piece]| release_pieces(self, pieces);
         for (i, m) in moves.iter().enumerate() {
@@ -85,6 +87,8 @@ impl Pool {
         // expect, so that their room is not in the way of the moves. A full compaction marks
         // every unpinned block moving as it takes the census (the other modes mark the blocks
         // they move once planned).
+        // Cached freed blocks would look like blocks nobody can move.
+        self.arena().drain_block_caches();
         if full && !caller_copies {
             self.arena().reclaim_all();
         }
@@ -174,6 +178,8 @@ impl Pool {
             Some(_) => return Err(Error::NotPaused),
             None => Some(self.pause_for_maintenance()?),
         };
+        // As `compact_step` plans: with the cached freed blocks given back to their trees.
+        self.arena().drain_block_caches();
         let stats = self.stats();
         let mut census = self.census(false);
         let model = Model::of_census(self, &census);

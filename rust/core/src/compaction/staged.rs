@@ -59,6 +59,8 @@ impl Pool {
     pub fn stage_compaction(&self, mode: &CompactionMode, with_mover: bool) -> Result<StagedCompaction> {
         let started = Instant::now();
         let caller_copies = with_mover || self.arena().backing.is_none();
+        // Cached freed blocks would look like blocks nobody can move.
+        self.arena().drain_block_caches();
         let mut census: Census = self.census(false);
         let model = Model::of_census(self, &census);
         let mut planned = Planned::of(&model);
@@ -187,6 +189,7 @@ mod tests {
         let chunk = p.arena().geometry.chunk_of(to);
         assert_eq!(chunk, p.arena().geometry.chunk_of(p.block(w).unwrap().offset), "one chunk");
         p.free(z).unwrap();
+        p.arena().drain_block_caches(); // z's units free in the tree, as planning reads them
         let staged = StagedCompaction {
             pool: p.id(),
             caller_copies: p.arena().backing.is_none(),
@@ -209,6 +212,8 @@ mod tests {
             assert!(others.len() < 200, "the destination is never reused");
         }
         others.into_iter().for_each(|h| p.free(h).unwrap());
+        // The frees as the tree sees them (not kept in the caches of freed blocks).
+        p.arena().drain_block_caches();
         assert_eq!(p.arena().space[chunk].free_units(), free);
         assert_ne!(p.arena().space[chunk].word(), word);
         let yb = bytes_of(&p, y);

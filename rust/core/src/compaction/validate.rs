@@ -383,6 +383,7 @@ mod tests {
         let (p, [x, _, _], chunk, mut planned) = setup();
         let at = p.block(x).unwrap().offset;
         p.free(x).unwrap();
+        p.arena().drain_block_caches(); // the release as the tree sees it
         planned.after_releases(&p, &[(at, SIZE)]);
         let (stamp, bits) = planned.chunks.get(&chunk).expect("still known");
         assert_eq!(*stamp, p.arena().space[chunk].stamp());
@@ -394,6 +395,7 @@ mod tests {
         let (p, [x, y, _], chunk, mut planned) = setup();
         let at = p.block(x).unwrap().offset;
         p.free(y).unwrap(); // the same units, the same epoch step, another place
+        p.arena().drain_block_caches();
         planned.after_releases(&p, &[(at, SIZE)]);
         assert!(!planned.chunks.contains_key(&chunk));
     }
@@ -404,6 +406,7 @@ mod tests {
         let at = p.block(x).unwrap().offset;
         p.free(x).unwrap();
         p.free(z).unwrap();
+        p.arena().drain_block_caches();
         planned.after_releases(&p, &[(at, SIZE)]);
         assert!(!planned.chunks.contains_key(&chunk));
     }

@@ -102,7 +102,7 @@ impl SlabBlocks for SlabCarver<'_> {
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.pool.arena.release_buddy(base, bytes).expect("a retired slab's block is allocated");
+        self.pool.arena.release_buddy(base, bytes, false).expect("a retired slab's block is allocated");
     }
 }
 
@@ -400,11 +400,32 @@ impl Pool {
                     class: Some(k),
                 });
             }
+        } else if let Some(placed) = self.take_cached(request, core) {
+            return Some(placed);
         }
         self.place_slow(request, core, reach)
     }
 
-    /// Everything after the fast path. With [`Reach::Full`], when nothing had room: the cores'
+    /// A block of the request's class from the core's cache of freed blocks
+    /// (`arena/block_cache.rs`), if it holds one and the request's alignment is at most a bank
+    /// (every cached block starts on one).
+    #[inline(always)]
+    fn take_cached(&self, request: &Request, core: usize) -> Option<Placed> {
+        let g = &self.arena.geometry;
+        if request.align > g.bank_units as usize * g.min_block {
+            return None;
+        }
+        let Layout::Buddy(b) = g.layout(request.size, request.align) else {
+            return None;
+        };
+        let class = g.cache_class(&b)?;
+        let block_bytes = b.units as usize * g.min_block;
+        let offset = self.arena.block_caches.take(core, class, block_bytes as u64)?;
+        Some(Placed { offset, block_bytes, route: Route::Core, overflow: false, class: None })
+    }
+
+    /// Everything after the fast path. With [`Reach::Full`], when nothing had room: the caches
+    /// of freed blocks give their blocks back to the trees, the cores'
     /// all-free current slabs go back (the free that empties any other slab retires it), hidden
     /// room is revealed (`arena/reveal.rs`) and the empty chunks that cores hold go back; the
     /// request is tried once more everywhere when that gave something back or revealed every
@@ -418,12 +439,13 @@ impl Pool {
         if reach == Reach::Fast {
             return None;
         }
+        let cached = self.arena.drain_block_caches();
         let carver = SlabCarver { pool: self, core, reach };
         let slabs = self.arena.slabs.reclaim_before_failing(&carver);
         let units = request.size.div_ceil(self.arena.geometry.min_block) as u64;
         let revealed = self.arena.reveal_hidden(units);
         let chunks = self.arena.reclaim_empty_mapped();
-        if slabs + chunks > 0 || revealed.every {
+        if cached + slabs + chunks > 0 || revealed.every {
             if let Some(placed) = self.place_once(request, core, reach) {
                 return Some(placed);
             }
@@ -946,7 +968,9 @@ impl Pool {
         }
     }
 
-    /// Give back what cores keep cached: every all-free slab and every empty chunk (an
+    /// Give back what cores keep cached: every freed block in their caches of freed blocks
+    /// (`arena/block_cache.rs`, not counted in the result), every all-free slab and every
+    /// empty chunk (an
     /// allocation does this by itself before it fails; a caller may want it earlier, e.g.
     /// before a snapshot or when the pool goes idle); then, in a pool that grew, every region
     /// that is entirely free except the first (`pool/growth.rs`). Returns the slabs and chunks
@@ -957,6 +981,7 @@ impl Pool {
             return 0; // the calling thread is moving blocks (inside a mover): nothing to trim now
         };
         let carver = SlabCarver { pool: self, core, reach: Reach::Full };
+        self.arena.drain_block_caches();
         let given_back = self.arena.slabs.reclaim(&carver) + self.arena.reclaim_empty_chunks(false);
         self.trim_regions();
         given_back

@@ -191,6 +191,22 @@ impl Pool {
             let all_free = classes[view.class].all_free();
             slab_objects[view.class] += u64::from((!view.free & all_free).count_ones());
         }
+        // Cached freed blocks (`arena/block_cache.rs`): allocated in their trees, counted free.
+        let bytes_of = |class: usize| g.cached_layout(class).units * g.min_block as u64;
+        findings.extend(self.arena.block_caches.findings(bytes_of));
+        for (offset, class) in self.arena.block_caches.cached() {
+            let (chunk, within) = (g.chunk_of(offset), g.unit_in_chunk(offset));
+            if !matches!(self.arena.global.state(chunk), ChunkState::Core(_)) || offset % self.config.bank_size != 0 {
+                findings.push(format!("cached block at {offset}: not on a bank of a core chunk"));
+                continue;
+            }
+            for p in g.cached_layout(class).pieces_at(depth, within) {
+                if !allocated.remove(&(chunk, p)) {
+                    findings.push(format!("cached block at {offset}: node {p:?} is not allocated (or shared)"));
+                }
+            }
+            block_bytes_walked = block_bytes_walked.saturating_sub(bytes_of(class) as usize);
+        }
         let mut slab_handles = vec![0u64; classes.len()];
 
         // Handles: each names an allocated block, inside the arena, aligned, bank-safe.

@@ -133,6 +133,16 @@ impl Pool {
         self.release_chunk_block(offset, size)
     }
 
+    /// Whether the free of a block of `size` requested bytes may keep it in a cache of freed
+    /// blocks (`arena/block_cache.rs`): it is no slab size (a request of a slab size goes to
+    /// its slab, so a cached block of that size would wait for a drain), and the pool is at
+    /// most 3/4 full (by the buddy and run bytes the cores published), so that cached blocks
+    /// are rarely in the way of a tree search.
+    #[inline]
+    fn may_cache(&self, size: usize) -> bool {
+        size > self.largest_slab && self.counters.published_bytes() * 4 <= self.capacity() as u64 * 3
+    }
+
     /// Release a buddy block or a run.
     #[inline(never)]
     fn release_chunk_block(&self, offset: usize, size: usize) -> Result<Released> {
@@ -142,7 +152,7 @@ impl Pool {
         }
         match self.arena.global.state(chunk) {
             ChunkState::RunHead(len) => self.arena.release_run(offset, size, chunk, len).map(Released::Block),
-            ChunkState::Core(_) => self.arena.release_buddy(offset, size).map(Released::Block),
+            ChunkState::Core(_) => self.arena.release_buddy(offset, size, self.may_cache(size)).map(Released::Block),
             ChunkState::TailedRunHead(len) => {
                 self.arena.release_tailed_run(offset, size, chunk, len).map(Released::Block)
             }

@@ -12,6 +12,7 @@
 //! slab caches and untracked extents always tile the usable arena exactly.
 
 use super::pool::{BlockInfo, Pool};
+use crate::arena::buddy::Node;
 use crate::arena::global::ChunkState;
 use crate::error::Result;
 use crate::stats::summary::PoolStats;
@@ -94,13 +95,17 @@ impl Pool {
     /// Free byte ranges chunk by chunk, in offset order (adjacent pieces not merged yet).
     fn free_pieces(&self) -> Vec<Extent> {
         let g = &self.arena.geometry;
+        // Cached freed blocks are free, though allocated in their trees.
+        let cached = self.cached_nodes();
         let mut pieces = Vec::new();
         for chunk in 0..self.arena.global.end() {
             let base = chunk * g.chunk_size;
             match self.arena.global.state(chunk) {
                 ChunkState::Free => pieces.push(Extent { offset: base, len: g.chunk_bytes(chunk) }),
                 ChunkState::Core(_) => {
-                    pieces.extend(self.free_holes(chunk, &|_| false).into_iter().map(|(from, to)| Extent {
+                    let cached = cached.get(&chunk);
+                    let is_cached = |n: Node| cached.is_some_and(|ns| ns.contains(&n));
+                    pieces.extend(self.free_holes(chunk, &is_cached).into_iter().map(|(from, to)| Extent {
                         offset: g.offset_of(chunk, from),
                         len: ((to - from) as usize) << g.unit_shift,
                     }))

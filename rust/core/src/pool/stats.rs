@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use crate::arena::buddy::Node;
 use crate::arena::front::FrontLayout;
-use crate::arena::global::ChunkState;
+use crate::arena::global::{ChunkState, FreeRun};
 use crate::arena::layout::Layout;
 use crate::pool::pool::Pool;
 use crate::stats::summary::{ClassStats, CoreStats, PoolStats};
@@ -47,6 +47,11 @@ impl Pool {
                     free += f;
                     used += self.arena.geometry.usable_bytes(chunk).saturating_sub(f);
                 }
+                // Cached freed blocks (`arena/block_cache.rs`) are free, though allocated in
+                // their trees.
+                let cached = (self.arena.block_caches.cached_bytes_of(core) as usize).min(used);
+                free += cached;
+                used -= cached;
                 CoreStats {
                     core,
                     chunks: owned.len(),
@@ -171,8 +176,8 @@ impl Pool {
     /// chunk joined to the free start of the next one (a block with a front).
     fn largest_free_block(&self) -> usize {
         let g = &self.arena.geometry;
-        // All-free slabs, by chunk: their blocks count as free.
-        let mut reclaimable: HashMap<usize, Vec<Node>> = HashMap::new();
+        // All-free slabs and cached freed blocks, by chunk: their nodes count as free.
+        let mut reclaimable: HashMap<usize, Vec<Node>> = self.cached_nodes();
         for view in self.arena.slabs.views() {
             if view.free == self.arena.slabs.classes.classes[view.class].all_free() {
                 let node = Node::covering(g.depth, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
@@ -185,13 +190,12 @@ impl Pool {
             matches!(self.arena.global.state(chunk), ChunkState::Core(_))
                 && self.arena.space[chunk].free_units() + reclaimable_units(chunk) == g.usable_units(chunk)
         };
-        let runs = self.arena.global.free_runs(&effectively_empty);
-        let mut largest = runs.iter().map(|&run| self.arena.largest_block_in_run(run)).max().unwrap_or(0);
-        // The free end of the core chunk before, from a bank boundary (units).
-        let mut end_before: Option<u64> = None;
+        // Per core chunk that is not effectively empty: its largest free node and its free
+        // stretches, with the reclaimable nodes counted free.
+        let mut stretches: HashMap<usize, FreeStretches> = HashMap::new();
+        let mut largest = 0;
         for chunk in 0..self.arena.global.end() {
             if !matches!(self.arena.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
-                end_before = None;
                 continue;
             }
             let nodes = reclaimable.get(&chunk);
@@ -207,11 +211,37 @@ impl Pool {
             };
             let free = self.free_stretches(chunk, &inside_reclaimable);
             largest = largest.max(free.longest as usize * g.min_block);
-            if let Some(end) = end_before.filter(|_| g.tails) {
-                largest = largest.max((end + free.at_start) as usize * g.min_block);
+            // With `run_tails`, the free end of the core chunk before joined to this free start.
+            if let Some(before) = chunk.checked_sub(1).and_then(|c| stretches.get(&c)).filter(|_| g.tails) {
+                largest = largest.max((before.at_end + free.at_start) as usize * g.min_block);
             }
-            end_before = Some(free.at_end);
+            stretches.insert(chunk, free);
         }
+        // The free chunk runs, with the tail and the front the core chunks around could add
+        // (`Arena::largest_block_in_run`, which reads their trees; with reclaimable nodes in
+        // them, from their stretches above instead).
+        let upc = g.units_per_chunk();
+        let run_block = |run: FreeRun| -> usize {
+            let (before, after) = (run.start.checked_sub(1), run.start + run.len);
+            if !before.is_some_and(|c| reclaimable.contains_key(&c)) && !reclaimable.contains_key(&after) {
+                return self.arena.largest_block_in_run(run);
+            }
+            let bytes = g.run_bytes(run.start, run.len);
+            if bytes <= g.chunk_size / 2 {
+                return g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block;
+            }
+            let tail = match stretches.get(&after) {
+                Some(s) if g.tails => g.largest_buddy_within(s.at_start.min(g.largest_trimmed())),
+                _ => 0,
+            };
+            let front = match before.and_then(|c| stretches.get(&c).map(|s| (c, s))) {
+                Some((c, s)) if g.tails && after < g.chunks && g.usable_units(c) == upc => s.at_end,
+                _ => 0,
+            };
+            bytes + (tail + front) as usize * g.min_block
+        };
+        let runs = self.arena.global.free_runs(&effectively_empty);
+        largest = largest.max(runs.into_iter().map(run_block).max().unwrap_or(0));
         largest
     }
 
@@ -234,6 +264,18 @@ impl Pool {
             }
         }
         out
+    }
+
+    /// The nodes of the blocks in the caches of freed blocks (`arena/block_cache.rs`), by
+    /// chunk: free space that the trees have allocated.
+    pub(crate) fn cached_nodes(&self) -> HashMap<usize, Vec<Node>> {
+        let g = &self.arena.geometry;
+        let mut nodes: HashMap<usize, Vec<Node>> = HashMap::new();
+        for (offset, class) in self.arena.block_caches.cached() {
+            let b = g.cached_layout(class);
+            nodes.entry(g.chunk_of(offset)).or_default().extend(b.pieces_at(g.depth, g.unit_in_chunk(offset)));
+        }
+        nodes
     }
 
     /// The free unit ranges `[from, to)` of core chunk `chunk`, in order, read from its tree
