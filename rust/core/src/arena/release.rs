@@ -74,7 +74,8 @@ impl Arena {
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
         let allocated = || b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p));
-        if !allocated() {
+        // Without room the block goes to the tree, whose release checks it.
+        if room && !allocated() {
             // Not this block: the tree's release finds what is wrong and changes nothing.
             return match self.give_back_buddy(chunk, owner, b, within) {
                 Ok(()) => Ok(bytes),
