@@ -73,15 +73,19 @@ impl Arena {
         let bytes = b.units as usize * self.geometry.min_block;
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
-        let allocated = || b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p));
+        let mut pieces = b.pieces_at(depth, within);
+        let first = pieces.next().expect("a block has at least one node");
         // Without room the block goes to the tree, whose release checks it.
-        if room && !allocated() {
+        if room && !(self.shape.is_allocated(tree, first) && pieces.all(|p| self.shape.is_allocated(tree, p))) {
             // Not this block: the tree's release finds what is wrong and changes nothing.
             return match self.give_back_buddy(chunk, owner, b, within) {
                 Ok(()) => Ok(bytes),
                 Err(reason) => invalid(reason),
             };
         }
+        // Once the granule says cached, a drain that released the block since the check above
+        // shows in its first node.
+        let allocated = || self.shape.is_allocated(tree, first);
         let given_back = match self.block_caches.put(owner, class, offset, bytes as u64, room, allocated) {
             Put::Kept => return Ok(bytes),
             Put::Twice => return invalid("the block was freed already"),
