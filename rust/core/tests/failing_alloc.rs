@@ -104,3 +104,45 @@ fn frees_at_chunk_ends_after_a_failing_scan_make_room_across_the_boundary() {
     p.free_raw(offset, request).unwrap();
     p.check().unwrap();
 }
+
+/// A slab object whose class has no slab with room needs a whole new slab: the failing path
+/// reveals chunks with room for that slab, not for the object. Here (found by the stateful
+/// test) the only room is the hidden rest of the chunk that a block with a front took its tail
+/// from; revealing chunks with room for a 2 KiB object found three others first, none with a
+/// free slab's worth, and the allocation failed with 60 KiB free in one stretch.
+#[test]
+fn a_slab_object_reveals_room_for_a_whole_slab() {
+    let config = PoolConfig::new(7 * 65536).cores(1).chunk_size(65536).bank_size(4096).min_block(64).core_reserve(0);
+    let p = Pool::new(config).unwrap();
+    let steps: [(usize, Option<usize>); 22] = [
+        (1, Some(1)),
+        (1, None),
+        (1, Some(4096)),
+        (1, Some(4096)),
+        (1, Some(4096)),
+        (321, None),
+        (385, None),
+        (449, None),
+        (12289, None),
+        (513, Some(256)),
+        (1, None),
+        (1, None),
+        (1, None),
+        (129, None),
+        (193, None),
+        (257, None),
+        (513, None),
+        (1, Some(65536)),
+        (258_049, None),
+        (1, None),
+        (65, None),
+        (12289, None),
+    ];
+    for (size, align) in steps {
+        p.alloc(size, align, 0).unwrap();
+    }
+    let largest = p.stats().largest_free_block;
+    assert!(largest >= 60 * 1024, "the setting: {largest} bytes free in one stretch");
+    p.alloc(2049, None, 0).expect("a 2 KiB object with 60 KiB free in one stretch");
+    p.check().unwrap();
+}

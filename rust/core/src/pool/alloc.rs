@@ -442,7 +442,9 @@ impl Pool {
         let cached = self.arena.drain_block_caches();
         let carver = SlabCarver { pool: self, core, reach };
         let slabs = self.arena.slabs.reclaim_before_failing(&carver);
-        let units = request.size.div_ceil(self.arena.geometry.min_block) as u64;
+        // A slab object needs room for a whole slab of its class.
+        let bytes = request.class.map_or(request.size, |k| self.arena.slabs.classes.classes[k].slab_bytes);
+        let units = bytes.div_ceil(self.arena.geometry.min_block) as u64;
         let revealed = self.arena.reveal_hidden(units);
         let chunks = self.arena.reclaim_empty_mapped();
         if cached + slabs + chunks > 0 || revealed.every {
