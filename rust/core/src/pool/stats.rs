@@ -177,7 +177,8 @@ impl Pool {
     fn largest_free_block(&self) -> usize {
         let g = &self.arena.geometry;
         // All-free slabs and cached freed blocks, by chunk: their nodes count as free.
-        let mut reclaimable: HashMap<usize, Vec<Node>> = self.cached_nodes();
+        let cached = self.cached_nodes();
+        let mut reclaimable: HashMap<usize, Vec<Node>> = cached.clone();
         for view in self.arena.slabs.views() {
             if view.free == self.arena.slabs.classes.classes[view.class].all_free() {
                 let node = Node::covering(g.depth, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
@@ -218,12 +219,12 @@ impl Pool {
             stretches.insert(chunk, free);
         }
         // The free chunk runs, with the tail and the front the core chunks around could add
-        // (`Arena::largest_block_in_run`, which reads their trees; with reclaimable nodes in
+        // (`Arena::largest_block_in_run`, which reads their trees; with cached freed blocks in
         // them, from their stretches above instead).
         let upc = g.units_per_chunk();
         let run_block = |run: FreeRun| -> usize {
             let (before, after) = (run.start.checked_sub(1), run.start + run.len);
-            if !before.is_some_and(|c| reclaimable.contains_key(&c)) && !reclaimable.contains_key(&after) {
+            if !before.is_some_and(|c| cached.contains_key(&c)) && !cached.contains_key(&after) {
                 return self.arena.largest_block_in_run(run);
             }
             let bytes = g.run_bytes(run.start, run.len);
