@@ -611,7 +611,8 @@ impl Pool {
         self.oom.clear()
     }
 
-    /// Give back what cores keep cached (all-free slabs, empty reserve chunks) now rather than
+    /// Give back what cores keep cached (freed blocks kept for reuse, all-free slabs, empty
+    /// reserve chunks) now rather than
     /// when an allocation needs the room; then, in a pool that grew, every region that is
     /// entirely free except the first (`on_trim(offset, nbytes)` is called for each). Returns
     /// how many slabs and chunks went back.
