@@ -15,9 +15,10 @@
 //!
 //! [`SLOTS`] per class and core, and per core at most `limit` bytes (a soft bound: racing frees
 //! may pass it by a block each). The pool caches nothing while it is fuller than its gate
-//! (`Pool::may_cache`), and a failing allocation, a check, a snapshot, statistics, a trim and
-//! every compaction *drain* the caches into the trees first, so cached blocks are never what
-//! makes an allocation fail and never appear as used space.
+//! (`Pool::cache_allowance`). A failing allocation, a trim and every compaction *drain* the
+//! caches into the trees first, so cached blocks are never what makes an allocation fail;
+//! statistics, snapshots and `check()` count cached blocks free without draining them
+//! ([`BlockCaches::cached`]), so that reading a pool never changes where its next block goes.
 //!
 //! # Protocol
 //!
