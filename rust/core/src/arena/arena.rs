@@ -218,6 +218,6 @@ impl SlabBlocks for Arena {
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.release_buddy(base, bytes, 0).expect("a retired slab's block is allocated");
+        self.release_buddy(base, bytes, false).expect("a retired slab's block is allocated");
     }
 }

@@ -15,7 +15,7 @@
 //!
 //! [`SLOTS`] per class and core, and per core at most `limit` bytes (a soft bound: racing frees
 //! may pass it by a block each). The pool caches nothing while it is fuller than its gate
-//! (`Pool::cache_allowance`). A failing allocation, a trim and every compaction *drain* the
+//! (`Pool::may_cache`). A failing allocation, a trim and every compaction *drain* the
 //! caches into the trees first, so cached blocks are never what makes an allocation fail;
 //! statistics, snapshots and `check()` count cached blocks free without draining them
 //! ([`BlockCaches::cached`]), so that reading a pool never changes where its next block goes.
@@ -145,8 +145,7 @@ impl BlockCaches {
     }
 
     /// Decide what the free of the block at `offset` (`bytes` bytes, class `class`, in a chunk
-    /// of core `owner`) does; `allowance`: the bytes the owner's cache may hold now (0: cache
-    /// nothing; the cache's own limit applies too). The caller checked
+    /// of core `owner`) does; `room`: whether the pool may cache at all now. The caller checked
     /// that the block's nodes are allocated; `allocated` checks it again once the state is
     /// `CACHED` (a drain may have released the block in between: then this free is a second
     /// one).
@@ -157,13 +156,13 @@ impl BlockCaches {
         class: usize,
         offset: usize,
         bytes: u64,
-        allowance: u64,
+        room: bool,
         allocated: impl FnOnce() -> bool,
     ) -> Put {
         let cache = &self.cores[owner];
         let slots = self.class_slots(owner, class);
-        let wanted = allowance != 0
-            && cache.bytes.load(Ordering::Relaxed) + bytes <= self.limit.min(allowance)
+        let wanted = room
+            && cache.bytes.load(Ordering::Relaxed) + bytes <= self.limit
             && slots.iter().any(|s| s.load(Ordering::Relaxed) == 0);
         let to = if wanted { CACHED } else { BUSY };
         match self.claim_state(offset, to) {
@@ -335,8 +334,8 @@ mod tests {
     #[test]
     fn a_block_is_taken_once_and_a_second_free_of_a_cached_block_is_refused() {
         let c = BlockCaches::new(2, 4, 1 << 20, 4096, 1 << 20).unwrap();
-        assert_eq!(c.put(1, 2, 8192, 8192, u64::MAX, || true), Put::Kept);
-        assert_eq!(c.put(1, 2, 8192, 8192, u64::MAX, || true), Put::Twice);
+        assert_eq!(c.put(1, 2, 8192, 8192, true, || true), Put::Kept);
+        assert_eq!(c.put(1, 2, 8192, 8192, true, || true), Put::Twice);
         assert_eq!(c.cached_bytes(), 8192);
         assert_eq!(c.take(0, 2, 8192), None, "another core's cache");
         assert_eq!(c.take(1, 1, 8192), None, "another class");
@@ -344,19 +343,19 @@ mod tests {
         assert_eq!(c.take(1, 2, 8192), None);
         assert_eq!(c.cached_bytes(), 0);
         // Taken, the block is live again: its next free may cache it.
-        assert_eq!(c.put(1, 2, 8192, 8192, u64::MAX, || true), Put::Kept);
+        assert_eq!(c.put(1, 2, 8192, 8192, true, || true), Put::Kept);
     }
 
     #[test]
     fn a_full_cache_and_a_pool_without_room_release_with_the_state_held() {
         let c = BlockCaches::new(1, 1, 1 << 20, 4096, 3 * 4096).unwrap();
-        assert_eq!(c.put(0, 0, 0, 4096, 0, || true), Put::ReleaseThenSettle, "no room");
-        assert_eq!(c.put(0, 0, 0, 4096, u64::MAX, || true), Put::Release, "busy: the tree decides");
+        assert_eq!(c.put(0, 0, 0, 4096, false, || true), Put::ReleaseThenSettle, "no room");
+        assert_eq!(c.put(0, 0, 0, 4096, true, || true), Put::Release, "busy: the tree decides");
         c.settle(0);
         for i in 0..3 {
-            assert_eq!(c.put(0, 0, i * 4096, 4096, u64::MAX, || true), Put::Kept);
+            assert_eq!(c.put(0, 0, i * 4096, 4096, true, || true), Put::Kept);
         }
-        assert_eq!(c.put(0, 0, 3 * 4096, 4096, u64::MAX, || true), Put::ReleaseThenSettle, "over the byte limit");
+        assert_eq!(c.put(0, 0, 3 * 4096, 4096, true, || true), Put::ReleaseThenSettle, "over the byte limit");
         c.settle(3 * 4096);
         let mut drained = Vec::new();
         assert_eq!(c.drain(|_| 4096, |offset, class| drained.push((offset, class))), 3);
@@ -372,11 +371,11 @@ mod tests {
     fn every_slot_of_a_class_fills_before_a_free_is_released() {
         let c = BlockCaches::new(1, 2, 1 << 24, 4096, u64::MAX).unwrap();
         for i in 0..SLOTS {
-            assert_eq!(c.put(0, 1, i * 4096, 4096, u64::MAX, || true), Put::Kept);
+            assert_eq!(c.put(0, 1, i * 4096, 4096, true, || true), Put::Kept);
         }
-        assert_eq!(c.put(0, 1, SLOTS * 4096, 4096, u64::MAX, || true), Put::ReleaseThenSettle);
+        assert_eq!(c.put(0, 1, SLOTS * 4096, 4096, true, || true), Put::ReleaseThenSettle);
         c.settle(SLOTS * 4096);
-        assert_eq!(c.put(0, 0, SLOTS * 4096, 4096, u64::MAX, || true), Put::Kept, "the other class has room");
+        assert_eq!(c.put(0, 0, SLOTS * 4096, 4096, true, || true), Put::Kept, "the other class has room");
     }
 }
 
@@ -398,7 +397,7 @@ mod loom_models {
         if tree.load(Ordering::Acquire) == 0 {
             return Err(());
         }
-        match c.put(0, 0, AT, 4096, if room { u64::MAX } else { 0 }, || tree.load(Ordering::Acquire) == 1) {
+        match c.put(0, 0, AT, 4096, room, || tree.load(Ordering::Acquire) == 1) {
             Put::Kept => Ok(true),
             Put::Twice => Err(()),
             Put::Release => release(tree).map(|_| false),

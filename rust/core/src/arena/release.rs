@@ -29,10 +29,9 @@ impl Arena {
     }
 
     /// Release the buddy block at `offset` (of `size` requested bytes, in a core chunk);
-    /// returns its block bytes. A block of a cache class may stay allocated in its owner's
-    /// cache of freed blocks instead, while that cache holds less than `allowance` bytes
-    /// (`block_cache.rs`).
-    pub(crate) fn release_buddy(&self, offset: usize, size: usize, allowance: u64) -> Result<usize> {
+    /// returns its block bytes. With `room`, a block of a cache class may stay allocated in
+    /// its owner's cache of freed blocks instead (`block_cache.rs`).
+    pub(crate) fn release_buddy(&self, offset: usize, size: usize, room: bool) -> Result<usize> {
         let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
         let chunk = self.geometry.chunk_of(offset);
         let state = (chunk < self.geometry.chunks).then(|| self.global.state(chunk));
@@ -49,7 +48,7 @@ impl Arena {
             return self.release_past_chunk(offset, size, "not the start of a block of this size");
         }
         if let Some(class) = self.geometry.cache_class(&b) {
-            return self.release_cacheable(offset, size, (chunk, owner, within), &b, class, allowance);
+            return self.release_cacheable(offset, size, (chunk, owner, within), &b, class, room);
         }
         if let Err(reason) = self.give_back_buddy(chunk, owner, &b, within) {
             return invalid(reason);
@@ -58,7 +57,7 @@ impl Arena {
     }
 
     /// [`Arena::release_buddy`] of a block of cache class `class` at unit `within` of `chunk`
-    /// (core `owner`'s): kept in the owner's cache when it has room within `allowance`, else given back to the
+    /// (core `owner`'s): kept in the owner's cache when it has room, else given back to the
     /// tree under the block's granule state (`block_cache.rs`).
     #[inline(always)]
     fn release_cacheable(
@@ -68,7 +67,7 @@ impl Arena {
         (chunk, owner, within): (usize, usize, u64),
         b: &BuddyLayout,
         class: usize,
-        allowance: u64,
+        room: bool,
     ) -> Result<usize> {
         let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
         let bytes = b.units as usize * self.geometry.min_block;
@@ -76,9 +75,8 @@ impl Arena {
         let depth = self.geometry.depth;
         let mut pieces = b.pieces_at(depth, within);
         let first = pieces.next().expect("a block has at least one node");
-        // Without an allowance the block goes to the tree, whose release checks it.
-        if allowance != 0 && !(self.shape.is_allocated(tree, first) && pieces.all(|p| self.shape.is_allocated(tree, p)))
-        {
+        // Without room the block goes to the tree, whose release checks it.
+        if room && !(self.shape.is_allocated(tree, first) && pieces.all(|p| self.shape.is_allocated(tree, p))) {
             // Not this block: the tree's release finds what is wrong and changes nothing.
             return match self.give_back_buddy(chunk, owner, b, within) {
                 Ok(()) => Ok(bytes),
@@ -88,7 +86,7 @@ impl Arena {
         // Once the granule says cached, a drain that released the block since the check above
         // shows in its first node.
         let allocated = || self.shape.is_allocated(tree, first);
-        let given_back = match self.block_caches.put(owner, class, offset, bytes as u64, allowance, allocated) {
+        let given_back = match self.block_caches.put(owner, class, offset, bytes as u64, room, allocated) {
             Put::Kept => return Ok(bytes),
             Put::Twice => return invalid("the block was freed already"),
             Put::Release => self.give_back_buddy(chunk, owner, b, within),
@@ -105,9 +103,8 @@ impl Arena {
     }
 
     /// Give every block the cores' caches of freed blocks hold back to its tree (before a
-    /// failing allocation gives up, and before anything reads the trees as the pool's free
-    /// space: a check, a snapshot, statistics, a trim, a compaction). Returns the number of
-    /// blocks given back.
+    /// failing allocation gives up, on a trim, and before a compaction plans). Returns the
+    /// number of blocks given back.
     pub(crate) fn drain_block_caches(&self) -> usize {
         let g = &self.geometry;
         let mut chunks: Vec<usize> = Vec::new();

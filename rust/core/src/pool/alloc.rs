@@ -102,7 +102,7 @@ impl SlabBlocks for SlabCarver<'_> {
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.pool.arena.release_buddy(base, bytes, 0).expect("a retired slab's block is allocated");
+        self.pool.arena.release_buddy(base, bytes, false).expect("a retired slab's block is allocated");
     }
 }
 

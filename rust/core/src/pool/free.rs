@@ -133,22 +133,16 @@ impl Pool {
         self.release_chunk_block(offset, size)
     }
 
-    /// The bytes a core's cache of freed blocks (`arena/block_cache.rs`) may hold when a block
-    /// of `size` requested bytes is freed (the cache's own limit applies too): none for a slab
-    /// size (a request of a slab size goes to its slab, so a cached block of that size would
-    /// wait for a drain), and none once the pool is more than 3/4 full (by the buddy and run
-    /// bytes the cores published). Above that, cached blocks would be in the way of the tree
-    /// searches: measured with a quarter of the free bytes or less allowed, a churn at 88%
-    /// failed more often (78 against 64 of 200,000) and each failing allocation, draining
-    /// the caches first, took three times as long.
+    /// Whether the free of a block of `size` requested bytes may keep it in a cache of freed
+    /// blocks (`arena/block_cache.rs`): it is no slab size (a request of a slab size goes to
+    /// its slab, so a cached block of that size would wait for a drain), and the pool is at
+    /// most 3/4 full (by the buddy and run bytes the cores published). Fuller, cached blocks
+    /// would be in the way of the tree searches: measured with a quarter of the free bytes or
+    /// less cached, a churn at 88% failed more often (78 against 64 of 200,000) and each
+    /// failing allocation, draining the caches first, took three times as long.
     #[inline]
-    fn cache_allowance(&self, size: usize) -> u64 {
-        let full = self.counters.published_bytes() * 4 > self.capacity() as u64 * 3;
-        if size <= self.largest_slab || full {
-            0
-        } else {
-            u64::MAX
-        }
+    fn may_cache(&self, size: usize) -> bool {
+        size > self.largest_slab && self.counters.published_bytes() * 4 <= self.capacity() as u64 * 3
     }
 
     /// Release a buddy block or a run.
@@ -160,9 +154,7 @@ impl Pool {
         }
         match self.arena.global.state(chunk) {
             ChunkState::RunHead(len) => self.arena.release_run(offset, size, chunk, len).map(Released::Block),
-            ChunkState::Core(_) => {
-                self.arena.release_buddy(offset, size, self.cache_allowance(size)).map(Released::Block)
-            }
+            ChunkState::Core(_) => self.arena.release_buddy(offset, size, self.may_cache(size)).map(Released::Block),
             ChunkState::TailedRunHead(len) => {
                 self.arena.release_tailed_run(offset, size, chunk, len).map(Released::Block)
             }
