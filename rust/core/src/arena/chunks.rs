@@ -126,9 +126,10 @@ impl Arena {
         self.reclaim_empty_chunks(true)
     }
 
-    /// What an allocation does before it fails, on a paused pool: all-free slabs and empty
-    /// chunks go back. Returns how many slabs and chunks went.
+    /// What an allocation does before it fails, and a compaction after its batches, on a paused
+    /// pool: all-free slabs and empty chunks go back. Returns how many chunks went.
     pub(crate) fn reclaim_all(&self) -> usize {
-        self.slabs.reclaim(self as &dyn SlabBlocks) + self.retire_empty_chunks()
+        self.slabs.reclaim(self as &dyn SlabBlocks);
+        self.retire_empty_chunks()
     }
 }

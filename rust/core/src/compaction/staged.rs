@@ -123,9 +123,8 @@ impl Pool {
             let n = kept.len();
             out.add(self.execute(kept, (0..n).collect(), Vec::new(), mover.as_deref_mut())?);
         }
-        if staged.full {
-            out.chunks_freed += self.arena().reclaim_all();
-        }
+        // As `compact_step`: the all-free slabs and the chunks they kept go back last.
+        out.chunks_freed += self.arena().reclaim_all();
         Ok(out)
     }
 
