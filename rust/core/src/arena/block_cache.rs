@@ -16,7 +16,9 @@
 //! [`SLOTS`] per class and core, and per core at most `limit` bytes (a soft bound: racing frees
 //! may pass it by a block each). The pool caches nothing while it is fuller than its gate
 //! (`Pool::may_cache`). A failing allocation, a trim and every compaction *drain* the
-//! caches into the trees first, so cached blocks are never what makes an allocation fail;
+//! caches into the trees first, so cached blocks are never what makes an allocation fail, and
+//! a core that finds no chunk to be granted drains its own cache before it looks at other
+//! cores' chunks, so cached blocks do not use up the free chunks either;
 //! statistics, snapshots and `check()` count cached blocks free without draining them
 //! ([`BlockCaches::cached`]), so that reading a pool never changes where its next block goes.
 //!
@@ -219,9 +221,28 @@ impl BlockCaches {
     /// Empty every cache: each block goes to `release(offset, class)` (which gives it back to
     /// its tree) between `CACHED -> BUSY` and the settle. `bytes_of(class)`: a class's bytes.
     /// Returns the number of blocks released.
-    pub(crate) fn drain(&self, bytes_of: impl Fn(usize) -> u64, mut release: impl FnMut(usize, usize)) -> usize {
+    pub(crate) fn drain(&self, bytes_of: impl Fn(usize) -> u64, release: impl FnMut(usize, usize)) -> usize {
+        self.drain_cores(0..self.cores.len(), bytes_of, release)
+    }
+
+    /// [`BlockCaches::drain`] of core `core`'s cache alone.
+    pub(crate) fn drain_core(
+        &self,
+        core: usize,
+        bytes_of: impl Fn(usize) -> u64,
+        release: impl FnMut(usize, usize),
+    ) -> usize {
+        self.drain_cores(core..core + 1, bytes_of, release)
+    }
+
+    fn drain_cores(
+        &self,
+        cores: std::ops::Range<usize>,
+        bytes_of: impl Fn(usize) -> u64,
+        mut release: impl FnMut(usize, usize),
+    ) -> usize {
         let mut released = 0;
-        for cache in self.cores.iter() {
+        for cache in &self.cores[cores] {
             if cache.bytes.load(Ordering::Relaxed) == 0 {
                 continue;
             }

@@ -106,23 +106,35 @@ impl Arena {
     /// failing allocation gives up, on a trim, and before a compaction plans). Returns the
     /// number of blocks given back.
     pub(crate) fn drain_block_caches(&self) -> usize {
+        self.drain_caches_of(None)
+    }
+
+    /// [`Arena::drain_block_caches`] of core `core`'s cache alone: when the global pool has no
+    /// chunk to grant it, the blocks it keeps are room of its own before room of other cores.
+    pub(crate) fn drain_block_cache_of(&self, core: usize) -> usize {
+        self.drain_caches_of(Some(core))
+    }
+
+    fn drain_caches_of(&self, core: Option<usize>) -> usize {
         let g = &self.geometry;
         let mut chunks: Vec<usize> = Vec::new();
-        let drained = self.block_caches.drain(
-            |class| g.cached_layout(class).units * g.min_block as u64,
-            |offset, class| {
-                let b = g.cached_layout(class);
-                let chunk = g.chunk_of(offset);
-                let ChunkState::Core(owner) = self.global.state(chunk) else {
-                    debug_assert!(false, "a cached block at {offset} outside a core chunk");
-                    return;
-                };
-                // Only a second free of the block racing this drain can have released it first
-                // (`block_cache.rs`): then this release fails and changes nothing.
-                let _ = self.give_back_buddy(chunk, owner, &b, g.unit_in_chunk(offset));
-                chunks.push(chunk);
-            },
-        );
+        let bytes_of = |class| g.cached_layout(class).units * g.min_block as u64;
+        let release = |offset, class| {
+            let b = g.cached_layout(class);
+            let chunk = g.chunk_of(offset);
+            let ChunkState::Core(owner) = self.global.state(chunk) else {
+                debug_assert!(false, "a cached block at {offset} outside a core chunk");
+                return;
+            };
+            // Only a second free of the block racing this drain can have released it first
+            // (`block_cache.rs`): then this release fails and changes nothing.
+            let _ = self.give_back_buddy(chunk, owner, &b, g.unit_in_chunk(offset));
+            chunks.push(chunk);
+        };
+        let drained = match core {
+            None => self.block_caches.drain(bytes_of, release),
+            Some(core) => self.block_caches.drain_core(core, bytes_of, release),
+        };
         // Many blocks of one chunk given back at once join into stretches longer than what
         // each release raises its chunk's stretch memo to: read the ends of every chunk that
         // is still a core's once, so that the searches for large blocks bound them from the

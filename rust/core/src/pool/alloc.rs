@@ -617,6 +617,13 @@ impl Pool {
                 return Some(placed);
             }
         } else {
+            // No chunk to be had: the blocks the core's cache keeps are room of its own chunks,
+            // which comes before room of other cores' (and does not make the arena tight).
+            if reach == Reach::Full && self.arena.drain_block_cache_of(core) > 0 {
+                if let Some(placed) = self.alloc_in_core(b, core) {
+                    return Some(placed);
+                }
+            }
             self.arena.tight.enter();
         }
         if reach == Reach::Fast {
@@ -1038,8 +1045,60 @@ impl Pool {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::{Placed, Reach};
+    use crate::arena::global::ChunkState;
     use crate::config::PoolConfig;
     use crate::pool::pool::Pool;
+
+    const MIB: usize = 1 << 20;
+
+    /// Allocate `size` bytes as core `core` would.
+    fn alloc_on(pool: &Pool, size: usize, core: usize) -> Placed {
+        let request = pool.request(size, None).unwrap();
+        let placed = pool.place(&request, core, Reach::Full).expect("room");
+        pool.account_alloc(&placed, core, size);
+        placed
+    }
+
+    /// Every chunk granted, each half full: core 1's with a free half at its end, core 0's with
+    /// free blocks of 512 KiB at 512 KiB and 1.5 MiB. Core 0 frees the block before the first of
+    /// those, which its cache keeps, and core 1 the other half of its first chunk. A request of
+    /// 1 MiB on core 0 finds no node in its trees and no chunk to be granted: core 0's cache goes
+    /// back to its trees, where the freed block and its buddy make the node, so the block lands
+    /// there and not in core 1's free halves; the arena is not tight, and core 1's cache keeps
+    /// its block.
+    #[test]
+    fn a_core_without_a_chunk_to_be_granted_uses_its_cached_blocks_before_other_cores_room() {
+        let pool = Pool::new(PoolConfig::new(32 * MIB).cores(2).slab_sizes(Vec::new())).unwrap();
+        let chunk = |offset: usize| offset >> 21;
+        let halves: Vec<usize> = (0..16).map(|_| alloc_on(&pool, MIB, 1).offset).collect();
+        let quarters: Vec<usize> = (0..32).map(|_| alloc_on(&pool, MIB / 2, 0).offset).collect();
+        assert!(!pool.arena().global.has_free(), "every chunk is granted");
+        assert!(halves.iter().all(|&o| pool.arena().global.state(chunk(o)) == ChunkState::Core(1)));
+        assert!(quarters.iter().all(|&o| pool.arena().global.state(chunk(o)) == ChunkState::Core(0)));
+        for &o in halves.iter().filter(|&&o| o % (2 * MIB) != 0) {
+            pool.free_raw(o, MIB).unwrap();
+        }
+        for &o in quarters.iter().filter(|&&o| (o / (MIB / 2)) % 2 == 1) {
+            pool.free_raw(o, MIB / 2).unwrap();
+        }
+        pool.arena().drain_block_caches();
+        let first = *quarters.iter().min().unwrap();
+        let kept = *halves.iter().min().unwrap();
+        pool.free_raw(first, MIB / 2).unwrap();
+        pool.free_raw(kept, MIB).unwrap();
+        let mut cached: Vec<usize> = pool.arena().block_caches.cached().iter().map(|&(o, _)| o).collect();
+        cached.sort_unstable();
+        assert_eq!(cached, [kept, first], "both frees are cached");
+        let placed = alloc_on(&pool, MIB, 0);
+        assert!(!placed.overflow, "placed in another core's chunk at {}", placed.offset);
+        assert_eq!(pool.arena().global.state(chunk(placed.offset)), ChunkState::Core(0));
+        assert_eq!(placed.offset, first, "where the cached block and its buddy were");
+        assert!(!pool.arena().tight.is_on(), "the arena was made tight");
+        let left: Vec<usize> = pool.arena().block_caches.cached().iter().map(|&(o, _)| o).collect();
+        assert_eq!(left, [kept], "core 1's cache keeps its block");
+        pool.check().unwrap();
+    }
 
     /// A block of 1/64 of a chunk (below the size that goes to a free stretch first).
     const BLOCK: usize = 32 << 10;
