@@ -98,6 +98,12 @@ $(DOCS_STAMP): pyproject.toml | $(PY_DEPS_STAMP)
 	    $$($(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(" ".join(f"\"{d}\"" for d in p["optional-dependencies"]["docs"]))' | xargs)
 	touch $@
 
+.PHONY: device-bundle
+device-bundle: develop ## Build what scripts/device_checks.sh carries to the device machine (16 cores, a GPU)
+	cargo build --release -p npumem-benches --example mixed_sizes
+	mkdir -p .device
+	cp target/release/examples/mixed_sizes .device/
+
 .PHONY: docs
 docs: develop $(DOCS_STAMP) ## Build the documentation site into site/ (MkDocs, strict: no broken links)
 	$(BIN)/mkdocs build --strict --site-dir site

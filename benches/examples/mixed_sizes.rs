@@ -5,16 +5,17 @@
 //!
 //! - churn: random sizes 256 B-1 MiB at 50% and 85% occupancy, ns per free+alloc step, failed
 //!   allocations, and the latency of a failing allocation (median and max);
-//! - two threads, the same churn each: throughput over one thread's;
+//! - two threads (or `--threads N`), the same churn each: throughput over one thread's;
 //! - fixed-size alloc+free pairs at 256 B, 4 KiB, 64 KiB, 1 MiB on an empty arena;
 //! - fill: random sizes, no frees, until the first failure: requested bytes over capacity;
 //! - waste: every size 1 B-64 MiB on a log grid plus sizes next to class and chunk boundaries,
 //!   reserved over requested, worst case per range.
 //!
 //! `cargo run --release -p npumem-benches --example mixed_sizes [-- --quick] [--steps N]
-//! [--runs N] [--only TABLE] [--peer NAME] [--occupancy PERCENT]` (TABLE: churn, threads, pairs,
-//! fill, waste; NAME: one row of every table, e.g. `npumem`; PERCENT: the churn table at that one
-//! occupancy, 1-95, instead of 50 and 85).
+//! [--runs N] [--only TABLE] [--peer NAME] [--occupancy PERCENT] [--threads N]` (TABLE: churn,
+//! threads, pairs, fill, waste; NAME: one row of every table, e.g. `npumem`; PERCENT: the churn
+//! table at that one occupancy, 1-95, instead of 50 and 85; N: the threads table's threads, 2 by
+//! default, pinned to the first N CPUs the process may use).
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::{Barrier, Mutex};
@@ -142,8 +143,13 @@ const PEERS: [&str; 5] = ["npumem", "offset-allocator", "rlsf", "buddy_system_al
 
 /// Run `f` on a fresh allocator of peer `name`.
 fn with_peer<R>(name: &str, f: &mut dyn FnMut(&dyn Peer) -> R) -> R {
+    with_peer_of_cores(name, 2, f)
+}
+
+/// [`with_peer`], npumem with `cores` core pools.
+fn with_peer_of_cores<R>(name: &str, cores: usize, f: &mut dyn FnMut(&dyn Peer) -> R) -> R {
     match name {
-        "npumem" => f(&NpumemRaw::new(ARENA, 2)),
+        "npumem" => f(&NpumemRaw::new(ARENA, cores)),
         "offset-allocator" => f(&OffsetAlloc::new()),
         "rlsf" => f(rlsf_heap()),
         "buddy_system_allocator" => f(&LockedFrames::new(ARENA)),
@@ -199,6 +205,8 @@ struct Options {
     peer: Option<String>,
     /// The churn table's occupancies: 50% and 85% unless `--occupancy` names one.
     occupancies: Vec<f64>,
+    /// The threads table's threads.
+    threads: usize,
 }
 
 impl Options {
@@ -208,13 +216,20 @@ impl Options {
     }
 }
 
-const USAGE: &str =
-    "mixed_sizes [--quick] [--steps N] [--runs N] [--pairs N] [--only TABLE] [--peer NAME] [--occupancy PERCENT]";
+const USAGE: &str = "mixed_sizes [--quick] [--steps N] [--runs N] [--pairs N] [--only TABLE] [--peer NAME] \
+     [--occupancy PERCENT] [--threads N]";
 const TABLES: [&str; 5] = ["churn", "threads", "pairs", "fill", "waste"];
 
 fn options() -> Options {
-    let mut o =
-        Options { steps: 200_000, runs: 3, pairs: 1_000_000, only: None, peer: None, occupancies: vec![0.5, 0.85] };
+    let mut o = Options {
+        steps: 200_000,
+        runs: 3,
+        pairs: 1_000_000,
+        only: None,
+        peer: None,
+        occupancies: vec![0.5, 0.85],
+        threads: 2,
+    };
     let mut args = cli::args().into_iter();
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| cli::fail(USAGE, format!("{a} needs a value")));
@@ -245,6 +260,7 @@ fn options() -> Options {
                 let percent: usize = cli::number(USAGE, "--occupancy", &value(), 1..=95);
                 o.occupancies = vec![percent as f64 / 100.0];
             }
+            "--threads" => o.threads = cli::number(USAGE, "--threads", &value(), 2..=1024),
             other => cli::fail(USAGE, format!("unknown option '{other}'")),
         }
     }
@@ -388,28 +404,42 @@ fn churn_tables(o: &Options) {
 }
 
 fn threads_table(o: &Options) {
-    let steps = o.steps / 2;
-    println!("\n### Two threads, the churn at 50% each ({steps} steps per thread, medians of {})\n", o.runs);
-    println!("| | one thread (M steps/s) | two threads (M steps/s) | two / one |");
-    println!("|---|---:|---:|---:|");
+    let (n, steps) = (o.threads, o.steps / 2);
+    // Every thread holds its share of half the arena; the one-thread run does one thread's work.
+    let share = 0.5 / n as f64;
+    println!("\n### {n} threads, the churn at 50% in all ({steps} steps per thread, medians of {})\n", o.runs);
+    println!("| | one thread (M steps/s) | {n} threads (M steps/s) | {n} / one | {n} / one by CPU time |");
+    println!("|---|---:|---:|---:|---:|");
     for name in o.peers() {
-        let (mut one, mut two) = (Vec::new(), Vec::new());
+        let (mut one, mut all, mut by_cpu) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..o.runs {
-            with_peer(name, &mut |p| {
-                let t1 = wall_of_threads(1, |t, start| {
-                    churn_timed_from(p, 0.25, steps, 11 + t as u64, start);
-                });
-                let t2 = wall_of_threads(2, |t, start| {
-                    churn_timed_from(p, 0.25, steps, 11 + t as u64, start);
-                });
-                one.push(steps as f64 / t1 / 1e6);
-                two.push(2.0 * steps as f64 / t2 / 1e6);
-            });
+            // A fresh arena for each (npumem with a core pool per thread): the one-thread run
+            // would leave its chunks, slabs and cached blocks to the next otherwise. Each
+            // thread's CPU time per step is kept beside the wall time.
+            let cpu = Mutex::new(Vec::new());
+            let run = |threads: usize| {
+                with_peer_of_cores(name, n, &mut |p| {
+                    wall_of_threads(threads, |t, start| {
+                        let (ns, ..) = churn_timed_from(p, share, steps, 11 + t as u64, start);
+                        cpu.lock().unwrap().push(ns);
+                    })
+                })
+            };
+            let t1 = run(1);
+            let alone = std::mem::take(&mut *cpu.lock().unwrap())[0];
+            let tn = run(n);
+            let together = cpu.lock().unwrap().iter().sum::<f64>() / n as f64;
+            one.push(steps as f64 / t1 / 1e6);
+            all.push((n * steps) as f64 / tn / 1e6);
+            by_cpu.push(n as f64 * alone / together);
         }
-        let (a, b) = (median(&mut one), median(&mut two));
-        println!("| {name} | {a:.2} | {b:.2} | {:.2}x |", b / a);
+        let (a, b) = (median(&mut one), median(&mut all));
+        println!("| {name} | {a:.2} | {b:.2} | {:.2}x | {:.2}x |", b / a, median(&mut by_cpu));
     }
-    println!("\n(Each thread fills a quarter of the arena, so both together hold half; wall time of the churn steps, from a common start after every thread's fill.)");
+    println!(
+        "\n(Each thread fills {:.1}% of the arena, so all together hold half; wall time of the churn steps, from a common start after every thread's fill. By CPU time: {n} x one thread's CPU time per step over the {n} threads' mean, what the threads would reach running side by side on CPUs of their own: time the machine gives other processes does not count, waits for shared cache lines do; so does a spin, but not a sleep on a peer's mutex, so for those peers only the wall figure tells.)",
+        share * 100.0
+    );
 }
 
 fn pairs_table(o: &Options) {
@@ -610,7 +640,7 @@ fn main() {
     let o = options();
     let wants = |t: &str| o.only.as_deref().is_none_or(|only| only == t);
     let start = Instant::now();
-    println!("Arena 1 GiB; npumem: raw offset API, backing none, 2 core pools, default classes.");
+    println!("Arena 1 GiB; npumem: raw offset API, backing none, 2 core pools (the threads table: one per thread), default classes.");
     if wants("churn") {
         churn_tables(&o);
     }
