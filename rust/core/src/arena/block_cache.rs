@@ -20,7 +20,9 @@
 //! a core that finds no chunk to be granted drains its own cache before it looks at other
 //! cores' chunks, so cached blocks do not use up the free chunks either;
 //! statistics, snapshots and `check()` count cached blocks free without draining them
-//! ([`BlockCaches::cached`]), so that reading a pool never changes where its next block goes.
+//! ([`BlockCaches::cached`]), so that reading a pool never changes where its next block goes,
+//! and a drain changes nothing they show (the chunks it empties stay with their cores until
+//! the next reclaim).
 //!
 //! # Protocol
 //!

@@ -103,8 +103,10 @@ impl Arena {
     }
 
     /// Give every block the cores' caches of freed blocks hold back to its tree (before a
-    /// failing allocation gives up, on a trim, and before a compaction plans). Returns the
-    /// number of blocks given back.
+    /// failing allocation gives up, on a trim, and before a compaction plans or moves). The
+    /// chunks stay with their cores, empty or not, so statistics read the same after a drain
+    /// as before it; an emptied chunk goes back at the next reclaim (which each of those
+    /// callers runs once it changes the pool). Returns the number of blocks given back.
     pub(crate) fn drain_block_caches(&self) -> usize {
         self.drain_caches_of(None)
     }
@@ -128,7 +130,8 @@ impl Arena {
             };
             // Only a second free of the block racing this drain can have released it first
             // (`block_cache.rs`): then this release fails and changes nothing.
-            let _ = self.give_back_buddy(chunk, owner, &b, g.unit_in_chunk(offset));
+            // A chunk this empties stays with its core until the next reclaim.
+            let _ = self.give_back_buddy_in_place(chunk, owner, &b, g.unit_in_chunk(offset));
             chunks.push(chunk);
         };
         let drained = match core {
@@ -173,10 +176,26 @@ impl Arena {
         b: &BuddyLayout,
         within: u64,
     ) -> std::result::Result<(), &'static str> {
+        if self.give_back_buddy_in_place(chunk, owner, b, within)? {
+            self.chunk_became_empty(chunk);
+        }
+        Ok(())
+    }
+
+    /// [`Arena::give_back_buddy`], except that a chunk it empties stays with its core (a drain
+    /// of the caches of freed blocks: the chunk was the core's while the block was cached, and
+    /// a drain changes nothing that statistics show; the next reclaim gives it back). Returns
+    /// whether the chunk is empty now.
+    fn give_back_buddy_in_place(
+        &self,
+        chunk: usize,
+        owner: usize,
+        b: &BuddyLayout,
+        within: u64,
+    ) -> std::result::Result<bool, &'static str> {
         let unmarked = self.unmark_buddy_keeping_ends(chunk, b, within)?;
         if unmarked.after == self.geometry.usable_units(chunk) {
-            self.chunk_became_empty(chunk);
-            return Ok(());
+            return Ok(true);
         }
         let depth = self.geometry.depth;
         // The enclosing-sized node around the block's start: the block itself when it is
@@ -194,6 +213,6 @@ impl Arena {
                 core.record_free(level, chunk, within >> (depth - level), unmarked.sole);
             }
         }
-        Ok(())
+        Ok(false)
     }
 }

@@ -1060,6 +1060,73 @@ mod tests {
         placed
     }
 
+    /// Core 1's two chunks hold only blocks its cache keeps (the freed blocks of a thread that
+    /// ran on core 1 for a moment). Statistics count them free, with the chunks core 1's; a
+    /// drain gives them back to the trees and leaves the chunks with core 1, so the statistics
+    /// read the same (a compaction whose mover fails must leave the pool exactly as it was,
+    /// and drains first); the next reclaim (here a trim) gives the chunks back.
+    #[test]
+    fn a_drain_leaves_emptied_chunks_with_their_cores_until_a_reclaim() {
+        let pool = Pool::new(PoolConfig::new(64 * MIB).cores(2).slab_sizes(Vec::new())).unwrap();
+        let chunk = |offset: usize| offset >> 21;
+        alloc_on(&pool, 64 << 10, 0);
+        let blocks: Vec<usize> = (0..4).map(|_| alloc_on(&pool, MIB, 1).offset).collect();
+        let mut chunks: Vec<usize> = blocks.iter().map(|&o| chunk(o)).collect();
+        chunks.dedup();
+        assert_eq!(chunks.len(), 2, "core 1 holds two chunks");
+        for &o in &blocks {
+            pool.free_raw(o, MIB).unwrap();
+        }
+        assert_eq!(pool.arena().block_caches.cached().len(), 4, "every block is cached");
+        let before = pool.stats();
+        assert_eq!(before.per_core[1].chunks, 2);
+        assert_eq!(pool.arena().drain_block_caches(), 4);
+        assert!(pool.arena().block_caches.cached().is_empty());
+        assert_eq!(pool.stats(), before, "a drain shows in the statistics");
+        pool.check().unwrap();
+        pool.trim();
+        assert_eq!(pool.stats().per_core[1].chunks, 0, "the trim gives both chunks back");
+        pool.check().unwrap();
+    }
+
+    /// Random blocks of every kind (slab objects, buddy blocks, runs) allocated on either core
+    /// and some freed, so that cached blocks, all-free slabs and free runs lie side by side:
+    /// statistics count cached blocks free, so a drain changes none of them.
+    #[test]
+    fn statistics_read_the_same_before_and_after_a_drain() {
+        for seed in 1..=40u64 {
+            let pool = Pool::new(PoolConfig::new(32 * MIB).cores(2)).unwrap();
+            let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut next = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            };
+            let mut live: Vec<(usize, usize)> = Vec::new();
+            // Mostly allocations, then mostly frees: chunks left with cached blocks alone.
+            for step in 0..600 {
+                let frees = if step < 300 { 1 } else { 4 };
+                if !live.is_empty() && next() % 5 < frees {
+                    let (offset, size) = live.swap_remove((next() % live.len() as u64) as usize);
+                    pool.free_raw(offset, size).unwrap();
+                } else {
+                    // 64 B to 1 MiB, a power of two apart and a little more.
+                    let size = (64usize << (next() % 15)) + (next() % 64) as usize;
+                    let (request, core) = (pool.request(size, None).unwrap(), (next() % 2) as usize);
+                    if let Some(placed) = pool.place(&request, core, Reach::Full) {
+                        pool.account_alloc(&placed, core, size);
+                        live.push((placed.offset, size));
+                    }
+                }
+            }
+            let before = pool.stats();
+            pool.arena().drain_block_caches();
+            assert_eq!(pool.stats(), before, "seed {seed}");
+            pool.check().unwrap();
+        }
+    }
+
     /// Every chunk granted, each half full: core 1's with a free half at its end, core 0's with
     /// free blocks of 512 KiB at 512 KiB and 1.5 MiB. Core 0 frees the block before the first of
     /// those, which its cache keeps, and core 1 the other half of its first chunk. A request of

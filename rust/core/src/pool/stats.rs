@@ -177,8 +177,7 @@ impl Pool {
     fn largest_free_block(&self) -> usize {
         let g = &self.arena.geometry;
         // All-free slabs and cached freed blocks, by chunk: their nodes count as free.
-        let cached = self.cached_nodes();
-        let mut reclaimable: HashMap<usize, Vec<Node>> = cached.clone();
+        let mut reclaimable: HashMap<usize, Vec<Node>> = self.cached_nodes();
         for view in self.arena.slabs.views() {
             if view.free == self.arena.slabs.classes.classes[view.class].all_free() {
                 let node = Node::covering(g.depth, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
@@ -218,15 +217,12 @@ impl Pool {
             }
             stretches.insert(chunk, free);
         }
-        // The free chunk runs, with the tail and the front the core chunks around could add
-        // (`Arena::largest_block_in_run`, which reads their trees; with cached freed blocks in
-        // them, from their stretches above instead).
+        // The free chunk runs, with the tail and the front the core chunks around could add,
+        // from their stretches above (as `Arena::largest_block_in_run` finds them in their
+        // trees, but with the reclaimable nodes counted free there too).
         let upc = g.units_per_chunk();
         let run_block = |run: FreeRun| -> usize {
             let (before, after) = (run.start.checked_sub(1), run.start + run.len);
-            if !before.is_some_and(|c| cached.contains_key(&c)) && !cached.contains_key(&after) {
-                return self.arena.largest_block_in_run(run);
-            }
             let bytes = g.run_bytes(run.start, run.len);
             if bytes <= g.chunk_size / 2 {
                 return g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block;
