@@ -186,6 +186,7 @@ impl Arena {
     /// of the caches of freed blocks: the chunk was the core's while the block was cached, and
     /// a drain changes nothing that statistics show; the next reclaim gives it back). Returns
     /// whether the chunk is empty now.
+    #[inline(always)]
     fn give_back_buddy_in_place(
         &self,
         chunk: usize,
