@@ -234,3 +234,51 @@ fn small_blocks_with_a_front_move_with_their_bytes() {
     p.check().unwrap();
     assert_eq!(p.stats().bytes_in_use, 0);
 }
+
+/// The last 888 KiB of chunk 0 are free from a bank boundary, and the first 48 KiB of chunk 1.
+/// A request of 873.5 KiB fits that free end in bytes, but its buddy layout (its request
+/// rounded up to a class) does not; starting at the first bank boundary from which it crosses
+/// the chunk's end (1176 KiB), it ends in chunk 1 as a block with a front and a 1.5 KiB tail:
+/// what `stats()` counts when it names the largest free block (the free end and the free start
+/// joined).
+#[test]
+fn a_block_whose_class_overruns_a_free_end_starts_later_and_takes_a_front() {
+    let p = Pool::new(PoolConfig::new(2 * CHUNK).cores(1).slab_sizes(Vec::new())).unwrap();
+    let at = |h: Handle| p.block(h).unwrap().offset;
+    let a = [p.alloc(MIB, None, 0).unwrap(), p.alloc(MIB, None, 0).unwrap()];
+    let b: Vec<Handle> =
+        [32, 16, 16, 64, 128, 256, 512, 1024].iter().map(|&k| p.alloc(k * KIB, None, 0).unwrap()).collect();
+    let layout: Vec<usize> = a.iter().chain(&b).map(|&h| at(h)).collect();
+    assert_eq!(
+        layout,
+        [
+            0,
+            MIB,
+            CHUNK,
+            CHUNK + 32 * KIB,
+            CHUNK + 48 * KIB,
+            CHUNK + 64 * KIB,
+            CHUNK + 128 * KIB,
+            CHUNK + 256 * KIB,
+            CHUNK + 512 * KIB,
+            CHUNK + MIB
+        ],
+        "both chunks filled in address order"
+    );
+    p.free(a[1]).unwrap();
+    let head = [p.alloc(128 * KIB, None, 0).unwrap(), p.alloc(8 * KIB, None, 0).unwrap()];
+    assert_eq!([at(head[0]), at(head[1])], [MIB, MIB + 128 * KIB], "chunk 0 free from 1160 KiB on");
+    p.free(b[0]).unwrap();
+    p.free(b[1]).unwrap();
+    let s = p.stats();
+    assert_eq!(s.largest_free_block, 936 * KIB, "the free end and the free start joined: {s:?}");
+    let size = 894_464; // 873.5 KiB
+    let h = p.alloc(size, None, 0).unwrap();
+    let info = p.block(h).unwrap();
+    assert!(has_front(info.offset, size), "{info:?}");
+    assert_eq!(info.offset, 1176 * KIB, "the first bank boundary from which it crosses the chunk's end");
+    assert_eq!(info.block_bytes, size);
+    p.check().unwrap();
+    p.free(h).unwrap();
+    p.check().unwrap();
+}
