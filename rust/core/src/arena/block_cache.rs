@@ -22,7 +22,7 @@
 //! statistics, snapshots and `check()` count cached blocks free without draining them
 //! ([`BlockCaches::cached`]), so that reading a pool never changes where its next block goes,
 //! and a drain changes nothing they show (the chunks it empties stay with their cores until
-//! the next reclaim).
+//! the next reclaim; a failing allocation's drain gives them back at once).
 //!
 //! # Protocol
 //!

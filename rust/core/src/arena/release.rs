@@ -11,6 +11,15 @@ use super::global::ChunkState;
 use super::layout::{BuddyLayout, Layout};
 use crate::error::{Error, Result};
 
+/// What a drain of the caches of freed blocks does with a chunk it empties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Emptied {
+    /// It stays with its core until the next reclaim: statistics read the same after the drain.
+    Stay,
+    /// It goes back to the global pool or into its core's reserve, as after any free.
+    Settle,
+}
+
 impl Arena {
     /// Release the run of `len` chunks at chunk `chunk` that holds the block of `size`
     /// requested bytes at `offset`; returns its bytes.
@@ -102,22 +111,29 @@ impl Arena {
         }
     }
 
-    /// Give every block the cores' caches of freed blocks hold back to its tree (before a
-    /// failing allocation gives up, on a trim, and before a compaction plans or moves). The
-    /// chunks stay with their cores, empty or not, so statistics read the same after a drain
-    /// as before it; an emptied chunk goes back at the next reclaim (which each of those
-    /// callers runs once it changes the pool). Returns the number of blocks given back.
+    /// Give every block the cores' caches of freed blocks hold back to its tree (on a trim, and
+    /// before a compaction plans or moves). The chunks stay with their cores, empty or not, so
+    /// statistics read the same after a drain as before it; an emptied chunk goes back at the
+    /// next reclaim (which each of those callers runs once it changes the pool). Returns the
+    /// number of blocks given back.
     pub(crate) fn drain_block_caches(&self) -> usize {
-        self.drain_caches_of(None)
+        self.drain_caches_of(None, Emptied::Stay)
+    }
+
+    /// [`Arena::drain_block_caches`] for an allocation that is about to fail: each chunk the
+    /// drain empties goes back to the global pool (or stays in its core's reserve), as after
+    /// any free, so that runs of whole chunks can take it.
+    pub(crate) fn drain_block_caches_before_failing(&self) -> usize {
+        self.drain_caches_of(None, Emptied::Settle)
     }
 
     /// [`Arena::drain_block_caches`] of core `core`'s cache alone: when the global pool has no
     /// chunk to grant it, the blocks it keeps are room of its own before room of other cores.
     pub(crate) fn drain_block_cache_of(&self, core: usize) -> usize {
-        self.drain_caches_of(Some(core))
+        self.drain_caches_of(Some(core), Emptied::Stay)
     }
 
-    fn drain_caches_of(&self, core: Option<usize>) -> usize {
+    fn drain_caches_of(&self, core: Option<usize>, emptied: Emptied) -> usize {
         let g = &self.geometry;
         let mut chunks: Vec<usize> = Vec::new();
         let bytes_of = |class| g.cached_layout(class).units * g.min_block as u64;
@@ -145,8 +161,13 @@ impl Arena {
         chunks.sort_unstable();
         chunks.dedup();
         for chunk in chunks {
-            if matches!(self.global.state(chunk), ChunkState::Core(_)) && !self.chunk_is_empty(chunk) {
+            if !matches!(self.global.state(chunk), ChunkState::Core(_)) {
+                continue;
+            }
+            if !self.chunk_is_empty(chunk) {
                 self.read_ends(chunk);
+            } else if emptied == Emptied::Settle {
+                self.chunk_became_empty(chunk);
             }
         }
         drained

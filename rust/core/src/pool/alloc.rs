@@ -439,7 +439,7 @@ impl Pool {
         if reach == Reach::Fast {
             return None;
         }
-        let cached = self.arena.drain_block_caches();
+        let cached = self.arena.drain_block_caches_before_failing();
         let carver = SlabCarver { pool: self, core, reach };
         let slabs = self.arena.slabs.reclaim_before_failing(&carver);
         // A slab object needs room for a whole slab of its class.
@@ -1125,6 +1125,24 @@ mod tests {
             assert_eq!(pool.stats(), before, "seed {seed}");
             pool.check().unwrap();
         }
+    }
+
+    /// The last two chunks hold only blocks the cache keeps (and one the tree has back): a
+    /// request for a run of both fails at first, drains the caches, and the chunks the drain
+    /// empties go back to the global pool for the run.
+    #[test]
+    fn a_failing_request_for_a_run_gets_the_chunks_a_drain_empties() {
+        let pool = Pool::new(PoolConfig::new(8 * MIB).cores(1).slab_sizes(Vec::new()).core_reserve(0)).unwrap();
+        let blocks: Vec<usize> = (0..16).map(|_| alloc_on(&pool, MIB / 2, 0).offset).collect();
+        let upper: Vec<usize> = blocks.iter().copied().filter(|&o| o >= 4 * MIB).collect();
+        assert_eq!(upper.len(), 8);
+        for &o in &upper {
+            pool.free_raw(o, MIB / 2).unwrap();
+        }
+        assert!(!pool.arena().block_caches.cached().is_empty(), "some of them are cached");
+        let run = pool.alloc_raw(4 * MIB, None).unwrap();
+        assert_eq!(run, 4 * MIB, "the run takes the two emptied chunks");
+        pool.check().unwrap();
     }
 
     /// Every chunk granted, each half full: core 1's with a free half at its end, core 0's with
