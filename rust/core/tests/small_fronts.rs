@@ -282,3 +282,46 @@ fn a_block_whose_class_overruns_a_free_end_starts_later_and_takes_a_front() {
     p.free(h).unwrap();
     p.check().unwrap();
 }
+
+/// Chunk 0 is free from 16 KiB on, and chunk 1's first 64 KiB are free: the largest free block
+/// is those two joined, 2,096 KiB from a bank boundary. A request of 7,994 units (more than a
+/// chunk's tree holds trimmed, 7,936 units: a run of one chunk) fits chunk 0's free end in
+/// bytes, but no chunk is free for a run; starting at the first bank boundary from which it
+/// crosses chunk 0's end (52 KiB), it is a block with a front and a 2.5 KiB tail in chunk 1.
+/// The blocks freed before it wait in the caches of freed blocks, so the first try finds the
+/// free end taken and the failing path's drain gives it back.
+#[test]
+fn a_block_of_nearly_a_chunk_takes_a_front_in_a_free_end_when_no_chunk_is_free() {
+    let p = Pool::new(PoolConfig::new(2 * CHUNK).cores(1).slab_sizes(Vec::new())).unwrap();
+    let at = |h: Handle| p.block(h).unwrap().offset;
+    let kib = |sizes: &[usize]| sizes.iter().map(|&k| k * KIB).collect::<Vec<_>>();
+    let (first_sizes, second_sizes) =
+        (kib(&[16, 16, 32, 64, 128, 256, 512, 1024]), kib(&[64, 64, 128, 256, 512, 1024]));
+    let first: Vec<Handle> = first_sizes.iter().map(|&n| p.alloc(n, None, 0).unwrap()).collect();
+    let second: Vec<Handle> = second_sizes.iter().map(|&n| p.alloc(n, None, 0).unwrap()).collect();
+    let starts = |c: usize, sizes: &[usize]| {
+        sizes.iter().scan(c * CHUNK, |next, &n| Some(std::mem::replace(next, *next + n))).collect::<Vec<_>>()
+    };
+    assert_eq!(first.iter().map(|&h| at(h)).collect::<Vec<_>>(), starts(0, &first_sizes), "chunk 0 in address order");
+    assert_eq!(second.iter().map(|&h| at(h)).collect::<Vec<_>>(), starts(1, &second_sizes), "chunk 1 in address order");
+    for &h in &first[1..] {
+        p.free(h).unwrap();
+    }
+    p.free(second[0]).unwrap();
+    let s = p.stats();
+    assert_eq!(s.largest_free_block, 2096 * KIB, "the free end and the free start joined: {s:?}");
+    let size = 7_994 * UNIT;
+    let h = p.alloc(size, None, 0).unwrap();
+    let info = p.block(h).unwrap();
+    assert!(has_front(info.offset, size), "{info:?}");
+    assert_eq!(info.offset, 52 * KIB, "the first bank boundary from which it crosses the chunk's end");
+    assert_eq!(info.block_bytes, size);
+    p.check().unwrap();
+    p.free(h).unwrap();
+    p.check().unwrap();
+    for h in [first[0]].into_iter().chain(second[1..].iter().copied()) {
+        p.free(h).unwrap();
+    }
+    p.check().unwrap();
+    assert_eq!(p.stats().bytes_in_use, 0);
+}

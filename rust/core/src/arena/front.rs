@@ -513,20 +513,21 @@ impl Arena {
             }
             let Some(f) = FrontLayout::at(g, chunk, at, size) else {
                 // The block's bytes fit in the free end: a buddy block there, ranked by that
-                // end; when its buddy layout (its request rounded up to a class) does not fit,
-                // a later start that makes it end past the chunk, a block with a front whose
-                // tail takes the free start of the next chunk.
+                // end. When its layout does not fit there (a buddy block whose class rounds it
+                // past the chunk's end, or a block of nearly a chunk, which is a run of one
+                // chunk), a later start that makes it end past the chunk: a block with a front
+                // whose tail takes the free start of the next chunk.
                 if let Layout::Buddy(b) = layout {
                     if at + b.units <= upc {
                         out.push((0, upc - at, Spot::Packed(chunk, at)));
                         continue;
                     }
-                    let later = (upc + 1).saturating_sub(units).next_multiple_of(align);
-                    if let Some(f) = FrontLayout::at(g, chunk, later, size).filter(|f| f.chunks == 0 && later < upc) {
-                        let (start_room, _) = ends(next);
-                        if start_room >= f.tail_units {
-                            out.push((0, f.front_units(g) + start_room, Spot::Front(f, FrontTail::Shared)));
-                        }
+                }
+                let later = (upc + 1).saturating_sub(units).next_multiple_of(align);
+                if let Some(f) = FrontLayout::at(g, chunk, later, size).filter(|f| f.chunks == 0 && later < upc) {
+                    let (start_room, _) = ends(next);
+                    if start_room >= f.tail_units {
+                        out.push((0, f.front_units(g) + start_room, Spot::Front(f, FrontTail::Shared)));
                     }
                 }
                 continue;
