@@ -16,6 +16,9 @@ use super::stretches::{best_fit, best_fit_in_tree, granule_shift, Fit, MAX_GRANU
 /// Chunks whose stretch memo is out of date that a best-fit search reads from their trees, at
 /// most (besides the chunk it takes the block in).
 const FRESH_READS: usize = 2;
+/// Searches again after the chunk a best-fit search chose did not hold the block (its memo
+/// promised more than the tree had), at most.
+const MEMO_CORRECTIONS: usize = 2;
 /// Chunks that can hold the block that a best-fit search compares, at most.
 const COMPARED: usize = 64;
 
@@ -59,6 +62,10 @@ impl Arena {
     /// first); at most [`FRESH_READS`] trees are read for chunks whose memo is out of date.
     /// `seen` keeps the longest stretch (in units) learnt of on the way. `None`: no chunk took
     /// it (the caller may go on to a first fit, which reads every chunk that may hold it).
+    ///
+    /// A memo bounds its chunk's longest stretch from above, so the chunk chosen may not hold
+    /// the block after all; its search then records what it does hold, and the search runs
+    /// again without it, at most [`MEMO_CORRECTIONS`] times (each with [`FRESH_READS`] reads).
     pub(crate) fn take_best_stretch(
         &self,
         b: &BuddyLayout,
@@ -67,18 +74,25 @@ impl Arena {
         core: usize,
         seen: &mut u64,
     ) -> Option<Taken> {
-        let mut reads = FRESH_READS;
-        let best = self
-            .best_by_class(b, bank, &mut reads, seen)
-            .or_else(|| self.best_by_address(b, bank, core, &mut reads, seen));
-        let (_, chunk, owner) = best?;
-        match self.take_stretch(chunk, b, align, bank) {
-            Ok(start) => Some(Taken { chunk, start, owner }),
-            Err(longest) => {
-                *seen = (*seen).max(longest);
-                None
+        for _ in 0..=MEMO_CORRECTIONS {
+            let mut reads = FRESH_READS;
+            let best = self
+                .best_by_class(b, bank, &mut reads, seen)
+                .or_else(|| self.best_by_address(b, bank, core, &mut reads, seen));
+            let (_, chunk, owner) = best?;
+            match self.take_stretch(chunk, b, align, bank) {
+                Ok(start) => return Some(Taken { chunk, start, owner }),
+                Err(longest) => {
+                    *seen = (*seen).max(longest);
+                    // Only a search from a bank boundary records the chunk's memo: a coarser
+                    // one would choose the same chunk again.
+                    if align != bank {
+                        return None;
+                    }
+                }
             }
         }
+        None
     }
 
     /// The longest free stretch of core chunk `chunk` if it holds `b`, as its memo knows it
@@ -349,6 +363,48 @@ mod tests {
         let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
         let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
         ((a + (b - a) * u).exp() as usize).clamp(lo, hi)
+    }
+
+    /// A memo is a bound: chunk 0's may promise a stretch its tree does not have (here 1,024
+    /// units where three stretches of 512 are free). The best fit then chooses chunk 0 for a
+    /// block of 768 units that only chunk 1 holds; the failed search records
+    /// chunk 0's real stretch and the search runs again, which takes chunk 1.
+    #[test]
+    fn a_memo_that_promised_too_much_is_corrected_and_the_search_goes_on() {
+        let p = Pool::new(PoolConfig::new(8 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new())).unwrap();
+        let a = p.arena();
+        let g = &a.geometry;
+        let bank = g.bank_units(p.config().bank_size);
+        // Chunks 0 and 1 filled with blocks of 512 units (128 KiB), in address order.
+        let blocks: Vec<_> = (0..32).map(|_| p.alloc(128 << 10, None, 0).unwrap()).collect();
+        let offsets: Vec<usize> = blocks.iter().map(|&h| p.block(h).unwrap().offset).collect();
+        assert_eq!(offsets, (0..32).map(|i| i * (128 << 10)).collect::<Vec<_>>());
+        // Three blocks' room free in chunk 0 apart, and side by side in chunk 1.
+        let freed = [3, 5, 7, 16 + 3, 16 + 4, 16 + 5];
+        for i in freed {
+            p.free(blocks[i]).unwrap();
+        }
+        a.drain_block_caches();
+        let epoch = |c: usize| a.space[c].probe(0).unwrap().epoch();
+        assert_eq!(a.stretches[0].known(epoch(0)), Some(512));
+        assert_eq!(a.stretches[1].known(epoch(1)), Some(1536));
+        a.record_stretch(0, epoch(0), 1024);
+        let b = g.buddy_layout(192 << 10).unwrap();
+        assert_eq!(b.units, 768);
+        let mut seen = 0;
+        let taken = a.take_best_stretch(&b, bank, bank, 0, &mut seen).expect("chunk 1 holds the block");
+        assert_eq!(taken.chunk, 1);
+        assert!((3 * 512..=6 * 512 - 768).contains(&taken.start), "{taken:?}");
+        assert_eq!(a.stretches[0].known(epoch(0)), Some(512), "chunk 0's memo corrected");
+        assert!(!a.claim_at(1, &b, taken.start), "the block's units are taken");
+        // The block belongs to no handle: give it back through the arena.
+        a.release_buddy(g.offset_of(1, taken.start), 192 << 10, false).unwrap();
+        for (i, h) in blocks.into_iter().enumerate() {
+            if !freed.contains(&i) {
+                p.free(h).unwrap();
+            }
+        }
+        assert_eq!(p.check().unwrap(), 0);
     }
 
     #[test]
