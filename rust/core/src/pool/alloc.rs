@@ -910,10 +910,18 @@ impl Pool {
         Some(self.commit(chunk, b, node))
     }
 
-    /// [`Pool::alloc_in_chunk`] in a chunk just granted.
+    /// [`Pool::alloc_in_chunk`] in a chunk just granted. A chunk that was a core's before may
+    /// keep orphan marks in its tree (`TreeShape::sweep_all` says how they come), which the
+    /// search cleans only when they lie right below the node it claims: a trimmed block's
+    /// pieces lower down would still meet them. Where the search finds no place in the
+    /// granted chunk, every mark over an empty bunch goes and the search runs once more.
     fn alloc_in_fresh_chunk(&self, chunk: usize, b: &BuddyLayout, core: usize) -> Option<Placed> {
         let probe = self.arena.space[chunk].probe(0)?;
-        self.alloc_in_chunk(chunk, b, core, probe, false)
+        self.alloc_in_chunk(chunk, b, core, probe, false).or_else(|| {
+            self.arena.shape.sweep_all(self.arena.tree(chunk));
+            let probe = self.arena.space[chunk].probe(b.units)?;
+            self.alloc_in_chunk(chunk, b, core, probe, false)
+        })
     }
 
     /// A trimmed block needs only its pieces free, not its whole enclosing node: find a free
@@ -1046,7 +1054,9 @@ impl Pool {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::{Placed, Reach};
+    use crate::arena::buddy::{Conflict, Node};
     use crate::arena::global::ChunkState;
+    use crate::arena::layout::Layout;
     use crate::config::PoolConfig;
     use crate::pool::pool::Pool;
 
@@ -1142,6 +1152,34 @@ mod tests {
         assert!(!pool.arena().block_caches.cached().is_empty(), "some of them are cached");
         let run = pool.alloc_raw(4 * MIB, None).unwrap();
         assert_eq!(run, 4 * MIB, "the run takes the two emptied chunks");
+        pool.check().unwrap();
+    }
+
+    /// A retired chunk's tree keeps marks under its root that lead nowhere (what an allocation
+    /// leaves when its climb meets the retired root: one from a stale hint). The next block
+    /// granted the chunk is trimmed, and its last piece lies over those marks: the search in
+    /// the granted chunk fails once, the marks go, and the block lands at the chunk's start.
+    #[test]
+    fn a_fresh_chunk_with_orphan_marks_under_a_trimmed_block_still_takes_it() {
+        let pool = Pool::new(PoolConfig::new(2 * MIB).cores(1).slab_sizes(Vec::new()).core_reserve(0)).unwrap();
+        let a = pool.arena();
+        let g = &a.geometry;
+        let first = alloc_on(&pool, 3 * MIB / 2, 0);
+        pool.free_raw(first.offset, 3 * MIB / 2).unwrap();
+        assert_eq!(a.global.state(0), ChunkState::Free, "the emptied chunk went back");
+        // A claim of a leaf inside the retired chunk climbs to its allocated root and rolls
+        // back: its marks stay.
+        let upc = g.units_per_chunk();
+        let orphan = Node { level: g.depth, index: upc - 512 };
+        assert_eq!(a.shape.try_alloc(a.tree(0), orphan), Err(Conflict::Ancestor));
+        let size = (upc - upc / 32) as usize * g.min_block;
+        let Layout::Buddy(b) = g.layout(size, 1) else { panic!("a trimmed buddy block") };
+        assert!(!b.is_whole() && orphan.start(g.depth) < b.units, "the block covers the marked leaf");
+        assert_eq!(a.grant(0, size), Some(0));
+        let placed = pool.alloc_in_fresh_chunk(0, &b, 0).expect("a fresh chunk holds the block");
+        pool.account_alloc(&placed, 0, size);
+        assert_eq!((placed.offset, placed.block_bytes), (0, size));
+        pool.free_raw(placed.offset, size).unwrap();
         pool.check().unwrap();
     }
 
