@@ -3,8 +3,10 @@
 
 mod common;
 
+use common::moves::Mover;
 use common::{Rng, MIB};
 use npumem_core::{Error, Handle, Pool, PoolConfig};
+use std::ops::Range;
 
 const CHUNK: usize = 2 * MIB;
 
@@ -15,8 +17,22 @@ const CHUNK: usize = 2 * MIB;
 /// and a bank is allocatable.
 #[test]
 fn the_largest_free_block_holds_every_free_stretch_and_can_be_allocated() {
+    check_the_largest_free_block(0..32, false);
+}
+
+/// The same with the thread moving between CPUs now and then (blocks of both core pools in
+/// each other's chunks, freed blocks in both cores' caches).
+#[test]
+fn the_largest_free_block_holds_with_the_thread_moving_between_cpus() {
+    check_the_largest_free_block(0..64, true);
+}
+
+/// Pools of one core (even seeds) and two (odd seeds), one per seed of `seeds`; with `moves`,
+/// the thread moves to a random CPU before one allocation in eight.
+fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
     let (mut failures, mut checked, mut seen) = (0usize, 0usize, 0usize);
-    for seed in 0..8u64 {
+    for seed in seeds {
+        let mut mover = moves.then(|| Mover::new(seed));
         let cores = 1 + seed as usize % 2;
         let p = Pool::new(PoolConfig::new(48 * MIB).cores(cores)).unwrap();
         let bank = p.config().bank_size;
@@ -25,6 +41,9 @@ fn the_largest_free_block_holds_every_free_stretch_and_can_be_allocated() {
         for round in 0..12 {
             let mut misses = 0;
             while misses < 6 {
+                if let Some(mover) = mover.as_mut() {
+                    mover.maybe_move();
+                }
                 let size = rng.size(256, 3 * MIB);
                 match p.alloc(size, None, 0) {
                     Ok(h) => held.push(h),

@@ -1,6 +1,8 @@
 //! What the integration tests share: pools, a byte pattern per block, a fragmented pool to
-//! compact, and a seeded generator of sizes.
+//! compact, a seeded generator of sizes, and moves between CPUs (`moves.rs`).
 #![allow(dead_code)] // each test file uses its own part
+
+pub mod moves;
 
 use npumem_core::{Handle, Pool, PoolConfig};
 use std::time::Duration;
