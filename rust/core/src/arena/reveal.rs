@@ -96,8 +96,9 @@ impl Arena {
     }
 
     /// Give back the empty chunks that cores hold, found through their level maps (an empty
-    /// chunk may serve level 0) rather than by reading every owned chunk. Returns how many
-    /// went back.
+    /// chunk may serve level 0) rather than by reading every owned chunk, and the arena's
+    /// last chunk when it is short (it never serves level 0, so its maps hide that level).
+    /// Returns how many went back.
     #[cold]
     pub(crate) fn reclaim_empty_mapped(&self) -> usize {
         let mut reclaimed = 0;
@@ -107,6 +108,15 @@ impl Arena {
             while let Some(chunk) = pool.maps.next(0, from, &owned) {
                 from = chunk + 1;
                 if self.chunk_is_empty(chunk) && self.retire(chunk, owner) {
+                    reclaimed += 1;
+                }
+            }
+        }
+        let g = &self.geometry;
+        let last = g.chunks - 1;
+        if g.usable_units(last) < g.units_per_chunk() {
+            if let ChunkState::Core(owner) = self.global.state(last) {
+                if self.chunk_is_empty(last) && self.retire(last, owner) {
                     reclaimed += 1;
                 }
             }
@@ -178,5 +188,35 @@ mod tests {
             p.free(h).unwrap();
             assert_eq!(p.check().unwrap(), kept.len());
         }
+    }
+
+    /// The arena's short last chunk, empty and kept by its core, with the whole-chunk level
+    /// hidden in the core's maps (it has no such node, so no free shows that level again): a
+    /// failing allocation's reclaim gives it back all the same, and a run of the chunk before
+    /// it and that short chunk then fits.
+    #[test]
+    fn the_failing_path_gives_back_the_empty_short_last_chunk() {
+        let chunk = 2 * MIB;
+        let p = Pool::new(PoolConfig::new(3 * chunk + chunk / 2).cores(1).slab_sizes(Vec::new())).unwrap();
+        let a = p.arena();
+        let runs: Vec<usize> = (0..3).map(|_| p.alloc_raw(chunk, None).unwrap()).collect();
+        let small = p.alloc_raw(4096, None).unwrap();
+        assert_eq!(small, 3 * chunk, "the short chunk, granted to the core");
+        p.free_raw(small, 4096).unwrap();
+        p.free_raw(runs[2], chunk).unwrap();
+        let last = 3;
+        assert!(a.chunk_is_empty(last) && a.cores[0].owned().any(|c| c == last), "kept as the reserve");
+        let space = &a.space[last];
+        a.cores[0].maps.hide(space, last, 0, space.probe(0).unwrap());
+        assert_eq!(space.hidden(), 1);
+        assert_eq!(a.reclaim_empty_mapped(), 1);
+        let size = chunk + chunk / 2 - 4096;
+        let run = p.alloc_raw(size, None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run, 2 * chunk);
+        p.free_raw(run, size).unwrap();
+        for offset in &runs[..2] {
+            p.free_raw(*offset, chunk).unwrap();
+        }
+        p.check().unwrap();
     }
 }
