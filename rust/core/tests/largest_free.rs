@@ -5,7 +5,7 @@ mod common;
 
 use common::moves::Mover;
 use common::{Rng, MIB};
-use npumem_core::{Error, Handle, Pool, PoolConfig};
+use npumem_core::{Backing, Error, Handle, Placement, Pool, PoolConfig};
 use std::ops::Range;
 
 const CHUNK: usize = 2 * MIB;
@@ -102,4 +102,85 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
         p.check().unwrap();
     }
     assert!(failures > 100 && checked > 100 && seen > 0, "{failures} failures, {checked} checked");
+}
+
+/// Random configurations (chunks of 1, 2 or 4 MiB, a short last chunk or none, one to three
+/// cores, both placements, runs with and without tails, a core reserve or none) under random
+/// allocations (64 B to 2.5 chunks, one in four aligned to 512 B to a chunk) and frees, the
+/// thread moving between CPUs: at every unaligned request that fails, the largest free block
+/// holds every free stretch of a chunk from a bank boundary and its figure less 1/16 and a
+/// bank can be allocated; the pool checks clean, before and after everything is freed.
+#[test]
+fn the_largest_free_block_holds_in_random_configurations() {
+    let mut checked = 0;
+    for seed in 0..40u64 {
+        let mut rng = Rng(0xC0FF_EE00 + seed * 1_000_003);
+        let chunk = [MIB, 2 * MIB, 4 * MIB][(rng.next() % 3) as usize];
+        let chunks = [2usize, 3, 5, 24][(rng.next() % 4) as usize];
+        let short = if rng.next() % 3 == 0 { chunk / 2 } else { 0 };
+        let cores = 1 + (rng.next() % 3) as usize;
+        let placement = if rng.next() % 2 == 0 { Placement::BestFit } else { Placement::FirstFit };
+        let tails = rng.next() % 4 != 0;
+        let reserve = (rng.next() % 2) as usize;
+        let config = PoolConfig::new(chunks * chunk + short)
+            .cores(cores)
+            .chunk_size(chunk)
+            .placement(placement)
+            .run_tails(tails)
+            .core_reserve(reserve)
+            .backing(Backing::None);
+        let what = format!(
+            "seed {seed}: chunks of {chunk} B, {chunks} and {short} B, {cores} cores, {placement:?}, tails {tails}, reserve {reserve}"
+        );
+        let p = Pool::new(config).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let bank = p.config().bank_size;
+        let mut mover = Mover::new(seed);
+        let mut held: Vec<Handle> = Vec::new();
+        for step in 0..2000 {
+            mover.maybe_move();
+            if !held.is_empty() && rng.next() % 100 < 40 {
+                let i = (rng.next() as usize) % held.len();
+                p.free(held.swap_remove(i)).unwrap();
+                continue;
+            }
+            let size = rng.size(64, chunk * 5 / 2);
+            let align =
+                [Some(512), Some(4096), Some(65_536), Some(chunk)].get((rng.next() % 16) as usize).copied().flatten();
+            match p.alloc(size, align, 0) {
+                Ok(h) => held.push(h),
+                Err(Error::OutOfMemory { .. }) if align.is_none() => {
+                    let s = p.stats();
+                    let snap = p.snapshot().unwrap();
+                    let longest = snap
+                        .free_runs
+                        .iter()
+                        .filter(|e| e.offset / chunk == (e.offset + e.len - 1) / chunk)
+                        .map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank)))
+                        .max()
+                        .unwrap_or(0);
+                    assert!(longest <= s.largest_free_block, "{what}, step {step}: a stretch of {longest} B, {s:?}");
+                    let want = (s.largest_free_block - s.largest_free_block / 16).saturating_sub(bank) & !255;
+                    if want > 0 {
+                        let h = p.alloc(want, None, 0).unwrap_or_else(|e| {
+                            panic!(
+                                "{what}, step {step}: {want} B, the largest free block {}: {e}",
+                                s.largest_free_block
+                            )
+                        });
+                        p.free(h).unwrap();
+                        checked += 1;
+                    }
+                }
+                Err(Error::OutOfMemory { .. } | Error::TooLarge { .. }) => {}
+                Err(e) => panic!("{what}, step {step}: {e}"),
+            }
+        }
+        p.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        for h in held {
+            p.free(h).unwrap();
+        }
+        p.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(p.stats().bytes_in_use, 0, "{what}");
+    }
+    assert!(checked > 200, "{checked} largest free blocks allocated");
 }
