@@ -398,7 +398,7 @@ mod tests {
         assert_eq!(a.stretches[0].known(epoch(0)), Some(512), "chunk 0's memo corrected");
         assert!(!a.claim_at(1, &b, taken.start), "the block's units are taken");
         // The block belongs to no handle: give it back through the arena.
-        a.release_buddy(g.offset_of(1, taken.start), 192 << 10, false).unwrap();
+        a.release_buddy(g.offset_of(1, taken.start), 192 << 10, false, crate::arena::release::Vouched::No).unwrap();
         for (i, h) in blocks.into_iter().enumerate() {
             if !freed.contains(&i) {
                 p.free(h).unwrap();

@@ -11,6 +11,19 @@ use super::global::ChunkState;
 use super::layout::{BuddyLayout, Layout};
 use crate::error::{Error, Result};
 
+/// Who vouches that a block being freed is allocated where its caller says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Vouched {
+    /// Nobody (the raw API, a retired slab): a free that keeps the block in a cache reads its
+    /// nodes first, and refuses what is not allocated there.
+    No,
+    /// A live handle, whose record the handle table keeps from the block's allocation to
+    /// its free: the nodes are the block's.
+    Handle,
+    /// The allocation that placed the block a moment ago, giving it back.
+    Placed,
+}
+
 /// What a drain of the caches of freed blocks does with a chunk it empties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Emptied {
@@ -39,8 +52,9 @@ impl Arena {
 
     /// Release the buddy block at `offset` (of `size` requested bytes, in a core chunk);
     /// returns its block bytes. With `room`, a block of a cache class may stay allocated in
-    /// its owner's cache of freed blocks instead (`block_cache.rs`).
-    pub(crate) fn release_buddy(&self, offset: usize, size: usize, room: bool) -> Result<usize> {
+    /// its owner's cache of freed blocks instead (`block_cache.rs`): after its nodes were read
+    /// allocated, unless the caller vouches for the block.
+    pub(crate) fn release_buddy(&self, offset: usize, size: usize, room: bool, vouched: Vouched) -> Result<usize> {
         let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
         let chunk = self.geometry.chunk_of(offset);
         let state = (chunk < self.geometry.chunks).then(|| self.global.state(chunk));
@@ -57,7 +71,7 @@ impl Arena {
             return self.release_past_chunk(offset, size, "not the start of a block of this size");
         }
         if let Some(class) = self.geometry.cache_class(&b) {
-            return self.release_cacheable(offset, size, (chunk, owner, within), &b, class, room);
+            return self.release_cacheable(offset, size, (chunk, owner, within), &b, class, (room, vouched));
         }
         if let Err(reason) = self.give_back_buddy(chunk, owner, &b, within) {
             return invalid(reason);
@@ -76,7 +90,7 @@ impl Arena {
         (chunk, owner, within): (usize, usize, u64),
         b: &BuddyLayout,
         class: usize,
-        room: bool,
+        (room, vouched): (bool, Vouched),
     ) -> Result<usize> {
         let invalid = |reason| Err(Error::InvalidBlock { offset, size, reason });
         let bytes = b.units as usize * self.geometry.min_block;
@@ -85,7 +99,10 @@ impl Arena {
         let mut pieces = b.pieces_at(depth, within);
         let first = pieces.next().expect("a block has at least one node");
         // Without room the block goes to the tree, whose release checks it.
-        if room && !(self.shape.is_allocated(tree, first) && pieces.all(|p| self.shape.is_allocated(tree, p))) {
+        if room
+            && vouched == Vouched::No
+            && !(self.shape.is_allocated(tree, first) && pieces.all(|p| self.shape.is_allocated(tree, p)))
+        {
             // Not this block: the tree's release finds what is wrong and changes nothing.
             return match self.give_back_buddy(chunk, owner, b, within) {
                 Ok(()) => Ok(bytes),

@@ -8,6 +8,7 @@ use crate::arena::core_pool::Hint;
 use crate::arena::geometry::TRIM_SHIFT;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::{BuddyLayout, Layout};
+use crate::arena::release::Vouched;
 use crate::arena::reveal::Revealed;
 use crate::arena::slab::caches::SlabBlocks;
 use crate::error::{Error, Result};
@@ -102,7 +103,7 @@ impl SlabBlocks for SlabCarver<'_> {
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.pool.arena.release_buddy(base, bytes, false).expect("a retired slab's block is allocated");
+        self.pool.arena.release_buddy(base, bytes, false, Vouched::No).expect("a retired slab's block is allocated");
     }
 }
 
@@ -216,7 +217,7 @@ impl Pool {
     #[cold]
     fn give_back_placed(&self, placed: &[Placed], requests: &[Request], core: usize) {
         for (p, request) in placed.iter().zip(requests) {
-            self.release_block(p.offset, request.size).expect("a block just placed can be given back");
+            self.release_block(p.offset, request.size, Vouched::Placed).expect("a block just placed can be given back");
         }
         if !placed.is_empty() {
             let carver = SlabCarver { pool: self, core, reach: Reach::Full };
@@ -306,7 +307,8 @@ impl Pool {
                 Ok(handle)
             }
             Err(err) => {
-                self.release_block(placed.offset, request.size).expect("a block just placed can be freed");
+                self.release_block(placed.offset, request.size, Vouched::Placed)
+                    .expect("a block just placed can be freed");
                 Err(err)
             }
         }

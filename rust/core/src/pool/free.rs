@@ -3,6 +3,7 @@
 //! atomic release decides who frees a block when two callers race.
 
 use crate::arena::global::ChunkState;
+use crate::arena::release::Vouched;
 use crate::error::{Error, HandleFault, Result};
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
@@ -75,7 +76,7 @@ impl Pool {
             return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
         }
         let _entered = self.enter()?;
-        let released = self.release_block(offset, size)?;
+        let released = self.release_block(offset, size, Vouched::No)?;
         self.account_free(released, cpu::current_core(self.arena.cores.len()), size);
         Ok(())
     }
@@ -84,11 +85,12 @@ impl Pool {
         let core = cpu::current_core(self.arena.cores.len());
         let info = self.handles.remove(handle)?;
         // A block larger than every slab class is no slab object: its free skips the slab
-        // directory (a load that misses the cache when blocks are freed in random order).
+        // directory (a load that misses the cache when blocks are freed in random order). The
+        // handle vouches for the block: its free need not read the tree to find it there.
         let released = if info.size > self.largest_slab {
-            self.release_chunk_block(info.offset, info.size)
+            self.release_chunk_block(info.offset, info.size, Vouched::Handle)
         } else {
-            self.release_block(info.offset, info.size)
+            self.release_block(info.offset, info.size, Vouched::Handle)
         };
         let released = released.map_err(|err| {
             Error::Corruption(vec![format!(
@@ -119,7 +121,7 @@ impl Pool {
 
     /// Release the block at `offset` of `size` requested bytes.
     #[inline(always)]
-    pub(crate) fn release_block(&self, offset: usize, size: usize) -> Result<Released> {
+    pub(crate) fn release_block(&self, offset: usize, size: usize, vouched: Vouched) -> Result<Released> {
         if let Some(slab) = self.arena.slabs.lookup(offset) {
             // A slab object: the fast path (errors are built out of line).
             if size > self.arena.slabs.classes.classes[slab.class].size {
@@ -130,7 +132,7 @@ impl Pool {
                 Err(reason) => Err(invalid_block(offset, size, reason)),
             };
         }
-        self.release_chunk_block(offset, size)
+        self.release_chunk_block(offset, size, vouched)
     }
 
     /// Whether the free of a block of `size` requested bytes may keep it in a cache of freed
@@ -147,14 +149,16 @@ impl Pool {
 
     /// Release a buddy block or a run.
     #[inline(never)]
-    fn release_chunk_block(&self, offset: usize, size: usize) -> Result<Released> {
+    fn release_chunk_block(&self, offset: usize, size: usize, vouched: Vouched) -> Result<Released> {
         let chunk = self.arena.geometry.chunk_of(offset);
         if chunk >= self.arena.geometry.chunks {
             return Err(invalid_block(offset, size, "outside the arena's chunks"));
         }
         match self.arena.global.state(chunk) {
             ChunkState::RunHead(len) => self.arena.release_run(offset, size, chunk, len).map(Released::Block),
-            ChunkState::Core(_) => self.arena.release_buddy(offset, size, self.may_cache(size)).map(Released::Block),
+            ChunkState::Core(_) => {
+                self.arena.release_buddy(offset, size, self.may_cache(size), vouched).map(Released::Block)
+            }
             ChunkState::TailedRunHead(len) => {
                 self.arena.release_tailed_run(offset, size, chunk, len).map(Released::Block)
             }
