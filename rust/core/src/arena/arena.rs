@@ -13,7 +13,6 @@ use super::core_pool::CorePool;
 use super::geometry::Geometry;
 use super::global::{ChunkState, GlobalPool};
 use super::regions::Regions;
-use super::release::Vouched;
 use super::slab::caches::{SlabBlocks, SlabCaches, SlabClasses};
 use super::stretch_classes::StretchClasses;
 use super::stretches::StretchMemo;
@@ -219,6 +218,6 @@ impl SlabBlocks for Arena {
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.release_buddy(base, bytes, false, Vouched::No).expect("a retired slab's block is allocated");
+        self.release_slab_block(base, bytes);
     }
 }

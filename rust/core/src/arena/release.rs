@@ -79,6 +79,12 @@ impl Arena {
         Ok(b.units as usize * self.geometry.min_block)
     }
 
+    /// Give the block of a retired slab back to its tree (never to a cache: the slab's owner
+    /// keeps no record of it as a block).
+    pub(crate) fn release_slab_block(&self, base: usize, bytes: usize) {
+        self.release_buddy(base, bytes, false, Vouched::No).expect("a retired slab's block is allocated");
+    }
+
     /// [`Arena::release_buddy`] of a block of cache class `class` at unit `within` of `chunk`
     /// (core `owner`'s): kept in the owner's cache when it has room, else given back to the
     /// tree under the block's granule state (`block_cache.rs`).

@@ -103,7 +103,7 @@ impl SlabBlocks for SlabCarver<'_> {
     }
 
     fn release(&self, base: usize, bytes: usize) {
-        self.pool.arena.release_buddy(base, bytes, false, Vouched::No).expect("a retired slab's block is allocated");
+        self.pool.arena.release_slab_block(base, bytes);
     }
 }
 
