@@ -17,9 +17,9 @@ pub struct RawSnapshot {
     time_ns: u64,
     /// Every live block, in offset order.
     blocks: Vec<BlockInfo>,
-    /// Every maximal run of free bytes.
+    /// Every maximal run of free bytes (all-free slabs and cached freed blocks included).
     free_runs: Vec<(usize, usize)>,
-    /// Bytes inside slabs that no live object uses.
+    /// Bytes inside slabs that hold objects that no live object uses.
     slab_cached: Vec<(usize, usize)>,
     /// Allocated bytes that belong to no handle (raw-API blocks).
     untracked: Vec<(usize, usize)>,

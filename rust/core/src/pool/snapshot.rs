@@ -41,9 +41,12 @@ pub struct Snapshot {
     /// Every live block (through a handle), in offset order; a block covers
     /// `[offset, offset + block_bytes)`.
     pub blocks: Vec<BlockInfo>,
-    /// Every maximal run of free bytes, in offset order.
+    /// Every maximal run of free bytes, in offset order: what `stats.bytes_free` counts (blocks
+    /// in the caches of freed blocks and all-free slabs included: an allocation takes them
+    /// back before it fails).
     pub free_runs: Vec<Extent>,
-    /// Bytes inside slabs that no live object uses (free objects, slack), in offset order.
+    /// Bytes inside slabs that hold objects that no live object uses (free objects, slack),
+    /// in offset order: what `stats.slab_cached_bytes` counts.
     pub slab_cached: Vec<Extent>,
     /// Allocated bytes that belong to no handle (raw-API blocks), in offset order.
     pub untracked: Vec<Extent>,
@@ -70,11 +73,15 @@ impl Pool {
         Ok(Snapshot { time_ns, blocks, free_runs, slab_cached, untracked, stats, regions })
     }
 
-    /// The bytes of every slab that no allocated object uses, in offset order.
+    /// The bytes of every slab that holds objects that no allocated object uses, in offset
+    /// order (an all-free slab is free space, as the statistics count it).
     fn slab_cached(&self) -> Vec<Extent> {
         let mut pieces = Vec::new();
         for view in self.arena.slabs.views() {
             let class = &self.arena.slabs.classes.classes[view.class];
+            if view.free == class.all_free() {
+                continue;
+            }
             let mut at = view.base;
             for j in 0..class.objects {
                 if view.free & (1 << j) == 0 {
@@ -95,8 +102,8 @@ impl Pool {
     /// Free byte ranges chunk by chunk, in offset order (adjacent pieces not merged yet).
     fn free_pieces(&self) -> Vec<Extent> {
         let g = &self.arena.geometry;
-        // Cached freed blocks are free, though allocated in their trees.
-        let cached = self.cached_nodes();
+        // Cached freed blocks and all-free slabs are free, though allocated in their trees.
+        let cached = self.reclaimable_nodes();
         let mut pieces = Vec::new();
         for chunk in 0..self.arena.global.end() {
             let base = chunk * g.chunk_size;
@@ -104,7 +111,15 @@ impl Pool {
                 ChunkState::Free => pieces.push(Extent { offset: base, len: g.chunk_bytes(chunk) }),
                 ChunkState::Core(_) => {
                     let cached = cached.get(&chunk);
-                    let is_cached = |n: Node| cached.is_some_and(|ns| ns.contains(&n));
+                    // An all-free slab's node covers the nodes of its block.
+                    let is_cached = |n: Node| {
+                        let (start, units) = (n.start(g.depth), n.units(g.depth));
+                        cached.is_some_and(|ns| {
+                            ns.iter().any(|r| {
+                                start >= r.start(g.depth) && start + units <= r.start(g.depth) + r.units(g.depth)
+                            })
+                        })
+                    };
                     pieces.extend(self.free_holes(chunk, &is_cached).into_iter().map(|(from, to)| Extent {
                         offset: g.offset_of(chunk, from),
                         len: ((to - from) as usize) << g.unit_shift,
@@ -213,15 +228,14 @@ mod tests {
         let free: usize = s.free_runs.iter().map(|e| e.len).sum();
         let cached: usize = s.slab_cached.iter().map(|e| e.len).sum();
         if s.untracked.is_empty() {
-            // The stats count all-free slabs as free (an allocation reclaims them) and the unused
-            // bytes of other slabs as slab cache.
-            assert_eq!(free + cached, s.stats.bytes_free + s.stats.slab_cached_bytes);
+            // All-free slabs are free (an allocation reclaims them), in the stats and in the
+            // free runs; the unused bytes of other slabs are slab cache.
+            assert_eq!(free, s.stats.bytes_free, "free runs against the stats");
+            assert_eq!(cached, s.stats.slab_cached_bytes, "slab cache against the stats");
             assert_eq!(s.blocks.len() as u64, s.stats.blocks_in_use);
         }
-        if s.slab_cached.is_empty() {
-            let largest = s.free_runs.iter().map(|e| e.len).max().unwrap_or(0);
-            assert!(largest >= s.stats.largest_free_block);
-        }
+        let largest = s.free_runs.iter().map(|e| e.len).max().unwrap_or(0);
+        assert!(largest >= s.stats.largest_free_block);
     }
 
     fn pool(config: PoolConfig) -> Pool {
@@ -282,7 +296,9 @@ mod tests {
         }
         let s = p.snapshot().unwrap();
         assert_tiles(&p, &s);
-        assert!(!s.slab_cached.is_empty(), "each class keeps its current slab");
+        assert!(!p.arena.slabs.views().is_empty(), "each class keeps its current slab");
+        assert!(s.slab_cached.is_empty(), "all-free slabs are free space");
+        assert_eq!(s.free_runs.len(), 1, "all-free slabs and cached blocks are free space");
         assert!(p.trim() > 0);
         let s = p.snapshot().unwrap();
         assert_tiles(&p, &s);

@@ -176,14 +176,7 @@ impl Pool {
     /// chunk joined to the free start of the next one (a block with a front).
     fn largest_free_block(&self) -> usize {
         let g = &self.arena.geometry;
-        // All-free slabs and cached freed blocks, by chunk: their nodes count as free.
-        let mut reclaimable: HashMap<usize, Vec<Node>> = self.cached_nodes();
-        for view in self.arena.slabs.views() {
-            if view.free == self.arena.slabs.classes.classes[view.class].all_free() {
-                let node = Node::covering(g.depth, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
-                reclaimable.entry(g.chunk_of(view.base)).or_default().push(node);
-            }
-        }
+        let reclaimable = self.reclaimable_nodes();
         let reclaimable_units =
             |chunk: usize| reclaimable.get(&chunk).map_or(0, |nodes| nodes.iter().map(|n| n.units(g.depth)).sum());
         let effectively_empty = |chunk: usize| {
@@ -261,6 +254,21 @@ impl Pool {
             }
         }
         out
+    }
+
+    /// The nodes that an allocation takes back before it fails, by chunk: those of the blocks
+    /// in the caches of freed blocks and of the all-free slabs. Free space that the trees have
+    /// allocated: the statistics and snapshots count it free.
+    pub(crate) fn reclaimable_nodes(&self) -> HashMap<usize, Vec<Node>> {
+        let g = &self.arena.geometry;
+        let mut nodes = self.cached_nodes();
+        for view in self.arena.slabs.views() {
+            if view.free == self.arena.slabs.classes.classes[view.class].all_free() {
+                let node = Node::covering(g.depth, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
+                nodes.entry(g.chunk_of(view.base)).or_default().push(node);
+            }
+        }
+        nodes
     }
 
     /// The nodes of the blocks in the caches of freed blocks (`arena/block_cache.rs`), by
