@@ -109,7 +109,8 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
 /// allocations (64 B to 2.5 chunks, one in four aligned to 512 B to a chunk) and frees, the
 /// thread moving between CPUs: at every unaligned request that fails, the largest free block
 /// holds every free stretch of a chunk from a bank boundary and its figure less 1/16 and a
-/// bank can be allocated; the pool checks clean, before and after everything is freed.
+/// bank can be allocated; every 100 steps a snapshot agrees with its stats; the pool checks
+/// clean, before and after everything is freed.
 #[test]
 fn the_largest_free_block_holds_in_random_configurations() {
     let mut checked = 0;
@@ -138,6 +139,9 @@ fn the_largest_free_block_holds_in_random_configurations() {
         let mut held: Vec<Handle> = Vec::new();
         for step in 0..2000 {
             mover.maybe_move();
+            if step % 100 == 99 {
+                snapshot_agrees_with_its_stats(&p, &format!("{what}, step {step}"));
+            }
             if !held.is_empty() && rng.next() % 100 < 40 {
                 let i = (rng.next() as usize) % held.len();
                 p.free(held.swap_remove(i)).unwrap();
@@ -183,4 +187,19 @@ fn the_largest_free_block_holds_in_random_configurations() {
         assert_eq!(p.stats().bytes_in_use, 0, "{what}");
     }
     assert!(checked > 200, "{checked} largest free blocks allocated");
+}
+
+/// A snapshot's extents add up to its stats: the blocks to the bytes in use and asked for, the
+/// free runs to the free bytes, the slab space to the slab cache; nothing untracked (every
+/// block has a handle here).
+fn snapshot_agrees_with_its_stats(p: &Pool, what: &str) {
+    let snap = p.snapshot().unwrap();
+    let s = &snap.stats;
+    let sum = |extents: &[npumem_core::Extent]| extents.iter().map(|e| e.len).sum::<usize>();
+    assert_eq!(s.bytes_in_use, snap.blocks.iter().map(|b| b.block_bytes).sum::<usize>(), "{what}: bytes in use");
+    assert_eq!(s.requested_bytes_in_use, snap.blocks.iter().map(|b| b.size).sum::<usize>(), "{what}: asked for");
+    assert_eq!(s.bytes_free, sum(&snap.free_runs), "{what}: free runs");
+    assert_eq!(s.slab_cached_bytes, sum(&snap.slab_cached), "{what}: slab cache");
+    assert!(snap.untracked.is_empty(), "{what}: untracked {:?}", snap.untracked);
+    assert_eq!(s.bytes_in_use + s.bytes_free + s.slab_cached_bytes, s.usable_capacity, "{what}");
 }
