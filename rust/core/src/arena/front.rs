@@ -193,6 +193,16 @@ enum FrontTail {
     Shared,
 }
 
+/// The room of core chunks that a claim of [`Arena::claim_large`] found taken: free ends
+/// (where a front or a packed block starts) and free starts (where a tail goes). The next round
+/// of candidates leaves that room out, and only that: a chunk whose end was taken may still
+/// hold the tail of a block from the chunk before it.
+#[derive(Debug, Default)]
+struct Refused {
+    ends: Vec<usize>,
+    starts: Vec<usize>,
+}
+
 /// A place a large block may take (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Spot {
@@ -300,7 +310,7 @@ impl Arena {
         pairs: bool,
     ) -> Option<(usize, usize)> {
         let g = &self.geometry;
-        let mut refused: Vec<usize> = Vec::new();
+        let mut refused = Refused::default();
         loop {
             let epoch = self.global.epoch();
             let runs = self.global.free_runs_now();
@@ -321,10 +331,10 @@ impl Arena {
             let chosen = candidates.into_iter().map(|(_, _, spot)| spot).find(|spot| match spot {
                 Spot::Tailed(TailSpot::Shared(start)) => {
                     let Layout::RunTail { chunks, tail, .. } = layout else { return false };
-                    !refused.contains(&(start + chunks)) && self.tail_fits_at_start(start + chunks, tail.units)
+                    !refused.starts.contains(&(start + chunks)) && self.tail_fits_at_start(start + chunks, tail.units)
                 }
                 Spot::Front(f, FrontTail::Shared) => {
-                    !refused.contains(&f.tail_chunk()) && self.tail_fits_at_start(f.tail_chunk(), f.tail_units)
+                    !refused.starts.contains(&f.tail_chunk()) && self.tail_fits_at_start(f.tail_chunk(), f.tail_units)
                 }
                 _ => true,
             });
@@ -340,7 +350,7 @@ impl Arena {
                     (start << g.chunk_shift, g.run_bytes(start, chunks))
                 }),
                 (Spot::Tailed(at), Layout::RunTail { chunks, tail, .. }) => self
-                    .try_tailed_at(at, chunks, &tail, core, &mut refused)
+                    .try_tailed_at(at, chunks, &tail, core, &mut refused.starts)
                     .map(|start| (start << g.chunk_shift, self.tailed_run_bytes(start, chunks, &tail))),
                 (Spot::Front(f, tail), _) => {
                     self.try_front_at(&f, tail, core, &mut refused).then(|| (f.offset(g), f.bytes(g)))
@@ -352,7 +362,7 @@ impl Arena {
                         self.space[chunk].take(b.units);
                         self.set_frontier(chunk, at + b.units);
                     } else {
-                        refused.push(chunk);
+                        refused.ends.push(chunk);
                     }
                     taken.then(|| (g.offset_of(chunk, at), (b.units as usize) << g.unit_shift))
                 }
@@ -372,7 +382,7 @@ impl Arena {
         size: usize,
         layout: Layout,
         align: u64,
-        refused: &[usize],
+        refused: &Refused,
     ) -> Vec<(usize, u64, Spot)> {
         let g = &self.geometry;
         let end = self.global.end();
@@ -397,7 +407,7 @@ impl Arena {
                 }
                 Layout::Buddy(_) => {}
             }
-            if run.start == 0 || refused.contains(&(run.start - 1)) {
+            if run.start == 0 || refused.ends.contains(&(run.start - 1)) {
                 continue;
             }
             let Some(at) = self.front_start(run.start - 1, align) else { continue };
@@ -432,7 +442,7 @@ impl Arena {
         size: usize,
         layout: Layout,
         align: u64,
-        refused: &[usize],
+        refused: &Refused,
     ) -> Vec<(usize, u64, Spot)> {
         runs.sort_unstable_by_key(|run| (run.len, run.start));
         let mut out: Vec<(usize, u64, Spot)> = Vec::new();
@@ -457,7 +467,7 @@ impl Arena {
         size: usize,
         layout: Layout,
         align: u64,
-        refused: &[usize],
+        refused: &Refused,
         out: &mut Vec<(usize, u64, Spot)>,
     ) {
         let g = &self.geometry;
@@ -467,7 +477,11 @@ impl Arena {
         }
         let units = size.div_ceil(g.min_block) as u64;
         let end = self.global.end();
-        let core_chunk = |c: usize| matches!(self.global.state(c), ChunkState::Core(_)) && !refused.contains(&c);
+        // A chunk whose free end a claim found taken offers no front or packed block there any
+        // more, one whose free start it found taken no tail; each keeps its other side.
+        let core_chunk = |c: usize| matches!(self.global.state(c), ChunkState::Core(_));
+        let front_chunk = |c: usize| core_chunk(c) && !refused.ends.contains(&c);
+        let tail_chunk = |c: usize| core_chunk(c) && !refused.starts.contains(&c);
         // Each tree is read at most once: the next chunk's read serves its own pair next.
         let mut last_read: Option<(usize, (u64, u64))> = None;
         let mut ends = |c: usize| match last_read {
@@ -488,7 +502,7 @@ impl Arena {
             if next == end {
                 // The last chunk: only a buddy block in its free end.
                 if let Layout::Buddy(b) = layout {
-                    if bound.end & !(align - 1) >= units && core_chunk(chunk) {
+                    if bound.end & !(align - 1) >= units && front_chunk(chunk) {
                         if let Some(at) = self.free_end_start(chunk, align).filter(|&at| at + b.units <= upc) {
                             out.push((0, upc - at, Spot::Packed(chunk, at)));
                         }
@@ -500,7 +514,7 @@ impl Arena {
             // down to one.
             let front_bound = bound.end & !(align - 1);
             bound = bounds.next().expect("a bound per chunk");
-            if front_bound.saturating_add(bound.start) < units || !core_chunk(chunk) || !core_chunk(next) {
+            if front_bound.saturating_add(bound.start) < units || !front_chunk(chunk) || !tail_chunk(next) {
                 continue;
             }
             if g.usable_units(chunk) != upc || self.space[chunk].free_units() == 0 {
@@ -583,8 +597,7 @@ impl Arena {
             ChunkState::Core(_) if self.tail_fits_at_start(next, f.tail_units) => FrontTail::Shared,
             _ => return None,
         };
-        let mut refused = Vec::new();
-        if !self.try_front_at(&f, tail, core, &mut refused) {
+        if !self.try_front_at(&f, tail, core, &mut Refused::default()) {
             self.frontier.store(0, Ordering::Relaxed);
             return None;
         }
@@ -601,16 +614,19 @@ impl Arena {
     /// Try to take the block with front `f` and its tail `tail`; `false` when a claim failed
     /// (the front's chunk, or a shared tail's, goes into `refused` when a block took its room
     /// first).
-    fn try_front_at(&self, f: &FrontLayout, tail: FrontTail, core: usize, refused: &mut Vec<usize>) -> bool {
+    fn try_front_at(&self, f: &FrontLayout, tail: FrontTail, core: usize, refused: &mut Refused) -> bool {
         let g = &self.geometry;
         let fresh = tail == FrontTail::Fresh;
         // Nodes are claimed only where the chunk counts them free: a free releases its nodes
         // before it counts them, and a claim of nodes not counted yet would take the count
         // below zero for a moment (as every claim of the allocation path checks).
         let counted = |chunk: usize, units: u64| self.space[chunk].free_units() >= units;
-        if !counted(f.chunk, f.front_units(g)) || (tail == FrontTail::Shared && !counted(f.tail_chunk(), f.tail_units))
-        {
-            refused.push(f.chunk);
+        if !counted(f.chunk, f.front_units(g)) {
+            refused.ends.push(f.chunk);
+            return false;
+        }
+        if tail == FrontTail::Shared && !counted(f.tail_chunk(), f.tail_units) {
+            refused.starts.push(f.tail_chunk());
             return false;
         }
         let take = f.chunks + usize::from(fresh);
@@ -652,8 +668,8 @@ impl Arena {
                     self.space[last].refresh();
                 }
                 match which {
-                    Taken::Front => refused.push(f.chunk),
-                    Taken::Tail if !fresh => refused.push(last),
+                    Taken::Front => refused.ends.push(f.chunk),
+                    Taken::Tail if !fresh => refused.starts.push(last),
                     Taken::Tail => {}
                 }
                 false
@@ -885,5 +901,32 @@ mod tests {
         assert_eq!(a.global.state(2), ChunkState::Free, "the emptied tail chunk went back");
         assert_eq!(a.global.state(1), ChunkState::Free);
         assert_eq!(a.space[0].free_units(), g.units_per_chunk() / 2);
+    }
+
+    /// A claim that found a chunk's free end taken refuses that end, not the chunk: its free
+    /// start still takes the tail of a block whose front is in the chunk before it (a refusal
+    /// of the whole chunk made requests fail with that room free), and a refused start or a
+    /// refused end of the chunk before rules the pair out.
+    #[test]
+    fn a_refused_free_end_leaves_the_chunk_s_free_start_to_a_tail() {
+        let a = arena();
+        let g = &a.geometry;
+        let mut swept = crate::arena::exact::Swept::default();
+        for chunk in 0..3 {
+            assert!(a.grant_exact(chunk, 0));
+        }
+        // Chunk 0 free from 1 MiB on; chunk 1 free up to 1 MiB; chunk 2 empty.
+        a.buddy_reserve_at(0, MIB, &mut swept).unwrap();
+        a.buddy_reserve_at(g.chunk_size + MIB, MIB, &mut swept).unwrap();
+        let size = 3 * MIB / 2;
+        let fronts_in_chunk_0 = |refused: &Refused| {
+            let mut out = Vec::new();
+            a.pair_candidates(size, g.layout(size, 1), g.bank_units, refused, &mut out);
+            out.iter().filter(|(_, _, spot)| matches!(spot, Spot::Front(f, FrontTail::Shared) if f.chunk == 0)).count()
+        };
+        assert_eq!(fronts_in_chunk_0(&Refused::default()), 1);
+        assert_eq!(fronts_in_chunk_0(&Refused { ends: vec![1], starts: Vec::new() }), 1, "chunk 1's end refused");
+        assert_eq!(fronts_in_chunk_0(&Refused { ends: Vec::new(), starts: vec![1] }), 0, "chunk 1's start refused");
+        assert_eq!(fronts_in_chunk_0(&Refused { ends: vec![0], starts: Vec::new() }), 0, "chunk 0's end refused");
     }
 }
