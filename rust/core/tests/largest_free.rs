@@ -106,7 +106,8 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
 
 /// Random configurations (chunks of 1, 2 or 4 MiB, a short last chunk or none, one to three
 /// cores, both placements, runs with and without tails, a core reserve or none) under random
-/// allocations (64 B to 2.5 chunks, one in four aligned to 512 B to a chunk) and frees, the
+/// allocations (64 B to 2.5 chunks, half of them next to a class or chunk boundary, one in
+/// four aligned to 512 B to a chunk) and frees, the
 /// thread moving between CPUs: at every unaligned request that fails, the largest free block
 /// holds every free stretch of a chunk from a bank boundary and its figure less 1/16 and a
 /// bank can be allocated; every 100 steps a snapshot agrees with its stats; the pool checks
@@ -147,7 +148,10 @@ fn the_largest_free_block_holds_in_random_configurations() {
                 p.free(held.swap_remove(i)).unwrap();
                 continue;
             }
-            let size = rng.size(64, chunk * 5 / 2);
+            let size = match rng.next() % 2 {
+                0 => rng.size(64, chunk * 5 / 2),
+                _ => next_to_a_boundary(&mut rng, chunk),
+            };
             let align =
                 [Some(512), Some(4096), Some(65_536), Some(chunk)].get((rng.next() % 16) as usize).copied().flatten();
             match p.alloc(size, align, 0) {
@@ -202,4 +206,27 @@ fn snapshot_agrees_with_its_stats(p: &Pool, what: &str) {
     assert_eq!(s.slab_cached_bytes, sum(&snap.slab_cached), "{what}: slab cache");
     assert!(snap.untracked.is_empty(), "{what}: untracked {:?}", snap.untracked);
     assert_eq!(s.bytes_in_use + s.bytes_free + s.slab_cached_bytes, s.usable_capacity, "{what}");
+}
+
+/// A size next to a boundary of the classes or the chunks (`chunk` bytes each): a bank, a
+/// 32nd, a 16th, half, 3/4, 31/32 of a chunk, a chunk, 33/32, two and two and a half, give or
+/// take a byte, a unit or a bank.
+fn next_to_a_boundary(rng: &mut Rng, chunk: usize) -> usize {
+    let edges = [
+        64,
+        4096,
+        8192,
+        chunk / 32,
+        chunk / 16,
+        chunk / 2,
+        chunk / 2 + chunk / 4,
+        chunk - chunk / 32,
+        chunk,
+        chunk + chunk / 32,
+        2 * chunk,
+        2 * chunk + chunk / 2,
+    ];
+    let base = edges[(rng.next() % edges.len() as u64) as usize] as isize;
+    let delta = [0isize, 1, -1, 255, -255, 256, -256, 4095, -4095, 4096, -4096][(rng.next() % 11) as usize];
+    (base + delta).max(1) as usize
 }
