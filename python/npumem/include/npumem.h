@@ -210,10 +210,11 @@ npumem_status npumem_alloc_raw(npumem_pool *pool, size_t size, size_t align, siz
                                uint64_t *address);
 /**
  * Free a raw block by its offset and the size it was allocated with. A raw block keeps no record
- * of its size: an offset or size that names no block is refused, but a size whose shape matches
- * other allocated bytes at that offset (a part of the block, or the block and its neighbour) is
- * not detected and frees those bytes. Use handles (npumem_alloc / npumem_free) where a caller
- * cannot vouch for the size.
+ * of its size: an offset or size that names no allocated bytes is refused, but one whose shape
+ * matches other allocated bytes at that offset (a part of a block, live or freed and kept in a
+ * cache of freed blocks, or a block and its neighbour) is not detected and frees those bytes,
+ * which later allocations may then overlap. Use handles (npumem_alloc / npumem_free) where a
+ * caller cannot vouch for the offset and the size.
  */
 npumem_status npumem_free_raw(npumem_pool *pool, size_t offset, size_t size);
 

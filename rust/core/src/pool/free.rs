@@ -67,10 +67,11 @@ impl Pool {
     }
 
     /// Free a block of the raw API by its offset and the size it was allocated with. A raw block
-    /// keeps no record of its size: an offset or size that names no block is refused, but a
-    /// size whose shape matches other allocated bytes at `offset` (a part of the block, or the
-    /// block and its neighbour) is not detected and frees those bytes. Handles
-    /// ([`Pool::alloc`], [`Pool::free`]) record the size.
+    /// keeps no record of its size: an offset or size that names no allocated bytes is
+    /// refused, but one whose shape matches other allocated bytes at `offset` (a part of a
+    /// block, live or freed and kept in a cache of freed blocks, or a block and its neighbour)
+    /// is not detected and frees those bytes, which later allocations may then overlap.
+    /// Handles ([`Pool::alloc`], [`Pool::free`]) record the offset and the size.
     pub fn free_raw(&self, offset: usize, size: usize) -> Result<()> {
         if size == 0 || size > self.limit || offset >= self.arena.geometry.usable_capacity() {
             return Err(Error::InvalidBlock { offset, size, reason: "outside the arena or empty" });
