@@ -643,10 +643,12 @@ fn random_operations_and_compactions_stay_consistent() {
 }
 
 /// Random configurations (chunks of 1 or 2 MiB, a short last chunk or none, one to three
-/// cores, both placements, tails on and off, a core reserve or none): three threads allocate
-/// (64 B to 2.5 chunks, some aligned), fill, verify and free while a fourth compacts in every
-/// mode, staged (`compact`) or in held pauses (`compact_step`), evacuating random chunks too
-/// (a refused evacuation moves nothing). No block loses a byte, and the pool checks clean.
+/// cores, both placements, tails on and off, a core reserve or none, pools that grow): three
+/// threads allocate (64 B to 2.5 chunks, some aligned), fill, verify and free while a fourth
+/// compacts in every mode, staged (`compact`, or staged and run a moment later, when the
+/// workers changed the pool) or in held pauses (`compact_step`), evacuating random chunks too
+/// (a refused evacuation moves nothing), and trims now and then. No block loses a byte, and the
+/// pool checks clean.
 #[test]
 fn compaction_under_load_loses_nothing_in_random_configurations() {
     for seed in 0..8u64 {
@@ -658,14 +660,18 @@ fn compaction_under_load_loses_nothing_in_random_configurations() {
         let placement = if rng.next() % 2 == 0 { Placement::BestFit } else { Placement::FirstFit };
         let tails = rng.next() % 4 != 0;
         let reserve = (rng.next() % 2) as usize;
+        // Odd seeds: a pool that grows (its capacity whole chunks) up to three times its start.
+        let grows = seed % 2 == 1;
+        let short = if grows { 0 } else { short };
         let config = PoolConfig::new(chunks * chunk + short)
             .cores(cores)
             .chunk_size(chunk)
             .placement(placement)
             .run_tails(tails)
             .core_reserve(reserve);
+        let config = if grows { config.growth(3 * chunks * chunk, Some(chunk)) } else { config };
         let what = format!(
-            "seed {seed}: chunks of {chunk} B, {chunks} and {short} B, {cores} cores, {placement:?}, tails {tails}, reserve {reserve}"
+            "seed {seed}: chunks of {chunk} B, {chunks} and {short} B, {cores} cores, {placement:?}, tails {tails}, reserve {reserve}, grows {grows}"
         );
         let p = Pool::new(config).unwrap();
         let stop = AtomicBool::new(false);
@@ -711,16 +717,30 @@ fn compaction_under_load_loses_nothing_in_random_configurations() {
                         2 => CompactionMode::Evacuate { chunks: vec![(rng.next() as usize) % all_chunks] },
                         _ => CompactionMode::Incremental { max_bytes: 4 * chunk },
                     };
-                    let done = if rng.next() % 2 == 0 {
-                        p.compact(&mode, None, WAIT).map(|_| ())
-                    } else {
-                        let token = p.pause(WAIT).unwrap();
-                        let done = p.compact_step(&token, &mode, None).map(|_| ());
-                        if k % 8 == 0 {
-                            p.check().unwrap_or_else(|e| panic!("{what}, step {k}: {e}"));
+                    if rng.next() % 5 == 0 {
+                        p.trim();
+                    }
+                    let done = match rng.next() % 3 {
+                        0 => p.compact(&mode, None, WAIT).map(|_| ()),
+                        // Staged, then run after the workers changed the pool: moves whose block
+                        // or destination changed are left out.
+                        1 => p.stage_compaction(&mode, false).and_then(|staged| {
+                            std::thread::sleep(Duration::from_millis(1));
+                            let token = p.pause(WAIT).unwrap();
+                            let done = p.run_staged(&token, staged, None).map(|_| ());
+                            p.check().unwrap_or_else(|e| panic!("{what}, step {k}, staged: {e}"));
+                            p.resume(&token).unwrap();
+                            done
+                        }),
+                        _ => {
+                            let token = p.pause(WAIT).unwrap();
+                            let done = p.compact_step(&token, &mode, None).map(|_| ());
+                            if k % 8 == 0 {
+                                p.check().unwrap_or_else(|e| panic!("{what}, step {k}: {e}"));
+                            }
+                            p.resume(&token).unwrap();
+                            done
                         }
-                        p.resume(&token).unwrap();
-                        done
                     };
                     match done {
                         Ok(()) | Err(Error::InvalidMove { .. }) => {}
