@@ -350,6 +350,7 @@ mod tests {
     //! stretches) against a reference model of every chunk's units: the trees hold exactly
     //! the units the live blocks cover, and no stretch memo that is still valid rules out a
     //! stretch the reference has free (frees raise the memos, so most stay valid).
+    use crate::arena::release::Vouched;
     use crate::arena::stretches::best_fit;
     use crate::config::{Backing, PoolConfig};
     use crate::pool::pool::Pool;
@@ -398,7 +399,7 @@ mod tests {
         assert_eq!(a.stretches[0].known(epoch(0)), Some(512), "chunk 0's memo corrected");
         assert!(!a.claim_at(1, &b, taken.start), "the block's units are taken");
         // The block belongs to no handle: give it back through the arena.
-        a.release_buddy(g.offset_of(1, taken.start), 192 << 10, false, crate::arena::release::Vouched::No).unwrap();
+        a.release_buddy(g.offset_of(1, taken.start), 192 << 10, false, Vouched::No).unwrap();
         for (i, h) in blocks.into_iter().enumerate() {
             if !freed.contains(&i) {
                 p.free(h).unwrap();

@@ -11,17 +11,15 @@ use super::global::ChunkState;
 use super::layout::{BuddyLayout, Layout};
 use crate::error::{Error, Result};
 
-/// Who vouches that a block being freed is allocated where its caller says.
+/// Whether the caller of a free vouches that the block is allocated where it says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Vouched {
-    /// Nobody (the raw API, a retired slab): a free that keeps the block in a cache reads its
-    /// nodes first, and refuses what is not allocated there.
+    /// Nobody does (the raw API, a retired slab): a free that keeps the block in a cache
+    /// reads its nodes first, and refuses what is not allocated there.
     No,
-    /// A live handle, whose record the handle table keeps from the block's allocation to
-    /// its free: the nodes are the block's.
-    Handle,
-    /// The allocation that placed the block a moment ago, giving it back.
-    Placed,
+    /// A live handle's record (kept by the handle table from the block's allocation to its
+    /// free), or the allocation that placed the block a moment ago: the nodes are the block's.
+    Yes,
 }
 
 /// What a drain of the caches of freed blocks does with a chunk it empties.

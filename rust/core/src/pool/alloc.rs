@@ -217,7 +217,7 @@ impl Pool {
     #[cold]
     fn give_back_placed(&self, placed: &[Placed], requests: &[Request], core: usize) {
         for (p, request) in placed.iter().zip(requests) {
-            self.release_block(p.offset, request.size, Vouched::Placed).expect("a block just placed can be given back");
+            self.release_block(p.offset, request.size, Vouched::Yes).expect("a block just placed can be given back");
         }
         if !placed.is_empty() {
             let carver = SlabCarver { pool: self, core, reach: Reach::Full };
@@ -307,7 +307,7 @@ impl Pool {
                 Ok(handle)
             }
             Err(err) => {
-                self.release_block(placed.offset, request.size, Vouched::Placed)
+                self.release_block(placed.offset, request.size, Vouched::Yes)
                     .expect("a block just placed can be freed");
                 Err(err)
             }

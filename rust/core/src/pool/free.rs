@@ -89,9 +89,9 @@ impl Pool {
         // directory (a load that misses the cache when blocks are freed in random order). The
         // handle vouches for the block: its free need not read the tree to find it there.
         let released = if info.size > self.largest_slab {
-            self.release_chunk_block(info.offset, info.size, Vouched::Handle)
+            self.release_chunk_block(info.offset, info.size, Vouched::Yes)
         } else {
-            self.release_block(info.offset, info.size, Vouched::Handle)
+            self.release_block(info.offset, info.size, Vouched::Yes)
         };
         let released = released.map_err(|err| {
             Error::Corruption(vec![format!(
