@@ -43,6 +43,24 @@ impl BestFit {
     }
 }
 
+/// Why a best-fit search placed no block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missed {
+    /// The last search ruled out every core chunk, by its memo or by its tree: none holds the
+    /// block, and a first fit over them would read them for nothing.
+    Everywhere,
+    /// A chunk was left unread (its memo out of date, the reads used up), or the chunk chosen
+    /// refused the block: a first fit may still find room.
+    Unsure,
+}
+
+/// The reads of trees a best-fit search may still make, and whether it had to leave a chunk
+/// unread for want of them.
+struct Reads {
+    left: usize,
+    ran_out: bool,
+}
+
 /// Where a best-fit search put a block.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Taken {
@@ -60,8 +78,8 @@ impl Arena {
     /// found through their length classes ([`Arena::best_by_class`]), or, when those have
     /// none, among the first [`COMPARED`] chunks that hold it in address order (core `core`'s
     /// first); at most [`FRESH_READS`] trees are read for chunks whose memo is out of date.
-    /// `seen` keeps the longest stretch (in units) learnt of on the way. `None`: no chunk took
-    /// it (the caller may go on to a first fit, which reads every chunk that may hold it).
+    /// `seen` keeps the longest stretch (in units) learnt of on the way. When no chunk took it,
+    /// whether a first fit (which reads every chunk that may hold it) could still find room.
     ///
     /// A memo bounds its chunk's longest stretch from above, so the chunk chosen may not hold
     /// the block after all; its search then records what it does hold, and the search runs
@@ -73,40 +91,50 @@ impl Arena {
         bank: u64,
         core: usize,
         seen: &mut u64,
-    ) -> Option<Taken> {
+    ) -> Result<Taken, Missed> {
         for _ in 0..=MEMO_CORRECTIONS {
-            let mut reads = FRESH_READS;
+            let mut reads = Reads { left: FRESH_READS, ran_out: false };
             let best = self
                 .best_by_class(b, bank, &mut reads, seen)
                 .or_else(|| self.best_by_address(b, bank, core, &mut reads, seen));
-            let (_, chunk, owner) = best?;
+            let Some((_, chunk, owner)) = best else {
+                // The search by address compared every core chunk: a chunk it could not read
+                // is the only one that might hold the block.
+                return Err(if reads.ran_out { Missed::Unsure } else { Missed::Everywhere });
+            };
             match self.take_stretch(chunk, b, align, bank) {
-                Ok(start) => return Some(Taken { chunk, start, owner }),
+                Ok(start) => return Ok(Taken { chunk, start, owner }),
                 Err(longest) => {
                     *seen = (*seen).max(longest);
                     // Only a search from a bank boundary records the chunk's memo: a coarser
                     // one would choose the same chunk again.
                     if align != bank {
-                        return None;
+                        return Err(Missed::Unsure);
                     }
                 }
             }
         }
-        None
+        Err(Missed::Unsure)
     }
 
     /// The longest free stretch of core chunk `chunk` if it holds `b`, as its memo knows it
     /// (or its tree, read while `reads` lasts, when the memo is out of date); `seen` keeps the
     /// longest learnt of.
     #[inline]
-    fn holding(&self, chunk: usize, b: &BuddyLayout, bank: u64, reads: &mut usize, seen: &mut u64) -> Option<u64> {
+    fn holding(&self, chunk: usize, b: &BuddyLayout, bank: u64, reads: &mut Reads, seen: &mut u64) -> Option<u64> {
         let (free, probe) = self.space[chunk].look();
         if free < b.units {
             return None;
         }
         let longest = match self.stretches[chunk].known(probe.epoch()) {
             Some(longest) => longest.min(free),
-            None => self.read_longest(chunk, bank, probe, reads)?,
+            None => match self.read_longest(chunk, bank, probe, &mut reads.left) {
+                Some(longest) => longest,
+                None => {
+                    reads.ran_out = true;
+                    return None;
+                }
+            },
         };
         *seen = (*seen).max(longest);
         (longest >= b.units).then_some(longest)
@@ -121,7 +149,7 @@ impl Arena {
         &self,
         b: &BuddyLayout,
         bank: u64,
-        reads: &mut usize,
+        reads: &mut Reads,
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
         for class in class_of(b.units)..CLASSES {
@@ -152,7 +180,7 @@ impl Arena {
         b: &BuddyLayout,
         bank: u64,
         core: usize,
-        reads: &mut usize,
+        reads: &mut Reads,
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
         let cores = self.cores.len();
@@ -350,6 +378,7 @@ mod tests {
     //! stretches) against a reference model of every chunk's units: the trees hold exactly
     //! the units the live blocks cover, and no stretch memo that is still valid rules out a
     //! stretch the reference has free (frees raise the memos, so most stay valid).
+    use super::{Missed, FRESH_READS};
     use crate::arena::release::Vouched;
     use crate::arena::stretches::best_fit;
     use crate::config::{Backing, PoolConfig};
@@ -404,6 +433,49 @@ mod tests {
             if !freed.contains(&i) {
                 p.free(h).unwrap();
             }
+        }
+        assert_eq!(p.check().unwrap(), 0);
+    }
+
+    /// A search that rules out every core chunk by its memo or tree says so (a failing
+    /// allocation then skips the first fit, which would read the same memos again); one that
+    /// left a chunk unread for want of reads does not, and the next search reads it.
+    #[test]
+    fn a_search_that_ruled_out_every_chunk_says_so_and_one_that_left_a_chunk_unread_does_not() {
+        let p = Pool::new(PoolConfig::new(16 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new())).unwrap();
+        let a = p.arena();
+        let g = &a.geometry;
+        let bank = g.bank_units(p.config().bank_size);
+        let chunks = g.chunks;
+        let per_chunk = g.chunk_size / (128 << 10);
+        let blocks: Vec<_> = (0..chunks * per_chunk).map(|_| p.alloc(128 << 10, None, 0).unwrap()).collect();
+        // Every other block free: stretches of 128 KiB (512 units) apart, in every chunk.
+        for h in blocks.iter().step_by(2) {
+            p.free(*h).unwrap();
+        }
+        a.drain_block_caches();
+        let epoch = |c: usize| a.space[c].probe(0).unwrap().epoch();
+        for c in 0..chunks {
+            a.read_ends(c);
+            assert_eq!(a.stretches[c].known(epoch(c)), Some(512), "chunk {c}'s memo");
+        }
+        let b = g.buddy_layout(192 << 10).unwrap();
+        let mut seen = 0;
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
+        assert_eq!(seen, 512);
+        // One chunk more out of date than a search may read.
+        for c in 0..=FRESH_READS {
+            a.stretches[c].record(epoch(c) + 1, 0);
+        }
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Unsure);
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
+        for c in 0..chunks {
+            assert_eq!(a.stretches[c].known(epoch(c)), Some(512), "chunk {c}'s memo read again");
+        }
+        let err = p.alloc(192 << 10, None, 0).unwrap_err();
+        assert!(matches!(err, crate::error::Error::OutOfMemory { .. }), "{err}");
+        for h in blocks.into_iter().skip(1).step_by(2) {
+            p.free(h).unwrap();
         }
         assert_eq!(p.check().unwrap(), 0);
     }

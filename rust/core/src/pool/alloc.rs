@@ -8,6 +8,7 @@ use crate::arena::core_pool::Hint;
 use crate::arena::geometry::TRIM_SHIFT;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::{BuddyLayout, Layout};
+use crate::arena::packed::Missed;
 use crate::arena::release::Vouched;
 use crate::arena::reveal::Revealed;
 use crate::arena::slab::caches::SlabBlocks;
@@ -704,8 +705,9 @@ impl Pool {
 
     /// A block larger than a bank in a free stretch, from a bank boundary (or the caller's
     /// coarser alignment): the best fit across the cores' chunks (`arena/packed.rs`), then,
-    /// when that compared no chunk that took it, the best-fitting stretch of the first chunk
-    /// that has one, the calling core's chunks first. When none has, the longest stretch the
+    /// when no chunk took it and that search could not rule out every chunk, the best-fitting
+    /// stretch of the first chunk that has one, the calling core's chunks first. When none
+    /// has, the longest stretch the
     /// search learnt of is left in [`STRETCH_SEEN`] for the out-of-memory error.
     #[inline(never)]
     fn place_packed(&self, b: &BuddyLayout, align_units: u64, core: usize, reach: Reach) -> Option<Placed> {
@@ -716,16 +718,23 @@ impl Pool {
         let cores = self.arena.cores.len();
         let mut seen = 0;
         let bank = g.bank_units(self.config.bank_size);
-        if let Some(t) = self.arena.take_best_stretch(b, align_units, bank, core, &mut seen) {
-            return Some(Placed {
-                offset: g.offset_of(t.chunk, t.start),
-                block_bytes: b.units as usize * g.min_block,
-                route: Route::Core,
-                overflow: t.owner != core,
-                class: None,
-            });
-        }
-        let placed = (0..cores).find_map(|i| self.place_packed_in(b, align_units, core, (core + i) % cores, &mut seen));
+        let placed = match self.arena.take_best_stretch(b, align_units, bank, core, &mut seen) {
+            Ok(t) => {
+                return Some(Placed {
+                    offset: g.offset_of(t.chunk, t.start),
+                    block_bytes: b.units as usize * g.min_block,
+                    route: Route::Core,
+                    overflow: t.owner != core,
+                    class: None,
+                })
+            }
+            // Every chunk's memo or tree ruled the block out: the first fit would read the
+            // same memos again (on a failing allocation, the larger part of its work).
+            Err(Missed::Everywhere) => None,
+            Err(Missed::Unsure) => {
+                (0..cores).find_map(|i| self.place_packed_in(b, align_units, core, (core + i) % cores, &mut seen))
+            }
+        };
         if placed.is_none() {
             STRETCH_SEEN.with(|s| s.set(seen));
         }
