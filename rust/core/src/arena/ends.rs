@@ -91,8 +91,29 @@ impl Arena {
             self.ends_recorded.store(1, Ordering::Relaxed);
         }
         let (_, probe) = self.space[chunk].look();
-        let (start, end) = self.free_ends(chunk, self.geometry.bank_units);
+        let (start, end) = match self.stretches[chunk].known(probe.epoch()) {
+            Some(_) => self.free_ends_from_the_ends(chunk),
+            // The whole tree is read: its longest stretch is recorded on the way.
+            None => self.free_ends(chunk, self.geometry.bank_units),
+        };
         self.chunk_ends[chunk].record(probe.epoch(), start, end);
+        (start, end)
+    }
+
+    /// [`Arena::free_ends`] without the stretch memo: each free end read from the chunk's end
+    /// inwards to the first allocated unit ([`TreeShape::free_run_around`](super::buddy::TreeShape::free_run_around):
+    /// the bunches on the way down from the root and beside it, not the whole tree), in whole
+    /// granules as `free_ends` counts them.
+    pub(crate) fn free_ends_from_the_ends(&self, chunk: usize) -> (u64, u64) {
+        let g = &self.geometry;
+        let tree = self.tree(chunk);
+        let upc = g.units_per_chunk();
+        let usable = g.usable_units(chunk);
+        let shift = granule_shift(g.depth);
+        let (_, first_allocated) = self.shape.free_run_around(tree, 0, 0);
+        let (past_last_allocated, _) = self.shape.free_run_around(tree, upc, upc);
+        let start = ((first_allocated >> shift) << shift).min(usable);
+        let end = usable - (past_last_allocated.div_ceil(1 << shift) << shift).min(usable);
         (start, end)
     }
 }
@@ -118,6 +139,7 @@ mod tests {
     //! pairs of chunk ends and write records that frees then carry: after every step, no record
     //! valid at its chunk's epoch (nor any bound) says an end is shorter than the tree has it.
     use crate::arena::global::ChunkState;
+    use crate::arena::stretches::granule_shift;
     use crate::arena::stretches::tests::Rng;
     use crate::config::{Backing, PoolConfig};
     use crate::pool::pool::Pool;
@@ -165,5 +187,51 @@ mod tests {
         }
         assert!(failed > 100, "the pool is full enough to fail ({failed} failed)");
         assert!(checked > 1000, "records were written and kept ({checked} checked)");
+    }
+
+    /// The free ends read inwards from each end of a chunk's tree are the ends a read of the
+    /// whole tree finds, on random trees of chunks of several depths, the arena's short last
+    /// chunk among them.
+    #[test]
+    fn free_ends_read_from_the_ends_match_a_read_of_the_whole_tree() {
+        // (Granules of several units where a chunk has more units than a read of the whole
+        // tree counts granules: 4 MiB of 256-byte units, 2 MiB of 64-byte units.)
+        let configs = [
+            (32 << 20, 2 << 20, 256, 3),
+            (7 << 20, 1 << 20, 256, 4),
+            (9 << 19, 4 << 20, 256, 5),
+            (9 << 20, 2 << 20, 64, 6),
+        ];
+        let mut coarse = 0;
+        for (capacity, chunk_size, min_block, seed) in configs {
+            let config = PoolConfig::new(capacity).cores(2).chunk_size(chunk_size).min_block(min_block);
+            let pool = Pool::new(config.backing(Backing::None)).unwrap();
+            let a = pool.arena();
+            let g = &a.geometry;
+            coarse += usize::from(granule_shift(g.depth) > 0);
+            let mut rng = Rng::new(seed);
+            let mut blocks: Vec<(usize, usize)> = Vec::new();
+            let mut compared = 0;
+            for step in 0..3_000 {
+                if !blocks.is_empty() && rng.next() % 5 < 2 {
+                    let (offset, size) = blocks.swap_remove((rng.next() % blocks.len() as u64) as usize);
+                    pool.free_raw(offset, size).unwrap();
+                }
+                let size = (64 + (rng.next() % (chunk_size as u64 / 2)) as usize) >> (rng.next() % 8);
+                if let Ok(offset) = pool.alloc_raw(size.max(1), None) {
+                    blocks.push((offset, size.max(1)));
+                }
+                // Cached blocks stay allocated in their trees: both reads see them.
+                for chunk in 0..g.chunks {
+                    if matches!(a.global.state(chunk), ChunkState::Core(_)) {
+                        let whole = a.free_ends(chunk, g.bank_units);
+                        assert_eq!(a.free_ends_from_the_ends(chunk), whole, "seed {seed} step {step} chunk {chunk}");
+                        compared += 1;
+                    }
+                }
+            }
+            assert!(compared > 1000, "chunks compared: {compared}");
+        }
+        assert_eq!(coarse, 2, "configurations whose granules are several units");
     }
 }
