@@ -105,14 +105,14 @@ impl Arena {
             cores.push(CachePadded(CorePool::new(geometry.chunks, levels, reserve)?));
         }
         let slabs = SlabCaches::new(classes, geometry.usable_capacity(), config.cores)?;
-        // The caches of freed blocks hold at most 1/8 of the largest capacity, split between
-        // the cores; a granule is a bank (every cached block starts on one).
+        // The caches of freed blocks hold at most 1/8 of the largest capacity over all cores;
+        // a granule is a bank (every cached block starts on one).
         let block_caches = BlockCaches::new(
             config.cores,
             geometry.cache_classes(),
             geometry.chunks << geometry.chunk_shift,
             geometry.bank_units as usize * geometry.min_block,
-            (config.limit() / (8 * config.cores)) as u64,
+            (config.limit() / 8) as u64,
         )?;
         let backing = match config.backing {
             Backing::Host => Some(HostBacking::new(config.offset_space(), config.chunk_size)?),

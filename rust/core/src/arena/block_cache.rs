@@ -13,8 +13,12 @@
 //!
 //! # How much
 //!
-//! [`SLOTS`] per class and core, and per core at most `limit` bytes (a soft bound: racing frees
-//! may pass it by a block each). The pool caches nothing while it is fuller than its gate
+//! [`SLOTS`] per class and core, and a *budget* of bytes over all cores: a core keeps up to
+//! its share of the budget, and past that only while all the caches together stay within the
+//! budget, so a thread that frees alone may use all of it. Together they hold at most the
+//! budget, except when cores fill their shares after one has borrowed the rest (then less
+//! than twice the budget until the borrower's blocks are taken); racing frees may pass either
+//! bound by a block each. The pool caches nothing while it is fuller than its gate
 //! (`Pool::may_cache`). A failing allocation, a trim and every compaction *drain* the
 //! caches into the trees first, so cached blocks are never what makes an allocation fail, and
 //! a core that finds no chunk to be granted drains its own cache before it looks at other
@@ -86,14 +90,16 @@ pub(crate) struct BlockCaches {
     states: Zeroed<AtomicU64>,
     /// `log2` of a granule's bytes.
     granule_shift: u32,
-    /// Bytes a core's cache may hold.
-    limit: u64,
+    /// Bytes all the caches may hold together.
+    budget: u64,
+    /// A core's share of the budget: bytes its cache may hold without looking at the others.
+    share: u64,
 }
 
 impl BlockCaches {
     /// Caches for `cores` cores of `classes` classes each over `bytes` bytes of offsets, in
-    /// granules of `granule` bytes (a power of two), each core holding at most `limit` bytes.
-    pub(crate) fn new(cores: usize, classes: usize, bytes: usize, granule: usize, limit: u64) -> Result<BlockCaches> {
+    /// granules of `granule` bytes (a power of two), holding at most `budget` bytes together.
+    pub(crate) fn new(cores: usize, classes: usize, bytes: usize, granule: usize, budget: u64) -> Result<BlockCaches> {
         debug_assert!(granule.is_power_of_two());
         let granules = bytes.div_ceil(granule);
         let states = Zeroed::new(granules.div_ceil(PER_WORD), "the block caches' granule states")?;
@@ -109,7 +115,33 @@ impl BlockCaches {
                 bytes: CachePadded(AtomicU64::new(0)),
             });
         }
-        Ok(BlockCaches { cores: all.into_boxed_slice(), states, granule_shift: granule.trailing_zeros(), limit })
+        let share = budget / cores.max(1) as u64;
+        Ok(BlockCaches {
+            cores: all.into_boxed_slice(),
+            states,
+            granule_shift: granule.trailing_zeros(),
+            budget,
+            share,
+        })
+    }
+
+    /// Whether core `owner`'s cache may take a block of `bytes` bytes more: within its share of
+    /// the budget, or, past it, within what the other cores' caches leave of the whole budget
+    /// (a core that frees alone keeps as much as all of them would; the others' counts are read
+    /// only then, one relaxed load each).
+    #[inline]
+    fn has_room(&self, owner: usize, bytes: u64) -> bool {
+        let mine = self.cores[owner].bytes.load(Ordering::Relaxed) + bytes;
+        if mine <= self.share {
+            return true;
+        }
+        mine <= self.budget && mine + self.others_bytes(owner) <= self.budget
+    }
+
+    #[inline(never)]
+    fn others_bytes(&self, owner: usize) -> u64 {
+        let others = self.cores.iter().enumerate().filter(|&(core, _)| core != owner);
+        others.map(|(_, cache)| cache.bytes.load(Ordering::Relaxed)).sum()
     }
 
     fn class_slots(&self, core: usize, class: usize) -> &[AtomicU64] {
@@ -165,9 +197,7 @@ impl BlockCaches {
     ) -> Put {
         let cache = &self.cores[owner];
         let slots = self.class_slots(owner, class);
-        let wanted = room
-            && cache.bytes.load(Ordering::Relaxed) + bytes <= self.limit
-            && slots.iter().any(|s| s.load(Ordering::Relaxed) == 0);
+        let wanted = room && self.has_room(owner, bytes) && slots.iter().any(|s| s.load(Ordering::Relaxed) == 0);
         let to = if wanted { CACHED } else { BUSY };
         match self.claim_state(offset, to) {
             Ok(()) => {}
@@ -367,6 +397,33 @@ mod tests {
         assert_eq!(c.cached_bytes(), 0);
         // Taken, the block is live again: its next free may cache it.
         assert_eq!(c.put(1, 2, 8192, 8192, true, || true), Put::Kept);
+    }
+
+    /// A core keeps its share of the budget, and past it only while all the caches together
+    /// stay within the budget.
+    #[test]
+    fn a_core_alone_uses_the_whole_budget_and_past_its_share_a_core_borrows_only_what_is_left() {
+        const BANK: u64 = 4096;
+        // Two cores, a budget of 4 blocks: a share of 2 each.
+        let c = BlockCaches::new(2, 4, 1 << 20, 4096, 4 * BANK).unwrap();
+        for i in 0..4 {
+            assert_eq!(c.put(0, 1, i * 4096, BANK, true, || true), Put::Kept, "block {i}: core 1 caches nothing");
+        }
+        assert_eq!(c.put(0, 1, 4 * 4096, BANK, true, || true), Put::ReleaseThenSettle, "the budget is used");
+        c.settle(4 * 4096);
+        assert_eq!(c.put(1, 1, 8 * 4096, BANK, true, || true), Put::Kept, "core 1 within its share");
+        assert_eq!(c.put(1, 1, 9 * 4096, BANK, true, || true), Put::Kept, "core 1 within its share");
+        assert_eq!(c.put(1, 1, 10 * 4096, BANK, true, || true), Put::ReleaseThenSettle, "past its share: none left");
+        c.settle(10 * 4096);
+        assert_eq!(c.cached_bytes_of(0) + c.cached_bytes_of(1), 6 * BANK);
+        // Core 0 takes three of its blocks back: core 1 may borrow one block's room now.
+        for _ in 0..3 {
+            assert!(c.take(0, 1, BANK).is_some());
+        }
+        assert_eq!(c.put(1, 1, 10 * 4096, BANK, true, || true), Put::Kept, "borrowed: 4 blocks in all");
+        assert_eq!(c.put(1, 1, 11 * 4096, BANK, true, || true), Put::ReleaseThenSettle, "the budget again");
+        c.settle(11 * 4096);
+        assert_eq!(c.cached_bytes(), 4 * BANK);
     }
 
     #[test]
