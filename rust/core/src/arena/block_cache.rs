@@ -14,11 +14,12 @@
 //! # How much
 //!
 //! [`SLOTS`] per class and core, and a *budget* of bytes over all cores: a core keeps up to
-//! its share of the budget, and past that only while all the caches together stay within the
-//! budget, so a thread that frees alone may use all of it. Together they hold at most the
-//! budget, except when cores fill their shares after one has borrowed the rest (then less
-//! than twice the budget until the borrower's blocks are taken); racing frees may pass either
-//! bound by a block each. The pool caches nothing while it is fuller than its gate
+//! its share of the budget, or up to what the other cores' caches left of the budget when it
+//! last looked, if more (it looks again every [`RECHECK`]th put that its limit refuses), so a
+//! thread that frees alone may use all of it. Together they hold at most the budget, except
+//! when cores fill their shares after one has borrowed the rest (then less than twice the
+//! budget until the borrower's blocks are taken); racing frees may pass either bound by a
+//! block each. The pool caches nothing while it is fuller than its gate
 //! (`Pool::may_cache`). A failing allocation, a trim and every compaction *drain* the
 //! caches into the trees first, so cached blocks are never what makes an allocation fail, and
 //! a core that finds no chunk to be granted drains its own cache before it looks at other
@@ -77,10 +78,23 @@ pub(crate) enum Put {
     Twice,
 }
 
-/// One core's cache: `classes * SLOTS` slots and the bytes they hold.
+/// Over-limit puts of a core between two reads of what the other cores' caches hold.
+const RECHECK: u64 = 32;
+
+/// One core's cache: `classes * SLOTS` slots and what they hold.
 struct CoreCache {
     slots: Box<[AtomicU64]>,
-    bytes: CachePadded<AtomicU64>,
+    held: CachePadded<Held>,
+}
+
+/// The bytes a core's cache holds and how many it may hold, on a line of its own.
+struct Held {
+    bytes: AtomicU64,
+    /// Its share of the budget, or more: what the other cores' caches left of the budget when
+    /// it last looked (`BlockCaches::has_room`).
+    limit: AtomicU64,
+    /// Puts refused by the limit since the cache last looked at the others.
+    over: AtomicU64,
 }
 
 /// Every core's cache of freed blocks and the arena's granule states (see the module
@@ -112,7 +126,11 @@ impl BlockCaches {
         for _ in 0..cores {
             all.push(CoreCache {
                 slots: try_boxed(per_core, "the block caches' slots", |_| AtomicU64::new(0))?,
-                bytes: CachePadded(AtomicU64::new(0)),
+                held: CachePadded(Held {
+                    bytes: AtomicU64::new(0),
+                    limit: AtomicU64::new(budget / cores.max(1) as u64),
+                    over: AtomicU64::new(0),
+                }),
             });
         }
         let share = budget / cores.max(1) as u64;
@@ -125,23 +143,30 @@ impl BlockCaches {
         })
     }
 
-    /// Whether core `owner`'s cache may take a block of `bytes` bytes more: within its share of
-    /// the budget, or, past it, within what the other cores' caches leave of the whole budget
-    /// (a core that frees alone keeps as much as all of them would; the others' counts are read
-    /// only then, one relaxed load each).
+    /// Whether core `owner`'s cache may take a block of `bytes` bytes more: within its limit
+    /// (its share of the budget, or what the other cores' caches left of the budget when it
+    /// last looked, if more). Past its limit, every [`RECHECK`]th put looks again (one relaxed
+    /// load per other core), so that a core that frees alone keeps as much as all of them
+    /// would, while cores that all keep their shares seldom read each other's lines.
     #[inline]
     fn has_room(&self, owner: usize, bytes: u64) -> bool {
-        let mine = self.cores[owner].bytes.load(Ordering::Relaxed) + bytes;
-        if mine <= self.share {
+        let held = &self.cores[owner].held;
+        let mine = held.bytes.load(Ordering::Relaxed) + bytes;
+        if mine <= held.limit.load(Ordering::Relaxed) {
             return true;
         }
-        mine <= self.budget && mine + self.others_bytes(owner) <= self.budget
+        if held.over.fetch_add(1, Ordering::Relaxed) % RECHECK != 0 {
+            return false;
+        }
+        let limit = self.budget.saturating_sub(self.others_bytes(owner)).max(self.share);
+        held.limit.store(limit, Ordering::Relaxed);
+        mine <= limit
     }
 
     #[inline(never)]
     fn others_bytes(&self, owner: usize) -> u64 {
         let others = self.cores.iter().enumerate().filter(|&(core, _)| core != owner);
-        others.map(|(_, cache)| cache.bytes.load(Ordering::Relaxed)).sum()
+        others.map(|(_, cache)| cache.held.bytes.load(Ordering::Relaxed)).sum()
     }
 
     fn class_slots(&self, core: usize, class: usize) -> &[AtomicU64] {
@@ -216,7 +241,7 @@ impl BlockCaches {
             if slot.load(Ordering::Relaxed) == 0
                 && slot.compare_exchange(0, value, Ordering::AcqRel, Ordering::Relaxed).is_ok()
             {
-                cache.bytes.fetch_add(bytes, Ordering::Relaxed);
+                cache.held.bytes.fetch_add(bytes, Ordering::Relaxed);
                 return Put::Kept;
             }
         }
@@ -243,7 +268,7 @@ impl BlockCaches {
             if value != 0 {
                 let offset = (value - 1) as usize;
                 self.turn_state(offset, CACHED, NONE);
-                self.cores[core].bytes.fetch_sub(bytes, Ordering::Relaxed);
+                self.cores[core].held.bytes.fetch_sub(bytes, Ordering::Relaxed);
                 return Some(offset);
             }
         }
@@ -275,7 +300,7 @@ impl BlockCaches {
     ) -> usize {
         let mut released = 0;
         for cache in &self.cores[cores] {
-            if cache.bytes.load(Ordering::Relaxed) == 0 {
+            if cache.held.bytes.load(Ordering::Relaxed) == 0 {
                 continue;
             }
             for (i, slot) in cache.slots.iter().enumerate() {
@@ -289,7 +314,7 @@ impl BlockCaches {
                 let offset = (value - 1) as usize;
                 let class = i / SLOTS;
                 self.turn_state(offset, CACHED, BUSY);
-                cache.bytes.fetch_sub(bytes_of(class), Ordering::Relaxed);
+                cache.held.bytes.fetch_sub(bytes_of(class), Ordering::Relaxed);
                 release(offset, class);
                 self.settle(offset);
                 released += 1;
@@ -302,7 +327,7 @@ impl BlockCaches {
     /// meanwhile may be missing or listed; for statistics and snapshots).
     pub(crate) fn cached(&self) -> Vec<(usize, usize)> {
         let mut out = Vec::new();
-        for cache in self.cores.iter().filter(|c| c.bytes.load(Ordering::Relaxed) != 0) {
+        for cache in self.cores.iter().filter(|c| c.held.bytes.load(Ordering::Relaxed) != 0) {
             for (i, slot) in cache.slots.iter().enumerate() {
                 let value = slot.load(Ordering::Relaxed);
                 if value != 0 {
@@ -336,7 +361,7 @@ impl BlockCaches {
                 }
                 cached_states += 1;
             }
-            let counted = cache.bytes.load(Ordering::Acquire);
+            let counted = cache.held.bytes.load(Ordering::Acquire);
             if counted != bytes {
                 findings.push(format!("core {core}'s cache of freed blocks counts {counted} bytes, holds {bytes}"));
             }
@@ -363,13 +388,13 @@ impl BlockCaches {
 
     /// Bytes core `core`'s cache holds now (of blocks in `core`'s chunks).
     pub(crate) fn cached_bytes_of(&self, core: usize) -> u64 {
-        self.cores[core].bytes.load(Ordering::Relaxed)
+        self.cores[core].held.bytes.load(Ordering::Relaxed)
     }
 
     /// Bytes the caches hold now (a sum of relaxed loads).
     #[cfg(test)]
     pub(crate) fn cached_bytes(&self) -> u64 {
-        self.cores.iter().map(|c| c.bytes.load(Ordering::Relaxed)).sum()
+        self.cores.iter().map(|c| c.held.bytes.load(Ordering::Relaxed)).sum()
     }
 
     /// Bytes of host memory the granule states use.
@@ -399,30 +424,38 @@ mod tests {
         assert_eq!(c.put(1, 2, 8192, 8192, true, || true), Put::Kept);
     }
 
-    /// A core keeps its share of the budget, and past it only while all the caches together
-    /// stay within the budget.
+    /// A core keeps its share of the budget, and past it what the other caches leave of the
+    /// budget when it looks (every [`RECHECK`]th put refused by its limit).
     #[test]
     fn a_core_alone_uses_the_whole_budget_and_past_its_share_a_core_borrows_only_what_is_left() {
         const BANK: u64 = 4096;
         // Two cores, a budget of 4 blocks: a share of 2 each.
         let c = BlockCaches::new(2, 4, 1 << 20, 4096, 4 * BANK).unwrap();
+        // The put until one is kept, at most `RECHECK` of them (each refused one settles).
+        let put_within_a_recheck = |core: usize, offset: usize| {
+            (0..RECHECK).any(|_| match c.put(core, 1, offset, BANK, true, || true) {
+                Put::Kept => true,
+                refused => {
+                    assert_eq!(refused, Put::ReleaseThenSettle);
+                    c.settle(offset);
+                    false
+                }
+            })
+        };
         for i in 0..4 {
-            assert_eq!(c.put(0, 1, i * 4096, BANK, true, || true), Put::Kept, "block {i}: core 1 caches nothing");
+            assert!(put_within_a_recheck(0, i * 4096), "block {i}: core 1 caches nothing");
         }
-        assert_eq!(c.put(0, 1, 4 * 4096, BANK, true, || true), Put::ReleaseThenSettle, "the budget is used");
-        c.settle(4 * 4096);
+        assert!(!put_within_a_recheck(0, 4 * 4096), "the budget is used");
         assert_eq!(c.put(1, 1, 8 * 4096, BANK, true, || true), Put::Kept, "core 1 within its share");
         assert_eq!(c.put(1, 1, 9 * 4096, BANK, true, || true), Put::Kept, "core 1 within its share");
-        assert_eq!(c.put(1, 1, 10 * 4096, BANK, true, || true), Put::ReleaseThenSettle, "past its share: none left");
-        c.settle(10 * 4096);
+        assert!(!put_within_a_recheck(1, 10 * 4096), "past its share: none left");
         assert_eq!(c.cached_bytes_of(0) + c.cached_bytes_of(1), 6 * BANK);
         // Core 0 takes three of its blocks back: core 1 may borrow one block's room now.
         for _ in 0..3 {
             assert!(c.take(0, 1, BANK).is_some());
         }
-        assert_eq!(c.put(1, 1, 10 * 4096, BANK, true, || true), Put::Kept, "borrowed: 4 blocks in all");
-        assert_eq!(c.put(1, 1, 11 * 4096, BANK, true, || true), Put::ReleaseThenSettle, "the budget again");
-        c.settle(11 * 4096);
+        assert!(put_within_a_recheck(1, 10 * 4096), "borrowed: 4 blocks in all");
+        assert!(!put_within_a_recheck(1, 11 * 4096), "the budget again");
         assert_eq!(c.cached_bytes(), 4 * BANK);
     }
 
