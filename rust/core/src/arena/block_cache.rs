@@ -497,7 +497,8 @@ mod loom_models {
     //! The tree is one block's allocated bit: a release clears it with a CAS, which fails when
     //! it was clear (the block freed already). Every model ends by checking that the block is in
     //! exactly one place: allocated to a taker, in a cache slot (allocated in the tree, state
-    //! `CACHED`), or free in the tree (state `NONE`).
+    //! `CACHED`), or free in the tree (state `NONE`). One model checks the budget shared by two
+    //! cores.
     use super::*;
     use loom::sync::Arc;
     use loom::thread;
@@ -553,6 +554,49 @@ mod loom_models {
                 assert_eq!(state(&c), if kept { CACHED } else { NONE });
             });
         }
+    }
+
+    /// A free by `core` of the block at `offset` (allocated while `tree` is 1): `true` kept,
+    /// `false` released to the tree.
+    fn free_of(c: &BlockCaches, core: usize, offset: usize, tree: &AtomicU64) -> bool {
+        match c.put(core, 0, offset, 4096, true, || tree.load(Ordering::Acquire) == 1) {
+            Put::Kept => true,
+            Put::ReleaseThenSettle => {
+                release(tree).expect("the free owns the block");
+                c.settle(offset);
+                false
+            }
+            other => panic!("a single free of a live block: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cores_that_pass_their_share_of_the_budget_while_another_frees_lose_no_block() {
+        // Two cores, a budget of two blocks (a share of one each). Core 0 holds one block
+        // already; its next free is past its share (it looks at core 1's cache), while core 1
+        // frees a block of its own within its share. Each block ends in exactly one place and
+        // the byte counts match the blocks kept; together at most the budget and a block.
+        loom::model(|| {
+            let c = Arc::new(BlockCaches::new(2, 1, 1 << 16, 4096, 2 * 4096).unwrap());
+            let trees: Arc<[AtomicU64; 3]> = Arc::new([AtomicU64::new(1), AtomicU64::new(1), AtomicU64::new(1)]);
+            assert!(free_of(&c, 0, 0, &trees[0]), "core 0 within its share");
+            let (c2, trees2) = (c.clone(), trees.clone());
+            let other = thread::spawn(move || free_of(&c2, 1, 2 * 4096, &trees2[2]));
+            let mine = free_of(&c, 0, 4096, &trees[1]);
+            let theirs = other.join().unwrap();
+            assert!(theirs, "core 1 within its share");
+            for (i, tree) in trees.iter().enumerate() {
+                let (word, shift) = c.state_of(i * 4096);
+                let state = (word.load(Ordering::Acquire) >> shift) & STATE_MASK;
+                let kept = tree.load(Ordering::Acquire) == 1;
+                assert_eq!(state, if kept { CACHED } else { NONE }, "block {i}");
+            }
+            assert_eq!(trees[1].load(Ordering::Acquire) == 1, mine);
+            let kept = 2 + usize::from(mine);
+            assert_eq!(c.cached().len(), kept);
+            assert_eq!(c.cached_bytes(), kept as u64 * 4096);
+            assert!(c.cached_bytes() <= 3 * 4096);
+        });
     }
 
     #[test]
