@@ -55,8 +55,8 @@ use crate::util::zeroed::{try_boxed, Zeroed};
 
 use crate::error::Result;
 
-/// Cached blocks per class and core: one 64-byte line of slots.
-pub(crate) const SLOTS: usize = 8;
+/// Cached blocks per class and core: two 64-byte lines of slots.
+pub(crate) const SLOTS: usize = 16;
 
 const NONE: u64 = 0;
 const CACHED: u64 = 1;
