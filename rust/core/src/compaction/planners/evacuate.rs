@@ -107,13 +107,17 @@ pub(crate) fn evacuation_order(census: &Census, model: &Model, contents: &[Optio
     chunks.into_iter().map(|(chunk, _)| chunk).collect()
 }
 
-/// The chunks of `emptied` that are empty during the batch already: a chunk whose slab objects
-/// move out still holds the slab's block until the batch tidies it afterwards.
-pub(crate) fn clean_chunks(model: &Model, moves: &[Piece], emptied: &[usize]) -> Vec<usize> {
-    let dirty: HashSet<usize> = moves
+/// The chunks of `emptied` that are empty during the batch already: a slab stays where it is
+/// until the batch tidies it afterwards (one whose objects move out, and one all free already,
+/// which the planners count as room), unless the batch moves it whole.
+pub(crate) fn clean_chunks(census: &Census, model: &Model, moves: &[Piece], emptied: &[usize]) -> Vec<usize> {
+    let moved_whole: HashSet<usize> =
+        moves.iter().filter(|p| matches!(p.kind, PieceKind::Slab { .. })).map(|p| p.from).collect();
+    let dirty: HashSet<usize> = census
+        .slabs
         .iter()
-        .filter(|p| matches!(p.kind, PieceKind::SlabObject { .. }))
-        .map(|p| model.geometry.chunk_of(p.from))
+        .filter(|view| !moved_whole.contains(&view.base))
+        .map(|view| model.geometry.chunk_of(view.base))
         .collect();
     emptied.iter().copied().filter(|c| !dirty.contains(c)).collect()
 }

@@ -66,7 +66,7 @@ pub(crate) fn plan_compaction_moves<'a>(
             let (mut moves, emptied) =
                 plan_evacuation(census, &contents, &mut model, &candidates, Some(*max_bytes), false)?;
             let spent: usize = moves.iter().map(Piece::copy_len).sum();
-            let clean = clean_chunks(&model, &moves, &emptied);
+            let clean = clean_chunks(census, &model, &moves, &emptied);
             moves.extend(plan_run_slides(census, &mut model, &clean, max_bytes.saturating_sub(spent)));
             for &c in &emptied {
                 model.set_run(c, 1, false);

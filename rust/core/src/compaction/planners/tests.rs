@@ -433,6 +433,30 @@ fn a_full_compaction_on_host_memory_consolidates_slabs_first_and_plans_on_what_t
     }
 }
 
+/// An incremental step that empties a chunk of its blocks leaves an all-free slab there until
+/// the batch is over: a run does not slide down into that chunk in the same batch.
+#[test]
+fn a_run_does_not_slide_into_a_chunk_that_keeps_an_all_free_slab_during_the_batch() {
+    let arena = arena(6);
+    let mut w = World::new(&arena);
+    // Chunk 0 full but for 8 units; chunk 1: an all-free slab and an 8-unit block (the sparsest
+    // chunk, emptied into chunk 0); chunk 2 free; a run of two chunks at chunks 3 and 4.
+    w.cover_all_but(0, &[(128, 8)]);
+    w.slab(0, 1, 0, &[]);
+    let small = w.block(1, 64, 8, true);
+    let run = w.handle();
+    w.census.runs.push(item(run, 3 * CHUNK, 2 * CHUNK, 8, Place::Run(2)));
+    w.model.set_run(3, 2, true);
+    let mode = CompactionMode::Incremental { max_bytes: 8 * CHUNK };
+    let schedule = plan_compaction_moves(&mut w.census, w.model.clone(), &mode, false).unwrap();
+    assert_eq!(schedule.batches.len(), 1);
+    let moves = &schedule.batches[0];
+    check_moves(&w.census, moves);
+    assert_eq!(to_of(moves, small), Some(at(0, 128)), "the block leaves chunk 1");
+    // The run slides only onto chunks that are free during the batch: chunk 2 and its own.
+    assert_eq!(to_of(moves, run), Some(2 * CHUNK));
+}
+
 #[test]
 fn runs_move_down_into_empty_chunks() {
     let arena = arena(6);
