@@ -425,6 +425,66 @@ fn an_incremental_step_evacuates_the_sparsest_chunk_above_the_boundary_first() {
     assert_eq!(stats.bytes_free - stats.largest_free_block, chunk_size - 4 * BLOCK);
 }
 
+/// A block pinned while a step plans is one the step leaves where it is, and nothing else of
+/// the step depends on its move: here a run slides down into the chunk that the block's move
+/// empties, so a pin that arrived after the census and before the block was marked moving left
+/// a batch whose run landed on a live block. A second thread pins and unpins the block without
+/// pause while steps run; every step must succeed.
+#[test]
+fn a_block_pinned_while_a_step_plans_stays_and_no_move_depends_on_it() {
+    const BLOCK: usize = 64 << 10;
+    for round in 0..150 {
+        let p = Pool::new(PoolConfig::new(12 * MIB).cores(1).placement(Placement::FirstFit)).unwrap();
+        let chunk = p.config().chunk_size;
+        let per_chunk = chunk / BLOCK;
+        // Chunks 0-2 filled with blocks, then a run of two chunks (chunks 3 and 4).
+        let blocks: Vec<Handle> = (0..3 * per_chunk).map(|_| p.alloc(BLOCK, None, 0).unwrap()).collect();
+        let run = p.alloc(2 * chunk, None, 0).unwrap();
+        assert_eq!(p.block(run).unwrap().offset, 3 * chunk, "round {round}: the run follows the blocks");
+        fill(&p, run, 1);
+        // Chunk 0 keeps a hole of one block, chunk 1 one block (the one pinned), chunk 2 none.
+        p.free(blocks[0]).unwrap();
+        for &h in &blocks[per_chunk + 1..] {
+            p.free(h).unwrap();
+        }
+        let pinned = blocks[per_chunk];
+        fill(&p, pinned, 2);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Pinned and unpinned for about as long as a step plans.
+                let hold = |micros: u64| {
+                    let until = std::time::Instant::now() + Duration::from_micros(micros);
+                    while std::time::Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                };
+                let mut r = Rng(round + 1);
+                while !stop.load(Ordering::Relaxed) {
+                    p.pin(pinned).unwrap();
+                    hold(r.next() % 40);
+                    p.unpin(pinned).unwrap();
+                    hold(r.next() % 40);
+                }
+            });
+            let steps: Vec<_> = (0..4)
+                .map(|_| {
+                    let token = p.pause(WAIT).unwrap();
+                    let step = p.compact_step(&token, &CompactionMode::Incremental { max_bytes: 4 * chunk }, None);
+                    p.resume(&token).unwrap();
+                    step.map_err(|e| e.to_string()).and_then(|_| p.check().map_err(|e| format!("check: {e}")))
+                })
+                .collect();
+            stop.store(true, Ordering::Relaxed);
+            for step in steps {
+                step.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            }
+        });
+        verify(&p, run, 1);
+        verify(&p, pinned, 2);
+    }
+}
+
 /// The highest chunk holds blocks and one all-free slab (its core's current slab for the
 /// class: a free does not retire it). The planners count the slab's room free, so a step that
 /// moves the blocks out empties the chunk, and the chunk must go back, in every mode.

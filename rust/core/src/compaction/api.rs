@@ -84,40 +84,27 @@ impl Pool {
         // No trim before the first batch when the caller copies: a failing mover must leave
         // the pool exactly as it was, caches included (empty chunks and all-free slabs go after
         // a batch). On host memory a full compaction gives them back first, as its planners
-        // expect, so that their room is not in the way of the moves. A full compaction marks
-        // every unpinned block moving as it takes the census (the other modes mark the blocks
-        // they move once planned).
+        // expect, so that their room is not in the way of the moves. Every mode marks every
+        // unpinned block moving as it takes the census, and clears the marks of those it does
+        // not move once planned: a block pinned after the census and before its move would
+        // leave a batch planned around its move with a destination that is not free.
         // Cached freed blocks would look like blocks nobody can move.
         self.arena().drain_block_caches();
         if full && !caller_copies {
             self.arena().reclaim_all();
         }
-        let mut census = self.census(full);
+        let mut census = self.census(true);
         let model = Model::of_census(self, &census);
         let planned = plan_compaction_moves(&mut census, model, mode, caller_copies);
-        let batches = match planned {
+        let mut batches = match planned {
             Ok(schedule) => schedule.batches,
             Err(reason) => {
-                if full {
-                    release_claimed(self, &census, &SlotSet::default());
-                }
+                release_claimed(self, &census, &SlotSet::default());
                 return Err(Error::InvalidMove { reason });
             }
         };
-        let mut batches = if full {
-            let moving: SlotSet = batches.iter().flatten().flat_map(Piece::handles).collect();
-            release_claimed(self, &census, &moving);
-            batches
-        } else {
-            let wanted: usize = batches.iter().map(Vec::len).sum();
-            let batches: Vec<Vec<Piece>> = batches.into_iter().map(|b| self.claim_pieces(b)).collect();
-            if matches!(mode, CompactionMode::Evacuate { .. }) && batches.iter().map(Vec::len).sum::<usize>() != wanted
-            {
-                batches.iter().for_each(|b| release_pieces(self, b));
-                return Err(Error::InvalidMove { reason: "a block of the chunks was pinned meanwhile".into() });
-            }
-            batches
-        };
+        let moving: SlotSet = batches.iter().flatten().flat_map(Piece::handles).collect();
+        release_claimed(self, &census, &moving);
         out.planning += started.elapsed();
         // Handles an earlier batch moved (its end cleared their marks).
         let mut moved = SlotSet::default();
@@ -136,8 +123,19 @@ impl Pool {
                     out.planning += between.elapsed();
                     break;
                 }
+                let planned = batch.len();
                 batch = self.reclaim_pieces(batch, &moved);
                 out.planning += between.elapsed();
+                if batch.len() != planned {
+                    // A block was pinned between the batches: what is left was planned around
+                    // its move, so the step ends here.
+                    release_pieces(self, &batch);
+                    batch.iter().flat_map(Piece::handles).for_each(|h| moved.insert(h));
+                    for later in &batches[k + 1..] {
+                        release_unmoved(self, later, &moved);
+                    }
+                    break;
+                }
             }
             batch.iter().flat_map(Piece::handles).for_each(|h| moved.insert(h));
             let n = batch.len();
@@ -216,26 +214,6 @@ impl Pool {
             largest_free_before: stats.largest_free_block,
             largest_free_after,
         })
-    }
-
-    /// Mark every handle of `pieces` moving; pieces with a block that cannot be marked (pinned
-    /// since the compaction was planned) are dropped.
-    fn claim_pieces(&self, pieces: Vec<Piece>) -> Vec<Piece> {
-        pieces
-            .into_iter()
-            .filter(|p| {
-                let handles = p.handles();
-                for (k, &h) in handles.iter().enumerate() {
-                    if self.handles().begin_move(h).is_err() {
-                        for &done in &handles[..k] {
-                            self.handles().end_move(done);
-                        }
-                        return false;
-                    }
-                }
-                true
-            })
-            .collect()
     }
 
     /// Mark again the handles of `pieces` that an earlier batch moved (`moved`: its end cleared
