@@ -19,6 +19,7 @@ use super::arena::Arena;
 use super::buddy::TreeShape;
 use super::global::ChunkState;
 use super::slab::caches::SlabBlocks;
+use crate::util::zeroed::back_with_writes;
 
 impl Arena {
     /// Take a free chunk from the global pool for core `core` (one that can hold a node of
@@ -43,7 +44,10 @@ impl Arena {
     pub(crate) fn open(&self, chunk: usize, owner: usize) {
         let space = &self.space[chunk];
         if space.is_pristine() {
-            // Its tree is all free already; its word is set before the core can search it.
+            // Its tree is all free already; its word is set before the core can search it. Its
+            // tree and summaries are written before their first read (see `back_with_writes`).
+            back_with_writes(self.tree(chunk));
+            back_with_writes(self.summaries(chunk));
             space.init(self.geometry.usable_units(chunk));
             self.cores[owner].maps.open(space, chunk);
             self.global.set_state(chunk, ChunkState::Core(owner));

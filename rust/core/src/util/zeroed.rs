@@ -15,7 +15,7 @@ use std::ops::Deref;
 
 use crate::error::{Error, Result};
 use crate::util::failpoint;
-use crate::util::sync::AtomicU64;
+use crate::util::sync::{AtomicU64, Ordering};
 
 /// Tables of at least this many bytes are mapped; smaller ones are allocated.
 pub(crate) const MAPPED_FROM: usize = 64 << 10;
@@ -159,6 +159,25 @@ impl<T: Zeroable> Drop for Zeroed<T> {
     }
 }
 
+/// Give the pages under `words` memory of their own now, by a write: for words that are zero
+/// and that no other thread uses yet (a chunk's tree and summaries when the chunk is first
+/// granted), before anything reads them.
+///
+/// A page of a mapped table whose first access is a read is mapped to the host's shared zero
+/// page; the first write then replaces that mapping, and in a process with several threads the
+/// replacement interrupts every other CPU that runs one of them (a TLB shootdown). A write
+/// first avoids both. It is a plain store of zero to the first word and to each word that starts
+/// a page: an atomic read-modify-write that changes nothing (`fetch_or(0)`) is compiled to a
+/// load on x86, which maps the zero page.
+pub(crate) fn back_with_writes(words: &[AtomicU64]) {
+    const PAGE: usize = 4096;
+    for (i, word) in words.iter().enumerate() {
+        if i == 0 || (word as *const AtomicU64 as usize) % PAGE == 0 {
+            word.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// `n` values made by `make(i)`, in a boxed slice whose allocation cannot abort: when the host
 /// has no memory for it, `Error::HostMemory` naming `what`.
 pub(crate) fn try_boxed<T>(n: usize, what: &'static str, make: impl FnMut(usize) -> T) -> Result<Box<[T]>> {
@@ -187,6 +206,52 @@ mod tests {
             assert_eq!(table[n - 1].load(Ordering::Relaxed), 7);
         }
         assert!(Zeroed::<AtomicU64>::new(0, "test").unwrap().is_empty());
+    }
+
+    /// Bytes of private memory (`Rss` in `/proc/self/smaps`) of the mapping that starts at
+    /// `at`: a page mapped to the shared zero page counts none.
+    fn private_bytes_of_mapping_at(at: usize) -> usize {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let start = line.split_once('-').and_then(|(a, _)| usize::from_str_radix(a, 16).ok());
+            if let Some(start) = start.filter(|_| !line.starts_with(|c: char| c.is_ascii_uppercase())) {
+                inside = start == at;
+            } else if inside && line.starts_with("Rss:") {
+                let kib: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+                return kib << 10;
+            }
+        }
+        panic!("no mapping starts at {at:#x}");
+    }
+
+    #[test]
+    fn words_backed_with_writes_have_pages_of_their_own_even_after_a_read() {
+        const PAGE: usize = 4096;
+        const PAGES: usize = 16;
+        // A mapping of its own between two inaccessible pages (so that the kernel does not merge
+        // it with a neighbouring one, whose pages `Rss` would count).
+        let all = (PAGES + 2) * PAGE;
+        // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+        let base = unsafe {
+            libc::mmap(std::ptr::null_mut(), all, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let at = base as usize + PAGE;
+        // SAFETY: the middle pages lie in the mapping just made.
+        let rc = unsafe { libc::mprotect(at as *mut libc::c_void, PAGES * PAGE, libc::PROT_READ | libc::PROT_WRITE) };
+        assert_eq!(rc, 0);
+        // SAFETY: readable and writable zero pages, `AtomicU64`s of zero, alive until the unmap.
+        let words: &[AtomicU64] = unsafe { std::slice::from_raw_parts(at as *const AtomicU64, PAGES * PAGE / 8) };
+        // Reads map the zero page: no memory of its own.
+        assert!(words.iter().step_by(PAGE / 8).all(|w| w.load(Ordering::Relaxed) == 0));
+        assert_eq!(private_bytes_of_mapping_at(at), 0, "reads commit nothing");
+        // Words from the middle of page 3 to the middle of page 9: pages 3 to 9, seven pages.
+        back_with_writes(&words[3 * 512 + 100..9 * 512 + 100]);
+        assert_eq!(private_bytes_of_mapping_at(at), 7 * PAGE);
+        assert!(words.iter().all(|w| w.load(Ordering::Relaxed) == 0));
+        // SAFETY: the mapping made above; `words` is not used after.
+        unsafe { libc::munmap(base, all) };
     }
 
     #[test]
