@@ -45,9 +45,11 @@ impl Arena {
         let space = &self.space[chunk];
         if space.is_pristine() {
             // Its tree is all free already; its word is set before the core can search it. Its
-            // tree and summaries are written before their first read (see `back_with_writes`).
+            // tree, summaries and slab directory entries are written before their first read
+            // (see `back_with_writes`).
             back_with_writes(self.tree(chunk));
             back_with_writes(self.summaries(chunk));
+            self.slabs.back_directory(self.geometry.offset_of(chunk, 0), self.geometry.chunk_bytes(chunk));
             space.init(self.geometry.usable_units(chunk));
             self.cores[owner].maps.open(space, chunk);
             self.global.set_state(chunk, ChunkState::Core(owner));

@@ -36,7 +36,7 @@ use crate::config::MAX_SLAB_CLASSES;
 use crate::error::Result;
 use crate::util::index_stack::{IndexStack, NIL};
 use crate::util::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
-use crate::util::zeroed::{try_boxed, Zeroed};
+use crate::util::zeroed::{back_with_writes, try_boxed, Zeroed};
 
 /// Objects per slab at most: bit 63 of the occupancy word is the retired flag.
 pub(crate) const MAX_OBJECTS: u32 = 63;
@@ -533,6 +533,17 @@ impl SlabCaches {
             for granule in base >> coarse..(base + bytes) >> coarse {
                 self.directory[granule].store(entry, Ordering::Release);
             }
+        }
+    }
+
+    /// Give the pages of the coarse directory entries of `base..base + bytes` memory of their own
+    /// (`back_with_writes`): for a chunk granted for the first time, where no slab was ever
+    /// made, before a lookup reads them.
+    pub(crate) fn back_directory(&self, base: usize, bytes: usize) {
+        let coarse = self.classes.coarse_shift;
+        let end = ((base + bytes) >> coarse).min(self.directory.len());
+        if let Some(entries) = self.directory.get(base >> coarse..end) {
+            back_with_writes(entries);
         }
     }
 
