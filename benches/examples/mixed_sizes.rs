@@ -5,7 +5,8 @@
 //!
 //! - churn: random sizes 256 B-1 MiB at 50% and 85% occupancy, ns per free+alloc step, failed
 //!   allocations, and the latency of a failing allocation (median and max);
-//! - two threads (or `--threads N`), the same churn each: throughput over one thread's;
+//! - two threads (or `--threads N`), the churn at 50% shared between them: throughput over one
+//!   thread's on the same churn;
 //! - fixed-size alloc+free pairs at 256 B, 4 KiB, 64 KiB, 1 MiB on an empty arena;
 //! - fill: random sizes, no frees, until the first failure: requested bytes over capacity;
 //! - waste: every size 1 B-64 MiB on a log grid plus sizes next to class and chunk boundaries,
@@ -405,8 +406,8 @@ fn churn_tables(o: &Options) {
 
 fn threads_table(o: &Options) {
     let (n, steps) = (o.threads, o.steps / 2);
-    // Every thread holds its share of half the arena; the one-thread run does one thread's work.
-    let share = 0.5 / n as f64;
+    // The same workload in both runs, the churn with half the arena held: one thread holds all
+    // of it, each of the n threads its share.
     println!("\n### {n} threads, the churn at 50% in all ({steps} steps per thread, medians of {})\n", o.runs);
     println!("| | one thread (M steps/s) | {n} threads (M steps/s) | {n} / one | {n} / one by CPU time |");
     println!("|---|---:|---:|---:|---:|");
@@ -420,7 +421,7 @@ fn threads_table(o: &Options) {
             let run = |threads: usize| {
                 with_peer_of_cores(name, n, &mut |p| {
                     wall_of_threads(threads, |t, start| {
-                        let (ns, ..) = churn_timed_from(p, share, steps, 11 + t as u64, start);
+                        let (ns, ..) = churn_timed_from(p, 0.5 / threads as f64, steps, 11 + t as u64, start);
                         cpu.lock().unwrap().push(ns);
                     })
                 })
@@ -437,8 +438,8 @@ fn threads_table(o: &Options) {
         println!("| {name} | {a:.2} | {b:.2} | {:.2}x | {:.2}x |", b / a, median(&mut by_cpu));
     }
     println!(
-        "\n(Each thread fills {:.1}% of the arena, so all together hold half; wall time of the churn steps, from a common start after every thread's fill. By CPU time: {n} x one thread's CPU time per step over the {n} threads' mean, what the threads would reach running side by side on CPUs of their own: time the machine gives other processes does not count, waits for shared cache lines do; so does a spin, but not a sleep on a peer's mutex, so for those peers only the wall figure tells.)",
-        share * 100.0
+        "\n(Half the arena is held in both runs: the one thread fills it, each of the {n} threads {:.1}%; wall time of the churn steps, from a common start after every thread's fill. By CPU time: {n} x one thread's CPU time per step over the {n} threads' mean, what the threads would reach running side by side on CPUs of their own: time the machine gives other processes does not count, waits for shared cache lines do; so does a spin, but not a sleep on a peer's mutex, so for those peers only the wall figure tells.)",
+        50.0 / n as f64
     );
 }
 
