@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::errors::{error, to_py, ErrorClass};
+use crate::gil::{detached, without_gil};
 use crate::pool::state::Pool;
 
 /// Retries after `on_evict` calls that freed no page of an on-demand cache, before giving up.
@@ -303,7 +304,7 @@ impl PageSource for Source<'_, '_> {
         let blocks = self.blocks_of(pairs);
         let core = kv.core.clone();
         // Pinned, the pages stay where they are while their bytes are copied.
-        py.detach(|| -> npumem_core::Result<()> {
+        without_gil(py, || -> npumem_core::Result<()> {
             for (i, &h) in blocks.iter().enumerate() {
                 if let Err(err) = core.pin(h) {
                     for &done in &blocks[..i] {
@@ -313,8 +314,7 @@ impl PageSource for Source<'_, '_> {
                 }
             }
             Ok(())
-        })
-        .map_err(to_py)?;
+        })?;
         let copied = (|| -> PyResult<()> {
             let flat: Vec<u32> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
             let mut offsets = Vec::with_capacity(flat.len());
@@ -358,7 +358,7 @@ impl PageSource for Source<'_, '_> {
             Pages::Reserved { free, .. } => free.free(),
             Pages::OnDemand { .. } => {
                 let core = &self.kv.core;
-                let stats = self.py.detach(|| core.stats());
+                let stats = detached(self.py, || core.stats());
                 let page = self.kv.geometry.page_bytes;
                 if stats.largest_free_block < page {
                     0
@@ -423,7 +423,7 @@ impl PagedKV {
                              or the pool's out-of-memory handler); call it after that call returns",
                         ));
                     }
-                    py.detach(|| drop(self.state.lock()));
+                    detached(py, || drop(self.state.lock()));
                 }
             }
         }
@@ -484,7 +484,7 @@ impl PagedKV {
     fn free_block(&self, py: Python<'_>, handle: Handle) {
         let core = &self.core;
         if let Err(npumem_core::Error::Paused) = core.try_free(handle) {
-            let _ = py.detach(|| core.free(handle));
+            let _ = detached(py, || core.free(handle));
         }
     }
 
@@ -741,12 +741,10 @@ impl PagedKV {
         let (handle, at) = self.with_source(py, |t, s| s.locate(t, seq, index))??;
         let core = &self.core;
         let page = self.geometry.page_bytes;
-        let bytes = py
-            .detach(|| {
-                let mut out = vec![0u8; page];
-                core.read(handle, at, &mut out).map(|()| out)
-            })
-            .map_err(to_py)?;
+        let bytes = without_gil(py, || {
+            let mut out = vec![0u8; page];
+            core.read(handle, at, &mut out).map(|()| out)
+        })?;
         Ok(PyBytes::new(py, &bytes))
     }
 
@@ -772,7 +770,7 @@ impl PagedKV {
         let (handle, base) = self.with_source(py, |t, s| s.locate(t, seq, index))??;
         let core = &self.core;
         let data = data.to_vec();
-        py.detach(|| core.write(handle, base + at, &data)).map_err(to_py)
+        without_gil(py, || core.write(handle, base + at, &data))
     }
 
     /// Whether growing `seq_id` by `num_tokens` would find its pages now.
@@ -941,7 +939,7 @@ impl PagedKV {
             match self.state.try_lock() {
                 Ok(state) => return state.closed,
                 Err(TryLockError::Poisoned(p)) => return p.into_inner().closed,
-                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.state.lock())),
+                Err(TryLockError::WouldBlock) => detached(py, || drop(self.state.lock())),
             }
         }
     }
@@ -1016,7 +1014,7 @@ impl Drop for PagedKV {
         for handle in handles {
             if let Err(npumem_core::Error::Paused) = core.try_free(handle) {
                 Python::attach(|py| {
-                    let _ = py.detach(|| core.free(handle));
+                    let _ = detached(py, || core.free(handle));
                 });
             }
         }
