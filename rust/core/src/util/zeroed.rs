@@ -171,10 +171,13 @@ impl<T: Zeroable> Drop for Zeroed<T> {
 /// load on x86, which maps the zero page.
 pub(crate) fn back_with_writes(words: &[AtomicU64]) {
     const PAGE: usize = 4096;
-    for (i, word) in words.iter().enumerate() {
-        if i == 0 || (word as *const AtomicU64 as usize) % PAGE == 0 {
-            word.store(0, Ordering::Relaxed);
-        }
+    let Some(first) = words.first() else { return };
+    first.store(0, Ordering::Relaxed);
+    // Then the word that starts each later page.
+    let size = std::mem::size_of::<AtomicU64>();
+    let to_next_page = (PAGE - words.as_ptr() as usize % PAGE) % PAGE;
+    for word in words.iter().skip(to_next_page / size).step_by(PAGE / size) {
+        word.store(0, Ordering::Relaxed);
     }
 }
 
