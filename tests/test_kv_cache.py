@@ -297,3 +297,31 @@ def test_sequences_evicted_during_a_batch_drop_out_of_it() -> None:
     assert c.sequences() == [0, 1]
     assert [c.num_tokens(s) for s in (0, 1)] == [5, 5]
     assert c.stats().evictions == 2
+
+
+@pytest.mark.parametrize("capacity", [256, None], ids=["reserved", "on-demand"])
+def test_pages_count_under_the_cache_tag(capacity: int | None) -> None:
+    """The cache's blocks count under its tag in `by_tag`, from the first page to the close, and
+    the rows add up to the pool's figures."""
+    cache = make_cache(capacity_tokens=capacity, tag="kv-test")
+    pool = cache.pool
+    loose = pool.alloc(5000)
+
+    def rows() -> dict[str | None, tuple[int, int]]:
+        stats = pool.stats()
+        assert sum(t.blocks_in_use for t in stats.by_tag) == stats.blocks_in_use
+        assert sum(t.requested_bytes_in_use for t in stats.by_tag) == stats.requested_bytes_in_use
+        return {t.tag: (t.blocks_in_use, t.requested_bytes_in_use) for t in stats.by_tag}
+
+    page = cache.stats().page_bytes
+    reserved = (1, 256 // 4 * page) if capacity else (0, 0)
+    # A tag shows once a block has carried it.
+    assert rows() == ({"kv-test": reserved, None: (1, 5000)} if capacity else {None: (1, 5000)})
+    cache.add_sequence(1, num_tokens=9)
+    assert rows()["kv-test"] == (reserved if capacity else (3, 3 * page))
+    cache.free_sequence(1)
+    assert rows()["kv-test"] == reserved
+    cache.add_sequence(2, num_tokens=5)
+    cache.close()
+    assert rows() == {"kv-test": (0, 0), None: (1, 5000)}
+    loose.free()

@@ -171,7 +171,11 @@ def test_c_and_python_allocations_on_one_pool_count_under_their_tags() -> None:
     untagged = CBlock()
     assert lib.npumem_alloc(pointer, 100, 0, 0, ctypes.byref(untagged)) == 0
 
-    assert by_tag(pool) == {"weights": (3, 2200, 2200), "kv": (2, 5000, 5000)}
+    # The C block without a tag counts with the untagged blocks: the rows add up to the pool.
+    assert by_tag(pool) == {"weights": (3, 2200, 2200), "kv": (2, 5000, 5000), None: (1, 100, 100)}
+    stats = pool.stats()
+    assert sum(t.blocks_in_use for t in stats.by_tag) == stats.blocks_in_use
+    assert sum(t.requested_bytes_in_use for t in stats.by_tag) == stats.requested_bytes_in_use
     assert sorted(b.tag or "" for b in pool.blocks()) == [
         "",
         "kv",
@@ -186,9 +190,9 @@ def test_c_and_python_allocations_on_one_pool_count_under_their_tags() -> None:
     handles = (Handle * 2)(from_c[1].handle, from_c[2].handle)
     assert lib.npumem_free_many(pointer, handles, 2, None) == 0
     assert lib.npumem_free(pointer, untagged.handle) == 0
-    assert by_tag(pool) == {"weights": (1, 1000, 2200), "kv": (1, 3000, 5000)}
+    assert by_tag(pool) == {"weights": (1, 1000, 2200), "kv": (1, 3000, 5000), None: (0, 0, 100)}
     pool.free_many(from_python)
-    assert by_tag(pool) == {"weights": (0, 0, 2200), "kv": (0, 0, 5000)}
+    assert by_tag(pool) == {"weights": (0, 0, 2200), "kv": (0, 0, 5000), None: (0, 0, 100)}
     del capsule
 
 

@@ -24,7 +24,7 @@
  * Tags: `npumem_tag_id()` gives a tag name's id in a pool; blocks allocated with it count under
  * the tag (live blocks, bytes asked for, their peak), as Python's `PoolStats.by_tag` shows for a
  * pool shared with Python. Untagged blocks from C, and tag numbers that are not ids of the pool,
- * are not counted.
+ * count with the untagged blocks.
  *
  * Pools are reference counted: npumem_pool_create() returns one reference; npumem_pool_retain()
  * adds one and npumem_pool_release() drops one; the last release destroys the pool and every

@@ -95,20 +95,22 @@ fn retry_after<T>(
     }
 }
 
-/// Whether blocks tagged `tag` count under it, with `blocks` holds taken on a recycled tag id
-/// when they do: ids the pool's tag table knows (`npumem_tag_id`). Untagged blocks and other
-/// numbers are stored as given and not counted, so untagged allocations from C pay nothing.
-fn count_tag(p: &NpumemPool, tag: u32, blocks: u64) -> bool {
-    tag != 0 && (p.pool.tags().is_named(tag) || p.pool.tags().hold(tag, blocks).is_ok())
+/// Whether blocks tagged `tag` count under it, counted there (before they are allocated) with
+/// `blocks` holds taken on a recycled tag id when they do: ids the pool's tag table knows
+/// (`npumem_tag_id`). Untagged blocks and other numbers are stored as given and count under no
+/// tag, so untagged allocations from C pay nothing.
+fn count_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) -> bool {
+    let counts = tag != 0 && (p.pool.tags().is_named(tag) || p.pool.tags().hold(tag, blocks as u64).is_ok());
+    if counts {
+        p.pool.count_tagged_alloc(tag, blocks, bytes);
+    }
+    counts
 }
 
-/// `blocks` blocks of `bytes` bytes in all, tagged `tag`, were made (`made`) or could not be.
-fn settle_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize, made: bool) {
-    if made {
-        p.pool.tags().on_alloc(tag, blocks, bytes);
-    } else {
-        p.pool.release_tag(tag, blocks as u64);
-    }
+/// `blocks` blocks of `bytes` bytes in all, tagged `tag` and counted, could not be made.
+fn unmade_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) {
+    p.pool.count_tagged_free(tag, blocks, bytes);
+    p.pool.release_tag(tag, blocks as u64);
 }
 
 /// Whether a block tagged `tag` that is about to be freed was counted under it.
@@ -118,7 +120,7 @@ fn counted(p: &NpumemPool, tag: u32) -> bool {
 
 /// `blocks` blocks of `bytes` bytes in all, tagged `tag` and counted, were freed.
 fn freed_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) {
-    p.pool.tags().on_free(tag, blocks, bytes);
+    p.pool.count_tagged_free(tag, blocks, bytes);
     p.pool.release_tag(tag, blocks as u64);
 }
 
@@ -160,14 +162,14 @@ unsafe extern "C" fn alloc(
         if out.is_null() {
             return null("out");
         }
-        let counts = count_tag(p, tag, 1);
+        let counts = count_tag(p, tag, 1, size);
         let attempt = || p.pool.alloc_with_offset(size, align_of(align), tag);
         let made = match attempt() {
             Ok(made) => Ok(made),
             Err(err) => retry_after(p, pool, size, align, err, attempt),
         };
-        if counts {
-            settle_tag(p, tag, 1, size, made.is_ok());
+        if counts && made.is_err() {
+            unmade_tag(p, tag, 1, size);
         }
         match made {
             Ok((handle, offset)) => {
@@ -257,14 +259,15 @@ unsafe extern "C" fn alloc_many(
         // SAFETY: `sizes` is non-NULL and holds `count` entries by the caller's contract.
         let sizes = unsafe { slice::from_raw_parts(sizes, count) };
         let largest = sizes.iter().copied().max().unwrap_or(0);
-        let counts = count_tag(p, tag, count as u64);
+        let requested = sizes.iter().sum();
+        let counts = count_tag(p, tag, count, requested);
         let attempt = || p.pool.alloc_many(sizes, align_of(align), tag);
         let made = match attempt() {
             Ok(handles) => Ok(handles),
             Err(err) => retry_after(p, pool, largest, align, err, attempt),
         };
-        if counts {
-            settle_tag(p, tag, count, sizes.iter().sum(), made.is_ok());
+        if counts && made.is_err() {
+            unmade_tag(p, tag, count, requested);
         }
         let handles = match made {
             Ok(handles) => handles,

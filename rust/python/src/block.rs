@@ -157,7 +157,7 @@ impl Block {
             other => other.map_err(to_py)?,
         }
         self.owner.store(FREED, Ordering::Relaxed);
-        core.tags().on_free(self.tag_id, 1, self.nbytes);
+        core.count_tagged_free(self.tag_id, 1, self.nbytes);
         pool.tags.release(core, self.tag_id, 1);
         Ok(())
     }

@@ -48,7 +48,7 @@ impl TagStats {
 
     /// The figures of `core`'s tags, largest bytes in use first.
     pub(crate) fn read(core: &npumem_core::Pool) -> Vec<TagStats> {
-        core.tags().figures().into_iter().map(TagStats::from_core).collect()
+        core.tag_figures().into_iter().map(TagStats::from_core).collect()
     }
 
     /// Back from a dict of [`TagStats::dict`].

@@ -161,11 +161,25 @@ impl Pool {
         }
     }
 
-    /// Raise the peak to the exact bytes in use now (slab objects included).
+    /// Raise the peak to the exact bytes in use now (slab objects included), and the peak of
+    /// the untagged requested bytes to theirs.
     pub(crate) fn sample_peak(&self) {
-        let (slab_bytes, _) = self.slab_objects(&self.slab_counters.totals());
-        let total = self.counters.totals().bytes.max(0) as u64 + slab_bytes;
+        let totals = self.counters.totals();
+        let (slab_bytes, slab_requested) = self.slab_objects(&self.slab_counters.totals());
+        let total = totals.bytes.max(0) as u64 + slab_bytes;
         self.counters.sample(total, slab_bytes);
+        let untagged = totals.requested.wrapping_add(slab_requested) - self.counters.tagged_requested();
+        self.counters.sample_untagged(untagged.max(0) as u64, slab_requested);
+    }
+
+    /// Blocks in use, their requested bytes, and the slab objects' share of those bytes.
+    pub(crate) fn blocks_and_requested(&self) -> (u64, i64, i64) {
+        let totals = self.counters.totals();
+        let classes = self.slab_counters.totals();
+        let (_, slab_requested) = self.slab_objects(&classes);
+        let allocs = totals.allocs() + classes.iter().map(|c| c.allocs).sum::<u64>();
+        let frees = totals.frees + classes.iter().map(|c| c.frees).sum::<u64>();
+        (allocs.saturating_sub(frees), totals.requested.wrapping_add(slab_requested), slab_requested)
     }
 
     /// The largest block one allocation could get now, counting what an allocation would

@@ -40,6 +40,8 @@ macro_rules! core_counters {
             $($(#[$bdoc])* $balance: AtomicU64,)*
             /// `bytes` at the last publication.
             published: AtomicU64,
+            /// `requested` at the last publication.
+            published_requested: AtomicU64,
         }
 
         /// The counters of one core, or summed over all.
@@ -105,6 +107,9 @@ pub(crate) struct Counters {
     /// Written on publications and new peaks only; on lines of their own, apart from the fields
     /// above, which every allocation reads.
     shared: CachePadded<SharedCounters>,
+    /// Requested bytes of the blocks counted under a tag: written by tagged allocations and
+    /// frees only, read by every estimate of the untagged peak.
+    tagged: CachePadded<AtomicU64>,
 }
 
 #[derive(Default)]
@@ -113,6 +118,12 @@ struct SharedCounters {
     peak: AtomicU64,
     /// Bytes of slab objects at the last sample.
     slab_bytes: AtomicU64,
+    /// The sum of the cores' `requested` at their last publications.
+    published_requested_total: AtomicU64,
+    /// Requested bytes of slab objects at the last sample (wrapping, like the balances).
+    slab_requested: AtomicU64,
+    /// The peak of the requested bytes of blocks counted under no tag.
+    untagged_peak: AtomicU64,
 }
 
 impl Totals {
@@ -130,6 +141,7 @@ impl Counters {
             cores: (0..cores).map(|_| CachePadded(CoreCounters::default())).collect(),
             slack,
             shared: CachePadded(SharedCounters::default()),
+            tagged: CachePadded(AtomicU64::new(0)),
         }
     }
 
@@ -144,9 +156,9 @@ impl Counters {
         if overflow {
             c.overflow_allocs.fetch_add(1, Ordering::Relaxed);
         }
-        c.requested.fetch_add(requested as u64, Ordering::Relaxed);
+        let requested_now = c.requested.fetch_add(requested as u64, Ordering::Relaxed).wrapping_add(requested as u64);
         let now = c.bytes.fetch_add(bytes as u64, Ordering::Relaxed).wrapping_add(bytes as u64);
-        self.maybe_publish(c, now);
+        self.maybe_publish(c, now, requested_now);
         let unpublished = now.wrapping_sub(c.published.load(Ordering::Relaxed));
         let estimate = self
             .shared
@@ -157,15 +169,26 @@ impl Counters {
         if estimate > self.shared.peak.load(Ordering::Relaxed) as i64 {
             self.shared.peak.fetch_max(estimate as u64, Ordering::AcqRel);
         }
+        let unpublished = requested_now.wrapping_sub(c.published_requested.load(Ordering::Relaxed));
+        let untagged = self
+            .shared
+            .published_requested_total
+            .load(Ordering::Relaxed)
+            .wrapping_add(unpublished)
+            .wrapping_add(self.shared.slab_requested.load(Ordering::Relaxed))
+            .wrapping_sub(self.tagged.load(Ordering::Relaxed)) as i64;
+        if untagged > self.shared.untagged_peak.load(Ordering::Relaxed) as i64 {
+            self.shared.untagged_peak.fetch_max(untagged as u64, Ordering::AcqRel);
+        }
     }
 
     #[inline]
     pub(crate) fn on_free(&self, core: usize, bytes: usize, requested: usize) {
         let c = &self.cores[core];
         c.frees.fetch_add(1, Ordering::Relaxed);
-        c.requested.fetch_sub(requested as u64, Ordering::Relaxed);
+        let requested_now = c.requested.fetch_sub(requested as u64, Ordering::Relaxed).wrapping_sub(requested as u64);
         let now = c.bytes.fetch_sub(bytes as u64, Ordering::Relaxed).wrapping_sub(bytes as u64);
-        self.maybe_publish(c, now);
+        self.maybe_publish(c, now, requested_now);
     }
 
     /// A live block's bytes went from `old` to `new` (a compaction reshaped it).
@@ -173,7 +196,7 @@ impl Counters {
         let c = &self.cores[core];
         let delta = (new as u64).wrapping_sub(old as u64);
         let now = c.bytes.fetch_add(delta, Ordering::Relaxed).wrapping_add(delta);
-        self.maybe_publish(c, now);
+        self.maybe_publish(c, now, c.requested.load(Ordering::Relaxed));
     }
 
     pub(crate) fn on_failed(&self, core: usize) {
@@ -192,17 +215,55 @@ impl Counters {
         }
     }
 
+    /// Publish the core's bytes, and its requested bytes, each when it has moved past the
+    /// slack since its last publication; a publication of the bytes may raise the peak.
     #[inline]
-    fn maybe_publish(&self, c: &CoreCounters, now: u64) {
-        let published = c.published.load(Ordering::Relaxed);
-        let delta = now.wrapping_sub(published) as i64;
-        if delta.unsigned_abs() > self.slack
-            && c.published.compare_exchange(published, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-        {
-            let total =
-                self.shared.published_total.fetch_add(delta as u64, Ordering::AcqRel).wrapping_add(delta as u64);
+    fn maybe_publish(&self, c: &CoreCounters, now: u64, requested_now: u64) {
+        if let Some(total) = self.publish(&c.published, now, &self.shared.published_total) {
             self.shared.peak.fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
         }
+        self.publish(&c.published_requested, requested_now, &self.shared.published_requested_total);
+    }
+
+    /// Move `total` by what `now` has moved since `published`, if that passes the slack and no
+    /// other thread published this core's count meanwhile; returns the new total.
+    #[inline]
+    fn publish(&self, published: &AtomicU64, now: u64, total: &AtomicU64) -> Option<u64> {
+        let last = published.load(Ordering::Relaxed);
+        let delta = now.wrapping_sub(last) as i64;
+        if delta.unsigned_abs() > self.slack
+            && published.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            Some(total.fetch_add(delta as u64, Ordering::AcqRel).wrapping_add(delta as u64))
+        } else {
+            None
+        }
+    }
+
+    /// Blocks counted under a tag were allocated (`requested` > 0) or freed (< 0): callers
+    /// count an allocation before making it and a free after it.
+    #[inline]
+    pub(crate) fn on_tagged(&self, requested: i64) {
+        self.tagged.fetch_add(requested as u64, Ordering::Relaxed);
+    }
+
+    /// The requested bytes of blocks counted under a tag (wrapping below zero while a racing
+    /// free is counted before its allocation).
+    pub(crate) fn tagged_requested(&self) -> i64 {
+        self.tagged.load(Ordering::Relaxed) as i64
+    }
+
+    /// The peak of the untagged requested bytes, raised to `current` first (an exact figure
+    /// just taken, whose slab part `slab_requested` is remembered for later estimates).
+    pub(crate) fn sample_untagged(&self, current: u64, slab_requested: i64) -> u64 {
+        self.shared.slab_requested.store(slab_requested as u64, Ordering::Relaxed);
+        self.shared.untagged_peak.fetch_max(current, Ordering::AcqRel).max(current)
+    }
+
+    /// Set the untagged peak to `current` (as for [`Counters::sample_untagged`]).
+    pub(crate) fn reset_untagged_peak(&self, current: u64, slab_requested: i64) {
+        self.shared.slab_requested.store(slab_requested as u64, Ordering::Relaxed);
+        self.shared.untagged_peak.store(current, Ordering::Release);
     }
 
     /// Set the peak to `current` (an exact total just taken, as for [`Counters::sample`]);

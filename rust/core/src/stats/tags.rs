@@ -15,14 +15,17 @@
 //! the retired ones of undrained events, however many distinct names a program uses.
 //!
 //! Counters are keyed on ids that never change their name (the named ids, the shared slot of
-//! the pooled ones, the slot of untagged blocks), so recycling a pooled id never mixes the
-//! figures of two names: a pooled tag's figures are folded into [`TagLabel::Others`].
+//! the pooled ones), so recycling a pooled id never mixes the figures of two names: a pooled
+//! tag's figures are folded into [`TagLabel::Others`]. Blocks without a tag have no counters
+//! here: they are the pool's blocks less the tagged ones, and the pool passes their figures to
+//! [`TagTable::figures`] (`pool/tags.rs`).
 //!
-//! **Cost.** Named tags and untagged blocks never take the table's lock: their counters are
-//! updated with relaxed read-modify-write operations, by whoever allocated or freed (the
-//! binding and the C ABI; the core's allocation path knows nothing of them). Only pooled tags
-//! (a program that labels each request differently) take the lock, once per allocation and
-//! once per free, outside the core's lock-free allocation path.
+//! **Cost.** An untagged allocation or free counts nothing here. Named tags never take the
+//! table's lock: their counters are updated with relaxed read-modify-write operations, by
+//! whoever allocated or freed (the binding and the C ABI; the core's allocation path knows
+//! nothing of them). Only pooled tags (a program that labels each request differently) take
+//! the lock, once per allocation and once per free, outside the core's lock-free allocation
+//! path.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -36,8 +39,8 @@ pub const NAMED_TAGS: u32 = 63;
 pub const IDLE_TAGS: usize = 1024;
 /// The label of the counters that pooled tags share.
 pub const OTHER_TAGS: &str = "(other tags)";
-/// Counter slots: no tag, the named tags, the pooled ones.
-const SLOTS: usize = NAMED_TAGS as usize + 2;
+/// Counter slots: the named tags, then the pooled ones.
+const SLOTS: usize = NAMED_TAGS as usize + 1;
 
 /// Whose figures a [`TagFigures`] holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +58,14 @@ pub enum TagLabel {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TagFigures {
     pub label: TagLabel,
+    pub blocks_in_use: usize,
+    pub requested_bytes_in_use: usize,
+    pub peak_requested_bytes_in_use: usize,
+}
+
+/// The figures of the blocks counted under no tag, which the pool derives from its own counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UntaggedFigures {
     pub blocks_in_use: usize,
     pub requested_bytes_in_use: usize,
     pub peak_requested_bytes_in_use: usize,
@@ -268,14 +279,16 @@ impl TagTable {
         self.lock().by_name.len()
     }
 
+    /// The counters of tag `id` (not 0): its own for a named id, the shared ones for a pooled id.
     #[inline]
     fn counter(&self, id: u32) -> &Counter {
-        &self.counters[(id as usize).min(SLOTS - 1)]
+        debug_assert_ne!(id, 0, "untagged blocks have no counters by tag");
+        &self.counters[(id as usize).saturating_sub(1).min(SLOTS - 1)]
     }
 
-    /// `blocks` blocks of `nbytes` bytes in all, tagged `id`, were allocated.
+    /// `blocks` blocks of `nbytes` bytes in all, tagged `id` (not 0), were allocated.
     #[inline]
-    pub fn on_alloc(&self, id: u32, blocks: usize, nbytes: usize) {
+    pub(crate) fn on_alloc(&self, id: u32, blocks: usize, nbytes: usize) {
         let c = self.counter(id);
         c.blocks.fetch_add(blocks, Ordering::Relaxed);
         let bytes = c.bytes.fetch_add(nbytes, Ordering::Relaxed) + nbytes;
@@ -284,23 +297,31 @@ impl TagTable {
         }
     }
 
-    /// `blocks` blocks of `nbytes` bytes in all, tagged `id`, were freed.
+    /// `blocks` blocks of `nbytes` bytes in all, tagged `id` (not 0), were freed.
     #[inline]
-    pub fn on_free(&self, id: u32, blocks: usize, nbytes: usize) {
+    pub(crate) fn on_free(&self, id: u32, blocks: usize, nbytes: usize) {
         let c = self.counter(id);
         c.blocks.fetch_sub(blocks, Ordering::Relaxed);
         c.bytes.fetch_sub(nbytes, Ordering::Relaxed);
     }
 
-    /// Every peak back to the bytes in use now.
-    pub fn reset_peaks(&self) {
+    /// Blocks and requested bytes counted under every tag together.
+    pub(crate) fn tagged_totals(&self) -> (usize, usize) {
+        self.counters.iter().fold((0usize, 0usize), |(blocks, bytes), c| {
+            (blocks.wrapping_add(c.blocks.load(Ordering::Relaxed)), bytes.wrapping_add(c.bytes.load(Ordering::Relaxed)))
+        })
+    }
+
+    /// Every tag's peak back to its bytes in use now.
+    pub(crate) fn reset_peaks(&self) {
         for c in &self.counters {
             c.peak.store(c.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
 
-    /// The figures of every tag that has had a block, largest bytes in use first.
-    pub fn figures(&self) -> Vec<TagFigures> {
+    /// The figures of every tag that has had a block, and `untagged`'s if any block has been
+    /// counted there, largest bytes in use first.
+    pub(crate) fn figures(&self, untagged: UntaggedFigures) -> Vec<TagFigures> {
         let names = self.lock();
         let mut out: Vec<TagFigures> = self
             .counters
@@ -308,9 +329,8 @@ impl TagTable {
             .enumerate()
             .filter(|(_, c)| c.peak.load(Ordering::Relaxed) > 0 || c.blocks.load(Ordering::Relaxed) > 0)
             .filter_map(|(i, c)| {
-                let label = match i {
-                    0 => TagLabel::Untagged,
-                    i if i < SLOTS - 1 => TagLabel::Named(names.names.get(i).cloned().flatten()?),
+                let label = match i + 1 {
+                    id if id < SLOTS => TagLabel::Named(names.names.get(id).cloned().flatten()?),
                     _ => TagLabel::Others,
                 };
                 // Counters updated by racing threads may be read half-way: never report a count
@@ -325,6 +345,14 @@ impl TagTable {
                 })
             })
             .collect();
+        if untagged.blocks_in_use > 0 || untagged.peak_requested_bytes_in_use > 0 {
+            out.push(TagFigures {
+                label: TagLabel::Untagged,
+                blocks_in_use: untagged.blocks_in_use,
+                requested_bytes_in_use: untagged.requested_bytes_in_use,
+                peak_requested_bytes_in_use: untagged.peak_requested_bytes_in_use,
+            });
+        }
         out.sort_by(|a, b| {
             b.requested_bytes_in_use
                 .cmp(&a.requested_bytes_in_use)
@@ -355,16 +383,19 @@ mod tests {
         assert_eq!(a, 1);
         assert!(t.is_named(a));
         t.on_alloc(a, 1, 100);
-        t.on_alloc(0, 1, 7);
         assert_eq!(t.acquire("a", 1).unwrap(), a);
         t.on_alloc(a, 1, 50);
         t.on_free(a, 1, 100);
-        let f = t.figures();
+        let untagged = UntaggedFigures { blocks_in_use: 1, requested_bytes_in_use: 7, peak_requested_bytes_in_use: 9 };
+        let f = t.figures(untagged);
         assert_eq!(f[0].label, TagLabel::Named(Arc::from("a")));
         assert_eq!((f[0].blocks_in_use, f[0].requested_bytes_in_use, f[0].peak_requested_bytes_in_use), (1, 50, 150));
         assert_eq!(f[1].label, TagLabel::Untagged);
+        assert_eq!((f[1].blocks_in_use, f[1].requested_bytes_in_use, f[1].peak_requested_bytes_in_use), (1, 7, 9));
+        assert_eq!(t.tagged_totals(), (1, 50));
         t.reset_peaks();
-        assert_eq!(t.figures()[0].peak_requested_bytes_in_use, 50);
+        assert_eq!(t.figures(UntaggedFigures::default())[0].peak_requested_bytes_in_use, 50);
+        assert_eq!(t.figures(UntaggedFigures::default()).len(), 1, "no untagged row without untagged blocks");
     }
 
     #[test]
@@ -384,7 +415,7 @@ mod tests {
         }
         assert!(t.interned() <= NAMED_TAGS as usize + 1 + IDLE_TAGS + 1, "{} names interned", t.interned());
         assert_eq!(t.name(kept).as_deref(), Some("kept"));
-        let others = t.figures().into_iter().find(|f| f.label == TagLabel::Others).unwrap();
+        let others = t.figures(UntaggedFigures::default()).into_iter().find(|f| f.label == TagLabel::Others).unwrap();
         assert_eq!(
             (others.blocks_in_use, others.requested_bytes_in_use, others.peak_requested_bytes_in_use),
             (1, 10, 74)
@@ -435,9 +466,13 @@ mod tests {
             w.join().unwrap();
         }
         assert!(t.interned() <= NAMED_TAGS as usize + IDLE_TAGS + 8, "{} names interned", t.interned());
-        let shared = t.figures().into_iter().find(|f| f.label == TagLabel::Named(Arc::from("shared"))).unwrap();
+        let shared = t
+            .figures(UntaggedFigures::default())
+            .into_iter()
+            .find(|f| f.label == TagLabel::Named(Arc::from("shared")))
+            .unwrap();
         assert_eq!((shared.blocks_in_use, shared.requested_bytes_in_use), (200_000, 200_000));
-        let others = t.figures().into_iter().find(|f| f.label == TagLabel::Others);
+        let others = t.figures(UntaggedFigures::default()).into_iter().find(|f| f.label == TagLabel::Others);
         assert_eq!(others.map(|o| (o.blocks_in_use, o.requested_bytes_in_use)), Some((0, 0)));
     }
 

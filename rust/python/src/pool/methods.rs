@@ -135,6 +135,7 @@ impl Pool {
             let align = args::alignment(align, capacity)?;
             let tag = args::tag(tag)?;
             let tag_id = this.tags.acquire(py, core, tag.as_ref(), 1)?;
+            core.count_tagged_alloc(tag_id, 1, size);
             (align, tag, tag_id)
         };
         let handle = match core.try_alloc_fast(size, align, tag_id) {
@@ -144,10 +145,12 @@ impl Pool {
                     Ok(_) => this.oom.alloc(py, core, size, align, tag_id),
                     Err(err) => Err(to_py(err)),
                 };
-                made.inspect_err(|_| this.tags.release(core, tag_id, 1))?
+                made.inspect_err(|_| {
+                    core.count_tagged_free(tag_id, 1, size);
+                    this.tags.release(core, tag_id, 1);
+                })?
             }
         };
-        core.tags().on_alloc(tag_id, 1, size);
         if this.stacks.enabled() {
             this.stacks.record(py, handle.to_bits())?;
         }
@@ -185,10 +188,12 @@ impl Pool {
         let tag = args::tag(tag)?;
         let blocks = wanted.len() as u64;
         let tag_id = this.tags.acquire(py, &this.core, tag.as_ref(), blocks)?;
-        let handles = this
-            .oom
-            .alloc_many(py, &this.core, &wanted, align, tag_id)
-            .inspect_err(|_| this.tags.release(&this.core, tag_id, blocks))?;
+        let requested: usize = wanted.iter().sum();
+        this.core.count_tagged_alloc(tag_id, wanted.len(), requested);
+        let handles = this.oom.alloc_many(py, &this.core, &wanted, align, tag_id).inspect_err(|_| {
+            this.core.count_tagged_free(tag_id, wanted.len(), requested);
+            this.tags.release(&this.core, tag_id, blocks);
+        })?;
         // The blocks become Python objects with signals checked now and then: a Ctrl-C raised
         // before the list reaches the caller would drop it with every block still allocated.
         let made = (|| -> PyResult<Bound<'py, PyList>> {
@@ -207,10 +212,10 @@ impl Pool {
         let list = made.inspect_err(|_| {
             let core = &this.core;
             if detached(py, || core.free_many(&handles)).is_ok() {
+                core.count_tagged_free(tag_id, wanted.len(), requested);
                 this.tags.release(core, tag_id, blocks);
             }
         })?;
-        this.core.tags().on_alloc(tag_id, wanted.len(), wanted.iter().sum());
         if this.stacks.enabled() {
             for handle in &handles {
                 this.stacks.record(py, handle.to_bits())?;
@@ -256,7 +261,7 @@ impl Pool {
         freed.sort_unstable();
         for run in freed.chunk_by(|a, b| a.0 == b.0) {
             let tag = run[0].0;
-            core.tags().on_free(tag, run.len(), run.iter().map(|&(_, size)| size).sum());
+            core.count_tagged_free(tag, run.len(), run.iter().map(|&(_, size)| size).sum());
             this.tags.release(core, tag, run.len() as u64);
         }
         Ok(())
@@ -339,7 +344,7 @@ impl Pool {
     /// its bytes in use now (like `torch.cuda.reset_peak_memory_stats`).
     fn reset_peak(&self) {
         self.core.reset_peak();
-        self.core.tags().reset_peaks();
+        self.core.reset_tag_peaks();
     }
 
     /// The statistics of a scope: `with pool.measure() as m:` gives `m.peak_bytes_in_use`, the

@@ -189,7 +189,7 @@ impl PendingFrees {
     /// Count a free made here under the block's tag, and give back the block's hold on it.
     pub(crate) fn counted(&self, tag_id: u32, nbytes: usize) {
         let core = &self.core;
-        core.tags().on_free(tag_id, 1, nbytes);
+        core.count_tagged_free(tag_id, 1, nbytes);
         if !core.tags().is_named(tag_id) {
             core.release_tag(tag_id, 1);
         }
