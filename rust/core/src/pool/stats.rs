@@ -168,8 +168,13 @@ impl Pool {
         let (slab_bytes, slab_requested) = self.slab_objects(&self.slab_counters.totals());
         let total = totals.bytes.max(0) as u64 + slab_bytes;
         self.counters.sample(total, slab_bytes);
-        let untagged = totals.requested.wrapping_add(slab_requested) - self.counters.tagged_requested();
-        self.counters.sample_untagged(untagged.max(0) as u64, slab_requested);
+        let untagged = self.untagged_of(totals.requested.wrapping_add(slab_requested));
+        self.counters.sample_untagged(untagged, slab_requested);
+    }
+
+    /// The requested bytes of blocks counted under no tag, out of `requested` in all.
+    pub(crate) fn untagged_of(&self, requested: i64) -> u64 {
+        requested.wrapping_sub(self.counters.tagged_requested()).max(0) as u64
     }
 
     /// Blocks in use, their requested bytes, and the slab objects' share of those bytes.

@@ -47,11 +47,10 @@ impl Pool {
     /// largest bytes in use first.
     pub fn tag_figures(&self) -> Vec<TagFigures> {
         let (blocks, requested, slab_requested) = self.blocks_and_requested();
-        let (tagged_blocks, _) = self.tags.tagged_totals();
-        let untagged = (requested - self.counters.tagged_requested()).max(0) as u64;
+        let untagged = self.untagged_of(requested);
         let peak = self.counters.sample_untagged(untagged, slab_requested);
         self.tags.figures(UntaggedFigures {
-            blocks_in_use: blocks.saturating_sub(tagged_blocks as u64) as usize,
+            blocks_in_use: blocks.saturating_sub(self.tags.tagged_blocks() as u64) as usize,
             requested_bytes_in_use: untagged as usize,
             peak_requested_bytes_in_use: peak as usize,
         })
@@ -61,8 +60,7 @@ impl Pool {
     pub fn reset_tag_peaks(&self) {
         self.tags.reset_peaks();
         let (_, requested, slab_requested) = self.blocks_and_requested();
-        let untagged = (requested - self.counters.tagged_requested()).max(0) as u64;
-        self.counters.reset_untagged_peak(untagged, slab_requested);
+        self.counters.reset_untagged_peak(self.untagged_of(requested), slab_requested);
     }
 
     /// Give back `blocks` holds on tag `id` (blocks freed, or an allocation that failed).

@@ -160,26 +160,24 @@ impl Counters {
         let now = c.bytes.fetch_add(bytes as u64, Ordering::Relaxed).wrapping_add(bytes as u64);
         self.maybe_publish(c, now, requested_now);
         let unpublished = now.wrapping_sub(c.published.load(Ordering::Relaxed));
-        let estimate = self
-            .shared
-            .published_total
-            .load(Ordering::Relaxed)
-            .wrapping_add(unpublished)
-            .wrapping_add(self.shared.slab_bytes.load(Ordering::Relaxed)) as i64;
-        if estimate > self.shared.peak.load(Ordering::Relaxed) as i64 {
-            self.shared.peak.fetch_max(estimate as u64, Ordering::AcqRel);
-        }
+        let estimate = self.estimate(&self.shared.published_total, unpublished, &self.shared.slab_bytes, 0);
+        raise(&self.shared.peak, estimate);
         let unpublished = requested_now.wrapping_sub(c.published_requested.load(Ordering::Relaxed));
-        let untagged = self
-            .shared
-            .published_requested_total
+        let tagged = self.tagged.load(Ordering::Relaxed);
+        let untagged =
+            self.estimate(&self.shared.published_requested_total, unpublished, &self.shared.slab_requested, tagged);
+        raise(&self.shared.untagged_peak, untagged);
+    }
+
+    /// A running total estimated from its published part, the caller's unpublished change and
+    /// the slab objects' part at the last sample, less `less`.
+    #[inline]
+    fn estimate(&self, published: &AtomicU64, unpublished: u64, slab: &AtomicU64, less: u64) -> i64 {
+        published
             .load(Ordering::Relaxed)
             .wrapping_add(unpublished)
-            .wrapping_add(self.shared.slab_requested.load(Ordering::Relaxed))
-            .wrapping_sub(self.tagged.load(Ordering::Relaxed)) as i64;
-        if untagged > self.shared.untagged_peak.load(Ordering::Relaxed) as i64 {
-            self.shared.untagged_peak.fetch_max(untagged as u64, Ordering::AcqRel);
-        }
+            .wrapping_add(slab.load(Ordering::Relaxed))
+            .wrapping_sub(less) as i64
     }
 
     #[inline]
@@ -283,6 +281,14 @@ impl Counters {
     pub(crate) fn sample(&self, current: u64, slab_bytes: u64) -> u64 {
         self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
         self.shared.peak.fetch_max(current, Ordering::AcqRel).max(current)
+    }
+}
+
+/// Raise `peak` to `estimate` if it passes it (a load, and an RMW only on a new peak).
+#[inline]
+fn raise(peak: &AtomicU64, estimate: i64) {
+    if estimate > peak.load(Ordering::Relaxed) as i64 {
+        peak.fetch_max(estimate as u64, Ordering::AcqRel);
     }
 }
 

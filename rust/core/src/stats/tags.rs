@@ -305,11 +305,9 @@ impl TagTable {
         c.bytes.fetch_sub(nbytes, Ordering::Relaxed);
     }
 
-    /// Blocks and requested bytes counted under every tag together.
-    pub(crate) fn tagged_totals(&self) -> (usize, usize) {
-        self.counters.iter().fold((0usize, 0usize), |(blocks, bytes), c| {
-            (blocks.wrapping_add(c.blocks.load(Ordering::Relaxed)), bytes.wrapping_add(c.bytes.load(Ordering::Relaxed)))
-        })
+    /// Blocks counted under every tag together.
+    pub(crate) fn tagged_blocks(&self) -> usize {
+        self.counters.iter().fold(0usize, |blocks, c| blocks.wrapping_add(c.blocks.load(Ordering::Relaxed)))
     }
 
     /// Every tag's peak back to its bytes in use now.
@@ -392,7 +390,7 @@ mod tests {
         assert_eq!((f[0].blocks_in_use, f[0].requested_bytes_in_use, f[0].peak_requested_bytes_in_use), (1, 50, 150));
         assert_eq!(f[1].label, TagLabel::Untagged);
         assert_eq!((f[1].blocks_in_use, f[1].requested_bytes_in_use, f[1].peak_requested_bytes_in_use), (1, 7, 9));
-        assert_eq!(t.tagged_totals(), (1, 50));
+        assert_eq!(t.tagged_blocks(), 1);
         t.reset_peaks();
         assert_eq!(t.figures(UntaggedFigures::default())[0].peak_requested_bytes_in_use, 50);
         assert_eq!(t.figures(UntaggedFigures::default()).len(), 1, "no untagged row without untagged blocks");
