@@ -336,7 +336,7 @@ impl Pool {
             let g = &self.arena().geometry;
             let (before, after) = (piece.bytes_at(g, piece.from), piece.bytes_at(g, piece.to));
             if before != after {
-                self.count_resized(piece.core, before, after);
+                self.count_resized(before, after);
             }
             self.end_moves(piece);
             match &piece.kind {

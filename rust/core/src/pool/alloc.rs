@@ -315,11 +315,11 @@ impl Pool {
         }
     }
 
-    /// Count an allocation: per thread for slab objects, per core otherwise.
+    /// Count an allocation (in the calling thread's counters: `stats/thread.rs`).
     #[inline(always)]
     pub(crate) fn account_alloc(&self, placed: &Placed, core: usize, size: usize) {
         match placed.class {
-            Some(k) => self.slab_counters.on_alloc(k, size),
+            Some(k) => self.counters.on_slab_alloc(k, size),
             None => self.counters.on_alloc(core, placed.route, placed.overflow, placed.block_bytes, size),
         }
     }

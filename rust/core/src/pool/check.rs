@@ -329,7 +329,7 @@ impl Pool {
         }
         // Counters. Blocks of the raw (offset) API have no handle: the counters say how many.
         let totals = self.counters.totals();
-        let slab_totals = self.slab_counters.totals();
+        let slab_totals = self.counters.class_totals();
         let slab_counted: u64 = slab_totals.iter().map(|t| t.allocs.saturating_sub(t.frees)).sum();
         let blocks_counted = totals.allocs() as i128 - totals.frees as i128 + slab_counted as i128;
         if blocks_counted < live as i128 {

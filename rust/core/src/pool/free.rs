@@ -105,19 +105,20 @@ impl Pool {
         Ok(())
     }
 
-    /// Count a free: per thread for slab objects, per core (the caller's, `core`) otherwise.
+    /// Count a free (in the calling thread's counters, under core `core` for a buddy block or a
+    /// run).
     #[inline(always)]
     pub(crate) fn account_free(&self, released: Released, core: usize, size: usize) {
         match released {
-            Released::Slab(k) => self.slab_counters.on_free(k, size),
+            Released::Slab(k) => self.counters.on_slab_free(k, size),
             Released::Block(bytes) => self.counters.on_free(core, bytes, size),
         }
     }
 
     /// Count a live block whose bytes went from `old` to `new` (a block with a front that a
-    /// compaction moved to whole chunks, `arena/front.rs`), on core `core`'s counters.
-    pub(crate) fn count_resized(&self, core: usize, old: usize, new: usize) {
-        self.counters.on_resize(core, old, new);
+    /// compaction moved to whole chunks, `arena/front.rs`).
+    pub(crate) fn count_resized(&self, old: usize, new: usize) {
+        self.counters.on_resize(old, new);
     }
 
     /// Release the block at `offset` of `size` requested bytes.

@@ -29,7 +29,6 @@ use crate::handle::table::{HandleTable, PinKind, SlotInfo};
 use crate::pool::region_hooks::GrowthHooks;
 use crate::stats::counters::Counters;
 use crate::stats::tags::TagTable;
-use crate::stats::thread::ThreadStats;
 use crate::trace::recorder::Trace;
 use crate::util::sync::{AtomicU32, Ordering};
 
@@ -63,7 +62,6 @@ pub struct Pool {
     /// The memory: chunks, trees, global and core pools, slabs, backing.
     pub(super) arena: Arena,
     pub(super) counters: Counters,
-    pub(super) slab_counters: ThreadStats,
     pub(super) handles: HandleTable,
     pub(super) gate: Gate,
     /// The optional event trace (off by default; see `trace/`).
@@ -92,13 +90,12 @@ impl Pool {
         gate::init_barriers();
         let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
         let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
-        let slab_counters = ThreadStats::new(classes.classes.len());
+        let slab_classes = classes.classes.len();
         let arena = Arena::new(&config, classes)?;
         let max_blocks = arena.geometry.usable_capacity() / arena.slabs.classes.smallest_footprint(config.min_block);
         Ok(Pool {
             id,
-            slab_counters,
-            counters: Counters::new(config.cores, config.limit()),
+            counters: Counters::new(config.cores, slab_classes, config.limit()),
             handles: HandleTable::new(id, max_blocks.max(1), config.cores)?,
             gate: Gate::new(id as usize),
             trace: Trace::new(),

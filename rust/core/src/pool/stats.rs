@@ -16,7 +16,7 @@ impl Pool {
     /// A snapshot of the pool's state and counters (see [`PoolStats`]).
     pub fn stats(&self) -> PoolStats {
         let totals = self.counters.totals();
-        let classes = self.slab_counters.totals();
+        let classes = self.counters.class_totals();
         let (slab_bytes, slab_requested) = self.slab_objects(&classes);
         let slab_allocs: u64 = classes.iter().map(|c| c.allocs).sum();
         let slab_frees: u64 = classes.iter().map(|c| c.frees).sum();
@@ -117,7 +117,7 @@ impl Pool {
 
     /// `stats().bytes_free` alone (an out-of-memory error reports it).
     pub(crate) fn bytes_free(&self) -> usize {
-        let (slab_bytes, _) = self.slab_objects(&self.slab_counters.totals());
+        let (slab_bytes, _) = self.slab_objects(&self.counters.class_totals());
         let bytes_in_use = (self.counters.totals().bytes.max(0) as u64 + slab_bytes) as usize;
         self.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes())
     }
@@ -141,7 +141,7 @@ impl Pool {
     /// Start a new peak: `peak_bytes_in_use` becomes the bytes in use now. Returns the peak it
     /// replaces (a scope that measures its own peak gives it back with [`Pool::raise_peak`]).
     pub fn reset_peak(&self) -> usize {
-        let (slab_bytes, _) = self.slab_objects(&self.slab_counters.totals());
+        let (slab_bytes, _) = self.slab_objects(&self.counters.class_totals());
         let total = self.counters.totals().bytes.max(0) as u64 + slab_bytes;
         self.counters.reset_peak(total, slab_bytes) as usize
     }
@@ -165,7 +165,7 @@ impl Pool {
     /// the untagged requested bytes to theirs.
     pub(crate) fn sample_peak(&self) {
         let totals = self.counters.totals();
-        let (slab_bytes, slab_requested) = self.slab_objects(&self.slab_counters.totals());
+        let (slab_bytes, slab_requested) = self.slab_objects(&self.counters.class_totals());
         let total = totals.bytes.max(0) as u64 + slab_bytes;
         self.counters.sample(total, slab_bytes);
         let untagged = self.untagged_of(totals.requested.wrapping_add(slab_requested));
@@ -180,7 +180,7 @@ impl Pool {
     /// Blocks in use, their requested bytes, and the slab objects' share of those bytes.
     pub(crate) fn blocks_and_requested(&self) -> (u64, i64, i64) {
         let totals = self.counters.totals();
-        let classes = self.slab_counters.totals();
+        let classes = self.counters.class_totals();
         let (_, slab_requested) = self.slab_objects(&classes);
         let allocs = totals.allocs() + classes.iter().map(|c| c.allocs).sum::<u64>();
         let frees = totals.frees + classes.iter().map(|c| c.frees).sum::<u64>();

@@ -1,23 +1,33 @@
-//! Statistics: per-core counters of the buddy and run paths, each core's on its own cache
-//! lines, summed into a `PoolStats` snapshot on demand. (The slab fast path counts per thread,
-//! in `thread.rs`, so that a small allocation pays no shared counter.)
+//! Statistics: the pool's counters, summed into a `PoolStats` snapshot on demand. Every count the
+//! allocation and free paths move is kept per thread (`thread.rs`), with plain stores: an
+//! allocation pays no locked instruction and no shared cache line for statistics. Only failed
+//! allocations (rare) are counted per core in shared atomics.
 //!
 //! The peak needs a running total, which one shared counter would make a contended cache line.
-//! Each core publishes its running byte count to a shared total only when it has moved by more
-//! than a slack since the last publication. After each allocation the core estimates the total
-//! as the published total plus its own unpublished change, and raises the peak if the estimate
-//! passes it (a read of two rarely written lines, and an RMW only on a new peak). The estimate
-//! is exact when one thread allocates at a time; with several, it may miss the others'
-//! unpublished changes, at most `(cores - 1) x slack` bytes. Slab objects enter the estimate
+//! Each thread publishes its running byte count to a shared total only when it has moved by more
+//! than a slack since the block's last publication. After each allocation the thread estimates
+//! the total as the published total plus its own unpublished change, and raises the peak if the
+//! estimate passes it (a read of two rarely written lines, and an RMW only on a new peak). The
+//! estimate is exact when one thread allocates at a time; with several, it may miss the others'
+//! unpublished changes, at most `(threads - 1) x slack` bytes. Slab objects enter the estimate
 //! through the bytes they held at the last sample (taken whenever a slab is carved and at every
 //! snapshot), so the peak is exact for blocks above the largest slab class and sampled below.
+//!
+//! The requested bytes of blocks counted under no tag (the untagged row of the counters by tag,
+//! `tags.rs`) are not counted on their own: they are the pool's requested bytes less those of
+//! the blocks counted under a tag, a total that only tagged allocations and frees move
+//! ([`Counters::on_tagged`], one line of its own). Their peak is estimated the same way as the
+//! bytes' peak, from the requested bytes each thread publishes past the slack, so an untagged
+//! allocation pays no counter of its own. Callers count a tagged block before allocating it and
+//! after freeing it, so a tagged block never enters the untagged estimate.
 
+use crate::stats::thread::{ClassTotals, ThreadCounters, ThreadStats};
 use crate::util::sync::{AtomicU64, CachePadded, Ordering};
 
 /// Which part of the pool served an allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
-    /// A slab cache (counted per thread, not here).
+    /// A slab cache.
     Slab,
     /// A core pool's buddy tree (the caller's core or, with `overflow`, another one).
     Core,
@@ -25,105 +35,24 @@ pub(crate) enum Route {
     Global,
 }
 
-/// Defines the per-core counters from one list: `CoreCounters` (atomics, one set per core),
-/// `Totals` (their values) and `Counters::core` / `Counters::totals` (one core's values, and
-/// their sum over the cores). *Counts* only grow; *balances* go up and down (wrapping: a core
-/// that frees others' blocks goes negative) and read as `i64`.
-macro_rules! core_counters {
-    (
-        counts: { $($(#[$cdoc:meta])* $count:ident,)* }
-        balances: { $($(#[$bdoc:meta])* $balance:ident,)* }
-    ) => {
-        #[derive(Default)]
-        pub(crate) struct CoreCounters {
-            $($(#[$cdoc])* $count: AtomicU64,)*
-            $($(#[$bdoc])* $balance: AtomicU64,)*
-            /// `bytes` at the last publication.
-            published: AtomicU64,
-            /// `requested` at the last publication.
-            published_requested: AtomicU64,
-        }
-
-        /// The counters of one core, or summed over all.
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-        pub(crate) struct Totals {
-            $($(#[$cdoc])* pub(crate) $count: u64,)*
-            $($(#[$bdoc])* pub(crate) $balance: i64,)*
-        }
-
-        impl Counters {
-    /// The bytes of buddy blocks and runs that the cores have published (each core's own
-    /// count may be up to its slack away): one relaxed load of a line that changes seldom.
-    #[inline]
-    pub(crate) fn published_bytes(&self) -> u64 {
-        self.shared.published_total.load(Ordering::Relaxed)
-    }
-
-            pub(crate) fn core(&self, core: usize) -> Totals {
-                let c = &self.cores[core];
-                Totals {
-                    $($count: c.$count.load(Ordering::Relaxed),)*
-                    $($balance: c.$balance.load(Ordering::Relaxed) as i64,)*
-                }
-            }
-
-            pub(crate) fn totals(&self) -> Totals {
-                let mut t = Totals::default();
-                for core in 0..self.cores.len() {
-                    let c = self.core(core);
-                    $(t.$count += c.$count;)*
-                    $(t.$balance = t.$balance.wrapping_add(c.$balance);)*
-                }
-                t
-            }
-        }
-    };
-}
-
-core_counters! {
-    counts: {
-        /// Allocations served by a core pool's buddy trees (the caller's or, with overflow, another's).
-        core_allocs,
-        /// Allocations served by the global pool (chunk runs).
-        global_allocs,
-        /// Allocations served outside the caller's own core pool.
-        overflow_allocs,
-        /// Allocations that raised out-of-memory.
-        failed_allocs,
-        /// Frees (of blocks of any core).
-        frees,
-    }
-    balances: {
-        /// Block bytes allocated minus freed on this core.
-        bytes,
-        /// Requested bytes, same convention.
-        requested,
-    }
-}
-
-pub(crate) struct Counters {
-    cores: Box<[CachePadded<CoreCounters>]>,
-    slack: u64,
-    /// Written on publications and new peaks only; on lines of their own, apart from the fields
-    /// above, which every allocation reads.
-    shared: CachePadded<SharedCounters>,
-    /// Requested bytes of the blocks counted under a tag: written by tagged allocations and
-    /// frees only, read by every estimate of the untagged peak.
-    tagged: CachePadded<AtomicU64>,
-}
-
-#[derive(Default)]
-struct SharedCounters {
-    published_total: AtomicU64,
-    peak: AtomicU64,
-    /// Bytes of slab objects at the last sample.
-    slab_bytes: AtomicU64,
-    /// The sum of the cores' `requested` at their last publications.
-    published_requested_total: AtomicU64,
-    /// Requested bytes of slab objects at the last sample (wrapping, like the balances).
-    slab_requested: AtomicU64,
-    /// The peak of the requested bytes of blocks counted under no tag.
-    untagged_peak: AtomicU64,
+/// The counters summed over every thread (or over every thread for one core pool, where the
+/// bytes are not kept and read 0). *Counts* only grow; *balances* go up and down.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    /// Allocations served by a core pool's buddy trees.
+    pub(crate) core_allocs: u64,
+    /// Allocations served by the global pool (chunk runs).
+    pub(crate) global_allocs: u64,
+    /// Allocations served outside the caller's own core pool.
+    pub(crate) overflow_allocs: u64,
+    /// Allocations that raised out-of-memory.
+    pub(crate) failed_allocs: u64,
+    /// Frees of buddy blocks and runs.
+    pub(crate) frees: u64,
+    /// Bytes of buddy blocks and runs in use.
+    pub(crate) bytes: i64,
+    /// Their requested bytes.
+    pub(crate) requested: i64,
 }
 
 impl Totals {
@@ -132,37 +61,128 @@ impl Totals {
     }
 }
 
+pub(crate) struct Counters {
+    threads: ThreadStats,
+    /// Failed allocations per core: rare, so shared atomics.
+    failed: Box<[CachePadded<AtomicU64>]>,
+    slack: u64,
+    /// Written on publications and new peaks only; on lines of their own, apart from the
+    /// per-thread blocks, which every allocation writes.
+    shared: CachePadded<SharedCounters>,
+    /// Requested bytes of the blocks counted under a tag: written by tagged allocations and
+    /// frees only, read by every estimate of the untagged peak.
+    tagged: CachePadded<AtomicU64>,
+}
+
+#[derive(Default)]
+struct SharedCounters {
+    /// The sum of the blocks' `published`.
+    published_total: AtomicU64,
+    peak: AtomicU64,
+    /// Bytes of slab objects at the last sample.
+    slab_bytes: AtomicU64,
+    /// The sum of the blocks' `published_requested`.
+    published_requested_total: AtomicU64,
+    /// Requested bytes of slab objects at the last sample (wrapping, like the balances).
+    slab_requested: AtomicU64,
+    /// The peak of the requested bytes of blocks counted under no tag.
+    untagged_peak: AtomicU64,
+}
+
 impl Counters {
-    pub(crate) fn new(cores: usize, capacity: usize) -> Counters {
-        // The estimate may miss (cores - 1) x slack bytes: at most 1/64 of the capacity, and at
-        // most 1 MiB per core; large enough that a core churning a few blocks rarely publishes.
+    pub(crate) fn new(cores: usize, classes: usize, capacity: usize) -> Counters {
+        // The estimate may miss (threads - 1) x slack bytes: at most 1/64 of the capacity per
+        // core's worth of threads, and at most 1 MiB per thread; large enough that a thread
+        // churning a few blocks rarely publishes.
         let slack = (capacity as u64 / (64 * cores as u64)).min(1 << 20);
         Counters {
-            cores: (0..cores).map(|_| CachePadded(CoreCounters::default())).collect(),
+            threads: ThreadStats::new(classes, cores),
+            failed: (0..cores).map(|_| CachePadded(AtomicU64::new(0))).collect(),
             slack,
             shared: CachePadded(SharedCounters::default()),
             tagged: CachePadded(AtomicU64::new(0)),
         }
     }
 
+    /// The bytes of buddy blocks and runs that the threads have published (each thread's own
+    /// count may be up to its slack away): one relaxed load of a line that changes seldom.
+    #[inline]
+    pub(crate) fn published_bytes(&self) -> u64 {
+        self.shared.published_total.load(Ordering::Relaxed)
+    }
+
+    /// A slab object of class `class` was allocated.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn on_slab_alloc(&self, class: usize, requested: usize) {
+        self.threads.with(|t| {
+            let c = &t.classes[class];
+            ThreadCounters::bump(&c.allocs, 1);
+            ThreadCounters::bump(&c.requested, requested as u64);
+        });
+    }
+
+    /// A slab object of class `class` was freed.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn on_slab_free(&self, class: usize, requested: usize) {
+        self.threads.with(|t| {
+            let c = &t.classes[class];
+            ThreadCounters::bump(&c.frees, 1);
+            ThreadCounters::bump(&c.requested, (requested as u64).wrapping_neg());
+        });
+    }
+
+    /// A buddy block or run of `bytes` bytes (`requested` asked for) was allocated on `core`.
+    #[cfg(not(loom))]
     #[inline]
     pub(crate) fn on_alloc(&self, core: usize, route: Route, overflow: bool, bytes: usize, requested: usize) {
-        let c = &self.cores[core];
+        self.threads.with(|t| self.count_alloc(t, core, route, overflow, bytes, requested));
+    }
+
+    /// A buddy block or run of `bytes` bytes (`requested` asked for) of `core` was freed.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn on_free(&self, core: usize, bytes: usize, requested: usize) {
+        self.threads.with(|t| self.count_free(t, core, bytes, requested));
+    }
+
+    /// A live block's bytes went from `old` to `new` (a compaction reshaped it).
+    #[cfg(not(loom))]
+    pub(crate) fn on_resize(&self, old: usize, new: usize) {
+        self.threads.with(|t| {
+            let now = ThreadCounters::bump(&t.bytes, (new as u64).wrapping_sub(old as u64));
+            self.maybe_publish(t, now, t.requested.load(Ordering::Relaxed));
+        });
+    }
+
+    /// [`Counters::on_alloc`] in the block `t`, which the calling thread holds.
+    #[inline]
+    fn count_alloc(
+        &self,
+        t: &ThreadCounters,
+        core: usize,
+        route: Route,
+        overflow: bool,
+        bytes: usize,
+        requested: usize,
+    ) {
+        let c = &t.cores[core];
         match route {
-            Route::Core => c.core_allocs.fetch_add(1, Ordering::Relaxed),
-            Route::Global => c.global_allocs.fetch_add(1, Ordering::Relaxed),
-            Route::Slab => unreachable!("slab allocations are counted per thread"),
+            Route::Core => ThreadCounters::bump(&c.core_allocs, 1),
+            Route::Global => ThreadCounters::bump(&c.global_allocs, 1),
+            Route::Slab => unreachable!("slab allocations are counted by class"),
         };
         if overflow {
-            c.overflow_allocs.fetch_add(1, Ordering::Relaxed);
+            ThreadCounters::bump(&c.overflow_allocs, 1);
         }
-        let requested_now = c.requested.fetch_add(requested as u64, Ordering::Relaxed).wrapping_add(requested as u64);
-        let now = c.bytes.fetch_add(bytes as u64, Ordering::Relaxed).wrapping_add(bytes as u64);
-        self.maybe_publish(c, now, requested_now);
-        let unpublished = now.wrapping_sub(c.published.load(Ordering::Relaxed));
+        let requested_now = ThreadCounters::bump(&t.requested, requested as u64);
+        let now = ThreadCounters::bump(&t.bytes, bytes as u64);
+        self.maybe_publish(t, now, requested_now);
+        let unpublished = now.wrapping_sub(t.published.load(Ordering::Relaxed));
         let estimate = self.estimate(&self.shared.published_total, unpublished, &self.shared.slab_bytes, 0);
         raise(&self.shared.peak, estimate);
-        let unpublished = requested_now.wrapping_sub(c.published_requested.load(Ordering::Relaxed));
+        let unpublished = requested_now.wrapping_sub(t.published_requested.load(Ordering::Relaxed));
         let tagged = self.tagged.load(Ordering::Relaxed);
         let untagged =
             self.estimate(&self.shared.published_requested_total, unpublished, &self.shared.slab_requested, tagged);
@@ -180,62 +200,107 @@ impl Counters {
             .wrapping_sub(less) as i64
     }
 
+    /// [`Counters::on_free`] in the block `t`, which the calling thread holds.
     #[inline]
-    pub(crate) fn on_free(&self, core: usize, bytes: usize, requested: usize) {
-        let c = &self.cores[core];
-        c.frees.fetch_add(1, Ordering::Relaxed);
-        let requested_now = c.requested.fetch_sub(requested as u64, Ordering::Relaxed).wrapping_sub(requested as u64);
-        let now = c.bytes.fetch_sub(bytes as u64, Ordering::Relaxed).wrapping_sub(bytes as u64);
-        self.maybe_publish(c, now, requested_now);
-    }
-
-    /// A live block's bytes went from `old` to `new` (a compaction reshaped it).
-    pub(crate) fn on_resize(&self, core: usize, old: usize, new: usize) {
-        let c = &self.cores[core];
-        let delta = (new as u64).wrapping_sub(old as u64);
-        let now = c.bytes.fetch_add(delta, Ordering::Relaxed).wrapping_add(delta);
-        self.maybe_publish(c, now, c.requested.load(Ordering::Relaxed));
+    fn count_free(&self, t: &ThreadCounters, core: usize, bytes: usize, requested: usize) {
+        ThreadCounters::bump(&t.cores[core].frees, 1);
+        let requested_now = ThreadCounters::bump(&t.requested, (requested as u64).wrapping_neg());
+        let now = ThreadCounters::bump(&t.bytes, (bytes as u64).wrapping_neg());
+        self.maybe_publish(t, now, requested_now);
     }
 
     pub(crate) fn on_failed(&self, core: usize) {
-        self.cores[core].failed_allocs.fetch_add(1, Ordering::Relaxed);
+        self.failed[core].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Take back one failure (the allocation was retried after a compaction and succeeded),
     /// from `core` or, if it has none (the thread moved), another core.
     pub(crate) fn on_rescued(&self, core: usize) {
-        let n = self.cores.len();
+        let n = self.failed.len();
         for i in 0..n {
-            let cell = &self.cores[(core + i) % n].failed_allocs;
+            let cell = &self.failed[(core + i) % n];
             if cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| f.checked_sub(1)).is_ok() {
                 return;
             }
         }
     }
 
-    /// Publish the core's bytes, and its requested bytes, each when it has moved past the
+    /// Publish the block's bytes, and its requested bytes, each when it has moved past the
     /// slack since its last publication; a publication of the bytes may raise the peak.
     #[inline]
-    fn maybe_publish(&self, c: &CoreCounters, now: u64, requested_now: u64) {
-        if let Some(total) = self.publish(&c.published, now, &self.shared.published_total) {
+    fn maybe_publish(&self, t: &ThreadCounters, now: u64, requested_now: u64) {
+        if let Some(total) = self.publish(&t.published, now, &self.shared.published_total) {
             self.shared.peak.fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
         }
-        self.publish(&c.published_requested, requested_now, &self.shared.published_requested_total);
+        self.publish(&t.published_requested, requested_now, &self.shared.published_requested_total);
     }
 
-    /// Move `total` by what `now` has moved since `published`, if that passes the slack and no
-    /// other thread published this core's count meanwhile; returns the new total.
+    /// Move `total` by what `now` has moved since `published` (the block's own, which only the
+    /// calling thread writes), if that passes the slack; returns the new total.
     #[inline]
     fn publish(&self, published: &AtomicU64, now: u64, total: &AtomicU64) -> Option<u64> {
-        let last = published.load(Ordering::Relaxed);
-        let delta = now.wrapping_sub(last) as i64;
-        if delta.unsigned_abs() > self.slack
-            && published.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-        {
-            Some(total.fetch_add(delta as u64, Ordering::AcqRel).wrapping_add(delta as u64))
-        } else {
-            None
+        let delta = now.wrapping_sub(published.load(Ordering::Relaxed));
+        if (delta as i64).unsigned_abs() <= self.slack {
+            return None;
         }
+        published.store(now, Ordering::Relaxed);
+        Some(total.fetch_add(delta, Ordering::AcqRel).wrapping_add(delta))
+    }
+
+    /// The counters summed over every thread.
+    pub(crate) fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        self.threads.for_each(|block| {
+            for c in block.cores.iter() {
+                t.core_allocs += c.core_allocs.load(Ordering::Relaxed);
+                t.global_allocs += c.global_allocs.load(Ordering::Relaxed);
+                t.overflow_allocs += c.overflow_allocs.load(Ordering::Relaxed);
+                t.frees += c.frees.load(Ordering::Relaxed);
+            }
+            t.bytes = t.bytes.wrapping_add(block.bytes.load(Ordering::Relaxed) as i64);
+            t.requested = t.requested.wrapping_add(block.requested.load(Ordering::Relaxed) as i64);
+        });
+        t.failed_allocs = self.failed.iter().map(|f| f.load(Ordering::Relaxed)).sum();
+        t
+    }
+
+    /// The counts of core pool `core`, summed over every thread (bytes read 0: they are kept
+    /// per thread, not per core).
+    pub(crate) fn core(&self, core: usize) -> Totals {
+        let mut t = Totals::default();
+        self.threads.for_each(|block| {
+            let c = &block.cores[core];
+            t.core_allocs += c.core_allocs.load(Ordering::Relaxed);
+            t.global_allocs += c.global_allocs.load(Ordering::Relaxed);
+            t.overflow_allocs += c.overflow_allocs.load(Ordering::Relaxed);
+            t.frees += c.frees.load(Ordering::Relaxed);
+        });
+        t.failed_allocs = self.failed[core].load(Ordering::Relaxed);
+        t
+    }
+
+    /// The slab counters summed over every thread, per class.
+    pub(crate) fn class_totals(&self) -> Vec<ClassTotals> {
+        self.threads.class_totals()
+    }
+
+    /// Set the peak to `current` (an exact total just taken, as for [`Counters::sample`]);
+    /// returns the peak it replaces.
+    pub(crate) fn reset_peak(&self, current: u64, slab_bytes: u64) -> u64 {
+        self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
+        self.shared.peak.swap(current, Ordering::AcqRel)
+    }
+
+    /// Raise the peak to at least `value`.
+    pub(crate) fn raise_peak(&self, value: u64) {
+        self.shared.peak.fetch_max(value, Ordering::AcqRel);
+    }
+
+    /// The peak, raised to `current` first (an exact total just taken, slab objects included,
+    /// whose slab part `slab_bytes` is remembered for later estimates).
+    pub(crate) fn sample(&self, current: u64, slab_bytes: u64) -> u64 {
+        self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
+        self.shared.peak.fetch_max(current, Ordering::AcqRel).max(current)
     }
 
     /// Blocks counted under a tag were allocated (`requested` > 0) or freed (< 0): callers
@@ -263,25 +328,6 @@ impl Counters {
         self.shared.slab_requested.store(slab_requested as u64, Ordering::Relaxed);
         self.shared.untagged_peak.store(current, Ordering::Release);
     }
-
-    /// Set the peak to `current` (an exact total just taken, as for [`Counters::sample`]);
-    /// returns the peak it replaces.
-    pub(crate) fn reset_peak(&self, current: u64, slab_bytes: u64) -> u64 {
-        self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
-        self.shared.peak.swap(current, Ordering::AcqRel)
-    }
-
-    /// Raise the peak to at least `value`.
-    pub(crate) fn raise_peak(&self, value: u64) {
-        self.shared.peak.fetch_max(value, Ordering::AcqRel);
-    }
-
-    /// The peak, raised to `current` first (an exact total just taken, slab objects included,
-    /// whose slab part `slab_bytes` is remembered for later estimates).
-    pub(crate) fn sample(&self, current: u64, slab_bytes: u64) -> u64 {
-        self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
-        self.shared.peak.fetch_max(current, Ordering::AcqRel).max(current)
-    }
 }
 
 /// Raise `peak` to `estimate` if it passes it (a load, and an RMW only on a new peak).
@@ -298,7 +344,7 @@ mod tests {
 
     #[test]
     fn totals_and_exact_peak_on_one_core() {
-        let c = Counters::new(1, 1 << 30);
+        let c = Counters::new(1, 0, 1 << 30);
         c.on_alloc(0, Route::Core, false, 256, 200);
         c.on_alloc(0, Route::Global, false, 4 << 20, 3 << 20);
         c.on_free(0, 256, 200);
@@ -311,26 +357,115 @@ mod tests {
 
     #[test]
     fn peak_is_exact_for_one_thread_on_many_cores() {
-        let c = Counters::new(4, 1 << 30);
+        let c = Counters::new(4, 0, 1 << 30);
         c.on_alloc(2, Route::Core, false, 1000, 1000);
-        c.on_alloc(2, Route::Core, false, 3000, 3000);
+        c.on_alloc(1, Route::Core, true, 3000, 3000);
         c.on_free(2, 1000, 1000);
-        c.on_free(2, 3000, 3000);
+        c.on_free(1, 3000, 3000);
         assert_eq!(c.sample(0, 0), 4000);
+        let (two, one) = (c.core(2), c.core(1));
+        assert_eq!((two.allocs(), two.frees, two.overflow_allocs), (1, 1, 0));
+        assert_eq!((one.allocs(), one.frees, one.overflow_allocs), (1, 1, 1));
     }
 
     #[test]
-    fn remote_frees_balance_across_cores() {
-        let c = Counters::new(2, 1 << 30);
-        for _ in 0..1000 {
-            c.on_alloc(0, Route::Core, false, 4096, 4000);
-        }
+    fn threads_count_apart_and_add_up() {
+        let c = std::sync::Arc::new(Counters::new(2, 0, 1 << 30));
+        let allocating = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for _ in 0..1000 {
+                    c.on_alloc(0, Route::Core, false, 4096, 4000);
+                }
+            })
+        };
+        allocating.join().unwrap();
         for _ in 0..1000 {
             c.on_free(1, 4096, 4000);
         }
-        assert_eq!(c.totals().bytes, 0);
-        assert!(c.core(1).bytes < 0);
+        let t = c.totals();
+        assert_eq!((t.allocs(), t.frees, t.bytes, t.requested), (1000, 1000, 0, 0));
         let peak = c.sample(0, 0);
         assert!(peak <= 4096 * 1000 && peak + 2 * c.slack >= 4096 * 1000, "peak {peak}");
+        let mut published = 0u64;
+        c.threads.for_each(|b| published = published.wrapping_add(b.published.load(Ordering::Relaxed)));
+        assert_eq!(published, c.published_bytes(), "the published total is the blocks' published sum");
+    }
+
+    #[test]
+    fn the_untagged_peak_leaves_out_tagged_blocks() {
+        let c = Counters::new(1, 0, 1 << 30);
+        c.on_alloc(0, Route::Core, false, 8192, 5000);
+        c.on_free(0, 8192, 5000);
+        c.on_tagged(1 << 20);
+        c.on_alloc(0, Route::Global, false, 2 << 20, 1 << 20);
+        assert_eq!(c.sample_untagged(0, 0), 5000);
+        c.reset_untagged_peak(0, 0);
+        assert_eq!(c.sample_untagged(0, 0), 0);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Two threads each take a block, count an allocation and a free in it and give it back;
+    /// the second may take the first one's block (a handover) or push a new one. Once both are
+    /// done, the totals are exact, the published total is the sum of the blocks' published
+    /// values, and a block taken afterwards goes on from the counts its last owner left.
+    #[test]
+    fn blocks_hand_over_and_publish_exactly() {
+        loom::model(|| {
+            // A slack of 1 KiB: every 4 KiB allocation and free publishes.
+            let c = Arc::new(Counters::new(1, 0, 64 << 10));
+            let worker = {
+                let c = c.clone();
+                thread::spawn(move || {
+                    let block = c.threads.acquire();
+                    c.count_alloc(&block, 0, Route::Core, false, 4096, 4000);
+                    c.count_free(&block, 0, 4096, 4000);
+                    ThreadStats::release(&block);
+                })
+            };
+            let block = c.threads.acquire();
+            c.count_alloc(&block, 0, Route::Core, false, 4096, 4000);
+            ThreadStats::release(&block);
+            worker.join().unwrap();
+            let t = c.totals();
+            assert_eq!((t.allocs(), t.frees, t.bytes, t.requested), (2, 1, 4096, 4000));
+            let mut published = 0u64;
+            c.threads.for_each(|b| published = published.wrapping_add(b.published.load(Ordering::Relaxed)));
+            assert_eq!(published, c.published_bytes());
+            assert_eq!(c.published_bytes(), 4096);
+            assert!(c.sample(4096, 0) <= 2 * 4096, "the peak passed what was ever in use");
+        });
+    }
+
+    /// A snapshot taken while another thread counts sees no count that was not made, and the
+    /// peak estimate never passes what was in use.
+    #[test]
+    fn a_racing_snapshot_sees_only_counts_made() {
+        loom::model(|| {
+            let c = Arc::new(Counters::new(1, 0, 64 << 10));
+            let worker = {
+                let c = c.clone();
+                thread::spawn(move || {
+                    let block = c.threads.acquire();
+                    c.count_alloc(&block, 0, Route::Core, false, 4096, 4000);
+                    c.count_free(&block, 0, 4096, 4000);
+                    ThreadStats::release(&block);
+                })
+            };
+            // Relaxed counters: a racing snapshot may see the free before the allocation, never
+            // a count that was not made.
+            let t = c.totals();
+            assert!(t.frees <= 1 && t.allocs() <= 1);
+            assert!(c.sample(0, 0) <= 4096);
+            worker.join().unwrap();
+            let t = c.totals();
+            assert_eq!((t.allocs(), t.frees, t.bytes, t.requested), (1, 1, 0, 0));
+        });
     }
 }

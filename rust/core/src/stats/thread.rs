@@ -1,43 +1,80 @@
-//! Per-thread counters of the slab fast path.
+//! Per-thread counter blocks: every counter the allocation and free paths move.
 //!
-//! A slab allocation costs one CAS; a shared counter would cost as much again and make cores
-//! fight over a cache line. So each thread counts its slab allocations, frees and requested
-//! bytes per size class in a block of its own, with plain (single-writer) stores, and a snapshot
-//! sums the blocks of every thread that ever used the pool. A thread's block is released for
-//! reuse when the thread exits (the counts stay: they are cumulative and additive).
+//! A shared counter costs a locked read-modify-write (as much again as a slab allocation's one
+//! CAS) and makes threads fight over its cache line. So each thread counts in a block of its own,
+//! with plain (single-writer) stores, and a snapshot sums the blocks of every thread that ever
+//! used the pool. A block holds, per slab class, the objects allocated and freed and their
+//! requested bytes; per core pool, the buddy and run allocations, those served outside the
+//! caller's core, and the frees; and the bytes and requested bytes of the buddy blocks and runs
+//! this thread allocated minus those it freed (wrapping: a thread that frees others' blocks goes
+//! negative), with their values at the block's last publication (`counters.rs`).
+//!
+//! A thread's block is released for reuse when the thread exits: its counts stay (they are
+//! cumulative and additive) and the next thread to take it goes on from them. Taking and
+//! releasing a block is the only handover: the release (`in_use` back to 0, Release) orders the
+//! last owner's stores before the next owner's (Acquire), so every block has one writer at a time.
 
-use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// One thread's counters of one size class (kept together: one line per class).
+use crate::util::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+/// One thread's counters of one size class.
 #[derive(Default)]
-struct ClassCounters {
-    allocs: AtomicU64,
-    frees: AtomicU64,
-    /// Requested bytes of the objects allocated minus those freed (wrapping: a thread that
-    /// frees others' objects goes negative).
-    requested: AtomicU64,
+pub(crate) struct ClassCounters {
+    pub(crate) allocs: AtomicU64,
+    pub(crate) frees: AtomicU64,
+    /// Requested bytes of the objects allocated minus those freed (wrapping).
+    pub(crate) requested: AtomicU64,
+}
+
+/// One thread's counts of one core pool.
+#[derive(Default)]
+pub(crate) struct CoreCounts {
+    /// Allocations served by the core pool's buddy trees (the caller's or, with overflow, another's).
+    pub(crate) core_allocs: AtomicU64,
+    /// Allocations served by the global pool (chunk runs).
+    pub(crate) global_allocs: AtomicU64,
+    /// Allocations served outside the caller's own core pool.
+    pub(crate) overflow_allocs: AtomicU64,
+    /// Frees of buddy blocks and runs of this core.
+    pub(crate) frees: AtomicU64,
 }
 
 /// One thread's counters for one pool.
 pub(crate) struct ThreadCounters {
     in_use: AtomicUsize,
-    classes: Box<[ClassCounters]>,
+    pub(crate) classes: Box<[ClassCounters]>,
+    pub(crate) cores: Box<[CoreCounts]>,
+    /// Bytes of buddy blocks and runs allocated minus freed (wrapping).
+    pub(crate) bytes: AtomicU64,
+    /// Their requested bytes, same convention.
+    pub(crate) requested: AtomicU64,
+    /// `bytes` at the block's last publication.
+    pub(crate) published: AtomicU64,
+    /// `requested` at the block's last publication.
+    pub(crate) published_requested: AtomicU64,
 }
 
 impl ThreadCounters {
-    fn new(classes: usize) -> ThreadCounters {
+    fn new(classes: usize, cores: usize) -> ThreadCounters {
         ThreadCounters {
             in_use: AtomicUsize::new(1),
             classes: (0..classes).map(|_| ClassCounters::default()).collect(),
+            cores: (0..cores).map(|_| CoreCounts::default()).collect(),
+            bytes: AtomicU64::new(0),
+            requested: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+            published_requested: AtomicU64::new(0),
         }
     }
 
-    /// Only the owning thread writes, so load + store is an exact increment.
+    /// Add `by` (wrapping) to a counter of this block and return the new value: only the owning
+    /// thread writes, so a load and a store make an exact increment.
     #[inline]
-    fn bump(cell: &AtomicU64, by: u64) {
-        cell.store(cell.load(Ordering::Relaxed).wrapping_add(by), Ordering::Relaxed);
+    pub(crate) fn bump(cell: &AtomicU64, by: u64) -> u64 {
+        let value = cell.load(Ordering::Relaxed).wrapping_add(by);
+        cell.store(value, Ordering::Relaxed);
+        value
     }
 }
 
@@ -50,6 +87,7 @@ struct Node {
 pub(crate) struct ThreadStats {
     id: u64,
     classes: usize,
+    cores: usize,
     head: AtomicPtr<Node>,
 }
 
@@ -59,42 +97,49 @@ unsafe impl Send for ThreadStats {}
 // SAFETY: as above.
 unsafe impl Sync for ThreadStats {}
 
-/// Per class: allocations, frees, and requested bytes of the live objects.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ClassTotals {
-    pub(crate) allocs: u64,
-    pub(crate) frees: u64,
-    pub(crate) requested: i64,
-}
+#[cfg(not(loom))]
+mod local {
+    use std::cell::{Cell, RefCell};
+    use std::sync::Arc;
 
-/// This thread's counter blocks, by registry id; released for reuse when the thread exits.
-struct Local(Vec<(u64, Arc<ThreadCounters>)>);
+    use super::ThreadCounters;
+    use crate::util::sync::Ordering;
 
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = LAST.try_with(|last| last.set((0, std::ptr::null())));
-        for (_, counters) in self.0.drain(..) {
-            counters.in_use.store(0, Ordering::Release);
+    /// The blocks this thread holds, one per pool it used (by the pool's counters id).
+    pub(super) struct Local(pub(super) Vec<(u64, Arc<ThreadCounters>)>);
+
+    impl Drop for Local {
+        fn drop(&mut self) {
+            let _ = LAST.try_with(|last| last.set((0, std::ptr::null())));
+            for (_, counters) in self.0.drain(..) {
+                counters.in_use.store(0, Ordering::Release);
+            }
         }
+    }
+
+    thread_local! {
+        pub(super) static LOCAL: RefCell<Local> = const { RefCell::new(Local(Vec::new())) };
+        /// The registry this thread used last and its block there: a shortcut past `LOCAL`. The
+        /// block stays alive while `LOCAL` holds it, and `LOCAL`'s drop clears the shortcut.
+        pub(super) static LAST: Cell<(u64, *const ThreadCounters)> = const { Cell::new((0, std::ptr::null())) };
     }
 }
 
-thread_local! {
-    static LOCAL: RefCell<Local> = const { RefCell::new(Local(Vec::new())) };
-    /// The registry this thread used last and its block there: a shortcut past `LOCAL`. The
-    /// block stays alive while `LOCAL` holds it, and `LOCAL`'s drop clears the shortcut.
-    static LAST: Cell<(u64, *const ThreadCounters)> = const { Cell::new((0, std::ptr::null())) };
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Ids of registries (never 0, never reused). Not part of any protocol: a plain `std` atomic.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl ThreadStats {
-    pub(crate) fn new(classes: usize) -> ThreadStats {
-        ThreadStats { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), classes, head: AtomicPtr::new(std::ptr::null_mut()) }
+    pub(crate) fn new(classes: usize, cores: usize) -> ThreadStats {
+        ThreadStats {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            classes,
+            cores,
+            head: AtomicPtr::new(std::ptr::null_mut()),
+        }
     }
 
     /// A block for the calling thread: an idle one reused, or a new one pushed.
-    fn acquire(&self) -> Arc<ThreadCounters> {
+    pub(crate) fn acquire(&self) -> Arc<ThreadCounters> {
         let mut at = self.head.load(Ordering::Acquire);
         while !at.is_null() {
             // SAFETY: nodes live until `self` drops; we hold `&self`.
@@ -104,7 +149,7 @@ impl ThreadStats {
             }
             at = node.next;
         }
-        let counters = Arc::new(ThreadCounters::new(self.classes));
+        let counters = Arc::new(ThreadCounters::new(self.classes, self.cores));
         let node = Box::into_raw(Box::new(Node { counters: counters.clone(), next: std::ptr::null_mut() }));
         let mut head = self.head.load(Ordering::Acquire);
         loop {
@@ -117,10 +162,16 @@ impl ThreadStats {
         }
     }
 
+    /// Give a block taken with [`ThreadStats::acquire`] back for another thread to take.
+    pub(crate) fn release(counters: &ThreadCounters) {
+        counters.in_use.store(0, Ordering::Release);
+    }
+
     /// Run `f` on the calling thread's block.
+    #[cfg(not(loom))]
     #[inline(always)]
-    fn with<R>(&self, f: impl FnOnce(&ThreadCounters) -> R) -> R {
-        if let Ok((id, counters)) = LAST.try_with(Cell::get) {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&ThreadCounters) -> R) -> R {
+        if let Ok((id, counters)) = local::LAST.try_with(std::cell::Cell::get) {
             if id == self.id {
                 // SAFETY: `LAST` names a block `LOCAL` still holds (see `LAST`).
                 return f(unsafe { &*counters });
@@ -129,13 +180,14 @@ impl ThreadStats {
         self.with_slow(f)
     }
 
+    #[cfg(not(loom))]
     #[cold]
     fn with_slow<R>(&self, f: impl FnOnce(&ThreadCounters) -> R) -> R {
         let mut f = Some(f);
-        let hit = LOCAL.try_with(|local| {
+        let hit = local::LOCAL.try_with(|local| {
             let local = local.borrow();
             let (_, counters) = local.0.iter().find(|(id, _)| *id == self.id)?;
-            let _ = LAST.try_with(|last| last.set((self.id, Arc::as_ptr(counters))));
+            let _ = local::LAST.try_with(|last| last.set((self.id, Arc::as_ptr(counters))));
             Some((f.take().expect("called once"))(counters))
         });
         let f = match hit {
@@ -144,59 +196,48 @@ impl ThreadStats {
         };
         let counters = self.acquire();
         let out = f(&counters);
-        let kept = LOCAL.try_with(|local| {
+        let kept = local::LOCAL.try_with(|local| {
             let mut local = local.borrow_mut();
             // Forget blocks of pools that are gone (only we hold them now).
             local.0.retain(|(_, c)| Arc::strong_count(c) > 1);
             local.0.push((self.id, counters.clone()));
-            let _ = LAST.try_with(|last| last.set((self.id, Arc::as_ptr(&counters))));
+            let _ = local::LAST.try_with(|last| last.set((self.id, Arc::as_ptr(&counters))));
         });
         if kept.is_err() {
             // The thread is exiting (its local storage is gone): release the block at once.
-            counters.in_use.store(0, Ordering::Release);
+            ThreadStats::release(&counters);
         }
         out
     }
 
-    #[inline(always)]
-    pub(crate) fn on_alloc(&self, class: usize, requested: usize) {
-        self.with(|c| {
-            let c = &c.classes[class];
-            ThreadCounters::bump(&c.allocs, 1);
-            ThreadCounters::bump(&c.requested, requested as u64);
-        });
-    }
-
-    #[inline(always)]
-    pub(crate) fn on_free(&self, class: usize, requested: usize) {
-        self.with(|c| {
-            let c = &c.classes[class];
-            ThreadCounters::bump(&c.frees, 1);
-            ThreadCounters::bump(&c.requested, (requested as u64).wrapping_neg());
-        });
-    }
-
-    /// The sums over every thread, per class.
-    pub(crate) fn totals(&self) -> Vec<ClassTotals> {
-        let mut totals = vec![ClassTotals::default(); self.classes];
+    /// Call `f` on every block (of threads running or gone).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&ThreadCounters)) {
         let mut at = self.head.load(Ordering::Acquire);
         while !at.is_null() {
             // SAFETY: nodes live until `self` drops; we hold `&self`.
             let node = unsafe { &*at };
-            for (t, c) in totals.iter_mut().zip(node.counters.classes.iter()) {
+            f(&node.counters);
+            at = node.next;
+        }
+    }
+
+    /// The slab counters summed over every thread, per class.
+    pub(crate) fn class_totals(&self) -> Vec<ClassTotals> {
+        let mut totals = vec![ClassTotals::default(); self.classes];
+        self.for_each(|block| {
+            for (t, c) in totals.iter_mut().zip(block.classes.iter()) {
                 t.allocs += c.allocs.load(Ordering::Relaxed);
                 t.frees += c.frees.load(Ordering::Relaxed);
                 t.requested = t.requested.wrapping_add(c.requested.load(Ordering::Relaxed) as i64);
             }
-            at = node.next;
-        }
+        });
         totals
     }
 }
 
 impl Drop for ThreadStats {
     fn drop(&mut self) {
-        let mut at = *self.head.get_mut();
+        let mut at = self.head.load(Ordering::Acquire);
         while !at.is_null() {
             // SAFETY: every node came from Box::into_raw in `acquire` and is freed once, here.
             let node = unsafe { Box::from_raw(at) };
@@ -205,23 +246,40 @@ impl Drop for ThreadStats {
     }
 }
 
-#[cfg(test)]
+/// The slab counters of one class, summed over every thread: allocations, frees, and requested
+/// bytes of the live objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ClassTotals {
+    pub(crate) allocs: u64,
+    pub(crate) frees: u64,
+    pub(crate) requested: i64,
+}
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
+    fn count(stats: &ThreadStats, class: usize, requested: i64) {
+        stats.with(|block| {
+            let c = &block.classes[class];
+            ThreadCounters::bump(if requested > 0 { &c.allocs } else { &c.frees }, 1);
+            ThreadCounters::bump(&c.requested, requested as u64);
+        });
+    }
+
     #[test]
     fn counts_from_many_threads_add_up_and_blocks_are_reused() {
-        let stats = Arc::new(ThreadStats::new(3));
+        let stats = Arc::new(ThreadStats::new(3, 2));
         for round in 0..3 {
             let threads: Vec<_> = (0..4)
                 .map(|t| {
                     let stats = stats.clone();
                     std::thread::spawn(move || {
                         for i in 0..1000 {
-                            stats.on_alloc(t % 3, 100 + i % 7);
+                            count(&stats, t % 3, 100 + i % 7);
                         }
                         for i in 0..1000 {
-                            stats.on_free(t % 3, 100 + i % 7);
+                            count(&stats, t % 3, -(100 + i % 7));
                         }
                     })
                 })
@@ -229,18 +287,13 @@ mod tests {
             for th in threads {
                 th.join().unwrap();
             }
-            let totals = stats.totals();
+            let totals = stats.class_totals();
             let allocs: u64 = totals.iter().map(|t| t.allocs).sum();
             assert_eq!(allocs, 4000 * (round + 1));
             assert!(totals.iter().all(|t| t.requested == 0));
         }
         let mut blocks = 0;
-        let mut at = stats.head.load(Ordering::Acquire);
-        while !at.is_null() {
-            blocks += 1;
-            // SAFETY: test-only walk of live nodes.
-            at = unsafe { (*at).next };
-        }
+        stats.for_each(|_| blocks += 1);
         assert!(blocks <= 8, "exited threads' blocks are reused ({blocks} blocks)");
     }
 }
