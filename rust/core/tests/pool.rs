@@ -306,6 +306,39 @@ fn raw_api_round_trip() {
     assert_eq!(p.check().unwrap(), 0);
 }
 
+/// A raw free that names a slab's block (any power of two from a bank to a chunk, at the
+/// object's offset rounded down to it, other than the object's own) is refused while slabs of several classes live, and
+/// again after their slabs retired and others took their place: the free path finds every
+/// slab, or the block would go back to its tree under the slab's objects.
+#[test]
+fn raw_frees_of_a_slabs_block_are_refused() {
+    let p = pool(16 * MIB, 2);
+    for round in 0..3 {
+        let sizes = [64, 200, 256, 1000, 3000, 4000];
+        let objects: Vec<(usize, usize)> =
+            sizes.iter().map(|&s| (p.alloc_raw(s + round, None).unwrap(), s + round)).collect();
+        for &(offset, size) in &objects {
+            for shift in 12..=21 {
+                let base = offset & !((1usize << shift) - 1);
+                if base == offset && 1 << shift <= 4096 {
+                    continue; // the object's own free (a size its class holds)
+                }
+                assert!(
+                    matches!(p.free_raw(base, 1 << shift), Err(Error::InvalidBlock { .. })),
+                    "freed the {} B block at {base} under a {size} B object at {offset}",
+                    1usize << shift
+                );
+            }
+        }
+        assert_eq!(p.check().unwrap(), objects.len());
+        for (offset, size) in objects {
+            p.free_raw(offset, size).unwrap();
+        }
+        p.trim();
+        assert_eq!(p.check().unwrap(), 0);
+    }
+}
+
 #[test]
 fn host_bytes_round_trip() {
     let p = pool(4 * MIB, 1);

@@ -316,6 +316,12 @@ pub(crate) struct SlabCaches {
     /// Fine granule (offset >> granule_shift) -> the same entry, for slabs smaller than a coarse
     /// granule only (a table of one entry when there are none).
     fine: Zeroed<AtomicU64>,
+    /// One bit per coarse granule, set while its directory entry may be nonzero (set before a
+    /// slab's entries are written, cleared after they are cleared; a `FINE` mark keeps its
+    /// bit). A free of a block no slab holds (a buddy block or a run, freed in any order)
+    /// reads this bitmap, 1/64 of the directory's size and so mostly in the cache, instead of
+    /// a directory entry that misses it.
+    slabbed: Zeroed<AtomicU64>,
     pub(super) cores: Box<[CachePadded<CoreSlabs>]>,
     /// Live slabs per class.
     live: Box<[AtomicU64]>,
@@ -343,6 +349,7 @@ impl SlabCaches {
             free_ids: IndexStack::new(),
             directory: Zeroed::new(coarse, "the slab directory")?,
             fine: Zeroed::new(fine, "the fine slab directory")?,
+            slabbed: Zeroed::new(coarse.div_ceil(64), "the slab directory's bitmap")?,
             cores: try_boxed(cores.max(1), "the per-core slab caches", make_core)?,
             live: (0..n).map(|_| AtomicU64::new(0)).collect(),
             classes,
@@ -352,7 +359,10 @@ impl SlabCaches {
     /// Bytes of the slab table and directory the host has committed.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn resident_bytes(&self) -> usize {
-        self.slabs.resident_bytes() + self.directory.resident_bytes() + self.fine.resident_bytes()
+        self.slabs.resident_bytes()
+            + self.directory.resident_bytes()
+            + self.fine.resident_bytes()
+            + self.slabbed.resident_bytes()
     }
 
     #[inline]
@@ -528,11 +538,30 @@ impl SlabCaches {
             for granule in base >> fine..(base + bytes) >> fine {
                 self.fine[granule].store(entry, Ordering::Release);
             }
+            self.mark_slabbed(base >> coarse..(base >> coarse) + 1, true);
             self.directory[base >> coarse].store(FINE, Ordering::Release);
         } else {
+            self.mark_slabbed(base >> coarse..(base + bytes) >> coarse, true);
             for granule in base >> coarse..(base + bytes) >> coarse {
                 self.directory[granule].store(entry, Ordering::Release);
             }
+        }
+    }
+
+    /// Set (`slabbed`) or clear the bits of coarse granules `granules` in the bitmap of the
+    /// directory: one atomic RMW per word, as other slabs' bits share it.
+    fn mark_slabbed(&self, granules: std::ops::Range<usize>, slabbed: bool) {
+        let mut g = granules.start;
+        while g < granules.end {
+            let (word, bit) = (g / 64, g % 64);
+            let n = (64 - bit).min(granules.end - g);
+            let mask = (u64::MAX >> (64 - n)) << bit;
+            if slabbed {
+                self.slabbed[word].fetch_or(mask, Ordering::Release);
+            } else {
+                self.slabbed[word].fetch_and(!mask, Ordering::Release);
+            }
+            g += n;
         }
     }
 
@@ -547,23 +576,32 @@ impl SlabCaches {
         }
     }
 
-    /// Clear the directory entries of a slab of class `k` at `base`.
+    /// Clear the directory entries of a slab of class `k` at `base` (a coarse slab's bits in
+    /// the bitmap after them; a small slab's coarse granule keeps its `FINE` mark and bit).
     pub(super) fn unmap_at(&self, k: usize, base: usize) {
         let bytes = self.classes.classes[k].slab_bytes;
-        let (table, shift) = if bytes >> self.classes.coarse_shift == 0 {
-            (&self.fine, self.classes.granule_shift)
+        let coarse = self.classes.coarse_shift;
+        if bytes >> coarse == 0 {
+            let fine = self.classes.granule_shift;
+            for granule in base >> fine..(base + bytes) >> fine {
+                self.fine[granule].store(0, Ordering::Release);
+            }
         } else {
-            (&self.directory, self.classes.coarse_shift)
-        };
-        for granule in base >> shift..(base + bytes) >> shift {
-            table[granule].store(0, Ordering::Release);
+            for granule in base >> coarse..(base + bytes) >> coarse {
+                self.directory[granule].store(0, Ordering::Release);
+            }
+            self.mark_slabbed(base >> coarse..(base + bytes) >> coarse, false);
         }
     }
 
     /// The slab holding `offset`, if a slab does.
     #[inline(always)]
     pub(crate) fn lookup(&self, offset: usize) -> Option<SlabRef> {
-        let mut entry = self.directory.get(offset >> self.classes.coarse_shift)?.load(Ordering::Acquire);
+        let granule = offset >> self.classes.coarse_shift;
+        if self.slabbed.get(granule / 64)?.load(Ordering::Acquire) & 1 << (granule % 64) == 0 {
+            return None;
+        }
+        let mut entry = self.directory.get(granule)?.load(Ordering::Acquire);
         if entry == FINE {
             entry = self.fine[offset >> self.classes.granule_shift].load(Ordering::Acquire);
         }
