@@ -174,3 +174,44 @@ def test_request_too_large_counts_as_failed_and_is_traced() -> None:
     failed = [e for e in rec.trace.events if e.kind == "failed"]
     assert (failed[0].size, failed[0].tag) == (9 * MIB, "huge") and len(failed) == 3
     assert 'npumem_failed_allocs_total{pool="big"} 3.0' in generate_latest(registry).decode()
+
+
+def test_counts_of_threads_that_exit_add_up_exactly() -> None:
+    """Each thread counts in a block of its own, reused by later threads once it exits: after
+    rounds of short-lived threads (each allocating, freeing some of its blocks and leaving the
+    rest to be freed by the main thread), the totals are exact and the peak covers what was
+    held at once."""
+    import threading
+
+    pool = npumem.Pool(64 * MIB, cores=2)
+    sizes = [100, 3000, 5000, 70_000, 300_000, 3 * MIB]
+    allocs = frees = 0
+    for round_ in range(3):
+        kept: list[list[npumem.Block]] = [[] for _ in range(6)]
+
+        def work(i: int, kept: list[list[npumem.Block]] = kept) -> None:
+            blocks = [pool.alloc(sizes[(i + k) % len(sizes)] + k) for k in range(12)]
+            for blk in blocks[::2]:
+                blk.free()
+            kept[i] = blocks[1::2]
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        allocs += 6 * 12
+        frees += 6 * 6
+        live = [blk for blocks in kept for blk in blocks]
+        s = pool.stats()
+        assert (s.alloc_count, s.free_count, s.blocks_in_use) == (allocs, frees, len(live)), round_
+        assert s.requested_bytes_in_use == sum(blk.nbytes for blk in live)
+        assert s.bytes_in_use == sum(blk.block_bytes for blk in live)
+        assert s.peak_bytes_in_use >= s.bytes_in_use
+        for blk in live:
+            blk.free()
+        frees += len(live)
+        s = pool.stats()
+        assert (s.alloc_count, s.free_count, s.blocks_in_use) == (allocs, frees, 0)
+        assert (s.bytes_in_use, s.requested_bytes_in_use) == (0, 0)
+    assert pool.check() == 0
