@@ -12,9 +12,8 @@ const CHUNK: usize = 2 * MIB;
 
 /// Random sizes of 256 B-3 MiB filled until allocations fail, half freed, filled again: at
 /// every failure, no free piece of the snapshot inside a chunk, from its first bank boundary on,
-/// is longer
-/// than the statistics' figure, and that figure less 1/16 (what a block's rounding may add)
-/// and a bank is allocatable.
+/// is longer than the statistics' figure, that figure less 1/16 (what a block's rounding may
+/// add) and a bank is allocatable, and the error's own figure is held by a free piece.
 #[test]
 fn the_largest_free_block_holds_every_free_stretch_and_can_be_allocated() {
     check_the_largest_free_block(0..32, false);
@@ -69,6 +68,19 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
                             s.largest_free_block
                         );
                         assert!(s.largest_free_block <= s.bytes_free && bytes_free == s.bytes_free, "{s:?}");
+                        // The error's figure is a block that was free (a lower bound): some free
+                        // piece holds it from a bank boundary.
+                        let held = snap
+                            .free_runs
+                            .iter()
+                            .map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank)))
+                            .max()
+                            .unwrap_or(0);
+                        assert!(
+                            largest_free_block <= held,
+                            "seed {seed}, round {round}: the error names a free block of {largest_free_block} \
+                             bytes, the longest free piece from a bank boundary is {held}"
+                        );
                         seen = seen.max(largest_free_block);
                         let want = (s.largest_free_block - s.largest_free_block / 16).saturating_sub(bank) & !255;
                         if want > 0 {
@@ -108,9 +120,9 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
 /// cores, both placements, runs with and without tails, a core reserve or none) under random
 /// allocations (64 B to 2.5 chunks, half of them next to a class or chunk boundary, one in
 /// four aligned to 512 B to a chunk) and frees, the
-/// thread moving between CPUs: at every unaligned request that fails, the largest free block
-/// holds every free stretch of a chunk from a bank boundary and its figure less 1/16 and a
-/// bank can be allocated; every 100 steps a snapshot agrees with its stats; the pool checks
+/// thread moving between CPUs: at every unaligned request that fails, the error's figure is
+/// held by a free piece, the largest free block holds every free stretch of a chunk from a bank
+/// boundary and its figure less 1/16 and a bank can be allocated; every 100 steps a snapshot agrees with its stats; the pool checks
 /// clean, before and after everything is freed.
 #[test]
 fn the_largest_free_block_holds_in_random_configurations() {
@@ -156,9 +168,16 @@ fn the_largest_free_block_holds_in_random_configurations() {
                 [Some(512), Some(4096), Some(65_536), Some(chunk)].get((rng.next() % 16) as usize).copied().flatten();
             match p.alloc(size, align, 0) {
                 Ok(h) => held.push(h),
-                Err(Error::OutOfMemory { .. }) if align.is_none() => {
+                Err(Error::OutOfMemory { largest_free_block, .. }) if align.is_none() => {
                     let s = p.stats();
                     let snap = p.snapshot().unwrap();
+                    let held = snap
+                        .free_runs
+                        .iter()
+                        .map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank)))
+                        .max()
+                        .unwrap_or(0);
+                    assert!(largest_free_block <= held, "{what}, step {step}: the error names {largest_free_block} B free, the longest free piece is {held} B");
                     let longest = snap
                         .free_runs
                         .iter()

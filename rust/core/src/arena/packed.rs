@@ -119,7 +119,8 @@ impl Arena {
 
     /// The longest free stretch of core chunk `chunk` if it holds `b`, as its memo knows it
     /// (or its tree, read while `reads` lasts, when the memo is out of date); `seen` keeps the
-    /// longest learnt of.
+    /// longest read from a tree (a memo only bounds its chunk's stretches from above: an
+    /// allocation through the buddy path shortens them and leaves it as it is).
     #[inline]
     fn holding(&self, chunk: usize, b: &BuddyLayout, bank: u64, reads: &mut Reads, seen: &mut u64) -> Option<u64> {
         let (free, probe) = self.space[chunk].look();
@@ -129,14 +130,16 @@ impl Arena {
         let longest = match self.stretches[chunk].known(probe.epoch()) {
             Some(longest) => longest.min(free),
             None => match self.read_longest(chunk, bank, probe, &mut reads.left) {
-                Some(longest) => longest,
+                Some(longest) => {
+                    *seen = (*seen).max(longest);
+                    longest
+                }
                 None => {
                     reads.ran_out = true;
                     return None;
                 }
             },
         };
-        *seen = (*seen).max(longest);
         (longest >= b.units).then_some(longest)
     }
 
@@ -216,7 +219,8 @@ impl Arena {
         let probe = space.probe(b.units).ok_or(0u64)?;
         let memo = &self.stretches[chunk];
         if memo.rules_out(probe.epoch(), b.units) {
-            return Err(memo.known(probe.epoch()).unwrap_or(0));
+            // Nothing read: the memo only bounds the stretches from above.
+            return Err(0);
         }
         let (fit, shift) = self.fit_in(chunk, b.units, align);
         let len = b.units.div_ceil(1 << shift);
@@ -237,15 +241,14 @@ impl Arena {
         Ok(start)
     }
 
-    /// The longest free stretch of `chunk` from a multiple of `bank` units, in units: its memo
-    /// when it is valid (what the last search saw, no more than the chunk's free units), else
-    /// (while `reads` lasts: each read of a tree takes one) read from the tree and recorded.
-    /// `None` when the chunk has nothing free or `reads` ran out.
-    pub(crate) fn longest_stretch(&self, chunk: usize, bank: u64, reads: &mut usize) -> Option<u64> {
-        let probe = self.space[chunk].probe(1)?;
-        let memo = &self.stretches[chunk];
-        if let Some(longest) = memo.known(probe.epoch()) {
-            return Some(longest.min(self.space[chunk].free_units()));
+    /// The longest free stretch of `chunk` from a multiple of `bank` units, in units, read from
+    /// its tree (while `reads` lasts: each read of a tree takes one) and recorded, when it may
+    /// pass `above` units: not when the chunk's memo, valid, or its free units say it does
+    /// not. `None` when it cannot pass `above`, or `reads` ran out.
+    pub(crate) fn longest_stretch_above(&self, chunk: usize, bank: u64, above: u64, reads: &mut usize) -> Option<u64> {
+        let probe = self.space[chunk].probe(above + 1)?;
+        if self.stretches[chunk].known(probe.epoch()).is_some_and(|longest| longest <= above) {
+            return None;
         }
         self.read_longest(chunk, bank, probe, reads)
     }
@@ -462,12 +465,15 @@ mod tests {
         let b = g.buddy_layout(192 << 10).unwrap();
         let mut seen = 0;
         assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
-        assert_eq!(seen, 512);
+        // The memos only bound the stretches from above: a search that read no tree learnt of
+        // no stretch that is really free.
+        assert_eq!(seen, 0);
         // One chunk more out of date than a search may read.
         for c in 0..=FRESH_READS {
             a.stretches[c].record(epoch(c) + 1, 0);
         }
         assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Unsure);
+        assert_eq!(seen, 512, "the stretches the trees it read hold");
         assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
         for c in 0..chunks {
             assert_eq!(a.stretches[c].known(epoch(c)), Some(512), "chunk {c}'s memo read again");

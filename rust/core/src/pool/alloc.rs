@@ -341,11 +341,12 @@ impl Pool {
     /// The largest free block, right after an allocation failed (and gave back what cores held
     /// empty), in bounded work: the largest free chunk run (looked for only when the global
     /// pool has a free chunk), or the longest free stretch from a bank boundary of a core chunk
-    /// that is known. For a block larger than a bank, that is the longest its own failed
-    /// search learnt of (every chunk that might have held it). Otherwise the chunks are read
-    /// through the level maps from the largest free node down, each from its stretch memo if
-    /// valid and else from its tree, at most [`LARGEST_VISITS`] chunks and [`LARGEST_READS`]
-    /// trees. What is not read is left out: the answer is a lower bound.
+    /// read from its tree. For a block larger than a bank, that is the longest its own failed
+    /// search read (of every chunk that might have held it). Otherwise the chunks are visited
+    /// through the level maps from the largest free node down and read from their trees, at
+    /// most [`LARGEST_VISITS`] chunks and [`LARGEST_READS`] trees, skipping those whose stretch
+    /// memo (an upper bound) says they cannot pass what was found. What is not read is left
+    /// out: the answer is a lower bound, a block that was free when it was read.
     #[cold]
     fn largest_free_after_failure(&self, request: &Request) -> usize {
         let g = &self.arena.geometry;
@@ -379,7 +380,8 @@ impl Pool {
                         Some(left) => left,
                         None => return largest,
                     };
-                    if let Some(units) = self.arena.longest_stretch(chunk, bank, &mut reads) {
+                    let above = (largest / g.min_block) as u64;
+                    if let Some(units) = self.arena.longest_stretch_above(chunk, bank, above, &mut reads) {
                         largest = largest.max(units as usize * g.min_block);
                     }
                 }
