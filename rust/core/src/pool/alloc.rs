@@ -553,12 +553,12 @@ impl Pool {
     }
 
     /// Whether a block that may take a front looks across chunk ends before the buddy path
-    /// cuts a fresh chunk: once [`STRADDLE_FROM`] of the capacity is published and while the
-    /// arena is not tight (then free stretches come first).
+    /// cuts a fresh chunk: once [`STRADDLE_FROM`] of the capacity is in use (as the calling
+    /// thread can tell) and while the arena is not tight (then free stretches come first).
     #[inline]
     fn straddles_first(&self) -> bool {
-        let published = self.counters.published_bytes();
-        !self.packs_first() && published * STRADDLE_FROM.1 >= self.capacity() as u64 * STRADDLE_FROM.0
+        let in_use = self.counters.bytes_in_use_estimate();
+        !self.packs_first() && in_use * STRADDLE_FROM.1 >= self.capacity() as u64 * STRADDLE_FROM.0
     }
 
     /// A buddy block that may take a front (`arena/front.rs`), when [`Pool::straddles_first`]:
@@ -698,11 +698,11 @@ impl Pool {
     }
 
     /// Whether a large block goes to the best-fitting free stretch first: in a tight arena, or
-    /// once the published bytes of buddy blocks and runs reach 2/3 of the capacity, before the
-    /// last chunks are granted (`arena/tight.rs` says why).
+    /// once the bytes of buddy blocks and runs in use (as the calling thread can tell) reach
+    /// 2/3 of the capacity, before the last chunks are granted (`arena/tight.rs` says why).
     #[inline]
     fn packs_first(&self) -> bool {
-        self.arena.tight.is_on() || self.counters.published_bytes() / 2 >= self.capacity() as u64 / 3
+        self.arena.tight.is_on() || self.counters.bytes_in_use_estimate() / 2 >= self.capacity() as u64 / 3
     }
 
     /// A block larger than a bank in a free stretch, from a bank boundary (or the caller's

@@ -112,6 +112,19 @@ impl Counters {
         }
     }
 
+    /// The bytes of buddy blocks and runs in use as the calling thread can tell them cheaply:
+    /// the published total and its own unpublished change (exact when one thread allocates at
+    /// a time; the others' unpublished changes, at most a slack each, are left out). For the
+    /// occupancy thresholds of the placement policies, which a lag of a slack would move.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn bytes_in_use_estimate(&self) -> u64 {
+        let published = self.shared.published_total.load(Ordering::Relaxed);
+        let own =
+            self.threads.with(|t| t.bytes.load(Ordering::Relaxed).wrapping_sub(t.published.load(Ordering::Relaxed)));
+        (published.wrapping_add(own) as i64).max(0) as u64
+    }
+
     /// The bytes of buddy blocks and runs that the threads have published (each thread's own
     /// count may be up to its slack away): one relaxed load of a line that changes seldom.
     #[inline]
