@@ -24,6 +24,9 @@ BAD = [
     ("plan_bench.py", ["--count", "0"], "--count"),
     ("trace_stacks.py", ["0"], "pairs"),
     ("compare_builds.py", ["a", "b", "--rounds", "0"], "--rounds"),
+    ("small_fill_model.py", ["--banks", "0"], "--banks"),
+    ("small_fill_model.py", ["--banks", "99999999"], "--banks"),
+    ("small_fill_model.py", ["--seeds", "x"], "--seeds"),
 ]
 
 
