@@ -27,7 +27,7 @@
 //! | `HandleTable`, `SlotInfo` | `handle/table.rs` | the slots behind handles and their state machine: live, moving, *pins* |
 //! | `Gate` | `gate.rs` | the stop gate: *pauses* alloc/free for compaction and `check()` |
 //! | [`TraceEvent`], `SoloRing`, `Ring`, `Trace`, `Clock` | `trace/` | the optional event trace: bounded rings of alloc/free/move/failed events (one per recording thread, then one shared), and its clock |
-//! | [`PoolStats`], `Counters`, `ThreadStats` | `stats/` | per-core counters on their own cache lines and per-thread slab counters, summed into a snapshot whose fields are one list |
+//! | [`PoolStats`], `Counters`, `ThreadStats` | `stats/` | per-thread counter blocks (plain stores), summed into a snapshot whose fields are one list |
 //! | [`Pool`], [`PauseToken`] | `pool/` | the public API: composes the arena, handles, gate, stats and trace; alloc, free, pause and pins, snapshot, check, trace |
 //! | [`Snapshot`] | `pool/snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats |
 //! | [`Move`], [`CompactionMode`], [`CompactionPlan`], [`StepReport`] | `compaction/types.rs` | compaction's public types: a move, the modes, a compaction plan, what a compaction did |
