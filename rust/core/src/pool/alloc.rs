@@ -342,7 +342,8 @@ impl Pool {
     /// empty), in bounded work: the largest free chunk run (looked for only when the global
     /// pool has a free chunk), or the longest free stretch from a bank boundary of a core chunk
     /// read from its tree. For a block larger than a bank, that is the longest its own failed
-    /// search read (of every chunk that might have held it). Otherwise the chunks are visited
+    /// search read (of every chunk that might have held it), if it read any. Otherwise the
+    /// chunks are visited
     /// through the level maps from the largest free node down and read from their trees, at
     /// most [`LARGEST_VISITS`] chunks and [`LARGEST_READS`] trees, skipping those whose stretch
     /// memo (an upper bound) says they cannot pass what was found. What is not read is left
@@ -357,8 +358,11 @@ impl Pool {
         }
         if request.class.is_none() {
             if let Layout::Buddy(b) = g.layout(request.size, request.align) {
-                if b.units as usize * g.min_block > self.config.bank_size {
-                    return largest.max(STRETCH_SEEN.with(Cell::get) as usize * g.min_block);
+                let seen = STRETCH_SEEN.with(Cell::get) as usize * g.min_block;
+                // A search that ruled every chunk out by its memo read no tree: then the chunks
+                // are read as for a small block.
+                if b.units as usize * g.min_block > self.config.bank_size && seen > 0 {
+                    return largest.max(seen);
                 }
             }
         }
