@@ -437,10 +437,63 @@ fn threads_table(o: &Options) {
         let (a, b) = (median(&mut one), median(&mut all));
         println!("| {name} | {a:.2} | {b:.2} | {:.2}x | {:.2}x |", b / a, median(&mut by_cpu));
     }
+    // What the machine gives n threads that share nothing: steps of arithmetic in registers,
+    // and steps of random reads in memory of their own (as an allocator's step reads metadata
+    // at random places).
+    baseline_row(o, n, steps, "compute only (no allocator)", &|_, t| {
+        // Constants the compiler cannot see, so that it cannot fold the steps together.
+        let (a, c) = std::hint::black_box((6_364_136_223_846_793_005u64, 1_442_695_040_888_963_407u64));
+        let mut x = 1 + t as u64;
+        for _ in 0..steps * 64 {
+            x = x.wrapping_mul(a).wrapping_add(c);
+        }
+        x
+    });
+    baseline_row(o, n, steps, "memory only (4 random reads a step, 64 MiB per thread)", &|memory, t| {
+        let mask = memory.len() - 1;
+        let (mut x, mut sum) = (1 + t as u64, 0u64);
+        for _ in 0..steps * 4 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            sum = sum.wrapping_add(memory[(x >> 20) as usize & mask]);
+        }
+        sum
+    });
     println!(
-        "\n(Half the arena is held in both runs: the one thread fills it, each of the {n} threads {:.1}%; wall time of the churn steps, from a common start after every thread's fill. By CPU time: {n} x one thread's CPU time per step over the {n} threads' mean, what the threads would reach running side by side on CPUs of their own: time the machine gives other processes does not count, waits for shared cache lines do; so does a spin, but not a sleep on a peer's mutex, so for those peers only the wall figure tells.)",
+        "\n(Half the arena is held in both runs: the one thread fills it, each of the {n} threads {:.1}%; wall time of the churn steps, from a common start after every thread's fill. By CPU time: {n} x one thread's CPU time per step over the {n} threads' mean, what the threads would reach running side by side on CPUs of their own: time the machine gives other processes does not count, waits for shared cache lines do; so does a spin, but not a sleep on a peer's mutex, so for those peers only the wall figure tells. Compute only: each step 64 multiply-adds in registers. Memory only: each step 4 independent reads at random places of 64 MiB of the thread's own. What the machine itself gives {n} threads that share nothing.)",
         50.0 / n as f64
     );
+}
+
+/// One row of the threads table for a baseline: `work(memory, t)` runs `steps` steps on thread
+/// `t` with 64 MiB of its own (touched before the timed part).
+fn baseline_row(o: &Options, n: usize, steps: usize, name: &str, work: &(dyn Fn(&[u64], usize) -> u64 + Sync)) {
+    let (mut one, mut all, mut by_cpu) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..o.runs {
+        let cpu = Mutex::new(Vec::new());
+        // Each thread's memory is given back after the run, not inside its timed part.
+        let kept = Mutex::new(Vec::new());
+        let run = |threads: usize| {
+            wall_of_threads(threads, |t, start| {
+                let memory: Vec<u64> = (0..8u64 << 20).collect();
+                start();
+                let begin = cpu_ns();
+                std::hint::black_box(work(&memory, t));
+                cpu.lock().unwrap().push((cpu_ns() - begin) / steps as f64);
+                kept.lock().unwrap().push(memory);
+            })
+        };
+        let t1 = run(1);
+        kept.lock().unwrap().clear();
+        let alone = std::mem::take(&mut *cpu.lock().unwrap())[0];
+        let tn = run(n);
+        kept.lock().unwrap().clear();
+        let together = cpu.lock().unwrap().iter().sum::<f64>() / n as f64;
+        one.push(steps as f64 / t1 / 1e6);
+        all.push((n * steps) as f64 / tn / 1e6);
+        by_cpu.push(n as f64 * alone / together);
+    }
+    let (a, b) = (median(&mut one), median(&mut all));
+    println!("| {name} | {a:.2} | {b:.2} | {:.2}x | {:.2}x |", b / a, median(&mut by_cpu));
 }
 
 fn pairs_table(o: &Options) {
