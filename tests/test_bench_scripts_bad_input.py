@@ -27,6 +27,8 @@ BAD = [
     ("small_fill_model.py", ["--banks", "0"], "--banks"),
     ("small_fill_model.py", ["--banks", "99999999"], "--banks"),
     ("small_fill_model.py", ["--seeds", "x"], "--seeds"),
+    ("publication_model.py", ["--slack-mib", "0"], "--slack-mib"),
+    ("publication_model.py", ["--steps", "99999999999"], "--steps"),
 ]
 
 
