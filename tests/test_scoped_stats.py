@@ -215,3 +215,35 @@ def test_counts_of_threads_that_exit_add_up_exactly() -> None:
         assert (s.alloc_count, s.free_count, s.blocks_in_use) == (allocs, frees, 0)
         assert (s.bytes_in_use, s.requested_bytes_in_use) == (0, 0)
     assert pool.check() == 0
+
+
+def test_the_peak_of_many_threads_misses_less_than_a_slack_per_core() -> None:
+    """Threads publish their running byte counts past a slack (1 MiB here, shared out once more
+    threads than cores use the pool): 32 threads holding 1 MiB each at once leave less than
+    2 MiB (a slack per core) out of the peak."""
+    import threading
+
+    pool = npumem.Pool(1 << 30, cores=2, backing="none")
+    threads = 32
+    together = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            blk = pool.alloc(MIB)
+            together.wait()
+            together.wait()
+            blk.free()
+        except BaseException as err:  # pragma: no cover - reported below
+            errors.append(err)
+            together.abort()
+
+    pool.reset_peak()
+    workers = [threading.Thread(target=hold) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors, errors
+    peak = pool.stats().peak_bytes_in_use
+    assert threads * MIB - 2 * MIB <= peak <= threads * MIB, peak

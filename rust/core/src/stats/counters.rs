@@ -9,7 +9,9 @@
 //! the total as the published total plus its own unpublished change, and raises the peak if the
 //! estimate passes it (a read of two rarely written lines, and an RMW only on a new peak). The
 //! estimate is exact when one thread allocates at a time; with several, it may miss the others'
-//! unpublished changes, at most `(threads - 1) x slack` bytes. Slab objects enter the estimate
+//! unpublished changes: at most `(threads - 1) x slack` bytes, where the slack shrinks once
+//! more threads than cores have used the pool, so that all of them together miss less than
+//! `cores x` the slack of one thread per core. Slab objects enter the estimate
 //! through the bytes they held at the last sample (taken whenever a slab is carved and at every
 //! snapshot), so the peak is exact for blocks above the largest slab class and sampled below.
 //!
@@ -63,13 +65,12 @@ impl Totals {
 
 /// The most a thread's running byte count may move before it publishes it (see
 /// [`Counters::new`]).
-const MAX_SLACK: u64 = 8 << 20;
+const MAX_SLACK: u64 = 1 << 20;
 
 pub(crate) struct Counters {
     threads: ThreadStats,
     /// Failed allocations per core: rare, so shared atomics.
     failed: Box<[CachePadded<AtomicU64>]>,
-    slack: u64,
     /// Written on publications and new peaks only; on lines of their own, apart from the
     /// per-thread blocks, which every allocation writes.
     shared: CachePadded<SharedCounters>,
@@ -95,18 +96,20 @@ struct SharedCounters {
 
 impl Counters {
     pub(crate) fn new(cores: usize, classes: usize, capacity: usize) -> Counters {
-        // The estimate may miss (threads - 1) x slack bytes: at most 1/64 of the capacity per
-        // core's worth of threads, and at most 8 MiB per thread. Every publication moves the
-        // shared line every other thread's allocations read, so the slack must be large next
-        // to the blocks a thread churns: its running count is a random walk, and the steps
-        // between two publications grow as the square of the slack over the block size. With
-        // random blocks of up to 1 MiB a 1 MiB slack cost two threads a tenth of their
-        // scaling (`BENCHMARKS.md`).
+        // The estimate may miss what the other threads have not published: with up to one
+        // thread per core, up to 1/64 of the capacity per core and 1 MiB per thread; with more
+        // threads, each publishes past a share of that (`ThreadStats::slack`), so all of them
+        // together still leave less than `cores x` that unpublished. A larger slack would make
+        // publications (which move a line every other thread's allocations read) rarer: a
+        // thread's running count is a random walk, and the steps between two publications grow
+        // as the square of the slack over the block size (with random blocks of up to 1 MiB,
+        // one every 17 steps at 1 MiB, every 791 at 8 MiB: `BENCHMARKS.md`). 8 MiB made no
+        // difference that two threads on the test machine could measure, and let the peak of
+        // 32 threads holding 1 MiB each read 16 MiB; 1 MiB keeps it within 2 MiB.
         let slack = (capacity as u64 / (64 * cores as u64)).min(MAX_SLACK);
         Counters {
-            threads: ThreadStats::new(classes, cores),
+            threads: ThreadStats::new(classes, cores, slack),
             failed: (0..cores).map(|_| CachePadded(AtomicU64::new(0))).collect(),
-            slack,
             shared: CachePadded(SharedCounters::default()),
             tagged: CachePadded(AtomicU64::new(0)),
         }
@@ -261,7 +264,7 @@ impl Counters {
     #[inline]
     fn publish(&self, published: &AtomicU64, now: u64, total: &AtomicU64) -> Option<u64> {
         let delta = now.wrapping_sub(published.load(Ordering::Relaxed));
-        if (delta as i64).unsigned_abs() <= self.slack {
+        if (delta as i64).unsigned_abs() <= self.threads.slack() {
             return None;
         }
         published.store(now, Ordering::Relaxed);
@@ -408,7 +411,7 @@ mod tests {
         let t = c.totals();
         assert_eq!((t.allocs(), t.frees, t.bytes, t.requested), (1000, 1000, 0, 0));
         let peak = c.sample(0, 0);
-        assert!(peak <= 4096 * 1000 && peak + 2 * c.slack >= 4096 * 1000, "peak {peak}");
+        assert!(peak <= 4096 * 1000 && peak + 2 * c.threads.slack() >= 4096 * 1000, "peak {peak}");
         let mut published = 0u64;
         c.threads.for_each(|b| published = published.wrapping_add(b.published.load(Ordering::Relaxed)));
         assert_eq!(published, c.published_bytes(), "the published total is the blocks' published sum");

@@ -89,6 +89,13 @@ pub(crate) struct ThreadStats {
     classes: usize,
     cores: usize,
     head: AtomicPtr<Node>,
+    /// Blocks in the list (of threads running or gone).
+    blocks: AtomicUsize,
+    /// How far a block's running byte count may move before its thread publishes it
+    /// (`counters.rs`): `whole x cores / max(cores, blocks)`, so that all the blocks together
+    /// leave at most `cores x whole` bytes unpublished however many threads use the pool.
+    slack: AtomicU64,
+    whole: u64,
 }
 
 // SAFETY: the list nodes are only created, read and freed through atomics and `Drop`; the
@@ -129,13 +136,26 @@ mod local {
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl ThreadStats {
-    pub(crate) fn new(classes: usize, cores: usize) -> ThreadStats {
+    /// A registry whose blocks publish past `slack` bytes while there are at most `cores` of
+    /// them (see [`ThreadStats::slack`]).
+    pub(crate) fn new(classes: usize, cores: usize, slack: u64) -> ThreadStats {
         ThreadStats {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             classes,
             cores,
             head: AtomicPtr::new(std::ptr::null_mut()),
+            blocks: AtomicUsize::new(0),
+            slack: AtomicU64::new(slack),
+            whole: slack,
         }
+    }
+
+    /// How far a block's running byte count may move before its thread publishes it: the
+    /// whole slack while there are at most as many blocks as cores, a share of `cores` of them
+    /// beyond (a load of a line written only when a block is added).
+    #[inline]
+    pub(crate) fn slack(&self) -> u64 {
+        self.slack.load(Ordering::Relaxed)
     }
 
     /// A block for the calling thread: an idle one reused, or a new one pushed.
@@ -156,7 +176,14 @@ impl ThreadStats {
             // SAFETY: `node` is ours until published by the CAS below.
             unsafe { (*node).next = head };
             match self.head.compare_exchange_weak(head, node, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return counters,
+                Ok(_) => {
+                    let blocks = self.blocks.fetch_add(1, Ordering::Relaxed) as u64 + 1;
+                    let cores = self.cores.max(1) as u64;
+                    // Relaxed: a block that publishes against the older slack misses at most
+                    // that slack, once.
+                    self.slack.fetch_min(self.whole * cores / blocks.max(cores), Ordering::Relaxed);
+                    return counters;
+                }
                 Err(seen) => head = seen,
             }
         }
@@ -269,7 +296,7 @@ mod tests {
 
     #[test]
     fn counts_from_many_threads_add_up_and_blocks_are_reused() {
-        let stats = Arc::new(ThreadStats::new(3, 2));
+        let stats = Arc::new(ThreadStats::new(3, 2, 1 << 20));
         for round in 0..3 {
             let threads: Vec<_> = (0..4)
                 .map(|t| {
