@@ -4,6 +4,7 @@ one-line error and exit status 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def positive_int(text: str) -> int:
@@ -14,6 +15,18 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """A whole number of at least 0."""
     return _int_at_least(text, 0)
+
+
+def positive_int_at_most(most: int) -> Callable[[str], int]:
+    """An argument type: a whole number from 1 to `most`."""
+
+    def check(text: str) -> int:
+        value = positive_int(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most}, got {text!r}")
+        return value
+
+    return check
 
 
 def positive_float(text: str) -> float:

@@ -13,25 +13,9 @@ import argparse
 import math
 import random
 
-from bench_args import positive_int
+from bench_args import positive_int_at_most
 
 LOW, HIGH, HELD = 256, 1 << 20, 2000
-
-
-def steps_argument(text: str) -> int:
-    """A number of steps from 1 to 10^7 (a few seconds each million)."""
-    value = positive_int(text)
-    if value > 10_000_000:
-        raise argparse.ArgumentTypeError(f"must be at most 10000000, got {text!r}")
-    return value
-
-
-def slack_argument(text: str) -> int:
-    """A slack in MiB from 1 to 1024."""
-    value = positive_int(text)
-    if value > 1024:
-        raise argparse.ArgumentTypeError(f"must be at most 1024, got {text!r}")
-    return value
 
 
 def steps_between_publications(slack: int, steps: int, seed: int = 1) -> float:
@@ -55,9 +39,15 @@ def steps_between_publications(slack: int, steps: int, seed: int = 1) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=steps_argument, default=200_000, help="churn steps")
     parser.add_argument(
-        "--slack-mib", type=slack_argument, nargs="+", default=[1, 4, 8], help="slacks, in MiB"
+        "--steps", type=positive_int_at_most(10_000_000), default=200_000, help="churn steps"
+    )
+    parser.add_argument(
+        "--slack-mib",
+        type=positive_int_at_most(1024),
+        nargs="+",
+        default=[1, 4, 8],
+        help="slacks, in MiB",
     )
     args = parser.parse_args()
     print(f"Churn of 256 B-1 MiB, {HELD} blocks held, {args.steps} steps\n")

@@ -22,7 +22,7 @@ import math
 import random
 import statistics
 
-from bench_args import positive_int
+from bench_args import positive_int_at_most
 
 BANK = 4096
 LOW, HIGH = 64, 4096
@@ -81,26 +81,14 @@ def fill(policy: str, banks: int, seed: int, classes: list[int]) -> float:
     return requested / (banks * BANK)
 
 
-def banks_arg(text: str) -> int:
-    """A number of banks from 1 to 2^20 (4 GiB of arena: a few seconds per sequence)."""
-    value = positive_int(text)
-    if value > 1 << 20:
-        raise argparse.ArgumentTypeError(f"must be at most {1 << 20}, got {text!r}")
-    return value
-
-
-def seeds_arg(text: str) -> int:
-    """A number of sequences from 1 to 100."""
-    value = positive_int(text)
-    if value > 100:
-        raise argparse.ArgumentTypeError(f"must be at most 100, got {text!r}")
-    return value
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--banks", type=banks_arg, default=1 << 14, help="banks in the arena")
-    parser.add_argument("--seeds", type=seeds_arg, default=3, help="sequences, medians printed")
+    parser.add_argument(
+        "--banks", type=positive_int_at_most(1 << 20), default=1 << 14, help="banks in the arena"
+    )
+    parser.add_argument(
+        "--seeds", type=positive_int_at_most(100), default=3, help="sequences, medians printed"
+    )
     args = parser.parse_args()
     classes = default_classes()
     print(f"Fill of 64 B-4 KiB, {args.banks} banks of 4 KiB, medians of {args.seeds} seeds\n")

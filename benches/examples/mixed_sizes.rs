@@ -412,30 +412,16 @@ fn threads_table(o: &Options) {
     println!("| | one thread (M steps/s) | {n} threads (M steps/s) | {n} / one | {n} / one by CPU time |");
     println!("|---|---:|---:|---:|---:|");
     for name in o.peers() {
-        let (mut one, mut all, mut by_cpu) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..o.runs {
-            // A fresh arena for each (npumem with a core pool per thread): the one-thread run
-            // would leave its chunks, slabs and cached blocks to the next otherwise. Each
-            // thread's CPU time per step is kept beside the wall time.
-            let cpu = Mutex::new(Vec::new());
-            let run = |threads: usize| {
-                with_peer_of_cores(name, n, &mut |p| {
-                    wall_of_threads(threads, |t, start| {
-                        let (ns, ..) = churn_timed_from(p, 0.5 / threads as f64, steps, 11 + t as u64, start);
-                        cpu.lock().unwrap().push(ns);
-                    })
+        // A fresh arena for each run (npumem with a core pool per thread): the one-thread run
+        // would leave its chunks, slabs and cached blocks to the next otherwise.
+        scaling_row(o, n, steps, name, &|threads, cpu| {
+            with_peer_of_cores(name, n, &mut |p| {
+                wall_of_threads(threads, |t, start| {
+                    let (ns, ..) = churn_timed_from(p, 0.5 / threads as f64, steps, 11 + t as u64, start);
+                    cpu.lock().unwrap().push(ns);
                 })
-            };
-            let t1 = run(1);
-            let alone = std::mem::take(&mut *cpu.lock().unwrap())[0];
-            let tn = run(n);
-            let together = cpu.lock().unwrap().iter().sum::<f64>() / n as f64;
-            one.push(steps as f64 / t1 / 1e6);
-            all.push((n * steps) as f64 / tn / 1e6);
-            by_cpu.push(n as f64 * alone / together);
-        }
-        let (a, b) = (median(&mut one), median(&mut all));
-        println!("| {name} | {a:.2} | {b:.2} | {:.2}x | {:.2}x |", b / a, median(&mut by_cpu));
+            })
+        });
     }
     // What the machine gives n threads that share nothing: steps of arithmetic in registers,
     // and steps of random reads in memory of their own (as an allocator's step reads metadata
@@ -467,26 +453,30 @@ fn threads_table(o: &Options) {
 /// One row of the threads table for a baseline: `work(memory, t)` runs `steps` steps on thread
 /// `t` with 64 MiB of its own (touched before the timed part).
 fn baseline_row(o: &Options, n: usize, steps: usize, name: &str, work: &(dyn Fn(&[u64], usize) -> u64 + Sync)) {
+    scaling_row(o, n, steps, name, &|threads, cpu| {
+        // Each thread's memory is given back after the run, not inside its timed part.
+        let kept = Mutex::new(Vec::new());
+        wall_of_threads(threads, |t, start| {
+            let memory: Vec<u64> = (0..8u64 << 20).collect();
+            start();
+            let begin = cpu_ns();
+            std::hint::black_box(work(&memory, t));
+            cpu.lock().unwrap().push((cpu_ns() - begin) / steps as f64);
+            kept.lock().unwrap().push(memory);
+        })
+    });
+}
+
+/// One row of the threads table: `run(threads, cpu)` runs `steps` steps on each of `threads`
+/// threads, pushes each thread's CPU time per step to `cpu` and returns the wall time; one
+/// thread, then `n`, `o.runs` times, medians printed.
+fn scaling_row(o: &Options, n: usize, steps: usize, name: &str, run: &dyn Fn(usize, &Mutex<Vec<f64>>) -> f64) {
     let (mut one, mut all, mut by_cpu) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.runs {
         let cpu = Mutex::new(Vec::new());
-        // Each thread's memory is given back after the run, not inside its timed part.
-        let kept = Mutex::new(Vec::new());
-        let run = |threads: usize| {
-            wall_of_threads(threads, |t, start| {
-                let memory: Vec<u64> = (0..8u64 << 20).collect();
-                start();
-                let begin = cpu_ns();
-                std::hint::black_box(work(&memory, t));
-                cpu.lock().unwrap().push((cpu_ns() - begin) / steps as f64);
-                kept.lock().unwrap().push(memory);
-            })
-        };
-        let t1 = run(1);
-        kept.lock().unwrap().clear();
+        let t1 = run(1, &cpu);
         let alone = std::mem::take(&mut *cpu.lock().unwrap())[0];
-        let tn = run(n);
-        kept.lock().unwrap().clear();
+        let tn = run(n, &cpu);
         let together = cpu.lock().unwrap().iter().sum::<f64>() / n as f64;
         one.push(steps as f64 / t1 / 1e6);
         all.push((n * steps) as f64 / tn / 1e6);

@@ -70,12 +70,7 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
                         assert!(s.largest_free_block <= s.bytes_free && bytes_free == s.bytes_free, "{s:?}");
                         // The error's figure is a block that was free (a lower bound): some free
                         // piece holds it from a bank boundary.
-                        let held = snap
-                            .free_runs
-                            .iter()
-                            .map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank)))
-                            .max()
-                            .unwrap_or(0);
+                        let held = longest_free_piece(&snap, bank);
                         assert!(
                             largest_free_block <= held,
                             "seed {seed}, round {round}: the error names a free block of {largest_free_block} \
@@ -171,12 +166,7 @@ fn the_largest_free_block_holds_in_random_configurations() {
                 Err(Error::OutOfMemory { largest_free_block, .. }) if align.is_none() => {
                     let s = p.stats();
                     let snap = p.snapshot().unwrap();
-                    let held = snap
-                        .free_runs
-                        .iter()
-                        .map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank)))
-                        .max()
-                        .unwrap_or(0);
+                    let held = longest_free_piece(&snap, bank);
                     assert!(largest_free_block <= held, "{what}, step {step}: the error names {largest_free_block} B free, the longest free piece is {held} B");
                     let longest = snap
                         .free_runs
@@ -210,6 +200,12 @@ fn the_largest_free_block_holds_in_random_configurations() {
         assert_eq!(p.stats().bytes_in_use, 0, "{what}");
     }
     assert!(checked > 200, "{checked} largest free blocks allocated");
+}
+
+/// The longest free piece of `snap` from a bank boundary (chunk ends included): what an
+/// out-of-memory error may name as free at most.
+fn longest_free_piece(snap: &npumem_core::Snapshot, bank: usize) -> usize {
+    snap.free_runs.iter().map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank))).max().unwrap_or(0)
 }
 
 /// A snapshot's extents add up to its stats: the blocks to the bytes in use and asked for, the

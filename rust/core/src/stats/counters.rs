@@ -436,6 +436,17 @@ mod loom_models {
     use loom::sync::Arc;
     use loom::thread;
 
+    /// A thread that takes a block, counts a 4 KiB allocation and its free, and gives it back.
+    fn alloc_and_free_in_a_thread(c: &Arc<Counters>) -> thread::JoinHandle<()> {
+        let c = c.clone();
+        thread::spawn(move || {
+            let block = c.threads.acquire();
+            c.count_alloc(&block, 0, Route::Core, false, 4096, 4000);
+            c.count_free(&block, 0, 4096, 4000);
+            ThreadStats::release(&block);
+        })
+    }
+
     /// Two threads each take a block, count an allocation and a free in it and give it back;
     /// the second may take the first one's block (a handover) or push a new one. Once both are
     /// done, the totals are exact, the published total is the sum of the blocks' published
@@ -445,15 +456,7 @@ mod loom_models {
         loom::model(|| {
             // A slack of 1 KiB: every 4 KiB allocation and free publishes.
             let c = Arc::new(Counters::new(1, 0, 64 << 10));
-            let worker = {
-                let c = c.clone();
-                thread::spawn(move || {
-                    let block = c.threads.acquire();
-                    c.count_alloc(&block, 0, Route::Core, false, 4096, 4000);
-                    c.count_free(&block, 0, 4096, 4000);
-                    ThreadStats::release(&block);
-                })
-            };
+            let worker = alloc_and_free_in_a_thread(&c);
             let block = c.threads.acquire();
             c.count_alloc(&block, 0, Route::Core, false, 4096, 4000);
             ThreadStats::release(&block);
@@ -474,15 +477,7 @@ mod loom_models {
     fn a_racing_snapshot_sees_only_counts_made() {
         loom::model(|| {
             let c = Arc::new(Counters::new(1, 0, 64 << 10));
-            let worker = {
-                let c = c.clone();
-                thread::spawn(move || {
-                    let block = c.threads.acquire();
-                    c.count_alloc(&block, 0, Route::Core, false, 4096, 4000);
-                    c.count_free(&block, 0, 4096, 4000);
-                    ThreadStats::release(&block);
-                })
-            };
+            let worker = alloc_and_free_in_a_thread(&c);
             // Relaxed counters: a racing snapshot may see the free before the allocation, never
             // a count that was not made.
             let t = c.totals();
