@@ -22,7 +22,7 @@ use std::ptr::NonNull;
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use npumem_benches::{cli, timed_threads, Allocator, LockedFrames, MutexTree, NpumemRaw, Rng, UNIT};
+use npumem_benches::{cli, ticks, timed_threads, Allocator, LockedFrames, MutexTree, NpumemRaw, Rng, TickClock, UNIT};
 use npumem_core::{Backing, Pool, PoolConfig};
 
 const ARENA: usize = 1 << 30;
@@ -223,7 +223,7 @@ const TABLES: [&str; 5] = ["churn", "threads", "pairs", "fill", "waste"];
 
 fn options() -> Options {
     let mut o = Options {
-        steps: 200_000,
+        steps: 1_000_000,
         runs: 3,
         pairs: 1_000_000,
         only: None,
@@ -326,7 +326,22 @@ fn churn(p: &dyn Peer, occupancy: f64, steps: usize, seed: u64) -> (f64, usize, 
     churn_timed_from(p, occupancy, steps, seed, &|| {})
 }
 
-/// [`churn`], calling `start()` between the fill and the timed steps.
+/// Draws made at once, between timed stretches of steps (4 MiB of them: the default steps
+/// are drawn before the timed part begins).
+const DRAWS_AT_ONCE: usize = 1 << 18;
+
+/// One churn step's random draws, made before the timed steps so that they time the
+/// allocator, not the generator (a logarithm and an exponential per size): which held block
+/// to free (the high half of `pick`, scaled to the blocks held then) and the size to allocate.
+#[derive(Clone, Copy)]
+struct Draw {
+    pick: u64,
+    size: usize,
+}
+
+/// [`churn`], calling `start()` between the fill and the timed steps. A step reads the time
+/// stamp counter once ([`ticks`], about 10 ns where a clock read costs about 25) so that a
+/// failing allocation's latency is known; every peer pays it alike.
 fn churn_timed_from(p: &dyn Peer, occupancy: f64, steps: usize, seed: u64, start: &dyn Fn()) -> (f64, usize, Vec<f64>) {
     let mut rng = Rng::new(seed);
     let mut held: Vec<(u128, usize)> = Vec::new();
@@ -342,36 +357,49 @@ fn churn_timed_from(p: &dyn Peer, occupancy: f64, steps: usize, seed: u64, start
         }
     }
     let mut failed = Vec::new();
+    let mut left = steps;
+    let mut draw_next = || {
+        let n = left.min(DRAWS_AT_ONCE);
+        left -= n;
+        (0..n).map(|_| Draw { pick: rng.next_u64(), size: rng.size(LO, HI) }).collect::<Vec<_>>()
+    };
+    let mut draws = draw_next();
+    let mut cpu = 0.0;
     start();
-    let start = cpu_ns();
-    for _ in 0..steps {
-        if held.is_empty() {
-            break;
-        }
-        let i = (rng.next_u64() as usize) % held.len();
-        let (token, size) = held[i];
-        p.free_any(token, size);
-        let size = rng.size(LO, HI);
-        let t0 = Instant::now();
-        match p.alloc_any(size) {
-            Some(token) => held[i] = (token, size),
-            None => {
-                failed.push(t0.elapsed().as_nanos() as f64);
-                // Keep the occupancy: the slot keeps a block of the old size if that fits.
-                match p.alloc_any(held[i].1) {
-                    Some(token) => held[i].0 = token,
-                    None => {
-                        held.swap_remove(i);
+    let clock = TickClock::start();
+    while !draws.is_empty() && !held.is_empty() {
+        let start = cpu_ns();
+        for draw in &draws {
+            if held.is_empty() {
+                break;
+            }
+            let i = (((draw.pick >> 32) * held.len() as u64) >> 32) as usize;
+            let (token, size) = held[i];
+            p.free_any(token, size);
+            let t0 = ticks();
+            match p.alloc_any(draw.size) {
+                Some(token) => held[i] = (token, draw.size),
+                None => {
+                    failed.push(ticks() - t0);
+                    // Keep the occupancy: the slot keeps a block of the old size if that fits.
+                    match p.alloc_any(held[i].1) {
+                        Some(token) => held[i].0 = token,
+                        None => {
+                            held.swap_remove(i);
+                        }
                     }
                 }
             }
         }
+        cpu += cpu_ns() - start;
+        draws = draw_next();
     }
-    let ns = (cpu_ns() - start) / steps as f64;
+    let ns = cpu / steps as f64;
+    let ns_per_tick = clock.ns_per_tick();
     for (t, size) in held {
         p.free_any(t, size);
     }
-    (ns, failed.len(), failed)
+    (ns, failed.len(), failed.into_iter().map(|t| t as f64 * ns_per_tick).collect())
 }
 
 fn churn_tables(o: &Options) {
