@@ -452,6 +452,38 @@ mod loom_models {
         });
     }
 
+    /// The failing path's reclaim hides the whole-chunk level of a chunk whose free count says
+    /// it is not empty (`reveal.rs`): that count, read with the epoch in one load, is the
+    /// search. Racing the free of the chunk's last block, the level ends up visible.
+    #[test]
+    fn a_hide_by_the_free_count_racing_the_last_free_leaves_the_whole_chunk_visible() {
+        loom::model(|| {
+            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
+            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
+            let space = Arc::new(ChunkSpace::new(4));
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            shape.try_alloc(&tree, Node { level: 1, index: 0 }).unwrap();
+            space.take(2);
+            let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
+            let freer = thread::spawn(move || {
+                s2.release(&t2, Node { level: 1, index: 0 }).unwrap();
+                // The block's buddy is free: the whole chunk (level 0) is free now.
+                let (_, hidden, epoch) = sp2.give_stepped(2);
+                if hidden > 0 {
+                    m2.announce(&sp2, 0, 0, Some(epoch));
+                }
+            });
+            let (free, probe) = space.look();
+            if free != 4 {
+                maps.hide(&space, 0, 0, probe);
+            }
+            freer.join().unwrap();
+            assert!(maps.may_serve(0, 0), "the maps hide a chunk that the free emptied");
+            assert_eq!(maps.next(0, 0, &|_| u64::MAX), Some(0));
+        });
+    }
+
     #[test]
     fn a_reveal_racing_a_miss_leaves_the_room_visible() {
         // Room came back that no free counted (a leaf bunch that a cleaner sealed for a moment,

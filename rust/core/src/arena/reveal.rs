@@ -99,6 +99,13 @@ impl Arena {
     /// chunk may serve level 0) rather than by reading every owned chunk, and the arena's
     /// last chunk when it is short (it never serves level 0, so its maps hide that level).
     /// Returns how many went back.
+    ///
+    /// A chunk whose level-0 bit is set but that is not empty has no free node of level 0 (the
+    /// whole chunk): its free-unit count says so, read with the epoch in one load, and the
+    /// level is hidden as a search that found no such node hides it (`LevelMaps::hide`, which
+    /// undoes itself when a free came since). Few allocations search level 0, so without this
+    /// the bit would stay set from the chunk's grant on, and every failing allocation would
+    /// read the free-space line of every chunk of the arena here.
     #[cold]
     pub(crate) fn reclaim_empty_mapped(&self) -> usize {
         let mut reclaimed = 0;
@@ -107,7 +114,11 @@ impl Arena {
             let mut from = 0;
             while let Some(chunk) = pool.maps.next(0, from, &owned) {
                 from = chunk + 1;
-                if self.chunk_is_empty(chunk) && self.retire(chunk, owner) {
+                let space = &self.space[chunk];
+                let (free, probe) = space.look();
+                if free != self.geometry.usable_units(chunk) {
+                    pool.maps.hide(space, chunk, 0, probe);
+                } else if self.retire(chunk, owner) {
                     reclaimed += 1;
                 }
             }
@@ -216,6 +227,45 @@ mod tests {
         p.free_raw(run, size).unwrap();
         for offset in &runs[..2] {
             p.free_raw(*offset, chunk).unwrap();
+        }
+        p.check().unwrap();
+    }
+
+    /// Chunks granted to a core keep their whole-chunk level set until something searches
+    /// that level, which few allocations do. The failing path's reclaim hides it in every
+    /// chunk it finds not empty, so the next failure does not read those chunks again; an
+    /// empty chunk keeps its bit, and a free that empties a chunk shows it again.
+    #[test]
+    fn a_failing_allocation_hides_the_whole_chunk_level_of_chunks_that_are_not_empty() {
+        let p = Pool::new(PoolConfig::new(32 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new())).unwrap();
+        let a = p.arena();
+        // Every chunk full, without a failure.
+        let blocks: Vec<usize> = (0..128).map(|_| p.alloc_raw(256 << 10, None).unwrap()).collect();
+        let pool = &a.cores[0];
+        let owned = |w: usize| pool.owned_word(w);
+        let level_zero = || {
+            let mut chunks = Vec::new();
+            while let Some(c) = pool.maps.next(0, chunks.last().map_or(0, |&c: &usize| c + 1), &owned) {
+                chunks.push(c);
+            }
+            chunks
+        };
+        assert!(!level_zero().is_empty(), "chunks granted keep the level");
+        // Every other block of every chunk freed: no chunk is empty, none serves 2 MiB.
+        for offset in blocks.iter().step_by(2) {
+            p.free_raw(*offset, 256 << 10).unwrap();
+        }
+        assert!(p.alloc_raw(2 * MIB, None).is_err());
+        assert_eq!(level_zero(), Vec::<usize>::new(), "no chunk that is not empty keeps level 0");
+        // The blocks left in the first chunk freed: it is whole again and serves level 0.
+        let first = blocks[0] / (2 * MIB);
+        for offset in blocks.iter().skip(1).step_by(2).filter(|&&o| o / (2 * MIB) == first) {
+            p.free_raw(*offset, 256 << 10).unwrap();
+        }
+        let whole = p.alloc_raw(2 * MIB, None).unwrap_or_else(|e| panic!("{e}"));
+        p.free_raw(whole, 2 * MIB).unwrap();
+        for offset in blocks.iter().skip(1).step_by(2).filter(|&&o| o / (2 * MIB) != first) {
+            p.free_raw(*offset, 256 << 10).unwrap();
         }
         p.check().unwrap();
     }
