@@ -64,6 +64,7 @@ impl Arena {
         }
         TreeShape::reset_summaries(self.summaries(chunk));
         self.space[chunk].refresh();
+        self.stretch_classes.mark_unsure(chunk);
         self.cores[owner].maps.open(&self.space[chunk], chunk);
     }
 
@@ -80,6 +81,7 @@ impl Arena {
                     let _ = self.shape.release(tree, n);
                 }
                 self.space[chunk].refresh();
+                self.stretch_classes.mark_unsure(chunk);
                 return false;
             }
         }

@@ -69,7 +69,10 @@ impl Arena {
     /// block is not allocated there; of two callers releasing the same block, one gets `Err`.
     #[inline(always)]
     pub(crate) fn unmark_buddy(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<u64, &'static str> {
-        self.unmark_buddy_coalesced(chunk, b, within).map(|unmarked| unmarked.after)
+        let after = self.unmark_buddy_coalesced(chunk, b, within)?.after;
+        // The step did not carry the chunk's stretch memo (`stretch_classes.rs`).
+        self.stretch_classes.mark_unsure(chunk);
+        Ok(after)
     }
 
     /// [`Arena::unmark_buddy`], also telling what the announcement learnt ([`Unmarked`]).
@@ -196,7 +199,10 @@ impl Arena {
     /// lower the summaries of the bunches around them, and, if the owner's level maps hide a
     /// level that the release may have made servable, announce it (`level_maps.rs`).
     #[inline]
+    /// The step did not carry the chunk's stretch memo: the chunk is unsure
+    /// (`stretch_classes.rs`).
     pub(crate) fn announce_free(&self, chunk: usize, hidden: u32, nodes: impl Iterator<Item = Node>) {
+        self.stretch_classes.mark_unsure(chunk);
         self.announce_nodes(chunk, hidden, None, nodes);
     }
 

@@ -666,6 +666,7 @@ impl Arena {
                 }
                 if fresh && !self.retire(last, core) {
                     self.space[last].refresh();
+                    self.stretch_classes.mark_unsure(last);
                 }
                 match which {
                     Taken::Front => refused.ends.push(f.chunk),

@@ -46,8 +46,9 @@ impl BestFit {
 /// Why a best-fit search placed no block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Missed {
-    /// The last search ruled out every core chunk, by its memo or by its tree: none holds the
-    /// block, and a first fit over them would read them for nothing.
+    /// The last search ruled out every core chunk it looked at (every chunk, or those its
+    /// length class or its unsure bit named), by its memo or by its tree: a first fit over
+    /// them would read them for nothing.
     Everywhere,
     /// A chunk was left unread (its memo out of date, the reads used up), or the chunk chosen
     /// refused the block: a first fit may still find room.
@@ -77,7 +78,9 @@ impl Arena {
     /// shortest that holds the block, known from the stretch memos (frees keep them valid),
     /// found through their length classes ([`Arena::best_by_class`]), or, when those have
     /// none, among the first [`COMPARED`] chunks that hold it in address order (core `core`'s
-    /// first); at most [`FRESH_READS`] trees are read for chunks whose memo is out of date.
+    /// first) of those whose memo may be out of date (the unsure chunks of
+    /// `stretch_classes.rs`), or of `every` chunk (for an allocation about to fail: the index
+    /// is a hint); at most [`FRESH_READS`] trees are read for chunks whose memo is out of date.
     /// `seen` keeps the longest stretch (in units) learnt of on the way. When no chunk took it,
     /// whether a first fit (which reads every chunk that may hold it) could still find room.
     ///
@@ -90,13 +93,14 @@ impl Arena {
         align: u64,
         bank: u64,
         core: usize,
+        every: bool,
         seen: &mut u64,
     ) -> Result<Taken, Missed> {
         for _ in 0..=MEMO_CORRECTIONS {
             let mut reads = Reads { left: FRESH_READS, ran_out: false };
             let best = self
                 .best_by_class(b, bank, &mut reads, seen)
-                .or_else(|| self.best_by_address(b, bank, core, &mut reads, seen));
+                .or_else(|| self.best_by_address(b, bank, core, every, &mut reads, seen));
             let Some((_, chunk, owner)) = best else {
                 // The search by address compared every core chunk: a chunk it could not read
                 // is the only one that might hold the block.
@@ -147,7 +151,9 @@ impl Arena {
     /// length first (some of its chunks hold `b`), then the longer ones (all of theirs do,
     /// while their memos hold); in the first class with a chunk that holds `b`, the one whose
     /// longest stretch is the shortest among the first [`COMPARED`]. Returns that length, the
-    /// chunk and its owner.
+    /// chunk and its owner. A chunk whose memo, of whatever epoch, rules the block out is
+    /// passed over after one load of the memo table: an out-of-date one is unsure, and
+    /// [`Arena::best_by_address`] looks at it.
     fn best_by_class(
         &self,
         b: &BuddyLayout,
@@ -155,9 +161,14 @@ impl Arena {
         reads: &mut Reads,
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
-        for class in class_of(b.units)..CLASSES {
+        // No stretch is longer than a chunk: the classes above that are empty.
+        let classes = (class_of(self.geometry.units_per_chunk()) + 1).min(CLASSES);
+        for class in class_of(b.units)..classes {
             let mut best = BestFit::default();
             for chunk in self.stretch_classes.chunks(class, 0) {
+                if self.stretches[chunk].recorded().is_some_and(|longest| longest < b.units) {
+                    continue;
+                }
                 let ChunkState::Core(owner) = self.global.state(chunk) else {
                     continue;
                 };
@@ -176,13 +187,16 @@ impl Arena {
     }
 
     /// The best fit over the cores' chunks in address order (core `core`'s first), for when the
-    /// length classes had none: chunks whose memo is out of date or was never written, or
-    /// missing from their class after a race.
+    /// length classes had none: the chunks whose memo may be out of date or was never written
+    /// (the unsure ones), or, with `every`, every chunk (those missing from their class after a
+    /// race, or out of date after a step that did not mark them, too). A chunk visited whose
+    /// memo is valid is no longer unsure.
     fn best_by_address(
         &self,
         b: &BuddyLayout,
         bank: u64,
         core: usize,
+        every: bool,
         reads: &mut Reads,
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
@@ -193,10 +207,14 @@ impl Arena {
             let owner = (core + i) % cores;
             let pool = &self.cores[owner];
             for w in 0..words {
-                let mut owned = pool.owned_word(w);
+                let unsure = self.stretch_classes.unsure_word(w);
+                let mut owned = pool.owned_word(w) & if every { u64::MAX } else { unsure };
                 while owned != 0 {
                     let chunk = w * 64 + owned.trailing_zeros() as usize;
                     owned &= owned - 1;
+                    if unsure & 1 << (chunk % 64) != 0 {
+                        self.settle_unsure(chunk);
+                    }
                     let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
                         continue;
                     };
@@ -207,6 +225,21 @@ impl Arena {
             }
         }
         best.best
+    }
+
+    /// An unsure chunk whose memo is valid now is no longer unsure (unless a step comes
+    /// meanwhile). One whose memo is out of date gets its free units as its memo: no stretch
+    /// is longer than the units free, and the next search that finds the chunk in that class
+    /// reads its tree for the exact figure (a memo may promise more than the tree holds). So
+    /// a chunk with little room is unsure once, not at every search that reaches this far.
+    fn settle_unsure(&self, chunk: usize) {
+        let space = &self.space[chunk];
+        let (free, probe) = space.look();
+        if self.stretches[chunk].known(probe.epoch()).is_some() {
+            self.stretch_classes.settle(chunk, || space.moved_since(probe));
+        } else {
+            self.record_stretch(chunk, probe.epoch(), free);
+        }
     }
 
     /// Take block `b` in `chunk` at the start of the smallest free stretch that holds it from a
@@ -298,16 +331,17 @@ impl Arena {
     ) -> Result<Unmarked, &'static str> {
         let before = self.stretches[chunk].before_free(&self.space[chunk]);
         let released = self.unmark_buddy_coalesced(chunk, b, within)?;
-        if let Some(before) = before {
-            self.raise_after_free(chunk, before, within, within + b.units);
+        if before.is_none_or(|before| !self.raise_after_free(chunk, before, within, within + b.units)) {
+            // The memo was out of date before, or another step came between.
+            self.stretch_classes.mark_unsure(chunk);
         }
         Ok(released)
     }
 
     /// The second half of [`Arena::unmark_buddy_raising`], once units `[from, to)` of `chunk`
-    /// are released and the epoch advanced.
+    /// are released and the epoch advanced. Returns whether the memo is valid again.
     #[inline(never)]
-    fn raise_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) {
+    fn raise_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) -> bool {
         let raised = self.stretches[chunk].after_free(&self.space[chunk], before, || {
             let (start, stop) = self.shape.free_run_around(self.tree(chunk), from, to);
             stop - start
@@ -315,14 +349,17 @@ impl Arena {
         if let Some((known, longest)) = raised {
             self.stretch_classes.moved(chunk, Some(known), longest);
         }
+        raised.is_some()
     }
 
     /// Record in `chunk`'s stretch memo that a search that probed `epoch` found no free
     /// stretch longer than `longest` units, and move the chunk to that length's class.
+    /// The chunk is no longer unsure unless a step came since `epoch`.
     #[inline]
     fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64) {
         let before = self.stretches[chunk].record(epoch, longest);
         self.stretch_classes.moved(chunk, before, longest);
+        self.stretch_classes.settle(chunk, || self.space[chunk].moved_since(Probe::of(epoch)));
     }
 
     /// The best fit in `chunk`'s tree for a block of `units` units from a multiple of `align`
@@ -425,7 +462,7 @@ mod tests {
         let b = g.buddy_layout(192 << 10).unwrap();
         assert_eq!(b.units, 768);
         let mut seen = 0;
-        let taken = a.take_best_stretch(&b, bank, bank, 0, &mut seen).expect("chunk 1 holds the block");
+        let taken = a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).expect("chunk 1 holds the block");
         assert_eq!(taken.chunk, 1);
         assert!((3 * 512..=6 * 512 - 768).contains(&taken.start), "{taken:?}");
         assert_eq!(a.stretches[0].known(epoch(0)), Some(512), "chunk 0's memo corrected");
@@ -464,7 +501,7 @@ mod tests {
         }
         let b = g.buddy_layout(192 << 10).unwrap();
         let mut seen = 0;
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).unwrap_err(), Missed::Everywhere);
         // The memos only bound the stretches from above: a search that read no tree learnt of
         // no stretch that is really free.
         assert_eq!(seen, 0);
@@ -472,9 +509,9 @@ mod tests {
         for c in 0..=FRESH_READS {
             a.stretches[c].record(epoch(c) + 1, 0);
         }
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Unsure);
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).unwrap_err(), Missed::Unsure);
         assert_eq!(seen, 512, "the stretches the trees it read hold");
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).unwrap_err(), Missed::Everywhere);
         for c in 0..chunks {
             assert_eq!(a.stretches[c].known(epoch(c)), Some(512), "chunk {c}'s memo read again");
         }
@@ -485,6 +522,58 @@ mod tests {
             "{err}"
         );
         for h in blocks.into_iter().skip(1).step_by(2) {
+            p.free(h).unwrap();
+        }
+        assert_eq!(p.check().unwrap(), 0);
+    }
+
+    /// The search of an allocation looks at the chunks whose memo the index may not know (the
+    /// unsure ones), not at every chunk: one whose memo went out of date behind the index's
+    /// back (no step marked it unsure) is missed there, and found by the search of every chunk
+    /// that an allocation makes before it fails.
+    #[test]
+    fn a_chunk_the_index_misses_is_found_before_an_allocation_fails() {
+        let p = Pool::new(PoolConfig::new(16 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new())).unwrap();
+        let a = p.arena();
+        let g = &a.geometry;
+        let bank = g.bank_units(p.config().bank_size);
+        let per_chunk = g.chunk_size / (128 << 10);
+        let blocks: Vec<_> = (0..g.chunks * per_chunk).map(|_| p.alloc(128 << 10, None, 0).unwrap()).collect();
+        // Every odd block free: stretches of 128 KiB (512 units), no free node of 256 KiB.
+        for h in blocks.iter().skip(1).step_by(2) {
+            p.free(*h).unwrap();
+        }
+        a.drain_block_caches();
+        let epoch = |c: usize| a.space[c].probe(0).unwrap().epoch();
+        for c in 0..g.chunks {
+            a.read_ends(c);
+            assert_eq!(a.stretches[c].known(epoch(c)), Some(512), "chunk {c}'s memo");
+        }
+        // Block 2 of chunk 3 freed too: a stretch of 384 KiB from 128 KiB, where no block of
+        // 320 KiB fits at its enclosing node's start (512 KiB), only from a bank boundary.
+        // Its memo says 512 units, of an epoch before that free (out of date), but the chunk is
+        // marked sure.
+        let middle = blocks[3 * per_chunk + 2];
+        p.free(middle).unwrap();
+        a.drain_block_caches();
+        let out_of_date = || {
+            a.stretches[3].record(epoch(3) - 1, 512);
+            a.stretch_classes.settle(3, || false);
+        };
+        out_of_date();
+        let b = g.buddy_layout(320 << 10).unwrap();
+        let mut seen = 0;
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, false, &mut seen).unwrap_err(), Missed::Everywhere);
+        let taken = a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).expect("chunk 3 holds the block");
+        assert_eq!((taken.chunk, taken.start), (3, 512));
+        a.unmark_buddy(taken.chunk, &b, taken.start).unwrap();
+        // The same through an allocation: its first search misses the chunk, the one before
+        // failing finds it.
+        out_of_date();
+        let h = p.alloc(320 << 10, None, 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.block(h).unwrap().offset, 3 * g.chunk_size + (128 << 10));
+        p.free(h).unwrap();
+        for h in blocks.into_iter().step_by(2).filter(|h| *h != middle) {
             p.free(h).unwrap();
         }
         assert_eq!(p.check().unwrap(), 0);

@@ -148,8 +148,8 @@ impl Arena {
         let before = memo.before_free(space);
         let ends_before = self.chunk_ends[chunk].before_free(space);
         space.refresh();
-        if let Some(before) = before {
-            memo.after_free(space, before, || 0);
+        if before.is_none_or(|before| memo.after_free(space, before, || 0).is_none()) {
+            self.stretch_classes.mark_unsure(chunk);
         }
         if let Some(before) = ends_before {
             self.chunk_ends[chunk].after_step(space, before);

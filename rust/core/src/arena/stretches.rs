@@ -35,7 +35,9 @@
 //! the trees (only the chosen chunk's tree is read, to place the block in it), and found
 //! through an index of the chunks by the power-of-two class of their memo's longest stretch
 //! (`stretch_classes.rs`): the block's class first, then the classes above, at most 64 chunks
-//! compared in the first class that has one that holds it. Placing each block in the tightest
+//! compared in the first class that has one that holds it; then the chunks whose memo the
+//! index may not know (its *unsure* chunks), and before an allocation fails, every chunk.
+//! Placing each block in the tightest
 //! chunk leaves the long stretches to the large blocks: with random sizes from 256 B to 1 MiB
 //! at 85% occupancy, a first fit across chunks failed one allocation in 200 (no chunk kept a
 //! stretch of 700 KiB), the best fit about one in 2,500.
@@ -115,6 +117,12 @@ impl StretchMemo {
         let memo = self.0.load(Ordering::Acquire);
         let known = memo & 0xFFFF_FFFF;
         (known != 0 && memo >> 32 == epoch & 0xFFFF_FFFF).then(|| known - 1)
+    }
+
+    /// The longest free stretch the last search recorded, whatever its epoch.
+    #[inline]
+    pub(crate) fn recorded(&self) -> Option<u64> {
+        (self.0.load(Ordering::Relaxed) & 0xFFFF_FFFF).checked_sub(1)
     }
 
     /// A search that probed `epoch` found no free stretch longer than `longest` units.
