@@ -55,84 +55,45 @@
 //!
 //! The loom models in this module check these handshakes exhaustively.
 
+use super::chunk_sets::ChunkSets;
 use super::chunk_space::{ChunkSpace, Probe};
 use crate::error::Result;
-use crate::util::sync::{AtomicU64, Ordering};
-use crate::util::zeroed::Zeroed;
-
-const ACQ: Ordering = Ordering::Acquire;
-const ACQ_REL: Ordering = Ordering::AcqRel;
 
 /// The per-level chunk bitmaps of one core.
 pub(crate) struct LevelMaps {
     levels: usize,
-    /// Bitmap words per level (64 chunks each).
-    words: usize,
-    /// Summary words per level (64 bitmap words each).
-    tops: usize,
-    /// `levels * words`: bit `c % 64` of word `level * words + c / 64` is chunk `c`.
-    bits: Zeroed<AtomicU64>,
-    /// `levels * tops`: bit `w % 64` of word `level * tops + w / 64` is bitmap word `w`.
-    top: Zeroed<AtomicU64>,
+    /// Set `level`: the chunks that may serve `level`.
+    sets: ChunkSets,
 }
 
 impl LevelMaps {
     /// Empty maps over `chunks` chunks and `levels` tree levels; `Error::HostMemory` when the
     /// host has no room for them.
     pub(crate) fn new(chunks: usize, levels: usize) -> Result<LevelMaps> {
-        let words = chunks.div_ceil(64).max(1);
-        let tops = words.div_ceil(64);
-        Ok(LevelMaps {
-            levels,
-            words,
-            tops,
-            bits: Zeroed::new(levels * words, "a core pool's level bitmaps")?,
-            top: Zeroed::new(levels * tops, "a core pool's level summaries")?,
-        })
+        Ok(LevelMaps { levels, sets: ChunkSets::new(chunks, levels, "a core pool's level bitmaps")? })
     }
 
     /// Bytes of its tables the host has committed.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn resident_bytes(&self) -> usize {
-        self.bits.resident_bytes() + self.top.resident_bytes()
-    }
-
-    #[inline]
-    fn word(&self, level: usize, w: usize) -> &AtomicU64 {
-        &self.bits[level * self.words + w]
-    }
-
-    #[inline]
-    fn summary(&self, level: usize, s: usize) -> &AtomicU64 {
-        &self.top[level * self.tops + s]
+        self.sets.resident_bytes()
     }
 
     /// Whether chunk `chunk` may serve `level`.
     #[cfg(test)]
     pub(crate) fn may_serve(&self, level: u32, chunk: usize) -> bool {
-        self.word(level as usize, chunk / 64).load(ACQ) & (1 << (chunk % 64)) != 0
+        self.sets.contains(level as usize, chunk)
     }
 
-    /// Mark chunk `chunk` as a candidate for `level` (and its bitmap word in the summary).
+    /// Mark chunk `chunk` as a candidate for `level`.
+    #[inline]
     fn set(&self, level: usize, chunk: usize) {
-        let (w, bit) = (chunk / 64, 1u64 << (chunk % 64));
-        let word = self.word(level, w);
-        if word.load(ACQ) & bit == 0 {
-            word.fetch_or(bit, ACQ_REL);
-        }
-        let (s, sbit) = (w / 64, 1u64 << (w % 64));
-        let summary = self.summary(level, s);
-        if summary.load(ACQ) & sbit == 0 {
-            summary.fetch_or(sbit, ACQ_REL);
-        }
+        self.sets.insert(level, chunk);
     }
 
+    #[inline]
     fn clear(&self, level: usize, chunk: usize) {
-        let (w, bit) = (chunk / 64, 1u64 << (chunk % 64));
-        let word = self.word(level, w);
-        if word.load(ACQ) & bit != 0 {
-            word.fetch_and(!bit, ACQ_REL);
-        }
+        self.sets.remove(level, chunk);
     }
 
     /// A chunk just granted to the core: it may serve every level.
@@ -214,35 +175,7 @@ impl LevelMaps {
     /// words are cleared on the way.
     #[inline]
     pub(crate) fn next(&self, level: u32, from: usize, owned: &dyn Fn(usize) -> u64) -> Option<usize> {
-        let level = level as usize;
-        let mut w = from / 64;
-        if w >= self.words {
-            return None;
-        }
-        let first = self.word(level, w).load(ACQ) & owned(w) & !((1u64 << (from % 64)) - 1);
-        if first != 0 {
-            return Some(w * 64 + first.trailing_zeros() as usize);
-        }
-        w += 1;
-        while w < self.words {
-            let s = w / 64;
-            let summary = self.summary(level, s).load(ACQ) & !((1u64 << (w % 64)) - 1);
-            if summary == 0 {
-                w = (s + 1) * 64;
-                continue;
-            }
-            w = s * 64 + summary.trailing_zeros() as usize;
-            let word = self.word(level, w).load(ACQ);
-            if word == 0 {
-                self.tidy(level, w);
-            }
-            let bits = word & owned(w);
-            if bits != 0 {
-                return Some(w * 64 + bits.trailing_zeros() as usize);
-            }
-            w += 1;
-        }
-        None
+        self.sets.next(level as usize, from, owned)
     }
 
     /// [`LevelMaps::next`] over the chunks whose largest free node may be of `level`: its bit
@@ -251,38 +184,7 @@ impl LevelMaps {
         if level == 0 {
             return self.next(0, from, owned);
         }
-        let (level, above) = (level as usize, level as usize - 1);
-        let mut w = from / 64;
-        let mut mask = !((1u64 << (from % 64)) - 1);
-        while w < self.words {
-            let s = w / 64;
-            let summary = self.summary(level, s).load(ACQ) & !((1u64 << (w % 64)) - 1);
-            if summary == 0 {
-                (w, mask) = ((s + 1) * 64, u64::MAX);
-                continue;
-            }
-            let at = s * 64 + summary.trailing_zeros() as usize;
-            if at != w {
-                (w, mask) = (at, u64::MAX);
-            }
-            let bits = self.word(level, w).load(ACQ) & !self.word(above, w).load(ACQ) & owned(w) & mask;
-            if bits != 0 {
-                return Some(w * 64 + bits.trailing_zeros() as usize);
-            }
-            (w, mask) = (w + 1, u64::MAX);
-        }
-        None
-    }
-
-    /// Bitmap word `w` of `level` was seen empty: clear its summary bit, unless it is set again.
-    #[cold]
-    fn tidy(&self, level: usize, w: usize) {
-        let (s, sbit) = (w / 64, 1u64 << (w % 64));
-        self.summary(level, s).fetch_and(!sbit, ACQ_REL);
-        // A read-modify-write, so that a setter either sees the cleared summary bit or is seen.
-        if self.word(level, w).fetch_or(0, ACQ_REL) != 0 {
-            self.summary(level, s).fetch_or(sbit, ACQ_REL);
-        }
+        self.sets.next_without(level as usize, level as usize - 1, from, owned)
     }
 }
 
@@ -415,6 +317,7 @@ mod loom_models {
     //! The hide/free handshake against a real tree, and the summary's set/tidy race.
     use super::*;
     use crate::arena::buddy::{Node, TreeShape};
+    use crate::util::sync::AtomicU64;
     use loom::sync::Arc;
     use loom::thread;
 

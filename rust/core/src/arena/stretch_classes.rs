@@ -2,8 +2,11 @@
 //! knows (`stretches.rs`), so that the best fit across chunks (`packed.rs`) looks first at the
 //! chunks whose memo says they hold a block and only a little more, instead of at every chunk.
 //!
-//! Class `k` (0 < `k` < [`CLASSES`]) holds the chunks whose memo's longest stretch `l` has
-//! `2^(k-1) <= l < 2^k` units (class 0: `l` = 0); one bitmap over the chunks per class. The
+//! The classes split each doubling of the length in four, as TLSF's second level does: lengths
+//! 0 to 3 units have a class each, then `[2^e, 1.25 x 2^e)`, `[1.25 x 2^e, 1.5 x 2^e)` and so
+//! on ([`class_of`]), so the chunks of a block's own class that turn out too short are few.
+//! One two-level bitmap over the chunks per class (`chunk_sets.rs`): a search skips the empty
+//! words of a class through its summary, on an arena of many chunks too. The
 //! index is a hint: whoever writes a memo moves the chunk's bit to the class of what it wrote
 //! (one load of the bit when it is there already, as it mostly is), and a search checks each
 //! chunk it finds against the chunk's memo and free epoch before it trusts it. Writers of one
@@ -30,66 +33,61 @@
 //! class after a race) costs a search that does not find the chunk at once; the search of an
 //! allocation about to fail reads every chunk.
 
+use super::chunk_sets::ChunkSets;
 use crate::error::Result;
 use crate::util::sync::{AtomicU64, Ordering};
 use crate::util::zeroed::Zeroed;
 
-/// Length classes: up to stretches of 2^31 units.
-pub(crate) const CLASSES: usize = 32;
+/// Classes per doubling of the length: a class spans a quarter of a doubling, so the chunks
+/// of the block's own class that turn out too short are few.
+const PER_DOUBLING: u32 = 4;
+/// Length classes: lengths 0 to 3 units one each, then [`PER_DOUBLING`] per doubling up to
+/// stretches of 2^32 units.
+pub(crate) const CLASSES: usize = (PER_DOUBLING + 30 * PER_DOUBLING) as usize;
 
-/// The class of a longest stretch of `units` units.
+/// The class of a longest stretch of `units` units: classes grow with the length.
 #[inline]
 pub(crate) fn class_of(units: u64) -> usize {
-    (64 - units.leading_zeros() as usize).min(CLASSES - 1)
+    if units < u64::from(PER_DOUBLING) {
+        return units as usize;
+    }
+    let exponent = 63 - units.leading_zeros(); // at least 2
+    let quarter = (units >> (exponent - 2)) & 3;
+    ((PER_DOUBLING * (exponent - 1)) as usize + quarter as usize).min(CLASSES - 1)
 }
 
 /// The chunks of each length class (see the module documentation).
 pub(crate) struct StretchClasses {
-    /// `CLASSES` bitmaps of `words` words each.
-    bits: Zeroed<AtomicU64>,
+    /// Set `class`: the chunks whose memo's longest stretch is of that class.
+    classes: ChunkSets,
     /// The chunks that are not unsure (see the module documentation), `words` words: a chunk
     /// starts unsure, its memo unknown.
     sure: Zeroed<AtomicU64>,
-    words: usize,
 }
 
 impl StretchClasses {
     /// The index of `chunks` chunks, every class empty.
     pub(crate) fn new(chunks: usize) -> Result<StretchClasses> {
-        let words = chunks.div_ceil(64);
         Ok(StretchClasses {
-            bits: Zeroed::new(CLASSES * words, "the stretch classes")?,
-            sure: Zeroed::new(words, "the chunks of sure stretch memos")?,
-            words,
+            classes: ChunkSets::new(chunks, CLASSES, "the stretch classes")?,
+            sure: Zeroed::new(chunks.div_ceil(64).max(1), "the chunks of sure stretch memos")?,
         })
     }
 
     /// Host bytes the index holds.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn resident_bytes(&self) -> usize {
-        self.bits.resident_bytes() + self.sure.resident_bytes()
-    }
-
-    #[inline]
-    fn word(&self, class: usize, w: usize) -> &AtomicU64 {
-        &self.bits[(class % CLASSES) * self.words + w]
+        self.classes.resident_bytes() + self.sure.resident_bytes()
     }
 
     /// `chunk`'s memo went from a longest stretch of `old` units (`None`: it knew nothing) to
-    /// `new`: move its bit to the new class.
+    /// `new`: move it to the new class.
     #[inline]
     pub(crate) fn moved(&self, chunk: usize, old: Option<u64>, new: u64) {
-        let (w, bit) = (chunk / 64, 1u64 << (chunk % 64));
         let to = class_of(new);
-        let word = self.word(to, w);
-        if word.load(Ordering::Relaxed) & bit == 0 {
-            word.fetch_or(bit, Ordering::AcqRel);
-        }
+        self.classes.insert(to, chunk);
         if let Some(from) = old.map(class_of).filter(|&from| from != to) {
-            let word = self.word(from, w);
-            if word.load(Ordering::Relaxed) & bit != 0 {
-                word.fetch_and(!bit, Ordering::AcqRel);
-            }
+            self.classes.remove(from, chunk);
         }
     }
 
@@ -126,18 +124,11 @@ impl StretchClasses {
 
     /// The chunks of `class` from `from` on, in address order.
     pub(crate) fn chunks(&self, class: usize, from: usize) -> impl Iterator<Item = usize> + '_ {
-        (from / 64..self.words).flat_map(move |w| {
-            let mut bits = self.word(class, w).load(Ordering::Acquire);
-            if w == from / 64 {
-                bits &= u64::MAX << (from % 64);
-            }
-            std::iter::from_fn(move || {
-                (bits != 0).then(|| {
-                    let b = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    w * 64 + b
-                })
-            })
+        let mut at = from;
+        std::iter::from_fn(move || {
+            let chunk = self.classes.next(class, at, &|_| u64::MAX)?;
+            at = chunk + 1;
+            Some(chunk)
         })
     }
 }
@@ -149,16 +140,20 @@ mod tests {
     #[test]
     fn a_chunk_moves_between_classes() {
         let c = StretchClasses::new(130).unwrap();
-        assert_eq!((class_of(0), class_of(1), class_of(2), class_of(3), class_of(4)), (0, 1, 2, 2, 3));
+        let firsts: Vec<usize> = [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16].map(class_of).to_vec();
+        assert_eq!(firsts, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        assert!((1..1 << 20).all(|u: u64| class_of(u) >= class_of(u - 1)), "classes grow with the length");
+        assert_eq!(class_of(u64::MAX), CLASSES - 1);
         c.moved(129, None, 600);
         assert_eq!(c.chunks(class_of(600), 0).collect::<Vec<_>>(), [129]);
         c.moved(129, Some(600), 3);
-        c.moved(5, None, 2);
+        c.moved(5, None, 3);
         assert_eq!(c.chunks(class_of(600), 0).count(), 0);
-        assert_eq!(c.chunks(2, 0).collect::<Vec<_>>(), [5, 129]);
-        assert_eq!(c.chunks(2, 6).collect::<Vec<_>>(), [129]);
-        c.moved(5, Some(2), 3);
-        assert_eq!(c.chunks(2, 0).collect::<Vec<_>>(), [5, 129], "same class: the bit stays");
+        assert_eq!(c.chunks(3, 0).collect::<Vec<_>>(), [5, 129]);
+        assert_eq!(c.chunks(3, 6).collect::<Vec<_>>(), [129]);
+        c.moved(129, Some(3), 5);
+        c.moved(129, Some(5), 5);
+        assert_eq!(c.chunks(class_of(5), 0).collect::<Vec<_>>(), [129], "same class: the bit stays");
     }
 
     /// Every chunk starts unsure (its memo unknown); a settle makes it sure unless a step came

@@ -1,0 +1,207 @@
+//! Sets of chunks as two-level bitmaps, as TLSF keeps its free lists: one bit per chunk (64
+//! chunks a word) and one summary bit per bitmap word, set while the word may be non-zero.
+//! Finding the lowest member at or after a position reads one summary word per 4,096 chunks
+//! and the bitmap words the summary names; the tables are lazily committed ([`Zeroed`]). The
+//! level maps (`level_maps.rs`: per tree level, the chunks that may serve it) and the length
+//! classes of the stretch memos (`stretch_classes.rs`) are such sets.
+//!
+//! The summary follows one rule: a setter sets the word's bit, then the summary bit; a scanner
+//! that finds a word empty clears its summary bit and reads the word again with a
+//! read-modify-write, setting the summary bit back when it is not empty. So a word that holds
+//! a member always has its summary bit (a loom model in `level_maps.rs` races the two).
+
+use crate::error::Result;
+use crate::util::sync::{AtomicU64, Ordering};
+use crate::util::zeroed::Zeroed;
+
+const ACQ: Ordering = Ordering::Acquire;
+const ACQ_REL: Ordering = Ordering::AcqRel;
+
+/// `sets` sets over the same chunks.
+pub(crate) struct ChunkSets {
+    /// Bitmap words per set (64 chunks each).
+    words: usize,
+    /// Summary words per set (64 bitmap words each).
+    tops: usize,
+    /// `sets * words`: bit `c % 64` of word `set * words + c / 64` is chunk `c`.
+    bits: Zeroed<AtomicU64>,
+    /// `sets * tops`: bit `w % 64` of word `set * tops + w / 64` is bitmap word `w`.
+    top: Zeroed<AtomicU64>,
+}
+
+impl ChunkSets {
+    /// `sets` empty sets over `chunks` chunks; `what` names the tables in
+    /// `Error::HostMemory` when the host has no room for them.
+    pub(crate) fn new(chunks: usize, sets: usize, what: &'static str) -> Result<ChunkSets> {
+        let words = chunks.div_ceil(64).max(1);
+        let tops = words.div_ceil(64);
+        Ok(ChunkSets { words, tops, bits: Zeroed::new(sets * words, what)?, top: Zeroed::new(sets * tops, what)? })
+    }
+
+    /// Bytes of its tables the host has committed.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn resident_bytes(&self) -> usize {
+        self.bits.resident_bytes() + self.top.resident_bytes()
+    }
+
+    /// Bitmap word `w` of `set`.
+    #[inline]
+    pub(crate) fn word(&self, set: usize, w: usize) -> &AtomicU64 {
+        &self.bits[set * self.words + w]
+    }
+
+    #[inline]
+    fn summary(&self, set: usize, s: usize) -> &AtomicU64 {
+        &self.top[set * self.tops + s]
+    }
+
+    /// Whether `chunk` is in `set`.
+    #[cfg(test)]
+    pub(crate) fn contains(&self, set: usize, chunk: usize) -> bool {
+        self.word(set, chunk / 64).load(ACQ) & (1 << (chunk % 64)) != 0
+    }
+
+    /// Put `chunk` in `set` (and its bitmap word in the summary).
+    #[inline]
+    pub(crate) fn insert(&self, set: usize, chunk: usize) {
+        let (w, bit) = (chunk / 64, 1u64 << (chunk % 64));
+        let word = self.word(set, w);
+        if word.load(ACQ) & bit == 0 {
+            word.fetch_or(bit, ACQ_REL);
+        }
+        let (s, sbit) = (w / 64, 1u64 << (w % 64));
+        let summary = self.summary(set, s);
+        if summary.load(ACQ) & sbit == 0 {
+            summary.fetch_or(sbit, ACQ_REL);
+        }
+    }
+
+    /// Take `chunk` out of `set` (its word's summary bit goes when a scan finds the word empty).
+    #[inline]
+    pub(crate) fn remove(&self, set: usize, chunk: usize) {
+        let (w, bit) = (chunk / 64, 1u64 << (chunk % 64));
+        let word = self.word(set, w);
+        if word.load(ACQ) & bit != 0 {
+            word.fetch_and(!bit, ACQ_REL);
+        }
+    }
+
+    /// The lowest chunk of `set` at or after `from` that `owned` (a bitmap word of chunks, by
+    /// word index) keeps. Summary bits of empty words are cleared on the way.
+    #[inline]
+    pub(crate) fn next(&self, set: usize, from: usize, owned: &dyn Fn(usize) -> u64) -> Option<usize> {
+        let mut w = from / 64;
+        if w >= self.words {
+            return None;
+        }
+        let first = self.word(set, w).load(ACQ) & owned(w) & !((1u64 << (from % 64)) - 1);
+        if first != 0 {
+            return Some(w * 64 + first.trailing_zeros() as usize);
+        }
+        w += 1;
+        while w < self.words {
+            let s = w / 64;
+            let summary = self.summary(set, s).load(ACQ) & !((1u64 << (w % 64)) - 1);
+            if summary == 0 {
+                w = (s + 1) * 64;
+                continue;
+            }
+            w = s * 64 + summary.trailing_zeros() as usize;
+            let word = self.word(set, w).load(ACQ);
+            if word == 0 {
+                self.tidy(set, w);
+            }
+            let bits = word & owned(w);
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+        }
+        None
+    }
+
+    /// The lowest chunk at or after `from` that is in `set` and not in `without`, and that
+    /// `owned` keeps (the summary of `set` leads).
+    pub(crate) fn next_without(
+        &self,
+        set: usize,
+        without: usize,
+        from: usize,
+        owned: &dyn Fn(usize) -> u64,
+    ) -> Option<usize> {
+        let mut w = from / 64;
+        let mut mask = !((1u64 << (from % 64)) - 1);
+        while w < self.words {
+            let s = w / 64;
+            let summary = self.summary(set, s).load(ACQ) & !((1u64 << (w % 64)) - 1);
+            if summary == 0 {
+                (w, mask) = ((s + 1) * 64, u64::MAX);
+                continue;
+            }
+            let at = s * 64 + summary.trailing_zeros() as usize;
+            if at != w {
+                (w, mask) = (at, u64::MAX);
+            }
+            let bits = self.word(set, w).load(ACQ) & !self.word(without, w).load(ACQ) & owned(w) & mask;
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            (w, mask) = (w + 1, u64::MAX);
+        }
+        None
+    }
+
+    /// Bitmap word `w` of `set` was seen empty: clear its summary bit, unless it is set again.
+    #[cold]
+    fn tidy(&self, set: usize, w: usize) {
+        let (s, sbit) = (w / 64, 1u64 << (w % 64));
+        self.summary(set, s).fetch_and(!sbit, ACQ_REL);
+        // A read-modify-write, so that a setter either sees the cleared summary bit or is seen.
+        if self.word(set, w).fetch_or(0, ACQ_REL) != 0 {
+            self.summary(set, s).fetch_or(sbit, ACQ_REL);
+        }
+    }
+
+    /// Whether the summary of `set` names bitmap word `w`.
+    #[cfg(test)]
+    pub(crate) fn summarizes(&self, set: usize, w: usize) -> bool {
+        self.summary(set, w / 64).load(ACQ) & (1 << (w % 64)) != 0
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn all(_: usize) -> u64 {
+        u64::MAX
+    }
+
+    /// Members are found in address order across summary words; a word emptied by removals
+    /// leaves its summary bit until a scan meets it empty; `next_without` skips the members of
+    /// the other set; `owned` masks words.
+    #[test]
+    fn members_are_found_in_address_order_and_empty_words_leave_the_summary() {
+        let sets = ChunkSets::new(10_000, 2, "test sets").unwrap();
+        for chunk in [5, 70, 4_100, 9_999] {
+            sets.insert(0, chunk);
+        }
+        sets.insert(1, 70);
+        let members = |set: usize, owned: &dyn Fn(usize) -> u64| {
+            let mut found = Vec::new();
+            while let Some(c) = sets.next(set, found.last().map_or(0, |&c: &usize| c + 1), owned) {
+                found.push(c);
+            }
+            found
+        };
+        assert_eq!(members(0, &all), [5, 70, 4_100, 9_999]);
+        assert_eq!(members(0, &|w| if w == 1 { 0 } else { u64::MAX }), [5, 4_100, 9_999]);
+        assert_eq!(sets.next_without(0, 1, 0, &all), Some(5));
+        assert_eq!(sets.next_without(0, 1, 6, &all), Some(4_100), "70 is in the other set");
+        sets.remove(0, 4_100);
+        assert!(!sets.contains(0, 4_100) && sets.summarizes(0, 4_100 / 64), "the summary bit stays");
+        assert_eq!(members(0, &all), [5, 70, 9_999]);
+        assert!(!sets.summarizes(0, 4_100 / 64), "the scan that met the word empty cleared it");
+        assert!(sets.summarizes(0, 9_999 / 64));
+    }
+}
