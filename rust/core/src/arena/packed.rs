@@ -589,7 +589,7 @@ mod tests {
         let mut rng = Rng(0x1234_5678_9ABC_DEF1);
         let mut live = Vec::new();
         let mut placed_off_node = 0;
-        let (mut checks, mut valid_memos, mut exact_memos) = (0, 0, 0);
+        let (mut checks, mut valid_memos, mut exact_memos, mut sure) = (0, 0, 0, 0);
         for step in 0..20_000 {
             if live.is_empty() || rng.next() % 100 < 55 {
                 let size = log_uniform(&mut rng, 4097, MIB);
@@ -647,9 +647,22 @@ mod tests {
                     valid_memos += 1;
                     exact_memos += usize::from(known == longest);
                 }
+                // A chunk the index counts as sure has a valid memo, in the class of its length:
+                // every step that left a memo out of date marked its chunk unsure.
+                if a.stretch_classes.unsure_word(chunk / 64) & 1 << (chunk % 64) == 0 {
+                    sure += 1;
+                    let known = a.stretches[chunk].known(epoch);
+                    assert!(known.is_some(), "step {step}: chunk {chunk} is sure, its memo out of date");
+                    let class = crate::arena::stretch_classes::class_of(known.unwrap_or(0));
+                    assert!(
+                        a.stretch_classes.chunks(class, chunk).next() == Some(chunk),
+                        "step {step}: chunk {chunk} is sure but not in its memo's class"
+                    );
+                }
             }
         }
         assert!(placed_off_node > 0, "some blocks were placed in free stretches");
+        assert!(sure * 2 > checks, "{sure} of {checks} chunks sure");
         // Frees raise the memos rather than leaving them out of date: most stay valid.
         assert!(valid_memos * 4 > checks * 3, "{valid_memos} memos valid of {checks}");
         assert!(exact_memos * 2 > valid_memos, "{exact_memos} of {valid_memos} valid memos exact");

@@ -148,14 +148,16 @@ impl Arena {
         let before = memo.before_free(space);
         let ends_before = self.chunk_ends[chunk].before_free(space);
         space.refresh();
-        if before.is_none_or(|before| memo.after_free(space, before, || 0).is_none()) {
-            self.stretch_classes.mark_unsure(chunk);
+        if let Some(before) = before {
+            memo.after_free(space, before, || 0);
         }
         if let Some(before) = ends_before {
             self.chunk_ends[chunk].after_step(space, before);
         }
         TreeShape::reset_summaries(self.summaries(chunk));
         pool.maps.reveal(space, chunk);
+        // The maps' announcement steps the epoch once more: the memo is out of date again.
+        self.stretch_classes.mark_unsure(chunk);
         true
     }
 }
