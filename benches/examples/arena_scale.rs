@@ -10,7 +10,7 @@
 //! default).
 use std::time::Instant;
 
-use npumem_benches::{cli, Rng};
+use npumem_benches::{cli, prefill, Allocator, NpumemRaw, Rng};
 use npumem_core::{Backing, Pool, PoolConfig};
 
 const LO: usize = 256;
@@ -25,42 +25,31 @@ fn main() {
     let steps = cli::positional(USAGE, &args, 2, "STEPS", 1..=usize::MAX, 300_000);
     let capacity = gib << 30;
     let config = PoolConfig::new(capacity).cores(2).backing(Backing::None);
-    let pool = Pool::new(config).unwrap_or_else(|e| cli::fail(USAGE, format!("a pool of {gib} GiB: {e}")));
+    let pool = NpumemRaw(Pool::new(config).unwrap_or_else(|e| cli::fail(USAGE, format!("a pool of {gib} GiB: {e}"))));
     let mut rng = Rng::new(7);
-    let mut held: Vec<(usize, usize)> = Vec::new();
-    let mut bytes = 0usize;
-    while (bytes as f64) < occupancy * capacity as f64 {
-        let size = rng.size(LO, HI);
-        match pool.alloc_raw(size, None) {
-            Ok(offset) => {
-                held.push((offset, size));
-                bytes += size;
-            }
-            Err(_) => break,
-        }
-    }
+    let mut held = prefill(&pool, &mut rng, capacity, occupancy, LO, HI);
     let mut failing = Vec::new();
     let start = Instant::now();
     for _ in 0..steps {
+        if held.is_empty() {
+            break;
+        }
         let i = (rng.next_u64() as usize) % held.len();
         let (offset, size) = held[i];
-        pool.free_raw(offset, size).expect("a held block");
+        pool.free(offset, size);
         let size = rng.size(LO, HI);
         let t0 = Instant::now();
-        match pool.alloc_raw(size, None) {
-            Ok(offset) => held[i] = (offset, size),
-            Err(_) => {
+        match pool.alloc(size) {
+            Some(offset) => held[i] = (offset, size),
+            None => {
                 failing.push(t0.elapsed().as_nanos() as f64 / 1e3);
-                match pool.alloc_raw(held[i].1, None) {
-                    Ok(offset) => held[i].0 = offset,
-                    Err(_) => {
+                match pool.alloc(held[i].1) {
+                    Some(offset) => held[i].0 = offset,
+                    None => {
                         held.swap_remove(i);
                     }
                 }
             }
-        }
-        if held.is_empty() {
-            break;
         }
     }
     let ns = start.elapsed().as_nanos() as f64 / steps as f64;

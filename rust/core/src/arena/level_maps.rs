@@ -317,6 +317,7 @@ mod loom_models {
     //! The hide/free handshake against a real tree, and the summary's set/tidy race.
     use super::*;
     use crate::arena::buddy::{Node, TreeShape};
+    use crate::arena::loom_chunk::tree_with;
     use crate::util::sync::AtomicU64;
     use loom::sync::Arc;
     use loom::thread;
@@ -361,13 +362,9 @@ mod loom_models {
     #[test]
     fn a_hide_by_the_free_count_racing_the_last_free_leaves_the_whole_chunk_visible() {
         loom::model(|| {
-            let shape = Arc::new(TreeShape::with_heights(2, 1, 1));
-            let tree: Arc<Vec<AtomicU64>> = Arc::new((0..shape.words()).map(|_| AtomicU64::new(0)).collect());
-            let space = Arc::new(ChunkSpace::new(4));
+            let (shape, tree, space) = tree_with(2, &[Node { level: 1, index: 0 }]);
             let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
             maps.open(&space, 0);
-            shape.try_alloc(&tree, Node { level: 1, index: 0 }).unwrap();
-            space.take(2);
             let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
             let freer = thread::spawn(move || {
                 s2.release(&t2, Node { level: 1, index: 0 }).unwrap();
