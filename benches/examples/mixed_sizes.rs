@@ -13,10 +13,12 @@
 //!   reserved over requested, worst case per range.
 //!
 //! `cargo run --release -p npumem-benches --example mixed_sizes [-- --quick] [--steps N]
-//! [--runs N] [--only TABLE] [--peer NAME] [--occupancy PERCENT] [--threads N]` (TABLE: churn,
-//! threads, pairs, fill, waste; NAME: one row of every table, e.g. `npumem`; PERCENT: the churn
-//! table at that one occupancy, 1-95, instead of 50 and 85; N: the threads table's threads, 2 by
-//! default, pinned to the first N CPUs the process may use).
+//! [--runs N] [--only TABLE] [--peer NAME] [--occupancy PERCENT] [--threads N] [--seed S]`
+//! (TABLE: churn, threads, pairs, fill, waste; NAME: one row of every table, e.g. `npumem`;
+//! PERCENT: the churn table at that one occupancy, 1-95, instead of 50 and 85; N: the threads
+//! table's threads, 2 by default, pinned to the first N CPUs the process may use; S: the seed of
+//! the churn and fill tables' sequences, 7 and 3 by default, so that failures and fill can be
+//! measured on sequences never published).
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::{Barrier, Mutex};
@@ -208,6 +210,8 @@ struct Options {
     occupancies: Vec<f64>,
     /// The threads table's threads.
     threads: usize,
+    /// The seed of the churn and fill tables' sequences, when not their defaults.
+    seed: Option<u64>,
 }
 
 impl Options {
@@ -218,7 +222,7 @@ impl Options {
 }
 
 const USAGE: &str = "mixed_sizes [--quick] [--steps N] [--runs N] [--pairs N] [--only TABLE] [--peer NAME] \
-     [--occupancy PERCENT] [--threads N]";
+     [--occupancy PERCENT] [--threads N] [--seed S]";
 const TABLES: [&str; 5] = ["churn", "threads", "pairs", "fill", "waste"];
 
 fn options() -> Options {
@@ -230,6 +234,7 @@ fn options() -> Options {
         peer: None,
         occupancies: vec![0.5, 0.85],
         threads: 2,
+        seed: None,
     };
     let mut args = cli::args().into_iter();
     while let Some(a) = args.next() {
@@ -262,6 +267,7 @@ fn options() -> Options {
                 o.occupancies = vec![percent as f64 / 100.0];
             }
             "--threads" => o.threads = cli::number(USAGE, "--threads", &value(), 2..=1024),
+            "--seed" => o.seed = Some(cli::number(USAGE, "--seed", &value(), 0..=usize::MAX) as u64),
             other => cli::fail(USAGE, format!("unknown option '{other}'")),
         }
     }
@@ -417,7 +423,7 @@ fn churn_tables(o: &Options) {
         for name in o.peers() {
             let (mut ns, mut fails, mut fail_med, mut fail_max) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..o.runs {
-                let (n, f, mut lat) = with_peer(name, &mut |p| churn(p, occupancy, o.steps, 7));
+                let (n, f, mut lat) = with_peer(name, &mut |p| churn(p, occupancy, o.steps, o.seed.unwrap_or(7)));
                 ns.push(n);
                 fails.push(f as f64);
                 fail_max.push(lat.iter().cloned().fold(f64::NAN, f64::max) / 1e3);
@@ -604,14 +610,14 @@ fn fill_table(o: &Options) {
     for name in o.peers() {
         let mut cells = Vec::new();
         for (lo, hi) in bands {
-            cells.push(format!("{:.3}", with_peer(name, &mut |p| fill(p, lo, hi, 3))));
+            cells.push(format!("{:.3}", with_peer(name, &mut |p| fill(p, lo, hi, o.seed.unwrap_or(3)))));
         }
         println!("| {name} | {} |", cells.join(" | "));
     }
     if o.peer.as_deref().is_none_or(|p| p == "npumem") {
         let cells: Vec<String> = bands
             .iter()
-            .map(|&(lo, hi)| bank_rule_bound(lo, hi, 3).map_or("-".into(), |b| format!("{b:.3}")))
+            .map(|&(lo, hi)| bank_rule_bound(lo, hi, o.seed.unwrap_or(3)).map_or("-".into(), |b| format!("{b:.3}")))
             .collect();
         println!("| bound under the bank rule | {} |", cells.join(" | "));
         println!(
