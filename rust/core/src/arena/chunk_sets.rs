@@ -69,6 +69,22 @@ impl ChunkSets {
         if word.load(ACQ) & bit == 0 {
             word.fetch_or(bit, ACQ_REL);
         }
+        self.summarize(set, w);
+    }
+
+    /// [`ChunkSets::insert`] with a read-modify-write of the chunk's word even when its bit is
+    /// set already, so that whoever clears the bit later reads what came before this insert
+    /// (`stretch_classes.rs` needs that to keep a chunk in its class).
+    #[inline]
+    pub(crate) fn insert_ordered(&self, set: usize, chunk: usize) {
+        let (w, bit) = (chunk / 64, 1u64 << (chunk % 64));
+        self.word(set, w).fetch_or(bit, ACQ_REL);
+        self.summarize(set, w);
+    }
+
+    /// Set word `w`'s bit in the summary of `set`.
+    #[inline]
+    fn summarize(&self, set: usize, w: usize) {
         let (s, sbit) = (w / 64, 1u64 << (w % 64));
         let summary = self.summary(set, s);
         if summary.load(ACQ) & sbit == 0 {

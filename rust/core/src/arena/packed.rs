@@ -46,9 +46,9 @@ impl BestFit {
 /// Why a best-fit search placed no block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Missed {
-    /// The last search ruled out every core chunk it looked at (every chunk, or those its
-    /// length class or its unsure bit named), by its memo or by its tree: a first fit over
-    /// them would read them for nothing.
+    /// The last search ruled out every core chunk it looked at (those its length class or its
+    /// unsure bit named: every chunk that might hold the block), by its memo or by its tree: a
+    /// first fit over them would read them for nothing.
     Everywhere,
     /// A chunk was left unread (its memo out of date, the reads used up), or the chunk chosen
     /// refused the block: a first fit may still find room.
@@ -79,8 +79,8 @@ impl Arena {
     /// found through their length classes ([`Arena::best_by_class`]), or, when those have
     /// none, among the first [`COMPARED`] chunks that hold it in address order (core `core`'s
     /// first) of those whose memo may be out of date (the unsure chunks of
-    /// `stretch_classes.rs`), or of `every` chunk (for an allocation about to fail: the index
-    /// is a hint); at most [`FRESH_READS`] trees are read for chunks whose memo is out of date.
+    /// `stretch_classes.rs`: with the classes, the index is exact); at most [`FRESH_READS`]
+    /// trees are read for chunks whose memo is out of date.
     /// `seen` keeps the longest stretch (in units) learnt of on the way. When no chunk took it,
     /// whether a first fit (which reads every chunk that may hold it) could still find room.
     ///
@@ -93,17 +93,16 @@ impl Arena {
         align: u64,
         bank: u64,
         core: usize,
-        every: bool,
         seen: &mut u64,
     ) -> Result<Taken, Missed> {
         for _ in 0..=MEMO_CORRECTIONS {
             let mut reads = Reads { left: FRESH_READS, ran_out: false };
             let best = self
                 .best_by_class(b, bank, &mut reads, seen)
-                .or_else(|| self.best_by_address(b, bank, core, every, &mut reads, seen));
+                .or_else(|| self.best_by_address(b, bank, core, &mut reads, seen));
             let Some((_, chunk, owner)) = best else {
-                // The search by address compared every core chunk: a chunk it could not read
-                // is the only one that might hold the block.
+                // The classes and the unsure chunks ruled out every core chunk: a chunk the
+                // search could not read is the only one that might hold the block.
                 return Err(if reads.ran_out { Missed::Unsure } else { Missed::Everywhere });
             };
             match self.take_stretch(chunk, b, align, bank) {
@@ -188,15 +187,13 @@ impl Arena {
 
     /// The best fit over the cores' chunks in address order (core `core`'s first), for when the
     /// length classes had none: the chunks whose memo may be out of date or was never written
-    /// (the unsure ones), or, with `every`, every chunk (those missing from their class after a
-    /// race, or out of date after a step that did not mark them, too). A chunk visited whose
-    /// memo is valid is no longer unsure.
+    /// (the unsure ones; with the classes, every chunk that might hold the block). A chunk
+    /// visited whose memo is valid is no longer unsure.
     fn best_by_address(
         &self,
         b: &BuddyLayout,
         bank: u64,
         core: usize,
-        every: bool,
         reads: &mut Reads,
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
@@ -208,7 +205,7 @@ impl Arena {
             let pool = &self.cores[owner];
             for w in 0..words {
                 let unsure = self.stretch_classes.unsure_word(w);
-                let mut owned = pool.owned_word(w) & if every { u64::MAX } else { unsure };
+                let mut owned = pool.owned_word(w) & unsure;
                 while owned != 0 {
                     let chunk = w * 64 + owned.trailing_zeros() as usize;
                     owned &= owned - 1;
@@ -347,7 +344,7 @@ impl Arena {
             stop - start
         });
         if let Some((known, longest)) = raised {
-            self.stretch_classes.moved(chunk, Some(known), longest);
+            self.stretch_classes.moved(chunk, Some(known), longest, || self.stretches[chunk].recorded());
         }
         raised.is_some()
     }
@@ -358,7 +355,7 @@ impl Arena {
     #[inline]
     fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64) {
         let before = self.stretches[chunk].record(epoch, longest);
-        self.stretch_classes.moved(chunk, before, longest);
+        self.stretch_classes.moved(chunk, before, longest, || self.stretches[chunk].recorded());
         self.stretch_classes.settle(chunk, || self.space[chunk].moved_since(Probe::of(epoch)));
     }
 
@@ -462,7 +459,7 @@ mod tests {
         let b = g.buddy_layout(192 << 10).unwrap();
         assert_eq!(b.units, 768);
         let mut seen = 0;
-        let taken = a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).expect("chunk 1 holds the block");
+        let taken = a.take_best_stretch(&b, bank, bank, 0, &mut seen).expect("chunk 1 holds the block");
         assert_eq!(taken.chunk, 1);
         assert!((3 * 512..=6 * 512 - 768).contains(&taken.start), "{taken:?}");
         assert_eq!(a.stretches[0].known(epoch(0)), Some(512), "chunk 0's memo corrected");
@@ -501,17 +498,19 @@ mod tests {
         }
         let b = g.buddy_layout(192 << 10).unwrap();
         let mut seen = 0;
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).unwrap_err(), Missed::Everywhere);
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
         // The memos only bound the stretches from above: a search that read no tree learnt of
         // no stretch that is really free.
         assert_eq!(seen, 0);
-        // One chunk more out of date than a search may read.
+        // One chunk more out of date than a search may read (as after a step that could not
+        // carry their memos, which marks them unsure).
         for c in 0..=FRESH_READS {
             a.stretches[c].record(epoch(c) + 1, 0);
+            a.stretch_classes.mark_unsure(c);
         }
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).unwrap_err(), Missed::Unsure);
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Unsure);
         assert_eq!(seen, 512, "the stretches the trees it read hold");
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).unwrap_err(), Missed::Everywhere);
+        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
         for c in 0..chunks {
             assert_eq!(a.stretches[c].known(epoch(c)), Some(512), "chunk {c}'s memo read again");
         }
@@ -522,58 +521,6 @@ mod tests {
             "{err}"
         );
         for h in blocks.into_iter().skip(1).step_by(2) {
-            p.free(h).unwrap();
-        }
-        assert_eq!(p.check().unwrap(), 0);
-    }
-
-    /// The search of an allocation looks at the chunks whose memo the index may not know (the
-    /// unsure ones), not at every chunk: one whose memo went out of date behind the index's
-    /// back (no step marked it unsure) is missed there, and found by the search of every chunk
-    /// that an allocation makes before it fails.
-    #[test]
-    fn a_chunk_the_index_misses_is_found_before_an_allocation_fails() {
-        let p = Pool::new(PoolConfig::new(16 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new())).unwrap();
-        let a = p.arena();
-        let g = &a.geometry;
-        let bank = g.bank_units(p.config().bank_size);
-        let per_chunk = g.chunk_size / (128 << 10);
-        let blocks: Vec<_> = (0..g.chunks * per_chunk).map(|_| p.alloc(128 << 10, None, 0).unwrap()).collect();
-        // Every odd block free: stretches of 128 KiB (512 units), no free node of 256 KiB.
-        for h in blocks.iter().skip(1).step_by(2) {
-            p.free(*h).unwrap();
-        }
-        a.drain_block_caches();
-        let epoch = |c: usize| a.space[c].probe(0).unwrap().epoch();
-        for c in 0..g.chunks {
-            a.read_ends(c);
-            assert_eq!(a.stretches[c].known(epoch(c)), Some(512), "chunk {c}'s memo");
-        }
-        // Block 2 of chunk 3 freed too: a stretch of 384 KiB from 128 KiB, where no block of
-        // 320 KiB fits at its enclosing node's start (512 KiB), only from a bank boundary.
-        // Its memo says 512 units, of an epoch before that free (out of date), but the chunk is
-        // marked sure.
-        let middle = blocks[3 * per_chunk + 2];
-        p.free(middle).unwrap();
-        a.drain_block_caches();
-        let out_of_date = || {
-            a.stretches[3].record(epoch(3) - 1, 512);
-            a.stretch_classes.settle(3, || false);
-        };
-        out_of_date();
-        let b = g.buddy_layout(320 << 10).unwrap();
-        let mut seen = 0;
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, false, &mut seen).unwrap_err(), Missed::Everywhere);
-        let taken = a.take_best_stretch(&b, bank, bank, 0, true, &mut seen).expect("chunk 3 holds the block");
-        assert_eq!((taken.chunk, taken.start), (3, 512));
-        a.unmark_buddy(taken.chunk, &b, taken.start).unwrap();
-        // The same through an allocation: its first search misses the chunk, the one before
-        // failing finds it.
-        out_of_date();
-        let h = p.alloc(320 << 10, None, 0).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(p.block(h).unwrap().offset, 3 * g.chunk_size + (128 << 10));
-        p.free(h).unwrap();
-        for h in blocks.into_iter().step_by(2).filter(|h| *h != middle) {
             p.free(h).unwrap();
         }
         assert_eq!(p.check().unwrap(), 0);
@@ -647,16 +594,19 @@ mod tests {
                     valid_memos += 1;
                     exact_memos += usize::from(known == longest);
                 }
-                // A chunk the index counts as sure has a valid memo, in the class of its length:
-                // every step that left a memo out of date marked its chunk unsure.
+                // A chunk the index counts as sure has a valid memo (every step that left a memo
+                // out of date marked its chunk unsure), and every chunk with a memo is in the
+                // class of its length: the index is exact, no search need read every chunk.
                 if a.stretch_classes.unsure_word(chunk / 64) & 1 << (chunk % 64) == 0 {
                     sure += 1;
                     let known = a.stretches[chunk].known(epoch);
                     assert!(known.is_some(), "step {step}: chunk {chunk} is sure, its memo out of date");
-                    let class = crate::arena::stretch_classes::class_of(known.unwrap_or(0));
+                }
+                if let Some(recorded) = a.stretches[chunk].recorded() {
+                    let class = crate::arena::stretch_classes::class_of(recorded);
                     assert!(
                         a.stretch_classes.chunks(class, chunk).next() == Some(chunk),
-                        "step {step}: chunk {chunk} is sure but not in its memo's class"
+                        "step {step}: chunk {chunk} is not in its memo's class"
                     );
                 }
             }

@@ -6,17 +6,22 @@
 //! 0 to 3 units have a class each, then `[2^e, 1.25 x 2^e)`, `[1.25 x 2^e, 1.5 x 2^e)` and so
 //! on ([`class_of`]), so the chunks of a block's own class that turn out too short are few.
 //! One two-level bitmap over the chunks per class (`chunk_sets.rs`): a search skips the empty
-//! words of a class through its summary, on an arena of many chunks too. The
-//! index is a hint: whoever writes a memo moves the chunk's bit to the class of what it wrote
-//! (one load of the bit when it is there already, as it mostly is), and a search checks each
-//! chunk it finds against the chunk's memo and free epoch before it trusts it. Writers of one
-//! chunk's memo that race may leave its bit in two classes (the search skips the wrong one) or,
-//! rarely, in none; a chunk whose memo is out of date sits in the class of what its memo knew.
-//! Neither hides room for long: a search that finds nothing through the index goes on to the
-//! chunks whose memo may be out of date (below), and an allocation that is about to fail reads
-//! the memos of every chunk in address order, as it would without the index, and the trees
-//! whose memo is out of date (recording them here again).
+//! words of a class through its summary, on an arena of many chunks too. Whoever writes a memo
+//! moves the chunk's bit to the class of what it wrote, and a search checks each chunk it finds
+//! against the chunk's memo and free epoch before it trusts it. A chunk whose memo is out of
+//! date sits in the class of what its memo knew, and is *unsure* (below).
 //!
+//! The index is exact: once its writers are done, every chunk with a memo is in the class of
+//! that memo, so a search that finds no room through the classes and the unsure chunks has
+//! looked at every chunk that might have it. Writers of one chunk's memo may race: one reads
+//! the memo before its own, writes its own, then sets its new class's bit and clears the old
+//! class's; another's memo may land between its read and its clear, of the class it clears. So
+//! a move sets its bit with a read-modify-write even when the bit is set already, and after
+//! its clear reads the memo again and sets the bit of that memo's class (again until the class
+//! it finds is the one it set last). A clear that comes after another writer's set then reads
+//! that writer's memo, and puts its bit back. (Its bit in a class it no longer belongs to stays:
+//! a search skips it on its memo.) A loom model below races two writers.
+
 //! # Chunks whose memo may be out of date
 //!
 //! A memo goes out of date with every epoch step of its chunk that does not carry it (a free
@@ -28,10 +33,11 @@
 //! unsure chunks instead of at every chunk. The set is a handshake with the steps: set the
 //! bit, then read the epoch again (a read-modify-write) and clear the bit again when it moved
 //! since the memo's epoch; so a step either comes before that read (and the bit is cleared
-//! again) or its own clear comes after the set. A loom model below checks it. The bitmap is a
-//! hint too, as the classes are: a step that does not clear it (or a chunk missing from its
-//! class after a race) costs a search that does not find the chunk at once; the search of an
-//! allocation about to fail reads every chunk.
+//! again) or its own clear comes after the set. A loom model below checks it. Every epoch step
+//! that does not carry the memo marks the chunk (the unit-model test of `packed.rs` checks,
+//! after every batch of random allocations and frees, that each sure chunk has a valid memo and
+//! each chunk with a memo is in its class), so no allocation reads every chunk's memo: on an
+//! arena of 16,384 chunks that read took a failing allocation about 20 us.
 
 use super::chunk_sets::ChunkSets;
 use crate::error::Result;
@@ -81,13 +87,23 @@ impl StretchClasses {
     }
 
     /// `chunk`'s memo went from a longest stretch of `old` units (`None`: it knew nothing) to
-    /// `new`: move it to the new class.
+    /// `new`: move it to the new class. `recorded()` reads the memo again (its longest stretch,
+    /// whatever its epoch): when a writer racing this one wrote it meanwhile, this one's
+    /// removal may have taken the chunk out of that writer's class, so the chunk goes (back)
+    /// into the class of the memo it finds (see the module documentation).
     #[inline]
-    pub(crate) fn moved(&self, chunk: usize, old: Option<u64>, new: u64) {
-        let to = class_of(new);
-        self.classes.insert(to, chunk);
+    pub(crate) fn moved(&self, chunk: usize, old: Option<u64>, new: u64, recorded: impl Fn() -> Option<u64>) {
+        let mut to = class_of(new);
+        self.classes.insert_ordered(to, chunk);
         if let Some(from) = old.map(class_of).filter(|&from| from != to) {
             self.classes.remove(from, chunk);
+        }
+        while let Some(now) = recorded().map(class_of) {
+            if now == to {
+                break;
+            }
+            self.classes.insert_ordered(now, chunk);
+            to = now;
         }
     }
 
@@ -144,16 +160,32 @@ mod tests {
         assert_eq!(firsts, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
         assert!((1..1 << 20).all(|u: u64| class_of(u) >= class_of(u - 1)), "classes grow with the length");
         assert_eq!(class_of(u64::MAX), CLASSES - 1);
-        c.moved(129, None, 600);
+        c.moved(129, None, 600, || Some(600));
         assert_eq!(c.chunks(class_of(600), 0).collect::<Vec<_>>(), [129]);
-        c.moved(129, Some(600), 3);
-        c.moved(5, None, 3);
+        c.moved(129, Some(600), 3, || Some(3));
+        c.moved(5, None, 3, || Some(3));
         assert_eq!(c.chunks(class_of(600), 0).count(), 0);
         assert_eq!(c.chunks(3, 0).collect::<Vec<_>>(), [5, 129]);
         assert_eq!(c.chunks(3, 6).collect::<Vec<_>>(), [129]);
-        c.moved(129, Some(3), 5);
-        c.moved(129, Some(5), 5);
+        c.moved(129, Some(3), 5, || Some(5));
+        c.moved(129, Some(5), 5, || Some(5));
         assert_eq!(c.chunks(class_of(5), 0).collect::<Vec<_>>(), [129], "same class: the bit stays");
+    }
+
+    /// A writer whose memo another writer replaced before it moved the chunk (so that it takes
+    /// the chunk out of the other's class) puts the chunk back into the class of the memo it
+    /// reads afterwards.
+    #[test]
+    fn a_move_that_finds_the_memo_changed_restores_its_class() {
+        let c = StretchClasses::new(130).unwrap();
+        // The other writer recorded 600 units and moved the chunk from class_of(40) to it.
+        c.moved(7, None, 40, || Some(40));
+        c.moved(7, Some(40), 600, || Some(600));
+        // This writer read 600 as the memo before its own (3 units), which the other's then
+        // replaced: it takes the chunk out of class_of(600) and finds 600 recorded.
+        c.moved(7, Some(600), 3, || Some(600));
+        assert_eq!(c.chunks(class_of(600), 0).collect::<Vec<_>>(), [7], "the memo's class");
+        assert_eq!(c.chunks(3, 0).collect::<Vec<_>>(), [7], "a wrong class stays: searches skip it");
     }
 
     /// Every chunk starts unsure (its memo unknown); a settle makes it sure unless a step came
@@ -178,7 +210,7 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_models {
     //! The unsure bit's handshake between a search that records a memo and an epoch step that
-    //! leaves it out of date.
+    //! leaves it out of date, and two writers of one chunk's memo that move it between classes.
     use super::*;
     use crate::arena::chunk_space::ChunkSpace;
     use crate::arena::stretches::StretchMemo;
@@ -206,6 +238,32 @@ mod loom_models {
             let (_, now) = space.look();
             let unsure = classes.unsure_word(0) & 1 != 0;
             assert!(unsure || memo.known(now.epoch()).is_some(), "a chunk with an out-of-date memo is sure");
+        });
+    }
+
+    /// Two searches record the chunk's memo at once (600 units and 41, from 40: 41 is of the
+    /// class of 40), each moving the chunk from the class of the memo it read before its own
+    /// to the class of its own. Afterwards the chunk is in the class of the memo that stayed,
+    /// whichever it is: the move to 600 may take the chunk out of the class of 40 and 41 after
+    /// the other's insert, and then finds 41 recorded and puts it back. (It fails when a move
+    /// skips its read-modify-write on a bit already set, or does not read the memo again.)
+    #[test]
+    fn racing_moves_leave_the_chunk_in_the_class_of_its_memo() {
+        loom::model(|| {
+            let memo = Arc::new(StretchMemo::default());
+            let classes = Arc::new(StretchClasses::new(1).unwrap());
+            memo.record(1, 40);
+            classes.moved(0, None, 40, || memo.recorded());
+            let write = |memo: &StretchMemo, classes: &StretchClasses, longest: u64| {
+                let before = memo.record(1, longest);
+                classes.moved(0, before, longest, || memo.recorded());
+            };
+            let (m2, c2) = (memo.clone(), classes.clone());
+            let other = thread::spawn(move || write(&m2, &c2, 600));
+            write(&memo, &classes, 41);
+            other.join().unwrap();
+            let now = memo.recorded().expect("a memo was recorded");
+            assert!(classes.classes.contains(class_of(now), 0), "the chunk is not in its memo's class ({now} units)");
         });
     }
 }

@@ -448,9 +448,6 @@ impl Pool {
         if reach == Reach::Fast {
             return None;
         }
-        if let Some(placed) = self.place_packed_in_every_chunk(request, core) {
-            return Some(placed);
-        }
         let cached = self.arena.drain_block_caches_before_failing();
         let carver = SlabCarver { pool: self, core, reach };
         let slabs = self.arena.slabs.reclaim_before_failing(&carver);
@@ -467,22 +464,6 @@ impl Pool {
             return Some(placed);
         }
         self.place_grown(request, core, reach)
-    }
-
-    /// A block larger than a bank in the best-fitting free stretch of every chunk's memo, not
-    /// only of those the stretch index names (`arena/stretch_classes.rs`: a hint that a race
-    /// or a step it did not count may leave behind), before an allocation gives up.
-    #[cold]
-    fn place_packed_in_every_chunk(&self, request: &Request, core: usize) -> Option<Placed> {
-        let g = &self.arena.geometry;
-        let Layout::Buddy(b) = g.layout(request.size, request.align) else {
-            return None;
-        };
-        if request.class.is_some() || b.units as usize * g.min_block <= self.config.bank_size {
-            return None;
-        }
-        let align_units = g.packed_alignment(b.units, request.align, self.config.bank_size);
-        self.place_packed(&b, align_units, core, Reach::Full, true)
     }
 
     /// A buddy block in the chunks a failing allocation revealed (a slab object tries
@@ -709,7 +690,7 @@ impl Pool {
         }
         let align_units = g.packed_alignment(b.units, align, self.config.bank_size);
         if reach == Reach::Full && b.units >= g.units_per_chunk() / PACK_FIRST && self.packs_first() {
-            if let Some(placed) = self.place_packed(b, align_units, core, reach, false) {
+            if let Some(placed) = self.place_packed(b, align_units, core, reach) {
                 return Some(placed);
             }
             return self.place_in_other_chunks(b, core, reach);
@@ -717,7 +698,7 @@ impl Pool {
         if let Some(placed) = self.alloc_in_core(b, core) {
             return Some(placed);
         }
-        self.place_in_other_chunks(b, core, reach).or_else(|| self.place_packed(b, align_units, core, reach, false))
+        self.place_in_other_chunks(b, core, reach).or_else(|| self.place_packed(b, align_units, core, reach))
     }
 
     /// Whether a large block goes to the best-fitting free stretch first: in a tight arena, or
@@ -735,14 +716,7 @@ impl Pool {
     /// has, the longest stretch the
     /// search learnt of is left in [`STRETCH_SEEN`] for the out-of-memory error.
     #[inline(never)]
-    fn place_packed(
-        &self,
-        b: &BuddyLayout,
-        align_units: u64,
-        core: usize,
-        reach: Reach,
-        every: bool,
-    ) -> Option<Placed> {
+    fn place_packed(&self, b: &BuddyLayout, align_units: u64, core: usize, reach: Reach) -> Option<Placed> {
         if reach == Reach::Fast {
             return None;
         }
@@ -750,7 +724,7 @@ impl Pool {
         let cores = self.arena.cores.len();
         let mut seen = 0;
         let bank = g.bank_units(self.config.bank_size);
-        let placed = match self.arena.take_best_stretch(b, align_units, bank, core, every, &mut seen) {
+        let placed = match self.arena.take_best_stretch(b, align_units, bank, core, &mut seen) {
             Ok(t) => {
                 return Some(Placed {
                     offset: g.offset_of(t.chunk, t.start),
