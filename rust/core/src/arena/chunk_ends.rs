@@ -2,8 +2,9 @@
 //! chunk's tree: its *free start* (the units from unit 0 up to the first allocated one) and its
 //! *free end* (the units after the last allocated one). A block of at most two chunks that
 //! straddles the boundary of two core chunks needs the free end of one and the free start of
-//! the next (`front.rs`); a failing allocation looks at every such pair, so each pair should
-//! cost a few loads, not two tree reads.
+//! the next (`front.rs`); a failing allocation looks at the pairs around every chunk whose
+//! stretch memo may hold half its block, so each pair should cost a few loads, not two tree
+//! reads.
 //!
 //! # The record
 //!

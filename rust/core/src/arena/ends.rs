@@ -71,15 +71,14 @@ impl Arena {
         (granule, self.geometry.bank_units.max(granule))
     }
 
-    /// Upper bounds, in units, of the free start of each chunk of `0..end` and of its free end
-    /// from the first bank boundary in it (where a front would start), in order, in a few
-    /// loads per chunk and no tree read (a walk of three tables side by side): its ends record
-    /// when valid, else the longest stretch its stretch memo knows (a free start or a free end
-    /// from a bank boundary is such a stretch); no more than its free units, nor than a chunk.
-    pub(crate) fn ends_bounds(&self, end: usize) -> impl Iterator<Item = Ends> + '_ {
+    /// Upper bounds, in units, of the free start of chunk `chunk` and of its free end from the
+    /// first bank boundary in it (where a front would start), in a few loads and no tree
+    /// read: its ends record when valid, else the longest stretch its stretch memo knows (a
+    /// free start or a free end from a bank boundary is such a stretch); no more than its free
+    /// units, nor than a chunk.
+    pub(crate) fn ends_bound(&self, chunk: usize) -> Ends {
         let upc = self.geometry.units_per_chunk();
-        let spaces = self.space[..end].iter().zip(&self.chunk_ends[..end]).zip(&self.stretches[..end]);
-        spaces.map(move |((space, record), memo)| bound(space, record, memo, upc))
+        bound(&self.space[chunk], &self.chunk_ends[chunk], &self.stretches[chunk], upc)
     }
 
     /// The free units at the start and at the end of core chunk `chunk`, read from its tree
@@ -118,7 +117,7 @@ impl Arena {
     }
 }
 
-/// The bounds of [`Arena::ends_bounds`] from a chunk's free-space word, ends record and stretch
+/// The bounds of [`Arena::ends_bound`] from a chunk's free-space word, ends record and stretch
 /// memo, in a chunk of `upc` units.
 #[inline(always)]
 fn bound(space: &ChunkSpace, record: &ChunkEnds, memo: &StretchMemo, upc: u64) -> Ends {
@@ -168,7 +167,7 @@ mod tests {
                 }
                 Err(_) => failed += 1,
             }
-            for (chunk, bound) in a.ends_bounds(g.chunks).enumerate() {
+            for (chunk, bound) in (0..g.chunks).map(|c| (c, a.ends_bound(c))) {
                 if !matches!(a.global.state(chunk), ChunkState::Core(_)) {
                     continue;
                 }

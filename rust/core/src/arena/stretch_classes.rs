@@ -138,6 +138,25 @@ impl StretchClasses {
         !self.sure[w].load(Ordering::Acquire)
     }
 
+    /// Set in `out` (a bitmap over the chunks, a word per 64) every chunk whose memo may say
+    /// that it has a free stretch of `units` units or more: the chunks of the classes from that
+    /// of `units` up to (not including) `top`, and the unsure ones. With the index exact, no
+    /// other chunk has such a stretch. Only the chunks `out` covers are set, and set bits past
+    /// the last chunk the caller asked about are the caller's to drop.
+    pub(crate) fn may_hold(&self, units: u64, top: usize, out: &mut [u64]) {
+        for class in class_of(units)..top.min(CLASSES) {
+            for chunk in self.chunks(class, 0) {
+                let Some(word) = out.get_mut(chunk / 64) else {
+                    break; // address order: the rest lie past `out` too
+                };
+                *word |= 1 << (chunk % 64);
+            }
+        }
+        for (w, word) in out.iter_mut().enumerate() {
+            *word |= self.unsure_word(w);
+        }
+    }
+
     /// The chunks of `class` from `from` on, in address order.
     pub(crate) fn chunks(&self, class: usize, from: usize) -> impl Iterator<Item = usize> + '_ {
         let mut at = from;
