@@ -557,17 +557,20 @@ impl Arena {
     fn pair_starts(&self, units: u64, end: usize) -> impl Iterator<Item = usize> {
         let words = end.div_ceil(64);
         let mut may = vec![0u64; words];
-        let top = stretch_classes::class_of(self.geometry.units_per_chunk()) + 1;
+        let top = stretch_classes::classes_up_to(self.geometry.units_per_chunk());
         self.stretch_classes.may_hold(units / 2, top, &mut may);
         if end % 64 != 0 {
             may[words - 1] &= (1 << (end % 64)) - 1; // no chunk past the end
         }
-        // A pair starts at each such chunk and at the chunk before it.
-        let starts: Vec<u64> =
-            (0..words).map(|w| may[w] | may[w] >> 1 | may.get(w + 1).map_or(0, |next| next << 63)).collect();
+        // A pair starts at each such chunk and at the chunk before it (in place, from the low
+        // words up: each word reads the next one before it changes).
+        for w in 0..words {
+            let next = may.get(w + 1).map_or(0, |next| next << 63);
+            may[w] |= may[w] >> 1 | next;
+        }
         (0..words)
             .flat_map(move |w| {
-                let mut word = starts[w];
+                let mut word = may[w];
                 std::iter::from_fn(move || {
                     let bit = (word != 0).then(|| word.trailing_zeros() as usize)?;
                     word &= word - 1;

@@ -10,7 +10,7 @@ use super::chunk_space::Probe;
 use super::exact::Unmarked;
 use super::global::ChunkState;
 use super::layout::BuddyLayout;
-use super::stretch_classes::{class_of, CLASSES};
+use super::stretch_classes::{class_of, classes_up_to};
 use super::stretches::{best_fit, best_fit_in_tree, granule_shift, Fit, MAX_GRANULES};
 
 /// Chunks whose stretch memo is out of date that a best-fit search reads from their trees, at
@@ -160,9 +160,7 @@ impl Arena {
         reads: &mut Reads,
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
-        // No stretch is longer than a chunk: the classes above that are empty.
-        let classes = (class_of(self.geometry.units_per_chunk()) + 1).min(CLASSES);
-        for class in class_of(b.units)..classes {
+        for class in class_of(b.units)..classes_up_to(self.geometry.units_per_chunk()) {
             let mut best = BestFit::default();
             for chunk in self.stretch_classes.chunks(class, 0) {
                 if self.stretches[chunk].recorded().is_some_and(|longest| longest < b.units) {

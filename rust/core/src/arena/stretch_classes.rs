@@ -62,6 +62,13 @@ pub(crate) fn class_of(units: u64) -> usize {
     ((PER_DOUBLING * (exponent - 1)) as usize + quarter as usize).min(CLASSES - 1)
 }
 
+/// The classes a memo of at most `longest` units can be in: `0..classes_up_to(longest)` (no
+/// stretch is longer than a chunk, so the classes above a chunk's length stay empty).
+#[inline]
+pub(crate) fn classes_up_to(longest: u64) -> usize {
+    (class_of(longest) + 1).min(CLASSES)
+}
+
 /// The chunks of each length class (see the module documentation).
 pub(crate) struct StretchClasses {
     /// Set `class`: the chunks whose memo's longest stretch is of that class.
@@ -140,11 +147,11 @@ impl StretchClasses {
 
     /// Set in `out` (a bitmap over the chunks, a word per 64) every chunk whose memo may say
     /// that it has a free stretch of `units` units or more: the chunks of the classes from that
-    /// of `units` up to (not including) `top`, and the unsure ones. With the index exact, no
+    /// of `units` up to (not including) `top` ([`classes_up_to`]), and the unsure ones. With the index exact, no
     /// other chunk has such a stretch. Only the chunks `out` covers are set, and set bits past
     /// the last chunk the caller asked about are the caller's to drop.
     pub(crate) fn may_hold(&self, units: u64, top: usize, out: &mut [u64]) {
-        for class in class_of(units)..top.min(CLASSES) {
+        for class in class_of(units)..top {
             for chunk in self.chunks(class, 0) {
                 let Some(word) = out.get_mut(chunk / 64) else {
                     break; // address order: the rest lie past `out` too
