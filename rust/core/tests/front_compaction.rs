@@ -2,10 +2,11 @@
 //! a bank that starts in the free end of one core chunk and ends in a tail at the start of the
 //! next) packs it as tightly as a pool without them: a 64 MiB pool on one core, filled through
 //! `Pool::alloc` with random sizes of 1-100 KiB until the first failure, every other block
-//! freed, compacted fully. What stays outside the largest free block is the bank slack (the
-//! rest of the last bank of every block larger than a bank and at most half a chunk) and
-//! little more. Every kept byte, every block's `block_bytes`, the bytes in use and `check()`
-//! are checked; the plan predicts the largest free block the compaction leaves.
+//! freed, compacted fully. No packing can free more whole chunks than the live bytes and the
+//! bank slack (the rest of the last bank of every block larger than a bank and at most half a
+//! chunk) leave; the compaction frees that many on most seeds and at most one fewer on any.
+//! Every kept byte, every block's `block_bytes`, the bytes in use and `check()` are checked;
+//! the plan predicts the largest free block the compaction leaves.
 #![cfg(not(loom))]
 
 mod common;
@@ -61,20 +62,11 @@ impl Bytes {
 
 /// What one compacted pool leaves.
 struct Left {
-    /// Free bytes outside the largest free block.
-    outside: usize,
-    /// The bank slack: `-block_bytes % bank` over the blocks with `bank < block_bytes <= chunk/2`.
-    slack: usize,
-    chunk: usize,
+    /// Whole chunks the largest free block falls short of the most that any packing frees:
+    /// the chunks beyond those that the live block bytes and the bank slack fill.
+    lost: usize,
     /// Live blocks with a front before the compaction.
     fronted: usize,
-}
-
-impl Left {
-    /// Chunks outside the largest free block beyond the bank slack.
-    fn beyond(&self) -> f64 {
-        (self.outside as f64 - self.slack as f64) / self.chunk as f64
-    }
 }
 
 /// Whether a live block has a front: it starts inside a chunk and its bytes cross the chunk's end.
@@ -136,45 +128,50 @@ fn odd_sizes_compacted(seed: u64, backing: Backing) -> Left {
     for &(h, id) in &kept {
         assert!(bytes.intact(&p, h, id), "seed {seed}: block {id} lost its bytes");
     }
-    let slack = blocks_after
+    let slack: usize = blocks_after
         .iter()
         .filter(|b| bank < b.block_bytes && b.block_bytes <= chunk / 2)
         .map(|b| b.block_bytes.next_multiple_of(bank) - b.block_bytes)
         .sum();
-    Left { outside: after.bytes_free - after.largest_free_block, slack, chunk, fronted }
+    // The live bytes and the slack fill at least this many chunks; a packing frees the rest.
+    let filled = (capacity - after.bytes_free + slack).div_ceil(chunk);
+    let most = (capacity / chunk - filled) * chunk;
+    Left { lost: most.saturating_sub(after.largest_free_block).div_ceil(chunk), fronted }
 }
 
-/// Over 40 seeds on a device pool (a mover), the free bytes outside the largest free block are
-/// at most 1.5 chunks beyond the bank slack, and at the median at most 0.75 chunks: the bounds
-/// of `tests/test_compaction_integrity.py`, whose blocks mostly take no front.
+/// Over `seeds`, every compaction frees at most one whole chunk less than the most any packing
+/// frees, and at most `short` of them fall short at all.
+fn at_most_one_chunk_short(lost: &[usize], short: usize) {
+    assert!(lost.iter().all(|&l| l <= 1), "chunks lost per seed: {lost:?}");
+    let fell_short = lost.iter().filter(|&&l| l > 0).count();
+    assert!(fell_short <= short, "{fell_short} seeds fell a chunk short: {lost:?}");
+}
+
+/// Over 40 seeds on a device pool (a mover, so a slide), at most a quarter fall a chunk short
+/// (measured: 6, and 9 when blocks from 1/32 of a chunk only went to free stretches first in a
+/// tight arena). The free bytes outside the largest free block are no measure of the packing
+/// here: they hold the partly filled last chunk, whose share follows the live bytes, and so
+/// how far the fill went (`tests/test_compaction_integrity.py` bounds them for blocks placed
+/// through the binding, which mostly take no front).
 #[test]
 fn full_compaction_packs_blocks_with_fronts_over_many_seeds() {
-    let mut beyond = Vec::new();
+    let mut lost = Vec::new();
     let mut fronted = 0;
     for seed in 0..40 {
         let left = odd_sizes_compacted(seed, Backing::None);
         fronted += left.fronted;
-        beyond.push(left.beyond());
+        lost.push(left.lost);
     }
     assert!(fronted >= 100, "the scenario gives many blocks a front: {fronted}");
-    beyond.sort_by(f64::total_cmp);
-    let (median, worst) = (beyond[beyond.len() / 2], beyond[beyond.len() - 1]);
-    eprintln!("chunks beyond the bank slack: median {median:.2}, worst {worst:.2}");
-    assert!(worst <= 1.5, "worst {worst:.2}: {:?}", &beyond[beyond.len() - 3..]);
-    assert!(median <= 0.75, "median {median:.2}: {beyond:?}");
+    eprintln!("chunks short of the most any packing frees: {lost:?}");
+    at_most_one_chunk_short(&lost, 10);
 }
 
 /// The same on host memory (the pool copies, slab consolidation first, a repack rather than a
 /// slide), over fewer seeds.
 #[test]
 fn full_compaction_packs_blocks_with_fronts_on_host_memory() {
-    let mut beyond = Vec::new();
-    for seed in 0..10 {
-        beyond.push(odd_sizes_compacted(seed, Backing::Host).beyond());
-    }
-    beyond.sort_by(f64::total_cmp);
-    let (median, worst) = (beyond[beyond.len() / 2], beyond[beyond.len() - 1]);
-    eprintln!("host memory, chunks beyond the bank slack: median {median:.2}, worst {worst:.2}");
-    assert!(worst <= 1.5, "worst {worst:.2}: {beyond:?}");
-    assert!(median <= 0.75, "median {median:.2}: {beyond:?}");
+    let lost: Vec<usize> = (0..10).map(|seed| odd_sizes_compacted(seed, Backing::Host).lost).collect();
+    eprintln!("host memory, chunks short of the most any packing frees: {lost:?}");
+    at_most_one_chunk_short(&lost, 2);
 }

@@ -7,9 +7,13 @@
 //! through churn the free space of every chunk breaks into stretches shorter than the large
 //! requests: at 85% occupancy with random sizes from 256 B to 1 MiB, no chunk had a free
 //! stretch of 600 KiB while 26% of the arena was free. In a tight arena a block of at least
-//! 1/32 of a chunk therefore goes to the best-fitting free stretch of a chunk first, next to
+//! 1/64 of a chunk therefore goes to the best-fitting free stretch of a chunk first, next to
 //! the blocks around it (`stretches.rs`), which costs one read of the tree per chunk tried;
-//! the flag clears again as soon as a grant succeeds. The pool also places large blocks that
+//! the flag clears again as soon as a grant succeeds. From 1/64 of a chunk rather than from
+//! 1/32: the blocks in between, placed at their enclosing nodes, broke up the stretches too.
+//! Over forty random sequences of that churn, 107 allocations failed instead of 357 (rlsf, which
+//! keeps no bank rule, 343), for 10-30% more time per step at 85%; from 1/128, 67 failed of
+//! the first twenty sequences (80 from 1/64), for 60% more time. The pool also places large blocks that
 //! way once its buddy blocks and runs hold 2/3 of the capacity (`Pool::packs_first`), though
 //! chunks are still to be had: by the time the last chunk is granted the stretches are already
 //! broken up, and blocks placed at their enclosing nodes strand the nodes' tails. Measured on

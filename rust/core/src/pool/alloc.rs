@@ -49,7 +49,7 @@ const FREED_RECORD_LEVELS: u32 = 3;
 
 /// In a tight arena, a block of at least `1 / PACK_FIRST` of a chunk goes to the best-fitting
 /// free stretch first (`arena/tight.rs`).
-const PACK_FIRST: u64 = 32;
+const PACK_FIRST: u64 = 64;
 
 /// A block that may take a front tries the frontier and the free ends before free chunks only
 /// once the bytes the cores published for buddy blocks and runs reach this share of the
@@ -1070,7 +1070,7 @@ impl Pool {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{Placed, Reach};
+    use super::{Placed, Reach, PACK_FIRST};
     use crate::arena::buddy::{Conflict, Node};
     use crate::arena::global::ChunkState;
     use crate::arena::layout::Layout;
@@ -1240,10 +1240,11 @@ mod tests {
         pool.check().unwrap();
     }
 
-    /// A block of 1/64 of a chunk (below the size that goes to a free stretch first).
-    const BLOCK: usize = 32 << 10;
-    /// Its tree level in a chunk of 2 MiB.
-    const LEVEL: u32 = 6;
+    /// A block of half the size that goes to a free stretch first in a tight arena, in a chunk
+    /// of 2 MiB.
+    const BLOCK: usize = (2 << 20) / (2 * PACK_FIRST as usize);
+    /// Its tree level.
+    const LEVEL: u32 = (2 * PACK_FIRST).trailing_zeros();
 
     /// Two chunks full of blocks of one level, that level hidden by an allocation that found
     /// no room; one block of each is freed, and its free records it as the only free node of
@@ -1253,9 +1254,10 @@ mod tests {
     #[test]
     fn a_take_through_a_free_node_record_hides_the_level_it_empties() {
         let pool = Pool::new(PoolConfig::new(4 << 20).cores(1).slab_sizes(Vec::new())).unwrap();
-        let blocks: Vec<usize> = (0..128).map(|_| pool.alloc_raw(BLOCK, None).unwrap()).collect();
+        let count = (4 << 20) / BLOCK;
+        let blocks: Vec<usize> = (0..count).map(|_| pool.alloc_raw(BLOCK, None).unwrap()).collect();
         let chunk = |offset: usize| offset >> 21;
-        let (x, y) = (blocks[10], blocks[100]);
+        let (x, y) = (blocks[10], blocks[count - 10]);
         let (a, b) = (chunk(x), chunk(y));
         assert_ne!(a, b);
         assert!(pool.try_alloc_fast(BLOCK, None, 0).unwrap().is_none(), "the arena is full");
