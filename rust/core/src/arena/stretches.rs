@@ -81,7 +81,7 @@
 //! reveal that carries the memo racing a free.
 //! `packed.rs` checks the memos against a unit model over random allocations and frees.
 
-use super::buddy::{LeafMap, TreeShape};
+use super::buddy::{LeafMap, TreeShape, MAX_LEAF_BUNCHES};
 use super::chunk_space::{ChunkSpace, Probe};
 use crate::util::bits::low_bits;
 use crate::util::sync::{AtomicU64, Ordering};
@@ -174,6 +174,12 @@ impl StretchMemo {
     }
 }
 
+/// `x` rounded up to a multiple of `align` (a power of two: a mask, not a division).
+#[inline]
+fn aligned_up(x: u64, align: u64) -> u64 {
+    (x + align - 1) & !(align - 1)
+}
+
 /// The first granule at or after `from` whose bit in `bits` equals `set`, or `end`.
 fn next_bit(bits: &[u64], from: u64, end: u64, set: bool) -> u64 {
     let mut w = (from / 64) as usize;
@@ -214,7 +220,7 @@ impl Fit {
         let Some((start, end)) = self.at else {
             return self.longest;
         };
-        let rest = end.saturating_sub((start + len).div_ceil(align) * align);
+        let rest = end.saturating_sub(aligned_up(start + len, align));
         let others = if end - start == self.longest { self.second } else { self.longest };
         others.max(rest)
     }
@@ -232,13 +238,14 @@ struct FitScan {
 
 impl FitScan {
     fn new(len: u64, align: u64) -> FitScan {
+        debug_assert!(align.is_power_of_two(), "align {align}");
         FitScan { len, align, best: None, longest: 0, second: 0 }
     }
 
     /// The free stretch `[start, end)` (empty when `start == end`); a maximal one.
     #[inline]
     fn offer(&mut self, start: u64, end: u64) {
-        let aligned = start.div_ceil(self.align) * self.align;
+        let aligned = aligned_up(start, self.align);
         if aligned < end {
             let room = end - aligned;
             if room > self.longest {
@@ -287,18 +294,29 @@ pub(crate) fn best_fit(allocated: &[u64], granules: u64, len: u64, align: u64) -
 pub(crate) fn best_fit_in_tree(shape: &TreeShape, tree: &[AtomicU64], len: u64, align: u64) -> Option<Fit> {
     let map = shape.leaf_map(tree)?;
     let mut scan = FitScan::new(len, align);
+    // The runs of uncovered leaf bunches, found once (a covered bunch at least between two
+    // runs: at most half the bunches, rounded up).
+    let mut runs = [(0u16, 0u16); MAX_LEAF_BUNCHES / 2 + 1];
+    let mut count = 0;
+    let mut at = 0;
+    while at < map.bunches {
+        let first = next_bit(&map.covered, at, map.bunches, false);
+        if first >= map.bunches {
+            break;
+        }
+        let end = next_bit(&map.covered, first, map.bunches, true);
+        runs[count] = (first as u16, end as u16);
+        count += 1;
+        at = end;
+    }
+    let room = |(first, end): (u16, u16)| {
+        (u64::from(end) * map.units).saturating_sub(aligned_up(u64::from(first) * map.units, align))
+    };
     for long in [true, false] {
-        let mut at = 0;
-        while at < map.bunches {
-            let first = next_bit(&map.covered, at, map.bunches, false);
-            if first >= map.bunches {
-                break;
-            }
-            let end = next_bit(&map.covered, first, map.bunches, true);
-            at = end;
-            let room = (end * map.units).saturating_sub((first * map.units).div_ceil(align) * align);
+        for &run in &runs[..count] {
+            let room = room(run);
             if if long { room >= len } else { room < len && room > scan.second } {
-                scan_run(shape, tree, &map, first, end, &mut scan);
+                scan_run(shape, tree, &map, u64::from(run.0), u64::from(run.1), &mut scan);
             }
         }
     }
