@@ -139,8 +139,8 @@ fn odd_sizes_compacted(seed: u64, backing: Backing) -> Left {
     Left { lost: most.saturating_sub(after.largest_free_block).div_ceil(chunk), fronted }
 }
 
-/// Over `seeds`, every compaction frees at most one whole chunk less than the most any packing
-/// frees, and at most `short` of them fall short at all.
+/// Of the compactions that `lost` counts (one per seed), each frees at most one whole chunk
+/// less than the most any packing frees, and at most `short` fall short at all.
 fn at_most_one_chunk_short(lost: &[usize], short: usize) {
     assert!(lost.iter().all(|&l| l <= 1), "chunks lost per seed: {lost:?}");
     let fell_short = lost.iter().filter(|&&l| l > 0).count();
@@ -148,8 +148,7 @@ fn at_most_one_chunk_short(lost: &[usize], short: usize) {
 }
 
 /// Over 40 seeds on a device pool (a mover, so a slide), at most a quarter fall a chunk short
-/// (measured: 6, and 9 when blocks from 1/32 of a chunk only went to free stretches first in a
-/// tight arena). The free bytes outside the largest free block are no measure of the packing
+/// (measured: 6; 9 with free stretches first in a tight arena only from 1/32 of a chunk). The free bytes outside the largest free block are no measure of the packing
 /// here: they hold the partly filled last chunk, whose share follows the live bytes, and so
 /// how far the fill went (`tests/test_compaction_integrity.py` bounds them for blocks placed
 /// through the binding, which mostly take no front).
