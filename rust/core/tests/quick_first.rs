@@ -112,3 +112,31 @@ fn a_block_lands_in_the_same_place_whether_the_quick_attempt_ran_or_not() {
     assert!(quick_allocs > 5_000, "the churn placed {quick_allocs} blocks");
     assert!(failures > 0, "the churn never filled the arena");
 }
+
+/// In a tight arena a block of 1/64 of a chunk or more goes to the best-fitting free stretch
+/// first. The quick attempt leaves it to the long part, which places it as `Pool::alloc` does,
+/// even where a free node of its size would serve it at once; a smaller block larger than a
+/// bank still takes the quick attempt.
+#[test]
+fn a_block_that_goes_to_a_free_stretch_first_is_left_to_the_long_part() {
+    let config = || PoolConfig::new(8 * MIB).cores(1).slab_sizes(Vec::new());
+    let (quick, full) = (Pool::new(config()).unwrap(), Pool::new(config()).unwrap());
+    let mut blocks = Vec::new();
+    // Full of 64 KiB blocks: the last allocation finds no chunk to be granted (a tight arena).
+    while let (Ok(a), Ok(b)) = (quick.alloc(64 * KIB, None, 0), full.alloc(64 * KIB, None, 0)) {
+        assert_eq!(offset(&quick, a), offset(&full, b));
+        blocks.push((a, b));
+    }
+    for &(a, b) in [blocks[5], blocks[70]].iter() {
+        quick.free(a).unwrap();
+        full.free(b).unwrap();
+    }
+    let size = 40 * KIB;
+    assert_eq!(quick.try_alloc_fast(size, None, 0).unwrap(), None, "left to the long part");
+    let (a, b) = (quick.alloc_quick_first(size, None, 0).unwrap(), full.alloc(size, None, 0).unwrap());
+    assert_eq!(offset(&quick, a), offset(&full, b), "placed as Pool::alloc places it");
+    let small = quick.try_alloc_fast(8 * KIB, None, 0).unwrap();
+    assert!(small.is_some(), "a block below the threshold takes the quick attempt");
+    quick.check().unwrap();
+    full.check().unwrap();
+}
