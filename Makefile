@@ -91,6 +91,7 @@ bench: develop ## Criterion benches against peers, the compaction pause, the Pyt
 	$(PY) benches/compaction_residue.py
 	cargo run --release -p npumem-benches --example threads_loop -- 3000000 npumem-buddy
 	$(PY) benches/python_roundtrip.py
+	$(PY) benches/python_churn.py
 	$(PY) benches/plan_bench.py --time-limit 10 --seed 0
 
 $(DOCS_STAMP): pyproject.toml | $(PY_DEPS_STAMP)

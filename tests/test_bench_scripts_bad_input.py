@@ -13,6 +13,8 @@ BENCHES = Path(__file__).resolve().parents[1] / "benches"
 
 BAD = [
     ("python_roundtrip.py", ["--repeat", "0"], "--repeat"),
+    ("python_churn.py", ["--occupancy", "96"], "--occupancy"),
+    ("python_churn.py", ["--steps", "x"], "--steps"),
     ("dlpack_export.py", ["--number", "x"], "--number"),
     ("compaction_residue.py", ["--seeds", "-1"], "--seeds"),
     ("compaction_residue.py", ["--min", "5000", "--max", "10"], "--min"),
