@@ -684,8 +684,8 @@ impl Pool {
     /// a trimmed block's pieces fit, so the pieces are not searched for such a block. The quick
     /// part ([`Reach::Fast`]) leaves a block that goes to a free stretch first to the full
     /// path, so that a caller who tries the quick part first (the binding, with the GIL held)
-    /// places it as [`Pool::alloc`] does: taken at its enclosing node, such blocks broke up the
-    /// stretches, and the 85% churn from Python failed 2% of its allocations.
+    /// places it as [`Pool::alloc`] does: taken at their enclosing nodes, such blocks break up
+    /// the stretches (a churn at 85% from Python then fails about 2% of its allocations).
     #[inline]
     fn place_block(&self, b: &BuddyLayout, align: usize, core: usize, reach: Reach) -> Option<Placed> {
         let g = &self.arena.geometry;
