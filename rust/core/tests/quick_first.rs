@@ -140,3 +140,27 @@ fn a_block_that_goes_to_a_free_stretch_first_is_left_to_the_long_part() {
     quick.check().unwrap();
     full.check().unwrap();
 }
+
+/// A block of more than half a chunk that goes to a free stretch first (here once 2/3 of the
+/// capacity is in use, with chunks still free) is left to the long part too: the quick attempt
+/// must not take a whole chunk for it, the fallback for a block that no chunk's tree can hold.
+/// Through either path it reserves at most 1/16 more than it asks for, at the offset where
+/// `Pool::alloc` puts it.
+#[test]
+fn a_block_of_more_than_half_a_chunk_that_goes_to_a_stretch_first_takes_no_whole_chunk() {
+    let config = || PoolConfig::new(64 * MIB).cores(1).slab_sizes(Vec::new());
+    let (quick, full) = (Pool::new(config()).unwrap(), Pool::new(config()).unwrap());
+    while quick.stats().bytes_in_use < 44 * MIB {
+        let (a, b) = (quick.alloc(512 * KIB, None, 0).unwrap(), full.alloc(512 * KIB, None, 0).unwrap());
+        assert_eq!(offset(&quick, a), offset(&full, b));
+    }
+    assert!(quick.stats().chunks_free > 0, "chunks are still to be had");
+    let size = MIB + 1;
+    let h = quick_then_long(&quick, size, None).expect("room");
+    let reserved = quick.block(h).unwrap().block_bytes;
+    assert!(reserved <= size + size / 16, "{size} B reserve {reserved} B");
+    let b = full.alloc(size, None, 0).unwrap();
+    assert_eq!(offset(&quick, h), offset(&full, b), "placed as Pool::alloc places it");
+    quick.check().unwrap();
+    full.check().unwrap();
+}

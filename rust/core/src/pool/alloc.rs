@@ -527,10 +527,13 @@ impl Pool {
             // A block of more than half a chunk that no chunk's tree can hold (the arena's
             // short last chunk is too short for its trimmed pieces): a whole chunk, as a run.
             // More than half a chunk: first across two chunks where that fills a tight spot.
+            // Only the full path can tell that no tree holds it: the quick part leaves some
+            // blocks to the full path (`Pool::place_block`), which always follows a quick
+            // attempt that placed nothing.
             Layout::Buddy(b) if b.level == 0 => self
                 .place_large(request, Layout::Buddy(b), core)
                 .or_else(|| self.place_block(&b, request.align, core, reach))
-                .or_else(|| self.place_run(1, 1, request.size)),
+                .or_else(|| (reach == Reach::Full).then(|| self.place_run(1, 1, request.size)).flatten()),
             // Larger than a bank: maybe across two chunks (`Pool::place_straddling`), and
             // across two chunks when nothing else has room.
             Layout::Buddy(b) if self.straddles(&b, request.align, reach) => {
