@@ -146,3 +146,40 @@ fn a_slab_object_reveals_room_for_a_whole_slab() {
     p.alloc(2049, None, 0).expect("a 2 KiB object with 60 KiB free in one stretch");
     p.check().unwrap();
 }
+
+/// The rest of the chunk a run's tail starts is hidden from searches until nothing else has
+/// room; an allocation that finds no room elsewhere then takes it. Here (chunks of 64 KiB,
+/// banks of 8 KiB) the run's tail is one unit at the start of the last chunk, and slab objects
+/// and blocks fill the first three chunks; a block of 4097 bytes fits the last chunk's rest.
+#[test]
+fn a_block_that_only_the_rest_of_a_tail_chunk_holds_goes_there() {
+    let config =
+        PoolConfig::new(8 * 64 * KIB).cores(1).chunk_size(64 * KIB).bank_size(8 * KIB).min_block(64).core_reserve(0);
+    let p = Pool::new(config).unwrap();
+    let sequence: [(usize, Option<usize>); 17] = [
+        (641, None),
+        (12289, None),
+        (1, None),
+        (385, None),
+        (449, None),
+        (705, None),
+        (16385, None),
+        (1, Some(4096)),
+        (65, None),
+        (257, None),
+        (321, None),
+        (513, None),
+        (577, None),
+        (129, None),
+        (193, None),
+        (40961, None),
+        (262_145, None),
+    ];
+    for (size, align) in sequence {
+        p.alloc(size, align, 0).unwrap();
+    }
+    let largest = p.stats().largest_free_block;
+    assert!(largest >= 56 * KIB, "the rest of the last chunk: {largest}");
+    p.alloc(4097, None, 0).unwrap_or_else(|e| panic!("{e} (largest free block {largest} B)"));
+    p.check().unwrap();
+}

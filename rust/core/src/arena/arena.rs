@@ -8,6 +8,7 @@ use super::backing::HostBacking;
 use super::block_cache::BlockCaches;
 use super::buddy::{Node, TreeShape};
 use super::chunk_ends::ChunkEnds;
+use super::chunk_sets::ChunkSets;
 use super::chunk_space::ChunkSpace;
 use super::core_pool::CorePool;
 use super::geometry::Geometry;
@@ -53,6 +54,10 @@ pub(crate) struct Arena {
     pub(crate) regions: Regions,
     /// Where the next partial reveal of a failing allocation starts (`reveal.rs`).
     pub(crate) reveal_cursor: AtomicU64,
+    /// The chunks granted for a tail whose rest was hidden from their cores' searches
+    /// (`tail.rs`), which a failing allocation reveals (`reveal.rs`). A hint: a member may
+    /// have been revealed, announced or retired since.
+    pub(crate) hidden_rests: ChunkSets,
     /// Where the free end of a core chunk that the next block with a front tries first starts:
     /// the chunk plus one and the unit (0: none; a hint, `front.rs`).
     pub(crate) frontier: AtomicU64,
@@ -92,6 +97,7 @@ impl Arena {
         let chunk_ends = Zeroed::new(geometry.chunks, "the chunks' ends records")?;
         let stretch_classes = StretchClasses::new(geometry.chunks)?;
         let fronts = Zeroed::new(geometry.chunks, "the chunks' front words")?;
+        let hidden_rests = ChunkSets::new(geometry.chunks, 1, "the set of chunks with a hidden rest")?;
         let global = GlobalPool::new(&geometry, config.placement, present)?;
         let levels = geometry.depth as usize + 1;
         let mut cores = Vec::new();
@@ -136,6 +142,7 @@ impl Arena {
             geometry,
             regions,
             reveal_cursor: AtomicU64::new(0),
+            hidden_rests,
             frontier: AtomicU64::new(0),
             tight: Tight::default(),
         };

@@ -16,7 +16,10 @@
 //! one does (`TreeShape::reveal_ticket`). When none did since the last complete reveal (or
 //! ever), every miss since was true, and a failing allocation reveals only the next [`REVEAL_SOME`] chunks
 //! with enough free units (from a cursor that goes round the arena) instead of all of them:
-//! a failure then costs a few searches.
+//! a failure then costs a few searches. It also reveals every chunk granted for a tail whose
+//! rest is still hidden on purpose (`tail.rs`: the rest serves other blocks once nothing else
+//! has room), wherever it lies: the arena keeps them in a set (`Arena::hidden_rests`), so the
+//! rest of a tail's chunk far from the cursor does not fail a request it holds.
 //!
 //! A reveal does what a free does, with nothing released: an epoch step on the chunk's
 //! free-space word ([`ChunkSpace::refresh`]), so that a miss recorded concurrently either
@@ -43,6 +46,8 @@ const REVEAL_LOOKS: usize = 64;
 pub(crate) struct Revealed {
     /// Every level of every chunk that cores own.
     pub(crate) every: bool,
+    /// Chunks granted for a tail whose hidden rest it revealed.
+    pub(crate) rests: usize,
     /// Otherwise these chunks, with their owners (the first `count`).
     pub(crate) chunks: [(usize, usize); REVEAL_SOME],
     pub(crate) count: usize,
@@ -57,12 +62,12 @@ impl Arena {
     #[cold]
     pub(crate) fn reveal_hidden(&self, units: u64) -> Revealed {
         let Some(ticket) = self.shape.reveal_ticket() else {
-            return self.reveal_some(units);
+            return Revealed { rests: self.reveal_rests(units), ..self.reveal_some(units) };
         };
         if ticket == 0 {
             // No search ever met a seal: nothing was hidden by mistake.
             self.shape.revealed(0);
-            return self.reveal_some(units);
+            return Revealed { rests: self.reveal_rests(units), ..self.reveal_some(units) };
         }
         for pool in self.cores.iter() {
             for chunk in pool.owned() {
@@ -71,6 +76,31 @@ impl Arena {
         }
         self.shape.revealed(ticket);
         Revealed { every: true, ..Revealed::default() }
+    }
+
+    /// Reveal every chunk granted for a tail whose rest is still hidden and has at least
+    /// `units` free units (`Arena::hidden_rests`); returns how many. A member leaves the set
+    /// before it is looked at and goes back when it stays hidden, so a tail that hides the
+    /// chunk again meanwhile keeps it in the set.
+    fn reveal_rests(&self, units: u64) -> usize {
+        let mut revealed = 0;
+        let mut from = 0;
+        while let Some(chunk) = self.hidden_rests.next(0, from, &|_| u64::MAX) {
+            from = chunk + 1;
+            self.hidden_rests.remove(0, chunk);
+            let ChunkState::Core(owner) = self.global.state(chunk) else {
+                continue; // retired since
+            };
+            if self.space[chunk].hidden() <= self.geometry.depth {
+                continue; // a free there announced room, or a reveal came first
+            }
+            if self.reveal_chunk(&self.cores[owner], chunk, units.max(1)) {
+                revealed += 1;
+            } else {
+                self.hidden_rests.insert(0, chunk);
+            }
+        }
+        revealed
     }
 
     fn reveal_some(&self, units: u64) -> Revealed {

@@ -456,7 +456,7 @@ impl Pool {
         let units = bytes.div_ceil(self.arena.geometry.min_block) as u64;
         let revealed = self.arena.reveal_hidden(units);
         let chunks = self.arena.reclaim_empty_mapped();
-        if cached + slabs + chunks > 0 || revealed.every {
+        if cached + slabs + chunks + revealed.rests > 0 || revealed.every {
             if let Some(placed) = self.place_once(request, core, reach) {
                 return Some(placed);
             }
