@@ -8,11 +8,11 @@ use super::backing::HostBacking;
 use super::block_cache::BlockCaches;
 use super::buddy::{Node, TreeShape};
 use super::chunk_ends::ChunkEnds;
-use super::chunk_sets::ChunkSets;
 use super::chunk_space::ChunkSpace;
 use super::core_pool::CorePool;
 use super::geometry::Geometry;
 use super::global::{ChunkState, GlobalPool};
+use super::hidden_rests::HiddenRests;
 use super::regions::Regions;
 use super::slab::caches::{SlabBlocks, SlabCaches, SlabClasses};
 use super::stretch_classes::StretchClasses;
@@ -55,9 +55,8 @@ pub(crate) struct Arena {
     /// Where the next partial reveal of a failing allocation starts (`reveal.rs`).
     pub(crate) reveal_cursor: AtomicU64,
     /// The chunks granted for a tail whose rest was hidden from their cores' searches
-    /// (`tail.rs`), which a failing allocation reveals (`reveal.rs`). A hint: a member may
-    /// have been revealed, announced or retired since.
-    pub(crate) hidden_rests: ChunkSets,
+    /// (`hidden_rests.rs`), which a failing allocation reveals (`reveal.rs`).
+    pub(crate) hidden_rests: HiddenRests,
     /// Where the free end of a core chunk that the next block with a front tries first starts:
     /// the chunk plus one and the unit (0: none; a hint, `front.rs`).
     pub(crate) frontier: AtomicU64,
@@ -97,7 +96,7 @@ impl Arena {
         let chunk_ends = Zeroed::new(geometry.chunks, "the chunks' ends records")?;
         let stretch_classes = StretchClasses::new(geometry.chunks)?;
         let fronts = Zeroed::new(geometry.chunks, "the chunks' front words")?;
-        let hidden_rests = ChunkSets::new(geometry.chunks, 1, "the set of chunks with a hidden rest")?;
+        let hidden_rests = HiddenRests::new(geometry.chunks)?;
         let global = GlobalPool::new(&geometry, config.placement, present)?;
         let levels = geometry.depth as usize + 1;
         let mut cores = Vec::new();

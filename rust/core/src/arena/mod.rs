@@ -2,7 +2,7 @@
 //! bank rule), the route and shape of a block, the chunks' buddy trees and free-unit counts,
 //! the free stretches inside chunks and blocks placed in them, the global pool of chunks and
 //! runs, the core pools, the slab caches, the optional host
-//! backing, the caches of freed blocks, the chunk life cycle, the last resort that reveals hidden room, the regions of a
+//! backing, the caches of freed blocks, the chunk life cycle, the last resort that reveals hidden room (and the set of the chunks whose rest a tail hid), the regions of a
 //! pool that grows, runs with a buddy tail, blocks with a front in the free end of a chunk and the records of the chunks' free ends, whether the arena is tight, and the exact-position API that compaction uses.
 
 #[cfg(not(loom))]
@@ -26,6 +26,7 @@ pub(crate) mod front;
 pub(crate) mod front_nodes;
 pub(crate) mod geometry;
 pub(crate) mod global;
+pub(crate) mod hidden_rests;
 pub(crate) mod layout;
 pub(crate) mod level_maps;
 #[cfg(all(test, loom))]

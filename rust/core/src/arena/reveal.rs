@@ -18,7 +18,7 @@
 //! with enough free units (from a cursor that goes round the arena) instead of all of them:
 //! a failure then costs a few searches. It also reveals every chunk granted for a tail whose
 //! rest is still hidden on purpose (`tail.rs`: the rest serves other blocks once nothing else
-//! has room), wherever it lies: the arena keeps them in a set (`Arena::hidden_rests`), so the
+//! has room), wherever it lies: the arena keeps them in a set (`hidden_rests.rs`), so the
 //! rest of a tail's chunk far from the cursor does not fail a request it holds.
 //!
 //! A reveal does what a free does, with nothing released: an epoch step on the chunk's
@@ -79,27 +79,22 @@ impl Arena {
     }
 
     /// Reveal every chunk granted for a tail whose rest is still hidden and has at least
-    /// `units` free units (`Arena::hidden_rests`); returns how many. A member leaves the set
-    /// before it is looked at and goes back when it stays hidden, so a tail that hides the
-    /// chunk again meanwhile keeps it in the set.
+    /// `units` free units (`hidden_rests.rs`); returns how many.
     fn reveal_rests(&self, units: u64) -> usize {
         let mut revealed = 0;
-        let mut from = 0;
-        while let Some(chunk) = self.hidden_rests.next(0, from, &|_| u64::MAX) {
-            from = chunk + 1;
-            self.hidden_rests.remove(0, chunk);
+        self.hidden_rests.pass(&mut |chunk| {
             let ChunkState::Core(owner) = self.global.state(chunk) else {
-                continue; // retired since
+                return false; // retired since
             };
             if self.space[chunk].hidden() <= self.geometry.depth {
-                continue; // a free there announced room, or a reveal came first
+                return false; // a free there announced room, or a reveal came first
             }
             if self.reveal_chunk(&self.cores[owner], chunk, units.max(1)) {
                 revealed += 1;
-            } else {
-                self.hidden_rests.insert(0, chunk);
+                return false;
             }
-        }
+            true
+        });
         revealed
     }
 

@@ -135,7 +135,7 @@ impl Arena {
     pub(crate) fn hide_rest_of(&self, chunk: usize, core: usize) {
         if let Some(probe) = self.space[chunk].probe(0) {
             self.cores[core].maps.hide(&self.space[chunk], chunk, self.geometry.depth, probe);
-            self.hidden_rests.insert(0, chunk);
+            self.hidden_rests.add(chunk);
         }
     }
 
