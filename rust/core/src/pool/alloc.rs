@@ -68,6 +68,10 @@ thread_local! {
     /// The longest free stretch (in units) that the calling thread's last failed search for a
     /// free stretch learnt of (`Pool::place_packed`), for its out-of-memory error.
     static STRETCH_SEEN: Cell<u64> = const { Cell::new(0) };
+    /// Blocks that the calling thread's allocation gave back from its core's cache of freed
+    /// blocks on the way (`Pool::place_in_other_chunks`): room that the attempt searched for
+    /// its enclosing node only, so that the failing path tries the whole placement again.
+    static DRAINED_OWN: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Chunks an out-of-memory error looks at, and trees it reads, at most to find the largest
@@ -442,13 +446,14 @@ impl Pool {
     /// searches; then a pool that can grow grows.
     #[inline(never)]
     fn place_slow(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
+        DRAINED_OWN.with(|d| d.set(0));
         if let Some(placed) = self.place_once(request, core, reach) {
             return Some(placed);
         }
         if reach == Reach::Fast {
             return None;
         }
-        let cached = self.arena.drain_block_caches_before_failing();
+        let cached = self.arena.drain_block_caches_before_failing() + DRAINED_OWN.with(Cell::get);
         let carver = SlabCarver { pool: self, core, reach };
         let slabs = self.arena.slabs.reclaim_before_failing(&carver);
         // A slab object needs room for a whole slab of its class.
@@ -631,7 +636,9 @@ impl Pool {
         } else {
             // No chunk to be had: the blocks the core's cache keeps are room of its own chunks,
             // which comes before room of other cores' (and does not make the arena tight).
-            if reach == Reach::Full && self.arena.drain_block_cache_of(core) > 0 {
+            let drained = if reach == Reach::Full { self.arena.drain_block_cache_of(core) } else { 0 };
+            if drained > 0 {
+                DRAINED_OWN.with(|d| d.set(d.get() + drained));
                 if let Some(placed) = self.alloc_in_core(b, core) {
                     return Some(placed);
                 }
