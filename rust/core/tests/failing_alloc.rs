@@ -183,3 +183,21 @@ fn a_block_that_only_the_rest_of_a_tail_chunk_holds_goes_there() {
     p.alloc(4097, None, 0).unwrap_or_else(|e| panic!("{e} (largest free block {largest} B)"));
     p.check().unwrap();
 }
+
+/// A small object whose slab does not fit the only room left, the rest of a tail's chunk (one
+/// bank), goes there on its own as a buddy block: the failing path reveals the rests that hold
+/// the object, not only those that hold a whole slab of its class.
+#[test]
+fn a_small_object_that_only_the_rest_of_a_tail_chunk_holds_goes_there() {
+    let config = PoolConfig::new(8 * 64 * KIB).cores(1).chunk_size(64 * KIB).core_reserve(0);
+    let p = Pool::new(config).unwrap();
+    // A run of one chunk and a tail of 60 KiB: the tail's chunk keeps one bank, hidden.
+    let run = p.alloc(124 * KIB, None, 0).unwrap();
+    assert_eq!(p.block(run).unwrap().block_bytes, 124 * KIB);
+    while p.alloc(64 * KIB, None, 0).is_ok() {}
+    let s = p.stats();
+    assert_eq!((s.bytes_free, s.largest_free_block), (4 * KIB, 4 * KIB));
+    let h = p.alloc(1000, None, 0).unwrap_or_else(|e| panic!("{e}"));
+    assert!(p.block(h).unwrap().offset >= 124 * KIB && p.block(h).unwrap().offset < 128 * KIB);
+    p.check().unwrap();
+}

@@ -456,9 +456,9 @@ impl Pool {
         let cached = self.arena.drain_block_caches_before_failing() + DRAINED_OWN.with(Cell::get);
         let carver = SlabCarver { pool: self, core, reach };
         let slabs = self.arena.slabs.reclaim_before_failing(&carver);
-        // A slab object needs room for a whole slab of its class.
-        let bytes = request.class.map_or(request.size, |k| self.arena.slabs.classes.classes[k].slab_bytes);
-        let units = bytes.div_ceil(self.arena.geometry.min_block) as u64;
+        // A slab object that no slab can be carved for goes to the buddy path on its own, so
+        // any request may fit the room of its own size.
+        let units = request.size.div_ceil(self.arena.geometry.min_block) as u64;
         let revealed = self.arena.reveal_hidden(units);
         let chunks = self.arena.reclaim_empty_mapped();
         if cached + slabs + chunks + revealed.rests > 0 || revealed.every {
