@@ -1,6 +1,6 @@
 """How full an arena of 4 KiB banks can get with small blocks (64 B-4 KiB, log-uniform, no
 frees), under the bank rule (no block straddles a bank boundary) and the default slab classes
-(8 per doubling): a model, not a run of npumem. Two policies, filled until the first request
+(8 per doubling): a model, not a run of npumem. Three policies, filled until the first request
 finds no room:
 
 - *tiled*: each bank holds objects of one class only, as npumem's slabs do (a class opens a
@@ -8,6 +8,12 @@ finds no room:
   for the band.
 - *mixed*: objects of any classes share a bank; each request takes the tightest bank tail
   (free bytes at a bank's end) that holds it, else a fresh bank (online best fit).
+- *slab tails*: slabs as npumem carves them (`SlabClass::new`: up to 63 objects and 16 banks,
+  objects never across a bank), and the rest of each bank of a slab, after its objects, offered
+  to the next class that needs a new slab: the tightest rest that holds one of its objects
+  takes as many as fit in it in each of that slab's banks (up to 63), before fresh banks. With
+  one level a rest is carved once; with two, the rest of a rest once more. What slabs that share
+  their banks between two classes could reach.
 
 It prints requested bytes / capacity at the first failure for each.
 
@@ -26,6 +32,11 @@ from bench_args import positive_int_at_most
 
 BANK = 4096
 LOW, HIGH = 64, 4096
+# npumem's defaults, for the slab geometry.
+MIN_BLOCK = 256
+CHUNK = 2 << 20
+MAX_SLAB_BANKS = 16
+MAX_OBJECTS = 63
 
 
 def default_classes() -> list[int]:
@@ -81,6 +92,63 @@ def fill(policy: str, banks: int, seed: int, classes: list[int]) -> float:
     return requested / (banks * BANK)
 
 
+def slab_geometry(size: int) -> tuple[int, int, int]:
+    """npumem's slab for `size`-byte objects (`SlabClass::new`): its bytes, its objects and its
+    objects per bank (the most objects with at most 1/8 lost, else the least loss)."""
+    is_pow2 = size & (size - 1) == 0
+    cap = CHUNK // 8 if is_pow2 else min(CHUNK // 8, BANK * MAX_SLAB_BANKS)
+    floor = max(MIN_BLOCK, 1 << (size - 1).bit_length())
+    candidates = []
+    slab = floor
+    while slab <= max(cap, floor):
+        per_bank, slab_banks = (slab // size, 1) if slab <= BANK else (BANK // size, slab // BANK)
+        objects = min(per_bank * slab_banks, MAX_OBJECTS)
+        if objects > 0:
+            candidates.append((slab, objects, per_bank))
+        slab *= 2
+
+    def rank(c: tuple[int, int, int]) -> tuple[bool, int, float]:
+        loss = (c[0] - c[1] * size) / c[0]
+        good = loss <= 0.125
+        return (good, c[1] if good else 0, -loss)
+
+    return max(candidates, key=rank)
+
+
+def fill_slab_tails(banks: int, seed: int, classes: list[int], levels: int) -> float:
+    """Requested / capacity at the first failure with slabs whose bank rests other classes
+    carve (see the module documentation)."""
+    rng = random.Random(seed)
+    geometry = {c: slab_geometry(c) for c in classes}
+    free: dict[int, int] = {}
+    rests: list[tuple[int, int, int]] = []  # (bytes free at the end of each bank, banks, level)
+    used = requested = 0
+    while True:
+        n = int(math.exp(rng.uniform(math.log(LOW), math.log(HIGH))))
+        c = classes[bisect.bisect_left(classes, n)]
+        if free.get(c, 0) == 0:
+            fits = [i for i, (rest, _, _) in enumerate(rests) if rest >= c]
+            if fits:
+                rest, rest_banks, level = rests.pop(min(fits, key=lambda i: rests[i][0]))
+                per_bank = rest // c
+                free[c] = free.get(c, 0) + min(per_bank * rest_banks, MAX_OBJECTS)
+                left = rest - per_bank * c
+                if level < levels and left >= LOW:
+                    rests.append((left, rest_banks, level + 1))
+            else:
+                slab, objects, per_bank = geometry[c]
+                if used + slab > banks * BANK:
+                    break
+                used += slab
+                free[c] = free.get(c, 0) + objects
+                rest = BANK - per_bank * c
+                if slab >= BANK and rest >= LOW:
+                    rests.append((rest, slab // BANK, 1))
+        free[c] -= 1
+        requested += n
+    return requested / (banks * BANK)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -97,6 +165,10 @@ def main() -> None:
     for policy in ("tiled", "mixed"):
         figures = [fill(policy, args.banks, seed, classes) for seed in range(args.seeds)]
         print(f"| {policy} | {statistics.median(figures):.3f} |")
+    for levels in (1, 2):
+        figures = [fill_slab_tails(args.banks, seed, classes, levels) for seed in range(args.seeds)]
+        name = f"slab tails, {levels} level{'s' if levels > 1 else ''}"
+        print(f"| {name} | {statistics.median(figures):.3f} |")
 
 
 if __name__ == "__main__":
