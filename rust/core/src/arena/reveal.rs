@@ -61,21 +61,21 @@ impl Arena {
     /// searches, not one of every tree.
     #[cold]
     pub(crate) fn reveal_hidden(&self, units: u64) -> Revealed {
-        let Some(ticket) = self.shape.reveal_ticket() else {
-            return Revealed { rests: self.reveal_rests(units), ..self.reveal_some(units) };
-        };
-        if ticket == 0 {
+        match self.shape.reveal_ticket() {
             // No search ever met a seal: nothing was hidden by mistake.
-            self.shape.revealed(0);
-            return Revealed { rests: self.reveal_rests(units), ..self.reveal_some(units) };
-        }
-        for pool in self.cores.iter() {
-            for chunk in pool.owned() {
-                self.reveal_chunk(pool, chunk, 1);
+            Some(0) => self.shape.revealed(0),
+            Some(ticket) => {
+                for pool in self.cores.iter() {
+                    for chunk in pool.owned() {
+                        self.reveal_chunk(pool, chunk, 1);
+                    }
+                }
+                self.shape.revealed(ticket);
+                return Revealed { every: true, ..Revealed::default() };
             }
+            None => {}
         }
-        self.shape.revealed(ticket);
-        Revealed { every: true, ..Revealed::default() }
+        Revealed { rests: self.reveal_rests(units), ..self.reveal_some(units) }
     }
 
     /// Reveal every chunk granted for a tail whose rest is still hidden and has at least
