@@ -47,11 +47,15 @@ def test_keyboard_interrupt_during_alloc_many_leaves_nothing_allocated() -> None
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals are handled on the main thread")
     pool = npumem.Pool(1 << 30, cores=1, backing="none")
+    count = 300_000
+    started = time.perf_counter()
+    blocks = pool.alloc_many([64] * count)
+    took = time.perf_counter() - started
+    del blocks  # its blocks free themselves
     # To the main thread itself: a signal sent to the process may land on another thread, and
     # then nothing wakes the main thread's sleep below before it ends.
     main = threading.main_thread().ident
     assert main is not None
-    timer = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT))
     # Python's own handler: a process started in the background by a shell without job
     # control inherits SIGINT ignored, and Python then installs no handler for it.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -60,17 +64,30 @@ def test_keyboard_interrupt_during_alloc_many_leaves_nothing_allocated() -> None
     # it as unraisable and drops it.
     collecting = gc.isenabled()
     gc.disable()
-    timer.start()
+    # Ctrl-C at moments spread over the whole call: while the blocks are allocated (the batch
+    # rolls back), while they become Python objects (those made free themselves, the rest are
+    # freed), and after the list reached the caller.
+    tries = 60
     try:
-        with pytest.raises(KeyboardInterrupt):
-            pool.alloc_many([64] * 3_000_000)
-            time.sleep(5)  # the batch finished before the signal: wait for it here
+        for k in range(tries):
+            timer = threading.Timer(
+                took * 1.2 * k / tries, signal.pthread_kill, (main, signal.SIGINT)
+            )
+            with pytest.raises(KeyboardInterrupt):
+                timer.start()
+                pool.alloc_many([64] * count)
+                # The batch finished before the signal: wait for it here, in a loop (the
+                # interpreter runs a handler that came during the list's release at the
+                # loop's next turn, not before a single long sleep).
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    time.sleep(0.001)
+            timer.join()
+            assert pool.stats().blocks_in_use == 0, f"Ctrl-C after {k}/{tries} of the call"
     finally:
-        timer.cancel()
         signal.signal(signal.SIGINT, previous)
         if collecting:
             gc.enable()
-    assert pool.stats().blocks_in_use == 0
     pool.check()
 
 

@@ -195,8 +195,10 @@ impl Pool {
             this.tags.release(&this.core, tag_id, blocks);
         })?;
         // The blocks become Python objects with signals checked now and then: a Ctrl-C raised
-        // before the list reaches the caller would drop it with every block still allocated.
-        let made = (|| -> PyResult<Bound<'py, PyList>> {
+        // before the list reaches the caller drops it. The blocks already made free themselves
+        // as their objects go; the rest are freed here.
+        let mut made = 0;
+        let list = (|| -> PyResult<Bound<'py, PyList>> {
             let list = PyList::empty(py);
             for (i, (&handle, &size)) in handles.iter().zip(&wanted).enumerate() {
                 if i % 65536 == 65535 {
@@ -205,15 +207,17 @@ impl Pool {
                 let tag = tag.as_ref().map(|t| t.clone().unbind());
                 let block = Block::new(slf.clone().unbind(), handle, size, tag, tag_id);
                 list.append(Bound::new(py, block)?)?;
+                made = i + 1;
             }
             py.check_signals()?;
             Ok(list)
-        })();
-        let list = made.inspect_err(|_| {
+        })()
+        .inspect_err(|_| {
             let core = &this.core;
-            if detached(py, || core.free_many(&handles)).is_ok() {
-                core.count_tagged_free(tag_id, wanted.len(), requested);
-                this.tags.release(core, tag_id, blocks);
+            let rest = &handles[made..];
+            if detached(py, || core.free_many(rest)).is_ok() {
+                core.count_tagged_free(tag_id, rest.len(), wanted[made..].iter().sum());
+                this.tags.release(core, tag_id, rest.len() as u64);
             }
         })?;
         if this.stacks.enabled() {
