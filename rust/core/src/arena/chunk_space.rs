@@ -3,10 +3,18 @@
 //! levels its core's level maps may hide (`level_maps.rs`).
 //!
 //! One word holds all three, so an allocation and a free still cost one atomic operation on the
-//! chunk: bits 0..26 are the free units, bits 26..32 the hidden-level threshold, bits 32..64
-//! the free epoch. A search reads the epoch (`probe`) before it reads the tree, and a free
-//! releases its tree nodes before it advances the epoch (`give`), which also tells it the
-//! threshold: a search that missed a freed node took its epoch before that free's epoch step.
+//! chunk: bits 0..26 are the free units plus a bias (`BIAS`, below), bits 26..32 the
+//! hidden-level threshold, bits 32..64 the free epoch. A search reads the epoch (`probe`) before
+//! it reads the tree, and a free releases its tree nodes before it advances the epoch (`give`),
+//! which also tells it the threshold: a search that missed a freed node took its epoch before
+//! that free's epoch step.
+//!
+//! The count may fall below zero for a moment: a free releases its nodes before it counts
+//! them, and an allocation that claims those nodes meanwhile counts them taken first (two
+//! claimers may both pass a check of the count before either takes). The bias keeps such a
+//! count inside its bits (it is at most a chunk's units below zero, and a chunk has at most
+//! 2^24 units), so the borrow never reaches the threshold or the epoch, and the free's count
+//! brings it back; readers see a count below zero as no free units.
 //!
 //! The rare side of each handshake with a free (a search that records a miss) reads the word
 //! with read-modify-write operations (`raise_hidden`, `moved_since`), so that it and a free's
@@ -19,6 +27,11 @@
 use crate::util::sync::{AtomicU64, Ordering};
 
 const UNITS_MASK: u64 = (1 << 26) - 1;
+/// Added to the free units in the word, so that a count taken below zero for a moment stays in
+/// its bits (see the module documentation).
+const BIAS: u64 = 1 << 25;
+/// The most units a chunk may have: the rest of the units bits above the bias.
+const MAX_UNITS: u64 = UNITS_MASK - BIAS;
 const HIDDEN_SHIFT: u32 = 26;
 const HIDDEN_MASK: u64 = 63 << HIDDEN_SHIFT;
 const EPOCH_STEP: u64 = 1 << 32;
@@ -27,6 +40,12 @@ const EPOCH_MASK: u64 = (1 << 32) - 1;
 /// The epoch a word holds after one step from `before`.
 fn stepped(before: u64) -> Probe {
     Probe(((before >> 32) + 1) & EPOCH_MASK)
+}
+
+/// The free units a word counts (none while the count is below zero for a moment).
+#[inline]
+fn units_of(word: u64) -> u64 {
+    (word & UNITS_MASK).saturating_sub(BIAS)
 }
 
 fn hidden_of(word: u64) -> u32 {
@@ -71,23 +90,23 @@ impl Probe {
 }
 
 impl ChunkSpace {
-    /// A chunk with `units` free units (at most 2^26 - 1).
+    /// A chunk with `units` free units (at most 2^25 - 1).
     #[cfg(test)]
     pub(crate) fn new(units: u64) -> ChunkSpace {
-        assert!(units <= UNITS_MASK, "a chunk has at most 2^26 - 1 units");
-        ChunkSpace { free: AtomicU64::new(units) }
+        assert!(units <= MAX_UNITS, "a chunk has at most 2^25 - 1 units");
+        ChunkSpace { free: AtomicU64::new(BIAS + units) }
     }
 
-    /// Whether the chunk was never granted to a core (its word was never set). Only meaningful
-    /// for a chunk no core owns: a full chunk's word is zero too after 2^32 epochs.
+    /// Whether the chunk was never granted to a core (its word was never set: a set word holds
+    /// the bias at least).
     pub(crate) fn is_pristine(&self) -> bool {
         self.free.load(Ordering::Acquire) == 0
     }
 
     /// Set a pristine chunk's free units (`units` > 0), before anyone else can reach it.
     pub(crate) fn init(&self, units: u64) {
-        assert!(units > 0 && units <= UNITS_MASK, "a chunk has between 1 and 2^26 - 1 units");
-        self.free.store(EPOCH_STEP | units, Ordering::Release);
+        assert!(units > 0 && units <= MAX_UNITS, "a chunk has between 1 and 2^25 - 1 units");
+        self.free.store(EPOCH_STEP | (BIAS + units), Ordering::Release);
     }
 
     /// The whole word: it changes with every allocation and free in the chunk.
@@ -108,10 +127,11 @@ impl ChunkSpace {
     /// Free units now.
     #[inline]
     pub(crate) fn free_units(&self) -> u64 {
-        self.free.load(Ordering::Acquire) & UNITS_MASK
+        units_of(self.free.load(Ordering::Acquire))
     }
 
-    /// Count `units` as allocated (after the tree nodes were claimed).
+    /// Count `units` as allocated (after the tree nodes were claimed; the count may fall below
+    /// zero for a moment, see the module documentation).
     #[inline]
     pub(crate) fn take(&self, units: u64) {
         self.free.fetch_sub(units, Ordering::AcqRel);
@@ -122,14 +142,14 @@ impl ChunkSpace {
     #[inline]
     pub(crate) fn give(&self, units: u64) -> (u64, u32) {
         let before = self.free.fetch_add(EPOCH_STEP + units, Ordering::AcqRel);
-        (((before & UNITS_MASK) + units), hidden_of(before))
+        (units_of(before + units), hidden_of(before))
     }
 
     /// [`ChunkSpace::give`], also returning the epoch its step made (the free's own epoch).
     #[inline]
     pub(crate) fn give_stepped(&self, units: u64) -> (u64, u32, Probe) {
         let before = self.free.fetch_add(EPOCH_STEP + units, Ordering::AcqRel);
-        (((before & UNITS_MASK) + units), hidden_of(before), stepped(before))
+        (units_of(before + units), hidden_of(before), stepped(before))
     }
 
     /// [`ChunkSpace::refresh`], also returning the epoch its step made.
@@ -174,14 +194,14 @@ impl ChunkSpace {
     #[inline]
     pub(crate) fn look(&self) -> (u64, Probe) {
         let word = self.free.load(Ordering::Acquire);
-        (word & UNITS_MASK, Probe(word >> 32))
+        (units_of(word), Probe(word >> 32))
     }
 
     /// The epoch now, if at least `units` units are free (else a search cannot succeed).
     #[inline]
     pub(crate) fn probe(&self, units: u64) -> Option<Probe> {
         let word = self.free.load(Ordering::Acquire);
-        (word & UNITS_MASK >= units).then_some(Probe(word >> 32))
+        (units_of(word) >= units).then_some(Probe(word >> 32))
     }
 
     /// Whether a free (or a refresh) came since `probe`. A read-modify-write: see the module
@@ -239,6 +259,31 @@ mod tests {
         assert_eq!(s.free_units(), 8092);
         assert_eq!(s.give(100), (8192, 0));
         assert_eq!(s.free_units(), 8192);
+    }
+
+    /// A claim of nodes that a free released but has not counted yet takes the count below
+    /// zero until the free counts them: the threshold and the epoch stay as they were, readers
+    /// see no free units, and the free's count brings the count back.
+    #[test]
+    fn a_count_below_zero_for_a_moment_leaves_the_threshold_and_the_epoch_alone() {
+        let s = ChunkSpace::new(16);
+        s.take(13);
+        let probe = s.probe(0).unwrap();
+        assert!(s.raise_hidden(4, probe));
+        s.take(46);
+        assert_eq!((s.free_units(), s.hidden()), (0, 4));
+        assert!(s.probe(1).is_none(), "no free units while below zero");
+        assert!(!s.moved_since(probe), "an allocation is no epoch step");
+        assert_eq!(s.give(46), (3, 4));
+        assert_eq!((s.free_units(), s.hidden()), (3, 4));
+        assert_eq!(s.threshold().1.epoch(), probe.epoch() + 1, "one step: the free's");
+        // Below zero from a threshold of 0 (the borrow would reach the epoch).
+        let s = ChunkSpace::new(0);
+        let probe = s.probe(0).unwrap();
+        s.take(1 << 24);
+        assert_eq!((s.free_units(), s.hidden()), (0, 0));
+        assert!(!s.moved_since(probe));
+        assert_eq!(s.give(1 << 24), (0, 0));
     }
 
     #[test]
