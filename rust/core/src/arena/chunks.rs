@@ -16,7 +16,7 @@
 //! grant sets its free-space word instead of releasing retire nodes.
 
 use super::arena::Arena;
-use super::buddy::TreeShape;
+use super::buddy::{Node, TreeShape};
 use super::global::ChunkState;
 use super::slab::caches::SlabBlocks;
 use crate::util::zeroed::back_with_writes;
@@ -75,15 +75,28 @@ impl Arena {
         // Coalescing is lazy: clear the marks of emptied bunches so the cover nodes fit.
         self.shape.sweep(tree);
         let nodes = self.retire_nodes(chunk);
+        // The nodes were held for a moment: a search may have hidden their levels meanwhile.
+        let give_back = |taken: &[Node]| {
+            for &n in taken {
+                let _ = self.shape.release(tree, n);
+            }
+            let hidden = self.space[chunk].refresh();
+            self.announce_free(chunk, hidden, taken.iter().copied());
+        };
         for (i, &node) in nodes.iter().enumerate() {
             if self.shape.try_alloc(tree, node).is_err() {
-                for &n in &nodes[..i] {
-                    let _ = self.shape.release(tree, n);
-                }
-                self.space[chunk].refresh();
-                self.stretch_classes.mark_unsure(chunk);
+                give_back(&nodes[..i]);
                 return false;
             }
+        }
+        // A caller read `owner` before it called: meanwhile another caller may have retired the
+        // chunk and a grant given it to a core again. That grant set the chunk's state before it
+        // released the nodes just taken, so the state read now names the chunk's owner; a chunk
+        // that is another core's now stays with it (retiring it would leave it in that core's
+        // bitmap while the global pool counts it free).
+        if self.global.state(chunk) != ChunkState::Core(owner) {
+            give_back(&nodes);
+            return false;
         }
         self.cores[owner].disown(chunk);
         self.cores[owner].maps.close(chunk);
@@ -139,5 +152,31 @@ impl Arena {
     pub(crate) fn reclaim_all(&self) -> usize {
         self.slabs.reclaim(self as &dyn SlabBlocks);
         self.retire_empty_chunks()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::arena::global::ChunkState;
+    use crate::config::{Backing, PoolConfig};
+    use crate::pool::pool::Pool;
+
+    /// A caller that read a chunk's owner, then found it empty after another caller retired it
+    /// and a grant gave it to another core, leaves it with that core: the state and the owner's
+    /// bitmap keep agreeing, and the new owner retires it later.
+    #[test]
+    fn a_retirer_that_read_an_earlier_owner_leaves_the_chunk_to_its_new_one() {
+        let p = Pool::new(PoolConfig::new(8 << 20).cores(2).core_reserve(0).backing(Backing::None)).unwrap();
+        let a = p.arena();
+        assert!(a.grant_exact(1, 1));
+        assert!(a.retire(1, 1), "an empty chunk goes back");
+        assert!(a.grant_exact(1, 0));
+        assert!(!a.retire(1, 1), "core 1 owns it no longer");
+        assert_eq!(a.global.state(1), ChunkState::Core(0));
+        assert!(a.cores[0].owned().any(|c| c == 1) && !a.cores[1].owned().any(|c| c == 1));
+        assert_eq!(p.check().unwrap(), 0);
+        assert!(a.retire(1, 0), "its owner gives it back");
+        assert_eq!(a.global.state(1), ChunkState::Free);
+        assert_eq!(p.check().unwrap(), 0);
     }
 }
