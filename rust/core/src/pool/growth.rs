@@ -87,8 +87,10 @@ impl Pool {
             if let Some(hook) = GrowthHooks::get(&self.growth.on_grow) {
                 hook(offset, bytes).ok()?;
             }
-            self.arena.global.publish(p.start, p.len);
+            // Listed before its chunks are published: another thread may take them at once, and
+            // every block lies inside a region that `regions()` lists.
             Regions::insert(&mut regions.lock(), p);
+            self.arena.global.publish(p.start, p.len);
             regions.count_growth();
         }
     }
