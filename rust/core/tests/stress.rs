@@ -8,6 +8,9 @@
 //! mutex, not the pool).
 #![cfg(not(loom))]
 
+mod common;
+
+use common::occupancy::Occupancy;
 use npumem_core::{Handle, Pool, PoolConfig};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -17,56 +20,6 @@ const MIB: usize = 1 << 20;
 /// A knob of the stress test from the environment, or its CI default.
 fn knob(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// One bit per byte of the arena: set while a live block covers that byte.
-struct Occupancy {
-    words: Vec<AtomicU64>,
-}
-
-impl Occupancy {
-    fn new(capacity: usize) -> Occupancy {
-        Occupancy { words: (0..capacity.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
-    }
-
-    /// The words covering `[offset, offset + len)`, each with the mask of the bytes it holds.
-    fn masks(offset: usize, len: usize) -> impl Iterator<Item = (usize, u64)> {
-        let end = offset + len;
-        (offset / 64..end.div_ceil(64)).map(move |w| {
-            let lo = offset.max(w * 64) - w * 64;
-            let hi = end.min(w * 64 + 64) - w * 64;
-            let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
-            (w, mask)
-        })
-    }
-
-    /// Marks a block live; an error if any of its bytes belongs to another live block (the
-    /// bits set before the clash stay set: the caller fails the test).
-    fn claim(&self, offset: usize, len: usize) -> Result<(), String> {
-        for (w, mask) in Self::masks(offset, len) {
-            let old = self.words[w].fetch_or(mask, Ordering::AcqRel);
-            if old & mask != 0 {
-                let byte = w * 64 + (old & mask).trailing_zeros() as usize;
-                return Err(format!("block [{offset}, +{len}) overlaps a live block at byte {byte}"));
-            }
-        }
-        Ok(())
-    }
-
-    /// Marks a block free; an error if any of its bytes was not marked live.
-    fn release(&self, offset: usize, len: usize) -> Result<(), String> {
-        for (w, mask) in Self::masks(offset, len) {
-            let old = self.words[w].fetch_and(!mask, Ordering::AcqRel);
-            if old & mask != mask {
-                return Err(format!("block [{offset}, +{len}) was not registered whole"));
-            }
-        }
-        Ok(())
-    }
-
-    fn is_empty(&self) -> bool {
-        self.words.iter().all(|w| w.load(Ordering::Acquire) == 0)
-    }
 }
 
 #[test]

@@ -10,9 +10,9 @@
 
 mod common;
 
+use common::occupancy::Occupancy;
 use common::{fill, verify, Rng, MIB};
 use npumem_core::{Error, Handle, Pool, PoolConfig};
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 const THREADS: u64 = 3;
@@ -32,10 +32,9 @@ fn three_threads_on_tiny_pools_never_overlap_or_corrupt_a_block() {
             _ => config.growth(8 * chunks * chunk, [None, Some(chunk), Some(3 * chunk)][(rng.next() % 3) as usize]),
         };
         let what = format!("seed {seed}: {config:?}");
+        // A block's bytes are claimed after its allocation and released before its free.
+        let live = Occupancy::new(config.offset_space());
         let p = Pool::new(config).unwrap();
-        // Live blocks by offset: a block's range goes in after its allocation and out before
-        // its free, so an overlap is two live blocks sharing bytes.
-        let live: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
         let refused = Mutex::new(0);
         std::thread::scope(|s| {
             for t in 0..THREADS {
@@ -45,8 +44,8 @@ fn three_threads_on_tiny_pools_never_overlap_or_corrupt_a_block() {
                     let mut held: Vec<(Handle, usize)> = Vec::new();
                     let give_back = |(h, id): (Handle, usize)| {
                         verify(p, h, id);
-                        let offset = p.block(h).unwrap().offset;
-                        live.lock().unwrap().remove(&offset).expect("a live block is tracked");
+                        let b = p.block(h).unwrap();
+                        live.release(b.offset, b.block_bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
                         p.free(h).unwrap();
                     };
                     for step in 0..STEPS {
@@ -57,13 +56,7 @@ fn three_threads_on_tiny_pools_never_overlap_or_corrupt_a_block() {
                         match p.alloc(rng.size(64, chunk * 5 / 2), None, 0) {
                             Ok(h) => {
                                 let b = p.block(h).unwrap();
-                                let (start, end) = (b.offset, b.offset + b.block_bytes);
-                                let mut live = live.lock().unwrap();
-                                if let Some((&o, &e)) = live.range(..end).next_back() {
-                                    assert!(e <= start, "{what}: [{start}, {end}) overlaps the live [{o}, {e})");
-                                }
-                                live.insert(start, end);
-                                drop(live);
+                                live.claim(b.offset, b.block_bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
                                 let id = (seed as usize) << 32 | (t as usize) << 24 | step;
                                 fill(p, h, id);
                                 held.push((h, id));
@@ -79,6 +72,7 @@ fn three_threads_on_tiny_pools_never_overlap_or_corrupt_a_block() {
         failed += refused.into_inner().unwrap();
         p.check().unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(p.stats().blocks_in_use, 0, "{what}");
+        assert!(live.is_empty(), "{what}");
     }
     // The pools are tight: allocations failed for want of space in every configuration.
     assert!(failed > SEEDS as usize * 100, "{failed} allocations refused");

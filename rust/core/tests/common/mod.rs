@@ -1,8 +1,10 @@
 //! What the integration tests share: pools, a byte pattern per block, a fragmented pool to
-//! compact, a seeded generator of sizes, and moves between CPUs (`moves.rs`).
+//! compact, a seeded generator of sizes, moves between CPUs (`moves.rs`) and an overlap oracle
+//! (`occupancy.rs`).
 #![allow(dead_code)] // each test file uses its own part
 
 pub mod moves;
+pub mod occupancy;
 
 use npumem_core::{Handle, Pool, PoolConfig};
 use std::time::Duration;
