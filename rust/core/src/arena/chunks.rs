@@ -180,3 +180,192 @@ mod tests {
         assert_eq!(p.check().unwrap(), 0);
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! The chunk life cycle on an arena of four chunks of 16 units each: retires against a
+    //! retire and a regrant and against a claim through a stale hint, two frees that empty a
+    //! chunk, and a free against a claim of its own nodes. After every interleaving a chunk's
+    //! state, its owners' bitmaps, the global pool's bitmap and its tree agree; a chunk is
+    //! retired once, never under a block, and never from a core it was regranted from.
+    use crate::arena::arena::Arena;
+    use crate::arena::buddy::Node;
+    use crate::arena::global::ChunkState;
+    use crate::arena::release::Vouched;
+    use crate::arena::slab::caches::SlabClasses;
+    use crate::config::{Backing, PoolConfig};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    fn tiny_arena() -> Arc<Arena> {
+        let config = PoolConfig::new(4 * 4096)
+            .chunk_size(4096)
+            .min_block(256)
+            .bank_size(1024)
+            .slab_sizes(vec![])
+            .cores(2)
+            .core_reserve(0)
+            .run_tails(false)
+            .backing(Backing::None);
+        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        Arc::new(Arena::new(&config, classes).unwrap())
+    }
+
+    /// Allocate `node` of chunk `chunk` as the allocation path does: claim it in the tree, then
+    /// count its units taken. `false` when it is not free.
+    fn claim(a: &Arena, chunk: usize, node: Node) -> bool {
+        let claimed = a.shape.try_alloc(a.tree(chunk), node).is_ok();
+        if claimed {
+            a.space[chunk].take(node.units(a.geometry.depth));
+        }
+        claimed
+    }
+
+    /// The offset and size of `node` of chunk `chunk`, as a block.
+    fn block(a: &Arena, chunk: usize, node: Node) -> (usize, usize) {
+        let depth = a.geometry.depth;
+        (a.geometry.offset_of(chunk, node.start(depth)), node.units(depth) as usize * a.geometry.min_block)
+    }
+
+    /// The two halves of chunk `chunk`.
+    fn halves(a: &Arena, chunk: usize) -> [Node; 2] {
+        let whole = a.retire_nodes(chunk)[0];
+        [0, 1].map(|i| Node { level: whole.level + 1, index: whole.index * 2 + i })
+    }
+
+    /// The chunk's state, its owners' bitmaps, the global bitmap and its tree say the same: a
+    /// core chunk is in its owner's bitmap alone and its tree is open and empty; a free chunk is
+    /// in no bitmap, free in the global one, and its tree retired (its cover nodes allocated).
+    fn agree(a: &Arena, chunk: usize) {
+        let owners: Vec<usize> = (0..2).filter(|&c| a.cores[c].owned().any(|o| o == chunk)).collect();
+        let whole = a.retire_nodes(chunk)[0];
+        let open = a.shape.try_alloc(a.tree(chunk), whole).is_ok();
+        if open {
+            a.shape.release(a.tree(chunk), whole).unwrap();
+        }
+        match a.global.state(chunk) {
+            ChunkState::Core(o) => {
+                assert_eq!(owners, vec![o], "a core chunk is in its owner's bitmap alone");
+                assert!(a.global.is_taken(chunk), "a core chunk is taken in the global bitmap");
+                assert!(open, "a core chunk's tree is open");
+                assert!(a.chunk_is_empty(chunk), "its free-space word counts every unit free");
+            }
+            ChunkState::Free => {
+                assert!(owners.is_empty(), "a free chunk is in no owner's bitmap: {owners:?}");
+                assert!(!a.global.is_taken(chunk), "a free chunk is free in the global bitmap");
+                assert!(!open, "a free chunk's tree is retired");
+            }
+            other => panic!("unexpected state {other:?}"),
+        }
+    }
+
+    /// A caller that read owner 1 retires the chunk while another retires it and grants it to
+    /// core 0: whatever the order, one of them retires it, and the chunk ends with one owner or
+    /// none, every record agreeing.
+    #[test]
+    fn a_retire_with_a_stale_owner_against_a_retire_and_a_regrant() {
+        loom::model(|| {
+            let a = tiny_arena();
+            assert!(a.grant_exact(1, 1));
+            let other = {
+                let a = a.clone();
+                thread::spawn(move || {
+                    let retired = a.retire(1, 1);
+                    let regranted = retired && a.grant_exact(1, 0);
+                    (retired, regranted)
+                })
+            };
+            let stale = a.retire(1, 1);
+            let (retired, regranted) = other.join().unwrap();
+            assert!(!(stale && retired), "one chunk retired twice");
+            assert!(stale || retired, "an empty chunk with two retirers stays out");
+            if regranted {
+                assert!(!stale, "the stale retire took a regranted chunk");
+                assert_eq!(a.global.state(1), ChunkState::Core(0));
+            }
+            agree(&a, 1);
+        });
+    }
+
+    /// A thread whose hint still names the chunk claims a node in it while its owner retires
+    /// it: never both, and a claim that won keeps the chunk with its owner.
+    #[test]
+    fn a_claim_through_a_stale_hint_against_a_retire() {
+        loom::model(|| {
+            let a = tiny_arena();
+            assert!(a.grant_exact(1, 1));
+            let node = halves(&a, 1)[0];
+            let claimer = {
+                let a = a.clone();
+                thread::spawn(move || a.shape.try_alloc(a.tree(1), node).is_ok())
+            };
+            let retired = a.retire(1, 1);
+            let claimed = claimer.join().unwrap();
+            assert!(!(retired && claimed), "a block placed in a retired chunk");
+            assert!(retired || claimed);
+            if claimed {
+                assert_eq!(a.global.state(1), ChunkState::Core(1));
+                a.shape.release(a.tree(1), node).unwrap();
+            }
+            agree(&a, 1);
+        });
+    }
+
+    /// Two threads free the last two blocks of a chunk at once: the one whose free empties it
+    /// retires it (no reserve), once.
+    #[test]
+    fn two_frees_that_empty_a_chunk_retire_it_once() {
+        loom::model(|| {
+            let a = tiny_arena();
+            assert!(a.grant_exact(1, 1));
+            let [x, y] = halves(&a, 1).map(|n| Node { level: n.level + 1, index: n.index * 2 });
+            assert!(claim(&a, 1, x) && claim(&a, 1, y));
+            let other = {
+                let a = a.clone();
+                let (offset, size) = block(&a, 1, y);
+                thread::spawn(move || a.release_buddy(offset, size, false, Vouched::Yes).is_ok())
+            };
+            let (offset, size) = block(&a, 1, x);
+            assert!(a.release_buddy(offset, size, false, Vouched::Yes).is_ok());
+            assert!(other.join().unwrap());
+            assert_eq!(a.global.state(1), ChunkState::Free, "the emptied chunk went back");
+            agree(&a, 1);
+        });
+    }
+
+    /// A chunk is full; one thread frees a half of it while another, through a stale hint,
+    /// claims that half again. The claim may count its units taken before the free counts them
+    /// given: the count dips below zero for a moment and must neither corrupt the fields beside
+    /// it nor make the free see an empty chunk.
+    #[test]
+    fn a_free_against_a_claim_of_its_nodes_on_a_full_chunk() {
+        loom::model(|| {
+            let a = tiny_arena();
+            assert!(a.grant_exact(1, 1));
+            let [x, y] = halves(&a, 1);
+            assert!(claim(&a, 1, x) && claim(&a, 1, y));
+            let claimer = {
+                let a = a.clone();
+                thread::spawn(move || {
+                    let claimed = claim(&a, 1, x);
+                    // What a search reads of the chunk meanwhile: never more than its units.
+                    assert!(a.space[1].free_units() <= a.geometry.usable_units(1), "a count past the chunk");
+                    a.space[1].refresh();
+                    claimed
+                })
+            };
+            let (offset, size) = block(&a, 1, x);
+            assert!(a.release_buddy(offset, size, false, Vouched::Yes).is_ok());
+            let claimed = claimer.join().unwrap();
+            assert_eq!(a.global.state(1), ChunkState::Core(1), "a chunk with a block stays");
+            let units = x.units(a.geometry.depth);
+            assert_eq!(a.space[1].free_units(), if claimed { 0 } else { units });
+            assert_eq!(a.space[1].refresh(), a.space[1].refresh(), "the hidden levels settle");
+            for node in if claimed { vec![x, y] } else { vec![y] } {
+                let (offset, size) = block(&a, 1, node);
+                assert!(a.release_buddy(offset, size, false, Vouched::Yes).is_ok());
+            }
+            agree(&a, 1);
+        });
+    }
+}

@@ -5,7 +5,6 @@
 //! backing, the caches of freed blocks, the chunk life cycle, the last resort that reveals hidden room (and the set of the chunks whose rest a tail hid), the regions of a
 //! pool that grows, runs with a buddy tail, blocks with a front in the free end of a chunk and the records of the chunks' free ends, whether the arena is tight, and the exact-position API that compaction uses.
 
-#[cfg(not(loom))]
 #[allow(clippy::module_inception)]
 pub(crate) mod arena;
 pub(crate) mod backing;
@@ -14,14 +13,10 @@ pub(crate) mod buddy;
 pub(crate) mod chunk_ends;
 pub(crate) mod chunk_sets;
 pub(crate) mod chunk_space;
-#[cfg(not(loom))]
 pub(crate) mod chunks;
 pub(crate) mod core_pool;
-#[cfg(not(loom))]
 pub(crate) mod ends;
-#[cfg(not(loom))]
 pub(crate) mod exact;
-#[cfg(not(loom))]
 pub(crate) mod front;
 pub(crate) mod front_nodes;
 pub(crate) mod geometry;
@@ -31,17 +26,12 @@ pub(crate) mod layout;
 pub(crate) mod level_maps;
 #[cfg(all(test, loom))]
 pub(crate) mod loom_chunk;
-#[cfg(not(loom))]
 pub(crate) mod packed;
-#[cfg(not(loom))]
 pub(crate) mod regions;
-#[cfg(not(loom))]
 pub(crate) mod release;
-#[cfg(not(loom))]
 pub(crate) mod reveal;
 pub(crate) mod slab;
 pub(crate) mod stretch_classes;
 pub(crate) mod stretches;
-#[cfg(not(loom))]
 pub(crate) mod tail;
 pub(crate) mod tight;
