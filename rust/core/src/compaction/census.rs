@@ -121,6 +121,64 @@ impl Census {
         Piece::of_block(item.handle, place, item.core as usize, self.home(item), geometry, classes).ok()
     }
 
+    /// Make a census read while the pool ran agree with itself, as the planners assume. A slab
+    /// record read while its slab was given back and another made with the record can show a
+    /// slab that overlaps another one or sits off its class's alignment, and an object found
+    /// through the slab directory can belong to a slab that the views show with another class,
+    /// or not at all. Such slabs and objects are left out: the model then takes those chunks'
+    /// cover from their trees (`Model::of_census`), and the moves planned on the rest are
+    /// checked again when they run. An object kept is allocated in its slab's view.
+    pub(crate) fn settle_slabs(&mut self, geometry: &Geometry, classes: &[SlabClass]) {
+        self.slabs.sort_by_key(|v| v.base);
+        let views = &self.slabs;
+        let mut keep: Vec<bool> = views
+            .iter()
+            .map(|v| classes.get(v.class).is_some_and(|c| c.slab_bytes == v.bytes && v.base % v.bytes == 0))
+            .collect();
+        // By base: every view that starts before a view's end overlaps it.
+        for i in 0..views.len() {
+            let end = views[i].base + views[i].bytes;
+            for k in (i + 1..views.len()).take_while(|&k| views[k].base < end) {
+                (keep[i], keep[k]) = (false, false);
+            }
+        }
+        let mut kept = keep.into_iter();
+        self.slabs.retain(|_| kept.next().unwrap_or(false));
+        let mut view_of: Vec<Option<usize>> = vec![None; self.objects.len()];
+        for (i, v) in self.slabs.iter().enumerate() {
+            if let Some(slot) = view_of.get_mut(v.id as usize) {
+                *slot = Some(i);
+            }
+        }
+        for (id, &at) in view_of.iter().enumerate() {
+            let view = at.map(|i| (self.slabs[i].class, self.slabs[i].base, self.slabs[i].bytes));
+            let agrees = self.slab_refs[id].zip(view).is_some_and(|(r, (class, _, _))| r.class == class);
+            let Some((class, base, bytes)) = view.filter(|_| agrees) else {
+                self.objects[id].clear();
+                self.slab_refs[id] = None;
+                continue;
+            };
+            let class = &classes[class];
+            let object = |item: &Item| {
+                (base..base + bytes)
+                    .contains(&item.offset)
+                    .then(|| class.index_of(item.offset - base))
+                    .flatten()
+                    .filter(|_| self.piece(item, geometry, classes).is_some())
+            };
+            let mut taken = 0u64;
+            let items: Vec<Item> = self.objects[id]
+                .iter()
+                .filter(|item| object(item).map(|j| taken |= 1 << j).is_some())
+                .copied()
+                .collect();
+            self.objects[id] = items;
+            if let Some(i) = at {
+                self.slabs[i].free &= !taken;
+            }
+        }
+    }
+
     /// Every movable handle (for a census that claims: every handle it marked moving).
     pub(crate) fn claimed(&self) -> impl Iterator<Item = Handle> + '_ {
         self.buddy
@@ -186,6 +244,8 @@ impl Pool {
             self.handles().claim_live(&mut add);
         } else {
             self.handles().for_each_live(&mut |handle, info| add(handle, info, info.pins == 0));
+            // Read while the pool may run.
+            census.settle_slabs(g, &slabs.classes.classes);
         }
         census
     }
