@@ -81,7 +81,7 @@ fn last_set(bits: &[u64], lo: u64, hi: u64) -> Option<u64> {
     }
 }
 
-fn set_range(bits: &mut [u64], lo: u64, hi: u64, on: bool) {
+pub(crate) fn set_range(bits: &mut [u64], lo: u64, hi: u64, on: bool) {
     let mut at = lo;
     while at < hi {
         let w = (at / 64) as usize;

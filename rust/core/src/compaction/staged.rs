@@ -263,4 +263,39 @@ mod tests {
         p.unpin(x).unwrap();
         p.check().unwrap();
     }
+
+    /// A census read while the pool ran can hold a block that was freed and another one placed
+    /// since where it was: a plan on it can send two moves to overlapping places, each free on
+    /// the paused pool. The first runs, the second is dropped as stale; before, the batch
+    /// failed when the executor reserved the second destination.
+    #[test]
+    fn two_moves_into_one_free_place_run_the_first_and_drop_the_second() {
+        let p = Pool::new(PoolConfig::new(64 * MIB).cores(1)).unwrap();
+        let [x, y, z, _w] = [0u8, 1, 2, 3].map(|k| {
+            let h = p.alloc(200_000, None, 0).unwrap();
+            p.write(h, 0, &vec![k + 1; 200_000]).unwrap();
+            h
+        });
+        let (x_at, y_at, z_at) = (p.block(x).unwrap().offset, p.block(y).unwrap().offset, p.block(z).unwrap().offset);
+        p.free(z).unwrap();
+        p.arena().drain_block_caches();
+        let staged = StagedCompaction {
+            pool: p.id(),
+            caller_copies: p.arena().backing.is_none(),
+            full: false,
+            batches: vec![vec![move_to(&p, x, z_at), move_to(&p, y, z_at)]],
+            released: vec![Vec::new()],
+            planned: planned(&p),
+            planning: Duration::ZERO,
+        };
+        let (xb, yb) = (bytes_of(&p, x), bytes_of(&p, y));
+        let token = p.pause(Duration::from_secs(5)).unwrap();
+        let done = p.run_staged(&token, staged, None).unwrap();
+        p.resume(&token).unwrap();
+        assert_eq!((done.stale, done.blocks), (1, 1));
+        assert_eq!((p.block(x).unwrap().offset, bytes_of(&p, x)), (z_at, xb));
+        assert_eq!((p.block(y).unwrap().offset, bytes_of(&p, y)), (y_at, yb));
+        assert_ne!(x_at, z_at);
+        p.check().unwrap();
+    }
 }

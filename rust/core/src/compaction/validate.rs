@@ -10,7 +10,9 @@
 //!   objects live); it is marked moving as it is checked, so no pin or free slips in;
 //! * **destinations**: each is still free, counting as free what the batch's kept sources give
 //!   back (a buddy place: the units of its chunk's tree; a run: chunks that are free or will
-//!   be empty; a slab object: a free object of a slab of its class).
+//!   be empty; a slab object: a free object of a slab of its class), and taken by no earlier
+//!   destination of the batch (a census read while the pool ran can make a plan send two
+//!   blocks to one place);
 //!
 //! A move that fails either check is dropped (its marks cleared). Its block then stays where
 //! it is, which may take a place another move of the batch was to fill, so the destinations are
@@ -27,9 +29,10 @@
 
 use std::collections::HashMap;
 
-use super::model::{all_clear, clear_range, covered_bits, Model};
+use super::model::{all_clear, clear_range, covered_bits, set_range, Model};
 use super::piece::{Home, Piece, PieceKind};
 use crate::arena::front::FrontLayout;
+use crate::arena::geometry::Geometry;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::BuddyLayout;
 use crate::arena::slab::caches::SlabView;
@@ -188,8 +191,9 @@ impl Pool {
             }
             let room = self.room_after_sources(&kept, &taken);
             let before = kept.len();
+            let mut claims = Claims::new(g.chunks);
             kept.retain(|p| {
-                let free = self.destination_free(p, &room, &views);
+                let free = self.destination_free(p, &room, &views) && claims.take(p, g);
                 if !free {
                     p.each_handle().for_each(|h| self.handles().end_move(h));
                 }
@@ -331,6 +335,63 @@ impl Pool {
                     && (tail == 0 || free_from_start(chunk + chunks, tail))
             }
         }
+    }
+}
+
+/// What the destinations kept so far in a pass take. A plan made on a census read while the
+/// pool ran can give two moves overlapping destinations (the census saw a block that was freed
+/// and another one placed there since): each is free on the pool, but only the first may run.
+struct Claims {
+    /// Per chunk, the units destinations take (whole chunks included).
+    units: ChunkBits,
+    /// Slab objects destinations take, by offset.
+    objects: std::collections::HashSet<usize>,
+}
+
+impl Claims {
+    fn new(chunks: usize) -> Claims {
+        Claims { units: ChunkBits::new(chunks), objects: std::collections::HashSet::new() }
+    }
+
+    /// Take `p`'s destination; `false` (and nothing taken) when it overlaps one taken before.
+    fn take(&mut self, p: &Piece, g: &Geometry) -> bool {
+        let upc = g.units_per_chunk();
+        let mut ranges: Vec<(usize, u64, u64)> = Vec::new();
+        match p.kind {
+            PieceKind::SlabObject { .. } => return self.objects.insert(p.to),
+            PieceKind::Buddy | PieceKind::Slab { .. } => {
+                let start = g.unit_in_chunk(p.to);
+                ranges.push((g.chunk_of(p.to), start, start + (p.extent / g.min_block) as u64));
+            }
+            PieceKind::Run { chunks } => match p.front_at_destination(g) {
+                Some(f) => {
+                    ranges.push((f.chunk, f.start, upc));
+                    ranges.extend((f.first_whole()..f.first_whole() + f.chunks).map(|c| (c, 0, upc)));
+                    ranges.push((f.tail_chunk(), 0, f.tail_units));
+                }
+                None => {
+                    let first = g.chunk_of(p.to);
+                    ranges.extend((first..first + chunks).map(|c| (c, 0, upc)));
+                    ranges.push((first + chunks, 0, (g.tail_bytes(p.size) / g.min_block) as u64));
+                }
+            },
+        }
+        ranges.retain(|&(c, start, end)| start < end && c < g.chunks);
+        let words = upc.div_ceil(64) as usize;
+        for &(c, start, end) in &ranges {
+            if !self.units.contains(c) {
+                self.units.insert(c, vec![0u64; words]);
+            }
+            if !all_clear(self.units.get(c).unwrap_or(&[]), start, end.min(upc)) {
+                return false;
+            }
+        }
+        for &(c, start, end) in &ranges {
+            if let Some(bits) = self.units.get_mut(c) {
+                set_range(bits, start, end.min(upc), true);
+            }
+        }
+        true
     }
 }
 
