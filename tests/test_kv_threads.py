@@ -102,3 +102,48 @@ def test_calling_the_cache_from_its_own_mover_is_refused() -> None:
     cache.fork(0, 1)
     cache.append(1)
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("capacity", [4096, None])
+def test_page_reads_and_writes_race_frees_of_their_sequence(capacity: int | None) -> None:
+    """Threads write and read the pages of sequences that other threads free and add again: a
+    page access either finds the sequence's page or is refused (the sequence is gone); it never
+    reaches a page the sequence gave up (a write there would land in another sequence's page,
+    or keep the page's block pinned so that the free that gave it back failed and the block
+    leaked)."""
+    cache = make_cache(capacity_tokens=capacity)
+    pool = cache.pool
+    threads, rounds, errors = 4, 3000, []
+    seqs = list(range(8))
+    for seq in seqs:
+        cache.add_sequence(seq, num_tokens=16)
+    page = {seq: bytes([seq + 1]) * cache.page_bytes for seq in seqs}
+
+    def work(t: int) -> None:
+        for i in range(rounds):
+            seq = seqs[(t + i) % len(seqs)]
+            try:
+                if t % 2:
+                    cache.free_sequence(seq)
+                    cache.add_sequence(seq, num_tokens=16)
+                    cache.write_page(seq, 0, page[seq])
+                else:
+                    cache.write_page(seq, 0, page[seq])
+                    if cache.read_page(seq, 0) != page[seq]:
+                        errors.append(f"sequence {seq}: a page with other bytes")
+            except (KeyError, npumem.InvalidArgumentError):
+                pass  # the sequence was gone or not back yet
+            except Exception as exc:  # any other failure is the finding
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors[:3] == []
+    for seq in cache.sequences():
+        cache.free_sequence(seq)
+    cache.close()
+    pool.check()
+    assert pool.stats().bytes_in_use == 0

@@ -751,13 +751,17 @@ impl PagedKV {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let seq = seq_id_arg(seq_id)?;
         let index = count(index, "index")?;
-        let (handle, at) = self.with_source(py, |t, s| s.locate(t, seq, index))??;
         let core = &self.core;
         let page = self.geometry.page_bytes;
-        let bytes = without_gil(py, || {
-            let mut out = vec![0u8; page];
-            core.read(handle, at, &mut out).map(|()| out)
-        })?;
+        // Under the state mutex: a free of the sequence on another thread cannot give the page
+        // to someone else in between.
+        let bytes = self.with_source(py, |t, s| -> PyResult<Vec<u8>> {
+            let (handle, at) = s.locate(t, seq, index)?;
+            without_gil(py, || {
+                let mut out = vec![0u8; page];
+                core.read(handle, at, &mut out).map(|()| out)
+            })
+        })??;
         Ok(PyBytes::new(py, &bytes))
     }
 
@@ -780,10 +784,13 @@ impl PagedKV {
                 format!("{} bytes at {at} do not fit in a page of {} bytes", data.len(), self.geometry.page_bytes),
             ));
         }
-        let (handle, base) = self.with_source(py, |t, s| s.locate(t, seq, index))??;
         let core = &self.core;
         let data = data.to_vec();
-        without_gil(py, || core.write(handle, base + at, &data))
+        // Under the state mutex, as `read_page`: never into a page the sequence gave up.
+        self.with_source(py, |t, s| -> PyResult<()> {
+            let (handle, base) = s.locate(t, seq, index)?;
+            without_gil(py, || core.write(handle, base + at, &data))
+        })?
     }
 
     /// Whether growing `seq_id` by `num_tokens` would find its pages now.
