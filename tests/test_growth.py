@@ -120,6 +120,51 @@ def test_trim_gives_back_free_regions_except_the_first() -> None:
     pool.free(blocks[0])
 
 
+def test_region_hooks_that_call_the_pool_back_neither_grow_nor_trim_nor_hang() -> None:
+    """`on_grow` and `on_trim` run while their thread changes the regions: an allocation from
+    inside one finds room without a growth or fails, a trim from inside one gives back no
+    region, and neither waits for the change it is part of."""
+    seen: list[str] = []
+    pool: npumem.Pool | None = None
+
+    def on_grow(_offset: int, _nbytes: int) -> None:
+        assert pool is not None
+        pool.trim()
+        try:
+            pool.alloc(3 * MIB // 2)  # needs another region: only a growth could place it
+        except OutOfMemoryError:
+            seen.append("grow: no growth inside the hook")
+
+    def on_trim(_offset: int, _nbytes: int) -> None:
+        assert pool is not None
+        regions = pool.regions()
+        pool.trim()
+        if pool.regions() == regions:
+            seen.append("trim: no region given back inside the hook")
+        pool.alloc(64).free()
+
+    pool = npumem.Pool(
+        2 * MIB, max_capacity=16 * MIB, grow_by=2 * MIB, on_grow=on_grow, on_trim=on_trim, cores=1
+    )
+
+    def work() -> None:
+        assert pool is not None
+        blocks = [pool.alloc(3 * MIB // 2) for _ in range(3)]
+        for b in blocks[1:]:
+            pool.free(b)
+        pool.trim()
+        pool.free(blocks[0])
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), "a region hook that called the pool back hung"
+    assert "grow: no growth inside the hook" in seen
+    assert "trim: no region given back inside the hook" in seen
+    assert pool.stats().regions <= 3
+    pool.check()
+
+
 def test_snapshots_list_regions_and_absent_space_is_not_free() -> None:
     pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1)
     blocks = [pool.alloc(MIB) for _ in range(5)]

@@ -21,6 +21,27 @@ use crate::pool::region_hooks::{GrowthHooks, RegionHook};
 thread_local! {
     /// Set while this thread allocates inside [`Pool::without_growth`].
     static GROWTH_HELD: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread adds or gives back a region (it holds the regions' change lock,
+    /// and runs the `on_grow` or `on_trim` hook inside): a hook that allocates or trims through
+    /// the pool would wait for that lock forever.
+    static CHANGING_REGIONS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as changing regions while it lives.
+struct Changing;
+
+impl Changing {
+    /// `None` when this thread changes regions already (a call from inside a region hook).
+    fn enter() -> Option<Changing> {
+        // `then`, not `then_some`: a guard made and dropped here would clear the mark.
+        (!CHANGING_REGIONS.with(|c| c.replace(true))).then(|| Changing)
+    }
+}
+
+impl Drop for Changing {
+    fn drop(&mut self) {
+        CHANGING_REGIONS.with(|c| c.set(false));
+    }
 }
 
 impl Pool {
@@ -66,6 +87,8 @@ impl Pool {
         if reach != Reach::Full || !self.config.grows() || GROWTH_HELD.with(Cell::get) {
             return None;
         }
+        // An allocation from inside a region hook finds room without a growth, or fails.
+        let _changing = Changing::enter()?;
         let regions = &self.arena.regions;
         let _one = regions.change();
         let g = &self.arena.geometry;
@@ -101,6 +124,8 @@ impl Pool {
         if !self.config.grows() {
             return 0;
         }
+        // A trim from inside a region hook gives back no region.
+        let Some(_changing) = Changing::enter() else { return 0 };
         let regions = &self.arena.regions;
         let _one = regions.change();
         let g = &self.arena.geometry;
