@@ -8,6 +8,7 @@ bad arguments, and growth racing with allocations on other threads.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +163,31 @@ def test_region_hooks_that_call_the_pool_back_neither_grow_nor_trim_nor_hang() -
     assert "grow: no growth inside the hook" in seen
     assert "trim: no region given back inside the hook" in seen
     assert pool.stats().regions <= 3
+    pool.check()
+
+
+def test_a_pause_from_inside_a_region_hook_is_refused_at_once() -> None:
+    """A hook runs inside the allocation that grows the pool: a pause (or a snapshot, a check)
+    from inside it would wait for that allocation, so it is refused at once."""
+    seen: list[tuple[str, float]] = []
+    pool: npumem.Pool | None = None
+
+    def on_grow(_offset: int, _nbytes: int) -> None:
+        assert pool is not None
+        for name, call in (("pause", lambda: pool.pause(5.0)), ("snapshot", pool.snapshot)):
+            started = time.monotonic()
+            with pytest.raises(npumem.PoolBusyError, match="inside one of the pool's calls"):
+                call()
+            seen.append((name, time.monotonic() - started))
+
+    pool = npumem.Pool(2 * MIB, max_capacity=8 * MIB, grow_by=2 * MIB, on_grow=on_grow, cores=1)
+    blocks = [pool.alloc(3 * MIB // 2) for _ in range(2)]
+    assert [name for name, _ in seen] == ["pause", "snapshot"]
+    assert all(waited < 1.0 for _, waited in seen), seen
+    for b in blocks:
+        pool.free(b)
+    with pool.pause(1.0):
+        pass
     pool.check()
 
 

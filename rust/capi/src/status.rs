@@ -82,6 +82,7 @@ pub fn code_of(err: &Error) -> Status {
         | Error::Moving
         | Error::Relocating
         | Error::AlreadyPaused
+        | Error::PauseInsideCall
         | Error::NotPaused => ERR_BUSY,
         Error::Corruption(_) => ERR_CORRUPTION,
         _ => ERR_INTERNAL,

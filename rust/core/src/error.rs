@@ -75,6 +75,9 @@ pub enum Error {
     Relocating,
     /// The calling thread holds the pool's pause already.
     AlreadyPaused,
+    /// A pause asked for from inside one of the pool's own calls on the same thread (a region
+    /// hook): it would wait for itself.
+    PauseInsideCall,
 }
 
 impl Error {
@@ -150,6 +153,11 @@ impl fmt::Display for Error {
                 write!(f, "this pause no longer holds the pool (it was resumed, or belongs to another pool)")
             }
             Error::AlreadyPaused => write!(f, "this thread holds the pool's pause already; resume it first"),
+            Error::PauseInsideCall => write!(
+                f,
+                "could not pause the pool: this thread is inside one of the pool's calls (a region hook), which \
+                 the pause would wait for; pause after that call returns"
+            ),
             Error::Relocating => write!(
                 f,
                 "this thread holds the pool's pause and is moving blocks: the pool cannot be used from inside \

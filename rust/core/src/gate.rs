@@ -295,6 +295,9 @@ pub(crate) enum PauseError {
     Relocating,
     /// The calling thread holds a ticketed pause already.
     AlreadyHeld,
+    /// The calling thread is inside a call of this pool (a hook it runs): it would wait for
+    /// itself.
+    InsideCall,
 }
 
 /// Proof that the caller is inside the pool; leaving drops it.
@@ -566,6 +569,8 @@ impl Gate {
     pub(crate) fn pause(&self, timeout: Duration) -> Result<PauseGuard<'_>, PauseError> {
         let (record, temporary) = thread_record();
         let own = self.holds(record);
+        // A pauser inside one of this pool's calls (a hook it runs) would wait for itself.
+        let inside = record.active.load(Ordering::Relaxed) == self.id;
         if temporary {
             record.release();
         }
@@ -575,9 +580,10 @@ impl Gate {
             }
             return Ok(PauseGuard { gate: self, _serial: None });
         }
+        if inside {
+            return Err(PauseError::InsideCall);
+        }
         let serial = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        // The pauser itself must not count as in flight (it may hold an `Entered` of this pool
-        // only if it calls pause from inside an alloc, which the API never does).
         self.pause_with(&REGISTRY, timeout).map_err(PauseError::Timeout)?;
         Ok(PauseGuard { gate: self, _serial: Some(serial) })
     }
@@ -602,6 +608,9 @@ impl Gate {
         }
         if self.holds(record) {
             return Err(PauseError::AlreadyHeld); // before the serial lock: never wait for ourselves
+        }
+        if record.active.load(Ordering::Relaxed) == self.id {
+            return Err(PauseError::InsideCall);
         }
         let _serial = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.pause_held_with(&REGISTRY, record, timeout)

@@ -274,7 +274,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::InvalidBlock { .. } => ErrorClass::InvalidHandle,
         Error::NoBacking => ErrorClass::NoBacking,
         Error::Paused | Error::Busy { .. } | Error::PausedTooLong { .. } => ErrorClass::PoolBusy,
-        Error::Moving | Error::Relocating | Error::AlreadyPaused => ErrorClass::PoolBusy,
+        Error::Moving | Error::Relocating | Error::AlreadyPaused | Error::PauseInsideCall => ErrorClass::PoolBusy,
         Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => {
             ErrorClass::Move
         }

@@ -43,6 +43,7 @@ fn pause_error(e: PauseError) -> Error {
         PauseError::Timeout(waited) => Error::Busy { waited_ms: waited.as_millis() as u64 },
         PauseError::Relocating => Error::Relocating,
         PauseError::AlreadyHeld => Error::AlreadyPaused,
+        PauseError::InsideCall => Error::PauseInsideCall,
     }
 }
 
