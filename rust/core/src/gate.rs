@@ -356,6 +356,12 @@ impl Gate {
         None
     }
 
+    /// Whether `record`'s thread is inside a call through this gate now (its own record: only
+    /// that thread writes it).
+    fn is_inside(&self, record: &Record) -> bool {
+        record.active.load(Ordering::Relaxed) == self.id
+    }
+
     /// Whether `record`'s thread holds the gate's ticketed pause (off the fast path: only asked
     /// when the gate is closed).
     #[cold]
@@ -570,7 +576,7 @@ impl Gate {
         let (record, temporary) = thread_record();
         let own = self.holds(record);
         // A pauser inside one of this pool's calls (a hook it runs) would wait for itself.
-        let inside = record.active.load(Ordering::Relaxed) == self.id;
+        let inside = self.is_inside(record);
         if temporary {
             record.release();
         }
@@ -609,7 +615,7 @@ impl Gate {
         if self.holds(record) {
             return Err(PauseError::AlreadyHeld); // before the serial lock: never wait for ourselves
         }
-        if record.active.load(Ordering::Relaxed) == self.id {
+        if self.is_inside(record) {
             return Err(PauseError::InsideCall);
         }
         let _serial = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

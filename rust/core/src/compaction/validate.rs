@@ -27,7 +27,7 @@
 //! by one all the same: a block pinned since planning changes no word, but its move is dropped,
 //! and the place it keeps is no longer free for another move.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::model::{all_clear, clear_range, covered_bits, set_range, Model};
 use super::piece::{Home, Piece, PieceKind};
@@ -345,12 +345,12 @@ struct Claims {
     /// Per chunk, the units destinations take (whole chunks included).
     units: ChunkBits,
     /// Slab objects destinations take, by offset.
-    objects: std::collections::HashSet<usize>,
+    objects: HashSet<usize>,
 }
 
 impl Claims {
     fn new(chunks: usize) -> Claims {
-        Claims { units: ChunkBits::new(chunks), objects: std::collections::HashSet::new() }
+        Claims { units: ChunkBits::new(chunks), objects: HashSet::new() }
     }
 
     /// Take `p`'s destination; `false` (and nothing taken) when it overlaps one taken before.
