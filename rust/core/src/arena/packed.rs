@@ -11,7 +11,7 @@ use super::exact::Unmarked;
 use super::global::ChunkState;
 use super::layout::BuddyLayout;
 use super::stretch_classes::{class_of, classes_up_to};
-use super::stretches::{best_fit, best_fit_in_tree, granule_shift, Fit, MAX_GRANULES};
+use super::stretches::{best_fit, best_fit_in_tree, granule_shift, Fit, Place, MAX_GRANULES};
 
 /// Chunks whose stretch memo is out of date that a best-fit search reads from their trees, at
 /// most (besides the chunk it takes the block in).
@@ -132,7 +132,7 @@ impl Arena {
         }
         let longest = match self.stretches[chunk].known(probe.epoch()) {
             Some(longest) => longest.min(free),
-            None => match self.read_longest(chunk, bank, probe, &mut reads.left) {
+            None => match self.read_longest(chunk, bank, (free, probe), &mut reads.left) {
                 Some(longest) => {
                     *seen = (*seen).max(longest);
                     longest
@@ -233,7 +233,7 @@ impl Arena {
         if self.stretches[chunk].known(probe.epoch()).is_some() {
             self.stretch_classes.settle(chunk, || space.moved_since(probe));
         } else {
-            self.record_stretch(chunk, probe.epoch(), free);
+            self.record_stretch(chunk, probe.epoch(), free, None, free);
         }
     }
 
@@ -242,21 +242,42 @@ impl Arena {
     /// start of a block larger than a bank); returns its start (in units). Otherwise (no
     /// stretch holds it, or a concurrent claim took part of the one found) the longest free
     /// stretch from a bank boundary that the search learnt of (0 when it learnt nothing).
+    ///
+    /// When the memo knows where the longest stretch is and no other stretch holds the block
+    /// ([`Place`]), that stretch is the fit: the block is claimed there without reading the
+    /// tree (if a concurrent claim took part of it, the tree is read after all).
     pub(crate) fn take_stretch(&self, chunk: usize, b: &BuddyLayout, align: u64, bank: u64) -> Result<u64, u64> {
         let space = &self.space[chunk];
-        let probe = space.probe(b.units).ok_or(0u64)?;
+        let (free, probe) = space.look();
+        if free < b.units {
+            return Err(0);
+        }
         let memo = &self.stretches[chunk];
         if memo.rules_out(probe.epoch(), b.units) {
             // Nothing read: the memo only bounds the stretches from above.
             return Err(0);
         }
+        if align == bank {
+            if let Some((longest, place)) = memo.placed(probe.epoch(), free) {
+                if b.units > place.others && b.units <= longest && self.claim_at(chunk, b, place.start) {
+                    // Allocations leave the epoch as it is: what is left after this block is
+                    // known, and where.
+                    let next = (place.start + b.units).next_multiple_of(bank);
+                    let rest = (place.start + longest).saturating_sub(next);
+                    let left = Some(Place { start: next, others: place.others });
+                    self.record_stretch(chunk, probe.epoch(), rest.max(place.others), left, free - b.units);
+                    return Ok(place.start);
+                }
+            }
+        }
         let (fit, shift) = self.fit_in(chunk, b.units, align);
         let len = b.units.div_ceil(1 << shift);
         let granule_align = (align >> shift).max(1);
         // The memo keeps stretches from a bank boundary: a coarser search says nothing of them.
+        // Places are kept for trees read unit by unit.
         let seen = if align == bank { fit.longest << shift } else { 0 };
         if align == bank {
-            self.record_stretch(chunk, probe.epoch(), seen);
+            self.record_stretch(chunk, probe.epoch(), seen, (shift == 0).then(|| fit.place()), free);
         }
         let start = fit.at.ok_or(seen)?.0 << shift;
         if !self.claim_at(chunk, b, start) {
@@ -264,7 +285,8 @@ impl Arena {
         }
         // Allocations leave the epoch as it is: what is left after this block is known.
         if align == bank {
-            self.record_stretch(chunk, probe.epoch(), fit.longest_after(len, granule_align) << shift);
+            let (after, place) = fit.after_taking(len, granule_align);
+            self.record_stretch(chunk, probe.epoch(), after << shift, (shift == 0).then_some(place), free - b.units);
         }
         Ok(start)
     }
@@ -274,20 +296,21 @@ impl Arena {
     /// pass `above` units: not when the chunk's memo, valid, or its free units say it does
     /// not. `None` when it cannot pass `above`, or `reads` ran out.
     pub(crate) fn longest_stretch_above(&self, chunk: usize, bank: u64, above: u64, reads: &mut usize) -> Option<u64> {
-        let probe = self.space[chunk].probe(above + 1)?;
-        if self.stretches[chunk].known(probe.epoch()).is_some_and(|longest| longest <= above) {
+        let (free, probe) = self.space[chunk].look();
+        if free <= above || self.stretches[chunk].known(probe.epoch()).is_some_and(|longest| longest <= above) {
             return None;
         }
-        self.read_longest(chunk, bank, probe, reads)
+        self.read_longest(chunk, bank, (free, probe), reads)
     }
 
     /// The longest free stretch of `chunk` from a multiple of `bank` units, read from its tree
-    /// after `probe` (while `reads` lasts) and recorded in its memo.
-    fn read_longest(&self, chunk: usize, bank: u64, probe: Probe, reads: &mut usize) -> Option<u64> {
+    /// after `look` (its free units and epoch then; while `reads` lasts) and recorded in its
+    /// memo.
+    fn read_longest(&self, chunk: usize, bank: u64, (free, probe): (u64, Probe), reads: &mut usize) -> Option<u64> {
         *reads = reads.checked_sub(1)?;
         let (fit, shift) = self.fit_in(chunk, 1, bank);
         let longest = fit.longest;
-        self.record_stretch(chunk, probe.epoch(), longest << shift);
+        self.record_stretch(chunk, probe.epoch(), longest << shift, (shift == 0).then(|| fit.place()), free);
         Some(longest << shift)
     }
 
@@ -303,7 +326,7 @@ impl Arena {
         let bits = &bits[..granules.div_ceil(64) as usize];
         if self.stretches[chunk].known(probe.epoch()).is_none() {
             let longest = best_fit(bits, granules, 1, (bank >> shift).max(1)).longest;
-            self.record_stretch(chunk, probe.epoch(), longest << shift);
+            self.record_stretch(chunk, probe.epoch(), longest << shift, None, 0);
         }
         let usable = self.geometry.usable_units(chunk);
         let first =
@@ -337,9 +360,9 @@ impl Arena {
     /// are released and the epoch advanced. Returns whether the memo is valid again.
     #[inline(never)]
     fn raise_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) -> bool {
-        let raised = self.stretches[chunk].after_free(&self.space[chunk], before, || {
-            let (start, stop) = self.shape.free_run_around(self.tree(chunk), from, to);
-            stop - start
+        let bank = self.geometry.bank_units;
+        let raised = self.stretches[chunk].after_free(&self.space[chunk], before, bank, to - from, || {
+            self.shape.free_run_around(self.tree(chunk), from, to)
         });
         if let Some((known, longest)) = raised {
             self.stretch_classes.moved(chunk, Some(known), longest, || self.stretches[chunk].recorded());
@@ -348,11 +371,12 @@ impl Arena {
     }
 
     /// Record in `chunk`'s stretch memo that a search that probed `epoch` found no free
-    /// stretch longer than `longest` units, and move the chunk to that length's class.
-    /// The chunk is no longer unsure unless a step came since `epoch`.
+    /// stretch longer than `longest` units (at `place`, when known, with `free` units free),
+    /// and move the chunk to that length's class. The chunk is no longer unsure unless a step
+    /// came since `epoch`.
     #[inline]
-    fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64) {
-        let before = self.stretches[chunk].record(epoch, longest);
+    fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64, place: Option<Place>, free: u64) {
+        let before = self.stretches[chunk].record_placed(epoch, longest, place, free);
         self.stretch_classes.moved(chunk, before, longest, || self.stretches[chunk].recorded());
         self.stretch_classes.settle(chunk, || self.space[chunk].moved_since(Probe::of(epoch)));
     }
@@ -423,6 +447,27 @@ mod tests {
 
     const MIB: usize = 1 << 20;
 
+    /// The free stretches of a bitmap of `units` units (a set bit is allocated): each one's
+    /// first multiple of `bank` and its length from there (those that hold one).
+    fn stretches(bits: &[u64], units: u64, bank: u64) -> Vec<(u64, u64)> {
+        let free = |u: u64| bits[(u / 64) as usize] >> (u % 64) & 1 == 0;
+        let mut out = Vec::new();
+        let mut u = 0;
+        while u < units {
+            if !free(u) {
+                u += 1;
+                continue;
+            }
+            let end = (u..units).find(|&v| !free(v)).unwrap_or(units);
+            let first = u.next_multiple_of(bank);
+            if first < end {
+                out.push((first, end - first));
+            }
+            u = end;
+        }
+        out
+    }
+
     /// A size from `lo` to `hi`, log-uniform.
     fn log_uniform(rng: &mut Rng, lo: usize, hi: usize) -> usize {
         let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
@@ -453,7 +498,7 @@ mod tests {
         let epoch = |c: usize| a.space[c].probe(0).unwrap().epoch();
         assert_eq!(a.stretches[0].known(epoch(0)), Some(512));
         assert_eq!(a.stretches[1].known(epoch(1)), Some(1536));
-        a.record_stretch(0, epoch(0), 1024);
+        a.record_stretch(0, epoch(0), 1024, None, 0);
         let b = g.buddy_layout(192 << 10).unwrap();
         assert_eq!(b.units, 768);
         let mut seen = 0;
@@ -534,7 +579,7 @@ mod tests {
         let mut rng = Rng(0x1234_5678_9ABC_DEF1);
         let mut live = Vec::new();
         let mut placed_off_node = 0;
-        let (mut checks, mut valid_memos, mut exact_memos, mut sure) = (0, 0, 0, 0);
+        let (mut checks, mut valid_memos, mut exact_memos, mut sure, mut places) = (0, 0, 0, 0, 0);
         for step in 0..20_000 {
             if live.is_empty() || rng.next() % 100 < 55 {
                 let size = log_uniform(&mut rng, 4097, MIB);
@@ -592,6 +637,18 @@ mod tests {
                     valid_memos += 1;
                     exact_memos += usize::from(known == longest);
                 }
+                // A place, valid, says truly where every stretch longer than its `others` lies.
+                let free = a.space[chunk].free_units();
+                if let Some((known, place)) = a.stretches[chunk].placed(epoch, free) {
+                    places += 1;
+                    assert_eq!(place.start % bank, 0, "step {step}: chunk {chunk}'s place {place:?}");
+                    for (start, room) in stretches(&model[chunk], units, bank) {
+                        assert!(
+                            room <= place.others || (place.start <= start && start + room <= place.start + known),
+                            "step {step}: chunk {chunk}: a stretch of {room} at {start} is outside {place:?} of {known}"
+                        );
+                    }
+                }
                 // A chunk the index counts as sure has a valid memo (every step that left a memo
                 // out of date marked its chunk unsure), and every chunk with a memo is in the
                 // class of its length: the index is exact, no search need read every chunk.
@@ -614,6 +671,7 @@ mod tests {
         // Frees raise the memos rather than leaving them out of date: most stay valid.
         assert!(valid_memos * 4 > checks * 3, "{valid_memos} memos valid of {checks}");
         assert!(exact_memos * 2 > valid_memos, "{exact_memos} of {valid_memos} valid memos exact");
+        assert!(places * 4 > valid_memos, "{places} places of {valid_memos} valid memos");
         for h in live {
             p.free(h).unwrap();
         }

@@ -174,7 +174,7 @@ impl Arena {
         let ends_before = self.chunk_ends[chunk].before_free(space);
         space.refresh();
         if let Some(before) = before {
-            memo.after_free(space, before, || 0);
+            memo.after_free(space, before, self.geometry.bank_units, 0, || (0, 0));
         }
         if let Some(before) = ends_before {
             self.chunk_ends[chunk].after_step(space, before);
