@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import npumem
 from cli_contract import run_cli
+from kv_helpers import SHAPE
+from npumem.kv import KVCache
 from npumem.monitor import TraceRecorder, load_snapshot
 from npumem.monitor.errors import FileFormatError
 from npumem.plan import Problem
 from npumem.plan.errors import PlanError
+from npumem.tiers import TieredPool
 
 MIB = 1 << 20
 
@@ -29,6 +34,27 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         for b in blocks:
             b.free()
     return {"snapshot": snap.to_json_obj(), "trace": rec.trace.to_json_obj()}
+
+
+@pytest.fixture(scope="module")
+def tiers_saved() -> dict[str, Any]:
+    """A tier snapshot as a JSON object, to damage."""
+    mem = TieredPool(
+        [npumem.Pool(2 * MIB, cores=1, name=f"sram{c}") for c in range(2)],
+        npumem.Pool(16 * MIB, cores=2, name="hbm"),
+    )
+    blocks = [mem.alloc(100_000, core=c % 2, hot=True, tag="hot") for c in range(4)]
+    for tb in blocks:
+        mem.touch(tb, 3)
+    mem.rebalance()
+    return mem.snapshot(label="tiers").to_json_obj()
+
+
+def damaged(obj: dict[str, Any], mutate: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    """A deep copy of `obj` changed by `mutate`."""
+    obj = json.loads(json.dumps(obj))
+    mutate(obj)
+    return obj
 
 
 def write(path: Path, obj: object) -> Path:
@@ -211,3 +237,50 @@ def test_replay_on_a_smaller_arena_reports_requests_larger_than_it(
     status, out, _ = run_cli(["replay", str(src), "--capacity", "256KiB"], capsys)
     assert status == 1
     assert "would fail:" in out and "300,000 bytes" in out
+
+
+# ----- text from files is printed as it is, never read as Rich markup ---------------------------
+
+BRACKETS = ["[/]", "w[/x]", "[bold]x[/bold]", "[red]"]
+
+
+@pytest.mark.parametrize("text", BRACKETS)
+def test_report_prints_names_tags_and_labels_with_brackets_as_they_are(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, name=text)
+    cache = KVCache(pool, page_tokens=4, capacity_tokens=16, tag=text, **SHAPE)
+    cache.add_sequence(0, num_tokens=3)
+    block = pool.alloc(1000, tag=text)
+    src = pool.snapshot().with_kv(cache).with_label(text).save(tmp_path / "s.json")
+    status, out, _ = run_cli(["report", str(src)], capsys)
+    assert status == 0
+    assert f"snapshot of pool {text!r}" in out
+    assert f"pool {text!r} (snapshot {text})" in out
+    assert f"KV cache {text!r}" in out
+    assert f"│ {text} " in out  # the tag's row
+    block.free()
+
+
+@pytest.mark.parametrize("text", BRACKETS)
+def test_tier_report_prints_policy_and_label_with_brackets_as_they_are(
+    text: str, tiers_saved: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def brackets(o: dict[str, Any]) -> None:
+        o["label"] = o["stats"]["policy"] = text
+
+    src = write(tmp_path / "tiers.json", damaged(tiers_saved, brackets))
+    status, out, _ = run_cli(["report", str(src)], capsys)
+    assert status == 0
+    assert f"tier snapshot {text!r} ({text}):" in out
+
+
+def test_replay_prints_a_path_with_brackets_as_it_is(
+    saved: dict[str, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "a[" / "b]"
+    folder.mkdir(parents=True)
+    src = write(folder / "t.json", saved["trace"])
+    status, out, _ = run_cli(["replay", str(src)], capsys)
+    assert status == 0
+    assert f"npumem replay of {src}" in out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import npumem
 from npumem.monitor import Monitor, human_bytes, report_text
 
@@ -57,3 +59,17 @@ def test_human_bytes() -> None:
     assert human_bytes(1536) == "1.5 KiB"
     assert human_bytes(3 * MIB) == "3.0 MiB"
     assert human_bytes(5 << 30) == "5.0 GiB"
+
+
+@pytest.mark.parametrize("text", ["[/]", "w[/x]", "[bold]x[/bold]", "[red]"])
+def test_names_tags_and_labels_are_text_not_markup(text: str) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, name=text)
+    block = pool.alloc(1000, tag=text)
+    snap = pool.snapshot().with_label(text)
+    stats = pool.stats().as_dict()
+    stats["size_classes"] = [{text: 1}]
+    out = report_text(snapshot=snap, stats=stats, title=text, width=120)
+    assert f"{text} (snapshot {text})" in out
+    assert f"│ {text} " in out  # the tag's row
+    assert f" {text} ┃" in out  # a column the pool reports per size class
+    block.free()

@@ -3,6 +3,7 @@ label, the pictures."""
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 from pathlib import Path
 
@@ -92,3 +93,9 @@ def test_pictures(tmp_path: Path) -> None:
     problem = plan.Problem.from_graph(mobilenet_v2(), alignment=64)
     sol = plan.solve(problem, pools=[("sram", MIB), ("hbm", None)], time_limit=0.3)
     assert plot_tiered_plan(sol, tmp_path / "plan.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("text", ["[/]", "w[/x]", "[bold]x[/bold]"])
+def test_report_prints_title_and_policy_as_text_not_markup(text: str) -> None:
+    stats = dataclasses.replace(busy_pool().stats(), policy=text)
+    assert f"{text} ({text}):" in tiers_report_text(stats, title=text)

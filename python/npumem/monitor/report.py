@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from npumem.sizes import format_bytes
 
@@ -38,10 +39,17 @@ def _pct(part: float, whole: float) -> str:
 
 
 def _table(title: str, *, show_header: bool = True) -> Table:
-    """A table whose title never wraps (it is at least as wide as its title)."""
+    """A table whose title never wraps (it is at least as wide as its title). The title is
+    plain text, never Rich markup: pool names, labels and tags come from files and may hold
+    brackets."""
     return Table(
-        title=title, title_justify="left", show_header=show_header, min_width=len(title) + 2
+        title=Text(title), title_justify="left", show_header=show_header, min_width=len(title) + 2
     )
+
+
+def _add_row(table: Table, *cells: str) -> None:
+    """Add a row of plain-text cells (never Rich markup, like `_table`'s title)."""
+    table.add_row(*(Text(c) for c in cells))
 
 
 def _stats_table(s: Mapping[str, Any], title: str) -> Table:
@@ -101,7 +109,7 @@ def _stats_table(s: Mapping[str, Any], title: str) -> Table:
             )
         )
     for row in rows:
-        t.add_row(*row)
+        _add_row(t, *row)
     return t
 
 
@@ -113,7 +121,8 @@ def _per_core_table(per_core: Sequence[Mapping[str, Any]], s: Mapping[str, Any])
     for col in ("core", "chunks", "in use", "free", "allocs", "frees", "overflow", "failed"):
         t.add_column(col, justify="right")
     for c in per_core:
-        t.add_row(
+        _add_row(
+            t,
             str(c["core"]),
             f"{c['chunks']:,}",
             format_bytes(c["bytes_in_use"]),
@@ -133,9 +142,9 @@ def _per_class_table(entries: Sequence[Any]) -> Table:
     t = _table("Per size class")
     columns = list(classes[0].keys()) if classes else []
     for col in columns:
-        t.add_column(col.replace("_", " "), justify="right")
+        t.add_column(Text(col.replace("_", " ")), justify="right")
     for row in classes:
-        t.add_row(*(f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()))
+        _add_row(t, *(f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()))
     return t
 
 
@@ -154,8 +163,13 @@ def _free_runs_table(snap: Snapshot, top: int) -> Table:
     for col in ("#", "offset", "length", "bytes", "of free"):
         t.add_column(col, justify="right")
     for i, r in enumerate(runs, 1):
-        t.add_row(
-            str(i), f"{r.offset:#x}", format_bytes(r.length), f"{r.length:,}", _pct(r.length, free)
+        _add_row(
+            t,
+            str(i),
+            f"{r.offset:#x}",
+            format_bytes(r.length),
+            f"{r.length:,}",
+            _pct(r.length, free),
         )
     return t
 
@@ -168,10 +182,11 @@ def _by_tag_table(snap: Snapshot, top: int) -> Table:
     for col, just in (("tag", "left"), ("blocks", "right"), ("bytes", "right"), ("share", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for tag, (n, b) in groups[:top]:
-        t.add_row(tag, f"{n:,}", format_bytes(b), _pct(b, used))
+        _add_row(t, tag, f"{n:,}", format_bytes(b), _pct(b, used))
     if len(groups) > top:
         rest = groups[top:]
-        t.add_row(
+        _add_row(
+            t,
             f"({len(rest)} more)",
             f"{sum(n for _, (n, _) in rest):,}",
             format_bytes(sum(b for _, (_, b) in rest)),
@@ -195,7 +210,7 @@ def _kv_table(k: KVPages) -> Table:
         if state == "free" and not s.get("preallocated"):
             continue
         n = counts[state]
-        t.add_row(f"pages {state}", f"{n:,}", _pct(n, total))
+        _add_row(t, f"pages {state}", f"{n:,}", _pct(n, total))
     waste = int(s.get("waste_bytes", 0))
     saved = int(s.get("shared_saved_bytes", 0))
     for row in (
@@ -212,7 +227,7 @@ def _kv_table(k: KVPages) -> Table:
             format_bytes(int(s.get("bytes_copied", 0))),
         ),
     ):
-        t.add_row(*row)
+        _add_row(t, *row)
     return t
 
 
@@ -231,7 +246,7 @@ def _history_table(history: Sequence[Sample], alerts: Sequence[Alert]) -> Table:
         ("fragmentation", f"{min(frags):.1%} to {max(frags):.1%}"),
         ("alerts fired", f"{len(fired)}" + (f" ({', '.join(kinds)})" if kinds else "")),
     ):
-        t.add_row(*row)
+        _add_row(t, *row)
     return t
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from npumem.fileio import read_json_object, write_json
 from npumem.monitor.errors import FileFormatError
@@ -134,11 +135,15 @@ def render_tiers(console: Console, stats: TierStats, *, title: str = "memory tie
     """Print the tiers' figures to `console`: a line of totals, then a table with one row
     per tier (bytes in use and the share of the capacity, blocks, accesses served and their
     share of all accesses, blocks promoted into and demoted out of a fast tier, spills)."""
+    # Text, not markup: the title and the policy may come from a file and hold brackets.
     console.print(
-        f"[bold]{title}[/] ({stats.policy}): {stats.accesses:,} accesses, fast-tier hit rate "
-        f"{stats.hit_rate:.1%} ({stats.byte_hit_rate:.1%} of the bytes), "
-        f"{stats.promotions:,} promotions, {stats.demotions:,} demotions, "
-        f"{stats.spills:,} spills"
+        Text.assemble(
+            (title, "bold"),
+            f" ({stats.policy}): {stats.accesses:,} accesses, fast-tier hit rate "
+            f"{stats.hit_rate:.1%} ({stats.byte_hit_rate:.1%} of the bytes), "
+            f"{stats.promotions:,} promotions, {stats.demotions:,} demotions, "
+            f"{stats.spills:,} spills",
+        )
     )
     table = Table(box=box.SIMPLE_HEAD, title_justify="left")
     for name in ("tier", "in use", "blocks", "hits", "share", "moved in/out", "spills"):
@@ -147,7 +152,7 @@ def render_tiers(console: Console, stats: TierStats, *, title: str = "memory tie
         share = f"{t.hits / stats.accesses:.0%}" if stats.accesses else "-"
         used = f" ({t.bytes_in_use / t.capacity:.0%})" if t.capacity else ""
         table.add_row(
-            str(Tier(t.tier, t.core)),
+            Text(str(Tier(t.tier, t.core))),
             format_bytes(t.bytes_in_use) + used,
             f"{t.blocks:,}",
             f"{t.hits:,}",

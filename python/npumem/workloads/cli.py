@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 import npumem
 from npumem._argtypes import at_least_one, non_negative, positive_byte_count
@@ -268,7 +269,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json_text(replay_json(args.trace, trace, r, overrides), indent=1))
         return ExitStatus.OK if r.ok else ExitStatus.NOT_MET
-    t = Table(title=f"npumem replay of {args.trace}", title_justify="left")
+    # Text, not markup: a path may hold brackets.
+    t = Table(title=Text(f"npumem replay of {args.trace}"), title_justify="left")
     t.add_column("figure")
     t.add_column("replay", justify="right")
     t.add_column("recorded", justify="right")
