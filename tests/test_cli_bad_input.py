@@ -4,6 +4,7 @@ status 2 (or, where it is valid, handled quickly), never a traceback or a partia
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ import npumem
 from cli_contract import run_cli
 from kv_helpers import SHAPE
 from npumem.kv import KVCache
-from npumem.monitor import TraceRecorder, load_snapshot
+from npumem.monitor import TraceRecorder, load_snapshot, load_trace
 from npumem.monitor.errors import FileFormatError
 from npumem.plan import Problem
 from npumem.plan.errors import PlanError
@@ -55,6 +56,18 @@ def damaged(obj: dict[str, Any], mutate: Callable[[dict[str, Any]], object]) -> 
     obj = json.loads(json.dumps(obj))
     mutate(obj)
     return obj
+
+
+def _set(path: str, value: object) -> Callable[[dict[str, Any]], None]:
+    """Set the field at a dotted `path` (list indexes as numbers) to `value`."""
+
+    def mutate(obj: Any) -> None:
+        *parents, last = path.split(".")
+        for key in parents:
+            obj = obj[int(key)] if isinstance(obj, list) else obj[key]
+        obj[int(last) if isinstance(obj, list) else last] = value
+
+    return mutate
 
 
 def write(path: Path, obj: object) -> Path:
@@ -284,3 +297,90 @@ def test_replay_prints_a_path_with_brackets_as_it_is(
     status, out, _ = run_cli(["replay", str(src)], capsys)
     assert status == 0
     assert f"npumem replay of {src}" in out
+
+
+# ----- handles -------------------------------------------------------------------------------
+
+
+NOT_DECIMAL = "event 0: handle must be decimal text of at most 29 digits without leading zeros"
+
+
+@pytest.mark.parametrize(
+    ("handle", "message"),
+    [
+        ("9" * 5000, NOT_DECIMAL),
+        ("1" + "0" * 40, NOT_DECIMAL),
+        ("007", NOT_DECIMAL),
+        ("", NOT_DECIMAL),
+        ("1e5", NOT_DECIMAL),
+        ("-1", NOT_DECIMAL),
+        (12, NOT_DECIMAL),
+        (str(2**96), f"event 0: handle {2**96} does not fit in 96 bits"),
+    ],
+)
+@pytest.mark.parametrize("command", ["replay", "view", "export", "plot"])
+def test_handles_beyond_96_bits_or_not_canonical_are_refused(
+    handle: object,
+    message: str,
+    command: str,
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(tmp_path / "t.json", damaged(saved["trace"], _set("events.0.6", handle)))
+    out = (
+        tmp_path
+        / {"replay": "t.out", "view": "t.html", "export": "t.pf.json", "plot": "t.png"}[command]
+    )
+    argv = [command, str(src)] + ([] if command == "replay" else ["-o", str(out)])
+    status, _, err = run_cli(argv, capsys, output=out)
+    assert status == 2
+    assert message in err
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load_trace(src)
+
+
+@pytest.mark.parametrize("handle", [2**96, 10**40])
+def test_version_1_handles_beyond_96_bits_are_refused(
+    handle: int, saved: dict[str, dict], tmp_path: Path
+) -> None:
+    def version_1(o: dict[str, Any]) -> None:
+        o["version"] = 1
+        o["event_fields"] = o["event_fields"][:8]
+        o["events"] = [[*e[:6], int(e[6]), e[7]] for e in o["events"]]
+        o["events"][0][6] = handle
+        del o["stacks"]
+
+    src = write(tmp_path / "t.json", damaged(saved["trace"], version_1))
+    with pytest.raises(FileFormatError, match="does not fit in 96 bits"):
+        load_trace(src)
+
+
+def test_the_largest_handle_is_read(saved: dict[str, dict], tmp_path: Path) -> None:
+    largest = str(2**96 - 1)
+    obj = damaged(saved["trace"], _set("events.0.6", largest))
+    src = write(tmp_path / "t.json", damaged(obj, _set("events.5.6", largest)))
+    assert load_trace(src).events[0].handle == 2**96 - 1
+
+
+# ----- a handle allocated twice ------------------------------------------------------------
+
+
+def test_a_handle_allocated_twice_without_a_free_is_refused(
+    saved: dict[str, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    obj = saved["trace"]
+    allocs = [i for i, e in enumerate(obj["events"]) if e[1] == "alloc"]
+    first, second = allocs[0], allocs[1]
+    src = write(
+        tmp_path / "t.json", damaged(obj, _set(f"events.{second}.6", obj["events"][first][6]))
+    )
+    status, _, err = run_cli(["replay", str(src)], capsys)
+    assert status == 2
+    handle = obj["events"][first][6]
+    message = (
+        f"event {second}: handle {handle} is allocated again without a free since event {first}"
+    )
+    assert message in err
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load_trace(src)

@@ -152,6 +152,10 @@ def test_json_round_trip_is_exact(tmp_path: Path) -> None:
         (lambda o: o["events"].append([1, 2, 3]), "must be a list of 9 values"),
         (lambda o: o["config"].__setitem__("cores", 0), "config.cores must be > 0"),
         (lambda o: o.update(dropped=-1), "dropped must be an integer >= 0"),
+        (
+            lambda o: o["events"].insert(1, list(o["events"][0])),
+            "event 1: handle {handle} is allocated again without a free since event 0",
+        ),
     ],
 )
 def test_damaged_traces_are_refused(tmp_path: Path, mutate: object, text: str) -> None:
@@ -166,7 +170,19 @@ def test_damaged_traces_are_refused(tmp_path: Path, mutate: object, text: str) -
     path.write_text(json.dumps(obj))
     with pytest.raises(FileFormatError) as info:
         load_trace(path)
+    text = text.format(handle=obj["events"][0][6])
     assert str(path) in str(info.value) and text in str(info.value)
+
+
+def test_a_handle_freed_then_allocated_again_is_read(tmp_path: Path) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    with TraceRecorder(pool) as rec:
+        pool.alloc(100, tag="x").free()
+        pool.alloc(200).free()
+    obj = rec.trace.to_json_obj()
+    obj["events"][2][6] = obj["events"][0][6]  # alloc, free, alloc of the same handle
+    trace = Trace.from_json_obj(obj)
+    assert trace.events[0].handle == trace.events[2].handle
 
 
 def recorded(capacity: int, seed: int) -> tuple[npumem.Pool, Trace]:

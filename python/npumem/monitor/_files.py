@@ -20,6 +20,11 @@ SNAPSHOT_FORMAT = "npumem-snapshot"
 TRACE_FORMAT = "npumem-trace"
 PLAN_FORMAT = "npumem-plan"
 KINDS = {SNAPSHOT_FORMAT: "snapshot", TRACE_FORMAT: "trace", PLAN_FORMAT: "plan"}
+HANDLE_BITS = 96
+"""Bits of a packed block handle: pool id, slot and generation, 32 bits each (the Rust core's
+`Handle::to_bits`)."""
+MAX_HANDLE = (1 << HANDLE_BITS) - 1
+_MAX_HANDLE_DIGITS = len(str(MAX_HANDLE))
 
 
 def write_json(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> Path:
@@ -67,13 +72,32 @@ class Reader:
         return int(got)
 
     def handle(self, value: Any, what: str, version: int) -> int:
-        """A block handle: decimal text from version 2 on (exact in any JSON reader), an
-        integer in version 1."""
+        """A block handle, in `0..MAX_HANDLE`: decimal text without leading zeros from version
+        2 on (exact in any JSON reader), an integer in version 1."""
         if version >= 2:
-            if not isinstance(value, str) or not value.isascii() or not value.isdigit():
-                raise self.fail(f"{what}: handle must be decimal text, got {value!r}")
-            return int(value)
-        return self.non_negative(value, what)
+            canonical = (
+                isinstance(value, str)
+                and 0 < len(value) <= _MAX_HANDLE_DIGITS
+                and value.isascii()
+                and value.isdigit()
+                and (value == "0" or not value.startswith("0"))
+            )
+            if not canonical:
+                shown = (
+                    value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
+                )
+                raise self.fail(
+                    f"{what}: handle must be decimal text of at most {_MAX_HANDLE_DIGITS} digits "
+                    f"without leading zeros, got {shown!r}"
+                )
+            handle = int(value)
+        else:
+            handle = self.non_negative(value, what)
+        if handle > MAX_HANDLE:
+            raise self.fail(
+                f"{what}: handle {handle} does not fit in {HANDLE_BITS} bits (at most {MAX_HANDLE})"
+            )
+        return handle
 
     def field(self, obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
         """`obj[key]`, which must be of `kind` (bools are not ints here)."""

@@ -4,8 +4,10 @@ The readers (`Snapshot.from_json_obj`, `Trace.from_json_obj`) check each field o
 these functions check that the whole makes sense as the picture of one pool: byte counts and
 offsets fit in 64 bits, the configuration is positive, every block and extent lies inside the
 arena, live blocks do not overlap each other or a free run, the fragmentation is a fraction,
-and every traced allocation fits the recorded arena. Each failure is a
-`npumem.monitor.errors.FileFormatError` of one line that names the file and the entry.
+every traced allocation fits the recorded arena, and no handle is allocated again while its
+block is live (handles carry a generation, so a pool never hands out the same one twice).
+Each failure is a `npumem.monitor.errors.FileFormatError` of one line that names the file and
+the entry.
 `stats_from_dict` turns the stats a file keeps into a `PoolStats` after checking them.
 """
 
@@ -147,8 +149,19 @@ def _check_stats(stats: Mapping[str, Any], where: str) -> None:
 def check_trace(trace: Trace, where: str) -> None:
     """The trace's events fit its configuration: see the module's docstring."""
     capacity = check_config(trace.config, where)
+    live: dict[int, int] = {}  # handle -> the event that allocated it
     for i, e in enumerate(trace.events):
         what = f"event {i}"
+        if e.kind == "alloc":
+            first = live.setdefault(e.handle, i)
+            if first != i:
+                raise _fail(
+                    where,
+                    f"{what}: handle {e.handle} is allocated again without a free since event "
+                    f"{first}",
+                )
+        elif e.kind == "free":
+            live.pop(e.handle, None)
         for field in ("offset", "size", "aux"):
             _bytes(where, f"{what}: {field}", getattr(e, field))
         if e.kind in ("alloc", "failed"):
