@@ -384,3 +384,48 @@ def test_a_handle_allocated_twice_without_a_free_is_refused(
     assert message in err
     with pytest.raises(FileFormatError, match=re.escape(message)):
         load_trace(src)
+
+
+# ----- KV pages in snapshots -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kv_saved() -> dict[str, Any]:
+    """A snapshot with the pages of a KV cache, as a JSON object."""
+    pool = npumem.Pool(8 * MIB, cores=1, name="kv")
+    cache = KVCache(pool, page_tokens=4, capacity_tokens=16, tag="kv", **SHAPE)
+    cache.add_sequence(0, num_tokens=3)
+    return pool.snapshot().with_kv(cache).to_json_obj()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("waste_bytes", None, "kv 0 stats.waste_bytes must be an integer"),
+        ("waste_bytes", "12", "kv 0 stats.waste_bytes must be an integer"),
+        ("waste_bytes", [1], "kv 0 stats.waste_bytes must be an integer"),
+        ("tokens", -1, "kv 0 stats.tokens must be an integer"),
+        ("copies", 1.5, "kv 0 stats.copies must be an integer"),
+        ("bytes_copied", 2**64, "kv 0 stats.bytes_copied must be an integer"),
+        ("sequences", True, "kv 0 stats.sequences must be an integer"),
+        ("preallocated", 1, "kv 0 stats.preallocated must be true or false"),
+        ("waste_share", "x", "kv 0 stats.waste_share must be a finite number"),
+        ("waste_share", -0.5, "kv 0 stats.waste_share must be a finite number"),
+    ],
+)
+def test_damaged_kv_stats_are_refused(
+    key: str,
+    value: object,
+    message: str,
+    kv_saved: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(
+        tmp_path / "kv.json", damaged(kv_saved, lambda o: o["kv"][0]["stats"].update({key: value}))
+    )
+    status, _, err = run_cli(["report", str(src)], capsys)
+    assert status == 2
+    assert message in err
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load_snapshot(src)

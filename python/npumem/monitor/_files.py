@@ -13,6 +13,7 @@ from typing import Any
 
 from npumem import fileio
 from npumem.monitor.errors import FileFormatError
+from npumem.sizes import MAX_BYTES
 
 __all__ = ["Reader", "file_kind", "read_json", "write_json"]
 
@@ -126,4 +127,11 @@ class Reader:
         """An int >= 0."""
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(f"{what} must be an integer >= 0, got {value!r}")
+        return value
+
+    def count(self, value: Any, what: str) -> int:
+        """An int in `0..MAX_BYTES`: a byte count or any other figure the Rust core keeps in
+        64 bits."""
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:
+            raise self.fail(f"{what} must be an integer between 0 and {MAX_BYTES}, got {value!r}")
         return value

@@ -5,6 +5,7 @@ prints them, the address map colours the pages by state."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -77,5 +78,23 @@ class KVPages:
             tag=r.field(obj, "tag", str),
             page_bytes=r.non_negative(r.field(obj, "page_bytes", int), f"kv {index} page_bytes"),
             pages=tuple(pages),
-            stats=r.field(obj, "stats", dict),
+            stats=_read_stats(r.field(obj, "stats", dict), r, index),
         )
+
+
+def _read_stats(stats: dict[str, Any], r: Reader, index: int) -> dict[str, Any]:
+    """`KVStats.as_dict()` as a file keeps it: `preallocated` is true or false, `waste_share`
+    a finite fraction >= 0, every other figure a count (a field missing from an older file
+    reads as 0 in the report)."""
+    for key, value in stats.items():
+        what = f"kv {index} stats.{key}"
+        if key == "preallocated":
+            if not isinstance(value, bool):
+                raise r.fail(f"{what} must be true or false, got {value!r}")
+        elif key == "waste_share":
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not (math.isfinite(value) and value >= 0):
+                raise r.fail(f"{what} must be a finite number >= 0, got {value!r}")
+        else:
+            r.count(value, what)
+    return stats
