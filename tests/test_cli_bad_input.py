@@ -3,10 +3,13 @@ status 2 (or, where it is valid, handled quickly), never a traceback or a partia
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from npumem.monitor.errors import FileFormatError
 from npumem.plan import Problem
 from npumem.plan.errors import PlanError
 from npumem.tiers import TieredPool
+from npumem.tiers.observe import load_tier_snapshot
 
 MIB = 1 << 20
 
@@ -429,3 +433,135 @@ def test_damaged_kv_stats_are_refused(
     assert message in err
     with pytest.raises(FileFormatError, match=re.escape(message)):
         load_snapshot(src)
+
+
+# ----- tier snapshots ------------------------------------------------------------------------
+
+
+TIER_DAMAGE: list[tuple[Callable[[dict[str, Any]], object], str]] = [
+    (_set("stats.slow.tier", 7), "stats.slow: field 'tier' must be str, got int"),
+    (_set("stats.slow.tier", "fast"), "stats.slow: must be the figures of tier slow"),
+    (_set("stats.fast.0.tier", "warm"), "stats.fast[0]: must be the figures of tier fast[0]"),
+    (_set("stats.fast.1.core", 0), "stats.fast[1]: must be the figures of tier fast[1]"),
+    (_set("stats.fast.0.core", True), "stats.fast[0]: must be the figures of tier fast[0]"),
+    (_set("stats.fast.0.hits", 1e300), "stats.fast[0]: field 'hits' must be int, got float"),
+    (_set("stats.fast.0.bytes_in_use", -5), "stats.fast[0]: bytes_in_use must be an integer"),
+    (_set("stats.fast.0.capacity", 1.5), "stats.fast[0]: field 'capacity' must be int"),
+    (_set("stats.fast.0.blocks", 10**30), "stats.fast[0]: blocks must be an integer between"),
+    (_set("stats.slow.spills", None), "stats.slow: field 'spills' must be int, got NoneType"),
+    (_set("stats.slow.bytes_in_use", 2**40), "stats.slow: bytes_in_use (1099511627776) is more"),
+    (_set("stats.fast.0", 3), "stats.fast[0]: must be an object, got int"),
+    (_set("stats.accesses", True), "stats: field 'accesses' must be int, got bool"),
+    (_set("stats.accesses", 0), "hits add up to 12, more than stats.accesses (0)"),
+    (_set("stats.bytes_accessed", "x"), "stats: bytes_accessed must be an integer"),
+    (_set("stats.policy", ["x"]), "stats: field 'policy' must be str, got list"),
+    (_set("stats.fast", {}), "stats: field 'fast' must be list, got dict"),
+    (_set("stats.slow", []), "stats: field 'slow' must be dict, got list"),
+    (_set("stats", None), "field 'stats' must be dict, got NoneType"),
+    (_set("version", True), "version True is not supported"),
+    (_set("label", 5), "field 'label' must be str, got int"),
+    (lambda o: o["tiers"].pop("slow"), "tiers must hold one snapshot per tier"),
+    (_set("tiers.slow", []), "tier slow: expected a JSON object of format 'npumem-snapshot'"),
+    (_set("tiers.slow.blocks", 5), "tier slow: field 'blocks' must be list, got int"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "message"), TIER_DAMAGE)
+@pytest.mark.parametrize("command", ["report", "plot"])
+def test_damaged_tier_snapshots_are_refused(
+    mutate: Callable[[dict[str, Any]], object],
+    message: str,
+    command: str,
+    tiers_saved: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(tmp_path / "tiers.json", damaged(tiers_saved, mutate))
+    out = tmp_path / "tiers.png"
+    argv = [command, str(src)] + (["-o", str(out)] if command == "plot" else [])
+    status, _, err = run_cli(argv, capsys, output=out)
+    assert status == 2
+    assert str(src) in err and message in err
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load_tier_snapshot(src)
+
+
+def test_tier_snapshot_as_written_is_read(
+    tiers_saved: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = write(tmp_path / "tiers.json", tiers_saved)
+    assert load_tier_snapshot(src).to_json_obj() == tiers_saved
+    status, out, _ = run_cli(["report", str(src)], capsys)
+    assert status == 0 and "tier snapshot 'tiers'" in out
+
+
+@pytest.mark.parametrize(
+    ("suffix", "magic"), [(".svg", b"<?xml"), (".pdf", b"%PDF"), (".PNG", b"\x89PNG")]
+)
+def test_tier_pictures_take_the_format_of_their_extension(
+    suffix: str,
+    magic: bytes,
+    tiers_saved: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(tmp_path / "tiers.json", tiers_saved)
+    out = tmp_path / f"tiers{suffix}"
+    status, _, _ = run_cli(["plot", str(src), "-o", str(out)], capsys)
+    assert status == 0
+    assert out.read_bytes().startswith(magic)
+
+
+@pytest.mark.parametrize("name", ["tiers.txt", "tiers.jpg", "tiers"])
+def test_tier_pictures_refuse_other_extensions(
+    name: str, tiers_saved: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = write(tmp_path / "tiers.json", tiers_saved)
+    out = tmp_path / name
+    status, _, err = run_cli(["plot", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert "use .png, .svg or .pdf" in err
+
+
+# ----- inputs read once, so a pipe works -----------------------------------------------------
+
+
+@contextlib.contextmanager
+def piped(data: bytes) -> Iterator[str]:
+    """A path that reads `data` from a pipe (it can be read once), e.g. `/dev/fd/5`."""
+    r, w = os.pipe()
+
+    def feed() -> None:
+        try:
+            os.write(w, data)
+        except BrokenPipeError:
+            pass
+        finally:
+            os.close(w)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        yield f"/dev/fd/{r}"
+    finally:
+        os.close(r)
+        writer.join()
+
+
+@pytest.mark.parametrize("kind", ["snapshot", "tiers"])
+@pytest.mark.parametrize("command", ["report", "plot"])
+def test_a_file_through_a_pipe_is_read_once(
+    kind: str,
+    command: str,
+    saved: dict[str, dict],
+    tiers_saved: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    obj = tiers_saved if kind == "tiers" else saved["snapshot"]
+    out = tmp_path / "p.png"
+    with piped(json.dumps(obj).encode()) as src:
+        argv = [command, src] + (["-o", str(out)] if command == "plot" else [])
+        status, _, err = run_cli(argv, capsys)
+    assert status == 0, err
+    assert command == "report" or out.stat().st_size > 1000

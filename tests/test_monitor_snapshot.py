@@ -6,12 +6,22 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import npumem
+from npumem.errors import ArgumentTypeError
 from npumem.monitor import BlockRecord, Extent, FileFormatError, Snapshot, load_snapshot
+from npumem.monitor.saved_file import (
+    load_saved_file,
+    saved_file_from_json_obj,
+    solution_from_json_obj,
+)
+from npumem.monitor.trace import Trace, load_trace
+from npumem.tiers.observe import TierSnapshot, is_tier_snapshot, load_tier_snapshot
 
 MIB = 1 << 20
 
@@ -168,3 +178,52 @@ def test_records() -> None:
     b = BlockRecord(4096, 100, 256, 64, 0, None, 0, 7)
     assert b.end == 4096 + 256
     assert Extent(10, 5).end == 15
+
+
+# ----- the readers given arguments of the wrong type -----------------------------------------
+
+PATH_READERS = [
+    load_snapshot,
+    load_trace,
+    load_tier_snapshot,
+    load_saved_file,
+    Snapshot.load,
+    Trace.load,
+    TierSnapshot.load,
+    is_tier_snapshot,
+]
+
+
+@pytest.mark.parametrize("reader", PATH_READERS)
+@pytest.mark.parametrize("path", [None, 0, 123, b"s.json", ["s.json"], 1.5])
+def test_readers_refuse_a_path_of_the_wrong_type(reader: Callable[[Any], Any], path: Any) -> None:
+    with pytest.raises(ArgumentTypeError, match=r"a file path must be a str or os\.PathLike"):
+        reader(path)
+
+
+@pytest.mark.parametrize("reader", PATH_READERS[:-1])
+def test_readers_refuse_a_path_with_a_nul_character(reader: Callable[[Any], Any]) -> None:
+    with pytest.raises(FileFormatError, match="a path cannot contain NUL"):
+        reader("a\x00b")
+
+
+def test_a_path_with_a_nul_character_is_no_tier_snapshot() -> None:
+    assert is_tier_snapshot("a\x00b") is False
+
+
+@pytest.mark.parametrize(
+    "from_obj",
+    [
+        Snapshot.from_json_obj,
+        Trace.from_json_obj,
+        TierSnapshot.from_json_obj,
+        saved_file_from_json_obj,
+        solution_from_json_obj,
+    ],
+)
+@pytest.mark.parametrize("obj", [None, [], ["format"], "npumem-snapshot", 5])
+def test_from_json_obj_refuses_what_is_not_an_object(
+    from_obj: Callable[..., Any], obj: Any
+) -> None:
+    with pytest.raises(FileFormatError, match="here: expected a JSON object"):
+        from_obj(obj, where="here")

@@ -99,3 +99,18 @@ def test_pictures(tmp_path: Path) -> None:
 def test_report_prints_title_and_policy_as_text_not_markup(text: str) -> None:
     stats = dataclasses.replace(busy_pool().stats(), policy=text)
     assert f"{text} ({text}):" in tiers_report_text(stats, title=text)
+
+
+@pytest.mark.parametrize(("suffix", "magic"), [(".svg", b"<?xml"), (".pdf", b"%PDF")])
+def test_pictures_take_the_format_of_their_extension(
+    suffix: str, magic: bytes, tmp_path: Path
+) -> None:
+    path = plot_tiers(busy_pool().snapshot(), tmp_path / f"tiers{suffix}")
+    assert path.read_bytes().startswith(magic)
+
+
+@pytest.mark.parametrize("name", ["tiers.txt", "tiers"])
+def test_pictures_refuse_other_extensions(name: str, tmp_path: Path) -> None:
+    with pytest.raises(npumem.InvalidArgumentError, match=r"use \.png, \.svg or \.pdf"):
+        plot_tiers(busy_pool().stats(), tmp_path / name)
+    assert not (tmp_path / name).exists()

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from npumem import fileio
+from npumem.errors import ArgumentTypeError
 from npumem.monitor.errors import FileFormatError
 from npumem.sizes import MAX_BYTES
 
-__all__ = ["Reader", "file_kind", "read_json", "write_json"]
+__all__ = ["Reader", "file_kind", "path_argument", "read_json", "write_json"]
 
 SNAPSHOT_FORMAT = "npumem-snapshot"
 TRACE_FORMAT = "npumem-trace"
@@ -34,9 +35,26 @@ def write_json(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> Path:
     return fileio.write_json(path, obj)
 
 
-def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a JSON object from `path`; `FileFormatError` for anything else."""
-    return fileio.read_json_object(path, error=FileFormatError)
+def path_argument(path: Any) -> Path:
+    """`path` as a `Path`: a `str` or an `os.PathLike` of `str`. Anything else (None, a
+    number, which `open` would take for a file descriptor, bytes) raises `ArgumentTypeError`;
+    a path with a NUL character, which no file can have, raises `FileFormatError`."""
+    if not isinstance(path, str | os.PathLike):
+        raise ArgumentTypeError(
+            f"a file path must be a str or os.PathLike, got {type(path).__name__}"
+        )
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"a file path must be text, got {type(text).__name__}")
+    if "\0" in text:
+        raise FileFormatError(f"{text!r}: cannot read the file (a path cannot contain NUL)")
+    return Path(text)
+
+
+def read_json(path: str | os.PathLike[str], *, expected: str = "a JSON object") -> dict[str, Any]:
+    """Read a JSON object from `path` (`path_argument`); `FileFormatError` for anything else
+    (`expected` describes the wanted object in the message)."""
+    return fileio.read_json_object(path_argument(path), error=FileFormatError, expected=expected)
 
 
 def file_kind(obj: Mapping[str, Any], where: str) -> str:
@@ -60,8 +78,12 @@ class Reader:
         """The error to raise for `message` about this file."""
         return FileFormatError(f"{self.where}: {message}")
 
-    def header(self, obj: Mapping[str, Any], fmt: str, versions: tuple[int, ...]) -> int:
-        """Check `format` and `version` (one of `versions`); returns the version."""
+    def header(self, obj: Any, fmt: str, versions: tuple[int, ...]) -> int:
+        """Check that `obj` is an object with `format` `fmt` and a `version` in `versions`;
+        returns the version."""
+        if not isinstance(obj, Mapping):
+            found = "null" if obj is None else type(obj).__name__
+            raise self.fail(f"expected a JSON object of format {fmt!r}, found {found}")
         if obj.get("format") != fmt:
             raise self.fail(f"format is {obj.get('format')!r}, expected {fmt!r}")
         got = obj.get("version")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -25,26 +25,39 @@ from npumem._argtypes import at_least_one
 from npumem.errors import MissingDependencyError
 from npumem.exit_status import ExitStatus
 from npumem.fileio import json_text
+from npumem.monitor._files import read_json
 from npumem.monitor.errors import MonitorError
 from npumem.monitor.report import render_report, report_json
-from npumem.monitor.saved_file import load_saved_file
+from npumem.monitor.saved_file import load_saved_file, saved_file_from_json_obj
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
-from npumem.tiers.observe import is_tier_snapshot, load_tier_snapshot, render_tiers
+from npumem.tiers.observe import TierSnapshot, is_tier_snapshot_obj, render_tiers
+
+if TYPE_CHECKING:
+    from npumem.plan import Solution
 
 __all__ = ["add_parsers", "run_export", "run_plot", "run_report", "run_view"]
+
+
+def _load_any(path: str) -> Snapshot | Trace | Solution | TierSnapshot:
+    """The snapshot, trace, plan or tier snapshot in `path`. The file is read once (it may be
+    a pipe), then told apart by its `format` field."""
+    obj = read_json(path)
+    if is_tier_snapshot_obj(obj):
+        return TierSnapshot.from_json_obj(obj, where=path)
+    return saved_file_from_json_obj(obj, where=path)
 
 
 def run_report(args: argparse.Namespace) -> int:
     """`npumem report`: print the report of a snapshot file."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if is_tier_snapshot(args.snapshot):
-        return _report_tiers(args, err)
     try:
-        loaded = load_saved_file(args.snapshot)
+        loaded = _load_any(args.snapshot)
     except MonitorError as exc:
         err.print(f"npumem report: error: {exc}", markup=False)
         return ExitStatus.USAGE
+    if isinstance(loaded, TierSnapshot):
+        return _report_tiers(loaded, args)
     if not isinstance(loaded, Snapshot):
         what = "a trace" if isinstance(loaded, Trace) else "a plan"
         err.print(
@@ -66,14 +79,14 @@ def run_report(args: argparse.Namespace) -> int:
 def run_plot(args: argparse.Namespace) -> int:
     """`npumem plot`: draw a snapshot's address map or a trace over time."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if is_tier_snapshot(args.input):
-        return _plot_tiers(args, err)
     try:
-        loaded = load_saved_file(args.input)
+        loaded = _load_any(args.input)
     except MonitorError as exc:
         err.print(f"npumem plot: error: {exc}", markup=False)
         return ExitStatus.USAGE
     output = Path(args.output) if args.output else Path(Path(args.input).stem + ".png")
+    if isinstance(loaded, TierSnapshot):
+        return _plot_tiers(loaded, output, err)
     from npumem.monitor.plots import plot_address_map, plot_plan, plot_trace
 
     try:
@@ -160,13 +173,8 @@ def run_export(args: argparse.Namespace) -> int:
 # ----- tier snapshots (npumem.tiers.observe) -----------------------------------------------------
 
 
-def _report_tiers(args: argparse.Namespace, err: Console) -> int:
+def _report_tiers(snap: TierSnapshot, args: argparse.Namespace) -> int:
     """`npumem report TIERS.json`: the tiers' figures, then each tier's pool report."""
-    try:
-        snap = load_tier_snapshot(args.snapshot)
-    except MonitorError as exc:
-        err.print(f"npumem report: error: {exc}", markup=False)
-        return ExitStatus.USAGE
     out = Console(highlight=False, soft_wrap=True)
     render_tiers(out, snap.stats, title=f"tier snapshot {snap.label!r}" if snap.label else "tiers")
     for name, tier in snap.snapshots.items():
@@ -174,14 +182,13 @@ def _report_tiers(args: argparse.Namespace, err: Console) -> int:
     return ExitStatus.OK
 
 
-def _plot_tiers(args: argparse.Namespace, err: Console) -> int:
+def _plot_tiers(snap: TierSnapshot, output: Path, err: Console) -> int:
     """`npumem plot TIERS.json`: the tiers' use and hits (`plot_tiers`)."""
-    output = Path(args.output) if args.output else Path(Path(args.input).stem + ".png")
-    try:
-        from npumem.tiers.plots import plot_tiers
+    from npumem.tiers.plots import plot_tiers
 
-        plot_tiers(load_tier_snapshot(args.input), output)
-    except (MonitorError, MissingDependencyError) as exc:
+    try:
+        plot_tiers(snap, output)
+    except (MonitorError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plot: error: {exc}", markup=False)
         return ExitStatus.USAGE
     except OSError as exc:

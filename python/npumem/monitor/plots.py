@@ -49,6 +49,7 @@ __all__ = [
     "plot_plan",
     "plot_timeline",
     "plot_trace",
+    "save_figure",
 ]
 
 MIB = 1 << 20
@@ -87,7 +88,9 @@ def _mpl() -> Any:
     return Figure, PolyCollection, matplotlib.colormaps, numpy
 
 
-def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
+def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
+    """Write `fig` to `path` in the format its extension names (`picture_format`), the same
+    bytes for the same picture; returns the path."""
     import matplotlib
 
     data = io.BytesIO()
@@ -159,7 +162,7 @@ def plot_timeline(
     bottom.set_ylabel("fragmentation %")
     bottom.set_xlabel("seconds")
     bottom.legend(loc="upper left", fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None = None) -> Path:
@@ -242,7 +245,7 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
         or f"trace of {trace.pool!r}: {c['alloc']:,} allocs, {c['free']:,} frees, "
         f"{c['failed']:,} failed, {c['move']:,} moves, {trace.dropped:,} dropped"
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _compactions(moves: Sequence[float], gap: float = 1e-3) -> list[float]:
@@ -534,7 +537,7 @@ def plot_address_map(
     what = "by tag" if color_by == "tag" else "by core, with the owner of every chunk"
     title = title or f"address map of {snapshot.pool!r}{label}, {what}"
     _legend(ax, _draw_map(ax, snapshot, color_by, title))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def moved_blocks(before: Snapshot, after: Snapshot) -> list[tuple[BlockRecord, BlockRecord]]:
@@ -581,7 +584,7 @@ def plot_before_after(
         f"{_short(s0.largest_free_block)} -> {_short(s1.largest_free_block)}, "
         f"fragmentation {s0.external_fragmentation:.1%} -> {s1.external_fragmentation:.1%}",
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ----- planner -------------------------------------------------------------------------------
@@ -637,4 +640,4 @@ def plot_plan(
         f"(lower bound {_short(solution.lower_bound)}, gap {solution.gap:.1%}, "
         f"no reuse {_short(solution.naive_size)})"
     )
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -6,14 +6,14 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from npumem.monitor._files import PLAN_FORMAT, Reader, file_kind, read_json
+from npumem.monitor._files import PLAN_FORMAT, Reader, file_kind, path_argument, read_json
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
 
 if TYPE_CHECKING:
     from npumem.plan import Solution
 
-__all__ = ["load_saved_file", "solution_from_json_obj"]
+__all__ = ["load_saved_file", "saved_file_from_json_obj", "solution_from_json_obj"]
 
 
 def solution_from_json_obj(obj: Mapping[str, Any], *, where: str = "plan") -> Solution:
@@ -50,8 +50,17 @@ def load_saved_file(path: str | os.PathLike[str]) -> Snapshot | Trace | Solution
 
     Raises `FileFormatError` for a file that is none of them.
     """
-    where = os.fspath(path)
-    obj = read_json(path)
+    where = os.fspath(path_argument(path))
+    return saved_file_from_json_obj(read_json(path), where=where)
+
+
+def saved_file_from_json_obj(
+    obj: Mapping[str, Any], *, where: str = "saved file"
+) -> Snapshot | Trace | Solution:
+    """The snapshot, trace or plan in a file's object, told apart by its `format` field
+    (`where` names the file in errors)."""
+    if not isinstance(obj, Mapping):
+        raise Reader(where).fail(f"expected a JSON object, found {type(obj).__name__}")
     kind = file_kind(obj, where)
     if kind == "snapshot":
         return Snapshot.from_json_obj(obj, where=where)

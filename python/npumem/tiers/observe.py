@@ -21,17 +21,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from npumem.fileio import read_json_object, write_json
+from npumem.fileio import write_json
+from npumem.monitor._files import Reader, read_json
 from npumem.monitor.errors import FileFormatError
 from npumem.monitor.snapshot import Snapshot
 from npumem.sizes import format_bytes
-from npumem.tiers.block import Tier
+from npumem.tiers.block import FAST, SLOW, Tier
 from npumem.tiers.report import TierStats, TierUsage
 
 __all__ = [
     "TIER_SNAPSHOT_FORMAT",
     "TierSnapshot",
     "is_tier_snapshot",
+    "is_tier_snapshot_obj",
     "load_tier_snapshot",
     "render_tiers",
     "tiers_report_text",
@@ -68,62 +70,99 @@ class TierSnapshot:
     def from_json_obj(cls, obj: Mapping[str, Any], *, where: str = "tier snapshot") -> TierSnapshot:
         """Read a dict made by `to_json_obj`; `FileFormatError` says what is
         wrong."""
-        if obj.get("format") != TIER_SNAPSHOT_FORMAT:
-            raise FileFormatError(f"{where}: not an {TIER_SNAPSHOT_FORMAT} file")
-        if obj.get("version") != TIER_SNAPSHOT_VERSION:
-            raise FileFormatError(
-                f"{where}: version {obj.get('version')!r} is not supported "
-                f"(expected {TIER_SNAPSHOT_VERSION})"
+        r = Reader(where)
+        r.header(obj, TIER_SNAPSHOT_FORMAT, (TIER_SNAPSHOT_VERSION,))
+        s = r.field(obj, "stats", dict)
+        st = Reader(f"{where}: stats")
+        fast = tuple(
+            _usage(where, t, f"stats.fast[{i}]", Tier(FAST, i))
+            for i, t in enumerate(st.field(s, "fast", list))
+        )
+        stats = TierStats(
+            st.field(s, "policy", str),
+            fast,
+            _usage(where, st.field(s, "slow", dict), "stats.slow", Tier(SLOW)),
+            st.count(st.field(s, "accesses", int), "accesses"),
+            st.count(s.get("bytes_accessed", 0), "bytes_accessed"),
+        )
+        rows = (*stats.fast, stats.slow)
+        for total, part, what in (
+            ("accesses", "hits", "hits"),
+            ("bytes_accessed", "hit_bytes", "hit bytes"),
+        ):
+            served = sum(getattr(t, part) for t in rows)
+            if served > getattr(stats, total):
+                raise r.fail(
+                    f"the tiers' {what} add up to {served}, more than stats.{total} "
+                    f"({getattr(stats, total)})"
+                )
+        tiers = r.field(obj, "tiers", dict)
+        names = [str(Tier(t.tier, t.core)) for t in rows]
+        if sorted(tiers) != sorted(names):
+            raise r.fail(
+                f"tiers must hold one snapshot per tier of stats ({names}), got {list(tiers)}"
             )
-        try:
-            s = obj["stats"]
-            stats = TierStats(
-                str(s["policy"]),
-                tuple(_usage(t) for t in s["fast"]),
-                _usage(s["slow"]),
-                int(s["accesses"]),
-                int(s.get("bytes_accessed", 0)),
-            )
-            tiers = obj["tiers"]
-            snapshots = {
-                str(name): Snapshot.from_json_obj(snap, where=f"{where}: tier {name}")
-                for name, snap in tiers.items()
-            }
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise FileFormatError(f"{where}: malformed tier snapshot ({exc!r})") from None
-        return cls(stats, snapshots, str(obj.get("label", "")))
+        snapshots = {
+            name: Snapshot.from_json_obj(tiers[name], where=f"{where}: tier {name}")
+            for name in names
+        }
+        return cls(stats, snapshots, r.field(obj, "label", str) if "label" in obj else "")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TierSnapshot:
         """Read a tier snapshot saved by `save`."""
-        obj = read_json_object(path, error=FileFormatError, expected="a tier snapshot")
+        obj = read_json(path, expected="a tier snapshot")
         return cls.from_json_obj(obj, where=str(path))
 
 
-def _usage(d: Mapping[str, Any]) -> TierUsage:
-    return TierUsage(
-        d["tier"],
-        None if d["core"] is None else int(d["core"]),
-        int(d["capacity"]),
-        int(d["bytes_in_use"]),
-        int(d["blocks"]),
-        int(d["hits"]),
-        int(d["hit_bytes"]),
-        int(d["allocs"]),
-        int(d["promotions"]),
-        int(d["demotions"]),
-        int(d["spills"]),
-    )
+_USAGE_COUNTS = (
+    "capacity",
+    "bytes_in_use",
+    "blocks",
+    "hits",
+    "hit_bytes",
+    "allocs",
+    "promotions",
+    "demotions",
+    "spills",
+)
+
+
+def _usage(where: str, d: Any, what: str, tier: Tier) -> TierUsage:
+    """The `TierUsage` at `what` in the file `where`, which must be the figures of `tier`."""
+    u = Reader(f"{where}: {what}")
+    if not isinstance(d, Mapping):
+        raise u.fail(f"must be an object, got {type(d).__name__}")
+    kind, core = u.field(d, "tier", str), d.get("core")
+    if kind != tier.kind or core != tier.core or isinstance(core, bool) or "core" not in d:
+        raise u.fail(
+            f"must be the figures of tier {tier} (tier {tier.kind!r}, core "
+            f"{'null' if tier.core is None else tier.core}), got tier {kind!r}, core {core!r}"
+        )
+    n = {key: u.count(u.field(d, key, int), key) for key in _USAGE_COUNTS}
+    if n["bytes_in_use"] > n["capacity"]:
+        raise u.fail(
+            f"bytes_in_use ({n['bytes_in_use']}) is more than the capacity ({n['capacity']})"
+        )
+    return TierUsage(tier.kind, tier.core, **n)
 
 
 def is_tier_snapshot(path: str | os.PathLike[str]) -> bool:
-    """Whether the file at `path` is a tier snapshot (`False` for anything unreadable)."""
+    """Whether the file at `path` holds a tier snapshot (`False` for anything unreadable or
+    another kind of file). A path that is not a `str` or `os.PathLike` raises
+    `ArgumentTypeError`. To read the file too, read it once and test its object with
+    `is_tier_snapshot_obj`."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(256)
-    except OSError:
+        obj = read_json(path)
+    except FileFormatError:
         return False
-    return TIER_SNAPSHOT_FORMAT.encode() in head
+    return is_tier_snapshot_obj(obj)
+
+
+def is_tier_snapshot_obj(obj: Any) -> bool:
+    """Whether `obj`, a file's JSON object, says it is a tier snapshot (format
+    `npumem-tier-snapshot`)."""
+    return isinstance(obj, Mapping) and obj.get("format") == TIER_SNAPSHOT_FORMAT
 
 
 def load_tier_snapshot(path: str | os.PathLike[str]) -> TierSnapshot:

@@ -1,5 +1,5 @@
-"""Pictures of tiers (PNG; the `plot` extra): the tiers' use and hits
-(`plot_tiers`), and a static plan over several pools, one panel per pool
+"""Pictures of tiers (PNG, SVG or PDF, by the file's extension; the `plot` extra): the
+tiers' use and hits (`plot_tiers`), and a static plan over several pools, one panel per pool
 (`plot_tiered_plan`). Made like `npumem.monitor.plots` (matplotlib's object API,
 safe from any thread); each pool's address map is `npumem.monitor.plot_address_map` of
 its snapshot in a `TierSnapshot`.
@@ -7,13 +7,12 @@ its snapshot in a `TierSnapshot`.
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from npumem.errors import InvalidArgumentError, MissingDependencyError
-from npumem.fileio import write_bytes
+from npumem.monitor.plots import picture_format, save_figure
 from npumem.sizes import byte_unit, format_bytes
 from npumem.tiers.block import Tier
 from npumem.tiers.observe import TierSnapshot
@@ -23,8 +22,6 @@ if TYPE_CHECKING:
     from npumem.plan.tiers import TieredSolution
 
 __all__ = ["plot_tiered_plan", "plot_tiers"]
-
-DPI = 110
 
 
 def _mpl() -> Any:
@@ -37,18 +34,13 @@ def _mpl() -> Any:
     return Figure, PolyCollection, matplotlib.colormaps
 
 
-def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=DPI)
-    return write_bytes(path, png.getvalue())
-
-
 def plot_tiers(
     tiers: TierStats | TierSnapshot, path: str | os.PathLike[str], *, title: str | None = None
 ) -> Path:
     """Two panels, one bar per tier: bytes in use against capacity (as a share), and the
     accesses each tier served; the title gives the fast-tier hit rate and the moves."""
     stats = tiers.stats if isinstance(tiers, TierSnapshot) else tiers
+    picture_format(path)
     Figure, _, _ = _mpl()
     rows = [*stats.fast, stats.slow]
     names = [str(Tier(t.tier, t.core)) for t in rows]
@@ -79,7 +71,7 @@ def plot_tiers(
         or f"tiers ({stats.policy}): fast-tier hit rate {stats.hit_rate:.1%}, "
         f"{stats.promotions} promotions, {stats.demotions} demotions, {stats.spills} spills"
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_tiered_plan(
@@ -87,6 +79,7 @@ def plot_tiered_plan(
 ) -> Path:
     """A plan over several pools: one panel per pool, every buffer as a rectangle (live range
     across, bytes up), with the pool's capacity as a line."""
+    picture_format(path)
     Figure, PolyCollection, colormaps = _mpl()
     if not solution.problem.buffers:
         raise InvalidArgumentError("the solution has no buffers to plot")
@@ -127,4 +120,4 @@ def plot_tiered_plan(
         or f"{solution.problem.name or 'plan'}: weight in {first} {solution.weight_placed:,.0f} "
         f"of at most {solution.weight_bound:,.0f} (gap {solution.weight_gap:.1%})"
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
