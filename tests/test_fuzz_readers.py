@@ -26,12 +26,16 @@ from hypothesis import strategies as st
 
 import npumem
 from cli_contract import run_cli
+from kv_helpers import SHAPE
+from npumem.kv import KVCache
 from npumem.monitor import TraceRecorder
 from npumem.monitor.errors import MonitorError
 from npumem.monitor.saved_file import load_saved_file
 from npumem.plan import Problem
 from npumem.plan.errors import PlanError
 from npumem.plan.graph import Graph
+from npumem.tiers import TieredPool
+from npumem.tiers.observe import load_tier_snapshot
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
 
@@ -122,17 +126,26 @@ def onnx_seed() -> bytes | None:
 def seeds() -> dict[str, bytes]:
     csv_text = (DATA / "input.12.csv").read_text()
     pool = npumem.Pool(8 * MIB, cores=1, name="fuzz")
+    cache = KVCache(pool, page_tokens=4, capacity_tokens=16, tag="kv", **SHAPE)
+    cache.add_sequence(0, num_tokens=6)
     with TraceRecorder(pool) as rec:
         blocks = [pool.alloc(n, tag=f"t{n % 3}") for n in (100, 5000, 70_000, 300_000, 64)]
-        snap = pool.snapshot()
+        snap = pool.snapshot().with_kv(cache)
         for b in blocks[::2]:
             b.free()
+    tiered = TieredPool(
+        [npumem.Pool(MIB, cores=1, name="sram"), npumem.Pool(MIB, cores=1, name="sram1")],
+        npumem.Pool(4 * MIB, cores=1, name="hbm"),
+    )
+    hot = [tiered.alloc(50_000, core=c % 2, hot=True, tag="hot") for c in range(3)]
+    tiered.touch(hot[0], 4)
     out = {
         "csv": csv_text.encode(),
         "problem": Problem.from_csv(DATA / "input.12.csv").to_json().encode(),
         "graph": json.dumps(graph_seed()).encode(),
         "snapshot": json.dumps(snap.to_json_obj()).encode(),
         "trace": json.dumps(rec.trace.to_json_obj()).encode(),
+        "tiers": json.dumps(tiered.snapshot(label="fuzz").to_json_obj()).encode(),
     }
     onnx_bytes = onnx_seed()
     if onnx_bytes is not None:
@@ -393,5 +406,30 @@ def test_plot_on_mutated_files(
         src.write_bytes(data)
         with alarm(SECONDS_PER_RUN):
             run_cli(["plot", str(src), "-o", str(out)], capsys, output=out)
+
+    check()
+
+
+@pytest.mark.parametrize(("command", "fraction"), [("report", 0.5), ("plot", 0.15)])
+def test_tier_snapshot_reader_and_commands_on_mutated_files(
+    command: str,
+    fraction: float,
+    seeds: dict[str, bytes],
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if command == "plot":
+        pytest.importorskip("matplotlib")
+    src = workdir / f"tiers-{command}.json"
+    out = workdir / f"tiers-{command}.png"
+
+    @examples(fraction)
+    @given(data=file_bytes("tiers", seeds))
+    def check(data: bytes) -> None:
+        src.write_bytes(data)
+        expect_reader(load_tier_snapshot, src, (MonitorError,))
+        argv = [command, str(src)] + (["-o", str(out)] if command == "plot" else [])
+        with alarm(SECONDS_PER_RUN):
+            run_cli(argv, capsys, output=out if command == "plot" else None)
 
     check()
