@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import html
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,17 @@ def test_bad_arguments(tmp_path: Path, scene: dict[str, object]) -> None:
         plot_timeline([], tmp_path / "x.png")
     with pytest.raises(FileNotFoundError):
         plot_address_map(scene["busy"], tmp_path / "missing" / "x.png")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["$\\frac{$", "$x^{$", "cost $5 and $6", "$\\alpha$"])
+def test_names_tags_and_labels_are_drawn_as_text_not_math(text: str, tmp_path: Path) -> None:
+    pool = npumem.Pool(16 * MIB, cores=1, name=text)
+    with TraceRecorder(pool) as rec:
+        block = pool.alloc(1000, tag=text)
+        snap = pool.snapshot().with_label(text)
+        block.free()
+    assert_png(plot_address_map(snap, tmp_path / "map.png"))
+    assert_png(plot_address_map(snap, tmp_path / "cores.png", color_by="core"))
+    assert_png(plot_trace(rec.trace, tmp_path / "trace.png"))
+    svg = plot_address_map(snap, tmp_path / "map.svg").read_text()
+    assert f"({text}), by tag" in html.unescape(svg)  # the label, in the title

@@ -90,9 +90,13 @@ def _mpl() -> Any:
 
 def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
     """Write `fig` to `path` in the format its extension names (`picture_format`), the same
-    bytes for the same picture; returns the path."""
+    bytes for the same picture; returns the path. Every text is drawn as it is: pool names,
+    labels and tags come from files, and matplotlib would read `$...$` in them as math."""
     import matplotlib
+    from matplotlib.text import Text
 
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
     data = io.BytesIO()
     # SVG keeps its text as text (searchable, smaller) rather than as outlines.
     with matplotlib.rc_context({"svg.fonttype": "none"}):
