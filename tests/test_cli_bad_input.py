@@ -444,6 +444,8 @@ TIER_DAMAGE: list[tuple[Callable[[dict[str, Any]], object], str]] = [
     (_set("stats.fast.0.tier", "warm"), "stats.fast[0]: must be the figures of tier fast[0]"),
     (_set("stats.fast.1.core", 0), "stats.fast[1]: must be the figures of tier fast[1]"),
     (_set("stats.fast.0.core", True), "stats.fast[0]: must be the figures of tier fast[0]"),
+    (_set("stats.fast.0.core", 0.0), "stats.fast[0]: must be the figures of tier fast[0]"),
+    (lambda o: o["stats"]["slow"].pop("core"), "stats.slow: must be the figures of tier slow"),
     (_set("stats.fast.0.hits", 1e300), "stats.fast[0]: field 'hits' must be int, got float"),
     (_set("stats.fast.0.bytes_in_use", -5), "stats.fast[0]: bytes_in_use must be an integer"),
     (_set("stats.fast.0.capacity", 1.5), "stats.fast[0]: field 'capacity' must be int"),

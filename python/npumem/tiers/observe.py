@@ -134,7 +134,8 @@ def _usage(where: str, d: Any, what: str, tier: Tier) -> TierUsage:
     if not isinstance(d, Mapping):
         raise u.fail(f"must be an object, got {type(d).__name__}")
     kind, core = u.field(d, "tier", str), d.get("core")
-    if kind != tier.kind or core != tier.core or isinstance(core, bool) or "core" not in d:
+    exact = "core" in d and type(core) is type(tier.core)  # 0.0 or True is not core 0
+    if kind != tier.kind or core != tier.core or not exact:
         raise u.fail(
             f"must be the figures of tier {tier} (tier {tier.kind!r}, core "
             f"{'null' if tier.core is None else tier.core}), got tier {kind!r}, core {core!r}"
