@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -567,3 +568,56 @@ def test_a_file_through_a_pipe_is_read_once(
         status, _, err = run_cli(argv, capsys)
     assert status == 0, err
     assert command == "report" or out.stat().st_size > 1000
+
+
+def test_export_writes_through_a_symbolic_link(
+    saved: dict[str, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = write(tmp_path / "t.json", saved["trace"])
+    target = tmp_path / "target.json"
+    target.write_text("x\n")
+    link = tmp_path / "link.json"
+    link.symlink_to("target.json")
+    status, _, err = run_cli(["export", str(trace), "-o", str(link)], capsys)
+    assert status == 0, err
+    assert link.is_symlink()
+    assert json.loads(target.read_text())["traceEvents"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+@pytest.mark.parametrize("command", ["export", "plot"])
+def test_an_output_that_is_not_a_regular_file_is_refused(
+    saved: dict[str, dict],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    command: str,
+) -> None:
+    """A FIFO or a device node as the output is refused, not replaced by a regular file (a
+    device is a regular file that `os.stat` reports as a character device: a test must not
+    touch a real one)."""
+    src = write(tmp_path / "t.json", saved["trace"])
+    out = tmp_path / ("out.png" if command == "plot" else "out.json")
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:
+        out.write_text("stands for /dev/full\n")
+        real_stat = os.stat
+
+        def device_stat(p: object, *args: object, **kwargs: object) -> os.stat_result:
+            st = real_stat(p, *args, **kwargs)  # type: ignore[arg-type]
+            if os.fspath(p) == str(out):  # type: ignore[arg-type]
+                return os.stat_result((stat.S_IFCHR | 0o666, *tuple(st)[1:]))
+            return st
+
+        monkeypatch.setattr(os, "stat", device_stat)
+    before = os.lstat(out)
+    status, _, err = run_cli([command, str(src), "-o", str(out)], capsys)
+    monkeypatch.undo()
+    assert status == 2
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    assert f"cannot write {out}: it is {what}, not a regular file" in err
+    after = os.lstat(out)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, "t.json"])

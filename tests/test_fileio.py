@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
 
 import npumem
-from npumem.fileio import json_text, read_json_object, write_json, write_text
+from npumem.fileio import (
+    json_text,
+    path_argument,
+    read_json_object,
+    write_bytes,
+    write_json,
+    write_text,
+)
 from npumem.monitor import FileFormatError, load_snapshot, load_trace
 from npumem.plan import Graph, GraphError, Problem, ProblemFormatError
 
@@ -121,4 +129,130 @@ def test_writes_are_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 def test_writing_into_a_missing_folder_fails_cleanly(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         write_text(tmp_path / "no" / "such" / "out.txt", "x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_symbolic_link_is_written_through(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "target.json"
+    target.write_text("x\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    chain = tmp_path / "chain.json"
+    chain.symlink_to("link.json")  # a link to a link, relative
+    write_json(link, {"a": 1})
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert read_json_object(target) == {"a": 1}
+    write_json(chain, {"b": 2})
+    assert chain.is_symlink() and link.is_symlink()
+    assert read_json_object(target) == {"b": 2}
+    # The temporary file went next to the target and is gone.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chain.json", "elsewhere", "link.json"]
+    assert [p.name for p in elsewhere.iterdir()] == ["target.json"]
+
+
+def test_a_dangling_link_makes_the_file_it_names(tmp_path: Path) -> None:
+    link = tmp_path / "link.json"
+    link.symlink_to("made.json")
+    write_text(link, "{}\n")
+    assert link.is_symlink() and (tmp_path / "made.json").read_text() == "{}\n"
+
+
+def _fake_file_type(monkeypatch: pytest.MonkeyPatch, path: Path, kind: int) -> None:
+    """Make `os.stat` report `path` as a file of type `kind` (a device, a socket), which a test
+    must not create or write for real."""
+    real_stat = os.stat
+
+    def fake_stat(p: object, *args: object, **kwargs: object) -> os.stat_result:
+        st = real_stat(p, *args, **kwargs)  # type: ignore[arg-type]
+        if os.fspath(p) == os.fspath(path):  # type: ignore[arg-type]
+            return os.stat_result((kind | 0o666, *tuple(st)[1:]))
+        return st
+
+    monkeypatch.setattr(os, "stat", fake_stat)
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        ("fifo", "it is a FIFO, not a regular file"),
+        ("link to fifo", "which is a FIFO, not a regular file"),
+        ("directory", "it is a directory, not a regular file"),
+        ("link to directory", "which is a directory, not a regular file"),
+        pytest.param(stat.S_IFCHR, "it is a character device, not a", id="char device"),
+        pytest.param(stat.S_IFBLK, "it is a block device, not a regular file", id="block device"),
+        pytest.param(stat.S_IFSOCK, "it is a socket, not a regular file", id="socket"),
+    ],
+)
+def test_a_path_that_is_not_a_regular_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str | int, words: str
+) -> None:
+    path = tmp_path / "out.json"
+    special = tmp_path / "special"
+    if kind in ("fifo", "link to fifo"):
+        os.mkfifo(special)
+    elif kind in ("directory", "link to directory"):
+        special.mkdir()
+    else:
+        special.write_text("stands for a device\n")
+        assert isinstance(kind, int)
+        _fake_file_type(monkeypatch, special, kind)
+    if isinstance(kind, str) and kind.startswith("link"):
+        path.symlink_to(special)
+    else:
+        path = special
+    before = os.lstat(path)
+    with pytest.raises(OSError) as info:
+        write_bytes(path, b"{}\n")
+    monkeypatch.undo()
+    assert words in str(info.value.strerror)
+    after = os.lstat(path)
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)  # not replaced
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted({"special", path.name})  # no temporary file left
+    if isinstance(kind, int):
+        assert special.read_text() == "stands for a device\n"
+
+
+BAD_PATHS = [
+    (None, npumem.ArgumentTypeError, "must be a str or an os.PathLike, got NoneType"),
+    (123, npumem.ArgumentTypeError, "got int"),
+    (b"out.json", npumem.ArgumentTypeError, "got bytes"),
+    (["out.json"], npumem.ArgumentTypeError, "got list"),
+    ("", npumem.InvalidArgumentError, "is empty"),
+    ("a\x00b", npumem.InvalidArgumentError, "contains a NUL character"),
+]
+
+
+@pytest.mark.parametrize(("path", "error", "words"), BAD_PATHS)
+def test_a_path_that_is_not_a_path_is_a_typed_error(
+    path: object, error: type[Exception], words: str, tmp_path: Path
+) -> None:
+    for call in (
+        lambda: read_json_object(path),  # type: ignore[arg-type]
+        lambda: write_text(path, "x"),  # type: ignore[arg-type]
+        lambda: write_json(path, {}),  # type: ignore[arg-type]
+        lambda: path_argument(path),
+    ):
+        with pytest.raises(error, match=words):
+            call()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_readers_error_type_is_kept_for_a_path_no_file_can_have() -> None:
+    with pytest.raises(FileFormatError, match="contains a NUL character"):
+        load_snapshot("a\x00b")
+    with pytest.raises(FileFormatError, match="is empty"):
+        load_trace("")
+
+
+@pytest.mark.parametrize("data", [None, "text", 3, ["x"]])
+def test_write_bytes_takes_bytes_and_write_text_takes_text(data: object, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(npumem.ArgumentTypeError, match="data must be bytes"):
+        write_bytes(out, data)  # type: ignore[arg-type]
+    if not isinstance(data, str):
+        with pytest.raises(npumem.ArgumentTypeError, match="text must be a str"):
+            write_text(out, data)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []

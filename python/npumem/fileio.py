@@ -5,21 +5,34 @@ writers never write one. The reader returns a JSON object or raises the caller's
 one line that starts with the file and says what is wrong (missing, a directory, not UTF-8, not
 JSON with the line and column, nested too deeply, not an object), never a traceback from inside
 the `json` module. Writers replace the file atomically: a reader sees the old file or the new
-one, and a failed write leaves no partial file behind.
+one, and a failed write leaves no partial file behind. A symbolic link is written through (the
+file it points to is replaced and the link stays a link); an existing path that is neither a
+regular file nor a link to one (a directory, a FIFO, a device, a socket) is refused.
+
+Every function that takes a file path checks it with `path_argument()` first.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from npumem.errors import InvalidArgumentError
+from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["json_text", "read_json_object", "write_bytes", "write_json", "write_text"]
+__all__ = [
+    "json_text",
+    "path_argument",
+    "read_json_object",
+    "write_bytes",
+    "write_json",
+    "write_text",
+]
 
 ENCODING = "utf-8"
 """The encoding of every file npumem writes."""
@@ -29,6 +42,33 @@ _READ_ENCODING = "utf-8-sig"  # UTF-8, with or without a byte-order mark
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
+
+
+def path_argument(
+    value: object,
+    what: str = "the path",
+    *,
+    error: Callable[[str], Exception] = InvalidArgumentError,
+) -> Path:
+    """`value`, a file path argument, as a `Path`: a `str` or an `os.PathLike` of text.
+
+    Any other type (`None`, a number, `bytes`, a list) raises `ArgumentTypeError`; an empty path
+    or one with a NUL character (no file can have it) raises `error(message)`. `what` names the
+    argument in the message (`"the output path"`).
+    """
+    try:
+        text = os.fspath(value)  # type: ignore[call-overload]
+    except TypeError:
+        text = None
+    if not isinstance(text, str):
+        raise ArgumentTypeError(
+            f"{what} must be a str or an os.PathLike, got {type(value).__name__}"
+        )
+    if not text:
+        raise error(f"{what} is empty")
+    if "\0" in text:
+        raise error(f"{what} {text!r} contains a NUL character")
+    return Path(text)
 
 
 def read_json_object(
@@ -41,9 +81,10 @@ def read_json_object(
 
     Anything else raises `error(message)`: the message starts with the path and names the
     problem; `expected` describes the wanted object in it (`"a JSON object with a 'buffers'
-    list"`). `NaN` and `Infinity`, which are not JSON, are refused too.
+    list"`). `NaN` and `Infinity`, which are not JSON, are refused too. A path that is not a path
+    raises as `path_argument()` says.
     """
-    p = Path(path)
+    p = path_argument(path, error=error)
     try:
         text = p.read_text(encoding=_READ_ENCODING)
     except FileNotFoundError:
@@ -80,17 +121,26 @@ def json_text(obj: Mapping[str, Any], *, indent: int | None = None) -> str:
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write `text` (UTF-8) to `path` atomically and return the path (see
     `write_bytes()`)."""
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
     return write_bytes(path, text.encode(ENCODING))
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write `data` to `path` atomically and return the path.
 
-    The bytes go to a temporary file next to `path` that then replaces it, so readers never
-    see half a file and a failed write leaves any old file as it was.
+    The bytes go to a temporary file next to the file they replace, which the temporary file
+    then replaces, so readers never see half a file and a failed write leaves any old file as it
+    was. A symbolic link `path` is written through: the file it points to (made if missing) is
+    replaced and the link stays. An existing `path` that is not a regular file or a link to one
+    (a directory, a FIFO, a device, a socket) is refused with an `OSError` whose `strerror` says
+    what it is, and nothing is written.
     """
-    out = Path(path)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    out = path_argument(path, "the output path")
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ArgumentTypeError(f"data must be bytes, got {type(data).__name__}")
+    target = _replaced_file(out)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     # os.open with 0o666 lets the umask pick the mode, as for any new file.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -98,11 +148,37 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, out)
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return out
+
+
+_NOT_FILES = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _replaced_file(out: Path) -> Path:
+    """The file that a write to `out` replaces: `out` itself, or the file the symbolic link
+    `out` points to, through any chain of links. Raises `OSError` when that file exists and is
+    not a regular file: replacing it would destroy a directory, a FIFO or a device node."""
+    target = Path(os.path.realpath(out)) if out.is_symlink() else out
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target  # a new file (or a link to one not made yet)
+    if stat.S_ISREG(mode):
+        return target
+    kind = next((name for is_kind, name in _NOT_FILES if is_kind(mode)), "a special file")
+    code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+    what = "it is" if target == out else f"it links to {target}, which is"
+    raise OSError(code, f"{what} {kind}, not a regular file", str(out))
 
 
 def write_json(
