@@ -66,6 +66,12 @@ def test_schemas_are_listed_and_unknown_formats_refused() -> None:
         schemas.load("x")
 
 
+@pytest.mark.parametrize("fmt", [None, 1, b"npumem-plan", [], ["npumem-plan"], {}])
+def test_a_format_name_that_is_not_text_is_a_typed_error(fmt: object) -> None:
+    with pytest.raises(npumem.ArgumentTypeError, match="the format must be a str"):
+        schemas.load(fmt)  # type: ignore[arg-type]
+
+
 def test_handles_are_text_and_survive_a_double_based_reader(written: dict[str, Path]) -> None:
     snap = json.loads(written["snapshot"].read_text())
     trace = json.loads(written["trace"].read_text())

@@ -17,6 +17,8 @@ import json
 from importlib import resources
 from typing import Any
 
+from npumem.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = ["FORMATS", "load"]
 
 FORMATS: dict[str, str] = {
@@ -28,14 +30,19 @@ FORMATS: dict[str, str] = {
 
 
 def load(fmt: str) -> dict[str, Any]:
-    """The JSON Schema of the format named `fmt` (a key of `FORMATS`)."""
-    try:
-        name = FORMATS[fmt]
-    except KeyError:
-        from npumem.errors import InvalidArgumentError
+    """The JSON Schema of the format named `fmt` (a key of `FORMATS`).
 
-        known = ", ".join(FORMATS)
-        raise InvalidArgumentError(f"no schema for format {fmt!r} (known: {known})") from None
+    A `fmt` that is not a `str` raises `ArgumentTypeError`; an unknown format,
+    `InvalidArgumentError`.
+    """
+    known = ", ".join(FORMATS)
+    if not isinstance(fmt, str):
+        raise ArgumentTypeError(
+            f"the format must be a str (one of {known}), got {type(fmt).__name__}"
+        )
+    if fmt not in FORMATS:
+        raise InvalidArgumentError(f"no schema for format {fmt!r} (known: {known})")
+    name = FORMATS[fmt]
     text = resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
