@@ -34,7 +34,7 @@ def run_cli(
     if status == 2:
         lines = err.strip().splitlines()
         assert len(lines) == 1, f"expected one line on stderr, got {err!r}"
-        assert lines[0].startswith("npumem ") and "error" in lines[0], lines
+        assert lines[0].startswith(("npumem ", "npumem: ")) and "error" in lines[0], lines
         assert out == "", f"partial output on stdout: {out!r}"
         if output is not None:
             assert not output.exists(), f"{output} written although the command failed"

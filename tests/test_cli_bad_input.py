@@ -19,6 +19,7 @@ import pytest
 import npumem
 from cli_contract import run_cli
 from kv_helpers import SHAPE
+from npumem.cli import OneLineErrorParser, build_parser
 from npumem.kv import KVCache
 from npumem.monitor import TraceRecorder, load_snapshot, load_trace
 from npumem.monitor.errors import FileFormatError
@@ -621,3 +622,69 @@ def test_an_output_that_is_not_a_regular_file_is_refused(
     after = os.lstat(out)
     assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, "t.json"])
+
+
+# Arguments argparse refuses, for every subcommand: a missing required argument, an unknown
+# option, a bad value for a typed option (and a missing option value where there is no
+# required argument).
+ARGUMENT_REFUSALS = [
+    ([], "npumem: error: the following arguments are required: COMMAND"),
+    (["bogus"], "npumem: error: argument COMMAND: invalid choice: 'bogus'"),
+    (["demo", "--seed"], "npumem demo: error: argument --seed: expected one argument"),
+    (["demo", "--bogus"], "npumem demo: error: unrecognized arguments: --bogus"),
+    (["demo", "--requests", "x"], "npumem demo: error: argument --requests: 'x' is not an"),
+    (["replay"], "npumem replay: error: the following arguments are required: TRACE"),
+    (
+        ["replay", "t.json", "--bogus", "1"],
+        "npumem replay: error: unrecognized arguments: --bogus 1",
+    ),
+    (["replay", "t.json", "--cores", "0"], "npumem replay: error: argument --cores: must be at"),
+    (["replay", "t.json", "--placement", "worst"], "npumem replay: error: argument --placement"),
+    (["plan"], "npumem plan: error: the following arguments are required: INPUT"),
+    (["plan", "x.csv", "--bogus"], "npumem plan: error: unrecognized arguments: --bogus"),
+    (["plan", "x.csv", "--capacity", "-5"], "npumem plan: error: argument --capacity: '-5' is"),
+    (["plan", "x.csv", "--time-limit", "x"], "npumem plan: error: argument --time-limit"),
+    (["report"], "npumem report: error: the following arguments are required: SNAPSHOT"),
+    (["report", "s.json", "--bogus"], "npumem report: error: unrecognized arguments: --bogus"),
+    (["report", "s.json", "--top", "0"], "npumem report: error: argument --top: must be at"),
+    (["plot"], "npumem plot: error: the following arguments are required: SNAPSHOT|TRACE|PLAN"),
+    (["plot", "s.json", "--bogus"], "npumem plot: error: unrecognized arguments: --bogus"),
+    (["plot", "s.json", "--color-by", "size"], "npumem plot: error: argument --color-by"),
+    (["view"], "npumem view: error: the following arguments are required: TRACE|SNAPSHOT"),
+    (["view", "s.json", "--bogus"], "npumem view: error: unrecognized arguments: --bogus"),
+    (["view", "s.json", "-o"], "npumem view: error: argument -o/--output: expected one"),
+    (["export"], "npumem export: error: the following arguments are required: TRACE"),
+    (["export", "t.json", "--bogus"], "npumem export: error: unrecognized arguments: --bogus"),
+    (["export", "t.json", "--format", "csv"], "npumem export: error: argument --format"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"), ARGUMENT_REFUSALS, ids=[" ".join(a) or "none" for a, _ in ARGUMENT_REFUSALS]
+)
+def test_a_bad_argument_is_one_line(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run_cli(argv, capsys)  # one line on stderr, nothing on stdout
+    assert status == 2
+    assert err.startswith(line), err
+
+
+def test_every_subcommand_refuses_in_one_line() -> None:
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert {"demo", "replay", "plan", "report", "plot", "view", "export"} <= set(commands)
+    assert all(isinstance(p, OneLineErrorParser) for p in [parser, *commands.values()])
+    tested = {argv[0] for argv, _ in ARGUMENT_REFUSALS if argv and argv[0] in commands}
+    assert tested == set(commands)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"], ["plan", "-h"]])
+def test_help_still_prints_the_full_usage(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: npumem") and "options:" in out

@@ -3,6 +3,10 @@
 Each subcommand lives next to the code it drives and registers itself through an
 `add_parser(subparsers)` function that returns the parser, with `func` set to a callable
 `(args) -> int` exit status (`npumem.exit_status.ExitStatus`).
+
+Bad arguments are refused like every other bad input: one line on stderr,
+`npumem SUBCOMMAND: error: MESSAGE` (`npumem: error: MESSAGE` before a subcommand is known),
+nothing on stdout, exit status 2; `--help` prints the full usage.
 """
 
 from __future__ import annotations
@@ -10,8 +14,42 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-__all__ = ["build_parser", "main"]
+from npumem.exit_status import ExitStatus
+
+__all__ = ["OneLineErrorParser", "build_parser", "main"]
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An `ArgumentParser` that refuses bad arguments with one line on stderr,
+    `PROG: error: MESSAGE`, and exit status 2, without the usage lines `argparse` prints first.
+
+    Its subcommands' parsers are of the same class (`add_subparsers` makes them so), and an
+    unknown argument after a subcommand is refused by that subcommand's parser, so the line
+    names the subcommand.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitStatus.USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            self._chosen_parser(parsed).error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed
+
+    def _chosen_parser(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The parser of the (innermost) subcommand `parsed` chose, or this one."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                name = getattr(parsed, action.dest, None)
+                chosen = action.choices.get(name) if isinstance(name, str) else None
+                if isinstance(chosen, OneLineErrorParser):
+                    return chosen._chosen_parser(parsed)
+        return self
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     from npumem.plan import cli as plan_cli
     from npumem.workloads import cli as workloads_cli
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="npumem",
         description="npumem: accelerator-memory manager "
         "(demo, replay, plan, report, plot, view, export).",
