@@ -7,10 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import npumem
+import npumem.workloads.demo
+from cli_contract import run_cli
 from monitor_helpers import assert_png
 from npumem.cli import main
 from npumem.monitor import load_snapshot, load_trace
@@ -182,3 +186,90 @@ def test_outputs_without_pictures(tmp_path: Path) -> None:
         p.name for p in files.values()
     )
     assert result.ok and result.requests_served == 20
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--workers", "5000", "--workers/--threads: must be at most 1,024, got '5000'"),
+        ("--threads", "1025", "must be at most 1,024, got '1025'"),
+        ("--requests", "10000000", "--requests: must be at most 1,000,000, got '10000000'"),
+        (
+            "--capacity",
+            "18446744073709551615",
+            "--capacity: must be at most 128.0 TiB, got '18446744073709551615'",
+        ),
+        ("--capacity", "129TiB", "--capacity: must be at most 128.0 TiB, got '129TiB'"),
+    ],
+)
+def test_values_past_the_demos_limits_are_refused_at_once(
+    option: str, value: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
+    status, _, err = run_cli(["demo", option, value, "-o", str(tmp_path / "out")], capsys)
+    assert status == 2 and words in err
+    assert time.monotonic() - started < 5
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"workers": 5000}, npumem.InvalidArgumentError, "workers must be from 1 to 1,024"),
+        ({"requests": 0}, npumem.InvalidArgumentError, "requests must be from 1 to 1,000,000"),
+        (
+            {"capacity": 2**64 - 1},
+            npumem.InvalidArgumentError,
+            "got 18,446,744,073,709,551,615",
+        ),
+        ({"capacity": -1}, npumem.InvalidArgumentError, "capacity must be from 1 to"),
+        ({"capacity": 1.5e9}, npumem.ArgumentTypeError, "capacity must be an int, got float"),
+        ({"requests": "10"}, npumem.ArgumentTypeError, "requests must be an int, got str"),
+        ({"workers": True}, npumem.ArgumentTypeError, "workers must be an int, got bool"),
+    ],
+)
+def test_run_demo_refuses_values_past_its_limits(
+    kwargs: dict[str, object], error: type[Exception], words: str
+) -> None:
+    from npumem.workloads import run_demo
+
+    with pytest.raises(error, match=words):
+        run_demo(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_refusal_leaves_no_output_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "new" / "demo"
+    argv = ["demo", "--quick", "--capacity", "100MiB", "--no-tiers", "-o", str(output)]
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2 and "too small for the models' weights" in err
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor its parent made for it
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    status, _, _ = run_cli([*argv[:-1], str(existing)], capsys)
+    assert status == 2 and existing.is_dir()  # a folder the user made stays
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        npumem.PoolBusyError("the pool stayed paused for 10002 ms"),
+        npumem.OutOfMemoryError("could not map the host backing"),
+    ],
+)
+def test_a_run_that_fails_is_not_a_usage_error(
+    failure: Exception,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def failing_run(**kwargs: object) -> None:
+        raise failure
+
+    monkeypatch.setattr(npumem.workloads.demo, "run_demo", failing_run)
+    output = tmp_path / "out"
+    status, out, err = run_cli(["demo", "--quick", "-o", str(output)], capsys)
+    assert status == 1
+    assert err.strip() == f"npumem demo: failed: {failure}" and out == ""
+    assert not output.exists()

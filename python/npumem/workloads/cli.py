@@ -5,18 +5,21 @@
     npumem replay TRACE [--capacity BYTES] [--cores N] [--chunk-size BYTES] ... [--json]
 
 Exit status: 0 done and the goal met (demo: no failed allocation and no rejected request;
-replay: every allocation that succeeded when recorded succeeds again), 1 the goal not met,
-2 bad arguments or an unreadable file.
+replay: every allocation that succeeded when recorded succeeds again), 1 the goal not met
+(demo: also a run that could not finish, `npumem demo: failed: ...`), 2 bad arguments or an
+unreadable file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +37,10 @@ from npumem.fileio import json_text
 from npumem.monitor.report import render_report
 from npumem.monitor.sampler import Alert
 from npumem.sizes import format_bytes
+from npumem.workloads.demo import MAX_CAPACITY, MAX_REQUESTS, MAX_WORKERS
 
 if TYPE_CHECKING:
     from npumem.monitor.trace import Trace
-    from npumem.workloads.demo import DemoResult
     from npumem.workloads.replay import ReplayResult
 
 __all__ = ["add_parsers", "replay_json", "run_demo_command", "run_replay_command"]
@@ -77,23 +80,40 @@ def _compactor(pool: npumem.Pool) -> Compactor:
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
-    """Run `npumem demo` with parsed arguments; returns the exit status."""
-    from npumem.workloads.demo import default_capacity, run_demo, write_outputs
+    """Run `npumem demo` with parsed arguments; returns the exit status.
 
-    out = Console(highlight=False, soft_wrap=True)
+    The output folder is made before the run, so that a folder that cannot be made is refused
+    at once, and removed again (with the parents made for it) when the run writes nothing into
+    it: a refusal or a failure leaves nothing behind.
+    """
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    workers = args.workers or max(1, os.cpu_count() or 1)
-    requests = args.requests or (QUICK_REQUESTS if args.quick else DEFAULT_REQUESTS)
-    capacity = args.capacity or default_capacity(workers)
     output = Path(args.output)
     if output.exists() and not output.is_dir():
         err.print(f"npumem demo: error: --output {output} exists and is not a folder", markup=False)
         return ExitStatus.USAGE
+    made = [folder for folder in (output, *output.parents) if not folder.exists()]
     try:
-        output.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        err.print(f"npumem demo: error: cannot make {output}: {exc.strerror}", markup=False)
-        return ExitStatus.USAGE
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            err.print(f"npumem demo: error: cannot make {output}: {exc.strerror}", markup=False)
+            return ExitStatus.USAGE
+        return _serve_and_report(args, output, err)
+    finally:
+        for folder in made:  # the innermost first; a folder with files in it stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> int:
+    """The demo's run, files and report, into the existing folder `output`."""
+    from npumem.workloads.demo import default_capacity, default_workers, run_demo, write_outputs
+    from npumem.workloads.tiered import report_tiered_demo, write_tier_outputs
+
+    out = Console(highlight=False, soft_wrap=True)
+    workers = args.workers or default_workers()
+    requests = args.requests or (QUICK_REQUESTS if args.quick else DEFAULT_REQUESTS)
+    capacity = args.capacity or default_capacity(workers)
     pictures = importlib.util.find_spec("matplotlib") is not None
     alerts = logging.getLogger("npumem.monitor")
     handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
@@ -112,15 +132,21 @@ def run_demo_command(args: argparse.Namespace) -> int:
                 on_request=lambda: progress.advance(task),
                 tiers=args.tiers,
             )
-        except npumem.NpumemError as exc:
+        except (npumem.InvalidArgumentError, npumem.ConfigError) as exc:
             err.print(f"npumem demo: error: {exc}", markup=False)
             return ExitStatus.USAGE
+        except npumem.NpumemError as exc:  # the arguments were fine; the run could not finish
+            err.print(f"npumem demo: failed: {exc}", markup=False)
+            return ExitStatus.NOT_MET
         finally:
             alerts.removeHandler(handler)
     try:
         files = write_outputs(result, output, pictures=pictures)
+        if result.tiers is not None:
+            files.update(write_tier_outputs(result.tiers, output, pictures=pictures))
     except OSError as exc:
-        err.print(f"npumem demo: error: cannot write to {output}: {exc}", markup=False)
+        where = exc.filename or output
+        err.print(f"npumem demo: error: cannot write {where}: {exc.strerror or exc}", markup=False)
         return ExitStatus.USAGE
 
     t = Table(title="npumem demo: an inference service in miniature", title_justify="left")
@@ -183,8 +209,10 @@ def run_demo_command(args: argparse.Namespace) -> int:
         title="pool",
         top=8,
     )
-    if args.tiers:
-        files.update(_report_tiers(result, out, output, pictures))
+    if result.tiers is not None:
+        # One SRAM pool per worker in front of the demo's pool (npumem.workloads.demo_tiers),
+        # and the policies compared on the run's reads.
+        report_tiered_demo(out, result.tiers)
     out.print(f"wrote to {output.resolve()}:", markup=False)
     for what, path in files.items():
         out.print(f"  {path.name:28} {what}", markup=False)
@@ -198,21 +226,6 @@ def run_demo_command(args: argparse.Namespace) -> int:
         )
         return ExitStatus.NOT_MET
     return ExitStatus.OK
-
-
-def _report_tiers(
-    result: DemoResult, out: Console, output: Path, pictures: bool
-) -> dict[str, Path]:
-    """The tiers of the run (`npumem demo` without `--no-tiers`: one SRAM pool per worker in
-    front of the demo's pool, `npumem.workloads.demo_tiers`) and the policies compared on its
-    reads; prints them, returns the files written."""
-
-    from npumem.workloads.tiered import report_tiered_demo, write_tier_outputs
-
-    if result.tiers is None:
-        return {}
-    report_tiered_demo(out, result.tiers)
-    return write_tier_outputs(result.tiers, output, pictures=pictures)
 
 
 # ----- replay --------------------------------------------------------------------------------
@@ -359,6 +372,19 @@ def replay_json(
     }
 
 
+def _at_most(parse: Callable[[str], int], most: int, shown: str) -> Callable[[str], int]:
+    """An argparse type: `parse(text)`, refused above `most` (written `shown`) with a message
+    that quotes the text given."""
+
+    def parse_at_most(text: str) -> int:
+        value = parse(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {shown}, got {text!r}")
+        return value
+
+    return parse_at_most
+
+
 def add_parsers(subparsers: Any) -> None:
     """Add `demo` and `replay` to an `argparse` subparsers object."""
     demo = subparsers.add_parser(
@@ -371,27 +397,29 @@ def add_parsers(subparsers: Any) -> None:
         "one SRAM tier per worker in front of the shared pool (HBM), promoted by access "
         "frequency. Prints the report; writes the pictures and snapshots to --output.",
         epilog="Exit status: 0 goal met (no failed allocation, no rejected request), 1 goal "
-        "not met, 2 bad arguments.",
+        "not met or the run could not finish, 2 bad arguments.",
     )
     demo.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS:,} requests (seconds)")
     demo.add_argument(
         "--requests",
-        type=at_least_one,
+        type=_at_most(at_least_one, MAX_REQUESTS, f"{MAX_REQUESTS:,}"),
         metavar="N",
-        help=f"requests to serve (default {DEFAULT_REQUESTS:,}; {QUICK_REQUESTS:,} with --quick)",
+        help=f"requests to serve (default {DEFAULT_REQUESTS:,}; {QUICK_REQUESTS:,} with --quick; "
+        f"at most {MAX_REQUESTS:,})",
     )
     demo.add_argument(
         "--workers",
         "--threads",
-        type=at_least_one,
+        type=_at_most(at_least_one, MAX_WORKERS, f"{MAX_WORKERS:,}"),
         metavar="N",
-        help="worker threads (default: one per CPU)",
+        help=f"worker threads (default: one per CPU; at most {MAX_WORKERS:,})",
     )
     demo.add_argument(
         "--capacity",
-        type=positive_byte_count,
+        type=_at_most(positive_byte_count, MAX_CAPACITY, format_bytes(MAX_CAPACITY)),
         metavar="BYTES",
-        help="arena size, e.g. 512MiB (default: 160 MiB + 128 MiB per worker)",
+        help="arena size, e.g. 512MiB (default: 160 MiB + 128 MiB per worker; at most "
+        f"{format_bytes(MAX_CAPACITY)})",
     )
     demo.add_argument(
         "--seed", type=non_negative, default=0, metavar="N", help="request mix seed (default 0)"

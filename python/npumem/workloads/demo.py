@@ -41,9 +41,29 @@ if TYPE_CHECKING:
     from npumem.workloads.demo_tiers import DemoTiers
     from npumem.workloads.tiered import TieredDemoResult
 
-__all__ = ["DemoResult", "KVSummary", "default_capacity", "run_demo", "write_outputs"]
+__all__ = [
+    "MAX_CAPACITY",
+    "MAX_REQUESTS",
+    "MAX_WORKERS",
+    "DemoResult",
+    "KVSummary",
+    "default_capacity",
+    "default_workers",
+    "run_demo",
+    "write_outputs",
+]
 
 MIB = 1 << 20
+
+MAX_WORKERS = 1024
+"""The most worker threads a demo runs: a thread per core on the largest machine a pool
+serves (1024 core pools). Thousands of threads on a few cores only wait for each other: the
+monitor's pauses then time out."""
+MAX_REQUESTS = 1_000_000
+"""The most requests a demo serves (about 17 times the command's default): the requests are
+made before serving starts, about 130 bytes each."""
+MAX_CAPACITY = 1 << 47
+"""The largest arena the demo's pool may grow to (128 TiB, `Pool(max_capacity=...)`'s limit)."""
 
 
 GROW_BY = 64 * MIB
@@ -70,6 +90,11 @@ def growing_pool(capacity: int, weights: int) -> npumem.Pool:
     if start == capacity:
         return npumem.Pool(capacity, name="demo")
     return npumem.Pool(start, max_capacity=capacity, grow_by=GROW_BY, name="demo")
+
+
+def default_workers() -> int:
+    """The worker threads the demo runs by default: one per CPU, at most `MAX_WORKERS`."""
+    return min(MAX_WORKERS, os.cpu_count() or 1)
 
 
 def default_capacity(workers: int) -> int:
@@ -162,8 +187,12 @@ def run_demo(
     on_request: Callable[[], object] | None = None,
     tiers: bool = False,
 ) -> DemoResult:
-    """Serve `requests` requests with `workers` threads (default: one per CPU) on a pool of
-    `capacity` bytes (default `default_capacity()`) with `os.cpu_count()` core pools.
+    """Serve `requests` requests with `workers` threads (default `default_workers()`) on a pool
+    of `capacity` bytes (default `default_capacity()`) with `os.cpu_count()` core pools.
+
+    `requests`, `workers` and `capacity` are ints from 1 to `MAX_REQUESTS`, `MAX_WORKERS` and
+    `MAX_CAPACITY`; anything else raises `ArgumentTypeError` or `InvalidArgumentError` before
+    anything is made. An arena too small for the models' weights raises `InvalidArgumentError`.
 
     `interval` is the monitor's sampling period; `trace` records every event (returned in
     `DemoResult.trace`); `compactor` is the compaction integration point (an object
@@ -171,12 +200,11 @@ def run_demo(
     request (progress bars); `tiers` puts a fast pool (SRAM) per worker in front of the
     pool and allocates the weights through a `TieredPool` (`npumem.workloads.demo_tiers`).
     """
-    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
-        raise npumem.InvalidArgumentError(f"requests must be an int >= 1, got {requests!r}")
-    workers = workers if workers is not None else max(1, os.cpu_count() or 1)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise npumem.InvalidArgumentError(f"workers must be an int >= 1, got {workers!r}")
+    _check_count("requests", requests, MAX_REQUESTS)
+    workers = workers if workers is not None else default_workers()
+    _check_count("workers", workers, MAX_WORKERS)
     capacity = capacity if capacity is not None else default_capacity(workers)
+    _check_count("capacity", capacity, MAX_CAPACITY)
     models = build_models()
     weight_bytes = sum(m.weight_bytes for m in models)
     pool = growing_pool(capacity, weight_bytes)
@@ -299,6 +327,15 @@ def run_demo(
         grow_events=after.grow_events,
         regions=after.regions,
     )
+
+
+def _check_count(name: str, value: object, most: int) -> None:
+    """Refuse `value` unless it is an int from 1 to `most`: `ArgumentTypeError` for another
+    type, `InvalidArgumentError` out of range (the message quotes the value given)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise npumem.ArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 1 <= value <= most:
+        raise npumem.InvalidArgumentError(f"{name} must be from 1 to {most:,}, got {value:,}")
 
 
 def _demo_tiers(pool: npumem.Pool, workers: int) -> DemoTiers:
