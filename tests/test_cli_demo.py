@@ -273,3 +273,18 @@ def test_a_run_that_fails_is_not_a_usage_error(
     assert status == 1
     assert err.strip() == f"npumem demo: failed: {failure}" and out == ""
     assert not output.exists()
+
+
+def test_an_output_file_that_cannot_be_written_is_one_error_line_and_no_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "tiers.json"  # the last file written
+    os.mkfifo(fifo)
+    status = main(["demo", "--requests", "20", "--workers", "1", "-o", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert status == 2
+    assert err.strip().splitlines()[-1] == (
+        f"npumem demo: error: cannot write {fifo}: it is a FIFO, not a regular file"
+    )
+    assert out == ""  # the report is printed only once every file is written
+    assert fifo.is_fifo()
