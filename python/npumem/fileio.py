@@ -9,7 +9,8 @@ one, and a failed write leaves no partial file behind. A symbolic link is writte
 file it points to is replaced and the link stays a link); an existing path that is neither a
 regular file nor a link to one (a directory, a FIFO, a device, a socket) is refused.
 
-Every function that takes a file path checks it with `path_argument()` first.
+`path_argument()` is the one check of a file path argument: the reader and the writers here
+start with it, and so should any function that takes a path.
 """
 
 from __future__ import annotations
