@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from npumem import fileio
-from npumem.errors import ArgumentTypeError
 from npumem.monitor.errors import FileFormatError
 from npumem.sizes import MAX_BYTES
 
@@ -36,19 +35,10 @@ def write_json(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> Path:
 
 
 def path_argument(path: Any) -> Path:
-    """`path` as a `Path`: a `str` or an `os.PathLike` of `str`. Anything else (None, a
-    number, which `open` would take for a file descriptor, bytes) raises `ArgumentTypeError`;
-    a path with a NUL character, which no file can have, raises `FileFormatError`."""
-    if not isinstance(path, str | os.PathLike):
-        raise ArgumentTypeError(
-            f"a file path must be a str or os.PathLike, got {type(path).__name__}"
-        )
-    text = os.fspath(path)
-    if not isinstance(text, str):
-        raise ArgumentTypeError(f"a file path must be text, got {type(text).__name__}")
-    if "\0" in text:
-        raise FileFormatError(f"{text!r}: cannot read the file (a path cannot contain NUL)")
-    return Path(text)
+    """`path` as a `Path` (`fileio.path_argument`): a `str` or an `os.PathLike` of `str`.
+    Anything else (None, a number, which `open` would take for a file descriptor, bytes) raises
+    `ArgumentTypeError`; an empty path or one with a NUL character raises `FileFormatError`."""
+    return fileio.path_argument(path, "a file path", error=FileFormatError)
 
 
 def read_json(path: str | os.PathLike[str], *, expected: str = "a JSON object") -> dict[str, Any]:
