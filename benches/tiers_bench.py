@@ -30,7 +30,7 @@ from pathlib import Path
 
 import npumem
 from bench_args import positive_float, positive_int
-from npumem import plan
+from npumem import fileio, plan
 from npumem.plan.networks import NETWORKS
 from npumem.tiers import TieredPool, TierEvent, replay
 from npumem.workloads.tiered import (
@@ -200,6 +200,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=positive_int, default=15)
     parser.add_argument("--write", metavar="BENCHMARKS.md", help="update that file's section")
     args = parser.parse_args()
+    # The file to update is read first, so that a bad path is refused before anything is measured.
+    text = read_section_file(parser, args.write) if args.write else ""
     out = [
         f"Measured by `.venv/bin/python benches/tiers_bench.py --part {args.part} --time-limit "
         f"{args.time_limit:g} --requests {args.requests}` on {platform.machine()} "
@@ -215,15 +217,28 @@ def main() -> int:
     report = "\n".join(out)
     print(report)
     if args.write:
-        path = Path(args.write)
-        text = path.read_text()
         pattern = re.compile(r"(## Memory tiers\n\n)(.*?)(?=\n## |\Z)", re.S)
         if pattern.search(text):
             text = pattern.sub(lambda m: m.group(1) + report, text, count=1)
         else:
             text = text.rstrip("\n") + "\n\n## Memory tiers\n\n" + report
-        path.write_text(text)
+        try:
+            fileio.write_text(args.write, text)
+        except OSError as e:
+            print(
+                f"tiers_bench.py: error: cannot write {args.write}: {e.strerror or e}",
+                file=sys.stderr,
+            )
+            return 1
     return 0
+
+
+def read_section_file(parser: argparse.ArgumentParser, path: str) -> str:
+    """The text of the file `--write` names, or argparse's one-line refusal."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        parser.error(f"--write: cannot read {path}: {getattr(e, 'strerror', None) or e}")
 
 
 if __name__ == "__main__":

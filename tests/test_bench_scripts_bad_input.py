@@ -21,6 +21,8 @@ BAD = [
     ("compaction_residue.py", ["--max", "100000000"], "--max"),
     ("kv_bench.py", ["--requests", "0"], "--requests"),
     ("tiers_bench.py", ["--time-limit", "nan"], "--time-limit"),
+    ("tiers_bench.py", ["--write", "/nonexistent/BENCHMARKS.md"], "--write"),
+    ("tiers_bench.py", ["--write", "/"], "--write"),
     ("plan_bench.py", ["--parts", "bogus"], "--parts"),
     ("plan_bench.py", ["--time-limit", "-1"], "--time-limit"),
     ("plan_bench.py", ["--count", "0"], "--count"),
