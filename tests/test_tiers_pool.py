@@ -438,6 +438,13 @@ def test_record_and_replay_under_another_policy() -> None:
     assert sized.promotions == 0  # the explicit promote finds no room; rebalance moves nothing
 
 
+def test_tiered_demo_refuses_an_unknown_mix_with_a_typed_error() -> None:
+    from npumem.workloads.tiered import run_tiered_demo
+
+    with pytest.raises(npumem.InvalidArgumentError, match="unknown mix 'bursty'"):
+        run_tiered_demo(cores=1, requests=1, mix="bursty")
+
+
 def test_tiered_demo_compares_policies(tmp_path: Path) -> None:
     from npumem.workloads.tiered import run_tiered_demo, write_tier_outputs
 

@@ -188,7 +188,7 @@ def run_tiered_demo(
     models = weight_models()
     rng = random.Random(seed)
     if mix not in MIXES:
-        raise ValueError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
+        raise npumem.InvalidArgumentError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
     phases = MIXES[mix]
     plan = [
         (
