@@ -15,7 +15,8 @@ class ExitStatus(IntEnum):
 
     NOT_MET = 1
     """The job ran and its goal was not met (`plan --capacity` not reached, a demo request
-    rejected, a replayed allocation that fails)."""
+    rejected, a replayed allocation that fails), or it could not finish for a reason that is
+    not its input (a demo whose pool stayed paused, host memory that could not be mapped)."""
 
     USAGE = 2
     """Bad arguments or an unreadable input file (`argparse` exits with 2 as well)."""
