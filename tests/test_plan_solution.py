@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +18,10 @@ from npumem.plan import (
     PlanValidationError,
     Problem,
     Solution,
+    TieredSolution,
     solve,
 )
+from npumem.plan.tiers import parse_pools
 
 
 def example() -> Problem:
@@ -166,3 +170,91 @@ def test_bind_into_a_real_pool_block_keeps_live_tensors_apart() -> None:
     block.free()
     before.free()
     pool.check()
+
+
+HOSTILE_NAMES = [
+    "x */ #error injected\n /* ",
+    "trigraph ??= ??/ ??' end",
+    'quote " back\\slash',
+    "tab\tnewline\nnul-free \x7f del",
+    "é ü 名 \U0001f600",
+    "a/*b*/c/",
+]
+
+
+def c_compiler() -> str | None:
+    return next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+
+
+def hostile_headers(tmp_path: Path) -> tuple[Problem, list[Path]]:
+    """A plan and a plan over pools whose problem, buffer, alias and pool names all try to
+    break out of the C header: written as `one.h` and `tiers.h`."""
+    problem = Problem(
+        [Buffer(name, i, i + 2, 8) for i, name in enumerate(HOSTILE_NAMES)],
+        aliases=[Alias("alias */ #error in alias\n", HOSTILE_NAMES[0], 0, 4)],
+        name="problem */ #error injected\n /* ??/",
+    )
+    solution = solve(problem, time_limit=1.0)
+    one = tmp_path / "one.h"
+    solution.to_c_header(one, prefix="one")
+    sram = Problem(problem.buffers[:3], aliases=problem.aliases, name=problem.name)
+    hbm = Problem(problem.buffers[3:], name=problem.name)
+    tiered = TieredSolution(
+        problem,
+        [("fast */ #error pool\n", 1 << 20), ("slow", None)],
+        {
+            "fast */ #error pool\n": solve(sram, time_limit=1.0),
+            "slow": solve(hbm, time_limit=1.0),
+        },
+        weight_bound=1.0,
+    )
+    tiers = tmp_path / "tiers.h"
+    tiered.to_c_header(tiers, prefix="9 tiers-plan")
+    return problem, [one, tiers]
+
+
+def test_c_headers_keep_hostile_names_inside_comments_and_strings(tmp_path: Path) -> None:
+    problem, headers = hostile_headers(tmp_path)
+    for header in headers:
+        text = header.read_text()
+        assert text.isascii()
+        # What is left once comments and string literals are taken out is plain C.
+        code = re.sub(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/', "", text, flags=re.S)
+        assert "#error" not in code and "*/" not in code and '"' not in code
+        assert "??" not in text.replace("\\?", "")
+    cc = c_compiler()
+    if cc is None:
+        return  # the text checks above are all this machine can do
+    # Every name comes back byte for byte from the table, and the header compiles cleanly.
+    program = tmp_path / "names.c"
+    program.write_text(
+        '#include <stdio.h>\n#include "one.h"\n#include "tiers.h"\n'
+        "static void dump(const char *name) {\n"
+        '    for (; *name; ++name) printf("%02x", (unsigned char)*name);\n'
+        '    printf("\\n");\n'
+        "}\n"
+        "int main(void) {\n"
+        "    size_t i;\n"
+        "    for (i = 0; i < ONE_NUM_TENSORS; ++i) dump(one_table[i].name);\n"
+        "    for (i = 0; i < _9_TIERS_PLAN_FAST_____ERROR_POOL__NUM_TENSORS; ++i)\n"
+        "        dump(_9_tiers_plan_fast_____error_pool__table[i].name);\n"
+        "    for (i = 0; i < _9_TIERS_PLAN_SLOW_NUM_TENSORS; ++i)\n"
+        "        dump(_9_tiers_plan_slow_table[i].name);\n"
+        "    return 0;\n"
+        "}\n"
+    )
+    exe = tmp_path / "names"
+    command = [cc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", str(program)]
+    built = subprocess.run([*command, "-o", str(exe)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+    names = [bytes.fromhex(line).decode("utf-8") for line in ran.stdout.splitlines()]
+    expected = [b.id for b in problem.buffers] + [a.name for a in problem.aliases]
+    assert names[: len(expected)] == expected
+    assert sorted(names[len(expected) :]) == sorted(expected)
+
+
+def test_pool_names_that_differ_only_in_case_are_refused() -> None:
+    # Upper-cased in the C header's macros, they would define the same names twice.
+    with pytest.raises(PlanError, match="ignoring case"):
+        parse_pools([("sram", 1024), ("SRAM", None)])
