@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from cli_contract import run_cli
 from npumem._argtypes import byte_count as parse_bytes
 from npumem.plan import Problem, Solution
 from npumem.plan.cli import add_parser
@@ -104,3 +107,170 @@ def test_parse_bytes() -> None:
     assert parse_bytes("2MB") == 2_000_000
     with pytest.raises(argparse.ArgumentTypeError):
         parse_bytes("1.5")
+
+
+@pytest.fixture
+def pipe_path() -> Iterator[Callable[[bytes], str]]:
+    """Makes paths that read some bytes once, as `<(cat file)` does in a shell: a pipe whose
+    writer has closed (read again, it is empty)."""
+    opened: list[int] = []
+
+    def make(data: bytes) -> str:
+        read_end, write_end = os.pipe()
+        opened.append(read_end)
+        os.write(write_end, data)
+        os.close(write_end)
+        return f"/dev/fd/{read_end}"
+
+    yield make
+    for fd in opened:
+        os.close(fd)
+
+
+def small_onnx_bytes(dim: str = "batch") -> bytes:
+    from test_plan_onnx import small_model
+
+    data: bytes = small_model(dim).SerializeToString()
+    return data
+
+
+@pytest.mark.parametrize("kind", ["csv", "problem json", "graph json", "onnx", "onnx buckets"])
+def test_input_from_a_pipe_is_read_once(
+    kind: str,
+    pipe_path: Callable[[bytes], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    extra: list[str] = []
+    if kind == "csv":
+        data = (DATA / "input.12.csv").read_bytes()
+    elif kind == "problem json":
+        data = Problem.from_csv(DATA / "input.12.csv").to_json().encode()
+    elif kind == "graph json":
+        data = resnet50().to_json().encode()
+    else:
+        data = small_onnx_bytes()
+        extra = ["--dim", "batch=2" if kind == "onnx" else "batch=1,2"]
+    out = tmp_path / "out.json"
+    status, printed, _ = run_cli(
+        ["plan", pipe_path(data), "-o", str(out), "--time-limit", "0.5", *extra], capsys
+    )
+    assert status == 0
+    assert "buffers" in printed or "buckets" in printed
+
+
+def test_buckets_leave_no_output_behind_when_one_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "sym.onnx"
+    model.write_bytes(small_onnx_bytes("N"))
+    (tmp_path / "out.N8.h").mkdir()
+    status, _, err = run_cli(
+        ["plan", str(model), "--dim", "N=1,8,32", "-o", str(tmp_path / "out.h"), "-q"], capsys
+    )
+    assert status == 2
+    assert "out.N8.h" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.N8.h", "sym.onnx"]
+    # With the way clear, every bucket's file is written.
+    (tmp_path / "out.N8.h").rmdir()
+    argv = ["plan", str(model), "--dim", "N=1,8,32", "-o", str(tmp_path / "out.h"), "-q"]
+    assert run_cli(argv, capsys)[0] == 0
+    assert sorted(p.name for p in tmp_path.glob("out.*")) == ["out.N1.h", "out.N32.h", "out.N8.h"]
+
+
+def test_an_output_that_is_a_directory_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "out.csv").mkdir()
+    argv = ["plan", str(DATA / "input.12.csv"), "-o", str(tmp_path / "out.csv")]
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2 and "out.csv" in err and "directory" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--alignment", "0"], "--alignment"),
+        (["--alignment", "48"], "--alignment"),
+        (["--in-flight", "100000", "--double-buffer", "b1"], "--in-flight"),
+        (["--dim", "batch=1,2", "--dim", "batch=3"], "given twice"),
+        (["--dim", f"batch={10**23}"], "--dim"),
+    ],
+)
+def test_bad_option_values_are_refused(
+    argv: list[str], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(small_onnx_bytes())
+    src = str(DATA / "input.12.csv") if "--in-flight" in argv else str(model)
+    with pytest.raises(SystemExit) as info:
+        run(src, *argv, "-q")
+    assert info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("npumem plan: error:") and words in last
+
+
+@pytest.mark.parametrize(
+    ("source", "argv", "words"),
+    [
+        ("onnx", ["--dim", "nosuch=3"], "'nosuch'"),
+        ("onnx", ["--dim", "nosuch=3,4"], "'nosuch'"),
+        ("csv", ["--dim", "batch=3"], "--dim batch"),
+        ("pipe csv", ["--dim", "batch=3"], "--dim batch"),
+    ],
+)
+def test_dimensions_that_bind_nothing_are_refused(
+    source: str,
+    argv: list[str],
+    words: str,
+    pipe_path: Callable[[bytes], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(small_onnx_bytes())
+    src = {
+        "onnx": str(model),
+        "csv": str(DATA / "input.12.csv"),
+        "pipe csv": pipe_path((DATA / "input.12.csv").read_bytes()),
+    }[source]
+    out = tmp_path / "out.csv"
+    status, _, err = run_cli(["plan", src, *argv, "-o", str(out)], capsys, output=out)
+    assert status == 2 and words in err
+
+
+GRAPH = {"tensors": [{"name": "x", "size": 64}], "inputs": ["x"], "outputs": ["x"], "ops": []}
+
+
+@pytest.mark.parametrize(
+    ("obj", "words"),
+    [
+        ({"format": "npumem-graph", "version": 2, **GRAPH}, "version 2 is not supported"),
+        ({"format": "npumem-graph", "version": "1", **GRAPH}, "version '1' is not supported"),
+        ({"format": "npumem-graph", **GRAPH}, "version None is not supported"),
+        ({"version": 1, **GRAPH}, "format is None"),
+        ({"format": "npumem-plan", "version": 1, **GRAPH}, "holds 'ops'"),
+        (
+            {"format": "npumem-graph", "version": 1, "buffers": [], **GRAPH},
+            "holds 'buffers'",
+        ),
+        ({"format": "npumem-trace", "version": 2, **GRAPH}, "'npumem-trace' is not a problem"),
+    ],
+)
+def test_json_headers_must_match_their_content(
+    obj: dict[str, object], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(obj))
+    out = tmp_path / "out.csv"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2 and "in.json" in err and words in err
+
+
+@pytest.mark.parametrize("header", [{}, {"format": "npumem-graph", "version": 1}])
+def test_graphs_with_npumem_header_or_none_are_planned(
+    header: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps({**header, **GRAPH}))
+    assert run_cli(["plan", str(src), "-q"], capsys)[0] == 0

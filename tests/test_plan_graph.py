@@ -217,3 +217,20 @@ def test_networks_plan_within_one_percent_of_the_bound(name: str) -> None:
     solution.validate()
     assert solution.arena_size <= 1.01 * solution.lower_bound
     assert solution.arena_size < problem.total_size < graph.activation_bytes
+
+
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [
+        ({"format": "npumem-graph", "version": 2}, "version 2 is not supported"),
+        ({"format": "npumem-graph", "version": "1"}, "version '1' is not supported"),
+        ({"format": "npumem-graph", "version": True}, "version True is not supported"),
+        ({"format": "npumem-graph"}, "version None is not supported"),
+        ({"version": 1}, "format is None, expected 'npumem-graph'"),
+        ({"format": "npumem-plan", "version": 1}, "format is 'npumem-plan'"),
+    ],
+)
+def test_graph_headers_are_checked(header: dict[str, Any], words: str) -> None:
+    with pytest.raises(GraphError, match=words):
+        Graph.from_json({**chain(), **header})
+    assert Graph.from_json({**chain(), "format": "npumem-graph", "version": 1}).ops

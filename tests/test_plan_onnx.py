@@ -91,3 +91,32 @@ def test_control_flow_and_bad_files_are_refused(tmp_path: Path) -> None:
         graph_from_onnx(tmp_path / "missing.onnx")
     with pytest.raises(GraphError, match=r"dims\['batch'\] must be an integer"):
         graph_from_onnx(small_model(), dims={"batch": -1})
+
+
+@pytest.mark.parametrize(
+    ("dims", "words"),
+    [
+        ({"batch": 10**23}, r"dims\['batch'\] must be an integer from 0 to 9223372036854775807"),
+        ({"batch": 1 << 63}, r"dims\['batch'\] must be an integer from 0 to"),
+        ({"batch": 2.0}, r"dims\['batch'\] must be an integer"),
+        ({"nosuch": 1}, r"no symbolic dimension 'nosuch'.*'batch'"),
+        ({"batch": 1, "seq": 2}, r"no symbolic dimension 'seq'"),
+        ([("batch", 1)], "dims must map dimension names to integers"),
+        ({1: 1}, "a dimension name must be a string"),
+    ],
+)
+def test_dims_that_cannot_be_bound_are_refused(dims: object, words: str, tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(small_model(), path)
+    for model in (small_model(), path):
+        with pytest.raises(GraphError, match=words):
+            Problem.from_onnx(model, dims=dims)  # type: ignore[arg-type]
+
+
+def test_a_csv_or_json_file_is_not_read_as_onnx(tmp_path: Path) -> None:
+    for name, text, kind in [("a.onnx", "id,lower,upper,size\n", "CSV"), ("b.onnx", "{}", "JSON")]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(GraphError, match=f"{name}: not an ONNX model .*{kind}"):
+            Problem.from_onnx(tmp_path / name)
+    with pytest.raises(GraphError, match="got bytes"):
+        Problem.from_onnx(b"m.onnx")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from npumem.errors import NpumemError
-from npumem.plan import Buffer, Problem, ProblemFormatError, lower_bound
+from npumem.plan import Buffer, Graph, PlanError, Problem, ProblemFormatError, lower_bound
 from npumem.plan.bounds import alignment_bound, fixed_bound, live_bytes, live_profile
+from npumem.plan.cli import load_problem
+from npumem.plan.problem import MAX_IN_FLIGHT
 
 DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
 
@@ -163,3 +167,58 @@ def test_hard_suite_lower_bounds_match_the_readme() -> None:
     for name, bound in expected.items():
         problem = Problem.from_csv(DATA / f"{name}.1048576.csv")
         assert live_bytes(problem) == bound, name
+
+
+def readers() -> list[Callable[[Any], object]]:
+    return [Problem.from_csv, Problem.from_json, Graph.from_json, load_problem]
+
+
+@pytest.mark.parametrize("reader", readers(), ids=lambda f: f"{f.__qualname__}")
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        (None, "got NoneType"),
+        (123, "got int"),
+        (b"model.csv", "got bytes"),
+        (["model.csv"], "got list"),
+        ("a\x00b.csv", "NUL character"),
+    ],
+)
+def test_readers_refuse_what_is_not_a_path(
+    reader: Callable[[Any], object], source: object, words: str
+) -> None:
+    with pytest.raises(PlanError, match=words) as info:
+        reader(source)
+    assert isinstance(info.value, ProblemFormatError)  # GraphError for graphs is one too
+
+
+@pytest.mark.parametrize("alignment", ["8", 2.0, True, 0, 3, -4, 1 << 70])
+def test_alignments_that_are_not_power_of_two_integers_are_refused(alignment: object) -> None:
+    with pytest.raises(ProblemFormatError, match="alignment"):
+        load_problem(DATA / "input.12.csv", alignment=alignment)  # type: ignore[arg-type]
+    with pytest.raises(ProblemFormatError, match="alignment"):
+        Problem.from_csv(DATA / "input.12.csv").with_alignment(alignment)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("buffer", "words"),
+    [
+        (Buffer(7, 0, 1, 4), "id must be a string"),  # type: ignore[arg-type]
+        (Buffer("a", "0", 1, 4), "lower must be an integer"),  # type: ignore[arg-type]
+        (Buffer("a", 0, 1, 4.0), "size must be an integer"),  # type: ignore[arg-type]
+        (Buffer("a", 0, 1, 4, alignment=None), "alignment must be"),  # type: ignore[arg-type]
+        (Buffer("a", 0, 1, 4, offset="0"), "offset must be an integer"),  # type: ignore[arg-type]
+        (Buffer("a", 0, 1, 4, weight="1"), "weight must be a number"),  # type: ignore[arg-type]
+    ],
+)
+def test_buffers_of_the_wrong_types_are_refused(buffer: Buffer, words: str) -> None:
+    with pytest.raises(ProblemFormatError, match=words):
+        Problem([buffer])
+
+
+@pytest.mark.parametrize("in_flight", [0, 257, 10**6, 2.0, "2"])
+def test_in_flight_is_bounded(in_flight: object) -> None:
+    problem = Problem([Buffer("a", 0, 2, 4)])
+    with pytest.raises(ProblemFormatError, match="in_flight"):
+        problem.pipelined(["a"], in_flight)  # type: ignore[arg-type]
+    assert len(problem.pipelined(["a"], MAX_IN_FLIGHT)) == MAX_IN_FLIGHT

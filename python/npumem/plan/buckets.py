@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from npumem.plan.buffers import Buffer
 from npumem.plan.errors import PlanError
 from npumem.plan.graph import Graph
-from npumem.plan.onnx_import import graph_from_onnx
+from npumem.plan.onnx_import import graph_from_onnx, load_onnx
 from npumem.plan.problem import Problem
 from npumem.plan.search import solve
 from npumem.plan.solution import Solution
@@ -100,13 +100,21 @@ GraphSource = str | os.PathLike[str] | object | Callable[..., Graph]
 dimension keywords (`npumem.plan.networks.resnet50(batch=8)`)."""
 
 
-def _graph(model: GraphSource, dims: Mapping[str, int]) -> Graph:
+def _graph_builder(model: GraphSource) -> Callable[[Mapping[str, int]], Graph]:
+    """A function from one bucket's dimensions to its graph. A model file is read once."""
     if callable(model) and not hasattr(model, "graph"):
-        graph = model(**dims)
-        if not isinstance(graph, Graph):
-            raise PlanError(f"the graph builder returned {type(graph).__name__}, not a Graph")
-        return graph
-    return graph_from_onnx(model, dims=dims)
+
+        def build(dims: Mapping[str, int]) -> Graph:
+            graph = model(**dims)
+            if not isinstance(graph, Graph):
+                raise PlanError(f"the graph builder returned {type(graph).__name__}, not a Graph")
+            return graph
+
+        return build
+    if isinstance(model, str | os.PathLike):
+        proto, label = load_onnx(model), os.fspath(model)
+        return lambda dims: graph_from_onnx(proto, dims=dims, label=str(label))
+    return lambda dims: graph_from_onnx(model, dims=dims)
 
 
 def _weights_problem(graph: Graph, alignment: int) -> Problem:
@@ -140,12 +148,13 @@ def plan_buckets(
     buffers loaded ahead with `in_flight` inferences in flight (see
     `pipelined()`)."""
     combos = bucket_dims(dims)
+    build = _graph_builder(model)
     names = list(pipelined)
     buckets: list[Bucket] = []
     weights: Solution | None = None
     weight_sizes: dict[str, int] | None = None
     for combo in combos:
-        graph = _graph(model, combo)
+        graph = build(combo)
         problem = Problem.from_graph(
             graph,
             include_weights=False,

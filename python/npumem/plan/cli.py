@@ -14,21 +14,27 @@ arguments or unreadable input.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import secrets
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from npumem._argtypes import byte_count
 from npumem.errors import MissingDependencyError
 from npumem.exit_status import ExitStatus
-from npumem.fileio import read_json_object
+from npumem.fileio import write_text
 from npumem.plan.buckets import plan_buckets
+from npumem.plan.c_header import c_identifier
 from npumem.plan.errors import PlanError, ProblemFormatError
-from npumem.plan.graph import Graph
-from npumem.plan.problem import Problem
+from npumem.plan.graph import GRAPH_FORMAT, Graph
+from npumem.plan.inputs import json_object, kind_of, path_argument, read_input
+from npumem.plan.onnx_import import MAX_DIM, graph_from_onnx, parse_onnx
+from npumem.plan.problem import MAX_IN_FLIGHT, PLAN_FORMAT, Problem, check_alignment
 from npumem.plan.search import Progress, solve
-from npumem.plan.solution import INFEASIBLE, NOT_MET, PLAN_FORMAT, PLAN_VERSION, Solution
+from npumem.plan.solution import INFEASIBLE, NOT_MET, Solution
 from npumem.plan.tiers import TieredSolution, parse_pools, solve_tiers
 
 __all__ = ["add_parser", "load_problem", "run"]
@@ -47,11 +53,40 @@ def _non_negative_float(text: str) -> float:
 def _dim(text: str) -> tuple[str, list[int]]:
     name, sep, value = text.partition("=")
     values = [v.strip() for v in value.split(",")]
-    if not sep or not name or not all(v.isdigit() for v in values):
+    if not sep or not name or not all(v.isdigit() and v.isascii() for v in values):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not NAME=INTEGER[,INTEGER...] (examples: batch=1, N=1,8,32)"
         )
-    return name, [int(v) for v in values]
+    numbers = [int(v) for v in values]
+    too_large = [n for n in numbers if n > MAX_DIM]
+    if too_large:
+        raise argparse.ArgumentTypeError(
+            f"{name}={too_large[0]} is too large: ONNX dimensions are at most {MAX_DIM} (64 bits)"
+        )
+    return name, numbers
+
+
+class _DimAction(argparse.Action):
+    """`--dim NAME=...`, repeatable for different names; naming a dimension twice is refused
+    (the values of one dimension go in one `--dim`, comma-separated)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        name, numbers = values
+        dims: dict[str, list[int]] = dict(getattr(namespace, self.dest) or {})
+        if name in dims:
+            raise argparse.ArgumentError(
+                self,
+                f"dimension {name!r} is given twice (give all its values in one --dim: "
+                f"{name}=1,8,32)",
+            )
+        dims[name] = numbers
+        setattr(namespace, self.dest, dims)
 
 
 def _names(text: str) -> list[str]:
@@ -61,70 +96,84 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _positive_int(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+def _in_flight(text: str) -> int:
+    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_IN_FLIGHT:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an integer from 1 to {MAX_IN_FLIGHT} (inferences in flight)"
+        )
     return int(text)
 
 
-def _sniff(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".json", ".onnx"):
-        return suffix[1:]
+def _alignment(text: str) -> int:
+    value = byte_count(text)
     try:
-        head = path.read_bytes()[:4096]
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot read the file ({exc.strerror})") from exc
-    text = head.lstrip()
-    if text.startswith(b"{"):
-        return "json"
-    if text[:2].lower() == b"id" or b",lower" in text[:200].lower():
-        return "csv"
-    return "onnx"
+        return check_alignment(value)
+    except ProblemFormatError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _json_problem(obj: dict[str, Any], label: str) -> Graph | Problem:
+    """The graph or the problem a JSON input holds: its `format` decides, else its content
+    (`ops` or `tensors`: a graph); each reader refuses a header or content that is not its
+    own."""
+    fmt = obj.get("format")
+    if fmt == GRAPH_FORMAT or (fmt is None and ("ops" in obj or "tensors" in obj)):
+        return Graph.from_json(obj, label=label)
+    if fmt is None or fmt == PLAN_FORMAT:
+        return Problem.from_json(obj, label=label)
+    raise ProblemFormatError(
+        f"{label}: format {fmt!r} is not a problem, a graph ({GRAPH_FORMAT!r}) or a plan "
+        f"({PLAN_FORMAT!r})"
+    )
 
 
 def load_problem(
-    path: str | Path,
+    path: str | os.PathLike[str],
     *,
-    dims: dict[str, int] | None = None,
+    dims: Mapping[str, int] | None = None,
     alignment: int | None = None,
     include_weights: bool = False,
 ) -> Problem:
-    """Read INPUT as the command line does (CSV, problem JSON, graph JSON or ONNX).
+    """Read INPUT as the command line does (CSV, problem JSON, graph JSON or ONNX), reading
+    the file once (a pipe works too).
 
+    `dims` binds symbolic dimensions of an ONNX model (refused for other inputs).
     `alignment` raises every buffer's alignment (graphs and ONNX default to 64 bytes, CSV and
     problem JSON keep their own).
     """
-    path = Path(path)
-    if not path.exists():
-        raise PlanError(f"{path}: no such file")
-    kind = _sniff(path)
+    source = path_argument(
+        path, error=ProblemFormatError, what="an input file path (str or os.PathLike)"
+    )
+    if alignment is not None:
+        check_alignment(alignment)
+    data = read_input(source, error=ProblemFormatError)
+    label = str(source)
+    kind = kind_of(source, data)
+    if dims and kind != "onnx":
+        raise ProblemFormatError(
+            f"{label}: dimensions to bind (dims, --dim {next(iter(dims))}) apply to ONNX "
+            f"models only, and this is a {kind.upper()} file"
+        )
+    graph_alignment = 64 if alignment is None else alignment
+    if kind == "onnx":
+        proto = parse_onnx(data, label, source.parent)
+        graph = graph_from_onnx(proto, dims=dims, label=label)
+        return Problem.from_graph(graph, include_weights=include_weights, alignment=graph_alignment)
     if kind == "csv":
-        problem = Problem.from_csv(path)
-    elif kind == "onnx":
-        problem = Problem.from_onnx(
-            path, dims=dims, include_weights=include_weights, alignment=alignment or 64
-        )
-        return problem
+        problem = Problem.from_csv_bytes(data, label, name=source.stem)
     else:
-        obj = read_json_object(
-            path, error=ProblemFormatError, expected="a JSON object (a problem or a graph)"
+        obj = json_object(
+            data, label, error=ProblemFormatError, expected="a JSON object (a problem or a graph)"
         )
-        fmt = obj.get("format")
-        plan_ok = fmt == PLAN_FORMAT and obj.get("version") == PLAN_VERSION
-        if fmt not in (None, "npumem-graph") and not plan_ok:
-            raise ProblemFormatError(
-                f"{path}: format {fmt!r} version {obj.get('version')!r} is not a problem, a graph "
-                f"or a plan ({PLAN_FORMAT!r} version {PLAN_VERSION})"
-            )
-        if "ops" in obj or fmt == "npumem-graph":
-            graph = Graph.from_json(obj)
-            graph.name = graph.name or path.stem
+        read = _json_problem(obj, label)
+        if isinstance(read, Graph):
+            read.name = read.name or source.stem
             return Problem.from_graph(
-                graph, include_weights=include_weights, alignment=alignment or 64
+                read, include_weights=include_weights, alignment=graph_alignment
             )
-        problem = Problem.from_json(path)
-    if alignment:
+        problem = read
+        problem.name = problem.name or source.stem
+    if alignment is not None:
         problem = problem.with_alignment(alignment)
     return problem
 
@@ -137,14 +186,37 @@ def _output_kind(output: Path, fmt: str | None) -> str | None:
     return fmt or _OUTPUT_KINDS.get(output.suffix.lower())
 
 
-def _write(solution: Solution, output: Path, fmt: str | None) -> None:
+def _render(solution: Solution | TieredSolution, output: Path, fmt: str | None) -> str:
+    """The text of `output`: the solution in the format of `fmt` or of the extension (a C
+    header's names come from the file name)."""
     kind = _output_kind(output, fmt)
     if kind == "json":
-        solution.to_json(output)
-    elif kind == "h":
-        solution.to_c_header(output, prefix=re.sub(r"\W", "_", output.stem) or "npumem_plan")
-    else:
-        solution.to_csv(output)
+        return solution.to_json()
+    if kind == "h":
+        return solution.to_c_header(prefix=c_identifier(output.stem))
+    return solution.to_csv()
+
+
+def _write_all(files: dict[Path, str]) -> None:
+    """Write every file or none: each goes to a temporary file next to it first, and they
+    replace their targets only once all are written. Raises `PlanError` naming the file
+    that could not be written (nothing is left behind)."""
+    for path in files:
+        if path.is_dir():
+            raise PlanError(f"cannot write {path}: it is a directory")
+    temporary: dict[Path, Path] = {}
+    path = next(iter(files), Path())
+    try:
+        for path, text in files.items():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
+            temporary[path] = tmp
+            write_text(tmp, text)
+        for path, tmp in temporary.items():
+            os.replace(tmp, path)
+    except OSError as exc:
+        for tmp in temporary.values():
+            tmp.unlink(missing_ok=True)
+        raise PlanError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _bucket_output(output: Path, label: str) -> Path:
@@ -153,7 +225,7 @@ def _bucket_output(output: Path, label: str) -> Path:
 
 
 def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any, err: Any) -> int:
-    if _sniff(Path(args.input)) != "onnx":
+    if Path(args.input).suffix.lower() in (".csv", ".json"):
         err.print(
             "npumem plan: error: several values of a dimension (shape buckets) need an ONNX "
             "model as INPUT",
@@ -165,25 +237,27 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
             args.input,
             dims=dims,
             include_weights=args.include_weights,
-            alignment=args.alignment or 64,
+            alignment=64 if args.alignment is None else args.alignment,
             pipelined=args.double_buffer,
             in_flight=args.in_flight,
             time_limit=args.time_limit,
             seed=args.seed,
         )
+        for bucket in plan.buckets:
+            bucket.solution.validate()
+        if args.output is not None:
+            output = Path(args.output)
+            _write_all(
+                {
+                    _bucket_output(output, bucket.label): _render(
+                        bucket.solution, output, args.format
+                    )
+                    for bucket in plan.buckets
+                }
+            )
     except (PlanError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plan: error: {exc}", markup=False)
         return ExitStatus.USAGE
-    for bucket in plan.buckets:
-        bucket.solution.validate()
-        if args.output is not None:
-            try:
-                _write(
-                    bucket.solution, _bucket_output(Path(args.output), bucket.label), args.format
-                )
-            except OSError as exc:
-                err.print(f"npumem plan: error: cannot write: {exc.strerror}", markup=False)
-                return ExitStatus.USAGE
     if not args.quiet:
         out.print(f"input        {args.input} ({len(plan.buckets)} buckets)", markup=False)
         if plan.weights is not None:
@@ -222,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
             markup=False,
         )
         return ExitStatus.USAGE
-    dims: dict[str, list[int]] = dict(args.dim or [])
+    dims: dict[str, list[int]] = args.dim or {}
     if any(len(v) > 1 for v in dims.values()):
         return _run_buckets(args, dims, out, err)
     try:
@@ -266,11 +340,9 @@ def run(args: argparse.Namespace) -> int:
     solution.validate()
     if args.output is not None:
         try:
-            _write(solution, Path(args.output), args.format)
-        except OSError as exc:
-            err.print(
-                f"npumem plan: error: cannot write {args.output}: {exc.strerror}", markup=False
-            )
+            _write_all({Path(args.output): _render(solution, Path(args.output), args.format)})
+        except PlanError as exc:
+            err.print(f"npumem plan: error: {exc}", markup=False)
             return ExitStatus.USAGE
     if not args.quiet:
         s = solution.stats
@@ -351,7 +423,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--dim",
         type=_dim,
-        action="append",
+        action=_DimAction,
         metavar="NAME=N[,N...]",
         help="bind a symbolic ONNX dimension (repeatable); several values plan one arena per "
         "bucket, the weights shared",
@@ -366,14 +438,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--in-flight",
-        type=_positive_int,
+        type=_in_flight,
         default=2,
         metavar="K",
         help="inferences in flight for --double-buffer (default 2)",
     )
     parser.add_argument(
         "--alignment",
-        type=byte_count,
+        type=_alignment,
         metavar="N",
         help="minimum alignment of every buffer (graphs and ONNX: default 64)",
     )
@@ -422,23 +494,10 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
     )
     solution.validate(capacities=False)
     if args.output is not None:
-        output = Path(args.output)
-        kind = args.format or {".json": "json", ".h": "h", ".hpp": "h"}.get(
-            output.suffix.lower(), "csv"
-        )
         try:
-            if kind == "json":
-                solution.to_json(output)
-            elif kind == "h":
-                solution.to_c_header(
-                    output, prefix=re.sub(r"\W", "_", output.stem) or "npumem_plan"
-                )
-            else:
-                solution.to_csv(output)
-        except OSError as exc:
-            err.print(
-                f"npumem plan: error: cannot write {args.output}: {exc.strerror}", markup=False
-            )
+            _write_all({Path(args.output): _render(solution, Path(args.output), args.format)})
+        except PlanError as exc:
+            err.print(f"npumem plan: error: {exc}", markup=False)
             return ExitStatus.USAGE
     if not args.quiet:
         out.print(f"input        {args.input} ({len(problem)} buffers)", markup=False)

@@ -26,13 +26,18 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.errors import GraphError
+from npumem.plan.inputs import check_header, path_argument
 
-__all__ = ["DTYPE_SIZES", "Graph", "Op", "Tensor"]
+__all__ = ["DTYPE_SIZES", "GRAPH_FORMAT", "GRAPH_VERSION", "Graph", "Op", "Tensor"]
+
+GRAPH_FORMAT = "npumem-graph"
+"""The `format` field of a graph file (`Graph.to_json()`)."""
+GRAPH_VERSION = 1
+"""The version of the graph files this npumem writes and reads."""
 
 DTYPE_SIZES: dict[str, int] = {
     "float64": 8,
@@ -117,11 +122,18 @@ class Graph:
     # JSON
 
     @classmethod
-    def from_json(cls, source: str | os.PathLike[str] | Mapping[str, Any]) -> Graph:
-        """Read our graph JSON format (a path or the decoded object); errors name the entry."""
+    def from_json(
+        cls, source: str | os.PathLike[str] | Mapping[str, Any], *, label: str = "<graph>"
+    ) -> Graph:
+        """Read our graph JSON format (a path or the decoded object); errors name the entry
+        (and start with the path, or with `label` for a decoded object)."""
         if isinstance(source, Mapping):
-            return cls._from_obj(source, "<graph>")
-        path = Path(source)
+            return cls._from_obj(source, label)
+        path = path_argument(
+            source,
+            error=GraphError,
+            what="a graph JSON file path (str or os.PathLike) or a decoded JSON object",
+        )
         obj = read_json_object(
             path, error=GraphError, expected="a JSON object with 'tensors' and 'ops'"
         )
@@ -141,6 +153,12 @@ class Graph:
                 raise GraphError(f"{where}: '{key}' must be a list of tensor names")
             return value
 
+        check_header(obj, label, GRAPH_FORMAT, GRAPH_VERSION, error=GraphError)
+        if "buffers" in obj:
+            raise GraphError(
+                f"{label}: holds 'buffers', which a problem or a plan has, not a graph "
+                "(a graph has 'tensors' and 'ops')"
+            )
         for key in ("tensors", "ops"):
             if not isinstance(obj.get(key), list):
                 raise GraphError(f"{label}: expected a '{key}' list")
@@ -249,8 +267,8 @@ class Graph:
                 o["inplace"] = op.inplace
             ops.append(o)
         return {
-            "format": "npumem-graph",
-            "version": 1,
+            "format": GRAPH_FORMAT,
+            "version": GRAPH_VERSION,
             "name": self.name,
             "tensors": tensors,
             "inputs": self.inputs,

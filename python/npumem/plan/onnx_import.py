@@ -24,8 +24,17 @@ from typing import Any
 from npumem.errors import MissingDependencyError
 from npumem.plan.errors import GraphError
 from npumem.plan.graph import Graph, Op, Tensor
+from npumem.plan.inputs import content_kind, path_argument, read_input
 
-__all__ = ["INPLACE_OPS", "VIEW_OPS", "graph_from_onnx"]
+__all__ = [
+    "INPLACE_OPS",
+    "MAX_DIM",
+    "VIEW_OPS",
+    "check_dims",
+    "graph_from_onnx",
+    "load_onnx",
+    "parse_onnx",
+]
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 """Ops whose output is a view of their first input."""
@@ -53,34 +62,91 @@ def _onnx() -> Any:
     return onnx
 
 
-def graph_from_onnx(model: object, *, dims: Mapping[str, int] | None = None) -> Graph:
-    """Our graph of an ONNX model: a path or an `onnx.ModelProto`; `dims` binds symbolic
-    dimensions by name."""
-    onnx = _onnx()
-    dims = dict(dims or {})
+MAX_DIM = (1 << 63) - 1
+"""The largest value a dimension may be bound to: ONNX stores dimensions as 64-bit integers."""
+
+
+def check_dims(dims: object) -> dict[str, int]:
+    """`dims` as a dict of dimension name -> value; anything but a mapping of names to
+    integers from 0 to `MAX_DIM` raises `GraphError`."""
+    if dims is None:
+        return {}
+    if not isinstance(dims, Mapping):
+        raise GraphError(f"dims must map dimension names to integers, got {type(dims).__name__}")
     for key, value in dims.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise GraphError(f"dims[{key!r}] must be an integer >= 0, got {value!r}")
-    if isinstance(model, str | os.PathLike):
-        try:
-            proto = onnx.load(os.fspath(model))
-        except FileNotFoundError as exc:
-            raise GraphError(f"{model}: no such file") from exc
-        except Exception as exc:
-            raise GraphError(f"{model}: not a readable ONNX model ({exc})") from exc
-        label = os.fspath(model)
-        if not proto.HasField("graph") or not proto.graph.node:
+        if not isinstance(key, str):
+            raise GraphError(f"dims: a dimension name must be a string, got {key!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DIM:
             raise GraphError(
-                f"{label}: not an ONNX model (no graph with nodes in it; an empty or "
-                "truncated file?)"
+                f"dims[{key!r}] must be an integer from 0 to {MAX_DIM} (ONNX dimensions are "
+                f"64-bit), got {value!r}"
             )
-    elif isinstance(model, onnx.ModelProto):
+    return dict(dims)
+
+
+def parse_onnx(data: bytes, label: str, base_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The `onnx.ModelProto` in `data`, the bytes of the model file `label` (its external
+    data, if any, is read from `base_dir`)."""
+    onnx = _onnx()
+    kind = content_kind(data)
+    if kind is not None:
+        raise GraphError(f"{label}: not an ONNX model (it reads as a {kind.upper()} file)")
+    try:
+        proto = onnx.load_model_from_string(data)
+        if base_dir is not None:
+            onnx.external_data_helper.load_external_data_for_model(proto, os.fspath(base_dir))
+    except Exception as exc:
+        raise GraphError(f"{label}: not a readable ONNX model ({exc})") from exc
+    if not proto.HasField("graph") or not proto.graph.node:
+        raise GraphError(
+            f"{label}: not an ONNX model (no graph with nodes in it; an empty or truncated file?)"
+        )
+    return proto
+
+
+def load_onnx(path: object) -> Any:
+    """The `onnx.ModelProto` in the file at `path` (read once)."""
+    checked = path_argument(path, error=GraphError, what="an ONNX file path (str or os.PathLike)")
+    return parse_onnx(read_input(checked, error=GraphError), str(checked), checked.parent)
+
+
+def _symbolic_dims(graph: Any) -> set[str]:
+    """The names of the symbolic dimensions declared in a graph's inputs, outputs and
+    value infos (those `dims` can bind)."""
+    names: set[str] = set()
+    for value_info in [*graph.input, *graph.output, *graph.value_info]:
+        t = value_info.type
+        if t.HasField("tensor_type") and t.tensor_type.HasField("shape"):
+            names.update(d.dim_param for d in t.tensor_type.shape.dim if d.HasField("dim_param"))
+    return names
+
+
+def graph_from_onnx(
+    model: object, *, dims: Mapping[str, int] | None = None, label: str | None = None
+) -> Graph:
+    """Our graph of an ONNX model: a path or an `onnx.ModelProto`; `dims` binds symbolic
+    dimensions by name (each must be one of the model's); `label` names the model in errors
+    (default: the path, or the graph's name)."""
+    onnx = _onnx()
+    dims = check_dims(dims)
+    if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
-        label = model.graph.name or "<onnx model>"
+        label = label or model.graph.name or "<onnx model>"
+    elif isinstance(model, str | os.PathLike):
+        proto = load_onnx(model)
+        label = label or os.fspath(model)
     else:
         raise GraphError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
 
+    unknown = sorted(set(dims) - _symbolic_dims(proto.graph))
+    if unknown:
+        known = sorted(_symbolic_dims(proto.graph))
+        raise GraphError(
+            f"{label}: the model has no symbolic dimension {', '.join(map(repr, unknown))} to "
+            f"bind (dims, --dim); its symbolic dimensions: "
+            f"{', '.join(map(repr, known)) if known else 'none'}"
+        )
     graph = proto.graph
     for node in graph.node:
         if node.op_type in CONTROL_FLOW:

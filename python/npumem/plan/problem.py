@@ -17,12 +17,12 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.buffers import Alias, Buffer
 from npumem.plan.errors import ProblemFormatError
+from npumem.plan.inputs import check_header, decode_text, path_argument, read_input
 from npumem.plan.lifetimes import lifetimes
 from npumem.plan.onnx_import import graph_from_onnx
 from npumem.sizes import MAX_BYTES
@@ -40,10 +40,35 @@ MAX_PLAN_BYTES = (1 << 63) - 1
 padding, and the end of every fixed buffer), so that every packing's offsets and arena size fit
 in 64 bits with room to spare."""
 OPTIONAL_COLUMNS = ("alignment", "offset", "weight")
+PLAN_FORMAT = "npumem-plan"
+"""The `format` field of a plan file (`Solution.to_json()`), which reads back as a problem."""
+PLAN_VERSION = 1
+"""The version of the plan files this npumem writes and reads."""
+MAX_IN_FLIGHT = 256
+"""The most inferences in flight `Problem.pipelined()` plans (each pipelined buffer becomes
+that many slot buffers, all live at once)."""
 
 
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
+def _is_power_of_two(value: object) -> bool:
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value > 0
+        and value & (value - 1) == 0
+    )
+
+
+def check_alignment(alignment: object) -> int:
+    """`alignment` if it is a power-of-two `int` (bools, floats and text are refused) of at
+    most 64 bits, else `ProblemFormatError`."""
+    if not _is_power_of_two(alignment):
+        raise ProblemFormatError(f"alignment must be a power-of-two integer, got {alignment!r}")
+    assert isinstance(alignment, int)
+    if alignment > MAX_BYTES:
+        raise ProblemFormatError(
+            f"alignment {alignment} is larger than {MAX_BYTES} bytes (64 bits)"
+        )
+    return alignment
 
 
 def _strict_int(value: object) -> int:
@@ -62,6 +87,20 @@ def _strict_int(value: object) -> int:
 
 def _check_buffer(buf: Buffer) -> str | None:
     """The first rule `buf` breaks, as a sentence, or `None`."""
+    # Buffers built in code may hold anything: check the types before the values.
+    fields: dict[str, object] = {"id": buf.id, "lower": buf.lower, "upper": buf.upper}
+    fields |= {"size": buf.size, "alignment": buf.alignment, "offset": buf.offset}
+    if not isinstance(fields["id"], str):
+        return f"the id must be a string, got {type(fields['id']).__name__}"
+    for name in ("lower", "upper", "size", "alignment", "offset"):
+        value = fields[name]
+        if (value is not None or name != "offset") and (
+            isinstance(value, bool) or not isinstance(value, int)
+        ):
+            return f"{name} must be an integer, got {value!r}"
+    weight: object = buf.weight
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)):
+        return f"weight must be a number, got {weight!r}"
     if not buf.id:
         return "the id is empty"
     if buf.size <= 0:
@@ -262,8 +301,7 @@ class Problem:
 
     def with_alignment(self, alignment: int) -> Problem:
         """A copy in which every buffer's alignment is at least `alignment`."""
-        if not _is_power_of_two(alignment):
-            raise ProblemFormatError(f"alignment must be a power of two, got {alignment}")
+        check_alignment(alignment)
         return Problem(
             (
                 Buffer(
@@ -290,8 +328,13 @@ class Problem:
         if isinstance(names, str):
             names = [names]
         wanted = list(dict.fromkeys(names))
-        if in_flight < 1:
-            raise ProblemFormatError(f"in_flight must be at least 1, got {in_flight}")
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int):
+            raise ProblemFormatError(f"in_flight must be an integer, got {in_flight!r}")
+        if not 1 <= in_flight <= MAX_IN_FLIGHT:
+            raise ProblemFormatError(
+                f"in_flight must be at least 1 and at most {MAX_IN_FLIGHT} (inferences in "
+                f"flight), got {in_flight}"
+            )
         unknown = [n for n in wanted if n not in self._index]
         if unknown:
             raise ProblemFormatError(
@@ -346,14 +389,18 @@ class Problem:
         if isinstance(source, io.TextIOBase):
             label = getattr(source, "name", "<csv>")
             return cls._parse_csv(source.read(), str(label), name)
-        path = Path(source)
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except OSError as exc:
-            raise ProblemFormatError(f"{path}: cannot read the file ({exc.strerror})") from exc
-        except UnicodeDecodeError as exc:
-            raise ProblemFormatError(f"{path}: not a UTF-8 text file ({exc.reason})") from exc
-        return cls._parse_csv(text, str(path), name or path.stem)
+        path = path_argument(
+            source,
+            error=ProblemFormatError,
+            what="a CSV file path (str or os.PathLike) or an open text file",
+        )
+        data = read_input(path, error=ProblemFormatError)
+        return cls.from_csv_bytes(data, str(path), name=name or path.stem)
+
+    @classmethod
+    def from_csv_bytes(cls, data: bytes, label: str, *, name: str = "") -> Problem:
+        """A MiniMalloc CSV already read (`from_csv()`); errors start with `label`."""
+        return cls._parse_csv(decode_text(data, label, error=ProblemFormatError), label, name)
 
     @classmethod
     def _parse_csv(cls, text: str, label: str, name: str) -> Problem:
@@ -493,17 +540,26 @@ class Problem:
 
     @classmethod
     def from_json(
-        cls, source: str | os.PathLike[str] | Mapping[str, Any], *, name: str = ""
+        cls,
+        source: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        name: str = "",
+        label: str = "<json>",
     ) -> Problem:
         """Read a problem from JSON: `{"buffers": [{"id", "lower", "upper", "size",
         "alignment"?, "offset"?}, ...], "aliases"?: [{"name", "base", "offset", "size"}],
-        "name"?: str}`. `source` is a path or the already-decoded object.
+        "name"?: str}`. `source` is a path or the already-decoded object (errors then start
+        with `label`).
 
         Errors name the file and the entry: `p.json: buffers[3] (id 'x'): size must be ...`.
         """
         if isinstance(source, Mapping):
-            return cls._from_obj(source, "<json>", name)
-        path = Path(source)
+            return cls._from_obj(source, label, name)
+        path = path_argument(
+            source,
+            error=ProblemFormatError,
+            what="a JSON file path (str or os.PathLike) or a decoded JSON object",
+        )
         obj = read_json_object(
             path, error=ProblemFormatError, expected="a JSON object with a 'buffers' list"
         )
@@ -513,6 +569,12 @@ class Problem:
     def _from_obj(
         cls, obj: Mapping[str, Any], label: str, name: str, default_name: str = ""
     ) -> Problem:
+        check_header(obj, label, PLAN_FORMAT, PLAN_VERSION, error=ProblemFormatError)
+        if "ops" in obj:
+            raise ProblemFormatError(
+                f"{label}: holds 'ops', which a graph has, not a problem or a plan (they have "
+                "'buffers')"
+            )
         entries = obj.get("buffers")
         if not isinstance(entries, list):
             raise ProblemFormatError(f"{label}: expected a 'buffers' list")
@@ -641,6 +703,7 @@ class Problem:
         alignment: int = 1,
     ) -> Problem:
         """Lifetimes of a graph's tensors (see `npumem.plan.lifetimes` for the rules)."""
+        check_alignment(alignment)
         buffers, aliases = lifetimes(
             graph,
             include_weights=include_weights,

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from npumem.fileio import json_text, write_text
 from npumem.plan.c_header import c_comment, c_identifier, c_string
 from npumem.plan.errors import PlanError, PlanValidationError
-from npumem.plan.problem import Problem
+from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem
 
 __all__ = [
     "FEASIBLE",
@@ -25,10 +25,6 @@ __all__ = [
     "Solution",
 ]
 
-PLAN_FORMAT = "npumem-plan"
-"""The `format` field of a plan file (`Solution.to_json()`)."""
-PLAN_VERSION = 1
-"""The version of the plan files this npumem writes and reads."""
 OPTIMAL = "optimal"
 """The arena equals a proven lower bound: no packing is smaller."""
 FEASIBLE = "feasible"

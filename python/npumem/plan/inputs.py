@@ -1,0 +1,139 @@
+"""The planner's input files: path arguments checked, each file read once, its kind told.
+
+Every reader of the plan package takes its path through `path_argument()` (anything but a
+`str` or `os.PathLike` of text, or a path with a NUL character, is refused with the caller's
+error type) and reads the bytes once with `read_input()`, so that a pipe (`<(cat model.csv)`)
+works as well as a file: the kind is told from those bytes (`kind_of()`) and the same bytes are
+parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from npumem.plan.errors import PlanError
+
+__all__ = [
+    "check_header",
+    "content_kind",
+    "decode_text",
+    "json_object",
+    "kind_of",
+    "path_argument",
+    "read_input",
+]
+
+KINDS = ("csv", "json", "onnx")
+"""The kinds of planner input: MiniMalloc CSV, problem/graph/plan JSON, ONNX model."""
+
+
+def path_argument(
+    source: object, *, error: type[PlanError], what: str = "a file path (str or os.PathLike)"
+) -> Path:
+    """`source` as a `Path`. Anything but a `str` or an `os.PathLike` of text raises `error`
+    saying that `what` was expected; so does a path with a NUL character, which no file
+    system accepts."""
+    text = os.fspath(source) if isinstance(source, str | os.PathLike) else None
+    if not isinstance(text, str):
+        raise error(f"expected {what}, got {type(source).__name__}")
+    if "\x00" in text:
+        raise error(f"{text!r}: a file path cannot contain a NUL character")
+    return Path(text)
+
+
+def read_input(path: Path, *, error: type[PlanError]) -> bytes:
+    """The bytes of the file (or pipe) at `path`, read once; a file that cannot be read raises
+    `error` naming it and saying why."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: cannot read the file (no such file)") from None
+    except IsADirectoryError:
+        raise error(f"{path}: cannot read the file (it is a directory, not a file)") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+
+
+def content_kind(data: bytes) -> str | None:
+    """`"json"` or `"csv"` when the bytes start like one (a `{`, or a header naming `id` or
+    `lower`), else `None`."""
+    head = data[:4096].lstrip()
+    if head.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+        head = head[3:].lstrip()
+    if head.startswith(b"{"):
+        return "json"
+    if head[:2].lower() == b"id" or b",lower" in head[:200].lower():
+        return "csv"
+    return None
+
+
+def kind_of(path: Path, data: bytes) -> str:
+    """The kind of an input: from the extension (`.csv`, `.json`, `.onnx`), else from the
+    content (`content_kind()`); anything else is taken for an ONNX model."""
+    suffix = path.suffix.lower()[1:]
+    if suffix in KINDS:
+        return suffix
+    return content_kind(data) or "onnx"
+
+
+def decode_text(data: bytes, label: str, *, error: type[PlanError]) -> str:
+    """The bytes as UTF-8 text (a byte-order mark is dropped)."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(f"{label}: not a UTF-8 text file ({exc.reason})") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def json_object(
+    data: bytes, label: str, *, error: type[PlanError], expected: str = "a JSON object"
+) -> dict[str, Any]:
+    """The JSON object the bytes hold, with the errors `npumem.fileio.read_json_object` gives
+    for a file: the line and column of bad JSON, nesting too deep, `NaN`, not an object."""
+    text = decode_text(data, label, error=error)
+    try:
+        obj = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise error(
+            f"{label}, line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})"
+        ) from None
+    except RecursionError:
+        raise error(f"{label}: not readable JSON (nested too deeply)") from None
+    except ValueError as exc:  # NaN or Infinity, an integer with too many digits
+        raise error(f"{label}: not readable JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        found = "null" if obj is None else type(obj).__name__
+        raise error(f"{label}: expected {expected}, found {found}")
+    return obj
+
+
+def check_header(
+    obj: Mapping[str, Any], label: str, fmt: str, version: int, *, error: type[PlanError]
+) -> None:
+    """Refuse a JSON object whose `format` is not `fmt` or whose `version` is not `version`.
+
+    Files written by hand may leave both out; a file that gives either must give both, as
+    npumem writes them (`version` an integer, not text).
+    """
+    if "format" not in obj and "version" not in obj:
+        return
+    found = obj.get("format")
+    if found != fmt:
+        raise error(f"{label}: format is {found!r}, expected {fmt!r}")
+    found_version = obj.get("version")
+    if (
+        isinstance(found_version, bool)
+        or not isinstance(found_version, int)
+        or found_version != version
+    ):
+        raise error(
+            f"{label}: {fmt} version {found_version!r} is not supported (this npumem reads "
+            f"version {version})"
+        )
