@@ -3,6 +3,7 @@ the built-in networks."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,42 @@ def test_graph_headers_are_checked(header: dict[str, Any], words: str) -> None:
     with pytest.raises(GraphError, match=words):
         Graph.from_json({**chain(), **header})
     assert Graph.from_json({**chain(), "format": "npumem-graph", "version": 1}).ops
+
+
+def long_chain(n: int, link: str) -> Graph:
+    """`n` tensors, op `o{i}` reading `t{i-1}` and writing `t{i}`, which is a view of `t{i-1}`
+    (`link="view"`) or may be written in place into it (`link="inplace"`)."""
+    tensors = [Tensor("x", 64)]
+    ops = [Op("o0", ["x"], ["t0"])]
+    for i in range(n):
+        view = f"t{i - 1}" if link == "view" and i else None
+        tensors.append(Tensor(f"t{i}", 1024, view_of=view))
+        if i:
+            inplace = {f"t{i}": f"t{i - 1}"} if link == "inplace" else {}
+            ops.append(Op(f"o{i}", [f"t{i - 1}"], [f"t{i}"], inplace))
+    return Graph.build(f"{link}-chain", tensors, ops, inputs=["x"], outputs=[f"t{n - 1}"])
+
+
+@pytest.mark.parametrize("link", ["view", "inplace"])
+def test_a_chain_of_20000_views_or_inplace_ops_is_linear(link: str) -> None:
+    start = time.perf_counter()
+    problem = Problem.from_graph(long_chain(20_000, link))
+    assert time.perf_counter() - start < 10
+    # Every tensor of the chain lives in t0's memory: one buffer, live from o0 to the end.
+    assert spans(problem)["t0"] == (0, 20_000, 1024)
+    assert len(problem.aliases) == 19_999
+
+
+def test_cycles_through_long_view_chains_are_found_quickly() -> None:
+    graph = long_chain(20_000, "view")
+    graph.ops[0].inputs.append("t19999")  # o0 reads a view of its own output
+    start = time.perf_counter()
+    with pytest.raises(GraphError, match="'o0' reads its own output"):
+        Problem.from_graph(graph)
+    graph = long_chain(20_000, "view")
+    graph.tensors["z"] = Tensor("z", 4)
+    graph.ops[19_999].outputs.append("z")
+    graph.ops[1].inputs.append("z")  # o1 reads z, which o19999 writes after reading o1's view
+    with pytest.raises(GraphError, match="cycle: 'o1' -> 'o19999' -> 'o1'"):
+        Problem.from_graph(graph)
+    assert time.perf_counter() - start < 10

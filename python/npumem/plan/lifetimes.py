@@ -20,7 +20,9 @@ Rules (op `i` runs at time step `i`; a buffer is live on `[lower, upper)`):
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import math
 
 from npumem.plan.buffers import Alias, Buffer
 from npumem.plan.errors import GraphError
@@ -54,6 +56,132 @@ def _check_view_chains(graph: Graph) -> None:
                 raise GraphError(f"views form a cycle: {' -> '.join([*cycle, cur.view_of])}")
             cur = tensors[cur.view_of]
         ends_well.update(path)
+
+
+def _view_forest_intervals(graph: Graph) -> dict[str, tuple[int, int]]:
+    """For each tensor, `[first, last)` positions in a depth-first walk of the views (each
+    tensor a child of the one it is a view of): `a` lies on `t`'s chain of views (or is `t`)
+    exactly when `t`'s first position lies in `a`'s range."""
+    children: dict[str, list[str]] = {}
+    for t in graph.tensors.values():
+        if t.view_of is not None:
+            children.setdefault(t.view_of, []).append(t.name)
+    spans: dict[str, tuple[int, int]] = {}
+    clock = 0
+    for root in graph.tensors.values():
+        if root.view_of is not None:
+            continue
+        stack: list[tuple[str, int]] = [(root.name, 0)]
+        first: dict[str, int] = {}
+        while stack:
+            name, child = stack.pop()
+            if child == 0:
+                first[name] = clock
+                clock += 1
+            kids = children.get(name, [])
+            if child < len(kids):
+                stack.append((name, child + 1))
+                stack.append((kids[child], 0))
+            else:
+                spans[name] = (first[name], clock)
+    return spans
+
+
+def _check_self_reads(graph: Graph, producer: dict[str, int]) -> None:
+    """Refuse an op that reads one of its own outputs, directly or through views of it."""
+    spans = _view_forest_intervals(graph)
+    for i, op in enumerate(graph.ops):
+        if not op.outputs or not op.inputs:
+            continue
+        # The outputs' ranges, nested ones dropped: disjoint and sorted by start.
+        ranges: list[tuple[int, int]] = []
+        for lo, hi in sorted(spans[t] for t in op.outputs if producer.get(t) == i):
+            if not ranges or lo >= ranges[-1][1]:
+                ranges.append((lo, hi))
+        starts = [lo for lo, _ in ranges]
+        for t in op.inputs:
+            at = spans[t][0]
+            k = bisect.bisect_right(starts, at) - 1
+            if k >= 0 and at < ranges[k][1]:
+                raise GraphError(f"op {op.name!r} reads its own output (a cycle)")
+
+
+def _stable_topological_order(graph: Graph, producer: dict[str, int]) -> list[int]:
+    """Op indices in a dependency order, the smallest listed index first among the ready
+    ones (Kahn); the ops left out are on or behind a cycle."""
+    tensors = graph.tensors
+    # Nodes: ops 0..n-1, then one per tensor. Edges point from a dependency to its users.
+    n = len(graph.ops)
+    node = {name: n + k for k, name in enumerate(tensors)}
+    users: list[list[int]] = [[] for _ in range(n + len(node))]
+    indegree = [0] * (n + len(node))
+    for name, tensor in tensors.items():
+        base = tensor.view_of
+        for before in (producer.get(name), None if base is None else node[base]):
+            if before is not None:
+                users[before].append(node[name])
+                indegree[node[name]] += 1
+    for i, op in enumerate(graph.ops):
+        for t in dict.fromkeys(op.inputs):
+            users[node[t]].append(i)
+            indegree[i] += 1
+    ready = [i for i in range(n) if indegree[i] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+
+    def done(k: int) -> None:
+        # Tensor nodes carry no choice: they pass readiness on at once.
+        pending = [k]
+        while pending:
+            for u in users[pending.pop()]:
+                indegree[u] -= 1
+                if indegree[u] == 0:
+                    if u < n:
+                        heapq.heappush(ready, u)
+                    else:
+                        pending.append(u)
+
+    for k in range(n, n + len(node)):
+        if indegree[k] == 0:
+            done(k)
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        done(i)
+    return order
+
+
+def _describe_cycle(graph: Graph, producer: dict[str, int], order: list[int]) -> str:
+    """A cycle among the ops left out of `order`, as `'a' -> 'b' -> 'a'`: from the first
+    of them, step to the first op left out that it depends on until an op repeats."""
+    tensors = graph.tensors
+    stuck = set(range(len(graph.ops))) - set(order)
+    # For each tensor, the first stuck op among the producers up its chain of views (memoized:
+    # each tensor is resolved once).
+    first_stuck: dict[str, float] = {}
+
+    def first_stuck_up(name: str) -> float:
+        chain: list[str] = []
+        cur: str | None = name
+        while cur is not None and cur not in first_stuck:
+            chain.append(cur)
+            cur = tensors[cur].view_of
+        best = math.inf if cur is None else first_stuck[cur]
+        for link in reversed(chain):
+            p = producer.get(link)
+            if p is not None and p in stuck:
+                best = min(best, p)
+            first_stuck[link] = best
+        return first_stuck[name]
+
+    position: dict[int, int] = {}  # op -> its place on the walk
+    i = min(stuck)
+    while i not in position:
+        position[i] = len(position)
+        i = int(min(first_stuck_up(t) for t in graph.ops[i].inputs))
+    path = list(position)
+    cycle = [*path[position[i] :], i]
+    return " -> ".join(repr(graph.ops[j].name) for j in cycle)
 
 
 def execution_order(graph: Graph) -> list[Op]:
@@ -103,51 +231,14 @@ def execution_order(graph: Graph) -> list[Op]:
         if t not in producer and t not in available:
             raise GraphError(f"graph output {t!r} is never written")
     _check_view_chains(graph)
-    # Stable topological order (Kahn, smallest listed index first). An op that reads a view
-    # depends on the producers of every tensor up the view's chain; a walk stops at a tensor
-    # this op has already reached, so each op visits each tensor at most once.
-    deps: list[set[int]] = []
-    for op in graph.ops:
-        needed = set()
-        reached: set[str] = set()
-        for t in op.inputs:
-            name: str | None = t
-            while name is not None and name not in reached:
-                reached.add(name)
-                if name in producer:
-                    needed.add(producer[name])
-                name = tensors[name].view_of
-        deps.append(needed)
-    users: list[list[int]] = [[] for _ in graph.ops]
-    indegree = [0] * len(graph.ops)
-    for i, needed in enumerate(deps):
-        for j in needed:
-            if j == i:
-                raise GraphError(f"op {graph.ops[i].name!r} reads its own output (a cycle)")
-            users[j].append(i)
-            indegree[i] += 1
-    ready = [i for i, d in enumerate(indegree) if d == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            indegree[u] -= 1
-            if indegree[u] == 0:
-                heapq.heappush(ready, u)
+    # An op that reads a view depends on the producers of every tensor up the view's chain.
+    # Those sets can be as long as the chain for every op, so the order is computed over ops
+    # plus one node per tensor instead: a tensor is ready once its producer has run and its
+    # base is ready, and an op once the tensors it reads are ready. Linear in the graph.
+    _check_self_reads(graph, producer)
+    order = _stable_topological_order(graph, producer)
     if len(order) < len(graph.ops):
-        stuck = {i for i, d in enumerate(indegree) if d > 0}
-        # Walk dependencies inside the stuck set until an op repeats: that is a cycle.
-        path: list[int] = []
-        i = min(stuck)
-        while i not in path:
-            path.append(i)
-            i = min(j for j in deps[i] if j in stuck)
-        cycle = [*path[path.index(i) :], i]
-        raise GraphError(
-            "the graph has a cycle: " + " -> ".join(repr(graph.ops[j].name) for j in cycle)
-        )
+        raise GraphError("the graph has a cycle: " + _describe_cycle(graph, producer, order))
     return [graph.ops[i] for i in order]
 
 
@@ -223,8 +314,13 @@ def lifetimes(
     for name, (g, _) in group.items():
         members.setdefault(g, []).append(name)
 
-    def group_last(owner: str) -> int:
-        return max(last.get(m, born.get(m, 0)) for m in members[owner])
+    # Per group, kept up to date as groups merge (each check below is then O(1)): the last
+    # step any member is used, and whether a member is a graph input or output.
+    group_last: dict[str, int] = {}
+    group_io: dict[str, bool] = {}
+    for owner, names in members.items():
+        group_last[owner] = max(last.get(m, born.get(m, 0)) for m in names)
+        group_io[owner] = any(m in outputs or m in inputs for m in names)
 
     for step, op in enumerate(ops):
         for out, src in op.inplace.items():
@@ -236,8 +332,8 @@ def lifetimes(
             if (
                 owner_t.weight
                 or owner in inputs
-                or any(m in outputs or m in inputs for m in members[owner])
-                or group_last(owner) > step
+                or group_io[owner]
+                or group_last[owner] > step
                 or offset + out_t.size > owner_t.size
                 or (out in outputs and not include_outputs)
             ):
@@ -246,6 +342,9 @@ def lifetimes(
             for m in members.pop(out):
                 group[m] = (owner, offset + group[m][1])
                 members[owner].append(m)
+            group_last[owner] = max(group_last[owner], group_last.pop(out))
+            out_io = group_io.pop(out)
+            group_io[owner] = group_io[owner] or out_io
 
     buffers: list[Buffer] = []
     aliases: list[Alias] = []
@@ -263,7 +362,7 @@ def lifetimes(
             lower, upper = 0, end
         else:
             lower = min(born.get(m, 0) for m in names)
-            upper = group_last(owner) + 1
+            upper = group_last[owner] + 1
         buffers.append(Buffer(owner, lower, upper, owned.size, max(owned.alignment, alignment)))
         for m in names:
             if m != owner and tensors[m].size:
