@@ -4,15 +4,28 @@ the optimum is known; capacities, pinned buffers, alignment and determinism."""
 from __future__ import annotations
 
 import itertools
+import random
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cli_contract import run_cli
 from npumem import plan
-from npumem.plan import Buffer, Problem, best_greedy, lower_bound, solve
-from npumem.plan.greedy import GREEDY_RULES, place_in_order, run_rule
+from npumem.plan import (
+    Buffer,
+    Graph,
+    Op,
+    Problem,
+    Solution,
+    Tensor,
+    best_greedy,
+    lower_bound,
+    solve,
+)
+from npumem.plan.greedy import GREEDY_RULES, linear_scan, place_in_order, run_rule
 from npumem.plan.search import components
 
 DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
@@ -224,3 +237,103 @@ def test_pinned_buffers_match_brute_force(problem: Problem) -> None:
     for b in problem.buffers:
         if b.offset is not None:
             assert solution.offsets[b.id] == b.offset
+
+
+def random_problem(seed: int, n: int = 300, pinned_every: int = 0) -> Problem:
+    rng = random.Random(seed)
+    buffers = []
+    for i in range(n):
+        lower = rng.randrange(0, 3 * n)
+        pinned = pinned_every and i % pinned_every == 0
+        buffers.append(
+            Buffer(
+                f"b{i}",
+                lower,
+                lower + rng.randrange(1, 60),
+                rng.randrange(1, 100) * 8,
+                rng.choice((1, 8, 64)),
+                offset=(i // pinned_every) * 1024 if pinned else None,
+            )
+        )
+    return Problem(buffers)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_linear_scan_is_always_valid(seed: int) -> None:
+    problem = random_problem(seed, pinned_every=25 if seed % 2 else 0)
+    offsets = linear_scan(problem)
+    Solution(problem, offsets).validate()
+    # With no time left at all, the greedy start is the linear scan, and it is still valid.
+    greedy = best_greedy(problem, deadline=time.perf_counter())
+    assert greedy.rule == "linear-scan" and list(greedy.offsets) == offsets
+    solution = solve(problem, time_limit=0.0)
+    solution.validate()
+    assert solution.stats.greedy_rule == "linear-scan"
+
+
+def flat_csv(path: Path, n: int) -> Path:
+    rows = [f"b{i},0,10,{64 * (1 + i % 7)}" for i in range(n)]
+    path.write_text("id,lower,upper,size\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def wide_graph(path: Path, n: int) -> Path:
+    names = [f"t{i}" for i in range(n)]
+    graph = Graph.build(
+        "wide",
+        [Tensor(name, 256) for name in names] + [Tensor("out", 64)],
+        [Op("make", [], names), Op("use", names, ["out"])],
+    )
+    graph.to_json(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["flat csv", "wide graph", "double-buffered"])
+def test_20000_buffers_live_together_are_planned_within_the_time_limit(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra: list[str] = []
+    if kind == "flat csv":
+        src = flat_csv(tmp_path / "flat.csv", 20_000)
+    elif kind == "wide graph":
+        src = wide_graph(tmp_path / "wide.json", 20_000)
+    else:
+        src = flat_csv(tmp_path / "flat.csv", 2_000)
+        extra = ["--double-buffer", ",".join(f"b{i}" for i in range(100)), "--in-flight", "256"]
+    out = tmp_path / "plan.csv"
+    start = time.perf_counter()
+    status, _, _ = run_cli(
+        ["plan", str(src), "-o", str(out), "--time-limit", "1", "-q", *extra], capsys
+    )
+    assert status == 0
+    assert time.perf_counter() - start < 15
+    solved = Problem.from_csv(out)  # every buffer pinned where it was placed: checked
+    assert len(solved) >= 20_000
+
+
+def test_validate_and_pinned_checks_sweep_instead_of_comparing_pairs() -> None:
+    n = 20_000
+    buffers = [Buffer(f"b{i}", i % 3, 10 + i % 5, 64) for i in range(n)]
+    problem = Problem(buffers)
+    stacked = [64 * i for i in range(n)]
+    start = time.perf_counter()
+    Solution(problem, stacked).validate()
+    pinned = Problem(
+        [
+            Buffer(b.id, b.lower, b.upper, b.size, offset=o)
+            for b, o in zip(buffers, stacked, strict=True)
+        ]
+    )
+    assert time.perf_counter() - start < 10
+    assert len(pinned) == n
+    clash = list(stacked)
+    clash[12_345] = clash[6_789] + 32
+    with pytest.raises(plan.PlanValidationError, match=r"'b6789' .* and 'b12345' .* share bytes"):
+        Solution(problem, clash).validate()
+    with pytest.raises(plan.ProblemFormatError, match="'b6789' and 'b12345'"):
+        Problem(
+            [
+                Buffer(b.id, b.lower, b.upper, b.size, offset=o)
+                for b, o in zip(buffers, clash, strict=True)
+            ]
+        )

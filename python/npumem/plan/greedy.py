@@ -16,17 +16,43 @@ rule            order                                        position
 
 A buffer that fits no gap goes on top of everything live with it. Ties in an order are broken by
 the start, then the position in the problem, so every rule is deterministic.
+
+The rules look at every pair of buffers live at the same time, so their cost grows with the
+number of such pairs. Above `MAX_RULE_PAIRS` pairs, or when a deadline passes before the first
+rule is done, the start is `linear_scan`: buffers placed as a runtime allocator would, in order
+of their start, each at the lowest free range at that moment, in O(n log n) plus the free list.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from npumem.plan.problem import Problem
 
-__all__ = ["GREEDY_RULES", "GreedyResult", "best_greedy", "place_in_order", "run_rule"]
+__all__ = [
+    "GREEDY_RULES",
+    "MAX_RULE_PAIRS",
+    "GreedyResult",
+    "best_greedy",
+    "linear_scan",
+    "place_in_order",
+    "run_rule",
+]
+
+MAX_RULE_PAIRS = 1_000_000
+"""Above this many pairs of buffers live at the same time, the greedy rules (and the search,
+which needs the pairs too) are not run: listing the pairs alone would take seconds and
+gigabytes. `linear_scan` places the buffers instead."""
+
+_CHECK_EVERY = 64
+"""Placements between two looks at the clock when a deadline is given."""
+
+
+class _DeadlinePassed(Exception):
+    """A placement pass stopped at its deadline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +65,13 @@ class GreedyResult:
     seconds: float
 
 
-def place_in_order(problem: Problem, order: Sequence[int], *, best_fit: bool) -> list[int]:
+def place_in_order(
+    problem: Problem, order: Sequence[int], *, best_fit: bool, deadline: float | None = None
+) -> list[int]:
     """Place the buffers in `order` (indices; pinned buffers may be left out), each in the best
-    (`best_fit`) or the lowest gap among the already placed buffers live at the same time."""
+    (`best_fit`) or the lowest gap among the already placed buffers live at the same time.
+    With `deadline` (a `time.perf_counter()` value), raises `_DeadlinePassed` once it has
+    passed."""
     buffers = problem.buffers
     neighbors = problem.neighbors
     offsets: list[int] = [-1] * len(buffers)
@@ -50,7 +80,9 @@ def place_in_order(problem: Problem, order: Sequence[int], *, best_fit: bool) ->
         offset = buffers[i].offset
         assert offset is not None
         offsets[i] = offset
-    for i in order:
+    for count, i in enumerate(order):
+        if deadline is not None and count % _CHECK_EVERY == 0 and time.perf_counter() >= deadline:
+            raise _DeadlinePassed
         b = buffers[i]
         if b.offset is not None:
             continue
@@ -76,6 +108,52 @@ def place_in_order(problem: Problem, order: Sequence[int], *, best_fit: bool) ->
         if chosen < 0:
             chosen = (cursor + mask) & ~mask
         offsets[i] = chosen
+    return offsets
+
+
+def linear_scan(problem: Problem) -> list[int]:
+    """Offsets as a runtime allocator would give them: buffers in order of their start (then
+    problem order), each at the lowest aligned free range at that moment, above every pinned
+    buffer; a buffer's range is free again once it ends. Always valid (of two buffers live at
+    the same time, the later one is placed while the earlier one is live), in O(n log n) plus
+    the walks of the free list."""
+    buffers = problem.buffers
+    base = max((b.offset + b.size for b in buffers if b.offset is not None), default=0)
+    offsets = [b.offset if b.offset is not None else -1 for b in buffers]
+    events = sorted(
+        [(b.upper, 0, i) for i, b in enumerate(buffers) if b.offset is None]
+        + [(b.lower, 1, i) for i, b in enumerate(buffers) if b.offset is None]
+    )
+    free: list[tuple[int, int]] = []  # sorted, disjoint, not touching: (start, end) below top
+    top = base
+    for _, starts, i in events:
+        b = buffers[i]
+        if not starts:  # the range [offset, offset + size) is free again
+            lo, hi = offsets[i], offsets[i] + b.size
+            at = bisect.bisect_left(free, (lo, hi))
+            if at > 0 and free[at - 1][1] == lo:
+                at -= 1
+                lo = free.pop(at)[0]
+            if at < len(free) and free[at][0] == hi:
+                hi = free.pop(at)[1]
+            if hi == top:
+                top = lo
+            else:
+                free.insert(at, (lo, hi))
+            continue
+        mask = b.alignment - 1
+        for k, (lo, hi) in enumerate(free):
+            start = (lo + mask) & ~mask
+            if start + b.size <= hi:
+                free[k : k + 1] = [r for r in ((lo, start), (start + b.size, hi)) if r[0] < r[1]]
+                offsets[i] = start
+                break
+        else:
+            start = (top + mask) & ~mask
+            if start > top:
+                free.append((top, start))
+            offsets[i] = start
+            top = start + b.size
     return offsets
 
 
@@ -128,20 +206,31 @@ _RULE_PASSES: dict[str, tuple[tuple[str, bool], ...]] = {
 class _Passes:
     """Placement passes computed once and shared by the rules that use them."""
 
-    def __init__(self, problem: Problem) -> None:
+    def __init__(self, problem: Problem, deadline: float | None = None) -> None:
         self.problem = problem
+        self.deadline = deadline
         self.cache: dict[tuple[str, bool], list[int]] = {}
 
     def get(self, order: str, best_fit: bool) -> list[int]:
         key = (order, best_fit)
         if key not in self.cache:
             self.cache[key] = place_in_order(
-                self.problem, _ORDERS[order](self.problem), best_fit=best_fit
+                self.problem,
+                _ORDERS[order](self.problem),
+                best_fit=best_fit,
+                deadline=self.deadline,
             )
         return self.cache[key]
 
     def rule(self, name: str) -> list[int]:
-        candidates = [self.get(order, fit) for order, fit in _RULE_PASSES[name]]
+        """The rule's offsets; raises `_DeadlinePassed` when the deadline passes first."""
+        candidates = []
+        for order, fit in _RULE_PASSES[name]:
+            try:
+                candidates.append(self.get(order, fit))
+            except _DeadlinePassed:
+                if not candidates:
+                    raise
         return min(candidates, key=lambda offsets: _arena(self.problem, offsets))
 
 
@@ -179,20 +268,26 @@ def best_greedy(
     """Run every rule (or those named) and return the one with the smallest arena (the first
     such rule on a tie); its `seconds` is the time all the rules took together. Passes two
     rules share are computed once. With `deadline` (a `time.perf_counter()` value) the
-    rules after the first are skipped once it has passed."""
+    rules stop once it has passed, the first one too; when no rule finished in time, or the
+    problem has more than `MAX_RULE_PAIRS` pairs of buffers live together, the result is
+    `linear_scan`'s (rule `"linear-scan"`)."""
     start = time.perf_counter()
     names = list(rules or GREEDY_RULES)
     unknown = [r for r in names if r not in _RULE_PASSES]
     if unknown:
         raise ValueError(f"unknown greedy rule(s) {unknown}; known: {', '.join(GREEDY_RULES)}")
-    passes = _Passes(problem)
     best: tuple[str, list[int], int] | None = None
-    for name in names:
-        if best is not None and deadline is not None and time.perf_counter() >= deadline:
-            break
-        offsets = passes.rule(name)
-        arena = _arena(problem, offsets)
-        if best is None or arena < best[2]:
-            best = (name, offsets, arena)
-    assert best is not None
+    if problem.overlap_pairs <= MAX_RULE_PAIRS:
+        passes = _Passes(problem, deadline)
+        for name in names:
+            try:
+                offsets = passes.rule(name)
+            except _DeadlinePassed:
+                break
+            arena = _arena(problem, offsets)
+            if best is None or arena < best[2]:
+                best = (name, offsets, arena)
+    if best is None:
+        offsets = linear_scan(problem)
+        best = ("linear-scan", offsets, _arena(problem, offsets))
     return GreedyResult(best[0], tuple(best[1]), best[2], time.perf_counter() - start)

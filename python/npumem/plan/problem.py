@@ -10,6 +10,7 @@ over several pools (`npumem.plan.tiers`).
 
 from __future__ import annotations
 
+import bisect
 import csv
 import heapq
 import io
@@ -124,6 +125,34 @@ def _check_buffer(buf: Buffer) -> str | None:
             return f"offset {buf.offset} is not a multiple of the alignment {buf.alignment}"
     if buf.weight is not None and not (0 <= buf.weight < math.inf):
         return f"weight must be a finite number >= 0, got {buf.weight}"
+    return None
+
+
+def overlapping_pair(buffers: Sequence[Buffer], offsets: Sequence[int]) -> tuple[int, int] | None:
+    """Two buffers live at the same time whose byte ranges `[offset, offset + size)` overlap,
+    as indices (the smaller first), or `None` when there are none.
+
+    One sweep over time, ends before starts at the same time (ranges are half-open): the
+    buffers live at each moment are kept sorted by offset, so that each new one only needs
+    comparing with its two neighbours there. O(n log n) plus the list shifts, whatever the
+    number of pairs live together.
+    """
+    events = sorted(
+        [(b.upper, 0, i) for i, b in enumerate(buffers)]
+        + [(b.lower, 1, i) for i, b in enumerate(buffers)]
+    )
+    live: list[tuple[int, int, int]] = []  # (offset, end, index), pairwise disjoint
+    for _, starts, i in events:
+        key = (offsets[i], offsets[i] + buffers[i].size, i)
+        at = bisect.bisect_left(live, key)
+        if not starts:
+            del live[at]
+            continue
+        if at > 0 and live[at - 1][1] > key[0]:
+            return min(i, live[at - 1][2]), max(i, live[at - 1][2])
+        if at < len(live) and live[at][0] < key[1]:
+            return min(i, live[at][2]), max(i, live[at][2])
+        live.insert(at, key)
     return None
 
 
@@ -251,6 +280,24 @@ class Problem:
         return any(b.offset is not None for b in self.buffers)
 
     @cached_property
+    def overlap_counts(self) -> tuple[int, ...]:
+        """For each buffer, how many others are live at the same time (`len(neighbors[i])`),
+        counted in O(n log n) without listing them."""
+        n = len(self.buffers)
+        lowers = sorted(b.lower for b in self.buffers)
+        uppers = sorted(b.upper for b in self.buffers)
+        # Not overlapping b: those ending at or before its start, or starting at or after its end.
+        return tuple(
+            n - 1 - bisect.bisect_right(uppers, b.lower) - (n - bisect.bisect_left(lowers, b.upper))
+            for b in self.buffers
+        )
+
+    @property
+    def overlap_pairs(self) -> int:
+        """The number of pairs of buffers live at the same time (the size of `neighbors`)."""
+        return sum(self.overlap_counts) // 2
+
+    @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:
         """For each buffer, the indices of the buffers whose live range overlaps its own.
 
@@ -282,19 +329,13 @@ class Problem:
 
     def _check_fixed_overlaps(self) -> None:
         fixed = [b for b in self.buffers if b.offset is not None]
-        if len(fixed) < 2:
-            return
-        fixed.sort(key=lambda b: b.lower)
-        for i, a in enumerate(fixed):
-            for b in fixed[i + 1 :]:
-                if b.lower >= a.upper:
-                    break
-                assert a.offset is not None and b.offset is not None
-                if a.offset < b.offset + b.size and b.offset < a.offset + a.size:
-                    raise ProblemFormatError(
-                        f"fixed buffers {a.id!r} and {b.id!r} are live at the same time and "
-                        "their fixed byte ranges overlap"
-                    )
+        clash = overlapping_pair(fixed, [b.offset or 0 for b in fixed])
+        if clash is not None:
+            a, b = fixed[clash[0]], fixed[clash[1]]
+            raise ProblemFormatError(
+                f"fixed buffers {a.id!r} and {b.id!r} are live at the same time and "
+                "their fixed byte ranges overlap"
+            )
 
     # ----------------------------------------------------------------------------------------
     # Transformations

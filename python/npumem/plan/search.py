@@ -43,7 +43,9 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
     section too little room ends the node (every later child would fail its first check).
 
 Anytime
-    The search starts from the best greedy packing. The part that holds the arena up gets, in
+    The search starts from the best greedy packing (and ends there when the deadline has
+    passed already, or when more than `npumem.plan.greedy.MAX_RULE_PAIRS` pairs of buffers
+    are live together: the search lists them all). The part that holds the arena up gets, in
     passes with doubling node budgets, decision runs an eighth of the way down and halfway
     from the best packing to the bound (without a capacity) and at the goal (the capacity, or
     the proven lower bound),
@@ -63,7 +65,7 @@ from dataclasses import dataclass
 
 from npumem._core import PackingInstance
 from npumem.plan.bounds import lower_bound
-from npumem.plan.greedy import best_greedy
+from npumem.plan.greedy import MAX_RULE_PAIRS, best_greedy
 from npumem.plan.problem import Problem
 from npumem.plan.solution import FEASIBLE, INFEASIBLE, OPTIMAL, SearchStats, Solution
 
@@ -294,6 +296,10 @@ def solve(
         return finish(INFEASIBLE)
     goal = bound if capacity is None else capacity
     if arena <= goal:
+        return finish()
+    if time.perf_counter() >= deadline or problem.overlap_pairs > MAX_RULE_PAIRS:
+        # No time left, or too many pairs live together to list for the search: the greedy
+        # start is the answer.
         return finish()
 
     pinned_top = _pinned_top(problem)

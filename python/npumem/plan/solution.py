@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from npumem.fileio import json_text, write_text
 from npumem.plan.c_header import c_comment, c_identifier, c_string
 from npumem.plan.errors import PlanError, PlanValidationError
-from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem
+from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem, overlapping_pair
 
 __all__ = [
     "FEASIBLE",
@@ -215,16 +215,16 @@ class Solution:
             if b.offset is not None and o != b.offset:
                 raise PlanValidationError(f"buffer {b.id!r} is pinned at {b.offset}, placed at {o}")
             offsets.append(o)
-        for i, nbrs in enumerate(self.problem.neighbors):
-            lo, hi = offsets[i], offsets[i] + buffers[i].size
-            for j in nbrs:
-                if j > i and offsets[j] < hi and lo < offsets[j] + buffers[j].size:
-                    a, b = buffers[i], buffers[j]
-                    raise PlanValidationError(
-                        f"buffers {a.id!r} (live [{a.lower}, {a.upper}), bytes [{lo}, {hi})) and "
-                        f"{b.id!r} (live [{b.lower}, {b.upper}), bytes [{offsets[j]}, "
-                        f"{offsets[j] + b.size})) are live at the same time and share bytes"
-                    )
+        clash = overlapping_pair(buffers, offsets)
+        if clash is not None:
+            i, j = clash
+            a, b = buffers[i], buffers[j]
+            raise PlanValidationError(
+                f"buffers {a.id!r} (live [{a.lower}, {a.upper}), bytes [{offsets[i]}, "
+                f"{offsets[i] + a.size})) and {b.id!r} (live [{b.lower}, {b.upper}), bytes "
+                f"[{offsets[j]}, {offsets[j] + b.size})) are live at the same time and share "
+                "bytes"
+            )
         if capacity is not None and self.arena_size > capacity:
             raise PlanValidationError(
                 f"the arena needs {self.arena_size} bytes, above the capacity of {capacity}"
