@@ -190,12 +190,17 @@ def _first_fit(
     order: Sequence[int],
     capacity: int,
     placed: dict[int, int],
+    until: float,
 ) -> dict[int, int]:
     """Offer the buffers of `order` in turn to a pool of `capacity` bytes that already holds
     `placed` (index -> offset); each goes to the lowest aligned offset free of the buffers
-    placed and live with it, if it fits. Returns the new placement (`placed` plus those)."""
+    placed and live with it, if it fits. Returns the new placement (`placed` plus those).
+    Once `until` (a `time.perf_counter()` value) has passed, the buffers not offered yet are
+    left out (what is placed stays valid)."""
     out = dict(placed)
-    for i in order:
+    for count, i in enumerate(order):
+        if count % 64 == 63 and time.perf_counter() >= until:
+            break
         if i in out:
             continue
         b = buffers[i]
@@ -239,7 +244,7 @@ def _repack_and_grow(
         if tight.arena_size > capacity:
             break
         repacked = {i: tight.offsets[buffers[i].id] for i in indices}
-        grown = _first_fit(buffers, order, capacity, repacked)
+        grown = _first_fit(buffers, order, capacity, repacked, until)
         if len(grown) == len(chosen):
             return repacked
         chosen = grown
@@ -278,7 +283,7 @@ def _choose(
 
     def consider(order: list[int]) -> None:
         nonlocal best, best_order
-        chosen = _first_fit(buffers, order, capacity, {})
+        chosen = _first_fit(buffers, order, capacity, {}, deadline)
         if _weight_of(buffers, chosen) > _weight_of(buffers, best):
             best, best_order = chosen, order
 
@@ -332,7 +337,7 @@ def _ruin_and_recreate(
             (i for i in candidates if i not in kept),
             key=lambda i: (-density[i] * (1.0 + noise * rng.random()), i),
         )
-        trial = _first_fit(buffers, order, capacity, kept)
+        trial = _first_fit(buffers, order, capacity, kept, until)
         weight = _weight_of(buffers, trial)
         if weight >= best_weight:
             best, best_weight = trial, weight
@@ -637,6 +642,7 @@ def solve_tiers(
             sorted(remaining, key=lambda i: -buffer_weight(buffers[i]) / buffers[i].size),
             cap,
             {},
+            deadline,
         )
         value, red = weight_bound(
             problem,
