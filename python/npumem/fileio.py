@@ -27,8 +27,11 @@ from typing import Any
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
+    "decode_text",
+    "json_object_from_text",
     "json_text",
     "path_argument",
+    "read_bytes",
     "read_json_object",
     "write_bytes",
     "write_json",
@@ -86,27 +89,56 @@ def read_json_object(
     raises as `path_argument()` says.
     """
     p = path_argument(path, error=error)
+    text = decode_text(read_bytes(p, error=error), str(p), error=error)
+    return json_object_from_text(text, str(p), error=error, expected=expected)
+
+
+def read_bytes(path: Path, *, error: Callable[[str], Exception] = InvalidArgumentError) -> bytes:
+    """The bytes of the file (or pipe) at `path`, read once; a file that cannot be read raises
+    `error(message)`, the message naming it and saying why."""
     try:
-        text = p.read_text(encoding=_READ_ENCODING)
+        return path.read_bytes()
     except FileNotFoundError:
-        raise error(f"{p}: cannot read the file (no such file)") from None
+        raise error(f"{path}: cannot read the file (no such file)") from None
     except IsADirectoryError:
-        raise error(f"{p}: cannot read the file (it is a directory, not a file)") from None
-    except UnicodeDecodeError as exc:
-        raise error(f"{p}: not a UTF-8 text file ({exc.reason})") from None
+        raise error(f"{path}: cannot read the file (it is a directory, not a file)") from None
     except OSError as exc:
-        raise error(f"{p}: cannot read the file ({exc.strerror or exc})") from None
+        raise error(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+
+
+def decode_text(
+    data: bytes, label: str, *, error: Callable[[str], Exception] = InvalidArgumentError
+) -> str:
+    """`data` as UTF-8 text (a byte-order mark is dropped); otherwise `error(message)`, the
+    message starting with `label` (the file's name)."""
+    try:
+        return data.decode(_READ_ENCODING)
+    except UnicodeDecodeError as exc:
+        raise error(f"{label}: not a UTF-8 text file ({exc.reason})") from None
+
+
+def json_object_from_text(
+    text: str,
+    label: str,
+    *,
+    error: Callable[[str], Exception] = InvalidArgumentError,
+    expected: str = "a JSON object",
+) -> dict[str, Any]:
+    """The JSON object `text` holds, or `error(message)` as `read_json_object()` says, the
+    message starting with `label` (the file's name)."""
     try:
         obj = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
-        raise error(f"{p}, line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})") from None
+        raise error(
+            f"{label}, line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})"
+        ) from None
     except RecursionError:
-        raise error(f"{p}: not readable JSON (nested too deeply)") from None
+        raise error(f"{label}: not readable JSON (nested too deeply)") from None
     except ValueError as exc:  # NaN or Infinity, an integer with too many digits
-        raise error(f"{p}: not readable JSON ({exc})") from None
+        raise error(f"{label}: not readable JSON ({exc})") from None
     if not isinstance(obj, dict):
         found = "null" if obj is None else type(obj).__name__
-        raise error(f"{p}: expected {expected}, found {found}")
+        raise error(f"{label}: expected {expected}, found {found}")
     return obj
 
 

@@ -9,12 +9,12 @@ parsed.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from npumem import fileio
 from npumem.plan.errors import PlanError
 
 __all__ = [
@@ -47,15 +47,8 @@ def path_argument(
 
 def read_input(path: Path, *, error: type[PlanError]) -> bytes:
     """The bytes of the file (or pipe) at `path`, read once; a file that cannot be read raises
-    `error` naming it and saying why."""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise error(f"{path}: cannot read the file (no such file)") from None
-    except IsADirectoryError:
-        raise error(f"{path}: cannot read the file (it is a directory, not a file)") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    `error` naming it and saying why (`fileio.read_bytes`)."""
+    return fileio.read_bytes(path, error=error)
 
 
 def content_kind(data: bytes) -> str | None:
@@ -81,15 +74,8 @@ def kind_of(path: Path, data: bytes) -> str:
 
 
 def decode_text(data: bytes, label: str, *, error: type[PlanError]) -> str:
-    """The bytes as UTF-8 text (a byte-order mark is dropped)."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise error(f"{label}: not a UTF-8 text file ({exc.reason})") from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
+    """The bytes as UTF-8 text (a byte-order mark is dropped; `fileio.decode_text`)."""
+    return fileio.decode_text(data, label, error=error)
 
 
 def json_object(
@@ -98,20 +84,7 @@ def json_object(
     """The JSON object the bytes hold, with the errors `npumem.fileio.read_json_object` gives
     for a file: the line and column of bad JSON, nesting too deep, `NaN`, not an object."""
     text = decode_text(data, label, error=error)
-    try:
-        obj = json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise error(
-            f"{label}, line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})"
-        ) from None
-    except RecursionError:
-        raise error(f"{label}: not readable JSON (nested too deeply)") from None
-    except ValueError as exc:  # NaN or Infinity, an integer with too many digits
-        raise error(f"{label}: not readable JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        found = "null" if obj is None else type(obj).__name__
-        raise error(f"{label}: expected {expected}, found {found}")
-    return obj
+    return fileio.json_object_from_text(text, label, error=error, expected=expected)
 
 
 def check_header(
