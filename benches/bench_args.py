@@ -1,10 +1,15 @@
 """Argument types for the bench scripts' parsers: a bad value ends the script with argparse's
-one-line error and exit status 2, never a traceback."""
+one-line error and exit status 2, never a traceback; and the reading and writing of the file
+`--write` updates."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
+from pathlib import Path
+
+from npumem import fileio
 
 
 def positive_int(text: str) -> int:
@@ -52,3 +57,23 @@ def _int_at_least(text: str, least: int) -> int:
             f"must be a whole number of at least {least}, got {text!r}"
         )
     return value
+
+
+def read_write_target(parser: argparse.ArgumentParser, path: str) -> str:
+    """The text of the file `--write` names, read before anything is measured, or argparse's
+    one-line refusal naming `--write`."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        parser.error(f"--write: cannot read {path}: {getattr(e, 'strerror', None) or e}")
+
+
+def write_target(parser: argparse.ArgumentParser, path: str, text: str) -> bool:
+    """Write `text` to the file `--write` names through `npumem.fileio` (atomically); `False`
+    after one error line on stderr when it cannot be written."""
+    try:
+        fileio.write_text(path, text)
+    except OSError as e:
+        print(f"{parser.prog}: error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        return False
+    return True

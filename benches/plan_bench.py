@@ -29,7 +29,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_args import non_negative_int, positive_float, positive_int
+from bench_args import (
+    non_negative_int,
+    positive_float,
+    positive_int,
+    read_write_target,
+    write_target,
+)
 from npumem.plan import Buffer, Problem, best_greedy, lower_bound, plan_buckets, solve
 from npumem.plan.generator import instance_set
 from npumem.plan.networks import NETWORKS
@@ -316,6 +322,8 @@ def main() -> int:
     parser.add_argument("--minimalloc", metavar="PATH", help="MiniMalloc's solver binary")
     parser.add_argument("--write", metavar="BENCHMARKS.md", help="update that file's section")
     args = parser.parse_args()
+    # The file to update is read first, so that a bad path is refused before anything is measured.
+    text = read_write_target(parser, args.write) if args.write else ""
     unknown = [part for part in args.parts.split(",") if part not in PARTS]
     if unknown:
         parser.error(f"--parts: unknown part {unknown[0]!r} (choose from {', '.join(PARTS)})")
@@ -336,13 +344,14 @@ def main() -> int:
     report = "\n".join(out) + "\n"
     print(report)
     if args.write:
-        path = Path(args.write)
-        text = path.read_text()
         pattern = re.compile(r"(## Lifetime planner\n\n)(.*?)(?=\n## |\Z)", re.S)
         if not pattern.search(text):
-            print(f"{path}: no '## Lifetime planner' section", file=sys.stderr)
+            print(f"{args.write}: no '## Lifetime planner' section", file=sys.stderr)
             return 2
-        path.write_text(pattern.sub(lambda m: m.group(1) + report, text, count=1))
+        if not write_target(
+            parser, args.write, pattern.sub(lambda m: m.group(1) + report, text, count=1)
+        ):
+            return 1
     return 1 if failures else 0
 
 

@@ -29,7 +29,7 @@ import timeit
 from pathlib import Path
 
 import npumem
-from bench_args import positive_float, positive_int
+from bench_args import positive_float, positive_int, read_write_target
 from npumem import fileio, plan
 from npumem.plan.networks import NETWORKS
 from npumem.tiers import TieredPool, TierEvent, replay
@@ -201,7 +201,7 @@ def main() -> int:
     parser.add_argument("--write", metavar="BENCHMARKS.md", help="update that file's section")
     args = parser.parse_args()
     # The file to update is read first, so that a bad path is refused before anything is measured.
-    text = read_section_file(parser, args.write) if args.write else ""
+    text = read_write_target(parser, args.write) if args.write else ""
     out = [
         f"Measured by `.venv/bin/python benches/tiers_bench.py --part {args.part} --time-limit "
         f"{args.time_limit:g} --requests {args.requests}` on {platform.machine()} "
@@ -231,14 +231,6 @@ def main() -> int:
             )
             return 1
     return 0
-
-
-def read_section_file(parser: argparse.ArgumentParser, path: str) -> str:
-    """The text of the file `--write` names, or argparse's one-line refusal."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        parser.error(f"--write: cannot read {path}: {getattr(e, 'strerror', None) or e}")
 
 
 if __name__ == "__main__":

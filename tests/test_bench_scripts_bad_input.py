@@ -26,6 +26,7 @@ BAD = [
     ("plan_bench.py", ["--parts", "bogus"], "--parts"),
     ("plan_bench.py", ["--time-limit", "-1"], "--time-limit"),
     ("plan_bench.py", ["--count", "0"], "--count"),
+    ("plan_bench.py", ["--write", "/nonexistent/BENCHMARKS.md"], "--write"),
     ("trace_stacks.py", ["0"], "pairs"),
     ("compare_builds.py", ["a", "b", "--rounds", "0"], "--rounds"),
     ("small_fill_model.py", ["--banks", "0"], "--banks"),

@@ -522,7 +522,9 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
 
 
 if __name__ == "__main__":  # pragma: no cover
-    top = argparse.ArgumentParser(prog="npumem")
+    from npumem.cli import OneLineErrorParser
+
+    top = OneLineErrorParser(prog="npumem")
     add_parser(top.add_subparsers(dest="command", required=True))
     parsed = top.parse_args()
     sys.exit(parsed.func(parsed))
