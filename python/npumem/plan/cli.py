@@ -17,7 +17,6 @@ import argparse
 import os
 import re
 import secrets
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -519,12 +518,3 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
         if args.output is not None:
             out.print(f"written      {args.output}", markup=False)
     return ExitStatus.OK if solution.fits else ExitStatus.NOT_MET
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from npumem.cli import OneLineErrorParser
-
-    top = OneLineErrorParser(prog="npumem")
-    add_parser(top.add_subparsers(dest="command", required=True))
-    parsed = top.parse_args()
-    sys.exit(parsed.func(parsed))
