@@ -68,6 +68,19 @@ impl Arena {
         self.cores[owner].maps.open(&self.space[chunk], chunk);
     }
 
+    /// Hide level 0 (the whole chunk) in the maps of `owner`, its owner, when chunk `chunk` is
+    /// not empty. A grant sets every level of the chunk's bits, and few allocations search
+    /// level 0, so the bit would otherwise stay set, and every failing allocation's reclaim
+    /// (`Arena::reclaim_empty_mapped`) would read the chunk to hide it. The hide is a miss's
+    /// (`LevelMaps::hide`): a free since the look undoes it.
+    pub(crate) fn hide_whole_chunk(&self, chunk: usize, owner: usize) {
+        let space = &self.space[chunk];
+        let (free, probe) = space.look();
+        if free != self.geometry.usable_units(chunk) {
+            self.cores[owner].maps.hide(space, chunk, 0, probe);
+        }
+    }
+
     /// Give an empty chunk of `owner` back to the global pool; `false` if it is not empty (or
     /// someone else is retiring it).
     pub(crate) fn retire(&self, chunk: usize, owner: usize) -> bool {

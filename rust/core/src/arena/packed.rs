@@ -10,7 +10,7 @@ use super::chunk_space::Probe;
 use super::exact::Unmarked;
 use super::global::ChunkState;
 use super::layout::BuddyLayout;
-use super::stretch_classes::{class_of, classes_up_to};
+use super::stretch_classes::{class_floor, class_of, classes_up_to};
 use super::stretches::{best_fit, best_fit_in_tree, granule_shift, Fit, Place, MAX_GRANULES};
 
 /// Chunks whose stretch memo is out of date that a best-fit search reads from their trees, at
@@ -301,6 +301,50 @@ impl Arena {
             return None;
         }
         self.read_longest(chunk, bank, (free, probe), reads)
+    }
+
+    /// The longest free stretch from a multiple of `bank` units that the chunks of the highest
+    /// length classes hold (`stretch_classes.rs`), in units: a lower bound, a stretch that was
+    /// free when read, for an out-of-memory error.
+    ///
+    /// From the highest class down, a core chunk whose place (`stretches.rs`) is valid gives
+    /// its longest stretch without a read; any other is read while `reads` lasts, unless its
+    /// valid memo says it cannot pass what was found. The walk stops at the first class whose
+    /// chunks cannot pass that, or once it has visited `visits` chunks (each visit takes one).
+    /// The memos are upper bounds, so the first chunks of the highest class mostly end it.
+    ///
+    /// A read records nothing: the error leaves the memos, and so the placements that follow,
+    /// as they were.
+    pub(crate) fn longest_stretch_by_class(&self, bank: u64, reads: &mut usize, visits: &mut usize) -> u64 {
+        let mut largest = 0;
+        for class in (0..classes_up_to(self.geometry.units_per_chunk())).rev() {
+            if largest >= class_floor(class + 1).saturating_sub(1) {
+                break; // every memo of this class or a lower one is shorter than that
+            }
+            for chunk in self.stretch_classes.chunks(class, 0) {
+                *visits = match visits.checked_sub(1) {
+                    Some(left) => left,
+                    None => return largest,
+                };
+                // A chunk back in the global pool keeps its memo and epoch, but its tree is
+                // retired: its room is the free runs'.
+                if !matches!(self.global.state(chunk), ChunkState::Core(_)) {
+                    continue;
+                }
+                let (free, probe) = self.space[chunk].look();
+                if let Some((longest, _)) = self.stretches[chunk].placed(probe.epoch(), free) {
+                    largest = largest.max(longest);
+                } else if free > largest
+                    && self.stretches[chunk].known(probe.epoch()).is_none_or(|longest| longest > largest)
+                {
+                    let Some(left) = reads.checked_sub(1) else { continue };
+                    *reads = left;
+                    let (fit, shift) = self.fit_in(chunk, 1, bank);
+                    largest = largest.max(fit.longest << shift);
+                }
+            }
+        }
+        largest
     }
 
     /// The longest free stretch of `chunk` from a multiple of `bank` units, read from its tree

@@ -126,11 +126,10 @@ impl Arena {
     /// Returns how many went back.
     ///
     /// A chunk whose level-0 bit is set but that is not empty has no free node of level 0 (the
-    /// whole chunk): its free-unit count says so, read with the epoch in one load, and the
-    /// level is hidden as a search that found no such node hides it (`LevelMaps::hide`, which
-    /// undoes itself when a free came since). Few allocations search level 0, so without this
-    /// the bit would stay set from the chunk's grant on, and every failing allocation would
-    /// read the free-space line of every chunk of the arena here.
+    /// whole chunk): its level is hidden as a search that found no such node hides it
+    /// (`Arena::hide_whole_chunk`), so the next failure does not read it again. The first
+    /// block placed in a chunk just granted hides that level too; what is left here are the
+    /// chunks that a reveal, or another path's grant, left with the bit set.
     #[cold]
     pub(crate) fn reclaim_empty_mapped(&self) -> usize {
         let mut reclaimed = 0;
@@ -139,12 +138,10 @@ impl Arena {
             let mut from = 0;
             while let Some(chunk) = pool.maps.next(0, from, &owned) {
                 from = chunk + 1;
-                let space = &self.space[chunk];
-                let (free, probe) = space.look();
-                if free != self.geometry.usable_units(chunk) {
-                    pool.maps.hide(space, chunk, 0, probe);
-                } else if self.retire(chunk, owner) {
-                    reclaimed += 1;
+                if self.chunk_is_empty(chunk) {
+                    reclaimed += usize::from(self.retire(chunk, owner));
+                } else {
+                    self.hide_whole_chunk(chunk, owner);
                 }
             }
         }
@@ -277,7 +274,12 @@ mod tests {
             }
             chunks
         };
-        assert!(!level_zero().is_empty(), "chunks granted keep the level");
+        assert_eq!(level_zero(), Vec::<usize>::new(), "the first block placed in a chunk granted hides the level");
+        // A reveal sets every level of a chunk, the whole chunk's too.
+        for chunk in pool.owned() {
+            pool.maps.reveal(&a.space[chunk], chunk);
+        }
+        assert_eq!(level_zero(), pool.owned().collect::<Vec<_>>(), "revealed chunks may serve the level");
         // Every other block of every chunk freed: no chunk is empty, none serves 2 MiB.
         for offset in blocks.iter().step_by(2) {
             p.free_raw(*offset, 256 << 10).unwrap();

@@ -62,6 +62,21 @@ pub(crate) fn class_of(units: u64) -> usize {
     ((PER_DOUBLING * (exponent - 1)) as usize + quarter as usize).min(CLASSES - 1)
 }
 
+/// The shortest length of class `class`: the inverse of [`class_of`] on the first length of
+/// each class (`u64::MAX` past the last class).
+#[inline]
+pub(crate) fn class_floor(class: usize) -> u64 {
+    let class = class as u64;
+    let per = u64::from(PER_DOUBLING);
+    if class < per {
+        return class;
+    }
+    if class >= CLASSES as u64 {
+        return u64::MAX;
+    }
+    (per + class % per) << (class / per - 1)
+}
+
 /// The classes a memo of at most `longest` units can be in: `0..classes_up_to(longest)` (no
 /// stretch is longer than a chunk, so the classes above a chunk's length stay empty).
 #[inline]
@@ -196,6 +211,16 @@ mod tests {
         c.moved(129, Some(3), 5, || Some(5));
         c.moved(129, Some(5), 5, || Some(5));
         assert_eq!(c.chunks(class_of(5), 0).collect::<Vec<_>>(), [129], "same class: the bit stays");
+    }
+
+    #[test]
+    fn a_class_floor_is_the_first_length_of_its_class() {
+        for class in 0..CLASSES {
+            let floor = class_floor(class);
+            assert_eq!(class_of(floor), class, "class {class}");
+            assert!(floor == 0 || class_of(floor - 1) == class - 1, "class {class}: {floor} is its first length");
+        }
+        assert_eq!(class_floor(CLASSES), u64::MAX);
     }
 
     /// A writer whose memo another writer replaced before it moved the chunk (so that it takes

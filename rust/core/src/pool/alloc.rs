@@ -347,11 +347,13 @@ impl Pool {
     /// pool has a free chunk), or the longest free stretch from a bank boundary of a core chunk
     /// read from its tree. For a block larger than a bank, that is the longest its own failed
     /// search read (of every chunk that might have held it), if it read any. Otherwise the
-    /// chunks are visited
-    /// through the level maps from the largest free node down and read from their trees, at
-    /// most [`LARGEST_VISITS`] chunks and [`LARGEST_READS`] trees, skipping those whose stretch
-    /// memo (an upper bound) says they cannot pass what was found. What is not read is left
-    /// out: the answer is a lower bound, a block that was free when it was read.
+    /// chunks of the highest length classes of the stretch index (`Arena::longest_stretch_by_class`:
+    /// mostly one chunk, whose place gives its longest stretch without a read); when the index
+    /// knows of no stretch, the chunks are visited through the level maps from the largest free
+    /// node down and read from their trees. At most [`LARGEST_VISITS`] chunks and
+    /// [`LARGEST_READS`] trees in all, skipping those whose stretch memo (an upper bound) says
+    /// they cannot pass what was found. What is not read is left out: the answer is a lower
+    /// bound, a block that was free when it was read.
     #[cold]
     fn largest_free_after_failure(&self, request: &Request) -> usize {
         let g = &self.arena.geometry;
@@ -373,6 +375,10 @@ impl Pool {
         let bank = g.bank_units(self.config.bank_size);
         let node_bytes = |level: u32| (1usize << (g.depth - level)) * g.min_block;
         let (mut visits, mut reads) = (LARGEST_VISITS, LARGEST_READS);
+        let by_class = self.arena.longest_stretch_by_class(bank, &mut reads, &mut visits) as usize * g.min_block;
+        if by_class > 0 {
+            return largest.max(by_class);
+        }
         for level in 0..=g.depth {
             // The chunks left have no free node of the level above: no free stretch of twice
             // its size.
@@ -949,13 +955,18 @@ impl Pool {
     /// search cleans only when they lie right below the node it claims: a trimmed block's
     /// pieces lower down would still meet them. Where the search finds no place in the
     /// granted chunk, every mark over an empty bunch goes and the search runs once more.
+    ///
+    /// The chunk holds a block now, so it serves no whole-chunk node: its level 0 is hidden
+    /// right away (`Arena::hide_whole_chunk`).
     fn alloc_in_fresh_chunk(&self, chunk: usize, b: &BuddyLayout, core: usize) -> Option<Placed> {
         let probe = self.arena.space[chunk].probe(0)?;
-        self.alloc_in_chunk(chunk, b, core, probe, false).or_else(|| {
+        let placed = self.alloc_in_chunk(chunk, b, core, probe, false).or_else(|| {
             self.arena.shape.sweep_all(self.arena.tree(chunk));
             let probe = self.arena.space[chunk].probe(b.units)?;
             self.alloc_in_chunk(chunk, b, core, probe, false)
-        })
+        })?;
+        self.arena.hide_whole_chunk(chunk, core);
+        Some(placed)
     }
 
     /// A trimmed block needs only its pieces free, not its whole enclosing node: find a free
