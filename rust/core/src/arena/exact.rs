@@ -133,7 +133,7 @@ impl Arena {
         if hidden != 0 {
             let level = *coalesced.get_or_insert_with(|| self.shape.coalesced_level(tree, first));
             if level < hidden {
-                sole = self.announce_to_owner(chunk, level, Some(epoch));
+                sole = self.announce_to_owner(chunk, level, Some(epoch), hidden);
             }
         }
         for node in pieces {
@@ -221,19 +221,27 @@ impl Arena {
             }
         }
         if let Some(level) = largest.filter(|&l| l < hidden) {
-            self.announce_to_owner(chunk, level, given);
+            self.announce_to_owner(chunk, level, given, hidden);
         }
     }
 
     /// Announce a free node of `level` in `chunk` to its owner's level maps, after the epoch
-    /// step that made `given`; whether the node is the only one of its level or larger there
-    /// (`LevelMaps::announce`).
+    /// step that made `given` and returned the threshold `hidden`; whether the node is the only
+    /// one of its level or larger there (`LevelMaps::announce`). A chunk whose every level was
+    /// hidden on purpose (the rest of a run's tail) has that rest shown now: it leaves the set
+    /// of such chunks (`hidden_rests.rs`).
     #[inline(never)]
-    fn announce_to_owner(&self, chunk: usize, level: u32, given: Option<Probe>) -> bool {
-        match self.global.state(chunk) {
-            ChunkState::Core(owner) => self.cores[owner].maps.announce(&self.space[chunk], chunk, level, given),
-            _ => false,
+    fn announce_to_owner(&self, chunk: usize, level: u32, given: Option<Probe>, hidden: u32) -> bool {
+        let ChunkState::Core(owner) = self.global.state(chunk) else {
+            return false;
+        };
+        let space = &self.space[chunk];
+        let sole = self.cores[owner].maps.announce(space, chunk, level, given);
+        let depth = self.geometry.depth;
+        if hidden > depth {
+            self.hidden_rests.forget(chunk, &mut || space.hidden() > depth);
         }
+        sole
     }
 
     /// Give back the buddy block of `size` bytes at `offset` (nothing else happens: an emptied

@@ -225,6 +225,24 @@ mod tests {
         }
     }
 
+    /// A run's tail hides the rest of its chunk on purpose and lists the chunk; the free that
+    /// gives the tail back announces that room and takes the chunk off the list, so no failing
+    /// allocation reads it later only to drop it.
+    #[test]
+    fn a_free_that_shows_a_hidden_rest_takes_its_chunk_off_the_list() {
+        let p = Pool::new(PoolConfig::new(16 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new())).unwrap();
+        let a = p.arena();
+        let run = p.alloc(3 * MIB, None, 0).unwrap();
+        let tail_chunk = (p.block(run).unwrap().offset + 2 * MIB) / (2 * MIB);
+        assert_eq!(a.hidden_rests.members(), [tail_chunk], "the tail's chunk has its rest hidden");
+        let small = p.alloc(64 << 10, None, 0).unwrap();
+        assert_ne!(p.block(small).unwrap().offset / (2 * MIB), tail_chunk, "a hidden rest serves nothing");
+        p.free(run).unwrap();
+        assert_eq!(a.hidden_rests.members(), Vec::<usize>::new(), "the free showed the rest");
+        p.free(small).unwrap();
+        assert_eq!(p.check().unwrap(), 0);
+    }
+
     /// The arena's short last chunk, empty and kept by its core, with the whole-chunk level
     /// hidden in the core's maps (it has no such node, so no free shows that level again): a
     /// failing allocation's reclaim gives it back all the same, and a run of the chunk before
