@@ -582,7 +582,15 @@ fn bank_rule_bound(lo: usize, hi: usize, seed: u64) -> Option<f64> {
 
 /// Allocate seeded sizes in `[lo, hi]`, no frees, until the first failure: requested bytes over
 /// the arena's capacity then.
-fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> f64 {
+/// Failing allocations timed in each full arena of the fill table.
+const FULL_FAILURES: usize = 100;
+/// Their size: the largest of the churn, which a full arena of small blocks holds nowhere.
+const FULL_FAILURE_SIZE: usize = 1 << 20;
+
+/// Fill the arena with seeded sizes from `lo` to `hi`, no frees, until the first failure.
+/// Returns requested / capacity then, and the latencies (ns) of [`FULL_FAILURES`] allocations
+/// of [`FULL_FAILURE_SIZE`] in the full arena that failed (fewer if some did not).
+fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> (f64, Vec<f64>) {
     let mut rng = Rng::new(seed);
     let mut held = Vec::new();
     let mut requested = 0usize;
@@ -596,10 +604,20 @@ fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> f64 {
             None => break,
         }
     }
+    let clock = TickClock::start();
+    let mut failed = Vec::new();
+    for _ in 0..FULL_FAILURES {
+        let t0 = ticks();
+        match p.alloc_any(FULL_FAILURE_SIZE) {
+            Some(t) => held.push((t, FULL_FAILURE_SIZE)),
+            None => failed.push(ticks() - t0),
+        }
+    }
+    let ns_per_tick = clock.ns_per_tick();
     for (t, size) in held {
         p.free_any(t, size);
     }
-    requested as f64 / ARENA as f64
+    (requested as f64 / ARENA as f64, failed.into_iter().map(|t| t as f64 * ns_per_tick).collect())
 }
 
 fn fill_table(o: &Options) {
@@ -607,12 +625,23 @@ fn fill_table(o: &Options) {
     println!("\n### Fill: random sizes, no frees, requested / capacity at the first failure\n");
     println!("| | 64 B-4 KiB | 4-64 KiB | 64 KiB-1 MiB | 1-8 MiB | 64 B-8 MiB |");
     println!("|---|---:|---:|---:|---:|---:|");
+    let mut failing = Vec::new();
     for name in o.peers() {
         let mut cells = Vec::new();
+        let mut latencies = Vec::new();
         for (lo, hi) in bands {
-            cells.push(format!("{:.3}", with_peer(name, &mut |p| fill(p, lo, hi, o.seed.unwrap_or(3)))));
+            let (share, mut failed) = with_peer(name, &mut |p| fill(p, lo, hi, o.seed.unwrap_or(3)));
+            cells.push(format!("{share:.3}"));
+            latencies.push(match failed.len() {
+                0 => "-".to_string(),
+                _ => {
+                    let max = failed.iter().cloned().fold(f64::NAN, f64::max) / 1e3;
+                    format!("{} / {}", fmt_ns(median(&mut failed) / 1e3), fmt_ns(max))
+                }
+            });
         }
         println!("| {name} | {} |", cells.join(" | "));
+        failing.push(format!("| {name} | {} |", latencies.join(" | ")));
     }
     if o.peer.as_deref().is_none_or(|p| p == "npumem") {
         let cells: Vec<String> = bands
@@ -627,6 +656,16 @@ fn fill_table(o: &Options) {
              keeps the bank rule and per-class slabs can pass it. Not given for the mixed band, where small \
              blocks could fill the rest of a large block's last bank.)"
         );
+    }
+    println!(
+        "\n### Failing allocations in the full arena: {FULL_FAILURES} allocations of {} MiB after each fill, \
+         us, median / max\n",
+        FULL_FAILURE_SIZE >> 20
+    );
+    println!("| | 64 B-4 KiB | 4-64 KiB | 64 KiB-1 MiB | 1-8 MiB | 64 B-8 MiB |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for row in failing {
+        println!("{row}");
     }
 }
 

@@ -22,7 +22,7 @@ impl Pool {
         let slab_frees: u64 = classes.iter().map(|c| c.frees).sum();
         let usable = self.usable_capacity();
         let bytes_in_use = (totals.bytes.max(0) as u64 + slab_bytes) as usize;
-        let slab_cached_bytes = self.slab_cached_bytes();
+        let slab_cached_bytes = self.slab_cached_bytes(&classes);
         let bytes_free = usable.saturating_sub(bytes_in_use).saturating_sub(slab_cached_bytes);
         let largest_free_block = self.largest_free_block();
         let (mut chunks_free, mut chunks_in_runs, mut chunks_in_cores) = (0, 0, 0);
@@ -117,14 +117,16 @@ impl Pool {
 
     /// `stats().bytes_free` alone (an out-of-memory error reports it).
     pub(crate) fn bytes_free(&self) -> usize {
-        let (slab_bytes, _) = self.slab_objects(&self.counters.class_totals());
+        let classes = self.counters.class_totals();
+        let (slab_bytes, _) = self.slab_objects(&classes);
         let bytes_in_use = (self.counters.totals().bytes.max(0) as u64 + slab_bytes) as usize;
-        self.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes())
+        self.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes(&classes))
     }
 
-    /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead).
-    fn slab_cached_bytes(&self) -> usize {
-        self.arena.slabs.unused_bytes()
+    /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead),
+    /// given the slab counters summed over every thread.
+    fn slab_cached_bytes(&self, classes: &[ClassTotals]) -> usize {
+        self.arena.slabs.unused_bytes(&|k| classes.get(k).map_or(0, |t| t.allocs.saturating_sub(t.frees)))
     }
 
     /// Bytes and requested bytes of the live slab objects.
@@ -357,4 +359,55 @@ struct FreeStretches {
     longest: u64,
     /// Free units from a bank boundary to the chunk's end.
     at_end: u64,
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::arena::stretches::tests::Rng;
+    use crate::config::{Backing, PoolConfig};
+    use crate::pool::pool::Pool;
+
+    /// The slab cache the statistics count from the slab counters (the current slots and the
+    /// partial stacks read, not every slab) is what a read of every slab finds, after random
+    /// small allocations and frees of one thread, then of two threads racing on one core's
+    /// slabs (which may leave all-free slabs listed).
+    #[test]
+    fn the_slab_cache_from_the_counters_is_what_every_slab_says() {
+        for threads in [1usize, 2] {
+            let p = Pool::new(PoolConfig::new(64 << 20).cores(1).backing(Backing::None)).unwrap();
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let p = &p;
+                    s.spawn(move || {
+                        let mut rng = Rng::new(17 + t as u64);
+                        let mut held = Vec::new();
+                        for step in 0..60_000 {
+                            if !held.is_empty() && rng.next() % 100 < 48 {
+                                let h = held.swap_remove((rng.next() % held.len() as u64) as usize);
+                                p.free(h).unwrap();
+                            } else if let Ok(h) = p.alloc(64 + (rng.next() % 8192) as usize, None, 0) {
+                                held.push(h);
+                            }
+                            if threads == 1 && step % 5_000 == 0 {
+                                let classes = p.counters.class_totals();
+                                assert_eq!(
+                                    p.slab_cached_bytes(&classes),
+                                    p.arena.slabs.unused_bytes_by_slab(),
+                                    "step {step}"
+                                );
+                            }
+                        }
+                        // Half of them stay for the check below.
+                        held.truncate(held.len() / 2);
+                        std::mem::forget(held);
+                    });
+                }
+            });
+            let classes = p.counters.class_totals();
+            let by_slab = p.arena.slabs.unused_bytes_by_slab();
+            assert!(by_slab > 0, "{threads} threads: some slabs hold objects");
+            assert_eq!(p.slab_cached_bytes(&classes), by_slab, "{threads} threads");
+            assert_eq!(p.stats().slab_cached_bytes, by_slab);
+        }
+    }
 }

@@ -776,9 +776,78 @@ impl SlabCaches {
         self.live[k].load(Ordering::Relaxed)
     }
 
-    /// Unused bytes of the live slabs that hold objects (all-free slabs count as free), summed
-    /// without listing the slabs.
-    pub(crate) fn unused_bytes(&self) -> usize {
+    /// Unused bytes of the live slabs that hold objects (all-free slabs count as free), given
+    /// `objects(k)`, the live objects of class `k` (the statistics' counters): the bytes of
+    /// every live slab of each class that is not all free, less its objects' bytes. A live slab
+    /// is all free only while it is its core's current slab (the free that empties any other
+    /// retires it) or, left by threads racing on one core's slabs, listed on a partial stack:
+    /// so the current slots and the stacks are read, not every slab. A failing allocation asks
+    /// for this (its error's free bytes); on a pool of 16,000 slabs a read of every slab took
+    /// it about 40 us. Exact when no other thread changes the slabs meanwhile.
+    pub(crate) fn unused_bytes(&self, objects: &dyn Fn(usize) -> u64) -> usize {
+        let all_free = self.all_free_slabs();
+        self.classes
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(k, class)| {
+                let holding = self.live[k].load(Ordering::Relaxed).saturating_sub(all_free[k]);
+                (holding * class.slab_bytes as u64).saturating_sub(objects(k) * class.size as u64) as usize
+            })
+            .sum()
+    }
+
+    /// The live slabs of each class that are all free: current ones, and listed ones (each
+    /// counted once).
+    fn all_free_slabs(&self) -> Vec<u64> {
+        let mut found: Vec<u32> = Vec::new();
+        let limit = (self.fresh_ids.load(Ordering::Acquire) as usize).min(self.slabs.len());
+        // A class without a live slab has none to read (most classes, where large blocks
+        // fill the pool).
+        let live: Vec<bool> = self.live.iter().map(|n| n.load(Ordering::Relaxed) > 0).collect();
+        for caches in self.cores.iter() {
+            for (k, current) in caches.current.iter().enumerate() {
+                if !live[k] {
+                    continue;
+                }
+                let current = current.load(Ordering::Acquire);
+                if current == 0 {
+                    continue;
+                }
+                let id = (current as u32).wrapping_sub(1);
+                let slab = self.slab(id);
+                if generation_of(slab.meta.load(Ordering::Acquire)) == (current >> 32) as u32
+                    && slab.free.load(Ordering::Acquire) == self.classes.classes[k].all_free()
+                {
+                    found.push(id);
+                }
+            }
+            for (k, stack) in caches.partial.iter().enumerate().filter(|&(k, _)| live[k]) {
+                let all_free = self.classes.classes[k].all_free();
+                stack.any(
+                    limit,
+                    |i| &self.slab(i).next,
+                    |id| {
+                        if self.slab(id).free.load(Ordering::Acquire) == all_free {
+                            found.push(id);
+                        }
+                        false
+                    },
+                );
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        let mut per_class = vec![0u64; self.classes.classes.len()];
+        for id in found {
+            per_class[class_of(self.slab(id).meta.load(Ordering::Acquire))] += 1;
+        }
+        per_class
+    }
+
+    /// [`SlabCaches::unused_bytes`] read from every slab, for the tests.
+    #[cfg(test)]
+    pub(crate) fn unused_bytes_by_slab(&self) -> usize {
         let ids = self.fresh_ids.load(Ordering::Acquire).min(self.slabs.len() as u32);
         (0..ids)
             .filter_map(|id| {
