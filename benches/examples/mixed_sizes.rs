@@ -620,6 +620,45 @@ fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> (f64, Vec<f64>) {
     (requested as f64 / ARENA as f64, failed.into_iter().map(|t| t as f64 * ns_per_tick).collect())
 }
 
+/// Fill the arena with 64 B-4 KiB, free every other block, fill again with 64-512 B until the
+/// first failure (slabs of every small class, most of them partial), then time
+/// [`FULL_FAILURES`] allocations of [`FULL_FAILURE_SIZE`] that fail (ns).
+fn fragmented_failures(p: &dyn Peer, seed: u64) -> Vec<f64> {
+    let mut rng = Rng::new(seed);
+    let mut held = Vec::new();
+    let mut refill = |held: &mut Vec<(u128, usize)>, lo: usize, hi: usize| loop {
+        let size = rng.size(lo, hi);
+        match p.alloc_any(size) {
+            Some(t) => held.push((t, size)),
+            None => break,
+        }
+    };
+    refill(&mut held, 64, 4 << 10);
+    let mut kept = Vec::new();
+    for (i, (t, size)) in held.drain(..).enumerate() {
+        if i % 2 == 0 {
+            p.free_any(t, size);
+        } else {
+            kept.push((t, size));
+        }
+    }
+    refill(&mut kept, 64, 512);
+    let clock = TickClock::start();
+    let mut failed = Vec::new();
+    for _ in 0..FULL_FAILURES {
+        let t0 = ticks();
+        match p.alloc_any(FULL_FAILURE_SIZE) {
+            Some(t) => kept.push((t, FULL_FAILURE_SIZE)),
+            None => failed.push(ticks() - t0),
+        }
+    }
+    let ns_per_tick = clock.ns_per_tick();
+    for (t, size) in kept {
+        p.free_any(t, size);
+    }
+    failed.into_iter().map(|t| t as f64 * ns_per_tick).collect()
+}
+
 fn fill_table(o: &Options) {
     let bands = [(64usize, 4 << 10), (4 << 10, 64 << 10), (64 << 10, 1 << 20), (1 << 20, 8 << 20), (64, 8 << 20)];
     println!("\n### Fill: random sizes, no frees, requested / capacity at the first failure\n");
@@ -640,6 +679,14 @@ fn fill_table(o: &Options) {
                 }
             });
         }
+        let mut fragmented = with_peer(name, &mut |p| fragmented_failures(p, o.seed.unwrap_or(3)));
+        latencies.push(match fragmented.len() {
+            0 => "-".to_string(),
+            _ => {
+                let max = fragmented.iter().cloned().fold(f64::NAN, f64::max) / 1e3;
+                format!("{} / {}", fmt_ns(median(&mut fragmented) / 1e3), fmt_ns(max))
+            }
+        });
         println!("| {name} | {} |", cells.join(" | "));
         failing.push(format!("| {name} | {} |", latencies.join(" | ")));
     }
@@ -662,8 +709,8 @@ fn fill_table(o: &Options) {
          us, median / max\n",
         FULL_FAILURE_SIZE >> 20
     );
-    println!("| | 64 B-4 KiB | 4-64 KiB | 64 KiB-1 MiB | 1-8 MiB | 64 B-8 MiB |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| | 64 B-4 KiB | 4-64 KiB | 64 KiB-1 MiB | 1-8 MiB | 64 B-8 MiB | 64 B-4 KiB, half freed, refilled with 64-512 B |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for row in failing {
         println!("{row}");
     }

@@ -55,28 +55,6 @@ impl IndexStack {
         }
     }
 
-    /// Whether an index on the stack (among the first `limit`, top first) satisfies `pred`, read
-    /// without taking anything. On a stack in use it reads a snapshot that may miss an entry
-    /// that moves meanwhile.
-    pub(crate) fn any<'a>(
-        &self,
-        limit: usize,
-        next_of: impl Fn(u32) -> &'a AtomicU32,
-        mut pred: impl FnMut(u32) -> bool,
-    ) -> bool {
-        let mut at = self.head.load(Ordering::Acquire) as u32;
-        for _ in 0..limit {
-            if at == 0 {
-                return false;
-            }
-            if pred(at - 1) {
-                return true;
-            }
-            at = next_of(at - 1).load(Ordering::Acquire).wrapping_add(1);
-        }
-        false
-    }
-
     /// The indices on the stack, top first (at most `limit`: a cycle would be a bug, and is
     /// reported by the caller as a length mismatch). Meant for a quiescent stack.
     pub(crate) fn snapshot<'a>(&self, limit: usize, next_of: impl Fn(u32) -> &'a AtomicU32) -> Vec<u32> {
@@ -95,16 +73,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn any_reads_every_entry_without_taking_it() {
+    fn a_snapshot_reads_every_entry_without_taking_it() {
         let links: Vec<AtomicU32> = (0..8).map(|_| AtomicU32::new(NIL)).collect();
         let stack = IndexStack::new();
-        assert!(!stack.any(8, |i| &links[i as usize], |_| true), "empty");
+        assert!(stack.snapshot(8, |i| &links[i as usize]).is_empty(), "empty");
         for i in [3, 5, 7] {
             stack.push(i, |i| &links[i as usize]);
         }
-        assert!(stack.any(8, |i| &links[i as usize], |i| i == 3), "the bottom entry");
-        assert!(!stack.any(2, |i| &links[i as usize], |i| i == 3), "past the limit");
-        assert!(!stack.any(8, |i| &links[i as usize], |i| i == 4));
+        assert_eq!(stack.snapshot(2, |i| &links[i as usize]), vec![7, 5], "at most the limit");
         assert_eq!(stack.snapshot(8, |i| &links[i as usize]), vec![7, 5, 3], "nothing taken");
     }
 

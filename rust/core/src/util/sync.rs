@@ -15,6 +15,18 @@ pub(crate) fn spin_hint() {
     std::hint::spin_loop();
 }
 
+/// Nothing, except under loom: there, a sequentially consistent fence. Loom treats
+/// sequentially consistent loads and read-modify-writes as acquire/release ones (a documented
+/// limitation), so a protocol whose proof needs their single total order (a store-buffer
+/// handshake: each side writes one word, then reads the other's) places this between its
+/// write and its read, and the model checks what the `SeqCst` operations guarantee. On x86-64
+/// those operations cost what acquire/release ones do; a real fence would not.
+#[inline(always)]
+pub(crate) fn seq_cst_for_loom() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
 /// A value alone on its cache line(s), so counters of different cores never share one.
 /// 128 bytes: adjacent-line prefetching on x86 pairs 64-byte lines.
 #[derive(Debug, Default)]

@@ -35,7 +35,7 @@
 use crate::config::MAX_SLAB_CLASSES;
 use crate::error::Result;
 use crate::util::index_stack::{IndexStack, NIL};
-use crate::util::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
+use crate::util::sync::{seq_cst_for_loom, AtomicU32, AtomicU64, CachePadded, Ordering};
 use crate::util::zeroed::{back_with_writes, try_boxed, Zeroed};
 
 /// Objects per slab at most: bit 63 of the occupancy word is the retired flag.
@@ -402,10 +402,13 @@ impl SlabCaches {
                     }
                     let installed = pack_current(id, generation);
                     if caches.current[k]
-                        .compare_exchange(current, installed, Ordering::AcqRel, Ordering::Acquire)
+                        .compare_exchange(current, installed, Ordering::SeqCst, Ordering::Acquire)
                         .is_ok()
                     {
                         self.unlist(id, generation);
+                        if current != installed {
+                            self.replaced(current, k, blocks);
+                        }
                     } else {
                         // Another thread of this core installed a slab first: back on the stack.
                         self.stack_push(&caches.partial[k], id);
@@ -426,11 +429,51 @@ impl SlabCaches {
                 }
             };
             // A new slab: nobody else knows its id yet.
-            let generation = generation_of(self.slab(id).meta.load(Ordering::Acquire));
+            let slab = self.slab(id);
+            let generation = generation_of(slab.meta.load(Ordering::Acquire));
             let installed = pack_current(id, generation);
-            if caches.current[k].compare_exchange(current, installed, Ordering::AcqRel, Ordering::Acquire).is_err() {
-                self.relist(id, generation, core, k);
+            if caches.current[k].compare_exchange(current, installed, Ordering::SeqCst, Ordering::Acquire).is_ok() {
+                self.replaced(current, k, blocks);
+            } else {
+                // Another thread of this core installed a slab first. Unlisted and all free
+                // (nobody else can take from it), it goes straight back rather than onto the
+                // stack, where no free would ever retire it.
+                let all_free = self.classes.classes[k].all_free();
+                if slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    self.retire(id, blocks);
+                } else {
+                    self.relist(id, generation, core, k);
+                }
             }
+        }
+    }
+
+    /// Slab `old` (a `pack_current` value, 0 for none) has just stopped being its core's
+    /// current slab of class `k`. The frees that emptied it while it was current kept it (a
+    /// free retires only a slab that is not current); once it is not, it goes back when it is
+    /// all free. A free that empties it meanwhile either sees it current (and keeps it: then
+    /// this read of its word, after the replacement, sees that free) or sees it replaced (and
+    /// retires it itself): each side writes its word, then reads the other's, all four
+    /// operations sequentially consistent, so one of the two sees the other, and the
+    /// compare-and-swap to `RETIRED` lets only one of them retire it. So no all-free slab is
+    /// left that is not current (a loom model races them; it fails without this, and without
+    /// the handshake's order, `seq_cst_for_loom`).
+    #[inline]
+    fn replaced(&self, old: u64, k: usize, blocks: &dyn SlabBlocks) {
+        if old == 0 {
+            return;
+        }
+        let id = (old as u32).wrapping_sub(1);
+        let slab = self.slab(id);
+        let all_free = self.classes.classes[k].all_free();
+        // A newer incarnation of the id that is all free may be retired too: retiring an
+        // all-free slab is always safe (a current slot that names it finds it retired).
+        seq_cst_for_loom();
+        if slab.free.load(Ordering::SeqCst) == all_free
+            && generation_of(slab.meta.load(Ordering::Acquire)) == (old >> 32) as u32
+            && slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        {
+            self.retire(id, blocks);
         }
     }
 
@@ -621,7 +664,9 @@ impl SlabCaches {
         let j = class.index_of(offset - base).ok_or("not the start of a slab object")?;
         let bit = 1u64 << j;
         let meta = self.slab(slab.id);
-        let previous = meta.free.fetch_or(bit, Ordering::AcqRel);
+        // Sequentially consistent, as the read of the current slot below: a store-buffer
+        // handshake with an allocation that replaces the slab (`SlabCaches::replaced`).
+        let previous = meta.free.fetch_or(bit, Ordering::SeqCst);
         if previous & (RETIRED | bit) != 0 {
             return Err("the slab object is not allocated (double free?)");
         }
@@ -630,8 +675,10 @@ impl SlabCaches {
         // owner's current slab (the reserve; a newer incarnation with the same id counts too:
         // keeping a slab is always safe).
         let keep = previous != 0
-            && (now != class.all_free()
-                || self.cores[slab.owner].current[slab.class].load(Ordering::Relaxed) as u32 == slab.id + 1);
+            && (now != class.all_free() || {
+                seq_cst_for_loom();
+                self.cores[slab.owner].current[slab.class].load(Ordering::SeqCst) as u32 == slab.id + 1
+            });
         let retired = if keep { false } else { self.after_free(slab, meta, previous, now, blocks) };
         Ok(Freed { class: slab.class, retired })
     }
@@ -651,7 +698,10 @@ impl SlabCaches {
         // was read): the CASes name the incarnation they mean (relisting or retiring a newer
         // incarnation that is in the state the CAS expects is harmless), and `retire` re-reads.
         if now == self.classes.classes[k].all_free()
-            && self.cores[owner].current[k].load(Ordering::Acquire) != pack_current(id, generation)
+            && {
+                seq_cst_for_loom(); // as in `SlabCaches::free`
+                self.cores[owner].current[k].load(Ordering::SeqCst) != pack_current(id, generation)
+            }
             && slab.free.compare_exchange(now, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
         {
             self.retire(id, blocks);
@@ -741,34 +791,13 @@ impl SlabCaches {
         retired
     }
 
-    /// [`SlabCaches::reclaim`] for an allocation about to fail: the all-free current slabs,
-    /// then the partial stacks only when one of them holds an all-free slab. A free retires
-    /// every slab it empties that is not its owner's current one, so a listed slab is all-free
-    /// only when frees emptied it while it was current and it stopped being current before it
-    /// was full again (an allocation of its core replaced it as full while those frees came),
-    /// or when a slab carved for a core that installed another first was listed: both need
-    /// threads racing on one core's slabs. The stacks are read without taking anything from
-    /// them (two loads per listed slab), where [`SlabCaches::reclaim`] pops and pushes back
-    /// every listed slab. On a pool where no slab operation runs meanwhile both retire the same
-    /// slabs; while one runs, either may miss a slab that moves. Returns how many went back.
+    /// [`SlabCaches::reclaim`] for an allocation about to fail: the all-free current slabs.
+    /// No other slab is all free: the free that empties a slab that is not current retires
+    /// it, and the allocation that replaces a current slab retires it when it is all free
+    /// (`SlabCaches::replaced`). So the partial stacks, which may list thousands of slabs, are
+    /// not read. Returns how many went back.
     pub(crate) fn reclaim_before_failing(&self, blocks: &dyn SlabBlocks) -> usize {
-        let retired = self.reclaim_current(blocks);
-        if self.listed_all_free() {
-            return retired + self.reclaim(blocks);
-        }
-        retired
-    }
-
-    /// Whether a partial stack holds an all-free slab (see
-    /// [`SlabCaches::reclaim_before_failing`]).
-    fn listed_all_free(&self) -> bool {
-        let limit = (self.fresh_ids.load(Ordering::Acquire) as usize).min(self.slabs.len());
-        self.cores.iter().any(|caches| {
-            caches.partial.iter().enumerate().any(|(k, stack)| {
-                let all_free = self.classes.classes[k].all_free();
-                stack.any(limit, |i| &self.slab(i).next, |id| self.slab(id).free.load(Ordering::Acquire) == all_free)
-            })
-        })
+        self.reclaim_current(blocks)
     }
 
     /// Live slabs per class.
@@ -778,14 +807,13 @@ impl SlabCaches {
 
     /// Unused bytes of the live slabs that hold objects (all-free slabs count as free), given
     /// `objects(k)`, the live objects of class `k` (the statistics' counters): the bytes of
-    /// every live slab of each class that is not all free, less its objects' bytes. A live slab
-    /// is all free only while it is its core's current slab (the free that empties any other
-    /// retires it) or, left by threads racing on one core's slabs, listed on a partial stack:
-    /// so the current slots and the stacks are read, not every slab. A failing allocation asks
-    /// for this (its error's free bytes); on a pool of 16,000 slabs a read of every slab took
-    /// it about 40 us. Exact when no other thread changes the slabs meanwhile.
+    /// every live slab of each class that is not all free, less its objects' bytes. Only a
+    /// core's current slab may be all free (see [`SlabCaches::reclaim_before_failing`]), so the
+    /// current slots are read, not every slab. A failing allocation asks for this (its error's
+    /// free bytes); on a pool of 16,000 slabs a read of every slab took it about 40 us. Exact
+    /// when no other thread changes the slabs meanwhile.
     pub(crate) fn unused_bytes(&self, objects: &dyn Fn(usize) -> u64) -> usize {
-        let all_free = self.all_free_slabs();
+        let all_free = self.all_free_current_slabs();
         self.classes
             .classes
             .iter()
@@ -797,11 +825,10 @@ impl SlabCaches {
             .sum()
     }
 
-    /// The live slabs of each class that are all free: current ones, and listed ones (each
+    /// The current slabs of each class that are all free (a slab that two cores' slots name,
     /// counted once).
-    fn all_free_slabs(&self) -> Vec<u64> {
-        let mut found: Vec<u32> = Vec::new();
-        let limit = (self.fresh_ids.load(Ordering::Acquire) as usize).min(self.slabs.len());
+    fn all_free_current_slabs(&self) -> Vec<u64> {
+        let mut found: Vec<(u32, usize)> = Vec::new();
         // A class without a live slab has none to read (most classes, where large blocks
         // fill the pool).
         let live: Vec<bool> = self.live.iter().map(|n| n.load(Ordering::Relaxed) > 0).collect();
@@ -819,28 +846,15 @@ impl SlabCaches {
                 if generation_of(slab.meta.load(Ordering::Acquire)) == (current >> 32) as u32
                     && slab.free.load(Ordering::Acquire) == self.classes.classes[k].all_free()
                 {
-                    found.push(id);
+                    found.push((id, k));
                 }
-            }
-            for (k, stack) in caches.partial.iter().enumerate().filter(|&(k, _)| live[k]) {
-                let all_free = self.classes.classes[k].all_free();
-                stack.any(
-                    limit,
-                    |i| &self.slab(i).next,
-                    |id| {
-                        if self.slab(id).free.load(Ordering::Acquire) == all_free {
-                            found.push(id);
-                        }
-                        false
-                    },
-                );
             }
         }
         found.sort_unstable();
         found.dedup();
         let mut per_class = vec![0u64; self.classes.classes.len()];
-        for id in found {
-            per_class[class_of(self.slab(id).meta.load(Ordering::Acquire))] += 1;
+        for (_, k) in found {
+            per_class[k] += 1;
         }
         per_class
     }
@@ -1121,26 +1135,26 @@ mod tests {
     }
 
     /// The frees that empty a core's current slab keep it; when an allocation of that core had
-    /// found it full and replaced it as those frees came, the slab stays listed (by the first
-    /// of them), all-free and not current: an allocation about to fail gives it back.
+    /// found it full and replaces it as those frees came (the first of them listed it), the
+    /// replacement gives it back: no all-free slab is left that is not current.
     #[test]
-    fn an_allocation_about_to_fail_gives_back_a_listed_all_free_slab() {
+    fn the_allocation_that_replaces_an_emptied_current_slab_gives_it_back() {
         let caches = SlabCaches::new(classes(&[1024]), 64 << 20, 1).unwrap();
         let arena = Arena::default();
         let per_slab = caches.classes.classes[0].objects as usize;
         let objects: Vec<usize> = (0..per_slab).map(|_| caches.alloc(0, 0, &arena).unwrap().0).collect();
         let slab = caches.lookup(objects[0]).unwrap();
+        let old = caches.cores[0].current[0].load(Ordering::Acquire);
         for &off in &objects {
             caches.free(slab, off, &arena).unwrap();
         }
         assert_eq!(caches.live_slabs(0), 1, "kept: the core's current slab");
         // The racing allocation's replacement (it found the slab full before the frees).
         caches.cores[0].current[0].store(0, Ordering::Release);
-        assert_eq!(caches.reclaim_current(&arena), 0, "no current slab");
-        assert_eq!(caches.reclaim_before_failing(&arena), 1, "the listed all-free slab goes back");
+        caches.replaced(old, 0, &arena);
         assert_eq!(*arena.released.lock().unwrap(), vec![(0, caches.classes.classes[0].slab_bytes)]);
         assert_eq!(caches.live_slabs(0), 0);
-        assert_eq!(caches.reclaim_before_failing(&arena), 0);
+        assert_eq!(caches.reclaim(&arena), 0, "nothing listed is left");
     }
 
     #[test]
@@ -1325,6 +1339,45 @@ mod loom_models {
             }
             let total: u32 = caches.views().iter().map(|v| v.free.count_ones()).sum();
             assert_eq!(total as u64, 2 * caches.views().len() as u64, "every object of every live slab is free");
+        });
+    }
+
+    /// Two threads empty the owner's current slab while the owner, which may have found it full
+    /// first, replaces it with a new one: afterwards no slab is all free but the current one
+    /// (the replacement or a free retires it). Without `SlabCaches::replaced` the emptied slab
+    /// stays listed, all free and not current, in some interleavings.
+    #[test]
+    fn an_emptied_slab_that_stops_being_current_goes_back() {
+        loom::model(|| {
+            let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
+            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap());
+            let arena = Arc::new(Arena::default());
+            let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let (b, _) = caches.alloc(0, 0, &*arena).unwrap();
+            let freers: Vec<_> = [a, b]
+                .into_iter()
+                .map(|off| {
+                    let (caches, arena) = (caches.clone(), arena.clone());
+                    thread::spawn(move || {
+                        let id = caches.lookup(off).unwrap();
+                        caches.free(id, off, &*arena).unwrap();
+                    })
+                })
+                .collect();
+            let (c, _) = caches.alloc(0, 0, &*arena).unwrap();
+            for f in freers {
+                f.join().unwrap();
+            }
+            let current = caches.cores[0].current[0].load(Ordering::Acquire);
+            let all_free = caches.classes.classes[0].all_free();
+            for view in caches.views() {
+                assert!(
+                    view.free != all_free || current as u32 == view.id + 1,
+                    "slab {} is all free and not current",
+                    view.id
+                );
+            }
+            caches.free(caches.lookup(c).unwrap(), c, &*arena).unwrap();
         });
     }
 
