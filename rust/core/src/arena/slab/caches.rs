@@ -262,6 +262,34 @@ pub(super) fn pack_current(id: u32, generation: u32) -> u64 {
 pub(super) struct CoreSlabs {
     pub(super) current: Box<[AtomicU64]>,
     partial: Box<[IndexStack]>,
+    /// The classes that ever had a current slab here, a bit each: the scans of every core's
+    /// current slots (an allocation about to fail, the statistics) read only those. A pool
+    /// has a core pool per CPU by default, and most never allocate a slab of most classes.
+    installed: [AtomicU64; MAX_SLAB_CLASSES.div_ceil(64)],
+}
+
+impl CoreSlabs {
+    /// Class `k` has (or had) a current slab here. Set before the slot is: a scan that reads
+    /// the bit clear finds no slab in the slot either, or one installed after its read.
+    #[inline]
+    fn mark_installed(&self, k: usize) {
+        let (word, bit) = (&self.installed[k / 64], 1u64 << (k % 64));
+        if word.load(Ordering::Relaxed) & bit == 0 {
+            word.fetch_or(bit, Ordering::AcqRel);
+        }
+    }
+
+    /// The classes that ever had a current slab here.
+    fn installed_classes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.installed.iter().enumerate().flat_map(|(w, word)| {
+            let mut bits = word.load(Ordering::Acquire);
+            std::iter::from_fn(move || {
+                let bit = (bits != 0).then(|| bits.trailing_zeros() as usize)?;
+                bits &= bits - 1;
+                Some(w * 64 + bit)
+            })
+        })
+    }
 }
 
 /// Where slabs come from: the buddy pool, through the pool that owns the caches.
@@ -341,6 +369,7 @@ impl SlabCaches {
             CachePadded(CoreSlabs {
                 current: (0..n).map(|_| AtomicU64::new(0)).collect(),
                 partial: (0..n).map(|_| IndexStack::new()).collect(),
+                installed: std::array::from_fn(|_| AtomicU64::new(0)),
             })
         };
         Ok(SlabCaches {
@@ -401,6 +430,7 @@ impl SlabCaches {
                         continue;
                     }
                     let installed = pack_current(id, generation);
+                    caches.mark_installed(k);
                     if caches.current[k]
                         .compare_exchange(current, installed, Ordering::SeqCst, Ordering::Acquire)
                         .is_ok()
@@ -432,6 +462,7 @@ impl SlabCaches {
             let slab = self.slab(id);
             let generation = generation_of(slab.meta.load(Ordering::Acquire));
             let installed = pack_current(id, generation);
+            caches.mark_installed(k);
             if caches.current[k].compare_exchange(current, installed, Ordering::SeqCst, Ordering::Acquire).is_ok() {
                 self.replaced(current, k, blocks);
             } else {
@@ -733,7 +764,7 @@ impl SlabCaches {
         let mut retired = 0;
         for core in 0..self.cores.len() {
             let caches = &self.cores[core];
-            for k in 0..self.classes.classes.len() {
+            for k in caches.installed_classes() {
                 let all_free = self.classes.classes[k].all_free();
                 let current = caches.current[k].load(Ordering::Acquire);
                 if current != 0 {
@@ -829,15 +860,9 @@ impl SlabCaches {
     /// counted once).
     fn all_free_current_slabs(&self) -> Vec<u64> {
         let mut found: Vec<(u32, usize)> = Vec::new();
-        // A class without a live slab has none to read (most classes, where large blocks
-        // fill the pool).
-        let live: Vec<bool> = self.live.iter().map(|n| n.load(Ordering::Relaxed) > 0).collect();
         for caches in self.cores.iter() {
-            for (k, current) in caches.current.iter().enumerate() {
-                if !live[k] {
-                    continue;
-                }
-                let current = current.load(Ordering::Acquire);
+            for k in caches.installed_classes() {
+                let current = caches.current[k].load(Ordering::Acquire);
                 if current == 0 {
                     continue;
                 }
