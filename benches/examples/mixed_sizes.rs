@@ -604,6 +604,12 @@ fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> (f64, Vec<f64>) {
             None => break,
         }
     }
+    (requested as f64 / ARENA as f64, failures_then_free(p, held))
+}
+
+/// Time [`FULL_FAILURES`] allocations of [`FULL_FAILURE_SIZE`] in a full arena (ns, those that
+/// failed; one that does not is kept), then free everything `held` holds.
+fn failures_then_free(p: &dyn Peer, mut held: Vec<(u128, usize)>) -> Vec<f64> {
     let clock = TickClock::start();
     let mut failed = Vec::new();
     for _ in 0..FULL_FAILURES {
@@ -617,7 +623,7 @@ fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> (f64, Vec<f64>) {
     for (t, size) in held {
         p.free_any(t, size);
     }
-    (requested as f64 / ARENA as f64, failed.into_iter().map(|t| t as f64 * ns_per_tick).collect())
+    failed.into_iter().map(|t| t as f64 * ns_per_tick).collect()
 }
 
 /// Fill the arena with 64 B-4 KiB, free every other block, fill again with 64-512 B until the
@@ -643,20 +649,16 @@ fn fragmented_failures(p: &dyn Peer, seed: u64) -> Vec<f64> {
         }
     }
     refill(&mut kept, 64, 512);
-    let clock = TickClock::start();
-    let mut failed = Vec::new();
-    for _ in 0..FULL_FAILURES {
-        let t0 = ticks();
-        match p.alloc_any(FULL_FAILURE_SIZE) {
-            Some(t) => kept.push((t, FULL_FAILURE_SIZE)),
-            None => failed.push(ticks() - t0),
-        }
+    failures_then_free(p, kept)
+}
+
+/// `median / max` of latencies in ns, in us (`-` when there are none).
+fn median_and_max_us(mut ns: Vec<f64>) -> String {
+    if ns.is_empty() {
+        return "-".to_string();
     }
-    let ns_per_tick = clock.ns_per_tick();
-    for (t, size) in kept {
-        p.free_any(t, size);
-    }
-    failed.into_iter().map(|t| t as f64 * ns_per_tick).collect()
+    let max = ns.iter().cloned().fold(f64::NAN, f64::max) / 1e3;
+    format!("{} / {}", fmt_ns(median(&mut ns) / 1e3), fmt_ns(max))
 }
 
 fn fill_table(o: &Options) {
@@ -669,24 +671,11 @@ fn fill_table(o: &Options) {
         let mut cells = Vec::new();
         let mut latencies = Vec::new();
         for (lo, hi) in bands {
-            let (share, mut failed) = with_peer(name, &mut |p| fill(p, lo, hi, o.seed.unwrap_or(3)));
+            let (share, failed) = with_peer(name, &mut |p| fill(p, lo, hi, o.seed.unwrap_or(3)));
             cells.push(format!("{share:.3}"));
-            latencies.push(match failed.len() {
-                0 => "-".to_string(),
-                _ => {
-                    let max = failed.iter().cloned().fold(f64::NAN, f64::max) / 1e3;
-                    format!("{} / {}", fmt_ns(median(&mut failed) / 1e3), fmt_ns(max))
-                }
-            });
+            latencies.push(median_and_max_us(failed));
         }
-        let mut fragmented = with_peer(name, &mut |p| fragmented_failures(p, o.seed.unwrap_or(3)));
-        latencies.push(match fragmented.len() {
-            0 => "-".to_string(),
-            _ => {
-                let max = fragmented.iter().cloned().fold(f64::NAN, f64::max) / 1e3;
-                format!("{} / {}", fmt_ns(median(&mut fragmented) / 1e3), fmt_ns(max))
-            }
-        });
+        latencies.push(median_and_max_us(with_peer(name, &mut |p| fragmented_failures(p, o.seed.unwrap_or(3)))));
         println!("| {name} | {} |", cells.join(" | "));
         failing.push(format!("| {name} | {} |", latencies.join(" | ")));
     }

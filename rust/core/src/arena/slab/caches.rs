@@ -1323,28 +1323,34 @@ mod loom_models {
         fn release(&self, _base: usize, _bytes: usize) {}
     }
 
+    /// A core's current slab of two 2,048-byte objects, full, and two threads that free them.
+    #[allow(clippy::type_complexity)]
+    fn full_slab_freed_remotely() -> (Arc<SlabCaches>, Arc<Arena>, Vec<thread::JoinHandle<()>>) {
+        let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
+        let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap());
+        assert_eq!(caches.classes.classes[0].objects, 2);
+        let arena = Arc::new(Arena::default());
+        let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
+        let (b, _) = caches.alloc(0, 0, &*arena).unwrap();
+        let freers = [a, b]
+            .into_iter()
+            .map(|off| {
+                let (caches, arena) = (caches.clone(), arena.clone());
+                thread::spawn(move || {
+                    let id = caches.lookup(off).unwrap();
+                    caches.free(id, off, &*arena).unwrap();
+                })
+            })
+            .collect();
+        (caches, arena, freers)
+    }
+
     /// The owner allocates while two other threads free objects of its (full) slab: every
     /// object comes out exactly once, freed objects are collected, nothing is lost.
     #[test]
     fn owner_allocates_while_two_threads_free_remotely() {
         loom::model(|| {
-            // 2048-byte objects in 4096-byte slabs: two objects per slab.
-            let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
-            assert_eq!(classes.classes[0].objects, 2);
-            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap());
-            let arena = Arc::new(Arena::default());
-            let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
-            let (b, _) = caches.alloc(0, 0, &*arena).unwrap();
-            let freers: Vec<_> = [a, b]
-                .into_iter()
-                .map(|off| {
-                    let (caches, arena) = (caches.clone(), arena.clone());
-                    thread::spawn(move || {
-                        let id = caches.lookup(off).unwrap();
-                        caches.free(id, off, &*arena).unwrap();
-                    })
-                })
-                .collect();
+            let (caches, arena, freers) = full_slab_freed_remotely();
             let (c, _) = caches.alloc(0, 0, &*arena).unwrap();
             for f in freers {
                 f.join().unwrap();
@@ -1374,21 +1380,7 @@ mod loom_models {
     #[test]
     fn an_emptied_slab_that_stops_being_current_goes_back() {
         loom::model(|| {
-            let classes = SlabClasses::new(&[2048], 4096, 4096, 32768);
-            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap());
-            let arena = Arc::new(Arena::default());
-            let (a, _) = caches.alloc(0, 0, &*arena).unwrap();
-            let (b, _) = caches.alloc(0, 0, &*arena).unwrap();
-            let freers: Vec<_> = [a, b]
-                .into_iter()
-                .map(|off| {
-                    let (caches, arena) = (caches.clone(), arena.clone());
-                    thread::spawn(move || {
-                        let id = caches.lookup(off).unwrap();
-                        caches.free(id, off, &*arena).unwrap();
-                    })
-                })
-                .collect();
+            let (caches, arena, freers) = full_slab_freed_remotely();
             let (c, _) = caches.alloc(0, 0, &*arena).unwrap();
             for f in freers {
                 f.join().unwrap();
