@@ -856,30 +856,24 @@ impl SlabCaches {
             .sum()
     }
 
-    /// The current slabs of each class that are all free (a slab that two cores' slots name,
-    /// counted once).
+    /// The current slabs of each class that are all free. A core's slot names only slabs of
+    /// its own (a slot of an incarnation since retired is told apart by its generation), so no
+    /// slab is counted twice.
     fn all_free_current_slabs(&self) -> Vec<u64> {
-        let mut found: Vec<(u32, usize)> = Vec::new();
+        let mut per_class = vec![0u64; self.classes.classes.len()];
         for caches in self.cores.iter() {
             for k in caches.installed_classes() {
                 let current = caches.current[k].load(Ordering::Acquire);
                 if current == 0 {
                     continue;
                 }
-                let id = (current as u32).wrapping_sub(1);
-                let slab = self.slab(id);
+                let slab = self.slab((current as u32).wrapping_sub(1));
                 if generation_of(slab.meta.load(Ordering::Acquire)) == (current >> 32) as u32
                     && slab.free.load(Ordering::Acquire) == self.classes.classes[k].all_free()
                 {
-                    found.push((id, k));
+                    per_class[k] += 1;
                 }
             }
-        }
-        found.sort_unstable();
-        found.dedup();
-        let mut per_class = vec![0u64; self.classes.classes.len()];
-        for (_, k) in found {
-            per_class[k] += 1;
         }
         per_class
     }
