@@ -102,8 +102,11 @@ $(DOCS_STAMP): pyproject.toml | $(PY_DEPS_STAMP)
 .PHONY: device-bundle
 device-bundle: develop ## Build what scripts/device_checks.sh carries to the device machine (16 cores, a GPU)
 	cargo build --release -p npumem-benches --example mixed_sizes
-	mkdir -p .device
+	rm -rf .device && mkdir -p .device/tests
 	cp target/release/examples/mixed_sizes .device/
+	cargo test -p npumem-core --release --no-run --message-format=json \
+	    | $(PY) scripts/test_executables.py | xargs -I{} cp {} .device/tests/
+	strip .device/mixed_sizes .device/tests/*
 
 .PHONY: docs
 docs: develop $(DOCS_STAMP) ## Build the documentation site into site/ (MkDocs, strict: no broken links)
