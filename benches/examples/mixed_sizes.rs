@@ -6,7 +6,8 @@
 //! - churn: random sizes 256 B-1 MiB at 50% and 85% occupancy, ns per free+alloc step, failed
 //!   allocations, and the latency of a failing allocation (median and max);
 //! - two threads (or `--threads N`), the churn at 50% shared between them: throughput over one
-//!   thread's on the same churn;
+//!   thread's on the same churn, beside the same threads on a pool each (what sharing one pool
+//!   costs them) and what the machine gives threads that share nothing;
 //! - fixed-size alloc+free pairs at 256 B, 4 KiB, 64 KiB, 1 MiB on an empty arena;
 //! - fill: random sizes, no frees, until the first failure: requested bytes over capacity;
 //! - waste: every size 1 B-64 MiB on a log grid plus sizes next to class and chunk boundaries,
@@ -459,6 +460,18 @@ fn threads_table(o: &Options) {
             })
         });
     }
+    // What npumem loses to what its threads share inside one pool: the same churn with a pool
+    // of its own (one core pool, 1/n of the arena) for each thread, so that the threads share
+    // no line of npumem's.
+    if o.peers().any(|name| name == "npumem") {
+        scaling_row(o, n, steps, "npumem, a pool per thread (shares nothing)", &|threads, cpu| {
+            let pools: Vec<NpumemRaw> = (0..threads).map(|_| NpumemRaw::new(ARENA / threads, 1)).collect();
+            wall_of_threads(threads, |t, start| {
+                let (ns, ..) = churn_timed_from(&pools[t], 0.5 / threads as f64, steps, 11 + t as u64, start);
+                cpu.lock().unwrap().push(ns);
+            })
+        });
+    }
     // What the machine gives n threads that share nothing: steps of arithmetic in registers,
     // and steps of random reads in memory of their own (as an allocator's step reads metadata
     // at random places).
@@ -481,7 +494,7 @@ fn threads_table(o: &Options) {
         sum
     });
     println!(
-        "\n(Half the arena is held in both runs: the one thread fills it, each of the {n} threads {:.1}%; wall time of the churn steps, from a common start after every thread's fill. By CPU time: {n} x one thread's CPU time per step over the {n} threads' mean, what the threads would reach running side by side on CPUs of their own: time the machine gives other processes does not count, waits for shared cache lines do; so does a spin, but not a sleep on a peer's mutex, so for those peers only the wall figure tells. Compute only: each step 64 multiply-adds in registers. Memory only: each step 4 independent reads at random places of 64 MiB of the thread's own. What the machine itself gives {n} threads that share nothing.)",
+        "\n(Half the arena is held in both runs: the one thread fills it, each of the {n} threads {:.1}%; wall time of the churn steps, from a common start after every thread's fill. By CPU time: {n} x one thread's CPU time per step over the {n} threads' mean, what the threads would reach running side by side on CPUs of their own: time the machine gives other processes does not count, waits for shared cache lines do; so does a spin, but not a sleep on a peer's mutex, so for those peers only the wall figure tells. A pool per thread: npumem with a pool of its own (one core pool, 1/{n} of the arena) for each thread, the threads sharing no line of npumem's: the gap to the npumem row is what the threads of one pool lose to what they share. Compute only: each step 64 multiply-adds in registers. Memory only: each step 4 independent reads at random places of 64 MiB of the thread's own. What the machine itself gives {n} threads that share nothing.)",
         50.0 / n as f64
     );
 }
