@@ -140,13 +140,14 @@ impl Pool {
     /// Whether the free of a block of `size` requested bytes may keep it in a cache of freed
     /// blocks (`arena/block_cache.rs`): it is no slab size (a request of a slab size goes to
     /// its slab, so a cached block of that size would wait for a drain), and the pool is at
-    /// most 3/4 full (by the buddy and run bytes the cores published). Fuller, cached blocks
-    /// would be in the way of the tree searches: measured with a quarter of the free bytes or
-    /// less cached, a churn at 88% failed more often (78 against 64 of 200,000) and each
-    /// failing allocation, draining the caches first, took three times as long.
+    /// most 3/4 full (by the buddy and run bytes in use as the freeing thread can tell,
+    /// `Counters::bytes_in_use_estimate`). Fuller, cached blocks would be in the way of the
+    /// tree searches: measured with a quarter of the free bytes or less cached, a churn at 88%
+    /// failed more often (78 against 64 of 200,000) and each failing allocation, draining the
+    /// caches first, took three times as long.
     #[inline]
     fn may_cache(&self, size: usize) -> bool {
-        size > self.largest_slab && self.counters.published_bytes() * 4 <= self.capacity() as u64 * 3
+        size > self.largest_slab && self.counters.bytes_in_use_estimate() * 4 <= self.capacity() as u64 * 3
     }
 
     /// Release a buddy block or a run.

@@ -7,11 +7,18 @@
 //! Each thread publishes its running byte count to a shared total only when it has moved by more
 //! than a slack since the block's last publication. After each allocation the thread estimates
 //! the total as the published total plus its own unpublished change, and raises the peak if the
-//! estimate passes it (a read of two rarely written lines, and an RMW only on a new peak). The
-//! estimate is exact when one thread allocates at a time; with several, it may miss the others'
-//! unpublished changes: at most `(threads - 1) x slack` bytes, where the slack shrinks once
-//! more threads than cores have used the pool, so that all of them together miss less than
-//! `cores x` the slack of one thread per core. Slab objects enter the estimate
+//! estimate passes it. So as not to read the line that the other threads' publications write
+//! at every allocation (with eight threads on sixteen cores, a miss at nearly every one), the
+//! thread keeps a *view* (`thread.rs`): how far the peak stood above the published total when
+//! it last read them, its *room*. While its own unpublished change stays within that room, the
+//! estimate cannot pass the peak it read, and the allocation reads nothing shared. It reads
+//! the totals again when its change passes the room, at its own publications, and after a
+//! snapshot sampled the slab part or a peak was reset (a count of those on a line of its own).
+//! The estimate is exact when one thread allocates at a time; with several, it may miss the
+//! threads' unpublished changes (the others', and the caller's own while the others'
+//! publications since its last read are not in its view): at most the sum of every thread's
+//! slack, which shrinks once more threads than cores have used the pool, so that all of them
+//! together miss less than `cores x` the slack of one thread per core. Slab objects enter the estimate
 //! through the bytes they held at the last sample (taken whenever a slab is carved and at every
 //! snapshot), so the peak is exact for blocks above the largest slab class and sampled below.
 //!
@@ -77,6 +84,9 @@ pub(crate) struct Counters {
     /// Requested bytes of the blocks counted under a tag: written by tagged allocations and
     /// frees only, read by every estimate of the untagged peak.
     tagged: CachePadded<AtomicU64>,
+    /// How many times a peak was reset or a slab part sampled: a thread whose view was read
+    /// before the last of them reads the shared totals again. Written by snapshots only.
+    resets: CachePadded<AtomicU64>,
 }
 
 #[derive(Default)]
@@ -112,25 +122,40 @@ impl Counters {
             failed: (0..cores).map(|_| CachePadded(AtomicU64::new(0))).collect(),
             shared: CachePadded(SharedCounters::default()),
             tagged: CachePadded(AtomicU64::new(0)),
+            resets: CachePadded(AtomicU64::new(0)),
         }
     }
 
     /// The bytes of buddy blocks and runs in use as the calling thread can tell them cheaply:
-    /// the published total and its own unpublished change (exact when one thread allocates at
-    /// a time; the others' unpublished changes, at most a slack each, are left out). For the
-    /// occupancy thresholds of the placement policies, which a lag of a slack would move.
+    /// the published total as it last read it and its own unpublished change. Exact when one
+    /// thread allocates at a time (its own publications refresh what it read); with several,
+    /// the others' unpublished changes (at most a slack each) and their publications since the
+    /// thread last read the total (it reads it again every [`VIEW_READS`] estimates) are left
+    /// out. For the occupancy thresholds of the placement policies and of the caches of freed
+    /// blocks, which such a lag moves a little.
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn bytes_in_use_estimate(&self) -> u64 {
-        let published = self.shared.published_total.load(Ordering::Relaxed);
-        let own =
-            self.threads.with(|t| t.bytes.load(Ordering::Relaxed).wrapping_sub(t.published.load(Ordering::Relaxed)));
-        (published.wrapping_add(own) as i64).max(0) as u64
+        self.threads.with(|t| {
+            let view = &t.view;
+            let left = view.reads_left.load(Ordering::Relaxed);
+            let total = if left == 0 {
+                let total = self.shared.published_total.load(Ordering::Relaxed);
+                view.total.store(total, Ordering::Relaxed);
+                view.reads_left.store(VIEW_READS, Ordering::Relaxed);
+                total
+            } else {
+                view.reads_left.store(left - 1, Ordering::Relaxed);
+                view.total.load(Ordering::Relaxed)
+            };
+            let own = t.bytes.load(Ordering::Relaxed).wrapping_sub(t.published.load(Ordering::Relaxed));
+            (total.wrapping_add(own) as i64).max(0) as u64
+        })
     }
 
     /// The bytes of buddy blocks and runs that the threads have published (each thread's own
-    /// count may be up to its slack away): one relaxed load of a line that changes seldom.
-    #[inline]
+    /// count may be up to its slack away).
+    #[cfg(test)]
     pub(crate) fn published_bytes(&self) -> u64 {
         self.shared.published_total.load(Ordering::Relaxed)
     }
@@ -203,25 +228,40 @@ impl Counters {
         let requested_now = ThreadCounters::bump(&t.requested, requested as u64);
         let now = ThreadCounters::bump(&t.bytes, bytes as u64);
         self.maybe_publish(t, now, requested_now);
-        let unpublished = now.wrapping_sub(t.published.load(Ordering::Relaxed));
-        let estimate = self.estimate(&self.shared.published_total, unpublished, &self.shared.slab_bytes, 0);
-        raise(&self.shared.peak, estimate);
-        let unpublished = requested_now.wrapping_sub(t.published_requested.load(Ordering::Relaxed));
-        let tagged = self.tagged.load(Ordering::Relaxed);
-        let untagged =
-            self.estimate(&self.shared.published_requested_total, unpublished, &self.shared.slab_requested, tagged);
-        raise(&self.shared.untagged_peak, untagged);
+        let unpublished = now.wrapping_sub(t.published.load(Ordering::Relaxed)) as i64;
+        let untagged = requested_now
+            .wrapping_sub(t.published_requested.load(Ordering::Relaxed))
+            .wrapping_sub(self.tagged.load(Ordering::Relaxed)) as i64;
+        let view = &t.view;
+        if unpublished > view.room.load(Ordering::Relaxed) as i64
+            || untagged > view.untagged_room.load(Ordering::Relaxed) as i64
+            || self.resets.load(Ordering::Acquire) != view.resets.load(Ordering::Relaxed)
+        {
+            self.raise_peaks(t, unpublished, untagged);
+        }
     }
 
-    /// A running total estimated from its published part, the caller's unpublished change and
-    /// the slab objects' part at the last sample, less `less`.
-    #[inline]
-    fn estimate(&self, published: &AtomicU64, unpublished: u64, slab: &AtomicU64, less: u64) -> i64 {
-        published
-            .load(Ordering::Relaxed)
-            .wrapping_add(unpublished)
-            .wrapping_add(slab.load(Ordering::Relaxed))
-            .wrapping_sub(less) as i64
+    /// Read the shared totals: raise each peak to the estimate of its running total (the
+    /// published part, the caller's unpublished change `unpublished` or `untagged`, and the
+    /// slab objects' part at the last sample), and keep in the caller's view how far each peak
+    /// is above what the estimate adds to the caller's change.
+    #[inline(never)]
+    fn raise_peaks(&self, t: &ThreadCounters, unpublished: i64, untagged: i64) {
+        // Before the totals: a reset that comes after this load sends the next allocation here.
+        let resets = self.resets.load(Ordering::Acquire);
+        let s = &self.shared;
+        let total = s.published_total.load(Ordering::Relaxed);
+        let base = total.wrapping_add(s.slab_bytes.load(Ordering::Relaxed)) as i64;
+        let peak = raise(&s.peak, base.wrapping_add(unpublished));
+        let requested_base =
+            s.published_requested_total.load(Ordering::Relaxed).wrapping_add(s.slab_requested.load(Ordering::Relaxed))
+                as i64;
+        let untagged_peak = raise(&s.untagged_peak, requested_base.wrapping_add(untagged));
+        let view = &t.view;
+        view.room.store(peak.wrapping_sub(base) as u64, Ordering::Relaxed);
+        view.untagged_room.store(untagged_peak.wrapping_sub(requested_base) as u64, Ordering::Relaxed);
+        view.resets.store(resets, Ordering::Relaxed);
+        view.total.store(total, Ordering::Relaxed);
     }
 
     /// [`Counters::on_free`] in the block `t`, which the calling thread holds.
@@ -253,10 +293,20 @@ impl Counters {
     /// slack since its last publication; a publication of the bytes may raise the peak.
     #[inline]
     fn maybe_publish(&self, t: &ThreadCounters, now: u64, requested_now: u64) {
-        if let Some(total) = self.publish(&t.published, now, &self.shared.published_total) {
-            self.shared.peak.fetch_max((total as i64).max(0) as u64, Ordering::AcqRel);
+        let s = &self.shared;
+        // A publication moves the caller's change into the total: the view's rooms, read
+        // against the total, are read again here (the line is in the cache after the RMW).
+        if let Some(total) = self.publish(&t.published, now, &s.published_total) {
+            let at_least = (total as i64).max(0) as u64;
+            let peak = s.peak.fetch_max(at_least, Ordering::AcqRel).max(at_least);
+            let base = total.wrapping_add(s.slab_bytes.load(Ordering::Relaxed));
+            t.view.room.store(peak.wrapping_sub(base), Ordering::Relaxed);
+            t.view.total.store(total, Ordering::Relaxed);
         }
-        self.publish(&t.published_requested, requested_now, &self.shared.published_requested_total);
+        if let Some(total) = self.publish(&t.published_requested, requested_now, &s.published_requested_total) {
+            let base = total.wrapping_add(s.slab_requested.load(Ordering::Relaxed));
+            t.view.untagged_room.store(s.untagged_peak.load(Ordering::Relaxed).wrapping_sub(base), Ordering::Relaxed);
+        }
     }
 
     /// Move `total` by what `now` has moved since `published` (the block's own, which only the
@@ -312,7 +362,9 @@ impl Counters {
     /// returns the peak it replaces.
     pub(crate) fn reset_peak(&self, current: u64, slab_bytes: u64) -> u64 {
         self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
-        self.shared.peak.swap(current, Ordering::AcqRel)
+        let replaced = self.shared.peak.swap(current, Ordering::AcqRel);
+        self.resets.fetch_add(1, Ordering::Release);
+        replaced
     }
 
     /// Raise the peak to at least `value`.
@@ -324,7 +376,9 @@ impl Counters {
     /// whose slab part `slab_bytes` is remembered for later estimates).
     pub(crate) fn sample(&self, current: u64, slab_bytes: u64) -> u64 {
         self.shared.slab_bytes.store(slab_bytes, Ordering::Relaxed);
-        self.shared.peak.fetch_max(current, Ordering::AcqRel).max(current)
+        let peak = self.shared.peak.fetch_max(current, Ordering::AcqRel).max(current);
+        self.resets.fetch_add(1, Ordering::Release);
+        peak
     }
 
     /// Blocks counted under a tag were allocated (`requested` > 0) or freed (< 0): callers
@@ -344,22 +398,32 @@ impl Counters {
     /// just taken, whose slab part `slab_requested` is remembered for later estimates).
     pub(crate) fn sample_untagged(&self, current: u64, slab_requested: i64) -> u64 {
         self.shared.slab_requested.store(slab_requested as u64, Ordering::Relaxed);
-        self.shared.untagged_peak.fetch_max(current, Ordering::AcqRel).max(current)
+        let peak = self.shared.untagged_peak.fetch_max(current, Ordering::AcqRel).max(current);
+        self.resets.fetch_add(1, Ordering::Release);
+        peak
     }
 
     /// Set the untagged peak to `current` (as for [`Counters::sample_untagged`]).
     pub(crate) fn reset_untagged_peak(&self, current: u64, slab_requested: i64) {
         self.shared.slab_requested.store(slab_requested as u64, Ordering::Relaxed);
         self.shared.untagged_peak.store(current, Ordering::Release);
+        self.resets.fetch_add(1, Ordering::Release);
     }
 }
 
-/// Raise `peak` to `estimate` if it passes it (a load, and an RMW only on a new peak).
+/// Estimates of the bytes in use that a thread makes from the published total it read last
+/// before it reads it again.
+const VIEW_READS: u64 = 64;
+
+/// Raise `peak` to `estimate` if it passes it (a load, and an RMW only on a new peak); returns
+/// the peak after, as far as the caller can tell.
 #[inline]
-fn raise(peak: &AtomicU64, estimate: i64) {
-    if estimate > peak.load(Ordering::Relaxed) as i64 {
-        peak.fetch_max(estimate as u64, Ordering::AcqRel);
+fn raise(peak: &AtomicU64, estimate: i64) -> i64 {
+    let seen = peak.load(Ordering::Relaxed) as i64;
+    if estimate > seen {
+        return (peak.fetch_max(estimate as u64, Ordering::AcqRel) as i64).max(estimate);
     }
+    seen
 }
 
 #[cfg(all(test, not(loom)))]
@@ -418,6 +482,42 @@ mod tests {
     }
 
     #[test]
+    fn the_peaks_after_a_reset_or_a_sample_count_the_next_allocation() {
+        let c = Counters::new(1, 0, 1 << 30);
+        c.on_alloc(0, Route::Core, false, 1 << 20, 1 << 20);
+        c.on_free(0, 1 << 20, 1 << 20);
+        // The thread's view holds a room of 1 MiB over what it allocates now.
+        assert_eq!(c.reset_peak(0, 0), 1 << 20);
+        c.on_alloc(0, Route::Core, false, 4096, 4000);
+        assert_eq!(c.sample(4096, 0), 4096, "the reset peak counts the allocation after it");
+        c.reset_untagged_peak(0, 0);
+        c.on_alloc(0, Route::Core, false, 4096, 4000);
+        assert_eq!(c.sample_untagged(0, 0), 8000);
+        // A sample that finds slab objects: the next estimate adds them.
+        assert_eq!(c.sample(8192 + 1000, 1000), 8192 + 1000);
+        c.on_alloc(0, Route::Core, false, 4096, 4000);
+        assert_eq!(c.sample(0, 1000), 3 * 4096 + 1000);
+    }
+
+    #[test]
+    fn a_view_read_before_another_threads_publication_misses_at_most_the_slacks() {
+        // A slack of 512 KiB per thread: 64 MiB over two cores.
+        let c = std::sync::Arc::new(Counters::new(2, 0, 64 << 20));
+        let slack = c.threads.slack();
+        // This thread reads the totals with 100 KiB of its own, then the other thread
+        // publishes 3 MiB, then this thread allocates up to just below its room.
+        c.on_alloc(0, Route::Core, false, 100 << 10, 100 << 10);
+        let other = c.clone();
+        std::thread::spawn(move || other.on_alloc(1, Route::Core, false, 3 << 20, 3 << 20)).join().unwrap();
+        for _ in 0..4 {
+            c.on_alloc(0, Route::Core, false, 100 << 10, 100 << 10);
+        }
+        let in_use = (3 << 20) + 5 * (100 << 10);
+        let peak = c.sample(0, 0);
+        assert!(peak <= in_use && peak + 2 * slack >= in_use, "peak {peak} of {in_use}");
+    }
+
+    #[test]
     fn the_untagged_peak_leaves_out_tagged_blocks() {
         let c = Counters::new(1, 0, 1 << 30);
         c.on_alloc(0, Route::Core, false, 8192, 5000);
@@ -468,6 +568,31 @@ mod loom_models {
             assert_eq!(published, c.published_bytes());
             assert_eq!(c.published_bytes(), 4096);
             assert!(c.sample(4096, 0) <= 2 * 4096, "the peak passed what was ever in use");
+        });
+    }
+
+    /// A peak reset while another thread counts: once the reset is done, that thread's next
+    /// allocation raises the reset peaks to its estimates, whatever its view held from before.
+    #[test]
+    fn a_reset_peak_counts_the_next_allocation() {
+        loom::model(|| {
+            // A slack of 1 MiB: nothing here publishes.
+            let c = Arc::new(Counters::new(1, 0, 64 << 20));
+            let resetter = {
+                let c = c.clone();
+                thread::spawn(move || {
+                    c.reset_peak(0, 0);
+                    c.reset_untagged_peak(0, 0);
+                })
+            };
+            let block = c.threads.acquire();
+            c.count_alloc(&block, 0, Route::Core, false, 4096, 4000);
+            c.count_free(&block, 0, 4096, 4000);
+            resetter.join().unwrap();
+            c.count_alloc(&block, 0, Route::Core, false, 1024, 1000);
+            assert!(c.shared.peak.load(Ordering::Relaxed) >= 1024, "the reset peak missed the allocation");
+            assert!(c.shared.untagged_peak.load(Ordering::Relaxed) >= 1000);
+            ThreadStats::release(&block);
         });
     }
 

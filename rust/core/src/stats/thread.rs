@@ -53,6 +53,48 @@ pub(crate) struct ThreadCounters {
     pub(crate) published: AtomicU64,
     /// `requested` at the block's last publication.
     pub(crate) published_requested: AtomicU64,
+    /// What the thread last read of the shared totals (`counters.rs`).
+    pub(crate) view: SharedView,
+}
+
+/// What a thread last read of the shared totals, so that its allocations need not read the
+/// line that other threads' publications write (`counters.rs`). Written by the block's owner
+/// only, like the counters.
+pub(crate) struct SharedView {
+    /// How far the bytes' peak was above the published total and the slab objects' bytes, as
+    /// read (an `i64`; negative or [`SharedView::UNKNOWN`]: read again).
+    pub(crate) room: AtomicU64,
+    /// How far the untagged peak was above the published requested total and the slab
+    /// objects' requested bytes, as read (same convention).
+    pub(crate) untagged_room: AtomicU64,
+    /// The count of resets and samples (`Counters::resets`) when the rooms were read.
+    pub(crate) resets: AtomicU64,
+    /// The published total as last read.
+    pub(crate) total: AtomicU64,
+    /// Estimates of the bytes in use left before the published total is read again.
+    pub(crate) reads_left: AtomicU64,
+}
+
+impl SharedView {
+    /// A room that sends the next allocation to the shared totals.
+    pub(crate) const UNKNOWN: u64 = i64::MIN as u64;
+
+    fn new() -> SharedView {
+        SharedView {
+            room: AtomicU64::new(Self::UNKNOWN),
+            untagged_room: AtomicU64::new(Self::UNKNOWN),
+            resets: AtomicU64::new(u64::MAX),
+            total: AtomicU64::new(0),
+            reads_left: AtomicU64::new(0),
+        }
+    }
+
+    /// Forget what was read: the next allocation and estimate read the shared totals again.
+    pub(crate) fn forget(&self) {
+        self.room.store(Self::UNKNOWN, Ordering::Relaxed);
+        self.untagged_room.store(Self::UNKNOWN, Ordering::Relaxed);
+        self.reads_left.store(0, Ordering::Relaxed);
+    }
 }
 
 impl ThreadCounters {
@@ -65,6 +107,7 @@ impl ThreadCounters {
             requested: AtomicU64::new(0),
             published: AtomicU64::new(0),
             published_requested: AtomicU64::new(0),
+            view: SharedView::new(),
         }
     }
 
@@ -165,6 +208,8 @@ impl ThreadStats {
             // SAFETY: nodes live until `self` drops; we hold `&self`.
             let node = unsafe { &*at };
             if node.counters.in_use.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                // What the last owner read may be old by now.
+                node.counters.view.forget();
                 return node.counters.clone();
             }
             at = node.next;
