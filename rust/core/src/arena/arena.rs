@@ -7,8 +7,7 @@
 use super::backing::HostBacking;
 use super::block_cache::BlockCaches;
 use super::buddy::{Node, TreeShape};
-use super::chunk_ends::ChunkEnds;
-use super::chunk_space::ChunkSpace;
+use super::chunk_line::ChunkLine;
 use super::core_pool::CorePool;
 use super::geometry::Geometry;
 use super::global::{ChunkState, GlobalPool};
@@ -16,7 +15,6 @@ use super::hidden_rests::HiddenRests;
 use super::regions::Regions;
 use super::slab::caches::{SlabBlocks, SlabCaches, SlabClasses};
 use super::stretch_classes::StretchClasses;
-use super::stretches::StretchMemo;
 use super::tight::Tight;
 use crate::config::{Backing, PoolConfig};
 use crate::error::{Error, Result};
@@ -30,13 +28,10 @@ pub(crate) struct Arena {
     pub(crate) trees: Zeroed<AtomicU64>,
     /// Per chunk, the summaries of its tree's bunches (parallel to `trees`, see `buddy.rs`).
     pub(crate) summaries: Zeroed<AtomicU64>,
-    /// Free units and the search memo of every chunk.
-    pub(crate) space: Zeroed<ChunkSpace>,
-    /// Per chunk, what the last search learnt about its free stretches (`stretches.rs`).
-    pub(crate) stretches: Zeroed<StretchMemo>,
-    /// Per chunk, what the last search learnt about its free start and free end
-    /// (`chunk_ends.rs`).
-    pub(crate) chunk_ends: Zeroed<ChunkEnds>,
+    /// Per chunk, its free units (`chunk_space.rs`), what the last search learnt about its free
+    /// stretches (`stretches.rs`) and about its free start and free end (`chunk_ends.rs`), on
+    /// lines of their own (`chunk_line.rs`).
+    pub(crate) lines: Zeroed<ChunkLine>,
     /// 1 once any ends record was written (until then a free has none to keep), else 0.
     pub(crate) ends_recorded: AtomicU64,
     /// The chunks by the length class of their memo's longest stretch (`stretch_classes.rs`).
@@ -91,9 +86,7 @@ impl Arena {
             .ok_or(Error::HostMemory { what: "the chunks' buddy trees", bytes: usize::MAX })?;
         let trees = Zeroed::new(tree_words, "the chunks' buddy trees")?;
         let summaries = Zeroed::new(tree_words, "the chunks' bunch summaries")?;
-        let space = Zeroed::new(geometry.chunks, "the chunks' free-space words")?;
-        let stretches = Zeroed::new(geometry.chunks, "the chunks' stretch memos")?;
-        let chunk_ends = Zeroed::new(geometry.chunks, "the chunks' ends records")?;
+        let lines = Zeroed::new(geometry.chunks, "the chunks' free-space words, stretch memos and ends records")?;
         let stretch_classes = StretchClasses::new(geometry.chunks)?;
         let fronts = Zeroed::new(geometry.chunks, "the chunks' front words")?;
         let hidden_rests = HiddenRests::new(geometry.chunks)?;
@@ -132,9 +125,7 @@ impl Arena {
             shape,
             trees,
             summaries,
-            space,
-            stretches,
-            chunk_ends,
+            lines,
             ends_recorded: AtomicU64::new(0),
             stretch_classes,
             fronts,
@@ -151,7 +142,7 @@ impl Arena {
                 for node in arena.reserved_nodes(last).into_iter().chain(arena.retire_nodes(last)) {
                     arena.shape.try_alloc(tree, node).expect("a fresh tree has room for its own cover");
                 }
-                arena.space[last].init(arena.geometry.usable_units(last));
+                arena.lines[last].space.init(arena.geometry.usable_units(last));
             }
         }
         Ok(arena)
@@ -186,9 +177,7 @@ impl Arena {
     pub(crate) fn committed_metadata_bytes(&self) -> usize {
         self.trees.resident_bytes()
             + self.summaries.resident_bytes()
-            + self.space.resident_bytes()
-            + self.stretches.resident_bytes()
-            + self.chunk_ends.resident_bytes()
+            + self.lines.resident_bytes()
             + self.stretch_classes.resident_bytes()
             + self.fronts.resident_bytes()
             + self.global.resident_bytes()
@@ -199,20 +188,20 @@ impl Arena {
 
     /// Whether `chunk` was never granted to a core (see `chunks.rs`).
     pub(crate) fn is_pristine(&self, chunk: usize) -> bool {
-        !matches!(self.global.state(chunk), ChunkState::Core(_)) && self.space[chunk].is_pristine()
+        !matches!(self.global.state(chunk), ChunkState::Core(_)) && self.lines[chunk].space.is_pristine()
     }
 
     /// Free units of `chunk`, a pristine one included (all its units are free).
     pub(crate) fn free_units(&self, chunk: usize) -> u64 {
         match self.is_pristine(chunk) {
             true => self.geometry.usable_units(chunk),
-            false => self.space[chunk].free_units(),
+            false => self.lines[chunk].space.free_units(),
         }
     }
 
     /// Whether every usable unit of `chunk` is free.
     pub(crate) fn chunk_is_empty(&self, chunk: usize) -> bool {
-        self.space[chunk].free_units() == self.geometry.usable_units(chunk)
+        self.lines[chunk].space.free_units() == self.geometry.usable_units(chunk)
     }
 }
 

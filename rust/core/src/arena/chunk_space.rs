@@ -56,11 +56,9 @@ fn with_hidden(word: u64, level: u32) -> u64 {
     (word & !HIDDEN_MASK) | (u64::from(level) << HIDDEN_SHIFT)
 }
 
-/// The free-space word of one chunk, alone on a pair of cache lines (it changes on allocations
-/// and frees in the chunk; chunks of different cores must not share a line, nor an
-/// adjacent-line prefetch pair).
+/// The free-space word of one chunk. It changes on allocations and frees in the chunk: the
+/// arena keeps it with the chunk's other such records on lines of their own (`chunk_line.rs`).
 #[derive(Debug, Default)]
-#[repr(align(128))]
 pub(crate) struct ChunkSpace {
     /// `epoch << 32 | hidden << 26 | free units`. The owner's level maps set the bits of every
     /// level `>= hidden` for this chunk; below it they may be clear (see `level_maps.rs`).

@@ -42,7 +42,7 @@ impl Arena {
 
     /// Hand chunk `chunk`, just taken from the global pool, to core `owner`: its tree opens.
     pub(crate) fn open(&self, chunk: usize, owner: usize) {
-        let space = &self.space[chunk];
+        let space = &self.lines[chunk].space;
         if space.is_pristine() {
             // Its tree is all free already; its word is set before the core can search it. Its
             // tree, summaries and slab directory entries are written before their first read
@@ -63,9 +63,9 @@ impl Arena {
             self.shape.release(tree, node).expect("a chunk in the global pool is retired");
         }
         TreeShape::reset_summaries(self.summaries(chunk));
-        self.space[chunk].refresh();
+        self.lines[chunk].space.refresh();
         self.stretch_classes.mark_unsure(chunk);
-        self.cores[owner].maps.open(&self.space[chunk], chunk);
+        self.cores[owner].maps.open(&self.lines[chunk].space, chunk);
     }
 
     /// Hide level 0 (the whole chunk) in the maps of `owner`, its owner, when chunk `chunk` is
@@ -74,7 +74,7 @@ impl Arena {
     /// (`Arena::reclaim_empty_mapped`) would read the chunk to hide it. The hide is a miss's
     /// (`LevelMaps::hide`): a free since the look undoes it.
     pub(crate) fn hide_whole_chunk(&self, chunk: usize, owner: usize) {
-        let space = &self.space[chunk];
+        let space = &self.lines[chunk].space;
         let (free, probe) = space.look();
         if free != self.geometry.usable_units(chunk) {
             self.cores[owner].maps.hide(space, chunk, 0, probe);
@@ -93,7 +93,7 @@ impl Arena {
             for &n in taken {
                 let _ = self.shape.release(tree, n);
             }
-            let hidden = self.space[chunk].refresh();
+            let hidden = self.lines[chunk].space.refresh();
             self.announce_free(chunk, hidden, taken.iter().copied());
         };
         for (i, &node) in nodes.iter().enumerate() {
@@ -229,7 +229,7 @@ mod loom_models {
     fn claim(a: &Arena, chunk: usize, node: Node) -> bool {
         let claimed = a.shape.try_alloc(a.tree(chunk), node).is_ok();
         if claimed {
-            a.space[chunk].take(node.units(a.geometry.depth));
+            a.lines[chunk].space.take(node.units(a.geometry.depth));
         }
         claimed
     }
@@ -362,8 +362,8 @@ mod loom_models {
                 thread::spawn(move || {
                     let claimed = claim(&a, 1, x);
                     // What a search reads of the chunk meanwhile: never more than its units.
-                    assert!(a.space[1].free_units() <= a.geometry.usable_units(1), "a count past the chunk");
-                    a.space[1].refresh();
+                    assert!(a.lines[1].space.free_units() <= a.geometry.usable_units(1), "a count past the chunk");
+                    a.lines[1].space.refresh();
                     claimed
                 })
             };
@@ -372,8 +372,8 @@ mod loom_models {
             let claimed = claimer.join().unwrap();
             assert_eq!(a.global.state(1), ChunkState::Core(1), "a chunk with a block stays");
             let units = x.units(a.geometry.depth);
-            assert_eq!(a.space[1].free_units(), if claimed { 0 } else { units });
-            assert_eq!(a.space[1].refresh(), a.space[1].refresh(), "the hidden levels settle");
+            assert_eq!(a.lines[1].space.free_units(), if claimed { 0 } else { units });
+            assert_eq!(a.lines[1].space.refresh(), a.lines[1].space.refresh(), "the hidden levels settle");
             for node in if claimed { vec![x, y] } else { vec![y] } {
                 let (offset, size) = block(&a, 1, node);
                 assert!(a.release_buddy(offset, size, false, Vouched::Yes).is_ok());

@@ -23,7 +23,7 @@ impl Arena {
     ) -> Result<Unmarked, &'static str> {
         let before = match self.ends_recorded.load(Ordering::Relaxed) {
             0 => None,
-            _ => self.chunk_ends[chunk].before_free(&self.space[chunk]),
+            _ => self.lines[chunk].ends.before_free(&self.lines[chunk].space),
         };
         let released = self.unmark_buddy_raising(chunk, b, within)?;
         if let Some(before) = before {
@@ -37,14 +37,14 @@ impl Arena {
     /// units may reach takes the memo's bound (no tree is read).
     #[inline(never)]
     fn keep_ends_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) {
-        self.chunk_ends[chunk].after_free(
-            &self.space[chunk],
+        self.lines[chunk].ends.after_free(
+            &self.lines[chunk].space,
             before,
             (from, to),
             self.geometry.usable_units(chunk),
             self.ends_slack(),
             |epoch| {
-                let longest = self.stretches[chunk].known(epoch).unwrap_or(u64::MAX);
+                let longest = self.lines[chunk].stretch.known(epoch).unwrap_or(u64::MAX);
                 Ends { start: longest, end: longest }
             },
         );
@@ -56,11 +56,18 @@ impl Arena {
     /// around them, read from the tree.
     pub(crate) fn keep_ends_around(&self, chunk: usize, before: Probe, from: u64, to: u64) {
         let usable = self.geometry.usable_units(chunk);
-        self.chunk_ends[chunk].after_free(&self.space[chunk], before, (from, to), usable, self.ends_slack(), |_| {
-            let (lo, hi) = self.shape.free_run_around(self.tree(chunk), from, to);
-            let hi = hi.min(usable);
-            Ends { start: if lo == 0 { hi } else { lo }, end: if hi == usable { usable - lo } else { usable - hi } }
-        });
+        self.lines[chunk].ends.after_free(
+            &self.lines[chunk].space,
+            before,
+            (from, to),
+            usable,
+            self.ends_slack(),
+            |_| {
+                let (lo, hi) = self.shape.free_run_around(self.tree(chunk), from, to);
+                let hi = hi.min(usable);
+                Ends { start: if lo == 0 { hi } else { lo }, end: if hi == usable { usable - lo } else { usable - hi } }
+            },
+        );
     }
 
     /// How near a freed unit must come to an end's bound to count as reaching it: a granule
@@ -78,7 +85,7 @@ impl Arena {
     /// units, nor than a chunk.
     pub(crate) fn ends_bound(&self, chunk: usize) -> Ends {
         let upc = self.geometry.units_per_chunk();
-        bound(&self.space[chunk], &self.chunk_ends[chunk], &self.stretches[chunk], upc)
+        bound(&self.lines[chunk].space, &self.lines[chunk].ends, &self.lines[chunk].stretch, upc)
     }
 
     /// The free units at the start and at the end of core chunk `chunk`, read from its tree
@@ -89,13 +96,13 @@ impl Arena {
         if self.ends_recorded.load(Ordering::Relaxed) == 0 {
             self.ends_recorded.store(1, Ordering::Relaxed);
         }
-        let (_, probe) = self.space[chunk].look();
-        let (start, end) = match self.stretches[chunk].known(probe.epoch()) {
+        let (_, probe) = self.lines[chunk].space.look();
+        let (start, end) = match self.lines[chunk].stretch.known(probe.epoch()) {
             Some(_) => self.free_ends_from_the_ends(chunk),
             // The whole tree is read: its longest stretch is recorded on the way.
             None => self.free_ends(chunk, self.geometry.bank_units),
         };
-        self.chunk_ends[chunk].record(probe.epoch(), start, end);
+        self.lines[chunk].ends.record(probe.epoch(), start, end);
         (start, end)
     }
 
@@ -171,8 +178,8 @@ mod tests {
                 if !matches!(a.global.state(chunk), ChunkState::Core(_)) {
                     continue;
                 }
-                let (_, probe) = a.space[chunk].look();
-                let known = a.chunk_ends[chunk].known(probe.epoch());
+                let (_, probe) = a.lines[chunk].space.look();
+                let known = a.lines[chunk].ends.known(probe.epoch());
                 let (start, end) = a.free_ends(chunk, bank);
                 // The free end from its first bank boundary.
                 let end = end / bank * bank;

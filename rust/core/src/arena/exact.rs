@@ -172,7 +172,7 @@ impl Arena {
                 return Err("no block of this size is allocated there");
             }
         }
-        Ok(self.space[chunk].give_stepped(b.units))
+        Ok(self.lines[chunk].space.give_stepped(b.units))
     }
 
     /// [`Arena::unmark_nodes`] for a packed block of more than [`MAX_BLOCK_NODES`] nodes, one node at a
@@ -192,7 +192,7 @@ impl Arena {
         for p in pieces {
             let _ = self.shape.release(tree, p);
         }
-        Ok(self.space[chunk].give_stepped(b.units))
+        Ok(self.lines[chunk].space.give_stepped(b.units))
     }
 
     /// After `nodes` of `chunk` were released and its epoch advanced (which returned `hidden`):
@@ -235,7 +235,7 @@ impl Arena {
         let ChunkState::Core(owner) = self.global.state(chunk) else {
             return false;
         };
-        let space = &self.space[chunk];
+        let space = &self.lines[chunk].space;
         let sole = self.cores[owner].maps.announce(space, chunk, level, given);
         let depth = self.geometry.depth;
         if hidden > depth {
@@ -272,8 +272,8 @@ impl Arena {
     pub(crate) fn announce_chunk(&self, chunk: usize) {
         let ChunkState::Core(owner) = self.global.state(chunk) else { return };
         TreeShape::reset_summaries(self.summaries(chunk));
-        if self.space[chunk].hidden() != 0 {
-            self.cores[owner].maps.reveal(&self.space[chunk], chunk);
+        if self.lines[chunk].space.hidden() != 0 {
+            self.cores[owner].maps.reveal(&self.lines[chunk].space, chunk);
         }
     }
 
@@ -300,7 +300,7 @@ impl Arena {
                 return Err(format!("the bytes at offset {offset} (+{size}) are not free"));
             }
         }
-        self.space[chunk].take(b.units);
+        self.lines[chunk].space.take(b.units);
         Ok(())
     }
 
@@ -410,7 +410,7 @@ mod tests {
         let mut swept = Swept::default();
         a.buddy_reserve_at(at, 64 << 10, &mut swept).unwrap();
         assert!(a.buddy_reserve_at(at + 4096, 4096, &mut swept).is_err(), "inside the block just taken");
-        assert_eq!(a.space[chunk].free_units(), a.geometry.usable_units(chunk) - 256);
+        assert_eq!(a.lines[chunk].space.free_units(), a.geometry.usable_units(chunk) - 256);
         a.buddy_release_raw(at, 64 << 10).unwrap();
         assert!(a.buddy_release_raw(at, 64 << 10).is_err(), "given back already");
         assert!(a.chunk_is_empty(chunk), "nothing else happened: the chunk stays with its core");
@@ -432,14 +432,14 @@ mod tests {
         a.buddy_reserve_at(base, half, &mut swept).unwrap();
         a.buddy_reserve_at(base + half, half, &mut swept).unwrap();
         // A search found nothing at every level above 5: they are hidden.
-        let probe = a.space[chunk].probe(0).unwrap();
-        assert!(a.space[chunk].raise_hidden(5, probe));
+        let probe = a.lines[chunk].space.probe(0).unwrap();
+        assert!(a.lines[chunk].space.raise_hidden(5, probe));
         a.buddy_release_quiet(base + half, half).unwrap();
-        assert_eq!(a.space[chunk].hidden(), 5, "a quiet release announces nothing");
+        assert_eq!(a.lines[chunk].space.hidden(), 5, "a quiet release announces nothing");
         assert!(a.buddy_release_quiet(base + half, half).is_err(), "given back already");
         a.announce_chunk(chunk);
-        assert_eq!(a.space[chunk].hidden(), 0, "every level is shown");
-        assert_eq!(a.space[chunk].free_units(), a.geometry.usable_units(chunk) / 2);
+        assert_eq!(a.lines[chunk].space.hidden(), 0, "every level is shown");
+        assert_eq!(a.lines[chunk].space.free_units(), a.geometry.usable_units(chunk) / 2);
     }
 
     #[test]

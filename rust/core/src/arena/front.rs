@@ -261,7 +261,7 @@ impl Arena {
         let upc = g.units_per_chunk();
         if g.usable_units(chunk) != upc
             || !matches!(self.global.state(chunk), ChunkState::Core(_))
-            || self.space[chunk].free_units() == 0
+            || self.lines[chunk].space.free_units() == 0
         {
             return None;
         }
@@ -277,7 +277,7 @@ impl Arena {
     pub(crate) fn keeps_front_room(&self, chunk: usize) -> bool {
         let g = &self.geometry;
         g.tails
-            && self.space[chunk].hidden() > g.depth
+            && self.lines[chunk].space.hidden() > g.depth
             && self.front_start(chunk, g.bank_units).is_some_and(|start| start <= g.units_per_chunk() * 3 / 4)
     }
 
@@ -357,10 +357,10 @@ impl Arena {
                     self.try_front_at(&f, tail, core, &mut refused).then(|| (f.offset(g), f.bytes(g)))
                 }
                 (Spot::Packed(chunk, at), Layout::Buddy(b)) => {
-                    let taken = self.space[chunk].free_units() >= b.units
+                    let taken = self.lines[chunk].space.free_units() >= b.units
                         && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
                     if taken {
-                        self.space[chunk].take(b.units);
+                        self.lines[chunk].space.take(b.units);
                         self.set_frontier(chunk, at + b.units);
                     } else {
                         refused.ends.push(chunk);
@@ -508,7 +508,7 @@ impl Arena {
             if front_bound.saturating_add(next_bound.start) < units || !front_chunk(chunk) || !tail_chunk(next) {
                 continue;
             }
-            if g.usable_units(chunk) != upc || self.space[chunk].free_units() == 0 {
+            if g.usable_units(chunk) != upc || self.lines[chunk].space.free_units() == 0 {
                 continue;
             }
             let (_, end_room) = ends(chunk);
@@ -604,13 +604,13 @@ impl Arena {
             return None;
         }
         if at + b.units <= upc {
-            let taken = self.space[chunk].free_units() >= b.units
+            let taken = self.lines[chunk].space.free_units() >= b.units
                 && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
             if !taken {
                 self.frontier.store(0, Ordering::Relaxed);
                 return None;
             }
-            self.space[chunk].take(b.units);
+            self.lines[chunk].space.take(b.units);
             self.set_frontier(chunk, at + b.units);
             return Some((g.offset_of(chunk, at), (b.units as usize) << g.unit_shift));
         }
@@ -644,7 +644,7 @@ impl Arena {
         // Nodes are claimed only where the chunk counts them free: a free releases its nodes
         // before it counts them, and a claim of nodes not counted yet would take the count
         // below zero for a moment (as every claim of the allocation path checks).
-        let counted = |chunk: usize, units: u64| self.space[chunk].free_units() >= units;
+        let counted = |chunk: usize, units: u64| self.lines[chunk].space.free_units() >= units;
         if !counted(f.chunk, f.front_units(g)) {
             refused.ends.push(f.chunk);
             return false;
@@ -682,14 +682,14 @@ impl Arena {
             Err(which) => {
                 if which == Taken::Tail {
                     // The front's nodes were held for a moment: a search may have hidden them.
-                    let hidden = self.space[f.chunk].refresh();
+                    let hidden = self.lines[f.chunk].space.refresh();
                     self.announce_free(f.chunk, hidden, f.front_nodes(g));
                 }
                 if f.chunks > 0 {
                     self.global.release(f.first_whole(), f.chunks);
                 }
                 if fresh && !self.retire(last, core) {
-                    self.space[last].refresh();
+                    self.lines[last].space.refresh();
                     self.stretch_classes.mark_unsure(last);
                 }
                 match which {
@@ -771,8 +771,9 @@ impl Arena {
         let word = &self.fronts[f.chunk];
         let front_tree = self.tree(f.chunk);
         // The chunks' ends records are carried over the release (`chunk_ends.rs`).
-        let front_ends = self.chunk_ends[f.chunk].before_free(&self.space[f.chunk]);
-        let tail_ends = (f.tail_units > 0).then(|| self.chunk_ends[last].before_free(&self.space[last])).flatten();
+        let front_ends = self.lines[f.chunk].ends.before_free(&self.lines[f.chunk].space);
+        let tail_ends =
+            (f.tail_units > 0).then(|| self.lines[last].ends.before_free(&self.lines[last].space)).flatten();
         if !give_front_and_tail(&self.shape, word, f.name(g), front_tree, f.front_nodes(g), tail_tree, f.tail_nodes(g))
         {
             return Err("the block was freed already");
@@ -782,13 +783,13 @@ impl Arena {
             let freed = self.free_run_headed(f.first_whole(), f.chunks, head);
             debug_assert!(freed, "the chunks of a block with a front whose word this free cleared");
         }
-        let (_, hidden) = self.space[f.chunk].give(f.front_units(g));
+        let (_, hidden) = self.lines[f.chunk].space.give(f.front_units(g));
         if let Some(before) = front_ends {
             self.keep_ends_around(f.chunk, before, f.start, g.units_per_chunk());
         }
         self.announce_free(f.chunk, hidden, f.front_nodes(g));
         if f.tail_units > 0 {
-            let (_, hidden) = self.space[last].give(f.tail_units);
+            let (_, hidden) = self.lines[last].space.give(f.tail_units);
             if let Some(before) = tail_ends {
                 self.keep_ends_around(last, before, 0, f.tail_units);
             }
@@ -847,9 +848,9 @@ impl Arena {
     /// and a free may find it.
     fn complete_front(&self, f: &FrontLayout) {
         let g = &self.geometry;
-        self.space[f.chunk].take(f.front_units(g));
+        self.lines[f.chunk].space.take(f.front_units(g));
         if f.tail_units > 0 {
-            self.space[f.tail_chunk()].take(f.tail_units);
+            self.lines[f.tail_chunk()].space.take(f.tail_units);
         }
         if f.chunks > 0 {
             self.mark_fronted_run(f.first_whole(), f.chunks, f.tail_units);
@@ -903,9 +904,9 @@ mod tests {
         let a = arena();
         let chunks = a.geometry.chunks;
         let record = |chunk: usize, longest: u64| {
-            let (_, probe) = a.space[chunk].look();
-            let before = a.stretches[chunk].record(probe.epoch(), longest);
-            a.stretch_classes.moved(chunk, before, longest, || a.stretches[chunk].recorded());
+            let (_, probe) = a.lines[chunk].space.look();
+            let before = a.lines[chunk].stretch.record(probe.epoch(), longest);
+            a.stretch_classes.moved(chunk, before, longest, || a.lines[chunk].stretch.recorded());
             a.stretch_classes.settle(chunk, || false);
         };
         assert_eq!(a.pair_starts(4000, chunks).count(), chunks, "every chunk unsure: every pair");
@@ -965,7 +966,7 @@ mod tests {
         assert!(a.release_fronted(offset, size).is_err(), "a double free");
         assert_eq!(a.global.state(2), ChunkState::Free, "the emptied tail chunk went back");
         assert_eq!(a.global.state(1), ChunkState::Free);
-        assert_eq!(a.space[0].free_units(), g.units_per_chunk() / 2);
+        assert_eq!(a.lines[0].space.free_units(), g.units_per_chunk() / 2);
     }
 
     /// A claim that found a chunk's free end taken refuses that end, not the chunk: its free

@@ -11,6 +11,7 @@ pub(crate) mod backing;
 pub(crate) mod block_cache;
 pub(crate) mod buddy;
 pub(crate) mod chunk_ends;
+pub(crate) mod chunk_line;
 pub(crate) mod chunk_sets;
 pub(crate) mod chunk_space;
 pub(crate) mod chunks;

@@ -126,11 +126,11 @@ impl Arena {
     /// allocation through the buddy path shortens them and leaves it as it is).
     #[inline]
     fn holding(&self, chunk: usize, b: &BuddyLayout, bank: u64, reads: &mut Reads, seen: &mut u64) -> Option<u64> {
-        let (free, probe) = self.space[chunk].look();
+        let (free, probe) = self.lines[chunk].space.look();
         if free < b.units {
             return None;
         }
-        let longest = match self.stretches[chunk].known(probe.epoch()) {
+        let longest = match self.lines[chunk].stretch.known(probe.epoch()) {
             Some(longest) => longest.min(free),
             None => match self.read_longest(chunk, bank, (free, probe), &mut reads.left) {
                 Some(longest) => {
@@ -163,7 +163,7 @@ impl Arena {
         for class in class_of(b.units)..classes_up_to(self.geometry.units_per_chunk()) {
             let mut best = BestFit::default();
             for chunk in self.stretch_classes.chunks(class, 0) {
-                if self.stretches[chunk].recorded().is_some_and(|longest| longest < b.units) {
+                if self.lines[chunk].stretch.recorded().is_some_and(|longest| longest < b.units) {
                     continue;
                 }
                 let ChunkState::Core(owner) = self.global.state(chunk) else {
@@ -228,9 +228,9 @@ impl Arena {
     /// reads its tree for the exact figure (a memo may promise more than the tree holds). So
     /// a chunk with little room is unsure once, not at every search that reaches this far.
     fn settle_unsure(&self, chunk: usize) {
-        let space = &self.space[chunk];
+        let space = &self.lines[chunk].space;
         let (free, probe) = space.look();
-        if self.stretches[chunk].known(probe.epoch()).is_some() {
+        if self.lines[chunk].stretch.known(probe.epoch()).is_some() {
             self.stretch_classes.settle(chunk, || space.moved_since(probe));
         } else {
             self.record_stretch(chunk, probe.epoch(), free, None, free);
@@ -247,12 +247,12 @@ impl Arena {
     /// ([`Place`]), that stretch is the fit: the block is claimed there without reading the
     /// tree (if a concurrent claim took part of it, the tree is read after all).
     pub(crate) fn take_stretch(&self, chunk: usize, b: &BuddyLayout, align: u64, bank: u64) -> Result<u64, u64> {
-        let space = &self.space[chunk];
+        let space = &self.lines[chunk].space;
         let (free, probe) = space.look();
         if free < b.units {
             return Err(0);
         }
-        let memo = &self.stretches[chunk];
+        let memo = &self.lines[chunk].stretch;
         if memo.rules_out(probe.epoch(), b.units) {
             // Nothing read: the memo only bounds the stretches from above.
             return Err(0);
@@ -296,8 +296,8 @@ impl Arena {
     /// pass `above` units: not when the chunk's memo, valid, or its free units say it does
     /// not. `None` when it cannot pass `above`, or `reads` ran out.
     pub(crate) fn longest_stretch_above(&self, chunk: usize, bank: u64, above: u64, reads: &mut usize) -> Option<u64> {
-        let (free, probe) = self.space[chunk].look();
-        if free <= above || self.stretches[chunk].known(probe.epoch()).is_some_and(|longest| longest <= above) {
+        let (free, probe) = self.lines[chunk].space.look();
+        if free <= above || self.lines[chunk].stretch.known(probe.epoch()).is_some_and(|longest| longest <= above) {
             return None;
         }
         self.read_longest(chunk, bank, (free, probe), reads)
@@ -331,11 +331,11 @@ impl Arena {
                 if !matches!(self.global.state(chunk), ChunkState::Core(_)) {
                     continue;
                 }
-                let (free, probe) = self.space[chunk].look();
-                if let Some((longest, _)) = self.stretches[chunk].placed(probe.epoch(), free) {
+                let (free, probe) = self.lines[chunk].space.look();
+                if let Some((longest, _)) = self.lines[chunk].stretch.placed(probe.epoch(), free) {
                     largest = largest.max(longest);
                 } else if free > largest
-                    && self.stretches[chunk].known(probe.epoch()).is_none_or(|longest| longest > largest)
+                    && self.lines[chunk].stretch.known(probe.epoch()).is_none_or(|longest| longest > largest)
                 {
                     let Some(left) = reads.checked_sub(1) else { continue };
                     *reads = left;
@@ -364,11 +364,11 @@ impl Arena {
     /// is recorded, so the next search skips the chunk after two loads while nothing is freed
     /// there.
     pub(crate) fn free_ends(&self, chunk: usize, bank: u64) -> (u64, u64) {
-        let (_, probe) = self.space[chunk].look();
+        let (_, probe) = self.lines[chunk].space.look();
         let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
         let (granules, shift) = self.read_granules(chunk, &mut bits);
         let bits = &bits[..granules.div_ceil(64) as usize];
-        if self.stretches[chunk].known(probe.epoch()).is_none() {
+        if self.lines[chunk].stretch.known(probe.epoch()).is_none() {
             let longest = best_fit(bits, granules, 1, (bank >> shift).max(1)).longest;
             self.record_stretch(chunk, probe.epoch(), longest << shift, None, 0);
         }
@@ -391,7 +391,7 @@ impl Arena {
         b: &BuddyLayout,
         within: u64,
     ) -> Result<Unmarked, &'static str> {
-        let before = self.stretches[chunk].before_free(&self.space[chunk]);
+        let before = self.lines[chunk].stretch.before_free(&self.lines[chunk].space);
         let released = self.unmark_buddy_coalesced(chunk, b, within)?;
         if before.is_none_or(|before| !self.raise_after_free(chunk, before, within, within + b.units)) {
             // The memo was out of date before, or another step came between.
@@ -405,11 +405,11 @@ impl Arena {
     #[inline(never)]
     fn raise_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) -> bool {
         let bank = self.geometry.bank_units;
-        let raised = self.stretches[chunk].after_free(&self.space[chunk], before, bank, to - from, || {
+        let raised = self.lines[chunk].stretch.after_free(&self.lines[chunk].space, before, bank, to - from, || {
             self.shape.free_run_around(self.tree(chunk), from, to)
         });
         if let Some((known, longest)) = raised {
-            self.stretch_classes.moved(chunk, Some(known), longest, || self.stretches[chunk].recorded());
+            self.stretch_classes.moved(chunk, Some(known), longest, || self.lines[chunk].stretch.recorded());
         }
         raised.is_some()
     }
@@ -420,9 +420,9 @@ impl Arena {
     /// came since `epoch`.
     #[inline]
     fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64, place: Option<Place>, free: u64) {
-        let before = self.stretches[chunk].record_placed(epoch, longest, place, free);
-        self.stretch_classes.moved(chunk, before, longest, || self.stretches[chunk].recorded());
-        self.stretch_classes.settle(chunk, || self.space[chunk].moved_since(Probe::of(epoch)));
+        let before = self.lines[chunk].stretch.record_placed(epoch, longest, place, free);
+        self.stretch_classes.moved(chunk, before, longest, || self.lines[chunk].stretch.recorded());
+        self.stretch_classes.settle(chunk, || self.lines[chunk].space.moved_since(Probe::of(epoch)));
     }
 
     /// The best fit in `chunk`'s tree for a block of `units` units from a multiple of `align`
@@ -453,7 +453,7 @@ impl Arena {
     pub(crate) fn claim_at(&self, chunk: usize, b: &BuddyLayout, start: u64) -> bool {
         let depth = self.geometry.depth;
         let tree = self.tree(chunk);
-        let space = &self.space[chunk];
+        let space = &self.lines[chunk].space;
         if start + b.units > self.geometry.units_per_chunk() {
             return false;
         }
@@ -539,9 +539,9 @@ mod tests {
             p.free(blocks[i]).unwrap();
         }
         a.drain_block_caches();
-        let epoch = |c: usize| a.space[c].probe(0).unwrap().epoch();
-        assert_eq!(a.stretches[0].known(epoch(0)), Some(512));
-        assert_eq!(a.stretches[1].known(epoch(1)), Some(1536));
+        let epoch = |c: usize| a.lines[c].space.probe(0).unwrap().epoch();
+        assert_eq!(a.lines[0].stretch.known(epoch(0)), Some(512));
+        assert_eq!(a.lines[1].stretch.known(epoch(1)), Some(1536));
         a.record_stretch(0, epoch(0), 1024, None, 0);
         let b = g.buddy_layout(192 << 10).unwrap();
         assert_eq!(b.units, 768);
@@ -549,7 +549,7 @@ mod tests {
         let taken = a.take_best_stretch(&b, bank, bank, 0, &mut seen).expect("chunk 1 holds the block");
         assert_eq!(taken.chunk, 1);
         assert!((3 * 512..=6 * 512 - 768).contains(&taken.start), "{taken:?}");
-        assert_eq!(a.stretches[0].known(epoch(0)), Some(512), "chunk 0's memo corrected");
+        assert_eq!(a.lines[0].stretch.known(epoch(0)), Some(512), "chunk 0's memo corrected");
         assert!(!a.claim_at(1, &b, taken.start), "the block's units are taken");
         // The block belongs to no handle: give it back through the arena.
         a.release_buddy(g.offset_of(1, taken.start), 192 << 10, false, Vouched::No).unwrap();
@@ -578,10 +578,10 @@ mod tests {
             p.free(*h).unwrap();
         }
         a.drain_block_caches();
-        let epoch = |c: usize| a.space[c].probe(0).unwrap().epoch();
+        let epoch = |c: usize| a.lines[c].space.probe(0).unwrap().epoch();
         for c in 0..chunks {
             a.read_ends(c);
-            assert_eq!(a.stretches[c].known(epoch(c)), Some(512), "chunk {c}'s memo");
+            assert_eq!(a.lines[c].stretch.known(epoch(c)), Some(512), "chunk {c}'s memo");
         }
         let b = g.buddy_layout(192 << 10).unwrap();
         let mut seen = 0;
@@ -592,14 +592,14 @@ mod tests {
         // One chunk more out of date than a search may read (as after a step that could not
         // carry their memos, which marks them unsure).
         for c in 0..=FRESH_READS {
-            a.stretches[c].record(epoch(c) + 1, 0);
+            a.lines[c].stretch.record(epoch(c) + 1, 0);
             a.stretch_classes.mark_unsure(c);
         }
         assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Unsure);
         assert_eq!(seen, 512, "the stretches the trees it read hold");
         assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
         for c in 0..chunks {
-            assert_eq!(a.stretches[c].known(epoch(c)), Some(512), "chunk {c}'s memo read again");
+            assert_eq!(a.lines[c].stretch.known(epoch(c)), Some(512), "chunk {c}'s memo read again");
         }
         // The memos, valid, rule every chunk out: the error reads the trees for its figure.
         let err = p.alloc(192 << 10, None, 0).unwrap_err();
@@ -671,19 +671,19 @@ mod tests {
                     assert_eq!(coarse[(granule / 64) as usize] >> (granule % 64) & 1 != 0, any);
                 }
                 let longest = best_fit(&model[chunk], units, 1, bank).longest;
-                let epoch = a.space[chunk].probe(0).unwrap().epoch();
+                let epoch = a.lines[chunk].space.probe(0).unwrap().epoch();
                 assert!(
-                    !a.stretches[chunk].rules_out(epoch, longest),
+                    !a.lines[chunk].stretch.rules_out(epoch, longest),
                     "step {step}: chunk {chunk}'s memo hides a free stretch of {longest} units"
                 );
                 checks += 1;
-                if let Some(known) = a.stretches[chunk].known(epoch) {
+                if let Some(known) = a.lines[chunk].stretch.known(epoch) {
                     valid_memos += 1;
                     exact_memos += usize::from(known == longest);
                 }
                 // A place, valid, says truly where every stretch longer than its `others` lies.
-                let free = a.space[chunk].free_units();
-                if let Some((known, place)) = a.stretches[chunk].placed(epoch, free) {
+                let free = a.lines[chunk].space.free_units();
+                if let Some((known, place)) = a.lines[chunk].stretch.placed(epoch, free) {
                     places += 1;
                     assert_eq!(place.start % bank, 0, "step {step}: chunk {chunk}'s place {place:?}");
                     for (start, room) in stretches(&model[chunk], units, bank) {
@@ -698,10 +698,10 @@ mod tests {
                 // class of its length: the index is exact, no search need read every chunk.
                 if a.stretch_classes.unsure_word(chunk / 64) & 1 << (chunk % 64) == 0 {
                     sure += 1;
-                    let known = a.stretches[chunk].known(epoch);
+                    let known = a.lines[chunk].stretch.known(epoch);
                     assert!(known.is_some(), "step {step}: chunk {chunk} is sure, its memo out of date");
                 }
-                if let Some(recorded) = a.stretches[chunk].recorded() {
+                if let Some(recorded) = a.lines[chunk].stretch.recorded() {
                     let class = crate::arena::stretch_classes::class_of(recorded);
                     assert!(
                         a.stretch_classes.chunks(class, chunk).next() == Some(chunk),

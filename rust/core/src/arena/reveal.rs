@@ -86,7 +86,7 @@ impl Arena {
             let ChunkState::Core(owner) = self.global.state(chunk) else {
                 return false; // retired since
             };
-            if self.space[chunk].hidden() <= self.geometry.depth {
+            if self.lines[chunk].space.hidden() <= self.geometry.depth {
                 return false; // a free there announced room, or a reveal came first
             }
             if self.reveal_chunk(&self.cores[owner], chunk, units.max(1)) {
@@ -162,19 +162,19 @@ impl Arena {
     /// released: every stretch and both ends are as long as before or shorter), as a free
     /// keeps them (`stretches.rs`, `chunk_ends.rs`).
     fn reveal_chunk(&self, pool: &CorePool, chunk: usize, units: u64) -> bool {
-        let space = &self.space[chunk];
+        let space = &self.lines[chunk].space;
         if space.free_units() < units {
             return false;
         }
-        let memo = &self.stretches[chunk];
+        let memo = &self.lines[chunk].stretch;
         let before = memo.before_free(space);
-        let ends_before = self.chunk_ends[chunk].before_free(space);
+        let ends_before = self.lines[chunk].ends.before_free(space);
         space.refresh();
         if let Some(before) = before {
             memo.after_free(space, before, self.geometry.bank_units, 0, || (0, 0));
         }
         if let Some(before) = ends_before {
-            self.chunk_ends[chunk].after_step(space, before);
+            self.lines[chunk].ends.after_step(space, before);
         }
         TreeShape::reset_summaries(self.summaries(chunk));
         pool.maps.reveal(space, chunk);
@@ -200,7 +200,7 @@ mod tests {
                 for word in p.arena().summaries(chunk) {
                     word.store(u64::from(depth) + 1, std::sync::atomic::Ordering::Release);
                 }
-                let space = &p.arena().space[chunk];
+                let space = &p.arena().lines[chunk].space;
                 let probe = space.probe(0).unwrap();
                 pool.maps.hide(space, chunk, depth, probe);
             }
@@ -259,7 +259,7 @@ mod tests {
         p.free_raw(runs[2], chunk).unwrap();
         let last = 3;
         assert!(a.chunk_is_empty(last) && a.cores[0].owned().any(|c| c == last), "kept as the reserve");
-        let space = &a.space[last];
+        let space = &a.lines[last].space;
         a.cores[0].maps.hide(space, last, 0, space.probe(0).unwrap());
         assert_eq!(space.hidden(), 1);
         assert_eq!(a.reclaim_empty_mapped(), 1);
@@ -295,7 +295,7 @@ mod tests {
         assert_eq!(level_zero(), Vec::<usize>::new(), "the first block placed in a chunk granted hides the level");
         // A reveal sets every level of a chunk, the whole chunk's too.
         for chunk in pool.owned() {
-            pool.maps.reveal(&a.space[chunk], chunk);
+            pool.maps.reveal(&a.lines[chunk].space, chunk);
         }
         assert_eq!(level_zero(), pool.owned().collect::<Vec<_>>(), "revealed chunks may serve the level");
         // Every other block of every chunk freed: no chunk is empty, none serves 2 MiB.

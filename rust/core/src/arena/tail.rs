@@ -133,8 +133,8 @@ impl Arena {
     /// and the chunk would stay with its core after the run is freed, splitting the free
     /// chunks around it into runs too short for the next large block.
     pub(crate) fn hide_rest_of(&self, chunk: usize, core: usize) {
-        if let Some(probe) = self.space[chunk].probe(0) {
-            self.cores[core].maps.hide(&self.space[chunk], chunk, self.geometry.depth, probe);
+        if let Some(probe) = self.lines[chunk].space.probe(0) {
+            self.cores[core].maps.hide(&self.lines[chunk].space, chunk, self.geometry.depth, probe);
             self.hidden_rests.add(chunk);
         }
     }
@@ -144,7 +144,7 @@ impl Arena {
     pub(crate) fn tail_fits_at_start(&self, chunk: usize, units: u64) -> bool {
         matches!(self.global.state(chunk), ChunkState::Core(_))
             && units <= self.geometry.usable_units(chunk)
-            && self.space[chunk].free_units() >= units
+            && self.lines[chunk].space.free_units() >= units
             && self.free_units_at_start(chunk) >= units
     }
 
@@ -219,13 +219,13 @@ impl Arena {
                     let _ = self.shape.release(tree, taken);
                 }
                 if i > 0 {
-                    let hidden = self.space[chunk].refresh();
+                    let hidden = self.lines[chunk].space.refresh();
                     self.announce_free(chunk, hidden, tail.pieces_at(depth, 0).take(i));
                 }
                 return false;
             }
         }
-        self.space[chunk].take(tail.units);
+        self.lines[chunk].space.take(tail.units);
         true
     }
 

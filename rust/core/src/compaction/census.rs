@@ -222,7 +222,7 @@ impl Pool {
     /// ones stay put.
     pub(crate) fn census(&self, claim: bool) -> Census {
         let g = &self.arena().geometry;
-        let stamps = (0..g.chunks).map(|c| self.arena().space[c].stamp()).collect();
+        let stamps = (0..g.chunks).map(|c| self.arena().lines[c].space.stamp()).collect();
         let covered = (0..g.chunks).map(|c| g.usable_units(c) - self.arena().free_units(c)).collect();
         let mut census = Census { slabs: self.arena().slabs.views(), covered, stamps, ..Census::default() };
         let cores = self.arena().cores.len();

@@ -297,7 +297,7 @@ impl<'a> Model<'a> {
         for (chunk, c) in chunks.iter_mut().enumerate() {
             if c.role == Role::Core && census.covered.get(chunk) != Some(&c.used) {
                 if let Some(stamp) = stamps.get_mut(chunk) {
-                    *stamp = pool.arena().space[chunk].stamp();
+                    *stamp = pool.arena().lines[chunk].space.stamp();
                 }
                 c.bits.fill(0);
                 c.used = covered_bits(pool, chunk, &mut c.bits);

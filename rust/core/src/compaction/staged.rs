@@ -198,7 +198,7 @@ mod tests {
             planned: planned(&p),
             planning: Duration::ZERO,
         };
-        let (word, free) = (p.arena().space[chunk].word(), p.arena().space[chunk].free_units());
+        let (word, free) = (p.arena().lines[chunk].space.word(), p.arena().lines[chunk].space.free_units());
         // Allocate until a block lands on the destination, then free as many others (`w` one
         // of them).
         let mut others = vec![w];
@@ -213,8 +213,8 @@ mod tests {
         others.into_iter().for_each(|h| p.free(h).unwrap());
         // The frees as the tree sees them (not kept in the caches of freed blocks).
         p.arena().drain_block_caches();
-        assert_eq!(p.arena().space[chunk].free_units(), free);
-        assert_ne!(p.arena().space[chunk].word(), word);
+        assert_eq!(p.arena().lines[chunk].space.free_units(), free);
+        assert_ne!(p.arena().lines[chunk].space.word(), word);
         let yb = bytes_of(&p, y);
         let token = p.pause(Duration::from_secs(5)).unwrap();
         let done = p.run_staged(&token, staged, None).unwrap();
@@ -250,9 +250,9 @@ mod tests {
             planning: Duration::ZERO,
         };
         // Between the census and the pause: `x` is pinned (the chunk's word stays).
-        let word = p.arena().space[chunk].word();
+        let word = p.arena().lines[chunk].space.word();
         p.try_pin(x).unwrap();
-        assert_eq!(p.arena().space[chunk].word(), word);
+        assert_eq!(p.arena().lines[chunk].space.word(), word);
         let (xb, yb) = (bytes_of(&p, x), bytes_of(&p, y));
         let token = p.pause(Duration::from_secs(5)).unwrap();
         let done = p.run_staged(&token, staged, None).unwrap();

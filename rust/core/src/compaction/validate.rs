@@ -92,7 +92,7 @@ impl Planned {
             let all_free = blocks
                 .iter()
                 .all(|(within, b)| b.pieces_at(g.depth, *within).all(|node| !a.shape.is_allocated(tree, node)));
-            if a.space[chunk].stamp() == expected && all_free {
+            if a.lines[chunk].space.stamp() == expected && all_free {
                 for (within, b) in &blocks {
                     clear_range(bits, *within, (*within + b.units).min(g.usable_units(chunk)));
                 }
@@ -179,7 +179,7 @@ impl Pool {
                         continue;
                     }
                     let bits = match planned.chunks.get(&c) {
-                        Some((stamp, bits)) if *stamp == self.arena().space[c].stamp() => bits.clone(),
+                        Some((stamp, bits)) if *stamp == self.arena().lines[c].space.stamp() => bits.clone(),
                         _ => {
                             let mut bits = vec![0u64; words];
                             covered_bits(self, c, &mut bits);
@@ -426,7 +426,7 @@ mod tests {
         let hs = [0; 3].map(|_| p.alloc(SIZE, None, 0).unwrap());
         let chunk = p.arena().geometry.chunk_of(p.block(hs[0]).unwrap().offset);
         assert!(hs.iter().all(|&h| p.arena().geometry.chunk_of(p.block(h).unwrap().offset) == chunk));
-        let stamp = p.arena().space[chunk].stamp();
+        let stamp = p.arena().lines[chunk].space.stamp();
         let mut bits = vec![0u64; p.arena().geometry.units_per_chunk().div_ceil(64) as usize];
         covered_bits(&p, chunk, &mut bits);
         let planned = Planned { chunks: HashMap::from([(chunk, (stamp, bits))]) };
@@ -447,7 +447,7 @@ mod tests {
         p.arena().drain_block_caches(); // the release as the tree sees it
         planned.after_releases(&p, &[(at, SIZE)]);
         let (stamp, bits) = planned.chunks.get(&chunk).expect("still known");
-        assert_eq!(*stamp, p.arena().space[chunk].stamp());
+        assert_eq!(*stamp, p.arena().lines[chunk].space.stamp());
         assert_eq!(*bits, tree_of(&p, chunk));
     }
 

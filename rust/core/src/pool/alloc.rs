@@ -497,7 +497,7 @@ impl Pool {
             if self.arena.global.state(chunk) != ChunkState::Core(owner) {
                 return None;
             }
-            let probe = self.arena.space[chunk].probe(b.units)?;
+            let probe = self.arena.lines[chunk].space.probe(b.units)?;
             let mut placed = match self.alloc_in_chunk(chunk, &b, owner, probe, true) {
                 Some(placed) => placed,
                 None if b.units as usize * g.min_block > self.config.bank_size => {
@@ -681,7 +681,7 @@ impl Pool {
             let mut from = 0;
             while let Some(chunk) = pool.maps.next(b.level + 1, from, &owned) {
                 from = chunk + 1;
-                let Some(probe) = self.arena.space[chunk].probe(b.units) else {
+                let Some(probe) = self.arena.lines[chunk].space.probe(b.units) else {
                     continue;
                 };
                 if let Some(mut placed) = self.alloc_in_chunk(chunk, b, owner, probe, true) {
@@ -858,7 +858,7 @@ impl Pool {
         let mut from = 0;
         while let Some(chunk) = pool.maps.next(b.level, from, &owned) {
             from = chunk + 1;
-            let space = &self.arena.space[chunk];
+            let space = &self.arena.lines[chunk].space;
             let (free_units, probe) = space.look();
             if free_units < b.units {
                 // No node of the block's level (or a larger one) can be free there: hidden
@@ -908,7 +908,7 @@ impl Pool {
 
     #[inline(never)]
     fn hide_taken(&self, owner: usize, chunk: usize, level: u32, epoch: Probe) {
-        self.arena.cores[owner].maps.hide(&self.arena.space[chunk], chunk, level, epoch);
+        self.arena.cores[owner].maps.hide(&self.arena.lines[chunk].space, chunk, level, epoch);
     }
 
     /// Search chunk `chunk` for block `b` (its epoch read as `probe` before). `thorough` also
@@ -924,7 +924,7 @@ impl Pool {
         thorough: bool,
     ) -> Option<Placed> {
         let tree = self.arena.tree(chunk);
-        let space = &self.arena.space[chunk];
+        let space = &self.arena.lines[chunk].space;
         let moved = || space.moved_since(probe);
         let summary = Summary::new(self.arena.summaries(chunk), &moved);
         let cursor = self.arena.cores[hint_owner].hint(b.level).and_then(|(c, hint)| {
@@ -959,10 +959,10 @@ impl Pool {
     /// The chunk holds a block now, so it serves no whole-chunk node: its level 0 is hidden
     /// right away (`Arena::hide_whole_chunk`).
     fn alloc_in_fresh_chunk(&self, chunk: usize, b: &BuddyLayout, core: usize) -> Option<Placed> {
-        let probe = self.arena.space[chunk].probe(0)?;
+        let probe = self.arena.lines[chunk].space.probe(0)?;
         let placed = self.alloc_in_chunk(chunk, b, core, probe, false).or_else(|| {
             self.arena.shape.sweep_all(self.arena.tree(chunk));
-            let probe = self.arena.space[chunk].probe(b.units)?;
+            let probe = self.arena.lines[chunk].space.probe(b.units)?;
             self.alloc_in_chunk(chunk, b, core, probe, false)
         })?;
         self.arena.hide_whole_chunk(chunk, core);
@@ -1012,7 +1012,7 @@ impl Pool {
             Ok(()) => Ok(()),
             Err((conflict, 0)) => Err(conflict),
             Err((_, undone)) => {
-                let hidden = self.arena.space[chunk].refresh();
+                let hidden = self.arena.lines[chunk].space.refresh();
                 self.arena.announce_free(chunk, hidden, pieces[..undone].iter().copied());
                 Err(Conflict::Taken)
             }
@@ -1020,7 +1020,7 @@ impl Pool {
     }
 
     fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
-        self.arena.space[chunk].take(b.units);
+        self.arena.lines[chunk].space.take(b.units);
         Placed {
             offset: self.arena.geometry.offset_of(chunk, e.start(self.arena.geometry.depth)),
             block_bytes: b.units as usize * self.arena.geometry.min_block,

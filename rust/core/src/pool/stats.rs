@@ -43,7 +43,7 @@ impl Pool {
                 let (mut used, mut free) = (0usize, 0usize);
                 let owned: Vec<usize> = self.arena.cores[core].owned().collect();
                 for &chunk in &owned {
-                    let f = self.arena.space[chunk].free_units() as usize * self.arena.geometry.min_block;
+                    let f = self.arena.lines[chunk].space.free_units() as usize * self.arena.geometry.min_block;
                     free += f;
                     used += self.arena.geometry.usable_bytes(chunk).saturating_sub(f);
                 }
@@ -202,7 +202,7 @@ impl Pool {
             |chunk: usize| reclaimable.get(&chunk).map_or(0, |nodes| nodes.iter().map(|n| n.units(g.depth)).sum());
         let effectively_empty = |chunk: usize| {
             matches!(self.arena.global.state(chunk), ChunkState::Core(_))
-                && self.arena.space[chunk].free_units() + reclaimable_units(chunk) == g.usable_units(chunk)
+                && self.arena.lines[chunk].space.free_units() + reclaimable_units(chunk) == g.usable_units(chunk)
         };
         // Per core chunk that is not effectively empty: its largest free node and its free
         // stretches, with the reclaimable nodes counted free.
