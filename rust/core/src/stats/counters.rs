@@ -18,9 +18,10 @@
 //! threads' unpublished changes (the others', and the caller's own while the others'
 //! publications since its last read are not in its view): at most the sum of every thread's
 //! slack, which shrinks once more threads than cores have used the pool, so that all of them
-//! together miss less than `cores x` the slack of one thread per core. Slab objects enter the estimate
-//! through the bytes they held at the last sample (taken whenever a slab is carved and at every
-//! snapshot), so the peak is exact for blocks above the largest slab class and sampled below.
+//! together miss less than `cores x` the slack of one thread per core. Slab objects enter the
+//! estimate through the bytes they held at the last sample (taken whenever a slab is carved and
+//! at every snapshot), so the peak is exact for blocks above the largest slab class and sampled
+//! below.
 //!
 //! The requested bytes of blocks counted under no tag (the untagged row of the counters by tag,
 //! `tags.rs`) are not counted on their own: they are the pool's requested bytes less those of
@@ -505,7 +506,8 @@ mod tests {
         let c = std::sync::Arc::new(Counters::new(2, 0, 64 << 20));
         let slack = c.threads.slack();
         // This thread reads the totals with 100 KiB of its own, then the other thread
-        // publishes 3 MiB, then this thread allocates up to just below its room.
+        // publishes 3 MiB, then this thread allocates 400 KiB more without publishing: its
+        // view does not have the other thread's publication.
         c.on_alloc(0, Route::Core, false, 100 << 10, 100 << 10);
         let other = c.clone();
         std::thread::spawn(move || other.on_alloc(1, Route::Core, false, 3 << 20, 3 << 20)).join().unwrap();
