@@ -62,6 +62,29 @@ struct Reads {
     ran_out: bool,
 }
 
+/// Whose chunks a best-fit search prefers, for the calling core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Search {
+    /// The core's own chunks: one of them that holds the block in a length class at most
+    /// [`NEAR_CLASSES`] above the best fit anywhere, before the best fit in another core's
+    /// chunk (see [`Arena::best_by_class`]).
+    OwnFirst(usize),
+    /// The best fit among every core's chunks.
+    Anywhere(usize),
+}
+
+impl Search {
+    fn core(self) -> usize {
+        match self {
+            Search::OwnFirst(core) | Search::Anywhere(core) => core,
+        }
+    }
+}
+
+/// Length classes above the best fit anywhere that a core's own chunk may be in and still come
+/// first ([`Search::OwnFirst`]): four, one doubling of the stretch's length.
+const NEAR_CLASSES: usize = 4;
+
 /// Where a best-fit search put a block.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Taken {
@@ -74,11 +97,12 @@ pub(crate) struct Taken {
 
 impl Arena {
     /// Take block `b` in the free stretch of a core chunk that fits it best, from a multiple of
-    /// `align` units (see [`Arena::take_stretch`]): the chunk whose longest free stretch is the
+    /// `align` units (see [`Arena::take_stretch`]), with the calling core's own chunks first
+    /// as `search` says: the chunk whose longest free stretch is the
     /// shortest that holds the block, known from the stretch memos (frees keep them valid),
     /// found through their length classes ([`Arena::best_by_class`]), or, when those have
-    /// none, among the first [`COMPARED`] chunks that hold it in address order (core `core`'s
-    /// first) of those whose memo may be out of date (the unsure chunks of
+    /// none, among the first [`COMPARED`] chunks that hold it in address order of those whose
+    /// memo may be out of date (the unsure chunks of
     /// `stretch_classes.rs`: with the classes, the index is exact); at most [`FRESH_READS`]
     /// trees are read for chunks whose memo is out of date.
     /// `seen` keeps the longest stretch (in units) learnt of on the way. When no chunk took it,
@@ -92,14 +116,14 @@ impl Arena {
         b: &BuddyLayout,
         align: u64,
         bank: u64,
-        core: usize,
+        search: Search,
         seen: &mut u64,
     ) -> Result<Taken, Missed> {
         for _ in 0..=MEMO_CORRECTIONS {
             let mut reads = Reads { left: FRESH_READS, ran_out: false };
             let best = self
-                .best_by_class(b, bank, &mut reads, seen)
-                .or_else(|| self.best_by_address(b, bank, core, &mut reads, seen));
+                .best_by_class(b, bank, search, &mut reads, seen)
+                .or_else(|| self.best_by_address(b, bank, search, &mut reads, seen));
             let Some((_, chunk, owner)) = best else {
                 // The classes and the unsure chunks ruled out every core chunk: a chunk the
                 // search could not read is the only one that might hold the block.
@@ -148,53 +172,108 @@ impl Arena {
 
     /// The best fit through the length classes (`stretch_classes.rs`): the class of `b`'s
     /// length first (some of its chunks hold `b`), then the longer ones (all of theirs do,
-    /// while their memos hold); in the first class with a chunk that holds `b`, the one whose
-    /// longest stretch is the shortest among the first [`COMPARED`]. Returns that length, the
-    /// chunk and its owner. A chunk whose memo, of whatever epoch, rules the block out is
-    /// passed over after one load of the memo table: an out-of-date one is unsure, and
-    /// [`Arena::best_by_address`] looks at it.
+    /// while their memos hold), and in the first class with a chunk that holds `b`, the best fit
+    /// ([`Arena::best_in_class`]). With [`Search::OwnFirst`], the calling core's own chunks
+    /// first: the best fit among them, unless another core's chunk holds the block in a class
+    /// more than [`NEAR_CLASSES`] lower. Returns the chunk's longest stretch, the chunk and its
+    /// owner.
+    ///
+    /// A block placed in another core's chunk makes the two cores' threads write the same tree
+    /// and chunk line, here and again at its free, and a search over every chunk reads the
+    /// memos that other cores' frees write. Once the global pool has no chunk left (16 core
+    /// pools of a 1 GiB arena only half full run out of chunks), every core places its large
+    /// blocks this way; over every chunk alike, 16 threads put 93% of them in other cores'
+    /// chunks. Only below 2/3 of the capacity in use (`Pool::place_packed`): at 80% the own
+    /// chunks first failed 783 allocations of 12.8 million where the best fit anywhere failed
+    /// none (`BENCHMARKS.md`).
     fn best_by_class(
         &self,
         b: &BuddyLayout,
         bank: u64,
+        search: Search,
         reads: &mut Reads,
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
-        for class in class_of(b.units)..classes_up_to(self.geometry.units_per_chunk()) {
-            let mut best = BestFit::default();
-            for chunk in self.stretch_classes.chunks(class, 0) {
-                if self.lines[chunk].stretch.recorded().is_some_and(|longest| longest < b.units) {
-                    continue;
-                }
-                let ChunkState::Core(owner) = self.global.state(chunk) else {
-                    continue;
-                };
-                let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
-                    continue;
-                };
-                if best.offer(longest, chunk, owner, b.units) {
-                    break;
-                }
-            }
-            if best.best.is_some() {
-                return best.best;
+        let (first, end) = (class_of(b.units), classes_up_to(self.geometry.units_per_chunk()));
+        let Search::OwnFirst(core) = search else {
+            return self.first_class_fit(first..end, &|_| u64::MAX, b, bank, reads, seen).map(|(_, best)| best);
+        };
+        let own = &self.cores[core];
+        let theirs = |w: usize| !own.owned_word(w);
+        let Some((class, mine)) = self.first_class_fit(first..end, &|w| own.owned_word(w), b, bank, reads, seen) else {
+            return self.first_class_fit(first..end, &theirs, b, bank, reads, seen).map(|(_, best)| best);
+        };
+        let better = self.first_class_fit(first..class.saturating_sub(NEAR_CLASSES), &theirs, b, bank, reads, seen);
+        Some(better.map_or(mine, |(_, best)| best))
+    }
+
+    /// The first of `classes` with a chunk that `mask` keeps and that holds `b`, and the best
+    /// fit there ([`Arena::best_in_class`]).
+    #[inline]
+    fn first_class_fit(
+        &self,
+        classes: std::ops::Range<usize>,
+        mask: &dyn Fn(usize) -> u64,
+        b: &BuddyLayout,
+        bank: u64,
+        reads: &mut Reads,
+        seen: &mut u64,
+    ) -> Option<(usize, (u64, usize, usize))> {
+        for class in classes {
+            if let Some(best) = self.best_in_class(class, mask, b, bank, reads, seen) {
+                return Some((class, best));
             }
         }
         None
     }
 
-    /// The best fit over the cores' chunks in address order (core `core`'s first), for when the
-    /// length classes had none: the chunks whose memo may be out of date or was never written
+    /// The best fit in length class `class` among the chunks `mask` keeps (a bitmap word of
+    /// chunks, by word index): of the first [`COMPARED`] chunks that hold `b`, the one whose
+    /// longest stretch is the shortest. A chunk whose memo, of whatever epoch, rules the block
+    /// out is passed over after one load of the memo table: an out-of-date one is unsure, and
+    /// [`Arena::best_by_address`] looks at it.
+    #[inline]
+    fn best_in_class(
+        &self,
+        class: usize,
+        mask: &dyn Fn(usize) -> u64,
+        b: &BuddyLayout,
+        bank: u64,
+        reads: &mut Reads,
+        seen: &mut u64,
+    ) -> Option<(u64, usize, usize)> {
+        let mut best = BestFit::default();
+        for chunk in self.stretch_classes.chunks_in(class, mask) {
+            if self.lines[chunk].stretch.recorded().is_some_and(|longest| longest < b.units) {
+                continue;
+            }
+            let ChunkState::Core(owner) = self.global.state(chunk) else {
+                continue;
+            };
+            let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
+                continue;
+            };
+            if best.offer(longest, chunk, owner, b.units) {
+                break;
+            }
+        }
+        best.best
+    }
+
+    /// The best fit over the calling core's chunks in address order and then the other
+    /// cores' (with [`Search::OwnFirst`], the other cores' only when none of its own holds
+    /// the block), for when the length classes had none: the chunks whose memo may be out of date or was never written
     /// (the unsure ones; with the classes, every chunk that might hold the block). A chunk
     /// visited whose memo is valid is no longer unsure.
     fn best_by_address(
         &self,
         b: &BuddyLayout,
         bank: u64,
-        core: usize,
+        search: Search,
         reads: &mut Reads,
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
+        let core = search.core();
         let cores = self.cores.len();
         let words = self.geometry.chunks.div_ceil(64);
         let mut best = BestFit::default();
@@ -217,6 +296,9 @@ impl Arena {
                         return best.best;
                     }
                 }
+            }
+            if i == 0 && matches!(search, Search::OwnFirst(_)) && best.best.is_some() {
+                return best.best;
             }
         }
         best.best
@@ -481,8 +563,9 @@ mod tests {
     //! stretches) against a reference model of every chunk's units: the trees hold exactly
     //! the units the live blocks cover, and no stretch memo that is still valid rules out a
     //! stretch the reference has free (frees raise the memos, so most stay valid).
-    use super::{Missed, FRESH_READS};
+    use super::{Missed, Search, FRESH_READS, NEAR_CLASSES};
     use crate::arena::release::Vouched;
+    use crate::arena::stretch_classes::class_of;
     use crate::arena::stretches::best_fit;
     use crate::config::{Backing, PoolConfig};
     use crate::pool::pool::Pool;
@@ -546,7 +629,8 @@ mod tests {
         let b = g.buddy_layout(192 << 10).unwrap();
         assert_eq!(b.units, 768);
         let mut seen = 0;
-        let taken = a.take_best_stretch(&b, bank, bank, 0, &mut seen).expect("chunk 1 holds the block");
+        let taken =
+            a.take_best_stretch(&b, bank, bank, Search::Anywhere(0), &mut seen).expect("chunk 1 holds the block");
         assert_eq!(taken.chunk, 1);
         assert!((3 * 512..=6 * 512 - 768).contains(&taken.start), "{taken:?}");
         assert_eq!(a.lines[0].stretch.known(epoch(0)), Some(512), "chunk 0's memo corrected");
@@ -556,6 +640,71 @@ mod tests {
         for (i, h) in blocks.into_iter().enumerate() {
             if !freed.contains(&i) {
                 p.free(h).unwrap();
+            }
+        }
+        assert_eq!(p.check().unwrap(), 0);
+    }
+
+    /// With its own chunks first, a core's block goes to a free stretch of its own chunks
+    /// before a tighter one in another core's chunk (which would make the two cores' threads
+    /// write one tree), unless that one is tighter by more than a doubling, and to the other
+    /// core's chunk when none of its own holds it; a search anywhere takes the tighter one.
+    #[test]
+    fn a_core_takes_a_stretch_of_its_own_chunks_before_a_tighter_one_of_another_core() {
+        let p = Pool::new(PoolConfig::new(8 * MIB).cores(2).core_reserve(0).slab_sizes(Vec::new())).unwrap();
+        let a = p.arena();
+        let g = &a.geometry;
+        let bank = g.bank_units(p.config().bank_size);
+        // Core 0 owns chunk 0, core 1 chunk 1; each is full of blocks of 512 units (128 KiB).
+        let block = g.buddy_layout(128 << 10).unwrap();
+        assert_eq!(block.units, 512);
+        let per_chunk = g.units_per_chunk() / 512;
+        for (chunk, core) in [(0, 0), (1, 1)] {
+            assert!(a.grant_exact(chunk, core));
+            for i in 0..per_chunk {
+                assert!(a.claim_at(chunk, &block, i * 512));
+            }
+        }
+        // A stretch of three blocks (1,536 units) in core 0's chunk, of two (1,024 units, the
+        // tighter fit for 768) in core 1's.
+        let release = |chunk, start, bytes| {
+            a.release_buddy(g.offset_of(chunk, start), bytes, false, Vouched::No).unwrap();
+        };
+        for (chunk, i) in [(0, 3), (0, 4), (0, 5), (1, 8), (1, 9)] {
+            release(chunk, i * 512, 128 << 10);
+        }
+        for c in [0, 1] {
+            a.read_ends(c);
+        }
+        let b = g.buddy_layout(192 << 10).unwrap();
+        assert_eq!(b.units, 768);
+        let mut seen = 0;
+        let mut take = |search| {
+            let t = a.take_best_stretch(&b, bank, bank, search, &mut seen).expect("a chunk holds the block");
+            release(t.chunk, t.start, 192 << 10);
+            (t.chunk, t.owner)
+        };
+        assert!(class_of(1536) <= class_of(1024) + NEAR_CLASSES);
+        assert_eq!(take(Search::OwnFirst(0)), (0, 0), "core 0's own chunk, though core 1's fits tighter");
+        assert_eq!(take(Search::OwnFirst(1)), (1, 1));
+        assert_eq!(take(Search::Anywhere(0)), (1, 1), "the best fit anywhere");
+        // Core 0's stretch five blocks long: core 1's fits far tighter.
+        for i in [6, 7] {
+            release(0, i * 512, 128 << 10);
+        }
+        a.read_ends(0);
+        assert!(class_of(2560) > class_of(1024) + NEAR_CLASSES);
+        assert_eq!(take(Search::OwnFirst(0)), (1, 1), "another core's chunk, more than a doubling tighter");
+        // Core 0's stretch taken again: core 1's chunk is the only one that holds the block.
+        for i in 3..8 {
+            assert!(a.claim_at(0, &block, i * 512));
+        }
+        assert_eq!(take(Search::OwnFirst(0)), (1, 1), "core 0 has no chunk that holds it");
+        for chunk in [0, 1] {
+            for i in 0..per_chunk {
+                if !(chunk == 1 && (i == 8 || i == 9)) {
+                    release(chunk, i * 512, 128 << 10);
+                }
             }
         }
         assert_eq!(p.check().unwrap(), 0);
@@ -585,7 +734,10 @@ mod tests {
         }
         let b = g.buddy_layout(192 << 10).unwrap();
         let mut seen = 0;
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
+        assert_eq!(
+            a.take_best_stretch(&b, bank, bank, Search::Anywhere(0), &mut seen).unwrap_err(),
+            Missed::Everywhere
+        );
         // The memos only bound the stretches from above: a search that read no tree learnt of
         // no stretch that is really free.
         assert_eq!(seen, 0);
@@ -595,9 +747,12 @@ mod tests {
             a.lines[c].stretch.record(epoch(c) + 1, 0);
             a.stretch_classes.mark_unsure(c);
         }
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Unsure);
+        assert_eq!(a.take_best_stretch(&b, bank, bank, Search::Anywhere(0), &mut seen).unwrap_err(), Missed::Unsure);
         assert_eq!(seen, 512, "the stretches the trees it read hold");
-        assert_eq!(a.take_best_stretch(&b, bank, bank, 0, &mut seen).unwrap_err(), Missed::Everywhere);
+        assert_eq!(
+            a.take_best_stretch(&b, bank, bank, Search::Anywhere(0), &mut seen).unwrap_err(),
+            Missed::Everywhere
+        );
         for c in 0..chunks {
             assert_eq!(a.lines[c].stretch.known(epoch(c)), Some(512), "chunk {c}'s memo read again");
         }

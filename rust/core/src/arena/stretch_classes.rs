@@ -179,6 +179,21 @@ impl StretchClasses {
         }
     }
 
+    /// The chunks of `class` that `mask` keeps (a bitmap word of chunks, by word index), in
+    /// address order.
+    pub(crate) fn chunks_in<'a>(
+        &'a self,
+        class: usize,
+        mask: &'a dyn Fn(usize) -> u64,
+    ) -> impl Iterator<Item = usize> + 'a {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let chunk = self.classes.next(class, at, mask)?;
+            at = chunk + 1;
+            Some(chunk)
+        })
+    }
+
     /// The chunks of `class` from `from` on, in address order.
     pub(crate) fn chunks(&self, class: usize, from: usize) -> impl Iterator<Item = usize> + '_ {
         let mut at = from;

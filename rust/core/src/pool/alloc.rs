@@ -8,7 +8,7 @@ use crate::arena::core_pool::Hint;
 use crate::arena::geometry::TRIM_SHIFT;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::{BuddyLayout, Layout};
-use crate::arena::packed::Missed;
+use crate::arena::packed::{Missed, Search};
 use crate::arena::release::Vouched;
 use crate::arena::reveal::Revealed;
 use crate::arena::slab::caches::SlabBlocks;
@@ -729,15 +729,24 @@ impl Pool {
     /// 2/3 of the capacity, before the last chunks are granted (`arena/tight.rs` says why).
     #[inline]
     fn packs_first(&self) -> bool {
-        self.arena.tight.is_on() || self.counters.bytes_in_use_estimate() / 2 >= self.capacity() as u64 / 3
+        self.arena.tight.is_on() || self.packs_for_bytes()
+    }
+
+    /// Whether the bytes of buddy blocks and runs in use (as the calling thread can tell)
+    /// reach 2/3 of the capacity: from there large blocks pack for room, below it only
+    /// because the global pool ran out of chunks (many cores each hold part-filled chunks).
+    #[inline]
+    fn packs_for_bytes(&self) -> bool {
+        self.counters.bytes_in_use_estimate() / 2 >= self.capacity() as u64 / 3
     }
 
     /// A block larger than a bank in a free stretch, from a bank boundary (or the caller's
-    /// coarser alignment): the best fit across the cores' chunks (`arena/packed.rs`), then,
+    /// coarser alignment): the best fit across the cores' chunks (`arena/packed.rs`; below the
+    /// bytes threshold of [`Pool::packs_for_bytes`], the calling core's own chunks first), then,
     /// when no chunk took it and that search could not rule out every chunk, the best-fitting
     /// stretch of the first chunk that has one, the calling core's chunks first. When none
-    /// has, the longest stretch the
-    /// search learnt of is left in [`STRETCH_SEEN`] for the out-of-memory error.
+    /// has, the longest stretch the search learnt of is left in [`STRETCH_SEEN`] for the
+    /// out-of-memory error.
     #[inline(never)]
     fn place_packed(&self, b: &BuddyLayout, align_units: u64, core: usize, reach: Reach) -> Option<Placed> {
         if reach == Reach::Fast {
@@ -747,7 +756,14 @@ impl Pool {
         let cores = self.arena.cores.len();
         let mut seen = 0;
         let bank = g.bank_units(self.config.bank_size);
-        let placed = match self.arena.take_best_stretch(b, align_units, bank, core, &mut seen) {
+        // Below the bytes threshold there is room to spare: a core's own chunks come first,
+        // so that its threads do not write the trees other cores' threads use. From there,
+        // every block takes the best fit anywhere, which fails far fewer allocations.
+        let from = match self.packs_for_bytes() {
+            true => Search::Anywhere(core),
+            false => Search::OwnFirst(core),
+        };
+        let placed = match self.arena.take_best_stretch(b, align_units, bank, from, &mut seen) {
             Ok(t) => {
                 return Some(Placed {
                     offset: g.offset_of(t.chunk, t.start),

@@ -120,6 +120,7 @@ impl Pool {
 
     /// Bytes in the arena: `capacity`, plus the regions a pool that grows added since (less
     /// those trimmed away).
+    #[inline]
     pub fn capacity(&self) -> usize {
         match self.config.grows() {
             true => self.arena.regions.present_chunks() * self.config.chunk_size,
