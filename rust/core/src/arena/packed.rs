@@ -98,13 +98,12 @@ pub(crate) struct Taken {
 impl Arena {
     /// Take block `b` in the free stretch of a core chunk that fits it best, from a multiple of
     /// `align` units (see [`Arena::take_stretch`]), with the calling core's own chunks first
-    /// as `search` says: the chunk whose longest free stretch is the
-    /// shortest that holds the block, known from the stretch memos (frees keep them valid),
-    /// found through their length classes ([`Arena::best_by_class`]), or, when those have
-    /// none, among the first [`COMPARED`] chunks that hold it in address order of those whose
-    /// memo may be out of date (the unsure chunks of
-    /// `stretch_classes.rs`: with the classes, the index is exact); at most [`FRESH_READS`]
-    /// trees are read for chunks whose memo is out of date.
+    /// as `search` says: the chunk whose longest free stretch is the shortest that holds the
+    /// block, known from the stretch memos (frees keep them valid), found through their length
+    /// classes ([`Arena::best_by_class`]), or, when those have none, among the first
+    /// [`COMPARED`] chunks that hold it in address order of those whose memo may be out of
+    /// date (the unsure chunks of `stretch_classes.rs`: with the classes, the index is exact);
+    /// at most [`FRESH_READS`] trees are read for chunks whose memo is out of date.
     /// `seen` keeps the longest stretch (in units) learnt of on the way. When no chunk took it,
     /// whether a first fit (which reads every chunk that may hold it) could still find room.
     ///
@@ -262,9 +261,9 @@ impl Arena {
 
     /// The best fit over the calling core's chunks in address order and then the other
     /// cores' (with [`Search::OwnFirst`], the other cores' only when none of its own holds
-    /// the block), for when the length classes had none: the chunks whose memo may be out of date or was never written
-    /// (the unsure ones; with the classes, every chunk that might hold the block). A chunk
-    /// visited whose memo is valid is no longer unsure.
+    /// the block), for when the length classes had none: the chunks whose memo may be out of
+    /// date or was never written (the unsure ones; with the classes, every chunk that might
+    /// hold the block). A chunk visited whose memo is valid is no longer unsure.
     fn best_by_address(
         &self,
         b: &BuddyLayout,

@@ -186,19 +186,24 @@ impl StretchClasses {
         class: usize,
         mask: &'a dyn Fn(usize) -> u64,
     ) -> impl Iterator<Item = usize> + 'a {
-        let mut at = 0;
-        std::iter::from_fn(move || {
-            let chunk = self.classes.next(class, at, mask)?;
-            at = chunk + 1;
-            Some(chunk)
-        })
+        self.members(class, 0, mask)
     }
 
     /// The chunks of `class` from `from` on, in address order.
     pub(crate) fn chunks(&self, class: usize, from: usize) -> impl Iterator<Item = usize> + '_ {
+        self.members(class, from, &|_| u64::MAX)
+    }
+
+    /// The chunks of `class` from `from` on that `mask` keeps, in address order.
+    fn members<'a>(
+        &'a self,
+        class: usize,
+        from: usize,
+        mask: &'a dyn Fn(usize) -> u64,
+    ) -> impl Iterator<Item = usize> + 'a {
         let mut at = from;
         std::iter::from_fn(move || {
-            let chunk = self.classes.next(class, at, &|_| u64::MAX)?;
+            let chunk = self.classes.next(class, at, mask)?;
             at = chunk + 1;
             Some(chunk)
         })
