@@ -334,10 +334,10 @@ impl Pool {
         self.counters.on_failed(core);
         self.trace.on_failed(core, request.size, request.align, tag);
         // The peak is exact at a failure (as a statistics snapshot makes it).
-        self.sample_peak();
+        let bytes_free = self.sample_peak_and_bytes_free();
         Error::OutOfMemory {
             requested: request.size,
-            bytes_free: self.bytes_free(),
+            bytes_free,
             largest_free_block: self.largest_free_after_failure(request),
         }
     }

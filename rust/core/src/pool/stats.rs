@@ -10,6 +10,7 @@ use crate::arena::layout::Layout;
 use crate::pool::pool::Pool;
 use crate::stats::summary::{ClassStats, CoreStats, PoolStats};
 
+use crate::stats::counters::Totals;
 use crate::stats::thread::ClassTotals;
 
 impl Pool {
@@ -115,11 +116,14 @@ impl Pool {
         }
     }
 
-    /// `stats().bytes_free` alone (an out-of-memory error reports it).
-    pub(crate) fn bytes_free(&self) -> usize {
+    /// At a failed allocation: raise the peak as [`Pool::sample_peak`] does, and return
+    /// `stats().bytes_free` (an out-of-memory error reports it), both from one sum of the
+    /// counters over every thread.
+    pub(crate) fn sample_peak_and_bytes_free(&self) -> usize {
+        let totals = self.counters.totals();
         let classes = self.counters.class_totals();
-        let (slab_bytes, _) = self.slab_objects(&classes);
-        let bytes_in_use = (self.counters.totals().bytes.max(0) as u64 + slab_bytes) as usize;
+        let (slab_bytes, _) = self.sample_peak_of(&totals, &classes);
+        let bytes_in_use = (totals.bytes.max(0) as u64 + slab_bytes) as usize;
         self.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes(&classes))
     }
 
@@ -166,12 +170,18 @@ impl Pool {
     /// Raise the peak to the exact bytes in use now (slab objects included), and the peak of
     /// the untagged requested bytes to theirs.
     pub(crate) fn sample_peak(&self) {
-        let totals = self.counters.totals();
-        let (slab_bytes, slab_requested) = self.slab_objects(&self.counters.class_totals());
+        self.sample_peak_of(&self.counters.totals(), &self.counters.class_totals());
+    }
+
+    /// [`Pool::sample_peak`] from the counters summed over every thread; returns the bytes and
+    /// the requested bytes of the live slab objects.
+    fn sample_peak_of(&self, totals: &Totals, classes: &[ClassTotals]) -> (u64, i64) {
+        let (slab_bytes, slab_requested) = self.slab_objects(classes);
         let total = totals.bytes.max(0) as u64 + slab_bytes;
         self.counters.sample(total, slab_bytes);
         let untagged = self.untagged_of(totals.requested.wrapping_add(slab_requested));
         self.counters.sample_untagged(untagged, slab_requested);
+        (slab_bytes, slab_requested)
     }
 
     /// The requested bytes of blocks counted under no tag, out of `requested` in all.
