@@ -32,14 +32,19 @@ impl HiddenRests {
         self.0.insert_ordered(0, chunk);
     }
 
-    /// Take every member that `wanted` asks for out and call `visit` on it; a chunk for which
-    /// `visit` returns true (its rest stays hidden) goes back into the set. A member `wanted`
-    /// passes over stays in the set untouched, as a visit that keeps it would leave it: a
-    /// read-only look (a member whose rest cannot hold the request) spares the two
-    /// read-modify-writes of a visit.
-    pub(crate) fn pass(&self, wanted: &dyn Fn(usize) -> bool, visit: &mut dyn FnMut(usize) -> bool) {
+    /// Take every member that `among` (a bitmap word of chunks, by word index) and `wanted`
+    /// keep out and call `visit` on it; a chunk for which `visit` returns true (its rest stays
+    /// hidden) goes back into the set. A member passed over stays in the set untouched, as a
+    /// visit that keeps it would leave it: a look that needs no visit (a member whose rest
+    /// cannot hold the request) spares the two read-modify-writes of one.
+    pub(crate) fn pass(
+        &self,
+        among: &dyn Fn(usize) -> u64,
+        wanted: &dyn Fn(usize) -> bool,
+        visit: &mut dyn FnMut(usize) -> bool,
+    ) {
         let mut from = 0;
-        while let Some(chunk) = self.0.next(0, from, &|_| u64::MAX) {
+        while let Some(chunk) = self.0.next(0, from, among) {
             from = chunk + 1;
             if wanted(chunk) {
                 self.visit(chunk, &mut || visit(chunk));
@@ -139,7 +144,7 @@ mod loom_models {
                 r2.add(0);
             });
             let wanted = |_| !matches!(pass, Pass::Skip);
-            rests.pass(&wanted, &mut |chunk| {
+            rests.pass(&|_| u64::MAX, &wanted, &mut |chunk| {
                 if !hidden_on_purpose(&space) {
                     return false;
                 }

@@ -33,6 +33,7 @@ use super::arena::Arena;
 use super::buddy::TreeShape;
 use super::core_pool::CorePool;
 use super::global::ChunkState;
+use super::stretch_classes;
 use crate::util::sync::Ordering;
 
 /// Chunks a failing allocation reveals when no search met a sealed bunch since the last
@@ -78,15 +79,25 @@ impl Arena {
         Revealed { rests: self.reveal_rests(units), ..self.reveal_some(units) }
     }
 
-    /// Reveal every chunk granted for a tail whose rest is still hidden and has at least
-    /// `units` free units (`hidden_rests.rs`); returns how many. A member whose rest is still
-    /// hidden with fewer free units is passed over, read but not taken out: a visit would read
-    /// the same and put it back, at the cost of two read-modify-writes of the set. After a
-    /// fill of large blocks most members are such chunks (about 300 of 512 chunks), and their
-    /// visits were a third of each failing allocation's instructions.
+    /// Reveal every chunk granted for a tail whose rest is still hidden, has at least `units`
+    /// free units, and, for a request larger than a bank, may have a free stretch that long
+    /// from a bank boundary (`hidden_rests.rs`); returns how many. The stretch index
+    /// (`stretch_classes.rs`, exact) names the chunks that may have such a stretch (its memos
+    /// count the stretches from a bank boundary, where such a block starts): the other members
+    /// cannot hold the request and are not even read. A member
+    /// whose rest is still hidden with fewer free units is read but not taken out: a visit
+    /// would read the same and put it back, at the cost of two read-modify-writes of the set.
+    /// After a fill of large blocks about 300 of 512 chunks are members, and their visits were
+    /// a third of each failing allocation's instructions.
     fn reveal_rests(&self, units: u64) -> usize {
         let units = units.max(1);
         let depth = self.geometry.depth;
+        let mut may = vec![u64::MAX; self.geometry.chunks.div_ceil(64)];
+        if units > self.geometry.bank_units {
+            may.fill(0);
+            let top = stretch_classes::classes_up_to(self.geometry.units_per_chunk());
+            self.stretch_classes.may_hold(units, top, &mut may);
+        }
         // Stale members (retired, or their rest shown) are visited, which drops them.
         let wanted = |chunk: usize| {
             let space = &self.lines[chunk].space;
@@ -95,7 +106,7 @@ impl Arena {
                 || space.free_units() >= units
         };
         let mut revealed = 0;
-        self.hidden_rests.pass(&wanted, &mut |chunk| {
+        self.hidden_rests.pass(&|w| may.get(w).copied().unwrap_or(0), &wanted, &mut |chunk| {
             let ChunkState::Core(owner) = self.global.state(chunk) else {
                 return false; // retired since
             };
@@ -256,25 +267,44 @@ mod tests {
         assert_eq!(p.check().unwrap(), 0);
     }
 
-    /// A failing allocation reveals a hidden rest only when it has the request's units free;
-    /// one with fewer stays in the set, hidden, for a smaller request.
+    /// A failing allocation reveals a hidden rest only when it has the request's units free
+    /// and, for a block larger than a bank, its stretch memo does not rule out a free stretch
+    /// that long; one that cannot hold the request stays in the set, hidden, for a smaller
+    /// request.
     #[test]
     fn a_hidden_rest_too_small_for_the_request_stays_hidden_and_listed() {
-        let p = Pool::new(PoolConfig::new(16 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new())).unwrap();
-        let a = p.arena();
-        let run = p.alloc(3 * MIB, None, 0).unwrap();
-        let tail_chunk = (p.block(run).unwrap().offset + 2 * MIB) / (2 * MIB);
-        let space = &a.lines[tail_chunk].space;
-        let free = space.free_units();
-        assert_eq!(a.hidden_rests.members(), [tail_chunk]);
-        assert_eq!(a.reveal_rests(free + 1), 0, "too few free units: not revealed");
-        assert_eq!(a.hidden_rests.members(), [tail_chunk], "and still listed");
-        assert!(space.hidden() > a.geometry.depth, "its rest still hidden");
-        assert_eq!(a.reveal_rests(free), 1, "enough free units: revealed");
-        assert_eq!(a.hidden_rests.members(), Vec::<usize>::new());
-        assert!(space.hidden() <= a.geometry.depth, "its rest shown");
-        p.free(run).unwrap();
-        assert_eq!(p.check().unwrap(), 0);
+        for memo_out_of_date in [true, false] {
+            let p = Pool::new(PoolConfig::new(16 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new())).unwrap();
+            let a = p.arena();
+            let run = p.alloc(3 * MIB, None, 0).unwrap();
+            let tail_chunk = (p.block(run).unwrap().offset + 2 * MIB) / (2 * MIB);
+            let space = &a.lines[tail_chunk].space;
+            let free = space.free_units();
+            assert_eq!(a.hidden_rests.members(), [tail_chunk]);
+            assert_eq!(a.reveal_rests(free + 1), 0, "too few free units: not revealed");
+            assert_eq!(a.hidden_rests.members(), [tail_chunk], "and still listed");
+            assert!(space.hidden() > a.geometry.depth, "its rest still hidden");
+            // A memo that says no stretch is as long as the free units (a hint taken as true).
+            let (_, probe) = space.look();
+            let longest = free / 2;
+            let before = a.lines[tail_chunk].stretch.record(probe.epoch(), longest);
+            a.stretch_classes.moved(tail_chunk, before, longest, || a.lines[tail_chunk].stretch.recorded());
+            a.stretch_classes.settle(tail_chunk, || false);
+            assert_eq!(a.reveal_rests(free), 0, "no stretch long enough: not revealed");
+            assert_eq!(a.hidden_rests.members(), [tail_chunk], "and still listed");
+            if memo_out_of_date {
+                a.stretch_classes.mark_unsure(tail_chunk);
+                assert_eq!(a.reveal_rests(free), 1, "enough free units, the memo out of date: revealed");
+            } else {
+                let bank = a.geometry.bank_units;
+                assert!(bank < longest);
+                assert_eq!(a.reveal_rests(bank), 1, "a block of a bank: the memo does not count");
+            }
+            assert_eq!(a.hidden_rests.members(), Vec::<usize>::new());
+            assert!(space.hidden() <= a.geometry.depth, "its rest shown");
+            p.free(run).unwrap();
+            assert_eq!(p.check().unwrap(), 0);
+        }
     }
 
     /// The arena's short last chunk, empty and kept by its core, with the whole-chunk level
