@@ -578,7 +578,7 @@ impl Arena {
         // A pair starts at each such chunk and at the chunk before it, both owned (in place,
         // from the low words up: each word reads the next one before it changes). The last
         // chunk needs no chunk after it.
-        let last = end - 1;
+        let last = end.saturating_sub(1);
         for w in 0..words {
             let next_may = may.get(w + 1).map_or(0, |next| next << 63);
             let next_owned = owned.get(w + 1).map_or(0, |next| next << 63);
@@ -947,6 +947,7 @@ mod tests {
         // With the last chunk past the end, the chunk before it is the last: alone.
         assert_eq!(a.pair_starts(4000, chunks - 1).collect::<Vec<_>>(), [4, 5, 8, 9]);
         assert_eq!(a.pair_starts(200, chunks).count(), chunks, "every memo holds half of 200 units");
+        assert_eq!(a.pair_starts(200, 0).count(), 0, "no chunk published yet: no pair");
     }
 
     #[test]
