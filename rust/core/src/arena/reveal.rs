@@ -84,11 +84,11 @@ impl Arena {
     /// from a bank boundary (`hidden_rests.rs`); returns how many. The stretch index
     /// (`stretch_classes.rs`, exact) names the chunks that may have such a stretch (its memos
     /// count the stretches from a bank boundary, where such a block starts): the other members
-    /// cannot hold the request and are not even read. A member
-    /// whose rest is still hidden with fewer free units is read but not taken out: a visit
-    /// would read the same and put it back, at the cost of two read-modify-writes of the set.
-    /// After a fill of large blocks about 300 of 512 chunks are members, and their visits were
-    /// a third of each failing allocation's instructions.
+    /// cannot hold the request and are not even read. A member whose rest is still hidden with
+    /// fewer free units is read but not taken out: a visit would read the same and put it
+    /// back, at the cost of two read-modify-writes of the set. (After a fill of large blocks,
+    /// about 300 of 512 chunks are members, most of them too small for the next failing
+    /// request.)
     fn reveal_rests(&self, units: u64) -> usize {
         let units = units.max(1);
         let depth = self.geometry.depth;
