@@ -563,27 +563,35 @@ impl Arena {
         let mut may = vec![0u64; words];
         let top = stretch_classes::classes_up_to(self.geometry.units_per_chunk());
         self.stretch_classes.may_hold(units / 2, top, &mut may);
-        let mut owned = vec![0u64; words];
-        for pool in self.cores.iter() {
-            for (w, word) in owned.iter_mut().enumerate() {
-                *word |= pool.owned_word(w);
+        // The chunks of word `w` that cores own (none past the end), read only for the words
+        // where a pair may start: the cores' bitmaps are a word per core.
+        let owned = |w: usize| -> u64 {
+            if w >= words {
+                return 0;
             }
-        }
-        if end % 64 != 0 {
-            owned[words - 1] &= (1 << (end % 64)) - 1; // no chunk past the end
-        }
-        for (word, owned) in may.iter_mut().zip(&owned) {
-            *word &= owned;
-        }
+            let word = self.cores.iter().fold(0, |word, pool| word | pool.owned_word(w));
+            if w == words - 1 && end % 64 != 0 {
+                return word & ((1 << (end % 64)) - 1);
+            }
+            word
+        };
         // A pair starts at each such chunk and at the chunk before it, both owned (in place,
         // from the low words up: each word reads the next one before it changes). The last
         // chunk needs no chunk after it.
         let last = end.saturating_sub(1);
+        let mut this_owned = None;
         for w in 0..words {
-            let next_may = may.get(w + 1).map_or(0, |next| next << 63);
-            let next_owned = owned.get(w + 1).map_or(0, |next| next << 63);
+            let next_may = may.get(w + 1).copied().unwrap_or(0);
+            if may[w] == 0 && next_may & 1 == 0 {
+                this_owned = None;
+                continue;
+            }
+            let here = this_owned.take().unwrap_or_else(|| owned(w));
+            let next = owned(w + 1);
+            let at = may[w] & here;
             let last_bit = if last / 64 == w { 1 << (last % 64) } else { 0 };
-            may[w] = (may[w] | may[w] >> 1 | next_may) & owned[w] & (owned[w] >> 1 | next_owned | last_bit);
+            may[w] = (at | at >> 1 | (next_may & next) << 63) & here & (here >> 1 | next << 63 | last_bit);
+            this_owned = Some(next);
         }
         (0..words).flat_map(move |w| {
             let mut word = may[w];
@@ -906,7 +914,11 @@ mod tests {
     const MIB: usize = 1 << 20;
 
     fn arena() -> Arena {
-        let config = PoolConfig::new(32 * MIB).cores(2);
+        arena_of(32 * MIB)
+    }
+
+    fn arena_of(capacity: usize) -> Arena {
+        let config = PoolConfig::new(capacity).cores(2);
         config.validate().unwrap();
         let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
         Arena::new(&config, classes).unwrap()
@@ -948,6 +960,28 @@ mod tests {
         assert_eq!(a.pair_starts(4000, chunks - 1).collect::<Vec<_>>(), [4, 5, 8, 9]);
         assert_eq!(a.pair_starts(200, chunks).count(), chunks, "every memo holds half of 200 units");
         assert_eq!(a.pair_starts(200, 0).count(), 0, "no chunk published yet: no pair");
+    }
+
+    /// Pairs across the words of the chunk bitmaps: the last chunk of a word pairs with the
+    /// first of the next.
+    #[test]
+    fn pairs_cross_the_words_of_the_chunk_bitmaps() {
+        let a = arena_of(300 * MIB); // 150 chunks: three words
+        let chunks = a.geometry.chunks;
+        for chunk in 0..chunks {
+            a.cores[chunk % 2].own(chunk);
+            let (_, probe) = a.lines[chunk].space.look();
+            let longest = if chunk == 64 || chunk == 127 { 2000 } else { 100 };
+            let before = a.lines[chunk].stretch.record(probe.epoch(), longest);
+            a.stretch_classes.moved(chunk, before, longest, || a.lines[chunk].stretch.recorded());
+            a.stretch_classes.settle(chunk, || false);
+        }
+        assert_eq!(a.pair_starts(4000, chunks).collect::<Vec<_>>(), [63, 64, 126, 127]);
+        a.cores[1].disown(63);
+        assert_eq!(a.pair_starts(4000, chunks).collect::<Vec<_>>(), [64, 126, 127], "63 not owned");
+        a.cores[0].disown(128);
+        assert_eq!(a.pair_starts(4000, chunks).collect::<Vec<_>>(), [64, 126], "128 not owned: 127 pairs with none");
+        assert_eq!(a.pair_starts(4000, 128).collect::<Vec<_>>(), [64, 126, 127], "127 the last chunk: alone");
     }
 
     #[test]
