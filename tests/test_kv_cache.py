@@ -160,6 +160,23 @@ def test_out_of_memory_changes_nothing(cache: KVCache) -> None:
     assert cache.can_append(1, 4) and cache.can_add(4)
 
 
+def test_on_demand_pages_free_are_the_pages_the_pool_can_still_hand_out() -> None:
+    # Pages on demand are slab objects here: the free count covers the free objects of the
+    # slabs in use as well as what the free bytes would carve, so exactly that many fit.
+    for pool_bytes in (1 << 20, 4 << 20):
+        cache = make_cache(capacity_tokens=None, pool_bytes=pool_bytes)
+        cache.add_sequence(0, num_tokens=1)
+        cache.add_sequence(1, num_tokens=5 * cache.page_tokens)
+        cache.fork(0, 2)
+        free = cache.stats().pages_free
+        assert free > 0 and cache.can_add(free * cache.page_tokens)
+        assert not cache.can_add((free + 1) * cache.page_tokens)
+        cache.add_sequence(3, num_tokens=free * cache.page_tokens)
+        assert cache.stats().pages_free == 0
+        with pytest.raises(npumem.OutOfMemoryError):
+            cache.add_sequence(4, num_tokens=cache.page_tokens)
+
+
 def test_on_evict_preempts_and_retries() -> None:
     c = make_cache(capacity_tokens=16)  # 4 pages
     c.add_sequence(0, num_tokens=8)

@@ -358,13 +358,8 @@ impl PageSource for Source<'_, '_> {
             Pages::Reserved { free, .. } => free.free(),
             Pages::OnDemand { .. } => {
                 let core = &self.kv.core;
-                let stats = detached(self.py, || core.stats());
                 let page = self.kv.geometry.page_bytes;
-                if stats.largest_free_block < page {
-                    0
-                } else {
-                    stats.bytes_free / page
-                }
+                detached(self.py, || core.blocks_available(page))
             }
         }
     }
