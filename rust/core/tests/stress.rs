@@ -164,8 +164,11 @@ impl Run {
         assert!(buf.iter().all(|&b| b == pattern), "block at {} corrupted", info.offset);
         self.verified.fetch_add(info.size as u64, Ordering::Relaxed);
         self.live.release(info.offset, info.block_bytes).unwrap();
-        self.live_bytes.fetch_sub(info.block_bytes, Ordering::Relaxed);
         self.pool.free(h).unwrap();
+        // Counted out only once the pool has it back: the live bytes never fall below what the
+        // pool holds for the blocks, so the starvation check below never blames the pool for
+        // bytes a thread still had.
+        self.live_bytes.fetch_sub(info.block_bytes, Ordering::Relaxed);
     }
 
     /// An allocation of `size` bytes failed: count it, and note it if it was small and the
@@ -222,6 +225,10 @@ impl Run {
                         Ok(h) => {
                             let info = self.pool.block(h).unwrap();
                             assert!(info.block_bytes >= size);
+                            // Counted in before the occupancy claim, which takes a while for a
+                            // large block (see `check_and_free`).
+                            let now = self.live_bytes.fetch_add(info.block_bytes, Ordering::Relaxed) + info.block_bytes;
+                            self.peak_live_bytes.fetch_max(now, Ordering::Relaxed);
                             self.live.claim(info.offset, info.block_bytes).unwrap();
                             let chunk = self.pool.config().chunk_size;
                             if info.offset % chunk != 0 && info.offset % chunk + size > chunk {
@@ -230,8 +237,6 @@ impl Run {
                                     self.straddling.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
-                            let now = self.live_bytes.fetch_add(info.block_bytes, Ordering::Relaxed) + info.block_bytes;
-                            self.peak_live_bytes.fetch_max(now, Ordering::Relaxed);
                             self.allocations.fetch_add(1, Ordering::Relaxed);
                             let pattern = (i % 251) as u8 + 1;
                             fill.clear();
