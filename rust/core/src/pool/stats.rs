@@ -123,21 +123,27 @@ impl Pool {
         let totals = self.counters.totals();
         let classes = self.counters.class_totals();
         let (slab_bytes, _) = self.sample_peak_of(&totals, &classes);
+        self.bytes_free_of(&totals, &classes, slab_bytes)
+    }
+
+    /// `stats().bytes_free` from the counters summed over every thread, of which `slab_bytes`
+    /// are the live slab objects' bytes.
+    fn bytes_free_of(&self, totals: &Totals, classes: &[ClassTotals], slab_bytes: u64) -> usize {
         let bytes_in_use = (totals.bytes.max(0) as u64 + slab_bytes) as usize;
-        self.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes(&classes))
+        self.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes(classes))
     }
 
     /// How many more blocks of `size` bytes the pool could hand out now if no free hole were
     /// too small for them: for a size that a slab class takes, the free objects of that class's
     /// slabs plus what the free bytes would carve into slabs of it; for other sizes, the free
-    /// bytes over `size` (none when no free block holds one). An admission estimate (a KV cache's free pages on demand): exact for a
-    /// slab class while no other thread allocates or frees, with the free bytes in whole slabs.
+    /// bytes over `size` (none when no free block holds one). An admission estimate (a KV
+    /// cache's free pages on demand): exact for a slab class while no other thread allocates or
+    /// frees, with the free bytes in whole slabs.
     pub fn blocks_available(&self, size: usize) -> usize {
         let totals = self.counters.totals();
         let classes = self.counters.class_totals();
         let (slab_bytes, _) = self.slab_objects(&classes);
-        let bytes_in_use = (totals.bytes.max(0) as u64 + slab_bytes) as usize;
-        let free = self.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes(&classes));
+        let free = self.bytes_free_of(&totals, &classes, slab_bytes);
         let slabs = &self.arena.slabs;
         let Some(k) = (size > 0).then(|| slabs.classes.class_for(size, 1)).flatten() else {
             return if self.largest_free_block() < size { 0 } else { free / size.max(1) };

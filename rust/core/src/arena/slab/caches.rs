@@ -1017,9 +1017,9 @@ mod tests {
         assert_eq!(SlabClass::new(96, 4096, 256, 256 << 10).align, 32);
     }
 
-    /// Every default class: objects inside one bank, aligned, found again from their offset;
-    /// a slab loses at most 1/8 beyond what the bank rule forces (the end of each bank that no
-    /// further object fits in) and the 63-object limit (tiny classes in a smallest slab).
+    /// A pool's classes keep one slab of every class on every core within 1/16 of a small arena
+    /// (or are down to a bank), with the largest slabs that fit, no object taking more of a bank
+    /// than with the classes of `new`; larger arenas keep those classes.
     #[test]
     fn one_slab_of_every_class_on_every_core_fits_a_sixteenth_of_a_small_arena() {
         let configs = [(2 << 20, 4), (8 << 20, 2), (16 << 20, 8), (32 << 20, 2), (64 << 20, 16), (1 << 30, 128)];
@@ -1053,6 +1053,9 @@ mod tests {
         }
     }
 
+    /// Every default class: objects inside one bank, aligned, found again from their offset;
+    /// a slab loses at most 1/8 beyond what the bank rule forces (the end of each bank that no
+    /// further object fits in) and the 63-object limit (tiny classes in a smallest slab).
     #[test]
     fn default_class_geometry_holds_the_bank_and_alignment_rules() {
         let (bank, min_block) = (4096usize, 256usize);
