@@ -216,7 +216,7 @@ impl Pool {
             PieceKind::Slab { id, objects } => {
                 let Some(view) = views.get(*id) else { return false };
                 let class = &self.arena().slabs.classes.classes[view.class];
-                let live = class.objects - (view.free & class.all_free()).count_ones();
+                let live = class.objects - (view.free & class.objects_mask()).count_ones();
                 if view.base != p.from || view.bytes != p.extent || live as usize != objects.len() {
                     return false;
                 }

@@ -188,7 +188,7 @@ impl Pool {
                     ));
                 }
             }
-            let all_free = classes[view.class].all_free();
+            let all_free = classes[view.class].objects_mask();
             slab_objects[view.class] += u64::from((!view.free & all_free).count_ones());
         }
         // Cached freed blocks (`arena/block_cache.rs`): allocated in their trees, counted free.

@@ -79,7 +79,7 @@ impl Pool {
         let mut pieces = Vec::new();
         for view in self.arena.slabs.views() {
             let class = &self.arena.slabs.classes.classes[view.class];
-            if view.free == class.all_free() {
+            if view.free == class.objects_mask() {
                 continue;
             }
             let mut at = view.base;

@@ -321,7 +321,7 @@ impl Pool {
         let g = &self.arena.geometry;
         let mut nodes = self.cached_nodes();
         for view in self.arena.slabs.views() {
-            if view.free == self.arena.slabs.classes.classes[view.class].all_free() {
+            if view.free == self.arena.slabs.classes.classes[view.class].objects_mask() {
                 let node = Node::covering(g.depth, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
                 nodes.entry(g.chunk_of(view.base)).or_default().push(node);
             }

@@ -2,7 +2,13 @@
 //!
 //! Each size class (the pool's `slab_sizes`) carves buddy blocks (*slabs*) into at most 63
 //! objects. A slab's occupancy lives outside the managed memory, in one word: bit `j` set means
-//! object `j` is free, bit 63 means the slab is *retired* (given back to the buddy pool).
+//! object `j` is free, bit 63 means the slab is *retired* (given back to the buddy pool). The
+//! bits past a class's objects (up to bit 62) are always set, so an all-free slab's word is
+//! [`ALL_FREE`] whatever its class: a compare-and-swap from `ALL_FREE` to `RETIRED` that meets
+//! a newer incarnation of the slab's id, recycled for another class, succeeds only if that one
+//! is all free too. (With a word of the object bits alone, the all-free word of a class of one
+//! object is that of a class of four with objects 1-3 taken: such a CAS retired a slab that
+//! held objects.)
 //!
 //! * **Allocate** (core `c`, class `k`): CAS the lowest free bit off the core's *current* slab of
 //!   class `k`. When it is full, pop a slab from the core's *partial* stack of that class, or
@@ -47,6 +53,8 @@ pub(crate) const MAX_OBJECTS: u32 = 63;
 /// a chunk (63 objects of 4 KiB instead of 16, a quarter of the slabs to carve and retire).
 const MAX_SLAB_BANKS: usize = 16;
 pub(super) const RETIRED: u64 = 1 << 63;
+/// The word of an all-free slab, of any class (see the module's documentation).
+pub(super) const ALL_FREE: u64 = RETIRED - 1;
 const IDLE: u64 = 0;
 const HELD: u64 = 1;
 const RECYCLED: u64 = 2;
@@ -136,8 +144,14 @@ impl SlabClass {
         (j < self.objects as usize).then_some(j as u32)
     }
 
-    pub(crate) fn all_free(&self) -> u64 {
+    /// The bits of this class's objects in a slab's word (a [`SlabView`]'s word has these only).
+    pub(crate) fn objects_mask(&self) -> u64 {
         (1u64 << self.objects) - 1
+    }
+
+    /// A slab's word with every object taken: the bits past its objects, which stay set.
+    pub(super) fn full(&self) -> u64 {
+        ALL_FREE & !self.objects_mask()
     }
 }
 
@@ -325,7 +339,7 @@ pub(crate) struct SlabView {
     pub(crate) base: usize,
     pub(crate) bytes: usize,
     pub(crate) owner: usize,
-    /// Occupancy: bit `j` set = object `j` free.
+    /// Occupancy: bit `j` set = object `j` free (the object bits only, `objects_mask`).
     pub(crate) free: u64,
 }
 
@@ -437,7 +451,7 @@ impl SlabCaches {
                     {
                         self.unlist(id, generation);
                         if current != installed {
-                            self.replaced(current, k, blocks);
+                            self.replaced(current, blocks);
                         }
                     } else {
                         // Another thread of this core installed a slab first: back on the stack.
@@ -464,13 +478,12 @@ impl SlabCaches {
             let installed = pack_current(id, generation);
             caches.mark_installed(k);
             if caches.current[k].compare_exchange(current, installed, Ordering::SeqCst, Ordering::Acquire).is_ok() {
-                self.replaced(current, k, blocks);
+                self.replaced(current, blocks);
             } else {
                 // Another thread of this core installed a slab first. Unlisted and all free
                 // (nobody else can take from it), it goes straight back rather than onto the
                 // stack, where no free would ever retire it.
-                let all_free = self.classes.classes[k].all_free();
-                if slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                if slab.free.compare_exchange(ALL_FREE, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     self.retire(id, blocks);
                 } else {
                     self.relist(id, generation, core, k);
@@ -480,7 +493,7 @@ impl SlabCaches {
     }
 
     /// Slab `old` (a `pack_current` value, 0 for none) has just stopped being its core's
-    /// current slab of class `k`. The frees that emptied it while it was current kept it (a
+    /// current slab of its class. The frees that emptied it while it was current kept it (a
     /// free retires only a slab that is not current); once it is not, it goes back when it is
     /// all free. A free that empties it meanwhile either sees it current (and keeps it: then
     /// this read of its word, after the replacement, sees that free) or sees it replaced (and
@@ -490,19 +503,18 @@ impl SlabCaches {
     /// left that is not current (a loom model races them; it fails without this, and without
     /// the handshake's order, `seq_cst_for_loom`).
     #[inline]
-    fn replaced(&self, old: u64, k: usize, blocks: &dyn SlabBlocks) {
+    fn replaced(&self, old: u64, blocks: &dyn SlabBlocks) {
         if old == 0 {
             return;
         }
         let id = (old as u32).wrapping_sub(1);
         let slab = self.slab(id);
-        let all_free = self.classes.classes[k].all_free();
         // A newer incarnation of the id that is all free may be retired too: retiring an
         // all-free slab is always safe (a current slot that names it finds it retired).
         seq_cst_for_loom();
-        if slab.free.load(Ordering::SeqCst) == all_free
+        if slab.free.load(Ordering::SeqCst) == ALL_FREE
             && generation_of(slab.meta.load(Ordering::Acquire)) == (old >> 32) as u32
-            && slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            && slab.free.compare_exchange(ALL_FREE, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
         {
             self.retire(id, blocks);
         }
@@ -524,12 +536,16 @@ impl SlabCaches {
         let id = (current as u32).wrapping_sub(1);
         let generation = (current >> 32) as u32;
         let slab = self.slab(id);
+        let objects = self.classes.classes[k].objects_mask();
         let mut word = slab.free.load(Ordering::Acquire);
         let bit = loop {
-            if word & RETIRED != 0 || word == 0 {
+            // Only the class's object bits: a newer incarnation of another class (told apart
+            // below) keeps the bits past its objects.
+            let free = word & objects;
+            if word & RETIRED != 0 || free == 0 {
                 return None;
             }
-            let bit = word & word.wrapping_neg();
+            let bit = free & free.wrapping_neg();
             match slab.free.compare_exchange_weak(word, word & !bit, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break bit,
                 Err(seen) => word = seen,
@@ -594,7 +610,7 @@ impl SlabCaches {
         slab.meta.store(pack_meta(generation, k, core), Ordering::Release);
         self.map(id, k, core, base);
         self.live[k].fetch_add(1, Ordering::Relaxed);
-        slab.free.store(class.all_free(), Ordering::Release); // publishes the slab
+        slab.free.store(ALL_FREE, Ordering::Release); // publishes the slab
         Some(id)
     }
 
@@ -705,8 +721,8 @@ impl SlabCaches {
         // The common cases need nothing else: the slab stays partial, or it is all-free but its
         // owner's current slab (the reserve; a newer incarnation with the same id counts too:
         // keeping a slab is always safe).
-        let keep = previous != 0
-            && (now != class.all_free() || {
+        let keep = previous != class.full()
+            && (now != ALL_FREE || {
                 seq_cst_for_loom();
                 self.cores[slab.owner].current[slab.class].load(Ordering::SeqCst) as u32 == slab.id + 1
             });
@@ -721,14 +737,15 @@ impl SlabCaches {
         let id = at.id;
         let meta = slab.meta.load(Ordering::Acquire);
         let (k, owner, generation) = (class_of(meta), owner_of(meta), generation_of(meta));
-        if previous == 0 {
+        if previous == self.classes.classes[at.class].full() {
             // It was full: make it findable again by its owner.
             self.relist(id, generation, owner, k);
         }
         // The slab may be retired and its id recycled by others at any moment (even before `meta`
-        // was read): the CASes name the incarnation they mean (relisting or retiring a newer
-        // incarnation that is in the state the CAS expects is harmless), and `retire` re-reads.
-        if now == self.classes.classes[k].all_free()
+        // was read): the CASes name the incarnation they mean (relisting a newer incarnation
+        // that is in the state the CAS expects is harmless, and so is retiring one: `ALL_FREE`
+        // is the word of an all-free slab of every class), and `retire` re-reads.
+        if now == ALL_FREE
             && {
                 seq_cst_for_loom(); // as in `SlabCaches::free`
                 self.cores[owner].current[k].load(Ordering::SeqCst) != pack_current(id, generation)
@@ -765,17 +782,16 @@ impl SlabCaches {
         for core in 0..self.cores.len() {
             let caches = &self.cores[core];
             for k in caches.installed_classes() {
-                let all_free = self.classes.classes[k].all_free();
                 let current = caches.current[k].load(Ordering::Acquire);
                 if current != 0 {
                     let id = (current as u32).wrapping_sub(1);
                     let slab = self.slab(id);
                     let generation = (current >> 32) as u32;
                     if generation_of(slab.meta.load(Ordering::Acquire)) == generation
-                        && slab.free.load(Ordering::Acquire) == all_free
+                        && slab.free.load(Ordering::Acquire) == ALL_FREE
                         && caches.current[k].compare_exchange(current, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
                     {
-                        if slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                        if slab.free.compare_exchange(ALL_FREE, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                             retired += 1;
                             self.retire(id, blocks);
                         } else {
@@ -795,7 +811,6 @@ impl SlabCaches {
         for core in 0..self.cores.len() {
             let caches = &self.cores[core];
             for k in 0..self.classes.classes.len() {
-                let all_free = self.classes.classes[k].all_free();
                 let mut keep = Vec::new();
                 while let Some(id) = self.stack_pop(&caches.partial[k]) {
                     // Held while we look (listed stays 1).
@@ -804,8 +819,8 @@ impl SlabCaches {
                     let word = slab.free.load(Ordering::Acquire);
                     if word & RETIRED != 0 {
                         self.unlist(id, generation);
-                    } else if word == all_free
-                        && slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                    } else if word == ALL_FREE
+                        && slab.free.compare_exchange(ALL_FREE, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok()
                     {
                         self.retire(id, blocks);
                         retired += 1;
@@ -877,7 +892,7 @@ impl SlabCaches {
                 }
                 let slab = self.slab((current as u32).wrapping_sub(1));
                 if generation_of(slab.meta.load(Ordering::Acquire)) == (current >> 32) as u32
-                    && slab.free.load(Ordering::Acquire) == self.classes.classes[k].all_free()
+                    && slab.free.load(Ordering::Acquire) == ALL_FREE
                 {
                     per_class[k] += 1;
                 }
@@ -899,8 +914,10 @@ impl SlabCaches {
                     return None;
                 }
                 let class = &self.classes.classes[class_of(meta)];
-                (free != class.all_free())
-                    .then(|| class.slab_bytes - (class.objects - free.count_ones()) as usize * class.size)
+                (free != ALL_FREE).then(|| {
+                    class.slab_bytes
+                        - (class.objects - (free & class.objects_mask()).count_ones()) as usize * class.size
+                })
             })
             .sum()
     }
@@ -925,7 +942,7 @@ impl SlabCaches {
                 base: slab.base.load(Ordering::Acquire) as usize,
                 bytes: self.classes.classes[k].slab_bytes,
                 owner: owner_of(meta),
-                free,
+                free: free & self.classes.classes[k].objects_mask(),
             });
         }
         out.sort_by_key(|v| v.base);
@@ -1178,7 +1195,7 @@ mod tests {
         assert_eq!(caches.live_slabs(0), 1, "kept: the core's current slab");
         // The racing allocation's replacement (it found the slab full before the frees).
         caches.cores[0].current[0].store(0, Ordering::Release);
-        caches.replaced(old, 0, &arena);
+        caches.replaced(old, &arena);
         assert_eq!(*arena.released.lock().unwrap(), vec![(0, caches.classes.classes[0].slab_bytes)]);
         assert_eq!(caches.live_slabs(0), 0);
         assert_eq!(caches.reclaim(&arena), 0, "nothing listed is left");
@@ -1236,7 +1253,7 @@ mod tests {
         });
         let views = caches.views();
         for v in &views {
-            assert_eq!(v.free, caches.classes.classes[v.class].all_free(), "a slab still holds objects");
+            assert_eq!(v.free, caches.classes.classes[v.class].objects_mask(), "a slab still holds objects");
         }
         assert!(views.len() <= 2, "only current slabs stay: {}", views.len());
     }
@@ -1295,6 +1312,112 @@ mod tests {
         });
         caches.reclaim(&arena);
         assert!(caches.views().is_empty(), "every slab went back");
+    }
+}
+
+/// Threads that allocate objects of classes of one to four objects per slab on two cores and
+/// free each other's, over a source of blocks that hands a released block out again at once
+/// and refuses to carve a block twice or release one it did not carve: no object is handed out
+/// twice or overlaps another, and every live object keeps its slab. (A slab's id is recycled
+/// for another class within moments here; a CAS from one class's all-free word retired a newer
+/// incarnation of another class that still held objects, until every class had the same
+/// all-free word.)
+#[cfg(all(test, not(loom)))]
+mod recycling_stress {
+    use super::*;
+    use std::collections::{HashMap, HashSet};
+    use std::sync::Mutex;
+
+    /// At most `blocks` blocks of a bank; released ones come back first.
+    struct Reusing {
+        blocks: usize,
+        state: Mutex<(Vec<usize>, HashSet<usize>, usize)>,
+    }
+
+    impl SlabBlocks for Reusing {
+        fn carve(&self, bytes: usize) -> Option<usize> {
+            assert!(bytes <= 4096, "slabs of a bank at most");
+            let mut state = self.state.lock().unwrap();
+            let base = match state.0.pop() {
+                Some(base) => base,
+                None if state.2 < self.blocks => {
+                    state.2 += 1;
+                    (state.2 - 1) * 4096
+                }
+                None => return None,
+            };
+            assert!(state.1.insert(base), "block {base} carved twice");
+            Some(base)
+        }
+        fn release(&self, base: usize, _bytes: usize) {
+            let mut state = self.state.lock().unwrap();
+            assert!(state.1.remove(&base), "block {base} released but not carved");
+            state.0.push(base);
+        }
+    }
+
+    #[test]
+    fn slab_ids_recycled_across_classes_never_lose_live_objects() {
+        for round in 0..120u64 {
+            let classes = SlabClasses::new(&[1024, 2304, 3840, 4096], 4096, 256, 32 << 10);
+            assert_eq!(classes.classes.iter().map(|c| c.objects).collect::<Vec<_>>(), [4, 1, 1, 1]);
+            let caches = SlabCaches::new(classes, 64 * 4096, 2).unwrap();
+            let blocks = Reusing { blocks: 64, state: Mutex::default() };
+            let live: Mutex<HashMap<usize, usize>> = Mutex::default();
+            let bag: Mutex<Vec<usize>> = Mutex::default();
+            std::thread::scope(|s| {
+                for t in 0..4u64 {
+                    let (caches, blocks, live, bag) = (&caches, &blocks, &live, &bag);
+                    s.spawn(move || {
+                        let mut x = round * 1000 + t + 1;
+                        for _ in 0..20_000 {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let taken = if x % 100 < 48 || bag.lock().unwrap().len() > 40 {
+                                let mut bag = bag.lock().unwrap();
+                                let n = bag.len();
+                                (n > 0).then(|| bag.swap_remove((x >> 8) as usize % n))
+                            } else {
+                                None
+                            };
+                            if let Some(offset) = taken {
+                                let k = live.lock().unwrap().remove(&offset).expect("a live object");
+                                let slab =
+                                    caches.lookup(offset).unwrap_or_else(|| panic!("{round}: {offset} lost its slab"));
+                                assert_eq!(slab.class, k, "{round}: {offset} is in a slab of another class");
+                                caches.free(slab, offset, blocks).unwrap();
+                                continue;
+                            }
+                            if x % 97 == 0 {
+                                caches.reclaim_current(blocks);
+                            }
+                            let k = (x >> 20) as usize % 4;
+                            let Some((offset, _)) = caches.alloc(k, ((x >> 30) % 2) as usize, blocks) else {
+                                continue;
+                            };
+                            let size = caches.classes.classes[k].size;
+                            let mut live = live.lock().unwrap();
+                            for (&other, &j) in live.iter() {
+                                let end = other + caches.classes.classes[j].size;
+                                assert!(
+                                    offset + size <= other || end <= offset,
+                                    "{round}: {offset} ({k}) overlaps {other} ({j})"
+                                );
+                            }
+                            live.insert(offset, k);
+                            bag.lock().unwrap().push(offset);
+                        }
+                    });
+                }
+            });
+            for offset in bag.into_inner().unwrap() {
+                caches.free(caches.lookup(offset).unwrap(), offset, &blocks).unwrap();
+            }
+            caches.reclaim(&blocks);
+            assert!(caches.views().is_empty(), "{round}: slabs left behind");
+            assert!(blocks.state.lock().unwrap().1.is_empty(), "{round}: blocks left carved");
+        }
     }
 }
 
@@ -1388,7 +1511,7 @@ mod loom_models {
                 f.join().unwrap();
             }
             let current = caches.cores[0].current[0].load(Ordering::Acquire);
-            let all_free = caches.classes.classes[0].all_free();
+            let all_free = caches.classes.classes[0].objects_mask();
             for view in caches.views() {
                 assert!(
                     view.free != all_free || current as u32 == view.id + 1,
@@ -1465,6 +1588,38 @@ mod loom_models {
             assert!(caches.views().is_empty(), "slabs left behind");
             for off in [a, b, c, d, e] {
                 assert!(caches.lookup(off).is_none(), "stale directory entry at {off}");
+            }
+        });
+    }
+
+    /// A remote free empties a slab of one object (so it was full and is now all free) and is
+    /// about to retire it, while the owner retires it first (a reclaim), recycles its id for a
+    /// slab of four objects, takes all four and frees the first. The late retirement must not
+    /// take the new slab: with each class's own all-free word, that slab's word (objects 1-3
+    /// taken) was the first class's all-free word, and this model fails.
+    #[test]
+    fn a_late_retirement_never_takes_a_recycled_id_of_another_class() {
+        loom::model(|| {
+            let classes = SlabClasses::new(&[1024, 4096], 4096, 4096, 32768);
+            assert_eq!((classes.classes[0].objects, classes.classes[1].objects), (4, 1));
+            let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap());
+            let arena = Arc::new(Arena::default());
+            let (a, _) = caches.alloc(1, 0, &*arena).unwrap();
+            let (b, _) = caches.alloc(1, 0, &*arena).unwrap(); // a's slab is full and not current
+            let (remote, remote_arena) = (caches.clone(), arena.clone());
+            let freer = thread::spawn(move || {
+                remote.free(remote.lookup(a).unwrap(), a, &*remote_arena).unwrap();
+            });
+            // The freer may run before the reclaim (loom explored no schedule with it first
+            // without this yield).
+            thread::yield_now();
+            caches.reclaim(&*arena);
+            let objects: Vec<usize> = (0..4).map(|_| caches.alloc(0, 0, &*arena).unwrap().0).collect();
+            caches.free(caches.lookup(objects[0]).unwrap(), objects[0], &*arena).unwrap();
+            freer.join().unwrap();
+            for &offset in objects[1..].iter().chain([&b]) {
+                let slab = caches.lookup(offset).expect("a live object keeps its slab");
+                assert!(caches.is_allocated(slab, offset), "object {offset} is still allocated");
             }
         });
     }

@@ -4,7 +4,9 @@
 //! and tidying slabs afterwards. All of these run while the pool is paused: nothing races them
 //! but pins, which the slabs do not see.
 
-use super::caches::{class_of, generation_of, owner_of, pack_current, SlabBlocks, SlabCaches, SlabRef, RETIRED};
+use super::caches::{
+    class_of, generation_of, owner_of, pack_current, SlabBlocks, SlabCaches, SlabRef, ALL_FREE, RETIRED,
+};
 use crate::util::sync::Ordering;
 
 impl SlabCaches {
@@ -84,15 +86,14 @@ impl SlabCaches {
         }
         let (k, owner, generation) = (class_of(meta), owner_of(meta), generation_of(meta));
         let current = self.cores[owner].current[k].load(Ordering::Acquire) == pack_current(id, generation);
-        let all_free = self.classes.classes[k].all_free();
-        if word == all_free && !current {
-            if slab.free.compare_exchange(all_free, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if word == ALL_FREE && !current {
+            if slab.free.compare_exchange(ALL_FREE, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 self.retire(id, blocks);
                 return true;
             }
             return false;
         }
-        if word != 0 && !current {
+        if word != self.classes.classes[k].full() && !current {
             self.relist(id, generation, owner, k);
         }
         false

@@ -23,7 +23,7 @@ pub(crate) struct Consolidation {
 pub(crate) fn consolidate_slabs(census: &Census, model: &Model) -> Consolidation {
     let mut out = Consolidation::default();
     for (k, class) in model.classes.iter().enumerate() {
-        let all_free = class.all_free();
+        let all_free = class.objects_mask();
         // All-free slabs go back to the buddy pool before the first batch: they hold nothing to
         // move and are no room to move into.
         let views: Vec<&SlabView> =
@@ -103,7 +103,7 @@ pub(crate) fn apply_consolidation(census: &mut Census, model: &mut Model, done: 
     let emptied: HashSet<u32> = done.emptied.iter().copied().collect();
     let mut gone = Vec::new();
     census.slabs.retain(|v| {
-        let all_free = classes[v.class].all_free();
+        let all_free = classes[v.class].objects_mask();
         let stays = v.free & all_free != all_free && !emptied.contains(&v.id);
         if !stays {
             gone.push((v.base, v.bytes));

@@ -75,7 +75,7 @@ fn reclaimed<'a>(census: &Census, model: &Model<'a>, single_batch: bool) -> Mode
         return after;
     }
     for view in &census.slabs {
-        let all_free = model.classes[view.class].all_free();
+        let all_free = model.classes[view.class].objects_mask();
         if view.free & all_free == all_free {
             after.vacate(g.chunk_of(view.base), g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
         }
