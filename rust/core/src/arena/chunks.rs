@@ -220,7 +220,7 @@ mod loom_models {
             .core_reserve(0)
             .run_tails(false)
             .backing(Backing::None);
-        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        let classes = SlabClasses::of(&config);
         Arc::new(Arena::new(&config, classes).unwrap())
     }
 

@@ -396,7 +396,7 @@ mod tests {
     fn arena() -> Arena {
         let config = PoolConfig::new(32 << 20).cores(2);
         config.validate().unwrap();
-        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        let classes = SlabClasses::of(&config);
         Arena::new(&config, classes).unwrap()
     }
 

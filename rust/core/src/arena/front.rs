@@ -920,7 +920,7 @@ mod tests {
     fn arena_of(capacity: usize) -> Arena {
         let config = PoolConfig::new(capacity).cores(2);
         config.validate().unwrap();
-        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        let classes = SlabClasses::of(&config);
         Arena::new(&config, classes).unwrap()
     }
 

@@ -89,7 +89,7 @@ impl Pool {
         config.validate()?;
         gate::init_barriers();
         let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
-        let classes = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+        let classes = SlabClasses::of(&config);
         let slab_classes = classes.classes.len();
         let arena = Arena::new(&config, classes)?;
         let max_blocks = arena.geometry.usable_capacity() / arena.slabs.classes.smallest_footprint(config.min_block);

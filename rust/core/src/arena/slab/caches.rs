@@ -38,7 +38,7 @@
 //! size itself). Classes may be any positive sizes: the defaults are every size from 1 to 16
 //! bytes, then eight per doubling up to 4 KiB (`PoolConfig::default_slab_sizes`).
 
-use crate::config::MAX_SLAB_CLASSES;
+use crate::config::{PoolConfig, MAX_SLAB_CLASSES};
 use crate::error::Result;
 use crate::util::index_stack::{IndexStack, NIL};
 use crate::util::sync::{seq_cst_for_loom, AtomicU32, AtomicU64, CachePadded, Ordering};
@@ -52,6 +52,11 @@ pub(crate) const MAX_OBJECTS: u32 = 63;
 /// Power-of-two classes are few and the usual burst sizes: their slabs go up to an eighth of
 /// a chunk (63 objects of 4 KiB instead of 16, a quarter of the slabs to carve and retire).
 const MAX_SLAB_BANKS: usize = 16;
+/// One slab of every class on every core may take at most 1/`SLAB_SHARE` of the capacity
+/// ([`SlabClasses::of`]): in a small arena, or one shared by many cores, the largest classes
+/// have slabs of fewer banks. The default classes take 1.9 MB a core with the caps above, so
+/// on two cores arenas of 60 MiB and more keep them.
+const SLAB_SHARE: usize = 16;
 pub(super) const RETIRED: u64 = 1 << 63;
 /// The word of an all-free slab, of any class (see the module's documentation).
 pub(super) const ALL_FREE: u64 = RETIRED - 1;
@@ -172,12 +177,42 @@ pub(crate) struct SlabClasses {
 }
 
 impl SlabClasses {
+    /// The classes of a pool of `config`: as [`SlabClasses::new`], with the slabs of the
+    /// largest classes halved (down to a bank) until one slab of every class on every core
+    /// takes at most 1/[`SLAB_SHARE`] of the capacity. So a small arena, or one shared by many
+    /// cores, does not hand most of itself to slabs that each hold a few objects. Objects never
+    /// straddle a bank, so a slab of fewer banks holds fewer objects but loses no more of each
+    /// bank.
+    pub(crate) fn of(config: &PoolConfig) -> SlabClasses {
+        let room = config.capacity / SLAB_SHARE;
+        let mut cap = config.chunk_size;
+        loop {
+            let classes = Self::capped(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size, cap);
+            if cap <= config.bank_size || classes.reserve_bytes(config.cores) <= room {
+                return classes;
+            }
+            cap /= 2;
+        }
+    }
+
+    /// Bytes of one slab of every class on each of `cores` cores.
+    pub(crate) fn reserve_bytes(&self, cores: usize) -> usize {
+        self.classes.iter().map(|c| c.slab_bytes).sum::<usize>() * cores
+    }
+
     /// The classes of `sizes` (strictly increasing, positive, at most `bank`, at most
     /// `MAX_SLAB_CLASSES` of them: `PoolConfig::validate` checks).
+    #[cfg(test)]
     pub(crate) fn new(sizes: &[usize], bank: usize, min_block: usize, chunk_size: usize) -> SlabClasses {
+        Self::capped(sizes, bank, min_block, chunk_size, usize::MAX)
+    }
+
+    /// [`SlabClasses::new`] with no slab larger than `budget` bytes (unless a class needs a
+    /// larger one for a single object).
+    fn capped(sizes: &[usize], bank: usize, min_block: usize, chunk_size: usize, budget: usize) -> SlabClasses {
         debug_assert!(sizes.len() <= MAX_SLAB_CLASSES, "a class index fits a byte");
-        let max_slab = (chunk_size / 8).min(bank * MAX_SLAB_BANKS).max(min_block);
-        let max_pow2_slab = (chunk_size / 8).max(min_block);
+        let max_slab = (chunk_size / 8).min(bank * MAX_SLAB_BANKS).min(budget).max(min_block);
+        let max_pow2_slab = (chunk_size / 8).min(budget).max(min_block);
         let slab_cap = |size: usize| if size.is_power_of_two() { max_pow2_slab } else { max_slab };
         let classes: Vec<SlabClass> = sizes.iter().map(|&s| SlabClass::new(s, bank, min_block, slab_cap(s))).collect();
         let largest = sizes.last().copied().unwrap_or(0);
@@ -997,6 +1032,42 @@ mod tests {
         }
         assert_eq!(SlabClass::new(64, 4096, 256, 256 << 10).slab_bytes, 4096);
         assert_eq!(SlabClass::new(96, 4096, 256, 256 << 10).align, 32);
+    }
+
+    /// A pool's classes keep one slab of every class on every core within 1/16 of a small arena
+    /// (or are down to a bank), with the largest slabs that fit, no object taking more of a bank
+    /// than with the classes of `new`; larger arenas keep those classes.
+    #[test]
+    fn one_slab_of_every_class_on_every_core_fits_a_sixteenth_of_a_small_arena() {
+        let configs = [(2 << 20, 4), (8 << 20, 2), (16 << 20, 8), (32 << 20, 2), (64 << 20, 16), (1 << 30, 128)];
+        for (capacity, cores) in configs {
+            let config = crate::config::PoolConfig::new(capacity).cores(cores);
+            let (sizes, bank, unit, chunk) =
+                (&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+            let of = SlabClasses::of(&config);
+            let at_floor = SlabClasses::capped(sizes, bank, unit, chunk, bank).reserve_bytes(cores);
+            let held = of.reserve_bytes(cores);
+            assert!(held <= capacity / SLAB_SHARE || held == at_floor, "{capacity} on {cores}: {held}");
+            // The largest slabs that fit: a cap twice as large would not.
+            let largest = of.classes.iter().map(|c| c.slab_bytes).max().unwrap();
+            let twice = SlabClasses::capped(sizes, bank, unit, chunk, largest * 2).reserve_bytes(cores);
+            assert!(twice == held || twice > capacity / SLAB_SHARE, "{capacity} on {cores}: {twice}");
+            let new = SlabClasses::new(sizes, bank, unit, chunk);
+            for (a, b) in of.classes.iter().zip(&new.classes) {
+                // Fewer banks, the same objects per bank: no object takes more of a bank.
+                assert!(a.slab_bytes <= b.slab_bytes && a.per_bank == b.per_bank, "size {}", a.size);
+                assert!(a.slab_bytes * b.objects as usize <= b.slab_bytes * a.objects as usize, "size {}", a.size);
+            }
+        }
+        assert!(SlabClasses::of(&crate::config::PoolConfig::new(8 << 20).cores(2)).reserve_bytes(2) <= 512 << 10);
+        // Larger arenas keep the slabs of `new`.
+        for (capacity, cores) in [(1 << 30, 2), (64 << 20, 1), (60 << 20, 2), (1 << 30, 16)] {
+            let config = crate::config::PoolConfig::new(capacity).cores(cores);
+            let of = SlabClasses::of(&config);
+            let new = SlabClasses::new(&config.slab_sizes, config.bank_size, config.min_block, config.chunk_size);
+            let bytes = |c: &SlabClasses| c.classes.iter().map(|c| c.slab_bytes).collect::<Vec<_>>();
+            assert_eq!(bytes(&of), bytes(&new), "{capacity} on {cores}");
+        }
     }
 
     /// Every default class: objects inside one bank, aligned, found again from their offset;
