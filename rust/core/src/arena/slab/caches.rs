@@ -1668,30 +1668,54 @@ mod loom_models {
     /// slab of four objects, takes all four and frees the first. The late retirement must not
     /// take the new slab: with each class's own all-free word, that slab's word (objects 1-3
     /// taken) was the first class's all-free word, and this model fails.
-    #[test]
-    fn a_late_retirement_never_takes_a_recycled_id_of_another_class() {
-        loom::model(|| {
+    ///
+    /// Loom explores the schedules in which a spawned thread's first steps come before the
+    /// spawning thread's next ones poorly: with the freer spawned and no yield, it ran 11 of
+    /// them, none with the free first, even without a preemption bound. So the race runs both
+    /// ways round: the freer spawned (after a yield, so it may start first) and the freer in
+    /// the model's own thread (there loom finds the old failure with no help).
+    fn late_retirement(freer_spawned: bool) {
+        loom::model(move || {
             let classes = SlabClasses::new(&[1024, 4096], 4096, 4096, 32768);
             assert_eq!((classes.classes[0].objects, classes.classes[1].objects), (4, 1));
             let caches = Arc::new(SlabCaches::new(classes, 1 << 20, 1).unwrap());
             let arena = Arc::new(Arena::default());
             let (a, _) = caches.alloc(1, 0, &*arena).unwrap();
             let (b, _) = caches.alloc(1, 0, &*arena).unwrap(); // a's slab is full and not current
+            let free_a =
+                move |caches: &SlabCaches, arena: &Arena| caches.free(caches.lookup(a).unwrap(), a, arena).unwrap();
+            let reclaim_and_recycle = |caches: &SlabCaches, arena: &Arena| {
+                caches.reclaim(arena);
+                let objects: Vec<usize> = (0..4).map(|_| caches.alloc(0, 0, arena).unwrap().0).collect();
+                caches.free(caches.lookup(objects[0]).unwrap(), objects[0], arena).unwrap();
+                objects
+            };
             let (remote, remote_arena) = (caches.clone(), arena.clone());
-            let freer = thread::spawn(move || {
-                remote.free(remote.lookup(a).unwrap(), a, &*remote_arena).unwrap();
-            });
-            // The freer may run before the reclaim (loom explored no schedule with it first
-            // without this yield).
-            thread::yield_now();
-            caches.reclaim(&*arena);
-            let objects: Vec<usize> = (0..4).map(|_| caches.alloc(0, 0, &*arena).unwrap().0).collect();
-            caches.free(caches.lookup(objects[0]).unwrap(), objects[0], &*arena).unwrap();
-            freer.join().unwrap();
+            let objects = if freer_spawned {
+                let freer = thread::spawn(move || free_a(&remote, &remote_arena));
+                thread::yield_now();
+                let objects = reclaim_and_recycle(&caches, &arena);
+                freer.join().unwrap();
+                objects
+            } else {
+                let owner = thread::spawn(move || reclaim_and_recycle(&remote, &remote_arena));
+                free_a(&caches, &arena);
+                owner.join().unwrap()
+            };
             for &offset in objects[1..].iter().chain([&b]) {
                 let slab = caches.lookup(offset).expect("a live object keeps its slab");
                 assert!(caches.is_allocated(slab, offset), "object {offset} is still allocated");
             }
         });
+    }
+
+    #[test]
+    fn a_late_retirement_never_takes_a_recycled_id_of_another_class() {
+        late_retirement(true);
+    }
+
+    #[test]
+    fn a_late_retirement_never_takes_a_recycled_id_with_the_roles_swapped() {
+        late_retirement(false);
     }
 }
