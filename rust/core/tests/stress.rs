@@ -115,13 +115,21 @@ struct Run {
     /// Allocations that failed for want of space.
     failures: AtomicU64,
     /// Of those, the small ones (at most a sixteenth of a chunk) that came while the live set
-    /// and the request together were at most half the arena (the first is described in
-    /// `starved_example`): the pool had room and must not fail them. (A larger request may
-    /// fail below half the arena when no run of whole chunks is free, however many bytes are.)
+    /// and the request together were at most half the arena all through the failing call (the
+    /// first is described in `starved_example`): the pool had room and must not fail them. (A
+    /// larger request may fail below half the arena when no run of whole chunks is free,
+    /// however many bytes are.)
     starved: AtomicU64,
     starved_example: Mutex<Option<String>>,
-    /// Bytes of the blocks registered live (block sizes), and their peak.
+    /// Bytes of the blocks registered live (block sizes), and their peak. An allocation counts
+    /// an upper bound of its block's bytes before it calls the pool ([`Run::reserve`]) and
+    /// corrects it after, and a free counts its bytes out after the pool has them back, so
+    /// this is never less than what the pool holds for the test's blocks (the peak counts the
+    /// bounds of allocations in flight in other threads too).
     live_bytes: AtomicUsize,
+    /// The sum of those upper bounds over every allocation so far: the live set can grow during
+    /// a call by at most this count's growth over the call.
+    reserved_bytes: AtomicUsize,
     peak_live_bytes: AtomicUsize,
     verified: AtomicU64,
     /// Blocks that stayed with their sender because the receiver's mailbox was full.
@@ -145,6 +153,7 @@ impl Run {
             starved: AtomicU64::new(0),
             starved_example: Mutex::default(),
             live_bytes: AtomicUsize::new(0),
+            reserved_bytes: AtomicUsize::new(0),
             peak_live_bytes: AtomicUsize::new(0),
             verified: AtomicU64::new(0),
             kept: AtomicU64::new(0),
@@ -171,17 +180,33 @@ impl Run {
         self.live_bytes.fetch_sub(info.block_bytes, Ordering::Relaxed);
     }
 
+    /// Before an allocation of `size` bytes: the live set and the reserved bytes now, for
+    /// [`Run::failed`], then an upper bound of its block's bytes counted live and reserved
+    /// (returned; the allocation checks it holds).
+    fn reserve(&self, size: usize) -> ((usize, usize), usize) {
+        let before = (self.live_bytes.load(Ordering::SeqCst), self.reserved_bytes.load(Ordering::SeqCst));
+        let bound = 2 * size + self.pool.config().bank_size;
+        self.live_bytes.fetch_add(bound, Ordering::SeqCst);
+        self.reserved_bytes.fetch_add(bound, Ordering::SeqCst);
+        (before, bound)
+    }
+
     /// An allocation of `size` bytes failed: count it, and note it if it was small and the
-    /// live set far below the capacity.
-    fn failed(&self, size: usize, err: &npumem_core::Error) {
+    /// live set far below the capacity all through the call, which began at `before`
+    /// ([`Run::reserve`]). The live set at the failure alone is not enough: on a machine with
+    /// fewer CPUs than threads, a thread can be off the CPU for milliseconds between the
+    /// pool's failure and this check, while the others allocate and free megabytes. So the
+    /// live set the pool may have held during the call is bounded by the live set at its start
+    /// plus every byte reserved since (frees during the call only lower it).
+    fn failed(&self, size: usize, err: &npumem_core::Error, before: (usize, usize)) {
         self.failures.fetch_add(1, Ordering::Relaxed);
-        let live = self.live_bytes.load(Ordering::Relaxed);
+        let live = before.0 + (self.reserved_bytes.load(Ordering::SeqCst) - before.1);
         let small = size <= self.pool.config().chunk_size / 16;
         if small && live + size <= self.scale.capacity / 2 && self.starved.fetch_add(1, Ordering::Relaxed) == 0 {
             let s = self.pool.stats();
             *self.starved_example.lock().unwrap() = Some(format!(
-                "{size} bytes failed ({err}) with {live} bytes live of {}: pool bytes in use {}, free {}, \
-                 cached in slabs {}, largest free block {}, chunks free {} of {}",
+                "{size} bytes failed ({err}) with at most {live} bytes live during the call, of {}: pool \
+                 bytes in use {}, free {}, cached in slabs {}, largest free block {}, chunks free {} of {}",
                 self.scale.capacity,
                 s.bytes_in_use,
                 s.bytes_free,
@@ -221,13 +246,16 @@ impl Run {
                         _ => (1 << 20) + (r >> 16) as usize % (3 << 20),
                     }
                     .min(max_size);
+                    let (before, bound) = self.reserve(size);
                     match self.pool.alloc(size, None, t as u32) {
                         Ok(h) => {
                             let info = self.pool.block(h).unwrap();
                             assert!(info.block_bytes >= size);
-                            // Counted in before the occupancy claim, which takes a while for a
-                            // large block (see `check_and_free`).
-                            let now = self.live_bytes.fetch_add(info.block_bytes, Ordering::Relaxed) + info.block_bytes;
+                            assert!(info.block_bytes <= bound, "{size} bytes took {} bytes", info.block_bytes);
+                            // Counted in before the call, corrected before the occupancy claim,
+                            // which takes a while for a large block (see `check_and_free`).
+                            let extra = bound - info.block_bytes;
+                            let now = self.live_bytes.fetch_sub(extra, Ordering::SeqCst) - extra;
                             self.peak_live_bytes.fetch_max(now, Ordering::Relaxed);
                             self.live.claim(info.offset, info.block_bytes).unwrap();
                             let chunk = self.pool.config().chunk_size;
@@ -244,7 +272,10 @@ impl Run {
                             self.pool.write(h, 0, &fill).unwrap();
                             slots[slot] = Some((h, pattern));
                         }
-                        Err(err) => self.failed(size, &err),
+                        Err(err) => {
+                            self.live_bytes.fetch_sub(bound, Ordering::SeqCst);
+                            self.failed(size, &err, before);
+                        }
                     }
                 }
                 5..=6 => {
