@@ -56,8 +56,8 @@ test-rust: ## Rust unit, property and stress tests of npumem-core and the C ABI;
 	cargo test -p npumem-benches --release --benches -- --test
 
 .PHONY: test-loom
-test-loom: ## Loom models of every atomic protocol (exhaustive interleavings)
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
+test-loom: ## Loom models of every atomic protocol (interleavings with up to four preemptions)
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=4 \
 	    cargo test -p npumem-core --release --lib loom -- --test-threads=2
 
 # The scale of mimalloc's test-stress: 32 threads, about 54M allocations (half the operations
