@@ -75,9 +75,14 @@ stress: ## The Rust stress test at the anchor's scale (STRESS_THREADS, STRESS_IT
 	    NPUMEM_STRESS_CAPACITY_MIB=$(STRESS_CAPACITY_MIB) \
 	    cargo test -p npumem-core --release --test stress stress_mixed_sizes -- --nocapture
 
+.PHONY: memcheck
+memcheck: $(PY_DEPS_STAMP) ## Valgrind's memcheck over the core's unit tests and a set of its integration tests (installs valgrind as root)
+	scripts/ensure_package.sh valgrind valgrind "make memcheck"
+	PY=$(PY) scripts/memcheck.sh
+
 .PHONY: browser
 browser: ## Install Debian's chromium for the viewer test when it is missing (as root)
-	scripts/ensure_browser.sh
+	scripts/ensure_package.sh chromium chromium "the viewer test"
 
 .PHONY: test-python
 test-python: develop browser ## pytest suite (with the headless-browser test) and mypy.stubtest
