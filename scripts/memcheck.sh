@@ -31,17 +31,19 @@ executable() {
     echo "$found"
 }
 
+# Run test target $1 (its label $2) under memcheck, with the test harness's arguments after.
 run() {
-    local name=$1 bin=$2
+    local bin
+    bin=$(executable "$1")
+    echo "memcheck: $2" >&2
     shift 2
-    echo "memcheck: $name" >&2
     (cd rust/core && valgrind --tool=memcheck --fair-sched=yes --error-exitcode=99 --leak-check=no -q \
         "$bin" --test-threads=2 "$@")
 }
 
-run "unit tests" "$(executable npumem_core)" \
+run npumem_core "unit tests" \
     --skip a_small_pool_that_may_grow_to_a_tebibyte --skip an_empty_huge_pool_commits
 for t in "${integration[@]}"; do
-    run "tests/$t.rs" "$(executable "$t")"
+    run "$t" "tests/$t.rs"
 done
 echo "memcheck: no errors" >&2
