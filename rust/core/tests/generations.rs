@@ -48,3 +48,38 @@ fn many_slots_retire_and_the_pool_goes_on() {
         p.check().unwrap();
     }
 }
+
+#[test]
+fn slots_that_threads_freed_serve_later_threads_and_stale_handles_stay_refused() {
+    let p = Pool::new(PoolConfig::new(16 << 20).cores(2)).unwrap();
+    let mut stale = Vec::new();
+    for round in 0..3 {
+        let freed: Vec<Vec<Handle>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let hs: Vec<Handle> = (0..50).map(|i| p.alloc(64 + i * 8, None, 0).unwrap()).collect();
+                        for &h in &hs {
+                            p.free(h).unwrap();
+                        }
+                        hs
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        stale.extend(freed.into_iter().flatten());
+        // The threads are gone; the slots they freed are free and counted.
+        p.check().unwrap_or_else(|e| panic!("round {round}: {e}"));
+    }
+    let live: Vec<Handle> = (0..200).map(|_| p.alloc(256, None, 0).unwrap()).collect();
+    for h in &stale {
+        assert!(p.block(*h).is_err(), "a stale handle matched a later block");
+        assert!(matches!(p.free(*h), Err(Error::DoubleFree) | Err(Error::InvalidHandle(_))));
+    }
+    p.check().unwrap();
+    for h in live {
+        p.free(h).unwrap();
+    }
+    p.check().unwrap();
+}

@@ -22,9 +22,10 @@
 //! (`u32::MAX`) is retired when it is freed instead of going back on a free list: it is never
 //! reused, so a generation never wraps and a stale handle can never match a later block.
 //!
-//! Free slots sit on per-core lock-free stacks (`util/index_stack.rs`, tagged against ABA); slots live in
-//! lazily allocated segments (`util/segments.rs`) that never move, so handles and stacks can hold slot
-//! indices safely.
+//! Free slots sit in the freeing thread's cache (`util/index_cache.rs`, taken back first by its next
+//! allocation) and, when that is full, on per-core lock-free stacks (`util/index_stack.rs`,
+//! tagged against ABA); slots live in lazily allocated segments (`util/segments.rs`) that never
+//! move, so handles, caches and stacks can hold slot indices safely.
 //!
 //! # Moving: the `MOVING` flag of the slot state word
 //!
@@ -37,6 +38,7 @@
 
 use super::id::Handle;
 use crate::error::{Error, HandleFault, Result};
+use crate::util::index_cache::{IndexCache, CACHED_INDICES};
 use crate::util::index_stack::{IndexStack, NIL};
 use crate::util::segments::Segmented;
 use crate::util::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
@@ -130,12 +132,13 @@ pub(crate) struct HandleTable {
 }
 
 impl HandleTable {
-    /// A table for up to `max_slots` live blocks at once, with `cores` free lists;
-    /// `Error::HostMemory` when the host has no room for it.
-    pub(crate) fn new(pool: u32, max_slots: usize, cores: usize) -> Result<HandleTable> {
+    /// A table for up to `max_live` live blocks at once, with `cores` free lists, and room for
+    /// the slots the threads' caches hold besides (`util/index_cache.rs`); `Error::HostMemory` when
+    /// the host has no room for it.
+    pub(crate) fn new(pool: u32, max_live: usize, cores: usize) -> Result<HandleTable> {
         Ok(HandleTable {
             pool,
-            slots: Segmented::new(max_slots.clamp(1, (NIL - 1) as usize))?,
+            slots: Segmented::new(max_live.saturating_add(CACHED_INDICES).clamp(1, (NIL - 1) as usize))?,
             fresh: AtomicU32::new(0),
             free: (0..cores.max(1)).map(|_| CachePadded(IndexStack::new())).collect(),
             retired: AtomicU32::new(0),
@@ -175,10 +178,20 @@ impl HandleTable {
         &self.free[if core < lists { core } else { core % lists }]
     }
 
-    /// A free slot for core `core`: from its stack, else a fresh one (its segment installed
-    /// first, so a fresh index always has storage), else from another core's stack. `Ok(None)`
-    /// when the table is full; `Err` when the host has no memory for a new segment.
-    fn take_slot(&self, core: usize) -> Result<Option<u32>> {
+    /// A free slot for core `core`: from the calling thread's `cache`, else from the core's
+    /// stack, else a fresh one (its segment installed first, so a fresh index always has
+    /// storage), else from another core's stack. `Ok(None)` when the table is full; `Err` when
+    /// the host has no memory for a new segment.
+    #[inline]
+    fn take_slot(&self, core: usize, cache: &IndexCache) -> Result<Option<u32>> {
+        if let Some(slot) = cache.take() {
+            return Ok(Some(slot));
+        }
+        self.take_shared_slot(core)
+    }
+
+    /// [`HandleTable::take_slot`] past the thread's cache.
+    fn take_shared_slot(&self, core: usize) -> Result<Option<u32>> {
         let cores = self.free.len();
         if let Some(slot) = self.pop(self.free_list(core)) {
             return Ok(Some(slot));
@@ -201,8 +214,16 @@ impl HandleTable {
     }
 
     /// Record a new block; `Err` when the table is full or the host has no memory for it.
-    pub(crate) fn insert(&self, core: usize, offset: usize, size: usize, align_log2: u8, tag: u32) -> Result<Handle> {
-        let Some(index) = self.take_slot(core)? else {
+    pub(crate) fn insert(
+        &self,
+        core: usize,
+        cache: &IndexCache,
+        offset: usize,
+        size: usize,
+        align_log2: u8,
+        tag: u32,
+    ) -> Result<Handle> {
+        let Some(index) = self.take_slot(core, cache)? else {
             return Err(Error::OutOfMemory { requested: size, bytes_free: 0, largest_free_block: 0 });
         };
         let slot = self.slot(index);
@@ -279,13 +300,16 @@ impl HandleTable {
         }
     }
 
-    /// Put a removed slot on `core`'s free list, or retire it at its last generation.
-    pub(crate) fn recycle(&self, core: usize, handle: Handle) {
+    /// Put a removed slot in the calling thread's `cache`, or on `core`'s free list when the
+    /// cache is full, or retire it at its last generation.
+    pub(crate) fn recycle(&self, core: usize, cache: &IndexCache, handle: Handle) {
         if handle.generation as u64 == LAST_GENERATION {
             self.retired.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        self.push(self.free_list(core), handle.slot);
+        if !cache.put(handle.slot) {
+            self.push(self.free_list(core), handle.slot);
+        }
     }
 
     /// Add a pin of `kind`, waiting while the block is being moved. Returns the pins of that
@@ -364,7 +388,14 @@ impl HandleTable {
         }
     }
 
-    /// Slots on free lists: a check that none got lost.
+    /// Whether slot `index` was handed out and is not live now (a check of the slots the
+    /// threads' caches hold).
+    pub(crate) fn is_free_slot(&self, index: u32) -> bool {
+        self.existing_slot(index).is_some_and(|slot| slot.state.load(Ordering::Acquire) & LIVE == 0)
+    }
+
+    /// Slots on the shared free lists (not those in the threads' caches): a check that none
+    /// got lost.
     pub(crate) fn count_free_listed(&self) -> usize {
         let limit = self.max_slots() as usize + 1;
         self.free.iter().map(|stack| stack.snapshot(limit, |i| &self.slot(i).next).len()).sum()
@@ -387,21 +418,28 @@ impl HandleTable {
     }
 }
 
+/// A cache that holds nothing: every free goes to the shared stacks (tests of the stacks).
+#[cfg(test)]
+fn no_cache() -> IndexCache {
+    IndexCache::numbered(usize::MAX)
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::util::index_cache;
 
     #[test]
     fn generations_refuse_stale_handles() {
         let table = HandleTable::new(9, 100, 2).unwrap();
-        let a = table.insert(0, 4096, 100, 6, 3).unwrap();
+        let a = table.insert(0, &no_cache(), 4096, 100, 6, 3).unwrap();
         let info = table.get(a).unwrap();
         assert_eq!((info.offset, info.size, info.tag, info.align_log2), (4096, 100, 3, 6));
         table.remove(a).unwrap();
         assert_eq!(table.remove(a), Err(Error::DoubleFree));
         assert_eq!(table.get(a), Err(Error::InvalidHandle(HandleFault::Freed)));
-        table.recycle(0, a);
-        let b = table.insert(0, 8192, 10, 6, 0).unwrap();
+        table.recycle(0, &no_cache(), a);
+        let b = table.insert(0, &no_cache(), 8192, 10, 6, 0).unwrap();
         assert_eq!(b.slot(), a.slot(), "slot reused");
         assert_ne!(b.generation(), a.generation());
         assert_eq!(table.get(a), Err(Error::InvalidHandle(HandleFault::Freed)));
@@ -417,7 +455,7 @@ mod tests {
     #[test]
     fn pins_block_removal() {
         let table = HandleTable::new(1, 10, 1).unwrap();
-        let h = table.insert(0, 0, 64, 6, 0).unwrap();
+        let h = table.insert(0, &no_cache(), 0, 64, 6, 0).unwrap();
         assert_eq!(table.pin(h, PinKind::User), Ok(1));
         assert_eq!(table.pin(h, PinKind::User), Ok(2));
         assert_eq!(table.remove(h), Err(Error::Pinned { pins: 2 }));
@@ -431,12 +469,63 @@ mod tests {
     #[test]
     fn capacity_is_bounded() {
         let table = HandleTable::new(1, 3, 2).unwrap();
-        let hs: Vec<_> = (0..3).map(|i| table.insert(i % 2, i, 1, 0, 0).unwrap()).collect();
-        assert!(table.insert(0, 9, 1, 0, 0).is_err());
+        let slots = 3 + CACHED_INDICES;
+        let hs: Vec<_> = (0..slots).map(|i| table.insert(i % 2, &no_cache(), i, 1, 0, 0).unwrap()).collect();
+        assert!(table.insert(0, &no_cache(), 9, 1, 0, 0).is_err());
         table.remove(hs[1]).unwrap();
-        table.recycle(1, hs[1]);
+        table.recycle(1, &no_cache(), hs[1]);
         // Core 0's list is empty and nothing is fresh: it steals core 1's slot.
-        assert!(table.insert(0, 9, 1, 0, 0).is_ok());
+        assert!(table.insert(0, &no_cache(), 9, 1, 0, 0).is_ok());
+    }
+
+    #[test]
+    fn a_thread_takes_back_the_slot_it_freed_last() {
+        let table = HandleTable::new(1, 100, 2).unwrap();
+        let cache = IndexCache::numbered(0);
+        let a = table.insert(0, &cache, 0, 8, 0, 0).unwrap();
+        let b = table.insert(0, &cache, 64, 8, 0, 0).unwrap();
+        for h in [a, b] {
+            table.remove(h).unwrap();
+            table.recycle(1, &cache, h);
+        }
+        assert_eq!(table.count_free_listed(), 0, "both slots are in the cache, not on a stack");
+        assert_eq!(cache.held().count(), 2);
+        let c = table.insert(0, &cache, 128, 8, 0, 0).unwrap();
+        assert_eq!(c.slot(), b.slot());
+        assert_ne!(c.generation(), b.generation());
+        assert_eq!(table.get(b), Err(Error::InvalidHandle(HandleFault::Freed)));
+        assert_eq!(table.remove(b), Err(Error::DoubleFree));
+        assert_eq!(table.get(c).unwrap().offset, 128);
+        // Another thread's cache does not see the first one's slot.
+        let other = IndexCache::numbered(1);
+        let d = table.insert(0, &other, 192, 8, 0, 0).unwrap();
+        assert_ne!(d.slot(), a.slot());
+    }
+
+    #[test]
+    fn full_caches_never_take_a_slot_a_live_block_needs() {
+        let max_live = 1000;
+        let table = HandleTable::new(1, max_live, 2).unwrap();
+        // Every cache the budget allows, each filled with freed slots.
+        let caches: Vec<IndexCache> = (0..CACHED_INDICES / index_cache::CAPACITY).map(IndexCache::numbered).collect();
+        for cache in &caches {
+            let hs: Vec<_> = (0..index_cache::CAPACITY).map(|i| table.insert(0, cache, i, 1, 0, 0).unwrap()).collect();
+            for h in hs {
+                table.remove(h).unwrap();
+                table.recycle(0, cache, h);
+            }
+            assert_eq!(cache.held().count(), index_cache::CAPACITY);
+        }
+        let cached: usize = caches.iter().map(|c| c.held().count()).sum();
+        assert_eq!(cached, CACHED_INDICES);
+        // Threads past the budget cache nothing, and find a slot for every live block.
+        let late = IndexCache::numbered(caches.len());
+        let live: Vec<_> = (0..max_live).map(|i| table.insert(1, &late, i, 1, 0, 0).unwrap()).collect();
+        assert!(table.insert(1, &late, 0, 1, 0, 0).is_err(), "the table is full");
+        table.remove(live[0]).unwrap();
+        table.recycle(1, &late, live[0]);
+        assert_eq!(late.held().count(), 0);
+        assert!(table.insert(0, &late, 0, 1, 0, 0).is_ok());
     }
 
     #[test]
@@ -451,17 +540,17 @@ mod tests {
                         if i % 3 == 2 {
                             if let Some(h) = held.pop() {
                                 table.remove(h).unwrap();
-                                table.recycle(t, h);
+                                table.recycle(t, &no_cache(), h);
                             }
                         } else {
-                            let h = table.insert(t, i * 4 + t, 1, 0, t as u32).unwrap();
+                            let h = table.insert(t, &no_cache(), i * 4 + t, 1, 0, t as u32).unwrap();
                             assert_eq!(table.get(h).unwrap().offset, i * 4 + t);
                             held.push(h);
                         }
                     }
                     for h in held {
                         table.remove(h).unwrap();
-                        table.recycle(t, h);
+                        table.recycle(t, &no_cache(), h);
                     }
                 });
             }
@@ -486,7 +575,7 @@ mod loom_models {
     fn user_pins_never_drop_view_pins() {
         loom::model(|| {
             let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
-            let h = table.insert(0, 0, 8, 0, 0).unwrap();
+            let h = table.insert(0, &no_cache(), 0, 8, 0, 0).unwrap();
             let t2 = table.clone();
             let viewer = thread::spawn(move || {
                 t2.pin(h, PinKind::View).unwrap();
@@ -507,7 +596,7 @@ mod loom_models {
     fn racing_double_free_has_one_winner() {
         loom::model(|| {
             let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
-            let h = table.insert(0, 0, 1, 0, 0).unwrap();
+            let h = table.insert(0, &no_cache(), 0, 1, 0, 0).unwrap();
             let t2 = table.clone();
             let other = thread::spawn(move || t2.remove(h).is_ok());
             let mine = table.remove(h).is_ok();
@@ -650,7 +739,7 @@ mod move_tests {
     #[test]
     fn a_moving_block_refuses_pins_and_second_moves_until_it_lands() {
         let table = HandleTable::new(1, 8, 1).unwrap();
-        let h = table.insert(0, 4096, 100, 6, 0).unwrap();
+        let h = table.insert(0, &no_cache(), 4096, 100, 6, 0).unwrap();
         let info = table.begin_move(h).unwrap();
         assert_eq!(info.offset, 4096);
         assert!(table.is_moving(h));
@@ -681,7 +770,7 @@ mod loom_moves {
     fn a_pin_never_sees_a_block_move_under_it() {
         loom::model(|| {
             let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
-            let h = table.insert(0, 100, 8, 0, 0).unwrap();
+            let h = table.insert(0, &no_cache(), 100, 8, 0, 0).unwrap();
             let t2 = table.clone();
             let pinner = thread::spawn(move || {
                 t2.pin(h, PinKind::User).unwrap(); // waits while moving
@@ -714,7 +803,7 @@ mod loom_moves {
     fn a_free_and_a_move_never_overlap() {
         loom::model(|| {
             let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
-            let h = table.insert(0, 100, 8, 0, 0).unwrap();
+            let h = table.insert(0, &no_cache(), 100, 8, 0, 0).unwrap();
             let t2 = table.clone();
             let freer = thread::spawn(move || t2.remove(h).map(|info| info.offset));
             let moved = table.begin_move(h).is_ok();
@@ -736,8 +825,8 @@ mod loom_moves {
     fn a_batch_is_claimed_whole_or_not_at_all_against_a_free_and_a_pin() {
         loom::model(|| {
             let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
-            let a = table.insert(0, 100, 8, 0, 0).unwrap();
-            let b = table.insert(0, 300, 8, 0, 0).unwrap();
+            let a = table.insert(0, &no_cache(), 100, 8, 0, 0).unwrap();
+            let b = table.insert(0, &no_cache(), 300, 8, 0, 0).unwrap();
             let (t2, t3) = (table.clone(), table.clone());
             let freer = thread::spawn(move || t2.remove(a).map(|info| info.offset));
             let pinner = thread::spawn(move || t3.try_pin(b, PinKind::User).is_ok());

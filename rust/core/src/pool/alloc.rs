@@ -305,7 +305,11 @@ impl Pool {
     }
 
     pub(crate) fn finish(&self, placed: Placed, request: &Request, core: usize, tag: u32) -> Result<Handle> {
-        match self.handles.insert(core, placed.offset, request.size, request.align.trailing_zeros() as u8, tag) {
+        let align_log2 = request.align.trailing_zeros() as u8;
+        let inserted = self
+            .counters
+            .with_slot_cache(|cache| self.handles.insert(core, cache, placed.offset, request.size, align_log2, tag));
+        match inserted {
             Ok(handle) => {
                 self.account_alloc(&placed, core, request.size);
                 self.trace.on_alloc(core, handle, placed.offset, request.size, request.align, tag);

@@ -357,7 +357,16 @@ impl Pool {
                 ));
             }
         }
-        let listed = self.handles.count_free_listed();
+        let mut cached = Vec::new();
+        self.counters.for_each_slot_cache(|cache| cached.extend(cache.held()));
+        cached.sort_unstable();
+        if cached.windows(2).any(|w| w[0] == w[1]) {
+            findings.push("handle table: a free slot is in two threads' caches (or twice in one)".to_string());
+        }
+        if let Some(&slot) = cached.iter().find(|&&slot| !self.handles.is_free_slot(slot)) {
+            findings.push(format!("handle table: slot {slot} is in a thread's cache of free slots but not free"));
+        }
+        let listed = self.handles.count_free_listed() + cached.len();
         let retired = self.handles.slots_retired();
         if listed + live + retired != self.handles.slots_used() {
             findings.push(format!(

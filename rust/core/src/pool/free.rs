@@ -99,7 +99,7 @@ impl Pool {
                 info.offset, info.size
             )])
         })?;
-        self.handles.recycle(core, handle);
+        self.counters.with_slot_cache(|cache| self.handles.recycle(core, cache, handle));
         self.account_free(released, core, info.size);
         self.trace.on_free(core, handle, info.offset, info.size, info.tag);
         Ok(())

@@ -32,6 +32,7 @@
 //! after freeing it, so a tagged block never enters the untagged estimate.
 
 use crate::stats::thread::{ClassTotals, ThreadCounters, ThreadStats};
+use crate::util::index_cache::IndexCache;
 use crate::util::sync::{AtomicU64, CachePadded, Ordering};
 
 /// Which part of the pool served an allocation.
@@ -152,6 +153,20 @@ impl Counters {
             let own = t.bytes.load(Ordering::Relaxed).wrapping_sub(t.published.load(Ordering::Relaxed));
             (total.wrapping_add(own) as i64).max(0) as u64
         })
+    }
+
+    /// The calling thread's cache of free handle slots of this pool (`handle/table.rs`),
+    /// which lives in its block.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn with_slot_cache<R>(&self, f: impl FnOnce(&IndexCache) -> R) -> R {
+        self.threads.with(|t| f(&t.slots))
+    }
+
+    /// Call `f` on every thread's cache of free handle slots (threads running or gone): for
+    /// `check()`, which pauses the pool first.
+    pub(crate) fn for_each_slot_cache(&self, mut f: impl FnMut(&IndexCache)) {
+        self.threads.for_each(|t| f(&t.slots));
     }
 
     /// The bytes of buddy blocks and runs that the threads have published (each thread's own
@@ -571,6 +586,53 @@ mod loom_models {
             assert_eq!(c.published_bytes(), 4096);
             assert!(c.sample(4096, 0) <= 2 * 4096, "the peak passed what was ever in use");
         });
+    }
+
+    /// A thread caches a free handle slot in its block and exits (gives the block back) while
+    /// another takes a block: whoever takes that block finds the slot, once, and a walk of the
+    /// blocks afterwards finds it exactly when no one took it (`handle/table.rs`). Loom
+    /// reaches poorly the schedules in which a spawned thread's first steps come before the
+    /// spawner's next ones, so the model runs with the cacher spawned and with it in the
+    /// model's own thread.
+    fn a_cached_slot_hands_over(cacher_spawned: bool) {
+        loom::model(move || {
+            let c = Arc::new(Counters::new(1, 0, 64 << 20));
+            let cache = |c: &Counters| {
+                let block = c.threads.acquire();
+                assert!(block.slots.put(7));
+                ThreadStats::release(&block);
+                None
+            };
+            let take = |c: &Counters| {
+                let block = c.threads.acquire();
+                let taken = block.slots.take();
+                assert!(taken.is_none() || taken == Some(7), "a slot that was never cached: {taken:?}");
+                assert_eq!(block.slots.take(), None, "the slot was taken twice");
+                ThreadStats::release(&block);
+                taken
+            };
+            type Role = fn(&Counters) -> Option<u32>;
+            let (spawned, own): (Role, Role) = if cacher_spawned { (cache, take) } else { (take, cache) };
+            let other = {
+                let c = c.clone();
+                thread::spawn(move || spawned(&c))
+            };
+            let taken = own(&c).or(other.join().unwrap());
+            let mut held = Vec::new();
+            c.for_each_slot_cache(|cache| held.extend(cache.held()));
+            let expected: &[u32] = if taken.is_some() { &[] } else { &[7] };
+            assert_eq!(held, expected);
+        });
+    }
+
+    #[test]
+    fn a_cached_slot_hands_over_with_its_block() {
+        a_cached_slot_hands_over(true);
+    }
+
+    #[test]
+    fn a_cached_slot_hands_over_with_its_block_with_the_roles_swapped() {
+        a_cached_slot_hands_over(false);
     }
 
     /// A peak reset while another thread counts: once the reset is done, that thread's next

@@ -9,13 +9,18 @@
 //! this thread allocated minus those it freed (wrapping: a thread that frees others' blocks goes
 //! negative), with their values at the block's last publication (`counters.rs`).
 //!
+//! A block also holds the thread's cache of free handle slots of the pool
+//! (`handle/table.rs`, `util/index_cache.rs`), which needs the same single owner.
+//!
 //! A thread's block is released for reuse when the thread exits: its counts stay (they are
-//! cumulative and additive) and the next thread to take it goes on from them. Taking and
-//! releasing a block is the only handover: the release (`in_use` back to 0, Release) orders the
-//! last owner's stores before the next owner's (Acquire), so every block has one writer at a time.
+//! cumulative and additive) and the next thread to take it goes on from them (and from its
+//! cached slots). Taking and releasing a block is the only handover: the release (`in_use` back
+//! to 0, Release) orders the last owner's stores before the next owner's (Acquire), so every
+//! block has one writer at a time.
 
 use std::sync::Arc;
 
+use crate::util::index_cache::IndexCache;
 use crate::util::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// One thread's counters of one size class.
@@ -55,6 +60,8 @@ pub(crate) struct ThreadCounters {
     pub(crate) published_requested: AtomicU64,
     /// What the thread last read of the shared totals (`counters.rs`).
     pub(crate) view: SharedView,
+    /// The thread's free handle slots of the pool.
+    pub(crate) slots: IndexCache,
 }
 
 /// What a thread last read of the shared totals, so that its allocations need not read the
@@ -98,7 +105,8 @@ impl SharedView {
 }
 
 impl ThreadCounters {
-    fn new(classes: usize, cores: usize) -> ThreadCounters {
+    /// The pool's `index`-th block (counted from 0).
+    fn new(classes: usize, cores: usize, index: usize) -> ThreadCounters {
         ThreadCounters {
             in_use: AtomicUsize::new(1),
             classes: (0..classes).map(|_| ClassCounters::default()).collect(),
@@ -108,6 +116,7 @@ impl ThreadCounters {
             published: AtomicU64::new(0),
             published_requested: AtomicU64::new(0),
             view: SharedView::new(),
+            slots: IndexCache::numbered(index),
         }
     }
 
@@ -214,7 +223,9 @@ impl ThreadStats {
             }
             at = node.next;
         }
-        let counters = Arc::new(ThreadCounters::new(self.classes, self.cores));
+        // The count is taken first, so that every block has an index of its own.
+        let index = self.blocks.fetch_add(1, Ordering::Relaxed);
+        let counters = Arc::new(ThreadCounters::new(self.classes, self.cores, index));
         let node = Box::into_raw(Box::new(Node { counters: counters.clone(), next: std::ptr::null_mut() }));
         let mut head = self.head.load(Ordering::Acquire);
         loop {
@@ -222,7 +233,7 @@ impl ThreadStats {
             unsafe { (*node).next = head };
             match self.head.compare_exchange_weak(head, node, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    let blocks = self.blocks.fetch_add(1, Ordering::Relaxed) as u64 + 1;
+                    let blocks = index as u64 + 1;
                     let cores = self.cores.max(1) as u64;
                     // Relaxed: a block that publishes against the older slack misses at most
                     // that slack, once.
