@@ -688,3 +688,396 @@ def test_help_still_prints_the_full_usage(
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: npumem") and "options:" in out
+
+
+# ----- values out of range or of the wrong type, anywhere a reader looks ----------------------
+
+OUTPUT_NAMES = {
+    "replay": None,
+    "report": None,
+    "plot": "o.png",
+    "view": "o.html",
+    "export": "o.json",
+}
+
+
+def run_reader(
+    command: str, src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[int, str, str]:
+    """`npumem COMMAND SRC` (with `-o` for the commands that write a file)."""
+    name = OUTPUT_NAMES[command]
+    out = tmp_path / name if name else None
+    argv = [command, str(src), *extra] + (["-o", str(out)] if out else [])
+    return run_cli(argv, capsys, output=out)
+
+
+TRACE_DAMAGE: list[tuple[Callable[[dict[str, Any]], object], str]] = [
+    (_set("stats_at_stop.external_fragmentation", -1), "must be between 0 and 1, got -1"),
+    (_set("stats_at_stop.external_fragmentation", 2.0), "must be between 0 and 1, got 2.0"),
+    (_set("stats_at_stop.external_fragmentation", 2**70), "must be between 0 and 1"),
+    (_set("stats_at_stop.external_fragmentation", True), "must be between 0 and 1, got True"),
+    (lambda o: o["stats_at_stop"].pop("capacity"), "stats: missing field 'capacity'"),
+    (_set("dropped", 2**70), "dropped = 1180591620717411303424 does not fit in 64 bits"),
+    (_set("events.0.4", 2**70), "event 0: core 1180591620717411303424 is not one of the 1 cores"),
+    (_set("events.0.4", 1), "event 0: core 1 is not one of the 1 cores"),
+    (_set("version", 2.0), "npumem-trace version 2.0 is not supported"),
+    (_set("config.backing", "bogus"), "config.backing must be one of ('host', 'none')"),
+    (_set("config.backing", 5), "config.backing must be one of ('host', 'none'), got 5"),
+    (_set("config.core_reserve", 1.5), "config.core_reserve must be an integer >= 0, got 1.5"),
+    (_set("config.chunk_size", 3), "config.chunk_size must be a power of two, got 3"),
+    (_set("config.chunk_size", 1), "config.min_block must be at least 64"),
+    (_set("config.capacity", 2**49), "config.capacity must be at most 281474976710656"),
+    (_set("config.cores", 1025), "config.cores must be at most 1024"),
+    (_set("config.run_tails", "yes"), "config.run_tails must be true or false"),
+    (_set("config.placement", None), "config.placement must be one of"),
+    (_set("config.slab_sizes", [64, 32]), "config.slab_sizes 1 must be an integer above"),
+    (_set("config.max_capacity", 1), "config.max_capacity must be an integer >= 16777216"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "message"), TRACE_DAMAGE)
+@pytest.mark.parametrize("command", ["replay", "plot", "view", "export"])
+def test_trace_values_out_of_range_are_refused_by_every_command(
+    mutate: Callable[[dict[str, Any]], object],
+    message: str,
+    command: str,
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(tmp_path / "t.json", damaged(saved["trace"], mutate))
+    status, _, err = run_reader(command, src, tmp_path, capsys)
+    assert status == 2
+    assert message in err
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load_trace(src)
+
+
+def test_the_trace_written_is_read_by_every_command(
+    saved: dict[str, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = write(tmp_path / "t.json", saved["trace"])
+    for command in ("replay", "plot", "view", "export"):
+        status, _, err = run_reader(command, src, tmp_path, capsys)
+        assert status == 0, err
+
+
+SNAPSHOT_DAMAGE: list[tuple[Callable[[dict[str, Any]], object], str]] = [
+    (_set("time_ns", 2**70), "time_ns = 1180591620717411303424 does not fit in 64 bits"),
+    (_set("blocks.0.6", 2**70), "block 0: pins = 1180591620717411303424 does not fit in 64"),
+    (_set("blocks.0.4", 3), "block 0: core 3 is not one of the 1 cores"),
+    (_set("blocks.0.7", str(2**96)), "handle 79228162514264337593543950336 does not fit in 96"),
+    (_set("regions", [[0, 2**70]]), "region 0: length = 1180591620717411303424 does not fit"),
+    (_set("regions", [[0, 0]]), "region 0 [0, 0) must be non-empty"),
+    (_set("regions", [[0, 2 * MIB], [MIB, MIB]]), "region 1 [1048576, 2097152) must be"),
+    (_set("regions", [[0, 32 * MIB]]), "end within the offsets (at most 16777216)"),
+    (_set("regions", 5), "field 'regions' must be list, got int"),
+    (_set("config.chunk_size", 3), "config.chunk_size must be a power of two, got 3"),
+    (_set("config.min_block", 32), "config.min_block must be at least 64"),
+    (_set("config.alignment", 2**70), "config.alignment must be at most 18446744073709551615"),
+    (_set("config.core_reserve", 2**70), "config.core_reserve must be at most 1024"),
+    (_set("stats.external_fragmentation", 1.5), "must be between 0 and 1, got 1.5"),
+    (_set("version", 2.0), "npumem-snapshot version 2.0 is not supported"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "message"), SNAPSHOT_DAMAGE)
+@pytest.mark.parametrize("command", ["report", "plot", "view"])
+def test_snapshot_values_out_of_range_are_refused_by_every_command(
+    mutate: Callable[[dict[str, Any]], object],
+    message: str,
+    command: str,
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(tmp_path / "s.json", damaged(saved["snapshot"], mutate))
+    status, _, err = run_reader(command, src, tmp_path, capsys)
+    assert status == 2
+    assert message in err
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load_snapshot(src)
+
+
+def test_a_handle_within_96_bits_is_a_handle(
+    saved: dict[str, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """26 digits fit in 96 bits (29 digits do not always): the format takes it."""
+    handle = "99999999999999999999999999"
+    src = write(tmp_path / "s.json", damaged(saved["snapshot"], _set("blocks.0.7", handle)))
+    assert load_snapshot(src).blocks[0].handle == int(handle)
+    status, _, err = run_reader("plot", src, tmp_path, capsys)
+    assert status == 0, err
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [lambda o: o.pop("regions", None), _set("regions", [])],
+    ids=["no regions", "empty regions"],
+)
+@pytest.mark.parametrize("command", ["report", "plot", "view"])
+def test_a_snapshot_without_regions_has_one_region_the_arena(
+    mutate: Callable[[dict[str, Any]], object],
+    command: str,
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(tmp_path / "s.json", damaged(saved["snapshot"], mutate))
+    assert load_snapshot(src).regions == ()
+    status, _, err = run_reader(command, src, tmp_path, capsys)
+    assert status == 0, err
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (_set("kv.0.page_bytes", 2**70), "kv 0 page_bytes must be between 1 and the capacity"),
+        (_set("kv.0.page_bytes", 0), "kv 0 page_bytes must be between 1 and the capacity"),
+        (_set("kv.0.pages.0.0", 2**40), "kv 0 page 0 [1099511627776, "),
+        (_set("kv.0.pages.0.1", 2**70), "kv 0 page 0: references = 1180591620717411303424"),
+    ],
+)
+@pytest.mark.parametrize("color_by", ["tag", "core"])
+def test_kv_pages_outside_the_arena_are_refused(
+    mutate: Callable[[dict[str, Any]], object],
+    message: str,
+    color_by: str,
+    kv_saved: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(tmp_path / "kv.json", damaged(kv_saved, mutate))
+    start = time.perf_counter()
+    status, _, err = run_reader("plot", src, tmp_path, capsys, "--color-by", color_by)
+    assert status == 2 and message in err
+    assert time.perf_counter() - start < 10
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load_snapshot(src)
+
+
+def test_numbers_too_large_for_a_double_are_refused_before_any_writer(
+    saved: dict[str, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`1e400` reads as infinity in Python: the reader refuses it, so no writer (export,
+    replay --json) meets a number it cannot write."""
+    text = json.dumps(damaged(saved["trace"], _set("config.core_reserve", 12345)))
+    src = tmp_path / "t.json"
+    src.write_text(text.replace("12345", "1e400"))
+    status, _, err = run_reader("export", src, tmp_path, capsys)
+    assert status == 2 and "the number 1e400 is out of range" in err
+    obj = damaged(saved["trace"], _set("stats_at_stop.external_fragmentation", 0.125))
+    src.write_text(json.dumps(obj).replace("0.125", "-1e400"))
+    status, _, err = run_cli(["replay", "--json", str(src)], capsys)
+    assert status == 2 and "the number -1e400 is out of range" in err
+
+
+@pytest.mark.parametrize("field", ["pool", "label"])
+def test_plot_draws_a_name_of_a_million_characters_quickly(
+    field: str, saved: dict[str, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kind = "trace" if field == "pool" else "snapshot"
+    src = write(tmp_path / "long.json", damaged(saved[kind], _set(field, "x" * 10**6)))
+    start = time.perf_counter()
+    status, _, err = run_reader("plot", src, tmp_path, capsys)
+    assert status == 0, err
+    assert time.perf_counter() - start < 20
+
+
+def test_a_long_tag_is_shortened_in_the_legend(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from npumem.monitor.plots import MAX_TEXT_LINE, plot_address_map, shorten
+
+    assert shorten("a" * 500) == "a" * (MAX_TEXT_LINE - 1) + "\u2026"
+    assert shorten("ab\n" + "c" * 500).startswith("ab\nccc")
+    pool = npumem.Pool(8 * MIB, cores=1, name="p")
+    block = pool.alloc(1000, tag="t" * 200_000)
+    start = time.perf_counter()
+    out = plot_address_map(pool.snapshot(), tmp_path / "m.svg")
+    assert time.perf_counter() - start < 20
+    assert "t" * MAX_TEXT_LINE not in out.read_text()
+    block.free()
+
+
+# ----- files too large to read, and running out of memory ----------------------------------
+
+
+@pytest.mark.parametrize("command", ["report", "plot", "replay", "plan"])
+def test_a_file_over_the_size_limit_is_refused(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from npumem import fileio
+
+    monkeypatch.setattr(fileio, "MAX_INPUT_BYTES", 1000)
+    src = tmp_path / "big.json"
+    src.write_text("{" + " " * 2000 + "}")
+    status, _, err = run_cli([command, str(src)], capsys)
+    assert status == 2
+    assert "cannot read the file (larger than the limit of 1,000 bytes)" in err
+
+
+@pytest.mark.parametrize("command", ["report", "plan"])
+def test_an_endless_stream_is_read_up_to_the_limit(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from npumem import fileio
+
+    monkeypatch.setattr(fileio, "MAX_INPUT_BYTES", 3 << 20)
+    status, _, err = run_cli([command, "/dev/zero"], capsys)
+    assert status == 2
+    assert "/dev/zero: cannot read the file (larger than the limit of 3,145,728 bytes)" in err
+
+
+def test_running_out_of_memory_while_parsing_is_one_line(
+    saved: dict[str, dict],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from npumem import fileio
+
+    def no_memory(*args: object, **kwargs: object) -> object:
+        raise MemoryError
+
+    src = write(tmp_path / "t.json", saved["trace"])
+    monkeypatch.setattr(fileio.json, "loads", no_memory)
+    status, _, err = run_cli(["report", str(src)], capsys)
+    assert status == 2
+    assert "not readable JSON (out of memory while parsing it)" in err
+
+
+# ----- output paths ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["plan", "plot", "view", "export"])
+def test_an_output_under_a_file_is_one_line(
+    command: str, saved: dict[str, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The clean-up after a failed write fails too there (the parent is not a folder): it is
+    quiet, and the command says why the write failed."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x\n")
+    if command == "plan":
+        src = tmp_path / "in.csv"
+        src.write_text("id,lower,upper,size\na,0,2,64\n")
+        out = blocker / "x.json"
+    else:
+        src = write(tmp_path / "t.json", saved["trace"])
+        out = blocker / {"plot": "x.png", "view": "x.html", "export": "x.json"}[command]
+    status, _, err = run_cli(
+        [command, str(src), "-o", str(out), "-q"][: 4 + (command == "plan")], capsys
+    )
+    assert status == 2
+    assert f"cannot write {out}" in err
+    assert blocker.read_text() == "x\n"
+
+
+@pytest.mark.parametrize("command", ["plot", "view", "export"])
+def test_an_empty_output_path_is_refused(
+    command: str,
+    saved: dict[str, dict],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(tmp_path / "t.json", saved["trace"])
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run_cli([command, str(src), "-o", ""], capsys)
+    assert status == 2
+    assert f"npumem {command}: error: the output path is empty" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_demo_refuses_an_empty_output_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run_cli(["demo", "--output", ""], capsys)
+    assert status == 2
+    assert "npumem demo: error: the output folder is empty" in err
+
+
+def test_plan_refuses_an_empty_input_path(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run_cli(["plan", ""], capsys)
+    assert status == 2
+    assert err.strip() == "npumem plan: error: a file path is empty"
+
+
+def test_demo_checks_every_output_before_writing_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "out"
+    (folder / "trace.json").mkdir(parents=True)
+    argv = [
+        "demo",
+        "--requests",
+        "10",
+        "--workers",
+        "1",
+        "--no-tiers",
+        "--trace",
+        "-o",
+        str(folder),
+    ]
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2
+    assert f"cannot write {folder / 'trace.json'}: it is a directory" in err
+    assert [p.name for p in folder.iterdir()] == ["trace.json"]
+
+
+@pytest.mark.parametrize("command", ["demo", "replay", "plan"])
+@pytest.mark.parametrize("form", [["--capacity", "-1MiB"], ["--capacity=-1MiB"]])
+def test_a_negative_size_reaches_the_size_parser(
+    command: str, form: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [command] + ([] if command == "demo" else ["in.json"]) + form
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2
+    assert f"npumem {command}: error: argument --capacity: '-1MiB' is not a byte count" in err
+    assert "negative" in err
+
+
+# ----- plan files ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plan_saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    problem = Problem.from_json(
+        {"buffers": [{"id": "x", "lower": 0, "upper": 2, "size": 64}], "name": "tiny"}
+    )
+    from npumem.plan import solve
+
+    return solve(problem, time_limit=1).to_json_obj()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda o: o.pop("arena_size"), "missing field 'arena_size'"),
+        (lambda o: o.pop("gap"), "missing field 'gap'"),
+        (lambda o: o.pop("lower_bound"), "missing field 'lower_bound'"),
+        (_set("arena_size", "64"), "arena_size must be an integer between 0 and"),
+        (_set("lower_bound", 2**64), "lower_bound must be an integer between 0 and"),
+        (_set("gap", "0"), "gap must be a finite number >= 0, got '0'"),
+        (_set("gap", -0.5), "gap must be a finite number >= 0, got -0.5"),
+        (_set("status", "done"), "status must be one of"),
+        (_set("capacity", -1), "capacity must be null or an integer"),
+        (_set("greedy", []), "greedy must be an object"),
+        (_set("buffers.0.id", ""), "buffers[0] (id ''): the id is empty"),
+    ],
+)
+@pytest.mark.parametrize("command", ["plot", "plan"])
+def test_plan_files_with_missing_or_wrong_figures_are_refused(
+    mutate: Callable[[dict[str, Any]], object],
+    message: str,
+    command: str,
+    plan_saved: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = write(tmp_path / "plan.json", damaged(plan_saved, mutate))
+    out = tmp_path / ("o.png" if command == "plot" else "o.csv")
+    status, _, err = run_cli([command, str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert f"npumem {command}: error: {src}: {message}" in err
+    assert err.count(str(src)) == 1  # the file is named once

@@ -47,7 +47,19 @@ def test_capacity_met_and_not_met(tmp_path: Path, capsys: pytest.CaptureFixture[
     captured = capsys.readouterr()
     assert "does NOT fit" in captured.out
     assert "capacity 11 not met" in captured.err
-    assert (tmp_path / "b.csv").exists()  # the best packing found is still written
+    assert "b.csv not written" in captured.err
+    assert not (tmp_path / "b.csv").exists()  # a command that fails writes no file
+
+
+def test_capacity_not_met_leaves_an_existing_output_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keep = tmp_path / "keep.json"
+    keep.write_text("kept\n")
+    src = str(DATA / "input.12.csv")
+    assert run(src, "-o", str(keep), "--capacity", "1") == 1
+    assert "not met (proven impossible)" in capsys.readouterr().err
+    assert keep.read_text() == "kept\n"
 
 
 def test_graph_json_to_c_header(tmp_path: Path) -> None:

@@ -6,15 +6,18 @@ Each subcommand lives next to the code it drives and registers itself through an
 
 Bad arguments are refused like every other bad input: one line on stderr,
 `npumem SUBCOMMAND: error: MESSAGE` (`npumem: error: MESSAGE` before a subcommand is known),
-nothing on stdout, exit status 2; `--help` prints the full usage.
+nothing on stdout, exit status 2; `--help` prints the full usage. A value that starts with a
+minus sign and a digit is taken as a value (`--capacity -1MiB` is refused by the size parser,
+not taken for an unknown option).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from npumem.exit_status import ExitStatus
 
@@ -29,6 +32,13 @@ class OneLineErrorParser(argparse.ArgumentParser):
     unknown argument after a subcommand is refused by that subcommand's parser, so the line
     names the subcommand.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A value that starts with a minus sign and a digit (`--capacity -1MiB`, `--seed -3`)
+        # is a value, not an option, so that its option's type refuses it with its own
+        # message; no option of npumem starts with a digit.
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
 
     def error(self, message: str) -> NoReturn:
         self.exit(ExitStatus.USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")

@@ -3,11 +3,12 @@
 Every file is UTF-8. The reader also accepts a byte-order mark (editors on Windows add one); the
 writers never write one. The reader returns a JSON object or raises the caller's error type with
 one line that starts with the file and says what is wrong (missing, a directory, not UTF-8, not
-JSON with the line and column, nested too deeply, not an object), never a traceback from inside
-the `json` module. Writers replace the file atomically: a reader sees the old file or the new
-one, and a failed write leaves no partial file behind. A symbolic link is written through (the
-file it points to is replaced and the link stays a link); an existing path that is neither a
-regular file nor a link to one (a directory, a FIFO, a device, a socket) is refused.
+JSON with the line and column, nested too deeply, a number out of range, not an object, larger
+than `MAX_INPUT_BYTES`), never a traceback from inside the `json` module. Writers replace the
+file atomically: a reader sees the old file or the new one, and a failed write leaves no partial
+file behind (its clean-up never raises over the error it reports). A symbolic link is written
+through (the file it points to is replaced and the link stays a link); an existing path that is
+neither a regular file nor a link to one (a directory, a FIFO, a device, a socket) is refused.
 
 `path_argument()` is the one check of a file path argument: the reader and the writers here
 start with it, and so should any function that takes a path.
@@ -15,8 +16,10 @@ start with it, and so should any function that takes a path.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import math
 import os
 import secrets
 import stat
@@ -27,12 +30,15 @@ from typing import Any
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
+    "MAX_INPUT_BYTES",
+    "check_output_path",
     "decode_text",
     "json_object_from_text",
     "json_text",
     "path_argument",
     "read_bytes",
     "read_json_object",
+    "remove_quietly",
     "write_bytes",
     "write_json",
     "write_text",
@@ -43,9 +49,34 @@ ENCODING = "utf-8"
 
 _READ_ENCODING = "utf-8-sig"  # UTF-8, with or without a byte-order mark
 
+MAX_INPUT_BYTES = 1 << 30
+"""The largest file (or stream) the reader takes: 1 GiB. A trace of a million events takes
+about 75 MB (100 MB with call stacks), so this holds traces of more than ten million events;
+anything larger, or an endless stream such as `/dev/zero`, is refused without reading past
+the limit."""
+
+_READ_CHUNK = 1 << 20
+
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or an exponent, refused when it does not fit in a double
+    (`1e400` would read as infinity, which no writer can write back)."""
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"the number {shown} is out of range")
+    return value
+
+
+def remove_quietly(path: Path) -> None:
+    """Remove `path` if it exists; a failure to remove it (a parent that is not a folder, no
+    permission) is ignored, so that clean-up never hides the error being reported."""
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 def path_argument(
@@ -94,16 +125,39 @@ def read_json_object(
 
 
 def read_bytes(path: Path, *, error: Callable[[str], Exception] = InvalidArgumentError) -> bytes:
-    """The bytes of the file (or pipe) at `path`, read once; a file that cannot be read raises
-    `error(message)`, the message naming it and saying why."""
+    """The bytes of the file (or pipe) at `path`, read once; a file that cannot be read, or
+    that holds more than `MAX_INPUT_BYTES`, raises `error(message)`, the message naming it and
+    saying why. A stream is read up to the limit and no further."""
+    limit = MAX_INPUT_BYTES
+    too_large = f"{path}: cannot read the file (larger than the limit of {limit:,} bytes)"
     try:
-        return path.read_bytes()
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                raise error(too_large)
+            if stat.S_ISREG(st.st_mode):
+                data = f.read(limit + 1)  # one read, no copy (a file may grow meanwhile)
+            else:
+                buf = bytearray()
+                while len(buf) <= limit:
+                    piece = f.read(min(_READ_CHUNK, limit + 1 - len(buf)))
+                    if not piece:
+                        break
+                    buf += piece
+                data = bytes(buf)
     except FileNotFoundError:
         raise error(f"{path}: cannot read the file (no such file)") from None
     except IsADirectoryError:
         raise error(f"{path}: cannot read the file (it is a directory, not a file)") from None
+    except MemoryError:
+        raise error(f"{path}: cannot read the file (out of memory)") from None
     except OSError as exc:
         raise error(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    if len(data) > limit:
+        raise error(too_large)
+    return data
 
 
 def decode_text(
@@ -127,14 +181,16 @@ def json_object_from_text(
     """The JSON object `text` holds, or `error(message)` as `read_json_object()` says, the
     message starting with `label` (the file's name)."""
     try:
-        obj = json.loads(text, parse_constant=_refuse_constant)
+        obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except MemoryError:
+        raise error(f"{label}: not readable JSON (out of memory while parsing it)") from None
     except json.JSONDecodeError as exc:
         raise error(
             f"{label}, line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})"
         ) from None
     except RecursionError:
         raise error(f"{label}: not readable JSON (nested too deeply)") from None
-    except ValueError as exc:  # NaN or Infinity, an integer with too many digits
+    except ValueError as exc:  # NaN, Infinity, 1e400, an integer with too many digits
         raise error(f"{label}: not readable JSON ({exc})") from None
     if not isinstance(obj, dict):
         found = "null" if obj is None else type(obj).__name__
@@ -183,8 +239,17 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        remove_quietly(tmp)
         raise
+    return out
+
+
+def check_output_path(path: str | os.PathLike[str]) -> Path:
+    """`path` as a `Path` if a writer here could replace it: `path_argument()` with "the
+    output path", then an `OSError` (as `write_bytes()` raises it) when it exists and is not a
+    regular file or a link to one. Commands that write several files check them all first."""
+    out = path_argument(path, "the output path")
+    _replaced_file(out)
     return out
 
 

@@ -77,7 +77,7 @@ class Reader:
         if obj.get("format") != fmt:
             raise self.fail(f"format is {obj.get('format')!r}, expected {fmt!r}")
         got = obj.get("version")
-        if isinstance(got, bool) or got not in versions:
+        if isinstance(got, bool) or not isinstance(got, int) or got not in versions:
             known = " and ".join(str(v) for v in versions)
             raise self.fail(
                 f"{fmt} version {got!r} is not supported (this npumem reads version {known})"

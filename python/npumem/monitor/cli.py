@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from npumem._argtypes import at_least_one
-from npumem.errors import MissingDependencyError
+from npumem.errors import MissingDependencyError, NpumemError
 from npumem.exit_status import ExitStatus
-from npumem.fileio import json_text
+from npumem.fileio import json_text, path_argument
 from npumem.monitor._files import read_json
 from npumem.monitor.errors import MonitorError
 from npumem.monitor.report import render_report, report_json
@@ -37,6 +37,18 @@ if TYPE_CHECKING:
     from npumem.plan import Solution
 
 __all__ = ["add_parsers", "run_export", "run_plot", "run_report", "run_view"]
+
+
+def _output_path(given: str | None, default: str, command: str, err: Console) -> Path | None:
+    """`-o OUT` as a `Path`, or `default` when not given; an empty or unusable path is
+    refused on `err` (None)."""
+    if given is None:
+        return Path(default)
+    try:
+        return path_argument(given, "the output path")
+    except NpumemError as exc:
+        err.print(f"npumem {command}: error: {exc}", markup=False)
+        return None
 
 
 def _load_any(path: str) -> Snapshot | Trace | Solution | TierSnapshot:
@@ -84,7 +96,9 @@ def run_plot(args: argparse.Namespace) -> int:
     except MonitorError as exc:
         err.print(f"npumem plot: error: {exc}", markup=False)
         return ExitStatus.USAGE
-    output = Path(args.output) if args.output else Path(Path(args.input).stem + ".png")
+    output = _output_path(args.output, Path(args.input).stem + ".png", "plot", err)
+    if output is None:
+        return ExitStatus.USAGE
     if isinstance(loaded, TierSnapshot):
         return _plot_tiers(loaded, output, err)
     from npumem.monitor.plots import plot_address_map, plot_plan, plot_trace
@@ -126,7 +140,9 @@ def run_view(args: argparse.Namespace) -> int:
             f"npumem view: error: {args.input} is a plan (npumem plot draws plans)", markup=False
         )
         return ExitStatus.USAGE
-    output = Path(args.output) if args.output else Path(Path(args.input).stem + ".html")
+    output = _output_path(args.output, Path(args.input).stem + ".html", "view", err)
+    if output is None:
+        return ExitStatus.USAGE
     if output.suffix.lower() not in (".html", ".htm"):
         err.print(f"npumem view: error: {output}: the page is HTML, name it .html", markup=False)
         return ExitStatus.USAGE
@@ -156,7 +172,9 @@ def run_export(args: argparse.Namespace) -> int:
         return ExitStatus.USAGE
     from npumem.monitor.perfetto import write_chrome_trace
 
-    output = Path(args.output) if args.output else Path(Path(args.trace).stem + ".perfetto.json")
+    output = _output_path(args.output, Path(args.trace).stem + ".perfetto.json", "export", err)
+    if output is None:
+        return ExitStatus.USAGE
     try:
         write_chrome_trace(loaded, output)
     except OSError as exc:

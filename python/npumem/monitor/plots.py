@@ -13,6 +13,7 @@ interactive session's backend alone.
 
 from __future__ import annotations
 
+import bisect
 import io
 import itertools
 import math
@@ -88,15 +89,35 @@ def _mpl() -> Any:
     return Figure, PolyCollection, matplotlib.colormaps, numpy
 
 
+MAX_TEXT_LINE = 120
+"""The most characters a line of text in a picture shows: a longer line (a pool name, a label
+or a tag from a file) is cut and ends in an ellipsis. Laying out a line costs time that grows
+faster than its length, and nobody reads a line wider than the picture."""
+
+
+def shorten(text: str, limit: int = MAX_TEXT_LINE) -> str:
+    """`text` with every line longer than `limit` characters cut to `limit`, the last one an
+    ellipsis."""
+    if len(text) <= limit:
+        return text
+    return "\n".join(
+        line if len(line) <= limit else line[: limit - 1] + "\u2026" for line in text.split("\n")
+    )
+
+
 def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
     """Write `fig` to `path` in the format its extension names (`picture_format`), the same
     bytes for the same picture; returns the path. Every text is drawn as it is: pool names,
-    labels and tags come from files, and matplotlib would read `$...$` in them as math."""
+    labels and tags come from files, and matplotlib would read `$...$` in them as math; a line
+    longer than `MAX_TEXT_LINE` characters is shortened (`shorten()`)."""
     import matplotlib
     from matplotlib.text import Text
 
     for text in fig.findobj(Text):
         text.set_parse_math(False)
+        content = text.get_text()
+        if len(content) > MAX_TEXT_LINE:
+            text.set_text(shorten(content))
     data = io.BytesIO()
     # SVG keeps its text as text (searchable, smaller) rather than as outlines.
     with matplotlib.rc_context({"svg.fonttype": "none"}):
@@ -269,7 +290,7 @@ def _compactions(moves: Sequence[float], gap: float = 1e-3) -> list[float]:
 def _extent(snap: Snapshot) -> int:
     """The offsets the map shows: the usable arena, or up to the last region of a pool that
     grew."""
-    return max(snap.usable_capacity, *(r.end for r in snap.regions))
+    return max([snap.usable_capacity, *(r.end for r in snap.regions)])
 
 
 def _absent(snap: Snapshot) -> list[tuple[int, int]]:
@@ -322,16 +343,69 @@ def chunk_owners(snap: Snapshot) -> dict[int, int | str]:
     or `"global"` for a chunk of a run (a block of a chunk or more, served by the global
     pool). Chunks without a live block are left out: a free chunk may sit in a core's reserve
     or in the global pool, which a snapshot does not record."""
-    chunk = _chunk_size(snap)
     owners: dict[int, int | str] = {}
-    for b in snap.blocks:
-        first, last = b.offset // chunk, (b.end - 1) // chunk
-        if b.block_bytes >= chunk or first != last:
-            for c in range(first, last + 1):
-                owners[c] = "global"
-        else:
-            owners.setdefault(first, b.core)
+    for first, last in _global_chunks(snap):
+        for c in range(first, last + 1):
+            owners[c] = "global"
+    owners.update(_core_chunks(snap))
     return owners
+
+
+def _global_chunks(snap: Snapshot) -> list[tuple[int, int]]:
+    """`(first, last)` chunks of the runs of the global pool (blocks of a chunk or more, or
+    across chunks), in order and merged."""
+    chunk = _chunk_size(snap)
+    spans = sorted(
+        (b.offset // chunk, (b.end - 1) // chunk)
+        for b in snap.blocks
+        if b.block_bytes >= chunk or b.offset // chunk != (b.end - 1) // chunk
+    )
+    merged: list[tuple[int, int]] = []
+    for first, last in spans:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
+
+
+def _core_chunks(snap: Snapshot) -> dict[int, int]:
+    """The chunks of core pools that hold a live block, and their core (see
+    `chunk_owners()`): at most one entry per block, however large the arena."""
+    chunk = _chunk_size(snap)
+    runs = _global_chunks(snap)
+    starts = [first for first, _ in runs]
+    owners: dict[int, int] = {}
+    for b in snap.blocks:
+        c = b.offset // chunk
+        if b.block_bytes >= chunk or c != (b.end - 1) // chunk:
+            continue
+        i = bisect.bisect_right(starts, c) - 1
+        if i < 0 or runs[i][1] < c:
+            owners.setdefault(c, b.core)
+    return owners
+
+
+def _split_by_core(
+    offset: int, length: int, chunk: int, owned: Sequence[int], owners: dict[int, int]
+) -> list[tuple[int | None, int, int]]:
+    """`(core or None, offset, length)` pieces of a free run: the parts in chunks of a core
+    pool (`owned`: their indexes, in order), and the parts between them."""
+    end = offset + length
+    pieces: list[tuple[int | None, int, int]] = []
+    at = offset
+    i = bisect.bisect_left(owned, offset // chunk)
+    while i < len(owned) and owned[i] * chunk < end:
+        c = owned[i]
+        start, stop = max(offset, c * chunk), min(end, (c + 1) * chunk)
+        if start > at:
+            pieces.append((None, at, start - at))
+        pieces.append((owners[c], start, stop - start))
+        at = stop
+        i += 1
+    if at < end:
+        pieces.append((None, at, end - at))
+    return pieces
 
 
 def _draw_map(
@@ -353,7 +427,14 @@ def _draw_map(
     div, unit = _axis_unit(row)
     by_core = color_by == "core"
     chunk = _chunk_size(snap)
-    owners = chunk_owners(snap) if by_core else {}
+    core_chunks = _core_chunks(snap) if by_core else {}
+    global_starts = [c * chunk for c, _ in _global_chunks(snap)] if by_core else []
+    global_ends = [(c + 1) * chunk for _, c in _global_chunks(snap)] if by_core else []
+    owned = sorted(core_chunks)
+
+    def in_global_run(offset: int) -> bool:
+        i = bisect.bisect_right(global_starts, offset) - 1
+        return i >= 0 and offset < global_ends[i]
 
     def rect(r: int, x0: float, x1: float, y0: float = 0.0, y1: float = 0.9) -> Any:
         return [(x0 / div, r + y0), (x1 / div, r + y0), (x1 / div, r + y1), (x0 / div, r + y1)]
@@ -373,7 +454,7 @@ def _draw_map(
         label = _label(b, color_by)
         if label in kv_tags:
             continue
-        if by_core and owners.get(b.offset // chunk) == "global":
+        if by_core and in_global_run(b.offset):
             label = GLOBAL_LABEL
         groups.setdefault(label, []).extend(pieces)
         if b.handle in moved:
@@ -382,14 +463,15 @@ def _draw_map(
     free: list[Any] = []
     free_in_core: dict[int, list[Any]] = {}
     for e in snap.free_runs:
-        pieces = _segments(e.offset, e.length, chunk) if by_core else [(0, e.offset, e.end)]
-        for c, x0, x1 in pieces:
-            start = c * chunk + int(x0) if by_core else int(x0)
-            owner = owners.get(c) if by_core else None
-            into = free_in_core.setdefault(owner, []) if isinstance(owner, int) else free
+        pieces = (
+            _split_by_core(e.offset, e.length, chunk, owned, core_chunks)
+            if by_core
+            else [(None, e.offset, e.length)]
+        )
+        for owner, start, length in pieces:
+            into = free if owner is None else free_in_core.setdefault(owner, [])
             into.extend(
-                rect(r, y0, max(y1, y0 + min_width))
-                for r, y0, y1 in _segments(start, int(x1 - x0), row)
+                rect(r, y0, max(y1, y0 + min_width)) for r, y0, y1 in _segments(start, length, row)
             )
     untracked = [
         rect(r, x0, x1) for e in snap.untracked for r, x0, x1 in _segments(e.offset, e.length, row)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from npumem.monitor._files import PLAN_FORMAT, Reader, file_kind, path_argument, read_json
+from npumem.monitor.errors import FileFormatError
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
 
@@ -32,12 +33,16 @@ def solution_from_json_obj(obj: Mapping[str, Any], *, where: str = "plan") -> So
             raise r.fail(f"buffers[{i}] must be an object with a string 'id'")
         offsets[entry["id"]] = r.non_negative(entry.get("offset"), f"buffers[{i}].offset")
     capacity = obj.get("capacity")
+    name = r.field(obj, "name", str)
+    try:  # the problem's errors start with `where` already
+        problem = Problem.from_json(obj, name=name, label=where)
+    except (PlanError, ValueError) as exc:
+        raise FileFormatError(str(exc)) from None
     try:
-        problem = Problem.from_json(obj, name=r.field(obj, "name", str))
         return Solution(
             problem,
             offsets,
-            lower_bound=r.non_negative(r.field(obj, "lower_bound", int), "lower_bound"),
+            lower_bound=obj["lower_bound"],
             capacity=capacity if isinstance(capacity, int) else None,
             status=r.field(obj, "status", str),
         )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
 from npumem.monitor.kv_pages import KVPages
-from npumem.monitor.validate import check_snapshot, stats_from_dict
+from npumem.monitor.validate import check_config, check_snapshot, stats_from_dict
 
 if TYPE_CHECKING:
     from npumem import Pool
@@ -272,6 +272,7 @@ class Snapshot:
         config = r.field(obj, "config", dict)
         for key in _CONFIG_INTS:
             r.non_negative(r.field(config, key, int), f"config.{key}")
+        check_config(config, where)
         if r.field(obj, "block_fields", list) != list(_BLOCK_FIELDS):
             raise r.fail(f"block_fields must be {list(_BLOCK_FIELDS)}")
         blocks = []

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from npumem.monitor._files import TRACE_FORMAT, Reader, read_json, write_json
 from npumem.monitor.snapshot import pool_config
-from npumem.monitor.validate import check_trace, stats_from_dict
+from npumem.monitor.validate import check_config, check_trace, stats_from_dict
 
 if TYPE_CHECKING:
     from npumem import Pool
@@ -79,7 +79,7 @@ def _stats_obj(stats: PoolStats | None) -> dict[str, Any]:
 
 def _stats_of(obj: dict[str, Any], where: str) -> PoolStats | None:
     """Stats from a trace file (None for an empty object)."""
-    return stats_from_dict(obj, where, fragmentation=False) if obj else None
+    return stats_from_dict(obj, where) if obj else None
 
 
 @dataclass
@@ -161,6 +161,7 @@ class Trace:
             value = r.non_negative(r.field(config, key, int), f"config.{key}")
             if value == 0:
                 raise r.fail(f"config.{key} must be > 0")
+        check_config(config, where)
         tags = r.field(obj, "tags", list)
         if not all(isinstance(t, str) for t in tags):
             raise r.fail("tags must be a list of strings")

@@ -6,8 +6,9 @@ offsets fit in 64 bits, the configuration is positive, every block and extent li
 arena, live blocks do not overlap each other or a free run, the fragmentation is a fraction,
 every traced allocation fits the recorded arena, and no handle is allocated again while its
 block is live (handles carry a generation, so a pool never hands out the same one twice).
-Each failure is a `npumem.monitor.errors.FileFormatError` of one line that names the file and
-the entry.
+The configuration must be one a pool can have (`check_config`), and every figure the formats
+keep in 64 bits must fit in them. Each failure is a `npumem.monitor.errors.FileFormatError` of
+one line that names the file and the entry.
 `stats_from_dict` turns the stats a file keeps into a `PoolStats` after checking them.
 """
 
@@ -31,6 +32,19 @@ __all__ = ["check_config", "check_snapshot", "check_trace", "stats_from_dict"]
 POSITIVE_CONFIG = ("capacity", "cores", "chunk_size", "min_block", "bank_size", "alignment")
 """Configuration fields that must be > 0 in every file."""
 
+# The rules of the Rust core's `PoolConfig::validate`: a file's configuration must be one a
+# pool can have, so that every command that reads it (and `replay`, which makes a pool of it)
+# sees the same figures.
+MAX_CAPACITY = 1 << 48
+"""The largest arena a pool can have (`npumem_core::MAX_CAPACITY`)."""
+MAX_CORES = 1024
+"""The most core pools a pool can have (`npumem_core::MAX_CORES`)."""
+MAX_CORE_RESERVE = 1024
+MAX_TREE_DEPTH = 24
+MAX_SLAB_CLASSES = 255
+POWER_OF_TWO_CONFIG = ("chunk_size", "min_block", "bank_size", "alignment")
+CONFIG_CHOICES = {"backing": ("host", "none"), "placement": ("best-fit", "first-fit")}
+
 
 def _fail(where: str, message: str) -> FileFormatError:
     return FileFormatError(f"{where}: {message}")
@@ -42,20 +56,94 @@ def _bytes(where: str, what: str, value: int) -> int:
     return value
 
 
+def _config_int(config: Mapping[str, Any], key: str, where: str, low: int, high: int) -> int:
+    value = config.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _fail(where, f"config.{key} must be an integer >= {low}, got {value!r}")
+    if value > high:
+        raise _fail(where, f"config.{key} must be at most {high}, got {value}")
+    return int(value)
+
+
 def check_config(config: Mapping[str, Any], where: str) -> int:
-    """The positive configuration fields are ints in `1..MAX_BYTES`; returns the end of the
-    offsets: the capacity, or for a pool that can grow (`max_capacity`), its offset space of
-    twice `max_capacity` in whole chunks."""
-    for key in (*POSITIVE_CONFIG, *(("max_capacity",) if "max_capacity" in config else ())):
+    """The configuration is one a pool can have (the rules of the Rust core's
+    `PoolConfig::validate`: sizes are powers of two in range, the optional fields of the right
+    type); returns the end of the offsets: the capacity, or for a pool that can grow
+    (`max_capacity`), its offset space of twice `max_capacity` in whole chunks."""
+    for key in POSITIVE_CONFIG:
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise _fail(where, f"config.{key} must be an integer > 0, got {value!r}")
-        _bytes(where, f"config.{key}", value)
-    capacity: int = config["capacity"]
-    if "max_capacity" in config:
-        chunk: int = config["chunk_size"]
-        capacity = max(capacity, 2 * -(-config["max_capacity"] // chunk) * chunk)
-    return capacity
+    capacity = _config_int(config, "capacity", where, 1, MAX_CAPACITY)
+    _config_int(config, "cores", where, 1, MAX_CORES)
+    for key in POWER_OF_TWO_CONFIG:
+        value = _config_int(config, key, where, 1, MAX_BYTES)
+        if value & (value - 1):
+            raise _fail(where, f"config.{key} must be a power of two, got {value}")
+    chunk, min_block = int(config["chunk_size"]), int(config["min_block"])
+    bank, alignment = int(config["bank_size"]), int(config["alignment"])
+    if alignment > capacity:
+        raise _fail(where, f"config.alignment {alignment} is more than the capacity {capacity}")
+    if min_block < 64 or 2 * min_block > chunk:
+        raise _fail(
+            where,
+            f"config.min_block must be at least 64 and at most half of chunk_size ({chunk}), "
+            f"got {min_block}",
+        )
+    if chunk // min_block > 1 << MAX_TREE_DEPTH:
+        raise _fail(
+            where,
+            f"config.chunk_size must be at most 2^{MAX_TREE_DEPTH} times min_block "
+            f"({min_block}), got {chunk}",
+        )
+    if capacity < min_block:
+        raise _fail(where, f"config.capacity {capacity} is less than min_block ({min_block})")
+    if bank > chunk:
+        raise _fail(where, f"config.bank_size must be at most chunk_size ({chunk}), got {bank}")
+    _check_slab_sizes(config, where, chunk, bank)
+    chunks = -(-capacity // chunk)
+    if "core_reserve" in config:
+        _config_int(config, "core_reserve", where, 0, max(chunks, MAX_CORE_RESERVE))
+    for key, choices in CONFIG_CHOICES.items():
+        if key in config and (not isinstance(config[key], str) or config[key] not in choices):
+            raise _fail(where, f"config.{key} must be one of {choices}, got {config[key]!r}")
+    if "run_tails" in config and not isinstance(config["run_tails"], bool):
+        raise _fail(where, f"config.run_tails must be true or false, got {config['run_tails']!r}")
+    if "max_capacity" not in config:
+        return capacity
+    most = _config_int(config, "max_capacity", where, capacity, MAX_CAPACITY // 2)
+    if most > capacity and capacity % chunk:
+        raise _fail(
+            where,
+            f"config.capacity must be a multiple of chunk_size ({chunk}) for a pool that can "
+            f"grow, got {capacity}",
+        )
+    return max(capacity, 2 * -(-most // chunk) * chunk)
+
+
+def _check_slab_sizes(config: Mapping[str, Any], where: str, chunk: int, bank: int) -> None:
+    """`slab_sizes`, when given: at most `MAX_SLAB_CLASSES` sizes, increasing, each in
+    `1..bank_size`, the largest at most half of a chunk."""
+    if "slab_sizes" not in config:
+        return
+    sizes = config["slab_sizes"]
+    if not isinstance(sizes, list) or len(sizes) > MAX_SLAB_CLASSES:
+        raise _fail(where, f"config.slab_sizes must be a list of at most {MAX_SLAB_CLASSES} sizes")
+    previous = 0
+    for i, size in enumerate(sizes):
+        if isinstance(size, bool) or not isinstance(size, int) or not previous < size <= bank:
+            raise _fail(
+                where,
+                f"config.slab_sizes {i} must be an integer above the one before it and at most "
+                f"bank_size ({bank}), got {size!r}",
+            )
+        previous = size
+    if sizes and chunk < 2 * previous:
+        raise _fail(
+            where,
+            f"config.chunk_size must be at least twice the largest slab size ({previous}), "
+            f"got {chunk}",
+        )
 
 
 def _disjoint(where: str, spans: Iterable[tuple[int, int, str]]) -> None:
@@ -69,11 +157,15 @@ def _disjoint(where: str, spans: Iterable[tuple[int, int, str]]) -> None:
 def check_snapshot(snapshot: Snapshot, where: str) -> None:
     """The snapshot describes one arena: see the module's docstring."""
     capacity = check_config(snapshot.config, where)
+    cores = int(snapshot.config["cores"])
+    _bytes(where, "time_ns", snapshot.time_ns)
     spans: list[tuple[int, int, str]] = []
     for i, b in enumerate(snapshot.blocks):
         what = f"block {i}"
-        for field in ("offset", "nbytes", "block_bytes", "align"):
+        for field in ("offset", "nbytes", "block_bytes", "align", "pins"):
             _bytes(where, f"{what}: {field}", getattr(b, field))
+        if b.core >= cores:
+            raise _fail(where, f"{what}: core {b.core} is not one of the {cores} cores")
         if b.nbytes == 0 or b.block_bytes < b.nbytes:
             raise _fail(
                 where,
@@ -99,22 +191,88 @@ def check_snapshot(snapshot: Snapshot, where: str) -> None:
         where,
         spans + [(e.offset, e.end, f"free run {i}") for i, e in enumerate(snapshot.free_runs)],
     )
+    _check_regions(snapshot, capacity, where)
+    _check_kv(snapshot, capacity, where)
     _check_fragmentation(snapshot.stats.external_fragmentation, where)
 
 
+def _check_regions(snapshot: Snapshot, capacity: int, where: str) -> None:
+    """The regions (none listed: one region, the arena) are non-empty, in order, apart, and
+    inside the offsets."""
+    end = 0
+    for i, r in enumerate(snapshot.regions):
+        _bytes(where, f"region {i}: offset", r.offset)
+        _bytes(where, f"region {i}: length", r.length)
+        if r.length == 0 or r.offset < end or r.end > capacity:
+            raise _fail(
+                where,
+                f"region {i} [{r.offset}, {r.end}) must be non-empty, after the region before "
+                f"it and end within the offsets (at most {capacity})",
+            )
+        end = r.end
+
+
+def _check_kv(snapshot: Snapshot, capacity: int, where: str) -> None:
+    """Every KV page has a size in `1..capacity` and lies inside the offsets."""
+    for index, k in enumerate(snapshot.kv):
+        if not 0 < k.page_bytes <= capacity:
+            raise _fail(
+                where,
+                f"kv {index} page_bytes must be between 1 and the capacity {capacity}, got "
+                f"{k.page_bytes}",
+            )
+        for i, (offset, references) in enumerate(k.pages):
+            _bytes(where, f"kv {index} page {i}: references", references)
+            if offset + k.page_bytes > capacity:
+                raise _fail(
+                    where,
+                    f"kv {index} page {i} [{offset}, {offset + k.page_bytes}) ends beyond the "
+                    f"capacity {capacity}",
+                )
+
+
 def _check_fragmentation(frag: Any, where: str) -> None:
-    if not isinstance(frag, int | float) or not (math.isfinite(frag) and 0 <= frag <= 1):
+    number = isinstance(frag, int | float) and not isinstance(frag, bool)
+    if not number or not (math.isfinite(frag) and 0 <= frag <= 1):
         raise _fail(where, f"stats.external_fragmentation must be between 0 and 1, got {frag!r}")
 
 
-def stats_from_dict(
-    stats: Mapping[str, Any], where: str, *, fragmentation: bool = True
-) -> PoolStats:
+STATS_COUNTS = (
+    "capacity",
+    "usable_capacity",
+    "bytes_in_use",
+    "bytes_free",
+    "peak_bytes_in_use",
+    "largest_free_block",
+)
+"""The counts every saved `PoolStats` has (with `external_fragmentation` and `per_core`)."""
+CORE_COUNTS = (
+    "core",
+    "chunks",
+    "bytes_in_use",
+    "bytes_free",
+    "alloc_count",
+    "free_count",
+    "overflow_allocs",
+    "failed_allocs",
+)
+"""The counts every row of `per_core` has."""
+
+
+def stats_from_dict(stats: Mapping[str, Any], where: str) -> PoolStats:
     """The `PoolStats` of the stats a file keeps (`PoolStats.as_dict()`), after checking that
-    every figure is a count (and, with `fragmentation`, that the fragmentation is a fraction)."""
+    the required figures are there (`STATS_COUNTS`, `external_fragmentation`, `per_core` and
+    its rows' `CORE_COUNTS`), that every figure is a count and that the fragmentation is a
+    fraction."""
+    missing = [k for k in (*STATS_COUNTS, "external_fragmentation", "per_core") if k not in stats]
+    if missing:
+        raise _fail(where, f"stats: missing field {missing[0]!r}")
     _check_stats(stats, where)
-    if fragmentation:
-        _check_fragmentation(stats.get("external_fragmentation"), where)
+    _check_fragmentation(stats.get("external_fragmentation"), where)
+    for i, row in enumerate(stats["per_core"]):
+        absent = [k for k in CORE_COUNTS if k not in row]
+        if absent:
+            raise _fail(where, f"stats.per_core {i}: missing field {absent[0]!r}")
     try:
         return PoolStats.from_dict(dict(stats))
     except (NpumemError, TypeError, ValueError, OverflowError) as exc:
@@ -149,9 +307,13 @@ def _check_stats(stats: Mapping[str, Any], where: str) -> None:
 def check_trace(trace: Trace, where: str) -> None:
     """The trace's events fit its configuration: see the module's docstring."""
     capacity = check_config(trace.config, where)
+    cores = int(trace.config["cores"])
+    _bytes(where, "dropped", trace.dropped)
     live: dict[int, int] = {}  # handle -> the event that allocated it
     for i, e in enumerate(trace.events):
         what = f"event {i}"
+        if e.core >= cores:
+            raise _fail(where, f"{what}: core {e.core} is not one of the {cores} cores")
         if e.kind == "alloc":
             first = live.setdefault(e.handle, i)
             if first != i:
@@ -162,7 +324,7 @@ def check_trace(trace: Trace, where: str) -> None:
                 )
         elif e.kind == "free":
             live.pop(e.handle, None)
-        for field in ("offset", "size", "aux"):
+        for field in ("time_ns", "offset", "size", "aux"):
             _bytes(where, f"{what}: {field}", getattr(e, field))
         if e.kind in ("alloc", "failed"):
             if e.size == 0:

@@ -7,8 +7,8 @@ INPUT is a MiniMalloc CSV, a problem or graph JSON, or an ONNX model (told apart
 else by content). OUTPUT's extension picks the format: `.csv` (MiniMalloc solution), `.json`,
 `.h` (C header with the offset table). A dimension given several values (`--dim N=1,8,32`)
 plans one arena per bucket, the weights shared, and writes one OUTPUT per bucket
-(`plan.N8.h`). Exit status: 0 done, 1 `--capacity` not met, 2 bad
-arguments or unreadable input.
+(`plan.N8.h`). Exit status: 0 done, 1 `--capacity` not met (OUTPUT is then not written: the
+figures of the best packing found are printed), 2 bad arguments or unreadable input.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from npumem._argtypes import byte_count
 from npumem.errors import MissingDependencyError
 from npumem.exit_status import ExitStatus
-from npumem.fileio import write_text
+from npumem.fileio import remove_quietly, write_text
 from npumem.plan.buckets import plan_buckets
 from npumem.plan.c_header import c_identifier
 from npumem.plan.errors import PlanError, ProblemFormatError
@@ -214,7 +214,7 @@ def _write_all(files: dict[Path, str]) -> None:
             os.replace(tmp, path)
     except OSError as exc:
         for tmp in temporary.values():
-            tmp.unlink(missing_ok=True)
+            remove_quietly(tmp)
         raise PlanError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
@@ -337,7 +337,8 @@ def run(args: argparse.Namespace) -> int:
         if status_line is not None:
             status_line.stop()
     solution.validate()
-    if args.output is not None:
+    met = solution.status not in (NOT_MET, INFEASIBLE)
+    if args.output is not None and met:  # a run that fails writes no file
         try:
             _write_all({Path(args.output): _render(solution, Path(args.output), args.format)})
         except PlanError as exc:
@@ -365,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
                 f"slots        {name}: iteration i uses slot i % {len(ids)} at {slot_text}"
             )
         if args.output is not None:
-            lines.append(f"written      {args.output}")
+            lines.append(f"written      {args.output}" if met else "written      nothing")
         for line in lines:
             out.print(line, markup=False)
     if solution.status in (NOT_MET, INFEASIBLE):
@@ -375,9 +376,10 @@ def run(args: argparse.Namespace) -> int:
                 if solution.status == INFEASIBLE
                 else f"no packing found in {args.time_limit:g} s"
             )
+            unwritten = f"; {args.output} not written" if args.output is not None else ""
             err.print(
                 f"npumem plan: capacity {args.capacity:,} not met ({why}); best arena "
-                f"{solution.arena_size:,} bytes",
+                f"{solution.arena_size:,} bytes{unwritten}",
                 markup=False,
             )
         return ExitStatus.NOT_MET
@@ -395,7 +397,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "OUTPUT's extension picks the format: .csv (MiniMalloc solution), .json (an npumem-plan "
         "file, which npumem plot draws) or .h (C header with the offset table); --format names "
         "it for any other name.",
-        epilog="Exit status: 0 done, 1 --capacity not met, 2 bad arguments or input.",
+        epilog="Exit status: 0 done, 1 --capacity not met (OUTPUT is not written), 2 bad "
+        "arguments or input.",
     )
     parser.add_argument("input", metavar="INPUT", help="MiniMalloc CSV, problem/graph JSON or ONNX")
     parser.add_argument(
@@ -492,7 +495,7 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
         problem, pools, time_limit=args.time_limit, seed=args.seed
     )
     solution.validate(capacities=False)
-    if args.output is not None:
+    if args.output is not None and solution.fits:  # a run that fails writes no file
         try:
             _write_all({Path(args.output): _render(solution, Path(args.output), args.format)})
         except PlanError as exc:
@@ -516,5 +519,5 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
         out.print(f"status       {solution.status}", markup=False)
         out.print(f"time         {solution.seconds:.3f} s", markup=False)
         if args.output is not None:
-            out.print(f"written      {args.output}", markup=False)
+            out.print(f"written      {args.output if solution.fits else 'nothing'}", markup=False)
     return ExitStatus.OK if solution.fits else ExitStatus.NOT_MET

@@ -36,10 +36,12 @@ def path_argument(
 ) -> Path:
     """`source` as a `Path`. Anything but a `str` or an `os.PathLike` of text raises `error`
     saying that `what` was expected; so does a path with a NUL character, which no file
-    system accepts."""
+    system accepts, and an empty path (which would name the current folder)."""
     text = os.fspath(source) if isinstance(source, str | os.PathLike) else None
     if not isinstance(text, str):
         raise error(f"expected {what}, got {type(source).__name__}")
+    if not text:
+        raise error("a file path is empty")
     if "\x00" in text:
         raise error(f"{text!r}: a file path cannot contain a NUL character")
     return Path(text)

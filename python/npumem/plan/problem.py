@@ -182,6 +182,54 @@ def _weight(value: object) -> float | None:
     return int(number) if number.is_integer() and abs(number) < 2**53 else number
 
 
+PLAN_STATUSES = ("optimal", "feasible", "capacity-not-met", "infeasible")
+"""The `status` of a plan file (`npumem.plan.solution`)."""
+
+
+def check_plan_figures(obj: Mapping[str, Any], label: str) -> None:
+    """The figures a plan file (format `npumem-plan`) must have besides its buffers, as
+    `plan.schema.json` lists them: `name` text; `arena_size`, `lower_bound` and `naive_size`
+    byte counts; `gap` and `seconds` finite numbers >= 0; `status` one of `PLAN_STATUSES`;
+    `capacity` a byte count or null; `greedy` an object with a `rule` and an `arena_size`;
+    `tensors` a list. Anything else raises `ProblemFormatError` naming the field."""
+
+    def fail(key: str, wanted: str) -> ProblemFormatError:
+        if key not in obj:
+            return ProblemFormatError(f"{label}: missing field {key!r} (a plan has it)")
+        return ProblemFormatError(f"{label}: {key} must be {wanted}, got {obj[key]!r}")
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_BYTES
+
+    counts = f"an integer between 0 and {MAX_BYTES}"
+    for key in ("arena_size", "lower_bound", "naive_size"):
+        if not count(obj.get(key)):
+            raise fail(key, counts)
+    for key in ("gap", "seconds"):
+        value = obj.get(key)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (math.isfinite(value) and value >= 0)
+        ):
+            raise fail(key, "a finite number >= 0")
+    if not isinstance(obj.get("name"), str):
+        raise fail("name", "a string")
+    if obj.get("status") not in PLAN_STATUSES:
+        raise fail("status", f"one of {PLAN_STATUSES}")
+    if "capacity" not in obj or not (obj["capacity"] is None or count(obj["capacity"])):
+        raise fail("capacity", f"null or {counts}")
+    greedy = obj.get("greedy")
+    if not (
+        isinstance(greedy, Mapping)
+        and isinstance(greedy.get("rule"), str)
+        and count(greedy.get("arena_size"))
+    ):
+        raise fail("greedy", "an object with a string 'rule' and an integer 'arena_size'")
+    if not isinstance(obj.get("tensors"), list):
+        raise fail("tensors", "a list")
+
+
 class Problem:
     """A set of buffers to place, plus the aliases (views, in-place outputs) that live inside them.
 
@@ -616,6 +664,8 @@ class Problem:
                 f"{label}: holds 'ops', which a graph has, not a problem or a plan (they have "
                 "'buffers')"
             )
+        if obj.get("format") == PLAN_FORMAT:
+            check_plan_figures(obj, label)
         entries = obj.get("buffers")
         if not isinstance(entries, list):
             raise ProblemFormatError(f"{label}: expected a 'buffers' list")

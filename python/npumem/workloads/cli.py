@@ -33,11 +33,11 @@ import npumem
 from npumem._argtypes import at_least_one, non_negative, positive_byte_count
 from npumem.compaction import Compactor, Policy
 from npumem.exit_status import ExitStatus
-from npumem.fileio import json_text
+from npumem.fileio import check_output_path, json_text, path_argument, remove_quietly
 from npumem.monitor.report import render_report
 from npumem.monitor.sampler import Alert
 from npumem.sizes import format_bytes
-from npumem.workloads.demo import MAX_CAPACITY, MAX_REQUESTS, MAX_WORKERS
+from npumem.workloads.demo import MAX_CAPACITY, MAX_REQUESTS, MAX_WORKERS, OUTPUT_NAMES
 
 if TYPE_CHECKING:
     from npumem.monitor.trace import Trace
@@ -87,10 +87,23 @@ def run_demo_command(args: argparse.Namespace) -> int:
     it: a refusal or a failure leaves nothing behind.
     """
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    output = Path(args.output)
+    try:
+        output = path_argument(args.output, "the output folder")
+    except npumem.InvalidArgumentError as exc:
+        err.print(f"npumem demo: error: {exc}", markup=False)
+        return ExitStatus.USAGE
     if output.exists() and not output.is_dir():
         err.print(f"npumem demo: error: --output {output} exists and is not a folder", markup=False)
         return ExitStatus.USAGE
+    for name in OUTPUT_NAMES:  # a file the run could not write is refused before it starts
+        try:
+            check_output_path(output / name)
+        except OSError as exc:
+            err.print(
+                f"npumem demo: error: cannot write {output / name}: {exc.strerror or exc}",
+                markup=False,
+            )
+            return ExitStatus.USAGE
     made = [folder for folder in (output, *output.parents) if not folder.exists()]
     try:
         try:
@@ -140,11 +153,14 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
             return ExitStatus.NOT_MET
         finally:
             alerts.removeHandler(handler)
+    existing = {name for name in OUTPUT_NAMES if (output / name).exists()}
     try:
         files = write_outputs(result, output, pictures=pictures)
         if result.tiers is not None:
             files.update(write_tier_outputs(result.tiers, output, pictures=pictures))
     except OSError as exc:
+        for name in set(OUTPUT_NAMES) - existing:  # the files this run made, none it replaced
+            remove_quietly(output / name)
         where = exc.filename or output
         err.print(f"npumem demo: error: cannot write {where}: {exc.strerror or exc}", markup=False)
         return ExitStatus.USAGE

@@ -45,6 +45,7 @@ __all__ = [
     "MAX_CAPACITY",
     "MAX_REQUESTS",
     "MAX_WORKERS",
+    "OUTPUT_NAMES",
     "DemoResult",
     "KVSummary",
     "default_capacity",
@@ -54,6 +55,25 @@ __all__ = [
 ]
 
 MIB = 1 << 20
+
+OUTPUT_NAMES = (
+    "snapshot.json",
+    "snapshot-end.json",
+    "trace.json",
+    "timeline.png",
+    "address-map.png",
+    "address-map-by-core.png",
+    "compaction.png",
+    "highest-vs-end.png",
+    "plan-resnet50-1.png",
+    "plan-text-1-128.png",
+    "trace.png",
+    "tiers.json",
+    "tiers.png",
+)
+"""Every file the demo may write into its folder (`write_outputs()` and
+`npumem.workloads.tiered.write_tier_outputs()`), so that a command can check them all before
+it writes any."""
 
 MAX_WORKERS = 1024
 """The most worker threads a demo runs: a thread per core on the largest machine a pool
