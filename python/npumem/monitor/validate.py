@@ -14,12 +14,13 @@ one line that names the file and the entry.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from npumem._core import NpumemError, PoolStats
+from npumem._core import NpumemError, Pool, PoolStats
 from npumem.monitor.errors import FileFormatError
 from npumem.sizes import MAX_BYTES
 
@@ -121,12 +122,18 @@ def check_config(config: Mapping[str, Any], where: str) -> int:
     return max(capacity, 2 * -(-most // chunk) * chunk)
 
 
+@functools.cache
+def _default_slab_sizes() -> tuple[int, ...]:
+    """The slab sizes a pool has when its configuration names none (the core's default list,
+    read from a small pool once)."""
+    return tuple(Pool(1 << 20, cores=1, backing="none").slab_sizes)
+
+
 def _check_slab_sizes(config: Mapping[str, Any], where: str, chunk: int, bank: int) -> None:
-    """`slab_sizes`, when given: at most `MAX_SLAB_CLASSES` sizes, increasing, each in
-    `1..bank_size`, the largest at most half of a chunk."""
-    if "slab_sizes" not in config:
-        return
-    sizes = config["slab_sizes"]
+    """`slab_sizes` (the core's default list when the file names none): at most
+    `MAX_SLAB_CLASSES` sizes, increasing, each in `1..bank_size`, the largest at most half of a
+    chunk."""
+    sizes = config["slab_sizes"] if "slab_sizes" in config else list(_default_slab_sizes())
     if not isinstance(sizes, list) or len(sizes) > MAX_SLAB_CLASSES:
         raise _fail(where, f"config.slab_sizes must be a list of at most {MAX_SLAB_CLASSES} sizes")
     previous = 0
