@@ -59,6 +59,29 @@ fn a_pool_grows_when_it_is_full_and_stays_within_its_limit() {
 }
 
 #[test]
+fn a_region_placed_past_a_gap_for_an_aligned_block_leaves_the_gap_absent() {
+    for align in [8 * MIB, 16 * MIB] {
+        let p = growing(2 * MIB, 32 * MIB, 2 * MIB, 1);
+        let small = p.alloc(100, None, 0).unwrap();
+        let aligned = p.alloc(100, Some(align), 0).unwrap();
+        let info = p.block(aligned).unwrap();
+        assert_eq!(info.offset % align, 0);
+        assert!(p.regions().len() == 2, "the aligned block took a region of its own: {:?}", p.regions());
+        assert_inside_regions(&p);
+        p.check().unwrap_or_else(|e| panic!("align {align}: {e}"));
+        // The gap's chunks are no room: a request that needs them grows the pool instead.
+        let more = p.alloc(3 * MIB, None, 0).unwrap();
+        assert_inside_regions(&p);
+        p.check().unwrap();
+        for h in [small, aligned, more] {
+            p.free(h).unwrap();
+        }
+        p.trim();
+        p.check().unwrap();
+    }
+}
+
+#[test]
 fn runs_never_span_two_regions() {
     let p = growing(4 * MIB, 64 * MIB, 2 * MIB, 1);
     let a = p.alloc(MIB, None, 0).unwrap();

@@ -415,9 +415,18 @@ impl GlobalPool {
     }
 
     /// Make absent chunks `[start, start + len)` free (one grower at a time): states first,
-    /// then `end`, then the bits, so a claimer that takes one finds it whole. The absent chunks just
-    /// outside the region get their state written, as `end` may pass them.
+    /// then `end`, then the bits, so a claimer that takes one finds it whole. The absent chunks
+    /// that `end` passes (those between the old end and the region, and the one after it) get
+    /// their state written.
     pub(crate) fn publish(&self, start: usize, len: usize) {
+        // The chunks between the old end and the region (an aligned region may start well past
+        // it) were never written: they read as absent only while `end` is below them.
+        let old_end = self.end.load(Ordering::Acquire);
+        for chunk in old_end..start.saturating_sub(1) {
+            if self.state[chunk].load(Ordering::Acquire) == 0 {
+                self.set_state(chunk, ChunkState::Absent);
+            }
+        }
         for chunk in start.saturating_sub(1)..(start + len + 1).min(self.chunks) {
             let inside = chunk >= start && chunk < start + len;
             let state = if inside { ChunkState::Free } else { self.state(chunk) };
