@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from npumem._core import PackingInstance
 from npumem.plan import solve
 from npumem.plan.generator import instance
 from npumem.plan.search import components
@@ -30,15 +29,7 @@ def test_a_decision_run_at_the_bound_of_a_perfect_packing_finds_it() -> None:
     problem = instance("guillotine", 12)
     comp = max(components(problem), key=lambda c: len(c.sizes))
     assert comp.lower_bound == MIB and len(comp.sizes) > 100
-    packing = PackingInstance(
-        comp.sizes,
-        comp.alignments,
-        comp.section_lo,
-        comp.section_hi,
-        comp.n_sections,
-        comp.neighbors,
-        comp.obstacles,
-    )
+    packing = comp.packing_instance()
     rank = list(range(len(comp.sizes)))
     verdict, offsets, nodes = packing.decide("WAT", comp.lifetimes, rank, MIB, 50_000, 60.0)
     assert verdict == "found"

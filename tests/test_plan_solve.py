@@ -341,3 +341,26 @@ def test_validate_and_pinned_checks_sweep_instead_of_comparing_pairs() -> None:
                 for b, o in zip(buffers, clash, strict=True)
             ]
         )
+
+
+def test_a_time_limit_too_long_for_the_clock_is_no_limit() -> None:
+    problem = Problem(
+        [Buffer("a", 1, 4, 4), Buffer("b", 0, 2, 5, alignment=2), Buffer("c", 0, 2, 5, alignment=2)]
+    )
+    solution = solve(problem, time_limit=1e300)
+    solution.validate()
+    assert solution.status == "optimal"
+    comp = max(components(problem), key=lambda c: len(c.sizes))
+    packing = comp.packing_instance()
+    rank = list(range(len(comp.sizes)))
+    _, offsets, _, _ = packing.search(rank, 1 << 40, 0, 10_000, 1e300)
+    assert offsets is not None
+    verdict, _, _ = packing.decide("WAT", comp.lifetimes, rank, 1 << 40, 10_000, 1e300)
+    assert verdict == "found"
+
+
+@pytest.mark.parametrize("limit", [-1.0, float("inf"), float("nan")])
+def test_a_time_limit_that_is_not_a_finite_number_of_seconds_is_refused(limit: float) -> None:
+    problem = Problem([Buffer("a", 0, 2, 8)])
+    with pytest.raises(ValueError, match="time_limit must be a finite number of seconds"):
+        solve(problem, time_limit=limit)

@@ -58,6 +58,7 @@ Anytime
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -92,6 +93,18 @@ class Component:
     lifetimes: list[int]
     lower_bound: int
     """Largest of the static bounds of this part (pinned buffers included)."""
+
+    def packing_instance(self) -> PackingInstance:
+        """The part as the core's search takes it."""
+        return PackingInstance(
+            self.sizes,
+            self.alignments,
+            self.section_lo,
+            self.section_hi,
+            self.n_sections,
+            self.neighbors,
+            self.obstacles,
+        )
 
 
 def components(problem: Problem) -> list[Component]:
@@ -261,8 +274,8 @@ def solve(
     the result is the same on any machine; with only a time limit a faster machine may get
     further.
     """
-    if time_limit < 0:
-        raise ValueError(f"time_limit must be >= 0, got {time_limit}")
+    if not 0 <= time_limit < math.inf:  # NaN too
+        raise ValueError(f"time_limit must be a finite number of seconds >= 0, got {time_limit}")
     if capacity is not None and capacity < 0:
         raise ValueError(f"capacity must be >= 0, got {capacity}")
     start = time.perf_counter()
@@ -311,15 +324,7 @@ def solve(
         parts.append(
             _PartState(
                 comp=comp,
-                instance=PackingInstance(
-                    comp.sizes,
-                    comp.alignments,
-                    comp.section_lo,
-                    comp.section_hi,
-                    comp.n_sections,
-                    comp.neighbors,
-                    comp.obstacles,
-                ),
+                instance=comp.packing_instance(),
                 arena=max((offsets[i] + problem.buffers[i].size for i in comp.indices), default=0),
                 bound=comp.lower_bound,
                 base_rank=rank,

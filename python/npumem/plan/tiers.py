@@ -623,8 +623,8 @@ def solve_tiers(
 ) -> TieredSolution:
     """Plan `problem` over `pools` (see the module docstring); stops within about
     `time_limit` seconds."""
-    if not time_limit >= 0:
-        raise PlanError(f"time_limit must be >= 0, got {time_limit}")
+    if not 0 <= time_limit < math.inf:  # NaN too
+        raise PlanError(f"time_limit must be a finite number of seconds >= 0, got {time_limit}")
     specs = parse_pools(pools)
     start = time.perf_counter()
     buffers = problem.buffers

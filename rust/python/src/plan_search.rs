@@ -65,7 +65,7 @@ impl PackingInstance {
         }
         let inner = &self.inner;
         let out = detached(py, || {
-            let deadline = Instant::now().checked_add(Duration::from_secs_f64(time_limit));
+            let deadline = deadline_after(time_limit);
             plan_search::search(inner, &rank, &Limits { capacity, target, node_limit, deadline })
         });
         Ok((out.exhausted, out.offsets, out.arena, out.nodes))
@@ -111,7 +111,7 @@ impl PackingInstance {
         }
         let inner = &self.inner;
         let out = detached(py, || {
-            let deadline = Instant::now().checked_add(Duration::from_secs_f64(time_limit));
+            let deadline = deadline_after(time_limit);
             plan_search::decide(inner, &order, capacity, node_limit, deadline)
         });
         let verdict = match out.verdict {
@@ -121,4 +121,10 @@ impl PackingInstance {
         };
         Ok((verdict, out.offsets, out.nodes))
     }
+}
+
+/// The moment `seconds` (finite, >= 0) from now, or none when that is past what an `Instant`
+/// can hold (a limit of 1e300 s is no limit).
+fn deadline_after(seconds: f64) -> Option<Instant> {
+    Duration::try_from_secs_f64(seconds).ok().and_then(|d| Instant::now().checked_add(d))
 }
