@@ -229,3 +229,24 @@ def test_c_threads_and_python_count_one_shared_tag_exactly() -> None:
     assert (blocks, nbytes) == (0, 0)
     assert peak >= 64
     del capsule
+
+
+def test_a_failed_tagged_allocation_leaves_the_counters_by_tag_as_they_were() -> None:
+    pool = npumem.Pool(4 << 20, cores=1)
+    keep = pool.alloc(100, tag="kept")
+    before = pool.stats().as_dict()["by_tag"]
+    for attempt in (
+        lambda: pool.alloc(4 << 20, tag="weights"),
+        lambda: pool.alloc(4 << 20, tag="kept"),
+        lambda: pool.alloc_many([100, 4 << 20], tag="weights"),
+        lambda: pool.alloc_many([100, 4 << 20], tag="kept"),
+    ):
+        try:
+            attempt()
+        except npumem.OutOfMemoryError:
+            pass
+        else:
+            raise AssertionError("the allocation was to fail")
+        assert pool.stats().as_dict()["by_tag"] == before
+    pool.check()
+    keep.free()

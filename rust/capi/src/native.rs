@@ -107,10 +107,15 @@ fn count_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) -> bool {
     counts
 }
 
-/// `blocks` blocks of `bytes` bytes in all, tagged `tag` and counted, could not be made.
-fn unmade_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) {
-    p.pool.count_tagged_free(tag, blocks, bytes);
-    p.pool.release_tag(tag, blocks as u64);
+/// `blocks` blocks of `bytes` bytes in all, tagged `tag` and counted, were made (the tag's
+/// peak takes them in) or could not be (counted back).
+fn settle_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize, made: bool) {
+    if made {
+        p.pool.confirm_tagged_alloc(tag);
+    } else {
+        p.pool.count_tagged_free(tag, blocks, bytes);
+        p.pool.release_tag(tag, blocks as u64);
+    }
 }
 
 /// Whether a block tagged `tag` that is about to be freed was counted under it.
@@ -168,8 +173,8 @@ unsafe extern "C" fn alloc(
             Ok(made) => Ok(made),
             Err(err) => retry_after(p, pool, size, align, err, attempt),
         };
-        if counts && made.is_err() {
-            unmade_tag(p, tag, 1, size);
+        if counts {
+            settle_tag(p, tag, 1, size, made.is_ok());
         }
         match made {
             Ok((handle, offset)) => {
@@ -266,8 +271,8 @@ unsafe extern "C" fn alloc_many(
             Ok(handles) => Ok(handles),
             Err(err) => retry_after(p, pool, largest, align, err, attempt),
         };
-        if counts && made.is_err() {
-            unmade_tag(p, tag, count, requested);
+        if counts {
+            settle_tag(p, tag, count, requested, made.is_ok());
         }
         let handles = match made {
             Ok(handles) => handles,

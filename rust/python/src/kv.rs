@@ -393,7 +393,16 @@ fn alloc_block(py: Python<'_>, caller: &impl CallsPython, pool: &Pool, size: usi
         Ok(None) => caller.calling_python(|| pool.oom.alloc(py, core, size, None, tag_id)),
         Err(err) => Err(err),
     };
-    made.inspect_err(|_| core.count_tagged_free(tag_id, 1, size))
+    match made {
+        Ok(handle) => {
+            core.confirm_tagged_alloc(tag_id);
+            Ok(handle)
+        }
+        Err(err) => {
+            core.count_tagged_free(tag_id, 1, size);
+            Err(err)
+        }
+    }
 }
 
 impl PagedKV {

@@ -23,13 +23,22 @@ impl Pool {
     }
 
     /// Count `blocks` blocks of `nbytes` requested bytes in all under tag `id`, before they are
-    /// allocated (count them back with [`Pool::count_tagged_free`] if the allocation fails).
-    /// Nothing to do for id 0, no tag.
+    /// allocated: then [`Pool::confirm_tagged_alloc`] if they were, or count them back with
+    /// [`Pool::count_tagged_free`] if the allocation failed. Nothing to do for id 0, no tag.
     #[inline]
     pub fn count_tagged_alloc(&self, id: u32, blocks: usize, nbytes: usize) {
         if id != 0 {
             self.tags.on_alloc(id, blocks, nbytes);
             self.counters.on_tagged(nbytes as i64);
+        }
+    }
+
+    /// The blocks counted under tag `id` with [`Pool::count_tagged_alloc`] were allocated: the
+    /// tag's peak takes them in (a failed allocation raises no peak).
+    #[inline]
+    pub fn confirm_tagged_alloc(&self, id: u32) {
+        if id != 0 {
+            self.tags.on_allocated(id);
         }
     }
 

@@ -291,7 +291,15 @@ impl TagTable {
     pub(crate) fn on_alloc(&self, id: u32, blocks: usize, nbytes: usize) {
         let c = self.counter(id);
         c.blocks.fetch_add(blocks, Ordering::Relaxed);
-        let bytes = c.bytes.fetch_add(nbytes, Ordering::Relaxed) + nbytes;
+        c.bytes.fetch_add(nbytes, Ordering::Relaxed);
+    }
+
+    /// Blocks counted under tag `id` (not 0) with [`TagTable::on_alloc`] were allocated: the
+    /// tag's peak rises to its bytes in use now. (An allocation that fails raises no peak.)
+    #[inline]
+    pub(crate) fn on_allocated(&self, id: u32) {
+        let c = self.counter(id);
+        let bytes = c.bytes.load(Ordering::Relaxed);
         if bytes > c.peak.load(Ordering::Relaxed) {
             c.peak.fetch_max(bytes, Ordering::Relaxed);
         }
@@ -375,14 +383,30 @@ mod tests {
     const NO_TRACE: fn() -> TraceProgress = TraceProgress::default;
 
     #[test]
+    fn an_allocation_that_failed_raises_no_peak() {
+        let t = TagTable::new();
+        let a = t.acquire("a", 2).unwrap();
+        t.on_alloc(a, 1, 100);
+        t.on_allocated(a);
+        // Counted before it was tried, then counted back: the peak stays at what was allocated.
+        t.on_alloc(a, 1, 4096);
+        t.on_free(a, 1, 4096);
+        let untagged = UntaggedFigures { blocks_in_use: 0, requested_bytes_in_use: 0, peak_requested_bytes_in_use: 0 };
+        let f = t.figures(untagged);
+        assert_eq!((f[0].blocks_in_use, f[0].requested_bytes_in_use, f[0].peak_requested_bytes_in_use), (1, 100, 100));
+    }
+
+    #[test]
     fn the_first_names_keep_their_ids_and_counters() {
         let t = TagTable::new();
         let a = t.acquire("a", 1).unwrap();
         assert_eq!(a, 1);
         assert!(t.is_named(a));
         t.on_alloc(a, 1, 100);
+        t.on_allocated(a);
         assert_eq!(t.acquire("a", 1).unwrap(), a);
         t.on_alloc(a, 1, 50);
+        t.on_allocated(a);
         t.on_free(a, 1, 100);
         let untagged = UntaggedFigures { blocks_in_use: 1, requested_bytes_in_use: 7, peak_requested_bytes_in_use: 9 };
         let f = t.figures(untagged);
@@ -405,9 +429,11 @@ mod tests {
         let kept = t.acquire("kept", 1).unwrap();
         assert!(kept > NAMED_TAGS);
         t.on_alloc(kept, 1, 10);
+        t.on_allocated(kept);
         for i in 0..1_000_000u32 {
             let id = t.acquire(&format!("request-{i}"), 1).unwrap();
             t.on_alloc(id, 1, 64);
+            t.on_allocated(id);
             t.on_free(id, 1, 64);
             t.release(id, 1, NO_TRACE);
         }
@@ -453,7 +479,9 @@ mod tests {
                     for i in 0..50_000u32 {
                         let id = t.acquire(&format!("w{w}-{i}"), 1).unwrap();
                         t.on_alloc(id, 1, 8);
+                        t.on_allocated(id);
                         t.on_alloc(shared, 1, 1);
+                        t.on_allocated(shared);
                         t.on_free(id, 1, 8);
                         t.release(id, 1, NO_TRACE);
                     }

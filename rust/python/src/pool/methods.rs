@@ -151,6 +151,7 @@ impl Pool {
                 })?
             }
         };
+        core.confirm_tagged_alloc(tag_id);
         if this.stacks.enabled() {
             this.stacks.record(py, handle.to_bits())?;
         }
@@ -194,6 +195,7 @@ impl Pool {
             this.core.count_tagged_free(tag_id, wanted.len(), requested);
             this.tags.release(&this.core, tag_id, blocks);
         })?;
+        this.core.confirm_tagged_alloc(tag_id);
         // The blocks become Python objects with signals checked now and then: a Ctrl-C raised
         // before the list reaches the caller drops it. The blocks already made free themselves
         // as their objects go; the rest are freed here.
