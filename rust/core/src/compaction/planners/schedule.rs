@@ -78,6 +78,11 @@ pub(crate) fn plan_compaction_moves<'a>(
             if let Some(&bad) = chunks.iter().find(|&&c| c >= arena) {
                 return Err(format!("chunk {bad} does not exist (the arena has {arena} chunks)"));
             }
+            let mut sorted = chunks.clone();
+            sorted.sort_unstable();
+            if let Some(twice) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                return Err(format!("chunk {} is named twice", twice[0]));
+            }
             let contents = chunk_contents(census, &model);
             let (moves, emptied) = plan_evacuation(census, &contents, &mut model, chunks, None, true)?;
             for &c in &emptied {

@@ -333,6 +333,9 @@ fn named_chunks_are_emptied_into_busy_chunks_then_fresh_ones() {
     let bad = CompactionMode::Evacuate { chunks: vec![4] };
     let err = plan_compaction_moves(&mut census, w.model.clone(), &bad, false).err().unwrap();
     assert!(err.contains("does not exist"), "{err}");
+    let twice = CompactionMode::Evacuate { chunks: vec![2, 0, 2] };
+    let err = plan_compaction_moves(&mut census, w.model.clone(), &twice, false).err().unwrap();
+    assert!(err.contains("chunk 2 is named twice"), "{err}");
     let mut full = World::new(&arena);
     for c in 0..3 {
         full.cover(c, 0, 255);
