@@ -65,3 +65,24 @@ def test_compaction_never_moves_a_block_with_a_live_view() -> None:
     assert (view == 7).all()
     del view
     pool.check()
+
+
+def test_a_guard_exited_twice_never_drops_a_pin_the_caller_took() -> None:
+    pool = npumem.Pool(1 << 20, cores=1)
+    b = pool.alloc(100)
+    b.pin()
+    guard = b.pinned()
+    with guard:
+        assert b.pins == 2
+    assert b.pins == 1
+    with pytest.raises(npumem.InvalidArgumentError, match="holds no pin"):
+        guard.__exit__(None, None, None)
+    assert b.pins == 1
+    with pytest.raises(npumem.PinnedBlockError):
+        b.free()
+    # The guard can be entered again.
+    with guard:
+        assert b.pins == 2
+    b.unpin()
+    b.free()
+    pool.check()

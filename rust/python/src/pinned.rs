@@ -5,12 +5,13 @@
 //! Nothing waits for a moving block with the GIL: a pin is tried first and, when the block is
 //! being moved, taken again without it.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use npumem_core::{Error, Handle};
 use pyo3::prelude::*;
 
-use crate::errors::to_py;
+use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::without_gil;
 
 /// Add a user pin: at once, or (while the block is being moved) waiting without the GIL.
@@ -37,11 +38,14 @@ pub struct Pinned {
     block: Py<PyAny>,
     core: Arc<npumem_core::Pool>,
     handle: Handle,
+    /// Pins this guard took and has not dropped (entered and not exited): `__exit__` drops
+    /// only those, never a pin the caller took otherwise.
+    held: AtomicU32,
 }
 
 impl Pinned {
     pub(crate) fn new(block: Py<PyAny>, core: Arc<npumem_core::Pool>, handle: Handle) -> Pinned {
-        Pinned { block, core, handle }
+        Pinned { block, core, handle, held: AtomicU32::new(0) }
     }
 }
 
@@ -49,6 +53,7 @@ impl Pinned {
 impl Pinned {
     fn __enter__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         pin(py, &self.core, self.handle)?;
+        self.held.fetch_add(1, Ordering::AcqRel);
         Ok(self.block.clone_ref(py))
     }
 
@@ -60,7 +65,17 @@ impl Pinned {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        self.core.unpin(self.handle).map_err(to_py)?;
+        let took = self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if took.is_err() {
+            return Err(error(
+                ErrorClass::InvalidArgument,
+                "this guard holds no pin: it was exited as often as entered",
+            ));
+        }
+        if let Err(err) = self.core.unpin(self.handle) {
+            self.held.fetch_add(1, Ordering::AcqRel);
+            return Err(to_py(err));
+        }
         Ok(false)
     }
 }
