@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
 from npumem.monitor.kv_pages import KVPages
-from npumem.monitor.validate import check_config, check_snapshot, stats_from_dict
+from npumem.monitor.validate import (
+    CORE_COUNTS,
+    POSITIVE_CONFIG,
+    STATS_COUNTS,
+    check_config,
+    check_snapshot,
+    stats_from_dict,
+)
 
 if TYPE_CHECKING:
     from npumem import Pool
@@ -31,25 +38,6 @@ SNAPSHOT_VERSION = 2
 numbers) is read too."""
 _READ_VERSIONS = (1, 2)
 _BLOCK_FIELDS = ("offset", "nbytes", "block_bytes", "align", "core", "tag", "pins", "handle")
-_CONFIG_INTS = ("capacity", "cores", "chunk_size", "min_block", "bank_size", "alignment")
-_STATS_INTS = (
-    "capacity",
-    "usable_capacity",
-    "bytes_in_use",
-    "bytes_free",
-    "peak_bytes_in_use",
-    "largest_free_block",
-)
-_CORE_INTS = (
-    "core",
-    "chunks",
-    "bytes_in_use",
-    "bytes_free",
-    "alloc_count",
-    "free_count",
-    "overflow_allocs",
-    "failed_allocs",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +258,7 @@ class Snapshot:
         r = Reader(where)
         version = r.header(obj, SNAPSHOT_FORMAT, _READ_VERSIONS)
         config = r.field(obj, "config", dict)
-        for key in _CONFIG_INTS:
+        for key in POSITIVE_CONFIG:
             r.non_negative(r.field(config, key, int), f"config.{key}")
         check_config(config, where)
         if r.field(obj, "block_fields", list) != list(_BLOCK_FIELDS):
@@ -294,13 +282,13 @@ class Snapshot:
                 items.append(Extent(r.non_negative(row[0], key), r.non_negative(row[1], key)))
             runs[key] = tuple(items)
         stats = r.field(obj, "stats", dict)
-        for key in _STATS_INTS:
+        for key in STATS_COUNTS:
             r.non_negative(r.field(stats, key, int), f"stats.{key}")
         r.field(stats, "external_fragmentation", float)
         for i, core in enumerate(r.field(stats, "per_core", list)):
             if not isinstance(core, dict):
                 raise r.fail(f"stats.per_core {i} must be an object, got {core!r}")
-            for key in _CORE_INTS:
+            for key in CORE_COUNTS:
                 r.non_negative(r.field(core, key, int), f"stats.per_core {i}: {key}")
         typed_stats = stats_from_dict(stats, where)
         snapshot = cls(
