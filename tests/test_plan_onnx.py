@@ -120,3 +120,63 @@ def test_a_csv_or_json_file_is_not_read_as_onnx(tmp_path: Path) -> None:
             Problem.from_onnx(tmp_path / name)
     with pytest.raises(GraphError, match="got bytes"):
         Problem.from_onnx(b"m.onnx")
+
+
+def dropout_model(mask_returned: bool) -> onnx.ModelProto:
+    """x[2,8] -> Relu -> Dropout (opset 9: shape inference gives its mask no shape) -> Relu."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
+    mask = helper.make_tensor_value_info("mask", TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Dropout", ["r"], ["d", "mask"], name="drop", ratio=0.5),
+        helper.make_node("Relu", ["d"], ["y"], name="relu2"),
+    ]
+    outputs = [y, mask] if mask_returned else [y]
+    graph = helper.make_graph(nodes, "dropout", [x], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+
+
+def test_an_unread_output_without_a_shape_is_left_out() -> None:
+    graph = graph_from_onnx(dropout_model(mask_returned=False))
+    assert "mask" not in graph.tensors
+    assert {"x", "r", "d", "y"} <= set(graph.tensors)
+    solution = solve(Problem.from_onnx(dropout_model(mask_returned=False)), time_limit=1.0)
+    solution.validate()
+    # A mask the graph returns must be sized: without a shape it is still an error.
+    with pytest.raises(GraphError, match="'mask'"):
+        graph_from_onnx(dropout_model(mask_returned=True))
+
+
+def test_a_value_that_is_not_a_tensor_is_named() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [4])
+    node = helper.make_node("SequenceConstruct", ["x"], ["s"], name="seq")
+    model = helper.make_model(
+        helper.make_graph([node], "sequence", [x], [seq]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    with pytest.raises(GraphError, match="value 's' is a sequence, not a tensor"):
+        graph_from_onnx(model)
+
+
+LIGHT_MODELS = sorted((Path(onnx.__file__).parent / "backend/test/data/light").glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", LIGHT_MODELS, ids=lambda p: p.stem)
+def test_the_real_networks_shipped_with_onnx_plan(path: Path) -> None:
+    """AlexNet, DenseNet-121, Inception v1/v2, ResNet-50, ShuffleNet, SqueezeNet, VGG-19 and
+    ZFNet-512 as the onnx package ships them (opset 9, weights as graph inputs)."""
+    problem = Problem.from_onnx(path)
+    assert len(problem.buffers) >= 10
+    solution = solve(problem, time_limit=0.5)
+    solution.validate()
+    biggest_step = max(
+        sum(b.size for b in problem.buffers if b.lower <= t < b.upper)
+        for t in range(max(b.upper for b in problem.buffers))
+    )
+    assert biggest_step <= solution.arena_size <= 2 * biggest_step
+
+
+def test_the_real_networks_are_there() -> None:
+    assert len(LIGHT_MODELS) >= 9, "the onnx package ships its light models in backend/test/data"

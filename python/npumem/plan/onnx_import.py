@@ -11,7 +11,11 @@ Mapping to our graph format (`npumem.plan.graph`):
   data input;
 * element-wise ops (activations, `BatchNormalization`, and binary arithmetic whose first input
   has the output's shape) may run in place on their first input;
-* control flow (`If`, `Loop`, `Scan`) is refused.
+* an output that no node reads and the graph does not return, and whose shape inference
+  cannot size (such as `Dropout`'s mask in older opsets), is left out: a runtime does not
+  compute an unused optional output;
+* control flow (`If`, `Loop`, `Scan`) and values that are not tensors (sequences, maps) are
+  refused.
 """
 
 from __future__ import annotations
@@ -168,9 +172,12 @@ def graph_from_onnx(
     graph = proto.graph
 
     info: dict[str, tuple[int, list[int | str | None]]] = {}
+    not_tensors: dict[str, str] = {}  # name -> the kind of value (sequence, map, ...)
     for value_info in [*graph.input, *graph.output, *graph.value_info]:
         t = value_info.type
         if not t.HasField("tensor_type"):
+            kind = t.WhichOneof("value")
+            not_tensors[value_info.name] = (kind or "unknown").replace("_type", "")
             continue
         shape: list[int | str | None] = []
         if t.tensor_type.HasField("shape"):
@@ -199,6 +206,11 @@ def graph_from_onnx(
         tensors[init.name] = Tensor(init.name, size, weight=True)
 
     def activation(name: str) -> Tensor:
+        if name in not_tensors:
+            raise GraphError(
+                f"{label}: value {name!r} is a {not_tensors[name]}, not a tensor: only tensors "
+                "can be planned"
+            )
         if name not in info:
             raise GraphError(
                 f"{label}: shape inference gave no shape for tensor {name!r}; the model may "
@@ -223,6 +235,12 @@ def graph_from_onnx(
     inputs = [v.name for v in graph.input if v.name not in tensors]
     for name in inputs:
         tensors[name] = activation(name)
+    read = {x for node in graph.node for x in node.input if x}
+    returned = {v.name for v in graph.output}
+
+    def unused_and_unsized(name: str) -> bool:
+        return name not in read and name not in returned and name not in info
+
     ops: list[Op] = []
     for i, node in enumerate(graph.node):
         op_name = node.name or f"{node.op_type}_{i}"
@@ -232,7 +250,7 @@ def graph_from_onnx(
                 tensors[out] = Tensor(out, t.size, weight=True)
             continue
         node_inputs = [x for x in node.input if x]
-        node_outputs = [x for x in node.output if x]
+        node_outputs = [x for x in node.output if x and not unused_and_unsized(x)]
         for out in node_outputs:
             t = activation(out)
             if node.op_type in VIEW_OPS and node_inputs:
