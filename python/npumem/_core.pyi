@@ -45,6 +45,7 @@ __all__ = [
     "Transfer",
     "__version__",
     "install_views",
+    "oom_handler_may_wait",
 ]
 
 __version__: str
@@ -58,6 +59,7 @@ _Mover = Callable[[list[tuple[int, int, int]]], object]
 def install_views(
     snapshot_view: Callable[[Pool, RawSnapshot], object], format_bytes: Callable[[int], str]
 ) -> None: ...
+def oom_handler_may_wait() -> bool: ...
 
 # ----- exceptions ------------------------------------------------------------------------------
 

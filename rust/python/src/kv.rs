@@ -410,7 +410,7 @@ impl PagedKV {
     /// it is refused rather than waiting for itself.
     fn calling_python<T>(&self, work: impl FnOnce() -> T) -> T {
         let before = self.callback_thread.swap(thread_mark(), Ordering::Relaxed);
-        let result = work();
+        let result = crate::oom::under_lock(work);
         self.callback_thread.store(before, Ordering::Relaxed);
         result
     }

@@ -84,5 +84,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<snapshot::RawSnapshot>()?;
     m.add_class::<plan_search::PackingInstance>()?;
     m.add_function(wrap_pyfunction!(views::install_views, m)?)?;
+    m.add_function(wrap_pyfunction!(oom::oom_handler_may_wait, m)?)?;
     Ok(())
 }

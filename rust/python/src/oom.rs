@@ -22,6 +22,26 @@ thread_local! {
     /// Set while this thread runs an out-of-memory handler (an allocation inside it does not
     /// call a handler again).
     static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread runs Python code under a lock that other threads' calls need (a
+    /// KV cache's state mutex): a handler must not wait for other threads' frees then.
+    static UNDER_LOCK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `work` (which may call the out-of-memory handler) marked as holding a lock that other
+/// threads need; see [`handler_may_wait`].
+pub(crate) fn under_lock<T>(work: impl FnOnce() -> T) -> T {
+    let before = UNDER_LOCK.with(|f| f.replace(true));
+    let out = work();
+    UNDER_LOCK.with(|f| f.set(before));
+    out
+}
+
+/// Whether an out-of-memory handler running in this thread may wait for other threads to free
+/// memory: False inside a KV cache's page allocation, which holds the cache's lock (the other
+/// threads' cache calls, their frees among them, would wait for the waiter).
+#[pyfunction]
+pub(crate) fn oom_handler_may_wait() -> bool {
+    !UNDER_LOCK.with(Cell::get)
 }
 
 /// A pool's out-of-memory handler, or none.
