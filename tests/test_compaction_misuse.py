@@ -233,6 +233,10 @@ def test_compactor_arguments_are_checked(pool: npumem.Pool) -> None:
         lambda: Compactor(npumem.Pool(8 * MIB, backing="none")),  # a device pool needs a mover
         lambda: Policy(fragmentation_threshold=1.5),
         lambda: Policy(min_interval=-1),
+        lambda: Policy(wait_for_room=-0.5),
+        lambda: Policy(wait_for_room=float("inf")),
+        lambda: Policy(wait_for_room=True),
+        lambda: Policy(wait_for_room="1"),  # type: ignore[arg-type]
         lambda: Policy(mode="tidy"),
         lambda: Policy(max_bytes=0),
         lambda: Policy(on_failure="yes"),  # type: ignore[arg-type]

@@ -5,11 +5,16 @@ other block keeps its bytes."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 import npumem
 from compaction_helpers import MIB, fragmented, intact
+from npumem._core import oom_handler_may_wait
 from npumem.compaction import Compactor, Policy
+from npumem.kv import KVCache
 
 
 def seed_pool() -> tuple[npumem.Pool, list[tuple[npumem.Block, int]], int]:
@@ -109,4 +114,90 @@ def test_a_handler_that_raises_propagates_and_one_that_allocates_does_not_recurs
     with pytest.raises(npumem.ArgumentTypeError):
         pool.set_oom_handler(42)  # type: ignore[arg-type]
     pool.set_oom_handler(None)
+    pool.check()
+
+
+def full_pool() -> tuple[npumem.Pool, npumem.Block, npumem.Block]:
+    """A pool that cannot grow, with two blocks of half its room each: a third half-sized
+    allocation fails until one of them is freed, and no compaction can help."""
+    pool = npumem.Pool(8 * MIB, cores=1)
+    a = pool.alloc(4 * MIB, tag="a")
+    b = pool.alloc(4 * MIB, tag="b")
+    return pool, a, b
+
+
+def test_waiting_for_room_serves_an_allocation_that_another_thread_makes_room_for() -> None:
+    pool, a, b = full_pool()
+    compactor = Compactor(pool, policy=Policy(wait_for_room=30.0)).attach()
+    freer = threading.Timer(0.05, a.free)
+    freer.start()
+    started = time.monotonic()
+    c = pool.alloc(4 * MIB, tag="c")  # waits until the timer's thread frees `a`
+    waited = time.monotonic() - started
+    freer.join()
+    assert not a.alive and c.alive
+    assert 0.04 <= waited < 30.0
+    assert pool.stats().failed_allocs == 0  # served: it did not raise
+    assert (compactor.waits, compactor.waits_failed) == (1, 0)
+    assert 0.04 <= compactor.waited_seconds < 30.0
+    c.free()
+    b.free()
+    pool.check()
+
+
+def test_waiting_in_vain_raises_after_the_wait_and_no_wait_raises_at_once() -> None:
+    pool, a, b = full_pool()
+    compactor = Compactor(pool, policy=Policy(wait_for_room=0.05)).attach()
+    started = time.monotonic()
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(4 * MIB)
+    assert time.monotonic() - started >= 0.05
+    assert (compactor.waits, compactor.waits_failed) == (1, 1)
+    assert pool.stats().failed_allocs == 1
+    compactor.detach()
+    never = Compactor(pool).attach()  # the default policy does not wait
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(4 * MIB)
+    assert never.waits == 0
+    a.free()
+    b.free()
+    pool.check()
+
+
+def test_a_pool_that_can_grow_grows_instead_of_waiting() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, max_capacity=16 * MIB, grow_by=8 * MIB)
+    a, b = pool.alloc(4 * MIB), pool.alloc(4 * MIB)
+    compactor = Compactor(pool, policy=Policy(wait_for_room=30.0)).attach()
+    started = time.monotonic()
+    c = pool.alloc(4 * MIB)
+    assert time.monotonic() - started < 10.0
+    assert compactor.waits == 0 and pool.capacity == 16 * MIB
+    for blk in (a, b, c):
+        blk.free()
+    pool.check()
+
+
+def test_a_kv_cache_page_does_not_wait_while_the_cache_is_locked() -> None:
+    """A page of a KV cache is allocated under the cache's lock: a handler waiting there would
+    keep every other thread's cache calls (their frees too) waiting, so it does not wait."""
+    pool, a, b = full_pool()
+    seen: list[bool] = []
+    pool.set_oom_handler(lambda nbytes: seen.append(oom_handler_may_wait()) or False)
+    kv = KVCache(pool, num_layers=1, num_kv_heads=1, head_dim=64, page_tokens=16)
+    with pytest.raises(npumem.OutOfMemoryError):
+        kv.add_sequence(1, 16)
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(4 * MIB)
+    assert seen == [False, True]  # inside the cache's page allocation, then a plain one
+    assert oom_handler_may_wait()
+    compactor = Compactor(pool, policy=Policy(wait_for_room=30.0)).attach()
+    started = time.monotonic()
+    with pytest.raises(npumem.OutOfMemoryError):
+        kv.add_sequence(2, 16)
+    assert time.monotonic() - started < 10.0
+    assert compactor.waits == 0
+    compactor.detach()
+    kv.close()
+    a.free()
+    b.free()
     pool.check()

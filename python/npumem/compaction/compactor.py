@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Self
 
 import npumem
-from npumem._core import CompactionPlan, StepReport
+from npumem._core import CompactionPlan, StepReport, oom_handler_may_wait
 from npumem.compaction.movers import Mover
 from npumem.compaction.policy import Mode, Policy, check_mode
 from npumem.compaction.report import CompactionReport
@@ -97,6 +97,11 @@ class Compactor:
         self.pause_timeout = 10.0 if timeout is None else timeout
         self.reports: list[CompactionReport] = []
         self.compactions = 0
+        #: Failed allocations that waited for room (`Policy.wait_for_room`), those of them that
+        #: waited in vain, and the seconds they waited in all.
+        self.waits = 0
+        self.waits_failed = 0
+        self.waited_seconds = 0.0
         self._lock = threading.RLock()
         self._busy = threading.local()
         self._last_auto = -float("inf")
@@ -312,25 +317,53 @@ class Compactor:
             self.maybe_compact()
 
     def _on_out_of_memory(self, nbytes: int) -> bool:
-        """The pool's out-of-memory handler: compact if that can help; whether to retry."""
+        """The pool's out-of-memory handler: compact if that can help, else (with the policy's
+        `wait_for_room`) wait for room; whether to retry."""
         if not self.policy.on_failure or getattr(self._busy, "active", False):
             return False
         stats = self.pool.stats()
-        if stats.bytes_free < nbytes:
-            return False  # not enough free bytes: no compaction makes room
         if stats.largest_free_block >= nbytes:
             return True  # room appeared meanwhile (another thread freed, or a race): retry
+        if stats.bytes_free >= nbytes and self._rescue(nbytes):
+            return True
+        return self._wait_for_room(nbytes)
+
+    def _rescue(self, nbytes: int) -> bool:
+        """Compact for an allocation of `nbytes` unless another automatic compaction ran less
+        than `min_interval` ago; whether the room is there now."""
         with self._lock:
-            if not self._interval_passed():
-                # Another thread compacted a moment ago: retry only if that made room.
-                return self.pool.stats().largest_free_block >= nbytes
-            self._last_auto = time.monotonic()
-            self._busy.active = True
-            try:
-                self._compact("full", None, f"allocation of {nbytes:,} bytes failed", need=nbytes)
-            finally:
-                self._busy.active = False
-        return True
+            if self._interval_passed():
+                self._last_auto = time.monotonic()
+                self._busy.active = True
+                try:
+                    self._compact(
+                        "full", None, f"allocation of {nbytes:,} bytes failed", need=nbytes
+                    )
+                finally:
+                    self._busy.active = False
+            return self.pool.stats().largest_free_block >= nbytes
+
+    def _wait_for_room(self, nbytes: int) -> bool:
+        """Wait up to the policy's `wait_for_room` for a free block of `nbytes`, compacting
+        again when the interval allows and the bytes are free; whether it came. A pool that
+        may still grow does not wait: the retry grows it; nor does an allocation made under a
+        lock that other threads need (a KV cache's page), since they could not free meanwhile."""
+        wait = self.policy.wait_for_room
+        if wait <= 0 or self.pool.capacity < self.pool.max_capacity or not oom_handler_may_wait():
+            return False
+        started = time.monotonic()
+        found = False
+        while not found and time.monotonic() - started < wait:
+            time.sleep(0.001)
+            stats = self.pool.stats()
+            found = stats.largest_free_block >= nbytes or (
+                stats.bytes_free >= nbytes and self._interval_passed() and self._rescue(nbytes)
+            )
+        with self._lock:
+            self.waits += 1
+            self.waits_failed += not found
+            self.waited_seconds += time.monotonic() - started
+        return found
 
     # ----- attaching -------------------------------------------------------------------------
 

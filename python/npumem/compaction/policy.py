@@ -37,6 +37,12 @@ class Policy:
     between two automatic compactions (a manual `Compactor.compact()` always runs).
     `mode`: what automatic compactions do; `max_bytes`: the moves of one incremental step;
     `max_steps`: the steps of one incremental compaction at most.
+    `wait_for_room`: seconds a failed allocation of a pool that cannot grow any more waits for
+    other threads to free room when compacting did not make it (or could not run yet), before
+    it raises; 0 (the default) never waits. While it waits it checks the pool every
+    millisecond, and compacts again once `min_interval` has passed, as TensorFlow's retrying
+    allocator waits for frees. A thread that holds what another waits for should not wait too:
+    both then wait the whole time.
     """
 
     fragmentation_threshold: float | None = DEFAULT_THRESHOLD
@@ -45,6 +51,7 @@ class Policy:
     mode: Mode = "full"
     max_bytes: int = 64 << 20
     max_steps: int = 64
+    wait_for_room: float = 0.0
 
     def __post_init__(self) -> None:
         t = self.fragmentation_threshold
@@ -60,6 +67,10 @@ class Policy:
         number = not isinstance(i, bool) and isinstance(i, int | float)
         if not (number and math.isfinite(i) and i >= 0):
             raise InvalidArgumentError(f"min_interval must be a number of seconds >= 0, got {i!r}")
+        w = self.wait_for_room
+        number = not isinstance(w, bool) and isinstance(w, int | float)
+        if not (number and math.isfinite(w) and w >= 0):
+            raise InvalidArgumentError(f"wait_for_room must be a number of seconds >= 0, got {w!r}")
         check_mode(self.mode)
         for name in ("max_bytes", "max_steps"):
             v = getattr(self, name)

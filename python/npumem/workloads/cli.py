@@ -72,11 +72,19 @@ def _alerts(alerts: list[Alert]) -> str:
     return f"{len(fired)} ({', '.join(kinds)}; logged as they fired)"
 
 
+ROOM_WAIT = 2.0
+"""Seconds an allocation that finds no room in the full pool waits for other workers' frees
+(`Policy.wait_for_room`): an inference batch ends in milliseconds, far less on a quiet
+machine, so only a worker that holds what another waits for waits the whole time."""
+
+
 def _compactor(pool: npumem.Pool) -> Compactor:
     """The demo's compactor: compacts when an allocation fails although enough bytes are free
     (attached to the pool) and when the monitor's fragmentation alert fires (the default 30%
-    threshold), never more often than once a second."""
-    return Compactor(pool, policy=Policy(min_interval=1.0)).attach()
+    threshold), never more often than once a second; once the pool has grown to its capacity,
+    a failed allocation that compacting does not serve waits up to `ROOM_WAIT` seconds for
+    other workers to free room, as a server holds a batch back until memory frees."""
+    return Compactor(pool, policy=Policy(min_interval=1.0, wait_for_room=ROOM_WAIT)).attach()
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
@@ -192,6 +200,11 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
         ("peak fragmentation (sampled)", f"{result.peak_fragmentation:.1%}"),
         ("fragmentation at the end", f"{result.final_fragmentation:.1%}"),
         ("failed allocations", f"{result.failed_allocations:,} (target 0)"),
+        (
+            "  waits for room",
+            f"{result.room_waits:,} ({result.room_waits_failed:,} in vain), "
+            f"{result.room_waited_seconds:.3f} s in all",
+        ),
         ("overflow allocations", f"{result.overflow_allocations:,}"),
         (
             "KV cache (paged)",

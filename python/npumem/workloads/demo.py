@@ -167,6 +167,12 @@ class DemoResult:
     """Times the pool grew (added a region) while serving."""
     regions: int = 1
     """Regions of the pool at the end of serving."""
+    room_waits: int = 0
+    """Failed allocations that waited for another worker to free room (a compactor with
+    `Policy.wait_for_room`), and `room_waits_failed` of them in vain."""
+    room_waits_failed: int = 0
+    room_waited_seconds: float = 0.0
+    """The seconds those waits took in all."""
 
     @property
     def growths_per_1000_requests(self) -> float:
@@ -346,6 +352,9 @@ def run_demo(
         start_capacity=start_capacity(capacity, weight_bytes),
         grow_events=after.grow_events,
         regions=after.regions,
+        room_waits=getattr(compact_with, "waits", 0),
+        room_waits_failed=getattr(compact_with, "waits_failed", 0),
+        room_waited_seconds=getattr(compact_with, "waited_seconds", 0.0),
     )
 
 
