@@ -203,17 +203,35 @@ impl Block {
         Ok(())
     }
 
-    /// After an unpin: free a block whose `with` exit was refused for its pins, once the last
-    /// pin is gone.
+    /// After an unpin, by whatever dropped the pin (`unpin()`, a buffer view, a DLPack export,
+    /// a `Pinned` guard): free a block whose `with` exit was refused for its pins, once the last
+    /// pin is gone. Never waits and needs no GIL: when another thread holds a pause, the free
+    /// waits in the pool's stranded frees (freed when the pause ends, or at the next flush).
     pub(crate) fn after_unpin(&self) {
         if self.owner.load(Ordering::Relaxed) != FREE_AT_UNPIN {
             return;
         }
         let pool = self.pool.get();
-        if pool.core.try_free(self.handle).is_ok() {
-            self.owner.store(FREED, Ordering::Relaxed);
-            pool.pending.note_collected();
-            pool.pending.counted(self.tag_id, self.nbytes);
+        match pool.core.try_free(self.handle) {
+            Ok(()) => {
+                self.owner.store(FREED, Ordering::Relaxed);
+                pool.pending.note_collected();
+                pool.pending.counted(self.tag_id, self.nbytes);
+            }
+            Err(npumem_core::Error::Paused) => {
+                let unpinned = pool.core.block(self.handle).is_ok_and(|info| info.pins == 0);
+                if unpinned
+                    && self
+                        .owner
+                        .compare_exchange(FREE_AT_UNPIN, DEFERRED, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    pool.pending.note_collected();
+                    pool.pending.strand(self.pending());
+                }
+            }
+            // Still pinned, or freed already through its raw handle.
+            Err(_) => {}
         }
     }
 
@@ -271,7 +289,7 @@ impl Block {
         let this = slf.get();
         this.owned(ErrorClass::InvalidHandle)?;
         let request = dlpack::Request { stream, max_version, dl_device, copy };
-        dlpack::export(py, this.core(), this.handle, slf.clone().into_any().unbind(), &request)
+        dlpack::export(py, this.core(), this.handle, slf.clone().unbind(), &request)
     }
 
     /// A NumPy array of `dtype` (default `uint8`) and `shape` (default: as many items as fit)
@@ -373,7 +391,7 @@ impl Block {
     /// A context manager that pins the block for the `with` block: `with blk.pinned(): ...`.
     fn pinned(slf: &Bound<'_, Self>) -> Pinned {
         let this = slf.get();
-        Pinned::new(slf.clone().into_any().unbind(), this.pool.get().core.clone(), this.handle)
+        Pinned::new(slf.clone().unbind(), this.pool.get().core.clone(), this.handle)
     }
 
     /// Give up ownership: returns the raw handle (as the `handle` property) for C code or
