@@ -86,3 +86,29 @@ def test_a_guard_exited_twice_never_drops_a_pin_the_caller_took() -> None:
     b.unpin()
     b.free()
     pool.check()
+
+
+@pytest.mark.parametrize("end", ["detach", "defer", "free"])
+def test_a_guard_of_an_object_that_no_longer_owns_its_block_refuses_to_pin(end: str) -> None:
+    pool = npumem.Pool(1 << 20, cores=1)
+    b = pool.alloc(100)
+    guard = b.pinned()
+    owner = None
+    if end == "detach":
+        owner = pool.adopt(b.detach())
+    elif end == "defer":
+        pool.defer_free(b)
+    else:
+        b.free()
+    with pytest.raises(npumem.InvalidHandleError):
+        guard.__enter__()
+    with pytest.raises(npumem.InvalidHandleError), b.pinned():
+        pass
+    with pytest.raises(npumem.InvalidHandleError):
+        b.pin()
+    if owner is not None:
+        assert owner.pins == 0
+        owner.free()  # nothing was left pinned through the detached object
+    pool.flush_deferred()
+    assert pool.stats().blocks_in_use == 0
+    pool.check()

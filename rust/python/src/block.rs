@@ -106,7 +106,7 @@ impl Block {
     /// Refuse a block this object no longer owns (deferred or detached): `class` for a
     /// deferred one.
     #[inline(always)]
-    fn owned(&self, class: ErrorClass) -> PyResult<()> {
+    pub(crate) fn owned(&self, class: ErrorClass) -> PyResult<()> {
         match self.owner.load(Ordering::Relaxed) {
             DEFERRED => Err(deferred_error(class)),
             DETACHED => Err(detached_error()),
@@ -389,6 +389,8 @@ impl Block {
     }
 
     /// A context manager that pins the block for the `with` block: `with blk.pinned(): ...`.
+    /// Entering it raises `InvalidHandleError`, as `pin()` does, once the block is freed, its
+    /// free deferred, or the block detached from this object.
     fn pinned(slf: &Bound<'_, Self>) -> Pinned {
         let this = slf.get();
         Pinned::new(slf.clone().unbind(), this.pool.get().core.clone(), this.handle)

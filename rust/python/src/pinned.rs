@@ -52,7 +52,10 @@ impl Pinned {
 
 #[pymethods]
 impl Pinned {
+    /// Pin the block; refused (`InvalidHandleError`) as `Block.pin()` refuses it: a block
+    /// freed, deferred, or detached from its object (another object may own it now).
     fn __enter__(&self, py: Python<'_>) -> PyResult<Py<Block>> {
+        self.block.get().owned(ErrorClass::InvalidHandle)?;
         pin(py, &self.core, self.handle)?;
         self.held.fetch_add(1, Ordering::AcqRel);
         Ok(self.block.clone_ref(py))
