@@ -44,6 +44,23 @@ pub struct Pinned {
     held: AtomicU32,
 }
 
+impl Drop for Pinned {
+    /// A guard collected while entered drops the pins it holds (nothing else could), and
+    /// gives the block the chance every unpin gives it. Dropping a pin never waits.
+    fn drop(&mut self) {
+        let held = *self.held.get_mut();
+        if held == 0 {
+            return;
+        }
+        for _ in 0..held {
+            if self.core.unpin(self.handle).is_err() {
+                break;
+            }
+        }
+        self.block.get().after_unpin();
+    }
+}
+
 impl Pinned {
     pub(crate) fn new(block: Py<Block>, core: Arc<npumem_core::Pool>, handle: Handle) -> Pinned {
         Pinned { block, core, handle, held: AtomicU32::new(0) }

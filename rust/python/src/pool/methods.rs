@@ -309,7 +309,8 @@ impl Pool {
 
     /// Take back ownership of a block given up by `Block.detach()`: a new `Block` for `handle`.
     /// Raises `InvalidHandleError` for a handle that is freed, stale or of another pool, and
-    /// for one that is not detached (a `Block` owns it, or it was adopted already).
+    /// for one that is not detached (a `Block` owns it, or it was adopted already). The new
+    /// object holds the pins that `pin()` took through the detached one.
     fn adopt(slf: &Bound<'_, Self>, handle: &Bound<'_, PyAny>) -> PyResult<Block> {
         let this = slf.get();
         let bits = args::integer(handle, "handle", ErrorClass::ArgumentType)?;
@@ -325,8 +326,8 @@ impl Pool {
                  handles given by Block.detach() can be adopted)",
             ));
         };
-        let DetachedBlock { nbytes, tag, tag_id } = found;
-        Ok(Block::new(slf.clone().unbind(), raw, nbytes, tag, tag_id))
+        let DetachedBlock { nbytes, tag, tag_id, pins } = found;
+        Ok(Block::adopted(slf.clone().unbind(), raw, nbytes, tag, tag_id, pins))
     }
 
     /// Free `block` (the same as `block.free()`).
@@ -767,14 +768,17 @@ fn defer_all(pool: &Pool, blocks: &[Bound<'_, Block>]) -> PyResult<()> {
     if slots.windows(2).any(|w| w[0] == w[1]) {
         return Err(error(ErrorClass::DoubleFree, "the batch names one block twice"));
     }
+    let mut before = Vec::with_capacity(blocks.len());
     for (i, block) in blocks.iter().enumerate() {
-        if !block.get().mark_deferred() {
-            // Another thread ended a block's ownership meanwhile: leave the others as they were.
-            for earlier in &blocks[..i] {
-                earlier.get().unmark_deferred();
+        let Some(state) = block.get().mark_deferred() else {
+            // Another thread ended a block's ownership (or pinned it) meanwhile: leave the
+            // others as they were.
+            for (earlier, state) in blocks[..i].iter().zip(before) {
+                earlier.get().unmark_deferred(state);
             }
-            return Err(error(ErrorClass::DoubleFree, format!("blocks[{i}] was freed meanwhile")));
-        }
+            return Err(block.get().deferral_refused(Some(i)));
+        };
+        before.push(state);
     }
     let items: Vec<Pending> = blocks.iter().map(|b| b.get().pending()).collect();
     if !deferred::queue_in_scope(&pool.pending, &items) {
