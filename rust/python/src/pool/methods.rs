@@ -160,7 +160,9 @@ impl Pool {
 
     /// Allocate one block per size in `sizes` (all with the same `align` and `tag`), or none:
     /// if one allocation fails, the blocks already made are freed and the error says which
-    /// one failed and why.
+    /// one failed and why. In a pool that grows, the regions the failed batch added are given
+    /// back when they are entirely free again (`on_trim` is called for each; `grow_events`
+    /// keeps counting them).
     #[pyo3(signature = (sizes, *, align = None, tag = None))]
     fn alloc_many<'py>(
         slf: &Bound<'py, Self>,
