@@ -491,9 +491,7 @@ impl Block {
         self.owned(ErrorClass::InvalidHandle)?;
         let before = self
             .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                (owning(s) && pins_of(s) > 0).then_some(s - ONE_PIN)
-            })
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| (owning(s) && pins_of(s) > 0).then_some(s - ONE_PIN))
             .map_err(|s| match owning(s) {
                 true => error(
                     ErrorClass::InvalidHandle,

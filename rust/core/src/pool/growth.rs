@@ -198,8 +198,8 @@ mod tests {
     #[test]
     fn a_failed_batch_gives_back_the_regions_it_added_and_keeps_older_ones() {
         const MIB: usize = 1 << 20;
-        let pool =
-            Pool::new(PoolConfig::new(2 * MIB).cores(1).backing(Backing::None).growth(16 * MIB, Some(2 * MIB))).unwrap();
+        let pool = Pool::new(PoolConfig::new(2 * MIB).cores(1).backing(Backing::None).growth(16 * MIB, Some(2 * MIB)))
+            .unwrap();
         let older = pool.alloc(3 * MIB, None, 0).unwrap();
         pool.free(older).unwrap(); // an empty region of an earlier call: not the batch's to give back
         let before = pool.regions();
