@@ -247,3 +247,32 @@ def test_bad_configuration(kwargs: dict[str, Any], message: str) -> None:
     capacity = args.pop("capacity")
     with pytest.raises(npumem.ConfigError, match=message):
         npumem.Pool(capacity, **args)
+
+
+@pytest.mark.parametrize("deferring", [False, True])
+def test_free_many_naming_a_block_twice_names_both_items(pool: npumem.Pool, deferring: bool) -> None:
+    a, b = pool.alloc(100), pool.alloc(200)
+    before = state_of(pool)
+    with pytest.raises(npumem.DoubleFreeError, match=r"names one block twice \(items 0 and 2\)"):
+        if deferring:
+            with pool.deferred():
+                pool.free_many([a, b, a])
+        else:
+            pool.free_many([a, b, a])
+    assert a.alive and b.alive
+    assert_unchanged(pool, before)
+    pool.free_many([a, b])
+
+
+def test_free_many_of_a_detached_block_names_its_class_once(pool: npumem.Pool) -> None:
+    a, b = pool.alloc(100), pool.alloc(200)
+    owner = pool.adopt(b.detach())
+    before = state_of(pool)
+    with pytest.raises(npumem.InvalidHandleError) as info:
+        pool.free_many([a, b])
+    assert str(info.value) == (
+        "item 1 of the batch: the block was detached from this object (Block.detach()); "
+        "adopt its handle to use it"
+    )
+    assert_unchanged(pool, before)
+    pool.free_many([a, owner])

@@ -181,9 +181,11 @@ impl Block {
         if !std::ptr::eq(pool, self.pool.get()) {
             return Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch belongs to another pool")));
         }
-        self.owned(ErrorClass::InvalidHandle)
-            .map_err(|e| error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {}", e)))?;
-        Ok(self.handle)
+        match self.owner() {
+            DEFERRED => Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DEFERRED_MESSAGE}"))),
+            DETACHED => Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DETACHED_MESSAGE}"))),
+            _ => Ok(self.handle),
+        }
     }
 
     /// The handle for `free_many`: as `handle_in`, a deferred block refused as a double free.

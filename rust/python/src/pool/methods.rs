@@ -233,7 +233,8 @@ impl Pool {
     }
 
     /// Free every block of `blocks`, or none: all are checked first (blocks of this pool,
-    /// alive, not pinned, no block twice) and the error names the first that is not.
+    /// alive, not pinned, no block twice) and the error names the first that is not (both
+    /// places of a block named twice).
     fn free_many(slf: &Bound<'_, Self>, blocks: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf.py();
         let items = blocks.try_iter().map_err(|_| {
@@ -256,6 +257,15 @@ impl Pool {
             handles.push(block.get().handle_to_free(slf.get(), i)?);
             freed.push(block.get().tag_and_size());
             blocks.push(block.clone());
+        }
+        if let Some((first, again)) = named_twice(&handles) {
+            return Err(error(
+                ErrorClass::DoubleFree,
+                format!(
+                    "the batch names one block twice (items {first} and {again}); a block is freed once, \
+                     and nothing was freed"
+                ),
+            ));
         }
         let this = slf.get();
         if deferred::deferring(&this.pending) {
@@ -761,14 +771,17 @@ impl Pool {
 
 /// Queue the frees of `blocks` (checked by `free_many`) in this thread's deferred scope: all or
 /// none.
+/// The places of the block that `handles` names twice, the pair whose later place comes first;
+/// None when every block is named once.
+fn named_twice(handles: &[npumem_core::Handle]) -> Option<(usize, usize)> {
+    let mut named: Vec<(u128, usize)> = handles.iter().enumerate().map(|(i, h)| (h.to_bits(), i)).collect();
+    named.sort_unstable();
+    named.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| (w[0].1, w[1].1)).min_by_key(|&(_, again)| again)
+}
+
 fn defer_all(pool: &Pool, blocks: &[Bound<'_, Block>]) -> PyResult<()> {
     for block in blocks {
         block.get().check_freeable(pool)?;
-    }
-    let mut slots: Vec<u32> = blocks.iter().map(|b| b.get().pending().handle.slot()).collect();
-    slots.sort_unstable();
-    if slots.windows(2).any(|w| w[0] == w[1]) {
-        return Err(error(ErrorClass::DoubleFree, "the batch names one block twice"));
     }
     let mut before = Vec::with_capacity(blocks.len());
     for (i, block) in blocks.iter().enumerate() {
