@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use npumem_core::{Backing, EventKind, Move, Placement};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 
 use super::config::{config_error, growth_config, pool_config};
 use super::deferred::{self, Deferred};
@@ -93,10 +93,13 @@ impl Pool {
         core.set_on_grow(on_grow);
         core.set_on_trim(on_trim);
         let name = match name.filter(|n| !n.is_none()) {
-            Some(n) => n
-                .cast::<PyString>()
-                .map_err(|_| config_error(format!("name must be a str, got {}", args::type_name(n))))?
-                .clone(),
+            Some(n) => {
+                let name = n
+                    .cast::<PyString>()
+                    .map_err(|_| config_error(format!("name must be a str, got {}", args::type_name(n))))?;
+                args::text(name, "name", ErrorClass::Config).map_err(|e| config_error(e.value(py).to_string()))?;
+                name.clone()
+            }
             None => PyString::new(py, &format!("pool-{}", core.id())),
         };
         let core = Arc::new(core);
@@ -325,10 +328,11 @@ impl Pool {
     /// object holds the pins that `pin()` took through the detached one.
     fn adopt(slf: &Bound<'_, Self>, handle: &Bound<'_, PyAny>) -> PyResult<Block> {
         let this = slf.get();
-        let bits = args::integer(handle, "handle", ErrorClass::ArgumentType)?;
-        let bits = u128::try_from(bits).ok().filter(|&b| b < 1 << 96).ok_or_else(|| {
+        let not_a_handle = |bits: &str| {
             error(ErrorClass::InvalidHandle, format!("{bits} is not a block's handle (Block.handle, Block.detach())"))
-        })?;
+        };
+        let bits = args::int_value(handle, "handle", ErrorClass::ArgumentType)?.map_err(|text| not_a_handle(&text))?;
+        let bits = u128::try_from(bits).ok().filter(|&b| b < 1 << 96).ok_or_else(|| not_a_handle(&bits.to_string()))?;
         let raw = npumem_core::Handle::from_bits(bits);
         this.core.block(raw).map_err(to_py)?;
         let Some(found) = this.detached.take(bits) else {
@@ -461,7 +465,8 @@ impl Pool {
     /// Pause the pool: wait (at most `timeout` seconds) for alloc and free calls in flight, then
     /// hold other threads' calls until the returned `Pause` is resumed, each at most `timeout`
     /// seconds (then it raises `PoolBusyError`, having done nothing). The calling thread may
-    /// still use the pool.
+    /// still use the pool. `timeout` is a finite number of seconds >= 0 (at most an hour is
+    /// used).
     #[pyo3(signature = (timeout = None), text_signature = "(self, timeout=10.0)")]
     fn pause(slf: &Bound<'_, Self>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Pause> {
         Pause::take(slf, timeout)
@@ -824,10 +829,14 @@ impl Pool {
         tag: Option<&Bound<'_, PyAny>>,
     ) -> PyErr {
         let capacity = self.core.max_capacity();
-        let too_large =
-            !nbytes.is_instance_of::<PyBool>() && nbytes.cast::<PyInt>().is_ok_and(|n| n.gt(capacity).unwrap_or(false));
+        let too_large = ErrorClass::RequestTooLarge.class(py).is_ok_and(|class| err.is_instance(py, class));
         if too_large {
-            let size = nbytes.extract::<usize>().unwrap_or(usize::MAX);
+            // The size as the refusal read it (an int, or what `__index__` gave).
+            let size = args::int_value(nbytes, "nbytes", ErrorClass::ArgumentType)
+                .ok()
+                .and_then(|n| n.ok())
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(usize::MAX);
             let align = args::alignment(align, capacity).ok().flatten();
             let tag = args::tag(tag).ok().flatten();
             let tag_id = self.tags.acquire(py, &self.core, tag.as_ref(), 1).unwrap_or(0);
