@@ -24,11 +24,32 @@ def test_pool_stats_from_dict_inverts_as_dict() -> None:
     assert npumem.TagStats.from_dict(stats.by_tag[0].as_dict()) == stats.by_tag[0]
     partial = npumem.PoolStats.from_dict({"capacity": 5})
     assert (partial.capacity, partial.bytes_in_use, partial.by_tag) == (5, 0, [])
-    with pytest.raises(npumem.NpumemError, match="bytes_in_use cannot be str"):
+    with pytest.raises(
+        npumem.ArgumentTypeError, match='field "bytes_in_use" must be an int from 0 to 2\\^64 - 1, got str'
+    ):
         npumem.PoolStats.from_dict({"bytes_in_use": "many"})
     with pytest.raises(npumem.NpumemError, match="takes a dict"):
         npumem.PoolStats.from_dict([1, 2])  # type: ignore[arg-type]
     pool.free_many(blocks)
+
+
+@pytest.mark.parametrize(
+    ("d", "error", "message"),
+    [
+        ({"capacity": -1}, npumem.InvalidArgumentError, r'PoolStats.from_dict: field "capacity" '),
+        ({"capacity": 1 << 64}, npumem.InvalidArgumentError, r"an int from 0 to 2\^64 - 1, got 1844"),
+        ({"capacity": 1.5}, npumem.ArgumentTypeError, r'field "capacity" must be an int .*got float'),
+        ({"external_fragmentation": "x"}, npumem.ArgumentTypeError, "must be a number, got str"),
+        ({"per_core": 5}, npumem.ArgumentTypeError, 'field "per_core" must be a list of dicts'),
+        ({"per_core": [{"bytes_free": -2}]}, npumem.InvalidArgumentError, 'CoreStats.*"bytes_free"'),
+        ({"by_tag": [{"tag": "\ud800"}]}, npumem.InvalidArgumentError, "lone surrogate"),
+    ],
+)
+def test_a_field_the_stats_cannot_hold_is_named_in_a_typed_error(
+    d: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        npumem.PoolStats.from_dict(d)
 
 
 def test_snapshot_stats_are_typed_and_survive_a_file(tmp_path: Path) -> None:
@@ -41,7 +62,7 @@ def test_snapshot_stats_are_typed_and_survive_a_file(tmp_path: Path) -> None:
     assert back.stats == snap.stats and back == snap
     obj = json.loads((tmp_path / "s.json").read_text())
     obj["stats"]["by_tag"] = [{"tag": 5}]
-    with pytest.raises(FileFormatError, match="stats: tag cannot be int"):
+    with pytest.raises(FileFormatError, match='stats: .*field "tag" must be a str or None, got int'):
         Snapshot.from_json_obj(obj)
     blk.free()
 
