@@ -308,7 +308,9 @@ def test_bad_configuration(kwargs: dict[str, Any], message: str) -> None:
 
 
 @pytest.mark.parametrize("deferring", [False, True])
-def test_free_many_naming_a_block_twice_names_both_items(pool: npumem.Pool, deferring: bool) -> None:
+def test_free_many_naming_a_block_twice_names_both_items(
+    pool: npumem.Pool, deferring: bool
+) -> None:
     a, b = pool.alloc(100), pool.alloc(200)
     before = state_of(pool)
     with pytest.raises(npumem.DoubleFreeError, match=r"names one block twice \(items 0 and 2\)"):

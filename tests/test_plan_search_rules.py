@@ -7,7 +7,6 @@ import pytest
 
 import npumem
 from npumem._core import PackingInstance
-
 from npumem.plan import solve
 from npumem.plan.generator import instance
 from npumem.plan.search import components
