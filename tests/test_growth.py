@@ -343,3 +343,117 @@ def test_the_out_of_memory_handler_runs_before_the_pool_grows() -> None:
     assert (s.grow_events, s.regions, s.failed_allocs) == (1, 2, 0)
     for b in [*held, extra, grown]:
         b.free()
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [MIB, 3 * MIB, 5 * MIB],  # a run in a new region, then a request beyond the limit
+        [MIB, MIB, MIB, 6 * MIB],  # a buddy block in a new region's chunk
+        [1500, 300, MIB, MIB, 64, 7 * MIB],  # slab objects and buddy blocks, then too much
+        [3 * MIB, 3 * MIB, 4 * MIB],  # two regions added, then too much
+    ],
+)
+@pytest.mark.parametrize("handler", [False, True])
+def test_a_failed_alloc_many_gives_back_the_regions_it_added(
+    sizes: list[int], handler: bool
+) -> None:
+    trimmed: list[tuple[int, int]] = []
+    pool = npumem.Pool(
+        2 * MIB,
+        max_capacity=8 * MIB,
+        grow_by=2 * MIB,
+        cores=1,
+        on_trim=lambda o, n: trimmed.append((o, n)),
+    )
+    if handler:  # the first try holds growth, the retry after the handler grows
+        pool.set_oom_handler(lambda nbytes: False)
+    before = pool.stats()
+    with pytest.raises(OutOfMemoryError, match="item"):
+        pool.alloc_many(sizes)
+    after = pool.stats()
+    assert pool.regions() == [(0, 2 * MIB)]
+    assert (after.capacity, after.regions, after.bytes_in_use, after.blocks_in_use) == (
+        before.capacity,
+        before.regions,
+        0,
+        0,
+    )
+    assert after.grow_events >= 1  # growths stay counted
+    assert len(trimmed) == after.grow_events
+    pool.check()
+    # The pool still grows for a batch that fits.
+    fits = pool.alloc_many([MIB, 3 * MIB])
+    assert pool.stats().regions == 2
+    pool.free_many(fits)
+
+
+def test_a_failed_alloc_many_keeps_regions_it_did_not_add_and_ones_in_use() -> None:
+    pool = npumem.Pool(2 * MIB, max_capacity=16 * MIB, grow_by=2 * MIB, cores=1)
+    first = pool.alloc(2 * MIB)
+    grown = pool.alloc(2 * MIB)  # a region of an earlier call: kept, although emptied below
+    empty_region = pool.alloc(2 * MIB)
+    empty_region.free()
+    regions = pool.regions()
+    assert len(regions) == 3
+    with pytest.raises(OutOfMemoryError):
+        pool.alloc_many([2 * MIB, 2 * MIB, 16 * MIB])
+    assert pool.regions() == regions
+    pool.free_many([first, grown])
+    pool.check()
+
+
+def test_failed_alloc_many_racing_with_growth_on_other_threads() -> None:
+    """A failed batch gives back only empty regions: blocks that other threads place in the
+    regions meanwhile (also in ones the batch added) keep their room and their bytes."""
+    pool = npumem.Pool(4 * MIB, max_capacity=256 * MIB, grow_by=4 * MIB, cores=4)
+    errors: list[BaseException] = []
+    failures = [0]
+    stop = threading.Event()
+
+    def failing() -> None:
+        try:
+            while not stop.is_set():
+                # Grows for the first three, then asks for more than the limit leaves.
+                with pytest.raises(OutOfMemoryError):
+                    pool.alloc_many([MIB, 3 * MIB, 2 * MIB, 254 * MIB])
+                failures[0] += 1
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        held: list[tuple[npumem.Block, int]] = []
+        try:
+            for i in range(300):
+                b = pool.alloc(int(rng.choice([300, 70_000, MIB, 3 * MIB])))
+                mark = (seed * 1000 + i) % 251
+                np.frombuffer(b, dtype=np.uint8)[:] = mark
+                held.append((b, mark))
+                if len(held) > 6:
+                    b, mark = held.pop(int(rng.integers(len(held))))
+                    assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
+                    pool.free(b)
+            for b, mark in held:
+                assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
+                pool.free(b)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    failer = threading.Thread(target=failing)
+    workers = [threading.Thread(target=work, args=(s,)) for s in range(3)]
+    failer.start()
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    stop.set()
+    failer.join()
+    assert not errors, errors
+    assert failures[0] > 0
+    stats = pool.stats()
+    assert stats.blocks_in_use == 0
+    _inside_one_region(pool)
+    pool.check()
+    pool.trim()
+    assert pool.regions() == [(0, 4 * MIB)]

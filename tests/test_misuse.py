@@ -23,6 +23,16 @@ def pool() -> Iterator[npumem.Pool]:
     del held
 
 
+class _Index:
+    """An object whose `__index__` returns `value`, whatever it is."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __index__(self) -> Any:
+        return self.value
+
+
 BAD_ALLOCS: list[tuple[str, Callable[[npumem.Pool], Any], type[Exception], str]] = [
     ("size zero", lambda p: p.alloc(0), npumem.InvalidArgumentError, "greater than 0, got 0"),
     ("negative size", lambda p: p.alloc(-5), npumem.InvalidArgumentError, "got -5"),
@@ -79,6 +89,54 @@ BAD_ALLOCS: list[tuple[str, Callable[[npumem.Pool], Any], type[Exception], str]]
         "align must be an int",
     ),
     ("tag not a str", lambda p: p.alloc(64, tag=5), npumem.ArgumentTypeError, "tag must be a str"),
+    (
+        "tag with a lone surrogate",
+        lambda p: p.alloc(64, tag="\ud800"),
+        npumem.InvalidArgumentError,
+        r"tag is not valid text: it contains a lone surrogate \('\\ud800' at index 0\)",
+    ),
+    (
+        "alloc_many tag with a lone surrogate",
+        lambda p: p.alloc_many([64, 64], tag="ok\udfff"),
+        npumem.InvalidArgumentError,
+        "tag is not valid text: it contains a lone surrogate",
+    ),
+    (
+        "__index__ that returns a float",
+        lambda p: p.alloc(_Index(1.5)),
+        npumem.ArgumentTypeError,
+        r"nbytes must be an int, got _Index whose __index__\(\) returned float, not an int",
+    ),
+    (
+        "__index__ that returns a huge int",
+        lambda p: p.alloc(_Index(1 << 200)),
+        npumem.RequestTooLargeError,
+        "can never be allocated",
+    ),
+    (
+        "huge alignment",
+        lambda p: p.alloc(64, align=1 << 200),
+        npumem.InvalidArgumentError,
+        "larger than the arena",
+    ),
+    (
+        "huge trace capacity",
+        lambda p: p.trace_start(1 << 200),
+        npumem.InvalidArgumentError,
+        r"capacity must be between 1 and \d+ events, got 1606938044",
+    ),
+    (
+        "endless pause",
+        lambda p: p.pause(float("inf")),
+        npumem.InvalidArgumentError,
+        "timeout must be a finite number of seconds",
+    ),
+    (
+        "adopt of a huge handle",
+        lambda p: p.adopt(1 << 200),
+        npumem.InvalidHandleError,
+        "is not a block's handle",
+    ),
     (
         "free of a non-block",
         lambda p: p.free(5),
@@ -247,3 +305,48 @@ def test_bad_configuration(kwargs: dict[str, Any], message: str) -> None:
     capacity = args.pop("capacity")
     with pytest.raises(npumem.ConfigError, match=message):
         npumem.Pool(capacity, **args)
+
+
+@pytest.mark.parametrize("deferring", [False, True])
+def test_free_many_naming_a_block_twice_names_both_items(
+    pool: npumem.Pool, deferring: bool
+) -> None:
+    a, b = pool.alloc(100), pool.alloc(200)
+    before = state_of(pool)
+    with pytest.raises(npumem.DoubleFreeError, match=r"names one block twice \(items 0 and 2\)"):
+        if deferring:
+            with pool.deferred():
+                pool.free_many([a, b, a])
+        else:
+            pool.free_many([a, b, a])
+    assert a.alive and b.alive
+    assert_unchanged(pool, before)
+    pool.free_many([a, b])
+
+
+def test_free_many_of_a_detached_block_names_its_class_once(pool: npumem.Pool) -> None:
+    a, b = pool.alloc(100), pool.alloc(200)
+    owner = pool.adopt(b.detach())
+    before = state_of(pool)
+    with pytest.raises(npumem.InvalidHandleError) as info:
+        pool.free_many([a, b])
+    assert str(info.value) == (
+        "item 1 of the batch: the block was detached from this object (Block.detach()); "
+        "adopt its handle to use it"
+    )
+    assert_unchanged(pool, before)
+    pool.free_many([a, owner])
+
+
+def test_a_pool_name_with_a_lone_surrogate_is_a_config_error() -> None:
+    with pytest.raises(npumem.ConfigError, match="name is not valid text: it contains a lone"):
+        npumem.Pool(MIB, cores=1, name="pool-\ud800")
+
+
+def test_a_kv_cache_tag_with_a_lone_surrogate_changes_nothing(pool: npumem.Pool) -> None:
+    from npumem.kv import KVCache
+
+    before = state_of(pool)
+    with pytest.raises(npumem.InvalidArgumentError, match="tag is not valid text"):
+        KVCache(pool, num_layers=1, num_kv_heads=1, head_dim=8, tag="\ud800", capacity_tokens=64)
+    assert_unchanged(pool, before)

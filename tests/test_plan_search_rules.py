@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+import npumem
+from npumem._core import PackingInstance
 from npumem.plan import solve
 from npumem.plan.generator import instance
 from npumem.plan.search import components
@@ -40,3 +42,46 @@ def test_a_decision_run_at_the_bound_of_a_perfect_packing_finds_it() -> None:
     for i in range(len(offsets)):
         for j in comp.neighbors[i]:
             assert ends[i] <= offsets[j] or ends[j] <= offsets[i]
+
+
+U64_MAX = (1 << 64) - 1
+MAX_SPAN = (1 << 63) - 1
+
+
+def _together(sizes: list[int], alignments: list[int]) -> PackingInstance:
+    """Buffers all live at the same time, in one section."""
+    n = len(sizes)
+    neighbors = [[j for j in range(n) if j != i] for i in range(n)]
+    return PackingInstance(sizes, alignments, [0] * n, [1] * n, 1, neighbors, [[]] * n)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "alignments"),
+    [
+        ([U64_MAX - 5, 8], [1, 1 << 63]),  # the sizes wrap past 2^64
+        ([1 << 62, 1 << 62], [1, 1]),  # exactly 2^63: one byte too many
+        ([8, 8], [1, 1 << 63]),  # the alignment padding counts
+    ],
+)
+def test_an_instance_that_a_packing_cannot_address_is_refused(
+    sizes: list[int], alignments: list[int]
+) -> None:
+    with pytest.raises(npumem.InvalidArgumentError, match=r"2\^63 - 1"):
+        _together(sizes, alignments)
+
+
+def test_an_obstacle_past_the_span_is_refused() -> None:
+    with pytest.raises(npumem.InvalidArgumentError, match="obstacle"):
+        PackingInstance([8], [1], [0], [1], 1, [[]], [[(0, MAX_SPAN)]])
+
+
+def test_a_packing_at_the_span_bound_never_claims_to_fit_below_its_sum() -> None:
+    third = MAX_SPAN // 3
+    inst = _together([third] * 3, [1] * 3)
+    exhausted, offsets, arena, _ = inst.search([0, 1, 2], U64_MAX, 0, 10_000, 10.0)
+    assert exhausted and arena == 3 * third
+    assert offsets is not None and sorted(offsets) == [0, third, 2 * third]
+    verdict, offsets, _ = inst.decide("WAT", [1] * 3, [0, 1, 2], U64_MAX, 10_000, 10.0)
+    assert verdict == "found" and offsets is not None and max(offsets) == 2 * third
+    verdict, _, _ = inst.decide("WAT", [1] * 3, [0, 1, 2], 3 * third - 1, 10_000, 10.0)
+    assert verdict == "exhausted"

@@ -7,6 +7,7 @@ import gc
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -494,6 +495,74 @@ def test_an_exit_with_a_user_pin_frees_at_the_last_unpin() -> None:
     assert blk.unpin() == 1
     assert live(pool) == 1
     assert blk.unpin() == 0
+    assert live(pool) == 0
+
+
+def _hold_by(kind: str, blk: npumem.Block) -> Callable[[], None]:
+    """Pin `blk` through `kind`; returns what drops that pin."""
+    if kind == "memoryview":
+        view = memoryview(blk)
+        return view.release
+    if kind == "as_array":
+        held = [blk.as_array("float32")]
+        return held.clear
+    if kind == "from_dlpack":
+        held = [np.from_dlpack(blk)]
+        return held.clear
+    if kind == "capsule":  # never consumed: its destructor drops the pin
+        held = [blk.__dlpack__()]
+        return held.clear
+    guard = blk.pinned()
+    guard.__enter__()
+    return lambda: guard.__exit__(None, None, None)
+
+
+PIN_HOLDERS = ["memoryview", "as_array", "from_dlpack", "capsule", "pinned"]
+
+
+@pytest.mark.parametrize("kind", PIN_HOLDERS)
+def test_an_exit_with_a_pin_frees_when_that_pin_goes_whatever_holds_it(kind: str) -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    blk = pool.alloc(4096, tag="t")
+    release = _hold_by(kind, blk)
+    with pytest.raises(KeyError), blk:
+        raise KeyError("body")
+    assert blk.alive and live(pool) == 1
+    release()
+    gc.collect()
+    assert not blk.alive
+    assert live(pool) == 0
+    stats = pool.stats()
+    assert stats.auto_freed == 1 and stats.deferred_pending == 0
+    assert [t.blocks_in_use for t in stats.by_tag if t.tag == "t"] == [0]
+    pool.check()
+
+
+@pytest.mark.parametrize("kind", PIN_HOLDERS)
+def test_a_last_pin_that_goes_while_another_thread_pauses_frees_after_the_pause(kind: str) -> None:
+    pool = npumem.Pool(16 * MIB, cores=2)
+    blk = pool.alloc(4096)
+    release = _hold_by(kind, blk)
+    with pytest.raises(KeyError), blk:
+        raise KeyError("body")
+    paused, go = threading.Event(), threading.Event()
+
+    def pauser() -> None:
+        with pool.pause(timeout=10):
+            paused.set()
+            go.wait(10)
+
+    t = threading.Thread(target=pauser)
+    t.start()
+    assert paused.wait(10)
+    release()  # the pool is paused by another thread: nothing waits, the free is queued
+    gc.collect()
+    assert not blk.alive
+    assert live(pool) == 1
+    go.set()
+    t.join()
+    stats = pool.stats()
+    assert stats.deferred_pending == 0 and stats.auto_freed == 1
     assert live(pool) == 0
 
 

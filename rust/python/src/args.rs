@@ -14,21 +14,51 @@ pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
     value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
 }
 
-/// An integer argument (a Python `int` or anything with `__index__`, but not a `bool`).
-pub(crate) fn integer(value: &Bound<'_, PyAny>, name: &str, class: ErrorClass) -> PyResult<i128> {
+/// The class of a refusal for a value out of range, where `class` is the one for a wrong type
+/// (a configuration keeps its `ConfigError`).
+fn range_class(class: ErrorClass) -> ErrorClass {
+    match class {
+        ErrorClass::ArgumentType => ErrorClass::InvalidArgument,
+        other => other,
+    }
+}
+
+/// The value of an integer argument (a Python `int` or anything with `__index__`, but not a
+/// `bool`): `Ok(n)`, or `Err(its decimal text)` for an int beyond 128 bits. `class` is the
+/// error class of a value that is no int.
+pub(crate) fn int_value(value: &Bound<'_, PyAny>, name: &str, class: ErrorClass) -> PyResult<Result<i128, String>> {
     let refuse = || error(class, format!("{name} must be an int, got {}", type_name(value)));
     if value.is_instance_of::<PyBool>() {
         return Err(refuse());
     }
-    if value.is_instance_of::<PyInt>() {
-        return value.extract::<i128>().map_err(|_| error(class, format!("{name} is out of range")));
-    }
-    if !value.hasattr("__index__")? {
-        return Err(refuse());
-    }
-    // An exception from `__index__` itself (a KeyboardInterrupt, a bug in it) is the caller's.
-    let index = value.call_method0("__index__")?;
-    index.extract::<i128>().map_err(|_| error(class, format!("{name} is out of range")))
+    let int = if value.is_instance_of::<PyInt>() {
+        value.clone()
+    } else {
+        if !value.hasattr("__index__")? {
+            return Err(refuse());
+        }
+        // An exception from `__index__` itself (a KeyboardInterrupt, a bug in it) is the caller's.
+        let index = value.call_method0("__index__")?;
+        if !index.is_instance_of::<PyInt>() {
+            return Err(error(
+                class,
+                format!(
+                    "{name} must be an int, got {} whose __index__() returned {}, not an int",
+                    type_name(value),
+                    type_name(&index)
+                ),
+            ));
+        }
+        index
+    };
+    Ok(int.extract::<i128>().map_err(|_| int.to_string()))
+}
+
+/// An integer argument (a Python `int` or anything with `__index__`, but not a `bool`), within
+/// 128 bits; `class` is the error class of a value that is no int (one out of range raises
+/// `InvalidArgumentError`, or the `ConfigError` of a configuration).
+pub(crate) fn integer(value: &Bound<'_, PyAny>, name: &str, class: ErrorClass) -> PyResult<i128> {
+    int_value(value, name, class)?.map_err(|text| error(range_class(class), format!("{name} = {text} is out of range")))
 }
 
 /// A size in bytes: an int > 0 (`capacity` is the pool's, for the "too large" message).
@@ -78,16 +108,13 @@ fn size_checked(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResu
             return Ok(n);
         }
     }
-    let n = match integer(value, name, ErrorClass::ArgumentType) {
+    let n = match int_value(value, name, ErrorClass::ArgumentType)? {
         Ok(n) => n,
         // An int beyond i128: a value problem, not a type problem.
-        Err(_) if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() => {
-            if value.lt(0)? {
-                return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {value}")));
-            }
-            return Err(too_large(value.py(), name, &value.to_string(), capacity));
+        Err(text) if text.starts_with('-') => {
+            return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {text}")));
         }
-        Err(err) => return Err(err),
+        Err(text) => return Err(too_large(value.py(), name, &text, capacity)),
     };
     if n <= 0 {
         return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {n}")));
@@ -113,7 +140,12 @@ pub(crate) fn alignment(value: Option<&Bound<'_, PyAny>>, capacity: usize) -> Py
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
-    let a = integer(value, "align", ErrorClass::ArgumentType)?;
+    let a = int_value(value, "align", ErrorClass::ArgumentType)?.map_err(|text| match text.starts_with('-') {
+        true => error(ErrorClass::InvalidArgument, format!("align must be a power of two, got {text}")),
+        false => {
+            error(ErrorClass::InvalidArgument, format!("align = {text} is larger than the arena ({capacity} bytes)"))
+        }
+    })?;
     if a <= 0 || (a & (a - 1)) != 0 {
         return Err(error(ErrorClass::InvalidArgument, format!("align must be a power of two, got {a}")));
     }
@@ -126,15 +158,34 @@ pub(crate) fn alignment(value: Option<&Bound<'_, PyAny>>, capacity: usize) -> Py
     Ok(Some(a as usize))
 }
 
-/// An optional tag: `None` or a `str`.
+/// An optional tag: `None` or a `str` of valid text.
 pub(crate) fn tag<'py>(value: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Bound<'py, PyString>>> {
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
-    value
+    let tag = value
         .cast::<PyString>()
-        .map(|s| Some(s.clone()))
-        .map_err(|_| error(ErrorClass::ArgumentType, format!("tag must be a str or None, got {}", type_name(value))))
+        .map_err(|_| error(ErrorClass::ArgumentType, format!("tag must be a str or None, got {}", type_name(value))))?;
+    text(tag, "tag", ErrorClass::InvalidArgument)?;
+    Ok(Some(tag.clone()))
+}
+
+/// The text of a string argument `name`: a `str` that UTF-8 can encode, so none with a lone
+/// surrogate (such as `"\ud800"`, which the core's strings, files and metrics cannot hold);
+/// `class` is the error class of one that has.
+pub(crate) fn text<'a>(value: &'a Bound<'_, PyString>, name: &str, class: ErrorClass) -> PyResult<&'a str> {
+    value.to_str().map_err(|err| {
+        let py = value.py();
+        let at = err.value(py).getattr("start").and_then(|s| s.extract::<usize>()).ok();
+        let which = at
+            .and_then(|i| value.get_item(i).ok())
+            .and_then(|c| c.repr().ok())
+            .map_or_else(String::new, |c| format!(" ({c} at index {})", at.unwrap_or(0)));
+        error(
+            class,
+            format!("{name} is not valid text: it contains a lone surrogate{which}, which UTF-8 cannot encode"),
+        )
+    })
 }
 
 /// A configuration integer (a `ConfigError` names the field).
@@ -164,8 +215,14 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
     let s: f64 = t.extract().map_err(|_| {
         error(ErrorClass::ArgumentType, format!("timeout must be a number of seconds, got {}", type_name(t)))
     })?;
+    if s.is_infinite() && s > 0.0 {
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            "timeout must be a finite number of seconds >= 0 (a pause waits at most an hour), got inf",
+        ));
+    }
     if !(s.is_finite() && s >= 0.0) {
-        return Err(error(ErrorClass::InvalidArgument, format!("timeout must be >= 0 seconds, got {s}")));
+        return Err(error(ErrorClass::InvalidArgument, format!("timeout must be a number of seconds >= 0, got {s}")));
     }
     Ok(s.min(3600.0))
 }
@@ -175,15 +232,18 @@ const DEFAULT_TRACE_CAPACITY: i128 = 65536;
 
 /// A trace capacity: between 1 and `MAX_TRACE_CAPACITY` events, or the default.
 pub(crate) fn trace_capacity(value: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+    let refuse = |got: &str| {
+        error(
+            ErrorClass::InvalidArgument,
+            format!("capacity must be between 1 and {MAX_TRACE_CAPACITY} events, got {got}"),
+        )
+    };
     let n = match value.filter(|c| !c.is_none()) {
-        Some(c) => integer(c, "capacity", ErrorClass::ArgumentType)?,
+        Some(c) => int_value(c, "capacity", ErrorClass::ArgumentType)?.map_err(|text| refuse(&text))?,
         None => DEFAULT_TRACE_CAPACITY,
     };
     if n < 1 || n > MAX_TRACE_CAPACITY as i128 {
-        return Err(error(
-            ErrorClass::InvalidArgument,
-            format!("capacity must be between 1 and {MAX_TRACE_CAPACITY} events, got {n}"),
-        ));
+        return Err(refuse(&n.to_string()));
     }
     Ok(n as usize)
 }

@@ -7,11 +7,14 @@
 //! pool cannot take at once (paused by another thread, or pinned by C code) waits in the pool's
 //! stranded frees (`pool/pending.rs`); nothing waits in a destructor.
 //!
-//! The object's ownership is one atomic byte, read by every method and written once by the
-//! call that ends the ownership (free, defer, detach): the core's free path is unchanged.
+//! The object's state is one atomic word: its ownership in the low byte, read by every method
+//! and written once by the call that ends the ownership (free, defer, detach), and above it the
+//! pins `pin()` took through this object. Those pins are the object's: `unpin()` drops only
+//! them, `detach()` hands them on with the handle, and a collected object drops them (a pin
+//! drop never waits) before its block is freed. The core's free path is unchanged.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use npumem_core::{Handle, HandleFault};
@@ -41,6 +44,29 @@ const DEFERRED: u8 = 3;
 /// Ownership handed on by `detach()`: unusable through this object.
 const DETACHED: u8 = 4;
 
+/// The ownership bits of the state word; the pins `pin()` took are counted above them.
+const OWNER_BITS: u64 = 0xff;
+/// One pin taken by `pin()`, in the state word.
+const ONE_PIN: u64 = 1 << 8;
+
+/// The ownership of a state word.
+#[inline(always)]
+fn owner_of(state: u64) -> u8 {
+    (state & OWNER_BITS) as u8
+}
+
+/// The pins `pin()` took, of a state word (the core caps pins far below `u32::MAX`).
+#[inline(always)]
+fn pins_of(state: u64) -> u32 {
+    (state >> 8) as u32
+}
+
+/// Whether the object owns its block in this state.
+#[inline(always)]
+fn owning(state: u64) -> bool {
+    matches!(owner_of(state), OWNED | FREE_AT_UNPIN)
+}
+
 /// One block of a pool. Its `offset` may change when the pool is compacted; the block stays
 /// valid until freed, and is freed when its last reference goes (unless `detach()` handed it
 /// on). A context manager that frees the block on exit.
@@ -54,18 +80,26 @@ pub struct Block {
     tag: Option<Py<PyString>>,
     /// The pool's id of `tag` (0: none), for the counters by tag.
     tag_id: u32,
-    /// `OWNED`, `FREE_AT_UNPIN`, `FREED`, `DEFERRED` or `DETACHED`.
-    owner: AtomicU8,
+    /// The ownership (`OWNED`, `FREE_AT_UNPIN`, `FREED`, `DEFERRED` or `DETACHED`) in the low
+    /// byte, and the pins `pin()` took through this object (and not dropped) above it.
+    state: AtomicU64,
 }
 
 impl Drop for Block {
-    /// The last reference went: free the block if this object still owns it.
+    /// The last reference went: free the block if this object still owns it, after dropping
+    /// the pins its `pin()` took (nothing could drop them any more; a pin of C code stays, and
+    /// the free then waits in the pool's stranded frees).
     fn drop(&mut self) {
-        let owner = *self.owner.get_mut();
-        if owner != OWNED && owner != FREE_AT_UNPIN {
+        let state = *self.state.get_mut();
+        if !owning(state) {
             return;
         }
         let pool = self.pool.get();
+        for _ in 0..pins_of(state) {
+            if pool.core.unpin(self.handle).is_err() {
+                break;
+            }
+        }
         let item = self.pending();
         if deferred::queue_in_scope(&pool.pending, &[item]) {
             pool.pending.note_collected();
@@ -75,22 +109,49 @@ impl Drop for Block {
     }
 }
 
+/// What the error for a block whose free is deferred says.
+const DEFERRED_MESSAGE: &str = "the block's free is deferred: it can no longer be used";
+
+/// What the error for a block detached from this object says.
+const DETACHED_MESSAGE: &str = "the block was detached from this object (Block.detach()); adopt its handle to use it";
+
 /// The error for a block whose free is deferred.
 fn deferred_error(class: ErrorClass) -> PyErr {
-    error(class, "the block's free is deferred: it can no longer be used")
+    error(class, DEFERRED_MESSAGE)
 }
 
 /// The error for a block detached from this object.
 fn detached_error() -> PyErr {
-    error(
-        ErrorClass::InvalidHandle,
-        "the block was detached from this object (Block.detach()); adopt its handle to use it",
-    )
+    error(ErrorClass::InvalidHandle, DETACHED_MESSAGE)
 }
 
 impl Block {
     pub(crate) fn new(pool: Py<Pool>, handle: Handle, nbytes: usize, tag: Option<Py<PyString>>, tag_id: u32) -> Block {
-        Block { pool, handle, nbytes, tag, tag_id, owner: AtomicU8::new(OWNED) }
+        Block { pool, handle, nbytes, tag, tag_id, state: AtomicU64::new(OWNED as u64) }
+    }
+
+    /// A block adopted with the pins that `pin()` took through the object that detached it.
+    pub(crate) fn adopted(
+        pool: Py<Pool>,
+        handle: Handle,
+        nbytes: usize,
+        tag: Option<Py<PyString>>,
+        tag_id: u32,
+        pins: u32,
+    ) -> Block {
+        let state = OWNED as u64 + u64::from(pins) * ONE_PIN;
+        Block { pool, handle, nbytes, tag, tag_id, state: AtomicU64::new(state) }
+    }
+
+    /// The ownership now.
+    #[inline(always)]
+    fn owner(&self) -> u8 {
+        owner_of(self.state.load(Ordering::Acquire))
+    }
+
+    /// End the ownership (freed): no pin of this object is left either.
+    fn set_freed(&self) {
+        self.state.store(FREED as u64, Ordering::Release);
     }
 
     /// The tag id and the bytes asked for, for the counters by tag.
@@ -106,8 +167,8 @@ impl Block {
     /// Refuse a block this object no longer owns (deferred or detached): `class` for a
     /// deferred one.
     #[inline(always)]
-    fn owned(&self, class: ErrorClass) -> PyResult<()> {
-        match self.owner.load(Ordering::Relaxed) {
+    pub(crate) fn owned(&self, class: ErrorClass) -> PyResult<()> {
+        match self.owner() {
             DEFERRED => Err(deferred_error(class)),
             DETACHED => Err(detached_error()),
             _ => Ok(()),
@@ -120,14 +181,16 @@ impl Block {
         if !std::ptr::eq(pool, self.pool.get()) {
             return Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch belongs to another pool")));
         }
-        self.owned(ErrorClass::InvalidHandle)
-            .map_err(|e| error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {}", e)))?;
-        Ok(self.handle)
+        match self.owner() {
+            DEFERRED => Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DEFERRED_MESSAGE}"))),
+            DETACHED => Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DETACHED_MESSAGE}"))),
+            _ => Ok(self.handle),
+        }
     }
 
     /// The handle for `free_many`: as `handle_in`, a deferred block refused as a double free.
     pub(crate) fn handle_to_free(&self, pool: &Pool, index: usize) -> PyResult<Handle> {
-        if self.owner.load(Ordering::Relaxed) == DEFERRED {
+        if self.owner() == DEFERRED {
             return Err(error(
                 ErrorClass::DoubleFree,
                 format!("item {index} of the batch: the block's free is deferred already"),
@@ -138,7 +201,7 @@ impl Block {
 
     /// `free_many` freed the block.
     pub(crate) fn mark_freed(&self) {
-        self.owner.store(FREED, Ordering::Relaxed);
+        self.set_freed();
     }
 
     /// Free through `pool`, which must be the block's own (queued instead inside a deferred
@@ -156,7 +219,7 @@ impl Block {
             Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle))?,
             other => other.map_err(to_py)?,
         }
-        self.owner.store(FREED, Ordering::Relaxed);
+        self.set_freed();
         core.count_tagged_free(self.tag_id, 1, self.nbytes);
         pool.tags.release(core, self.tag_id, 1);
         Ok(())
@@ -175,16 +238,19 @@ impl Block {
         Ok(())
     }
 
-    /// Mark the block deferred; false when another call ended the ownership first.
-    pub(crate) fn mark_deferred(&self) -> bool {
-        [OWNED, FREE_AT_UNPIN]
-            .into_iter()
-            .any(|from| self.owner.compare_exchange(from, DEFERRED, Ordering::Relaxed, Ordering::Relaxed).is_ok())
+    /// Mark the block deferred: the state before, for `unmark_deferred`; None when another
+    /// call ended the ownership first, or when `pin()` pinned the block meanwhile.
+    pub(crate) fn mark_deferred(&self) -> Option<u64> {
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (owning(s) && pins_of(s) == 0).then_some(DEFERRED as u64)
+            })
+            .ok()
     }
 
-    /// Undo `mark_deferred` (a batch that could not queue every block).
-    pub(crate) fn unmark_deferred(&self) {
-        self.owner.store(OWNED, Ordering::Relaxed);
+    /// Undo `mark_deferred` (a batch that could not queue every block): back to `before`.
+    pub(crate) fn unmark_deferred(&self, before: u64) {
+        self.state.store(before, Ordering::Release);
     }
 
     /// Queue the block's free (this thread's deferred scope, else the pool's deferred frees).
@@ -193,8 +259,8 @@ impl Block {
             return Err(error(ErrorClass::InvalidHandle, "the block belongs to another pool"));
         }
         self.check_freeable(pool)?;
-        if !self.mark_deferred() {
-            return Err(deferred_error(ErrorClass::DoubleFree));
+        if self.mark_deferred().is_none() {
+            return Err(self.deferral_refused(None));
         }
         let item = self.pending();
         if !deferred::queue_in_scope(&pool.pending, &[item]) {
@@ -203,17 +269,64 @@ impl Block {
         Ok(())
     }
 
-    /// After an unpin: free a block whose `with` exit was refused for its pins, once the last
-    /// pin is gone.
+    /// After an unpin, by whatever dropped the pin (`unpin()`, a buffer view, a DLPack export,
+    /// a `Pinned` guard): free a block whose `with` exit was refused for its pins, once the last
+    /// pin is gone. Never waits and needs no GIL: when another thread holds a pause, the free
+    /// waits in the pool's stranded frees (freed when the pause ends, or at the next flush).
     pub(crate) fn after_unpin(&self) {
-        if self.owner.load(Ordering::Relaxed) != FREE_AT_UNPIN {
+        let state = self.state.load(Ordering::Acquire);
+        if owner_of(state) != FREE_AT_UNPIN || pins_of(state) > 0 {
             return;
         }
         let pool = self.pool.get();
-        if pool.core.try_free(self.handle).is_ok() {
-            self.owner.store(FREED, Ordering::Relaxed);
-            pool.pending.note_collected();
-            pool.pending.counted(self.tag_id, self.nbytes);
+        match pool.core.try_free(self.handle) {
+            Ok(()) => {
+                self.set_freed();
+                pool.pending.note_collected();
+                pool.pending.counted(self.tag_id, self.nbytes);
+            }
+            Err(npumem_core::Error::Paused) => {
+                let unpinned = pool.core.block(self.handle).is_ok_and(|info| info.pins == 0);
+                if unpinned
+                    && self
+                        .state
+                        .compare_exchange(FREE_AT_UNPIN as u64, DEFERRED as u64, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                {
+                    pool.pending.note_collected();
+                    pool.pending.strand(self.pending());
+                }
+            }
+            // Still pinned, or freed already through its raw handle.
+            Err(_) => {}
+        }
+    }
+
+    /// The error for a deferral that `mark_deferred` refused (`item`: the block's place in a
+    /// batch).
+    pub(crate) fn deferral_refused(&self, item: Option<usize>) -> PyErr {
+        let (class, message) = match self.owner() {
+            DEFERRED => (ErrorClass::DoubleFree, DEFERRED_MESSAGE.to_string()),
+            DETACHED => (ErrorClass::InvalidHandle, DETACHED_MESSAGE.to_string()),
+            FREED => (ErrorClass::DoubleFree, npumem_core::Error::DoubleFree.to_string()),
+            _ => (ErrorClass::PinnedBlock, npumem_core::Error::Pinned { pins: self.pins_now() }.to_string()),
+        };
+        match item {
+            Some(i) => error(class, format!("item {i} of the batch: {message}")),
+            None => error(class, message),
+        }
+    }
+
+    /// The block's pins now (0 for a block gone).
+    fn pins_now(&self) -> u32 {
+        self.pool.get().core.block(self.handle).map_or(0, |info| info.pins)
+    }
+
+    /// The error for a call that found the ownership ended (freed, deferred or detached).
+    fn ended_error(&self) -> PyErr {
+        match self.owned(ErrorClass::InvalidHandle) {
+            Err(err) => err,
+            Ok(()) => to_py(npumem_core::Error::InvalidHandle(HandleFault::Freed)),
         }
     }
 
@@ -271,7 +384,7 @@ impl Block {
         let this = slf.get();
         this.owned(ErrorClass::InvalidHandle)?;
         let request = dlpack::Request { stream, max_version, dl_device, copy };
-        dlpack::export(py, this.core(), this.handle, slf.clone().into_any().unbind(), &request)
+        dlpack::export(py, this.core(), this.handle, slf.clone().unbind(), &request)
     }
 
     /// A NumPy array of `dtype` (default `uint8`) and `shape` (default: as many items as fit)
@@ -355,41 +468,70 @@ impl Block {
     }
 
     /// Pin the block: a compaction never moves it (and it cannot be freed) until it is
-    /// unpinned as many times. Returns the pins `pin()` took that are held now.
+    /// unpinned as many times. The pins belong to this object: when it is collected they are
+    /// dropped, and the block is freed once nothing else pins it (`detach()` hands them on with
+    /// the handle). Returns the pins `pin()` took through this object that are held now.
     fn pin(&self, py: Python<'_>) -> PyResult<u32> {
         self.owned(ErrorClass::InvalidHandle)?;
-        pin(py, &self.pool.get().core, self.handle)
+        let core = &self.pool.get().core;
+        pin(py, core, self.handle)?;
+        match self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| owning(s).then_some(s + ONE_PIN)) {
+            Ok(before) => Ok(pins_of(before) + 1),
+            Err(_) => {
+                // Another thread ended the ownership meanwhile (detach, defer): the pin is not
+                // this object's to keep.
+                let _ = core.unpin(self.handle);
+                Err(self.ended_error())
+            }
+        }
     }
 
-    /// Remove a pin taken by `pin()` (`InvalidHandleError` without one: the pins of buffer views
-    /// are released with the views). Returns the pins `pin()` took that are left.
+    /// Remove a pin taken by `pin()` through this object (`InvalidHandleError` without one:
+    /// the pins of buffer views are released with the views, a `pinned()` guard's when it
+    /// exits). Returns the pins `pin()` took through this object that are left.
     fn unpin(&self) -> PyResult<u32> {
         self.owned(ErrorClass::InvalidHandle)?;
-        let left = self.pool.get().core.unpin(self.handle).map_err(to_py)?;
+        let before = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| (owning(s) && pins_of(s) > 0).then_some(s - ONE_PIN))
+            .map_err(|s| match owning(s) {
+                true => error(
+                    ErrorClass::InvalidHandle,
+                    "unpin without a matching pin: the block holds no pin taken by pin() through this \
+                     object (a buffer view's pin is released with the view, a pinned() guard's when it exits)",
+                ),
+                false => self.ended_error(),
+            })?;
+        // The count dropped also when the core refuses: then the pin was gone already (C code
+        // dropped it), and this object holds one less.
+        self.pool.get().core.unpin(self.handle).map_err(to_py)?;
         self.after_unpin();
-        Ok(left)
+        Ok(pins_of(before) - 1)
     }
 
     /// A context manager that pins the block for the `with` block: `with blk.pinned(): ...`.
+    /// Entering it raises `InvalidHandleError`, as `pin()` does, once the block is freed, its
+    /// free deferred, or the block detached from this object.
     fn pinned(slf: &Bound<'_, Self>) -> Pinned {
         let this = slf.get();
-        Pinned::new(slf.clone().into_any().unbind(), this.pool.get().core.clone(), this.handle)
+        Pinned::new(slf.clone().unbind(), this.pool.get().core.clone(), this.handle)
     }
 
     /// Give up ownership: returns the raw handle (as the `handle` property) for C code or
     /// another owner, and this object no longer frees the block (nor can use it). The handle
-    /// stays valid across compactions; `Pool.adopt(handle)` makes a `Block` of it again.
+    /// stays valid across compactions; `Pool.adopt(handle)` makes a `Block` of it again. Pins
+    /// that `pin()` took through this object go with the handle: the adopting object holds
+    /// them (its `unpin()` drops them).
     fn detach(&self, py: Python<'_>) -> PyResult<u128> {
         let pool = self.pool.get();
         self.check_alive(pool)?;
-        let claimed = [OWNED, FREE_AT_UNPIN]
-            .into_iter()
-            .any(|from| self.owner.compare_exchange(from, DETACHED, Ordering::Relaxed, Ordering::Relaxed).is_ok());
-        if !claimed {
-            return Err(detached_error());
-        }
+        let claimed =
+            self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| owning(s).then_some(DETACHED as u64));
+        let Ok(before) = claimed else {
+            return Err(self.ended_error());
+        };
         let tag = self.tag.as_ref().map(|t| t.clone_ref(py));
-        let block = DetachedBlock { nbytes: self.nbytes, tag, tag_id: self.tag_id };
+        let block = DetachedBlock { nbytes: self.nbytes, tag, tag_id: self.tag_id, pins: pins_of(before) };
         pool.detached.insert(self.handle.to_bits(), block);
         Ok(self.handle.to_bits())
     }
@@ -415,7 +557,9 @@ impl Block {
             Ok(()) => Ok(false),
             Err(_) if raising => {
                 if self.info().is_ok_and(|info| info.pins > 0) {
-                    let _ = self.owner.compare_exchange(OWNED, FREE_AT_UNPIN, Ordering::Relaxed, Ordering::Relaxed);
+                    let _ = self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                        (owner_of(s) == OWNED).then_some((s & !OWNER_BITS) | FREE_AT_UNPIN as u64)
+                    });
                     // The last pin may have gone meanwhile.
                     self.after_unpin();
                 }
@@ -468,7 +612,7 @@ impl Block {
             Some(t) => format!(" tag={:?}", t.bind(py).to_string()),
             None => String::new(),
         };
-        let state = match self.owner.load(Ordering::Relaxed) {
+        let state = match self.owner() {
             DEFERRED => "deferred",
             DETACHED => "detached",
             _ => "freed",

@@ -6,7 +6,9 @@
 //! tensor's deleter unpins it, on whichever thread the consumer calls it, without the GIL.
 //! The export also holds a reference to the `npumem.Block` it came from, so that a block whose
 //! object went is freed when the last export goes (a deleter called without the GIL hands the
-//! reference to PyO3, which releases it when a thread next holds the GIL).
+//! reference to PyO3, which releases it when a thread next holds the GIL). Its unpin gives the
+//! block the chance every unpin gives it (`Block::after_unpin`: a block whose `with` exit was
+//! refused for its pins is freed at its last pin), which needs neither the GIL nor a wait.
 //! The capsule follows the protocol: renamed `used_dltensor` once consumed; freed unconsumed,
 //! its destructor calls the deleter.
 
@@ -19,6 +21,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::args;
+use crate::block::Block;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::pinned::pin_view;
 
@@ -96,15 +99,18 @@ pub(crate) struct PinnedBytes {
     pub(crate) nbytes: usize,
     pub(crate) device: (i32, i32),
     /// The `npumem.Block` exported, released after the pin.
-    pub(crate) owner: Option<Py<PyAny>>,
+    pub(crate) owner: Option<Py<Block>>,
 }
 
 impl Drop for PinnedBytes {
-    /// The export's end: the block may move and be freed again (and is freed here when this
-    /// held the last reference to its object).
+    /// The export's end: the block may move and be freed again (and is freed here when its
+    /// `with` exit waited for its last pin, or when this held the last reference to its object).
     fn drop(&mut self) {
         let _ = self.pool.unpin_view(self.handle);
-        drop(self.owner.take());
+        if let Some(owner) = self.owner.take() {
+            owner.get().after_unpin();
+            drop(owner);
+        }
     }
 }
 
@@ -286,7 +292,7 @@ pub(crate) fn export<'py>(
     py: Python<'py>,
     core: &Arc<Pool>,
     handle: Handle,
-    owner: Py<PyAny>,
+    owner: Py<Block>,
     request: &Request<'_, 'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let device = device_of(core);

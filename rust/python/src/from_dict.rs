@@ -2,7 +2,7 @@
 //! them): `PoolStats.from_dict` and the classes inside it.
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict, PyInt, PyString};
 
 use crate::args;
 use crate::errors::{error, ErrorClass};
@@ -14,27 +14,60 @@ pub(crate) fn dict_of<'py>(d: &Bound<'py, PyAny>, class: &str) -> PyResult<Bound
     })
 }
 
-/// Field `key` of `d` (its type's zero when missing).
-pub(crate) fn field<'py, T>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T>
+/// Field `key` of `d`, for a `class` (its type's zero when missing). A value the field cannot
+/// hold is refused with the class and the field named: an int out of an int field's range as
+/// `InvalidArgumentError`, a str that is no valid text likewise, any other value as
+/// `ArgumentTypeError`.
+pub(crate) fn field<'py, T>(d: &Bound<'py, PyDict>, class: &str, key: &str) -> PyResult<T>
 where
     T: for<'a> FromPyObject<'a, 'py> + Default,
 {
-    match d.get_item(key)? {
-        Some(v) => v
-            .extract::<T>()
-            .map_err(|_| error(ErrorClass::ArgumentType, format!("{key} cannot be {}", args::type_name(&v)))),
-        None => Ok(T::default()),
-    }
+    let Some(v) = d.get_item(key)? else {
+        return Ok(T::default());
+    };
+    v.extract::<T>().map_err(|_| {
+        let py = v.py();
+        let what = format!("{class}.from_dict: field {key:?}");
+        let got = v.repr().map_or_else(|_| args::type_name(&v), |r| r.to_string());
+        // What the field holds, told by what it takes.
+        let takes = |sample: Bound<'py, PyAny>| sample.extract::<T>().is_ok();
+        let (ints, floats) = match (0u8.into_pyobject(py), 0.5f64.into_pyobject(py)) {
+            (Ok(int), Ok(float)) => (takes(int.into_any()), takes(float.into_any())),
+            _ => (false, false),
+        };
+        let int = v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>();
+        if ints && !floats && int {
+            return error(ErrorClass::InvalidArgument, format!("{what} must be an int from 0 to 2^64 - 1, got {got}"));
+        }
+        if let Ok(text) = v.cast::<PyString>() {
+            if let Err(err) = args::text(text, &what, ErrorClass::InvalidArgument) {
+                return err;
+            }
+        }
+        let kind = match (ints, floats) {
+            (true, false) => "an int from 0 to 2^64 - 1",
+            (true, true) => "a number",
+            _ => "a str or None",
+        };
+        error(ErrorClass::ArgumentType, format!("{what} must be {kind}, got {} ({got})", args::type_name(&v)))
+    })
 }
 
-/// List field `key` of `d`, each item parsed with `parse` (empty when missing).
+/// List field `key` of `d`, for a `class`, each item parsed with `parse` (empty when missing).
 pub(crate) fn list<'py, T>(
     d: &Bound<'py, PyDict>,
+    class: &str,
     key: &str,
     parse: impl Fn(&Bound<'py, PyAny>) -> PyResult<T>,
 ) -> PyResult<Vec<T>> {
-    match d.get_item(key)? {
-        Some(v) => v.try_iter()?.map(|item| parse(&item?)).collect(),
-        None => Ok(Vec::new()),
-    }
+    let Some(v) = d.get_item(key)? else {
+        return Ok(Vec::new());
+    };
+    let items = v.try_iter().map_err(|_| {
+        error(
+            ErrorClass::ArgumentType,
+            format!("{class}.from_dict: field {key:?} must be a list of dicts, got {}", args::type_name(&v)),
+        )
+    })?;
+    items.map(|item| parse(&item?)).collect()
 }

@@ -19,6 +19,7 @@ use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
+use crate::args;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::{detached, without_gil};
 use crate::pool::state::Pool;
@@ -569,10 +570,13 @@ impl PagedKV {
             .filter(|&b| b <= capacity)
             .ok_or_else(|| too_large(format!("one page ({page_tokens} tokens)")))?;
         let tag = match given(tag) {
-            Some(t) => t
-                .cast::<PyString>()
-                .map_err(|_| error(ErrorClass::ArgumentType, format!("tag must be a str, got {}", type_name(&t))))?
-                .clone(),
+            Some(t) => {
+                let tag = t.cast::<PyString>().map_err(|_| {
+                    error(ErrorClass::ArgumentType, format!("tag must be a str, got {}", type_name(&t)))
+                })?;
+                args::text(tag, "tag", ErrorClass::InvalidArgument)?;
+                tag.clone()
+            }
             None => PyString::new(py, "kv"),
         };
         let callable = |v: Option<Bound<'_, PyAny>>, name: &str| -> PyResult<Option<Py<PyAny>>> {

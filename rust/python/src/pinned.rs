@@ -11,6 +11,7 @@ use std::sync::Arc;
 use npumem_core::{Error, Handle};
 use pyo3::prelude::*;
 
+use crate::block::Block;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::without_gil;
 
@@ -35,7 +36,7 @@ pub(crate) fn pin_view(py: Python<'_>, core: &npumem_core::Pool, handle: Handle)
 #[pyclass(module = "npumem._core", frozen)]
 pub struct Pinned {
     /// The `npumem.Block` that `__enter__` gives back.
-    block: Py<PyAny>,
+    block: Py<Block>,
     core: Arc<npumem_core::Pool>,
     handle: Handle,
     /// Pins this guard took and has not dropped (entered and not exited): `__exit__` drops
@@ -43,21 +44,42 @@ pub struct Pinned {
     held: AtomicU32,
 }
 
+impl Drop for Pinned {
+    /// A guard collected while entered drops the pins it holds (nothing else could), and
+    /// gives the block the chance every unpin gives it. Dropping a pin never waits.
+    fn drop(&mut self) {
+        let held = *self.held.get_mut();
+        if held == 0 {
+            return;
+        }
+        for _ in 0..held {
+            if self.core.unpin(self.handle).is_err() {
+                break;
+            }
+        }
+        self.block.get().after_unpin();
+    }
+}
+
 impl Pinned {
-    pub(crate) fn new(block: Py<PyAny>, core: Arc<npumem_core::Pool>, handle: Handle) -> Pinned {
+    pub(crate) fn new(block: Py<Block>, core: Arc<npumem_core::Pool>, handle: Handle) -> Pinned {
         Pinned { block, core, handle, held: AtomicU32::new(0) }
     }
 }
 
 #[pymethods]
 impl Pinned {
-    fn __enter__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+    /// Pin the block; refused (`InvalidHandleError`) as `Block.pin()` refuses it: a block
+    /// freed, deferred, or detached from its object (another object may own it now).
+    fn __enter__(&self, py: Python<'_>) -> PyResult<Py<Block>> {
+        self.block.get().owned(ErrorClass::InvalidHandle)?;
         pin(py, &self.core, self.handle)?;
         self.held.fetch_add(1, Ordering::AcqRel);
         Ok(self.block.clone_ref(py))
     }
 
-    /// Unpin on leaving the `with` block.
+    /// Unpin on leaving the `with` block (a block whose own `with` exit waited for its last
+    /// pin is freed when this was it).
     #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
     fn __exit__(
         &self,
@@ -76,6 +98,7 @@ impl Pinned {
             self.held.fetch_add(1, Ordering::AcqRel);
             return Err(to_py(err));
         }
+        self.block.get().after_unpin();
         Ok(false)
     }
 }

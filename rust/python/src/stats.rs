@@ -46,10 +46,10 @@ macro_rules! py_stats_class {
             pub(crate) fn parse(d: &Bound<'_, PyAny>) -> PyResult<$name> {
                 let d = dict_of(d, stringify!($name))?;
                 Ok($name {
-                    $($field: field(&d, stringify!($field))?,)*
-                    $($nested: list(&d, stringify!($nested), $nty::parse)?,)*
-                    $($extra: list(&d, stringify!($extra), $ety::parse)?,)*
-                    $($scalar: field(&d, stringify!($scalar))?,)*
+                    $($field: field(&d, stringify!($name), stringify!($field))?,)*
+                    $($nested: list(&d, stringify!($name), stringify!($nested), $nty::parse)?,)*
+                    $($extra: list(&d, stringify!($name), stringify!($extra), $ety::parse)?,)*
+                    $($scalar: field(&d, stringify!($name), stringify!($scalar))?,)*
                 })
             }
 

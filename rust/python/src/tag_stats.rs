@@ -55,10 +55,10 @@ impl TagStats {
     pub(crate) fn parse(d: &Bound<'_, PyAny>) -> PyResult<TagStats> {
         let d = from_dict::dict_of(d, "TagStats")?;
         Ok(TagStats {
-            tag: from_dict::field(&d, "tag")?,
-            blocks_in_use: from_dict::field(&d, "blocks_in_use")?,
-            requested_bytes_in_use: from_dict::field(&d, "requested_bytes_in_use")?,
-            peak_requested_bytes_in_use: from_dict::field(&d, "peak_requested_bytes_in_use")?,
+            tag: from_dict::field(&d, "TagStats", "tag")?,
+            blocks_in_use: from_dict::field(&d, "TagStats", "blocks_in_use")?,
+            requested_bytes_in_use: from_dict::field(&d, "TagStats", "requested_bytes_in_use")?,
+            peak_requested_bytes_in_use: from_dict::field(&d, "TagStats", "peak_requested_bytes_in_use")?,
         })
     }
 

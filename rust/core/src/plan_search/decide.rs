@@ -373,7 +373,7 @@ impl Decider<'_> {
             } else if raw >= r {
                 raw
             } else {
-                inst.smallest_unplaced_neighbor(xi, &self.placed).map_or(self.capacity + 1, |s| r + s)
+                inst.smallest_unplaced_neighbor(xi, &self.placed).map_or(self.capacity + 1, |s| r.saturating_add(s))
             };
             for w in &mut self.window[lo..hi] {
                 *w = (*w).min(low);
@@ -427,13 +427,13 @@ impl Decider<'_> {
                 // It must rest on a buffer live with it that is still to place (at >= last).
                 let support = inst.smallest_unplaced_neighbor(qi, &self.placed);
                 match support {
-                    Some(s) => last + s,
+                    Some(s) => last.saturating_add(s),
                     None => return Status::NotFound,
                 }
             } else {
                 r
             };
-            if low + size > capacity {
+            if low.saturating_add(size) > capacity {
                 return Status::NotFound;
             }
             lowest.chmin(inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize, low);
@@ -442,7 +442,7 @@ impl Decider<'_> {
                     low
                 } else {
                     // Not at the level, it must rest on a buffer live with it placed there.
-                    inst.smallest_unplaced_neighbor(qi, &self.placed).map_or(u64::MAX, |s| level + s)
+                    inst.smallest_unplaced_neighbor(qi, &self.placed).map_or(u64::MAX, |s| level.saturating_add(s))
                 };
                 above.chmin(inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize, next);
             }
@@ -457,7 +457,7 @@ impl Decider<'_> {
         lowest.finish();
         for s in part.lo..part.hi {
             let low = lowest.leaf(s);
-            if low != u64::MAX && low + self.rem[s] > capacity {
+            if low != u64::MAX && low.saturating_add(self.rem[s]) > capacity {
                 return Status::NotFound;
             }
         }
@@ -597,6 +597,9 @@ pub fn decide(
             *c += 1;
         }
     }
+    // No canonical packing ends above the span: a larger capacity decides the same, and
+    // keeping it within the span keeps every sum (`capacity + 1` included) below 2^64.
+    let capacity = capacity.min(inst.span);
     let mut decider = Decider {
         inst,
         order,

@@ -15,6 +15,13 @@ impl fmt::Display for PackingError {
 
 impl std::error::Error for PackingError {}
 
+/// The most bytes an instance may span: every buffer's size and alignment padding plus the
+/// highest obstacle end ([`PackingInstance::new`] refuses more), as many as a plan can address
+/// (`npumem.plan`'s `MAX_PLAN_BYTES`). Every offset and end of a canonical packing is at most
+/// the span, so they never overflow; the searches' lower bounds that add more than one such
+/// value saturate, and a capacity is cut to the span, so `capacity + 1` fits.
+pub const MAX_SPAN: u64 = (1 << 63) - 1;
+
 /// One component to pack, in compressed-sparse-row form.
 #[derive(Debug, Clone)]
 pub struct PackingInstance {
@@ -27,6 +34,9 @@ pub struct PackingInstance {
     pub(crate) nbr: Vec<u32>,
     pub(crate) obs_start: Vec<u32>,
     pub(crate) obs: Vec<(u64, u64)>,
+    /// Every size and alignment padding plus the highest obstacle end (at most [`MAX_SPAN`]):
+    /// no canonical packing ends above it, so a capacity above it is as good as it.
+    pub(crate) span: u64,
 }
 
 impl PackingInstance {
@@ -36,7 +46,9 @@ impl PackingInstance {
     /// * buffer `i` is live in sections `sec_lo[i] .. sec_hi[i]` (non-empty, below `n_sections`);
     /// * `neighbors[i]`: the buffers live at the same time as `i` (symmetric, no self loops);
     /// * `obstacles[i]`: sorted, disjoint byte ranges `[start, end)` of pinned buffers live at
-    ///   the same time as `i`.
+    ///   the same time as `i`;
+    /// * the sizes, the alignment padding (`alignment - 1` each) and the highest obstacle end
+    ///   add up to at most [`MAX_SPAN`] bytes.
     pub fn new(
         sizes: Vec<u64>,
         alignments: &[u64],
@@ -62,6 +74,7 @@ impl PackingInstance {
         let mut nbr = Vec::new();
         let mut obs_start = Vec::with_capacity(n + 1);
         let mut obs = Vec::new();
+        let mut span: u128 = 0;
         nbr_start.push(0);
         obs_start.push(0);
         for i in 0..n {
@@ -71,6 +84,7 @@ impl PackingInstance {
             if !alignments[i].is_power_of_two() {
                 return Err(PackingError(format!("buffer {i}: alignment {} is not a power of two", alignments[i])));
             }
+            span += u128::from(sizes[i]) + u128::from(alignments[i] - 1);
             if sec_lo[i] >= sec_hi[i] || sec_hi[i] as usize > n_sections {
                 return Err(PackingError(format!(
                     "buffer {i}: sections {}..{} are empty or beyond {n_sections}",
@@ -102,7 +116,15 @@ impl PackingInstance {
                     .map_err(|_| PackingError("too many obstacles (more than 2^32)".to_string()))?,
             );
         }
+        span += u128::from(obs.iter().map(|&(_, end)| end).max().unwrap_or(0));
+        if span > u128::from(MAX_SPAN) {
+            return Err(PackingError(format!(
+                "the buffers' sizes and alignment padding and the highest obstacle end add up to {span} \
+                 bytes, more than the {MAX_SPAN} (2^63 - 1) a packing may span"
+            )));
+        }
         Ok(Self {
+            span: span as u64,
             align_mask: alignments.iter().map(|a| a - 1).collect(),
             sizes,
             sec_lo,
@@ -150,5 +172,62 @@ impl PackingInstance {
             }
         }
         offset
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan_search::{decide, search, Key, Limits, Order, Verdict};
+
+    /// Two buffers live together, of `a` and `b` bytes with alignments 1 and `align`.
+    fn pair(a: u64, b: u64, align: u64) -> Result<PackingInstance, PackingError> {
+        PackingInstance::new(vec![a, b], &[1, align], vec![0, 0], vec![1, 1], 1, &[vec![1], vec![0]], &[vec![], vec![]])
+    }
+
+    #[test]
+    fn an_instance_whose_span_passes_the_bound_is_refused() {
+        let err = pair(u64::MAX - 5, 8, 1).unwrap_err();
+        assert!(err.0.contains("more than the"), "{err}");
+        let err = pair(1, 8, 1 << 63).unwrap_err(); // the padding counts
+        assert!(err.0.contains("more than the"), "{err}");
+        let obstacles = [vec![(0, MAX_SPAN)], vec![]];
+        let err = PackingInstance::new(vec![1], &[1], vec![0], vec![1], 1, &[vec![]], &obstacles[..1]).unwrap_err();
+        assert!(err.0.contains("obstacle"), "{err}");
+    }
+
+    #[test]
+    fn an_instance_at_the_bound_packs_without_overflow_at_any_capacity() {
+        let half = MAX_SPAN / 2;
+        let inst = pair(half, half, 1).unwrap();
+        let limits = Limits { capacity: u64::MAX, target: 0, node_limit: u64::MAX, deadline: None };
+        let out = search(&inst, &[0, 1], &limits);
+        assert_eq!((out.offsets, out.arena), (Some(vec![0, half]), 2 * half));
+        for capacity in [u64::MAX, MAX_SPAN] {
+            let order = Order::new(vec![Key::Size], vec![1, 1], vec![0, 1]);
+            let found = decide(&inst, &order, capacity, u64::MAX, None);
+            assert_eq!((found.verdict, found.offsets), (Verdict::Found, Some(vec![0, half])));
+        }
+        let order = Order::new(vec![Key::Size], vec![1, 1], vec![0, 1]);
+        assert_eq!(decide(&inst, &order, 2 * half - 1, u64::MAX, None).verdict, Verdict::Exhausted);
+        // Three buffers live together, each at most a third of the bound: every lower bound of
+        // the searches (an offset, a support and a size) stays a true bound.
+        let third = MAX_SPAN / 3;
+        let neighbors = [vec![1, 2], vec![0, 2], vec![0, 1]];
+        let inst = PackingInstance::new(
+            vec![third; 3],
+            &[1; 3],
+            vec![0; 3],
+            vec![1; 3],
+            1,
+            &neighbors,
+            &[vec![], vec![], vec![]],
+        )
+        .unwrap();
+        let out = search(&inst, &[0, 1, 2], &limits);
+        assert_eq!((out.exhausted, out.arena), (true, 3 * third));
+        let order = Order::new(vec![Key::Size], vec![1; 3], vec![0, 1, 2]);
+        assert_eq!(decide(&inst, &order, u64::MAX, u64::MAX, None).verdict, Verdict::Found);
+        assert_eq!(decide(&inst, &order, 3 * third - 1, u64::MAX, None).verdict, Verdict::Exhausted);
     }
 }

@@ -19,5 +19,5 @@ mod search;
 mod test_instances;
 
 pub use decide::{decide, Decision, Key, Order, Verdict};
-pub use instance::{PackingError, PackingInstance};
+pub use instance::{PackingError, PackingInstance, MAX_SPAN};
 pub use search::{search, Limits, Outcome};

@@ -81,13 +81,13 @@ impl State<'_> {
                 // Dead for now: it must rest on a buffer live with it placed at >= last.
                 let support = inst.smallest_unplaced_neighbor(q, &self.placed);
                 match support {
-                    Some(s) => last + s,
+                    Some(s) => last.saturating_add(s),
                     None => return false,
                 }
             } else {
                 r
             };
-            if lowest_offset + size > capacity {
+            if lowest_offset.saturating_add(size) > capacity {
                 return false;
             }
             self.lowest.chmin(inst.sec_lo[q] as usize, inst.sec_hi[q] as usize, lowest_offset);
@@ -99,7 +99,7 @@ impl State<'_> {
         self.lowest.finish();
         for s in 0..inst.n_sections {
             let low = self.lowest.leaf(s);
-            if low != u64::MAX && low + self.rem[s] > capacity {
+            if low != u64::MAX && low.saturating_add(self.rem[s]) > capacity {
                 return false;
             }
         }
@@ -175,7 +175,9 @@ pub fn search(inst: &PackingInstance, rank: &[u32], limits: &Limits) -> Outcome 
             st.rem[s as usize] += inst.sizes[q];
         }
     }
-    let mut capacity = limits.capacity;
+    // No canonical packing ends above the span: a larger capacity is the same search, and
+    // keeping it within the span keeps every sum below 2^64.
+    let mut capacity = limits.capacity.min(inst.span);
     let mut best: Option<Vec<u64>> = None;
     let mut best_arena = 0;
     let mut nodes: u64 = 0;

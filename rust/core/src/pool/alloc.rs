@@ -171,7 +171,10 @@ impl Pool {
     /// stops when it answers false: then nothing stays allocated and the answer is `Ok(None)`.
     ///
     /// Blocks are placed first and only counted, traced and given handles once all are placed,
-    /// so a batch that fails or stops gives its places back without touching a counter.
+    /// so a batch that fails or stops gives its places back without touching a counter. In a
+    /// pool that grows, it then gives back the regions it added that are entirely free again
+    /// (as `trim` would; `on_trim` is called for each), so that a failed batch leaves the
+    /// capacity as it was; `grow_events` keeps counting those growths.
     pub fn alloc_many_until(
         &self,
         sizes: &[usize],
@@ -186,16 +189,19 @@ impl Pool {
             .collect::<Result<_>>()?;
         let core = cpu::current_core(self.arena.cores.len());
         let _entered = self.enter()?;
+        let regions_before = self.regions_now();
         let mut placed = Vec::with_capacity(requests.len());
         for (index, request) in requests.iter().enumerate() {
             if index % BATCH_CHECK_EVERY == BATCH_CHECK_EVERY - 1 && !keep_going() {
                 self.give_back_placed(&placed, &requests, core);
+                self.trim_regions_since(regions_before.as_deref());
                 return Ok(None);
             }
             match self.place(request, core, Reach::Full) {
                 Some(p) => placed.push(p),
                 None => {
                     self.give_back_placed(&placed, &requests, core);
+                    self.trim_regions_since(regions_before.as_deref());
                     return Err(Error::batch(index, self.out_of_memory(request, core, tag)));
                 }
             }
@@ -210,6 +216,7 @@ impl Pool {
                         self.free_entered(handle).expect("a block just made can be freed");
                     }
                     self.give_back_placed(&placed[index + 1..], &requests[index + 1..], core);
+                    self.trim_regions_since(regions_before.as_deref());
                     return Err(Error::batch(index, err));
                 }
             }

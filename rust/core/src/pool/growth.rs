@@ -121,6 +121,31 @@ impl Pool {
     /// Give back every region that is entirely free, except the first (after the slabs and
     /// chunks that cores hold empty went back). Returns how many regions went.
     pub(crate) fn trim_regions(&self) -> usize {
+        self.trim_regions_where(|_| true)
+    }
+
+    /// The regions now, for [`Pool::trim_regions_since`] (`None` for a pool that cannot grow).
+    pub(crate) fn regions_now(&self) -> Option<Vec<(usize, usize)>> {
+        self.config.grows().then(|| self.arena.regions.lock().clone())
+    }
+
+    /// Give back the regions added since `before` ([`Pool::regions_now`]) that are entirely
+    /// free: what a batch that failed added, once it gave its places back. A region that another
+    /// thread grew meanwhile is taken only if it is empty too: a region is withdrawn in one step
+    /// that fails if any chunk of it is in use, so no allocation loses its room, and a growth in
+    /// progress (which places its request before it lets go of the change lock) is never seen
+    /// empty. Growths stay counted in `grow_events`; returns how many regions went.
+    pub(crate) fn trim_regions_since(&self, before: Option<&[(usize, usize)]>) -> usize {
+        match before {
+            Some(before) if self.arena.regions.lock().iter().any(|r| !before.contains(r)) => {
+                self.trim_regions_where(|region| !before.contains(&region))
+            }
+            _ => 0,
+        }
+    }
+
+    /// [`Pool::trim_regions`] for the regions (`(start, len)` in chunks) that `wanted` accepts.
+    fn trim_regions_where(&self, wanted: impl Fn((usize, usize)) -> bool) -> usize {
         if !self.config.grows() {
             return 0;
         }
@@ -129,7 +154,8 @@ impl Pool {
         let regions = &self.arena.regions;
         let _one = regions.change();
         let g = &self.arena.geometry;
-        let candidates: Vec<(usize, usize)> = regions.lock().iter().copied().filter(|&(s, _)| s != 0).collect();
+        let candidates: Vec<(usize, usize)> =
+            regions.lock().iter().copied().filter(|&(s, l)| s != 0 && wanted((s, l))).collect();
         let mut given_back = 0;
         for (start, len) in candidates {
             if !self.arena.global.withdraw(start, len) {
@@ -166,6 +192,23 @@ mod tests {
         // One bit per absent chunk, and what the two regions used.
         let committed = pool.arena().committed_metadata_bytes();
         assert!(committed < 2 << 20, "an empty pool that may grow to 1 TiB committed {committed} bytes");
+        pool.check().unwrap();
+    }
+
+    #[test]
+    fn a_failed_batch_gives_back_the_regions_it_added_and_keeps_older_ones() {
+        const MIB: usize = 1 << 20;
+        let pool = Pool::new(PoolConfig::new(2 * MIB).cores(1).backing(Backing::None).growth(16 * MIB, Some(2 * MIB)))
+            .unwrap();
+        let older = pool.alloc(3 * MIB, None, 0).unwrap();
+        pool.free(older).unwrap(); // an empty region of an earlier call: not the batch's to give back
+        let before = pool.regions();
+        assert_eq!(before.len(), 2);
+        let failed = pool.alloc_many(&[MIB, 3 * MIB, 3 * MIB, 3 * MIB, 16 * MIB], None, 0);
+        assert!(matches!(failed, Err(crate::Error::Batch { index: 4, .. })), "{failed:?}");
+        assert_eq!(pool.regions(), before);
+        assert!(pool.stats().grow_events > 1, "the batch grew the pool before it failed");
+        assert_eq!(pool.stats().blocks_in_use, 0);
         pool.check().unwrap();
     }
 }

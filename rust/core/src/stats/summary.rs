@@ -114,7 +114,8 @@ macro_rules! pool_stats_fields {
             chunks_in_runs: usize,
             /// Regions with memory behind them (1 unless the pool grew).
             regions: usize,
-            /// Times the pool grew (added a region).
+            /// Times the pool grew (added a region), those regions given back since included
+            /// (by `trim`, or by an `alloc_many` that failed).
             grow_events: u64,
         }
     };

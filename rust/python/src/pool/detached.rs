@@ -13,6 +13,8 @@ pub(crate) struct DetachedBlock {
     pub(crate) nbytes: usize,
     pub(crate) tag: Option<Py<PyString>>,
     pub(crate) tag_id: u32,
+    /// Pins that `pin()` took through the detached object: the adopting object holds them.
+    pub(crate) pins: u32,
 }
 
 /// A pool's detached blocks, by handle bits.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use npumem_core::{Backing, EventKind, Move, Placement};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 
 use super::config::{config_error, growth_config, pool_config};
 use super::deferred::{self, Deferred};
@@ -93,10 +93,13 @@ impl Pool {
         core.set_on_grow(on_grow);
         core.set_on_trim(on_trim);
         let name = match name.filter(|n| !n.is_none()) {
-            Some(n) => n
-                .cast::<PyString>()
-                .map_err(|_| config_error(format!("name must be a str, got {}", args::type_name(n))))?
-                .clone(),
+            Some(n) => {
+                let name = n
+                    .cast::<PyString>()
+                    .map_err(|_| config_error(format!("name must be a str, got {}", args::type_name(n))))?;
+                args::text(name, "name", ErrorClass::Config).map_err(|e| config_error(e.value(py).to_string()))?;
+                name.clone()
+            }
             None => PyString::new(py, &format!("pool-{}", core.id())),
         };
         let core = Arc::new(core);
@@ -160,7 +163,9 @@ impl Pool {
 
     /// Allocate one block per size in `sizes` (all with the same `align` and `tag`), or none:
     /// if one allocation fails, the blocks already made are freed and the error says which
-    /// one failed and why.
+    /// one failed and why. In a pool that grows, the regions the failed batch added are given
+    /// back when they are entirely free again (`on_trim` is called for each; `grow_events`
+    /// keeps counting them).
     #[pyo3(signature = (sizes, *, align = None, tag = None))]
     fn alloc_many<'py>(
         slf: &Bound<'py, Self>,
@@ -231,7 +236,8 @@ impl Pool {
     }
 
     /// Free every block of `blocks`, or none: all are checked first (blocks of this pool,
-    /// alive, not pinned, no block twice) and the error names the first that is not.
+    /// alive, not pinned, no block twice) and the error names the first that is not (both
+    /// places of a block named twice).
     fn free_many(slf: &Bound<'_, Self>, blocks: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf.py();
         let items = blocks.try_iter().map_err(|_| {
@@ -254,6 +260,15 @@ impl Pool {
             handles.push(block.get().handle_to_free(slf.get(), i)?);
             freed.push(block.get().tag_and_size());
             blocks.push(block.clone());
+        }
+        if let Some((first, again)) = named_twice(&handles) {
+            return Err(error(
+                ErrorClass::DoubleFree,
+                format!(
+                    "the batch names one block twice (items {first} and {again}); a block is freed once, \
+                     and nothing was freed"
+                ),
+            ));
         }
         let this = slf.get();
         if deferred::deferring(&this.pending) {
@@ -309,13 +324,15 @@ impl Pool {
 
     /// Take back ownership of a block given up by `Block.detach()`: a new `Block` for `handle`.
     /// Raises `InvalidHandleError` for a handle that is freed, stale or of another pool, and
-    /// for one that is not detached (a `Block` owns it, or it was adopted already).
+    /// for one that is not detached (a `Block` owns it, or it was adopted already). The new
+    /// object holds the pins that `pin()` took through the detached one.
     fn adopt(slf: &Bound<'_, Self>, handle: &Bound<'_, PyAny>) -> PyResult<Block> {
         let this = slf.get();
-        let bits = args::integer(handle, "handle", ErrorClass::ArgumentType)?;
-        let bits = u128::try_from(bits).ok().filter(|&b| b < 1 << 96).ok_or_else(|| {
+        let not_a_handle = |bits: &str| {
             error(ErrorClass::InvalidHandle, format!("{bits} is not a block's handle (Block.handle, Block.detach())"))
-        })?;
+        };
+        let bits = args::int_value(handle, "handle", ErrorClass::ArgumentType)?.map_err(|text| not_a_handle(&text))?;
+        let bits = u128::try_from(bits).ok().filter(|&b| b < 1 << 96).ok_or_else(|| not_a_handle(&bits.to_string()))?;
         let raw = npumem_core::Handle::from_bits(bits);
         this.core.block(raw).map_err(to_py)?;
         let Some(found) = this.detached.take(bits) else {
@@ -325,8 +342,8 @@ impl Pool {
                  handles given by Block.detach() can be adopted)",
             ));
         };
-        let DetachedBlock { nbytes, tag, tag_id } = found;
-        Ok(Block::new(slf.clone().unbind(), raw, nbytes, tag, tag_id))
+        let DetachedBlock { nbytes, tag, tag_id, pins } = found;
+        Ok(Block::adopted(slf.clone().unbind(), raw, nbytes, tag, tag_id, pins))
     }
 
     /// Free `block` (the same as `block.free()`).
@@ -448,7 +465,8 @@ impl Pool {
     /// Pause the pool: wait (at most `timeout` seconds) for alloc and free calls in flight, then
     /// hold other threads' calls until the returned `Pause` is resumed, each at most `timeout`
     /// seconds (then it raises `PoolBusyError`, having done nothing). The calling thread may
-    /// still use the pool.
+    /// still use the pool. `timeout` is a finite number of seconds >= 0 (at most an hour is
+    /// used).
     #[pyo3(signature = (timeout = None), text_signature = "(self, timeout=10.0)")]
     fn pause(slf: &Bound<'_, Self>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Pause> {
         Pause::take(slf, timeout)
@@ -758,23 +776,29 @@ impl Pool {
 
 /// Queue the frees of `blocks` (checked by `free_many`) in this thread's deferred scope: all or
 /// none.
+/// The places of the block that `handles` names twice, the pair whose later place comes first;
+/// None when every block is named once.
+fn named_twice(handles: &[npumem_core::Handle]) -> Option<(usize, usize)> {
+    let mut named: Vec<(u128, usize)> = handles.iter().enumerate().map(|(i, h)| (h.to_bits(), i)).collect();
+    named.sort_unstable();
+    named.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| (w[0].1, w[1].1)).min_by_key(|&(_, again)| again)
+}
+
 fn defer_all(pool: &Pool, blocks: &[Bound<'_, Block>]) -> PyResult<()> {
     for block in blocks {
         block.get().check_freeable(pool)?;
     }
-    let mut slots: Vec<u32> = blocks.iter().map(|b| b.get().pending().handle.slot()).collect();
-    slots.sort_unstable();
-    if slots.windows(2).any(|w| w[0] == w[1]) {
-        return Err(error(ErrorClass::DoubleFree, "the batch names one block twice"));
-    }
+    let mut before = Vec::with_capacity(blocks.len());
     for (i, block) in blocks.iter().enumerate() {
-        if !block.get().mark_deferred() {
-            // Another thread ended a block's ownership meanwhile: leave the others as they were.
-            for earlier in &blocks[..i] {
-                earlier.get().unmark_deferred();
+        let Some(state) = block.get().mark_deferred() else {
+            // Another thread ended a block's ownership (or pinned it) meanwhile: leave the
+            // others as they were.
+            for (earlier, state) in blocks[..i].iter().zip(before) {
+                earlier.get().unmark_deferred(state);
             }
-            return Err(error(ErrorClass::DoubleFree, format!("blocks[{i}] was freed meanwhile")));
-        }
+            return Err(block.get().deferral_refused(Some(i)));
+        };
+        before.push(state);
     }
     let items: Vec<Pending> = blocks.iter().map(|b| b.get().pending()).collect();
     if !deferred::queue_in_scope(&pool.pending, &items) {
@@ -805,10 +829,14 @@ impl Pool {
         tag: Option<&Bound<'_, PyAny>>,
     ) -> PyErr {
         let capacity = self.core.max_capacity();
-        let too_large =
-            !nbytes.is_instance_of::<PyBool>() && nbytes.cast::<PyInt>().is_ok_and(|n| n.gt(capacity).unwrap_or(false));
+        let too_large = ErrorClass::RequestTooLarge.class(py).is_ok_and(|class| err.is_instance(py, class));
         if too_large {
-            let size = nbytes.extract::<usize>().unwrap_or(usize::MAX);
+            // The size as the refusal read it (an int, or what `__index__` gave).
+            let size = args::int_value(nbytes, "nbytes", ErrorClass::ArgumentType)
+                .ok()
+                .and_then(|n| n.ok())
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(usize::MAX);
             let align = args::alignment(align, capacity).ok().flatten();
             let tag = args::tag(tag).ok().flatten();
             let tag_id = self.tags.acquire(py, &self.core, tag.as_ref(), 1).unwrap_or(0);
