@@ -26,7 +26,7 @@ use crate::array;
 use crate::dlpack;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::without_gil;
-use crate::pinned::{pin, pin_view, Pinned};
+use crate::pinned::{pin, pin_view, PinOwner, Pinned};
 use crate::pool::deferred;
 use crate::pool::detached::DetachedBlock;
 use crate::pool::pending::Pending;
@@ -106,6 +106,21 @@ impl Drop for Block {
             return;
         }
         pool.pending.free_collected(item);
+    }
+}
+
+/// Guards and exports pin through the object (`pinned.rs`, `dlpack.rs`).
+impl PinOwner for Py<Block> {
+    fn check_owned(&self) -> PyResult<()> {
+        self.get().owned(ErrorClass::InvalidHandle)
+    }
+
+    fn after_unpin(&self) {
+        self.get().after_unpin();
+    }
+
+    fn object(&self, py: Python<'_>) -> Py<PyAny> {
+        self.clone_ref(py).into_any()
     }
 }
 
@@ -384,7 +399,7 @@ impl Block {
         let this = slf.get();
         this.owned(ErrorClass::InvalidHandle)?;
         let request = dlpack::Request { stream, max_version, dl_device, copy };
-        dlpack::export(py, this.core(), this.handle, slf.clone().unbind(), &request)
+        dlpack::export(py, this.core(), this.handle, Box::new(slf.clone().unbind()), &request)
     }
 
     /// A NumPy array of `dtype` (default `uint8`) and `shape` (default: as many items as fit)
@@ -514,7 +529,7 @@ impl Block {
     /// free deferred, or the block detached from this object.
     fn pinned(slf: &Bound<'_, Self>) -> Pinned {
         let this = slf.get();
-        Pinned::new(slf.clone().unbind(), this.pool.get().core.clone(), this.handle)
+        Pinned::new(Box::new(slf.clone().unbind()), this.pool.get().core.clone(), this.handle)
     }
 
     /// Give up ownership: returns the raw handle (as the `handle` property) for C code or

@@ -21,9 +21,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::args;
-use crate::block::Block;
 use crate::errors::{error, to_py, ErrorClass};
-use crate::pinned::pin_view;
+use crate::pinned::{pin_view, PinOwner};
 
 /// `DLDevice`.
 #[repr(C)]
@@ -99,7 +98,7 @@ pub(crate) struct PinnedBytes {
     pub(crate) nbytes: usize,
     pub(crate) device: (i32, i32),
     /// The `npumem.Block` exported, released after the pin.
-    pub(crate) owner: Option<Py<Block>>,
+    pub(crate) owner: Option<Box<dyn PinOwner>>,
 }
 
 impl Drop for PinnedBytes {
@@ -108,7 +107,7 @@ impl Drop for PinnedBytes {
     fn drop(&mut self) {
         let _ = self.pool.unpin_view(self.handle);
         if let Some(owner) = self.owner.take() {
-            owner.get().after_unpin();
+            owner.after_unpin();
             drop(owner);
         }
     }
@@ -292,7 +291,7 @@ pub(crate) fn export<'py>(
     py: Python<'py>,
     core: &Arc<Pool>,
     handle: Handle,
-    owner: Py<Block>,
+    owner: Box<dyn PinOwner>,
     request: &Request<'_, 'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let device = device_of(core);

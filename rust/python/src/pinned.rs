@@ -11,7 +11,6 @@ use std::sync::Arc;
 use npumem_core::{Error, Handle};
 use pyo3::prelude::*;
 
-use crate::block::Block;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::gil::without_gil;
 
@@ -32,11 +31,24 @@ pub(crate) fn pin_view(py: Python<'_>, core: &npumem_core::Pool, handle: Handle)
     }
 }
 
+/// The object a guard or an export pins through: the `npumem.Block` (`block.rs`), seen through
+/// what its pins need, so that this file and `dlpack.rs` do not depend on the class.
+pub(crate) trait PinOwner: Send + Sync {
+    /// Refuse (`InvalidHandleError`) an object that no longer owns its block (freed, deferred,
+    /// detached), as `Block.pin()` refuses it.
+    fn check_owned(&self) -> PyResult<()>;
+    /// One of the block's pins went: free it if its `with` exit waited for its last pin. Never
+    /// waits and needs no GIL.
+    fn after_unpin(&self);
+    /// The Python object.
+    fn object(&self, py: Python<'_>) -> Py<PyAny>;
+}
+
 /// Pins a block while a `with` block runs (`Block.pinned()`).
 #[pyclass(module = "npumem._core", frozen)]
 pub struct Pinned {
     /// The `npumem.Block` that `__enter__` gives back.
-    block: Py<Block>,
+    block: Box<dyn PinOwner>,
     core: Arc<npumem_core::Pool>,
     handle: Handle,
     /// Pins this guard took and has not dropped (entered and not exited): `__exit__` drops
@@ -57,12 +69,12 @@ impl Drop for Pinned {
                 break;
             }
         }
-        self.block.get().after_unpin();
+        self.block.after_unpin();
     }
 }
 
 impl Pinned {
-    pub(crate) fn new(block: Py<Block>, core: Arc<npumem_core::Pool>, handle: Handle) -> Pinned {
+    pub(crate) fn new(block: Box<dyn PinOwner>, core: Arc<npumem_core::Pool>, handle: Handle) -> Pinned {
         Pinned { block, core, handle, held: AtomicU32::new(0) }
     }
 }
@@ -71,11 +83,11 @@ impl Pinned {
 impl Pinned {
     /// Pin the block; refused (`InvalidHandleError`) as `Block.pin()` refuses it: a block
     /// freed, deferred, or detached from its object (another object may own it now).
-    fn __enter__(&self, py: Python<'_>) -> PyResult<Py<Block>> {
-        self.block.get().owned(ErrorClass::InvalidHandle)?;
+    fn __enter__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.block.check_owned()?;
         pin(py, &self.core, self.handle)?;
         self.held.fetch_add(1, Ordering::AcqRel);
-        Ok(self.block.clone_ref(py))
+        Ok(self.block.object(py))
     }
 
     /// Unpin on leaving the `with` block (a block whose own `with` exit waited for its last
@@ -98,7 +110,7 @@ impl Pinned {
             self.held.fetch_add(1, Ordering::AcqRel);
             return Err(to_py(err));
         }
-        self.block.get().after_unpin();
+        self.block.after_unpin();
         Ok(false)
     }
 }

@@ -178,7 +178,6 @@ impl PackingInstance {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan_search::{decide, search, Key, Limits, Order, Verdict};
 
     /// Two buffers live together, of `a` and `b` bytes with alignments 1 and `align`.
     fn pair(a: u64, b: u64, align: u64) -> Result<PackingInstance, PackingError> {
@@ -194,40 +193,5 @@ mod tests {
         let obstacles = [vec![(0, MAX_SPAN)], vec![]];
         let err = PackingInstance::new(vec![1], &[1], vec![0], vec![1], 1, &[vec![]], &obstacles[..1]).unwrap_err();
         assert!(err.0.contains("obstacle"), "{err}");
-    }
-
-    #[test]
-    fn an_instance_at_the_bound_packs_without_overflow_at_any_capacity() {
-        let half = MAX_SPAN / 2;
-        let inst = pair(half, half, 1).unwrap();
-        let limits = Limits { capacity: u64::MAX, target: 0, node_limit: u64::MAX, deadline: None };
-        let out = search(&inst, &[0, 1], &limits);
-        assert_eq!((out.offsets, out.arena), (Some(vec![0, half]), 2 * half));
-        for capacity in [u64::MAX, MAX_SPAN] {
-            let order = Order::new(vec![Key::Size], vec![1, 1], vec![0, 1]);
-            let found = decide(&inst, &order, capacity, u64::MAX, None);
-            assert_eq!((found.verdict, found.offsets), (Verdict::Found, Some(vec![0, half])));
-        }
-        let order = Order::new(vec![Key::Size], vec![1, 1], vec![0, 1]);
-        assert_eq!(decide(&inst, &order, 2 * half - 1, u64::MAX, None).verdict, Verdict::Exhausted);
-        // Three buffers live together, each at most a third of the bound: every lower bound of
-        // the searches (an offset, a support and a size) stays a true bound.
-        let third = MAX_SPAN / 3;
-        let neighbors = [vec![1, 2], vec![0, 2], vec![0, 1]];
-        let inst = PackingInstance::new(
-            vec![third; 3],
-            &[1; 3],
-            vec![0; 3],
-            vec![1; 3],
-            1,
-            &neighbors,
-            &[vec![], vec![], vec![]],
-        )
-        .unwrap();
-        let out = search(&inst, &[0, 1, 2], &limits);
-        assert_eq!((out.exhausted, out.arena), (true, 3 * third));
-        let order = Order::new(vec![Key::Size], vec![1; 3], vec![0, 1, 2]);
-        assert_eq!(decide(&inst, &order, u64::MAX, u64::MAX, None).verdict, Verdict::Found);
-        assert_eq!(decide(&inst, &order, 3 * third - 1, u64::MAX, None).verdict, Verdict::Exhausted);
     }
 }

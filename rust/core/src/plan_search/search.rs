@@ -282,6 +282,7 @@ pub fn search(inst: &PackingInstance, rank: &[u32], limits: &Limits) -> Outcome 
 mod tests {
     use super::*;
     use crate::plan_search::decide::{decide, Key, Order, Verdict};
+    use crate::plan_search::instance::MAX_SPAN;
     use crate::plan_search::test_instances::{instance, Rng};
 
     fn limits(capacity: u64, target: u64) -> Limits {
@@ -366,5 +367,49 @@ mod tests {
         assert!(PackingInstance::new(vec![1], &[3], vec![0], vec![1], 1, &[vec![]], &[vec![]]).is_err());
         assert!(PackingInstance::new(vec![1], &[1], vec![1], vec![1], 1, &[vec![]], &[vec![]]).is_err());
         assert!(PackingInstance::new(vec![1], &[1], vec![0], vec![1], 1, &[vec![0]], &[vec![]]).is_err());
+    }
+
+    #[test]
+    fn an_instance_at_the_bound_packs_without_overflow_at_any_capacity() {
+        let half = MAX_SPAN / 2;
+        let inst = PackingInstance::new(
+            vec![half, half],
+            &[1, 1],
+            vec![0, 0],
+            vec![1, 1],
+            1,
+            &[vec![1], vec![0]],
+            &[vec![], vec![]],
+        )
+        .unwrap();
+        let limits = Limits { capacity: u64::MAX, target: 0, node_limit: u64::MAX, deadline: None };
+        let out = search(&inst, &[0, 1], &limits);
+        assert_eq!((out.offsets, out.arena), (Some(vec![0, half]), 2 * half));
+        for capacity in [u64::MAX, MAX_SPAN] {
+            let order = Order::new(vec![Key::Size], vec![1, 1], vec![0, 1]);
+            let found = decide(&inst, &order, capacity, u64::MAX, None);
+            assert_eq!((found.verdict, found.offsets), (Verdict::Found, Some(vec![0, half])));
+        }
+        let order = Order::new(vec![Key::Size], vec![1, 1], vec![0, 1]);
+        assert_eq!(decide(&inst, &order, 2 * half - 1, u64::MAX, None).verdict, Verdict::Exhausted);
+        // Three buffers live together, each at most a third of the bound: every lower bound of
+        // the searches (an offset, a support and a size) stays a true bound.
+        let third = MAX_SPAN / 3;
+        let neighbors = [vec![1, 2], vec![0, 2], vec![0, 1]];
+        let inst = PackingInstance::new(
+            vec![third; 3],
+            &[1; 3],
+            vec![0; 3],
+            vec![1; 3],
+            1,
+            &neighbors,
+            &[vec![], vec![], vec![]],
+        )
+        .unwrap();
+        let out = search(&inst, &[0, 1, 2], &limits);
+        assert_eq!((out.exhausted, out.arena), (true, 3 * third));
+        let order = Order::new(vec![Key::Size], vec![1; 3], vec![0, 1, 2]);
+        assert_eq!(decide(&inst, &order, u64::MAX, u64::MAX, None).verdict, Verdict::Found);
+        assert_eq!(decide(&inst, &order, 3 * third - 1, u64::MAX, None).verdict, Verdict::Exhausted);
     }
 }
