@@ -226,29 +226,44 @@ def test_a_capacity_that_is_not_whole_chunks_cannot_grow() -> None:
         npumem.Pool(3 * MIB, max_capacity=16 * MIB)
 
 
+def churn_with_marks(
+    pool: npumem.Pool,
+    seed: int,
+    *,
+    steps: int,
+    sizes: list[int],
+    keep: int,
+    errors: list[BaseException],
+) -> None:
+    """Allocate `steps` blocks of random `sizes`, each filled with its own mark, freeing a
+    random one (its mark checked) whenever more than `keep` are held; check and free the rest
+    at the end. A failure goes to `errors` (for the main thread to report)."""
+    rng = np.random.default_rng(seed)
+    held: list[tuple[npumem.Block, int]] = []
+    try:
+        for i in range(steps):
+            b = pool.alloc(int(rng.choice(sizes)))
+            mark = (seed * 1000 + i) % 251
+            np.frombuffer(b, dtype=np.uint8)[:] = mark
+            held.append((b, mark))
+            if len(held) > keep:
+                b, mark = held.pop(int(rng.integers(len(held))))
+                assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
+                pool.free(b)
+        for b, mark in held:
+            assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
+            pool.free(b)
+    except BaseException as e:  # reported by the main thread
+        errors.append(e)
+
+
 def test_growth_races_with_allocations_on_other_threads() -> None:
     pool = npumem.Pool(4 * MIB, max_capacity=512 * MIB, grow_by=8 * MIB, cores=4)
     errors: list[BaseException] = []
 
     def work(seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        held: list[tuple[npumem.Block, int]] = []
-        try:
-            for i in range(150):
-                size = int(rng.choice([200, 5000, 70_000, 900_000, 3 * MIB]))
-                b = pool.alloc(size)
-                mark = (seed * 1000 + i) % 251
-                np.frombuffer(b, dtype=np.uint8)[:] = mark
-                held.append((b, mark))
-                if len(held) > 16:
-                    b, mark = held.pop(int(rng.integers(len(held))))
-                    assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
-                    pool.free(b)
-            for b, mark in held:
-                assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
-                pool.free(b)
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
+        sizes = [200, 5000, 70_000, 900_000, 3 * MIB]
+        churn_with_marks(pool, seed, steps=150, sizes=sizes, keep=16, errors=errors)
 
     threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
     for t in threads:
@@ -422,23 +437,8 @@ def test_failed_alloc_many_racing_with_growth_on_other_threads() -> None:
             errors.append(e)
 
     def work(seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        held: list[tuple[npumem.Block, int]] = []
-        try:
-            for i in range(300):
-                b = pool.alloc(int(rng.choice([300, 70_000, MIB, 3 * MIB])))
-                mark = (seed * 1000 + i) % 251
-                np.frombuffer(b, dtype=np.uint8)[:] = mark
-                held.append((b, mark))
-                if len(held) > 6:
-                    b, mark = held.pop(int(rng.integers(len(held))))
-                    assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
-                    pool.free(b)
-            for b, mark in held:
-                assert (np.frombuffer(b, dtype=np.uint8) == mark).all()
-                pool.free(b)
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
+        sizes = [300, 70_000, MIB, 3 * MIB]
+        churn_with_marks(pool, seed, steps=300, sizes=sizes, keep=6, errors=errors)
 
     failer = threading.Thread(target=failing)
     workers = [threading.Thread(target=work, args=(s,)) for s in range(3)]

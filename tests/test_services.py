@@ -7,7 +7,8 @@ import gc
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -331,11 +332,11 @@ def test_blocks_collected_on_another_thread() -> None:
     pool.check()
 
 
-def test_blocks_collected_while_another_thread_pauses_wait_and_do_not_deadlock() -> None:
-    pool = npumem.Pool(16 * MIB, cores=2)
-    blocks = [pool.alloc(1000) for _ in range(5)]
-    paused = threading.Event()
-    go = threading.Event()
+@contextmanager
+def paused_by_another_thread(pool: npumem.Pool) -> Iterator[None]:
+    """Run the `with` body while another thread holds a pause of `pool`; the pause ends (and
+    the thread is joined) when the body leaves."""
+    paused, go = threading.Event(), threading.Event()
 
     def pauser() -> None:
         with pool.pause(timeout=10):
@@ -344,11 +345,20 @@ def test_blocks_collected_while_another_thread_pauses_wait_and_do_not_deadlock()
 
     t = threading.Thread(target=pauser)
     t.start()
-    paused.wait(10)
-    blocks.clear()  # collected while the pool is paused by another thread: queued, no wait
-    assert live(pool) == 5
-    go.set()
-    t.join()
+    assert paused.wait(10)
+    try:
+        yield
+    finally:
+        go.set()
+        t.join()
+
+
+def test_blocks_collected_while_another_thread_pauses_wait_and_do_not_deadlock() -> None:
+    pool = npumem.Pool(16 * MIB, cores=2)
+    blocks = [pool.alloc(1000) for _ in range(5)]
+    with paused_by_another_thread(pool):
+        blocks.clear()  # collected while the pool is paused by another thread: queued, no wait
+        assert live(pool) == 5
     stats = pool.stats()  # the resume retried them
     assert stats.deferred_pending == 0
     assert stats.auto_freed == 5
@@ -545,22 +555,11 @@ def test_a_last_pin_that_goes_while_another_thread_pauses_frees_after_the_pause(
     release = _hold_by(kind, blk)
     with pytest.raises(KeyError), blk:
         raise KeyError("body")
-    paused, go = threading.Event(), threading.Event()
-
-    def pauser() -> None:
-        with pool.pause(timeout=10):
-            paused.set()
-            go.wait(10)
-
-    t = threading.Thread(target=pauser)
-    t.start()
-    assert paused.wait(10)
-    release()  # the pool is paused by another thread: nothing waits, the free is queued
-    gc.collect()
-    assert not blk.alive
-    assert live(pool) == 1
-    go.set()
-    t.join()
+    with paused_by_another_thread(pool):
+        release()  # the pool is paused by another thread: nothing waits, the free is queued
+        gc.collect()
+        assert not blk.alive
+        assert live(pool) == 1
     stats = pool.stats()
     assert stats.deferred_pending == 0 and stats.auto_freed == 1
     assert live(pool) == 0
