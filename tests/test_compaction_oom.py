@@ -154,12 +154,38 @@ def test_waiting_in_vain_raises_after_the_wait_and_no_wait_raises_at_once() -> N
     assert time.monotonic() - started >= 0.05
     assert (compactor.waits, compactor.waits_failed) == (1, 1)
     assert pool.stats().failed_allocs == 1
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(4 * MIB)  # right after a wait in vain: no wait
+    assert (compactor.waits, pool.stats().failed_allocs) == (1, 2)
     compactor.detach()
     never = Compactor(pool).attach()  # the default policy does not wait
     with pytest.raises(npumem.OutOfMemoryError):
         pool.alloc(4 * MIB)
     assert never.waits == 0
     a.free()
+    b.free()
+    pool.check()
+
+
+def test_one_allocation_waits_at_a_time_and_the_others_raise_at_once() -> None:
+    pool, a, b = full_pool()
+    compactor = Compactor(pool, policy=Policy(wait_for_room=30.0)).attach()
+    outcome: list[npumem.Block] = []
+    waiter = threading.Thread(target=lambda: outcome.append(pool.alloc(4 * MIB)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not compactor._waiting and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert compactor._waiting
+    started = time.monotonic()
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(4 * MIB)  # another thread waits: this one raises and can go on to free
+    assert time.monotonic() - started < 10.0
+    a.free()  # the freeing the waiter waits for
+    waiter.join()
+    assert len(outcome) == 1 and outcome[0].alive
+    assert (compactor.waits, compactor.waits_failed) == (1, 0)
+    outcome[0].free()
     b.free()
     pool.check()
 

@@ -105,6 +105,8 @@ class Compactor:
         self._lock = threading.RLock()
         self._busy = threading.local()
         self._last_auto = -float("inf")
+        self._waiting = False  # a thread waits for room (one at a time)
+        self._no_wait_until = -float("inf")  # after a wait in vain, none until then
         self._throughput = INITIAL_THROUGHPUT
         self._attached = False
 
@@ -345,24 +347,38 @@ class Compactor:
 
     def _wait_for_room(self, nbytes: int) -> bool:
         """Wait up to the policy's `wait_for_room` for a free block of `nbytes`, compacting
-        again when the interval allows and the bytes are free; whether it came. A pool that
-        may still grow does not wait: the retry grows it; nor does an allocation made under a
-        lock that other threads need (a KV cache's page), since they could not free meanwhile."""
+        again when the interval allows and the bytes are free; whether it came.
+
+        It does not wait when the pool may still grow (the retry grows it), when the allocation
+        holds a lock other threads need (a KV cache's page: they could not free meanwhile),
+        when another thread waits already (one waiter at a time, so that the others raise,
+        go on and free), or when a wait ended in vain less than `wait_for_room` ago (a pool
+        too small for its load then fails fast rather than slowly)."""
         wait = self.policy.wait_for_room
         if wait <= 0 or self.pool.capacity < self.pool.max_capacity or not oom_handler_may_wait():
             return False
+        with self._lock:
+            if self._waiting or time.monotonic() < self._no_wait_until:
+                return False
+            self._waiting = True
         started = time.monotonic()
         found = False
-        while not found and time.monotonic() - started < wait:
-            time.sleep(0.001)
-            stats = self.pool.stats()
-            found = stats.largest_free_block >= nbytes or (
-                stats.bytes_free >= nbytes and self._interval_passed() and self._rescue(nbytes)
-            )
-        with self._lock:
-            self.waits += 1
-            self.waits_failed += not found
-            self.waited_seconds += time.monotonic() - started
+        try:
+            while not found and time.monotonic() - started < wait:
+                time.sleep(0.001)
+                stats = self.pool.stats()
+                found = stats.largest_free_block >= nbytes or (
+                    stats.bytes_free >= nbytes and self._interval_passed() and self._rescue(nbytes)
+                )
+        finally:
+            with self._lock:
+                now = time.monotonic()
+                self._waiting = False
+                if not found:
+                    self._no_wait_until = now + wait
+                self.waits += 1
+                self.waits_failed += not found
+                self.waited_seconds += now - started
         return found
 
     # ----- attaching -------------------------------------------------------------------------

@@ -41,8 +41,9 @@ class Policy:
     other threads to free room when compacting did not make it (or could not run yet), before
     it raises; 0 (the default) never waits. While it waits it checks the pool every
     millisecond, and compacts again once `min_interval` has passed, as TensorFlow's retrying
-    allocator waits for frees. A thread that holds what another waits for should not wait too:
-    both then wait the whole time.
+    allocator waits for frees. One allocation waits at a time (the others raise at once, so
+    that their threads go on and free), and after a wait in vain none waits for
+    `wait_for_room` seconds: a pool too small for its load fails fast rather than slowly.
     """
 
     fragmentation_threshold: float | None = DEFAULT_THRESHOLD
