@@ -74,17 +74,23 @@ def _alerts(alerts: list[Alert]) -> str:
 
 ROOM_WAIT = 2.0
 """Seconds an allocation that finds no room in the full pool waits for other workers' frees
-(`Policy.wait_for_room`): an inference batch ends in milliseconds, far less on a quiet
-machine, so only a worker that holds what another waits for waits the whole time."""
+(`Policy.wait_for_room`), when there are other workers: an inference batch ends in
+milliseconds, far less on a quiet machine."""
 
 
-def _compactor(pool: npumem.Pool) -> Compactor:
-    """The demo's compactor: compacts when an allocation fails although enough bytes are free
-    (attached to the pool) and when the monitor's fragmentation alert fires (the default 30%
-    threshold), never more often than once a second; once the pool has grown to its capacity,
-    a failed allocation that compacting does not serve waits up to `ROOM_WAIT` seconds for
-    other workers to free room, as a server holds a batch back until memory frees."""
-    return Compactor(pool, policy=Policy(min_interval=1.0, wait_for_room=ROOM_WAIT)).attach()
+def _compactor_for(workers: int) -> Callable[[npumem.Pool], Compactor]:
+    """The demo's compactor, made for its pool: compacts when an allocation fails although
+    enough bytes are free (attached to the pool) and when the monitor's fragmentation alert
+    fires (the default 30% threshold), never more often than once a second. Once the pool has
+    grown to its capacity, a failed allocation that compacting does not serve waits up to
+    `ROOM_WAIT` seconds for other workers to free room, as a server holds a batch back until
+    memory frees; a single worker has nobody to wait for."""
+    wait = ROOM_WAIT if workers > 1 else 0.0
+
+    def make(pool: npumem.Pool) -> Compactor:
+        return Compactor(pool, policy=Policy(min_interval=1.0, wait_for_room=wait)).attach()
+
+    return make
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
@@ -149,7 +155,7 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
                 seed=args.seed,
                 interval=0.05 if args.quick else 0.1,
                 trace=args.trace,
-                compactor=_compactor,
+                compactor=_compactor_for(workers),
                 on_request=lambda: progress.advance(task),
                 tiers=args.tiers,
             )
