@@ -12,7 +12,7 @@ import pytest
 import npumem
 from compaction_helpers import MIB
 from helpers import assert_unchanged, state_of
-from npumem.compaction import Compactor, HostMirror, Policy
+from npumem.compaction import CompactionPlan, Compactor, HostMirror, PlannedMove, Policy
 
 
 @pytest.fixture
@@ -246,3 +246,73 @@ def test_compactor_arguments_are_checked(pool: npumem.Pool) -> None:
         with pytest.raises(npumem.InvalidArgumentError):
             call()
     assert_unchanged(pool, before)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "words"),
+    [
+        (lambda: PlannedMove("slide", 0, 0, 1, 1), npumem.InvalidArgumentError, "kind must be one"),
+        (lambda: PlannedMove(3, 0, 0, 1, 1), npumem.ArgumentTypeError, "kind must be a str"),
+        (lambda: PlannedMove("\ud800", 0, 0, 1, 1), npumem.InvalidArgumentError, "surrogate"),
+        (
+            lambda: PlannedMove("run", -1, 0, 1, 1),
+            npumem.InvalidArgumentError,
+            "src must be an int",
+        ),
+        (lambda: PlannedMove("run", 0, 2**70, 1, 1), npumem.InvalidArgumentError, "dst must be"),
+        (
+            lambda: PlannedMove("run", 0, 0, "1", 1),
+            npumem.ArgumentTypeError,
+            "nbytes must be an int",
+        ),
+        (
+            lambda: PlannedMove("run", 0, 0, 1, 1.0),
+            npumem.ArgumentTypeError,
+            "blocks must be an int",
+        ),
+        (lambda: CompactionPlan("tidy", [], 0, 0, 0, 0, 0, 0), npumem.InvalidArgumentError, "mode"),
+        (lambda: CompactionPlan("full", 5, 0, 0, 0, 0, 0, 0), npumem.ArgumentTypeError, "iterable"),
+        (
+            lambda: CompactionPlan("full", "ab", 0, 0, 0, 0, 0, 0),
+            npumem.ArgumentTypeError,
+            "iterable",
+        ),
+        (
+            lambda: CompactionPlan("full", [1], 0, 0, 0, 0, 0, 0),
+            npumem.ArgumentTypeError,
+            r"moves\[0\]",
+        ),
+        (
+            lambda: CompactionPlan("full", [], 0, -1, 0, 0, 0, 0),
+            npumem.InvalidArgumentError,
+            "bytes",
+        ),
+    ],
+)
+def test_plans_and_moves_made_by_hand_are_checked(
+    make: Callable[[], object], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words):
+        make()
+
+
+def test_a_plan_made_by_hand_from_a_real_one_is_equal_to_it() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    blocks = [pool.alloc(300 << 10) for _ in range(30)]
+    for b in blocks[::2]:
+        b.free()
+    plan = pool.plan_compaction("full")
+    assert plan.moves, "a fragmented pool has moves to plan"
+    moves = [PlannedMove(**m.as_dict()) for m in plan.moves]
+    assert moves == list(plan.moves)
+    again = CompactionPlan(
+        plan.mode,
+        moves,
+        plan.blocks,
+        plan.bytes,
+        plan.chunks_emptied,
+        plan.bytes_free,
+        plan.largest_free_before,
+        plan.largest_free_after,
+    )
+    assert (again.mode, again.moves, again.bytes) == (plan.mode, plan.moves, plan.bytes)

@@ -61,6 +61,29 @@ pub(crate) fn integer(value: &Bound<'_, PyAny>, name: &str, class: ErrorClass) -
     int_value(value, name, class)?.map_err(|text| error(range_class(class), format!("{name} = {text} is out of range")))
 }
 
+/// A count or a figure in bytes `name`: an int from 0 to the largest `usize`
+/// (`ArgumentTypeError` for another type, `InvalidArgumentError` out of range).
+pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    let n = integer(value, name, ErrorClass::ArgumentType)?;
+    usize::try_from(n).map_err(|_| {
+        error(ErrorClass::InvalidArgument, format!("{name} must be an int from 0 to {}, got {n}", usize::MAX))
+    })
+}
+
+/// A `str` argument `name` that must be one of `choices` (`ArgumentTypeError` for another
+/// type, `InvalidArgumentError` for another value).
+pub(crate) fn one_of(value: &Bound<'_, PyAny>, name: &str, choices: &[&str]) -> PyResult<String> {
+    let listed = || choices.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", ");
+    let text = value.cast::<PyString>().map_err(|_| {
+        error(ErrorClass::ArgumentType, format!("{name} must be a str ({}), got {}", listed(), type_name(value)))
+    })?;
+    let text = self::text(text, name, ErrorClass::InvalidArgument)?;
+    if !choices.contains(&text) {
+        return Err(error(ErrorClass::InvalidArgument, format!("{name} must be one of {}, got {text:?}", listed())));
+    }
+    Ok(text.to_string())
+}
+
 /// A size in bytes: an int > 0 (`capacity` is the pool's, for the "too large" message).
 #[inline]
 pub(crate) fn size(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResult<usize> {

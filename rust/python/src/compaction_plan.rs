@@ -3,8 +3,15 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use crate::args;
 use crate::byte_text;
+use crate::errors::{error, ErrorClass};
 use crate::repr;
+
+/// The kinds of a planned move.
+const MOVE_KINDS: [&str; 4] = ["block", "slab object", "run", "slab"];
+/// The modes of a plan.
+const PLAN_MODES: [&str; 3] = ["full", "incremental", "evacuate"];
 
 /// One move a compaction would make: a `"block"`, `"slab object"`, `"run"` (of whole chunks)
 /// or `"slab"` (a slab with all its objects) from `src` to `dst`.
@@ -25,9 +32,23 @@ pub struct PlannedMove {
 
 #[pymethods]
 impl PlannedMove {
+    /// A move, checked: `kind` one of `"block"`, `"slab object"`, `"run"`, `"slab"`, the
+    /// figures ints from 0.
     #[new]
-    fn new(kind: String, src: usize, dst: usize, nbytes: usize, blocks: usize) -> PlannedMove {
-        PlannedMove { kind, src, dst, nbytes, blocks }
+    fn new(
+        kind: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+        dst: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
+        blocks: &Bound<'_, PyAny>,
+    ) -> PyResult<PlannedMove> {
+        Ok(PlannedMove {
+            kind: args::one_of(kind, "kind", &MOVE_KINDS)?,
+            src: args::count(src, "src")?,
+            dst: args::count(dst, "dst")?,
+            nbytes: args::count(nbytes, "nbytes")?,
+            blocks: args::count(blocks, "blocks")?,
+        })
     }
 
     /// The fields as a dict.
@@ -99,28 +120,51 @@ fn fragmentation(largest: usize, free: usize) -> f64 {
 
 #[pymethods]
 impl CompactionPlan {
+    /// A plan, checked: `mode` one of `"full"`, `"incremental"`, `"evacuate"`, `moves` an
+    /// iterable of `PlannedMove`, the figures ints from 0.
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        mode: String,
-        moves: Vec<PyRef<'_, PlannedMove>>,
-        blocks: usize,
-        bytes: usize,
-        chunks_emptied: usize,
-        bytes_free: usize,
-        largest_free_before: usize,
-        largest_free_after: usize,
-    ) -> CompactionPlan {
-        CompactionPlan {
-            mode,
-            moves: moves.iter().map(|m| (**m).clone()).collect(),
-            blocks,
-            bytes,
-            chunks_emptied,
-            bytes_free,
-            largest_free_before,
-            largest_free_after,
+        mode: &Bound<'_, PyAny>,
+        moves: &Bound<'_, PyAny>,
+        blocks: &Bound<'_, PyAny>,
+        bytes: &Bound<'_, PyAny>,
+        chunks_emptied: &Bound<'_, PyAny>,
+        bytes_free: &Bound<'_, PyAny>,
+        largest_free_before: &Bound<'_, PyAny>,
+        largest_free_after: &Bound<'_, PyAny>,
+    ) -> PyResult<CompactionPlan> {
+        let mode = args::one_of(mode, "mode", &PLAN_MODES)?;
+        let not_moves = || {
+            error(
+                ErrorClass::ArgumentType,
+                format!("moves must be an iterable of PlannedMove, got {}", args::type_name(moves)),
+            )
+        };
+        if moves.is_instance_of::<pyo3::types::PyString>() {
+            return Err(not_moves());
         }
+        let mut planned = Vec::new();
+        for (i, item) in moves.try_iter().map_err(|_| not_moves())?.enumerate() {
+            let item = item?;
+            let m = item.cast::<PlannedMove>().map_err(|_| {
+                error(
+                    ErrorClass::ArgumentType,
+                    format!("moves[{i}] must be a PlannedMove, got {}", args::type_name(&item)),
+                )
+            })?;
+            planned.push(m.get().clone());
+        }
+        Ok(CompactionPlan {
+            mode,
+            moves: planned,
+            blocks: args::count(blocks, "blocks")?,
+            bytes: args::count(bytes, "bytes")?,
+            chunks_emptied: args::count(chunks_emptied, "chunks_emptied")?,
+            bytes_free: args::count(bytes_free, "bytes_free")?,
+            largest_free_before: args::count(largest_free_before, "largest_free_before")?,
+            largest_free_after: args::count(largest_free_after, "largest_free_after")?,
+        })
     }
 
     /// `"full"`, `"incremental"` or `"evacuate"`.
