@@ -98,8 +98,11 @@ def test_double_buffered_network_and_bound() -> None:
 
 def test_bad_pipelines_are_refused() -> None:
     problem = Problem([Buffer("a", 0, 2, 4), Buffer("p", 0, 1, 4, offset=8)])
-    with pytest.raises(ProblemFormatError, match="unknown buffer"):
+    with pytest.raises(ProblemFormatError, match=r"unknown buffer\(s\) 'nope'$"):
         problem.double_buffered(["nope"])
+    named = Problem([Buffer("gpu_0/data_0", 0, 2, 4), Buffer("gpu_0/conv1", 1, 2, 4)])
+    with pytest.raises(ProblemFormatError, match=r"'data_0' \(did you mean 'gpu_0/data_0'\?\)"):
+        named.double_buffered(["data_0"])
     with pytest.raises(ProblemFormatError, match="pinned"):
         problem.double_buffered(["p"])
     with pytest.raises(ProblemFormatError, match="at least 1"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import difflib
 import heapq
 import io
 import math
@@ -426,8 +427,14 @@ class Problem:
             )
         unknown = [n for n in wanted if n not in self._index]
         if unknown:
+            close = [
+                m
+                for n in unknown
+                for m in difflib.get_close_matches(str(n), list(self._index), n=3)
+            ]
+            hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
             raise ProblemFormatError(
-                f"cannot pipeline unknown buffer(s) {', '.join(map(repr, unknown))}"
+                f"cannot pipeline unknown buffer(s) {', '.join(map(repr, unknown))}{hint}"
             )
         if not self.buffers or in_flight == 1:
             return self
