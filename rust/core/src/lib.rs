@@ -25,6 +25,7 @@
 //! | `HostBacking` | `arena/backing.rs` | the optional host memory behind the arena |
 //! | [`Handle`] | `handle/id.rs` | a slot index plus a generation: a block reference that survives moves and detects reuse |
 //! | `HandleTable`, `SlotInfo` | `handle/table.rs` | the slots behind handles and their state machine: live, moving, *pins* |
+//! | [`OwnerWord`], [`Ownership`] | `handle/owner.rs` | one owner of a handle (a Python `Block`): whether it owns the block, the pins it took, its free at the last unpin |
 //! | `Gate` | `gate.rs` | the stop gate: *pauses* alloc/free for compaction and `check()` |
 //! | [`TraceEvent`], `SoloRing`, `Ring`, `Trace`, `Clock` | `trace/` | the optional event trace: bounded rings of alloc/free/move/failed events (one per recording thread, then one shared), and its clock |
 //! | [`PoolStats`], `Counters`, `ThreadStats` | `stats/` | per-thread counter blocks (plain stores), summed into a snapshot whose fields are one list |
@@ -76,6 +77,7 @@ pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES, MAX_CO
 pub use device::{Device, DEVICE_TYPES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::id::Handle;
+pub use handle::owner::{OwnerWord, Ownership};
 #[cfg(not(loom))]
 pub use pool::pause::PauseToken;
 #[cfg(not(loom))]

@@ -7,17 +7,18 @@
 //! pool cannot take at once (paused by another thread, or pinned by C code) waits in the pool's
 //! stranded frees (`pool/pending.rs`); nothing waits in a destructor.
 //!
-//! The object's state is one atomic word: its ownership in the low byte, read by every method
-//! and written once by the call that ends the ownership (free, defer, detach), and above it the
-//! pins `pin()` took through this object. Those pins are the object's: `unpin()` drops only
-//! them, `detach()` hands them on with the handle, and a collected object drops them (a pin
-//! drop never waits) before its block is freed. The core's free path is unchanged.
+//! The object's state is npumem-core's `OwnerWord`: its ownership, read by every method and
+//! ended once by the call that ends it (free, defer, detach), and the pins `pin()` took through
+//! this object. Those pins are the object's: `unpin()` drops only them, `detach()` hands them on
+//! with the handle, and a collected object drops them (a pin drop never waits) before its block
+//! is freed. A block whose `with` exit was refused for its pins is freed by whichever pin goes
+//! last, also when that is a DLPack consumer's on another thread without the GIL (the word's
+//! fences; its loom models check the race). The core's free path is unchanged.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use npumem_core::{Handle, HandleFault};
+use npumem_core::{Handle, HandleFault, OwnerWord, Ownership};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -32,41 +33,6 @@ use crate::pool::detached::DetachedBlock;
 use crate::pool::pending::Pending;
 use crate::pool::state::Pool;
 
-/// The object owns the block and frees it when its last reference goes.
-const OWNED: u8 = 0;
-/// Owned; a `with` block's exit could not free it for its pins (an exception was in flight):
-/// the unpin that drops the last pin frees it.
-const FREE_AT_UNPIN: u8 = 1;
-/// Freed through this object.
-const FREED: u8 = 2;
-/// Its free is queued (`defer_free`, a deferred scope): unusable, freed at the flush.
-const DEFERRED: u8 = 3;
-/// Ownership handed on by `detach()`: unusable through this object.
-const DETACHED: u8 = 4;
-
-/// The ownership bits of the state word; the pins `pin()` took are counted above them.
-const OWNER_BITS: u64 = 0xff;
-/// One pin taken by `pin()`, in the state word.
-const ONE_PIN: u64 = 1 << 8;
-
-/// The ownership of a state word.
-#[inline(always)]
-fn owner_of(state: u64) -> u8 {
-    (state & OWNER_BITS) as u8
-}
-
-/// The pins `pin()` took, of a state word (the core caps pins far below `u32::MAX`).
-#[inline(always)]
-fn pins_of(state: u64) -> u32 {
-    (state >> 8) as u32
-}
-
-/// Whether the object owns its block in this state.
-#[inline(always)]
-fn owning(state: u64) -> bool {
-    matches!(owner_of(state), OWNED | FREE_AT_UNPIN)
-}
-
 /// One block of a pool. Its `offset` may change when the pool is compacted; the block stays
 /// valid until freed, and is freed when its last reference goes (unless `detach()` handed it
 /// on). A context manager that frees the block on exit.
@@ -80,9 +46,9 @@ pub struct Block {
     tag: Option<Py<PyString>>,
     /// The pool's id of `tag` (0: none), for the counters by tag.
     tag_id: u32,
-    /// The ownership (`OWNED`, `FREE_AT_UNPIN`, `FREED`, `DEFERRED` or `DETACHED`) in the low
-    /// byte, and the pins `pin()` took through this object (and not dropped) above it.
-    state: AtomicU64,
+    /// Whether this object owns the block, and the pins `pin()` took through it (and did not
+    /// drop).
+    state: OwnerWord,
 }
 
 impl Drop for Block {
@@ -90,12 +56,12 @@ impl Drop for Block {
     /// the pins its `pin()` took (nothing could drop them any more; a pin of C code stays, and
     /// the free then waits in the pool's stranded frees).
     fn drop(&mut self) {
-        let state = *self.state.get_mut();
-        if !owning(state) {
+        let (ownership, pins) = self.state.load();
+        if !ownership.owning() {
             return;
         }
         let pool = self.pool.get();
-        for _ in 0..pins_of(state) {
+        for _ in 0..pins {
             if pool.core.unpin(self.handle).is_err() {
                 break;
             }
@@ -142,7 +108,7 @@ fn detached_error() -> PyErr {
 
 impl Block {
     pub(crate) fn new(pool: Py<Pool>, handle: Handle, nbytes: usize, tag: Option<Py<PyString>>, tag_id: u32) -> Block {
-        Block { pool, handle, nbytes, tag, tag_id, state: AtomicU64::new(OWNED as u64) }
+        Block { pool, handle, nbytes, tag, tag_id, state: OwnerWord::default() }
     }
 
     /// A block adopted with the pins that `pin()` took through the object that detached it.
@@ -154,19 +120,18 @@ impl Block {
         tag_id: u32,
         pins: u32,
     ) -> Block {
-        let state = OWNED as u64 + u64::from(pins) * ONE_PIN;
-        Block { pool, handle, nbytes, tag, tag_id, state: AtomicU64::new(state) }
+        Block { pool, handle, nbytes, tag, tag_id, state: OwnerWord::adopted(pins) }
     }
 
     /// The ownership now.
     #[inline(always)]
-    fn owner(&self) -> u8 {
-        owner_of(self.state.load(Ordering::Acquire))
+    fn owner(&self) -> Ownership {
+        self.state.ownership()
     }
 
     /// End the ownership (freed): no pin of this object is left either.
     fn set_freed(&self) {
-        self.state.store(FREED as u64, Ordering::Release);
+        self.state.set_freed();
     }
 
     /// The tag id and the bytes asked for, for the counters by tag.
@@ -184,8 +149,8 @@ impl Block {
     #[inline(always)]
     pub(crate) fn owned(&self, class: ErrorClass) -> PyResult<()> {
         match self.owner() {
-            DEFERRED => Err(deferred_error(class)),
-            DETACHED => Err(detached_error()),
+            Ownership::Deferred => Err(deferred_error(class)),
+            Ownership::Detached => Err(detached_error()),
             _ => Ok(()),
         }
     }
@@ -197,15 +162,19 @@ impl Block {
             return Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch belongs to another pool")));
         }
         match self.owner() {
-            DEFERRED => Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DEFERRED_MESSAGE}"))),
-            DETACHED => Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DETACHED_MESSAGE}"))),
+            Ownership::Deferred => {
+                Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DEFERRED_MESSAGE}")))
+            }
+            Ownership::Detached => {
+                Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DETACHED_MESSAGE}")))
+            }
             _ => Ok(self.handle),
         }
     }
 
     /// The handle for `free_many`: as `handle_in`, a deferred block refused as a double free.
     pub(crate) fn handle_to_free(&self, pool: &Pool, index: usize) -> PyResult<Handle> {
-        if self.owner() == DEFERRED {
+        if self.owner() == Ownership::Deferred {
             return Err(error(
                 ErrorClass::DoubleFree,
                 format!("item {index} of the batch: the block's free is deferred already"),
@@ -256,16 +225,12 @@ impl Block {
     /// Mark the block deferred: the state before, for `unmark_deferred`; None when another
     /// call ended the ownership first, or when `pin()` pinned the block meanwhile.
     pub(crate) fn mark_deferred(&self) -> Option<u64> {
-        self.state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                (owning(s) && pins_of(s) == 0).then_some(DEFERRED as u64)
-            })
-            .ok()
+        self.state.defer().ok()
     }
 
     /// Undo `mark_deferred` (a batch that could not queue every block): back to `before`.
     pub(crate) fn unmark_deferred(&self, before: u64) {
-        self.state.store(before, Ordering::Release);
+        self.state.undo_defer(before);
     }
 
     /// Queue the block's free (this thread's deferred scope, else the pool's deferred frees).
@@ -289,8 +254,7 @@ impl Block {
     /// pin is gone. Never waits and needs no GIL: when another thread holds a pause, the free
     /// waits in the pool's stranded frees (freed when the pause ends, or at the next flush).
     pub(crate) fn after_unpin(&self) {
-        let state = self.state.load(Ordering::Acquire);
-        if owner_of(state) != FREE_AT_UNPIN || pins_of(state) > 0 {
+        if !self.state.frees_at_this_unpin() {
             return;
         }
         let pool = self.pool.get();
@@ -302,17 +266,12 @@ impl Block {
             }
             Err(npumem_core::Error::Paused) => {
                 let unpinned = pool.core.block(self.handle).is_ok_and(|info| info.pins == 0);
-                if unpinned
-                    && self
-                        .state
-                        .compare_exchange(FREE_AT_UNPIN as u64, DEFERRED as u64, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                {
+                if unpinned && self.state.queue_free_at_last_unpin() {
                     pool.pending.note_collected();
                     pool.pending.strand(self.pending());
                 }
             }
-            // Still pinned, or freed already through its raw handle.
+            // Still pinned, or freed already (by another unpin's check, or its raw handle).
             Err(_) => {}
         }
     }
@@ -321,9 +280,9 @@ impl Block {
     /// batch).
     pub(crate) fn deferral_refused(&self, item: Option<usize>) -> PyErr {
         let (class, message) = match self.owner() {
-            DEFERRED => (ErrorClass::DoubleFree, DEFERRED_MESSAGE.to_string()),
-            DETACHED => (ErrorClass::InvalidHandle, DETACHED_MESSAGE.to_string()),
-            FREED => (ErrorClass::DoubleFree, npumem_core::Error::DoubleFree.to_string()),
+            Ownership::Deferred => (ErrorClass::DoubleFree, DEFERRED_MESSAGE.to_string()),
+            Ownership::Detached => (ErrorClass::InvalidHandle, DETACHED_MESSAGE.to_string()),
+            Ownership::Freed => (ErrorClass::DoubleFree, npumem_core::Error::DoubleFree.to_string()),
             _ => (ErrorClass::PinnedBlock, npumem_core::Error::Pinned { pins: self.pins_now() }.to_string()),
         };
         match item {
@@ -490,8 +449,8 @@ impl Block {
         self.owned(ErrorClass::InvalidHandle)?;
         let core = &self.pool.get().core;
         pin(py, core, self.handle)?;
-        match self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| owning(s).then_some(s + ONE_PIN)) {
-            Ok(before) => Ok(pins_of(before) + 1),
+        match self.state.count_pin() {
+            Ok(pins) => Ok(pins),
             Err(_) => {
                 // Another thread ended the ownership meanwhile (detach, defer): the pin is not
                 // this object's to keep.
@@ -506,22 +465,19 @@ impl Block {
     /// exits). Returns the pins `pin()` took through this object that are left.
     fn unpin(&self) -> PyResult<u32> {
         self.owned(ErrorClass::InvalidHandle)?;
-        let before = self
-            .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| (owning(s) && pins_of(s) > 0).then_some(s - ONE_PIN))
-            .map_err(|s| match owning(s) {
-                true => error(
-                    ErrorClass::InvalidHandle,
-                    "unpin without a matching pin: the block holds no pin taken by pin() through this \
-                     object (a buffer view's pin is released with the view, a pinned() guard's when it exits)",
-                ),
-                false => self.ended_error(),
-            })?;
+        let left = self.state.uncount_pin().map_err(|ended| match ended {
+            None => error(
+                ErrorClass::InvalidHandle,
+                "unpin without a matching pin: the block holds no pin taken by pin() through this \
+                 object (a buffer view's pin is released with the view, a pinned() guard's when it exits)",
+            ),
+            Some(_) => self.ended_error(),
+        })?;
         // The count dropped also when the core refuses: then the pin was gone already (C code
         // dropped it), and this object holds one less.
         self.pool.get().core.unpin(self.handle).map_err(to_py)?;
         self.after_unpin();
-        Ok(pins_of(before) - 1)
+        Ok(left)
     }
 
     /// A context manager that pins the block for the `with` block: `with blk.pinned(): ...`.
@@ -540,13 +496,11 @@ impl Block {
     fn detach(&self, py: Python<'_>) -> PyResult<u128> {
         let pool = self.pool.get();
         self.check_alive(pool)?;
-        let claimed =
-            self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| owning(s).then_some(DETACHED as u64));
-        let Ok(before) = claimed else {
+        let Ok(pins) = self.state.detach() else {
             return Err(self.ended_error());
         };
         let tag = self.tag.as_ref().map(|t| t.clone_ref(py));
-        let block = DetachedBlock { nbytes: self.nbytes, tag, tag_id: self.tag_id, pins: pins_of(before) };
+        let block = DetachedBlock { nbytes: self.nbytes, tag, tag_id: self.tag_id, pins };
         pool.detached.insert(self.handle.to_bits(), block);
         Ok(self.handle.to_bits())
     }
@@ -572,9 +526,7 @@ impl Block {
             Ok(()) => Ok(false),
             Err(_) if raising => {
                 if self.info().is_ok_and(|info| info.pins > 0) {
-                    let _ = self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                        (owner_of(s) == OWNED).then_some((s & !OWNER_BITS) | FREE_AT_UNPIN as u64)
-                    });
+                    self.state.free_at_last_unpin();
                     // The last pin may have gone meanwhile.
                     self.after_unpin();
                 }
@@ -628,8 +580,8 @@ impl Block {
             None => String::new(),
         };
         let state = match self.owner() {
-            DEFERRED => "deferred",
-            DETACHED => "detached",
+            Ownership::Deferred => "deferred",
+            Ownership::Detached => "detached",
             _ => "freed",
         };
         match self.info() {
