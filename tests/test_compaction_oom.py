@@ -227,3 +227,25 @@ def test_a_kv_cache_page_does_not_wait_while_the_cache_is_locked() -> None:
     a.free()
     b.free()
     pool.check()
+
+
+def test_a_thread_that_holds_the_pause_does_not_wait_for_room() -> None:
+    """Nothing another thread frees reaches a pool this thread pauses: no handler waits."""
+    pool, a, b = full_pool()
+    seen: list[bool] = []
+    pool.set_oom_handler(lambda nbytes: seen.append(oom_handler_may_wait()) or False)
+    with pool.pause(), pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(4 * MIB)
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(4 * MIB)
+    assert seen == [False, True]  # inside the pause, then after it
+    compactor = Compactor(pool, policy=Policy(wait_for_room=30.0)).attach()
+    started = time.monotonic()
+    with pool.pause(), pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(4 * MIB)
+    assert time.monotonic() - started < 10.0
+    assert compactor.waits == 0
+    compactor.detach()
+    a.free()
+    b.free()
+    pool.check()

@@ -350,10 +350,10 @@ class Compactor:
         again when the interval allows and the bytes are free; whether it came.
 
         It does not wait when the pool may still grow (the retry grows it), when the allocation
-        holds a lock other threads need (a KV cache's page: they could not free meanwhile),
-        when another thread waits already (one waiter at a time, so that the others raise,
-        go on and free), or when a wait ended in vain less than `wait_for_room` ago (a pool
-        too small for its load then fails fast rather than slowly)."""
+        holds what other threads need to free (a KV cache's lock, or the pool's pause), when
+        another thread waits already (one waiter at a time, so that the others raise, go on and
+        free), or when a wait ended in vain less than `wait_for_room` ago (a pool too small for
+        its load then fails fast rather than slowly)."""
         wait = self.policy.wait_for_room
         if wait <= 0 or self.pool.capacity < self.pool.max_capacity or not oom_handler_may_wait():
             return False

@@ -551,6 +551,16 @@ impl Gate {
         }
     }
 
+    /// Whether the calling thread holds this gate's held pause.
+    pub(crate) fn held_by_caller(&self) -> bool {
+        let (record, temporary) = thread_record();
+        let held = self.holds(record);
+        if temporary {
+            record.release();
+        }
+        held
+    }
+
     /// Enter on the calling thread, waiting while paused (see [`Gate::enter_with`]).
     #[inline]
     pub(crate) fn enter(&self) -> Result<Entered<'static>, Refusal> {

@@ -23,7 +23,8 @@ thread_local! {
     /// call a handler again).
     static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
     /// Set while this thread runs Python code under a lock that other threads' calls need (a
-    /// KV cache's state mutex): a handler must not wait for other threads' frees then.
+    /// KV cache's state mutex, the pool's pause): a handler must not wait for other threads'
+    /// frees then.
     static UNDER_LOCK: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -38,7 +39,8 @@ pub(crate) fn under_lock<T>(work: impl FnOnce() -> T) -> T {
 
 /// Whether an out-of-memory handler running in this thread may wait for other threads to free
 /// memory: False inside a KV cache's page allocation, which holds the cache's lock (the other
-/// threads' cache calls, their frees among them, would wait for the waiter).
+/// threads' cache calls, their frees among them, would wait for the waiter), and in a thread
+/// that holds the pool's pause (no other thread's free reaches the pool).
 #[pyfunction]
 pub(crate) fn oom_handler_may_wait() -> bool {
     !UNDER_LOCK.with(Cell::get)
@@ -131,7 +133,14 @@ impl OomHandler {
         let first = if grow_last { detached(py, || core.without_growth(&alloc)) } else { detached(py, &alloc) };
         match first {
             Err(err) if out_of_memory(&err) => {
-                if self.ask(py, nbytes())? || grow_last {
+                // A thread that holds the pool's pause keeps every other thread's frees out:
+                // its handler must not wait for them.
+                let asked = if core.paused_by_caller() {
+                    under_lock(|| self.ask(py, nbytes()))
+                } else {
+                    self.ask(py, nbytes())
+                };
+                if asked? || grow_last {
                     let again = detached(py, &alloc);
                     if again.as_ref().map_or_else(out_of_memory, |_| true) {
                         // One allocation, one outcome: a success raised nothing, and a second

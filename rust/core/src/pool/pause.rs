@@ -112,6 +112,13 @@ impl Pool {
         self.gate.is_closed()
     }
 
+    /// Whether the calling thread holds this pool's pause (`Pool::pause`) now: nothing another
+    /// thread would free can reach the pool until it resumes.
+    #[cfg(not(loom))]
+    pub fn paused_by_caller(&self) -> bool {
+        self.gate.held_by_caller()
+    }
+
     /// Mark the pause holder as moving blocks until the guard drops: [`Error::NotPaused`] for
     /// a token that does not hold the pause, [`Error::Relocating`] when a move runs already.
     pub(crate) fn busy(&self, token: &PauseToken) -> Result<Busy<'_>> {
