@@ -735,6 +735,23 @@ TRACE_DAMAGE: list[tuple[Callable[[dict[str, Any]], object], str]] = [
 ]
 
 
+def assert_refused(
+    command: str,
+    src: Path,
+    message: str,
+    load: Callable[[Path], object],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`command` refuses the damaged file `src` with `message` and status 2, and so does the
+    Python reader `load`."""
+    status, _, err = run_reader(command, src, tmp_path, capsys)
+    assert status == 2
+    assert message in err
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load(src)
+
+
 @pytest.mark.parametrize(("mutate", "message"), TRACE_DAMAGE)
 @pytest.mark.parametrize("command", ["replay", "plot", "view", "export"])
 def test_trace_values_out_of_range_are_refused_by_every_command(
@@ -746,11 +763,7 @@ def test_trace_values_out_of_range_are_refused_by_every_command(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     src = write(tmp_path / "t.json", damaged(saved["trace"], mutate))
-    status, _, err = run_reader(command, src, tmp_path, capsys)
-    assert status == 2
-    assert message in err
-    with pytest.raises(FileFormatError, match=re.escape(message)):
-        load_trace(src)
+    assert_refused(command, src, message, load_trace, tmp_path, capsys)
 
 
 def test_the_trace_written_is_read_by_every_command(
@@ -792,11 +805,7 @@ def test_snapshot_values_out_of_range_are_refused_by_every_command(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     src = write(tmp_path / "s.json", damaged(saved["snapshot"], mutate))
-    status, _, err = run_reader(command, src, tmp_path, capsys)
-    assert status == 2
-    assert message in err
-    with pytest.raises(FileFormatError, match=re.escape(message)):
-        load_snapshot(src)
+    assert_refused(command, src, message, load_snapshot, tmp_path, capsys)
 
 
 def test_a_handle_within_96_bits_is_a_handle(
