@@ -272,6 +272,13 @@ static void misuse(void) {
     twice[1] = a.handle;
     EXPECT(npumem_free_many(pool, twice, 2, &failed), NPUMEM_ERR_DOUBLE_FREE);
     CHECK(failed == 1);
+    CHECK(strstr(npumem_last_error(), "names one block twice (items 0 and 1)") != NULL);
+    /* A count no pool could hold is refused before the array is read. */
+    EXPECT(npumem_alloc_many(pool, sizes, SIZE_MAX / 2, 0, 0, out, &failed), NPUMEM_ERR_TOO_LARGE);
+    CHECK(failed == SIZE_MAX);
+    CHECK(strstr(npumem_last_error(), "can never succeed") != NULL);
+    EXPECT(npumem_free_many(pool, twice, SIZE_MAX / 2, &failed), NPUMEM_ERR_INVALID_HANDLE);
+    CHECK(failed == SIZE_MAX);
     twice[1] = foreign.handle;
     EXPECT(npumem_free_many(pool, twice, 2, &failed), NPUMEM_ERR_FOREIGN_HANDLE);
     CHECK(failed == 1);
@@ -303,6 +310,10 @@ static void misuse(void) {
     config.run_tails = 2;
     EXPECT(npumem_pool_create(&config, &made), NPUMEM_ERR_CONFIG);
     CHECK(strstr(npumem_last_error(), "run_tails must be 0 or 1, got 2") != NULL);
+    EXPECT(npumem_config_init(&config, 1u << 20), NPUMEM_OK);
+    config.slab_count = 3; /* with slab_sizes NULL, which asks for the default classes */
+    EXPECT(npumem_pool_create(&config, &made), NPUMEM_ERR_CONFIG);
+    CHECK(strstr(npumem_last_error(), "slab_sizes is NULL with slab_count 3") != NULL);
     CHECK(made == NULL);
     /* run_tails 1 (the default): 3 MiB takes a chunk and a 1 MiB tail; 0: two whole chunks. */
     for (uint32_t tails = 0; tails <= 1; tails++) {

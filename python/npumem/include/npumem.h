@@ -99,7 +99,7 @@ typedef struct npumem_config {
     size_t bank_size;       /* power of two, <= chunk_size (default 4096) */
     size_t alignment;       /* default alignment, power of two (default 64) */
     size_t core_reserve;    /* free chunks a core keeps (default 1) */
-    const size_t *slab_sizes; /* slab classes; NULL: defaults; non-NULL with count 0: none */
+    const size_t *slab_sizes; /* slab classes; NULL (with slab_count 0): defaults; non-NULL with count 0: none */
     size_t slab_count;
     uint32_t placement;     /* NPUMEM_PLACEMENT_BEST_FIT (default) or _FIRST_FIT */
     int32_t device_type;    /* NPUMEM_DEVICE_*; 0: CPU for host pools, EXT_DEV otherwise */

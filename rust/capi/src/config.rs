@@ -3,7 +3,7 @@
 
 use std::slice;
 
-use npumem_core::{Backing, Device, Error, Placement as ChunkPlacement, PoolConfig};
+use npumem_core::{Backing, Device, Error, Placement as ChunkPlacement, PoolConfig, MAX_SLAB_CLASSES};
 
 use crate::object::Location;
 use crate::types::{NpumemConfig, BACKING_HOST, BACKING_NONE, PLACEMENT_BEST_FIT, PLACEMENT_FIRST_FIT};
@@ -74,8 +74,25 @@ pub unsafe fn convert(config: &NpumemConfig) -> Result<(PoolConfig, Location), E
         .core_reserve(config.core_reserve)
         .backing(backing)
         .placement(placement);
-    if !config.slab_sizes.is_null() {
-        // SAFETY: the caller guarantees `slab_count` readable entries.
+    if config.slab_sizes.is_null() {
+        if config.slab_count != 0 {
+            return Err(bad(
+                "slab_sizes",
+                format!(
+                    "is NULL with slab_count {}: NULL asks for the default classes and needs slab_count 0",
+                    config.slab_count
+                ),
+            ));
+        }
+    } else {
+        if config.slab_count > MAX_SLAB_CLASSES {
+            return Err(bad(
+                "slab_sizes",
+                format!("must have at most {MAX_SLAB_CLASSES} entries, got slab_count {}", config.slab_count),
+            ));
+        }
+        // SAFETY: the caller guarantees `slab_count` readable entries (at most
+        // `MAX_SLAB_CLASSES`).
         core = core.slab_sizes(unsafe { slice::from_raw_parts(config.slab_sizes, config.slab_count) }.to_vec());
     }
     core = core.base_address(config.base_address);

@@ -11,7 +11,7 @@ use npumem_core::{Error, Handle, Pool};
 
 use crate::config;
 use crate::object::{Location, NpumemPool, OomCallback, OomHook, Ops, ABI_VERSION};
-use crate::status::{self, fail, fail_with, guard, Status, ERR_NULL_ARGUMENT, OK};
+use crate::status::{self, fail, fail_with, guard, Status, ERR_INVALID_HANDLE, ERR_NULL_ARGUMENT, ERR_TOO_LARGE, OK};
 use crate::types::{NpumemBlock, NpumemConfig, NpumemHandle, NpumemPoolInfo, NpumemStats, BACKING_HOST, BACKING_NONE};
 
 /// The functions of this copy of the library.
@@ -63,6 +63,13 @@ unsafe fn this<'a>(pool: *mut NpumemPool) -> &'a NpumemPool {
 
 fn null(what: &str) -> Status {
     fail_with(ERR_NULL_ARGUMENT, &format!("{what} is NULL"))
+}
+
+/// Whether a batch of `count` items is more than the pool could ever hold live (each block
+/// takes at least a byte of its capacity): such a count is refused before the caller's array
+/// is read, so no count makes a slice longer than memory can hold.
+fn beyond_any_batch(p: &NpumemPool, count: usize) -> bool {
+    count > p.pool.max_capacity()
 }
 
 fn align_of(align: usize) -> Option<usize> {
@@ -233,10 +240,23 @@ unsafe fn report_index(failed_index: *mut usize, err: &Error) {
     if !failed_index.is_null() {
         let index = match err {
             Error::Batch { index, .. } => *index,
+            Error::NamedTwice { again, .. } => *again,
             _ => usize::MAX,
         };
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { failed_index.write(index) };
+    }
+}
+
+/// Write `SIZE_MAX` to `failed_index` (if not NULL): a batch refused as a whole, no single
+/// item to blame.
+///
+/// # Safety
+/// `failed_index` is NULL or writable.
+unsafe fn blame_none(failed_index: *mut usize) {
+    if !failed_index.is_null() {
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { failed_index.write(usize::MAX) };
     }
 }
 
@@ -255,16 +275,29 @@ unsafe extern "C" fn alloc_many(
         if count == 0 {
             return OK;
         }
+        let refused = |status| {
+            // SAFETY: NULL or writable by the caller's contract.
+            unsafe { blame_none(failed_index) };
+            status
+        };
         if sizes.is_null() {
-            return null("sizes");
+            return refused(null("sizes"));
         }
         if out.is_null() {
-            return null("out");
+            return refused(null("out"));
         }
-        // SAFETY: `sizes` is non-NULL and holds `count` entries by the caller's contract.
+        if beyond_any_batch(p, count) {
+            let capacity = p.pool.max_capacity();
+            return refused(fail_with(
+                ERR_TOO_LARGE,
+                &format!("a batch of {count} blocks can never succeed: the pool's capacity is {capacity} bytes"),
+            ));
+        }
+        // SAFETY: `sizes` is non-NULL and holds `count` entries by the caller's contract (and
+        // `count` is at most the capacity, so the slice's bytes fit in `isize`).
         let sizes = unsafe { slice::from_raw_parts(sizes, count) };
         let largest = sizes.iter().copied().max().unwrap_or(0);
-        let requested = sizes.iter().sum();
+        let requested = sizes.iter().fold(0usize, |sum, &size| sum.saturating_add(size));
         let counts = count_tag(p, tag, count, requested);
         let attempt = || p.pool.alloc_many(sizes, align_of(align), tag);
         let made = match attempt() {
@@ -303,10 +336,25 @@ unsafe extern "C" fn free_many(
         if count == 0 {
             return OK;
         }
+        let refused = |status| {
+            // SAFETY: NULL or writable by the caller's contract.
+            unsafe { blame_none(failed_index) };
+            status
+        };
         if handles.is_null() {
-            return null("handles");
+            return refused(null("handles"));
         }
-        // SAFETY: `handles` is non-NULL and holds `count` entries by the caller's contract.
+        if beyond_any_batch(p, count) {
+            let capacity = p.pool.max_capacity();
+            return refused(fail_with(
+                ERR_INVALID_HANDLE,
+                &format!(
+                    "a batch of {count} handles cannot all name live blocks: the pool's capacity is {capacity} bytes"
+                ),
+            ));
+        }
+        // SAFETY: `handles` is non-NULL and holds `count` entries by the caller's contract (and
+        // `count` is at most the capacity, so the slice's bytes fit in `isize`).
         let handles: Vec<Handle> =
             unsafe { slice::from_raw_parts(handles, count) }.iter().map(|h| h.to_core()).collect();
         let mut tagged: Vec<(u32, usize)> =

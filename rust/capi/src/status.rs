@@ -71,7 +71,7 @@ pub fn code_of(err: &Error) -> Status {
         Error::OutOfMemory { .. } => ERR_OUT_OF_MEMORY,
         Error::InvalidHandle(HandleFault::Foreign) => ERR_FOREIGN_HANDLE,
         Error::InvalidHandle(_) => ERR_INVALID_HANDLE,
-        Error::DoubleFree => ERR_DOUBLE_FREE,
+        Error::DoubleFree | Error::NamedTwice { .. } => ERR_DOUBLE_FREE,
         Error::Pinned { .. } => ERR_PINNED,
         Error::InvalidBlock { .. } => ERR_INVALID_BLOCK,
         Error::NoBacking => ERR_NO_BACKING,

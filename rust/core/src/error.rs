@@ -58,6 +58,9 @@ pub enum Error {
     Corruption(Vec<String>),
     /// Item `index` of a batch call failed (and the batch left the pool as it was).
     Batch { index: usize, error: Box<Error> },
+    /// A batch of frees names one block twice, at items `first` and `again` (and the batch
+    /// left the pool as it was): a block is freed once.
+    NamedTwice { first: usize, again: usize },
     // ----- compaction ---------------------------------------------------------------------------
     /// The block is being moved by a compaction right now (only the non-waiting calls say so).
     Moving,
@@ -141,6 +144,11 @@ impl fmt::Display for Error {
                  was not resumed?); nothing was done"
             ),
             Error::Batch { index, error } => write!(f, "item {index} of the batch failed: {error}"),
+            Error::NamedTwice { first, again } => write!(
+                f,
+                "the batch names one block twice (items {first} and {again}); a block is freed once, \
+                 and nothing was freed"
+            ),
             Error::Moving => write!(f, "the block is being moved by a compaction; try again"),
             Error::InvalidMove { reason } => write!(f, "invalid move: {reason}; nothing was moved"),
             Error::MoveCycle { blocks } => write!(

@@ -73,7 +73,7 @@ pub use arena::regions::Region;
 pub use compaction::{
     CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StagedCompaction, StepReport, Transfer,
 };
-pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES, MAX_CORE_RESERVE};
+pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES, MAX_CORE_RESERVE, MAX_SLAB_CLASSES};
 pub use device::{Device, DEVICE_TYPES};
 pub use error::{Error, HandleFault, Result};
 pub use handle::id::Handle;

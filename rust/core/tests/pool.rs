@@ -111,6 +111,43 @@ fn misuse_is_refused_and_changes_nothing() {
     assert_eq!(none.host_ptr(h), Err(Error::NoBacking));
 }
 
+/// A batch of frees is checked whole first: a freed, foreign or pinned block, or one named
+/// twice, refuses the batch with the item that is to blame, and frees nothing.
+#[test]
+fn a_refused_batch_of_frees_names_the_item_and_frees_nothing() {
+    let p = pool(16 * MIB, 2);
+    let blocks: Vec<Handle> = [100, 5000, 300 << 10, 3 * MIB].iter().map(|&n| p.alloc(n, None, 0).unwrap()).collect();
+    let freed = p.alloc(64, None, 0).unwrap();
+    p.free(freed).unwrap();
+    let foreign = pool(16 * MIB, 1).alloc(64, None, 0).unwrap();
+    let before = p.stats();
+    let with = |i: usize, h: Handle| {
+        let mut batch = blocks.clone();
+        batch.insert(i, h);
+        batch
+    };
+    let batch_error = |index, error| Err(Error::batch(index, error));
+    assert_eq!(p.free_many(&with(2, freed)), batch_error(2, Error::DoubleFree));
+    assert_eq!(p.free_many(&with(1, foreign)), batch_error(1, Error::InvalidHandle(HandleFault::Foreign)));
+    assert_eq!(p.free_many(&with(3, blocks[0])), Err(Error::NamedTwice { first: 0, again: 3 }));
+    let twice = [blocks[3], blocks[1], blocks[3], blocks[1]];
+    assert_eq!(
+        p.free_many(&twice),
+        Err(Error::NamedTwice { first: 0, again: 2 }),
+        "the pair whose later place comes first"
+    );
+    assert_eq!(
+        Error::NamedTwice { first: 0, again: 3 }.to_string(),
+        "the batch names one block twice (items 0 and 3); a block is freed once, and nothing was freed"
+    );
+    p.pin(blocks[2]).unwrap();
+    assert_eq!(p.free_many(&blocks), batch_error(2, Error::Pinned { pins: 1 }));
+    assert_eq!(p.stats(), before, "a refused batch frees nothing");
+    p.unpin(blocks[2]).unwrap();
+    p.free_many(&blocks).unwrap();
+    assert_eq!(p.check().unwrap(), 0);
+}
+
 #[test]
 fn out_of_memory_reports_what_is_free() {
     // Whole-chunk runs (3 MiB takes two chunks), for the figures below.

@@ -269,7 +269,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::InvalidHandle(HandleFault::Freed | HandleFault::Foreign | HandleFault::Unknown) => {
             ErrorClass::InvalidHandle
         }
-        Error::DoubleFree => ErrorClass::DoubleFree,
+        Error::DoubleFree | Error::NamedTwice { .. } => ErrorClass::DoubleFree,
         Error::Pinned { .. } => ErrorClass::PinnedBlock,
         Error::InvalidBlock { .. } => ErrorClass::InvalidHandle,
         Error::NoBacking => ErrorClass::NoBacking,

@@ -30,6 +30,15 @@ impl Handle {
         (self.pool as u128) << 64 | (self.slot as u128) << 32 | self.generation as u128
     }
 
+    /// The places of the handle that `handles` holds twice (the pair whose later place comes
+    /// first); `None` when every handle appears once. A batch that frees a block must name it
+    /// once: [`Error::NamedTwice`](crate::Error::NamedTwice).
+    pub fn named_twice(handles: &[Handle]) -> Option<(usize, usize)> {
+        let mut named: Vec<(u128, usize)> = handles.iter().enumerate().map(|(i, h)| (h.to_bits(), i)).collect();
+        named.sort_unstable();
+        named.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| (w[0].1, w[1].1)).min_by_key(|&(_, again)| again)
+    }
+
     /// The inverse of [`Handle::to_bits`]. Any bits make a handle; the pool validates it.
     pub fn from_bits(bits: u128) -> Handle {
         Handle { pool: (bits >> 64) as u32, slot: (bits >> 32) as u32, generation: bits as u32 }

@@ -54,11 +54,8 @@ impl Pool {
                 return Err(Error::batch(index, Error::Pinned { pins: info.pins }));
             }
         }
-        // The same block twice: sort the slots and look at neighbours.
-        let mut slots: Vec<(u32, usize)> = handles.iter().enumerate().map(|(i, h)| (h.slot(), i)).collect();
-        slots.sort_unstable();
-        if let Some(pair) = slots.windows(2).filter(|w| w[0].0 == w[1].0).min_by_key(|w| w[0].1.max(w[1].1)) {
-            return Err(Error::batch(pair[0].1.max(pair[1].1), Error::DoubleFree));
+        if let Some((first, again)) = Handle::named_twice(handles) {
+            return Err(Error::NamedTwice { first, again });
         }
         for (index, &handle) in handles.iter().enumerate() {
             self.free_entered(handle).map_err(|e| Error::batch(index, e))?;

@@ -261,14 +261,8 @@ impl Pool {
             freed.push(block.get().tag_and_size());
             blocks.push(block.clone());
         }
-        if let Some((first, again)) = named_twice(&handles) {
-            return Err(error(
-                ErrorClass::DoubleFree,
-                format!(
-                    "the batch names one block twice (items {first} and {again}); a block is freed once, \
-                     and nothing was freed"
-                ),
-            ));
+        if let Some((first, again)) = npumem_core::Handle::named_twice(&handles) {
+            return Err(to_py(npumem_core::Error::NamedTwice { first, again }));
         }
         let this = slf.get();
         if deferred::deferring(&this.pending) {
@@ -776,14 +770,6 @@ impl Pool {
 
 /// Queue the frees of `blocks` (checked by `free_many`) in this thread's deferred scope: all or
 /// none.
-/// The places of the block that `handles` names twice, the pair whose later place comes first;
-/// None when every block is named once.
-fn named_twice(handles: &[npumem_core::Handle]) -> Option<(usize, usize)> {
-    let mut named: Vec<(u128, usize)> = handles.iter().enumerate().map(|(i, h)| (h.to_bits(), i)).collect();
-    named.sort_unstable();
-    named.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| (w[0].1, w[1].1)).min_by_key(|&(_, again)| again)
-}
-
 fn defer_all(pool: &Pool, blocks: &[Bound<'_, Block>]) -> PyResult<()> {
     for block in blocks {
         block.get().check_freeable(pool)?;
