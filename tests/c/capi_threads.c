@@ -416,6 +416,9 @@ static void torch_functions(void) {
     CHECK((uintptr_t)p % 256 == 0 && (uintptr_t)q % 256 == 0);
     CHECK((uint64_t)(uintptr_t)p >= base && (uint64_t)(uintptr_t)p < base + (64u << 20));
     CHECK(npumem_torch_alloc((ptrdiff_t)1 << 40, 0, NULL) == NULL);
+    CHECK(npumem_torch_alloc(-5, 0, NULL) == NULL);
+    CHECK(strstr(npumem_last_error(), "size must not be negative, got -5") != NULL);
+    npumem_torch_free(p, -1000, 0, NULL); /* refused: p stays allocated */
     EXPECT(npumem_pool_stats(pool, &stats), NPUMEM_OK);
     CHECK(stats.requested_bytes_in_use == 1000 + (3 << 20));
     npumem_torch_free(p, 1000, 0, NULL);

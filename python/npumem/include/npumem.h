@@ -235,10 +235,11 @@ uint32_t npumem_abi_version(void);
  * after every tensor it served was freed.
  */
 npumem_status npumem_torch_set_pool(int device, npumem_pool *pool);
-/** `alloc` of CUDAPluggableAllocator: 256-byte aligned, NULL when out of memory. `stream` is a
- *  cudaStream_t. */
+/** `alloc` of CUDAPluggableAllocator: 256-byte aligned, NULL when out of memory (and for a
+ *  negative size; 0 takes a 1-byte block). `stream` is a cudaStream_t. */
 void *npumem_torch_alloc(ptrdiff_t size, int device, void *stream);
-/** `free` of CUDAPluggableAllocator. */
+/** `free` of CUDAPluggableAllocator (a pointer or size it did not allocate is ignored, the
+ *  reason left in npumem_last_error()). */
 void npumem_torch_free(void *ptr, ptrdiff_t size, int device, void *stream);
 
 #ifdef __cplusplus

@@ -101,6 +101,12 @@ pub unsafe extern "C" fn npumem_torch_set_pool(device: c_int, pool: *mut NpumemP
     })
 }
 
+/// The bytes a PyTorch size takes: a block of 1 byte for 0 (PyTorch asks for empty tensors'
+/// storage too), `None` for a negative size.
+fn block_size(size: isize) -> Option<usize> {
+    usize::try_from(size).ok().map(|size| size.max(1))
+}
+
 /// PyTorch's `alloc`: `size` bytes on `device`, or NULL (PyTorch then reports out of memory).
 ///
 /// # Safety
@@ -113,8 +119,11 @@ pub unsafe extern "C" fn npumem_torch_alloc(size: isize, device: c_int, _stream:
     };
     // SAFETY: a published `Served` stays valid while PyTorch uses the device (see set_pool).
     let served = unsafe { &*served };
+    let Some(size) = block_size(size) else {
+        set_last_error(&format!("size must not be negative, got {size}"));
+        return ptr::null_mut();
+    };
     let (mut offset, mut address) = (0usize, 0u64);
-    let size = size.max(1) as usize;
     // SAFETY: the pool is live (referenced by the slot); the outputs are local.
     let status = unsafe { npumem_alloc_raw(served.pool, size, TORCH_ALIGNMENT, &mut offset, &mut address) };
     if status != OK {
@@ -133,10 +142,14 @@ pub unsafe extern "C" fn npumem_torch_free(ptr: *mut c_void, size: isize, device
         set_last_error(&format!("npumem serves no pool for device {device}; the free was ignored"));
         return;
     };
+    let Some(bytes) = block_size(size) else {
+        set_last_error(&format!("size must not be negative, got {size}; the free was ignored"));
+        return;
+    };
     // SAFETY: a published `Served` stays valid while PyTorch uses the device (see set_pool).
     let served = unsafe { &*served };
     let offset = (ptr as usize as u64).wrapping_sub(served.base) as usize;
     // SAFETY: the pool is live (referenced by the slot). A bad pointer gets an error status
     // (left as the last error): free cannot report one to PyTorch.
-    unsafe { npumem_free_raw(served.pool, offset, size.max(1) as usize) };
+    unsafe { npumem_free_raw(served.pool, offset, bytes) };
 }
