@@ -3,11 +3,14 @@ custom runtimes), built with onnx.helper."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from cli_contract import run_cli
 from npumem.plan import GraphError, Problem, solve
 from npumem.plan.onnx_import import graph_from_onnx
 
@@ -232,3 +235,28 @@ def test_a_negative_dimension_is_refused() -> None:
     )
     with pytest.raises(GraphError, match=r"tensor 'x' has a negative dimension -1"):
         graph_from_onnx(m)
+
+
+def test_graph_errors_name_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x = V("x", TensorProto.FLOAT, [4])
+    twice = model(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])],
+        [x],
+        [V("y", TensorProto.FLOAT, [4])],
+    )
+    src = tmp_path / "twice.onnx"
+    onnx.save(twice, src)
+    out = tmp_path / "plan.json"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert f"{src}: tensor 'y' is written by op" in err
+    with pytest.raises(GraphError, match=r"twice\.onnx: tensor 'y' is written by op"):
+        Problem.from_onnx(src)
+    huge = model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [V("x", TensorProto.FLOAT, [1 << 40, 1 << 40])],
+        [V("y", TensorProto.FLOAT, [1 << 40, 1 << 40])],
+    )
+    onnx.save(huge, src)
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2 and f"{src}: buffer 'x': size" in err and "64 bits" in err
