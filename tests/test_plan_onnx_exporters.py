@@ -3,6 +3,8 @@ custom runtimes), built with onnx.helper."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -260,3 +262,64 @@ def test_graph_errors_name_the_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     onnx.save(huge, src)
     status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
     assert status == 2 and f"{src}: buffer 'x': size" in err and "64 bits" in err
+
+
+def test_weights_stored_as_external_data_are_not_read(tmp_path: Path) -> None:
+    """Planning needs the weights' shapes, not their bytes: a model plans without its data
+    file, and a model of several gigabytes is never loaded whole."""
+    m = attention_reshape(17)
+    big = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
+    big.ClearField("raw_data")
+    big.dims[:] = [1 << 28, 16]  # 16 GiB of weights that are nowhere
+    big.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "weights.bin"), ("offset", "0"), ("length", str(1 << 34))):
+        big.external_data.add(key=key, value=value)
+    m.graph.initializer[0].CopyFrom(big)
+    m.graph.node[0].op_type = "Gather"  # q = w[x]: sized from the indices, not w's data
+    m.graph.node[0].input[:] = ["w", "x"]
+    m.graph.input[0].type.tensor_type.elem_type = TensorProto.INT64
+    m.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 1
+    src = tmp_path / "model.onnx"
+    onnx.save(m, src)
+    problem = Problem.from_onnx(src, dims={"batch": 2, "seq": 8}, include_weights=True)
+    assert problem["w"].size == 1 << 34
+    assert Problem.from_onnx(src, dims={"batch": 2, "seq": 8})["q"].size == 2 * 8 * 16 * 4
+
+    # Small external tensors (shape constants) are read: sizing may need their values.
+    small = tmp_path / "small"
+    small.mkdir()
+    onnx.save_model(
+        attention_reshape(13),
+        small / "model.onnx",
+        save_as_external_data=True,
+        location="model.data",
+        size_threshold=0,
+    )
+    found = {
+        t.name: t.size
+        for t in graph_from_onnx(small / "model.onnx", dims={"batch": 2, "seq": 8}).tensors.values()
+    }
+    assert found["q4"] == 2 * 8 * 16 * 4
+    (small / "model.data").unlink()
+    with pytest.raises(GraphError, match=r"model\.onnx: not a readable ONNX model .*model\.data"):
+        graph_from_onnx(small / "model.onnx", dims={"batch": 2, "seq": 8})
+
+
+def test_long_one_dimensional_tensors_are_sized_without_copying_them() -> None:
+    """ONNX's data propagation holds a 1-D tensor's elements as dimensions: 8 million of them
+    took over a gigabyte. Shapes are computed without it."""
+    script = """
+import resource
+from onnx import TensorProto, helper
+from npumem.plan import Problem
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8_000_000])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [8_000_000])
+graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "long", [x], [y])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+assert Problem.from_onnx(model)["y"].size == 32_000_000
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert int(done.stdout) < 400, f"peak memory {done.stdout.strip()} MiB"

@@ -31,7 +31,7 @@ from npumem.errors import MissingDependencyError
 from npumem.plan.errors import GraphError
 from npumem.plan.graph import Graph, Op, Tensor
 from npumem.plan.inputs import content_kind, path_argument, read_input
-from npumem.plan.onnx_shapes import infer_types
+from npumem.plan.onnx_shapes import FOLD_LIMIT, infer_types
 
 __all__ = [
     "INPLACE_OPS",
@@ -112,8 +112,10 @@ def check_dims(dims: object) -> dict[str, int]:
 
 
 def parse_onnx(data: bytes, label: str, base_dir: str | os.PathLike[str] | None = None) -> Any:
-    """The `onnx.ModelProto` in `data`, the bytes of the model file `label` (its external
-    data, if any, is read from `base_dir`)."""
+    """The `onnx.ModelProto` in `data`, the bytes of the model file `label`. Of the tensors
+    stored as external data, only the small ones (shape constants, which sizing may need) are
+    read, from `base_dir`; the weights stay where they are (planning needs only their shapes,
+    and a model of several gigabytes could not be held in one protobuf)."""
     onnx = _onnx()
     kind = content_kind(data)
     if kind is not None:
@@ -121,7 +123,8 @@ def parse_onnx(data: bytes, label: str, base_dir: str | os.PathLike[str] | None 
     try:
         proto = onnx.load_model_from_string(data)
         if base_dir is not None:
-            onnx.external_data_helper.load_external_data_for_model(proto, os.fspath(base_dir))
+            for tensor in _small_external_tensors(onnx, proto):
+                onnx.external_data_helper.load_external_data_for_tensor(tensor, os.fspath(base_dir))
     except Exception as exc:
         raise GraphError(f"{label}: not a readable ONNX model ({exc})") from exc
     if not proto.HasField("graph") or not proto.graph.node:
@@ -129,6 +132,19 @@ def parse_onnx(data: bytes, label: str, base_dir: str | os.PathLike[str] | None 
             f"{label}: not an ONNX model (no graph with nodes in it; an empty or truncated file?)"
         )
     return proto
+
+
+def _small_external_tensors(onnx: Any, proto: Any) -> list[Any]:
+    """The initializers and `Constant` values of the main graph stored as external data that
+    have at most `FOLD_LIMIT` elements."""
+    tensors = list(proto.graph.initializer)
+    for node in proto.graph.node:
+        tensors.extend(a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR)
+    return [
+        t
+        for t in tensors
+        if t.data_location == onnx.TensorProto.EXTERNAL and math.prod(t.dims) <= FOLD_LIMIT
+    ]
 
 
 def load_onnx(path: object) -> Any:

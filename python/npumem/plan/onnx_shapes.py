@@ -69,33 +69,56 @@ def _elements(value_type: Any) -> int:
 
 
 def infer_types(onnx: Any, proto: Any) -> Inferred:
-    """The types of `proto`'s values (see the module docstring). `proto` is the caller's
-    private copy, with symbolic dimensions already bound: its declared value infos and output
-    types are cleared here. Raises what `onnx.shape_inference.infer_shapes` raises."""
+    """The types of `proto`'s values (see the module docstring), its symbolic dimensions
+    already bound. Raises what `onnx.shape_inference.infer_shapes` raises."""
     graph = proto.graph
-    input_names = {v.name for v in graph.input}
-    declared = {}
-    for value_info in [*graph.value_info, *graph.output]:
-        declared[value_info.name] = onnx.TypeProto()
-        declared[value_info.name].CopyFrom(value_info.type)
-    del graph.value_info[:]
-    for value_info in graph.output:
-        if value_info.name not in input_names:
-            value_info.ClearField("type")
-    inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True).graph
+    declared = {v.name: v.type for v in [*graph.value_info, *graph.output]}
+    inferred = onnx.shape_inference.infer_shapes(
+        _to_infer(onnx, proto), strict_mode=False, data_prop=False
+    ).graph
 
     types: dict[str, Any] = {}
     for value_info in [*inferred.value_info, *inferred.output, *inferred.input]:
         if value_info.HasField("type"):
             types[value_info.name] = value_info.type
-    for init in inferred.initializer:
+    for init in graph.initializer:
         if init.name not in types:  # an initializer that is not a graph input (or IR < 4)
             types[init.name] = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
     result = Inferred(types)
-    if all(complete(types.get(o)) for node in inferred.node for o in node.output if o):
+    if all(complete(types.get(o)) for node in graph.node for o in node.output if o):
         return result
-    _walk(onnx, inferred, proto, declared, result)
+    _walk(onnx, graph, proto, declared, result)
     return result
+
+
+def _to_infer(onnx: Any, proto: Any) -> Any:
+    """The model that shape inference runs on: `proto` without its declared value infos and
+    output types, and with its large initializers (weights, whose values no shape depends on)
+    turned into typed graph inputs, so that their data is neither copied nor read (it may be
+    external, or more than a protobuf can hold)."""
+    graph = proto.graph
+    light = onnx.ModelProto()
+    light.ir_version = max(proto.ir_version, 4)  # initializers need not be graph inputs
+    light.opset_import.extend(proto.opset_import)
+    light.functions.extend(proto.functions)
+    light.graph.name = graph.name
+    light.graph.node.extend(graph.node)
+    light.graph.input.extend(graph.input)
+    inputs = {v.name for v in graph.input}
+    for value_info in graph.output:
+        out = light.graph.output.add()
+        out.name = value_info.name
+        if value_info.name in inputs:
+            out.type.CopyFrom(value_info.type)
+    for init in graph.initializer:
+        if init.data_location != onnx.TensorProto.EXTERNAL and math.prod(init.dims) <= FOLD_LIMIT:
+            light.graph.initializer.append(init)
+        elif init.name not in inputs:
+            inputs.add(init.name)
+            light.graph.input.append(
+                onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+            )
+    return light
 
 
 def _walk(onnx: Any, graph: Any, proto: Any, declared: dict[str, Any], result: Inferred) -> None:
