@@ -286,3 +286,26 @@ def test_graphs_with_npumem_header_or_none_are_planned(
     src = tmp_path / "in.json"
     src.write_text(json.dumps({**header, **GRAPH}))
     assert run_cli(["plan", str(src), "-q"], capsys)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("ops", "words"),
+    [
+        (
+            [{"name": "a", "inputs": ["x"], "outputs": ["y"]}, {"name": "a", "outputs": []}],
+            "op name 'a' is used twice",
+        ),
+        ([{"inputs": ["x"], "outputs": ["y"]}, {"inputs": ["x"], "outputs": ["y"]}], "written by"),
+        ([{"inputs": ["y"], "outputs": ["x"]}], "graph input 'x' is also written"),
+    ],
+)
+def test_an_error_in_a_graph_names_its_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ops: list[object], words: str
+) -> None:
+    src = tmp_path / "graph.json"
+    graph = {"tensors": [{"name": "x", "size": 4}, {"name": "y", "size": 4}], "ops": ops}
+    src.write_text(json.dumps({**graph, "inputs": ["x"], "outputs": ["y"]}))
+    out = tmp_path / "plan.csv"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert err.startswith(f"npumem plan: error: {src}: ") and words in err

@@ -274,3 +274,48 @@ def test_cycles_through_long_view_chains_are_found_quickly() -> None:
     with pytest.raises(GraphError, match="cycle: 'o1' -> 'o19999' -> 'o1'"):
         Problem.from_graph(graph)
     assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("alignment", [3, 0, -64, 2.0])
+def test_a_tensor_alignment_that_is_not_a_power_of_two_is_refused(alignment: object) -> None:
+    graph = chain()
+    graph["tensors"][2]["alignment"] = alignment
+    for a in (1, 64):  # the planner's own alignment must not hide it
+        with pytest.raises(GraphError, match=r"tensors\[2\]|tensor 'a': alignment must be"):
+            Problem.from_graph(Graph.from_json(graph), alignment=a)
+
+
+def test_a_view_or_in_place_output_gets_the_alignment_it_asks_for() -> None:
+    def graph(view_offset: int, inplace: bool) -> Graph:
+        relu = Op("relu", ["v"], ["r"], {"r": "v"} if inplace else {})
+        return Graph.build(
+            "aligned",
+            [
+                Tensor("x", 100),
+                Tensor("y", 512),
+                Tensor("v", 128, view_of="y", view_offset=view_offset, alignment=256),
+                Tensor("r", 128, alignment=512),
+                Tensor("z", 8),
+            ],
+            [Op("a", ["x"], ["y"]), Op("flat", ["y"], ["v"]), relu, Op("b", ["r"], ["z"])],
+            ["x"],
+            ["z"],
+        )
+
+    problem = Problem.from_graph(graph(256, inplace=False), alignment=1)
+    assert problem["y"].alignment == 256  # so that v, 256 bytes in, is aligned to 256
+    solution = solve(problem, time_limit=1.0)
+    offsets = {name: offset for name, (offset, _) in solution.tensor_offsets().items()}
+    assert offsets["v"] % 256 == 0 and offsets["r"] % 512 == 0
+    # In place, r would lie 256 bytes into y: not 512-aligned, so r keeps its own buffer.
+    problem = Problem.from_graph(graph(256, inplace=True), alignment=1)
+    assert problem["r"].alignment == 512
+    with pytest.raises(GraphError, match="view 'v' asks for alignment 256 but lies 64 bytes"):
+        Problem.from_graph(graph(64, inplace=False))
+
+
+def test_an_empty_tensor_name_is_refused() -> None:
+    graph = chain()
+    graph["tensors"].append({"name": "", "size": 4})
+    with pytest.raises(GraphError, match=r"tensors\[5\]: 'name' is empty"):
+        Graph.from_json(graph)

@@ -161,6 +161,7 @@ def plan_buckets(
             include_inputs=include_inputs,
             include_outputs=include_outputs,
             alignment=alignment,
+            label=os.fspath(model) if isinstance(model, str | os.PathLike) else None,
         )
         if names:
             problem = problem.pipelined(names, in_flight)

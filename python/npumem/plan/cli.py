@@ -157,7 +157,9 @@ def load_problem(
     if kind == "onnx":
         proto = parse_onnx(data, label, source.parent)
         graph = graph_from_onnx(proto, dims=dims, label=label)
-        return Problem.from_graph(graph, include_weights=include_weights, alignment=graph_alignment)
+        return Problem.from_graph(
+            graph, include_weights=include_weights, alignment=graph_alignment, label=label
+        )
     if kind == "csv":
         problem = Problem.from_csv_bytes(data, label, name=source.stem)
     else:
@@ -168,7 +170,7 @@ def load_problem(
         if isinstance(read, Graph):
             read.name = read.name or source.stem
             return Problem.from_graph(
-                read, include_weights=include_weights, alignment=graph_alignment
+                read, include_weights=include_weights, alignment=graph_alignment, label=label
             )
         problem = read
         problem.name = problem.name or source.stem

@@ -167,6 +167,8 @@ class Graph:
             where = f"{label}: tensors[{i}]"
             if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
                 raise GraphError(f"{where}: expected an object with a string 'name'")
+            if not entry["name"]:
+                raise GraphError(f"{where}: 'name' is empty")
             where = f"{where} ({entry['name']!r})"
             known = {
                 "name",

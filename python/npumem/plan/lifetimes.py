@@ -280,12 +280,27 @@ def lifetimes(
         return roots.get(name, (base, offset))
 
     for tensor in tensors.values():
+        align = tensor.alignment
+        if (
+            isinstance(align, bool)
+            or not isinstance(align, int)
+            or align < 1
+            or align & (align - 1)
+        ):
+            raise GraphError(
+                f"tensor {tensor.name!r}: alignment must be a power of two, got {align!r}"
+            )
         if tensor.view_of is not None:
             base, offset = root(tensor.name)
             if offset < 0 or offset + tensor.size > tensors[base].size:
                 raise GraphError(
                     f"view {tensor.name!r} ({tensor.size} bytes at offset {offset}) does not "
                     f"fit in {base!r} ({tensors[base].size} bytes)"
+                )
+            if offset % align:
+                raise GraphError(
+                    f"view {tensor.name!r} asks for alignment {align} but lies {offset} bytes "
+                    f"into {base!r}"
                 )
 
     # Group: the memory owner of each tensor (itself, a view base, or an in-place input), with
@@ -336,6 +351,7 @@ def lifetimes(
                 or group_last[owner] > step
                 or offset + out_t.size > owner_t.size
                 or (out in outputs and not include_outputs)
+                or any((offset + group[m][1]) % tensors[m].alignment for m in members[out])
             ):
                 continue
             # The output and the views living in it move into the input's memory.
@@ -363,7 +379,9 @@ def lifetimes(
         else:
             lower = min(born.get(m, 0) for m in names)
             upper = group_last[owner] + 1
-        buffers.append(Buffer(owner, lower, upper, owned.size, max(owned.alignment, alignment)))
+        # The buffer is aligned for every tensor in it (each lies at a multiple of its own).
+        align = max(tensors[m].alignment for m in names)
+        buffers.append(Buffer(owner, lower, upper, owned.size, max(align, alignment)))
         for m in names:
             if m != owner and tensors[m].size:
                 aliases.append(Alias(m, owner, group[m][1], tensors[m].size))

@@ -1,8 +1,9 @@
 """Graphs from ONNX models (needs the `onnx` extra: `pip install 'npumem[onnx]'`).
 
 Shapes come from ONNX shape inference, after the symbolic dimensions named in `dims` are bound
-(`{"batch": 1, "sequence": 128}`). A tensor whose shape is still unknown is a
-`GraphError` that names it and its unbound dimensions.
+(`{"batch": 1, "sequence": 128}`), with shape computations folded and stale declarations
+ignored (`npumem.plan.onnx_shapes`). A tensor whose shape is still unknown is a `GraphError`
+that names it and its unbound dimensions.
 
 Mapping to our graph format (`npumem.plan.graph`):
 
@@ -20,6 +21,7 @@ Mapping to our graph format (`npumem.plan.graph`):
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Mapping
@@ -29,6 +31,7 @@ from npumem.errors import MissingDependencyError
 from npumem.plan.errors import GraphError
 from npumem.plan.graph import Graph, Op, Tensor
 from npumem.plan.inputs import content_kind, path_argument, read_input
+from npumem.plan.onnx_shapes import FOLD_LIMIT, infer_types
 
 __all__ = [
     "INPLACE_OPS",
@@ -54,6 +57,26 @@ INPLACE_OPS = frozenset(
 """Element-wise ops whose output may reuse their first input's memory."""
 
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def _sub_byte_bits() -> dict[int, int]:
+    """Bits per element of the ONNX element types packed several to a byte."""
+    from onnx import TensorProto
+
+    bits = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2}
+    bits |= {"FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
+    return {getattr(TensorProto, n): b for n, b in bits.items() if hasattr(TensorProto, n)}
+
+
+def _elem_type_name(onnx: Any, elem_type: int) -> str:
+    try:
+        return f"{onnx.TensorProto.DataType.Name(elem_type)} ({elem_type})"
+    except ValueError:
+        return str(elem_type)
+
+
+def _known(shape: list[int | str | None]) -> bool:
+    return all(isinstance(d, int) for d in shape)
 
 
 def _onnx() -> Any:
@@ -89,8 +112,10 @@ def check_dims(dims: object) -> dict[str, int]:
 
 
 def parse_onnx(data: bytes, label: str, base_dir: str | os.PathLike[str] | None = None) -> Any:
-    """The `onnx.ModelProto` in `data`, the bytes of the model file `label` (its external
-    data, if any, is read from `base_dir`)."""
+    """The `onnx.ModelProto` in `data`, the bytes of the model file `label`. Of the tensors
+    stored as external data, only the small ones (shape constants, which sizing may need) are
+    read, from `base_dir`; the weights stay where they are (planning needs only their shapes,
+    and a model of several gigabytes could not be held in one protobuf)."""
     onnx = _onnx()
     kind = content_kind(data)
     if kind is not None:
@@ -98,7 +123,8 @@ def parse_onnx(data: bytes, label: str, base_dir: str | os.PathLike[str] | None 
     try:
         proto = onnx.load_model_from_string(data)
         if base_dir is not None:
-            onnx.external_data_helper.load_external_data_for_model(proto, os.fspath(base_dir))
+            for tensor in _small_external_tensors(onnx, proto):
+                onnx.external_data_helper.load_external_data_for_tensor(tensor, os.fspath(base_dir))
     except Exception as exc:
         raise GraphError(f"{label}: not a readable ONNX model ({exc})") from exc
     if not proto.HasField("graph") or not proto.graph.node:
@@ -106,6 +132,19 @@ def parse_onnx(data: bytes, label: str, base_dir: str | os.PathLike[str] | None 
             f"{label}: not an ONNX model (no graph with nodes in it; an empty or truncated file?)"
         )
     return proto
+
+
+def _small_external_tensors(onnx: Any, proto: Any) -> list[Any]:
+    """The initializers and `Constant` values of the main graph stored as external data that
+    have at most `FOLD_LIMIT` elements."""
+    tensors = list(proto.graph.initializer)
+    for node in proto.graph.node:
+        tensors.extend(a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR)
+    return [
+        t
+        for t in tensors
+        if t.data_location == onnx.TensorProto.EXTERNAL and math.prod(t.dims) <= FOLD_LIMIT
+    ]
 
 
 def load_onnx(path: object) -> Any:
@@ -121,7 +160,7 @@ def _symbolic_dims(graph: Any) -> set[str]:
     for value_info in [*graph.input, *graph.output, *graph.value_info]:
         t = value_info.type
         if t.HasField("tensor_type") and t.tensor_type.HasField("shape"):
-            names.update(d.dim_param for d in t.tensor_type.shape.dim if d.HasField("dim_param"))
+            names.update(d.dim_param for d in t.tensor_type.shape.dim if d.dim_param)
     return names
 
 
@@ -165,44 +204,57 @@ def graph_from_onnx(
             for dim in t.tensor_type.shape.dim:
                 if dim.HasField("dim_param") and dim.dim_param in dims:
                     dim.dim_value = dims[dim.dim_param]
+    bindable = _symbolic_dims(graph)
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        inferred = infer_types(onnx, proto)
     except Exception as exc:
         raise GraphError(f"{label}: ONNX shape inference failed ({exc})") from exc
-    graph = proto.graph
 
     info: dict[str, tuple[int, list[int | str | None]]] = {}
     not_tensors: dict[str, str] = {}  # name -> the kind of value (sequence, map, ...)
-    for value_info in [*graph.input, *graph.output, *graph.value_info]:
-        t = value_info.type
+    for name, t in inferred.types.items():
         if not t.HasField("tensor_type"):
             kind = t.WhichOneof("value")
-            not_tensors[value_info.name] = (kind or "unknown").replace("_type", "")
+            not_tensors[name] = (kind or "unknown").replace("_type", "")
             continue
         shape: list[int | str | None] = []
         if t.tensor_type.HasField("shape"):
             for dim in t.tensor_type.shape.dim:
                 if dim.HasField("dim_value"):
                     shape.append(dim.dim_value)
-                elif dim.HasField("dim_param"):
+                elif dim.dim_param in bindable:  # a dimension the user can bind
                     shape.append(dims.get(dim.dim_param, dim.dim_param))
-                else:
+                else:  # unnamed, or named by shape inference (unk__0): not bindable
                     shape.append(None)
         else:
             shape = [None]
-        info[value_info.name] = (t.tensor_type.elem_type, shape)
+        info[name] = (t.tensor_type.elem_type, shape)
+    sub_byte = _sub_byte_bits()
 
-    def itemsize(name: str, elem_type: int) -> int:
-        try:
-            return int(onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
-        except Exception:
+    def size_of(name: str, elem_type: int, shape: list[int]) -> int:
+        negative = [d for d in shape if d < 0]
+        if negative:
             raise GraphError(
-                f"{label}: tensor {name!r} has element type {elem_type}, which has no fixed size"
-            ) from None
+                f"{label}: tensor {name!r} has a negative dimension {negative[0]} (shape "
+                f"{' x '.join(map(str, shape))})"
+            )
+        bits = sub_byte.get(elem_type)
+        if bits is not None:  # packed several to a byte
+            return -(-math.prod(shape) * bits // 8)
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+        except Exception:
+            dtype = None
+        if dtype is None or dtype.kind == "O":  # strings: no fixed size
+            raise GraphError(
+                f"{label}: tensor {name!r} has element type "
+                f"{_elem_type_name(onnx, elem_type)}, which has no fixed size"
+            )
+        return math.prod(shape) * int(dtype.itemsize)
 
     tensors: dict[str, Tensor] = {}
     for init in graph.initializer:
-        size = math.prod(init.dims) * itemsize(init.name, init.data_type)
+        size = size_of(init.name, init.data_type, list(init.dims))
         tensors[init.name] = Tensor(init.name, size, weight=True)
 
     def activation(name: str) -> Tensor:
@@ -210,6 +262,12 @@ def graph_from_onnx(
             raise GraphError(
                 f"{label}: value {name!r} is a {not_tensors[name]}, not a tensor: only tensors "
                 "can be planned"
+            )
+        if name in inferred.no_inference and not (name in info and _known(info[name][1])):
+            raise GraphError(
+                f"{label}: tensor {name!r} has no known shape: node "
+                f"{inferred.no_inference[name]} has no ONNX shape inference; declare the shape "
+                f"of {name!r} in the model's value_info"
             )
         if name not in info:
             raise GraphError(
@@ -225,25 +283,39 @@ def graph_from_onnx(
                 f"{' '.join(f'--dim {d}=1' for d in named)}; Python: dims="
                 f"{{{', '.join(f'{d!r}: 1' for d in named)}}})"
                 if named
-                else " (not inferable)"
+                else " (the model does not give it: name the dimension in the model to bind it)"
+                if name in graph_inputs
+                else " (not inferable: it may depend on the data; declare it in the model's "
+                "value_info, with a named dimension to bind)"
             )
             shape_text = " x ".join("?" if d is None else str(d) for d in shape)
             raise GraphError(f"{label}: tensor {name!r} has an unknown shape {shape_text}{hint}")
-        dims_ok = [d for d in shape if isinstance(d, int)]
-        return Tensor(name, math.prod(dims_ok) * itemsize(name, elem_type))
+        return Tensor(name, size_of(name, elem_type, [d for d in shape if isinstance(d, int)]))
 
     inputs = [v.name for v in graph.input if v.name not in tensors]
+    graph_inputs = set(inputs)
     for name in inputs:
         tensors[name] = activation(name)
     read = {x for node in graph.node for x in node.input if x}
     returned = {v.name for v in graph.output}
 
     def unused_and_unsized(name: str) -> bool:
-        return name not in read and name not in returned and name not in info
+        return (
+            name not in read
+            and name not in returned
+            and (name not in info or not _known(info[name][1]))
+        )
 
     ops: list[Op] = []
+    op_names: set[str] = set()
     for i, node in enumerate(graph.node):
+        # Node names are optional and need not be unique in ONNX: make each one unique.
         op_name = node.name or f"{node.op_type}_{i}"
+        if op_name in op_names:
+            op_name = next(
+                f"{op_name}#{k}" for k in itertools.count(2) if f"{op_name}#{k}" not in op_names
+            )
+        op_names.add(op_name)
         if node.op_type == "Constant":
             for out in node.output:
                 t = activation(out)

@@ -799,17 +799,26 @@ class Problem:
         include_inputs: bool = True,
         include_outputs: bool = True,
         alignment: int = 1,
+        label: str | None = None,
     ) -> Problem:
-        """Lifetimes of a graph's tensors (see `npumem.plan.lifetimes` for the rules)."""
+        """Lifetimes of a graph's tensors (see `npumem.plan.lifetimes` for the rules).
+
+        `label` (the file the graph was read from) starts the message of every error about
+        the graph, as it does for the errors of the file's reader."""
         check_alignment(alignment)
-        buffers, aliases = lifetimes(
-            graph,
-            include_weights=include_weights,
-            include_inputs=include_inputs,
-            include_outputs=include_outputs,
-            alignment=alignment,
-        )
-        return cls(buffers, aliases=aliases, name=graph.name)
+        try:
+            buffers, aliases = lifetimes(
+                graph,
+                include_weights=include_weights,
+                include_inputs=include_inputs,
+                include_outputs=include_outputs,
+                alignment=alignment,
+            )
+            return cls(buffers, aliases=aliases, name=graph.name)
+        except ProblemFormatError as exc:
+            if label is None or str(exc).startswith(f"{label}: "):
+                raise
+            raise type(exc)(f"{label}: {exc}") from None
 
     @classmethod
     def from_onnx(
@@ -834,4 +843,5 @@ class Problem:
             include_inputs=include_inputs,
             include_outputs=include_outputs,
             alignment=alignment,
+            label=os.fspath(model) if isinstance(model, str | os.PathLike) else graph.name,
         )
