@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import npumem
 from npumem.fileio import json_text
-from npumem.monitor import Trace
+from npumem.monitor import Trace, viewer
 from npumem.monitor.perfetto import chrome_trace, write_chrome_trace
 from npumem.monitor.trace import TraceEvent
 
@@ -111,3 +112,60 @@ def test_an_interrupted_export_leaves_the_old_file(
         write_chrome_trace(synthetic_trace(20_000), out)
     assert out.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]  # no temporary file left
+
+
+# ----- npumem view ----------------------------------------------------------------------------
+
+
+def test_the_trace_page_holds_at_most_max_shapes_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(viewer, "MAX_SHAPES", 300)
+    trace = synthetic_trace(4000)
+    data = viewer.page_data(trace)
+    blocks = trace.counts()["alloc"]
+    assert len(data["rects"]) == len(data["infos"]) == 300
+    assert f"shows the 300 largest of the {blocks:,} blocks" in data["subtitle"]
+    # every rectangle points at its own details, and the kept ones are the largest
+    assert [r[5] for r in data["rects"]] == list(range(300))
+    assert all(data["infos"][r[5]][4] == r[3] - r[2] for r in data["rects"])
+
+
+def test_the_page_size_stops_growing_with_the_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(viewer, "MAX_SHAPES", 200)
+    sizes = []
+    for n in (4000, 16000):
+        page = tmp_path / f"{n}.html"
+        viewer.write_view(synthetic_trace(n), page)
+        sizes.append(page.stat().st_size)
+    assert sizes[1] < 1.3 * sizes[0], sizes
+
+
+def test_the_page_of_a_small_trace_holds_every_block() -> None:
+    trace = synthetic_trace(2000)
+    data = viewer.page_data(trace)
+    assert len(data["rects"]) == trace.counts()["alloc"]
+    assert "largest" not in data["subtitle"]
+
+
+def test_compaction_marks_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(viewer, "MAX_MARKS", 5)
+    events = [TraceEvent(1000 + i * 10_000_000, "move", 0, 256, 0, None, 7, 256) for i in range(20)]
+    data = viewer.page_data(Trace(pool="m", config=dict(CONFIG), events=events))
+    assert sum(m["kind"] == "compaction" for m in data["marks"]) == 5
+    assert "20 moves in 20 compactions" in data["subtitle"]
+    assert "only the first 5 compaction lines are drawn" in data["subtitle"]
+
+
+def test_the_snapshot_page_keeps_the_largest_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = npumem.Pool(64 * MIB, cores=1, name="many")
+    held = [pool.alloc(4096 if i % 10 else 65536, tag="x") for i in range(600)]
+    snap = pool.snapshot()
+    monkeypatch.setattr(viewer, "MAX_SHAPES", 50)
+    data = viewer.page_data(snap)
+    total = len(snap.blocks) + len(snap.free_runs) + len(snap.slab_cached) + len(snap.untracked)
+    assert len(data["infos"]) == 50
+    assert f"shows the 50 largest of the {total:,} blocks and free runs" in data["subtitle"]
+    big = [i for i in data["infos"] if i[0] == "s"]
+    assert big and all(i[5] >= 65536 for i in big)
+    del held
