@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import npumem
+from npumem.cli import main
 from npumem.fileio import json_text
-from npumem.monitor import Trace, viewer
+from npumem.monitor import Trace, TraceRecorder, viewer
 from npumem.monitor.perfetto import chrome_trace, write_chrome_trace
 from npumem.monitor.trace import TraceEvent
 
@@ -169,3 +170,29 @@ def test_the_snapshot_page_keeps_the_largest_blocks(monkeypatch: pytest.MonkeyPa
     big = [i for i in data["infos"] if i[0] == "s"]
     assert big and all(i[5] >= 65536 for i in big)
     del held
+
+
+# ----- reading a trace ------------------------------------------------------------------------
+
+
+def test_reading_a_trace_file_does_not_hold_rows_and_events_at_once(tmp_path: Path) -> None:
+    """`Trace.load` lets the parsed rows go as their events are made: its peak stays well
+    below the parsed object plus the events."""
+    path = synthetic_trace(30_000).save(tmp_path / "t.json")
+    from npumem.monitor._files import read_json
+
+    parsed = peak_bytes(read_json, path)
+    loaded = peak_bytes(Trace.load, path)
+    assert loaded < 1.1 * parsed, (loaded, parsed)
+
+
+def test_a_recorded_trace_reads_back_the_same(tmp_path: Path) -> None:
+    pool = npumem.Pool(16 * MIB, cores=1, name="rt")
+    with TraceRecorder(pool) as rec:
+        for i in range(300):
+            pool.alloc(1000 + i, tag="é" * (i % 3) or None).free()
+    path = rec.trace.save(tmp_path / "t.json")
+    back = Trace.load(path)
+    assert back.events == rec.trace.events
+    assert {e.kind for e in back.events} == {"alloc", "free"}
+    assert main(["export", str(path), "-o", str(tmp_path / "p.json")]) == 0
