@@ -196,3 +196,33 @@ def test_a_recorded_trace_reads_back_the_same(tmp_path: Path) -> None:
     assert back.events == rec.trace.events
     assert {e.kind for e in back.events} == {"alloc", "free"}
     assert main(["export", str(path), "-o", str(tmp_path / "p.json")]) == 0
+
+
+# ----- npumem plot ----------------------------------------------------------------------------
+
+
+def test_a_trace_picture_draws_a_bounded_number_of_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failed allocations and compactions are lines of one collection each, at most
+    `_LINES_ACROSS` of them: one artist per failure took minutes for 100,000 failures."""
+    pytest.importorskip("matplotlib")
+    from npumem.monitor import plots
+
+    trace = synthetic_trace(2000)
+    t = trace.events[-1].time_ns
+    trace.events += [TraceEvent(t + i, "failed", 0, 4096, 0, "x", 0, 256) for i in range(8000)]
+    trace.events += [
+        TraceEvent(t + 9000 + i * 2_000_000, "move", 0, 4096, 0, None, 1, 0) for i in range(50)
+    ]
+    figures = []
+    real = plots.save_figure
+    monkeypatch.setattr(
+        plots, "save_figure", lambda fig, path: figures.append(fig) or real(fig, path)
+    )
+    plots.plot_trace(trace, tmp_path / "t.png")
+    top = figures[0].axes[0]
+    assert len(top.lines) < 10  # the bytes live and the capacity
+    segments = {c.get_label(): len(c.get_segments()) for c in top.collections}
+    assert 0 < segments["failed allocation"] <= plots._LINES_ACROSS
+    assert segments["compaction (blocks moved)"] == 50
