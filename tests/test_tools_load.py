@@ -7,7 +7,12 @@ BENCHMARKS.md ("The file tools on large inputs") has the full-size figures.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -226,3 +231,34 @@ def test_a_trace_picture_draws_a_bounded_number_of_lines(
     segments = {c.get_label(): len(c.get_segments()) for c in top.collections}
     assert 0 < segments["failed allocation"] <= plots._LINES_ACROSS
     assert segments["compaction (blocks moved)"] == 50
+
+
+# ----- interrupted commands -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_a_write_leaves_the_old_file_and_no_temporary_file(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """`kill` (SIGTERM) or Ctrl-C (SIGINT) while `npumem export` writes its file: the output
+    keeps its old content and no temporary file is left next to it."""
+    trace = synthetic_trace(150_000).save(tmp_path / "t.json")
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "npumem", "export", str(trace), "-o", str(out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob(".out.json.*.tmp")) and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert proc.poll() is None, "the export ended before it could be interrupted"
+    proc.send_signal(sig)
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert out.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "t.json"]
