@@ -267,8 +267,8 @@ def _atomic_file(out: Path, mode: str) -> Iterator[Any]:
     # os.open with 0o666 lets the umask pick the mode, as for any new file.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        text = {} if "b" in mode else {"encoding": ENCODING, "newline": ""}
-        with os.fdopen(fd, mode, **text) as f:
+        encoding, newline = (None, None) if "b" in mode else (ENCODING, "")
+        with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -20,7 +20,7 @@ import math
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from npumem.fileio import write_text
 from npumem.monitor.colors import (
@@ -29,7 +29,7 @@ from npumem.monitor.colors import (
     UNTRACKED_COLOR,
     tag_color,
 )
-from npumem.monitor.snapshot import Snapshot
+from npumem.monitor.snapshot import BlockRecord, Extent, Snapshot
 from npumem.monitor.trace import Frame, Trace
 from npumem.sizes import format_bytes
 
@@ -276,11 +276,11 @@ def _snapshot_data(snap: Snapshot) -> dict[str, Any]:
         kept = list(numbered)
     extent_color = {"free": n + 1, "cached in slabs": n + 2, "untracked": n + 3}
     for _, _, _, what, item in kept:
-        if what != "block":
+        if isinstance(item, Extent):
             infos.append(["f", item.offset, item.length, what])
             add(item.offset, item.length, extent_color[what])
             continue
-        b = item
+        b = cast(BlockRecord, item)
         tag = tags.of(b.tag)
         infos.append(
             ["s", str(b.handle), tag, b.core, b.nbytes, b.block_bytes, b.offset, b.align, b.pins]
