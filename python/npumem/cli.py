@@ -14,9 +14,12 @@ not taken for an unknown option).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from npumem.exit_status import ExitStatus
@@ -84,8 +87,31 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    status: int = args.func(args)
+    with _terminate_as_exit():
+        status: int = args.func(args)
     return status
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """While a command runs, SIGTERM (`kill`, a job scheduler's time limit) raises
+    `SystemExit(143)` rather than ending the process where it stands, so that a file being
+    written is cleaned up as for Ctrl-C: the output stays as it was and no temporary file is
+    left next to it. Only from the main thread, and only when SIGTERM has its default action
+    (a program that calls `main()` and handles SIGTERM itself keeps its handler)."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    if not main_thread or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ import math
 import os
 import secrets
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
@@ -39,6 +39,7 @@ __all__ = [
     "read_bytes",
     "read_json_object",
     "remove_quietly",
+    "text_writer",
     "write_bytes",
     "write_json",
     "write_text",
@@ -138,15 +139,15 @@ def read_bytes(path: Path, *, error: Callable[[str], Exception] = InvalidArgumen
             if stat.S_ISREG(st.st_mode) and st.st_size > limit:
                 raise error(too_large)
             if stat.S_ISREG(st.st_mode):
-                data = f.read(limit + 1)  # one read, no copy (a file may grow meanwhile)
+                # One read of the file's size, without a copy: a read of the limit would
+                # reserve a buffer of the limit (1 GiB) for any file, which a machine that
+                # does not overcommit memory refuses. A file that grew since is read on, up to
+                # the limit.
+                data = f.read(st.st_size + 1)
+                if len(data) > st.st_size:
+                    data += _read_up_to(f, limit + 1 - len(data))
             else:
-                buf = bytearray()
-                while len(buf) <= limit:
-                    piece = f.read(min(_READ_CHUNK, limit + 1 - len(buf)))
-                    if not piece:
-                        break
-                    buf += piece
-                data = bytes(buf)
+                data = _read_up_to(f, limit + 1)
     except FileNotFoundError:
         raise error(f"{path}: cannot read the file (no such file)") from None
     except IsADirectoryError:
@@ -158,6 +159,17 @@ def read_bytes(path: Path, *, error: Callable[[str], Exception] = InvalidArgumen
     if len(data) > limit:
         raise error(too_large)
     return data
+
+
+def _read_up_to(f: BinaryIO, most: int) -> bytes:
+    """What is left in `f`, read in pieces, but no more than `most` bytes."""
+    buf = bytearray()
+    while len(buf) < most:
+        piece = f.read(min(_READ_CHUNK, most - len(buf)))
+        if not piece:
+            break
+        buf += piece
+    return bytes(buf)
 
 
 def decode_text(
@@ -228,20 +240,42 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     out = path_argument(path, "the output path")
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ArgumentTypeError(f"data must be bytes, got {type(data).__name__}")
+    with _atomic_file(out, "wb") as f:
+        f.write(data)
+    return out
+
+
+@contextlib.contextmanager
+def text_writer(path: str | os.PathLike[str]) -> Iterator[TextIO]:
+    """A text file (UTF-8) that replaces `path` atomically when the `with` block ends, for a
+    writer that makes its output piece by piece rather than in memory all at once: the same
+    rules as `write_bytes()` (the old file stays until the new one is complete; an exception
+    or `KeyboardInterrupt` in the block removes the temporary file and leaves no partial
+    output; links are written through, special files refused before anything is written)."""
+    out = path_argument(path, "the output path")
+    with _atomic_file(out, "w") as f:
+        yield f
+
+
+@contextlib.contextmanager
+def _atomic_file(out: Path, mode: str) -> Iterator[Any]:
+    """A temporary file next to the file `out` replaces, opened with `mode` (`"wb"` or
+    `"w"`), which replaces that file once the block ends without an exception and is removed
+    otherwise."""
     target = _replaced_file(out)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     # os.open with 0o666 lets the umask pick the mode, as for any new file.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        encoding, newline = (None, None) if "b" in mode else (ENCODING, "")
+        with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         remove_quietly(tmp)
         raise
-    return out
 
 
 def check_output_path(path: str | os.PathLike[str]) -> Path:

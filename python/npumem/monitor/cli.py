@@ -57,7 +57,7 @@ def _load_any(path: str) -> Snapshot | Trace | Solution | TierSnapshot:
     obj = read_json(path)
     if is_tier_snapshot_obj(obj):
         return TierSnapshot.from_json_obj(obj, where=path)
-    return saved_file_from_json_obj(obj, where=path)
+    return saved_file_from_json_obj(obj, where=path, consume=True)
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -226,12 +226,29 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
     y = np.array(lives, dtype=float) / div if lives else np.zeros(1)
     top.step(x, y, where="post", color="tab:blue", label="bytes live (asked for)")
     top.axhline(capacity / div, color="black", linewidth=1, label="capacity")
-    for i, f in enumerate(fails):
-        top.axvline(f, color="tab:red", alpha=0.5, label="failed allocation" if i == 0 else None)
-    for i, m in enumerate(_compactions(moves)):
-        top.axvline(
-            m, color="tab:green", alpha=0.6, label="compaction (blocks moved)" if i == 0 else None
-        )
+    span = max((events[-1].time_ns - t0) / 1e9, 1e-9)
+    # One collection of lines each, at most one line per 1/2000 of the time axis (less than
+    # a pixel apart, they would look the same): a trace with a hundred thousand failures made
+    # as many line artists and took minutes to draw.
+    for times_of, color, alpha, label in (
+        (_thin(fails, span / _LINES_ACROSS), "tab:red", 0.5, "failed allocation"),
+        (
+            _thin(_compactions(moves), span / _LINES_ACROSS),
+            "tab:green",
+            0.6,
+            "compaction (blocks moved)",
+        ),
+    ):
+        if times_of:
+            top.vlines(
+                times_of,
+                0,
+                1,
+                transform=top.get_xaxis_transform(),
+                color=color,
+                alpha=alpha,
+                label=label,
+            )
     top.set_ylabel(unit)
     twin = top.twinx()
     twin.step(
@@ -247,7 +264,6 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
     lines, labels = top.get_legend_handles_labels()
     more_lines, more_labels = twin.get_legend_handles_labels()
     top.legend(lines + more_lines, labels + more_labels, loc="upper left", fontsize="small")
-    span = max((events[-1].time_ns - t0) / 1e9, 1e-9)
     bins = max(1, min(200, len(allocs) // 20 or 1))
     if allocs:
         hist, edges = np.histogram((np.array(allocs) - t0) / 1e9, bins=bins, range=(0, span))
@@ -271,6 +287,19 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
         f"{c['failed']:,} failed, {c['move']:,} moves, {trace.dropped:,} dropped"
     )
     return save_figure(fig, path)
+
+
+_LINES_ACROSS = 2000
+"""Vertical lines a trace's picture draws at most across its time axis."""
+
+
+def _thin(times: Sequence[float], step: float) -> list[float]:
+    """`times` in order, leaving out each that is less than `step` after the last one kept."""
+    out: list[float] = []
+    for t in sorted(times):
+        if not out or t - out[-1] >= step:
+            out.append(t)
+    return out
 
 
 def _compactions(moves: Sequence[float], gap: float = 1e-3) -> list[float]:

@@ -56,14 +56,15 @@ def load_saved_file(path: str | os.PathLike[str]) -> Snapshot | Trace | Solution
     Raises `FileFormatError` for a file that is none of them.
     """
     where = os.fspath(path_argument(path))
-    return saved_file_from_json_obj(read_json(path), where=where)
+    return saved_file_from_json_obj(read_json(path), where=where, consume=True)
 
 
 def saved_file_from_json_obj(
-    obj: Mapping[str, Any], *, where: str = "saved file"
+    obj: Mapping[str, Any], *, where: str = "saved file", consume: bool = False
 ) -> Snapshot | Trace | Solution:
     """The snapshot, trace or plan in a file's object, told apart by its `format` field
-    (`where` names the file in errors)."""
+    (`where` names the file in errors). `consume=True` lets a trace's reader empty `obj`'s
+    events as it reads them (`Trace.from_json_obj`)."""
     if not isinstance(obj, Mapping):
         raise Reader(where).fail(f"expected a JSON object, found {type(obj).__name__}")
     kind = file_kind(obj, where)
@@ -71,4 +72,4 @@ def saved_file_from_json_obj(
         return Snapshot.from_json_obj(obj, where=where)
     if kind == "plan":
         return solution_from_json_obj(obj, where=where)
-    return Trace.from_json_obj(obj, where=where)
+    return Trace.from_json_obj(obj, where=where, consume=consume)

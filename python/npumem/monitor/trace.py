@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from npumem.monitor._files import TRACE_FORMAT, Reader, read_json, write_json
+from npumem.monitor._files import MAX_HANDLE, TRACE_FORMAT, Reader, read_json, write_json
 from npumem.monitor.snapshot import pool_config
 from npumem.monitor.validate import check_config, check_trace, stats_from_dict
 
@@ -45,6 +45,20 @@ MAX_TRACE_CAPACITY = 1 << 24
 """The most events the Rust rings hold (as `npumem_core::MAX_TRACE_CAPACITY`)."""
 _EVENT_FIELDS = ("time_ns", "kind", "offset", "size", "core", "tag", "handle", "aux", "stack")
 _EVENT_FIELDS_V1 = _EVENT_FIELDS[:8]
+_KINDS = {kind: kind for kind in EVENT_KINDS}
+_HANDLE_DIGITS = len(str(MAX_HANDLE))
+
+
+def _canonical_handle(value: Any) -> bool:
+    """Whether `value` is a version-2 handle that `Reader.handle` takes as it is: decimal
+    text without leading zeros, at most `MAX_HANDLE`."""
+    return (
+        type(value) is str
+        and 0 < len(value) < _HANDLE_DIGITS
+        and value.isascii()
+        and value.isdigit()
+        and (value[0] != "0" or value == "0")
+    )
 
 
 class Frame(NamedTuple):
@@ -151,9 +165,13 @@ class Trace:
         return write_json(path, self.to_json_obj())
 
     @classmethod
-    def from_json_obj(cls, obj: Mapping[str, Any], *, where: str = "trace") -> Trace:
+    def from_json_obj(
+        cls, obj: Mapping[str, Any], *, where: str = "trace", consume: bool = False
+    ) -> Trace:
         """Read a dict made by `to_json_obj()`; `FileFormatError` names what is
-        wrong."""
+        wrong. With `consume=True` the rows of `obj["events"]` are replaced by None as they
+        are read, so that a large file does not take the memory of its rows and of its events
+        at once (for an `obj` nothing else needs afterwards, as `load()` reads it)."""
         r = Reader(where)
         version = r.header(obj, TRACE_FORMAT, _READ_VERSIONS)
         config = r.field(obj, "config", dict)
@@ -169,36 +187,52 @@ class Trace:
         if r.field(obj, "event_fields", list) != list(fields):
             raise r.fail(f"event_fields must be {list(fields)}")
         stacks = _read_stacks(r, obj) if version >= 2 else []
+        rows = r.field(obj, "events", list)
         events = []
         last = 0
-        for i, row in enumerate(r.field(obj, "events", list)):
-            row = r.int_row(row, len(fields), "event", i)
+        width = len(fields)
+        n_tags, n_stacks = len(tags), len(stacks)
+        for i, row in enumerate(rows):
+            if consume:
+                rows[i] = None  # the row's objects go as its event comes: half the peak memory
+            # The common case is checked inline, without a message made for every event; an
+            # event that fails it is checked again field by field for the message.
+            if type(row) is not list or len(row) != width:
+                r.int_row(row, width, "event", i)
             t, kind, offset, size, core, tag, handle, aux = row[:8]
-            if kind not in EVENT_KINDS:
-                raise r.fail(f"event {i}: kind must be one of {EVENT_KINDS}, got {kind!r}")
-            if isinstance(tag, bool) or not isinstance(tag, int) or not -1 <= tag < len(tags):
-                raise r.fail(f"event {i}: tag index {tag!r} is not in tags (or -1)")
             stack_index = row[8] if version >= 2 else -1
-            if (
-                isinstance(stack_index, bool)
-                or not isinstance(stack_index, int)
-                or not -1 <= stack_index < len(stacks)
-            ):
+            kind = _KINDS.get(kind) if type(kind) is str else None  # one str per kind
+            if kind is None:
+                raise r.fail(f"event {i}: kind must be one of {EVENT_KINDS}, got {row[1]!r}")
+            if type(tag) is not int or not -1 <= tag < n_tags:
+                raise r.fail(f"event {i}: tag index {tag!r} is not in tags (or -1)")
+            if type(stack_index) is not int or not -1 <= stack_index < n_stacks:
                 raise r.fail(f"event {i}: stack index {stack_index!r} is not in stacks (or -1)")
-            nums = [r.non_negative(v, f"event {i}") for v in (t, offset, size, core, aux)]
-            if nums[0] < last:
-                raise r.fail(f"event {i}: time {nums[0]} goes back (events are oldest first)")
-            last = nums[0]
+            if not (
+                type(t) is int
+                and type(offset) is int
+                and type(size) is int
+                and type(core) is int
+                and type(aux) is int
+                and min(t, offset, size, core, aux) >= 0
+            ):
+                for v in (t, offset, size, core, aux):
+                    r.non_negative(v, f"event {i}")
+            if t < last:
+                raise r.fail(f"event {i}: time {t} goes back (events are oldest first)")
+            last = t
+            if not (version >= 2 and _canonical_handle(handle)):
+                handle = r.handle(handle, f"event {i}", version)
             events.append(
                 TraceEvent(
-                    nums[0],
+                    t,
                     kind,
-                    nums[1],
-                    nums[2],
-                    nums[3],
+                    offset,
+                    size,
+                    core,
                     tags[tag] if tag >= 0 else None,
-                    r.handle(handle, f"event {i}", version),
-                    nums[4],
+                    int(handle),
+                    aux,
                     stacks[stack_index] if stack_index >= 0 else None,
                 )
             )
@@ -216,7 +250,7 @@ class Trace:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Trace:
         """Read a trace file written by `save()`."""
-        return cls.from_json_obj(read_json(path), where=str(path))
+        return cls.from_json_obj(read_json(path), where=str(path), consume=True)
 
     def __repr__(self) -> str:
         return f"<Trace of {self.pool!r}: {len(self.events)} events, {self.dropped} dropped>"

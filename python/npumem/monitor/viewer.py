@@ -13,12 +13,14 @@ Handles are written as text in the page's data, so JavaScript keeps them exact.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import math
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from npumem.fileio import write_text
 from npumem.monitor.colors import (
@@ -27,16 +29,29 @@ from npumem.monitor.colors import (
     UNTRACKED_COLOR,
     tag_color,
 )
-from npumem.monitor.snapshot import Snapshot
+from npumem.monitor.snapshot import BlockRecord, Extent, Snapshot
 from npumem.monitor.trace import Frame, Trace
 from npumem.sizes import format_bytes
 
-__all__ = ["COMPACTION_GAP_NS", "MAX_MARKS", "page_data", "render_html", "write_view"]
+__all__ = [
+    "COMPACTION_GAP_NS",
+    "MAX_MARKS",
+    "MAX_SHAPES",
+    "page_data",
+    "render_html",
+    "write_view",
+]
 
 COMPACTION_GAP_NS = 1_000_000
 """Moves less than this apart (1 ms) belong to one compaction mark."""
 MAX_MARKS = 1000
-"""Failed-allocation lines drawn at most (the subtitle gives the full count)."""
+"""Failed-allocation lines, and compaction lines, drawn at most (the subtitle gives the full
+counts and says when some are not drawn)."""
+MAX_SHAPES = 100_000
+"""Blocks (and, in a snapshot, free runs and other extents) the page holds at most: a browser
+draws every one on each redraw, and a page of millions of them is hundreds of megabytes that
+no browser opens. Beyond it the page keeps the largest ones (in a trace, by size times
+lifetime; in a snapshot, by bytes) and its subtitle says how many of how many it shows."""
 _COMPACTION_COLOR = "#d62728"
 _FAILED_COLOR = "#ff7f0e"
 _MAP_ROWS = 128
@@ -69,8 +84,10 @@ def _trace_data(trace: Trace) -> dict[str, Any]:
     end = (events[-1].time_ns - t0) / 1e9 if events else 1.0
     tags = _Tags()
     stacks: dict[tuple[Frame, ...], int] = {}
-    rects: list[list[Any]] = []
-    infos: list[list[Any]] = []
+    # The largest MAX_SHAPES blocks by size times lifetime, as (area, order, rect, info) in a
+    # heap whose smallest comes first, so that memory stays bounded however long the trace.
+    kept: list[tuple[float, int, list[Any], list[Any]]] = []
+    order = itertools.count()
     marks: list[dict[str, Any]] = []
     live: dict[
         int, list[Any]
@@ -80,11 +97,18 @@ def _trace_data(trace: Trace) -> dict[str, Any]:
 
     def close(handle: int, at: float | None) -> None:
         start, offset, size, tag, core, alloc_t, stack, moved_from = live.pop(handle)
-        infos.append(["b", str(handle), tag, core, size, offset, alloc_t, at, stack, moved_from])
+        seq = next(order)
+        stop = end if at is None else at
+        area = (stop - start) * max(size, 1)
+        if len(kept) == MAX_SHAPES and area <= kept[0][0]:
+            return
+        info = ["b", str(handle), tag, core, size, offset, alloc_t, at, stack, moved_from]
         color = tag  # -1 (no tag) is resolved after the loop, once every tag is known
-        rects.append(
-            [start, end if at is None else at, offset, offset + max(size, 1), color, len(infos) - 1]
-        )
+        rect = [start, stop, offset, offset + max(size, 1), color, -1]
+        if len(kept) < MAX_SHAPES:
+            heapq.heappush(kept, (area, seq, rect, info))
+        else:
+            heapq.heapreplace(kept, (area, seq, rect, info))
 
     for e in events:
         t = (e.time_ns - t0) / 1e9
@@ -114,13 +138,15 @@ def _trace_data(trace: Trace) -> dict[str, Any]:
                 )
     for handle in list(live):
         close(handle, None)
+    blocks = next(order)  # every block closed, kept or not
+    rects, infos = _in_order(kept)
     # No-tag rectangles point one past the tags: the colour table ends with the no-tag colour.
     for r in rects:
         if r[4] < 0:
             r[4] = len(tags.names)
-    marks += _compaction_marks(moves, t0)
+    compaction_marks, compactions = _compaction_marks(moves, t0)
+    marks += compaction_marks
     counts = trace.counts()
-    compactions = sum(1 for m in marks if m["kind"] == "compaction")
     legend: list[dict[str, Any]] = [
         {"label": name, "color": tag_color(name)} for name in tags.names
     ]
@@ -136,6 +162,8 @@ def _trace_data(trace: Trace) -> dict[str, Any]:
             f"moves in {compactions:,} compactions, {counts['failed']:,} failed allocations, "
             f"{trace.dropped:,} events dropped; {end:.3f} s; arena "
             f"{format_bytes(capacity)}"
+            + _shown(len(rects), blocks, "blocks", "by size times lifetime")
+            + _marks_shown(failed, compactions)
         ),
         "x": {"min": 0.0, "max": max(end, 1e-9), "kind": "seconds", "label": "time (seconds)"},
         "y": {"min": 0, "max": capacity, "kind": "bytes", "label": "offset", "down": False},
@@ -149,26 +177,66 @@ def _trace_data(trace: Trace) -> dict[str, Any]:
     }
 
 
-def _compaction_marks(moves: list[tuple[int, int]], t0: int) -> list[dict[str, Any]]:
+def _in_order(
+    kept: list[tuple[float, int, list[Any], list[Any]]],
+) -> tuple[list[list[Any]], list[list[Any]]]:
+    """The kept rectangles and their details in the order they were made (the page draws
+    later ones on top), each rectangle pointing at its details."""
+    rects: list[list[Any]] = []
+    infos: list[list[Any]] = []
+    for _, _, rect, info in sorted(kept, key=lambda k: k[1]):
+        rect[5] = len(infos)
+        infos.append(info)
+        rects.append(rect)
+    return rects, infos
+
+
+def _shown(shown: int, total: int, what: str, by: str) -> str:
+    """The subtitle's note when the page holds fewer shapes than the file has."""
+    if shown >= total:
+        return ""
+    return (
+        f"; the page shows the {shown:,} largest of the {total:,} {what} ({by}; "
+        f"at most {MAX_SHAPES:,})"
+    )
+
+
+def _marks_shown(failed: int, compactions: int) -> str:
+    """The subtitle's note when some failed-allocation or compaction lines are not drawn."""
+    cut = [
+        f"the first {MAX_MARKS:,} {what} lines"
+        for what, n in (("failed-allocation", failed), ("compaction", compactions))
+        if n > MAX_MARKS
+    ]
+    return f"; only {' and '.join(cut)} are drawn" if cut else ""
+
+
+def _compaction_marks(moves: list[tuple[int, int]], t0: int) -> tuple[list[dict[str, Any]], int]:
+    """The first `MAX_MARKS` compaction marks (moves less than `COMPACTION_GAP_NS` apart are
+    one compaction), and how many compactions there are."""
     marks: list[dict[str, Any]] = []
     group: list[tuple[int, int]] = []
-    for move in [*sorted(moves), None]:
+    count = 0
+    moves.sort()
+    for move in [*moves, None]:
         if group and (move is None or move[0] - group[-1][0] > COMPACTION_GAP_NS):
-            t = (group[0][0] - t0) / 1e9
-            nbytes = sum(size for _, size in group)
-            marks.append(
-                {
-                    "x": t,
-                    "kind": "compaction",
-                    "color": _COMPACTION_COLOR,
-                    "text": f"compaction at {t:.6f} s: {len(group):,} blocks moved, "
-                    f"{format_bytes(nbytes)}",
-                }
-            )
+            count += 1
+            if count <= MAX_MARKS:
+                t = (group[0][0] - t0) / 1e9
+                nbytes = sum(size for _, size in group)
+                marks.append(
+                    {
+                        "x": t,
+                        "kind": "compaction",
+                        "color": _COMPACTION_COLOR,
+                        "text": f"compaction at {t:.6f} s: {len(group):,} blocks moved, "
+                        f"{format_bytes(nbytes)}",
+                    }
+                )
             group = []
         if move is not None:
             group.append(move)
-    return marks
+    return marks, count
 
 
 def _snapshot_data(snap: Snapshot) -> dict[str, Any]:
@@ -192,15 +260,27 @@ def _snapshot_data(snap: Snapshot) -> dict[str, Any]:
             rects.append([at - r * row, cut - r * row, r, r + 0.9, color, len(infos) - 1])
             at = cut
 
-    for what, extents, index in (
-        ("free", snap.free_runs, n + 1),
-        ("cached in slabs", snap.slab_cached, n + 2),
-        ("untracked", snap.untracked, n + 3),
-    ):
-        for e in extents:
-            infos.append(["f", e.offset, e.length, what])
-            add(e.offset, e.length, index)
-    for b in snap.blocks:
+    # Every extent and block, free ones first (the page draws later ones on top), as
+    # (order, bytes, what, item); the largest MAX_SHAPES of them are kept, in that order.
+    shapes = itertools.chain(
+        ((0, e.length, "free", e) for e in snap.free_runs),
+        ((1, e.length, "cached in slabs", e) for e in snap.slab_cached),
+        ((2, e.length, "untracked", e) for e in snap.untracked),
+        ((3, b.block_bytes, "block", b) for b in snap.blocks),
+    )
+    total = len(snap.free_runs) + len(snap.slab_cached) + len(snap.untracked) + len(snap.blocks)
+    numbered = ((i, *shape) for i, shape in enumerate(shapes))
+    if total > MAX_SHAPES:
+        kept = sorted(heapq.nlargest(MAX_SHAPES, numbered, key=lambda s: (s[2], -s[0])))
+    else:
+        kept = list(numbered)
+    extent_color = {"free": n + 1, "cached in slabs": n + 2, "untracked": n + 3}
+    for _, _, _, what, item in kept:
+        if isinstance(item, Extent):
+            infos.append(["f", item.offset, item.length, what])
+            add(item.offset, item.length, extent_color[what])
+            continue
+        b = cast(BlockRecord, item)
         tag = tags.of(b.tag)
         infos.append(
             ["s", str(b.handle), tag, b.core, b.nbytes, b.block_bytes, b.offset, b.align, b.pins]
@@ -227,6 +307,7 @@ def _snapshot_data(snap: Snapshot) -> dict[str, Any]:
             f"{len(snap.free_runs):,} free runs, largest free block "
             f"{format_bytes(s.largest_free_block)}, fragmentation "
             f"{s.external_fragmentation:.1%}; rows of {format_bytes(row)}"
+            + _shown(len(kept), total, "blocks and free runs", "by bytes")
         ),
         "x": {"min": 0, "max": row, "kind": "bytes", "label": "offset within the row"},
         "y": {
