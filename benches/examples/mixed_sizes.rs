@@ -605,10 +605,24 @@ const FULL_FAILURE_SIZE: usize = 1 << 20;
 /// of [`FULL_FAILURE_SIZE`] in the full arena that failed (fewer if some did not).
 fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> (f64, Vec<f64>) {
     let mut rng = Rng::new(seed);
+    fill_with(p, &mut || rng.size(lo, hi))
+}
+
+/// Sizes of the fixed mix: a few shapes, as a runtime with fixed tensor shapes allocates.
+const FIXED_MIX: [usize; 4] = [256, 3000, 4096, 70_000];
+
+/// [`fill`] with each size one of [`FIXED_MIX`], equally likely.
+fn fill_fixed_mix(p: &dyn Peer, seed: u64) -> f64 {
+    let mut rng = Rng::new(seed);
+    fill_with(p, &mut || FIXED_MIX[(rng.next_u64() % FIXED_MIX.len() as u64) as usize]).0
+}
+
+/// [`fill`] with the sizes `next_size` gives.
+fn fill_with(p: &dyn Peer, next_size: &mut dyn FnMut() -> usize) -> (f64, Vec<f64>) {
     let mut held = Vec::new();
     let mut requested = 0usize;
     loop {
-        let size = rng.size(lo, hi);
+        let size = next_size();
         match p.alloc_any(size) {
             Some(t) => {
                 held.push((t, size));
@@ -705,6 +719,13 @@ fn fill_table(o: &Options) {
              keeps the bank rule and per-class slabs can pass it. Not given for the mixed band, where small \
              blocks could fill the rest of a large block's last bank.)"
         );
+    }
+    println!("\n### Fill with a fixed mix: {FIXED_MIX:?} bytes, equally likely, requested / capacity at the first failure\n");
+    println!("| | fixed mix |");
+    println!("|---|---:|");
+    for name in o.peers() {
+        let share = with_peer(name, &mut |p| fill_fixed_mix(p, o.seed.unwrap_or(3)));
+        println!("| {name} | {share:.3} |");
     }
     println!(
         "\n### Failing allocations in the full arena: {FULL_FAILURES} allocations of {} MiB after each fill, \
