@@ -720,7 +720,9 @@ fn fill_table(o: &Options) {
              blocks could fill the rest of a large block's last bank.)"
         );
     }
-    println!("\n### Fill with a fixed mix: {FIXED_MIX:?} bytes, equally likely, requested / capacity at the first failure\n");
+    println!(
+        "\n### Fill with a fixed mix: {FIXED_MIX:?} bytes, equally likely, requested / capacity at the first failure\n"
+    );
     println!("| | fixed mix |");
     println!("|---|---:|");
     for name in o.peers() {
