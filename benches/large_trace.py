@@ -13,7 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from typing import TextIO
+
+from bench_args import non_negative_int, positive_int
+from npumem import fileio
+from npumem.errors import NpumemError
 
 CAPACITY = 1 << 30
 CONFIG = {
@@ -72,16 +77,23 @@ def write_trace(f: TextIO, n: int, failed_every: int, move_every: int, seed: int
     f.write("]}\n")
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output")
-    parser.add_argument("events", type=int)
-    parser.add_argument("--failed-every", type=int, default=0)
-    parser.add_argument("--move-every", type=int, default=0)
+    parser.add_argument("events", type=positive_int)
+    parser.add_argument("--failed-every", type=non_negative_int, default=0, help="0: none")
+    parser.add_argument("--move-every", type=non_negative_int, default=0, help="0: none")
     args = parser.parse_args()
-    with open(args.output, "w", encoding="utf-8") as f:
-        write_trace(f, args.events, args.failed_every, args.move_every)
+    # Atomic: a write that fails or is interrupted leaves no partial trace behind.
+    try:
+        with fileio.text_writer(args.output) as f:
+            write_trace(f, args.events, args.failed_every, args.move_every)
+    except (OSError, NpumemError) as e:
+        reason = getattr(e, "strerror", None) or e
+        print(f"{parser.prog}: error: cannot write {args.output}: {reason}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -34,6 +34,9 @@ BAD = [
     ("small_fill_model.py", ["--seeds", "x"], "--seeds"),
     ("publication_model.py", ["--slack-mib", "0"], "--slack-mib"),
     ("publication_model.py", ["--steps", "99999999999"], "--steps"),
+    ("large_trace.py", ["/tmp/unused.json", "-5"], "events"),
+    ("large_trace.py", ["/tmp/unused.json", "10", "--failed-every", "-1"], "--failed-every"),
+    ("large_trace.py", ["/nonexistent/dir/trace.json", "10"], "/nonexistent/dir/trace.json"),
 ]
 
 
