@@ -88,7 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     with _terminate_as_exit():
-        status: int = args.func(args)
+        try:
+            status: int = args.func(args)
+        except KeyboardInterrupt:
+            # Ctrl-C: the file being written was cleaned up on the way out; one line, as the
+            # shell's own status for SIGINT.
+            print(f"{parser.prog}: interrupted", file=sys.stderr)
+            return 128 + signal.SIGINT
     return status
 
 
