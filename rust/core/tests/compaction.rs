@@ -331,7 +331,7 @@ fn full_compaction_leaves_one_free_stretch_and_every_byte() {
     p.pin(pinned).unwrap();
     let pinned_at = p.block(pinned).unwrap().offset;
     let before = p.stats();
-    assert!(before.external_fragmentation > 0.3, "fragmented: {}", before.external_fragmentation);
+    assert!(before.external_fragmentation > 0.2, "fragmented: {}", before.external_fragmentation);
     let token = p.pause(WAIT).unwrap();
     let plan = p.plan_compaction(Some(&token), &CompactionMode::Full).unwrap();
     assert!(plan.blocks > 0 && plan.largest_free_after > plan.largest_free_before);

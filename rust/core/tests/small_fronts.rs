@@ -103,29 +103,29 @@ fn small_blocks_with_a_front_against_a_unit_model() {
     assert!(fronted >= 20, "only {fronted} of {placed} blocks took a front");
 }
 
-/// A block of 640 KiB that the core's chunk cannot hold (two are in use, 31% of the arena)
-/// takes the free end of that chunk and a tail at the start of the next. A free of another
+/// A block of 640 KiB that the core's chunk cannot hold (three are in use back to back, 47% of
+/// the arena, 128 KiB left at the chunk's end) takes the free end of that chunk and a tail at
+/// the start of the next. A free of another
 /// size that also crosses the chunk's end, one from inside the block, and a second free are
 /// refused with a typed error and change nothing.
 #[test]
 fn a_small_block_with_a_front_refuses_a_wrong_free() {
     let p = Pool::new(PoolConfig::new(4 * MIB).cores(1).backing(Backing::None)).unwrap();
     let size = 640 * KIB;
-    let first = p.alloc_raw(size, None).unwrap();
-    let second = p.alloc_raw(size, None).unwrap();
-    assert_eq!((first, second), (0, MIB), "each at its enclosing node");
-    let third = p.alloc_raw(size, None).unwrap();
-    assert!(has_front(third, size), "the third crosses the end of chunk 0: at {third}");
-    assert!(third < CHUNK && third > second, "{third}");
+    let packed: Vec<usize> = (0..3).map(|_| p.alloc_raw(size, None).unwrap()).collect();
+    assert_eq!(packed, [0, size, 2 * size], "back to back in a free stretch");
+    let fourth = p.alloc_raw(size, None).unwrap();
+    assert!(has_front(fourth, size), "the fourth crosses the end of chunk 0: at {fourth}");
+    assert_eq!(fourth, 3 * size);
     let before = p.stats();
-    let crossing = CHUNK - third;
+    let crossing = CHUNK - fourth;
     for wrong in [size + UNIT, size + 64 * KIB, crossing + 4 * KIB, size + CHUNK] {
-        match p.free_raw(third, wrong) {
+        match p.free_raw(fourth, wrong) {
             Err(Error::InvalidBlock { .. }) => {}
             other => panic!("a free of {wrong} bytes for {size}: {other:?}"),
         }
     }
-    for inside in [third + 4096, third + crossing - 4096, CHUNK, CHUNK + 4096] {
+    for inside in [fourth + 4096, fourth + crossing - 4096, CHUNK, CHUNK + 4096] {
         match p.free_raw(inside, size) {
             Err(Error::InvalidBlock { .. }) => {}
             other => panic!("a free from inside at {inside}: {other:?}"),
@@ -134,10 +134,11 @@ fn a_small_block_with_a_front_refuses_a_wrong_free() {
     let after = p.stats();
     assert_eq!((after.bytes_in_use, after.bytes_free), (before.bytes_in_use, before.bytes_free));
     p.check().unwrap();
-    p.free_raw(third, size).unwrap();
-    assert!(matches!(p.free_raw(third, size), Err(Error::InvalidBlock { .. })), "a second free");
-    p.free_raw(second, size).unwrap();
-    p.free_raw(first, size).unwrap();
+    p.free_raw(fourth, size).unwrap();
+    assert!(matches!(p.free_raw(fourth, size), Err(Error::InvalidBlock { .. })), "a second free");
+    for offset in packed {
+        p.free_raw(offset, size).unwrap();
+    }
     p.check().unwrap();
     let stats = p.stats();
     assert_eq!(stats.bytes_in_use, 0);

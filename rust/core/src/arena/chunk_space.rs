@@ -195,6 +195,15 @@ impl ChunkSpace {
         (units_of(word), Probe(word >> 32))
     }
 
+    /// [`ChunkSpace::look`], unless every level of a tree of `depth` levels below its root is
+    /// hidden: the rest of a chunk granted for a run's tail, hidden on purpose until a free
+    /// there or a failing allocation shows it (`tail.rs`).
+    #[inline]
+    pub(crate) fn look_shown(&self, depth: u32) -> Option<(u64, Probe)> {
+        let word = self.free.load(Ordering::Acquire);
+        (hidden_of(word) <= depth).then_some((units_of(word), Probe(word >> 32)))
+    }
+
     /// The epoch now, if at least `units` units are free (else a search cannot succeed).
     #[inline]
     pub(crate) fn probe(&self, units: u64) -> Option<Probe> {

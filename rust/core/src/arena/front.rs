@@ -364,6 +364,7 @@ impl Arena {
                         && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
                     if taken {
                         self.lines[chunk].space.take(b.units);
+                        self.cap_memo_at_free(chunk);
                         self.set_frontier(chunk, at + b.units);
                     } else {
                         refused.ends.push(chunk);
@@ -637,6 +638,7 @@ impl Arena {
                 return None;
             }
             self.lines[chunk].space.take(b.units);
+            self.cap_memo_at_free(chunk);
             self.set_frontier(chunk, at + b.units);
             return Some((g.offset_of(chunk, at), (b.units as usize) << g.unit_shift));
         }
@@ -875,8 +877,10 @@ impl Arena {
     fn complete_front(&self, f: &FrontLayout) {
         let g = &self.geometry;
         self.lines[f.chunk].space.take(f.front_units(g));
+        self.cap_memo_at_free(f.chunk);
         if f.tail_units > 0 {
             self.lines[f.tail_chunk()].space.take(f.tail_units);
+            self.cap_memo_at_free(f.tail_chunk());
         }
         if f.chunks > 0 {
             self.mark_fronted_run(f.first_whole(), f.chunks, f.tail_units);

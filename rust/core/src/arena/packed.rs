@@ -1,9 +1,10 @@
-//! Taking a buddy block at the best-fitting free stretch, on the allocation path: across
-//! chunks (ranked by the longest stretch their memos know) and inside one chunk, for a block
-//! whose enclosing node is nowhere free or, in a tight arena, for every block of 1/32 of a
-//! chunk or more (`pool/alloc.rs`); and, on the free path, keeping a chunk's stretch memo
-//! valid across a free (`Arena::unmark_buddy_raising`). `stretches.rs` explains the stretches
-//! and their memo.
+//! Taking a buddy block at a free stretch, on the allocation path: across chunks (the best fit,
+//! ranked by the longest stretch their memos know, or the first of a core's own chunks in
+//! address order) and inside one chunk (the best fit), for every trimmed block larger than a
+//! bank, for a block whose enclosing node is nowhere free and, in a tight arena, for every
+//! block of 1/64 of a chunk or more (`pool/alloc.rs`); and, on the free path, keeping a chunk's
+//! stretch memo valid across a free (`Arena::unmark_buddy_raising`). `stretches.rs` explains
+//! the stretches and their memo.
 
 use super::arena::Arena;
 use super::chunk_space::Probe;
@@ -71,12 +72,15 @@ pub(crate) enum Search {
     OwnFirst(usize),
     /// The best fit among every core's chunks.
     Anywhere(usize),
+    /// The first of the core's own chunks in address order that holds the block (see
+    /// [`Arena::first_own_fit`]); no other core's.
+    FirstOwn(usize),
 }
 
 impl Search {
     fn core(self) -> usize {
         match self {
-            Search::OwnFirst(core) | Search::Anywhere(core) => core,
+            Search::OwnFirst(core) | Search::Anywhere(core) | Search::FirstOwn(core) => core,
         }
     }
 }
@@ -120,9 +124,12 @@ impl Arena {
     ) -> Result<Taken, Missed> {
         for _ in 0..=MEMO_CORRECTIONS {
             let mut reads = Reads { left: FRESH_READS, ran_out: false };
-            let best = self
-                .best_by_class(b, bank, search, &mut reads, seen)
-                .or_else(|| self.best_by_address(b, bank, search, &mut reads, seen));
+            let best = match search {
+                Search::FirstOwn(core) => self.first_own_fit(b, bank, core, &mut reads, seen),
+                _ => self
+                    .best_by_class(b, bank, search, &mut reads, seen)
+                    .or_else(|| self.best_by_address(b, bank, search, &mut reads, seen)),
+            };
             let Some((_, chunk, owner)) = best else {
                 // The classes and the unsure chunks ruled out every core chunk: a chunk the
                 // search could not read is the only one that might hold the block.
@@ -146,10 +153,12 @@ impl Arena {
     /// The longest free stretch of core chunk `chunk` if it holds `b`, as its memo knows it
     /// (or its tree, read while `reads` lasts, when the memo is out of date); `seen` keeps the
     /// longest read from a tree (a memo only bounds its chunk's stretches from above: an
-    /// allocation through the buddy path shortens them and leaves it as it is).
+    /// allocation through the buddy path shortens them and leaves it as it is). A chunk whose
+    /// rest a run's tail hid holds nothing until that rest is shown (`tail.rs`), as for the
+    /// cores' searches.
     #[inline]
     fn holding(&self, chunk: usize, b: &BuddyLayout, bank: u64, reads: &mut Reads, seen: &mut u64) -> Option<u64> {
-        let (free, probe) = self.lines[chunk].space.look();
+        let (free, probe) = self.lines[chunk].space.look_shown(self.geometry.depth)?;
         if free < b.units {
             return None;
         }
@@ -204,6 +213,62 @@ impl Arena {
         };
         let better = self.first_class_fit(first..class.saturating_sub(NEAR_CLASSES), &theirs, b, bank, reads, seen);
         Some(better.map_or(mine, |(_, best)| best))
+    }
+
+    /// The first of core `core`'s chunks in address order that holds `b`, as its memo (or its
+    /// tree, while `reads` lasts) says: the lowest of the first such chunk of each length class
+    /// from `b`'s up and the first such unsure chunk (each search looks only below the lowest
+    /// found so far). Returns the chunk's longest stretch, the chunk and `core`. A first fit
+    /// keeps blocks low in the core's chunks, as its buddy searches do (`Pool::place_in_own`):
+    /// a best fit would choose the shown rest of a chunk that a run's tail shares (the tightest
+    /// stretch), and blocks that stay there keep the chunk from joining the free chunks around
+    /// it when the run goes (`tail.rs`).
+    fn first_own_fit(
+        &self,
+        b: &BuddyLayout,
+        bank: u64,
+        core: usize,
+        reads: &mut Reads,
+        seen: &mut u64,
+    ) -> Option<(u64, usize, usize)> {
+        let own = &self.cores[core];
+        let mut first: Option<(u64, usize, usize)> = None;
+        let limit = |first: &Option<(u64, usize, usize)>| first.map_or(usize::MAX, |(_, chunk, _)| chunk);
+        for class in class_of(b.units)..classes_up_to(self.geometry.units_per_chunk()) {
+            let below = limit(&first);
+            // Only the words of chunks below the lowest found so far.
+            let mask = |w: usize| if w * 64 < below { own.owned_word(w) } else { 0 };
+            for chunk in self.stretch_classes.chunks_in(class, &mask) {
+                if chunk >= below {
+                    break;
+                }
+                if self.lines[chunk].stretch.recorded().is_some_and(|longest| longest < b.units)
+                    || self.global.state(chunk) != ChunkState::Core(core)
+                {
+                    continue;
+                }
+                if let Some(longest) = self.holding(chunk, b, bank, reads, seen) {
+                    first = Some((longest, chunk, core));
+                    break;
+                }
+            }
+        }
+        let below = limit(&first);
+        for w in 0..self.geometry.chunks.div_ceil(64) {
+            let mut unsure = own.owned_word(w) & self.stretch_classes.unsure_word(w);
+            while unsure != 0 {
+                let chunk = w * 64 + unsure.trailing_zeros() as usize;
+                unsure &= unsure - 1;
+                if chunk >= below {
+                    return first;
+                }
+                self.settle_unsure(chunk);
+                if let Some(longest) = self.holding(chunk, b, bank, reads, seen) {
+                    return Some((longest, chunk, core));
+                }
+            }
+        }
+        first
     }
 
     /// The first of `classes` with a chunk that `mask` keeps and that holds `b`, and the best
@@ -500,6 +565,18 @@ impl Arena {
     /// and move the chunk to that length's class. The chunk is no longer unsure unless a step
     /// came since `epoch`.
     #[inline]
+    /// After a claim that took units of `chunk` without reading its tree (a block at a chunk's
+    /// free end, a front, a tail): the chunk's memo, when valid and longer than the units now
+    /// free, is lowered to them (no stretch is longer), so that the length classes do not keep
+    /// a chunk that its ends filled among the long ones, where every best-fit search and every
+    /// failing allocation would look at it again.
+    pub(crate) fn cap_memo_at_free(&self, chunk: usize) {
+        let (free, probe) = self.lines[chunk].space.look();
+        if self.lines[chunk].stretch.known(probe.epoch()).is_some_and(|longest| longest > free) {
+            self.record_stretch(chunk, probe.epoch(), free, None, free);
+        }
+    }
+
     fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64, place: Option<Place>, free: u64) {
         let before = self.lines[chunk].stretch.record_placed(epoch, longest, place, free);
         self.stretch_classes.moved(chunk, before, longest, || self.lines[chunk].stretch.recorded());
@@ -707,6 +784,46 @@ mod tests {
             }
         }
         assert_eq!(p.check().unwrap(), 0);
+    }
+
+    /// A first fit of a core's own chunks takes the lowest chunk with a stretch that holds the
+    /// block, though a higher one fits tighter, never another core's chunk, and says so when
+    /// none of its own holds the block.
+    #[test]
+    fn a_first_fit_takes_the_lowest_own_chunk_that_holds_the_block() {
+        let p = Pool::new(PoolConfig::new(8 * MIB).cores(2).core_reserve(0).slab_sizes(Vec::new())).unwrap();
+        let a = p.arena();
+        let g = &a.geometry;
+        let bank = g.bank_units(p.config().bank_size);
+        let block = g.buddy_layout(128 << 10).unwrap();
+        let per_chunk = g.units_per_chunk() / block.units;
+        for (chunk, core) in [(0, 0), (1, 0), (2, 0), (3, 1)] {
+            assert!(a.grant_exact(chunk, core));
+            for i in 0..per_chunk {
+                assert!(a.claim_at(chunk, &block, i * block.units));
+            }
+        }
+        let release = |chunk, start, bytes| {
+            a.release_buddy(g.offset_of(chunk, start), bytes, false, Vouched::No).unwrap();
+        };
+        // Four blocks free in chunk 0 (room for two), none in chunk 1, two (the tightest fit, room
+        // for one) in chunks 2 and 3.
+        for (chunk, i) in [(0, 3), (0, 4), (0, 5), (0, 6), (2, 8), (2, 9), (3, 8), (3, 9)] {
+            release(chunk, i * block.units, 128 << 10);
+        }
+        for c in 0..4 {
+            a.read_ends(c);
+        }
+        let b = g.buddy_layout(192 << 10).unwrap();
+        let mut seen = 0;
+        let mut take = || a.take_best_stretch(&b, bank, bank, Search::FirstOwn(0), &mut seen);
+        let t = take().expect("chunk 0 holds it");
+        assert_eq!((t.chunk, t.start, t.owner), (0, 3 * block.units, 0), "the lowest chunk, at its stretch");
+        let t = take().expect("chunk 0 still holds one");
+        assert_eq!((t.chunk, t.start), (0, 3 * block.units + b.units), "next to the first");
+        let t = take().expect("chunk 2 holds it");
+        assert_eq!((t.chunk, t.owner), (2, 0), "chunk 0 is full: the next own chunk, not core 1's");
+        assert!(take().is_err(), "no own chunk holds it, and core 1's is not searched");
     }
 
     /// A search that rules out every core chunk by its memo or tree says so (a failing

@@ -10,7 +10,9 @@
 //! coalesces as they do. The allocation path places a block this way after it found no free
 //! enclosing node anywhere (`pool/alloc.rs`), so holes that no power of two fits (a 34 KiB
 //! request with 14% of the arena free, the largest free node 32 KiB) still serve requests;
-//! and, once the global pool has no chunk left to grant, first for every block of 1/32 of a
+//! first for every trimmed block (at its enclosing node it would strand the rest of the node:
+//! the first of its core's chunks with a stretch that holds it, `Pool::place_in_own`);
+//! and, once the global pool has no chunk left to grant, first for every block of 1/64 of a
 //! chunk or more (`tight.rs`).
 //!
 //! # Finding a stretch
@@ -107,8 +109,10 @@
 //! raises the memo racing a search, a claim and a second free (that raises it or not), also
 //! when the two frees make stretches apart (a raise must never cover another free's step); a
 //! reveal that carries the memo racing a free; a claim through a place, a search that records
-//! a place and a second free, each racing a free that carries the place.
-//! `packed.rs` checks the memos against a unit model over random allocations and frees.
+//! a place and a second free, each racing a free that carries the place; a claim that reads no
+//! tree and lowers the memo to the chunk's free units (no stretch is longer than they are, at
+//! the epoch read with them: `Arena::cap_memo_at_free`), racing a free that raises the memo or
+//! not. `packed.rs` checks the memos against a unit model over random allocations and frees.
 
 use super::buddy::{LeafMap, TreeShape, MAX_LEAF_BUNCHES};
 use super::chunk_space::{ChunkSpace, Probe};
@@ -712,7 +716,8 @@ pub(crate) mod tests {
 #[cfg(all(test, loom))]
 mod loom_models {
     //! A search that records a memo races a free in the same chunk, and frees that raise the
-    //! memo race searches, claims and each other: afterwards, a memo that is valid at the
+    //! memo race searches, claims (one that lowers the memo to the free units too) and each
+    //! other: afterwards, a memo that is valid at the
     //! chunk's epoch never rules out a stretch that is free, and a place that is valid there
     //! says truly where every stretch longer than its `others` lies.
     use super::*;
@@ -902,6 +907,39 @@ mod loom_models {
                     let epoch = chunk.space.probe(0).unwrap().epoch();
                     assert!(claimed || chunk.memo.known(epoch).is_none(), "the claim through the place failed");
                 }
+            });
+        }
+    }
+
+    /// A claim of `node` that reads no tree (a block at a chunk's free end, a front, a tail),
+    /// then lowers a valid memo to the free units, as `Arena::cap_memo_at_free` does.
+    fn claim_and_cap(c: &Chunk, node: Node) {
+        if c.shape.try_alloc(&c.tree, node).is_err() {
+            return;
+        }
+        c.space.take(node.units(c.depth));
+        let (free, probe) = c.space.look();
+        if c.memo.known(probe.epoch()).is_some_and(|longest| longest > free) {
+            c.memo.record_placed(probe.epoch(), free, None, free);
+        }
+    }
+
+    #[test]
+    fn a_memo_lowered_to_the_free_units_racing_a_free_never_hides_a_free_stretch() {
+        // The claim takes the longest stretch (units 4..8), leaving unit 2 free; the free of
+        // unit 3 (raising the memo or only advancing the epoch) or of units 0..2 makes a run
+        // next to unit 2 that the lowered memo must not hide.
+        for (freed, raise) in [
+            (Node { level: 3, index: 3 }, true),
+            (Node { level: 3, index: 3 }, false),
+            (Node { level: 2, index: 0 }, true),
+        ] {
+            loom::model(move || {
+                let chunk = place_at_four();
+                let freeing = freer(&chunk, freed, raise);
+                claim_and_cap(&chunk, Node { level: 1, index: 1 });
+                freeing.join().unwrap();
+                assert_memo_holds(&chunk);
             });
         }
     }

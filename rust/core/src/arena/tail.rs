@@ -226,6 +226,7 @@ impl Arena {
             }
         }
         self.lines[chunk].space.take(tail.units);
+        self.cap_memo_at_free(chunk);
         true
     }
 

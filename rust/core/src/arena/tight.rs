@@ -1,9 +1,12 @@
 //! Whether the arena is *tight*: the global pool had no chunk to grant the last time a core
 //! asked for one. The flag only steers placement (`pool/alloc.rs`); any value is safe.
 //!
-//! While chunks are to be had, a block larger than a bank goes to its naturally aligned enclosing
-//! node, which costs one search of a tree. Once every chunk is granted, a large block placed that
-//! way leaves the rest of its enclosing node to smaller blocks only, and through churn the free
+//! While chunks are to be had, a block larger than a bank that is a whole power of two goes to
+//! its naturally aligned enclosing node, which costs one search of a tree (a trimmed block goes
+//! to a free stretch of its core's chunks, first fit: `Pool::place_in_own`; the figures below
+//! were measured with trimmed blocks at their enclosing nodes too, and in a tight arena every
+//! trimmed block goes to the best-fitting stretch first). Once every chunk is granted, a large
+//! block placed that way leaves the rest of its enclosing node to smaller blocks only, and through churn the free
 //! space of every chunk breaks into stretches shorter than the large requests: at 85% occupancy
 //! with random sizes from 256 B to 1 MiB, no chunk had a free stretch of 600 KiB while 26% of the
 //! arena was free. In a tight arena a block of at least 1/64 of a chunk therefore goes to the

@@ -553,6 +553,7 @@ mod tests {
     #[test]
     fn the_census_draws_the_model_the_trees_hold() {
         let pool = Pool::new(crate::config::PoolConfig::new(64 << 20).cores(2)).unwrap();
+        let _raw = pool.alloc_raw(3000, None).unwrap();
         let mut live = Vec::new();
         let mut seed = 7u64;
         for i in 0..6000usize {
@@ -563,7 +564,6 @@ mod tests {
                 live.push(h);
             }
         }
-        let _raw = pool.alloc_raw(3000, None).unwrap();
         for (i, h) in live.into_iter().enumerate() {
             if i % 3 != 0 {
                 pool.free(h).unwrap();

@@ -8,7 +8,7 @@ use crate::arena::core_pool::Hint;
 use crate::arena::geometry::TRIM_SHIFT;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::{BuddyLayout, Layout};
-use crate::arena::packed::{Missed, Search};
+use crate::arena::packed::{Missed, Search, Taken};
 use crate::arena::release::Vouched;
 use crate::arena::reveal::Revealed;
 use crate::arena::slab::caches::SlabBlocks;
@@ -591,16 +591,17 @@ impl Pool {
     }
 
     /// A buddy block that may take a front (`arena/front.rs`), when [`Pool::straddles_first`]:
-    /// a block that the core's own chunks cannot hold takes the *frontier* (the free end of the
-    /// chunk where the last such block left room, or a front there and a tail in the next
-    /// chunk), else the best fit among the free ends of core chunks before free chunks, before
+    /// a block that the core's own chunks cannot hold ([`Pool::place_in_own`]) takes the
+    /// *frontier* (the free end of the chunk where the last such block left room, or a front
+    /// there and a tail in the next chunk), else the best fit among the free ends of core chunks before free chunks, before
     /// the buddy path cuts a fresh chunk: so such blocks tile the arena across chunk ends
     /// instead of leaving each chunk's end to smaller blocks. Then the buddy path, then
     /// [`Pool::place_across`].
     #[inline(never)]
     fn place_straddling(&self, request: &Request, b: BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
         let align = self.straddle_align(request);
-        self.alloc_in_core(&b, core)
+        let g = &self.arena.geometry;
+        self.place_in_own(&b, g.packed_alignment(b.units, request.align, self.config.bank_size), core)
             .or_else(|| self.arena.claim_at_frontier(request.size, &b, align, core).map(spanned))
             .or_else(|| self.arena.claim_large_in(request.size, Layout::Buddy(b), align, core, false).map(spanned))
             .or_else(|| self.place_block(&b, request.align, core, reach))
@@ -704,15 +705,16 @@ impl Pool {
         })
     }
 
-    /// A buddy block of a request. A block of at most a bank: the buddy path. A larger one:
-    /// the buddy path (its enclosing node) while the arena is not tight; then, or first for a
-    /// block of [`PACK_FIRST`] of a chunk or more in a tight arena, the best-fitting free
-    /// stretch of a chunk (`arena/tight.rs` says why). A free stretch holds every place where
-    /// a trimmed block's pieces fit, so the pieces are not searched for such a block. The quick
-    /// part ([`Reach::Fast`]) leaves a block that goes to a free stretch first to the full
-    /// path, so that a caller who tries the quick part first (the binding, with the GIL held)
-    /// places it as [`Pool::alloc`] does: taken at their enclosing nodes, such blocks break up
-    /// the stretches (a churn at 85% from Python then fails about 2% of its allocations).
+    /// A buddy block of a request. A block of at most a bank: the buddy path. A larger one, of
+    /// [`PACK_FIRST`] of a chunk or more in a tight arena: the best-fitting free stretch of a
+    /// chunk first (`arena/tight.rs` says why). Otherwise the calling core's own chunks first
+    /// ([`Pool::place_in_own`]), then a fresh chunk or other cores' chunks, then the
+    /// best-fitting free stretch anywhere. A free stretch holds every place where a trimmed
+    /// block's pieces fit, so the pieces are not searched for such a block. The quick part
+    /// ([`Reach::Fast`]) leaves a block that goes to a free stretch first to the full path, so
+    /// that a caller who tries the quick part first (the binding, with the GIL held) places it
+    /// as [`Pool::alloc`] does: taken at their enclosing nodes, such blocks break up the
+    /// stretches (a churn at 85% from Python then fails about 2% of its allocations).
     #[inline]
     fn place_block(&self, b: &BuddyLayout, align: usize, core: usize, reach: Reach) -> Option<Placed> {
         let g = &self.arena.geometry;
@@ -720,7 +722,7 @@ impl Pool {
             return self.place_buddy(b, core, reach);
         }
         let align_units = g.packed_alignment(b.units, align, self.config.bank_size);
-        if b.units >= g.units_per_chunk() / PACK_FIRST && self.packs_first() {
+        if (b.units >= g.units_per_chunk() / PACK_FIRST || !b.is_whole()) && self.packs_first() {
             if reach == Reach::Fast {
                 return None;
             }
@@ -729,10 +731,41 @@ impl Pool {
             }
             return self.place_in_other_chunks(b, core, reach);
         }
-        if let Some(placed) = self.alloc_in_core(b, core) {
+        if let Some(placed) = self.place_in_own(b, align_units, core) {
             return Some(placed);
         }
         self.place_in_other_chunks(b, core, reach).or_else(|| self.place_packed(b, align_units, core, reach))
+    }
+
+    /// Block `b`, larger than a bank, in the calling core's own chunks, first fit in address
+    /// order (small blocks gather low, the high chunks stay whole for large blocks): a whole
+    /// power of two at a free enclosing node, a trimmed block in the best-fitting free stretch
+    /// of the first chunk that has a stretch that holds it (`Search::FirstOwn`), from a
+    /// multiple of `align_units`, next to the blocks around it. At its enclosing node a trimmed
+    /// block would leave the rest of the node to smaller blocks only, and blocks of one fixed
+    /// size would strand that rest every time: 70,000 bytes take 72 KiB of a 128 KiB node, and
+    /// an arena filled with them held 0.53 of its bytes in requests at the first failure (0.94
+    /// in stretches; `benches/examples/mixed_sizes --only fill`, the fixed mixes).
+    #[inline]
+    fn place_in_own(&self, b: &BuddyLayout, align_units: u64, core: usize) -> Option<Placed> {
+        if b.is_whole() {
+            return self.alloc_in_core(b, core);
+        }
+        let bank = self.arena.geometry.bank_units(self.config.bank_size);
+        let t = self.arena.take_best_stretch(b, align_units, bank, Search::FirstOwn(core), &mut 0).ok()?;
+        Some(self.taken_stretch(b, t, core))
+    }
+
+    /// What block `b` got in the free stretch a search took for core `core`.
+    fn taken_stretch(&self, b: &BuddyLayout, t: Taken, core: usize) -> Placed {
+        let g = &self.arena.geometry;
+        Placed {
+            offset: g.offset_of(t.chunk, t.start),
+            block_bytes: b.units as usize * g.min_block,
+            route: Route::Core,
+            overflow: t.owner != core,
+            class: None,
+        }
     }
 
     /// Whether a large block goes to the best-fitting free stretch first: in a tight arena, or
@@ -775,15 +808,7 @@ impl Pool {
             false => Search::OwnFirst(core),
         };
         let placed = match self.arena.take_best_stretch(b, align_units, bank, from, &mut seen) {
-            Ok(t) => {
-                return Some(Placed {
-                    offset: g.offset_of(t.chunk, t.start),
-                    block_bytes: b.units as usize * g.min_block,
-                    route: Route::Core,
-                    overflow: t.owner != core,
-                    class: None,
-                })
-            }
+            Ok(t) => return Some(self.taken_stretch(b, t, core)),
             // Every chunk's memo or tree ruled the block out: the first fit would read the
             // same memos again (on a failing allocation, the larger part of its work).
             Err(Missed::Everywhere) => None,
