@@ -9,7 +9,8 @@
 //!   thread's on the same churn, beside the same threads on a pool each (what sharing one pool
 //!   costs them) and what the machine gives threads that share nothing;
 //! - fixed-size alloc+free pairs at 256 B, 4 KiB, 64 KiB, 1 MiB on an empty arena;
-//! - fill: random sizes, no frees, until the first failure: requested bytes over capacity;
+//! - fill: random sizes, and fixed mixes of a few sizes, no frees, until the first failure:
+//!   requested bytes over capacity;
 //! - waste: every size 1 B-64 MiB on a log grid plus sizes next to class and chunk boundaries,
 //!   reserved over requested, worst case per range.
 //!
@@ -568,16 +569,23 @@ fn pairs_table(o: &Options) {
 /// arena under the bank rule, with blocks of at most a bank in per-class slabs: `None` when the
 /// band mixes both kinds of blocks (then small blocks could share a large block's last bank).
 fn bank_rule_bound(lo: usize, hi: usize, seed: u64) -> Option<f64> {
-    let config = PoolConfig::new(ARENA);
-    let bank = config.bank_size;
+    let bank = PoolConfig::new(ARENA).bank_size;
     if lo < bank && hi > bank {
         return None;
     }
-    let classes = config.slab_sizes;
     let mut rng = Rng::new(seed);
+    Some(bank_rule_bound_of(&mut || rng.size(lo, hi)))
+}
+
+/// [`bank_rule_bound`] of the sizes `next_size` gives: each block of more than a bank takes
+/// whole banks, each of at most a bank its share of a bank tiled by its default slab class.
+fn bank_rule_bound_of(next_size: &mut dyn FnMut() -> usize) -> f64 {
+    let config = PoolConfig::new(ARENA);
+    let bank = config.bank_size;
+    let classes = config.slab_sizes;
     let (mut requested, mut reserved) = (0usize, 0f64);
     loop {
-        let size = rng.size(lo, hi);
+        let size = next_size();
         let cost = if size > bank {
             size.next_multiple_of(bank) as f64
         } else {
@@ -586,7 +594,7 @@ fn bank_rule_bound(lo: usize, hi: usize, seed: u64) -> Option<f64> {
             bank as f64 / (bank / class) as f64
         };
         if reserved + cost > ARENA as f64 {
-            return Some(requested as f64 / ARENA as f64);
+            return requested as f64 / ARENA as f64;
         }
         reserved += cost;
         requested += size;
@@ -608,13 +616,21 @@ fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> (f64, Vec<f64>) {
     fill_with(p, &mut || rng.size(lo, hi))
 }
 
-/// Sizes of the fixed mix: a few shapes, as a runtime with fixed tensor shapes allocates.
-const FIXED_MIX: [usize; 4] = [256, 3000, 4096, 70_000];
+/// Fixed mixes: a few shapes each, as a runtime with fixed tensor shapes allocates.
+const FIXED_MIXES: [&[usize]; 7] = [
+    &[256, 3000, 4096, 70_000],
+    &[70_000],
+    &[100_000],
+    &[1000, 12_288],
+    &[5000, 200_000],
+    &[300_000, (1 << 20) + 1],
+    &[140, 172, 4808, 109_006, 727_288],
+];
 
-/// [`fill`] with each size one of [`FIXED_MIX`], equally likely.
-fn fill_fixed_mix(p: &dyn Peer, seed: u64) -> f64 {
+/// Each size one of `mix`, equally likely, from a generator seeded with `seed`.
+fn mix_sizes(mix: &[usize], seed: u64) -> impl FnMut() -> usize + '_ {
     let mut rng = Rng::new(seed);
-    fill_with(p, &mut || FIXED_MIX[(rng.next_u64() % FIXED_MIX.len() as u64) as usize]).0
+    move || mix[(rng.next_u64() % mix.len() as u64) as usize]
 }
 
 /// [`fill`] with the sizes `next_size` gives.
@@ -721,13 +737,29 @@ fn fill_table(o: &Options) {
         );
     }
     println!(
-        "\n### Fill with a fixed mix: {FIXED_MIX:?} bytes, equally likely, requested / capacity at the first failure\n"
+        "\n### Fill with fixed mixes: each size of the mix equally likely, requested / capacity at the first failure\n"
     );
-    println!("| | fixed mix |");
-    println!("|---|---:|");
+    let heads: Vec<String> = FIXED_MIXES.iter().map(|m| format!("{m:?}")).collect();
+    println!("| | {} |", heads.join(" | "));
+    println!("|---|{}", "---:|".repeat(FIXED_MIXES.len()));
+    let seed = o.seed.unwrap_or(3);
     for name in o.peers() {
-        let share = with_peer(name, &mut |p| fill_fixed_mix(p, o.seed.unwrap_or(3)));
-        println!("| {name} | {share:.3} |");
+        let cells: Vec<String> = FIXED_MIXES
+            .iter()
+            .map(|m| format!("{:.3}", with_peer(name, &mut |p| fill_with(p, &mut mix_sizes(m, seed)).0)))
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+    if o.peer.as_deref().is_none_or(|p| p == "npumem") {
+        let bank = PoolConfig::new(ARENA).bank_size;
+        let cells: Vec<String> = FIXED_MIXES
+            .iter()
+            .map(|m| match m.iter().all(|&s| s > bank) || m.iter().all(|&s| s <= bank) {
+                true => format!("{:.3}", bank_rule_bound_of(&mut mix_sizes(m, seed))),
+                false => "-".into(),
+            })
+            .collect();
+        println!("| bound under the bank rule | {} |", cells.join(" | "));
     }
     println!(
         "\n### Failing allocations in the full arena: {FULL_FAILURES} allocations of {} MiB after each fill, \
