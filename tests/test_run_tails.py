@@ -1,7 +1,8 @@
 """Blocks past a chunk through the public API: with the default pool a block of 4 KiB or more
 reserves at most 17/16 of what it asks for (plus the rest of its last bank), around every
 chunk multiple, in an empty pool and in one 2/3 full; `run_tails=False` keeps whole chunks; the
-option is checked and reported."""
+option is checked and reported; blocks of a quarter of a chunk and more, one size at a time,
+fill the pool through the binding by tiling across chunk ends."""
 
 from __future__ import annotations
 
@@ -73,3 +74,25 @@ def test_whole_chunks_without_tails() -> None:
 def test_a_snapshot_records_the_option() -> None:
     pool = npumem.Pool(16 * MIB, cores=1, run_tails=False)
     assert pool.snapshot().config["run_tails"] is False
+
+
+def fill_share(size: int) -> float:
+    """Requested / capacity at the first failure of a 1 GiB pool filled with `size`-byte
+    blocks through the binding (which tries the quick part with the GIL held first)."""
+    pool = npumem.Pool(capacity=1 << 30, backing="none", cores=2)
+    held = []
+    with pytest.raises(npumem.OutOfMemoryError):
+        while True:
+            held.append(pool.alloc(size))
+    pool.check()
+    return len(held) * size / pool.capacity
+
+
+@pytest.mark.parametrize(("size", "floor"), [(MIB + 1, 0.95), (700_000, 0.75), (600_000, 0.85)])
+def test_one_size_over_a_quarter_chunk_fills_the_pool_from_python(size: int, floor: float) -> None:
+    """Blocks that fit fewer than four to a chunk fill the pool only where they tile across
+    chunk ends (blocks with a front). From Python, the quick part once cut a fresh chunk before
+    the full path could take a front (700,000 B filled to 0.67), and a block whose bytes fit a
+    chunk's free end but whose class does not found no front at all (1 MiB + 1 B, 0.51)."""
+    share = fill_share(size)
+    assert share >= floor, f"{size} B: the first failure came at {share:.3f} of the pool"

@@ -194,7 +194,7 @@ fn fill_shapes(capacity: usize, shapes: &[usize], seed: u64) -> (f64, f64) {
 /// shape of 70,000 bytes, 72 KiB of a 128 KiB node, once filled the arena to 0.53 where the
 /// bank rule allows 0.95). Filled with one to four shapes from 4 KiB to 256 KiB (seeded,
 /// sixteen sets, with a few slab sizes beside them in half the sets), the first failure comes
-/// after at least [`FLOOR`] of what the bank rule allows is requested: besides the bank rule,
+/// after at least `FLOOR` of what the bank rule allows is requested: besides the bank rule,
 /// a block loses at most 1/32 of its enclosing node to rounding, and a chunk its last stretch.
 #[test]
 fn fixed_shapes_fill_the_arena() {
@@ -222,6 +222,38 @@ fn fixed_shapes_fill_the_arena() {
         ratio >= FLOOR,
         "shapes {shapes:?}: first failure at {share:.4} of the arena, where the bank rule allows {bound:.4}"
     );
+}
+
+/// Blocks of a quarter of a chunk to a chunk and more, one size at a time: fewer than four
+/// fit in a chunk, so a chunk's rest holds no more of them, and the arena fills only where
+/// they tile across chunk ends (blocks with a front, `arena/front.rs`). A block whose bytes
+/// fit in a chunk's free end but whose buddy block (rounded to its class) does not takes a
+/// front from a later start: 1 MiB + 1 B once filled the arena to 0.51, each block on a fresh
+/// chunk's start once the free ends shrank below 1,088 KiB; it must reach `CROSSING`. The
+/// others reach `FLOOR` of what the bank rule allows: blocks keep inside chunks until 27% of
+/// the arena is in use (so that a compaction can move them out of the chunks it empties), and
+/// from 2/3 on a fresh chunk comes before a front, each costing up to a third of a chunk
+/// (two blocks of 704 KiB in a chunk leave 640 KiB that none of them fits).
+#[test]
+fn one_large_shape_fills_the_arena() {
+    const FLOOR: f64 = 0.78;
+    const CROSSING: f64 = 0.95;
+    let mut worst = (f64::INFINITY, 0);
+    for size in [524_289, 600_000, 700_000, 900_000, (1 << 20) + 1, 1_100_000, 1_500_000, 2 * MIB - 4096] {
+        let (share, bound) = fill_shapes(256 * MIB, &[size], 1);
+        eprintln!("fill {size}: {share:.4} (the bank rule allows {bound:.4})");
+        if size == (1 << 20) + 1 {
+            assert!(
+                share / bound >= CROSSING,
+                "{size} bytes: first failure at {share:.4}, the bank rule allows {bound:.4}"
+            );
+        }
+        if share / bound < worst.0 {
+            worst = (share / bound, size);
+        }
+    }
+    eprintln!("worst: {:.4} of what the bank rule allows, with {}", worst.0, worst.1);
+    assert!(worst.0 >= FLOOR, "{} bytes: first failure at {:.4} of what the bank rule allows", worst.1, worst.0);
 }
 
 /// Churn at 85% with random sizes: every block placed is inside the arena and disjoint from

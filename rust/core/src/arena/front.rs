@@ -130,6 +130,22 @@ impl FrontLayout {
         (chunk + chunks < g.chunks && whole_fit && tail_fits).then_some(f)
     }
 
+    /// The block with a front of `size` bytes in chunk `chunk` from the first start at a
+    /// multiple of `align` units from which its bytes pass the chunk's end, with `at` the
+    /// first start the free end allows (`None` when no such start is left in the chunk). Its
+    /// bytes may end inside the chunk from `at` while its buddy block, rounded to its class,
+    /// does not fit there (1 MiB + 1 B takes 1,088 KiB: a free end of 1,028 KiB holds the
+    /// bytes, not the block): the block then starts later, so that it ends past the chunk,
+    /// and the units between stay free. Without that, blocks of such a size found no front
+    /// once the free ends shrank below their class, and each took a fresh chunk's start.
+    pub(crate) fn crossing(g: &Geometry, chunk: usize, at: u64, size: usize, align: u64) -> Option<FrontLayout> {
+        FrontLayout::at(g, chunk, at, size).or_else(|| {
+            let units = size.div_ceil(g.min_block) as u64;
+            let later = (g.units_per_chunk() + 1).saturating_sub(units).next_multiple_of(align).max(at);
+            FrontLayout::at(g, chunk, later, size)
+        })
+    }
+
     /// Units of the front.
     pub(crate) fn front_units(&self, g: &Geometry) -> u64 {
         g.units_per_chunk() - self.start
@@ -416,16 +432,15 @@ impl Arena {
                 continue;
             }
             let Some(at) = self.front_start(run.start - 1, align) else { continue };
-            let Some(f) = FrontLayout::at(g, run.start - 1, at, size) else {
-                // The block fits in the free end: a buddy block there keeps the rest of it next
-                // to the free run.
-                if let Layout::Buddy(b) = layout {
-                    if at + b.units <= g.units_per_chunk() {
-                        out.push((run.len, 0, Spot::Packed(run.start - 1, at)));
-                    }
+            // The block fits in the free end: a buddy block there keeps the rest of it next to
+            // the free run.
+            if let Layout::Buddy(b) = layout {
+                if FrontLayout::at(g, run.start - 1, at, size).is_none() && at + b.units <= g.units_per_chunk() {
+                    out.push((run.len, 0, Spot::Packed(run.start - 1, at)));
+                    continue;
                 }
-                continue;
-            };
+            }
+            let Some(f) = FrontLayout::crossing(g, run.start - 1, at, size, align) else { continue };
             let tail = match f.tail_units {
                 0 if f.chunks <= run.len => FrontTail::None,
                 0 => continue,
@@ -642,7 +657,7 @@ impl Arena {
             self.set_frontier(chunk, at + b.units);
             return Some((g.offset_of(chunk, at), (b.units as usize) << g.unit_shift));
         }
-        let f = FrontLayout::at(g, chunk, at, size).filter(|f| f.chunks == 0 && f.tail_units > 0)?;
+        let f = FrontLayout::crossing(g, chunk, at, size, align).filter(|f| f.chunks == 0 && f.tail_units > 0)?;
         let next = f.tail_chunk();
         let tail = match self.global.state(next) {
             ChunkState::Free => FrontTail::Fresh,
