@@ -12,6 +12,8 @@ from compaction_helpers import MIB, fragmented, intact
 from helpers import assert_unchanged, state_of
 from npumem.compaction import Compactor, HostMirror
 
+CHUNK = 2 * MIB
+
 
 class DeviceLost(Exception):
     pass
@@ -30,6 +32,11 @@ class HalfwayMover:
         raise DeviceLost("the copy engine stopped halfway")
 
 
+def crosses_a_chunk_end(offset: int, nbytes: int) -> bool:
+    within = offset % CHUNK
+    return within != 0 and within + nbytes > CHUNK
+
+
 def device_pool() -> tuple[npumem.Pool, HostMirror, list[tuple[npumem.Block, int]]]:
     pool = npumem.Pool(40 * MIB, cores=2, backing="none")
     mirror = HostMirror(pool.capacity)
@@ -40,11 +47,19 @@ def test_a_failing_mover_in_move_blocks_leaves_everything_as_it_was() -> None:
     pool, mirror, kept = device_pool()
     before = state_of(pool)
     offsets = {blk.handle: blk.offset for blk, _ in kept}
-    movable = [blk for blk, _ in kept if 4096 < blk.nbytes <= 300_000]
-    targets = []
+    candidates = [blk for blk, _ in kept if 4096 < blk.nbytes <= 300_000]
     with pool.pause() as pause:
-        spare = [pool.alloc(b.nbytes) for b in movable]  # free places of the right shapes ...
-        targets = [s.offset for s in spare]
+        spare = [pool.alloc(b.nbytes) for b in candidates]  # free places of the right shapes ...
+        # ... of the same kind: a block that crosses a chunk's end (a front) moves only to
+        # another such place, and one that does not only to a place inside one chunk.
+        pairs = [
+            (b, s.offset)
+            for b, s in zip(candidates, spare, strict=True)
+            if crosses_a_chunk_end(b.offset, b.nbytes) == crosses_a_chunk_end(s.offset, s.nbytes)
+        ]
+        assert len(pairs) >= 4, "the scenario offers blocks to move"
+        movable = [b for b, _ in pairs]
+        targets = [t for _, t in pairs]
         for s in spare:
             s.free()  # ... given back, so the moves can take them
         before = state_of(pool)

@@ -254,7 +254,7 @@ impl Arena {
             }
         }
         let below = limit(&first);
-        for w in 0..self.geometry.chunks.div_ceil(64) {
+        for w in 0..self.geometry.chunks.div_ceil(64).min(below.div_ceil(64)) {
             let mut unsure = own.owned_word(w) & self.stretch_classes.unsure_word(w);
             while unsure != 0 {
                 let chunk = w * 64 + unsure.trailing_zeros() as usize;
