@@ -607,8 +607,8 @@ impl Pool {
     /// tile the arena across chunk ends instead of leaving each chunk's end to smaller blocks.
     /// Then the buddy path, then [`Pool::place_across`]. The quick part ([`Reach::Fast`])
     /// takes only the first step, so that a caller who tries it first (the binding) places the
-    /// block as [`Pool::alloc`] does: a fresh chunk there came before the fronts, and one size
-    /// of 700,000 B filled the arena from Python to 0.67 (0.79 now).
+    /// block as [`Pool::alloc`] does: with a fresh chunk there before the fronts, one size of
+    /// 700,000 B filled the arena from Python to 0.67, against 0.79 this way.
     #[inline(never)]
     fn place_straddling(&self, request: &Request, b: BuddyLayout, core: usize, reach: Reach) -> Option<Placed> {
         let align = self.straddle_align(request);
@@ -720,9 +720,10 @@ impl Pool {
         })
     }
 
-    /// A buddy block of a request. A block of at most a bank: the buddy path. A larger one, of
-    /// [`PACK_FIRST`] of a chunk or more in a tight arena: the best-fitting free stretch of a
-    /// chunk first (`arena/tight.rs` says why). Otherwise the calling core's own chunks first
+    /// A buddy block of a request. A block of at most a bank: the buddy path. A larger one that
+    /// packs anywhere first ([`Pool::packs_anywhere_first`]: of [`PACK_FIRST`] of a chunk or
+    /// more, or trimmed, in a tight arena): the best-fitting free stretch of any core's chunk
+    /// first (`arena/tight.rs` says why). Otherwise the calling core's own chunks first
     /// ([`Pool::place_in_own`]), then a fresh chunk or other cores' chunks, then the
     /// best-fitting free stretch anywhere. A free stretch holds every place where a trimmed
     /// block's pieces fit, so the pieces are not searched for such a block. The quick part
