@@ -178,6 +178,33 @@ impl Arena {
         (longest >= b.units).then_some(longest)
     }
 
+    /// A chunk that a length class names, as a search through the classes looks at it: passed
+    /// over after one load when its memo, of whatever epoch, rules `b` out (an out-of-date one
+    /// is unsure, and the searches of the unsure chunks look at it), or when it is no core
+    /// chunk or its owner is not `wanted`; else its longest stretch if it holds `b`
+    /// ([`Arena::holding`]), and its owner.
+    #[inline]
+    fn class_member_holding(
+        &self,
+        chunk: usize,
+        b: &BuddyLayout,
+        bank: u64,
+        reads: &mut Reads,
+        seen: &mut u64,
+        wanted: impl Fn(usize) -> bool,
+    ) -> Option<(u64, usize)> {
+        if self.lines[chunk].stretch.recorded().is_some_and(|longest| longest < b.units) {
+            return None;
+        }
+        let ChunkState::Core(owner) = self.global.state(chunk) else {
+            return None;
+        };
+        if !wanted(owner) {
+            return None;
+        }
+        Some((self.holding(chunk, b, bank, reads, seen)?, owner))
+    }
+
     /// The best fit through the length classes (`stretch_classes.rs`): the class of `b`'s
     /// length first (some of its chunks hold `b`), then the longer ones (all of theirs do,
     /// while their memos hold), and in the first class with a chunk that holds `b`, the best fit
@@ -242,12 +269,7 @@ impl Arena {
                 if chunk >= below {
                     break;
                 }
-                if self.lines[chunk].stretch.recorded().is_some_and(|longest| longest < b.units)
-                    || self.global.state(chunk) != ChunkState::Core(core)
-                {
-                    continue;
-                }
-                if let Some(longest) = self.holding(chunk, b, bank, reads, seen) {
+                if let Some((longest, _)) = self.class_member_holding(chunk, b, bank, reads, seen, |o| o == core) {
                     first = Some((longest, chunk, core));
                     break;
                 }
@@ -308,13 +330,7 @@ impl Arena {
     ) -> Option<(u64, usize, usize)> {
         let mut best = BestFit::default();
         for chunk in self.stretch_classes.chunks_in(class, mask) {
-            if self.lines[chunk].stretch.recorded().is_some_and(|longest| longest < b.units) {
-                continue;
-            }
-            let ChunkState::Core(owner) = self.global.state(chunk) else {
-                continue;
-            };
-            let Some(longest) = self.holding(chunk, b, bank, reads, seen) else {
+            let Some((longest, owner)) = self.class_member_holding(chunk, b, bank, reads, seen, |_| true) else {
                 continue;
             };
             if best.offer(longest, chunk, owner, b.units) {
