@@ -129,10 +129,12 @@ impl ChunkSpace {
     }
 
     /// Count `units` as allocated (after the tree nodes were claimed; the count may fall below
-    /// zero for a moment, see the module documentation).
+    /// zero for a moment, see the module documentation). Returns what [`ChunkSpace::look`]
+    /// would read right after: the free units and the epoch.
     #[inline]
-    pub(crate) fn take(&self, units: u64) {
-        self.free.fetch_sub(units, Ordering::AcqRel);
+    pub(crate) fn take(&self, units: u64) -> (u64, Probe) {
+        let before = self.free.fetch_sub(units, Ordering::AcqRel);
+        (units_of(before.wrapping_sub(units)), Probe(before >> 32))
     }
 
     /// Count `units` as free again and advance the epoch; call after the tree nodes were

@@ -54,6 +54,7 @@ impl Arena {
             self.cores[owner].maps.open(space, chunk);
             self.global.set_state(chunk, ChunkState::Core(owner));
             self.cores[owner].own(chunk);
+            self.know_stretch_of_opened(chunk);
             return;
         }
         self.global.set_state(chunk, ChunkState::Core(owner));
@@ -66,6 +67,7 @@ impl Arena {
         self.lines[chunk].space.refresh();
         self.stretch_classes.mark_unsure(chunk);
         self.cores[owner].maps.open(&self.lines[chunk].space, chunk);
+        self.know_stretch_of_opened(chunk);
     }
 
     /// Hide level 0 (the whole chunk) in the maps of `owner`, its owner, when chunk `chunk` is

@@ -300,7 +300,8 @@ impl Arena {
                 return Err(format!("the bytes at offset {offset} (+{size}) are not free"));
             }
         }
-        self.lines[chunk].space.take(b.units);
+        let after = self.lines[chunk].space.take(b.units);
+        self.lower_memo_after_take(chunk, after);
         Ok(())
     }
 

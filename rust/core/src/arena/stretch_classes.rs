@@ -38,6 +38,12 @@
 //! after every batch of random allocations and frees, that each sure chunk has a valid memo and
 //! each chunk with a memo is in its class), so no allocation reads every chunk's memo: on an
 //! arena of 16,384 chunks that read took a failing allocation about 20 us.
+//!
+//! A chunk granted to a core gets its free units as its memo at once (`Arena::open`), and the
+//! buddy path lowers the memo whenever a claim leaves fewer units free than its class starts
+//! at (`Arena::lower_memo_after_take`). So the chunks that small blocks fill are neither
+//! unsure nor in the long classes: before, the first failing allocation for a large block
+//! after 1 GiB of slab objects settled all 512 chunks, 15 us of its 30.
 
 use super::chunk_sets::ChunkSets;
 use crate::error::Result;
@@ -89,7 +95,7 @@ pub(crate) struct StretchClasses {
     /// Set `class`: the chunks whose memo's longest stretch is of that class.
     classes: ChunkSets,
     /// The chunks that are not unsure (see the module documentation), `words` words: a chunk
-    /// starts unsure, its memo unknown.
+    /// starts unsure, its memo unknown, until a grant writes it.
     sure: Zeroed<AtomicU64>,
 }
 

@@ -911,14 +911,18 @@ mod loom_models {
         }
     }
 
-    /// A claim of `node` that reads no tree (a block at a chunk's free end, a front, a tail),
-    /// then lowers a valid memo to the free units, as `Arena::cap_memo_at_free` does.
-    fn claim_and_cap(c: &Chunk, node: Node) {
+    /// A claim of `node`, then a valid memo longer than the units left free lowered to them:
+    /// with a look after the claim, as `Arena::cap_memo_at_free` does after a claim that reads
+    /// no tree (a block at a chunk's free end, a front, a tail), or (`from_take`) with the free
+    /// units and epoch that the claim's count returned, as `Arena::lower_memo_after_take` does
+    /// on the buddy path. (That one lowers only a memo of a higher length class than the free
+    /// units; up to eight units, each length is a class of its own.)
+    fn claim_and_cap(c: &Chunk, node: Node, from_take: bool) {
         if c.shape.try_alloc(&c.tree, node).is_err() {
             return;
         }
-        c.space.take(node.units(c.depth));
-        let (free, probe) = c.space.look();
+        let taken = c.space.take(node.units(c.depth));
+        let (free, probe) = if from_take { taken } else { c.space.look() };
         if c.memo.known(probe.epoch()).is_some_and(|longest| longest > free) {
             c.memo.record_placed(probe.epoch(), free, None, free);
         }
@@ -929,15 +933,18 @@ mod loom_models {
         // The claim takes the longest stretch (units 4..8), leaving unit 2 free; the free of
         // unit 3 (raising the memo or only advancing the epoch) or of units 0..2 makes a run
         // next to unit 2 that the lowered memo must not hide.
-        for (freed, raise) in [
-            (Node { level: 3, index: 3 }, true),
-            (Node { level: 3, index: 3 }, false),
-            (Node { level: 2, index: 0 }, true),
+        for (freed, raise, from_take) in [
+            (Node { level: 3, index: 3 }, true, false),
+            (Node { level: 3, index: 3 }, false, false),
+            (Node { level: 2, index: 0 }, true, false),
+            (Node { level: 3, index: 3 }, true, true),
+            (Node { level: 3, index: 3 }, false, true),
+            (Node { level: 2, index: 0 }, true, true),
         ] {
             loom::model(move || {
                 let chunk = place_at_four();
                 let freeing = freer(&chunk, freed, raise);
-                claim_and_cap(&chunk, Node { level: 1, index: 1 });
+                claim_and_cap(&chunk, Node { level: 1, index: 1 }, from_take);
                 freeing.join().unwrap();
                 assert_memo_holds(&chunk);
             });

@@ -1088,7 +1088,8 @@ impl Pool {
     }
 
     fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
-        self.arena.lines[chunk].space.take(b.units);
+        let after = self.arena.lines[chunk].space.take(b.units);
+        self.arena.lower_memo_after_take(chunk, after);
         Placed {
             offset: self.arena.geometry.offset_of(chunk, e.start(self.arena.geometry.depth)),
             block_bytes: b.units as usize * self.arena.geometry.min_block,
