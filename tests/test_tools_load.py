@@ -251,6 +251,9 @@ def test_a_signal_during_a_write_leaves_the_old_file_and_no_temporary_file(
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        # Ctrl-C as a terminal delivers it: a test run started in the background of a
+        # non-interactive shell ignores SIGINT, and its children would inherit that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 30
     while not list(tmp_path.glob(".out.json.*.tmp")) and proc.poll() is None:
