@@ -11,7 +11,7 @@ use super::chunk_space::Probe;
 use super::exact::Unmarked;
 use super::global::ChunkState;
 use super::layout::BuddyLayout;
-use super::stretch_classes::{class_floor, class_of, classes_up_to};
+use super::stretch_classes::{class_floor, class_of, classes_up_to, PER_DOUBLING};
 use super::stretches::{best_fit, best_fit_in_tree, granule_shift, Fit, Place, MAX_GRANULES};
 
 /// Chunks whose stretch memo is out of date that a best-fit search reads from their trees, at
@@ -86,8 +86,8 @@ impl Search {
 }
 
 /// Length classes above the best fit anywhere that a core's own chunk may be in and still come
-/// first ([`Search::OwnFirst`]): four, one doubling of the stretch's length.
-const NEAR_CLASSES: usize = 4;
+/// first ([`Search::OwnFirst`]): one doubling of the stretch's length.
+const NEAR_CLASSES: usize = PER_DOUBLING as usize;
 
 /// Where a best-fit search put a block.
 #[derive(Debug, Clone, Copy)]

@@ -35,7 +35,7 @@
 //! Across chunks, the search is a best fit too (`packed.rs`): the chunk whose longest free
 //! stretch is the shortest that holds the block, known from the memos below without reading
 //! the trees (only the chosen chunk's tree is read, to place the block in it), and found
-//! through an index of the chunks by the length class (a quarter of a doubling) of their memo's longest stretch
+//! through an index of the chunks by the length class (an eighth of a doubling) of their memo's longest stretch
 //! (`stretch_classes.rs`): the block's class first, then the classes above, at most 64 chunks
 //! compared in the first class that has one that holds it; then the chunks whose memo the
 //! index may not know (its *unsure* chunks), and before an allocation fails, every chunk.
