@@ -85,6 +85,10 @@ impl Search {
     }
 }
 
+/// Own chunks a first fit reads in address order before it turns to the length classes for
+/// the chunks after them ([`Arena::first_own_fit`]).
+const FIRST_FIT_WALK: usize = 128;
+
 /// Length classes above the best fit anywhere that a core's own chunk may be in and still come
 /// first ([`Search::OwnFirst`]): one doubling of the stretch's length.
 const NEAR_CLASSES: usize = PER_DOUBLING as usize;
@@ -243,15 +247,62 @@ impl Arena {
     }
 
     /// The first of core `core`'s chunks in address order that holds `b`, as its memo (or its
-    /// tree, while `reads` lasts) says: the lowest of the first such chunk of each length class
-    /// from `b`'s up and the first such unsure chunk (each search looks only below the lowest
-    /// found so far). Returns the chunk's longest stretch, the chunk and `core`. A first fit
-    /// keeps blocks low in the core's chunks, as its buddy searches do (`Pool::place_in_own`):
-    /// a best fit would choose the shown rest of a chunk that a run's tail shares (the tightest
-    /// stretch), and blocks that stay there keep the chunk from joining the free chunks around
-    /// it when the run goes (`tail.rs`).
+    /// tree, while `reads` lasts) says. Returns the chunk's longest stretch, the chunk and
+    /// `core`. A first fit keeps blocks low in the core's chunks, as its buddy searches do
+    /// (`Pool::place_in_own`): a best fit would choose the shown rest of a chunk that a run's
+    /// tail shares (the tightest stretch), and blocks that stay there keep the chunk from
+    /// joining the free chunks around it when the run goes (`tail.rs`).
+    ///
+    /// The first [`FIRST_FIT_WALK`] own chunks are read in address order, each ruled out by its
+    /// memo in one load of its own line (a line its core's threads write); past those, the
+    /// length classes find the lowest chunk that holds the block
+    /// ([`Arena::first_own_fit_from`]). The classes alone read every class from the block's
+    /// up: lines that every core's memo moves write, and with two threads of one pool running
+    /// at once, the walk over them cost each thread about 31 ns a step of the churn at 50%
+    /// (`BENCHMARKS.md`).
     fn first_own_fit(
         &self,
+        b: &BuddyLayout,
+        bank: u64,
+        core: usize,
+        reads: &mut Reads,
+        seen: &mut u64,
+    ) -> Option<(u64, usize, usize)> {
+        let own = &self.cores[core];
+        let mut walked = 0;
+        for w in 0..self.geometry.chunks.div_ceil(64) {
+            let mut owned = own.owned_word(w);
+            if owned == 0 {
+                continue;
+            }
+            let unsure = self.stretch_classes.unsure_word(w);
+            while owned != 0 {
+                let chunk = w * 64 + owned.trailing_zeros() as usize;
+                owned &= owned - 1;
+                if walked == FIRST_FIT_WALK {
+                    return self.first_own_fit_from(chunk, b, bank, core, reads, seen);
+                }
+                walked += 1;
+                let held = if unsure & 1 << (chunk % 64) != 0 {
+                    self.settle_unsure(chunk);
+                    self.holding(chunk, b, bank, reads, seen)
+                } else {
+                    self.class_member_holding(chunk, b, bank, reads, seen, |o| o == core).map(|(longest, _)| longest)
+                };
+                if let Some(longest) = held {
+                    return Some((longest, chunk, core));
+                }
+            }
+        }
+        None
+    }
+
+    /// [`Arena::first_own_fit`] among core `core`'s chunks from `from` on, through the length
+    /// classes: the lowest of the first such chunk of each class from `b`'s up and the first
+    /// such unsure chunk (each search looks only below the lowest found so far).
+    fn first_own_fit_from(
+        &self,
+        from: usize,
         b: &BuddyLayout,
         bank: u64,
         core: usize,
@@ -265,7 +316,7 @@ impl Arena {
             let below = limit(&first);
             // Only the words of chunks below the lowest found so far.
             let mask = |w: usize| if w * 64 < below { own.owned_word(w) } else { 0 };
-            for chunk in self.stretch_classes.chunks_in(class, &mask) {
+            for chunk in self.stretch_classes.chunks_in(class, from, &mask) {
                 if chunk >= below {
                     break;
                 }
@@ -276,8 +327,11 @@ impl Arena {
             }
         }
         let below = limit(&first);
-        for w in 0..self.geometry.chunks.div_ceil(64).min(below.div_ceil(64)) {
+        for w in from / 64..self.geometry.chunks.div_ceil(64).min(below.div_ceil(64)) {
             let mut unsure = own.owned_word(w) & self.stretch_classes.unsure_word(w);
+            if w == from / 64 {
+                unsure &= !((1u64 << (from % 64)) - 1);
+            }
             while unsure != 0 {
                 let chunk = w * 64 + unsure.trailing_zeros() as usize;
                 unsure &= unsure - 1;
@@ -329,7 +383,7 @@ impl Arena {
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
         let mut best = BestFit::default();
-        for chunk in self.stretch_classes.chunks_in(class, mask) {
+        for chunk in self.stretch_classes.chunks_in(class, 0, mask) {
             let Some((longest, owner)) = self.class_member_holding(chunk, b, bank, reads, seen, |_| true) else {
                 continue;
             };
@@ -681,7 +735,7 @@ mod tests {
     //! stretches) against a reference model of every chunk's units: the trees hold exactly
     //! the units the live blocks cover, and no stretch memo that is still valid rules out a
     //! stretch the reference has free (frees raise the memos, so most stay valid).
-    use super::{Missed, Search, FRESH_READS, NEAR_CLASSES};
+    use super::{Missed, Search, FIRST_FIT_WALK, FRESH_READS, NEAR_CLASSES};
     use crate::arena::global::ChunkState;
     use crate::arena::release::Vouched;
     use crate::arena::stretch_classes::class_of;
@@ -914,6 +968,55 @@ mod tests {
         let t = take().expect("chunk 2 holds it");
         assert_eq!((t.chunk, t.owner), (2, 0), "chunk 0 is full: the next own chunk, not core 1's");
         assert!(take().is_err(), "no own chunk holds it, and core 1's is not searched");
+    }
+
+    /// Past the first [`FIRST_FIT_WALK`] own chunks, read in address order, the length classes
+    /// find the lowest own chunk that holds the block: an unsure one too, and the lowest
+    /// rather than the tightest.
+    #[test]
+    fn a_first_fit_past_the_walk_takes_the_lowest_own_chunk_through_the_classes() {
+        let config = PoolConfig::new(512 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new()).backing(Backing::None);
+        let p = Pool::new(config).unwrap();
+        let a = p.arena();
+        let g = &a.geometry;
+        let bank = g.bank_units(p.config().bank_size);
+        let block = g.buddy_layout(128 << 10).unwrap();
+        let per_chunk = g.units_per_chunk() / block.units;
+        let chunks = FIRST_FIT_WALK + 64;
+        for chunk in 0..chunks {
+            assert!(a.grant_exact(chunk, 0));
+            for i in 0..per_chunk {
+                assert!(a.claim_at(chunk, &block, i * block.units));
+            }
+            a.cap_memo_at_free(chunk);
+        }
+        let release = |chunk, start, bytes| {
+            a.release_buddy(g.offset_of(chunk, start), bytes, false, Vouched::No).unwrap();
+        };
+        // Room for one block of 768 units in chunk 10 (inside the walk), in unsure chunk
+        // walk + 12 and in chunk walk + 40 (two free blocks: the tightest fit); for two in
+        // chunk walk + 20 (three free blocks).
+        let (unsure, loose, tight) = (FIRST_FIT_WALK + 12, FIRST_FIT_WALK + 20, FIRST_FIT_WALK + 40);
+        for (chunk, blocks) in [(10, 2), (unsure, 2), (loose, 3), (tight, 2)] {
+            for i in 0..blocks {
+                release(chunk, (4 + i) * block.units, 128 << 10);
+            }
+        }
+        // The unsure chunk's memo says no block fits (so its class does not lead to it), then
+        // a step leaves the memo out of date.
+        a.record_stretch(unsure, a.lines[unsure].space.look().1.epoch(), 0, None, 0);
+        a.lines[unsure].space.refresh();
+        a.stretch_classes.mark_unsure(unsure);
+        let b = g.buddy_layout(192 << 10).unwrap();
+        assert_eq!(b.units, 768);
+        let mut seen = 0;
+        let mut take = || a.take_best_stretch(&b, bank, bank, Search::FirstOwn(0), &mut seen).map(|t| t.chunk);
+        assert_eq!(take(), Ok(10), "inside the walk");
+        assert_eq!(take(), Ok(unsure), "the unsure chunk, the lowest past the walk");
+        assert_eq!(take(), Ok(loose), "the lowest past the walk, not the tightest");
+        assert_eq!(take(), Ok(loose), "its second room");
+        assert_eq!(take(), Ok(tight));
+        assert!(take().is_err(), "no own chunk holds it any more");
     }
 
     /// A search that rules out every core chunk by its memo or tree says so (a failing

@@ -189,14 +189,15 @@ impl StretchClasses {
         }
     }
 
-    /// The chunks of `class` that `mask` keeps (a bitmap word of chunks, by word index), in
-    /// address order.
+    /// The chunks of `class` from `from` on that `mask` keeps (a bitmap word of chunks, by
+    /// word index), in address order.
     pub(crate) fn chunks_in<'a>(
         &'a self,
         class: usize,
+        from: usize,
         mask: &'a dyn Fn(usize) -> u64,
     ) -> impl Iterator<Item = usize> + 'a {
-        self.members(class, 0, mask)
+        self.members(class, from, mask)
     }
 
     /// The chunks of `class` from `from` on, in address order.
