@@ -630,11 +630,6 @@ impl Arena {
         raised.is_some()
     }
 
-    /// Record in `chunk`'s stretch memo that a search that probed `epoch` found no free
-    /// stretch longer than `longest` units (at `place`, when known, with `free` units free),
-    /// and move the chunk to that length's class. The chunk is no longer unsure unless a step
-    /// came since `epoch`.
-    #[inline]
     /// After a claim that took units of `chunk` without reading its tree (a block at a chunk's
     /// free end, a front, a tail): the chunk's memo, when valid and longer than the units now
     /// free, is lowered to them (no stretch is longer), so that the length classes do not keep
@@ -673,6 +668,11 @@ impl Arena {
         self.record_stretch(chunk, probe.epoch(), free, None, free);
     }
 
+    /// Record in `chunk`'s stretch memo that a search that probed `epoch` found no free
+    /// stretch longer than `longest` units (at `place`, when known, with `free` units free),
+    /// and move the chunk to that length's class. The chunk is no longer unsure unless a step
+    /// came since `epoch`.
+    #[inline]
     fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64, place: Option<Place>, free: u64) {
         let before = self.lines[chunk].stretch.record_placed(epoch, longest, place, free);
         self.stretch_classes.moved(chunk, before, longest, || self.lines[chunk].stretch.recorded());
