@@ -611,7 +611,7 @@ const FULL_FAILURE_SIZE: usize = 1 << 20;
 /// Fill the arena with seeded sizes from `lo` to `hi`, no frees, until the first failure.
 /// Returns requested / capacity then, and the latencies (ns) of [`FULL_FAILURES`] allocations
 /// of [`FULL_FAILURE_SIZE`] in the full arena that failed (fewer if some did not).
-fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> (f64, Vec<f64>) {
+fn fill(p: &dyn Peer, lo: usize, hi: usize, seed: u64) -> Filled {
     let mut rng = Rng::new(seed);
     fill_with(p, &mut || rng.size(lo, hi))
 }
@@ -633,21 +633,48 @@ fn mix_sizes(mix: &[usize], seed: u64) -> impl FnMut() -> usize + '_ {
     move || mix[(rng.next_u64() % mix.len() as u64) as usize]
 }
 
+/// What a fill measured.
+struct Filled {
+    /// Requested bytes at the first failure, as a share of the arena.
+    share: f64,
+    /// The time the first failing allocation took (the fill's own, of its random size), ns.
+    first_failure_ns: f64,
+    /// The times of [`FULL_FAILURES`] allocations of [`FULL_FAILURE_SIZE`] after it that failed,
+    /// ns ([`failures_then_free`]).
+    failures: Vec<f64>,
+}
+
 /// [`fill`] with the sizes `next_size` gives.
-fn fill_with(p: &dyn Peer, next_size: &mut dyn FnMut() -> usize) -> (f64, Vec<f64>) {
+fn fill_with(p: &dyn Peer, next_size: &mut dyn FnMut() -> usize) -> Filled {
     let mut held = Vec::new();
     let mut requested = 0usize;
+    let first_failure_ns = fill_until_failure(p, &mut held, next_size, &mut |size| requested += size);
+    Filled { share: requested as f64 / ARENA as f64, first_failure_ns, failures: failures_then_free(p, held) }
+}
+
+/// Allocate the sizes `next_size` gives into `held` (telling `placed` each size placed) until
+/// one fails; returns the time that failing allocation took, ns.
+fn fill_until_failure(
+    p: &dyn Peer,
+    held: &mut Vec<(u128, usize)>,
+    next_size: &mut dyn FnMut() -> usize,
+    placed: &mut dyn FnMut(usize),
+) -> f64 {
+    let clock = TickClock::start();
     loop {
         let size = next_size();
+        let t0 = ticks();
         match p.alloc_any(size) {
             Some(t) => {
                 held.push((t, size));
-                requested += size;
+                placed(size);
             }
-            None => break,
+            None => {
+                let took = ticks() - t0;
+                return took as f64 * clock.ns_per_tick();
+            }
         }
     }
-    (requested as f64 / ARENA as f64, failures_then_free(p, held))
 }
 
 /// Time [`FULL_FAILURES`] allocations of [`FULL_FAILURE_SIZE`] in a full arena (ns, those that
@@ -671,16 +698,13 @@ fn failures_then_free(p: &dyn Peer, mut held: Vec<(u128, usize)>) -> Vec<f64> {
 
 /// Fill the arena with 64 B-4 KiB, free every other block, fill again with 64-512 B until the
 /// first failure (slabs of every small class, most of them partial), then time
-/// [`FULL_FAILURES`] allocations of [`FULL_FAILURE_SIZE`] that fail (ns).
-fn fragmented_failures(p: &dyn Peer, seed: u64) -> Vec<f64> {
+/// [`FULL_FAILURES`] allocations of [`FULL_FAILURE_SIZE`] that fail: the time of the refill's
+/// own failing allocation, and those (ns).
+fn fragmented_failures(p: &dyn Peer, seed: u64) -> (f64, Vec<f64>) {
     let mut rng = Rng::new(seed);
     let mut held = Vec::new();
-    let mut refill = |held: &mut Vec<(u128, usize)>, lo: usize, hi: usize| loop {
-        let size = rng.size(lo, hi);
-        match p.alloc_any(size) {
-            Some(t) => held.push((t, size)),
-            None => break,
-        }
+    let mut refill = |held: &mut Vec<(u128, usize)>, lo: usize, hi: usize| {
+        fill_until_failure(p, held, &mut || rng.size(lo, hi), &mut |_| {})
     };
     refill(&mut held, 64, 4 << 10);
     let mut kept = Vec::new();
@@ -691,8 +715,8 @@ fn fragmented_failures(p: &dyn Peer, seed: u64) -> Vec<f64> {
             kept.push((t, size));
         }
     }
-    refill(&mut kept, 64, 512);
-    failures_then_free(p, kept)
+    let first_failure_ns = refill(&mut kept, 64, 512);
+    (first_failure_ns, failures_then_free(p, kept))
 }
 
 /// `median / max` of latencies in ns, in us (`-` when there are none).
@@ -712,15 +736,19 @@ fn fill_table(o: &Options) {
     let mut failing = Vec::new();
     for name in o.peers() {
         let mut cells = Vec::new();
-        let mut latencies = Vec::new();
+        let (mut latencies, mut firsts) = (Vec::new(), Vec::new());
         for (lo, hi) in bands {
-            let (share, failed) = with_peer(name, &mut |p| fill(p, lo, hi, o.seed.unwrap_or(3)));
-            cells.push(format!("{share:.3}"));
-            latencies.push(median_and_max_us(failed));
+            let filled = with_peer(name, &mut |p| fill(p, lo, hi, o.seed.unwrap_or(3)));
+            cells.push(format!("{:.3}", filled.share));
+            latencies.push(median_and_max_us(filled.failures));
+            firsts.push(fmt_ns(filled.first_failure_ns / 1e3));
         }
-        latencies.push(median_and_max_us(with_peer(name, &mut |p| fragmented_failures(p, o.seed.unwrap_or(3)))));
+        let (first, failed) = with_peer(name, &mut |p| fragmented_failures(p, o.seed.unwrap_or(3)));
+        latencies.push(median_and_max_us(failed));
+        firsts.push(fmt_ns(first / 1e3));
         println!("| {name} | {} |", cells.join(" | "));
         failing.push(format!("| {name} | {} |", latencies.join(" | ")));
+        failing.push(format!("| {name}, the fill's own first failure | {} |", firsts.join(" | ")));
     }
     if o.peer.as_deref().is_none_or(|p| p == "npumem") {
         let cells: Vec<String> = bands
@@ -746,7 +774,7 @@ fn fill_table(o: &Options) {
     for name in o.peers() {
         let cells: Vec<String> = FIXED_MIXES
             .iter()
-            .map(|m| format!("{:.3}", with_peer(name, &mut |p| fill_with(p, &mut mix_sizes(m, seed)).0)))
+            .map(|m| format!("{:.3}", with_peer(name, &mut |p| fill_with(p, &mut mix_sizes(m, seed)).share)))
             .collect();
         println!("| {name} | {} |", cells.join(" | "));
     }
@@ -763,7 +791,7 @@ fn fill_table(o: &Options) {
     }
     println!(
         "\n### Failing allocations in the full arena: {FULL_FAILURES} allocations of {} MiB after each fill, \
-         us, median / max\n",
+         us, median / max; and the fill's own failing allocation (of its random size), us\n",
         FULL_FAILURE_SIZE >> 20
     );
     println!("| | 64 B-4 KiB | 4-64 KiB | 64 KiB-1 MiB | 1-8 MiB | 64 B-8 MiB | 64 B-4 KiB, half freed, refilled with 64-512 B |");
