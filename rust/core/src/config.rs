@@ -34,6 +34,10 @@ pub const MAX_CAPACITY: usize = 1 << 48;
 /// The most slab size classes a pool may have (a class index fits a byte in the slab metadata,
 /// with one value left for "no slab").
 pub const MAX_SLAB_CLASSES: usize = 255;
+
+/// A value per slab class of a pool, on the stack (read on a failing allocation's path, where a
+/// heap allocation costs more than the reading: `util/scratch.rs`).
+pub(crate) type ClassTable<T> = crate::util::scratch::InlineVec<T, MAX_SLAB_CLASSES>;
 /// Classes per doubling of the default slab sizes: a request takes at most 1/8 more bytes than
 /// it asked for.
 pub const SLAB_CLASSES_PER_DOUBLING: usize = 8;

@@ -55,6 +55,33 @@ impl ChunkSets {
         &self.top[set * self.tops + s]
     }
 
+    /// Whether the summary of `set` names no bitmap word: then `set` held no member whose
+    /// setter was done when the call began (the rule above). A walk over many sets that are
+    /// mostly empty reads their summaries, packed eight to a line, instead of a bitmap word,
+    /// each on a line of its own, per set ([`ChunkSets::next`] reads the word of its start
+    /// first, the common case of a set that holds something there).
+    #[inline]
+    pub(crate) fn looks_empty(&self, set: usize) -> bool {
+        (0..self.tops).all(|s| self.summary(set, s).load(ACQ) == 0)
+    }
+
+    /// Add the members of `set` to the bitmap `out` (word `w`: chunks `64 w..64 w + 64`; words
+    /// past `out` are left out), a word at a time, through the summary: what a walk over the
+    /// members one by one would add, in a load per word.
+    pub(crate) fn or_into(&self, set: usize, out: &mut [u64]) {
+        let words = self.words.min(out.len());
+        for s in 0..words.div_ceil(64) {
+            let mut summary = self.summary(set, s).load(ACQ);
+            while summary != 0 {
+                let w = s * 64 + summary.trailing_zeros() as usize;
+                summary &= summary - 1;
+                if w < words {
+                    out[w] |= self.word(set, w).load(ACQ);
+                }
+            }
+        }
+    }
+
     /// Whether `chunk` is in `set`.
     #[cfg(test)]
     pub(crate) fn contains(&self, set: usize, chunk: usize) -> bool {
@@ -99,6 +126,21 @@ impl ChunkSets {
         let word = self.word(set, w);
         if word.load(ACQ) & bit != 0 {
             word.fetch_and(!bit, ACQ_REL);
+        }
+    }
+
+    /// [`ChunkSets::remove`] that clears the word's summary bit when it takes the word's last
+    /// member, as a scan that finds the word empty does: so that a set that emptied looks
+    /// empty ([`ChunkSets::looks_empty`]) before any scan went by. Costs two more
+    /// read-modify-writes each time a word empties; for sets that members pass through (the
+    /// length classes), where stale summary bits would otherwise make the first walk over
+    /// them after a fill read and tidy every one, about 7 us on 512 chunks.
+    #[inline]
+    pub(crate) fn remove_tidying(&self, set: usize, chunk: usize) {
+        let (w, bit) = (chunk / 64, 1u64 << (chunk % 64));
+        let word = self.word(set, w);
+        if word.load(ACQ) & bit != 0 && word.fetch_and(!bit, ACQ_REL) == bit {
+            self.tidy(set, w);
         }
     }
 
@@ -219,5 +261,61 @@ mod tests {
         assert_eq!(members(0, &all), [5, 70, 9_999]);
         assert!(!sets.summarizes(0, 4_100 / 64), "the scan that met the word empty cleared it");
         assert!(sets.summarizes(0, 9_999 / 64));
+    }
+
+    /// A removal that empties a word clears its summary bit at once (a set that emptied looks
+    /// empty), one that leaves a member keeps it; a set's members go into a bitmap a word at a
+    /// time, as a walk over them would set them.
+    #[test]
+    fn a_removal_that_empties_a_word_tidies_it_and_members_go_into_bitmaps_by_word() {
+        let sets = ChunkSets::new(10_000, 2, "test sets").unwrap();
+        let members = [3usize, 64, 65, 4_100, 9_999];
+        for &c in &members {
+            sets.insert(0, c);
+        }
+        let mut out = vec![0u64; 100];
+        sets.or_into(0, &mut out);
+        let mut want = vec![0u64; 100];
+        for &c in members.iter().filter(|&&c| c / 64 < 100) {
+            want[c / 64] |= 1 << (c % 64);
+        }
+        assert_eq!(out, want, "the bitmap holds the members of the words it covers");
+        sets.remove_tidying(0, 64);
+        assert!(sets.summarizes(0, 1), "chunk 65 is still in word 1");
+        for c in [65, 3, 4_100, 9_999] {
+            sets.remove_tidying(0, c);
+        }
+        assert!((0..10_000 / 64).all(|w| !sets.summarizes(0, w)));
+        assert!(sets.looks_empty(0) && sets.looks_empty(1));
+        sets.insert(1, 7);
+        assert!(!sets.looks_empty(1));
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// A removal that empties a word and clears its summary bit (`remove_tidying`), racing an
+    /// insert into the same word: afterwards the word's member is found through the summary.
+    #[test]
+    fn a_removal_that_tidies_racing_an_insert_never_hides_the_inserted_chunk() {
+        for ordered in [false, true] {
+            loom::model(move || {
+                let sets = Arc::new(ChunkSets::new(128, 1, "test").unwrap());
+                sets.insert(0, 64);
+                let s2 = sets.clone();
+                let inserter = thread::spawn(move || match ordered {
+                    true => s2.insert_ordered(0, 65),
+                    false => s2.insert(0, 65),
+                });
+                sets.remove_tidying(0, 64);
+                inserter.join().unwrap();
+                assert_eq!(sets.next(0, 0, &|_| u64::MAX), Some(65), "the summary hides the inserted chunk");
+                assert!(!sets.looks_empty(0));
+            });
+        }
     }
 }

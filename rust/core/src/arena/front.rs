@@ -66,6 +66,7 @@
 //! blocks.
 
 use super::arena::Arena;
+use super::chunk_space::Probe;
 use super::exact::Swept;
 use super::front_nodes::{give_front_and_tail, take_front_and_tail, take_nodes, Taken};
 use super::geometry::Geometry;
@@ -74,6 +75,7 @@ use super::layout::{BuddyLayout, Layout, Pieces};
 use super::stretch_classes;
 use crate::config::Placement;
 use crate::error::{Error, Result};
+use crate::util::scratch::ScratchWords;
 use crate::util::sync::Ordering;
 
 /// Bits of a front word that hold the front's first unit (the units above): a chunk of more
@@ -376,11 +378,12 @@ impl Arena {
                     self.try_front_at(&f, tail, core, &mut refused).then(|| (f.offset(g), f.bytes(g)))
                 }
                 (Spot::Packed(chunk, at), Layout::Buddy(b)) => {
-                    let taken = self.lines[chunk].space.free_units() >= b.units
-                        && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
+                    let before = self.lines[chunk].space.look();
+                    let taken =
+                        before.0 >= b.units && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
                     if taken {
                         self.lines[chunk].space.take(b.units);
-                        self.cap_memo_at_free(chunk);
+                        self.keep_memo_after_claim(chunk, before, at, b.units);
                         self.set_frontier(chunk, at + b.units);
                     } else {
                         refused.ends.push(chunk);
@@ -579,7 +582,7 @@ impl Arena {
     /// (after a fill of 1-8 MiB blocks, 498 of 512, and every one read for nothing).
     fn pair_starts(&self, units: u64, end: usize) -> impl Iterator<Item = usize> {
         let words = end.div_ceil(64);
-        let mut may = vec![0u64; words];
+        let mut may = ScratchWords::filled(words, 0);
         let top = stretch_classes::classes_up_to(self.geometry.units_per_chunk());
         self.stretch_classes.may_hold(units / 2, top, &mut may);
         // The chunks of word `w` that cores own (none past the end), read only for the words
@@ -646,14 +649,14 @@ impl Arena {
             return None;
         }
         if at + b.units <= upc {
-            let taken = self.lines[chunk].space.free_units() >= b.units
-                && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
+            let before = self.lines[chunk].space.look();
+            let taken = before.0 >= b.units && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
             if !taken {
                 self.frontier.store(0, Ordering::Relaxed);
                 return None;
             }
             self.lines[chunk].space.take(b.units);
-            self.cap_memo_at_free(chunk);
+            self.keep_memo_after_claim(chunk, before, at, b.units);
             self.set_frontier(chunk, at + b.units);
             return Some((g.offset_of(chunk, at), (b.units as usize) << g.unit_shift));
         }
@@ -706,6 +709,7 @@ impl Arena {
             self.hide_rest_of(last, core);
         }
         let tail_tree = self.tree(if f.tail_units > 0 { last } else { f.chunk });
+        let before = self.before_front(f);
         let claim =
             || take_front_and_tail(&self.shape, self.tree(f.chunk), f.front_nodes(g), tail_tree, f.tail_nodes(g));
         let mut claimed = claim();
@@ -716,7 +720,7 @@ impl Arena {
         }
         match claimed {
             Ok(()) => {
-                self.complete_front(f);
+                self.complete_front(f, before);
                 if f.tail_units > 0 {
                     self.set_frontier(last, f.tail_units);
                 }
@@ -876,26 +880,34 @@ impl Arena {
             return Err(format!("the chunks after the front at offset {offset} are not free"));
         }
         let tail_tree = self.tree(if f.tail_units > 0 { last } else { f.chunk });
+        let before = self.before_front(&f);
         if take_front_and_tail(&self.shape, self.tree(f.chunk), f.front_nodes(g), tail_tree, f.tail_nodes(g)).is_err() {
             if f.chunks > 0 {
                 self.global.release(f.first_whole(), f.chunks);
             }
             return Err(format!("the bytes of the block with a front at offset {offset} are not free"));
         }
-        self.complete_front(&f);
+        self.complete_front(&f, before);
         Ok(())
     }
 
-    /// After the nodes of block `f` were claimed: count its units taken, mark its whole chunks
-    /// (if any) as its run, and last publish its front word. The block is whole from then on,
-    /// and a free may find it.
-    fn complete_front(&self, f: &FrontLayout) {
+    /// The free units and epochs of the chunks of block `f`'s front and tail (the front's
+    /// twice when it has no tail), read before its nodes are claimed, for their memos after
+    /// ([`Arena::keep_memo_after_claim`]).
+    fn before_front(&self, f: &FrontLayout) -> [(u64, Probe); 2] {
+        [self.lines[f.chunk].space.look(), self.lines[f.tail_chunk().min(self.geometry.chunks - 1)].space.look()]
+    }
+
+    /// After the nodes of block `f` were claimed (`before`: [`Arena::before_front`]): count its
+    /// units taken, mark its whole chunks (if any) as its run, and last publish its front word.
+    /// The block is whole from then on, and a free may find it.
+    fn complete_front(&self, f: &FrontLayout, [front, tail]: [(u64, Probe); 2]) {
         let g = &self.geometry;
         self.lines[f.chunk].space.take(f.front_units(g));
-        self.cap_memo_at_free(f.chunk);
+        self.keep_memo_after_claim(f.chunk, front, f.start, f.front_units(g));
         if f.tail_units > 0 {
             self.lines[f.tail_chunk()].space.take(f.tail_units);
-            self.cap_memo_at_free(f.tail_chunk());
+            self.keep_memo_after_claim(f.tail_chunk(), tail, 0, f.tail_units);
         }
         if f.chunks > 0 {
             self.mark_fronted_run(f.first_whole(), f.chunks, f.tail_units);

@@ -34,13 +34,14 @@ use super::buddy::TreeShape;
 use super::core_pool::CorePool;
 use super::global::ChunkState;
 use super::stretch_classes;
+use crate::util::scratch::ScratchWords;
 use crate::util::sync::Ordering;
 
 /// Chunks a failing allocation reveals when no search met a sealed bunch since the last
 /// complete reveal.
 pub(crate) const REVEAL_SOME: usize = 2;
 /// Chunks such a reveal looks at, at most (the next failure goes on from there).
-const REVEAL_LOOKS: usize = 64;
+const REVEAL_LOOKS: usize = 16;
 
 /// What a reveal made searchable again.
 #[derive(Debug, Default)]
@@ -92,7 +93,7 @@ impl Arena {
     fn reveal_rests(&self, units: u64) -> usize {
         let units = units.max(1);
         let depth = self.geometry.depth;
-        let mut may = vec![u64::MAX; self.geometry.chunks.div_ceil(64)];
+        let mut may = ScratchWords::filled(self.geometry.chunks.div_ceil(64), u64::MAX);
         if units > self.geometry.bank_units {
             may.fill(0);
             let top = stretch_classes::classes_up_to(self.geometry.units_per_chunk());
@@ -130,6 +131,9 @@ impl Arena {
         for i in 0..chunks.min(REVEAL_LOOKS) {
             let chunk = (from + i) % chunks;
             if let ChunkState::Core(owner) = self.global.state(chunk) {
+                if self.memo_rules_out(chunk, units) {
+                    continue;
+                }
                 if self.reveal_chunk(&self.cores[owner], chunk, units.max(1)) {
                     revealed.chunks[revealed.count] = (chunk, owner);
                     revealed.count += 1;
@@ -181,6 +185,18 @@ impl Arena {
         reclaimed
     }
 
+    /// Whether `chunk`'s valid stretch memo says that no block of `units` units, larger than a
+    /// bank, fits there: such a block starts on a bank boundary (a node of the buddy path
+    /// too), and the memo bounds every free stretch from one. Revealing such a chunk would
+    /// not help the request, and its retry would read the chunk's tree for nothing.
+    fn memo_rules_out(&self, chunk: usize, units: u64) -> bool {
+        if units <= self.geometry.bank_units {
+            return false;
+        }
+        let (_, probe) = self.lines[chunk].space.look();
+        self.lines[chunk].stretch.rules_out(probe.epoch(), units)
+    }
+
     /// Reveal `chunk` of `pool` if it has at least `units` free units. Its stretch memo and its
     /// ends record, when valid, stay valid across the reveal's epoch step (nothing was
     /// released: every stretch and both ends are as long as before or shorter), as a free
@@ -190,21 +206,34 @@ impl Arena {
         if space.free_units() < units {
             return false;
         }
-        let memo = &self.lines[chunk].stretch;
-        let before = memo.before_free(space);
-        let ends_before = self.lines[chunk].ends.before_free(space);
-        space.refresh();
-        if let Some(before) = before {
-            memo.after_free(space, before, self.geometry.bank_units, 0, || (0, 0));
-        }
-        if let Some(before) = ends_before {
-            self.lines[chunk].ends.after_step(space, before);
-        }
+        // Two epoch steps: the refresh, then the maps' announcement. When the memo is carried
+        // over both, the chunk stays sure (`stretch_classes.rs`): a failing allocation that
+        // revealed many chunks would otherwise make its retry read every one's tree.
+        let refreshed = self.carry_records_over(chunk, || {
+            space.refresh();
+        });
         TreeShape::reset_summaries(self.summaries(chunk));
-        pool.maps.reveal(space, chunk);
-        // The maps' announcement steps the epoch once more: the memo is out of date again.
-        self.stretch_classes.mark_unsure(chunk);
+        let announced = self.carry_records_over(chunk, || pool.maps.reveal(space, chunk));
+        if !(refreshed && announced) {
+            self.stretch_classes.mark_unsure(chunk);
+        }
         true
+    }
+
+    /// Run `step`, an epoch step of `chunk` that releases nothing, and carry the chunk's stretch
+    /// memo and ends record, where valid before it, over it (when it is the only step since);
+    /// whether the memo is valid after it.
+    fn carry_records_over(&self, chunk: usize, step: impl FnOnce()) -> bool {
+        let line = &self.lines[chunk];
+        let memo_before = line.stretch.before_free(&line.space);
+        let ends_before = line.ends.before_free(&line.space);
+        step();
+        if let Some(before) = ends_before {
+            line.ends.after_step(&line.space, before);
+        }
+        memo_before.is_some_and(|before| {
+            line.stretch.after_free(&line.space, before, self.geometry.bank_units, 0, || (0, 0)).is_some()
+        })
     }
 }
 

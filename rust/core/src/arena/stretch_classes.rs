@@ -128,7 +128,7 @@ impl StretchClasses {
         let mut to = class_of(new);
         self.classes.insert_ordered(to, chunk);
         if let Some(from) = old.map(class_of).filter(|&from| from != to) {
-            self.classes.remove(from, chunk);
+            self.classes.remove_tidying(from, chunk);
         }
         while let Some(now) = recorded().map(class_of) {
             if now == to {
@@ -177,12 +177,7 @@ impl StretchClasses {
     /// the last chunk the caller asked about are the caller's to drop.
     pub(crate) fn may_hold(&self, units: u64, top: usize, out: &mut [u64]) {
         for class in class_of(units)..top {
-            for chunk in self.chunks(class, 0) {
-                let Some(word) = out.get_mut(chunk / 64) else {
-                    break; // address order: the rest lie past `out` too
-                };
-                *word |= 1 << (chunk % 64);
-            }
+            self.classes.or_into(class, out);
         }
         for (w, word) in out.iter_mut().enumerate() {
             *word |= self.unsure_word(w);
@@ -198,6 +193,13 @@ impl StretchClasses {
         mask: &'a dyn Fn(usize) -> u64,
     ) -> impl Iterator<Item = usize> + 'a {
         self.members(class, from, mask)
+    }
+
+    /// Whether `class` looks empty ([`ChunkSets::looks_empty`]): for walks over many classes
+    /// (a failing allocation's, its error's), where most are empty and cold.
+    #[inline]
+    pub(crate) fn looks_empty(&self, class: usize) -> bool {
+        self.classes.looks_empty(class)
     }
 
     /// The chunks of `class` from `from` on, in address order.

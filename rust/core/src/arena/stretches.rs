@@ -102,6 +102,12 @@
 //! own epoch. A free carries a place that was exact before it over its
 //! step with the memo: the run it made is one of the others, or it took in the longest
 //! stretch, or it is the longest now (then its place is known even when none was before).
+//! A claim at a spot it chose without the tree (a block at a chunk's free end, a front, a
+//! tail: `Arena::keep_memo_after_claim`) keeps a place that was exact when it read the
+//! chunk's free units ([`Place::after_claim`]): what is left of the longest stretch before
+//! and after the claim, or the place as it was when the claim lies elsewhere. A chunk granted
+//! empty knows its place (its start), so the chunks that fronts, tails and the frontier fill
+//! keep exact memos without a read.
 //!
 //! No read-modify-write is needed on either side: a memo is only ever compared with the epoch
 //! the reader itself probed, and a write that lands late names an epoch that is over. The loom
@@ -112,7 +118,8 @@
 //! a place and a second free, each racing a free that carries the place; a claim that reads no
 //! tree and lowers the memo to the chunk's free units (no stretch is longer than they are, at
 //! the epoch read with them: `Arena::cap_memo_at_free`), racing a free that raises the memo or
-//! not. `packed.rs` checks the memos against a unit model over random allocations and frees.
+//! not; and a claim that keeps the place, across the longest stretch, beside it or taking all
+//! of it, racing a free. `packed.rs` checks the memos against a unit model over random allocations and frees.
 
 use super::buddy::{LeafMap, TreeShape, MAX_LEAF_BUNCHES};
 use super::chunk_space::{ChunkSpace, Probe};
@@ -151,6 +158,33 @@ unsafe impl crate::util::zeroed::Zeroable for StretchMemo {}
 pub(crate) struct Place {
     pub(crate) start: u64,
     pub(crate) others: u64,
+}
+
+impl Place {
+    /// The longest free stretch and its place once a claim took units `[at, end)` of a chunk
+    /// whose longest stretch was `longest` units here (lengths from a multiple of `bank`
+    /// units): a claim across that stretch leaves what lies before it (from the stretch's
+    /// start) and what lies after it (from the first bank boundary past the claim); a claim
+    /// elsewhere shortens one of the others at most. The place is `None` when no single
+    /// stretch is known to be the longest (a piece no longer than the others' bound).
+    pub(crate) fn after_claim(self, longest: u64, (at, end): (u64, u64), bank: u64) -> (u64, Option<Place>) {
+        let stop = self.start + longest;
+        if end <= self.start || at >= stop {
+            return (longest, Some(self));
+        }
+        let before = at.saturating_sub(self.start);
+        let next = aligned_up(end, bank);
+        let after = stop.saturating_sub(next);
+        let longest = before.max(after).max(self.others);
+        let place = if after > before.max(self.others) {
+            Some(Place { start: next, others: before.max(self.others) })
+        } else if before > after.max(self.others) {
+            Some(Place { start: self.start, others: after.max(self.others) })
+        } else {
+            None
+        };
+        (longest, place)
+    }
 }
 
 /// Bits of a place word for its start, its `others` and the free units of its tag, each: a
@@ -619,6 +653,61 @@ pub(crate) mod tests {
         }
     }
 
+    /// A claim of any free units, across the longest stretch or elsewhere, leaves a memo that
+    /// bounds every stretch; and a place that it keeps names a stretch that long, longer than
+    /// every other: so a search may take it without reading the tree.
+    #[test]
+    fn a_claim_anywhere_keeps_a_true_memo_and_place() {
+        let mut rng = Rng::new(29);
+        let mut kept = 0;
+        for round in 0..4000 {
+            let n = [64u64, 128, 300, 8192][round % 4];
+            let density = (rng.next() % 90) as f64 / 100.0;
+            let mut free: Vec<bool> = (0..n).map(|_| (rng.next() % 1000) as f64 / 1000.0 >= density).collect();
+            let bank = 1 << (rng.next() % 5);
+            let bits_of = |free: &[bool]| {
+                let mut bits = vec![0u64; n.div_ceil(64) as usize];
+                for (i, &f) in free.iter().enumerate() {
+                    if !f {
+                        bits[i / 64] |= 1 << (i % 64);
+                    }
+                }
+                bits
+            };
+            let fit = best_fit(&bits_of(&free), n, 1, bank);
+            if fit.longest == 0 || fit.second >= fit.longest {
+                continue;
+            }
+            // The bound on the others is an upper bound: any value below the longest.
+            let others = fit.second + rng.next() % (fit.longest - fit.second);
+            let place = Place { start: fit.longest_at, others };
+            // A claim of free units: a piece of a free run, across the longest or elsewhere.
+            let runs: Vec<u64> = (0..n).filter(|&i| free[i as usize] && (i == 0 || !free[i as usize - 1])).collect();
+            let s = runs[(rng.next() % runs.len() as u64) as usize];
+            let e = (s..n).find(|&i| !free[i as usize]).unwrap_or(n);
+            let at = s + rng.next() % (e - s);
+            let end = at + 1 + rng.next() % (e - at);
+            for i in at..end {
+                free[i as usize] = false;
+            }
+            let (longest, kept_place) = place.after_claim(fit.longest, (at, end), bank);
+            let (_, mut rooms) = reference(&free, 1, bank);
+            rooms.sort_unstable_by(|a, b| b.cmp(a));
+            let nth = |i: usize| rooms.get(i).copied().unwrap_or(0);
+            assert!(nth(0) <= longest, "round {round}: the memo bounds every stretch");
+            if let Some(p) = kept_place {
+                kept += 1;
+                let room = (p.start..n).take_while(|&i| free[i as usize]).count() as u64;
+                let first = (0..p.start).rev().find(|&i| !free[i as usize]).map_or(0, |i| i + 1);
+                assert_eq!(p.start % bank, 0, "round {round}");
+                assert_eq!(first.div_ceil(bank) * bank, p.start, "round {round}: the stretch's first allowed start");
+                assert_eq!((room, nth(0)), (longest, longest), "round {round}: the place is the longest");
+                assert!(nth(1) <= p.others && p.others < longest, "round {round}: {p:?}, rooms {rooms:?}");
+            }
+        }
+        assert!(kept > 500, "places kept: {kept}");
+    }
+
     #[test]
     fn the_tree_read_through_its_leaf_map_agrees_with_a_node_model() {
         // Random nodes of every level taken and released (leaving phantom marks, some cleaned
@@ -823,11 +912,29 @@ mod loom_models {
             return false;
         }
         c.space.take(units);
-        let next = place.start + units;
-        let rest = (place.start + longest).saturating_sub(next);
-        let left = Some(Place { start: next, others: place.others });
-        c.memo.record_placed(probe.epoch(), rest.max(place.others), left, free - units);
+        let (left, place_left) = place.after_claim(longest, (place.start, place.start + units), 1);
+        c.memo.record_placed(probe.epoch(), left, place_left, free - units);
         true
+    }
+
+    /// A claim of `node` wherever it lies, then the memo kept through its place as
+    /// `Arena::keep_memo_after_claim` keeps it (a block at a chunk's free end, a front, a
+    /// tail): the free units and epoch read before the claim, the place read at them.
+    fn claim_and_keep(c: &Chunk, node: Node) {
+        let units = node.units(c.depth);
+        let (free, probe) = c.space.look();
+        if free < units || c.shape.try_alloc(&c.tree, node).is_err() {
+            return;
+        }
+        c.space.take(units);
+        match c.memo.placed(probe.epoch(), free) {
+            Some((longest, place)) => {
+                let at = node.start(c.depth);
+                let (longest, place) = place.after_claim(longest, (at, at + units), 1);
+                c.memo.record_placed(probe.epoch(), longest, place, free - units);
+            }
+            None => cap_at_free(c, c.space.look()),
+        }
     }
 
     const UNIT_0: Node = Node { level: 2, index: 0 };
@@ -922,9 +1029,37 @@ mod loom_models {
             return;
         }
         let taken = c.space.take(node.units(c.depth));
-        let (free, probe) = if from_take { taken } else { c.space.look() };
+        cap_at_free(c, if from_take { taken } else { c.space.look() });
+    }
+
+    /// A valid memo longer than `free` units lowered to them (`probe`: the epoch read with them).
+    fn cap_at_free(c: &Chunk, (free, probe): (u64, Probe)) {
         if c.memo.known(probe.epoch()).is_some_and(|longest| longest > free) {
             c.memo.record_placed(probe.epoch(), free, None, free);
+        }
+    }
+
+    #[test]
+    fn a_memo_kept_through_the_place_after_a_claim_racing_a_free_never_leaves_a_false_one() {
+        // The claims: units 6..8 (the end of the longest stretch, 4..8: what is left keeps its
+        // place), unit 2 (outside it: the place stays) and units 4..8 (all of it: the place
+        // is lost, and the memo says the others' bound). The frees: unit 3 (joining unit 2 and
+        // the longest stretch, raising the memo or only advancing the epoch) and units 0..2
+        // (a run of three with unit 2 while unit 3 is taken).
+        for claimed in [Node { level: 2, index: 3 }, Node { level: 3, index: 2 }, Node { level: 1, index: 1 }] {
+            for (freed, raise) in [
+                (Node { level: 3, index: 3 }, true),
+                (Node { level: 3, index: 3 }, false),
+                (Node { level: 2, index: 0 }, true),
+            ] {
+                loom::model(move || {
+                    let chunk = place_at_four();
+                    let freeing = freer(&chunk, freed, raise);
+                    claim_and_keep(&chunk, claimed);
+                    freeing.join().unwrap();
+                    assert_memo_holds(&chunk);
+                });
+            }
         }
     }
 
@@ -996,16 +1131,19 @@ mod loom_models {
 
     #[test]
     fn a_reveal_carrying_the_memo_racing_a_free_never_hides_a_free_stretch() {
-        // The reveal steps the epoch with nothing released and carries a valid memo over its
-        // step (`Arena::reveal_chunk`); the free raises the memo or only advances the epoch.
+        // The reveal steps the epoch twice with nothing released (its refresh, then the level
+        // maps' announcement) and carries a valid memo over each step (`Arena::reveal_chunk`);
+        // the free raises the memo or only advances the epoch.
         for raise in [true, false] {
             loom::model(move || {
                 let chunk = two_of_four_taken();
                 let freeing = freer(&chunk, UNIT_2, raise);
-                let before = chunk.memo.before_free(&chunk.space);
-                chunk.space.refresh();
-                if let Some(before) = before {
-                    chunk.memo.after_free(&chunk.space, before, 1, 0, || (0, 0));
+                for _ in 0..2 {
+                    let before = chunk.memo.before_free(&chunk.space);
+                    chunk.space.refresh();
+                    if let Some(before) = before {
+                        chunk.memo.after_free(&chunk.space, before, 1, 0, || (0, 0));
+                    }
                 }
                 freeing.join().unwrap();
                 assert_memo_holds(&chunk);

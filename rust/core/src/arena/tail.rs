@@ -213,6 +213,7 @@ impl Arena {
     pub(crate) fn take_tail(&self, chunk: usize, tail: &BuddyLayout) -> bool {
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
+        let before = self.lines[chunk].space.look();
         for (i, piece) in tail.pieces_at(depth, 0).enumerate() {
             if self.shape.try_alloc_cleaning(tree, piece).is_err() {
                 for taken in tail.pieces_at(depth, 0).take(i) {
@@ -226,7 +227,7 @@ impl Arena {
             }
         }
         self.lines[chunk].space.take(tail.units);
-        self.cap_memo_at_free(chunk);
+        self.keep_memo_after_claim(chunk, before, 0, tail.units);
         true
     }
 

@@ -77,7 +77,7 @@ thread_local! {
 /// Chunks an out-of-memory error looks at, and trees it reads, at most to find the largest
 /// free block.
 const LARGEST_VISITS: usize = 64;
-const LARGEST_READS: usize = 2;
+const LARGEST_READS: usize = 1;
 
 /// How many placements [`Pool::alloc_many_until`] makes between two questions to its caller.
 pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;

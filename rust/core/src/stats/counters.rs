@@ -31,6 +31,7 @@
 //! allocation pays no counter of its own. Callers count a tagged block before allocating it and
 //! after freeing it, so a tagged block never enters the untagged estimate.
 
+use crate::config::ClassTable;
 use crate::stats::thread::{ClassTotals, ThreadCounters, ThreadStats};
 use crate::util::index_cache::IndexCache;
 use crate::util::sync::{AtomicU64, CachePadded, Ordering};
@@ -370,7 +371,7 @@ impl Counters {
     }
 
     /// The slab counters summed over every thread, per class.
-    pub(crate) fn class_totals(&self) -> Vec<ClassTotals> {
+    pub(crate) fn class_totals(&self) -> ClassTable<ClassTotals> {
         self.threads.class_totals()
     }
 

@@ -20,6 +20,7 @@
 
 use std::sync::Arc;
 
+use crate::config::ClassTable;
 use crate::util::index_cache::IndexCache;
 use crate::util::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -305,8 +306,8 @@ impl ThreadStats {
     }
 
     /// The slab counters summed over every thread, per class.
-    pub(crate) fn class_totals(&self) -> Vec<ClassTotals> {
-        let mut totals = vec![ClassTotals::default(); self.classes];
+    pub(crate) fn class_totals(&self) -> ClassTable<ClassTotals> {
+        let mut totals = ClassTable::filled(self.classes, ClassTotals::default());
         self.for_each(|block| {
             for (t, c) in totals.iter_mut().zip(block.classes.iter()) {
                 t.allocs += c.allocs.load(Ordering::Relaxed);
@@ -331,7 +332,7 @@ impl Drop for ThreadStats {
 
 /// The slab counters of one class, summed over every thread: allocations, frees, and requested
 /// bytes of the live objects.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ClassTotals {
     pub(crate) allocs: u64,
     pub(crate) frees: u64,

@@ -38,7 +38,7 @@
 //! size itself). Classes may be any positive sizes: the defaults are every size from 1 to 16
 //! bytes, then eight per doubling up to 4 KiB (`PoolConfig::default_slab_sizes`).
 
-use crate::config::{PoolConfig, MAX_SLAB_CLASSES};
+use crate::config::{ClassTable, PoolConfig, MAX_SLAB_CLASSES};
 use crate::error::Result;
 use crate::util::index_stack::{IndexStack, NIL};
 use crate::util::sync::{seq_cst_for_loom, AtomicU32, AtomicU64, CachePadded, Ordering};
@@ -917,8 +917,8 @@ impl SlabCaches {
     /// The current slabs of each class that are all free. A core's slot names only slabs of
     /// its own (a slot of an incarnation since retired is told apart by its generation), so no
     /// slab is counted twice.
-    fn all_free_current_slabs(&self) -> Vec<u64> {
-        let mut per_class = vec![0u64; self.classes.classes.len()];
+    fn all_free_current_slabs(&self) -> ClassTable<u64> {
+        let mut per_class = ClassTable::filled(self.classes.classes.len(), 0u64);
         for caches in self.cores.iter() {
             for k in caches.installed_classes() {
                 let current = caches.current[k].load(Ordering::Acquire);
