@@ -281,6 +281,33 @@ mod tests {
     /// A run's tail hides the rest of its chunk on purpose and lists the chunk; the free that
     /// gives the tail back announces that room and takes the chunk off the list, so no failing
     /// allocation reads it later only to drop it.
+    /// A reveal steps a chunk's epoch twice (its refresh, then the maps' announcement) and
+    /// releases nothing: a chunk whose memo was valid stays sure with its memo valid, so the
+    /// failing allocation's retry reads no tree of a chunk it revealed for nothing.
+    #[test]
+    fn a_reveal_keeps_a_valid_memo_and_the_chunk_sure() {
+        let p = Pool::new(PoolConfig::new(16 * MIB).cores(1).core_reserve(0)).unwrap();
+        let a = p.arena();
+        let h = p.alloc(MIB + 4096, None, 0).unwrap();
+        let chunk = a.geometry.chunk_of(p.block(h).unwrap().offset);
+        let (_, probe) = a.lines[chunk].space.look();
+        let before = a.lines[chunk].stretch.known(probe.epoch()).expect("a grant writes the memo");
+        let sure = |c: usize| a.stretch_classes.unsure_word(c / 64) >> (c % 64) & 1 == 0;
+        assert!(sure(chunk));
+        assert!(a.reveal_chunk(&a.cores[0], chunk, 1));
+        let (_, now) = a.lines[chunk].space.look();
+        assert_eq!(now.epoch(), probe.epoch() + 2, "two epoch steps");
+        assert_eq!(a.lines[chunk].stretch.known(now.epoch()), Some(before), "the memo carried over both");
+        assert!(sure(chunk), "the chunk stays sure");
+        // A memo out of date before the reveal leaves the chunk unsure.
+        a.lines[chunk].space.refresh();
+        a.stretch_classes.mark_unsure(chunk);
+        assert!(a.reveal_chunk(&a.cores[0], chunk, 1));
+        assert!(!sure(chunk));
+        p.free(h).unwrap();
+        assert_eq!(p.check().unwrap(), 0);
+    }
+
     #[test]
     fn a_free_that_shows_a_hidden_rest_takes_its_chunk_off_the_list() {
         let p = Pool::new(PoolConfig::new(16 * MIB).cores(1).core_reserve(0).slab_sizes(Vec::new())).unwrap();
