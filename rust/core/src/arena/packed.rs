@@ -695,12 +695,13 @@ impl Arena {
     /// Record in `chunk`'s stretch memo that a search that probed `epoch` found no free
     /// stretch longer than `longest` units (at `place`, when known, with `free` units free),
     /// and move the chunk to that length's class. The chunk is no longer unsure unless a step
-    /// came since `epoch`.
+    /// came since `epoch`, and is unsure then even if it was sure before
+    /// ([`StretchClasses::settle_written`](super::stretch_classes::StretchClasses::settle_written)).
     #[inline]
     fn record_stretch(&self, chunk: usize, epoch: u64, longest: u64, place: Option<Place>, free: u64) {
         let before = self.lines[chunk].stretch.record_placed(epoch, longest, place, free);
         self.stretch_classes.moved(chunk, before, longest, || self.lines[chunk].stretch.recorded());
-        self.stretch_classes.settle(chunk, || self.lines[chunk].space.moved_since(Probe::of(epoch)));
+        self.stretch_classes.settle_written(chunk, || self.lines[chunk].space.moved_since(Probe::of(epoch)));
     }
 
     /// The best fit in `chunk`'s tree for a block of `units` units from a multiple of `align`

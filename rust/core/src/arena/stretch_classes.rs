@@ -35,7 +35,12 @@
 //! unsure chunks instead of at every chunk. The set is a handshake with the steps: set the
 //! bit, then read the epoch again (a read-modify-write) and clear the bit again when it moved
 //! since the memo's epoch; so a step either comes before that read (and the bit is cleared
-//! again) or its own clear comes after the set. A loom model below checks it. Every epoch step
+//! again) or its own clear comes after the set. A writer does that read-modify-write even
+//! when the chunk was sure already ([`StretchClasses::settle_written`]): a free that carries
+//! the memo over its step leaves the chunk sure, and a memo written after it at the epoch
+//! before (a claim through the place that probed before the free) would otherwise leave a sure
+//! chunk whose memo is out of date, in a class below its longest stretch, where no search looks
+//! for it. Loom models below check both. Every epoch step
 //! that does not carry the memo marks the chunk (the unit-model test of `packed.rs` checks,
 //! after every batch of random allocations and frees, that each sure chunk has a valid memo and
 //! each chunk with a memo is in its class), so no allocation reads every chunk's memo: on an
@@ -159,6 +164,22 @@ impl StretchClasses {
             return;
         }
         word.fetch_or(bit, Ordering::AcqRel);
+        if moved() {
+            word.fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
+
+    /// [`StretchClasses::settle`] for a writer that has just written `chunk`'s memo, valid at
+    /// the epoch it probed: the chunk is sure only if no step came since that probe, even when
+    /// it was sure already. A free that carried the memo over its step keeps the chunk sure,
+    /// and a memo written after it at the older epoch (a claim that probed before the free)
+    /// leaves the memo out of date: the check after the write marks the chunk unsure then.
+    #[inline]
+    pub(crate) fn settle_written(&self, chunk: usize, moved: impl FnOnce() -> bool) {
+        let (word, bit) = (&self.sure[chunk / 64], 1u64 << (chunk % 64));
+        if word.load(Ordering::Relaxed) & bit == 0 {
+            word.fetch_or(bit, Ordering::AcqRel);
+        }
         if moved() {
             word.fetch_and(!bit, Ordering::AcqRel);
         }
@@ -325,6 +346,46 @@ mod loom_models {
             let (_, now) = space.look();
             let unsure = classes.unsure_word(0) & 1 != 0;
             assert!(unsure || memo.known(now.epoch()).is_some(), "a chunk with an out-of-date memo is sure");
+        });
+    }
+
+    /// A writer records a memo at the epoch it probed (a claim through the place, here 1 unit
+    /// of 4 left), racing a free that carries the memo over its step and keeps the chunk sure
+    /// (`StretchMemo::after_free`, then the move to the raised memo's class). When the
+    /// writer's memo lands after the free's, it is out of date, and the chunk must not stay
+    /// sure: afterwards the chunk is unsure or its memo valid at the epoch now, and in the
+    /// class of the memo recorded.
+    #[test]
+    fn a_memo_written_late_after_a_free_that_carried_it_leaves_the_chunk_unsure_or_valid() {
+        loom::model(|| {
+            let space = Arc::new(ChunkSpace::new(4));
+            space.take(2);
+            let memo = Arc::new(StretchMemo::default());
+            let classes = Arc::new(StretchClasses::new(1).unwrap());
+            let (_, probe) = space.look();
+            memo.record(probe.epoch(), 2);
+            classes.moved(0, None, 2, || memo.recorded());
+            classes.settle(0, || space.moved_since(probe));
+            let (sp2, m2, c2) = (space.clone(), memo.clone(), classes.clone());
+            let freer = thread::spawn(move || {
+                let before = m2.before_free(&sp2);
+                sp2.give(1);
+                let carried = before.and_then(|before| m2.after_free(&sp2, before, 1, 1, || (0, 3)));
+                match carried {
+                    Some((known, longest)) => c2.moved(0, Some(known), longest, || m2.recorded()),
+                    None => c2.mark_unsure(0),
+                }
+            });
+            let (_, probe) = space.look();
+            let before = memo.record(probe.epoch(), 1);
+            classes.moved(0, before, 1, || memo.recorded());
+            classes.settle_written(0, || space.moved_since(probe));
+            freer.join().unwrap();
+            let (_, now) = space.look();
+            let unsure = classes.unsure_word(0) & 1 != 0;
+            assert!(unsure || memo.known(now.epoch()).is_some(), "a chunk with an out-of-date memo is sure");
+            let recorded = memo.recorded().expect("a memo was recorded");
+            assert!(classes.classes.contains(class_of(recorded), 0), "the chunk is not in its memo's class");
         });
     }
 
