@@ -895,7 +895,8 @@ impl Arena {
     /// twice when it has no tail), read before its nodes are claimed, for their memos after
     /// ([`Arena::keep_memo_after_claim`]).
     fn before_front(&self, f: &FrontLayout) -> [(u64, Probe); 2] {
-        [self.lines[f.chunk].space.look(), self.lines[f.tail_chunk().min(self.geometry.chunks - 1)].space.look()]
+        let tail = if f.tail_units > 0 { f.tail_chunk() } else { f.chunk };
+        [self.lines[f.chunk].space.look(), self.lines[tail].space.look()]
     }
 
     /// After the nodes of block `f` were claimed (`before`: [`Arena::before_front`]): count its

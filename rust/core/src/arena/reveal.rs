@@ -40,7 +40,8 @@ use crate::util::sync::Ordering;
 /// Chunks a failing allocation reveals when no search met a sealed bunch since the last
 /// complete reveal.
 pub(crate) const REVEAL_SOME: usize = 2;
-/// Chunks such a reveal looks at, at most (the next failure goes on from there).
+/// Chunks such a reveal looks at, at most (the next failure goes on from there): each look
+/// reads the chunk's line, cold on a failing path.
 const REVEAL_LOOKS: usize = 16;
 
 /// What a reveal made searchable again.
@@ -58,9 +59,10 @@ pub(crate) struct Revealed {
 impl Arena {
     /// Reveal every level of every chunk that cores own with a free unit; or, when no search
     /// met a sealed bunch since the last complete reveal (so every miss since was true), only
-    /// the next [`REVEAL_SOME`] chunks with at least `units` free units among the next
-    /// [`REVEAL_LOOKS`], from a cursor that goes round the arena: a failure then costs a few
-    /// searches, not one of every tree.
+    /// the next [`REVEAL_SOME`] chunks with at least `units` free units (and, for a block
+    /// larger than a bank, a memo that does not rule it out) among the next [`REVEAL_LOOKS`],
+    /// from a cursor that goes round the arena: a failure then costs a few searches, not one
+    /// of every tree.
     #[cold]
     pub(crate) fn reveal_hidden(&self, units: u64) -> Revealed {
         match self.shape.reveal_ticket() {
