@@ -35,9 +35,10 @@ pub const MAX_CAPACITY: usize = 1 << 48;
 /// with one value left for "no slab").
 pub const MAX_SLAB_CLASSES: usize = 255;
 
-/// A value per slab class of a pool, on the stack (read on a failing allocation's path, where a
-/// heap allocation costs more than the reading: `util/scratch.rs`).
-pub(crate) type ClassTable<T> = crate::util::scratch::InlineVec<T, MAX_SLAB_CLASSES>;
+/// A value per slab class of a pool, on the stack. A failing allocation's error reads these
+/// (its free bytes), and a heap allocation on that path cost 1-2 us when the process's
+/// allocator had just given its heap top back to the system: more than the reading.
+pub(crate) type ClassTable<T> = smallvec::SmallVec<[T; MAX_SLAB_CLASSES]>;
 /// Classes per doubling of the default slab sizes: a request takes at most 1/8 more bytes than
 /// it asked for.
 pub const SLAB_CLASSES_PER_DOUBLING: usize = 8;

@@ -15,6 +15,11 @@ use crate::util::sync::{AtomicU64, Ordering};
 use crate::util::zeroed::Zeroed;
 
 const ACQ: Ordering = Ordering::Acquire;
+
+/// Bitmap words over the chunks for a walk on a failing allocation's path: on the stack for
+/// arenas of up to 16,384 chunks (2 KiB), on the heap beyond. A heap allocation on that path
+/// cost 1-2 us when the process's allocator had just given its heap top back to the system.
+pub(crate) type ChunkWords = smallvec::SmallVec<[u64; 256]>;
 const ACQ_REL: Ordering = Ordering::AcqRel;
 
 /// `sets` sets over the same chunks.

@@ -66,6 +66,7 @@
 //! blocks.
 
 use super::arena::Arena;
+use super::chunk_sets::ChunkWords;
 use super::chunk_space::Probe;
 use super::exact::Swept;
 use super::front_nodes::{give_front_and_tail, take_front_and_tail, take_nodes, Taken};
@@ -75,7 +76,6 @@ use super::layout::{BuddyLayout, Layout, Pieces};
 use super::stretch_classes;
 use crate::config::Placement;
 use crate::error::{Error, Result};
-use crate::util::scratch::ScratchWords;
 use crate::util::sync::Ordering;
 
 /// Bits of a front word that hold the front's first unit (the units above): a chunk of more
@@ -582,7 +582,7 @@ impl Arena {
     /// (after a fill of 1-8 MiB blocks, 498 of 512, and every one read for nothing).
     fn pair_starts(&self, units: u64, end: usize) -> impl Iterator<Item = usize> {
         let words = end.div_ceil(64);
-        let mut may = ScratchWords::filled(words, 0);
+        let mut may = ChunkWords::from_elem(0, words);
         let top = stretch_classes::classes_up_to(self.geometry.units_per_chunk());
         self.stretch_classes.may_hold(units / 2, top, &mut may);
         // The chunks of word `w` that cores own (none past the end), read only for the words

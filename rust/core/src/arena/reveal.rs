@@ -31,10 +31,10 @@
 
 use super::arena::Arena;
 use super::buddy::TreeShape;
+use super::chunk_sets::ChunkWords;
 use super::core_pool::CorePool;
 use super::global::ChunkState;
 use super::stretch_classes;
-use crate::util::scratch::ScratchWords;
 use crate::util::sync::Ordering;
 
 /// Chunks a failing allocation reveals when no search met a sealed bunch since the last
@@ -95,7 +95,7 @@ impl Arena {
     fn reveal_rests(&self, units: u64) -> usize {
         let units = units.max(1);
         let depth = self.geometry.depth;
-        let mut may = ScratchWords::filled(self.geometry.chunks.div_ceil(64), u64::MAX);
+        let mut may = ChunkWords::from_elem(u64::MAX, self.geometry.chunks.div_ceil(64));
         if units > self.geometry.bank_units {
             may.fill(0);
             let top = stretch_classes::classes_up_to(self.geometry.units_per_chunk());

@@ -119,7 +119,8 @@
 //! tree and lowers the memo to the chunk's free units (no stretch is longer than they are, at
 //! the epoch read with them: `Arena::cap_memo_at_free`), racing a free that raises the memo or
 //! not; and a claim that keeps the place, across the longest stretch, beside it or taking all
-//! of it, racing a free. `packed.rs` checks the memos against a unit model over random allocations and frees.
+//! of it, racing a free. `packed.rs` checks the memos against a unit model over random
+//! allocations and frees.
 
 use super::buddy::{LeafMap, TreeShape, MAX_LEAF_BUNCHES};
 use super::chunk_space::{ChunkSpace, Probe};

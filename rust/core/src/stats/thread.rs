@@ -307,7 +307,7 @@ impl ThreadStats {
 
     /// The slab counters summed over every thread, per class.
     pub(crate) fn class_totals(&self) -> ClassTable<ClassTotals> {
-        let mut totals = ClassTable::filled(self.classes, ClassTotals::default());
+        let mut totals = ClassTable::from_elem(ClassTotals::default(), self.classes);
         self.for_each(|block| {
             for (t, c) in totals.iter_mut().zip(block.classes.iter()) {
                 t.allocs += c.allocs.load(Ordering::Relaxed);

@@ -1,6 +1,6 @@
 //! Small primitives that know nothing of pools: the loom/std atomics shim, bit tricks, the
 //! caller's core, zeroed tables that cost memory only where used, a tagged lock-free index
-//! stack and a single owner's cache in front of it, segmented storage, a table of published pointers, scratch arrays on the stack, and failpoints for fault-injection
+//! stack and a single owner's cache in front of it, segmented storage, a table of published pointers, and failpoints for fault-injection
 //! tests.
 
 pub(crate) mod bits;
@@ -9,7 +9,6 @@ pub(crate) mod failpoint;
 pub(crate) mod index_cache;
 pub(crate) mod index_stack;
 pub(crate) mod published;
-pub(crate) mod scratch;
 pub(crate) mod segments;
 pub(crate) mod sync;
 pub(crate) mod zeroed;

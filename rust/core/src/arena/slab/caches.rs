@@ -918,7 +918,7 @@ impl SlabCaches {
     /// its own (a slot of an incarnation since retired is told apart by its generation), so no
     /// slab is counted twice.
     fn all_free_current_slabs(&self) -> ClassTable<u64> {
-        let mut per_class = ClassTable::filled(self.classes.classes.len(), 0u64);
+        let mut per_class = ClassTable::from_elem(0u64, self.classes.classes.len());
         for caches in self.cores.iter() {
             for k in caches.installed_classes() {
                 let current = caches.current[k].load(Ordering::Acquire);
