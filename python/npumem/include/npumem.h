@@ -113,7 +113,7 @@ typedef struct npumem_handle {
     uint32_t pool_id;
     uint32_t slot;
     uint32_t generation;
-    uint32_t reserved;
+    uint32_t reserved;     /* 0: npumem writes 0 here and refuses a handle whose reserved is not 0 */
 } npumem_handle;
 
 /** A block as an allocation returns it. */

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use npumem_core::{Backing, Pool, PoolConfig};
 
 use crate::exports::{
-    npumem_alloc, npumem_config_init, npumem_free, npumem_last_error, npumem_pool_create, npumem_pool_release,
-    npumem_pool_retain, npumem_pool_stats,
+    npumem_alloc, npumem_block_info, npumem_config_init, npumem_free, npumem_free_many, npumem_last_error,
+    npumem_pool_create, npumem_pool_release, npumem_pool_retain, npumem_pool_stats,
 };
 use crate::native::{wrap, OPS};
 use crate::object::{Location, NpumemPool, OomCallback, Ops, ABI_VERSION};
@@ -73,6 +73,45 @@ fn create_alloc_free_release() {
     }
 }
 
+/// A handle whose reserved field is not 0 was not made by npumem (or was overwritten): every
+/// call that takes one refuses it, a batch names the item, and nothing is freed.
+#[test]
+fn a_handle_with_a_reserved_field_set_is_refused() {
+    let mut config = std::mem::MaybeUninit::<NpumemConfig>::uninit();
+    // SAFETY: local pointers; the pool is released at the end.
+    unsafe {
+        assert_eq!(npumem_config_init(config.as_mut_ptr(), 1 << 20), OK);
+        let mut config = config.assume_init();
+        config.cores = 1;
+        let mut pool = ptr::null_mut();
+        assert_eq!(npumem_pool_create(&config, &mut pool), OK);
+        let mut blocks = [NpumemBlock::default(); 2];
+        for block in &mut blocks {
+            assert_eq!(npumem_alloc(pool, 100, 0, 0, block), OK);
+        }
+        let forged = NpumemHandle { reserved: 7, ..blocks[1].handle };
+        let mut info = NpumemBlock::default();
+        assert_eq!(npumem_block_info(pool, forged, &mut info), status::ERR_INVALID_HANDLE);
+        assert!(last_error().contains("reserved field is 7"), "{}", last_error());
+        assert_eq!(info, NpumemBlock::default(), "nothing written");
+        assert_eq!(npumem_free(pool, forged), status::ERR_INVALID_HANDLE);
+        let mut failed = 0usize;
+        let handles = [blocks[0].handle, forged];
+        assert_eq!(npumem_free_many(pool, handles.as_ptr(), 2, &mut failed), status::ERR_INVALID_HANDLE);
+        assert_eq!(failed, 1, "the forged item is named");
+        assert!(last_error().starts_with("item 1 of the batch failed"), "{}", last_error());
+        let mut stats = NpumemStats::default();
+        assert_eq!(npumem_pool_stats(pool, &mut stats), OK);
+        assert_eq!(stats.blocks_in_use, 2, "nothing was freed");
+        assert_eq!(npumem_block_info(pool, blocks[1].handle, &mut info), OK);
+        assert_eq!(info, blocks[1]);
+        for block in &blocks {
+            assert_eq!(npumem_free(pool, block.handle), OK);
+        }
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+}
+
 #[test]
 fn a_pool_shared_with_rust_lives_until_both_let_go() {
     let core = Arc::new(Pool::new(PoolConfig::new(1 << 20).cores(1).backing(Backing::None)).unwrap());
@@ -90,7 +129,7 @@ fn a_pool_shared_with_rust_lives_until_both_let_go() {
     // SAFETY: the reference made by `wrap`.
     assert_eq!(unsafe { npumem_pool_release(pool) }, OK);
     assert_eq!(Arc::strong_count(&core), 1, "the last C reference let go of the core pool");
-    core.free(block.handle.to_core()).unwrap();
+    core.free(block.handle.to_core().unwrap()).unwrap();
 }
 
 // ----- another copy of the library, as a table of functions ------------------------------------

@@ -65,6 +65,19 @@ fn null(what: &str) -> Status {
     fail_with(ERR_NULL_ARGUMENT, &format!("{what} is NULL"))
 }
 
+/// What the error for a handle whose reserved field is not 0 says.
+fn forged_message(handle: NpumemHandle) -> String {
+    format!(
+        "the handle's reserved field is {}, not 0: it is not a handle npumem made (or it was overwritten); nothing was done",
+        handle.reserved
+    )
+}
+
+/// The error for a handle whose reserved field is not 0 ([`NpumemHandle::to_core`]).
+fn not_made_by_npumem(handle: NpumemHandle) -> Status {
+    fail_with(ERR_INVALID_HANDLE, &forged_message(handle))
+}
+
 /// Whether a batch of `count` items is more than the pool could ever hold live (each block
 /// takes at least a byte of its capacity): such a count is refused before the caller's array
 /// is read, so no count makes a slice longer than memory can hold.
@@ -200,7 +213,7 @@ unsafe extern "C" fn free(pool: *mut NpumemPool, handle: NpumemHandle) -> Status
     guard(|| {
         // SAFETY: checked by the entry point.
         let p = unsafe { this(pool) };
-        let handle = handle.to_core();
+        let Some(handle) = handle.to_core() else { return not_made_by_npumem(handle) };
         let tagged = p.pool.block(handle).ok().filter(|b| counted(p, b.tag));
         match p.pool.free(handle) {
             Ok(()) => {
@@ -221,7 +234,8 @@ unsafe extern "C" fn block(pool: *mut NpumemPool, handle: NpumemHandle, out: *mu
         if out.is_null() {
             return null("out");
         }
-        match describe(p, handle.to_core()) {
+        let Some(core_handle) = handle.to_core() else { return not_made_by_npumem(handle) };
+        match describe(p, core_handle) {
             Ok(block) => {
                 // SAFETY: `out` is non-NULL and the caller's to write.
                 unsafe { out.write(block) };
@@ -237,12 +251,22 @@ unsafe extern "C" fn block(pool: *mut NpumemPool, handle: NpumemHandle, out: *mu
 /// # Safety
 /// `failed_index` is NULL or writable.
 unsafe fn report_index(failed_index: *mut usize, err: &Error) {
+    let index = match err {
+        Error::Batch { index, .. } => *index,
+        Error::NamedTwice { again, .. } => *again,
+        _ => usize::MAX,
+    };
+    // SAFETY: NULL or writable by the caller's contract.
+    unsafe { blame(failed_index, index) };
+}
+
+/// Write `index` to `failed_index` (if not NULL): the item of a batch to blame, `SIZE_MAX`
+/// for none.
+///
+/// # Safety
+/// `failed_index` is NULL or writable.
+unsafe fn blame(failed_index: *mut usize, index: usize) {
     if !failed_index.is_null() {
-        let index = match err {
-            Error::Batch { index, .. } => *index,
-            Error::NamedTwice { again, .. } => *again,
-            _ => usize::MAX,
-        };
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { failed_index.write(index) };
     }
@@ -254,10 +278,8 @@ unsafe fn report_index(failed_index: *mut usize, err: &Error) {
 /// # Safety
 /// `failed_index` is NULL or writable.
 unsafe fn blame_none(failed_index: *mut usize) {
-    if !failed_index.is_null() {
-        // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { failed_index.write(usize::MAX) };
-    }
+    // SAFETY: as the caller's.
+    unsafe { blame(failed_index, usize::MAX) };
 }
 
 unsafe extern "C" fn alloc_many(
@@ -355,8 +377,19 @@ unsafe extern "C" fn free_many(
         }
         // SAFETY: `handles` is non-NULL and holds `count` entries by the caller's contract (and
         // `count` is at most the capacity, so the slice's bytes fit in `isize`).
-        let handles: Vec<Handle> =
-            unsafe { slice::from_raw_parts(handles, count) }.iter().map(|h| h.to_core()).collect();
+        let given = unsafe { slice::from_raw_parts(handles, count) };
+        let mut handles: Vec<Handle> = Vec::with_capacity(count);
+        for (index, &h) in given.iter().enumerate() {
+            let Some(handle) = h.to_core() else {
+                // SAFETY: NULL or writable by the caller's contract.
+                unsafe { blame(failed_index, index) };
+                return fail_with(
+                    ERR_INVALID_HANDLE,
+                    &format!("item {index} of the batch failed: {}", forged_message(h)),
+                );
+            };
+            handles.push(handle);
+        }
         let mut tagged: Vec<(u32, usize)> =
             handles.iter().filter_map(|&h| p.pool.block(h).ok()).map(|b| (b.tag, b.size)).collect();
         match p.pool.free_many(&handles) {

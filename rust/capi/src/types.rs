@@ -53,8 +53,12 @@ pub struct NpumemHandle {
 }
 
 impl NpumemHandle {
-    pub fn to_core(self) -> Handle {
-        Handle::from_bits((self.pool_id as u128) << 64 | (self.slot as u128) << 32 | self.generation as u128)
+    /// The core's handle, or None when the reserved field is not 0: npumem writes 0 there, so
+    /// such a struct is not a handle npumem made (or it was overwritten).
+    pub fn to_core(self) -> Option<Handle> {
+        (self.reserved == 0).then(|| {
+            Handle::from_bits((self.pool_id as u128) << 64 | (self.slot as u128) << 32 | self.generation as u128)
+        })
     }
 
     pub fn from_core(handle: Handle) -> NpumemHandle {
