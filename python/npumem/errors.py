@@ -15,7 +15,8 @@ exception a Python user would reach for first (`MemoryError`, `ValueError`, `Typ
     ├── PinnedBlockError(RuntimeError)     a pinned block cannot be freed or moved
     ├── NoBackingError(BufferError)        backing="none": no host bytes to view
     ├── PoolBusyError(TimeoutError)        the pool could not be paused in time, or a call
-    │                                      would wait for itself
+    │                                      would wait for itself, or (in a child process) it
+    │                                      was in use by another thread at the fork
     ├── ConfigError(ValueError)            an invalid pool configuration
     ├── CorruptionError                    inconsistent metadata (Pool.check())
     ├── MoveError(ValueError)              a batch of moves refused or undone; nothing moved

@@ -79,6 +79,7 @@ pub fn code_of(err: &Error) -> Status {
         Error::Paused
         | Error::Busy { .. }
         | Error::PausedTooLong { .. }
+        | Error::ForkedMidCall
         | Error::Moving
         | Error::Relocating
         | Error::AlreadyPaused

@@ -54,6 +54,10 @@ pub enum Error {
     /// A call waited for a pause longer than the pauser's timeout (a pause that was not
     /// ended): it gave up, nothing was done.
     PausedTooLong { waited_ms: u64 },
+    /// In a child process: the parent forked while another of its threads was inside a call
+    /// of this pool or pausing it. That call never finishes here and the pool's metadata may be
+    /// half updated, so every call that needs the pool is refused (nothing was done).
+    ForkedMidCall,
     /// `check()` found inconsistent metadata: one line per finding.
     Corruption(Vec<String>),
     /// Item `index` of a batch call failed (and the batch left the pool as it was).
@@ -142,6 +146,12 @@ impl fmt::Display for Error {
                 f,
                 "the pool stayed paused for {waited_ms} ms, longer than its pauser's timeout (a pause that \
                  was not resumed?); nothing was done"
+            ),
+            Error::ForkedMidCall => write!(
+                f,
+                "this process was forked while another thread was inside a call of this pool (or pausing \
+                 it): that call never finishes in this child, so the pool cannot be used here; make a new \
+                 pool in the child"
             ),
             Error::Batch { index, error } => write!(f, "item {index} of the batch failed: {error}"),
             Error::NamedTwice { first, again } => write!(

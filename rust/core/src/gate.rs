@@ -34,12 +34,15 @@ use std::time::{Duration, Instant};
 use crate::util::sync::AtomicU32;
 use crate::util::sync::{fence, spin_hint, AtomicU64, AtomicUsize, Ordering};
 
-/// A thread's in-flight flag: the id of the pool it is inside now, or 0. Written on every call,
-/// so each record has its cache lines to itself: two threads' records side by side on one line
-/// made every alloc and free of one thread miss in the other's cache.
+/// A thread's in-flight flag: the key of the gate it is inside now ([`Gate::key`]), or 0.
+/// Written on every call, so each record has its cache lines to itself: two threads' records
+/// side by side on one line made every alloc and free of one thread miss in the other's cache.
 #[repr(align(128))]
 pub(crate) struct Record {
     active: AtomicUsize,
+    /// The key of the gate whose pausers' lock this thread takes or holds, or 0: after a
+    /// `fork()` the child cannot pause that gate (the lock's holder does not exist there).
+    pausing: AtomicUsize,
     in_use: AtomicUsize,
     next: AtomicUsize, // *const Record as usize
     /// Who uses the record now: a fresh number every time it is handed to a thread (a held
@@ -79,6 +82,7 @@ impl Registry {
         }
         let record: &'static Record = Box::leak(Box::new(Record {
             active: AtomicUsize::new(0),
+            pausing: AtomicUsize::new(0),
             in_use: AtomicUsize::new(1),
             next: AtomicUsize::new(0),
             token: AtomicU64::new(self.tokens.fetch_add(1, Ordering::Relaxed) + 1),
@@ -115,6 +119,7 @@ impl Registry {
 impl Record {
     pub(crate) fn release(&self) {
         self.active.store(0, Ordering::Release);
+        self.pausing.store(0, Ordering::Release);
         self.in_use.store(0, Ordering::Release);
     }
 }
@@ -192,16 +197,30 @@ pub(crate) fn init_barriers() {
 
 /// Runs in the child process right after `fork()`, where only the forking thread exists.
 ///
-/// Every other thread's record belonged to a thread of the parent: its in-flight mark would make
-/// every pause wait for a call that can never finish, so those records are released. The
-/// `membarrier` registration belongs to the parent's address space, so the child probes again.
-/// (A pause that a parent thread held at the fork stays closed; calls that wait for it give up
-/// after their timeout.)
+/// Every other thread's record belonged to a thread of the parent. One inside a call of a pool
+/// at the fork left that pool's metadata half updated (a block half placed, a count not yet
+/// made), and that call never finishes in the child; one taking or holding a pool's pausers'
+/// lock left the lock held by a thread that does not exist. Such a pool cannot be used in the
+/// child: its gate is closed for good ([`TORN`]; every call is refused at once, never run on
+/// that state). Then those records are released. The `membarrier` registration belongs to the
+/// parent's address space, so the child probes again. (A held pause that a parent thread took
+/// earlier and did not end stays closed; calls that wait for it give up after its timeout.)
+///
+/// Only atomic loads and stores: nothing here may take a lock (another thread may have held it
+/// at the fork).
 #[cfg(all(not(loom), unix))]
 extern "C" fn after_fork_in_child() {
     let own = FAST_RECORD.try_with(std::cell::Cell::get).unwrap_or(std::ptr::null());
     REGISTRY.for_each(|record| {
         if !std::ptr::eq(record, own) {
+            for key in [record.active.load(Ordering::Acquire), record.pausing.load(Ordering::Acquire)] {
+                if key != 0 {
+                    // SAFETY: a non-zero key is the address of a gate its thread borrowed at
+                    // the fork (inside a call, or in a pause), so the gate was alive then; in
+                    // the child that borrow never ends, so the gate is never dropped.
+                    unsafe { &*(key as *const Gate) }.tear();
+                }
+            }
             record.release();
         }
         true
@@ -257,12 +276,17 @@ fn heavy_barrier() {
     fence(Ordering::SeqCst);
 }
 
-/// A pool's gate.
+/// The value of a gate's `closed` word in a child process whose parent forked while another
+/// thread was inside a call of the pool or pausing it (see `after_fork_in_child`): closed for
+/// good. Tickets count up from 2 and never reach it.
+const TORN: u64 = u64::MAX;
+
+/// A pool's gate. While a thread is inside a call through it, or in a pause of it, its record
+/// carries the gate's *key*: its address ([`Gate::key`]), stable while it is borrowed and
+/// unique among live gates.
 pub(crate) struct Gate {
-    /// Non-zero while paused.
+    /// Non-zero while paused ([`TORN`]: for good).
     closed: AtomicU64,
-    /// The id records carry while inside this pool (non-zero, unique per pool).
-    id: usize,
     /// One pauser at a time (not on the alloc/free path).
     #[cfg(not(loom))]
     pausers: Mutex<()>,
@@ -282,6 +306,9 @@ pub(crate) struct Gate {
 pub(crate) enum Refusal {
     /// The caller holds the pause and is moving blocks: it would wait for itself.
     Relocating,
+    /// The process was forked while another thread was inside a call of the pool or pausing
+    /// it: the pool cannot be used in this child ([`TORN`]).
+    Forked,
     /// The pause outlasted the pauser's timeout: waited this long.
     PausedTooLong(Duration),
 }
@@ -298,6 +325,8 @@ pub(crate) enum PauseError {
     /// The calling thread is inside a call of this pool (a hook it runs): it would wait for
     /// itself.
     InsideCall,
+    /// The gate is closed for good in this child process ([`Refusal::Forked`]).
+    Forked,
 }
 
 /// Proof that the caller is inside the pool; leaving drops it.
@@ -319,11 +348,9 @@ impl Drop for Entered<'_> {
 }
 
 impl Gate {
-    pub(crate) fn new(id: usize) -> Gate {
-        assert!(id != 0);
+    pub(crate) fn new() -> Gate {
         Gate {
             closed: AtomicU64::new(0),
-            id,
             #[cfg(not(loom))]
             pausers: Mutex::new(()),
             holder: AtomicU64::new(0),
@@ -337,15 +364,32 @@ impl Gate {
         self.closed.load(Ordering::Acquire) != 0
     }
 
+    /// What a record carries while its thread is inside a call through this gate or pausing it:
+    /// the gate's address (not 0, and no other live gate has it).
+    #[inline(always)]
+    fn key(&self) -> usize {
+        self as *const Gate as usize
+    }
+
+    /// Whether the gate is closed for good in this child process ([`TORN`]).
+    pub(crate) fn is_torn(&self) -> bool {
+        self.closed.load(Ordering::Acquire) == TORN
+    }
+
+    /// Close the gate for good ([`TORN`]; see `after_fork_in_child`).
+    fn tear(&self) {
+        self.closed.store(TORN, Ordering::Release);
+    }
+
     /// Enter through `record`, or `None` at once if the gate is closed.
     #[inline]
     pub(crate) fn try_enter_with<'a>(&self, record: &'a Record) -> Option<Entered<'a>> {
         let previous = record.active.load(Ordering::Relaxed);
-        if previous == self.id {
+        if previous == self.key() {
             // Already inside this pool on this thread (a nested call): nothing to do.
             return Some(Entered { record, previous, temporary: false });
         }
-        record.active.store(self.id, Ordering::Relaxed);
+        record.active.store(self.key(), Ordering::Relaxed);
         light_barrier();
         // Acquire (free on x86): what a pauser wrote before it resumed (a relocation's metadata)
         // happens before this call (the loom model `a_held_pause_shields_callers_...` needs it).
@@ -359,7 +403,7 @@ impl Gate {
     /// Whether `record`'s thread is inside a call through this gate now (its own record: only
     /// that thread writes it).
     fn is_inside(&self, record: &Record) -> bool {
-        record.active.load(Ordering::Relaxed) == self.id
+        record.active.load(Ordering::Relaxed) == self.key()
     }
 
     /// Whether `record`'s thread holds the gate's ticketed pause (off the fast path: only asked
@@ -370,10 +414,11 @@ impl Gate {
         holder != 0 && holder == record.token.load(Ordering::Relaxed)
     }
 
-    /// The holder of a ticketed pause may enter while it is not moving blocks.
+    /// The holder of a ticketed pause may enter while it is not moving blocks (and the gate is
+    /// not closed for good).
     #[cold]
     fn admits(&self, record: &Record) -> bool {
-        self.holds(record) && self.busy.load(Ordering::Acquire) == 0
+        self.holds(record) && self.busy.load(Ordering::Acquire) == 0 && !self.is_torn()
     }
 
     /// Enter through `record`, waiting while the gate is closed: at most the pauser's timeout
@@ -392,6 +437,9 @@ impl Gate {
     fn enter_slow<'a>(&self, record: &'a Record) -> Result<Entered<'a>, Refusal> {
         let started = Instant::now();
         loop {
+            if self.is_torn() {
+                return Err(Refusal::Forked);
+            }
             if self.holds(record) {
                 return Err(Refusal::Relocating);
             }
@@ -409,7 +457,7 @@ impl Gate {
     #[cfg_attr(loom, allow(unused_variables))]
     fn wait_open(&self, started: Instant) -> bool {
         let mut spins = 0u32;
-        while self.is_closed() {
+        while self.is_closed() && !self.is_torn() {
             if spins < 64 {
                 spin_hint();
             } else {
@@ -460,7 +508,7 @@ impl Gate {
         heavy_barrier();
         let mut spins = 0u32;
         loop {
-            let quiet = registry.for_each(|record| record.active.load(Ordering::Acquire) != self.id);
+            let quiet = registry.for_each(|record| record.active.load(Ordering::Acquire) != self.key());
             if quiet {
                 fence(Ordering::SeqCst);
                 return Ok(());
@@ -583,25 +631,29 @@ impl Gate {
     /// not finish in time (the gate is as it was then). Inside the calling thread's own held
     /// pause this is a no-op guard (refused while the thread moves blocks).
     pub(crate) fn pause(&self, timeout: Duration) -> Result<PauseGuard<'_>, PauseError> {
+        if self.is_torn() {
+            return Err(PauseError::Forked);
+        }
         let (record, temporary) = thread_record();
         let own = self.holds(record);
         // A pauser inside one of this pool's calls (a hook it runs) would wait for itself.
         let inside = self.is_inside(record);
-        if temporary {
-            record.release();
-        }
-        if own {
+        if own || inside {
+            if temporary {
+                record.release();
+            }
+            if inside && !own {
+                return Err(PauseError::InsideCall);
+            }
             if self.busy.load(Ordering::Acquire) != 0 {
                 return Err(PauseError::Relocating);
             }
-            return Ok(PauseGuard { gate: self, _serial: None });
+            return Ok(PauseGuard { gate: self, serial: None });
         }
-        if inside {
-            return Err(PauseError::InsideCall);
-        }
-        let serial = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let pausing = Pausing::mark(self, record, temporary);
+        let lock = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.pause_with(&REGISTRY, timeout).map_err(PauseError::Timeout)?;
-        Ok(PauseGuard { gate: self, _serial: Some(serial) })
+        Ok(PauseGuard { gate: self, serial: Some((lock, pausing)) })
     }
 
     /// Whether the calling thread holds the pause and is moving blocks now.
@@ -616,6 +668,9 @@ impl Gate {
 
     /// Take a held pause for the calling thread (see [`Gate::pause_held_with`]).
     pub(crate) fn pause_held(&self, timeout: Duration) -> Result<u64, PauseError> {
+        if self.is_torn() {
+            return Err(PauseError::Forked);
+        }
         let (record, temporary) = thread_record();
         if temporary {
             // An exiting thread cannot hold a pause: its record goes to another thread.
@@ -628,8 +683,38 @@ impl Gate {
         if self.is_inside(record) {
             return Err(PauseError::InsideCall);
         }
+        let _pausing = Pausing::mark(self, record, false);
         let _serial = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.pause_held_with(&REGISTRY, record, timeout)
+    }
+}
+
+/// The calling thread takes or holds a gate's pausers' lock while this lives: its record
+/// carries the gate's key (`after_fork_in_child` reads it). Declared before the lock's guard,
+/// so the mark goes after the lock is released: a fork in between finds the mark, never a held
+/// lock without one.
+#[cfg(not(loom))]
+struct Pausing {
+    record: &'static Record,
+    /// The record was borrowed for this pause only (the thread is exiting): released after.
+    temporary: bool,
+}
+
+#[cfg(not(loom))]
+impl Pausing {
+    fn mark(gate: &Gate, record: &'static Record, temporary: bool) -> Pausing {
+        record.pausing.store(gate.key(), Ordering::SeqCst);
+        Pausing { record, temporary }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Pausing {
+    fn drop(&mut self) {
+        self.record.pausing.store(0, Ordering::Release);
+        if self.temporary {
+            self.record.release();
+        }
     }
 }
 
@@ -638,14 +723,18 @@ impl Gate {
 #[cfg(not(loom))]
 pub(crate) struct PauseGuard<'a> {
     gate: &'a Gate,
-    _serial: Option<std::sync::MutexGuard<'a, ()>>,
+    /// The pausers' lock and the mark of the thread that holds it (none for a guard inside the
+    /// caller's own held pause). The lock drops first ([`Pausing`]).
+    serial: Option<(std::sync::MutexGuard<'a, ()>, Pausing)>,
 }
 
 #[cfg(not(loom))]
 impl Drop for PauseGuard<'_> {
     fn drop(&mut self) {
-        if self._serial.is_some() {
+        if let Some((lock, pausing)) = self.serial.take() {
             self.gate.resume();
+            drop(lock);
+            drop(pausing);
         }
     }
 }
@@ -659,7 +748,7 @@ mod tests {
     #[test]
     fn pause_waits_for_calls_in_flight_and_holds_new_ones() {
         init_barriers();
-        let gate = Arc::new(Gate::new(77));
+        let gate = Arc::new(Gate::new());
         let inside = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -702,7 +791,7 @@ mod tests {
     #[test]
     fn pause_times_out_on_a_stuck_caller() {
         init_barriers();
-        let gate = Arc::new(Gate::new(78));
+        let gate = Arc::new(Gate::new());
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
         let g = gate.clone();
@@ -723,7 +812,7 @@ mod tests {
     #[test]
     fn try_enter_refuses_while_paused() {
         init_barriers();
-        let gate = Gate::new(79);
+        let gate = Gate::new();
         let guard = gate.pause(Duration::from_secs(1)).unwrap();
         std::thread::scope(|s| {
             s.spawn(|| assert!(gate.try_enter().is_none()));
@@ -745,7 +834,7 @@ mod loom_models {
     fn pause_excludes_calls_in_flight() {
         loom::model(|| {
             let registry = Arc::new(Registry::new());
-            let gate = Arc::new(Gate::new(5));
+            let gate = Arc::new(Gate::new());
             let work = Arc::new(AtomicU64::new(0));
             let (r2, g2, w2) = (registry.clone(), gate.clone(), work.clone());
             let caller = thread::spawn(move || {
@@ -775,7 +864,7 @@ mod loom_models {
     fn a_held_pause_shields_callers_from_a_relocation() {
         loom::model(|| {
             let registry = Arc::new(Registry::new());
-            let gate = Arc::new(Gate::new(5));
+            let gate = Arc::new(Gate::new());
             let a = Arc::new(AtomicU64::new(0));
             let b = Arc::new(AtomicU64::new(0));
             let (r2, g2, a2, b2) = (registry.clone(), gate.clone(), a.clone(), b.clone());
@@ -809,7 +898,7 @@ mod loom_models {
     fn plain_and_held_pauses_exclude_each_other() {
         loom::model(|| {
             let registry = Arc::new(Registry::new());
-            let gate = Arc::new(Gate::new(6));
+            let gate = Arc::new(Gate::new());
             let inside = Arc::new(AtomicU64::new(0));
             let (r2, g2, i2) = (registry.clone(), gate.clone(), inside.clone());
             let plain = thread::spawn(move || {

@@ -118,7 +118,8 @@ impl ErrorClass {
                 &[Base::Ours(Npumem), Base::Builtin(builtin::<PyTimeoutError>)],
                 "The pool could not be paused in time (an in-flight call or another pause did not\n\
                  finish), or a call was made where it would wait for itself: from inside a compaction's\n\
-                 mover, or a second pause of the thread that holds one.",
+                 mover, or a second pause of the thread that holds one. In a child process, also every\n\
+                 call to a pool that another thread of the parent was inside (or pausing) at the fork.",
             ),
             Config => (
                 "ConfigError",
@@ -273,7 +274,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Pinned { .. } => ErrorClass::PinnedBlock,
         Error::InvalidBlock { .. } => ErrorClass::InvalidHandle,
         Error::NoBacking => ErrorClass::NoBacking,
-        Error::Paused | Error::Busy { .. } | Error::PausedTooLong { .. } => ErrorClass::PoolBusy,
+        Error::Paused | Error::Busy { .. } | Error::PausedTooLong { .. } | Error::ForkedMidCall => ErrorClass::PoolBusy,
         Error::Moving | Error::Relocating | Error::AlreadyPaused | Error::PauseInsideCall => ErrorClass::PoolBusy,
         Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => {
             ErrorClass::Move

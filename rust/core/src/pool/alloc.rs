@@ -1109,7 +1109,9 @@ impl Pool {
     pub fn trim(&self) -> usize {
         let core = crate::util::cpu::current_core(self.arena.cores.len());
         let Ok(_entered) = self.enter() else {
-            return 0; // the calling thread is moving blocks (inside a mover): nothing to trim now
+            // The calling thread is moving blocks (inside a mover), or the pool cannot be used
+            // in this child process (`Error::ForkedMidCall`): nothing to trim now.
+            return 0;
         };
         let carver = SlabCarver { pool: self, core, reach: Reach::Full };
         self.arena.drain_block_caches();

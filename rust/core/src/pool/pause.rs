@@ -44,6 +44,7 @@ fn pause_error(e: PauseError) -> Error {
         PauseError::Relocating => Error::Relocating,
         PauseError::AlreadyHeld => Error::AlreadyPaused,
         PauseError::InsideCall => Error::PauseInsideCall,
+        PauseError::Forked => Error::ForkedMidCall,
     }
 }
 
@@ -51,6 +52,7 @@ fn pause_error(e: PauseError) -> Error {
 fn refused(refusal: Refusal) -> Error {
     match refusal {
         Refusal::Relocating => Error::Relocating,
+        Refusal::Forked => Error::ForkedMidCall,
         Refusal::PausedTooLong(waited) => {
             Error::PausedTooLong { waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX) }
         }

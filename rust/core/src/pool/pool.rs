@@ -97,7 +97,7 @@ impl Pool {
             id,
             counters: Counters::new(config.cores, slab_classes, config.limit()),
             handles: HandleTable::new(id, max_blocks.max(1), config.cores)?,
-            gate: Gate::new(id as usize),
+            gate: Gate::new(),
             trace: Trace::new(),
             tags: TagTable::new(),
             limit: config.limit(),
