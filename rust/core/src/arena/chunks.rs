@@ -19,6 +19,7 @@ use super::arena::Arena;
 use super::buddy::{Node, TreeShape};
 use super::global::ChunkState;
 use super::slab::caches::SlabBlocks;
+use crate::util::sync::Ordering;
 use crate::util::zeroed::back_with_writes;
 
 impl Arena {
@@ -43,6 +44,7 @@ impl Arena {
     /// Hand chunk `chunk`, just taken from the global pool, to core `owner`: its tree opens.
     pub(crate) fn open(&self, chunk: usize, owner: usize) {
         let space = &self.lines[chunk].space;
+        self.opened_to.fetch_max(chunk + 1, Ordering::AcqRel);
         if space.is_pristine() {
             // Its tree is all free already; its word is set before the core can search it. Its
             // tree, summaries and slab directory entries are written before their first read

@@ -4,6 +4,8 @@
 
 use std::collections::HashSet;
 
+use smallvec::SmallVec;
+
 use crate::arena::buddy::Node;
 use crate::arena::front::FrontLayout;
 use crate::arena::global::ChunkState;
@@ -31,19 +33,30 @@ impl Pool {
         let mut chunk = 0;
         let regions = self.arena.regions.lock().clone();
         let end = self.arena.global.end();
+        // Chunks from here on were never granted: their lines and trees are not read.
+        let opened_to = self.arena.opened_to.load(Ordering::Acquire);
         while chunk < end {
             let state = self.arena.global.state(chunk);
             if let Some(finding) = region_finding(&regions, chunk, state, self.arena.global.is_taken(chunk)) {
                 findings.push(finding);
             }
-            let owners: Vec<usize> = (0..self.arena.cores.len()).filter(|&c| self.arena.cores[c].owns(chunk)).collect();
+            let owners: SmallVec<[usize; 8]> =
+                (0..self.arena.cores.len()).filter(|&c| self.arena.cores[c].owns(chunk)).collect();
             let taken = self.arena.global.is_taken(chunk);
             let tree = self.arena.tree(chunk);
-            let pristine = self.arena.is_pristine(chunk);
+            let never_opened = self.arena.never_written(chunk, opened_to);
+            if never_opened && matches!(state, ChunkState::Core(_)) {
+                findings.push(format!("chunk {chunk} ({state:?}): granted, but never opened"));
+            }
+            let pristine =
+                if never_opened { !matches!(state, ChunkState::Core(_)) } else { self.arena.is_pristine(chunk) };
             let mut nodes: HashSet<Node> = HashSet::new();
             if pristine {
-                // Never granted: nobody's, whole, every word of its tree zero.
-                if g.usable_units(chunk) != g.units_per_chunk() || tree.iter().any(|w| w.load(Ordering::Relaxed) != 0) {
+                // Never granted: nobody's, whole, every word of its tree zero (a tree past every
+                // opened chunk was never written: not read).
+                if g.usable_units(chunk) != g.units_per_chunk()
+                    || (!never_opened && tree.iter().any(|w| w.load(Ordering::Relaxed) != 0))
+                {
                     findings.push(format!("chunk {chunk} ({state:?}): pristine, but its tree or state disagrees"));
                 }
             } else {
@@ -57,7 +70,7 @@ impl Pool {
                     }
                 }
             }
-            let free_units = self.arena.free_units(chunk);
+            let free_units = if pristine { g.usable_units(chunk) } else { self.arena.free_units(chunk) };
             if !matches!(state, ChunkState::Core(_)) && self.arena.fronts[chunk].load(Ordering::Acquire) != 0 {
                 findings.push(format!("chunk {chunk} ({state:?}): its front word names a block"));
             }
@@ -93,7 +106,7 @@ impl Pool {
                     }
                 }
                 ChunkState::Core(core) => {
-                    if owners != vec![core] {
+                    if owners.as_slice() != [core] {
                         findings.push(format!("chunk {chunk}: state says core {core}, owner bitmaps say {owners:?}"));
                     }
                     if !taken {
@@ -193,7 +206,8 @@ impl Pool {
         }
         // Cached freed blocks (`arena/block_cache.rs`): allocated in their trees, counted free.
         let bytes_of = |class: usize| g.cached_layout(class).units * g.min_block as u64;
-        findings.extend(self.arena.block_caches.findings(bytes_of));
+        let opened_bytes = opened_to.saturating_mul(g.chunk_size);
+        findings.extend(self.arena.block_caches.findings(bytes_of, opened_bytes));
         for (offset, class) in self.arena.block_caches.cached() {
             let (chunk, within) = (g.chunk_of(offset), g.unit_in_chunk(offset));
             if !matches!(self.arena.global.state(chunk), ChunkState::Core(_)) || offset % self.config.bank_size != 0 {

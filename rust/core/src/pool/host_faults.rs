@@ -88,6 +88,32 @@ fn a_pool_larger_than_the_host_is_an_error_not_an_abort() {
     assert!(is_host_error(&err), "{err:?}");
 }
 
+/// `check()` of a large arena reads the lines, trees and granule states of the chunks that
+/// were opened, not the zero pages of the rest (at 256 TiB, a check took over a minute), and
+/// still finds a never-opened chunk that claims a core.
+#[test]
+fn a_check_of_a_huge_pool_reads_only_the_chunks_that_were_opened() {
+    let pool = Pool::new(PoolConfig::new(1 << 40).cores(2).backing(Backing::None)).unwrap();
+    let handles: Vec<_> = [64, 5000, 1 << 20, 3 << 20].iter().map(|&n| pool.alloc(n, None, 0).unwrap()).collect();
+    assert_eq!(pool.check().unwrap(), handles.len());
+    let a = pool.arena();
+    // The per-chunk states and bitmaps are read (a few bytes per chunk); the lines (128 bytes
+    // per chunk), trees and granule states only below the last opened chunk.
+    let read = a.lines.resident_bytes() + a.trees.resident_bytes() + a.block_caches.resident_bytes();
+    assert!(read < 4 << 20, "check() committed {read} bytes of lines, trees and granule states");
+    let far = a.geometry.chunks - 1;
+    assert!(far >= a.opened_to.load(std::sync::atomic::Ordering::Relaxed));
+    let state = a.global.state(far);
+    a.global.set_state(far, crate::arena::global::ChunkState::Core(1));
+    let err = pool.check().unwrap_err();
+    a.global.set_state(far, state);
+    assert!(err.to_string().contains(&format!("chunk {far} (Core(1)): granted, but never opened")), "{err}");
+    for h in handles {
+        pool.free(h).unwrap();
+    }
+    pool.check().unwrap();
+}
+
 #[test]
 fn an_empty_huge_pool_commits_almost_no_host_memory() {
     // 1 TiB of device memory: its metadata is reserved, and committed only where used.
