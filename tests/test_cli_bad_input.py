@@ -1090,3 +1090,134 @@ def test_plan_files_with_missing_or_wrong_figures_are_refused(
     assert status == 2
     assert f"npumem {command}: error: {src}: {message}" in err
     assert err.count(str(src)) == 1  # the file is named once
+
+
+LONE_SURROGATE = "a\\ud800b"  # JSON text for a string that no UTF-8 output can hold
+
+
+@pytest.mark.parametrize(
+    ("kind", "command", "suffix"),
+    [
+        ("snapshot", "report", None),
+        ("snapshot", "view", ".html"),
+        ("snapshot", "plot", ".png"),
+        ("trace", "export", ".json"),
+        ("trace", "replay", None),
+    ],
+)
+def test_a_lone_surrogate_escape_is_refused_by_the_reader(
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    command: str,
+    suffix: str | None,
+) -> None:
+    # The pool's name, and a tag, carry the escape: it decodes to a lone surrogate.
+    obj = json.loads(json.dumps(saved[kind]))
+    obj["pool"] = "POOLNAME"
+    src = tmp_path / f"{kind}.json"
+    src.write_text(json.dumps(obj).replace("POOLNAME", LONE_SURROGATE))
+    out = None if suffix is None else tmp_path / f"out{suffix}"
+    argv = [command, str(src)] + ([] if out is None else ["-o", str(out)])
+    status, _, err = run_cli(argv, capsys, output=out)
+    assert status == 2
+    assert "lone UTF-16 surrogate" in err and "\\ud800" in err
+
+
+def test_a_lone_surrogate_escape_in_a_plan_input_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "problem.json"
+    src.write_text(
+        '{"buffers": [{"id": "' + LONE_SURROGATE + '", "lower": 0, "upper": 2, "size": 64}]}'
+    )
+    out = tmp_path / "plan.csv"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2 and "lone UTF-16 surrogate" in err
+    # A pair of escapes is one character, and is read.
+    src.write_text('{"buffers": [{"id": "a\\ud83d\\ude00", "lower": 0, "upper": 2, "size": 64}]}')
+    status, _, err = run_cli(["plan", str(src), "-o", str(out), "-q"], capsys)
+    assert status == 0, err
+    assert "a\U0001f600" in out.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("weight", ["1" + "0" * 400, "1" + "0" * 309])
+def test_a_weight_no_float_can_hold_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], weight: str
+) -> None:
+    src = tmp_path / "problem.json"
+    src.write_text(
+        '{"buffers": [{"id": "a", "lower": 0, "upper": 2, "size": 64, "weight": ' + weight + "}]}"
+    )
+    out = tmp_path / "plan.json"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert "weight must be a number a float can hold" in err and len(err) < 300, err
+
+
+@pytest.mark.parametrize(
+    ("kind", "command"),
+    [("snapshot", "plot"), ("snapshot", "view"), ("trace", "export"), ("problem", "plan")],
+)
+def test_an_output_path_that_is_the_input_is_refused(
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    command: str,
+) -> None:
+    suffix = {"plot": ".png", "view": ".html", "export": ".json", "plan": ".json"}[command]
+    src = tmp_path / f"input{suffix}"
+    if kind == "problem":
+        src.write_text('{"buffers": [{"id": "a", "lower": 0, "upper": 2, "size": 64}]}')
+    else:
+        src.write_text(json.dumps(saved[kind]))
+    before = src.read_bytes()
+    # Named as it is, and through a symbolic link to it.
+    link = tmp_path / f"link{suffix}"
+    link.symlink_to(src)
+    for output in (src, link):
+        status, _, err = run_cli([command, str(src), "-o", str(output)], capsys)
+        assert status == 2
+        assert "is the input file" in err, err
+        assert src.read_bytes() == before, "the input was replaced"
+
+
+def test_a_pool_capacity_not_met_is_said_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "problem.json"
+    src.write_text('{"buffers": [{"id": "a", "lower": 0, "upper": 2, "size": 64}]}')
+    out = tmp_path / "plan.csv"
+    argv = ["plan", str(src), "--pool", "sram=1", "--pool", "hbm=1", "-o", str(out)]
+    status, _, err = run_cli(argv, capsys)
+    assert status == 1
+    assert err.strip() == (
+        "npumem plan: capacity not met: pool hbm's arena is 64 bytes, over its 1; "
+        f"{out} not written"
+    )
+    assert not out.exists()
+
+
+def test_an_error_message_over_several_lines_is_printed_as_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As ONNX's shape inference words a bad operator: a list of signatures, a line each.
+    from npumem.plan import cli as plan_cli
+
+    def fails(*_: object, **__: object) -> None:
+        raise PlanError(
+            "m.onnx: ONNX shape inference failed (incompatible arguments:\n 1. f(a)\n 2. f(b))"
+        )
+
+    monkeypatch.setattr(plan_cli, "read_input", fails)
+    src = tmp_path / "m.onnx"
+    src.write_bytes(b"x")
+    out = tmp_path / "plan.csv"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert err.strip() == (
+        "npumem plan: error: m.onnx: ONNX shape inference failed "
+        "(incompatible arguments: 1. f(a) 2. f(b))"
+    )

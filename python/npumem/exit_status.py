@@ -1,10 +1,11 @@
-"""The exit statuses of the `npumem` command, the same for every subcommand."""
+"""What the `npumem` command gives back to the shell: its exit statuses, the same for every
+subcommand, and each error as one line on stderr."""
 
 from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["ExitStatus"]
+__all__ = ["ExitStatus", "one_line"]
 
 
 class ExitStatus(IntEnum):
@@ -20,3 +21,9 @@ class ExitStatus(IntEnum):
 
     USAGE = 2
     """Bad arguments or an unreadable input file (`argparse` exits with 2 as well)."""
+
+
+def one_line(message: object) -> str:
+    """`message` as one line: an error's text may span lines (a library's list of signatures),
+    and a command prints each error on one."""
+    return " ".join(str(message).split())

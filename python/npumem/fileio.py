@@ -21,6 +21,7 @@ import errno
 import json
 import math
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +34,7 @@ __all__ = [
     "MAX_INPUT_BYTES",
     "check_output_path",
     "decode_text",
+    "is_same_file",
     "json_object_from_text",
     "json_text",
     "path_argument",
@@ -207,7 +209,35 @@ def json_object_from_text(
     if not isinstance(obj, dict):
         found = "null" if obj is None else type(obj).__name__
         raise error(f"{label}: expected {expected}, found {found}")
+    if _SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogates(obj, label, error)
     return obj
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: paired ones decode to one character, a lone one stays
+a surrogate, which no UTF-8 text (a report, a page, an output file) can hold."""
+
+
+def _refuse_lone_surrogates(obj: object, label: str, error: Callable[[str], Exception]) -> None:
+    """`error(message)` when a string of `obj` (a key or a value, at any depth) holds a lone
+    surrogate (`"\\ud800"` in the JSON text)."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode(ENCODING)
+            except UnicodeEncodeError:
+                raise error(
+                    f"{label}: not valid text: the string {item[:40]!r} holds a lone UTF-16 "
+                    "surrogate escape (\\ud800-\\udfff)"
+                ) from None
 
 
 def json_text(obj: Mapping[str, Any], *, indent: int | None = None) -> str:
@@ -276,6 +306,15 @@ def _atomic_file(out: Path, mode: str) -> Iterator[Any]:
     except BaseException:
         remove_quietly(tmp)
         raise
+
+
+def is_same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether paths `a` and `b` name one existing file (through links too): an output that
+    would replace a command's own input."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 def check_output_path(path: str | os.PathLike[str]) -> Path:

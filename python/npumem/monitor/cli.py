@@ -23,8 +23,8 @@ from rich.console import Console
 
 from npumem._argtypes import at_least_one
 from npumem.errors import MissingDependencyError, NpumemError
-from npumem.exit_status import ExitStatus
-from npumem.fileio import json_text, path_argument
+from npumem.exit_status import ExitStatus, one_line
+from npumem.fileio import is_same_file, json_text, path_argument
 from npumem.monitor._files import read_json
 from npumem.monitor.errors import MonitorError
 from npumem.monitor.report import render_report, report_json
@@ -39,16 +39,23 @@ if TYPE_CHECKING:
 __all__ = ["add_parsers", "run_export", "run_plot", "run_report", "run_view"]
 
 
-def _output_path(given: str | None, default: str, command: str, err: Console) -> Path | None:
-    """`-o OUT` as a `Path`, or `default` when not given; an empty or unusable path is
-    refused on `err` (None)."""
-    if given is None:
-        return Path(default)
+def _output_path(
+    given: str | None, default: str, command: str, err: Console, source: str
+) -> Path | None:
+    """`-o OUT` as a `Path`, or `default` when not given; an empty or unusable path, or the
+    input file `source` itself, is refused on `err` (None)."""
     try:
-        return path_argument(given, "the output path")
+        output = Path(default) if given is None else path_argument(given, "the output path")
     except NpumemError as exc:
-        err.print(f"npumem {command}: error: {exc}", markup=False)
+        err.print(f"npumem {command}: error: {one_line(exc)}", markup=False)
         return None
+    if is_same_file(output, source):
+        err.print(
+            f"npumem {command}: error: {output} is the input file; write the output elsewhere",
+            markup=False,
+        )
+        return None
+    return output
 
 
 def _load_any(path: str) -> Snapshot | Trace | Solution | TierSnapshot:
@@ -66,7 +73,7 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         loaded = _load_any(args.snapshot)
     except MonitorError as exc:
-        err.print(f"npumem report: error: {exc}", markup=False)
+        err.print(f"npumem report: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     if isinstance(loaded, TierSnapshot):
         return _report_tiers(loaded, args)
@@ -94,9 +101,9 @@ def run_plot(args: argparse.Namespace) -> int:
     try:
         loaded = _load_any(args.input)
     except MonitorError as exc:
-        err.print(f"npumem plot: error: {exc}", markup=False)
+        err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
-    output = _output_path(args.output, Path(args.input).stem + ".png", "plot", err)
+    output = _output_path(args.output, Path(args.input).stem + ".png", "plot", err, args.input)
     if output is None:
         return ExitStatus.USAGE
     if isinstance(loaded, TierSnapshot):
@@ -111,7 +118,7 @@ def run_plot(args: argparse.Namespace) -> int:
         else:
             plot_plan(loaded, output)
     except (MonitorError, MissingDependencyError, ValueError) as exc:
-        err.print(f"npumem plot: error: {exc}", markup=False)
+        err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     except OSError as exc:
         err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
@@ -133,14 +140,14 @@ def run_view(args: argparse.Namespace) -> int:
     try:
         loaded = load_saved_file(args.input)
     except MonitorError as exc:
-        err.print(f"npumem view: error: {exc}", markup=False)
+        err.print(f"npumem view: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     if not isinstance(loaded, Snapshot | Trace):
         err.print(
             f"npumem view: error: {args.input} is a plan (npumem plot draws plans)", markup=False
         )
         return ExitStatus.USAGE
-    output = _output_path(args.output, Path(args.input).stem + ".html", "view", err)
+    output = _output_path(args.output, Path(args.input).stem + ".html", "view", err, args.input)
     if output is None:
         return ExitStatus.USAGE
     if output.suffix.lower() not in (".html", ".htm"):
@@ -165,14 +172,16 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         loaded = load_saved_file(args.trace)
     except MonitorError as exc:
-        err.print(f"npumem export: error: {exc}", markup=False)
+        err.print(f"npumem export: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     if not isinstance(loaded, Trace):
         err.print(f"npumem export: error: {args.trace} is not a trace", markup=False)
         return ExitStatus.USAGE
     from npumem.monitor.perfetto import write_chrome_trace
 
-    output = _output_path(args.output, Path(args.trace).stem + ".perfetto.json", "export", err)
+    output = _output_path(
+        args.output, Path(args.trace).stem + ".perfetto.json", "export", err, args.trace
+    )
     if output is None:
         return ExitStatus.USAGE
     try:
@@ -207,7 +216,7 @@ def _plot_tiers(snap: TierSnapshot, output: Path, err: Console) -> int:
     try:
         plot_tiers(snap, output)
     except (MonitorError, MissingDependencyError, ValueError) as exc:
-        err.print(f"npumem plot: error: {exc}", markup=False)
+        err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     except OSError as exc:
         err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)

@@ -23,8 +23,8 @@ from typing import Any
 
 from npumem._argtypes import byte_count
 from npumem.errors import MissingDependencyError
-from npumem.exit_status import ExitStatus
-from npumem.fileio import remove_quietly, write_text
+from npumem.exit_status import ExitStatus, one_line
+from npumem.fileio import is_same_file, remove_quietly, write_text
 from npumem.plan.buckets import plan_buckets
 from npumem.plan.c_header import c_identifier
 from npumem.plan.errors import PlanError, ProblemFormatError
@@ -257,7 +257,7 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
                 }
             )
     except (PlanError, MissingDependencyError, ValueError) as exc:
-        err.print(f"npumem plan: error: {exc}", markup=False)
+        err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     if not args.quiet:
         out.print(f"input        {args.input} ({len(plan.buckets)} buckets)", markup=False)
@@ -297,6 +297,12 @@ def run(args: argparse.Namespace) -> int:
             markup=False,
         )
         return ExitStatus.USAGE
+    if args.output is not None and is_same_file(args.output, args.input):
+        err.print(
+            f"npumem plan: error: {args.output} is the input file; write the plan elsewhere",
+            markup=False,
+        )
+        return ExitStatus.USAGE
     dims: dict[str, list[int]] = args.dim or {}
     if any(len(v) > 1 for v in dims.values()):
         return _run_buckets(args, dims, out, err)
@@ -310,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
         if args.double_buffer:
             problem = problem.pipelined(args.double_buffer, args.in_flight)
     except (PlanError, MissingDependencyError, ValueError) as exc:
-        err.print(f"npumem plan: error: {exc}", markup=False)
+        err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     if args.pool:
         return _run_tiers(args, problem, out, err)
@@ -344,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             _write_all({Path(args.output): _render(solution, Path(args.output), args.format)})
         except PlanError as exc:
-            err.print(f"npumem plan: error: {exc}", markup=False)
+            err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
             return ExitStatus.USAGE
     if not args.quiet:
         s = solution.stats
@@ -491,7 +497,7 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
             raise PlanError("--capacity plans one arena; with --pool give each pool a capacity")
         pools = parse_pools(args.pool)
     except PlanError as exc:
-        err.print(f"npumem plan: error: {exc}", markup=False)
+        err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     solution: TieredSolution = solve_tiers(
         problem, pools, time_limit=args.time_limit, seed=args.seed
@@ -501,7 +507,7 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
         try:
             _write_all({Path(args.output): _render(solution, Path(args.output), args.format)})
         except PlanError as exc:
-            err.print(f"npumem plan: error: {exc}", markup=False)
+            err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
             return ExitStatus.USAGE
     if not args.quiet:
         out.print(f"input        {args.input} ({len(problem)} buffers)", markup=False)
@@ -522,4 +528,18 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
         out.print(f"time         {solution.seconds:.3f} s", markup=False)
         if args.output is not None:
             out.print(f"written      {args.output if solution.fits else 'nothing'}", markup=False)
-    return ExitStatus.OK if solution.fits else ExitStatus.NOT_MET
+    if not solution.fits:
+        if not args.quiet:
+            over = [
+                f"pool {name}'s arena is {solution.solutions[name].arena_size:,} bytes, over its "
+                f"{cap:,}"
+                for name, cap in solution.pools
+                if cap is not None and solution.solutions[name].arena_size > cap
+            ]
+            unwritten = f"; {args.output} not written" if args.output is not None else ""
+            err.print(
+                f"npumem plan: capacity not met: {'; '.join(over) or 'a pool is over'}{unwritten}",
+                markup=False,
+            )
+        return ExitStatus.NOT_MET
+    return ExitStatus.OK

@@ -172,6 +172,12 @@ def _csv_rows(reader: Any, label: str) -> Iterator[list[str]]:
         yield row
 
 
+def _shown(value: object) -> str:
+    """`value`'s repr for a message, cut short when long (a number of 400 digits)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
 def _weight(value: object) -> float | None:
     """A buffer weight from a number or decimal text (empty: none); other values raise
     `ValueError`."""
@@ -179,7 +185,10 @@ def _weight(value: object) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ValueError from None
     return int(number) if number.is_integer() and abs(number) < 2**53 else number
 
 
@@ -585,7 +594,7 @@ class Problem:
             except ValueError:
                 raise ProblemFormatError(
                     f"{label}, line {line}: weight must be a number, "
-                    f"got {row[columns['weight']].strip()!r}"
+                    f"got {_shown(row[columns['weight']].strip())}"
                 ) from None
         buf = Buffer(
             buffer_id,
@@ -712,7 +721,8 @@ class Problem:
                 weight = _weight(entry.get("weight"))
             except ValueError:
                 raise ProblemFormatError(
-                    f"{where}: weight must be a number, got {entry['weight']!r}"
+                    f"{where}: weight must be a number a float can hold, "
+                    f"got {_shown(entry['weight'])}"
                 ) from None
             buf = Buffer(
                 buffer_id,

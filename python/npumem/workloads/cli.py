@@ -32,7 +32,7 @@ from rich.text import Text
 import npumem
 from npumem._argtypes import at_least_one, non_negative, positive_byte_count
 from npumem.compaction import Compactor, Policy
-from npumem.exit_status import ExitStatus
+from npumem.exit_status import ExitStatus, one_line
 from npumem.fileio import check_output_path, json_text, path_argument, remove_quietly
 from npumem.monitor.report import render_report
 from npumem.monitor.sampler import Alert
@@ -104,7 +104,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
     try:
         output = path_argument(args.output, "the output folder")
     except npumem.InvalidArgumentError as exc:
-        err.print(f"npumem demo: error: {exc}", markup=False)
+        err.print(f"npumem demo: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     if output.exists() and not output.is_dir():
         err.print(f"npumem demo: error: --output {output} exists and is not a folder", markup=False)
@@ -160,7 +160,7 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
                 tiers=args.tiers,
             )
         except (npumem.InvalidArgumentError, npumem.ConfigError) as exc:
-            err.print(f"npumem demo: error: {exc}", markup=False)
+            err.print(f"npumem demo: error: {one_line(exc)}", markup=False)
             return ExitStatus.USAGE
         except npumem.NpumemError as exc:  # the arguments were fine; the run could not finish
             err.print(f"npumem demo: failed: {exc}", markup=False)
@@ -279,7 +279,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
     try:
         trace = load_saved_file(args.trace)
     except MonitorError as exc:
-        err.print(f"npumem replay: error: {exc}", markup=False)
+        err.print(f"npumem replay: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     if not isinstance(trace, Trace):
         what = "a snapshot" if isinstance(trace, Snapshot) else "a plan"
@@ -311,7 +311,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
                 progress=lambda done, total: progress.update(task, completed=done),
             )
         except npumem.NpumemError as exc:
-            err.print(f"npumem replay: error: {exc}", markup=False)
+            err.print(f"npumem replay: error: {one_line(exc)}", markup=False)
             return ExitStatus.USAGE
     recorded = trace.stats_at_stop
     if args.json:
