@@ -90,15 +90,37 @@ def test_no_compaction_when_it_cannot_help_or_the_policy_says_no() -> None:
     assert c3.compactions == 1
 
 
-def test_a_handler_that_raises_propagates_and_one_that_allocates_does_not_recurse() -> None:
+def test_a_handler_that_raises_is_the_cause_and_one_that_allocates_does_not_recurse() -> None:
     pool, _, want = seed_pool()
+    before = pool.stats()
 
     def broken(nbytes: int) -> bool:
         raise RuntimeError(f"handler failed for {nbytes}")
 
-    pool.set_oom_handler(broken)
-    with pytest.raises(RuntimeError, match="handler failed"):
+    class NoTruth:
+        def __bool__(self) -> bool:
+            raise ValueError("no truth value")
+
+    # The allocation fails as it would have (`except MemoryError` still catches it), with the
+    # handler's exception as its cause; nothing changes but the failure counted.
+    for handler, cause in ((broken, RuntimeError), (lambda n: NoTruth(), ValueError)):
+        pool.set_oom_handler(handler)
+        for alloc in (lambda: pool.alloc(want), lambda: pool.alloc_many([want])):
+            with pytest.raises(npumem.OutOfMemoryError) as caught:
+                alloc()
+            assert isinstance(caught.value.__cause__, cause)
+    after = pool.stats()
+    assert (after.bytes_in_use, after.blocks_in_use) == (before.bytes_in_use, before.blocks_in_use)
+    assert after.failed_allocs == before.failed_allocs + 4
+
+    # Ctrl-C in the handler goes through as it is.
+    def interrupted(nbytes: int) -> bool:
+        raise KeyboardInterrupt
+
+    pool.set_oom_handler(interrupted)
+    with pytest.raises(KeyboardInterrupt):
         pool.alloc(want)
+    pool.set_oom_handler(broken)
     calls: list[int] = []
 
     def greedy(nbytes: int) -> bool:

@@ -201,6 +201,36 @@ def test_on_evict_preempts_and_retries() -> None:
     assert c.on_evict is not None
 
 
+@pytest.mark.parametrize("capacity_tokens", [16, None])
+def test_an_on_evict_that_raises_is_the_cause_of_the_out_of_memory_error(
+    capacity_tokens: int | None,
+) -> None:
+    c = make_cache(capacity_tokens=capacity_tokens, pool_bytes=1 << 20)
+    with pytest.raises(npumem.OutOfMemoryError):  # fill the cache (or the pool)
+        for seq in range(1 << 20):
+            c.add_sequence(seq, num_tokens=8)
+    before = (c.sequences(), c.stats().pages_in_use)
+    new_id = 1 << 21  # an id no sequence has
+
+    def broken(pages_needed: int) -> bool:
+        raise ZeroDivisionError(pages_needed)
+
+    c.on_evict = broken
+    for call in (lambda: c.add_sequence(new_id, num_tokens=8), lambda: c.append_many({0: 64})):
+        with pytest.raises(npumem.OutOfMemoryError) as caught:
+            call()
+        assert isinstance(caught.value.__cause__, ZeroDivisionError)
+        assert (c.sequences(), c.stats().pages_in_use) == before
+
+    def interrupted(pages_needed: int) -> bool:
+        raise KeyboardInterrupt
+
+    c.on_evict = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        c.add_sequence(new_id, num_tokens=8)
+    assert (c.sequences(), c.stats().pages_in_use) == before
+
+
 def test_misuse_gets_typed_errors(cache: KVCache) -> None:
     cache.add_sequence(1)
     with pytest.raises(npumem.InvalidArgumentError, match="is in the KV cache already"):

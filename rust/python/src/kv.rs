@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use npumem_core::kv::{FreeList, KvError, PageSource, PageTable};
 use npumem_core::Handle;
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyMemoryError;
+use pyo3::exceptions::{PyException, PyMemoryError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
@@ -471,8 +471,17 @@ impl PagedKV {
             };
             let handler = self.on_evict.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|h| h.clone_ref(py));
             let Some(handler) = handler else { return Err(err) };
-            if !handler.call1(py, (pages_needed,))?.is_truthy(py)? {
-                return Err(err);
+            match handler.call1(py, (pages_needed,)).and_then(|answer| answer.is_truthy(py)) {
+                Ok(true) => {}
+                Ok(false) => return Err(err),
+                // A callback that failed (raised, or answered with something that has no truth
+                // value): the call fails as it would have, with that exception as its cause, as
+                // for the pool's out-of-memory handler. Ctrl-C and exits go through as they are.
+                Err(raised) if raised.is_instance_of::<PyException>(py) => {
+                    err.set_cause(py, Some(raised));
+                    return Err(err);
+                }
+                Err(raised) => return Err(raised),
             }
             retry = true;
             let mut state = self.lock(py)?;

@@ -11,6 +11,7 @@ use std::cell::Cell;
 use std::sync::{Mutex, MutexGuard};
 
 use npumem_core::{Error, Handle};
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
 use crate::args;
@@ -140,7 +141,19 @@ impl OomHandler {
                 } else {
                     self.ask(py, nbytes())
                 };
-                if asked? || grow_last {
+                let retry = match asked {
+                    Ok(retry) => retry,
+                    // A handler that failed (raised, or answered with something that has no
+                    // truth value): the allocation fails as it would have, with that exception
+                    // as its cause. Ctrl-C and exits go through as they are.
+                    Err(raised) if raised.is_instance_of::<PyException>(py) => {
+                        let out = to_py(err);
+                        out.set_cause(py, Some(raised));
+                        return Err(out);
+                    }
+                    Err(raised) => return Err(raised),
+                };
+                if retry || grow_last {
                     let again = detached(py, &alloc);
                     if again.as_ref().map_or_else(out_of_memory, |_| true) {
                         // One allocation, one outcome: a success raised nothing, and a second

@@ -613,7 +613,8 @@ impl Pool {
     }
 
     /// Set the callable `handler(nbytes) -> bool` that a failing allocation calls before it
-    /// raises `OutOfMemoryError` (a true result retries the allocation once), or `None`.
+    /// raises `OutOfMemoryError` (a true result retries the allocation once), or `None`. A
+    /// handler that raises is that error's `__cause__`.
     /// Returns the previous handler.
     fn set_oom_handler(&self, handler: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
         self.oom.replace(handler)
