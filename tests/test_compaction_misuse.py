@@ -83,6 +83,37 @@ CASES: list[tuple[str, Callable[[npumem.Pool, npumem.Pause, list[npumem.Block]],
     ("pause twice", lambda p, z, b: p.pause(), npumem.PoolBusyError),
     ("bad timeout", lambda p, z, b: p.pause(-1), npumem.InvalidArgumentError),
     ("plan: bad mode", lambda p, z, b: p.plan_compaction("tidy"), npumem.InvalidArgumentError),
+    # An argument of another mode, which the call would ignore.
+    (
+        "full with chunks",
+        lambda p, z, b: p.compact_step(z, "full", chunks=[0]),
+        npumem.InvalidArgumentError,
+    ),
+    (
+        "full with a budget",
+        lambda p, z, b: p.compact_step(z, max_bytes=1.5),
+        npumem.InvalidArgumentError,
+    ),
+    (
+        "incremental with chunks",
+        lambda p, z, b: p.compact_step(z, "incremental", max_bytes=MIB, chunks=object()),
+        npumem.InvalidArgumentError,
+    ),
+    (
+        "evacuate with a budget",
+        lambda p, z, b: p.compact_step(z, "evacuate", chunks=[0], max_bytes="lots"),
+        npumem.InvalidArgumentError,
+    ),
+    (
+        "stage: full with chunks",
+        lambda p, z, b: p.stage_compaction("full", chunks=[0]),
+        npumem.InvalidArgumentError,
+    ),
+    (
+        "plan: full with a budget",
+        lambda p, z, b: p.plan_compaction("full", max_bytes=MIB),
+        npumem.InvalidArgumentError,
+    ),
 ]
 
 

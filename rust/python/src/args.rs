@@ -312,6 +312,17 @@ pub(crate) fn compaction_mode(
     max_bytes: Option<&Bound<'_, PyAny>>,
     chunks: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<CompactionMode> {
+    // An argument of another mode would be ignored: refused, so that a call never does other
+    // than it says (`chunks=` with the default mode "full" compacts everything).
+    let given = |arg: Option<&Bound<'_, PyAny>>| arg.is_some_and(|a| !a.is_none());
+    for (name, arg, its_mode) in [("max_bytes", max_bytes, "incremental"), ("chunks", chunks, "evacuate")] {
+        if given(arg) && mode != its_mode {
+            return Err(error(
+                ErrorClass::InvalidArgument,
+                format!("{name} applies to mode=\"{its_mode}\" only; this call's mode is {mode:?}"),
+            ));
+        }
+    }
     match mode {
         "full" => Ok(CompactionMode::Full),
         "incremental" => {
