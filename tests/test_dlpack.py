@@ -91,6 +91,15 @@ def test_dlpack_device_and_protocol_arguments() -> None:
         blk.__dlpack__(dl_device=(KDL_CUDA, 0))
     with pytest.raises(npumem.InvalidArgumentError, match="stream"):
         blk.__dlpack__(stream=5)
+    # copy is a bool: a truth value of something else is refused, not guessed.
+    for copy in ("x", 0, 1.0):
+        with pytest.raises(npumem.ArgumentTypeError, match="copy must be None, True or False"):
+            blk.__dlpack__(copy=copy)
+    for version in ((-1, -1), (1,), "1.0"):
+        with pytest.raises(npumem.ArgumentTypeError, match=r"pair of ints >= 0, got"):
+            blk.__dlpack__(max_version=version)
+    with pytest.raises(npumem.ArgumentTypeError, match=r"got \(-1, -1\)"):
+        blk.__dlpack__(max_version=(-1, -1))
     assert blk.pins == 0, "refused exports pin nothing"
     legacy = blk.__dlpack__()
     versioned = blk.__dlpack__(max_version=(1, 0), dl_device=(KDL_CPU, 0), copy=False)
@@ -147,6 +156,14 @@ def test_as_array_is_a_typed_view() -> None:
         blk.as_array(np.float64, (200,))
     with pytest.raises(npumem.InvalidArgumentError):
         blk.as_array("S3")  # 1000 bytes is not a whole number of 3-byte items
+    with pytest.raises(npumem.ArgumentTypeError, match="dtype must be a NumPy dtype, got str"):
+        blk.as_array("not a dtype")
+    with pytest.raises(npumem.ArgumentTypeError, match="dtype must be a NumPy dtype"):
+        blk.as_array(3.5)
+    for objects in (object, "O", [("a", "i4"), ("b", "O")]):
+        with pytest.raises(npumem.InvalidArgumentError, match="holds Python objects"):
+            blk.as_array(objects)
+    assert blk.pins == 4, "refused views pin nothing"
     del floats, kept
     assert blk.pins == 0
 

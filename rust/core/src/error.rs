@@ -77,8 +77,9 @@ pub enum Error {
     MoverFailed(String),
     /// The pause token does not hold this pool's pause (resumed already, or of another pool).
     NotPaused,
-    /// A call that needs the pool was made by the thread that holds its pause while it is
-    /// moving blocks (from inside the mover): waiting would never end.
+    /// A call that needs the pool was made by the thread that holds its pause while blocks
+    /// are being moved under that pause (from inside the mover, or by a compaction step that
+    /// another thread runs with the pause): the call would wait for a move it may be part of.
     Relocating,
     /// The calling thread holds the pool's pause already.
     AlreadyPaused,
@@ -178,8 +179,9 @@ impl fmt::Display for Error {
             ),
             Error::Relocating => write!(
                 f,
-                "this thread holds the pool's pause and is moving blocks: the pool cannot be used from inside \
-                 the mover"
+                "this thread holds the pool's pause and blocks are being moved under it (by this thread's \
+                 mover, or by a compaction step on another thread): the pool cannot be used until the move \
+                 ends"
             ),
             Error::Corruption(findings) => {
                 write!(f, "pool metadata is inconsistent ({} finding(s)):", findings.len())?;

@@ -19,9 +19,21 @@ pub(crate) fn as_array<'py>(
     let py = block.py();
     let numpy = py.import("numpy")?;
     let dtype = match dtype.filter(|d| !d.is_none()) {
-        Some(d) => numpy.getattr("dtype")?.call1((d,))?,
+        Some(d) => numpy.getattr("dtype")?.call1((d,)).map_err(|e| {
+            error(
+                ErrorClass::ArgumentType,
+                format!("dtype must be a NumPy dtype, got {} ({})", args::type_name(d), e.value(py)),
+            )
+        })?,
         None => numpy.getattr("dtype")?.call1(("uint8",))?,
     };
+    // Object arrays hold references, not bytes: no view of a block's bytes can be one.
+    if dtype.getattr("hasobject")?.is_truthy()? {
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            format!("dtype {} holds Python objects, not bytes: a block's bytes cannot be viewed as it", dtype.str()?),
+        ));
+    }
     let itemsize: usize = dtype.getattr("itemsize")?.extract()?;
     let (count, shape) = match shape.filter(|s| !s.is_none()) {
         None => {

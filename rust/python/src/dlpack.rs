@@ -19,6 +19,7 @@ use npumem_core::{Device, Handle, Pool};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyBool;
 
 use crate::args;
 use crate::errors::{error, to_py, ErrorClass};
@@ -243,6 +244,12 @@ impl Request<'_, '_> {
     /// honoured (a copy, another device, a stream on CPU memory).
     fn versioned(&self, device: (i32, i32)) -> PyResult<bool> {
         if let Some(copy) = self.copy.filter(|c| !c.is_none()) {
+            if !copy.is_instance_of::<PyBool>() {
+                return Err(error(
+                    ErrorClass::ArgumentType,
+                    format!("copy must be None, True or False, got {}", args::type_name(copy)),
+                ));
+            }
             if copy.is_truthy()? {
                 return Err(PyBufferError::new_err(
                     "npumem exports blocks without copying; call __dlpack__ with copy=None or copy=False",
@@ -276,7 +283,10 @@ impl Request<'_, '_> {
                 let (major, _minor): (u32, u32) = version.extract().map_err(|_| {
                     error(
                         ErrorClass::ArgumentType,
-                        format!("max_version must be a (major, minor) pair, got {}", args::type_name(version)),
+                        format!(
+                            "max_version must be a (major, minor) pair of ints >= 0, got {}",
+                            version.repr().map_or_else(|_| args::type_name(version), |r| r.to_string())
+                        ),
                     )
                 })?;
                 major >= DLPACK_VERSION.0
