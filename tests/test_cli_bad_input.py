@@ -1095,6 +1095,16 @@ def test_plan_files_with_missing_or_wrong_figures_are_refused(
 LONE_SURROGATE = "a\\ud800b"  # JSON text for a string that no UTF-8 output can hold
 
 
+def one_buffer_problem(path: Path, buffer_id: str = "a", more: str = "") -> Path:
+    """A problem file at `path` of one buffer of 64 bytes, its id `buffer_id` (JSON text) and
+    `more` fields (JSON text after a comma)."""
+    fields = f'"id": "{buffer_id}", "lower": 0, "upper": 2, "size": 64' + (
+        f", {more}" if more else ""
+    )
+    path.write_text('{"buffers": [{' + fields + "}]}")
+    return path
+
+
 @pytest.mark.parametrize(
     ("kind", "command", "suffix"),
     [
@@ -1128,15 +1138,12 @@ def test_a_lone_surrogate_escape_is_refused_by_the_reader(
 def test_a_lone_surrogate_escape_in_a_plan_input_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    src = tmp_path / "problem.json"
-    src.write_text(
-        '{"buffers": [{"id": "' + LONE_SURROGATE + '", "lower": 0, "upper": 2, "size": 64}]}'
-    )
+    src = one_buffer_problem(tmp_path / "problem.json", LONE_SURROGATE)
     out = tmp_path / "plan.csv"
     status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
     assert status == 2 and "lone UTF-16 surrogate" in err
     # A pair of escapes is one character, and is read.
-    src.write_text('{"buffers": [{"id": "a\\ud83d\\ude00", "lower": 0, "upper": 2, "size": 64}]}')
+    one_buffer_problem(src, "a\\ud83d\\ude00")
     status, _, err = run_cli(["plan", str(src), "-o", str(out), "-q"], capsys)
     assert status == 0, err
     assert "a\U0001f600" in out.read_text(encoding="utf-8")
@@ -1146,10 +1153,7 @@ def test_a_lone_surrogate_escape_in_a_plan_input_is_refused(
 def test_a_weight_no_float_can_hold_is_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], weight: str
 ) -> None:
-    src = tmp_path / "problem.json"
-    src.write_text(
-        '{"buffers": [{"id": "a", "lower": 0, "upper": 2, "size": 64, "weight": ' + weight + "}]}"
-    )
+    src = one_buffer_problem(tmp_path / "problem.json", more=f'"weight": {weight}')
     out = tmp_path / "plan.json"
     status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
     assert status == 2
@@ -1170,7 +1174,7 @@ def test_an_output_path_that_is_the_input_is_refused(
     suffix = {"plot": ".png", "view": ".html", "export": ".json", "plan": ".json"}[command]
     src = tmp_path / f"input{suffix}"
     if kind == "problem":
-        src.write_text('{"buffers": [{"id": "a", "lower": 0, "upper": 2, "size": 64}]}')
+        one_buffer_problem(src)
     else:
         src.write_text(json.dumps(saved[kind]))
     before = src.read_bytes()
@@ -1187,8 +1191,7 @@ def test_an_output_path_that_is_the_input_is_refused(
 def test_a_pool_capacity_not_met_is_said_on_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    src = tmp_path / "problem.json"
-    src.write_text('{"buffers": [{"id": "a", "lower": 0, "upper": 2, "size": 64}]}')
+    src = one_buffer_problem(tmp_path / "problem.json")
     out = tmp_path / "plan.csv"
     argv = ["plan", str(src), "--pool", "sram=1", "--pool", "hbm=1", "-o", str(out)]
     status, _, err = run_cli(argv, capsys)

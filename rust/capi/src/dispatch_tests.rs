@@ -50,16 +50,25 @@ fn the_header_stats_struct_has_the_core_fields_in_order() {
     assert_eq!(fields, NpumemStats::FIELDS);
 }
 
-#[test]
-fn create_alloc_free_release() {
+/// A new pool of 1 MiB on one core, made through the entry points (the caller releases it).
+fn one_core_pool() -> *mut NpumemPool {
     let mut config = std::mem::MaybeUninit::<NpumemConfig>::uninit();
-    // SAFETY: local pointers; the pool is released at the end.
+    let mut pool = ptr::null_mut();
+    // SAFETY: local pointers; `config_init` writes the whole struct.
     unsafe {
         assert_eq!(npumem_config_init(config.as_mut_ptr(), 1 << 20), OK);
         let mut config = config.assume_init();
         config.cores = 1;
-        let mut pool = ptr::null_mut();
         assert_eq!(npumem_pool_create(&config, &mut pool), OK);
+    }
+    pool
+}
+
+#[test]
+fn create_alloc_free_release() {
+    let pool = one_core_pool();
+    // SAFETY: local pointers; the pool is released at the end.
+    unsafe {
         let mut block = NpumemBlock::default();
         assert_eq!(npumem_alloc(pool, 100, 0, 0, &mut block), OK);
         assert_eq!(block.size, 100);
@@ -77,14 +86,9 @@ fn create_alloc_free_release() {
 /// call that takes one refuses it, a batch names the item, and nothing is freed.
 #[test]
 fn a_handle_with_a_reserved_field_set_is_refused() {
-    let mut config = std::mem::MaybeUninit::<NpumemConfig>::uninit();
+    let pool = one_core_pool();
     // SAFETY: local pointers; the pool is released at the end.
     unsafe {
-        assert_eq!(npumem_config_init(config.as_mut_ptr(), 1 << 20), OK);
-        let mut config = config.assume_init();
-        config.cores = 1;
-        let mut pool = ptr::null_mut();
-        assert_eq!(npumem_pool_create(&config, &mut pool), OK);
         let mut blocks = [NpumemBlock::default(); 2];
         for block in &mut blocks {
             assert_eq!(npumem_alloc(pool, 100, 0, 0, block), OK);
