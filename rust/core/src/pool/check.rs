@@ -85,7 +85,10 @@ impl Pool {
                 | ChunkState::TailedRunHead(_)
                 | ChunkState::FrontedRun { .. }
                 | ChunkState::RunBody => {
-                    for n in self.arena.retire_nodes(chunk).into_iter().filter(|_| !pristine) {
+                    // A pristine chunk was never retired: no nodes to find (and no list to make
+                    // for each of the millions of chunks of a large arena).
+                    let retired = if pristine { Vec::new() } else { self.arena.retire_nodes(chunk) };
+                    for n in retired {
                         if !nodes.remove(&n) {
                             findings.push(format!("chunk {chunk} ({state:?}): not retired, node {n:?} is free"));
                         }
