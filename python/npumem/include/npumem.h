@@ -60,7 +60,7 @@ typedef int npumem_status;
 #define NPUMEM_ERR_INVALID_BLOCK 12    /* raw free: no live block of that size at that offset */
 #define NPUMEM_ERR_NO_BACKING 13       /* the pool has no host memory */
 #define NPUMEM_ERR_BACKING 14          /* the host memory could not be mapped */
-#define NPUMEM_ERR_BUSY 15             /* paused by a compaction for too long; try again */
+#define NPUMEM_ERR_BUSY 15             /* paused too long (try again); in a forked child: the pool was in use at the fork */
 #define NPUMEM_ERR_CORRUPTION 16       /* pool metadata is inconsistent */
 #define NPUMEM_ERR_ABI_MISMATCH 17     /* struct size or ABI version differs */
 #define NPUMEM_ERR_INTERNAL 18         /* a bug in npumem (details in npumem_last_error) */
