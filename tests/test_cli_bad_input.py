@@ -1224,3 +1224,18 @@ def test_an_error_message_over_several_lines_is_printed_as_one(
         "npumem plan: error: m.onnx: ONNX shape inference failed "
         "(incompatible arguments: 1. f(a) 2. f(b))"
     )
+
+
+@pytest.mark.parametrize("where", [0, 20, -2])
+def test_a_nul_byte_in_a_text_input_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: int
+) -> None:
+    # A CSV reader keeps a NUL inside a field (an id "\x000"), and the plan wrote it back out.
+    text = "id,lower,upper,size\n0,0,2,64\n1,1,3,128\n"
+    at = where % len(text)
+    src = tmp_path / "problem.csv"
+    src.write_bytes((text[:at] + "\x00" + text[at:]).encode())
+    out = tmp_path / "plan.csv"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert f"not a text file (a NUL byte at character {at})" in err, err

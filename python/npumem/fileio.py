@@ -178,11 +178,16 @@ def decode_text(
     data: bytes, label: str, *, error: Callable[[str], Exception] = InvalidArgumentError
 ) -> str:
     """`data` as UTF-8 text (a byte-order mark is dropped); otherwise `error(message)`, the
-    message starting with `label` (the file's name)."""
+    message starting with `label` (the file's name). A NUL byte is no text's: refused too (a
+    CSV reader would keep it inside a field)."""
     try:
-        return data.decode(_READ_ENCODING)
+        text = data.decode(_READ_ENCODING)
     except UnicodeDecodeError as exc:
         raise error(f"{label}: not a UTF-8 text file ({exc.reason})") from None
+    nul = text.find("\0")
+    if nul >= 0:
+        raise error(f"{label}: not a text file (a NUL byte at character {nul})")
+    return text
 
 
 def json_object_from_text(
