@@ -345,3 +345,44 @@ def test_a_child_either_uses_or_refuses_a_pool_its_parent_was_busy_with() -> Non
             w.join()
     assert set(codes) <= {0, 10}, codes
     pool.check()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_child_refuses_a_kv_cache_a_parent_thread_was_inside_at_the_fork() -> None:
+    from kv_helpers import SHAPE
+    from npumem.kv import KVCache
+
+    # A device pool's cache calls its mover under its mutex: one that blocks holds a thread
+    # inside the cache (not inside the pool) at the fork.
+    inside, leave = threading.Event(), threading.Event()
+
+    def mover(transfers: object) -> None:
+        inside.set()
+        leave.wait(30)
+
+    pool = npumem.Pool(4 * MIB, cores=1, backing="none")
+    cache = KVCache(pool, page_tokens=4, capacity_tokens=64, mover=mover, **SHAPE)
+    cache.add_sequence(0, num_tokens=2)
+    cache.fork(0, 1)
+    copying = threading.Thread(target=cache.append, args=(1,))  # copies the shared last page
+    copying.start()
+
+    def refuses(p: npumem.Pool) -> None:
+        started = time.monotonic()
+        for call in (lambda: cache.append(0), lambda: cache.closed, cache.stats):
+            with pytest.raises(npumem.PoolBusyError, match="inside a call of this KV cache"):
+                call()
+        assert time.monotonic() - started < 10, "each call gives up after a second"
+        # The pool itself was not in use: it works.
+        p.free(p.alloc(4096))
+        p.check()
+
+    try:
+        assert inside.wait(30)
+        assert in_child(pool, refuses) == 0
+    finally:
+        leave.set()
+        copying.join()
+    assert cache.num_tokens(1) == 3
+    # A cache no parent thread was inside works in the child.
+    assert in_child(pool, lambda p: cache.append(0)) == 0

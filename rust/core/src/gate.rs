@@ -175,6 +175,19 @@ fn thread_record_slow() -> (&'static Record, bool) {
 #[cfg(not(loom))]
 static BARRIER_MODE: AtomicU32 = AtomicU32::new(0);
 
+/// How many `fork()`s this process is away from the first process that made a pool here:
+/// stepped in each child (`after_fork_in_child`).
+#[cfg(not(loom))]
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// This process's fork generation (see `FORK_GENERATION`): a lock stamped with another one was
+/// taken by a thread of an ancestor process, which does not exist here. Counted once a pool
+/// was made (the at-fork handler is installed then).
+#[cfg(not(loom))]
+pub fn fork_generation() -> u64 {
+    FORK_GENERATION.load(Ordering::Acquire)
+}
+
 /// Probe `membarrier` once per process (idempotent), and install the handler that makes the
 /// gate usable in a child process after `fork()` (once).
 #[cfg(not(loom))]
@@ -210,6 +223,7 @@ pub(crate) fn init_barriers() {
 /// at the fork).
 #[cfg(all(not(loom), unix))]
 extern "C" fn after_fork_in_child() {
+    FORK_GENERATION.fetch_add(1, Ordering::AcqRel);
     let own = FAST_RECORD.try_with(std::cell::Cell::get).unwrap_or(std::ptr::null());
     REGISTRY.for_each(|record| {
         if !std::ptr::eq(record, own) {

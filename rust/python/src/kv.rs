@@ -9,8 +9,9 @@
 //! again: such a call raises `PoolBusyError` instead of waiting for itself. The eviction callback
 //! runs with the mutex released.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 use npumem_core::kv::{FreeList, KvError, PageSource, PageTable};
 use npumem_core::Handle;
@@ -70,7 +71,26 @@ pub struct PagedKV {
     mover: Mutex<Option<Py<PyAny>>>,
     /// The thread that runs Python code under the state mutex (0: none).
     callback_thread: AtomicUsize,
+    /// The fork generation (`npumem_core::fork_generation`) of the process whose thread took
+    /// the state mutex last, stamped right after it took it: a mutex held with another
+    /// generation's stamp was taken by a thread of the parent process, before a `fork()`.
+    locked_in: AtomicU64,
 }
+
+/// The error of a call to a cache whose state mutex a thread of the parent process held at
+/// the fork ([`PagedKV::wait_for_the_mutex`]).
+fn forked_mid_call() -> PyErr {
+    error(
+        ErrorClass::PoolBusy,
+        "this process was forked while another thread was inside a call of this KV cache: that call never \
+         finishes in this child, so the cache cannot be used here; make a new one in the child",
+    )
+}
+
+/// How long a call waits for a state mutex stamped with another fork generation before it
+/// takes the holder for a thread of the parent (one that took it an instant ago and has not
+/// stamped it yet would be done in microseconds).
+const FORKED_HOLDER_GRACE: Duration = Duration::from_secs(1);
 
 thread_local! {
     static THREAD_MARK: u8 = const { 0 };
@@ -431,14 +451,39 @@ impl PagedKV {
                              or the pool's out-of-memory handler); call it after that call returns",
                         ));
                     }
-                    detached(py, || drop(self.state.lock()));
+                    if !detached(py, || self.wait_for_the_mutex()) {
+                        return Err(forked_mid_call());
+                    }
                 }
+            }
+        }
+    }
+
+    /// Wait until the state mutex is free (then take it again with the GIL); false when its
+    /// holder is a thread of the parent process, which never lets it go: the mutex stays
+    /// stamped with another fork generation for [`FORKED_HOLDER_GRACE`].
+    fn wait_for_the_mutex(&self) -> bool {
+        let started = Instant::now();
+        loop {
+            if self.locked_in.load(Ordering::Acquire) == npumem_core::fork_generation() {
+                // Held by a thread of this process: it lets the mutex go.
+                drop(self.state.lock());
+                return true;
+            }
+            match self.state.try_lock() {
+                Err(TryLockError::WouldBlock) if started.elapsed() >= FORKED_HOLDER_GRACE => return false,
+                Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_micros(100)),
+                _ => return true,
             }
         }
     }
 
     #[inline]
     fn open<'a>(&self, state: MutexGuard<'a, State>) -> PyResult<MutexGuard<'a, State>> {
+        let generation = npumem_core::fork_generation();
+        if self.locked_in.load(Ordering::Relaxed) != generation {
+            self.locked_in.store(generation, Ordering::Release);
+        }
         if state.closed {
             return Err(error(ErrorClass::InvalidHandle, "the KV cache is closed: its pages went back to the pool"));
         }
@@ -633,6 +678,7 @@ impl PagedKV {
             on_evict: Mutex::new(on_evict),
             mover: Mutex::new(mover),
             callback_thread: AtomicUsize::new(0),
+            locked_in: AtomicU64::new(npumem_core::fork_generation()),
         })
     }
 
@@ -971,12 +1017,16 @@ impl PagedKV {
 
     /// Whether the cache is closed.
     #[getter]
-    fn closed(&self, py: Python<'_>) -> bool {
+    fn closed(&self, py: Python<'_>) -> PyResult<bool> {
         loop {
             match self.state.try_lock() {
-                Ok(state) => return state.closed,
-                Err(TryLockError::Poisoned(p)) => return p.into_inner().closed,
-                Err(TryLockError::WouldBlock) => detached(py, || drop(self.state.lock())),
+                Ok(state) => return Ok(state.closed),
+                Err(TryLockError::Poisoned(p)) => return Ok(p.into_inner().closed),
+                Err(TryLockError::WouldBlock) => {
+                    if !detached(py, || self.wait_for_the_mutex()) {
+                        return Err(forked_mid_call());
+                    }
+                }
             }
         }
     }
