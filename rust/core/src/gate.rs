@@ -386,7 +386,7 @@ impl Gate {
     }
 
     /// Whether the gate is closed for good in this child process ([`TORN`]).
-    pub(crate) fn is_torn(&self) -> bool {
+    fn is_torn(&self) -> bool {
         self.closed.load(Ordering::Acquire) == TORN
     }
 

@@ -44,18 +44,18 @@ impl Pool {
                 (0..self.arena.cores.len()).filter(|&c| self.arena.cores[c].owns(chunk)).collect();
             let taken = self.arena.global.is_taken(chunk);
             let tree = self.arena.tree(chunk);
-            let never_opened = self.arena.never_written(chunk, opened_to);
-            if never_opened && matches!(state, ChunkState::Core(_)) {
+            let never_written = self.arena.never_written(chunk, opened_to);
+            if never_written && matches!(state, ChunkState::Core(_)) {
                 findings.push(format!("chunk {chunk} ({state:?}): granted, but never opened"));
             }
             let pristine =
-                if never_opened { !matches!(state, ChunkState::Core(_)) } else { self.arena.is_pristine(chunk) };
+                if never_written { !matches!(state, ChunkState::Core(_)) } else { self.arena.is_pristine(chunk) };
             let mut nodes: HashSet<Node> = HashSet::new();
             if pristine {
                 // Never granted: nobody's, whole, every word of its tree zero (a tree past every
                 // opened chunk was never written: not read).
                 if g.usable_units(chunk) != g.units_per_chunk()
-                    || (!never_opened && tree.iter().any(|w| w.load(Ordering::Relaxed) != 0))
+                    || (!never_written && tree.iter().any(|w| w.load(Ordering::Relaxed) != 0))
                 {
                     findings.push(format!("chunk {chunk} ({state:?}): pristine, but its tree or state disagrees"));
                 }
