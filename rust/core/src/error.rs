@@ -22,8 +22,9 @@ pub enum Error {
     Config { field: &'static str, reason: String },
     /// A size argument is unusable (zero, or not representable).
     InvalidSize { size: u128, reason: &'static str },
-    /// The request is larger than the whole arena: it can never succeed.
-    TooLarge { size: usize, capacity: usize },
+    /// The request is larger than the whole arena, or than the part of it that blocks can use
+    /// (`usable`: the arena's end may be shorter than its smallest block): it can never succeed.
+    TooLarge { size: usize, capacity: usize, usable: usize },
     /// An alignment argument is unusable.
     InvalidAlignment { align: u128, reason: String },
     /// No block of the requested size is free now (the request itself is valid).
@@ -108,9 +109,13 @@ impl fmt::Display for Error {
         match self {
             Error::Config { field, reason } => write!(f, "invalid pool configuration: {field} {reason}"),
             Error::InvalidSize { size, reason } => write!(f, "invalid size {size}: {reason}"),
-            Error::TooLarge { size, capacity } => {
+            Error::TooLarge { size, capacity, .. } if size > capacity => {
                 write!(f, "request of {size} bytes can never succeed: the pool's capacity is {capacity} bytes")
             }
+            Error::TooLarge { size, capacity, usable } => write!(
+                f,
+                "request of {size} bytes can never succeed: of the pool's {capacity} bytes, blocks can use {usable} (the rest is shorter than the smallest block)"
+            ),
             Error::InvalidAlignment { align, reason } => write!(f, "invalid alignment {align}: {reason}"),
             Error::OutOfMemory { requested, bytes_free, largest_free_block } => write!(
                 f,

@@ -92,7 +92,8 @@ impl ErrorClass {
             RequestTooLarge => (
                 "RequestTooLargeError",
                 &[Base::Ours(InvalidArgument), Base::Ours(OutOfMemory)],
-                "The request can never succeed: it is larger than the whole arena.\n\n\
+                "The request can never succeed: it is larger than the whole arena (or than the part of\n\
+                 it that blocks can use, when the arena ends in a part shorter than its smallest block).\n\n\
                  It is both misuse (`ValueError`) and a request for more memory than there is\n\
                  (`MemoryError`), so either `except` clause catches it.",
             ),

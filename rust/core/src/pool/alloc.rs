@@ -17,6 +17,7 @@ use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
 use crate::stats::counters::Route;
 use crate::util::cpu;
+use crate::util::zeroed::try_vec;
 use std::cell::Cell;
 
 /// A validated request. (The buddy or run layout is derived only when the request leaves the
@@ -182,15 +183,30 @@ impl Pool {
         tag: u32,
         mut keep_going: impl FnMut() -> bool,
     ) -> Result<Option<Vec<Handle>>> {
-        let requests: Vec<_> = sizes
-            .iter()
-            .enumerate()
-            .map(|(index, &size)| self.request(size, align).map_err(|e| Error::batch(index, e)))
-            .collect::<Result<_>>()?;
+        let request = |(index, &size): (usize, &usize)| self.request(size, align).map_err(|e| Error::batch(index, e));
+        // The batch's own tables are reserved first (a count no host memory can list is an
+        // error, not an abort), unless a size is refused: then that size is the error.
+        let n = sizes.len();
+        let tables = (|| {
+            Ok((
+                try_vec(n, "the batch's requests")?,
+                try_vec(n, "the batch's places")?,
+                try_vec(n, "the batch's handles")?,
+            ))
+        })();
+        let (mut requests, mut placed, mut handles) = match tables {
+            Ok(tables) => tables,
+            Err(no_room) => {
+                sizes.iter().enumerate().try_for_each(|item| request(item).map(drop))?;
+                return Err(no_room);
+            }
+        };
+        for item in sizes.iter().enumerate() {
+            requests.push(request(item)?);
+        }
         let core = cpu::current_core(self.arena.cores.len());
         let _entered = self.enter()?;
         let regions_before = self.regions_now();
-        let mut placed = Vec::with_capacity(requests.len());
         for (index, request) in requests.iter().enumerate() {
             if index % BATCH_CHECK_EVERY == BATCH_CHECK_EVERY - 1 && !keep_going() {
                 self.give_back_placed(&placed, &requests, core);
@@ -206,7 +222,6 @@ impl Pool {
                 }
             }
         }
-        let mut handles = Vec::with_capacity(placed.len());
         for (index, (p, request)) in placed.iter().zip(&requests).enumerate() {
             match self.finish(*p, request, core, tag) {
                 Ok(handle) => handles.push(handle),
@@ -272,7 +287,7 @@ impl Pool {
     pub(crate) fn request(&self, size: usize, align: Option<usize>) -> Result<Request> {
         let align = align.unwrap_or(self.config.alignment);
         let capacity = self.limit;
-        if size != 0 && size <= capacity && align.is_power_of_two() && align <= capacity {
+        if size != 0 && size <= self.largest_request && align.is_power_of_two() && align <= capacity {
             return Ok(Request { size, align, class: self.arena.slabs.classes.class_for(size, align) });
         }
         Err(self.refusal(size, align))
@@ -285,7 +300,7 @@ impl Pool {
         let capacity = self.limit;
         if size == 0 {
             Error::InvalidSize { size: 0, reason: "a block must have at least 1 byte" }
-        } else if size > capacity {
+        } else if size > self.largest_request {
             self.refuse_too_large(size, Some(align), 0)
         } else if !align.is_power_of_two() {
             Error::InvalidAlignment {
@@ -308,7 +323,7 @@ impl Pool {
         let core = cpu::current_core(self.arena.cores.len());
         self.counters.on_failed(core);
         self.trace.on_failed(core, size, align.unwrap_or(self.config.alignment), tag);
-        Error::TooLarge { size, capacity: self.limit }
+        Error::TooLarge { size, capacity: self.limit, usable: self.largest_request }
     }
 
     pub(crate) fn finish(&self, placed: Placed, request: &Request, core: usize, tag: u32) -> Result<Handle> {
@@ -390,6 +405,11 @@ impl Pool {
         if by_class > 0 {
             return largest.max(by_class);
         }
+        // Past this point a chunk adds to the answer only by a read of its tree (the level maps
+        // say where a free node may be, not that one is).
+        if reads == 0 {
+            return largest;
+        }
         for level in 0..=g.depth {
             // The chunks left have no free node of the level above: no free stretch of twice
             // its size.
@@ -408,6 +428,9 @@ impl Pool {
                     let above = (largest / g.min_block) as u64;
                     if let Some(units) = self.arena.longest_stretch_above(chunk, bank, above, &mut reads) {
                         largest = largest.max(units as usize * g.min_block);
+                    }
+                    if reads == 0 {
+                        return largest;
                     }
                 }
             }

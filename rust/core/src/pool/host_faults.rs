@@ -68,6 +68,33 @@ fn a_handle_segment_the_host_cannot_give_fails_the_allocation_only() {
     pool.check().unwrap();
 }
 
+/// A batch whose tables (its requests, places and handles) the host cannot give is an error,
+/// not an abort, and changes nothing; with a size refused in it, that size is the error.
+#[test]
+fn a_batch_the_host_cannot_list_is_an_error_that_changes_nothing() {
+    let pool = Pool::new(config()).unwrap();
+    let sizes = [64, 3000, 100_000, 3 << 20];
+    let (made, hits) = failpoint::record(|| pool.alloc_many(&sizes, None, 0));
+    pool.free_many(&made.unwrap()).unwrap();
+    let tables = hits.iter().filter(|&&name| name == "host.vec").count();
+    assert!(tables >= 3, "a batch reserves its three tables: {hits:?}");
+    let before = pool.stats();
+    for nth in 0..3 {
+        let (result, fired) = failpoint::fail_at("host.vec", nth, || pool.alloc_many(&sizes, None, 0));
+        assert!(fired);
+        assert!(matches!(result, Err(Error::HostMemory { .. })), "table {nth}: {result:?}");
+        let (result, _) = failpoint::fail_at("host.vec", nth, || pool.alloc_many(&[64, 0], None, 0));
+        assert!(matches!(result, Err(Error::Batch { index: 1, .. })), "table {nth}: {result:?}");
+    }
+    let after = pool.stats();
+    assert_eq!(
+        (after.bytes_in_use, after.alloc_count, after.blocks_in_use, after.failed_allocs),
+        (before.bytes_in_use, before.alloc_count, before.blocks_in_use, before.failed_allocs)
+    );
+    pool.check().unwrap();
+    exercise(&pool);
+}
+
 #[test]
 fn a_trace_ring_the_host_cannot_give_leaves_tracing_as_it_was() {
     let pool = Pool::new(config()).unwrap();

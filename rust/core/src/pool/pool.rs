@@ -70,6 +70,9 @@ pub struct Pool {
     pub(super) tags: TagTable,
     /// The largest request and total: `max_capacity`, or `capacity` if the pool cannot grow.
     pub(super) limit: usize,
+    /// The largest block a request may ask for: `limit`, or, in a pool that cannot grow, the
+    /// bytes its chunks hold (the arena may end in a part shorter than its smallest block).
+    pub(super) largest_request: usize,
     /// The largest slab class (0 without classes): a block that asked for more is never a slab
     /// object, so its free goes straight to its chunk.
     pub(super) largest_slab: usize,
@@ -101,6 +104,10 @@ impl Pool {
             trace: Trace::new(),
             tags: TagTable::new(),
             limit: config.limit(),
+            largest_request: match config.grows() {
+                true => config.limit(),
+                false => config.limit().min(arena.geometry.usable_capacity()),
+            },
             largest_slab: config.slab_sizes.last().copied().unwrap_or(0),
             growth: GrowthHooks::default(),
             arena,

@@ -189,14 +189,21 @@ pub(crate) fn back_with_writes(words: &[AtomicU64]) {
 /// `n` values made by `make(i)`, in a boxed slice whose allocation cannot abort: when the host
 /// has no memory for it, `Error::HostMemory` naming `what`.
 pub(crate) fn try_boxed<T>(n: usize, what: &'static str, make: impl FnMut(usize) -> T) -> Result<Box<[T]>> {
+    let mut values = try_vec(n, what)?;
+    values.extend((0..n).map(make));
+    Ok(values.into_boxed_slice())
+}
+
+/// An empty vector with room for `n` values, whose allocation cannot abort: when the host has
+/// no memory for it, `Error::HostMemory` naming `what`.
+pub(crate) fn try_vec<T>(n: usize, what: &'static str) -> Result<Vec<T>> {
     let bytes = n.saturating_mul(std::mem::size_of::<T>());
     if failpoint::fire("host.vec") {
         return Err(Error::HostMemory { what, bytes });
     }
     let mut values = Vec::new();
     values.try_reserve_exact(n).map_err(|_| Error::HostMemory { what, bytes })?;
-    values.extend((0..n).map(make));
-    Ok(values.into_boxed_slice())
+    Ok(values)
 }
 
 #[cfg(all(test, not(loom)))]
