@@ -19,7 +19,9 @@
  *
  * Errors: every function returns NPUMEM_OK or an NPUMEM_ERR_* code; npumem_strerror() describes
  * the code, npumem_last_error() gives the calling thread's full message of its last failure. A
- * failed call changes nothing (a failed batch leaves the pool as it was).
+ * failed call changes nothing (a failed batch leaves the pool as it was), except that an
+ * allocation that fails for lack of room, or asks for more than the pool holds, counts in
+ * `failed_allocs`.
  *
  * Tags: `npumem_tag_id()` gives a tag name's id in a pool; blocks allocated with it count under
  * the tag (live blocks, bytes asked for, their peak), as Python's `PoolStats.by_tag` shows for a
@@ -29,6 +31,9 @@
  * Pools are reference counted: npumem_pool_create() returns one reference; npumem_pool_retain()
  * adds one and npumem_pool_release() drops one; the last release destroys the pool and every
  * block in it. A pool made in Python (`pool.c_pool()`) works with these functions as well.
+ * Passing a pool pointer after its last release is undefined behaviour, as for freed memory
+ * (while that memory is not reused, calls mostly get NPUMEM_ERR_INVALID_POOL); so is passing
+ * an array shorter than its `count`.
  */
 #ifndef NPUMEM_H
 #define NPUMEM_H
@@ -59,11 +64,12 @@ typedef int npumem_status;
 #define NPUMEM_ERR_PINNED 11           /* the block is pinned (e.g. exported through DLPack) */
 #define NPUMEM_ERR_INVALID_BLOCK 12    /* raw free: no live block of that size at that offset */
 #define NPUMEM_ERR_NO_BACKING 13       /* the pool has no host memory */
-#define NPUMEM_ERR_BACKING 14          /* the host memory could not be mapped */
+#define NPUMEM_ERR_BACKING 14          /* host memory could not be mapped or allocated (npumem's own tables too) */
 #define NPUMEM_ERR_BUSY 15             /* paused too long (try again); in a forked child: the pool was in use at the fork */
 #define NPUMEM_ERR_CORRUPTION 16       /* pool metadata is inconsistent */
 #define NPUMEM_ERR_ABI_MISMATCH 17     /* struct size or ABI version differs */
 #define NPUMEM_ERR_INTERNAL 18         /* a bug in npumem (details in npumem_last_error) */
+#define NPUMEM_ERR_INVALID_ARGUMENT 19 /* an argument is malformed (a tag name that is not UTF-8) */
 
 /** Backing: real host memory behind the arena, or offsets only (device memory). */
 #define NPUMEM_BACKING_HOST 0u
@@ -140,7 +146,7 @@ typedef struct npumem_stats {
     double external_fragmentation; /* 1 - largest_free_block / bytes_free; 0.0 when nothing is free */
     uint64_t alloc_count;          /* allocations since the pool was made */
     uint64_t free_count;           /* frees since the pool was made */
-    uint64_t failed_allocs;        /* allocations that failed for lack of room */
+    uint64_t failed_allocs;        /* allocations that failed: no room, or larger than the pool */
     uint64_t overflow_allocs;      /* allocations served outside the caller's core pool */
     uint64_t slab_allocs;          /* allocations served by slab caches */
     uint64_t core_allocs;          /* allocations served by core pools' buddy trees */
@@ -168,7 +174,10 @@ typedef struct npumem_pool_info {
 
 /**
  * Called when an allocation of `size` bytes aligned to `align` finds no room, on the allocating
- * thread. Return nonzero after releasing memory to have the allocation tried once more.
+ * thread. Return nonzero after releasing memory to have the allocation tried once more. The
+ * callback may call the API, on this pool too: an allocation it makes from this pool that finds
+ * no room fails without calling it again, and the pool stays live until the allocation that
+ * called it returns, even if the callback releases the caller's last reference.
  */
 typedef int (*npumem_oom_callback)(npumem_pool *pool, size_t size, size_t align, void *user_data);
 
@@ -213,8 +222,10 @@ npumem_status npumem_alloc_raw(npumem_pool *pool, size_t size, size_t align, siz
  * of its size: an offset or size that names no allocated bytes is refused, but one whose shape
  * matches other allocated bytes at that offset (a part of a block, live or freed and kept in a
  * cache of freed blocks, or a block and its neighbour) is not detected and frees those bytes,
- * which later allocations may then overlap. Use handles (npumem_alloc / npumem_free) where a
- * caller cannot vouch for the offset and the size.
+ * which later allocations may then overlap. The same holds for the offset and size of a block
+ * allocated with a handle: it is freed behind its handle's back (free it with npumem_free).
+ * Use handles (npumem_alloc / npumem_free) where a caller cannot vouch for the offset and the
+ * size.
  */
 npumem_status npumem_free_raw(npumem_pool *pool, size_t offset, size_t size);
 
@@ -238,8 +249,9 @@ npumem_status npumem_torch_set_pool(int device, npumem_pool *pool);
 /** `alloc` of CUDAPluggableAllocator: 256-byte aligned, NULL when out of memory (and for a
  *  negative size; 0 takes a 1-byte block). `stream` is a cudaStream_t. */
 void *npumem_torch_alloc(ptrdiff_t size, int device, void *stream);
-/** `free` of CUDAPluggableAllocator (a pointer or size it did not allocate is ignored, the
- *  reason left in npumem_last_error()). */
+/** `free` of CUDAPluggableAllocator: npumem_free_raw() of the pointer's offset and `size`, with
+ *  its contract (PyTorch passes back the size it allocated). A pointer or size that names no
+ *  allocated bytes is ignored, the reason left in npumem_last_error(). */
 void npumem_torch_free(void *ptr, ptrdiff_t size, int device, void *stream);
 
 #ifdef __cplusplus

@@ -244,3 +244,116 @@ fn the_oom_callback_gets_one_more_try() {
         assert_eq!(npumem_pool_release(pool), OK);
     }
 }
+
+/// A 4 MiB pool on one core (no backing) wrapped for C, and its core pool.
+fn wrapped_pool() -> (Arc<Pool>, *mut NpumemPool) {
+    let core = Arc::new(Pool::new(PoolConfig::new(4 << 20).cores(1).backing(Backing::None)).unwrap());
+    let pool = wrap(Arc::clone(&core), Location { base_address: 0, device_type: 12, device_id: 0 });
+    (core, pool)
+}
+
+/// An allocation that the out-of-memory callback makes from its own pool, and that finds no
+/// room either, fails at once instead of calling the callback again (which recursed until the
+/// stack overflowed).
+#[test]
+fn an_allocation_inside_the_oom_callback_does_not_call_it_again() {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    static INNER: AtomicUsize = AtomicUsize::new(usize::MAX);
+    unsafe extern "C" fn allocate_again(pool: *mut NpumemPool, size: usize, _: usize, _: *mut c_void) -> i32 {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        let mut block = NpumemBlock::default();
+        // SAFETY: the pool the callback was called for, and a local output.
+        INNER.store(unsafe { npumem_alloc(pool, size, 0, 0, &mut block) } as usize, Ordering::Relaxed);
+        0
+    }
+    let (_core, pool) = wrapped_pool();
+    let mut block = NpumemBlock::default();
+    // SAFETY: a live pool object and local outputs.
+    unsafe {
+        assert_eq!(crate::exports::npumem_set_oom_callback(pool, Some(allocate_again), ptr::null_mut()), OK);
+        assert_eq!(npumem_alloc(pool, 3 << 20, 0, 0, &mut block), OK);
+        assert_eq!(npumem_alloc(pool, 2 << 20, 0, 0, &mut block), status::ERR_OUT_OF_MEMORY);
+        assert_eq!(CALLS.load(Ordering::Relaxed), 1, "the callback ran once");
+        assert_eq!(INNER.load(Ordering::Relaxed), status::ERR_OUT_OF_MEMORY as usize);
+        // The next failing allocation calls it again: the first call's scope has ended.
+        assert_eq!(npumem_alloc(pool, 2 << 20, 0, 0, &mut block), status::ERR_OUT_OF_MEMORY);
+        assert_eq!(CALLS.load(Ordering::Relaxed), 2);
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+}
+
+/// A callback that releases the caller's last reference: the pool stays live until the
+/// allocation that called it returns (it read freed memory after the callback), then goes.
+#[test]
+fn a_callback_that_releases_the_last_reference_leaves_the_pool_live_until_the_call_returns() {
+    static CORE: std::sync::OnceLock<Arc<Pool>> = std::sync::OnceLock::new();
+    static HOLDERS_INSIDE: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn release(pool: *mut NpumemPool, _: usize, _: usize, _: *mut c_void) -> i32 {
+        // SAFETY: the caller's reference, given back.
+        assert_eq!(unsafe { npumem_pool_release(pool) }, OK);
+        // The test's clone, this static's and the pool object's (still live).
+        HOLDERS_INSIDE.store(Arc::strong_count(CORE.get().unwrap()), Ordering::Relaxed);
+        1
+    }
+    let (core, pool) = wrapped_pool();
+    CORE.set(Arc::clone(&core)).unwrap();
+    let mut block = NpumemBlock::default();
+    // SAFETY: a live pool object until the callback releases it; local outputs.
+    unsafe {
+        assert_eq!(crate::exports::npumem_set_oom_callback(pool, Some(release), ptr::null_mut()), OK);
+        assert_eq!(npumem_alloc(pool, 3 << 20, 0, 0, &mut block), OK);
+        assert_eq!(npumem_alloc(pool, 2 << 20, 0, 0, &mut block), status::ERR_OUT_OF_MEMORY);
+    }
+    assert_eq!(HOLDERS_INSIDE.load(Ordering::Relaxed), 3, "the pool object was live in the callback");
+    assert_eq!(Arc::strong_count(&core), 2, "and was dropped when the call returned");
+}
+
+/// A tag name is compared as given: names that are not UTF-8 are refused (they were all read
+/// as U+FFFD and so shared one tag).
+#[test]
+fn a_tag_name_that_is_not_utf8_is_refused() {
+    let pool = one_core_pool();
+    let (mut a, mut b) = (0u32, 0u32);
+    // SAFETY: a live pool, NUL-terminated names and local outputs.
+    unsafe {
+        let bad = c"ok\xff\xfe";
+        assert_eq!(crate::exports::npumem_tag_id(pool, bad.as_ptr(), &mut a), status::ERR_INVALID_ARGUMENT);
+        assert!(last_error().contains("not UTF-8 (byte 2"), "{}", last_error());
+        assert_eq!(
+            CStr::from_ptr(crate::exports::npumem_strerror(status::ERR_INVALID_ARGUMENT)),
+            c"an argument is malformed"
+        );
+        assert_eq!(crate::exports::npumem_tag_id(pool, c"\u{fffd}".as_ptr(), &mut a), OK);
+        assert_eq!(crate::exports::npumem_tag_id(pool, c"weights".as_ptr(), &mut b), OK);
+        assert_ne!(a, b);
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+}
+
+/// A request larger than what the pool's chunks can hold, though not than its capacity (the
+/// arena's end is shorter than its smallest block), can never succeed: `TOO_LARGE`, and the
+/// callback is not called.
+#[test]
+fn a_request_beyond_the_usable_bytes_is_too_large() {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn count(_: *mut NpumemPool, _: usize, _: usize, _: *mut c_void) -> i32 {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        0
+    }
+    let capacity = (3 << 20) + 100;
+    let core = Arc::new(Pool::new(PoolConfig::new(capacity).cores(1).backing(Backing::None)).unwrap());
+    let usable = core.stats().usable_capacity;
+    assert!(usable < capacity, "the arena ends in a part shorter than a block: {usable}");
+    let pool = wrap(core, Location { base_address: 0, device_type: 12, device_id: 0 });
+    let mut block = NpumemBlock::default();
+    // SAFETY: a live pool object and local outputs.
+    unsafe {
+        assert_eq!(crate::exports::npumem_set_oom_callback(pool, Some(count), ptr::null_mut()), OK);
+        assert_eq!(npumem_alloc(pool, usable + 1, 0, 0, &mut block), status::ERR_TOO_LARGE);
+        assert!(last_error().contains(&format!("blocks can use {usable}")), "{}", last_error());
+        assert_eq!(CALLS.load(Ordering::Relaxed), 0);
+        assert_eq!(npumem_alloc(pool, usable, 0, 0, &mut block), OK, "all of the usable bytes can be one block");
+        assert_eq!(npumem_free(pool, block.handle), OK);
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+}

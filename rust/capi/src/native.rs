@@ -3,6 +3,7 @@
 //! pointer arguments, and maps core errors to status codes. The pool argument was checked by
 //! the entry point.
 
+use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
 use std::slice;
 use std::sync::Arc;
@@ -11,7 +12,10 @@ use npumem_core::{Error, Handle, Pool};
 
 use crate::config;
 use crate::object::{Location, NpumemPool, OomCallback, OomHook, Ops, ABI_VERSION};
-use crate::status::{self, fail, fail_with, guard, Status, ERR_INVALID_HANDLE, ERR_NULL_ARGUMENT, ERR_TOO_LARGE, OK};
+use crate::status::{
+    self, fail, fail_with, guard, Status, ERR_INVALID_ARGUMENT, ERR_INVALID_HANDLE, ERR_NULL_ARGUMENT, ERR_TOO_LARGE,
+    OK,
+};
 use crate::types::{NpumemBlock, NpumemConfig, NpumemHandle, NpumemPoolInfo, NpumemStats, BACKING_HOST, BACKING_NONE};
 
 /// The functions of this copy of the library.
@@ -89,8 +93,66 @@ fn align_of(align: usize) -> Option<usize> {
     (align != 0).then_some(align)
 }
 
+thread_local! {
+    /// The pools whose out-of-memory callback this thread is running now (innermost last).
+    static IN_CALLBACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A reference to a pool object taken for the rest of an entry point's call: the pool outlives
+/// the call even when the out-of-memory callback released the caller's last reference.
+struct KeepAlive(*const NpumemPool);
+
+impl KeepAlive {
+    /// Take a reference to `pool`.
+    ///
+    /// # Safety
+    /// `pool` is a live pool object made by this copy (from `Arc::into_raw`).
+    unsafe fn take(pool: *mut NpumemPool) -> KeepAlive {
+        // SAFETY: forwarded from the caller.
+        unsafe { Arc::increment_strong_count(pool.cast_const()) };
+        KeepAlive(pool.cast_const())
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        // SAFETY: the reference `take` took, given back once.
+        unsafe { Arc::decrement_strong_count(self.0) };
+    }
+}
+
+/// The calling thread runs `pool`'s callback until this is dropped.
+struct InCallback(usize);
+
+impl InCallback {
+    /// None when the thread is running `pool`'s callback already.
+    fn enter(pool: usize) -> Option<InCallback> {
+        IN_CALLBACK.with(|inside| {
+            let mut inside = inside.borrow_mut();
+            (!inside.contains(&pool)).then(|| {
+                inside.push(pool);
+                InCallback(pool)
+            })
+        })
+    }
+}
+
+impl Drop for InCallback {
+    fn drop(&mut self) {
+        IN_CALLBACK.with(|inside| {
+            let mut inside = inside.borrow_mut();
+            if let Some(at) = inside.iter().rposition(|&pool| pool == self.0) {
+                inside.remove(at);
+            }
+        });
+    }
+}
+
 /// After `attempt` failed with `err`: when it found no room and an out-of-memory callback is set
-/// and asks for it, run `attempt` once more.
+/// and asks for it, run `attempt` once more. An allocation that the callback itself makes on
+/// this thread does not call it again (it fails as if no callback were set). The call keeps a
+/// reference to the pool from the callback on, in `alive`, so that a callback that releases the
+/// caller's last reference leaves the pool live until the entry point returns.
 #[cold]
 #[inline(never)]
 fn retry_after<T>(
@@ -99,6 +161,7 @@ fn retry_after<T>(
     size: usize,
     align: usize,
     err: Error,
+    alive: &mut Option<KeepAlive>,
     attempt: impl Fn() -> Result<T, Error>,
 ) -> Result<T, Error> {
     if !matches!(err.root(), Error::OutOfMemory { .. }) {
@@ -106,8 +169,12 @@ fn retry_after<T>(
     }
     let hook = *p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let Some(h) = hook else { return Err(err) };
+    let Some(inside) = InCallback::enter(raw as usize) else { return Err(err) };
+    // SAFETY: `raw` is the live pool object the entry point checked.
+    *alive = Some(unsafe { KeepAlive::take(raw) });
     // SAFETY: the caller registered the callback for this pool and user pointer.
     let again = unsafe { (h.callback)(raw, size, align, h.user) } != 0;
+    drop(inside);
     if again {
         attempt()
     } else {
@@ -189,9 +256,10 @@ unsafe extern "C" fn alloc(
         }
         let counts = count_tag(p, tag, 1, size);
         let attempt = || p.pool.alloc_with_offset(size, align_of(align), tag);
+        let mut alive = None;
         let made = match attempt() {
             Ok(made) => Ok(made),
-            Err(err) => retry_after(p, pool, size, align, err, attempt),
+            Err(err) => retry_after(p, pool, size, align, err, &mut alive, attempt),
         };
         if counts {
             settle_tag(p, tag, 1, size, made.is_ok());
@@ -322,9 +390,10 @@ unsafe extern "C" fn alloc_many(
         let requested = sizes.iter().fold(0usize, |sum, &size| sum.saturating_add(size));
         let counts = count_tag(p, tag, count, requested);
         let attempt = || p.pool.alloc_many(sizes, align_of(align), tag);
+        let mut alive = None;
         let made = match attempt() {
             Ok(handles) => Ok(handles),
-            Err(err) => retry_after(p, pool, largest, align, err, attempt),
+            Err(err) => retry_after(p, pool, largest, align, err, &mut alive, attempt),
         };
         if counts {
             settle_tag(p, tag, count, requested, made.is_ok());
@@ -378,7 +447,11 @@ unsafe extern "C" fn free_many(
         // SAFETY: `handles` is non-NULL and holds `count` entries by the caller's contract (and
         // `count` is at most the capacity, so the slice's bytes fit in `isize`).
         let given = unsafe { slice::from_raw_parts(handles, count) };
-        let mut handles: Vec<Handle> = Vec::with_capacity(count);
+        let mut handles: Vec<Handle> = Vec::new();
+        if handles.try_reserve_exact(count).is_err() {
+            let bytes = count.saturating_mul(size_of::<Handle>());
+            return refused(fail(&Error::HostMemory { what: "the batch's handles", bytes }));
+        }
         for (index, &h) in given.iter().enumerate() {
             let Some(handle) = h.to_core() else {
                 // SAFETY: NULL or writable by the caller's contract.
@@ -423,9 +496,10 @@ unsafe extern "C" fn alloc_raw(
             return null("offset");
         }
         let attempt = || p.pool.alloc_raw(size, align_of(align));
+        let mut alive = None;
         let made = match attempt() {
             Ok(at) => Ok(at),
-            Err(err) => retry_after(p, pool, size, align, err, attempt),
+            Err(err) => retry_after(p, pool, size, align, err, &mut alive, attempt),
         };
         match made {
             Ok(at) => {
@@ -517,8 +591,17 @@ unsafe extern "C" fn tag_id(pool: *mut NpumemPool, name: *const c_char, out: *mu
             return null("out");
         }
         // SAFETY: non-NULL and NUL-terminated by the caller's contract.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        match p.pool.tags().acquire(&name, 0) {
+        let name = match unsafe { CStr::from_ptr(name) }.to_str() {
+            Ok(name) => name,
+            Err(err) => {
+                let at = err.valid_up_to();
+                return fail_with(
+                    ERR_INVALID_ARGUMENT,
+                    &format!("the tag name is not UTF-8 (byte {at} starts no character)"),
+                );
+            }
+        };
+        match p.pool.tags().acquire(name, 0) {
             Ok(id) => {
                 // SAFETY: `out` is non-NULL and the caller's to write.
                 unsafe { out.write(id) };

@@ -30,9 +30,10 @@ pub const ERR_BUSY: Status = 15;
 pub const ERR_CORRUPTION: Status = 16;
 pub const ERR_ABI_MISMATCH: Status = 17;
 pub const ERR_INTERNAL: Status = 18;
+pub const ERR_INVALID_ARGUMENT: Status = 19;
 
 /// The fixed description of each code, NUL-terminated, indexed by code.
-const DESCRIPTIONS: [&CStr; 19] = [
+const DESCRIPTIONS: [&CStr; 20] = [
     c"success",
     c"a required pointer argument is NULL",
     c"the pool pointer does not name a live pool",
@@ -47,11 +48,12 @@ const DESCRIPTIONS: [&CStr; 19] = [
     c"the block is pinned and cannot be freed",
     c"no live block of that size at that offset",
     c"the pool has no host memory behind it",
-    c"the host memory could not be mapped",
+    c"host memory could not be mapped or allocated",
     c"the pool is paused or busy; try again",
     c"pool metadata is inconsistent",
     c"the caller and the library disagree on the ABI (struct size or version)",
     c"internal error (a bug in npumem; details in npumem_last_error)",
+    c"an argument is malformed",
 ];
 
 const UNKNOWN: &CStr = c"unknown status code";
@@ -143,11 +145,11 @@ mod tests {
 
     #[test]
     fn every_code_has_a_description() {
-        for code in OK..=ERR_INTERNAL {
+        for code in OK..=ERR_INVALID_ARGUMENT {
             assert_ne!(describe(code), UNKNOWN, "code {code}");
         }
         assert_eq!(describe(-1), UNKNOWN);
-        assert_eq!(describe(ERR_INTERNAL + 1), UNKNOWN);
+        assert_eq!(describe(ERR_INVALID_ARGUMENT + 1), UNKNOWN);
     }
 
     #[test]

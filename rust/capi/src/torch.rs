@@ -148,7 +148,14 @@ pub unsafe extern "C" fn npumem_torch_free(ptr: *mut c_void, size: isize, device
     };
     // SAFETY: a published `Served` stays valid while PyTorch uses the device (see set_pool).
     let served = unsafe { &*served };
-    let offset = (ptr as usize as u64).wrapping_sub(served.base) as usize;
+    let Some(offset) = (ptr as usize as u64).checked_sub(served.base) else {
+        set_last_error(&format!(
+            "the pointer {ptr:p} is below the memory of device {device}'s pool (which starts at {:#x}); the free was ignored",
+            served.base
+        ));
+        return;
+    };
+    let offset = offset as usize;
     // SAFETY: the pool is live (referenced by the slot). A bad pointer gets an error status
     // (left as the last error): free cannot report one to PyTorch.
     unsafe { npumem_free_raw(served.pool, offset, bytes) };
