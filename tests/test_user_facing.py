@@ -63,6 +63,19 @@ def test_request_too_large_is_in_human_units() -> None:
         pool.alloc(9 * MIB)
 
 
+def test_a_request_beyond_the_usable_bytes_is_too_large() -> None:
+    # The arena ends in 100 bytes, less than its smallest block: those can never hold one.
+    pool = npumem.Pool(3 * MIB + 100, cores=1, backing="none")
+    usable = pool.stats().usable_capacity
+    assert usable < 3 * MIB + 100
+    asked: list[int] = []
+    pool.set_oom_handler(lambda nbytes: asked.append(nbytes))
+    with pytest.raises(npumem.RequestTooLargeError, match=f"blocks can use {usable}"):
+        pool.alloc(usable + 1)
+    assert asked == [], "no handler runs for a request that can never succeed"
+    pool.alloc(usable).free()
+
+
 def test_an_unbound_onnx_dimension_names_the_command_line_option() -> None:
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper

@@ -20,12 +20,14 @@ the start, then the position in the problem, so every rule is deterministic.
 The rules look at every pair of buffers live at the same time, so their cost grows with the
 number of such pairs. Above `MAX_RULE_PAIRS` pairs, or when a deadline passes before the first
 rule is done, the start is `linear_scan`: buffers placed as a runtime allocator would, in order
-of their start, each at the lowest free range at that moment, in O(n log n) plus the free list.
+of their start, each at the lowest free range at that moment (on top of everything once the
+deadline has passed), in O(n log n) plus the free list.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,6 +51,9 @@ gigabytes. `linear_scan` places the buffers instead."""
 
 _CHECK_EVERY = 64
 """Placements between two looks at the clock when a deadline is given."""
+
+_LATE_WALK = 64
+"""The free ranges `linear_scan` looks at for one buffer once its deadline has passed."""
 
 
 class _DeadlinePassed(Exception):
@@ -111,12 +116,16 @@ def place_in_order(
     return offsets
 
 
-def linear_scan(problem: Problem) -> list[int]:
+def linear_scan(problem: Problem, *, deadline: float | None = None) -> list[int]:
     """Offsets as a runtime allocator would give them: buffers in order of their start (then
     problem order), each at the lowest aligned free range at that moment, above every pinned
     buffer; a buffer's range is free again once it ends. Always valid (of two buffers live at
     the same time, the later one is placed while the earlier one is live), in O(n log n) plus
-    the walks of the free list."""
+    the walks of the free list. A walk is skipped when no free range is long enough (the
+    longest is kept in a heap), and, once `deadline` (a `time.perf_counter()` value) has
+    passed, looks at the lowest `_LATE_WALK` ranges only (a buffer that fits none of them
+    goes on top of what is live): the time then stays O(n log n) plus the list's updates,
+    whatever the fragments."""
     buffers = problem.buffers
     base = max((b.offset + b.size for b in buffers if b.offset is not None), default=0)
     offsets = [b.offset if b.offset is not None else -1 for b in buffers]
@@ -125,33 +134,57 @@ def linear_scan(problem: Problem) -> list[int]:
         + [(b.lower, 1, i) for i, b in enumerate(buffers) if b.offset is None]
     )
     free: list[tuple[int, int]] = []  # sorted, disjoint, not touching: (start, end) below top
+    # (-length, start, end) of every range in `free`, and of some gone since (checked on pop).
+    longest: list[tuple[int, int, int]] = []
+    ranges: set[tuple[int, int]] = set()
+
+    def add(at: int, lo: int, hi: int) -> None:
+        free.insert(at, (lo, hi))
+        ranges.add((lo, hi))
+        heapq.heappush(longest, (lo - hi, lo, hi))
+
+    def longest_now() -> int:
+        while longest and (longest[0][1], longest[0][2]) not in ranges:
+            heapq.heappop(longest)
+        return -longest[0][0] if longest else 0
+
     top = base
-    for _, starts, i in events:
+    walking = True
+    for count, (_, starts, i) in enumerate(events):
+        if walking and deadline is not None and count % _CHECK_EVERY == 0:
+            walking = time.perf_counter() < deadline
         b = buffers[i]
         if not starts:  # the range [offset, offset + size) is free again
             lo, hi = offsets[i], offsets[i] + b.size
             at = bisect.bisect_left(free, (lo, hi))
             if at > 0 and free[at - 1][1] == lo:
                 at -= 1
+                ranges.discard(free[at])
                 lo = free.pop(at)[0]
             if at < len(free) and free[at][0] == hi:
+                ranges.discard(free[at])
                 hi = free.pop(at)[1]
             if hi == top:
                 top = lo
             else:
-                free.insert(at, (lo, hi))
+                add(at, lo, hi)
             continue
         mask = b.alignment - 1
-        for k, (lo, hi) in enumerate(free):
-            start = (lo + mask) & ~mask
-            if start + b.size <= hi:
-                free[k : k + 1] = [r for r in ((lo, start), (start + b.size, hi)) if r[0] < r[1]]
-                offsets[i] = start
-                break
-        else:
+        if longest_now() >= b.size:
+            for k, (lo, hi) in enumerate(free if walking else free[:_LATE_WALK]):
+                start = (lo + mask) & ~mask
+                if start + b.size <= hi:
+                    del free[k]
+                    ranges.discard((lo, hi))
+                    for piece in ((start + b.size, hi), (lo, start)):
+                        if piece[0] < piece[1]:
+                            add(k, *piece)
+                    offsets[i] = start
+                    break
+        if offsets[i] < 0:
             start = (top + mask) & ~mask
             if start > top:
-                free.append((top, start))
+                add(len(free), top, start)
             offsets[i] = start
             top = start + b.size
     return offsets
@@ -288,6 +321,6 @@ def best_greedy(
             if best is None or arena < best[2]:
                 best = (name, offsets, arena)
     if best is None:
-        offsets = linear_scan(problem)
+        offsets = linear_scan(problem, deadline=deadline)
         best = ("linear-scan", offsets, _arena(problem, offsets))
     return GreedyResult(best[0], tuple(best[1]), best[2], time.perf_counter() - start)
