@@ -86,3 +86,27 @@ def test_buckets_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFix
     csv_input = Path(__file__).resolve().parent / "data" / "minimalloc" / "input.12.csv"
     assert main(["plan", str(csv_input), "--dim", "batch=1,2"]) == 2
     assert "ONNX" in capsys.readouterr().err
+
+
+def test_buckets_meet_the_capacity_or_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "small.onnx"
+    onnx.save(small_model(), str(model))
+    out = tmp_path / "plan.json"
+    args = ["plan", str(model), "-o", str(out), "--dim", "batch=1,8", "--time-limit", "0.5"]
+    assert main([*args, "--capacity", "1GiB"]) == 0
+    files = [tmp_path / "plan.batch1.json", tmp_path / "plan.batch8.json"]
+    assert all(f.exists() for f in files)
+    assert f"written      {files[0]}, {files[1]}" in capsys.readouterr().out
+    for f in files:
+        f.unlink()
+    assert main([*args, "--capacity", "64"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("npumem plan: capacity 64 not met: the largest bucket needs")
+    assert "\n" not in err and "batch=8" in err
+    assert not any(f.exists() for f in files), "nothing is written when a bucket is over"
+    assert main([*args, "--pool", "sram=1MiB", "--pool", "hbm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("npumem plan: error: --pool plans one model") and "\n" not in err
+    assert not any(f.exists() for f in files)

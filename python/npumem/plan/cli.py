@@ -7,8 +7,9 @@ INPUT is a MiniMalloc CSV, a problem or graph JSON, or an ONNX model (told apart
 else by content). OUTPUT's extension picks the format: `.csv` (MiniMalloc solution), `.json`,
 `.h` (C header with the offset table). A dimension given several values (`--dim N=1,8,32`)
 plans one arena per bucket, the weights shared, and writes one OUTPUT per bucket
-(`plan.N8.h`). Exit status: 0 done, 1 `--capacity` not met (OUTPUT is then not written: the
-figures of the best packing found are printed), 2 bad arguments or unreadable input.
+(`plan.N8.h`); `--capacity` then holds for every bucket, weights included. Exit status: 0
+done, 1 `--capacity` not met (OUTPUT is then not written: the figures of the best packing
+found are printed), 2 bad arguments or unreadable input.
 """
 
 from __future__ import annotations
@@ -233,6 +234,13 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
             markup=False,
         )
         return ExitStatus.USAGE
+    if args.pool:
+        err.print(
+            "npumem plan: error: --pool plans one model over several pools; give each "
+            "dimension one value (one --dim NAME=N) to use it",
+            markup=False,
+        )
+        return ExitStatus.USAGE
     try:
         plan = plan_buckets(
             args.input,
@@ -246,7 +254,8 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
         )
         for bucket in plan.buckets:
             bucket.solution.validate()
-        if args.output is not None:
+        met = args.capacity is None or plan.arena_size <= args.capacity
+        if args.output is not None and met:
             output = Path(args.output)
             _write_all(
                 {
@@ -279,8 +288,20 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
             + (", weights included)" if plan.weights is not None else ")"),
             markup=False,
         )
-        if args.output is not None:
-            out.print(f"written      {_bucket_output(Path(args.output), '{bucket}')}", markup=False)
+        if args.output is not None and met:
+            written = ", ".join(
+                str(_bucket_output(Path(args.output), b.label)) for b in plan.buckets
+            )
+            out.print(f"written      {written}", markup=False)
+    if not met:
+        if not args.quiet:
+            unwritten = "; no bucket's file written" if args.output is not None else ""
+            err.print(
+                f"npumem plan: capacity {args.capacity:,} not met: the largest bucket needs "
+                f"{plan.arena_size:,} bytes ({plan.largest.label}){unwritten}",
+                markup=False,
+            )
+        return ExitStatus.NOT_MET
     return ExitStatus.OK
 
 
