@@ -319,3 +319,12 @@ def test_an_empty_tensor_name_is_refused() -> None:
     graph["tensors"].append({"name": "", "size": 4})
     with pytest.raises(GraphError, match=r"tensors\[5\]: 'name' is empty"):
         Graph.from_json(graph)
+
+
+def test_a_bad_graph_json_names_its_file_once(tmp_path: Path) -> None:
+    path = tmp_path / "g.json"
+    header = '"format": "npumem-graph", "version": 1'
+    path.write_text("{" + header + ', "tensors": [], "ops": [], "inputs": 5}')
+    with pytest.raises(GraphError) as info:
+        Graph.from_json(path)
+    assert str(info.value) == f"{path}: 'inputs' must be a list"

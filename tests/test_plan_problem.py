@@ -125,6 +125,17 @@ def test_pinned_buffers_that_clash_are_refused(tmp_path: Path) -> None:
             {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 1, "colour": 1}]},
             "unknown field(s) 'colour'",
         ),
+        (
+            {"buffers": [{"id": "a\u0000b", "lower": 0, "upper": 1, "size": 1}]},
+            "the id holds a NUL character",
+        ),
+        (
+            {
+                "buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 4}],
+                "aliases": [{"name": None, "base": "a", "size": 2}],
+            },
+            "aliases[0]: expected {'name', 'base', 'offset', 'size'} with string name",
+        ),
     ],
 )
 def test_bad_json_names_the_entry(obj: dict[str, object], words: str) -> None:

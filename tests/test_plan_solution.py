@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -52,6 +53,47 @@ def test_validate_rejects(offsets: dict[str, int], words: str) -> None:
     with pytest.raises(PlanValidationError) as info:
         Solution(example(), offsets).validate()
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("offsets", "words"),
+    [
+        ([0.9, 8, 0], "offset 0.9 is not an integer >= 0"),
+        ([0, True, 0], "offset True is not an integer >= 0"),
+        ({"a": 0}, "buffer 'b' has no offset"),
+        ([-5, 8, 0], "offset -5 is not an integer >= 0"),
+        # 8 bytes, below the lower bound of 12: a and b share bytes while both live.
+        ([0, 0, 4], "'a' (live [0, 3), bytes [0, 4)) and 'b'"),
+    ],
+)
+def test_a_solution_is_made_of_whole_offsets_and_never_below_the_bound(
+    offsets: list[object] | dict[str, int], words: str
+) -> None:
+    # Such offsets used to be truncated, or the plan called optimal with a negative gap.
+    with pytest.raises(PlanValidationError) as info:
+        Solution(example(), offsets)  # type: ignore[arg-type]
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "words"),
+    [
+        ({"capacity": math.nan}, TypeError, "capacity must be a whole number of bytes"),
+        ({"capacity": 16.5}, TypeError, "capacity must be a whole number of bytes"),
+        ({"capacity": True}, TypeError, "capacity must be a whole number of bytes"),
+        ({"capacity": -1}, ValueError, "capacity must be >= 0, got -1"),
+        ({"time_limit": "1"}, TypeError, "time_limit must be a number of seconds, got '1'"),
+        ({"time_limit": None}, TypeError, "time_limit must be a number of seconds"),
+        ({"time_limit": math.nan}, ValueError, "time_limit must be a finite number"),
+        ({"node_limit": 1.5}, TypeError, "node_limit must be a whole number of search nodes"),
+        ({"node_limit": -5}, ValueError, "node_limit must be >= 0, got -5"),
+    ],
+)
+def test_solve_refuses_options_of_the_wrong_kind(
+    options: dict[str, object], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        solve(example(), **options)  # type: ignore[arg-type]
 
 
 def test_validate_checks_capacity_and_pins() -> None:

@@ -237,14 +237,9 @@ class Graph:
                 )
             )
         name = obj.get("name", "")
+        inputs, outputs = names("inputs", label, obj), names("outputs", label, obj)
         try:
-            return cls.build(
-                name if isinstance(name, str) else "",
-                tensors,
-                ops,
-                names("inputs", label, obj),
-                names("outputs", label, obj),
-            )
+            return cls.build(name if isinstance(name, str) else "", tensors, ops, inputs, outputs)
         except GraphError as exc:
             raise GraphError(f"{label}: {exc}") from None
 

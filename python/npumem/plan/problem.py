@@ -105,6 +105,8 @@ def _check_buffer(buf: Buffer) -> str | None:
         return f"weight must be a number, got {weight!r}"
     if not buf.id:
         return "the id is empty"
+    if "\0" in buf.id:
+        return "the id holds a NUL character, which a text file (a CSV plan) cannot carry"
     if buf.size <= 0:
         return f"size must be a positive integer, got {buf.size}"
     if buf.size > MAX_BYTES:
@@ -747,18 +749,21 @@ class Problem:
         for i, entry in enumerate(raw_aliases):
             where = f"{label}: aliases[{i}]"
             try:
+                alias_name, base = entry["name"], entry["base"]
+                if not (isinstance(alias_name, str) and isinstance(base, str)):
+                    raise TypeError("'name' and 'base' must be strings")
                 aliases.append(
                     Alias(
-                        str(entry["name"]),
-                        str(entry["base"]),
+                        alias_name,
+                        base,
                         _strict_int(entry.get("offset", 0)),
                         _strict_int(entry["size"]),
                     )
                 )
             except (KeyError, TypeError, ValueError) as exc:
                 raise ProblemFormatError(
-                    f"{where}: expected {{'name', 'base', 'offset', 'size'}} with integer "
-                    f"offset and size ({exc!r})"
+                    f"{where}: expected {{'name', 'base', 'offset', 'size'}} with string name "
+                    f"and base, integer offset and size ({exc!r})"
                 ) from None
         given_name = obj.get("name")
         try:

@@ -252,6 +252,26 @@ class _PartState:
     """Capacities still to probe in this pass."""
 
 
+def check_time_limit(time_limit: object) -> None:
+    """Refuse a time limit that is not a finite number of seconds >= 0 (`TypeError` for a
+    value that is no number, bools included; `ValueError` for one out of range, NaN too)."""
+    if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
+        raise TypeError(f"time_limit must be a number of seconds, got {time_limit!r}")
+    if not 0 <= time_limit < math.inf:  # NaN too
+        raise ValueError(f"time_limit must be a finite number of seconds >= 0, got {time_limit}")
+
+
+def _check_count(name: str, value: object, unit: str) -> None:
+    """Refuse an optional count that is not a whole number >= 0 (`TypeError` for a float, a
+    bool or text; `ValueError` for a negative one)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number of {unit} or None, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
 def solve(
     problem: Problem,
     *,
@@ -274,10 +294,9 @@ def solve(
     the result is the same on any machine; with only a time limit a faster machine may get
     further.
     """
-    if not 0 <= time_limit < math.inf:  # NaN too
-        raise ValueError(f"time_limit must be a finite number of seconds >= 0, got {time_limit}")
-    if capacity is not None and capacity < 0:
-        raise ValueError(f"capacity must be >= 0, got {capacity}")
+    check_time_limit(time_limit)
+    _check_count("capacity", capacity, "bytes")
+    _check_count("node_limit", node_limit, "search nodes")
     start = time.perf_counter()
     deadline = start + time_limit
     stats = SearchStats()

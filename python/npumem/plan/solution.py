@@ -123,16 +123,23 @@ class Solution:
     ) -> None:
         self.problem = problem
         if isinstance(offsets, Mapping):
-            unknown = [k for k in offsets if k not in problem._index]
+            unknown = [str(k) for k in offsets if k not in problem._index]
             if unknown:
                 raise PlanError(f"offsets given for unknown buffer(s): {', '.join(unknown[:5])}")
-            self.offsets: dict[str, int] = {
-                b.id: offsets[b.id] for b in problem.buffers if b.id in offsets
-            }
+            missing = [b.id for b in problem.buffers if b.id not in offsets]
+            if missing:
+                raise PlanValidationError(f"buffer {missing[0]!r} has no offset")
+            given = [offsets[b.id] for b in problem.buffers]
         else:
             if len(offsets) != len(problem.buffers):
                 raise PlanError(f"{len(offsets)} offsets given for {len(problem.buffers)} buffers")
-            self.offsets = {b.id: int(o) for b, o in zip(problem.buffers, offsets, strict=True)}
+            given = list(offsets)
+        for b, o in zip(problem.buffers, given, strict=True):
+            if isinstance(o, bool) or not isinstance(o, int) or o < 0:
+                raise PlanValidationError(f"buffer {b.id!r}: offset {o!r} is not an integer >= 0")
+        self.offsets: dict[str, int] = {
+            b.id: o for b, o in zip(problem.buffers, given, strict=True)
+        }
         if lower_bound is None:
             from npumem.plan.bounds import lower_bound as static_bound
 
@@ -141,6 +148,13 @@ class Solution:
         """The bound the arena is measured against (never above the optimum)."""
         self.capacity = capacity
         """The capacity that was asked for, if any."""
+        if self.arena_size < lower_bound:
+            # No valid plan is smaller than the bound: say which rule these offsets break.
+            self.validate()
+            raise PlanValidationError(
+                f"the offsets need {self.arena_size:,} bytes, less than the lower bound "
+                f"{lower_bound:,}, which no valid plan goes below"
+            )
         self.stats = stats if stats is not None else SearchStats()
         if status is None:
             status = OPTIMAL if self.arena_size <= lower_bound else FEASIBLE
