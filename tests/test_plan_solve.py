@@ -25,7 +25,14 @@ from npumem.plan import (
     lower_bound,
     solve,
 )
-from npumem.plan.greedy import GREEDY_RULES, linear_scan, place_in_order, run_rule
+from npumem.plan.greedy import (
+    GREEDY_RULES,
+    MAX_LISTED_PAIRS,
+    linear_scan,
+    pairs_listable,
+    place_in_order,
+    run_rule,
+)
 from npumem.plan.search import components
 
 DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
@@ -269,6 +276,22 @@ def test_linear_scan_is_always_valid(seed: int) -> None:
     solution = solve(problem, time_limit=0.0)
     solution.validate()
     assert solution.stats.greedy_rule == "linear-scan"
+
+
+def test_pairs_are_listed_as_the_time_left_allows() -> None:
+    # 1,500 buffers live together: 1,124,250 pairs, more than are always listed.
+    crowd = Problem([Buffer(f"b{i}", 0, 1, 1 + i % 3) for i in range(1500)])
+    assert crowd.overlap_pairs == 1500 * 1499 // 2
+    assert not pairs_listable(crowd, 0.5) and pairs_listable(crowd, 2.0)
+    assert pairs_listable(crowd, None)
+    assert solve(crowd, time_limit=0.5).stats.greedy_rule == "linear-scan"
+    solution = solve(crowd, time_limit=5.0)
+    assert solution.stats.greedy_rule != "linear-scan"
+    assert solution.arena_size == solution.lower_bound == crowd.total_size
+    # Never more than MAX_LISTED_PAIRS, whatever the time.
+    throng = Problem([Buffer(f"b{i}", 0, 1, 1) for i in range(4001)])
+    assert throng.overlap_pairs > MAX_LISTED_PAIRS
+    assert not pairs_listable(throng, 1000.0) and not pairs_listable(throng, None)
 
 
 def first_fit_by_bytes(problem: Problem) -> list[int]:

@@ -18,7 +18,8 @@ A buffer that fits no gap goes on top of everything live with it. Ties in an ord
 the start, then the position in the problem, so every rule is deterministic.
 
 The rules look at every pair of buffers live at the same time, so their cost grows with the
-number of such pairs. Above `MAX_RULE_PAIRS` pairs, or when a deadline passes before the first
+number of such pairs. Above what the time left allows to list (`pairs_listable`: a million
+pairs always, up to `MAX_LISTED_PAIRS` with time), or when a deadline passes before the first
 rule is done, the start is `linear_scan`: buffers placed as a runtime allocator would, in order
 of their start, each at the lowest free range at that moment (on top of everything once the
 deadline has passed), in O(n log n) plus the free list.
@@ -36,18 +37,33 @@ from npumem.plan.problem import Problem
 
 __all__ = [
     "GREEDY_RULES",
+    "LINEAR_SCAN",
+    "LISTED_PAIRS_PER_SECOND",
+    "MAX_LISTED_PAIRS",
     "MAX_RULE_PAIRS",
     "GreedyResult",
     "best_greedy",
     "linear_scan",
+    "pairs_listable",
     "place_in_order",
     "run_rule",
 ]
 
 MAX_RULE_PAIRS = 1_000_000
-"""Above this many pairs of buffers live at the same time, the greedy rules (and the search,
-which needs the pairs too) are not run: listing the pairs alone would take seconds and
-gigabytes. `linear_scan` places the buffers instead."""
+"""Pairs of buffers live at the same time that the greedy rules (and the search, which needs
+the pairs too) always list, whatever the time left (about 0.3 s)."""
+
+MAX_LISTED_PAIRS = 8_000_000
+"""The most pairs they list, given time (about 2.5 s and a few hundred megabytes); above it,
+or above what the time left allows (`LISTED_PAIRS_PER_SECOND`), `linear_scan` places the
+buffers instead."""
+
+LISTED_PAIRS_PER_SECOND = 1_000_000
+"""Pairs listed per second of the time left: listing takes about 0.3 us a pair, so a third of
+the time at most, and the rules and the search have the rest."""
+
+LINEAR_SCAN = "linear-scan"
+"""The rule name of a start that `linear_scan` made."""
 
 _CHECK_EVERY = 64
 """Placements between two looks at the clock when a deadline is given."""
@@ -190,6 +206,16 @@ def linear_scan(problem: Problem, *, deadline: float | None = None) -> list[int]
     return offsets
 
 
+def pairs_listable(problem: Problem, seconds_left: float | None) -> bool:
+    """Whether the rules and the search may list the pairs of buffers of `problem` live at the
+    same time, with `seconds_left` of the time limit (`None`: no limit): `MAX_RULE_PAIRS`
+    always, more with the time to list them, never above `MAX_LISTED_PAIRS`."""
+    if seconds_left is None:
+        return problem.overlap_pairs <= MAX_LISTED_PAIRS
+    allowed = max(MAX_RULE_PAIRS, int(seconds_left * LISTED_PAIRS_PER_SECOND))
+    return problem.overlap_pairs <= min(MAX_LISTED_PAIRS, allowed)
+
+
 def _arena(problem: Problem, offsets: Sequence[int]) -> int:
     return max((o + b.size for o, b in zip(offsets, problem.buffers, strict=True)), default=0)
 
@@ -302,15 +328,16 @@ def best_greedy(
     such rule on a tie); its `seconds` is the time all the rules took together. Passes two
     rules share are computed once. With `deadline` (a `time.perf_counter()` value) the
     rules stop once it has passed, the first one too; when no rule finished in time, or the
-    problem has more than `MAX_RULE_PAIRS` pairs of buffers live together, the result is
-    `linear_scan`'s (rule `"linear-scan"`)."""
+    problem has more pairs of buffers live together than the time left allows to list
+    (`pairs_listable`), the result is `linear_scan`'s (rule `"linear-scan"`)."""
     start = time.perf_counter()
     names = list(rules or GREEDY_RULES)
     unknown = [r for r in names if r not in _RULE_PASSES]
     if unknown:
         raise ValueError(f"unknown greedy rule(s) {unknown}; known: {', '.join(GREEDY_RULES)}")
     best: tuple[str, list[int], int] | None = None
-    if problem.overlap_pairs <= MAX_RULE_PAIRS:
+    left = None if deadline is None else deadline - time.perf_counter()
+    if pairs_listable(problem, left):
         passes = _Passes(problem, deadline)
         for name in names:
             try:
@@ -322,5 +349,5 @@ def best_greedy(
                 best = (name, offsets, arena)
     if best is None:
         offsets = linear_scan(problem, deadline=deadline)
-        best = ("linear-scan", offsets, _arena(problem, offsets))
+        best = (LINEAR_SCAN, offsets, _arena(problem, offsets))
     return GreedyResult(best[0], tuple(best[1]), best[2], time.perf_counter() - start)

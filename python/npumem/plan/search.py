@@ -44,13 +44,12 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
 
 Anytime
     The search starts from the best greedy packing (and ends there when the deadline has
-    passed already, or when more than `npumem.plan.greedy.MAX_RULE_PAIRS` pairs of buffers
-    are live together: the search lists them all). The part that holds the arena up gets, in
-    passes with doubling node budgets, decision runs an eighth of the way down and halfway
-    from the best packing to the bound (without a capacity) and at the goal (the capacity, or
-    the proven lower bound),
-    each order in turn, then
-    one descent run (`PackingInstance.search`: every packing found tightens its capacity to
+    passed already, or when more pairs of buffers are live together than the time allows to
+    list, `npumem.plan.greedy.pairs_listable`: the search lists them all). The part that
+    holds the arena up gets, in passes with doubling node budgets, decision runs an eighth of
+    the way down and halfway from the best packing to the bound (without a capacity) and at
+    the goal (the capacity, or the proven lower bound), each order in turn, then one descent
+    run (`PackingInstance.search`: every packing found tightens its capacity to
     one byte below it). A decision run that exhausts its tree proves the capacity it probed
     infeasible, which raises the lower bound; `progress` reports the arena and the bound at
     every improvement.
@@ -66,7 +65,7 @@ from dataclasses import dataclass
 
 from npumem._core import PackingInstance
 from npumem.plan.bounds import lower_bound
-from npumem.plan.greedy import MAX_RULE_PAIRS, best_greedy
+from npumem.plan.greedy import LINEAR_SCAN, best_greedy
 from npumem.plan.problem import Problem
 from npumem.plan.solution import FEASIBLE, INFEASIBLE, OPTIMAL, SearchStats, Solution
 
@@ -329,9 +328,9 @@ def solve(
     goal = bound if capacity is None else capacity
     if arena <= goal:
         return finish()
-    if time.perf_counter() >= deadline or problem.overlap_pairs > MAX_RULE_PAIRS:
-        # No time left, or too many pairs live together to list for the search: the greedy
-        # start is the answer.
+    if time.perf_counter() >= deadline or greedy.rule == LINEAR_SCAN:
+        # No time left, or more pairs live together than there was time to list (the greedy
+        # rules did not run): the greedy start is the answer.
         return finish()
 
     pinned_top = _pinned_top(problem)
