@@ -300,3 +300,15 @@ def test_pool_names_that_differ_only_in_case_are_refused() -> None:
     # Upper-cased in the C header's macros, they would define the same names twice.
     with pytest.raises(PlanError, match="ignoring case"):
         parse_pools([("sram", 1024), ("SRAM", None)])
+
+
+def test_an_id_a_csv_file_cannot_keep_is_refused_there_only(tmp_path: Path) -> None:
+    # The CSV reader strips ids: " a" would be read back as "a", a duplicate.
+    problem = Problem([Buffer("a", 0, 2, 4), Buffer(" a", 1, 3, 4)])
+    solution = solve(problem, time_limit=0.5)
+    for write in (solution.to_csv, problem.to_csv):
+        with pytest.raises(PlanError, match=r"buffer ' a': a CSV file cannot keep the spaces"):
+            write(tmp_path / "plan.csv")
+    assert not (tmp_path / "plan.csv").exists()
+    again = Problem.from_json(json.loads(solution.to_json()))
+    assert [b.id for b in again.buffers] == ["a", " a"]

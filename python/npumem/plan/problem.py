@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.buffers import Alias, Buffer
-from npumem.plan.errors import ProblemFormatError
+from npumem.plan.errors import PlanError, ProblemFormatError
 from npumem.plan.inputs import check_header, decode_text, path_argument, read_input
 from npumem.plan.lifetimes import lifetimes
 from npumem.plan.onnx_import import graph_from_onnx
@@ -85,6 +85,17 @@ def _strict_int(value: object) -> int:
         if body.isdigit() and body.isascii():
             return int(text)
     raise ValueError
+
+
+def csv_id(buffer_id: str) -> str:
+    """`buffer_id` for a CSV file, which reads ids without the spaces around them: an id that
+    starts or ends with a space would come back as another id, so it raises `PlanError`."""
+    if buffer_id != buffer_id.strip():
+        raise PlanError(
+            f"buffer {buffer_id!r}: a CSV file cannot keep the spaces at the start or end of an "
+            "id (they are read as padding); write JSON instead"
+        )
+    return buffer_id
 
 
 def _check_buffer(buf: Buffer) -> str | None:
@@ -614,7 +625,8 @@ class Problem:
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
         """The problem as MiniMalloc CSV text (written to `path` when given). `alignment` and
-        `offset` columns appear only when some buffer needs them."""
+        `offset` columns appear only when some buffer needs them. Raises `PlanError` for an id
+        the CSV reader would not read back (`csv_id`)."""
         with_align = any(b.alignment != 1 for b in self.buffers)
         with_offset = self.has_fixed
         with_weight = any(b.weight is not None for b in self.buffers)
@@ -629,7 +641,7 @@ class Problem:
             header.append("weight")
         writer.writerow(header)
         for b in self.buffers:
-            row: list[object] = [b.id, b.lower, b.upper, b.size]
+            row: list[object] = [csv_id(b.id), b.lower, b.upper, b.size]
             if with_align:
                 row.append(b.alignment)
             if with_offset:

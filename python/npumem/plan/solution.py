@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from npumem.fileio import json_text, write_text
 from npumem.plan.c_header import c_comment, c_identifier, c_string
 from npumem.plan.errors import PlanError, PlanValidationError
-from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem, overlapping_pair
+from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem, csv_id, overlapping_pair
 
 __all__ = [
     "FEASIBLE",
@@ -275,7 +275,8 @@ class Solution:
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
         """The solution in MiniMalloc CSV (`id,lower,upper,size[,alignment],offset`); written
         to `path` when given. Aliases are not buffers and do not appear (see
-        `to_json()` or `to_c_header()`)."""
+        `to_json()` or `to_c_header()`). Raises `PlanError` for an id a CSV file cannot keep
+        (`npumem.plan.problem.csv_id`)."""
         with_align = any(b.alignment != 1 for b in self.problem.buffers)
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
@@ -283,7 +284,7 @@ class Solution:
             ["id", "lower", "upper", "size", *(["alignment"] if with_align else []), "offset"]
         )
         for b in self.problem.buffers:
-            row: list[object] = [b.id, b.lower, b.upper, b.size]
+            row: list[object] = [csv_id(b.id), b.lower, b.upper, b.size]
             if with_align:
                 row.append(b.alignment)
             row.append(self.offsets[b.id])
