@@ -10,9 +10,12 @@ The choice
     Pool by pool, fastest first, the planner picks among the buffers not placed yet a set that
     fits in the pool's capacity with the most weight. Whether a set fits is decided by an actual
     packing (buffers live at the same time never share bytes), so the choice is always
-    feasible. It is built greedily in several orders (weight per byte, weight, size, and the
-    order of the reduced costs of the bound below, then randomly perturbed ones), each buffer
-    placed at the lowest free offset that holds it; the best set is then repacked with the
+    feasible. When at most the capacity's bytes of them are live at once, the planner's search
+    first tries to pack them all within it, and takes that when it fits. Otherwise the set is
+    built greedily, each buffer placed at the lowest free offset that holds it: first in the
+    order of weight per byte (the least the pool gets: nothing weighing less replaces it), then
+    in other orders (weight, size, and the order of the reduced costs of the bound below, then
+    randomly perturbed ones); the best set is then repacked with the
     planner's search (`npumem.plan.search.solve`) and the buffers left out are offered
     again in the space this frees, then once more each with a short search over the whole set;
     with the time left, parts of the set live at a random time are taken out and the space
@@ -35,21 +38,23 @@ The bound
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
+import itertools
 import math
 import os
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, overload
 
 from npumem.fileio import json_text, write_text
 from npumem.plan.buffers import Buffer
 from npumem.plan.c_header import c_comment, c_identifier, c_string
 from npumem.plan.errors import PlanError, PlanValidationError
-from npumem.plan.problem import Problem
+from npumem.plan.problem import Problem, csv_id
 from npumem.plan.search import solve as solve_one
 from npumem.plan.solution import FEASIBLE, NOT_MET, OPTIMAL, Solution
 
@@ -118,43 +123,39 @@ def weight_bound(
     candidates: Sequence[int] | None = None,
     iterations: int = 300,
     target: float = 0.0,
+    deadline: float | None = None,
 ) -> tuple[float, list[float]]:
     """An upper bound on the weight of buffers that fit in `capacity` bytes (see the module
     docstring), and the reduced cost of each candidate at the best multipliers (higher: more
     worth placing). `candidates` are problem indices (default: all without a fixed offset);
-    `target` is a weight known to be reachable, which sizes the subgradient steps."""
+    `target` is a weight known to be reachable, which sizes the subgradient steps. The steps
+    stop after `iterations` or once `deadline` (a `time.perf_counter()` value) has passed;
+    every value seen is a bound, so a bound cut short is valid, only less tight."""
     buffers = problem.buffers
     if candidates is None:
         candidates = [i for i, b in enumerate(buffers) if b.offset is None]
     items = [i for i in candidates if buffers[i].size <= capacity]
-    reduced = {i: buffer_weight(buffers[i]) for i in items}
-    total = sum(reduced.values())
-    if not items:
-        return 0.0, []
-    # Maximal sets of buffers live together start where some buffer starts.
-    points = sorted({buffers[i].lower for i in items})
-    where = {t: k for k, t in enumerate(points)}
-    span: list[tuple[int, int]] = []
-    for i in items:
-        b = buffers[i]
-        lo = where[b.lower]
-        hi = lo
-        while hi < len(points) and points[hi] < b.upper:
-            hi += 1
-        span.append((lo, hi))
-    sizes = [buffers[i].size for i in items]
     weights = [buffer_weight(buffers[i]) for i in items]
-    lam = [0.0] * len(points)
+    total = sum(weights, 0.0)
+    if not items or (deadline is not None and time.perf_counter() >= deadline):
+        return total, weights  # the dual at zero multipliers
+    # Maximal sets of buffers live together start where some buffer starts.
+    timeline = _Timeline(buffers, items)
+    span = [timeline.span[i] for i in items]
+    sizes = [buffers[i].size for i in items]
+    lam = [0.0] * timeline.count
     best = total
     best_reduced = list(weights)
     theta = 1.0
     stall = 0
     for _ in range(iterations):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
         prefix = [0.0]
         for v in lam:
             prefix.append(prefix[-1] + v)
         value = capacity * prefix[-1]
-        load = [0.0] * (len(points) + 1)
+        load = [0.0] * (timeline.count + 1)
         red: list[float] = []
         for (lo, hi), s, w in zip(span, sizes, weights, strict=True):
             r = w - s * (prefix[hi] - prefix[lo])
@@ -171,7 +172,7 @@ def weight_bound(
                 theta, stall = theta / 2, 0
         grad: list[float] = []
         running = 0.0
-        for k in range(len(points)):
+        for k in range(timeline.count):
             running += load[k]
             grad.append(capacity - running)  # the dual's subgradient
         norm = sum(g * g for v, g in zip(lam, grad, strict=True) if v > 0 or g < 0)
@@ -185,49 +186,165 @@ def weight_bound(
 # ----- the choice ------------------------------------------------------------------------------
 
 
+class _Timeline:
+    """The live ranges of some buffers on a reduced time axis: its `count` points are the
+    buffers' distinct starts in increasing order, and `span[i]` (by problem index) is the range
+    `[lo, hi)` of the points within buffer `i`'s live range (never empty: its own start is
+    one). Two of the buffers are live at the same time exactly when their spans share a point
+    (the later start lies in both)."""
+
+    def __init__(self, buffers: Sequence[Buffer], indices: Sequence[int]) -> None:
+        points = sorted({buffers[i].lower for i in indices})
+        self.count = len(points)
+        where = {t: k for k, t in enumerate(points)}
+        self.span: dict[int, tuple[int, int]] = {
+            i: (where[buffers[i].lower], bisect.bisect_left(points, buffers[i].upper))
+            for i in indices
+        }
+
+    def most_live(self, buffers: Sequence[Buffer]) -> int:
+        """The most bytes of the buffers live at one time (no packing of them all is smaller)."""
+        load = [0] * (self.count + 1)
+        for i, (lo, hi) in self.span.items():
+            load[lo] += buffers[i].size
+            load[hi] -= buffers[i].size
+        return max(itertools.accumulate(load))
+
+
+_LATE_MEETS = 64
+"""Once its time is up, a first fit that must finish leaves out a buffer live with more than
+this many placed buffers instead of looking for room among them."""
+
+
 def _first_fit(
     buffers: Sequence[Buffer],
+    timeline: _Timeline,
     order: Sequence[int],
     capacity: int,
     placed: dict[int, int],
     until: float,
+    *,
+    finish: bool = False,
 ) -> dict[int, int]:
     """Offer the buffers of `order` in turn to a pool of `capacity` bytes that already holds
     `placed` (index -> offset); each goes to the lowest aligned offset free of the buffers
     placed and live with it, if it fits. Returns the new placement (`placed` plus those).
-    Once `until` (a `time.perf_counter()` value) has passed, the buffers not offered yet are
-    left out (what is placed stays valid)."""
+    Every buffer is in `timeline`. Once `until` (a `time.perf_counter()` value) has passed,
+    the buffers not offered yet are left out; with `finish` they are still offered, but one
+    that meets more than `_LATE_MEETS` placed buffers is left out, so that the rest of the
+    pass costs O(log n) a buffer. What is placed stays valid either way.
+
+    The placed buffers live with a new one are those live at its start and those that start
+    later within its span. Two segment trees over the points find them: in `covering` a placed
+    buffer is listed at the O(log n) nodes that tile its span, and the new buffer's start
+    meets each of those once on its leaf-to-root path; in `starting` it is listed on the path
+    above its start's leaf, and the nodes that tile the rest of the new buffer's span meet
+    it once when it starts there. A buffer costs O(log n) plus the buffers it meets, however
+    many buffers are placed."""
+    span = timeline.span
+    n = timeline.count
+    # Node k (1 <= k < 2n; the leaves, n + point, from n) lists the (offset, end) of placed
+    # buffers: in `covering` of those whose span covers its points (and not its parent's), in
+    # `starting` of those that start at one of its points.
+    covering: list[list[tuple[int, int]] | None] = [None] * (2 * n)
+    starting: list[list[tuple[int, int]] | None] = [None] * (2 * n)
+
+    def place(i: int, offset: int) -> None:
+        taken = (offset, offset + buffers[i].size)
+        lo, hi = span[i]
+        k = lo + n
+        while k:
+            node = starting[k]
+            if node is None:
+                starting[k] = [taken]
+            else:
+                node.append(taken)
+            k >>= 1
+        lo += n
+        hi += n
+        while lo < hi:
+            if lo & 1:
+                node = covering[lo]
+                if node is None:
+                    covering[lo] = [taken]
+                else:
+                    node.append(taken)
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                node = covering[hi]
+                if node is None:
+                    covering[hi] = [taken]
+                else:
+                    node.append(taken)
+            lo >>= 1
+            hi >>= 1
+
     out = dict(placed)
+    for i, offset in placed.items():
+        place(i, offset)
+    late = False
     for count, i in enumerate(order):
-        if count % 64 == 63 and time.perf_counter() >= until:
-            break
+        if not late and count % 64 == 63 and time.perf_counter() >= until:
+            if not finish:
+                break
+            late = True
         if i in out:
             continue
         b = buffers[i]
-        if b.size > capacity:
+        size = b.size
+        if size > capacity:
             continue
-        taken = sorted(
-            (out[j], out[j] + buffers[j].size)
-            for j in out
-            if buffers[j].lower < b.upper and b.lower < buffers[j].upper
-        )
+        lo, hi = span[i]
+        nodes: list[list[tuple[int, int]]] = []
+        k = lo + n
+        while k:
+            node = covering[k]
+            if node is not None:
+                nodes.append(node)
+            k >>= 1
+        lo += n + 1
+        hi += n
+        while lo < hi:
+            if lo & 1:
+                node = starting[lo]
+                if node is not None:
+                    nodes.append(node)
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                node = starting[hi]
+                if node is not None:
+                    nodes.append(node)
+            lo >>= 1
+            hi >>= 1
+        if late and sum(map(len, nodes)) > _LATE_MEETS:
+            continue
+        taken = sorted(itertools.chain.from_iterable(nodes))
         pos = 0
-        for lo, hi in taken:
-            if pos + b.size <= lo:
+        for start, end in taken:
+            if pos + size <= start:
                 break
-            if hi > pos:
-                pos = -(-hi // b.alignment) * b.alignment
-        if pos + b.size <= capacity:
+            if end > pos:
+                pos = -(-end // b.alignment) * b.alignment
+        if pos + size <= capacity:
             out[i] = pos
+            place(i, pos)
     return out
 
 
-def _weight_of(buffers: Sequence[Buffer], chosen: dict[int, int]) -> float:
+def _weight_of(buffers: Sequence[Buffer], chosen: Iterable[int]) -> float:
     return sum(buffer_weight(buffers[i]) for i in chosen)
+
+
+def _density_key(buffers: Sequence[Buffer]) -> Callable[[int], tuple[float, ...]]:
+    """The order of weight per byte, heaviest first (ties: larger, then problem order)."""
+    return lambda i: (-buffer_weight(buffers[i]) / buffers[i].size, -buffers[i].size, i)
 
 
 def _repack_and_grow(
     buffers: Sequence[Buffer],
+    timeline: _Timeline,
     chosen: dict[int, int],
     order: Sequence[int],
     capacity: int,
@@ -244,7 +361,7 @@ def _repack_and_grow(
         if tight.arena_size > capacity:
             break
         repacked = {i: tight.offsets[buffers[i].id] for i in indices}
-        grown = _first_fit(buffers, order, capacity, repacked, until)
+        grown = _first_fit(buffers, timeline, order, capacity, repacked, until)
         if len(grown) == len(chosen):
             return repacked
         chosen = grown
@@ -253,23 +370,27 @@ def _repack_and_grow(
 
 def _choose(
     problem: Problem,
+    timeline: _Timeline,
     candidates: list[int],
     capacity: int,
     reduced: dict[int, float],
     deadline: float,
     seed: int,
+    first: tuple[list[int], dict[int, int]],
     enough: float = math.inf,
 ) -> dict[int, int]:
-    """A set of `candidates` that fits in `capacity` bytes with much weight, packed: index
-    -> offset. First fits in greedy orders and in perturbed ones; the best set is then
-    repacked and grown, the rest offered once more by search, and parts taken out and refilled,
-    until `deadline` or until the set weighs `enough` (the bound: nothing weighs more)."""
+    """A set of `candidates` (all in `timeline`) that fits in `capacity` bytes with much
+    weight, packed: index -> offset. `first` is a first fit found already and its order
+    (weight per byte); the result never weighs less. First fits in other greedy orders and
+    in perturbed ones; the best set is then repacked and grown, the rest offered once more by
+    search, and parts taken out and refilled, until `deadline` or until the set weighs
+    `enough` (the bound: nothing weighs more)."""
     buffers = problem.buffers
     w = {i: buffer_weight(buffers[i]) for i in candidates}
     s = {i: buffers[i].size for i in candidates}
     life = {i: buffers[i].lifetime for i in candidates}
+    density = _density_key(buffers)
     orders: list[Callable[[int], tuple[float, ...]]] = [
-        lambda i: (-w[i] / s[i], -s[i], i),
         lambda i: (-w[i] / (s[i] * life[i]), -s[i], i),
         lambda i: (-w[i], i),
         lambda i: (-s[i], -w[i], i),
@@ -278,37 +399,41 @@ def _choose(
     ]
     # Two fifths of the time for first fits in many orders, the rest to repack the best.
     search_until = time.perf_counter() + 0.4 * max(deadline - time.perf_counter(), 0.0)
-    best: dict[int, int] = {}
-    best_order: list[int] = []
+    best_order, best = first
+    best_weight = _weight_of(buffers, best)
 
     def consider(order: list[int]) -> None:
-        nonlocal best, best_order
-        chosen = _first_fit(buffers, order, capacity, {}, deadline)
-        if _weight_of(buffers, chosen) > _weight_of(buffers, best):
-            best, best_order = chosen, order
+        nonlocal best, best_order, best_weight
+        chosen = _first_fit(buffers, timeline, order, capacity, {}, search_until)
+        weight = _weight_of(buffers, chosen)
+        if weight > best_weight:
+            best, best_order, best_weight = chosen, order, weight
 
     for key in orders:
+        if time.perf_counter() >= search_until or best_weight >= enough:
+            break
         consider(sorted(candidates, key=key))
     rng = random.Random(seed)
-    base_keys = [orders[0], orders[1], orders[4]]
-    while time.perf_counter() < search_until and _weight_of(buffers, best) < enough:
+    base_keys = [density, orders[0], orders[3]]
+    while time.perf_counter() < search_until and best_weight < enough:
         key = base_keys[rng.randrange(len(base_keys))]
         spread = rng.choice((0.05, 0.2, 0.5))
         noisy = {i: key(i)[0] * (1.0 + spread * rng.random()) for i in candidates}
         consider(sorted(candidates, key=lambda i: (noisy[i], i)))
-    if _weight_of(buffers, best) >= enough:
+    if best_weight >= enough:
         return best
     left = max(deadline - time.perf_counter(), 0.0)
     grow_until = time.perf_counter() + 0.75 * left
-    best = _repack_and_grow(buffers, best, best_order, capacity, grow_until, seed)
+    best = _repack_and_grow(buffers, timeline, best, best_order, capacity, grow_until, seed)
     best = _insert_by_search(buffers, best, best_order, capacity, deadline, seed)
     if _weight_of(buffers, best) >= enough:
         return best
-    return _ruin_and_recreate(buffers, best, candidates, capacity, deadline, rng, enough)
+    return _ruin_and_recreate(buffers, timeline, best, candidates, capacity, deadline, rng, enough)
 
 
 def _ruin_and_recreate(
     buffers: Sequence[Buffer],
+    timeline: _Timeline,
     chosen: dict[int, int],
     candidates: Sequence[int],
     capacity: int,
@@ -337,7 +462,7 @@ def _ruin_and_recreate(
             (i for i in candidates if i not in kept),
             key=lambda i: (-density[i] * (1.0 + noise * rng.random()), i),
         )
-        trial = _first_fit(buffers, order, capacity, kept, until)
+        trial = _first_fit(buffers, timeline, order, capacity, kept, until)
         weight = _weight_of(buffers, trial)
         if weight >= best_weight:
             best, best_weight = trial, weight
@@ -495,7 +620,8 @@ class TieredSolution:
         return table
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
-        """`id,lower,upper,size[,alignment][,weight],pool,offset`, in problem order."""
+        """`id,lower,upper,size[,alignment][,weight],pool,offset`, in problem order. Raises
+        `PlanError` for an id a CSV file cannot keep (`npumem.plan.problem.csv_id`)."""
         buffers = self.problem.buffers
         with_align = any(b.alignment != 1 for b in buffers)
         with_weight = any(b.weight is not None for b in buffers)
@@ -508,7 +634,7 @@ class TieredSolution:
             + ["pool", "offset"]
         )
         for b in buffers:
-            row: list[object] = [b.id, b.lower, b.upper, b.size]
+            row: list[object] = [csv_id(b.id), b.lower, b.upper, b.size]
             if with_align:
                 row.append(b.alignment)
             if with_weight:
@@ -613,6 +739,70 @@ class TieredSolution:
 # ----- solve -----------------------------------------------------------------------------------
 
 
+def _part(problem: Problem, indices: Sequence[int], pool: str) -> Problem:
+    """The buffers `indices` of `problem` (in increasing order) and their aliases: the problem
+    of one pool."""
+    buffers = problem.buffers
+    ids = {buffers[i].id for i in indices}
+    return Problem(
+        [buffers[i] for i in indices],
+        aliases=[a for a in problem.aliases if a.base in ids],
+        name=f"{problem.name}:{pool}" if problem.name else pool,
+    )
+
+
+def _fill_pool(
+    problem: Problem,
+    pool: PoolSpec,
+    candidates: list[int],
+    deadline: float,
+    seed: int,
+    bound_iterations: int,
+) -> tuple[Solution, float]:
+    """The plan of a pool with a capacity: the buffers chosen among `candidates` (problem
+    indices) and their offsets; and the bound on the weight any choice places there.
+
+    When at most the capacity's bytes of them are live at once, all of them may fit: the
+    planner's packing of the whole set is tried first with half of the time until `deadline`,
+    and taken when it fits (nothing weighs more). Otherwise, or when it does not fit, a first
+    fit in the order of weight per byte that finishes past the deadline (it is the least the
+    pool gets), then the bound with a quarter of the time left and `_choose` with the rest."""
+    name, capacity = pool
+    assert capacity is not None
+    buffers = problem.buffers
+    items = [i for i in candidates if buffers[i].size <= capacity]
+    timeline = _Timeline(buffers, items)
+    if items and timeline.most_live(buffers) <= capacity:
+        whole = solve_one(
+            _part(problem, items, name),
+            capacity=capacity,
+            time_limit=max(deadline - time.perf_counter(), 0.0) / 2,
+            seed=seed,
+        )
+        if whole.arena_size <= capacity:
+            return whole, _weight_of(buffers, items)
+    order = sorted(items, key=_density_key(buffers))
+    chosen = _first_fit(buffers, timeline, order, capacity, {}, deadline, finish=True)
+    now = time.perf_counter()
+    value, red = weight_bound(
+        problem,
+        capacity,
+        candidates=items,
+        iterations=bound_iterations,
+        target=_weight_of(buffers, chosen),
+        deadline=now + max(deadline - now, 0.0) / 4,
+    )
+    enough = value - 1e-6  # the bound, less rounding: no choice weighs more
+    if _weight_of(buffers, chosen) < enough and time.perf_counter() < deadline:
+        reduced = dict(zip(items, red, strict=True))
+        chosen = _choose(
+            problem, timeline, items, capacity, reduced, deadline, seed, (order, chosen), enough
+        )
+    indices = sorted(chosen)
+    sub = _part(problem, indices, name)
+    return Solution(sub, {buffers[i].id: chosen[i] for i in indices}, capacity=capacity), value
+
+
 def solve_tiers(
     problem: Problem,
     pools: Sequence[PoolSpec] | Sequence[str],
@@ -630,59 +820,26 @@ def solve_tiers(
     buffers = problem.buffers
     remaining = [i for i, b in enumerate(buffers) if b.offset is None]
     fixed = [i for i, b in enumerate(buffers) if b.offset is not None]
-    chosen_by_pool: dict[str, dict[int, int]] = {}
+    solutions: dict[str, Solution] = {}
     bound = 0.0
     n_limited = len(specs) - 1
-    for k, (name, cap) in enumerate(specs[:-1]):
-        assert cap is not None
-        share = time_limit * 0.6 / max(n_limited, 1)
-        deadline = time.perf_counter() + share
-        greedy = _first_fit(
-            buffers,
-            sorted(remaining, key=lambda i: -buffer_weight(buffers[i]) / buffers[i].size),
-            cap,
-            {},
-            deadline,
-        )
-        value, red = weight_bound(
-            problem,
-            cap,
-            candidates=remaining,
-            iterations=bound_iterations,
-            target=_weight_of(buffers, greedy),
-        )
+    for k, spec in enumerate(specs[:-1]):
+        deadline = time.perf_counter() + time_limit * 0.6 / max(n_limited, 1)
+        placed, value = _fill_pool(problem, spec, remaining, deadline, seed, bound_iterations)
         if k == 0:
             bound = value
-        items = [i for i in remaining if buffers[i].size <= cap]
-        reduced = dict(zip(items, red, strict=False))
-        chosen = _choose(problem, remaining, cap, reduced, deadline, seed, value - 1e-6)
-        chosen_by_pool[name] = chosen
-        remaining = [i for i in remaining if i not in chosen]
-    last_name, last_cap = specs[-1]
-    solutions: dict[str, Solution] = {}
+        solutions[spec[0]] = placed
+        remaining = [i for i in remaining if buffers[i].id not in placed.offsets]
     for name, cap in specs[:-1]:
-        chosen = chosen_by_pool[name]
-        indices = sorted(chosen)
-        sub = Problem(
-            [buffers[i] for i in indices],
-            aliases=[a for a in problem.aliases if a.base in {buffers[i].id for i in indices}],
-            name=f"{problem.name}:{name}" if problem.name else name,
-        )
-        placed = Solution(sub, {buffers[i].id: chosen[i] for i in indices}, capacity=cap)
+        placed = solutions[name]
         # A short search may pack the chosen set into less of the pool (room left for others).
         spare = max(0.0, time_limit - (time.perf_counter() - start)) / (2 * len(specs))
         if spare > 0 and placed.arena_size > placed.lower_bound:
-            tighter = solve_one(sub, capacity=None, time_limit=spare, seed=seed)
+            tighter = solve_one(placed.problem, capacity=None, time_limit=spare, seed=seed)
             if tighter.arena_size < placed.arena_size:
-                placed = Solution(sub, tighter.offsets, capacity=cap)
-        solutions[name] = placed
-    rest = sorted(remaining + fixed)
-    rest_ids = {buffers[i].id for i in rest}
-    sub = Problem(
-        [buffers[i] for i in rest],
-        aliases=[a for a in problem.aliases if a.base in rest_ids],
-        name=f"{problem.name}:{last_name}" if problem.name else last_name,
-    )
+                solutions[name] = Solution(placed.problem, tighter.offsets, capacity=cap)
+    last_name, last_cap = specs[-1]
+    sub = _part(problem, sorted(remaining + fixed), last_name)
     left = max(0.0, time_limit - (time.perf_counter() - start))
     solutions[last_name] = solve_one(sub, capacity=last_cap, time_limit=left, seed=seed)
     if len(specs) == 1:
