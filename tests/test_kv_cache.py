@@ -372,3 +372,47 @@ def test_pages_count_under_the_cache_tag(capacity: int | None) -> None:
     cache.close()
     assert rows() == {"kv-test": (0, 0), None: (1, 5000)}
     loose.free()
+
+
+def test_the_closed_flag_and_repr_answer_from_the_caches_own_callbacks() -> None:
+    # Reading `closed` from the pool's out-of-memory handler, which an allocation of the cache
+    # runs while it holds the cache, waited for that allocation: forever, and Ctrl-C did not
+    # stop it. It is a flag now; repr says the cache is busy.
+    import threading
+
+    pool = npumem.Pool(1 << 20, cores=1)
+    cache = KVCache(pool, page_tokens=4, **SHAPE)  # pages on demand
+    seen: list[tuple[bool, str]] = []
+    pool.set_oom_handler(lambda n: seen.append((cache.closed, repr(cache))))
+    raised: list[BaseException] = []
+
+    def fill() -> None:
+        try:
+            for i in range(10**6):
+                cache.add_sequence(i, 8)
+        except npumem.OutOfMemoryError as e:
+            raised.append(e)
+
+    worker = threading.Thread(target=fill, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "the handler's read of the cache hung"
+    assert raised and seen
+    assert seen[0][0] is False and seen[0][1].startswith("<npumem.kv.KVCache busy")
+    pool.set_oom_handler(None)
+    cache.close()
+    assert cache.closed and "closed" in repr(cache)
+    pool.check()
+
+
+def test_closed_caches_give_their_tag_back() -> None:
+    # Each cache held its tag for good: 2,000 short-lived caches kept 2,000 names interned.
+    pool = npumem.Pool(4 << 20, cores=1)
+    for i in range(1500):
+        KVCache(pool, page_tokens=4, tag=f"request-{i}", **SHAPE).close()
+    for i in range(1500, 2000):
+        KVCache(pool, page_tokens=4, tag=f"request-{i}", **SHAPE)  # dropped, not closed
+    gc.collect()
+    assert pool._tags_interned() <= 63 + 1024 + 1
+    assert pool.stats().blocks_in_use == 0
+    pool.check()

@@ -8,7 +8,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from npumem._core import PagedKV, Pool
-from npumem.errors import InvalidArgumentError, MissingDependencyError
+from npumem.errors import (
+    InvalidArgumentError,
+    InvalidHandleError,
+    MissingDependencyError,
+    PoolBusyError,
+)
 from npumem.kv.sizing import KVShape
 from npumem.kv.stats import KVStats
 
@@ -109,7 +114,12 @@ class KVCache(PagedKV):
     def __repr__(self) -> str:
         if self.closed:
             return f"<npumem.kv.KVCache closed page_bytes={self.page_bytes}>"
-        s = self.stats()
+        try:
+            s = self.stats()
+        except PoolBusyError:  # asked by a mover or handler that one of its own calls runs
+            return f"<npumem.kv.KVCache busy page_bytes={self.page_bytes} tag={self.tag!r}>"
+        except InvalidHandleError:  # closed meanwhile by another thread
+            return f"<npumem.kv.KVCache closed page_bytes={self.page_bytes}>"
         return (
             f"<npumem.kv.KVCache sequences={s.sequences} pages={s.pages_in_use}/{s.pages_total} "
             f"shared={s.pages_shared} page_bytes={s.page_bytes} tag={self.tag!r}>"

@@ -9,7 +9,7 @@
 //! again: such a call raises `PoolBusyError` instead of waiting for itself. The eviction callback
 //! runs with the mutex released.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -71,6 +71,9 @@ pub struct PagedKV {
     mover: Mutex<Option<Py<PyAny>>>,
     /// The thread that runs Python code under the state mutex (0: none).
     callback_thread: AtomicUsize,
+    /// `State::closed`, readable without the mutex: set (after the pages went back) by the
+    /// close that sets that, and never cleared.
+    closed: AtomicBool,
     /// The fork generation (`npumem_core::fork_generation`) of the process whose thread took
     /// the state mutex last, stamped right after it took it: a mutex held with another
     /// generation's stamp was taken by a thread of the parent process, before a `fork()`.
@@ -644,7 +647,8 @@ impl PagedKV {
         };
         let on_evict = callable(given(on_evict), "on_evict")?;
         let mover = callable(given(mover), "mover")?;
-        // The cache's pages carry its tag for its whole life: one hold, never given back.
+        // The cache's pages carry its tag for its whole life: one hold, given back once the
+        // pages are (by `close` or when the cache is dropped).
         let tag_id = pool.get().tags.acquire(py, &pool.get().core, Some(&tag), 1)?;
         let (pages, capacity_pages) = match given(capacity_tokens) {
             Some(v) => {
@@ -678,6 +682,7 @@ impl PagedKV {
             on_evict: Mutex::new(on_evict),
             mover: Mutex::new(mover),
             callback_thread: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
             locked_in: AtomicU64::new(npumem_core::fork_generation()),
         })
     }
@@ -959,6 +964,8 @@ impl PagedKV {
             self.free_block(py, block, self.reserved_bytes());
         }
         state.closed = true;
+        self.closed.store(true, Ordering::Release);
+        self.pool.get().tags.release(&self.core, self.tag_id, 1);
         Ok(())
     }
 
@@ -1015,20 +1022,11 @@ impl PagedKV {
         self.tag.clone_ref(py)
     }
 
-    /// Whether the cache is closed.
+    /// Whether the cache is closed. Never waits: a mover or an out-of-memory handler that a
+    /// call of this cache runs may ask (that call holds the cache), and so may a forked child.
     #[getter]
-    fn closed(&self, py: Python<'_>) -> PyResult<bool> {
-        loop {
-            match self.state.try_lock() {
-                Ok(state) => return Ok(state.closed),
-                Err(TryLockError::Poisoned(p)) => return Ok(p.into_inner().closed),
-                Err(TryLockError::WouldBlock) => {
-                    if !detached(py, || self.wait_for_the_mutex()) {
-                        return Err(forked_mid_call());
-                    }
-                }
-            }
-        }
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Called as `on_evict(pages_needed)` when pages run out; a true result retries the call.
@@ -1109,5 +1107,6 @@ impl Drop for PagedKV {
                 core.count_tagged_free(self.tag_id, 1, bytes);
             }
         }
+        self.pool.get().tags.release(core, self.tag_id, 1);
     }
 }
