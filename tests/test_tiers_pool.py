@@ -14,6 +14,8 @@ from helpers import assert_block_rules
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,
+    CorruptionError,
+    DoubleFreeError,
     InvalidArgumentError,
     InvalidHandleError,
     MoveError,
@@ -553,3 +555,48 @@ def test_random_operations_keep_the_books_straight() -> None:
     for pool in (*mem.fast, mem.slow):
         assert pool.stats().bytes_in_use == 0
         pool.check()
+
+
+def test_a_block_freed_behind_the_tiered_pools_back_is_reported_then_forgotten() -> None:
+    # Freeing `tb.block` itself made every later check() and rebalance() raise
+    # InvalidHandleError, and no call could take the block out of the books.
+    m = TieredPool(fast=[npumem.Pool(1 << 20, cores=1)], slow=npumem.Pool(4 << 20, cores=1))
+    good = m.alloc(4096, tier="slow")
+    m.touch(good)
+    gone = m.alloc(4096, tier="slow")
+    m.touch(gone)
+    gone.block.free()
+    assert not gone.alive and "freed directly" in repr(gone)
+    with pytest.raises(CorruptionError, match="freed directly through .block"):
+        m.check()
+    report = m.rebalance()  # forgets it, and goes on with the others
+    assert [move.nbytes for move in report.moves] == [4096] and good.tier == "fast"
+    assert m.check() == 1
+    with pytest.raises(InvalidHandleError):
+        gone.free()
+    also = m.alloc(4096, tier="slow")
+    also.block.free()
+    with pytest.raises(DoubleFreeError, match="freed directly"):
+        also.free()  # forgotten here too
+    assert m.check() == 1
+    good.free()
+    assert m.check() == 0
+
+
+@pytest.mark.parametrize("half_life", [1.0, 4096.0, 1e16, 1e17, 1e300])
+def test_many_touches_at_once_weigh_as_many_single_touches(half_life: float) -> None:
+    # From a half-life of about 1e16 ticks, the decay of one tick rounded to 1 and
+    # touch(tb, n) divided by zero.
+    from npumem.tiers.policy import Heat
+
+    policy = FrequencyPolicy(half_life)
+    at_once, one_by_one = Heat(), Heat()
+    policy.touch_n(at_once, 0, 7)
+    for tick in range(7):
+        policy.touch_n(one_by_one, tick, 1)
+    assert at_once.value == pytest.approx(one_by_one.value, rel=1e-12)
+    m = make(policy=policy)
+    tb = m.alloc(4096, tier="slow")
+    m.touch(tb, 2)
+    m.touch_many([tb], [3])
+    tb.free()

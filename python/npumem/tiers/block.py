@@ -87,7 +87,7 @@ class TieredBlock:
     @property
     def alive(self) -> bool:
         """Whether the block is still allocated."""
-        return self._block is not None
+        return self._block is not None and self._block.alive
 
     @property
     def tier(self) -> TierKind:
@@ -151,6 +151,8 @@ class TieredBlock:
     def __repr__(self) -> str:
         if self._block is None:
             return "<TieredBlock freed>"
+        if not self._block.alive:
+            return f"<TieredBlock in {self.location}, freed directly through .block>"
         return (
             f"<TieredBlock {self.location} offset={self._block.offset} "
             f"nbytes={self._block.nbytes} tag={self._block.tag!r}>"

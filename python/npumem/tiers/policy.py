@@ -26,6 +26,7 @@ Three policies ship:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -88,7 +89,7 @@ class FrequencyPolicy:
             raise InvalidArgumentError(f"admit_cold must be an int >= 0, got {admit_cold!r}")
         self.half_life = float(half_life)
         self.admit_cold = admit_cold
-        self._ratio = 0.5 ** (1.0 / self.half_life)  # the decay of one tick
+        self._rate = math.log(2.0) / self.half_life  # the decay of one tick is exp(-rate)
         self._sums: dict[int, float] = {}  # count -> 1 + r + ... + r^(count - 1)
 
     def admit(self, nbytes: int, hot: bool) -> bool:
@@ -114,8 +115,10 @@ class FrequencyPolicy:
             return
         added = self._sums.get(count)
         if added is None:
-            r = self._ratio
-            added = (1.0 - r**count) / (1.0 - r) if count > 1 else 1.0
+            # (1 - r^count) / (1 - r) with r = exp(-rate), through expm1: exact however long
+            # the half-life (1 - r rounds to 0 from a half-life of about 1e16 ticks on).
+            rate = self._rate
+            added = math.expm1(-count * rate) / math.expm1(-rate) if rate > 0 else float(count)
             if len(self._sums) < 4096:
                 self._sums[count] = added
         last = heat.last

@@ -38,6 +38,7 @@ from npumem._core import Pool
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,
+    DoubleFreeError,
     InvalidArgumentError,
     InvalidHandleError,
     MoveError,
@@ -52,6 +53,12 @@ from npumem.tiers.policy import FrequencyPolicy, Heat, Policy
 from npumem.tiers.report import RebalanceReport, TierMove, TierStats, TierUsage
 
 __all__ = ["TieredPool"]
+
+
+_FREED_BEHIND = (
+    "the tiered block's bytes were freed directly (through its .block), not through the tiered "
+    "pool, which no longer lists it"
+)
 
 
 class _Counters:
@@ -340,22 +347,40 @@ class TieredPool:
             block = tb._block
             if block is None:
                 raise InvalidHandleError("the tiered block was freed")
-            block.free()
-            tb._block = None
-            if self._recording is not None:
-                self._note("free", tb)
-            core = tb._core
-            if core is None:
-                self._slow_blocks.discard(tb)
-            else:
-                self._resident[core].discard(tb)
-                self._room[core] += 1
-            if self._misfits:
-                self._misfits.pop(tb, None)
             if self._placed:
                 self._fold()
+            if not block.alive:
+                self._forget(tb)
+                raise DoubleFreeError(_FREED_BEHIND)
+            block.free()
+            if self._recording is not None:
+                self._note("free", tb)
+            self._forget(tb)
         finally:
             lock.release()
+
+    def _forget(self, tb: TieredBlock) -> None:
+        """Take `tb`, whose bytes are gone, out of the books; the caller holds the lock and
+        folded the blocks placed since the last fold."""
+        tb._block = None
+        core = tb._core
+        if core is None:
+            self._slow_blocks.discard(tb)
+        elif tb in self._resident[core]:
+            self._resident[core].discard(tb)
+            self._room[core] += 1
+        if self._misfits:
+            self._misfits.pop(tb, None)
+
+    def _forget_freed_behind(self) -> None:
+        """Take out of the books the tiered blocks whose `npumem.Block` was freed directly
+        (through `TieredBlock.block`), not through the tiered pool; the caller holds the lock
+        and folded."""
+        listed = [*self._slow_blocks, *itertools.chain.from_iterable(self._resident)]
+        for tb in listed:
+            block = tb._block
+            if block is not None and not block.alive:
+                self._forget(tb)
 
     def _view(self, tb: TieredBlock) -> memoryview:
         self._check_own(tb)
@@ -527,6 +552,10 @@ class TieredPool:
     def _move(self, tb: TieredBlock, dst: Tier) -> None:
         """Copy `tb` to a new block in `dst` and re-point it; the caller holds the lock."""
         src_block = tb.block
+        if not src_block.alive:
+            self._fold()
+            self._forget(tb)
+            raise DoubleFreeError(_FREED_BEHIND)
         if src_block.pins:
             raise PinnedBlockError(
                 f"the block ({src_block.nbytes} bytes in {tb.location}) is pinned or has "
@@ -588,6 +617,7 @@ class TieredPool:
         budget = math.inf if max_bytes is None else max_bytes
         with self._lock:
             self._fold()
+            self._forget_freed_behind()
             if self._recording is not None:
                 self._note("rebalance", max_bytes=max_bytes)
             now = self._clock
