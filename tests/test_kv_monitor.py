@@ -67,6 +67,18 @@ def test_prometheus_exports_pages_by_state() -> None:
         PrometheusCollector(pool, kv=(pool,))  # type: ignore[arg-type]
 
 
+def test_a_closed_cache_drops_out_of_the_scrape() -> None:
+    # A closed cache made every scrape raise, the pools' metrics lost with it.
+    prometheus_client = pytest.importorskip("prometheus_client")
+    pool, reserved, on_demand = _caches()
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(PrometheusCollector(pool, kv=(reserved, on_demand)))
+    reserved.close()
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'cache="kv.paged"' in text and 'cache="kv.reserved"' not in text
+    assert 'npumem_in_use_bytes{pool="kvpool"}' in text
+
+
 def test_address_map_colours_pages_by_state(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     pool, reserved, on_demand = _caches()

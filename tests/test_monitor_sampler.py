@@ -170,6 +170,9 @@ def test_thresholds_accept_dicts_and_objects() -> None:
         ({"thresholds": {"memory": 0.5}}, npumem.InvalidArgumentError, "unknown key(s) 'memory'"),
         ({"thresholds": 0.9}, npumem.ArgumentTypeError, "thresholds must be"),
         ({"callbacks": [1]}, npumem.ArgumentTypeError, "callables"),
+        # A thread cannot wait that long: its first wait raised and the monitor stopped.
+        ({"interval": 1e300}, npumem.InvalidArgumentError, "at most"),
+        ({"callbacks": 5}, npumem.ArgumentTypeError, "iterable of callables, got int"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, object], error: type, text: str) -> None:
@@ -178,3 +181,16 @@ def test_bad_arguments_are_refused(kwargs: dict[str, object], error: type, text:
         Monitor(pool, **kwargs)  # type: ignore[arg-type]
     assert text in str(info.value)
     assert isinstance(info.value, npumem.NpumemError)
+
+
+def test_callbacks_given_as_a_generator_are_kept() -> None:
+    # The check that they are callables used to read the generator up, leaving none to call.
+    pool = npumem.Pool(1 << 20, cores=1)
+    got: list[object] = []
+    mon = Monitor(pool, thresholds={"usage": 0.01}, callbacks=(f for f in [got.append]))
+    held = pool.alloc(64 << 10)
+    mon.sample()
+    assert len(got) == 1
+    held.free()
+    with pytest.raises(npumem.ArgumentTypeError, match=r"pool must be an npumem\.Pool"):
+        Monitor(None)  # type: ignore[arg-type]

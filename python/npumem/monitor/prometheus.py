@@ -18,7 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from npumem.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError
+from npumem.errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    InvalidHandleError,
+    MissingDependencyError,
+)
 
 if TYPE_CHECKING:
     from npumem import Pool, PoolStats
@@ -199,11 +204,15 @@ class PrometheusCollector:
         yield c
 
     def collect(self) -> Iterator[Any]:
-        """The metric families with the pools' values now (called by the registry)."""
-        yield from self._build(
-            [(str(p.name), p.stats()) for p in self.pools],
-            [(str(c.pool.name), str(c.tag), c.stats()) for c in self.kv],
-        )
+        """The metric families with the pools' values now (called by the registry). A KV
+        cache closed since has no series any more: the pools' still come."""
+        kv: list[tuple[str, str, KVStats]] = []
+        for c in self.kv:
+            try:
+                kv.append((str(c.pool.name), str(c.tag), c.stats()))
+            except InvalidHandleError:  # closed
+                continue
+        yield from self._build([(str(p.name), p.stats()) for p in self.pools], kv)
 
     def describe(self) -> Iterator[Any]:
         """The metric families without values (lets a registry detect duplicate names)."""

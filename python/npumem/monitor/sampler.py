@@ -21,7 +21,6 @@ fire, `INFO` when they clear) and to the callbacks given.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import deque
@@ -30,10 +29,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from npumem._core import Pool
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 if TYPE_CHECKING:
-    from npumem import Pool, PoolStats
+    from npumem import PoolStats
 
 __all__ = ["Alert", "AlertCallback", "Monitor", "Sample", "SampleHook", "Thresholds"]
 
@@ -206,22 +206,35 @@ class Monitor:
     ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int | float):
             raise ArgumentTypeError(f"interval must be a number, got {type(interval).__name__}")
-        if not (interval > 0 and math.isfinite(interval)):
-            raise InvalidArgumentError(f"interval must be > 0 seconds and finite, got {interval}")
+        if not 0 < interval <= threading.TIMEOUT_MAX:  # NaN and infinity too
+            raise InvalidArgumentError(
+                f"interval must be > 0 seconds, finite and at most {threading.TIMEOUT_MAX:g} "
+                f"(the longest a thread can wait), got {interval}"
+            )
         if isinstance(history, bool) or not isinstance(history, int):
             raise ArgumentTypeError(f"history must be an int, got {type(history).__name__}")
         if history < 1:
             raise InvalidArgumentError(f"history must keep at least 1 sample, got {history}")
-        for name, fns in (("callbacks", callbacks), ("on_sample", on_sample)):
-            if not all(callable(f) for f in fns):
+        if not isinstance(pool, Pool):
+            raise ArgumentTypeError(f"pool must be an npumem.Pool, got {type(pool).__name__}")
+        given = {"callbacks": callbacks, "on_sample": on_sample}
+        functions: dict[str, list[Any]] = {}
+        for name, fns in given.items():
+            try:
+                functions[name] = list(fns)  # once: an iterator is read here only
+            except TypeError:
+                raise ArgumentTypeError(
+                    f"{name} must be an iterable of callables, got {type(fns).__name__}"
+                ) from None
+            if not all(callable(f) for f in functions[name]):
                 raise ArgumentTypeError(f"{name} must be callables")
         self.pool = pool
         self.interval = float(interval)
         self.thresholds = Thresholds.of(thresholds)
         self._history: deque[Sample] = deque(maxlen=history)
         self._alerts: deque[Alert] = deque(maxlen=history)
-        self._callbacks = list(callbacks)
-        self._hooks = list(on_sample)
+        self._callbacks = functions["callbacks"]
+        self._hooks = functions["on_sample"]
         self._armed = {"usage": True, "fragmentation": True, "failed_allocs": True}
         self._last_failed: int | None = None
         self._lock = threading.Lock()
