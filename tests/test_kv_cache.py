@@ -416,3 +416,33 @@ def test_closed_caches_give_their_tag_back() -> None:
     assert pool._tags_interned() <= 63 + 1024 + 1
     assert pool.stats().blocks_in_use == 0
     pool.check()
+
+
+def test_write_page_takes_any_contiguous_buffer_and_typed_offsets() -> None:
+    pool = npumem.Pool(1 << 20, cores=1)
+    cache = KVCache(pool, page_tokens=4, capacity_tokens=16, **SHAPE)
+    cache.add_sequence(0, 4)
+    for data in (bytearray(b"cd"), memoryview(b"ef"), np.frombuffer(b"gh", dtype=np.uint8)):
+        cache.write_page(0, 0, data, at=2)  # a bytearray used to be a plain TypeError
+        assert bytes(cache.read_page(0, 0)[2:4]) == bytes(data)
+    for at, error in ((-1, npumem.InvalidArgumentError), (2**64, npumem.InvalidArgumentError)):
+        with pytest.raises(error, match="at must be an int >= 0"):  # was OverflowError
+            cache.write_page(0, 0, b"x", at=at)
+    with pytest.raises(npumem.ArgumentTypeError, match="at must be an int, got float"):
+        cache.write_page(0, 0, b"x", at=1.0)
+    with pytest.raises(npumem.ArgumentTypeError, match="contiguous buffer"):
+        cache.write_page(0, 0, np.arange(4, dtype=np.uint8)[::2])
+    cache.close()
+
+
+def test_append_many_takes_a_numpy_count_and_refuses_bytes_as_ids() -> None:
+    pool = npumem.Pool(1 << 20, cores=1)
+    cache = KVCache(pool, page_tokens=4, capacity_tokens=64, **SHAPE)
+    cache.add_sequence(0, 2)
+    cache.add_sequence(1, 2)
+    cache.append_many([0, 1], np.int64(3))  # as append() takes it
+    assert (cache.num_tokens(0), cache.num_tokens(1)) == (5, 5)
+    with pytest.raises(npumem.ArgumentTypeError, match="seq_ids must be a sequence of ints"):
+        cache.append_many(b"\x00\x01")  # was read as the ids 0 and 1
+    assert (cache.num_tokens(0), cache.num_tokens(1)) == (5, 5)
+    cache.close()

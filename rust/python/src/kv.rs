@@ -18,7 +18,7 @@ use npumem_core::Handle;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyException, PyMemoryError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::args;
 use crate::errors::{error, to_py, ErrorClass};
@@ -154,13 +154,21 @@ fn positive(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     usize::try_from(n).map_err(|_| error(ErrorClass::InvalidArgument, format!("{name} = {n} is too large")))
 }
 
-/// Ints from a list, a tuple, a buffer of int64 (a numpy array) or any iterable.
+/// Ints from a list, a tuple, a buffer of int64 (a numpy array) or any iterable but text and
+/// bytes (whose items are characters or bytes, not ids or counts).
 fn ints<T>(
     value: &Bound<'_, PyAny>,
     name: &str,
     mut convert: impl FnMut(&Bound<'_, PyAny>, usize) -> PyResult<T>,
     from_i64: impl Fn(i64, usize) -> PyResult<T>,
 ) -> PyResult<Vec<T>> {
+    if value.is_instance_of::<PyString>() || value.is_instance_of::<PyBytes>() || value.is_instance_of::<PyByteArray>()
+    {
+        return Err(error(
+            ErrorClass::ArgumentType,
+            format!("{name} must be a sequence of ints, got {}", type_name(value)),
+        ));
+    }
     if let Ok(list) = value.cast::<PyList>() {
         let mut out = Vec::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
@@ -187,6 +195,27 @@ fn ints<T>(
         out.push(convert(&item?, i)?);
     }
     Ok(out)
+}
+
+/// The bytes of `data` for a page: any object with the buffer protocol, read as bytes
+/// (bytes, bytearray, memoryview, a numpy array; contiguous).
+fn page_bytes(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(bytes) = data.cast::<PyBytes>() {
+        return Ok(bytes.as_bytes().to_vec());
+    }
+    let refused = || {
+        error(
+            ErrorClass::ArgumentType,
+            format!(
+                "data must be bytes or a contiguous buffer (bytearray, memoryview, array), got {}",
+                type_name(data)
+            ),
+        )
+    };
+    let view = pyo3::types::PyMemoryView::from(data).map_err(|_| refused())?;
+    let raw = view.call_method1("cast", ("B",)).map_err(|_| refused())?;
+    let bytes = raw.call_method0("tobytes")?;
+    Ok(bytes.cast::<PyBytes>().map_err(|_| refused())?.as_bytes().to_vec())
 }
 
 /// A page table refusal as a Python exception.
@@ -727,7 +756,8 @@ impl PagedKV {
         let seqs = ints(seq_ids, "seq_ids", |v, i| seq_id(v, &format!("seq_ids[{i}]")), |v, _| Ok(v))?;
         let per_seq: Option<Vec<u64>> = match num_tokens {
             None => None,
-            Some(n) if n.is_instance_of::<PyInt>() => {
+            // One count for every sequence: an int, or an int-like scalar (numpy's).
+            Some(n) if n.is_instance_of::<PyInt>() || (n.try_iter().is_err() && n.hasattr("__index__")?) => {
                 let n = count(n, "num_tokens")?;
                 if n == 1 {
                     None
@@ -835,17 +865,22 @@ impl PagedKV {
 
     /// Write `data` into page `index` of `seq_id` from byte `at` (pools with host memory). A
     /// shared page is shared: every sequence that holds it sees the bytes.
-    #[pyo3(signature = (seq_id, index, data, *, at = 0))]
+    #[pyo3(signature = (seq_id, index, data, *, at = None))]
     fn write_page(
         &self,
         py: Python<'_>,
         seq_id: &Bound<'_, PyAny>,
         index: &Bound<'_, PyAny>,
-        data: &[u8],
-        at: usize,
+        data: &Bound<'_, PyAny>,
+        at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let seq = seq_id_arg(seq_id)?;
         let index = count(index, "index")?;
+        let at = match at {
+            Some(at) => usize::try_from(count(at, "at")?).unwrap_or(usize::MAX),
+            None => 0,
+        };
+        let data = page_bytes(data)?;
         if at.checked_add(data.len()).is_none_or(|end| end > self.geometry.page_bytes) {
             return Err(error(
                 ErrorClass::InvalidArgument,
@@ -853,7 +888,6 @@ impl PagedKV {
             ));
         }
         let core = &self.core;
-        let data = data.to_vec();
         // Under the state mutex, as `read_page`: never into a page the sequence gave up.
         self.with_source(py, |t, s| -> PyResult<()> {
             let (handle, base) = s.locate(t, seq, index)?;
