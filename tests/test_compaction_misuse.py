@@ -347,3 +347,14 @@ def test_a_plan_made_by_hand_from_a_real_one_is_equal_to_it() -> None:
         plan.largest_free_after,
     )
     assert (again.mode, again.moves, again.bytes) == (plan.mode, plan.moves, plan.bytes)
+
+
+def test_a_staged_run_and_a_compactor_refuse_arguments_of_the_wrong_kind() -> None:
+    pool = npumem.Pool(4 * MIB, cores=1)
+    wrong_kind = pytest.raises(npumem.ArgumentTypeError, match="staged must be a StagedCompaction")
+    with pool.pause(1.0) as pause, wrong_kind:
+        pool.run_staged(pause, "x")  # type: ignore[arg-type]
+    # Accepted before, then every compact() failed when it paused the pool.
+    with pytest.raises(npumem.InvalidArgumentError, match="pause_timeout must be a finite"):
+        Compactor(pool, pause_timeout=float("inf"))
+    pool.check()

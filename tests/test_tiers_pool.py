@@ -567,7 +567,7 @@ def test_a_block_freed_behind_the_tiered_pools_back_is_reported_then_forgotten()
     m.touch(gone)
     gone.block.free()
     assert not gone.alive and "freed directly" in repr(gone)
-    with pytest.raises(CorruptionError, match="freed directly through .block"):
+    with pytest.raises(CorruptionError, match=r"freed directly through \.block"):
         m.check()
     report = m.rebalance()  # forgets it, and goes on with the others
     assert [move.nbytes for move in report.moves] == [4096] and good.tier == "fast"
@@ -600,3 +600,19 @@ def test_many_touches_at_once_weigh_as_many_single_touches(half_life: float) -> 
     m.touch(tb, 2)
     m.touch_many([tb], [3])
     tb.free()
+
+
+def test_arguments_of_the_wrong_kind_are_typed_errors() -> None:
+    with pytest.raises(ArgumentTypeError, match="fast must be iterable, got NoneType"):
+        TieredPool(fast=None, slow=npumem.Pool(MIB))  # type: ignore[arg-type]
+    m = make(fast_max_block=4096)
+    with pytest.raises(ArgumentTypeError, match="nbytes must be an int, got str"):
+        m.alloc("x")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="blocks must be iterable, got int"):
+        m.touch_many(5)  # type: ignore[arg-type]
+    odd = TieredPool(
+        fast=[npumem.Pool(MIB, cores=1)], slow=npumem.Pool(4 * MIB), core_of=lambda: None
+    )
+    with pytest.raises(ArgumentTypeError, match=r"core_of\(\) must return an int"):
+        odd.alloc(64)
+    m.check()

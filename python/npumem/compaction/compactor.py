@@ -13,6 +13,7 @@ with no pool lock held, so it may compact.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -37,8 +38,10 @@ INITIAL_THROUGHPUT = 1e9
 def _seconds(value: object, name: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidArgumentError(f"{name} must be a number of seconds > 0 or None, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise InvalidArgumentError(
+            f"{name} must be a finite number of seconds > 0 or None, got {value!r}"
+        )
     return float(value)
 
 

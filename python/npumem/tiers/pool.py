@@ -33,6 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from npumem._core import Pool
 from npumem.errors import (
@@ -59,6 +60,14 @@ _FREED_BEHIND = (
     "the tiered block's bytes were freed directly (through its .block), not through the tiered "
     "pool, which no longer lists it"
 )
+
+
+def _listed(items: Iterable[Any], name: str) -> list[Any]:
+    """`items` as a list; `ArgumentTypeError` when it is not iterable."""
+    try:
+        return list(items)
+    except TypeError:
+        raise ArgumentTypeError(f"{name} must be iterable, got {type(items).__name__}") from None
 
 
 class _Counters:
@@ -131,7 +140,7 @@ class TieredPool:
         policy: Policy | None = None,
         core_of: Callable[[], int] | None = None,
     ) -> None:
-        pools: list[object] = list(fast)
+        pools: list[object] = _listed(fast, "fast")
         if not pools:
             raise ConfigError("fast must name at least one pool (one per core)")
         for i, pool in enumerate([*pools, slow]):
@@ -250,9 +259,19 @@ class TieredPool:
         assert tier.core is not None
         return self.fast[tier.core]
 
+    def _calling_core(self) -> int:
+        """The home core of the calling thread, from `core_of`."""
+        home = self._core_of()
+        try:
+            return int(home) % self._ncores
+        except (TypeError, ValueError):
+            raise ArgumentTypeError(
+                f"core_of() must return an int, got {type(home).__name__}"
+            ) from None
+
     def _core(self, core: int | None) -> int:
         if core is None:
-            return int(self._core_of()) % len(self.fast)
+            return self._calling_core()
         if isinstance(core, bool) or not isinstance(core, int):
             raise ArgumentTypeError(f"core must be an int or None, got {type(core).__name__}")
         if not 0 <= core < len(self.fast):
@@ -271,7 +290,7 @@ class TieredPool:
     ) -> TieredBlock:
         """A block of `nbytes` placed by the rules in the module docstring."""
         if core is None:
-            home = int(self._core_of()) % self._ncores
+            home = self._calling_core()
         elif core.__class__ is int and 0 <= core < self._ncores:
             home = core
         else:
@@ -281,7 +300,13 @@ class TieredPool:
         if tier is None:
             where: int | None = None
             limit = self.fast_max_block
-            if (limit is None or nbytes <= limit) and self._admit(nbytes, hot):
+            try:
+                small = limit is None or nbytes <= limit
+            except TypeError:
+                raise ArgumentTypeError(
+                    f"nbytes must be an int, got {type(nbytes).__name__}"
+                ) from None
+            if small and self._admit(nbytes, hot):
                 pool = self.fast[home]
                 try:
                     block = (
@@ -435,9 +460,9 @@ class TieredPool:
         `counts[i]` accesses of `blocks[i]` (the same figures as `touch(tb, count)` for each,
         recorded as one `touch_many` event). A block of another tiered pool, a freed one or a
         bad count raises before anything is recorded."""
-        tbs = blocks if isinstance(blocks, list | tuple) else list(blocks)
+        tbs = blocks if isinstance(blocks, list | tuple) else _listed(blocks, "blocks")
         if counts is not None:
-            ns = counts if isinstance(counts, list | tuple) else list(counts)
+            ns = counts if isinstance(counts, list | tuple) else _listed(counts, "counts")
             if len(ns) != len(tbs):
                 raise InvalidArgumentError(
                     f"counts has {len(ns)} entries for {len(tbs)} blocks: give one per block"

@@ -569,11 +569,20 @@ impl Pool {
     fn run_staged<'py>(
         slf: &Bound<'py, Self>,
         pause: &Bound<'py, PyAny>,
-        staged: &Bound<'py, StagedCompaction>,
+        staged: &Bound<'py, PyAny>,
         mover: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<StepReport> {
         let py = slf.py();
         let pool = slf.get();
+        let staged = staged.cast::<StagedCompaction>().map_err(|_| {
+            error(
+                ErrorClass::ArgumentType,
+                format!(
+                    "staged must be a StagedCompaction (from pool.stage_compaction()), got {}",
+                    args::type_name(staged)
+                ),
+            )
+        })?;
         let pause = Pause::of(pool, pause)?;
         let mover = args::callable(mover, "mover")?;
         let core = &pool.core;
