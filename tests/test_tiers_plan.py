@@ -326,3 +326,9 @@ def test_the_time_limit_holds_on_many_buffers() -> None:
     # the time only guards against a return to seconds per thousand buffers.
     assert len(sol.solutions["sram"].offsets) > 100
     assert elapsed < 0.5 + 10.0
+
+
+def test_a_time_limit_of_the_wrong_kind_is_refused_with_pools() -> None:
+    p = random_problem(20, life=3, size=100, seed=1)
+    with pytest.raises(TypeError, match="time_limit must be a number of seconds, got '1'"):
+        plan.solve(p, pools=[("sram", 1024), ("hbm", None)], time_limit="1")  # type: ignore[arg-type]

@@ -616,3 +616,20 @@ def test_arguments_of_the_wrong_kind_are_typed_errors() -> None:
     with pytest.raises(ArgumentTypeError, match=r"core_of\(\) must return an int"):
         odd.alloc(64)
     m.check()
+
+
+def test_a_mover_interrupted_by_ctrl_c_lets_it_through_and_moves_nothing() -> None:
+    # KeyboardInterrupt was turned into MoveError; the KV cache and the pool let it through.
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    m = TieredPool(
+        fast=[npumem.Pool(MIB, cores=1)], slow=npumem.Pool(4 * MIB, cores=1), movers=interrupted
+    )
+    tb = m.alloc(4096, tier="slow")
+    usage = [p.stats().bytes_in_use for p in (*m.fast, m.slow)]
+    with pytest.raises(KeyboardInterrupt):
+        m.promote(tb)
+    assert tb.tier == "slow"
+    assert [p.stats().bytes_in_use for p in (*m.fast, m.slow)] == usage
+    assert m.check() == 1

@@ -813,6 +813,8 @@ def solve_tiers(
 ) -> TieredSolution:
     """Plan `problem` over `pools` (see the module docstring); stops within about
     `time_limit` seconds."""
+    if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
+        raise TypeError(f"time_limit must be a number of seconds, got {time_limit!r}")
     if not 0 <= time_limit < math.inf:  # NaN too
         raise PlanError(f"time_limit must be a finite number of seconds >= 0, got {time_limit}")
     specs = parse_pools(pools)

@@ -598,6 +598,8 @@ class TieredPool:
                 self.movers(tb.location, src_block.offset, dst, dst_block.offset, nbytes)
         except BaseException as exc:
             dst_block.free()
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: as they are (nothing moved)
             raise MoveError(
                 f"moving {nbytes} bytes from {tb.location} to {dst} failed ({exc!r}); nothing moved"
             ) from exc
