@@ -7,6 +7,7 @@ bad arguments, and growth racing with allocations on other threads.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -457,3 +458,46 @@ def test_failed_alloc_many_racing_with_growth_on_other_threads() -> None:
     pool.check()
     pool.trim()
     assert pool.regions() == [(0, 4 * MIB)]
+
+
+def test_ctrl_c_in_on_grow_goes_through_and_an_on_trim_failure_is_reported() -> None:
+    # A KeyboardInterrupt in on_grow came back as an OutOfMemoryError (its __cause__); an
+    # on_trim that raised was dropped without a word, its exception left for a later error.
+    def interrupted(offset: int, nbytes: int) -> None:
+        raise KeyboardInterrupt
+
+    pool = npumem.Pool(
+        2 * MIB, max_capacity=8 * MIB, grow_by=2 * MIB, backing="none", on_grow=interrupted
+    )
+    held = pool.alloc(2 * MIB)
+    with pytest.raises(KeyboardInterrupt):
+        pool.alloc(MIB)
+    assert pool.regions() == [(0, 2 * MIB)] and pool.stats().grow_events == 0
+    pool.check()
+    pool.free(held)
+
+    def unmap_fails(offset: int, nbytes: int) -> None:
+        raise RuntimeError("unmap failed")
+
+    reported: list[BaseException | None] = []
+    pool = npumem.Pool(
+        2 * MIB, max_capacity=8 * MIB, grow_by=2 * MIB, backing="none", on_trim=unmap_fails
+    )
+    blocks = [pool.alloc(2 * MIB), pool.alloc(2 * MIB)]
+    for b in blocks:
+        b.free()
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda info: reported.append(info.exc_value)
+    try:
+        pool.trim()
+    finally:
+        sys.unraisablehook = hook
+    assert len(reported) == 1 and "unmap failed" in str(reported[0])
+    assert pool.regions() == [(0, 2 * MIB)]
+    full = [pool.alloc(2 * MIB) for _ in range(4)]  # grows back to the maximum
+    with pytest.raises(OutOfMemoryError) as raised:
+        pool.alloc(MIB)  # fails on this thread: with no stale cause from the trim
+    assert raised.value.__cause__ is None
+    for b in full:
+        b.free()
+    pool.check()

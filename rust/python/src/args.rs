@@ -357,3 +357,15 @@ pub(crate) fn compaction_mode(
         )),
     }
 }
+
+/// Push `item` onto a batch's list, which grows with what the caller passed: when the host has
+/// no memory for it, the typed out-of-memory error naming `what` (a `Vec` that cannot grow
+/// aborts the process).
+pub(crate) fn push_fallibly<T>(list: &mut Vec<T>, item: T, what: &'static str) -> PyResult<()> {
+    if list.try_reserve(1).is_err() {
+        let bytes = (list.len() + 1).saturating_mul(std::mem::size_of::<T>());
+        return Err(crate::errors::to_py(npumem_core::Error::HostMemory { what, bytes }));
+    }
+    list.push(item);
+    Ok(())
+}

@@ -1,6 +1,7 @@
 //! The Python side of pool growth: `Pool(on_grow=..., on_trim=...)` callables become the core's
 //! region hooks, and the exception an `on_grow` raised becomes the `__cause__` of the
-//! `OutOfMemoryError` of the allocation it failed.
+//! `OutOfMemoryError` of the allocation it failed (a `KeyboardInterrupt` or `SystemExit` is
+//! raised as it is); an `on_trim`'s goes to `sys.unraisablehook`.
 //!
 //! A hook runs on the allocating (or trimming) thread, with the GIL taken for the call; the
 //! exception waits in a thread-local slot until the failed allocation reaches Python.
@@ -30,12 +31,19 @@ pub(crate) fn hook(callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
         ));
     }
     let callable = callable.clone().unbind();
+    // An `on_trim` that raises cannot fail its trim (the region is gone either way): its
+    // exception goes to `sys.unraisablehook`. An `on_grow`'s waits for the failed allocation.
+    let trims = name == "on_trim";
     let hook: RegionHook = Arc::new(move |offset: usize, nbytes: usize| {
         Python::attach(|py| match callable.call1(py, (offset, nbytes)) {
             Ok(_) => Ok(()),
             Err(err) => {
                 let message = err.to_string();
-                RAISED.with(|slot| *slot.borrow_mut() = Some(err));
+                if trims {
+                    err.write_unraisable(py, Some(callable.bind(py)));
+                } else {
+                    RAISED.with(|slot| *slot.borrow_mut() = Some(err));
+                }
                 Err(message)
             }
         })
@@ -48,9 +56,14 @@ pub(crate) fn forget() {
     RAISED.with(|slot| slot.borrow_mut().take());
 }
 
-/// `err` with the exception a failing `on_grow` raised (if any) as its `__cause__`.
+/// `err` with the exception a failing `on_grow` raised (if any) as its `__cause__`; or that
+/// exception itself when it is no `Exception` (a `KeyboardInterrupt`, a `SystemExit`): those
+/// go through as they are.
 pub(crate) fn chain(py: Python<'_>, err: PyErr) -> PyErr {
     if let Some(cause) = RAISED.with(|slot| slot.borrow_mut().take()) {
+        if !cause.is_instance_of::<pyo3::exceptions::PyException>(py) {
+            return cause;
+        }
         let out_of_memory = ErrorClass::OutOfMemory.class(py).is_ok_and(|class| err.is_instance(py, class));
         if out_of_memory {
             err.set_cause(py, Some(cause));

@@ -186,7 +186,7 @@ impl Pool {
         for (i, item) in items.enumerate() {
             let item = item?;
             match args::size_named(&item, || format!("sizes[{i}]"), capacity) {
-                Ok(size) => wanted.push(size),
+                Ok(size) => args::push_fallibly(&mut wanted, size, "the batch's sizes")?,
                 Err(err) => return Err(this.refused(py, err, &item, align, tag)),
             }
         }
@@ -257,9 +257,9 @@ impl Pool {
                     format!("blocks[{i}] must be an npumem.Block, got {}", args::type_name(&item)),
                 )
             })?;
-            handles.push(block.get().handle_to_free(slf.get(), i)?);
-            freed.push(block.get().tag_and_size());
-            blocks.push(block.clone());
+            args::push_fallibly(&mut handles, block.get().handle_to_free(slf.get(), i)?, "the batch's handles")?;
+            args::push_fallibly(&mut freed, block.get().tag_and_size(), "the batch's sizes")?;
+            args::push_fallibly(&mut blocks, block.clone(), "the batch's blocks")?;
         }
         if let Some((first, again)) = npumem_core::Handle::named_twice(&handles) {
             return Err(to_py(npumem_core::Error::NamedTwice { first, again }));
