@@ -412,6 +412,9 @@ def test_closed_caches_give_their_tag_back() -> None:
         KVCache(pool, page_tokens=4, tag=f"request-{i}", **SHAPE).close()
     for i in range(1500, 2000):
         KVCache(pool, page_tokens=4, tag=f"request-{i}", **SHAPE)  # dropped, not closed
+    for i in range(2000, 3500):  # more reserved pages than the pool holds: never made
+        with pytest.raises(npumem.OutOfMemoryError):
+            KVCache(pool, page_tokens=4, capacity_tokens=1 << 20, tag=f"request-{i}", **SHAPE)
     gc.collect()
     assert pool._tags_interned() <= 63 + 1024 + 1
     assert pool.stats().blocks_in_use == 0

@@ -678,15 +678,22 @@ impl PagedKV {
         let mover = callable(given(mover), "mover")?;
         // The cache's pages carry its tag for its whole life: one hold, given back once the
         // pages are (by `close` or when the cache is dropped).
-        let tag_id = pool.get().tags.acquire(py, &pool.get().core, Some(&tag), 1)?;
-        let (pages, capacity_pages) = match given(capacity_tokens) {
+        let reserved = match given(capacity_tokens) {
             Some(v) => {
                 let tokens = positive(&v, "capacity_tokens")?;
                 let n = tokens.div_ceil(page_tokens);
                 let bytes = n.checked_mul(page_bytes).filter(|&b| b <= capacity && n <= u32::MAX as usize).ok_or_else(
                     || too_large(format!("capacity_tokens = {tokens} ({n} pages of {page_bytes} bytes)")),
                 )?;
-                let handle = alloc_block(py, &(), pool.get(), bytes, tag_id)?;
+                Some((n, bytes))
+            }
+            None => None,
+        };
+        let tag_id = pool.get().tags.acquire(py, &pool.get().core, Some(&tag), 1)?;
+        let (pages, capacity_pages) = match reserved {
+            Some((n, bytes)) => {
+                let handle = alloc_block(py, &(), pool.get(), bytes, tag_id)
+                    .inspect_err(|_| pool.get().tags.release(&pool.get().core, tag_id, 1))?;
                 (Pages::Reserved { block: handle, free: FreeList::new(n as u32) }, Some(n))
             }
             None => (Pages::OnDemand { handles: Vec::new(), spare: Vec::new() }, None),
