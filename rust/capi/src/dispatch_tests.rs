@@ -78,6 +78,8 @@ fn create_alloc_free_release() {
         assert_eq!(npumem_free(pool, block.handle), OK);
         assert_eq!(npumem_free(pool, block.handle), status::ERR_DOUBLE_FREE);
         assert!(last_error().contains("double free"), "{}", last_error());
+        // A zeroed handle names no pool (ids start at 1): not another pool's block.
+        assert_eq!(npumem_free(pool, NpumemHandle::default()), status::ERR_INVALID_HANDLE);
         assert_eq!(npumem_pool_release(pool), OK);
     }
 }

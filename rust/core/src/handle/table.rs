@@ -237,7 +237,9 @@ impl HandleTable {
 
     fn live_slot(&self, handle: Handle) -> Result<&Slot> {
         if handle.pool != self.pool {
-            return Err(Error::InvalidHandle(HandleFault::Foreign));
+            // Pool ids start at 1: a handle naming pool 0 (a zeroed one) came from no pool.
+            let fault = if handle.pool == 0 { HandleFault::Unknown } else { HandleFault::Foreign };
+            return Err(Error::InvalidHandle(fault));
         }
         self.existing_slot(handle.slot).ok_or_else(unknown_handle)
     }
@@ -449,6 +451,8 @@ mod tests {
         assert_eq!(table.get(foreign), Err(Error::InvalidHandle(HandleFault::Foreign)));
         let unknown = Handle { slot: 99, ..b };
         assert_eq!(table.get(unknown), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        let zeroed = Handle { pool: 0, slot: 0, generation: 0 };
+        assert_eq!(table.get(zeroed), Err(Error::InvalidHandle(HandleFault::Unknown)), "no pool has id 0");
         assert_eq!(Handle::from_bits(b.to_bits()), b);
     }
 
