@@ -249,34 +249,29 @@ def _first_fit(
     covering: list[list[tuple[int, int]] | None] = [None] * (2 * n)
     starting: list[list[tuple[int, int]] | None] = [None] * (2 * n)
 
+    def add(tree: list[list[tuple[int, int]] | None], k: int, taken: tuple[int, int]) -> None:
+        node = tree[k]
+        if node is None:
+            tree[k] = [taken]
+        else:
+            node.append(taken)
+
     def place(i: int, offset: int) -> None:
         taken = (offset, offset + buffers[i].size)
         lo, hi = span[i]
         k = lo + n
         while k:
-            node = starting[k]
-            if node is None:
-                starting[k] = [taken]
-            else:
-                node.append(taken)
+            add(starting, k, taken)
             k >>= 1
         lo += n
         hi += n
         while lo < hi:
             if lo & 1:
-                node = covering[lo]
-                if node is None:
-                    covering[lo] = [taken]
-                else:
-                    node.append(taken)
+                add(covering, lo, taken)
                 lo += 1
             if hi & 1:
                 hi -= 1
-                node = covering[hi]
-                if node is None:
-                    covering[hi] = [taken]
-                else:
-                    node.append(taken)
+                add(covering, hi, taken)
             lo >>= 1
             hi >>= 1
 
