@@ -223,6 +223,17 @@ pub(crate) fn error(class: ErrorClass, message: impl Into<String>) -> PyErr {
     })
 }
 
+/// `err`, the failure of a call, with the exception that a user callback run by that call
+/// raised as its `__cause__`; or that exception itself when it is no `Exception` (a
+/// `KeyboardInterrupt`, a `SystemExit`): those go through as they are.
+pub(crate) fn caused_by(py: Python<'_>, err: PyErr, raised: PyErr) -> PyErr {
+    if !raised.is_instance_of::<PyException>(py) {
+        return raised;
+    }
+    err.set_cause(py, Some(raised));
+    err
+}
+
 /// A planner search input the core refused (`InvalidArgumentError`).
 pub(crate) fn plan_search(err: npumem_core::plan_search::PackingError) -> PyErr {
     error(ErrorClass::InvalidArgument, err.0)

@@ -10,10 +10,11 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use npumem_core::RegionHook;
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
 use crate::args;
-use crate::errors::{error, ErrorClass};
+use crate::errors::{caused_by, error, ErrorClass};
 
 thread_local! {
     /// The exception the last failing `on_grow` of this thread raised.
@@ -60,14 +61,10 @@ pub(crate) fn forget() {
 /// exception itself when it is no `Exception` (a `KeyboardInterrupt`, a `SystemExit`): those
 /// go through as they are.
 pub(crate) fn chain(py: Python<'_>, err: PyErr) -> PyErr {
-    if let Some(cause) = RAISED.with(|slot| slot.borrow_mut().take()) {
-        if !cause.is_instance_of::<pyo3::exceptions::PyException>(py) {
-            return cause;
-        }
-        let out_of_memory = ErrorClass::OutOfMemory.class(py).is_ok_and(|class| err.is_instance(py, class));
-        if out_of_memory {
-            err.set_cause(py, Some(cause));
-        }
+    let Some(cause) = RAISED.with(|slot| slot.borrow_mut().take()) else { return err };
+    let out_of_memory = ErrorClass::OutOfMemory.class(py).is_ok_and(|class| err.is_instance(py, class));
+    match out_of_memory || !cause.is_instance_of::<PyException>(py) {
+        true => caused_by(py, err, cause),
+        false => err,
     }
-    err
 }

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 use npumem_core::kv::{FreeList, KvError, PageSource, PageTable};
 use npumem_core::Handle;
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyException, PyMemoryError};
+use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::args;
-use crate::errors::{error, to_py, ErrorClass};
+use crate::errors::{caused_by, error, to_py, ErrorClass};
 use crate::gil::{detached, without_gil};
 use crate::pool::state::Pool;
 
@@ -554,11 +554,7 @@ impl PagedKV {
                 // A callback that failed (raised, or answered with something that has no truth
                 // value): the call fails as it would have, with that exception as its cause, as
                 // for the pool's out-of-memory handler. Ctrl-C and exits go through as they are.
-                Err(raised) if raised.is_instance_of::<PyException>(py) => {
-                    err.set_cause(py, Some(raised));
-                    return Err(err);
-                }
-                Err(raised) => return Err(raised),
+                Err(raised) => return Err(caused_by(py, err, raised)),
             }
             retry = true;
             let mut state = self.lock(py)?;

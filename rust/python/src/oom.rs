@@ -11,11 +11,10 @@ use std::cell::Cell;
 use std::sync::{Mutex, MutexGuard};
 
 use npumem_core::{Error, Handle};
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
 use crate::args;
-use crate::errors::{error, to_py, ErrorClass};
+use crate::errors::{caused_by, error, to_py, ErrorClass};
 use crate::gil::detached;
 use crate::growth;
 
@@ -146,12 +145,7 @@ impl OomHandler {
                     // A handler that failed (raised, or answered with something that has no
                     // truth value): the allocation fails as it would have, with that exception
                     // as its cause. Ctrl-C and exits go through as they are.
-                    Err(raised) if raised.is_instance_of::<PyException>(py) => {
-                        let out = to_py(err);
-                        out.set_cause(py, Some(raised));
-                        return Err(out);
-                    }
-                    Err(raised) => return Err(raised),
+                    Err(raised) => return Err(caused_by(py, to_py(err), raised)),
                 };
                 if retry || grow_last {
                     let again = detached(py, &alloc);
