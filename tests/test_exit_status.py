@@ -73,3 +73,54 @@ def test_bad_sizes_exit_usage(
         build_parser().parse_args(argv)
     assert info.value.code == ExitStatus.USAGE
     assert text in capsys.readouterr().err
+
+
+def test_host_memory_running_out_is_one_line_and_leaves_the_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import npumem.plan.cli
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(npumem.plan.cli, "solve", out_of_memory)
+    out = tmp_path / "plan.csv"
+    out.write_text("old plan\n")
+    status = main(["plan", str(DATA / "input.12.csv"), "-q", "-o", str(out)])
+    assert status is ExitStatus.NOT_MET
+    assert capsys.readouterr().err == "npumem plan: error: out of host memory\n"
+    assert out.read_text() == "old plan\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.csv"]
+
+
+def test_a_module_that_cannot_load_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import npumem.cli
+
+    def unloadable() -> None:
+        raise ImportError("libfoo.so: failed to map segment from shared object")
+
+    monkeypatch.setattr(npumem.cli, "build_parser", unloadable)
+    assert main(["plan", "x.csv"]) is ExitStatus.NOT_MET
+    assert capsys.readouterr().err == (
+        "npumem: error: libfoo.so: failed to map segment from shared object\n"
+    )
+
+
+def test_a_pool_running_out_is_named_as_such(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import npumem
+    import npumem.plan.cli
+
+    def pool_full(*args: object, **kwargs: object) -> None:
+        pool = npumem.Pool(1 << 20, backing="none", cores=1)
+        pool.alloc(2 << 20)
+
+    monkeypatch.setattr(npumem.plan.cli, "solve", pool_full)
+    status = main(["plan", str(DATA / "input.12.csv"), "-q"])
+    assert status is ExitStatus.NOT_MET
+    err = capsys.readouterr().err
+    assert err.startswith("npumem plan: error: ") and "out of host memory" not in err
+    assert len(err.splitlines()) == 1

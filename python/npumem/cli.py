@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from npumem.exit_status import ExitStatus
+from npumem.exit_status import ExitStatus, one_line
 
 __all__ = ["OneLineErrorParser", "build_parser", "main"]
 
@@ -85,17 +85,56 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    with _terminate_as_exit():
-        try:
+    with _finalizers_quiet_when_memory_runs_out():
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    prog = "npumem"
+    failure: str | None = None
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if isinstance(parser, OneLineErrorParser):
+            prog = parser._chosen_parser(args).prog
+        with _terminate_as_exit():
             status: int = args.func(args)
-        except KeyboardInterrupt:
-            # Ctrl-C: the file being written was cleaned up on the way out; one line, as the
-            # shell's own status for SIGINT.
-            print(f"{parser.prog}: interrupted", file=sys.stderr)
-            return 128 + signal.SIGINT
+    except KeyboardInterrupt:
+        # Ctrl-C: the file being written was cleaned up on the way out; one line, as the
+        # shell's own status for SIGINT.
+        failure, status = "interrupted", 128 + signal.SIGINT
+    except MemoryError as exc:
+        # Memory ran out where no subcommand expected it: the host's (an address-space limit,
+        # a full machine: a bare MemoryError) or a pool's (npumem's errors say which); the
+        # file being written was cleaned up as for Ctrl-C.
+        reason = "out of host memory" if type(exc) is MemoryError else one_line(exc)
+        failure, status = f"error: {reason}", ExitStatus.NOT_MET
+    except ImportError as exc:
+        # A module of npumem or of a dependency that cannot be loaded (a broken install, or
+        # no address space left to map a shared library).
+        failure, status = f"error: {one_line(exc)}", ExitStatus.NOT_MET
+    # The line is printed once the exception is gone: its frames held what filled the memory.
+    if failure is not None:
+        print(f"{prog}: {failure}", file=sys.stderr)
     return status
+
+
+@contextlib.contextmanager
+def _finalizers_quiet_when_memory_runs_out() -> Iterator[None]:
+    """While a command runs, a finalizer that fails for want of host memory (a generator
+    closed while an exception unwinds its frame) is not reported: the command's one line says
+    that memory ran out. Any other failure goes to the hook as before."""
+    hook = sys.unraisablehook
+
+    def report(unraisable: Any) -> None:
+        if not issubclass(unraisable.exc_type, MemoryError):
+            hook(unraisable)
+
+    sys.unraisablehook = report
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
 
 
 @contextlib.contextmanager
