@@ -449,3 +449,32 @@ def test_append_many_takes_a_numpy_count_and_refuses_bytes_as_ids() -> None:
         cache.append_many(b"\x00\x01")  # was read as the ids 0 and 1
     assert (cache.num_tokens(0), cache.num_tokens(1)) == (5, 5)
     cache.close()
+
+
+def test_int_arguments_take_index_objects_and_pass_their_exceptions_on() -> None:
+    class Seven:
+        def __index__(self) -> int:
+            return 7
+
+    class Interrupting:
+        def __index__(self) -> int:
+            raise KeyboardInterrupt
+
+    class Huge:
+        def __index__(self) -> int:
+            return 1 << 70
+
+    c = make_cache()
+    c.add_sequence(Seven(), Seven())  # type: ignore[arg-type]
+    c.append(7, Seven())  # type: ignore[arg-type]
+    assert c.num_tokens(7) == 14
+    for args in [(Interrupting(), 3), (1, Interrupting())]:
+        with pytest.raises(KeyboardInterrupt):
+            c.add_sequence(*args)  # type: ignore[arg-type]
+    with pytest.raises(npumem.InvalidArgumentError, match="outside the signed 64-bit range"):
+        c.add_sequence(Huge(), 3)  # type: ignore[arg-type]
+    with pytest.raises(npumem.InvalidArgumentError, match="fits in 64 bits"):
+        c.append(7, Huge())  # type: ignore[arg-type]
+    assert c.num_tokens(7) == 14
+    assert len(c) == 1
+    c.pool.check()

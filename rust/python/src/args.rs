@@ -8,6 +8,7 @@ use pyo3::types::{PyBool, PyInt, PyString};
 
 use crate::byte_text;
 use crate::errors::{error, ErrorClass};
+use crate::user_code;
 
 /// The type name of `value`, for messages.
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
@@ -38,7 +39,7 @@ pub(crate) fn int_value(value: &Bound<'_, PyAny>, name: &str, class: ErrorClass)
             return Err(refuse());
         }
         // An exception from `__index__` itself (a KeyboardInterrupt, a bug in it) is the caller's.
-        let index = value.call_method0("__index__")?;
+        let index = user_code::call(&value.getattr("__index__")?, ())?;
         if !index.is_instance_of::<PyInt>() {
             return Err(error(
                 class,
@@ -126,9 +127,13 @@ fn exact_int_size(value: &Bound<'_, PyAny>) -> Option<usize> {
 /// [`size_named`] past its fast path: every other value, and every refusal.
 #[cold]
 fn size_checked(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResult<usize> {
-    if let Ok(n) = value.extract::<usize>() {
-        if n > 0 && n <= capacity && !value.is_instance_of::<PyBool>() {
-            return Ok(n);
+    // An int is read here; anything else through its `__index__` in `int_value`, the one place
+    // that calls it.
+    if value.is_instance_of::<PyInt>() {
+        if let Ok(n) = value.extract::<usize>() {
+            if n > 0 && n <= capacity && !value.is_instance_of::<PyBool>() {
+                return Ok(n);
+            }
         }
     }
     let n = match int_value(value, name, ErrorClass::ArgumentType)? {
@@ -343,7 +348,7 @@ pub(crate) fn compaction_mode(
                 error(ErrorClass::ArgumentType, format!("chunks must be an iterable of ints, got {}", type_name(list)))
             })?;
             let mut out = Vec::new();
-            for (i, item) in items.enumerate() {
+            for (i, item) in user_code::each(items).enumerate() {
                 let c = integer(&item?, &format!("chunks[{i}]"), ErrorClass::ArgumentType)?;
                 out.push(usize::try_from(c).map_err(|_| {
                     error(ErrorClass::InvalidArgument, format!("chunks[{i}] must be a chunk index >= 0, got {c}"))

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{caused_by, error, ErrorClass};
+use crate::user_code;
 
 thread_local! {
     /// The exception the last failing `on_grow` of this thread raised.
@@ -36,7 +37,7 @@ pub(crate) fn hook(callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
     // exception goes to `sys.unraisablehook`. An `on_grow`'s waits for the failed allocation.
     let trims = name == "on_trim";
     let hook: RegionHook = Arc::new(move |offset: usize, nbytes: usize| {
-        Python::attach(|py| match callable.call1(py, (offset, nbytes)) {
+        Python::attach(|py| match user_code::call(callable.bind(py), (offset, nbytes)) {
             Ok(_) => Ok(()),
             Err(err) => {
                 let message = err.to_string();

@@ -24,6 +24,7 @@ use crate::args;
 use crate::errors::{caused_by, error, to_py, ErrorClass};
 use crate::gil::{detached, without_gil};
 use crate::pool::state::Pool;
+use crate::user_code;
 
 /// Retries after `on_evict` calls that freed no page of an on-demand cache, before giving up.
 const MAX_IDLE_EVICTIONS: u32 = 8;
@@ -118,10 +119,10 @@ fn seq_id(value: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
             });
         }
     }
-    match value.extract::<i64>() {
-        Ok(id) if !value.is_instance_of::<PyBool>() => Ok(id),
-        _ => Err(error(ErrorClass::ArgumentType, format!("{name} must be an int, got {}", type_name(value)))),
-    }
+    // Anything else through its `__index__`, whose own exception is the caller's.
+    let id = args::integer(value, name, ErrorClass::ArgumentType)?;
+    i64::try_from(id)
+        .map_err(|_| error(ErrorClass::InvalidArgument, format!("{name} = {id} is outside the signed 64-bit range")))
 }
 
 /// A count of tokens: an int >= 0 (not a bool).
@@ -137,12 +138,10 @@ fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
             });
         }
     }
-    match value.extract::<i128>() {
-        Ok(n) if !value.is_instance_of::<PyBool>() => u64::try_from(n).map_err(|_| {
-            error(ErrorClass::InvalidArgument, format!("{name} must be an int >= 0 that fits in 64 bits, got {n}"))
-        }),
-        _ => Err(error(ErrorClass::ArgumentType, format!("{name} must be an int, got {}", type_name(value)))),
-    }
+    let n = args::integer(value, name, ErrorClass::ArgumentType)?;
+    u64::try_from(n).map_err(|_| {
+        error(ErrorClass::InvalidArgument, format!("{name} must be an int >= 0 that fits in 64 bits, got {n}"))
+    })
 }
 
 /// A shape argument: an int > 0.
@@ -191,7 +190,7 @@ fn ints<T>(
         error(ErrorClass::ArgumentType, format!("{name} must be a sequence of ints, got {}", type_name(value)))
     })?;
     let mut out = Vec::new();
-    for (i, item) in items.enumerate() {
+    for (i, item) in user_code::each(items).enumerate() {
         out.push(convert(&item?, i)?);
     }
     Ok(out)
@@ -396,7 +395,7 @@ impl PageSource for Source<'_, '_> {
             if let Some(mover) = mover {
                 let transfers: Vec<(i64, i64, usize)> =
                     offsets.chunks_exact(2).map(|pair| (pair[0], pair[1], page_bytes)).collect();
-                kv.calling_python(|| mover.call1(py, (transfers,)))?;
+                kv.calling_python(|| user_code::call(mover.bind(py), (transfers,)))?;
             }
             Ok(())
         })();
@@ -548,7 +547,7 @@ impl PagedKV {
             };
             let handler = self.on_evict.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|h| h.clone_ref(py));
             let Some(handler) = handler else { return Err(err) };
-            match handler.call1(py, (pages_needed,)).and_then(|answer| answer.is_truthy(py)) {
+            match user_code::call(handler.bind(py), (pages_needed,)).and_then(|answer| user_code::is_truthy(&answer)) {
                 Ok(true) => {}
                 Ok(false) => return Err(err),
                 // A callback that failed (raised, or answered with something that has no truth

@@ -55,6 +55,7 @@ mod tag_stats;
 mod tags;
 mod trace;
 mod transfer;
+mod user_code;
 mod views;
 
 use pyo3::prelude::*;

@@ -13,6 +13,7 @@ use pyo3::types::PyList;
 use crate::errors::to_py;
 use crate::gil::detached;
 use crate::transfer;
+use crate::user_code;
 
 /// Run `work` without the GIL, handing it `mover` (if any) as a core mover; map its error, or
 /// give back the mover's own exception when the mover failed.
@@ -37,7 +38,7 @@ where
 fn call(mover: &Py<PyAny>, batch: &[Transfer], base_address: u64, raised: &mut Option<PyErr>) -> Result<(), String> {
     Python::attach(|py| {
         let list = PyList::new(py, batch.iter().map(|t| transfer::Transfer::new(t.src, t.dst, t.len, base_address)))?;
-        mover.call1(py, (list,)).map(|_| ())
+        user_code::call(mover.bind(py), (list,)).map(|_| ())
     })
     .map_err(|e| {
         let why = e.to_string();

@@ -17,6 +17,7 @@ use crate::args;
 use crate::errors::{caused_by, error, to_py, ErrorClass};
 use crate::gil::detached;
 use crate::growth;
+use crate::user_code;
 
 thread_local! {
     /// Set while this thread runs an out-of-memory handler (an allocation inside it does not
@@ -99,7 +100,7 @@ impl OomHandler {
             return Ok(false);
         }
         IN_HANDLER.with(|f| f.set(true));
-        let answer = handler.call1(py, (nbytes,)).and_then(|r| r.is_truthy(py));
+        let answer = user_code::call(handler.bind(py), (nbytes,)).and_then(|r| user_code::is_truthy(&r));
         IN_HANDLER.with(|f| f.set(false));
         answer
     }

@@ -31,6 +31,7 @@ use crate::step_report::StepReport;
 use crate::tag_stats::TagStats;
 use crate::tags::Tags;
 use crate::trace::{event_tuple, TraceStatus};
+use crate::user_code;
 use crate::views;
 
 #[pymethods]
@@ -183,7 +184,7 @@ impl Pool {
             )
         })?;
         let mut wanted = Vec::new();
-        for (i, item) in items.enumerate() {
+        for (i, item) in user_code::each(items).enumerate() {
             let item = item?;
             match args::size_named(&item, || format!("sizes[{i}]"), capacity) {
                 Ok(size) => args::push_fallibly(&mut wanted, size, "the batch's sizes")?,
@@ -249,7 +250,7 @@ impl Pool {
         let mut handles = Vec::new();
         let mut freed = Vec::new();
         let mut blocks = Vec::new();
-        for (i, item) in items.enumerate() {
+        for (i, item) in user_code::each(items).enumerate() {
             let item = item?;
             let block = item.cast::<Block>().map_err(|_| {
                 error(
@@ -487,7 +488,7 @@ impl Pool {
             )
         })?;
         let mut batch = Vec::new();
-        for (i, item) in items.enumerate() {
+        for (i, item) in user_code::each(items).enumerate() {
             let item = item?;
             let pair = item.cast::<PyTuple>().ok().filter(|t| t.len() == 2).ok_or_else(|| {
                 error(
