@@ -665,8 +665,10 @@ impl Gate {
             return Ok(PauseGuard { gate: self, serial: None });
         }
         let pausing = Pausing::mark(self, record, temporary);
-        let lock = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        self.pause_with(&REGISTRY, timeout).map_err(PauseError::Timeout)?;
+        let started = Instant::now();
+        let lock = self.lock_pausers(started, timeout).map_err(PauseError::Timeout)?;
+        self.pause_with(&REGISTRY, timeout.saturating_sub(started.elapsed()))
+            .map_err(|_| PauseError::Timeout(started.elapsed()))?;
         Ok(PauseGuard { gate: self, serial: Some((lock, pausing)) })
     }
 
@@ -698,8 +700,35 @@ impl Gate {
             return Err(PauseError::InsideCall);
         }
         let _pausing = Pausing::mark(self, record, false);
-        let _serial = self.pausers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        self.pause_held_with(&REGISTRY, record, timeout)
+        let started = Instant::now();
+        let _serial = self.lock_pausers(started, timeout).map_err(PauseError::Timeout)?;
+        self.pause_held_with(&REGISTRY, record, timeout.saturating_sub(started.elapsed())).map_err(|err| match err {
+            PauseError::Timeout(_) => PauseError::Timeout(started.elapsed()),
+            other => other,
+        })
+    }
+
+    /// The pausers' lock, waited for until `timeout` has passed since `started`: the pauser
+    /// that holds it may wait for calls in flight for as long as its own timeout allows, and
+    /// nobody waits for it longer than they asked. `Err(waited)` when the time is up.
+    fn lock_pausers(&self, started: Instant, timeout: Duration) -> Result<std::sync::MutexGuard<'_, ()>, Duration> {
+        let mut spins = 0u32;
+        loop {
+            match self.pausers.try_lock() {
+                Ok(lock) => return Ok(lock),
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => return Ok(poisoned.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if started.elapsed() >= timeout {
+                return Err(started.elapsed());
+            }
+            if spins < 256 {
+                spin_hint();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            spins = spins.saturating_add(1);
+        }
     }
 }
 
@@ -821,6 +850,36 @@ mod tests {
         release_tx.send(()).unwrap();
         stuck.join().unwrap();
         assert!(gate.pause(Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn a_pauser_waiting_for_another_does_not_hold_up_a_third_past_its_timeout() {
+        init_barriers();
+        let gate = Arc::new(Gate::new());
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let g = gate.clone();
+        let holder = std::thread::spawn(move || {
+            let ticket = g.pause_held(Duration::from_secs(1)).expect("pauses");
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            assert!(g.resume_held(ticket));
+        });
+        held_rx.recv().unwrap();
+        // A second pauser waits (holding the pausers' lock) for the held pause to end.
+        let g = gate.clone();
+        let waiter = std::thread::spawn(move || g.pause(Duration::from_secs(30)).map(drop));
+        std::thread::sleep(Duration::from_millis(50));
+        for timeout in [Duration::ZERO, Duration::from_millis(100)] {
+            let started = Instant::now();
+            assert!(matches!(gate.pause_held(timeout), Err(PauseError::Timeout(_))));
+            assert!(matches!(gate.pause(timeout), Err(PauseError::Timeout(_))));
+            assert!(started.elapsed() < Duration::from_secs(10), "waited {:?}", started.elapsed());
+        }
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(waiter.join().unwrap().is_ok());
+        assert!(!gate.is_closed());
     }
 
     #[test]
