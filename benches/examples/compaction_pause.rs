@@ -146,6 +146,7 @@ fn main() {
         let gaps: usize = f
             .pool
             .blocks()
+            .expect("host memory for the list of blocks")
             .iter()
             .filter(|b| b.block_bytes > bank && b.block_bytes <= f.pool.config().chunk_size / 2)
             .map(|b| b.block_bytes.next_multiple_of(bank) - b.block_bytes)

@@ -16,7 +16,7 @@ fn device_pool(capacity: usize, cores: usize) -> Pool {
 
 fn state(p: &Pool) -> (Vec<BlockInfo>, usize, usize) {
     let s = p.stats();
-    (p.blocks(), s.bytes_in_use, s.largest_free_block)
+    (p.blocks().unwrap(), s.bytes_in_use, s.largest_free_block)
 }
 
 #[test]
@@ -335,7 +335,7 @@ fn full_compaction_leaves_one_free_stretch_and_every_byte() {
     let token = p.pause(WAIT).unwrap();
     let plan = p.plan_compaction(Some(&token), &CompactionMode::Full).unwrap();
     assert!(plan.blocks > 0 && plan.largest_free_after > plan.largest_free_before);
-    assert_eq!(state(&p).0, p.blocks(), "planning moves nothing");
+    assert_eq!(state(&p).0, p.blocks().unwrap(), "planning moves nothing");
     let done = p.compact_step(&token, &CompactionMode::Full, None).unwrap();
     p.check().unwrap();
     p.resume(&token).unwrap();
@@ -350,6 +350,7 @@ fn full_compaction_leaves_one_free_stretch_and_every_byte() {
     let config = p.config();
     let slack: usize = p
         .blocks()
+        .unwrap()
         .iter()
         .filter(|b| b.block_bytes > config.bank_size && b.block_bytes <= config.chunk_size / 2)
         .map(|b| b.block_bytes.next_multiple_of(config.bank_size) - b.block_bytes)
@@ -418,7 +419,7 @@ fn an_incremental_step_evacuates_the_sparsest_chunk_above_the_boundary_first() {
     p.check().unwrap();
     // One free run but for the partly filled chunk at its start (196 blocks of 32 per chunk).
     let stats = p.stats();
-    let mut chunks: Vec<usize> = p.blocks().iter().map(|b| b.offset / chunk_size).collect();
+    let mut chunks: Vec<usize> = p.blocks().unwrap().iter().map(|b| b.offset / chunk_size).collect();
     chunks.sort_unstable();
     chunks.dedup();
     assert_eq!(chunks, (0..7).collect::<Vec<_>>(), "the blocks fill the lowest chunks");
@@ -522,7 +523,7 @@ fn a_chunk_left_with_an_all_free_slab_goes_back_after_a_step() {
             p.check().unwrap();
             let snapshot = p.snapshot().unwrap();
             let in_chunk_4 = |offset: usize| offset / chunk_size == 4;
-            assert!(!p.blocks().iter().any(|b| in_chunk_4(b.offset)), "{mode:?}: blocks stayed in chunk 4");
+            assert!(!p.blocks().unwrap().iter().any(|b| in_chunk_4(b.offset)), "{mode:?}: blocks stayed in chunk 4");
             assert!(
                 !snapshot.slab_cached.iter().any(|e| in_chunk_4(e.offset)),
                 "{mode:?} (staged: {staged}): the all-free slab kept chunk 4"
@@ -568,7 +569,7 @@ fn evacuating_named_chunks_gives_them_back() {
     p.compact_step(&token, &CompactionMode::Evacuate { chunks: vec![chunk] }, None).unwrap();
     p.resume(&token).unwrap();
     p.check().unwrap();
-    assert!(p.blocks().iter().all(|b| b.offset / (2 * MIB) != chunk), "chunk {chunk} still holds blocks");
+    assert!(p.blocks().unwrap().iter().all(|b| b.offset / (2 * MIB) != chunk), "chunk {chunk} still holds blocks");
     for &(h, id) in &kept {
         verify(&p, h, id);
     }

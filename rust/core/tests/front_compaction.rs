@@ -98,7 +98,7 @@ fn odd_sizes_compacted(seed: u64, backing: Backing) -> Left {
     let (chunk, bank) = (p.config().chunk_size, p.config().bank_size);
     let before = p.stats();
     assert!(before.external_fragmentation > 0.9, "seed {seed}: {}", before.external_fragmentation);
-    let blocks_before = p.blocks();
+    let blocks_before = p.blocks().unwrap();
     let fronted = blocks_before.iter().filter(|b| has_front(b.offset, b.size, chunk)).count();
 
     let plan = p.plan_compaction_with(None, &CompactionMode::Full, device).unwrap();
@@ -118,7 +118,7 @@ fn odd_sizes_compacted(seed: u64, backing: Backing) -> Left {
     assert_eq!(p.check().unwrap(), kept.len(), "seed {seed}");
     assert_eq!(after.bytes_in_use, before.bytes_in_use, "seed {seed}: a compaction keeps the bytes in use");
     assert_eq!(after.largest_free_block, plan.largest_free_after, "seed {seed}: the plan predicts the compaction");
-    let mut blocks_after = p.blocks();
+    let mut blocks_after = p.blocks().unwrap();
     blocks_after.sort_by_key(|b| b.handle.to_bits());
     let mut sorted_before = blocks_before;
     sorted_before.sort_by_key(|b| b.handle.to_bits());

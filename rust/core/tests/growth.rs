@@ -19,7 +19,7 @@ fn growing(capacity: usize, max: usize, step: usize, cores: usize) -> Pool {
 /// Every live block lies inside one region.
 fn assert_inside_regions(p: &Pool) {
     let regions = p.regions();
-    for b in p.blocks() {
+    for b in p.blocks().unwrap() {
         let inside = |r: &Region| b.offset >= r.offset && b.offset + b.block_bytes <= r.offset + r.bytes;
         assert!(regions.iter().any(inside), "block {b:?} is not inside one region of {regions:?}");
     }

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 /// Chunks that hold a byte of a live block (slab objects count by their own offset).
 fn chunks_with_blocks(p: &Pool) -> BTreeSet<usize> {
     let chunk_size = p.config().chunk_size;
-    p.blocks().iter().flat_map(|b| b.offset / chunk_size..=(b.offset + b.size - 1) / chunk_size).collect()
+    p.blocks().unwrap().iter().flat_map(|b| b.offset / chunk_size..=(b.offset + b.size - 1) / chunk_size).collect()
 }
 
 /// A pool of two cores fragmented by a moving thread (blocks of every kind below a chunk,

@@ -76,7 +76,7 @@ impl Device {
     /// Everything a failed batch must leave as it was.
     fn state(&self) -> (Vec<(u32, usize, usize)>, usize, usize) {
         let s = self.pool.stats();
-        let places = self.pool.blocks().iter().map(|b| (b.handle.slot(), b.offset, b.size)).collect();
+        let places = self.pool.blocks().unwrap().iter().map(|b| (b.handle.slot(), b.offset, b.size)).collect();
         (places, s.bytes_in_use, s.largest_free_block)
     }
 

@@ -14,6 +14,7 @@ use crate::arena::regions::Regions;
 use crate::error::{Error, Result};
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
+use crate::util::grow::{reserve, try_insert, try_push};
 use crate::util::sync::Ordering;
 
 impl Pool {
@@ -22,6 +23,7 @@ impl Pool {
     /// allocated block with its directory entries; every live handle names an allocated block
     /// or slab object inside the arena, aligned and bank-safe; no two blocks overlap; the
     /// counters equal what the walk finds. Returns the number of live blocks checked.
+    /// [`Error::HostMemory`] if the host has no memory for the walk's tables (nothing changes).
     pub fn check(&self) -> Result<usize> {
         let _paused = self.pause_for_maintenance()?;
         let mut findings: Vec<String> = Vec::new();
@@ -51,6 +53,7 @@ impl Pool {
             let pristine =
                 if never_written { !matches!(state, ChunkState::Core(_)) } else { self.arena.is_pristine(chunk) };
             let mut nodes: HashSet<Node> = HashSet::new();
+            let mut listed = Ok(());
             if pristine {
                 // Never granted: nobody's, whole, every word of its tree zero (a tree past every
                 // opened chunk was never written: not read).
@@ -62,8 +65,11 @@ impl Pool {
             } else {
                 self.arena.shape.check(tree, &mut |f| findings.push(format!("chunk {chunk}: {f}")));
                 self.arena.shape.for_each_allocated(tree, &mut |n| {
-                    nodes.insert(n);
+                    if listed.is_ok() {
+                        listed = try_insert(&mut nodes, n, "check()'s nodes of a chunk").map(drop);
+                    }
                 });
+                listed?;
                 for n in self.arena.reserved_nodes(chunk) {
                     if !nodes.remove(&n) {
                         findings.push(format!("chunk {chunk}: reserved tail node {n:?} is not allocated"));
@@ -124,6 +130,7 @@ impl Pool {
                         ));
                     }
                     block_bytes_walked += used as usize * g.min_block;
+                    reserve(&mut allocated, nodes.len(), "check()'s allocated nodes")?;
                     allocated.extend(nodes.into_iter().map(|n| (chunk, n)));
                 }
             }
@@ -228,9 +235,13 @@ impl Pool {
 
         // Handles: each names an allocated block, inside the arena, aligned, bank-safe.
         let mut extents: Vec<(usize, usize, Handle)> = Vec::new();
+        let mut listed = Ok(());
         let mut live = 0usize;
         let bank = self.config.bank_size;
         self.handles.for_each_live(&mut |h, info| {
+            if listed.is_err() {
+                return;
+            }
             live += 1;
             let align = 1usize << info.align_log2;
             let bytes = self.block_bytes_at(info.offset, info.size, align);
@@ -262,7 +273,7 @@ impl Pool {
                     ));
                 }
                 slab_handles[class] += 1;
-                extents.push((info.offset, bytes, h));
+                listed = try_push(&mut extents, (info.offset, bytes, h), "check()'s block extents");
                 return;
             }
             let chunk = info.offset / g.chunk_size;
@@ -335,9 +346,11 @@ impl Pool {
                 },
                 other => findings.push(format!("block {h:?}: its chunk {chunk} is {other:?}")),
             }
-            extents.push((info.offset, bytes, h));
+            listed = try_push(&mut extents, (info.offset, bytes, h), "check()'s block extents");
         });
-        extents.sort_by_key(|&(offset, len, _)| (offset, len));
+        listed?;
+        // In place (a stable sort allocates); the slot breaks ties, so the order is the same.
+        extents.sort_unstable_by_key(|&(offset, len, h)| (offset, len, h.slot()));
         for pair in extents.windows(2) {
             let ((a_off, a_len, a), (b_off, _, b)) = (pair[0], pair[1]);
             if a_off + a_len > b_off {

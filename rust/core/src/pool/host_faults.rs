@@ -105,7 +105,7 @@ fn a_trace_ring_the_host_cannot_give_leaves_tracing_as_it_was() {
     pool.trace_start(1000).unwrap();
     let h = pool.alloc(100, None, 0).unwrap();
     pool.free(h).unwrap();
-    assert_eq!(pool.trace_drain().len(), 2);
+    assert_eq!(pool.trace_drain().unwrap().len(), 2);
 }
 
 #[test]
@@ -152,5 +152,102 @@ fn an_empty_huge_pool_commits_almost_no_host_memory() {
     // Other tests run meanwhile, so the process's RSS says little; the metadata's own pages do.
     let committed = pool.arena().committed_metadata_bytes();
     assert!(committed < 16 << 20, "an empty 1 TiB pool committed {committed} bytes of metadata");
+    pool.check().unwrap();
+}
+
+/// A pool with blocks of every route, slabs with holes, a freed block in a cache, a block of
+/// the raw API and a trace recording: something for every table of the walks below.
+fn filled() -> (Pool, Vec<crate::handle::id::Handle>) {
+    let pool = Pool::new(config()).unwrap();
+    let mut held = Vec::new();
+    for (i, &n) in [64, 100, 3000, 5000, 100_000, 3 << 20, 64, 200].iter().cycle().take(24).enumerate() {
+        let h = pool.alloc(n + i, None, (i % 3) as u32).unwrap();
+        if i % 3 == 1 {
+            pool.free(h).unwrap();
+        } else {
+            held.push(h);
+        }
+    }
+    pool.alloc_raw(5000, None).unwrap();
+    (pool, held)
+}
+
+/// Every growth of a table that `op` passes (failpoint `host.vec`) fails in turn: `op` reports
+/// `Error::HostMemory` and the pool is as it was (its stats equal, `check()` passes).
+fn every_growth_fails_cleanly<T: std::fmt::Debug>(pool: &Pool, what: &str, op: impl Fn() -> crate::Result<T>) {
+    let (result, hits) = failpoint::record(&op);
+    result.unwrap();
+    let growths = hits.iter().filter(|&&name| name == "host.vec").count();
+    assert!(growths > 0, "{what} grows no table: {hits:?}");
+    let before = pool.stats();
+    for nth in 0..growths {
+        let (result, fired) = failpoint::fail_at("host.vec", nth, &op);
+        assert!(fired, "{what}: growth {nth} was not reached again");
+        match result {
+            Err(Error::HostMemory { what: table, bytes }) => assert!(!table.is_empty() && bytes > 0, "{what} #{nth}"),
+            other => panic!("{what}: growth {nth} failed, yet it gave {other:?}"),
+        }
+        assert_eq!(pool.stats(), before, "{what}: growth {nth} changed the pool");
+        pool.check().unwrap();
+    }
+    op().unwrap();
+}
+
+#[test]
+fn a_snapshot_the_host_cannot_list_is_an_error_that_changes_nothing() {
+    let (pool, _held) = filled();
+    let whole = pool.snapshot().unwrap();
+    assert!(!whole.untracked.is_empty() && !whole.slab_cached.is_empty());
+    every_growth_fails_cleanly(&pool, "snapshot()", || pool.snapshot());
+    assert_eq!(pool.snapshot().unwrap().blocks, whole.blocks);
+}
+
+#[test]
+fn a_list_of_blocks_the_host_cannot_give_is_an_error() {
+    let (pool, held) = filled();
+    assert_eq!(pool.blocks().unwrap().len(), held.len());
+    every_growth_fails_cleanly(&pool, "blocks()", || pool.blocks());
+}
+
+#[test]
+fn a_check_the_host_cannot_walk_is_an_error_that_changes_nothing() {
+    let (pool, held) = filled();
+    every_growth_fails_cleanly(&pool, "check()", || pool.check());
+    assert_eq!(pool.check().unwrap(), held.len() + 1, "the raw block counts");
+}
+
+/// A drain the host has no room for leaves the events in the rings: the next drain has them
+/// all, none counted dropped. Two threads record, so the merge has two streams to merge.
+#[test]
+fn a_trace_drain_the_host_cannot_hold_leaves_the_events_for_the_next() {
+    let pool = Pool::new(config()).unwrap();
+    let record = |pool: &Pool| {
+        pool.trace_start(4096).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..2 {
+                s.spawn(move || {
+                    for i in 0..40 {
+                        let h = pool.alloc(64 + i * 100 + t, None, 0).unwrap();
+                        pool.free(h).unwrap();
+                    }
+                });
+            }
+        });
+    };
+    record(&pool);
+    let (drained, hits) = failpoint::record(|| pool.trace_drain());
+    assert_eq!(drained.unwrap().len(), 160);
+    let growths = hits.iter().filter(|&&name| name == "host.vec").count();
+    assert!(growths >= 3, "the streams and the merge's tables: {hits:?}");
+    for nth in 0..growths {
+        record(&pool);
+        let (result, fired) = failpoint::fail_at("host.vec", nth, || pool.trace_drain());
+        assert!(fired, "growth {nth} was not reached again");
+        assert!(matches!(result, Err(Error::HostMemory { .. })), "growth {nth}: {result:?}");
+        let events = pool.trace_drain().unwrap();
+        assert_eq!(events.len(), 160, "growth {nth}: events lost");
+        let status = pool.trace_status();
+        assert_eq!((status.recorded, status.drained, status.dropped), (160, 160, 0), "growth {nth}");
+    }
     pool.check().unwrap();
 }

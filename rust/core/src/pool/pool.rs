@@ -30,6 +30,7 @@ use crate::pool::region_hooks::GrowthHooks;
 use crate::stats::counters::Counters;
 use crate::stats::tags::TagTable;
 use crate::trace::recorder::Trace;
+use crate::util::grow::try_push;
 use crate::util::sync::{AtomicU32, Ordering};
 
 static NEXT_POOL_ID: AtomicU32 = AtomicU32::new(1);
@@ -203,11 +204,19 @@ impl Pool {
     }
 
     /// Every live block (through a handle), in offset order.
-    pub fn blocks(&self) -> Vec<BlockInfo> {
+    /// [`Error::HostMemory`] if the host has no memory for the list.
+    pub fn blocks(&self) -> Result<Vec<BlockInfo>> {
         let mut blocks = Vec::new();
-        self.handles.for_each_live(&mut |h, info| blocks.push(self.block_info(h, info)));
-        blocks.sort_by_key(|b| b.offset);
-        blocks
+        let mut listed = Ok(());
+        self.handles.for_each_live(&mut |h, info| {
+            if listed.is_ok() {
+                listed = try_push(&mut blocks, self.block_info(h, info), "the list of live blocks");
+            }
+        });
+        listed?;
+        // In place (a stable sort allocates); live blocks have distinct offsets.
+        blocks.sort_unstable_by_key(|b| b.offset);
+        Ok(blocks)
     }
 
     // ----- host memory --------------------------------------------------------------------

@@ -16,6 +16,7 @@ use crate::arena::buddy::Node;
 use crate::arena::global::ChunkState;
 use crate::error::Result;
 use crate::stats::summary::PoolStats;
+use crate::util::grow::{try_collect, try_push};
 
 /// A range of bytes `[offset, offset + len)` of the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,23 +60,26 @@ pub struct Snapshot {
 
 impl Pool {
     /// Pause the pool and record every live block, every maximal free run and the stats.
-    /// [`Error::Busy`](crate::error::Error::Busy) if calls in flight do not finish in time (nothing changes then).
+    /// [`Error::Busy`](crate::error::Error::Busy) if calls in flight do not finish in time, and
+    /// [`Error::HostMemory`](crate::error::Error::HostMemory) if the host has no memory for the
+    /// lists (nothing changes then).
     pub fn snapshot(&self) -> Result<Snapshot> {
         let _paused = self.pause_for_maintenance()?;
         let time_ns = self.trace.now_ns();
         let stats = self.stats();
-        let blocks = self.blocks();
-        let free_runs = merge(self.free_pieces());
-        let slab_cached = merge(self.slab_cached());
+        let blocks = self.blocks()?;
+        let free_runs = merge(self.free_pieces()?);
+        let slab_cached = merge(self.slab_cached()?);
         let regions: Vec<Extent> =
             self.regions().into_iter().map(|r| Extent { offset: r.offset, len: r.bytes }).collect();
-        let untracked = self.untracked(&blocks, &free_runs, &slab_cached, &regions);
+        let untracked = self.untracked(&blocks, &free_runs, &slab_cached, &regions)?;
         Ok(Snapshot { time_ns, blocks, free_runs, slab_cached, untracked, stats, regions })
     }
 
     /// The bytes of every slab that holds objects that no allocated object uses, in offset
     /// order (an all-free slab is free space, as the statistics count it).
-    fn slab_cached(&self) -> Vec<Extent> {
+    fn slab_cached(&self) -> Result<Vec<Extent>> {
+        const WHAT: &str = "the snapshot's slab caches";
         let mut pieces = Vec::new();
         for view in self.arena.slabs.views() {
             let class = &self.arena.slabs.classes.classes[view.class];
@@ -87,20 +91,21 @@ impl Pool {
                 if view.free & (1 << j) == 0 {
                     let start = view.base + class.offset_of(j);
                     if start > at {
-                        pieces.push(Extent { offset: at, len: start - at });
+                        try_push(&mut pieces, Extent { offset: at, len: start - at }, WHAT)?;
                     }
                     at = start + class.size;
                 }
             }
             if view.base + view.bytes > at {
-                pieces.push(Extent { offset: at, len: view.base + view.bytes - at });
+                try_push(&mut pieces, Extent { offset: at, len: view.base + view.bytes - at }, WHAT)?;
             }
         }
-        pieces
+        Ok(pieces)
     }
 
     /// Free byte ranges chunk by chunk, in offset order (adjacent pieces not merged yet).
-    fn free_pieces(&self) -> Vec<Extent> {
+    fn free_pieces(&self) -> Result<Vec<Extent>> {
+        const WHAT: &str = "the snapshot's free runs";
         let g = &self.arena.geometry;
         // Cached freed blocks and all-free slabs are free, though allocated in their trees.
         let cached = self.reclaimable_nodes();
@@ -108,7 +113,7 @@ impl Pool {
         for chunk in 0..self.arena.global.end() {
             let base = chunk * g.chunk_size;
             match self.arena.global.state(chunk) {
-                ChunkState::Free => pieces.push(Extent { offset: base, len: g.chunk_bytes(chunk) }),
+                ChunkState::Free => try_push(&mut pieces, Extent { offset: base, len: g.chunk_bytes(chunk) }, WHAT)?,
                 ChunkState::Core(_) => {
                     let cached = cached.get(&chunk);
                     // An all-free slab's node covers the nodes of its block.
@@ -120,10 +125,11 @@ impl Pool {
                             })
                         })
                     };
-                    pieces.extend(self.free_holes(chunk, &is_cached).into_iter().map(|(from, to)| Extent {
-                        offset: g.offset_of(chunk, from),
-                        len: ((to - from) as usize) << g.unit_shift,
-                    }))
+                    for (from, to) in self.free_holes(chunk, &is_cached) {
+                        let hole =
+                            Extent { offset: g.offset_of(chunk, from), len: ((to - from) as usize) << g.unit_shift };
+                        try_push(&mut pieces, hole, WHAT)?;
+                    }
                 }
                 ChunkState::RunHead(_)
                 | ChunkState::TailedRunHead(_)
@@ -132,7 +138,7 @@ impl Pool {
                 | ChunkState::Absent => {}
             }
         }
-        pieces
+        Ok(pieces)
     }
 
     /// The allocated ranges that no live block covers.
@@ -142,57 +148,55 @@ impl Pool {
         free_runs: &[Extent],
         slab_cached: &[Extent],
         regions: &[Extent],
-    ) -> Vec<Extent> {
-        let mut covered: Vec<Extent> = blocks
-            .iter()
-            .map(|b| Extent { offset: b.offset, len: b.block_bytes })
-            .chain(free_runs.iter().copied())
-            .chain(slab_cached.iter().copied())
-            .chain(absent(regions, self.arena.geometry.usable_capacity()))
-            .collect();
-        covered.sort();
-        let mut gaps = Vec::new();
-        let mut at = 0;
-        for e in covered {
-            if e.offset > at {
-                gaps.push(Extent { offset: at, len: e.offset - at });
-            }
-            at = at.max(e.end());
-        }
+    ) -> Result<Vec<Extent>> {
         let end = self.arena.geometry.usable_capacity();
-        if at < end {
-            gaps.push(Extent { offset: at, len: end - at });
-        }
-        gaps
+        let absent = gaps(regions, end, "the snapshot's absent extents")?;
+        let mut covered = try_collect(
+            blocks
+                .iter()
+                .map(|b| Extent { offset: b.offset, len: b.block_bytes })
+                .chain(free_runs.iter().copied())
+                .chain(slab_cached.iter().copied())
+                .chain(absent),
+            "the snapshot's covered extents",
+        )?;
+        // In place (a stable sort allocates); equal extents are alike.
+        covered.sort_unstable();
+        gaps(&covered, end, "the snapshot's untracked extents")
     }
 }
 
-/// The bytes of `[0, end)` outside `regions` (sorted): absent, never untracked.
-fn absent(regions: &[Extent], end: usize) -> Vec<Extent> {
+/// The bytes of `[0, end)` outside `extents` (sorted by offset, maybe overlapping).
+fn gaps(extents: &[Extent], end: usize, what: &'static str) -> Result<Vec<Extent>> {
     let mut gaps = Vec::new();
     let mut at = 0;
-    for r in regions {
-        if r.offset > at {
-            gaps.push(Extent { offset: at, len: r.offset - at });
+    for e in extents {
+        if e.offset > at {
+            try_push(&mut gaps, Extent { offset: at, len: e.offset - at }, what)?;
         }
-        at = at.max(r.end());
+        at = at.max(e.end());
     }
     if at < end {
-        gaps.push(Extent { offset: at, len: end - at });
+        try_push(&mut gaps, Extent { offset: at, len: end - at }, what)?;
     }
-    gaps
+    Ok(gaps)
 }
 
-/// Sorted pieces merged into maximal runs (touching pieces join).
-fn merge(pieces: Vec<Extent>) -> Vec<Extent> {
-    let mut runs: Vec<Extent> = Vec::with_capacity(pieces.len());
-    for p in pieces {
-        match runs.last_mut() {
+/// Sorted pieces merged into maximal runs (touching pieces join), in place.
+fn merge(mut pieces: Vec<Extent>) -> Vec<Extent> {
+    let mut runs = 0usize;
+    for i in 0..pieces.len() {
+        let p = pieces[i];
+        match runs.checked_sub(1).map(|last| &mut pieces[last]) {
             Some(last) if last.end() == p.offset => last.len += p.len,
-            _ => runs.push(p),
+            _ => {
+                pieces[runs] = p;
+                runs += 1;
+            }
         }
     }
-    runs
+    pieces.truncate(runs);
+    pieces
 }
 
 #[cfg(test)]

@@ -32,7 +32,9 @@ impl Pool {
     /// Every event recorded since the last drain, oldest first (by time; events of one
     /// thread keep their order, and a block's free and moves come after its alloc). Does not
     /// pause the pool: events still being written are left for the next drain.
-    pub fn trace_drain(&self) -> Vec<TraceEvent> {
+    /// [`Error::HostMemory`](crate::error::Error::HostMemory) when the host has no memory for the
+    /// events: those waiting stay for the next drain (see `Trace::drain`).
+    pub fn trace_drain(&self) -> Result<Vec<TraceEvent>> {
         self.trace.drain()
     }
 
@@ -75,13 +77,13 @@ mod tests {
         let p = pool(16 << 20, 2);
         let h = p.alloc(1000, None, 0).unwrap();
         p.free(h).unwrap();
-        assert!(p.trace_drain().is_empty());
+        assert!(p.trace_drain().unwrap().is_empty());
         assert_eq!(p.trace_status(), TraceStatus::default());
         p.trace_start(100).unwrap();
         let h = p.alloc(1000, None, 0).unwrap();
         p.trace_stop().unwrap();
         p.free(h).unwrap();
-        let events = p.trace_drain();
+        let events = p.trace_drain().unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].kind, EventKind::Alloc);
         let st = p.trace_status();
@@ -101,7 +103,7 @@ mod tests {
         p.free(a).unwrap();
         p.record_move(b, 0, 4096).unwrap();
         p.free(b).unwrap();
-        let events = p.trace_drain();
+        let events = p.trace_drain().unwrap();
         let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
         use EventKind::*;
         assert_eq!(kinds, vec![Alloc, Alloc, Failed, Free, Move, Free]);
@@ -127,14 +129,14 @@ mod tests {
             let h = p.alloc(256, None, 0).unwrap();
             p.free(h).unwrap();
         }
-        let events = p.trace_drain();
+        let events = p.trace_drain().unwrap();
         assert_eq!(events.len(), 16);
         let st = p.trace_status();
         assert_eq!((st.recorded, st.drained, st.dropped), (100, 16, 84));
         // A restart begins a fresh trace.
         p.trace_start(16).unwrap();
         assert_eq!(p.trace_status().recorded, 0);
-        assert!(p.trace_drain().is_empty());
+        assert!(p.trace_drain().unwrap().is_empty());
     }
 
     #[test]
@@ -153,12 +155,12 @@ mod tests {
                 });
             }
             for _ in 0..20 {
-                drained.extend(p.trace_drain());
+                drained.extend(p.trace_drain().unwrap());
                 std::thread::yield_now();
             }
         });
         p.trace_stop().unwrap();
-        drained.extend(p.trace_drain());
+        drained.extend(p.trace_drain().unwrap());
         assert_eq!(p.trace_status().dropped, 0);
         assert_eq!(drained.len(), 20_000);
         let mut live = std::collections::HashMap::new();
@@ -200,11 +202,11 @@ mod tests {
                 });
             }
             while drain_meanwhile && finished.load(std::sync::atomic::Ordering::Acquire) < threads {
-                drained.extend(p.trace_drain());
+                drained.extend(p.trace_drain().unwrap());
                 std::thread::yield_now();
             }
         });
-        drained.extend(p.trace_drain());
+        drained.extend(p.trace_drain().unwrap());
         drained
     }
 

@@ -19,32 +19,82 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::event::{EventKind, TraceEvent};
+use crate::error::Result;
+use crate::util::grow::reserve;
+use crate::util::zeroed::try_vec;
+
+/// What the merge's tables are called when the host has no memory for them.
+const WHAT: &str = "the trace's merged events";
+
+/// The tables of a merge of `events` events from `streams` streams, made before the events are
+/// taken from the rings (so that a host out of memory leaves them there).
+pub(crate) struct MergeRoom {
+    out: Vec<TraceEvent>,
+    /// Where each alloc of the merge is: (stream, index).
+    allocs: HashMap<u128, (usize, usize)>,
+    /// Per stream, the index of its next event.
+    next: Vec<usize>,
+    /// Streams waiting for an alloc: by the stream that holds it, (index of the alloc, waiter).
+    waiting: Vec<Vec<(usize, usize)>>,
+    set_aside: Vec<usize>,
+    /// The streams not waiting, by the time of their next event.
+    heads: BinaryHeap<Reverse<(u64, usize)>>,
+}
+
+impl MergeRoom {
+    /// Room for `events` events from `streams` streams, or `Error::HostMemory`. A table per
+    /// stream holds at most one entry per stream (a stream waits for one alloc at a time, and
+    /// is in the heap only while it waits for none): those never grow.
+    pub(crate) fn new(streams: usize, events: usize) -> Result<MergeRoom> {
+        let mut room = MergeRoom {
+            out: Vec::new(),
+            allocs: HashMap::new(),
+            next: Vec::new(),
+            waiting: Vec::new(),
+            set_aside: Vec::new(),
+            heads: BinaryHeap::new(),
+        };
+        if streams <= 1 {
+            return Ok(room); // one stream is the merge itself
+        }
+        room.out = try_vec(events, WHAT)?;
+        reserve(&mut room.allocs, events, WHAT)?;
+        room.next = try_vec(streams, WHAT)?;
+        room.next.resize(streams, 0);
+        room.waiting = try_vec(streams, WHAT)?;
+        for _ in 0..streams {
+            room.waiting.push(try_vec(streams, WHAT)?);
+        }
+        room.set_aside = try_vec(streams, WHAT)?;
+        room.heads = BinaryHeap::from(try_vec(streams, WHAT)?);
+        Ok(room)
+    }
+}
 
 /// One stream, oldest first: the events of `streams` (each in its own order) merged as the
-/// module documentation says.
-pub(crate) fn merge(streams: Vec<Vec<TraceEvent>>) -> Vec<TraceEvent> {
-    let total: usize = streams.iter().map(Vec::len).sum();
-    let mut out = Vec::with_capacity(total);
-    if streams.len() == 1 {
-        out.extend(streams.into_iter().flatten());
+/// module documentation says. Its tables start from `room` and grow without aborting:
+/// `Error::HostMemory` when the host has no memory for them.
+pub(crate) fn merge(mut streams: Vec<Vec<TraceEvent>>, mut room: MergeRoom) -> Result<Vec<TraceEvent>> {
+    if streams.len() <= 1 {
+        let mut out = streams.pop().unwrap_or_default();
         monotone(&mut out);
-        return out;
+        return Ok(out);
     }
-    // Where each alloc of the merge is: (stream, index).
-    let mut allocs: HashMap<u128, (usize, usize)> = HashMap::new();
+    if room.next.len() != streams.len() {
+        room = MergeRoom::new(streams.len(), 0)?;
+    }
+    let MergeRoom { mut out, mut allocs, mut next, mut waiting, mut set_aside, mut heads } = room;
+    let total: usize = streams.iter().map(Vec::len).sum();
+    reserve(&mut out, total, WHAT)?;
     for (s, events) in streams.iter().enumerate() {
         for (i, e) in events.iter().enumerate() {
             if e.kind == EventKind::Alloc {
+                reserve(&mut allocs, 1, WHAT)?;
                 allocs.insert(e.handle, (s, i));
             }
         }
     }
-    let mut next = vec![0usize; streams.len()];
-    // Streams waiting for an alloc: by the stream that holds it, (index of the alloc, waiter).
-    let mut waiting: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
-    let mut set_aside: Vec<usize> = Vec::new();
-    let mut heads: BinaryHeap<Reverse<(u64, usize)>> =
-        streams.iter().enumerate().filter(|(_, e)| !e.is_empty()).map(|(s, e)| Reverse((e[0].time_ns, s))).collect();
+    heads.extend(streams.iter().enumerate().filter(|(_, e)| !e.is_empty()).map(|(s, e)| Reverse((e[0].time_ns, s))));
     while out.len() < total {
         let s = match heads.pop() {
             Some(Reverse((_, s))) => s,
@@ -56,7 +106,7 @@ pub(crate) fn merge(streams: Vec<Vec<TraceEvent>>) -> Vec<TraceEvent> {
                     .min_by_key(|&(_, &s)| streams[s][next[s]].time_ns)
                     .expect("events left means a stream left");
                 set_aside.swap_remove(k);
-                for list in waiting.values_mut() {
+                for list in waiting.iter_mut() {
                     list.retain(|&(_, w)| w != s);
                 }
                 emit(&streams, &mut next, &mut out, s, &mut heads, &mut waiting, &mut set_aside);
@@ -67,7 +117,7 @@ pub(crate) fn merge(streams: Vec<Vec<TraceEvent>>) -> Vec<TraceEvent> {
         if matches!(e.kind, EventKind::Free | EventKind::Move) {
             if let Some(&(a, i)) = allocs.get(&e.handle) {
                 if a != s && next[a] <= i {
-                    waiting.entry(a).or_default().push((i, s));
+                    waiting[a].push((i, s));
                     set_aside.push(s);
                     continue;
                 }
@@ -75,8 +125,9 @@ pub(crate) fn merge(streams: Vec<Vec<TraceEvent>>) -> Vec<TraceEvent> {
         }
         emit(&streams, &mut next, &mut out, s, &mut heads, &mut waiting, &mut set_aside);
     }
+    streams.clear();
     monotone(&mut out);
-    out
+    Ok(out)
 }
 
 /// Hand out the next event of stream `s`, put the stream's new head in the heap, and wake the
@@ -87,7 +138,7 @@ fn emit(
     out: &mut Vec<TraceEvent>,
     s: usize,
     heads: &mut BinaryHeap<Reverse<(u64, usize)>>,
-    waiting: &mut HashMap<usize, Vec<(usize, usize)>>,
+    waiting: &mut [Vec<(usize, usize)>],
     set_aside: &mut Vec<usize>,
 ) {
     out.push(streams[s][next[s]]);
@@ -95,7 +146,7 @@ fn emit(
     if let Some(e) = streams[s].get(next[s]) {
         heads.push(Reverse((e.time_ns, s)));
     }
-    if let Some(list) = waiting.get_mut(&s) {
+    if let Some(list) = waiting.get_mut(s) {
         let done = next[s];
         list.retain(|&(alloc_at, w)| {
             if alloc_at < done {
@@ -122,6 +173,11 @@ fn monotone(events: &mut [TraceEvent]) {
 mod tests {
     use super::*;
 
+    fn merge_all(streams: Vec<Vec<TraceEvent>>) -> Vec<TraceEvent> {
+        let room = MergeRoom::new(streams.len(), 0).unwrap();
+        merge(streams, room).unwrap()
+    }
+
     fn ev(time_ns: u64, kind: EventKind, handle: u128) -> TraceEvent {
         TraceEvent { time_ns, kind, offset: 0, size: 1, core: 0, tag: 0, handle, aux: 0 }
     }
@@ -131,7 +187,7 @@ mod tests {
         use EventKind::*;
         let a = vec![ev(1, Alloc, 1), ev(5, Alloc, 2), ev(4, Failed, 0)];
         let b = vec![ev(2, Alloc, 3), ev(3, Free, 3), ev(9, Free, 1)];
-        let out = merge(vec![a, b]);
+        let out = merge_all(vec![a, b]);
         let order: Vec<(u64, u128)> = out.iter().map(|e| (e.time_ns, e.handle)).collect();
         // A's failed alloc (time 4) stays after its alloc at 5 and takes that time.
         assert_eq!(order, vec![(1, 1), (2, 3), (3, 3), (5, 2), (5, 0), (9, 1)]);
@@ -144,7 +200,7 @@ mod tests {
         // read ran ahead), then A goes on.
         let a = vec![ev(3, Alloc, 5), ev(12, Alloc, 7), ev(13, Alloc, 8)];
         let b = vec![ev(10, Free, 7), ev(11, Move, 5)];
-        let out = merge(vec![a, b]);
+        let out = merge_all(vec![a, b]);
         let order: Vec<(EventKind, u128, u64)> = out.iter().map(|e| (e.kind, e.handle, e.time_ns)).collect();
         assert_eq!(
             order,
@@ -156,7 +212,7 @@ mod tests {
     #[test]
     fn frees_of_blocks_allocated_before_the_merge_go_by_time() {
         use EventKind::*;
-        let out = merge(vec![vec![ev(5, Free, 1)], vec![ev(2, Free, 2)], vec![]]);
+        let out = merge_all(vec![vec![ev(5, Free, 1)], vec![ev(2, Free, 2)], vec![]]);
         assert_eq!(out.iter().map(|e| e.handle).collect::<Vec<_>>(), vec![2, 1]);
     }
 
@@ -165,7 +221,7 @@ mod tests {
         use EventKind::*;
         let a = vec![ev(1, Free, 2), ev(2, Alloc, 1)];
         let b = vec![ev(1, Free, 1), ev(2, Alloc, 2)];
-        assert_eq!(merge(vec![a, b]).len(), 4);
+        assert_eq!(merge_all(vec![a, b]).len(), 4);
     }
 
     /// Random executions: threads allocate, hand blocks to each other and free them; the true
@@ -210,7 +266,7 @@ mod tests {
                 streams[t].push(e);
             }
             let total: usize = streams.iter().map(Vec::len).sum();
-            let out = merge(streams.clone());
+            let out = merge_all(streams.clone());
             assert_eq!(out.len(), total);
             assert!(out.windows(2).all(|w| w[0].time_ns <= w[1].time_ns), "times went back");
             let mut allocated = std::collections::HashSet::new();

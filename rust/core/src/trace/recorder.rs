@@ -4,15 +4,20 @@
 
 use super::clock::Clock;
 use super::event::{EventKind, TraceEvent};
-use super::merge::merge;
+use super::merge::{merge, MergeRoom};
 use super::rings::Rings;
 use crate::error::Result;
 use crate::handle::id::Handle;
+use crate::util::grow::{reserve, try_push};
+use crate::util::zeroed::try_vec;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Most events a trace can hold (64 bytes each: 1 GiB).
 pub const MAX_TRACE_CAPACITY: usize = 1 << 24;
+
+/// What a drain's lists of events are called when the host has no memory for them.
+const EVENTS: &str = "the drained trace events";
 
 #[derive(Default)]
 struct Drains {
@@ -176,28 +181,46 @@ impl Trace {
     }
 
     /// Every event recorded since the last drain, oldest first (by time; events of one thread
-    /// keep their order, and a block's free and moves come after its alloc: `trace/merge.rs`). Events still being written are left for the next drain.
-    pub(crate) fn drain(&self) -> Vec<TraceEvent> {
+    /// keep their order, and a block's free and moves come after its alloc: `trace/merge.rs`).
+    /// Events still being written are left for the next drain.
+    ///
+    /// `Error::HostMemory` when the host has no memory for the events: the room for those
+    /// waiting is made before any is taken from the rings, so they stay for the next drain.
+    /// Events recorded meanwhile beyond that room need more; those the host cannot hold are
+    /// counted dropped (and if the merge cannot grow for them, every event taken is).
+    pub(crate) fn drain(&self) -> Result<Vec<TraceEvent>> {
         let mut drains = self.lock();
         let rings = self.rings.load(Ordering::Acquire);
         if rings.is_null() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         // SAFETY: rings are freed only by `install` under the control lock (held here) or by
         // drop.
         let rings = unsafe { &*rings };
-        let mut streams = vec![Vec::new(); rings.count()];
+        let mut streams = try_vec(rings.count(), EVENTS)?;
+        for ring in 0..rings.count() {
+            let mut stream = Vec::new();
+            reserve(&mut stream, rings.waiting(ring), EVENTS)?;
+            streams.push(stream);
+        }
+        let room = MergeRoom::new(streams.len(), streams.iter().map(Vec::capacity).sum())?;
+        let mut unkept = 0;
         let got = rings.drain(&mut |ring, w| {
             if let Some(mut e) = TraceEvent::from_words(w) {
                 if let Some(scale) = &rings.fast_clock {
                     e.time_ns = scale.at(e.time_ns);
                 }
-                streams[ring].push(e);
+                if try_push(&mut streams[ring], e, EVENTS).is_err() {
+                    unkept += 1;
+                }
             }
         });
-        drains.delivered += got.delivered;
-        drains.dropped += got.dropped;
-        merge(streams)
+        let taken: u64 = streams.iter().map(|s| s.len() as u64).sum();
+        let merged = merge(streams, room);
+        let lost = if merged.is_ok() { unkept } else { unkept + taken };
+        drains.delivered += got.delivered - lost;
+        drains.dropped += got.dropped + lost;
+        merged
     }
 
     /// Where the trace stands.

@@ -112,6 +112,13 @@ impl<const W: usize> Ring<W> {
         }
     }
 
+    /// Events a drain now would take at most: those written since the last drain, up to the
+    /// ring's capacity (one drainer at a time, as for [`Ring::drain`]).
+    pub(crate) fn waiting(&self) -> usize {
+        let unread = self.write.load(Ordering::Acquire).saturating_sub(self.read.load(Ordering::Relaxed));
+        unread.min(self.mask + 1) as usize
+    }
+
     /// Hand every finished event since the last drain to `out`, oldest first. One drainer at a
     /// time (the caller serialises drains).
     pub(crate) fn drain(&self, out: &mut dyn FnMut([u64; W])) -> Drained {

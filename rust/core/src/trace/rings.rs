@@ -159,6 +159,15 @@ impl Rings {
         total
     }
 
+    /// Events a drain now would take at most from ring `ring` (numbered as [`Rings::drain`]
+    /// numbers them: the threads' rings, then the shared one).
+    pub(crate) fn waiting(&self, ring: usize) -> usize {
+        match self.solo.get(ring) {
+            Some(solo) => solo.waiting(),
+            None => self.shared.waiting(),
+        }
+    }
+
     /// How many rings `drain` names.
     pub(crate) fn count(&self) -> usize {
         self.solo.len() + 1
