@@ -45,6 +45,7 @@ mod pause;
 mod pinned;
 mod plan_search;
 mod pool;
+mod py_alloc;
 mod repr;
 mod snapshot;
 mod stacks;

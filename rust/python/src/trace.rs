@@ -5,6 +5,7 @@ use npumem_core::TraceEvent;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::py_alloc;
 use crate::repr;
 use crate::tags::Tags;
 
@@ -63,7 +64,7 @@ pub(crate) fn event_tuple<'py>(
     core: &npumem_core::Pool,
     stack: Option<Bound<'py, PyTuple>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(
+    py_alloc::tuple(
         py,
         [
             e.time_ns.into_pyobject(py)?.into_any(),

@@ -23,6 +23,7 @@ use crate::measure::Measurement;
 use crate::mover;
 use crate::oom::OomHandler;
 use crate::pause::Pause;
+use crate::py_alloc;
 use crate::snapshot::RawSnapshot;
 use crate::stacks::Stacks;
 use crate::staged_compaction::StagedCompaction;
@@ -381,10 +382,13 @@ impl Pool {
     }
 
     /// Every live block, in offset order.
-    fn blocks(&self, py: Python<'_>) -> PyResult<Vec<BlockInfo>> {
+    fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let core = &self.core;
-        let blocks = without_gil(py, || Ok(core.blocks()))?;
-        Ok(blocks.iter().map(|b| BlockInfo::from_core(py, b, &self.tags, &self.core)).collect())
+        let blocks = without_gil(py, || core.blocks())?;
+        py_alloc::list(
+            py,
+            blocks.iter().map(|b| Ok(Bound::new(py, BlockInfo::from_core(py, b, &self.tags, core))?.into_any())),
+        )
     }
 
     /// Pause the pool (without the GIL) and record every live block, every maximal free run,
@@ -432,16 +436,16 @@ impl Pool {
     /// The events recorded since the last drain, oldest first, as tuples
     /// `(time_ns, kind, offset, size, core, tag, handle, aux, stack)`; `stack` is a tuple of
     /// `(file, line, function)` for allocations traced with `stacks=True`, else None.
-    fn trace_drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    fn trace_drain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let core = &self.core;
-        let events = detached(py, || core.trace_drain());
-        let tuples = events
-            .iter()
-            .map(|e| {
+        let events = without_gil(py, || core.trace_drain())?;
+        let tuples = py_alloc::list(
+            py,
+            events.iter().map(|e| {
                 let stack = if e.kind == EventKind::Alloc { self.stacks.take(py, e.handle)? } else { None };
-                event_tuple(py, e, &self.tags, core, stack)
-            })
-            .collect();
+                Ok(event_tuple(py, e, &self.tags, core, stack)?.into_any())
+            }),
+        );
         core.tags().trace_drained(core.trace_progress());
         tuples
     }
