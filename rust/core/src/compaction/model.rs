@@ -81,21 +81,26 @@ fn last_set(bits: &[u64], lo: u64, hi: u64) -> Option<u64> {
     }
 }
 
-pub(crate) fn set_range(bits: &mut [u64], lo: u64, hi: u64, on: bool) {
-    let mut at = lo;
+/// Set (`on`) or clear units `[lo, hi)` of `bits`; how many changed (a chunk's `used` stays its
+/// count of set bits, also where a range was covered or free in part already).
+pub(crate) fn set_range(bits: &mut [u64], lo: u64, hi: u64, on: bool) -> u64 {
+    let (mut at, mut changed) = (lo, 0);
     while at < hi {
         let w = (at / 64) as usize;
         let base = w as u64 * 64;
         let end = hi.min(base + 64);
         let width = end - at;
         let mask = if width == 64 { u64::MAX } else { ((1u64 << width) - 1) << (at - base) };
+        let before = bits[w];
         if on {
             bits[w] |= mask;
         } else {
             bits[w] &= !mask;
         }
+        changed += u64::from((before ^ bits[w]).count_ones());
         at = end;
     }
+    changed
 }
 
 /// The first covered unit in `[at, end)`, or `end`.
@@ -132,8 +137,7 @@ pub(crate) fn covered_bits(pool: &Pool, chunk: usize, bits: &mut [u64]) -> u64 {
         let start = node.start(g.depth);
         let end = (start + node.units(g.depth)).min(usable);
         if start < end {
-            set_range(bits, start, end, true);
-            used += end - start;
+            used += set_range(bits, start, end, true);
         }
     });
     used
@@ -280,8 +284,7 @@ impl<'a> Model<'a> {
                 let start = g.unit_in_chunk(offset);
                 let end = (start + units).min(c.usable);
                 if start < end {
-                    set_range(&mut c.bits, start, end, true);
-                    c.used += end - start;
+                    c.used += set_range(&mut c.bits, start, end, true);
                 }
             }
         };
@@ -344,8 +347,7 @@ impl<'a> Model<'a> {
     /// Units `[start, start + units)` of `chunk` are no longer covered.
     pub(crate) fn vacate(&mut self, chunk: usize, start: u64, units: u64) {
         let c = self.bits_of(chunk);
-        set_range(&mut c.bits, start, start + units, false);
-        c.used = c.used.saturating_sub(units);
+        c.used -= set_range(&mut c.bits, start, start + units, false);
     }
 
     /// Units `[start, start + units)` of `chunk` are covered now (a free chunk becomes a core
@@ -356,8 +358,7 @@ impl<'a> Model<'a> {
             c.role = Role::Core;
             c.owner = owner;
         }
-        set_range(&mut c.bits, start, start + units, true);
-        c.used += units;
+        c.used += set_range(&mut c.bits, start, start + units, true);
     }
 
     /// The first unit of the free end of chunk `chunk` (a whole chunk, free or a core chunk):
