@@ -350,3 +350,49 @@ def test_a_kv_cache_tag_with_a_lone_surrogate_changes_nothing(pool: npumem.Pool)
     with pytest.raises(npumem.InvalidArgumentError, match="tag is not valid text"):
         KVCache(pool, num_layers=1, num_kv_heads=1, head_dim=8, tag="\ud800", capacity_tokens=64)
     assert_unchanged(pool, before)
+
+
+def test_a_deferred_scope_let_go_while_open_closes_and_frees_its_queue() -> None:
+    import gc
+
+    p = npumem.Pool(16 * MIB, cores=1)
+    scope = p.deferred()
+    scope.__enter__()
+    queued = p.alloc(MIB)
+    queued.free()
+    assert p.stats().deferred_pending == 1
+    del scope
+    gc.collect()
+    assert p.stats().deferred_pending == 0
+    assert p.stats().blocks_in_use == 0
+    later = p.alloc(MIB)
+    later.free()  # not queued: the scope is closed
+    assert (p.stats().deferred_pending, p.stats().blocks_in_use) == (0, 0)
+    p.alloc(15 * MIB).free()
+    assert p.check() == 0
+
+
+def test_a_cycle_through_the_oom_handler_and_a_block_is_collected() -> None:
+    import gc
+
+    from npumem.kv import KVCache
+
+    def pools() -> int:
+        return sum(type(o) is npumem.Pool for o in gc.get_objects())
+
+    def make(kind: str) -> None:
+        p = npumem.Pool(4 * MIB, cores=1)
+        p.alloc(1000).free()  # the next block comes from the free list of Block objects
+        if kind == "block":
+            reserve = p.alloc(1000)
+            p.set_oom_handler(lambda n: reserve.free() or True)
+        else:
+            cache = KVCache(p, num_layers=1, num_kv_heads=1, head_dim=8)
+            p.set_oom_handler(lambda n: bool(cache))
+
+    gc.collect()
+    before = pools()
+    for kind in ["block", "kv"] * 3:
+        make(kind)
+    gc.collect()
+    assert pools() == before

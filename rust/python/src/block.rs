@@ -111,6 +111,20 @@ impl Block {
         Block { pool, handle, nbytes, tag, tag_id, state: OwnerWord::default() }
     }
 
+    /// `block` as a Python object that the garbage collector tracks. An object from the free
+    /// list is not tracked (only a fresh one is), and a cycle through an untracked block (an
+    /// out-of-memory handler that holds a block of its pool) would never be collected.
+    pub(crate) fn into_object(py: Python<'_>, block: Block) -> PyResult<Bound<'_, Block>> {
+        let object = Bound::new(py, block)?;
+        // SAFETY: a live object of a garbage-collected type, fully initialized; the GIL is held.
+        unsafe {
+            if ffi::PyObject_GC_IsTracked(object.as_ptr()) == 0 {
+                ffi::PyObject_GC_Track(object.as_ptr().cast());
+            }
+        }
+        Ok(object)
+    }
+
     /// A block adopted with the pins that `pin()` took through the object that detached it.
     pub(crate) fn adopted(
         pool: Py<Pool>,
@@ -323,6 +337,12 @@ impl Block {
 
 #[pymethods]
 impl Block {
+    /// For the garbage collector: the pool, so that a cycle through it (an out-of-memory
+    /// handler that holds a block of its pool) is found; the pool's `__clear__` breaks it.
+    fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.pool)
+    }
+
     /// Current offset of the block in the arena (it may change after a compaction).
     #[getter]
     fn offset(&self) -> PyResult<usize> {

@@ -1093,6 +1093,9 @@ impl PagedKV {
     }
 
     fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        // The pool too: a pool whose out-of-memory handler holds this cache is a cycle (the
+        // pool's `__clear__` breaks it).
+        visit.call(&self.pool)?;
         for slot in [&self.on_evict, &self.mover] {
             if let Ok(held) = slot.try_lock() {
                 visit.call(held.as_ref())?;

@@ -119,6 +119,27 @@ impl Deferred {
     }
 }
 
+/// A scope dropped while open (its `__exit__` never came: `__enter__` called by hand, the
+/// object then let go) closes as its exit would, on the thread that entered it: its frees are
+/// made now, a failure goes to `sys.unraisablehook`. Dropped on another thread, it cannot
+/// reach the entering thread's scopes: those close when that thread ends.
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        let entered = self.entered.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if entered != Some(std::thread::current().id()) {
+            return;
+        }
+        let pending = &self.pool.get().pending;
+        let Some(mut batch) = close(pending) else { return };
+        Python::attach(|py| {
+            batch.append(&mut pending.take(false));
+            if let (_, Some(err)) = pending.flush(py, batch) {
+                err.write_unraisable(py, None);
+            }
+        });
+    }
+}
+
 #[pymethods]
 impl Deferred {
     fn __enter__(slf: Py<Self>) -> PyResult<Py<Self>> {

@@ -119,12 +119,12 @@ impl Pool {
     /// Allocate a block of `nbytes` bytes. `align` (a power of two) overrides the pool's default
     /// alignment; `tag` is a free-form label shown in stats and snapshots.
     #[pyo3(signature = (nbytes, *, align = None, tag = None))]
-    fn alloc(
-        slf: &Bound<'_, Self>,
-        nbytes: &Bound<'_, PyAny>,
-        align: Option<&Bound<'_, PyAny>>,
-        tag: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Block> {
+    fn alloc<'py>(
+        slf: &Bound<'py, Self>,
+        nbytes: &Bound<'py, PyAny>,
+        align: Option<&Bound<'py, PyAny>>,
+        tag: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, Block>> {
         let py = slf.py();
         let this = slf.get();
         let capacity = this.core.max_capacity();
@@ -160,7 +160,7 @@ impl Pool {
         if this.stacks.enabled() {
             this.stacks.record(py, handle.to_bits())?;
         }
-        Ok(Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind), tag_id))
+        Block::into_object(py, Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind), tag_id))
     }
 
     /// Allocate one block per size in `sizes` (all with the same `align` and `tag`), or none:
@@ -215,7 +215,7 @@ impl Pool {
                 }
                 let tag = tag.as_ref().map(|t| t.clone().unbind());
                 let block = Block::new(slf.clone().unbind(), handle, size, tag, tag_id);
-                list.append(Bound::new(py, block)?)?;
+                list.append(Block::into_object(py, block)?)?;
                 made = i + 1;
             }
             py.check_signals()?;
@@ -322,7 +322,7 @@ impl Pool {
     /// Raises `InvalidHandleError` for a handle that is freed, stale or of another pool, and
     /// for one that is not detached (a `Block` owns it, or it was adopted already). The new
     /// object holds the pins that `pin()` took through the detached one.
-    fn adopt(slf: &Bound<'_, Self>, handle: &Bound<'_, PyAny>) -> PyResult<Block> {
+    fn adopt<'py>(slf: &Bound<'py, Self>, handle: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Block>> {
         let this = slf.get();
         let not_a_handle = |bits: &str| {
             error(ErrorClass::InvalidHandle, format!("{bits} is not a block's handle (Block.handle, Block.detach())"))
@@ -339,7 +339,7 @@ impl Pool {
             ));
         };
         let DetachedBlock { nbytes, tag, tag_id, pins } = found;
-        Ok(Block::adopted(slf.clone().unbind(), raw, nbytes, tag, tag_id, pins))
+        Block::into_object(slf.py(), Block::adopted(slf.clone().unbind(), raw, nbytes, tag, tag_id, pins))
     }
 
     /// Free `block` (the same as `block.free()`).
