@@ -491,16 +491,19 @@ impl Gate {
         true
     }
 
-    /// Close the gate and wait for calls in flight through `registry` to finish.
+    /// Close the gate and wait for calls in flight through `registry` to finish (for the loom
+    /// models).
+    #[cfg(loom)]
     pub(crate) fn pause_with(&self, registry: &Registry, timeout: Duration) -> Result<(), Duration> {
-        self.close_with(1, registry, timeout)
+        self.close_with(1, registry, Instant::now(), timeout)
     }
 
     /// Close the gate with `value` (1, or a ticket) and wait for calls in flight through
     /// `registry` to finish; `Err(waited)` (and the gate as it was) when another pauser or a
     /// call in flight did not finish within `timeout`.
-    fn close_with(&self, value: u64, registry: &Registry, timeout: Duration) -> Result<(), Duration> {
-        let started = Instant::now();
+    /// The wait counts from `started` (a pauser that waited for the pausers' lock has spent part
+    /// of its timeout already); callers of the pool wait for the pause up to the whole timeout.
+    fn close_with(&self, value: u64, registry: &Registry, started: Instant, timeout: Duration) -> Result<(), Duration> {
         let mut spins = 0u32;
         while self.closed.compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire).is_err() {
             // Another pauser holds the gate: wait for it, but not forever.
@@ -549,19 +552,32 @@ impl Gate {
 
     // ----- held (ticketed) pauses, for compaction ---------------------------------------------
 
-    /// Take a held pause for `record`'s thread: close the gate with a fresh ticket and wait for
-    /// calls in flight. Returns the ticket that [`Gate::resume_held`] needs.
+    /// [`Gate::pause_held_since`] from now (for the loom models).
+    #[cfg(loom)]
     pub(crate) fn pause_held_with(
         &self,
         registry: &Registry,
         record: &Record,
         timeout: Duration,
     ) -> Result<u64, PauseError> {
+        self.pause_held_since(registry, record, Instant::now(), timeout)
+    }
+
+    /// Take a held pause for `record`'s thread: close the gate with a fresh ticket and wait for
+    /// calls in flight, for at most `timeout` from `started`. Returns the ticket that
+    /// [`Gate::resume_held`] needs.
+    fn pause_held_since(
+        &self,
+        registry: &Registry,
+        record: &Record,
+        started: Instant,
+        timeout: Duration,
+    ) -> Result<u64, PauseError> {
         if self.holds(record) {
             return Err(PauseError::AlreadyHeld);
         }
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
-        self.close_with(ticket, registry, timeout).map_err(PauseError::Timeout)?;
+        self.close_with(ticket, registry, started, timeout).map_err(PauseError::Timeout)?;
         self.holder.store(record.token.load(Ordering::Relaxed), Ordering::Release);
         Ok(ticket)
     }
@@ -667,8 +683,7 @@ impl Gate {
         let pausing = Pausing::mark(self, record, temporary);
         let started = Instant::now();
         let lock = self.lock_pausers(started, timeout).map_err(PauseError::Timeout)?;
-        self.pause_with(&REGISTRY, timeout.saturating_sub(started.elapsed()))
-            .map_err(|_| PauseError::Timeout(started.elapsed()))?;
+        self.close_with(1, &REGISTRY, started, timeout).map_err(PauseError::Timeout)?;
         Ok(PauseGuard { gate: self, serial: Some((lock, pausing)) })
     }
 
@@ -702,10 +717,7 @@ impl Gate {
         let _pausing = Pausing::mark(self, record, false);
         let started = Instant::now();
         let _serial = self.lock_pausers(started, timeout).map_err(PauseError::Timeout)?;
-        self.pause_held_with(&REGISTRY, record, timeout.saturating_sub(started.elapsed())).map_err(|err| match err {
-            PauseError::Timeout(_) => PauseError::Timeout(started.elapsed()),
-            other => other,
-        })
+        self.pause_held_since(&REGISTRY, record, started, timeout)
     }
 
     /// The pausers' lock, waited for until `timeout` has passed since `started`: the pauser
