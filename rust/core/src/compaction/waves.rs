@@ -2,7 +2,9 @@
 //! loses a byte.
 //!
 //! The copy order (`order.rs`) is sequential: each copy may overwrite bytes that earlier copies
-//! have read. A mover gets the copies one wave at a time: within a wave the copies touch
+//! have read, and may read bytes an earlier copy wrote (a cycle broken through free space of the
+//! arena: one block goes out to a scratch place, and later from there to its destination). Sources
+//! are pairwise disjoint, and so are destinations. A mover gets the copies one wave at a time: within a wave the copies touch
 //! disjoint bytes and no destination overlaps a source that any copy of the same or a later wave
 //! still has to read, so the copies of a wave may run in parallel and in any order. A copy whose
 //! destination overlaps its own source (a short slide) is cut into pieces no longer than the
@@ -21,24 +23,23 @@ use super::order::Transfer;
 pub(crate) fn waves(sequential: &[Transfer]) -> Vec<Vec<Transfer>> {
     let copies = split_self_overlaps(sequential);
     let n = copies.len();
-    // Sources are pairwise disjoint: a binary search finds the sources a destination overlaps.
-    let mut by_src: Vec<usize> = (0..n).collect();
-    by_src.sort_unstable_by_key(|&i| copies[i].src);
-    let starts: Vec<usize> = by_src.iter().map(|&i| copies[i].src).collect();
+    let sources = Index::new(&copies, |t| t.src);
+    let destinations = Index::new(&copies, |t| t.dst);
     let mut wave = vec![0usize; n];
     let mut count = 0;
     for (b, t) in copies.iter().enumerate() {
-        let end = t.dst + t.len;
-        let mut k = starts.partition_point(|&s| s < t.dst).saturating_sub(1);
         let mut w = 0;
-        while k < n && starts[k] < end {
-            let a = by_src[k];
-            let s = &copies[a];
-            if a != b && s.src < end && t.dst < s.src + s.len {
-                debug_assert!(a < b, "a copy reads bytes an earlier copy overwrote");
+        // After every earlier copy that reads bytes this one overwrites, and after every earlier
+        // copy that wrote bytes this one reads.
+        for a in sources.overlapping(&copies, |s| s.src, t.dst, t.len).chain(destinations.overlapping(
+            &copies,
+            |s| s.dst,
+            t.src,
+            t.len,
+        )) {
+            if a < b {
                 w = w.max(wave[a] + 1);
             }
-            k += 1;
         }
         wave[b] = w;
         count = count.max(w + 1);
@@ -48,6 +49,43 @@ pub(crate) fn waves(sequential: &[Transfer]) -> Vec<Vec<Transfer>> {
         out[w].push(t);
     }
     out
+}
+
+/// The copies sorted by one of their ranges (sources, or destinations), which are pairwise
+/// disjoint: a binary search finds those a range overlaps.
+struct Index {
+    by_start: Vec<usize>,
+    starts: Vec<usize>,
+}
+
+impl Index {
+    fn new(copies: &[Transfer], start: impl Fn(&Transfer) -> usize) -> Index {
+        let mut by_start: Vec<usize> = (0..copies.len()).collect();
+        by_start.sort_unstable_by_key(|&i| start(&copies[i]));
+        let starts = by_start.iter().map(|&i| start(&copies[i])).collect();
+        Index { by_start, starts }
+    }
+
+    /// The copies whose range overlaps `[at, at + len)`.
+    fn overlapping<'a>(
+        &'a self,
+        copies: &'a [Transfer],
+        start: impl Fn(&Transfer) -> usize + 'a,
+        at: usize,
+        len: usize,
+    ) -> impl Iterator<Item = usize> + 'a {
+        let end = at + len;
+        let first = self.starts.partition_point(|&s| s < at).saturating_sub(1);
+        self.by_start[first..]
+            .iter()
+            .zip(&self.starts[first..])
+            .take_while(move |&(_, &s)| s < end)
+            .map(|(&i, _)| i)
+            .filter(move |&i| {
+                let c = &copies[i];
+                start(c) + c.len > at
+            })
+    }
 }
 
 /// The copies of `waves` reversed (destination back to source), last wave first.
@@ -107,14 +145,40 @@ mod tests {
     /// completed waves, and check every source holds its bytes; with every copy done, check
     /// every destination does.
     fn check_every_prefix(ts: &[Transfer]) {
-        let size = ts.iter().map(|t| (t.src + t.len).max(t.dst + t.len)).max().unwrap();
+        check_every_prefix_of(ts, &sequential(ts));
+    }
+
+    /// The copies of `ts` in order, its cycles broken through scratch places from `scratch` on
+    /// (as `execute.rs` does when a mover copies the bytes).
+    fn through_scratch(ts: &[Transfer], scratch: usize) -> Vec<Transfer> {
+        let steps = order(ts, true).unwrap();
+        let (mut at, mut place) = (scratch, vec![0; ts.len()]);
+        for &step in &steps {
+            if let Step::Save(i) = step {
+                place[i] = at;
+                at += ts[i].len;
+            }
+        }
+        steps
+            .iter()
+            .map(|&step| match step {
+                Step::Copy(i) => ts[i],
+                Step::Save(i) => Transfer { dst: place[i], ..ts[i] },
+                Step::Restore(i) => Transfer { src: place[i], ..ts[i] },
+            })
+            .collect()
+    }
+
+    /// As [`check_every_prefix`], with the copies given (`copies` performs `ts`).
+    fn check_every_prefix_of(ts: &[Transfer], copies: &[Transfer]) {
+        let size = copies.iter().map(|t| (t.src + t.len).max(t.dst + t.len)).max().unwrap();
         let mut mem0 = vec![0u16; size];
         for (i, t) in ts.iter().enumerate() {
             for k in 0..t.len {
                 mem0[t.src + k] = ((i as u16 + 1) << 8) | k as u16;
             }
         }
-        let ws = waves(&sequential(ts));
+        let ws = waves(copies);
         let total: usize = ws.iter().map(Vec::len).sum();
         for budget in 0..=total {
             let mut mem = mem0.clone();
@@ -168,6 +232,41 @@ mod tests {
         check_every_prefix(&[t(10, 7, 20)]);
         check_every_prefix(&[t(10, 14, 20)]);
         check_every_prefix(&[t(40, 30, 25), t(10, 0, 25), t(70, 60, 3)]);
+    }
+
+    #[test]
+    fn cycles_through_scratch_places_read_the_saved_bytes_after_they_were_written() {
+        // A swap, and a three-cycle with a tail: one block of each cycle goes out to a scratch
+        // place and later from there to its destination.
+        for ts in [
+            vec![t(0, 20, 10), t(20, 0, 10)],
+            vec![t(0, 20, 10), t(20, 40, 10), t(40, 0, 10), t(60, 0, 0)],
+            vec![t(0, 20, 10), t(20, 40, 10), t(40, 0, 10), t(60, 50, 8)],
+        ] {
+            let ts: Vec<Transfer> = ts.into_iter().filter(|t| t.len > 0).collect();
+            let copies = through_scratch(&ts, 1000);
+            assert!(copies.len() > ts.len(), "a cycle goes through scratch");
+            check_every_prefix_of(&ts, &copies);
+            assert!(waves(&copies).iter().all(|w| !w.is_empty()), "no empty wave");
+        }
+        // Random permutations of equal slots: cycles of every length.
+        let mut rng = 7u64;
+        let mut next = || {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (rng >> 33) as usize
+        };
+        for _ in 0..100 {
+            let n = 2 + next() % 6;
+            let mut slots: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                slots.swap(i, next() % (i + 1));
+            }
+            let ts: Vec<Transfer> =
+                (0..n).filter(|&i| slots[i] != i).map(|i| t(i * 16, slots[i] * 16, 4 + i % 12)).collect();
+            if !ts.is_empty() {
+                check_every_prefix_of(&ts, &through_scratch(&ts, n * 16));
+            }
+        }
     }
 
     #[test]
