@@ -12,7 +12,8 @@ exception a Python user would reach for first (`MemoryError`, `ValueError`, `Typ
     │   └── RequestTooLargeError           larger than the whole arena (also an OutOfMemoryError)
     ├── InvalidHandleError(ValueError)     a freed, stale or foreign block handle
     │   └── DoubleFreeError                a block freed twice
-    ├── PinnedBlockError(RuntimeError)     a pinned block cannot be freed or moved
+    ├── PinnedBlockError(RuntimeError)     a pinned block cannot be freed or moved (or pinned
+    │                                      once more past its most pins)
     ├── NoBackingError(BufferError)        backing="none": no host bytes to view
     ├── PoolBusyError(TimeoutError)        the pool could not be paused in time, or a call
     │                                      would wait for itself, or (in a child process) it

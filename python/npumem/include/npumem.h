@@ -61,7 +61,8 @@ typedef int npumem_status;
 #define NPUMEM_ERR_INVALID_HANDLE 8    /* the handle names no live block of this pool */
 #define NPUMEM_ERR_FOREIGN_HANDLE 9    /* the handle belongs to another pool */
 #define NPUMEM_ERR_DOUBLE_FREE 10      /* the block was already freed */
-#define NPUMEM_ERR_PINNED 11           /* the block is pinned (e.g. exported through DLPack) */
+#define NPUMEM_ERR_PINNED 11           /* the block is pinned (e.g. exported through DLPack), or a pin
+                                          * would pass the most a block holds */
 #define NPUMEM_ERR_INVALID_BLOCK 12    /* raw free: no live block of that size at that offset */
 #define NPUMEM_ERR_NO_BACKING 13       /* the pool has no host memory */
 #define NPUMEM_ERR_BACKING 14          /* host memory could not be mapped or allocated (npumem's own tables too) */

@@ -74,7 +74,7 @@ pub fn code_of(err: &Error) -> Status {
         Error::InvalidHandle(HandleFault::Foreign) => ERR_FOREIGN_HANDLE,
         Error::InvalidHandle(_) => ERR_INVALID_HANDLE,
         Error::DoubleFree | Error::NamedTwice { .. } => ERR_DOUBLE_FREE,
-        Error::Pinned { .. } => ERR_PINNED,
+        Error::Pinned { .. } | Error::PinLimit { .. } => ERR_PINNED,
         Error::InvalidBlock { .. } => ERR_INVALID_BLOCK,
         Error::NoBacking => ERR_NO_BACKING,
         Error::Backing(_) | Error::HostMemory { .. } => ERR_BACKING,

@@ -39,6 +39,9 @@ pub enum Error {
     DoubleFree,
     /// The block is pinned (explicitly or by live buffer views) and cannot be freed or moved.
     Pinned { pins: u32 },
+    /// The block holds as many pins of one kind (explicit pins, or buffer views) as it can:
+    /// `most`.
+    PinLimit { most: u32 },
     /// An offset/size pair given to the raw API does not name a live block.
     InvalidBlock { offset: usize, size: usize, reason: &'static str },
     /// The pool has no host memory behind it (`backing = none`).
@@ -130,6 +133,11 @@ impl fmt::Display for Error {
                 f,
                 "the block is pinned ({pins} pin(s): explicit pins or live buffer views); \
                  release the views or unpin it first"
+            ),
+            Error::PinLimit { most } => write!(
+                f,
+                "the block holds {most} pins of this kind (buffer views or explicit pins), the \
+                 most it can; release some before taking another"
             ),
             Error::InvalidBlock { offset, size, reason } => {
                 write!(f, "no live block of {size} bytes at offset {offset}: {reason}")

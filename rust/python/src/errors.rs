@@ -283,7 +283,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
             ErrorClass::InvalidHandle
         }
         Error::DoubleFree | Error::NamedTwice { .. } => ErrorClass::DoubleFree,
-        Error::Pinned { .. } => ErrorClass::PinnedBlock,
+        Error::Pinned { .. } | Error::PinLimit { .. } => ErrorClass::PinnedBlock,
         Error::InvalidBlock { .. } => ErrorClass::InvalidHandle,
         Error::NoBacking => ErrorClass::NoBacking,
         Error::Paused | Error::Busy { .. } | Error::PausedTooLong { .. } | Error::ForkedMidCall => ErrorClass::PoolBusy,

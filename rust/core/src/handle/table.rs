@@ -330,7 +330,7 @@ impl HandleTable {
             }
             let pins = kind.count(state);
             if pins >= MAX_PINS {
-                return Err(Error::Pinned { pins: pins_of(state) });
+                return Err(Error::PinLimit { most: MAX_PINS as u32 });
             }
             let one = 1 << kind.shift();
             match slot.state.compare_exchange_weak(state, state + one, Ordering::AcqRel, Ordering::Acquire) {
@@ -454,6 +454,21 @@ mod tests {
         let zeroed = Handle { pool: 0, slot: 0, generation: 0 };
         assert_eq!(table.get(zeroed), Err(Error::InvalidHandle(HandleFault::Unknown)), "no pool has id 0");
         assert_eq!(Handle::from_bits(b.to_bits()), b);
+    }
+
+    #[test]
+    fn a_full_pin_count_is_its_own_error_and_changes_nothing() {
+        let table = HandleTable::new(1, 10, 1).unwrap();
+        let h = table.insert(0, &no_cache(), 0, 64, 6, 0).unwrap();
+        for n in 1..=MAX_PINS {
+            assert_eq!(table.pin(h, PinKind::View), Ok(n as u32));
+        }
+        let most = MAX_PINS as u32;
+        assert_eq!(table.pin(h, PinKind::View), Err(Error::PinLimit { most }));
+        assert!(Error::PinLimit { most }.to_string().contains("the most it can"));
+        assert_eq!(table.pin(h, PinKind::User), Ok(1), "the other kind counts apart");
+        assert_eq!(table.unpin(h, PinKind::View), Ok(most - 1));
+        assert_eq!(table.pin(h, PinKind::View), Ok(most));
     }
 
     #[test]
@@ -686,7 +701,7 @@ impl HandleTable {
             }
             let pins = kind.count(state);
             if pins >= MAX_PINS {
-                return Err(Error::Pinned { pins: pins_of(state) });
+                return Err(Error::PinLimit { most: MAX_PINS as u32 });
             }
             let one = 1 << kind.shift();
             match slot.state.compare_exchange_weak(state, state + one, Ordering::AcqRel, Ordering::Acquire) {
