@@ -633,3 +633,18 @@ def test_a_mover_interrupted_by_ctrl_c_lets_it_through_and_moves_nothing() -> No
     assert tb.tier == "slow"
     assert [p.stats().bytes_in_use for p in (*m.fast, m.slow)] == usage
     assert m.check() == 1
+
+
+def test_tiered_blocks_and_pools_refuse_to_be_copied_or_pickled() -> None:
+    import copy
+    import pickle
+
+    tp = make()
+    tb = tp.alloc(1000)
+    for obj in (tb, tp):
+        for duplicate in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot copy or pickle"):
+                duplicate(obj)
+    assert tb.alive
+    tb.free()
+    assert tp.check() == 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 from npumem._core import Block
 from npumem.tiers.policy import Heat
@@ -45,6 +45,11 @@ class TieredBlock:
     moves between tiers. Free it with `free` (or use it as a context manager)."""
 
     __slots__ = ("_align", "_block", "_core", "_heat", "_nbytes", "_owner", "home", "serial")
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would be a second owner of one block (copy.copy, deepcopy and pickle all
+        # come here), as the core's Block refuses to be.
+        raise TypeError("cannot copy or pickle a TieredBlock: it is the one owner of its block")
 
     def __init__(
         self,

@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from npumem._core import Pool
 from npumem.errors import (
@@ -129,6 +129,11 @@ class TieredPool:
     `FrequencyPolicy` by default. `core_of`: returns the calling
     thread's core (default: each thread gets a core in turn on its first call).
     """
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would share the pools and blocks of this one (copy.copy, deepcopy and pickle
+        # all come here), as the core's Pool refuses to.
+        raise TypeError("cannot copy or pickle a TieredPool: it owns its pools and blocks")
 
     def __init__(
         self,
