@@ -478,3 +478,16 @@ def test_int_arguments_take_index_objects_and_pass_their_exceptions_on() -> None
     assert c.num_tokens(7) == 14
     assert len(c) == 1
     c.pool.check()
+
+
+def test_a_subclass_passes_the_shape_through_super_init() -> None:
+    class Traced(KVCache):
+        def __init__(self, pool: npumem.Pool, **shape: int) -> None:
+            super().__init__(pool, **shape)
+            self.made = True
+
+    pool = npumem.Pool(1 << 20, cores=1)
+    c = Traced(pool, num_layers=1, num_kv_heads=1, head_dim=8)
+    assert c.made and c.bytes_per_token == 2 * 1 * 8 * 2
+    c.add_sequence(1, 5)
+    assert c.num_tokens(1) == 5

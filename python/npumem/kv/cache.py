@@ -46,6 +46,12 @@ class KVCache(PagedKV):
     Thread-safe: one mutex of the cache's own guards the page table.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The cache is made by `PagedKV.__new__` from these same arguments; a subclass's
+        # `super().__init__(pool, num_layers=..., ...)` has nothing left to do (without this,
+        # it would reach `object.__init__`, which takes no arguments).
+        pass
+
     @classmethod
     def from_model(
         cls,
