@@ -358,3 +358,15 @@ def test_a_staged_run_and_a_compactor_refuse_arguments_of_the_wrong_kind() -> No
     with pytest.raises(npumem.InvalidArgumentError, match="pause_timeout must be a finite"):
         Compactor(pool, pause_timeout=float("inf"))
     pool.check()
+
+
+def test_a_resumed_pause_cannot_be_entered_again() -> None:
+    p = npumem.Pool(16 * MIB, cores=1)
+    pause = p.pause()
+    pause.resume()
+    with pytest.raises(npumem.errors.MoveError, match="no longer holds the pool"):
+        with pause:
+            raise AssertionError("the body ran with the pool running")
+    p.alloc(1000).free()  # the pool runs
+    with p.pause() as again:
+        assert again.held

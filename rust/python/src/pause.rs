@@ -112,8 +112,11 @@ impl Pause {
         self.pool.clone_ref(py)
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    /// The pause itself; one resumed already cannot be entered (the `with` body would run
+    /// with the pool running).
+    fn __enter__(slf: Py<Self>) -> PyResult<Py<Self>> {
+        slf.get().with_token(|_| Ok(()))?;
+        Ok(slf)
     }
 
     /// Resume on leaving the `with` block.
