@@ -372,7 +372,7 @@ def test_a_deferred_scope_let_go_while_open_closes_and_frees_its_queue() -> None
     assert p.check() == 0
 
 
-def test_a_cycle_through_the_oom_handler_and_a_block_is_collected() -> None:
+def test_cycles_through_a_pools_callbacks_are_collected() -> None:
     import gc
 
     from npumem.kv import KVCache
@@ -386,13 +386,19 @@ def test_a_cycle_through_the_oom_handler_and_a_block_is_collected() -> None:
         if kind == "block":
             reserve = p.alloc(1000)
             p.set_oom_handler(lambda n: reserve.free() or True)
+        elif kind == "growth hook":
+            box: list[npumem.Pool] = []
+            grows = npumem.Pool(
+                4 * MIB, cores=1, max_capacity=8 * MIB, on_grow=lambda o, n: box[0].stats()
+            )
+            box.append(grows)
         else:
             cache = KVCache(p, num_layers=1, num_kv_heads=1, head_dim=8)
             p.set_oom_handler(lambda n: bool(cache))
 
     gc.collect()
     before = pools()
-    for kind in ["block", "kv"] * 3:
+    for kind in ["block", "kv", "growth hook"] * 3:
         make(kind)
     gc.collect()
     assert pools() == before

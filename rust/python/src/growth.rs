@@ -5,9 +5,13 @@
 //!
 //! A hook runs on the allocating (or trimming) thread, with the GIL taken for the call; the
 //! exception waits in a thread-local slot until the failed allocation reaches Python.
+//!
+//! The callables live in the pool's [`Hooks`], the one owner of each: the pool's
+//! garbage-collector methods visit and clear them there, so a hook that refers to its pool
+//! (a closure over it) is a cycle the collector can break.
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use npumem_core::RegionHook;
 use pyo3::exceptions::PyException;
@@ -22,9 +26,51 @@ thread_local! {
     static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
 }
 
-/// The core hook that calls `callable(offset, nbytes)` (`name` for the error when it is not
-/// callable); `None` for `None`.
-pub(crate) fn hook(callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<RegionHook>> {
+/// One hook's callable, shared by the pool (for the collector) and the core's hook.
+type Slot = Arc<Mutex<Option<Py<PyAny>>>>;
+
+/// A pool's `on_grow` and `on_trim` callables.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    slots: [Slot; 2],
+}
+
+impl Hooks {
+    /// For the garbage collector: visit the callables (one skipped while its hook runs).
+    pub(crate) fn traverse(&self, visit: &pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        for slot in &self.slots {
+            if let Ok(callable) = slot.try_lock() {
+                visit.call(callable.as_ref())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// For the garbage collector: drop the callables (the hooks do nothing after).
+    pub(crate) fn clear(&self) {
+        for slot in &self.slots {
+            if let Ok(mut callable) = slot.try_lock() {
+                callable.take();
+            }
+        }
+    }
+
+    /// The core hooks that call `on_grow(offset, nbytes)` and `on_trim(offset, nbytes)` (each
+    /// `None` for `None`), their callables kept here.
+    pub(crate) fn set(
+        &self,
+        on_grow: Option<&Bound<'_, PyAny>>,
+        on_trim: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<[Option<RegionHook>; 2]> {
+        let grow = hook(&self.slots[0], on_grow, "on_grow")?;
+        let trim = hook(&self.slots[1], on_trim, "on_trim")?;
+        Ok([grow, trim])
+    }
+}
+
+/// The core hook that calls `callable(offset, nbytes)`, kept in `slot` (`name` for the error
+/// when it is not callable); `None` for `None`.
+fn hook(slot: &Slot, callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<RegionHook>> {
     let Some(callable) = callable.filter(|c| !c.is_none()) else { return Ok(None) };
     if !callable.is_callable() {
         return Err(error(
@@ -32,21 +78,27 @@ pub(crate) fn hook(callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
             format!("{name} must be callable or None, got {}", args::type_name(callable)),
         ));
     }
-    let callable = callable.clone().unbind();
+    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(callable.clone().unbind());
+    let slot = Arc::clone(slot);
     // An `on_trim` that raises cannot fail its trim (the region is gone either way): its
     // exception goes to `sys.unraisablehook`. An `on_grow`'s waits for the failed allocation.
     let trims = name == "on_trim";
     let hook: RegionHook = Arc::new(move |offset: usize, nbytes: usize| {
-        Python::attach(|py| match user_code::call(callable.bind(py), (offset, nbytes)) {
-            Ok(_) => Ok(()),
-            Err(err) => {
-                let message = err.to_string();
-                if trims {
-                    err.write_unraisable(py, Some(callable.bind(py)));
-                } else {
-                    RAISED.with(|slot| *slot.borrow_mut() = Some(err));
+        Python::attach(|py| {
+            let held = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.clone_ref(py));
+            // Cleared by the collector: the pool is going away.
+            let Some(callable) = held else { return Ok(()) };
+            match user_code::call(callable.bind(py), (offset, nbytes)) {
+                Ok(_) => Ok(()),
+                Err(err) => {
+                    let message = err.to_string();
+                    if trims {
+                        err.write_unraisable(py, Some(callable.bind(py)));
+                    } else {
+                        RAISED.with(|slot| *slot.borrow_mut() = Some(err));
+                    }
+                    Err(message)
                 }
-                Err(message)
             }
         })
     });

@@ -72,8 +72,8 @@ impl Pool {
         on_grow: Option<&Bound<'_, PyAny>>,
         on_trim: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Pool> {
-        let on_grow = growth::hook(on_grow, "on_grow")?;
-        let on_trim = growth::hook(on_trim, "on_trim")?;
+        let hooks = growth::Hooks::default();
+        let [on_grow, on_trim] = hooks.set(on_grow, on_trim)?;
         let config = pool_config(
             py,
             capacity,
@@ -112,6 +112,7 @@ impl Pool {
             name: name.unbind(),
             tags: Tags::new(py)?,
             oom: OomHandler::default(),
+            hooks,
             stacks: Stacks::default(),
         })
     }
@@ -641,12 +642,14 @@ impl Pool {
     }
 
     fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        self.oom.traverse(&visit)
+        self.oom.traverse(&visit)?;
+        self.hooks.traverse(&visit)
     }
 
     fn __clear__(&self) {
         self.stacks.clear();
-        self.oom.clear()
+        self.oom.clear();
+        self.hooks.clear();
     }
 
     /// Give back what cores keep cached (freed blocks kept for reuse, all-free slabs, empty

@@ -7,6 +7,7 @@ use pyo3::types::PyString;
 
 use super::detached::Detached;
 use super::pending::PendingFrees;
+use crate::growth::Hooks;
 use crate::oom::OomHandler;
 use crate::stacks::Stacks;
 use crate::tags::Tags;
@@ -22,6 +23,8 @@ pub struct Pool {
     pub(crate) tags: Tags,
     /// Called when an allocation fails for lack of memory.
     pub(crate) oom: OomHandler,
+    /// Called when the pool grows or gives a region back.
+    pub(crate) hooks: Hooks,
     /// Python call stacks of allocations, while a trace records them.
     pub(crate) stacks: Stacks,
     /// Deferred frees and frees that wait for the pool (shared with this pool's scopes).
