@@ -309,3 +309,23 @@ def test_an_error_in_a_graph_names_its_file(
     status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
     assert status == 2
     assert err.startswith(f"npumem plan: error: {src}: ") and words in err
+
+
+def test_an_output_that_is_no_regular_file_is_refused_and_a_link_written_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "plan.json"
+    os.mkfifo(fifo)
+    src = str(DATA / "input.12.csv")
+    assert run(src, "-q", "-o", str(fifo)) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"npumem plan: error: cannot write {fifo}: it is a FIFO, not a regular file"
+    )
+    assert fifo.is_fifo()
+    real = tmp_path / "real.csv"
+    real.write_text("old\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(real.name)
+    assert run(src, "-q", "-o", str(link)) == 0
+    assert link.is_symlink() and Problem.from_csv(real).buffers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "plan.json", "real.csv"]

@@ -45,6 +45,7 @@ __all__ = [
     "write_bytes",
     "write_json",
     "write_text",
+    "write_texts",
 ]
 
 ENCODING = "utf-8"
@@ -278,6 +279,35 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     with _atomic_file(out, "wb") as f:
         f.write(data)
     return out
+
+
+def write_texts(files: Mapping[Path, str]) -> None:
+    """Write each text (UTF-8) to its path, all or none: by the rules of `write_bytes()`
+    (links written through, special files refused), every path is checked before anything is
+    written, each text goes to a temporary file next to the file it replaces, and the
+    temporaries replace their files only once all are written. An `OSError` whose `filename`
+    is the path given otherwise, with no temporary file left."""
+    targets = {path: _replaced_file(path_argument(path, "the output path")) for path in files}
+    temporary: dict[Path, Path] = {}
+    path = next(iter(files), Path())
+    try:
+        for path, text in files.items():
+            target = targets[path]
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            temporary[target] = tmp
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            with os.fdopen(fd, "w", encoding=ENCODING, newline="") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        for path in files:
+            os.replace(temporary[targets[path]], targets[path])
+    except OSError as exc:
+        exc.filename = str(path)
+        raise
+    finally:
+        for tmp in temporary.values():
+            remove_quietly(tmp)
 
 
 @contextlib.contextmanager

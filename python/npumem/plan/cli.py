@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 from npumem._argtypes import byte_count
 from npumem.errors import MissingDependencyError
 from npumem.exit_status import ExitStatus, one_line
-from npumem.fileio import is_same_file, remove_quietly, write_text
+from npumem.fileio import check_output_path, is_same_file, write_texts
 from npumem.plan.buckets import plan_buckets
 from npumem.plan.c_header import c_identifier
 from npumem.plan.errors import PlanError, ProblemFormatError
@@ -200,25 +199,12 @@ def _render(solution: Solution | TieredSolution, output: Path, fmt: str | None) 
 
 
 def _write_all(files: dict[Path, str]) -> None:
-    """Write every file or none: each goes to a temporary file next to it first, and they
-    replace their targets only once all are written. Raises `PlanError` naming the file
-    that could not be written (nothing is left behind)."""
-    for path in files:
-        if path.is_dir():
-            raise PlanError(f"cannot write {path}: it is a directory")
-    temporary: dict[Path, Path] = {}
-    path = next(iter(files), Path())
+    """Write every file or none (`fileio.write_texts`); `PlanError` naming the file that could
+    not be written."""
     try:
-        for path, text in files.items():
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
-            temporary[path] = tmp
-            write_text(tmp, text)
-        for path, tmp in temporary.items():
-            os.replace(tmp, path)
+        write_texts(files)
     except OSError as exc:
-        for tmp in temporary.values():
-            remove_quietly(tmp)
-        raise PlanError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise PlanError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
 
 
 def _bucket_output(output: Path, label: str) -> Path:
@@ -324,6 +310,17 @@ def run(args: argparse.Namespace) -> int:
             markup=False,
         )
         return ExitStatus.USAGE
+    if args.output is not None:
+        # Before the search: a FIFO, a device or a directory is refused, not replaced, and
+        # refused now rather than after the time limit.
+        try:
+            check_output_path(args.output)
+        except OSError as exc:
+            err.print(
+                f"npumem plan: error: cannot write {args.output}: {exc.strerror or exc}",
+                markup=False,
+            )
+            return ExitStatus.USAGE
     dims: dict[str, list[int]] = args.dim or {}
     if any(len(v) > 1 for v in dims.values()):
         return _run_buckets(args, dims, out, err)
