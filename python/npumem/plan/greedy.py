@@ -212,7 +212,8 @@ def pairs_listable(problem: Problem, seconds_left: float | None) -> bool:
     always, more with the time to list them, never above `MAX_LISTED_PAIRS`."""
     if seconds_left is None:
         return problem.overlap_pairs <= MAX_LISTED_PAIRS
-    allowed = max(MAX_RULE_PAIRS, int(seconds_left * LISTED_PAIRS_PER_SECOND))
+    # In floats: a limit of 1e303 s is a number of pairs no int conversion takes.
+    allowed = max(MAX_RULE_PAIRS, seconds_left * LISTED_PAIRS_PER_SECOND)
     return problem.overlap_pairs <= min(MAX_LISTED_PAIRS, allowed)
 
 
