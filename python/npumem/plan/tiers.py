@@ -746,6 +746,12 @@ def _part(problem: Problem, indices: Sequence[int], pool: str) -> Problem:
     )
 
 
+#: Up to this many buffers that fit a pool, `_fill_pool` tries every order (5,040 first fits
+#: at 7). The lowest first fit in the order of an optimal packing's offsets puts every buffer
+#: at or below its offset there, so the best of all orders is an optimal choice.
+_EXACT_ITEMS = 7
+
+
 def _fill_pool(
     problem: Problem,
     pool: PoolSpec,
@@ -767,6 +773,20 @@ def _fill_pool(
     buffers = problem.buffers
     items = [i for i in candidates if buffers[i].size <= capacity]
     timeline = _Timeline(buffers, items)
+    if len(items) <= _EXACT_ITEMS:
+        # Few enough to try every order: the best first fit over them is the best choice.
+        chosen = max(
+            (
+                _first_fit(buffers, timeline, order, capacity, {}, math.inf)
+                for order in itertools.permutations(items)
+            ),
+            key=lambda placed: _weight_of(buffers, placed),
+            default={},
+        )
+        indices = sorted(chosen)
+        sub = _part(problem, indices, name)
+        placed = Solution(sub, {buffers[i].id: chosen[i] for i in indices}, capacity=capacity)
+        return placed, _weight_of(buffers, chosen)
     if items and timeline.most_live(buffers) <= capacity:
         whole = solve_one(
             _part(problem, items, name),
