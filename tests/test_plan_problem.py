@@ -136,6 +136,24 @@ def test_pinned_buffers_that_clash_are_refused(tmp_path: Path) -> None:
             },
             "aliases[0]: expected {'name', 'base', 'offset', 'size'} with string name",
         ),
+        (
+            {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 4}], "aliases": [None]},
+            "integer offset and size, got null",
+        ),
+        (
+            {
+                "buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 4}],
+                "aliases": [{"name": "v", "base": "a", "offset": 1e3, "size": 2}],
+            },
+            "; offset is a number 1000.0",
+        ),
+        (
+            {
+                "buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 4}],
+                "aliases": [{"name": "v", "base": "a"}],
+            },
+            "; missing 'size'",
+        ),
     ],
 )
 def test_bad_json_names_the_entry(obj: dict[str, object], words: str) -> None:

@@ -73,6 +73,28 @@ def check_alignment(alignment: object) -> int:
     return alignment
 
 
+def _is_strict_int(value: object) -> bool:
+    try:
+        _strict_int(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, for a message: null, a bool, a number, a string, a list, an
+    object."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
 def _strict_int(value: object) -> int:
     """An int from an int or a decimal string; bools, floats and other text are refused."""
     if isinstance(value, bool):
@@ -760,23 +782,32 @@ class Problem:
             raise ProblemFormatError(f"{label}: 'aliases' must be a list")
         for i, entry in enumerate(raw_aliases):
             where = f"{label}: aliases[{i}]"
-            try:
-                alias_name, base = entry["name"], entry["base"]
-                if not (isinstance(alias_name, str) and isinstance(base, str)):
-                    raise TypeError("'name' and 'base' must be strings")
-                aliases.append(
-                    Alias(
-                        alias_name,
-                        base,
-                        _strict_int(entry.get("offset", 0)),
-                        _strict_int(entry["size"]),
-                    )
-                )
-            except (KeyError, TypeError, ValueError) as exc:
+            expected = (
+                f"{where}: expected {{'name', 'base', 'offset', 'size'}} with string name and "
+                "base, integer offset and size"
+            )
+            if not isinstance(entry, dict):
+                raise ProblemFormatError(f"{expected}, got {_json_kind(entry)}")
+            missing = [key for key in ("name", "base", "size") if key not in entry]
+            if missing:
+                raise ProblemFormatError(f"{expected}; missing {', '.join(map(repr, missing))}")
+            alias_name, base = entry["name"], entry["base"]
+            if not (isinstance(alias_name, str) and isinstance(base, str)):
                 raise ProblemFormatError(
-                    f"{where}: expected {{'name', 'base', 'offset', 'size'}} with string name "
-                    f"and base, integer offset and size ({exc!r})"
+                    f"{expected}; got name {_json_kind(alias_name)}, base {_json_kind(base)}"
+                )
+            values = {"offset": entry.get("offset", 0), "size": entry["size"]}
+            try:
+                offset, size = (_strict_int(v) for v in values.values())
+            except ValueError:
+                bad = next(k for k, v in values.items() if not _is_strict_int(v))
+                raise ProblemFormatError(
+                    f"{expected}; {bad} is {_json_kind(values[bad])} {values[bad]!r}"
                 ) from None
+            try:
+                aliases.append(Alias(alias_name, base, offset, size))
+            except (TypeError, ValueError) as exc:
+                raise ProblemFormatError(f"{where}: {exc}") from None
         given_name = obj.get("name")
         try:
             return cls(
