@@ -37,13 +37,32 @@ impl Pool {
         let end = self.arena.global.end();
         // Chunks from here on were never granted: their lines and trees are not read.
         let opened_to = self.arena.opened_to.load(Ordering::Acquire);
+        // No core owns a chunk never granted: read 64 chunks' owner bits at a time there (a
+        // chunk at a time, for every core, costs cores x chunks reads in a large arena).
+        for (core, pool) in self.arena.cores.iter().enumerate() {
+            for w in opened_to / 64..end.div_ceil(64) {
+                let mut word = pool.owned_word(w);
+                while word != 0 {
+                    let chunk = w * 64 + word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    if chunk >= opened_to && chunk < end {
+                        findings.push(format!("chunk {chunk}: never granted, but owned by core {core}"));
+                    }
+                }
+            }
+        }
         while chunk < end {
             let state = self.arena.global.state(chunk);
             if let Some(finding) = region_finding(&regions, chunk, state, self.arena.global.is_taken(chunk)) {
                 findings.push(finding);
             }
-            let owners: SmallVec<[usize; 8]> =
-                (0..self.arena.cores.len()).filter(|&c| self.arena.cores[c].owns(chunk)).collect();
+            // Past the chunks ever granted, every core's owner bits were checked word by word
+            // (below): a chunk there is nobody's unless that found it.
+            let owners: SmallVec<[usize; 8]> = if chunk < opened_to {
+                (0..self.arena.cores.len()).filter(|&c| self.arena.cores[c].owns(chunk)).collect()
+            } else {
+                SmallVec::new()
+            };
             let taken = self.arena.global.is_taken(chunk);
             let tree = self.arena.tree(chunk);
             let never_written = self.arena.never_written(chunk, opened_to);

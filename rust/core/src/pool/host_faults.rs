@@ -135,6 +135,11 @@ fn a_check_of_a_huge_pool_reads_only_the_chunks_that_were_opened() {
     let err = pool.check().unwrap_err();
     a.global.set_state(far, state);
     assert!(err.to_string().contains(&format!("chunk {far} (Core(1)): granted, but never opened")), "{err}");
+    // A never-granted chunk that a core's owner bits claim (read 64 chunks at a time there).
+    a.cores[1].own(far);
+    let err = pool.check().unwrap_err();
+    a.cores[1].disown(far);
+    assert!(err.to_string().contains(&format!("chunk {far}: never granted, but owned by core 1")), "{err}");
     for h in handles {
         pool.free(h).unwrap();
     }
