@@ -31,6 +31,10 @@ pub const MAX_CORE_RESERVE: usize = 1024;
 pub const MAX_TREE_DEPTH: u32 = 24;
 /// The largest capacity (2^48 bytes = 256 TiB): offsets fit comfortably in 64 bits.
 pub const MAX_CAPACITY: usize = 1 << 48;
+/// The most chunks an arena may span (`capacity / chunk_size`, with growth twice
+/// `max_capacity`): its per-chunk metadata is reserved, and a check reads a chunk's state,
+/// whatever the chunk holds. 2^30 chunks is 256 TiB of 256 KiB chunks.
+pub const MAX_CHUNKS: usize = 1 << 30;
 /// The most slab size classes a pool may have (a class index fits a byte in the slab metadata,
 /// with one value left for "no slab").
 pub const MAX_SLAB_CLASSES: usize = 255;
@@ -327,6 +331,25 @@ impl PoolConfig {
             previous = size;
         }
         let chunks = self.capacity.div_ceil(self.chunk_size);
+        let spanned = match self.max_capacity {
+            Some(max) => max.saturating_mul(2).div_ceil(self.chunk_size),
+            None => chunks,
+        };
+        if spanned > MAX_CHUNKS {
+            let (size, named) = match self.max_capacity {
+                Some(max) => (max.saturating_mul(2), "twice max_capacity"),
+                None => (self.capacity, "capacity"),
+            };
+            return bad(
+                "chunk_size",
+                format!(
+                    "must be at least {} here, got {}: {size} bytes ({named}) make {spanned} chunks, and \
+                     an arena has at most {MAX_CHUNKS}",
+                    size.div_ceil(MAX_CHUNKS).next_power_of_two(),
+                    self.chunk_size,
+                ),
+            );
+        }
         if self.core_reserve > chunks.max(MAX_CORE_RESERVE) {
             return bad(
                 "core_reserve",
@@ -445,6 +468,19 @@ mod tests {
     fn defaults_are_valid() {
         PoolConfig::new(800 << 20).cores(16).validate().unwrap();
         PoolConfig::new(256).validate().unwrap();
+    }
+
+    #[test]
+    fn an_arena_spans_at_most_max_chunks() {
+        let small = |capacity: usize| PoolConfig::new(capacity).chunk_size(8 << 10).bank_size(4 << 10).min_block(256);
+        small(MAX_CHUNKS * (8 << 10)).validate().unwrap();
+        let too_many = small(MAX_CHUNKS * (8 << 10) + 1);
+        assert_eq!(field_of(&too_many), "chunk_size");
+        let message = too_many.validate().unwrap_err().to_string();
+        assert!(message.contains("must be at least 16384 here, got 8192"), "{message}");
+        // With growth, the arena spans twice max_capacity.
+        assert_eq!(field_of(&small(1 << 20).growth(MAX_CHUNKS * (4 << 10) + 1, None)), "chunk_size");
+        small(1 << 20).growth(MAX_CHUNKS * (4 << 10), None).validate().unwrap();
     }
 
     #[test]
