@@ -150,7 +150,10 @@ def read_bytes(path: Path, *, error: Callable[[str], Exception] = InvalidArgumen
                 if len(data) > st.st_size:
                     data += _read_up_to(f, limit + 1 - len(data))
             else:
-                data = _read_up_to(f, limit + 1)
+                piece = _read_up_to(f, limit + 1)
+                if len(piece) > limit:
+                    raise error(too_large)  # before a copy of the whole stream
+                data = bytes(piece)
     except FileNotFoundError:
         raise error(f"{path}: cannot read the file (no such file)") from None
     except IsADirectoryError:
@@ -164,7 +167,7 @@ def read_bytes(path: Path, *, error: Callable[[str], Exception] = InvalidArgumen
     return data
 
 
-def _read_up_to(f: BinaryIO, most: int) -> bytes:
+def _read_up_to(f: BinaryIO, most: int) -> bytearray:
     """What is left in `f`, read in pieces, but no more than `most` bytes."""
     buf = bytearray()
     while len(buf) < most:
@@ -172,7 +175,7 @@ def _read_up_to(f: BinaryIO, most: int) -> bytes:
         if not piece:
             break
         buf += piece
-    return bytes(buf)
+    return buf
 
 
 def decode_text(
