@@ -64,6 +64,8 @@ def test_every_size_option_takes_units_and_decimals(argv: list[str], dest: str, 
         (["plan", "in.csv", "--capacity=-1GiB"], "is not a byte count: it is negative"),
         (["demo", "--capacity", "0.3KiB"], "not a whole number"),
         (["replay", "t.json", "--capacity", "nan"], "must be a finite number"),
+        (["plan", "in.csv", "--capacity", "-inf"], "'-inf' is not a byte count"),
+        (["demo", "--capacity", "-NaN"], "'-NaN' is not a byte count"),
     ],
 )
 def test_bad_sizes_exit_usage(

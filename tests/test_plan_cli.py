@@ -329,3 +329,8 @@ def test_an_output_that_is_no_regular_file_is_refused_and_a_link_written_through
     assert run(src, "-q", "-o", str(link)) == 0
     assert link.is_symlink() and Problem.from_csv(real).buffers
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "plan.json", "real.csv"]
+
+
+def test_an_empty_output_path_is_named_as_such(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(str(DATA / "input.12.csv"), "-q", "-o", "") == 2
+    assert capsys.readouterr().err.strip() == "npumem plan: error: the output path is empty"

@@ -38,10 +38,11 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # A value that starts with a minus sign and a digit (`--capacity -1MiB`, `--seed -3`)
-        # is a value, not an option, so that its option's type refuses it with its own
-        # message; no option of npumem starts with a digit.
-        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
+        # A value that starts with a minus sign and a digit (`--capacity -1MiB`, `--seed -3`),
+        # or is minus infinity or NaN, is a value, not an option, so that its option's type
+        # refuses it with its own message; no option of npumem starts with a digit, `inf` or
+        # `nan`.
+        self._negative_number_matcher = re.compile(r"^-(\.?[0-9]|inf|nan)", re.IGNORECASE)
 
     def error(self, message: str) -> NoReturn:
         self.exit(ExitStatus.USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")

@@ -297,6 +297,9 @@ def run(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
+    if args.output is not None and not args.output:
+        err.print("npumem plan: error: the output path is empty", markup=False)
+        return ExitStatus.USAGE
     if args.output is not None and _output_kind(Path(args.output), args.format) is None:
         err.print(
             f"npumem plan: error: cannot tell the format of {args.output} from its extension "
