@@ -137,6 +137,10 @@ def test_pinned_buffers_that_clash_are_refused(tmp_path: Path) -> None:
             "aliases[0]: expected {'name', 'base', 'offset', 'size'} with string name",
         ),
         (
+            {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 4}], "name": 5},
+            "'name' must be a string, got a number",
+        ),
+        (
             {"buffers": [{"id": "a", "lower": 0, "upper": 1, "size": 4}], "aliases": [None]},
             "integer offset and size, got null",
         ),

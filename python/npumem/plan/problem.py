@@ -809,6 +809,10 @@ class Problem:
             except (TypeError, ValueError) as exc:
                 raise ProblemFormatError(f"{where}: {exc}") from None
         given_name = obj.get("name")
+        if given_name is not None and not isinstance(given_name, str):
+            raise ProblemFormatError(
+                f"{label}: 'name' must be a string, got {_json_kind(given_name)}"
+            )
         try:
             return cls(
                 buffers,
