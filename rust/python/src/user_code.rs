@@ -9,9 +9,9 @@
 //! ("FATAL: exception not rethrown"). The calls here stop such an unwind where they called
 //! Python and park the thread for good, as Python 3.14 does with such threads and PyO3 does
 //! where it attaches one: the interpreter exits normally, and nothing more of the binding call
-//! runs. For the unwind to reach that stop, the CPython functions are called through imports
-//! called as functions that may unwind (PyO3 declares them as never unwinding, so a frame that
-//! calls them need not be prepared for it). A Rust panic unwinds through as before.
+//! runs. For the unwind to reach that stop, the CPython functions are called as functions that
+//! may unwind (PyO3 declares them as never unwinding, so a frame that calls them need not be
+//! prepared for it). A Rust panic unwinds through as before.
 
 use std::os::raw::c_int;
 
