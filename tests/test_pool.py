@@ -223,3 +223,36 @@ def test_pools_are_independent_and_usable_from_many_threads() -> None:
     assert not errors
     assert pool.check() == 0
     assert pool.stats().alloc_count == 1200
+
+
+def test_ctrl_c_stops_a_long_check_and_leaves_the_pool_running() -> None:
+    import os
+    import signal
+    import threading
+    import time
+
+    if threading.current_thread() is not threading.main_thread():
+        raise AssertionError("signals reach the main thread only")
+    # 32 million chunks of 8 KiB: a check walks them for a good fraction of a second.
+    p = npumem.Pool(1 << 38, backing="none", cores=2, chunk_size=8192)
+    kept = p.alloc(1000)
+    started = time.perf_counter()
+    assert p.check() == 1
+    whole = time.perf_counter() - started
+    sent: list[float] = []
+
+    def interrupt() -> None:
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(whole / 10, interrupt)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        p.check()
+        time.sleep(whole)  # without the fix, the interrupt lands here, after the whole check
+    stopped = time.perf_counter()
+    timer.join()
+    assert stopped - sent[0] < whole / 2, (stopped - sent[0], whole)
+    p.alloc(1000).free()  # not left paused
+    kept.free()
+    assert p.check() == 0

@@ -25,6 +25,13 @@ impl Pool {
     /// counters equal what the walk finds. Returns the number of live blocks checked.
     /// [`Error::HostMemory`] if the host has no memory for the walk's tables (nothing changes).
     pub fn check(&self) -> Result<usize> {
+        Ok(self.check_until(&mut || true)?.expect("a check that is never stopped finishes"))
+    }
+
+    /// [`Pool::check`], asking `go_on` every [`CHECK_STEP`] chunks of the walk whether to go on
+    /// (an arena of a billion chunks takes seconds: a caller lets its user interrupt it).
+    /// `Ok(None)` when `go_on` said no: the pool is resumed, and nothing was proved.
+    pub fn check_until(&self, go_on: &mut dyn FnMut() -> bool) -> Result<Option<usize>> {
         let _paused = self.pause_for_maintenance()?;
         let mut findings: Vec<String> = Vec::new();
         let g = &self.arena.geometry;
@@ -208,6 +215,9 @@ impl Pool {
                 findings.push(format!("chunk {chunk}: run body without a head"));
             }
             chunk += 1;
+            if chunk % CHECK_STEP == 0 && !go_on() {
+                return Ok(None);
+            }
         }
         // Slabs: each is an allocated buddy block of a core chunk, found by the directory.
         let classes = &self.arena.slabs.classes.classes;
@@ -424,12 +434,15 @@ impl Pool {
             ));
         }
         if findings.is_empty() {
-            Ok(live + raw_live)
+            Ok(Some(live + raw_live))
         } else {
             Err(Error::Corruption(findings))
         }
     }
 }
+
+/// How many chunks [`Pool::check_until`] walks between two questions to its caller.
+pub const CHECK_STEP: usize = 1 << 16;
 
 /// What is wrong with `chunk` (in `state`, `taken` in the bitmap) as the regions see it: a chunk
 /// outside every region must be absent and taken, one inside must not be absent.

@@ -379,7 +379,14 @@ impl Pool {
     /// findings otherwise. Returns the number of live blocks checked.
     fn check(&self, py: Python<'_>) -> PyResult<usize> {
         let core = &self.core;
-        without_gil(py, || core.check())
+        // The walk of a large arena takes seconds: between steps, the signals that came (Ctrl-C,
+        // SIGTERM) run their handlers, and an exception they raise ends the check.
+        let mut raised: Option<PyErr> = None;
+        let mut go_on = || Python::attach(|py| py.check_signals().map_err(|err| raised = Some(err)).is_ok());
+        match without_gil(py, || core.check_until(&mut go_on))? {
+            Some(live) => Ok(live),
+            None => Err(raised.take().unwrap_or_else(|| error(ErrorClass::Corruption, "the check was stopped"))),
+        }
     }
 
     /// Every live block, in offset order.
