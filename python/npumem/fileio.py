@@ -296,9 +296,8 @@ def write_texts(files: Mapping[Path, str]) -> None:
     try:
         for path, text in files.items():
             target = targets[path]
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            tmp, fd = _new_temporary(target)
             temporary[target] = tmp
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             with os.fdopen(fd, "w", encoding=ENCODING, newline="") as f:
                 f.write(text)
                 f.flush()
@@ -331,9 +330,7 @@ def _atomic_file(out: Path, mode: str) -> Iterator[Any]:
     `"w"`), which replaces that file once the block ends without an exception and is removed
     otherwise."""
     target = _replaced_file(out)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # os.open with 0o666 lets the umask pick the mode, as for any new file.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    tmp, fd = _new_temporary(target)
     try:
         encoding, newline = (None, None) if "b" in mode else (ENCODING, "")
         with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
@@ -344,6 +341,14 @@ def _atomic_file(out: Path, mode: str) -> Iterator[Any]:
     except BaseException:
         remove_quietly(tmp)
         raise
+
+
+def _new_temporary(target: Path) -> tuple[Path, int]:
+    """A new temporary file next to `target`, to replace it once written: its path and an open
+    descriptor for writing."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # os.open with 0o666 lets the umask pick the mode, as for any new file.
+    return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
 
 
 def is_same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:

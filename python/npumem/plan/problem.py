@@ -73,14 +73,6 @@ def check_alignment(alignment: object) -> int:
     return alignment
 
 
-def _is_strict_int(value: object) -> bool:
-    try:
-        _strict_int(value)
-    except ValueError:
-        return False
-    return True
-
-
 def _json_kind(value: object) -> str:
     """What a JSON value is, for a message: null, a bool, a number, a string, a list, an
     object."""
@@ -796,16 +788,16 @@ class Problem:
                 raise ProblemFormatError(
                     f"{expected}; got name {_json_kind(alias_name)}, base {_json_kind(base)}"
                 )
-            values = {"offset": entry.get("offset", 0), "size": entry["size"]}
+            ints: list[int] = []
+            for key, value in (("offset", entry.get("offset", 0)), ("size", entry["size"])):
+                try:
+                    ints.append(_strict_int(value))
+                except ValueError:
+                    raise ProblemFormatError(
+                        f"{expected}; {key} is {_json_kind(value)} {value!r}"
+                    ) from None
             try:
-                offset, size = (_strict_int(v) for v in values.values())
-            except ValueError:
-                bad = next(k for k, v in values.items() if not _is_strict_int(v))
-                raise ProblemFormatError(
-                    f"{expected}; {bad} is {_json_kind(values[bad])} {values[bad]!r}"
-                ) from None
-            try:
-                aliases.append(Alias(alias_name, base, offset, size))
+                aliases.append(Alias(alias_name, base, *ints))
             except (TypeError, ValueError) as exc:
                 raise ProblemFormatError(f"{where}: {exc}") from None
         given_name = obj.get("name")

@@ -50,8 +50,9 @@
 //! finishing, `BUSY`; never `CACHED`. The loom models below check the protocol: two racing frees
 //! of one block, a take and a drain.
 
+use crate::util::grow::try_boxed;
 use crate::util::sync::{AtomicU64, CachePadded, Ordering};
-use crate::util::zeroed::{try_boxed, Zeroed};
+use crate::util::zeroed::Zeroed;
 
 use crate::error::Result;
 

@@ -12,8 +12,9 @@ use super::chunk_space::Probe;
 use super::level_maps::LevelMaps;
 use crate::config::MAX_TREE_DEPTH;
 use crate::error::Result;
+use crate::util::grow::try_boxed;
 use crate::util::sync::{AtomicU64, Ordering};
-use crate::util::zeroed::{try_boxed, Zeroed};
+use crate::util::zeroed::Zeroed;
 
 /// Where a core's hint of a level points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -131,6 +131,15 @@ mod tests {
     use super::*;
     use crate::compaction::order::{order, Step};
 
+    /// A seeded stream of pseudo-random numbers (a linear congruential generator).
+    fn lcg(seed: u64) -> impl FnMut() -> usize {
+        let mut state = seed;
+        move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) as usize
+        }
+    }
+
     fn t(src: usize, dst: usize, len: usize) -> Transfer {
         Transfer { src, dst, len }
     }
@@ -250,11 +259,7 @@ mod tests {
             assert!(waves(&copies).iter().all(|w| !w.is_empty()), "no empty wave");
         }
         // Random permutations of equal slots: cycles of every length.
-        let mut rng = 7u64;
-        let mut next = || {
-            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (rng >> 33) as usize
-        };
+        let mut next = lcg(7);
         for _ in 0..100 {
             let n = 2 + next() % 6;
             let mut slots: Vec<usize> = (0..n).collect();
@@ -278,11 +283,7 @@ mod tests {
 
     #[test]
     fn random_batches_survive_every_prefix() {
-        let mut rng = 99u64;
-        let mut next = || {
-            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (rng >> 33) as usize
-        };
+        let mut next = lcg(99);
         for _ in 0..100 {
             // Blocks of 4..12 bytes at disjoint places; each moves by a random distance into
             // space that no destination overlaps.

@@ -17,7 +17,7 @@ use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
 use crate::stats::counters::Route;
 use crate::util::cpu;
-use crate::util::zeroed::try_vec;
+use crate::util::grow::try_vec;
 use std::cell::Cell;
 
 /// A validated request. (The buddy or run layout is derived only when the request leaves the

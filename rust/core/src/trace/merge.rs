@@ -21,7 +21,7 @@ use std::collections::{BinaryHeap, HashMap};
 use super::event::{EventKind, TraceEvent};
 use crate::error::Result;
 use crate::util::grow::reserve;
-use crate::util::zeroed::try_vec;
+use crate::util::grow::try_vec;
 
 /// What the merge's tables are called when the host has no memory for them.
 const WHAT: &str = "the trace's merged events";

@@ -8,8 +8,8 @@ use super::merge::{merge, MergeRoom};
 use super::rings::Rings;
 use crate::error::Result;
 use crate::handle::id::Handle;
+use crate::util::grow::try_vec;
 use crate::util::grow::{reserve, try_push};
-use crate::util::zeroed::try_vec;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 

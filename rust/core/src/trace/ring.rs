@@ -31,8 +31,8 @@
 
 use super::slot::{first_held, Drained, EventWords};
 use crate::error::Result;
+use crate::util::grow::try_boxed;
 use crate::util::sync::{fence, AtomicU64, Ordering};
-use crate::util::zeroed::try_boxed;
 
 const WRITING: u64 = 0;
 const DONE: u64 = 1;

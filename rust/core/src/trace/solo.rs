@@ -28,8 +28,8 @@
 
 use super::slot::{first_held, Drained, EventWords};
 use crate::error::Result;
+use crate::util::grow::try_boxed;
 use crate::util::sync::{fence, AtomicU64, CachePadded, Ordering};
-use crate::util::zeroed::try_boxed;
 
 /// Tickets read per batch by a drain before it checks that the writer left them intact.
 const DRAIN_BATCH: usize = 256;

@@ -5,7 +5,8 @@
 //! the process. [`reserve`] asks for room with `try_reserve` instead and turns a refusal into
 //! `Error::HostMemory` naming the table; [`try_push`] and [`try_insert`] add one value that way.
 //! The failpoint `host.vec` fires where a table has to grow (not where it has room), so a
-//! fault-injection test fails every growth of an operation in turn.
+//! fault-injection test fails every growth of an operation in turn. [`try_vec`] and
+//! [`try_boxed`] make a table of a known size the same way (the failpoint fires for each).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
@@ -101,6 +102,26 @@ pub(crate) fn try_collect<T>(values: impl IntoIterator<Item = T>, what: &'static
     Ok(out)
 }
 
+/// `n` values made by `make(i)`, in a boxed slice whose allocation cannot abort: when the host
+/// has no memory for it, `Error::HostMemory` naming `what`.
+pub(crate) fn try_boxed<T>(n: usize, what: &'static str, make: impl FnMut(usize) -> T) -> Result<Box<[T]>> {
+    let mut values = try_vec(n, what)?;
+    values.extend((0..n).map(make));
+    Ok(values.into_boxed_slice())
+}
+
+/// An empty vector with room for `n` values, whose allocation cannot abort: when the host has
+/// no memory for it, `Error::HostMemory` naming `what`.
+pub(crate) fn try_vec<T>(n: usize, what: &'static str) -> Result<Vec<T>> {
+    let bytes = n.saturating_mul(std::mem::size_of::<T>());
+    if failpoint::fire("host.vec") {
+        return Err(Error::HostMemory { what, bytes });
+    }
+    let mut values = Vec::new();
+    values.try_reserve_exact(n).map_err(|_| Error::HostMemory { what, bytes })?;
+    Ok(values)
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -129,5 +150,7 @@ mod tests {
         let mut map: HashMap<u32, u32> = HashMap::new();
         assert!(reserve(&mut map, usize::MAX / 2, "map").is_err());
         assert_eq!(try_collect(0..5u8, "collect").unwrap(), vec![0, 1, 2, 3, 4]);
+        let err = try_boxed::<u64>(usize::MAX / 4, "many", |i| i as u64).err().unwrap();
+        assert!(matches!(err, Error::HostMemory { what: "many", .. }), "{err:?}");
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! Making a table never aborts: a size that overflows, a mapping the kernel refuses or an
 //! allocation that fails is `Error::HostMemory`, naming the table (failpoint `host.table`).
-//! [`try_boxed`] does the same for small tables built from values (failpoint `host.vec`).
+//! Small tables built from values come from `util/grow.rs` (failpoint `host.vec`).
 
 use std::ops::Deref;
 
@@ -186,26 +186,6 @@ pub(crate) fn back_with_writes(words: &[AtomicU64]) {
     }
 }
 
-/// `n` values made by `make(i)`, in a boxed slice whose allocation cannot abort: when the host
-/// has no memory for it, `Error::HostMemory` naming `what`.
-pub(crate) fn try_boxed<T>(n: usize, what: &'static str, make: impl FnMut(usize) -> T) -> Result<Box<[T]>> {
-    let mut values = try_vec(n, what)?;
-    values.extend((0..n).map(make));
-    Ok(values.into_boxed_slice())
-}
-
-/// An empty vector with room for `n` values, whose allocation cannot abort: when the host has
-/// no memory for it, `Error::HostMemory` naming `what`.
-pub(crate) fn try_vec<T>(n: usize, what: &'static str) -> Result<Vec<T>> {
-    let bytes = n.saturating_mul(std::mem::size_of::<T>());
-    if failpoint::fire("host.vec") {
-        return Err(Error::HostMemory { what, bytes });
-    }
-    let mut values = Vec::new();
-    values.try_reserve_exact(n).map_err(|_| Error::HostMemory { what, bytes })?;
-    Ok(values)
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -276,8 +256,6 @@ mod tests {
         // Address space no kernel maps (2^62 bytes): refused by mmap, not fatal.
         let err = Zeroed::<AtomicU64>::new(1 << 59, "vast").err().unwrap();
         assert!(matches!(err, Error::HostMemory { what: "vast", .. }), "{err:?}");
-        let err = try_boxed::<u64>(usize::MAX / 4, "many", |i| i as u64).err().unwrap();
-        assert!(matches!(err, Error::HostMemory { what: "many", .. }), "{err:?}");
     }
 
     #[test]

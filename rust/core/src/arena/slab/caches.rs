@@ -40,9 +40,10 @@
 
 use crate::config::{ClassTable, PoolConfig, MAX_SLAB_CLASSES};
 use crate::error::Result;
+use crate::util::grow::try_boxed;
 use crate::util::index_stack::{IndexStack, NIL};
 use crate::util::sync::{seq_cst_for_loom, AtomicU32, AtomicU64, CachePadded, Ordering};
-use crate::util::zeroed::{back_with_writes, try_boxed, Zeroed};
+use crate::util::zeroed::{back_with_writes, Zeroed};
 
 /// Objects per slab at most: bit 63 of the occupancy word is the retired flag.
 pub(crate) const MAX_OBJECTS: u32 = 63;
