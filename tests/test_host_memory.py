@@ -100,3 +100,53 @@ def test_an_empty_terabyte_pool_costs_at_most_64_mib_of_rss() -> None:
     made, used = (int(x) for x in out.split())
     assert made <= 64 << 20, f"creating an empty 1 TiB pool grew RSS by {made} bytes"
     assert used <= 64 << 20, f"an empty 1 TiB pool after a few blocks grew RSS by {used} bytes"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "pool.plan_compaction('full')",
+        "pool.stage_compaction('full')",
+        "with pool.pause() as pause: pool.compact_step(pause, 'full')",
+    ],
+)
+def test_a_compaction_short_of_host_memory_is_an_error_not_an_abort(call: str) -> None:
+    # 30,000 live blocks over 4,096 chunks: planning their compaction takes about 10 MB of
+    # host memory. With 4 MiB of address space left, the call asks for its bound first and is
+    # refused, with the pool left as it was.
+    out = run_child(
+        f"""
+        import random, resource
+        import npumem
+
+        pool = npumem.Pool(8 << 30, backing="none", cores=2)
+        rng = random.Random(1)
+        sizes = [256, 3000, 70000, 5000, 200000]
+        blocks = [pool.alloc(rng.choice(sizes)) for _ in range(60000)]
+        for b in blocks[::2]:
+            b.free()
+        blocks = blocks[1::2]
+        before = pool.stats()
+
+        with open("/proc/self/status") as f:
+            size = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize:"))
+        limit = size + (4 << 20)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        try:
+            {call}
+        except npumem.OutOfMemoryError as e:
+            print(type(e).__name__, "host" in str(e))
+        else:
+            print("ran")
+        after = pool.stats()
+        figures = ("blocks_in_use", "bytes_in_use")
+        same = all(getattr(after, f) == getattr(before, f) for f in figures)
+        print(same, after.requested_bytes_in_use == before.requested_bytes_in_use)
+        pool.alloc(64).free()
+        print("runs")
+        """
+    )
+    lines = out.split("\n")
+    assert lines[0] == "OutOfMemoryError True", out
+    assert lines[1] == "True True", out
+    assert lines[2] == "runs", out

@@ -77,6 +77,7 @@ impl Pool {
         mut mover: Option<Mover<'_>>,
     ) -> Result<StepReport> {
         let _busy = self.busy(token)?;
+        self.check_compaction_headroom()?;
         let mut out = StepReport::default();
         let started = Instant::now();
         let full = matches!(mode, CompactionMode::Full);
@@ -171,6 +172,7 @@ impl Pool {
         with_mover: bool,
     ) -> Result<CompactionPlan> {
         let caller_copies = with_mover || self.arena().backing.is_none();
+        self.check_compaction_headroom()?;
         let _paused = match token {
             Some(t) if self.holds(t) => None,
             Some(_) => return Err(Error::NotPaused),

@@ -23,6 +23,7 @@ use crate::handle::id::Handle;
 use crate::handle::table::SlotInfo;
 use crate::pool::pool::Pool;
 use crate::util::failpoint;
+use crate::util::grow::try_vec;
 
 /// What the metadata phase did, for undoing it.
 #[derive(Default)]
@@ -225,6 +226,17 @@ impl Pool {
             self.tidy_slabs(&created);
             return Err(Error::MoveCycle { blocks });
         };
+        // Host memory copies the sources that break cycles through bounce buffers: asked for now,
+        // by their sizes, so that a host that refuses them leaves the batch undone.
+        let mut bounce = match self.arena().backing.is_some().then(|| bounce_buffers(&transfers, &steps)) {
+            None => Vec::new(),
+            Some(Ok(buffers)) => buffers,
+            Some(Err(e)) => {
+                pieces.iter().for_each(|u| self.end_moves(u));
+                self.tidy_slabs(&created);
+                return Err(e);
+            }
+        };
         let mut journal = Journal::default();
         if let Err((i, reason)) = self.swap_metadata(&pieces, &mut journal) {
             let undone = self.undo(&pieces, &mut journal);
@@ -275,7 +287,6 @@ impl Pool {
         }
         if let Some(backing) = &self.arena().backing {
             let base = backing.base().as_ptr();
-            let mut saved: Vec<Option<Vec<u8>>> = vec![None; transfers.len()];
             for &step in &steps {
                 // SAFETY: every range is inside the arena (checked or planned); the moving blocks
                 // are marked (no pins, so no views of them) and the pool is paused, so nobody else
@@ -288,11 +299,13 @@ impl Pool {
                         }
                         Step::Save(i) => {
                             let t = transfers[i];
-                            saved[i] = Some(std::slice::from_raw_parts(base.add(t.src), t.len).to_vec());
+                            // Within the room asked for: no allocation here.
+                            bounce[i].extend_from_slice(std::slice::from_raw_parts(base.add(t.src), t.len));
                         }
                         Step::Restore(i) => {
                             let t = transfers[i];
-                            let bytes = saved[i].take().expect("saved before it is restored");
+                            let bytes = std::mem::take(&mut bounce[i]);
+                            debug_assert_eq!(bytes.len(), t.len, "saved before it is restored");
                             std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(t.dst), t.len);
                         }
                     }
@@ -592,4 +605,19 @@ impl Pool {
 #[cold]
 fn corrupt(handle: Handle, why: &str) -> Error {
     Error::Corruption(vec![format!("live handle {handle:?}: {why}")])
+}
+
+/// Empty buffers with room for the source of every transfer that `steps` saves (the others get
+/// none), or `Error::HostMemory` when the host refuses one (failpoint `host.vec`).
+fn bounce_buffers(transfers: &[Transfer], steps: &[Step]) -> Result<Vec<Vec<u8>>> {
+    let mut buffers: Vec<Vec<u8>> = try_vec(transfers.len(), "a compaction's bounce buffers")?;
+    buffers.resize_with(transfers.len(), Vec::new);
+    for &step in steps {
+        if let Step::Save(i) = step {
+            let len = transfers[i].len;
+            let room = try_vec(len, "a compaction's bounce buffer")?;
+            buffers[i] = room;
+        }
+    }
+    Ok(buffers)
 }

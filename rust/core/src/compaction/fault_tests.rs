@@ -2,11 +2,13 @@
 //! is run once to record the calls it makes, then again with each call failing in turn. A
 //! failed wave leaves the pool exactly as before: the same blocks at the same places, the same
 //! statistics, a clean `check()`, and every byte back at its source. A failed copy back is
-//! reported as corruption of the bytes, with the metadata still undone.
+//! reported as corruption of the bytes, with the metadata still undone. A host that refuses a
+//! compaction its memory (the planning's headroom, `host.headroom`, or a bounce buffer,
+//! `host.vec`) gets `Error::HostMemory` and the pool as it was.
 
 use std::cell::RefCell;
 
-use super::types::{CompactionMode, StepReport, Transfer};
+use super::types::{CompactionMode, Move, StepReport, Transfer};
 use crate::config::{Backing, PoolConfig};
 use crate::error::{Error, Result};
 use crate::handle::id::Handle;
@@ -156,5 +158,103 @@ fn a_failed_copy_back_is_reported_and_the_metadata_is_still_undone() {
         }
         assert_eq!(d.state(), before, "copy back {j}: the metadata is undone");
         d.pool.check().unwrap();
+    }
+}
+
+#[test]
+fn a_host_that_refuses_the_planning_its_memory_leaves_the_pool_as_it_was() {
+    type Plan = fn(&Pool) -> Result<()>;
+    let full = CompactionMode::Full;
+    let wait = std::time::Duration::from_secs(5);
+    let plans: [(&str, Plan); 4] = [
+        ("plan_compaction", |p| p.plan_compaction(None, &CompactionMode::Full).map(drop)),
+        ("stage_compaction", |p| p.stage_compaction(&CompactionMode::Full, true).map(drop)),
+        ("compact", |p| p.compact(&CompactionMode::Full, None, std::time::Duration::from_secs(5)).map(drop)),
+        ("compact_step", |p| {
+            let token = p.pause(std::time::Duration::from_secs(5)).unwrap();
+            let done = p.compact_step(&token, &CompactionMode::Incremental { max_bytes: 4 * MIB }, None);
+            p.resume(&token).unwrap();
+            done.map(drop)
+        }),
+    ];
+    for (name, plan) in plans {
+        let d = Device::new();
+        let before = d.state();
+        let (result, fired) = failpoint::fail_at("host.headroom", 0, || plan(&d.pool));
+        assert!(fired, "{name} asks for its headroom");
+        match result {
+            Err(Error::HostMemory { what, bytes }) => {
+                assert_eq!(what, "planning a compaction", "{name}");
+                assert_eq!(bytes, d.pool.compaction_host_bytes(), "{name}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert_eq!(d.state(), before, "{name}: the pool is as it was");
+        d.pool.check().unwrap();
+        assert!(d.intact(), "{name}: every byte is where it was");
+        // Not left paused, and the compaction runs once the host has the memory.
+        let h = d.pool.alloc(1000, None, 0).unwrap();
+        d.pool.free(h).unwrap();
+        let token = d.pool.pause(wait).unwrap();
+        let mut copy = |ts: &[Transfer]| -> std::result::Result<(), String> {
+            d.copy(ts);
+            Ok(())
+        };
+        let done = d.pool.compact_step(&token, &full, Some(&mut copy)).unwrap();
+        d.pool.resume(&token).unwrap();
+        assert!(done.blocks > 0, "{name}: the compaction moves blocks afterwards");
+        d.pool.check().unwrap();
+        assert!(d.intact(), "{name}: and keeps every byte");
+    }
+}
+
+#[test]
+fn a_host_that_refuses_a_bounce_buffer_leaves_the_batch_undone() {
+    /// A host memory pool holding two blocks with their patterns, and the moves that make them
+    /// trade places: a cycle broken through a bounce buffer.
+    fn swapped_pair() -> (Pool, [(Handle, usize, usize); 2], [Move; 2]) {
+        let pool = Pool::new(PoolConfig::new(16 * MIB).cores(1)).unwrap();
+        let mut blocks = [(Handle::from_bits(0), 0, 0); 2];
+        for (id, block) in blocks.iter_mut().enumerate() {
+            let h = pool.alloc(64 << 10, None, 0).unwrap();
+            let bytes: Vec<u8> = (0..64 << 10).map(|i| byte(id, i)).collect();
+            pool.write(h, 0, &bytes).unwrap();
+            *block = (h, id, pool.block(h).unwrap().offset);
+        }
+        let moves = [Move { handle: blocks[0].0, to: blocks[1].2 }, Move { handle: blocks[1].0, to: blocks[0].2 }];
+        (pool, blocks, moves)
+    }
+    fn swap(pool: &Pool, moves: &[Move]) -> Result<super::types::MovedBlocks> {
+        let token = pool.pause(std::time::Duration::from_secs(5)).unwrap();
+        let done = pool.move_blocks(&token, moves, None);
+        pool.resume(&token).unwrap();
+        done
+    }
+    /// Each block holds its pattern, at its own place or (`swapped`) at the other's.
+    fn intact(pool: &Pool, blocks: &[(Handle, usize, usize); 2], swapped: bool) -> bool {
+        (0..2).all(|k| {
+            let (h, id, _) = blocks[k];
+            let mut out = vec![0u8; 64 << 10];
+            pool.read(h, 0, &mut out).unwrap();
+            let expected_at = blocks[if swapped { 1 - k } else { k }].2;
+            pool.block(h).unwrap().offset == expected_at && out.iter().enumerate().all(|(i, &x)| x == byte(id, i))
+        })
+    }
+    let (pool, blocks, moves) = swapped_pair();
+    let (done, hits) = failpoint::record(|| swap(&pool, &moves).unwrap());
+    assert_eq!(done.bounced, 1, "the swap bounces once");
+    assert!(intact(&pool, &blocks, true), "with the memory, the swap is made");
+    pool.check().unwrap();
+    let growths = hits.iter().filter(|&&h| h == "host.vec").count();
+    assert!(growths >= 2, "the bounce buffers are asked for: {hits:?}");
+    for k in 0..growths {
+        let (pool, blocks, moves) = swapped_pair();
+        let (result, fired) = failpoint::fail_at("host.vec", k, || swap(&pool, &moves));
+        assert!(fired, "growth {k}");
+        assert!(matches!(result, Err(Error::HostMemory { .. })), "growth {k}: {result:?}");
+        assert!(intact(&pool, &blocks, false), "growth {k}: both blocks as they were");
+        pool.check().unwrap();
+        let done = swap(&pool, &moves).unwrap();
+        assert!(done.bounced == 1 && intact(&pool, &blocks, true), "growth {k}: then the swap is made");
     }
 }

@@ -40,6 +40,7 @@ mod copy;
 mod execute;
 #[cfg(all(test, not(loom)))]
 mod fault_tests;
+mod headroom;
 mod model;
 mod order;
 mod piece;

@@ -59,6 +59,7 @@ impl Pool {
     pub fn stage_compaction(&self, mode: &CompactionMode, with_mover: bool) -> Result<StagedCompaction> {
         let started = Instant::now();
         let caller_copies = with_mover || self.arena().backing.is_none();
+        self.check_compaction_headroom()?;
         // Cached freed blocks would look like blocks nobody can move.
         self.arena().drain_block_caches();
         let mut census: Census = self.census(false);

@@ -154,6 +154,14 @@ impl Pool {
         slabs.free_objects(k, live) as usize + carved
     }
 
+    /// Blocks in use (`stats().blocks_in_use`), from one sum of the counters over every
+    /// thread: no walk of the arena.
+    pub(crate) fn live_blocks(&self) -> u64 {
+        let totals = self.counters.totals();
+        let slab_objects: u64 = self.counters.class_totals().iter().map(|t| t.allocs.saturating_sub(t.frees)).sum();
+        totals.allocs().saturating_sub(totals.frees) + slab_objects
+    }
+
     /// Unused bytes of the slabs that hold objects (all-free slabs count as free instead),
     /// given the slab counters summed over every thread.
     fn slab_cached_bytes(&self, classes: &[ClassTotals]) -> usize {

@@ -15,7 +15,7 @@
 //! and checks that the operation reports a typed error and leaves nothing half-made.
 //!
 //! Names are dotted, subsystem first: `host.table`, `host.segment`, `host.backing`,
-//! `host.vec`, `host.trace_ring`, `mover.wave`, `mover.copy_back`.
+//! `host.vec`, `host.headroom`, `host.trace_ring`, `mover.wave`, `mover.copy_back`.
 
 #[cfg(all(test, not(loom)))]
 mod armed {
