@@ -298,6 +298,20 @@ def test_close_gives_every_page_back(cache: KVCache) -> None:
     assert p.stats().bytes_in_use == 0
 
 
+def test_truth_is_holding_a_sequence_and_a_closed_cache_is_false(cache: KVCache) -> None:
+    assert not cache
+    cache.add_sequence(0, num_tokens=5)
+    assert cache
+    cache.close()
+    # A truth test does not refuse a closed cache; len() and `in` do, as every other call.
+    assert not cache
+    assert bool(cache) is False
+    with pytest.raises(npumem.InvalidHandleError, match="closed"):
+        len(cache)
+    with pytest.raises(npumem.InvalidHandleError, match="closed"):
+        _ = 0 in cache
+
+
 @pytest.mark.parametrize("capacity", [64, None])
 def test_block_tables_follow_compaction(capacity: int | None) -> None:
     c = make_cache(capacity_tokens=capacity, page_tokens=2)

@@ -936,6 +936,20 @@ impl PagedKV {
         Ok(self.lock(py)?.table.len())
     }
 
+    /// Whether the cache holds a sequence. A closed cache holds none (closing freed them):
+    /// false, where `len()` refuses it as every other call does.
+    fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        match self.lock(py) {
+            Ok(state) => Ok(state.table.len() != 0),
+            // Closed by another thread meanwhile.
+            Err(_) if self.closed.load(Ordering::Acquire) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
     /// The ids of the sequences, in increasing order.
     fn sequences(&self, py: Python<'_>) -> PyResult<Vec<i64>> {
         let mut ids: Vec<i64> = self.lock(py)?.table.sequences().collect();
