@@ -85,3 +85,59 @@ def test_compaction_results_are_the_extensions_classes() -> None:
     timed = step.with_pause(1.5, over_budget=True)
     assert (timed.pause_seconds, timed.over_budget, timed.blocks) == (1.5, True, step.blocks)
     assert timed != step and timed.with_pause(step.pause_seconds) == step
+
+
+def test_stats_and_snapshots_pickle_and_copy_as_values() -> None:
+    import copy
+
+    pool = npumem.Pool(16 * MIB, cores=2)
+    kept = [pool.alloc(100, tag="a"), pool.alloc(300_000), pool.alloc(3 * MIB, tag="b")]
+    stats = pool.stats()
+    snap = pool.snapshot()
+    assert stats.by_tag and stats.per_core and stats.size_classes
+    for value in (stats, stats.per_core[0], stats.size_classes[0], stats.by_tag[0], snap):
+        for again in (
+            pickle.loads(pickle.dumps(value)),
+            pickle.loads(pickle.dumps(value, protocol=2)),
+            copy.copy(value),
+            copy.deepcopy(value),
+        ):
+            assert type(again) is type(value)
+            assert again == value
+    assert pickle.loads(pickle.dumps(snap)).stats.by_tag == stats.by_tag
+    for block in kept:
+        block.free()
+
+
+def test_what_cannot_be_pickled_names_its_own_class() -> None:
+    import npumem.kv
+
+    pool = npumem.Pool(16 * MIB, cores=1)
+    block = pool.alloc(100)
+    cache = npumem.kv.KVCache(pool, num_layers=1, num_kv_heads=1, head_dim=64)
+    with pool.measure() as measurement:
+        pass
+    pause = pool.pause()
+    step = pool.compact_step(pause)
+    pause.resume()
+    objects = [
+        pool,
+        block,
+        block.pinned(),
+        pause,
+        measurement,
+        step,
+        cache,
+        pool.raw_snapshot(),
+        pool.blocks()[0],
+        pool.trace_status(),
+        pool.plan_compaction(),
+    ]
+    for obj in objects:
+        with pytest.raises(TypeError) as raised:
+            pickle.dumps(obj)
+        assert f"'{type(obj).__name__}'" in str(raised.value) or (
+            f"'{type(obj).__module__}.{type(obj).__name__}'" in str(raised.value)
+        ), (type(obj), str(raised.value))
+    cache.close()
+    block.free()

@@ -71,6 +71,15 @@ macro_rules! py_stats_class {
     };
 }
 
+/// What pickle and `copy` rebuild a stats class from: `(cls.from_dict, (as_dict(),))`, the
+/// round trip that saved files make. Results read from a pool are values: they pickle.
+pub(crate) fn reduce<'py>(
+    obj: &Bound<'py, PyAny>,
+    fields: Bound<'py, PyDict>,
+) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyDict>,))> {
+    Ok((obj.get_type().getattr("from_dict")?, (fields,)))
+}
+
 npumem_core::core_stats_fields!(
     py_stats_class,
     /// One core pool's share of a `PoolStats`.
@@ -107,6 +116,10 @@ impl CoreStats {
         CoreStats::parse(d)
     }
 
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyDict>,))> {
+        reduce(slf.as_any(), slf.get().dict(slf.py())?)
+    }
+
     /// The fields as a dict.
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.dict(py)
@@ -126,6 +139,10 @@ impl SizeClassStats {
     #[staticmethod]
     fn from_dict(d: &Bound<'_, PyAny>) -> PyResult<SizeClassStats> {
         SizeClassStats::parse(d)
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyDict>,))> {
+        reduce(slf.as_any(), slf.get().dict(slf.py())?)
     }
 
     /// The fields as a dict.
@@ -162,6 +179,10 @@ impl PoolStats {
     #[staticmethod]
     fn from_dict(d: &Bound<'_, PyAny>) -> PyResult<PoolStats> {
         PoolStats::parse(d)
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyDict>,))> {
+        reduce(slf.as_any(), slf.get().dict(slf.py())?)
     }
 
     /// `bytes_in_use / usable_capacity` (0.0 for an empty arena).

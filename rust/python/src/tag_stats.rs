@@ -81,6 +81,12 @@ impl TagStats {
         TagStats::parse(d)
     }
 
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, pyo3::types::PyDict>,))> {
+        crate::stats::reduce(slf.as_any(), slf.get().dict(slf.py())?)
+    }
+
     /// The fields as a dict.
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         self.dict(py)
