@@ -91,6 +91,18 @@ def test_a_guard_exited_twice_never_drops_a_pin_the_caller_took() -> None:
     pool.check()
 
 
+def test_a_guards_repr_names_its_block_and_the_pins_it_holds() -> None:
+    pool = npumem.Pool(1 << 20, cores=1)
+    b = pool.alloc(100, tag="kv")
+    guard = b.pinned()
+    assert repr(guard) == f"<npumem.Pinned {b!r} held=0>"
+    with guard:
+        assert repr(guard) == f"<npumem.Pinned {b!r} held=1>"
+        assert f"offset={b.offset}" in repr(guard) and 'tag="kv"' in repr(guard)
+    b.free()
+    assert repr(guard) == '<npumem.Pinned <npumem.Block freed nbytes=100 tag="kv"> held=0>'
+
+
 @pytest.mark.parametrize("end", ["detach", "defer", "free"])
 def test_a_guard_of_an_object_that_no_longer_owns_its_block_refuses_to_pin(end: str) -> None:
     pool = npumem.Pool(1 << 20, cores=1)

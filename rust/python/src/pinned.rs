@@ -113,4 +113,10 @@ impl Pinned {
         self.block.after_unpin();
         Ok(false)
     }
+
+    /// The block's repr, and the pins the guard holds (1 inside its `with` block, 0 outside).
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let block = self.block.object(py).bind(py).repr()?;
+        Ok(format!("<npumem.Pinned {block} held={}>", self.held.load(Ordering::Acquire)))
+    }
 }
