@@ -454,6 +454,42 @@ def test_adopt_refuses_foreign_owned_and_bad_handles() -> None:
     assert before.bytes_in_use == 0  # the adopted block was dropped at once
 
 
+class Index:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+def test_adopt_says_which_handles_name_no_block_and_which_were_freed() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    other = npumem.Pool(16 * MIB, cores=1)
+    freed = pool.alloc(100)
+    stale = freed.handle
+    freed.free()
+    live = pool.alloc(100)
+    handle = live.detach()
+    assert handle >> 32 == stale >> 32, "the slot is reused"
+    made_up = [
+        1 << 90,  # a pool id no pool got
+        handle + 1,  # a generation the slot never had
+        (handle >> 32) << 32 | 0xFFFF_FFFF,
+        1 << 200,
+        -1,
+    ]
+    for value in made_up:
+        for arg in (value, Index(value)):
+            with pytest.raises(npumem.InvalidHandleError, match="is not a block's handle"):
+                pool.adopt(arg)  # type: ignore[arg-type]
+    with pytest.raises(npumem.InvalidHandleError, match="was freed"):
+        pool.adopt(stale)
+    with pytest.raises(npumem.InvalidHandleError, match="another pool"):
+        other.adopt(handle)
+    assert pool.adopt(Index(handle)).alive
+    pool.check()
+
+
 def test_a_detached_block_survives_a_compaction() -> None:
     pool = npumem.Pool(32 * MIB, cores=1)
     blocks = [pool.alloc(300_000) for _ in range(40)]

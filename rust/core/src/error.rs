@@ -10,7 +10,8 @@ pub enum HandleFault {
     Freed,
     /// The handle was made by another pool.
     Foreign,
-    /// The handle names a slot that never held a block.
+    /// The handle names no block this pool handed out: a slot never used, a generation its
+    /// slot never had, or a pool id that no pool got.
     Unknown,
 }
 

@@ -2,7 +2,7 @@
 //! handle can never match a later block in that slot.
 #![cfg(not(loom))]
 
-use npumem_core::{Error, Handle, Pool, PoolConfig};
+use npumem_core::{Error, Handle, HandleFault, Pool, PoolConfig};
 
 #[test]
 fn a_slot_retires_at_its_last_generation_and_stale_handles_stay_refused() {
@@ -32,6 +32,41 @@ fn a_slot_retires_at_its_last_generation_and_stale_handles_stay_refused() {
     assert!(p.block(next).is_ok(), "stale frees did not touch the new block");
     p.check().unwrap();
     p.free(next).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
+fn a_handle_from_a_slots_past_is_a_double_free_and_one_from_its_future_names_no_block() {
+    let p = Pool::new(PoolConfig::new(16 << 20).cores(1)).unwrap();
+    let first = p.alloc(100, None, 0).unwrap();
+    p.free(first).unwrap();
+    let live = p.alloc(100, None, 0).unwrap();
+    assert_eq!(live.slot(), first.slot(), "the slot is reused");
+    let with_generation = |g: u32| {
+        Handle::from_bits((live.pool_id() as u128) << 64 | (live.slot() as u128) << 32 | g as u128)
+    };
+    let forged = with_generation(live.generation() + 1);
+    let before = p.stats();
+    assert_eq!(p.free(first), Err(Error::DoubleFree));
+    assert_eq!(p.free(forged), Err(Error::InvalidHandle(HandleFault::Unknown)));
+    assert_eq!(p.block(forged), Err(Error::InvalidHandle(HandleFault::Unknown)));
+    assert_eq!(p.free(with_generation(u32::MAX)), Err(Error::InvalidHandle(HandleFault::Unknown)));
+    assert_eq!(p.stats(), before, "refused frees change nothing");
+    assert!(p.block(live).is_ok());
+    p.free(live).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
+fn a_retired_slots_handles_all_read_as_freed() {
+    let p = Pool::new(PoolConfig::new(16 << 20).cores(1)).unwrap();
+    p.start_generations_at(u32::MAX);
+    let last = p.alloc(100, None, 0).unwrap();
+    assert_eq!(last.generation(), u32::MAX);
+    p.free(last).unwrap();
+    // Retired: its word reads generation 0, below every handle the slot handed out.
+    assert_eq!(p.free(last), Err(Error::DoubleFree));
+    assert_eq!(p.block(last), Err(Error::InvalidHandle(HandleFault::Freed)));
     p.check().unwrap();
 }
 

@@ -1,5 +1,23 @@
 //! [`Handle`]: a slot index plus a generation (and the id of its pool), the reference to a
-//! block that callers hold. The handle table (`table.rs`) resolves it.
+//! block that callers hold. The handle table (`table.rs`) resolves it. Pool ids are handed out
+//! here, so that the table can tell a handle of another pool from one that names no pool.
+
+// A counter, in no lock-free protocol: `std`'s atomic, under loom too.
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The id the next pool gets. Ids start at 1: a zeroed handle names no pool.
+static NEXT_POOL_ID: AtomicU32 = AtomicU32::new(1);
+
+/// A new pool's id.
+pub(crate) fn new_pool_id() -> u32 {
+    NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Whether a pool of this process got id `id`. A handle made by a pool reaches another thread
+/// after the pool was made, so that thread reads the counter past the pool's id.
+pub(crate) fn pool_id_issued(id: u32) -> bool {
+    id != 0 && id < NEXT_POOL_ID.load(Ordering::Relaxed)
+}
 
 /// A reference to a block that survives moves and detects reuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

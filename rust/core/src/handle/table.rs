@@ -22,6 +22,13 @@
 //! (`u32::MAX`) is retired when it is freed instead of going back on a free list: it is never
 //! reused, so a generation never wraps and a stale handle can never match a later block.
 //!
+//! So a slot's generations only grow, and a handle that does not match its slot tells what it
+//! is: one of a generation below the slot's names a block the slot held and that was freed (a
+//! use after free, a double free); one above it names a block the slot never held (a handle
+//! made up, not handed out), and is refused as [`HandleFault::Unknown`]. A retired slot's word
+//! reads generation 0, as does a fresh slot's before its first block: there every handle
+//! counts as freed.
+//!
 //! Free slots sit in the freeing thread's cache (`util/index_cache.rs`, taken back first by its next
 //! allocation) and, when that is full, on per-core lock-free stacks (`util/index_stack.rs`,
 //! tagged against ABA); slots live in lazily allocated segments (`util/segments.rs`) that never
@@ -36,7 +43,7 @@
 //! may read the old or the new offset. The relocation stores the new offset, then clears the
 //! flag with a release store: whoever pins after that sees the new offset.
 
-use super::id::Handle;
+use super::id::{pool_id_issued, Handle};
 use crate::error::{Error, HandleFault, Result};
 use crate::util::index_cache::{IndexCache, CACHED_INDICES};
 use crate::util::index_stack::{IndexStack, NIL};
@@ -237,8 +244,9 @@ impl HandleTable {
 
     fn live_slot(&self, handle: Handle) -> Result<&Slot> {
         if handle.pool != self.pool {
-            // Pool ids start at 1: a handle naming pool 0 (a zeroed one) came from no pool.
-            let fault = if handle.pool == 0 { HandleFault::Unknown } else { HandleFault::Foreign };
+            // A handle naming a pool id that no pool got (0, that of a zeroed handle, among
+            // them) came from no pool.
+            let fault = if pool_id_issued(handle.pool) { HandleFault::Foreign } else { HandleFault::Unknown };
             return Err(Error::InvalidHandle(fault));
         }
         self.existing_slot(handle.slot).ok_or_else(unknown_handle)
@@ -246,6 +254,25 @@ impl HandleTable {
 
     fn matches(state: u64, handle: Handle) -> bool {
         state & LIVE != 0 && state & GENERATION_MASK == handle.generation as u64
+    }
+
+    /// Whether `handle`, which does not match `state`, names a generation its slot never had
+    /// (see the module documentation): above the slot's, unless the slot reads generation 0
+    /// and is not live (retired, or before its first block), where no handle is newer.
+    fn never_held(state: u64, handle: Handle) -> bool {
+        let generation = state & GENERATION_MASK;
+        handle.generation as u64 > generation && (generation != 0 || state & LIVE != 0)
+    }
+
+    /// The error for `handle`, which does not match `state`: `stale` (what a freed block's
+    /// handle gets from this call) unless the handle names a block the slot never held.
+    #[cold]
+    fn mismatch(state: u64, handle: Handle, stale: Error) -> Error {
+        if Self::never_held(state, handle) {
+            unknown_handle()
+        } else {
+            stale
+        }
     }
 
     fn read_info(slot: &Slot, state: u64) -> SlotInfo {
@@ -266,7 +293,7 @@ impl HandleTable {
         loop {
             let state = slot.state.load(Ordering::Acquire);
             if !Self::matches(state, handle) {
-                return Err(Error::InvalidHandle(HandleFault::Freed));
+                return Err(Self::mismatch(state, handle, Error::InvalidHandle(HandleFault::Freed)));
             }
             let info = Self::read_info(slot, state);
             // Seqlock-style: the slot must not have been freed and reused while we read it.
@@ -283,7 +310,7 @@ impl HandleTable {
         let mut state = slot.state.load(Ordering::Acquire);
         loop {
             if !Self::matches(state, handle) {
-                return Err(Error::DoubleFree);
+                return Err(Self::mismatch(state, handle, Error::DoubleFree));
             }
             if state & PINS != 0 {
                 return Err(Error::Pinned { pins: pins_of(state) });
@@ -321,7 +348,7 @@ impl HandleTable {
         let mut state = slot.state.load(Ordering::Acquire);
         loop {
             if !Self::matches(state, handle) {
-                return Err(Error::InvalidHandle(HandleFault::Freed));
+                return Err(Self::mismatch(state, handle, Error::InvalidHandle(HandleFault::Freed)));
             }
             if state & MOVING != 0 {
                 crate::util::sync::spin_hint();
@@ -347,7 +374,7 @@ impl HandleTable {
         let mut state = slot.state.load(Ordering::Acquire);
         loop {
             if !Self::matches(state, handle) {
-                return Err(Error::InvalidHandle(HandleFault::Freed));
+                return Err(Self::mismatch(state, handle, Error::InvalidHandle(HandleFault::Freed)));
             }
             let pins = kind.count(state);
             if pins == 0 {
@@ -433,7 +460,7 @@ mod tests {
 
     #[test]
     fn generations_refuse_stale_handles() {
-        let table = HandleTable::new(9, 100, 2).unwrap();
+        let table = HandleTable::new(crate::handle::id::new_pool_id(), 100, 2).unwrap();
         let a = table.insert(0, &no_cache(), 4096, 100, 6, 3).unwrap();
         let info = table.get(a).unwrap();
         assert_eq!((info.offset, info.size, info.tag, info.align_log2), (4096, 100, 3, 6));
@@ -447,10 +474,26 @@ mod tests {
         assert_eq!(table.get(a), Err(Error::InvalidHandle(HandleFault::Freed)));
         assert_eq!(table.remove(a), Err(Error::DoubleFree));
         assert_eq!(table.get(b).unwrap().offset, 8192);
-        let foreign = Handle { pool: 10, ..b };
+        let foreign = Handle { pool: crate::handle::id::new_pool_id(), ..b };
         assert_eq!(table.get(foreign), Err(Error::InvalidHandle(HandleFault::Foreign)));
+        let no_pool = Handle { pool: u32::MAX, ..b };
+        assert_eq!(table.get(no_pool), Err(Error::InvalidHandle(HandleFault::Unknown)), "no pool got this id");
         let unknown = Handle { slot: 99, ..b };
         assert_eq!(table.get(unknown), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        // A generation the slot never had (above its own) names no block: neither freed nor
+        // freed twice. Each call that a freed handle fails fails it so.
+        let forged = Handle { generation: b.generation() + 1, ..b };
+        assert_eq!(table.remove(forged), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        assert_eq!(table.get(forged), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        assert_eq!(table.pin(forged, PinKind::User), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        assert_eq!(table.unpin(forged, PinKind::User), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        assert_eq!(table.try_pin(forged, PinKind::User), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        assert_eq!(table.begin_move(forged), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        table.remove(b).unwrap();
+        // Freed: the slot's generation is the forged one now, and no longer above it.
+        assert_eq!(table.remove(forged), Err(Error::DoubleFree));
+        assert_eq!(table.remove(Handle { generation: b.generation() + 2, ..b }), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        assert_eq!(table.remove(b), Err(Error::DoubleFree));
         let zeroed = Handle { pool: 0, slot: 0, generation: 0 };
         assert_eq!(table.get(zeroed), Err(Error::InvalidHandle(HandleFault::Unknown)), "no pool has id 0");
         assert_eq!(Handle::from_bits(b.to_bits()), b);
@@ -633,7 +676,7 @@ impl HandleTable {
         let mut state = slot.state.load(Ordering::Acquire);
         loop {
             if !Self::matches(state, handle) {
-                return Err(Error::InvalidHandle(HandleFault::Freed));
+                return Err(Self::mismatch(state, handle, Error::InvalidHandle(HandleFault::Freed)));
             }
             if state & PINS != 0 {
                 return Err(Error::Pinned { pins: pins_of(state) });
@@ -694,7 +737,7 @@ impl HandleTable {
         let mut state = slot.state.load(Ordering::Acquire);
         loop {
             if !Self::matches(state, handle) {
-                return Err(Error::InvalidHandle(HandleFault::Freed));
+                return Err(Self::mismatch(state, handle, Error::InvalidHandle(HandleFault::Freed)));
             }
             if state & MOVING != 0 {
                 return Err(Error::Moving);

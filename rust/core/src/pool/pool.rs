@@ -31,9 +31,6 @@ use crate::stats::counters::Counters;
 use crate::stats::tags::TagTable;
 use crate::trace::recorder::Trace;
 use crate::util::grow::try_push;
-use crate::util::sync::{AtomicU32, Ordering};
-
-static NEXT_POOL_ID: AtomicU32 = AtomicU32::new(1);
 
 /// What a live block is, as the handle table and the arena see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,7 +89,7 @@ impl Pool {
     pub fn new(config: PoolConfig) -> Result<Pool> {
         config.validate()?;
         gate::init_barriers();
-        let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
+        let id = crate::handle::id::new_pool_id();
         let classes = SlabClasses::of(&config);
         let slab_classes = classes.classes.len();
         let arena = Arena::new(&config, classes)?;

@@ -320,9 +320,10 @@ impl Pool {
     }
 
     /// Take back ownership of a block given up by `Block.detach()`: a new `Block` for `handle`.
-    /// Raises `InvalidHandleError` for a handle that is freed, stale or of another pool, and
-    /// for one that is not detached (a `Block` owns it, or it was adopted already). The new
-    /// object holds the pins that `pin()` took through the detached one.
+    /// Raises `InvalidHandleError` for a handle that is freed, stale or of another pool, for a
+    /// value that no pool handed out as a handle, and for one that is not detached (a `Block`
+    /// owns it, or it was adopted already). The new object holds the pins that `pin()` took
+    /// through the detached one.
     fn adopt<'py>(slf: &Bound<'py, Self>, handle: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Block>> {
         let this = slf.get();
         let not_a_handle = |bits: &str| {
@@ -331,7 +332,11 @@ impl Pool {
         let bits = args::int_value(handle, "handle", ErrorClass::ArgumentType)?.map_err(|text| not_a_handle(&text))?;
         let bits = u128::try_from(bits).ok().filter(|&b| b < 1 << 96).ok_or_else(|| not_a_handle(&bits.to_string()))?;
         let raw = npumem_core::Handle::from_bits(bits);
-        this.core.block(raw).map_err(to_py)?;
+        this.core.block(raw).map_err(|err| match err {
+            // Bits that name no block any pool handed out (a made-up pool id or generation).
+            npumem_core::Error::InvalidHandle(npumem_core::HandleFault::Unknown) => not_a_handle(&bits.to_string()),
+            err => to_py(err),
+        })?;
         let Some(found) = this.detached.take(bits) else {
             return Err(error(
                 ErrorClass::InvalidHandle,
