@@ -256,3 +256,43 @@ def test_ctrl_c_stops_a_long_check_and_leaves_the_pool_running() -> None:
     p.alloc(1000).free()  # not left paused
     kept.free()
     assert p.check() == 0
+
+
+def test_ctrl_c_stops_a_long_snapshot_and_leaves_the_pool_as_it_was() -> None:
+    import os
+    import signal
+    import threading
+    import time
+
+    if threading.current_thread() is not threading.main_thread():
+        raise AssertionError("signals reach the main thread only")
+    # 32 million chunks of 8 KiB: a snapshot walks their free space for a good fraction of a
+    # second.
+    p = npumem.Pool(1 << 38, backing="none", cores=2, chunk_size=8192)
+    kept = p.alloc(1000, tag="kept")
+    whole = 0.0
+    for _ in range(2):  # the longer of two, on a busy machine
+        started = time.perf_counter()
+        first = p.snapshot()
+        whole = max(whole, time.perf_counter() - started)
+    sent: list[float] = []
+
+    def interrupt() -> None:
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    for take in (p.snapshot, p.raw_snapshot):
+        sent.clear()
+        timer = threading.Timer(whole / 10, interrupt)
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            take()
+            time.sleep(whole)  # without the fix, the interrupt lands here, after the whole walk
+        stopped = time.perf_counter()
+        timer.join()
+        assert stopped - sent[0] < whole / 2, (take.__name__, stopped - sent[0], whole)
+    again = p.snapshot()
+    assert (again.blocks, again.free_runs, again.stats) == (first.blocks, first.free_runs, first.stats)
+    p.alloc(1000).free()  # not left paused
+    kept.free()
+    assert p.check() == 0

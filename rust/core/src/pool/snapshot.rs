@@ -11,6 +11,7 @@
 //! (blocks of the raw offset API) is listed separately as `untracked`, so blocks, free runs,
 //! slab caches and untracked extents always tile the usable arena exactly.
 
+use super::check::CHECK_STEP;
 use super::pool::{BlockInfo, Pool};
 use crate::arena::buddy::Node;
 use crate::arena::global::ChunkState;
@@ -64,16 +65,26 @@ impl Pool {
     /// [`Error::HostMemory`](crate::error::Error::HostMemory) if the host has no memory for the
     /// lists (nothing changes then).
     pub fn snapshot(&self) -> Result<Snapshot> {
+        Ok(self.snapshot_until(&mut || true)?.expect("a snapshot that is never stopped finishes"))
+    }
+
+    /// [`Pool::snapshot`], asking `go_on` every [`CHECK_STEP`] chunks of the walk of the free
+    /// space whether to go on (an arena of many chunks takes seconds: a caller lets its user
+    /// interrupt it). `Ok(None)` when `go_on` said no: the pool is resumed, as it was.
+    pub fn snapshot_until(&self, go_on: &mut dyn FnMut() -> bool) -> Result<Option<Snapshot>> {
         let _paused = self.pause_for_maintenance()?;
         let time_ns = self.trace.now_ns();
         let stats = self.stats();
         let blocks = self.blocks()?;
-        let free_runs = merge(self.free_pieces()?);
+        let Some(pieces) = self.free_pieces(go_on)? else {
+            return Ok(None);
+        };
+        let free_runs = merge(pieces);
         let slab_cached = merge(self.slab_cached()?);
         let regions: Vec<Extent> =
             self.regions().into_iter().map(|r| Extent { offset: r.offset, len: r.bytes }).collect();
         let untracked = self.untracked(&blocks, &free_runs, &slab_cached, &regions)?;
-        Ok(Snapshot { time_ns, blocks, free_runs, slab_cached, untracked, stats, regions })
+        Ok(Some(Snapshot { time_ns, blocks, free_runs, slab_cached, untracked, stats, regions }))
     }
 
     /// The bytes of every slab that holds objects that no allocated object uses, in offset
@@ -103,17 +114,27 @@ impl Pool {
         Ok(pieces)
     }
 
-    /// Free byte ranges chunk by chunk, in offset order (adjacent pieces not merged yet).
-    fn free_pieces(&self) -> Result<Vec<Extent>> {
+    /// Free byte ranges chunk by chunk, in offset order (free chunks side by side joined, other
+    /// adjacent pieces not merged yet); `None` when `go_on`, asked every [`CHECK_STEP`]
+    /// chunks, said no.
+    fn free_pieces(&self, go_on: &mut dyn FnMut() -> bool) -> Result<Option<Vec<Extent>>> {
         const WHAT: &str = "the snapshot's free runs";
         let g = &self.arena.geometry;
         // Cached freed blocks and all-free slabs are free, though allocated in their trees.
         let cached = self.reclaimable_nodes();
-        let mut pieces = Vec::new();
+        let mut pieces: Vec<Extent> = Vec::new();
         for chunk in 0..self.arena.global.end() {
+            if chunk % CHECK_STEP == CHECK_STEP - 1 && !go_on() {
+                return Ok(None);
+            }
             let base = chunk * g.chunk_size;
             match self.arena.global.state(chunk) {
-                ChunkState::Free => try_push(&mut pieces, Extent { offset: base, len: g.chunk_bytes(chunk) }, WHAT)?,
+                // One piece per run of free chunks, not one per chunk: a large empty arena has
+                // millions of them.
+                ChunkState::Free => match pieces.last_mut() {
+                    Some(last) if last.end() == base => last.len += g.chunk_bytes(chunk),
+                    _ => try_push(&mut pieces, Extent { offset: base, len: g.chunk_bytes(chunk) }, WHAT)?,
+                },
                 ChunkState::Core(_) => {
                     let cached = cached.get(&chunk);
                     // An all-free slab's node covers the nodes of its block.
@@ -138,7 +159,7 @@ impl Pool {
                 | ChunkState::Absent => {}
             }
         }
-        Ok(pieces)
+        Ok(Some(pieces))
     }
 
     /// The allocated ranges that no live block covers.
@@ -202,7 +223,7 @@ fn merge(mut pieces: Vec<Extent>) -> Vec<Extent> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PoolConfig;
+    use crate::config::{Backing, PoolConfig};
     use crate::handle::id::Handle;
 
     const MIB: usize = 1 << 20;
@@ -339,6 +360,40 @@ mod tests {
         for h in hs {
             p.free(h).unwrap();
         }
+    }
+
+    #[test]
+    fn a_stopped_snapshot_leaves_the_pool_running_and_as_it_was() {
+        // 4 x CHECK_STEP chunks: the walk of the free space asks its caller four times.
+        let chunk = 8192;
+        let p = pool(PoolConfig::new(4 * CHECK_STEP * chunk).chunk_size(chunk).cores(2).backing(Backing::None));
+        let kept = p.alloc(1000, None, 1).unwrap();
+        let before = p.stats();
+        let mut asked = 0;
+        assert_eq!(
+            p.snapshot_until(&mut || {
+                asked += 1;
+                asked < 2
+            })
+            .unwrap(),
+            None
+        );
+        assert_eq!(asked, 2, "asked every CHECK_STEP chunks until told to stop");
+        assert_eq!(p.stats(), before);
+        let mut asked = 0;
+        let whole = p
+            .snapshot_until(&mut || {
+                asked += 1;
+                true
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(asked, 4);
+        let plain = p.snapshot().unwrap();
+        assert_eq!((&whole.blocks, &whole.free_runs), (&plain.blocks, &plain.free_runs));
+        assert_tiles(&p, &whole);
+        p.free(kept).unwrap(); // not left paused
+        p.check().unwrap();
     }
 
     #[test]

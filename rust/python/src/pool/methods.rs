@@ -408,7 +408,14 @@ impl Pool {
     /// and the stats, all at one moment.
     fn raw_snapshot(&self, py: Python<'_>) -> PyResult<RawSnapshot> {
         let core = &self.core;
-        let snap = without_gil(py, || core.snapshot())?;
+        // As for `check()`: between steps of the walk of a large arena the signals that came
+        // run their handlers, and an exception they raise ends the snapshot (the pool resumed).
+        let mut raised: Option<PyErr> = None;
+        let mut go_on = || Python::attach(|py| py.check_signals().map_err(|err| raised = Some(err)).is_ok());
+        let snap = match without_gil(py, || core.snapshot_until(&mut go_on))? {
+            Some(snap) => snap,
+            None => return Err(raised.take().unwrap_or_else(|| error(ErrorClass::PoolBusy, "the snapshot was stopped"))),
+        };
         RawSnapshot::from_core(py, snap, &self.tags, core, TagStats::read(core))
     }
 
