@@ -91,6 +91,96 @@ def test_keyboard_interrupt_during_alloc_many_leaves_nothing_allocated() -> None
     pool.check()
 
 
+def test_ctrl_c_while_another_thread_pauses_the_pool_strands_the_batchs_frees() -> None:
+    # Ctrl-C after the batch was allocated, while its blocks become Python objects, with
+    # another thread's pause holding the pool past its timeout: the blocks not made into
+    # objects yet cannot be freed then. They wait in the stranded frees, as the frees of the
+    # objects already made do, and go at the next flush: nothing leaks.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are handled on the main thread")
+    pool = npumem.Pool(1 << 30, cores=1, backing="none")
+    count = 200_000
+    resume = threading.Event()
+    pausers: list[threading.Thread] = []
+    paused: list[bool] = []
+
+    def pause_for_a_while(held: threading.Event) -> None:
+        try:
+            pause = pool.pause(timeout=0.05)
+        except npumem.PoolBusyError:  # the batch was still being allocated
+            held.set()
+            return
+        paused.append(True)
+        held.set()
+        resume.wait(10)
+        pause.resume()
+
+    def on_alarm(*_: object) -> None:
+        # Polled every millisecond (signals run between steps of the call) until every block
+        # of the batch is allocated; then paused by another thread, and interrupted.
+        if pool.stats().blocks_in_use == count:
+            held = threading.Event()
+            pauser = threading.Thread(target=pause_for_a_while, args=(held,))
+            pauser.start()
+            held.wait(10)
+            pausers.append(pauser)
+            if paused:
+                raise KeyboardInterrupt
+        signal.setitimer(signal.ITIMER_REAL, 0.001)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    collecting = gc.isenabled()
+    gc.disable()
+    interrupted = 0
+    try:
+        for _ in range(5):
+            signal.setitimer(signal.ITIMER_REAL, 0.001)
+            try:
+                blocks = pool.alloc_many([64] * count)
+            except KeyboardInterrupt:
+                interrupted += 1
+            else:
+                del blocks  # finished before the pause: try again
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            resume.set()
+            for pauser in pausers:
+                pauser.join()
+            pausers.clear()
+            paused.clear()
+            resume.clear()
+            s = pool.stats()  # flushes the stranded frees
+            assert (s.blocks_in_use, s.bytes_in_use, s.deferred_pending) == (0, 0, 0), s
+            assert s.alloc_count == s.free_count
+            pool.check()
+            if interrupted:
+                break
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        resume.set()
+        if collecting:
+            gc.enable()
+    assert interrupted, "no try was interrupted while the pool was paused"
+
+
+def test_ctrl_c_inside_free_manys_generator_frees_nothing() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    blocks = pool.alloc_many([100] * 10)
+
+    def interrupted_after_five() -> object:
+        yield from blocks[:5]
+        raise KeyboardInterrupt
+
+    before = counters(pool)
+    with pytest.raises(KeyboardInterrupt):
+        pool.free_many(interrupted_after_five())
+    assert counters(pool) == before
+    assert all(b.alive for b in blocks)
+    pool.free_many(iter(blocks))
+    assert pool.stats().blocks_in_use == 0
+    pool.check()
+
+
 def test_pause_refuses_a_bool_timeout() -> None:
     pool = npumem.Pool(16 * MIB, cores=1)
     with pytest.raises(npumem.ArgumentTypeError, match="bool"):

@@ -205,8 +205,10 @@ impl Pool {
         })?;
         this.core.confirm_tagged_alloc(tag_id);
         // The blocks become Python objects with signals checked now and then: a Ctrl-C raised
-        // before the list reaches the caller drops it. The blocks already made free themselves
-        // as their objects go; the rest are freed here.
+        // before the list reaches the caller drops it. A block made into a `Block` frees itself
+        // as its object goes (its object failed to be made, or the list went); the rest are
+        // freed here, or, while another thread's pause holds the pool past its timeout, wait
+        // in the stranded frees as a collected block's free does.
         let mut made = 0;
         let list = (|| -> PyResult<Bound<'py, PyList>> {
             let list = PyList::empty(py);
@@ -216,8 +218,8 @@ impl Pool {
                 }
                 let tag = tag.as_ref().map(|t| t.clone().unbind());
                 let block = Block::new(slf.clone().unbind(), handle, size, tag, tag_id);
-                list.append(Block::into_object(py, block)?)?;
                 made = i + 1;
+                list.append(Block::into_object(py, block)?)?;
             }
             py.check_signals()?;
             Ok(list)
@@ -228,6 +230,10 @@ impl Pool {
             if detached(py, || core.free_many(rest)).is_ok() {
                 core.count_tagged_free(tag_id, rest.len(), wanted[made..].iter().sum());
                 this.tags.release(core, tag_id, rest.len() as u64);
+            } else {
+                for (&handle, &nbytes) in rest.iter().zip(&wanted[made..]) {
+                    this.pending.strand(Pending { handle, tag_id, nbytes });
+                }
             }
         })?;
         if this.stacks.enabled() {
