@@ -292,7 +292,11 @@ def test_ctrl_c_stops_a_long_snapshot_and_leaves_the_pool_as_it_was() -> None:
         timer.join()
         assert stopped - sent[0] < whole / 2, (take.__name__, stopped - sent[0], whole)
     again = p.snapshot()
-    assert (again.blocks, again.free_runs, again.stats) == (first.blocks, first.free_runs, first.stats)
+    assert (again.blocks, again.free_runs, again.stats) == (
+        first.blocks,
+        first.free_runs,
+        first.stats,
+    )
     p.alloc(1000).free()  # not left paused
     kept.free()
     assert p.check() == 0

@@ -42,9 +42,8 @@ fn a_handle_from_a_slots_past_is_a_double_free_and_one_from_its_future_names_no_
     p.free(first).unwrap();
     let live = p.alloc(100, None, 0).unwrap();
     assert_eq!(live.slot(), first.slot(), "the slot is reused");
-    let with_generation = |g: u32| {
-        Handle::from_bits((live.pool_id() as u128) << 64 | (live.slot() as u128) << 32 | g as u128)
-    };
+    let with_generation =
+        |g: u32| Handle::from_bits((live.pool_id() as u128) << 64 | (live.slot() as u128) << 32 | g as u128);
     let forged = with_generation(live.generation() + 1);
     let before = p.stats();
     assert_eq!(p.free(first), Err(Error::DoubleFree));

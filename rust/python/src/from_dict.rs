@@ -1,5 +1,5 @@
 //! Reading typed results back from the dicts their `as_dict()` gives (as saved files keep
-//! them): `PoolStats.from_dict` and the classes inside it.
+//! them): `PoolStats.from_dict` and the classes inside it, which pickle that way too.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString};
@@ -70,4 +70,13 @@ pub(crate) fn list<'py, T>(
         )
     })?;
     items.map(|item| parse(&item?)).collect()
+}
+
+/// What pickle and `copy` rebuild a class with `from_dict` from: `(cls.from_dict,
+/// (as_dict(),))`, the round trip that saved files make.
+pub(crate) fn reduce<'py>(
+    obj: &Bound<'py, PyAny>,
+    fields: Bound<'py, PyDict>,
+) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyDict>,))> {
+    Ok((obj.get_type().getattr("from_dict")?, (fields,)))
 }

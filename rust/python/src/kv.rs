@@ -943,7 +943,7 @@ impl PagedKV {
             return Ok(false);
         }
         match self.lock(py) {
-            Ok(state) => Ok(state.table.len() != 0),
+            Ok(state) => Ok(!state.table.is_empty()),
             // Closed by another thread meanwhile.
             Err(_) if self.closed.load(Ordering::Acquire) => Ok(false),
             Err(err) => Err(err),

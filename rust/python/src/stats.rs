@@ -7,7 +7,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::from_dict::{dict_of, field, list};
+use crate::from_dict::{dict_of, field, list, reduce};
 use crate::tag_stats::TagStats;
 
 /// Defines a frozen Python class from a core field list: `[attributes, name from core type;
@@ -69,15 +69,6 @@ macro_rules! py_stats_class {
             }
         }
     };
-}
-
-/// What pickle and `copy` rebuild a stats class from: `(cls.from_dict, (as_dict(),))`, the
-/// round trip that saved files make. Results read from a pool are values: they pickle.
-pub(crate) fn reduce<'py>(
-    obj: &Bound<'py, PyAny>,
-    fields: Bound<'py, PyDict>,
-) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyDict>,))> {
-    Ok((obj.get_type().getattr("from_dict")?, (fields,)))
 }
 
 npumem_core::core_stats_fields!(

@@ -81,10 +81,8 @@ impl TagStats {
         TagStats::parse(d)
     }
 
-    fn __reduce__<'py>(
-        slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, pyo3::types::PyDict>,))> {
-        crate::stats::reduce(slf.as_any(), slf.get().dict(slf.py())?)
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, pyo3::types::PyDict>,))> {
+        crate::from_dict::reduce(slf.as_any(), slf.get().dict(slf.py())?)
     }
 
     /// The fields as a dict.

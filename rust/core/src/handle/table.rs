@@ -492,7 +492,10 @@ mod tests {
         table.remove(b).unwrap();
         // Freed: the slot's generation is the forged one now, and no longer above it.
         assert_eq!(table.remove(forged), Err(Error::DoubleFree));
-        assert_eq!(table.remove(Handle { generation: b.generation() + 2, ..b }), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        assert_eq!(
+            table.remove(Handle { generation: b.generation() + 2, ..b }),
+            Err(Error::InvalidHandle(HandleFault::Unknown))
+        );
         assert_eq!(table.remove(b), Err(Error::DoubleFree));
         let zeroed = Handle { pool: 0, slot: 0, generation: 0 };
         assert_eq!(table.get(zeroed), Err(Error::InvalidHandle(HandleFault::Unknown)), "no pool has id 0");

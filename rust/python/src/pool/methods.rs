@@ -420,7 +420,9 @@ impl Pool {
         let mut go_on = || Python::attach(|py| py.check_signals().map_err(|err| raised = Some(err)).is_ok());
         let snap = match without_gil(py, || core.snapshot_until(&mut go_on))? {
             Some(snap) => snap,
-            None => return Err(raised.take().unwrap_or_else(|| error(ErrorClass::PoolBusy, "the snapshot was stopped"))),
+            None => {
+                return Err(raised.take().unwrap_or_else(|| error(ErrorClass::PoolBusy, "the snapshot was stopped")))
+            }
         };
         RawSnapshot::from_core(py, snap, &self.tags, core, TagStats::read(core))
     }
