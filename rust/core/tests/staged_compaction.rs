@@ -179,3 +179,55 @@ fn staged_compactions_under_load_lose_nothing() {
     p.check().unwrap();
     kept.iter().for_each(|&(h, id)| verify(&p, h, id));
 }
+
+#[test]
+fn a_check_never_finds_the_staging_half_done() {
+    // Staging gives the cores' cached freed blocks back to their trees while the pool runs; a
+    // `check()` pauses the pool and must find every drain done or not begun.
+    let p = Pool::new(npumem_core::PoolConfig::new(32 * MIB).cores(2).core_reserve(0)).unwrap();
+    let stop = AtomicBool::new(false);
+    let mode = CompactionMode::Incremental { max_bytes: MIB };
+    std::thread::scope(|s| {
+        for seed in 1..=3u64 {
+            let (p, stop) = (&p, &stop);
+            s.spawn(move || {
+                // Blocks of more than a bank and up to half a chunk go to the caches when freed.
+                let mut x = seed;
+                let mut held = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if let Ok(h) = p.alloc(1 + (x % (256 << 10)) as usize, None, 0) {
+                        held.push(h);
+                    }
+                    if held.len() > 40 || (!held.is_empty() && x % 5 < 2) {
+                        p.free(held.swap_remove((x >> 8) as usize % held.len())).unwrap();
+                    }
+                }
+                held.into_iter().for_each(|h| p.free(h).unwrap());
+            });
+        }
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                match p.stage_compaction(&mode, false) {
+                    Ok(_) | Err(Error::Paused) | Err(Error::PausedTooLong { .. }) => {}
+                    Err(e) => panic!("staging: {e}"),
+                }
+            }
+        });
+        let started = std::time::Instant::now();
+        let mut checks = 0;
+        while started.elapsed() < std::time::Duration::from_secs(3) {
+            let checked = p.check();
+            if checked.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            checked.unwrap_or_else(|e| panic!("after {checks} good checks: {e}"));
+            checks += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    p.check().unwrap();
+    assert_eq!(p.stats().blocks_in_use, 0);
+}

@@ -60,8 +60,13 @@ impl Pool {
         let started = Instant::now();
         let caller_copies = with_mover || self.arena().backing.is_none();
         self.check_compaction_headroom()?;
-        // Cached freed blocks would look like blocks nobody can move.
-        self.arena().drain_block_caches();
+        // Cached freed blocks would look like blocks nobody can move. Giving them back changes
+        // trees and counters as frees do, so it happens inside the pool as a free does: a
+        // pauser (`check()`, a compaction) never finds it half done.
+        {
+            let _entered = self.enter()?;
+            self.arena().drain_block_caches();
+        }
         let mut census: Census = self.census(false);
         let model = Model::of_census(self, &census);
         let mut planned = Planned::of(&model);
