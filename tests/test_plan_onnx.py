@@ -180,3 +180,72 @@ def test_the_real_networks_shipped_with_onnx_plan(path: Path) -> None:
 
 def test_the_real_networks_are_there() -> None:
     assert len(LIGHT_MODELS) >= 9, "the onnx package ships its light models in backend/test/data"
+
+
+def linear_function_model(body_op: str = "Relu") -> onnx.ModelProto:
+    """Two calls of a model-local function `Linear` (Transpose the weight, MatMul, then
+    `body_op`), as torch.onnx's dynamo exporter writes a module."""
+    domain = "pkg.torch.nn.modules.linear"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])
+    body = [
+        helper.make_node("Transpose", ["weight"], ["wt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["inp", "wt"], ["mm"]),
+        helper.make_node(body_op, ["mm"], ["out"]),
+    ]
+    function = helper.make_function(
+        domain, "Linear", ["inp", "weight"], ["out"], body, [helper.make_opsetid("", 18)]
+    )
+    nodes = [
+        helper.make_node("Linear", ["x", "w"], ["l1"], domain=domain, name="linear1"),
+        helper.make_node("Linear", ["l1", "w"], ["y"], domain=domain, name="linear2"),
+    ]
+    w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
+    graph = helper.make_graph(nodes, "functions", [x], [y], [w])
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid(domain, 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[function])
+
+
+def test_the_tensors_inside_local_functions_are_planned_as_if_inlined() -> None:
+    import onnx.inliner
+
+    model = linear_function_model()
+    inlined = onnx.inliner.inline_local_functions(model)
+    plans = [
+        solve(Problem.from_onnx(m, dims={"batch": 2}, alignment=1), time_limit=2.0)
+        for m in (model, inlined)
+    ]
+    for plan in plans:
+        plan.validate()
+    # Each call's transposed weight (1,024 bytes) and product live inside the function.
+    ids = set(plans[0].problem.ids)
+    assert ids == set(plans[1].problem.ids)
+    assert len(ids) > 3, ids
+    assert plans[0].arena_size == plans[1].arena_size >= 1024 + 2 * 128
+
+
+def test_control_flow_inside_a_local_function_is_refused() -> None:
+    model = linear_function_model()
+    then_out = helper.make_tensor_value_info("t", TensorProto.FLOAT, None)
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["mm"], ["t"])], "branch", [], [then_out]
+    )
+    cond = helper.make_node("Constant", [], ["c"], value_int=1)
+    call = helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)
+    function = model.functions[0]
+    del function.node[2]
+    function.node.extend([cond, call])
+    with pytest.raises(GraphError, match="If: control flow"):
+        Problem.from_onnx(model, dims={"batch": 2})
+
+
+def test_a_graph_without_nodes_plans_its_inputs_passed_through(tmp_path: Path) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    model = helper.make_model(
+        helper.make_graph([], "empty", [x], [x]), opset_imports=[helper.make_opsetid("", 18)]
+    )
+    path = tmp_path / "empty.onnx"
+    onnx.save(model, path)
+    for source in (model, path):
+        problem = Problem.from_onnx(source, alignment=1)
+        assert [(b.id, b.size) for b in problem.buffers] == [("x", 16)]

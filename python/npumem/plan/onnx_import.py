@@ -127,11 +127,29 @@ def parse_onnx(data: bytes, label: str, base_dir: str | os.PathLike[str] | None 
                 onnx.external_data_helper.load_external_data_for_tensor(tensor, os.fspath(base_dir))
     except Exception as exc:
         raise GraphError(f"{label}: not a readable ONNX model ({exc})") from exc
-    if not proto.HasField("graph") or not proto.graph.node:
+    # A graph without nodes is a model only if it has outputs (its inputs or weights, passed
+    # through); without either it is what an empty or cut-off file parses as.
+    if not proto.HasField("graph") or not (proto.graph.node or proto.graph.output):
         raise GraphError(
-            f"{label}: not an ONNX model (no graph with nodes in it; an empty or truncated file?)"
+            f"{label}: not an ONNX model (no graph with nodes or outputs in it; an empty or "
+            "truncated file?)"
         )
     return proto
+
+
+def _inline_functions(onnx: Any, proto: Any, label: str) -> Any:
+    """`proto` with every call of one of its model-local functions replaced by the function's
+    nodes (recursively), as a runtime runs it: the tensors a function computes need room too.
+    Exporters write such functions (torch.onnx's dynamo exporter: one per module)."""
+    local = {(f.domain, f.name) for f in proto.functions}
+    if not any((n.domain, n.op_type) in local for n in proto.graph.node):
+        return proto
+    try:
+        import onnx.inliner
+
+        return onnx.inliner.inline_local_functions(proto)
+    except Exception as exc:
+        raise GraphError(f"{label}: could not inline the model's local functions ({exc})") from exc
 
 
 def _small_external_tensors(onnx: Any, proto: Any) -> list[Any]:
@@ -182,6 +200,7 @@ def graph_from_onnx(
     else:
         raise GraphError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
 
+    proto = _inline_functions(onnx, proto, label)
     unknown = sorted(set(dims) - _symbolic_dims(proto.graph))
     if unknown:
         known = sorted(_symbolic_dims(proto.graph))
