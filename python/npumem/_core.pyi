@@ -31,6 +31,7 @@ __all__ = [
     "Pause",
     "Pinned",
     "PinnedBlockError",
+    "PlanTimeline",
     "PlannedMove",
     "Pool",
     "PoolBusyError",
@@ -715,6 +716,29 @@ class PackingInstance:
         time_limit: float,
         follow_order: bool = False,
     ) -> tuple[str, list[int] | None, int]: ...
+
+@final
+class PlanTimeline:
+    """A whole planning problem as columns, for the planner's passes that must stay fast at
+    millions of buffers (`npumem.plan.problem.Problem.timeline`)."""
+
+    def __new__(
+        cls,
+        lower: list[int],
+        upper: list[int],
+        sizes: list[int],
+        alignments: list[int],
+        fixed: list[int | None],
+    ) -> Self: ...
+    def __len__(self) -> int: ...
+    def overlap_counts(self) -> list[int]: ...
+    def overlap_pairs(self) -> int: ...
+    def live_bound(self) -> int: ...
+    def first_overlap(self, offsets: list[int]) -> tuple[int, int] | None: ...
+    def place_in_order(
+        self, order: list[int], best_fit: bool, time_limit: float | None = None
+    ) -> list[int] | None: ...
+    def linear_scan(self, time_limit: float | None = None) -> list[int]: ...
 
 @disjoint_base
 class PagedKV:

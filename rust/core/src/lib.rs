@@ -39,7 +39,7 @@
 //! | (compaction planners) | `compaction/planners/` | pure functions of a census and a model: slab consolidation, packing below a boundary, evacuation, the schedule of batches |
 //! | (executor) | `compaction/execute.rs`, `order.rs`, `copy.rs` | one batch: taken through the exact-position API, copied in an order that overwrites nothing still to be read, re-pointed |
 //! | [`kv::PageTable`] | `kv/` | the paged KV cache's bookkeeping: sequences of fixed-size pages, shared by reference count, copy-on-write (the binding supplies the pages) |
-//! | [`plan_search`] | `plan_search/` | the lifetime planner's search: branch and bound over static offsets (driven by `npumem.plan`) |
+//! | [`plan_search`] | `plan_search/` | the lifetime planner's search: branch and bound over static offsets (driven by `npumem.plan`), and the passes over a whole problem (bound, overlap check, greedy placements) |
 //!
 //! Words: a *unit* is the `min_block` quantum of a chunk; a *bank* is a `bank_size` stretch of the
 //! arena, which no block of at most `bank_size` straddles; a *chunk* is a `chunk_size` piece of

@@ -6,7 +6,7 @@
 //! `block_info.rs` (`BlockInfo`), `step_report.rs` (`StepReport`), `compaction_plan.rs`
 //! (`CompactionPlan`, `PlannedMove`), `trace.rs` (`TraceStatus`), `measure.rs` (`Measurement`,
 //! what `Pool.measure()` returns), `tag_stats.rs` (`TagStats`), `snapshot.rs` (`RawSnapshot`),
-//! `plan_search.rs` (`PackingInstance`) and `transfer.rs` (`Transfer`, one copy a mover makes).
+//! `plan_search.rs` (`PackingInstance`, `PlanTimeline`) and `transfer.rs` (`Transfer`, one copy a mover makes).
 //! Results cross the boundary as these typed classes, never as dicts; `repr.rs` writes their
 //! reprs, and `from_dict.rs` reads the stats classes back from the dicts saved files keep.
 //!
@@ -85,6 +85,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<measure::Measurement>()?;
     m.add_class::<snapshot::RawSnapshot>()?;
     m.add_class::<plan_search::PackingInstance>()?;
+    m.add_class::<plan_search::PlanTimeline>()?;
     m.add_function(wrap_pyfunction!(views::install_views, m)?)?;
     m.add_function(wrap_pyfunction!(oom::oom_handler_may_wait, m)?)?;
     Ok(())

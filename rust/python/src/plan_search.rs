@@ -2,11 +2,15 @@
 //! from `npumem_core::plan_search`.
 //!
 //! `PackingInstance(...)` is built once per component; `instance.search(...)` runs one
-//! depth-first run with the GIL released.
+//! depth-first run with the GIL released. `PlanTimeline(...)` holds a whole problem as columns
+//! for the passes that must stay fast at millions of buffers (the bound, the pairs counted, the
+//! overlap check, the greedy placements), each run with the GIL released.
 
 use std::time::{Duration, Instant};
 
-use npumem_core::plan_search::{self, Key, Limits, Order, PackingError, PackingInstance as Instance, Verdict};
+use npumem_core::plan_search::{
+    self, Key, Limits, Order, PackingError, PackingInstance as Instance, Timeline, Verdict,
+};
 use pyo3::prelude::*;
 
 use crate::errors;
@@ -120,6 +124,98 @@ impl PackingInstance {
             Verdict::Stopped => "stopped",
         };
         Ok((verdict, out.offsets, out.nodes))
+    }
+}
+
+/// A whole planning problem as columns: buffer `i` is live on `[lower[i], upper[i])`, takes
+/// `sizes[i]` bytes at a multiple of `alignments[i]`, pinned at `fixed[i]` unless that is `None`.
+#[pyclass(frozen, module = "npumem._core")]
+pub struct PlanTimeline {
+    inner: Timeline,
+}
+
+/// The deadline `seconds` from now (`None`: none; at or below 0: passed already).
+fn deadline_in(seconds: Option<f64>) -> PyResult<Option<Instant>> {
+    match seconds {
+        None => Ok(None),
+        Some(s) if s.is_nan() => Err(errors::plan_search(PackingError("time_limit is NaN".to_string()))),
+        Some(s) if s <= 0.0 => Ok(Some(Instant::now())),
+        Some(s) => Ok(deadline_after(s)),
+    }
+}
+
+/// Offsets for Python: a buffer left unplaced (`u64::MAX`) is -1.
+fn signed(offsets: Vec<u64>) -> Vec<i64> {
+    offsets.into_iter().map(|o| i64::try_from(o).unwrap_or(-1)).collect()
+}
+
+#[pymethods]
+impl PlanTimeline {
+    #[new]
+    fn new(
+        lower: Vec<i64>,
+        upper: Vec<i64>,
+        sizes: Vec<u64>,
+        alignments: Vec<u64>,
+        fixed: Vec<Option<u64>>,
+    ) -> PyResult<Self> {
+        Timeline::new(lower, upper, sizes, &alignments, fixed)
+            .map(|inner| Self { inner })
+            .map_err(errors::plan_search)
+    }
+
+    /// Number of buffers.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// For each buffer, how many others are live at the same time.
+    fn overlap_counts(&self, py: Python<'_>) -> Vec<u64> {
+        detached(py, || self.inner.overlap_counts())
+    }
+
+    /// The number of pairs of buffers live at the same time.
+    fn overlap_pairs(&self, py: Python<'_>) -> u64 {
+        detached(py, || self.inner.overlap_pairs())
+    }
+
+    /// The live-bytes and alignment lower bound on any packing's arena.
+    fn live_bound(&self, py: Python<'_>) -> u64 {
+        detached(py, || self.inner.live_bound())
+    }
+
+    /// Two buffers live together whose bytes overlap at `offsets` (the smaller index first), or
+    /// `None`.
+    fn first_overlap(&self, py: Python<'_>, offsets: Vec<u64>) -> PyResult<Option<(u32, u32)>> {
+        detached(py, || self.inner.first_overlap(&offsets)).map_err(errors::plan_search)
+    }
+
+    /// The buffers of `order` placed in turn in the best (`best_fit`) or the lowest gap; `None`
+    /// when `time_limit` seconds pass first. Buffers neither pinned nor in `order` get -1.
+    #[pyo3(signature = (order, best_fit, time_limit=None))]
+    fn place_in_order(
+        &self,
+        py: Python<'_>,
+        order: Vec<u32>,
+        best_fit: bool,
+        time_limit: Option<f64>,
+    ) -> PyResult<Option<Vec<i64>>> {
+        if let Some(&bad) = order.iter().find(|&&i| i as usize >= self.inner.len()) {
+            return Err(errors::plan_search(PackingError(format!(
+                "order names buffer {bad} of {}",
+                self.inner.len()
+            ))));
+        }
+        let deadline = deadline_in(time_limit)?;
+        Ok(detached(py, || plan_search::place_in_order(&self.inner, &order, best_fit, deadline)).map(signed))
+    }
+
+    /// The linear scan's offsets (see `npumem.plan.greedy.linear_scan`); past `time_limit`
+    /// seconds each buffer looks at the lowest free ranges only.
+    #[pyo3(signature = (time_limit=None))]
+    fn linear_scan(&self, py: Python<'_>, time_limit: Option<f64>) -> PyResult<Vec<i64>> {
+        let deadline = deadline_in(time_limit)?;
+        Ok(signed(detached(py, || plan_search::linear_scan(&self.inner, deadline))))
     }
 }
 

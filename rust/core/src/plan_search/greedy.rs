@@ -1,0 +1,384 @@
+//! The greedy placements of the lifetime planner over a whole [`Timeline`]: the rules
+//! production runtimes use (buffers in a given order, each in the best or the lowest gap among
+//! the placed buffers live with it) and the linear scan (buffers in order of their start, each
+//! at the lowest free range at that moment). `npumem.plan.greedy` chooses the orders and keeps
+//! the best result.
+//!
+//! The rules look at every placed buffer live with the one they place, but they never hold a
+//! list of the pairs: [`OverlapIndex`] finds the buffers live with one as it is placed, in time
+//! proportional to their number (those that start during its range come from the buffers
+//! sorted by start; those live when it starts from a segment tree over time), with
+//! O(n log n) memory.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+use std::time::Instant;
+
+use crate::plan_search::timeline::Timeline;
+
+/// Placements (or buffers looked at) between two looks at the clock.
+const CHECK_EVERY: usize = 64;
+
+/// The free ranges the linear scan looks at for one buffer once its deadline has passed.
+pub const LATE_WALK: usize = 64;
+
+/// Finds the buffers live at the same time as a given one without listing every pair.
+///
+/// Buffers are named by their *position* in the order of their start (`by_lower[p]` is the
+/// buffer at position `p`): the buffers live with one start close to it in that order, so
+/// that arrays kept by position are read from a few places in memory, not from all over.
+pub struct OverlapIndex<'a> {
+    timeline: &'a Timeline,
+    /// Buffer indices sorted by `lower` (ties in problem order), their positions there, and
+    /// their `lower` values in that order.
+    pub by_lower: Vec<u32>,
+    pub position: Vec<u32>,
+    lower_sorted: Vec<i64>,
+    /// For each position: the first position with the same start, and the tree leaf that
+    /// starts at its start (leaf `k` is `[t_k, t_k+1)`, the distinct times sorted).
+    tie_start: Vec<u32>,
+    leaf: Vec<u32>,
+    /// A segment tree over the leaves (`leaves` a power of two, node 1 the root): each buffer is
+    /// stored at the nodes that cover its range exactly, as a compressed sparse row.
+    leaves: usize,
+    node_start: Vec<usize>,
+    node_items: Vec<u32>,
+}
+
+impl<'a> OverlapIndex<'a> {
+    /// Builds the index: O(n log n) time and memory.
+    pub fn new(timeline: &'a Timeline) -> Self {
+        let n = timeline.len();
+        let mut by_lower: Vec<u32> = (0..n as u32).collect();
+        by_lower.sort_unstable_by_key(|&i| (timeline.lower[i as usize], i));
+        let lower_sorted = by_lower.iter().map(|&i| timeline.lower[i as usize]).collect();
+        let mut position = vec![0u32; n];
+        for (p, &i) in by_lower.iter().enumerate() {
+            position[i as usize] = p as u32;
+        }
+        let mut times: Vec<i64> = timeline.lower.iter().chain(&timeline.upper).copied().collect();
+        times.sort_unstable();
+        times.dedup();
+        let leaves = times.len().max(1).next_power_of_two();
+        let rank = |t: i64| times.partition_point(|&x| x < t);
+        let spans: Vec<(usize, usize)> = by_lower
+            .iter()
+            .map(|&i| (rank(timeline.lower[i as usize]), rank(timeline.upper[i as usize])))
+            .collect();
+        let leaf = spans.iter().map(|&(a, _)| a as u32).collect();
+        let mut tie_start = vec![0u32; n];
+        for p in 1..n {
+            tie_start[p] = if spans[p].0 == spans[p - 1].0 { tie_start[p - 1] } else { p as u32 };
+        }
+        drop(times);
+        // Count, then fill, the nodes of each range.
+        let mut node_start = vec![0usize; 2 * leaves + 1];
+        for &(a, b) in &spans {
+            for_each_cover(leaves, a, b, |node| node_start[node + 1] += 1);
+        }
+        for k in 1..node_start.len() {
+            node_start[k] += node_start[k - 1];
+        }
+        let mut fill = node_start.clone();
+        let mut node_items = vec![0u32; node_start[2 * leaves]];
+        for (p, &(a, b)) in spans.iter().enumerate() {
+            for_each_cover(leaves, a, b, |node| {
+                node_items[fill[node]] = p as u32;
+                fill[node] += 1;
+            });
+        }
+        Self { timeline, by_lower, position, lower_sorted, tie_start, leaf, leaves, node_start, node_items }
+    }
+
+    /// Calls `visit` with the position of every buffer live at the same time as buffer `i`,
+    /// each once: those that start in `[lower, upper)` of `i`, then those live across its
+    /// start.
+    pub fn for_each_overlap(&self, i: usize, mut visit: impl FnMut(usize)) {
+        let (lower, upper) = (self.timeline.lower[i], self.timeline.upper[i]);
+        let own = self.position[i] as usize;
+        let first = self.tie_start[own] as usize;
+        // The end of the buffers that start before `upper`: a galloping search from `own`, as
+        // it is most often close (the binary searches over all positions miss the cache).
+        let after = &self.lower_sorted[own..];
+        let mut step = 1;
+        while step < after.len() && after[step] < upper {
+            step *= 2;
+        }
+        let reach = (step / 2 + 1).min(after.len());
+        let last = own + reach + after[reach..(step + 1).min(after.len())].partition_point(|&l| l < upper);
+        for p in first..last {
+            if p != own {
+                visit(p);
+            }
+        }
+        // Ranges covering the leaf that starts at `lower` hold it and end after it.
+        let mut node = self.leaves + self.leaf[own] as usize;
+        while node >= 1 {
+            for &p in &self.node_items[self.node_start[node]..self.node_start[node + 1]] {
+                if self.lower_sorted[p as usize] < lower {
+                    visit(p as usize);
+                }
+            }
+            node >>= 1;
+        }
+    }
+}
+
+/// Calls `f` with the nodes of a segment tree of `leaves` leaves that cover leaves `a..b`
+/// exactly (at most two per level).
+fn for_each_cover(leaves: usize, a: usize, b: usize, mut f: impl FnMut(usize)) {
+    let (mut lo, mut hi) = (a + leaves, b + leaves);
+    while lo < hi {
+        if lo & 1 == 1 {
+            f(lo);
+            lo += 1;
+        }
+        if hi & 1 == 1 {
+            hi -= 1;
+            f(hi);
+        }
+        lo >>= 1;
+        hi >>= 1;
+    }
+}
+
+fn passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Places the buffers in `order` (indices; pinned buffers are where they are pinned, and may be
+/// left out of the order or appear in it), each in the best (`best_fit`: the smallest) or the
+/// lowest gap among the buffers already placed that are live at the same time, at the lowest
+/// aligned offset of that gap; a buffer that fits no gap goes on top of them. `None` when
+/// `deadline` passes first (the clock is read every [`CHECK_EVERY`] buffers, and every
+/// million buffers looked at). Buffers neither pinned nor in `order` keep `u64::MAX`.
+pub fn place_in_order(
+    timeline: &Timeline,
+    order: &[u32],
+    best_fit: bool,
+    deadline: Option<Instant>,
+) -> Option<Vec<u64>> {
+    let index = OverlapIndex::new(timeline);
+    // Where each placed buffer lies, by position (`u64::MAX`: not placed yet).
+    let mut placed: Vec<(u64, u64)> = index
+        .by_lower
+        .iter()
+        .map(|&i| timeline.fixed[i as usize].map_or((u64::MAX, 0), |o| (o, o + timeline.size[i as usize])))
+        .collect();
+    let mut occupied: Vec<(u64, u64)> = Vec::new();
+    let mut looked = 0usize;
+    for (count, &i) in order.iter().enumerate() {
+        let i = i as usize;
+        if (count % CHECK_EVERY == 0 || looked >= 1 << 20) && passed(deadline) {
+            return None;
+        }
+        if looked >= 1 << 20 {
+            looked = 0;
+        }
+        if timeline.fixed[i].is_some() {
+            continue;
+        }
+        occupied.clear();
+        index.for_each_overlap(i, |p| {
+            looked += 1;
+            if placed[p].0 != u64::MAX {
+                occupied.push(placed[p]);
+            }
+        });
+        occupied.sort_unstable();
+        let (size, mask) = (timeline.size[i], timeline.align_mask[i]);
+        let mut cursor = 0u64;
+        let mut chosen: Option<(u64, u64)> = None; // (offset, gap)
+        for &(start, end) in &occupied {
+            if start > cursor {
+                let aligned = (cursor + mask) & !mask;
+                if aligned + size <= start {
+                    let gap = start - cursor;
+                    if !best_fit {
+                        chosen = Some((aligned, gap));
+                        break;
+                    }
+                    if chosen.is_none_or(|(_, best)| gap < best) {
+                        chosen = Some((aligned, gap));
+                    }
+                }
+            }
+            cursor = cursor.max(end);
+        }
+        let offset = chosen.map_or((cursor + mask) & !mask, |(offset, _)| offset);
+        placed[index.position[i] as usize] = (offset, offset + size);
+    }
+    let mut offsets = vec![u64::MAX; timeline.len()];
+    for (p, &i) in index.by_lower.iter().enumerate() {
+        offsets[i as usize] = placed[p].0;
+    }
+    Some(offsets)
+}
+
+/// Offsets as a runtime allocator would give them: the buffers that are not pinned in order of
+/// their start (ends first at one time, then problem order), each at the lowest aligned free
+/// range at that moment above every pinned buffer; a range is free again once its buffer ends.
+/// A walk of the free ranges is skipped when none is long enough (the longest is kept in a
+/// heap); once `deadline` has passed, a walk looks at the lowest [`LATE_WALK`] ranges only (a
+/// buffer that fits none goes on top of what is live), so that the time stays O(n log n) plus
+/// the updates of the free list whatever the fragments.
+pub fn linear_scan(timeline: &Timeline, deadline: Option<Instant>) -> Vec<u64> {
+    let n = timeline.len();
+    let base = (0..n).filter_map(|i| timeline.fixed[i].map(|o| o + timeline.size[i])).max().unwrap_or(0);
+    let mut offsets: Vec<u64> = timeline.fixed.iter().map(|f| f.unwrap_or(u64::MAX)).collect();
+    let movable = |i: usize| timeline.fixed[i].is_none();
+    let mut events = Vec::with_capacity(2 * n);
+    for i in (0..n).filter(|&i| movable(i)) {
+        events.push((timeline.upper[i], 0u8, i as u32));
+        events.push((timeline.lower[i], 1u8, i as u32));
+    }
+    events.sort_unstable();
+    // Free ranges below `top`: sorted, disjoint, not touching.
+    let mut free: Vec<(u64, u64)> = Vec::new();
+    // (length, lowest start first, end) of every range in `free`, and of some gone since
+    // (checked against `ranges` when on top).
+    let mut longest: BinaryHeap<(u64, Reverse<u64>, u64)> = BinaryHeap::new();
+    let mut ranges: HashSet<(u64, u64)> = HashSet::new();
+    let mut top = base;
+    let mut walking = true;
+    for (count, &(_, starts, i)) in events.iter().enumerate() {
+        if walking && count % CHECK_EVERY == 0 {
+            walking = !passed(deadline);
+        }
+        let i = i as usize;
+        let size = timeline.size[i];
+        if starts == 0 {
+            let (mut lo, mut hi) = (offsets[i], offsets[i] + size);
+            let mut at = free.partition_point(|r| *r < (lo, hi));
+            if at > 0 && free[at - 1].1 == lo {
+                at -= 1;
+                ranges.remove(&free[at]);
+                lo = free.remove(at).0;
+            }
+            if at < free.len() && free[at].0 == hi {
+                ranges.remove(&free[at]);
+                hi = free.remove(at).1;
+            }
+            if hi == top {
+                top = lo;
+            } else {
+                free.insert(at, (lo, hi));
+                ranges.insert((lo, hi));
+                longest.push((hi - lo, Reverse(lo), hi));
+            }
+            continue;
+        }
+        let mask = timeline.align_mask[i];
+        while let Some(&(_, Reverse(lo), hi)) = longest.peek() {
+            if ranges.contains(&(lo, hi)) {
+                break;
+            }
+            longest.pop();
+        }
+        if longest.peek().is_some_and(|&(length, _, _)| length >= size) {
+            let walk = if walking { free.len() } else { free.len().min(LATE_WALK) };
+            for k in 0..walk {
+                let (lo, hi) = free[k];
+                let start = (lo + mask) & !mask;
+                if start + size <= hi {
+                    free.remove(k);
+                    ranges.remove(&(lo, hi));
+                    for piece in [(start + size, hi), (lo, start)] {
+                        if piece.0 < piece.1 {
+                            free.insert(k, piece);
+                            ranges.insert(piece);
+                            longest.push((piece.1 - piece.0, Reverse(piece.0), piece.1));
+                        }
+                    }
+                    offsets[i] = start;
+                    break;
+                }
+            }
+        }
+        if offsets[i] == u64::MAX {
+            let start = (top + mask) & !mask;
+            if start > top {
+                free.push((top, start));
+                ranges.insert((top, start));
+                longest.push((start - top, Reverse(top), start));
+            }
+            offsets[i] = start;
+            top = start + size;
+        }
+    }
+    offsets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan_search::test_instances::{random, timeline, Rng};
+
+    #[test]
+    fn the_index_finds_exactly_the_buffers_live_together() {
+        for seed in 0..100 {
+            let b = random(seed, 1 + seed as usize);
+            let t = timeline(&b);
+            let index = OverlapIndex::new(&t);
+            for i in 0..b.len() {
+                let mut found = Vec::new();
+                index.for_each_overlap(i, |p| found.push(index.by_lower[p] as usize));
+                found.sort_unstable();
+                let want: Vec<usize> = (0..b.len()).filter(|&j| j != i && b[i].0 < b[j].1 && b[j].0 < b[i].1).collect();
+                assert_eq!(found, want, "seed {seed}, buffer {i}");
+            }
+        }
+    }
+
+    fn valid(t: &Timeline, offsets: &[u64]) -> bool {
+        offsets.iter().enumerate().all(|(i, &o)| o != u64::MAX && o & t.align_mask[i] == 0)
+            && t.first_overlap(offsets).unwrap().is_none()
+    }
+
+    #[test]
+    fn placements_are_valid_and_keep_pinned_buffers() {
+        for seed in 0..100 {
+            let b = random(seed, 30);
+            let mut t = timeline(&b);
+            // Pin a few buffers where they cannot clash: each above everything else.
+            let mut rng = Rng(seed + 3);
+            let mut high = 1 << 20;
+            for i in 0..b.len() {
+                if rng.below(5) == 0 {
+                    t.fixed[i] = Some(high);
+                    high += 1 << 10;
+                }
+            }
+            let order: Vec<u32> = (0..b.len() as u32).rev().collect();
+            for best_fit in [false, true] {
+                let offsets = place_in_order(&t, &order, best_fit, None).unwrap();
+                assert!(valid(&t, &offsets), "seed {seed}");
+                assert!((0..b.len()).all(|i| t.fixed[i].is_none_or(|f| offsets[i] == f)));
+            }
+            let offsets = linear_scan(&t, None);
+            assert!(valid(&t, &offsets), "seed {seed}");
+            let late = linear_scan(&t, Some(Instant::now()));
+            assert!(valid(&t, &late), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_passed_deadline_stops_the_rules_before_the_first_buffer() {
+        let t = timeline(&random(1, 10));
+        assert!(place_in_order(&t, &[0, 1, 2], true, Some(Instant::now())).is_none());
+    }
+
+    #[test]
+    fn first_fit_takes_the_lowest_gap_and_best_fit_the_smallest() {
+        // 0..10 and 30..40 live over [0, 4); 10..30 (20 bytes) free once `a` ends at 1, and
+        // 40.. above; best fit puts 5 bytes in the 20-byte gap at 10 only if it is smallest.
+        let b = [(0, 4, 10, 1), (0, 1, 20, 1), (0, 4, 10, 1), (2, 3, 5, 1)];
+        let t = timeline(&b);
+        let placed = place_in_order(&t, &[0, 1, 2], true, None).unwrap();
+        assert_eq!(&placed[..3], &[0, 10, 30]);
+        for best_fit in [false, true] {
+            let offsets = place_in_order(&t, &[0, 1, 2, 3], best_fit, None).unwrap();
+            assert_eq!(offsets[3], 10);
+        }
+    }
+}
