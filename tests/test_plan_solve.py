@@ -284,14 +284,100 @@ def test_pairs_are_listed_as_the_time_left_allows() -> None:
     assert crowd.overlap_pairs == 1500 * 1499 // 2
     assert not pairs_listable(crowd, 0.5) and pairs_listable(crowd, 2.0)
     assert pairs_listable(crowd, None)
-    assert solve(crowd, time_limit=0.5).stats.greedy_rule == "linear-scan"
-    solution = solve(crowd, time_limit=5.0)
-    assert solution.stats.greedy_rule != "linear-scan"
-    assert solution.arena_size == solution.lower_bound == crowd.total_size
+    # The rules list no pairs: they run with little time too.
+    for seconds in (0.5, 5.0):
+        solution = solve(crowd, time_limit=seconds)
+        assert solution.stats.greedy_rule != "linear-scan"
+        assert solution.arena_size == solution.lower_bound == crowd.total_size
     # Never more than MAX_LISTED_PAIRS, whatever the time.
     throng = Problem([Buffer(f"b{i}", 0, 1, 1) for i in range(4001)])
     assert throng.overlap_pairs > MAX_LISTED_PAIRS
     assert not pairs_listable(throng, 1000.0) and not pairs_listable(throng, None)
+
+
+def place_by_pairs(problem: Problem, order: list[int], best_fit: bool) -> list[int]:
+    """What `place_in_order` promises, from the listed pairs: each buffer of `order` in the
+    best or the lowest gap among the placed buffers live with it (pinned ones placed first),
+    at the lowest aligned offset of the gap, else on top of them."""
+    buffers = problem.buffers
+    offsets = [b.offset if b.offset is not None else -1 for b in buffers]
+    for i in order:
+        b = buffers[i]
+        if b.offset is not None:
+            continue
+        mask = b.alignment - 1
+        taken = sorted(
+            (offsets[j], offsets[j] + buffers[j].size)
+            for j in range(len(buffers))
+            if j != i and offsets[j] >= 0 and b.overlaps(buffers[j])
+        )
+        cursor, chosen, chosen_gap = 0, -1, -1
+        for start, end in taken:
+            aligned = (cursor + mask) & ~mask
+            if start > cursor and aligned + b.size <= start:
+                if not best_fit:
+                    chosen = aligned
+                    break
+                if chosen < 0 or start - cursor < chosen_gap:
+                    chosen, chosen_gap = aligned, start - cursor
+            cursor = max(cursor, end)
+        offsets[i] = chosen if chosen >= 0 else (cursor + mask) & ~mask
+    return offsets
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_placements_in_order_match_the_listed_pairs(seed: int) -> None:
+    problem = random_problem(seed, n=120, pinned_every=7 if seed % 2 else 0)
+    rng = random.Random(seed)
+    for best_fit in (True, False):
+        order = list(range(len(problem)))
+        rng.shuffle(order)
+        partial = order[: len(order) // 2] if seed % 4 == 3 else order
+        placed = place_in_order(problem, partial, best_fit=best_fit)
+        assert placed == place_by_pairs(problem, partial, best_fit)
+        if partial is order:
+            Solution(problem, placed).validate()
+
+
+@given(problems(max_buffers=30, aligned=True))
+def test_the_core_passes_match_their_definitions(problem: Problem) -> None:
+    from npumem.plan.bounds import alignment_bound, fixed_bound
+
+    assert lower_bound(problem) == max(alignment_bound(problem), fixed_bound(problem))
+    assert problem.overlap_counts == tuple(len(nb) for nb in problem.neighbors)
+    assert problem.overlap_pairs == sum(len(nb) for nb in problem.neighbors) // 2
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_validate_finds_a_shared_byte_exactly_when_there_is_one(seed: int) -> None:
+    rng = random.Random(seed)
+    problem = random_problem(seed, n=25)
+    offsets = [rng.randrange(0, 40) * 64 for _ in problem.buffers]
+    buffers = problem.buffers
+    clash = any(
+        a.overlaps(b) and oa < ob + b.size and ob < oa + a.size
+        for (a, oa), (b, ob) in itertools.combinations(zip(buffers, offsets, strict=True), 2)
+    )
+    solution = Solution(problem, offsets, lower_bound=0)
+    if clash:
+        with pytest.raises(plan.PlanValidationError, match="share bytes"):
+            solution.validate()
+    else:
+        solution.validate()
+
+
+def test_rules_run_where_the_pairs_are_too_many_to_list() -> None:
+    # 4,001 buffers live together and 4,000 short ones after: 8,002,000 pairs, more than the
+    # search may list, and the rules place them all without listing them.
+    n = 4001
+    buffers = [Buffer(f"b{i}", 0, 2, 1 + i % 5) for i in range(n)]
+    buffers += [Buffer(f"c{i}", 2 + i, 3 + i, 1 + i % 7) for i in range(n - 1)]
+    problem = Problem(buffers)
+    assert problem.overlap_pairs > MAX_LISTED_PAIRS
+    solution = solve(problem, time_limit=30.0)
+    solution.validate()
+    assert solution.stats.greedy_rule == "tflite" and solution.stats.runs == 0
+    assert solution.arena_size == solution.lower_bound == sum(b.size for b in buffers[:n])
 
 
 def first_fit_by_bytes(problem: Problem) -> list[int]:

@@ -18,17 +18,17 @@ A buffer that fits no gap goes on top of everything live with it. Ties in an ord
 the start, then the position in the problem, so every rule is deterministic.
 
 The rules look at every pair of buffers live at the same time, so their cost grows with the
-number of such pairs. Above what the time left allows to list (`pairs_listable`: a million
-pairs always, up to `MAX_LISTED_PAIRS` with time), or when a deadline passes before the first
-rule is done, the start is `linear_scan`: buffers placed as a runtime allocator would, in order
-of their start, each at the lowest free range at that moment (on top of everything once the
-deadline has passed), in O(n log n) plus the free list.
+number of such pairs, but they never list them: the core (`PlanTimeline.place_in_order`) finds
+the buffers live with each one as it places it, in O(n log n) memory. When the deadline passes
+before the first rule is done, the start is `linear_scan`: buffers placed as a runtime
+allocator would, in order of their start, each at the lowest free range at that moment (on top
+of everything once the deadline has passed), in O(n log n) plus the free list. The search,
+which does list the pairs, runs only below what the time left allows to list
+(`pairs_listable`: a million pairs always, up to `MAX_LISTED_PAIRS` with time).
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,26 +50,20 @@ __all__ = [
 ]
 
 MAX_RULE_PAIRS = 1_000_000
-"""Pairs of buffers live at the same time that the greedy rules (and the search, which needs
-the pairs too) always list, whatever the time left (about 0.3 s)."""
+"""Pairs of buffers live at the same time that the search (which lists them) always allows,
+whatever the time left (about 0.3 s to list). The greedy rules list no pairs."""
 
 MAX_LISTED_PAIRS = 8_000_000
-"""The most pairs they list, given time (about 2.5 s and a few hundred megabytes); above it,
-or above what the time left allows (`LISTED_PAIRS_PER_SECOND`), `linear_scan` places the
-buffers instead."""
+"""The most pairs the search lists, given time (about 2.5 s and a few hundred megabytes);
+above it, or above what the time left allows (`LISTED_PAIRS_PER_SECOND`), the greedy start
+is the answer."""
 
 LISTED_PAIRS_PER_SECOND = 1_000_000
 """Pairs listed per second of the time left: listing takes about 0.3 us a pair, so a third of
-the time at most, and the rules and the search have the rest."""
+the time at most, and the search has the rest."""
 
 LINEAR_SCAN = "linear-scan"
 """The rule name of a start that `linear_scan` made."""
-
-_CHECK_EVERY = 64
-"""Placements between two looks at the clock when a deadline is given."""
-
-_LATE_WALK = 64
-"""The free ranges `linear_scan` looks at for one buffer once its deadline has passed."""
 
 
 class _DeadlinePassed(Exception):
@@ -86,49 +80,23 @@ class GreedyResult:
     seconds: float
 
 
+def _seconds_left(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.perf_counter()
+
+
 def place_in_order(
     problem: Problem, order: Sequence[int], *, best_fit: bool, deadline: float | None = None
 ) -> list[int]:
     """Place the buffers in `order` (indices; pinned buffers may be left out), each in the best
-    (`best_fit`) or the lowest gap among the already placed buffers live at the same time.
-    With `deadline` (a `time.perf_counter()` value), raises `_DeadlinePassed` once it has
-    passed."""
-    buffers = problem.buffers
-    neighbors = problem.neighbors
-    offsets: list[int] = [-1] * len(buffers)
-    pinned = [i for i, b in enumerate(buffers) if b.offset is not None]
-    for i in pinned:
-        offset = buffers[i].offset
-        assert offset is not None
-        offsets[i] = offset
-    for count, i in enumerate(order):
-        if deadline is not None and count % _CHECK_EVERY == 0 and time.perf_counter() >= deadline:
-            raise _DeadlinePassed
-        b = buffers[i]
-        if b.offset is not None:
-            continue
-        size = b.size
-        mask = b.alignment - 1
-        occupied = sorted(
-            (offsets[j], offsets[j] + buffers[j].size) for j in neighbors[i] if offsets[j] >= 0
-        )
-        cursor = 0
-        chosen = -1
-        chosen_gap = -1
-        for start, end in occupied:
-            if start > cursor:
-                aligned = (cursor + mask) & ~mask
-                if aligned + size <= start:
-                    if not best_fit:
-                        chosen = aligned
-                        break
-                    gap = start - cursor
-                    if chosen < 0 or gap < chosen_gap:
-                        chosen, chosen_gap = aligned, gap
-            cursor = max(cursor, end)
-        if chosen < 0:
-            chosen = (cursor + mask) & ~mask
-        offsets[i] = chosen
+    (`best_fit`) or the lowest gap among the already placed buffers live at the same time, at
+    the lowest aligned offset of that gap; a buffer that fits no gap goes on top of them.
+    Buffers neither pinned nor in `order` get -1. With `deadline` (a `time.perf_counter()`
+    value), raises `_DeadlinePassed` once it has passed. Runs in the core
+    (`PlanTimeline.place_in_order`), which finds the buffers live with each one without
+    listing the pairs."""
+    offsets = problem.timeline.place_in_order(list(order), best_fit, _seconds_left(deadline))
+    if offsets is None:
+        raise _DeadlinePassed
     return offsets
 
 
@@ -139,75 +107,14 @@ def linear_scan(problem: Problem, *, deadline: float | None = None) -> list[int]
     the same time, the later one is placed while the earlier one is live), in O(n log n) plus
     the walks of the free list. A walk is skipped when no free range is long enough (the
     longest is kept in a heap), and, once `deadline` (a `time.perf_counter()` value) has
-    passed, looks at the lowest `_LATE_WALK` ranges only (a buffer that fits none of them
+    passed, looks at the lowest 64 ranges only (a buffer that fits none of them
     goes on top of what is live): the time then stays O(n log n) plus the list's updates,
-    whatever the fragments."""
-    buffers = problem.buffers
-    base = max((b.offset + b.size for b in buffers if b.offset is not None), default=0)
-    offsets = [b.offset if b.offset is not None else -1 for b in buffers]
-    events = sorted(
-        [(b.upper, 0, i) for i, b in enumerate(buffers) if b.offset is None]
-        + [(b.lower, 1, i) for i, b in enumerate(buffers) if b.offset is None]
-    )
-    free: list[tuple[int, int]] = []  # sorted, disjoint, not touching: (start, end) below top
-    # (-length, start, end) of every range in `free`, and of some gone since (checked on pop).
-    longest: list[tuple[int, int, int]] = []
-    ranges: set[tuple[int, int]] = set()
-
-    def add(at: int, lo: int, hi: int) -> None:
-        free.insert(at, (lo, hi))
-        ranges.add((lo, hi))
-        heapq.heappush(longest, (lo - hi, lo, hi))
-
-    def longest_now() -> int:
-        while longest and (longest[0][1], longest[0][2]) not in ranges:
-            heapq.heappop(longest)
-        return -longest[0][0] if longest else 0
-
-    top = base
-    walking = True
-    for count, (_, starts, i) in enumerate(events):
-        if walking and deadline is not None and count % _CHECK_EVERY == 0:
-            walking = time.perf_counter() < deadline
-        b = buffers[i]
-        if not starts:  # the range [offset, offset + size) is free again
-            lo, hi = offsets[i], offsets[i] + b.size
-            at = bisect.bisect_left(free, (lo, hi))
-            if at > 0 and free[at - 1][1] == lo:
-                at -= 1
-                ranges.discard(free[at])
-                lo = free.pop(at)[0]
-            if at < len(free) and free[at][0] == hi:
-                ranges.discard(free[at])
-                hi = free.pop(at)[1]
-            if hi == top:
-                top = lo
-            else:
-                add(at, lo, hi)
-            continue
-        mask = b.alignment - 1
-        if longest_now() >= b.size:
-            for k, (lo, hi) in enumerate(free if walking else free[:_LATE_WALK]):
-                start = (lo + mask) & ~mask
-                if start + b.size <= hi:
-                    del free[k]
-                    ranges.discard((lo, hi))
-                    for piece in ((start + b.size, hi), (lo, start)):
-                        if piece[0] < piece[1]:
-                            add(k, *piece)
-                    offsets[i] = start
-                    break
-        if offsets[i] < 0:
-            start = (top + mask) & ~mask
-            if start > top:
-                add(len(free), top, start)
-            offsets[i] = start
-            top = start + b.size
-    return offsets
+    whatever the fragments. Runs in the core (`PlanTimeline.linear_scan`)."""
+    return problem.timeline.linear_scan(_seconds_left(deadline))
 
 
 def pairs_listable(problem: Problem, seconds_left: float | None) -> bool:
-    """Whether the rules and the search may list the pairs of buffers of `problem` live at the
+    """Whether the search may list the pairs of buffers of `problem` live at the
     same time, with `seconds_left` of the time limit (`None`: no limit): `MAX_RULE_PAIRS`
     always, more with the time to list them, never above `MAX_LISTED_PAIRS`."""
     if seconds_left is None:
@@ -221,29 +128,35 @@ def _arena(problem: Problem, offsets: Sequence[int]) -> int:
     return max((o + b.size for o, b in zip(offsets, problem.buffers, strict=True)), default=0)
 
 
-def _by(problem: Problem, key: Callable[[int], tuple[int, ...]]) -> list[int]:
-    return sorted(range(len(problem.buffers)), key=key)
+def _by(problem: Problem, *keys: list[int]) -> list[int]:
+    """The buffer indices sorted by `keys` (a value per buffer each: the first key, then the
+    next on a tie, then the index): one stable sort per key, the last key first, with a list
+    lookup for a key (no tuple per buffer, which a million buffers make slow)."""
+    order = list(range(len(problem.buffers)))
+    for key in reversed(keys):
+        order.sort(key=key.__getitem__)
+    return order
 
 
 def _size_order(problem: Problem) -> list[int]:
     bs = problem.buffers
-    return _by(problem, lambda i: (-bs[i].size, bs[i].lower, i))
+    return _by(problem, [-b.size for b in bs], [b.lower for b in bs])
 
 
 def _duration_order(problem: Problem) -> list[int]:
     bs = problem.buffers
-    return _by(problem, lambda i: (-bs[i].lifetime, -bs[i].size, bs[i].lower, i))
+    return _by(problem, [-b.lifetime for b in bs], [-b.size for b in bs], [b.lower for b in bs])
 
 
 def _conflict_order(problem: Problem) -> list[int]:
     bs = problem.buffers
-    nb = problem.neighbors
-    return _by(problem, lambda i: (-len(nb[i]), -bs[i].size, bs[i].lower, i))
+    counts = [-c for c in problem.overlap_counts]
+    return _by(problem, counts, [-b.size for b in bs], [b.lower for b in bs])
 
 
 def _execution_order(problem: Problem) -> list[int]:
     bs = problem.buffers
-    return _by(problem, lambda i: (bs[i].lower, -bs[i].size, i))
+    return _by(problem, [b.lower for b in bs], [-b.size for b in bs])
 
 
 _ORDERS: dict[str, Callable[[Problem], list[int]]] = {
@@ -328,26 +241,23 @@ def best_greedy(
     """Run every rule (or those named) and return the one with the smallest arena (the first
     such rule on a tie); its `seconds` is the time all the rules took together. Passes two
     rules share are computed once. With `deadline` (a `time.perf_counter()` value) the
-    rules stop once it has passed, the first one too; when no rule finished in time, or the
-    problem has more pairs of buffers live together than the time left allows to list
-    (`pairs_listable`), the result is `linear_scan`'s (rule `"linear-scan"`)."""
+    rules stop once it has passed, the first one too; when no rule finished in time, the
+    result is `linear_scan`'s (rule `"linear-scan"`)."""
     start = time.perf_counter()
     names = list(rules or GREEDY_RULES)
     unknown = [r for r in names if r not in _RULE_PASSES]
     if unknown:
         raise ValueError(f"unknown greedy rule(s) {unknown}; known: {', '.join(GREEDY_RULES)}")
     best: tuple[str, list[int], int] | None = None
-    left = None if deadline is None else deadline - time.perf_counter()
-    if pairs_listable(problem, left):
-        passes = _Passes(problem, deadline)
-        for name in names:
-            try:
-                offsets = passes.rule(name)
-            except _DeadlinePassed:
-                break
-            arena = _arena(problem, offsets)
-            if best is None or arena < best[2]:
-                best = (name, offsets, arena)
+    passes = _Passes(problem, deadline)
+    for name in names:
+        try:
+            offsets = passes.rule(name)
+        except _DeadlinePassed:
+            break
+        arena = _arena(problem, offsets)
+        if best is None or arena < best[2]:
+            best = (name, offsets, arena)
     if best is None:
         offsets = linear_scan(problem, deadline=deadline)
         best = (LINEAR_SCAN, offsets, _arena(problem, offsets))

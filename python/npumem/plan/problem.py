@@ -10,7 +10,6 @@ over several pools (`npumem.plan.tiers`).
 
 from __future__ import annotations
 
-import bisect
 import csv
 import difflib
 import heapq
@@ -21,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from npumem._core import PlanTimeline
 from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.buffers import Alias, Buffer
 from npumem.plan.errors import PlanError, ProblemFormatError
@@ -114,6 +114,11 @@ def csv_id(buffer_id: str) -> str:
 
 def _check_buffer(buf: Buffer) -> str | None:
     """The first rule `buf` breaks, as a sentence, or `None`."""
+    return _check_types(buf) or _check_values(buf)
+
+
+def _check_types(buf: Buffer) -> str | None:
+    """The first field of `buf` of the wrong type, as a sentence, or `None`."""
     # Buffers built in code may hold anything: check the types before the values.
     fields: dict[str, object] = {"id": buf.id, "lower": buf.lower, "upper": buf.upper}
     fields |= {"size": buf.size, "alignment": buf.alignment, "offset": buf.offset}
@@ -128,6 +133,12 @@ def _check_buffer(buf: Buffer) -> str | None:
     weight: object = buf.weight
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)):
         return f"weight must be a number, got {weight!r}"
+    return None
+
+
+def _check_values(buf: Buffer) -> str | None:
+    """The first rule on values `buf` breaks (its fields of the right types), as a sentence, or
+    `None`."""
     if not buf.id:
         return "the id is empty"
     if "\0" in buf.id:
@@ -158,45 +169,52 @@ def _check_buffer(buf: Buffer) -> str | None:
 
 def overlapping_pair(buffers: Sequence[Buffer], offsets: Sequence[int]) -> tuple[int, int] | None:
     """Two buffers live at the same time whose byte ranges `[offset, offset + size)` overlap,
-    as indices (the smaller first), or `None` when there are none.
+    as indices (the smaller first), or `None` when there are none (offsets >= 0).
 
-    One sweep over time, ends before starts at the same time (ranges are half-open): the
-    buffers live at each moment are kept sorted by offset, so that each new one only needs
-    comparing with its two neighbours there. O(n log n) plus the list shifts, whatever the
-    number of pairs live together.
+    One sweep over time in the core (`PlanTimeline.first_overlap`), ends before starts at the
+    same time (ranges are half-open): the buffers live at each moment are kept ordered by
+    offset, so that each new one only needs comparing with its two neighbours there.
+    O(n log n), whatever the number of pairs live together.
     """
-    events = sorted(
-        [(b.upper, 0, i) for i, b in enumerate(buffers)]
-        + [(b.lower, 1, i) for i, b in enumerate(buffers)]
+    return _timeline(buffers, with_fixed=False).first_overlap(list(offsets))
+
+
+def _timeline(buffers: Sequence[Buffer], *, with_fixed: bool) -> PlanTimeline:
+    """`buffers` (checked ones) as the core's columns; pinned offsets kept when `with_fixed`."""
+    return PlanTimeline(
+        [b.lower for b in buffers],
+        [b.upper for b in buffers],
+        [b.size for b in buffers],
+        [b.alignment for b in buffers],
+        [b.offset for b in buffers] if with_fixed else [None] * len(buffers),
     )
-    live: list[tuple[int, int, int]] = []  # (offset, end, index), pairwise disjoint
-    for _, starts, i in events:
-        key = (offsets[i], offsets[i] + buffers[i].size, i)
-        at = bisect.bisect_left(live, key)
-        if not starts:
-            del live[at]
-            continue
-        if at > 0 and live[at - 1][1] > key[0]:
-            return min(i, live[at - 1][2]), max(i, live[at - 1][2])
-        if at < len(live) and live[at][0] < key[1]:
-            return min(i, live[at][2]), max(i, live[at][2])
-        live.insert(at, key)
-    return None
 
 
-def _csv_rows(reader: Any, label: str) -> Iterator[list[str]]:
-    """The rows of `reader`; the csv module's own errors (a field over its size limit, a NUL
-    byte, a stray quote) become `ProblemFormatError` naming the line."""
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            raise ProblemFormatError(
-                f"{label}, line {reader.line_num}: not valid CSV ({exc})"
-            ) from None
-        yield row
+def _csv_header(row: Sequence[str], label: str, line: int) -> list[str]:
+    """The column names of a CSV header row, lowercase; unknown, missing or repeated columns
+    raise `ProblemFormatError` naming the line."""
+    header = [cell.strip().lower() for cell in row]
+    known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+    unknown = [c for c in header if c not in known]
+    if unknown:
+        raise ProblemFormatError(
+            f"{label}, line {line}: unknown column(s) {', '.join(map(repr, unknown))}; "
+            f"expected {','.join(REQUIRED_COLUMNS)} and optionally "
+            f"{', '.join(OPTIONAL_COLUMNS)}"
+        )
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise ProblemFormatError(
+            f"{label}, line {line}: missing column(s) {', '.join(map(repr, missing))}; "
+            f"the header must name {','.join(REQUIRED_COLUMNS)}"
+        )
+    duplicated = sorted({c for c in header if header.count(c) > 1})
+    if duplicated:
+        raise ProblemFormatError(
+            f"{label}, line {line}: column(s) {', '.join(map(repr, duplicated))} "
+            "appear more than once"
+        )
+    return header
 
 
 def _shown(value: object) -> str:
@@ -282,7 +300,10 @@ class Problem:
         aliases: Iterable[Alias] = (),
         name: str = "",
         slots: Mapping[str, Sequence[str]] | None = None,
+        _checked: bool = False,
     ) -> None:
+        # `_checked`: every buffer has passed `_check_buffer` already (a reader checked each as
+        # it read it); the rules over all buffers are checked here all the same.
         self.buffers: tuple[Buffer, ...] = tuple(buffers)
         self.aliases: tuple[Alias, ...] = tuple(aliases)
         self.name = name
@@ -290,15 +311,19 @@ class Problem:
         """For a pipelined problem (`pipelined()`): each pipelined tensor's slot buffers;
         iteration `i` uses slot `i % len(slots)`."""
         index: dict[str, int] = {}
-        for i, buf in enumerate(self.buffers):
-            if not isinstance(buf, Buffer):
-                raise ProblemFormatError(f"entry {i} is a {type(buf).__name__}, not a Buffer")
-            problem = _check_buffer(buf)
-            if problem:
-                raise ProblemFormatError(f"buffer {buf.id!r}: {problem}")
-            if buf.id in index:
-                raise ProblemFormatError(f"buffer id {buf.id!r} appears twice")
-            index[buf.id] = i
+        if _checked:
+            index = {buf.id: i for i, buf in enumerate(self.buffers)}
+        if len(index) < len(self.buffers):
+            index = {}
+            for i, buf in enumerate(self.buffers):
+                if not isinstance(buf, Buffer):
+                    raise ProblemFormatError(f"entry {i} is a {type(buf).__name__}, not a Buffer")
+                problem = _check_buffer(buf)
+                if problem:
+                    raise ProblemFormatError(f"buffer {buf.id!r}: {problem}")
+                if buf.id in index:
+                    raise ProblemFormatError(f"buffer id {buf.id!r} appears twice")
+                index[buf.id] = i
         self._index = index
         names = set(index)
         for alias in self.aliases:
@@ -365,22 +390,23 @@ class Problem:
         return any(b.offset is not None for b in self.buffers)
 
     @cached_property
+    def timeline(self) -> PlanTimeline:
+        """The buffers as the core's columns (`npumem._core.PlanTimeline`), for the passes
+        over the whole problem that must stay fast at millions of buffers: the bound, the pairs
+        counted, the overlap check, the greedy placements."""
+        return _timeline(self.buffers, with_fixed=True)
+
+    @cached_property
     def overlap_counts(self) -> tuple[int, ...]:
         """For each buffer, how many others are live at the same time (`len(neighbors[i])`),
         counted in O(n log n) without listing them."""
-        n = len(self.buffers)
-        lowers = sorted(b.lower for b in self.buffers)
-        uppers = sorted(b.upper for b in self.buffers)
-        # Not overlapping b: those ending at or before its start, or starting at or after its end.
-        return tuple(
-            n - 1 - bisect.bisect_right(uppers, b.lower) - (n - bisect.bisect_left(lowers, b.upper))
-            for b in self.buffers
-        )
+        return tuple(self.timeline.overlap_counts())
 
-    @property
+    @cached_property
     def overlap_pairs(self) -> int:
-        """The number of pairs of buffers live at the same time (the size of `neighbors`)."""
-        return sum(self.overlap_counts) // 2
+        """The number of pairs of buffers live at the same time (the size of `neighbors`),
+        counted in O(n log n) without listing them."""
+        return self.timeline.overlap_pairs()
 
     @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:
@@ -541,53 +567,69 @@ class Problem:
         columns: dict[str, int] = {}
         buffers: list[Buffer] = []
         first_line: dict[str, int] = {}
-        for row in _csv_rows(reader, label):
-            line = reader.line_num
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if header is None:
-                header = [cell.strip().lower() for cell in row]
-                known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
-                unknown = [c for c in header if c not in known]
-                if unknown:
+        # The common row (the four columns as plain digits, the optional ones empty) is read
+        # here without the general checks of `_row_to_buffer`; anything else goes there.
+        width, fields = -1, (0, 0, 0, 0)
+        extra: list[int] = []
+        # The csv module's own errors (a field over its size limit, a NUL byte, a stray quote)
+        # name the line.
+        try:
+            for row in reader:
+                if len(row) == width:
+                    buffer_id = row[fields[0]].strip()
+                    lo, up, sz = row[fields[1]], row[fields[2]], row[fields[3]]
+                    if (
+                        buffer_id
+                        and lo.isdigit()
+                        and up.isdigit()
+                        and sz.isdigit()
+                        and (lo + up + sz).isascii()
+                        and "\0" not in buffer_id
+                        and (not extra or not any(row[c].strip() for c in extra))
+                    ):
+                        lower, upper, size = int(lo), int(up), int(sz)
+                        if lower < upper <= MAX_TIME and 0 < size <= MAX_BYTES:
+                            if buffer_id in first_line:
+                                raise ProblemFormatError(
+                                    f"{label}, line {reader.line_num}: buffer id {buffer_id!r} "
+                                    f"already used on line {first_line[buffer_id]}"
+                                )
+                            first_line[buffer_id] = reader.line_num
+                            buffers.append(Buffer(buffer_id, lower, upper, size))
+                            continue
+                line = reader.line_num
+                if not row or all(not cell.strip() for cell in row):
+                    continue
+                if header is None:
+                    header = _csv_header(row, label, line)
+                    columns = {c: header.index(c) for c in header}
+                    width = len(header)
+                    fields = (columns["id"], columns["lower"], columns["upper"], columns["size"])
+                    extra = [columns[c] for c in OPTIONAL_COLUMNS if c in columns]
+                    continue
+                if len(row) != len(header):
                     raise ProblemFormatError(
-                        f"{label}, line {line}: unknown column(s) {', '.join(map(repr, unknown))}; "
-                        f"expected {','.join(REQUIRED_COLUMNS)} and optionally "
-                        f"{', '.join(OPTIONAL_COLUMNS)}"
+                        f"{label}, line {line}: expected {len(header)} fields "
+                        f"({','.join(header)}), got {len(row)}"
                     )
-                missing = [c for c in REQUIRED_COLUMNS if c not in header]
-                if missing:
+                buf = cls._row_to_buffer(row, columns, label, line)
+                if buf.id in first_line:
                     raise ProblemFormatError(
-                        f"{label}, line {line}: missing column(s) {', '.join(map(repr, missing))}; "
-                        f"the header must name {','.join(REQUIRED_COLUMNS)}"
+                        f"{label}, line {line}: buffer id {buf.id!r} already used on line "
+                        f"{first_line[buf.id]}"
                     )
-                duplicated = sorted({c for c in header if header.count(c) > 1})
-                if duplicated:
-                    raise ProblemFormatError(
-                        f"{label}, line {line}: column(s) {', '.join(map(repr, duplicated))} "
-                        "appear more than once"
-                    )
-                columns = {c: header.index(c) for c in header}
-                continue
-            if len(row) != len(header):
-                raise ProblemFormatError(
-                    f"{label}, line {line}: expected {len(header)} fields "
-                    f"({','.join(header)}), got {len(row)}"
-                )
-            buf = cls._row_to_buffer(row, columns, label, line)
-            if buf.id in first_line:
-                raise ProblemFormatError(
-                    f"{label}, line {line}: buffer id {buf.id!r} already used on line "
-                    f"{first_line[buf.id]}"
-                )
-            first_line[buf.id] = line
-            buffers.append(buf)
+                first_line[buf.id] = line
+                buffers.append(buf)
+        except csv.Error as exc:
+            raise ProblemFormatError(
+                f"{label}, line {reader.line_num}: not valid CSV ({exc})"
+            ) from None
         if header is None:
             raise ProblemFormatError(
                 f"{label}: the file is empty; expected a header {','.join(REQUIRED_COLUMNS)}"
             )
         try:
-            return cls(buffers, name=name)
+            return cls(buffers, name=name, _checked=True)
         except ProblemFormatError as exc:
             # Only fixed-offset clashes get here: name the lines of the two buffers.
             raise ProblemFormatError(f"{label}: {exc}") from exc
@@ -598,6 +640,8 @@ class Problem:
     ) -> Buffer:
         def integer(column: str) -> int:
             raw = row[columns[column]]
+            if raw.isdigit() and raw.isascii():  # the common case, without the general checks
+                return int(raw)
             try:
                 return _strict_int(raw)
             except ValueError:
@@ -632,7 +676,7 @@ class Problem:
             offset,
             weight,
         )
-        problem = _check_buffer(buf)
+        problem = _check_values(buf)  # the types are right: the fields were read as such
         if problem:
             raise ProblemFormatError(f"{label}, line {line}: buffer {buffer_id!r}: {problem}")
         return buf
@@ -810,6 +854,7 @@ class Problem:
                 buffers,
                 aliases=aliases,
                 name=name or (given_name if isinstance(given_name, str) else "") or default_name,
+                _checked=True,
             )
         except ProblemFormatError as exc:
             raise ProblemFormatError(f"{label}: {exc}") from exc

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 
 from npumem._core import PackingInstance
 from npumem.plan.bounds import lower_bound
-from npumem.plan.greedy import LINEAR_SCAN, best_greedy
+from npumem.plan.greedy import LINEAR_SCAN, best_greedy, pairs_listable
 from npumem.plan.problem import Problem
 from npumem.plan.solution import FEASIBLE, INFEASIBLE, OPTIMAL, SearchStats, Solution
 
@@ -328,9 +328,10 @@ def solve(
     goal = bound if capacity is None else capacity
     if arena <= goal:
         return finish()
-    if time.perf_counter() >= deadline or greedy.rule == LINEAR_SCAN:
-        # No time left, or more pairs live together than there was time to list (the greedy
-        # rules did not run): the greedy start is the answer.
+    left = deadline - time.perf_counter()
+    if left <= 0 or greedy.rule == LINEAR_SCAN or not pairs_listable(problem, left):
+        # No time left (no rule finished), or more pairs live together than there is time to
+        # list for the search: the greedy start is the answer.
         return finish()
 
     pinned_top = _pinned_top(problem)

@@ -8,12 +8,13 @@ import io
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import add, attrgetter
 from typing import Any, Protocol
 
 from npumem.fileio import json_text, write_text
 from npumem.plan.c_header import c_comment, c_identifier, c_string
 from npumem.plan.errors import PlanError, PlanValidationError
-from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem, csv_id, overlapping_pair
+from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem, csv_id
 
 __all__ = [
     "FEASIBLE",
@@ -24,6 +25,9 @@ __all__ = [
     "SearchStats",
     "Solution",
 ]
+
+_ID = attrgetter("id")
+_SIZE = attrgetter("size")
 
 OPTIMAL = "optimal"
 """The arena equals a proven lower bound: no packing is smaller."""
@@ -167,9 +171,13 @@ class Solution:
     def arena_size(self) -> int:
         """Bytes the packing needs: the highest end of any buffer."""
         buffers = self.problem.buffers
-        return max(
-            (self.offsets[b.id] + b.size for b in buffers if b.id in self.offsets), default=0
-        )
+        offsets = self.offsets
+        if len(offsets) == len(buffers):
+            # Every buffer has its offset (the common case): one pass in C, no test per id.
+            with contextlib.suppress(KeyError):
+                ends = map(add, map(offsets.__getitem__, map(_ID, buffers)), map(_SIZE, buffers))
+                return max(ends, default=0)
+        return max((offsets[b.id] + b.size for b in buffers if b.id in offsets), default=0)
 
     @property
     def gap(self) -> float:
@@ -229,7 +237,7 @@ class Solution:
             if b.offset is not None and o != b.offset:
                 raise PlanValidationError(f"buffer {b.id!r} is pinned at {b.offset}, placed at {o}")
             offsets.append(o)
-        clash = overlapping_pair(buffers, offsets)
+        clash = self.problem.timeline.first_overlap(offsets)
         if clash is not None:
             i, j = clash
             a, b = buffers[i], buffers[j]
