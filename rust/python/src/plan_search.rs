@@ -159,9 +159,7 @@ impl PlanTimeline {
         alignments: Vec<u64>,
         fixed: Vec<Option<u64>>,
     ) -> PyResult<Self> {
-        Timeline::new(lower, upper, sizes, &alignments, fixed)
-            .map(|inner| Self { inner })
-            .map_err(errors::plan_search)
+        Timeline::new(lower, upper, sizes, &alignments, fixed).map(|inner| Self { inner }).map_err(errors::plan_search)
     }
 
     /// Number of buffers.
@@ -201,10 +199,7 @@ impl PlanTimeline {
         time_limit: Option<f64>,
     ) -> PyResult<Option<Vec<i64>>> {
         if let Some(&bad) = order.iter().find(|&&i| i as usize >= self.inner.len()) {
-            return Err(errors::plan_search(PackingError(format!(
-                "order names buffer {bad} of {}",
-                self.inner.len()
-            ))));
+            return Err(errors::plan_search(PackingError(format!("order names buffer {bad} of {}", self.inner.len()))));
         }
         let deadline = deadline_in(time_limit)?;
         Ok(detached(py, || plan_search::place_in_order(&self.inner, &order, best_fit, deadline)).map(signed))

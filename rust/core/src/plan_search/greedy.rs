@@ -61,10 +61,8 @@ impl<'a> OverlapIndex<'a> {
         times.dedup();
         let leaves = times.len().max(1).next_power_of_two();
         let rank = |t: i64| times.partition_point(|&x| x < t);
-        let spans: Vec<(usize, usize)> = by_lower
-            .iter()
-            .map(|&i| (rank(timeline.lower[i as usize]), rank(timeline.upper[i as usize])))
-            .collect();
+        let spans: Vec<(usize, usize)> =
+            by_lower.iter().map(|&i| (rank(timeline.lower[i as usize]), rank(timeline.upper[i as usize]))).collect();
         let leaf = spans.iter().map(|&(a, _)| a as u32).collect();
         let mut tie_start = vec![0u32; n];
         for p in 1..n {
@@ -312,7 +310,8 @@ pub fn linear_scan(timeline: &Timeline, deadline: Option<Instant>) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan_search::test_instances::{random, timeline, Rng};
+    use crate::plan_search::test_instances::Rng;
+    use crate::plan_search::timeline::samples::{random, timeline};
 
     #[test]
     fn the_index_finds_exactly_the_buffers_live_together() {

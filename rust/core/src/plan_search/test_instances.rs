@@ -1,8 +1,7 @@
 //! Test helpers shared by the searches' tests: packing instances written as (lower, upper, size)
-//! triples, and a small seeded generator; whole problems for the timeline's passes.
+//! triples, and a small seeded generator.
 
 use crate::plan_search::instance::PackingInstance;
-use crate::plan_search::timeline::Timeline;
 
 /// Buffers given as (lower, upper, size) over time steps; sections are the unit steps.
 pub(crate) fn instance(buffers: &[(u32, u32, u64)]) -> PackingInstance {
@@ -42,28 +41,4 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) % n
     }
-}
-
-/// Whole problems for the timeline's passes: buffers as (lower, upper, size, alignment).
-pub(crate) fn timeline(buffers: &[(i64, i64, u64, u64)]) -> Timeline {
-    Timeline::new(
-        buffers.iter().map(|b| b.0).collect(),
-        buffers.iter().map(|b| b.1).collect(),
-        buffers.iter().map(|b| b.2).collect(),
-        &buffers.iter().map(|b| b.3).collect::<Vec<_>>(),
-        vec![None; buffers.len()],
-    )
-    .unwrap()
-}
-
-/// Random whole problems: times in -10..41, sizes 1..50, alignments 1 to 8.
-pub(crate) fn random(seed: u64, n: usize) -> Vec<(i64, i64, u64, u64)> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    (0..n)
-        .map(|_| {
-            let lower = rng.below(40) as i64 - 10;
-            let upper = lower + 1 + rng.below(12) as i64;
-            (lower, upper, 1 + rng.below(50), 1 << rng.below(4))
-        })
-        .collect()
 }

@@ -213,10 +213,42 @@ impl Timeline {
     }
 }
 
+/// Whole problems for the tests of the timeline's passes and of the placements.
+#[cfg(test)]
+pub(crate) mod samples {
+    use super::Timeline;
+    use crate::plan_search::test_instances::Rng;
+
+    /// Whole problems for the timeline's passes: buffers as (lower, upper, size, alignment).
+    pub(crate) fn timeline(buffers: &[(i64, i64, u64, u64)]) -> Timeline {
+        Timeline::new(
+            buffers.iter().map(|b| b.0).collect(),
+            buffers.iter().map(|b| b.1).collect(),
+            buffers.iter().map(|b| b.2).collect(),
+            &buffers.iter().map(|b| b.3).collect::<Vec<_>>(),
+            vec![None; buffers.len()],
+        )
+        .unwrap()
+    }
+
+    /// Random whole problems: times in -10..41, sizes 1..50, alignments 1 to 8.
+    pub(crate) fn random(seed: u64, n: usize) -> Vec<(i64, i64, u64, u64)> {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        (0..n)
+            .map(|_| {
+                let lower = rng.below(40) as i64 - 10;
+                let upper = lower + 1 + rng.below(12) as i64;
+                (lower, upper, 1 + rng.below(50), 1 << rng.below(4))
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::samples::{random, timeline};
     use super::*;
-    use crate::plan_search::test_instances::{random, timeline, Rng};
+    use crate::plan_search::test_instances::Rng;
 
     fn overlaps(b: &[(i64, i64, u64, u64)], i: usize, j: usize) -> bool {
         b[i].0 < b[j].1 && b[j].0 < b[i].1
@@ -250,9 +282,8 @@ mod tests {
             let mut rng = Rng(seed + 7);
             let offsets: Vec<u64> = (0..b.len()).map(|_| rng.below(200)).collect();
             let clash = (0..b.len()).any(|i| {
-                (i + 1..b.len()).any(|j| {
-                    overlaps(&b, i, j) && offsets[i] < offsets[j] + b[j].2 && offsets[j] < offsets[i] + b[i].2
-                })
+                (i + 1..b.len())
+                    .any(|j| overlaps(&b, i, j) && offsets[i] < offsets[j] + b[j].2 && offsets[j] < offsets[i] + b[i].2)
             });
             let found = timeline(&b).first_overlap(&offsets).unwrap();
             assert_eq!(found.is_some(), clash, "seed {seed}");
