@@ -55,6 +55,55 @@ def test_bad_content_is_one_typed_line(tmp_path: Path, content: bytes, words: st
     assert words in _read_error(path)
 
 
+@pytest.mark.parametrize(
+    ("content", "key", "where"),
+    [
+        (b'{"a": 1, "a": 1}', "a", "the top-level object"),
+        (b'{"a": 1, "b": 2, "a": 3}', "a", "the top-level object"),
+        (b'{"buffers": [{"id": "x"}, {"id": "y", "size": 1, "size": 2}]}', "size", "buffers[1]"),
+        (b'{"config": {"cores": 1, "cores": 2}}', "cores", "config"),
+        (b'{"a b": {"c": [{"k": 1, "k": 1}]}}', "k", "['a b'].c[0]"),
+        # The key as text once decoded: an escape names the same key.
+        (rb'{"\u0061": 1, "a": 2}', "a", "the top-level object"),
+        # An object kept only by the last of two values is no longer in the result: the object
+        # that gave the key twice is named.
+        (b'{"p": {"q": {"x": 1, "x": 2}, "q": 3}}', "q", "p"),
+    ],
+)
+def test_a_key_given_twice_is_refused_naming_the_key_and_the_object(
+    tmp_path: Path, content: bytes, key: str, where: str
+) -> None:
+    path = tmp_path / "dup.json"
+    path.write_bytes(content)
+    message = _read_error(path)
+    assert f"the key {key!r} is given twice in {where} " in message, message
+
+
+def test_keys_that_differ_are_not_duplicates(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    path.write_text('{"a": {"a": 1, "A": 2}, "b": [{"a": 1}, {"a": 2}], "a ": 3}')
+    assert read_json_object(path) == {"a": {"a": 1, "A": 2}, "b": [{"a": 1}, {"a": 2}], "a ": 3}
+
+
+def test_text_that_is_not_json_is_reported_before_a_duplicate_key(tmp_path: Path) -> None:
+    path = tmp_path / "both.json"
+    path.write_text('{"a": 1, "a": 2, "b": }')
+    assert "line 1, column 23: not JSON" in _read_error(path)
+
+
+def test_every_reader_refuses_a_duplicate_key(tmp_path: Path) -> None:
+    path = tmp_path / "dup.json"
+    path.write_text('{"buffers": [], "buffers": []}')
+    for call, error in (
+        (Problem.from_json, ProblemFormatError),
+        (Graph.from_json, GraphError),
+        (load_snapshot, FileFormatError),
+        (load_trace, FileFormatError),
+    ):
+        with pytest.raises(error, match="the key 'buffers' is given twice in the top-level"):
+            call(path)
+
+
 def test_missing_and_directory(tmp_path: Path) -> None:
     assert "cannot read the file (no such file)" in _read_error(tmp_path / "missing.json")
     assert "is a directory" in _read_error(tmp_path)

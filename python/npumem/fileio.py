@@ -3,8 +3,9 @@
 Every file is UTF-8. The reader also accepts a byte-order mark (editors on Windows add one); the
 writers never write one. The reader returns a JSON object or raises the caller's error type with
 one line that starts with the file and says what is wrong (missing, a directory, not UTF-8, not
-JSON with the line and column, nested too deeply, a number out of range, not an object, larger
-than `MAX_INPUT_BYTES`), never a traceback from inside the `json` module. Writers replace the
+JSON with the line and column, nested too deeply, a number out of range, a key given twice in
+one object, not an object, larger than `MAX_INPUT_BYTES`), never a traceback from inside the
+`json` module. Writers replace the
 file atomically: a reader sees the old file or the new one, and a failed write leaves no partial
 file behind (its clean-up never raises over the error it reports). A symbolic link is written
 through (the file it points to is replaced and the link stays a link); an existing path that is
@@ -120,8 +121,10 @@ def read_json_object(
 
     Anything else raises `error(message)`: the message starts with the path and names the
     problem; `expected` describes the wanted object in it (`"a JSON object with a 'buffers'
-    list"`). `NaN` and `Infinity`, which are not JSON, are refused too. A path that is not a path
-    raises as `path_argument()` says.
+    list"`). `NaN` and `Infinity`, which are not JSON, are refused too, and so is an object that
+    gives one key twice (`json` would keep the last value without a word), the message naming
+    the key and the object (`buffers[3]`). A path that is not a path raises as
+    `path_argument()` says.
     """
     p = path_argument(path, error=error)
     text = decode_text(read_bytes(p, error=error), str(p), error=error)
@@ -203,8 +206,14 @@ def json_object_from_text(
 ) -> dict[str, Any]:
     """The JSON object `text` holds, or `error(message)` as `read_json_object()` says, the
     message starting with `label` (the file's name)."""
+    duplicated: list[_DuplicateKey] = []
     try:
-        obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        obj = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys(duplicated),
+        )
     except MemoryError:
         raise error(f"{label}: not readable JSON (out of memory while parsing it)") from None
     except json.JSONDecodeError as exc:
@@ -218,9 +227,93 @@ def json_object_from_text(
     if not isinstance(obj, dict):
         found = "null" if obj is None else type(obj).__name__
         raise error(f"{label}: expected {expected}, found {found}")
+    if duplicated:
+        key, where = _first_duplicate(obj)
+        shown = key if len(key) <= 40 else key[:40] + "..."
+        raise error(
+            f"{label}: the key {shown!r} is given twice in {where} (a key may appear once in "
+            "an object)"
+        )
     if _SURROGATE_ESCAPE.search(text):
         _refuse_lone_surrogates(obj, label, error)
     return obj
+
+
+class _DuplicateKey(dict[str, Any]):
+    """An object of the JSON text that gives `key` more than once (the last value kept, as
+    `json` keeps it), left in the parsed tree so that its place can be named afterwards."""
+
+    __slots__ = ("key",)
+    key: str
+
+
+def _unique_keys(duplicated: list[_DuplicateKey]) -> Callable[[list[tuple[str, Any]]], Any]:
+    """An `object_pairs_hook` that makes each object a dict, as `json` does, and marks one that
+    gives a key twice: it becomes a `_DuplicateKey`, also appended to `duplicated`. Parsing goes
+    on, so that text that is not JSON further on is reported as such first."""
+
+    def make(pairs: list[tuple[str, Any]]) -> Any:
+        obj = dict(pairs)
+        if len(obj) == len(pairs):
+            return obj
+        marked = _DuplicateKey(obj)
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                marked.key = key
+                break
+            seen.add(key)
+        duplicated.append(marked)
+        return marked
+
+    return make
+
+
+def _first_duplicate(obj: object) -> tuple[str, str]:
+    """The key given twice in the first object (depth first, in the file's order) of `obj` that
+    gives one twice, and where that object is: `"the top-level object"`, `"buffers[3]"`,
+    `"config.per_core[0]"`."""
+    # (item, path) with path a chain of (parent path, key or index), so that a string is made
+    # only for the object found.
+    stack: list[tuple[object, Any]] = [(obj, None)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, _DuplicateKey):
+            return item.key, _path_text(path)
+        if isinstance(item, dict):
+            children = list(item.items())
+        elif isinstance(item, list):
+            children = list(enumerate(item))
+        else:
+            continue
+        stack.extend(
+            (value, (path, step))
+            for step, value in reversed(children)
+            if isinstance(value, dict | list)
+        )
+    raise AssertionError("no object with a duplicate key")  # pragma: no cover
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _path_text(path: Any) -> str:
+    """`buffers[3].id` for a chain of steps made by `_first_duplicate`."""
+    steps: list[str | int] = []
+    while path is not None:
+        path, step = path
+        steps.append(step)
+    if not steps:
+        return "the top-level object"
+    text = ""
+    for step in reversed(steps):
+        if isinstance(step, int):
+            text += f"[{step}]"
+        elif _IDENTIFIER.fullmatch(step):
+            text += f".{step}" if text else step
+        else:
+            text += f"[{step!r}]"
+    return text
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
