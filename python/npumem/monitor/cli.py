@@ -25,18 +25,19 @@ from npumem._argtypes import at_least_one
 from npumem.errors import MissingDependencyError, NpumemError
 from npumem.exit_status import ExitStatus, one_line
 from npumem.fileio import is_same_file, json_text, path_argument
-from npumem.monitor._files import read_json
-from npumem.monitor.errors import MonitorError
+from npumem.monitor._files import PLAN_FORMAT, SNAPSHOT_FORMAT, TRACE_FORMAT, read_json
+from npumem.monitor.errors import FileFormatError, MonitorError
+from npumem.monitor.perfetto import CHROME_TRACE_FORMAT
 from npumem.monitor.report import render_report, report_json
-from npumem.monitor.saved_file import load_saved_file, saved_file_from_json_obj
+from npumem.monitor.saved_file import saved_file_from_json_obj
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
-from npumem.tiers.observe import TierSnapshot, is_tier_snapshot_obj, render_tiers
+from npumem.tiers.observe import TIER_SNAPSHOT_FORMAT, TierSnapshot, render_tiers
 
 if TYPE_CHECKING:
     from npumem.plan import Solution
 
-__all__ = ["add_parsers", "run_export", "run_plot", "run_report", "run_view"]
+__all__ = ["add_parsers", "load_input", "run_export", "run_plot", "run_report", "run_view"]
 
 
 def _output_path(
@@ -58,11 +59,61 @@ def _output_path(
     return output
 
 
-def _load_any(path: str) -> Snapshot | Trace | Solution | TierSnapshot:
-    """The snapshot, trace, plan or tier snapshot in `path`. The file is read once (it may be
-    a pipe), then told apart by its `format` field."""
+# The kinds of file npumem writes, by their `format` field: what each is called in a message,
+# and which commands read it.
+_KINDS = {
+    SNAPSHOT_FORMAT: ("snapshot", "a snapshot", "npumem report, plot and view read snapshots"),
+    TRACE_FORMAT: ("trace", "a trace", "npumem replay, plot, view and export read traces"),
+    PLAN_FORMAT: ("plan", "a plan", "npumem plot draws plans"),
+    TIER_SNAPSHOT_FORMAT: (
+        "tiers",
+        "a tier snapshot",
+        "npumem report and plot read tier snapshots",
+    ),
+    "npumem-graph": ("graph", "a planner graph", "npumem plan reads graphs"),
+    "npumem-report": ("report", "a report (npumem report --json)", ""),
+    "npumem-replay": ("replay", "the outcome of a replay (npumem replay --json)", ""),
+}
+_CHROME_TRACE = ("chrome", "a Chrome trace (npumem export)", "open it in ui.perfetto.dev")
+
+
+def _kind(obj: dict[str, Any]) -> tuple[str, str, str] | None:
+    """`(kind, what it is called, the commands that read it)` for a file npumem writes, from
+    its `format` field (an exported Chrome trace keeps it in `otherData`); None for another."""
+    fmt = obj.get("format")
+    if isinstance(fmt, str) and fmt in _KINDS:
+        return _KINDS[fmt]
+    other = obj.get("otherData")
+    if fmt is None and isinstance(other, dict) and other.get("format") == CHROME_TRACE_FORMAT:
+        return _CHROME_TRACE
+    return None
+
+
+def _either(items: list[str]) -> str:
+    """`"a, b or c"`."""
+    return " or ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
+
+
+def load_input(path: str, kinds: tuple[str, ...]) -> Snapshot | Trace | Solution | TierSnapshot:
+    """The file at `path`, read once (it may be a pipe), which must be of one of `kinds`
+    (`"snapshot"`, `"trace"`, `"plan"`, `"tiers"`: a tier snapshot), told apart by its
+    `format` field before the rest is read. Another kind of file raises `FileFormatError`
+    saying what the file is, what was expected, and which commands read it."""
     obj = read_json(path)
-    if is_tier_snapshot_obj(obj):
+    wanted = [(fmt, what) for fmt, (kind, what, _) in _KINDS.items() if kind in kinds]
+    kind = _kind(obj)
+    if kind is None or kind[0] not in kinds:
+        expected = _either([what for _, what in wanted])
+        if kind is None:
+            formats = _either([repr(fmt) for fmt, _ in wanted])
+            raise FileFormatError(
+                f"{path}: not {expected} (format is {obj.get('format')!r}, expected {formats})"
+            )
+        _, what, readers = kind
+        raise FileFormatError(
+            f"{path} is {what}, not {expected}" + (f"; {readers}" if readers else "")
+        )
+    if kind[0] == "tiers":
         return TierSnapshot.from_json_obj(obj, where=path)
     return saved_file_from_json_obj(obj, where=path, consume=True)
 
@@ -71,20 +122,13 @@ def run_report(args: argparse.Namespace) -> int:
     """`npumem report`: print the report of a snapshot file."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        loaded = _load_any(args.snapshot)
+        loaded = load_input(args.snapshot, ("snapshot", "tiers"))
     except MonitorError as exc:
         err.print(f"npumem report: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     if isinstance(loaded, TierSnapshot):
         return _report_tiers(loaded, args)
-    if not isinstance(loaded, Snapshot):
-        what = "a trace" if isinstance(loaded, Trace) else "a plan"
-        err.print(
-            f"npumem report: error: {args.snapshot} is {what}, not a snapshot "
-            "(see npumem replay and npumem plot)",
-            markup=False,
-        )
-        return ExitStatus.USAGE
+    assert isinstance(loaded, Snapshot)
     if args.json:
         sys.stdout.write(json_text(report_json(loaded, top=args.top), indent=1))
         return ExitStatus.OK
@@ -99,7 +143,7 @@ def run_plot(args: argparse.Namespace) -> int:
     """`npumem plot`: draw a snapshot's address map or a trace over time."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        loaded = _load_any(args.input)
+        loaded = load_input(args.input, ("snapshot", "trace", "plan", "tiers"))
     except MonitorError as exc:
         err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
@@ -138,15 +182,11 @@ def run_view(args: argparse.Namespace) -> int:
     """`npumem view`: write a snapshot or a trace as one self-contained HTML page."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        loaded = load_saved_file(args.input)
+        loaded = load_input(args.input, ("trace", "snapshot"))
     except MonitorError as exc:
         err.print(f"npumem view: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
-    if not isinstance(loaded, Snapshot | Trace):
-        err.print(
-            f"npumem view: error: {args.input} is a plan (npumem plot draws plans)", markup=False
-        )
-        return ExitStatus.USAGE
+    assert isinstance(loaded, Snapshot | Trace)
     output = _output_path(args.output, Path(args.input).stem + ".html", "view", err, args.input)
     if output is None:
         return ExitStatus.USAGE
@@ -170,13 +210,11 @@ def run_export(args: argparse.Namespace) -> int:
     """`npumem export`: a trace in another tool's format."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        loaded = load_saved_file(args.trace)
+        loaded = load_input(args.trace, ("trace",))
     except MonitorError as exc:
         err.print(f"npumem export: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
-    if not isinstance(loaded, Trace):
-        err.print(f"npumem export: error: {args.trace} is not a trace", markup=False)
-        return ExitStatus.USAGE
+    assert isinstance(loaded, Trace)
     from npumem.monitor.perfetto import write_chrome_trace
 
     output = _output_path(

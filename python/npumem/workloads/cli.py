@@ -268,27 +268,19 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
 
 def run_replay_command(args: argparse.Namespace) -> int:
     """Run `npumem replay` with parsed arguments; returns the exit status."""
+    from npumem.monitor.cli import load_input
     from npumem.monitor.errors import MonitorError
-    from npumem.monitor.saved_file import load_saved_file
-    from npumem.monitor.snapshot import Snapshot
     from npumem.monitor.trace import Trace
     from npumem.workloads.replay import replay_trace
 
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        trace = load_saved_file(args.trace)
+        trace = load_input(args.trace, ("trace",))
     except MonitorError as exc:
         err.print(f"npumem replay: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
-    if not isinstance(trace, Trace):
-        what = "a snapshot" if isinstance(trace, Snapshot) else "a plan"
-        err.print(
-            f"npumem replay: error: {args.trace} is {what}, not a trace (see npumem report "
-            "and npumem plot)",
-            markup=False,
-        )
-        return ExitStatus.USAGE
+    assert isinstance(trace, Trace)
     overrides = {
         key: getattr(args, key)
         for key in (
