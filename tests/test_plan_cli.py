@@ -207,6 +207,11 @@ def test_an_output_that_is_a_directory_is_named(
         (["--in-flight", "100000", "--double-buffer", "b1"], "--in-flight"),
         (["--dim", "batch=1,2", "--dim", "batch=3"], "given twice"),
         (["--dim", f"batch={10**23}"], "--dim"),
+        (["--dim", "batch=0"], "'batch=0': a dimension must be a positive integer, got 0"),
+        (["--dim", "batch=00"], "'batch=00': a dimension must be a positive integer, got 0"),
+        (["--dim", "batch=0,1"], "'batch=0,1': a dimension must be a positive integer"),
+        (["--dim", "batch=1,1"], "'batch=1,1' gives batch=1 twice"),
+        (["--dim", "batch=8,1,08"], "'batch=8,1,08' gives batch=8 twice"),
     ],
 )
 def test_bad_option_values_are_refused(

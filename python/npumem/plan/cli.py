@@ -50,6 +50,8 @@ def _non_negative_float(text: str) -> float:
 
 
 def _dim(text: str) -> tuple[str, list[int]]:
+    """`NAME=N[,N...]`: a dimension's name and its values, each a positive integer (a batch or
+    a sequence of 0 plans nothing) given once."""
     name, sep, value = text.partition("=")
     values = [v.strip() for v in value.split(",")]
     if not sep or not name or not all(v.isdigit() and v.isascii() for v in values):
@@ -57,10 +59,17 @@ def _dim(text: str) -> tuple[str, list[int]]:
             f"{text!r} is not NAME=INTEGER[,INTEGER...] (examples: batch=1, N=1,8,32)"
         )
     numbers = [int(v) for v in values]
+    if 0 in numbers:
+        raise argparse.ArgumentTypeError(f"{text!r}: a dimension must be a positive integer, got 0")
     too_large = [n for n in numbers if n > MAX_DIM]
     if too_large:
         raise argparse.ArgumentTypeError(
             f"{name}={too_large[0]} is too large: ONNX dimensions are at most {MAX_DIM} (64 bits)"
+        )
+    repeated = [n for i, n in enumerate(numbers) if n in numbers[:i]]
+    if repeated:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} gives {name}={repeated[0]} twice (each value plans one bucket)"
         )
     return name, numbers
 
