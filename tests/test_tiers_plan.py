@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import npumem
 from npumem import plan
 from npumem.plan import Buffer, Problem, Solution, TieredSolution
 from npumem.plan.cli import add_parser
@@ -334,3 +335,68 @@ def test_a_time_limit_of_the_wrong_kind_is_refused_with_pools() -> None:
     p = random_problem(20, life=3, size=100, seed=1)
     with pytest.raises(TypeError, match="time_limit must be a number of seconds, got '1'"):
         plan.solve(p, pools=[("sram", 1024), ("hbm", None)], time_limit="1")  # type: ignore[arg-type]
+
+
+BAD_ARGUMENTS: list[tuple[dict[str, object], type[Exception]]] = [
+    ({"time_limit": -1.0}, ValueError),
+    ({"time_limit": float("nan")}, ValueError),
+    ({"time_limit": float("inf")}, ValueError),
+    ({"time_limit": "1"}, TypeError),
+    ({"time_limit": True}, TypeError),
+    ({"time_limit": None}, TypeError),
+]
+
+
+@pytest.mark.parametrize(("options", "builtin"), BAD_ARGUMENTS)
+@pytest.mark.parametrize("pools", [None, [("sram", 64), ("hbm", None)]])
+def test_a_bad_argument_raises_the_same_error_with_or_without_pools(
+    options: dict[str, object], builtin: type[Exception], pools: list[tuple[str, int | None]] | None
+) -> None:
+    """One arena or several pools, a bad argument is a planner error (`PlanError`), an
+    `InvalidArgumentError` (an `ArgumentTypeError` for a wrong type) and the built-in
+    exception a caller reaches for (`ValueError`, `TypeError`), as `npumem.plan.errors`
+    says."""
+    p = Problem([Buffer("a", 0, 1, 8)])
+    with pytest.raises(builtin) as info:
+        plan.solve(p, pools=pools, **options)  # type: ignore[call-overload]
+    error = info.value
+    assert isinstance(error, PlanError) and isinstance(error, npumem.InvalidArgumentError)
+    assert isinstance(error, npumem.ArgumentTypeError) == (builtin is TypeError)
+    assert "time_limit" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("pools", "builtin", "words"),
+    [
+        ([], ValueError, "non-empty"),
+        ("hbm", TypeError, "got str"),
+        ([("sram", None), ("hbm", None)], ValueError, "only the last pool"),
+        ([("a", 1), ("A", None)], ValueError, "must differ"),
+        ([("1x", 4), ("hbm", None)], ValueError, "identifier"),
+        ([(1, 4), ("hbm", None)], TypeError, "must be a str"),
+        ([("sram", 0), ("hbm", None)], ValueError, "capacity must be an int >= 1"),
+        ([("sram", 1.5), ("hbm", None)], TypeError, "capacity must be an int >= 1"),
+        ([["sram", 4], ("hbm", None)], TypeError, "a pool is (name, capacity)"),
+        (["sram=lots", "hbm"], ValueError, "'lots' is not a byte count"),
+    ],
+)
+def test_bad_pools_are_planner_argument_errors(
+    pools: object, builtin: type[Exception], words: str
+) -> None:
+    p = Problem([Buffer("a", 0, 1, 8)])
+    with pytest.raises(builtin) as info:
+        plan.solve(p, pools=pools, time_limit=0.1)  # type: ignore[call-overload]
+    error = info.value
+    assert isinstance(error, PlanError) and isinstance(error, npumem.InvalidArgumentError)
+    assert isinstance(error, npumem.ArgumentTypeError) == (builtin is TypeError)
+    assert words in str(error)
+
+
+def test_an_option_solve_over_pools_does_not_take_is_a_type_error() -> None:
+    """As Python refuses an unknown keyword of the single-pool `solve` with a `TypeError`."""
+    p = Problem([Buffer("a", 0, 1, 8)])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'pools_of'"):
+        plan.solve(p, pools_of=["hbm"])  # type: ignore[call-overload]
+    with pytest.raises(PlanError, match="takes time_limit and seed, not capacity") as info:
+        plan.solve(p, pools=["hbm"], capacity=4)
+    assert isinstance(info.value, TypeError)

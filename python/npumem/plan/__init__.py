@@ -15,7 +15,14 @@ from __future__ import annotations
 from npumem.errors import MissingDependencyError
 from npumem.plan.bounds import lower_bound
 from npumem.plan.buckets import Bucket, BucketPlan, bucket_dims, plan_buckets
-from npumem.plan.errors import GraphError, PlanError, PlanValidationError, ProblemFormatError
+from npumem.plan.errors import (
+    GraphError,
+    PlanArgumentError,
+    PlanArgumentTypeError,
+    PlanError,
+    PlanValidationError,
+    ProblemFormatError,
+)
 from npumem.plan.graph import Graph, Op, Tensor
 from npumem.plan.greedy import GREEDY_RULES, best_greedy, run_rule
 from npumem.plan.problem import Alias, Buffer, Problem
@@ -47,6 +54,8 @@ __all__ = [
     "GraphError",
     "MissingDependencyError",
     "Op",
+    "PlanArgumentError",
+    "PlanArgumentTypeError",
     "PlanError",
     "PlanValidationError",
     "Problem",

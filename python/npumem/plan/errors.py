@@ -2,17 +2,28 @@
 
 Every planner error derives from `npumem.errors.NpumemError` through `PlanError`.
 Errors about input (a file, a graph, a problem given in code) also derive from `ValueError`, so
-`except ValueError` keeps working for callers who do not know npumem's hierarchy. A missing
-extra raises `npumem.errors.MissingDependencyError` (named here too).
+`except ValueError` keeps working for callers who do not know npumem's hierarchy. An argument
+that a planner call cannot take (a time limit, a capacity, the pools of `solve(pools=...)`)
+raises `PlanArgumentError`, an `npumem.errors.InvalidArgumentError` (so a `ValueError`), or, for
+an argument of the wrong type, `PlanArgumentTypeError`, an `npumem.errors.ArgumentTypeError` (so
+a `TypeError`): the same classes whether one arena or several pools are planned. A missing extra
+raises `npumem.errors.MissingDependencyError` (named here too).
 """
 
 from __future__ import annotations
 
-from npumem.errors import MissingDependencyError, NpumemError
+from npumem.errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    NpumemError,
+)
 
 __all__ = [
     "GraphError",
     "MissingDependencyError",
+    "PlanArgumentError",
+    "PlanArgumentTypeError",
     "PlanError",
     "PlanValidationError",
     "ProblemFormatError",
@@ -21,6 +32,18 @@ __all__ = [
 
 class PlanError(NpumemError):
     """Base class of every error the planner raises."""
+
+
+class PlanArgumentError(PlanError, InvalidArgumentError):
+    """An argument value a planner call cannot take: a time limit that is not a finite number of
+    seconds >= 0, a negative capacity, pools that are not a list of distinct names with
+    capacities, an option `solve(pools=...)` does not take. Also an `InvalidArgumentError` and a
+    `ValueError`."""
+
+
+class PlanArgumentTypeError(PlanArgumentError, ArgumentTypeError):
+    """An argument of a planner call of the wrong type (`time_limit="1"`, a pool that is no
+    pair). Also an `ArgumentTypeError` and a `TypeError`."""
 
 
 class ProblemFormatError(PlanError, ValueError):

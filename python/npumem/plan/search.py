@@ -65,6 +65,7 @@ from dataclasses import dataclass
 
 from npumem._core import PackingInstance
 from npumem.plan.bounds import lower_bound
+from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
 from npumem.plan.greedy import LINEAR_SCAN, best_greedy, pairs_listable
 from npumem.plan.problem import Problem
 from npumem.plan.solution import FEASIBLE, INFEASIBLE, OPTIMAL, SearchStats, Solution
@@ -252,23 +253,28 @@ class _PartState:
 
 
 def check_time_limit(time_limit: object) -> None:
-    """Refuse a time limit that is not a finite number of seconds >= 0 (`TypeError` for a
-    value that is no number, bools included; `ValueError` for one out of range, NaN too)."""
+    """Refuse a time limit that is not a finite number of seconds >= 0
+    (`PlanArgumentTypeError` for a value that is no number, bools included;
+    `PlanArgumentError` for one out of range, NaN too)."""
     if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
-        raise TypeError(f"time_limit must be a number of seconds, got {time_limit!r}")
+        raise PlanArgumentTypeError(f"time_limit must be a number of seconds, got {time_limit!r}")
     if not 0 <= time_limit < math.inf:  # NaN too
-        raise ValueError(f"time_limit must be a finite number of seconds >= 0, got {time_limit}")
+        raise PlanArgumentError(
+            f"time_limit must be a finite number of seconds >= 0, got {time_limit}"
+        )
 
 
 def _check_count(name: str, value: object, unit: str) -> None:
-    """Refuse an optional count that is not a whole number >= 0 (`TypeError` for a float, a
-    bool or text; `ValueError` for a negative one)."""
+    """Refuse an optional count that is not a whole number >= 0 (`PlanArgumentTypeError` for
+    a float, a bool or text; `PlanArgumentError` for a negative one)."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a whole number of {unit} or None, got {value!r}")
+        raise PlanArgumentTypeError(
+            f"{name} must be a whole number of {unit} or None, got {value!r}"
+        )
     if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
+        raise PlanArgumentError(f"{name} must be >= 0, got {value}")
 
 
 def solve(

@@ -53,8 +53,13 @@ from typing import Any, overload
 from npumem.fileio import json_text, write_text
 from npumem.plan.buffers import Buffer
 from npumem.plan.c_header import c_comment, c_identifier, c_string
-from npumem.plan.errors import PlanError, PlanValidationError
+from npumem.plan.errors import (
+    PlanArgumentError,
+    PlanArgumentTypeError,
+    PlanValidationError,
+)
 from npumem.plan.problem import Problem, csv_id
+from npumem.plan.search import check_time_limit
 from npumem.plan.search import solve as solve_one
 from npumem.plan.solution import FEASIBLE, NOT_MET, OPTIMAL, Solution
 
@@ -81,35 +86,52 @@ def buffer_weight(buf: Buffer) -> float:
 
 def parse_pools(pools: Sequence[PoolSpec] | Sequence[str]) -> list[PoolSpec]:
     """Check `pools` and return them as `(name, capacity)` pairs. Items may also be text
-    as on the command line: `"sram=2MiB"`, `"hbm"`."""
+    as on the command line: `"sram=2MiB"`, `"hbm"`. Pools of the wrong type raise
+    `PlanArgumentTypeError`, other bad pools `PlanArgumentError`."""
+    from npumem.errors import InvalidArgumentError
     from npumem.sizes import parse_bytes
 
     out: list[PoolSpec] = []
-    if isinstance(pools, str | bytes) or not isinstance(pools, Sequence) or not pools:
-        raise PlanError("pools must be a non-empty list of (name, capacity) pairs")
+    if isinstance(pools, str | bytes) or not isinstance(pools, Sequence):
+        raise PlanArgumentTypeError(
+            f"pools must be a list of (name, capacity) pairs, got {type(pools).__name__}"
+        )
+    if not pools:
+        raise PlanArgumentError("pools must be a non-empty list of (name, capacity) pairs")
     for item in pools:
         if isinstance(item, str):
             name, sep, cap_text = item.partition("=")
-            capacity: int | None = parse_bytes(cap_text) if sep else None
+            try:
+                capacity: int | None = parse_bytes(cap_text) if sep else None
+            except InvalidArgumentError as exc:
+                raise PlanArgumentError(f"pool {name!r}: {exc}") from None
         elif isinstance(item, tuple) and len(item) == 2:
             name, capacity = item
         else:
-            raise PlanError(f"a pool is (name, capacity) or 'NAME[=BYTES]', got {item!r}")
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise PlanError(f"pool name {name!r} must be an identifier (letters, digits, _)")
-        if capacity is not None and (
-            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
-        ):
-            raise PlanError(
+            raise PlanArgumentTypeError(
+                f"a pool is (name, capacity) or 'NAME[=BYTES]', got {item!r}"
+            )
+        if not isinstance(name, str):
+            raise PlanArgumentTypeError(f"pool name {name!r} must be a str")
+        if not _NAME.match(name):
+            raise PlanArgumentError(
+                f"pool name {name!r} must be an identifier (letters, digits, _)"
+            )
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)):
+            raise PlanArgumentTypeError(
+                f"pool {name!r}: capacity must be an int >= 1 or None, got {capacity!r}"
+            )
+        if capacity is not None and capacity < 1:
+            raise PlanArgumentError(
                 f"pool {name!r}: capacity must be an int >= 1 or None, got {capacity!r}"
             )
         out.append((name, capacity))
     names = [n for n, _ in out]
     if len({n.upper() for n in names}) != len(names):
         # Upper-cased, a name is part of the C header's macros: they must not clash.
-        raise PlanError(f"pool names must differ (ignoring case), got {names}")
+        raise PlanArgumentError(f"pool names must differ (ignoring case), got {names}")
     if any(cap is None for _, cap in out[:-1]):
-        raise PlanError("only the last pool may have no capacity")
+        raise PlanArgumentError("only the last pool may have no capacity")
     return out
 
 
@@ -827,11 +849,9 @@ def solve_tiers(
     bound_iterations: int = 300,
 ) -> TieredSolution:
     """Plan `problem` over `pools` (see the module docstring); stops within about
-    `time_limit` seconds."""
-    if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
-        raise TypeError(f"time_limit must be a number of seconds, got {time_limit!r}")
-    if not 0 <= time_limit < math.inf:  # NaN too
-        raise PlanError(f"time_limit must be a finite number of seconds >= 0, got {time_limit}")
+    `time_limit` seconds. Bad arguments raise what the single-pool `solve` raises for them
+    (`PlanArgumentError`, or `PlanArgumentTypeError` for a wrong type)."""
+    check_time_limit(time_limit)
     specs = parse_pools(pools)
     start = time.perf_counter()
     buffers = problem.buffers
@@ -893,5 +913,7 @@ def solve(
         return solve_one(problem, **options)
     unknown = sorted(set(options) - {"time_limit", "seed", "bound_iterations"})
     if unknown:
-        raise PlanError(f"with pools, solve() takes time_limit and seed, not {', '.join(unknown)}")
+        raise PlanArgumentTypeError(
+            f"with pools, solve() takes time_limit and seed, not {', '.join(unknown)}"
+        )
     return solve_tiers(problem, pools, **options)
