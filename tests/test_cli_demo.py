@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import npumem.workloads.demo
 from cli_contract import run_cli
 from monitor_helpers import assert_png
 from npumem.cli import main
-from npumem.monitor import load_snapshot, load_trace
+from npumem.monitor import Snapshot, load_snapshot, load_trace
 from npumem.tiers.observe import load_tier_snapshot
 from schema_helpers import assert_valid
 
@@ -303,3 +305,51 @@ def test_an_output_file_that_cannot_be_written_is_one_error_line_and_no_report(
     )
     assert out == ""  # the report is printed only once every file is written
     assert fifo.is_fifo()
+
+
+def test_ctrl_c_while_the_demo_serves_stops_its_workers_at_once() -> None:
+    """Ctrl-C reaches the main thread, which waits for the workers: they stop at their next
+    request and the interrupt goes on, rather than the rest of the queue being served first
+    (the interpreter waits for every worker before it exits)."""
+    requests = 20_000
+    served = 0
+
+    def on_request() -> None:
+        nonlocal served
+        served += 1
+        if served == 100:  # Ctrl-C as a terminal sends it, to the main thread
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        npumem.workloads.demo.run_demo(
+            requests=requests, workers=2, trace=True, on_request=on_request
+        )
+    workers = [t.name for t in threading.enumerate() if t.name.startswith("npumem-demo-worker")]
+    assert workers == []
+    assert served < requests // 4
+
+
+def test_ctrl_c_while_the_demo_writes_leaves_none_of_its_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted after its first file, the demo removes the files it made (and the folder it
+    made for them) and exits as any interrupted command: one line, status 130."""
+    save = Snapshot.save
+    calls = 0
+
+    def save_then_interrupt(self: Snapshot, path: str | os.PathLike[str]) -> Path:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise KeyboardInterrupt
+        return save(self, path)
+
+    monkeypatch.setattr(Snapshot, "save", save_then_interrupt)
+    output = tmp_path / "made" / "demo"
+    status = main(["demo", "--requests", "20", "--workers", "1", "--trace", "-o", str(output)])
+    out, err = capsys.readouterr()
+    assert calls == 2
+    # (alerts the monitor logged during the run come before the last line)
+    assert (status, err.strip().splitlines()[-1]) == (130, "npumem demo: interrupted")
+    assert out == ""
+    assert list(tmp_path.iterdir()) == []

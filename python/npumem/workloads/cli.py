@@ -172,9 +172,13 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
         files = write_outputs(result, output, pictures=pictures)
         if result.tiers is not None:
             files.update(write_tier_outputs(result.tiers, output, pictures=pictures))
-    except OSError as exc:
-        for name in set(OUTPUT_NAMES) - existing:  # the files this run made, none it replaced
+    except BaseException as exc:
+        # A write that failed, Ctrl-C, SIGTERM: the files this run made go, none it replaced
+        # (each was replaced whole); main() reports what is not an OSError.
+        for name in set(OUTPUT_NAMES) - existing:
             remove_quietly(output / name)
+        if not isinstance(exc, OSError):
+            raise
         where = exc.filename or output
         err.print(f"npumem demo: error: cannot write {where}: {exc.strerror or exc}", markup=False)
         return ExitStatus.USAGE

@@ -172,13 +172,18 @@ class Service:
         self.retries: dict[int, int] = {}
         self.tallies = [_Tally() for _ in range(workers)]
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self.errors: list[BaseException] = []
 
     # ----- the run ---------------------------------------------------------------------------
 
     def run(self) -> None:
         """Put the system prompt in the KV cache, start the workers, wait for them, free what
-        is left in the inboxes and the system prompt."""
+        is left in the inboxes and the system prompt.
+
+        An exception in the waiting thread (Ctrl-C, SIGTERM) stops the workers: each finishes
+        the step it is in, gives back its sessions and ends; once all have ended the exception
+        goes on, without the rest of the queue served first."""
         self.kv.add_sequence(SYSTEM_PROMPT, SYSTEM_PROMPT_TOKENS)
         self.kv.write_page(SYSTEM_PROMPT, 0, bytes([_MARK]))
         threads = [
@@ -187,8 +192,14 @@ class Service:
         ]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.join()
+        except BaseException:
+            self._stopping.set()
+            for t in threads:
+                t.join()
+            raise
         for inbox in self.inboxes:
             while inbox:
                 inbox.popleft().free()
@@ -267,7 +278,7 @@ class Service:
         tally = self.tallies[index]
         sessions: list[_Session] = []
         try:
-            while True:
+            while not self._stopping.is_set():
                 self._drain_inbox(index)
                 req = self._next() if len(sessions) < self.max_sessions else None
                 if req is None and not sessions:
@@ -292,6 +303,8 @@ class Service:
             self._drain_inbox(index)
         except BaseException as exc:
             self.errors.append(exc)
+        finally:
+            # Sessions still open: the worker failed, or was stopped before they finished.
             for s in sessions:
                 for seq in s.seqs:
                     self.kv.free_sequence(seq)
