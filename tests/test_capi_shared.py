@@ -223,3 +223,42 @@ def test_python_and_c_threads_share_one_pool_at_once() -> None:
     pool.check()
     stats = pool.stats()
     assert stats.bytes_in_use == 0 and stats.alloc_count == 12000 == stats.free_count
+
+
+def handle_api() -> ctypes.CDLL:
+    """The library with the signatures of the handle API's functions (its own function
+    objects: `clib.load()`'s are shared)."""
+    lib = ctypes.CDLL(clib.get_library())
+    pool = ctypes.c_void_p
+    lib.npumem_alloc.argtypes = [pool, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint32, ctypes.POINTER(Block)]
+    lib.npumem_free.argtypes = [pool, Handle]
+    lib.npumem_block_info.argtypes = [pool, Handle, ctypes.POINTER(Block)]
+    lib.npumem_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def tag_rows(pool: npumem.Pool) -> dict[str | None, tuple[int, int]]:
+    return {t.tag: (t.blocks_in_use, t.requested_bytes_in_use) for t in pool.stats().by_tag}
+
+
+def test_a_c_block_stays_untagged_when_its_tag_number_becomes_a_python_tag() -> None:
+    """A C block allocated with a tag number that is no tag id yet counts as untagged; when
+    Python then interns a tag that gets that id, the block stays untagged, and its free comes
+    off the untagged row, never off the tag's."""
+    lib = handle_api()
+    pool = npumem.Pool(8 << 20, cores=1)
+    capsule = pool.c_pool()
+    pointer = clib.capsule_pointer(capsule)
+    kept, early = Block(), Block()
+    assert lib.npumem_alloc(pointer, 100, 0, 0, ctypes.byref(kept)) == 0
+    assert lib.npumem_alloc(pointer, 512, 0, 1, ctypes.byref(early)) == 0
+    weights = pool.alloc(64, tag="weights")
+    assert weights.tag == "weights"
+    assert tag_rows(pool) == {None: (2, 612), "weights": (1, 64)}
+    assert {b.offset: b.tag for b in pool.blocks()} == {kept.offset: None, early.offset: None, weights.offset: "weights"}
+    assert lib.npumem_free(pointer, early.handle) == 0
+    assert tag_rows(pool) == {None: (1, 100), "weights": (1, 64)}
+    weights.free()
+    assert tag_rows(pool) == {None: (1, 100), "weights": (0, 0)}
+    assert lib.npumem_free(pointer, kept.handle) == 0
+    assert pool.check() == 0

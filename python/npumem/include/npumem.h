@@ -25,8 +25,10 @@
  *
  * Tags: `npumem_tag_id()` gives a tag name's id in a pool; blocks allocated with it count under
  * the tag (live blocks, bytes asked for, their peak), as Python's `PoolStats.by_tag` shows for a
- * pool shared with Python. Untagged blocks from C, and tag numbers that are not ids of the pool,
- * count with the untagged blocks.
+ * pool shared with Python. Untagged blocks from C, and tag numbers that are not ids of the pool
+ * when the block is allocated, count with the untagged blocks for their whole life (they are
+ * stored untagged: a number that becomes a tag's id later does not make them that tag's). A
+ * free is counted in the row its allocation was counted in.
  *
  * Pools are reference counted: npumem_pool_create() returns one reference; npumem_pool_retain()
  * adds one and npumem_pool_release() drops one; the last release destroys the pool and every

@@ -6,11 +6,11 @@ use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use npumem_core::{Backing, Pool, PoolConfig};
+use npumem_core::{Backing, Pool, PoolConfig, TagLabel};
 
 use crate::exports::{
-    npumem_alloc, npumem_block_info, npumem_config_init, npumem_free, npumem_free_many, npumem_last_error,
-    npumem_pool_create, npumem_pool_release, npumem_pool_retain, npumem_pool_stats,
+    npumem_alloc, npumem_alloc_many, npumem_block_info, npumem_config_init, npumem_free, npumem_free_many,
+    npumem_last_error, npumem_pool_create, npumem_pool_release, npumem_pool_retain, npumem_pool_stats, npumem_tag_id,
 };
 use crate::native::{wrap, OPS};
 use crate::object::{Location, NpumemPool, OomCallback, Ops, ABI_VERSION};
@@ -359,3 +359,68 @@ fn a_request_beyond_the_usable_bytes_is_too_large() {
         assert_eq!(npumem_pool_release(pool), OK);
     }
 }
+
+/// The live blocks and requested bytes `core` counts under `label` ((0, 0) without a row).
+fn tag_row(core: &Pool, label: &TagLabel) -> (usize, usize) {
+    core.tag_figures()
+        .iter()
+        .find(|row| &row.label == label)
+        .map_or((0, 0), |row| (row.blocks_in_use, row.requested_bytes_in_use))
+}
+
+/// Blocks allocated with a tag number that was no tag id then count as untagged, and stay so
+/// when a tag gets that id later: their frees (one by one or in a batch) come off the untagged
+/// row, never off the tag's.
+#[test]
+fn a_free_is_counted_in_the_row_its_allocation_was_counted_in() {
+    let (core, pool) = wrapped_pool();
+    let weights = TagLabel::Named("weights".into());
+    // SAFETY: a live pool object and local arrays and outputs.
+    unsafe {
+        let mut early = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 512, 0, 1, &mut early), OK);
+        let sizes = [100usize, 200];
+        let mut batch = [NpumemBlock::default(); 2];
+        assert_eq!(npumem_alloc_many(pool, sizes.as_ptr(), 2, 0, 1, batch.as_mut_ptr(), ptr::null_mut()), OK);
+        assert_eq!(core.block(early.handle.to_core().unwrap()).unwrap().tag, 0, "kept untagged");
+        let mut id = 0u32;
+        assert_eq!(npumem_tag_id(pool, c"weights".as_ptr(), &mut id), OK);
+        assert_eq!(id, 1, "the tag got the number the early blocks gave");
+        let mut tagged = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 64, 0, id, &mut tagged), OK);
+        assert_eq!((tag_row(&core, &weights), tag_row(&core, &TagLabel::Untagged)), ((1, 64), (3, 812)));
+
+        assert_eq!(npumem_free(pool, early.handle), OK);
+        assert_eq!((tag_row(&core, &weights), tag_row(&core, &TagLabel::Untagged)), ((1, 64), (2, 300)));
+        let handles = [batch[0].handle, batch[1].handle];
+        assert_eq!(npumem_free_many(pool, handles.as_ptr(), 2, ptr::null_mut()), OK);
+        assert_eq!((tag_row(&core, &weights), tag_row(&core, &TagLabel::Untagged)), ((1, 64), (0, 0)));
+        assert_eq!(npumem_free(pool, tagged.handle), OK);
+        assert_eq!(tag_row(&core, &weights), (0, 0));
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+    assert_eq!(core.check().unwrap(), 0);
+}
+
+/// A recycled tag id (beyond the named ones) is held while a C block carries it, and its free
+/// counts the block off the shared row of such tags.
+#[test]
+fn a_c_block_with_a_recycled_tag_id_is_counted_off_when_freed() {
+    let (core, pool) = wrapped_pool();
+    // SAFETY: a live pool object, NUL-terminated names and local outputs.
+    unsafe {
+        let mut id = 0u32;
+        for n in 0..=npumem_core::NAMED_TAGS {
+            let name = std::ffi::CString::new(format!("tag{n}")).unwrap();
+            assert_eq!(npumem_tag_id(pool, name.as_ptr(), &mut id), OK);
+        }
+        assert!(id > npumem_core::NAMED_TAGS, "a pooled id: {id}");
+        let mut block = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 300, 0, id, &mut block), OK);
+        assert_eq!(tag_row(&core, &TagLabel::Others), (1, 300));
+        assert_eq!(npumem_free(pool, block.handle), OK);
+        assert_eq!(tag_row(&core, &TagLabel::Others), (0, 0));
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+}
+

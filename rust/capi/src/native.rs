@@ -182,38 +182,43 @@ fn retry_after<T>(
     }
 }
 
-/// Whether blocks tagged `tag` count under it, counted there (before they are allocated) with
-/// `blocks` holds taken on a recycled tag id when they do: ids the pool's tag table knows
-/// (`npumem_tag_id`). Untagged blocks and other numbers are stored as given and count under no
-/// tag, so untagged allocations from C pay nothing.
-fn count_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) -> bool {
+/// The tag that `blocks` blocks asked for with tag number `tag` are stored with, counted under
+/// it (before they are allocated, with `blocks` holds taken on a recycled id) when it is not 0:
+/// `tag` when it is an id the pool's tag table knows (`npumem_tag_id`), 0 otherwise. Other
+/// numbers count with the untagged blocks and are stored as 0, so such a block stays untagged
+/// for its whole life, even if its number becomes a tag's id later, and untagged allocations
+/// from C pay nothing. A block's stored tag is therefore not 0 exactly when the block was
+/// counted under it, as every block Python allocates: a free charges the tag the block carries.
+fn count_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) -> u32 {
     let counts = tag != 0 && (p.pool.tags().is_named(tag) || p.pool.tags().hold(tag, blocks as u64).is_ok());
-    if counts {
-        p.pool.count_tagged_alloc(tag, blocks, bytes);
+    if !counts {
+        return 0;
     }
-    counts
+    p.pool.count_tagged_alloc(tag, blocks, bytes);
+    tag
 }
 
-/// `blocks` blocks of `bytes` bytes in all, tagged `tag` and counted, were made (the tag's
-/// peak takes them in) or could not be (counted back).
-fn settle_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize, made: bool) {
+/// `blocks` blocks of `bytes` bytes in all, stored with tag `stored` ([`count_tag`]), were made
+/// (the tag's peak takes them in) or could not be (counted back). Nothing to do for 0.
+fn settle_tag(p: &NpumemPool, stored: u32, blocks: usize, bytes: usize, made: bool) {
+    if stored == 0 {
+        return;
+    }
     if made {
-        p.pool.confirm_tagged_alloc(tag);
+        p.pool.confirm_tagged_alloc(stored);
     } else {
+        p.pool.count_tagged_free(stored, blocks, bytes);
+        p.pool.release_tag(stored, blocks as u64);
+    }
+}
+
+/// `blocks` blocks of `bytes` bytes in all, that carried tag `tag`, were freed: they were
+/// counted under it when it is not 0 (see [`count_tag`]).
+fn freed_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) {
+    if tag != 0 {
         p.pool.count_tagged_free(tag, blocks, bytes);
         p.pool.release_tag(tag, blocks as u64);
     }
-}
-
-/// Whether a block tagged `tag` that is about to be freed was counted under it.
-fn counted(p: &NpumemPool, tag: u32) -> bool {
-    tag != 0 && (p.pool.tags().is_named(tag) || p.pool.tags().name(tag).is_some())
-}
-
-/// `blocks` blocks of `bytes` bytes in all, tagged `tag` and counted, were freed.
-fn freed_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) {
-    p.pool.count_tagged_free(tag, blocks, bytes);
-    p.pool.release_tag(tag, blocks as u64);
 }
 
 /// The C view of a live block.
@@ -254,16 +259,14 @@ unsafe extern "C" fn alloc(
         if out.is_null() {
             return null("out");
         }
-        let counts = count_tag(p, tag, 1, size);
-        let attempt = || p.pool.alloc_with_offset(size, align_of(align), tag);
+        let stored = count_tag(p, tag, 1, size);
+        let attempt = || p.pool.alloc_with_offset(size, align_of(align), stored);
         let mut alive = None;
         let made = match attempt() {
             Ok(made) => Ok(made),
             Err(err) => retry_after(p, pool, size, align, err, &mut alive, attempt),
         };
-        if counts {
-            settle_tag(p, tag, 1, size, made.is_ok());
-        }
+        settle_tag(p, stored, 1, size, made.is_ok());
         match made {
             Ok((handle, offset)) => {
                 let block =
@@ -282,11 +285,12 @@ unsafe extern "C" fn free(pool: *mut NpumemPool, handle: NpumemHandle) -> Status
         // SAFETY: checked by the entry point.
         let p = unsafe { this(pool) };
         let Some(handle) = handle.to_core() else { return not_made_by_npumem(handle) };
-        let tagged = p.pool.block(handle).ok().filter(|b| counted(p, b.tag));
+        // The tag the block carries, read before the free: the row its allocation was counted in.
+        let carried = p.pool.block(handle).map(|b| (b.tag, b.size));
         match p.pool.free(handle) {
             Ok(()) => {
-                if let Some(b) = tagged {
-                    freed_tag(p, b.tag, 1, b.size);
+                if let Ok((tag, size)) = carried {
+                    freed_tag(p, tag, 1, size);
                 }
                 OK
             }
@@ -388,16 +392,14 @@ unsafe extern "C" fn alloc_many(
         let sizes = unsafe { slice::from_raw_parts(sizes, count) };
         let largest = sizes.iter().copied().max().unwrap_or(0);
         let requested = sizes.iter().fold(0usize, |sum, &size| sum.saturating_add(size));
-        let counts = count_tag(p, tag, count, requested);
-        let attempt = || p.pool.alloc_many(sizes, align_of(align), tag);
+        let stored = count_tag(p, tag, count, requested);
+        let attempt = || p.pool.alloc_many(sizes, align_of(align), stored);
         let mut alive = None;
         let made = match attempt() {
             Ok(handles) => Ok(handles),
             Err(err) => retry_after(p, pool, largest, align, err, &mut alive, attempt),
         };
-        if counts {
-            settle_tag(p, tag, count, requested, made.is_ok());
-        }
+        settle_tag(p, stored, count, requested, made.is_ok());
         let handles = match made {
             Ok(handles) => handles,
             Err(err) => {
@@ -463,12 +465,14 @@ unsafe extern "C" fn free_many(
             };
             handles.push(handle);
         }
-        let mut tagged: Vec<(u32, usize)> =
+        // The tags the blocks carry, read before the free: the rows their allocations were
+        // counted in.
+        let mut carried: Vec<(u32, usize)> =
             handles.iter().filter_map(|&h| p.pool.block(h).ok()).map(|b| (b.tag, b.size)).collect();
         match p.pool.free_many(&handles) {
             Ok(()) => {
-                tagged.sort_unstable();
-                for run in tagged.chunk_by(|a, b| a.0 == b.0).filter(|run| counted(p, run[0].0)) {
+                carried.sort_unstable();
+                for run in carried.chunk_by(|a, b| a.0 == b.0) {
                     freed_tag(p, run[0].0, run.len(), run.iter().map(|&(_, size)| size).sum());
                 }
                 OK
