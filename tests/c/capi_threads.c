@@ -367,19 +367,45 @@ static int release_reserve(npumem_pool *pool, size_t size, size_t align, void *u
     return s->pool == pool && npumem_free(pool, s->reserve) == NPUMEM_OK;
 }
 
+static int always_retry(npumem_pool *pool, size_t size, size_t align, void *user) {
+    (void)pool;
+    (void)size;
+    (void)align;
+    ++*(int *)user;
+    return 1;
+}
+
+static uint64_t failed_allocs(npumem_pool *pool) {
+    npumem_stats stats;
+    return npumem_pool_stats(pool, &stats) == NPUMEM_OK ? stats.failed_allocs : UINT64_MAX;
+}
+
 static void oom_callback_and_refs(void) {
     npumem_pool *pool = make_pool(4u << 20, 1);
-    npumem_block reserve, big, again;
+    npumem_block reserve, big, again, two[2];
     oom_state state;
+    size_t offset, sizes[2] = {1u << 20, 1u << 20};
+    int retries = 0;
     if (!pool) return;
     EXPECT(npumem_alloc(pool, 3u << 20, 0, 0, &reserve), NPUMEM_OK);
     EXPECT(npumem_alloc(pool, 2u << 20, 0, 0, &big), NPUMEM_ERR_OUT_OF_MEMORY);
+    CHECK(failed_allocs(pool) == 1);
+    /* A retry that finds no room either: each allocation counts once. */
+    EXPECT(npumem_set_oom_callback(pool, always_retry, &retries), NPUMEM_OK);
+    EXPECT(npumem_alloc(pool, 2u << 20, 0, 0, &big), NPUMEM_ERR_OUT_OF_MEMORY);
+    CHECK(failed_allocs(pool) == 2);
+    EXPECT(npumem_alloc_raw(pool, 2u << 20, 0, &offset, NULL), NPUMEM_ERR_OUT_OF_MEMORY);
+    CHECK(failed_allocs(pool) == 3);
+    EXPECT(npumem_alloc_many(pool, sizes, 2, 0, 0, two, NULL), NPUMEM_ERR_OUT_OF_MEMORY);
+    CHECK(failed_allocs(pool) == 4);
+    CHECK(retries == 3);
     state.pool = pool;
     state.reserve = reserve.handle;
     state.calls = 0;
     EXPECT(npumem_set_oom_callback(pool, release_reserve, &state), NPUMEM_OK);
     EXPECT(npumem_alloc(pool, 2u << 20, 0, 0, &big), NPUMEM_OK);
     CHECK(state.calls == 1);
+    CHECK(failed_allocs(pool) == 4); /* rescued: it never failed */
     EXPECT(npumem_alloc(pool, 4u << 20, 0, 0, &again), NPUMEM_ERR_OUT_OF_MEMORY);
     CHECK(state.calls == 2);
     EXPECT(npumem_set_oom_callback(pool, NULL, NULL), NPUMEM_OK);

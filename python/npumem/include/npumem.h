@@ -177,7 +177,9 @@ typedef struct npumem_pool_info {
 
 /**
  * Called when an allocation of `size` bytes aligned to `align` finds no room, on the allocating
- * thread. Return nonzero after releasing memory to have the allocation tried once more. The
+ * thread. Return nonzero after releasing memory to have the allocation tried once more; the
+ * allocation counts once in `failed_allocs` when that try fails too, and not at all when it
+ * succeeds (as with Python's `Pool.set_oom_handler`). The
  * callback may call the API, on this pool too: an allocation it makes from this pool that finds
  * no room fails without calling it again, and the pool stays live until the allocation that
  * called it returns, even if the callback releases the caller's last reference.

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use npumem_core::{Backing, Pool, PoolConfig, TagLabel};
 
 use crate::exports::{
-    npumem_alloc, npumem_alloc_many, npumem_block_info, npumem_config_init, npumem_free, npumem_free_many,
-    npumem_last_error, npumem_pool_create, npumem_pool_release, npumem_pool_retain, npumem_pool_stats, npumem_tag_id,
+    npumem_alloc, npumem_alloc_many, npumem_alloc_raw, npumem_block_info, npumem_config_init, npumem_free,
+    npumem_free_many, npumem_last_error, npumem_pool_create, npumem_pool_release, npumem_pool_retain,
+    npumem_pool_stats, npumem_set_oom_callback, npumem_tag_id,
 };
 use crate::native::{wrap, OPS};
 use crate::object::{Location, NpumemPool, OomCallback, Ops, ABI_VERSION};
@@ -424,3 +425,45 @@ fn a_c_block_with_a_recycled_tag_id_is_counted_off_when_freed() {
     }
 }
 
+/// With a callback that asks for a retry, an allocation counts once in `failed_allocs` when
+/// the retry finds no room either, and not at all when the retry succeeds: for every kind of
+/// allocation, as with Python's out-of-memory handler.
+#[test]
+fn an_allocation_retried_after_the_callback_counts_one_outcome() {
+    static RESERVE: std::sync::Mutex<Option<NpumemHandle>> = std::sync::Mutex::new(None);
+    unsafe extern "C" fn retry(pool: *mut NpumemPool, _: usize, _: usize, _: *mut c_void) -> i32 {
+        if let Some(reserve) = RESERVE.lock().unwrap().take() {
+            // SAFETY: the pool the callback was called for.
+            assert_eq!(unsafe { npumem_free(pool, reserve) }, OK);
+        }
+        1
+    }
+    let (core, pool) = wrapped_pool();
+    let failed = || core.stats().failed_allocs;
+    // SAFETY: a live pool object and local arrays and outputs.
+    unsafe {
+        let mut hog = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 3 << 20, 0, 0, &mut hog), OK);
+        assert_eq!(npumem_set_oom_callback(pool, Some(retry), ptr::null_mut()), OK);
+        let mut block = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 2 << 20, 0, 0, &mut block), status::ERR_OUT_OF_MEMORY);
+        assert_eq!(failed(), 1, "alloc");
+        let mut offset = 0usize;
+        assert_eq!(npumem_alloc_raw(pool, 2 << 20, 0, &mut offset, ptr::null_mut()), status::ERR_OUT_OF_MEMORY);
+        assert_eq!(failed(), 2, "alloc_raw");
+        let sizes = [1usize << 20, 1 << 20];
+        let mut out = [NpumemBlock::default(); 2];
+        let mut index = 0usize;
+        assert_eq!(
+            npumem_alloc_many(pool, sizes.as_ptr(), 2, 0, 0, out.as_mut_ptr(), &mut index),
+            status::ERR_OUT_OF_MEMORY
+        );
+        assert_eq!(failed(), 3, "alloc_many");
+        // The callback frees the hog: the retry succeeds and the allocation never failed.
+        *RESERVE.lock().unwrap() = Some(hog.handle);
+        assert_eq!(npumem_alloc(pool, 2 << 20, 0, 0, &mut block), OK);
+        assert_eq!(failed(), 3, "a rescued allocation");
+        assert_eq!(npumem_free(pool, block.handle), OK);
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+}

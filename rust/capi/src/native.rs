@@ -153,6 +153,10 @@ impl Drop for InCallback {
 /// this thread does not call it again (it fails as if no callback were set). The call keeps a
 /// reference to the pool from the callback on, in `alive`, so that a callback that releases the
 /// caller's last reference leaves the pool live until the entry point returns.
+///
+/// One allocation has one outcome in `failed_allocs`, as with Python's out-of-memory handler:
+/// the first failure counted it once; a retry that succeeds takes that back, and a retry that
+/// finds no room again (counted again by the core) counts no second failure.
 #[cold]
 #[inline(never)]
 fn retry_after<T>(
@@ -175,11 +179,14 @@ fn retry_after<T>(
     // SAFETY: the caller registered the callback for this pool and user pointer.
     let again = unsafe { (h.callback)(raw, size, align, h.user) } != 0;
     drop(inside);
-    if again {
-        attempt()
-    } else {
-        Err(err)
+    if !again {
+        return Err(err);
     }
+    let retried = attempt();
+    if retried.as_ref().map_or_else(|e| matches!(e.root(), Error::OutOfMemory { .. }), |_| true) {
+        p.pool.forgive_failure();
+    }
+    retried
 }
 
 /// The tag that `blocks` blocks asked for with tag number `tag` are stored with, counted under
