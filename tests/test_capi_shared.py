@@ -262,3 +262,45 @@ def test_a_c_block_stays_untagged_when_its_tag_number_becomes_a_python_tag() -> 
     assert tag_rows(pool) == {None: (1, 100), "weights": (0, 0)}
     assert lib.npumem_free(pointer, kept.handle) == 0
     assert pool.check() == 0
+
+
+def test_a_block_that_c_pins_stays_in_place_through_a_compaction() -> None:
+    """C code pins a block for as long as it uses its address: a full compaction moves the
+    blocks around it but not that one, and Python's view of the pool counts the pin."""
+    lib = handle_api()
+    lib.npumem_pin.argtypes = [ctypes.c_void_p, Handle, ctypes.POINTER(Block)]
+    lib.npumem_unpin.argtypes = [ctypes.c_void_p, Handle]
+    pool = npumem.Pool(64 << 20, cores=1)
+    capsule = pool.c_pool()
+    pointer = clib.capsule_pointer(capsule)
+    blocks = [Block() for _ in range(200)]
+    for b in blocks:
+        assert lib.npumem_alloc(pointer, 50_000, 0, 0, ctypes.byref(b)) == 0
+    for b in blocks[::2]:
+        assert lib.npumem_free(pointer, b.handle) == 0
+    live = blocks[1::2]
+    pinned = live[-1]
+    where = Block()
+    assert lib.npumem_pin(pointer, pinned.handle, ctypes.byref(where)) == 0
+    assert (where.offset, where.address) == (pinned.offset, pinned.address)
+    ctypes.memset(where.address, 7, 50_000)
+    assert [b.pins for b in pool.blocks() if b.offset == pinned.offset] == [1]
+    with pool.pause(5.0) as pause:
+        pool.compact_step(pause, "full")
+    now = Block()
+    moved = 0
+    for b in live:
+        assert lib.npumem_block_info(pointer, b.handle, ctypes.byref(now)) == 0
+        moved += now.offset != b.offset
+    assert moved > 0, "the compaction moved the unpinned blocks"
+    assert lib.npumem_block_info(pointer, pinned.handle, ctypes.byref(now)) == 0
+    assert now.offset == pinned.offset
+    assert ctypes.string_at(where.address, 50_000) == b"\x07" * 50_000
+    assert lib.npumem_free(pointer, pinned.handle) == 11  # NPUMEM_ERR_PINNED
+    assert lib.npumem_unpin(pointer, pinned.handle) == 0
+    assert lib.npumem_unpin(pointer, pinned.handle) == 20  # NPUMEM_ERR_NOT_PINNED
+    assert b"holds no pin" in lib.npumem_last_error()
+    for b in live:
+        assert lib.npumem_free(pointer, b.handle) == 0
+    assert pool.check() == 0
+    assert pool.stats().blocks_in_use == 0

@@ -7,8 +7,9 @@
  * 2. Misuse: a NULL pool, bad sizes and alignments, a double free, a foreign and a made-up
  *    handle, bad raw frees, bad configurations, failing batches. Each gets its error code and
  *    leaves the pool's statistics as they were.
- * 3. The out-of-memory callback, reference counting, and the PyTorch allocator functions on a
- *    pool with no backing and a fake base address.
+ * 3. The out-of-memory callback (and what `failed_allocs` counts with it), reference counting,
+ *    pins, and the PyTorch allocator functions on a pool with no backing and a fake base
+ *    address.
  *
  * Prints "ok" and exits 0, or prints the failed check and exits 1.
  */
@@ -420,6 +421,38 @@ static void oom_callback_and_refs(void) {
     printf("oom callback and reference counts: ok\n");
 }
 
+static void pins(void) {
+    npumem_pool *pool = make_pool(4u << 20, 1);
+    npumem_block block, where;
+    npumem_handle forged;
+    npumem_stats before;
+    size_t failed = 0;
+    if (!pool) return;
+    EXPECT(npumem_alloc(pool, 1000, 0, 0, &block), NPUMEM_OK);
+    EXPECT(npumem_pin(pool, block.handle, &where), NPUMEM_OK);
+    CHECK(where.offset == block.offset && where.address == block.address && where.size == 1000);
+    EXPECT(npumem_pin(pool, block.handle, NULL), NPUMEM_OK);
+    EXPECT(npumem_pool_stats(pool, &before), NPUMEM_OK);
+    EXPECT(npumem_free(pool, block.handle), NPUMEM_ERR_PINNED);
+    EXPECT(npumem_free_many(pool, &block.handle, 1, &failed), NPUMEM_ERR_PINNED);
+    CHECK(failed == 0);
+    CHECK(same_stats(pool, &before));
+    EXPECT(npumem_unpin(pool, block.handle), NPUMEM_OK);
+    EXPECT(npumem_free(pool, block.handle), NPUMEM_ERR_PINNED); /* one pin is left */
+    EXPECT(npumem_unpin(pool, block.handle), NPUMEM_OK);
+    EXPECT(npumem_unpin(pool, block.handle), NPUMEM_ERR_NOT_PINNED);
+    CHECK(strstr(npumem_last_error(), "holds no pin") != NULL);
+    CHECK(strcmp(npumem_strerror(NPUMEM_ERR_NOT_PINNED), "the block holds no pin to drop") == 0);
+    forged = block.handle;
+    forged.reserved = 3;
+    EXPECT(npumem_pin(pool, forged, &where), NPUMEM_ERR_INVALID_HANDLE);
+    EXPECT(npumem_unpin(NULL, block.handle), NPUMEM_ERR_NULL_ARGUMENT);
+    EXPECT(npumem_free(pool, block.handle), NPUMEM_OK);
+    EXPECT(npumem_pin(pool, block.handle, &where), NPUMEM_ERR_INVALID_HANDLE);
+    EXPECT(npumem_pool_release(pool), NPUMEM_OK);
+    printf("pins: ok\n");
+}
+
 static void torch_functions(void) {
     const uint64_t base = 0x7f0000000000ull; /* a fake device address */
     npumem_config config;
@@ -463,6 +496,7 @@ int main(void) {
     threads();
     misuse();
     oom_callback_and_refs();
+    pins();
     torch_functions();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);

@@ -30,6 +30,13 @@
  * stored untagged: a number that becomes a tag's id later does not make them that tag's). A
  * free is counted in the row its allocation was counted in.
  *
+ * Moves: a compaction (run from Python on a shared pool) may move a block of the handle API at
+ * any time, also right after npumem_alloc() returns; its handle follows it, but an offset or
+ * address read earlier goes stale. C code that reads or writes a block's bytes while a
+ * compaction may run pins it first (npumem_pin), uses the address the pin gives, and unpins it
+ * when done: a pinned block never moves and cannot be freed. Raw blocks (npumem_alloc_raw)
+ * never move.
+ *
  * Pools are reference counted: npumem_pool_create() returns one reference; npumem_pool_retain()
  * adds one and npumem_pool_release() drops one; the last release destroys the pool and every
  * block in it. A pool made in Python (`pool.c_pool()`) works with these functions as well.
@@ -48,7 +55,7 @@ extern "C" {
 #endif
 
 /** The version of this interface; npumem_abi_version() gives the library's. */
-#define NPUMEM_ABI_VERSION 4
+#define NPUMEM_ABI_VERSION 5
 
 /** Status codes. */
 typedef int npumem_status;
@@ -63,8 +70,8 @@ typedef int npumem_status;
 #define NPUMEM_ERR_INVALID_HANDLE 8    /* the handle names no live block of this pool */
 #define NPUMEM_ERR_FOREIGN_HANDLE 9    /* the handle belongs to another pool */
 #define NPUMEM_ERR_DOUBLE_FREE 10      /* the block was already freed */
-#define NPUMEM_ERR_PINNED 11           /* the block is pinned (e.g. exported through DLPack), or a pin
-                                          * would pass the most a block holds */
+#define NPUMEM_ERR_PINNED 11           /* the block is pinned (npumem_pin, or exported through DLPack),
+                                          * or a pin would pass the most a block holds */
 #define NPUMEM_ERR_INVALID_BLOCK 12    /* raw free: no live block of that size at that offset */
 #define NPUMEM_ERR_NO_BACKING 13       /* the pool has no host memory */
 #define NPUMEM_ERR_BACKING 14          /* host memory could not be mapped or allocated (npumem's own tables too) */
@@ -73,6 +80,7 @@ typedef int npumem_status;
 #define NPUMEM_ERR_ABI_MISMATCH 17     /* struct size or ABI version differs */
 #define NPUMEM_ERR_INTERNAL 18         /* a bug in npumem (details in npumem_last_error) */
 #define NPUMEM_ERR_INVALID_ARGUMENT 19 /* an argument is malformed (a tag name that is not UTF-8) */
+#define NPUMEM_ERR_NOT_PINNED 20       /* npumem_unpin: the block holds no pin to drop */
 
 /** Backing: real host memory behind the arena, or offsets only (device memory). */
 #define NPUMEM_BACKING_HOST 0u
@@ -128,7 +136,7 @@ typedef struct npumem_handle {
 /** A block as an allocation returns it. */
 typedef struct npumem_block {
     npumem_handle handle;
-    size_t offset;     /* offset in the arena (changes only when a compaction moves it) */
+    size_t offset;     /* offset in the arena (changes when a compaction moves it: see npumem_pin) */
     size_t size;       /* bytes asked for */
     uint64_t address;  /* base address + offset: a host pointer on host pools */
 } npumem_block;
@@ -208,8 +216,27 @@ npumem_status npumem_tag_id(npumem_pool *pool, const char *name, uint32_t *id);
 /** Allocate `size` bytes aligned to `align` (0: the pool's default), tag id `tag` (0: none). */
 npumem_status npumem_alloc(npumem_pool *pool, size_t size, size_t align, uint32_t tag, npumem_block *out);
 npumem_status npumem_free(npumem_pool *pool, npumem_handle handle);
-/** The block's current offset and address. */
+/**
+ * The block's current offset and address. A compaction may move the block afterwards (then
+ * read them again); pin it (npumem_pin) to keep them.
+ */
 npumem_status npumem_block_info(npumem_pool *pool, npumem_handle handle, npumem_block *out);
+/**
+ * Pin the block: until the matching npumem_unpin() it never moves (its offset and address stay
+ * valid) and npumem_free(), npumem_free_many() and Python's `free()` refuse it
+ * (NPUMEM_ERR_PINNED). `out` (if not NULL) receives the block as it is now, where it stays while
+ * pinned. Pins count: each npumem_pin() needs one npumem_unpin(). Waits while a compaction is
+ * moving the block (NPUMEM_ERR_BUSY at once when called from the thread that moves it: a
+ * mover). A block holds at most 32767 pins of this kind (then NPUMEM_ERR_PINNED).
+ */
+npumem_status npumem_pin(npumem_pool *pool, npumem_handle handle, npumem_block *out);
+/**
+ * Drop a pin that npumem_pin() took (NPUMEM_ERR_NOT_PINNED, and nothing changes, when the block
+ * holds none). Pins are counted per block, not per caller: drop only pins you took. Python's
+ * `Block.pin()` takes the same kind of pin; the pins of buffer views and DLPack exports are
+ * apart and go with them.
+ */
+npumem_status npumem_unpin(npumem_pool *pool, npumem_handle handle);
 /**
  * Allocate `count` blocks into out[0..count), or none. On failure `*failed_index` (if not NULL)
  * names the item that failed (SIZE_MAX when no single item is to blame).

@@ -10,8 +10,8 @@ use npumem_core::{Backing, Pool, PoolConfig, TagLabel};
 
 use crate::exports::{
     npumem_alloc, npumem_alloc_many, npumem_alloc_raw, npumem_block_info, npumem_config_init, npumem_free,
-    npumem_free_many, npumem_last_error, npumem_pool_create, npumem_pool_release, npumem_pool_retain,
-    npumem_pool_stats, npumem_set_oom_callback, npumem_tag_id,
+    npumem_free_many, npumem_last_error, npumem_pin, npumem_pool_create, npumem_pool_release, npumem_pool_retain,
+    npumem_pool_stats, npumem_set_oom_callback, npumem_tag_id, npumem_unpin,
 };
 use crate::native::{wrap, OPS};
 use crate::object::{Location, NpumemPool, OomCallback, Ops, ABI_VERSION};
@@ -189,6 +189,8 @@ const fn copy_of_native() -> Ops {
         set_oom_callback: OPS.set_oom_callback,
         tag_id: OPS.tag_id,
         last_error: OPS.last_error,
+        pin: OPS.pin,
+        unpin: OPS.unpin,
     }
 }
 
@@ -466,4 +468,42 @@ fn an_allocation_retried_after_the_callback_counts_one_outcome() {
         assert_eq!(npumem_free(pool, block.handle), OK);
         assert_eq!(npumem_pool_release(pool), OK);
     }
+}
+
+/// A pin keeps a block from being freed until it is dropped; unpinning a block that holds no
+/// pin, and pinning a freed or forged handle, are refused and change nothing.
+#[test]
+fn a_pinned_block_is_not_freed_until_unpinned() {
+    let (core, pool) = wrapped_pool();
+    // SAFETY: a live pool object and local arrays and outputs.
+    unsafe {
+        let mut block = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 1000, 0, 0, &mut block), OK);
+        let mut pinned = NpumemBlock::default();
+        assert_eq!(npumem_pin(pool, block.handle, &mut pinned), OK);
+        assert_eq!(pinned, block, "where the block is");
+        assert_eq!(npumem_pin(pool, block.handle, ptr::null_mut()), OK, "out may be NULL");
+        let handle = block.handle.to_core().unwrap();
+        assert_eq!(core.block(handle).unwrap().pins, 2);
+        assert_eq!(npumem_free(pool, block.handle), status::ERR_PINNED);
+        let mut index = 9usize;
+        assert_eq!(npumem_free_many(pool, &block.handle, 1, &mut index), status::ERR_PINNED);
+        assert_eq!(index, 0);
+        assert_eq!(npumem_unpin(pool, block.handle), OK);
+        assert_eq!(npumem_free(pool, block.handle), status::ERR_PINNED, "one pin is left");
+        assert_eq!(npumem_unpin(pool, block.handle), OK);
+        assert_eq!(npumem_unpin(pool, block.handle), status::ERR_NOT_PINNED);
+        assert!(last_error().contains("holds no pin to drop"), "{}", last_error());
+        assert_eq!(CStr::from_ptr(crate::exports::npumem_strerror(status::ERR_NOT_PINNED)), c"the block holds no pin to drop");
+        assert_eq!(core.block(handle).unwrap().pins, 0, "a refused unpin changes nothing");
+        let forged = NpumemHandle { reserved: 1, ..block.handle };
+        assert_eq!(npumem_pin(pool, forged, &mut pinned), status::ERR_INVALID_HANDLE);
+        assert_eq!(npumem_unpin(pool, forged), status::ERR_INVALID_HANDLE);
+        assert_eq!(npumem_free(pool, block.handle), OK);
+        assert_eq!(npumem_pin(pool, block.handle, &mut pinned), status::ERR_INVALID_HANDLE);
+        assert_eq!(npumem_unpin(pool, block.handle), status::ERR_INVALID_HANDLE);
+        assert_eq!(npumem_pin(ptr::null_mut(), block.handle, &mut pinned), status::ERR_NULL_ARGUMENT);
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+    assert_eq!(core.check().unwrap(), 0);
 }

@@ -173,6 +173,27 @@ pub unsafe extern "C" fn npumem_block_info(
     dispatch!(pool, |ops| unsafe { (ops.block)(pool, handle, out) })
 }
 
+/// Pin the handle's block: no compaction moves it and no free frees it until `npumem_unpin`;
+/// `out` (NULL or writable) receives where it is.
+///
+/// # Safety
+/// `pool` is NULL or a live pool object; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn npumem_pin(pool: *mut NpumemPool, handle: NpumemHandle, out: *mut NpumemBlock) -> Status {
+    // SAFETY: `ops_of` checked the pool; the rest is the caller's contract.
+    dispatch!(pool, |ops| unsafe { (ops.pin)(pool, handle, out) })
+}
+
+/// Drop a pin that `npumem_pin` took.
+///
+/// # Safety
+/// `pool` is NULL or a live pool object.
+#[no_mangle]
+pub unsafe extern "C" fn npumem_unpin(pool: *mut NpumemPool, handle: NpumemHandle) -> Status {
+    // SAFETY: `ops_of` checked the pool.
+    dispatch!(pool, |ops| unsafe { (ops.unpin)(pool, handle) })
+}
+
 /// Allocate `count` blocks, or none.
 ///
 /// # Safety

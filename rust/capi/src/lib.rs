@@ -1,7 +1,7 @@
 //! # npumem-capi
 //!
 //! The C ABI of npumem, declared in `python/npumem/include/npumem.h` (C99 and C++): pools made
-//! and shared by reference counting, allocation with handles or raw offsets, batches, stats,
+//! and shared by reference counting, allocation with handles or raw offsets, pins, batches, stats,
 //! status codes with messages, an out-of-memory callback, and the two functions PyTorch's
 //! `CUDAPluggableAllocator` loads. Thread-safe; no panic crosses into C; no Python needed.
 //!

@@ -13,8 +13,8 @@ use npumem_core::{Error, Handle, Pool};
 use crate::config;
 use crate::object::{Location, NpumemPool, OomCallback, OomHook, Ops, ABI_VERSION};
 use crate::status::{
-    self, fail, fail_with, guard, Status, ERR_INVALID_ARGUMENT, ERR_INVALID_HANDLE, ERR_NULL_ARGUMENT, ERR_TOO_LARGE,
-    OK,
+    self, fail, fail_with, guard, Status, ERR_INVALID_ARGUMENT, ERR_INVALID_HANDLE, ERR_NOT_PINNED, ERR_NULL_ARGUMENT,
+    ERR_TOO_LARGE, OK,
 };
 use crate::types::{NpumemBlock, NpumemConfig, NpumemHandle, NpumemPoolInfo, NpumemStats, BACKING_HOST, BACKING_NONE};
 
@@ -35,6 +35,8 @@ pub static OPS: Ops = Ops {
     set_oom_callback,
     tag_id,
     last_error,
+    pin,
+    unpin,
 };
 
 /// A pool object (one reference) over `pool`, served by this copy. The caller owns the
@@ -320,6 +322,48 @@ unsafe extern "C" fn block(pool: *mut NpumemPool, handle: NpumemHandle, out: *mu
                 unsafe { out.write(block) };
                 OK
             }
+            Err(err) => fail(&err),
+        }
+    })
+}
+
+unsafe extern "C" fn pin(pool: *mut NpumemPool, handle: NpumemHandle, out: *mut NpumemBlock) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        let Some(core_handle) = handle.to_core() else { return not_made_by_npumem(handle) };
+        // Waits while a compaction moves the block: once pinned, it stays where it is now.
+        if let Err(err) = p.pool.pin(core_handle) {
+            return fail(&err);
+        }
+        if !out.is_null() {
+            match describe(p, core_handle) {
+                // SAFETY: `out` is non-NULL and the caller's to write.
+                Ok(block) => unsafe { out.write(block) },
+                Err(err) => {
+                    // The block went meanwhile (another caller dropped this pin and freed it):
+                    // the pin went with it.
+                    return fail(&err);
+                }
+            }
+        }
+        OK
+    })
+}
+
+unsafe extern "C" fn unpin(pool: *mut NpumemPool, handle: NpumemHandle) -> Status {
+    guard(|| {
+        // SAFETY: checked by the entry point.
+        let p = unsafe { this(pool) };
+        let Some(core_handle) = handle.to_core() else { return not_made_by_npumem(handle) };
+        match p.pool.unpin(core_handle) {
+            Ok(_) => OK,
+            // The block is live but holds no pin of the kind npumem_pin takes.
+            Err(Error::InvalidBlock { .. }) => fail_with(
+                ERR_NOT_PINNED,
+                "the block holds no pin to drop: npumem_unpin drops a pin taken with npumem_pin (or Python's \
+                 Block.pin()); the pins of buffer views and DLPack exports go with them; nothing was done",
+            ),
             Err(err) => fail(&err),
         }
     })

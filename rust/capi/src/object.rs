@@ -14,7 +14,7 @@ use crate::status::{Status, ERR_ABI_MISMATCH, ERR_INVALID_POOL, ERR_NULL_ARGUMEN
 use crate::types::{NpumemBlock, NpumemHandle, NpumemPoolInfo, NpumemStats};
 
 /// `NPUMEM_ABI_VERSION`: bumped when `Ops` or a public struct changes.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// The magic word of a live pool object.
 pub const MAGIC: u64 = 0x6e70_756d_656d_5031; // "npumemP1"
@@ -44,6 +44,8 @@ pub struct Ops {
     pub tag_id: unsafe extern "C" fn(*mut NpumemPool, *const std::ffi::c_char, *mut u32) -> Status,
     /// The calling thread's last error message in that copy.
     pub last_error: unsafe extern "C" fn() -> *const std::ffi::c_char,
+    pub pin: unsafe extern "C" fn(*mut NpumemPool, NpumemHandle, *mut NpumemBlock) -> Status,
+    pub unpin: unsafe extern "C" fn(*mut NpumemPool, NpumemHandle) -> Status,
 }
 
 /// Where a pool's memory is, as C and DLPack see it.

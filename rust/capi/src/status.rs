@@ -31,9 +31,10 @@ pub const ERR_CORRUPTION: Status = 16;
 pub const ERR_ABI_MISMATCH: Status = 17;
 pub const ERR_INTERNAL: Status = 18;
 pub const ERR_INVALID_ARGUMENT: Status = 19;
+pub const ERR_NOT_PINNED: Status = 20;
 
 /// The fixed description of each code, NUL-terminated, indexed by code.
-const DESCRIPTIONS: [&CStr; 20] = [
+const DESCRIPTIONS: [&CStr; 21] = [
     c"success",
     c"a required pointer argument is NULL",
     c"the pool pointer does not name a live pool",
@@ -54,6 +55,7 @@ const DESCRIPTIONS: [&CStr; 20] = [
     c"the caller and the library disagree on the ABI (struct size or version)",
     c"internal error (a bug in npumem; details in npumem_last_error)",
     c"an argument is malformed",
+    c"the block holds no pin to drop",
 ];
 
 const UNKNOWN: &CStr = c"unknown status code";
@@ -145,11 +147,11 @@ mod tests {
 
     #[test]
     fn every_code_has_a_description() {
-        for code in OK..=ERR_INVALID_ARGUMENT {
+        for code in OK..=ERR_NOT_PINNED {
             assert_ne!(describe(code), UNKNOWN, "code {code}");
         }
         assert_eq!(describe(-1), UNKNOWN);
-        assert_eq!(describe(ERR_INVALID_ARGUMENT + 1), UNKNOWN);
+        assert_eq!(describe(ERR_NOT_PINNED + 1), UNKNOWN);
     }
 
     #[test]
