@@ -397,6 +397,70 @@ def test_a_child_does_not_wait_for_a_pause_that_a_parent_thread_was_taking_at_th
     assert pool.check() == 0
 
 
+HELD_AT_FORK = "forked while another thread held a pause of this pool"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_child_gives_up_on_a_pause_a_parent_thread_held_at_the_fork_after_its_timeout() -> None:
+    # A thread of the parent holds a pause (timeout 1 s) at the fork and does not exist in the
+    # child: every call there that waits for the pause gives up after that pause's timeout,
+    # not its own longer one (check() and snapshot() waited 10 s), and says why.
+    pool = npumem.Pool(4 * MIB, cores=1, backing="none")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with pool.pause(timeout=1.0):
+            held.set()
+            release.wait(60)
+
+    def gives_up(p: npumem.Pool) -> None:
+        calls = {
+            "alloc": lambda: p.alloc(4096),
+            "check": p.check,
+            "snapshot": p.snapshot,
+            "pause": lambda: p.pause(timeout=30),
+        }
+        for name, call in calls.items():
+            started = time.monotonic()
+            try:
+                call()
+            except npumem.PoolBusyError as exc:
+                assert HELD_AT_FORK in str(exc), f"{name}: {exc}"
+            else:
+                raise AssertionError(f"{name} ran while the parent's pause held the pool")
+            waited = time.monotonic() - started
+            assert 0.9 <= waited < 5, f"{name} waited {waited:.2f} s"
+        assert p.stats().capacity == p.capacity
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        assert in_child(pool, gives_up) == 0
+    finally:
+        release.set()
+        holder.join()
+    pool.free(pool.alloc(4096))
+    assert pool.check() == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_pause_the_forking_thread_holds_goes_on_in_the_child() -> None:
+    pool = npumem.Pool(4 * MIB, cores=1, backing="none")
+    pause = pool.pause(timeout=1.0)
+
+    def resumes(p: npumem.Pool) -> None:
+        p.free(p.alloc(4096))  # the holder may use the pool
+        pause.resume()
+        assert p.check() == 0
+
+    try:
+        assert in_child(pool, resumes) == 0
+    finally:
+        pause.resume()
+    assert pool.check() == 0
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_a_child_either_uses_or_refuses_a_pool_its_parent_was_busy_with() -> None:
     # Threads churn while the main thread forks: a child whose fork found one of them inside a

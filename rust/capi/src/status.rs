@@ -83,6 +83,7 @@ pub fn code_of(err: &Error) -> Status {
         Error::Paused
         | Error::Busy { .. }
         | Error::PausedTooLong { .. }
+        | Error::PausedAtFork { .. }
         | Error::ForkedMidCall
         | Error::Moving
         | Error::Relocating

@@ -63,6 +63,11 @@ pub enum Error {
     /// of this pool or pausing it. That call never finishes here and the pool's metadata may be
     /// half updated, so every call that needs the pool is refused (nothing was done).
     ForkedMidCall,
+    /// In a child process: another thread of the parent held a pause of this pool
+    /// (`Pool::pause`) at the fork. That thread does not exist here, so the pause does not end
+    /// (unless this process resumes it with its token); a call waited for it `waited_ms`, its
+    /// timeout, and gave up, nothing done.
+    PausedAtFork { waited_ms: u64 },
     /// `check()` found inconsistent metadata: one line per finding.
     Corruption(Vec<String>),
     /// Item `index` of a batch call failed (and the batch left the pool as it was).
@@ -167,6 +172,13 @@ impl fmt::Display for Error {
                 "this process was forked while another thread was inside a call of this pool (or pausing \
                  it): that call never finishes in this child, so the pool cannot be used here; make a new \
                  pool in the child"
+            ),
+            Error::PausedAtFork { waited_ms } => write!(
+                f,
+                "this process was forked while another thread held a pause of this pool (pool.pause()); \
+                 that thread does not exist in this child, so the pause does not end here: gave up after \
+                 {waited_ms} ms (the pause's timeout), nothing was done; make a new pool in the child, or \
+                 fork when no other thread holds a pause"
             ),
             Error::Batch { index, error } => write!(f, "item {index} of the batch failed: {error}"),
             Error::NamedTwice { first, again } => write!(

@@ -180,6 +180,16 @@ static BARRIER_MODE: AtomicU32 = AtomicU32::new(0);
 #[cfg(not(loom))]
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// The last record token handed out before this process was forked (0 in a process that was
+/// not forked since a pool was made): every token up to it was given to a thread of an
+/// ancestor process. Only the forking thread ([`FORKER_TOKEN`]) goes on here.
+#[cfg(not(loom))]
+static FORK_TOKENS: AtomicU64 = AtomicU64::new(0);
+
+/// The token of the thread that made the last fork, in the child (0: it had no record).
+#[cfg(not(loom))]
+static FORKER_TOKEN: AtomicU64 = AtomicU64::new(0);
+
 /// This process's fork generation (see `FORK_GENERATION`): a lock stamped with another one was
 /// taken by a thread of an ancestor process, which does not exist here. Counted once a pool
 /// was made (the at-fork handler is installed then).
@@ -216,8 +226,10 @@ pub(crate) fn init_barriers() {
 /// lock left the lock held by a thread that does not exist. Such a pool cannot be used in the
 /// child: its gate is closed for good ([`TORN`]; every call is refused at once, never run on
 /// that state). Then those records are released. The `membarrier` registration belongs to the
-/// parent's address space, so the child probes again. (A held pause that a parent thread took
-/// earlier and did not end stays closed; calls that wait for it give up after its timeout.)
+/// parent's address space, so the child probes again. A held pause that another thread of the
+/// parent took earlier and did not end stays closed (its ticket may still resume it); the
+/// tokens of the parent's threads are noted ([`FORK_TOKENS`]), so that calls that wait for such
+/// a pause give up after its timeout saying so ([`Gate::held_across_fork`]).
 ///
 /// Only atomic loads and stores: nothing here may take a lock (another thread may have held it
 /// at the fork).
@@ -225,6 +237,10 @@ pub(crate) fn init_barriers() {
 extern "C" fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, Ordering::AcqRel);
     let own = FAST_RECORD.try_with(std::cell::Cell::get).unwrap_or(std::ptr::null());
+    // SAFETY: records are leaked, never freed; `own` is this thread's.
+    let own_token = if own.is_null() { 0 } else { unsafe { &*own }.token.load(Ordering::Relaxed) };
+    FORKER_TOKEN.store(own_token, Ordering::Release);
+    FORK_TOKENS.store(REGISTRY.tokens.load(Ordering::Acquire), Ordering::Release);
     REGISTRY.for_each(|record| {
         if !std::ptr::eq(record, own) {
             for key in [record.active.load(Ordering::Acquire), record.pausing.load(Ordering::Acquire)] {
@@ -325,6 +341,9 @@ pub(crate) enum Refusal {
     Forked,
     /// The pause outlasted the pauser's timeout: waited this long.
     PausedTooLong(Duration),
+    /// As `PausedTooLong`, for a pause held by a thread of the parent process at the fork
+    /// ([`Gate::held_across_fork`]): that thread does not exist in this child.
+    HeldAcrossFork(Duration),
 }
 
 /// Why a pause was not taken.
@@ -341,6 +360,10 @@ pub(crate) enum PauseError {
     InsideCall,
     /// The gate is closed for good in this child process ([`Refusal::Forked`]).
     Forked,
+    /// The gate is held by a pause of a thread of the parent process at the fork
+    /// ([`Gate::held_across_fork`]), which did not end within its own timeout (or the caller's,
+    /// if shorter): waited this long.
+    HeldAcrossFork(Duration),
 }
 
 /// Proof that the caller is inside the pool; leaving drops it.
@@ -393,6 +416,45 @@ impl Gate {
     /// Close the gate for good ([`TORN`]; see `after_fork_in_child`).
     fn tear(&self) {
         self.closed.store(TORN, Ordering::Release);
+    }
+
+    /// Whether the gate is held by a ticketed pause whose holder is a thread of the parent
+    /// process at the last fork (see `after_fork_in_child`): that thread does not exist here,
+    /// so only the pause's ticket, if this process has it, can end the pause. Asked only by
+    /// callers that waited for the gate.
+    #[cfg(not(loom))]
+    #[cold]
+    fn held_across_fork(&self) -> bool {
+        let closed = self.closed.load(Ordering::Acquire);
+        if closed <= 1 || closed == TORN {
+            return false;
+        }
+        let holder = self.holder.load(Ordering::Acquire);
+        holder != 0 && holder <= FORK_TOKENS.load(Ordering::Acquire) && holder != FORKER_TOKEN.load(Ordering::Acquire)
+    }
+
+    /// Loom models run in one process, never forked.
+    #[cfg(loom)]
+    fn held_across_fork(&self) -> bool {
+        false
+    }
+
+    /// How long a pauser that asked for `timeout` waits for the pause that holds the gate now:
+    /// `timeout`, but no longer than that pause's own timeout (what callers wait) when a thread
+    /// of the parent process held it at the fork.
+    fn pauser_limit(&self, timeout: Duration) -> Duration {
+        if !self.held_across_fork() {
+            return timeout;
+        }
+        timeout.min(Duration::from_millis(self.wait_limit_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Why a pause that gave up after `waited` was not taken.
+    fn pause_refused(&self, waited: Duration) -> PauseError {
+        match self.held_across_fork() {
+            true => PauseError::HeldAcrossFork(waited),
+            false => PauseError::Timeout(waited),
+        }
     }
 
     /// Enter through `record`, or `None` at once if the gate is closed.
@@ -458,7 +520,11 @@ impl Gate {
                 return Err(Refusal::Relocating);
             }
             if !self.wait_open(started) {
-                return Err(Refusal::PausedTooLong(started.elapsed()));
+                let waited = started.elapsed();
+                return Err(match self.held_across_fork() {
+                    true => Refusal::HeldAcrossFork(waited),
+                    false => Refusal::PausedTooLong(waited),
+                });
             }
             if let Some(entered) = self.try_enter_with(record) {
                 return Ok(entered);
@@ -503,11 +569,13 @@ impl Gate {
     /// call in flight did not finish within `timeout`.
     /// The wait counts from `started` (a pauser that waited for the pausers' lock has spent part
     /// of its timeout already); callers of the pool wait for the pause up to the whole timeout.
+    /// A pause that a thread of the parent process held at the fork is waited for no longer
+    /// than its own timeout, as callers wait for it ([`Gate::pauser_limit`]).
     fn close_with(&self, value: u64, registry: &Registry, started: Instant, timeout: Duration) -> Result<(), Duration> {
         let mut spins = 0u32;
         while self.closed.compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire).is_err() {
             // Another pauser holds the gate: wait for it, but not forever.
-            if started.elapsed() >= timeout {
+            if started.elapsed() >= self.pauser_limit(timeout) {
                 return Err(started.elapsed());
             }
             if spins < 256 {
@@ -577,7 +645,7 @@ impl Gate {
             return Err(PauseError::AlreadyHeld);
         }
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
-        self.close_with(ticket, registry, started, timeout).map_err(PauseError::Timeout)?;
+        self.close_with(ticket, registry, started, timeout).map_err(|waited| self.pause_refused(waited))?;
         self.holder.store(record.token.load(Ordering::Relaxed), Ordering::Release);
         Ok(ticket)
     }
@@ -683,7 +751,7 @@ impl Gate {
         let pausing = Pausing::mark(self, record, temporary);
         let started = Instant::now();
         let lock = self.lock_pausers(started, timeout).map_err(PauseError::Timeout)?;
-        self.close_with(1, &REGISTRY, started, timeout).map_err(PauseError::Timeout)?;
+        self.close_with(1, &REGISTRY, started, timeout).map_err(|waited| self.pause_refused(waited))?;
         Ok(PauseGuard { gate: self, serial: Some((lock, pausing)) })
     }
 

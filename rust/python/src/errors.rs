@@ -286,7 +286,11 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Pinned { .. } | Error::PinLimit { .. } => ErrorClass::PinnedBlock,
         Error::InvalidBlock { .. } => ErrorClass::InvalidHandle,
         Error::NoBacking => ErrorClass::NoBacking,
-        Error::Paused | Error::Busy { .. } | Error::PausedTooLong { .. } | Error::ForkedMidCall => ErrorClass::PoolBusy,
+        Error::Paused
+        | Error::Busy { .. }
+        | Error::PausedTooLong { .. }
+        | Error::PausedAtFork { .. }
+        | Error::ForkedMidCall => ErrorClass::PoolBusy,
         Error::Moving | Error::Relocating | Error::AlreadyPaused | Error::PauseInsideCall => ErrorClass::PoolBusy,
         Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => {
             ErrorClass::Move

@@ -45,6 +45,7 @@ fn pause_error(e: PauseError) -> Error {
         PauseError::AlreadyHeld => Error::AlreadyPaused,
         PauseError::InsideCall => Error::PauseInsideCall,
         PauseError::Forked => Error::ForkedMidCall,
+        PauseError::HeldAcrossFork(waited) => Error::PausedAtFork { waited_ms: millis(waited) },
     }
 }
 
@@ -53,10 +54,13 @@ fn refused(refusal: Refusal) -> Error {
     match refusal {
         Refusal::Relocating => Error::Relocating,
         Refusal::Forked => Error::ForkedMidCall,
-        Refusal::PausedTooLong(waited) => {
-            Error::PausedTooLong { waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX) }
-        }
+        Refusal::PausedTooLong(waited) => Error::PausedTooLong { waited_ms: millis(waited) },
+        Refusal::HeldAcrossFork(waited) => Error::PausedAtFork { waited_ms: millis(waited) },
     }
+}
+
+fn millis(waited: Duration) -> u64 {
+    u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Clears the gate's busy mark when a move call ends (from [`Pool::busy`]).

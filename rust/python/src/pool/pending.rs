@@ -57,6 +57,7 @@ fn retry_later(err: &Error) -> bool {
             | Error::Paused
             | Error::Busy { .. }
             | Error::PausedTooLong { .. }
+            | Error::PausedAtFork { .. }
             | Error::Moving
             | Error::Relocating
     )
