@@ -230,7 +230,13 @@ def handle_api() -> ctypes.CDLL:
     objects: `clib.load()`'s are shared)."""
     lib = ctypes.CDLL(clib.get_library())
     pool = ctypes.c_void_p
-    lib.npumem_alloc.argtypes = [pool, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint32, ctypes.POINTER(Block)]
+    lib.npumem_alloc.argtypes = [
+        pool,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.c_uint32,
+        ctypes.POINTER(Block),
+    ]
     lib.npumem_free.argtypes = [pool, Handle]
     lib.npumem_block_info.argtypes = [pool, Handle, ctypes.POINTER(Block)]
     lib.npumem_last_error.restype = ctypes.c_char_p
@@ -255,7 +261,11 @@ def test_a_c_block_stays_untagged_when_its_tag_number_becomes_a_python_tag() -> 
     weights = pool.alloc(64, tag="weights")
     assert weights.tag == "weights"
     assert tag_rows(pool) == {None: (2, 612), "weights": (1, 64)}
-    assert {b.offset: b.tag for b in pool.blocks()} == {kept.offset: None, early.offset: None, weights.offset: "weights"}
+    assert {b.offset: b.tag for b in pool.blocks()} == {
+        kept.offset: None,
+        early.offset: None,
+        weights.offset: "weights",
+    }
     assert lib.npumem_free(pointer, early.handle) == 0
     assert tag_rows(pool) == {None: (1, 100), "weights": (1, 64)}
     weights.free()

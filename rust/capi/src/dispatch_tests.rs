@@ -494,7 +494,10 @@ fn a_pinned_block_is_not_freed_until_unpinned() {
         assert_eq!(npumem_unpin(pool, block.handle), OK);
         assert_eq!(npumem_unpin(pool, block.handle), status::ERR_NOT_PINNED);
         assert!(last_error().contains("holds no pin to drop"), "{}", last_error());
-        assert_eq!(CStr::from_ptr(crate::exports::npumem_strerror(status::ERR_NOT_PINNED)), c"the block holds no pin to drop");
+        assert_eq!(
+            CStr::from_ptr(crate::exports::npumem_strerror(status::ERR_NOT_PINNED)),
+            c"the block holds no pin to drop"
+        );
         assert_eq!(core.block(handle).unwrap().pins, 0, "a refused unpin changes nothing");
         let forged = NpumemHandle { reserved: 1, ..block.handle };
         assert_eq!(npumem_pin(pool, forged, &mut pinned), status::ERR_INVALID_HANDLE);
