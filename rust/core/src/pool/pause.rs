@@ -49,7 +49,9 @@ fn pause_error(e: PauseError) -> Error {
     }
 }
 
+/// Out of line: the alloc and free paths inline [`Pool::enter`], and only branch to this.
 #[cold]
+#[inline(never)]
 fn refused(refusal: Refusal) -> Error {
     match refusal {
         Refusal::Relocating => Error::Relocating,
@@ -79,8 +81,9 @@ impl Pool {
         self.gate.pause(PAUSE_TIMEOUT).map_err(pause_error)
     }
 
-    /// Enter the pool for an alloc or free (see `gate.rs`).
-    #[inline]
+    /// Enter the pool for an alloc or free (see `gate.rs`). Inlined into them: as a call it
+    /// costs the raw API's alloc+free pair about 13 ns (60 against 47 ns at 256 B).
+    #[inline(always)]
     pub(crate) fn enter(&self) -> Result<Entered<'static>> {
         self.gate.enter().map_err(refused)
     }
