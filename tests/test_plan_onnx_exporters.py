@@ -3,6 +3,7 @@ custom runtimes), built with onnx.helper."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -251,8 +252,8 @@ def test_graph_errors_name_the_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = tmp_path / "plan.json"
     status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
     assert status == 2
-    assert f"{src}: tensor 'y' is written by op" in err
-    with pytest.raises(GraphError, match=r"twice\.onnx: tensor 'y' is written by op"):
+    assert f"{src}: tensor 'y' is written by node #0 (Relu) and by node #1 (Neg)" in err
+    with pytest.raises(GraphError, match=r"twice\.onnx: tensor 'y' is written by node #0"):
         Problem.from_onnx(src)
     huge = model(
         [helper.make_node("Relu", ["x"], ["y"])],
@@ -325,3 +326,176 @@ with open("/proc/self/status") as status:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
     assert int(done.stdout) < 400, f"peak memory {done.stdout.strip()} MiB"
+
+
+def test_a_tensor_without_producer_and_a_cycle_are_named_as_such() -> None:
+    x = V("x", TensorProto.FLOAT, ["batch", 4])
+    y = V("y", TensorProto.FLOAT, None)
+    ghost = model([helper.make_node("Add", ["x", "ghost"], ["y"])], [x], [y])
+    with pytest.raises(
+        GraphError,
+        match=r"node #0 \(Add\) reads tensor 'ghost', which has no producer: no node writes "
+        r"it, and it is neither a graph input nor an initializer",
+    ):
+        graph_from_onnx(ghost, dims={"batch": 2})
+    cycle = model(
+        [
+            helper.make_node("Relu", ["x"], ["start"], name="start"),
+            helper.make_node("Add", ["start", "b"], ["a"], name="add"),
+            helper.make_node("Relu", ["a"], ["b"], name="loop"),
+            helper.make_node("Relu", ["b"], ["y"]),
+        ],
+        [x],
+        [y],
+    )
+    with pytest.raises(
+        GraphError, match=r"the graph has a cycle: node '(add|loop)' \((Add|Relu)\)"
+    ):
+        graph_from_onnx(cycle, dims={"batch": 2})
+    returned = model([helper.make_node("Relu", ["x"], ["a"])], [x], [y])
+    with pytest.raises(GraphError, match=r"graph output 'y' has no producer"):
+        graph_from_onnx(returned, dims={"batch": 2})
+
+
+def test_a_tensor_written_twice_is_refused() -> None:
+    x = V("x", TensorProto.FLOAT, [4])
+    y = V("y", TensorProto.FLOAT, [4])
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    over_weight = model(
+        [helper.make_node("Relu", ["x"], ["w"]), helper.make_node("Add", ["w", "x"], ["y"])],
+        [x],
+        [y],
+        [w],
+    )
+    with pytest.raises(
+        GraphError, match=r"node #0 \(Relu\) writes tensor 'w', which is an initializer"
+    ):
+        graph_from_onnx(over_weight)
+    over_input = model(
+        [
+            helper.make_node("Relu", ["y"], ["x"], name="back"),
+            helper.make_node("Relu", ["x"], ["y"]),
+        ],
+        [x],
+        [y],
+    )
+    with pytest.raises(
+        GraphError, match=r"node 'back' \(Relu\) writes tensor 'x', which is a graph"
+    ):
+        graph_from_onnx(over_input)
+    twice = numpy_helper.from_array(np.ones((9, 4), np.float32), "w")
+    two_weights = model([helper.make_node("Add", ["x", "w"], ["y"])], [x], [y], [w, twice])
+    with pytest.raises(GraphError, match=r"two initializers are named 'w'"):
+        graph_from_onnx(two_weights)
+    typeless = model([helper.make_node("Relu", ["x"], ["y"])], [onnx.ValueInfoProto(name="x")], [y])
+    with pytest.raises(GraphError, match=r"graph input 'x' has no type; declare its element type"):
+        graph_from_onnx(typeless)
+
+
+def test_an_unsized_graph_output_is_blamed_on_its_node() -> None:
+    """A graph output whose op has no shape inference in the model's opsets, or whose inference
+    fails, gets the message of any other tensor (not "a unknown, not a tensor"), and an
+    unnamed node is named by its position and op type."""
+    x = V("x", TensorProto.FLOAT, ["batch", 64])
+    y = V("y", TensorProto.FLOAT, None)
+    fused = model(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("FusedMatMul", ["r", "r"], ["y"], domain="com.microsoft", transB=1),
+        ],
+        [x],
+        [y],
+        domains=("com.microsoft",),
+    )
+    with pytest.raises(
+        GraphError,
+        match=r"tensor 'y' has no known shape: node #1 \(com\.microsoft::FusedMatMul\) has no "
+        r"ONNX shape inference; declare the shape of 'y'",
+    ):
+        graph_from_onnx(fused, dims={"batch": 2})
+    scale = numpy_helper.from_array(np.ones(64, np.float32), "scale")
+    bias = numpy_helper.from_array(np.zeros(64, np.float32), "bias")
+    layer_norm = model(
+        [helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], epsilon=1e-12)],
+        [x],
+        [y],
+        [scale, bias],
+        opset=14,
+    )
+    with pytest.raises(
+        GraphError,
+        match=r"tensor 'y' has no known shape: node #0 \(LayerNormalization\) has no ONNX shape "
+        r"inference \(ONNX defines LayerNormalization from opset 17 on, and the model imports "
+        r"opset 14 of the default domain\)",
+    ):
+        graph_from_onnx(layer_norm, dims={"batch": 2})
+    a = V("a", TensorProto.FLOAT, ["batch", "n"])
+    add = model([helper.make_node("Add", ["x", "a"], ["y"])], [x, a], [y])
+    assert sizes(add, batch=2, n=64)["y"] == 2 * 64 * 4
+    with pytest.raises(
+        GraphError,
+        match=r"tensor 'y' has no shape: the dimensions of the inputs of node #0 \(Add\) do not "
+        r"broadcast together \('x' 2 x 64, 'a' 2 x 30\)",
+    ):
+        graph_from_onnx(add, dims={"batch": 2, "n": 30})
+
+
+def kv_attention() -> onnx.ModelProto:
+    """Attention over a KV cache as optimum exports it: the mask's length is a dimension of
+    its own, named after the sum it stands for."""
+    total = "past_sequence_length + sequence_length"
+    inputs = [
+        V("q", TensorProto.FLOAT, ["batch_size", 4, "sequence_length", 16]),
+        V("k", TensorProto.FLOAT, ["batch_size", 4, "sequence_length", 16]),
+        V("past_key", TensorProto.FLOAT, ["batch_size", 4, "past_sequence_length", 16]),
+        V("mask", TensorProto.FLOAT, ["batch_size", 1, 1, total]),
+    ]
+    nodes = [
+        helper.make_node("Concat", ["past_key", "k"], ["present"], axis=2),
+        helper.make_node("Transpose", ["present"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Add", ["scores", "mask"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+    ]
+    outputs = [
+        V("probs", TensorProto.FLOAT, ["batch_size", 4, "sequence_length", total]),
+        V("present", TensorProto.FLOAT, ["batch_size", 4, total, 16]),
+    ]
+    return model(nodes, inputs, outputs)
+
+
+def test_inconsistent_dims_of_a_kv_cache_model_are_a_broadcast_mismatch() -> None:
+    dims = {"batch_size": 2, "sequence_length": 8, "past_sequence_length": 16}
+    good = sizes(kv_attention(), **dims, **{"past_sequence_length + sequence_length": 24})
+    assert good["masked"] == 2 * 4 * 8 * 24 * 4
+    with pytest.raises(GraphError) as e:
+        graph_from_onnx(kv_attention(), dims=dims | {"past_sequence_length + sequence_length": 30})
+    message = str(e.value)
+    assert (
+        "node #3 (Add) do not broadcast together ('scores' 2 x 4 x 8 x 24, 'mask' 2 x 1 x 1 x 30)"
+        in message
+    )
+    assert "depend on the data" not in message
+
+
+def test_the_suggested_dim_is_quoted_for_the_shell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "mask.onnx"
+    mask = V("mask", TensorProto.INT64, ["batch", "past_sequence_length + 1"])
+    cast = helper.make_node("Cast", ["mask"], ["y"], to=TensorProto.FLOAT)
+    onnx.save(model([cast], [mask], [V("y", TensorProto.FLOAT, None)]), src)
+    out = tmp_path / "plan.json"
+    status, _, err = run_cli(
+        ["plan", str(src), "--dim", "batch=2", "-o", str(out)], capsys, output=out
+    )
+    assert status == 2
+    hint = err.split("(command line: ", 1)[1].split(";", 1)[0]
+    assert hint == "--dim 'past_sequence_length + 1=1'"
+    # The hint, as a shell splits it, is an argument the command takes.
+    status, _, err = run_cli(
+        ["plan", str(src), "--dim", "batch=2", *shlex.split(hint), "-o", str(out)],
+        capsys,
+        output=out,
+    )
+    assert status == 0, err

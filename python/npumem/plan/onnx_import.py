@@ -16,7 +16,11 @@ Mapping to our graph format (`npumem.plan.graph`):
   cannot size (such as `Dropout`'s mask in older opsets), is left out: a runtime does not
   compute an unused optional output;
 * control flow (`If`, `Loop`, `Scan`) and values that are not tensors (sequences, maps) are
-  refused.
+  refused;
+* every tensor is written once: by one node, or as a graph input or an initializer, and every
+  tensor a node reads is written somewhere; a graph that breaks this or has a cycle is refused
+  before shape inference, naming the tensor and the node. Messages name a node by its name, or
+  by its position and op type when it has none (`#12 (LayerNormalization)`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,7 +36,7 @@ from npumem.errors import MissingDependencyError
 from npumem.plan.errors import GraphError
 from npumem.plan.graph import Graph, Op, Tensor
 from npumem.plan.inputs import content_kind, path_argument, read_input
-from npumem.plan.onnx_shapes import FOLD_LIMIT, infer_types
+from npumem.plan.onnx_shapes import FOLD_LIMIT, infer_types, node_label
 
 __all__ = [
     "INPLACE_OPS",
@@ -182,6 +187,109 @@ def _symbolic_dims(graph: Any) -> set[str]:
     return names
 
 
+def _check_structure(graph: Any, label: str) -> None:
+    """Refuse, before shape inference, a graph whose tensors are not each written once (by a
+    node, as a graph input or as an initializer), that reads a tensor nothing writes, or that
+    has a cycle; each message names the tensor and a node."""
+    initializers: set[str] = set()
+    for init in graph.initializer:
+        if init.name in initializers:
+            raise GraphError(
+                f"{label}: two initializers are named {init.name!r} (each tensor name may be "
+                "given once)"
+            )
+        initializers.add(init.name)
+    inputs: set[str] = set()
+    for value_info in graph.input:
+        if value_info.name in inputs:
+            raise GraphError(
+                f"{label}: graph input {value_info.name!r} is declared twice (each tensor name "
+                "may be given once)"
+            )
+        inputs.add(value_info.name)
+    producer: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for out in node.output:
+            if not out:
+                continue
+            where = f"node {node_label(node, i)}"
+            if out in producer:
+                first = producer[out]
+                by = (
+                    "twice by that node"
+                    if first == i
+                    else f"by node {node_label(graph.node[first], first)} and by {where}"
+                )
+                raise GraphError(
+                    f"{label}: tensor {out!r} is written {by} (a tensor is written once)"
+                )
+            if out in initializers:
+                raise GraphError(
+                    f"{label}: {where} writes tensor {out!r}, which is an initializer (a tensor "
+                    "is written once: rename the node's output)"
+                )
+            if out in inputs:
+                raise GraphError(
+                    f"{label}: {where} writes tensor {out!r}, which is a graph input (a tensor "
+                    "is written once: rename the node's output)"
+                )
+            producer[out] = i
+    available = initializers | inputs
+    for i, node in enumerate(graph.node):
+        for x in node.input:
+            if x and x not in producer and x not in available:
+                raise GraphError(
+                    f"{label}: node {node_label(node, i)} reads tensor {x!r}, which has no "
+                    "producer: no node writes it, and it is neither a graph input nor an "
+                    "initializer"
+                )
+    for value_info in graph.output:
+        name = value_info.name
+        if name not in producer and name not in available:
+            raise GraphError(
+                f"{label}: graph output {name!r} has no producer: no node writes it, and it "
+                "is neither a graph input nor an initializer"
+            )
+    cycle = _cycle(graph.node, producer)
+    if cycle is not None:
+        node = graph.node[cycle]
+        raise GraphError(
+            f"{label}: the graph has a cycle: node {node_label(node, cycle)} depends, through "
+            "the tensors it reads, on its own output"
+        )
+
+
+def _cycle(nodes: Any, producer: dict[str, int]) -> int | None:
+    """The position of a node on a cycle of `nodes` (edges from each tensor's producer to its
+    readers), or None when there is none."""
+    waiting = [0] * len(nodes)
+    readers: list[list[int]] = [[] for _ in nodes]
+    for i, node in enumerate(nodes):
+        for before in {producer[x] for x in node.input if x in producer}:
+            readers[before].append(i)
+            waiting[i] += 1
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for j in readers[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    if done == len(nodes):
+        return None
+    # Every node left waits on another node left: walking back from one through producers
+    # that are left must come round to a node already seen, which lies on a cycle.
+    left = {i for i, n in enumerate(waiting) if n > 0}
+    seen: list[int] = []
+    at = min(left)
+    while at not in seen:
+        seen.append(at)
+        at = min(producer[x] for x in nodes[at].input if x in producer and producer[x] in left)
+    return at
+
+
 def graph_from_onnx(
     model: object, *, dims: Mapping[str, int] | None = None, label: str | None = None
 ) -> Graph:
@@ -210,12 +318,13 @@ def graph_from_onnx(
             f"{', '.join(map(repr, known)) if known else 'none'}"
         )
     graph = proto.graph
-    for node in graph.node:
+    for i, node in enumerate(graph.node):
         if node.op_type in CONTROL_FLOW:
             raise GraphError(
-                f"{label}: node {node.name or node.op_type!r} is {node.op_type}: control flow "
+                f"{label}: node {node_label(node, i)} is {node.op_type}: control flow "
                 "(subgraphs) is not supported"
             )
+    _check_structure(graph, label)
     # Bind symbolic dimensions everywhere they are declared, then infer the rest.
     for value_info in [*graph.input, *graph.output, *graph.value_info]:
         t = value_info.type
@@ -282,13 +391,32 @@ def graph_from_onnx(
                 f"{label}: value {name!r} is a {not_tensors[name]}, not a tensor: only tensors "
                 "can be planned"
             )
-        if name in inferred.no_inference and not (name in info and _known(info[name][1])):
+        sized = name in info and _known(info[name][1])
+        if name in inferred.no_inference and not sized:
+            node, reason = inferred.no_inference[name]
             raise GraphError(
-                f"{label}: tensor {name!r} has no known shape: node "
-                f"{inferred.no_inference[name]} has no ONNX shape inference; declare the shape "
-                f"of {name!r} in the model's value_info"
+                f"{label}: tensor {name!r} has no known shape: node {node} has no ONNX shape "
+                f"inference{f' ({reason})' if reason else ''}; declare the shape of {name!r} "
+                "in the model's value_info"
+            )
+        if name in inferred.failed and not sized:
+            failure = inferred.failed[name]
+            if failure.broadcast:
+                raise GraphError(
+                    f"{label}: tensor {name!r} has no shape: the dimensions of the inputs of "
+                    f"node {failure.node} do not broadcast together ({failure.inputs}); check "
+                    "the values bound to the model's dimensions (dims, --dim)"
+                )
+            raise GraphError(
+                f"{label}: tensor {name!r} has no shape: ONNX shape inference of node "
+                f"{failure.node} fails on its inputs ({failure.inputs}): {failure.error}"
             )
         if name not in info:
+            if name in graph_inputs:
+                raise GraphError(
+                    f"{label}: graph input {name!r} has no type; declare its element type and "
+                    "shape in the model's inputs"
+                )
             raise GraphError(
                 f"{label}: shape inference gave no shape for tensor {name!r}; the model may "
                 "need its input shapes bound (dims=...) or a newer opset"
@@ -299,7 +427,7 @@ def graph_from_onnx(
             named = sorted({d for d in unknown if isinstance(d, str)})
             hint = (
                 f"; bind {', '.join(map(repr, named))} (command line: "
-                f"{' '.join(f'--dim {d}=1' for d in named)}; Python: dims="
+                f"{' '.join('--dim ' + shlex.quote(f'{d}=1') for d in named)}; Python: dims="
                 f"{{{', '.join(f'{d!r}: 1' for d in named)}}})"
                 if named
                 else " (the model does not give it: name the dimension in the model to bind it)"
@@ -354,9 +482,6 @@ def graph_from_onnx(
                 inplace[out] = first
         ops.append(Op(op_name, node_inputs, node_outputs, inplace))
     outputs = [v.name for v in graph.output]
-    for name in outputs:
-        if name not in tensors:
-            raise GraphError(f"{label}: graph output {name!r} is never produced")
     try:
         return Graph.build(graph.name or label, tensors.values(), ops, inputs, outputs)
     except GraphError as exc:

@@ -11,7 +11,9 @@ nodes in order:
   whose target shape is computed at run time from the input's shape is sized in every opset
   (ONNX's own data propagation covers only some ops and opsets);
 * an op that has no shape inference (a custom domain) or whose inference cannot tell a shape
-  keeps the shape the model declares for its outputs, when it declares one.
+  keeps the shape the model declares for its outputs, when it declares one; for an output left
+  unsized, `Inferred` tells why (no shape inference for the op, or its inference failed on
+  inputs of known shapes, such as dimensions that do not broadcast).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FOLD_LIMIT", "FOLD_OPS", "Inferred", "complete", "infer_types"]
+__all__ = ["FOLD_LIMIT", "FOLD_OPS", "Failure", "Inferred", "complete", "infer_types", "node_label"]
 
 FOLD_OPS = frozenset(
     {
@@ -40,13 +42,43 @@ FOLD_LIMIT = 1 << 16
 """The most elements of a value computed while sizing the model."""
 
 
+def node_label(node: Any, index: int) -> str:
+    """How messages name a node: `'name' (OpType)`, or by its position in the graph's node
+    list when it has no name (`#12 (LayerNormalization)`); a custom domain is written before
+    the op type (`com.microsoft::FusedMatMul`)."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    op = f"{domain}::{node.op_type}" if domain else node.op_type
+    return f"{node.name!r} ({op})" if node.name else f"#{index} ({op})"
+
+
+@dataclass(slots=True)
+class Failure:
+    """An op's shape inference that failed on inputs whose shapes are all known."""
+
+    node: str
+    """The node, as `node_label` names it."""
+    error: str
+    """What ONNX shape inference said (one line)."""
+    inputs: str
+    """The node's inputs and their shapes (`'x' 2 x 64, 'a' 2 x 30`)."""
+
+    @property
+    def broadcast(self) -> bool:
+        """Whether the inference failed because dimensions do not match (broadcasting,
+        matrix products)."""
+        return "incompatible dimensions" in self.error.lower() or "broadcast" in self.error.lower()
+
+
 @dataclass(slots=True)
 class Inferred:
-    """The type of every value that could be typed, and for each value left unsized because
-    its op has no shape inference, the op (as `'name' (domain::OpType)`)."""
+    """The type of every value that could be typed; for each value left unsized because its
+    op has no shape inference, the op (as `node_label` names it) and why ('' when there is no
+    more to say); for each value left unsized because its op's inference failed
+    on inputs of known shapes, the `Failure`."""
 
     types: dict[str, Any]
-    no_inference: dict[str, str] = field(default_factory=dict)
+    no_inference: dict[str, tuple[str, str]] = field(default_factory=dict)
+    failed: dict[str, Failure] = field(default_factory=dict)
 
 
 def complete(value_type: Any) -> bool:
@@ -79,7 +111,9 @@ def infer_types(onnx: Any, proto: Any) -> Inferred:
 
     types: dict[str, Any] = {}
     for value_info in [*inferred.value_info, *inferred.output, *inferred.input]:
-        if value_info.HasField("type"):
+        # An empty type (a value declared by name only, which inference could not type) is no
+        # type: the value is left to the walk below and, failing that, to the caller.
+        if value_info.HasField("type") and value_info.type.WhichOneof("value") is not None:
             types[value_info.name] = value_info.type
     for init in graph.initializer:
         if init.name not in types:  # an initializer that is not a graph input (or IR < 4)
@@ -153,7 +187,7 @@ def _walk(onnx: Any, graph: Any, proto: Any, declared: dict[str, Any], result: I
         found = types.get(name)
         return found if complete(found) or name not in declared else declared[name]
 
-    for node in _dependency_order(graph.node):
+    for index, node in _dependency_order(graph.node):
         outputs = [o for o in node.output if o]
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         missing = [o for o in outputs if not complete(types.get(o))]
@@ -165,9 +199,9 @@ def _walk(onnx: Any, graph: Any, proto: Any, declared: dict[str, Any], result: I
                 except onnx.defs.SchemaError:
                     schema = None
             if schema is None:
-                where = f"{node.name!r} ({domain + '::' if domain else ''}{node.op_type})"
+                why = (node_label(node, index), _no_schema_reason(onnx, node, domain, opsets))
                 for o in missing:
-                    result.no_inference[o] = where
+                    result.no_inference[o] = why
             elif all(x in types or x in declared for x in node.input if x):
                 data = {}
                 for x in node.input:
@@ -183,8 +217,18 @@ def _walk(onnx: Any, graph: Any, proto: Any, declared: dict[str, Any], result: I
                         opset_imports=list(proto.opset_import),
                         ir_version=proto.ir_version,
                     )
-                except Exception:
+                except Exception as exc:
                     found = {}
+                    # Only a failure on inputs that are all sized is this node's own: otherwise
+                    # the cause lies before it, where an input was left unsized.
+                    if all(complete(best(x)) for x in node.input if x):
+                        failure = Failure(
+                            node_label(node, index),
+                            " ".join(str(exc).split()),
+                            ", ".join(f"{x!r} {_shape_text(best(x))}" for x in node.input if x),
+                        )
+                        for o in missing:
+                            result.failed[o] = failure
                 for o, t in found.items():
                     if o in missing and (complete(t) or o not in types):
                         types[o] = t
@@ -192,6 +236,7 @@ def _walk(onnx: Any, graph: Any, proto: Any, declared: dict[str, Any], result: I
                 if not complete(types.get(o)) and complete(declared.get(o)):
                     types[o] = declared[o]
                     result.no_inference.pop(o, None)
+                    result.failed.pop(o, None)
         if domain or node.op_type not in FOLD_OPS:
             continue
         if not all(
@@ -235,9 +280,41 @@ def _walk(onnx: Any, graph: Any, proto: Any, declared: dict[str, Any], result: I
                 values[o] = v
 
 
-def _dependency_order(nodes: Any) -> list[Any]:
-    """The nodes in a dependency order, the first listed first among the ready ones (a valid
-    model lists them so already); nodes on a cycle come last, as listed."""
+def _shape_text(value_type: Any) -> str:
+    """A sized tensor type's shape as `2 x 64` (`scalar` for rank 0)."""
+    if not value_type.HasField("tensor_type"):
+        return (value_type.WhichOneof("value") or "unknown").replace("_type", "")
+    dims = [str(d.dim_value) for d in value_type.tensor_type.shape.dim]
+    return " x ".join(dims) if dims else "scalar"
+
+
+def _no_schema_reason(onnx: Any, node: Any, domain: str, opsets: dict[str, int]) -> str:
+    """Why an op has no schema in the model's opsets, when ONNX knows the op: its domain is
+    not imported, or the op came in a later opset than the one imported ('' otherwise)."""
+    if not onnx.defs.has(node.op_type, domain):
+        return ""
+    if domain not in opsets:
+        return f"the model does not import the domain {domain or 'ai.onnx'!r}"
+    first = min(
+        (
+            s.since_version
+            for s in onnx.defs.get_all_schemas_with_history()
+            if s.name == node.op_type and s.domain == domain
+        ),
+        default=0,
+    )
+    if first > opsets[domain]:
+        return (
+            f"ONNX defines {node.op_type} from opset {first} on, and the model imports opset "
+            f"{opsets[domain]} of {domain or 'the default domain'}"
+        )
+    return ""
+
+
+def _dependency_order(nodes: Any) -> list[tuple[int, Any]]:
+    """The nodes, each with its position in `nodes`, in a dependency order, the first listed
+    first among the ready ones (a valid model lists them so already); nodes on a cycle come
+    last, as listed."""
     producer: dict[str, int] = {}
     for i, node in enumerate(nodes):
         for o in node.output:
@@ -260,7 +337,8 @@ def _dependency_order(nodes: Any) -> list[Any]:
             if waiting[j] == 0:
                 heapq.heappush(ready, j)
     placed = set(order)
-    return [nodes[i] for i in order] + [n for i, n in enumerate(nodes) if i not in placed]
+    order += [i for i in range(len(nodes)) if i not in placed]
+    return [(i, nodes[i]) for i in order]
 
 
 def _constant(onnx: Any, node: Any) -> Any:
