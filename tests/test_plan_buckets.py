@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,66 @@ def test_buckets_meet_the_capacity_or_write_nothing(
     err = capsys.readouterr().err.strip()
     assert err.startswith("npumem plan: error: --pool plans one model") and "\n" not in err
     assert not any(f.exists() for f in files)
+
+
+def test_each_bucket_file_holds_the_weights_and_the_activations_after_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --include-weights, each bucket's file is the whole memory of that bucket, as the
+    file of a single bucket is: the weights at their shared offsets, the activations after
+    them, the arena size covering both."""
+    model = tmp_path / "small.onnx"
+    onnx.save(small_model(), str(model))
+    args = ["--dim", "batch=1,8", "--include-weights", "--time-limit", "1"]
+    assert main(["plan", str(model), "-o", str(tmp_path / "plan.json"), *args]) == 0
+    printed = capsys.readouterr().out
+    assert main(["plan", str(model), "-o", str(tmp_path / "plan.h"), *args, "-q"]) == 0
+    plans = {v: json.loads((tmp_path / f"plan.batch{v}.json").read_text()) for v in (1, 8)}
+    weights = {"w1", "w2", "shape2", "shape3"}
+    shared = None
+    for value, obj in plans.items():
+        tensors = {t["name"]: (t["offset"], t["size"]) for t in obj["tensors"]}
+        # The same tensors as the plan of that one bucket with its weights.
+        single = tmp_path / f"single{value}.json"
+        assert main(["plan", str(model), "-o", str(single), "--dim", f"batch={value}",
+                     "--include-weights", "-q"]) == 0  # fmt: skip
+        assert set(tensors) == {t["name"] for t in json.loads(single.read_text())["tensors"]}
+        assert weights <= set(tensors)
+        placed = {name: tensors[name][0] for name in weights}
+        shared = shared or placed
+        assert placed == shared, "the weights lie at the same offsets in every bucket"
+        top = max(off + size for name, (off, size) in tensors.items() if name in weights)
+        activations = [off for name, (off, _) in tensors.items() if name not in weights]
+        assert min(activations) >= top
+        assert all(off % 64 == 0 for off, _ in tensors.values())
+        assert obj["arena_size"] == max(off + size for off, size in tensors.values())
+        assert obj["lower_bound"] <= obj["arena_size"]
+        # Read back, the file is a valid plan with every buffer pinned where it is.
+        problem = Problem.from_json(tmp_path / f"plan.batch{value}.json")
+        assert all(b.offset is not None for b in problem.buffers)
+        assert plan.solve(problem, time_limit=1.0).arena_size == obj["arena_size"]
+        header = (tmp_path / f"plan.batch{value}.h").read_text()
+        assert f"#define PLAN_ARENA_SIZE {obj['arena_size']}u" in header
+        for name, (off, size) in tensors.items():
+            assert f'{{"{name}", {off}u, {size}u}},' in header
+    assert f"largest      {plans[8]['arena_size']:,} bytes" in printed
+    assert f"{plans[8]['arena_size']:>16,}" in printed.splitlines()[-3]
+
+
+def test_the_activations_after_the_weights_stay_aligned() -> None:
+    """Weights whose sizes are not multiples of the alignment (shape constants of 16 and 24
+    bytes) end between two aligned offsets: the activations start at the next one."""
+    buckets = plan.plan_buckets(
+        small_model(), dims={"batch": [1, 4]}, include_weights=True, time_limit=1.0
+    )
+    assert buckets.weights is not None and buckets.weights.arena_size % 64
+    assert buckets.weights_size % 64 == 0
+    assert buckets.weights.arena_size <= buckets.weights_size < buckets.weights.arena_size + 64
+    for bucket in buckets.buckets:
+        whole = buckets.solution_of(bucket)
+        whole.validate()
+        assert whole.arena_size == buckets.weights_size + bucket.solution.arena_size
+        assert whole.tensor_offsets() == buckets.tensor_offsets(bucket)
+        for name, (off, _) in buckets.tensor_offsets(bucket).items():
+            if name not in buckets.weights.offsets:
+                assert off % 64 == 0, name

@@ -3,9 +3,13 @@
 A model with a dynamic dimension (the batch, a sequence length) is often run at a few fixed
 sizes, *buckets*. Each bucket gets its own plan of the activations; the weights do not depend on
 the dimension, so they are laid out once, at the start of the memory, and every bucket's
-activations follow them. The memory to reserve is the weights plus the largest bucket's arena:
+activations follow them, from the first offset after the weights that keeps every buffer
+aligned. The memory to reserve is the weights plus the largest bucket's arena:
 
     weights [0, W) | activations of the running bucket [W, W + arena(bucket))
+
+`BucketPlan.solution_of(bucket)` is one bucket's whole memory as one plan, weights included:
+what the command line writes to each bucket's file.
 
 >>> from npumem import plan
 >>> buckets = plan.plan_buckets("model.onnx", dims={"N": [1, 8, 32]})  # doctest: +SKIP
@@ -17,7 +21,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from npumem.plan.buffers import Buffer
 from npumem.plan.errors import PlanError
@@ -67,8 +71,16 @@ class BucketPlan:
 
     @property
     def weights_size(self) -> int:
-        """Bytes of the shared weights region (0 when weights are not planned)."""
-        return 0 if self.weights is None else self.weights.arena_size
+        """Bytes of the shared weights region (0 when weights are not planned): the weights'
+        arena rounded up to the largest alignment of the buckets' buffers, so that every
+        activation placed after it stays aligned."""
+        if self.weights is None:
+            return 0
+        align = max(
+            (b.alignment for bucket in self.buckets for b in bucket.solution.problem.buffers),
+            default=1,
+        )
+        return -(-self.weights.arena_size // align) * align
 
     @property
     def largest(self) -> Bucket:
@@ -85,14 +97,32 @@ class BucketPlan:
         """The weights plus the largest of the buckets' lower bounds."""
         return self.weights_size + max(b.solution.lower_bound for b in self.buckets)
 
+    def solution_of(self, bucket: Bucket) -> Solution:
+        """One bucket's whole memory as one plan: the weights at their shared offsets, live
+        the whole run, and the bucket's activations from `weights_size` on; its arena covers
+        both. Its lower bound is the weights plus the bucket's bound (for this layout, the
+        weights first). Without weights, the bucket's own solution."""
+        act = bucket.solution
+        if self.weights is None:
+            return act
+        base = self.weights_size
+        end = max((b.upper for b in act.problem.buffers), default=1)
+        weights = self.weights.problem
+        problem = Problem(
+            [replace(b, lower=0, upper=end) for b in weights.buffers] + list(act.problem.buffers),
+            aliases=[*weights.aliases, *act.problem.aliases],
+            name=act.problem.name,
+            slots=act.problem.slots,
+        )
+        offsets = dict(self.weights.offsets)
+        offsets.update((name, base + offset) for name, offset in act.offsets.items())
+        bound = max(self.weights.lower_bound, base + act.lower_bound if act.problem.buffers else 0)
+        return Solution(problem, offsets, lower_bound=bound, stats=act.stats)
+
     def tensor_offsets(self, bucket: Bucket) -> dict[str, tuple[int, int]]:
         """`name -> (offset, size)` from the start of the memory for one bucket: the weights,
-        then that bucket's activations after them."""
-        table = dict(self.weights.tensor_offsets()) if self.weights is not None else {}
-        base = self.weights_size
-        for name, (offset, size) in bucket.solution.tensor_offsets().items():
-            table[name] = (base + offset, size)
-        return table
+        then that bucket's activations after them (`solution_of(bucket).tensor_offsets()`)."""
+        return self.solution_of(bucket).tensor_offsets()
 
 
 GraphSource = str | os.PathLike[str] | object | Callable[..., Graph]
@@ -118,13 +148,13 @@ def _graph_builder(model: GraphSource) -> Callable[[Mapping[str, int]], Graph]:
 
 
 def _weights_problem(graph: Graph, alignment: int) -> Problem:
-    """Every weight live over one step: solving lays them out one after the other."""
+    """Every weight live over one step (solving lays them out one after the other), with the
+    views of weights as aliases, as a plan with weights lists them."""
+    full = Problem.from_graph(graph, include_weights=True, alignment=alignment)
+    weights = {t.name for t in graph.tensors.values() if t.weight}
     return Problem(
-        [
-            Buffer(t.name, 0, 1, t.size, max(t.alignment, alignment))
-            for t in graph.tensors.values()
-            if t.weight and t.view_of is None
-        ],
+        [Buffer(b.id, 0, 1, b.size, b.alignment) for b in full.buffers if b.id in weights],
+        aliases=[a for a in full.aliases if a.base in weights],
         name=f"{graph.name} weights",
     )
 

@@ -7,9 +7,10 @@ INPUT is a MiniMalloc CSV, a problem or graph JSON, or an ONNX model (told apart
 else by content). OUTPUT's extension picks the format: `.csv` (MiniMalloc solution), `.json`,
 `.h` (C header with the offset table). A dimension given several values (`--dim N=1,8,32`)
 plans one arena per bucket, the weights shared, and writes one OUTPUT per bucket
-(`plan.N8.h`); `--capacity` then holds for every bucket, weights included. Exit status: 0
-done, 1 `--capacity` not met (OUTPUT is then not written: the figures of the best packing
-found are printed), 2 bad arguments or unreadable input.
+(`plan.N8.h`), each the bucket's whole memory (the weights, then its activations);
+`--capacity` then holds for every bucket, weights included. Exit status: 0 done, 1
+`--capacity` not met (OUTPUT is then not written: the figures of the best packing found are
+printed), 2 bad arguments or unreadable input.
 """
 
 from __future__ import annotations
@@ -247,17 +248,17 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
             time_limit=args.time_limit,
             seed=args.seed,
         )
-        for bucket in plan.buckets:
-            bucket.solution.validate()
+        # Each bucket's whole memory, the shared weights included: what its file holds.
+        solutions = [plan.solution_of(bucket) for bucket in plan.buckets]
+        for solution in solutions:
+            solution.validate()
         met = args.capacity is None or plan.arena_size <= args.capacity
         if args.output is not None and met:
             output = Path(args.output)
             _write_all(
                 {
-                    _bucket_output(output, bucket.label): _render(
-                        bucket.solution, output, args.format
-                    )
-                    for bucket in plan.buckets
+                    _bucket_output(output, bucket.label): _render(solution, output, args.format)
+                    for bucket, solution in zip(plan.buckets, solutions, strict=True)
                 }
             )
     except (PlanError, MissingDependencyError, ValueError) as exc:
@@ -271,8 +272,7 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
             f"{'bucket':<14} {'buffers':>8} {'arena':>16} {'lower bound':>16} {'gap':>7}",
             markup=False,
         )
-        for bucket in plan.buckets:
-            sol = bucket.solution
+        for bucket, sol in zip(plan.buckets, solutions, strict=True):
             out.print(
                 f"{bucket.label:<14} {len(sol.problem):>8} {sol.arena_size:>16,} "
                 f"{sol.lower_bound:>16,} {sol.gap:>7.2%}",
