@@ -341,9 +341,11 @@ def graph_from_onnx(
     info: dict[str, tuple[int, list[int | str | None]]] = {}
     not_tensors: dict[str, str] = {}  # name -> the kind of value (sequence, map, ...)
     for name, t in inferred.types.items():
-        if not t.HasField("tensor_type"):
-            kind = t.WhichOneof("value")
-            not_tensors[name] = (kind or "unknown").replace("_type", "")
+        kind = t.WhichOneof("value")
+        if kind is None:  # an empty type: nothing is known of the value
+            continue
+        if kind != "tensor_type":
+            not_tensors[name] = kind.replace("_type", "")
             continue
         shape: list[int | str | None] = []
         if t.tensor_type.HasField("shape"):
