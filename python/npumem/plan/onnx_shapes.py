@@ -18,6 +18,7 @@ nodes in order:
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -295,20 +296,23 @@ def _no_schema_reason(onnx: Any, node: Any, domain: str, opsets: dict[str, int])
         return ""
     if domain not in opsets:
         return f"the model does not import the domain {domain or 'ai.onnx'!r}"
-    first = min(
-        (
-            s.since_version
-            for s in onnx.defs.get_all_schemas_with_history()
-            if s.name == node.op_type and s.domain == domain
-        ),
-        default=0,
-    )
+    first = _first_versions(onnx).get((domain, node.op_type), 0)
     if first > opsets[domain]:
         return (
             f"ONNX defines {node.op_type} from opset {first} on, and the model imports opset "
             f"{opsets[domain]} of {domain or 'the default domain'}"
         )
     return ""
+
+
+@functools.cache
+def _first_versions(onnx: Any) -> dict[tuple[str, str], int]:
+    """The opset in which ONNX first defines each op, by (domain, op type)."""
+    first: dict[tuple[str, str], int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        key = (schema.domain, schema.name)
+        first[key] = min(first.get(key, schema.since_version), schema.since_version)
+    return first
 
 
 def _dependency_order(nodes: Any) -> list[tuple[int, Any]]:
