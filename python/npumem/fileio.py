@@ -25,7 +25,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
@@ -372,7 +372,7 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     out = path_argument(path, "the output path")
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ArgumentTypeError(f"data must be bytes, got {type(data).__name__}")
-    with _atomic_file(out, "wb") as f:
+    with _AtomicFile(out, "wb") as f:
         f.write(data)
     return out
 
@@ -389,9 +389,15 @@ def write_texts(files: Mapping[Path, str]) -> None:
     try:
         for path, text in files.items():
             target = targets[path]
-            tmp, fd = _new_temporary(target)
-            temporary[target] = tmp
-            with os.fdopen(fd, "w", encoding=ENCODING, newline="") as f:
+            # Named before it is made, so that the clean-up below removes it whenever this
+            # stops after it exists (a signal raises right after the call that made it).
+            temporary[target] = tmp = _temporary_name(target)
+            try:
+                f = open(tmp, "x", encoding=ENCODING, newline="")  # noqa: SIM115
+            except FileExistsError:
+                del temporary[target]  # another file of that name, not ours to remove
+                raise
+            with f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
@@ -405,43 +411,91 @@ def write_texts(files: Mapping[Path, str]) -> None:
             remove_quietly(tmp)
 
 
-@contextlib.contextmanager
-def text_writer(path: str | os.PathLike[str]) -> Iterator[TextIO]:
+def text_writer(path: str | os.PathLike[str]) -> contextlib.AbstractContextManager[TextIO]:
     """A text file (UTF-8) that replaces `path` atomically when the `with` block ends, for a
     writer that makes its output piece by piece rather than in memory all at once: the same
     rules as `write_bytes()` (the old file stays until the new one is complete; an exception
     or `KeyboardInterrupt` in the block removes the temporary file and leaves no partial
     output; links are written through, special files refused before anything is written)."""
-    out = path_argument(path, "the output path")
-    with _atomic_file(out, "w") as f:
-        yield f
+    return _AtomicFile(path_argument(path, "the output path"), "w")
 
 
-@contextlib.contextmanager
-def _atomic_file(out: Path, mode: str) -> Iterator[Any]:
-    """A temporary file next to the file `out` replaces, opened with `mode` (`"wb"` or
-    `"w"`), which replaces that file once the block ends without an exception and is removed
-    otherwise."""
-    target = _replaced_file(out)
-    tmp, fd = _new_temporary(target)
-    try:
-        encoding, newline = (None, None) if "b" in mode else (ENCODING, "")
-        with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        remove_quietly(tmp)
-        raise
+class _AtomicFile:
+    """A temporary file next to the file `out` replaces, opened with `mode` (`"wb"` or `"w"`)
+    by `with`, which replaces that file once the block ends without an exception and is
+    removed otherwise.
+
+    A signal handler's exception (`KeyboardInterrupt`, the CLI's `SystemExit` for SIGTERM) can
+    be raised as any call returns and as any function starts. So the temporary file is named
+    before it is made, and from its making to its replacing or removal a `try` of `__enter__`
+    or `__exit__` owns it; no handler runs between `__enter__` returning and the block
+    starting. One point is left that no `try` can cover, the start of `__exit__`: an exception
+    raised there skips `__exit__`, and the file goes when this object does (`__del__`), once
+    that exception is released.
+    """
+
+    def __init__(self, out: Path, mode: str) -> None:
+        self._tmp: Path | None = None  # the temporary file while it may exist
+        self._file: Any = None
+        self._mode = mode
+        self._target = _replaced_file(out)  # may raise: `__del__` finds the fields above
+
+    def __enter__(self) -> Any:
+        encoding, newline = (None, None) if "b" in self._mode else (ENCODING, "")
+        # Mode "x" makes the file (O_CREAT | O_EXCL) with the mode the umask leaves, as for any
+        # new file. The descriptor is a file object's from the start: one dropped by a signal
+        # raised as `open()` returns closes itself.
+        create = self._mode.replace("w", "x")
+        self._tmp = tmp = _temporary_name(self._target)
+        try:
+            self._file = open(tmp, create, encoding=encoding, newline=newline)
+        except FileExistsError:
+            self._tmp = None  # another file of that name, not ours to remove
+            raise
+        except BaseException:
+            self._discard()
+            raise
+        return self._file
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                f = self._file
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+                os.replace(self._tmp, self._target)  # type: ignore[arg-type]
+                self._tmp = None
+        finally:
+            self._discard()
+
+    def __del__(self) -> None:
+        self._discard()
+
+    def _discard(self) -> None:
+        """Close the temporary file and remove it, if it may still exist. A failure to close
+        or remove never hides the exception being reported. The removal is the first call of
+        its own `finally` (not `contextlib.suppress()`, itself a call after which a handler may
+        raise), so that a second signal raised while closing (a second Ctrl-C) does not skip
+        it."""
+        tmp, self._tmp = self._tmp, None
+        if tmp is None:
+            return
+        try:
+            if self._file is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
+        finally:
+            try:  # noqa: SIM105
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
-def _new_temporary(target: Path) -> tuple[Path, int]:
-    """A new temporary file next to `target`, to replace it once written: its path and an open
-    descriptor for writing."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # os.open with 0o666 lets the umask pick the mode, as for any new file.
-    return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+def _temporary_name(target: Path) -> Path:
+    """A new name next to `target` for the temporary file that replaces it once written:
+    `.NAME.PID.HEX.tmp`."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
 def is_same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
