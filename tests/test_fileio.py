@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -305,3 +307,111 @@ def test_write_bytes_takes_bytes_and_write_text_takes_text(data: object, tmp_pat
         with pytest.raises(npumem.ArgumentTypeError, match="text must be a str"):
             write_text(out, data)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+# A signal's Python handler raises its exception (`KeyboardInterrupt`; `SystemExit(143)` under
+# the CLI's SIGTERM handler) where the interpreter checks for signals: as a call returns and as
+# a function starts. This script sends the signal at each such point of one write in turn,
+# through a profile hook (`c_return` events, and `call` events of functions that are not
+# generators: a generator resumes inside its own `try` blocks, which a hook's exception there
+# would bypass), and checks, once the exception is caught, that each file is whole (old or
+# new) and that no temporary file is left. It prints one line per failure, then the number of
+# points tried and how many of them interrupted the write.
+_INTERRUPT_AT_EVERY_POINT = r"""
+import os
+import signal
+import sys
+from pathlib import Path
+
+from npumem import fileio
+from npumem.cli import _terminate_as_exit
+
+folder, sig, writer = Path(sys.argv[1]), signal.Signals[sys.argv[2]], sys.argv[3]
+a, b = folder / "a.txt", folder / "b.txt"
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # for _terminate_as_exit() to take it
+GENERATOR = 0x20  # inspect.CO_GENERATOR
+
+
+def write():
+    if writer == "write_bytes":
+        fileio.write_bytes(a, b"new")
+    elif writer == "text_writer":
+        with fileio.text_writer(a) as f:
+            f.write("new")
+    else:
+        fileio.write_texts({a: "new", b: "new"})
+
+
+def hook_at(point, where):
+    seen = 0
+
+    def hook(frame, event, arg):
+        nonlocal seen
+        if event == "c_return" or (event == "call" and not frame.f_code.co_flags & GENERATOR):
+            if seen == point:
+                name = getattr(arg, "__qualname__", "") if event == "c_return" else ""
+                where.append(f"{event} {name} in {frame.f_code.co_name}:{frame.f_lineno}")
+                signal.raise_signal(sig)  # its handler raises here
+            seen += 1
+
+    return hook
+
+
+def state():
+    names = sorted(os.listdir(folder))
+    return names, a.read_text(), b.read_text()
+
+
+points = interrupted = 0
+with _terminate_as_exit():
+    while True:
+        for name in os.listdir(folder):  # a failure is reported once, at its own point
+            os.unlink(folder / name)
+        a.write_text("old")
+        b.write_text("old")
+        where = []
+        sys.setprofile(hook_at(points, where))
+        try:
+            write()
+        except (KeyboardInterrupt, SystemExit):
+            pass  # released here, as the CLI releases it before it exits
+        finally:
+            sys.setprofile(None)
+        names, new_a, new_b = state()
+        if where:
+            interrupted += 1
+            if names != ["a.txt", "b.txt"] or {new_a, new_b} - {"old", "new"}:
+                print(f"at {where}: {names}, a.txt {new_a!r}, b.txt {new_b!r}")
+        else:
+            wanted = "new" if writer == "write_texts" else "old"
+            if names != ["a.txt", "b.txt"] or (new_a, new_b) != ("new", wanted):
+                print(f"not interrupted: {names}, a.txt {new_a!r}, b.txt {new_b!r}")
+        points += 1
+        if not where:  # the write ended before the point: every point was tried
+            break
+print(points, interrupted)
+"""
+
+
+@pytest.mark.parametrize("writer", ["write_bytes", "text_writer", "write_texts"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_at_any_point_of_a_write_leaves_a_whole_file_and_no_temporary_file(
+    tmp_path: Path, writer: str, sig: str
+) -> None:
+    """Every point of a write where a signal's handler can raise (in a subprocess: the signals
+    are real) leaves each file old or new and no temporary file, the point right after the
+    temporary file is made included."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_AT_EVERY_POINT, str(tmp_path), sig, writer],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    *failures, summary = done.stdout.splitlines()
+    assert failures == []
+    points, interrupted = map(int, summary.split())
+    assert interrupted == points - 1 > 10  # each point but the last, after the write, interrupts

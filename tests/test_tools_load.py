@@ -266,3 +266,61 @@ def test_a_signal_during_a_write_leaves_the_old_file_and_no_temporary_file(
     assert "Traceback" not in err.decode()
     assert out.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "t.json"]
+
+
+# `npumem export` through `main()`, with the signal sent at the first point where its handler
+# can raise once the temporary file exists (a C call returning): where a signal sent the moment
+# the file appears, as above, lands when the command is slow to run on.
+_SIGNAL_AS_THE_TEMPORARY_FILE_APPEARS = r"""
+import signal
+import sys
+from pathlib import Path
+
+from npumem.cli import main
+
+trace, out, sig = sys.argv[1], Path(sys.argv[2]), signal.Signals[sys.argv[3]]
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def hook(frame, event, arg):
+    if event != "c_return":
+        return
+    if any(p.name.startswith(f".{out.name}.") for p in out.parent.iterdir()):
+        sys.setprofile(None)
+        signal.raise_signal(sig)
+
+
+sys.setprofile(hook)
+sys.exit(main(["export", trace, "-o", str(out)]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_as_the_temporary_file_appears_leaves_the_old_file_and_none(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """The signal of the test above at the worst moment, every time: right after the temporary
+    file is made."""
+    trace = synthetic_trace(200).save(tmp_path / "t.json")
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _SIGNAL_AS_THE_TEMPORARY_FILE_APPEARS,
+            str(trace),
+            str(out),
+            sig.name,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 128 + sig, done.stderr
+    assert "Traceback" not in done.stderr
+    assert out.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "t.json"]
