@@ -111,6 +111,8 @@ def test_stats_and_snapshots_pickle_and_copy_as_values() -> None:
 
 def test_what_cannot_be_pickled_names_its_own_class() -> None:
     import npumem.kv
+    from npumem.compaction import Compactor
+    from npumem.monitor import TraceRecorder
 
     pool = npumem.Pool(16 * MIB, cores=1)
     block = pool.alloc(100)
@@ -132,6 +134,8 @@ def test_what_cannot_be_pickled_names_its_own_class() -> None:
         pool.blocks()[0],
         pool.trace_status(),
         pool.plan_compaction(),
+        Compactor(pool),
+        TraceRecorder(pool),
     ]
     for obj in objects:
         with pytest.raises(TypeError) as raised:

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import NoReturn, Self
 
 import npumem
 from npumem._core import CompactionPlan, StepReport, oom_handler_may_wait
@@ -68,6 +68,11 @@ class Compactor:
     `on_resume` are called around every stop (a runtime stops and restarts its streams there);
     `pause_timeout` is how long a stop waits for allocations in flight.
     """
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would work on the same live pool (copy.copy, deepcopy and pickle all come
+        # here), and the pool itself cannot be copied.
+        raise TypeError("cannot copy or pickle a 'Compactor' object: it works on a live pool")
 
     def __init__(
         self,

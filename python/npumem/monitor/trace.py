@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from npumem.monitor._files import MAX_HANDLE, TRACE_FORMAT, Reader, read_json, write_json
 from npumem.monitor.snapshot import pool_config
@@ -296,6 +296,14 @@ class TraceRecorder:
     cores together, 64 bytes each). With `stacks=True` every allocation made through Python
     also records its caller's Python stack (`TraceEvent.stack`); that costs a few
     microseconds per allocation (see the monitoring guide)."""
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would record the same live pool (copy.copy, deepcopy and pickle all come
+        # here); its `trace` is a value and pickles.
+        raise TypeError(
+            "cannot copy or pickle a 'TraceRecorder' object: it records a live pool "
+            "(pickle its .trace instead)"
+        )
 
     def __init__(self, pool: Pool, *, capacity: int = 1 << 16, stacks: bool = False) -> None:
         from npumem.errors import ArgumentTypeError, InvalidArgumentError
