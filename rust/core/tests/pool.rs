@@ -389,3 +389,20 @@ fn host_bytes_round_trip() {
     assert_eq!(len, 1000);
     assert_eq!(ptr.as_ptr() as usize % 64, 0);
 }
+
+#[test]
+fn a_batch_of_slab_objects_raises_the_peak() {
+    // Nothing reads the statistics between the batch and its free (a read samples the peak).
+    for size in [64, 900, 3000] {
+        let p = pool(64 * MIB, 2);
+        let handles = p.alloc_many(&vec![size; 10_000], None, 0).unwrap();
+        p.free_many(&handles).unwrap();
+        let stats = p.stats();
+        assert_eq!(stats.bytes_in_use, 0);
+        assert!(
+            stats.peak_bytes_in_use >= 10_000 * size,
+            "{size} B: peak {} after a batch of 10,000",
+            stats.peak_bytes_in_use
+        );
+    }
+}

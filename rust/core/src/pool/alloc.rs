@@ -236,6 +236,11 @@ impl Pool {
                 }
             }
         }
+        // Slab objects publish no running total: the peak learns of them from the exact sample
+        // taken when a slab is carved, which here came before the batch was counted.
+        if placed.iter().any(|p| p.class.is_some()) {
+            self.sample_peak();
+        }
         Ok(Some(handles))
     }
 
