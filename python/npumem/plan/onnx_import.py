@@ -29,7 +29,7 @@ import itertools
 import math
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from npumem.errors import MissingDependencyError
@@ -187,26 +187,25 @@ def _symbolic_dims(graph: Any) -> set[str]:
     return names
 
 
+def _named_once(names: Iterable[str], label: str, twice: str) -> set[str]:
+    """The set of `names`; a name given twice is a `GraphError` saying `twice` (formatted with
+    the name)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise GraphError(f"{label}: {twice.format(name)} (each tensor name may be given once)")
+        seen.add(name)
+    return seen
+
+
 def _check_structure(graph: Any, label: str) -> None:
     """Refuse, before shape inference, a graph whose tensors are not each written once (by a
     node, as a graph input or as an initializer), that reads a tensor nothing writes, or that
     has a cycle; each message names the tensor and a node."""
-    initializers: set[str] = set()
-    for init in graph.initializer:
-        if init.name in initializers:
-            raise GraphError(
-                f"{label}: two initializers are named {init.name!r} (each tensor name may be "
-                "given once)"
-            )
-        initializers.add(init.name)
-    inputs: set[str] = set()
-    for value_info in graph.input:
-        if value_info.name in inputs:
-            raise GraphError(
-                f"{label}: graph input {value_info.name!r} is declared twice (each tensor name "
-                "may be given once)"
-            )
-        inputs.add(value_info.name)
+    initializers = _named_once(
+        (init.name for init in graph.initializer), label, "two initializers are named {!r}"
+    )
+    inputs = _named_once((v.name for v in graph.input), label, "graph input {!r} is declared twice")
     producer: dict[str, int] = {}
     for i, node in enumerate(graph.node):
         for out in node.output:
@@ -223,16 +222,12 @@ def _check_structure(graph: Any, label: str) -> None:
                 raise GraphError(
                     f"{label}: tensor {out!r} is written {by} (a tensor is written once)"
                 )
-            if out in initializers:
-                raise GraphError(
-                    f"{label}: {where} writes tensor {out!r}, which is an initializer (a tensor "
-                    "is written once: rename the node's output)"
-                )
-            if out in inputs:
-                raise GraphError(
-                    f"{label}: {where} writes tensor {out!r}, which is a graph input (a tensor "
-                    "is written once: rename the node's output)"
-                )
+            for kind, names in (("an initializer", initializers), ("a graph input", inputs)):
+                if out in names:
+                    raise GraphError(
+                        f"{label}: {where} writes tensor {out!r}, which is {kind} (a tensor is "
+                        "written once: rename the node's output)"
+                    )
             producer[out] = i
     available = initializers | inputs
     for i, node in enumerate(graph.node):
