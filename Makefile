@@ -31,15 +31,16 @@ $(PY_DEPS_STAMP): pyproject.toml | $(PY)
 	    $$($(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(" ".join(f"\"{d}\"" for d in p["dependencies"] + p["optional-dependencies"]["test"] + p["optional-dependencies"]["dev"]))' | xargs)
 	touch $@
 
+# The profile is pyproject.toml's (`dist`: release with link-time optimization), as for wheels.
 $(BUILD_STAMP): $(PY_DEPS_STAMP) $(RUST_SOURCES)
-	$(BIN)/maturin develop --release --quiet
+	$(BIN)/maturin develop --quiet
 	touch $@
 
 .PHONY: venv
 venv: $(PY_DEPS_STAMP) ## Create .venv with maturin and the test and lint tools
 
 .PHONY: develop
-develop: $(BUILD_STAMP) ## Build the Rust extension (release) into .venv, package in editable mode
+develop: $(BUILD_STAMP) ## Build the Rust extension (release, link-time optimized) into .venv, package in editable mode
 
 .PHONY: demo
 demo: develop ## Run the main job: the built-in demo workload (npumem demo)
