@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from npumem.plan.networks import NETWORKS
 onnx = pytest.importorskip("onnx")
 
 from test_plan_onnx import small_model  # noqa: E402
+from test_plan_solution import c_compiler  # noqa: E402
 
 
 def test_buckets_of_an_onnx_model_share_the_weights() -> None:
@@ -150,11 +152,42 @@ def test_each_bucket_file_holds_the_weights_and_the_activations_after_them(
         assert all(b.offset is not None for b in problem.buffers)
         assert plan.solve(problem, time_limit=1.0).arena_size == obj["arena_size"]
         header = (tmp_path / f"plan.batch{value}.h").read_text()
-        assert f"#define PLAN_ARENA_SIZE {obj['arena_size']}u" in header
+        assert f"#define PLAN_BATCH{value}_ARENA_SIZE {obj['arena_size']}u" in header
         for name, (off, size) in tensors.items():
             assert f'{{"{name}", {off}u, {size}u}},' in header
     assert f"largest      {plans[8]['arena_size']:,} bytes" in printed
     assert f"{plans[8]['arena_size']:>16,}" in printed.splitlines()[-3]
+
+
+def test_bucket_headers_go_into_one_program(tmp_path: Path) -> None:
+    """Each bucket's C header names its table and macros after its own file, so a program
+    that serves every bucket includes them all and reads each one's arena."""
+    model = tmp_path / "small.onnx"
+    onnx.save(small_model(), str(model))
+    args = ["--dim", "batch=1,8", "--time-limit", "1", "-q"]
+    assert main(["plan", str(model), "-o", str(tmp_path / "plan.h"), *args]) == 0
+    assert main(["plan", str(model), "-o", str(tmp_path / "plan.json"), *args]) == 0
+    sizes = {v: json.loads((tmp_path / f"plan.batch{v}.json").read_text()) for v in (1, 8)}
+    for value in (1, 8):
+        header = (tmp_path / f"plan.batch{value}.h").read_text()
+        assert f"#ifndef PLAN_BATCH{value}_H" in header
+        assert f"plan_batch{value}_table[PLAN_BATCH{value}_NUM_TENSORS]" in header
+    cc = c_compiler()
+    if cc is None:
+        return  # the text checks above are all this machine can do
+    program = tmp_path / "both.c"
+    program.write_text(
+        '#include <stdio.h>\n#include "plan.batch1.h"\n#include "plan.batch8.h"\n'
+        "int main(void) {\n"
+        '    printf("%u %u %s %s\\n", PLAN_BATCH1_ARENA_SIZE, PLAN_BATCH8_ARENA_SIZE,\n'
+        "           plan_batch1_table[0].name, plan_batch8_table[0].name);\n"
+        "    return 0;\n}\n"
+    )
+    exe = tmp_path / "both"
+    subprocess.run([cc, "-Wall", "-Werror", "-o", str(exe), str(program)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    assert out[:2] == [str(sizes[1]["arena_size"]), str(sizes[8]["arena_size"])]
+    assert out[2] == sizes[1]["tensors"][0]["name"] and out[3] == sizes[8]["tensors"][0]["name"]
 
 
 def test_the_activations_after_the_weights_stay_aligned() -> None:

@@ -255,10 +255,13 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
         met = args.capacity is None or plan.arena_size <= args.capacity
         if args.output is not None and met:
             output = Path(args.output)
+            # Each file rendered under its own name: a C header's table and macros are named
+            # after the file, so two buckets' headers can go into one program.
+            files = [_bucket_output(output, bucket.label) for bucket in plan.buckets]
             _write_all(
                 {
-                    _bucket_output(output, bucket.label): _render(solution, output, args.format)
-                    for bucket, solution in zip(plan.buckets, solutions, strict=True)
+                    path: _render(solution, path, args.format)
+                    for path, solution in zip(files, solutions, strict=True)
                 }
             )
     except (PlanError, MissingDependencyError, ValueError) as exc:
