@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from npumem.errors import NpumemError
-from npumem.plan import Buffer, Graph, PlanError, Problem, ProblemFormatError, lower_bound
+from npumem.plan import (
+    Buffer,
+    Graph,
+    PlanArgumentError,
+    PlanError,
+    Problem,
+    ProblemFormatError,
+    lower_bound,
+)
 from npumem.plan.bounds import alignment_bound, fixed_bound, live_bytes, live_profile
 from npumem.plan.cli import load_problem
 from npumem.plan.problem import MAX_IN_FLIGHT
@@ -252,6 +260,10 @@ def test_buffers_of_the_wrong_types_are_refused(buffer: Buffer, words: str) -> N
 @pytest.mark.parametrize("in_flight", [0, 257, 10**6, 2.0, "2"])
 def test_in_flight_is_bounded(in_flight: object) -> None:
     problem = Problem([Buffer("a", 0, 2, 4)])
-    with pytest.raises(ProblemFormatError, match="in_flight"):
+    # An argument the call cannot take, not a malformed problem: a PlanArgumentError (so a
+    # ValueError too) whose message gives the range.
+    with pytest.raises(PlanArgumentError, match=r"in_flight must be an integer from 1 to 256"):
+        problem.pipelined(["a"], in_flight)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
         problem.pipelined(["a"], in_flight)  # type: ignore[arg-type]
     assert len(problem.pipelined(["a"], MAX_IN_FLIGHT)) == MAX_IN_FLIGHT

@@ -97,6 +97,21 @@ def test_solutions_are_valid_bounded_and_no_worse_than_greedy(problem: Problem) 
         assert solution.arena_size <= run_rule(problem, rule).arena_size
 
 
+def test_an_unknown_greedy_rule_is_an_argument_error_listing_the_rules() -> None:
+    problem = Problem([Buffer("a", 0, 2, 4)])
+    rules = ", ".join(GREEDY_RULES)
+    with pytest.raises(
+        plan.PlanArgumentError, match=f"unknown greedy rule 'nope'; the rules are {rules}"
+    ):
+        run_rule(problem, "nope")
+    with pytest.raises(ValueError):
+        run_rule(problem, "nope")
+    with pytest.raises(plan.PlanArgumentTypeError, match="rule must be the name of a greedy rule"):
+        run_rule(problem, ["tflite"])  # type: ignore[arg-type]
+    with pytest.raises(plan.PlanArgumentError, match=f"the rules are {rules}"):
+        best_greedy(problem, ["tflite", "nope"])
+
+
 @given(tight_packings())
 def test_reaches_the_bound_when_a_tight_packing_exists(case: tuple[Problem, int]) -> None:
     problem, capacity = case

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
 from npumem.plan.problem import Problem
 
 __all__ = [
@@ -222,12 +223,18 @@ GREEDY_RULES: dict[str, Callable[[Problem], list[int]]] = {
 
 
 def run_rule(problem: Problem, rule: str) -> GreedyResult:
-    """Run one rule of `GREEDY_RULES` and time it."""
+    """Run one rule of `GREEDY_RULES` and time it. A name that is not one of them raises
+    `PlanArgumentError` (`PlanArgumentTypeError` for a value that is not a string)."""
+    if not isinstance(rule, str):
+        raise PlanArgumentTypeError(
+            f"rule must be the name of a greedy rule ({', '.join(GREEDY_RULES)}), got "
+            f"{type(rule).__name__}"
+        )
     try:
         fn = GREEDY_RULES[rule]
     except KeyError:
-        raise ValueError(
-            f"unknown greedy rule {rule!r}; known: {', '.join(GREEDY_RULES)}"
+        raise PlanArgumentError(
+            f"unknown greedy rule {rule!r}; the rules are {', '.join(GREEDY_RULES)}"
         ) from None
     start = time.perf_counter()
     offsets = fn(problem)
@@ -242,12 +249,15 @@ def best_greedy(
     such rule on a tie); its `seconds` is the time all the rules took together. Passes two
     rules share are computed once. With `deadline` (a `time.perf_counter()` value) the
     rules stop once it has passed, the first one too; when no rule finished in time, the
-    result is `linear_scan`'s (rule `"linear-scan"`)."""
+    result is `linear_scan`'s (rule `"linear-scan"`). A name that is not one of
+    `GREEDY_RULES` raises `PlanArgumentError`."""
     start = time.perf_counter()
     names = list(rules or GREEDY_RULES)
     unknown = [r for r in names if r not in _RULE_PASSES]
     if unknown:
-        raise ValueError(f"unknown greedy rule(s) {unknown}; known: {', '.join(GREEDY_RULES)}")
+        raise PlanArgumentError(
+            f"unknown greedy rule(s) {unknown}; the rules are {', '.join(GREEDY_RULES)}"
+        )
     best: tuple[str, list[int], int] | None = None
     passes = _Passes(problem, deadline)
     for name in names:

@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any
 from npumem._core import PlanTimeline
 from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.buffers import Alias, Buffer
-from npumem.plan.errors import PlanError, ProblemFormatError
+from npumem.plan.errors import (
+    PlanArgumentError,
+    PlanArgumentTypeError,
+    PlanError,
+    ProblemFormatError,
+)
 from npumem.plan.inputs import check_header, decode_text, path_argument, read_input
 from npumem.plan.lifetimes import lifetimes
 from npumem.plan.onnx_import import graph_from_onnx
@@ -476,15 +481,21 @@ class Problem:
         of an iteration, so each slot is live over the whole iteration (from the first step of
         the problem to its last); the other buffers keep their ranges, and the same offsets serve
         every iteration. Aliases of a named buffer are repeated in every slot.
+
+        An `in_flight` that is not an integer from 1 to `MAX_IN_FLIGHT` raises
+        `PlanArgumentError`; an unknown or pinned buffer, `ProblemFormatError`.
         """
         if isinstance(names, str):
             names = [names]
         wanted = list(dict.fromkeys(names))
         if isinstance(in_flight, bool) or not isinstance(in_flight, int):
-            raise ProblemFormatError(f"in_flight must be an integer, got {in_flight!r}")
+            raise PlanArgumentTypeError(
+                f"in_flight must be an integer from 1 to {MAX_IN_FLIGHT} (inferences in "
+                f"flight), got {in_flight!r}"
+            )
         if not 1 <= in_flight <= MAX_IN_FLIGHT:
-            raise ProblemFormatError(
-                f"in_flight must be at least 1 and at most {MAX_IN_FLIGHT} (inferences in "
+            raise PlanArgumentError(
+                f"in_flight must be an integer from 1 to {MAX_IN_FLIGHT} (inferences in "
                 f"flight), got {in_flight}"
             )
         unknown = [n for n in wanted if n not in self._index]
