@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
 import npumem
+from cli_contract import run_cli
 from npumem._argtypes import byte_count, positive_byte_count
+from npumem.monitor import TraceRecorder
 from npumem.sizes import UNITS, byte_unit, format_bytes, parse_bytes
 
 KIB, MIB, GIB, TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
@@ -19,6 +22,8 @@ KIB, MIB, GIB, TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
         ("0", 0),
         ("1048576", MIB),
         ("1_000_000", 1_000_000),
+        ("1_024K", 1_024 * KIB),
+        ("2_0.2_5 KiB", 20_736),
         ("+7", 7),
         ("12B", 12),
         ("12 b", 12),
@@ -84,6 +89,13 @@ def test_every_unit_is_accepted_in_any_case() -> None:
         ("1e30", "below 2**64"),
         ("16384 PiB", "unknown unit"),
         ("20000000TB", "below 2**64"),
+        ("_1", "an `_` must stand alone between two digits"),
+        ("1_", "an `_` must stand alone between two digits"),
+        ("1__0", "an `_` must stand alone between two digits"),
+        ("1_.5K", "an `_` must stand alone between two digits"),
+        ("1._5K", "an `_` must stand alone between two digits"),
+        ("1_e3", "an `_` must stand alone between two digits"),
+        ("+_1MiB", "an `_` must stand alone between two digits"),
     ],
 )
 def test_parse_bytes_refuses(text: str, why: str) -> None:
@@ -144,3 +156,28 @@ def test_byte_unit() -> None:
     assert byte_unit(5 * TIB) == (TIB, "TiB")
     assert byte_unit(3 * MIB, at_least=4) == (KIB, "KiB")  # plot axes: 3072 KiB, not 3 MiB
     assert byte_unit(4 * GIB, at_least=4) == (GIB, "GiB")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", "{trace}", "--capacity", "_1"],
+        ["replay", "{trace}", "--chunk-size", "1_"],
+        ["plan", "{csv}", "-o", "{out}", "--capacity", "1__0"],
+        ["plan", "{csv}", "-o", "{out}", "--pool", "sram=_2MiB"],
+    ],
+)
+def test_misplaced_underscores_are_one_line_on_the_command_line(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = npumem.Pool(4 * MIB, cores=1)
+    with TraceRecorder(pool) as rec:
+        pool.alloc(100).free()
+    trace = rec.trace.save(tmp_path / "t.json")
+    csv = tmp_path / "p.csv"
+    csv.write_text("id,lower,upper,size\na,0,2,4\n")
+    out = tmp_path / "plan.json"
+    args = [a.format(trace=trace, csv=csv, out=out) for a in argv]
+    status, _, err = run_cli(args, capsys, output=out)
+    assert status == 2
+    assert "an `_` must stand alone between two digits" in err

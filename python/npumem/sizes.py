@@ -4,7 +4,8 @@ Parsing (`parse_bytes()`) accepts a number followed by an optional unit, with or
 space between them, in any letter case:
 
 * the number: an integer (`1048576`), a decimal (`1.5`) or scientific notation (`1e6`);
-  `_` may group digits (`1_000_000`);
+  `_` may group digits (`1_000_000`): one `_` between two digits, as in a Python number
+  (`_1`, `1_` and `1__0` are refused);
 * binary units (powers of 1024): `KiB`, `MiB`, `GiB`, `TiB`, and their one-letter
   shorthands `K`, `M`, `G`, `T` (so `100k` is 102 400 bytes, as in `dd` and `ls -h`);
 * decimal (SI) units (powers of 1000): `kB`, `MB`, `GB`, `TB`;
@@ -67,6 +68,8 @@ _SIZE = re.compile(
     """,
     re.VERBOSE,
 )
+# An `_` without a digit on each side (Decimal itself takes `_1`, `1_` and `1__0`).
+_MISPLACED_UNDERSCORE = re.compile(r"(?<![0-9])_|_(?![0-9])")
 _LARGEST = 1 << 64
 _FORMAT_UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
@@ -86,6 +89,8 @@ def parse_bytes(text: str) -> int:
     if unit not in UNITS:
         known = "B, K, KiB, M, MiB, G, GiB, T, TiB, kB, MB, GB, TB"
         raise _refuse(text, f"unknown unit {match.group(2)!r} (known units: {known})")
+    if _MISPLACED_UNDERSCORE.search(number):
+        raise _refuse(text, "an `_` must stand alone between two digits (1_000_000)")
     try:
         value = Decimal(number)
     except InvalidOperation:
