@@ -4,12 +4,14 @@ subcommand; bad arguments and bad files exit 2 with a message that says what is 
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 from pathlib import Path
 
 import pytest
 
 import npumem
+from cli_contract import run_cli
 from monitor_helpers import assert_png
 from npumem.cli import build_parser, main
 from npumem.monitor import TraceRecorder
@@ -101,6 +103,89 @@ def test_replay_as_recorded_and_what_if(
     captured = capsys.readouterr()
     assert "would fail with this configuration" in captured.err
     assert "would fail:" in captured.out
+
+
+@pytest.fixture(scope="module")
+def growth_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A trace of a pool that grew from 64 MiB to 96 MiB (its limit 256 MiB): 96 MiB live at
+    the peak."""
+    pool = npumem.Pool(64 * MIB, max_capacity=256 * MIB, grow_by=32 * MIB, cores=1)
+    with TraceRecorder(pool) as rec:
+        blocks = [pool.alloc(8 * MIB) for _ in range(12)]
+        for b in blocks:
+            b.free()
+    assert pool.capacity == 96 * MIB
+    return rec.trace.save(tmp_path_factory.mktemp("growth") / "growth.json")
+
+
+def replay_result(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    status, out, _ = run_cli(["replay", *argv, "--json"], capsys)
+    return status, json.loads(out)
+
+
+def test_replay_capacity_is_the_whole_arena_of_a_pool_that_grew(
+    growth_trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Smaller than the recorded peak: the replay does not grow, so allocations fail.
+    status, r = replay_result([str(growth_trace), "--capacity", "32MiB"], capsys)
+    assert status == 1
+    assert r["would_fail"] == 8 and r["peak_bytes_in_use"] == 32 * MIB
+    assert r["final_stats"]["capacity"] == 32 * MIB
+    assert r["config"].get("max_capacity", 32 * MIB) == 32 * MIB
+    # Larger than the recorded limit: taken as it is (max_capacity follows).
+    status, r = replay_result([str(growth_trace), "--capacity", "1GiB"], capsys)
+    assert status == 0
+    assert r["final_stats"]["capacity"] == 1 << 30 and r["final_stats"]["grow_events"] == 0
+    # The text report says the replay does not grow.
+    status, out, _ = run_cli(["replay", str(growth_trace), "--capacity", "32MiB"], capsys)
+    assert status == 1
+    assert "note: the recorded pool grew to 96.0 MiB; this replay does not grow" in out
+    # As recorded, it grows as it did, and nothing says it does not.
+    status, out, _ = run_cli(["replay", str(growth_trace)], capsys)
+    assert status == 0 and "does not grow" not in out
+
+
+def test_replay_max_capacity_lets_the_arena_grow(
+    growth_trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [str(growth_trace), "--capacity", "32MiB", "--max-capacity", "128MiB"]
+    status, r = replay_result(argv, capsys)
+    assert status == 0 and r["would_fail"] == 0
+    assert r["config"]["max_capacity"] == 128 * MIB
+    assert r["final_stats"]["capacity"] == 96 * MIB  # grown 32 MiB at a time
+    status, r = replay_result([str(growth_trace), "--max-capacity", "64MiB"], capsys)
+    assert status == 1 and r["final_stats"]["capacity"] == 64 * MIB
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (
+            ["--capacity", "64MiB", "--max-capacity", "32MiB"],
+            "--max-capacity (32.0 MiB) must be at least --capacity (64.0 MiB)",
+        ),
+        (
+            ["--max-capacity", "32MiB"],
+            "--max-capacity (32.0 MiB) must be at least the recorded capacity (64.0 MiB)",
+        ),
+        (["--max-capacity", "lots"], "argument --max-capacity: 'lots' is not a byte count"),
+        (["--max-capacity", "0"], "argument --max-capacity: must be at least 1 byte"),
+    ],
+)
+def test_replay_bad_max_capacity_is_one_line(
+    growth_trace: Path, argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run_cli(["replay", str(growth_trace), *argv], capsys)
+    assert status == 2
+    assert text in err
+
+
+def test_replay_help_says_capacity_does_not_grow(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "exactly this many bytes and does not grow" in text
+    assert "--max-capacity BYTES" in text
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
     npumem demo [--quick] [--requests N] [--workers N] [--capacity BYTES] [--output DIR] [--trace]
                 [--no-tiers]
-    npumem replay TRACE [--capacity BYTES] [--cores N] [--chunk-size BYTES] ... [--json]
+    npumem replay TRACE [--capacity BYTES] [--max-capacity BYTES] [--cores N] [--chunk-size BYTES]
+                  ... [--json]
 
 Exit status: 0 done and the goal met (demo: no failed allocation and no rejected request;
 replay: every allocation that succeeded when recorded succeeds again), 1 the goal not met
@@ -295,9 +296,20 @@ def run_replay_command(args: argparse.Namespace) -> int:
             "bank_size",
             "placement",
             "core_reserve",
+            "max_capacity",
         )
         if getattr(args, key) is not None
     }
+    if args.max_capacity is not None:
+        capacity = overrides.get("capacity", trace.config["capacity"])
+        if args.max_capacity < capacity:
+            given = "--capacity" if "capacity" in overrides else "the recorded capacity"
+            err.print(
+                f"npumem replay: error: --max-capacity ({format_bytes(args.max_capacity)}) must "
+                f"be at least {given} ({format_bytes(capacity)})",
+                markup=False,
+            )
+            return ExitStatus.USAGE
     with _progress(err if not args.json else Console(quiet=True), "replaying") as progress:
         task = progress.add_task("replay", total=len(trace.events))
         try:
@@ -320,9 +332,12 @@ def run_replay_command(args: argparse.Namespace) -> int:
     t.add_column("recorded", justify="right")
     cfg = r.config
     changed = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as recorded"
+    recorded_max = trace.config.get("max_capacity", trace.config["capacity"])
+    replay_max = cfg.get("max_capacity", cfg["capacity"])
     rows = [
         ("configuration", changed, ""),
         ("capacity", format_bytes(cfg["capacity"]), format_bytes(trace.config["capacity"])),
+        ("grows up to", format_bytes(replay_max), format_bytes(recorded_max)),
         ("events", f"{r.events:,}", f"{r.events:,} ({trace.dropped:,} dropped)"),
         ("allocations", f"{r.allocations:,}", ""),
         ("frees", f"{r.frees:,}", f"{r.unmatched_frees:,} unmatched"),
@@ -343,6 +358,18 @@ def run_replay_command(args: argparse.Namespace) -> int:
     for row in rows:
         t.add_row(*row)
     out.print(t)
+    if recorded_max > trace.config["capacity"] and replay_max == cfg["capacity"]:
+        grown = recorded.capacity if recorded is not None else trace.config["capacity"]
+        how = (
+            f"grew to {format_bytes(grown)}"
+            if grown > trace.config["capacity"]
+            else f"could grow to {format_bytes(recorded_max)}"
+        )
+        out.print(
+            f"note: the recorded pool {how}; this replay does not grow: its arena is "
+            f"{format_bytes(cfg['capacity'])} (--max-capacity BYTES lets it grow)",
+            markup=False,
+        )
     if not trace.complete:
         out.print(
             "note: the trace is incomplete (events dropped, or blocks live when recording "
@@ -486,7 +513,21 @@ def add_parsers(subparsers: Any) -> None:
         "1 some would fail, 2 bad arguments, an unreadable file or an invalid configuration.",
     )
     replay.add_argument("trace", metavar="TRACE", help="a trace JSON file")
-    replay.add_argument("--capacity", type=positive_byte_count, metavar="BYTES", help="arena size")
+    replay.add_argument(
+        "--capacity",
+        type=positive_byte_count,
+        metavar="BYTES",
+        help="arena size: the replay's arena is exactly this many bytes and does not grow, "
+        "even where the recorded pool grew (unless --max-capacity is given too)",
+    )
+    replay.add_argument(
+        "--max-capacity",
+        type=positive_byte_count,
+        metavar="BYTES",
+        help="let the arena grow up to this many bytes, --capacity (or the recorded "
+        "capacity) at a time; at least the capacity (default: with --capacity, no growth; "
+        "without, the recorded limit)",
+    )
     replay.add_argument("--cores", type=at_least_one, metavar="N", help="core pools")
     replay.add_argument(
         "--chunk-size", type=positive_byte_count, metavar="BYTES", help="unit granted to cores"

@@ -117,7 +117,12 @@ def replay_trace(
 ) -> ReplayResult:
     """Replay `trace` on a fresh pool made from the trace's configuration with the entries of
     `config` replacing its own (`capacity`, `cores`, `chunk_size`, `min_block`,
-    `bank_size`, `alignment`, `slab_sizes`, `placement`, `run_tails`, `core_reserve`).
+    `bank_size`, `alignment`, `slab_sizes`, `placement`, `run_tails`, `core_reserve`,
+    `max_capacity`).
+
+    A `capacity` given without a `max_capacity` is an arena of exactly that many bytes: the
+    replay does not grow, even where the recorded pool could. With `max_capacity` too it grows
+    up to that, `capacity` bytes at a time (the trace does not record the pool's `grow_by`).
 
     Fragmentation is sampled every `sample_every` events and at every failure; `progress`
     is called now and then with (events done, events in all). A bad configuration raises
@@ -132,6 +137,8 @@ def replay_trace(
     if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
         raise npumem.InvalidArgumentError(f"sample_every must be an int >= 1, got {sample_every!r}")
     cfg = {k: trace.config[k] for k in _CONFIG_KEYS if k in trace.config}
+    if "capacity" in overrides and "max_capacity" not in overrides:
+        cfg.pop("max_capacity", None)
     cfg.update(overrides)
     kwargs = {k: v for k, v in cfg.items() if k != "capacity"}
     pool = npumem.Pool(cfg["capacity"], backing="none", name=f"replay-of-{trace.pool}", **kwargs)
