@@ -73,6 +73,46 @@ def test_bad_trace_capacity(capacity: object, error: type, text: str) -> None:
         TraceRecorder(pool, capacity=capacity).start()  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("cores", "capacity", "per_ring"),
+    [(1, 4, 16), (1, 100, 128), (2, 100, 64), (4, 4, 16), (4, 100, 32), (4, 1000, 256)],
+)
+def test_trace_capacity_is_per_ring_as_documented(cores: int, capacity: int, per_ring: int) -> None:
+    # Every ring holds capacity / cores events rounded up to a power of two (at least 16);
+    # there are cores + 1 rings; one thread keeps one ring's worth.
+    pool = npumem.Pool(8 * MIB, cores=cores)
+    pool.trace_start(capacity)
+    for _ in range(2000):
+        pool.alloc(64).free()
+    pool.trace_stop()
+    assert len(pool.trace_drain()) == per_ring
+    status = pool.trace_status()
+    assert status.capacity == per_ring * (cores + 1)
+    assert status.dropped == 4000 - per_ring
+
+
+def test_trace_start_docstring_states_the_ring_sizes() -> None:
+    for doc in (npumem.Pool.trace_start.__doc__, stub_doc("Pool", "trace_start")):
+        text = " ".join((doc or "").split())
+        assert "up to `capacity` events (all cores together" not in text
+        assert "`capacity / cores` events rounded up to a power of two, at least 16" in text
+        assert "`cores + 1` times that in all (`trace_status().capacity`)" in text
+        assert "one thread keeps at most one ring's worth" in text
+
+
+def stub_doc(cls: str, name: str) -> str | None:
+    """The docstring of `cls.name` in `npumem/_core.pyi`."""
+    import ast
+
+    stub = Path(npumem.__file__).with_name("_core.pyi")
+    for node in ast.parse(stub.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
+                    return ast.get_docstring(item)
+    return None
+
+
 def test_overflow_is_counted_not_hidden() -> None:
     pool = npumem.Pool(8 * MIB, cores=1)
     with TraceRecorder(pool, capacity=16) as rec:

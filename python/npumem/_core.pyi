@@ -137,7 +137,20 @@ class Pool:
     def regions(self) -> list[tuple[int, int]]: ...
     def raw_snapshot(self) -> RawSnapshot: ...
     def snapshot(self) -> Snapshot: ...
-    def trace_start(self, capacity: int = 65536, *, stacks: bool = False) -> None: ...
+    def trace_start(self, capacity: int = 65536, *, stacks: bool = False) -> None:
+        """Start a fresh event trace; events of an earlier trace that were not drained are
+        discarded. Pauses the pool briefly. The events go to `cores + 1` rings: one per core
+        pool, each taken by the first thread that records into it and kept by that thread until
+        it exits, and one that every further thread shares. Every ring holds
+        `capacity / cores` events rounded up to a power of two, at least 16, and overwrites
+        its oldest events when full (a drain counts them as dropped). So the rings hold
+        `cores + 1` times that in all (`trace_status().capacity`), and one thread keeps at most
+        one ring's worth between drains: with `cores=4`, `trace_start(1000)` makes rings of
+        256 events, 1280 in all, and a single thread keeps its latest 256. The rings take 64
+        bytes per event. With `stacks=True` every allocation made through Python also records
+        the Python call stack of its caller (at most 32 frames, most recent call first), which
+        `trace_drain` attaches to its `alloc` event; this costs a few microseconds per
+        allocation."""
     def trace_stop(self) -> None: ...
     def trace_drain(
         self,
@@ -395,7 +408,9 @@ class TraceStatus:
     @property
     def enabled(self) -> bool: ...
     @property
-    def capacity(self) -> int: ...
+    def capacity(self) -> int:
+        """Events the rings hold at most, all `cores + 1` rings together (see
+        `Pool.trace_start`; 0 before the first start)."""
     @property
     def recorded(self) -> int: ...
     @property

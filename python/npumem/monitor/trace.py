@@ -2,7 +2,8 @@
 load them back (for `npumem replay` and `npumem plot`).
 
 The Rust core keeps the events in bounded rings (`pool.trace_start(capacity)`): one per
-writing thread, up to one per core pool, and one shared by the threads beyond that. A
+writing thread, up to one per core pool, and one shared by the threads beyond that, each of
+`capacity / cores` events rounded up to a power of two (at least 16). A
 `TraceRecorder` drains and merges them into a `Trace` often enough that the rings do not
 overflow (events lost anyway are counted in `Trace.dropped`).
 
@@ -292,10 +293,12 @@ def _event(raw: tuple[Any, ...], stacks: dict[Any, tuple[Frame, ...]]) -> TraceE
 class TraceRecorder:
     """Record a pool's events into `trace`: `start()`, `drain()` now and then (a
     `Monitor` can do it on every sample), `stop()`. Also a context
-    manager. `capacity` is the size of the Rust rings (events kept between two drains, all
-    cores together, 64 bytes each). With `stacks=True` every allocation made through Python
-    also records its caller's Python stack (`TraceEvent.stack`); that costs a few
-    microseconds per allocation (see the monitoring guide)."""
+    manager. `capacity` sizes the Rust rings (`Pool.trace_start`): each of the `cores + 1`
+    rings holds `capacity / cores` events rounded up to a power of two (at least 16; 64 bytes
+    each), and one thread keeps at most one ring's worth between two drains. With
+    `stacks=True` every allocation made through Python also records its caller's Python stack
+    (`TraceEvent.stack`); that costs a few microseconds per allocation (see the monitoring
+    guide)."""
 
     def __reduce__(self) -> NoReturn:
         # A copy would record the same live pool (copy.copy, deepcopy and pickle all come

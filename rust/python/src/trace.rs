@@ -15,7 +15,8 @@ use crate::tags::Tags;
 pub struct TraceStatus {
     /// Whether events are being recorded now.
     enabled: bool,
-    /// Events the rings hold at most (all cores together; 0 before the first start).
+    /// Events the rings hold at most, all `cores + 1` rings together (see `Pool.trace_start`;
+    /// 0 before the first start).
     capacity: usize,
     /// Events recorded since the last start (delivered, lost, or waiting to be drained).
     recorded: u64,

@@ -8,11 +8,13 @@ use crate::trace::event::TraceEvent;
 use crate::trace::recorder::{TraceStatus, MAX_TRACE_CAPACITY};
 
 impl Pool {
-    /// Start a fresh event trace holding about `capacity` events: one ring per core pool, each
-    /// owned by the first thread that records into it, and one ring the threads beyond those
-    /// share, each of `capacity / cores` events rounded up to a power of two, at least 16
-    /// (`trace_status().capacity` says the total). Events of an earlier trace that were not
-    /// drained are discarded. Pauses the pool briefly. The rings take 64 bytes per event.
+    /// Start a fresh event trace of `capacity` events spread over `cores + 1` rings: one ring
+    /// per core pool, each owned by the first thread that records into it until that thread
+    /// exits, and one ring the threads beyond those share, each of `capacity / cores` events
+    /// rounded up to a power of two, at least 16, its oldest events overwritten when full. The
+    /// total (`trace_status().capacity`) is `cores + 1` rings' worth, and one thread keeps at
+    /// most one ring's worth between drains. Events of an earlier trace that were not drained
+    /// are discarded. Pauses the pool briefly. The rings take 64 bytes per event.
     pub fn trace_start(&self, capacity: usize) -> Result<()> {
         if capacity == 0 || capacity > MAX_TRACE_CAPACITY {
             return Err(Error::InvalidSize {

@@ -434,11 +434,18 @@ impl Pool {
         views::present_snapshot(slf.as_any(), raw)
     }
 
-    /// Start a fresh event trace of up to `capacity` events (all cores together; the oldest are
-    /// overwritten when full). Pauses the pool briefly. With `stacks=True` every allocation
-    /// made through Python also records the Python call stack of its caller (at most 32 frames,
-    /// most recent call first), which `trace_drain` attaches to its `alloc` event; this costs
-    /// a few microseconds per allocation.
+    /// Start a fresh event trace; events of an earlier trace that were not drained are
+    /// discarded. Pauses the pool briefly. The events go to `cores + 1` rings: one per core
+    /// pool, each taken by the first thread that records into it and kept by that thread until
+    /// it exits, and one that every further thread shares. Every ring holds `capacity / cores`
+    /// events rounded up to a power of two, at least 16, and overwrites its oldest events when
+    /// full (a drain counts them as dropped). So the rings hold `cores + 1` times that in all
+    /// (`trace_status().capacity`), and one thread keeps at most one ring's worth between
+    /// drains: with `cores=4`, `trace_start(1000)` makes rings of 256 events, 1280 in all, and
+    /// a single thread keeps its latest 256. The rings take 64 bytes per event. With
+    /// `stacks=True` every allocation made through Python also records the Python call stack
+    /// of its caller (at most 32 frames, most recent call first), which `trace_drain` attaches
+    /// to its `alloc` event; this costs a few microseconds per allocation.
     #[pyo3(signature = (capacity = None, *, stacks = None), text_signature = "(self, capacity=65536, *, stacks=False)")]
     fn trace_start(
         &self,
