@@ -52,6 +52,12 @@ def test_pool_attributes_and_defaults() -> None:
     assert npumem.Pool(MIB).cores == (os.cpu_count() or 1)
 
 
+def test_pool_attribute_docstrings_describe_their_attribute() -> None:
+    assert npumem.Pool.name.__doc__ == "The pool's name (labels its metrics)."
+    base = npumem.Pool.base_address.__doc__ or ""
+    assert base.startswith("The address of offset 0") and "name" not in base
+
+
 def test_alloc_free_and_block_fields() -> None:
     pool = npumem.Pool(16 * MIB, cores=2)
     blk = pool.alloc(1000, tag="act")

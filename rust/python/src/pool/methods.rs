@@ -777,7 +777,6 @@ impl Pool {
         self.core.config().core_reserve
     }
 
-    /// The pool's name (labels its metrics).
     /// The address of offset 0: the host mapping's of a host pool, the `base_address` given
     /// otherwise (0 if none). `Block.address` is this plus the block's offset.
     #[getter]
@@ -804,6 +803,7 @@ impl Pool {
         c_pool::capsule(py, &self.core)
     }
 
+    /// The pool's name (labels its metrics).
     #[getter]
     fn name(&self, py: Python<'_>) -> Py<PyString> {
         self.name.clone_ref(py)
