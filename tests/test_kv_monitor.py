@@ -84,3 +84,53 @@ def test_address_map_colours_pages_by_state(tmp_path: Path) -> None:
     pool, reserved, on_demand = _caches()
     path = plot_address_map(pool.snapshot().with_kv(reserved, on_demand), tmp_path / "map.png")
     assert_png(path)
+
+
+def test_with_kv_refuses_a_cache_of_another_pool(tmp_path: Path) -> None:
+    pool, reserved, _ = _caches()
+    # Another pool of the same name: the pages even fit this arena, the pool is still another.
+    twin = npumem.Pool(64 << 20, cores=1, name="kvpool")
+    filler = twin.alloc(40 << 20)  # the foreign pages lie beyond this arena
+    foreign = KVCache(twin, page_tokens=4, capacity_tokens=64, **SHAPE)
+    foreign.add_sequence(0, num_tokens=20)
+    snap = pool.snapshot().with_kv(reserved)
+    with pytest.raises(npumem.InvalidArgumentError, match="cache 1 of with_kv is a cache of pool"):
+        snap.with_kv(reserved, foreign)
+    other = npumem.Pool(64 << 20, cores=1, name="other")
+    with pytest.raises(npumem.InvalidArgumentError, match="not of pool 'kvpool'"):
+        snap.with_kv(KVCache(other, **SHAPE))
+    assert len(snap.kv) == 1  # nothing was added
+    # A snapshot read back has no live pool: a cache of a pool of another name, or one whose
+    # pages lie outside its arena, is refused.
+    loaded = Snapshot.load(snap.save(tmp_path / "s.json"))
+    assert loaded.with_kv(reserved).kv[-1] == snap.kv[0]
+    with pytest.raises(npumem.InvalidArgumentError, match="not of pool 'kvpool'"):
+        loaded.with_kv(KVCache(other, **SHAPE))
+    with pytest.raises(npumem.InvalidArgumentError, match=r"outside the arena of pool 'kvpool'"):
+        loaded.with_kv(foreign)
+    filler.free()
+
+
+def test_with_kv_refuses_a_closed_cache_and_what_is_no_cache() -> None:
+    pool, reserved, on_demand = _caches()
+    snap = pool.snapshot()
+    on_demand.close()
+    with pytest.raises(npumem.InvalidHandleError, match="cache 1 of with_kv is closed"):
+        snap.with_kv(reserved, on_demand)
+    with pytest.raises(npumem.ArgumentTypeError, match="must be a KVCache, got Pool"):
+        snap.with_kv(pool)  # type: ignore[arg-type]
+
+
+def test_with_kv_keeps_the_pool_check_through_labels_and_copies() -> None:
+    import copy
+    import pickle
+
+    pool, reserved, _ = _caches()
+    other = npumem.Pool(8 << 20, cores=1, name="kvpool")
+    foreign = KVCache(other, **SHAPE)
+    snap = pool.snapshot().with_label("x")
+    for same in (snap, copy.copy(snap), pickle.loads(pickle.dumps(snap))):
+        assert same == snap
+        same.with_kv(reserved)
+        with pytest.raises(npumem.InvalidArgumentError, match="is a cache of pool 'kvpool'"):
+            same.with_kv(foreign)

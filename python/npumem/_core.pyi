@@ -238,6 +238,10 @@ class Pool:
     def name(self) -> str:
         """The pool's name (labels its metrics)."""
     @property
+    def _id(self) -> int:
+        """A number that tells this pool apart from every other pool of the process, never
+        reused (names may repeat)."""
+    @property
     def base_address(self) -> int:
         """The address of offset 0: the host mapping's of a host pool, the `base_address` given
         otherwise (0 if none). `Block.address` is this plus the block's offset."""

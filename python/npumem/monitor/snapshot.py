@@ -119,6 +119,9 @@ class Snapshot:
     label: str = field(default="")
     kv: tuple[KVPages, ...] = field(default=())
     regions: tuple[Extent, ...] = field(default=())
+    # `Pool._id` of the pool it was taken from, in this process (None once read from a file):
+    # `with_kv` checks caches against it. Not part of the value.
+    _pool_id: int | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
@@ -139,6 +142,7 @@ class Snapshot:
             untracked=tuple(Extent(o, n) for o, n in raw.untracked),
             stats=raw.stats,
             regions=tuple(Extent(o, n) for o, n in raw.regions),
+            _pool_id=pool._id,
         )
 
     def with_label(self, label: str) -> Snapshot:
@@ -155,11 +159,18 @@ class Snapshot:
             label,
             self.kv,
             self.regions,
+            self._pool_id,
         )
 
     def with_kv(self, *caches: KVCache) -> Snapshot:
         """The same snapshot with the pages of `caches` (paged KV caches of this pool) by
-        state, read now: take it right after `pool.snapshot()`."""
+        state, read now: take it right after `pool.snapshot()`.
+
+        A cache of another pool raises `InvalidArgumentError` (for a snapshot read from a
+        file, whose pool is gone: a cache of a pool of another name), as does a page outside
+        the regions of this snapshot; a closed cache raises `InvalidHandleError`, anything
+        else `ArgumentTypeError`. Nothing is added then."""
+        pages = tuple(self._kv_pages(cache, i) for i, cache in enumerate(caches))
         return Snapshot(
             self.pool,
             self.config,
@@ -170,9 +181,44 @@ class Snapshot:
             self.untracked,
             self.stats,
             self.label,
-            (*self.kv, *(KVPages.of(c) for c in caches)),
+            (*self.kv, *pages),
             self.regions,
+            self._pool_id,
         )
+
+    def _kv_pages(self, cache: KVCache, index: int) -> KVPages:
+        """The pages of `cache` (argument `index` of `with_kv`), checked to be of this pool."""
+        from npumem.errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
+        from npumem.kv.cache import KVCache
+
+        what = f"cache {index} of with_kv"
+        if not isinstance(cache, KVCache):
+            raise ArgumentTypeError(f"{what} must be a KVCache, got {type(cache).__name__}")
+        if cache.closed:
+            raise InvalidHandleError(f"{what} is closed: it has no pages to show")
+        owner = cache.pool
+        if self._pool_id is not None:
+            if owner._id != self._pool_id:
+                raise InvalidArgumentError(
+                    f"{what} is a cache of pool {str(owner.name)!r}, not of pool {self.pool!r} "
+                    "that this snapshot shows"
+                )
+        elif str(owner.name) != self.pool:
+            raise InvalidArgumentError(
+                f"{what} is a cache of pool {str(owner.name)!r}, not of pool {self.pool!r} that "
+                "this snapshot shows"
+            )
+        kv = KVPages.of(cache)
+        spans = self.regions or (Extent(0, self.capacity),)
+        for offset, _ in kv.pages:
+            end = offset + kv.page_bytes
+            if not any(r.offset <= offset and end <= r.end for r in spans):
+                raise InvalidArgumentError(
+                    f"{what} has a page at [{offset}, {end}), outside the arena of pool "
+                    f"{self.pool!r} that this snapshot shows (a cache of another pool, or a "
+                    "page taken after the pool grew since the snapshot)"
+                )
+        return kv
 
     # ----- figures ---------------------------------------------------------------------------
 

@@ -809,6 +809,13 @@ impl Pool {
         self.name.clone_ref(py)
     }
 
+    /// A number that tells this pool apart from every other pool of the process, never reused
+    /// (names may repeat): `Snapshot.with_kv` checks with it that a cache is of the same pool.
+    #[getter(_id)]
+    fn id(&self) -> u32 {
+        self.core.id()
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "<npumem.Pool {:?} capacity={} cores={} backing={}>",
