@@ -163,6 +163,12 @@ def test_as_array_is_a_typed_view() -> None:
     for objects in (object, "O", [("a", "i4"), ("b", "O")]):
         with pytest.raises(npumem.InvalidArgumentError, match="holds Python objects"):
             blk.as_array(objects)
+    # A byte size beyond 64 bits is said to overflow, not given as a clamped count.
+    for dtype, shape in [(np.float32, (1 << 62, 4)), (np.uint8, (1 << 40, 1 << 40))]:
+        with pytest.raises(npumem.InvalidArgumentError, match="overflows 64 bits") as info:
+            blk.as_array(dtype, shape)
+        assert str(2**64 - 1) not in str(info.value)
+    assert blk.as_array(np.float32, (1 << 40, 0)).shape == (1 << 40, 0)
     assert blk.pins == 4, "refused views pin nothing"
     del floats, kept
     assert blk.pins == 0

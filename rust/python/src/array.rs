@@ -44,7 +44,7 @@ pub(crate) fn as_array<'py>(
                 ));
             }
             let count = nbytes / itemsize;
-            (count, PyTuple::new(py, [count])?)
+            (Some(count), PyTuple::new(py, [count])?)
         }
         Some(shape) => {
             let dims: Vec<usize> = if shape.is_instance_of::<PyInt>() {
@@ -58,16 +58,27 @@ pub(crate) fn as_array<'py>(
                 })?;
                 items.map(|item| dimension(&item?)).collect::<PyResult<_>>()?
             };
-            let count = dims.iter().fold(1usize, |n, &d| n.saturating_mul(d));
+            // None: the item count overflows (an empty dimension makes it 0 whatever the rest).
+            let count =
+                if dims.contains(&0) { Some(0) } else { dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) };
             (count, PyTuple::new(py, dims)?)
         }
     };
-    let needed = count.saturating_mul(itemsize);
+    let Some(needed) = count.and_then(|count| count.checked_mul(itemsize)) else {
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            format!(
+                "the byte size of an array of shape {} of {} overflows 64 bits; the block has {nbytes} bytes",
+                shape.repr()?,
+                dtype.str()?
+            ),
+        ));
+    };
     if needed > nbytes {
         return Err(error(
             ErrorClass::InvalidArgument,
             format!(
-                "an array of shape {} of {} needs {needed} bytes; the block has {nbytes}",
+                "an array of shape {} of {} needs {needed} bytes; the block has {nbytes} bytes",
                 shape.repr()?,
                 dtype.str()?
             ),
