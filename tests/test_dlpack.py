@@ -139,6 +139,12 @@ def test_numpy_refuses_device_memory_and_no_pin_is_left() -> None:
     assert blk.pins == 0
     with pytest.raises(npumem.NoBackingError):
         blk.as_array()
+    # A freed block is reported as freed, not as a block without host memory.
+    blk.free()
+    with pytest.raises(npumem.InvalidHandleError, match="the block was freed"):
+        blk.as_array()
+    with pytest.raises(npumem.InvalidHandleError, match="the block was freed"):
+        memoryview(blk)
 
 
 def test_as_array_is_a_typed_view() -> None:

@@ -205,6 +205,9 @@ def test_none_backing_hands_out_offsets_only() -> None:
         memoryview(blk)
     with pytest.raises(BufferError):
         memoryview(blk)
+    blk.free()
+    with pytest.raises(npumem.InvalidHandleError, match="the block was freed"):
+        memoryview(blk)
 
 
 def test_pools_are_independent_and_usable_from_many_threads() -> None:

@@ -392,6 +392,8 @@ impl Block {
     ) -> PyResult<Bound<'py, PyAny>> {
         let this = slf.get();
         if !this.core().has_backing() {
+            // A freed or stale handle is reported as such before the missing backing.
+            this.info()?;
             return Err(error(
                 ErrorClass::NoBacking,
                 "as_array needs host memory; this pool's bytes live on its device (use __dlpack__ with a device library)",
@@ -563,6 +565,8 @@ impl Block {
         this.owned(ErrorClass::InvalidHandle)?;
         let core = &this.pool.get().core;
         if !core.has_backing() {
+            // A freed or stale handle is reported as such before the missing backing.
+            this.info()?;
             return Err(error(
                 ErrorClass::NoBacking,
                 "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device",
