@@ -12,7 +12,14 @@ import pytest
 import npumem
 from compaction_helpers import MIB
 from helpers import assert_unchanged, state_of
-from npumem.compaction import CompactionPlan, Compactor, HostMirror, PlannedMove, Policy
+from npumem.compaction import (
+    CompactionPlan,
+    Compactor,
+    HostMirror,
+    PlannedMove,
+    Policy,
+    StepReport,
+)
 
 
 @pytest.fixture
@@ -300,6 +307,51 @@ def test_compactor_arguments_are_checked(pool: npumem.Pool) -> None:
             lambda: PlannedMove("run", 0, 0, 1, 1.0),
             npumem.ArgumentTypeError,
             "blocks must be an int",
+        ),
+        (
+            lambda: StepReport(-1, 0, 0, 0.0, 0.0, 0.0),
+            npumem.InvalidArgumentError,
+            r"blocks must be an int from 0 to 18446744073709551615, got -1",
+        ),
+        (
+            lambda: StepReport(0, 2**70, 0, 0.0, 0.0, 0.0),
+            npumem.InvalidArgumentError,
+            "bytes must be an int from 0 to",
+        ),
+        (
+            lambda: StepReport(0, 0, 0, 0.0, 0.0, 0.0, stale=-2),
+            npumem.InvalidArgumentError,
+            "stale must be an int from 0 to",
+        ),
+        (
+            lambda: StepReport(0, 0, "1", 0.0, 0.0, 0.0),
+            npumem.ArgumentTypeError,
+            "chunks_freed must be an int",
+        ),
+        (
+            lambda: StepReport(1, 1, 1, float("nan"), 0.0, 0.0),
+            npumem.InvalidArgumentError,
+            "pause_seconds must be a finite number of seconds >= 0, got nan",
+        ),
+        (
+            lambda: StepReport(1, 1, 1, 0.0, -5.0, 0.0),
+            npumem.InvalidArgumentError,
+            "planning_seconds must be a finite number of seconds >= 0, got -5.0",
+        ),
+        (
+            lambda: StepReport(1, 1, 1, 0.0, 0.0, float("inf")),
+            npumem.InvalidArgumentError,
+            "moving_seconds must be a finite number of seconds >= 0, got inf",
+        ),
+        (
+            lambda: StepReport(1, 1, 1, 0.0, 0.0, True),
+            npumem.ArgumentTypeError,
+            "moving_seconds must be a number of seconds, got bool",
+        ),
+        (
+            lambda: StepReport(1, 1, 1, 0.0, 0.0, 0.0).with_pause(-1.0),
+            npumem.InvalidArgumentError,
+            "pause_seconds must be a finite number of seconds >= 0, got -1.0",
         ),
         (lambda: CompactionPlan("tidy", [], 0, 0, 0, 0, 0, 0), npumem.InvalidArgumentError, "mode"),
         (lambda: CompactionPlan("full", 5, 0, 0, 0, 0, 0, 0), npumem.ArgumentTypeError, "iterable"),

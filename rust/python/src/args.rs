@@ -71,6 +71,24 @@ pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     })
 }
 
+/// A duration `name` in seconds: an int or a float, finite and >= 0 (`ArgumentTypeError` for
+/// another type, `InvalidArgumentError` for NaN, an infinity or a negative value).
+pub(crate) fn seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
+    let wrong_type =
+        || error(ErrorClass::ArgumentType, format!("{name} must be a number of seconds, got {}", type_name(value)));
+    if value.is_instance_of::<PyBool>() {
+        return Err(wrong_type());
+    }
+    let s: f64 = value.extract().map_err(|_| wrong_type())?;
+    if !(s.is_finite() && s >= 0.0) {
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            format!("{name} must be a finite number of seconds >= 0, got {}", value.repr()?),
+        ));
+    }
+    Ok(s)
+}
+
 /// A `str` argument `name` that must be one of `choices` (`ArgumentTypeError` for another
 /// type, `InvalidArgumentError` for another value).
 pub(crate) fn one_of(value: &Bound<'_, PyAny>, name: &str, choices: &[&str]) -> PyResult<String> {

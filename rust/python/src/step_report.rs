@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::args;
 use crate::repr;
 
 /// One stop of the pool: what moved and how long the pool was stopped.
@@ -60,42 +61,49 @@ impl StepReport {
 
 #[pymethods]
 impl StepReport {
+    /// A report, checked: the counts ints from 0, the seconds finite numbers >= 0.
     #[new]
-    #[pyo3(signature = (
-        blocks, bytes, chunks_freed, pause_seconds, planning_seconds, moving_seconds,
-        over_budget = false, *, batches = 0, transfers = 0, stale = 0,
-    ))]
+    #[pyo3(
+        signature = (
+            blocks, bytes, chunks_freed, pause_seconds, planning_seconds, moving_seconds,
+            over_budget = false, *, batches = None, transfers = None, stale = None,
+        ),
+        text_signature = "(blocks, bytes, chunks_freed, pause_seconds, planning_seconds, moving_seconds, over_budget=False, *, batches=0, transfers=0, stale=0)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        blocks: usize,
-        bytes: usize,
-        chunks_freed: usize,
-        pause_seconds: f64,
-        planning_seconds: f64,
-        moving_seconds: f64,
+        blocks: &Bound<'_, PyAny>,
+        bytes: &Bound<'_, PyAny>,
+        chunks_freed: &Bound<'_, PyAny>,
+        pause_seconds: &Bound<'_, PyAny>,
+        planning_seconds: &Bound<'_, PyAny>,
+        moving_seconds: &Bound<'_, PyAny>,
         over_budget: bool,
-        batches: usize,
-        transfers: usize,
-        stale: usize,
-    ) -> StepReport {
-        StepReport {
-            blocks,
-            bytes,
-            chunks_freed,
-            pause_seconds,
-            planning_seconds,
-            moving_seconds,
+        batches: Option<&Bound<'_, PyAny>>,
+        transfers: Option<&Bound<'_, PyAny>>,
+        stale: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<StepReport> {
+        let count = |value: Option<&Bound<'_, PyAny>>, name| value.map_or(Ok(0), |v| args::count(v, name));
+        Ok(StepReport {
+            blocks: args::count(blocks, "blocks")?,
+            bytes: args::count(bytes, "bytes")?,
+            chunks_freed: args::count(chunks_freed, "chunks_freed")?,
+            pause_seconds: args::seconds(pause_seconds, "pause_seconds")?,
+            planning_seconds: args::seconds(planning_seconds, "planning_seconds")?,
+            moving_seconds: args::seconds(moving_seconds, "moving_seconds")?,
             over_budget,
-            batches,
-            transfers,
-            stale,
-        }
+            batches: count(batches, "batches")?,
+            transfers: count(transfers, "transfers")?,
+            stale: count(stale, "stale")?,
+        })
     }
 
-    /// The same report with the stop as the caller measured it.
+    /// The same report with the stop as the caller measured it (a finite number of seconds
+    /// >= 0).
     #[pyo3(signature = (pause_seconds, *, over_budget = false))]
-    fn with_pause(&self, pause_seconds: f64, over_budget: bool) -> StepReport {
-        StepReport { pause_seconds, over_budget, ..self.clone() }
+    fn with_pause(&self, pause_seconds: &Bound<'_, PyAny>, over_budget: bool) -> PyResult<StepReport> {
+        let pause_seconds = args::seconds(pause_seconds, "pause_seconds")?;
+        Ok(StepReport { pause_seconds, over_budget, ..self.clone() })
     }
 
     /// The fields as a dict.
