@@ -4,6 +4,7 @@ that change nothing, eviction, misuse and compaction."""
 from __future__ import annotations
 
 import gc
+import re
 
 import numpy as np
 import pytest
@@ -269,6 +270,21 @@ def test_misuse_gets_typed_errors(cache: KVCache) -> None:
         KVCache(pool, capacity_tokens=1 << 40, **SHAPE)
     with pytest.raises(npumem.ArgumentTypeError):
         KVCache(pool, on_evict=3, **SHAPE)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["num_layers", "num_kv_heads", "head_dim", "dtype_bytes", "page_tokens", "capacity_tokens"],
+)
+@pytest.mark.parametrize("value", [0, -1, -(1 << 70), 1 << 64])
+def test_shape_arguments_state_the_rule_they_break(field: str, value: int) -> None:
+    pool = npumem.Pool(8 << 20, cores=1)
+    shape = dict(num_layers=2, num_kv_heads=2, head_dim=16)
+    shape[field] = value
+    rule = f"{field} must be an int > 0 that fits in 64 bits, got {value}"
+    with pytest.raises(npumem.InvalidArgumentError, match=re.escape(rule)):
+        KVCache(pool, **shape)
+    assert pool.stats().blocks_in_use == 0
 
 
 def test_append_many_accepts_numpy_and_counts(cache: KVCache) -> None:

@@ -144,13 +144,13 @@ fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
     })
 }
 
-/// A shape argument: an int > 0.
+/// A shape argument: an int from 1 to the largest 64-bit count (not a bool).
 fn positive(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
-    let n = count(value, name)?;
-    if n == 0 {
-        return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got 0")));
-    }
-    usize::try_from(n).map_err(|_| error(ErrorClass::InvalidArgument, format!("{name} = {n} is too large")))
+    let refuse = |got: &str| {
+        error(ErrorClass::InvalidArgument, format!("{name} must be an int > 0 that fits in 64 bits, got {got}"))
+    };
+    let n = args::int_value(value, name, ErrorClass::ArgumentType)?.map_err(|text| refuse(&text))?;
+    u64::try_from(n).ok().filter(|&n| n > 0).and_then(|n| usize::try_from(n).ok()).ok_or_else(|| refuse(&n.to_string()))
 }
 
 /// Ints from a list, a tuple, a buffer of int64 (a numpy array) or any iterable but text and
