@@ -366,7 +366,7 @@ def test_the_out_of_memory_handler_runs_before_the_pool_grows() -> None:
     [
         [MIB, 3 * MIB, 5 * MIB],  # a run in a new region, then a request beyond the limit
         [MIB, MIB, MIB, 6 * MIB],  # a buddy block in a new region's chunk
-        [1500, 300, MIB, MIB, 64, 7 * MIB],  # slab objects and buddy blocks, then too much
+        [1500, 300, MIB, MIB, 64, 6 * MIB],  # slab objects and buddy blocks, then too much
         [3 * MIB, 3 * MIB, 4 * MIB],  # two regions added, then too much
     ],
 )

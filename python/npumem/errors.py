@@ -9,7 +9,7 @@ exception a Python user would reach for first (`MemoryError`, `ValueError`, `Typ
     │                                      attributes requested, bytes_free, largest_free_block
     ├── InvalidArgumentError(ValueError)   an argument value the call cannot accept
     │   ├── ArgumentTypeError(TypeError)   an argument of the wrong type
-    │   └── RequestTooLargeError           larger than the whole arena (also an OutOfMemoryError)
+    │   └── RequestTooLargeError           too large for any block (also an OutOfMemoryError)
     ├── InvalidHandleError(ValueError)     a freed, stale or foreign block handle
     │   └── DoubleFreeError                a block freed twice
     ├── PinnedBlockError(RuntimeError)     a pinned block cannot be freed or moved (or pinned

@@ -470,6 +470,43 @@ fn an_allocation_retried_after_the_callback_counts_one_outcome() {
     }
 }
 
+/// An allocation that the callback rescues is never counted nor traced as failed, not even
+/// while the callback runs (a counter that other threads read must never go down); one that
+/// the callback declines is counted and traced once, when it fails for good.
+#[test]
+fn a_rescued_allocation_is_never_counted_as_failed() {
+    static CORE: std::sync::Mutex<Option<(Arc<Pool>, NpumemHandle)>> = std::sync::Mutex::new(None);
+    static SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+    unsafe extern "C" fn rescue(pool: *mut NpumemPool, _: usize, _: usize, _: *mut c_void) -> i32 {
+        let Some((core, hog)) = CORE.lock().unwrap().take() else { return 0 };
+        SEEN.store(core.stats().failed_allocs, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the pool the callback was called for.
+        assert_eq!(unsafe { npumem_free(pool, hog) }, OK);
+        1
+    }
+    let (core, pool) = wrapped_pool();
+    core.trace_start(64).unwrap();
+    // SAFETY: a live pool object and local outputs.
+    unsafe {
+        let mut hog = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 3 << 20, 0, 0, &mut hog), OK);
+        assert_eq!(npumem_set_oom_callback(pool, Some(rescue), ptr::null_mut()), OK);
+        *CORE.lock().unwrap() = Some((Arc::clone(&core), hog.handle));
+        let mut block = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 2 << 20, 0, 0, &mut block), OK);
+        assert_eq!(SEEN.load(std::sync::atomic::Ordering::Relaxed), 0, "counted while the callback ran");
+        assert_eq!(core.stats().failed_allocs, 0);
+        // Declined (the callback has nothing left to free): one failure, traced once.
+        let mut other = NpumemBlock::default();
+        assert_eq!(npumem_alloc(pool, 3 << 20, 0, 0, &mut other), status::ERR_OUT_OF_MEMORY);
+        assert_eq!(core.stats().failed_allocs, 1);
+        let kinds: Vec<_> = core.trace_drain().unwrap().iter().map(|e| (e.kind.name(), e.size)).collect();
+        assert_eq!(kinds, [("alloc", 3 << 20), ("free", 3 << 20), ("alloc", 2 << 20), ("failed", 3 << 20)]);
+        assert_eq!(npumem_free(pool, block.handle), OK);
+        assert_eq!(npumem_pool_release(pool), OK);
+    }
+}
+
 /// A pin keeps a block from being freed until it is dropped; unpinning a block that holds no
 /// pin, and pinning a freed or forged handle, are refused and change nothing.
 #[test]

@@ -156,11 +156,15 @@ impl Drop for InCallback {
 /// reference to the pool from the callback on, in `alive`, so that a callback that releases the
 /// caller's last reference leaves the pool live until the entry point returns.
 ///
-/// One allocation has one outcome in `failed_allocs`, as with Python's out-of-memory handler:
-/// the first failure counted it once; a retry that succeeds takes that back, and a retry that
-/// finds no room again (counted again by the core) counts no second failure.
+/// One allocation has one outcome in `failed_allocs` and the trace, as with Python's
+/// out-of-memory handler: the entry point's first attempt runs with its out-of-memory failure
+/// left unrecorded (`Pool::failures_deferred`, see [`first_attempt`]); when that failure is
+/// final (no callback, or the callback declines) `record` records it here, and a retry records
+/// its own failure, or nothing when it succeeds. So no reader ever counts a rescued allocation,
+/// and the counter never goes down.
 #[cold]
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn retry_after<T>(
     p: &NpumemPool,
     raw: *mut NpumemPool,
@@ -169,26 +173,35 @@ fn retry_after<T>(
     err: Error,
     alive: &mut Option<KeepAlive>,
     attempt: impl Fn() -> Result<T, Error>,
+    record: impl FnOnce(&Error),
 ) -> Result<T, Error> {
+    // Only out-of-memory failures are deferred: the core recorded any other already.
     if !matches!(err.root(), Error::OutOfMemory { .. }) {
         return Err(err);
     }
+    let give_up = |err: Error| {
+        record(&err);
+        Err(err)
+    };
     let hook = *p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let Some(h) = hook else { return Err(err) };
-    let Some(inside) = InCallback::enter(raw as usize) else { return Err(err) };
+    let Some(h) = hook else { return give_up(err) };
+    let Some(inside) = InCallback::enter(raw as usize) else { return give_up(err) };
     // SAFETY: `raw` is the live pool object the entry point checked.
     *alive = Some(unsafe { KeepAlive::take(raw) });
     // SAFETY: the caller registered the callback for this pool and user pointer.
     let again = unsafe { (h.callback)(raw, size, align, h.user) } != 0;
     drop(inside);
     if !again {
-        return Err(err);
+        return give_up(err);
     }
-    let retried = attempt();
-    if retried.as_ref().map_or_else(|e| matches!(e.root(), Error::OutOfMemory { .. }), |_| true) {
-        p.pool.forgive_failure();
-    }
-    retried
+    attempt()
+}
+
+/// An entry point's first attempt at an allocation: its out-of-memory failure is left for
+/// [`retry_after`] to record once it is final.
+#[inline(always)]
+fn first_attempt<T>(p: &NpumemPool, attempt: impl Fn() -> Result<T, Error>) -> Result<T, Error> {
+    p.pool.failures_deferred(attempt)
 }
 
 /// The tag that `blocks` blocks asked for with tag number `tag` are stored with, counted under
@@ -271,9 +284,12 @@ unsafe extern "C" fn alloc(
         let stored = count_tag(p, tag, 1, size);
         let attempt = || p.pool.alloc_with_offset(size, align_of(align), stored);
         let mut alive = None;
-        let made = match attempt() {
+        let made = match first_attempt(p, attempt) {
             Ok(made) => Ok(made),
-            Err(err) => retry_after(p, pool, size, align, err, &mut alive, attempt),
+            Err(err) => {
+                let record = |_: &Error| p.pool.record_failure(size, align_of(align), stored);
+                retry_after(p, pool, size, align, err, &mut alive, attempt, record)
+            }
         };
         settle_tag(p, stored, 1, size, made.is_ok());
         match made {
@@ -446,9 +462,17 @@ unsafe extern "C" fn alloc_many(
         let stored = count_tag(p, tag, count, requested);
         let attempt = || p.pool.alloc_many(sizes, align_of(align), stored);
         let mut alive = None;
-        let made = match attempt() {
+        let made = match first_attempt(p, attempt) {
             Ok(handles) => Ok(handles),
-            Err(err) => retry_after(p, pool, largest, align, err, &mut alive, attempt),
+            Err(err) => {
+                // The item that found no room is the allocation that failed.
+                let record = |err: &Error| {
+                    if let Error::Batch { index, .. } = err {
+                        p.pool.record_failure(sizes[*index], align_of(align), stored);
+                    }
+                };
+                retry_after(p, pool, largest, align, err, &mut alive, attempt, record)
+            }
         };
         settle_tag(p, stored, count, requested, made.is_ok());
         let handles = match made {
@@ -552,9 +576,12 @@ unsafe extern "C" fn alloc_raw(
         }
         let attempt = || p.pool.alloc_raw(size, align_of(align));
         let mut alive = None;
-        let made = match attempt() {
+        let made = match first_attempt(p, attempt) {
             Ok(at) => Ok(at),
-            Err(err) => retry_after(p, pool, size, align, err, &mut alive, attempt),
+            Err(err) => {
+                let record = |_: &Error| p.pool.record_failure(size, align_of(align), 0);
+                retry_after(p, pool, size, align, err, &mut alive, attempt, record)
+            }
         };
         match made {
             Ok(at) => {

@@ -15,6 +15,14 @@ pub enum HandleFault {
     Unknown,
 }
 
+/// A batch of allocations that did not fit as a whole: the bytes it asked for in all, and the
+/// bytes that were free for it (free before it, with the regions it added in a pool that grows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shortfall {
+    pub asked: usize,
+    pub free: usize,
+}
+
 /// Everything that can go wrong in npumem-core.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -23,9 +31,20 @@ pub enum Error {
     Config { field: &'static str, reason: String },
     /// A size argument is unusable (zero, or not representable).
     InvalidSize { size: u128, reason: &'static str },
-    /// The request is larger than the whole arena, or than the part of it that blocks can use
-    /// (`usable`: the arena's end may be shorter than its smallest block): it can never succeed.
-    TooLarge { size: usize, capacity: usize, usable: usize },
+    /// The request is larger than any block the pool can ever hold (`usable`): larger than the
+    /// whole arena (`capacity`, its `max_capacity` when it grows), than the part of it that
+    /// blocks can use (the arena's end may be shorter than its smallest block), or, in a pool
+    /// that grows (`first_region`: the bytes of its first region), than the largest region it
+    /// can have. It can never succeed. `bytes_free` and `largest_free_block` are the pool's
+    /// figures when it was refused, as in [`Error::OutOfMemory`].
+    TooLarge {
+        size: usize,
+        capacity: usize,
+        usable: usize,
+        first_region: Option<usize>,
+        bytes_free: usize,
+        largest_free_block: usize,
+    },
     /// An alignment argument is unusable.
     InvalidAlignment { align: u128, reason: String },
     /// No block of the requested size is free now (the request itself is valid).
@@ -70,8 +89,10 @@ pub enum Error {
     PausedAtFork { waited_ms: u64 },
     /// `check()` found inconsistent metadata: one line per finding.
     Corruption(Vec<String>),
-    /// Item `index` of a batch call failed (and the batch left the pool as it was).
-    Batch { index: usize, error: Box<Error> },
+    /// Item `index` of a batch call failed (and the batch left the pool as it was). A batch of
+    /// allocations that failed for lack of memory sets `shortfall` when the batch as a whole
+    /// asked for more than was free for it.
+    Batch { index: usize, error: Box<Error>, shortfall: Option<Shortfall> },
     /// A batch of frees names one block twice, at items `first` and `again` (and the batch
     /// left the pool as it was): a block is freed once.
     NamedTwice { first: usize, again: usize },
@@ -101,7 +122,7 @@ pub enum Error {
 impl Error {
     /// Item `index` of a batch failed with `error`.
     pub fn batch(index: usize, error: Error) -> Error {
-        Error::Batch { index, error: Box::new(error) }
+        Error::Batch { index, error: Box::new(error), shortfall: None }
     }
 
     /// The error itself, beneath any batch wrapping.
@@ -121,7 +142,14 @@ impl fmt::Display for Error {
             Error::TooLarge { size, capacity, .. } if size > capacity => {
                 write!(f, "request of {size} bytes can never succeed: the pool's capacity is {capacity} bytes")
             }
-            Error::TooLarge { size, capacity, usable } => write!(
+            Error::TooLarge { size, capacity, usable, first_region: Some(first), .. } => write!(
+                f,
+                "request of {size} bytes can never succeed: no block of this pool can be larger than {usable} \
+                 bytes. A block lies inside one region; the first region ({first} bytes) is never given back, \
+                 and regions lie at least one chunk apart, so a region added later holds at most max_capacity \
+                 ({capacity} bytes) less the first region, in whole chunks"
+            ),
+            Error::TooLarge { size, capacity, usable, .. } => write!(
                 f,
                 "request of {size} bytes can never succeed: of the pool's {capacity} bytes, blocks can use {usable} (the rest is shorter than the smallest block)"
             ),
@@ -180,7 +208,12 @@ impl fmt::Display for Error {
                  {waited_ms} ms (the pause's timeout), nothing was done; make a new pool in the child, or \
                  fork when no other thread holds a pause"
             ),
-            Error::Batch { index, error } => write!(f, "item {index} of the batch failed: {error}"),
+            Error::Batch { index, error, shortfall: None } => write!(f, "item {index} of the batch failed: {error}"),
+            Error::Batch { index, error, shortfall: Some(Shortfall { asked, free }) } => write!(
+                f,
+                "item {index} of the batch failed: {error}; the batch as a whole does not fit: it asks for \
+                 {asked} bytes in all, and {free} bytes were free for it"
+            ),
             Error::NamedTwice { first, again } => write!(
                 f,
                 "the batch names one block twice (items {first} and {again}); a block is freed once, \

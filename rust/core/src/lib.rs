@@ -75,7 +75,7 @@ pub use compaction::{
 };
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES, MAX_CORE_RESERVE, MAX_SLAB_CLASSES};
 pub use device::{Device, DEVICE_TYPES};
-pub use error::{Error, HandleFault, Result};
+pub use error::{Error, HandleFault, Result, Shortfall};
 #[cfg(not(loom))]
 pub use gate::fork_generation;
 pub use handle::id::Handle;

@@ -345,3 +345,52 @@ fn a_full_compaction_empties_later_regions_for_trim() {
     }
     p.check().unwrap();
 }
+
+#[test]
+fn no_request_larger_than_the_largest_region_is_taken() {
+    // 2 chunks present, 32 at most: a region added later holds at most 30 chunks (60 MiB), one
+    // chunk past the first, which is never given back.
+    let p = Pool::new(PoolConfig::new(4 * MIB).cores(1).growth(64 * MIB, None)).unwrap();
+    assert_eq!(p.largest_request(), 60 * MIB);
+    for size in [64 * MIB, 61 * MIB, 60 * MIB + 1] {
+        match p.alloc(size, None, 0) {
+            Err(Error::TooLarge { size: asked, capacity, usable, first_region, bytes_free, .. }) => {
+                assert_eq!((asked, capacity, usable, first_region), (size, 64 * MIB, 60 * MIB, Some(4 * MIB)));
+                assert_eq!(bytes_free, 4 * MIB);
+            }
+            other => panic!("{size}: {other:?}"),
+        }
+    }
+    let text = p.alloc(61 * MIB, None, 0).unwrap_err().to_string();
+    assert!(text.contains("no block of this pool can be larger than 62914560 bytes"), "{text}");
+    assert_eq!(p.stats().grow_events, 0, "a refused request does not grow the pool");
+    let h = p.alloc(60 * MIB, None, 0).unwrap();
+    assert_eq!(p.regions(), [Region { offset: 0, bytes: 4 * MIB }, Region { offset: 6 * MIB, bytes: 60 * MIB }]);
+    p.free(h).unwrap();
+    // A first region larger than the rest of the limit is the largest.
+    let p = Pool::new(PoolConfig::new(48 * MIB).cores(1).growth(64 * MIB, None)).unwrap();
+    assert_eq!(p.largest_request(), 48 * MIB);
+    assert!(matches!(p.alloc(49 * MIB, None, 0), Err(Error::TooLarge { .. })));
+    // A limit that is not a multiple of the chunk: at most the limit.
+    let p = Pool::new(PoolConfig::new(2 * MIB).cores(1).growth(5 * MIB, None)).unwrap();
+    assert_eq!(p.largest_request(), 4 * MIB);
+    p.alloc(4 * MIB, None, 0).unwrap();
+}
+
+#[test]
+fn a_failed_batch_in_a_pool_that_grows_reports_the_room_it_had() {
+    let p = growing(8 * MIB, 32 * MIB, 8 * MIB, 1);
+    match p.alloc_many(&[6 * MIB; 6], None, 0) {
+        Err(Error::Batch { index, error, shortfall: Some(shortfall) }) => {
+            let Error::OutOfMemory { requested, bytes_free, largest_free_block } = *error else { panic!("{error:?}") };
+            assert_eq!(requested, 6 * MIB);
+            assert!(largest_free_block < requested, "item {index}: {largest_free_block} free in one block");
+            assert!(bytes_free < shortfall.free, "the batch's earlier items held room");
+            assert_eq!(shortfall.asked, 36 * MIB);
+            assert!(shortfall.free <= 32 * MIB, "{shortfall:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.regions(), [Region { offset: 0, bytes: 8 * MIB }], "the regions it added went back");
+    p.check().unwrap();
+}

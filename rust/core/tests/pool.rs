@@ -406,3 +406,80 @@ fn a_batch_of_slab_objects_raises_the_peak() {
         );
     }
 }
+
+#[test]
+fn a_failed_batch_reports_the_pool_as_its_failing_item_found_it() {
+    // Whole-chunk runs: 3 MiB takes two chunks of 2 MiB.
+    let p = Pool::new(PoolConfig::new(8 * MIB).cores(1).run_tails(false)).unwrap();
+    match p.alloc_many(&[3 * MIB; 3], None, 0) {
+        Err(Error::Batch { index: 2, error, shortfall }) => {
+            // Items 0 and 1 held 8 MiB when item 2 failed: nothing was free.
+            assert_eq!(*error, Error::OutOfMemory { requested: 3 * MIB, bytes_free: 0, largest_free_block: 0 });
+            assert_eq!(shortfall, Some(npumem_core::Shortfall { asked: 9 * MIB, free: 8 * MIB }));
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = p.alloc_many(&[3 * MIB; 3], None, 0).unwrap_err().to_string();
+    assert!(text.contains("the batch as a whole does not fit"), "{text}");
+    let s = p.stats();
+    assert_eq!((s.failed_allocs, s.blocks_in_use, s.bytes_free), (2, 0, 8 * MIB), "rolled back");
+    // A batch that fits as a whole but not in the holes left names no shortfall.
+    let chunks: Vec<_> = (0..4).map(|_| p.alloc(2 * MIB, None, 0).unwrap()).collect();
+    p.free(chunks[0]).unwrap();
+    p.free(chunks[2]).unwrap();
+    match p.alloc_many(&[MIB, 3 * MIB], None, 0) {
+        Err(Error::Batch { index: 1, error, shortfall: None }) => {
+            assert!(
+                matches!(*error, Error::OutOfMemory { requested, bytes_free, .. }
+                if requested == 3 * MIB && bytes_free == 3 * MIB),
+                "{error:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    p.check().unwrap();
+}
+
+#[test]
+fn a_deferred_failure_is_recorded_only_when_the_caller_records_it() {
+    let p = Pool::new(PoolConfig::new(4 * MIB).cores(1)).unwrap();
+    p.trace_start(64).unwrap();
+    let hog = p.alloc(3 * MIB, None, 0).unwrap();
+    let failed = p.failures_deferred(|| p.alloc(2 * MIB, None, 0));
+    assert!(matches!(failed, Err(Error::OutOfMemory { .. })), "{failed:?}");
+    assert_eq!(p.stats().failed_allocs, 0, "a failure the caller may still rescue is not counted yet");
+    // The caller rescues it: nothing was ever counted or traced as failed.
+    p.free(hog).unwrap();
+    let rescued = p.alloc(2 * MIB, None, 0).unwrap();
+    assert_eq!(p.stats().failed_allocs, 0);
+    // A failure the caller gives up on: recorded once.
+    let failed = p.failures_deferred(|| p.alloc_many(&[MIB, 4 * MIB], None, 0));
+    assert!(matches!(failed, Err(Error::Batch { index: 1, .. })), "{failed:?}");
+    let failed = p.failures_deferred(|| p.alloc_many(&[MIB, 2 * MIB], None, 0));
+    assert!(matches!(failed, Err(Error::Batch { index: 1, .. })), "{failed:?}");
+    assert_eq!(p.stats().failed_allocs, 0);
+    p.record_failure(2 * MIB, None, 0);
+    assert_eq!(p.stats().failed_allocs, 1);
+    let kinds: Vec<_> = p.trace_drain().unwrap().iter().map(|e| (e.kind.name(), e.size)).collect();
+    assert_eq!(kinds, [("alloc", 3 * MIB), ("free", 3 * MIB), ("alloc", 2 * MIB), ("failed", 2 * MIB)]);
+    // Outside the closure, failures are recorded as they happen.
+    assert!(p.alloc(3 * MIB, None, 0).is_err());
+    assert_eq!(p.stats().failed_allocs, 2);
+    p.free(rescued).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
+fn a_request_refused_as_too_large_carries_the_pools_figures() {
+    let p = Pool::new(PoolConfig::new(8 * MIB).cores(1)).unwrap();
+    let _h = p.alloc(3 * MIB, None, 0).unwrap();
+    match p.alloc(9 * MIB, None, 0) {
+        Err(Error::TooLarge { size, capacity, usable, first_region: None, bytes_free, largest_free_block }) => {
+            assert_eq!((size, capacity, usable), (9 * MIB, 8 * MIB, 8 * MIB));
+            assert_eq!(bytes_free, p.stats().bytes_free);
+            assert!(largest_free_block > 0 && largest_free_block <= p.stats().largest_free_block);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.stats().failed_allocs, 1);
+}

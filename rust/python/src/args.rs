@@ -103,21 +103,43 @@ pub(crate) fn one_of(value: &Bound<'_, PyAny>, name: &str, choices: &[&str]) -> 
     Ok(text.to_string())
 }
 
-/// A size in bytes: an int > 0 (`capacity` is the pool's, for the "too large" message).
+/// The largest block a pool can ever hand out, and why (for the "too large" message).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Largest {
+    /// The largest request ([`npumem_core::Pool::largest_request`]).
+    pub(crate) bytes: usize,
+    /// The pool's `max_capacity` (its capacity when it cannot grow).
+    pub(crate) capacity: usize,
+    /// The bytes of the first region of a pool that grows; `None` for one that cannot.
+    pub(crate) first_region: Option<usize>,
+}
+
+impl Largest {
+    pub(crate) fn of(pool: &npumem_core::Pool) -> Largest {
+        let config = pool.config();
+        Largest {
+            bytes: pool.largest_request(),
+            capacity: pool.max_capacity(),
+            first_region: config.grows().then_some(config.capacity),
+        }
+    }
+}
+
+/// A size in bytes: an int > 0, at most `largest.bytes`.
 #[inline]
-pub(crate) fn size(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResult<usize> {
-    size_named(value, || name.to_string(), capacity)
+pub(crate) fn size(value: &Bound<'_, PyAny>, name: &str, largest: Largest) -> PyResult<usize> {
+    size_named(value, || name.to_string(), largest)
 }
 
 /// [`size`] with the argument's name made only if an error needs it (batches of thousands).
 #[inline]
-pub(crate) fn size_named(value: &Bound<'_, PyAny>, name: impl Fn() -> String, capacity: usize) -> PyResult<usize> {
+pub(crate) fn size_named(value: &Bound<'_, PyAny>, name: impl Fn() -> String, largest: Largest) -> PyResult<usize> {
     if let Some(n) = exact_int_size(value) {
-        if n > 0 && n <= capacity {
+        if n > 0 && n <= largest.bytes {
             return Ok(n); // the common case: no name needed
         }
     }
-    size_checked(value, &name(), capacity)
+    size_checked(value, &name(), largest)
 }
 
 /// The value of an exact `int` (not a subclass such as `bool`) that fits a `usize`, read
@@ -144,12 +166,12 @@ fn exact_int_size(value: &Bound<'_, PyAny>) -> Option<usize> {
 
 /// [`size_named`] past its fast path: every other value, and every refusal.
 #[cold]
-fn size_checked(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResult<usize> {
+fn size_checked(value: &Bound<'_, PyAny>, name: &str, largest: Largest) -> PyResult<usize> {
     // An int is read here; anything else through its `__index__` in `int_value`, the one place
     // that calls it.
     if value.is_instance_of::<PyInt>() {
         if let Ok(n) = value.extract::<usize>() {
-            if n > 0 && n <= capacity && !value.is_instance_of::<PyBool>() {
+            if n > 0 && n <= largest.bytes && !value.is_instance_of::<PyBool>() {
                 return Ok(n);
             }
         }
@@ -160,25 +182,38 @@ fn size_checked(value: &Bound<'_, PyAny>, name: &str, capacity: usize) -> PyResu
         Err(text) if text.starts_with('-') => {
             return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {text}")));
         }
-        Err(text) => return Err(too_large(value.py(), name, &text, capacity)),
+        Err(text) => return Err(too_large(value.py(), name, &text, None, largest)),
     };
     if n <= 0 {
         return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {n}")));
     }
-    if n > capacity as i128 {
-        let asked = usize::try_from(n).map_or_else(|_| n.to_string(), |n| byte_text::exact(value.py(), n));
-        return Err(too_large(value.py(), name, &asked, capacity));
+    if n > largest.bytes as i128 {
+        let size = usize::try_from(n).ok();
+        let asked = size.map_or_else(|| n.to_string(), |n| byte_text::exact(value.py(), n));
+        return Err(too_large(value.py(), name, &asked, size, largest));
     }
     Ok(n as usize)
 }
 
-/// The `RequestTooLargeError` of a request for more than the whole arena.
-fn too_large(py: Python<'_>, name: &str, asked: &str, capacity: usize) -> PyErr {
-    let capacity = byte_text::exact(py, capacity);
-    error(
-        ErrorClass::RequestTooLarge,
-        format!("{name} = {asked} can never be allocated: the pool's whole capacity is {capacity}"),
-    )
+/// The `RequestTooLargeError` of a request of `size` bytes (`None`: more than a `usize`
+/// holds) larger than any block the pool can hold, and why.
+fn too_large(py: Python<'_>, name: &str, asked: &str, size: Option<usize>, largest: Largest) -> PyErr {
+    let capacity = byte_text::exact(py, largest.capacity);
+    let most = byte_text::exact(py, largest.bytes);
+    let why = match largest.first_region {
+        _ if size.is_none_or(|n| n > largest.capacity) => format!("the pool's whole capacity is {capacity}"),
+        Some(first) => format!(
+            "no block of this pool can be larger than {most}. A block lies inside one region; the first \
+             region, of {}, is never given back, and regions lie at least one chunk apart, so a region added \
+             later holds at most max_capacity, {capacity}, less the first region, in whole chunks",
+            byte_text::exact(py, first)
+        ),
+        None => format!(
+            "of the pool's {capacity}, blocks can use {} bytes (the rest is shorter than the smallest block)",
+            largest.bytes
+        ),
+    };
+    error(ErrorClass::RequestTooLarge, format!("{name} = {asked} can never be allocated: {why}"))
 }
 
 /// An optional alignment: a power of two, at most the capacity.

@@ -6,7 +6,7 @@
 //! (`npumem.errors.X is npumem._core.X`).
 
 use crate::byte_text;
-use npumem_core::{Error, HandleFault};
+use npumem_core::{Error, HandleFault, Shortfall};
 use pyo3::exceptions::{
     PyBaseException, PyBufferError, PyException, PyMemoryError, PyRuntimeError, PyTimeoutError, PyTypeError,
     PyValueError,
@@ -93,7 +93,9 @@ impl ErrorClass {
                 "RequestTooLargeError",
                 &[Base::Ours(InvalidArgument), Base::Ours(OutOfMemory)],
                 "The request can never succeed: it is larger than the whole arena (or than the part of\n\
-                 it that blocks can use, when the arena ends in a part shorter than its smallest block).\n\n\
+                 it that blocks can use, when the arena ends in a part shorter than its smallest block,\n\
+                 or, in a pool that grows, than the largest region it can ever have). Its attributes\n\
+                 are those of `OutOfMemoryError`: `requested`, `bytes_free`, `largest_free_block`.\n\n\
                  It is both misuse (`ValueError`) and a request for more memory than there is\n\
                  (`MemoryError`), so either `except` clause catches it.",
             ),
@@ -259,23 +261,71 @@ pub(crate) fn out_of_memory_message(py: Python<'_>, requested: usize, free: usiz
     }
 }
 
+/// The message of the `OutOfMemoryError` of item `index` of a batch that did not fit as a
+/// whole: its item's figures, then the batch's (no compaction can make room that is not there).
+fn batch_shortfall_message(
+    py: Python<'_>,
+    index: usize,
+    requested: usize,
+    free: usize,
+    largest: usize,
+    shortfall: Shortfall,
+) -> String {
+    let asked = byte_text::exact(py, requested);
+    let free_text = byte_text::exact(py, free);
+    let largest_text = byte_text::exact(py, largest);
+    let total = byte_text::exact(py, shortfall.asked);
+    let room = byte_text::exact(py, shortfall.free);
+    format!(
+        "item {index} of the batch failed: out of memory: asked for {asked}; {free_text} were free then (the \
+         batch's earlier items held the rest), the largest free block found is {largest_text}. The batch as a \
+         whole does not fit: it asks for {total} in all, and the pool had {room} free for it. Free other \
+         blocks, or make the pool larger; nothing of the batch stays allocated"
+    )
+}
+
+/// An exception of `class` (`OutOfMemoryError` or one of its subclasses) with `message` and
+/// the figures as attributes (`requested` an int, the size as the caller gave it).
+pub(crate) fn with_figures(
+    class: ErrorClass,
+    message: String,
+    requested: &Bound<'_, PyAny>,
+    bytes_free: usize,
+    largest_free_block: usize,
+) -> PyErr {
+    let args = (message, requested, bytes_free, largest_free_block);
+    match class.class(requested.py()).and_then(|cls| cls.call1(args)) {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(failed) => failed,
+    }
+}
+
 /// Map an npumem-core error to its Python exception.
 pub(crate) fn to_py(err: Error) -> PyErr {
     let message = err.to_string();
     let class = match err.root() {
         Error::Config { .. } => ErrorClass::Config,
         Error::InvalidSize { .. } | Error::InvalidAlignment { .. } => ErrorClass::InvalidArgument,
-        Error::TooLarge { .. } => ErrorClass::RequestTooLarge,
+        &Error::TooLarge { size, bytes_free, largest_free_block, .. } => {
+            return Python::attach(|py| {
+                let size = size.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any();
+                with_figures(ErrorClass::RequestTooLarge, message, &size, bytes_free, largest_free_block)
+            });
+        }
         &Error::OutOfMemory { requested, bytes_free, largest_free_block } => {
             return Python::attach(|py| {
-                // A batch wraps the root error ("item 3 of the batch failed: ..."): keep the context.
-                let human = out_of_memory_message(py, requested, bytes_free, largest_free_block);
-                let message = message.replace(&err.root().to_string(), &human);
-                let args = (message, requested, bytes_free, largest_free_block);
-                match ErrorClass::OutOfMemory.class(py).and_then(|cls| cls.call1(args)) {
-                    Ok(instance) => PyErr::from_value(instance),
-                    Err(failed) => failed,
-                }
+                let message = match err {
+                    Error::Batch { index, shortfall: Some(shortfall), .. } => {
+                        batch_shortfall_message(py, index, requested, bytes_free, largest_free_block, shortfall)
+                    }
+                    // A batch wraps the root error ("item 3 of the batch failed: ..."): keep the context.
+                    _ => {
+                        let human = out_of_memory_message(py, requested, bytes_free, largest_free_block);
+                        message.replace(&err.root().to_string(), &human)
+                    }
+                };
+                let requested = requested.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any();
+                with_figures(ErrorClass::OutOfMemory, message, &requested, bytes_free, largest_free_block)
             });
         }
         Error::Backing(_) | Error::HostMemory { .. } => ErrorClass::OutOfMemory,

@@ -3,7 +3,10 @@
 //! answer retries the allocation once.
 //!
 //! The handler is called with the GIL, after the failed allocation left the pool (no gate
-//! held), so it may pause and compact. A pool that can grow has tried to grow by then (the core
+//! held), so it may pause and compact. An allocation counts in `failed_allocs` and traces a
+//! `failed` event once, when it finally fails (the handler declined or raised, or the retry
+//! found no room): while a handler may still rescue it, the core leaves its failure unrecorded
+//! (`Pool::failures_deferred`), so that no reader ever sees a rescued allocation as failed. A pool that can grow has tried to grow by then (the core
 //! grows before it reports out-of-memory); an exception its `on_grow` raised becomes the
 //! `__cause__` of the `OutOfMemoryError`.
 
@@ -106,16 +109,18 @@ impl OomHandler {
     }
 
     /// Run `alloc` without the GIL; on out-of-memory ask the handler (for `nbytes`) and, if it
-    /// says so, run it once more.
+    /// says so, run it once more. `record` records the final failure of an out-of-memory error
+    /// whose recording the core deferred ([`npumem_core::Pool::record_failure`]).
     fn retrying<T: Send>(
         &self,
         py: Python<'_>,
         core: &npumem_core::Pool,
         nbytes: impl FnOnce() -> usize,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
+        record: impl FnOnce(&Error),
     ) -> PyResult<T> {
         growth::forget();
-        let out = self.retrying_once(py, core, nbytes, alloc);
+        let out = self.retrying_once(py, core, nbytes, alloc, record);
         out.map_err(|err| growth::chain(py, err))
     }
 
@@ -126,12 +131,26 @@ impl OomHandler {
         core: &npumem_core::Pool,
         nbytes: impl FnOnce() -> usize,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
+        record: impl FnOnce(&Error),
     ) -> PyResult<T> {
         let out_of_memory = |err: &Error| matches!(err.root(), Error::OutOfMemory { .. });
+        // With a handler, the first try's failure is recorded only once it is final (below).
+        let deferred = self.get(py).is_some();
         // A pool that can grow tries the handler's remedy before it adds a region: the first
         // try holds growth, the retry allows it.
-        let grow_last = core.config().grows() && self.get(py).is_some();
-        let first = if grow_last { detached(py, || core.without_growth(&alloc)) } else { detached(py, &alloc) };
+        let grow_last = core.config().grows() && deferred;
+        let first = detached(py, || match (deferred, grow_last) {
+            (true, true) => core.failures_deferred(|| core.without_growth(&alloc)),
+            (true, false) => core.failures_deferred(&alloc),
+            (false, _) => alloc(),
+        });
+        // The first failure is final: recorded now if the core left it to this call.
+        let give_up = |err: Error| {
+            if deferred {
+                record(&err);
+            }
+            err
+        };
         match first {
             Err(err) if out_of_memory(&err) => {
                 // A thread that holds the pool's pause keeps every other thread's frees out:
@@ -146,18 +165,19 @@ impl OomHandler {
                     // A handler that failed (raised, or answered with something that has no
                     // truth value): the allocation fails as it would have, with that exception
                     // as its cause. Ctrl-C and exits go through as they are.
-                    Err(raised) => return Err(caused_by(py, to_py(err), raised)),
+                    Err(raised) => return Err(caused_by(py, to_py(give_up(err)), raised)),
                 };
                 if retry || grow_last {
-                    let again = detached(py, &alloc);
-                    if again.as_ref().map_or_else(out_of_memory, |_| true) {
-                        // One allocation, one outcome: a success raised nothing, and a second
-                        // failure is the same failure counted again.
-                        core.forgive_failure();
+                    // The retry records its own failure; one whose first failure was recorded
+                    // already (a handler set meanwhile) records none: one allocation, one
+                    // outcome.
+                    match deferred {
+                        true => detached(py, &alloc),
+                        false => detached(py, || core.failures_deferred(&alloc)),
                     }
-                    again.map_err(to_py)
+                    .map_err(to_py)
                 } else {
-                    Err(to_py(err))
+                    Err(to_py(give_up(err)))
                 }
             }
             other => other.map_err(to_py),
@@ -175,7 +195,8 @@ impl OomHandler {
         align: Option<usize>,
         tag: u32,
     ) -> PyResult<Handle> {
-        self.retrying(py, core, || size, || core.alloc_quick_first(size, align, tag))
+        let record = |_: &Error| core.record_failure(size, align, tag);
+        self.retrying(py, core, || size, || core.alloc_quick_first(size, align, tag), record)
     }
 
     /// `Pool.alloc_many`, with the retry (the handler is asked for the sum of the sizes).
@@ -198,7 +219,13 @@ impl OomHandler {
             }
         };
         let total = || sizes.iter().fold(0usize, |sum, &n| sum.saturating_add(n));
-        let done = self.retrying(py, core, total, || core.alloc_many_until(sizes, align, tag, keep_going))?;
+        // The item that found no room is the allocation that failed.
+        let record = |err: &Error| {
+            if let Error::Batch { index, .. } = err {
+                core.record_failure(sizes[*index], align, tag);
+            }
+        };
+        let done = self.retrying(py, core, total, || core.alloc_many_until(sizes, align, tag, keep_going), record)?;
         match done {
             Some(handles) => Ok(handles),
             None => Err(raised

@@ -99,6 +99,15 @@ impl Regions {
         self.grow_events.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// The most chunks one region can ever hold: the first region, which is never given back,
+    /// or one added next to it once every other region is gone, which gets all the chunks the
+    /// limit leaves (it lies one absent chunk past the first, and the offsets, twice the limit,
+    /// hold it). No block spans two regions, so no block is longer. Fixed from the start: the
+    /// first region and the limit never change.
+    pub(crate) fn largest_region_chunks(&self, first: usize) -> usize {
+        first.max(self.limit_chunks.saturating_sub(first))
+    }
+
     /// Where a region for a block of `need` chunks starting at a multiple of `align` chunks
     /// goes: at least the growth step, at least `need`, within the limit, one absent chunk away
     /// from every other region, inside an arena of `chunks` chunks. A growth that would leave
@@ -187,6 +196,18 @@ mod tests {
         let r = Regions::new(2, 7, 3);
         let t = r.lock().clone();
         assert_eq!(r.place(&t, 2, 1, 6), Some(Placement { start: 3, len: 3 }));
+    }
+
+    #[test]
+    fn the_largest_region_is_the_first_or_the_rest_of_the_limit() {
+        // 2 chunks present, 32 at most: an added region holds at most 30.
+        let r = Regions::new(2, 32, 2);
+        assert_eq!(r.largest_region_chunks(2), 30);
+        let t = r.lock().clone();
+        assert_eq!(r.place(&t, 30, 1, 64), Some(Placement { start: 3, len: 30 }));
+        assert_eq!(r.place(&t, 31, 1, 64), None);
+        // A first region larger than the rest.
+        assert_eq!(Regions::new(24, 32, 2).largest_region_chunks(24), 24);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::arena::packed::{Missed, Search, Taken};
 use crate::arena::release::Vouched;
 use crate::arena::reveal::Revealed;
 use crate::arena::slab::caches::SlabBlocks;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Shortfall};
 use crate::handle::id::Handle;
 use crate::pool::pool::Pool;
 use crate::stats::counters::Route;
@@ -73,6 +73,9 @@ thread_local! {
     /// blocks on the way (`Pool::place_in_other_chunks`): room that the attempt searched for
     /// its enclosing node only, so that the failing path tries the whole placement again.
     static DRAINED_OWN: Cell<usize> = const { Cell::new(0) };
+    /// The pool (by id) whose out-of-memory failures on this thread its caller records itself,
+    /// once they are final (`Pool::failures_deferred`).
+    static DEFERRED: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
 /// Chunks an out-of-memory error looks at, and trees it reads, at most to find the largest
@@ -216,9 +219,15 @@ impl Pool {
             match self.place(request, core, Reach::Full) {
                 Some(p) => placed.push(p),
                 None => {
+                    // The error describes the pool as this item found it: before the batch's
+                    // places (not counted yet, so not in the counters) and regions go back.
+                    let taken = placed.iter().fold(0usize, |sum, p| sum.saturating_add(p.block_bytes));
+                    let (error, free) = self.out_of_memory_beside(request, core, tag, taken);
                     self.give_back_placed(&placed, &requests, core);
                     self.trim_regions_since(regions_before.as_deref());
-                    return Err(Error::batch(index, self.out_of_memory(request, core, tag)));
+                    let asked = requests.iter().fold(0usize, |sum, r| sum.saturating_add(r.size));
+                    let shortfall = (asked > free).then_some(Shortfall { asked, free });
+                    return Err(Error::Batch { index, error: Box::new(error), shortfall });
                 }
             }
         }
@@ -320,15 +329,49 @@ impl Pool {
         }
     }
 
-    /// The error for a request of `size` bytes, larger than the whole arena, from a caller that
-    /// checked the size itself (the binding): it counts as a failed allocation and is traced as
-    /// one, like a request nothing could place.
+    /// The error for a request of `size` bytes, larger than [`Pool::largest_request`], from a
+    /// caller that checked the size itself (the binding): it counts as a failed allocation and is
+    /// traced as one, like a request nothing could place. It carries the pool's free bytes and
+    /// a largest free block found in bounded work, as an out-of-memory error does.
     #[cold]
     pub fn refuse_too_large(&self, size: usize, align: Option<usize>, tag: u32) -> Error {
+        self.record_failure(size, align, tag);
+        Error::TooLarge {
+            size,
+            capacity: self.limit,
+            usable: self.largest_request,
+            first_region: self.config.grows().then_some(self.config.capacity),
+            bytes_free: self.bytes_free_now(),
+            largest_free_block: self.largest_free_after_failure(None),
+        }
+    }
+
+    /// Run `f` with the out-of-memory failures of this pool's allocations on the calling thread
+    /// left unrecorded: such an allocation returns its error as usual but counts nothing in
+    /// `failed_allocs` and traces no `failed` event. For a caller that may still rescue the
+    /// allocation (an out-of-memory handler that makes room, then a retry): it records the
+    /// final failure with [`Pool::record_failure`], once, or nothing when the retry succeeds,
+    /// so that the counter never counts an allocation that succeeded and never goes down. A
+    /// request refused as too large is recorded as usual (no handler can rescue it).
+    pub fn failures_deferred<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<u32>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                DEFERRED.with(|d| d.set(self.0));
+            }
+        }
+        let _restore = Restore(DEFERRED.with(|d| d.replace(Some(self.id))));
+        f()
+    }
+
+    /// Record the final failure of an allocation of `size` bytes aligned to `align` (the
+    /// pool's default when `None`) with tag id `tag`: one more `failed_allocs`, and a `failed`
+    /// event in the trace. For the caller of [`Pool::failures_deferred`].
+    #[cold]
+    pub fn record_failure(&self, size: usize, align: Option<usize>, tag: u32) {
         let core = cpu::current_core(self.arena.cores.len());
         self.counters.on_failed(core);
         self.trace.on_failed(core, size, align.unwrap_or(self.config.alignment), tag);
-        Error::TooLarge { size, capacity: self.limit, usable: self.largest_request }
     }
 
     pub(crate) fn finish(&self, placed: Placed, request: &Request, core: usize, tag: u32) -> Result<Handle> {
@@ -359,18 +402,30 @@ impl Pool {
         }
     }
 
-    /// The error (and the trace event) for a request nothing could place.
+    /// The error (and the count and trace event, unless [`Pool::failures_deferred`] leaves
+    /// them to the caller) for a request nothing could place.
     #[cold]
     pub(crate) fn out_of_memory(&self, request: &Request, core: usize, tag: u32) -> Error {
-        self.counters.on_failed(core);
-        self.trace.on_failed(core, request.size, request.align, tag);
-        // The peak is exact at a failure (as a statistics snapshot makes it).
-        let bytes_free = self.sample_peak_and_bytes_free();
-        Error::OutOfMemory {
-            requested: request.size,
-            bytes_free,
-            largest_free_block: self.largest_free_after_failure(request),
+        self.out_of_memory_beside(request, core, tag, 0).0
+    }
+
+    /// [`Pool::out_of_memory`] beside `taken` bytes that the caller placed and has not counted
+    /// yet (a batch's earlier items): they are not free. Also returns the bytes free counting
+    /// them free (what was free for the caller's places and this request together).
+    #[cold]
+    fn out_of_memory_beside(&self, request: &Request, core: usize, tag: u32, taken: usize) -> (Error, usize) {
+        if DEFERRED.with(Cell::get) != Some(self.id) {
+            self.counters.on_failed(core);
+            self.trace.on_failed(core, request.size, request.align, tag);
         }
+        // The peak is exact at a failure (as a statistics snapshot makes it).
+        let free = self.sample_peak_and_bytes_free();
+        let error = Error::OutOfMemory {
+            requested: request.size,
+            bytes_free: free.saturating_sub(taken),
+            largest_free_block: self.largest_free_after_failure(Some(request)),
+        };
+        (error, free)
     }
 
     /// The largest free block, right after an allocation failed (and gave back what cores held
@@ -384,16 +439,17 @@ impl Pool {
     /// node down and read from their trees. At most [`LARGEST_VISITS`] chunks and
     /// [`LARGEST_READS`] trees in all, skipping those whose stretch memo (an upper bound) says
     /// they cannot pass what was found. What is not read is left out: the answer is a lower
-    /// bound, a block that was free when it was read.
+    /// bound, a block that was free when it was read. Without a request (one refused as too
+    /// large, which searched nothing), the chunks are read as for a small block.
     #[cold]
-    fn largest_free_after_failure(&self, request: &Request) -> usize {
+    fn largest_free_after_failure(&self, request: Option<&Request>) -> usize {
         let g = &self.arena.geometry;
         let mut largest = 0;
         if self.arena.global.has_free() {
             let runs = self.arena.global.free_runs_now();
             largest = runs.iter().map(|&run| self.arena.largest_block_in_run(run)).max().unwrap_or(0);
         }
-        if request.class.is_none() {
+        if let Some(request) = request.filter(|r| r.class.is_none()) {
             if let Layout::Buddy(b) = g.layout(request.size, request.align) {
                 let seen = STRETCH_SEEN.with(Cell::get) as usize * g.min_block;
                 // A search that ruled every chunk out by its memo read no tree: then the chunks

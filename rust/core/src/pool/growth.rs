@@ -204,7 +204,7 @@ mod tests {
         pool.free(older).unwrap(); // an empty region of an earlier call: not the batch's to give back
         let before = pool.regions();
         assert_eq!(before.len(), 2);
-        let failed = pool.alloc_many(&[MIB, 3 * MIB, 3 * MIB, 3 * MIB, 16 * MIB], None, 0);
+        let failed = pool.alloc_many(&[MIB, 3 * MIB, 3 * MIB, 3 * MIB, 14 * MIB], None, 0);
         assert!(matches!(failed, Err(crate::Error::Batch { index: 4, .. })), "{failed:?}");
         assert_eq!(pool.regions(), before);
         assert!(pool.stats().grow_events > 1, "the batch grew the pool before it failed");

@@ -17,7 +17,6 @@ use crate::error::{Error, Result};
 use crate::gate::{Entered, PauseError, PauseGuard, Refusal};
 use crate::handle::id::Handle;
 use crate::handle::table::PinKind;
-use crate::util::cpu;
 
 /// How long `check()` and other pausing calls wait for calls in flight.
 const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -138,12 +137,6 @@ impl Pool {
             return Err(Error::Relocating);
         }
         Ok(Busy(self))
-    }
-
-    /// An allocation that failed was retried and succeeded (after a compaction): it no longer
-    /// counts in `failed_allocs` (which counts allocations that raised out-of-memory).
-    pub fn forgive_failure(&self) {
-        self.counters.on_rescued(cpu::current_core(self.arena.cores.len()));
     }
 
     /// Add a user pin without waiting: [`Error::Moving`] while the block is being moved (callers

@@ -68,8 +68,9 @@ pub struct Pool {
     pub(super) tags: TagTable,
     /// The largest request and total: `max_capacity`, or `capacity` if the pool cannot grow.
     pub(super) limit: usize,
-    /// The largest block a request may ask for: `limit`, or, in a pool that cannot grow, the
-    /// bytes its chunks hold (the arena may end in a part shorter than its smallest block).
+    /// The largest block a request may ask for: in a pool that cannot grow, the bytes its chunks
+    /// hold (the arena may end in a part shorter than its smallest block); in one that can, the
+    /// largest region it can ever have (`Pool::largest_request_of`).
     pub(super) largest_request: usize,
     /// The largest slab class (0 without classes): a block that asked for more is never a slab
     /// object, so its free goes straight to its chunk.
@@ -102,15 +103,34 @@ impl Pool {
             trace: Trace::new(),
             tags: TagTable::new(),
             limit: config.limit(),
-            largest_request: match config.grows() {
-                true => config.limit(),
-                false => config.limit().min(arena.geometry.usable_capacity()),
-            },
+            largest_request: Self::largest_request_of(&config, &arena),
             largest_slab: config.slab_sizes.last().copied().unwrap_or(0),
             growth: GrowthHooks::default(),
             arena,
             config,
         })
+    }
+
+    /// The largest block a request may ask for ([`Pool::largest_request`]), computed once: in a
+    /// pool that cannot grow, the bytes its chunks hold; in one that can, the largest region it
+    /// can ever have (`Regions::largest_region_chunks`), at most `max_capacity`.
+    fn largest_request_of(config: &PoolConfig, arena: &Arena) -> usize {
+        match config.grows() {
+            true => {
+                let first = config.capacity / config.chunk_size;
+                let chunks = arena.regions.largest_region_chunks(first);
+                config.limit().min(chunks.saturating_mul(config.chunk_size))
+            }
+            false => config.limit().min(arena.geometry.usable_capacity()),
+        }
+    }
+
+    /// The largest block this pool can ever hand out: a larger request is refused with
+    /// [`Error::TooLarge`]. At most [`Pool::max_capacity`]; in a pool that grows, the larger of
+    /// its first region and `max_capacity` less that region, in whole chunks (regions lie a
+    /// chunk apart and no block spans two; the first is never given back).
+    pub fn largest_request(&self) -> usize {
+        self.largest_request
     }
 
     /// The validated configuration.

@@ -126,6 +126,14 @@ impl Pool {
         self.bytes_free_of(&totals, &classes, slab_bytes)
     }
 
+    /// `stats().bytes_free`, from one sum of the counters over every thread.
+    pub(crate) fn bytes_free_now(&self) -> usize {
+        let totals = self.counters.totals();
+        let classes = self.counters.class_totals();
+        let (slab_bytes, _) = self.slab_objects(&classes);
+        self.bytes_free_of(&totals, &classes, slab_bytes)
+    }
+
     /// `stats().bytes_free` from the counters summed over every thread, of which `slab_bytes`
     /// are the live slab objects' bytes.
     fn bytes_free_of(&self, totals: &Totals, classes: &[ClassTotals], slab_bytes: u64) -> usize {

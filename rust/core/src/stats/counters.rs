@@ -294,18 +294,6 @@ impl Counters {
         self.failed[core].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Take back one failure (the allocation was retried after a compaction and succeeded),
-    /// from `core` or, if it has none (the thread moved), another core.
-    pub(crate) fn on_rescued(&self, core: usize) {
-        let n = self.failed.len();
-        for i in 0..n {
-            let cell = &self.failed[(core + i) % n];
-            if cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| f.checked_sub(1)).is_ok() {
-                return;
-            }
-        }
-    }
-
     /// Publish the block's bytes, and its requested bytes, each when it has moved past the
     /// slack since its last publication; a publication of the bytes may raise the peak.
     #[inline]

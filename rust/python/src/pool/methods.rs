@@ -16,7 +16,7 @@ use crate::block::Block;
 use crate::block_info::BlockInfo;
 use crate::c_pool;
 use crate::compaction_plan::CompactionPlan;
-use crate::errors::{error, to_py, ErrorClass};
+use crate::errors::{error, to_py, with_figures, ErrorClass};
 use crate::gil::{detached, without_gil};
 use crate::growth;
 use crate::measure::Measurement;
@@ -129,7 +129,7 @@ impl Pool {
         let py = slf.py();
         let this = slf.get();
         let capacity = this.core.max_capacity();
-        let size = match args::size(nbytes, "nbytes", capacity) {
+        let size = match args::size(nbytes, "nbytes", args::Largest::of(&this.core)) {
             Ok(size) => size,
             Err(err) => return Err(this.refused(py, err, nbytes, align, tag)),
         };
@@ -186,9 +186,10 @@ impl Pool {
             )
         })?;
         let mut wanted = Vec::new();
+        let largest = args::Largest::of(&this.core);
         for (i, item) in user_code::each(items).enumerate() {
             let item = item?;
-            match args::size_named(&item, || format!("sizes[{i}]"), capacity) {
+            match args::size_named(&item, || format!("sizes[{i}]"), largest) {
                 Ok(size) => args::push_fallibly(&mut wanted, size, "the batch's sizes")?,
                 Err(err) => return Err(this.refused(py, err, &item, align, tag)),
             }
@@ -862,9 +863,10 @@ impl Pool {
         }
     }
 
-    /// `err`, the refusal of a size argument; a size larger than the whole arena also counts as
-    /// a failed allocation in the core (and is traced as one), as `RequestTooLargeError` is an
-    /// `OutOfMemoryError`.
+    /// `err`, the refusal of a size argument; a size larger than any block the pool can hold
+    /// also counts as a failed allocation in the core (and is traced as one), as
+    /// `RequestTooLargeError` is an `OutOfMemoryError`, and carries the figures of one:
+    /// `requested` (the size as given), `bytes_free` and `largest_free_block`.
     fn refused(
         &self,
         py: Python<'_>,
@@ -885,8 +887,16 @@ impl Pool {
             let align = args::alignment(align, capacity).ok().flatten();
             let tag = args::tag(tag).ok().flatten();
             let tag_id = self.tags.acquire(py, &self.core, tag.as_ref(), 1).unwrap_or(0);
-            self.core.refuse_too_large(size, align, tag_id);
+            let refused = self.core.refuse_too_large(size, align, tag_id);
             self.tags.release(&self.core, tag_id, 1);
+            if let npumem_core::Error::TooLarge { bytes_free, largest_free_block, .. } = refused {
+                let requested = py
+                    .import("operator")
+                    .and_then(|operator| operator.call_method1("index", (nbytes,)))
+                    .unwrap_or_else(|_| nbytes.clone());
+                let message = err.value(py).str().map_or_else(|_| String::new(), |text| text.to_string());
+                return with_figures(ErrorClass::RequestTooLarge, message, &requested, bytes_free, largest_free_block);
+            }
         }
         err
     }

@@ -1,0 +1,180 @@
+"""What an allocation that runs out of memory reports, and when it counts as failed: a failed
+batch's figures describe the pool as its failing item found it (before the batch was rolled
+back); an allocation that the out-of-memory handler rescues is never counted nor traced as
+failed, not even while the handler runs; a pool that grows refuses a request larger than any
+region it can ever have; and `RequestTooLargeError` carries the figures of an
+`OutOfMemoryError`."""
+
+from __future__ import annotations
+
+import pytest
+
+import npumem
+from npumem.kv import KVCache
+from npumem.monitor import Monitor, Thresholds, TraceRecorder
+
+MIB = 1 << 20
+
+
+def test_a_failed_batch_reports_the_pool_as_its_failing_item_found_it() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    with pytest.raises(npumem.OutOfMemoryError) as info:
+        pool.alloc_many([3 * MIB] * 3)
+    err = info.value
+    text = str(err)
+    assert err.requested == 3 * MIB
+    assert err.largest_free_block is not None and err.largest_free_block < err.requested, text
+    assert err.bytes_free is not None and err.bytes_free < err.requested, text
+    assert "item 2 of the batch failed" in text
+    assert "asks for 9.0 MiB" in text and "8.0 MiB" in text and "does not fit" in text, text
+    assert "fragmented" not in text and "compaction" not in text, text
+    s = pool.stats()
+    assert (s.blocks_in_use, s.bytes_free, s.failed_allocs) == (0, 8 * MIB, 1), (
+        "rolled back, one failure"
+    )
+
+
+def test_a_failed_batch_in_a_pool_that_grows_reports_the_room_it_had() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, max_capacity=32 * MIB, grow_by=8 * MIB)
+    with pytest.raises(npumem.OutOfMemoryError) as info:
+        pool.alloc_many([6 * MIB] * 6)
+    err = info.value
+    text = str(err)
+    assert err.largest_free_block is not None and err.requested is not None
+    assert err.largest_free_block < err.requested, text
+    assert "asks for 36.0 MiB" in text and "fragmented" not in text, text
+    assert pool.regions() == [(0, 8 * MIB)], "the regions the batch added went back"
+    pool.check()
+
+
+def test_a_batch_that_fits_as_a_whole_but_not_in_the_holes_blames_fragmentation() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1, run_tails=False)
+    chunks = [pool.alloc(2 * MIB) for _ in range(4)]
+    chunks[0].free()
+    chunks[2].free()
+    with pytest.raises(npumem.OutOfMemoryError) as info:
+        pool.alloc_many([MIB, 3 * MIB])
+    assert info.value.bytes_free == 3 * MIB  # the first item held 1 MiB of the 4 free
+    assert "fragmented" in str(info.value) and "does not fit" not in str(info.value)
+
+
+def full_pool() -> tuple[npumem.Pool, list[npumem.Block]]:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    return pool, [pool.alloc(12 * MIB)]
+
+
+def test_a_rescued_allocation_is_never_counted_or_traced_as_failed() -> None:
+    pool, hog = full_pool()
+    mon = Monitor(pool, thresholds=Thresholds(usage=0.99, fragmentation=0.99))
+    mon.sample()
+    seen: list[int] = []
+
+    def handler(nbytes: int) -> bool:
+        seen.append(pool.stats().failed_allocs)
+        mon.sample()  # another reader, while the allocation is being rescued
+        hog.pop().free()
+        return True
+
+    pool.set_oom_handler(handler)
+    with TraceRecorder(pool) as rec:
+        block = pool.alloc(8 * MIB)
+    mon.sample()
+    assert seen == [0]
+    assert pool.stats().failed_allocs == 0
+    assert [e.kind for e in rec.trace.events] == ["free", "alloc"]
+    assert [a.kind for a in mon.alerts] == []
+    assert [s.failed_allocs for s in mon.history] == [0, 0, 0]
+    block.free()
+
+
+def test_a_rescued_batch_is_never_counted_and_a_declined_one_once() -> None:
+    pool, hog = full_pool()
+    seen: list[int] = []
+
+    def handler(nbytes: int) -> bool:
+        seen.append(pool.stats().failed_allocs)
+        if not hog:
+            return False
+        hog.pop().free()
+        return True
+
+    pool.set_oom_handler(handler)
+    with TraceRecorder(pool) as rec:
+        blocks = pool.alloc_many([4 * MIB, 4 * MIB])
+        with pytest.raises(npumem.OutOfMemoryError):
+            pool.alloc_many([4 * MIB, 12 * MIB])  # declined: fails for good
+    assert seen == [0, 0]
+    assert pool.stats().failed_allocs == 1
+    failed = [(e.kind, e.size) for e in rec.trace.events if e.kind == "failed"]
+    assert failed == [("failed", 12 * MIB)], "the item that found no room, traced once"
+    for b in blocks:
+        b.free()
+
+
+def test_a_handler_that_raises_counts_one_failure() -> None:
+    pool, _ = full_pool()
+
+    def handler(nbytes: int) -> bool:
+        assert pool.stats().failed_allocs == 0
+        raise RuntimeError("no remedy")
+
+    pool.set_oom_handler(handler)
+    with TraceRecorder(pool) as rec, pytest.raises(npumem.OutOfMemoryError) as info:
+        pool.alloc(8 * MIB)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert pool.stats().failed_allocs == 1
+    assert [e.kind for e in rec.trace.events] == ["failed"]
+
+
+def test_a_kv_cache_page_rescued_by_the_handler_is_not_counted() -> None:
+    pool = npumem.Pool(4 * MIB, cores=1)
+    hog = [pool.alloc(4 * MIB)]
+    seen: list[int] = []
+
+    def handler(nbytes: int) -> bool:
+        seen.append(pool.stats().failed_allocs)
+        hog.pop().free()
+        return True
+
+    pool.set_oom_handler(handler)
+    kv = KVCache(pool, num_layers=1, num_kv_heads=1, head_dim=64, page_tokens=16)
+    kv.add_sequence(1, 16)
+    assert seen == [0]
+    assert pool.stats().failed_allocs == 0
+    kv.close()
+
+
+def test_a_pool_that_grows_refuses_a_request_larger_than_its_largest_region() -> None:
+    # 2 chunks present, 32 at most, the first region never given back and regions a chunk
+    # apart: no region, so no block, can hold more than 30 chunks.
+    pool = npumem.Pool(4 * MIB, max_capacity=64 * MIB, cores=1)
+    for size in (64 * MIB, 61 * MIB):
+        with pytest.raises(npumem.RequestTooLargeError) as info:
+            pool.alloc(size)
+        text = str(info.value)
+        assert "60.0 MiB" in text and "first region" in text, text
+        assert info.value.requested == size
+    with pytest.raises(npumem.RequestTooLargeError, match=r"sizes\[1\]"):
+        pool.alloc_many([MIB, 61 * MIB])
+    s = pool.stats()
+    assert (s.grow_events, s.failed_allocs) == (0, 3)
+    block = pool.alloc(60 * MIB)
+    assert pool.regions() == [(0, 4 * MIB), (6 * MIB, 60 * MIB)]
+    block.free()
+
+
+def test_request_too_large_carries_the_figures_of_an_out_of_memory_error() -> None:
+    pool = npumem.Pool(64 * MIB, cores=1)
+    pool.alloc(8 * MIB)
+    s = pool.stats()
+    for size in (1 << 30, 1 << 70):
+        with pytest.raises(npumem.OutOfMemoryError) as info:
+            pool.alloc(size)
+        err = info.value
+        assert isinstance(err, npumem.RequestTooLargeError)
+        assert err.requested == size
+        assert err.bytes_free == s.bytes_free
+        assert (
+            err.largest_free_block is not None
+            and 0 < err.largest_free_block <= s.largest_free_block
+        )
