@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
 use std::slice;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use npumem_core::{Error, Handle, Pool};
@@ -157,11 +158,13 @@ impl Drop for InCallback {
 /// caller's last reference leaves the pool live until the entry point returns.
 ///
 /// One allocation has one outcome in `failed_allocs` and the trace, as with Python's
-/// out-of-memory handler: the entry point's first attempt runs with its out-of-memory failure
-/// left unrecorded (`Pool::failures_deferred`, see [`first_attempt`]); when that failure is
-/// final (no callback, or the callback declines) `record` records it here, and a retry records
-/// its own failure, or nothing when it succeeds. So no reader ever counts a rescued allocation,
-/// and the counter never goes down.
+/// out-of-memory handler. While a callback is set, the entry point's first attempt runs with
+/// its out-of-memory failure left unrecorded (`Pool::failures_deferred`, see
+/// [`first_attempt`]; `deferred` is then true): when that failure is final (the callback
+/// declines, or is gone) `record` records it here, and a retry records its own failure, or
+/// nothing when it succeeds. So no reader ever counts a rescued allocation, and the counter
+/// never goes down. Without a callback the core recorded the failure itself; if a callback
+/// was set since, the retry's failure is that same allocation's and is not recorded again.
 #[cold]
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
@@ -170,7 +173,7 @@ fn retry_after<T>(
     raw: *mut NpumemPool,
     size: usize,
     align: usize,
-    err: Error,
+    (err, deferred): (Error, bool),
     alive: &mut Option<KeepAlive>,
     attempt: impl Fn() -> Result<T, Error>,
     record: impl FnOnce(&Error),
@@ -180,7 +183,9 @@ fn retry_after<T>(
         return Err(err);
     }
     let give_up = |err: Error| {
-        record(&err);
+        if deferred {
+            record(&err);
+        }
         Err(err)
     };
     let hook = *p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -194,14 +199,21 @@ fn retry_after<T>(
     if !again {
         return give_up(err);
     }
-    attempt()
+    match deferred {
+        true => attempt(),
+        false => p.pool.failures_deferred(attempt),
+    }
 }
 
-/// An entry point's first attempt at an allocation: its out-of-memory failure is left for
-/// [`retry_after`] to record once it is final.
+/// An entry point's first attempt at an allocation, and whether its out-of-memory failure is
+/// left for [`retry_after`] to record once it is final: only while a callback is set, so that
+/// an allocation without one pays nothing for it.
 #[inline(always)]
-fn first_attempt<T>(p: &NpumemPool, attempt: impl Fn() -> Result<T, Error>) -> Result<T, Error> {
-    p.pool.failures_deferred(attempt)
+fn first_attempt<T>(p: &NpumemPool, attempt: impl Fn() -> Result<T, Error>) -> (Result<T, Error>, bool) {
+    match p.oom_set.load(Ordering::Relaxed) {
+        true => (p.pool.failures_deferred(attempt), true),
+        false => (attempt(), false),
+    }
 }
 
 /// The tag that `blocks` blocks asked for with tag number `tag` are stored with, counted under
@@ -285,10 +297,10 @@ unsafe extern "C" fn alloc(
         let attempt = || p.pool.alloc_with_offset(size, align_of(align), stored);
         let mut alive = None;
         let made = match first_attempt(p, attempt) {
-            Ok(made) => Ok(made),
-            Err(err) => {
+            (Ok(made), _) => Ok(made),
+            (Err(err), deferred) => {
                 let record = |_: &Error| p.pool.record_failure(size, align_of(align), stored);
-                retry_after(p, pool, size, align, err, &mut alive, attempt, record)
+                retry_after(p, pool, size, align, (err, deferred), &mut alive, attempt, record)
             }
         };
         settle_tag(p, stored, 1, size, made.is_ok());
@@ -463,15 +475,15 @@ unsafe extern "C" fn alloc_many(
         let attempt = || p.pool.alloc_many(sizes, align_of(align), stored);
         let mut alive = None;
         let made = match first_attempt(p, attempt) {
-            Ok(handles) => Ok(handles),
-            Err(err) => {
+            (Ok(handles), _) => Ok(handles),
+            (Err(err), deferred) => {
                 // The item that found no room is the allocation that failed.
                 let record = |err: &Error| {
                     if let Error::Batch { index, .. } = err {
                         p.pool.record_failure(sizes[*index], align_of(align), stored);
                     }
                 };
-                retry_after(p, pool, largest, align, err, &mut alive, attempt, record)
+                retry_after(p, pool, largest, align, (err, deferred), &mut alive, attempt, record)
             }
         };
         settle_tag(p, stored, count, requested, made.is_ok());
@@ -577,10 +589,10 @@ unsafe extern "C" fn alloc_raw(
         let attempt = || p.pool.alloc_raw(size, align_of(align));
         let mut alive = None;
         let made = match first_attempt(p, attempt) {
-            Ok(at) => Ok(at),
-            Err(err) => {
+            (Ok(at), _) => Ok(at),
+            (Err(err), deferred) => {
                 let record = |_: &Error| p.pool.record_failure(size, align_of(align), 0);
-                retry_after(p, pool, size, align, err, &mut alive, attempt, record)
+                retry_after(p, pool, size, align, (err, deferred), &mut alive, attempt, record)
             }
         };
         match made {
@@ -656,8 +668,9 @@ unsafe extern "C" fn set_oom_callback(
     guard(|| {
         // SAFETY: checked by the entry point.
         let p = unsafe { this(pool) };
-        *p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
-            callback.map(|callback| OomHook { callback, user });
+        let mut hook = p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *hook = callback.map(|callback| OomHook { callback, user });
+        p.oom_set.store(hook.is_some(), Ordering::Relaxed);
         OK
     })
 }

@@ -5,7 +5,7 @@
 //! core never touch one pool. The rest of the object is private to the copy that made it.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use npumem_core::Pool;
@@ -82,12 +82,25 @@ pub struct NpumemPool {
     pub location: Location,
     /// Read only when an allocation found no room.
     pub oom: Mutex<Option<OomHook>>,
+    /// Whether `oom` holds a callback, kept beside it for the allocation paths, which read it
+    /// without the lock: only an allocation that a callback may rescue leaves its failure for
+    /// the entry point to record (`native.rs`). A callback set or removed while an allocation
+    /// runs only decides whether that allocation's failure is recorded before or after the
+    /// callback, never whether it is recorded once.
+    pub oom_set: AtomicBool,
 }
 
 impl NpumemPool {
     /// A fresh object.
     pub fn new(ops: &'static Ops, pool: Arc<Pool>, location: Location) -> NpumemPool {
-        NpumemPool { ops, magic: AtomicU64::new(MAGIC), pool, location, oom: Mutex::new(None) }
+        NpumemPool {
+            ops,
+            magic: AtomicU64::new(MAGIC),
+            pool,
+            location,
+            oom: Mutex::new(None),
+            oom_set: AtomicBool::new(false),
+        }
     }
 
     /// The address of `offset`.
