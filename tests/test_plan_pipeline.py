@@ -105,7 +105,7 @@ def test_bad_pipelines_are_refused() -> None:
         named.double_buffered(["data_0"])
     with pytest.raises(ProblemFormatError, match="pinned"):
         problem.double_buffered(["p"])
-    with pytest.raises(ProblemFormatError, match="at least 1"):
+    with pytest.raises(plan.PlanArgumentError, match="in_flight must be an integer from 1 to"):
         problem.pipelined(["a"], 0)
     with pytest.raises(KeyError):
         solve(problem).slot_offsets("a")
