@@ -184,7 +184,8 @@ def test_bucket_headers_go_into_one_program(tmp_path: Path) -> None:
         "    return 0;\n}\n"
     )
     exe = tmp_path / "both"
-    subprocess.run([cc, "-Wall", "-Werror", "-o", str(exe), str(program)], check=True)
+    command = [cc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", str(program)]
+    subprocess.run([*command, "-o", str(exe)], check=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
     assert out[:2] == [str(sizes[1]["arena_size"]), str(sizes[8]["arena_size"])]
     assert out[2] == sizes[1]["tensors"][0]["name"] and out[3] == sizes[8]["tensors"][0]["name"]
