@@ -17,6 +17,7 @@ from npumem.plan import (
     Problem,
     ProblemFormatError,
     lower_bound,
+    solve,
 )
 from npumem.plan.bounds import alignment_bound, fixed_bound, live_bytes, live_profile
 from npumem.plan.cli import load_problem
@@ -194,12 +195,17 @@ def test_bounds() -> None:
     problem = Problem([Buffer("a", 0, 2, 3), Buffer("b", 0, 4, 5), Buffer("c", 2, 4, 7)])
     assert live_profile(problem) == [(0, 8), (2, 12), (4, 0)]
     assert live_bytes(problem) == 12
-    # Aligned to 8: every offset is a multiple of 8, so b and c take 8 each but the top one
-    # may end early: at least 8 + 8 - 7 = 9 ... and never below LB.
+    # Aligned to 8: every offset is a multiple of 8, so b (5) and c (7) take 8 each, but the
+    # topmost needs only its size: at least 8 + 8 less the larger padding (3 of b), 13.
     aligned = problem.with_alignment(8)
-    assert alignment_bound(aligned) == max(12, 8 + 8 - 7)
-    # Aligned to 64 with 5- and 7-byte buffers live together: 2 * 64 less at most 63 of padding.
-    assert alignment_bound(problem.with_alignment(64)) == 64 + 64 - 63
+    assert alignment_bound(aligned) == 8 + 8 - 3
+    # Aligned to 64: b below c ends at 64 + 7, c below b at 64 + 5 (the bound).
+    assert alignment_bound(problem.with_alignment(64)) == 64 + 64 - 59
+    # Two 1-byte buffers aligned to 16 and an unaligned one, live together: the aligned pair
+    # alone needs 16 + 1, whatever the unaligned one needs (it fits in the padding).
+    mixed = Problem([Buffer("a", 0, 2, 1, 16), Buffer("b", 0, 2, 1, 16), Buffer("c", 0, 2, 1)])
+    assert alignment_bound(mixed) == lower_bound(mixed) == 17
+    assert solve(mixed, time_limit=1.0).arena_size == 17
     assert lower_bound(Problem([])) == 0
 
 

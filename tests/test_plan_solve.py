@@ -126,6 +126,7 @@ def test_reaches_the_bound_when_a_tight_packing_exists(case: tuple[Problem, int]
 @given(problems(max_buffers=6, aligned=True))
 def test_matches_brute_force_and_proves_it(problem: Problem) -> None:
     optimum = brute_force_optimum(problem)
+    assert lower_bound(problem) <= optimum
     solution = solve(problem, time_limit=10.0)
     solution.validate()
     assert solution.arena_size == optimum

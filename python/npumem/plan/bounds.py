@@ -5,9 +5,12 @@ Every packing needs at least:
 * `live_bytes`: the most bytes live at one time. The live ranges form an interval graph, whose
   maximum-weight clique is exactly the set of buffers live at one instant, so this is also the
   clique bound. MiniMalloc's suite calls it LB.
-* `alignment_bound`: when every buffer live at one instant is aligned to at least `g` bytes,
-  every offset there is a multiple of `g`, so each buffer but the topmost takes its size rounded
-  up to `g`. The topmost one saves at most `g - 1` bytes of that padding.
+* `alignment_bound`: the buffers live at one instant that are aligned to at least `g` bytes
+  all start at multiples of `g`, so each of them but the topmost takes its size rounded up to
+  `g` (the next one starts at a multiple of `g` after its end). The topmost needs only its size:
+  so, for every alignment `g` of the problem, their rounded sizes less the largest padding of
+  one of them. With `g` the smallest alignment live at that instant, this counts every buffer
+  live there.
 * `fixed_bound`: the highest end of a pinned (fixed-offset) buffer.
 
 `lower_bound()` is the largest of these. The search in `npumem.plan.search` may prove a
@@ -16,6 +19,8 @@ reports whichever is larger.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from npumem.plan.problem import Problem
 
@@ -51,25 +56,30 @@ def live_bytes(problem: Problem) -> int:
 
 
 def alignment_bound(problem: Problem) -> int:
-    """The live-bytes bound with each size rounded up to the smallest alignment live with it,
-    less the padding the topmost buffer may save (see the module docstring)."""
+    """The largest, over each instant and each alignment `g` of the problem, of the sizes of the
+    buffers live there that are aligned to at least `g`, each rounded up to `g`, less the largest
+    padding of one of them (see the module docstring); and never below `live_bytes`."""
     alignments = sorted({b.alignment for b in problem.buffers})
     if alignments in ([], [1]):
         return live_bytes(problem)
-    count = dict.fromkeys(alignments, 0)
-    rounded = dict.fromkeys(alignments, 0)  # sum over live buffers of size rounded up to a
+    # Per alignment g: the live buffers aligned to at least g, as (rounded size, padding).
+    live: dict[int, Counter[tuple[int, int]]] = {g: Counter() for g in alignments}
     best = 0
     events = _events(problem)
     for k, (time, kind, i) in enumerate(events):
         b = problem.buffers[i]
-        count[b.alignment] += kind
-        for a in alignments:
-            rounded[a] += kind * (-(-b.size // a) * a)
+        for g in alignments:
+            if b.alignment < g:
+                break
+            rounded = -(-b.size // g) * g
+            live[g][rounded, rounded - b.size] += kind
+            live[g] = +live[g]  # drop what ended
         if k + 1 < len(events) and events[k + 1][0] == time:
             continue  # evaluate once all events at this time are applied
-        smallest = next((a for a in alignments if count[a]), None)
-        if smallest is not None:
-            best = max(best, rounded[smallest] - (smallest - 1))
+        for held in live.values():
+            if held:
+                total = sum(rounded * n for (rounded, _), n in held.items())
+                best = max(best, total - max(padding for _, padding in held))
     return max(best, live_bytes(problem))
 
 
@@ -81,5 +91,5 @@ def fixed_bound(problem: Problem) -> int:
 def lower_bound(problem: Problem) -> int:
     """The strongest of the bounds above: no packing of `problem` can be smaller. The live
     bytes and alignment bounds come from one sweep in the core (`PlanTimeline.live_bound`),
-    the same sums as `alignment_bound` in O(n log n) plus the alignments at each time."""
+    the same sums as `alignment_bound`, in O(n log n) for each alignment of the problem."""
     return max(problem.timeline.live_bound(), fixed_bound(problem))

@@ -7,7 +7,7 @@
 //! nothing here holds a list of the pairs. `npumem.plan` (its `greedy`, `bounds` and
 //! `solution` modules) documents what each pass means for the planner.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::plan_search::instance::{PackingError, MAX_SPAN};
 
@@ -137,9 +137,10 @@ impl Timeline {
     }
 
     /// The static lower bound on any packing's arena (the live bytes and alignment bounds of
-    /// `npumem.plan.bounds`): the most bytes live at one time; and, when every buffer live at a
-    /// time is aligned to at least `g`, the sizes there rounded up to `g` less `g - 1` (the
-    /// topmost buffer's padding), where `g` is the smallest alignment live then.
+    /// `npumem.plan.bounds`): the most bytes live at one time; and, for each alignment `g` of
+    /// the problem and each time, over the buffers live then that are aligned to at least `g`
+    /// (all at multiples of `g`): their sizes rounded up to `g`, less the largest padding that
+    /// rounding added to one of them (the topmost buffer needs only its size).
     pub fn live_bound(&self) -> u64 {
         let events = self.events(|_| true);
         let mut alignments: Vec<u64> = self.align_mask.iter().map(|m| m + 1).collect();
@@ -151,29 +152,44 @@ impl Timeline {
         } else {
             Vec::new()
         };
-        let mut count = vec![0i64; alignments.len()];
-        // Per alignment `a`: the live sizes rounded up to `a` (in 128 bits: a large alignment
-        // rounds every small buffer up to it).
-        let mut rounded = vec![0i128; if aligned { alignments.len() } else { 0 }];
+        // Per alignment `g` (by its index): the buffers live now aligned to at least `g`, their
+        // count, their sizes rounded up to `g` (in 128 bits: a large alignment rounds every
+        // small buffer up to it), and how many of them each padding has (rounded less size).
+        let classes = if aligned { alignments.len() } else { 0 };
+        let mut count = vec![0i64; classes];
+        let mut rounded = vec![0i128; classes];
+        let mut paddings: Vec<BTreeMap<u64, u32>> = vec![BTreeMap::new(); classes];
         let (mut live, mut most, mut best) = (0i128, 0i128, 0i128);
         for (k, &(time, kind, i)) in events.iter().enumerate() {
             let i = i as usize;
-            let sign: i128 = if kind == 1 { 1 } else { -1 };
-            let size = i128::from(self.size[i]);
-            live += sign * size;
+            let starts = kind == 1;
+            let sign: i128 = if starts { 1 } else { -1 };
+            let size = self.size[i];
+            live += sign * i128::from(size);
             if aligned {
-                count[class[i]] += sign as i64;
-                for (a, sum) in alignments.iter().zip(rounded.iter_mut()) {
-                    let a = i128::from(*a);
-                    *sum += sign * ((size + a - 1) / a * a);
+                for c in 0..=class[i] {
+                    let g = alignments[c];
+                    // `new` keeps every size plus its padding below 2^63.
+                    let padding = size.next_multiple_of(g) - size;
+                    count[c] += sign as i64;
+                    rounded[c] += sign * (i128::from(size) + i128::from(padding));
+                    if starts {
+                        *paddings[c].entry(padding).or_insert(0) += 1;
+                    } else if let Some(n) = paddings[c].get_mut(&padding) {
+                        *n -= 1;
+                        if *n == 0 {
+                            paddings[c].remove(&padding);
+                        }
+                    }
                 }
             }
             if events.get(k + 1).is_some_and(|e| e.0 == time) {
                 continue; // every event at this time first
             }
             most = most.max(live);
-            if let Some(c) = count.iter().position(|&c| c > 0).filter(|_| aligned) {
-                best = best.max(rounded[c] - (i128::from(alignments[c]) - 1));
+            for c in (0..classes).filter(|&c| count[c] > 0) {
+                let largest = paddings[c].last_key_value().map_or(0, |(&p, _)| p);
+                best = best.max(rounded[c] - i128::from(largest));
             }
         }
         // Both are at most the sizes and padding added up, which `new` keeps below 2^63.
@@ -272,6 +288,28 @@ mod tests {
             let b: Vec<_> = random(seed, 40).into_iter().map(|(l, u, s, _)| (l, u, s, 1)).collect();
             let most = (-10..60).map(|t| b.iter().filter(|x| x.0 <= t && t < x.1).map(|x| x.2).sum::<u64>()).max();
             assert_eq!(timeline(&b).live_bound(), most.unwrap());
+        }
+    }
+
+    /// With alignments: at each time and for each alignment `g`, the buffers live then aligned
+    /// to at least `g`, their sizes rounded up to `g` less the largest padding, computed
+    /// directly; and never below the live bytes.
+    #[test]
+    fn the_live_bound_rounds_each_alignment_class_and_saves_the_largest_padding() {
+        for seed in 0..100 {
+            let b = random(seed, 30);
+            let mut want = 0;
+            for t in -10..60 {
+                let live: Vec<_> = b.iter().filter(|x| x.0 <= t && t < x.1).collect();
+                want = want.max(live.iter().map(|x| x.2).sum::<u64>());
+                for g in [1u64, 2, 4, 8] {
+                    let held: Vec<_> =
+                        live.iter().filter(|x| x.3 >= g).map(|x| (x.2.next_multiple_of(g), x.2)).collect();
+                    let largest = held.iter().map(|&(r, s)| r - s).max().unwrap_or(0);
+                    want = want.max(held.iter().map(|&(r, _)| r).sum::<u64>().saturating_sub(largest));
+                }
+            }
+            assert_eq!(timeline(&b).live_bound(), want, "seed {seed}");
         }
     }
 
