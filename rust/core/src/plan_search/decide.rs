@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use super::clock::Clock;
 use super::instance::PackingInstance;
 use super::lowest::Lowest;
 
@@ -109,7 +110,7 @@ struct Decider<'a> {
     rank: Vec<u32>,
     capacity: u64,
     node_limit: u64,
-    deadline: Option<Instant>,
+    clock: Clock,
     nodes: u64,
     placed: Vec<bool>,
     solution: Vec<u64>,
@@ -148,6 +149,11 @@ impl Decider<'_> {
     /// the other; any part that cannot be packed fails the whole.
     /// Every part continues the canonical order after the placement at `last` by `prev`.
     fn solve_parts(&mut self, buffers: &[u32], lo: usize, hi: usize, last: u64, prev: Option<u32>) -> Status {
+        // Splitting into parts and ordering them looks at every buffer: at thousands of buffers
+        // that is most of a node's time, so the deadline counts it too.
+        if self.clock.passed(buffers.len()) {
+            return Status::Stopped;
+        }
         let mut start = lo;
         for s in lo..hi {
             let cut_here = s + 1 == hi || self.cuts[s] == 0;
@@ -184,11 +190,13 @@ impl Decider<'_> {
             let mut lows = (Lowest::new(a, b - a), Lowest::new(a, b - a));
             // Ranks start afresh: children at the offset `last` may come in any order.
             let status = self.dfs(&part, &mut lows, last, if self.order.keys.is_empty() { prev } else { None });
+            if status == Status::Stopped {
+                // The run is over and its ranks are dropped: restoring them at every level on
+                // the way up took tens of milliseconds past the deadline at thousands of buffers.
+                return status;
+            }
             for (&q, &r) in part.buffers.iter().zip(&saved) {
                 self.rank[q as usize] = r;
-            }
-            if status == Status::Stopped {
-                return status;
             }
             let found = (status == Status::Found)
                 .then(|| part.buffers.iter().map(|&q| self.solution[q as usize]).collect::<Vec<u64>>());
@@ -388,9 +396,7 @@ impl Decider<'_> {
     /// Depth-first search in one part: the last placement of this part was at `last` (by the
     /// buffer `prev`).
     fn dfs(&mut self, part: &Part, lows: &mut (Lowest, Lowest), last: u64, prev: Option<u32>) -> Status {
-        if self.nodes >= self.node_limit
-            || (self.nodes & 255 == 0 && self.deadline.is_some_and(|d| Instant::now() >= d))
-        {
+        if self.nodes >= self.node_limit || self.clock.passed(part.buffers.len()) {
             return Status::Stopped;
         }
         self.nodes += 1;
@@ -606,7 +612,7 @@ pub fn decide(
         rank: order.rank.clone(),
         capacity,
         node_limit,
-        deadline,
+        clock: Clock::new(deadline),
         nodes: 0,
         placed: vec![false; n],
         solution: vec![0; n],

@@ -16,6 +16,7 @@
 //!
 //! Pure Rust, no PyO3: `rust/python/src/plan_search.rs` is the binding.
 
+mod clock;
 mod decide;
 mod greedy;
 mod instance;

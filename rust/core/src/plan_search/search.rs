@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::clock::Clock;
 use super::instance::PackingInstance;
 use super::lowest::Lowest;
 
@@ -15,7 +16,7 @@ pub struct Limits {
     pub target: u64,
     /// Stop after this many nodes (placements).
     pub node_limit: u64,
-    /// Stop at this instant (checked every 256 nodes).
+    /// Stop at this instant (read every few thousand buffers looked at, [`Clock`]).
     pub deadline: Option<Instant>,
 }
 
@@ -195,6 +196,7 @@ pub fn search(inst: &PackingInstance, rank: &[u32], limits: &Limits) -> Outcome 
         return Outcome { exhausted: true, offsets: None, arena: 0, nodes: 1 };
     }
     frames.push((first, 0));
+    let mut clock = Clock::new(limits.deadline);
     while !frames.is_empty() {
         // Undo the placement made from this frame's previous child, if any.
         if undo.len() == frames.len() {
@@ -221,7 +223,7 @@ pub fn search(inst: &PackingInstance, rank: &[u32], limits: &Limits) -> Outcome 
             spare.push(list);
             continue;
         }
-        if nodes >= limits.node_limit || (nodes & 255 == 0 && limits.deadline.is_some_and(|d| Instant::now() >= d)) {
+        if nodes >= limits.node_limit || clock.passed(n) {
             return Outcome { exhausted: false, offsets: best, arena: best_arena, nodes };
         }
         let (r, _, q) = cands[*pos];
