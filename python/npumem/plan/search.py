@@ -45,7 +45,9 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
 Anytime
     The search starts from the best greedy packing (and ends there when the deadline has
     passed already, or when more pairs of buffers are live together than the time allows to
-    list, `npumem.plan.greedy.pairs_listable`: the search lists them all). The part that
+    list, `npumem.plan.greedy.pairs_listable`: the search lists them all). The set-up (listing
+    the pairs, building the parts and the core's instances) and every run keep to the deadline
+    too: when it comes during the set-up, the greedy start is the answer. The part that
     holds the arena up gets, in passes with doubling node budgets, decision runs an eighth of
     the way down and halfway from the best packing to the bound (without a capacity) and at
     the goal (the capacity, or the proven lower bound), each order in turn, then one descent
@@ -57,6 +59,7 @@ Anytime
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 import time
@@ -65,6 +68,7 @@ from dataclasses import dataclass
 
 from npumem._core import PackingInstance
 from npumem.plan.bounds import lower_bound
+from npumem.plan.buffers import Buffer
 from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
 from npumem.plan.greedy import LINEAR_SCAN, best_greedy, pairs_listable
 from npumem.plan.problem import Problem
@@ -107,10 +111,82 @@ class Component:
         )
 
 
+class _DeadlinePassed(Exception):
+    """The set-up of the search (`_components`, the core's instances) reached the deadline."""
+
+
+CHECK_WORK = 1 << 12
+"""Work (a pair live together, or a quarter of a buffer) the set-up does between two looks at
+the clock: about a millisecond of Python, and a clock read per thousands of pairs costs nothing
+measurable."""
+
+
+class _Clock:
+    """Counts work done and raises `_DeadlinePassed` once `deadline` (a `time.perf_counter()`
+    instant; `None`: none) has passed, reading the clock every `CHECK_WORK` units of work."""
+
+    __slots__ = ("deadline", "work")
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.work = 0
+
+    def tick(self, work: int) -> None:
+        if self.deadline is None:
+            return
+        self.work += work
+        if self.work >= CHECK_WORK:
+            self.check()
+
+    def check(self) -> None:
+        """Read the clock now (between steps that each take a while)."""
+        self.work = 0
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            raise _DeadlinePassed
+
+
+def _neighbors(buffers: list[Buffer], clock: _Clock) -> list[list[int]]:
+    """For each buffer, the indices of the buffers whose live range overlaps its own, ascending
+    (`Problem.neighbors`, in lists, with a look at the clock every `CHECK_WORK` pairs)."""
+    order = list(range(len(buffers)))
+    order.sort(key=[b.lower for b in buffers].__getitem__)
+    clock.check()
+    adjacency: list[list[int]] = [[] for _ in buffers]
+    active: list[tuple[int, int]] = []  # heap of (upper, index)
+    alive: set[int] = set()
+    for i in order:
+        lower = buffers[i].lower
+        while active and active[0][0] <= lower:
+            alive.discard(heapq.heappop(active)[1])
+        mine = adjacency[i]
+        for j in alive:
+            mine.append(j)
+            adjacency[j].append(i)
+        clock.tick(len(alive) + 4)
+        alive.add(i)
+        heapq.heappush(active, (buffers[i].upper, i))
+    for a in adjacency:
+        a.sort()
+        clock.tick(len(a) + 4)
+    return adjacency
+
+
 def components(problem: Problem) -> list[Component]:
     """Split `problem` at every time point no live range crosses (see the module docstring)."""
+    return _components(problem, None)
+
+
+def _components(problem: Problem, deadline: float | None) -> list[Component]:
+    """`components(problem)`, raising `_DeadlinePassed` once `deadline` (a
+    `time.perf_counter()` instant, `None`: none) has passed: listing the pairs live together
+    takes a good part of a second at a million pairs, so it looks at the clock as it goes."""
+    clock = _Clock(deadline)
     buffers = problem.buffers
-    order = sorted(range(len(buffers)), key=lambda i: (buffers[i].lower, buffers[i].upper))
+    # By (lower, upper, index): two stable sorts by a list lookup, no tuple per buffer.
+    order = list(range(len(buffers)))
+    order.sort(key=[b.upper for b in buffers].__getitem__)
+    order.sort(key=[b.lower for b in buffers].__getitem__)
+    clock.check()
     groups: list[list[int]] = []
     reach = None
     for i in order:
@@ -119,18 +195,26 @@ def components(problem: Problem) -> list[Component]:
             reach = buffers[i].upper
         groups[-1].append(i)
         reach = max(reach, buffers[i].upper)
+    clock.check()
     result = []
     for group in groups:
-        part = Problem([buffers[i] for i in group])
+        # The buffers of a checked problem: only the rules over all of them are checked again.
+        part = Problem([buffers[i] for i in group], _checked=True)
         movable = [k for k, i in enumerate(group) if buffers[i].offset is None]
         local = {k: m for m, k in enumerate(movable)}
         times = sorted({t for i in group for t in (buffers[i].lower, buffers[i].upper)})
         section = {t: s for s, t in enumerate(times)}
+        clock.tick(4 * len(group))
+        adjacency = _neighbors(list(part.buffers), clock)
         neighbors: list[list[int]] = []
         obstacles: list[list[tuple[int, int]]] = []
-        for k in movable:
-            nbrs = part.neighbors[k]
+        if len(movable) == len(group):  # nothing pinned: local indices are the part's
+            neighbors = adjacency
+            obstacles = [[] for _ in movable]
+        for k in movable if len(movable) < len(group) else ():
+            nbrs = adjacency[k]
             neighbors.append([local[j] for j in nbrs if j in local])
+            clock.tick(len(nbrs) + 1)
             pinned = []
             for j in nbrs:
                 if j not in local:
@@ -158,7 +242,14 @@ def components(problem: Problem) -> list[Component]:
                 lower_bound=lower_bound(part),
             )
         )
+        clock.tick(4 * len(group))
     return result
+
+
+INSTANCE_SHARE = 0.5
+"""The time the core takes to build a `PackingInstance` from a component's lists, as a share of
+the time `_components` took to make them (about a quarter to a third, measured): what must be
+left of the time limit to start building it."""
 
 
 HEURISTICS = (
@@ -343,18 +434,33 @@ def solve(
     pinned_top = _pinned_top(problem)
     rng = random.Random(seed)
     parts: list[_PartState] = []
-    for comp in components(problem):
-        rank = list(range(len(comp.sizes)))
-        rng.shuffle(rank)
-        parts.append(
-            _PartState(
-                comp=comp,
-                instance=comp.packing_instance(),
-                arena=max((offsets[i] + problem.buffers[i].size for i in comp.indices), default=0),
-                bound=comp.lower_bound,
-                base_rank=rank,
+    try:
+        listing = time.perf_counter()
+        comps = _components(problem, deadline)
+        listing = time.perf_counter() - listing
+        for comp in comps:
+            # The core takes the lists in one call that cannot stop at the deadline: a fraction
+            # of the time it took to make them (`INSTANCE_SHARE`), so start it only with that
+            # much time left.
+            share = sum(map(len, comp.neighbors)) / max(2 * problem.overlap_pairs, 1)
+            if time.perf_counter() + INSTANCE_SHARE * share * listing >= deadline:
+                raise _DeadlinePassed
+            rank = list(range(len(comp.sizes)))
+            rng.shuffle(rank)
+            parts.append(
+                _PartState(
+                    comp=comp,
+                    instance=comp.packing_instance(),
+                    arena=max(
+                        (offsets[i] + problem.buffers[i].size for i in comp.indices), default=0
+                    ),
+                    bound=comp.lower_bound,
+                    base_rank=rank,
+                )
             )
-        )
+    except _DeadlinePassed:
+        # The deadline came during the set-up: the greedy start is the answer.
+        return finish()
     nodes_left = node_limit
 
     def current() -> int:
