@@ -16,7 +16,7 @@ import heapq
 import io
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -290,6 +290,37 @@ def check_plan_figures(obj: Mapping[str, Any], label: str) -> None:
         raise fail("tensors", "a list")
 
 
+def overlap_lists(
+    buffers: Sequence[Buffer], tick: Callable[[int], None] | None = None
+) -> list[list[int]]:
+    """For each of `buffers`, the indices of those whose live range overlaps its own, ascending
+    (`Problem.neighbors`): one sweep over the ranges sorted by start. `tick`, when given, is
+    called with the work done as it goes (about one unit a pair listed), so that a caller with
+    a deadline can stop the sweep by raising from it."""
+    order = list(range(len(buffers)))
+    order.sort(key=[b.lower for b in buffers].__getitem__)
+    adjacency: list[list[int]] = [[] for _ in buffers]
+    active: list[tuple[int, int]] = []  # heap of (upper, index)
+    alive: set[int] = set()
+    for i in order:
+        lower = buffers[i].lower
+        while active and active[0][0] <= lower:
+            alive.discard(heapq.heappop(active)[1])
+        mine = adjacency[i]
+        for j in alive:
+            mine.append(j)
+            adjacency[j].append(i)
+        if tick is not None:
+            tick(len(alive) + 4)
+        alive.add(i)
+        heapq.heappush(active, (buffers[i].upper, i))
+    for a in adjacency:
+        a.sort()
+        if tick is not None:
+            tick(len(a) + 4)
+    return adjacency
+
+
 class Problem:
     """A set of buffers to place, plus the aliases (views, in-place outputs) that live inside them.
 
@@ -419,20 +450,7 @@ class Problem:
 
         Computed by one sweep over the ranges sorted by start: O(n log n + number of pairs).
         """
-        order = sorted(range(len(self.buffers)), key=lambda i: self.buffers[i].lower)
-        adjacency: list[list[int]] = [[] for _ in self.buffers]
-        active: list[tuple[int, int]] = []  # heap of (upper, index)
-        alive: set[int] = set()
-        for i in order:
-            lower = self.buffers[i].lower
-            while active and active[0][0] <= lower:
-                alive.discard(heapq.heappop(active)[1])
-            for j in alive:
-                adjacency[i].append(j)
-                adjacency[j].append(i)
-            alive.add(i)
-            heapq.heappush(active, (self.buffers[i].upper, i))
-        return tuple(tuple(sorted(a)) for a in adjacency)
+        return tuple(tuple(a) for a in overlap_lists(self.buffers))
 
     def _check_total(self) -> None:
         need = sum(b.size + b.alignment - 1 for b in self.buffers)

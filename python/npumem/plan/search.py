@@ -59,7 +59,6 @@ Anytime
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 import time
@@ -68,10 +67,9 @@ from dataclasses import dataclass
 
 from npumem._core import PackingInstance
 from npumem.plan.bounds import lower_bound
-from npumem.plan.buffers import Buffer
 from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
 from npumem.plan.greedy import LINEAR_SCAN, best_greedy, pairs_listable
-from npumem.plan.problem import Problem
+from npumem.plan.problem import Problem, overlap_lists
 from npumem.plan.solution import FEASIBLE, INFEASIBLE, OPTIMAL, SearchStats, Solution
 
 __all__ = ["Component", "Progress", "components", "solve"]
@@ -145,32 +143,6 @@ class _Clock:
             raise _DeadlinePassed
 
 
-def _neighbors(buffers: list[Buffer], clock: _Clock) -> list[list[int]]:
-    """For each buffer, the indices of the buffers whose live range overlaps its own, ascending
-    (`Problem.neighbors`, in lists, with a look at the clock every `CHECK_WORK` pairs)."""
-    order = list(range(len(buffers)))
-    order.sort(key=[b.lower for b in buffers].__getitem__)
-    clock.check()
-    adjacency: list[list[int]] = [[] for _ in buffers]
-    active: list[tuple[int, int]] = []  # heap of (upper, index)
-    alive: set[int] = set()
-    for i in order:
-        lower = buffers[i].lower
-        while active and active[0][0] <= lower:
-            alive.discard(heapq.heappop(active)[1])
-        mine = adjacency[i]
-        for j in alive:
-            mine.append(j)
-            adjacency[j].append(i)
-        clock.tick(len(alive) + 4)
-        alive.add(i)
-        heapq.heappush(active, (buffers[i].upper, i))
-    for a in adjacency:
-        a.sort()
-        clock.tick(len(a) + 4)
-    return adjacency
-
-
 def components(problem: Problem) -> list[Component]:
     """Split `problem` at every time point no live range crosses (see the module docstring)."""
     return _components(problem, None)
@@ -205,7 +177,7 @@ def _components(problem: Problem, deadline: float | None) -> list[Component]:
         times = sorted({t for i in group for t in (buffers[i].lower, buffers[i].upper)})
         section = {t: s for s, t in enumerate(times)}
         clock.tick(4 * len(group))
-        adjacency = _neighbors(list(part.buffers), clock)
+        adjacency = overlap_lists(part.buffers, clock.tick)
         neighbors: list[list[int]] = []
         obstacles: list[list[tuple[int, int]]] = []
         if len(movable) == len(group):  # nothing pinned: local indices are the part's
