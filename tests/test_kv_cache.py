@@ -272,6 +272,32 @@ def test_misuse_gets_typed_errors(cache: KVCache) -> None:
         KVCache(pool, on_evict=3, **SHAPE)  # type: ignore[arg-type]
 
 
+def test_a_cache_too_large_for_the_pool_says_how_many_bytes_it_asked_for() -> None:
+    """Its `RequestTooLargeError` carries the bytes asked for (exact, also beyond 64 bits) and
+    the pool's free figures, as any `OutOfMemoryError` does."""
+    pool = npumem.Pool(1 << 20, cores=1)
+    held = pool.alloc(4096)
+    free = pool.stats()
+    big = 1 << 40
+    cases = [
+        (dict(num_layers=big, num_kv_heads=big, head_dim=8), big * big * 8 * 2 * 2),
+        (dict(num_layers=64, num_kv_heads=64, head_dim=64, page_tokens=16), 64**3 * 2 * 2 * 16),
+        (dict(capacity_tokens=1 << 40, **SHAPE), None),
+    ]
+    for shape, requested in cases:
+        with pytest.raises(npumem.RequestTooLargeError) as raised:
+            KVCache(pool, **shape)  # type: ignore[arg-type]
+        err = raised.value
+        assert isinstance(err, npumem.OutOfMemoryError)
+        assert err.requested is not None and err.requested > pool.capacity
+        if requested is not None:
+            assert err.requested == requested
+        assert err.bytes_free == free.bytes_free
+        assert err.largest_free_block == free.largest_free_block
+    held.free()
+    pool.check()
+
+
 @pytest.mark.parametrize(
     "field",
     ["num_layers", "num_kv_heads", "head_dim", "dtype_bytes", "page_tokens", "capacity_tokens"],

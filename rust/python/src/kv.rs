@@ -21,7 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::args;
-use crate::errors::{caused_by, error, to_py, ErrorClass};
+use crate::errors::{caused_by, error, to_py, with_figures, ErrorClass};
 use crate::gil::{detached, without_gil};
 use crate::pool::state::Pool;
 use crate::user_code;
@@ -638,18 +638,37 @@ impl PagedKV {
             return Err(error(ErrorClass::InvalidArgument, format!("page_tokens = {page_tokens} is too large")));
         }
         let capacity = pool.get().core.capacity();
-        let too_large = |what: String| {
-            error(ErrorClass::RequestTooLarge, format!("{what} is larger than the pool ({capacity} bytes)"))
+        let core = &pool.get().core;
+        // A refusal carries the bytes asked for (the product of `factors`, exact as a Python
+        // int however large) and the pool's free bytes and largest free block, as an
+        // out-of-memory error does.
+        let too_large = |what: String, factors: &[usize]| -> PyErr {
+            let message = format!("{what} is larger than the pool ({capacity} bytes)");
+            let requested = factors.iter().try_fold(PyInt::new(py, 1).into_any(), |product, &f| product.mul(f));
+            match requested {
+                Ok(requested) => {
+                    let stats = detached(py, || core.stats());
+                    with_figures(
+                        ErrorClass::RequestTooLarge,
+                        message,
+                        &requested,
+                        stats.bytes_free,
+                        stats.largest_free_block,
+                    )
+                }
+                Err(failed) => failed,
+            }
         };
-        let bytes_per_token = [num_layers, num_kv_heads, head_dim, 2, dtype_bytes]
+        let per_token = [num_layers, num_kv_heads, head_dim, 2, dtype_bytes];
+        let bytes_per_token = per_token
             .into_iter()
             .try_fold(1usize, |a, b| a.checked_mul(b))
             .filter(|&b| b <= capacity)
-            .ok_or_else(|| too_large("one token of KV cache".into()))?;
+            .ok_or_else(|| too_large("one token of KV cache".into(), &per_token))?;
         let page_bytes = bytes_per_token
             .checked_mul(page_tokens)
             .filter(|&b| b <= capacity)
-            .ok_or_else(|| too_large(format!("one page ({page_tokens} tokens)")))?;
+            .ok_or_else(|| too_large(format!("one page ({page_tokens} tokens)"), &[bytes_per_token, page_tokens]))?;
         let tag = match given(tag) {
             Some(t) => {
                 let tag = t.cast::<PyString>().map_err(|_| {
@@ -678,7 +697,12 @@ impl PagedKV {
                 let tokens = positive(&v, "capacity_tokens")?;
                 let n = tokens.div_ceil(page_tokens);
                 let bytes = n.checked_mul(page_bytes).filter(|&b| b <= capacity && n <= u32::MAX as usize).ok_or_else(
-                    || too_large(format!("capacity_tokens = {tokens} ({n} pages of {page_bytes} bytes)")),
+                    || {
+                        too_large(
+                            format!("capacity_tokens = {tokens} ({n} pages of {page_bytes} bytes)"),
+                            &[n, page_bytes],
+                        )
+                    },
                 )?;
                 Some((n, bytes))
             }
