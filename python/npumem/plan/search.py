@@ -148,6 +148,21 @@ def components(problem: Problem) -> list[Component]:
     return _components(problem, None)
 
 
+def _pinned_obstacles(part: Problem, pinned: list[int]) -> list[tuple[int, int]]:
+    """The byte ranges of `part`'s pinned buffers `pinned`, merged where they touch or overlap
+    (pinned buffers not live together may overlap), in ascending order."""
+    merged: list[tuple[int, int]] = []
+    for j in sorted(pinned, key=lambda j: part.buffers[j].offset or 0):
+        offset = part.buffers[j].offset
+        assert offset is not None
+        lo, hi = offset, offset + part.buffers[j].size
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
 def _components(problem: Problem, deadline: float | None) -> list[Component]:
     """`components(problem)`, raising `_DeadlinePassed` once `deadline` (a
     `time.perf_counter()` instant, `None`: none) has passed: listing the pairs live together
@@ -183,23 +198,12 @@ def _components(problem: Problem, deadline: float | None) -> list[Component]:
         if len(movable) == len(group):  # nothing pinned: local indices are the part's
             neighbors = adjacency
             obstacles = [[] for _ in movable]
-        for k in movable if len(movable) < len(group) else ():
-            nbrs = adjacency[k]
-            neighbors.append([local[j] for j in nbrs if j in local])
-            clock.tick(len(nbrs) + 1)
-            pinned = []
-            for j in nbrs:
-                if j not in local:
-                    offset = part.buffers[j].offset
-                    assert offset is not None
-                    pinned.append((offset, offset + part.buffers[j].size))
-            merged: list[tuple[int, int]] = []
-            for lo, hi in sorted(pinned):  # pinned buffers not live together may overlap
-                if merged and lo <= merged[-1][1]:
-                    merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-                else:
-                    merged.append((lo, hi))
-            obstacles.append(merged)
+        else:
+            for k in movable:
+                nbrs = adjacency[k]
+                neighbors.append([local[j] for j in nbrs if j in local])
+                clock.tick(len(nbrs) + 1)
+                obstacles.append(_pinned_obstacles(part, [j for j in nbrs if j not in local]))
         result.append(
             Component(
                 indices=[group[k] for k in movable],
