@@ -197,13 +197,12 @@ class Snapshot:
         if cache.closed:
             raise InvalidHandleError(f"{what} is closed: it has no pages to show")
         owner = cache.pool
+        # A snapshot read from a file has no pool left to compare with: its name, then.
         if self._pool_id is not None:
-            if owner._id != self._pool_id:
-                raise InvalidArgumentError(
-                    f"{what} is a cache of pool {str(owner.name)!r}, not of pool {self.pool!r} "
-                    "that this snapshot shows"
-                )
-        elif str(owner.name) != self.pool:
+            foreign = owner._id != self._pool_id
+        else:
+            foreign = str(owner.name) != self.pool
+        if foreign:
             raise InvalidArgumentError(
                 f"{what} is a cache of pool {str(owner.name)!r}, not of pool {self.pool!r} that "
                 "this snapshot shows"
