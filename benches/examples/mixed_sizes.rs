@@ -4,7 +4,8 @@
 //! seeded sequences, in one run. Prints one Markdown table per measurement (medians of `--runs`):
 //!
 //! - churn: random sizes 256 B-1 MiB at 50% and 85% occupancy, ns per free+alloc step, failed
-//!   allocations, and the latency of a failing allocation (median and max);
+//!   allocations, and the latency of a failing allocation (median, max, and the share over
+//!   10 us);
 //! - two threads (or `--threads N`), the churn at 50% shared between them: throughput over one
 //!   thread's on the same churn, beside the same threads on a pool each (what sharing one pool
 //!   costs them) and what the machine gives threads that share nothing;
@@ -412,6 +413,26 @@ fn churn_timed_from(p: &dyn Peer, occupancy: f64, steps: usize, seed: u64, start
     (ns, failed.len(), failed.into_iter().map(|t| t as f64 * ns_per_tick).collect())
 }
 
+/// The latency a failing allocation should stay within (the churn table gives the share of
+/// those that took longer: a maximum is one sample, which one preemption decides).
+const FAILING_BOUND_US: f64 = 10.0;
+
+/// The share of `ns` above `bound` (NaN when empty).
+fn share_over(ns: &[f64], bound: f64) -> f64 {
+    if ns.is_empty() {
+        return f64::NAN;
+    }
+    ns.iter().filter(|&&t| t > bound).count() as f64 / ns.len() as f64
+}
+
+fn fmt_share(share: f64) -> String {
+    if share.is_nan() {
+        "-".into()
+    } else {
+        format!("{:.1}%", share * 100.0)
+    }
+}
+
 fn churn_tables(o: &Options) {
     for &occupancy in &o.occupancies {
         println!(
@@ -420,23 +441,29 @@ fn churn_tables(o: &Options) {
             o.steps,
             o.runs
         );
-        println!("| | ns per free+alloc | failed allocations | failing alloc: median us | failing alloc: max us |");
-        println!("|---|---:|---:|---:|---:|");
+        println!(
+            "| | ns per free+alloc | failed allocations | failing alloc: median us | failing alloc: max us | \
+             failing alloc: share over {FAILING_BOUND_US} us |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
         for name in o.peers() {
             let (mut ns, mut fails, mut fail_med, mut fail_max) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut fail_over = Vec::new();
             for _ in 0..o.runs {
                 let (n, f, mut lat) = with_peer(name, &mut |p| churn(p, occupancy, o.steps, o.seed.unwrap_or(7)));
                 ns.push(n);
                 fails.push(f as f64);
                 fail_max.push(lat.iter().cloned().fold(f64::NAN, f64::max) / 1e3);
+                fail_over.push(share_over(&lat, FAILING_BOUND_US * 1e3));
                 fail_med.push(median(&mut lat) / 1e3);
             }
             println!(
-                "| {name} | {} | {:.0} | {} | {} |",
+                "| {name} | {} | {:.0} | {} | {} | {} |",
                 fmt_ns(median(&mut ns)),
                 median(&mut fails),
                 fmt_ns(median(&mut fail_med)),
-                fmt_ns(median(&mut fail_max))
+                fmt_ns(median(&mut fail_max)),
+                fmt_share(median(&mut fail_over))
             );
         }
     }
