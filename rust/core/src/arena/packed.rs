@@ -253,13 +253,14 @@ impl Arena {
     /// tail shares (the tightest stretch), and blocks that stay there keep the chunk from
     /// joining the free chunks around it when the run goes (`tail.rs`).
     ///
-    /// The first [`FIRST_FIT_WALK`] own chunks are read in address order, each ruled out by its
-    /// memo in one load of its own line (a line its core's threads write); past those, the
-    /// length classes find the lowest chunk that holds the block
-    /// ([`Arena::first_own_fit_from`]). The classes alone read every class from the block's
-    /// up: lines that every core's memo moves write, and with two threads of one pool running
-    /// at once, the walk over them cost each thread about 31 ns a step of the churn at 50%
-    /// (`BENCHMARKS.md`).
+    /// The first [`FIRST_FIT_WALK`] own chunks are walked in address order: the class bytes
+    /// of 64 chunks in a line rule out those whose memo is of a shorter class than the block
+    /// (`StretchClasses::may_hold_word`), and the others are read, each ruled out by its memo
+    /// in one load of its own line (a line its core's threads write). Past those, the length
+    /// classes find the lowest chunk that holds the block ([`Arena::first_own_fit_from`]).
+    /// The classes alone read every class from the block's up: lines that every core's memo
+    /// moves write, and with two threads of one pool running at once, the walk over them cost
+    /// each thread about 31 ns a step of the churn at 50% (`BENCHMARKS.md`).
     fn first_own_fit(
         &self,
         b: &BuddyLayout,
@@ -269,20 +270,33 @@ impl Arena {
         seen: &mut u64,
     ) -> Option<(u64, usize, usize)> {
         let own = &self.cores[core];
+        let class = class_of(b.units);
         let mut walked = 0;
         for w in 0..self.geometry.chunks.div_ceil(64) {
-            let mut owned = own.owned_word(w);
+            let owned = own.owned_word(w);
             if owned == 0 {
                 continue;
             }
-            let unsure = self.stretch_classes.unsure_word(w);
-            while owned != 0 {
-                let chunk = w * 64 + owned.trailing_zeros() as usize;
-                owned &= owned - 1;
-                if walked == FIRST_FIT_WALK {
-                    return self.first_own_fit_from(chunk, b, bank, core, reads, seen);
+            // The own chunk where the walk ends, if in this word: the one after the first
+            // FIRST_FIT_WALK own chunks.
+            let mut end = None;
+            let in_word = owned.count_ones() as usize;
+            if walked + in_word > FIRST_FIT_WALK {
+                let mut left = owned;
+                for _ in walked..FIRST_FIT_WALK {
+                    left &= left - 1;
                 }
-                walked += 1;
+                end = Some(w * 64 + left.trailing_zeros() as usize);
+            }
+            walked += in_word;
+            let unsure = self.stretch_classes.unsure_word(w);
+            let mut read = owned & (unsure | self.stretch_classes.may_hold_word(w, class));
+            while read != 0 {
+                let chunk = w * 64 + read.trailing_zeros() as usize;
+                read &= read - 1;
+                if end.is_some_and(|end| chunk >= end) {
+                    break;
+                }
                 let held = if unsure & 1 << (chunk % 64) != 0 {
                     self.settle_unsure(chunk);
                     self.holding(chunk, b, bank, reads, seen)
@@ -292,6 +306,9 @@ impl Arena {
                 if let Some(longest) = held {
                     return Some((longest, chunk, core));
                 }
+            }
+            if let Some(end) = end {
+                return self.first_own_fit_from(end, b, bank, core, reads, seen);
             }
         }
         None
@@ -763,7 +780,7 @@ mod tests {
     use super::{Missed, Search, FIRST_FIT_WALK, FRESH_READS, NEAR_CLASSES};
     use crate::arena::global::ChunkState;
     use crate::arena::release::Vouched;
-    use crate::arena::stretch_classes::class_of;
+    use crate::arena::stretch_classes::{class_of, StretchClasses};
     use crate::arena::stretches::best_fit;
     use crate::config::{Backing, PoolConfig};
     use crate::pool::pool::Pool;
@@ -1240,6 +1257,12 @@ mod tests {
                     assert!(
                         a.stretch_classes.chunks(class, chunk).next() == Some(chunk),
                         "step {step}: chunk {chunk} is not in its memo's class"
+                    );
+                    // Its class byte says the same (the walk of a first fit reads that).
+                    assert_eq!(
+                        a.stretch_classes.byte_of(chunk),
+                        StretchClasses::byte_for(recorded),
+                        "step {step}: chunk {chunk}'s class byte is not its memo's class"
                     );
                 }
             }

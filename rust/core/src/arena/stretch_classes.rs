@@ -46,6 +46,19 @@
 //! each chunk with a memo is in its class), so no allocation reads every chunk's memo: on an
 //! arena of 16,384 chunks that read took a failing allocation about 20 us.
 //!
+//! # Each chunk's class, by address
+//!
+//! The sets answer "which chunks are of this class"; a first fit over a core's own chunks asks
+//! the other way round, "which of these chunks, in address order, may hold this length". Each
+//! chunk also has a byte with its class (plus one, at most [`BYTE_TOP`]; zero before its first
+//! memo), eight to a word, so that the walk reads the classes of 64 chunks in one cache line
+//! ([`StretchClasses::may_hold_word`]) instead of each chunk's own line. A move writes the
+//! byte with a read-modify-write after its insert and before it reads the memo again, so the
+//! argument above holds for the byte too: the last writer of the byte then reads the memo that
+//! stayed and writes its class when it differs, and the byte ends in the class of the memo
+//! (a loom model below races two writers). A byte is never lower than its memo's class once
+//! its writers are done; a byte of [`BYTE_TOP`] stands for every class from `BYTE_TOP - 1` up.
+//!
 //! A chunk granted to a core gets its free units as its memo at once (`Arena::open`), and the
 //! buddy path lowers the memo whenever a claim leaves fewer units free than its class starts
 //! at (`Arena::lower_memo_after_take`). So the chunks that small blocks fill are neither
@@ -99,10 +112,28 @@ pub(crate) fn classes_up_to(longest: u64) -> usize {
     (class_of(longest) + 1).min(CLASSES)
 }
 
+/// The largest value of a chunk's class byte ([`StretchClasses::may_hold_word`]): seven bits,
+/// so that eight bytes compare with a threshold in one addition.
+const BYTE_TOP: u64 = 127;
+
+/// The bytes of a word of class bytes: each byte's low bit, and each byte's high bit.
+const LOW_BITS: u64 = 0x0101_0101_0101_0101;
+const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+
+/// Chunk `chunk`'s class byte for a memo of class `class`: one more than the class, at most
+/// [`BYTE_TOP`].
+#[inline]
+fn class_byte(class: usize) -> u64 {
+    (class as u64 + 1).min(BYTE_TOP)
+}
+
 /// The chunks of each length class (see the module documentation).
 pub(crate) struct StretchClasses {
     /// Set `class`: the chunks whose memo's longest stretch is of that class.
     classes: ChunkSets,
+    /// Each chunk's class byte, eight to a word in address order, whole words of 64 chunks
+    /// (see the module documentation).
+    bytes: Zeroed<AtomicU64>,
     /// The chunks that are not unsure (see the module documentation), `words` words: a chunk
     /// starts unsure, its memo unknown, until a grant writes it.
     sure: Zeroed<AtomicU64>,
@@ -113,6 +144,7 @@ impl StretchClasses {
     pub(crate) fn new(chunks: usize) -> Result<StretchClasses> {
         Ok(StretchClasses {
             classes: ChunkSets::new(chunks, CLASSES, "the stretch classes")?,
+            bytes: Zeroed::new(chunks.div_ceil(64).max(1) * 8, "the class of each chunk")?,
             sure: Zeroed::new(chunks.div_ceil(64).max(1), "the chunks of sure stretch memos")?,
         })
     }
@@ -120,7 +152,7 @@ impl StretchClasses {
     /// Host bytes the index holds.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn resident_bytes(&self) -> usize {
-        self.classes.resident_bytes() + self.sure.resident_bytes()
+        self.classes.resident_bytes() + self.sure.resident_bytes() + self.bytes.resident_bytes()
     }
 
     /// `chunk`'s memo went from a longest stretch of `old` units (`None`: it knew nothing) to
@@ -128,10 +160,12 @@ impl StretchClasses {
     /// whatever its epoch): when a writer racing this one wrote it meanwhile, this one's
     /// removal may have taken the chunk out of that writer's class, so the chunk goes (back)
     /// into the class of the memo it finds (see the module documentation).
+    /// The chunk's class byte follows, written before the memo is read again.
     #[inline]
     pub(crate) fn moved(&self, chunk: usize, old: Option<u64>, new: u64, recorded: impl Fn() -> Option<u64>) {
         let mut to = class_of(new);
         self.classes.insert_ordered(to, chunk);
+        self.write_byte(chunk, to);
         if let Some(from) = old.map(class_of).filter(|&from| from != to) {
             self.classes.remove_tidying(from, chunk);
         }
@@ -140,8 +174,60 @@ impl StretchClasses {
                 break;
             }
             self.classes.insert_ordered(now, chunk);
+            self.write_byte(chunk, now);
             to = now;
         }
+    }
+
+    /// Write `chunk`'s class byte for `class`, with a read-modify-write of its word even when
+    /// the byte holds that class already: the next read of the memo must see every memo whose
+    /// writer wrote the byte before (see the module documentation).
+    #[inline]
+    fn write_byte(&self, chunk: usize, class: usize) {
+        let (word, shift) = (&self.bytes[chunk / 8], (chunk % 8) * 8);
+        let byte = class_byte(class) << shift;
+        let mut current = word.load(Ordering::Relaxed);
+        loop {
+            let new = current & !(0xff << shift) | byte;
+            match word.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// Chunks `64 w` to `64 w + 63` (a bit each, in address order) whose class byte says that
+    /// they may hold a stretch of class `class`: those whose memo is of that class or a longer
+    /// one, and those that never had a memo. A chunk left out has no such stretch while its
+    /// memo is valid (and while it is not, it is unsure: see [`StretchClasses::unsure_word`]).
+    #[inline]
+    pub(crate) fn may_hold_word(&self, w: usize, class: usize) -> u64 {
+        let threshold = class_byte(class);
+        // A byte b (at most 127) is at least the threshold t (1 to 127) when b + 128 - t has
+        // its high bit set, and is not zero when b + 127 has it; no sum carries into the next
+        // byte.
+        let at_least = LOW_BITS * (128 - threshold);
+        let nonzero = LOW_BITS * 127;
+        let mut out = 0;
+        for i in 0..8 {
+            let bytes = self.bytes[w * 8 + i].load(Ordering::Acquire);
+            let high = ((bytes + at_least) | !(bytes + nonzero)) & HIGH_BITS;
+            // The high bit of byte j to bit j.
+            out |= ((high >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) << (i * 8);
+        }
+        out
+    }
+
+    /// `chunk`'s class byte (zero: it never had a memo).
+    #[cfg(test)]
+    pub(crate) fn byte_of(&self, chunk: usize) -> u64 {
+        self.bytes[chunk / 8].load(Ordering::Acquire) >> ((chunk % 8) * 8) & 0xff
+    }
+
+    /// The class byte that a memo of `units` units leaves.
+    #[cfg(test)]
+    pub(crate) fn byte_for(units: u64) -> u64 {
+        class_byte(class_of(units))
     }
 
     /// An epoch step of `chunk` left its memo out of date (called after the step).
@@ -280,6 +366,56 @@ mod tests {
         assert_eq!(class_floor(CLASSES), u64::MAX);
     }
 
+    /// The class bytes follow the moves, and a word of them says which chunks may hold a
+    /// class: every chunk whose memo is of that class or a longer one, every chunk without a
+    /// memo, and no other (chunk by chunk against the memos, for every class, with random
+    /// memos of every magnitude, the longest beyond the last class).
+    #[test]
+    fn class_bytes_say_which_chunks_may_hold_a_class() {
+        let chunks = 200;
+        let c = StretchClasses::new(chunks).unwrap();
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut memos: Vec<Option<u64>> = vec![None; chunks];
+        for _ in 0..50 {
+            for memo in memos.iter_mut() {
+                if next() % 4 != 0 {
+                    let units = next() >> (next() % 64);
+                    *memo = Some(units);
+                }
+            }
+            for (chunk, memo) in memos.iter().enumerate() {
+                if let Some(units) = *memo {
+                    c.moved(chunk, None, units, || Some(units));
+                    assert_eq!(c.byte_of(chunk), StretchClasses::byte_for(units));
+                }
+            }
+            for class in 0..CLASSES {
+                for w in 0..chunks.div_ceil(64) {
+                    let word = c.may_hold_word(w, class);
+                    for bit in 0..64 {
+                        let chunk = w * 64 + bit;
+                        let may = word >> bit & 1 == 1;
+                        let expected = match memos.get(chunk).copied().flatten() {
+                            None => true,
+                            // The top byte stands for every class from BYTE_TOP - 1 up.
+                            Some(units) => {
+                                class_of(units) >= class
+                                    || class_byte(class_of(units)) == BYTE_TOP && class_byte(class) == BYTE_TOP
+                            }
+                        };
+                        assert_eq!(may, expected, "chunk {chunk}, class {class}, memo {:?}", memos.get(chunk));
+                    }
+                }
+            }
+        }
+    }
+
     /// A writer whose memo another writer replaced before it moved the chunk (so that it takes
     /// the chunk out of the other's class) puts the chunk back into the class of the memo it
     /// reads afterwards.
@@ -386,6 +522,7 @@ mod loom_models {
             assert!(unsure || memo.known(now.epoch()).is_some(), "a chunk with an out-of-date memo is sure");
             let recorded = memo.recorded().expect("a memo was recorded");
             assert!(classes.classes.contains(class_of(recorded), 0), "the chunk is not in its memo's class");
+            assert_eq!(classes.byte_of(0), StretchClasses::byte_for(recorded), "the class byte");
         });
     }
 
@@ -412,6 +549,7 @@ mod loom_models {
             other.join().unwrap();
             let now = memo.recorded().expect("a memo was recorded");
             assert!(classes.classes.contains(class_of(now), 0), "the chunk is not in its memo's class ({now} units)");
+            assert_eq!(classes.byte_of(0), StretchClasses::byte_for(now), "the class byte ({now} units)");
         });
     }
 }
