@@ -5,6 +5,7 @@ device pools with a base address, and the mover's addresses."""
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -145,6 +146,20 @@ def test_numpy_refuses_device_memory_and_no_pin_is_left() -> None:
         blk.as_array()
     with pytest.raises(npumem.InvalidHandleError, match="the block was freed"):
         memoryview(blk)
+
+
+def test_as_array_leaves_no_object_behind() -> None:
+    # A view's slice of the exported bytes is built from ints; none may outlive the call (a
+    # size above 256 is an int that CPython does not cache).
+    pool = npumem.Pool(1 << 20, cores=1)
+    blk = pool.alloc(4096)
+    for _ in range(100):
+        blk.as_array()
+    before = sys.getallocatedblocks()
+    for _ in range(10_000):
+        blk.as_array()
+    assert sys.getallocatedblocks() - before < 1_000
+    assert blk.pins == 0
 
 
 def test_as_array_is_a_typed_view() -> None:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -136,6 +139,52 @@ def workload(pool: npumem.Pool, seed: int, steps: int = 3000) -> None:
             held.append(pool.alloc(size, tag=rng.choice(["a", "b", None])))
     for b in held:
         b.free()
+
+
+def _allocating_function(name: str) -> Callable[[npumem.Pool], npumem.Block]:
+    """A function compiled at run time (a code object of its own) that allocates a block."""
+    namespace: dict[str, Any] = {}
+    exec(f"def {name}(pool):\n    return pool.alloc(256)\n", namespace)
+    return cast("Callable[[npumem.Pool], npumem.Block]", namespace[name])
+
+
+def test_stacks_of_overwritten_events_are_let_go() -> None:
+    # A pending stack holds its frames' code objects: the reference count tells whether the
+    # pool still keeps the stack (counted outside the asserts, which hold values of their own).
+    pool = npumem.Pool(16 << 20, cores=1)
+    early = _allocating_function("early")
+    code = early.__code__
+    before = sys.getrefcount(code)
+    pool.trace_start(64, stacks=True)
+    early(pool).free()
+    waiting = sys.getrefcount(code)
+    assert waiting == before + 1, "the stack waits for its event"
+    for _ in range(2 * pool.trace_status().capacity):
+        pool.alloc(256).free()
+    after = sys.getrefcount(code)
+    assert after == before, "its event was overwritten: the stack goes"
+    allocs = [e for e in pool.trace_drain() if e[1] == "alloc"]
+    assert allocs and all(e[8] for e in allocs), "the latest allocations keep their stacks"
+    pool.trace_stop()
+
+
+def test_frames_looked_up_are_forgotten_when_a_trace_starts() -> None:
+    pool = npumem.Pool(16 << 20, cores=1)
+    pool.trace_start(1024, stacks=True)
+    made = _allocating_function("made_at_run_time")
+    code = made.__code__
+    before = sys.getrefcount(code)
+    made(pool).free()
+    (alloc,) = [e for e in pool.trace_drain() if e[1] == "alloc"]
+    stack = alloc[8]
+    assert stack is not None and stack[0][2] == "made_at_run_time"
+    cached = sys.getrefcount(code)
+    assert cached == before + 1, "the drain looked it up and keeps it"
+    pool.trace_stop()
+    pool.trace_start(1024, stacks=True)
+    after = sys.getrefcount(code)
+    assert after == before, "a new trace forgets the frames"
+    pool.trace_stop()
 
 
 def test_recorder_drains_concurrently_and_keeps_time_order() -> None:

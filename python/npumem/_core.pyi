@@ -150,7 +150,8 @@ class Pool:
         bytes per event. With `stacks=True` every allocation made through Python also records
         the Python call stack of its caller (at most 32 frames, most recent call first), which
         `trace_drain` attaches to its `alloc` event; this costs a few microseconds per
-        allocation."""
+        allocation. The pool keeps the stacks of the latest allocations only, as many as the
+        rings hold events: the stack of an event the rings overwrote is let go."""
     def trace_stop(self) -> None: ...
     def trace_drain(
         self,

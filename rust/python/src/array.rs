@@ -85,7 +85,10 @@ pub(crate) fn as_array<'py>(
         ));
     }
     let bytes = numpy.getattr("from_dlpack")?.call1((block,))?;
-    let used = bytes.get_item(pyo3::types::PySlice::new(py, 0, needed as isize, 1))?;
+    // `PySlice::new` leaks the ints it makes its slice of (pyo3 0.30): the slice type is called
+    // instead.
+    let first = py.get_type::<pyo3::types::PySlice>().call1((0usize, needed))?;
+    let used = bytes.get_item(first)?;
     used.call_method1("view", (dtype,))?.call_method1("reshape", (shape,))
 }
 

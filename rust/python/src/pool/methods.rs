@@ -446,7 +446,9 @@ impl Pool {
     /// a single thread keeps its latest 256. The rings take 64 bytes per event. With
     /// `stacks=True` every allocation made through Python also records the Python call stack
     /// of its caller (at most 32 frames, most recent call first), which `trace_drain` attaches
-    /// to its `alloc` event; this costs a few microseconds per allocation.
+    /// to its `alloc` event; this costs a few microseconds per allocation. The pool keeps the
+    /// stacks of the latest allocations only, as many as the rings hold events: the stack of an
+    /// event the rings overwrote is let go.
     #[pyo3(signature = (capacity = None, *, stacks = None), text_signature = "(self, capacity=65536, *, stacks=False)")]
     fn trace_start(
         &self,
@@ -458,13 +460,13 @@ impl Pool {
         let stacks = args::flag(stacks, "stacks")?;
         let core = &self.core;
         without_gil(py, || core.trace_start(n))?;
-        self.stacks.set(stacks);
+        self.stacks.start(stacks, core.trace_status().capacity);
         Ok(())
     }
 
     /// Stop recording; events recorded so far (and their stacks) stay until drained.
     fn trace_stop(&self, py: Python<'_>) -> PyResult<()> {
-        self.stacks.set(false);
+        self.stacks.stop();
         let core = &self.core;
         without_gil(py, || core.trace_stop())
     }
