@@ -19,6 +19,7 @@ import pytest
 import npumem
 from cli_contract import run_cli
 from kv_helpers import SHAPE
+from npumem._shown import MAX_SHOWN
 from npumem.cli import OneLineErrorParser, build_parser
 from npumem.kv import KVCache
 from npumem.monitor import TraceRecorder, load_snapshot, load_trace
@@ -1239,3 +1240,38 @@ def test_a_nul_byte_in_a_text_input_is_refused(
     status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
     assert status == 2
     assert f"not a text file (a NUL byte at character {at})" in err, err
+
+
+LONG = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("kind", "mutate", "command", "words"),
+    [
+        ("snapshot", _set("format", "x" * LONG), "report", "(1,000,000 characters)"),
+        ("snapshot", _set("format", "x" * LONG), "plot", "(1,000,000 characters)"),
+        ("trace", _set("format", "x" * LONG), "replay", "(1,000,000 characters)"),
+        ("trace", _set("format", "x" * LONG), "export", "(1,000,000 characters)"),
+        ("snapshot", _set("blocks.0", list(range(LONG))), "report", "(a list of 1,000,000 values)"),
+        ("trace", _set("events.0", ["x" * LONG]), "replay", "(1,000,000 characters)]"),
+        ("trace", _set("version", int("9" * 4000)), "view", "(4,000 digits) is not supported"),
+        ("snapshot", _set("config.placement", "y" * LONG), "view", "(1,000,000 characters)"),
+    ],
+)
+def test_a_long_value_is_shown_cut_short(
+    kind: str,
+    mutate: Callable[[dict[str, Any]], object],
+    command: str,
+    words: str,
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A message quotes at most `MAX_SHOWN` characters of a value from the file, then its
+    length: never a line of megabytes."""
+    src = write(tmp_path / "in.json", damaged(saved[kind], mutate))
+    status, _, err = run_reader(command, src, tmp_path, capsys)
+    assert status == 2
+    assert words in err
+    assert len(err) < 2 * MAX_SHOWN + 300, err
+

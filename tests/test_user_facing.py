@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 import npumem
+from npumem._shown import MAX_SHOWN, shown
 from npumem.cli import main
 from npumem.compaction import Compactor
 from npumem.monitor import (
@@ -308,3 +309,24 @@ def test_plan_picture_title_names_what_was_planned(tmp_path: Path) -> None:
     svg = _svg_text(plot_plan(solution, tmp_path / "p.svg", name="text, batch 1, sequence 128"))
     assert "text, batch 1, sequence 128: 1 buffers" in svg and "bert_base" not in svg
     assert "lower bound" in svg and ">arena<" in svg
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("abc", "'abc'"),
+        (12, "12"),
+        ([1, (2,), {"a": None}], "[1, (2,), {'a': None}]"),
+        ("x" * 1000, "'" + "x" * 80 + "'... (1,000 characters)"),
+        (10**100, "1" + "0" * 79 + "... (101 digits)"),
+        (-(10**5000), "-1" + "0" * 79 + "... (5,001 digits)"),
+        (list(range(10**6)), "(a list of 1,000,000 values)"),
+        (["y" * 10**6], "'... (1,000,000 characters)]"),
+    ],
+    ids=["str", "int", "nested", "long str", "long int", "huge int", "long list", "long item"],
+)
+def test_a_quoted_value_is_its_repr_or_cut_short(value: object, expected: str) -> None:
+    """`shown()`: what every message quotes of a value it refuses, never longer than a line."""
+    text = shown(value)
+    assert text == expected or text.endswith(expected), text
+    assert len(text) < 2 * MAX_SHOWN

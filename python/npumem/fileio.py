@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from npumem._shown import shown, shown_plain
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
@@ -72,8 +73,7 @@ def _finite_float(text: str) -> float:
     (`1e400` would read as infinity, which no writer can write back)."""
     value = float(text)
     if value in (math.inf, -math.inf):
-        shown = text if len(text) <= 40 else text[:40] + "..."
-        raise ValueError(f"the number {shown} is out of range")
+        raise ValueError(f"the number {shown_plain(text)} is out of range")
     return value
 
 
@@ -107,7 +107,7 @@ def path_argument(
     if not text:
         raise error(f"{what} is empty")
     if "\0" in text:
-        raise error(f"{what} {text!r} contains a NUL character")
+        raise error(f"{what} {shown(text)} contains a NUL character")
     return Path(text)
 
 
@@ -229,9 +229,8 @@ def json_object_from_text(
         raise error(f"{label}: expected {expected}, found {found}")
     if duplicated:
         key, where = _first_duplicate(obj)
-        shown = key if len(key) <= 40 else key[:40] + "..."
         raise error(
-            f"{label}: the key {shown!r} is given twice in {where} (a key may appear once in "
+            f"{label}: the key {shown(key)} is given twice in {where} (a key may appear once in "
             "an object)"
         )
     if _SURROGATE_ESCAPE.search(text):
@@ -312,7 +311,7 @@ def _path_text(path: Any) -> str:
         elif _IDENTIFIER.fullmatch(step):
             text += f".{step}" if text else step
         else:
-            text += f"[{step!r}]"
+            text += f"[{shown(step)}]"
     return text
 
 
@@ -337,7 +336,7 @@ def _refuse_lone_surrogates(obj: object, label: str, error: Callable[[str], Exce
                 item.encode(ENCODING)
             except UnicodeEncodeError:
                 raise error(
-                    f"{label}: not valid text: the string {item[:40]!r} holds a lone UTF-16 "
+                    f"{label}: not valid text: the string {shown(item)} holds a lone UTF-16 "
                     "surrogate escape (\\ud800-\\udfff)"
                 ) from None
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from npumem import fileio
+from npumem._shown import shown
 from npumem.monitor.errors import FileFormatError
 from npumem.sizes import MAX_BYTES
 
@@ -52,7 +53,7 @@ def file_kind(obj: Mapping[str, Any], where: str) -> str:
     fmt = obj.get("format")
     if not isinstance(fmt, str) or fmt not in KINDS:
         raise FileFormatError(
-            f"{where}: not an npumem snapshot, trace or plan (format is {fmt!r}, expected "
+            f"{where}: not an npumem snapshot, trace or plan (format is {shown(fmt)}, expected "
             f"{SNAPSHOT_FORMAT!r}, {TRACE_FORMAT!r} or {PLAN_FORMAT!r})"
         )
     return KINDS[fmt]
@@ -73,14 +74,14 @@ class Reader:
         returns the version."""
         if not isinstance(obj, Mapping):
             found = "null" if obj is None else type(obj).__name__
-            raise self.fail(f"expected a JSON object of format {fmt!r}, found {found}")
+            raise self.fail(f"expected a JSON object of format {shown(fmt)}, found {found}")
         if obj.get("format") != fmt:
-            raise self.fail(f"format is {obj.get('format')!r}, expected {fmt!r}")
+            raise self.fail(f"format is {shown(obj.get('format'))}, expected {fmt!r}")
         got = obj.get("version")
         if isinstance(got, bool) or not isinstance(got, int) or got not in versions:
             known = " and ".join(str(v) for v in versions)
             raise self.fail(
-                f"{fmt} version {got!r} is not supported (this npumem reads version {known})"
+                f"{fmt} version {shown(got)} is not supported (this npumem reads version {known})"
             )
         return int(got)
 
@@ -96,12 +97,9 @@ class Reader:
                 and (value == "0" or not value.startswith("0"))
             )
             if not canonical:
-                shown = (
-                    value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
-                )
                 raise self.fail(
                     f"{what}: handle must be decimal text of at most {_MAX_HANDLE_DIGITS} digits "
-                    f"without leading zeros, got {shown!r}"
+                    f"without leading zeros, got {shown(value)}"
                 )
             handle = int(value)
         else:
@@ -115,7 +113,7 @@ class Reader:
     def field(self, obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
         """`obj[key]`, which must be of `kind` (bools are not ints here)."""
         if key not in obj:
-            raise self.fail(f"missing field {key!r}")
+            raise self.fail(f"missing field {shown(key)}")
         value = obj[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if isinstance(value, bool) and bool not in kinds:
@@ -126,24 +124,26 @@ class Reader:
             ok = isinstance(value, kinds)
         if not ok:
             names = " or ".join(k.__name__ for k in kinds)
-            raise self.fail(f"field {key!r} must be {names}, got {type(value).__name__}")
+            raise self.fail(f"field {shown(key)} must be {names}, got {type(value).__name__}")
         return value
 
     def int_row(self, row: Any, width: int, what: str, index: int) -> list[Any]:
         """A list of `width` entries (`what` number `index` of the file)."""
         if not isinstance(row, list) or len(row) != width:
-            raise self.fail(f"{what} {index} must be a list of {width} values, got {row!r}")
+            raise self.fail(f"{what} {index} must be a list of {width} values, got {shown(row)}")
         return row
 
     def non_negative(self, value: Any, what: str) -> int:
         """An int >= 0."""
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(f"{what} must be an integer >= 0, got {value!r}")
+            raise self.fail(f"{what} must be an integer >= 0, got {shown(value)}")
         return value
 
     def count(self, value: Any, what: str) -> int:
         """An int in `0..MAX_BYTES`: a byte count or any other figure the Rust core keeps in
         64 bits."""
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:
-            raise self.fail(f"{what} must be an integer between 0 and {MAX_BYTES}, got {value!r}")
+            raise self.fail(
+                f"{what} must be an integer between 0 and {MAX_BYTES}, got {shown(value)}"
+            )
         return value

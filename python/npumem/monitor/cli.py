@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from npumem._argtypes import at_least_one
+from npumem._shown import shown
 from npumem.errors import MissingDependencyError, NpumemError
 from npumem.exit_status import ExitStatus, one_line
 from npumem.fileio import is_same_file, json_text, path_argument
@@ -107,7 +108,7 @@ def load_input(path: str, kinds: tuple[str, ...]) -> Snapshot | Trace | Solution
         if kind is None:
             formats = _either([repr(fmt) for fmt, _ in wanted])
             raise FileFormatError(
-                f"{path}: not {expected} (format is {obj.get('format')!r}, expected {formats})"
+                f"{path}: not {expected} (format is {shown(obj.get('format'))}, expected {formats})"
             )
         _, what, readers = kind
         raise FileFormatError(

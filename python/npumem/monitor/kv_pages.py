@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from npumem._shown import shown
 from npumem.monitor._files import Reader
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class KVPages:
     def from_json_obj(cls, obj: Mapping[str, Any], r: Reader, index: int) -> KVPages:
         """Read what `to_json_obj()` wrote (`r` names the file in errors)."""
         if not isinstance(obj, Mapping):
-            raise r.fail(f"kv {index} must be an object, got {obj!r}")
+            raise r.fail(f"kv {index} must be an object, got {shown(obj)}")
         pages = []
         for i, row in enumerate(r.field(obj, "pages", list)):
             row = r.int_row(row, 2, f"kv {index} page", i)
@@ -90,11 +91,11 @@ def _read_stats(stats: dict[str, Any], r: Reader, index: int) -> dict[str, Any]:
         what = f"kv {index} stats.{key}"
         if key == "preallocated":
             if not isinstance(value, bool):
-                raise r.fail(f"{what} must be true or false, got {value!r}")
+                raise r.fail(f"{what} must be true or false, got {shown(value)}")
         elif key == "waste_share":
             number = isinstance(value, int | float) and not isinstance(value, bool)
             if not number or not (math.isfinite(value) and value >= 0):
-                raise r.fail(f"{what} must be a finite number >= 0, got {value!r}")
+                raise r.fail(f"{what} must be a finite number >= 0, got {shown(value)}")
         else:
             r.count(value, what)
     return stats

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from npumem._shown import shown
 from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
 from npumem.monitor.kv_pages import KVPages
 from npumem.monitor.validate import (
@@ -204,7 +205,8 @@ class Snapshot:
             foreign = str(owner.name) != self.pool
         if foreign:
             raise InvalidArgumentError(
-                f"{what} is a cache of pool {str(owner.name)!r}, not of pool {self.pool!r} that "
+                f"{what} is a cache of pool {shown(str(owner.name))}, not of pool "
+                f"{shown(self.pool)} that "
                 "this snapshot shows"
             )
         kv = KVPages.of(cache)
@@ -214,7 +216,7 @@ class Snapshot:
             if not any(r.offset <= offset and end <= r.end for r in spans):
                 raise InvalidArgumentError(
                     f"{what} has a page at [{offset}, {end}), outside the arena of pool "
-                    f"{self.pool!r} that this snapshot shows (a cache of another pool, or a "
+                    f"{shown(self.pool)} that this snapshot shows (a cache of another pool, or a "
                     "page taken after the pool grew since the snapshot)"
                 )
         return kv
@@ -256,7 +258,7 @@ class Snapshot:
         if key not in ("tag", "core"):
             from npumem.errors import InvalidArgumentError
 
-            raise InvalidArgumentError(f"key must be 'tag' or 'core', got {key!r}")
+            raise InvalidArgumentError(f"key must be 'tag' or 'core', got {shown(key)}")
         groups: dict[str, list[int]] = {}
         for b in self.blocks:
             label = (b.tag or "(no tag)") if key == "tag" else f"core {b.core}"
@@ -313,7 +315,7 @@ class Snapshot:
             row = r.int_row(row, len(_BLOCK_FIELDS), "block", i)
             tag = row[5]
             if tag is not None and not isinstance(tag, str):
-                raise r.fail(f"block {i}: tag must be a string or null, got {tag!r}")
+                raise r.fail(f"block {i}: tag must be a string or null, got {shown(tag)}")
             n = [r.non_negative(v, f"block {i}") for v in row[:5]]
             pins = r.non_negative(row[6], f"block {i}")
             handle = r.handle(row[7], f"block {i}", version)
@@ -332,7 +334,7 @@ class Snapshot:
         r.field(stats, "external_fragmentation", float)
         for i, core in enumerate(r.field(stats, "per_core", list)):
             if not isinstance(core, dict):
-                raise r.fail(f"stats.per_core {i} must be an object, got {core!r}")
+                raise r.fail(f"stats.per_core {i} must be an object, got {shown(core)}")
             for key in CORE_COUNTS:
                 r.non_negative(r.field(core, key, int), f"stats.per_core {i}: {key}")
         typed_stats = stats_from_dict(stats, where)

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
+from npumem._shown import shown
 from npumem.monitor._files import MAX_HANDLE, TRACE_FORMAT, Reader, read_json, write_json
 from npumem.monitor.snapshot import pool_config
 from npumem.monitor.validate import check_config, check_trace, stats_from_dict
@@ -204,11 +205,13 @@ class Trace:
             stack_index = row[8] if version >= 2 else -1
             kind = _KINDS.get(kind) if type(kind) is str else None  # one str per kind
             if kind is None:
-                raise r.fail(f"event {i}: kind must be one of {EVENT_KINDS}, got {row[1]!r}")
+                raise r.fail(f"event {i}: kind must be one of {EVENT_KINDS}, got {shown(row[1])}")
             if type(tag) is not int or not -1 <= tag < n_tags:
-                raise r.fail(f"event {i}: tag index {tag!r} is not in tags (or -1)")
+                raise r.fail(f"event {i}: tag index {shown(tag)} is not in tags (or -1)")
             if type(stack_index) is not int or not -1 <= stack_index < n_stacks:
-                raise r.fail(f"event {i}: stack index {stack_index!r} is not in stacks (or -1)")
+                raise r.fail(
+                    f"event {i}: stack index {shown(stack_index)} is not in stacks (or -1)"
+                )
             if not (
                 type(t) is int
                 and type(offset) is int
@@ -261,12 +264,14 @@ def _read_stacks(r: Reader, obj: Mapping[str, Any]) -> list[tuple[Frame, ...]]:
     stacks = []
     for i, stack in enumerate(r.field(obj, "stacks", list)):
         if not isinstance(stack, list):
-            raise r.fail(f"stack {i} must be a list of frames, got {stack!r}")
+            raise r.fail(f"stack {i} must be a list of frames, got {shown(stack)}")
         frames = []
         for frame in stack:
             ok = isinstance(frame, list) and len(frame) == 3
             if not ok or not isinstance(frame[0], str) or not isinstance(frame[2], str):
-                raise r.fail(f"stack {i}: a frame must be [file, line, function], got {frame!r}")
+                raise r.fail(
+                    f"stack {i}: a frame must be [file, line, function], got {shown(frame)}"
+                )
             frames.append(Frame(frame[0], r.non_negative(frame[1], f"stack {i}"), frame[2]))
         stacks.append(tuple(frames))
     return stacks

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from npumem._core import NpumemError, Pool, PoolStats
+from npumem._shown import shown
 from npumem.monitor.errors import FileFormatError
 from npumem.sizes import MAX_BYTES
 
@@ -60,7 +61,7 @@ def _bytes(where: str, what: str, value: int) -> int:
 def _config_int(config: Mapping[str, Any], key: str, where: str, low: int, high: int) -> int:
     value = config.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise _fail(where, f"config.{key} must be an integer >= {low}, got {value!r}")
+        raise _fail(where, f"config.{key} must be an integer >= {low}, got {shown(value)}")
     if value > high:
         raise _fail(where, f"config.{key} must be at most {high}, got {value}")
     return int(value)
@@ -74,7 +75,7 @@ def check_config(config: Mapping[str, Any], where: str) -> int:
     for key in POSITIVE_CONFIG:
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise _fail(where, f"config.{key} must be an integer > 0, got {value!r}")
+            raise _fail(where, f"config.{key} must be an integer > 0, got {shown(value)}")
     capacity = _config_int(config, "capacity", where, 1, MAX_CAPACITY)
     _config_int(config, "cores", where, 1, MAX_CORES)
     for key in POWER_OF_TWO_CONFIG:
@@ -107,9 +108,11 @@ def check_config(config: Mapping[str, Any], where: str) -> int:
         _config_int(config, "core_reserve", where, 0, max(chunks, MAX_CORE_RESERVE))
     for key, choices in CONFIG_CHOICES.items():
         if key in config and (not isinstance(config[key], str) or config[key] not in choices):
-            raise _fail(where, f"config.{key} must be one of {choices}, got {config[key]!r}")
+            raise _fail(where, f"config.{key} must be one of {choices}, got {shown(config[key])}")
     if "run_tails" in config and not isinstance(config["run_tails"], bool):
-        raise _fail(where, f"config.run_tails must be true or false, got {config['run_tails']!r}")
+        raise _fail(
+            where, f"config.run_tails must be true or false, got {shown(config['run_tails'])}"
+        )
     if "max_capacity" not in config:
         return capacity
     most = _config_int(config, "max_capacity", where, capacity, MAX_CAPACITY // 2)
@@ -142,7 +145,7 @@ def _check_slab_sizes(config: Mapping[str, Any], where: str, chunk: int, bank: i
             raise _fail(
                 where,
                 f"config.slab_sizes {i} must be an integer above the one before it and at most "
-                f"bank_size ({bank}), got {size!r}",
+                f"bank_size ({bank}), got {shown(size)}",
             )
         previous = size
     if sizes and chunk < 2 * previous:
@@ -241,7 +244,9 @@ def _check_kv(snapshot: Snapshot, capacity: int, where: str) -> None:
 def _check_fragmentation(frag: Any, where: str) -> None:
     number = isinstance(frag, int | float) and not isinstance(frag, bool)
     if not number or not (math.isfinite(frag) and 0 <= frag <= 1):
-        raise _fail(where, f"stats.external_fragmentation must be between 0 and 1, got {frag!r}")
+        raise _fail(
+            where, f"stats.external_fragmentation must be between 0 and 1, got {shown(frag)}"
+        )
 
 
 STATS_COUNTS = (
@@ -273,13 +278,13 @@ def stats_from_dict(stats: Mapping[str, Any], where: str) -> PoolStats:
     fraction."""
     missing = [k for k in (*STATS_COUNTS, "external_fragmentation", "per_core") if k not in stats]
     if missing:
-        raise _fail(where, f"stats: missing field {missing[0]!r}")
+        raise _fail(where, f"stats: missing field {shown(missing[0])}")
     _check_stats(stats, where)
     _check_fragmentation(stats.get("external_fragmentation"), where)
     for i, row in enumerate(stats["per_core"]):
         absent = [k for k in CORE_COUNTS if k not in row]
         if absent:
-            raise _fail(where, f"stats.per_core {i}: missing field {absent[0]!r}")
+            raise _fail(where, f"stats.per_core {i}: missing field {shown(absent[0])}")
     try:
         return PoolStats.from_dict(dict(stats))
     except (NpumemError, TypeError, ValueError, OverflowError) as exc:
@@ -288,7 +293,9 @@ def stats_from_dict(stats: Mapping[str, Any], where: str) -> PoolStats:
 
 def _count(where: str, what: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:
-        raise _fail(where, f"{what} must be an integer between 0 and {MAX_BYTES}, got {value!r}")
+        raise _fail(
+            where, f"{what} must be an integer between 0 and {MAX_BYTES}, got {shown(value)}"
+        )
 
 
 def _check_stats(stats: Mapping[str, Any], where: str) -> None:
@@ -304,11 +311,11 @@ def _check_stats(stats: Mapping[str, Any], where: str) -> None:
                 raise _fail(where, f"stats.{key} must be a list, got {type(value).__name__}")
             for i, row in enumerate(value):
                 if not isinstance(row, dict):
-                    raise _fail(where, f"stats.{key} {i} must be an object, got {row!r}")
+                    raise _fail(where, f"stats.{key} {i} must be an object, got {shown(row)}")
                 for k, v in row.items():
-                    _count(where, f"stats.{key} {i}: {k!r}", v)
+                    _count(where, f"stats.{key} {i}: {shown(k)}", v)
         else:
-            _count(where, f"stats.{key!r}", value)
+            _count(where, f"stats.{shown(key)}", value)
 
 
 def check_trace(trace: Trace, where: str) -> None:

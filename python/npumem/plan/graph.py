@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from npumem._shown import shown
 from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.errors import GraphError
 from npumem.plan.inputs import check_header, path_argument
@@ -74,9 +75,9 @@ class Tensor:
     def of_shape(cls, name: str, shape: Sequence[int], dtype: str = "float32", **kw: Any) -> Tensor:
         """A tensor sized from its shape and dtype (see `DTYPE_SIZES`)."""
         if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
-            raise GraphError(f"tensor {name!r}: unknown dtype {dtype!r}")
+            raise GraphError(f"tensor {shown(name)}: unknown dtype {shown(dtype)}")
         if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
-            raise GraphError(f"tensor {name!r}: shape {list(shape)} must hold integers >= 0")
+            raise GraphError(f"tensor {shown(name)}: shape {list(shape)} must hold integers >= 0")
         return cls(name, math.prod(shape) * DTYPE_SIZES[dtype], **kw)
 
 
@@ -114,7 +115,7 @@ class Graph:
         table: dict[str, Tensor] = {}
         for t in tensors:
             if t.name in table:
-                raise GraphError(f"graph {name!r}: tensor {t.name!r} is declared twice")
+                raise GraphError(f"graph {shown(name)}: tensor {shown(t.name)} is declared twice")
             table[t.name] = t
         return cls(name, table, list(ops), list(inputs), list(outputs))
 
@@ -169,7 +170,7 @@ class Graph:
                 raise GraphError(f"{where}: expected an object with a string 'name'")
             if not entry["name"]:
                 raise GraphError(f"{where}: 'name' is empty")
-            where = f"{where} ({entry['name']!r})"
+            where = f"{where} ({shown(entry['name'])})"
             known = {
                 "name",
                 "size",
@@ -201,7 +202,7 @@ class Graph:
             if "size" in entry:
                 size = entry["size"]
                 if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                    raise GraphError(f"{where}: 'size' must be an integer >= 0, got {size!r}")
+                    raise GraphError(f"{where}: 'size' must be an integer >= 0, got {shown(size)}")
                 tensors.append(Tensor(entry["name"], size, **extra))
             elif "shape" in entry:
                 shape = entry["shape"]
@@ -222,7 +223,7 @@ class Graph:
             name = entry.get("name", f"op{i}")
             if not isinstance(name, str):
                 raise GraphError(f"{where}: 'name' must be a string")
-            where = f"{where} ({name!r})"
+            where = f"{where} ({shown(name)})"
             inplace = entry.get("inplace", {})
             if not isinstance(inplace, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in inplace.items()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from npumem import fileio
+from npumem._shown import shown
 from npumem.plan.errors import PlanError
 
 __all__ = [
@@ -43,7 +44,7 @@ def path_argument(
     if not text:
         raise error("a file path is empty")
     if "\x00" in text:
-        raise error(f"{text!r}: a file path cannot contain a NUL character")
+        raise error(f"{shown(text)}: a file path cannot contain a NUL character")
     return Path(text)
 
 
@@ -101,7 +102,7 @@ def check_header(
         return
     found = obj.get("format")
     if found != fmt:
-        raise error(f"{label}: format is {found!r}, expected {fmt!r}")
+        raise error(f"{label}: format is {shown(found)}, expected {shown(fmt)}")
     found_version = obj.get("version")
     if (
         isinstance(found_version, bool)
@@ -109,6 +110,6 @@ def check_header(
         or found_version != version
     ):
         raise error(
-            f"{label}: {fmt} version {found_version!r} is not supported (this npumem reads "
+            f"{label}: {fmt} version {shown(found_version)} is not supported (this npumem reads "
             f"version {version})"
         )

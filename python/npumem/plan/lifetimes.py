@@ -24,6 +24,7 @@ import bisect
 import heapq
 import math
 
+from npumem._shown import shown
 from npumem.plan.buffers import Alias, Buffer
 from npumem.plan.errors import GraphError
 from npumem.plan.graph import Graph, Op
@@ -47,7 +48,9 @@ def _check_view_chains(graph: Graph) -> None:
             path.append(cur.name)
             on_path.add(cur.name)
             if cur.view_of not in tensors:
-                raise GraphError(f"tensor {cur.name!r} is a view of unknown tensor {cur.view_of!r}")
+                raise GraphError(
+                    f"tensor {shown(cur.name)} is a view of unknown tensor {shown(cur.view_of)}"
+                )
             if cur.view_of in on_path:
                 start = path.index(cur.view_of)
                 cycle = (
@@ -103,7 +106,7 @@ def _check_self_reads(graph: Graph, producer: dict[str, int]) -> None:
             at = spans[t][0]
             k = bisect.bisect_right(starts, at) - 1
             if k >= 0 and at < ranges[k][1]:
-                raise GraphError(f"op {op.name!r} reads its own output (a cycle)")
+                raise GraphError(f"op {shown(op.name)} reads its own output (a cycle)")
 
 
 def _stable_topological_order(graph: Graph, producer: dict[str, int]) -> list[int]:
@@ -191,45 +194,48 @@ def execution_order(graph: Graph) -> list[Op]:
     op_names: set[str] = set()
     for i, op in enumerate(graph.ops):
         if op.name in op_names:
-            raise GraphError(f"op name {op.name!r} is used twice")
+            raise GraphError(f"op name {shown(op.name)} is used twice")
         op_names.add(op.name)
         for t in op.inputs + op.outputs:
             if t not in tensors:
-                raise GraphError(f"op {op.name!r} refers to unknown tensor {t!r}")
+                raise GraphError(f"op {shown(op.name)} refers to unknown tensor {shown(t)}")
         for t in op.outputs:
             if t in producer:
                 raise GraphError(
-                    f"tensor {t!r} is written by op {graph.ops[producer[t]].name!r} and by "
-                    f"op {op.name!r}"
+                    f"tensor {shown(t)} is written by op {shown(graph.ops[producer[t]].name)} "
+                    "and by "
+                    f"op {shown(op.name)}"
                 )
             if tensors[t].weight:
-                raise GraphError(f"op {op.name!r} writes weight {t!r}")
+                raise GraphError(f"op {shown(op.name)} writes weight {shown(t)}")
             producer[t] = i
         for out, src in op.inplace.items():
             if out not in op.outputs or src not in op.inputs:
                 raise GraphError(
-                    f"op {op.name!r}: in-place pair {out!r} <- {src!r} must map one of its "
+                    f"op {shown(op.name)}: in-place pair {shown(out)} <- {shown(src)} must map "
+                    "one of its "
                     "outputs to one of its inputs"
                 )
     for t in graph.inputs + graph.outputs:
         if t not in tensors:
-            raise GraphError(f"graph input or output {t!r} is not a declared tensor")
+            raise GraphError(f"graph input or output {shown(t)} is not a declared tensor")
     for t in graph.inputs:
         if t in producer:
             raise GraphError(
-                f"graph input {t!r} is also written by op {graph.ops[producer[t]].name!r}"
+                f"graph input {shown(t)} is also written by op {shown(graph.ops[producer[t]].name)}"
             )
     available = set(graph.inputs) | {n for n, t in tensors.items() if t.weight}
     for op in graph.ops:
         for t in op.inputs:
             if t not in producer and t not in available:
                 raise GraphError(
-                    f"tensor {t!r} is read by op {op.name!r} but is not a graph input or a "
+                    f"tensor {shown(t)} is read by op {shown(op.name)} but is not a graph input "
+                    "or a "
                     "weight and no op writes it"
                 )
     for t in graph.outputs:
         if t not in producer and t not in available:
-            raise GraphError(f"graph output {t!r} is never written")
+            raise GraphError(f"graph output {shown(t)} is never written")
     _check_view_chains(graph)
     # An op that reads a view depends on the producers of every tensor up the view's chain.
     # Those sets can be as long as the chain for every op, so the order is computed over ops
@@ -288,19 +294,19 @@ def lifetimes(
             or align & (align - 1)
         ):
             raise GraphError(
-                f"tensor {tensor.name!r}: alignment must be a power of two, got {align!r}"
+                f"tensor {shown(tensor.name)}: alignment must be a power of two, got {shown(align)}"
             )
         if tensor.view_of is not None:
             base, offset = root(tensor.name)
             if offset < 0 or offset + tensor.size > tensors[base].size:
                 raise GraphError(
-                    f"view {tensor.name!r} ({tensor.size} bytes at offset {offset}) does not "
-                    f"fit in {base!r} ({tensors[base].size} bytes)"
+                    f"view {shown(tensor.name)} ({tensor.size} bytes at offset {offset}) does not "
+                    f"fit in {shown(base)} ({tensors[base].size} bytes)"
                 )
             if offset % align:
                 raise GraphError(
-                    f"view {tensor.name!r} asks for alignment {align} but lies {offset} bytes "
-                    f"into {base!r}"
+                    f"view {shown(tensor.name)} asks for alignment {align} but lies {offset} bytes "
+                    f"into {shown(base)}"
                 )
 
     # Group: the memory owner of each tensor (itself, a view base, or an in-place input), with

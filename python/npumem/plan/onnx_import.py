@@ -32,6 +32,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from npumem._shown import shown
 from npumem.errors import MissingDependencyError
 from npumem.plan.errors import GraphError
 from npumem.plan.graph import Graph, Op, Tensor
@@ -193,7 +194,9 @@ def _named_once(names: Iterable[str], label: str, twice: str) -> set[str]:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise GraphError(f"{label}: {twice.format(name)} (each tensor name may be given once)")
+            raise GraphError(
+                f"{label}: {twice.format(shown(name))} (each tensor name may be given once)"
+            )
         seen.add(name)
     return seen
 
@@ -203,9 +206,9 @@ def _check_structure(graph: Any, label: str) -> None:
     node, as a graph input or as an initializer), that reads a tensor nothing writes, or that
     has a cycle; each message names the tensor and a node."""
     initializers = _named_once(
-        (init.name for init in graph.initializer), label, "two initializers are named {!r}"
+        (init.name for init in graph.initializer), label, "two initializers are named {}"
     )
-    inputs = _named_once((v.name for v in graph.input), label, "graph input {!r} is declared twice")
+    inputs = _named_once((v.name for v in graph.input), label, "graph input {} is declared twice")
     producer: dict[str, int] = {}
     for i, node in enumerate(graph.node):
         for out in node.output:
@@ -220,12 +223,13 @@ def _check_structure(graph: Any, label: str) -> None:
                     else f"by node {node_label(graph.node[first], first)} and by {where}"
                 )
                 raise GraphError(
-                    f"{label}: tensor {out!r} is written {by} (a tensor is written once)"
+                    f"{label}: tensor {shown(out)} is written {by} (a tensor is written once)"
                 )
             for kind, names in (("an initializer", initializers), ("a graph input", inputs)):
                 if out in names:
                     raise GraphError(
-                        f"{label}: {where} writes tensor {out!r}, which is {kind} (a tensor is "
+                        f"{label}: {where} writes tensor {shown(out)}, which is {kind} (a tensor "
+                        "is "
                         "written once: rename the node's output)"
                     )
             producer[out] = i
@@ -234,7 +238,7 @@ def _check_structure(graph: Any, label: str) -> None:
         for x in node.input:
             if x and x not in producer and x not in available:
                 raise GraphError(
-                    f"{label}: node {node_label(node, i)} reads tensor {x!r}, which has no "
+                    f"{label}: node {node_label(node, i)} reads tensor {shown(x)}, which has no "
                     "producer: no node writes it, and it is neither a graph input nor an "
                     "initializer"
                 )
@@ -242,7 +246,7 @@ def _check_structure(graph: Any, label: str) -> None:
         name = value_info.name
         if name not in producer and name not in available:
             raise GraphError(
-                f"{label}: graph output {name!r} has no producer: no node writes it, and it "
+                f"{label}: graph output {shown(name)} has no producer: no node writes it, and it "
                 "is neither a graph input nor an initializer"
             )
     cycle = _cycle(graph.node, producer)
@@ -360,7 +364,7 @@ def graph_from_onnx(
         negative = [d for d in shape if d < 0]
         if negative:
             raise GraphError(
-                f"{label}: tensor {name!r} has a negative dimension {negative[0]} (shape "
+                f"{label}: tensor {shown(name)} has a negative dimension {negative[0]} (shape "
                 f"{' x '.join(map(str, shape))})"
             )
         bits = sub_byte.get(elem_type)
@@ -372,7 +376,7 @@ def graph_from_onnx(
             dtype = None
         if dtype is None or dtype.kind == "O":  # strings: no fixed size
             raise GraphError(
-                f"{label}: tensor {name!r} has element type "
+                f"{label}: tensor {shown(name)} has element type "
                 f"{_elem_type_name(onnx, elem_type)}, which has no fixed size"
             )
         return math.prod(shape) * int(dtype.itemsize)
@@ -385,37 +389,38 @@ def graph_from_onnx(
     def activation(name: str) -> Tensor:
         if name in not_tensors:
             raise GraphError(
-                f"{label}: value {name!r} is a {not_tensors[name]}, not a tensor: only tensors "
+                f"{label}: value {shown(name)} is a {not_tensors[name]}, not a tensor: only "
+                "tensors "
                 "can be planned"
             )
         sized = name in info and _known(info[name][1])
         if name in inferred.no_inference and not sized:
             node, reason = inferred.no_inference[name]
             raise GraphError(
-                f"{label}: tensor {name!r} has no known shape: node {node} has no ONNX shape "
-                f"inference{f' ({reason})' if reason else ''}; declare the shape of {name!r} "
+                f"{label}: tensor {shown(name)} has no known shape: node {node} has no ONNX shape "
+                f"inference{f' ({reason})' if reason else ''}; declare the shape of {shown(name)} "
                 "in the model's value_info"
             )
         if name in inferred.failed and not sized:
             failure = inferred.failed[name]
             if failure.broadcast:
                 raise GraphError(
-                    f"{label}: tensor {name!r} has no shape: the dimensions of the inputs of "
+                    f"{label}: tensor {shown(name)} has no shape: the dimensions of the inputs of "
                     f"node {failure.node} do not broadcast together ({failure.inputs}); check "
                     "the values bound to the model's dimensions (dims, --dim)"
                 )
             raise GraphError(
-                f"{label}: tensor {name!r} has no shape: ONNX shape inference of node "
+                f"{label}: tensor {shown(name)} has no shape: ONNX shape inference of node "
                 f"{failure.node} fails on its inputs ({failure.inputs}): {failure.error}"
             )
         if name not in info:
             if name in graph_inputs:
                 raise GraphError(
-                    f"{label}: graph input {name!r} has no type; declare its element type and "
+                    f"{label}: graph input {shown(name)} has no type; declare its element type and "
                     "shape in the model's inputs"
                 )
             raise GraphError(
-                f"{label}: shape inference gave no shape for tensor {name!r}; the model may "
+                f"{label}: shape inference gave no shape for tensor {shown(name)}; the model may "
                 "need its input shapes bound (dims=...) or a newer opset"
             )
         elem_type, shape = info[name]
@@ -433,7 +438,9 @@ def graph_from_onnx(
                 "value_info, with a named dimension to bind)"
             )
             shape_text = " x ".join("?" if d is None else str(d) for d in shape)
-            raise GraphError(f"{label}: tensor {name!r} has an unknown shape {shape_text}{hint}")
+            raise GraphError(
+                f"{label}: tensor {shown(name)} has an unknown shape {shape_text}{hint}"
+            )
         return Tensor(name, size_of(name, elem_type, [d for d in shape if isinstance(d, int)]))
 
     inputs = [v.name for v in graph.input if v.name not in tensors]

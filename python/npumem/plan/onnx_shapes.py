@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from npumem._shown import shown
+
 __all__ = ["FOLD_LIMIT", "FOLD_OPS", "Failure", "Inferred", "complete", "infer_types", "node_label"]
 
 FOLD_OPS = frozenset(
@@ -49,7 +51,7 @@ def node_label(node: Any, index: int) -> str:
     the op type (`com.microsoft::FusedMatMul`)."""
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
     op = f"{domain}::{node.op_type}" if domain else node.op_type
-    return f"{node.name!r} ({op})" if node.name else f"#{index} ({op})"
+    return f"{shown(node.name)} ({op})" if node.name else f"#{index} ({op})"
 
 
 @dataclass(slots=True)
@@ -226,7 +228,9 @@ def _walk(onnx: Any, graph: Any, proto: Any, declared: dict[str, Any], result: I
                         failure = Failure(
                             node_label(node, index),
                             " ".join(str(exc).split()),
-                            ", ".join(f"{x!r} {_shape_text(best(x))}" for x in node.input if x),
+                            ", ".join(
+                                f"{shown(x)} {_shape_text(best(x))}" for x in node.input if x
+                            ),
                         )
                         for o in missing:
                             result.failed[o] = failure

@@ -21,6 +21,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from npumem._core import PlanTimeline
+from npumem._shown import shown
 from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.buffers import Alias, Buffer
 from npumem.plan.errors import (
@@ -69,7 +70,9 @@ def check_alignment(alignment: object) -> int:
     """`alignment` if it is a power-of-two `int` (bools, floats and text are refused) of at
     most 64 bits, else `ProblemFormatError`."""
     if not _is_power_of_two(alignment):
-        raise ProblemFormatError(f"alignment must be a power-of-two integer, got {alignment!r}")
+        raise ProblemFormatError(
+            f"alignment must be a power-of-two integer, got {shown(alignment)}"
+        )
     assert isinstance(alignment, int)
     if alignment > MAX_BYTES:
         raise ProblemFormatError(
@@ -111,7 +114,8 @@ def csv_id(buffer_id: str) -> str:
     starts or ends with a space would come back as another id, so it raises `PlanError`."""
     if buffer_id != buffer_id.strip():
         raise PlanError(
-            f"buffer {buffer_id!r}: a CSV file cannot keep the spaces at the start or end of an "
+            f"buffer {shown(buffer_id)}: a CSV file cannot keep the spaces at the start or end "
+            "of an "
             "id (they are read as padding); write JSON instead"
         )
     return buffer_id
@@ -134,10 +138,10 @@ def _check_types(buf: Buffer) -> str | None:
         if (value is not None or name != "offset") and (
             isinstance(value, bool) or not isinstance(value, int)
         ):
-            return f"{name} must be an integer, got {value!r}"
+            return f"{name} must be an integer, got {shown(value)}"
     weight: object = buf.weight
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)):
-        return f"weight must be a number, got {weight!r}"
+        return f"weight must be a number, got {shown(weight)}"
     return None
 
 
@@ -255,8 +259,8 @@ def check_plan_figures(obj: Mapping[str, Any], label: str) -> None:
 
     def fail(key: str, wanted: str) -> ProblemFormatError:
         if key not in obj:
-            return ProblemFormatError(f"{label}: missing field {key!r} (a plan has it)")
-        return ProblemFormatError(f"{label}: {key} must be {wanted}, got {obj[key]!r}")
+            return ProblemFormatError(f"{label}: missing field {shown(key)} (a plan has it)")
+        return ProblemFormatError(f"{label}: {key} must be {wanted}, got {shown(obj[key])}")
 
     def count(value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_BYTES
@@ -356,27 +360,28 @@ class Problem:
                     raise ProblemFormatError(f"entry {i} is a {type(buf).__name__}, not a Buffer")
                 problem = _check_buffer(buf)
                 if problem:
-                    raise ProblemFormatError(f"buffer {buf.id!r}: {problem}")
+                    raise ProblemFormatError(f"buffer {shown(buf.id)}: {problem}")
                 if buf.id in index:
-                    raise ProblemFormatError(f"buffer id {buf.id!r} appears twice")
+                    raise ProblemFormatError(f"buffer id {shown(buf.id)} appears twice")
                 index[buf.id] = i
         self._index = index
         names = set(index)
         for alias in self.aliases:
             if alias.name in names:
                 raise ProblemFormatError(
-                    f"alias {alias.name!r} reuses the name of a buffer or alias"
+                    f"alias {shown(alias.name)} reuses the name of a buffer or alias"
                 )
             names.add(alias.name)
             base = self.buffers[index[alias.base]] if alias.base in index else None
             if base is None:
                 raise ProblemFormatError(
-                    f"alias {alias.name!r} refers to unknown buffer {alias.base!r}"
+                    f"alias {shown(alias.name)} refers to unknown buffer {shown(alias.base)}"
                 )
             if alias.offset < 0 or alias.size < 0 or alias.offset + alias.size > base.size:
                 raise ProblemFormatError(
-                    f"alias {alias.name!r} ([{alias.offset}, {alias.offset + alias.size})) does "
-                    f"not lie inside buffer {alias.base!r} of {base.size} bytes"
+                    f"alias {shown(alias.name)} ([{alias.offset}, {alias.offset + alias.size})) "
+                    "does "
+                    f"not lie inside buffer {shown(alias.base)} of {base.size} bytes"
                 )
         self._check_total()
         self._check_fixed_overlaps()
@@ -384,7 +389,8 @@ class Problem:
             missing = [i for i in ids if i not in index]
             if not ids or missing:
                 raise ProblemFormatError(
-                    f"pipelined tensor {tensor!r}: slot buffer(s) {missing or '(none)'} unknown"
+                    f"pipelined tensor {shown(tensor)}: slot buffer(s) {missing or '(none)'} "
+                    "unknown"
                 )
 
     # ----------------------------------------------------------------------------------------
@@ -405,7 +411,7 @@ class Problem:
         try:
             return self._index[buffer_id]
         except KeyError:
-            raise KeyError(f"no buffer with id {buffer_id!r}") from None
+            raise KeyError(f"no buffer with id {shown(buffer_id)}") from None
 
     def __getitem__(self, buffer_id: str) -> Buffer:
         return self.buffers[self.index_of(buffer_id)]
@@ -467,7 +473,7 @@ class Problem:
         if clash is not None:
             a, b = fixed[clash[0]], fixed[clash[1]]
             raise ProblemFormatError(
-                f"fixed buffers {a.id!r} and {b.id!r} are live at the same time and "
+                f"fixed buffers {shown(a.id)} and {shown(b.id)} are live at the same time and "
                 "their fixed byte ranges overlap"
             )
 
@@ -509,7 +515,7 @@ class Problem:
         if isinstance(in_flight, bool) or not isinstance(in_flight, int):
             raise PlanArgumentTypeError(
                 f"in_flight must be an integer from 1 to {MAX_IN_FLIGHT} (inferences in "
-                f"flight), got {in_flight!r}"
+                f"flight), got {shown(in_flight)}"
             )
         if not 1 <= in_flight <= MAX_IN_FLIGHT:
             raise PlanArgumentError(
@@ -539,11 +545,11 @@ class Problem:
                 buffers.append(b)
                 continue
             if b.offset is not None:
-                raise ProblemFormatError(f"buffer {b.id!r} is pinned: it cannot take slots")
+                raise ProblemFormatError(f"buffer {shown(b.id)} is pinned: it cannot take slots")
             for s in range(in_flight):
                 slot_id = f"{b.id}#slot{s}"
                 if slot_id in self._index:
-                    raise ProblemFormatError(f"slot buffer {slot_id!r} clashes with a buffer")
+                    raise ProblemFormatError(f"slot buffer {shown(slot_id)} clashes with a buffer")
                 buffers.append(Buffer(slot_id, start, end, b.size, b.alignment))
                 slots.setdefault(b.id, []).append(slot_id)
         aliases: list[Alias] = []
@@ -620,7 +626,8 @@ class Problem:
                         if lower < upper <= MAX_TIME and 0 < size <= MAX_BYTES:
                             if buffer_id in first_line:
                                 raise ProblemFormatError(
-                                    f"{label}, line {reader.line_num}: buffer id {buffer_id!r} "
+                                    f"{label}, line {reader.line_num}: buffer id "
+                                    f"{shown(buffer_id)} "
                                     f"already used on line {first_line[buffer_id]}"
                                 )
                             first_line[buffer_id] = reader.line_num
@@ -644,7 +651,7 @@ class Problem:
                 buf = cls._row_to_buffer(row, columns, label, line)
                 if buf.id in first_line:
                     raise ProblemFormatError(
-                        f"{label}, line {line}: buffer id {buf.id!r} already used on line "
+                        f"{label}, line {line}: buffer id {shown(buf.id)} already used on line "
                         f"{first_line[buf.id]}"
                     )
                 first_line[buf.id] = line
@@ -675,7 +682,7 @@ class Problem:
                 return _strict_int(raw)
             except ValueError:
                 raise ProblemFormatError(
-                    f"{label}, line {line}: {column} must be an integer, got {raw.strip()!r}"
+                    f"{label}, line {line}: {column} must be an integer, got {shown(raw.strip())}"
                 ) from None
 
         buffer_id = row[columns["id"]].strip()
@@ -694,7 +701,7 @@ class Problem:
             except ValueError:
                 raise ProblemFormatError(
                     f"{label}, line {line}: weight must be a number, "
-                    f"got {_shown(row[columns['weight']].strip())}"
+                    f"got {shown(row[columns['weight']].strip())}"
                 ) from None
         buf = Buffer(
             buffer_id,
@@ -707,7 +714,7 @@ class Problem:
         )
         problem = _check_values(buf)  # the types are right: the fields were read as such
         if problem:
-            raise ProblemFormatError(f"{label}, line {line}: buffer {buffer_id!r}: {problem}")
+            raise ProblemFormatError(f"{label}, line {line}: buffer {shown(buffer_id)}: {problem}")
         return buf
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
@@ -791,7 +798,7 @@ class Problem:
         for i, entry in enumerate(entries):
             where = f"{label}: buffers[{i}]"
             if not isinstance(entry, Mapping):
-                raise ProblemFormatError(f"{where}: expected an object, got {entry!r}")
+                raise ProblemFormatError(f"{where}: expected an object, got {shown(entry)}")
             missing = [k for k in REQUIRED_COLUMNS if k not in entry]
             if missing:
                 raise ProblemFormatError(
@@ -806,14 +813,14 @@ class Problem:
             if not isinstance(raw_id, str | int) or isinstance(raw_id, bool):
                 raise ProblemFormatError(f"{where}: id must be a string or an integer")
             buffer_id = str(raw_id)
-            where = f"{where} (id {buffer_id!r})"
+            where = f"{where} (id {shown(buffer_id)})"
 
             def integer(key: str, where: str = where, entry: Mapping[str, Any] = entry) -> int:
                 try:
                     return _strict_int(entry[key])
                 except ValueError:
                     raise ProblemFormatError(
-                        f"{where}: {key} must be an integer, got {entry[key]!r}"
+                        f"{where}: {key} must be an integer, got {shown(entry[key])}"
                     ) from None
 
             alignment = integer("alignment") if entry.get("alignment") is not None else 1
@@ -823,7 +830,7 @@ class Problem:
             except ValueError:
                 raise ProblemFormatError(
                     f"{where}: weight must be a number a float can hold, "
-                    f"got {_shown(entry['weight'])}"
+                    f"got {shown(entry['weight'])}"
                 ) from None
             buf = Buffer(
                 buffer_id,
@@ -867,7 +874,7 @@ class Problem:
                     ints.append(_strict_int(value))
                 except ValueError:
                     raise ProblemFormatError(
-                        f"{expected}; {key} is {_json_kind(value)} {value!r}"
+                        f"{expected}; {key} is {_json_kind(value)} {shown(value)}"
                     ) from None
             try:
                 aliases.append(Alias(alias_name, base, *ints))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from operator import add, attrgetter
 from typing import Any, Protocol
 
+from npumem._shown import shown
 from npumem.fileio import json_text, write_text
 from npumem.plan.c_header import c_comment, c_identifier, c_string
 from npumem.plan.errors import PlanError, PlanValidationError
@@ -132,7 +133,7 @@ class Solution:
                 raise PlanError(f"offsets given for unknown buffer(s): {', '.join(unknown[:5])}")
             missing = [b.id for b in problem.buffers if b.id not in offsets]
             if missing:
-                raise PlanValidationError(f"buffer {missing[0]!r} has no offset")
+                raise PlanValidationError(f"buffer {shown(missing[0])} has no offset")
             given = [offsets[b.id] for b in problem.buffers]
         else:
             if len(offsets) != len(problem.buffers):
@@ -140,7 +141,9 @@ class Solution:
             given = list(offsets)
         for b, o in zip(problem.buffers, given, strict=True):
             if isinstance(o, bool) or not isinstance(o, int) or o < 0:
-                raise PlanValidationError(f"buffer {b.id!r}: offset {o!r} is not an integer >= 0")
+                raise PlanValidationError(
+                    f"buffer {shown(b.id)}: offset {shown(o)} is not an integer >= 0"
+                )
         self.offsets: dict[str, int] = {
             b.id: o for b, o in zip(problem.buffers, given, strict=True)
         }
@@ -226,24 +229,29 @@ class Solution:
         offsets: list[int] = []
         for b in buffers:
             if b.id not in self.offsets:
-                raise PlanValidationError(f"buffer {b.id!r} has no offset")
+                raise PlanValidationError(f"buffer {shown(b.id)} has no offset")
             o = self.offsets[b.id]
             if isinstance(o, bool) or not isinstance(o, int) or o < 0:
-                raise PlanValidationError(f"buffer {b.id!r}: offset {o!r} is not an integer >= 0")
+                raise PlanValidationError(
+                    f"buffer {shown(b.id)}: offset {shown(o)} is not an integer >= 0"
+                )
             if o % b.alignment:
                 raise PlanValidationError(
-                    f"buffer {b.id!r}: offset {o} is not a multiple of its alignment {b.alignment}"
+                    f"buffer {shown(b.id)}: offset {o} is not a multiple of its alignment "
+                    f"{b.alignment}"
                 )
             if b.offset is not None and o != b.offset:
-                raise PlanValidationError(f"buffer {b.id!r} is pinned at {b.offset}, placed at {o}")
+                raise PlanValidationError(
+                    f"buffer {shown(b.id)} is pinned at {b.offset}, placed at {o}"
+                )
             offsets.append(o)
         clash = self.problem.timeline.first_overlap(offsets)
         if clash is not None:
             i, j = clash
             a, b = buffers[i], buffers[j]
             raise PlanValidationError(
-                f"buffers {a.id!r} (live [{a.lower}, {a.upper}), bytes [{offsets[i]}, "
-                f"{offsets[i] + a.size})) and {b.id!r} (live [{b.lower}, {b.upper}), bytes "
+                f"buffers {shown(a.id)} (live [{a.lower}, {a.upper}), bytes [{offsets[i]}, "
+                f"{offsets[i] + a.size})) and {shown(b.id)} (live [{b.lower}, {b.upper}), bytes "
                 f"[{offsets[j]}, {offsets[j] + b.size})) are live at the same time and share "
                 "bytes"
             )
@@ -267,7 +275,7 @@ class Solution:
         """The offset of each slot of a pipelined buffer (see
         `pipelined()`), slot 0 first."""
         if name not in self.problem.slots:
-            raise KeyError(f"{name!r} is not a pipelined buffer of this problem")
+            raise KeyError(f"{shown(name)} is not a pipelined buffer of this problem")
         return [self.offsets[i] for i in self.problem.slots[name]]
 
     def iteration_offsets(self, iteration: int) -> dict[str, int]:

@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, overload
 
+from npumem._shown import shown
 from npumem.fileio import json_text, write_text
 from npumem.plan.buffers import Buffer
 from npumem.plan.c_header import c_comment, c_identifier, c_string
@@ -104,26 +105,26 @@ def parse_pools(pools: Sequence[PoolSpec] | Sequence[str]) -> list[PoolSpec]:
             try:
                 capacity: int | None = parse_bytes(cap_text) if sep else None
             except InvalidArgumentError as exc:
-                raise PlanArgumentError(f"pool {name!r}: {exc}") from None
+                raise PlanArgumentError(f"pool {shown(name)}: {exc}") from None
         elif isinstance(item, tuple) and len(item) == 2:
             name, capacity = item
         else:
             raise PlanArgumentTypeError(
-                f"a pool is (name, capacity) or 'NAME[=BYTES]', got {item!r}"
+                f"a pool is (name, capacity) or 'NAME[=BYTES]', got {shown(item)}"
             )
         if not isinstance(name, str):
-            raise PlanArgumentTypeError(f"pool name {name!r} must be a str")
+            raise PlanArgumentTypeError(f"pool name {shown(name)} must be a str")
         if not _NAME.match(name):
             raise PlanArgumentError(
-                f"pool name {name!r} must be an identifier (letters, digits, _)"
+                f"pool name {shown(name)} must be an identifier (letters, digits, _)"
             )
         if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)):
             raise PlanArgumentTypeError(
-                f"pool {name!r}: capacity must be an int >= 1 or None, got {capacity!r}"
+                f"pool {shown(name)}: capacity must be an int >= 1 or None, got {shown(capacity)}"
             )
         if capacity is not None and capacity < 1:
             raise PlanArgumentError(
-                f"pool {name!r}: capacity must be an int >= 1 or None, got {capacity!r}"
+                f"pool {shown(name)}: capacity must be an int >= 1 or None, got {shown(capacity)}"
             )
         out.append((name, capacity))
     names = [n for n, _ in out]
@@ -611,17 +612,18 @@ class TieredSolution:
         for name, cap in self.pools:
             sol = self.solutions.get(name)
             if sol is None:
-                raise PlanValidationError(f"pool {name!r} has no plan")
+                raise PlanValidationError(f"pool {shown(name)} has no plan")
             for buf_id in sol.offsets:
                 if buf_id in seen:
                     raise PlanValidationError(
-                        f"buffer {buf_id!r} is in pools {seen[buf_id]!r} and {name!r}"
+                        f"buffer {shown(buf_id)} is in pools {shown(seen[buf_id])} and "
+                        f"{shown(name)}"
                     )
                 seen[buf_id] = name
             try:
                 sol.validate(capacity=cap if capacities else None)
             except PlanValidationError as exc:
-                raise PlanValidationError(f"pool {name!r}: {exc}") from None
+                raise PlanValidationError(f"pool {shown(name)}: {exc}") from None
         missing = [b.id for b in self.problem.buffers if b.id not in seen]
         if missing:
             raise PlanValidationError(f"buffer(s) in no pool: {', '.join(missing[:5])}")

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from npumem._shown import shown
 from npumem.fileio import write_json
 from npumem.monitor._files import Reader, read_json
 from npumem.monitor.errors import FileFormatError
@@ -137,8 +138,9 @@ def _usage(where: str, d: Any, what: str, tier: Tier) -> TierUsage:
     exact = "core" in d and type(core) is type(tier.core)  # 0.0 or True is not core 0
     if kind != tier.kind or core != tier.core or not exact:
         raise u.fail(
-            f"must be the figures of tier {tier} (tier {tier.kind!r}, core "
-            f"{'null' if tier.core is None else tier.core}), got tier {kind!r}, core {core!r}"
+            f"must be the figures of tier {tier} (tier {shown(tier.kind)}, core "
+            f"{'null' if tier.core is None else tier.core}), got tier {shown(kind)}, core "
+            f"{shown(core)}"
         )
     n = {key: u.count(u.field(d, key, int), key) for key in _USAGE_COUNTS}
     if n["bytes_in_use"] > n["capacity"]:
