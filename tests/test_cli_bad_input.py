@@ -4,6 +4,7 @@ status 2 (or, where it is valid, handled quickly), never a traceback or a partia
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from npumem.kv import KVCache
 from npumem.monitor import TraceRecorder, load_snapshot, load_trace
 from npumem.monitor.errors import FileFormatError
 from npumem.plan import Problem
-from npumem.plan.errors import PlanError
+from npumem.plan.errors import PlanError, ProblemFormatError
 from npumem.tiers import TieredPool
 from npumem.tiers.observe import load_tier_snapshot
 
@@ -1275,3 +1276,31 @@ def test_a_long_value_is_shown_cut_short(
     assert words in err
     assert len(err) < 2 * MAX_SHOWN + 300, err
 
+@pytest.mark.parametrize("column", ["lower", "upper", "size", "alignment", "offset"])
+def test_a_csv_number_of_thousands_of_digits_is_a_format_error(
+    column: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = {"lower": "0", "upper": "3", "size": "100", "alignment": "1", "offset": "0"}
+    values[column] = "9" * 5000
+    src = tmp_path / "digits.csv"
+    src.write_text(",".join(["id", *values]) + "\n" + ",".join(["a", *values.values()]) + "\n")
+    words = f"digits.csv, line 2, column {column}: a number of 5,000 digits is too long"
+    with pytest.raises(ProblemFormatError, match=re.escape(words)):
+        Problem.from_csv(src)
+    with pytest.raises(ProblemFormatError, match=re.escape(words.replace("digits.csv", "<csv>"))):
+        Problem.from_csv(io.StringIO(src.read_text()))
+    out = tmp_path / "plan.json"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2 and words in err
+
+
+def test_a_csv_with_lone_carriage_returns_is_refused_in_words_of_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "cr.csv"
+    src.write_bytes(b"id,lower,upper,size\ra,0,3,100\r")
+    out = tmp_path / "plan.json"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert "a line ends in a lone carriage return (CR); end lines with LF or CRLF" in err
+    assert "universal-newline" not in err

@@ -47,7 +47,7 @@ def _read_error(path: Path) -> str:
         (b'{"a": NaN}', "NaN is not allowed"),
         (b'{"a": -Infinity}', "-Infinity is not allowed"),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-        (b'{"a": ' + b"1" * 5000 + b"}", "not readable JSON"),
+        (b'{"a": ' + b"1" * 5000 + b"}", "line 1, column 7: a number of 5,000 digits is too long"),
         (b"\xff\xfe{}", "not a UTF-8 text file"),
     ],
 )

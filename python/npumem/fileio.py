@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -34,6 +35,7 @@ from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
     "MAX_INPUT_BYTES",
+    "MAX_INTEGER_DIGITS",
     "check_output_path",
     "decode_text",
     "is_same_file",
@@ -63,6 +65,15 @@ the limit."""
 
 _READ_CHUNK = 1 << 20
 
+FIFO_WAIT = 30.0
+"""Seconds the reader waits for a writer to open a named pipe (FIFO) it is given: opening a FIFO
+waits until a writer opens it too, and a command must not hang for ever on a pipe that nobody
+writes to. A writer that opens the pipe in time may take as long as it needs to write."""
+
+MAX_INTEGER_DIGITS = sys.int_info.default_max_str_digits
+"""The most digits of an integer in a text file (4,300: Python's default limit of conversion
+from text; no figure of npumem's formats has more than 29)."""
+
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
@@ -75,6 +86,35 @@ def _finite_float(text: str) -> float:
     if value in (math.inf, -math.inf):
         raise ValueError(f"the number {shown_plain(text)} is out of range")
     return value
+
+
+class _LongInteger(ValueError):
+    """A JSON integer of more than `MAX_INTEGER_DIGITS` digits."""
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON integer, refused (`_LongInteger`) beyond `MAX_INTEGER_DIGITS` digits rather than
+    failing inside `int()` with advice meant for Python programmers."""
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise _LongInteger(text)
+    return int(text)
+
+
+def integer_too_long(digits: int) -> str:
+    """The message for an integer of `digits` digits that no reader converts."""
+    return f"a number of {digits:,} digits is too long (at most {MAX_INTEGER_DIGITS:,})"
+
+
+def _long_integer_place(text: str) -> str:
+    """`, line L, column C` of the first JSON integer of more than `MAX_INTEGER_DIGITS` digits
+    in `text` (empty when it cannot be told)."""
+    match = re.search(rf"(?:^|[:\[,])\s*(-?[0-9]{{{MAX_INTEGER_DIGITS + 1},}})", text)
+    if match is None:
+        return ""
+    start = match.start(1)
+    line = text.count("\n", 0, start) + 1
+    column = start - text.rfind("\n", 0, start)
+    return f", line {line}, column {column}"
 
 
 def remove_quietly(path: Path) -> None:
@@ -212,6 +252,7 @@ def json_object_from_text(
             text,
             parse_constant=_refuse_constant,
             parse_float=_finite_float,
+            parse_int=_bounded_int,
             object_pairs_hook=_unique_keys(duplicated),
         )
     except MemoryError:
@@ -222,6 +263,9 @@ def json_object_from_text(
         ) from None
     except RecursionError:
         raise error(f"{label}: not readable JSON (nested too deeply)") from None
+    except _LongInteger as exc:
+        digits = len(str(exc).lstrip("-"))
+        raise error(f"{label}{_long_integer_place(text)}: {integer_too_long(digits)}") from None
     except ValueError as exc:  # NaN, Infinity, 1e400, an integer with too many digits
         raise error(f"{label}: not readable JSON ({exc})") from None
     if not isinstance(obj, dict):

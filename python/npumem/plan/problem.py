@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from npumem._core import PlanTimeline
 from npumem._shown import shown
-from npumem.fileio import json_text, read_json_object, write_text
+from npumem.fileio import (
+    MAX_INTEGER_DIGITS,
+    integer_too_long,
+    json_text,
+    read_json_object,
+    write_text,
+)
 from npumem.plan.buffers import Alias, Buffer
 from npumem.plan.errors import (
     PlanArgumentError,
@@ -55,6 +61,10 @@ PLAN_VERSION = 1
 MAX_IN_FLIGHT = 256
 """The most inferences in flight `Problem.pipelined()` plans (each pipelined buffer becomes
 that many slot buffers, all live at once)."""
+_FAST_DIGITS = 60
+"""The most digits of `lower`, `upper` and `size` together that a CSV row's fast path reads:
+more than any valid row has (each is at most 20 digits), so that a longer number goes through
+the general checks."""
 
 
 def _is_power_of_two(value: object) -> bool:
@@ -226,10 +236,13 @@ def _csv_header(row: Sequence[str], label: str, line: int) -> list[str]:
     return header
 
 
-def _shown(value: object) -> str:
-    """`value`'s repr for a message, cut short when long (a number of 400 digits)."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+def _csv_reason(exc: csv.Error) -> str:
+    """Why the csv module refused a file, in the words of a CSV file rather than of Python's
+    `open()`."""
+    reason = str(exc)
+    if reason.startswith("new-line character seen in unquoted field"):
+        return "a line ends in a lone carriage return (CR); end lines with LF or CRLF"
+    return reason
 
 
 def _weight(value: object) -> float | None:
@@ -615,6 +628,7 @@ class Problem:
                     lo, up, sz = row[fields[1]], row[fields[2]], row[fields[3]]
                     if (
                         buffer_id
+                        and len(lo) + len(up) + len(sz) <= _FAST_DIGITS
                         and lo.isdigit()
                         and up.isdigit()
                         and sz.isdigit()
@@ -658,7 +672,7 @@ class Problem:
                 buffers.append(buf)
         except csv.Error as exc:
             raise ProblemFormatError(
-                f"{label}, line {reader.line_num}: not valid CSV ({exc})"
+                f"{label}, line {reader.line_num}: not valid CSV ({_csv_reason(exc)})"
             ) from None
         if header is None:
             raise ProblemFormatError(
@@ -676,6 +690,11 @@ class Problem:
     ) -> Buffer:
         def integer(column: str) -> int:
             raw = row[columns[column]]
+            digits = len(raw.strip().lstrip("+-"))
+            if digits > MAX_INTEGER_DIGITS:
+                raise ProblemFormatError(
+                    f"{label}, line {line}, column {column}: {integer_too_long(digits)}"
+                )
             if raw.isdigit() and raw.isascii():  # the common case, without the general checks
                 return int(raw)
             try:
