@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import npumem
+from npumem import fileio
+from npumem.cli import main
 from npumem.fileio import (
     json_text,
     path_argument,
@@ -415,3 +421,93 @@ def test_a_signal_at_any_point_of_a_write_leaves_a_whole_file_and_no_temporary_f
     assert failures == []
     points, interrupted = map(int, summary.split())
     assert interrupted == points - 1 > 10  # each point but the last, after the write, interrupts
+
+
+# ----- named pipes ------------------------------------------------------------------------------
+
+
+def _read_in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """`call()` in a daemon thread, so that a read that hangs fails the test rather than
+    stopping it; the list gets the result or the exception."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+READERS = [
+    (read_json_object, npumem.InvalidArgumentError),
+    (load_snapshot, FileFormatError),
+    (Problem.from_csv, ProblemFormatError),
+    (Graph.from_json, GraphError),
+]
+
+
+@pytest.mark.parametrize(("read", "error"), READERS)
+def test_a_named_pipe_no_writer_opens_is_refused_after_the_wait(
+    read: Callable[[Path], object],
+    error: type[Exception],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fileio, "FIFO_WAIT", 0.2)
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    thread, outcome = _read_in_thread(lambda: read(fifo))
+    thread.join(20)
+    if thread.is_alive():  # let the hung read go before failing
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("the read waits for a writer for ever")
+    assert len(outcome) == 1 and isinstance(outcome[0], error), outcome
+    assert str(outcome[0]) == (
+        f"{fifo}: cannot read the named pipe (no writer opened it within 0.2 s)"
+    )
+    assert not [t for t in threading.enumerate() if t.name == "npumem-fifo-open"]
+
+
+def test_a_command_given_a_named_pipe_no_writer_opens_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(fileio, "FIFO_WAIT", 0.2)
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    for command in ("report", "replay", "plan"):
+        thread, outcome = _read_in_thread(lambda command=command: main([command, str(fifo)]))
+        thread.join(20)
+        assert not thread.is_alive(), f"npumem {command} waits for a writer for ever"
+        assert outcome == [2]
+        assert capsys.readouterr().err == (
+            f"npumem {command}: error: {fifo}: cannot read the named pipe (no writer opened it "
+            "within 0.2 s)\n"
+        )
+
+
+def test_a_named_pipe_is_read_once_a_writer_opens_it_however_slow_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait is for a writer to open the pipe; once one has, its data may come later."""
+    monkeypatch.setattr(fileio, "FIFO_WAIT", 0.5)
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+
+    def write_slowly() -> None:
+        time.sleep(0.1)
+        with open(fifo, "w") as f:
+            time.sleep(1.0)  # longer than FIFO_WAIT
+            f.write('{"a": [1, 2]}')
+
+    writer = threading.Thread(target=write_slowly, daemon=True)
+    writer.start()
+    thread, outcome = _read_in_thread(lambda: read_json_object(fifo))
+    thread.join(20)
+    writer.join(20)
+    assert outcome == [{"a": [1, 2]}]
+

@@ -4,8 +4,10 @@ Every file is UTF-8. The reader also accepts a byte-order mark (editors on Windo
 writers never write one. The reader returns a JSON object or raises the caller's error type with
 one line that starts with the file and says what is wrong (missing, a directory, not UTF-8, not
 JSON with the line and column, nested too deeply, a number out of range, a key given twice in
-one object, not an object, larger than `MAX_INPUT_BYTES`), never a traceback from inside the
-`json` module. Writers replace the
+one object, not an object, larger than `MAX_INPUT_BYTES`, an integer too long to convert), never
+a traceback from inside the `json` module, and a value it quotes is cut short (`npumem._shown`).
+A named pipe (FIFO) is read like a file once a writer opens it; one that no writer opens within
+`FIFO_WAIT` seconds is refused rather than waited on for ever. Writers replace the
 file atomically: a reader sees the old file or the new one, and a failed write leaves no partial
 file behind (its clean-up never raises over the error it reports). A symbolic link is written
 through (the file it points to is replaced and the link stays a link); an existing path that is
@@ -26,6 +28,7 @@ import re
 import secrets
 import stat
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -34,6 +37,7 @@ from npumem._shown import shown, shown_plain
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
+    "FIFO_WAIT",
     "MAX_INPUT_BYTES",
     "MAX_INTEGER_DIGITS",
     "check_output_path",
@@ -178,7 +182,7 @@ def read_bytes(path: Path, *, error: Callable[[str], Exception] = InvalidArgumen
     limit = MAX_INPUT_BYTES
     too_large = f"{path}: cannot read the file (larger than the limit of {limit:,} bytes)"
     try:
-        with open(path, "rb") as f:
+        with _open_input(path, error) as f:
             st = os.fstat(f.fileno())
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
@@ -208,6 +212,69 @@ def read_bytes(path: Path, *, error: Callable[[str], Exception] = InvalidArgumen
     if len(data) > limit:
         raise error(too_large)
     return data
+
+
+def _open_input(path: Path, error: Callable[[str], Exception]) -> BinaryIO:
+    """`path` opened for reading (binary); a named pipe waits for its writer at most
+    `FIFO_WAIT` seconds (`_open_fifo`)."""
+    try:
+        is_fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        is_fifo = False  # `open()` below says what is wrong
+    if not is_fifo:
+        return open(path, "rb")
+    return _open_fifo(path, error)
+
+
+def _open_fifo(path: Path, error: Callable[[str], Exception]) -> BinaryIO:
+    """The named pipe `path` opened for reading once a writer opens it, or `error(message)`
+    when none does within `FIFO_WAIT` seconds.
+
+    `open()` of a FIFO waits in the kernel for a writer, and no timeout applies to it, so a
+    thread waits there while this one waits for the thread. When the time is up, this opens
+    the pipe for writing (without waiting: a reader is there), which lets the thread's open
+    return, and closes both ends: nothing is left waiting. An anonymous pipe (`<(command)`,
+    `/dev/stdin`) always has its writer: its open returns at once."""
+    opened: list[int] = []
+    failed: list[OSError] = []
+
+    def wait_for_writer() -> None:
+        try:
+            opened.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            failed.append(exc)
+
+    waiter = threading.Thread(target=wait_for_writer, name="npumem-fifo-open", daemon=True)
+    waiter.start()
+    waited_in_vain = True
+    try:
+        waiter.join(FIFO_WAIT)
+        waited_in_vain = waiter.is_alive()
+    finally:
+        if waited_in_vain:  # no writer in time, or Ctrl-C while waiting
+            _release(path, waiter)
+            for fd in opened:
+                os.close(fd)
+    if failed:
+        raise failed[0]
+    if waited_in_vain:
+        raise error(
+            f"{path}: cannot read the named pipe (no writer opened it within {FIFO_WAIT:g} s)"
+        )
+    return os.fdopen(opened[0], "rb")
+
+
+def _release(path: Path, waiter: threading.Thread) -> None:
+    """End `waiter`'s wait for a writer of the FIFO `path`: open it for writing without
+    waiting, which succeeds because `waiter` is a reader, and close it once `waiter` is done."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return  # not waiting there: the thread is left to end on its own (it is a daemon)
+    try:
+        waiter.join(1.0)
+    finally:
+        os.close(fd)
 
 
 def _read_up_to(f: BinaryIO, most: int) -> bytearray:
