@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -511,3 +512,26 @@ def test_a_named_pipe_is_read_once_a_writer_opens_it_however_slow_its_data(
     writer.join(20)
     assert outcome == [{"a": [1, 2]}]
 
+
+# ----- the output file, not its temporary file, in errors ---------------------------------------
+
+
+@pytest.mark.parametrize("where", ["open", "fsync"])
+def test_a_failed_write_names_the_output_not_its_temporary_file(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out.json"
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".out.json.tmp"))
+
+    if where == "open":
+        out = tmp_path / "missing" / "out.json"  # its temporary file cannot be made
+    else:
+        monkeypatch.setattr(fileio.os, "fsync", full)
+    with pytest.raises(OSError) as info:
+        write_bytes(out, b"{}")
+    assert info.value.filename == str(out)
+    assert info.value.filename2 is None
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

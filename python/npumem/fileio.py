@@ -542,12 +542,16 @@ class _AtomicFile:
     starting. One point is left that no `try` can cover, the start of `__exit__`: an exception
     raised there skips `__exit__`, and the file goes when this object does (`__del__`), once
     that exception is released.
+
+    An `OSError` on the way names `out` (its `filename`), the file the caller asked for, not the
+    temporary file, which the caller never heard of.
     """
 
     def __init__(self, out: Path, mode: str) -> None:
         self._tmp: Path | None = None  # the temporary file while it may exist
         self._file: Any = None
         self._mode = mode
+        self._out = out
         self._target = _replaced_file(out)  # may raise: `__del__` finds the fields above
 
     def __enter__(self) -> Any:
@@ -559,11 +563,13 @@ class _AtomicFile:
         self._tmp = tmp = _temporary_name(self._target)
         try:
             self._file = open(tmp, create, encoding=encoding, newline=newline)
-        except FileExistsError:
+        except FileExistsError as exc:
             self._tmp = None  # another file of that name, not ours to remove
+            self._name_output(exc)
             raise
-        except BaseException:
+        except BaseException as exc:
             self._discard()
+            self._name_output(exc)
             raise
         return self._file
 
@@ -576,8 +582,16 @@ class _AtomicFile:
                 f.close()
                 os.replace(self._tmp, self._target)  # type: ignore[arg-type]
                 self._tmp = None
+        except OSError as exc:
+            self._name_output(exc)
+            raise
         finally:
             self._discard()
+
+    def _name_output(self, exc: BaseException) -> None:
+        """Make `exc`, if an `OSError`, name the output file rather than the temporary one."""
+        if isinstance(exc, OSError):
+            exc.filename, exc.filename2 = str(self._out), None
 
     def __del__(self) -> None:
         self._discard()
