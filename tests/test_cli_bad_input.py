@@ -25,6 +25,7 @@ from npumem.cli import OneLineErrorParser, build_parser
 from npumem.kv import KVCache
 from npumem.monitor import TraceRecorder, load_snapshot, load_trace
 from npumem.monitor.errors import FileFormatError
+from npumem.monitor.validate import check_config
 from npumem.plan import Problem
 from npumem.plan.errors import PlanError, ProblemFormatError
 from npumem.tiers import TieredPool
@@ -734,6 +735,14 @@ TRACE_DAMAGE: list[tuple[Callable[[dict[str, Any]], object], str]] = [
     (_set("config.placement", None), "config.placement must be one of"),
     (_set("config.slab_sizes", [64, 32]), "config.slab_sizes 1 must be an integer above"),
     (_set("config.max_capacity", 1), "config.max_capacity must be an integer >= 16777216"),
+    # 2**31 chunks of 128 KiB in twice max_capacity: a pool refuses it, and so does every reader.
+    (
+        lambda o: o["config"].update(
+            chunk_size=2**17, min_block=256, capacity=2**47, max_capacity=2**47
+        ),
+        "config.chunk_size must be at least 262144 here, got 131072: 281474976710656 bytes "
+        "(twice max_capacity) make 2147483648 chunks, and an arena has at most 1073741824",
+    ),
 ]
 
 
@@ -793,6 +802,11 @@ SNAPSHOT_DAMAGE: list[tuple[Callable[[dict[str, Any]], object], str]] = [
     (_set("config.core_reserve", 2**70), "config.core_reserve must be at most 1024"),
     (_set("stats.external_fragmentation", 1.5), "must be between 0 and 1, got 1.5"),
     (_set("version", 2.0), "npumem-snapshot version 2.0 is not supported"),
+    (
+        lambda o: o["config"].update(chunk_size=2**17, min_block=256, capacity=2**48),
+        "config.chunk_size must be at least 262144 here, got 131072: 281474976710656 bytes "
+        "(capacity) make 2147483648 chunks, and an arena has at most 1073741824",
+    ),
 ]
 
 
@@ -1243,6 +1257,25 @@ def test_a_nul_byte_in_a_text_input_is_refused(
     assert f"not a text file (a NUL byte at character {at})" in err, err
 
 
+def test_the_readers_chunk_limit_is_the_pools(saved: dict[str, dict]) -> None:
+    """A configuration of more chunks than an arena may span: the pool's own check (which
+    `replay` meets) and the readers' give the same message."""
+    config = dict(saved["trace"]["config"], chunk_size=2**17, min_block=256)
+    config.update(capacity=2**47, max_capacity=2**47)
+    with pytest.raises(npumem.ConfigError) as info:
+        npumem.Pool(
+            config["capacity"],
+            cores=1,
+            chunk_size=config["chunk_size"],
+            min_block=config["min_block"],
+            max_capacity=config["max_capacity"],
+            backing="none",
+        )
+    with pytest.raises(FileFormatError) as read:
+        check_config(config, "t.json")
+    assert str(read.value).split("chunk_size ", 1)[1] in str(info.value)
+
+
 LONG = 1_000_000
 
 
@@ -1275,6 +1308,7 @@ def test_a_long_value_is_shown_cut_short(
     assert status == 2
     assert words in err
     assert len(err) < 2 * MAX_SHOWN + 300, err
+
 
 @pytest.mark.parametrize("column", ["lower", "upper", "size", "alignment", "offset"])
 def test_a_csv_number_of_thousands_of_digits_is_a_format_error(

@@ -43,6 +43,9 @@ MAX_CORES = 1024
 """The most core pools a pool can have (`npumem_core::MAX_CORES`)."""
 MAX_CORE_RESERVE = 1024
 MAX_TREE_DEPTH = 24
+MAX_CHUNKS = 1 << 30
+"""The most chunks an arena may span: `capacity`, or for a pool that can grow twice
+`max_capacity`, over `chunk_size` (`npumem_core::MAX_CHUNKS`)."""
 MAX_SLAB_CLASSES = 255
 POWER_OF_TWO_CONFIG = ("chunk_size", "min_block", "bank_size", "alignment")
 CONFIG_CHOICES = {"backing": ("host", "none"), "placement": ("best-fit", "first-fit")}
@@ -114,8 +117,10 @@ def check_config(config: Mapping[str, Any], where: str) -> int:
             where, f"config.run_tails must be true or false, got {shown(config['run_tails'])}"
         )
     if "max_capacity" not in config:
+        _check_chunks(where, chunk, capacity, "capacity")
         return capacity
     most = _config_int(config, "max_capacity", where, capacity, MAX_CAPACITY // 2)
+    _check_chunks(where, chunk, 2 * most, "twice max_capacity")
     if most > capacity and capacity % chunk:
         raise _fail(
             where,
@@ -123,6 +128,19 @@ def check_config(config: Mapping[str, Any], where: str) -> int:
             f"grow, got {capacity}",
         )
     return max(capacity, 2 * -(-most // chunk) * chunk)
+
+
+def _check_chunks(where: str, chunk: int, size: int, named: str) -> None:
+    """`size` bytes (`named`: the capacity, or twice `max_capacity`) span at most `MAX_CHUNKS`
+    chunks of `chunk` bytes; the message is the core's."""
+    spanned = -(-size // chunk)
+    if spanned > MAX_CHUNKS:
+        least = 1 << (-(-size // MAX_CHUNKS) - 1).bit_length()
+        raise _fail(
+            where,
+            f"config.chunk_size must be at least {least} here, got {chunk}: {size} bytes "
+            f"({named}) make {spanned} chunks, and an arena has at most {MAX_CHUNKS}",
+        )
 
 
 @functools.cache
