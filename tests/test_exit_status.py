@@ -4,6 +4,12 @@ decimals and units wherever a subcommand takes one."""
 from __future__ import annotations
 
 import ast
+import contextlib
+import errno
+import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +132,124 @@ def test_a_pool_running_out_is_named_as_such(
     err = capsys.readouterr().err
     assert err.startswith("npumem plan: error: ") and "out of host memory" not in err
     assert len(err.splitlines()) == 1
+
+
+# ----- stdout that cannot be written ------------------------------------------------------------
+
+
+class _FullStdout(io.StringIO):
+    """A stdout whose device is full (`>/dev/full`): every write, or every flush, fails."""
+
+    def __init__(self, fail_on: str) -> None:
+        super().__init__()
+        self.fail_on = fail_on
+
+    def write(self, text: str) -> int:
+        if self.fail_on == "write":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(text)
+
+    def flush(self) -> None:
+        if self.fail_on == "flush":
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.fixture(scope="module")
+def saved_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A snapshot and a trace of a few blocks."""
+    import npumem
+    from npumem.monitor import TraceRecorder
+
+    folder = tmp_path_factory.mktemp("saved")
+    pool = npumem.Pool(16 << 20, cores=1, name="stdout")
+    with TraceRecorder(pool) as rec:
+        blocks = [pool.alloc(1000, tag="x") for _ in range(4)]
+        snap = pool.snapshot()
+        for b in blocks:
+            b.free()
+    return {"snapshot": snap.save(folder / "s.json"), "trace": rec.trace.save(folder / "t.json")}
+
+
+STDOUT_COMMANDS = [
+    (["--version"], None),
+    (["--help"], None),
+    (["report", "--help"], None),
+    (["report", "{snapshot}"], None),
+    (["report", "--json", "{snapshot}"], None),
+    (["replay", "{trace}"], None),
+    (["replay", "--json", "{trace}"], None),
+    (["export", "{trace}", "-o", "{out}/e.json"], "e.json"),
+    (["view", "{snapshot}", "-o", "{out}/v.html"], "v.html"),
+    (["plot", "{snapshot}", "-o", "{out}/p.png"], "p.png"),
+    (
+        ["plan", str(DATA / "input.12.csv"), "-o", "{out}/plan.csv", "--time-limit", "0.2"],
+        "plan.csv",
+    ),
+]
+
+
+@pytest.mark.parametrize("fail_on", ["write", "flush"])
+@pytest.mark.parametrize(("argv", "written"), STDOUT_COMMANDS)
+def test_a_stdout_that_cannot_be_written_is_one_line_and_status_1(
+    argv: list[str],
+    written: str | None,
+    fail_on: str,
+    saved_files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every command, `--help` and `--version` too: one line naming stdout, status 1, no
+    traceback; the files the command wrote before are complete and stay."""
+    names = {**{k: str(v) for k, v in saved_files.items()}, "out": str(tmp_path)}
+    monkeypatch.setattr(sys, "stdout", _FullStdout(fail_on))
+    try:
+        status = main([a.format(**names) for a in argv])
+    except SystemExit as exc:  # argparse's exit: status 0 would mean the text was lost unsaid
+        status = exc.code  # type: ignore[assignment]
+    err = capsys.readouterr().err
+    assert status == ExitStatus.NOT_MET, err
+    assert err.endswith(": error: cannot write to stdout: No space left on device\n"), err
+    assert len(err.splitlines()) == 1 and err.startswith("npumem")
+    if written is not None:
+        assert (tmp_path / written).stat().st_size > 0
+
+
+def test_the_demo_with_a_full_stdout_keeps_its_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdout", _FullStdout("write"))
+    out = tmp_path / "demo"
+    argv = ["demo", "--quick", "--requests", "5", "--workers", "1", "--no-tiers", "-o", str(out)]
+    assert main(argv) is ExitStatus.NOT_MET
+    assert capsys.readouterr().err == (
+        "npumem demo: error: cannot write to stdout: No space left on device\n"
+    )
+    assert (out / "snapshot.json").stat().st_size > 0
+
+
+@pytest.mark.parametrize("stdout", ["/dev/full", "closed pipe"])
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["plan", "--help"]])
+def test_a_stdout_that_fails_in_a_real_process_is_one_line(stdout: str, argv: list[str]) -> None:
+    """As a process: no traceback, no `Exception ignored` as the interpreter exits, status 1;
+    a closed pipe (`| head` gone) is EPIPE, reported the same way."""
+    if stdout == "/dev/full" and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        with open(stdout, "w") if stdout == "/dev/full" else os.fdopen(write_end, "w") as out:
+            done = subprocess.run(
+                [sys.executable, "-m", "npumem", *argv],
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(write_end)
+    reason = "No space left on device" if stdout == "/dev/full" else "Broken pipe"
+    assert done.returncode == ExitStatus.NOT_MET, done.stderr
+    assert done.stderr == f"npumem: error: cannot write to stdout: {reason}\n"

@@ -9,12 +9,18 @@ Bad arguments are refused like every other bad input: one line on stderr,
 nothing on stdout, exit status 2; `--help` prints the full usage. A value that starts with a
 minus sign and a digit is taken as a value (`--capacity -1MiB` is refused by the size parser,
 not taken for an unknown option).
+
+Output that cannot be written to stdout (a full disk, `>/dev/full`, a pipe whose reader has
+gone) is reported the same way: one line, `npumem SUBCOMMAND: error: cannot write to stdout:
+REASON`, and exit status 1, for `--help` and `--version` too. The files a command wrote before
+that are complete and stay; only its printed summary is lost.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -86,20 +92,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with _finalizers_quiet_when_memory_runs_out():
+    with _finalizers_quiet_when_memory_runs_out(), _stdout_checked():
         return _run(argv)
 
 
 def _run(argv: Sequence[str] | None) -> int:
     prog = "npumem"
     failure: str | None = None
+    # argparse's exit (--help, --version, a refused argument) or SIGTERM's, raised again once
+    # stdout is flushed.
+    leaving: SystemExit | None = None
+    status: int = ExitStatus.NOT_MET
+    lost = False  # whether a write to stdout failed
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         if isinstance(parser, OneLineErrorParser):
             prog = parser._chosen_parser(args).prog
         with _terminate_as_exit():
-            status: int = args.func(args)
+            status = args.func(args)
+    except SystemExit as exc:
+        leaving = exc
+    except _StdoutError as exc:
+        failure, status, lost = exc.message, ExitStatus.NOT_MET, True
     except KeyboardInterrupt:
         # Ctrl-C: the file being written was cleaned up on the way out; one line, as the
         # shell's own status for SIGINT.
@@ -114,10 +129,90 @@ def _run(argv: Sequence[str] | None) -> int:
         # A module of npumem or of a dependency that cannot be loaded (a broken install, or
         # no address space left to map a shared library).
         failure, status = f"error: {one_line(exc)}", ExitStatus.NOT_MET
+    # What is still buffered goes now, while a failure can be reported, not as the interpreter
+    # exits (where it would be a traceback-like warning, or lost).
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except _StdoutError as exc:
+        lost = True
+        if failure is None:
+            failure, status = exc.message, ExitStatus.NOT_MET
+    if lost:
+        _discard_stdout()
+        if leaving is not None and not leaving.code:  # --help, --version: their text is lost
+            leaving = None
     # The line is printed once the exception is gone: its frames held what filled the memory.
     if failure is not None:
-        print(f"{prog}: {failure}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            print(f"{prog}: {failure}", file=sys.stderr)
+    if leaving is not None:
+        raise leaving
     return status
+
+
+class _StdoutError(Exception):
+    """A write to stdout that failed (`error`, an `OSError`: a full disk, a closed pipe).
+
+    Not an `OSError`, so that a command's `except OSError` about the files it writes does not
+    take it for its own; `main()` reports it."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
+        self.message = f"error: cannot write to stdout: {error.strerror or error}"
+
+
+class _CheckedStdout:
+    """`sys.stdout` while a command runs: the same stream, but a failed write or flush raises
+    `_StdoutError`."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except OSError as exc:
+            raise _StdoutError(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise _StdoutError(exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _stdout_checked() -> Iterator[None]:
+    """While a command runs, `sys.stdout` raises `_StdoutError` for a write that fails
+    (`_CheckedStdout`); the stream it wraps is put back afterwards."""
+    stream = sys.stdout
+    if stream is None:  # no stdout at all (pythonw): nothing to check
+        yield
+        return
+    sys.stdout = _CheckedStdout(stream)
+    try:
+        yield
+    finally:
+        sys.stdout = stream
+
+
+def _discard_stdout() -> None:
+    """After a failed write to stdout: point file descriptor 1 at `os.devnull`, as Python's
+    documentation advises for a broken pipe, so that what is still buffered is dropped quietly
+    as the interpreter exits rather than failing again there. A stdout that is no file
+    descriptor (a test's capture) is left alone."""
+    with contextlib.suppress(OSError, ValueError):
+        fd = sys.stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, fd)
+        finally:
+            os.close(devnull)
 
 
 @contextlib.contextmanager
