@@ -13,7 +13,7 @@ import pytest
 import npumem
 from cli_contract import run_cli
 from monitor_helpers import assert_png
-from npumem.cli import build_parser, main
+from npumem.cli import OneLineErrorParser, build_parser, main
 from npumem.monitor import TraceRecorder
 
 MIB = 1 << 20
@@ -221,6 +221,27 @@ def test_bad_files_and_values_exit_2(
         (["replay", "{trace}", "--capacity", "lots"], "is not a byte count"),
         (["replay", "{trace}", "--placement", "worst-fit"], "invalid choice: 'worst-fit'"),
         (["replay", "{trace}", "--core-reserve", "-1"], "must not be negative"),
+        # Integers are ASCII digits, one spelling each, and fit in 64 bits.
+        (["report", "{snapshot}", "--top", "\u0665"], "'\u0665' is not an integer"),
+        (["report", "{snapshot}", "--top", "1_000"], "'1_000' is not an integer"),
+        (["report", "{snapshot}", "--top", "+5"], "'+5' is not an integer"),
+        (["report", "{snapshot}", "--top", " 5"], "' 5' is not an integer"),
+        (["report", "{snapshot}", "--top", "5\xa0"], "'5\\xa0' is not an integer"),
+        (["replay", "{trace}", "--cores", "9" * 5000], "must be at most 18446744073709551615"),
+        (["demo", "--requests", "9" * 5000], "must be at most 18446744073709551615"),
+        (["demo", "--seed", "-" + "9" * 5000], "must not be negative, got '-999"),
+        (["plan", "x.csv", "--seed", "-1"], "argument --seed: must not be negative, got -1"),
+        (["plan", "x.csv", "--seed", str(2**64)], "must be at most 18446744073709551615"),
+        (["plan", "x.csv", "--seed", "abc"], "argument --seed: 'abc' is not an integer"),
+        (
+            ["plan", "x.csv", "--in-flight", "9" * 5000],
+            "is not an integer from 1 to 256 (inferences in flight)",
+        ),
+        (["plan", "x.csv", "--time-limit", "1" + "0" * 400], "is too large a number of seconds"),
+        (["plan", "x.csv", "--time-limit", "\u0665"], "is not a number of seconds"),
+        (["plan", "x.csv", "--time-limit", "1_0"], "is not a number of seconds"),
+        (["plan", "x.csv", "--time-limit", "-1"], "must not be negative, got -1"),
+        (["plan", "x.csv", "--dim", "N=" + "9" * 5000], "(5,000 characters) is too large"),
     ],
 )
 def test_bad_arguments_exit_2(
@@ -230,4 +251,21 @@ def test_bad_arguments_exit_2(
     with pytest.raises(SystemExit) as info:
         main(args)
     assert info.value.code == 2
-    assert text in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert text in err
+    assert len(err) < 400 and "_value" not in err and "set_int_max_str_digits" not in err, err
+
+
+def test_a_type_that_fails_with_value_error_is_a_bad_value_not_a_function_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = OneLineErrorParser(prog="npumem x")
+
+    def _internal_name(text: str) -> int:
+        return int(text)
+
+    parser.add_argument("--n", type=_internal_name)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--n", "abc"])
+    assert capsys.readouterr().err == "npumem x: error: argument --n: 'abc' is not a valid value\n"
+

@@ -1,35 +1,105 @@
-"""Argument types shared by the `npumem` subcommands (argparse `type=` callables)."""
+"""Argument types shared by the `npumem` subcommands (argparse `type=` callables).
+
+Each type refuses bad text with `argparse.ArgumentTypeError` and a message for the user, never
+another exception (argparse would then print `invalid FUNCTION value`), and quotes the text it
+refuses cut short (`npumem._shown`). Integers are written in ASCII digits, with a leading minus
+sign where a negative value means something to refuse; `+5`, `1_000`, ` 5`, `5\\xa0` and
+digits of other scripts (`٥`) are not integers here. Every integer option takes at most
+`MAX_INTEGER` (64 bits). Byte counts take units and the spellings of `npumem.sizes`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import re
+from collections.abc import Callable
 
+from npumem._shown import shown, shown_plain
 from npumem.errors import InvalidArgumentError
-from npumem.sizes import parse_bytes
+from npumem.sizes import MAX_BYTES, parse_bytes
 
-__all__ = ["at_least_one", "byte_count", "non_negative", "positive_byte_count"]
+__all__ = [
+    "MAX_INTEGER",
+    "at_least_one",
+    "byte_count",
+    "integer_from",
+    "non_negative",
+    "non_negative_seconds",
+    "positive_byte_count",
+]
+
+MAX_INTEGER = MAX_BYTES
+"""The largest value of an integer option, `2**64 - 1`: every count and seed fits in 64
+bits."""
+
+_INTEGER = re.compile(r"-?[0-9]+")
+_SECONDS = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+# Beyond every bound: what `_integer` gives for text of more digits than `MAX_INTEGER` has,
+# without converting thousands of digits.
+_HUGE: int = 10 ** (len(str(MAX_INTEGER)) + 1)
 
 
 def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    """The integer `text` spells in ASCII digits (a leading minus sign allowed); one of more
+    digits than `MAX_INTEGER` is given as a value beyond every bound, with its sign."""
+    if _INTEGER.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer")
+    digits = text.lstrip("-").lstrip("0")
+    if len(digits) > len(str(MAX_INTEGER)):
+        return -_HUGE if text.startswith("-") else _HUGE
+    return int(text)
 
 
-def at_least_one(text: str) -> int:
-    """An integer of at least 1."""
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+def _at_most_max(value: int, text: str) -> int:
+    if value > MAX_INTEGER:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_INTEGER}, got {shown_plain(text)}")
     return value
 
 
+def at_least_one(text: str) -> int:
+    """An integer from 1 to `MAX_INTEGER`."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {shown_plain(text)}")
+    return _at_most_max(value, text)
+
+
 def non_negative(text: str) -> int:
-    """An integer of at least 0."""
+    """An integer from 0 to `MAX_INTEGER`."""
     value = _integer(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+        raise argparse.ArgumentTypeError(f"must not be negative, got {shown_plain(text)}")
+    return _at_most_max(value, text)
+
+
+def integer_from(low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argparse type: an integer from `low` to `high`; anything else is refused with
+    `'TEXT' is not an integer from LOW to HIGH (WHAT)`."""
+
+    def integer(text: str) -> int:
+        try:
+            value = _integer(text)
+        except argparse.ArgumentTypeError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} is not an integer from {low} to {high} ({what})"
+            )
+        return value
+
+    return integer
+
+
+def non_negative_seconds(text: str) -> float:
+    """A finite number of seconds, at least 0, in decimal (`10`, `0.5`, `2e-3`)."""
+    if _SECONDS.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number of seconds")
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {shown_plain(text)}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{shown_plain(text)} is too large a number of seconds")
     return value
 
 
@@ -46,5 +116,5 @@ def positive_byte_count(text: str) -> int:
     """A byte count (`byte_count()`) of at least 1."""
     value = byte_count(text)
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {shown(text)}")
     return value

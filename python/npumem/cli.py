@@ -28,6 +28,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
+from npumem._shown import shown
 from npumem.exit_status import ExitStatus, one_line
 
 __all__ = ["OneLineErrorParser", "build_parser", "main"]
@@ -49,6 +50,19 @@ class OneLineErrorParser(argparse.ArgumentParser):
         # refuses it with its own message; no option of npumem starts with a digit, `inf` or
         # `nan`.
         self._negative_number_matcher = re.compile(r"^-(\.?[0-9]|inf|nan)", re.IGNORECASE)
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """`arg_string` converted by `action`'s type. A type that fails with `ValueError` or
+        `TypeError` rather than `argparse.ArgumentTypeError` would be reported with its
+        function's name (`invalid _in_flight value`); it is reported as a bad value instead."""
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as exc:
+            if isinstance(exc.__context__, TypeError | ValueError):
+                raise argparse.ArgumentError(
+                    action, f"{shown(arg_string)} is not a valid value"
+                ) from None
+            raise
 
     def error(self, message: str) -> NoReturn:
         self.exit(ExitStatus.USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from npumem._argtypes import byte_count
+from npumem._argtypes import byte_count, integer_from, non_negative, non_negative_seconds
+from npumem._shown import shown, shown_plain
 from npumem.errors import MissingDependencyError
 from npumem.exit_status import ExitStatus, one_line
 from npumem.fileio import check_output_path, is_same_file, write_texts
@@ -40,16 +41,6 @@ from npumem.plan.tiers import TieredSolution, parse_pools, solve_tiers
 __all__ = ["add_parser", "load_problem", "run"]
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"the time limit must be finite and >= 0, got {text}")
-    return value
-
-
 def _dim(text: str) -> tuple[str, list[int]]:
     """`NAME=N[,N...]`: a dimension's name and its values, each a positive integer (a batch or
     a sequence of 0 plans nothing) given once."""
@@ -57,20 +48,25 @@ def _dim(text: str) -> tuple[str, list[int]]:
     values = [v.strip() for v in value.split(",")]
     if not sep or not name or not all(v.isdigit() and v.isascii() for v in values):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not NAME=INTEGER[,INTEGER...] (examples: batch=1, N=1,8,32)"
+            f"{shown(text)} is not NAME=INTEGER[,INTEGER...] (examples: batch=1, N=1,8,32)"
+        )
+    too_large = [v for v in values if len(v.lstrip("0")) > len(str(MAX_DIM)) or int(v) > MAX_DIM]
+    if too_large:
+        raise argparse.ArgumentTypeError(
+            f"{shown_plain(name)}={shown_plain(too_large[0])} is too large: ONNX dimensions are "
+            "at most "
+            f"{MAX_DIM} (64 bits)"
         )
     numbers = [int(v) for v in values]
     if 0 in numbers:
-        raise argparse.ArgumentTypeError(f"{text!r}: a dimension must be a positive integer, got 0")
-    too_large = [n for n in numbers if n > MAX_DIM]
-    if too_large:
         raise argparse.ArgumentTypeError(
-            f"{name}={too_large[0]} is too large: ONNX dimensions are at most {MAX_DIM} (64 bits)"
+            f"{shown(text)}: a dimension must be a positive integer, got 0"
         )
     repeated = [n for i, n in enumerate(numbers) if n in numbers[:i]]
     if repeated:
         raise argparse.ArgumentTypeError(
-            f"{text!r} gives {name}={repeated[0]} twice (each value plans one bucket)"
+            f"{shown(text)} gives {shown_plain(name)}={repeated[0]} twice (each value plans one "
+            "bucket)"
         )
     return name, numbers
 
@@ -91,7 +87,7 @@ class _DimAction(argparse.Action):
         if name in dims:
             raise argparse.ArgumentError(
                 self,
-                f"dimension {name!r} is given twice (give all its values in one --dim: "
+                f"dimension {shown(name)} is given twice (give all its values in one --dim: "
                 f"{name}=1,8,32)",
             )
         dims[name] = numbers
@@ -101,16 +97,8 @@ class _DimAction(argparse.Action):
 def _names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise argparse.ArgumentTypeError(f"{text!r} names no buffer (example: x,mask)")
+        raise argparse.ArgumentTypeError(f"{shown(text)} names no buffer (example: x,mask)")
     return names
-
-
-def _in_flight(text: str) -> int:
-    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_IN_FLIGHT:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an integer from 1 to {MAX_IN_FLIGHT} (inferences in flight)"
-        )
-    return int(text)
 
 
 def _alignment(text: str) -> int:
@@ -131,7 +119,7 @@ def _json_problem(obj: dict[str, Any], label: str) -> Graph | Problem:
     if fmt is None or fmt == PLAN_FORMAT:
         return Problem.from_json(obj, label=label)
     raise ProblemFormatError(
-        f"{label}: format {fmt!r} is not a problem, a graph ({GRAPH_FORMAT!r}) or a plan "
+        f"{label}: format {shown(fmt)} is not a problem, a graph ({GRAPH_FORMAT!r}) or a plan "
         f"({PLAN_FORMAT!r})"
     )
 
@@ -457,12 +445,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--time-limit",
-        type=_non_negative_float,
+        type=non_negative_seconds,
         default=10.0,
         metavar="S",
         help="seconds to search (default 10)",
     )
-    parser.add_argument("--seed", type=int, default=0, metavar="N", help="search seed (default 0)")
+    parser.add_argument(
+        "--seed", type=non_negative, default=0, metavar="N", help="search seed (default 0)"
+    )
     parser.add_argument(
         "--dim",
         type=_dim,
@@ -481,7 +471,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--in-flight",
-        type=_in_flight,
+        type=integer_from(1, MAX_IN_FLIGHT, "inferences in flight"),
         default=2,
         metavar="K",
         help="inferences in flight for --double-buffer (default 2)",

@@ -32,6 +32,7 @@ from rich.text import Text
 
 import npumem
 from npumem._argtypes import at_least_one, non_negative, positive_byte_count
+from npumem._shown import shown
 from npumem.compaction import Compactor, Policy
 from npumem.exit_status import ExitStatus, one_line
 from npumem.fileio import check_output_path, json_text, path_argument, remove_quietly
@@ -430,14 +431,14 @@ def replay_json(
     }
 
 
-def _at_most(parse: Callable[[str], int], most: int, shown: str) -> Callable[[str], int]:
-    """An argparse type: `parse(text)`, refused above `most` (written `shown`) with a message
+def _at_most(parse: Callable[[str], int], most: int, limit: str) -> Callable[[str], int]:
+    """An argparse type: `parse(text)`, refused above `most` (written `limit`) with a message
     that quotes the text given."""
 
     def parse_at_most(text: str) -> int:
         value = parse(text)
         if value > most:
-            raise argparse.ArgumentTypeError(f"must be at most {shown}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be at most {limit}, got {shown(text)}")
         return value
 
     return parse_at_most
