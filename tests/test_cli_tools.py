@@ -269,3 +269,12 @@ def test_a_type_that_fails_with_value_error_is_a_bad_value_not_a_function_name(
         parser.parse_args(["--n", "abc"])
     assert capsys.readouterr().err == "npumem x: error: argument --n: 'abc' is not a valid value\n"
 
+
+@pytest.mark.parametrize("name", ["out.txt", "noext", "out.json.gz"])
+def test_export_refuses_a_name_that_is_not_json(
+    files: dict[str, Path], name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / name
+    status, _, err = run_cli(["export", str(files["trace"]), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert f"{out}: the trace is JSON, name it .json" in err

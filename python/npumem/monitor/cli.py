@@ -223,6 +223,9 @@ def run_export(args: argparse.Namespace) -> int:
     )
     if output is None:
         return ExitStatus.USAGE
+    if output.suffix.lower() != ".json":
+        err.print(f"npumem export: error: {output}: the trace is JSON, name it .json", markup=False)
+        return ExitStatus.USAGE
     try:
         write_chrome_trace(loaded, output)
     except OSError as exc:
