@@ -96,8 +96,10 @@ def test_control_flow_and_bad_files_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("dims", "words"),
     [
-        ({"batch": 10**23}, r"dims\['batch'\] must be an integer from 0 to 9223372036854775807"),
-        ({"batch": 1 << 63}, r"dims\['batch'\] must be an integer from 0 to"),
+        ({"batch": 10**23}, r"dims\['batch'\] must be an integer from 1 to 9223372036854775807"),
+        ({"batch": 1 << 63}, r"dims\['batch'\] must be an integer from 1 to"),
+        # A batch of 0 plans nothing: refused as `--dim batch=0` is.
+        ({"batch": 0}, r"dims\['batch'\] must be an integer from 1 to .*, got 0"),
         ({"batch": 2.0}, r"dims\['batch'\] must be an integer"),
         ({"nosuch": 1}, r"no symbolic dimension 'nosuch'.*'batch'"),
         ({"batch": 1, "seq": 2}, r"no symbolic dimension 'seq'"),

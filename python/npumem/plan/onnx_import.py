@@ -101,18 +101,19 @@ MAX_DIM = (1 << 63) - 1
 
 def check_dims(dims: object) -> dict[str, int]:
     """`dims` as a dict of dimension name -> value; anything but a mapping of names to
-    integers from 0 to `MAX_DIM` raises `GraphError`."""
+    integers from 1 to `MAX_DIM` raises `GraphError` (a batch or a sequence of 0 plans nothing,
+    as `--dim` says)."""
     if dims is None:
         return {}
     if not isinstance(dims, Mapping):
         raise GraphError(f"dims must map dimension names to integers, got {type(dims).__name__}")
     for key, value in dims.items():
         if not isinstance(key, str):
-            raise GraphError(f"dims: a dimension name must be a string, got {key!r}")
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DIM:
+            raise GraphError(f"dims: a dimension name must be a string, got {shown(key)}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
             raise GraphError(
-                f"dims[{key!r}] must be an integer from 0 to {MAX_DIM} (ONNX dimensions are "
-                f"64-bit), got {value!r}"
+                f"dims[{shown(key)}] must be an integer from 1 to {MAX_DIM} (ONNX dimensions "
+                f"are 64-bit), got {shown(value)}"
             )
     return dict(dims)
 
