@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import html
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -98,3 +102,35 @@ def test_names_tags_and_labels_are_drawn_as_text_not_math(text: str, tmp_path: P
     assert_png(plot_trace(rec.trace, tmp_path / "trace.png"))
     svg = plot_address_map(snap, tmp_path / "map.svg").read_text()
     assert f"({text}), by tag" in html.unescape(svg)  # the label, in the title
+
+
+@pytest.mark.parametrize("command", ["plot", "demo"])
+def test_an_unwritable_home_adds_no_matplotlib_warning(
+    command: str, scene: dict[str, object], tmp_path: Path
+) -> None:
+    """matplotlib warns twice on stderr when it cannot write its folders under `HOME`; a
+    command that succeeds prints nothing on stderr all the same."""
+    snap = scene["busy"]
+    assert isinstance(snap, npumem.monitor.Snapshot)
+    src = snap.save(tmp_path / "s.json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MPL", "XDG_"))}
+    env["HOME"] = "/proc/npumem-no-home"  # no folder can be made there, even by root
+    argv = {
+        "plot": ["plot", str(src), "-o", str(tmp_path / "p.png")],
+        "demo": ["demo", "--quick", "--requests", "5", "--workers", "1", "--no-tiers"],
+    }[command]
+    if command == "demo":
+        argv += ["-o", str(tmp_path / "demo")]
+    temporary = Path(tempfile.gettempdir())
+    before = set(temporary.glob("npumem-matplotlib-*"))
+    done = subprocess.run(
+        [sys.executable, "-m", "npumem", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert set(temporary.glob("npumem-matplotlib-*")) == before  # its folder is gone

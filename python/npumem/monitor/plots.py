@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from npumem.errors import InvalidArgumentError, MissingDependencyError
 from npumem.fileio import write_bytes
+from npumem.monitor._mplconfig import use_writable_config_dir
 from npumem.monitor.colors import (
     FREE_COLOR,
     NO_TAG,
@@ -79,6 +80,7 @@ def picture_format(path: str | os.PathLike[str]) -> str:
 
 def _mpl() -> Any:
     """`(Figure, PolyCollection, colormaps, numpy)`, or a clear error without the extra."""
+    use_writable_config_dir()
     try:
         import matplotlib
         import numpy
@@ -110,6 +112,7 @@ def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
     bytes for the same picture; returns the path. Every text is drawn as it is: pool names,
     labels and tags come from files, and matplotlib would read `$...$` in them as math; a line
     longer than `MAX_TEXT_LINE` characters is shortened (`shorten()`)."""
+    use_writable_config_dir()
     import matplotlib
     from matplotlib.text import Text
 

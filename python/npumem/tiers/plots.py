@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from npumem.errors import InvalidArgumentError, MissingDependencyError
+from npumem.monitor._mplconfig import use_writable_config_dir
 from npumem.monitor.plots import picture_format, save_figure
 from npumem.sizes import byte_unit, format_bytes
 from npumem.tiers.block import Tier
@@ -25,6 +26,7 @@ __all__ = ["plot_tiered_plan", "plot_tiers"]
 
 
 def _mpl() -> Any:
+    use_writable_config_dir()
     try:
         import matplotlib
         from matplotlib.collections import PolyCollection
