@@ -253,3 +253,18 @@ def test_a_stdout_that_fails_in_a_real_process_is_one_line(stdout: str, argv: li
     reason = "No space left on device" if stdout == "/dev/full" else "Broken pipe"
     assert done.returncode == ExitStatus.NOT_MET, done.stderr
     assert done.stderr == f"npumem: error: cannot write to stdout: {reason}\n"
+
+
+def test_a_stdout_whose_write_returns_nothing_is_used_as_it_is(
+    saved_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file-like stdout may return None from `write` (not a count): the command runs on."""
+
+    class Quiet(io.StringIO):
+        def write(self, text: str) -> None:  # type: ignore[override]
+            super().write(text)
+
+    stream = Quiet()
+    monkeypatch.setattr(sys, "stdout", stream)
+    assert main(["report", str(saved_files["snapshot"])]) is ExitStatus.OK
+    assert "snapshot of pool 'stdout'" in stream.getvalue()
