@@ -10,16 +10,18 @@ nothing on stdout, exit status 2; `--help` prints the full usage. A value that s
 minus sign and a digit is taken as a value (`--capacity -1MiB` is refused by the size parser,
 not taken for an unknown option).
 
-Output that cannot be written to stdout (a full disk, `>/dev/full`, a pipe whose reader has
-gone) is reported the same way: one line, `npumem SUBCOMMAND: error: cannot write to stdout:
-REASON`, and exit status 1, for `--help` and `--version` too. The files a command wrote before
-that are complete and stay; only its printed summary is lost.
+Output that cannot be written to stdout (a full disk, `>/dev/full`) is reported the same way:
+one line, `npumem SUBCOMMAND: error: cannot write to stdout: REASON`, and exit status 1, for
+`--help` and `--version` too. A pipe whose reader has gone (`npumem report x | head`) ends the
+command with exit status 1 and no line: the reader stopped on purpose. The files a command
+wrote before that are complete and stay; only its printed summary is lost.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import re
 import signal
@@ -174,7 +176,12 @@ class _StdoutError(Exception):
     def __init__(self, error: OSError) -> None:
         super().__init__(error)
         self.error = error
-        self.message = f"error: cannot write to stdout: {error.strerror or error}"
+        # A reader that went away (`| head`) stopped on purpose: nothing to report.
+        self.message: str | None = (
+            None
+            if error.errno == errno.EPIPE
+            else f"error: cannot write to stdout: {error.strerror or error}"
+        )
 
 
 class _CheckedStdout:
