@@ -132,6 +132,38 @@ def test_tags_stay_readable_in_a_trace_until_drained() -> None:
     assert interned(pool) <= BOUND
 
 
+def test_an_undrained_trace_keeps_the_tag_table_bounded() -> None:
+    """A trace left running as a flight recorder (never drained) overwrites its oldest events:
+    the tags only those named are let go, while a quiet thread's ring keeps its events' tags."""
+    pool = npumem.Pool(16 * MIB, cores=2)
+    for i in range(NAMED):
+        pool.alloc(64, tag=f"named-{i}").free()
+    pool.trace_start(4096)
+    capacity = pool.trace_status().capacity
+    bound = NAMED + 1024 + 2 * max(4096, capacity) + 64
+    pool.alloc(64).free()  # this thread takes a ring of its own first
+    quiet = threading.Thread(target=lambda: pool.alloc(64, tag="quiet").free())
+    quiet.start()
+    quiet.join()
+    n = 200_000
+    for i in range(n):
+        pool.alloc(128, tag=f"req-{i}").free()
+        if i % 20_000 == 0:
+            assert interned(pool) <= bound
+    assert interned(pool) <= bound
+    status = pool.trace_status()
+    assert status.recorded == 2 * n + 4
+    assert status.dropped >= status.recorded - capacity, "overwritten events count as dropped"
+    events = pool.trace_drain()
+    assert [e[5] for e in events].count("quiet") == 2
+    by_handle: dict[int, set[str]] = {}
+    for e in events:
+        if e[5] not in (None, "quiet"):
+            assert int(e[5].removeprefix("req-")) >= n - capacity, e
+            by_handle.setdefault(e[6], set()).add(e[5])
+    assert all(len(tags) == 1 for tags in by_handle.values())
+
+
 def _c_library() -> ctypes.CDLL:
     lib = ctypes.CDLL(clib.get_library())
     lib.npumem_tag_id.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32)]

@@ -143,7 +143,7 @@ class Pool:
         pool, each taken by the first thread that records into it and kept by that thread until
         it exits, and one that every further thread shares. Every ring holds
         `capacity / cores` events rounded up to a power of two, at least 16, and overwrites
-        its oldest events when full (a drain counts them as dropped). So the rings hold
+        its oldest events when full (counted as dropped). So the rings hold
         `cores + 1` times that in all (`trace_status().capacity`), and one thread keeps at most
         one ring's worth between drains: with `cores=4`, `trace_start(1000)` makes rings of
         256 events, 1280 in all, and a single thread keeps its latest 256. The rings take 64

@@ -89,7 +89,10 @@ pub use pool::region_hooks::RegionHook;
 #[cfg(not(loom))]
 pub use pool::snapshot::{Extent, Snapshot};
 pub use stats::summary::{ClassStats, CoreStats, PoolStats};
-pub use stats::tags::{TagFigures, TagLabel, TagTable, TraceProgress, IDLE_TAGS, NAMED_TAGS, OTHER_TAGS};
+pub use stats::tags::{
+    NoTrace, TagFigures, TagLabel, TagPin, TagTable, TraceProgress, TraceTags, IDLE_TAGS, NAMED_TAGS, OTHER_TAGS,
+    SCAN_EVERY,
+};
 pub use trace::event::{EventKind, TraceEvent};
 #[cfg(not(loom))]
 pub use trace::recorder::{TraceStatus, MAX_TRACE_CAPACITY};

@@ -22,7 +22,8 @@ pub struct TraceStatus {
     recorded: u64,
     /// Events drained since the last start.
     drained: u64,
-    /// Events lost since the last start (overwritten before a drain), as counted by the drains.
+    /// Events lost since the last start: overwritten before a drain (counted as soon as they are),
+    /// or lost by a lapped writer.
     dropped: u64,
 }
 

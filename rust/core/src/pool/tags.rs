@@ -6,7 +6,9 @@
 //! nothing counts them one by one (`stats/counters.rs` estimates their peak).
 
 use crate::pool::pool::Pool;
-use crate::stats::tags::{TagFigures, TagTable, TraceProgress, UntaggedFigures};
+use std::collections::HashSet;
+
+use crate::stats::tags::{TagFigures, TagTable, TraceProgress, TraceTags, UntaggedFigures};
 
 impl Pool {
     /// The pool's tag names and counters by tag.
@@ -15,11 +17,16 @@ impl Pool {
         &self.tags
     }
 
-    /// How far the trace is, for [`TagTable::release`] and [`TagTable::trace_drained`].
+    /// Where the trace stands, for [`TagTable::release`] and [`TagTable::trace_drained`].
     pub fn trace_progress(&self) -> TraceProgress {
         let s = self.trace_status();
-        let consumed = s.drained + s.dropped;
-        TraceProgress { recorded: s.recorded, consumed, pending: s.enabled || s.recorded > consumed }
+        TraceProgress { pending: s.enabled || s.recorded > s.drained + s.dropped, capacity: s.capacity }
+    }
+
+    /// Drop the tag ids the trace no longer names, after a drain whose events' names were read
+    /// under a [`TagTable::pin`] taken before it.
+    pub fn trace_drained_tags(&self) {
+        self.tags.trace_drained(self);
     }
 
     /// Count `blocks` blocks of `nbytes` requested bytes in all under tag `id`, before they are
@@ -75,6 +82,129 @@ impl Pool {
     /// Give back `blocks` holds on tag `id` (blocks freed, or an allocation that failed).
     #[inline]
     pub fn release_tag(&self, id: u32, blocks: u64) {
-        self.tags.release(id, blocks, || self.trace_progress());
+        self.tags.release(id, blocks, self);
+    }
+}
+
+impl TraceTags for Pool {
+    fn progress(&self) -> TraceProgress {
+        self.trace_progress()
+    }
+
+    fn tags_named(&self, out: &mut HashSet<u32>) {
+        self.trace.tags_named(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PoolConfig;
+    use crate::handle::id::Handle;
+    use crate::stats::tags::{IDLE_TAGS, NAMED_TAGS};
+    use crate::trace::event::EventKind;
+    use std::collections::HashMap;
+
+    /// A pool whose named tags are all taken, so every later name is pooled (recycled).
+    fn pool(cores: usize) -> Pool {
+        let p = Pool::new(PoolConfig::new(16 << 20).cores(cores)).unwrap();
+        for i in 0..NAMED_TAGS {
+            p.tags().acquire(&format!("named-{i}"), 0).unwrap();
+        }
+        p
+    }
+
+    fn alloc_tagged(p: &Pool, name: &str) -> Handle {
+        let id = p.tags().acquire(name, 1).unwrap();
+        assert!(id > NAMED_TAGS);
+        p.alloc(128, None, id).unwrap()
+    }
+
+    fn free_tagged(p: &Pool, h: Handle) {
+        let tag = p.block(h).unwrap().tag;
+        p.free(h).unwrap();
+        p.release_tag(tag, 1);
+    }
+
+    /// Names the table may keep beside those of live blocks and of events in the rings.
+    fn bound(p: &Pool) -> usize {
+        NAMED_TAGS as usize + IDLE_TAGS + 2 * p.trace_status().capacity.max(4096) + 64
+    }
+
+    /// Allocate and free a block under each of `names` fresh tags, remembering each handle's tag.
+    fn cycle(p: &Pool, from: usize, names: usize, tags: &mut HashMap<u128, String>) {
+        for i in from..from + names {
+            let name = format!("req-{i}");
+            let h = alloc_tagged(p, &name);
+            tags.insert(h.to_bits(), name);
+            free_tagged(p, h);
+        }
+    }
+
+    /// Every drained event carries the tag its block was allocated with.
+    fn check_names(p: &Pool, tags: &HashMap<u128, String>) -> usize {
+        let events = p.trace_drain().unwrap();
+        for e in &events {
+            assert_eq!(p.tags().name(e.tag).as_deref(), tags.get(&e.handle).map(String::as_str), "{e:?}");
+        }
+        events.len()
+    }
+
+    #[test]
+    fn an_undrained_trace_keeps_the_tag_table_bounded() {
+        let p = pool(2);
+        p.trace_start(4096).unwrap();
+        let mut tags = HashMap::new();
+        for round in 0..10 {
+            cycle(&p, round * 20_000, 20_000, &mut tags);
+            assert!(p.tags().interned() <= bound(&p), "{} names interned", p.tags().interned());
+        }
+        let st = p.trace_status();
+        assert_eq!(st.recorded, 400_000);
+        assert!(st.dropped >= 400_000 - st.capacity as u64, "overwritten events count as dropped: {st:?}");
+        assert_eq!(check_names(&p, &tags), p.trace_status().drained as usize);
+    }
+
+    /// A thread records an event naming a tag, then records nothing more: its ring keeps the
+    /// event while another thread cycles through many tags (and their recycled ids).
+    fn a_quiet_thread_keeps_its_tag_named(cores: usize) {
+        let p = pool(cores);
+        p.trace_start(64).unwrap();
+        let mut tags = HashMap::new();
+        // The main thread records first, so it owns the first single-writer ring.
+        let h = p.alloc(64, None, 0).unwrap();
+        p.free(h).unwrap();
+        let (h, quiet_id) = std::thread::scope(|s| {
+            s.spawn(|| {
+                // With one core the main thread owns the only single-writer ring: this thread
+                // writes to the shared ring.
+                let h = alloc_tagged(&p, "quiet");
+                let id = p.block(h).unwrap().tag;
+                free_tagged(&p, h);
+                (h, id)
+            })
+            .join()
+            .unwrap()
+        });
+        tags.insert(h.to_bits(), "quiet".to_string());
+        cycle(&p, 0, 50_000, &mut tags);
+        assert!(p.tags().interned() <= bound(&p), "{} names interned", p.tags().interned());
+        let events = p.trace_drain().unwrap();
+        let quiet: Vec<_> = events.iter().filter(|e| e.tag == quiet_id).collect();
+        assert_eq!(quiet.len(), 2, "the quiet ring's alloc and free are kept");
+        assert_eq!(quiet.iter().map(|e| e.kind).collect::<Vec<_>>(), vec![EventKind::Alloc, EventKind::Free]);
+        for e in &events {
+            assert_eq!(p.tags().name(e.tag).as_deref(), tags.get(&e.handle).map(String::as_str), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_quiet_single_writer_ring_keeps_the_names_of_its_events() {
+        a_quiet_thread_keeps_its_tag_named(2);
+    }
+
+    #[test]
+    fn a_quiet_shared_ring_keeps_the_names_of_its_events() {
+        a_quiet_thread_keeps_its_tag_named(1);
     }
 }

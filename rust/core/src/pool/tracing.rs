@@ -35,12 +35,16 @@ impl Pool {
     /// thread keep their order, and a block's free and moves come after its alloc). Does not
     /// pause the pool: events still being written are left for the next drain.
     /// [`Error::HostMemory`](crate::error::Error::HostMemory) when the host has no memory for the
-    /// events: those waiting stay for the next drain (see `Trace::drain`).
+    /// events: those waiting stay for the next drain (see `Trace::drain`). Events name tags by
+    /// id: read their names under a [`TagTable::pin`](crate::stats::tags::TagTable::pin) taken
+    /// before the drain (the id of a tag no block holds may be reused once no event in the
+    /// rings names it), then call [`Pool::trace_drained_tags`].
     pub fn trace_drain(&self) -> Result<Vec<TraceEvent>> {
         self.trace.drain()
     }
 
-    /// Where the trace stands: on or off, capacity, events recorded, drained and dropped.
+    /// Where the trace stands: on or off, capacity, events recorded, drained and dropped (the
+    /// events the rings overwrote since the last drain included).
     pub fn trace_status(&self) -> TraceStatus {
         self.trace.status()
     }

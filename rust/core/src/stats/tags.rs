@@ -8,11 +8,33 @@
 //! allocation with a pooled tag takes a hold on its id ([`TagTable::acquire`]) and every free
 //! gives it back ([`TagTable::release`]); an id no block holds becomes *idle*, the last
 //! [`IDLE_TAGS`] idle names stay interned (a name used for one block at a time is not interned
-//! anew on every allocation), and older ones are dropped and their ids reused. Trace events name
-//! tags by id, so an id dropped while events that may name it wait in the trace is *retired*
-//! instead, and dropped once the trace has delivered (or lost) every event recorded before.
-//! The table therefore holds the tags that live blocks carry, at most [`IDLE_TAGS`] idle ones and
-//! the retired ones of undrained events, however many distinct names a program uses.
+//! anew on every allocation), and older ones are dropped and their ids reused.
+//!
+//! **Retired ids.** Trace events name tags by id, so an id must not be dropped (and reused for
+//! another name) while an event that names it may still be drained: it is *retired* instead,
+//! and dropped once no such event is left. Which retired ids are still named is asked of the
+//! trace ([`TraceTags::tags_named`]): a read-only pass over the events every ring holds since
+//! its last drain, whether the trace is drained or not (a trace left running as a flight
+//! recorder overwrites its oldest events, and a quiet ring keeps its last ones indefinitely).
+//! The pass costs O(the rings' capacity), so [`TagTable::release`] makes it only once the
+//! retired list has grown by `max(SCAN_EVERY, capacity)` since the last pass: O(1) amortized
+//! per retired id, on the pooled tags' slow path (under the table's lock), never on the
+//! allocation path. After a drain ([`TagTable::trace_drained`]) the rings hold only what was
+//! recorded since, so the pass is short and is made at once.
+//!
+//! The pass may miss an event being written while it reads (a slot overwritten under it is
+//! skipped, as a drain skips it), and that is safe: such an event cannot name a retired id.
+//! An id is retired only when no block holds it, and every event naming a block's tag (its
+//! alloc, moves and free) is recorded while a hold covers it, before the hold is given back
+//! under the table's lock; the pass runs under that lock, so no hold is given back during it,
+//! and every event naming an unheld id was written before the lock was taken (the lock orders
+//! its words before the pass's reads). Events that a drain has taken from the rings but whose
+//! names the drainer has not read yet are covered by a [`TagPin`]: while one is held no id is
+//! dropped. A drained event therefore always finds its own name.
+//!
+//! The table therefore holds the tags that live blocks carry, at most [`IDLE_TAGS`] idle ones,
+//! the retired ones that events in the rings name, and fewer than `max(SCAN_EVERY, capacity)`
+//! others, however many distinct names a program uses and whether or not the trace is drained.
 //!
 //! Counters are keyed on ids that never change their name (the named ids, the shared slot of
 //! the pooled ones), so recycling a pooled id never mixes the figures of two names: a pooled
@@ -27,7 +49,7 @@
 //! the lock, once per allocation and once per free, outside the core's lock-free allocation
 //! path.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -37,6 +59,8 @@ use crate::error::{Error, Result};
 pub const NAMED_TAGS: u32 = 63;
 /// Pooled tags no block carries that stay interned (the oldest beyond this are dropped).
 pub const IDLE_TAGS: usize = 1024;
+/// Fewest retired ids between two passes over the trace's rings (see the module documentation).
+pub const SCAN_EVERY: usize = 4096;
 /// The label of the counters that pooled tags share.
 pub const OTHER_TAGS: &str = "(other tags)";
 /// Counter slots: the named tags, then the pooled ones.
@@ -74,12 +98,30 @@ pub struct UntaggedFigures {
 /// Where the trace stands, as far as tag ids are concerned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TraceProgress {
-    /// Events recorded since the trace started.
-    pub recorded: u64,
-    /// Events delivered or lost since then.
-    pub consumed: u64,
     /// Whether events may still name a tag: recording, or events not yet drained.
     pub pending: bool,
+    /// Events the rings hold at most.
+    pub capacity: usize,
+}
+
+/// What the tag table asks of the trace before it drops an idle id (the pool's trace).
+pub trait TraceTags {
+    /// Where the trace stands.
+    fn progress(&self) -> TraceProgress;
+    /// Add to `out` the ids that the events still to be drained name, except perhaps those of
+    /// events being written meanwhile (whose blocks hold their tags).
+    fn tags_named(&self, out: &mut HashSet<u32>);
+}
+
+/// No trace: nothing names a tag.
+pub struct NoTrace;
+
+impl TraceTags for NoTrace {
+    fn progress(&self) -> TraceProgress {
+        TraceProgress::default()
+    }
+
+    fn tags_named(&self, _: &mut HashSet<u32>) {}
 }
 
 #[derive(Default)]
@@ -103,8 +145,13 @@ struct Names {
     /// Pooled ids whose blocks were all freed, oldest first (an id may appear more than once and
     /// may be held again since).
     idle: VecDeque<u32>,
-    /// Pooled ids no block holds that trace events recorded before `.1` may name.
-    retired: VecDeque<(u32, u64)>,
+    /// Pooled ids no block holds that trace events may name (an id may appear more than once
+    /// and may be held again since).
+    retired: Vec<u32>,
+    /// The length of `retired` beyond which the next release asks the trace which it names.
+    scan_at: usize,
+    /// Drains whose events' names are still being read ([`TagPin`]): no id is dropped meanwhile.
+    pins: usize,
 }
 
 /// A pool's tags and its counters by tag.
@@ -113,6 +160,16 @@ pub struct TagTable {
     /// Ids handed out so far, at most [`NAMED_TAGS`] + 1 (read without the lock for named ids).
     named: AtomicU32,
     names: Mutex<Names>,
+}
+
+/// A drain whose events' names are being read: while one is held no tag id is dropped
+/// ([`TagTable::pin`]).
+pub struct TagPin<'a>(&'a TagTable);
+
+impl Drop for TagPin<'_> {
+    fn drop(&mut self) {
+        self.0.lock().pins -= 1;
+    }
 }
 
 impl Default for TagTable {
@@ -165,17 +222,35 @@ impl Names {
         }
     }
 
-    /// Drop the retired ids whose events the trace has delivered or lost.
-    fn drop_retired(&mut self, trace: TraceProgress) {
-        while let Some(&(id, mark)) = self.retired.front() {
-            if trace.pending && trace.consumed < mark {
-                break;
-            }
-            self.retired.pop_front();
-            if self.holds[id as usize] == 0 {
-                self.drop_id(id);
-            }
+    /// Drop the retired ids that no event to be drained names and no block holds: all of them
+    /// when the trace has no such events; otherwise, when `force` or when `retired` has grown
+    /// past `scan_at`, those the trace's events do not name. Nothing while a drain is pinned.
+    fn drop_retired(&mut self, trace: &dyn TraceTags, progress: TraceProgress, force: bool) {
+        if self.pins > 0 || self.retired.is_empty() {
+            return;
         }
+        let mut named = HashSet::new();
+        if progress.pending {
+            if !force && self.retired.len() <= self.scan_at {
+                return;
+            }
+            trace.tags_named(&mut named);
+        }
+        let mut retired = std::mem::take(&mut self.retired);
+        retired.retain(|&id| {
+            if self.holds[id as usize] > 0 || self.names[id as usize].is_none() {
+                return false; // held again (idle again when released), or already dropped
+            }
+            if named.contains(&id) {
+                return true;
+            }
+            self.drop_id(id);
+            false
+        });
+        retired.sort_unstable();
+        retired.dedup();
+        self.retired = retired;
+        self.scan_at = self.retired.len() + SCAN_EVERY.max(progress.capacity);
     }
 }
 
@@ -228,8 +303,8 @@ impl TagTable {
 
     /// Give back `blocks` holds on `id` (freed blocks, or an allocation that failed). A pooled id
     /// no block holds becomes idle; the oldest idle ids beyond [`IDLE_TAGS`] are dropped, or
-    /// retired while `trace` may still name them.
-    pub fn release(&self, id: u32, blocks: u64, trace: impl FnOnce() -> TraceProgress) {
+    /// retired while `trace` may still name them (see the module documentation).
+    pub fn release(&self, id: u32, blocks: u64, trace: &dyn TraceTags) {
         if id <= NAMED_TAGS {
             return;
         }
@@ -243,27 +318,41 @@ impl TagTable {
         if names.idle.len() <= IDLE_TAGS {
             return;
         }
-        let trace = trace();
-        names.drop_retired(trace);
+        let progress = trace.progress();
+        names.drop_retired(trace, progress, false);
+        let retire = progress.pending || names.pins > 0;
         while names.idle.len() > IDLE_TAGS / 2 {
             let Some(old) = names.idle.pop_front() else { break };
             if names.holds[old as usize] > 0 || names.names[old as usize].is_none() {
                 continue;
             }
-            if trace.pending {
-                names.retired.push_back((old, trace.recorded));
+            if retire {
+                names.retired.push(old);
             } else {
                 names.drop_id(old);
             }
         }
     }
 
-    /// Drop the retired ids the trace no longer names (after a drain).
-    pub fn trace_drained(&self, trace: TraceProgress) {
+    /// Keep every id while the events of a drain are named: take this before the drain and
+    /// give it up once their names are read, then call [`TagTable::trace_drained`].
+    pub fn pin(&self) -> TagPin<'_> {
+        self.lock().pins += 1;
+        TagPin(self)
+    }
+
+    /// Drop the retired ids the trace no longer names (after a drain, once its events' names
+    /// are read): the rings hold only what was recorded since the drain, so the pass is short.
+    pub fn trace_drained(&self, trace: &dyn TraceTags) {
         let mut names = self.lock();
         if !names.retired.is_empty() {
-            names.drop_retired(trace);
+            names.drop_retired(trace, trace.progress(), true);
         }
+    }
+
+    /// Retired ids kept now (whose names events in the trace may carry).
+    pub fn retired(&self) -> usize {
+        self.lock().retired.len()
     }
 
     /// The name of `id` (None for 0 or an id not interned now).
@@ -380,7 +469,33 @@ fn label_key(label: &TagLabel) -> (u8, &str) {
 mod tests {
     use super::*;
 
-    const NO_TRACE: fn() -> TraceProgress = TraceProgress::default;
+    use std::cell::{Cell, RefCell};
+
+    const NO_TRACE: &NoTrace = &NoTrace;
+
+    /// A trace that records, names the ids in `named`, and counts the passes asked of it.
+    struct FakeTrace {
+        pending: Cell<bool>,
+        named: RefCell<HashSet<u32>>,
+        passes: Cell<usize>,
+    }
+
+    impl FakeTrace {
+        fn new() -> FakeTrace {
+            FakeTrace { pending: Cell::new(true), named: RefCell::default(), passes: Cell::new(0) }
+        }
+    }
+
+    impl TraceTags for FakeTrace {
+        fn progress(&self) -> TraceProgress {
+            TraceProgress { pending: self.pending.get(), capacity: 64 }
+        }
+
+        fn tags_named(&self, out: &mut HashSet<u32>) {
+            self.passes.set(self.passes.get() + 1);
+            out.extend(self.named.borrow().iter().copied());
+        }
+    }
 
     #[test]
     fn an_allocation_that_failed_raises_no_peak() {
@@ -450,22 +565,69 @@ mod tests {
     }
 
     #[test]
-    fn retired_tags_stay_named_until_the_trace_delivered_their_events() {
+    fn retired_tags_stay_named_while_the_trace_names_them() {
         let t = TagTable::new();
         for i in 0..NAMED_TAGS {
             t.acquire(&format!("named-{i}"), 0).unwrap();
         }
+        let trace = FakeTrace::new();
         let first = t.acquire("first", 1).unwrap();
-        let recording = TraceProgress { recorded: 10, consumed: 0, pending: true };
-        t.release(first, 1, || recording);
-        for i in 0..2 * IDLE_TAGS {
+        trace.named.borrow_mut().insert(first);
+        t.release(first, 1, &trace);
+        for i in 0..100_000 {
             let id = t.acquire(&format!("r{i}"), 1).unwrap();
-            t.release(id, 1, || recording);
+            t.release(id, 1, &trace);
         }
-        assert_eq!(t.name(first).as_deref(), Some("first"));
-        t.trace_drained(TraceProgress { recorded: 10, consumed: 10, pending: false });
+        assert_eq!(t.name(first).as_deref(), Some("first"), "dropped while an event names it");
+        assert!(t.interned() <= NAMED_TAGS as usize + IDLE_TAGS + 2 * SCAN_EVERY, "{} interned", t.interned());
+        let passes = trace.passes.get();
+        assert!(passes <= 100_000 / SCAN_EVERY + 2, "{passes} passes over the rings");
+        // Once no event names it, a drain lets it go.
+        trace.named.borrow_mut().clear();
+        t.trace_drained(&trace);
         assert_eq!(t.name(first), None);
-        assert!(t.interned() <= NAMED_TAGS as usize + IDLE_TAGS);
+        assert_eq!(t.retired(), 0);
+        // With no event left at all, retired ids go without a pass.
+        let id = t.acquire("last", 1).unwrap();
+        trace.pending.set(false);
+        t.release(id, 1, &trace);
+        t.trace_drained(&trace);
+        assert!(t.interned() <= NAMED_TAGS as usize + IDLE_TAGS + 1);
+    }
+
+    #[test]
+    fn a_pinned_drain_keeps_every_name() {
+        let t = TagTable::new();
+        for i in 0..NAMED_TAGS {
+            t.acquire(&format!("named-{i}"), 0).unwrap();
+        }
+        let trace = FakeTrace::new();
+        let first = t.acquire("first", 1).unwrap();
+        let pin = t.pin();
+        // The drain took the events naming `first` out of the rings: the trace names it no more.
+        t.release(first, 1, &trace);
+        for i in 0..3 * SCAN_EVERY {
+            let id = t.acquire(&format!("r{i}"), 1).unwrap();
+            t.release(id, 1, &trace);
+        }
+        assert_eq!(t.name(first).as_deref(), Some("first"), "dropped while a drain reads names");
+        assert_eq!(trace.passes.get(), 0);
+        drop(pin);
+        t.trace_drained(&trace);
+        assert_eq!(t.name(first), None);
+        // Without a trace, an idle id goes without retiring while a drain is pinned too.
+        let pin = t.pin();
+        trace.pending.set(false);
+        let id = t.acquire("second", 1).unwrap();
+        t.release(id, 1, &trace);
+        for i in 0..2 * IDLE_TAGS {
+            let id = t.acquire(&format!("s{i}"), 1).unwrap();
+            t.release(id, 1, &trace);
+        }
+        assert_eq!(t.name(id).as_deref(), Some("second"));
+        drop(pin);
+        t.trace_drained(&trace);
+        assert_eq!(t.name(id), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::handle::id::Handle;
 use crate::util::grow::try_vec;
 use crate::util::grow::{reserve, try_push};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -59,8 +60,8 @@ pub struct TraceStatus {
     pub recorded: u64,
     /// Events drained since the last start.
     pub drained: u64,
-    /// Events lost since the last start (overwritten before a drain, or lapped writers),
-    /// as counted by the drains so far.
+    /// Events lost since the last start: counted by the drains so far (overwritten before a
+    /// drain, or lapped writers), and those the rings have overwritten since the last drain.
     pub dropped: u64,
 }
 
@@ -155,7 +156,7 @@ impl Trace {
             capacity: rings.capacity(),
             recorded: rings.written(),
             drained: drains.delivered,
-            dropped: drains.dropped,
+            dropped: drains.dropped + rings.overwritten(),
         }
     }
 
@@ -227,6 +228,26 @@ impl Trace {
     pub(crate) fn status(&self) -> TraceStatus {
         let drains = self.lock();
         self.status_locked(&drains)
+    }
+
+    /// Add to `out` the tag ids that the events a drain now would deliver name (0 for none
+    /// included): a read-only pass over every ring's events since the last drain, O(the
+    /// rings' capacity). An event being written meanwhile may be left out, so the caller must
+    /// know otherwise about the tags such events name (`stats/tags.rs`: their blocks hold them).
+    pub(crate) fn tags_named(&self, out: &mut HashSet<u32>) {
+        let _drains = self.lock();
+        let rings = self.rings.load(Ordering::Acquire);
+        if rings.is_null() {
+            return;
+        }
+        // SAFETY: rings are freed only by `install` under the control lock (held here) or by
+        // drop.
+        let rings = unsafe { &*rings };
+        rings.retained(&mut |w| {
+            if let Some(e) = TraceEvent::from_words(w) {
+                out.insert(e.tag);
+            }
+        });
     }
 
     /// Whether events are recorded now.

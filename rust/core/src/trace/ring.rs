@@ -122,6 +122,30 @@ impl<const W: usize> Ring<W> {
     /// Hand every finished event since the last drain to `out`, oldest first. One drainer at a
     /// time (the caller serialises drains).
     pub(crate) fn drain(&self, out: &mut dyn FnMut([u64; W])) -> Drained {
+        let (done, next) = self.visit(out, true);
+        self.read.store(next, Ordering::Relaxed);
+        done
+    }
+
+    /// Hand every finished event a drain now would deliver, and those behind a ticket whose
+    /// writer has not finished, to `out`, oldest first, and leave them in the ring: a read-only
+    /// drain (serialised with drains by the caller, as they are with each other).
+    pub(crate) fn retained(&self, out: &mut dyn FnMut([u64; W])) {
+        self.visit(out, false);
+    }
+
+    /// Tickets handed out but not drained whose slots newer tickets took: overwritten since the
+    /// last drain, which will count them dropped (serialised with drains by the caller).
+    pub(crate) fn overwritten(&self) -> u64 {
+        let unread = self.write.load(Ordering::Acquire).saturating_sub(self.read.load(Ordering::Relaxed));
+        unread.saturating_sub(self.mask + 1)
+    }
+
+    /// The drain's reading: every finished event since the last drain to `out`, stopping at the
+    /// first ticket whose writer has not finished when `stop_at_unfinished` (a drain, which
+    /// resumes there next time) or stepping over it; what was delivered and dropped, and the
+    /// ticket the next drain starts from.
+    fn visit(&self, out: &mut dyn FnMut([u64; W]), stop_at_unfinished: bool) -> (Drained, u64) {
         let write = self.write.load(Ordering::Acquire);
         let cap = self.mask + 1;
         let mut done = Drained::default();
@@ -136,7 +160,11 @@ impl<const W: usize> Ring<W> {
                 continue;
             }
             if owner < ticket + 1 || before & STATE == WRITING {
-                break; // its writer has not finished: the next drain resumes here
+                if stop_at_unfinished {
+                    break; // its writer has not finished: the next drain resumes here
+                }
+                ticket += 1;
+                continue;
             }
             if before & STATE != DONE {
                 done.dropped += 1; // skipped by its writer (VOID or BUSY)
@@ -153,8 +181,7 @@ impl<const W: usize> Ring<W> {
             }
             ticket += 1;
         }
-        self.read.store(ticket, Ordering::Relaxed);
-        done
+        (done, ticket)
     }
 }
 
@@ -270,6 +297,48 @@ mod loom_models {
             dropped += ring.drain(&mut |w| check(w, &mut seen)).dropped;
             assert_eq!(seen.len() as u64 + dropped, 2);
             assert!(seen.contains(&2), "the last event of a quiet ring is delivered");
+        });
+    }
+
+    /// A read-only pass races a writer that has taken the older ticket and may still be
+    /// storing: the pass steps over it and sees the finished event after it, returns no torn
+    /// event, and leaves both for the drain.
+    #[test]
+    fn a_read_only_pass_steps_over_an_unfinished_writer() {
+        loom::model(|| {
+            let ring: Arc<Ring<2>> = Arc::new(Ring::new(2).unwrap());
+            let r2 = ring.clone();
+            let other = thread::spawn(move || r2.push(&[1, 10]));
+            ring.push(&[2, 20]);
+            let mut seen = Vec::new();
+            ring.retained(&mut |w| check(w, &mut seen));
+            assert!(seen.contains(&2), "a finished event was missed");
+            other.join().unwrap();
+            let mut after = Vec::new();
+            ring.retained(&mut |w| check(w, &mut after));
+            after.sort();
+            assert_eq!(after, vec![1, 2]);
+            let mut drained = Vec::new();
+            assert_eq!(ring.drain(&mut |w| check(w, &mut drained)), Drained { delivered: 2, dropped: 0 });
+        });
+    }
+
+    /// A read-only pass reads a one-slot ring while a writer laps it: no torn event.
+    #[test]
+    fn a_read_only_pass_races_a_writer_lapping_the_slot() {
+        loom::model(|| {
+            let ring: Arc<Ring<2>> = Arc::new(Ring::new(1).unwrap());
+            ring.push(&[1, 10]);
+            let r2 = ring.clone();
+            let writer = thread::spawn(move || r2.push(&[2, 20]));
+            let mut seen = Vec::new();
+            ring.retained(&mut |w| check(w, &mut seen));
+            writer.join().unwrap();
+            let mut after = Vec::new();
+            ring.retained(&mut |w| check(w, &mut after));
+            assert_eq!(after, vec![2]);
+            let mut drained = Vec::new();
+            assert_eq!(ring.drain(&mut |w| check(w, &mut drained)), Drained { delivered: 1, dropped: 1 });
         });
     }
 

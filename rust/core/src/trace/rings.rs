@@ -159,6 +159,21 @@ impl Rings {
         total
     }
 
+    /// Hand every event a drain now would deliver to `out`, and leave it in the rings (the
+    /// caller serialises this with drains).
+    pub(crate) fn retained(&self, out: &mut dyn FnMut([u64; EVENT_WORDS])) {
+        self.shared.retained(out);
+        for ring in self.solo.iter() {
+            ring.retained(out);
+        }
+    }
+
+    /// Events recorded but not drained that the rings no longer hold (the caller serialises
+    /// this with drains, which count them dropped).
+    pub(crate) fn overwritten(&self) -> u64 {
+        self.solo.iter().map(|r| r.overwritten()).sum::<u64>() + self.shared.overwritten()
+    }
+
     /// Events a drain now would take at most from ring `ring` (numbered as [`Rings::drain`]
     /// numbers them: the threads' rings, then the shared one).
     pub(crate) fn waiting(&self, ring: usize) -> usize {

@@ -113,6 +113,28 @@ impl<const W: usize> SoloRing<W> {
     /// Hand every event published since the last drain to `out`, oldest first. One drainer at a
     /// time (the caller serialises drains).
     pub(crate) fn drain(&self, out: &mut dyn FnMut([u64; W])) -> Drained {
+        let (done, next) = self.visit(out);
+        self.read.store(next, Ordering::Relaxed);
+        done
+    }
+
+    /// Hand the events a drain now would deliver to `out`, oldest first, and leave them in the
+    /// ring: a read-only drain (serialised with drains by the caller, as they are with each
+    /// other).
+    pub(crate) fn retained(&self, out: &mut dyn FnMut([u64; W])) {
+        self.visit(out);
+    }
+
+    /// Events published but not drained that the ring no longer holds: overwritten since the
+    /// last drain, which will count them dropped (serialised with drains by the caller).
+    pub(crate) fn overwritten(&self) -> u64 {
+        let unread = (self.seq.load(Ordering::Acquire) >> 1).saturating_sub(self.read.load(Ordering::Relaxed));
+        unread.saturating_sub(self.mask + 1)
+    }
+
+    /// The drain's reading: every intact event published since the last drain to `out`; what
+    /// was delivered and dropped, and the ticket the next drain starts from.
+    fn visit(&self, out: &mut dyn FnMut([u64; W])) -> (Drained, u64) {
         let end = self.seq.load(Ordering::Acquire) >> 1;
         let cap = self.mask + 1;
         let mut done = Drained::default();
@@ -136,8 +158,7 @@ impl<const W: usize> SoloRing<W> {
             }
             ticket += n as u64;
         }
-        self.read.store(ticket, Ordering::Relaxed);
-        done
+        (done, ticket)
     }
 }
 
@@ -328,6 +349,46 @@ mod loom_models {
     #[test]
     fn writer_laps_a_two_slot_ring_while_draining_twice() {
         lap_while_draining(2, 3, 2);
+    }
+
+    /// A read-only pass reads the ring while its owner laps it: it returns no torn event and no
+    /// event twice, and leaves the ring as it was for the drain.
+    fn pass_while_writing(cap: usize, events: u64) {
+        loom::model(move || {
+            let ring: Arc<SoloRing<2>> = Arc::new(SoloRing::new(cap).unwrap());
+            assert!(ring.claim(1));
+            ring.push(&[1, 10]);
+            let r2 = ring.clone();
+            let pass = thread::spawn(move || {
+                let mut seen = Vec::new();
+                r2.retained(&mut |w| check(w, &mut seen));
+                seen
+            });
+            for n in 2..=events {
+                ring.push(&[n, n * 10]);
+            }
+            let seen = pass.join().unwrap();
+            let mut sorted = seen.clone();
+            sorted.sort();
+            assert_eq!(seen, sorted, "read out of order");
+            let mut after = Vec::new();
+            ring.retained(&mut |w| check(w, &mut after));
+            let newest: Vec<u64> = (events.saturating_sub(cap as u64) + 1..=events).collect();
+            assert_eq!(after, newest, "a quiet ring's events are all seen");
+            let mut drained = Vec::new();
+            let d = ring.drain(&mut |w| check(w, &mut drained));
+            assert_eq!((drained, d.dropped), (newest, events - cap.min(events as usize) as u64));
+        });
+    }
+
+    #[test]
+    fn a_read_only_pass_races_a_writer_lapping_a_one_slot_ring() {
+        pass_while_writing(1, 2);
+    }
+
+    #[test]
+    fn a_read_only_pass_races_a_writer_lapping_a_two_slot_ring() {
+        pass_while_writing(2, 3);
     }
 
     #[test]

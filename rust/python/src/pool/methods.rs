@@ -440,7 +440,7 @@ impl Pool {
     /// pool, each taken by the first thread that records into it and kept by that thread until
     /// it exits, and one that every further thread shares. Every ring holds `capacity / cores`
     /// events rounded up to a power of two, at least 16, and overwrites its oldest events when
-    /// full (a drain counts them as dropped). So the rings hold `cores + 1` times that in all
+    /// full (counted as dropped). So the rings hold `cores + 1` times that in all
     /// (`trace_status().capacity`), and one thread keeps at most one ring's worth between
     /// drains: with `cores=4`, `trace_start(1000)` makes rings of 256 events, 1280 in all, and
     /// a single thread keeps its latest 256. The rings take 64 bytes per event. With
@@ -476,6 +476,8 @@ impl Pool {
     /// `(file, line, function)` for allocations traced with `stacks=True`, else None.
     fn trace_drain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let core = &self.core;
+        // No tag id is dropped (and reused) until the drained events' names are read.
+        let pin = core.tags().pin();
         let events = without_gil(py, || core.trace_drain())?;
         let tuples = py_alloc::list(
             py,
@@ -484,7 +486,8 @@ impl Pool {
                 Ok(event_tuple(py, e, &self.tags, core, stack)?.into_any())
             }),
         );
-        core.tags().trace_drained(core.trace_progress());
+        drop(pin);
+        core.trace_drained_tags();
         tuples
     }
 
