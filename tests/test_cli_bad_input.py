@@ -673,6 +673,23 @@ def test_a_bad_argument_is_one_line(
     assert err.startswith(line), err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "s.json", "x" * 200_000],
+        ["plot", "s.json", "--color-by", "y" * 200_000],
+        ["y" * 200_000],
+    ],
+    ids=["unrecognized", "invalid choice", "command"],
+)
+def test_argparse_refusals_cut_a_long_value_short(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2
+    assert len(err) < 400 and "(200,0" in err, err[:400]
+
+
 def test_every_subcommand_refuses_in_one_line() -> None:
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]

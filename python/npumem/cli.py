@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from npumem._shown import shown
+from npumem._shown import MAX_SHOWN, shown
 from npumem.exit_status import ExitStatus, one_line
 
 __all__ = ["OneLineErrorParser", "build_parser", "main"]
@@ -67,7 +67,13 @@ class OneLineErrorParser(argparse.ArgumentParser):
             raise
 
     def error(self, message: str) -> NoReturn:
-        self.exit(ExitStatus.USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
+        # argparse quotes the refused values in full (an unknown argument, an invalid choice):
+        # each word of the message is cut as a quoted value is (`npumem._shown`).
+        words = (
+            w if len(w) <= MAX_SHOWN else f"{w[:MAX_SHOWN]}... ({len(w):,} characters)"
+            for w in message.split()
+        )
+        self.exit(ExitStatus.USAGE, f"{self.prog}: error: {' '.join(words)}\n")
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: None = None
