@@ -10,6 +10,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ import npumem
 from npumem._shown import MAX_SHOWN, shown
 from npumem.cli import main
 from npumem.compaction import Compactor
+from npumem.compaction.policy import Policy
+from npumem.errors import NpumemError
 from npumem.monitor import (
     PrometheusCollector,
     TraceRecorder,
@@ -33,6 +36,7 @@ from npumem.monitor.colors import TAG_PALETTE, tag_color
 from npumem.monitor.plots import chunk_owners, moved_blocks
 from npumem.monitor.prometheus import COUNTERS, GAUGES
 from npumem.plan import Problem, solve
+from npumem.sizes import parse_bytes
 
 MIB = 1 << 20
 
@@ -330,3 +334,28 @@ def test_a_quoted_value_is_its_repr_or_cut_short(value: object, expected: str) -
     text = shown(value)
     assert text == expected or text.endswith(expected), text
     assert len(text) < 2 * MAX_SHOWN
+
+
+LONG = "v" * 100_000
+
+
+def _plot_coloured_by_long_value() -> None:
+    pool = npumem.Pool(1 << 20, cores=1)
+    plot_address_map(pool.snapshot(), "never-written.png", color_by=LONG)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "refuse",
+    [
+        lambda: parse_bytes(LONG),
+        lambda: Policy(mode=LONG),
+        lambda: npumem.plan.run_rule(npumem.plan.Problem([]), LONG),
+        _plot_coloured_by_long_value,
+    ],
+    ids=["parse_bytes", "compaction policy", "greedy rule", "plot color_by"],
+)
+def test_api_refusals_cut_a_long_value_short(refuse: Callable[[], object]) -> None:
+    with pytest.raises(NpumemError) as info:
+        refuse()
+    text = str(info.value)
+    assert len(text) < 400 and "(100,000 characters)" in text, text[:400]

@@ -26,6 +26,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
+from npumem._shown import shown
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["MAX_BYTES", "UNITS", "byte_unit", "format_bytes", "parse_bytes"]
@@ -56,7 +57,7 @@ _EXAMPLES = "examples: 1048576, 64MiB, 1.5GiB, 2 GB, 512K, 1e6"
 
 
 def _refuse(text: str, why: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"{text!r} is not a byte count: {why}")
+    return InvalidArgumentError(f"{shown(text)} is not a byte count: {why}")
 
 
 _SIZE = re.compile(
@@ -88,7 +89,7 @@ def parse_bytes(text: str) -> int:
     number, unit = match.group(1), match.group(2).lower()
     if unit not in UNITS:
         known = "B, K, KiB, M, MiB, G, GiB, T, TiB, kB, MB, GB, TB"
-        raise _refuse(text, f"unknown unit {match.group(2)!r} (known units: {known})")
+        raise _refuse(text, f"unknown unit {shown(match.group(2))} (known units: {known})")
     if _MISPLACED_UNDERSCORE.search(number):
         raise _refuse(text, "an `_` must stand alone between two digits (1_000_000)")
     try:

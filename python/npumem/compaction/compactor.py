@@ -22,6 +22,7 @@ from typing import NoReturn, Self
 
 import npumem
 from npumem._core import CompactionPlan, StepReport, oom_handler_may_wait
+from npumem._shown import shown
 from npumem.compaction.movers import Mover
 from npumem.compaction.policy import Mode, Policy, check_mode
 from npumem.compaction.report import CompactionReport
@@ -40,7 +41,7 @@ def _seconds(value: object, name: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise InvalidArgumentError(
-            f"{name} must be a finite number of seconds > 0 or None, got {value!r}"
+            f"{name} must be a finite number of seconds > 0 or None, got {shown(value)}"
         )
     return float(value)
 
@@ -134,7 +135,9 @@ class Compactor:
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
         ):
-            raise InvalidArgumentError(f"max_bytes must be an int >= 1 or None, got {max_bytes!r}")
+            raise InvalidArgumentError(
+                f"max_bytes must be an int >= 1 or None, got {shown(max_bytes)}"
+            )
         with self._lock:
             self._busy.active = True
             try:

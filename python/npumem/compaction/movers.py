@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from npumem._core import Transfer
+from npumem._shown import shown
 
 __all__ = ["HostMirror", "Mover", "Transfer"]
 
@@ -35,7 +36,7 @@ class HostMirror:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             from npumem.errors import InvalidArgumentError
 
-            raise InvalidArgumentError(f"capacity must be an int >= 1, got {capacity!r}")
+            raise InvalidArgumentError(f"capacity must be an int >= 1, got {shown(capacity)}")
         self.memory = bytearray(capacity)
         self.batches = 0
         self.transfers = 0

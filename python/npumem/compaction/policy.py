@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from npumem._shown import shown
 from npumem.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_THRESHOLD", "MODES", "Mode", "Policy", "check_mode"]
@@ -22,7 +23,7 @@ MODES: tuple[Mode, ...] = ("full", "incremental")
 def check_mode(mode: object) -> Mode:
     """`mode` if it is one of `MODES`, else `InvalidArgumentError`."""
     if mode not in MODES:
-        raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+        raise InvalidArgumentError(f"mode must be one of {MODES}, got {shown(mode)}")
     return mode
 
 
@@ -60,20 +61,24 @@ class Policy:
             isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t < 1.0
         ):
             raise InvalidArgumentError(
-                f"fragmentation_threshold must be a number in [0, 1) or None, got {t!r}"
+                f"fragmentation_threshold must be a number in [0, 1) or None, got {shown(t)}"
             )
         if not isinstance(self.on_failure, bool):
-            raise InvalidArgumentError(f"on_failure must be a bool, got {self.on_failure!r}")
+            raise InvalidArgumentError(f"on_failure must be a bool, got {shown(self.on_failure)}")
         i = self.min_interval
         number = not isinstance(i, bool) and isinstance(i, int | float)
         if not (number and math.isfinite(i) and i >= 0):
-            raise InvalidArgumentError(f"min_interval must be a number of seconds >= 0, got {i!r}")
+            raise InvalidArgumentError(
+                f"min_interval must be a number of seconds >= 0, got {shown(i)}"
+            )
         w = self.wait_for_room
         number = not isinstance(w, bool) and isinstance(w, int | float)
         if not (number and math.isfinite(w) and w >= 0):
-            raise InvalidArgumentError(f"wait_for_room must be a number of seconds >= 0, got {w!r}")
+            raise InvalidArgumentError(
+                f"wait_for_room must be a number of seconds >= 0, got {shown(w)}"
+            )
         check_mode(self.mode)
         for name in ("max_bytes", "max_steps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {v!r}")
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {shown(v)}")

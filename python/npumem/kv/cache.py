@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from npumem._core import PagedKV, Pool
+from npumem._shown import shown
 from npumem.errors import (
     InvalidArgumentError,
     InvalidHandleError,
@@ -72,7 +73,7 @@ class KVCache(PagedKV):
         shape = config if isinstance(config, KVShape) else KVShape.from_config(config)
         for name, value in (("max_seq_len", max_seq_len), ("batch", batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidArgumentError(f"{name} must be an int > 0, got {value!r}")
+                raise InvalidArgumentError(f"{name} must be an int > 0, got {shown(value)}")
         return cls(
             pool,
             num_layers=shape.num_layers,

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from npumem._shown import shown
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["KVShape", "kv_cache_bytes"]
@@ -101,7 +102,7 @@ class KVShape:
             dtype = _first(config, "dtype_bytes", "torch_dtype", "dtype")
             if isinstance(dtype, str):
                 if dtype not in _DTYPE_BYTES:
-                    raise InvalidArgumentError(f"unknown dtype {dtype!r} in the model config")
+                    raise InvalidArgumentError(f"unknown dtype {shown(dtype)} in the model config")
                 dtype_bytes = _DTYPE_BYTES[dtype]
             else:
                 dtype_bytes = 2 if dtype is None else dtype

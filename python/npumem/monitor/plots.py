@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from npumem._shown import shown
 from npumem.errors import InvalidArgumentError, MissingDependencyError
 from npumem.fileio import write_bytes
 from npumem.monitor._mplconfig import use_writable_config_dir
@@ -629,7 +630,7 @@ def _short(n: int) -> str:
 
 def _check_color_by(color_by: str) -> None:
     if color_by not in ("tag", "core"):
-        raise InvalidArgumentError(f"color_by must be 'tag' or 'core', got {color_by!r}")
+        raise InvalidArgumentError(f"color_by must be 'tag' or 'core', got {shown(color_by)}")
 
 
 def plot_address_map(

@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from npumem._core import Pool
+from npumem._shown import shown
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def _fraction(value: object, name: str) -> float | None:
     v = float(value)
     if not 0.0 < v <= 1.0:
         raise InvalidArgumentError(
-            f"thresholds: {name} must be a fraction in (0, 1] (0.9 is 90%), got {value!r}"
+            f"thresholds: {name} must be a fraction in (0, 1] (0.9 is 90%), got {shown(value)}"
         )
     return v
 

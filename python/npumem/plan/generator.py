@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import random
 
+from npumem._shown import shown
 from npumem.plan.bounds import lower_bound
 from npumem.plan.buffers import Buffer
 from npumem.plan.greedy import best_greedy
@@ -118,7 +119,7 @@ def spec(kind: str, seed: int) -> tuple[str, int]:
     """The kind and the number of rectangles aimed at for `seed` (the count of a skyline is
     near it, not exact)."""
     if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+        raise ValueError(f"unknown kind {shown(kind)}; expected one of {', '.join(KINDS)}")
     rng = random.Random(f"{kind}/{seed}/count")
     return kind, rng.randrange(MIN_BUFFERS + 20, MAX_BUFFERS - 40)
 
@@ -159,7 +160,7 @@ def instance_set(name: str, size: int) -> list[Problem]:
     Instance `i` takes the first seed `first + i + 1000 * k` (k = 0, 1, ...) that is hard."""
     first = {"train": 0, "test": 1_000_000}.get(name)
     if first is None:
-        raise ValueError(f"unknown set {name!r}; expected 'train' or 'test'")
+        raise ValueError(f"unknown set {shown(name)}; expected 'train' or 'test'")
     problems = []
     for i in range(size):
         kind = KINDS[i % len(KINDS)]

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from npumem._shown import shown
 from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
 from npumem.plan.problem import Problem
 
@@ -234,7 +235,7 @@ def run_rule(problem: Problem, rule: str) -> GreedyResult:
         fn = GREEDY_RULES[rule]
     except KeyError:
         raise PlanArgumentError(
-            f"unknown greedy rule {rule!r}; the rules are {', '.join(GREEDY_RULES)}"
+            f"unknown greedy rule {shown(rule)}; the rules are {', '.join(GREEDY_RULES)}"
         ) from None
     start = time.perf_counter()
     offsets = fn(problem)

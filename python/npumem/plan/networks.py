@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from npumem._shown import shown
 from npumem.plan.graph import DTYPE_SIZES, Graph, Op, Tensor
 
 __all__ = ["NETWORKS", "bert_base", "mobilenet_v2", "resnet50"]
@@ -25,7 +26,7 @@ class _Builder:
 
     def __init__(self, name: str, dtype: str) -> None:
         if dtype not in DTYPE_SIZES:
-            raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_SIZES)}")
+            raise ValueError(f"unknown dtype {shown(dtype)}; known: {', '.join(DTYPE_SIZES)}")
         self.name = name
         self.itemsize = DTYPE_SIZES[dtype]
         self.tensors: list[Tensor] = []

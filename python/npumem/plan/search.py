@@ -66,6 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from npumem._core import PackingInstance
+from npumem._shown import shown
 from npumem.plan.bounds import lower_bound
 from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
 from npumem.plan.greedy import LINEAR_SCAN, best_greedy, pairs_listable
@@ -324,7 +325,9 @@ def check_time_limit(time_limit: object) -> None:
     (`PlanArgumentTypeError` for a value that is no number, bools included;
     `PlanArgumentError` for one out of range, NaN too)."""
     if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
-        raise PlanArgumentTypeError(f"time_limit must be a number of seconds, got {time_limit!r}")
+        raise PlanArgumentTypeError(
+            f"time_limit must be a number of seconds, got {shown(time_limit)}"
+        )
     if not 0 <= time_limit < math.inf:  # NaN too
         raise PlanArgumentError(
             f"time_limit must be a finite number of seconds >= 0, got {time_limit}"
@@ -338,7 +341,7 @@ def _check_count(name: str, value: object, unit: str) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
         raise PlanArgumentTypeError(
-            f"{name} must be a whole number of {unit} or None, got {value!r}"
+            f"{name} must be a whole number of {unit} or None, got {shown(value)}"
         )
     if value < 0:
         raise PlanArgumentError(f"{name} must be >= 0, got {value}")

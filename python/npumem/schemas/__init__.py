@@ -17,6 +17,7 @@ import json
 from importlib import resources
 from typing import Any
 
+from npumem._shown import shown
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["FORMATS", "load"]
@@ -41,7 +42,7 @@ def load(fmt: str) -> dict[str, Any]:
             f"the format must be a str (one of {known}), got {type(fmt).__name__}"
         )
     if fmt not in FORMATS:
-        raise InvalidArgumentError(f"no schema for format {fmt!r} (known: {known})")
+        raise InvalidArgumentError(f"no schema for format {shown(fmt)} (known: {known})")
     name = FORMATS[fmt]
     text = resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)

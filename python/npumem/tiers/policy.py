@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from npumem._shown import shown
 from npumem.errors import InvalidArgumentError
 
 __all__ = ["FrequencyPolicy", "Heat", "LRUPolicy", "Policy", "SizeOnlyPolicy"]
@@ -82,11 +83,11 @@ class FrequencyPolicy:
 
     def __init__(self, half_life: float = 4096.0, *, admit_cold: int = 0) -> None:
         if isinstance(half_life, bool) or not isinstance(half_life, int | float):
-            raise InvalidArgumentError(f"half_life must be a number, got {half_life!r}")
+            raise InvalidArgumentError(f"half_life must be a number, got {shown(half_life)}")
         if not half_life > 0 or half_life == float("inf"):
-            raise InvalidArgumentError(f"half_life must be finite and > 0, got {half_life!r}")
+            raise InvalidArgumentError(f"half_life must be finite and > 0, got {shown(half_life)}")
         if isinstance(admit_cold, bool) or not isinstance(admit_cold, int) or admit_cold < 0:
-            raise InvalidArgumentError(f"admit_cold must be an int >= 0, got {admit_cold!r}")
+            raise InvalidArgumentError(f"admit_cold must be an int >= 0, got {shown(admit_cold)}")
         self.half_life = float(half_life)
         self.admit_cold = admit_cold
         self._rate = math.log(2.0) / self.half_life  # the decay of one tick is exp(-rate)
@@ -175,7 +176,7 @@ class SizeOnlyPolicy:
 
     def __init__(self, max_block: int) -> None:
         if isinstance(max_block, bool) or not isinstance(max_block, int) or max_block < 1:
-            raise InvalidArgumentError(f"max_block must be an int >= 1, got {max_block!r}")
+            raise InvalidArgumentError(f"max_block must be an int >= 1, got {shown(max_block)}")
         self.max_block = max_block
 
     def admit(self, nbytes: int, hot: bool) -> bool:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 from npumem._core import Pool
+from npumem._shown import shown
 from npumem.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -172,7 +173,7 @@ class TieredPool:
             or fast_max_block < 1
         ):
             raise InvalidArgumentError(
-                f"fast_max_block must be an int >= 1 or None, got {fast_max_block!r}"
+                f"fast_max_block must be an int >= 1 or None, got {shown(fast_max_block)}"
             )
         if policy is None:
             policy = FrequencyPolicy()
@@ -332,7 +333,7 @@ class TieredPool:
             block = pool.alloc(nbytes) if plain else pool.alloc(nbytes, align=align, tag=tag)
             where = None
         else:
-            raise InvalidArgumentError(f"tier must be 'fast', 'slow' or None, got {tier!r}")
+            raise InvalidArgumentError(f"tier must be 'fast', 'slow' or None, got {shown(tier)}")
         tb = TieredBlock(self, block, where, home, align, nbytes, next(self._serials))
         if spilled:
             self._spills.append(home)
@@ -431,7 +432,7 @@ class TieredPool:
         if type(tb) is not TieredBlock or tb._owner is not self:
             self._check_own(tb)
         if count.__class__ is not int or count < 0:
-            raise InvalidArgumentError(f"count must be an int >= 0, got {count!r}")
+            raise InvalidArgumentError(f"count must be an int >= 0, got {shown(count)}")
         lock = self._lock
         lock.acquire()
         try:
@@ -476,7 +477,7 @@ class TieredPool:
                 if type(tb) is not TieredBlock or tb._owner is not self:
                     self._check_own(tb)
                 if n.__class__ is not int or n < 0:
-                    raise InvalidArgumentError(f"counts must be ints >= 0, got {n!r}")
+                    raise InvalidArgumentError(f"counts must be ints >= 0, got {shown(n)}")
             self._touch_counted(tbs, ns)
             return
         for tb in tbs:
@@ -639,7 +640,9 @@ class TieredPool:
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
         ):
-            raise InvalidArgumentError(f"max_bytes must be an int >= 0 or None, got {max_bytes!r}")
+            raise InvalidArgumentError(
+                f"max_bytes must be an int >= 0 or None, got {shown(max_bytes)}"
+            )
         start = time.perf_counter()
         policy = self._policy
         report = RebalanceReport(policy.name, max_bytes)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import npumem
+from npumem._shown import shown
 from npumem.monitor.trace import EVENT_KINDS, Trace
 
 __all__ = ["ReplayFailure", "ReplayResult", "replay_trace"]
@@ -135,7 +136,9 @@ def replay_trace(
             f"unknown configuration key(s) {', '.join(unknown)}; expected {', '.join(_CONFIG_KEYS)}"
         )
     if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
-        raise npumem.InvalidArgumentError(f"sample_every must be an int >= 1, got {sample_every!r}")
+        raise npumem.InvalidArgumentError(
+            f"sample_every must be an int >= 1, got {shown(sample_every)}"
+        )
     cfg = {k: trace.config[k] for k in _CONFIG_KEYS if k in trace.config}
     if "capacity" in overrides and "max_capacity" not in overrides:
         cfg.pop("max_capacity", None)

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 import npumem
+from npumem._shown import shown
 from npumem.plan import networks
 from npumem.plan.bounds import live_bytes
 from npumem.plan.problem import Problem
@@ -85,7 +86,7 @@ def make_policy(name: str, fast_max_block: int) -> Policy:
         return LRUPolicy()
     if name == "size-only":
         return SizeOnlyPolicy(fast_max_block)
-    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    raise ValueError(f"unknown policy {shown(name)}; known: {', '.join(POLICIES)}")
 
 
 @dataclass
@@ -188,7 +189,7 @@ def run_tiered_demo(
     models = weight_models()
     rng = random.Random(seed)
     if mix not in MIXES:
-        raise npumem.InvalidArgumentError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
+        raise npumem.InvalidArgumentError(f"unknown mix {shown(mix)}; known: {', '.join(MIXES)}")
     phases = MIXES[mix]
     plan = [
         (
