@@ -60,7 +60,7 @@ pub const NAMED_TAGS: u32 = 63;
 /// Pooled tags no block carries that stay interned (the oldest beyond this are dropped).
 pub const IDLE_TAGS: usize = 1024;
 /// Fewest retired ids between two passes over the trace's rings (see the module documentation).
-pub const SCAN_EVERY: usize = 4096;
+pub(crate) const SCAN_EVERY: usize = 4096;
 /// The label of the counters that pooled tags share.
 pub const OTHER_TAGS: &str = "(other tags)";
 /// Counter slots: the named tags, then the pooled ones.
@@ -114,8 +114,10 @@ pub trait TraceTags {
 }
 
 /// No trace: nothing names a tag.
-pub struct NoTrace;
+#[cfg(test)]
+pub(crate) struct NoTrace;
 
+#[cfg(test)]
 impl TraceTags for NoTrace {
     fn progress(&self) -> TraceProgress {
         TraceProgress::default()
@@ -351,7 +353,8 @@ impl TagTable {
     }
 
     /// Retired ids kept now (whose names events in the trace may carry).
-    pub fn retired(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn retired(&self) -> usize {
         self.lock().retired.len()
     }
 
