@@ -831,18 +831,50 @@ impl TreeShape {
         }
     }
 
+    /// The level of the largest node that holds `node` and lies inside units `[start, stop)`:
+    /// for a free run read around a release ([`TreeShape::free_run_around`]), what
+    /// [`TreeShape::coalesced_level`] climbs the tree to find, without reading it again. Both
+    /// count a marked child bunch that holds no allocated node as free.
+    pub(crate) fn level_in_run(&self, node: Node, (start, stop): (u64, u64)) -> u32 {
+        let mut level = node.level;
+        let mut first = node.start(self.depth);
+        while level > 0 {
+            let units = 2u64 << (self.depth - level);
+            let parent = first & !(units - 1);
+            if parent < start || parent + units > stop {
+                break;
+            }
+            first = parent;
+            level -= 1;
+        }
+        level
+    }
+
+    /// The level of the largest free node that holds `node`, just released: from `run`, the
+    /// free run around the release when it was read ([`TreeShape::level_in_run`]), else
+    /// climbed in the tree ([`TreeShape::coalesced_level`]).
+    #[inline]
+    pub(crate) fn coalesced_level_in(&self, tree: &[AtomicU64], node: Node, run: Option<(u64, u64)>) -> u32 {
+        match run {
+            Some(run) => self.level_in_run(node, run),
+            None => self.coalesced_level(tree, node),
+        }
+    }
+
     /// After `node` was released (and the chunk's epoch advanced): lower the summary of each
     /// bunch around it (one per band below the top one) to the level of the largest free node
     /// around `from` (`node` itself, or a node released with it whose largest free node is at
     /// least as large), or to the bunch's top level if that is lower in the tree (the level is
-    /// computed only when a summary is above its bunch's top level). `coalesced` caches it.
+    /// computed only when a summary is above its bunch's top level, from `run` when the free
+    /// run around the release was read: [`TreeShape::coalesced_level_in`]). `coalesced`
+    /// caches it.
     #[inline]
     pub(crate) fn announce_in_bunches(
         &self,
         tree: &[AtomicU64],
         summaries: &[AtomicU64],
-        node: Node,
-        from: Node,
+        (node, from): (Node, Node),
+        run: Option<(u64, u64)>,
         coalesced: &mut Option<u32>,
     ) {
         let mut band = self.band_of_level[node.level as usize];
@@ -851,7 +883,7 @@ impl TreeShape {
             let word = &summaries[b.base + (node.index >> (node.level - b.top)) as usize];
             let known = word.load(Ordering::Acquire);
             if known > u64::from(b.top) {
-                let level = *coalesced.get_or_insert_with(|| self.coalesced_level(tree, from));
+                let level = *coalesced.get_or_insert_with(|| self.coalesced_level_in(tree, from, run));
                 let target = u64::from(level.max(b.top));
                 if known > target {
                     word.fetch_min(target, Ordering::AcqRel);
@@ -2124,6 +2156,46 @@ mod tests {
     }
 
     #[test]
+    fn the_level_in_the_free_run_is_the_coalesced_level() {
+        // Random nodes of every level released in random order, leaving phantom marks: the
+        // free run read around each release gives the level the climb finds, for the node
+        // and for each node inside it.
+        for depth in [9, 13, 15] {
+            let shape = TreeShape::new(depth);
+            let t = tree(&shape);
+            let mut held: Vec<Node> = Vec::new();
+            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(depth);
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            let mut checked = 0;
+            for step in 0..20_000 {
+                if held.len() < 80 && next() % 2 == 0 {
+                    let level = next() as u32 % (depth + 1);
+                    if let Some(n) = alloc(&shape, &t, level) {
+                        held.push(n);
+                    }
+                } else if !held.is_empty() {
+                    let n = held.swap_remove(next() as usize % held.len());
+                    shape.release(&t, n).unwrap();
+                    let first = n.start(depth);
+                    let run = shape.free_run_around(&t, first, first + (1 << (depth - n.level)));
+                    assert_eq!(shape.level_in_run(n, run), shape.coalesced_level(&t, n), "step {step}: {n:?}");
+                    if n.level < depth {
+                        let inner = Node { level: depth, index: first + next() % (1 << (depth - n.level)) };
+                        assert_eq!(shape.level_in_run(inner, run), shape.coalesced_level(&t, inner), "step {step}");
+                    }
+                    checked += 1;
+                }
+            }
+            assert!(checked > 5_000, "{checked} releases checked");
+        }
+    }
+
+    #[test]
     fn climbs_through_marked_bunches_write_nothing_above() {
         let shape = TreeShape::new(13);
         let t = tree(&shape);
@@ -2534,7 +2606,7 @@ mod loom_models {
                 let leaf = Node { level: 2, index: freed };
                 s2.release(&t2, leaf).unwrap();
                 sp2.give(1);
-                s2.announce_in_bunches(&t2, &sm2, leaf, leaf, &mut None);
+                s2.announce_in_bunches(&t2, &sm2, (leaf, leaf), None, &mut None);
             });
             let probe = space.probe(0).unwrap();
             let moved = || space.moved_since(probe);

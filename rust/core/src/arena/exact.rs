@@ -46,6 +46,9 @@ pub(crate) struct Unmarked {
     /// or a larger one in the chunk (`LevelMaps::announce`): an allocation that takes the node
     /// while the epoch holds may hide the level again.
     pub(crate) sole: Option<Probe>,
+    /// The free run around the block (units `[start, stop)` of the chunk, read after its
+    /// release: `TreeShape::free_run_around`), when the caller asked for it.
+    pub(crate) run: Option<(u64, u64)>,
 }
 
 impl Arena {
@@ -69,27 +72,32 @@ impl Arena {
     /// block is not allocated there; of two callers releasing the same block, one gets `Err`.
     #[inline(always)]
     pub(crate) fn unmark_buddy(&self, chunk: usize, b: &BuddyLayout, within: u64) -> Result<u64, &'static str> {
-        let after = self.unmark_buddy_coalesced(chunk, b, within)?.after;
+        let after = self.unmark_buddy_coalesced(chunk, b, within, false)?.after;
         // The step did not carry the chunk's stretch memo (`stretch_classes.rs`).
         self.stretch_classes.mark_unsure(chunk);
         Ok(after)
     }
 
     /// [`Arena::unmark_buddy`], also telling what the announcement learnt ([`Unmarked`]).
+    /// With `read_run`, the free run around the block is read once the block is released,
+    /// and the announcement takes the levels of the largest free nodes around its pieces from
+    /// it instead of climbing the tree for each.
     #[inline(always)]
     pub(crate) fn unmark_buddy_coalesced(
         &self,
         chunk: usize,
         b: &BuddyLayout,
         within: u64,
+        read_run: bool,
     ) -> Result<Unmarked, &'static str> {
         let (after, hidden, epoch) = self.unmark_nodes(chunk, b, within)?;
         let depth = self.geometry.depth;
+        let run = read_run.then(|| self.shape.free_run_around(self.tree(chunk), within, within + b.units));
         let pieces = b.pieces_at(depth, within);
-        let quiet = Unmarked { after, coalesced: None, sole: None };
+        let quiet = Unmarked { after, coalesced: None, sole: None, run };
         if within & (b.enclosing - 1) != 0 {
             // A packed block: its pieces may lie at any level, side by side in any order.
-            self.announce_nodes(chunk, hidden, Some(epoch), pieces);
+            self.announce_nodes(chunk, hidden, Some(epoch), run, pieces);
             return Ok(quiet);
         }
         // With nothing hidden, only pieces inside summarized bunches have a summary to lower. At
@@ -103,8 +111,8 @@ impl Arena {
         {
             return Ok(quiet);
         }
-        let (coalesced, sole) = self.announce_block(chunk, hidden, epoch, pieces);
-        Ok(Unmarked { after, coalesced, sole: sole.then_some(epoch) })
+        let (coalesced, sole) = self.announce_block(chunk, hidden, epoch, run, pieces);
+        Ok(Unmarked { after, coalesced, sole: sole.then_some(epoch), run })
     }
 
     /// [`Arena::announce_free`] for the pieces of a block at its enclosing node's start. Every
@@ -113,13 +121,14 @@ impl Arena {
     /// largest of them all, and it alone decides the owner's announcement (its epoch step
     /// made `epoch`). Returns its level when it was found, and whether the announcement made
     /// the first piece's largest free node the only one of its level or larger in the chunk
-    /// (`LevelMaps::announce`).
+    /// (`LevelMaps::announce`). `run`: the free run around the block, when it was read.
     #[inline]
     fn announce_block(
         &self,
         chunk: usize,
         hidden: u32,
         epoch: Probe,
+        run: Option<(u64, u64)>,
         mut pieces: impl Iterator<Item = Node>,
     ) -> (Option<u32>, bool) {
         let tree = self.tree(chunk);
@@ -129,9 +138,9 @@ impl Arena {
         };
         let mut coalesced = None;
         let mut sole = false;
-        self.shape.announce_in_bunches(tree, summaries, first, first, &mut coalesced);
+        self.shape.announce_in_bunches(tree, summaries, (first, first), run, &mut coalesced);
         if hidden != 0 {
-            let level = *coalesced.get_or_insert_with(|| self.shape.coalesced_level(tree, first));
+            let level = *coalesced.get_or_insert_with(|| self.shape.coalesced_level_in(tree, first, run));
             if level < hidden {
                 sole = self.announce_to_owner(chunk, level, Some(epoch), hidden);
             }
@@ -139,7 +148,7 @@ impl Arena {
         for node in pieces {
             // A later piece's largest free node is no larger than the first's: the first's
             // level lowers the summaries enough, found at most once for all the pieces.
-            self.shape.announce_in_bunches(tree, summaries, node, first, &mut coalesced);
+            self.shape.announce_in_bunches(tree, summaries, (node, first), run, &mut coalesced);
         }
         (coalesced, sole)
     }
@@ -203,20 +212,28 @@ impl Arena {
     /// (`stretch_classes.rs`).
     pub(crate) fn announce_free(&self, chunk: usize, hidden: u32, nodes: impl Iterator<Item = Node>) {
         self.stretch_classes.mark_unsure(chunk);
-        self.announce_nodes(chunk, hidden, None, nodes);
+        self.announce_nodes(chunk, hidden, None, None, nodes);
     }
 
-    /// [`Arena::announce_free`] after an epoch step that made `given` (`None`: not known).
+    /// [`Arena::announce_free`] after an epoch step that made `given` (`None`: not known), with
+    /// `run` the free run around the nodes when it was read.
     #[inline]
-    fn announce_nodes(&self, chunk: usize, hidden: u32, given: Option<Probe>, nodes: impl Iterator<Item = Node>) {
+    fn announce_nodes(
+        &self,
+        chunk: usize,
+        hidden: u32,
+        given: Option<Probe>,
+        run: Option<(u64, u64)>,
+        nodes: impl Iterator<Item = Node>,
+    ) {
         let tree = self.tree(chunk);
         let summaries = self.summaries(chunk);
         let mut largest: Option<u32> = None;
         for node in nodes {
             let mut coalesced = None;
-            self.shape.announce_in_bunches(tree, summaries, node, node, &mut coalesced);
+            self.shape.announce_in_bunches(tree, summaries, (node, node), run, &mut coalesced);
             if hidden != 0 {
-                let level = coalesced.unwrap_or_else(|| self.shape.coalesced_level(tree, node));
+                let level = coalesced.unwrap_or_else(|| self.shape.coalesced_level_in(tree, node, run));
                 largest = Some(largest.map_or(level, |l| l.min(level)));
             }
         }

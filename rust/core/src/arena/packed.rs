@@ -626,22 +626,27 @@ impl Arena {
         within: u64,
     ) -> Result<Unmarked, &'static str> {
         let before = self.lines[chunk].stretch.before_free(&self.lines[chunk].space);
-        let released = self.unmark_buddy_coalesced(chunk, b, within)?;
-        if before.is_none_or(|before| !self.raise_after_free(chunk, before, within, within + b.units)) {
+        // The free run around the block raises the memo, and the announcement takes the
+        // levels of the largest free nodes from it too.
+        let released = self.unmark_buddy_coalesced(chunk, b, within, before.is_some())?;
+        let raised = || match (before, released.run) {
+            (Some(before), Some(run)) => self.raise_after_free(chunk, before, b.units, run),
+            _ => false,
+        };
+        if !raised() {
             // The memo was out of date before, or another step came between.
             self.stretch_classes.mark_unsure(chunk);
         }
         Ok(released)
     }
 
-    /// The second half of [`Arena::unmark_buddy_raising`], once units `[from, to)` of `chunk`
-    /// are released and the epoch advanced. Returns whether the memo is valid again.
+    /// The second half of [`Arena::unmark_buddy_raising`], once `freed` units of `chunk` are
+    /// released, the epoch advanced and the free run around them read (`run`). Returns
+    /// whether the memo is valid again.
     #[inline(never)]
-    fn raise_after_free(&self, chunk: usize, before: Probe, from: u64, to: u64) -> bool {
+    fn raise_after_free(&self, chunk: usize, before: Probe, freed: u64, run: (u64, u64)) -> bool {
         let bank = self.geometry.bank_units;
-        let raised = self.lines[chunk].stretch.after_free(&self.lines[chunk].space, before, bank, to - from, || {
-            self.shape.free_run_around(self.tree(chunk), from, to)
-        });
+        let raised = self.lines[chunk].stretch.after_free(&self.lines[chunk].space, before, bank, freed, || run);
         if let Some((known, longest)) = raised {
             self.stretch_classes.moved(chunk, Some(known), longest, || self.lines[chunk].stretch.recorded());
         }

@@ -251,7 +251,9 @@ impl Arena {
         // ones, which then no longer join into the nodes that large requests need.
         if within & (b.enclosing - 1) == 0 {
             let first = b.pieces_at(depth, within).next().unwrap_or(e);
-            let level = unmarked.coalesced.unwrap_or_else(|| self.shape.coalesced_level(self.tree(chunk), first));
+            let level = unmarked
+                .coalesced
+                .unwrap_or_else(|| self.shape.coalesced_level_in(self.tree(chunk), first, unmarked.run));
             if level <= b.level {
                 core.record_free(level, chunk, within >> (depth - level), unmarked.sole);
             }

@@ -859,10 +859,11 @@ mod loom_models {
             c.shape.release(&c.tree, node).unwrap();
             c.space.give(node.units(c.depth));
             if let Some(before) = before {
-                c.memo.after_free(&c.space, before, 1, node.units(c.depth), || {
-                    let from = node.start(c.depth);
-                    c.shape.free_run_around(&c.tree, from, from + node.units(c.depth))
-                });
+                // Read before the memo's step is checked, as the free path reads it (the
+                // announcement takes the levels of the largest free nodes from it too).
+                let from = node.start(c.depth);
+                let run = c.shape.free_run_around(&c.tree, from, from + node.units(c.depth));
+                c.memo.after_free(&c.space, before, 1, node.units(c.depth), || run);
             }
         })
     }
