@@ -222,19 +222,26 @@ fn a_check_the_host_cannot_walk_is_an_error_that_changes_nothing() {
 }
 
 /// A drain the host has no room for leaves the events in the rings: the next drain has them
-/// all, none counted dropped. Two threads record, so the merge has two streams to merge.
+/// all, none counted dropped. Two threads record, so the merge has two streams to merge: they
+/// wait for each other before and after, so that each holds a ring of its own (a thread that
+/// ran after the other had ended would take over its ring, and each drain would grow its
+/// tables a different number of times).
 #[test]
 fn a_trace_drain_the_host_cannot_hold_leaves_the_events_for_the_next() {
     let pool = Pool::new(config()).unwrap();
     let record = |pool: &Pool| {
         pool.trace_start(4096).unwrap();
+        let together = std::sync::Barrier::new(2);
         std::thread::scope(|s| {
             for t in 0..2 {
+                let together = &together;
                 s.spawn(move || {
+                    together.wait();
                     for i in 0..40 {
                         let h = pool.alloc(64 + i * 100 + t, None, 0).unwrap();
                         pool.free(h).unwrap();
                     }
+                    together.wait();
                 });
             }
         });
