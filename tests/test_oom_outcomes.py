@@ -178,3 +178,59 @@ def test_request_too_large_carries_the_figures_of_an_out_of_memory_error() -> No
             err.largest_free_block is not None
             and 0 < err.largest_free_block <= s.largest_free_block
         )
+
+
+def _fill(
+    pool: npumem.Pool, sizes: list[int]
+) -> tuple[list[npumem.Block], npumem.OutOfMemoryError]:
+    """Allocate `sizes` in turn (cycling) until one fails; the blocks and the error."""
+    live: list[npumem.Block] = []
+    i = 0
+    while True:
+        try:
+            live.append(pool.alloc(sizes[i % len(sizes)]))
+        except npumem.OutOfMemoryError as err:
+            return live, err
+        i += 1
+
+
+@pytest.mark.parametrize(
+    ("capacity", "sizes"),
+    [
+        (2 * MIB, [500_000]),
+        (256 * MIB, [1_500_000]),
+        (64 * MIB, [700_000, 90_000]),
+        (64 * MIB, [3 * MIB + 5, 65_537]),
+        ((2 * MIB) + 300_000, [2 * MIB + 299_000]),
+        (97 * MIB + 777, [1_048_577, 4_097, 300_001]),
+    ],
+)
+def test_a_request_of_the_largest_free_block_reported_succeeds(
+    capacity: int, sizes: list[int]
+) -> None:
+    # The figure counts each free place as the largest request whose layout it holds: the
+    # statistics' and the error's both succeed, and a request larger than the statistics'
+    # figure by more than its rounding fails.
+    pool = npumem.Pool(capacity, cores=1, backing="none")
+    live, err = _fill(pool, sizes)
+    reported = [pool.stats().largest_free_block, err.largest_free_block]
+    for size in reported:
+        assert size is not None
+        if size > 0:
+            pool.alloc(size).free()
+    assert pool.stats().blocks_in_use == len(live)
+    pool.check()
+
+
+def test_an_empty_pool_with_a_short_last_chunk_serves_its_whole_usable_capacity() -> None:
+    # 2 MiB + 300,000 B: the last chunk is short, and a request of every usable byte (a chunk
+    # and a rest the last chunk holds in bytes but not cut to a tail's granule) takes both
+    # chunks whole.
+    pool = npumem.Pool(2 * MIB + 300_000, cores=1)
+    usable = pool.stats().usable_capacity
+    assert pool.stats().largest_free_block == usable
+    for size in (usable, usable - 256, usable - 4096):
+        block = pool.alloc(size)
+        assert block.block_bytes >= size
+        block.free()
+    pool.check()

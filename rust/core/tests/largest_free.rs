@@ -1,5 +1,7 @@
-//! `stats().largest_free_block` is the largest block one allocation could get now: no free
-//! stretch inside a chunk is longer, and an allocation of nearly that size succeeds.
+//! `stats().largest_free_block` is the largest request one allocation could get now: an
+//! allocation of exactly that size succeeds, and no free stretch inside a chunk holds a request
+//! much larger (a block's layout rounds up by at most 1/16). An out-of-memory error's figure is
+//! a request that succeeds too.
 
 mod common;
 
@@ -12,8 +14,9 @@ const CHUNK: usize = 2 * MIB;
 
 /// Random sizes of 256 B-3 MiB filled until allocations fail, half freed, filled again: at
 /// every failure, no free piece of the snapshot inside a chunk, from its first bank boundary on,
-/// is longer than the statistics' figure, that figure less 1/16 (what a block's rounding may
-/// add) and a bank is allocatable, and the error's own figure is held by a free piece.
+/// less its rounding (1/16) and a bank is longer than the statistics' figure, a request of that
+/// figure and one of the error's own figure succeed, and the error's figure is held by a free
+/// piece.
 #[test]
 fn the_largest_free_block_holds_every_free_stretch_and_can_be_allocated() {
     check_the_largest_free_block(0..32, false);
@@ -62,7 +65,7 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
                             .max()
                             .unwrap_or(0);
                         assert!(
-                            longest <= s.largest_free_block,
+                            longest.saturating_sub(longest / 16 + bank) <= s.largest_free_block,
                             "seed {seed}, round {round}: a free stretch of {longest} bytes from a bank \
                              boundary, the statistics say {}",
                             s.largest_free_block
@@ -77,17 +80,14 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
                              bytes, the longest free piece from a bank boundary is {held}"
                         );
                         seen = seen.max(largest_free_block);
-                        let want = (s.largest_free_block - s.largest_free_block / 16).saturating_sub(bank) & !255;
-                        if want > 0 {
-                            let h = p.alloc(want, None, 0).unwrap_or_else(|e| {
-                                panic!(
-                                    "seed {seed}, round {round}: {want} bytes do not fit a largest free block \
-                                     of {}: {e}",
-                                    s.largest_free_block
-                                )
-                            });
-                            p.free(h).unwrap();
-                            checked += 1;
+                        for (want, whose) in [(s.largest_free_block, "statistics"), (largest_free_block, "error")] {
+                            if want > 0 {
+                                let h = p.alloc(want, None, 0).unwrap_or_else(|e| {
+                                    panic!("seed {seed}, round {round}: the {whose}' largest free block, {want} B: {e}")
+                                });
+                                p.free(h).unwrap();
+                                checked += 1;
+                            }
                         }
                     }
                     Err(e) => panic!("{e}"),
@@ -116,11 +116,11 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
 /// 8 KiB, units of 64 or 256 B; more of them with `NPUMEM_LARGEST_FREE_SEEDS`) under random
 /// allocations (64 B to 2.5 chunks, half of them next to a class or chunk boundary, one in
 /// four aligned to 512 B to a chunk) and frees, the
-/// thread moving between CPUs: an unaligned request fails only when its size, with the
-/// rounding of its layout and a bank, passes the largest free block; when one does, the error's figure is
-/// held by a free piece, the largest free block holds every free stretch of a chunk from a bank
-/// boundary and its figure less 1/16 and a bank can be allocated; every 100 steps a snapshot agrees with its stats; the pool checks
-/// clean, before and after everything is freed.
+/// thread moving between CPUs: an unaligned request fails only when its size passes the
+/// largest free block; when one does, the error's figure is held by a free piece and can be
+/// allocated, and so can the statistics' figure, which no free stretch of a chunk from a bank
+/// boundary passes by more than its rounding (1/16) and a bank; every 100 steps a snapshot
+/// agrees with its stats; the pool checks clean, before and after everything is freed.
 #[test]
 fn the_largest_free_block_holds_in_random_configurations() {
     let mut checked = 0;
@@ -173,10 +173,9 @@ fn the_largest_free_block_holds_in_random_configurations() {
             match p.alloc(size, align, 0) {
                 Ok(h) => held.push(h),
                 Err(Error::OutOfMemory { largest_free_block, .. }) if align.is_none() => {
-                    // Refused only when its layout's rounding (1/16 at most) and the bank rule
-                    // can take it past the largest free block.
+                    // Refused only when it passes the largest free block.
                     assert!(
-                        size + size / 16 + bank > largest_before,
+                        size > largest_before,
                         "{what}, step {step}: {size} B refused with a largest free block of {largest_before} B"
                     );
                     let s = p.stats();
@@ -190,17 +189,18 @@ fn the_largest_free_block_holds_in_random_configurations() {
                         .map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank)))
                         .max()
                         .unwrap_or(0);
-                    assert!(longest <= s.largest_free_block, "{what}, step {step}: a stretch of {longest} B, {s:?}");
-                    let want = (s.largest_free_block - s.largest_free_block / 16).saturating_sub(bank) & !255;
-                    if want > 0 {
-                        let h = p.alloc(want, None, 0).unwrap_or_else(|e| {
-                            panic!(
-                                "{what}, step {step}: {want} B, the largest free block {}: {e}",
-                                s.largest_free_block
-                            )
-                        });
-                        p.free(h).unwrap();
-                        checked += 1;
+                    assert!(
+                        longest.saturating_sub(longest / 16 + bank) <= s.largest_free_block,
+                        "{what}, step {step}: a stretch of {longest} B, {s:?}"
+                    );
+                    for (want, whose) in [(s.largest_free_block, "statistics"), (largest_free_block, "error")] {
+                        if want > 0 {
+                            let h = p.alloc(want, None, 0).unwrap_or_else(|e| {
+                                panic!("{what}, step {step}: the {whose}' largest free block, {want} B: {e}")
+                            });
+                            p.free(h).unwrap();
+                            checked += 1;
+                        }
                     }
                 }
                 Err(Error::OutOfMemory { .. } | Error::TooLarge { .. }) => {}
@@ -259,4 +259,37 @@ fn next_to_a_boundary(rng: &mut Rng, chunk: usize) -> usize {
     let base = edges[(rng.next() % edges.len() as u64) as usize] as isize;
     let delta = [0isize, 1, -1, 255, -255, 256, -256, 4095, -4095, 4096, -4096][(rng.next() % 11) as usize];
     (base + delta).max(1) as usize
+}
+
+/// An empty pool serves every request up to its usable capacity, and its largest free block
+/// is that capacity: with a short last chunk (a capacity that is no multiple of the chunk), a
+/// request of every chunk but the last and a rest that the last chunk holds in bytes but not
+/// cut to its tail's granule takes every chunk whole. Capacities of 1 to 5 chunks and rests
+/// from a unit to nearly a chunk; the sizes next to the usable capacity, a unit apart, and the
+/// ones next to each multiple of the chunk.
+#[test]
+fn an_empty_pool_serves_every_size_up_to_its_usable_capacity() {
+    let mut checked = 0;
+    for tails in [true, false] {
+        for chunks in 1..=5usize {
+            for rest in [0, 256, 4096, 300_000, 700_000, CHUNK / 2 + 1, 1_060_921, 1_500_000, CHUNK - 4096] {
+                let capacity = chunks * CHUNK + rest;
+                let config = PoolConfig::new(capacity).cores(1).run_tails(tails).backing(Backing::None);
+                let p = Pool::new(config).unwrap();
+                let usable = p.stats().usable_capacity;
+                let what = format!("{chunks} chunks and {rest} B, tails {tails}");
+                assert_eq!(p.stats().largest_free_block, usable.min(p.largest_request()), "{what}");
+                let near_the_end = (0..64).map(|k| usable - k * 256);
+                let near_chunks = (1..=chunks + 1).flat_map(|c| [c * CHUNK - 256, c * CHUNK, c * CHUNK + 256]);
+                for size in near_the_end.chain(near_chunks).filter(|&s| s > 0 && s <= p.largest_request()) {
+                    let h = p.alloc(size, None, 0).unwrap_or_else(|e| panic!("{what}: {size} B on an empty pool: {e}"));
+                    assert!(p.block(h).unwrap().block_bytes >= size);
+                    p.free(h).unwrap();
+                    checked += 1;
+                }
+                p.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
+    }
+    assert!(checked > 5000, "{checked} sizes");
 }

@@ -74,8 +74,8 @@ impl ErrorClass {
                 &[Base::Ours(Npumem), Base::Builtin(builtin::<PyMemoryError>)],
                 "No block of the requested size could be found, although the request itself is valid.\n\n\
                  The message gives the bytes asked, the bytes free and the largest free block that the\n\
-                 failed allocation found (at most the exact `pool.stats().largest_free_block`, which reads\n\
-                 the whole pool). The numbers are also attributes: `requested`, `bytes_free`,\n\
+                 failed allocation found: a request of that size succeeds while nothing else changes the\n\
+                 pool (at most the exact `pool.stats().largest_free_block`, which reads the whole pool). The numbers are also attributes: `requested`, `bytes_free`,\n\
                  `largest_free_block` (`None` when the error was not raised by a pool).",
             ),
             InvalidArgument => (

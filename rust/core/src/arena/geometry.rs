@@ -183,6 +183,12 @@ impl Geometry {
             && rounding_waste << TRIM_SHIFT > size
         {
             let tail = self.buddy_of(rest_units, 1);
+            // A run of every chunk but the last has its tail in the last one, which may be
+            // short: where it cannot hold the tail cut to its granule, the run takes that chunk
+            // whole (it holds the request, and no more than a granule of the tail is left).
+            if whole + 1 == self.chunks && tail.units > self.last_units {
+                return Layout::Run { chunks: self.chunks, align_chunks };
+            }
             return Layout::RunTail { chunks: whole, align_chunks, tail };
         }
         Layout::Run { chunks: whole + usize::from(rest > 0), align_chunks }
@@ -240,6 +246,35 @@ impl Geometry {
             enclosing <<= 1;
         }
         best
+    }
+
+    /// The largest request (bytes) whose block a free stretch of `units` units from a bank
+    /// boundary holds, where a block larger than a bank may start: its layout's units are at
+    /// most `units` ([`Geometry::largest_buddy_within`]). 0 when that block is no larger than a
+    /// bank: such a block needs its enclosing node free, which the stretch need not hold (the
+    /// free nodes count those).
+    pub(crate) fn largest_request_in_stretch(&self, units: u64) -> usize {
+        match self.largest_buddy_within(units) {
+            fits if fits > self.bank_units => fits as usize * self.min_block,
+            _ => 0,
+        }
+    }
+
+    /// The largest request that a free run of `bytes` (whole chunks, the last one maybe the
+    /// arena's short one) holds together with a front of `front` bytes in the free end of the
+    /// chunk before it and a tail of `tail` units (a trimmed block's count) at the free start of
+    /// the chunk after it. A block with a front reserves its request rounded up to a unit, so
+    /// all of it counts; without one, the tail counts only when the request's layout is the run
+    /// and a tail (not one more whole chunk, which the run does not have).
+    pub(crate) fn largest_request_in_run(&self, bytes: usize, front: usize, tail: u64) -> usize {
+        let with_tail = bytes + tail as usize * self.min_block;
+        if front > 0 {
+            return with_tail + front;
+        }
+        match self.layout(with_tail, 1) {
+            Layout::RunTail { .. } if tail > 0 => with_tail,
+            _ => bytes,
+        }
     }
 
     /// The chunk that holds `offset`.

@@ -183,7 +183,7 @@ impl Arena {
         self.geometry.largest_buddy_within(free)
     }
 
-    /// The largest block that free run `run` could hold now: its chunks and, for a run longer
+    /// The largest request that free run `run` could hold now: its chunks and, for a run longer
     /// than half a chunk, the tail the core chunk after it could take and the front the free
     /// end of the core chunk before it could (`front.rs`). A run no larger than half
     /// a chunk is the arena's short last chunk alone: only buddy blocks go there, and they round
@@ -192,7 +192,7 @@ impl Arena {
         let g = &self.geometry;
         match GlobalPool::run_capacity(g, run) {
             bytes if bytes > g.chunk_size / 2 => {
-                bytes + self.largest_tail_at(run.start + run.len) as usize * g.min_block + self.front_room_before(run)
+                g.largest_request_in_run(bytes, self.front_room_before(run), self.largest_tail_at(run.start + run.len))
             }
             bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
         }

@@ -440,7 +440,9 @@ impl Pool {
     /// [`LARGEST_READS`] trees in all, skipping those whose stretch memo (an upper bound) says
     /// they cannot pass what was found. What is not read is left out: the answer is a lower
     /// bound, a block that was free when it was read. Without a request (one refused as too
-    /// large, which searched nothing), the chunks are read as for a small block.
+    /// large, which searched nothing), the chunks are read as for a small block. A free stretch
+    /// counts as the largest request whose block it holds (the layout's rounding taken off), so
+    /// that a request of the answer's size succeeds while nothing changes.
     #[cold]
     fn largest_free_after_failure(&self, request: Option<&Request>) -> usize {
         let g = &self.arena.geometry;
@@ -451,7 +453,7 @@ impl Pool {
         }
         if let Some(request) = request.filter(|r| r.class.is_none()) {
             if let Layout::Buddy(b) = g.layout(request.size, request.align) {
-                let seen = STRETCH_SEEN.with(Cell::get) as usize * g.min_block;
+                let seen = g.largest_request_in_stretch(STRETCH_SEEN.with(Cell::get));
                 // A search that ruled every chunk out by its memo read no tree: then the chunks
                 // are read as for a small block.
                 if b.units as usize * g.min_block > self.config.bank_size && seen > 0 {
@@ -461,8 +463,14 @@ impl Pool {
         }
         let bank = g.bank_units(self.config.bank_size);
         let node_bytes = |level: u32| (1usize << (g.depth - level)) * g.min_block;
+        // A free stretch from a bank boundary holds a node as long as its largest power of two
+        // up to a bank, at its start.
+        let node_bytes_within = |units: u64| match units.min(bank) {
+            0 => 0,
+            u => (1usize << u.ilog2()) * g.min_block,
+        };
         let (mut visits, mut reads) = (LARGEST_VISITS, LARGEST_READS);
-        let by_class = self.arena.longest_stretch_by_class(bank, &mut reads, &mut visits) as usize * g.min_block;
+        let by_class = g.largest_request_in_stretch(self.arena.longest_stretch_by_class(bank, &mut reads, &mut visits));
         if by_class > 0 {
             return largest.max(by_class);
         }
@@ -488,7 +496,7 @@ impl Pool {
                     };
                     let above = (largest / g.min_block) as u64;
                     if let Some(units) = self.arena.longest_stretch_above(chunk, bank, above, &mut reads) {
-                        largest = largest.max(units as usize * g.min_block);
+                        largest = largest.max(g.largest_request_in_stretch(units).max(node_bytes_within(units)));
                     }
                     if reads == 0 {
                         return largest;

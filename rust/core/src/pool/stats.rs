@@ -242,12 +242,16 @@ impl Pool {
         (allocs.saturating_sub(frees), totals.requested.wrapping_add(slab_requested), slab_requested)
     }
 
-    /// The largest block one allocation could get now, counting what an allocation would
+    /// The largest request one allocation could get now, counting what an allocation would
     /// reclaim before failing (all-free slabs and chunks that cores hold empty): the largest
     /// free chunk run (with the front and tail the core chunks around it could add), and in the
-    /// core chunks the largest free node, the longest free stretch from a bank boundary (where
-    /// a block larger than a bank may start), and, with `run_tails`, the free end of a core
-    /// chunk joined to the free start of the next one (a block with a front).
+    /// core chunks the largest free node and the longest free stretch from a bank boundary
+    /// (where a block larger than a bank may start), and, with `run_tails`, the free end of a
+    /// core chunk joined to the free start of the next one (a block with a front). Each place
+    /// counts as the largest request whose layout it holds
+    /// (`Geometry::largest_request_in_stretch`, `Geometry::largest_request_in_run`; a block
+    /// with a front is its request rounded up to a unit), so that a request of that size
+    /// succeeds while nothing changes.
     fn largest_free_block(&self) -> usize {
         let g = &self.arena.geometry;
         let reclaimable = self.reclaimable_nodes();
@@ -277,10 +281,15 @@ impl Pool {
                 })
             };
             let free = self.free_stretches(chunk, &inside_reclaimable);
-            largest = largest.max(free.longest as usize * g.min_block);
-            // With `run_tails`, the free end of the core chunk before joined to this free start.
+            largest = largest.max(g.largest_request_in_stretch(free.longest));
+            // With `run_tails`, the free end of the core chunk before joined to this free start:
+            // a block larger than a bank that crosses the chunks' boundary, with a front,
+            // reserves its request rounded up to a unit.
             if let Some(before) = chunk.checked_sub(1).and_then(|c| stretches.get(&c)).filter(|_| g.tails) {
-                largest = largest.max((before.at_end + free.at_start) as usize * g.min_block);
+                let joined = before.at_end + free.at_start;
+                if joined > g.bank_units && before.at_end > 0 && free.at_start > 0 {
+                    largest = largest.max(joined as usize * g.min_block);
+                }
             }
             stretches.insert(chunk, free);
         }
@@ -302,7 +311,7 @@ impl Pool {
                 Some((c, s)) if g.tails && after < g.chunks && g.usable_units(c) == upc => s.at_end,
                 _ => 0,
             };
-            bytes + (tail + front) as usize * g.min_block
+            g.largest_request_in_run(bytes, front as usize * g.min_block, tail)
         };
         let runs = self.arena.global.free_runs(&effectively_empty);
         largest = largest.max(runs.into_iter().map(run_block).max().unwrap_or(0));

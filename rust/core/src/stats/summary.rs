@@ -83,8 +83,9 @@ macro_rules! pool_stats_fields {
             peak_bytes_in_use: usize,
             /// Bytes the live blocks asked for.
             requested_bytes_in_use: usize,
-            /// Bytes of the largest block that one allocation could get now (with the default
-            /// alignment), counting chunks that cores hold empty and would give back.
+            /// The largest request (bytes) that one allocation could get now, with the default
+            /// alignment: a request of this size succeeds while nothing else changes the pool.
+            /// Counts chunks that cores hold empty and would give back.
             largest_free_block: usize,
             /// `1 - largest_free_block / bytes_free`, 0.0 when nothing is free.
             external_fragmentation: f64,
