@@ -101,6 +101,9 @@ fn deferred_error(class: ErrorClass) -> PyErr {
     error(class, DEFERRED_MESSAGE)
 }
 
+/// What a call says of a block whose free through another call is under way.
+const FREEING_MESSAGE: &str = "the block is being freed by another call";
+
 /// The error for a block detached from this object.
 fn detached_error() -> PyErr {
     error(ErrorClass::InvalidHandle, DETACHED_MESSAGE)
@@ -165,6 +168,7 @@ impl Block {
         match self.owner() {
             Ownership::Deferred => Err(deferred_error(class)),
             Ownership::Detached => Err(detached_error()),
+            Ownership::Freeing => Err(error(class, FREEING_MESSAGE)),
             _ => Ok(()),
         }
     }
@@ -182,19 +186,47 @@ impl Block {
             Ownership::Detached => {
                 Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DETACHED_MESSAGE}")))
             }
+            Ownership::Freeing => {
+                Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {FREEING_MESSAGE}")))
+            }
             _ => Ok(self.handle),
         }
     }
 
-    /// The handle for `free_many`: as `handle_in`, a deferred block refused as a double free.
+    /// The handle for `free_many`: as `handle_in`, a deferred block, or one another call is
+    /// freeing, refused as a double free.
     pub(crate) fn handle_to_free(&self, pool: &Pool, index: usize) -> PyResult<Handle> {
-        if self.owner() == Ownership::Deferred {
-            return Err(error(
+        match self.owner() {
+            Ownership::Deferred => Err(error(
                 ErrorClass::DoubleFree,
                 format!("item {index} of the batch: the block's free is deferred already"),
-            ));
+            )),
+            Ownership::Freeing => {
+                Err(error(ErrorClass::DoubleFree, format!("item {index} of the batch: {FREEING_MESSAGE}")))
+            }
+            _ => self.handle_in(pool, index),
         }
-        self.handle_in(pool, index)
+    }
+
+    /// Claim the block for a free through this object (`OwnerWord::begin_free`), before the
+    /// free may wait without the GIL: meanwhile no other call can detach it, queue its free or
+    /// pin it through this object. The word to restore with [`Block::unclaim_free`] if the free
+    /// fails; `None` for a block pinned through this object (the core refuses its free, with
+    /// the pins it counts); the error for a block this object no longer owns (`item`: its place
+    /// in a batch).
+    pub(crate) fn claim_free(&self, item: Option<usize>) -> PyResult<Option<u64>> {
+        match self.state.begin_free() {
+            Ok(before) => Ok(Some(before)),
+            Err((ownership, _)) if ownership.owning() => Ok(None),
+            Err(_) => Err(self.deferral_refused(item)),
+        }
+    }
+
+    /// The free that [`Block::claim_free`] claimed the block for failed: owned again.
+    pub(crate) fn unclaim_free(&self, claim: Option<u64>) {
+        if let Some(before) = claim {
+            self.state.undo_free(before);
+        }
     }
 
     /// `free_many` freed the block.
@@ -213,9 +245,14 @@ impl Block {
             return self.defer_in(pool);
         }
         let core = &pool.core;
-        match core.try_free(self.handle) {
-            Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle))?,
-            other => other.map_err(to_py)?,
+        let claim = self.claim_free(None)?;
+        let freed = match core.try_free(self.handle) {
+            Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle)),
+            other => other.map_err(to_py),
+        };
+        if let Err(err) = freed {
+            self.unclaim_free(claim);
+            return Err(err);
         }
         self.set_freed();
         core.count_tagged_free(self.tag_id, 1, self.nbytes);
@@ -297,6 +334,7 @@ impl Block {
             Ownership::Deferred => (ErrorClass::DoubleFree, DEFERRED_MESSAGE.to_string()),
             Ownership::Detached => (ErrorClass::InvalidHandle, DETACHED_MESSAGE.to_string()),
             Ownership::Freed => (ErrorClass::DoubleFree, npumem_core::Error::DoubleFree.to_string()),
+            Ownership::Freeing => (ErrorClass::DoubleFree, FREEING_MESSAGE.to_string()),
             _ => (ErrorClass::PinnedBlock, npumem_core::Error::Pinned { pins: self.pins_now() }.to_string()),
         };
         match item {
@@ -606,6 +644,7 @@ impl Block {
         let state = match self.owner() {
             Ownership::Deferred => "deferred",
             Ownership::Detached => "detached",
+            Ownership::Freeing => "being freed",
             _ => "freed",
         };
         match self.info() {

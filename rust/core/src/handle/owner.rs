@@ -34,6 +34,9 @@ pub enum Ownership {
     Deferred = 3,
     /// Handed on (detached): unusable through this owner.
     Detached = 4,
+    /// A free through this owner is under way (it may wait for a pause): unusable meanwhile,
+    /// then freed, or owned again if the free fails.
+    Freeing = 5,
 }
 
 impl Ownership {
@@ -43,7 +46,8 @@ impl Ownership {
             1 => Ownership::FreeAtLastUnpin,
             2 => Ownership::Freed,
             3 => Ownership::Deferred,
-            _ => Ownership::Detached,
+            4 => Ownership::Detached,
+            _ => Ownership::Freeing,
         }
     }
 
@@ -134,6 +138,22 @@ impl OwnerWord {
         self.word.store(before, Ordering::Release);
     }
 
+    /// Begin a free through this owner, when it owns the block without pins: the word before
+    /// (for [`OwnerWord::undo_free`]), else the ownership and pins that refused it. Until the
+    /// free ends, nothing else can hand the block on, queue its free, pin it through this
+    /// owner or free it at its last unpin: a free that waits for a pause leaves the block to
+    /// no other call.
+    pub fn begin_free(&self) -> Result<u64, (Ownership, u32)> {
+        self.update(|w| (Ownership::of(w).owning() && pins_of(w) == 0).then_some(Ownership::Freeing as u64))
+            .map_err(|w| (Ownership::of(w), pins_of(w)))
+    }
+
+    /// The free that [`OwnerWord::begin_free`] began failed: owned again as `before`. (Nothing
+    /// but that free's end changes the word meanwhile; a compare-and-swap all the same.)
+    pub fn undo_free(&self, before: u64) {
+        let _ = self.word.compare_exchange(Ownership::Freeing as u64, before, Ordering::AcqRel, Ordering::Acquire);
+    }
+
     /// The block was freed through this owner (no pin of it is left).
     pub fn set_freed(&self) {
         self.word.store(Ownership::Freed as u64, Ordering::Release);
@@ -194,6 +214,27 @@ mod tests {
         assert_eq!(w.uncount_pin(), Err(Some(Ownership::Detached)));
         let adopted = OwnerWord::adopted(1);
         assert_eq!(adopted.load(), (Ownership::Owned, 1));
+    }
+
+    #[test]
+    fn a_free_under_way_refuses_every_other_change_and_ends_freed_or_owned_again() {
+        let w = OwnerWord::default();
+        let before = w.begin_free().unwrap();
+        assert_eq!(w.load(), (Ownership::Freeing, 0));
+        assert_eq!(w.detach(), Err(Ownership::Freeing));
+        assert_eq!(w.defer(), Err((Ownership::Freeing, 0)));
+        assert_eq!(w.count_pin(), Err(Ownership::Freeing));
+        assert_eq!(w.begin_free(), Err((Ownership::Freeing, 0)));
+        assert!(!w.free_at_last_unpin() && !w.frees_at_this_unpin());
+        w.undo_free(before);
+        assert_eq!(w.load(), (Ownership::Owned, 0));
+        assert_eq!(w.count_pin(), Ok(1));
+        assert_eq!(w.begin_free(), Err((Ownership::Owned, 1)), "a pinned block is not freed");
+        assert_eq!(w.uncount_pin(), Ok(0));
+        w.begin_free().unwrap();
+        w.set_freed();
+        w.undo_free(before);
+        assert_eq!(w.load(), (Ownership::Freed, 0), "a free that ended is not undone");
     }
 
     #[test]
@@ -293,6 +334,38 @@ mod loom_models {
             assert_eq!(slot.state.load(Ordering::Acquire), 0, "the unpin dropped the pin either way");
             assert_eq!(word.ownership(), if deferred { Ownership::Deferred } else { Ownership::Owned });
         });
+    }
+
+    /// A free through the owner (which may wait for a pause, without the GIL) races a detach
+    /// or a deferral on another thread: exactly one of them takes the block. A free that only
+    /// checked the word before freeing the slot, and set it after, freed a block whose handle
+    /// the detach had handed on, or whose free the deferral had queued.
+    #[test]
+    fn a_free_and_a_detach_or_a_deferral_take_the_block_once() {
+        for deferral in [false, true] {
+            loom::model(move || {
+                let word = Arc::new(OwnerWord::default());
+                let slot = Arc::new(Slot::with_pins(0));
+                let (w, s) = (Arc::clone(&word), Arc::clone(&slot));
+                let freer = thread::spawn(move || match w.begin_free() {
+                    Ok(_) if s.try_free() => {
+                        w.set_freed();
+                        true
+                    }
+                    Ok(before) => {
+                        w.undo_free(before);
+                        false
+                    }
+                    Err(_) => false,
+                });
+                let taken = if deferral { word.defer().is_ok() } else { word.detach().is_ok() };
+                let freed = freer.join().unwrap();
+                assert!(taken != freed, "taken by the other call {taken}, freed {freed}");
+                assert_eq!(slot.state.load(Ordering::Acquire) == FREED, freed);
+                let other = if deferral { Ownership::Deferred } else { Ownership::Detached };
+                assert_eq!(word.ownership(), if freed { Ownership::Freed } else { other });
+            });
+        }
     }
 
     /// The last pin goes on one thread (a DLPack consumer, without the GIL) while the owner

@@ -279,7 +279,28 @@ impl Pool {
             return defer_all(this, &blocks);
         }
         let core = &this.core;
-        without_gil(py, || core.free_many(&handles))?;
+        // Each block is claimed first, as `Block.free` claims it: while the batch is freed
+        // without the GIL, no other call can detach a block of it or queue its free.
+        let mut claims = Vec::new();
+        let unclaim = |claims: &[Option<u64>]| {
+            for (block, &claim) in blocks.iter().zip(claims) {
+                block.get().unclaim_free(claim);
+            }
+        };
+        for (i, block) in blocks.iter().enumerate() {
+            let claimed = block.get().claim_free(Some(i)).and_then(|claim| {
+                args::push_fallibly(&mut claims, claim, "the batch's claims")
+                    .inspect_err(|_| block.get().unclaim_free(claim))
+            });
+            if let Err(err) = claimed {
+                unclaim(&claims);
+                return Err(err);
+            }
+        }
+        if let Err(err) = without_gil(py, || core.free_many(&handles)) {
+            unclaim(&claims);
+            return Err(err);
+        }
         for block in &blocks {
             block.get().mark_freed();
         }
