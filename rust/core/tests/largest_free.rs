@@ -287,6 +287,15 @@ fn an_empty_pool_serves_every_size_up_to_its_usable_capacity() {
                     p.free(h).unwrap();
                     checked += 1;
                 }
+                // A small block in the first chunk: the free run of the other chunks ends in the
+                // short one, and a request of the largest free block still succeeds.
+                let small = p.alloc(4096, None, 0).unwrap();
+                let largest = p.stats().largest_free_block;
+                let h = p
+                    .alloc(largest, None, 0)
+                    .unwrap_or_else(|e| panic!("{what}: {largest} B beside a small block: {e}"));
+                p.free(h).unwrap();
+                p.free(small).unwrap();
                 p.check().unwrap_or_else(|e| panic!("{what}: {e}"));
             }
         }

@@ -260,20 +260,40 @@ impl Geometry {
         }
     }
 
-    /// The largest request that a free run of `bytes` (whole chunks, the last one maybe the
-    /// arena's short one) holds together with a front of `front` bytes in the free end of the
-    /// chunk before it and a tail of `tail` units (a trimmed block's count) at the free start of
-    /// the chunk after it. A block with a front reserves its request rounded up to a unit, so
-    /// all of it counts; without one, the tail counts only when the request's layout is the run
-    /// and a tail (not one more whole chunk, which the run does not have).
-    pub(crate) fn largest_request_in_run(&self, bytes: usize, front: usize, tail: u64) -> usize {
+    /// The largest request that the free run of `len` chunks from chunk `start` (the last one
+    /// maybe the arena's short one) holds together with a front of `front` bytes in the free
+    /// end of the chunk before it and a tail of `tail` units (a trimmed block's count) at the
+    /// free start of the chunk after it. A block with a front reserves its request rounded up
+    /// to a unit, so all of it counts. Without one, the tail counts only when the request's
+    /// layout is the run and a tail (not one more whole chunk, which the run does not have);
+    /// and the run alone only when its bytes' layout fits it: a run of its chunks, or a run
+    /// and a tail that its last chunk holds (a short last chunk may not hold the tail cut to
+    /// its granule: then every chunk of the run but the last and the largest tail the last
+    /// one holds). A run of at most half a chunk (the short last chunk alone) holds a buddy
+    /// block; a short last chunk of more than half a chunk, all its bytes.
+    pub(crate) fn largest_request_in_run(&self, (start, len): (usize, usize), front: usize, tail: u64) -> usize {
+        let bytes = self.run_bytes(start, len);
+        let buddy_within = |units: u64| self.largest_buddy_within(units) as usize * self.min_block;
+        if len == 0 || bytes <= self.chunk_size / 2 {
+            return buddy_within((bytes / self.min_block) as u64);
+        }
         let with_tail = bytes + tail as usize * self.min_block;
         if front > 0 {
             return with_tail + front;
         }
-        match self.layout(with_tail, 1) {
-            Layout::RunTail { .. } if tail > 0 => with_tail,
-            _ => bytes,
+        if tail > 0 && matches!(self.layout(with_tail, 1), Layout::RunTail { .. }) {
+            return with_tail;
+        }
+        let last = start + len - 1;
+        match self.layout(bytes, 1) {
+            Layout::Run { chunks, .. } if chunks <= len => bytes,
+            // More than half a chunk that the short last chunk's tree cannot hold trimmed:
+            // that chunk whole, as a run.
+            Layout::Buddy(b) if b.level == 0 => bytes,
+            Layout::RunTail { chunks, tail, .. } if chunks < len && tail.units <= self.usable_units(start + chunks) => {
+                bytes
+            }
+            _ => (len - 1) * self.chunk_size + buddy_within(self.usable_units(last).min(self.largest_trimmed())),
         }
     }
 

@@ -219,11 +219,6 @@ impl GlobalPool {
         runs
     }
 
-    /// The bytes one block placed in `run` could have.
-    pub(crate) fn run_capacity(geometry: &Geometry, run: FreeRun) -> usize {
-        geometry.run_bytes(run.start, run.len)
-    }
-
     /// Where in `run` a block of `len` chunks holding `bytes` bytes, starting at a multiple of
     /// `align` chunks, could go (its first chunk), if anywhere.
     fn place_in(geometry: &Geometry, run: FreeRun, len: usize, bytes: usize, align: usize) -> Option<usize> {

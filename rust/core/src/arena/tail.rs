@@ -35,7 +35,7 @@
 //! reserve, so the chunks join again.
 
 use super::arena::Arena;
-use super::global::{ChunkState, FreeRun, GlobalPool, TailSpot};
+use super::global::{ChunkState, FreeRun, TailSpot};
 use super::layout::{BuddyLayout, Layout};
 use super::stretches::{granule_shift, MAX_GRANULES};
 use crate::error::{Error, Result};
@@ -189,13 +189,8 @@ impl Arena {
     /// a chunk is the arena's short last chunk alone: only buddy blocks go there, and they round
     /// up.
     pub(crate) fn largest_block_in_run(&self, run: FreeRun) -> usize {
-        let g = &self.geometry;
-        match GlobalPool::run_capacity(g, run) {
-            bytes if bytes > g.chunk_size / 2 => {
-                g.largest_request_in_run(bytes, self.front_room_before(run), self.largest_tail_at(run.start + run.len))
-            }
-            bytes => g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block,
-        }
+        let tail = self.largest_tail_at(run.start + run.len);
+        self.geometry.largest_request_in_run((run.start, run.len), self.front_room_before(run), tail)
     }
 
     /// [`Arena::take_tail`] after a sweep of the chunk's tree: a chunk retired once may keep

@@ -479,25 +479,34 @@ impl<'a> Model<'a> {
         (0..self.chunks.len()).map(|i| self.free_bytes_of(i)).sum()
     }
 
-    /// The largest free power-of-two block any chunk could give, in bytes, and the longest
-    /// stretch of empty chunks (and the tail the free start of the core chunk after it could
-    /// hold, `arena/tail.rs`), as an allocation would see them after the moves.
+    /// The largest free power-of-two block any chunk could give, in bytes, and the largest
+    /// request a run of empty chunks holds (with the tail the free start of the core chunk
+    /// after it could hold, `arena/tail.rs`, and the front the free end of the one before it
+    /// could: `Geometry::largest_request_in_run`, as `stats()` counts it), as an allocation
+    /// would see them after the moves.
     pub(crate) fn largest_free(&self) -> usize {
         // The longest stretch first: a chunk's nodes are then only searched when one could
         // beat it.
         let mut best = 0usize;
         let mut run = 0usize;
-        for i in 0..self.chunks.len() {
-            if self.is_empty(i) {
-                run += self.chunk_bytes(i);
-            } else {
-                if run > 0 {
-                    let before = (i - run / self.geometry.chunk_size).checked_sub(1);
-                    best = best.max(run + self.largest_tail_at(i) + before.map_or(0, |c| self.front_room_of(c)));
-                }
-                run = 0;
+        let chunks = self.chunks.len();
+        for i in 0..=chunks {
+            if i < chunks && self.is_empty(i) {
+                run += 1;
+                continue;
             }
-            best = best.max(run);
+            if run > 0 {
+                let start = i - run;
+                let (front, tail) = match i < chunks {
+                    true => (
+                        start.checked_sub(1).map_or(0, |c| self.front_room_of(c)),
+                        (self.largest_tail_at(i) / self.min_block) as u64,
+                    ),
+                    false => (0, 0),
+                };
+                best = best.max(self.geometry.largest_request_in_run((start, run), front, tail));
+            }
+            run = 0;
         }
         for (i, c) in self.chunks.iter().enumerate() {
             if self.is_empty(i) || c.role != Role::Core {

@@ -299,10 +299,6 @@ impl Pool {
         let upc = g.units_per_chunk();
         let run_block = |run: FreeRun| -> usize {
             let (before, after) = (run.start.checked_sub(1), run.start + run.len);
-            let bytes = g.run_bytes(run.start, run.len);
-            if bytes <= g.chunk_size / 2 {
-                return g.largest_buddy_within((bytes / g.min_block) as u64) as usize * g.min_block;
-            }
             let tail = match stretches.get(&after) {
                 Some(s) if g.tails => g.largest_buddy_within(s.at_start.min(g.largest_trimmed())),
                 _ => 0,
@@ -311,7 +307,7 @@ impl Pool {
                 Some((c, s)) if g.tails && after < g.chunks && g.usable_units(c) == upc => s.at_end,
                 _ => 0,
             };
-            g.largest_request_in_run(bytes, front as usize * g.min_block, tail)
+            g.largest_request_in_run((run.start, run.len), front as usize * g.min_block, tail)
         };
         let runs = self.arena.global.free_runs(&effectively_empty);
         largest = largest.max(runs.into_iter().map(run_block).max().unwrap_or(0));
