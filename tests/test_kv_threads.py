@@ -3,6 +3,7 @@ twice, and everything goes back to the pool."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
@@ -118,6 +119,10 @@ def test_page_reads_and_writes_race_frees_of_their_sequence(capacity: int | None
     for seq in seqs:
         cache.add_sequence(seq, num_tokens=16)
     page = {seq: bytes([seq + 1]) * cache.page_bytes for seq in seqs}
+    # A fresh number for a sequence each time it is freed: a page read that follows a free and
+    # an add of its sequence reads a fresh page, whose bytes nobody wrote yet.
+    freed = {seq: 0 for seq in seqs}
+    numbers = itertools.count(1)
 
     def work(t: int) -> None:
         for i in range(rounds):
@@ -125,11 +130,13 @@ def test_page_reads_and_writes_race_frees_of_their_sequence(capacity: int | None
             try:
                 if t % 2:
                     cache.free_sequence(seq)
+                    freed[seq] = next(numbers)
                     cache.add_sequence(seq, num_tokens=16)
                     cache.write_page(seq, 0, page[seq])
                 else:
+                    before = freed[seq]
                     cache.write_page(seq, 0, page[seq])
-                    if cache.read_page(seq, 0) != page[seq]:
+                    if cache.read_page(seq, 0) != page[seq] and freed[seq] == before:
                         errors.append(f"sequence {seq}: a page with other bytes")
             except (KeyError, npumem.InvalidArgumentError):
                 pass  # the sequence was gone or not back yet
