@@ -4,7 +4,11 @@ twice, and everything goes back to the pool."""
 from __future__ import annotations
 
 import itertools
+import os
 import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -154,3 +158,79 @@ def test_page_reads_and_writes_race_frees_of_their_sequence(capacity: int | None
     cache.close()
     pool.check()
     assert pool.stats().bytes_in_use == 0
+
+
+@contextmanager
+def one_cpu() -> Iterator[None]:
+    """Threads started inside the block run on one CPU (they inherit the starting thread's
+    affinity), where contention for the cache and the GIL is the sharpest."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def run_until_each_made(
+    calls: int, work: list[Callable[[], object]], within: float = 10.0
+) -> list[int]:
+    """Run each of `work` in a loop on a thread of its own, all on one CPU, until each made
+    `calls` calls or `within` seconds passed; the calls each made."""
+    made = [0] * len(work)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop(i: int) -> None:
+        try:
+            while not stop.is_set():
+                work[i]()
+                made[i] += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    with one_cpu():
+        threads = [threading.Thread(target=loop, args=(i,)) for i in range(len(work))]
+        for t in threads:
+            t.start()
+    deadline = time.monotonic() + within
+    while min(made) < calls and time.monotonic() < deadline and not errors:
+        time.sleep(0.01)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return made
+
+
+@pytest.mark.parametrize("capacity", [4096, None])
+def test_every_thread_gets_its_turn_at_the_cache(capacity: int | None) -> None:
+    """Four threads reading and writing pages all make progress: a thread that finds the cache
+    taken waits for its turn, and the one that just had the cache does not take it again ahead
+    of the threads waiting for it."""
+    cache = make_cache(capacity_tokens=capacity)
+    for seq in range(4):
+        cache.add_sequence(seq, num_tokens=16)
+    data = bytes(cache.page_bytes)
+
+    def reader(seq: int) -> Callable[[], object]:
+        return lambda: cache.read_page(seq, 0)
+
+    def writer(seq: int) -> Callable[[], object]:
+        return lambda: cache.write_page(seq, 1, data)
+
+    made = run_until_each_made(200, [reader(0), reader(1), writer(2), writer(3)])
+    assert min(made) >= 200, f"calls per thread in 10 s: {made}"
+
+
+def test_stats_wait_for_no_more_than_a_few_calls() -> None:
+    """`stats()` while four threads keep the cache busy returns as soon as its turn comes."""
+    cache = make_cache(capacity_tokens=None)
+    for seq in range(4):
+        cache.add_sequence(seq, num_tokens=16)
+
+    def reader(seq: int) -> Callable[[], object]:
+        return lambda: cache.read_page(seq, 0)
+
+    made = run_until_each_made(20, [*(reader(seq) for seq in range(4)), cache.stats])
+    assert made[4] >= 20, f"stats() calls in 10 s: {made[4]} (page reads: {made[:4]})"

@@ -4,13 +4,18 @@
 //! copy-on-write, and converts arguments, results and errors.
 //!
 //! Threads: the table sits behind a mutex of the cache's own (the pool's alloc/free paths stay
-//! lock-free). A thread that finds the mutex taken waits for it without the GIL. Python code
-//! called under the mutex (a mover, the pool's out-of-memory handler) must not call the cache
-//! again: such a call raises `PoolBusyError` instead of waiting for itself. The eviction callback
-//! runs with the mutex released.
+//! lock-free), taken in turns ([`Turns`]): a call takes the turn at once when nobody holds it or
+//! waits for it, else it draws a ticket and waits for its turn without the GIL; the call that
+//! ends hands the turn to the next ticket. No thread ever waits for the turn while it holds the
+//! GIL, so a thread that has the turn may always wait for the GIL (to go on after work it did
+//! without the GIL, or after its wait): the GIL's holder lets it go without needing the turn.
+//! Python code called under the mutex (a mover, the pool's out-of-memory handler) must not call
+//! the cache again: such a call raises `PoolBusyError` instead of waiting for itself. The
+//! eviction callback runs with the mutex released.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use npumem_core::kv::{FreeList, KvError, PageSource, PageTable};
@@ -67,7 +72,9 @@ pub struct PagedKV {
     tag: Py<PyString>,
     /// The pool's id of `tag`.
     tag_id: u32,
+    /// Taken only by the thread whose turn it is ([`PagedKV::lock`]).
     state: Mutex<State>,
+    turns: Turns,
     on_evict: Mutex<Option<Py<PyAny>>>,
     mover: Mutex<Option<Py<PyAny>>>,
     /// The thread that runs Python code under the state mutex (0: none).
@@ -76,13 +83,107 @@ pub struct PagedKV {
     /// close that sets that, and never cleared.
     closed: AtomicBool,
     /// The fork generation (`npumem_core::fork_generation`) of the process whose thread took
-    /// the state mutex last, stamped right after it took it: a mutex held with another
-    /// generation's stamp was taken by a thread of the parent process, before a `fork()`.
+    /// the turn last, stamped right after it took it: a turn held with another generation's
+    /// stamp was taken by a thread of the parent process, before a `fork()`.
     locked_in: AtomicU64,
 }
 
-/// The error of a call to a cache whose state mutex a thread of the parent process held at
-/// the fork ([`PagedKV::wait_for_the_mutex`]).
+/// Turns at a cache's state, first come, first served: the thread that ends its call hands the
+/// turn to the thread that has waited longest, so a thread that calls the cache again and
+/// again cannot take it back ahead of the threads waiting for it.
+///
+/// The queue's own mutex is held for a few instructions at a time and never while waiting for
+/// anything else (the wait for a turn lets it go), so a thread that holds the GIL may wait for
+/// it; [`Turns::try_take`] does not, so that a queue whose mutex a thread of the parent
+/// process held at a `fork()` cannot stop a child's thread that holds the GIL.
+#[derive(Default)]
+struct Turns {
+    queue: Mutex<Queue>,
+    handed_on: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// The next ticket to draw.
+    next: u64,
+    /// The ticket whose turn it is: `serving == next` when nobody has the turn.
+    serving: u64,
+}
+
+impl Turns {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take the turn if nobody has it or waits for it. Never waits (`false` also while another
+    /// thread is inside the queue's mutex).
+    fn try_take(&self) -> bool {
+        let mut queue = match self.queue.try_lock() {
+            Ok(queue) => queue,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        if queue.serving != queue.next {
+            return false;
+        }
+        queue.next += 1;
+        true
+    }
+
+    /// Draw a ticket and wait until its turn comes. Blocks: never called with the GIL.
+    fn wait_for_turn(&self) {
+        let mut queue = self.queue();
+        let ticket = queue.next;
+        queue.next += 1;
+        while queue.serving != ticket {
+            queue = self.handed_on.wait(queue).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// End the turn: the next ticket's turn comes.
+    fn hand_on(&self) {
+        let mut queue = self.queue();
+        queue.serving += 1;
+        let waiting = queue.serving != queue.next;
+        drop(queue);
+        if waiting {
+            self.handed_on.notify_all();
+        }
+    }
+}
+
+/// A turn taken ([`PagedKV::lock`]): handed on when dropped.
+struct Turn<'a>(&'a Turns);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.hand_on();
+    }
+}
+
+/// The state of a cache while the calling thread has the turn.
+struct Held<'a> {
+    /// Declared before the turn: let go before the turn is handed on.
+    state: MutexGuard<'a, State>,
+    _turn: Turn<'a>,
+}
+
+impl Deref for Held<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+/// The error of a call to a cache whose turn a thread of the parent process held at the fork
+/// ([`PagedKV::wait_for_turn`]).
 fn forked_mid_call() -> PyErr {
     error(
         ErrorClass::PoolBusy,
@@ -91,9 +192,9 @@ fn forked_mid_call() -> PyErr {
     )
 }
 
-/// How long a call waits for a state mutex stamped with another fork generation before it
-/// takes the holder for a thread of the parent (one that took it an instant ago and has not
-/// stamped it yet would be done in microseconds).
+/// How long a call waits for a turn stamped with another fork generation before it takes the
+/// holder for a thread of the parent (one that took it an instant ago and has not stamped it
+/// yet would be done in microseconds).
 const FORKED_HOLDER_GRACE: Duration = Duration::from_secs(1);
 
 thread_local! {
@@ -467,58 +568,71 @@ impl PagedKV {
         result
     }
 
-    /// The state, locked: at once when free, else waiting without the GIL.
+    /// The state, locked: at once when nobody has the turn or waits for it, else after waiting
+    /// for the turn without the GIL.
     #[inline]
-    fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, State>> {
-        loop {
-            match self.state.try_lock() {
-                Ok(state) => return self.open(state),
-                Err(TryLockError::Poisoned(p)) => return self.open(p.into_inner()),
-                Err(TryLockError::WouldBlock) => {
-                    if self.callback_thread.load(Ordering::Relaxed) == thread_mark() {
-                        return Err(error(
-                            ErrorClass::PoolBusy,
-                            "the KV cache was called from Python code that one of its own calls runs (a mover \
-                             or the pool's out-of-memory handler); call it after that call returns",
-                        ));
-                    }
-                    if !detached(py, || self.wait_for_the_mutex()) {
-                        return Err(forked_mid_call());
-                    }
-                }
+    fn lock(&self, py: Python<'_>) -> PyResult<Held<'_>> {
+        if self.turns.try_take() {
+            self.stamp();
+        } else {
+            if self.callback_thread.load(Ordering::Relaxed) == thread_mark() {
+                return Err(error(
+                    ErrorClass::PoolBusy,
+                    "the KV cache was called from Python code that one of its own calls runs (a mover \
+                     or the pool's out-of-memory handler); call it after that call returns",
+                ));
+            }
+            // The turn comes while this thread waits without the GIL, and it takes the GIL back
+            // with the turn held (see the module's comment).
+            if !detached(py, || self.wait_for_turn()) {
+                return Err(forked_mid_call());
             }
         }
+        let turn = Turn(&self.turns);
+        let state = match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                unreachable!("the state is taken only with the turn, and let go before the turn is handed on")
+            }
+        };
+        if state.closed {
+            return Err(error(ErrorClass::InvalidHandle, "the KV cache is closed: its pages went back to the pool"));
+        }
+        Ok(Held { state, _turn: turn })
     }
 
-    /// Wait until the state mutex is free (then take it again with the GIL); false when its
-    /// holder is a thread of the parent process, which never lets it go: the mutex stays
-    /// stamped with another fork generation for [`FORKED_HOLDER_GRACE`].
-    fn wait_for_the_mutex(&self) -> bool {
+    /// Wait until this thread's turn comes (stamped); false when the turn's holder is a thread
+    /// of the parent process, which never hands it on: the turn stays stamped with another
+    /// fork generation for [`FORKED_HOLDER_GRACE`]. Such a turn is never waited for in line
+    /// (the queue behind it never moves), only tried again now and then.
+    fn wait_for_turn(&self) -> bool {
         let started = Instant::now();
         loop {
             if self.locked_in.load(Ordering::Acquire) == npumem_core::fork_generation() {
-                // Held by a thread of this process: it lets the mutex go.
-                drop(self.state.lock());
+                // Held by a thread of this process: it hands the turn on.
+                self.turns.wait_for_turn();
+                self.stamp();
                 return true;
             }
-            match self.state.try_lock() {
-                Err(TryLockError::WouldBlock) if started.elapsed() >= FORKED_HOLDER_GRACE => return false,
-                Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_micros(100)),
-                _ => return true,
+            if self.turns.try_take() {
+                self.stamp();
+                return true;
             }
+            if started.elapsed() >= FORKED_HOLDER_GRACE {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(100));
         }
     }
 
+    /// Stamp the turn just taken with this process's fork generation.
     #[inline]
-    fn open<'a>(&self, state: MutexGuard<'a, State>) -> PyResult<MutexGuard<'a, State>> {
+    fn stamp(&self) {
         let generation = npumem_core::fork_generation();
         if self.locked_in.load(Ordering::Relaxed) != generation {
             self.locked_in.store(generation, Ordering::Release);
         }
-        if state.closed {
-            return Err(error(ErrorClass::InvalidHandle, "the KV cache is closed: its pages went back to the pool"));
-        }
-        Ok(state)
     }
 
     /// Run `op` on the table with a page source; when the pages run out and `on_evict` is set,
@@ -734,6 +848,7 @@ impl PagedKV {
             tag: tag.unbind(),
             tag_id,
             state: Mutex::new(State { table: PageTable::new(page_tokens as u32), pages, evictions: 0, closed: false }),
+            turns: Turns::default(),
             on_evict: Mutex::new(on_evict),
             mover: Mutex::new(mover),
             callback_thread: AtomicUsize::new(0),
@@ -983,8 +1098,12 @@ impl PagedKV {
 
     /// The counts behind `stats()`, as a dict.
     fn _stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (counts, free) = self.with_source(py, |t, s| (t.counts(), s.available()))?;
-        let evictions = self.lock(py)?.evictions;
+        let (counts, free, evictions) = {
+            let mut guard = self.lock(py)?;
+            let state = &mut *guard;
+            let source = Source { py, kv: self, pages: &mut state.pages };
+            (state.table.counts(), source.available(), state.evictions)
+        };
         let g = &self.geometry;
         let d = PyDict::new(py);
         let total = g.capacity_pages.unwrap_or(counts.pages_in_use + free);
