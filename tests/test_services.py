@@ -7,6 +7,7 @@ import gc
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -696,3 +697,30 @@ def test_a_pause_dropped_without_resume_frees_what_was_collected_meanwhile() -> 
     del pause  # collected: resumes, and the waiting frees are made
     assert live(pool) == 0
     assert pool.stats().deferred_pending == 0
+
+
+@pytest.mark.parametrize("call", ["check", "snapshot", "raw_snapshot", "trace_start"])
+def test_maintenance_calls_wait_for_another_threads_pause_at_most_its_timeout(call: str) -> None:
+    """A pause's `timeout` bounds how long other threads' calls wait for it, the pool's own
+    maintenance calls too: they raise `PoolBusyError` saying that the pool stayed paused."""
+    pool = npumem.Pool(16 << 20, cores=1)
+    outcome: list[tuple[BaseException | None, float]] = []
+
+    def other() -> None:
+        started = time.monotonic()
+        try:
+            getattr(pool, call)()
+        except npumem.NpumemError as exc:
+            outcome.append((exc, time.monotonic() - started))
+        else:  # pragma: no cover - reported below
+            outcome.append((None, time.monotonic() - started))
+
+    with pool.pause(timeout=0.2):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(30)
+    (raised, waited) = outcome[0]
+    assert isinstance(raised, npumem.PoolBusyError), raised
+    assert "stayed paused" in str(raised), raised
+    assert 0.2 <= waited < 5, f"{call}() waited {waited:.2f} s for a pause of 0.2 s"
+    getattr(pool, call)()  # goes through once the pause ended

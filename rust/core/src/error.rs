@@ -73,10 +73,11 @@ pub enum Error {
     HostMemory { what: &'static str, bytes: usize },
     /// The pool is paused by a compaction and the caller asked not to wait.
     Paused,
-    /// The pool could not be paused in time: an in-flight call did not finish.
+    /// The pool could not be paused in time: an in-flight call, or another pause, did not end.
     Busy { waited_ms: u64 },
-    /// A call waited for a pause longer than the pauser's timeout (a pause that was not
-    /// ended): it gave up, nothing was done.
+    /// A call, or a maintenance call's pause (`check`, a snapshot, a trace switch), waited for
+    /// another thread's pause longer than that pause's timeout (a pause that was not ended): it
+    /// gave up, nothing was done.
     PausedTooLong { waited_ms: u64 },
     /// In a child process: the parent forked while another of its threads was inside a call
     /// of this pool or pausing it. That call never finishes here and the pool's metadata may be
@@ -188,7 +189,7 @@ impl fmt::Display for Error {
             }
             Error::Paused => write!(f, "the pool is paused by a compaction"),
             Error::Busy { waited_ms } => {
-                write!(f, "could not pause the pool: in-flight calls did not finish within {waited_ms} ms")
+                write!(f, "could not pause the pool: in-flight calls or another pause did not end within {waited_ms} ms")
             }
             Error::PausedTooLong { waited_ms } => write!(
                 f,

@@ -364,6 +364,20 @@ pub(crate) enum PauseError {
     /// ([`Gate::held_across_fork`]), which did not end within its own timeout (or the caller's,
     /// if shorter): waited this long.
     HeldAcrossFork(Duration),
+    /// A maintenance pauser ([`Gate::pause`]) waited for a held pause as long as that pause's
+    /// own timeout, as calls wait for it, and the pause did not end: waited this long.
+    PausedTooLong(Duration),
+}
+
+/// Who pauses: how long a pauser waits for another pause that holds the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pauser {
+    /// A held pause (`Pool::pause`): for its own timeout.
+    Held,
+    /// A maintenance call (a check, a snapshot, a trace switch, a compaction without a held
+    /// pause): for a held pause, as calls wait for it (that pause's own timeout), and never
+    /// longer than its own timeout.
+    Maintenance,
 }
 
 /// Proof that the caller is inside the pool; leaving drops it.
@@ -455,6 +469,24 @@ impl Gate {
             true => PauseError::HeldAcrossFork(waited),
             false => PauseError::Timeout(waited),
         }
+    }
+
+    /// Whether `pauser`, which asked for `timeout` and came at `started`, gives up waiting for
+    /// another pauser (for the pausers' lock, or for the gate): why, if so.
+    fn pauser_gives_up(&self, pauser: Pauser, started: Instant, timeout: Duration) -> Option<PauseError> {
+        let waited = started.elapsed();
+        if pauser == Pauser::Maintenance {
+            let closed = self.closed.load(Ordering::Acquire);
+            let limit = Duration::from_millis(self.wait_limit_ms.load(Ordering::Relaxed));
+            if closed > 1 && closed != TORN && limit <= timeout && waited >= limit {
+                return Some(match self.held_across_fork() {
+                    true => PauseError::HeldAcrossFork(waited),
+                    false => PauseError::PausedTooLong(waited),
+                });
+            }
+            return (waited >= timeout).then(|| self.pause_refused(waited));
+        }
+        (waited >= self.pauser_limit(timeout)).then(|| self.pause_refused(waited))
     }
 
     /// Enter through `record`, or `None` at once if the gate is closed.
@@ -560,23 +592,32 @@ impl Gate {
     /// Close the gate and wait for calls in flight through `registry` to finish (for the loom
     /// models).
     #[cfg(loom)]
-    pub(crate) fn pause_with(&self, registry: &Registry, timeout: Duration) -> Result<(), Duration> {
-        self.close_with(1, registry, Instant::now(), timeout)
+    pub(crate) fn pause_with(&self, registry: &Registry, timeout: Duration) -> Result<(), PauseError> {
+        self.close_with(Pauser::Maintenance, 1, registry, Instant::now(), timeout)
     }
 
     /// Close the gate with `value` (1, or a ticket) and wait for calls in flight through
-    /// `registry` to finish; `Err(waited)` (and the gate as it was) when another pauser or a
-    /// call in flight did not finish within `timeout`.
+    /// `registry` to finish; `Err` (and the gate as it was) when another pauser or a call in
+    /// flight did not finish in time.
     /// The wait counts from `started` (a pauser that waited for the pausers' lock has spent part
     /// of its timeout already); callers of the pool wait for the pause up to the whole timeout.
-    /// A pause that a thread of the parent process held at the fork is waited for no longer
-    /// than its own timeout, as callers wait for it ([`Gate::pauser_limit`]).
-    fn close_with(&self, value: u64, registry: &Registry, started: Instant, timeout: Duration) -> Result<(), Duration> {
+    /// Another pause that holds the gate is waited for as [`Gate::pauser_gives_up`] says: a
+    /// held pause waits for the caller's `timeout`, a maintenance pauser no longer than that
+    /// pause's own timeout either, as calls wait for it; a pause that a thread of the parent
+    /// process held at the fork is waited for no longer than its own timeout by both.
+    fn close_with(
+        &self,
+        pauser: Pauser,
+        value: u64,
+        registry: &Registry,
+        started: Instant,
+        timeout: Duration,
+    ) -> Result<(), PauseError> {
         let mut spins = 0u32;
         while self.closed.compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire).is_err() {
             // Another pauser holds the gate: wait for it, but not forever.
-            if started.elapsed() >= self.pauser_limit(timeout) {
-                return Err(started.elapsed());
+            if let Some(refused) = self.pauser_gives_up(pauser, started, timeout) {
+                return Err(refused);
             }
             if spins < 256 {
                 spin_hint();
@@ -600,7 +641,7 @@ impl Gate {
             }
             if started.elapsed() >= timeout {
                 self.closed.store(0, Ordering::Release);
-                return Err(started.elapsed());
+                return Err(PauseError::Timeout(started.elapsed()));
             }
             if spins < 256 {
                 spin_hint();
@@ -645,7 +686,7 @@ impl Gate {
             return Err(PauseError::AlreadyHeld);
         }
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
-        self.close_with(ticket, registry, started, timeout).map_err(|waited| self.pause_refused(waited))?;
+        self.close_with(Pauser::Held, ticket, registry, started, timeout)?;
         self.holder.store(record.token.load(Ordering::Relaxed), Ordering::Release);
         Ok(ticket)
     }
@@ -750,8 +791,8 @@ impl Gate {
         }
         let pausing = Pausing::mark(self, record, temporary);
         let started = Instant::now();
-        let lock = self.lock_pausers(started, timeout).map_err(PauseError::Timeout)?;
-        self.close_with(1, &REGISTRY, started, timeout).map_err(|waited| self.pause_refused(waited))?;
+        let lock = self.lock_pausers(Pauser::Maintenance, started, timeout)?;
+        self.close_with(Pauser::Maintenance, 1, &REGISTRY, started, timeout)?;
         Ok(PauseGuard { gate: self, serial: Some((lock, pausing)) })
     }
 
@@ -784,14 +825,21 @@ impl Gate {
         }
         let _pausing = Pausing::mark(self, record, false);
         let started = Instant::now();
-        let _serial = self.lock_pausers(started, timeout).map_err(PauseError::Timeout)?;
+        let _serial = self.lock_pausers(Pauser::Held, started, timeout)?;
         self.pause_held_since(&REGISTRY, record, started, timeout)
     }
 
     /// The pausers' lock, waited for until `timeout` has passed since `started`: the pauser
     /// that holds it may wait for calls in flight for as long as its own timeout allows, and
-    /// nobody waits for it longer than they asked. `Err(waited)` when the time is up.
-    fn lock_pausers(&self, started: Instant, timeout: Duration) -> Result<std::sync::MutexGuard<'_, ()>, Duration> {
+    /// nobody waits for it longer than they asked. A maintenance pauser also gives up when a
+    /// held pause closes the gate longer than that pause's own timeout, as calls do (the lock's
+    /// holder may be another pauser waiting for that pause).
+    fn lock_pausers(
+        &self,
+        pauser: Pauser,
+        started: Instant,
+        timeout: Duration,
+    ) -> Result<std::sync::MutexGuard<'_, ()>, PauseError> {
         let mut spins = 0u32;
         loop {
             match self.pausers.try_lock() {
@@ -799,8 +847,14 @@ impl Gate {
                 Err(std::sync::TryLockError::Poisoned(poisoned)) => return Ok(poisoned.into_inner()),
                 Err(std::sync::TryLockError::WouldBlock) => {}
             }
-            if started.elapsed() >= timeout {
-                return Err(started.elapsed());
+            match pauser {
+                Pauser::Maintenance => {
+                    if let Some(refused) = self.pauser_gives_up(pauser, started, timeout) {
+                        return Err(refused);
+                    }
+                }
+                Pauser::Held if started.elapsed() >= timeout => return Err(PauseError::Timeout(started.elapsed())),
+                Pauser::Held => {}
             }
             if spins < 256 {
                 spin_hint();
@@ -960,6 +1014,43 @@ mod tests {
         holder.join().unwrap();
         assert!(waiter.join().unwrap().is_ok());
         assert!(!gate.is_closed());
+    }
+
+    #[test]
+    fn a_maintenance_pauser_waits_for_a_held_pause_as_long_as_calls_do() {
+        init_barriers();
+        let gate = Arc::new(Gate::new());
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let g = gate.clone();
+        let holder = std::thread::spawn(move || {
+            let ticket = g.pause_held(Duration::from_millis(200)).expect("pauses");
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            assert!(g.resume_held(ticket));
+        });
+        held_rx.recv().unwrap();
+        // Waiting for the gate: 200 ms (the held pause's timeout), not the 30 s it asked for.
+        let started = Instant::now();
+        assert!(matches!(gate.pause(Duration::from_secs(30)), Err(PauseError::PausedTooLong(_))));
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(10), "waited {waited:?}");
+        assert!(gate.is_closed(), "the held pause holds the gate as before");
+        // Waiting for the pausers' lock, which a pauser that asked for 2 s holds while it waits
+        // for the gate: 200 ms again.
+        let g = gate.clone();
+        let waiter = std::thread::spawn(move || g.pause_held(Duration::from_secs(2)));
+        std::thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        assert!(matches!(gate.pause(Duration::from_secs(30)), Err(PauseError::PausedTooLong(_))));
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(1), "waited {waited:?} for the pausers' lock");
+        // Asked for less than the held pause's timeout: its own timeout.
+        assert!(matches!(gate.pause(Duration::from_millis(100)), Err(PauseError::Timeout(_))));
+        assert!(matches!(waiter.join().unwrap(), Err(PauseError::Timeout(_))));
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(gate.pause(Duration::from_secs(1)).is_ok());
     }
 
     #[test]

@@ -483,3 +483,47 @@ fn a_request_refused_as_too_large_carries_the_pools_figures() {
     }
     assert_eq!(p.stats().failed_allocs, 1);
 }
+
+/// Another thread's maintenance calls wait for a held pause as calls do: at most that pause's
+/// own timeout, then `PausedTooLong` (nothing done); one that ends sooner lets them through.
+#[test]
+fn maintenance_calls_wait_for_another_threads_pause_no_longer_than_its_timeout() {
+    use npumem_core::CompactionMode;
+    use std::time::{Duration, Instant};
+
+    let p = pool(16 * MIB, 1);
+    p.trace_start(1000).unwrap();
+    type Call<'a> = &'a (dyn Fn(&Pool) -> Result<(), Error> + Sync);
+    let calls: [(&str, Call); 5] = [
+        ("check", &|p| p.check().map(drop)),
+        ("snapshot", &|p| p.snapshot().map(drop)),
+        ("trace_stop", &|p| p.trace_stop()),
+        ("trace_start", &|p| p.trace_start(1000)),
+        ("plan_compaction", &|p| p.plan_compaction(None, &CompactionMode::Full).map(drop)),
+    ];
+    let token = p.pause(Duration::from_millis(200)).unwrap();
+    std::thread::scope(|s| {
+        for (name, call) in calls {
+            let p = &p;
+            let (got, waited) = s
+                .spawn(move || {
+                    let started = Instant::now();
+                    (call(p), started.elapsed())
+                })
+                .join()
+                .unwrap();
+            assert!(matches!(got, Err(Error::PausedTooLong { .. })), "{name}: {got:?}");
+            assert!(waited >= Duration::from_millis(200), "{name} gave up after {waited:?}");
+            assert!(waited < Duration::from_secs(5), "{name} waited {waited:?} for a pause of 200 ms");
+        }
+    });
+    p.resume(&token).unwrap();
+    // A pause that ends within its timeout: the call goes through once it does.
+    let token = p.pause(Duration::from_secs(5)).unwrap();
+    std::thread::scope(|s| {
+        let checking = s.spawn(|| p.check());
+        std::thread::sleep(Duration::from_millis(50));
+        p.resume(&token).unwrap();
+        assert_eq!(checking.join().unwrap(), Ok(0));
+    });
+}

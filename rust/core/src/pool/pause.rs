@@ -18,7 +18,8 @@ use crate::gate::{Entered, PauseError, PauseGuard, Refusal};
 use crate::handle::id::Handle;
 use crate::handle::table::PinKind;
 
-/// How long `check()` and other pausing calls wait for calls in flight.
+/// How long `check()` and other maintenance calls wait for calls in flight (and for another
+/// pause, no longer than that pause's own timeout: see `Gate::pause`).
 const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Proof that the caller holds a pool's pause (from [`Pool::pause`]); give it to
@@ -45,6 +46,7 @@ fn pause_error(e: PauseError) -> Error {
         PauseError::InsideCall => Error::PauseInsideCall,
         PauseError::Forked => Error::ForkedMidCall,
         PauseError::HeldAcrossFork(waited) => Error::PausedAtFork { waited_ms: millis(waited) },
+        PauseError::PausedTooLong(waited) => Error::PausedTooLong { waited_ms: millis(waited) },
     }
 }
 
@@ -75,7 +77,9 @@ impl Drop for Busy<'_> {
 
 impl Pool {
     /// Pause alloc and free for a maintenance call (snapshot, trace switch, check, compaction
-    /// plan), waiting for calls in flight; [`Error::Busy`] if they do not finish in time.
+    /// plan), waiting for calls in flight; [`Error::Busy`] if they do not finish in time. A
+    /// pause another thread holds is waited for as calls wait for it: [`Error::PausedTooLong`]
+    /// once it outlasts its own timeout.
     pub(crate) fn pause_for_maintenance(&self) -> Result<PauseGuard<'_>> {
         self.gate.pause(PAUSE_TIMEOUT).map_err(pause_error)
     }
