@@ -600,7 +600,8 @@ impl Gate {
     /// `registry` to finish; `Err` (and the gate as it was) when another pauser or a call in
     /// flight did not finish in time.
     /// The wait counts from `started` (a pauser that waited for the pausers' lock has spent part
-    /// of its timeout already); callers of the pool wait for the pause up to the whole timeout.
+    /// of its timeout already), a maintenance pauser's wait for calls in flight from when it
+    /// closed the gate; callers of the pool wait for the pause up to the whole timeout.
     /// Another pause that holds the gate is waited for as [`Gate::pauser_gives_up`] says: a
     /// held pause waits for the caller's `timeout`, a maintenance pauser no longer than that
     /// pause's own timeout either, as calls wait for it; a pause that a thread of the parent
@@ -629,6 +630,12 @@ impl Gate {
             }
             spins = spins.saturating_add(1);
         }
+        // A maintenance pauser's own timeout for calls in flight counts from here: its wait for
+        // a held pause was bounded by that pause's timeout.
+        let in_flight_since = match pauser {
+            Pauser::Maintenance => Instant::now(),
+            Pauser::Held => started,
+        };
         // Callers wait for this pause as long as it waits for them.
         self.wait_limit_ms.store(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
         heavy_barrier();
@@ -639,7 +646,7 @@ impl Gate {
                 fence(Ordering::SeqCst);
                 return Ok(());
             }
-            if started.elapsed() >= timeout {
+            if in_flight_since.elapsed() >= timeout {
                 self.closed.store(0, Ordering::Release);
                 return Err(PauseError::Timeout(started.elapsed()));
             }
