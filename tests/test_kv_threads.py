@@ -234,3 +234,58 @@ def test_stats_wait_for_no_more_than_a_few_calls() -> None:
 
     made = run_until_each_made(20, [*(reader(seq) for seq in range(4)), cache.stats])
     assert made[4] >= 20, f"stats() calls in 10 s: {made[4]} (page reads: {made[:4]})"
+
+
+_FINALIZER_CALLS_THE_CACHE = """
+import gc, npumem
+from npumem.kv import KVCache
+pool = npumem.Pool(16 << 20, cores=1)
+cache = KVCache(pool, num_layers=2, num_kv_heads=2, head_dim=32, page_tokens=8)
+cache.add_sequence(0, 64)
+seen = []
+class Finalized:
+    def __del__(self):
+        try:
+            cache.stats()
+            seen.append("ok")
+        except npumem.PoolBusyError as err:
+            seen.append("busy: " + str(err))
+for seq in range(20):
+    gc.collect()
+    gc.disable()
+    for _ in range(30):
+        a = Finalized()
+        a.me = a
+    del a
+    gc.enable()
+    gc.set_threshold(1)
+    try:
+        cache.add_sequence(0, 64)  # refused: the sequence exists; its error is made under the turn
+    except npumem.NpumemError:
+        pass
+    gc.set_threshold(700)
+gc.collect()
+print(len(seen), sorted(set(seen)))
+"""
+
+
+def test_a_finalizer_that_calls_the_cache_inside_its_own_call_is_refused_not_left_waiting() -> None:
+    """The garbage collector may run finalizers on the thread that holds the cache's turn (a
+    refused `add_sequence` makes its error under it): a finalizer that calls the cache then is
+    refused with `PoolBusyError` instead of waiting for its own thread. Run in a child process,
+    so that a wait for itself would end in the timeout, not hang the tests."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FINALIZER_CALLS_THE_CACHE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    count, kinds = done.stdout.strip().split(" ", 1)
+    assert int(count) == 600, done.stdout
+    assert (
+        "busy: the KV cache was called from Python code that one of its own calls runs" in kinds
+    ), done.stdout

@@ -9,9 +9,10 @@
 //! ends hands the turn to the next ticket. No thread ever waits for the turn while it holds the
 //! GIL, so a thread that has the turn may always wait for the GIL (to go on after work it did
 //! without the GIL, or after its wait): the GIL's holder lets it go without needing the turn.
-//! Python code called under the mutex (a mover, the pool's out-of-memory handler) must not call
-//! the cache again: such a call raises `PoolBusyError` instead of waiting for itself. The
-//! eviction callback runs with the mutex released.
+//! Python code called under the mutex (a mover, the pool's out-of-memory handler, a finalizer
+//! that the garbage collector runs while the call makes Python objects) must not call the cache
+//! again: such a call raises `PoolBusyError` instead of waiting for itself. The eviction
+//! callback runs with the mutex released.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -100,6 +101,11 @@ pub struct PagedKV {
 struct Turns {
     queue: Mutex<Queue>,
     handed_on: Condvar,
+    /// The mark ([`thread_mark`]) of the thread that has the turn, 0 when none: a call of that
+    /// thread that finds the turn taken is a call from inside one of its own calls (Python code
+    /// that the call runs: a mover, the pool's out-of-memory handler, a finalizer that the
+    /// garbage collector runs), which would wait for itself.
+    holder: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -127,7 +133,13 @@ impl Turns {
             return false;
         }
         queue.next += 1;
+        self.holder.store(thread_mark(), Ordering::Relaxed);
         true
+    }
+
+    /// Whether the calling thread has the turn.
+    fn held_here(&self) -> bool {
+        self.holder.load(Ordering::Relaxed) == thread_mark()
     }
 
     /// Draw a ticket and wait until its turn comes. Blocks: never called with the GIL.
@@ -138,10 +150,12 @@ impl Turns {
         while queue.serving != ticket {
             queue = self.handed_on.wait(queue).unwrap_or_else(|p| p.into_inner());
         }
+        self.holder.store(thread_mark(), Ordering::Relaxed);
     }
 
     /// End the turn: the next ticket's turn comes.
     fn hand_on(&self) {
+        self.holder.store(0, Ordering::Relaxed);
         let mut queue = self.queue();
         queue.serving += 1;
         let waiting = queue.serving != queue.next;
@@ -575,11 +589,12 @@ impl PagedKV {
         if self.turns.try_take() {
             self.stamp();
         } else {
-            if self.callback_thread.load(Ordering::Relaxed) == thread_mark() {
+            if self.callback_thread.load(Ordering::Relaxed) == thread_mark() || self.turns.held_here() {
                 return Err(error(
                     ErrorClass::PoolBusy,
-                    "the KV cache was called from Python code that one of its own calls runs (a mover \
-                     or the pool's out-of-memory handler); call it after that call returns",
+                    "the KV cache was called from Python code that one of its own calls runs on this \
+                     thread (a mover, the pool's out-of-memory handler, a finalizer the garbage \
+                     collector ran); call it after that call returns",
                 ));
             }
             // The turn comes while this thread waits without the GIL, and it takes the GIL back
