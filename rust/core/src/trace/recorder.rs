@@ -12,7 +12,24 @@ use crate::util::grow::try_vec;
 use crate::util::grow::{reserve, try_push};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+
+/// How long a trace call waits for a control lock stamped with another fork generation before
+/// it takes the holder for a thread of the parent process (one that took it an instant ago and
+/// has not stamped it yet is done in microseconds).
+const FORKED_HOLDER_GRACE: Duration = Duration::from_secs(1);
+
+#[cfg(not(loom))]
+use crate::gate::fork_generation;
+
+/// Loom models make no process: one generation.
+#[cfg(loom)]
+fn fork_generation() -> u64 {
+    0
+}
 
 /// Most events a trace can hold (64 bytes each: 1 GiB).
 pub const MAX_TRACE_CAPACITY: usize = 1 << 24;
@@ -34,6 +51,11 @@ pub(crate) struct Trace {
     rings: AtomicPtr<Rings>,
     /// Serialises start, stop and drain (never taken on the alloc/free path).
     control: Mutex<Drains>,
+    /// The fork generation (`gate::fork_generation`) of the process whose thread took
+    /// `control` last, stamped right after it took it: a lock held with another generation's
+    /// stamp was taken by a thread of the parent process, before a `fork()`, and is never let
+    /// go in this one ([`Trace::lock`]).
+    locked_in: StdAtomicU64,
     /// Incremented by every start, so a drain can tell traces apart.
     generation: StdAtomicU64,
 }
@@ -72,6 +94,7 @@ impl Trace {
             clock: Clock::new(),
             rings: AtomicPtr::new(std::ptr::null_mut()),
             control: Mutex::new(Drains::default()),
+            locked_in: StdAtomicU64::new(fork_generation()),
             generation: StdAtomicU64::new(0),
         }
     }
@@ -127,8 +150,40 @@ impl Trace {
         rings.push(ptr, &event.to_words());
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Drains> {
-        self.control.lock().unwrap_or_else(|p| p.into_inner())
+    /// The control lock: `None` when a thread of the parent process held it at a `fork()`
+    /// (it stays stamped with another fork generation for [`FORKED_HOLDER_GRACE`]). Then no
+    /// thread of this process can take it, so none replaces the rings either: reading them
+    /// without the lock is safe, changing the trace is not.
+    fn lock(&self) -> Option<MutexGuard<'_, Drains>> {
+        let started = Instant::now();
+        loop {
+            let taken = match self.control.try_lock() {
+                Ok(drains) => Some(drains),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) if self.locked_in.load(Ordering::Acquire) == fork_generation() => {
+                    // Held by a thread of this process: it lets the lock go.
+                    Some(self.control.lock().unwrap_or_else(|p| p.into_inner()))
+                }
+                Err(TryLockError::WouldBlock) => None,
+            };
+            if let Some(drains) = taken {
+                let generation = fork_generation();
+                if self.locked_in.load(Ordering::Relaxed) != generation {
+                    self.locked_in.store(generation, Ordering::Release);
+                }
+                return Some(drains);
+            }
+            if started.elapsed() >= FORKED_HOLDER_GRACE {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// [`Trace::lock`] for a call that changes the trace: `Error::ForkedMidCall` in a child
+    /// process forked while another thread was inside a trace call.
+    fn lock_to_change(&self) -> Result<MutexGuard<'_, Drains>> {
+        self.lock().ok_or(Error::ForkedMidCall)
     }
 
     /// Replace the rings with `fresh` (the pool must be paused) and switch on.
@@ -148,8 +203,8 @@ impl Trace {
         if rings.is_null() {
             return TraceStatus::default();
         }
-        // SAFETY: rings are freed only by `install` under the control lock (held here) or
-        // by drop.
+        // SAFETY: rings are freed only by `install` under the control lock (held here, or held
+        // by a thread of the parent process, which no thread here can take) or by drop.
         let rings = unsafe { &*rings };
         TraceStatus {
             enabled: self.on(),
@@ -164,7 +219,7 @@ impl Trace {
     /// (after the clock is calibrated, which takes about 1 ms) for the switch. Events of an
     /// earlier trace that were not drained are discarded.
     pub(crate) fn start<G>(&self, cores: usize, capacity: usize, pause: impl FnOnce() -> Result<G>) -> Result<()> {
-        let mut drains = self.lock();
+        let mut drains = self.lock_to_change()?;
         let fast_clock = self.clock.calibrate();
         let fresh = Rings::new(cores, capacity, fast_clock)?;
         let _paused = pause()?;
@@ -175,7 +230,7 @@ impl Trace {
 
     /// Stop recording while `pause` holds the pool.
     pub(crate) fn stop<G>(&self, pause: impl FnOnce() -> Result<G>) -> Result<()> {
-        let _drains = self.lock();
+        let _drains = self.lock_to_change()?;
         let _paused = pause()?;
         self.on.store(false, Ordering::Release);
         Ok(())
@@ -190,7 +245,7 @@ impl Trace {
     /// Events recorded meanwhile beyond that room need more; those the host cannot hold are
     /// counted dropped (and if the merge cannot grow for them, every event taken is).
     pub(crate) fn drain(&self) -> Result<Vec<TraceEvent>> {
-        let mut drains = self.lock();
+        let mut drains = self.lock_to_change()?;
         let rings = self.rings.load(Ordering::Acquire);
         if rings.is_null() {
             return Ok(Vec::new());
@@ -224,10 +279,13 @@ impl Trace {
         merged
     }
 
-    /// Where the trace stands.
+    /// Where the trace stands. In a child process forked while another thread was inside a
+    /// trace call, without what the parent's drains counted (delivered, and dropped by them).
     pub(crate) fn status(&self) -> TraceStatus {
-        let drains = self.lock();
-        self.status_locked(&drains)
+        match self.lock() {
+            Some(drains) => self.status_locked(&drains),
+            None => self.status_locked(&Drains::default()),
+        }
     }
 
     /// Add to `out` the tag ids that the events a drain now would deliver name (0 for none
@@ -235,13 +293,14 @@ impl Trace {
     /// rings' capacity). An event being written meanwhile may be left out, so the caller must
     /// know otherwise about the tags such events name (`stats/tags.rs`: their blocks hold them).
     pub(crate) fn tags_named(&self, out: &mut HashSet<u32>) {
+        // Without the lock (`None`), no thread of this process replaces the rings either.
         let _drains = self.lock();
         let rings = self.rings.load(Ordering::Acquire);
         if rings.is_null() {
             return;
         }
-        // SAFETY: rings are freed only by `install` under the control lock (held here) or by
-        // drop.
+        // SAFETY: rings are freed only by `install` under the control lock (held here, or held
+        // by a thread of the parent process, which no thread here can take) or by drop.
         let rings = unsafe { &*rings };
         rings.retained(&mut |w| {
             if let Some(e) = TraceEvent::from_words(w) {
