@@ -8,7 +8,8 @@ and reports what happened.
 Threads: one compaction at a time per compactor (a lock); the pool is stopped only inside a
 step; the hooks run in the compacting thread before the pool stops and after it runs again.
 The out-of-memory handler (`Compactor.attach()`) runs in the thread whose allocation failed,
-with no pool lock held, so it may compact.
+with no pool lock held, so it may compact. In a process forked while another thread held the
+compactor's lock (was compacting), the compactor's calls raise `PoolBusyError`: make a new one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import NoReturn, Self
 
 import npumem
 from npumem._core import CompactionPlan, StepReport, oom_handler_may_wait
+from npumem._fork_safe import ForkSafeRLock
 from npumem._shown import shown
 from npumem.compaction.movers import Mover
 from npumem.compaction.policy import Mode, Policy, check_mode
@@ -111,7 +113,7 @@ class Compactor:
         self.waits = 0
         self.waits_failed = 0
         self.waited_seconds = 0.0
-        self._lock = threading.RLock()
+        self._lock = ForkSafeRLock("Compactor")
         self._busy = threading.local()
         self._last_auto = -float("inf")
         self._waiting = False  # a thread waits for room (one at a time)

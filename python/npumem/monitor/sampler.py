@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from npumem._core import Pool
+from npumem._fork_safe import ForkSafeRLock
 from npumem._shown import shown
 from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
@@ -192,7 +193,8 @@ class Monitor:
     `Thresholds` or a dict such as `{"usage": 0.8}` (defaults: 90% usage, 30%
     fragmentation, any failed allocation); `callbacks` receive every `Alert`;
     `on_sample` hooks receive every `Sample`. A callback or hook that raises is
-    logged and does not stop the monitor.
+    logged and does not stop the monitor. In a process forked while another thread was
+    recording a sample, the monitor's calls raise `PoolBusyError`: make a new one there.
     """
 
     def __init__(
@@ -238,7 +240,7 @@ class Monitor:
         self._hooks = functions["on_sample"]
         self._armed = {"usage": True, "fragmentation": True, "failed_allocs": True}
         self._last_failed: int | None = None
-        self._lock = threading.Lock()
+        self._lock = ForkSafeRLock("Monitor")
         self._clock0 = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -19,13 +19,13 @@ overflow (events lost anyway are counted in `Trace.dropped`).
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
+from npumem._fork_safe import ForkSafeRLock
 from npumem._shown import shown
 from npumem.monitor._files import MAX_HANDLE, TRACE_FORMAT, Reader, read_json, write_json
 from npumem.monitor.snapshot import pool_config
@@ -303,7 +303,8 @@ class TraceRecorder:
     each), and one thread keeps at most one ring's worth between two drains. With
     `stacks=True` every allocation made through Python also records its caller's Python stack
     (`TraceEvent.stack`); that costs a few microseconds per allocation (see the monitoring
-    guide)."""
+    guide). In a process forked while another thread was starting, draining or stopping the
+    recorder, its calls raise `PoolBusyError`: make a new one there."""
 
     def __reduce__(self) -> NoReturn:
         # A copy would record the same live pool (copy.copy, deepcopy and pickle all come
@@ -328,7 +329,7 @@ class TraceRecorder:
         self.capacity = capacity
         self.stacks = stacks
         self.trace = Trace(pool=str(pool.name), config=pool_config(pool))
-        self._lock = threading.Lock()
+        self._lock = ForkSafeRLock("TraceRecorder")
         self._running = False
         self._stacks: dict[Any, tuple[Frame, ...]] = {}
 

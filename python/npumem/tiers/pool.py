@@ -22,7 +22,9 @@ lock (a new block joins the books at the next call that takes it); the tiered po
 or views and holds the lock while it copies; a view taken on `tb.block` while a move of the
 same block is under way could be taken on the old place, so take views with
 `TieredBlock.view`, which takes them under the
-lock (a view then keeps the block where it is until it is released).
+lock (a view then keeps the block where it is until it is released). In a process forked while
+another thread held that lock, the calls that take it raise `PoolBusyError`: the books may be
+half updated there, so make a new tiered pool in the child.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 from npumem._core import Pool
+from npumem._fork_safe import ForkSafeRLock
 from npumem._shown import shown
 from npumem.errors import (
     ArgumentTypeError,
@@ -193,7 +196,7 @@ class TieredPool:
         self._ncores = len(fast)
         self._admit = policy.admit
         self._touch_n = _counted_touch(policy)
-        self._lock = threading.RLock()
+        self._lock = ForkSafeRLock("TieredPool")
         self._clock = 0
         self._resident: list[set[TieredBlock]] = [set() for _ in fast]
         self._slow_blocks: set[TieredBlock] = set()
