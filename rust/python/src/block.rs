@@ -245,14 +245,18 @@ impl Block {
             return self.defer_in(pool);
         }
         let core = &pool.core;
-        let claim = self.claim_free(None)?;
-        let freed = match core.try_free(self.handle) {
-            Err(npumem_core::Error::Paused) => without_gil(py, || core.free(self.handle)),
-            other => other.map_err(to_py),
-        };
-        if let Err(err) = freed {
-            self.unclaim_free(claim);
-            return Err(err);
+        match core.try_free(self.handle) {
+            Err(npumem_core::Error::Paused) => {
+                // The free waits for the pause without the GIL: it claims the block first, so
+                // that no other call can detach it, queue its free or pin it meanwhile. (With
+                // the GIL held, no other Python call runs between the check above and here.)
+                let claim = self.claim_free(None)?;
+                if let Err(err) = without_gil(py, || core.free(self.handle)) {
+                    self.unclaim_free(claim);
+                    return Err(err);
+                }
+            }
+            other => other.map_err(to_py)?,
         }
         self.set_freed();
         core.count_tagged_free(self.tag_id, 1, self.nbytes);
