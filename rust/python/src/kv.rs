@@ -78,8 +78,6 @@ pub struct PagedKV {
     turns: Turns,
     on_evict: Mutex<Option<Py<PyAny>>>,
     mover: Mutex<Option<Py<PyAny>>>,
-    /// The thread that runs Python code under the state mutex (0: none).
-    callback_thread: AtomicUsize,
     /// `State::closed`, readable without the mutex: set (after the pages went back) by the
     /// close that sets that, and never cleared.
     closed: AtomicBool,
@@ -573,13 +571,11 @@ fn alloc_block(py: Python<'_>, caller: &impl CallsPython, pool: &Pool, size: usi
 }
 
 impl PagedKV {
-    /// Run Python code under the state mutex, marked so that a call back into the cache from
-    /// it is refused rather than waiting for itself.
+    /// Run Python code under the state mutex: a call back into the cache from it finds the
+    /// turn held by its own thread and is refused rather than waiting for itself
+    /// ([`PagedKV::lock`]).
     fn calling_python<T>(&self, work: impl FnOnce() -> T) -> T {
-        let before = self.callback_thread.swap(thread_mark(), Ordering::Relaxed);
-        let result = crate::oom::under_lock(work);
-        self.callback_thread.store(before, Ordering::Relaxed);
-        result
+        crate::oom::under_lock(work)
     }
 
     /// The state, locked: at once when nobody has the turn or waits for it, else after waiting
@@ -589,7 +585,7 @@ impl PagedKV {
         if self.turns.try_take() {
             self.stamp();
         } else {
-            if self.callback_thread.load(Ordering::Relaxed) == thread_mark() || self.turns.held_here() {
+            if self.turns.held_here() {
                 return Err(error(
                     ErrorClass::PoolBusy,
                     "the KV cache was called from Python code that one of its own calls runs on this \
@@ -866,7 +862,6 @@ impl PagedKV {
             turns: Turns::default(),
             on_evict: Mutex::new(on_evict),
             mover: Mutex::new(mover),
-            callback_thread: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             locked_in: AtomicU64::new(npumem_core::fork_generation()),
         })
