@@ -95,6 +95,7 @@ pub use stats::tags::{
 pub use trace::event::{EventKind, TraceEvent};
 #[cfg(not(loom))]
 pub use trace::recorder::{TraceStatus, MAX_TRACE_CAPACITY};
+pub use util::grace::{Grace, Inside};
 pub use util::published::PublishedSlots;
 
 /// The crate version.

@@ -1,9 +1,18 @@
 //! Python call stacks of allocations, recorded while a trace runs with `stacks=True`.
 //!
-//! `Pool.alloc` asks [`Stacks::enabled`] (one relaxed load of a flag of the binding, not of the
-//! core); when it is set, the calling thread's Python stack (each frame's code object and last
-//! instruction) goes into a map by handle, and `Pool.trace_drain` attaches it to the block's
+//! `Pool.alloc` asks [`Stacks::begin`] (one relaxed load of a flag of the binding, not of the
+//! core); when recording is on, the calling thread's Python stack (each frame's code object and
+//! last instruction) is taken before the allocation, and goes into a map by handle once the
+//! allocation returns ([`Recording::finish`]). `Pool.trace_drain` attaches it to the block's
 //! `alloc` event, looking up files, lines and functions then (once per distinct frame).
+//!
+//! An allocation's event reaches the rings inside its core call, its stack reaches the map
+//! after it: a drain on another thread may take the event in between, while the allocating
+//! thread is without the GIL (`alloc_many`, a wait for room) or gave it up to a finalizer or
+//! a signal handler. So a [`Recording`] is inside the stacks' [`Grace`] from before its core
+//! call until its stack is in the map, and a drain that took events waits, without the GIL,
+//! for every recording that began before its take ([`Stacks::settle`]); recordings that begin
+//! later, whose events it did not take, do not hold it up.
 //!
 //! The rings overwrite their oldest events when a trace is not drained in time, and a stack
 //! whose event was overwritten is never taken. So the map keeps the stacks of the latest
@@ -11,9 +20,13 @@
 //! oldest stack. The frames looked up (which keep their code objects alive) are forgotten when
 //! a trace starts, and when there are more than [`MAX_FRAMES`] of them.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use npumem_core::{Grace, Inside};
 
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -25,9 +38,21 @@ pub(crate) const MAX_DEPTH: usize = 32;
 /// Frames looked up that are kept for the next drains, at most (the cache starts over past it).
 pub(crate) const MAX_FRAMES: usize = 1 << 16;
 
+/// How long a drain waits at most for allocations that began recording before it took its
+/// events (past it, an event whose stack is not in the map yet is drained without one).
+const SETTLE_LIMIT: Duration = Duration::from_secs(5);
+
 /// A recorded stack: the code object and last instruction of each frame, most recent first.
-/// Lines and names are looked up when the stack is drained, off the allocation path.
-type RawStack = Box<[(Py<PyAny>, i64)]>;
+/// Lines and names are looked up when the stack is drained, off the allocation path. The
+/// blocks of one `alloc_many` share it.
+type RawStack = Arc<[(Py<PyAny>, i64)]>;
+
+thread_local! {
+    /// Recordings of the calling thread in progress: a drain that Python code run in the
+    /// middle of one calls (a finalizer, a signal handler, an out-of-memory handler) must not
+    /// wait for its own thread.
+    static RECORDING_HERE: Cell<usize> = const { Cell::new(0) };
+}
 
 /// `(file, line, function)` by code object address and instruction, with the code object.
 type FrameCache = HashMap<(usize, i64), (Py<PyAny>, Py<PyTuple>)>;
@@ -72,6 +97,8 @@ impl Pending {
 #[derive(Default)]
 pub(crate) struct Stacks {
     on: AtomicBool,
+    /// The recordings in progress (see the module documentation).
+    recording: Grace,
     pending: Mutex<Pending>,
     /// `(file, line, function)` by code object and instruction (the code object is kept, so
     /// its address is not reused while it is a key).
@@ -89,8 +116,38 @@ impl Stacks {
 
     /// Whether allocations record their stack now.
     #[inline]
-    pub(crate) fn enabled(&self) -> bool {
+    fn enabled(&self) -> bool {
         self.on.load(Ordering::Relaxed)
+    }
+
+    /// Before an allocation: when recording is on, the calling thread's stack, counted in as a
+    /// recording until [`Recording::finish`] put it in the map (or the recording is dropped:
+    /// the allocation failed). Taken before the allocation, so that a failure to read the stack
+    /// leaves nothing allocated.
+    #[inline]
+    pub(crate) fn begin(&self, py: Python<'_>) -> PyResult<Option<Recording<'_>>> {
+        if !self.enabled() {
+            return Ok(None);
+        }
+        let stack = current_stack(py)?;
+        let inside = self.recording.enter();
+        RECORDING_HERE.with(|n| n.set(n.get() + 1));
+        Ok(Some(Recording { stacks: self, _inside: inside, stack }))
+    }
+
+    /// After a drain took its events from the rings (without the GIL): wait until every
+    /// recording that began before the take has put its stack in the map, at most
+    /// [`SETTLE_LIMIT`]. A recording begins before its allocation's core call writes the
+    /// event, so one whose event the drain took is waited for, unless it is done. Not when the
+    /// calling thread is inside a recording itself (a finalizer or handler it runs drains), nor
+    /// when it holds the pool's pause (`paused_here`): a recording may be waiting at the pool's
+    /// entry for that pause to end. Then the stack of an allocation that returned from the core
+    /// just before the pause may be missed, as any other drain may miss it past the limit.
+    pub(crate) fn settle(&self, paused_here: bool) {
+        if self.recording.is_idle() || paused_here || RECORDING_HERE.with(Cell::get) > 0 {
+            return;
+        }
+        self.recording.wait_for_earlier(SETTLE_LIMIT);
     }
 
     /// Start recording for a trace whose rings hold `capacity` events (dropping the stacks and
@@ -106,20 +163,14 @@ impl Stacks {
         self.on.store(false, Ordering::Relaxed);
     }
 
-    /// Record the calling thread's stack for the block `handle`.
-    pub(crate) fn record(&self, py: Python<'_>, handle: u128) -> PyResult<()> {
-        let stack = current_stack(py)?;
-        self.lock().insert(handle, stack);
-        Ok(())
-    }
-
     /// The stack recorded for `handle` as a tuple of `(file, line, function)`, taken out of
     /// the map (None when there is none).
     pub(crate) fn take<'py>(&self, py: Python<'py>, handle: u128) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let Some(raw) = self.lock().by_handle.remove(&handle) else { return Ok(None) };
         let mut frames = self.frames();
         let mut out = Vec::with_capacity(raw.len());
-        for (code, lasti) in raw {
+        for (code, lasti) in raw.iter() {
+            let lasti = *lasti;
             let key = (code.as_ptr() as usize, lasti);
             if let Some((_, frame)) = frames.get(&key) {
                 out.push(frame.clone_ref(py));
@@ -130,7 +181,7 @@ impl Stacks {
             if frames.len() >= MAX_FRAMES {
                 *frames = HashMap::new();
             }
-            frames.insert(key, (code, frame));
+            frames.insert(key, (code.clone_ref(py), frame));
         }
         Ok(Some(PyTuple::new(py, out)?))
     }
@@ -147,6 +198,30 @@ impl Stacks {
     }
 }
 
+/// An allocation recording its stack (see [`Stacks::begin`]); dropping it without
+/// [`Recording::finish`] records nothing.
+pub(crate) struct Recording<'a> {
+    stacks: &'a Stacks,
+    _inside: Inside<'a>,
+    stack: RawStack,
+}
+
+impl Recording<'_> {
+    /// The allocation made `handles`: each gets the stack.
+    pub(crate) fn finish(self, handles: impl IntoIterator<Item = u128>) {
+        let mut pending = self.stacks.lock();
+        for handle in handles {
+            pending.insert(handle, Arc::clone(&self.stack));
+        }
+    }
+}
+
+impl Drop for Recording<'_> {
+    fn drop(&mut self) {
+        RECORDING_HERE.with(|n| n.set(n.get() - 1));
+    }
+}
+
 /// The calling thread's Python stack: code object and last instruction of each frame, most
 /// recent call first, at most [`MAX_DEPTH`] frames.
 fn current_stack(py: Python<'_>) -> PyResult<RawStack> {
@@ -160,8 +235,7 @@ fn current_stack(py: Python<'_>) -> PyResult<RawStack> {
         frames.push((code.unbind(), lasti));
         frame = frame.getattr(intern!(py, "f_back"))?;
     }
-    // Kept until drained: no room for frames it does not have.
-    Ok(frames.into_boxed_slice())
+    Ok(frames.into())
 }
 
 /// `(file, line, function)` of instruction `lasti` (a byte offset) of `code`.

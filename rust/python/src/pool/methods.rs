@@ -134,6 +134,7 @@ impl Pool {
             Err(err) => return Err(this.refused(py, err, nbytes, align, tag)),
         };
         let core = &this.core;
+        let recording = this.stacks.begin(py)?;
         // Neither alignment nor tag (the common call): nothing more to check, no tag to hold.
         let (align, tag, tag_id) = if align.is_none() && tag.is_none() {
             (None, None, 0)
@@ -158,8 +159,8 @@ impl Pool {
             }
         };
         core.confirm_tagged_alloc(tag_id);
-        if this.stacks.enabled() {
-            this.stacks.record(py, handle.to_bits())?;
+        if let Some(recording) = recording {
+            recording.finish([handle.to_bits()]);
         }
         Block::into_object(py, Block::new(slf.clone().unbind(), handle, size, tag.map(Bound::unbind), tag_id))
     }
@@ -196,6 +197,7 @@ impl Pool {
         }
         let align = args::alignment(align, capacity)?;
         let tag = args::tag(tag)?;
+        let recording = this.stacks.begin(py)?;
         let blocks = wanted.len() as u64;
         let tag_id = this.tags.acquire(py, &this.core, tag.as_ref(), blocks)?;
         let requested: usize = wanted.iter().sum();
@@ -237,10 +239,8 @@ impl Pool {
                 }
             }
         })?;
-        if this.stacks.enabled() {
-            for handle in &handles {
-                this.stacks.record(py, handle.to_bits())?;
-            }
+        if let Some(recording) = recording {
+            recording.finish(handles.iter().map(|h| h.to_bits()));
         }
         Ok(list)
     }
@@ -499,7 +499,12 @@ impl Pool {
         let core = &self.core;
         // No tag id is dropped (and reused) until the drained events' names are read.
         let pin = core.tags().pin();
-        let events = without_gil(py, || core.trace_drain())?;
+        let stacks = &self.stacks;
+        let events = without_gil(py, || {
+            let events = core.trace_drain()?;
+            stacks.settle(core.paused_by_caller());
+            Ok(events)
+        })?;
         let tuples = py_alloc::list(
             py,
             events.iter().map(|e| {
