@@ -58,6 +58,9 @@ const MAX_SLAB_BANKS: usize = 16;
 /// have slabs of fewer banks. The default classes take 1.9 MB a core with the caps above, so
 /// on two cores arenas of 60 MiB and more keep them.
 const SLAB_SHARE: usize = 16;
+/// Retired slabs a refill lets go of from the partial stack before it carves a new slab
+/// instead ([`SlabCaches::alloc`]).
+const STALE_POPS: u32 = 8;
 pub(super) const RETIRED: u64 = 1 << 63;
 /// The word of an all-free slab, of any class (see the module's documentation).
 pub(super) const ALL_FREE: u64 = RETIRED - 1;
@@ -459,9 +462,17 @@ impl SlabCaches {
 
     /// Allocate an object of class `k` for core `core`, carving new slabs from `blocks`.
     /// Returns the object's offset and whether a new slab was carved for it.
+    ///
+    /// A slab retired while on the partial stack stays there until a pop finds it retired and
+    /// lets it go. After a mass free the stack holds one such slab per slab emptied: a refill
+    /// lets go of at most [`STALE_POPS`] of them and then carves, so that no allocation pays
+    /// for the whole batch; the rest go a few at every later refill. Only when the carve fails
+    /// (no room, or no slab id left: retired slabs on the stack hold theirs) does it read the
+    /// whole stack before giving up.
     pub(crate) fn alloc(&self, k: usize, core: usize, blocks: &dyn SlabBlocks) -> Option<(usize, bool)> {
         let mut carved = false;
         let caches = &self.cores[core];
+        let mut stale_left = STALE_POPS;
         loop {
             let current = caches.current[k].load(Ordering::Acquire);
             if current != 0 {
@@ -470,13 +481,15 @@ impl SlabCaches {
                 }
             }
             // The current slab is full (or retired): collect a partial slab, or carve a new one.
-            let id = match self.stack_pop(&caches.partial[k]) {
+            let popped = if stale_left > 0 { self.stack_pop(&caches.partial[k]) } else { None };
+            let id = match popped {
                 Some(id) => {
                     // Held: the id cannot be recycled while we look at it.
                     let slab = self.slab(id);
                     let generation = generation_of(slab.meta.load(Ordering::Acquire));
                     if slab.free.load(Ordering::Acquire) & RETIRED != 0 {
                         self.unlist(id, generation);
+                        stale_left -= 1;
                         continue;
                     }
                     let installed = pack_current(id, generation);
@@ -497,14 +510,24 @@ impl SlabCaches {
                 }
                 None => {
                     let bytes = self.classes.classes[k].slab_bytes;
-                    let base = blocks.carve(bytes)?;
-                    carved = true;
-                    match self.create(k, core, base) {
-                        Some(id) => id,
-                        None => {
+                    let made = blocks.carve(bytes).and_then(|base| {
+                        let id = self.create(k, core, base);
+                        if id.is_none() {
                             blocks.release(base, bytes);
-                            return None;
                         }
+                        id
+                    });
+                    match made {
+                        Some(id) => {
+                            carved = true;
+                            id
+                        }
+                        // The stack was not read to its end: read it all before failing.
+                        None if stale_left == 0 => {
+                            stale_left = u32::MAX;
+                            continue;
+                        }
+                        None => return None,
                     }
                 }
             };
@@ -1188,6 +1211,87 @@ mod tests {
         fn release(&self, _base: usize, _bytes: usize) {
             self.busy.store(false, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// [`Arena`], whose carves fail once `carves_left` is spent.
+    #[derive(Default)]
+    struct Budgeted {
+        arena: Arena,
+        carves_left: std::sync::atomic::AtomicUsize,
+    }
+
+    impl SlabBlocks for Budgeted {
+        fn carve(&self, bytes: usize) -> Option<usize> {
+            let left = &self.carves_left;
+            left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).ok()?;
+            self.arena.carve(bytes)
+        }
+        fn release(&self, base: usize, bytes: usize) {
+            self.arena.release(base, bytes);
+        }
+    }
+
+    /// The slabs listed on core 0's partial stack of class 0.
+    fn listed(caches: &SlabCaches) -> usize {
+        caches.cores[0].partial[0].snapshot(usize::MAX, |i| &caches.slab(i).next).len()
+    }
+
+    /// `slabs` full slabs of class 0 on core 0 (the last one current), their objects by slab.
+    fn full_slabs(caches: &SlabCaches, blocks: &dyn SlabBlocks, slabs: usize) -> Vec<Vec<usize>> {
+        let per_slab = caches.classes.classes[0].objects as usize;
+        let objects: Vec<usize> = (0..per_slab * slabs).map(|_| caches.alloc(0, 0, blocks).unwrap().0).collect();
+        objects.chunks(per_slab).map(<[usize]>::to_vec).collect()
+    }
+
+    fn free_all(caches: &SlabCaches, blocks: &dyn SlabBlocks, objects: &[usize]) {
+        for &off in objects {
+            caches.free(caches.lookup(off).unwrap(), off, blocks).unwrap();
+        }
+    }
+
+    /// After a mass free the partial stack lists every emptied slab (retired since); the next
+    /// refill lets go of a few of them only and carves, and later refills go on from there.
+    #[test]
+    fn a_refill_after_a_mass_free_lets_go_of_a_few_retired_slabs_only() {
+        let caches = SlabCaches::new(classes(&[64]), 64 << 20, 1).unwrap();
+        let arena = Arena::default();
+        let slabs = full_slabs(&caches, &arena, 200);
+        for objects in &slabs[..199] {
+            free_all(&caches, &arena, objects);
+        }
+        assert_eq!(listed(&caches), 199, "each emptied slab stays listed, retired");
+        assert_eq!(caches.live_slabs(0), 1);
+        let (_, carved) = caches.alloc(0, 0, &arena).unwrap();
+        assert!(carved, "the current slab is full and nothing listed is live");
+        assert_eq!(listed(&caches), 199 - STALE_POPS as usize);
+        let per_slab = caches.classes.classes[0].objects as usize;
+        for _ in 1..per_slab {
+            assert!(!caches.alloc(0, 0, &arena).unwrap().1, "the new slab serves its objects");
+        }
+        caches.alloc(0, 0, &arena).unwrap();
+        assert_eq!(listed(&caches), 199 - 2 * STALE_POPS as usize, "the next refill lets go of as many");
+        assert_eq!(caches.live_slabs(0), 3);
+    }
+
+    /// A refill that stopped letting go of retired slabs and then cannot carve reads the rest
+    /// of the stack before it fails: a live partial slab under them serves it.
+    #[test]
+    fn a_refill_that_cannot_carve_reads_past_the_retired_slabs() {
+        let caches = SlabCaches::new(classes(&[64]), 64 << 20, 1).unwrap();
+        let blocks = Budgeted { carves_left: 20.into(), ..Budgeted::default() };
+        let slabs = full_slabs(&caches, &blocks, 20);
+        // Slab 0 gets one object back (listed first, at the bottom); slabs 1 to 18 are emptied
+        // (listed on top of it, retired); slab 19 is current and full.
+        let freed = slabs[0][7];
+        caches.free(caches.lookup(freed).unwrap(), freed, &blocks).unwrap();
+        for objects in &slabs[1..19] {
+            free_all(&caches, &blocks, objects);
+        }
+        assert_eq!(listed(&caches), 19);
+        assert_eq!(blocks.carves_left.load(Ordering::Relaxed), 0, "no carve can succeed");
+        assert_eq!(caches.alloc(0, 0, &blocks), Some((freed, false)), "the partial slab's object");
+        assert_eq!(listed(&caches), 0, "every retired slab was let go on the way");
+        assert_eq!(caches.alloc(0, 0, &blocks), None, "then the class is full");
     }
 
     /// A slab smaller than a bank has fine directory entries under a coarse mark that outlives
