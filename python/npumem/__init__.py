@@ -49,10 +49,9 @@ from npumem.errors import (
     PoolBusyError,
     RequestTooLargeError,
 )
-from npumem.sizes import format_bytes
 
-# Pool.snapshot() returns an npumem.monitor.Snapshot; typed results write bytes like the rest.
-_core.install_views(_views.snapshot_view, format_bytes)
+# Pool.snapshot() returns an npumem.monitor.Snapshot.
+_core.install_views(_views.snapshot_view)
 
 __all__ = [
     "ArgumentTypeError",

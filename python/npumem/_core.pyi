@@ -57,9 +57,7 @@ _CompactionMode = Literal["full", "incremental", "evacuate"]
 _EventKind = Literal["alloc", "free", "move", "failed"]
 _Mover = Callable[[list[tuple[int, int, int]]], object]
 
-def install_views(
-    snapshot_view: Callable[[Pool, RawSnapshot], object], format_bytes: Callable[[int], str]
-) -> None: ...
+def install_views(snapshot_view: Callable[[Pool, RawSnapshot], object]) -> None: ...
 def oom_handler_may_wait() -> bool: ...
 
 # ----- exceptions ------------------------------------------------------------------------------

@@ -182,31 +182,31 @@ fn size_checked(value: &Bound<'_, PyAny>, name: &str, largest: Largest) -> PyRes
         Err(text) if text.starts_with('-') => {
             return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {text}")));
         }
-        Err(text) => return Err(too_large(value.py(), name, &text, None, largest)),
+        Err(text) => return Err(too_large(name, &text, None, largest)),
     };
     if n <= 0 {
         return Err(error(ErrorClass::InvalidArgument, format!("{name} must be greater than 0, got {n}")));
     }
     if n > largest.bytes as i128 {
         let size = usize::try_from(n).ok();
-        let asked = size.map_or_else(|| n.to_string(), |n| byte_text::exact(value.py(), n));
-        return Err(too_large(value.py(), name, &asked, size, largest));
+        let asked = size.map_or_else(|| n.to_string(), byte_text::exact);
+        return Err(too_large(name, &asked, size, largest));
     }
     Ok(n as usize)
 }
 
 /// The `RequestTooLargeError` of a request of `size` bytes (`None`: more than a `usize`
 /// holds) larger than any block the pool can hold, and why.
-fn too_large(py: Python<'_>, name: &str, asked: &str, size: Option<usize>, largest: Largest) -> PyErr {
-    let capacity = byte_text::exact(py, largest.capacity);
-    let most = byte_text::exact(py, largest.bytes);
+fn too_large(name: &str, asked: &str, size: Option<usize>, largest: Largest) -> PyErr {
+    let capacity = byte_text::exact(largest.capacity);
+    let most = byte_text::exact(largest.bytes);
     let why = match largest.first_region {
         _ if size.is_none_or(|n| n > largest.capacity) => format!("the pool's whole capacity is {capacity}"),
         Some(first) => format!(
             "no block of this pool can be larger than {most}. A block lies inside one region; the first \
              region, of {}, is never given back, and regions lie at least one chunk apart, so a region added \
              later holds at most max_capacity, {capacity}, less the first region, in whole chunks",
-            byte_text::exact(py, first)
+            byte_text::exact(first)
         ),
         None => format!(
             "of the pool's {capacity}, blocks can use {} bytes (the rest is shorter than the smallest block)",

@@ -1,33 +1,44 @@
-//! Byte counts written for people, by the formatter the Python package installs
-//! (`npumem.sizes.format_bytes`, through `install_views` in `views.rs`): error messages and the
-//! text of typed results read like the rest of npumem. Before the package installs it (the
-//! extension loaded on its own), counts are written as `"{n} B"`.
+//! Byte counts written for people in error messages and in the text of typed results, as
+//! `npumem.sizes.format_bytes` writes them everywhere else in npumem: the largest binary unit
+//! that keeps the number at least 1, one decimal, thousands separated by commas, and below
+//! 1 KiB the plain count (`"1.5 KiB"`, `"1,024.0 TiB"`, `"1000 B"`). Written here rather than
+//! by calling the Python function: a failing allocation's message writes three counts, and
+//! three calls into Python cost more than the rest of its error. `tests/test_byte_text.py`
+//! checks the two agree over sizes from bytes to exbibytes, the ties of the rounding included.
 
-use std::sync::Mutex;
+/// The units of `npumem.sizes.format_bytes`, largest first.
+const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
 
-use pyo3::prelude::*;
-
-static FORMATTER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
-
-/// Install `format_bytes(n) -> str`.
-pub(crate) fn install(format_bytes: Py<PyAny>) {
-    *FORMATTER.lock().unwrap_or_else(|p| p.into_inner()) = Some(format_bytes);
-}
-
-/// `n` bytes for people, by the installed formatter (`"{n} B"` without one).
-pub(crate) fn format_bytes(py: Python<'_>, n: usize) -> PyResult<String> {
-    let format = FORMATTER.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|f| f.clone_ref(py));
-    match format {
-        Some(format) => format.bind(py).call1((n,))?.extract(),
-        None => Ok(format!("{n} B")),
-    }
+/// `n` bytes for people (see the module documentation).
+pub(crate) fn format_bytes(n: usize) -> String {
+    let Some(&(name, per_unit)) = UNITS.iter().find(|&&(_, per_unit)| n as u64 >= per_unit) else {
+        return format!("{n} B");
+    };
+    // Python divides the two integers exactly and rounds once; a division by a power of two
+    // of the count rounded to a float is the same number. Both round the one decimal to the
+    // nearest, ties to even.
+    let scaled = format!("{:.1}", n as f64 / per_unit as f64);
+    let (whole, fraction) = scaled.split_once('.').unwrap_or((&scaled, "0"));
+    format!("{}.{fraction} {name}", group_thousands(whole))
 }
 
 /// `n` bytes for people, and exactly: `"1.5 MiB (1572864 bytes)"`; below 1 KiB just the bytes.
-/// Never fails: a formatter that raises gives the plain count.
-pub(crate) fn exact(py: Python<'_>, n: usize) -> String {
-    match format_bytes(py, n) {
-        Ok(text) if n >= 1024 => format!("{text} ({n} bytes)"),
-        _ => format!("{n} bytes"),
+pub(crate) fn exact(n: usize) -> String {
+    if n >= 1024 {
+        format!("{} ({n} bytes)", format_bytes(n))
+    } else {
+        format!("{n} bytes")
     }
+}
+
+/// The digits of a whole number in groups of three: `"12345"` -> `"12,345"`.
+pub(crate) fn group_thousands(digits: &str) -> String {
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }

@@ -268,31 +268,18 @@ impl CompactionPlan {
         Ok(format!("{}, moves=<{} moves>)", text.strip_suffix(')').unwrap_or(&text), self.moves.len()))
     }
 
-    fn __str__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
+    fn __str__(&self) -> String {
+        format!(
             "compaction plan ({}): {} blocks, {} to move, {} chunk(s) emptied; largest free block {} -> {} \
              (fragmentation {:.1}% -> {:.1}%)",
             self.mode,
-            group_digits(self.blocks),
-            byte_text::format_bytes(py, self.bytes)?,
+            byte_text::group_thousands(&self.blocks.to_string()),
+            byte_text::format_bytes(self.bytes),
             self.chunks_emptied,
-            byte_text::format_bytes(py, self.largest_free_before)?,
-            byte_text::format_bytes(py, self.largest_free_after)?,
+            byte_text::format_bytes(self.largest_free_before),
+            byte_text::format_bytes(self.largest_free_after),
             self.fragmentation_before() * 100.0,
             self.fragmentation_after() * 100.0
-        ))
+        )
     }
-}
-
-/// `12345` -> `"12,345"`.
-fn group_digits(n: usize) -> String {
-    let text = n.to_string();
-    let mut out = String::new();
-    for (i, digit) in text.chars().enumerate() {
-        if i > 0 && (text.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 use pyo3::PyTypeInfo;
+use pyo3::{ffi, intern};
 
 /// The exception classes, in the order [`create`] makes them (bases before subclasses).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -243,10 +244,10 @@ pub(crate) fn plan_search(err: npumem_core::plan_search::PackingError) -> PyErr 
 
 /// The message of an `OutOfMemoryError`, in human units: what was asked, what is free, and
 /// whether the total or the fragmentation is the cause (then a compaction can help).
-pub(crate) fn out_of_memory_message(py: Python<'_>, requested: usize, free: usize, largest: usize) -> String {
-    let asked = byte_text::exact(py, requested);
-    let free_text = byte_text::exact(py, free);
-    let largest_text = byte_text::exact(py, largest);
+pub(crate) fn out_of_memory_message(requested: usize, free: usize, largest: usize) -> String {
+    let asked = byte_text::exact(requested);
+    let free_text = byte_text::exact(free);
+    let largest_text = byte_text::exact(largest);
     if requested <= free {
         format!(
             "out of memory: asked for {asked}; {free_text} are free, but the largest free block found is \
@@ -264,18 +265,17 @@ pub(crate) fn out_of_memory_message(py: Python<'_>, requested: usize, free: usiz
 /// The message of the `OutOfMemoryError` of item `index` of a batch that did not fit as a
 /// whole: its item's figures, then the batch's (no compaction can make room that is not there).
 fn batch_shortfall_message(
-    py: Python<'_>,
     index: usize,
     requested: usize,
     free: usize,
     largest: usize,
     shortfall: Shortfall,
 ) -> String {
-    let asked = byte_text::exact(py, requested);
-    let free_text = byte_text::exact(py, free);
-    let largest_text = byte_text::exact(py, largest);
-    let total = byte_text::exact(py, shortfall.asked);
-    let room = byte_text::exact(py, shortfall.free);
+    let asked = byte_text::exact(requested);
+    let free_text = byte_text::exact(free);
+    let largest_text = byte_text::exact(largest);
+    let total = byte_text::exact(shortfall.asked);
+    let room = byte_text::exact(shortfall.free);
     format!(
         "item {index} of the batch failed: out of memory: asked for {asked}; {free_text} were free then (the \
          batch's earlier items held the rest), the largest free block found is {largest_text}. The batch as a \
@@ -293,8 +293,31 @@ pub(crate) fn with_figures(
     bytes_free: usize,
     largest_free_block: usize,
 ) -> PyErr {
-    let args = (message, requested, bytes_free, largest_free_block);
-    match class.class(requested.py()).and_then(|cls| cls.call1(args)) {
+    // Made as `__init__` would make it (`args` the message alone, the figures attributes),
+    // without the call through `functools.partialmethod` that `__init__` is: the class's own
+    // `tp_new`, as calling the class runs it (its `__new__` attribute is `MemoryError`'s,
+    // which refuses a class whose `tp_new` is `BaseException`'s).
+    let py = requested.py();
+    let made = class.class(py).and_then(|cls| {
+        let args = PyTuple::new(py, [message])?;
+        // SAFETY: `cls` is a type; `PyType_GetSlot` of `Py_tp_new` gives its allocator's
+        // constructor (every exception class has one), called as `type.__call__` calls it,
+        // with a tuple of arguments and no keywords; it returns a new reference or NULL with
+        // an exception set.
+        let instance = unsafe {
+            let slot = ffi::PyType_GetSlot(cls.as_ptr().cast(), ffi::Py_tp_new);
+            if slot.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            let new: ffi::newfunc = std::mem::transmute(slot);
+            Bound::from_owned_ptr_or_err(py, new(cls.as_ptr().cast(), args.as_ptr(), std::ptr::null_mut()))?
+        };
+        instance.setattr(intern!(py, "requested"), requested)?;
+        instance.setattr(intern!(py, "bytes_free"), bytes_free)?;
+        instance.setattr(intern!(py, "largest_free_block"), largest_free_block)?;
+        Ok(instance)
+    });
+    match made {
         Ok(instance) => PyErr::from_value(instance),
         Err(failed) => failed,
     }
@@ -302,26 +325,26 @@ pub(crate) fn with_figures(
 
 /// Map an npumem-core error to its Python exception.
 pub(crate) fn to_py(err: Error) -> PyErr {
-    let message = err.to_string();
     let class = match err.root() {
         Error::Config { .. } => ErrorClass::Config,
         Error::InvalidSize { .. } | Error::InvalidAlignment { .. } => ErrorClass::InvalidArgument,
         &Error::TooLarge { size, bytes_free, largest_free_block, .. } => {
             return Python::attach(|py| {
                 let size = size.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any();
-                with_figures(ErrorClass::RequestTooLarge, message, &size, bytes_free, largest_free_block)
+                with_figures(ErrorClass::RequestTooLarge, err.to_string(), &size, bytes_free, largest_free_block)
             });
         }
         &Error::OutOfMemory { requested, bytes_free, largest_free_block } => {
             return Python::attach(|py| {
                 let message = match err {
                     Error::Batch { index, shortfall: Some(shortfall), .. } => {
-                        batch_shortfall_message(py, index, requested, bytes_free, largest_free_block, shortfall)
+                        batch_shortfall_message(index, requested, bytes_free, largest_free_block, shortfall)
                     }
+                    Error::OutOfMemory { .. } => out_of_memory_message(requested, bytes_free, largest_free_block),
                     // A batch wraps the root error ("item 3 of the batch failed: ..."): keep the context.
                     _ => {
-                        let human = out_of_memory_message(py, requested, bytes_free, largest_free_block);
-                        message.replace(&err.root().to_string(), &human)
+                        let human = out_of_memory_message(requested, bytes_free, largest_free_block);
+                        err.to_string().replace(&err.root().to_string(), &human)
                     }
                 };
                 let requested = requested.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any();
@@ -348,5 +371,5 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Corruption(_) | Error::Batch { .. } => ErrorClass::Corruption,
         _ => ErrorClass::Corruption,
     };
-    error(class, message)
+    error(class, err.to_string())
 }

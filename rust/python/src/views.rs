@@ -1,18 +1,15 @@
 //! The presentation the Python package installs when it is imported (`install_views`): the
-//! snapshot view, which builds an `npumem.monitor.Snapshot` from a `RawSnapshot`, and the byte
-//! formatter (`npumem.sizes.format_bytes`), the one place that writes byte counts for people
-//! (kept in `byte_text.rs`, which error messages use too).
+//! snapshot view, which builds an `npumem.monitor.Snapshot` from a `RawSnapshot`.
 //!
-//! Importing `npumem._core` imports `npumem` first, so a pool never exists without them; the
-//! binding itself imports nothing from the Python package. Without them (the extension loaded on
-//! its own), `Pool.snapshot()` returns the raw snapshot and byte counts are written as integers.
+//! Importing `npumem._core` imports `npumem` first, so a pool never exists without it; the
+//! binding itself imports nothing from the Python package. Without it (the extension loaded on
+//! its own), `Pool.snapshot()` returns the raw snapshot.
 
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
 
 use crate::args;
-use crate::byte_text;
 use crate::errors::{error, ErrorClass};
 use crate::snapshot::RawSnapshot;
 
@@ -29,14 +26,11 @@ fn callable(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Py<PyAny>> {
     Ok(value.clone().unbind())
 }
 
-/// Install `snapshot_view(pool, raw)`, which `Pool.snapshot()` hands each raw snapshot to, and
-/// `format_bytes(n)`, which writes byte counts in the text of typed results.
+/// Install `snapshot_view(pool, raw)`, which `Pool.snapshot()` hands each raw snapshot to.
 #[pyfunction]
-pub(crate) fn install_views(snapshot_view: &Bound<'_, PyAny>, format_bytes: &Bound<'_, PyAny>) -> PyResult<()> {
+pub(crate) fn install_views(snapshot_view: &Bound<'_, PyAny>) -> PyResult<()> {
     let snapshot = callable(snapshot_view, "the snapshot view")?;
-    let format_bytes = callable(format_bytes, "the byte formatter")?;
     *SNAPSHOT_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
-    byte_text::install(format_bytes);
     Ok(())
 }
 
