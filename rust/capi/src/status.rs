@@ -84,6 +84,7 @@ pub fn code_of(err: &Error) -> Status {
         | Error::Busy { .. }
         | Error::PausedTooLong { .. }
         | Error::PausedAtFork { .. }
+        | Error::Interrupted { .. }
         | Error::ForkedMidCall
         | Error::Moving
         | Error::Relocating

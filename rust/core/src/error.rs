@@ -88,6 +88,10 @@ pub enum Error {
     /// (unless this process resumes it with its token); a call waited for it `waited_ms`, its
     /// timeout, and gave up, nothing done.
     PausedAtFork { waited_ms: u64 },
+    /// A call waited `waited_ms` for another thread's pause, and the calling thread's interrupt
+    /// check (`gate::interruptible`: the Python binding's signal handlers) ended the wait: the
+    /// call gave up, nothing was done.
+    Interrupted { waited_ms: u64 },
     /// `check()` found inconsistent metadata: one line per finding.
     Corruption(Vec<String>),
     /// Item `index` of a batch call failed (and the batch left the pool as it was). A batch of
@@ -208,6 +212,11 @@ impl fmt::Display for Error {
                  that thread does not exist in this child, so the pause does not end here: gave up after \
                  {waited_ms} ms (the pause's timeout), nothing was done; make a new pool in the child, or \
                  fork when no other thread holds a pause"
+            ),
+            Error::Interrupted { waited_ms } => write!(
+                f,
+                "the wait for another thread's pause of the pool was interrupted after {waited_ms} ms \
+                 (a signal handler raised); nothing was done"
             ),
             Error::Batch { index, error, shortfall: None } => write!(f, "item {index} of the batch failed: {error}"),
             Error::Batch { index, error, shortfall: Some(Shortfall { asked, free }) } => write!(

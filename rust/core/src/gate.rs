@@ -25,7 +25,16 @@
 //! has marked the gate *busy* (it is moving blocks: its own calls must then fail, not wait for
 //! themselves). Closing waits at most the timeout for another pauser, too, so nothing waits
 //! forever on a pause someone forgot to end.
+//!
+//! Interruptible waits: every wait for another thread's pause (a call waiting for the gate to
+//! open, a pauser waiting for another pause, for the pausers' lock or for calls in flight) runs
+//! in slices of [`WAIT_SLICE`]. Between slices it asks the calling thread's interrupt check, if
+//! [`interruptible`] set one (the Python binding runs the signal handlers there); when the check
+//! says so, the wait gives up and the call fails having done nothing. The fast path never looks
+//! at the check: only a thread that found the gate closed does.
 
+#[cfg(not(loom))]
+use std::cell::Cell;
 #[cfg(not(loom))]
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -306,6 +315,75 @@ fn heavy_barrier() {
     fence(Ordering::SeqCst);
 }
 
+/// How long a wait for another thread's pause runs between two looks at the calling thread's
+/// interrupt check ([`interruptible`]): how late an interrupt is seen, at most (plus the time
+/// the check itself takes).
+pub const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+#[cfg(not(loom))]
+thread_local! {
+    /// The interrupt check that [`interruptible`] set for the calling thread, if any.
+    static INTERRUPT_CHECK: Cell<Option<fn() -> bool>> = const { Cell::new(None) };
+}
+
+/// Restores the calling thread's previous interrupt check when [`interruptible`] ends (also
+/// when its work panics).
+#[cfg(not(loom))]
+struct RestoreCheck(Option<fn() -> bool>);
+
+#[cfg(not(loom))]
+impl Drop for RestoreCheck {
+    fn drop(&mut self) {
+        let _ = INTERRUPT_CHECK.try_with(|check| check.set(self.0));
+    }
+}
+
+/// Run `work` with `interrupted` as the calling thread's interrupt check: every wait in `work`
+/// for another thread's pause of a pool asks it once per [`WAIT_SLICE`] (never a call that
+/// finds the pool open, nor a wait shorter than a slice). When it answers `true`, the wait gives
+/// up and its call does nothing: it fails with [`Error::Interrupted`](crate::Error::Interrupted)
+/// (a call that cannot fail, such as `Pool::trim`, returns having done nothing). `interrupted`
+/// may block (take a lock, run a signal handler): the waiting thread holds no lock of the pool's
+/// then, except the pausers' lock of a pauser that waits for another pause or for calls in
+/// flight. Calls nest: the check of the innermost `interruptible` applies.
+#[cfg(not(loom))]
+pub fn interruptible<T>(interrupted: fn() -> bool, work: impl FnOnce() -> T) -> T {
+    let previous = INTERRUPT_CHECK.try_with(|check| check.replace(Some(interrupted))).unwrap_or(None);
+    let _restore = RestoreCheck(previous);
+    work()
+}
+
+/// A waiting thread's interrupt check, asked at most once per [`WAIT_SLICE`], the first time one
+/// slice after the wait began.
+struct Interrupt {
+    check: Option<fn() -> bool>,
+    next: Instant,
+}
+
+impl Interrupt {
+    /// The calling thread's check ([`interruptible`]), for a wait that begins now.
+    #[cold]
+    fn of_caller() -> Interrupt {
+        #[cfg(not(loom))]
+        let check = INTERRUPT_CHECK.try_with(Cell::get).unwrap_or(None);
+        #[cfg(loom)]
+        let check = None;
+        Interrupt { check, next: Instant::now() + WAIT_SLICE }
+    }
+
+    /// Whether the wait gives up now: its slice ended and the check says so.
+    fn gives_up(&mut self) -> bool {
+        let Some(check) = self.check else { return false };
+        let now = Instant::now();
+        if now < self.next {
+            return false;
+        }
+        let stop = check();
+        self.next = Instant::now() + WAIT_SLICE;
+        stop
+    }
+}
+
 /// The value of a gate's `closed` word in a child process whose parent forked while another
 /// thread was inside a call of the pool or pausing it (see `after_fork_in_child`): closed for
 /// good. Tickets count up from 2 and never reach it.
@@ -344,6 +422,8 @@ pub(crate) enum Refusal {
     /// As `PausedTooLong`, for a pause held by a thread of the parent process at the fork
     /// ([`Gate::held_across_fork`]): that thread does not exist in this child.
     HeldAcrossFork(Duration),
+    /// The caller's interrupt check ([`interruptible`]) ended the wait: waited this long.
+    Interrupted(Duration),
 }
 
 /// Why a pause was not taken.
@@ -367,6 +447,19 @@ pub(crate) enum PauseError {
     /// A maintenance pauser ([`Gate::pause`]) waited for a held pause as long as that pause's
     /// own timeout, as calls wait for it, and the pause did not end: waited this long.
     PausedTooLong(Duration),
+    /// The caller's interrupt check ([`interruptible`]) ended the wait (the gate as it was):
+    /// waited this long.
+    Interrupted(Duration),
+}
+
+/// How a caller's wait for the gate to open ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waited {
+    Open,
+    /// The pause outlasted its timeout.
+    TooLong,
+    /// The caller's interrupt check ended the wait.
+    Interrupted,
 }
 
 /// Who pauses: how long a pauser waits for another pause that holds the gate.
@@ -544,6 +637,7 @@ impl Gate {
     #[inline(never)]
     fn enter_slow<'a>(&self, record: &'a Record) -> Result<Entered<'a>, Refusal> {
         let started = Instant::now();
+        let mut interrupt = Interrupt::of_caller();
         loop {
             if self.is_torn() {
                 return Err(Refusal::Forked);
@@ -551,12 +645,16 @@ impl Gate {
             if self.holds(record) {
                 return Err(Refusal::Relocating);
             }
-            if !self.wait_open(started) {
-                let waited = started.elapsed();
-                return Err(match self.held_across_fork() {
-                    true => Refusal::HeldAcrossFork(waited),
-                    false => Refusal::PausedTooLong(waited),
-                });
+            match self.wait_open(started, &mut interrupt) {
+                Waited::Open => {}
+                Waited::TooLong => {
+                    let waited = started.elapsed();
+                    return Err(match self.held_across_fork() {
+                        true => Refusal::HeldAcrossFork(waited),
+                        false => Refusal::PausedTooLong(waited),
+                    });
+                }
+                Waited::Interrupted => return Err(Refusal::Interrupted(started.elapsed())),
             }
             if let Some(entered) = self.try_enter_with(record) {
                 return Ok(entered);
@@ -564,10 +662,11 @@ impl Gate {
         }
     }
 
-    /// Wait until the gate opens; `false` once the caller has waited (since `started`) longer
-    /// than the current pause's limit. (Loom models wait without a limit.)
+    /// Wait until the gate opens: [`Waited::TooLong`] once the caller has waited (since
+    /// `started`) longer than the current pause's limit, [`Waited::Interrupted`] when its
+    /// interrupt check ends the wait. (Loom models wait without a limit.)
     #[cfg_attr(loom, allow(unused_variables))]
-    fn wait_open(&self, started: Instant) -> bool {
+    fn wait_open(&self, started: Instant, interrupt: &mut Interrupt) -> Waited {
         let mut spins = 0u32;
         while self.is_closed() && !self.is_torn() {
             if spins < 64 {
@@ -577,7 +676,10 @@ impl Gate {
                 {
                     let limit = self.wait_limit_ms.load(Ordering::Relaxed);
                     if started.elapsed().as_millis() >= u128::from(limit) && self.is_closed() {
-                        return false;
+                        return Waited::TooLong;
+                    }
+                    if interrupt.gives_up() {
+                        return Waited::Interrupted;
                     }
                     std::thread::sleep(Duration::from_micros(50));
                 }
@@ -586,14 +688,14 @@ impl Gate {
             }
             spins = spins.saturating_add(1);
         }
-        true
+        Waited::Open
     }
 
     /// Close the gate and wait for calls in flight through `registry` to finish (for the loom
     /// models).
     #[cfg(loom)]
     pub(crate) fn pause_with(&self, registry: &Registry, timeout: Duration) -> Result<(), PauseError> {
-        self.close_with(Pauser::Maintenance, 1, registry, Instant::now(), timeout)
+        self.close_with(Pauser::Maintenance, 1, registry, Instant::now(), timeout, &mut Interrupt::of_caller())
     }
 
     /// Close the gate with `value` (1, or a ticket) and wait for calls in flight through
@@ -605,7 +707,8 @@ impl Gate {
     /// Another pause that holds the gate is waited for as [`Gate::pauser_gives_up`] says: a
     /// held pause waits for the caller's `timeout`, a maintenance pauser no longer than that
     /// pause's own timeout either, as calls wait for it; a pause that a thread of the parent
-    /// process held at the fork is waited for no longer than its own timeout by both.
+    /// process held at the fork is waited for no longer than its own timeout by both. Either
+    /// wait ends when `interrupt` says so ([`PauseError::Interrupted`], the gate as it was).
     fn close_with(
         &self,
         pauser: Pauser,
@@ -613,12 +716,16 @@ impl Gate {
         registry: &Registry,
         started: Instant,
         timeout: Duration,
+        interrupt: &mut Interrupt,
     ) -> Result<(), PauseError> {
         let mut spins = 0u32;
         while self.closed.compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire).is_err() {
             // Another pauser holds the gate: wait for it, but not forever.
             if let Some(refused) = self.pauser_gives_up(pauser, started, timeout) {
                 return Err(refused);
+            }
+            if spins >= 256 && interrupt.gives_up() {
+                return Err(PauseError::Interrupted(started.elapsed()));
             }
             if spins < 256 {
                 spin_hint();
@@ -650,6 +757,10 @@ impl Gate {
                 self.closed.store(0, Ordering::Release);
                 return Err(PauseError::Timeout(started.elapsed()));
             }
+            if spins >= 256 && interrupt.gives_up() {
+                self.closed.store(0, Ordering::Release);
+                return Err(PauseError::Interrupted(started.elapsed()));
+            }
             if spins < 256 {
                 spin_hint();
             } else {
@@ -676,24 +787,25 @@ impl Gate {
         record: &Record,
         timeout: Duration,
     ) -> Result<u64, PauseError> {
-        self.pause_held_since(registry, record, Instant::now(), timeout)
+        self.pause_held_since(registry, record, Instant::now(), timeout, &mut Interrupt::of_caller())
     }
 
     /// Take a held pause for `record`'s thread: close the gate with a fresh ticket and wait for
-    /// calls in flight, for at most `timeout` from `started`. Returns the ticket that
-    /// [`Gate::resume_held`] needs.
+    /// calls in flight, for at most `timeout` from `started` (or until `interrupt` says so).
+    /// Returns the ticket that [`Gate::resume_held`] needs.
     fn pause_held_since(
         &self,
         registry: &Registry,
         record: &Record,
         started: Instant,
         timeout: Duration,
+        interrupt: &mut Interrupt,
     ) -> Result<u64, PauseError> {
         if self.holds(record) {
             return Err(PauseError::AlreadyHeld);
         }
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
-        self.close_with(Pauser::Held, ticket, registry, started, timeout)?;
+        self.close_with(Pauser::Held, ticket, registry, started, timeout, interrupt)?;
         self.holder.store(record.token.load(Ordering::Relaxed), Ordering::Release);
         Ok(ticket)
     }
@@ -798,8 +910,9 @@ impl Gate {
         }
         let pausing = Pausing::mark(self, record, temporary);
         let started = Instant::now();
-        let lock = self.lock_pausers(Pauser::Maintenance, started, timeout)?;
-        self.close_with(Pauser::Maintenance, 1, &REGISTRY, started, timeout)?;
+        let mut interrupt = Interrupt::of_caller();
+        let lock = self.lock_pausers(Pauser::Maintenance, started, timeout, &mut interrupt)?;
+        self.close_with(Pauser::Maintenance, 1, &REGISTRY, started, timeout, &mut interrupt)?;
         Ok(PauseGuard { gate: self, serial: Some((lock, pausing)) })
     }
 
@@ -832,20 +945,23 @@ impl Gate {
         }
         let _pausing = Pausing::mark(self, record, false);
         let started = Instant::now();
-        let _serial = self.lock_pausers(Pauser::Held, started, timeout)?;
-        self.pause_held_since(&REGISTRY, record, started, timeout)
+        let mut interrupt = Interrupt::of_caller();
+        let _serial = self.lock_pausers(Pauser::Held, started, timeout, &mut interrupt)?;
+        self.pause_held_since(&REGISTRY, record, started, timeout, &mut interrupt)
     }
 
     /// The pausers' lock, waited for until `timeout` has passed since `started`: the pauser
     /// that holds it may wait for calls in flight for as long as its own timeout allows, and
     /// nobody waits for it longer than they asked. A maintenance pauser also gives up when a
     /// held pause closes the gate longer than that pause's own timeout, as calls do (the lock's
-    /// holder may be another pauser waiting for that pause).
+    /// holder may be another pauser waiting for that pause). `interrupt` may end the wait
+    /// ([`PauseError::Interrupted`]).
     fn lock_pausers(
         &self,
         pauser: Pauser,
         started: Instant,
         timeout: Duration,
+        interrupt: &mut Interrupt,
     ) -> Result<std::sync::MutexGuard<'_, ()>, PauseError> {
         let mut spins = 0u32;
         loop {
@@ -862,6 +978,9 @@ impl Gate {
                 }
                 Pauser::Held if started.elapsed() >= timeout => return Err(PauseError::Timeout(started.elapsed())),
                 Pauser::Held => {}
+            }
+            if spins >= 256 && interrupt.gives_up() {
+                return Err(PauseError::Interrupted(started.elapsed()));
             }
             if spins < 256 {
                 spin_hint();
@@ -1058,6 +1177,137 @@ mod tests {
         release_tx.send(()).unwrap();
         holder.join().unwrap();
         assert!(gate.pause(Duration::from_secs(1)).is_ok());
+    }
+
+    thread_local! {
+        /// How many times this thread's interrupt check was asked, and after how many askings
+        /// it says to give up.
+        static ASKED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        static GIVE_UP_AT: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
+    }
+
+    /// An interrupt check that gives up at its `GIVE_UP_AT`-th asking.
+    fn counting_check() -> bool {
+        let asked = ASKED.with(|a| a.get()) + 1;
+        ASKED.with(|a| a.set(asked));
+        asked >= GIVE_UP_AT.with(std::cell::Cell::get)
+    }
+
+    /// Run `work` on a fresh thread whose interrupt check gives up at its `give_up_at`-th
+    /// asking; what `work` returned, and how many times the check was asked.
+    fn with_check<T: Send + 'static>(give_up_at: u32, work: impl FnOnce() -> T + Send + 'static) -> (T, u32) {
+        std::thread::spawn(move || {
+            GIVE_UP_AT.with(|g| g.set(give_up_at));
+            let out = interruptible(counting_check, work);
+            (out, ASKED.with(std::cell::Cell::get))
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// A gate held by a ticketed pause of another thread (for `hold`), resumed by the returned
+    /// sender.
+    fn held_elsewhere(gate: &Arc<Gate>, hold: Duration) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let g = gate.clone();
+        let holder = std::thread::spawn(move || {
+            let ticket = g.pause_held(hold).expect("pauses");
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            assert!(g.resume_held(ticket));
+        });
+        held_rx.recv().unwrap();
+        (release_tx, holder)
+    }
+
+    #[test]
+    fn an_interrupt_check_ends_a_calls_wait_for_a_held_pause() {
+        init_barriers();
+        let gate = Arc::new(Gate::new());
+        let (release, holder) = held_elsewhere(&gate, Duration::from_secs(60));
+        let g = gate.clone();
+        let (refused, asked) = with_check(3, move || g.enter().map(drop));
+        assert!(matches!(refused, Err(Refusal::Interrupted(_))), "{refused:?}");
+        assert_eq!(asked, 3, "asked once per slice until it said to give up");
+        assert!(gate.is_closed(), "the held pause holds the gate as before");
+        release.send(()).unwrap();
+        holder.join().unwrap();
+        let g = gate.clone();
+        let (entered, asked) = with_check(1, move || g.enter().map(drop));
+        assert!(entered.is_ok() && asked == 0, "an open gate never asks the check");
+    }
+
+    #[test]
+    fn an_interrupt_check_ends_a_pausers_wait_for_another_pause() {
+        init_barriers();
+        let gate = Arc::new(Gate::new());
+        let (release, holder) = held_elsewhere(&gate, Duration::from_secs(60));
+        // A maintenance pause and a held pause, each waiting for the gate.
+        let g = gate.clone();
+        let (refused, _) = with_check(2, move || g.pause(Duration::from_secs(60)).map(drop));
+        assert!(matches!(refused, Err(PauseError::Interrupted(_))), "{refused:?}");
+        let g = gate.clone();
+        let (refused, _) = with_check(2, move || g.pause_held(Duration::from_secs(60)));
+        assert!(matches!(refused, Err(PauseError::Interrupted(_))), "{refused:?}");
+        // Waiting for the pausers' lock, which another pauser holds while it waits for the gate.
+        let g = gate.clone();
+        let waiter = std::thread::spawn(move || g.pause(Duration::from_secs(60)).map(drop));
+        while gate.pausers.try_lock().is_ok() {
+            std::thread::yield_now();
+        }
+        let g = gate.clone();
+        let (refused, _) = with_check(2, move || g.pause_held(Duration::from_secs(60)));
+        assert!(matches!(refused, Err(PauseError::Interrupted(_))), "{refused:?}");
+        release.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(waiter.join().unwrap().is_ok());
+        assert!(!gate.is_closed());
+        assert!(gate.pause(Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn an_interrupt_check_ends_a_pausers_wait_for_a_call_in_flight_and_reopens_the_gate() {
+        init_barriers();
+        let gate = Arc::new(Gate::new());
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let g = gate.clone();
+        let inside = std::thread::spawn(move || {
+            let _entered = g.enter();
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        });
+        held_rx.recv().unwrap();
+        let g = gate.clone();
+        let (refused, _) = with_check(2, move || g.pause_held(Duration::from_secs(60)));
+        assert!(matches!(refused, Err(PauseError::Interrupted(_))), "{refused:?}");
+        assert!(!gate.is_closed(), "an interrupted pause leaves the gate open");
+        assert!(gate.try_enter().is_some());
+        release_tx.send(()).unwrap();
+        inside.join().unwrap();
+    }
+
+    #[test]
+    fn interruptible_restores_the_check_it_replaced() {
+        init_barriers();
+        let gate = Arc::new(Gate::new());
+        let (release, holder) = held_elsewhere(&gate, Duration::from_millis(300));
+        let g = gate.clone();
+        // Inside, a nested `interruptible` whose check never gives up; after it, the outer one
+        // applies again.
+        let ((inner, outer), asked) = with_check(1, move || {
+            fn never() -> bool {
+                false
+            }
+            let inner = interruptible(never, || g.enter().map(drop));
+            (inner, g.enter().map(drop))
+        });
+        assert!(matches!(inner, Err(Refusal::PausedTooLong(_))), "{inner:?}");
+        assert!(matches!(outer, Err(Refusal::Interrupted(_))), "{outer:?}");
+        assert_eq!(asked, 1);
+        release.send(()).unwrap();
+        holder.join().unwrap();
     }
 
     #[test]

@@ -76,8 +76,9 @@ pub use compaction::{
 pub use config::{Backing, Placement, PoolConfig, MAX_CAPACITY, MAX_CORES, MAX_CORE_RESERVE, MAX_SLAB_CLASSES};
 pub use device::{Device, DEVICE_TYPES};
 pub use error::{Error, HandleFault, Result, Shortfall};
+pub use gate::WAIT_SLICE;
 #[cfg(not(loom))]
-pub use gate::fork_generation;
+pub use gate::{fork_generation, interruptible};
 pub use handle::id::Handle;
 pub use handle::owner::{OwnerWord, Ownership};
 #[cfg(not(loom))]

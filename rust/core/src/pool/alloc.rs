@@ -1201,8 +1201,9 @@ impl Pool {
     pub fn trim(&self) -> usize {
         let core = crate::util::cpu::current_core(self.arena.cores.len());
         let Ok(_entered) = self.enter() else {
-            // The calling thread is moving blocks (inside a mover), or the pool cannot be used
-            // in this child process (`Error::ForkedMidCall`): nothing to trim now.
+            // The calling thread is moving blocks (inside a mover), the pool cannot be used in
+            // this child process (`Error::ForkedMidCall`), or the wait for another thread's
+            // pause gave up (its timeout, or the caller's interrupt check): nothing to trim now.
             return 0;
         };
         let carver = SlabCarver { pool: self, core, reach: Reach::Full };

@@ -47,6 +47,7 @@ fn pause_error(e: PauseError) -> Error {
         PauseError::Forked => Error::ForkedMidCall,
         PauseError::HeldAcrossFork(waited) => Error::PausedAtFork { waited_ms: millis(waited) },
         PauseError::PausedTooLong(waited) => Error::PausedTooLong { waited_ms: millis(waited) },
+        PauseError::Interrupted(waited) => Error::Interrupted { waited_ms: millis(waited) },
     }
 }
 
@@ -59,6 +60,7 @@ fn refused(refusal: Refusal) -> Error {
         Refusal::Forked => Error::ForkedMidCall,
         Refusal::PausedTooLong(waited) => Error::PausedTooLong { waited_ms: millis(waited) },
         Refusal::HeldAcrossFork(waited) => Error::PausedAtFork { waited_ms: millis(waited) },
+        Refusal::Interrupted(waited) => Error::Interrupted { waited_ms: millis(waited) },
     }
 }
 
