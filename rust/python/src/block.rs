@@ -572,8 +572,9 @@ impl Block {
     /// Free the block on leaving the `with` statement (unless it was freed, deferred or
     /// detached inside it). When the body raised, its exception always propagates: a block
     /// still pinned then is freed when its last pin goes (or when the object goes), and no
-    /// error of the free replaces the body's. Without an exception, a pinned block raises
-    /// `PinnedBlockError` and stays allocated.
+    /// refusal of the free replaces the body's (an exception that a signal handler raised while
+    /// the free waited for another thread's pause does: the block then stays allocated).
+    /// Without an exception, a pinned block raises `PinnedBlockError` and stays allocated.
     #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
     fn __exit__(
         &self,
@@ -586,9 +587,12 @@ impl Block {
             return Ok(false);
         }
         let raising = _exc_type.is_some_and(|t| !t.is_none());
+        // The pool's refusal gives way to the body's exception; an exception of a signal
+        // handler that ended the free's wait for a pause (Ctrl-C) goes through.
+        let refused = |err: &PyErr| ErrorClass::Npumem.class(py).is_ok_and(|class| err.is_instance(py, class));
         match self.free(py) {
             Ok(()) => Ok(false),
-            Err(_) if raising => {
+            Err(err) if raising && refused(&err) => {
                 if self.info().is_ok_and(|info| info.pins > 0) {
                     self.state.free_at_last_unpin();
                     // The last pin may have gone meanwhile.

@@ -363,6 +363,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         | Error::Busy { .. }
         | Error::PausedTooLong { .. }
         | Error::PausedAtFork { .. }
+        | Error::Interrupted { .. }
         | Error::ForkedMidCall => ErrorClass::PoolBusy,
         Error::Moving | Error::Relocating | Error::AlreadyPaused | Error::PauseInsideCall => ErrorClass::PoolBusy,
         Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => {

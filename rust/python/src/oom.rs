@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{caused_by, error, to_py, ErrorClass};
-use crate::gil::detached;
+use crate::gil::interruptible;
 use crate::growth;
 use crate::user_code;
 
@@ -139,11 +139,13 @@ impl OomHandler {
         // A pool that can grow tries the handler's remedy before it adds a region: the first
         // try holds growth, the retry allows it.
         let grow_last = core.config().grows() && deferred;
-        let first = detached(py, || match (deferred, grow_last) {
+        // A signal handler that raised while the allocation waited for another thread's pause
+        // ends the call: nothing was allocated, nor recorded as a failure.
+        let first = interruptible(py, || match (deferred, grow_last) {
             (true, true) => core.failures_deferred(|| core.without_growth(&alloc)),
             (true, false) => core.failures_deferred(&alloc),
             (false, _) => alloc(),
-        });
+        })?;
         // The first failure is final: recorded now if the core left it to this call.
         let give_up = |err: Error| {
             if deferred {
@@ -172,8 +174,8 @@ impl OomHandler {
                     // already (a handler set meanwhile) records none: one allocation, one
                     // outcome.
                     match deferred {
-                        true => detached(py, &alloc),
-                        false => detached(py, || core.failures_deferred(&alloc)),
+                        true => interruptible(py, &alloc)?,
+                        false => interruptible(py, || core.failures_deferred(&alloc))?,
                     }
                     .map_err(to_py)
                 } else {

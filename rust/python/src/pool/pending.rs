@@ -58,6 +58,7 @@ fn retry_later(err: &Error) -> bool {
             | Error::Busy { .. }
             | Error::PausedTooLong { .. }
             | Error::PausedAtFork { .. }
+            | Error::Interrupted { .. }
             | Error::Moving
             | Error::Relocating
     )
