@@ -163,6 +163,59 @@ def test_ctrl_c_while_another_thread_pauses_the_pool_strands_the_batchs_frees() 
     assert interrupted, "no try was interrupted while the pool was paused"
 
 
+def test_an_alarm_while_free_many_reads_a_long_list_frees_nothing() -> None:
+    # The list is read with signals checked now and then: a handler that raises while it is
+    # read (before any free) leaves every block allocated; one that comes later finds the batch
+    # freed whole. Alarms at moments spread over the call, until one stopped it.
+    pool = npumem.Pool(1 << 30, cores=1, backing="none")
+    count = 300_000
+    blocks = pool.alloc_many([64] * count)
+    started = time.perf_counter()
+    pool.free_many(blocks)
+    took = time.perf_counter() - started
+
+    class Alarm(Exception):
+        pass
+
+    def on_alarm(*_: object) -> None:
+        raise Alarm
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    collecting = gc.isenabled()
+    gc.disable()  # no handler run inside a gc callback (see the alloc_many test above)
+    stopped = 0
+    tries = 40
+    try:
+        blocks = pool.alloc_many([64] * count)
+        for k in range(1, tries + 1):
+            before = counters(pool)
+            with pytest.raises(Alarm):
+                signal.setitimer(signal.ITIMER_REAL, took * k / tries)
+                pool.free_many(blocks)
+                # The batch finished before the alarm: wait for it here.
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    time.sleep(0.001)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            if any(b.alive for b in blocks):
+                # Stopped: nothing freed, every block usable.
+                assert all(b.alive for b in blocks), f"alarm after {k}/{tries} of the call"
+                assert counters(pool) == before
+                stopped += 1
+                break
+            assert pool.stats().blocks_in_use == 0, f"alarm after {k}/{tries} of the call"
+            blocks = pool.alloc_many([64] * count)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if collecting:
+            gc.enable()
+    assert stopped, "no alarm came while the list was read"
+    pool.free_many(blocks)
+    assert pool.stats().blocks_in_use == 0
+    pool.check()
+
+
 def test_ctrl_c_inside_free_manys_generator_frees_nothing() -> None:
     pool = npumem.Pool(16 * MIB, cores=1)
     blocks = pool.alloc_many([100] * 10)

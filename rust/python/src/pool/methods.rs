@@ -260,6 +260,13 @@ impl Pool {
         let mut freed = Vec::new();
         let mut blocks = Vec::new();
         for (i, item) in user_code::each(items).enumerate() {
+            // A long list is read with signals checked now and then (Ctrl-C): nothing is freed
+            // before every block is read, claimed and checked, so a handler that raises here
+            // leaves the batch undone. The frees themselves run to the end once begun (all or
+            // none).
+            if i % 65536 == 65535 {
+                py.check_signals()?;
+            }
             let item = item?;
             let block = item.cast::<Block>().map_err(|_| {
                 error(
