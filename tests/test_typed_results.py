@@ -145,3 +145,64 @@ def test_what_cannot_be_pickled_names_its_own_class() -> None:
         ), (type(obj), str(raised.value))
     cache.close()
     block.free()
+
+
+def test_what_owns_live_state_refuses_every_copy_naming_its_class() -> None:
+    """Objects that own threads, locks or a pool's live state cannot be copied or pickled:
+    `copy.copy`, `copy.deepcopy` and `pickle` raise a `TypeError` that names the class (no
+    half-shared copy, no message about some object inside)."""
+    import copy
+
+    import npumem.kv
+    from npumem.compaction import Compactor
+    from npumem.monitor import Monitor, PrometheusCollector, TraceRecorder
+    from npumem.tiers import TieredPool
+    from npumem.tiers.prometheus import TierCollector
+    from npumem.workloads.demo_tiers import DemoTiers
+    from npumem.workloads.service import Service
+
+    pool = npumem.Pool(64 * MIB, cores=1)
+    block = pool.alloc(100)
+    cache = npumem.kv.KVCache(pool, num_layers=1, num_kv_heads=1, head_dim=64)
+    tiered = TieredPool([npumem.Pool(MIB, cores=1)], npumem.Pool(4 * MIB, cores=1))
+    tiered_block = tiered.alloc(100)
+    demo_tiers = DemoTiers(npumem.Pool(64 * MIB, cores=1), 1)
+    service = Service(pool, [], [], workers=1)
+    monitor = Monitor(pool, interval=0.01)
+    objects: list[object] = [
+        pool,
+        block,
+        block.pinned(),
+        pool.deferred(),
+        pool.measure(),
+        cache,
+        tiered,
+        tiered_block,
+        Compactor(pool),
+        TraceRecorder(pool),
+        monitor,
+        PrometheusCollector(pool),
+        TierCollector(tiered),
+        demo_tiers,
+        service,
+    ]
+    monitor.start()
+    try:
+        for obj in objects:
+            for duplicate in (copy.copy, copy.deepcopy, pickle.dumps):
+                with pytest.raises(TypeError) as raised:
+                    duplicate(obj)
+                name = type(obj).__name__
+                assert f"'{name}'" in str(raised.value) or f".{name}'" in str(raised.value), (
+                    name,
+                    duplicate,
+                    str(raised.value),
+                )
+        assert monitor.running
+    finally:
+        monitor.stop()
+    service.kv.close()
+    cache.close()
+    tiered_block.free()
+    block.free()
+    assert pool.check() == 0

@@ -16,7 +16,7 @@ Needs the `prometheus` extra (`pip install npumem[prometheus]`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from npumem.errors import (
     ArgumentTypeError,
@@ -136,6 +136,13 @@ class PrometheusCollector:
     labelled `pool` with the pool's name, so names must differ. Register it in any
     `CollectorRegistry`; each scrape calls `stats()` once per pool. `kv` adds paged KV
     caches (`npumem.kv.KVCache`): their pages by state and their `KV_GAUGES`."""
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would read the same live pools (copy.copy, deepcopy and pickle all come here).
+        raise TypeError(
+            "cannot copy or pickle a 'PrometheusCollector' object: it reads live pools "
+            "(make a new collector)"
+        )
 
     def __init__(self, pool: Pool, *pools: Pool, kv: tuple[KVCache, ...] = ()) -> None:
         _families()

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from npumem._core import Pool
 from npumem._fork_safe import ForkSafeRLock
@@ -196,6 +196,14 @@ class Monitor:
     logged and does not stop the monitor. In a process forked while another thread was
     recording a sample, the monitor's calls raise `PoolBusyError`: make a new one there.
     """
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would share this monitor's history, lock and sampling thread, and watch the
+        # same live pool (copy.copy, deepcopy and pickle all come here).
+        raise TypeError(
+            "cannot copy or pickle a 'Monitor' object: it watches a live pool from its own "
+            "thread (make a new Monitor; its samples and alerts are values and pickle)"
+        )
 
     def __init__(
         self,

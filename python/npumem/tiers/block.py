@@ -49,7 +49,9 @@ class TieredBlock:
     def __reduce__(self) -> NoReturn:
         # A copy would be a second owner of one block (copy.copy, deepcopy and pickle all
         # come here), as the core's Block refuses to be.
-        raise TypeError("cannot copy or pickle a TieredBlock: it is the one owner of its block")
+        raise TypeError(
+            "cannot copy or pickle a 'TieredBlock' object: it is the one owner of its block"
+        )
 
     def __init__(
         self,

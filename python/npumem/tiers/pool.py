@@ -137,7 +137,7 @@ class TieredPool:
     def __reduce__(self) -> NoReturn:
         # A copy would share the pools and blocks of this one (copy.copy, deepcopy and pickle
         # all come here), as the core's Pool refuses to.
-        raise TypeError("cannot copy or pickle a TieredPool: it owns its pools and blocks")
+        raise TypeError("cannot copy or pickle a 'TieredPool' object: it owns its pools and blocks")
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ one registry are refused).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from npumem.errors import ArgumentTypeError, MissingDependencyError
 from npumem.monitor.prometheus import COUNTERS, GAUGES
@@ -82,6 +82,14 @@ class TierCollector:
     """A `prometheus_client` collector for a `TieredPool`; each scrape
     calls `mem.stats()` once. `npumem_tier_hit_ratio` is the fast-tier hit rate, labelled
     with the policy."""
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would read the same live tiered pool (copy.copy, deepcopy and pickle all come
+        # here).
+        raise TypeError(
+            "cannot copy or pickle a 'TierCollector' object: it reads a live TieredPool "
+            "(make a new collector)"
+        )
 
     def __init__(self, mem: TieredPool, *, pools: bool = False) -> None:
         _families()

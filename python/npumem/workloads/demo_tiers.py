@@ -25,7 +25,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import npumem
 from npumem.tiers.block import SLOW, TieredBlock
@@ -56,6 +56,14 @@ class DemoTiers:
     all workers together (a window), and a rebalance of at most `rebalance_bytes` after each of
     the first `warm_windows` windows, then after every `steady_every`-th; the run is recorded
     and replayed under each policy of `compare`."""
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would share the tiered pool, locks and counts of this run (copy.copy,
+        # deepcopy and pickle all come here).
+        raise TypeError(
+            "cannot copy or pickle a 'DemoTiers' object: it owns a live TieredPool and the "
+            "locks of its run"
+        )
 
     def __init__(
         self,

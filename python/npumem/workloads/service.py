@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import NoReturn, Protocol, runtime_checkable
 
 import npumem
 from npumem.kv.cache import KVCache
@@ -141,6 +141,14 @@ class _Tally:
 class Service:
     """Serve `requests` with `workers` threads on `pool`; `run()` returns when every
     request is served or rejected. `on_request` is called after each one (progress bars)."""
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would share the queue, locks and blocks of this service and its live pool
+        # (copy.copy, deepcopy and pickle all come here).
+        raise TypeError(
+            f"cannot copy or pickle a {type(self).__name__!r} object: it serves requests "
+            "from a live pool with its own threads"
+        )
 
     def __init__(
         self,
