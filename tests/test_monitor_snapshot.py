@@ -227,3 +227,35 @@ def test_from_json_obj_refuses_what_is_not_an_object(
 ) -> None:
     with pytest.raises(FileFormatError, match="here: expected a JSON object"):
         from_obj(obj, where="here")
+
+
+def test_snapshots_compare_by_value_but_say_clearly_that_they_are_unhashable() -> None:
+    """A snapshot holds dicts and a `PoolStats` (unhashable, as every stats value): `hash()`
+    names the snapshot's own class, not a dict inside it, and `Hashable` says no."""
+    import dataclasses
+    from collections.abc import Hashable
+
+    from npumem.kv import KVCache
+    from npumem.monitor.kv_pages import KVPages
+    from npumem.tiers import TieredPool
+
+    pool, kept = busy_pool()
+    cache = KVCache(pool, num_layers=1, num_kv_heads=1, head_dim=8, capacity_tokens=64)
+    cache.add_sequence(1, 5)
+    snap = pool.snapshot().with_kv(cache)
+    tiered = TieredPool([npumem.Pool(MIB, cores=1)], npumem.Pool(4 * MIB, cores=1))
+    values: list[tuple[object, str]] = [
+        (snap, "Snapshot"),
+        (snap.kv[0], "KVPages"),
+        (tiered.snapshot(), "TierSnapshot"),
+        (pool.stats(), "npumem._core.PoolStats"),
+    ]
+    for value, name in values:
+        with pytest.raises(TypeError, match=f"^unhashable type: '{name}'$"):
+            hash(value)
+        assert not isinstance(value, Hashable)
+    assert isinstance(snap.kv[0], KVPages)
+    assert dataclasses.replace(snap) == snap and dataclasses.replace(snap, label="x") != snap
+    cache.close()
+    for b in kept:
+        b.free()

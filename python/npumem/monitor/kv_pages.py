@@ -36,6 +36,9 @@ class KVPages:
     pages: tuple[tuple[int, int], ...]
     stats: dict[str, Any]
 
+    # Compared by value, but not hashable (`stats` is a dict): `hash()` names this class.
+    __hash__ = None  # type: ignore[assignment]
+
     @classmethod
     def of(cls, cache: KVCache) -> KVPages:
         """The pages of `cache` now."""

@@ -124,6 +124,10 @@ class Snapshot:
     # `with_kv` checks caches against it. Not part of the value.
     _pool_id: int | None = field(default=None, compare=False, repr=False)
 
+    # Compared by value, but not hashable: it holds dicts and a `PoolStats` (itself
+    # unhashable), so `hash()` says "unhashable type: 'Snapshot'" rather than naming a dict.
+    __hash__ = None  # type: ignore[assignment]
+
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
         """Build from what the extension records (`Pool.snapshot()` comes here through

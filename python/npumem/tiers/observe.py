@@ -53,6 +53,9 @@ class TierSnapshot:
     """One pool snapshot per tier, by tier name (`fast[0]`, ..., `slow`)."""
     label: str = ""
 
+    # Compared by value, but not hashable (`snapshots` is a dict): `hash()` names this class.
+    __hash__ = None  # type: ignore[assignment]
+
     def to_json_obj(self) -> dict[str, Any]:
         """The snapshot as a JSON-ready dict (format `npumem-tier-snapshot`, version 1)."""
         return {

@@ -59,6 +59,9 @@ class Model:
     weight_bytes: int
     plans: dict[tuple[int, ...], ArenaPlan]
 
+    # Compared by value, but not hashable (`plans` is a dict): `hash()` names this class.
+    __hash__ = None  # type: ignore[assignment]
+
     def plan_for(self, batch: int, seq_len: int = 0) -> ArenaPlan:
         """The arena for a request (text: the smallest bucket that holds `seq_len`)."""
         if self.kind == "vision":
