@@ -51,6 +51,9 @@ KIB, MIB, GIB, TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
         ("  8MiB  ", 8 * MIB),
         (".5K", 512),
         ("1.", 1),
+        ("1e1_0", 10**10),
+        ("1_0e+0_3 kB", 10_000_000),
+        (".5e1", 5),
     ],
 )
 def test_parse_bytes_accepts(text: str, value: int) -> None:
@@ -96,6 +99,16 @@ def test_every_unit_is_accepted_in_any_case() -> None:
         ("1._5K", "an `_` must stand alone between two digits"),
         ("1_e3", "an `_` must stand alone between two digits"),
         ("+_1MiB", "an `_` must stand alone between two digits"),
+        ("1e_3", "an `_` must stand alone between two digits"),
+        ("1e3_", "an `_` must stand alone between two digits"),
+        ("1e+_3", "an `_` must stand alone between two digits"),
+        ("1e1__0", "an `_` must stand alone between two digits"),
+        ("1e", "unknown unit 'e'"),
+        ("1e1.5", "examples"),
+        ("0x10", "examples"),
+        ("1,000", "examples"),
+        ("1 000", "examples"),
+        ("1e-3KiB", "not a whole number"),
     ],
 )
 def test_parse_bytes_refuses(text: str, why: str) -> None:
@@ -181,3 +194,43 @@ def test_misplaced_underscores_are_one_line_on_the_command_line(
     status, _, err = run_cli(args, capsys, output=out)
     assert status == 2
     assert "an `_` must stand alone between two digits" in err
+
+
+# Texts that name a byte count, and texts that do not (with what the refusal says).
+AGREED = ["64MiB", "1e3", "1e3KiB", "1_000", "1_024 K", "1.5GiB", "1e1_0", "+7", ".5K"]
+REFUSED = ["1__0", "1e_3", "0.3KiB", "-1MiB", "1e", "nan", "0x10", "1,000", "1e30"]
+
+
+@pytest.mark.parametrize("text", AGREED + REFUSED)
+def test_the_command_line_and_the_python_api_read_byte_counts_alike(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One parser: `parse_bytes`, the command line's options (`--capacity`, `--pool`) and
+    the Python API's pool texts (`npumem.plan.tiers.parse_pools`) accept the same texts as
+    the same counts, and refuse the same texts with the same message."""
+    import json
+
+    from npumem.plan.tiers import parse_pools
+
+    try:
+        expected: int | str = parse_bytes(text)
+    except npumem.InvalidArgumentError as exc:
+        expected = str(exc)
+    assert (text in AGREED) == isinstance(expected, int), expected
+    csv = tmp_path / "p.csv"
+    csv.write_text("id,lower,upper,size\na,0,2,4\n")
+    out = tmp_path / "plan.json"
+    status, _, err = run_cli(["plan", str(csv), "-o", str(out), "--capacity", text], capsys)
+    if isinstance(expected, int):
+        assert byte_count(text) == expected
+        assert parse_pools([f"sram={text}", "hbm"])[0] == ("sram", expected)
+        assert json.loads(out.read_text())["capacity"] == expected
+        assert status in (0, 1)  # 1: the plan does not fit a capacity this small
+    else:
+        with pytest.raises(argparse.ArgumentTypeError) as refused:
+            byte_count(text)
+        assert str(refused.value) == expected
+        with pytest.raises(Exception, match="is not a byte count") as refused_pool:
+            parse_pools([f"sram={text}", "hbm"])
+        assert str(refused_pool.value) == f"pool 'sram': {expected}"
+        assert status == 2 and expected in err

@@ -1,18 +1,32 @@
 """Byte counts as people write them: parsing (`1.5GiB`, `64MiB`, `1e6`) and formatting.
 
-Parsing (`parse_bytes()`) accepts a number followed by an optional unit, with or without a
-space between them, in any letter case:
+`parse_bytes()` is the one reader of byte counts written as text: every command-line option
+that takes bytes (`--capacity`, `--chunk-size`, `--pool sram=2MiB`, ...) and the Python calls
+that take such text (`parse_bytes()` itself, the pools of `npumem.plan`) read them with it, so
+they accept and refuse the same texts, with the same messages. Its grammar:
 
-* the number: an integer (`1048576`), a decimal (`1.5`) or scientific notation (`1e6`);
-  `_` may group digits (`1_000_000`): one `_` between two digits, as in a Python number
-  (`_1`, `1_` and `1__0` are refused);
+```text
+byte count = space* sign? number space* unit? space*     (unit in any letter case)
+number     = digits ("." digits?)? exponent? | "." digits exponent?
+exponent   = ("e" | "E") sign? digits
+digits     = digit ("_"? digit)*                         (ASCII digits 0-9)
+sign       = "+" | "-"
+```
+
+That is a number as Python writes one (`int()`, `float()`): an integer (`1048576`), a
+decimal (`1.5`, `.5`) or scientific notation (`1e6`, `2.5E3`), with `_` grouping digits
+(`1_000_000`, `1e1_0`): one `_` between two digits (`_1`, `1_`, `1__0` and `1_.5` are
+refused). No other form: no `0x` prefix, no thousands commas, no spaces inside the number.
+The units:
+
 * binary units (powers of 1024): `KiB`, `MiB`, `GiB`, `TiB`, and their one-letter
   shorthands `K`, `M`, `G`, `T` (so `100k` is 102 400 bytes, as in `dd` and `ls -h`);
 * decimal (SI) units (powers of 1000): `kB`, `MB`, `GB`, `TB`;
 * `B` or no unit: bytes.
 
-The value after scaling must be a whole number of bytes and not negative: `1.5KiB` is 1536
-bytes, `0.3KiB` (307.2 bytes), `-1MiB`, `nan` and `inf` are refused with
+The value is exact (no floating point): the number times the unit must be a whole number of
+bytes, not negative, and below `2**64`: `1.5KiB` is 1536 bytes and `1e3KiB` 1 024 000, while
+`0.3KiB` (307.2 bytes), `1.5`, `-1MiB`, `nan` and `inf` are refused with
 `InvalidArgumentError`, whose message gives the text and the rule.
 
 Formatting (`format_bytes()`) picks the largest binary unit that keeps the number at least 1
@@ -62,14 +76,15 @@ def _refuse(text: str, why: str) -> InvalidArgumentError:
 
 _SIZE = re.compile(
     r"""\s*
-    (   [+-]? [0-9_.]* [0-9] [0-9_.]* (?: [eE] [+-]? [0-9]+ )?   # a number
-      | [+-]? [A-Za-z]+                                         # nan, inf: refused below
+    (   [+-]? [0-9_.]* [0-9] [0-9_.]* (?: [eE] [+-]? [0-9_]* [0-9] [0-9_]* )?   # a number
+      | [+-]? [A-Za-z]+                                                       # nan, inf
     )
-    \s* ([A-Za-z]*) \s*                                         # the unit
+    \s* ([A-Za-z]*) \s*                                                       # the unit
     """,
     re.VERBOSE,
 )
-# An `_` without a digit on each side (Decimal itself takes `_1`, `1_` and `1__0`).
+# An `_` without a digit on each side (Decimal itself takes `_1`, `1_` and `1__0`); the
+# other misplaced characters (a second `.`, a `.` in the exponent) Decimal refuses.
 _MISPLACED_UNDERSCORE = re.compile(r"(?<![0-9])_|_(?![0-9])")
 _LARGEST = 1 << 64
 _FORMAT_UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
