@@ -5,7 +5,9 @@ device pools with a base address, and the mover's addresses."""
 from __future__ import annotations
 
 import ctypes
+import subprocess
 import sys
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -193,6 +195,98 @@ def test_as_array_is_a_typed_view() -> None:
     assert blk.pins == 4, "refused views pin nothing"
     del floats, kept
     assert blk.pins == 0
+
+
+# Every path that exports or views a block's bytes, for a child process to try on a pool (a
+# regression that hands a consumer a bad pointer crashes the child, not the test run).
+EXPORTS = """
+import numpy as np, npumem
+def exports(blk, device):
+    yield "np.from_dlpack", lambda: np.from_dlpack(blk)
+    yield "__dlpack__", lambda: blk.__dlpack__()
+    yield "__dlpack__ versioned", lambda: blk.__dlpack__(max_version=(1, 0))
+    yield "__dlpack__ on its device", lambda: blk.__dlpack__(dl_device=device, copy=False)
+    yield "memoryview", lambda: memoryview(blk)
+    yield "as_array", lambda: blk.as_array()
+    yield "as_array typed", lambda: blk.as_array(np.float32, (4,))
+"""
+
+
+def _run_child(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", EXPORTS + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"child died ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.parametrize("device", [None, "cpu", "cuda_host", "cuda_managed", "rocm_host", "cuda"])
+def test_a_pool_without_a_base_address_exports_nothing(device: str | None) -> None:
+    # A backing="none" pool has offsets only when no base_address is given: a DLPack export
+    # handed consumers the offset as a pointer (NULL at offset 0, so NumPy read a private
+    # buffer; elsewhere NumPy read a tiny address and the process died).
+    out = _run_child(
+        f"""
+        device = {device!r}
+        config = {{}} if device is None else {{"device": (device, 0)}}
+        pool = npumem.Pool(16 << 20, cores=1, backing="none", **config)
+        blocks = [pool.alloc(4096) for _ in range(3)]
+        assert sorted(b.offset for b in blocks)[0] == 0
+        for blk in blocks:
+            for name, export in exports(blk, blk.__dlpack_device__()):
+                try:
+                    export()
+                except npumem.NoBackingError as exc:
+                    if name.startswith(("np.", "__dlpack__")):
+                        assert "no base_address" in str(exc), (name, str(exc))
+                else:
+                    raise AssertionError(f"{{name}} exported a block at offset {{blk.offset}}")
+            assert blk.pins == 0, "a refused export pins nothing"
+        blocks[0].free()
+        try:
+            blocks[0].__dlpack__()
+        except npumem.InvalidHandleError as exc:
+            assert "freed" in str(exc)
+        pool.check()
+        print("refused", pool.stats().blocks_in_use)
+        """
+    )
+    assert out.split() == ["refused", "2"]
+
+
+def test_a_pool_over_declared_host_memory_exports_it() -> None:
+    # With a base_address, the pool's bytes are the memory the user declared: on a device the
+    # host reads, NumPy's view of a block is that memory.
+    out = _run_child(
+        """
+        arena = np.zeros(1 << 20, np.uint8)
+        base = arena.ctypes.data
+        pool = npumem.Pool(1 << 20, cores=1, backing="none", base_address=base, device=("cpu", 0))
+        first, second = pool.alloc(1000), pool.alloc(1000)
+        for blk, value in ((first, 5), (second, 7)):
+            view = np.from_dlpack(blk)
+            assert view.ctypes.data == base + blk.offset == blk.address
+            view[:] = value
+            assert blk.pins == 1
+            del view
+            assert blk.pins == 0
+            assert (arena[blk.offset : blk.offset + 1000] == value).all()
+        assert int(arena.sum()) == 12 * 1000
+        for name in ("memoryview", "as_array"):
+            try:
+                dict(exports(first, (1, 0)))[name]()
+            except npumem.NoBackingError:
+                pass
+            else:
+                raise AssertionError(name + " made a view of a pool without host backing")
+        pool.check()
+        print("ok")
+        """
+    )
+    assert out.split() == ["ok"]
 
 
 def test_device_configuration_rules() -> None:

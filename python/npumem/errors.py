@@ -14,7 +14,8 @@ exception a Python user would reach for first (`MemoryError`, `ValueError`, `Typ
     │   └── DoubleFreeError                a block freed twice
     ├── PinnedBlockError(RuntimeError)     a pinned block cannot be freed or moved (or pinned
     │                                      once more past its most pins)
-    ├── NoBackingError(BufferError)        backing="none": no host bytes to view
+    ├── NoBackingError(BufferError)        backing="none": no host bytes to view (and, without
+    │                                      a base_address, no address to export through DLPack)
     ├── PoolBusyError(TimeoutError)        the pool could not be paused in time, or a call
     │                                      would wait for itself, or (in a child process) it
     │                                      was in use by another thread at the fork

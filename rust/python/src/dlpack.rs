@@ -11,6 +11,11 @@
 //! refused for its pins is freed at its last pin), which needs neither the GIL nor a wait.
 //! The capsule follows the protocol: renamed `used_dltensor` once consumed; freed unconsumed,
 //! its destructor calls the deleter.
+//!
+//! A pool without host memory and without a base address has offsets, not addresses: its blocks
+//! are not exported (`NoBackingError`), whatever its device, since a tensor's data pointer would
+//! be the bare offset (NULL at offset 0). A nonzero base address is the user's declaration of
+//! where the memory is, taken as given.
 
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
@@ -296,6 +301,11 @@ impl Request<'_, '_> {
     }
 }
 
+/// Why a pool without host memory and without a base address exports nothing.
+const NO_ADDRESS_MESSAGE: &str = "the pool has no base_address (backing=\"none\" without one): its blocks are \
+     offsets, not addresses, and a DLPack tensor at offset 0 would be a NULL pointer (at any other offset a \
+     bogus one); make the pool with base_address= the address of its memory's offset 0 to export its blocks";
+
 /// `Block.__dlpack__`: pin the block and wrap its bytes in a DLPack capsule.
 pub(crate) fn export<'py>(
     py: Python<'py>,
@@ -306,6 +316,11 @@ pub(crate) fn export<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let device = device_of(core);
     let versioned = request.versioned(device)?;
+    if !core.has_backing() && core.base_address() == 0 {
+        // A freed or stale handle is reported as such before the missing address.
+        core.block(handle).map_err(to_py)?;
+        return Err(error(ErrorClass::NoBacking, NO_ADDRESS_MESSAGE));
+    }
     pin_view(py, core, handle)?;
     // From here the pin is released when `pinned` is dropped (on failure) or by the deleter.
     let mut pinned = PinnedBytes { pool: Arc::clone(core), handle, data: 0, nbytes: 0, device, owner: Some(owner) };

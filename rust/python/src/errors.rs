@@ -115,7 +115,8 @@ impl ErrorClass {
                 "NoBackingError",
                 &[Base::Ours(Npumem), Base::Builtin(builtin::<PyBufferError>)],
                 "The pool has no host memory behind it (`backing=\"none\"`): its bytes live on the\n\
-                 device, so there is no buffer to view.",
+                 device, so there is no buffer to view. Without a `base_address` either, its blocks\n\
+                 have no addresses, and DLPack exports nothing of them.",
             ),
             PoolBusy => (
                 "PoolBusyError",
