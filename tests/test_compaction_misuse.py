@@ -138,6 +138,22 @@ def test_a_refused_call_changes_nothing(
     assert_unchanged(pool, before)
 
 
+def test_a_destination_past_64_bits_is_outside_the_arena(pool: npumem.Pool) -> None:
+    # Such an offset was refused as "must be an offset >= 0".
+    blk = pool.alloc(40_000)
+    before = state_of(pool)
+    with pool.pause() as pause:
+        for to in (2**64, 2**64 + 4096, 2**200):
+            with pytest.raises(
+                npumem.MoveError, match=rf"item 0 of the batch.*destination {to} lies outside"
+            ) as info:
+                pool.move_blocks(pause, [(blk, to)])
+            assert ">= 0" not in str(info.value)
+        with pytest.raises(npumem.InvalidArgumentError, match=r">= 0, got -18446744073709551616"):
+            pool.move_blocks(pause, [(blk, -(2**64))])
+    assert_unchanged(pool, before)
+
+
 def test_blocks_that_cannot_move(pool: npumem.Pool) -> None:
     a, b = blocks_of(pool)
     other = npumem.Pool(8 * MIB, cores=1)

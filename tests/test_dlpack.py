@@ -98,12 +98,33 @@ def test_dlpack_device_and_protocol_arguments() -> None:
     for copy in ("x", 0, 1.0):
         with pytest.raises(npumem.ArgumentTypeError, match="copy must be None, True or False"):
             blk.__dlpack__(copy=copy)
-    for version in ((-1, -1), (1,), "1.0"):
+    for version in ((1,), "1.0", (1.0, 0), (True, 0), [1, 0]):
         with pytest.raises(npumem.ArgumentTypeError, match=r"pair of ints >= 0, got"):
             blk.__dlpack__(max_version=version)
-    with pytest.raises(npumem.ArgumentTypeError, match=r"got \(-1, -1\)"):
-        blk.__dlpack__(max_version=(-1, -1))
+    # A negative version is a bad value, not a bad type.
+    for version in ((-1, -1), (-1, 0), (1, -1), (-(2**200), 0)):
+        with pytest.raises(npumem.InvalidArgumentError, match=r"pair of ints >= 0, got \(") as info:
+            blk.__dlpack__(max_version=version)
+        assert not isinstance(info.value, npumem.ArgumentTypeError)
+    # dl_device is refused for what is wrong with it.
+    with pytest.raises(npumem.ArgumentTypeError, match=r"dl_device\[0\], is str 'cpu'"):
+        blk.__dlpack__(dl_device=("cpu", 0))
+    with pytest.raises(npumem.ArgumentTypeError, match=r"dl_device\[1\], is float"):
+        blk.__dlpack__(dl_device=(KDL_CPU, 0.0))
+    for device in ([KDL_CPU, 0], (KDL_CPU,), KDL_CPU):
+        with pytest.raises(npumem.ArgumentTypeError, match=r"\(device type, index\) pair of ints"):
+            blk.__dlpack__(dl_device=device)
+    for device, at in (((2**40, 0), 0), ((KDL_CPU, -(2**31) - 1), 1), ((2**200, 0), 0)):
+        with pytest.raises(
+            npumem.InvalidArgumentError, match=rf"dl_device\[{at}\] = .* 32-bit ints"
+        ):
+            blk.__dlpack__(dl_device=device)
     assert blk.pins == 0, "refused exports pin nothing"
+    # A consumer may know versions far beyond DLPack 1.0: it gets the versioned capsule.
+    for version in ((2**40, 0), (1, 2**70), (2**200, 0)):
+        assert "dltensor_versioned" in repr(blk.__dlpack__(max_version=version))
+    assert "used_dltensor" not in repr(blk.__dlpack__(max_version=(0, 2**40)))
+    assert blk.pins == 0
     legacy = blk.__dlpack__()
     versioned = blk.__dlpack__(max_version=(1, 0), dl_device=(KDL_CPU, 0), copy=False)
     assert "dltensor" in repr(legacy) and "dltensor_versioned" in repr(versioned)
@@ -192,6 +213,24 @@ def test_as_array_is_a_typed_view() -> None:
             blk.as_array(dtype, shape)
         assert str(2**64 - 1) not in str(info.value)
     assert blk.as_array(np.float32, (1 << 40, 0)).shape == (1 << 40, 0)
+    # What NumPy would refuse with its own ValueError is a typed error, said plainly.
+    for dtype in ("V0", "S0", "U0", np.dtype([])):
+        for shape in (None, 0, (5,)):
+            with pytest.raises(npumem.InvalidArgumentError, match="items of 0 bytes"):
+                blk.as_array(dtype, shape)
+    for shape in ((0, 2**70), (0, 2**63), 2**64):
+        with pytest.raises(
+            npumem.InvalidArgumentError, match=r"at most 9223372036854775807"
+        ) as info:
+            blk.as_array(np.uint8, shape)
+        assert ">= 0" not in str(info.value)
+    with pytest.raises(npumem.InvalidArgumentError, match="NumPy's largest size"):
+        blk.as_array(np.uint8, (0, 2**62, 4))
+    with pytest.raises(npumem.InvalidArgumentError, match=r"NumPy makes no array .* 64"):
+        blk.as_array(np.uint8, (0,) * 65)
+    with pytest.raises(npumem.InvalidArgumentError, match=">= 0, got -1"):
+        blk.as_array(np.uint8, (0, -1))
+    assert blk.as_array(np.uint8, (0, 2**63 - 1)).shape == (0, 2**63 - 1)
     assert blk.pins == 4, "refused views pin nothing"
     del floats, kept
     assert blk.pins == 0

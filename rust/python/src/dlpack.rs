@@ -24,7 +24,7 @@ use npumem_core::{Device, Handle, Pool};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyBool;
+use pyo3::types::{PyBool, PyInt, PyTuple};
 
 use crate::args;
 use crate::errors::{error, to_py, ErrorClass};
@@ -262,12 +262,7 @@ impl Request<'_, '_> {
             }
         }
         if let Some(wanted) = self.dl_device.filter(|d| !d.is_none()) {
-            let wanted: (i32, i32) = wanted.extract().map_err(|_| {
-                error(
-                    ErrorClass::ArgumentType,
-                    format!("dl_device must be a (type, index) pair, got {}", args::type_name(wanted)),
-                )
-            })?;
+            let wanted = dl_device(wanted)?;
             if wanted != device {
                 return Err(PyBufferError::new_err(format!(
                     "the block lives on DLPack device {device:?} and cannot be exported to device {wanted:?} without a copy"
@@ -284,21 +279,85 @@ impl Request<'_, '_> {
             }
         }
         Ok(match self.max_version.filter(|v| !v.is_none()) {
-            Some(version) => {
-                let (major, _minor): (u32, u32) = version.extract().map_err(|_| {
-                    error(
-                        ErrorClass::ArgumentType,
-                        format!(
-                            "max_version must be a (major, minor) pair of ints >= 0, got {}",
-                            version.repr().map_or_else(|_| args::type_name(version), |r| r.to_string())
-                        ),
-                    )
-                })?;
-                major >= DLPACK_VERSION.0
-            }
+            Some(version) => max_major(version)? >= i128::from(DLPACK_VERSION.0),
             None => false,
         })
     }
+}
+
+/// The two items of `value` when it is a tuple of two; None otherwise.
+fn pair<'py>(value: &Bound<'py, PyAny>) -> Option<[Bound<'py, PyAny>; 2]> {
+    let tuple = value.cast::<PyTuple>().ok().filter(|t| t.len() == 2)?;
+    Some([tuple.get_item(0).ok()?, tuple.get_item(1).ok()?])
+}
+
+/// Whether `value` is an int or has `__index__` (not a `bool`), as [`args::int_value`] takes.
+fn int_like(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(!value.is_instance_of::<PyBool>() && (value.is_instance_of::<PyInt>() || value.hasattr("__index__")?))
+}
+
+/// The `repr` of a value for a message (its type name when it has none).
+fn shown(value: &Bound<'_, PyAny>) -> String {
+    value.repr().map_or_else(|_| args::type_name(value), |r| r.to_string())
+}
+
+/// The major version of `max_version`: a `(major, minor)` tuple of ints >= 0
+/// (`ArgumentTypeError` for another shape or type, `InvalidArgumentError` for a negative
+/// one). A consumer may know versions far beyond this module's: any size is taken.
+fn max_major(version: &Bound<'_, PyAny>) -> PyResult<i128> {
+    let refuse =
+        |class| error(class, format!("max_version must be a (major, minor) pair of ints >= 0, got {}", shown(version)));
+    let items = pair(version).ok_or_else(|| refuse(ErrorClass::ArgumentType))?;
+    let mut values = [0i128; 2];
+    for (value, item) in values.iter_mut().zip(&items) {
+        if !int_like(item)? {
+            return Err(refuse(ErrorClass::ArgumentType));
+        }
+        // A value beyond 128 bits is a huge version when positive.
+        *value = match args::int_value(item, "max_version", ErrorClass::ArgumentType)? {
+            Ok(n) => n,
+            Err(text) if text.starts_with('-') => -1,
+            Err(_) => i128::MAX,
+        };
+        if *value < 0 {
+            return Err(refuse(ErrorClass::InvalidArgument));
+        }
+    }
+    Ok(values[0])
+}
+
+/// The device `dl_device` names: a `(device type, index)` tuple of ints, as
+/// `__dlpack_device__()` returns (`ArgumentTypeError` for another shape or type,
+/// `InvalidArgumentError` for an item beyond the 32-bit ints of DLPack's `DLDevice`).
+fn dl_device(value: &Bound<'_, PyAny>) -> PyResult<(i32, i32)> {
+    let needs = "dl_device must be a (device type, index) pair of ints, as __dlpack_device__() returns";
+    let Some(items) = pair(value) else {
+        return Err(error(ErrorClass::ArgumentType, format!("{needs}, got {}", shown(value))));
+    };
+    let mut out = [0i32; 2];
+    for (i, (slot, item)) in out.iter_mut().zip(&items).enumerate() {
+        let what = ["the device type", "the device index"][i];
+        if !int_like(item)? {
+            return Err(error(
+                ErrorClass::ArgumentType,
+                format!("{needs}; {what}, dl_device[{i}], is {} {}", args::type_name(item), shown(item)),
+            ));
+        }
+        let n = args::int_value(item, "dl_device", ErrorClass::ArgumentType)?;
+        *slot = n.ok().and_then(|n| i32::try_from(n).ok()).ok_or_else(|| {
+            error(
+                ErrorClass::InvalidArgument,
+                format!(
+                    "{what}, dl_device[{i}] = {}, is out of range: DLPack device types and indices are \
+                     32-bit ints (from {} to {})",
+                    shown(item),
+                    i32::MIN,
+                    i32::MAX
+                ),
+            )
+        })?;
+    }
+    Ok((out[0], out[1]))
 }
 
 /// Why a pool without host memory and without a base address exports nothing.

@@ -582,10 +582,23 @@ impl Pool {
                 )
             })?;
             let handle = block.get().handle_in(pool, i)?;
-            let to = args::integer(&pair.get_item(1)?, &format!("moves[{i}][1]"), ErrorClass::ArgumentType)?;
-            let to = usize::try_from(to).map_err(|_| {
-                error(ErrorClass::InvalidArgument, format!("moves[{i}][1] must be an offset >= 0, got {to}"))
-            })?;
+            let to = args::int_value(&pair.get_item(1)?, &format!("moves[{i}][1]"), ErrorClass::ArgumentType)?;
+            let to = match to.as_ref().map(|&n| usize::try_from(n)) {
+                Ok(Ok(to)) => to,
+                Ok(Err(_)) | Err(_) => {
+                    let text = to.map_or_else(|text| text, |n| n.to_string());
+                    if text.starts_with('-') {
+                        return Err(error(
+                            ErrorClass::InvalidArgument,
+                            format!("moves[{i}][1] must be an offset >= 0, got {text}"),
+                        ));
+                    }
+                    // Past every offset: refused as the core refuses a destination outside the
+                    // arena.
+                    let reason = format!("destination {text} lies outside the arena ({} bytes)", pool.core.capacity());
+                    return Err(to_py(npumem_core::Error::batch(i, npumem_core::Error::InvalidMove { reason })));
+                }
+            };
             batch.push(Move { handle, to });
         }
         let core = &pool.core;
