@@ -56,6 +56,46 @@ def test_frees_inside_a_deferred_scope_wait_for_its_end() -> None:
     pool.check()
 
 
+def test_a_block_whose_deferred_free_was_made_is_said_to_be_freed() -> None:
+    # Once the deferred free was made, the object still said "the block's free is deferred".
+    pool = npumem.Pool(16 * MIB, cores=1)
+    blocks = [pool.alloc(1000) for _ in range(2)]
+    with pool.deferred():
+        blocks[0].free()
+        assert "deferred" in repr(blocks[0])
+    assert live(pool) == 1
+    gone = blocks[0]
+    with pytest.raises(npumem.InvalidHandleError, match="the block was freed") as info:
+        _ = gone.offset
+    assert "is deferred" not in str(info.value)
+    with pytest.raises(npumem.DoubleFreeError, match="the block was freed"):
+        gone.free()
+    with pytest.raises(npumem.DoubleFreeError, match="the block was freed"):
+        pool.defer_free(gone)
+    with pytest.raises(npumem.InvalidHandleError, match="the block was freed"):
+        memoryview(gone)
+    with pytest.raises(npumem.DoubleFreeError, match="item 0 of the batch: the block was freed"):
+        pool.free_many([gone])
+    with (
+        pool.pause() as pause,
+        pytest.raises(npumem.InvalidHandleError, match="item 0 of the batch: the block was"),
+    ):
+        pool.move_blocks(pause, [(gone, 0)])
+    assert "freed" in repr(gone) and "deferred" not in repr(gone)
+    # A free made at the last pin, queued while another thread paused the pool, likewise.
+    with pytest.raises(KeyError), blocks[1] as held:
+        view = memoryview(held)
+        raise KeyError("body")
+    with paused_by_another_thread(pool):
+        view.release()
+        with pytest.raises(npumem.InvalidHandleError, match="free is deferred"):
+            memoryview(held)
+    assert live(pool) == 0
+    with pytest.raises(npumem.InvalidHandleError, match="the block was freed"):
+        memoryview(held)
+    pool.check()
+
+
 def test_a_body_that_raises_still_flushes_and_its_exception_propagates() -> None:
     pool = npumem.Pool(16 * MIB, cores=1)
     blocks = [pool.alloc(4096) for _ in range(5)]

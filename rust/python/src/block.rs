@@ -93,13 +93,11 @@ impl PinOwner for Py<Block> {
 /// What the error for a block whose free is deferred says.
 const DEFERRED_MESSAGE: &str = "the block's free is deferred: it can no longer be used";
 
+/// What the error for a block whose deferred free was made says.
+const DEFERRED_FREED_MESSAGE: &str = "the block was freed (its free was deferred, and has been made)";
+
 /// What the error for a block detached from this object says.
 const DETACHED_MESSAGE: &str = "the block was detached from this object (Block.detach()); adopt its handle to use it";
-
-/// The error for a block whose free is deferred.
-fn deferred_error(class: ErrorClass) -> PyErr {
-    error(class, DEFERRED_MESSAGE)
-}
 
 /// What a call says of a block whose free through another call is under way.
 const FREEING_MESSAGE: &str = "the block is being freed by another call";
@@ -161,12 +159,21 @@ impl Block {
         Pending { handle: self.handle, tag_id: self.tag_id, nbytes: self.nbytes }
     }
 
+    /// What the error for a block whose free is deferred says: that it was freed, once the
+    /// deferred free was made (the object is not told of it; its handle is stale then).
+    fn deferred_message(&self) -> &'static str {
+        match self.pool.get().core.block(self.handle) {
+            Err(npumem_core::Error::InvalidHandle(HandleFault::Freed)) => DEFERRED_FREED_MESSAGE,
+            _ => DEFERRED_MESSAGE,
+        }
+    }
+
     /// Refuse a block this object no longer owns (deferred or detached): `class` for a
     /// deferred one.
     #[inline(always)]
     pub(crate) fn owned(&self, class: ErrorClass) -> PyResult<()> {
         match self.owner() {
-            Ownership::Deferred => Err(deferred_error(class)),
+            Ownership::Deferred => Err(error(class, self.deferred_message())),
             Ownership::Detached => Err(detached_error()),
             Ownership::Freeing => Err(error(class, FREEING_MESSAGE)),
             _ => Ok(()),
@@ -181,7 +188,7 @@ impl Block {
         }
         match self.owner() {
             Ownership::Deferred => {
-                Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DEFERRED_MESSAGE}")))
+                Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {}", self.deferred_message())))
             }
             Ownership::Detached => {
                 Err(error(ErrorClass::InvalidHandle, format!("item {index} of the batch: {DETACHED_MESSAGE}")))
@@ -197,10 +204,13 @@ impl Block {
     /// freeing, refused as a double free.
     pub(crate) fn handle_to_free(&self, pool: &Pool, index: usize) -> PyResult<Handle> {
         match self.owner() {
-            Ownership::Deferred => Err(error(
-                ErrorClass::DoubleFree,
-                format!("item {index} of the batch: the block's free is deferred already"),
-            )),
+            Ownership::Deferred => {
+                let already = match self.deferred_message() {
+                    DEFERRED_MESSAGE => "the block's free is deferred already",
+                    freed => freed,
+                };
+                Err(error(ErrorClass::DoubleFree, format!("item {index} of the batch: {already}")))
+            }
             Ownership::Freeing => {
                 Err(error(ErrorClass::DoubleFree, format!("item {index} of the batch: {FREEING_MESSAGE}")))
             }
@@ -335,7 +345,7 @@ impl Block {
     /// batch).
     pub(crate) fn deferral_refused(&self, item: Option<usize>) -> PyErr {
         let (class, message) = match self.owner() {
-            Ownership::Deferred => (ErrorClass::DoubleFree, DEFERRED_MESSAGE.to_string()),
+            Ownership::Deferred => (ErrorClass::DoubleFree, self.deferred_message().to_string()),
             Ownership::Detached => (ErrorClass::InvalidHandle, DETACHED_MESSAGE.to_string()),
             Ownership::Freed => (ErrorClass::DoubleFree, npumem_core::Error::DoubleFree.to_string()),
             Ownership::Freeing => (ErrorClass::DoubleFree, FREEING_MESSAGE.to_string()),
@@ -652,6 +662,7 @@ impl Block {
             None => String::new(),
         };
         let state = match self.owner() {
+            Ownership::Deferred if self.deferred_message() == DEFERRED_FREED_MESSAGE => "freed",
             Ownership::Deferred => "deferred",
             Ownership::Detached => "detached",
             Ownership::Freeing => "being freed",
