@@ -139,6 +139,55 @@ def test_the_torch_allocator_functions(fake_torch: list[tuple[str, str, str]]) -
         npumem.torch.serve_device(npumem.Pool(1 << 20, backing="none"), 0)
 
 
+def test_the_torch_hooks_check_the_device_and_the_pool_first(
+    fake_torch: list[tuple[str, str, str]],
+) -> None:
+    # The device went through ctypes' int unchecked: 2**32 served device 0, 2**31 was said to
+    # be negative, "0" raised ctypes.ArgumentError. A host pool was served as CUDA memory.
+    import npumem.torch
+
+    lib = clib.load()
+    pool = npumem.Pool(4 << 20, cores=1, backing="none", base_address=BASE, device=("cuda", 0))
+    other = npumem.Pool(4 << 20, cores=1, backing="none", base_address=BASE << 1)
+    npumem.torch.serve_device(pool, 0)
+    calls = [npumem.torch.serve_device, npumem.torch.pluggable_allocator]
+    for device in (2**32, 2**31, 2**64, 64, -1, -(2**32)):
+        for call in calls:
+            with pytest.raises(npumem.InvalidArgumentError, match=r"from 0 to 63, got -?\d+"):
+                call(other, device)
+        with pytest.raises(npumem.InvalidArgumentError, match=r"from 0 to 63"):
+            npumem.torch.stop_serving(device)
+    for device in ("0", 0.0, True, None):
+        for call in calls:
+            with pytest.raises(npumem.ArgumentTypeError, match="device must be an int"):
+                call(other, device)  # type: ignore[arg-type]
+        with pytest.raises(npumem.ArgumentTypeError, match="device must be an int"):
+            npumem.torch.stop_serving(device)  # type: ignore[arg-type]
+    assert sorted(npumem.torch._serving) == [0], "nothing refused was recorded"
+    pointer = lib.npumem_torch_alloc(256, 0, None)
+    assert pointer and BASE <= pointer < BASE + (4 << 20), "device 0 is still served by `pool`"
+    lib.npumem_torch_free(pointer, 256, 0, None)
+    with pytest.raises(npumem.InvalidArgumentError, match="host-backed"):
+        npumem.torch.serve_device(npumem.Pool(1 << 20, cores=1), 1)
+    with pytest.raises(npumem.InvalidArgumentError, match="host-backed"):
+        npumem.torch.pluggable_allocator(npumem.Pool(1 << 20, cores=1), 1)
+    with pytest.raises(npumem.InvalidArgumentError, match=r"on device \('cuda', 0\).*device 2"):
+        npumem.torch.serve_device(pool, 2)
+    with pytest.raises(npumem.ArgumentTypeError, match=r"pool must be an npumem\.Pool"):
+        npumem.torch.serve_device(object(), 1)  # type: ignore[arg-type]
+    assert lib.npumem_torch_alloc(256, 1, None) is None, "no refused call served device 1"
+    assert lib.npumem_torch_alloc(256, 2, None) is None
+    assert fake_torch == [], "no allocator was made"
+    # An object with __index__ (a NumPy integer) names a device as the int does.
+    import numpy as np
+
+    npumem.torch.serve_device(other, np.int64(5))
+    assert lib.npumem_torch_alloc(256, 5, None) is not None
+    npumem.torch.stop_serving(np.int64(5))
+    assert sorted(npumem.torch._serving) == [0]
+    assert pool.stats().blocks_in_use == 0
+
+
 def test_the_cupy_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
     class UnownedMemory:
         def __init__(self, ptr: int, size: int, owner: object) -> None:
@@ -167,9 +216,26 @@ def test_the_cupy_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pool.stats().requested_bytes_in_use == 100 + 5000 + (1 << 20)
     with pytest.raises(CupyOutOfMemory):
         malloc(7 << 20)
+    # A size that ctypes' size_t would wrap (2**64 + 100 became 100), a negative one (which
+    # took a 1-byte block) or one of another type is refused before the C call.
+    for size in (2**64 + 100, -1, -(2**64)):
+        with pytest.raises(npumem.InvalidArgumentError, match="size must be an int from 0"):
+            malloc(size)
+    for size in (1.5, "8", True, None):
+        with pytest.raises(npumem.ArgumentTypeError, match="size must be an int"):
+            malloc(size)  # type: ignore[arg-type]
+    assert pool.stats().requested_bytes_in_use == 100 + 5000 + (1 << 20)
+    assert malloc(0).mem.size == 1
     del pointers
     gc.collect()
     assert pool.stats().bytes_in_use == 0
+    # Only a pool over device memory with a base address can serve CuPy.
+    with pytest.raises(npumem.InvalidArgumentError, match="host-backed"):
+        npumem.cupy.allocator(npumem.Pool(1 << 20, cores=1))
+    with pytest.raises(npumem.InvalidArgumentError, match="nonzero base_address"):
+        npumem.cupy.allocator(npumem.Pool(1 << 20, cores=1, backing="none"))
+    with pytest.raises(npumem.ArgumentTypeError, match=r"pool must be an npumem\.Pool"):
+        npumem.cupy.allocator("pool")  # type: ignore[arg-type]
 
 
 def test_python_and_c_threads_share_one_pool_at_once() -> None:
