@@ -207,6 +207,55 @@ def test_a_device_swap_bounces_through_free_space_and_is_refused_without_it() ->
         blk.free()
 
 
+def test_the_host_mirror_refuses_ranges_outside_it_and_never_grows() -> None:
+    # Offsets were used as slice bounds: a negative one wrote at the end, one past the end
+    # grew the mirror, and a read past the end returned fewer bytes.
+    mirror = HostMirror(1024)
+    mirror.write(1000, b"x" * 24)
+    before = bytes(mirror.memory)
+    for offset, data in ((-4, b"AB"), (-1, b"QQ"), (2000, b"XYZ"), (1023, b"AB"), (1025, b"")):
+        with pytest.raises(npumem.InvalidArgumentError, match="inside the mirror's 1024 bytes"):
+            mirror.write(offset, data)
+    for offset, nbytes in ((1020, 100), (-2, 2), (0, 1025), (1025, 0)):
+        with pytest.raises(npumem.InvalidArgumentError, match="inside the mirror's 1024 bytes"):
+            mirror.read(offset, nbytes)
+    with pytest.raises(npumem.InvalidArgumentError, match="nbytes must be >= 0, got -1"):
+        mirror.read(0, -1)
+    for bad in (1.0, "0", True, None):
+        with pytest.raises(npumem.ArgumentTypeError, match="offset must be an int"):
+            mirror.write(bad, b"A")  # type: ignore[arg-type]
+        with pytest.raises(npumem.ArgumentTypeError, match="offset must be an int"):
+            mirror.read(bad, 1)  # type: ignore[arg-type]
+        with pytest.raises(npumem.ArgumentTypeError, match="nbytes must be an int"):
+            mirror.read(0, bad)  # type: ignore[arg-type]
+    with pytest.raises(npumem.ArgumentTypeError, match="data must be bytes-like, got str"):
+        mirror.write(0, "AB")  # type: ignore[arg-type]
+    assert bytes(mirror.memory) == before, "nothing refused was written"
+    mirror.write(1022, bytearray(b"ok"))
+    mirror.write(0, memoryview(b"abcd")[::2])
+    assert mirror.read(1022, 2) == b"ok" and mirror.read(0, 2) == b"ac"
+    assert mirror.read(1024, 0) == b"" and len(mirror.memory) == 1024
+    # As a mover: a transfer outside the mirror (one smaller than its pool) raises before
+    # anything is copied, and the pool undoes the batch.
+    before = bytes(mirror.memory)
+    for transfers in ([(0, 2, 2), (1000, 1020, 8)], [(0, 2, 2), (-1, 0, 1)], [(0, 1, -1)]):
+        with pytest.raises(npumem.InvalidArgumentError, match=r"transfers\[\d\]"):
+            mirror(transfers)
+    assert bytes(mirror.memory) == before and mirror.batches == 0
+    pool = npumem.Pool(16 * MIB, cores=1, backing="none")
+    small = HostMirror(64 * 1024)
+    blocks = [pool.alloc(40_000) for _ in range(4)]
+    high = max(blocks, key=lambda b: b.offset)
+    low = min(blocks, key=lambda b: b.offset)
+    low_offset = low.offset
+    low.free()
+    before_pool = state_of(pool)
+    with pool.pause() as pause, pytest.raises(npumem.InvalidArgumentError, match="65536 bytes"):
+        pool.move_blocks(pause, [(high, low_offset)], mover=small)
+    assert_unchanged(pool, before_pool)
+    assert small.batches == 0
+
+
 def test_the_pool_cannot_be_used_from_inside_the_mover() -> None:
     pool = npumem.Pool(16 * MIB, cores=1, backing="none")
     blk = pool.alloc(40_000)

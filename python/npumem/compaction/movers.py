@@ -17,7 +17,7 @@ and examples use it to check that every byte lands where the pool says.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from npumem._core import Transfer
 from npumem._shown import shown
@@ -41,18 +41,60 @@ class HostMirror:
         self.batches = 0
         self.transfers = 0
 
+    def _range(self, offset: object, nbytes: object, what: str) -> tuple[int, int]:
+        """`offset` and `nbytes` checked: ints (not bools), `nbytes` >= 0, and the `nbytes`
+        bytes from `offset` inside the mirror, which never grows nor wraps around; `what`
+        names the range in the error."""
+        from npumem.errors import ArgumentTypeError, InvalidArgumentError
+
+        for name, value in (("offset", offset), ("nbytes", nbytes)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ArgumentTypeError(
+                    f"{what}: {name} must be an int, got {type(value).__name__}"
+                )
+        assert isinstance(offset, int) and isinstance(nbytes, int)
+        if nbytes < 0:
+            raise InvalidArgumentError(f"{what}: nbytes must be >= 0, got {shown(nbytes)}")
+        size = len(self.memory)
+        if offset < 0 or offset + nbytes > size:
+            raise InvalidArgumentError(
+                f"{what}: {shown(nbytes)} bytes at offset {shown(offset)} do not lie inside the "
+                f"mirror's {size} bytes"
+            )
+        return offset, nbytes
+
     def write(self, offset: int, data: bytes) -> None:
-        """Put `data` at `offset`."""
-        self.memory[offset : offset + len(data)] = data
+        """Put `data` (bytes-like) at `offset`; `InvalidArgumentError`, and nothing written,
+        unless it lies inside the mirror."""
+        from npumem.errors import ArgumentTypeError
+
+        try:
+            raw = memoryview(data).tobytes()
+        except TypeError:
+            raise ArgumentTypeError(
+                f"write: data must be bytes-like, got {type(data).__name__}"
+            ) from None
+        at, n = self._range(offset, len(raw), "write")
+        self.memory[at : at + n] = raw
 
     def read(self, offset: int, nbytes: int) -> bytes:
-        """The `nbytes` bytes at `offset`."""
-        return bytes(self.memory[offset : offset + nbytes])
+        """The `nbytes` bytes at `offset`; `InvalidArgumentError` unless they lie inside the
+        mirror (never fewer bytes)."""
+        at, n = self._range(offset, nbytes, "read")
+        return bytes(self.memory[at : at + n])
 
     def __call__(self, transfers: Sequence[Transfer] | Sequence[tuple[int, int, int]]) -> None:
+        """Copy each transfer `(src, dst, nbytes)`, in order. When a transfer does not lie
+        inside the mirror (a mirror smaller than its pool), `InvalidArgumentError` is raised
+        before anything is copied (and the pool undoes the batch)."""
+        copies: list[tuple[int, int, int]] = []
+        each: Iterable[Iterable[int]] = transfers
+        for i, (src, dst, n) in enumerate(each):
+            at, nbytes = self._range(src, n, f"transfers[{i}] src")
+            copies.append((at, self._range(dst, n, f"transfers[{i}] dst")[0], nbytes))
         view = memoryview(self.memory)
-        for src, dst, n in transfers:
+        for at, to, nbytes in copies:
             # Slice assignment copies through a temporary when the ranges overlap (memmove).
-            view[dst : dst + n] = bytes(view[src : src + n])
+            view[to : to + nbytes] = bytes(view[at : at + nbytes])
         self.batches += 1
-        self.transfers += len(transfers)
+        self.transfers += len(copies)
