@@ -583,6 +583,46 @@ def test_a_block_freed_behind_the_tiered_pools_back_is_reported_then_forgotten()
     assert m.check() == 0
 
 
+def test_a_block_detached_behind_the_tiered_pools_back_is_said_so_and_forgotten() -> None:
+    # Detaching `tb.block` was reported as "bytes were freed directly" (a DoubleFreeError),
+    # although the bytes stay allocated for whoever holds the handle.
+    slow = npumem.Pool(16 << 20, cores=1)
+    m = TieredPool(fast=[npumem.Pool(2 << 20, cores=1)], slow=slow)
+    good = m.alloc(3000, tier="slow")
+    moved = m.alloc(3000, tier="slow")
+    kept = m.alloc(3000, tier="slow")
+    handles = []
+    for tb in (moved, kept):
+        handles.append(tb.block.detach())
+    assert "detached directly through .block" in repr(moved)
+    with pytest.raises(CorruptionError, match=r"detached directly through \.block"):
+        m.check()
+    with pytest.raises(InvalidHandleError, match="detached directly") as info:
+        m.promote(moved, core=0)
+    assert not isinstance(info.value, DoubleFreeError)
+    assert "still allocated" in str(info.value)
+    with pytest.raises(InvalidHandleError, match="detached directly") as info:
+        kept.free()
+    assert not isinstance(info.value, DoubleFreeError)
+    assert m.check() == 1, "the tiered pool lists its own block only"
+    assert [tb.serial for tb in m.blocks()] == [good.serial]
+    assert slow.stats().blocks_in_use == 3, "the detached bytes are still allocated"
+    # Later uses say why the tiered pool no longer has the block.
+    for use in (lambda: m.demote(moved), kept.free, lambda: m.touch(moved), lambda: moved.offset):
+        with pytest.raises(InvalidHandleError, match="detached directly") as info:
+            use()
+        assert not isinstance(info.value, DoubleFreeError)
+    assert repr(moved) == repr(kept) == "<TieredBlock detached>" and not moved.alive
+    # The holder of a handle owns the bytes: adopting it gives them back to use and free.
+    for handle in handles:
+        slow.adopt(handle).free()
+    m.promote(good, core=0)
+    assert good.tier == "fast" and m.check() == 1
+    good.free()
+    assert m.check() == 0 and slow.stats().blocks_in_use == 0
+    slow.check()
+
+
 @pytest.mark.parametrize("half_life", [1.0, 4096.0, 1e16, 1e17, 1e300])
 def test_many_touches_at_once_weigh_as_many_single_touches(half_life: float) -> None:
     # From a half-life of about 1e16 ticks, the decay of one tick rounded to 1 and

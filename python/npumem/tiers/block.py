@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = ["FAST", "SLOW", "Tier", "TierKind", "TieredBlock"]
 
+# How the error of an `npumem.Block` detached from its object begins (`Block.detach()`).
+_DETACHED_PREFIX = "the block was detached"
+
 TierKind = Literal["fast", "slow"]
 FAST: TierKind = "fast"
 """The per-core fast tier (SRAM)."""
@@ -44,7 +47,17 @@ class TieredBlock:
     """A block of a `TieredPool`: a handle that stays valid when the block
     moves between tiers. Free it with `free` (or use it as a context manager)."""
 
-    __slots__ = ("_align", "_block", "_core", "_heat", "_nbytes", "_owner", "home", "serial")
+    __slots__ = (
+        "_align",
+        "_block",
+        "_core",
+        "_heat",
+        "_left",
+        "_nbytes",
+        "_owner",
+        "home",
+        "serial",
+    )
 
     def __reduce__(self) -> NoReturn:
         # A copy would be a second owner of one block (copy.copy, deepcopy and pickle all
@@ -71,6 +84,8 @@ class TieredBlock:
         self.home = home
         """The core the block belongs to: promotions go to this core's fast pool."""
         self._heat: Heat | None = None
+        # Why the block left its tiered pool other than by a free through it (None: it did not).
+        self._left: str | None = None
         self.serial = serial
         """The number of the allocation in its tiered pool (0, 1, 2, ...)."""
 
@@ -86,10 +101,14 @@ class TieredBlock:
     def block(self) -> Block:
         """The underlying `npumem.Block` where the bytes are now."""
         if self._block is None:
-            from npumem.errors import InvalidHandleError
-
-            raise InvalidHandleError("the tiered block was freed")
+            raise self._gone()
         return self._block
+
+    def _gone(self) -> Exception:
+        """The error for a use of the block once its tiered pool no longer lists it."""
+        from npumem.errors import InvalidHandleError
+
+        return InvalidHandleError(self._left or "the tiered block was freed")
 
     @property
     def alive(self) -> bool:
@@ -133,6 +152,21 @@ class TieredBlock:
         """User pins and live views of the underlying block; a block with pins never moves."""
         return self.block.pins
 
+    def _block_detached(self) -> bool:
+        """Whether the underlying block was detached from its `npumem.Block` (`tb.block.detach()`):
+        its bytes are still allocated, and the holder of the handle owns them. Read from the
+        error the block raises once its object can no longer use it."""
+        from npumem.errors import InvalidHandleError
+
+        block = self._block
+        if block is None:
+            return False
+        try:
+            block.offset  # noqa: B018
+        except InvalidHandleError as exc:
+            return str(exc).startswith(_DETACHED_PREFIX)
+        return False
+
     def view(self) -> memoryview:
         """The block's bytes (host-backed pools only), as a view that keeps the block where it
         is until it is released: taken under the tiered pool's lock, so it never races with a
@@ -157,9 +191,10 @@ class TieredBlock:
 
     def __repr__(self) -> str:
         if self._block is None:
-            return "<TieredBlock freed>"
+            return "<TieredBlock freed>" if self._left is None else "<TieredBlock detached>"
         if not self._block.alive:
-            return f"<TieredBlock in {self.location}, freed directly through .block>"
+            how = "detached" if self._block_detached() else "freed"
+            return f"<TieredBlock in {self.location}, {how} directly through .block>"
         return (
             f"<TieredBlock {self.location} offset={self._block.offset} "
             f"nbytes={self._block.nbytes} tag={self._block.tag!r}>"

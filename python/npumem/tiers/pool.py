@@ -65,6 +65,18 @@ _FREED_BEHIND = (
     "pool, which no longer lists it"
 )
 
+_DETACHED_BEHIND = (
+    "the tiered block's npumem.Block was detached directly (tb.block.detach()), not through the "
+    "tiered pool: its bytes are still allocated and belong to whoever holds the handle (adopt it "
+    "with the pool's adopt() to use or free them), and the tiered pool no longer lists the block"
+)
+
+
+_LEFT_DETACHED = (
+    "the tiered block is no longer in its tiered pool: its npumem.Block was detached directly "
+    "(tb.block.detach())"
+)
+
 
 def _listed(items: Iterable[Any], name: str) -> list[Any]:
     """`items` as a list; `ArgumentTypeError` when it is not iterable."""
@@ -380,12 +392,11 @@ class TieredPool:
         try:
             block = tb._block
             if block is None:
-                raise InvalidHandleError("the tiered block was freed")
+                raise tb._gone()
             if self._placed:
                 self._fold()
             if not block.alive:
-                self._forget(tb)
-                raise DoubleFreeError(_FREED_BEHIND)
+                raise self._forget_gone(tb)
             block.free()
             if self._recording is not None:
                 self._note("free", tb)
@@ -407,14 +418,26 @@ class TieredPool:
             self._misfits.pop(tb, None)
 
     def _forget_freed_behind(self) -> None:
-        """Take out of the books the tiered blocks whose `npumem.Block` was freed directly
-        (through `TieredBlock.block`), not through the tiered pool; the caller holds the lock
-        and folded."""
+        """Take out of the books the tiered blocks whose `npumem.Block` was freed or detached
+        directly (through `TieredBlock.block`), not through the tiered pool; the caller holds
+        the lock and folded."""
         listed = [*self._slow_blocks, *itertools.chain.from_iterable(self._resident)]
         for tb in listed:
             block = tb._block
             if block is not None and not block.alive:
-                self._forget(tb)
+                self._forget_gone(tb)
+
+    def _forget_gone(self, tb: TieredBlock) -> InvalidHandleError:
+        """Take `tb`, whose `npumem.Block` was freed or detached directly (through
+        `TieredBlock.block`), out of the books; return the error that says which. The caller
+        holds the lock and folded."""
+        if tb._block_detached():
+            tb._left = _LEFT_DETACHED
+            error: InvalidHandleError = InvalidHandleError(_DETACHED_BEHIND)
+        else:
+            error = DoubleFreeError(_FREED_BEHIND)
+        self._forget(tb)
+        return error
 
     def _view(self, tb: TieredBlock) -> memoryview:
         self._check_own(tb)
@@ -440,7 +463,7 @@ class TieredPool:
         lock.acquire()
         try:
             if tb._block is None:
-                raise InvalidHandleError("the tiered block was freed")
+                raise tb._gone()
             core = tb._core
             counts = self._slow_counts if core is None else self._fast_counts[core]
             heat = tb._heat
@@ -489,7 +512,7 @@ class TieredPool:
         with self._lock:
             for tb in tbs:
                 if tb._block is None:
-                    raise InvalidHandleError("the tiered block was freed")
+                    raise tb._gone()
             touch = self._policy.touch
             fast, slow = self._fast_counts, self._slow_counts
             clock = self._clock
@@ -517,7 +540,7 @@ class TieredPool:
         with self._lock:
             for tb in tbs:
                 if tb._block is None:
-                    raise InvalidHandleError("the tiered block was freed")
+                    raise tb._gone()
             touch_n = self._touch_n
             fast, slow = self._fast_counts, self._slow_counts
             clock = self._clock
@@ -588,8 +611,7 @@ class TieredPool:
         src_block = tb.block
         if not src_block.alive:
             self._fold()
-            self._forget(tb)
-            raise DoubleFreeError(_FREED_BEHIND)
+            raise self._forget_gone(tb)
         if src_block.pins:
             raise PinnedBlockError(
                 f"the block ({src_block.nbytes} bytes in {tb.location}) is pinned or has "
