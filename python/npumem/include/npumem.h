@@ -255,7 +255,9 @@ npumem_status npumem_alloc_raw(npumem_pool *pool, size_t size, size_t align, siz
  * matches other allocated bytes at that offset (a part of a block, live or freed and kept in a
  * cache of freed blocks, or a block and its neighbour) is not detected and frees those bytes,
  * which later allocations may then overlap. The same holds for the offset and size of a block
- * allocated with a handle: it is freed behind its handle's back (free it with npumem_free).
+ * allocated with a handle, pinned or not (its pins, Python buffer views and DLPack exports do
+ * not stop this call): it is freed behind its handle's back and the pool is corrupt from then
+ * on. Free only raw blocks with this call (a handle's block with npumem_free).
  * Use handles (npumem_alloc / npumem_free) where a caller cannot vouch for the offset and the
  * size.
  */
