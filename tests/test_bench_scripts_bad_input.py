@@ -37,6 +37,9 @@ BAD = [
     ("large_trace.py", ["/tmp/unused.json", "-5"], "events"),
     ("large_trace.py", ["/tmp/unused.json", "10", "--failed-every", "-1"], "--failed-every"),
     ("large_trace.py", ["/nonexistent/dir/trace.json", "10"], "/nonexistent/dir/trace.json"),
+    ("pool_scaling.py", ["--parts", "refill,bogus"], "--parts"),
+    ("pool_scaling.py", ["--gib", "1,0"], "--gib"),
+    ("pool_scaling.py", ["--blocks", "-3"], "--blocks"),
 ]
 
 
