@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from npumem.plan import GraphError, Problem, solve
 from npumem.plan.onnx_import import graph_from_onnx
+from onnx_flow_helpers import check_plan
 
 
 def small_model(batch: str | int = "batch") -> onnx.ModelProto:
@@ -75,13 +76,14 @@ def test_unknown_shape_is_a_clear_error() -> None:
         graph_from_onnx(model)
 
 
-def test_control_flow_and_bad_files_are_refused(tmp_path: Path) -> None:
+def test_an_if_that_returns_its_own_output_and_bad_files_are_refused(tmp_path: Path) -> None:
     cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
     out = helper.make_tensor_value_info("o", TensorProto.FLOAT, [1])
     branch = helper.make_graph([], "b", [], [out])
     node = helper.make_node("If", ["c"], ["o"], then_branch=branch, else_branch=branch)
     model = helper.make_model(helper.make_graph([node], "cf", [cond], [out]))
-    with pytest.raises(GraphError, match="control flow"):
+    # The branches return the If's own output: a cycle through the values they read.
+    with pytest.raises(GraphError, match=r"the graph has a cycle: node #0 \(If\)"):
         graph_from_onnx(model)
     garbage = tmp_path / "bad.onnx"
     garbage.write_bytes(b"\xff\x00not a model")
@@ -226,7 +228,7 @@ def test_the_tensors_inside_local_functions_are_planned_as_if_inlined() -> None:
     assert plans[0].arena_size == plans[1].arena_size >= 1024 + 2 * 128
 
 
-def test_control_flow_inside_a_local_function_is_refused() -> None:
+def test_control_flow_inside_a_local_function_is_planned() -> None:
     model = linear_function_model()
     then_out = helper.make_tensor_value_info("t", TensorProto.FLOAT, None)
     branch = helper.make_graph(
@@ -237,8 +239,16 @@ def test_control_flow_inside_a_local_function_is_refused() -> None:
     function = model.functions[0]
     del function.node[2]
     function.node.extend([cond, call])
-    with pytest.raises(GraphError, match="If: control flow"):
-        Problem.from_onnx(model, dims={"batch": 2})
+    # Inlined, each call has an If whose branches read the call's product.
+    problem = Problem.from_onnx(model, dims={"batch": 2}, alignment=1)
+    graph = graph_from_onnx(model, dims={"batch": 2})
+    joins = [op for op in graph.ops if op.name.endswith("/join")]
+    assert len(joins) == 2
+    assert all(len(op.inputs) == 2 and op.inputs[0].startswith(op.name[: -len("join")] + "then/")
+               for op in joins)  # fmt: skip
+    solution = solve(problem, time_limit=1.0)
+    solution.validate()
+    check_plan(model, solution)
 
 
 def test_a_graph_without_nodes_plans_its_inputs_passed_through(tmp_path: Path) -> None:

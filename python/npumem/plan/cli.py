@@ -458,8 +458,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=_dim,
         action=_DimAction,
         metavar="NAME=N[,N...]",
-        help="bind a symbolic ONNX dimension (repeatable); several values plan one arena per "
-        "bucket, the weights shared",
+        help="bind a symbolic ONNX dimension, or give the value of an integer scalar input "
+        "such as a loop's trip count (repeatable); several values plan one arena per bucket, "
+        "the weights shared",
     )
     parser.add_argument(
         "--double-buffer",
