@@ -39,9 +39,11 @@ def test_every_byte_survives_and_pinned_blocks_stay(mode: str) -> None:
 
 
 def test_full_compaction_makes_free_space_one_run_but_for_block_shapes() -> None:
-    # Whole power-of-two blocks and slab objects: nothing trims, so everything packs.
+    # Whole power-of-two blocks and slab objects: nothing trims, so everything packs. Rounds
+    # enough that the free chunks left at the arena's end (one block with a front takes them
+    # with the free end before them) are not most of the free bytes.
     pool = npumem.Pool(24 * MIB, cores=2)
-    kept = fragmented(pool, 12, sizes=(64, 256, 1024, 4096, 16_384, 65_536, 262_144, 1 << 20))
+    kept = fragmented(pool, 14, sizes=(64, 256, 1024, 4096, 16_384, 65_536, 262_144, 1 << 20))
     before = pool.stats()
     assert before.external_fragmentation > 0.3
     report = Compactor(pool).compact("full")

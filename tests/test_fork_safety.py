@@ -110,8 +110,10 @@ def refused(outcome: str, what: str) -> bool:
 
 
 def fragmented() -> npumem.Pool:
+    # 200 blocks of 64 KiB, every other one freed: fragmentation 0.64, past the policy's
+    # threshold (0.30), so `maybe_compact` takes the compactor's lock.
     pool = npumem.Pool(16 * MIB, cores=1, chunk_size=MIB)
-    blocks = pool.alloc_many([64 << 10] * 100)
+    blocks = pool.alloc_many([64 << 10] * 200)
     pool.free_many(blocks[::2])
     fragmented.keep = blocks[1::2]  # type: ignore[attr-defined]
     return pool

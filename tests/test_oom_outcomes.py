@@ -209,8 +209,8 @@ def test_a_request_of_the_largest_free_block_reported_succeeds(
     capacity: int, sizes: list[int]
 ) -> None:
     # The figure counts each free place as the largest request whose layout it holds: the
-    # statistics' and the error's both succeed, and a request larger than the statistics'
-    # figure by more than its rounding fails.
+    # statistics' and the error's both succeed, and the statistics' is exact: a request of one
+    # byte more fails (no slab holds objects here, whose free objects could take it).
     pool = npumem.Pool(capacity, cores=1, backing="none")
     live, err = _fill(pool, sizes)
     reported = [pool.stats().largest_free_block, err.largest_free_block]
@@ -218,7 +218,30 @@ def test_a_request_of_the_largest_free_block_reported_succeeds(
         assert size is not None
         if size > 0:
             pool.alloc(size).free()
+    largest = pool.stats().largest_free_block
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(largest + 1)
     assert pool.stats().blocks_in_use == len(live)
+    pool.check()
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3])
+@pytest.mark.parametrize("short", [0, 256 * 1024])
+def test_a_front_before_the_free_chunks_at_the_arena_end_counts(cores: int, short: int) -> None:
+    # An 8 KiB block at the start of the first of two chunks (and a short third one): one
+    # block with a front takes every byte after it to the arena's end, and the largest free
+    # block says so, exactly.
+    pool = npumem.Pool(4 * MIB + short, cores=cores, backing="none")
+    small = pool.alloc(8192)
+    assert small.offset == 0
+    largest = pool.stats().largest_free_block
+    assert largest == 4 * MIB + short - 8192
+    block = pool.alloc(largest)
+    assert block.offset == 8192
+    block.free()
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(largest + 1)
+    small.free()
     pool.check()
 
 

@@ -1,7 +1,8 @@
-//! `stats().largest_free_block` is the largest request one allocation could get now: an
-//! allocation of exactly that size succeeds, and no free stretch inside a chunk holds a request
-//! much larger (a block's layout rounds up by at most 1/16). An out-of-memory error's figure is
-//! a request that succeeds too.
+//! `stats().largest_free_block` is the largest request one allocation could get now, exactly:
+//! an allocation of that size succeeds, and a larger one fails (except where a free object of a
+//! slab of the calling thread's core takes it), so no free stretch inside a chunk holds a
+//! request much larger either (a block's layout rounds up by at most 1/16). An out-of-memory
+//! error's figure is a request that succeeds too.
 
 mod common;
 
@@ -119,11 +120,13 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
 /// thread moving between CPUs: an unaligned request fails only when its size passes the
 /// largest free block; when one does, the error's figure is held by a free piece and can be
 /// allocated, and so can the statistics' figure, which no free stretch of a chunk from a bank
-/// boundary passes by more than its rounding (1/16) and a bank; every 100 steps a snapshot
-/// agrees with its stats; the pool checks clean, before and after everything is freed.
+/// boundary passes by more than its rounding (1/16) and a bank; every 10 steps the figure is
+/// exact ([`assert_exact`]); every 100 steps a snapshot agrees with its stats; the pool checks
+/// clean, before and after everything is freed.
 #[test]
 fn the_largest_free_block_holds_in_random_configurations() {
     let mut checked = 0;
+    let mut exact = Exactness::default();
     let seeds = std::env::var("NPUMEM_LARGEST_FREE_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(40u64);
     for seed in 0..seeds {
         let mut rng = Rng(0xC0FF_EE00 + seed * 1_000_003);
@@ -157,6 +160,9 @@ fn the_largest_free_block_holds_in_random_configurations() {
             mover.maybe_move();
             if step % 100 == 99 {
                 snapshot_agrees_with_its_stats(&p, &format!("{what}, step {step}"));
+            }
+            if step % 10 == 5 {
+                assert_exact(&p, &mut exact, step % 200 == 5, &format!("{what}, step {step}"));
             }
             if !held.is_empty() && rng.next() % 100 < 40 {
                 let i = (rng.next() as usize) % held.len();
@@ -215,6 +221,82 @@ fn the_largest_free_block_holds_in_random_configurations() {
         assert_eq!(p.stats().bytes_in_use, 0, "{what}");
     }
     assert!(checked > 200, "{checked} largest free blocks allocated");
+    // Most checks find a figure of more than a slab class: there a larger request always fails.
+    assert!(
+        exact.refused * 10 >= (exact.refused + exact.in_slabs) * 9 && exact.refused >= 1000 * seeds as usize,
+        "{} larger requests refused, {} taken by slab objects",
+        exact.refused,
+        exact.in_slabs
+    );
+}
+
+/// What [`assert_exact`] saw.
+#[derive(Default)]
+struct Exactness {
+    /// Requests larger than the figure that failed.
+    refused: usize,
+    /// Requests larger than the figure that a free object of a slab took.
+    in_slabs: usize,
+}
+
+/// `stats().largest_free_block` is exact: a request of that size succeeds, and a request of
+/// one byte more fails, and so do a few larger ones (a unit, a bank, a 16th, the next whole
+/// chunks, twice as much: a larger block's layout may fit where the next size's does not);
+/// with `scan`, every multiple of a unit above it up to the free bytes too, where those are at
+/// most 4,096.
+/// The one exception is a free object of a partly used slab of the calling thread's core: slab
+/// space is no free bytes, and only that core's threads take from its slabs, so the figure
+/// leaves it out; such a request is told apart by the snapshot's slab extents from before it.
+/// A request that fails reclaims what the figure counts free already (cached freed blocks,
+/// all-free slabs, empty chunks that cores hold), which may only take away the places its
+/// first try had (a block with a front in the free end of a chunk that the reclaim empties):
+/// the figure never rises.
+fn assert_exact(p: &Pool, seen: &mut Exactness, scan: bool, what: &str) {
+    let largest = p.stats().largest_free_block;
+    if largest > 0 {
+        let h = p
+            .alloc(largest, None, 0)
+            .unwrap_or_else(|e| panic!("{what}: the largest free block, {largest} B, is refused: {e}"));
+        p.free(h).unwrap();
+    }
+    let config = p.config();
+    let (chunk, bank, unit) = (config.chunk_size, config.bank_size, config.min_block);
+    let largest = p.stats().largest_free_block;
+    let snap = p.snapshot().unwrap();
+    let next_chunks = (largest / chunk + 1) * chunk;
+    let above = [
+        largest + 1,
+        largest + unit,
+        largest + bank,
+        largest + largest / 16 + unit,
+        next_chunks,
+        next_chunks + chunk / 2,
+    ];
+    let top = snap.stats.bytes_free.min(p.largest_request());
+    let units_above = (largest / unit + 1..=top / unit).filter(|_| scan && top / unit - largest / unit <= 4096);
+    for size in above.into_iter().chain([2 * largest + 1]).chain(units_above.map(|u| u * unit)) {
+        match p.alloc(size, None, 0) {
+            Ok(h) => {
+                let b = p.block(h).unwrap();
+                let in_slab =
+                    snap.slab_cached.iter().any(|e| e.offset <= b.offset && b.offset + b.block_bytes <= e.end());
+                assert!(
+                    in_slab,
+                    "{what}: {size} B allocated ({} B at {}) with a largest free block of {largest} B",
+                    b.block_bytes, b.offset
+                );
+                p.free(h).unwrap();
+                seen.in_slabs += 1;
+            }
+            Err(Error::OutOfMemory { .. } | Error::TooLarge { .. }) => seen.refused += 1,
+            Err(e) => panic!("{what}: {size} B: {e}"),
+        }
+        let after = p.stats().largest_free_block;
+        assert!(
+            after <= largest,
+            "{what}: a failed request of {size} B raised the largest free block from {largest} B to {after} B"
+        );
+    }
 }
 
 /// The longest free piece of `snap` from a bank boundary (chunk ends included): what an
@@ -301,4 +383,175 @@ fn an_empty_pool_serves_every_size_up_to_its_usable_capacity() {
         }
     }
     assert!(checked > 5000, "{checked} sizes");
+}
+
+/// The free chunks at the arena's end after a partly used chunk (one to three cores, runs with
+/// and without tails, a short last chunk or none, blocks of 4 KiB to 300 KB at that chunk's
+/// start): with tails, a block with a front in that chunk's free end takes them all, so the
+/// largest free block is every byte from the first bank boundary after the block (or its
+/// slab) to the arena's end; without tails, the free chunks alone. Exact either way ([`assert_exact`]).
+#[test]
+fn a_front_before_the_free_chunks_at_the_arena_end_counts() {
+    let mut exact = Exactness::default();
+    for cores in 1..=3 {
+        for tails in [true, false] {
+            for short in [0, 256 << 10, 1536 << 10] {
+                for chunks in 2..=4usize {
+                    for first in [4096, 8192, 20_000, 300_000] {
+                        let config = PoolConfig::new(chunks * CHUNK + short)
+                            .cores(cores)
+                            .run_tails(tails)
+                            .backing(Backing::None);
+                        let p = Pool::new(config).unwrap();
+                        let what = format!("{cores} cores, tails {tails}, {chunks} chunks and {short} B, {first} B");
+                        let full: Vec<Handle> = (0..chunks - 2).map(|_| p.alloc(CHUNK, None, 0).unwrap()).collect();
+                        let h = p.alloc(first, None, 0).unwrap();
+                        let b = p.block(h).unwrap();
+                        assert_eq!(b.offset / CHUNK, chunks - 2, "{what}: the block is in the chunk before the last");
+                        // The free bytes at the end (a slab object's slab takes more than the
+                        // object).
+                        let snap = p.snapshot().unwrap();
+                        let end = snap.free_runs.last().copied().unwrap();
+                        assert_eq!(end.end(), p.stats().usable_capacity, "{what}");
+                        let expected = match tails {
+                            true => end.end() - end.offset.next_multiple_of(p.config().bank_size),
+                            false => end.end() - end.offset.next_multiple_of(CHUNK),
+                        };
+                        assert_eq!(p.stats().largest_free_block, expected, "{what}");
+                        assert_exact(&p, &mut exact, true, &what);
+                        p.free(h).unwrap();
+                        for h in full {
+                            p.free(h).unwrap();
+                        }
+                        p.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(exact.in_slabs, 0);
+}
+
+/// A pool of three 64 KiB chunks filled with blocks of one unit (no slabs), then one range of
+/// units freed: fixed ranges inside a bank, across banks and across chunks, and random ones,
+/// with and without tails. The figure is exact ([`assert_exact`], every size above it tried):
+/// a trimmed block of at most a bank needs only its pieces free from its enclosing node's
+/// start (a range of 31 units from a bank boundary holds a block of 31 units, not only the
+/// free node of 16), a block larger than a bank the range from a bank boundary, and one with a
+/// front the range's part in each of two chunks.
+#[test]
+fn a_hole_in_a_full_pool_holds_exactly_its_largest_block() {
+    const CHUNK: usize = 64 << 10;
+    const UNIT: usize = 256;
+    let units = 3 * CHUNK / UNIT;
+    let mut ranges =
+        vec![(0, 31), (32, 63), (33, 64), (40, 72), (5, 200), (200, 300), (224, 288), (250, 262), (320, 612)];
+    let mut rng = Rng(0xB10C_0FF5);
+    for _ in 0..40 {
+        let from = (rng.next() % units as u64) as usize;
+        let len = rng.size(1, units - from);
+        ranges.push((from, from + len));
+    }
+    let mut exact = Exactness::default();
+    for tails in [false, true] {
+        for &(from, to) in &ranges {
+            let config = PoolConfig::new(3 * CHUNK)
+                .cores(1)
+                .chunk_size(CHUNK)
+                .bank_size(8192)
+                .min_block(UNIT)
+                .run_tails(tails)
+                .slab_sizes(Vec::new())
+                .backing(Backing::None);
+            let p = Pool::new(config).unwrap();
+            let what = format!("tails {tails}, units {from}..{to} free");
+            let mut at = vec![None; units];
+            while let Ok(h) = p.alloc(UNIT, None, 0) {
+                at[p.block(h).unwrap().offset / UNIT] = Some(h);
+            }
+            assert!(at.iter().all(Option::is_some), "{what}: every unit holds a block");
+            for h in at[from..to].iter_mut().map(|h| h.take().unwrap()) {
+                p.free(h).unwrap();
+            }
+            assert_eq!(p.stats().bytes_free, (to - from) * UNIT, "{what}");
+            assert_exact(&p, &mut exact, true, &what);
+            p.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+    assert_eq!(exact.in_slabs, 0);
+}
+
+/// A core chunk that holds only a freed block in its core's cache (which an allocation takes
+/// back before it fails) counts as a free chunk, as that reclaim leaves it; until then a
+/// block with a front may start past the cached block. Four chunks of 2 MiB: chunk 0 holds the
+/// cached 64 KiB block at its start, chunk 1 is free, chunk 2 holds a 64 KiB block at its end,
+/// chunk 3 is full. Now a block with a front takes the rest of chunk 0, chunk 1 and the free
+/// start of chunk 2 (6,160,384 B); once a failed request has reclaimed the cached block, the
+/// free chunks 0 and 1 hold a run and a tail in chunk 2, which a tail's rule caps at
+/// 1,906,501 B (longer tails make a third whole chunk that is not free). Exact both times.
+#[test]
+fn a_chunk_the_reclaim_empties_holds_a_front_until_it_is_reclaimed() {
+    const BLOCK: usize = 64 << 10;
+    let p = Pool::new(PoolConfig::new(4 * CHUNK).cores(1).core_reserve(0).backing(Backing::None)).unwrap();
+    let mut blocks: Vec<(usize, Handle)> = Vec::new();
+    while let Ok(h) = p.alloc(BLOCK, None, 0) {
+        blocks.push((p.block(h).unwrap().offset, h));
+    }
+    assert_eq!(blocks.len(), 4 * CHUNK / BLOCK, "64 KiB blocks fill the pool");
+    let first = blocks.iter().find(|(offset, _)| *offset == 0).unwrap().1;
+    for &(offset, h) in &blocks {
+        let keep = offset == 0 || offset == 3 * CHUNK - BLOCK || offset >= 3 * CHUNK;
+        if !keep {
+            p.free(h).unwrap();
+        }
+    }
+    // A failing request takes the freed blocks back from the cache and the emptied chunk 1
+    // back to the global pool; then the first block goes into the cache.
+    assert!(p.alloc(4 * CHUNK, None, 0).is_err());
+    p.free(first).unwrap();
+    let s = p.stats();
+    assert_eq!((s.chunks_free, s.chunks_in_cores), (1, 3), "chunk 1 is free");
+    let front = CHUNK - BLOCK;
+    assert_eq!(s.largest_free_block, front + CHUNK + (CHUNK - BLOCK), "the front, chunk 1, the tail");
+    let mut exact = Exactness::default();
+    assert_exact(&p, &mut exact, false, "with the cached block");
+    let reclaimed = p.stats().largest_free_block;
+    assert_eq!(reclaimed, 2 * CHUNK + 1_906_501, "a failed request took the cached block back");
+    assert_exact(&p, &mut exact, false, "after the reclaim");
+    assert_eq!(exact.in_slabs, 0);
+    p.check().unwrap();
+}
+
+/// In a tree deeper than its bitmap of granules (chunks of 1 MiB in units of 64 B: granules of
+/// two units), the allocator reads a chunk's free start in whole granules, and so does the
+/// figure: a free start of 13 units takes a tail of 12. Three chunks filled with one-unit
+/// blocks (no slabs), then the end of chunk 0 from its last bank boundary, all of chunk 1 and
+/// the first 13 units of chunk 2 freed: the largest free block is a front, a chunk and a tail
+/// of 12 units, exactly.
+#[test]
+fn a_free_start_counts_in_whole_granules_of_a_deep_tree() {
+    const CHUNK: usize = MIB;
+    const UNIT: usize = 64;
+    const BANK: usize = 4096;
+    let config = PoolConfig::new(3 * CHUNK)
+        .cores(1)
+        .chunk_size(CHUNK)
+        .min_block(UNIT)
+        .slab_sizes(Vec::new())
+        .backing(Backing::None);
+    let p = Pool::new(config).unwrap();
+    let mut at = vec![None; 3 * CHUNK / UNIT];
+    while let Ok(h) = p.alloc(UNIT, None, 0) {
+        at[p.block(h).unwrap().offset / UNIT] = Some(h);
+    }
+    assert!(at.iter().all(Option::is_some), "every unit holds a block");
+    let freed = (CHUNK - BANK) / UNIT..(2 * CHUNK + 13 * UNIT) / UNIT;
+    for h in at[freed].iter_mut().map(|h| h.take().unwrap()) {
+        p.free(h).unwrap();
+    }
+    assert_eq!(p.stats().largest_free_block, BANK + CHUNK + 12 * UNIT);
+    let mut exact = Exactness::default();
+    assert_exact(&p, &mut exact, true, "13 units free at the start of chunk 2");
+    assert_eq!(exact.in_slabs, 0);
+    p.check().unwrap();
 }

@@ -199,11 +199,25 @@ impl FrontLayout {
     pub(crate) fn offset(&self, g: &Geometry) -> usize {
         g.offset_of(self.chunk, self.start)
     }
+
+    /// Where its tail goes when its front is the free end before a free run of `len` chunks
+    /// (`chunk_after`: a chunk follows the run): none, a chunk of the run granted for it, or
+    /// the free start of the core chunk after the run (which must hold it). `None` when the run
+    /// cannot take its whole chunks and its tail.
+    pub(crate) fn tail_in_run(&self, len: usize, chunk_after: bool) -> Option<FrontTail> {
+        match self.tail_units {
+            0 if self.chunks <= len => Some(FrontTail::None),
+            0 => None,
+            _ if self.chunks < len => Some(FrontTail::Fresh),
+            _ if self.chunks == len && chunk_after => Some(FrontTail::Shared),
+            _ => None,
+        }
+    }
 }
 
 /// Where the tail of a block with a front goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FrontTail {
+pub(crate) enum FrontTail {
     /// It has none.
     None,
     /// A free chunk, granted for it.
@@ -300,10 +314,10 @@ impl Arena {
     }
 
     /// The bytes of the free end of the core chunk before free run `run` that a block with a
-    /// front could take (0 without `run_tails`).
+    /// front could take (0 without `run_tails`), a run that ends at the arena's end too.
     pub(crate) fn front_room_before(&self, run: FreeRun) -> usize {
         let g = &self.geometry;
-        if !g.tails || run.start == 0 || run.start + run.len >= g.chunks {
+        if !g.tails || run.start == 0 {
             return 0;
         }
         self.front_start(run.start - 1, g.bank_units)
@@ -444,13 +458,7 @@ impl Arena {
                 }
             }
             let Some(f) = FrontLayout::crossing(g, run.start - 1, at, size, align) else { continue };
-            let tail = match f.tail_units {
-                0 if f.chunks <= run.len => FrontTail::None,
-                0 => continue,
-                _ if f.chunks < run.len => FrontTail::Fresh,
-                _ if f.chunks == run.len && after < end => FrontTail::Shared,
-                _ => continue,
-            };
+            let Some(tail) = f.tail_in_run(run.len, after < end) else { continue };
             out.push((run.len, 0, Spot::Front(f, tail)));
         }
         out

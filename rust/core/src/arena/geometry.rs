@@ -234,12 +234,26 @@ impl Geometry {
     /// rounds up to a granule of its enclosing power of two, so not every size up to `units`
     /// fits.
     pub(crate) fn largest_buddy_within(&self, units: u64) -> u64 {
-        let max_enclosing = self.units_per_chunk();
+        self.largest_buddy_in((0, units), self.units_per_chunk())
+    }
+
+    /// The largest block (in units) of at most a bank that free units `[from, to)` of a chunk
+    /// hold: the buddy path places such a block at its enclosing node's start, and a trimmed
+    /// one needs only its pieces from there free (`Pool::search_pieces`).
+    pub(crate) fn largest_banked_buddy_in(&self, from: u64, to: u64) -> u64 {
+        self.largest_buddy_in((from, to), self.bank_units.min(self.units_per_chunk()))
+    }
+
+    /// The largest block (in units) whose enclosing node is at most `max_enclosing` units that
+    /// starts at such a node's start in free units `[from, to)`: its units rounded up to a
+    /// granule of its enclosing power of two must fit.
+    fn largest_buddy_in(&self, (from, to): (u64, u64), max_enclosing: u64) -> u64 {
         let mut best = 0;
         let mut enclosing = 1u64;
         while enclosing <= max_enclosing {
+            let at = from.next_multiple_of(enclosing);
             let granule = (enclosing >> TRIM_SHIFT).max(1);
-            let fits = units.min(enclosing) & !(granule - 1);
+            let fits = to.saturating_sub(at).min(enclosing) & !(granule - 1);
             if fits * 2 > enclosing || enclosing == 1 {
                 best = best.max(fits);
             }
@@ -257,43 +271,6 @@ impl Geometry {
         match self.largest_buddy_within(units) {
             fits if fits > self.bank_units => fits as usize * self.min_block,
             _ => 0,
-        }
-    }
-
-    /// The largest request that the free run of `len` chunks from chunk `start` (the last one
-    /// maybe the arena's short one) holds together with a front of `front` bytes in the free
-    /// end of the chunk before it and a tail of `tail` units (a trimmed block's count) at the
-    /// free start of the chunk after it. A block with a front reserves its request rounded up
-    /// to a unit, so all of it counts. Without one, the tail counts only when the request's
-    /// layout is the run and a tail (not one more whole chunk, which the run does not have);
-    /// and the run alone only when its bytes' layout fits it: a run of its chunks, or a run
-    /// and a tail that its last chunk holds (a short last chunk may not hold the tail cut to
-    /// its granule: then every chunk of the run but the last and the largest tail the last
-    /// one holds). A run of at most half a chunk (the short last chunk alone) holds a buddy
-    /// block; a short last chunk of more than half a chunk, all its bytes.
-    pub(crate) fn largest_request_in_run(&self, (start, len): (usize, usize), front: usize, tail: u64) -> usize {
-        let bytes = self.run_bytes(start, len);
-        let buddy_within = |units: u64| self.largest_buddy_within(units) as usize * self.min_block;
-        if len == 0 || bytes <= self.chunk_size / 2 {
-            return buddy_within((bytes / self.min_block) as u64);
-        }
-        let with_tail = bytes + tail as usize * self.min_block;
-        if front > 0 {
-            return with_tail + front;
-        }
-        if tail > 0 && matches!(self.layout(with_tail, 1), Layout::RunTail { .. }) {
-            return with_tail;
-        }
-        let last = start + len - 1;
-        match self.layout(bytes, 1) {
-            Layout::Run { chunks, .. } if chunks <= len => bytes,
-            // More than half a chunk that the short last chunk's tree cannot hold trimmed:
-            // that chunk whole, as a run.
-            Layout::Buddy(b) if b.level == 0 => bytes,
-            Layout::RunTail { chunks, tail, .. } if chunks < len && tail.units <= self.usable_units(start + chunks) => {
-                bytes
-            }
-            _ => (len - 1) * self.chunk_size + buddy_within(self.usable_units(last).min(self.largest_trimmed())),
         }
     }
 
@@ -518,6 +495,27 @@ mod tests {
             assert!(b.units <= units, "{best} units does not fit in {units}");
             let Layout::Buddy(next) = g.layout((best as usize + 1) * 64, 1) else { continue };
             assert!(next.units > units, "{} units would fit in {units} too", best + 1);
+        }
+    }
+
+    /// A block of at most a bank starts at its enclosing node's start: 31 free units from a
+    /// bank boundary hold a trimmed block of 31 (banks of 32 units), from one unit past it only
+    /// the aligned node of 16 after; a block of more than a bank is not counted here.
+    #[test]
+    fn a_block_of_at_most_a_bank_starts_at_its_enclosing_node() {
+        let g = Geometry::new(&PoolConfig::new(4 << 20).bank_size(8192));
+        assert_eq!(g.bank_units, 32);
+        assert_eq!(g.largest_banked_buddy_in(0, 31), 31);
+        assert_eq!(g.largest_banked_buddy_in(64, 95), 31);
+        assert_eq!(g.largest_banked_buddy_in(1, 32), 16);
+        assert_eq!(g.largest_banked_buddy_in(33, 64), 16);
+        assert_eq!(g.largest_banked_buddy_in(3, 12), 4);
+        assert_eq!(g.largest_banked_buddy_in(0, 1000), 32);
+        for (from, to) in [(0u64, 31u64), (1, 32), (5, 27), (0, 64), (17, 90)] {
+            let best = g.largest_banked_buddy_in(from, to);
+            let Layout::Buddy(b) = g.layout(best as usize * 256, 1) else { panic!() };
+            let start = from.next_multiple_of(b.enclosing);
+            assert!(b.units == best && start + best <= to, "{from}..{to}: {best} units");
         }
     }
 

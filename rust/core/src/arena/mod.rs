@@ -3,7 +3,7 @@
 //! the free stretches inside chunks and blocks placed in them, the global pool of chunks and
 //! runs, the core pools, the slab caches, the optional host
 //! backing, the caches of freed blocks, the chunk life cycle, the last resort that reveals hidden room (and the set of the chunks whose rest a tail hid), the regions of a
-//! pool that grows, runs with a buddy tail, blocks with a front in the free end of a chunk and the records of the chunks' free ends, whether the arena is tight, and the exact-position API that compaction uses.
+//! pool that grows, runs with a buddy tail, blocks with a front in the free end of a chunk and the records of the chunks' free ends, the largest request a free place holds, whether the arena is tight, and the exact-position API that compaction uses.
 
 #[allow(clippy::module_inception)]
 pub(crate) mod arena;
@@ -23,6 +23,7 @@ pub(crate) mod front_nodes;
 pub(crate) mod geometry;
 pub(crate) mod global;
 pub(crate) mod hidden_rests;
+pub(crate) mod largest;
 pub(crate) mod layout;
 pub(crate) mod level_maps;
 #[cfg(all(test, loom))]

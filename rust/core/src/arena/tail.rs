@@ -170,27 +170,24 @@ impl Arena {
         Some((w as u64 * 64 + 64 - u64::from(bits[w].leading_zeros())) << shift)
     }
 
-    /// The most units a tail could take at the start of core chunk `chunk` now (0 with
+    /// The free units at the start of core chunk `chunk` now, where a tail could go (0 with
     /// `run_tails` off, or when the chunk is not a core chunk).
-    pub(crate) fn largest_tail_at(&self, chunk: usize) -> u64 {
+    pub(crate) fn tail_room_at(&self, chunk: usize) -> u64 {
         if !self.geometry.tails
             || chunk >= self.global.end()
             || !matches!(self.global.state(chunk), ChunkState::Core(_))
         {
             return 0;
         }
-        let free = self.free_units_at_start(chunk).min(self.geometry.largest_trimmed());
-        self.geometry.largest_buddy_within(free)
+        self.free_units_at_start(chunk)
     }
 
-    /// The largest request that free run `run` could hold now: its chunks and, for a run longer
-    /// than half a chunk, the tail the core chunk after it could take and the front the free
-    /// end of the core chunk before it could (`front.rs`). A run no larger than half
-    /// a chunk is the arena's short last chunk alone: only buddy blocks go there, and they round
-    /// up.
+    /// The largest request that free run `run` could hold now: its chunks, with the front the
+    /// free end of the core chunk before it could take (`front.rs`) and the tail the free start
+    /// of the core chunk after it could (`Geometry::largest_request_in_run`).
     pub(crate) fn largest_block_in_run(&self, run: FreeRun) -> usize {
-        let tail = self.largest_tail_at(run.start + run.len);
-        self.geometry.largest_request_in_run((run.start, run.len), self.front_room_before(run), tail)
+        let tail_room = self.tail_room_at(run.start + run.len);
+        self.geometry.largest_request_in_run((run.start, run.len), self.front_room_before(run), tail_room)
     }
 
     /// [`Arena::take_tail`] after a sweep of the chunk's tree: a chunk retired once may keep

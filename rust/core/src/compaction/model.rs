@@ -15,6 +15,7 @@ use crate::arena::front::FrontLayout;
 use crate::arena::geometry::Geometry;
 use crate::arena::global::ChunkState;
 use crate::arena::slab::caches::SlabClass;
+use crate::arena::stretches::granule_shift;
 use crate::pool::pool::Pool;
 
 /// What a chunk is, in the model.
@@ -497,14 +498,9 @@ impl<'a> Model<'a> {
             }
             if run > 0 {
                 let start = i - run;
-                let (front, tail) = match i < chunks {
-                    true => (
-                        start.checked_sub(1).map_or(0, |c| self.front_room_of(c)),
-                        (self.largest_tail_at(i) / self.min_block) as u64,
-                    ),
-                    false => (0, 0),
-                };
-                best = best.max(self.geometry.largest_request_in_run((start, run), front, tail));
+                let front = start.checked_sub(1).map_or(0, |c| self.front_room_of(c));
+                let tail_room = if i < chunks { self.tail_room_at(i) } else { 0 };
+                best = best.max(self.geometry.largest_request_in_run((start, run), front, tail_room));
             }
             run = 0;
         }
@@ -527,31 +523,33 @@ impl<'a> Model<'a> {
 }
 
 impl Model<'_> {
-    /// The bytes of the free end of core chunk `c` (from a bank boundary) that a block with a
-    /// front could take before a run of empty chunks after it (0 without `run_tails`).
+    /// The bytes of the free end of core chunk `c` (from a bank boundary past whole granules
+    /// of its tree's bitmap, as the allocator reads it) that a block with a front could take
+    /// before a run of empty chunks after it, up to the arena's end or not (0 without
+    /// `run_tails`).
     fn front_room_of(&self, c: usize) -> usize {
         let upc = self.units_per_chunk;
         if !self.geometry.tails || self.is_empty(c) || self.chunks[c].role != Role::Core || c + 1 >= self.chunks.len() {
             return 0;
         }
         let bank = self.geometry.bank_units(self.bank_size);
-        match self.free_suffix_start(c) {
-            Some(start) if start.next_multiple_of(bank) < upc => {
-                (upc - start.next_multiple_of(bank)) as usize * self.min_block
-            }
+        let granule = 1u64 << granule_shift(self.geometry.depth);
+        match self.free_suffix_start(c).map(|start| start.next_multiple_of(granule).next_multiple_of(bank)) {
+            Some(start) if start < upc => (upc - start) as usize * self.min_block,
             _ => 0,
         }
     }
 
-    /// The bytes of the largest tail that the free start of chunk `i` could hold after a run
-    /// of empty chunks (0 without `run_tails`, or when `i` is not a core chunk).
-    fn largest_tail_at(&self, i: usize) -> usize {
+    /// The free units at the start of chunk `i` (whole granules of its tree's bitmap, as the
+    /// allocator reads them), where a tail could go after a run of empty chunks (0 without
+    /// `run_tails`, or when `i` is not a core chunk).
+    fn tail_room_at(&self, i: usize) -> u64 {
         let c = &self.chunks[i];
         if !self.geometry.tails || c.role != Role::Core {
             return 0;
         }
-        let free = next_covered(&c.bits, 0, c.usable).min(self.geometry.largest_trimmed());
-        self.geometry.largest_buddy_within(free) as usize * self.min_block
+        let granule = 1u64 << granule_shift(self.geometry.depth);
+        next_covered(&c.bits, 0, c.usable) & !(granule - 1)
     }
 }
 

@@ -7,6 +7,7 @@ use crate::arena::buddy::Node;
 use crate::arena::front::FrontLayout;
 use crate::arena::global::{ChunkState, FreeRun};
 use crate::arena::layout::Layout;
+use crate::arena::stretches::granule_shift;
 use crate::pool::pool::Pool;
 use crate::stats::summary::{ClassStats, CoreStats, PoolStats};
 
@@ -244,14 +245,20 @@ impl Pool {
 
     /// The largest request one allocation could get now, counting what an allocation would
     /// reclaim before failing (all-free slabs and chunks that cores hold empty): the largest
-    /// free chunk run (with the front and tail the core chunks around it could add), and in the
-    /// core chunks the largest free node and the longest free stretch from a bank boundary
-    /// (where a block larger than a bank may start), and, with `run_tails`, the free end of a
-    /// core chunk joined to the free start of the next one (a block with a front). Each place
-    /// counts as the largest request whose layout it holds
-    /// (`Geometry::largest_request_in_stretch`, `Geometry::largest_request_in_run`; a block
-    /// with a front is its request rounded up to a unit), so that a request of that size
-    /// succeeds while nothing changes.
+    /// free chunk run (with the front and tail the core chunks around it could add, the run
+    /// at the arena's end too), and in the core chunks the largest free node, the largest
+    /// block of at most a bank at its enclosing node's start, and the longest free stretch from
+    /// a bank boundary (where a block larger than a bank may start), and, with `run_tails`, the
+    /// free end of a core chunk joined to the free start of the next one (a block with a
+    /// front), and the free end of a core chunk that the reclaim would empty before the free
+    /// chunks or the core chunk after it (the allocator's first try, before it reclaims).
+    /// Each place counts as the largest request whose layout the allocator places there
+    /// (`Geometry::largest_request_in_stretch`, `Geometry::largest_banked_buddy_in`,
+    /// `Geometry::largest_request_in_run`, `Geometry::largest_request_across`; a block with a
+    /// front is its request rounded up to a unit), so that a request of that size succeeds
+    /// while nothing changes, and a larger one fails except where a free object of a slab of the
+    /// calling thread's core holds it (slab space is no free bytes, and only that core's
+    /// threads take from its slabs).
     fn largest_free_block(&self) -> usize {
         let g = &self.arena.geometry;
         let reclaimable = self.reclaimable_nodes();
@@ -281,33 +288,54 @@ impl Pool {
                 })
             };
             let free = self.free_stretches(chunk, &inside_reclaimable);
-            largest = largest.max(g.largest_request_in_stretch(free.longest));
+            largest =
+                largest.max(g.largest_request_in_stretch(free.longest)).max(free.banked_block as usize * g.min_block);
             // With `run_tails`, the free end of the core chunk before joined to this free start:
             // a block larger than a bank that crosses the chunks' boundary, with a front,
             // reserves its request rounded up to a unit.
-            if let Some(before) = chunk.checked_sub(1).and_then(|c| stretches.get(&c)).filter(|_| g.tails) {
-                let joined = before.at_end + free.at_start;
-                if joined > g.bank_units && before.at_end > 0 && free.at_start > 0 {
-                    largest = largest.max(joined as usize * g.min_block);
-                }
+            if let Some(before) = chunk.checked_sub(1).and_then(|c| stretches.get(&c)).filter(|s| s.at_end > 0) {
+                let front_start = g.units_per_chunk() - before.at_end;
+                largest = largest.max(g.largest_request_across(chunk - 1, front_start, free.at_start));
             }
             stretches.insert(chunk, free);
+        }
+        // A core chunk that holds only what an allocation reclaims before it fails counts as a
+        // free chunk here, as that reclaim leaves it. Until then its tree is as it is, and a
+        // block with a front may start in its free end (`Arena::front_start`): before the free
+        // chunks after it or in the free start of the core chunk after it, as the allocator
+        // reads them now. That may hold more than the free chunks it would join: a block with a
+        // front holds its request rounded up to a unit, a run of whole chunks or a tail only
+        // some sizes.
+        let upc = g.units_per_chunk();
+        for &chunk in reclaimable.keys().filter(|&&c| g.tails && effectively_empty(c)) {
+            let Some(start) = self.arena.front_start(chunk, g.bank_units) else { continue };
+            let next = chunk + 1;
+            let held = match self.arena.global.state(next) {
+                ChunkState::Free => {
+                    let end = self.arena.global.end();
+                    let len = (next..end).take_while(|&c| self.arena.global.state(c) == ChunkState::Free).count();
+                    let front = (upc - start) as usize * g.min_block;
+                    g.largest_request_in_run((next, len), front, self.arena.tail_room_at(next + len))
+                }
+                ChunkState::Core(_) => g.largest_request_across(chunk, start, self.arena.tail_room_at(next)),
+                _ => 0,
+            };
+            largest = largest.max(held);
         }
         // The free chunk runs, with the tail and the front the core chunks around could add,
         // from their stretches above (as `Arena::largest_block_in_run` finds them in their
         // trees, but with the reclaimable nodes counted free there too).
-        let upc = g.units_per_chunk();
         let run_block = |run: FreeRun| -> usize {
             let (before, after) = (run.start.checked_sub(1), run.start + run.len);
-            let tail = match stretches.get(&after) {
-                Some(s) if g.tails => g.largest_buddy_within(s.at_start.min(g.largest_trimmed())),
+            let tail_room = match stretches.get(&after) {
+                Some(s) if g.tails => s.at_start,
                 _ => 0,
             };
             let front = match before.and_then(|c| stretches.get(&c).map(|s| (c, s))) {
-                Some((c, s)) if g.tails && after < g.chunks && g.usable_units(c) == upc => s.at_end,
+                Some((c, s)) if g.tails && g.usable_units(c) == upc => s.at_end,
                 _ => 0,
             };
-            g.largest_request_in_run((run.start, run.len), front as usize * g.min_block, tail)
+            g.largest_request_in_run((run.start, run.len), front as usize * g.min_block, tail_room)
         };
         let runs = self.arena.global.free_runs(&effectively_empty);
         largest = largest.max(runs.into_iter().map(run_block).max().unwrap_or(0));
@@ -315,21 +343,29 @@ impl Pool {
     }
 
     /// The free stretches of core chunk `chunk`, read from its tree (allocated nodes for which
-    /// `counts_free` is true count as free).
+    /// `counts_free` is true count as free). Its free ends count in whole granules of its
+    /// tree's bitmap, as the allocator reads them (`Arena::free_units_at_start`,
+    /// `Arena::free_units_at_end`).
     fn free_stretches(&self, chunk: usize, counts_free: &dyn Fn(Node) -> bool) -> FreeStretches {
         let g = &self.arena.geometry;
         let usable = g.usable_units(chunk);
-        let mut out = FreeStretches { at_start: 0, longest: 0, at_end: 0 };
+        let granule = 1u64 << granule_shift(g.depth);
+        let mut out = FreeStretches { at_start: 0, longest: 0, at_end: 0, banked_block: 0 };
         for (from, to) in self.free_holes(chunk, counts_free) {
             if from == 0 {
-                out.at_start = to;
+                out.at_start = to.min(usable) & !(granule - 1);
+            }
+            // No hole holds more than its length.
+            if to - from > out.banked_block {
+                out.banked_block = out.banked_block.max(g.largest_banked_buddy_in(from, to));
             }
             let banked = from.next_multiple_of(g.bank_units);
             if banked < to {
                 out.longest = out.longest.max(to - banked);
-                if to == usable {
-                    out.at_end = to - banked;
-                }
+            }
+            let front_start = from.next_multiple_of(granule).next_multiple_of(g.bank_units);
+            if to == usable && front_start < to {
+                out.at_end = to - front_start;
             }
         }
         out
@@ -411,12 +447,15 @@ impl Pool {
 
 /// What [`Pool::free_stretches`] reads of a core chunk, in units.
 struct FreeStretches {
-    /// Free units at the chunk's start.
+    /// Free units at the chunk's start (whole granules).
     at_start: u64,
     /// The longest free stretch from a bank boundary.
     longest: u64,
-    /// Free units from a bank boundary to the chunk's end.
+    /// Free units from a bank boundary (past whole granules) to the chunk's end.
     at_end: u64,
+    /// The largest block of at most a bank that a free stretch holds at its enclosing node's
+    /// start (`Geometry::largest_banked_buddy_in`), in units.
+    banked_block: u64,
 }
 
 #[cfg(all(test, not(loom)))]

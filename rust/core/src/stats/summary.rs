@@ -84,8 +84,10 @@ macro_rules! pool_stats_fields {
             /// Bytes the live blocks asked for.
             requested_bytes_in_use: usize,
             /// The largest request (bytes) that one allocation could get now, with the default
-            /// alignment: a request of this size succeeds while nothing else changes the pool.
-            /// Counts chunks that cores hold empty and would give back.
+            /// alignment: a request of this size succeeds while nothing else changes the pool,
+            /// and a larger one fails, unless a free object of a slab of the calling thread's
+            /// core takes it (slab space is no free bytes). Counts chunks that cores hold empty
+            /// and would give back.
             largest_free_block: usize,
             /// `1 - largest_free_block / bytes_free`, 0.0 when nothing is free.
             external_fragmentation: f64,
