@@ -107,20 +107,11 @@ impl Arena {
     }
 
     /// [`Arena::free_ends`] without the stretch memo: each free end read from the chunk's end
-    /// inwards to the first allocated unit ([`TreeShape::free_run_around`](super::buddy::TreeShape::free_run_around):
-    /// the bunches on the way down from the root and beside it, not the whole tree), in whole
-    /// granules as `free_ends` counts them.
+    /// inwards to the first allocated unit ([`Arena::free_units_at_start`],
+    /// [`Arena::free_units_at_end`]: the bunches on the way down from the root and beside it,
+    /// not the whole tree), in whole granules as `free_ends` counts them.
     pub(crate) fn free_ends_from_the_ends(&self, chunk: usize) -> (u64, u64) {
-        let g = &self.geometry;
-        let tree = self.tree(chunk);
-        let upc = g.units_per_chunk();
-        let usable = g.usable_units(chunk);
-        let shift = granule_shift(g.depth);
-        let (_, first_allocated) = self.shape.free_run_around(tree, 0, 0);
-        let (past_last_allocated, _) = self.shape.free_run_around(tree, upc, upc);
-        let start = ((first_allocated >> shift) << shift).min(usable);
-        let end = usable - (past_last_allocated.div_ceil(1 << shift) << shift).min(usable);
-        (start, end)
+        (self.free_units_at_start(chunk), self.free_units_at_end(chunk))
     }
 }
 

@@ -74,6 +74,7 @@ use super::geometry::Geometry;
 use super::global::{ChunkState, FreeRun, TailSpot};
 use super::layout::{BuddyLayout, Layout, Pieces};
 use super::stretch_classes;
+use super::stretches::granule_shift;
 use crate::config::Placement;
 use crate::error::{Error, Result};
 use crate::util::sync::Ordering;
@@ -249,6 +250,32 @@ enum Spot {
     Packed(usize, u64),
 }
 
+/// The key of best fit among the places of [`Arena::claim_large`]: the length of the free run
+/// (0 for the boundary of two chunks), the free room around the place, the place's rank in its
+/// run, its first chunk.
+fn best_fit_key(&(len, hole, spot): &(usize, u64, Spot)) -> (usize, u64, u8, usize) {
+    (len, hole, spot.rank(), spot.first_chunk())
+}
+
+/// Whether the choice takes `spot` without checking it again: all but the places whose tail
+/// goes into the free start of a core chunk.
+fn always_accepted(spot: &Spot) -> bool {
+    !matches!(spot, Spot::Tailed(TailSpot::Shared(_)) | Spot::Front(_, FrontTail::Shared))
+}
+
+/// The candidate with the least key of best fit that `accepts` takes, asking it in the order
+/// of the keys (the least first) until it takes one.
+fn best_accepted(mut candidates: Vec<(usize, u64, Spot)>, accepts: &dyn Fn(&Spot) -> bool) -> Option<Spot> {
+    while !candidates.is_empty() {
+        let (i, _) = candidates.iter().enumerate().min_by_key(|(_, c)| best_fit_key(c))?;
+        let (_, _, spot) = candidates.swap_remove(i);
+        if accepts(&spot) {
+            return Some(spot);
+        }
+    }
+    None
+}
+
 impl Spot {
     /// The order among the places of one free run: the tightest first.
     fn rank(&self) -> u8 {
@@ -270,11 +297,16 @@ impl Spot {
 }
 
 impl Arena {
-    /// The units at the end of core chunk `chunk` that no allocated node covers (whole
-    /// granules of its tree's bitmap, as [`Arena::free_units_at_start`] reads the start).
+    /// The units at the end of core chunk `chunk` that no allocated node covers, in whole
+    /// granules of its tree's bitmap: read from the chunk's end inwards to the last allocated
+    /// unit, as [`Arena::free_units_at_start`] reads the start.
     pub(crate) fn free_units_at_end(&self, chunk: usize) -> u64 {
-        let usable = self.geometry.usable_units(chunk);
-        usable - self.last_allocated_unit(chunk).map_or(0, |end| end.min(usable))
+        let g = &self.geometry;
+        let usable = g.usable_units(chunk);
+        let upc = g.units_per_chunk();
+        let (past_last_allocated, _) = self.shape.free_run_around(self.tree(chunk), upc, upc);
+        let granule = 1u64 << granule_shift(g.depth);
+        usable - past_last_allocated.next_multiple_of(granule).min(usable)
     }
 
     /// The first unit, a multiple of `align` units, from which core chunk `chunk` looks free to
@@ -346,34 +378,7 @@ impl Arena {
         let mut refused = Refused::default();
         loop {
             let epoch = self.global.epoch();
-            let runs = self.global.free_runs_now();
-            let mut candidates = if pairs || matches!(self.global.placement(), Placement::FirstFit) {
-                self.large_candidates(&runs, size, layout, align, &refused)
-            } else {
-                self.shortest_run_candidates(runs, size, layout, align, &refused)
-            };
-            if pairs {
-                self.pair_candidates(size, layout, align, &refused, &mut candidates);
-            }
-            match self.global.placement() {
-                Placement::BestFit => {
-                    candidates.sort_unstable_by_key(|&(len, hole, spot)| (len, hole, spot.rank(), spot.first_chunk()))
-                }
-                // Keys computed once: with the match of `Spot` inlined in the sort's comparator,
-                // valgrind's memcheck reports a branch on uninitialised bytes in the optimized
-                // build (bytes of a variant that lacks the field; not in a debug build).
-                Placement::FirstFit => candidates.sort_by_cached_key(|&(_, _, spot)| (spot.first_chunk(), spot.rank())),
-            }
-            let chosen = candidates.into_iter().map(|(_, _, spot)| spot).find(|spot| match spot {
-                Spot::Tailed(TailSpot::Shared(start)) => {
-                    let Layout::RunTail { chunks, tail, .. } = layout else { return false };
-                    !refused.starts.contains(&(start + chunks)) && self.tail_fits_at_start(start + chunks, tail.units)
-                }
-                Spot::Front(f, FrontTail::Shared) => {
-                    !refused.starts.contains(&f.tail_chunk()) && self.tail_fits_at_start(f.tail_chunk(), f.tail_units)
-                }
-                _ => true,
-            });
+            let chosen = self.choose_large(size, layout, align, &refused, pairs, true);
             let Some(spot) = chosen else {
                 if self.global.epoch() == epoch {
                     return None;
@@ -412,8 +417,56 @@ impl Arena {
         }
     }
 
+    /// The place [`Arena::claim_large_in`] tries next for the block (`refused`: the room its
+    /// claims found taken), reading the free runs now: with best fit, the place of least key
+    /// ([`best_fit_key`]) that passes the checks of a shared tail; with first fit, the first
+    /// place in address order that does. `lazy` reads only the free ends that can still win
+    /// ([`Arena::read_fronts_below`]; off, every one is read: the same choice, for the tests).
+    fn choose_large(
+        &self,
+        size: usize,
+        layout: Layout,
+        align: u64,
+        refused: &Refused,
+        pairs: bool,
+        lazy: bool,
+    ) -> Option<Spot> {
+        let runs = self.global.free_runs_now();
+        let best_fit = matches!(self.global.placement(), Placement::BestFit);
+        let mut unread = Vec::new();
+        let mut candidates = match (pairs, best_fit) {
+            (true, true) => self.large_candidates(&runs, size, layout, align, refused, lazy.then_some(&mut unread)),
+            (true, false) | (false, false) => self.large_candidates(&runs, size, layout, align, refused, None),
+            (false, true) => self.shortest_run_candidates(runs, size, layout, align, refused),
+        };
+        if pairs {
+            self.pair_candidates(size, layout, align, refused, &mut candidates);
+        }
+        let accepts = |spot: &Spot| match *spot {
+            Spot::Tailed(TailSpot::Shared(start)) => {
+                let Layout::RunTail { chunks, tail, .. } = layout else { return false };
+                !refused.starts.contains(&(start + chunks)) && self.tail_fits_at_start(start + chunks, tail.units)
+            }
+            Spot::Front(f, FrontTail::Shared) => {
+                !refused.starts.contains(&f.tail_chunk()) && self.tail_fits_at_start(f.tail_chunk(), f.tail_units)
+            }
+            _ => true,
+        };
+        if best_fit {
+            self.read_fronts_below(unread, size, layout, align, &mut candidates);
+            return best_accepted(candidates, &accepts);
+        }
+        // Keys computed once: with the match of `Spot` inlined in the sort's comparator,
+        // valgrind's memcheck reports a branch on uninitialised bytes in the optimized build
+        // (bytes of a variant that lacks the field; not in a debug build).
+        candidates.sort_by_cached_key(|&(_, _, spot)| (spot.first_chunk(), spot.rank()));
+        candidates.into_iter().map(|(_, _, spot)| spot).find(accepts)
+    }
+
     /// Every place for the block in `runs` (the free runs now), each with its run's length (the
-    /// key of best fit) and 0.
+    /// key of best fit) and 0. With `unread`, the places in the free end of the core chunk
+    /// before a run (which take a read of its tree) are left out and the run goes there
+    /// instead, for [`Arena::read_fronts_below`].
     fn large_candidates(
         &self,
         runs: &[FreeRun],
@@ -421,6 +474,7 @@ impl Arena {
         layout: Layout,
         align: u64,
         refused: &Refused,
+        mut unread: Option<&mut Vec<FreeRun>>,
     ) -> Vec<(usize, u64, Spot)> {
         let g = &self.geometry;
         let end = self.global.end();
@@ -448,20 +502,63 @@ impl Arena {
             if run.start == 0 || refused.ends.contains(&(run.start - 1)) {
                 continue;
             }
-            let Some(at) = self.front_start(run.start - 1, align) else { continue };
-            // The block fits in the free end: a buddy block there keeps the rest of it next to
-            // the free run.
-            if let Layout::Buddy(b) = layout {
-                if FrontLayout::at(g, run.start - 1, at, size).is_none() && at + b.units <= g.units_per_chunk() {
-                    out.push((run.len, 0, Spot::Packed(run.start - 1, at)));
-                    continue;
-                }
+            match unread.as_deref_mut() {
+                Some(unread) => unread.push(run),
+                None => out.extend(self.front_candidate(run, size, layout, align)),
             }
-            let Some(f) = FrontLayout::crossing(g, run.start - 1, at, size, align) else { continue };
-            let Some(tail) = f.tail_in_run(run.len, after < end) else { continue };
-            out.push((run.len, 0, Spot::Front(f, tail)));
         }
         out
+    }
+
+    /// The place for the block in the free end of the core chunk before free run `run` (its
+    /// tree read once), if it has one: a buddy block there when the block fits in it, else a
+    /// block with a front there and its chunks, and its tail, in the run.
+    fn front_candidate(&self, run: FreeRun, size: usize, layout: Layout, align: u64) -> Option<(usize, u64, Spot)> {
+        let g = &self.geometry;
+        let at = self.front_start(run.start - 1, align)?;
+        // The block fits in the free end: a buddy block there keeps the rest of it next to
+        // the free run.
+        if let Layout::Buddy(b) = layout {
+            if FrontLayout::at(g, run.start - 1, at, size).is_none() && at + b.units <= g.units_per_chunk() {
+                return Some((run.len, 0, Spot::Packed(run.start - 1, at)));
+            }
+        }
+        let f = FrontLayout::crossing(g, run.start - 1, at, size, align)?;
+        let tail = f.tail_in_run(run.len, run.start + run.len < self.global.end())?;
+        Some((run.len, 0, Spot::Front(f, tail)))
+    }
+
+    /// Add to `candidates` the places in the free ends before the runs of `unread`
+    /// ([`Arena::front_candidate`]), shortest run first, as long as one could still come first
+    /// in best fit: its key is at least `(run.len, 0, 0, run.start - 1)`, and a place that the
+    /// choice always accepts (all but those whose tail shares a core chunk, which it checks
+    /// again) bounds what the rest can win. So the trees read are those of the free ends
+    /// before runs no longer than the best place found, not one per free run.
+    fn read_fronts_below(
+        &self,
+        mut unread: Vec<FreeRun>,
+        size: usize,
+        layout: Layout,
+        align: u64,
+        candidates: &mut Vec<(usize, u64, Spot)>,
+    ) {
+        if unread.is_empty() {
+            return;
+        }
+        let mut bound = candidates.iter().filter(|c| always_accepted(&c.2)).map(best_fit_key).min();
+        unread.sort_unstable_by_key(|run| (run.len, run.start));
+        for run in unread {
+            if bound.is_some_and(|b| (run.len, 0, 0, run.start - 1) >= b) {
+                break;
+            }
+            if let Some(c) = self.front_candidate(run, size, layout, align) {
+                if always_accepted(&c.2) {
+                    let key = best_fit_key(&c);
+                    bound = Some(bound.map_or(key, |b| b.min(key)));
+                }
+                candidates.push(c);
+            }
+        }
     }
 
     /// [`Arena::large_candidates`] of the shortest free runs that offer a place (best fit
@@ -481,7 +578,7 @@ impl Arena {
             if read == FREE_END_READS || out.first().is_some_and(|&(len, ..)| len != run.len) {
                 break;
             }
-            out.extend(self.large_candidates(std::slice::from_ref(run), size, layout, align, refused));
+            out.extend(self.large_candidates(std::slice::from_ref(run), size, layout, align, refused, None));
         }
         out
     }
@@ -1097,5 +1194,69 @@ mod tests {
         assert_eq!(fronts_in_chunk_0(&Refused { ends: vec![1], starts: Vec::new() }), 1, "chunk 1's end refused");
         assert_eq!(fronts_in_chunk_0(&Refused { ends: Vec::new(), starts: vec![1] }), 0, "chunk 1's start refused");
         assert_eq!(fronts_in_chunk_0(&Refused { ends: vec![0], starts: Vec::new() }), 0, "chunk 0's end refused");
+    }
+
+    /// The lazy choice of a large block's place reads fewer free ends, never another place: on
+    /// pools churned with blocks of every size from a bank to several chunks, it picks a place
+    /// of the same key of best fit as the choice that reads every free end, for every size
+    /// and alignment tried, with and without refused room.
+    #[test]
+    fn reading_free_ends_lazily_chooses_as_reading_them_all() {
+        use crate::arena::stretches::tests::Rng;
+        use crate::config::Backing;
+        use crate::pool::pool::Pool;
+        let (mut compared, mut some, mut fronts) = (0, 0, 0);
+        for (capacity, seed) in [(64 * MIB, 1), (96 * MIB, 2), (160 * MIB, 3)] {
+            let pool = Pool::new(PoolConfig::new(capacity).cores(2).backing(Backing::None)).unwrap();
+            let a = pool.arena();
+            let g = &a.geometry;
+            let mut rng = Rng::new(seed);
+            let mut blocks: Vec<(usize, usize)> = Vec::new();
+            for step in 0..1_500 {
+                if !blocks.is_empty() && rng.next() % 2 == 0 {
+                    let (offset, size) = blocks.swap_remove((rng.next() % blocks.len() as u64) as usize);
+                    pool.free_raw(offset, size).unwrap();
+                }
+                let size = (64 + (rng.next() % (5 * g.chunk_size as u64 / 2)) as usize) >> (rng.next() % 6);
+                if let Ok(offset) = pool.alloc_raw(size, None) {
+                    blocks.push((offset, size));
+                }
+                if step % 10 != 0 {
+                    continue;
+                }
+                let size = 2 * g.bank_units as usize * g.min_block + (rng.next() % (3 * g.chunk_size as u64)) as usize;
+                let layout = g.layout(size, 1);
+                if matches!(layout, Layout::Buddy(b) if b.level > 0 && !g.tails) {
+                    continue;
+                }
+                let refused = match rng.next() % 3 {
+                    0 => Refused::default(),
+                    _ => Refused {
+                        ends: vec![(rng.next() % g.chunks as u64) as usize],
+                        starts: vec![(rng.next() % g.chunks as u64) as usize],
+                    },
+                };
+                for align in [g.bank_units, g.bank_units * 4] {
+                    let eager = a.choose_large(size, layout, align, &refused, true, false);
+                    let lazy = a.choose_large(size, layout, align, &refused, true, true);
+                    // The key of each choice among every place.
+                    let full = |spot: Option<Spot>| {
+                        let mut all = Vec::new();
+                        let runs = a.global.free_runs_now();
+                        all.extend(a.large_candidates(&runs, size, layout, align, &refused, None));
+                        a.pair_candidates(size, layout, align, &refused, &mut all);
+                        spot.map(|spot| all.iter().find(|c| c.2 == spot).map(best_fit_key))
+                    };
+                    assert_eq!(full(lazy), full(eager), "capacity {capacity} step {step} size {size} align {align}");
+                    compared += 1;
+                    some += usize::from(eager.is_some());
+                    fronts += usize::from(matches!(eager, Some(Spot::Front(..) | Spot::Packed(..))));
+                }
+            }
+        }
+        assert!(
+            compared > 300 && some > compared / 4 && fronts > 20,
+            "compared {compared}, placed {some}, fronts {fronts}"
+        );
     }
 }

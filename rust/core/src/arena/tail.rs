@@ -37,7 +37,7 @@
 use super::arena::Arena;
 use super::global::{ChunkState, FreeRun, TailSpot};
 use super::layout::{BuddyLayout, Layout};
-use super::stretches::{granule_shift, MAX_GRANULES};
+use super::stretches::granule_shift;
 use crate::error::{Error, Result};
 
 impl Arena {
@@ -148,26 +148,15 @@ impl Arena {
             && self.free_units_at_start(chunk) >= units
     }
 
-    /// The units at the start of core chunk `chunk` that no allocated node covers (whole
-    /// granules of its tree's bitmap: `stretches.rs`).
+    /// The units at the start of core chunk `chunk` that no allocated node covers, in whole
+    /// granules of its tree's bitmap (`stretches.rs`), as a read of the whole tree counts them:
+    /// read from the chunk's start inwards to the first allocated unit
+    /// ([`TreeShape::free_run_around`](super::buddy::TreeShape::free_run_around)), not the
+    /// whole tree.
     pub(crate) fn free_units_at_start(&self, chunk: usize) -> u64 {
         let shift = granule_shift(self.geometry.depth);
-        let granules = self.geometry.usable_units(chunk) >> shift;
-        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
-        self.shape.allocated_granules(self.tree(chunk), shift, &mut bits);
-        let first =
-            bits.iter().position(|&w| w != 0).map_or(u64::MAX, |w| w as u64 * 64 + u64::from(bits[w].trailing_zeros()));
-        first.min(granules) << shift
-    }
-
-    /// One past the last unit of core chunk `chunk` that an allocated node covers (whole
-    /// granules of its tree's bitmap), `None` when none does.
-    pub(crate) fn last_allocated_unit(&self, chunk: usize) -> Option<u64> {
-        let shift = granule_shift(self.geometry.depth);
-        let mut bits = [0u64; (MAX_GRANULES / 64) as usize];
-        self.shape.allocated_granules(self.tree(chunk), shift, &mut bits);
-        let w = bits.iter().rposition(|&w| w != 0)?;
-        Some((w as u64 * 64 + 64 - u64::from(bits[w].leading_zeros())) << shift)
+        let (_, first_allocated) = self.shape.free_run_around(self.tree(chunk), 0, 0);
+        ((first_allocated >> shift) << shift).min(self.geometry.usable_units(chunk))
     }
 
     /// The free units at the start of core chunk `chunk` now, where a tail could go (0 with
