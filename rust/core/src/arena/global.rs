@@ -8,6 +8,15 @@
 //! the protocol is lock-free. An epoch counter, bumped by every release and rollback, tells a
 //! scan that found nothing whether the bitmap changed under it and a rescan is worth it.
 //!
+//! A count of the free chunks answers whether any chunk is free in one load, where a read of
+//! the bitmap takes a load per 64 chunks (512 on an arena of 64 GiB, on every failing
+//! allocation). It is an upper bound of the free bits at every moment: a release adds its
+//! chunks before it clears their bits, a claim takes them off after it has set every bit (a
+//! rolled-back claim never counted). So a chunk whose bit is clear is always counted, and
+//! "none counted" means none free, while a claim or a release is under way too (the other
+//! order, a claim that takes off first or a release that adds last, could count a chunk that
+//! stayed free out while another chunk changes hands: the loom model below races that).
+//!
 //! Per chunk, a state word records what the chunk is: free in the global pool, owned by a core,
 //! or the head or body of a run (the head keeps the run's length and whether a tail follows it,
 //! `arena/tail.rs`, so a free can be validated and only one of two racing frees of the same run
@@ -99,6 +108,8 @@ pub(crate) struct GlobalPool {
     /// One word per chunk, zero (`Free`) until first used.
     state: Zeroed<AtomicU64>,
     epoch: AtomicU64,
+    /// Free chunks, counted ahead of the bitmap (see the module documentation).
+    free: AtomicUsize,
     placement: Placement,
     /// Chunks at or beyond it are absent (see the module documentation).
     end: AtomicUsize,
@@ -114,6 +125,7 @@ impl GlobalPool {
             taken: Zeroed::new(chunks.div_ceil(64), "the global pool's chunk bitmap")?,
             state: Zeroed::new(chunks, "the global pool's chunk states")?,
             epoch: AtomicU64::new(0),
+            free: AtomicUsize::new(present.min(chunks)),
             placement,
             end: AtomicUsize::new(present.min(chunks)),
         };
@@ -148,13 +160,12 @@ impl GlobalPool {
         self.taken[chunk / 64].load(Ordering::Acquire) & (1 << (chunk % 64)) != 0
     }
 
-    /// Whether any chunk is free now (a word of the bitmap at a time; absent chunks count as
-    /// taken): a caller that finds none need not look for a run.
+    /// Whether any chunk may be free now (absent chunks count as taken): a caller that finds
+    /// none need not look for a run. One load of the count of free chunks, an upper bound of
+    /// the bitmap's (see the module documentation): `false` means that no chunk was free when
+    /// it was read; `true` may also come from a claim under way.
     pub(crate) fn has_free(&self) -> bool {
-        (0..self.chunks.div_ceil(64)).any(|w| {
-            let present = if (w + 1) * 64 <= self.chunks { u64::MAX } else { (1u64 << (self.chunks % 64)) - 1 };
-            !self.taken[w].load(Ordering::Acquire) & present != 0
-        })
+        self.free.load(Ordering::Acquire) > 0
     }
 
     /// The maximal free runs now, in address order; `also_free(chunk)` may count further chunks
@@ -382,11 +393,15 @@ impl GlobalPool {
             }
             claimed.push((word, mask));
         }
+        // Taken off the count once every bit is set: the count stays an upper bound.
+        self.free.fetch_sub(len, Ordering::AcqRel);
         true
     }
 
     /// Give chunks `[start, start + len)` back (their states must already be `Free`).
     pub(crate) fn release(&self, start: usize, len: usize) {
+        // Counted before a bit is cleared: the count stays an upper bound.
+        self.free.fetch_add(len, Ordering::AcqRel);
         for (word, mask) in Self::words_of(start, len) {
             self.taken[word].fetch_and(!mask, Ordering::AcqRel);
         }
@@ -455,6 +470,56 @@ mod tests {
         let g = Geometry::new(&PoolConfig::new(capacity));
         let p = GlobalPool::new(&g, placement, g.chunks).unwrap();
         (g, p)
+    }
+
+    /// The count of free chunks follows claims, rollbacks, releases, publications and
+    /// withdrawals: equal to the bitmap's free chunks after each, and `has_free` true exactly
+    /// when one is free (a pool that can grow, its tail absent).
+    #[test]
+    fn the_count_of_free_chunks_follows_the_bitmap() {
+        let g = Geometry::new(&PoolConfig::new(300 * (2 << 20)));
+        let p = GlobalPool::new(&g, Placement::BestFit, 200).unwrap();
+        let free_bits = |p: &GlobalPool| (0..g.chunks).filter(|&c| !p.is_taken(c)).count();
+        let mut rng = crate::arena::stretches::tests::Rng::new(7);
+        let mut held: Vec<(usize, usize)> = Vec::new();
+        let mut published = false;
+        let (mut empty_seen, mut rollbacks) = (0, 0);
+        for step in 0..4_000 {
+            match rng.next() % 8 {
+                0..=4 => {
+                    let len = if rng.next() % 2 == 0 { 1 } else { 1 + (rng.next() % 40) as usize };
+                    match p.claim(&g, len, len * g.chunk_size, 1) {
+                        Some(start) => held.push((start, len)),
+                        None => {
+                            // A claim that meets a taken chunk past its first word rolls back.
+                            let start = (rng.next() % 130) as usize;
+                            match p.try_take(start, 70) {
+                                true => held.push((start, 70)),
+                                false => rollbacks += usize::from(p.is_taken(start + 69)),
+                            }
+                        }
+                    }
+                }
+                5..=6 if !held.is_empty() => {
+                    let (start, len) = held.swap_remove((rng.next() % held.len() as u64) as usize);
+                    p.release(start, len);
+                }
+                7 if !published => {
+                    p.publish(250, 50);
+                    published = true;
+                }
+                7 => {
+                    let start = 250 + (rng.next() % 40) as usize;
+                    p.withdraw(start, 10);
+                }
+                _ => {}
+            }
+            let free = free_bits(&p);
+            assert_eq!(p.free.load(Ordering::Acquire), free, "step {step}");
+            assert_eq!(p.has_free(), free > 0, "step {step}");
+            empty_seen += usize::from(free == 0);
+        }
+        assert!(empty_seen > 0 && rollbacks > 0, "full {empty_seen} times, {rollbacks} rollbacks");
     }
 
     #[test]
@@ -591,6 +656,42 @@ mod loom_models {
             }
             p.release(start, len);
             assert!((60..70).all(|c| !p.is_taken(c)));
+        });
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_count_models {
+    //! The count of free chunks against claims and releases: a chunk that stays free keeps
+    //! `has_free` true while another chunk is released and claimed again at the same time.
+    use super::*;
+    use crate::config::PoolConfig;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn a_chunk_that_stays_free_is_always_counted() {
+        loom::model(|| {
+            let g = Geometry::new(&PoolConfig::new(4 * (2 << 20)));
+            let p = Arc::new(GlobalPool::new(&g, Placement::FirstFit, g.chunks).unwrap());
+            // Chunk 0 taken; chunk 3 stays free throughout; chunks 1 and 2 are taken by the
+            // test so that only chunk 0 changes hands.
+            assert!(p.try_take(0, 3));
+            let releaser = {
+                let p = p.clone();
+                thread::spawn(move || p.release(0, 1))
+            };
+            let claimer = {
+                let p = p.clone();
+                thread::spawn(move || p.try_take(0, 1))
+            };
+            assert!(p.has_free(), "chunk 3 is free");
+            releaser.join().unwrap();
+            let claimed = claimer.join().unwrap();
+            assert!(p.has_free());
+            let free_bits = (0..4).filter(|&c| !p.is_taken(c)).count();
+            assert_eq!(free_bits, if claimed { 1 } else { 2 });
+            assert_eq!(p.free.load(Ordering::Acquire), free_bits, "the count agrees once all are done");
         });
     }
 }
