@@ -184,13 +184,15 @@ impl ChunkSets {
     }
 
     /// The lowest chunk at or after `from` that is in `set` and not in `without`, and that
-    /// `owned` keeps (the summary of `set` leads).
+    /// `owned` keeps (the summary of `set` leads), among the bitmap words that `words` lasts
+    /// for: each word of `set` read takes one, and `None` also means it ran out.
     pub(crate) fn next_without(
         &self,
         set: usize,
         without: usize,
         from: usize,
         owned: &dyn Fn(usize) -> u64,
+        words: &mut usize,
     ) -> Option<usize> {
         let mut w = from / 64;
         let mut mask = !((1u64 << (from % 64)) - 1);
@@ -205,6 +207,7 @@ impl ChunkSets {
             if at != w {
                 (w, mask) = (at, u64::MAX);
             }
+            *words = words.checked_sub(1)?;
             let bits = self.word(set, w).load(ACQ) & !self.word(without, w).load(ACQ) & owned(w) & mask;
             if bits != 0 {
                 return Some(w * 64 + bits.trailing_zeros() as usize);
@@ -259,8 +262,15 @@ mod tests {
         };
         assert_eq!(members(0, &all), [5, 70, 4_100, 9_999]);
         assert_eq!(members(0, &|w| if w == 1 { 0 } else { u64::MAX }), [5, 4_100, 9_999]);
-        assert_eq!(sets.next_without(0, 1, 0, &all), Some(5));
-        assert_eq!(sets.next_without(0, 1, 6, &all), Some(4_100), "70 is in the other set");
+        let mut plenty = usize::MAX;
+        assert_eq!(sets.next_without(0, 1, 0, &all, &mut plenty), Some(5));
+        assert_eq!(sets.next_without(0, 1, 6, &all, &mut plenty), Some(4_100), "70 is in the other set");
+        // Words 0 (5 is before the start), 1 (70 is in the other set) and 64 (4,100): the third
+        // word read finds it.
+        assert_eq!(sets.next_without(0, 1, 6, &all, &mut 2), None, "two words read: not found");
+        let mut words = 3;
+        assert_eq!(sets.next_without(0, 1, 6, &all, &mut words), Some(4_100));
+        assert_eq!(words, 0, "a word per bitmap word read");
         sets.remove(0, 4_100);
         assert!(!sets.contains(0, 4_100) && sets.summarizes(0, 4_100 / 64), "the summary bit stays");
         assert_eq!(members(0, &all), [5, 70, 9_999]);

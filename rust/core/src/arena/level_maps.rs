@@ -179,12 +179,19 @@ impl LevelMaps {
     }
 
     /// [`LevelMaps::next`] over the chunks whose largest free node may be of `level`: its bit
-    /// of `level` set and of the level above clear (every chunk once over all levels).
-    pub(crate) fn next_largest_at(&self, level: u32, from: usize, owned: &dyn Fn(usize) -> u64) -> Option<usize> {
+    /// of `level` set and of the level above clear (every chunk once over all levels), among
+    /// the bitmap words that `words` lasts for below level 0 ([`ChunkSets::next_without`]).
+    pub(crate) fn next_largest_at(
+        &self,
+        level: u32,
+        from: usize,
+        owned: &dyn Fn(usize) -> u64,
+        words: &mut usize,
+    ) -> Option<usize> {
         if level == 0 {
             return self.next(0, from, owned);
         }
-        self.sets.next_without(level as usize, level as usize - 1, from, owned)
+        self.sets.next_without(level as usize, level as usize - 1, from, owned, words)
     }
 }
 
@@ -217,8 +224,8 @@ mod tests {
         let probe = space.probe(0).unwrap();
         maps.hide(&space, 5, 1, probe);
         let at = |level| {
-            let (mut seen, mut from) = (Vec::new(), 0);
-            while let Some(c) = maps.next_largest_at(level, from, &all) {
+            let (mut seen, mut from, mut plenty) = (Vec::new(), 0, usize::MAX);
+            while let Some(c) = maps.next_largest_at(level, from, &all, &mut plenty) {
                 seen.push(c);
                 from = c + 1;
             }

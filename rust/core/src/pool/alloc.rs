@@ -78,10 +78,11 @@ thread_local! {
     static DEFERRED: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
-/// Chunks an out-of-memory error looks at, and trees it reads, at most to find the largest
-/// free block.
+/// Chunks an out-of-memory error looks at, trees it reads, and words of the level maps it
+/// reads past their summaries, at most, to find the largest free block.
 const LARGEST_VISITS: usize = 64;
 const LARGEST_READS: usize = 1;
+const LARGEST_WORDS: usize = 256;
 
 /// How many placements [`Pool::alloc_many_until`] makes between two questions to its caller.
 pub(crate) const BATCH_CHECK_EVERY: usize = 1 << 16;
@@ -436,8 +437,11 @@ impl Pool {
     /// chunks of the highest length classes of the stretch index (`Arena::longest_stretch_by_class`:
     /// mostly one chunk, whose place gives its longest stretch without a read); when the index
     /// knows of no stretch, the chunks are visited through the level maps from the largest free
-    /// node down and read from their trees. At most [`LARGEST_VISITS`] chunks and
-    /// [`LARGEST_READS`] trees in all, skipping those whose stretch memo (an upper bound) says
+    /// node down and read from their trees. At most [`LARGEST_VISITS`] chunks,
+    /// [`LARGEST_READS`] trees and [`LARGEST_WORDS`] words of the level maps in all (on a large
+    /// arena whose chunks are full, the maps of each level name most chunks as may-hold and
+    /// the level above names them too: without that bound, a failing allocation of 64 GiB read
+    /// every word of every level), skipping the chunks whose stretch memo (an upper bound) says
     /// they cannot pass what was found. What is not read is left out: the answer is a lower
     /// bound, a block that was free when it was read. Without a request (one refused as too
     /// large, which searched nothing), the chunks are read as for a small block. A free stretch
@@ -469,7 +473,7 @@ impl Pool {
             0 => 0,
             u => (1usize << u.ilog2()) * g.min_block,
         };
-        let (mut visits, mut reads) = (LARGEST_VISITS, LARGEST_READS);
+        let (mut visits, mut reads, mut words) = (LARGEST_VISITS, LARGEST_READS, LARGEST_WORDS);
         let by_class = g.largest_request_in_stretch(self.arena.longest_stretch_by_class(bank, &mut reads, &mut visits));
         if by_class > 0 {
             return largest.max(by_class);
@@ -488,7 +492,7 @@ impl Pool {
             for pool in self.arena.cores.iter() {
                 let owned = |w: usize| pool.owned_word(w);
                 let mut from = 0;
-                while let Some(chunk) = pool.maps.next_largest_at(level, from, &owned) {
+                while let Some(chunk) = pool.maps.next_largest_at(level, from, &owned, &mut words) {
                     from = chunk + 1;
                     visits = match visits.checked_sub(1) {
                         Some(left) => left,
@@ -501,6 +505,9 @@ impl Pool {
                     if reads == 0 {
                         return largest;
                     }
+                }
+                if words == 0 {
+                    return largest;
                 }
             }
         }
