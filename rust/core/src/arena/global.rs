@@ -193,9 +193,12 @@ impl GlobalPool {
 
     /// The maximal free runs now, in address order ([`GlobalPool::free_runs`] with no chunk
     /// counted free besides the free ones): a word of the bitmap at a time, so a full arena of
-    /// 512 chunks costs 8 loads, not 512.
+    /// 512 chunks costs 8 loads, not 512; none when the count of free chunks is zero.
     pub(crate) fn free_runs_now(&self) -> Vec<FreeRun> {
         let mut runs = Vec::new();
+        if !self.has_free() {
+            return runs; // none was free when the count was read: no word need be
+        }
         let end = self.end();
         let mut start: Option<usize> = None;
         for w in 0..end.div_ceil(64) {
