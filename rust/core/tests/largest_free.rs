@@ -114,7 +114,7 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
 
 /// Random configurations (chunks of 64 KiB to 4 MiB, a short last chunk or none, one to three
 /// cores, both placements, runs with and without tails, a core reserve or none, banks of 4 or
-/// 8 KiB, units of 64 or 256 B; more of them with `NPUMEM_LARGEST_FREE_SEEDS`) under random
+/// 8 KiB or of a whole 64 KiB chunk, units of 64 or 256 B; more of them with `NPUMEM_LARGEST_FREE_SEEDS`) under random
 /// allocations (64 B to 2.5 chunks, half of them next to a class or chunk boundary, one in
 /// four aligned to 512 B to a chunk) and frees, the
 /// thread moving between CPUs: an unaligned request fails only when its size passes the
@@ -137,7 +137,12 @@ fn the_largest_free_block_holds_in_random_configurations() {
         let placement = if rng.next() % 2 == 0 { Placement::BestFit } else { Placement::FirstFit };
         let tails = rng.next() % 4 != 0;
         let reserve = (rng.next() % 2) as usize;
-        let bank_size = [4096, 8192][(rng.next() % 2) as usize];
+        // A bank as large as the chunk too: every block of at most a chunk is then placed as
+        // a buddy block, a trimmed one in its pieces.
+        let bank_size = match chunk == 64 << 10 && rng.next() % 2 == 0 {
+            true => chunk,
+            false => [4096, 8192][(rng.next() % 2) as usize],
+        };
         let min_block = [64, 256][(rng.next() % 2) as usize];
         let config = PoolConfig::new(chunks * chunk + short)
             .cores(cores)

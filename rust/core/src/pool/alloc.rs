@@ -1139,11 +1139,17 @@ impl Pool {
     /// A trimmed block needs only its pieces free, not its whole enclosing node: find a free
     /// left half (the first piece) and claim the rest after it. This places blocks where the
     /// enclosing node's tail is in use, and in the arena's last chunk when the enclosing node
-    /// reaches past the arena's end. Returns the enclosing node.
+    /// reaches past the arena's end. Returns the enclosing node. The search cleans the phantom
+    /// marks on its way to the half it finds, not those over the other pieces, in the other
+    /// half: the claim cleans them (a mark left over an emptied bunch there refused every such
+    /// block for good, while the statistics, which read the allocated nodes, counted the room).
     fn search_pieces(&self, chunk: usize, b: &BuddyLayout) -> Option<Node> {
         let tree = self.arena.tree(chunk);
         let parent = |half: Node| Node { level: b.level, index: half.index / 2 };
-        let half = self.arena.shape.search(tree, b.level + 1, b.step * 2, &mut |n| self.claim(chunk, b, parent(n)))?;
+        let half = self
+            .arena
+            .shape
+            .search(tree, b.level + 1, b.step * 2, &mut |n| self.claim_in(chunk, b, parent(n), true))?;
         Some(parent(half))
     }
 
