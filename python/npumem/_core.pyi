@@ -654,7 +654,13 @@ class PoolStats:
     @property
     def requested_bytes_in_use(self) -> int: ...
     @property
-    def largest_free_block(self) -> int: ...
+    def largest_free_block(self) -> int:
+        """The largest request one allocation could get now: a request of this size succeeds
+        while nothing else changes the pool, and a larger one fails (but for a free object of a
+        partly used slab of the calling thread's core). A place can hold its largest request
+        and not every smaller one: a free run and a tail hold only the sizes whose layout has a
+        tail there, and a block across the end of a chunk only the sizes that cross it (see
+        ``docs/design.md``, "Stats; counters")."""
     @property
     def external_fragmentation(self) -> float: ...
     @property
