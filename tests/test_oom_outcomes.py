@@ -63,6 +63,31 @@ def full_pool() -> tuple[npumem.Pool, list[npumem.Block]]:
     return pool, [pool.alloc(12 * MIB)]
 
 
+def test_an_error_whose_largest_free_block_holds_the_request_says_why() -> None:
+    # The short last chunk (1 KiB) after a block with a front that ends in the tail of chunk 4
+    # leaves 2 MiB - 1 KiB free from 8 MiB + 1 KiB on: from the bank boundary at 8 MiB + 4 KiB,
+    # a block across the chunk's end holds 2,045 KiB, which the figures name; a request of 1 KiB
+    # less would end inside the chunk, where a run of a whole chunk is its layout.
+    pool = npumem.Pool(
+        10 * MIB + 1024, cores=1, chunk_size=2 * MIB, min_block=1024, bank_size=4096, backing="none"
+    )
+    kept = [pool.alloc(n) for n in (3 * MIB // 2, MIB, 5 * MIB + 1)]
+    asked = 2045 * 1024 - 1025
+    with pytest.raises(npumem.OutOfMemoryError) as info:
+        pool.alloc(asked)
+    err = info.value
+    text = str(err)
+    assert err.largest_free_block == 2045 * 1024 == pool.stats().largest_free_block, text
+    assert "fragmented" not in text, text
+    assert (
+        "no free place holds a block of this size" in text and "2.0 MiB (2094080 bytes)" in text
+    ), text
+    pool.alloc(err.largest_free_block).free()
+    for block in kept:
+        block.free()
+    pool.check()
+
+
 def test_a_rescued_allocation_is_never_counted_or_traced_as_failed() -> None:
     pool, hog = full_pool()
     mon = Monitor(pool, thresholds=Thresholds(usage=0.99, fragmentation=0.99))

@@ -244,12 +244,24 @@ pub(crate) fn plan_search(err: npumem_core::plan_search::PackingError) -> PyErr 
 }
 
 /// The message of an `OutOfMemoryError`, in human units: what was asked, what is free, and
-/// whether the total or the fragmentation is the cause (then a compaction can help).
+/// whether the total or the fragmentation is the cause (then a compaction can help), or, when
+/// the largest free block found is at least the request, that the free place holds only some
+/// sizes up to its own.
 pub(crate) fn out_of_memory_message(requested: usize, free: usize, largest: usize) -> String {
     let asked = byte_text::exact(requested);
     let free_text = byte_text::exact(free);
     let largest_text = byte_text::exact(largest);
-    if requested <= free {
+    if requested <= largest {
+        // The place found holds its own size, not every smaller one (`docs/design.md`, "Stats;
+        // counters"): say so, instead of blaming the fragmentation.
+        format!(
+            "out of memory: asked for {asked}; {free_text} are free and the largest free block found is \
+             {largest_text}, but no free place holds a block of this size as the allocator lays it out (a \
+             place across the end of a chunk holds only the sizes that cross it). A request of {largest_text} \
+             succeeds there; a compaction joins the free memory (npumem.compaction.Compactor(pool).compact(), \
+             or attach() one to compact on failure)"
+        )
+    } else if requested <= free {
         format!(
             "out of memory: asked for {asked}; {free_text} are free, but the largest free block found is \
              {largest_text}: the free memory is fragmented. A compaction joins it \
