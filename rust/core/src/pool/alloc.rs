@@ -1210,7 +1210,7 @@ impl Pool {
     /// allocation does this by itself before it fails; a caller may want it earlier, e.g.
     /// before a snapshot or when the pool goes idle); then, in a pool that grew, every region
     /// that is entirely free except the first (`pool/growth.rs`). Returns the slabs and chunks
-    /// given back.
+    /// given back, the chunks of the regions given back included.
     pub fn trim(&self) -> usize {
         let core = crate::util::cpu::current_core(self.arena.cores.len());
         let Ok(_entered) = self.enter() else {
@@ -1222,8 +1222,7 @@ impl Pool {
         let carver = SlabCarver { pool: self, core, reach: Reach::Full };
         self.arena.drain_block_caches();
         let given_back = self.arena.slabs.reclaim(&carver) + self.arena.reclaim_empty_chunks(false);
-        self.trim_regions();
-        given_back
+        given_back + self.trim_regions()
     }
 
     fn place_run(&self, chunks: usize, align_chunks: usize, size: usize) -> Option<Placed> {

@@ -105,7 +105,19 @@ impl Pool {
             if let Some(placed) = self.place_once(request, core, reach) {
                 return Some(placed); // another growth (or a free) made room meanwhile
             }
-            let p = regions.place(&regions.lock(), need, align, g.chunks)?;
+            // The table's lock goes with the statement: giving regions back takes it again.
+            let placed = regions.place(&regions.lock(), need, align, g.chunks);
+            let p = match placed {
+                Some(p) => p,
+                // The limit reached: the regions that earlier growths added and that are
+                // entirely free now go back first, as `trim` gives them back (a pool holding no
+                // block at all refused a request of its documented largest size), and the
+                // region is placed again.
+                None if self.give_back_free_regions(&|_| true) > 0 => {
+                    regions.place(&regions.lock(), need, align, g.chunks)?
+                }
+                None => return None,
+            };
             let (offset, bytes) = (p.start * g.chunk_size, g.run_bytes(p.start, p.len));
             if let Some(hook) = GrowthHooks::get(&self.growth.on_grow) {
                 hook(offset, bytes).ok()?;
@@ -119,7 +131,7 @@ impl Pool {
     }
 
     /// Give back every region that is entirely free, except the first (after the slabs and
-    /// chunks that cores hold empty went back). Returns how many regions went.
+    /// chunks that cores hold empty went back). Returns how many chunks went with them.
     pub(crate) fn trim_regions(&self) -> usize {
         self.trim_regions_where(|_| true)
     }
@@ -134,7 +146,7 @@ impl Pool {
     /// thread grew meanwhile is taken only if it is empty too: a region is withdrawn in one step
     /// that fails if any chunk of it is in use, so no allocation loses its room, and a growth in
     /// progress (which places its request before it lets go of the change lock) is never seen
-    /// empty. Growths stay counted in `grow_events`; returns how many regions went.
+    /// empty. Growths stay counted in `grow_events`; returns how many chunks went with them.
     pub(crate) fn trim_regions_since(&self, before: Option<&[(usize, usize)]>) -> usize {
         match before {
             Some(before) if self.arena.regions.lock().iter().any(|r| !before.contains(r)) => {
@@ -151,8 +163,15 @@ impl Pool {
         }
         // A trim from inside a region hook gives back no region.
         let Some(_changing) = Changing::enter() else { return 0 };
+        let _one = self.arena.regions.change();
+        self.give_back_free_regions(&wanted)
+    }
+
+    /// Give back the regions, but the first, that `wanted` accepts and that are entirely free
+    /// now, each calling `on_trim`; returns how many chunks went with them. The caller holds
+    /// the regions' change lock and has marked this thread as changing regions.
+    fn give_back_free_regions(&self, wanted: &dyn Fn((usize, usize)) -> bool) -> usize {
         let regions = &self.arena.regions;
-        let _one = regions.change();
         let g = &self.arena.geometry;
         let candidates: Vec<(usize, usize)> =
             regions.lock().iter().copied().filter(|&(s, l)| s != 0 && wanted((s, l))).collect();
@@ -169,7 +188,7 @@ impl Pool {
             if let Some(hook) = GrowthHooks::get(&self.growth.on_trim) {
                 let _ = hook(offset, bytes); // the region is gone either way
             }
-            given_back += 1;
+            given_back += len;
         }
         given_back
     }
@@ -192,6 +211,40 @@ mod tests {
         // One bit per absent chunk, and what the two regions used.
         let committed = pool.arena().committed_metadata_bytes();
         assert!(committed < 2 << 20, "an empty pool that may grow to 1 TiB committed {committed} bytes");
+        pool.check().unwrap();
+    }
+
+    /// A pool that reached its limit with regions that are entirely free gives them back
+    /// before it refuses a request: holding no block, it takes its documented largest request
+    /// (`max_capacity` less `capacity`, here 60 MiB less two chunks of rounding), where it
+    /// refused it while a freed region of 8 MiB counted against the limit.
+    #[test]
+    fn a_request_at_the_limit_takes_the_room_of_regions_left_free() {
+        const MIB: usize = 1 << 20;
+        let pool = Pool::new(PoolConfig::new(4 * MIB).cores(1).backing(Backing::None).growth(64 * MIB, None)).unwrap();
+        let earlier = pool.alloc(8 * MIB, None, 0).unwrap();
+        pool.free(earlier).unwrap();
+        assert_eq!(pool.regions().len(), 2, "the growth's region stays until trimmed");
+        let large = pool.alloc(58 * MIB, None, 0).unwrap();
+        let regions = pool.regions();
+        assert_eq!(regions.len(), 2, "{regions:?}");
+        assert!(regions[1].bytes >= 58 * MIB, "{regions:?}");
+        assert!(pool.stats().capacity <= 64 * MIB);
+        pool.free(large).unwrap();
+        pool.check().unwrap();
+    }
+
+    /// `trim` counts the chunks of the regions it gives back with the slabs and chunks.
+    #[test]
+    fn trim_counts_the_chunks_of_the_regions_it_gives_back() {
+        const MIB: usize = 1 << 20;
+        let pool = Pool::new(PoolConfig::new(4 * MIB).cores(1).backing(Backing::None).growth(64 * MIB, None)).unwrap();
+        let run = pool.alloc(16 * MIB, None, 0).unwrap();
+        pool.free(run).unwrap();
+        assert_eq!(pool.regions().len(), 2);
+        assert_eq!(pool.trim(), 8, "a region of 16 MiB: eight chunks");
+        assert_eq!(pool.regions().len(), 1);
+        assert_eq!(pool.trim(), 0, "nothing left to give back");
         pool.check().unwrap();
     }
 

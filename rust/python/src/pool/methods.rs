@@ -742,7 +742,7 @@ impl Pool {
     /// reserve chunks) now rather than
     /// when an allocation needs the room; then, in a pool that grew, every region that is
     /// entirely free except the first (`on_trim(offset, nbytes)` is called for each). Returns
-    /// how many slabs and chunks went back.
+    /// how many slabs and chunks went back, the chunks of those regions included.
     fn trim(&self, py: Python<'_>) -> PyResult<usize> {
         let core = &self.core;
         without_gil(py, || Ok(core.trim()))
