@@ -11,7 +11,7 @@ import time
 import pytest
 
 import npumem
-from compaction_helpers import MIB, fragmented, intact
+from compaction_helpers import MIB, fill, fragmented, intact
 from npumem._core import oom_handler_may_wait
 from npumem.compaction import Compactor, Policy
 from npumem.kv import KVCache
@@ -69,11 +69,38 @@ def test_alloc_many_retries_too_and_detach_restores_the_failure() -> None:
         assert intact(blk, ident)
 
 
+def test_room_in_half_empty_slabs_is_rescued_too() -> None:
+    # Slab objects fill the pool, every other one is freed: nothing is free, half of it is
+    # unused slab room (`slab_cached_bytes`), which a compaction packs into free chunks.
+    pool = npumem.Pool(32 * MIB, cores=1)
+    blocks = []
+    while True:
+        try:
+            blocks.append(pool.alloc(4096))
+        except npumem.OutOfMemoryError:
+            break
+    for block in blocks[1::2]:
+        block.free()
+    kept = blocks[::2]
+    for i, block in enumerate(kept):
+        fill(block, i)
+    stats = pool.stats()
+    assert stats.bytes_free < 2 * MIB <= stats.slab_cached_bytes, stats
+    compactor = Compactor(pool, policy=Policy(min_interval=0.0)).attach()
+    large = pool.alloc(2 * MIB)
+    assert compactor.compactions == 1
+    assert all(intact(block, i) for i, block in enumerate(kept))
+    large.free()
+    pool.check()
+
+
 def test_no_compaction_when_it_cannot_help_or_the_policy_says_no() -> None:
     pool, _, want = seed_pool()
     compactor = Compactor(pool).attach()
     with pytest.raises(npumem.OutOfMemoryError):
-        pool.alloc(pool.stats().bytes_free + 1)  # more than is free: compacting is pointless
+        # More than is free, or unused in partly used slabs: compacting is pointless.
+        stats = pool.stats()
+        pool.alloc(stats.bytes_free + stats.slab_cached_bytes + 1)
     assert compactor.compactions == 0
     compactor.detach()
     off = Compactor(pool, policy=Policy(on_failure=False)).attach()

@@ -11,7 +11,8 @@ This package decides when and how:
 
 * `Compactor` compacts on demand (`compact(mode="full" | "incremental")`), answers
   what-if questions (`plan()`), applies a `Policy` (compact when fragmentation passes
-  a threshold; when an allocation fails although enough bytes are free, once `attach()` ed;
+  a threshold; when an allocation fails although enough bytes are free or unused in partly
+  used slabs, once `attach()` ed;
   never more often than an interval), respects a pause budget and calls pause and resume hooks;
 * `CompactionReport` / `StepReport` say what moved and how long the pool stopped;
   `CompactionPlan` (of `PlannedMove`s) what would move. `StepReport`,

@@ -48,6 +48,13 @@ def _seconds(value: object, name: str) -> float | None:
     return float(value)
 
 
+def _room(stats: npumem.PoolStats) -> int:
+    """The bytes a full compaction can join for an allocation: the free bytes and the unused
+    room of partly used slabs (`slab_cached_bytes`, not free, but a compaction packs the slab
+    objects and gives the slabs it empties back)."""
+    return stats.bytes_free + stats.slab_cached_bytes
+
+
 def _callable(value: object, name: str) -> Callable[..., object] | None:
     if value is None or callable(value):
         return value
@@ -57,7 +64,8 @@ def _callable(value: object, name: str) -> Callable[..., object] | None:
 class Compactor:
     """Compacts `pool`: on demand (`compact()`), when fragmentation passes the policy's
     threshold (`maybe_compact()`, `on_sample()`), and, once `attach()` ed, when an
-    allocation fails although enough bytes are free (then the allocation is retried once).
+    allocation fails although enough bytes are free or unused in partly used slabs (then the
+    allocation is retried once).
 
     Every compaction starts from its own plan (what a full compaction would reach) and moves
     nothing when that plan predicts no larger free block.
@@ -339,7 +347,7 @@ class Compactor:
         stats = self.pool.stats()
         if stats.largest_free_block >= nbytes:
             return True  # room appeared meanwhile (another thread freed, or a race): retry
-        if stats.bytes_free >= nbytes and self._rescue(nbytes):
+        if _room(stats) >= nbytes and self._rescue(nbytes):
             return True
         return self._wait_for_room(nbytes)
 
@@ -381,7 +389,7 @@ class Compactor:
                 time.sleep(0.001)
                 stats = self.pool.stats()
                 found = stats.largest_free_block >= nbytes or (
-                    stats.bytes_free >= nbytes and self._interval_passed() and self._rescue(nbytes)
+                    _room(stats) >= nbytes and self._interval_passed() and self._rescue(nbytes)
                 )
         finally:
             with self._lock:
@@ -403,8 +411,9 @@ class Compactor:
 
     def attach(self) -> Self:
         """Hook into the pool: from now on an allocation (`alloc`, `alloc_many`) that fails
-        although enough bytes are free compacts and is retried once before it raises
-        `OutOfMemoryError`. Replaces any other handler; returns `self`."""
+        although enough bytes are free (or unused in partly used slabs, which a compaction
+        empties) compacts and is retried once before it raises `OutOfMemoryError`. Replaces
+        any other handler; returns `self`."""
         self.pool.set_oom_handler(self._on_out_of_memory)
         self._attached = True
         return self
