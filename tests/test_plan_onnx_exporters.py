@@ -16,25 +16,9 @@ from onnx import TensorProto, helper, numpy_helper
 from cli_contract import run_cli
 from npumem.plan import GraphError, Problem, solve
 from npumem.plan.onnx_import import graph_from_onnx
+from onnx_builders import model
 
 V = helper.make_tensor_value_info
-
-
-def model(
-    nodes: list[onnx.NodeProto],
-    inputs: list[onnx.ValueInfoProto],
-    outputs: list[onnx.ValueInfoProto],
-    initializers: list[onnx.TensorProto] = (),  # type: ignore[assignment]
-    *,
-    opset: int = 17,
-    value_info: list[onnx.ValueInfoProto] = (),  # type: ignore[assignment]
-    domains: tuple[str, ...] = (),
-) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "m", inputs, outputs, list(initializers), value_info=list(value_info)
-    )
-    opsets = [helper.make_opsetid("", opset), *(helper.make_opsetid(d, 1) for d in domains)]
-    return helper.make_model(graph, opset_imports=opsets)
 
 
 def i64(name: str, values: object) -> onnx.TensorProto:

@@ -214,14 +214,21 @@ mod tests {
         pool.check().unwrap();
     }
 
+    const MIB: usize = 1 << 20;
+
+    /// A one-core pool of 4 MiB that may grow to 64 MiB, a region at a time of what a request
+    /// needs.
+    fn four_mib_growing_to_64() -> Pool {
+        Pool::new(PoolConfig::new(4 * MIB).cores(1).backing(Backing::None).growth(64 * MIB, None)).unwrap()
+    }
+
     /// A pool that reached its limit with regions that are entirely free gives them back
     /// before it refuses a request: holding no block, it takes its documented largest request
     /// (`max_capacity` less `capacity`, here 60 MiB less two chunks of rounding), where it
     /// refused it while a freed region of 8 MiB counted against the limit.
     #[test]
     fn a_request_at_the_limit_takes_the_room_of_regions_left_free() {
-        const MIB: usize = 1 << 20;
-        let pool = Pool::new(PoolConfig::new(4 * MIB).cores(1).backing(Backing::None).growth(64 * MIB, None)).unwrap();
+        let pool = four_mib_growing_to_64();
         let earlier = pool.alloc(8 * MIB, None, 0).unwrap();
         pool.free(earlier).unwrap();
         assert_eq!(pool.regions().len(), 2, "the growth's region stays until trimmed");
@@ -237,8 +244,7 @@ mod tests {
     /// `trim` counts the chunks of the regions it gives back with the slabs and chunks.
     #[test]
     fn trim_counts_the_chunks_of_the_regions_it_gives_back() {
-        const MIB: usize = 1 << 20;
-        let pool = Pool::new(PoolConfig::new(4 * MIB).cores(1).backing(Backing::None).growth(64 * MIB, None)).unwrap();
+        let pool = four_mib_growing_to_64();
         let run = pool.alloc(16 * MIB, None, 0).unwrap();
         pool.free(run).unwrap();
         assert_eq!(pool.regions().len(), 2);
@@ -250,7 +256,6 @@ mod tests {
 
     #[test]
     fn a_failed_batch_gives_back_the_regions_it_added_and_keeps_older_ones() {
-        const MIB: usize = 1 << 20;
         let pool = Pool::new(PoolConfig::new(2 * MIB).cores(1).backing(Backing::None).growth(16 * MIB, Some(2 * MIB)))
             .unwrap();
         let older = pool.alloc(3 * MIB, None, 0).unwrap();
