@@ -12,7 +12,7 @@ import pytest
 
 import npumem
 from compaction_helpers import MIB, fill, fragmented, intact
-from npumem._core import oom_handler_may_wait
+from npumem._core import oom_handler_may_wait, oom_request_sizes
 from npumem.compaction import Compactor, Policy
 from npumem.kv import KVCache
 
@@ -67,6 +67,52 @@ def test_alloc_many_retries_too_and_detach_restores_the_failure() -> None:
         pool2.alloc(want2)
     for blk, ident in kept:
         assert intact(blk, ident)
+
+
+def test_a_batch_whose_items_fit_apart_after_a_compaction_is_rescued() -> None:
+    # Blocks of 256 KiB fill the pool, one at 3/4 of it is pinned, every other one is freed:
+    # no compaction joins the batch's total into one block (the pin splits the free space into
+    # 12 and 4 MiB less what stays), but one packs the blocks so that each item fits apart.
+    pool = npumem.Pool(16 * MIB, cores=1)
+    made = [pool.alloc(256 * 1024) for _ in range(64)]
+    pinned = next(b for b in made if b.offset == 12 * MIB)
+    pinned.pin()
+    kept = []
+    for i, blk in enumerate(made):
+        if i % 2 and blk is not pinned:
+            blk.free()
+        else:
+            fill(blk, i)
+            kept.append((blk, i))
+    items = [7 * MIB // 2, 7 * MIB // 2]
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc_many(items)
+    compactor = Compactor(pool).attach()
+    assert compactor.plan("full").largest_free_after < sum(items)
+    blocks = pool.alloc_many(items)
+    assert [b.nbytes for b in blocks] == items
+    assert compactor.compactions == 1
+    assert compactor.reports[-1].reason.startswith("batch allocation of")
+    assert pool.stats().failed_allocs == 1  # the try without the compactor
+    for blk, ident in kept:
+        assert intact(blk, ident), f"block {ident} lost its bytes"
+    assert pinned.offset == 12 * MIB
+    pool.check()
+
+
+def test_the_handler_learns_the_sizes_of_the_request_it_runs_for() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    seen: list[tuple[int, list[int] | None]] = []
+    held = pool.alloc(4 * MIB)
+    pool.set_oom_handler(lambda nbytes: seen.append((nbytes, oom_request_sizes())) or False)
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(5 * MIB)
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc_many([3 * MIB, 1 * MIB, 1 * MIB])
+    assert seen == [(5 * MIB, [5 * MIB]), (5 * MIB, [3 * MIB, 1 * MIB, 1 * MIB])]
+    assert oom_request_sizes() is None  # outside a handler
+    held.free()
+    pool.check()
 
 
 def test_room_in_half_empty_slabs_is_rescued_too() -> None:

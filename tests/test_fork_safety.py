@@ -150,7 +150,7 @@ def test_a_compactor_locked_by_another_thread_at_the_fork_refuses_every_call() -
     pool = fragmented()
     comp = Compactor(pool)
     with held_by_a_thread(hold_lock(comp._lock)):
-        for call in (comp.compact, comp.maybe_compact, lambda: comp._rescue(1)):
+        for call in (comp.compact, comp.maybe_compact, lambda: comp._rescue(1, False)):
             assert refused(in_child(call), "Compactor")
     report = comp.compact("full")
     assert report.largest_free_after > report.largest_free_before

@@ -47,6 +47,7 @@ __all__ = [
     "__version__",
     "install_views",
     "oom_handler_may_wait",
+    "oom_request_sizes",
 ]
 
 __version__: str
@@ -59,6 +60,7 @@ _Mover = Callable[[list[tuple[int, int, int]]], object]
 
 def install_views(snapshot_view: Callable[[Pool, RawSnapshot], object]) -> None: ...
 def oom_handler_may_wait() -> bool: ...
+def oom_request_sizes() -> list[int] | None: ...
 
 # ----- exceptions ------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import NoReturn, Self
 
 import npumem
-from npumem._core import CompactionPlan, StepReport, oom_handler_may_wait
+from npumem._core import CompactionPlan, StepReport, oom_handler_may_wait, oom_request_sizes
 from npumem._fork_safe import ForkSafeRLock
 from npumem._shown import shown
 from npumem.compaction.movers import Mover
@@ -341,34 +341,43 @@ class Compactor:
 
     def _on_out_of_memory(self, nbytes: int) -> bool:
         """The pool's out-of-memory handler: compact if that can help, else (with the policy's
-        `wait_for_room`) wait for room; whether to retry."""
+        `wait_for_room`) wait for room; whether to retry. `nbytes` is a batch's total
+        (`alloc_many`); its items need not fit in one block."""
         if not self.policy.on_failure or getattr(self._busy, "active", False):
             return False
+        batch = len(oom_request_sizes() or ()) > 1
         stats = self.pool.stats()
         if stats.largest_free_block >= nbytes:
             return True  # room appeared meanwhile (another thread freed, or a race): retry
-        if _room(stats) >= nbytes and self._rescue(nbytes):
+        if _room(stats) >= nbytes and self._rescue(nbytes, batch):
             return True
-        return self._wait_for_room(nbytes)
+        return self._wait_for_room(nbytes, batch)
 
-    def _rescue(self, nbytes: int) -> bool:
+    def _rescue(self, nbytes: int, batch: bool) -> bool:
         """Compact for an allocation of `nbytes` unless another automatic compaction ran less
-        than `min_interval` ago; whether the room is there now."""
+        than `min_interval` ago; whether to retry: the room is there now or, for a batch
+        (`batch`: its items apart may fit where their total does not), the compaction moved
+        blocks."""
         with self._lock:
+            moved = False
             if self._interval_passed():
                 self._last_auto = time.monotonic()
                 self._busy.active = True
                 try:
-                    self._compact(
-                        "full", None, f"allocation of {nbytes:,} bytes failed", need=nbytes
-                    )
+                    # A batch whose total no compaction can join into one block: compact as far
+                    # as the plan goes, and let the retry place the items apart.
+                    whole = not batch or self.plan("full").largest_free_after >= nbytes
+                    reason = f"{'batch ' if batch else ''}allocation of {nbytes:,} bytes failed"
+                    report = self._compact("full", None, reason, need=nbytes if whole else None)
+                    moved = any(step.blocks for step in report.steps)
                 finally:
                     self._busy.active = False
-            return self.pool.stats().largest_free_block >= nbytes
+            return self.pool.stats().largest_free_block >= nbytes or (batch and moved)
 
-    def _wait_for_room(self, nbytes: int) -> bool:
+    def _wait_for_room(self, nbytes: int, batch: bool) -> bool:
         """Wait up to the policy's `wait_for_room` for a free block of `nbytes`, compacting
-        again when the interval allows and the bytes are free; whether it came.
+        again when the interval allows and the bytes are free (for a batch, `batch`, a
+        compaction that moved blocks ends the wait too: see `_rescue`); whether it came.
 
         It does not wait when the pool may still grow (the retry grows it), when the allocation
         holds what other threads need to free (a KV cache's lock, or the pool's pause), when
@@ -389,7 +398,9 @@ class Compactor:
                 time.sleep(0.001)
                 stats = self.pool.stats()
                 found = stats.largest_free_block >= nbytes or (
-                    _room(stats) >= nbytes and self._interval_passed() and self._rescue(nbytes)
+                    _room(stats) >= nbytes
+                    and self._interval_passed()
+                    and self._rescue(nbytes, batch)
                 )
         finally:
             with self._lock:

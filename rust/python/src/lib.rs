@@ -88,5 +88,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan_search::PlanTimeline>()?;
     m.add_function(wrap_pyfunction!(views::install_views, m)?)?;
     m.add_function(wrap_pyfunction!(oom::oom_handler_may_wait, m)?)?;
+    m.add_function(wrap_pyfunction!(oom::oom_request_sizes, m)?)?;
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! The out-of-memory handler: a Python callable `handler(nbytes) -> bool` that a failing
 //! allocation calls before it raises `OutOfMemoryError` (a compactor attaches one); a true
-//! answer retries the allocation once.
+//! answer retries the allocation once. `nbytes` is the request's size, a batch's total for
+//! `alloc_many`; inside the handler, `oom_request_sizes()` gives each item's size (a handler
+//! that can make room for the items apart, as a compaction can, needs them).
 //!
 //! The handler is called with the GIL, after the failed allocation left the pool (no gate
 //! held), so it may pause and compact. An allocation counts in `failed_allocs` and traces a
@@ -10,7 +12,7 @@
 //! grows before it reports out-of-memory); an exception its `on_grow` raised becomes the
 //! `__cause__` of the `OutOfMemoryError`.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Mutex, MutexGuard};
 
 use npumem_core::{Error, Handle};
@@ -30,6 +32,9 @@ thread_local! {
     /// KV cache's state mutex, the pool's pause): a handler must not wait for other threads'
     /// frees then.
     static UNDER_LOCK: Cell<bool> = const { Cell::new(false) };
+    /// The item sizes of the allocation whose handler this thread runs (see
+    /// [`oom_request_sizes`]).
+    static REQUEST: RefCell<Option<Vec<usize>>> = const { RefCell::new(None) };
 }
 
 /// Run `work` (which may call the out-of-memory handler) marked as holding a lock that other
@@ -48,6 +53,14 @@ pub(crate) fn under_lock<T>(work: impl FnOnce() -> T) -> T {
 #[pyfunction]
 pub(crate) fn oom_handler_may_wait() -> bool {
     !UNDER_LOCK.with(Cell::get)
+}
+
+/// The sizes of the allocation whose out-of-memory handler runs in this thread, in bytes: one
+/// for `alloc` (and a KV cache's page), one per item for `alloc_many`, whose handler is asked
+/// for their total. `None` outside a handler.
+#[pyfunction]
+pub(crate) fn oom_request_sizes() -> Option<Vec<usize>> {
+    REQUEST.with(|r| r.borrow().clone())
 }
 
 /// A pool's out-of-memory handler, or none.
@@ -96,31 +109,35 @@ impl OomHandler {
         }
     }
 
-    /// Call the handler for a request of `nbytes`; whether to retry.
-    fn ask(&self, py: Python<'_>, nbytes: usize) -> PyResult<bool> {
+    /// Call the handler for a request of items of `sizes` bytes (with their total); whether
+    /// to retry.
+    fn ask(&self, py: Python<'_>, sizes: Vec<usize>) -> PyResult<bool> {
         let Some(handler) = self.get(py) else { return Ok(false) };
         if IN_HANDLER.with(Cell::get) {
             return Ok(false);
         }
+        let nbytes = sizes.iter().fold(0usize, |sum, &n| sum.saturating_add(n));
         IN_HANDLER.with(|f| f.set(true));
+        REQUEST.with(|r| *r.borrow_mut() = Some(sizes));
         let answer = user_code::call(handler.bind(py), (nbytes,)).and_then(|r| user_code::is_truthy(&r));
+        REQUEST.with(|r| *r.borrow_mut() = None);
         IN_HANDLER.with(|f| f.set(false));
         answer
     }
 
-    /// Run `alloc` without the GIL; on out-of-memory ask the handler (for `nbytes`) and, if it
-    /// says so, run it once more. `record` records the final failure of an out-of-memory error
+    /// Run `alloc` without the GIL; on out-of-memory ask the handler (for items of `sizes`)
+    /// and, if it says so, run it once more. `record` records the final failure of an out-of-memory error
     /// whose recording the core deferred ([`npumem_core::Pool::record_failure`]).
     fn retrying<T: Send>(
         &self,
         py: Python<'_>,
         core: &npumem_core::Pool,
-        nbytes: impl FnOnce() -> usize,
+        sizes: impl FnOnce() -> Vec<usize>,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
         record: impl FnOnce(&Error),
     ) -> PyResult<T> {
         growth::forget();
-        let out = self.retrying_once(py, core, nbytes, alloc, record);
+        let out = self.retrying_once(py, core, sizes, alloc, record);
         out.map_err(|err| growth::chain(py, err))
     }
 
@@ -129,7 +146,7 @@ impl OomHandler {
         &self,
         py: Python<'_>,
         core: &npumem_core::Pool,
-        nbytes: impl FnOnce() -> usize,
+        sizes: impl FnOnce() -> Vec<usize>,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
         record: impl FnOnce(&Error),
     ) -> PyResult<T> {
@@ -157,11 +174,8 @@ impl OomHandler {
             Err(err) if out_of_memory(&err) => {
                 // A thread that holds the pool's pause keeps every other thread's frees out:
                 // its handler must not wait for them.
-                let asked = if core.paused_by_caller() {
-                    under_lock(|| self.ask(py, nbytes()))
-                } else {
-                    self.ask(py, nbytes())
-                };
+                let asked =
+                    if core.paused_by_caller() { under_lock(|| self.ask(py, sizes())) } else { self.ask(py, sizes()) };
                 let retry = match asked {
                     Ok(retry) => retry,
                     // A handler that failed (raised, or answered with something that has no
@@ -198,10 +212,11 @@ impl OomHandler {
         tag: u32,
     ) -> PyResult<Handle> {
         let record = |_: &Error| core.record_failure(size, align, tag);
-        self.retrying(py, core, || size, || core.alloc_quick_first(size, align, tag), record)
+        self.retrying(py, core, || vec![size], || core.alloc_quick_first(size, align, tag), record)
     }
 
-    /// `Pool.alloc_many`, with the retry (the handler is asked for the sum of the sizes).
+    /// `Pool.alloc_many`, with the retry (the handler is asked for the sum of the sizes, and
+    /// `oom_request_sizes()` gives them).
     /// Signals are checked now and then (Ctrl-C): one that raises stops the batch, which then
     /// leaves nothing allocated, and its exception is returned.
     pub(crate) fn alloc_many(
@@ -220,14 +235,19 @@ impl OomHandler {
                 false
             }
         };
-        let total = || sizes.iter().fold(0usize, |sum, &n| sum.saturating_add(n));
         // The item that found no room is the allocation that failed.
         let record = |err: &Error| {
             if let Error::Batch { index, .. } = err {
                 core.record_failure(sizes[*index], align, tag);
             }
         };
-        let done = self.retrying(py, core, total, || core.alloc_many_until(sizes, align, tag, keep_going), record)?;
+        let done = self.retrying(
+            py,
+            core,
+            || sizes.to_vec(),
+            || core.alloc_many_until(sizes, align, tag, keep_going),
+            record,
+        )?;
         match done {
             Some(handles) => Ok(handles),
             None => Err(raised
