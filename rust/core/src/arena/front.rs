@@ -401,7 +401,7 @@ impl Arena {
                     let taken =
                         before.0 >= b.units && take_nodes(&self.shape, self.tree(chunk), b.pieces_at(g.depth, at));
                     if taken {
-                        self.lines[chunk].space.take(b.units);
+                        self.take_units(chunk, b.units);
                         self.keep_memo_after_claim(chunk, before, at, b.units);
                         self.set_frontier(chunk, at + b.units);
                     } else {
@@ -760,7 +760,7 @@ impl Arena {
                 self.frontier.store(0, Ordering::Relaxed);
                 return None;
             }
-            self.lines[chunk].space.take(b.units);
+            self.take_units(chunk, b.units);
             self.keep_memo_after_claim(chunk, before, at, b.units);
             self.set_frontier(chunk, at + b.units);
             return Some((g.offset_of(chunk, at), (b.units as usize) << g.unit_shift));
@@ -1009,10 +1009,10 @@ impl Arena {
     /// The block is whole from then on, and a free may find it.
     fn complete_front(&self, f: &FrontLayout, [front, tail]: [(u64, Probe); 2]) {
         let g = &self.geometry;
-        self.lines[f.chunk].space.take(f.front_units(g));
+        self.take_units(f.chunk, f.front_units(g));
         self.keep_memo_after_claim(f.chunk, front, f.start, f.front_units(g));
         if f.tail_units > 0 {
-            self.lines[f.tail_chunk()].space.take(f.tail_units);
+            self.take_units(f.tail_chunk(), f.tail_units);
             self.keep_memo_after_claim(f.tail_chunk(), tail, 0, f.tail_units);
         }
         if f.chunks > 0 {

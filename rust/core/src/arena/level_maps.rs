@@ -46,6 +46,12 @@
 //! that free's epoch as its probe: refused if any free came since, undone by the same handshake
 //! if one comes meanwhile. So a take that empties a level leaves no stale bit.
 //!
+//! *Fill* (an allocation's count of its units left the chunk with none free,
+//! `Arena::take_units`): it hides every level as a miss does, with the epoch its count read
+//! as its probe. The count may read no free unit while a free has released its nodes and not
+//! counted them yet; that free's epoch step comes after the probe, so the hide is refused or
+//! undone, or the free announces the levels itself.
+//!
 //! A hide reads the chunk's word only by read-modify-write operations, so it and a free's epoch
 //! step are ordered: either the hide sees the free's step (and undoes itself), or the free's
 //! step reads what the hide wrote before (the raised threshold, then its cleared bits), and the
@@ -496,6 +502,70 @@ mod loom_models {
             first.join().unwrap();
             assert!(maps.may_serve(2, 0), "the maps hide the first free's leaf");
             assert!(maps.next(2, 0, &|_| u64::MAX) == Some(0));
+        });
+    }
+
+    /// An allocation that leaves its chunk without a free unit hides every level, with the
+    /// epoch its take read as its probe (`Arena::take_units`). Racing the free of another
+    /// block of the chunk, the freed leaf ends up visible.
+    #[test]
+    fn a_take_that_fills_the_chunk_never_hides_a_racing_free() {
+        loom::model(|| {
+            let leaf = |index| Node { level: 2, index };
+            let (shape, tree, space) = tree_with(2, &[leaf(0), leaf(1), leaf(2)]);
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
+            let freer = thread::spawn(move || {
+                s2.release(&t2, leaf(0)).unwrap();
+                let (_, hidden, epoch) = sp2.give_stepped(1);
+                let level = s2.coalesced_level(&t2, leaf(0));
+                if level < hidden {
+                    m2.announce(&sp2, 0, level, Some(epoch));
+                }
+            });
+            shape.try_alloc(&tree, leaf(3)).unwrap();
+            let (free, probe) = space.take(1);
+            if free == 0 {
+                maps.hide(&space, 0, 2, probe);
+            }
+            freer.join().unwrap();
+            assert!(maps.may_serve(2, 0), "the maps hide the leaf freed during the fill");
+            assert_eq!(maps.next(2, 0, &|_| u64::MAX), Some(0));
+        });
+    }
+
+    /// The same, with the allocation claiming the very leaf the free released before that free
+    /// counted it: the count reads no free unit for a moment although leaf 3 is free. The
+    /// hide it makes then is undone, and leaf 3 stays visible.
+    #[test]
+    fn a_take_of_a_leaf_freed_but_not_yet_counted_never_hides_the_other_free_leaf() {
+        loom::model(|| {
+            let leaf = |index| Node { level: 2, index };
+            let (shape, tree, space) = tree_with(2, &[leaf(0), leaf(1), leaf(2)]);
+            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+            maps.open(&space, 0);
+            let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
+            let freer = thread::spawn(move || {
+                s2.release(&t2, leaf(0)).unwrap();
+                let (_, hidden, epoch) = sp2.give_stepped(1);
+                // The largest free node around leaf 0 when it was released: the leaf itself.
+                if hidden > 2 {
+                    m2.announce(&sp2, 0, 2, Some(epoch));
+                }
+            });
+            // The allocation takes leaf 0 if the free released it already, else leaf 3.
+            let taken = if shape.try_alloc(&tree, leaf(0)).is_ok() { 0 } else { 3 };
+            if taken == 3 {
+                shape.try_alloc(&tree, leaf(3)).unwrap();
+            }
+            let (free, probe) = space.take(1);
+            if free == 0 {
+                maps.hide(&space, 0, 2, probe);
+            }
+            freer.join().unwrap();
+            assert!(maps.may_serve(2, 0), "the maps hide the free leaf (the allocation took leaf {taken})");
+            assert_eq!(maps.next(2, 0, &|_| u64::MAX), Some(0));
         });
     }
 

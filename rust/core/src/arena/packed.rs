@@ -771,7 +771,7 @@ impl Arena {
                 return false;
             }
         }
-        space.take(b.units);
+        self.take_units(chunk, b.units);
         true
     }
 }

@@ -207,7 +207,7 @@ impl Arena {
                 return false;
             }
         }
-        self.lines[chunk].space.take(tail.units);
+        self.take_units(chunk, tail.units);
         self.keep_memo_after_claim(chunk, before, 0, tail.units);
         true
     }

@@ -1193,7 +1193,7 @@ impl Pool {
     }
 
     fn commit(&self, chunk: usize, b: &BuddyLayout, e: Node) -> Placed {
-        let after = self.arena.lines[chunk].space.take(b.units);
+        let after = self.arena.take_units(chunk, b.units);
         self.arena.lower_memo_after_take(chunk, after);
         Placed {
             offset: self.arena.geometry.offset_of(chunk, e.start(self.arena.geometry.depth)),
