@@ -480,11 +480,12 @@ impl<'a> Model<'a> {
         (0..self.chunks.len()).map(|i| self.free_bytes_of(i)).sum()
     }
 
-    /// The largest free power-of-two block any chunk could give, in bytes, and the largest
-    /// request a run of empty chunks holds (with the tail the free start of the core chunk
-    /// after it could hold, `arena/tail.rs`, and the front the free end of the one before it
-    /// could: `Geometry::largest_request_in_run`, as `stats()` counts it), as an allocation
-    /// would see them after the moves.
+    /// The largest request an allocation could get after the moves, as `stats()` counts it
+    /// on the pool (`Pool::largest_free_block`): the largest request a run of empty chunks
+    /// holds (with the tail the free start of the core chunk after it could hold,
+    /// `arena/tail.rs`, and the front the free end of the one before it could:
+    /// `Geometry::largest_request_in_run`), and in each core chunk its largest free
+    /// power-of-two node and what its free stretches hold ([`Model::largest_in_holes`]).
     pub(crate) fn largest_free(&self) -> usize {
         // The longest stretch first: a chunk's nodes are then only searched when one could
         // beat it.
@@ -504,6 +505,7 @@ impl<'a> Model<'a> {
             }
             run = 0;
         }
+        best = best.max(self.largest_in_holes());
         for (i, c) in self.chunks.iter().enumerate() {
             if self.is_empty(i) || c.role != Role::Core {
                 continue;
@@ -523,6 +525,54 @@ impl<'a> Model<'a> {
 }
 
 impl Model<'_> {
+    /// The largest request the free stretches of the core chunks that are not empty hold, as
+    /// `Pool::largest_free_block` reads them from the trees: a block larger than a bank from a
+    /// bank boundary (`Geometry::largest_request_in_stretch`), a block of at most a bank at its
+    /// enclosing node's start (`Geometry::largest_banked_buddy_in`), and, with `run_tails`, a
+    /// block with a front across the boundary of two such chunks: the free end of one joined
+    /// to the free start of the next (`Geometry::largest_request_across`). Without these a
+    /// plan could predict less room than its moves make, and a compaction that would have
+    /// served a request moved nothing.
+    fn largest_in_holes(&self) -> usize {
+        let g = self.geometry;
+        let bank = g.bank_units(self.bank_size);
+        let granule = 1u64 << granule_shift(g.depth);
+        let mut best = 0usize;
+        // The free end (in units from a bank boundary) of the chunk before, when it is a core
+        // chunk that is not empty.
+        let mut end_before: Option<u64> = None;
+        for (i, c) in self.chunks.iter().enumerate() {
+            if self.is_empty(i) || c.role != Role::Core {
+                end_before = None;
+                continue;
+            }
+            let (mut at_start, mut at_end, mut longest, mut banked) = (0, 0, 0, 0);
+            let mut from = next_uncovered(&c.bits, 0, c.usable);
+            while from < c.usable {
+                let to = next_covered(&c.bits, from, c.usable);
+                if from == 0 {
+                    at_start = to & !(granule - 1);
+                }
+                banked = banked.max(g.largest_banked_buddy_in(from, to));
+                let start = from.next_multiple_of(bank);
+                if start < to {
+                    longest = longest.max(to - start);
+                }
+                let front_start = from.next_multiple_of(granule).next_multiple_of(bank);
+                if to == c.usable && front_start < to {
+                    at_end = to - front_start;
+                }
+                from = next_uncovered(&c.bits, to, c.usable);
+            }
+            best = best.max(g.largest_request_in_stretch(longest)).max(banked as usize * self.min_block);
+            if let Some(end) = end_before.filter(|&end| end > 0) {
+                best = best.max(g.largest_request_across(i - 1, self.units_per_chunk - end, at_start));
+            }
+            end_before = Some(at_end);
+        }
+        best
+    }
+
     /// The bytes of the free end of core chunk `c` (from a bank boundary past whole granules
     /// of its tree's bitmap, as the allocator reads it) that a block with a front could take
     /// before a run of empty chunks after it, up to the arena's end or not (0 without
