@@ -100,6 +100,154 @@ def test_a_batch_whose_items_fit_apart_after_a_compaction_is_rescued() -> None:
     pool.check()
 
 
+def pinned_every_fourth(budget: float | None = None) -> tuple[npumem.Pool, Compactor, list]:
+    """A 16 MiB pool of 512 KiB blocks in 4 MiB chunks: every fourth pinned, so free space
+    never joins past 1.5 MiB; of the others, the first three and every other one freed."""
+    pool = npumem.Pool(16 * MIB, cores=1, chunk_size=4 * MIB)
+    unit = 512 << 10
+    blocks = [pool.alloc(unit) for _ in range(32)]
+    assert [b.offset for b in blocks] == [i * unit for i in range(32)]
+    kept = []
+    for i, blk in enumerate(blocks):
+        if i % 4 == 3:
+            blk.pin()
+            kept.append(blk)
+        elif (i < 3 and budget is None) or i % 2 == 0:
+            blk.free()
+        else:
+            kept.append(blk)
+    return pool, Compactor(pool, pause_budget=budget).attach(), kept
+
+
+def test_a_batch_is_rescued_when_a_compaction_lets_its_items_fit_apart() -> None:
+    # No compaction makes a larger free block than the one there is (1.5 MiB at the start),
+    # but one packs the 512 KiB holes so that two 1 MiB items fit apart.
+    pool, compactor, kept = pinned_every_fourth()
+    largest = pool.stats().largest_free_block
+    assert compactor.plan("full").largest_free_after <= largest
+    blocks = pool.alloc_many([MIB, MIB])
+    assert [b.nbytes for b in blocks] == [MIB, MIB]
+    assert compactor.compactions == 1 and sum(s.blocks for s in compactor.reports[-1].steps) > 0
+    assert pool.stats().failed_allocs == 0
+    assert all(b.alive for b in kept)
+    pool.check()
+
+
+def test_under_a_pause_budget_a_batch_rescue_ends_with_one_full_compaction() -> None:
+    pool, compactor, _ = pinned_every_fourth(budget=1e-6)
+    blocks = pool.alloc_many([MIB, MIB])
+    assert [b.nbytes for b in blocks] == [MIB, MIB]
+    report = compactor.reports[-1]
+    assert report.mode == "full" and any("over the budget" in note for note in report.notes)
+    pool.check()
+
+
+def test_waiting_for_room_ends_when_a_batch_fits_apart() -> None:
+    # Four pinned blocks in the middle; the blocks around them are freed while the batch waits:
+    # two 4 MiB holes, never one 8 MiB block.
+    pool = npumem.Pool(16 * MIB, cores=1)
+    blocks = [pool.alloc(2 * MIB) for _ in range(8)]
+    for blk in blocks[2:6]:
+        blk.pin()
+    compactor = Compactor(pool, policy=Policy(wait_for_room=5.0, min_interval=0.0)).attach()
+
+    def free_later() -> None:
+        time.sleep(0.2)
+        for blk in blocks[:2] + blocks[6:]:
+            blk.free()
+
+    freer = threading.Thread(target=free_later)
+    freer.start()
+    started = time.monotonic()
+    got = pool.alloc_many([4 * MIB, 4 * MIB])
+    waited = time.monotonic() - started
+    freer.join()
+    assert sorted(b.offset for b in got) == [0, 12 * MIB]
+    assert compactor.waits == 1 and compactor.waits_failed == 0
+    assert waited < 4.0, f"waited {waited:.2f} s for room that came after 0.2 s"
+    pool.check()
+
+
+def test_a_thread_holding_the_pause_does_not_wait_for_another_threads_compaction() -> None:
+    # The other thread's compaction holds the compactor and waits for this thread's pause:
+    # this thread's failing allocation must not wait for that compaction.
+    pool = npumem.Pool(16 * MIB, cores=1)
+    made = [pool.alloc(256 << 10) for _ in range(64)]
+    for blk in made[::2]:
+        blk.free()
+    compactor = Compactor(pool, policy=Policy(min_interval=0), pause_timeout=5.0).attach()
+    outcome: list[str] = []
+
+    def compacting() -> None:
+        try:
+            compactor.compact("full")
+            outcome.append("compacted")
+        except npumem.NpumemError as err:
+            outcome.append(type(err).__name__)
+
+    with pool.pause(30.0):
+        other = threading.Thread(target=compacting)
+        other.start()
+        time.sleep(0.3)  # the other thread holds the compactor and waits for the pause
+        started = time.monotonic()
+        with pytest.raises(npumem.OutOfMemoryError):
+            pool.alloc(4 * MIB)
+        refused_after = time.monotonic() - started
+    other.join(10)
+    assert refused_after < 1.0, f"the failing allocation waited {refused_after:.2f} s"
+    assert outcome == ["compacted"]
+    pool.check()
+
+
+def test_a_kv_page_rescue_does_not_wait_for_a_compaction_whose_hook_reads_the_cache() -> None:
+    # Thread A compacts and its pause hook reads the cache; thread B's page allocation fails
+    # under the cache's lock and its rescue would wait for A's compactor: a deadlock, unless
+    # the rescue declines at once (B's allocation then fails and lets A go on).
+    pool = npumem.Pool(16 * MIB, cores=1)
+    cache = KVCache(pool, num_layers=8, num_kv_heads=8, head_dim=128, page_tokens=16)
+    cache.add_sequence(0, num_tokens=16)
+    made = [pool.alloc(256 << 10) for _ in range(56)]
+    for blk in made[::2]:
+        blk.free()
+    in_hook, go = threading.Event(), threading.Event()
+
+    def on_pause() -> None:
+        if threading.current_thread().name == "compacting":
+            in_hook.set()
+            go.wait(2)
+            cache.block_table(0)
+
+    compactor = Compactor(pool, on_pause=on_pause, policy=Policy(min_interval=0)).attach()
+    outcome: dict[str, str] = {}
+
+    def compacting() -> None:
+        compactor.compact("full")
+        outcome["compacting"] = "done"
+
+    def adding() -> None:
+        in_hook.wait(5)
+        timer = threading.Timer(0.3, go.set)
+        timer.start()
+        try:
+            cache.add_sequence(1, num_tokens=16 * 8)
+            outcome["adding"] = "served"
+        except npumem.OutOfMemoryError:
+            outcome["adding"] = "refused"
+        timer.join()
+
+    threads = [
+        threading.Thread(target=compacting, name="compacting", daemon=True),
+        threading.Thread(target=adding, name="adding", daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert not any(t.is_alive() for t in threads), "deadlock: the threads still wait"
+    assert outcome["compacting"] == "done" and outcome["adding"] in ("served", "refused")
+    pool.check()
+
+
 def test_the_handler_learns_the_sizes_of_the_request_it_runs_for() -> None:
     pool = npumem.Pool(8 * MIB, cores=1)
     seen: list[tuple[int, list[int] | None]] = []

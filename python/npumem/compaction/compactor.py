@@ -156,11 +156,18 @@ class Compactor:
                 self._busy.active = False
 
     def _compact(
-        self, mode: Mode, max_bytes: int | None, reason: str, need: int | None = None
+        self,
+        mode: Mode,
+        max_bytes: int | None,
+        reason: str,
+        need: int | None = None,
+        apart: bool = False,
     ) -> CompactionReport:
         """One compaction. `need`: a rescue for an allocation of that many bytes, which ends
         as soon as the largest free block holds it and may exceed the pause budget when
-        only that makes the room."""
+        only that makes the room. `apart`: the rescue of a batch whose items may fit apart,
+        which compacts whenever the plan moves a block, even when it predicts no block of
+        `need` bytes."""
         started = time.perf_counter()
         before = self.pool.stats()
         steps: list[StepReport] = []
@@ -171,7 +178,7 @@ class Compactor:
         # larger free block (or, for a rescue, no room for the request), nothing moves.
         plan = self.plan("full")
         goal = before.largest_free_block + 1 if need is None else need
-        if plan.largest_free_after < goal or plan.blocks == 0:
+        if (plan.largest_free_after < goal and not apart) or plan.blocks == 0:
             notes.append(
                 f"the plan predicts a largest free block of {human_bytes(plan.largest_free_after)}"
                 f" (now {human_bytes(before.largest_free_block)})"
@@ -345,39 +352,46 @@ class Compactor:
         (`alloc_many`); its items need not fit in one block."""
         if not self.policy.on_failure or getattr(self._busy, "active", False):
             return False
-        batch = len(oom_request_sizes() or ()) > 1
+        sizes = oom_request_sizes() or [nbytes]
         stats = self.pool.stats()
         if stats.largest_free_block >= nbytes:
             return True  # room appeared meanwhile (another thread freed, or a race): retry
-        if _room(stats) >= nbytes and self._rescue(nbytes, batch):
+        if _room(stats) >= nbytes and self._rescue(nbytes, len(sizes) > 1):
             return True
-        return self._wait_for_room(nbytes, batch)
+        return self._wait_for_room(nbytes, sizes)
 
     def _rescue(self, nbytes: int, batch: bool) -> bool:
         """Compact for an allocation of `nbytes` unless another automatic compaction ran less
         than `min_interval` ago; whether to retry: the room is there now or, for a batch
-        (`batch`: its items apart may fit where their total does not), the compaction moved
-        blocks."""
-        with self._lock:
+        (`batch`: its items may fit apart where their total does not), the compaction moved
+        blocks.
+
+        A thread that holds what other threads need (the pool's pause, a KV cache's lock:
+        `oom_handler_may_wait()` is false) does not wait for another thread's compaction,
+        which may itself wait for that pause or lock: it declines at once."""
+        if not self._lock.acquire(blocking=oom_handler_may_wait()):
+            return False
+        try:
             moved = False
             if self._interval_passed():
                 self._last_auto = time.monotonic()
                 self._busy.active = True
                 try:
-                    # A batch whose total no compaction can join into one block: compact as far
-                    # as the plan goes, and let the retry place the items apart.
-                    whole = not batch or self.plan("full").largest_free_after >= nbytes
                     reason = f"{'batch ' if batch else ''}allocation of {nbytes:,} bytes failed"
-                    report = self._compact("full", None, reason, need=nbytes if whole else None)
+                    report = self._compact("full", None, reason, need=nbytes, apart=batch)
                     moved = any(step.blocks for step in report.steps)
                 finally:
                     self._busy.active = False
             return self.pool.stats().largest_free_block >= nbytes or (batch and moved)
+        finally:
+            self._lock.release()
 
-    def _wait_for_room(self, nbytes: int, batch: bool) -> bool:
-        """Wait up to the policy's `wait_for_room` for a free block of `nbytes`, compacting
-        again when the interval allows and the bytes are free (for a batch, `batch`, a
-        compaction that moved blocks ends the wait too: see `_rescue`); whether it came.
+    def _wait_for_room(self, nbytes: int, sizes: list[int]) -> bool:
+        """Wait up to the policy's `wait_for_room` for room for a request of `sizes` (`nbytes`
+        in all), compacting again when the interval allows and the bytes are free; whether
+        it came. Room for one block is a free block of `nbytes`; for a batch, whose items may
+        fit apart, also more free bytes than when the wait began, at least `nbytes` of them,
+        with a free block that holds the largest item (the retry then tells).
 
         It does not wait when the pool may still grow (the retry grows it), when the allocation
         holds what other threads need to free (a KV cache's lock, or the pool's pause), when
@@ -391,16 +405,27 @@ class Compactor:
             if self._waiting or time.monotonic() < self._no_wait_until:
                 return False
             self._waiting = True
+        batch = len(sizes) > 1
         started = time.monotonic()
+        free_at_start = self.pool.stats().bytes_free
         found = False
         try:
             while not found and time.monotonic() - started < wait:
                 time.sleep(0.001)
                 stats = self.pool.stats()
-                found = stats.largest_free_block >= nbytes or (
-                    _room(stats) >= nbytes
-                    and self._interval_passed()
-                    and self._rescue(nbytes, batch)
+                found = (
+                    stats.largest_free_block >= nbytes
+                    or (
+                        batch
+                        and stats.bytes_free > free_at_start
+                        and stats.bytes_free >= nbytes
+                        and stats.largest_free_block >= max(sizes)
+                    )
+                    or (
+                        _room(stats) >= nbytes
+                        and self._interval_passed()
+                        and self._rescue(nbytes, batch)
+                    )
                 )
         finally:
             with self._lock:
