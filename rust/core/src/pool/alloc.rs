@@ -255,13 +255,16 @@ impl Pool {
     }
 
     /// Give back places that never became blocks (uncounted), then what cores now hold empty,
-    /// as a failed allocation does before it gives up.
+    /// as a failed allocation does before it gives up: the blocks the caches of freed blocks
+    /// took from those places (`arena/block_cache.rs`), all-free slabs and empty chunks. So
+    /// the regions the batch added are entirely free again, and go back too.
     #[cold]
     fn give_back_placed(&self, placed: &[Placed], requests: &[Request], core: usize) {
         for (p, request) in placed.iter().zip(requests) {
             self.release_block(p.offset, request.size, Vouched::Yes).expect("a block just placed can be given back");
         }
         if !placed.is_empty() {
+            self.arena.drain_block_caches_before_failing();
             let carver = SlabCarver { pool: self, core, reach: Reach::Full };
             self.arena.slabs.reclaim(&carver);
             self.arena.reclaim_empty_chunks(false);
