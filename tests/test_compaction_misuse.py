@@ -333,6 +333,9 @@ def test_compactor_arguments_are_checked(pool: npumem.Pool) -> None:
         lambda: Compactor(pool).compact("tidy"),
         lambda: Compactor(pool).compact("incremental", max_bytes=0),
         lambda: Compactor(pool).plan("tidy"),
+        lambda: Compactor(pool).plan("full", max_bytes="x"),  # type: ignore[arg-type]
+        lambda: Compactor(pool).plan("full", max_bytes=0),
+        lambda: Compactor(pool).plan("incremental", max_bytes=True),
         lambda: Compactor(npumem.Pool(8 * MIB, backing="none")),  # a device pool needs a mover
         lambda: Policy(fragmentation_threshold=1.5),
         lambda: Policy(min_interval=-1),

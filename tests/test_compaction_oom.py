@@ -248,6 +248,45 @@ def test_a_kv_page_rescue_does_not_wait_for_a_compaction_whose_hook_reads_the_ca
     pool.check()
 
 
+def test_a_rescue_takes_the_policys_incremental_steps() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    made = [pool.alloc(500_000) for _ in range(30)]
+    for blk in made[::2]:
+        blk.free()
+    step = 1 * MIB
+    policy = Policy(mode="incremental", max_bytes=step, min_interval=0)
+    compactor = Compactor(pool, policy=policy).attach()
+    big = pool.alloc(6 * MIB)
+    report = compactor.reports[-1]
+    assert big.nbytes == 6 * MIB
+    assert report.mode == "incremental" and len(report.steps) > 1
+    assert all(s.bytes <= step for s in report.steps), [s.bytes for s in report.steps]
+    pool.check()
+
+
+def test_a_pool_that_cannot_grow_by_the_request_waits_for_room() -> None:
+    # 4 MiB of growth left: too little for 6 MiB, so the retry cannot grow; another thread
+    # frees the first region's blocks while the allocation waits.
+    pool = npumem.Pool(8 * MIB, max_capacity=12 * MIB, grow_by=4 * MIB, cores=1)
+    compactor = Compactor(pool, policy=Policy(wait_for_room=5.0, min_interval=0)).attach()
+    held = [pool.alloc(MIB) for _ in range(8)]
+
+    def free_later() -> None:
+        time.sleep(0.3)
+        for blk in held:
+            blk.free()
+
+    freer = threading.Thread(target=free_later)
+    freer.start()
+    started = time.monotonic()
+    big = pool.alloc(6 * MIB)
+    waited = time.monotonic() - started
+    freer.join()
+    assert big.nbytes == 6 * MIB and compactor.waits == 1 and compactor.waits_failed == 0
+    assert 0.2 < waited < 4.0, waited
+    pool.check()
+
+
 def test_the_handler_learns_the_sizes_of_the_request_it_runs_for() -> None:
     pool = npumem.Pool(8 * MIB, cores=1)
     seen: list[tuple[int, list[int] | None]] = []

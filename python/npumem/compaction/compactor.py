@@ -55,6 +55,11 @@ def _room(stats: npumem.PoolStats) -> int:
     return stats.bytes_free + stats.slab_cached_bytes
 
 
+def _check_max_bytes(value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidArgumentError(f"max_bytes must be an int >= 1 or None, got {shown(value)}")
+
+
 def _callable(value: object, name: str) -> Callable[..., object] | None:
     if value is None or callable(value):
         return value
@@ -142,12 +147,7 @@ class Compactor:
         policy's), the pool stopped only during each step, until a step finds nothing to move.
         Returns the report (also kept in `reports`)."""
         checked = check_mode(self.policy.mode if mode is None else mode)
-        if max_bytes is not None and (
-            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
-        ):
-            raise InvalidArgumentError(
-                f"max_bytes must be an int >= 1 or None, got {shown(max_bytes)}"
-            )
+        _check_max_bytes(max_bytes)
         with self._lock:
             self._busy.active = True
             try:
@@ -312,6 +312,7 @@ class Compactor:
         """What `compact()` would move now (for `"incremental"`: its first step), moving
         nothing; the pool is stopped only for the look."""
         checked = check_mode(mode)
+        _check_max_bytes(max_bytes)
         limit = max_bytes if max_bytes is not None else self.policy.max_bytes
         return self.pool.plan_compaction(
             checked, max_bytes=limit if checked == "incremental" else None, mover=self.mover
@@ -361,10 +362,11 @@ class Compactor:
         return self._wait_for_room(nbytes, sizes)
 
     def _rescue(self, nbytes: int, batch: bool) -> bool:
-        """Compact for an allocation of `nbytes` unless another automatic compaction ran less
-        than `min_interval` ago; whether to retry: the room is there now or, for a batch
-        (`batch`: its items may fit apart where their total does not), the compaction moved
-        blocks.
+        """Compact for an allocation of `nbytes` (the policy's mode: incremental steps of its
+        `max_bytes` stop once the room is there, and end with one full compaction when they
+        did not make it) unless another automatic compaction ran less than `min_interval`
+        ago; whether to retry: the room is there now or, for a batch (`batch`: its items may
+        fit apart where their total does not), the compaction moved blocks.
 
         A thread that holds what other threads need (the pool's pause, a KV cache's lock:
         `oom_handler_may_wait()` is false) does not wait for another thread's compaction,
@@ -378,7 +380,7 @@ class Compactor:
                 self._busy.active = True
                 try:
                     reason = f"{'batch ' if batch else ''}allocation of {nbytes:,} bytes failed"
-                    report = self._compact("full", None, reason, need=nbytes, apart=batch)
+                    report = self._compact(self.policy.mode, None, reason, need=nbytes, apart=batch)
                     moved = any(step.blocks for step in report.steps)
                 finally:
                     self._busy.active = False
@@ -393,13 +395,14 @@ class Compactor:
         fit apart, also more free bytes than when the wait began, at least `nbytes` of them,
         with a free block that holds the largest item (the retry then tells).
 
-        It does not wait when the pool may still grow (the retry grows it), when the allocation
-        holds what other threads need to free (a KV cache's lock, or the pool's pause), when
-        another thread waits already (one waiter at a time, so that the others raise, go on and
-        free), or when a wait ended in vain less than `wait_for_room` ago (a pool too small for
-        its load then fails fast rather than slowly)."""
+        It does not wait when the pool may still grow by the request (the retry grows it), when
+        the allocation holds what other threads need to free (a KV cache's lock, or the pool's
+        pause), when another thread waits already (one waiter at a time, so that the others
+        raise, go on and free), or when a wait ended in vain less than `wait_for_room` ago (a
+        pool too small for its load then fails fast rather than slowly)."""
         wait = self.policy.wait_for_room
-        if wait <= 0 or self.pool.capacity < self.pool.max_capacity or not oom_handler_may_wait():
+        may_grow = self.pool.max_capacity - self.pool.capacity >= nbytes
+        if wait <= 0 or may_grow or not oom_handler_may_wait():
             return False
         with self._lock:
             if self._waiting or time.monotonic() < self._no_wait_until:
