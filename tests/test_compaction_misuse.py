@@ -438,6 +438,11 @@ def test_compactor_arguments_are_checked(pool: npumem.Pool) -> None:
             npumem.InvalidArgumentError,
             "bytes",
         ),
+        (
+            lambda: CompactionPlan("full", [], 0, 0, 0, 0, 0, 0, bytes_free_after=-1),
+            npumem.InvalidArgumentError,
+            "bytes_free_after",
+        ),
     ],
 )
 def test_plans_and_moves_made_by_hand_are_checked(
@@ -465,7 +470,9 @@ def test_a_plan_made_by_hand_from_a_real_one_is_equal_to_it() -> None:
         plan.bytes_free,
         plan.largest_free_before,
         plan.largest_free_after,
+        bytes_free_after=plan.bytes_free_after,
     )
+    assert again == plan
     assert (again.mode, again.moves, again.bytes) == (plan.mode, plan.moves, plan.bytes)
 
 

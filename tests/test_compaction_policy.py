@@ -101,3 +101,30 @@ def test_the_report_says_what_happened() -> None:
     text = str(report)
     assert "compaction (full, manual)" in text and "fragmentation" in text
     assert "Compactor" in repr(compactor)
+
+
+def test_the_plan_predicts_the_free_bytes_and_fragmentation_after_packing_slabs() -> None:
+    # Slab objects, nine in ten freed, and 1 MiB blocks, every other freed, one pinned: a full
+    # compaction packs the objects and gives the emptied slabs back, so more bytes are free
+    # afterwards than before; the plan's fragmentation afterwards counts them.
+    pool = npumem.Pool(16 * MIB, cores=1)
+    small = [pool.alloc((64, 256, 1024, 2048)[i % 4]) for i in range(10_000)]
+    big = [pool.alloc(MIB) for _ in range(6)]
+    for blk in small[1::10] + small[2::10] + small[3::10] + small[4::10] + small[5::10]:
+        blk.free()
+    for blk in small[6::10] + small[7::10] + small[8::10] + small[9::10]:
+        blk.free()
+    for blk in big[::2]:
+        blk.free()
+    big[3].pin()
+    compactor = Compactor(pool)
+    before = pool.stats()
+    plan = compactor.plan("full")
+    report = compactor.compact("full")
+    after = pool.stats()
+    assert after.bytes_free > before.bytes_free
+    assert (plan.bytes_free, plan.bytes_free_after) == (before.bytes_free, after.bytes_free)
+    assert plan.largest_free_after == after.largest_free_block
+    assert plan.fragmentation_after == pytest.approx(after.external_fragmentation)
+    assert report.fragmentation_after == pytest.approx(after.external_fragmentation)
+    pool.check()

@@ -849,6 +849,7 @@ fn the_full_plan_predicts_the_largest_free_block_a_full_compaction_leaves() {
         }
         let plan = p.plan_compaction(None, &CompactionMode::Full).unwrap();
         p.compact(&CompactionMode::Full, None, WAIT).unwrap();
+        assert_eq!(p.stats().bytes_free, plan.bytes_free_after, "seed {seed}: the plan predicts the free bytes");
         assert_eq!(
             p.stats().largest_free_block,
             plan.largest_free_after,
@@ -858,4 +859,32 @@ fn the_full_plan_predicts_the_largest_free_block_a_full_compaction_leaves() {
         );
         assert_eq!(p.check().unwrap(), kept.len());
     }
+}
+
+/// A full compaction of a pool whose slabs are mostly empty packs their objects and gives the
+/// emptied slabs back: the plan's free bytes afterwards count them, as `stats()` then does.
+#[test]
+fn the_full_plan_predicts_the_free_bytes_that_packed_slabs_give_back() {
+    let p = pool(16 * MIB, 1);
+    let mut rng = Rng(11);
+    let mut small: Vec<Handle> = (0..10_000).map(|i| p.alloc([64, 256, 1024, 2048][i % 4], None, 0).unwrap()).collect();
+    let big: Vec<Handle> = (0..6).map(|_| p.alloc(MIB, None, 0).unwrap()).collect();
+    for i in (1..small.len()).rev() {
+        small.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+    }
+    for h in small.drain(..9_000) {
+        p.free(h).unwrap();
+    }
+    for &h in big.iter().step_by(2) {
+        p.free(h).unwrap();
+    }
+    p.pin(big[3]).unwrap();
+    let before = p.stats();
+    let plan = p.plan_compaction(None, &CompactionMode::Full).unwrap();
+    p.compact(&CompactionMode::Full, None, WAIT).unwrap();
+    let after = p.stats();
+    assert!(after.bytes_free > before.bytes_free, "the compaction gave slabs back");
+    assert_eq!((plan.bytes_free, plan.bytes_free_after), (before.bytes_free, after.bytes_free));
+    assert_eq!(plan.largest_free_after, after.largest_free_block);
+    assert_eq!(p.check().unwrap(), small.len() + 3);
 }

@@ -78,6 +78,7 @@ pub struct CompactionPlan {
     bytes: usize,
     chunks_emptied: usize,
     bytes_free: usize,
+    bytes_free_after: usize,
     largest_free_before: usize,
     largest_free_after: usize,
 }
@@ -103,6 +104,7 @@ impl CompactionPlan {
             bytes: p.bytes,
             chunks_emptied: p.chunks_emptied,
             bytes_free: p.bytes_free,
+            bytes_free_after: p.bytes_free_after,
             largest_free_before: p.largest_free_before,
             largest_free_after: p.largest_free_after,
         }
@@ -121,8 +123,13 @@ fn fragmentation(largest: usize, free: usize) -> f64 {
 #[pymethods]
 impl CompactionPlan {
     /// A plan, checked: `mode` one of `"full"`, `"incremental"`, `"evacuate"`, `moves` an
-    /// iterable of `PlannedMove`, the figures ints from 0.
+    /// iterable of `PlannedMove`, the figures ints from 0 (`bytes_free_after` defaults to
+    /// `bytes_free`).
     #[new]
+    #[pyo3(signature = (
+        mode, moves, blocks, bytes, chunks_emptied, bytes_free, largest_free_before,
+        largest_free_after, bytes_free_after = None
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         mode: &Bound<'_, PyAny>,
@@ -133,6 +140,7 @@ impl CompactionPlan {
         bytes_free: &Bound<'_, PyAny>,
         largest_free_before: &Bound<'_, PyAny>,
         largest_free_after: &Bound<'_, PyAny>,
+        bytes_free_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<CompactionPlan> {
         let mode = args::one_of(mode, "mode", &PLAN_MODES)?;
         let not_moves = || {
@@ -162,6 +170,10 @@ impl CompactionPlan {
             bytes: args::count(bytes, "bytes")?,
             chunks_emptied: args::count(chunks_emptied, "chunks_emptied")?,
             bytes_free: args::count(bytes_free, "bytes_free")?,
+            bytes_free_after: match bytes_free_after {
+                Some(after) => args::count(after, "bytes_free_after")?,
+                None => args::count(bytes_free, "bytes_free")?,
+            },
             largest_free_before: args::count(largest_free_before, "largest_free_before")?,
             largest_free_after: args::count(largest_free_after, "largest_free_after")?,
         })
@@ -203,6 +215,13 @@ impl CompactionPlan {
         self.bytes_free
     }
 
+    /// The pool's `bytes_free` expected afterwards: more than now when the compaction packs
+    /// slab objects and gives the slabs it empties back.
+    #[getter]
+    fn bytes_free_after(&self) -> usize {
+        self.bytes_free_after
+    }
+
     /// The largest free block now.
     #[getter]
     fn largest_free_before(&self) -> usize {
@@ -230,7 +249,7 @@ impl CompactionPlan {
     /// `external_fragmentation` expected afterwards.
     #[getter]
     fn fragmentation_after(&self) -> f64 {
-        fragmentation(self.largest_free_after, self.bytes_free)
+        fragmentation(self.largest_free_after, self.bytes_free_after)
     }
 
     /// Every field, the moves as dicts, plus the derived figures.
@@ -246,6 +265,7 @@ impl CompactionPlan {
         d.set_item("bytes", self.bytes)?;
         d.set_item("chunks_emptied", self.chunks_emptied)?;
         d.set_item("bytes_free", self.bytes_free)?;
+        d.set_item("bytes_free_after", self.bytes_free_after)?;
         d.set_item("largest_free_before", self.largest_free_before)?;
         d.set_item("largest_free_after", self.largest_free_after)?;
         d.set_item("expected_gain", self.expected_gain())?;
@@ -262,6 +282,7 @@ impl CompactionPlan {
         fields.set_item("bytes", self.bytes)?;
         fields.set_item("chunks_emptied", self.chunks_emptied)?;
         fields.set_item("bytes_free", self.bytes_free)?;
+        fields.set_item("bytes_free_after", self.bytes_free_after)?;
         fields.set_item("largest_free_before", self.largest_free_before)?;
         fields.set_item("largest_free_after", self.largest_free_after)?;
         let text = repr::dataclass_like("CompactionPlan", &fields)?;

@@ -205,14 +205,16 @@ impl Pool {
                 handle: p.handle,
             })
             .collect();
+        let moves_made = !moves.is_empty();
         let largest_free_after =
-            schedule.model.largest_free().max(if moves.is_empty() { stats.largest_free_block } else { 0 });
+            schedule.model.largest_free().max(if moves_made { 0 } else { stats.largest_free_block });
         Ok(CompactionPlan {
             blocks: moves.iter().map(|m| m.blocks).sum(),
             bytes: moves.iter().map(|m| m.bytes).sum(),
             moves,
             chunks_emptied: after_empty.saturating_sub(before_empty),
             bytes_free: stats.bytes_free,
+            bytes_free_after: if moves_made { schedule.model.free_bytes() } else { stats.bytes_free },
             largest_free_before: stats.largest_free_block,
             largest_free_after,
         })

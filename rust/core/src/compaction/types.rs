@@ -86,6 +86,9 @@ pub struct CompactionPlan {
     pub chunks_emptied: usize,
     /// The pool's `bytes_free` now.
     pub bytes_free: usize,
+    /// The pool's `bytes_free` expected afterwards: more than now when the compaction packs
+    /// slab objects and gives the slabs it empties back.
+    pub bytes_free_after: usize,
     /// The largest free block now.
     pub largest_free_before: usize,
     /// The largest free block expected afterwards.
