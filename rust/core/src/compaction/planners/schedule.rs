@@ -3,7 +3,7 @@
 //! summarizes them.
 
 use super::super::census::Census;
-use super::super::model::Model;
+use super::super::model::{Model, Role};
 use super::super::piece::Piece;
 use super::super::types::CompactionMode;
 use super::consolidate::{apply_consolidation, consolidate_slabs};
@@ -68,8 +68,11 @@ pub(crate) fn plan_compaction_moves<'a>(
             let spent: usize = moves.iter().map(Piece::copy_len).sum();
             let clean = clean_chunks(census, &model, &moves, &emptied);
             moves.extend(plan_run_slides(census, &mut model, &clean, max_bytes.saturating_sub(spent)));
+            // The emptied chunks go back, but those a run slid into.
             for &c in &emptied {
-                model.set_run(c, 1, false);
+                if model.chunks[c].role != Role::Run {
+                    model.set_run(c, 1, false);
+                }
             }
             batches.push(moves);
         }

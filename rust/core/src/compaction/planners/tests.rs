@@ -462,6 +462,30 @@ fn a_run_does_not_slide_into_a_chunk_that_keeps_an_all_free_slab_during_the_batc
     assert_eq!(to_of(moves, run), Some(2 * CHUNK));
 }
 
+/// A run that an incremental step slides down into a chunk the same step emptied keeps that
+/// chunk in the step's model: the model after the step (what the plan predicts from) has the
+/// run where it goes and the chunk it left free.
+#[test]
+fn a_run_slid_into_a_chunk_the_step_emptied_keeps_it_in_the_model() {
+    let arena = arena(6);
+    let mut w = World::new(&arena);
+    // Chunk 0 full but for 8 units; chunk 1: one 8-unit block (the sparsest chunk, emptied
+    // into chunk 0); a run of two chunks at chunks 2 and 3.
+    w.cover_all_but(0, &[(128, 8)]);
+    let small = w.block(1, 64, 8, true);
+    let run = w.handle();
+    w.census.runs.push(item(run, 2 * CHUNK, 2 * CHUNK, 8, Place::Run(2)));
+    w.model.set_run(2, 2, true);
+    let mode = CompactionMode::Incremental { max_bytes: 8 * CHUNK };
+    let schedule = plan_compaction_moves(&mut w.census, w.model.clone(), &mode, false).unwrap();
+    let moves = &schedule.batches[0];
+    check_moves(&w.census, moves);
+    assert_eq!(to_of(moves, small), Some(at(0, 128)), "the block leaves chunk 1");
+    assert_eq!(to_of(moves, run), Some(CHUNK), "the run slides into chunk 1");
+    let roles: Vec<Role> = (0..4).map(|c| schedule.model.chunks[c].role).collect();
+    assert_eq!(roles, [Role::Core, Role::Run, Role::Run, Role::Free]);
+}
+
 #[test]
 fn runs_move_down_into_empty_chunks() {
     let arena = arena(6);
