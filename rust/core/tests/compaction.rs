@@ -888,3 +888,49 @@ fn the_full_plan_predicts_the_free_bytes_that_packed_slabs_give_back() {
     assert_eq!(plan.largest_free_after, after.largest_free_block);
     assert_eq!(p.check().unwrap(), small.len() + 3);
 }
+
+/// An incremental step does what its plan says: the largest free block after it is the one the
+/// plan predicts, and never smaller than before (a step that would leave less moves nothing),
+/// in random pools of 1-2 MiB chunks, sizes of every kind and budgets of 256 KiB to 64 MiB.
+#[test]
+fn an_incremental_plan_predicts_its_step_and_no_step_leaves_less_room() {
+    for seed in 1..=80u64 {
+        let mut rng = Rng(seed * 0x2545_F491_4F6C_DD1D);
+        let chunk = [MIB, 2 * MIB][(rng.next() % 2) as usize];
+        let capacity = [8 * MIB, 16 * MIB, 32 * MIB][(rng.next() % 3) as usize];
+        let budget = [256 << 10, MIB, 4 * MIB, 64 * MIB][(rng.next() % 4) as usize];
+        let p = Pool::new(PoolConfig::new(capacity).chunk_size(chunk).cores(1)).unwrap();
+        let mut made = Vec::new();
+        while p.stats().bytes_in_use <= capacity * 4 / 5 {
+            match p.alloc(rng.size(64, 3 * MIB), None, 0) {
+                Ok(h) => made.push(h),
+                Err(_) => break,
+            }
+        }
+        for i in (1..made.len()).rev() {
+            made.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        }
+        let kept = made.split_off(made.len() / 2);
+        for h in made {
+            p.free(h).unwrap();
+        }
+        let mode = CompactionMode::Incremental { max_bytes: budget };
+        for step in 0..4 {
+            let before = p.stats().largest_free_block;
+            let plan = p.plan_compaction(None, &mode).unwrap();
+            let token = p.pause(WAIT).unwrap();
+            let done = p.compact_step(&token, &mode, None).unwrap();
+            p.resume(&token).unwrap();
+            let after = p.stats().largest_free_block;
+            assert_eq!(done.blocks, plan.blocks, "seed {seed}, step {step}: the step makes the plan's moves");
+            if plan.blocks > 0 {
+                assert_eq!(after, plan.largest_free_after, "seed {seed}, step {step}: the plan predicts the step");
+            }
+            assert!(after >= before, "seed {seed}, step {step}: {before} -> {after}");
+            if done.blocks == 0 {
+                break;
+            }
+        }
+        assert_eq!(p.check().unwrap(), kept.len());
+    }
+}

@@ -206,8 +206,12 @@ impl Pool {
             })
             .collect();
         let moves_made = !moves.is_empty();
-        let largest_free_after =
-            schedule.model.largest_free().max(if moves_made { 0 } else { stats.largest_free_block });
+        let pieces: Vec<&Piece> = schedule.batches.iter().flatten().collect();
+        let largest_free_after = schedule.model.largest_free_counting_free_slabs(&census, &pieces).max(if moves_made {
+            0
+        } else {
+            stats.largest_free_block
+        });
         Ok(CompactionPlan {
             blocks: moves.iter().map(|m| m.blocks).sum(),
             bytes: moves.iter().map(|m| m.bytes).sum(),

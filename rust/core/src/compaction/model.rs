@@ -11,10 +11,11 @@
 use std::collections::BTreeSet;
 
 use super::census::{Census, Place};
+use super::piece::{Piece, PieceKind};
 use crate::arena::front::FrontLayout;
 use crate::arena::geometry::Geometry;
 use crate::arena::global::ChunkState;
-use crate::arena::slab::caches::SlabClass;
+use crate::arena::slab::caches::{SlabClass, SlabView};
 use crate::arena::stretches::granule_shift;
 use crate::pool::pool::Pool;
 
@@ -478,6 +479,49 @@ impl<'a> Model<'a> {
     /// Free bytes: empty chunks whole, the free units of core chunks.
     pub(crate) fn free_bytes(&self) -> usize {
         (0..self.chunks.len()).map(|i| self.free_bytes_of(i)).sum()
+    }
+
+    /// [`Model::largest_free`] with the slabs of `census` that hold no object after `moves`
+    /// counted free (those the moves leave in place: not moved whole): an allocation gives
+    /// them back before it fails, so `stats()` counts their room free
+    /// (`Pool::largest_free_block`), while the model keeps them covered, as the moves may not
+    /// use them. A slab's objects after the moves are its census objects, less those that move
+    /// out of it, plus those that move into it.
+    pub(crate) fn largest_free_counting_free_slabs(&self, census: &Census, moves: &[&Piece]) -> usize {
+        let g = self.geometry;
+        let inside = |v: &SlabView, offset: usize| (v.base..v.base + v.bytes).contains(&offset);
+        let free_after = |v: &SlabView| -> Option<u64> {
+            let class = &self.classes[v.class];
+            let mut free = v.free;
+            for p in moves {
+                match p.kind {
+                    PieceKind::Slab { .. } if p.from == v.base => return None,
+                    PieceKind::SlabObject { .. } => {
+                        if inside(v, p.from) {
+                            free |= class.index_of(p.from - v.base).map_or(0, |j| 1 << j);
+                        }
+                        if inside(v, p.to) {
+                            free &= !class.index_of(p.to - v.base).map_or(0, |j| 1 << j);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Some(free)
+        };
+        let empty: Vec<&SlabView> =
+            census.slabs.iter().filter(|v| free_after(v) == Some(self.classes[v.class].objects_mask())).collect();
+        if empty.is_empty() {
+            return self.largest_free();
+        }
+        let mut seen = self.clone();
+        for view in empty {
+            let chunk = g.chunk_of(view.base);
+            if seen.chunks[chunk].role == Role::Core {
+                seen.vacate(chunk, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
+            }
+        }
+        seen.largest_free()
     }
 
     /// The largest request an allocation could get after the moves, as `stats()` counts it

@@ -250,6 +250,8 @@ pub(crate) fn plan_evacuation(
         let slots_before: Vec<usize> = slots.iter().map(Vec::len).collect();
         let mut taken_slots: Vec<Vec<(SlabRef, usize)>> = vec![Vec::new(); classes.len()];
         let mut placements: Vec<(usize, u64, u64)> = Vec::new();
+        // Where the pieces that move leave this chunk: first unit and units.
+        let mut sources: Vec<(u64, u64)> = Vec::new();
         let mut bytes = 0usize;
         // Everything of the chunk found a place (else, in a step, what moved still helps: the
         // chunk is emptier for the next step).
@@ -313,6 +315,7 @@ pub(crate) fn plan_evacuation(
             };
             model.occupy(c, p, n, piece.core);
             placements.push((c, p, n));
+            sources.push((g.unit_in_chunk(piece.from), n));
             piece.to = g.offset_of(c, p);
             bytes += piece.copy_len();
             moves.push(piece);
@@ -333,6 +336,12 @@ pub(crate) fn plan_evacuation(
             continue;
         }
         failures = 0;
+        // The model after the step: what moved left its units here (a chunk that keeps some
+        // blocks is not emptied below, so nothing else frees them; its all-free slabs stay
+        // covered until the batch is over).
+        for (start, units) in sources {
+            model.vacate(chunk, start, units);
+        }
         for (c, _, _) in &placements {
             received.insert(*c);
         }

@@ -61,6 +61,7 @@ pub(crate) fn plan_compaction_moves<'a>(
             batches.push(moves);
         }
         CompactionMode::Incremental { max_bytes } => {
+            let start = model.clone();
             let contents = chunk_contents(census, &model);
             let candidates = evacuation_order(census, &model, &contents);
             let (mut moves, emptied) =
@@ -73,6 +74,17 @@ pub(crate) fn plan_compaction_moves<'a>(
                 if model.chunks[c].role != Role::Run {
                     model.set_run(c, 1, false);
                 }
+            }
+            // A step whose moves would leave a smaller largest free block than there is moves
+            // nothing: the chunks it would empty first are not worth what the step takes from
+            // the free space below them (a block moved into the middle of the largest free
+            // stretch), and a compaction never leaves less room than it found.
+            let pieces: Vec<&Piece> = moves.iter().collect();
+            if model.largest_free_counting_free_slabs(census, &pieces)
+                < start.largest_free_counting_free_slabs(census, &[])
+            {
+                moves.clear();
+                model = start;
             }
             batches.push(moves);
         }
