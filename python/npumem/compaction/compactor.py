@@ -310,7 +310,9 @@ class Compactor:
 
     def plan(self, mode: Mode = "full", *, max_bytes: int | None = None) -> CompactionPlan:
         """What `compact()` would move now (for `"incremental"`: its first step), moving
-        nothing; the pool is stopped only for the look."""
+        nothing; the pool is stopped only for the look. A plan may list moves that leave the
+        largest free block as it is (`largest_free_after` equal to `largest_free_before`):
+        `compact()` then moves nothing, as its note says."""
         checked = check_mode(mode)
         _check_max_bytes(max_bytes)
         limit = max_bytes if max_bytes is not None else self.policy.max_bytes
