@@ -817,6 +817,18 @@ fn compaction_under_load_loses_nothing_in_random_configurations() {
     }
 }
 
+/// Free a random half of `made` (drawn from `rng`); returns the other half.
+fn free_a_random_half(p: &Pool, rng: &mut Rng, mut made: Vec<Handle>) -> Vec<Handle> {
+    for i in (1..made.len()).rev() {
+        made.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+    }
+    let kept = made.split_off(made.len() / 2);
+    for h in made {
+        p.free(h).unwrap();
+    }
+    kept
+}
+
 /// The full plan predicts what a full compaction leaves: the largest free block that
 /// `stats()` reads after it, in random pools of 1-4 MiB chunks with a few blocks pinned (those
 /// stay, so the free space stays cut in places that only the free stretches and the chunk ends
@@ -835,13 +847,7 @@ fn the_full_plan_predicts_the_largest_free_block_a_full_compaction_leaves() {
                 Err(_) => break,
             }
         }
-        for i in (1..made.len()).rev() {
-            made.swap(i, (rng.next() % (i as u64 + 1)) as usize);
-        }
-        let kept = made.split_off(made.len() / 2);
-        for h in made {
-            p.free(h).unwrap();
-        }
+        let kept = free_a_random_half(&p, &mut rng, made);
         for &h in &kept {
             if rng.next() % 20 == 0 {
                 p.pin(h).unwrap();
@@ -907,13 +913,7 @@ fn an_incremental_plan_predicts_its_step_and_no_step_leaves_less_room() {
                 Err(_) => break,
             }
         }
-        for i in (1..made.len()).rev() {
-            made.swap(i, (rng.next() % (i as u64 + 1)) as usize);
-        }
-        let kept = made.split_off(made.len() / 2);
-        for h in made {
-            p.free(h).unwrap();
-        }
+        let kept = free_a_random_half(&p, &mut rng, made);
         let mode = CompactionMode::Incremental { max_bytes: budget };
         for step in 0..4 {
             let before = p.stats().largest_free_block;

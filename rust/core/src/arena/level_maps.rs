@@ -505,16 +505,35 @@ mod loom_models {
         });
     }
 
+    fn leaf(index: u64) -> Node {
+        Node { level: 2, index }
+    }
+
+    /// A chunk of four units whose leaves 0, 1 and 2 are taken, and its owner's maps.
+    #[allow(clippy::type_complexity)]
+    fn three_leaves_taken() -> (Arc<TreeShape>, Arc<Vec<AtomicU64>>, Arc<ChunkSpace>, Arc<LevelMaps>) {
+        let (shape, tree, space) = tree_with(2, &[leaf(0), leaf(1), leaf(2)]);
+        let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
+        maps.open(&space, 0);
+        (shape, tree, space, maps)
+    }
+
+    /// Count a claimed leaf taken, and hide every level when that left no unit free, as
+    /// `Arena::take_units` does.
+    fn take_leaf_hiding_when_full(space: &ChunkSpace, maps: &LevelMaps) {
+        let (free, probe) = space.take(1);
+        if free == 0 {
+            maps.hide(space, 0, 2, probe);
+        }
+    }
+
     /// An allocation that leaves its chunk without a free unit hides every level, with the
     /// epoch its take read as its probe (`Arena::take_units`). Racing the free of another
     /// block of the chunk, the freed leaf ends up visible.
     #[test]
     fn a_take_that_fills_the_chunk_never_hides_a_racing_free() {
         loom::model(|| {
-            let leaf = |index| Node { level: 2, index };
-            let (shape, tree, space) = tree_with(2, &[leaf(0), leaf(1), leaf(2)]);
-            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
-            maps.open(&space, 0);
+            let (shape, tree, space, maps) = three_leaves_taken();
             let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
             let freer = thread::spawn(move || {
                 s2.release(&t2, leaf(0)).unwrap();
@@ -525,10 +544,7 @@ mod loom_models {
                 }
             });
             shape.try_alloc(&tree, leaf(3)).unwrap();
-            let (free, probe) = space.take(1);
-            if free == 0 {
-                maps.hide(&space, 0, 2, probe);
-            }
+            take_leaf_hiding_when_full(&space, &maps);
             freer.join().unwrap();
             assert!(maps.may_serve(2, 0), "the maps hide the leaf freed during the fill");
             assert_eq!(maps.next(2, 0, &|_| u64::MAX), Some(0));
@@ -541,10 +557,7 @@ mod loom_models {
     #[test]
     fn a_take_of_a_leaf_freed_but_not_yet_counted_never_hides_the_other_free_leaf() {
         loom::model(|| {
-            let leaf = |index| Node { level: 2, index };
-            let (shape, tree, space) = tree_with(2, &[leaf(0), leaf(1), leaf(2)]);
-            let maps = Arc::new(LevelMaps::new(1, 3).unwrap());
-            maps.open(&space, 0);
+            let (shape, tree, space, maps) = three_leaves_taken();
             let (s2, t2, sp2, m2) = (shape.clone(), tree.clone(), space.clone(), maps.clone());
             let freer = thread::spawn(move || {
                 s2.release(&t2, leaf(0)).unwrap();
@@ -559,10 +572,7 @@ mod loom_models {
             if taken == 3 {
                 shape.try_alloc(&tree, leaf(3)).unwrap();
             }
-            let (free, probe) = space.take(1);
-            if free == 0 {
-                maps.hide(&space, 0, 2, probe);
-            }
+            take_leaf_hiding_when_full(&space, &maps);
             freer.join().unwrap();
             assert!(maps.may_serve(2, 0), "the maps hide the free leaf (the allocation took leaf {taken})");
             assert_eq!(maps.next(2, 0, &|_| u64::MAX), Some(0));
