@@ -6,8 +6,57 @@
 use super::front::{FrontLayout, FrontTail};
 use super::geometry::Geometry;
 use super::layout::Layout;
+use super::stretches::granule_shift;
+
+/// What the free holes of a core chunk hold, in units (`Geometry::free_stretches`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FreeStretches {
+    /// Free units at the chunk's start (whole granules).
+    pub(crate) at_start: u64,
+    /// The longest free stretch from a bank boundary.
+    pub(crate) longest: u64,
+    /// Free units from a bank boundary (past whole granules) to the chunk's end.
+    pub(crate) at_end: u64,
+    /// The largest block of at most a bank that a free stretch holds at its enclosing node's
+    /// start (`Geometry::largest_banked_buddy_in`), in units.
+    pub(crate) banked_block: u64,
+}
+
+impl FreeStretches {
+    /// The largest request a place inside the chunk holds: a block larger than a bank from a
+    /// bank boundary, or a block of at most a bank at its enclosing node's start.
+    pub(crate) fn largest_request(&self, g: &Geometry) -> usize {
+        g.largest_request_in_stretch(self.longest).max(self.banked_block as usize * g.min_block)
+    }
+}
 
 impl Geometry {
+    /// What the free `holes` (`[from, to)` in units, in address order) of a core chunk of
+    /// `usable` units hold, as the allocator reads a chunk's tree: the statistics read the holes
+    /// from the trees, a compaction plan from its model.
+    pub(crate) fn free_stretches(&self, holes: impl Iterator<Item = (u64, u64)>, usable: u64) -> FreeStretches {
+        let granule = 1u64 << granule_shift(self.depth);
+        let mut out = FreeStretches::default();
+        for (from, to) in holes {
+            if from == 0 {
+                out.at_start = to.min(usable) & !(granule - 1);
+            }
+            // No hole holds more than its length.
+            if to - from > out.banked_block {
+                out.banked_block = out.banked_block.max(self.largest_banked_buddy_in(from, to));
+            }
+            let banked = from.next_multiple_of(self.bank_units);
+            if banked < to {
+                out.longest = out.longest.max(to - banked);
+            }
+            let front_start = from.next_multiple_of(granule).next_multiple_of(self.bank_units);
+            if to == usable && front_start < to {
+                out.at_end = to - front_start;
+            }
+        }
+        out
+    }
+
     /// The largest request that the free run of `len` chunks from chunk `start` (the last one
     /// maybe the arena's short one) holds, as the allocator lays it out there
     /// (`Arena::claim_large`, `Arena::claim_tailed_run`), with `front` bytes free at the end of

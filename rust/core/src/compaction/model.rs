@@ -15,6 +15,7 @@ use super::piece::{Piece, PieceKind};
 use crate::arena::front::FrontLayout;
 use crate::arena::geometry::Geometry;
 use crate::arena::global::ChunkState;
+use crate::arena::largest::FreeStretches;
 use crate::arena::slab::caches::{SlabClass, SlabView};
 use crate::arena::stretches::granule_shift;
 use crate::pool::pool::Pool;
@@ -579,40 +580,25 @@ impl Model<'_> {
     /// served a request moved nothing.
     fn largest_in_holes(&self) -> usize {
         let g = self.geometry;
-        let bank = g.bank_units(self.bank_size);
-        let granule = 1u64 << granule_shift(g.depth);
         let mut best = 0usize;
-        // The free end (in units from a bank boundary) of the chunk before, when it is a core
-        // chunk that is not empty.
-        let mut end_before: Option<u64> = None;
+        // What the chunk before holds, when it is a core chunk that is not empty.
+        let mut before: Option<FreeStretches> = None;
         for (i, c) in self.chunks.iter().enumerate() {
             if self.is_empty(i) || c.role != Role::Core {
-                end_before = None;
+                before = None;
                 continue;
             }
-            let (mut at_start, mut at_end, mut longest, mut banked) = (0, 0, 0, 0);
-            let mut from = next_uncovered(&c.bits, 0, c.usable);
-            while from < c.usable {
-                let to = next_covered(&c.bits, from, c.usable);
-                if from == 0 {
-                    at_start = to & !(granule - 1);
-                }
-                banked = banked.max(g.largest_banked_buddy_in(from, to));
-                let start = from.next_multiple_of(bank);
-                if start < to {
-                    longest = longest.max(to - start);
-                }
-                let front_start = from.next_multiple_of(granule).next_multiple_of(bank);
-                if to == c.usable && front_start < to {
-                    at_end = to - front_start;
-                }
-                from = next_uncovered(&c.bits, to, c.usable);
+            // The free holes, `[from, to)`, in address order.
+            let hole_at = |from: u64| (from < c.usable).then(|| (from, next_covered(&c.bits, from, c.usable)));
+            let holes = std::iter::successors(hole_at(next_uncovered(&c.bits, 0, c.usable)), |&(_, to)| {
+                hole_at(next_uncovered(&c.bits, to, c.usable))
+            });
+            let free = g.free_stretches(holes, c.usable);
+            best = best.max(free.largest_request(g));
+            if let Some(end) = before.map(|b| b.at_end).filter(|&end| end > 0) {
+                best = best.max(g.largest_request_across(i - 1, self.units_per_chunk - end, free.at_start));
             }
-            best = best.max(g.largest_request_in_stretch(longest)).max(banked as usize * self.min_block);
-            if let Some(end) = end_before.filter(|&end| end > 0) {
-                best = best.max(g.largest_request_across(i - 1, self.units_per_chunk - end, at_start));
-            }
-            end_before = Some(at_end);
+            before = Some(free);
         }
         best
     }

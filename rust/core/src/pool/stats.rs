@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use crate::arena::buddy::Node;
 use crate::arena::front::FrontLayout;
 use crate::arena::global::{ChunkState, FreeRun};
+use crate::arena::largest::FreeStretches;
 use crate::arena::layout::Layout;
-use crate::arena::stretches::granule_shift;
 use crate::pool::pool::Pool;
 use crate::stats::summary::{ClassStats, CoreStats, PoolStats};
 
@@ -288,8 +288,7 @@ impl Pool {
                 })
             };
             let free = self.free_stretches(chunk, &inside_reclaimable);
-            largest =
-                largest.max(g.largest_request_in_stretch(free.longest)).max(free.banked_block as usize * g.min_block);
+            largest = largest.max(free.largest_request(g));
             // With `run_tails`, the free end of the core chunk before joined to this free start:
             // a block larger than a bank that crosses the chunks' boundary, with a front,
             // reserves its request rounded up to a unit.
@@ -348,27 +347,7 @@ impl Pool {
     /// `Arena::free_units_at_end`).
     fn free_stretches(&self, chunk: usize, counts_free: &dyn Fn(Node) -> bool) -> FreeStretches {
         let g = &self.arena.geometry;
-        let usable = g.usable_units(chunk);
-        let granule = 1u64 << granule_shift(g.depth);
-        let mut out = FreeStretches { at_start: 0, longest: 0, at_end: 0, banked_block: 0 };
-        for (from, to) in self.free_holes(chunk, counts_free) {
-            if from == 0 {
-                out.at_start = to.min(usable) & !(granule - 1);
-            }
-            // No hole holds more than its length.
-            if to - from > out.banked_block {
-                out.banked_block = out.banked_block.max(g.largest_banked_buddy_in(from, to));
-            }
-            let banked = from.next_multiple_of(g.bank_units);
-            if banked < to {
-                out.longest = out.longest.max(to - banked);
-            }
-            let front_start = from.next_multiple_of(granule).next_multiple_of(g.bank_units);
-            if to == usable && front_start < to {
-                out.at_end = to - front_start;
-            }
-        }
-        out
+        g.free_stretches(self.free_holes(chunk, counts_free).into_iter(), g.usable_units(chunk))
     }
 
     /// The nodes that an allocation takes back before it fails, by chunk: those of the blocks
@@ -443,19 +422,6 @@ impl Pool {
             (_, Layout::Run { chunks, .. } | Layout::RunTail { chunks, .. }) => g.run_bytes(g.chunk_of(offset), chunks),
         }
     }
-}
-
-/// What [`Pool::free_stretches`] reads of a core chunk, in units.
-struct FreeStretches {
-    /// Free units at the chunk's start (whole granules).
-    at_start: u64,
-    /// The longest free stretch from a bank boundary.
-    longest: u64,
-    /// Free units from a bank boundary (past whole granules) to the chunk's end.
-    at_end: u64,
-    /// The largest block of at most a bank that a free stretch holds at its enclosing node's
-    /// start (`Geometry::largest_banked_buddy_in`), in units.
-    banked_block: u64,
 }
 
 #[cfg(all(test, not(loom)))]
