@@ -4,6 +4,7 @@ budget, pause and resume hooks around every stop, and the report."""
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -127,4 +128,31 @@ def test_the_plan_predicts_the_free_bytes_and_fragmentation_after_packing_slabs(
     assert plan.largest_free_after == after.largest_free_block
     assert plan.fragmentation_after == pytest.approx(after.external_fragmentation)
     assert report.fragmentation_after == pytest.approx(after.external_fragmentation)
+    pool.check()
+
+
+@pytest.mark.parametrize("mode", ["incremental", "full"])
+def test_a_step_frees_the_chunks_and_bytes_its_plan_counts(mode: str) -> None:
+    # Slab objects and blocks of every size up to 1 MiB, most of them freed, on two cores: an
+    # incremental step empties slabs by moving their objects out, and the slabs, and the
+    # chunks they alone kept, go back after it. The plan counts them as the pool then does.
+    pool = npumem.Pool(32 * MIB, cores=2, backing="none")
+    rng = random.Random(3)
+    blocks = []
+    with pytest.raises(npumem.OutOfMemoryError):
+        while True:
+            blocks.append(pool.alloc(int(2 ** rng.uniform(6, 20))))
+    rng.shuffle(blocks)
+    for blk in blocks[: len(blocks) * 7 // 10]:
+        blk.free()
+    budget = {"max_bytes": 4 * MIB} if mode == "incremental" else {}
+    with pool.pause() as pause:
+        plan = pool.plan_compaction(mode, pause=pause, **budget)
+        before = pool.stats()
+        step = pool.compact_step(pause, mode, **budget)
+        after = pool.stats()
+    assert step.blocks == plan.blocks > 0
+    assert plan.chunks_emptied == step.chunks_freed == after.chunks_free - before.chunks_free > 0
+    assert (plan.bytes_free, plan.bytes_free_after) == (before.bytes_free, after.bytes_free)
+    assert plan.largest_free_after == after.largest_free_block
     pool.check()

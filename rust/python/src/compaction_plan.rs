@@ -203,7 +203,8 @@ impl CompactionPlan {
         self.bytes
     }
 
-    /// Chunks it would give back to the global pool.
+    /// How many more chunks the pool would hold free after the step (`stats().chunks_free`):
+    /// what the step's `chunks_freed` reports.
     #[getter]
     fn chunks_emptied(&self) -> usize {
         self.chunks_emptied

@@ -21,7 +21,8 @@ pub struct StepReport {
     blocks: usize,
     /// Bytes copied.
     bytes: usize,
-    /// Chunks given back to the global pool.
+    /// How many more chunks the pool holds free after the step than before it
+    /// (`stats().chunks_free`).
     chunks_freed: usize,
     /// The whole stop of the pool (seconds).
     pause_seconds: f64,

@@ -168,6 +168,12 @@ impl GlobalPool {
         self.free.load(Ordering::Acquire) > 0
     }
 
+    /// How many chunks are free: exact on a paused pool (no claim or release under way), an
+    /// upper bound otherwise (see the module documentation).
+    pub(crate) fn free_chunks(&self) -> usize {
+        self.free.load(Ordering::Acquire)
+    }
+
     /// The maximal free runs now, in address order; `also_free(chunk)` may count further chunks
     /// as free (core chunks that are empty and could be reclaimed).
     pub(crate) fn free_runs(&self, also_free: &dyn Fn(usize) -> bool) -> Vec<FreeRun> {

@@ -9,7 +9,6 @@ use super::model::Model;
 use super::piece::Piece;
 use super::planners::plan_compaction_moves;
 use super::types::{CompactionMode, CompactionPlan, Move, MovedBlocks, Mover, PlannedMove, StepReport};
-use crate::arena::global::ChunkState;
 use crate::error::{Error, Result};
 use crate::handle::id::Handle;
 use crate::pool::pause::PauseToken;
@@ -79,6 +78,7 @@ impl Pool {
         let _busy = self.busy(token)?;
         self.check_compaction_headroom()?;
         let mut out = StepReport::default();
+        let free_before = self.arena().global.free_chunks();
         let started = Instant::now();
         let full = matches!(mode, CompactionMode::Full);
         let caller_copies = mover.is_some() || self.arena().backing.is_none();
@@ -152,7 +152,8 @@ impl Pool {
         }
         // The all-free slabs go back after the last batch too: the planners counted their room
         // free, and a chunk whose only content is one is empty for them.
-        out.chunks_freed += self.arena().reclaim_all();
+        self.arena().reclaim_all();
+        out.chunks_freed = self.arena().global.free_chunks().saturating_sub(free_before);
         Ok(out)
     }
 
@@ -185,13 +186,6 @@ impl Pool {
         let model = Model::of_census(self, &census);
         let schedule = plan_compaction_moves(&mut census, model, mode, caller_copies)
             .map_err(|reason| Error::InvalidMove { reason })?;
-        let before_empty = (0..self.arena().geometry.chunks)
-            .filter(|&c| {
-                self.arena().global.state(c) == ChunkState::Free
-                    || (matches!(self.arena().global.state(c), ChunkState::Core(_)) && self.arena().chunk_is_empty(c))
-            })
-            .count();
-        let after_empty = (0..self.arena().geometry.chunks).filter(|&c| schedule.model.is_empty(c)).count();
         let moves: Vec<PlannedMove> = schedule
             .batches
             .iter()
@@ -207,18 +201,17 @@ impl Pool {
             .collect();
         let moves_made = !moves.is_empty();
         let pieces: Vec<&Piece> = schedule.batches.iter().flatten().collect();
-        let largest_free_after = schedule.model.largest_free_counting_free_slabs(&census, &pieces).max(if moves_made {
-            0
-        } else {
-            stats.largest_free_block
-        });
+        let settled = schedule.model.settled(&census, &pieces);
+        let largest_free_after = settled.largest_free().max(if moves_made { 0 } else { stats.largest_free_block });
+        // A step gives back every chunk left empty, those the cores hold empty now included.
+        let empty_after = (0..settled.chunks.len()).filter(|&c| settled.is_empty(c)).count();
         Ok(CompactionPlan {
             blocks: moves.iter().map(|m| m.blocks).sum(),
             bytes: moves.iter().map(|m| m.bytes).sum(),
             moves,
-            chunks_emptied: after_empty.saturating_sub(before_empty),
+            chunks_emptied: empty_after.saturating_sub(self.arena().global.free_chunks()),
             bytes_free: stats.bytes_free,
-            bytes_free_after: if moves_made { schedule.model.free_bytes() } else { stats.bytes_free },
+            bytes_free_after: if moves_made { settled.free_bytes() } else { stats.bytes_free },
             largest_free_before: stats.largest_free_block,
             largest_free_after,
         })

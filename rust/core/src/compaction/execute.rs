@@ -202,6 +202,7 @@ impl Pool {
         mover: Option<BatchMover<'_, '_>>,
     ) -> Result<MovedBlocks> {
         let started = Instant::now();
+        let free_before = self.arena().global.free_chunks();
         let mut kept = Vec::with_capacity(pieces.len());
         let mut numbers = Vec::with_capacity(pieces.len());
         for (piece, i) in pieces.into_iter().zip(index) {
@@ -366,7 +367,8 @@ impl Pool {
         slabs_touched.sort_unstable();
         slabs_touched.dedup();
         self.tidy_slabs(&slabs_touched);
-        let chunks_freed = self.arena().retire_empty_chunks();
+        self.arena().retire_empty_chunks();
+        let chunks_freed = self.arena().global.free_chunks().saturating_sub(free_before);
         // Sources were given back quietly (`swap_metadata`): announce each chunk that keeps
         // blocks once (an emptied chunk went back to the global pool above).
         let g = &self.arena().geometry;

@@ -8,6 +8,7 @@
 //! buddy node can be taken exactly when none of its units is covered, so these bits decide
 //! placements the way the trees will.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use super::census::{Census, Place};
@@ -482,13 +483,14 @@ impl<'a> Model<'a> {
         (0..self.chunks.len()).map(|i| self.free_bytes_of(i)).sum()
     }
 
-    /// [`Model::largest_free`] with the slabs of `census` that hold no object after `moves`
-    /// counted free (those the moves leave in place: not moved whole): an allocation gives
-    /// them back before it fails, so `stats()` counts their room free
-    /// (`Pool::largest_free_block`), while the model keeps them covered, as the moves may not
-    /// use them. A slab's objects after the moves are its census objects, less those that move
-    /// out of it, plus those that move into it.
-    pub(crate) fn largest_free_counting_free_slabs(&self, census: &Census, moves: &[&Piece]) -> usize {
+    /// The model as `stats()` reads the pool after `moves`: with the slabs of `census` that
+    /// hold no object after them vacated (those the moves leave in place: not moved whole).
+    /// The model keeps such slabs covered, as the moves may not use them, but a step gives
+    /// them back after its last batch, and with them the chunks they alone kept (an allocation
+    /// also gives them back before it fails, so `stats()` counts their room free). A slab's
+    /// objects after the moves are its census objects, less those that move out of it, plus
+    /// those that move into it. Borrowed when no slab is left without objects.
+    pub(crate) fn settled(&self, census: &Census, moves: &[&Piece]) -> Cow<'_, Model<'a>> {
         let g = self.geometry;
         let inside = |v: &SlabView, offset: usize| (v.base..v.base + v.bytes).contains(&offset);
         let free_after = |v: &SlabView| -> Option<u64> {
@@ -513,16 +515,16 @@ impl<'a> Model<'a> {
         let empty: Vec<&SlabView> =
             census.slabs.iter().filter(|v| free_after(v) == Some(self.classes[v.class].objects_mask())).collect();
         if empty.is_empty() {
-            return self.largest_free();
+            return Cow::Borrowed(self);
         }
-        let mut seen = self.clone();
+        let mut settled = self.clone();
         for view in empty {
             let chunk = g.chunk_of(view.base);
-            if seen.chunks[chunk].role == Role::Core {
-                seen.vacate(chunk, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
+            if settled.chunks[chunk].role == Role::Core {
+                settled.vacate(chunk, g.unit_in_chunk(view.base), (view.bytes >> g.unit_shift) as u64);
             }
         }
-        seen.largest_free()
+        Cow::Owned(settled)
     }
 
     /// The largest request an allocation could get after the moves, as `stats()` counts it

@@ -115,6 +115,7 @@ impl Pool {
             });
         }
         let mut out = StepReport { planning: staged.planning, ..StepReport::default() };
+        let free_before = self.arena().global.free_chunks();
         let mut planned = staged.planned;
         for (k, (batch, released)) in staged.batches.into_iter().zip(staged.released).enumerate() {
             let checking = Instant::now();
@@ -130,7 +131,8 @@ impl Pool {
             out.add(self.execute(kept, (0..n).collect(), Vec::new(), mover.as_deref_mut())?);
         }
         // As `compact_step`: the all-free slabs and the chunks they kept go back last.
-        out.chunks_freed += self.arena().reclaim_all();
+        self.arena().reclaim_all();
+        out.chunks_freed = self.arena().global.free_chunks().saturating_sub(free_before);
         Ok(out)
     }
 

@@ -38,7 +38,8 @@ pub struct MovedBlocks {
     /// copies the bytes (a mover, or a pool without host memory), to free space of the arena
     /// (then `transfers` holds the copy there and the copy back).
     pub bounced: usize,
-    /// Chunks that went back to the global pool afterwards.
+    /// How many more chunks the global pool holds free after the batch than before it: the
+    /// chunks it emptied, less any its runs took.
     pub chunks_freed: usize,
     /// How long the batch took.
     pub elapsed: Duration,
@@ -82,7 +83,9 @@ pub struct CompactionPlan {
     pub blocks: usize,
     /// Bytes it would copy.
     pub bytes: usize,
-    /// Chunks it would give back to the global pool.
+    /// How many more chunks the global pool would hold free afterwards (what
+    /// [`StepReport::chunks_freed`] reports): the chunks the moves empty, and the empty chunks
+    /// the cores hold (a compaction gives those back too), less any its runs take.
     pub chunks_emptied: usize,
     /// The pool's `bytes_free` now.
     pub bytes_free: usize,
@@ -106,7 +109,8 @@ pub struct StepReport {
     pub batches: usize,
     /// Copies made (each a `memmove` or one mover transfer).
     pub transfers: usize,
-    /// Chunks given back to the global pool.
+    /// How many more chunks the global pool holds free after the step than before it: the
+    /// chunks the moves emptied, and the empty chunks the cores held, less any its runs took.
     pub chunks_freed: usize,
     /// Time spent planning.
     pub planning: Duration,
@@ -125,7 +129,6 @@ impl StepReport {
         self.bytes += batch.bytes;
         self.batches += 1;
         self.transfers += batch.transfers.len();
-        self.chunks_freed += batch.chunks_freed;
         self.moving += batch.elapsed;
     }
 }

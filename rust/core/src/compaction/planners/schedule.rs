@@ -80,9 +80,7 @@ pub(crate) fn plan_compaction_moves<'a>(
             // the free space below them (a block moved into the middle of the largest free
             // stretch), and a compaction never leaves less room than it found.
             let pieces: Vec<&Piece> = moves.iter().collect();
-            if model.largest_free_counting_free_slabs(census, &pieces)
-                < start.largest_free_counting_free_slabs(census, &[])
-            {
+            if model.settled(census, &pieces).largest_free() < start.settled(census, &[]).largest_free() {
                 moves.clear();
                 model = start;
             }
