@@ -12,7 +12,7 @@ import pytest
 
 import npumem
 from compaction_helpers import MIB, fill, fragmented, intact
-from npumem._core import oom_handler_may_wait, oom_request_sizes
+from npumem._core import oom_handler_may_wait, oom_request_sizes, oom_retry_may_grow
 from npumem.compaction import Compactor, Policy
 from npumem.kv import KVCache
 
@@ -284,6 +284,98 @@ def test_a_pool_that_cannot_grow_by_the_request_waits_for_room() -> None:
     freer.join()
     assert big.nbytes == 6 * MIB and compactor.waits == 1 and compactor.waits_failed == 0
     assert 0.2 < waited < 4.0, waited
+    pool.check()
+
+
+def test_a_pool_whose_growth_is_refused_waits_for_room() -> None:
+    # The pool may grow by the request, but its on_grow refuses (the device has no memory to
+    # map): the allocation's growth failed before the handler ran, so the handler waits for
+    # another thread's frees instead of failing at once.
+    def refuse(offset: int, nbytes: int) -> None:
+        raise RuntimeError("the device has no memory to map")
+
+    pool = npumem.Pool(8 * MIB, max_capacity=64 * MIB, cores=1, on_grow=refuse)
+    compactor = Compactor(pool, policy=Policy(wait_for_room=5.0, min_interval=0)).attach()
+    held = [pool.alloc(MIB) for _ in range(8)]
+
+    def free_later() -> None:
+        time.sleep(0.3)
+        for blk in held[:4]:
+            blk.free()
+
+    freer = threading.Thread(target=free_later)
+    freer.start()
+    started = time.monotonic()
+    got = pool.alloc(4 * MIB)
+    waited = time.monotonic() - started
+    freer.join()
+    assert got.nbytes == 4 * MIB and pool.capacity == 8 * MIB
+    assert compactor.waits == 1 and compactor.waits_failed == 0
+    assert 0.2 < waited < 4.0, waited
+    pool.check()
+
+
+def test_the_handler_learns_whether_the_retry_may_grow_the_pool() -> None:
+    # A pool that can grow asks its handler before it grows; when the growth then fails, it
+    # asks again, told that the pool will not grow, and the allocation fails once.
+    seen: list[tuple[int, bool]] = []
+
+    def handler(nbytes: int) -> bool:
+        seen.append((nbytes, oom_retry_may_grow()))
+        return False
+
+    refusals = 0
+
+    def refuse(offset: int, nbytes: int) -> None:
+        nonlocal refusals
+        refusals += 1
+        raise RuntimeError("no device memory")
+
+    refused = npumem.Pool(4 * MIB, max_capacity=16 * MIB, cores=1, on_grow=refuse)
+    held = refused.alloc(4 * MIB)
+    refused.set_oom_handler(handler)
+    with pytest.raises(npumem.OutOfMemoryError) as raised:
+        refused.alloc(2 * MIB)
+    assert seen == [(2 * MIB, True), (2 * MIB, False)] and refusals == 1
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert refused.stats().failed_allocs == 1 and refused.capacity == 4 * MIB
+
+    seen.clear()
+    grows = npumem.Pool(4 * MIB, max_capacity=16 * MIB, cores=1)
+    filled = [grows.alloc(4 * MIB)]
+    grows.set_oom_handler(handler)
+    got = grows.alloc(2 * MIB)
+    assert seen == [(2 * MIB, True)] and grows.capacity > 4 * MIB
+    assert grows.stats().failed_allocs == 0
+
+    seen.clear()
+    fixed = npumem.Pool(4 * MIB, cores=1)
+    filled.append(fixed.alloc(4 * MIB))
+    fixed.set_oom_handler(handler)
+    with pytest.raises(npumem.OutOfMemoryError):
+        fixed.alloc(2 * MIB)
+    assert seen == [(2 * MIB, False)] and fixed.stats().failed_allocs == 1
+    assert oom_retry_may_grow() is False  # outside a handler
+    for blk in [got, held, *filled]:
+        blk.free()
+    for pool in (refused, grows, fixed):
+        pool.check()
+
+
+def test_a_growth_hook_that_raises_keyboard_interrupt_ends_the_allocation() -> None:
+    seen: list[bool] = []
+
+    def interrupt(offset: int, nbytes: int) -> None:
+        raise KeyboardInterrupt
+
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, cores=1, on_grow=interrupt)
+    held = pool.alloc(4 * MIB)
+    pool.set_oom_handler(lambda nbytes: seen.append(oom_retry_may_grow()) or False)
+    with pytest.raises(KeyboardInterrupt):
+        pool.alloc(2 * MIB)
+    assert seen == [True]  # not asked again: Ctrl-C ends the call
+    assert pool.stats().failed_allocs == 1
+    held.free()
     pool.check()
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "install_views",
     "oom_handler_may_wait",
     "oom_request_sizes",
+    "oom_retry_may_grow",
 ]
 
 __version__: str
@@ -61,6 +62,7 @@ _Mover = Callable[[list[tuple[int, int, int]]], object]
 def install_views(snapshot_view: Callable[[Pool, RawSnapshot], object]) -> None: ...
 def oom_handler_may_wait() -> bool: ...
 def oom_request_sizes() -> list[int] | None: ...
+def oom_retry_may_grow() -> bool: ...
 
 # ----- exceptions ------------------------------------------------------------------------------
 

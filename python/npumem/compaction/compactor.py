@@ -22,7 +22,13 @@ from types import TracebackType
 from typing import NoReturn, Self
 
 import npumem
-from npumem._core import CompactionPlan, StepReport, oom_handler_may_wait, oom_request_sizes
+from npumem._core import (
+    CompactionPlan,
+    StepReport,
+    oom_handler_may_wait,
+    oom_request_sizes,
+    oom_retry_may_grow,
+)
 from npumem._fork_safe import ForkSafeRLock
 from npumem._shown import shown
 from npumem.compaction.movers import Mover
@@ -397,14 +403,15 @@ class Compactor:
         fit apart, also more free bytes than when the wait began, at least `nbytes` of them,
         with a free block that holds the largest item (the retry then tells).
 
-        It does not wait when the pool may still grow by the request (the retry grows it), when
-        the allocation holds what other threads need to free (a KV cache's lock, or the pool's
-        pause), when another thread waits already (one waiter at a time, so that the others
-        raise, go on and free), or when a wait ended in vain less than `wait_for_room` ago (a
-        pool too small for its load then fails fast rather than slowly)."""
+        It does not wait when the retry may grow the pool (`oom_retry_may_grow()`: a pool that
+        can grow asks its handler before it grows, and asks again if the growth fails, its
+        `on_grow` refusing or no region having room), when the allocation holds what other
+        threads need to free (a KV cache's lock, or the pool's pause), when another thread
+        waits already (one waiter at a time, so that the others raise, go on and free), or when
+        a wait ended in vain less than `wait_for_room` ago (a pool too small for its load then
+        fails fast rather than slowly)."""
         wait = self.policy.wait_for_room
-        may_grow = self.pool.max_capacity - self.pool.capacity >= nbytes
-        if wait <= 0 or may_grow or not oom_handler_may_wait():
+        if wait <= 0 or oom_retry_may_grow() or not oom_handler_may_wait():
             return False
         with self._lock:
             if self._waiting or time.monotonic() < self._no_wait_until:

@@ -110,6 +110,12 @@ pub(crate) fn forget() {
     RAISED.with(|slot| slot.borrow_mut().take());
 }
 
+/// Whether this thread's last failing `on_grow` raised an exception that is no `Exception`
+/// (Ctrl-C, an exit): the allocation then ends with it, without asking anything more.
+pub(crate) fn interrupted(py: Python<'_>) -> bool {
+    RAISED.with(|slot| slot.borrow().as_ref().is_some_and(|e| !e.is_instance_of::<PyException>(py)))
+}
+
 /// `err` with the exception a failing `on_grow` raised (if any) as its `__cause__`; or that
 /// exception itself when it is no `Exception` (a `KeyboardInterrupt`, a `SystemExit`): those
 /// go through as they are.

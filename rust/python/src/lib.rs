@@ -89,5 +89,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(views::install_views, m)?)?;
     m.add_function(wrap_pyfunction!(oom::oom_handler_may_wait, m)?)?;
     m.add_function(wrap_pyfunction!(oom::oom_request_sizes, m)?)?;
+    m.add_function(wrap_pyfunction!(oom::oom_retry_may_grow, m)?)?;
     Ok(())
 }

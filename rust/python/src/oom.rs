@@ -4,13 +4,19 @@
 //! `alloc_many`; inside the handler, `oom_request_sizes()` gives each item's size (a handler
 //! that can make room for the items apart, as a compaction can, needs them).
 //!
+//! A pool that can grow asks its handler before it grows: the first try holds growth, so that
+//! a compaction may serve the request without a new region, and the retry may grow. If that
+//! retry fails too (its `on_grow` refused, or no region has room for the request), the handler
+//! is asked once more, now told that the pool will not grow (`oom_retry_may_grow()` is False),
+//! so that it may wait for other threads' frees, and a true answer retries a last time. An
+//! exception `on_grow` raised becomes the `__cause__` of the `OutOfMemoryError`.
+//!
 //! The handler is called with the GIL, after the failed allocation left the pool (no gate
 //! held), so it may pause and compact. An allocation counts in `failed_allocs` and traces a
-//! `failed` event once, when it finally fails (the handler declined or raised, or the retry
-//! found no room): while a handler may still rescue it, the core leaves its failure unrecorded
-//! (`Pool::failures_deferred`), so that no reader ever sees a rescued allocation as failed. A pool that can grow has tried to grow by then (the core
-//! grows before it reports out-of-memory); an exception its `on_grow` raised becomes the
-//! `__cause__` of the `OutOfMemoryError`.
+//! `failed` event once, when it finally fails (the handler declined or raised, or the last
+//! retry found no room): while a handler may still rescue it, the core leaves its failure
+//! unrecorded (`Pool::failures_deferred`), so that no reader ever sees a rescued allocation as
+//! failed.
 
 use std::cell::{Cell, RefCell};
 use std::sync::{Mutex, MutexGuard};
@@ -32,9 +38,17 @@ thread_local! {
     /// KV cache's state mutex, the pool's pause): a handler must not wait for other threads'
     /// frees then.
     static UNDER_LOCK: Cell<bool> = const { Cell::new(false) };
-    /// The item sizes of the allocation whose handler this thread runs (see
-    /// [`oom_request_sizes`]).
-    static REQUEST: RefCell<Option<Vec<usize>>> = const { RefCell::new(None) };
+    /// The allocation whose handler this thread runs (see [`oom_request_sizes`] and
+    /// [`oom_retry_may_grow`]).
+    static REQUEST: RefCell<Option<Request>> = const { RefCell::new(None) };
+}
+
+/// What a handler learns of the allocation it runs for.
+struct Request {
+    /// The item sizes, in bytes.
+    sizes: Vec<usize>,
+    /// Whether the retry that a true answer makes may add a region.
+    may_grow: bool,
 }
 
 /// Run `work` (which may call the out-of-memory handler) marked as holding a lock that other
@@ -60,7 +74,17 @@ pub(crate) fn oom_handler_may_wait() -> bool {
 /// for their total. `None` outside a handler.
 #[pyfunction]
 pub(crate) fn oom_request_sizes() -> Option<Vec<usize>> {
-    REQUEST.with(|r| r.borrow().clone())
+    REQUEST.with(|r| r.borrow().as_ref().map(|r| r.sizes.clone()))
+}
+
+/// Whether the retry that a true answer of the out-of-memory handler running in this thread
+/// makes may add a region: True when the pool can grow and has not tried yet (it asks its
+/// handler before it grows), False when it cannot grow, when its growth failed for this
+/// request (the handler is then asked once more), and outside a handler. A handler that would
+/// wait for other threads' frees need not while the retry may grow.
+#[pyfunction]
+pub(crate) fn oom_retry_may_grow() -> bool {
+    REQUEST.with(|r| r.borrow().as_ref().is_some_and(|r| r.may_grow))
 }
 
 /// A pool's out-of-memory handler, or none.
@@ -109,16 +133,26 @@ impl OomHandler {
         }
     }
 
-    /// Call the handler for a request of items of `sizes` bytes (with their total); whether
-    /// to retry.
-    fn ask(&self, py: Python<'_>, sizes: Vec<usize>) -> PyResult<bool> {
+    /// Call the handler for a request of items of `sizes` bytes (with their total), whose
+    /// retry may grow the pool or not (`may_grow`); whether to retry. In a thread that holds
+    /// the pool's pause, the handler is told not to wait for other threads.
+    fn ask(&self, py: Python<'_>, core: &npumem_core::Pool, sizes: &[usize], may_grow: bool) -> PyResult<bool> {
+        if core.paused_by_caller() {
+            under_lock(|| self.ask_now(py, sizes, may_grow))
+        } else {
+            self.ask_now(py, sizes, may_grow)
+        }
+    }
+
+    /// [`OomHandler::ask`] as the thread is.
+    fn ask_now(&self, py: Python<'_>, sizes: &[usize], may_grow: bool) -> PyResult<bool> {
         let Some(handler) = self.get(py) else { return Ok(false) };
         if IN_HANDLER.with(Cell::get) {
             return Ok(false);
         }
         let nbytes = sizes.iter().fold(0usize, |sum, &n| sum.saturating_add(n));
         IN_HANDLER.with(|f| f.set(true));
-        REQUEST.with(|r| *r.borrow_mut() = Some(sizes));
+        REQUEST.with(|r| *r.borrow_mut() = Some(Request { sizes: sizes.to_vec(), may_grow }));
         let answer = user_code::call(handler.bind(py), (nbytes,)).and_then(|r| user_code::is_truthy(&r));
         REQUEST.with(|r| *r.borrow_mut() = None);
         IN_HANDLER.with(|f| f.set(false));
@@ -170,33 +204,40 @@ impl OomHandler {
             }
             err
         };
-        match first {
-            Err(err) if out_of_memory(&err) => {
-                // A thread that holds the pool's pause keeps every other thread's frees out:
-                // its handler must not wait for them.
-                let asked =
-                    if core.paused_by_caller() { under_lock(|| self.ask(py, sizes())) } else { self.ask(py, sizes()) };
-                let retry = match asked {
-                    Ok(retry) => retry,
-                    // A handler that failed (raised, or answered with something that has no
-                    // truth value): the allocation fails as it would have, with that exception
-                    // as its cause. Ctrl-C and exits go through as they are.
-                    Err(raised) => return Err(caused_by(py, to_py(give_up(err)), raised)),
-                };
-                if retry || grow_last {
-                    // The retry records its own failure; one whose first failure was recorded
-                    // already (a handler set meanwhile) records none: one allocation, one
-                    // outcome.
-                    match deferred {
-                        true => interruptible(py, &alloc)?,
-                        false => interruptible(py, || core.failures_deferred(&alloc))?,
-                    }
-                    .map_err(to_py)
-                } else {
-                    Err(to_py(give_up(err)))
-                }
-            }
-            other => other.map_err(to_py),
+        let err = match first {
+            Err(err) if out_of_memory(&err) => err,
+            other => return other.map_err(to_py),
+        };
+        let sizes = sizes();
+        // A handler that failed (raised, or answered with something that has no truth value):
+        // the allocation fails as it would have, with that exception as its cause. Ctrl-C and
+        // exits go through as they are.
+        let retry = match self.ask(py, core, &sizes, grow_last) {
+            Ok(retry) => retry,
+            Err(raised) => return Err(caused_by(py, to_py(give_up(err)), raised)),
+        };
+        if !(retry || grow_last) {
+            return Err(to_py(give_up(err)));
+        }
+        if !deferred {
+            // The first failure was recorded already (a handler set meanwhile): the retry
+            // records none. One allocation, one outcome.
+            return interruptible(py, || core.failures_deferred(&alloc))?.map_err(to_py);
+        }
+        if !grow_last {
+            return interruptible(py, &alloc)?.map_err(to_py); // records its own failure
+        }
+        // The retry may grow. When it fails too, the pool did not grow for this request: the
+        // handler is asked again, told so, unless the growth hook raised Ctrl-C or an exit.
+        let err = match interruptible(py, || core.failures_deferred(&alloc))? {
+            Err(err) if out_of_memory(&err) && !growth::interrupted(py) => err,
+            Err(err) if out_of_memory(&err) => return Err(to_py(give_up(err))),
+            other => return other.map_err(to_py),
+        };
+        match self.ask(py, core, &sizes, false) {
+            Ok(true) => interruptible(py, &alloc)?.map_err(to_py),
+            Ok(false) => Err(to_py(give_up(err))),
+            Err(raised) => Err(caused_by(py, to_py(give_up(err)), raised)),
         }
     }
 
