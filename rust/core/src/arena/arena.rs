@@ -55,6 +55,9 @@ pub(crate) struct Arena {
     /// Where the free end of a core chunk that the next block with a front tries first starts:
     /// the chunk plus one and the unit (0: none; a hint, `front.rs`).
     pub(crate) frontier: AtomicU64,
+    /// The chunk where the next best fit's look at the boundaries of core chunks starts (a
+    /// hint, `front.rs`: [`PAIR_WINDOW`](crate::arena::front::PAIR_WINDOW)).
+    pub(crate) pair_cursor: AtomicUsize,
     /// Whether the global pool ran out of chunks (`tight.rs`).
     pub(crate) tight: Tight,
     /// One past the highest chunk ever granted to a core ([`Arena::open`]): nothing ever wrote
@@ -140,6 +143,7 @@ impl Arena {
             reveal_cursor: AtomicU64::new(0),
             hidden_rests,
             frontier: AtomicU64::new(0),
+            pair_cursor: AtomicUsize::new(0),
             tight: Tight::default(),
             opened_to: AtomicUsize::new(0),
         };

@@ -36,6 +36,13 @@
 //! over the free end of every core chunk and every boundary of two core chunks. So the holes
 //! at chunk ends that no single chunk could give a large request join.
 //!
+//! A best fit looks at the boundaries of at most [`PAIR_WINDOW`] chunks whose ends may hold the
+//! block, from where the last one stopped (`Arena::pair_cursor`, a hint), and at every
+//! boundary only when no place was found that way: so its cost does not grow with the arena
+//! (every core chunk may start such a pair, and reading each one's ends took most of a
+//! placement on large arenas), the windows take turns over the whole arena, and a block fails
+//! only where every boundary was looked at.
+//!
 //! Taking one: its whole chunks (and a fresh tail chunk) are claimed from the global pool at
 //! once; a fresh tail chunk is granted to the allocating core with its levels hidden (as for a
 //! run with a tail); then the front's nodes and the tail's nodes are claimed, all or none
@@ -64,6 +71,8 @@
 //! chunk or more free at its end ([`Arena::keeps_front_room`]), so that free end stays next to
 //! free chunks for the next block with a front instead of being cut off by a chunk of small
 //! blocks.
+
+use std::cell::Cell;
 
 use super::arena::Arena;
 use super::chunk_sets::ChunkWords;
@@ -227,6 +236,10 @@ pub(crate) enum FrontTail {
     Shared,
 }
 
+/// The chunks whose ends may hold a block that one window of a best fit looks at (see the
+/// module documentation).
+pub(crate) const PAIR_WINDOW: usize = 64;
+
 /// The room of core chunks that a claim of [`Arena::claim_large`] found taken: free ends
 /// (where a front or a packed block starts) and free starts (where a tail goes). The next round
 /// of candidates leaves that room out, and only that: a chunk whose end was taken may still
@@ -376,9 +389,11 @@ impl Arena {
     ) -> Option<(usize, usize)> {
         let g = &self.geometry;
         let mut refused = Refused::default();
-        loop {
+        let cursor = Cell::new(self.pair_cursor.load(Ordering::Relaxed));
+        let window = pairs.then_some(&cursor);
+        let taken = loop {
             let epoch = self.global.epoch();
-            let chosen = self.choose_large(size, layout, align, &refused, pairs, true);
+            let chosen = self.choose_large(size, layout, align, &refused, pairs, true, window);
             let Some(spot) = chosen else {
                 if self.global.epoch() == epoch {
                     return None;
@@ -412,9 +427,11 @@ impl Arena {
                 _ => None,
             };
             if taken.is_some() {
-                return taken;
+                break taken;
             }
-        }
+        };
+        self.pair_cursor.store(cursor.get(), Ordering::Relaxed);
+        taken
     }
 
     /// The place [`Arena::claim_large_in`] tries next for the block (`refused`: the room its
@@ -422,6 +439,10 @@ impl Arena {
     /// ([`best_fit_key`]) that passes the checks of a shared tail; with first fit, the first
     /// place in address order that does. `lazy` reads only the free ends that can still win
     /// ([`Arena::read_fronts_below`]; off, every one is read: the same choice, for the tests).
+    /// With `window`, a best fit looks at the boundaries of core chunks in a window from there
+    /// (moved on past it), and at all of them when that found no place (see the module
+    /// documentation).
+    #[allow(clippy::too_many_arguments)]
     fn choose_large(
         &self,
         size: usize,
@@ -430,6 +451,7 @@ impl Arena {
         refused: &Refused,
         pairs: bool,
         lazy: bool,
+        window: Option<&Cell<usize>>,
     ) -> Option<Spot> {
         let runs = self.global.free_runs_now();
         let best_fit = matches!(self.global.placement(), Placement::BestFit);
@@ -439,8 +461,9 @@ impl Arena {
             (true, false) | (false, false) => self.large_candidates(&runs, size, layout, align, refused, None),
             (false, true) => self.shortest_run_candidates(runs, size, layout, align, refused),
         };
+        let window = window.filter(|_| best_fit);
         if pairs {
-            self.pair_candidates(size, layout, align, refused, &mut candidates);
+            self.pair_candidates(size, layout, align, refused, &mut candidates, window);
         }
         let accepts = |spot: &Spot| match *spot {
             Spot::Tailed(TailSpot::Shared(start)) => {
@@ -454,7 +477,11 @@ impl Arena {
         };
         if best_fit {
             self.read_fronts_below(unread, size, layout, align, &mut candidates);
-            return best_accepted(candidates, &accepts);
+            let chosen = best_accepted(candidates, &accepts);
+            if chosen.is_none() && pairs && window.is_some() {
+                return self.choose_large(size, layout, align, refused, pairs, lazy, None);
+            }
+            return chosen;
         }
         // Keys computed once: with the match of `Spot` inlined in the sort's comparator,
         // valgrind's memcheck reports a branch on uninitialised bytes in the optimized build
@@ -590,7 +617,9 @@ impl Arena {
     /// the block are looked at ([`Arena::pair_starts`]); a few loads per chunk rule most of
     /// them out: the bounds of each chunk's ends ([`Arena::ends_bound`]: the ends records that
     /// searches write and frees keep, else the stretch memos). The trees of the rest are read
-    /// once each ([`Arena::read_ends`]), which records their ends for the next search.
+    /// once each ([`Arena::read_ends`]), which records their ends for the next search. With
+    /// `window`, only the first [`PAIR_WINDOW`] chunks that may start a pair from there, in
+    /// address order round the arena, and `window` is left where the next look goes on.
     fn pair_candidates(
         &self,
         size: usize,
@@ -598,6 +627,7 @@ impl Arena {
         align: u64,
         refused: &Refused,
         out: &mut Vec<(usize, u64, Spot)>,
+        window: Option<&Cell<usize>>,
     ) {
         let g = &self.geometry;
         let upc = g.units_per_chunk();
@@ -614,7 +644,15 @@ impl Arena {
         // Consecutive pairs share a chunk: its tree is read at most once, and its bounds too.
         let mut ends = keep_last(|c| self.read_ends(c));
         let mut bound_of = keep_last(|c| self.ends_bound(c));
-        for chunk in self.pair_starts(units, end) {
+        let mut looked = 0;
+        for chunk in self.pair_starts(units, end, window.map_or(0, Cell::get)) {
+            if let Some(window) = window {
+                if looked == PAIR_WINDOW {
+                    window.set(chunk);
+                    break;
+                }
+                looked += 1;
+            }
             let next = chunk + 1;
             let bound = bound_of(chunk);
             if next == end {
@@ -626,7 +664,7 @@ impl Arena {
                         }
                     }
                 }
-                break;
+                continue;
             }
             // A front starts at a multiple of `align` units: it holds at most that end rounded
             // down to one.
@@ -685,7 +723,7 @@ impl Arena {
     /// as the pair's claim checks the states again): a chunk never searched is unsure, and
     /// the whole chunks of runs would otherwise make most of the arena's chunks pair starts
     /// (after a fill of 1-8 MiB blocks, 498 of 512, and every one read for nothing).
-    fn pair_starts(&self, units: u64, end: usize) -> impl Iterator<Item = usize> {
+    fn pair_starts(&self, units: u64, end: usize, from: usize) -> impl Iterator<Item = usize> {
         let words = end.div_ceil(64);
         let mut may = ChunkWords::from_elem(0, words);
         let top = stretch_classes::classes_up_to(self.geometry.units_per_chunk());
@@ -720,7 +758,8 @@ impl Arena {
             may[w] = (at | at >> 1 | (next_may & next) << 63) & here & (here >> 1 | next << 63 | last_bit);
             this_owned = Some(next);
         }
-        (0..words).flat_map(move |w| {
+        let first = (from / 64).min(words);
+        (first..words).chain(0..first).flat_map(move |w| {
             let mut word = may[w];
             std::iter::from_fn(move || {
                 let bit = (word != 0).then(|| word.trailing_zeros() as usize)?;
@@ -1077,29 +1116,29 @@ mod tests {
             a.stretch_classes.moved(chunk, before, longest, || a.lines[chunk].stretch.recorded());
             a.stretch_classes.settle(chunk, || false);
         };
-        assert_eq!(a.pair_starts(4000, chunks).count(), 0, "no chunk owned: no pair");
+        assert_eq!(a.pair_starts(4000, chunks, 0).count(), 0, "no chunk owned: no pair");
         for chunk in 0..chunks {
             a.cores[chunk % 2].own(chunk);
         }
-        assert_eq!(a.pair_starts(4000, chunks).count(), chunks, "every chunk unsure: every pair");
+        assert_eq!(a.pair_starts(4000, chunks, 0).count(), chunks, "every chunk unsure: every pair");
         a.cores[1].disown(3);
-        let starts: Vec<usize> = a.pair_starts(4000, chunks).collect();
+        let starts: Vec<usize> = a.pair_starts(4000, chunks, 0).collect();
         assert!(!starts.contains(&2) && !starts.contains(&3), "a pair needs both chunks owned: {starts:?}");
         assert_eq!(starts.len(), chunks - 2);
         a.cores[1].own(3);
         for chunk in 0..chunks {
             record(chunk, 100);
         }
-        assert_eq!(a.pair_starts(4000, chunks).count(), 0, "no memo holds half");
+        assert_eq!(a.pair_starts(4000, chunks, 0).count(), 0, "no memo holds half");
         record(5, 2000);
         record(chunks - 1, 3000);
         a.stretch_classes.mark_unsure(9);
-        let starts: Vec<usize> = a.pair_starts(4000, chunks).collect();
+        let starts: Vec<usize> = a.pair_starts(4000, chunks, 0).collect();
         assert_eq!(starts, [4, 5, 8, 9, chunks - 2, chunks - 1]);
         // With the last chunk past the end, the chunk before it is the last: alone.
-        assert_eq!(a.pair_starts(4000, chunks - 1).collect::<Vec<_>>(), [4, 5, 8, 9]);
-        assert_eq!(a.pair_starts(200, chunks).count(), chunks, "every memo holds half of 200 units");
-        assert_eq!(a.pair_starts(200, 0).count(), 0, "no chunk published yet: no pair");
+        assert_eq!(a.pair_starts(4000, chunks - 1, 0).collect::<Vec<_>>(), [4, 5, 8, 9]);
+        assert_eq!(a.pair_starts(200, chunks, 0).count(), chunks, "every memo holds half of 200 units");
+        assert_eq!(a.pair_starts(200, 0, 0).count(), 0, "no chunk published yet: no pair");
     }
 
     /// Pairs across the words of the chunk bitmaps: the last chunk of a word pairs with the
@@ -1116,12 +1155,12 @@ mod tests {
             a.stretch_classes.moved(chunk, before, longest, || a.lines[chunk].stretch.recorded());
             a.stretch_classes.settle(chunk, || false);
         }
-        assert_eq!(a.pair_starts(4000, chunks).collect::<Vec<_>>(), [63, 64, 126, 127]);
+        assert_eq!(a.pair_starts(4000, chunks, 0).collect::<Vec<_>>(), [63, 64, 126, 127]);
         a.cores[1].disown(63);
-        assert_eq!(a.pair_starts(4000, chunks).collect::<Vec<_>>(), [64, 126, 127], "63 not owned");
+        assert_eq!(a.pair_starts(4000, chunks, 0).collect::<Vec<_>>(), [64, 126, 127], "63 not owned");
         a.cores[0].disown(128);
-        assert_eq!(a.pair_starts(4000, chunks).collect::<Vec<_>>(), [64, 126], "128 not owned: 127 pairs with none");
-        assert_eq!(a.pair_starts(4000, 128).collect::<Vec<_>>(), [64, 126, 127], "127 the last chunk: alone");
+        assert_eq!(a.pair_starts(4000, chunks, 0).collect::<Vec<_>>(), [64, 126], "128 not owned: 127 pairs with none");
+        assert_eq!(a.pair_starts(4000, 128, 0).collect::<Vec<_>>(), [64, 126, 127], "127 the last chunk: alone");
     }
 
     #[test]
@@ -1143,6 +1182,43 @@ mod tests {
         // A rest that needs every unit of a chunk takes it whole.
         let f = FrontLayout::of(g, at, 3 * MIB / 2 + 2 * MIB - 1).unwrap();
         assert_eq!((f.chunks, f.tail_units), (1, 0));
+    }
+
+    /// A best fit looks at the boundaries of [`PAIR_WINDOW`] chunks from its cursor, then, when
+    /// none of them and no free run had room, at every boundary: the one pair that holds the
+    /// block lies far past the window, and the block goes there; the cursor moved on past
+    /// the window. The pairs from a cursor are those from 0, from the cursor's word on.
+    #[test]
+    fn a_best_fit_looks_past_its_window_before_it_fails() {
+        let a = arena_of(512 * MIB);
+        let g = &a.geometry;
+        let chunks = g.chunks;
+        let far = 200;
+        let mut swept = crate::arena::exact::Swept::default();
+        for chunk in 0..chunks {
+            assert!(a.grant_exact(chunk, 0));
+            let base = chunk * g.chunk_size;
+            // Every chunk keeps 512 KiB free in its middle, so that it may start a pair (its
+            // longest stretch holds half the block), but no free end or start; but `far`,
+            // whose free end is 512 KiB, and the chunk after it, whose free start is 512 KiB.
+            let taken: &[(usize, usize)] = match chunk {
+                c if c == far => &[(0, MIB), (MIB, MIB / 2)],
+                c if c == far + 1 => &[(MIB / 2, MIB / 2), (MIB, MIB)],
+                _ => &[(0, MIB), (3 * MIB / 2, MIB / 2)],
+            };
+            for &(at, size) in taken {
+                a.buddy_reserve_at(base + at, size, &mut swept).unwrap();
+            }
+        }
+        let all: Vec<usize> = a.pair_starts(3600, chunks, 0).collect();
+        assert!(all.len() > 2 * PAIR_WINDOW, "{} pair starts", all.len());
+        let from_130: Vec<usize> = a.pair_starts(3600, chunks, 130).collect();
+        let first = all.iter().position(|&c| c >= 128).unwrap();
+        assert_eq!(from_130, [&all[first..], &all[..first]].concat(), "rotated by whole words");
+        let size = 900 << 10;
+        let (offset, _) = a.claim_large(size, g.layout(size, 1), g.bank_units, 0).expect("the far pair holds it");
+        assert_eq!(offset, far * g.chunk_size + 3 * MIB / 2, "in the free end of the far chunk");
+        assert!(a.pair_cursor.load(Ordering::Relaxed) >= PAIR_WINDOW, "the next window starts past this one");
     }
 
     #[test]
@@ -1187,7 +1263,7 @@ mod tests {
         let size = 3 * MIB / 2;
         let fronts_in_chunk_0 = |refused: &Refused| {
             let mut out = Vec::new();
-            a.pair_candidates(size, g.layout(size, 1), g.bank_units, refused, &mut out);
+            a.pair_candidates(size, g.layout(size, 1), g.bank_units, refused, &mut out, None);
             out.iter().filter(|(_, _, spot)| matches!(spot, Spot::Front(f, FrontTail::Shared) if f.chunk == 0)).count()
         };
         assert_eq!(fronts_in_chunk_0(&Refused::default()), 1);
@@ -1237,14 +1313,14 @@ mod tests {
                     },
                 };
                 for align in [g.bank_units, g.bank_units * 4] {
-                    let eager = a.choose_large(size, layout, align, &refused, true, false);
-                    let lazy = a.choose_large(size, layout, align, &refused, true, true);
+                    let eager = a.choose_large(size, layout, align, &refused, true, false, None);
+                    let lazy = a.choose_large(size, layout, align, &refused, true, true, None);
                     // The key of each choice among every place.
                     let full = |spot: Option<Spot>| {
                         let mut all = Vec::new();
                         let runs = a.global.free_runs_now();
                         all.extend(a.large_candidates(&runs, size, layout, align, &refused, None));
-                        a.pair_candidates(size, layout, align, &refused, &mut all);
+                        a.pair_candidates(size, layout, align, &refused, &mut all, None);
                         spot.map(|spot| all.iter().find(|c| c.2 == spot).map(best_fit_key))
                     };
                     assert_eq!(full(lazy), full(eager), "capacity {capacity} step {step} size {size} align {align}");
