@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -622,4 +623,164 @@ def test_a_thread_that_holds_the_pause_does_not_wait_for_room() -> None:
     compactor.detach()
     a.free()
     b.free()
+    pool.check()
+
+
+def full_growing_pool(
+    on_grow: Callable[[int, int], object],
+) -> tuple[npumem.Pool, list[npumem.Block]]:
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=4 * MIB, cores=1, on_grow=on_grow)
+    return pool, [pool.alloc(MIB) for _ in range(4)]
+
+
+class GrowRefused(Exception):
+    pass
+
+
+class HandlerFailed(Exception):
+    pass
+
+
+def refuse_growth(offset: int, nbytes: int) -> None:
+    raise GrowRefused(f"no device memory at {offset:#x}")
+
+
+def test_a_handler_that_raises_after_a_refused_growth_is_the_cause() -> None:
+    # The growth's exception stays reachable as the context of the handler's.
+    pool, held = full_growing_pool(refuse_growth)
+    calls: list[bool] = []
+
+    def handler(nbytes: int) -> bool:
+        calls.append(oom_retry_may_grow())
+        if len(calls) == 2:
+            raise HandlerFailed("the handler failed")
+        return False
+
+    pool.set_oom_handler(handler)
+    with pytest.raises(npumem.OutOfMemoryError) as raised:
+        pool.alloc(MIB)
+    assert calls == [True, False]
+    assert isinstance(raised.value.__cause__, HandlerFailed)
+    assert isinstance(raised.value.__cause__.__context__, GrowRefused)
+    assert pool.stats().failed_allocs == 1
+    for blk in held:
+        blk.free()
+    pool.check()
+
+
+def test_a_failing_allocation_inside_a_handler_keeps_the_outer_growth_cause() -> None:
+    pool, held = full_growing_pool(refuse_growth)
+    probes: list[str] = []
+
+    def handler(nbytes: int) -> bool:
+        if not oom_retry_may_grow():
+            with pytest.raises(npumem.OutOfMemoryError) as probe:
+                pool.alloc(nbytes // 2)
+            probes.append(type(probe.value.__cause__).__name__)
+        return False
+
+    pool.set_oom_handler(handler)
+    with pytest.raises(npumem.OutOfMemoryError) as raised:
+        pool.alloc(MIB)
+    assert isinstance(raised.value.__cause__, GrowRefused)
+    assert probes == ["GrowRefused"]  # the probe's own growth was refused too
+    for blk in held:
+        blk.free()
+    pool.check()
+
+
+def test_the_last_retry_does_not_grow_the_pool_the_handler_was_told_would_not() -> None:
+    grows: list[int] = []
+
+    def refuse_once(offset: int, nbytes: int) -> None:
+        grows.append(nbytes)
+        if len(grows) == 1:
+            raise GrowRefused("not now")
+
+    pool, held = full_growing_pool(refuse_once)
+    pool.set_oom_handler(lambda nbytes: True)
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(MIB)
+    assert len(grows) == 1 and pool.capacity == 4 * MIB and len(pool.regions()) == 1
+    got = pool.alloc(MIB)  # a later allocation asks again
+    assert len(grows) == 2 and pool.capacity == 8 * MIB
+    for blk in [*held, got]:
+        blk.free()
+    pool.check()
+
+
+def test_an_allocation_inside_a_growth_hook_asks_no_handler() -> None:
+    # The region change the hook is part of holds the pool: a handler could neither grow it
+    # nor pause it, and a Compactor's would wait for the pause in vain.
+    asked: list[int] = []
+    nested: list[str] = []
+
+    def on_grow(offset: int, nbytes: int) -> None:
+        with pytest.raises(npumem.OutOfMemoryError):
+            pool.alloc(MIB)
+        nested.append("refused")
+
+    pool, held = full_growing_pool(on_grow)
+    pool.set_oom_handler(lambda nbytes: asked.append(nbytes) or False)
+    got = pool.alloc(MIB)
+    assert asked == [MIB] and nested == ["refused"] and pool.capacity == 8 * MIB
+    for blk in [*held, got]:
+        blk.free()
+    pool.check()
+
+
+def test_inside_one_pools_handler_another_pools_handler_runs() -> None:
+    spill = npumem.Pool(4 * MIB, cores=1)
+    spilled = [spill.alloc(MIB) for _ in range(4)]
+    spill_asked: list[int] = []
+
+    def spill_handler(nbytes: int) -> bool:
+        spill_asked.append(nbytes)
+        spilled.pop().free()
+        return True
+
+    spill.set_oom_handler(spill_handler)
+    pool = npumem.Pool(4 * MIB, cores=1)
+    held = [pool.alloc(MIB) for _ in range(4)]
+    moved: list[npumem.Block] = []
+
+    def handler(nbytes: int) -> bool:
+        moved.append(spill.alloc(MIB))  # the spill pool's own handler makes room there
+        held.pop().free()
+        return True
+
+    pool.set_oom_handler(handler)
+    got = pool.alloc(MIB)
+    assert spill_asked == [MIB] and len(moved) == 1
+    for blk in [*held, got, *moved, *spilled]:
+        blk.free()
+    pool.check()
+    spill.check()
+
+
+def test_a_compactors_plan_waits_no_longer_than_its_pause_timeout() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    blocks = [pool.alloc(256 << 10) for _ in range(16)]
+    for blk in blocks[1::2]:
+        blk.free()
+    compactor = Compactor(pool, pause_timeout=0.3)
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with pool.pause(30):
+            held.set()
+            release.wait(15)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait()
+    started = time.monotonic()
+    try:
+        with pytest.raises(npumem.PoolBusyError):
+            compactor.compact("full")
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        thread.join()
+    assert waited < 5.0, f"the plan waited {waited:.1f} s with a pause timeout of 0.3 s"
     pool.check()

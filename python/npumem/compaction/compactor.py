@@ -322,9 +322,15 @@ class Compactor:
         checked = check_mode(mode)
         _check_max_bytes(max_bytes)
         limit = max_bytes if max_bytes is not None else self.policy.max_bytes
-        return self.pool.plan_compaction(
-            checked, max_bytes=limit if checked == "incremental" else None, mover=self.mover
-        )
+        # The look stops the pool as a step does: waiting at most `pause_timeout`.
+        with self.pool.pause(self.pause_timeout) as pause:
+            plan = self.pool.plan_compaction(
+                checked,
+                max_bytes=limit if checked == "incremental" else None,
+                pause=pause,
+                mover=self.mover,
+            )
+        return plan
 
     # ----- policies --------------------------------------------------------------------------
 

@@ -4,13 +4,17 @@
 //! raised as it is); an `on_trim`'s goes to `sys.unraisablehook`.
 //!
 //! A hook runs on the allocating (or trimming) thread, with the GIL taken for the call; the
-//! exception waits in a thread-local slot until the failed allocation reaches Python.
+//! exception waits in a thread-local slot until the failed allocation reaches Python. An
+//! allocation inside a handler (or a hook) keeps the exception of the allocation it runs in
+//! ([`stash`], [`restore`]). No out-of-memory handler runs for an allocation inside a hook
+//! ([`in_hook`]): the change of regions the hook is part of holds the pool, so the handler
+//! could neither grow it nor pause it.
 //!
 //! The callables live in the pool's [`Hooks`], the one owner of each: the pool's
 //! garbage-collector methods visit and clear them there, so a hook that refers to its pool
 //! (a closure over it) is a cycle the collector can break.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 
 use npumem_core::RegionHook;
@@ -24,6 +28,24 @@ use crate::user_code;
 thread_local! {
     /// The exception the last failing `on_grow` of this thread raised.
     static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+    /// How many region hooks this thread is running (one inside another's pool's hook).
+    static IN_HOOK: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether this thread runs a region hook now (an allocation inside it asks no handler).
+pub(crate) fn in_hook() -> bool {
+    IN_HOOK.with(Cell::get) > 0
+}
+
+/// Take the exception of the allocation a nested one runs inside (a handler's or a hook's),
+/// to be put back with [`restore`] once the nested allocation is done.
+pub(crate) fn stash() -> Option<PyErr> {
+    RAISED.with(|slot| slot.borrow_mut().take())
+}
+
+/// Put back what [`stash`] took.
+pub(crate) fn restore(outer: Option<PyErr>) {
+    RAISED.with(|slot| *slot.borrow_mut() = outer);
 }
 
 /// One hook's callable, shared by the pool (for the collector) and the core's hook.
@@ -88,7 +110,10 @@ fn hook(slot: &Slot, callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResul
             let held = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.clone_ref(py));
             // Cleared by the collector: the pool is going away.
             let Some(callable) = held else { return Ok(()) };
-            match user_code::call(callable.bind(py), (offset, nbytes)) {
+            IN_HOOK.with(|n| n.set(n.get() + 1));
+            let called = user_code::call(callable.bind(py), (offset, nbytes));
+            IN_HOOK.with(|n| n.set(n.get() - 1));
+            match called {
                 Ok(_) => Ok(()),
                 Err(err) => {
                     let message = err.to_string();
@@ -105,11 +130,6 @@ fn hook(slot: &Slot, callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResul
     Ok(Some(hook))
 }
 
-/// Forget an exception of an earlier allocation of this thread.
-pub(crate) fn forget() {
-    RAISED.with(|slot| slot.borrow_mut().take());
-}
-
 /// Whether this thread's last failing `on_grow` raised an exception that is no `Exception`
 /// (Ctrl-C, an exit): the allocation then ends with it, without asking anything more.
 pub(crate) fn interrupted(py: Python<'_>) -> bool {
@@ -118,12 +138,24 @@ pub(crate) fn interrupted(py: Python<'_>) -> bool {
 
 /// `err` with the exception a failing `on_grow` raised (if any) as its `__cause__`; or that
 /// exception itself when it is no `Exception` (a `KeyboardInterrupt`, a `SystemExit`): those
-/// go through as they are.
+/// go through as they are. An `err` that has a cause already (the exception of an
+/// out-of-memory handler, which ran after the growth failed) keeps it, and the growth's
+/// exception becomes that cause's `__context__`, unless it has one.
 pub(crate) fn chain(py: Python<'_>, err: PyErr) -> PyErr {
-    let Some(cause) = RAISED.with(|slot| slot.borrow_mut().take()) else { return err };
-    let out_of_memory = ErrorClass::OutOfMemory.class(py).is_ok_and(|class| err.is_instance(py, class));
-    match out_of_memory || !cause.is_instance_of::<PyException>(py) {
-        true => caused_by(py, err, cause),
-        false => err,
+    let Some(grown) = RAISED.with(|slot| slot.borrow_mut().take()) else { return err };
+    if !grown.is_instance_of::<PyException>(py) {
+        return grown;
+    }
+    if !ErrorClass::OutOfMemory.class(py).is_ok_and(|class| err.is_instance(py, class)) {
+        return err;
+    }
+    match err.cause(py) {
+        Some(handler) => {
+            if handler.value(py).getattr("__context__").is_ok_and(|c| c.is_none()) {
+                let _ = handler.value(py).setattr("__context__", grown.value(py));
+            }
+            err
+        }
+        None => caused_by(py, err, grown),
     }
 }

@@ -8,8 +8,10 @@
 //! a compaction may serve the request without a new region, and the retry may grow. If that
 //! retry fails too (its `on_grow` refused, or no region has room for the request), the handler
 //! is asked once more, now told that the pool will not grow (`oom_retry_may_grow()` is False),
-//! so that it may wait for other threads' frees, and a true answer retries a last time. An
-//! exception `on_grow` raised becomes the `__cause__` of the `OutOfMemoryError`.
+//! so that it may wait for other threads' frees, and a true answer retries a last time,
+//! without growing. An exception `on_grow` raised becomes the `__cause__` of the
+//! `OutOfMemoryError` (or, when the handler raised after it, the `__context__` of the
+//! handler's exception, which is the cause).
 //!
 //! The handler is called with the GIL, after the failed allocation left the pool (no gate
 //! held), so it may pause and compact. An allocation counts in `failed_allocs` and traces a
@@ -31,9 +33,9 @@ use crate::growth;
 use crate::user_code;
 
 thread_local! {
-    /// Set while this thread runs an out-of-memory handler (an allocation inside it does not
-    /// call a handler again).
-    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+    /// The pools whose out-of-memory handler this thread runs, innermost last: an allocation
+    /// inside a handler does not call that pool's handler again (another pool's, yes).
+    static IN_HANDLER: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
     /// Set while this thread runs Python code under a lock that other threads' calls need (a
     /// KV cache's state mutex, the pool's pause): a handler must not wait for other threads'
     /// frees then.
@@ -138,24 +140,26 @@ impl OomHandler {
     /// the pool's pause, the handler is told not to wait for other threads.
     fn ask(&self, py: Python<'_>, core: &npumem_core::Pool, sizes: &[usize], may_grow: bool) -> PyResult<bool> {
         if core.paused_by_caller() {
-            under_lock(|| self.ask_now(py, sizes, may_grow))
+            under_lock(|| self.ask_now(py, core.id(), sizes, may_grow))
         } else {
-            self.ask_now(py, sizes, may_grow)
+            self.ask_now(py, core.id(), sizes, may_grow)
         }
     }
 
-    /// [`OomHandler::ask`] as the thread is.
-    fn ask_now(&self, py: Python<'_>, sizes: &[usize], may_grow: bool) -> PyResult<bool> {
+    /// [`OomHandler::ask`] as the thread is, for pool `pool`. No handler runs for an
+    /// allocation inside this pool's handler, nor inside a region hook (`growth::in_hook`).
+    fn ask_now(&self, py: Python<'_>, pool: u32, sizes: &[usize], may_grow: bool) -> PyResult<bool> {
         let Some(handler) = self.get(py) else { return Ok(false) };
-        if IN_HANDLER.with(Cell::get) {
+        if growth::in_hook() || IN_HANDLER.with(|h| h.borrow().contains(&pool)) {
             return Ok(false);
         }
         let nbytes = sizes.iter().fold(0usize, |sum, &n| sum.saturating_add(n));
-        IN_HANDLER.with(|f| f.set(true));
-        REQUEST.with(|r| *r.borrow_mut() = Some(Request { sizes: sizes.to_vec(), may_grow }));
+        IN_HANDLER.with(|h| h.borrow_mut().push(pool));
+        // A handler of another pool that this one runs inside keeps its request.
+        let outer = REQUEST.with(|r| r.replace(Some(Request { sizes: sizes.to_vec(), may_grow })));
         let answer = user_code::call(handler.bind(py), (nbytes,)).and_then(|r| user_code::is_truthy(&r));
-        REQUEST.with(|r| *r.borrow_mut() = None);
-        IN_HANDLER.with(|f| f.set(false));
+        REQUEST.with(|r| *r.borrow_mut() = outer);
+        IN_HANDLER.with(|h| h.borrow_mut().pop());
         answer
     }
 
@@ -170,9 +174,16 @@ impl OomHandler {
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
         record: impl FnOnce(&Error),
     ) -> PyResult<T> {
-        growth::forget();
+        // An allocation inside a handler or a hook keeps the growth exception of the one it
+        // runs in; any other starts without one of an earlier allocation.
+        let nested = growth::in_hook() || IN_HANDLER.with(|h| !h.borrow().is_empty());
+        let outer = growth::stash();
         let out = self.retrying_once(py, core, sizes, alloc, record);
-        out.map_err(|err| growth::chain(py, err))
+        let out = out.map_err(|err| growth::chain(py, err));
+        if nested {
+            growth::restore(outer);
+        }
+        out
     }
 
     /// [`OomHandler::retrying`] without the growth hook's exception.
@@ -234,8 +245,9 @@ impl OomHandler {
             Err(err) if out_of_memory(&err) => return Err(to_py(give_up(err))),
             other => return other.map_err(to_py),
         };
+        // The handler was told that the pool will not grow: the last retry does not.
         match self.ask(py, core, &sizes, false) {
-            Ok(true) => interruptible(py, &alloc)?.map_err(to_py),
+            Ok(true) => interruptible(py, || core.without_growth(&alloc))?.map_err(to_py),
             Ok(false) => Err(to_py(give_up(err))),
             Err(raised) => Err(caused_by(py, to_py(give_up(err)), raised)),
         }
