@@ -75,7 +75,6 @@
 use std::cell::Cell;
 
 use super::arena::Arena;
-use super::chunk_sets::ChunkWords;
 use super::chunk_space::Probe;
 use super::exact::Swept;
 use super::front_nodes::{give_front_and_tail, take_front_and_tail, take_nodes, Taken};
@@ -723,14 +722,12 @@ impl Arena {
     /// as the pair's claim checks the states again): a chunk never searched is unsure, and
     /// the whole chunks of runs would otherwise make most of the arena's chunks pair starts
     /// (after a fill of 1-8 MiB blocks, 498 of 512, and every one read for nothing).
-    fn pair_starts(&self, units: u64, end: usize, from: usize) -> impl Iterator<Item = usize> {
+    fn pair_starts(&self, units: u64, end: usize, from: usize) -> impl Iterator<Item = usize> + '_ {
         let words = end.div_ceil(64);
-        let mut may = ChunkWords::from_elem(0, words);
-        let top = stretch_classes::classes_up_to(self.geometry.units_per_chunk());
-        self.stretch_classes.may_hold(units / 2, top, &mut may);
-        // The chunks of word `w` that cores own (none past the end), read only for the words
-        // where a pair may start: the cores' bitmaps are a word per core.
-        let owned = |w: usize| -> u64 {
+        let class = stretch_classes::class_of(units / 2);
+        // The chunks of word `w` that cores own (none past the end): the cores' bitmaps are a
+        // word per core.
+        let owned = move |w: usize| -> u64 {
             if w >= words {
                 return 0;
             }
@@ -740,27 +737,29 @@ impl Arena {
             }
             word
         };
-        // A pair starts at each such chunk and at the chunk before it, both owned (in place,
-        // from the low words up: each word reads the next one before it changes). The last
-        // chunk needs no chunk after it.
+        // Those whose memo may hold half the block (of its class or a longer one, or unsure).
+        let may = move |w: usize| -> u64 {
+            self.stretch_classes.unsure_word(w) | self.stretch_classes.may_hold_word(w, class)
+        };
+        // A pair starts at each such chunk and at the chunk before it, both owned. The last
+        // chunk needs no chunk after it. Word by word, as the search asks for them: a window
+        // reads the words it looks at only, and a word no core owns a chunk of takes no more
+        // than its owners' loads.
         let last = end.saturating_sub(1);
-        let mut this_owned = None;
-        for w in 0..words {
-            let next_may = may.get(w + 1).copied().unwrap_or(0);
-            if may[w] == 0 && next_may & 1 == 0 {
-                this_owned = None;
-                continue;
+        let starts = move |w: usize| -> u64 {
+            let here = owned(w);
+            if here == 0 {
+                return 0;
             }
-            let here = this_owned.take().unwrap_or_else(|| owned(w));
             let next = owned(w + 1);
-            let at = may[w] & here;
+            let next_may = if next & 1 != 0 { may(w + 1) } else { 0 };
+            let at = may(w) & here;
             let last_bit = if last / 64 == w { 1 << (last % 64) } else { 0 };
-            may[w] = (at | at >> 1 | (next_may & next) << 63) & here & (here >> 1 | next << 63 | last_bit);
-            this_owned = Some(next);
-        }
+            (at | at >> 1 | (next_may & next) << 63) & here & (here >> 1 | next << 63 | last_bit)
+        };
         let first = (from / 64).min(words);
         (first..words).chain(0..first).flat_map(move |w| {
-            let mut word = may[w];
+            let mut word = starts(w);
             std::iter::from_fn(move || {
                 let bit = (word != 0).then(|| word.trailing_zeros() as usize)?;
                 word &= word - 1;
