@@ -784,3 +784,26 @@ def test_a_compactors_plan_waits_no_longer_than_its_pause_timeout() -> None:
         thread.join()
     assert waited < 5.0, f"the plan waited {waited:.1f} s with a pause timeout of 0.3 s"
     pool.check()
+
+
+def test_a_handler_reads_the_figures_by_tag_without_the_failing_request() -> None:
+    pool = npumem.Pool(4 * MIB, cores=1)
+    held = [pool.alloc(MIB, tag="weights") for _ in range(4)]
+    seen: list[tuple[int, int]] = []
+
+    def handler(nbytes: int) -> bool:
+        weights = next(t for t in pool.stats().by_tag if t.tag == "weights")
+        seen.append((weights.blocks_in_use, weights.requested_bytes_in_use))
+        return False
+
+    pool.set_oom_handler(handler)
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc_many([MIB, MIB], tag="weights")
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(MIB, tag="weights")
+    assert seen == [(4, 4 * MIB), (4, 4 * MIB)]
+    weights = next(t for t in pool.stats().by_tag if t.tag == "weights")
+    assert (weights.blocks_in_use, weights.peak_requested_bytes_in_use) == (4, 4 * MIB)
+    for blk in held:
+        blk.free()
+    pool.check()
