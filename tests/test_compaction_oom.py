@@ -265,24 +265,34 @@ def test_a_rescue_takes_the_policys_incremental_steps() -> None:
     pool.check()
 
 
+def allocate_while_freed(
+    blocks: list[npumem.Block], allocate: Callable[[], npumem.Block]
+) -> tuple[npumem.Block, float]:
+    """Run `allocate()` while another thread frees `blocks` 0.3 s into it: its block, and how
+    long it took (seconds)."""
+
+    def free_later() -> None:
+        time.sleep(0.3)
+        for blk in blocks:
+            blk.free()
+
+    freer = threading.Thread(target=free_later)
+    freer.start()
+    started = time.monotonic()
+    try:
+        got = allocate()
+    finally:
+        freer.join()
+    return got, time.monotonic() - started
+
+
 def test_a_pool_that_cannot_grow_by_the_request_waits_for_room() -> None:
     # 4 MiB of growth left: too little for 6 MiB, so the retry cannot grow; another thread
     # frees the first region's blocks while the allocation waits.
     pool = npumem.Pool(8 * MIB, max_capacity=12 * MIB, grow_by=4 * MIB, cores=1)
     compactor = Compactor(pool, policy=Policy(wait_for_room=5.0, min_interval=0)).attach()
     held = [pool.alloc(MIB) for _ in range(8)]
-
-    def free_later() -> None:
-        time.sleep(0.3)
-        for blk in held:
-            blk.free()
-
-    freer = threading.Thread(target=free_later)
-    freer.start()
-    started = time.monotonic()
-    big = pool.alloc(6 * MIB)
-    waited = time.monotonic() - started
-    freer.join()
+    big, waited = allocate_while_freed(held, lambda: pool.alloc(6 * MIB))
     assert big.nbytes == 6 * MIB and compactor.waits == 1 and compactor.waits_failed == 0
     assert 0.2 < waited < 4.0, waited
     pool.check()
@@ -298,18 +308,7 @@ def test_a_pool_whose_growth_is_refused_waits_for_room() -> None:
     pool = npumem.Pool(8 * MIB, max_capacity=64 * MIB, cores=1, on_grow=refuse)
     compactor = Compactor(pool, policy=Policy(wait_for_room=5.0, min_interval=0)).attach()
     held = [pool.alloc(MIB) for _ in range(8)]
-
-    def free_later() -> None:
-        time.sleep(0.3)
-        for blk in held[:4]:
-            blk.free()
-
-    freer = threading.Thread(target=free_later)
-    freer.start()
-    started = time.monotonic()
-    got = pool.alloc(4 * MIB)
-    waited = time.monotonic() - started
-    freer.join()
+    got, waited = allocate_while_freed(held[:4], lambda: pool.alloc(4 * MIB))
     assert got.nbytes == 4 * MIB and pool.capacity == 8 * MIB
     assert compactor.waits == 1 and compactor.waits_failed == 0
     assert 0.2 < waited < 4.0, waited
