@@ -200,6 +200,39 @@ def test_a_thread_holding_the_pause_does_not_wait_for_another_threads_compaction
     pool.check()
 
 
+def test_under_its_own_pause_a_thread_gets_no_rescue_and_the_next_failure_compacts() -> None:
+    # A compaction stops the pool itself: under this thread's pause the rescue does not run
+    # (no PoolBusyError behind the OutOfMemoryError), and it does not use up the interval
+    # between automatic compactions, so the failure after the resume is rescued.
+    pool, kept, want = seed_pool()
+    compactor = Compactor(pool, policy=Policy(min_interval=3600.0)).attach()
+    assert not pool.paused_by_caller()
+    with pool.pause(5.0):
+        assert pool.paused_by_caller()
+        with pytest.raises(npumem.OutOfMemoryError) as err:
+            pool.alloc(want)
+    assert not pool.paused_by_caller()
+    assert err.value.__cause__ is None
+    assert compactor.compactions == 0
+    big = pool.alloc(want)
+    assert compactor.compactions == 1
+    for blk, ident in kept:
+        assert intact(blk, ident), f"block {ident} lost its bytes"
+    big.free()
+    pool.check()
+
+
+def test_another_threads_pause_is_not_the_callers() -> None:
+    pool = npumem.Pool(4 * MIB, cores=1)
+    seen: list[bool] = []
+    with pool.pause(5.0):
+        other = threading.Thread(target=lambda: seen.append(pool.paused_by_caller()))
+        other.start()
+        other.join(10)
+        assert pool.paused_by_caller()
+    assert seen == [False]
+
+
 def test_a_kv_page_rescue_does_not_wait_for_a_compaction_whose_hook_reads_the_cache() -> None:
     # Thread A compacts and its pause hook reads the cache; thread B's page allocation fails
     # under the cache's lock and its rescue would wait for A's compactor: a deadlock, unless

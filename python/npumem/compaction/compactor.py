@@ -367,6 +367,10 @@ class Compactor:
         (`alloc_many`); its items need not fit in one block."""
         if not self.policy.on_failure or getattr(self._busy, "active", False):
             return False
+        if self.pool.paused_by_caller():
+            # A compaction stops the pool itself, between the runtime's hooks; this thread's
+            # own pause forbids that, and no other thread can free until it resumes.
+            return False
         sizes = oom_request_sizes() or [nbytes]
         stats = self.pool.stats()
         if stats.largest_free_block >= nbytes:

@@ -545,6 +545,11 @@ impl Pool {
         Pause::take(slf, timeout)
     }
 
+    /// Whether the calling thread holds this pool's pause now (`pause()`, not yet resumed).
+    fn paused_by_caller(&self) -> bool {
+        self.core.paused_by_caller()
+    }
+
     /// Move blocks while `pause` holds the pool: `moves` are `(block, offset)` pairs, validated
     /// before anything moves; `mover(transfers)` copies the bytes of `backing="none"` pools.
     /// Returns the copies made, in order, as `(src, dst, nbytes)`.
