@@ -9,9 +9,12 @@ time (a shared machine's other processes do not count), each call timed alone:
   costliest; and ``stats()`` on the full pool (median of 20);
 - ``large``: allocations of whole chunks (2 MiB) filling an empty pool of each capacity
   (median), and a churn of 1-4 MiB blocks at 50% occupancy (median and p99), with
-  ``run_tails`` on (the default) and off.
+  ``run_tails`` on (the default) and off;
+- ``stats``: ``stats()`` (median of 7) on a pool of each capacity filled to 90% with random
+  sizes from 64 B to 8 MiB (log-uniform), after freeing a random half of the blocks, and after
+  200 steps of a churn that frees one block and allocates another.
 
-    .venv/bin/python benches/pool_scaling.py [--parts refill,failing,large] [--gib 1,16,64]
+    .venv/bin/python benches/pool_scaling.py [--parts refill,failing,large,stats] [--gib 1,16,64]
         [--blocks 1000000] [--steps 5000]
 """
 
@@ -28,7 +31,7 @@ from collections.abc import Callable
 import npumem
 from bench_args import positive_int, positive_int_at_most
 
-PARTS = ("refill", "failing", "large")
+PARTS = ("refill", "failing", "large", "stats")
 clock = time.thread_time_ns
 
 
@@ -140,6 +143,43 @@ def churn(capacity: int, steps: int, tails: bool) -> str:
     return f"{costs[len(costs) // 2]:,.1f} / {costs[int(len(costs) * 0.99)]:,.1f}"
 
 
+def stats_cost(gibs: list[int]) -> None:
+    print("\n### `stats()` on large pools of mixed sizes (two cores): median of 7, ms\n")
+    print("| capacity | blocks | filled to 90% | a random half freed | after 200 more steps |")
+    print("|---|---:|---:|---:|---:|")
+    for gib in gibs:
+        capacity = gib << 30
+        pool = npumem.Pool(capacity, cores=2, backing="none")
+        rng = random.Random(3)
+
+        def size(rng: random.Random = rng) -> int:
+            return int(64 * (2 ** (rng.random() * 17)))
+
+        live: list[npumem.Block] = []
+        used = 0
+        while used < capacity * 9 // 10:
+            n = size()
+            try:
+                live.append(pool.alloc(n))
+            except npumem.OutOfMemoryError:
+                break
+            used += n
+        blocks = len(live)
+        figures = [statistics.median(timed(pool.stats) for _ in range(7)) / 1e3]
+        rng.shuffle(live)
+        pool.free_many(live[: len(live) // 2])
+        live = live[len(live) // 2 :]
+        figures.append(statistics.median(timed(pool.stats) for _ in range(7)) / 1e3)
+        for _ in range(200):
+            j = rng.randrange(len(live))
+            live[j].free()
+            live[j] = pool.alloc(size())
+        figures.append(statistics.median(timed(pool.stats) for _ in range(7)) / 1e3)
+        pool.free_many(live)
+        pool.check()
+        print(f"| {gib} GiB | {blocks:,} | " + " | ".join(f"{f:,.2f}" for f in figures) + " |")
+
+
 def parts(text: str) -> list[str]:
     named = [p.strip() for p in text.split(",")]
     unknown = [p for p in named if p not in PARTS]
@@ -174,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         failing(args.gib)
     if "large" in args.parts:
         large(args.gib, args.steps)
+    if "stats" in args.parts:
+        stats_cost(args.gib)
     return 0
 
 

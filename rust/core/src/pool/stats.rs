@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use crate::arena::buddy::Node;
 use crate::arena::front::FrontLayout;
-use crate::arena::global::{ChunkState, FreeRun};
-use crate::arena::largest::FreeStretches;
+use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
+use crate::pool::largest_free::Reads;
 use crate::pool::pool::Pool;
 use crate::stats::summary::{ClassStats, CoreStats, PoolStats};
 
@@ -26,7 +26,7 @@ impl Pool {
         let bytes_in_use = (totals.bytes.max(0) as u64 + slab_bytes) as usize;
         let slab_cached_bytes = self.slab_cached_bytes(&classes);
         let bytes_free = usable.saturating_sub(bytes_in_use).saturating_sub(slab_cached_bytes);
-        let largest_free_block = self.largest_free_block();
+        let largest_free_block = self.largest_free_block(Reads::Pruned);
         let (mut chunks_free, mut chunks_in_runs, mut chunks_in_cores) = (0, 0, 0);
         for chunk in 0..self.arena.global.end() {
             match self.arena.global.state(chunk) {
@@ -155,7 +155,7 @@ impl Pool {
         let free = self.bytes_free_of(&totals, &classes, slab_bytes);
         let slabs = &self.arena.slabs;
         let Some(k) = (size > 0).then(|| slabs.classes.class_for(size, 1)).flatten() else {
-            return if self.largest_free_block() < size { 0 } else { free / size.max(1) };
+            return if self.largest_free_block(Reads::Pruned) < size { 0 } else { free / size.max(1) };
         };
         let class = &slabs.classes.classes[k];
         let live = classes.get(k).map_or(0, |t| t.allocs.saturating_sub(t.frees));
@@ -241,113 +241,6 @@ impl Pool {
         let allocs = totals.allocs() + classes.iter().map(|c| c.allocs).sum::<u64>();
         let frees = totals.frees + classes.iter().map(|c| c.frees).sum::<u64>();
         (allocs.saturating_sub(frees), totals.requested.wrapping_add(slab_requested), slab_requested)
-    }
-
-    /// The largest request one allocation could get now, counting what an allocation would
-    /// reclaim before failing (all-free slabs and chunks that cores hold empty): the largest
-    /// free chunk run (with the front and tail the core chunks around it could add, the run
-    /// at the arena's end too), and in the core chunks the largest free node, the largest
-    /// block of at most a bank at its enclosing node's start, and the longest free stretch from
-    /// a bank boundary (where a block larger than a bank may start), and, with `run_tails`, the
-    /// free end of a core chunk joined to the free start of the next one (a block with a
-    /// front), and the free end of a core chunk that the reclaim would empty before the free
-    /// chunks or the core chunk after it (the allocator's first try, before it reclaims).
-    /// Each place counts as the largest request whose layout the allocator places there
-    /// (`Geometry::largest_request_in_stretch`, `Geometry::largest_banked_buddy_in`,
-    /// `Geometry::largest_request_in_run`, `Geometry::largest_request_across`; a block with a
-    /// front is its request rounded up to a unit), so that a request of that size succeeds
-    /// while nothing changes, and a larger one fails except where a free object of a slab of the
-    /// calling thread's core holds it (slab space is no free bytes, and only that core's
-    /// threads take from its slabs).
-    fn largest_free_block(&self) -> usize {
-        let g = &self.arena.geometry;
-        let reclaimable = self.reclaimable_nodes();
-        let reclaimable_units =
-            |chunk: usize| reclaimable.get(&chunk).map_or(0, |nodes| nodes.iter().map(|n| n.units(g.depth)).sum());
-        let effectively_empty = |chunk: usize| {
-            matches!(self.arena.global.state(chunk), ChunkState::Core(_))
-                && self.arena.lines[chunk].space.free_units() + reclaimable_units(chunk) == g.usable_units(chunk)
-        };
-        // Per core chunk that is not effectively empty: its largest free node and its free
-        // stretches, with the reclaimable nodes counted free.
-        let mut stretches: HashMap<usize, FreeStretches> = HashMap::new();
-        let mut largest = 0;
-        for chunk in 0..self.arena.global.end() {
-            if !matches!(self.arena.global.state(chunk), ChunkState::Core(_)) || effectively_empty(chunk) {
-                continue;
-            }
-            let nodes = reclaimable.get(&chunk);
-            let is_reclaimable = |n: Node| nodes.is_some_and(|ns| ns.contains(&n));
-            if let Some(level) = self.arena.shape.largest_free_level_with(self.arena.tree(chunk), &is_reclaimable) {
-                largest = largest.max((1usize << (g.depth - level)) * g.min_block);
-            }
-            let inside_reclaimable = |n: Node| {
-                let (start, units) = (n.start(g.depth), n.units(g.depth));
-                nodes.is_some_and(|ns| {
-                    ns.iter().any(|r| start >= r.start(g.depth) && start + units <= r.start(g.depth) + r.units(g.depth))
-                })
-            };
-            let free = self.free_stretches(chunk, &inside_reclaimable);
-            largest = largest.max(free.largest_request(g));
-            // With `run_tails`, the free end of the core chunk before joined to this free start:
-            // a block larger than a bank that crosses the chunks' boundary, with a front,
-            // reserves its request rounded up to a unit.
-            if let Some(before) = chunk.checked_sub(1).and_then(|c| stretches.get(&c)).filter(|s| s.at_end > 0) {
-                let front_start = g.units_per_chunk() - before.at_end;
-                largest = largest.max(g.largest_request_across(chunk - 1, front_start, free.at_start));
-            }
-            stretches.insert(chunk, free);
-        }
-        // A core chunk that holds only what an allocation reclaims before it fails counts as a
-        // free chunk here, as that reclaim leaves it. Until then its tree is as it is, and a
-        // block with a front may start in its free end (`Arena::front_start`): before the free
-        // chunks after it or in the free start of the core chunk after it, as the allocator
-        // reads them now. That may hold more than the free chunks it would join: a block with a
-        // front holds its request rounded up to a unit, a run of whole chunks or a tail only
-        // some sizes.
-        let upc = g.units_per_chunk();
-        for &chunk in reclaimable.keys().filter(|&&c| g.tails && effectively_empty(c)) {
-            let Some(start) = self.arena.front_start(chunk, g.bank_units) else { continue };
-            let next = chunk + 1;
-            let held = match self.arena.global.state(next) {
-                ChunkState::Free => {
-                    let end = self.arena.global.end();
-                    let len = (next..end).take_while(|&c| self.arena.global.state(c) == ChunkState::Free).count();
-                    let front = (upc - start) as usize * g.min_block;
-                    g.largest_request_in_run((next, len), front, self.arena.tail_room_at(next + len))
-                }
-                ChunkState::Core(_) => g.largest_request_across(chunk, start, self.arena.tail_room_at(next)),
-                _ => 0,
-            };
-            largest = largest.max(held);
-        }
-        // The free chunk runs, with the tail and the front the core chunks around could add,
-        // from their stretches above (as `Arena::largest_block_in_run` finds them in their
-        // trees, but with the reclaimable nodes counted free there too).
-        let run_block = |run: FreeRun| -> usize {
-            let (before, after) = (run.start.checked_sub(1), run.start + run.len);
-            let tail_room = match stretches.get(&after) {
-                Some(s) if g.tails => s.at_start,
-                _ => 0,
-            };
-            let front = match before.and_then(|c| stretches.get(&c).map(|s| (c, s))) {
-                Some((c, s)) if g.tails && g.usable_units(c) == upc => s.at_end,
-                _ => 0,
-            };
-            g.largest_request_in_run((run.start, run.len), front as usize * g.min_block, tail_room)
-        };
-        let runs = self.arena.global.free_runs(&effectively_empty);
-        largest = largest.max(runs.into_iter().map(run_block).max().unwrap_or(0));
-        largest
-    }
-
-    /// The free stretches of core chunk `chunk`, read from its tree (allocated nodes for which
-    /// `counts_free` is true count as free). Its free ends count in whole granules of its
-    /// tree's bitmap, as the allocator reads them (`Arena::free_units_at_start`,
-    /// `Arena::free_units_at_end`).
-    fn free_stretches(&self, chunk: usize, counts_free: &dyn Fn(Node) -> bool) -> FreeStretches {
-        let g = &self.arena.geometry;
-        g.free_stretches(self.free_holes(chunk, counts_free).into_iter(), g.usable_units(chunk))
     }
 
     /// The nodes that an allocation takes back before it fails, by chunk: those of the blocks
