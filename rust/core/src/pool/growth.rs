@@ -112,11 +112,18 @@ impl Pool {
                 // The limit reached: the regions that earlier growths added and that are
                 // entirely free now go back first, as `trim` gives them back (a pool holding no
                 // block at all refused a request of its documented largest size), and the
-                // region is placed again.
-                None if self.give_back_free_regions(&|_| true) > 0 => {
+                // region is placed again; but only when it then fits: a request that fails
+                // anyway leaves the regions as they were.
+                None => {
+                    let free = self.free_regions();
+                    let mut without: Vec<(usize, usize)> = regions.lock().clone();
+                    without.retain(|r| !free.contains(r));
+                    regions.place(&without, need, align, g.chunks)?;
+                    if self.give_back_free_regions(&|r| free.contains(&r)) == 0 {
+                        return None;
+                    }
                     regions.place(&regions.lock(), need, align, g.chunks)?
                 }
-                None => return None,
             };
             let (offset, bytes) = (p.start * g.chunk_size, g.run_bytes(p.start, p.len));
             if let Some(hook) = GrowthHooks::get(&self.growth.on_grow) {
@@ -167,6 +174,13 @@ impl Pool {
         self.give_back_free_regions(&wanted)
     }
 
+    /// The regions, but the first, whose chunks are all free now.
+    fn free_regions(&self) -> Vec<(usize, usize)> {
+        let global = &self.arena.global;
+        let regions = self.arena.regions.lock();
+        regions.iter().copied().filter(|&(s, l)| s != 0 && (s..s + l).all(|c| !global.is_taken(c))).collect()
+    }
+
     /// Give back the regions, but the first, that `wanted` accepts and that are entirely free
     /// now, each calling `on_trim`; returns how many chunks went with them. The caller holds
     /// the regions' change lock and has marked this thread as changing regions.
@@ -197,6 +211,7 @@ impl Pool {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use crate::config::{Backing, PoolConfig};
+    use crate::error::Error;
     use crate::pool::pool::Pool;
 
     #[test]
@@ -251,6 +266,31 @@ mod tests {
         assert_eq!(pool.trim(), 8, "a region of 16 MiB: eight chunks");
         assert_eq!(pool.regions().len(), 1);
         assert_eq!(pool.trim(), 0, "nothing left to give back");
+        pool.check().unwrap();
+    }
+
+    /// A request that does not fit even where the regions left free would go fails without
+    /// giving them back: the pool is as it was.
+    #[test]
+    fn a_request_that_fails_anyway_keeps_the_regions_left_free() {
+        let pool = Pool::new(PoolConfig::new(8 * MIB).cores(1).backing(Backing::None).growth(16 * MIB, Some(4 * MIB)))
+            .unwrap();
+        let first = pool.alloc(8 * MIB, None, 0).unwrap();
+        let second = pool.alloc(4 * MIB, None, 0).unwrap();
+        let third = pool.alloc(4 * MIB, None, 0).unwrap();
+        pool.free(second).unwrap();
+        let before = (pool.regions(), pool.stats().capacity, pool.stats().bytes_free);
+        assert_eq!(before.0.len(), 3);
+        assert!(matches!(pool.alloc(5 * MIB, None, 0), Err(Error::OutOfMemory { .. })));
+        assert_eq!((pool.regions(), pool.stats().capacity, pool.stats().bytes_free), before);
+        // A request that fits once they are given back still takes their room.
+        pool.free(third).unwrap();
+        let fits = pool.alloc(6 * MIB, None, 0).unwrap();
+        assert_eq!(pool.regions().len(), 2, "{:?}", pool.regions());
+        assert!(pool.stats().capacity <= 16 * MIB);
+        for b in [first, fits] {
+            pool.free(b).unwrap();
+        }
         pool.check().unwrap();
     }
 
