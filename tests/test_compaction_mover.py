@@ -117,3 +117,38 @@ def test_a_full_compaction_on_a_device_is_one_batch() -> None:
     for blk, ident in kept:
         assert intact(blk, ident, mirror)
     pool.check()
+
+
+def test_another_thread_reads_a_moving_blocks_figures_whole() -> None:
+    """While the mover runs, another thread that reads the moving block's `block_bytes` (or
+    `offset`) gets them as the move leaves them, never a mix of the old place and the new: a
+    run with a tail read at its old place after its chunks went back held less than asked."""
+    import threading
+
+    pool = npumem.Pool(64 * MIB, cores=1, backing="none")
+    pad = [pool.alloc(CHUNK) for _ in range(4)]
+    block = pool.alloc(3 * CHUNK + 1)
+    for p in pad:
+        p.free()
+    moving, read = threading.Event(), threading.Event()
+    seen: list[tuple[int, int]] = []
+
+    def mover(transfers: Sequence[tuple[int, int, int]]) -> None:
+        moving.set()
+        read.wait(0.5)  # the reader waits for the move now: it cannot read meanwhile
+
+    def reader() -> None:
+        moving.wait(10)
+        seen.append((block.block_bytes, block.offset))
+        read.set()
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    with pool.pause(10.0) as pause:
+        report = pool.compact_step(pause, "full", mover=mover)
+    thread.join(10)
+    assert report.blocks == 1
+    assert seen == [(block.block_bytes, block.offset)]
+    assert block.block_bytes >= block.nbytes
+    block.free()
+    pool.check()

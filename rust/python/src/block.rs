@@ -26,12 +26,25 @@ use pyo3::types::PyString;
 use crate::array;
 use crate::dlpack;
 use crate::errors::{error, to_py, ErrorClass};
-use crate::gil::without_gil;
+use crate::gil::{detached, without_gil};
 use crate::pinned::{pin, pin_view, PinOwner, Pinned};
 use crate::pool::deferred;
 use crate::pool::detached::DetachedBlock;
 use crate::pool::pending::Pending;
 use crate::pool::state::Pool;
+
+/// What the pool records of `handle`'s block now (`Pool::block`): while a compaction moves it,
+/// waited for without the GIL, which the move's mover may need.
+pub(crate) fn read_block(
+    py: Python<'_>,
+    core: &npumem_core::Pool,
+    handle: Handle,
+) -> npumem_core::Result<npumem_core::BlockInfo> {
+    match core.try_block(handle) {
+        Err(npumem_core::Error::Moving) => detached(py, || core.block(handle)),
+        other => other,
+    }
+}
 
 /// One block of a pool. Its `offset` may change when the pool is compacted; the block stays
 /// valid until freed, and is freed when its last reference goes (unless `detach()` handed it
@@ -162,7 +175,7 @@ impl Block {
     /// What the error for a block whose free is deferred says: that it was freed, once the
     /// deferred free was made (the object is not told of it; its handle is stale then).
     fn deferred_message(&self) -> &'static str {
-        match self.pool.get().core.block(self.handle) {
+        match self.pool.get().core.try_block(self.handle) {
             Err(npumem_core::Error::InvalidHandle(HandleFault::Freed)) => DEFERRED_FREED_MESSAGE,
             _ => DEFERRED_MESSAGE,
         }
@@ -277,12 +290,17 @@ impl Block {
     /// Check that the block can be freed now (alive, not pinned), as `free()` would.
     pub(crate) fn check_freeable(&self, pool: &Pool) -> PyResult<()> {
         self.owned(ErrorClass::DoubleFree)?;
-        let info = pool.core.block(self.handle).map_err(|e| match e {
-            npumem_core::Error::InvalidHandle(HandleFault::Freed) => to_py(npumem_core::Error::DoubleFree),
-            other => to_py(other),
-        })?;
-        if info.pins > 0 {
-            return Err(to_py(npumem_core::Error::Pinned { pins: info.pins }));
+        // A block being moved is live and unpinned.
+        let pins = match pool.core.try_block(self.handle) {
+            Ok(info) => info.pins,
+            Err(npumem_core::Error::Moving) => 0,
+            Err(npumem_core::Error::InvalidHandle(HandleFault::Freed)) => {
+                return Err(to_py(npumem_core::Error::DoubleFree))
+            }
+            Err(other) => return Err(to_py(other)),
+        };
+        if pins > 0 {
+            return Err(to_py(npumem_core::Error::Pinned { pins }));
         }
         Ok(())
     }
@@ -330,7 +348,10 @@ impl Block {
                 pool.pending.counted(self.tag_id, self.nbytes);
             }
             Err(npumem_core::Error::Paused) => {
-                let unpinned = pool.core.block(self.handle).is_ok_and(|info| info.pins == 0);
+                let unpinned = match pool.core.try_block(self.handle) {
+                    Ok(info) => info.pins == 0,
+                    Err(e) => e == npumem_core::Error::Moving, // a moving block has no pins
+                };
                 if unpinned && self.state.queue_free_at_last_unpin() {
                     pool.pending.note_collected();
                     pool.pending.strand(self.pending());
@@ -359,7 +380,8 @@ impl Block {
 
     /// The block's pins now (0 for a block gone).
     fn pins_now(&self) -> u32 {
-        self.pool.get().core.block(self.handle).map_or(0, |info| info.pins)
+        // A block being moved has no pins.
+        self.pool.get().core.try_block(self.handle).map_or(0, |info| info.pins)
     }
 
     /// The error for a call that found the ownership ended (freed, deferred or detached).
@@ -373,12 +395,15 @@ impl Block {
     /// Check that the block is allocated and owned by this object.
     fn check_alive(&self, pool: &Pool) -> PyResult<()> {
         self.owned(ErrorClass::InvalidHandle)?;
-        pool.core.block(self.handle).map(|_| ()).map_err(to_py)
+        match pool.core.try_block(self.handle) {
+            Ok(_) | Err(npumem_core::Error::Moving) => Ok(()),
+            Err(other) => Err(to_py(other)),
+        }
     }
 
-    fn info(&self) -> PyResult<npumem_core::BlockInfo> {
+    fn info(&self, py: Python<'_>) -> PyResult<npumem_core::BlockInfo> {
         self.owned(ErrorClass::InvalidHandle)?;
-        self.pool.get().core.block(self.handle).map_err(to_py)
+        read_block(py, &self.pool.get().core, self.handle).map_err(to_py)
     }
 
     /// The core pool.
@@ -397,15 +422,15 @@ impl Block {
 
     /// Current offset of the block in the arena (it may change after a compaction).
     #[getter]
-    fn offset(&self) -> PyResult<usize> {
-        Ok(self.info()?.offset)
+    fn offset(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.info(py)?.offset)
     }
 
     /// The block's address: the pool's base address plus `offset` (a host pointer on host
     /// pools; it may change after a compaction, never while the block is pinned).
     #[getter]
-    fn address(&self) -> PyResult<u64> {
-        Ok(self.core().base_address().wrapping_add(self.info()?.offset as u64))
+    fn address(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.core().base_address().wrapping_add(self.info(py)?.offset as u64))
     }
 
     /// The DLPack device of the block's memory: `(device type code, index)`, e.g. `(1, 0)` for
@@ -447,7 +472,7 @@ impl Block {
         let this = slf.get();
         if !this.core().has_backing() {
             // A freed or stale handle is reported as such before the missing backing.
-            this.info()?;
+            this.info(slf.py())?;
             return Err(error(
                 ErrorClass::NoBacking,
                 "as_array needs host memory; this pool's bytes live on its device (use __dlpack__ with a device library)",
@@ -464,14 +489,14 @@ impl Block {
 
     /// Bytes the block holds (`nbytes` rounded up to its layout).
     #[getter]
-    fn block_bytes(&self) -> PyResult<usize> {
-        Ok(self.info()?.block_bytes)
+    fn block_bytes(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.info(py)?.block_bytes)
     }
 
     /// The alignment the block was allocated with.
     #[getter]
-    fn align(&self) -> PyResult<usize> {
-        Ok(self.info()?.align)
+    fn align(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.info(py)?.align)
     }
 
     /// The tag given at allocation, or None.
@@ -483,8 +508,8 @@ impl Block {
     /// Whether the block is still allocated and owned by this object (False once freed, once
     /// its free is deferred, and once detached).
     #[getter]
-    fn alive(&self) -> bool {
-        self.info().is_ok()
+    fn alive(&self, py: Python<'_>) -> bool {
+        self.info(py).is_ok()
     }
 
     /// The block's handle as an int (slot, generation and pool id packed together).
@@ -501,8 +526,8 @@ impl Block {
 
     /// Pins on the block (explicit pins and live buffer views).
     #[getter]
-    fn pins(&self) -> PyResult<u32> {
-        Ok(self.info()?.pins)
+    fn pins(&self, py: Python<'_>) -> PyResult<u32> {
+        Ok(self.info(py)?.pins)
     }
 
     /// Free the block. Raises `DoubleFreeError` if it was freed already and `PinnedBlockError`
@@ -513,7 +538,7 @@ impl Block {
 
     /// Enter a `with` statement; raises `InvalidHandleError` for a block already freed.
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
-        slf.get().info()?;
+        slf.get().info(slf.py())?;
         Ok(slf)
     }
 
@@ -595,7 +620,7 @@ impl Block {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        if !self.alive() {
+        if !self.alive(py) {
             return Ok(false);
         }
         let raising = _exc_type.is_some_and(|t| !t.is_none());
@@ -605,7 +630,7 @@ impl Block {
         match self.free(py) {
             Ok(()) => Ok(false),
             Err(err) if raising && refused(&err) => {
-                if self.info().is_ok_and(|info| info.pins > 0) {
+                if self.info(py).is_ok_and(|info| info.pins > 0) {
                     self.state.free_at_last_unpin();
                     // The last pin may have gone meanwhile.
                     self.after_unpin();
@@ -624,7 +649,7 @@ impl Block {
         let core = &this.pool.get().core;
         if !core.has_backing() {
             // A freed or stale handle is reported as such before the missing backing.
-            this.info()?;
+            this.info(slf.py())?;
             return Err(error(
                 ErrorClass::NoBacking,
                 "the pool has no host memory behind it (backing=\"none\"): its bytes live on the device",
@@ -668,7 +693,7 @@ impl Block {
             Ownership::Freeing => "being freed",
             _ => "freed",
         };
-        match self.info() {
+        match self.info(py) {
             Ok(info) => format!("<npumem.Block offset={} nbytes={}{tag}>", info.offset, self.nbytes),
             Err(_) => format!("<npumem.Block {state} nbytes={}{tag}>", self.nbytes),
         }

@@ -27,6 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
 
 use crate::args;
+use crate::block::read_block;
 use crate::errors::{error, to_py, ErrorClass};
 use crate::pinned::{pin_view, PinOwner};
 
@@ -377,13 +378,14 @@ pub(crate) fn export<'py>(
     let versioned = request.versioned(device)?;
     if !core.has_backing() && core.base_address() == 0 {
         // A freed or stale handle is reported as such before the missing address.
-        core.block(handle).map_err(to_py)?;
+        read_block(py, core, handle).map_err(to_py)?;
         return Err(error(ErrorClass::NoBacking, NO_ADDRESS_MESSAGE));
     }
     pin_view(py, core, handle)?;
     // From here the pin is released when `pinned` is dropped (on failure) or by the deleter.
     let mut pinned = PinnedBytes { pool: Arc::clone(core), handle, data: 0, nbytes: 0, device, owner: Some(owner) };
-    let info = core.block(handle).map_err(to_py)?;
+    // Pinned: it does not move.
+    let info = core.try_block(handle).map_err(to_py)?;
     pinned.data = core.base_address().wrapping_add(info.offset as u64);
     pinned.nbytes = info.size;
     capsule(py, pinned, versioned)

@@ -27,6 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::args;
+use crate::block::read_block;
 use crate::errors::{caused_by, error, to_py, with_figures, ErrorClass};
 use crate::gil::{detached, without_gil};
 use crate::pool::state::Pool;
@@ -371,7 +372,7 @@ impl Source<'_, '_> {
     /// The offsets of `pages` now (blocks may have moved since a compaction).
     fn offsets(&self, pages: &[u32], out: &mut Vec<i64>) -> PyResult<()> {
         let core = &self.kv.core;
-        let info = |h: Handle| core.block(h).map_err(to_py);
+        let info = |h: Handle| read_block(self.py, core, h).map_err(to_py);
         match &*self.pages {
             Pages::Reserved { block, .. } => {
                 let base = info(*block)?.offset;
@@ -487,8 +488,8 @@ impl PageSource for Source<'_, '_> {
             if kv.core.has_backing() {
                 let (base, _) = kv.core.host_ptr(blocks[0]).map_err(to_py)?;
                 let base = base.as_ptr().wrapping_sub(match &*self.pages {
-                    Pages::Reserved { block, .. } => kv.core.block(*block).map_err(to_py)?.offset,
-                    Pages::OnDemand { .. } => kv.core.block(blocks[0]).map_err(to_py)?.offset,
+                    Pages::Reserved { block, .. } => kv.core.try_block(*block).map_err(to_py)?.offset,
+                    Pages::OnDemand { .. } => kv.core.try_block(blocks[0]).map_err(to_py)?.offset,
                 });
                 for pair in offsets.chunks_exact(2) {
                     // SAFETY: both pages are live, pinned blocks (or pinned pages of one block) of

@@ -304,6 +304,23 @@ impl HandleTable {
         }
     }
 
+    /// [`HandleTable::get`], and whether the block was being moved while its slot was read.
+    pub(crate) fn get_and_moving(&self, handle: Handle) -> Result<(SlotInfo, bool)> {
+        let slot = self.live_slot(handle)?;
+        loop {
+            let state = slot.state.load(Ordering::Acquire);
+            if !Self::matches(state, handle) {
+                return Err(Self::mismatch(state, handle, Error::InvalidHandle(HandleFault::Freed)));
+            }
+            let info = Self::read_info(slot, state);
+            let identity = !(MOVING | PINS);
+            let again = slot.state.load(Ordering::Acquire);
+            if again & identity == state & identity {
+                return Ok((info, (state | again) & MOVING != 0));
+            }
+        }
+    }
+
     /// Retire a live, unpinned handle: its generation moves on. Returns what it recorded.
     pub(crate) fn remove(&self, handle: Handle) -> Result<SlotInfo> {
         let slot = self.live_slot(handle)?;

@@ -172,10 +172,35 @@ impl Pool {
 
     // ----- handles ------------------------------------------------------------------------
 
-    /// What the handle's block is now.
+    /// What the handle's block is now. While a compaction moves the block, this waits until the
+    /// move is done (the block's place is read where its slot points, and its bytes there are
+    /// known only once the move has re-pointed it); the thread moving it (a mover) gets what
+    /// the slot records so far.
     pub fn block(&self, handle: Handle) -> Result<BlockInfo> {
-        let info = self.handles.get(handle)?;
-        Ok(self.block_info(handle, info))
+        loop {
+            match self.try_block(handle) {
+                Err(Error::Moving) if self.gate.moving_here() => {
+                    return Ok(self.block_info(handle, self.handles.get(handle)?));
+                }
+                Err(Error::Moving) => std::thread::yield_now(),
+                other => return other,
+            }
+        }
+    }
+
+    /// [`Pool::block`] without waiting: [`Error::Moving`] while a compaction moves the block
+    /// (it is live and unpinned then).
+    pub fn try_block(&self, handle: Handle) -> Result<BlockInfo> {
+        let (info, moving) = self.handles.get_and_moving(handle)?;
+        if moving {
+            return Err(Error::Moving);
+        }
+        let block = self.block_info(handle, info);
+        // A move that began meanwhile may have changed what the place held: read again.
+        match self.handles.get_and_moving(handle)? {
+            (again, false) if again.offset == info.offset => Ok(block),
+            _ => Err(Error::Moving),
+        }
     }
 
     pub(crate) fn block_info(&self, handle: Handle, info: SlotInfo) -> BlockInfo {
@@ -289,5 +314,36 @@ impl Pool {
         // SAFETY: the range is inside the live block.
         unsafe { std::ptr::copy_nonoverlapping(ptr.as_ptr().add(at), out.as_mut_ptr(), out.len()) };
         Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::{Backing, PoolConfig};
+    use crate::error::Error;
+    use crate::pool::pool::Pool;
+
+    /// A block being moved is not read at its place (which the move has given back, so a run
+    /// with a tail there would hold less than asked): `try_block` says so, and `block` in
+    /// another thread waits until the move is done.
+    #[test]
+    fn a_moving_block_is_read_once_its_move_is_done() {
+        let p = Pool::new(PoolConfig::new(16 << 20).cores(1).backing(Backing::None)).unwrap();
+        let h = p.alloc(3 * (2 << 20) + 1, None, 0).unwrap();
+        let before = p.block(h).unwrap();
+        assert!(before.block_bytes > before.size);
+        p.handles().begin_move(h).unwrap();
+        assert_eq!(p.try_block(h), Err(Error::Moving));
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| p.block(h));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!waiting.is_finished(), "block() waits while the block moves");
+            p.handles().end_move(h);
+            assert_eq!(waiting.join().unwrap(), Ok(before.clone()));
+        });
+        assert_eq!(p.try_block(h), Ok(before));
+        p.free(h).unwrap();
     }
 }

@@ -12,7 +12,7 @@ use super::detached::{Detached, DetachedBlock};
 use super::pending::{Pending, PendingFrees};
 use super::state::Pool;
 use crate::args;
-use crate::block::Block;
+use crate::block::{read_block, Block};
 use crate::block_info::BlockInfo;
 use crate::c_pool;
 use crate::compaction_plan::CompactionPlan;
@@ -367,7 +367,7 @@ impl Pool {
         let bits = args::int_value(handle, "handle", ErrorClass::ArgumentType)?.map_err(|text| not_a_handle(&text))?;
         let bits = u128::try_from(bits).ok().filter(|&b| b < 1 << 96).ok_or_else(|| not_a_handle(&bits.to_string()))?;
         let raw = npumem_core::Handle::from_bits(bits);
-        this.core.block(raw).map_err(|err| match err {
+        read_block(slf.py(), &this.core, raw).map_err(|err| match err {
             // Bits that name no block any pool handed out (a made-up pool id or generation).
             npumem_core::Error::InvalidHandle(npumem_core::HandleFault::Unknown) => not_a_handle(&bits.to_string()),
             err => to_py(err),
