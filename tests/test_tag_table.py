@@ -282,3 +282,41 @@ def test_a_failed_tagged_allocation_leaves_the_counters_by_tag_as_they_were() ->
         assert pool.stats().as_dict()["by_tag"] == before
     pool.check()
     keep.free()
+
+
+def test_under_a_pause_the_rows_by_tag_add_up_to_the_blocks() -> None:
+    """An allocation or a free that waits for another thread's pause has not happened yet:
+    its tag's row does not count it, so a pause (and a snapshot) sees every row add up."""
+    import time
+
+    pool = npumem.Pool(64 * MIB, cores=1)
+    kept = pool.alloc(MIB, tag="x")
+    going = pool.alloc(MIB, tag="y")
+    made: list[npumem.Block] = []
+    waiting = [
+        threading.Thread(target=lambda: made.append(pool.alloc(100_000, tag="x"))),
+        threading.Thread(target=going.free),
+    ]
+
+    def rows(stats: npumem.PoolStats) -> dict[str | None, tuple[int, int]]:
+        # The untagged row, listed once it has had a block: none here.
+        found = {r.tag: (r.blocks_in_use, r.requested_bytes_in_use) for r in stats.by_tag}
+        assert found.pop(None, (0, 0)) == (0, 0)
+        return found
+
+    with pool.pause(10.0):
+        for t in waiting:
+            t.start()
+        time.sleep(0.3)  # both threads wait for the pause now
+        stats = pool.stats()
+        assert rows(stats) == {"x": (1, MIB), "y": (1, MIB)}
+        assert sum(r.blocks_in_use for r in stats.by_tag) == stats.blocks_in_use == 2
+        snap = pool.snapshot()
+        assert rows(snap.stats) == rows(stats)
+    for t in waiting:
+        t.join(10)
+    assert rows(pool.stats()) == {"x": (2, MIB + 100_000), "y": (0, 0)}
+    for b in [kept, *made]:
+        b.free()
+    assert rows(pool.stats()) == {"x": (0, 0), "y": (0, 0)}
+    pool.check()

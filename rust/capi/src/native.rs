@@ -216,41 +216,34 @@ fn first_attempt<T>(p: &NpumemPool, attempt: impl Fn() -> Result<T, Error>) -> (
     }
 }
 
-/// The tag that `blocks` blocks asked for with tag number `tag` are stored with, counted under
-/// it (before they are allocated, with `blocks` holds taken on a recycled id) when it is not 0:
-/// `tag` when it is an id the pool's tag table knows (`npumem_tag_id`), 0 otherwise. Other
-/// numbers count with the untagged blocks and are stored as 0, so such a block stays untagged
-/// for its whole life, even if its number becomes a tag's id later, and untagged allocations
-/// from C pay nothing. A block's stored tag is therefore not 0 exactly when the block was
-/// counted under it, as every block Python allocates: a free charges the tag the block carries.
-fn count_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) -> u32 {
-    let counts = tag != 0 && (p.pool.tags().is_named(tag) || p.pool.tags().hold(tag, blocks as u64).is_ok());
-    if !counts {
-        return 0;
+/// The tag that `blocks` blocks asked for with tag number `tag` are stored with (and so
+/// counted under by the pool, `blocks` holds taken on a recycled id): `tag` when it is an id
+/// the pool's tag table knows (`npumem_tag_id`), 0 otherwise. Other numbers count with the
+/// untagged blocks and are stored as 0, so such a block stays untagged for its whole life, even
+/// if its number becomes a tag's id later, and untagged allocations from C pay nothing. A
+/// block's stored tag is therefore not 0 exactly when it holds that tag, as every block Python
+/// allocates: a free gives back the hold of the tag the block carries.
+fn held_tag(p: &NpumemPool, tag: u32, blocks: usize) -> u32 {
+    let holds = tag != 0 && (p.pool.tags().is_named(tag) || p.pool.tags().hold(tag, blocks as u64).is_ok());
+    if holds {
+        tag
+    } else {
+        0
     }
-    p.pool.count_tagged_alloc(tag, blocks, bytes);
-    tag
 }
 
-/// `blocks` blocks of `bytes` bytes in all, stored with tag `stored` ([`count_tag`]), were made
-/// (the tag's peak takes them in) or could not be (counted back). Nothing to do for 0.
-fn settle_tag(p: &NpumemPool, stored: u32, blocks: usize, bytes: usize, made: bool) {
-    if stored == 0 {
-        return;
-    }
-    if made {
-        p.pool.confirm_tagged_alloc(stored);
-    } else {
-        p.pool.count_tagged_free(stored, blocks, bytes);
+/// `blocks` blocks, stored with tag `stored` ([`held_tag`]), were made or could not be (their
+/// holds go back). Nothing to do for 0.
+fn settle_tag(p: &NpumemPool, stored: u32, blocks: usize, made: bool) {
+    if stored != 0 && !made {
         p.pool.release_tag(stored, blocks as u64);
     }
 }
 
-/// `blocks` blocks of `bytes` bytes in all, that carried tag `tag`, were freed: they were
-/// counted under it when it is not 0 (see [`count_tag`]).
-fn freed_tag(p: &NpumemPool, tag: u32, blocks: usize, bytes: usize) {
+/// `blocks` blocks that carried tag `tag` were freed: their holds on it go back (see
+/// [`held_tag`]).
+fn freed_tag(p: &NpumemPool, tag: u32, blocks: usize) {
     if tag != 0 {
-        p.pool.count_tagged_free(tag, blocks, bytes);
         p.pool.release_tag(tag, blocks as u64);
     }
 }
@@ -293,7 +286,7 @@ unsafe extern "C" fn alloc(
         if out.is_null() {
             return null("out");
         }
-        let stored = count_tag(p, tag, 1, size);
+        let stored = held_tag(p, tag, 1);
         let attempt = || p.pool.alloc_with_offset(size, align_of(align), stored);
         let mut alive = None;
         let made = match first_attempt(p, attempt) {
@@ -303,7 +296,7 @@ unsafe extern "C" fn alloc(
                 retry_after(p, pool, size, align, (err, deferred), &mut alive, attempt, record)
             }
         };
-        settle_tag(p, stored, 1, size, made.is_ok());
+        settle_tag(p, stored, 1, made.is_ok());
         match made {
             Ok((handle, offset)) => {
                 let block =
@@ -322,12 +315,12 @@ unsafe extern "C" fn free(pool: *mut NpumemPool, handle: NpumemHandle) -> Status
         // SAFETY: checked by the entry point.
         let p = unsafe { this(pool) };
         let Some(handle) = handle.to_core() else { return not_made_by_npumem(handle) };
-        // The tag the block carries, read before the free: the row its allocation was counted in.
-        let carried = p.pool.block(handle).map(|b| (b.tag, b.size));
+        // The tag the block carries, read before the free: the one it holds.
+        let carried = p.pool.block(handle).map(|b| b.tag);
         match p.pool.free(handle) {
             Ok(()) => {
-                if let Ok((tag, size)) = carried {
-                    freed_tag(p, tag, 1, size);
+                if let Ok(tag) = carried {
+                    freed_tag(p, tag, 1);
                 }
                 OK
             }
@@ -470,8 +463,7 @@ unsafe extern "C" fn alloc_many(
         // `count` is at most the capacity, so the slice's bytes fit in `isize`).
         let sizes = unsafe { slice::from_raw_parts(sizes, count) };
         let largest = sizes.iter().copied().max().unwrap_or(0);
-        let requested = sizes.iter().fold(0usize, |sum, &size| sum.saturating_add(size));
-        let stored = count_tag(p, tag, count, requested);
+        let stored = held_tag(p, tag, count);
         let attempt = || p.pool.alloc_many(sizes, align_of(align), stored);
         let mut alive = None;
         let made = match first_attempt(p, attempt) {
@@ -486,7 +478,7 @@ unsafe extern "C" fn alloc_many(
                 retry_after(p, pool, largest, align, (err, deferred), &mut alive, attempt, record)
             }
         };
-        settle_tag(p, stored, count, requested, made.is_ok());
+        settle_tag(p, stored, count, made.is_ok());
         let handles = match made {
             Ok(handles) => handles,
             Err(err) => {
@@ -554,13 +546,12 @@ unsafe extern "C" fn free_many(
         }
         // The tags the blocks carry, read before the free: the rows their allocations were
         // counted in.
-        let mut carried: Vec<(u32, usize)> =
-            handles.iter().filter_map(|&h| p.pool.block(h).ok()).map(|b| (b.tag, b.size)).collect();
+        let mut carried: Vec<u32> = handles.iter().filter_map(|&h| p.pool.block(h).ok()).map(|b| b.tag).collect();
         match p.pool.free_many(&handles) {
             Ok(()) => {
                 carried.sort_unstable();
-                for run in carried.chunk_by(|a, b| a.0 == b.0) {
-                    freed_tag(p, run[0].0, run.len(), run.iter().map(|&(_, size)| size).sum());
+                for run in carried.chunk_by(|a, b| a == b) {
+                    freed_tag(p, run[0], run.len());
                 }
                 OK
             }

@@ -26,25 +26,12 @@ use pyo3::types::PyString;
 use crate::array;
 use crate::dlpack;
 use crate::errors::{error, to_py, ErrorClass};
-use crate::gil::{detached, without_gil};
-use crate::pinned::{pin, pin_view, PinOwner, Pinned};
+use crate::gil::without_gil;
+use crate::pinned::{pin, pin_view, read_block, PinOwner, Pinned};
 use crate::pool::deferred;
 use crate::pool::detached::DetachedBlock;
 use crate::pool::pending::Pending;
 use crate::pool::state::Pool;
-
-/// What the pool records of `handle`'s block now (`Pool::block`): while a compaction moves it,
-/// waited for without the GIL, which the move's mover may need.
-pub(crate) fn read_block(
-    py: Python<'_>,
-    core: &npumem_core::Pool,
-    handle: Handle,
-) -> npumem_core::Result<npumem_core::BlockInfo> {
-    match core.try_block(handle) {
-        Err(npumem_core::Error::Moving) => detached(py, || core.block(handle)),
-        other => other,
-    }
-}
 
 /// One block of a pool. Its `offset` may change when the pool is compacted; the block stays
 /// valid until freed, and is freed when its last reference goes (unless `detach()` handed it
@@ -169,7 +156,7 @@ impl Block {
 
     /// The block as a queued free.
     pub(crate) fn pending(&self) -> Pending {
-        Pending { handle: self.handle, tag_id: self.tag_id, nbytes: self.nbytes }
+        Pending { handle: self.handle, tag_id: self.tag_id }
     }
 
     /// What the error for a block whose free is deferred says: that it was freed, once the
@@ -282,7 +269,6 @@ impl Block {
             other => other.map_err(to_py)?,
         }
         self.set_freed();
-        core.count_tagged_free(self.tag_id, 1, self.nbytes);
         pool.tags.release(core, self.tag_id, 1);
         Ok(())
     }
@@ -345,7 +331,7 @@ impl Block {
             Ok(()) => {
                 self.set_freed();
                 pool.pending.note_collected();
-                pool.pending.counted(self.tag_id, self.nbytes);
+                pool.pending.released(self.tag_id);
             }
             Err(npumem_core::Error::Paused) => {
                 let unpinned = match pool.core.try_block(self.handle) {

@@ -27,9 +27,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
 
 use crate::args;
-use crate::block::read_block;
 use crate::errors::{error, to_py, ErrorClass};
-use crate::pinned::{pin_view, PinOwner};
+use crate::pinned::{pin_view, read_block, PinOwner};
 
 /// `DLDevice`.
 #[repr(C)]

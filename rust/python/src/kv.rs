@@ -27,9 +27,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::args;
-use crate::block::read_block;
 use crate::errors::{caused_by, error, to_py, with_figures, ErrorClass};
 use crate::gil::{detached, without_gil};
+use crate::pinned::read_block;
 use crate::pool::state::Pool;
 use crate::user_code;
 
@@ -456,7 +456,7 @@ impl PageSource for Source<'_, '_> {
             Pages::Reserved { free, .. } => free.give_back(page),
             Pages::OnDemand { handles, spare } => {
                 if let Some(handle) = handles[page as usize].take() {
-                    self.kv.free_block(self.py, handle, self.kv.geometry.page_bytes);
+                    self.kv.free_block(self.py, handle);
                 }
                 spare.push(page);
             }
@@ -549,25 +549,15 @@ impl CallsPython for PagedKV {
     }
 }
 
-/// A block of `size` bytes from `pool`, tagged and counted under `tag_id`: the fast path, else
-/// the full one with the pool's out-of-memory handler (run through `caller`).
+/// A block of `size` bytes from `pool`, tagged `tag_id` (the pool counts it under the tag):
+/// the fast path, else the full one with the pool's out-of-memory handler (run through
+/// `caller`).
 fn alloc_block(py: Python<'_>, caller: &impl CallsPython, pool: &Pool, size: usize, tag_id: u32) -> PyResult<Handle> {
     let core = &pool.core;
-    core.count_tagged_alloc(tag_id, 1, size);
-    let made = match core.try_alloc_fast(size, None, tag_id).map_err(to_py) {
+    match core.try_alloc_fast(size, None, tag_id).map_err(to_py) {
         Ok(Some(handle)) => Ok(handle),
         Ok(None) => caller.calling_python(|| pool.oom.alloc(py, core, size, None, tag_id)),
         Err(err) => Err(err),
-    };
-    match made {
-        Ok(handle) => {
-            core.confirm_tagged_alloc(tag_id);
-            Ok(handle)
-        }
-        Err(err) => {
-            core.count_tagged_free(tag_id, 1, size);
-            Err(err)
-        }
     }
 }
 
@@ -695,22 +685,12 @@ impl PagedKV {
         }
     }
 
-    /// Free a block of `bytes` bytes of the pool, waiting (without the GIL) while the pool is
-    /// paused.
-    fn free_block(&self, py: Python<'_>, handle: Handle, bytes: usize) {
+    /// Free a block of the pool, waiting (without the GIL) while the pool is paused.
+    fn free_block(&self, py: Python<'_>, handle: Handle) {
         let core = &self.core;
-        let freed = match core.try_free(handle) {
-            Err(npumem_core::Error::Paused) => detached(py, || core.free(handle)).is_ok(),
-            other => other.is_ok(),
-        };
-        if freed {
-            core.count_tagged_free(self.tag_id, 1, bytes);
+        if let Err(npumem_core::Error::Paused) = core.try_free(handle) {
+            let _ = detached(py, || core.free(handle));
         }
-    }
-
-    /// The bytes of the block that holds every page of a cache made with `capacity_tokens`.
-    fn reserved_bytes(&self) -> usize {
-        self.geometry.capacity_pages.unwrap_or(0) * self.geometry.page_bytes
     }
 
     fn with_source<T>(
@@ -1165,7 +1145,7 @@ impl PagedKV {
         let mut source = Source { py, kv: self, pages: &mut state.pages };
         state.table.clear(&mut source);
         if let Pages::Reserved { block, .. } = state.pages {
-            self.free_block(py, block, self.reserved_bytes());
+            self.free_block(py, block);
         }
         state.closed = true;
         self.closed.store(true, Ordering::Release);
@@ -1298,20 +1278,14 @@ impl Drop for PagedKV {
         if state.closed {
             return;
         }
-        let blocks: Vec<(Handle, usize)> = match &state.pages {
-            Pages::Reserved { block, .. } => vec![(*block, self.reserved_bytes())],
-            Pages::OnDemand { handles, .. } => {
-                handles.iter().flatten().map(|&handle| (handle, self.geometry.page_bytes)).collect()
-            }
+        let blocks: Vec<Handle> = match &state.pages {
+            Pages::Reserved { block, .. } => vec![*block],
+            Pages::OnDemand { handles, .. } => handles.iter().flatten().copied().collect(),
         };
         let core = &self.core;
-        for (handle, bytes) in blocks {
-            let freed = match core.try_free(handle) {
-                Err(npumem_core::Error::Paused) => Python::attach(|py| detached(py, || core.free(handle)).is_ok()),
-                other => other.is_ok(),
-            };
-            if freed {
-                core.count_tagged_free(self.tag_id, 1, bytes);
+        for handle in blocks {
+            if let Err(npumem_core::Error::Paused) = core.try_free(handle) {
+                let _ = Python::attach(|py| detached(py, || core.free(handle)));
             }
         }
         self.pool.get().tags.release(core, self.tag_id, 1);

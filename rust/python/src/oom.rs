@@ -138,26 +138,12 @@ impl OomHandler {
     /// Call the handler for a request of items of `sizes` bytes (with their total), whose
     /// retry may grow the pool or not (`may_grow`); whether to retry. In a thread that holds
     /// the pool's pause, the handler is told not to wait for other threads.
-    ///
-    /// The request's blocks were counted under their tag `tag` before they were allocated
-    /// (`Pool::count_tagged_alloc`): they are counted back while the handler runs, so that it
-    /// reads the pool's figures by tag as they are.
-    fn ask(
-        &self,
-        py: Python<'_>,
-        core: &npumem_core::Pool,
-        (sizes, tag): (&[usize], u32),
-        may_grow: bool,
-    ) -> PyResult<bool> {
-        let bytes = sizes.iter().sum();
-        core.count_tagged_free(tag, sizes.len(), bytes);
-        let answer = if core.paused_by_caller() {
+    fn ask(&self, py: Python<'_>, core: &npumem_core::Pool, sizes: &[usize], may_grow: bool) -> PyResult<bool> {
+        if core.paused_by_caller() {
             under_lock(|| self.ask_now(py, core.id(), sizes, may_grow))
         } else {
             self.ask_now(py, core.id(), sizes, may_grow)
-        };
-        core.count_tagged_alloc(tag, sizes.len(), bytes);
-        answer
+        }
     }
 
     /// [`OomHandler::ask`] as the thread is, for pool `pool`. No handler runs for an
@@ -177,15 +163,15 @@ impl OomHandler {
         answer
     }
 
-    /// Run `alloc` without the GIL; on out-of-memory ask the handler (for items of `sizes`,
-    /// counted under tag `tag` already) and, if it says so, run it once more. `record` records
-    /// the final failure of an out-of-memory error whose recording the core deferred
+    /// Run `alloc` without the GIL; on out-of-memory ask the handler (for items of `sizes`)
+    /// and, if it says so, run it once more. `record` records the final failure of an
+    /// out-of-memory error whose recording the core deferred
     /// ([`npumem_core::Pool::record_failure`]).
     fn retrying<T: Send>(
         &self,
         py: Python<'_>,
         core: &npumem_core::Pool,
-        (sizes, tag): (impl FnOnce() -> Vec<usize>, u32),
+        sizes: impl FnOnce() -> Vec<usize>,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
         record: impl FnOnce(&Error),
     ) -> PyResult<T> {
@@ -193,7 +179,7 @@ impl OomHandler {
         // runs in; any other starts without one of an earlier allocation.
         let nested = growth::in_hook() || IN_HANDLER.with(|h| !h.borrow().is_empty());
         let outer = growth::stash();
-        let out = self.retrying_once(py, core, (sizes, tag), alloc, record);
+        let out = self.retrying_once(py, core, sizes, alloc, record);
         let out = out.map_err(|err| growth::chain(py, err));
         if nested {
             growth::restore(outer);
@@ -206,7 +192,7 @@ impl OomHandler {
         &self,
         py: Python<'_>,
         core: &npumem_core::Pool,
-        (sizes, tag): (impl FnOnce() -> Vec<usize>, u32),
+        sizes: impl FnOnce() -> Vec<usize>,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
         record: impl FnOnce(&Error),
     ) -> PyResult<T> {
@@ -238,7 +224,7 @@ impl OomHandler {
         // A handler that failed (raised, or answered with something that has no truth value):
         // the allocation fails as it would have, with that exception as its cause. Ctrl-C and
         // exits go through as they are.
-        let retry = match self.ask(py, core, (&sizes, tag), grow_last) {
+        let retry = match self.ask(py, core, &sizes, grow_last) {
             Ok(retry) => retry,
             Err(raised) => return Err(caused_by(py, to_py(give_up(err)), raised)),
         };
@@ -261,7 +247,7 @@ impl OomHandler {
             other => return other.map_err(to_py),
         };
         // The handler was told that the pool will not grow: the last retry does not.
-        match self.ask(py, core, (&sizes, tag), false) {
+        match self.ask(py, core, &sizes, false) {
             Ok(true) => interruptible(py, || core.without_growth(&alloc))?.map_err(to_py),
             Ok(false) => Err(to_py(give_up(err))),
             Err(raised) => Err(caused_by(py, to_py(give_up(err)), raised)),
@@ -280,7 +266,7 @@ impl OomHandler {
         tag: u32,
     ) -> PyResult<Handle> {
         let record = |_: &Error| core.record_failure(size, align, tag);
-        self.retrying(py, core, (|| vec![size], tag), || core.alloc_quick_first(size, align, tag), record)
+        self.retrying(py, core, || vec![size], || core.alloc_quick_first(size, align, tag), record)
     }
 
     /// `Pool.alloc_many`, with the retry (the handler is asked for the sum of the sizes, and
@@ -312,7 +298,7 @@ impl OomHandler {
         let done = self.retrying(
             py,
             core,
-            (|| sizes.to_vec(), tag),
+            || sizes.to_vec(),
             || core.alloc_many_until(sizes, align, tag, keep_going),
             record,
         )?;

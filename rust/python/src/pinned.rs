@@ -2,8 +2,8 @@
 //! apart: `Block.unpin()` never drops one), and `Pinned`, the context manager of
 //! `Block.pinned()`.
 //!
-//! Nothing waits for a moving block with the GIL: a pin is tried first and, when the block is
-//! being moved, taken again without it.
+//! Nothing waits for a moving block with the GIL: a pin (or a read of the block's figures,
+//! [`read_block`]) is tried first and, when the block is being moved, made again without it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -12,7 +12,20 @@ use npumem_core::{Error, Handle};
 use pyo3::prelude::*;
 
 use crate::errors::{error, to_py, ErrorClass};
-use crate::gil::without_gil;
+use crate::gil::{detached, without_gil};
+
+/// What the pool records of `handle`'s block now (`Pool::block`): while a compaction moves it,
+/// waited for without the GIL, which the move's mover may need.
+pub(crate) fn read_block(
+    py: Python<'_>,
+    core: &npumem_core::Pool,
+    handle: Handle,
+) -> npumem_core::Result<npumem_core::BlockInfo> {
+    match core.try_block(handle) {
+        Err(npumem_core::Error::Moving) => detached(py, || core.block(handle)),
+        other => other,
+    }
+}
 
 /// Add a user pin: at once, or (while the block is being moved) waiting without the GIL.
 /// Returns the user pins.

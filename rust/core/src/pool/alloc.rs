@@ -385,6 +385,11 @@ impl Pool {
             .with_slot_cache(|cache| self.handles.insert(core, cache, placed.offset, request.size, align_log2, tag));
         match inserted {
             Ok(handle) => {
+                // Counted under its tag inside the call, as its free counts it back: a pause
+                // (and so a snapshot) sees every tag's figures add up to the blocks. Before the
+                // pool's own counters, so that the untagged blocks' figures (the pool's less the
+                // tagged ones) never count it, not even for a moment (their peak is sampled).
+                self.count_tagged_alloc(tag, request.size);
                 self.account_alloc(&placed, core, request.size);
                 self.trace.on_alloc(core, handle, placed.offset, request.size, request.align, tag);
                 Ok(handle)

@@ -97,7 +97,9 @@ impl Pool {
             )])
         })?;
         self.counters.with_slot_cache(|cache| self.handles.recycle(core, cache, handle));
+        // The pool's counters first, then the tag's (see `Pool::finish`).
         self.account_free(released, core, info.size);
+        self.count_tagged_free(info.tag, info.size);
         self.trace.on_free(core, handle, info.offset, info.size, info.tag);
         Ok(())
     }

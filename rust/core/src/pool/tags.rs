@@ -1,9 +1,10 @@
 //! A pool's tags: the name table and the counters by tag (`stats/tags.rs`), and the trace's
 //! progress that decides when a recycled tag id may be dropped. The allocation path stores a
-//! tag id in the block's slot and does nothing else with tags; the callers that name tags (the
-//! Python binding, the C ABI) count their tagged blocks here, each before allocating it and
-//! after freeing it. Blocks counted under no tag are the pool's blocks less the tagged ones:
-//! nothing counts them one by one (`stats/counters.rs` estimates their peak).
+//! tag id in the block's slot and counts the block under it once it is made, and a free counts
+//! it back, both inside the call (so a pause sees the figures by tag add up to the blocks);
+//! the callers that name tags (the Python binding, the C ABI) hold the tag's id meanwhile
+//! ([`Pool::release_tag`]). Blocks counted under no tag are the pool's blocks less the tagged
+//! ones: nothing counts them one by one (`stats/counters.rs` estimates their peak).
 
 use crate::pool::pool::Pool;
 use std::collections::HashSet;
@@ -29,32 +30,22 @@ impl Pool {
         self.tags.trace_drained(self);
     }
 
-    /// Count `blocks` blocks of `nbytes` requested bytes in all under tag `id`, before they are
-    /// allocated: then [`Pool::confirm_tagged_alloc`] if they were, or count them back with
-    /// [`Pool::count_tagged_free`] if the allocation failed. Nothing to do for id 0, no tag.
+    /// Count a block of `nbytes` requested bytes, just made, under tag `id` (nothing for id 0,
+    /// no tag): its bytes in use and its peak.
     #[inline]
-    pub fn count_tagged_alloc(&self, id: u32, blocks: usize, nbytes: usize) {
+    pub(crate) fn count_tagged_alloc(&self, id: u32, nbytes: usize) {
         if id != 0 {
-            self.tags.on_alloc(id, blocks, nbytes);
+            self.tags.on_alloc(id, 1, nbytes);
             self.counters.on_tagged(nbytes as i64);
-        }
-    }
-
-    /// The blocks counted under tag `id` with [`Pool::count_tagged_alloc`] were allocated: the
-    /// tag's peak takes them in (a failed allocation raises no peak).
-    #[inline]
-    pub fn confirm_tagged_alloc(&self, id: u32) {
-        if id != 0 {
             self.tags.on_allocated(id);
         }
     }
 
-    /// `blocks` blocks of `nbytes` requested bytes in all, tagged `id` and counted under it,
-    /// were freed (or could not be allocated).
+    /// A block of `nbytes` requested bytes, tagged `id`, was freed.
     #[inline]
-    pub fn count_tagged_free(&self, id: u32, blocks: usize, nbytes: usize) {
+    pub(crate) fn count_tagged_free(&self, id: u32, nbytes: usize) {
         if id != 0 {
-            self.tags.on_free(id, blocks, nbytes);
+            self.tags.on_free(id, 1, nbytes);
             self.counters.on_tagged(-(nbytes as i64));
         }
     }

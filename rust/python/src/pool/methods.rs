@@ -12,7 +12,7 @@ use super::detached::{Detached, DetachedBlock};
 use super::pending::{Pending, PendingFrees};
 use super::state::Pool;
 use crate::args;
-use crate::block::{read_block, Block};
+use crate::block::Block;
 use crate::block_info::BlockInfo;
 use crate::c_pool;
 use crate::compaction_plan::CompactionPlan;
@@ -23,6 +23,7 @@ use crate::measure::Measurement;
 use crate::mover;
 use crate::oom::OomHandler;
 use crate::pause::Pause;
+use crate::pinned::read_block;
 use crate::py_alloc;
 use crate::snapshot::RawSnapshot;
 use crate::stacks::Stacks;
@@ -142,7 +143,6 @@ impl Pool {
             let align = args::alignment(align, capacity)?;
             let tag = args::tag(tag)?;
             let tag_id = this.tags.acquire(py, core, tag.as_ref(), 1)?;
-            core.count_tagged_alloc(tag_id, 1, size);
             (align, tag, tag_id)
         };
         let handle = match core.try_alloc_fast(size, align, tag_id) {
@@ -152,13 +152,9 @@ impl Pool {
                     Ok(_) => this.oom.alloc(py, core, size, align, tag_id),
                     Err(err) => Err(to_py(err)),
                 };
-                made.inspect_err(|_| {
-                    core.count_tagged_free(tag_id, 1, size);
-                    this.tags.release(core, tag_id, 1);
-                })?
+                made.inspect_err(|_| this.tags.release(core, tag_id, 1))?
             }
         };
-        core.confirm_tagged_alloc(tag_id);
         if let Some(recording) = recording {
             recording.finish([handle.to_bits()]);
         }
@@ -200,13 +196,9 @@ impl Pool {
         let recording = this.stacks.begin(py)?;
         let blocks = wanted.len() as u64;
         let tag_id = this.tags.acquire(py, &this.core, tag.as_ref(), blocks)?;
-        let requested: usize = wanted.iter().sum();
-        this.core.count_tagged_alloc(tag_id, wanted.len(), requested);
         let handles = this.oom.alloc_many(py, &this.core, &wanted, align, tag_id).inspect_err(|_| {
-            this.core.count_tagged_free(tag_id, wanted.len(), requested);
             this.tags.release(&this.core, tag_id, blocks);
         })?;
-        this.core.confirm_tagged_alloc(tag_id);
         // The blocks become Python objects with signals checked now and then: a Ctrl-C raised
         // before the list reaches the caller drops it. A block made into a `Block` frees itself
         // as its object goes (its object failed to be made, or the list went); the rest are
@@ -231,11 +223,10 @@ impl Pool {
             let core = &this.core;
             let rest = &handles[made..];
             if detached(py, || core.free_many(rest)).is_ok() {
-                core.count_tagged_free(tag_id, rest.len(), wanted[made..].iter().sum());
                 this.tags.release(core, tag_id, rest.len() as u64);
             } else {
-                for (&handle, &nbytes) in rest.iter().zip(&wanted[made..]) {
-                    this.pending.strand(Pending { handle, tag_id, nbytes });
+                for &handle in rest {
+                    this.pending.strand(Pending { handle, tag_id });
                 }
             }
         })?;
@@ -314,7 +305,6 @@ impl Pool {
         freed.sort_unstable();
         for run in freed.chunk_by(|a, b| a.0 == b.0) {
             let tag = run[0].0;
-            core.count_tagged_free(tag, run.len(), run.iter().map(|&(_, size)| size).sum());
             this.tags.release(core, tag, run.len() as u64);
         }
         Ok(())

@@ -20,12 +20,11 @@ use pyo3::prelude::*;
 use crate::errors::to_py;
 use crate::gil::detached;
 
-/// One free waiting for a flush: the handle, and what the counters by tag need.
+/// One free waiting for a flush: the handle, and the tag whose hold it gives back.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pending {
     pub(crate) handle: Handle,
     pub(crate) tag_id: u32,
-    pub(crate) nbytes: usize,
 }
 
 /// A pool's waiting frees.
@@ -162,7 +161,7 @@ impl PendingFrees {
         let handles: Vec<Handle> = batch.iter().map(|p| p.handle).collect();
         if detached(py, || core.free_many(&handles)).is_ok() {
             for p in &batch {
-                self.counted(p.tag_id, p.nbytes);
+                self.released(p.tag_id);
             }
             self.dequeued(batch.len());
             return (batch.len(), None);
@@ -173,7 +172,7 @@ impl PendingFrees {
         for p in batch {
             match detached(py, || core.free(p.handle)) {
                 Ok(()) => {
-                    self.counted(p.tag_id, p.nbytes);
+                    self.released(p.tag_id);
                     freed += 1;
                     self.dequeued(1);
                 }
@@ -188,10 +187,9 @@ impl PendingFrees {
         (freed, first_error)
     }
 
-    /// Count a free made here under the block's tag, and give back the block's hold on it.
-    pub(crate) fn counted(&self, tag_id: u32, nbytes: usize) {
+    /// Give back the hold of a block freed here on its tag (its free counted it back).
+    pub(crate) fn released(&self, tag_id: u32) {
         let core = &self.core;
-        core.count_tagged_free(tag_id, 1, nbytes);
         if !core.tags().is_named(tag_id) {
             core.release_tag(tag_id, 1);
         }
@@ -202,7 +200,7 @@ impl PendingFrees {
     pub(crate) fn free_collected(&self, item: Pending) {
         self.note_collected();
         match self.core.try_free(item.handle) {
-            Ok(()) => self.counted(item.tag_id, item.nbytes),
+            Ok(()) => self.released(item.tag_id),
             Err(err) if retry_later(&err) => self.strand(item),
             // Freed already through its raw handle: nothing to do.
             Err(_) => {}
@@ -223,7 +221,7 @@ impl Drop for PendingFrees {
             .collect();
         for p in rest {
             if self.core.try_free(p.handle).is_ok() {
-                self.counted(p.tag_id, p.nbytes);
+                self.released(p.tag_id);
             }
         }
     }
