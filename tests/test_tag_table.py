@@ -193,6 +193,8 @@ def test_c_and_python_allocations_on_one_pool_count_under_their_tags() -> None:
     assert lib.npumem_tag_id(pointer, b"weights", ctypes.byref(weights)) == 0
     kv = ctypes.c_uint32()
     assert lib.npumem_tag_id(pointer, b"kv", ctypes.byref(kv)) == 0
+    reserved = ctypes.c_uint32()  # the pooled tags' row is no tag's name
+    assert lib.npumem_tag_id(pointer, b"(other tags)", ctypes.byref(reserved)) != 0
 
     from_python = [pool.alloc(1000, tag="weights"), pool.alloc(3000, tag="kv")]
     from_c = []
@@ -319,4 +321,58 @@ def test_under_a_pause_the_rows_by_tag_add_up_to_the_blocks() -> None:
     for b in [kept, *made]:
         b.free()
     assert rows(pool.stats()) == {"x": (0, 0), "y": (0, 0)}
+    pool.check()
+
+
+def test_a_snapshots_rows_by_tag_add_up_to_its_blocks_while_threads_allocate() -> None:
+    """The rows by tag are read under the snapshot's pause with the rest of it, not after."""
+    pool = npumem.Pool(64 * MIB, cores=2)
+    stop = threading.Event()
+
+    def churn(tag: str) -> None:
+        held: list[npumem.Block] = []
+        while not stop.is_set():
+            held.append(pool.alloc(4096, tag=tag))
+            if len(held) > 50:
+                for b in held[:25]:
+                    b.free()
+                del held[:25]
+        for b in held:
+            b.free()
+
+    threads = [threading.Thread(target=churn, args=(t,)) for t in ("a", "b")]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(300):
+            snap = pool.raw_snapshot()
+            rows = snap.stats.by_tag
+            in_rows = sum(r.blocks_in_use for r in rows)
+            assert in_rows == snap.stats.blocks_in_use == len(snap.blocks)
+            for tag in ("a", "b"):
+                counted = sum(r.blocks_in_use for r in rows if r.tag == tag)
+                assert counted == sum(1 for b in snap.blocks if b.tag == tag), tag
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    pool.check()
+
+
+def test_the_pooled_tags_row_is_no_tag_name() -> None:
+    """A tag named as the pooled tags' row would list that row twice."""
+    pool = npumem.Pool(4 * MIB, cores=1)
+    for call in (
+        lambda: pool.alloc(100, tag="(other tags)"),
+        lambda: pool.alloc_many([100, 200], tag="(other tags)"),
+    ):
+        try:
+            call()
+        except npumem.InvalidArgumentError as err:
+            assert "(other tags)" in str(err)
+        else:
+            raise AssertionError("a block tagged as the pooled tags' row was made")
+    stats = pool.stats()
+    assert stats.blocks_in_use == 0 and stats.by_tag == []
+    assert stats.failed_allocs == 0
     pool.check()

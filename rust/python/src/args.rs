@@ -247,7 +247,15 @@ pub(crate) fn tag<'py>(value: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Bou
     let tag = value
         .cast::<PyString>()
         .map_err(|_| error(ErrorClass::ArgumentType, format!("tag must be a str or None, got {}", type_name(value))))?;
-    text(tag, "tag", ErrorClass::InvalidArgument)?;
+    if text(tag, "tag", ErrorClass::InvalidArgument)? == npumem_core::OTHER_TAGS {
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            format!(
+                "tag {:?} names the row of the pooled tags (stats().by_tag); choose another name",
+                npumem_core::OTHER_TAGS
+            ),
+        ));
+    }
     Ok(Some(tag.clone()))
 }
 

@@ -47,8 +47,9 @@ impl RawSnapshot {
         snap: npumem_core::Snapshot,
         tags: &Tags,
         core: &npumem_core::Pool,
-        by_tag: Vec<TagStats>,
     ) -> PyResult<RawSnapshot> {
+        // Read with the rest, under the snapshot's pause.
+        let by_tag = snap.by_tag.into_iter().map(TagStats::from_core).collect();
         let mut blocks = Vec::new();
         for b in &snap.blocks {
             args::push_fallibly(&mut blocks, BlockInfo::from_core(py, b, tags, core), "the snapshot's blocks")?;

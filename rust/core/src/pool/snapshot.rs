@@ -17,6 +17,7 @@ use crate::arena::buddy::Node;
 use crate::arena::global::ChunkState;
 use crate::error::Result;
 use crate::stats::summary::PoolStats;
+use crate::stats::tags::TagFigures;
 use crate::util::grow::{try_collect, try_push};
 
 /// A range of bytes `[offset, offset + len)` of the arena.
@@ -54,6 +55,9 @@ pub struct Snapshot {
     pub untracked: Vec<Extent>,
     /// The stats at the same moment.
     pub stats: PoolStats,
+    /// The figures by tag at the same moment ([`Pool::tag_figures`]): they add up to the
+    /// stats' blocks and requested bytes.
+    pub by_tag: Vec<TagFigures>,
     /// The regions with memory behind them, in offset order (one unless the pool grew). Bytes
     /// outside them are absent: neither free nor allocated, and in no list above.
     pub regions: Vec<Extent>,
@@ -75,6 +79,7 @@ impl Pool {
         let _paused = self.pause_for_maintenance()?;
         let time_ns = self.trace.now_ns();
         let stats = self.stats();
+        let by_tag = self.tag_figures();
         let blocks = self.blocks()?;
         let Some(pieces) = self.free_pieces(go_on)? else {
             return Ok(None);
@@ -84,7 +89,7 @@ impl Pool {
         let regions: Vec<Extent> =
             self.regions().into_iter().map(|r| Extent { offset: r.offset, len: r.bytes }).collect();
         let untracked = self.untracked(&blocks, &free_runs, &slab_cached, &regions)?;
-        Ok(Some(Snapshot { time_ns, blocks, free_runs, slab_cached, untracked, stats, regions }))
+        Ok(Some(Snapshot { time_ns, blocks, free_runs, slab_cached, untracked, stats, by_tag, regions }))
     }
 
     /// The bytes of every slab that holds objects that no allocated object uses, in offset

@@ -276,9 +276,16 @@ impl TagTable {
     }
 
     /// The id of `name` (interned on first use), with `blocks` holds taken on it when it is
-    /// pooled. Give the holds back with [`TagTable::release`] as the blocks are freed (or at
+    /// pooled; refused for [`OTHER_TAGS`]. Give the holds back with [`TagTable::release`] as the blocks are freed (or at
     /// once, with the same count, when the allocation fails).
     pub fn acquire(&self, name: &str, blocks: u64) -> Result<u32> {
+        if name == OTHER_TAGS {
+            // That row is every pooled tag's: a tag of this name would list a second one.
+            return Err(Error::Config {
+                field: "tag",
+                reason: format!("{OTHER_TAGS:?} names the row of the pooled tags; choose another name"),
+            });
+        }
         let mut names = self.lock();
         let id = names.intern(name, &self.named)?;
         if id > NAMED_TAGS {

@@ -443,7 +443,7 @@ impl Pool {
                 return Err(raised.take().unwrap_or_else(|| error(ErrorClass::PoolBusy, "the snapshot was stopped")))
             }
         };
-        RawSnapshot::from_core(py, snap, &self.tags, core, TagStats::read(core))
+        RawSnapshot::from_core(py, snap, &self.tags, core)
     }
 
     /// Pause the pool and return an `npumem.monitor.Snapshot`: every live block, every maximal
