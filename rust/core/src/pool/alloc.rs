@@ -179,7 +179,8 @@ impl Pool {
     /// so a batch that fails or stops gives its places back without touching a counter. In a
     /// pool that grows, it then gives back the regions it added that are entirely free again
     /// (as `trim` would; `on_trim` is called for each), so that a failed batch leaves the
-    /// capacity as it was; `grow_events` keeps counting those growths.
+    /// capacity as it was; `grow_events` keeps counting those growths. Its growths give back
+    /// no region that was there before it (a single request may, at the limit).
     pub fn alloc_many_until(
         &self,
         sizes: &[usize],
@@ -210,6 +211,8 @@ impl Pool {
         }
         let core = cpu::current_core(self.arena.cores.len());
         let _entered = self.enter()?;
+        // Its growths give back no region that was there before (see `Pool::place_grown`).
+        let _keeping = self.keeping_regions();
         let regions_before = self.regions_now();
         for (index, request) in requests.iter().enumerate() {
             if index % BATCH_CHECK_EVERY == BATCH_CHECK_EVERY - 1 && !keep_going() {

@@ -13,7 +13,7 @@
 use std::cell::Cell;
 
 use crate::arena::layout::Layout;
-use crate::arena::regions::{Region, Regions};
+use crate::arena::regions::{Placement, Region, Regions};
 use crate::pool::alloc::{Placed, Reach, Request};
 use crate::pool::pool::Pool;
 use crate::pool::region_hooks::{GrowthHooks, RegionHook};
@@ -21,10 +21,23 @@ use crate::pool::region_hooks::{GrowthHooks, RegionHook};
 thread_local! {
     /// Set while this thread allocates inside [`Pool::without_growth`].
     static GROWTH_HELD: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread places a batch (`Pool::alloc_many`): its growths give back no
+    /// region it did not add, so that a batch that fails leaves the regions as they were.
+    static KEEPING_REGIONS: Cell<bool> = const { Cell::new(false) };
     /// Set while this thread adds or gives back a region (it holds the regions' change lock,
     /// and runs the `on_grow` or `on_trim` hook inside): a hook that allocates or trims through
     /// the pool would wait for that lock forever.
     static CHANGING_REGIONS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as placing a batch while it lives: its growths give back no region that
+/// was there before ([`Pool::place_grown`]).
+pub(crate) struct KeepingRegions(bool);
+
+impl Drop for KeepingRegions {
+    fn drop(&mut self) {
+        KEEPING_REGIONS.with(|keeping| keeping.set(self.0));
+    }
 }
 
 /// Marks this thread as changing regions while it lives.
@@ -58,6 +71,11 @@ impl Pool {
         }
         let _restore = Restore(GROWTH_HELD.with(|held| held.replace(true)));
         f()
+    }
+
+    /// Mark this thread as placing a batch until the guard drops ([`KeepingRegions`]).
+    pub(crate) fn keeping_regions(&self) -> KeepingRegions {
+        KeepingRegions(KEEPING_REGIONS.with(|keeping| keeping.replace(true)))
     }
 
     /// Set the hook called before a region is added (`None`: none); returns the previous one.
@@ -112,18 +130,11 @@ impl Pool {
                 // The limit reached: the regions that earlier growths added and that are
                 // entirely free now go back first, as `trim` gives them back (a pool holding no
                 // block at all refused a request of its documented largest size), and the
-                // region is placed again; but only when it then fits: a request that fails
-                // anyway leaves the regions as they were.
-                None => {
-                    let free = self.free_regions();
-                    let mut without: Vec<(usize, usize)> = regions.lock().clone();
-                    without.retain(|r| !free.contains(r));
-                    regions.place(&without, need, align, g.chunks)?;
-                    if self.give_back_free_regions(&|r| free.contains(&r)) == 0 {
-                        return None;
-                    }
-                    regions.place(&regions.lock(), need, align, g.chunks)?
-                }
+                // region is placed again; but only when it then fits (a request that fails
+                // anyway leaves the regions as they were), and not for a batch, which gives
+                // back no region it did not add.
+                None if KEEPING_REGIONS.with(Cell::get) => return None,
+                None => self.make_room_for(need, align)?,
             };
             let (offset, bytes) = (p.start * g.chunk_size, g.run_bytes(p.start, p.len));
             if let Some(hook) = GrowthHooks::get(&self.growth.on_grow) {
@@ -135,6 +146,33 @@ impl Pool {
             self.arena.global.publish(p.start, p.len);
             regions.count_growth();
         }
+    }
+
+    /// Give back the regions (but the first) that are entirely free, to place a region of `need`
+    /// chunks starting at a multiple of `align` in the room they leave under the limit; where
+    /// that region goes, or `None` with nothing given back when it would not fit even then, or
+    /// when another thread took a chunk of one of them meanwhile. The caller holds the regions'
+    /// change lock and has marked this thread as changing regions.
+    fn make_room_for(&self, need: usize, align: usize) -> Option<Placement> {
+        let regions = &self.arena.regions;
+        let g = &self.arena.geometry;
+        let free = self.free_regions();
+        let mut without: Vec<(usize, usize)> = regions.lock().clone();
+        without.retain(|r| !free.contains(r));
+        let placed = regions.place(&without, need, align, g.chunks)?;
+        // All of them or none: a withdrawal fails when another thread took one of its chunks.
+        for (i, &(start, len)) in free.iter().enumerate() {
+            if !self.arena.global.withdraw(start, len) {
+                for &(start, len) in &free[..i] {
+                    self.arena.global.publish(start, len);
+                }
+                return None;
+            }
+        }
+        for &(start, len) in &free {
+            self.let_go(start, len);
+        }
+        Some(placed)
     }
 
     /// Give back every region that is entirely free, except the first (after the slabs and
@@ -186,25 +224,30 @@ impl Pool {
     /// the regions' change lock and has marked this thread as changing regions.
     fn give_back_free_regions(&self, wanted: &dyn Fn((usize, usize)) -> bool) -> usize {
         let regions = &self.arena.regions;
-        let g = &self.arena.geometry;
         let candidates: Vec<(usize, usize)> =
             regions.lock().iter().copied().filter(|&(s, l)| s != 0 && wanted((s, l))).collect();
         let mut given_back = 0;
         for (start, len) in candidates {
-            if !self.arena.global.withdraw(start, len) {
-                continue;
+            if self.arena.global.withdraw(start, len) {
+                self.let_go(start, len);
+                given_back += len;
             }
-            regions.lock().retain(|&(s, _)| s != start);
-            let (offset, bytes) = (start * g.chunk_size, g.run_bytes(start, len));
-            if let Some(backing) = &self.arena.backing {
-                backing.discard(offset, bytes);
-            }
-            if let Some(hook) = GrowthHooks::get(&self.growth.on_trim) {
-                let _ = hook(offset, bytes); // the region is gone either way
-            }
-            given_back += len;
         }
         given_back
+    }
+
+    /// Drop the withdrawn region of `len` chunks at chunk `start` from the table, its host
+    /// pages back to the host, and tell `on_trim`.
+    fn let_go(&self, start: usize, len: usize) {
+        let g = &self.arena.geometry;
+        self.arena.regions.lock().retain(|&(s, _)| s != start);
+        let (offset, bytes) = (start * g.chunk_size, g.run_bytes(start, len));
+        if let Some(backing) = &self.arena.backing {
+            backing.discard(offset, bytes);
+        }
+        if let Some(hook) = GrowthHooks::get(&self.growth.on_trim) {
+            let _ = hook(offset, bytes); // the region is gone either way
+        }
     }
 }
 
@@ -290,6 +333,33 @@ mod tests {
         assert!(pool.stats().capacity <= 16 * MIB);
         for b in [first, fits] {
             pool.free(b).unwrap();
+        }
+        pool.check().unwrap();
+    }
+
+    /// A batch gives back no region it did not add: at the limit, with older regions entirely
+    /// free, a batch that needs their room fails and leaves them (a single request takes it).
+    #[test]
+    fn a_batch_at_the_limit_keeps_the_older_regions_left_free() {
+        let pool = Pool::new(PoolConfig::new(8 * MIB).cores(1).backing(Backing::None).growth(16 * MIB, Some(2 * MIB)))
+            .unwrap();
+        let first = pool.alloc(8 * MIB, None, 0).unwrap();
+        let grown: Vec<_> = (0..4).map(|_| pool.alloc(2 * MIB, None, 0).unwrap()).collect();
+        assert_eq!(pool.regions().len(), 5);
+        for &h in &grown[..2] {
+            pool.free(h).unwrap();
+        }
+        let before = (pool.regions(), pool.stats().capacity, pool.stats().bytes_free);
+        let failed = pool.alloc_many(&[4 * MIB, 4 * MIB], None, 0);
+        assert!(matches!(failed, Err(Error::Batch { .. })), "{failed:?}");
+        assert_eq!((pool.regions(), pool.stats().capacity, pool.stats().bytes_free), before);
+        let one = pool.alloc_many(&[4 * MIB], None, 0);
+        assert!(matches!(one, Err(Error::Batch { .. })), "a batch of one too: {one:?}");
+        assert_eq!(pool.regions(), before.0);
+        let single = pool.alloc(4 * MIB, None, 0).unwrap();
+        assert_eq!(pool.regions().len(), 4, "the two free regions went for one of 4 MiB");
+        for h in [first, grown[2], grown[3], single] {
+            pool.free(h).unwrap();
         }
         pool.check().unwrap();
     }

@@ -165,7 +165,7 @@ impl Pool {
     /// if one allocation fails, the blocks already made are freed and the error says which
     /// one failed and why. In a pool that grows, the regions the failed batch added are given
     /// back when they are entirely free again (`on_trim` is called for each; `grow_events`
-    /// keeps counting them).
+    /// keeps counting them), and a batch gives back no region that was there before it.
     #[pyo3(signature = (sizes, *, align = None, tag = None))]
     fn alloc_many<'py>(
         slf: &Bound<'py, Self>,
