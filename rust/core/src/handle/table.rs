@@ -288,20 +288,9 @@ impl HandleTable {
     }
 
     /// The block behind a live handle.
+    #[inline]
     pub(crate) fn get(&self, handle: Handle) -> Result<SlotInfo> {
-        let slot = self.live_slot(handle)?;
-        loop {
-            let state = slot.state.load(Ordering::Acquire);
-            if !Self::matches(state, handle) {
-                return Err(Self::mismatch(state, handle, Error::InvalidHandle(HandleFault::Freed)));
-            }
-            let info = Self::read_info(slot, state);
-            // Seqlock-style: the slot must not have been freed and reused while we read it.
-            let identity = !(MOVING | PINS);
-            if slot.state.load(Ordering::Acquire) & identity == state & identity {
-                return Ok(info);
-            }
-        }
+        self.get_and_moving(handle).map(|(info, _)| info)
     }
 
     /// [`HandleTable::get`], and whether the block was being moved while its slot was read.
@@ -313,6 +302,7 @@ impl HandleTable {
                 return Err(Self::mismatch(state, handle, Error::InvalidHandle(HandleFault::Freed)));
             }
             let info = Self::read_info(slot, state);
+            // Seqlock-style: the slot must not have been freed and reused while we read it.
             let identity = !(MOVING | PINS);
             let again = slot.state.load(Ordering::Acquire);
             if again & identity == state & identity {
