@@ -30,7 +30,8 @@
 //! | [`TraceEvent`], `SoloRing`, `Ring`, `Trace`, `Clock` | `trace/` | the optional event trace: bounded rings of alloc/free/move/failed events (one per recording thread, then one shared), and its clock |
 //! | [`PoolStats`], `Counters`, `ThreadStats` | `stats/` | per-thread counter blocks (plain stores), summed into a snapshot whose fields are one list |
 //! | [`Pool`], [`PauseToken`] | `pool/` | the public API: composes the arena, handles, gate, stats and trace; alloc, free, pause and pins, snapshot, check, trace |
-//! | [`Snapshot`] | `pool/snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats |
+//! | [`Snapshot`] | `pool/snapshot.rs` | the arena at one moment: live blocks, maximal free runs, stats, figures by tag |
+//! | (largest free block) | `pool/largest_free.rs` | the statistics' exact largest request, reading whole only the trees that could hold it |
 //! | [`Move`], [`CompactionMode`], [`CompactionPlan`], [`StepReport`] | `compaction/types.rs` | compaction's public types: a move, the modes, a compaction plan, what a compaction did |
 //! | (compaction calls) | `compaction/api.rs` | `Pool::move_blocks` (one batch the caller names), `Pool::compact_step` (plan, then execute), `Pool::plan_compaction` (plan, then summary) |
 //! | `Census`, `Item` | `compaction/census.rs` | the *census*: every live block by handle, taken on a paused pool |
