@@ -119,7 +119,10 @@ impl SlabBlocks for SlabCarver<'_> {
 
 impl Pool {
     /// Allocate `size` bytes aligned to `align` (the pool's default alignment when `None`),
-    /// with a tag id (0 = none). Waits while the pool is paused.
+    /// with a tag id (0 = none; an id from [`TagTable::acquire`](crate::TagTable::acquire),
+    /// held while the block lives when it is pooled): the block counts under it until it is
+    /// freed. An id of the named range that no name has is stored as 0. Waits while the pool
+    /// is paused.
     pub fn alloc(&self, size: usize, align: Option<usize>, tag: u32) -> Result<Handle> {
         let request = self.request(size, align)?;
         let core = cpu::current_core(self.arena.cores.len());
@@ -383,6 +386,7 @@ impl Pool {
 
     pub(crate) fn finish(&self, placed: Placed, request: &Request, core: usize, tag: u32) -> Result<Handle> {
         let align_log2 = request.align.trailing_zeros() as u8;
+        let tag = if tag == 0 { 0 } else { self.tags.stored(tag) };
         let inserted = self
             .counters
             .with_slot_cache(|cache| self.handles.insert(core, cache, placed.offset, request.size, align_log2, tag));

@@ -346,4 +346,29 @@ mod tests {
         assert_eq!(p.try_block(h), Ok(before));
         p.free(h).unwrap();
     }
+
+    /// A block counts under its tag from its allocation to its free; one asked for with an id
+    /// that no name has is stored and counted untagged, and stays so after a name takes the id.
+    #[test]
+    fn blocks_count_under_their_tags_and_unnamed_ids_count_untagged() {
+        let p = Pool::new(PoolConfig::new(16 << 20).cores(1).backing(Backing::None)).unwrap();
+        let tagged = |p: &Pool| p.tag_figures().iter().filter(|f| f.blocks_in_use > 0).count();
+        let unnamed = p.alloc(1000, None, 1).unwrap();
+        assert_eq!(p.block(unnamed).unwrap().tag, 0);
+        let id = p.tags().acquire("weights", 1).unwrap();
+        assert_eq!(id, 1, "the first name takes id 1");
+        let named = p.alloc(3000, None, id).unwrap();
+        let figures = p.tag_figures();
+        let row = |label: &str| {
+            figures
+                .iter()
+                .find(|f| format!("{:?}", f.label).contains(label))
+                .map(|f| (f.blocks_in_use, f.requested_bytes_in_use))
+        };
+        assert_eq!(row("weights"), Some((1, 3000)));
+        assert_eq!(row("Untagged"), Some((1, 1000)));
+        p.free(unnamed).unwrap();
+        p.free(named).unwrap();
+        assert_eq!(tagged(&p), 0, "{:?}", p.tag_figures());
+    }
 }

@@ -102,9 +102,10 @@ mod tests {
     fn events_carry_what_happened() {
         let p = pool(8 << 20, 1);
         p.trace_start(1000).unwrap();
-        let a = p.alloc(3000, Some(4096), 7).unwrap();
-        let b = p.alloc(5 << 20, None, 8).unwrap();
-        assert!(p.alloc(6 << 20, None, 9).is_err());
+        let [t1, t2, t3] = ["a", "b", "c"].map(|name| p.tags().acquire(name, 0).unwrap());
+        let a = p.alloc(3000, Some(4096), t1).unwrap();
+        let b = p.alloc(5 << 20, None, t2).unwrap();
+        assert!(p.alloc(6 << 20, None, t3).is_err());
         let info = p.block(a).unwrap();
         p.free(a).unwrap();
         p.record_move(b, 0, 4096).unwrap();
@@ -114,8 +115,8 @@ mod tests {
         use EventKind::*;
         assert_eq!(kinds, vec![Alloc, Alloc, Failed, Free, Move, Free]);
         let e = events[0];
-        assert_eq!((e.offset, e.size, e.tag, e.aux, e.handle, e.core), (info.offset, 3000, 7, 4096, a.to_bits(), 0));
-        assert_eq!((events[2].size, events[2].tag, events[2].handle), (6 << 20, 9, 0));
+        assert_eq!((e.offset, e.size, e.tag, e.aux, e.handle, e.core), (info.offset, 3000, t1, 4096, a.to_bits(), 0));
+        assert_eq!((events[2].size, events[2].tag, events[2].handle), (6 << 20, t3, 0));
         assert_eq!(events[2].aux, p.config().alignment as u64);
         assert_eq!((events[3].handle, events[3].offset), (a.to_bits(), info.offset));
         assert_eq!((events[4].offset, events[4].aux, events[4].size), (4096, 0, 5 << 20));

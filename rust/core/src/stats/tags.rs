@@ -269,6 +269,19 @@ impl TagTable {
         self.names.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The tag a block asked for with id `id` is stored and counted under: `id` when it is 0, a
+    /// named tag handed out, or a pooled id (the caller holds it); 0 for an id of the named
+    /// range that no name has yet, so that such a block counts with the untagged ones for its
+    /// whole life (its free reads the id its slot stored), even if a name takes the id later.
+    #[inline]
+    pub(crate) fn stored(&self, id: u32) -> u32 {
+        if id > NAMED_TAGS || self.is_named(id) {
+            id
+        } else {
+            0
+        }
+    }
+
     /// Whether `id` is 0 or a named tag already handed out: ids that need no hold.
     #[inline]
     pub fn is_named(&self, id: u32) -> bool {
@@ -276,8 +289,8 @@ impl TagTable {
     }
 
     /// The id of `name` (interned on first use), with `blocks` holds taken on it when it is
-    /// pooled; refused for [`OTHER_TAGS`]. Give the holds back with [`TagTable::release`] as the blocks are freed (or at
-    /// once, with the same count, when the allocation fails).
+    /// pooled; refused for [`OTHER_TAGS`]. Give the holds back with [`TagTable::release`] as
+    /// the blocks are freed (or at once, with the same count, when the allocation fails).
     pub fn acquire(&self, name: &str, blocks: u64) -> Result<u32> {
         if name == OTHER_TAGS {
             // That row is every pooled tag's: a tag of this name would list a second one.
