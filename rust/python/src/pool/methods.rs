@@ -422,6 +422,8 @@ impl Pool {
     /// Every live block, in offset order.
     fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let core = &self.core;
+        // No tag id is dropped (and reused) until the blocks' names are read.
+        let _pin = core.tags().pin();
         let blocks = without_gil(py, || core.blocks())?;
         py_alloc::list(
             py,
@@ -437,6 +439,9 @@ impl Pool {
         // run their handlers, and an exception they raise ends the snapshot (the pool resumed).
         let mut raised: Option<PyErr> = None;
         let mut go_on = || Python::attach(|py| py.check_signals().map_err(|err| raised = Some(err)).is_ok());
+        // No tag id is dropped (and reused) until the blocks' names are read, after the pause:
+        // the last block of a pooled tag freed meanwhile would take its name along otherwise.
+        let _pin = core.tags().pin();
         let snap = match without_gil(py, || core.snapshot_until(&mut go_on))? {
             Some(snap) => snap,
             None => {
