@@ -11,6 +11,7 @@
 //! absent, no growth is counted, and the allocation fails with `OutOfMemory`.
 
 use std::cell::Cell;
+use std::thread::LocalKey;
 
 use crate::arena::layout::Layout;
 use crate::arena::regions::{Placement, Region, Regions};
@@ -30,13 +31,21 @@ thread_local! {
     static CHANGING_REGIONS: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks this thread as placing a batch while it lives: its growths give back no region that
-/// was there before ([`Pool::place_grown`]).
-pub(crate) struct KeepingRegions(bool);
+/// One of this thread's flags above, set while the guard lives and then as it was before.
+pub(crate) struct ThreadFlag {
+    flag: &'static LocalKey<Cell<bool>>,
+    before: bool,
+}
 
-impl Drop for KeepingRegions {
+impl ThreadFlag {
+    fn set(flag: &'static LocalKey<Cell<bool>>) -> ThreadFlag {
+        ThreadFlag { flag, before: flag.with(|f| f.replace(true)) }
+    }
+}
+
+impl Drop for ThreadFlag {
     fn drop(&mut self) {
-        KEEPING_REGIONS.with(|keeping| keeping.set(self.0));
+        self.flag.with(|f| f.set(self.before));
     }
 }
 
@@ -63,19 +72,14 @@ impl Pool {
     /// (an out-of-memory handler that compacts or frees caches) tries them first and then
     /// allocates again outside, so that growth comes last.
     pub fn without_growth<R>(&self, f: impl FnOnce() -> R) -> R {
-        struct Restore(bool);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                GROWTH_HELD.with(|held| held.set(self.0));
-            }
-        }
-        let _restore = Restore(GROWTH_HELD.with(|held| held.replace(true)));
+        let _held = ThreadFlag::set(&GROWTH_HELD);
         f()
     }
 
-    /// Mark this thread as placing a batch until the guard drops ([`KeepingRegions`]).
-    pub(crate) fn keeping_regions(&self) -> KeepingRegions {
-        KeepingRegions(KEEPING_REGIONS.with(|keeping| keeping.replace(true)))
+    /// Mark this thread as placing a batch until the guard drops: its growths give back no
+    /// region that was there before ([`Pool::place_grown`]).
+    pub(crate) fn keeping_regions(&self) -> ThreadFlag {
+        ThreadFlag::set(&KEEPING_REGIONS)
     }
 
     /// Set the hook called before a region is added (`None`: none); returns the previous one.
