@@ -152,3 +152,41 @@ def test_another_thread_reads_a_moving_blocks_figures_whole() -> None:
     assert block.block_bytes >= block.nbytes
     block.free()
     pool.check()
+
+
+def test_blocks_listed_during_another_threads_compaction_are_those_after_it() -> None:
+    """`blocks()` lists the blocks at one moment: a thread that asks while another thread's
+    compaction is moving them waits for it, and gets every block at its new place. Read during
+    the moves, a block moved away from a place and another moved into it were both listed
+    there."""
+    import threading
+
+    pool = npumem.Pool(64 * MIB, cores=1, backing="none")
+    pads = [pool.alloc(CHUNK) for _ in range(6)]
+    movable = [pool.alloc(CHUNK) for _ in range(3)]
+    for p in pads:
+        p.free()
+    before = [(d.offset, d.nbytes) for d in pool.blocks()]
+    moving, listed = threading.Event(), threading.Event()
+    seen: list[list[tuple[int, int]]] = []
+
+    def mover(transfers: Sequence[tuple[int, int, int]]) -> None:
+        moving.set()
+        listed.wait(0.5)  # a lister waits for the compaction: it cannot list meanwhile
+
+    def lister() -> None:
+        moving.wait(10)
+        seen.append([(d.offset, d.nbytes) for d in pool.blocks()])
+        listed.set()
+
+    thread = threading.Thread(target=lister)
+    thread.start()
+    with pool.pause(10.0) as pause:
+        report = pool.compact_step(pause, "full", mover=mover)
+    thread.join(10)
+    after = [(d.offset, d.nbytes) for d in pool.blocks()]
+    assert report.blocks >= 1 and after != before
+    assert seen == [after]
+    for b in movable:
+        b.free()
+    pool.check()

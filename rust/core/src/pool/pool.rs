@@ -245,9 +245,18 @@ impl Pool {
         self.handles.unpin(handle, PinKind::View)
     }
 
-    /// Every live block (through a handle), in offset order.
-    /// [`Error::HostMemory`] if the host has no memory for the list.
+    /// Every live block (through a handle), in offset order, at one moment: alloc and free
+    /// pause while the handles are read, as for a snapshot, so that no block freed (or moved)
+    /// during the walk is listed beside the one that took its place. [`Error::Busy`] if calls
+    /// in flight do not finish in time, [`Error::HostMemory`] if the host has no memory for
+    /// the list (nothing changes then).
     pub fn blocks(&self) -> Result<Vec<BlockInfo>> {
+        let _paused = self.pause_for_maintenance()?;
+        self.blocks_while_paused()
+    }
+
+    /// [`Pool::blocks`] for a caller that holds the pool's pause.
+    pub(crate) fn blocks_while_paused(&self) -> Result<Vec<BlockInfo>> {
         let mut blocks = Vec::new();
         let mut listed = Ok(());
         self.handles.for_each_live(&mut |h, info| {

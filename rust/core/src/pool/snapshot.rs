@@ -80,7 +80,7 @@ impl Pool {
         let time_ns = self.trace.now_ns();
         let stats = self.stats();
         let by_tag = self.tag_figures();
-        let blocks = self.blocks()?;
+        let blocks = self.blocks_while_paused()?;
         let Some(pieces) = self.free_pieces(go_on)? else {
             return Ok(None);
         };

@@ -419,7 +419,8 @@ impl Pool {
         }
     }
 
-    /// Every live block, in offset order.
+    /// Every live block, in offset order, at one moment: the pool pauses (without the GIL)
+    /// while its handles are read, as for a snapshot.
     fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let core = &self.core;
         // No tag id is dropped (and reused) until the blocks' names are read.
