@@ -315,3 +315,47 @@ def test_replay_refuses_bad_configurations() -> None:
         replay_trace(trace, config={"chunk_size": 3 << 20})
     with pytest.raises(npumem.InvalidArgumentError, match="sample_every"):
         replay_trace(trace, sample_every=0)
+
+
+TRACE_CALLS_WHILE_A_START_WAITS = """
+import threading, time
+import npumem
+
+pool = npumem.Pool(8 << 20, cores=1)
+paused, done = threading.Event(), threading.Event()
+
+def holder():
+    with pool.pause(10.0):
+        paused.set()
+        done.wait(20)
+
+threading.Thread(target=holder).start()
+paused.wait()
+starter = threading.Thread(target=pool.trace_start, args=(1024,))
+starter.start()
+time.sleep(0.2)  # the start now waits for the held pause, checking for signals meanwhile
+status = pool.trace_status()  # with the GIL held
+done.set()
+starter.join()
+print("enabled" if pool.trace_status().enabled else "disabled", status.enabled, flush=True)
+"""
+
+
+def test_trace_calls_with_the_gil_while_another_threads_start_waits_for_a_pause() -> None:
+    """A `trace_start` that waits for another thread's pause (checking for signals, with the
+    GIL, meanwhile) holds nothing that a thread holding the GIL waits for: `trace_status()`
+    answers at once. When the start held the trace's lock while it waited, the two threads
+    waited for each other for ever."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", TRACE_CALLS_WHILE_A_START_WAITS],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("trace_status() and trace_start() waited for each other")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["enabled", "False"]

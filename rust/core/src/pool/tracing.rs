@@ -246,4 +246,37 @@ mod tests {
         }
         assert!(live.is_empty());
     }
+
+    /// A start that waits for another thread's pause holds nothing that the trace's other
+    /// calls need: the status and a drain answer while it waits (the Python binding's signal
+    /// checks take the GIL during that wait, and a caller holding the GIL may ask for the
+    /// status). The pause is held until they answered, at most 20 s.
+    #[test]
+    fn status_and_drain_answer_while_a_start_waits_for_a_pause() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let p = Arc::new(pool(8 << 20, 1));
+        let token = p.pause(Duration::from_secs(30)).unwrap();
+        let starter = {
+            let p = Arc::clone(&p);
+            std::thread::spawn(move || p.trace_start(1024))
+        };
+        std::thread::sleep(Duration::from_millis(100)); // the start now waits for the pause
+        let (answered, wait) = mpsc::channel();
+        let asker = {
+            let p = Arc::clone(&p);
+            std::thread::spawn(move || {
+                let status = p.trace_status();
+                let drained = p.trace_drain().unwrap().len();
+                answered.send((status.enabled, drained)).unwrap();
+            })
+        };
+        let got = wait.recv_timeout(Duration::from_secs(20));
+        p.resume(&token).unwrap();
+        asker.join().unwrap();
+        let started = starter.join().unwrap();
+        assert_eq!(got, Ok((false, 0)), "the status and the drain waited for the start");
+        started.unwrap();
+        assert!(p.trace_status().enabled);
+    }
 }

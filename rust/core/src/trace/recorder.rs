@@ -218,20 +218,27 @@ impl Trace {
     /// Start a fresh trace of `capacity` events over `cores` rings; `pause` pauses the pool
     /// (after the clock is calibrated, which takes about 1 ms) for the switch. Events of an
     /// earlier trace that were not drained are discarded.
+    ///
+    /// The pool is paused before the control lock is taken, never the other way round: the
+    /// pause may wait long (for another thread's pause, up to its timeout), and a thread that
+    /// waits for it checks for signals, which in the Python binding takes the GIL, while a
+    /// thread holding the GIL may be waiting for the control lock (`trace_status`, a tag's
+    /// release). Nothing done under the control lock waits for the pool or the GIL.
     pub(crate) fn start<G>(&self, cores: usize, capacity: usize, pause: impl FnOnce() -> Result<G>) -> Result<()> {
-        let mut drains = self.lock_to_change()?;
         let fast_clock = self.clock.calibrate();
         let fresh = Rings::new(cores, capacity, fast_clock)?;
         let _paused = pause()?;
+        let mut drains = self.lock_to_change()?;
         self.install(fresh);
         *drains = Drains::default();
         Ok(())
     }
 
-    /// Stop recording while `pause` holds the pool.
+    /// Stop recording while `pause` holds the pool (taken before the control lock, as for
+    /// [`Trace::start`]).
     pub(crate) fn stop<G>(&self, pause: impl FnOnce() -> Result<G>) -> Result<()> {
-        let _drains = self.lock_to_change()?;
         let _paused = pause()?;
+        let _drains = self.lock_to_change()?;
         self.on.store(false, Ordering::Release);
         Ok(())
     }
