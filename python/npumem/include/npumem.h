@@ -202,7 +202,12 @@ npumem_status npumem_pool_retain(npumem_pool *pool);
 npumem_status npumem_pool_release(npumem_pool *pool);
 npumem_status npumem_pool_get_info(npumem_pool *pool, npumem_pool_info *out);
 npumem_status npumem_pool_stats(npumem_pool *pool, npumem_stats *out);
-/** Set the out-of-memory callback (NULL clears it). */
+/**
+ * Set the out-of-memory callback (NULL clears it). Returns once every call of the callback it
+ * replaces that another thread began has returned, so the caller may then free that callback and
+ * its user data. Called from inside this pool's callback, it replaces the callback without
+ * waiting (that call itself is still running).
+ */
 npumem_status npumem_set_oom_callback(npumem_pool *pool, npumem_oom_callback callback, void *user_data);
 
 /* ----- blocks ----------------------------------------------------------------------------- */

@@ -287,6 +287,79 @@ fn an_allocation_inside_the_oom_callback_does_not_call_it_again() {
     }
 }
 
+/// A replacement of the callback returns only once the calls of the callback it replaced that
+/// other threads began have returned, so that its caller may free that callback (a caller that
+/// freed a ctypes callback after clearing it crashed the thread still calling it).
+#[test]
+fn a_replacement_waits_for_the_calls_of_the_callback_it_replaced() {
+    static ENTERED: AtomicUsize = AtomicUsize::new(0);
+    static RETURNED: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn slow(_: *mut NpumemPool, _: usize, _: usize, _: *mut c_void) -> i32 {
+        ENTERED.store(1, Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        RETURNED.store(1, Ordering::SeqCst);
+        0
+    }
+    let (_core, pool) = wrapped_pool();
+    let mut block = NpumemBlock::default();
+    // SAFETY: a live pool object and local outputs.
+    unsafe {
+        assert_eq!(npumem_alloc(pool, 3 << 20, 0, 0, &mut block), OK);
+        assert_eq!(npumem_set_oom_callback(pool, Some(slow), ptr::null_mut()), OK);
+    }
+    let shared = pool as usize;
+    let failing = std::thread::spawn(move || {
+        let mut block = NpumemBlock::default();
+        // SAFETY: the pool outlives this thread (joined below); a local output.
+        unsafe { npumem_alloc(shared as *mut NpumemPool, 2 << 20, 0, 0, &mut block) }
+    });
+    while ENTERED.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    // SAFETY: a live pool object.
+    assert_eq!(unsafe { npumem_set_oom_callback(pool, None, ptr::null_mut()) }, OK);
+    assert_eq!(RETURNED.load(Ordering::SeqCst), 1, "the replacement returned while the old callback ran");
+    assert_eq!(failing.join().unwrap(), status::ERR_OUT_OF_MEMORY);
+    // SAFETY: the test's reference.
+    assert_eq!(unsafe { npumem_pool_release(pool) }, OK);
+}
+
+/// A callback that clears itself (the replacement, made inside its own call, cannot wait for
+/// that call) returns, and is not called again.
+#[test]
+fn a_callback_may_clear_itself() {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn once(pool: *mut NpumemPool, _: usize, _: usize, _: *mut c_void) -> i32 {
+        CALLS.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: the pool the callback was called for.
+        unsafe { npumem_set_oom_callback(pool, None, ptr::null_mut()) }
+    }
+    let (_core, pool) = wrapped_pool();
+    let mut block = NpumemBlock::default();
+    // SAFETY: a live pool object and local outputs.
+    unsafe {
+        assert_eq!(npumem_alloc(pool, 3 << 20, 0, 0, &mut block), OK);
+        assert_eq!(npumem_set_oom_callback(pool, Some(once), ptr::null_mut()), OK);
+    }
+    let shared = pool as usize;
+    let (done, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut block = NpumemBlock::default();
+        for _ in 0..2 {
+            // SAFETY: the pool outlives these calls (the test waits for them); a local output.
+            let status = unsafe { npumem_alloc(shared as *mut NpumemPool, 2 << 20, 0, 0, &mut block) };
+            done.send(status).unwrap();
+        }
+    });
+    for _ in 0..2 {
+        let status = answer.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(status, Ok(status::ERR_OUT_OF_MEMORY), "the callback waited for its own call");
+    }
+    assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+    // SAFETY: the test's reference.
+    assert_eq!(unsafe { npumem_pool_release(pool) }, OK);
+}
+
 /// A callback that releases the caller's last reference: the pool stays live until the
 /// allocation that called it returns (it read freed memory after the callback), then goes.
 #[test]

@@ -8,6 +8,7 @@ use std::ffi::{c_char, c_void, CStr};
 use std::slice;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use npumem_core::{Error, Handle, Pool};
 
@@ -128,6 +129,11 @@ impl Drop for KeepAlive {
 struct InCallback(usize);
 
 impl InCallback {
+    /// Whether the thread is running `pool`'s callback.
+    fn is_inside(pool: usize) -> bool {
+        IN_CALLBACK.with(|inside| inside.borrow().contains(&pool))
+    }
+
     /// None when the thread is running `pool`'s callback already.
     fn enter(pool: usize) -> Option<InCallback> {
         IN_CALLBACK.with(|inside| {
@@ -188,13 +194,18 @@ fn retry_after<T>(
         }
         Err(err)
     };
+    let Some(inside) = InCallback::enter(raw as usize) else { return give_up(err) };
+    // Counted in before the hook is read: a replacement that this call's read preceded waits
+    // for the call to return (`set_oom_callback`).
+    let calling = p.oom_calls.enter();
     let hook = *p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let Some(h) = hook else { return give_up(err) };
-    let Some(inside) = InCallback::enter(raw as usize) else { return give_up(err) };
     // SAFETY: `raw` is the live pool object the entry point checked.
     *alive = Some(unsafe { KeepAlive::take(raw) });
-    // SAFETY: the caller registered the callback for this pool and user pointer.
+    // SAFETY: the caller registered the callback for this pool and user pointer, and a
+    // replacement waits for this call before its caller may free them.
     let again = unsafe { (h.callback)(raw, size, align, h.user) } != 0;
+    drop(calling);
     drop(inside);
     if !again {
         return give_up(err);
@@ -659,9 +670,17 @@ unsafe extern "C" fn set_oom_callback(
     guard(|| {
         // SAFETY: checked by the entry point.
         let p = unsafe { this(pool) };
-        let mut hook = p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        *hook = callback.map(|callback| OomHook { callback, user });
-        p.oom_set.store(hook.is_some(), Ordering::Relaxed);
+        {
+            let mut hook = p.oom.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            *hook = callback.map(|callback| OomHook { callback, user });
+            p.oom_set.store(hook.is_some(), Ordering::Relaxed);
+        }
+        // The calls of the callback replaced that other threads began have returned before
+        // this does, so the caller may free it and its user data. Inside a call of this pool's
+        // callback, that call is one of them: the replacement then does not wait.
+        if !InCallback::is_inside(pool as usize) {
+            p.oom_calls.wait_for_earlier(Duration::MAX);
+        }
         OK
     })
 }

@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use npumem_core::Pool;
+use npumem_core::{Grace, Pool};
 
 use crate::status::{Status, ERR_ABI_MISMATCH, ERR_INVALID_POOL, ERR_NULL_ARGUMENT};
 use crate::types::{NpumemBlock, NpumemHandle, NpumemPoolInfo, NpumemStats};
@@ -88,6 +88,9 @@ pub struct NpumemPool {
     /// runs only decides whether that allocation's failure is recorded before or after the
     /// callback, never whether it is recorded once.
     pub oom_set: AtomicBool,
+    /// The calls of the callback in progress: a replacement waits for those that began before
+    /// it, so that its caller may free the callback it replaced (`native.rs`).
+    pub oom_calls: Grace,
 }
 
 impl NpumemPool {
@@ -100,6 +103,7 @@ impl NpumemPool {
             location,
             oom: Mutex::new(None),
             oom_set: AtomicBool::new(false),
+            oom_calls: Grace::new(),
         }
     }
 
