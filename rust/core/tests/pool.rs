@@ -527,3 +527,56 @@ fn maintenance_calls_wait_for_another_threads_pause_no_longer_than_its_timeout()
         assert_eq!(checking.join().unwrap(), Ok(0));
     });
 }
+
+/// A batch free while another thread pins and unpins its last block: each batch frees every
+/// block or none. The check of the whole batch came before the frees, so a pin that landed in
+/// between stopped the batch at its last item with the others already freed, and the error
+/// said that nothing was.
+#[test]
+fn a_batch_free_racing_a_pin_frees_all_or_none() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let p = Arc::new(pool(64 * MIB, 2));
+    let (mut refused, mut freed) = (0, 0);
+    for _ in 0..200 {
+        let blocks = p.alloc_many(&[64; 2_000], None, 0).unwrap();
+        let last = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let pinner = {
+            let (p, stop) = (Arc::clone(&p), Arc::clone(&stop));
+            let target = blocks[blocks.len() - 1];
+            let pins = Arc::clone(&last);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if p.pin(target).is_err() {
+                        break; // freed by the batch
+                    }
+                    pins.fetch_add(1, Ordering::Relaxed);
+                    p.unpin(target).unwrap();
+                }
+            })
+        };
+        while last.load(Ordering::Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        match p.free_many(&blocks) {
+            Ok(()) => {
+                freed += 1;
+                stop.store(true, Ordering::Relaxed);
+                pinner.join().unwrap();
+                assert_eq!(p.stats().blocks_in_use, 0);
+            }
+            Err(Error::Batch { index, error, .. }) => {
+                refused += 1;
+                assert!(matches!(*error, Error::Pinned { .. }), "{error:?}");
+                assert_eq!(index, blocks.len() - 1);
+                assert_eq!(p.stats().blocks_in_use, 2_000, "a refused batch freed some of its blocks");
+                stop.store(true, Ordering::Relaxed);
+                pinner.join().unwrap();
+                p.free_many(&blocks).unwrap();
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(p.check().unwrap(), 0);
+    assert_eq!(freed + refused, 200);
+}

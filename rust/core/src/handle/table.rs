@@ -336,6 +336,57 @@ impl HandleTable {
         }
     }
 
+    /// Claim every handle of `handles` for a batch free, or none: each live, unpinned block is
+    /// marked moving (waiting, as [`HandleTable::remove`] does, while a move holds it), so that
+    /// no pin or free slips in between this check and [`HandleTable::remove_claimed`]. At the
+    /// first handle that is freed, foreign or pinned, the marks made are cleared and its index
+    /// and error returned (as [`HandleTable::remove`] would answer). `handles` must name no
+    /// slot twice (the second mark would wait for the first).
+    pub(crate) fn claim_for_free(&self, handles: &[Handle]) -> std::result::Result<(), (usize, Error)> {
+        for (k, &handle) in handles.iter().enumerate() {
+            if let Err(e) = self.claim_one_for_free(handle) {
+                handles[..k].iter().for_each(|&done| self.end_move(done));
+                return Err((k, e));
+            }
+        }
+        Ok(())
+    }
+
+    fn claim_one_for_free(&self, handle: Handle) -> Result<()> {
+        let slot = self.live_slot(handle)?;
+        let mut state = slot.state.load(Ordering::Acquire);
+        loop {
+            if !Self::matches(state, handle) {
+                return Err(Self::mismatch(state, handle, Error::DoubleFree));
+            }
+            if state & PINS != 0 {
+                return Err(Error::Pinned { pins: pins_of(state) });
+            }
+            if state & MOVING != 0 {
+                crate::util::sync::spin_hint();
+                state = slot.state.load(Ordering::Acquire);
+                continue;
+            }
+            match slot.state.compare_exchange_weak(state, state | MOVING, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(seen) => state = seen,
+            }
+        }
+    }
+
+    /// Retire a handle that [`HandleTable::claim_for_free`] claimed: its generation moves on
+    /// and the mark goes with it. Returns what its slot recorded.
+    pub(crate) fn remove_claimed(&self, handle: Handle) -> SlotInfo {
+        let slot = self.slot(handle.slot());
+        // While marked, nothing else writes the word: pins and frees wait, and an unpin finds
+        // no pin to take.
+        let state = slot.state.load(Ordering::Acquire);
+        debug_assert!(Self::matches(state, handle) && state & MOVING != 0 && state & PINS == 0);
+        let info = Self::read_info(slot, state);
+        slot.state.store((state + 1) & GENERATION_MASK, Ordering::Release);
+        info
+    }
+
     /// Put a removed slot in the calling thread's `cache`, or on `core`'s free list when the
     /// cache is full, or retire it at its last generation.
     pub(crate) fn recycle(&self, core: usize, cache: &IndexCache, handle: Handle) {
@@ -660,6 +711,47 @@ mod loom_models {
             assert!(table.unpin(h, PinKind::User).is_err(), "a user unpin dropped a view's pin");
             assert!(!viewer.join().unwrap(), "a pinned block was freed");
             table.remove(h).unwrap();
+        });
+    }
+
+    /// A batch free of two blocks races a pin of the second and a free of the first: either the
+    /// batch claims both (the pin fails, the free waits and finds the block freed) or it claims
+    /// neither and frees nothing (no mark left behind, the other calls succeed).
+    #[test]
+    fn a_batch_free_is_claimed_whole_or_not_at_all() {
+        loom::model(|| {
+            let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
+            let a = table.insert(0, &no_cache(), 100, 8, 0, 0).unwrap();
+            let b = table.insert(0, &no_cache(), 300, 8, 0, 0).unwrap();
+            let (t2, t3) = (table.clone(), table.clone());
+            // The pin that does not wait (the waiting one spins: too many branches for loom
+            // beside the free's wait): it fails while the batch holds b.
+            let pinner = thread::spawn(move || t3.try_pin(b, PinKind::User).is_ok());
+            let freer = thread::spawn(move || t2.remove(a).is_ok());
+            let batch = table.claim_for_free(&[a, b]);
+            if batch.is_ok() {
+                assert_eq!(table.remove_claimed(a).offset, 100);
+                assert_eq!(table.remove_claimed(b).offset, 300);
+            }
+            let pinned = pinner.join().unwrap();
+            let freed_alone = freer.join().unwrap();
+            match batch {
+                Ok(()) => assert!(!pinned && !freed_alone, "a call went through a claimed block"),
+                Err((0, e)) => {
+                    assert!(freed_alone && e == Error::DoubleFree, "{e:?}");
+                    // b was never claimed: the pin went through, and b is unmarked.
+                    assert!(pinned);
+                    table.unpin(b, PinKind::User).unwrap();
+                    table.remove(b).unwrap();
+                }
+                Err((1, e)) => {
+                    assert!(pinned && matches!(e, Error::Pinned { .. }), "{e:?}");
+                    assert!(freed_alone, "a's mark was not cleared: the free would still wait");
+                    table.unpin(b, PinKind::User).unwrap();
+                    table.remove(b).unwrap();
+                }
+                Err(other) => panic!("{other:?}"),
+            }
         });
     }
 

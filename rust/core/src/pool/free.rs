@@ -4,8 +4,9 @@
 
 use crate::arena::global::ChunkState;
 use crate::arena::release::Vouched;
-use crate::error::{Error, HandleFault, Result};
+use crate::error::{Error, Result};
 use crate::handle::id::Handle;
+use crate::handle::table::SlotInfo;
 use crate::pool::pool::Pool;
 use crate::util::cpu;
 
@@ -41,24 +42,21 @@ impl Pool {
         self.free_entered(handle)
     }
 
-    /// Free every block of `handles`, or none: all are checked first (live, of this pool, not
-    /// pinned, no duplicates) and [`Error::Batch`] names the first that is not.
+    /// Free every block of `handles`, or none: [`Error::NamedTwice`] for a handle named twice,
+    /// else [`Error::Batch`] names the first that is freed, foreign or pinned. Each block is
+    /// claimed before any is freed (`HandleTable::claim_for_free`), so a pin or a free that
+    /// another thread makes meanwhile either comes first (and the batch frees nothing) or
+    /// waits for the batch (and finds its block freed).
     pub fn free_many(&self, handles: &[Handle]) -> Result<()> {
         let _entered = self.enter()?;
-        for (index, &handle) in handles.iter().enumerate() {
-            let info = self.handles.get(handle).map_err(|e| {
-                let e = if e == Error::InvalidHandle(HandleFault::Freed) { Error::DoubleFree } else { e };
-                Error::batch(index, e)
-            })?;
-            if info.pins > 0 {
-                return Err(Error::batch(index, Error::Pinned { pins: info.pins }));
-            }
-        }
         if let Some((first, again)) = Handle::named_twice(handles) {
             return Err(Error::NamedTwice { first, again });
         }
+        self.handles.claim_for_free(handles).map_err(|(index, e)| Error::batch(index, e))?;
+        let core = cpu::current_core(self.arena.cores.len());
         for (index, &handle) in handles.iter().enumerate() {
-            self.free_entered(handle).map_err(|e| Error::batch(index, e))?;
+            let info = self.handles.remove_claimed(handle);
+            self.release_removed(core, handle, info).map_err(|e| Error::batch(index, e))?;
         }
         Ok(())
     }
@@ -82,6 +80,13 @@ impl Pool {
     pub(crate) fn free_entered(&self, handle: Handle) -> Result<()> {
         let core = cpu::current_core(self.arena.cores.len());
         let info = self.handles.remove(handle)?;
+        self.release_removed(core, handle, info)
+    }
+
+    /// Give back the block of `handle`, just removed from the handle table (`info`: what its
+    /// slot recorded), and count and trace its free.
+    #[inline(always)]
+    fn release_removed(&self, core: usize, handle: Handle, info: SlotInfo) -> Result<()> {
         // A block larger than every slab class is no slab object: its free skips the slab
         // directory (a load that misses the cache when blocks are freed in random order). The
         // handle vouches for the block: its free need not read the tree to find it there.
