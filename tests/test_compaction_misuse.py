@@ -496,3 +496,21 @@ def test_a_resumed_pause_cannot_be_entered_again() -> None:
     p.alloc(1000).free()  # the pool runs
     with p.pause() as again:
         assert again.held
+
+
+def test_a_mode_and_a_tag_are_read_without_calling_str() -> None:
+    """A mode or a tag that is a `str` is read as its text, without `str()`: `str()` runs the
+    signal handlers that are pending, and the binding's conversion through it printed their
+    exception (a Ctrl-C) as unraisable and went on with "<unprintable str object>" as the mode
+    or the tag. A subclass whose `__str__` raises shows the same path."""
+
+    class Text(str):
+        def __str__(self) -> str:
+            raise RuntimeError("str() was called")
+
+    pool = npumem.Pool(8 * MIB, cores=1)
+    assert pool.plan_compaction(Text("full")).mode == "full"
+    blk = pool.alloc(100, tag=Text("weights"))
+    assert [b.tag for b in pool.blocks()] == ["weights"]
+    assert 'tag="weights"' in repr(blk)
+    blk.free()

@@ -12,7 +12,8 @@ use crate::user_code;
 
 /// The type name of `value`, for messages.
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
-    value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+    // Not `to_string()`: that goes through `str()`, which runs pending signal handlers.
+    value.get_type().name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|_| "?".into())
 }
 
 /// The class of a refusal for a value out of range, where `class` is the one for a wrong type
@@ -52,7 +53,11 @@ pub(crate) fn int_value(value: &Bound<'_, PyAny>, name: &str, class: ErrorClass)
         }
         index
     };
-    Ok(int.extract::<i128>().map_err(|_| int.to_string()))
+    // `str()` runs pending signal handlers: their exception (Ctrl-C) is raised, not printed.
+    match int.extract::<i128>() {
+        Ok(n) => Ok(Ok(n)),
+        Err(_) => Ok(Err(int.str()?.to_string_lossy().into_owned())),
+    }
 }
 
 /// An integer argument (a Python `int` or anything with `__index__`, but not a `bool`), within
@@ -365,12 +370,15 @@ pub(crate) fn mode_name(mode: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
     let Some(mode) = mode.filter(|m| !m.is_none()) else {
         return Ok("full".into());
     };
-    mode.cast::<PyString>().map(|s| s.to_string()).map_err(|_| {
+    let mode = mode.cast::<PyString>().map_err(|_| {
         error(
             ErrorClass::ArgumentType,
             format!("mode must be a str (\"full\", \"incremental\" or \"evacuate\"), got {}", type_name(mode)),
         )
-    })
+    })?;
+    // Not `to_string()`: that goes through `str()`, which runs pending signal handlers and
+    // would print their exception as unraisable and answer a placeholder.
+    Ok(mode.to_str()?.to_owned())
 }
 
 pub(crate) fn compaction_mode(

@@ -669,7 +669,7 @@ impl Block {
 
     fn __repr__(&self, py: Python<'_>) -> String {
         let tag = match &self.tag {
-            Some(t) => format!(" tag={:?}", t.bind(py).to_string()),
+            Some(t) => format!(" tag={:?}", t.bind(py).to_string_lossy()),
             None => String::new(),
         };
         let state = match self.owner() {

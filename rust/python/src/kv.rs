@@ -219,18 +219,19 @@ fn thread_mark() -> usize {
     THREAD_MARK.with(|m| m as *const u8 as usize)
 }
 
-fn type_name(value: &Bound<'_, PyAny>) -> String {
-    value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
-}
-
 /// A sequence id: an int in the signed 64-bit range (not a bool).
 #[inline]
 fn seq_id(value: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
     if let Ok(int) = value.cast::<PyInt>() {
         if !value.is_instance_of::<PyBool>() {
-            return int.extract::<i64>().map_err(|_| {
-                error(ErrorClass::InvalidArgument, format!("{name} = {value} is outside the signed 64-bit range"))
-            });
+            return match int.extract::<i64>() {
+                Ok(id) => Ok(id),
+                // The text through `str()`, whose signal handlers' exception (Ctrl-C) is raised.
+                Err(_) => Err(error(
+                    ErrorClass::InvalidArgument,
+                    format!("{name} = {} is outside the signed 64-bit range", int.str()?.to_string_lossy()),
+                )),
+            };
         }
     }
     // Anything else through its `__index__`, whose own exception is the caller's.
@@ -244,12 +245,13 @@ fn seq_id(value: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
 fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
     if let Ok(int) = value.cast::<PyInt>() {
         if !value.is_instance_of::<PyBool>() {
-            return int.extract::<u64>().map_err(|_| {
-                error(
+            return match int.extract::<u64>() {
+                Ok(n) => Ok(n),
+                Err(_) => Err(error(
                     ErrorClass::InvalidArgument,
-                    format!("{name} must be an int >= 0 that fits in 64 bits, got {value}"),
-                )
-            });
+                    format!("{name} must be an int >= 0 that fits in 64 bits, got {}", int.str()?.to_string_lossy()),
+                )),
+            };
         }
     }
     let n = args::integer(value, name, ErrorClass::ArgumentType)?;
@@ -279,7 +281,7 @@ fn ints<T>(
     {
         return Err(error(
             ErrorClass::ArgumentType,
-            format!("{name} must be a sequence of ints, got {}", type_name(value)),
+            format!("{name} must be a sequence of ints, got {}", args::type_name(value)),
         ));
     }
     if let Ok(list) = value.cast::<PyList>() {
@@ -301,7 +303,7 @@ fn ints<T>(
         return items.into_iter().enumerate().map(|(i, v)| from_i64(v, i)).collect();
     }
     let items = value.try_iter().map_err(|_| {
-        error(ErrorClass::ArgumentType, format!("{name} must be a sequence of ints, got {}", type_name(value)))
+        error(ErrorClass::ArgumentType, format!("{name} must be a sequence of ints, got {}", args::type_name(value)))
     })?;
     let mut out = Vec::new();
     for (i, item) in user_code::each(items).enumerate() {
@@ -321,7 +323,7 @@ fn page_bytes(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
             ErrorClass::ArgumentType,
             format!(
                 "data must be bytes or a contiguous buffer (bytearray, memoryview, array), got {}",
-                type_name(data)
+                args::type_name(data)
             ),
         )
     };
@@ -727,7 +729,7 @@ impl PagedKV {
         mover: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PagedKV> {
         let pool = pool.cast::<Pool>().map_err(|_| {
-            error(ErrorClass::ArgumentType, format!("pool must be an npumem.Pool, got {}", type_name(pool)))
+            error(ErrorClass::ArgumentType, format!("pool must be an npumem.Pool, got {}", args::type_name(pool)))
         })?;
         let num_layers = positive(num_layers, "num_layers")?;
         let num_kv_heads = positive(num_kv_heads, "num_kv_heads")?;
@@ -778,7 +780,7 @@ impl PagedKV {
         let tag = match given(tag) {
             Some(t) => {
                 let tag = t.cast::<PyString>().map_err(|_| {
-                    error(ErrorClass::ArgumentType, format!("tag must be a str, got {}", type_name(&t)))
+                    error(ErrorClass::ArgumentType, format!("tag must be a str, got {}", args::type_name(&t)))
                 })?;
                 args::text(tag, "tag", ErrorClass::InvalidArgument)?;
                 tag.clone()
@@ -789,7 +791,7 @@ impl PagedKV {
             match v {
                 Some(v) if !v.is_callable() => Err(error(
                     ErrorClass::ArgumentType,
-                    format!("{name} must be callable or None, got {}", type_name(&v)),
+                    format!("{name} must be callable or None, got {}", args::type_name(&v)),
                 )),
                 other => Ok(other.map(Bound::unbind)),
             }
@@ -1226,7 +1228,7 @@ impl PagedKV {
             if !h.is_callable() {
                 return Err(error(
                     ErrorClass::ArgumentType,
-                    format!("on_evict must be callable or None, got {}", type_name(h)),
+                    format!("on_evict must be callable or None, got {}", args::type_name(h)),
                 ));
             }
         }

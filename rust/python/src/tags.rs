@@ -65,7 +65,8 @@ impl Tags {
 
     /// [`Tags::name`] as a Rust string.
     pub(crate) fn name_string(&self, py: Python<'_>, core: &CorePool, id: u32) -> Option<String> {
-        self.name(py, core, id).map(|t| t.to_string())
+        // Not `to_string()`, which goes through `str()` and so runs pending signal handlers.
+        self.name(py, core, id).map(|t| t.to_string_lossy().into_owned())
     }
 
     /// [`Tags::name`] as a Python object (`None` without a tag).

@@ -872,7 +872,7 @@ impl Pool {
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "<npumem.Pool {:?} capacity={} cores={} backing={}>",
-            self.name.bind(py).to_string(),
+            self.name.bind(py).to_string_lossy(),
             self.core.capacity(),
             self.core.cores(),
             self.backing()
