@@ -213,6 +213,10 @@ def test_snapshots_list_regions_and_absent_space_is_not_free() -> None:
         ({"max_capacity": "big"}, ConfigError, "max_capacity"),
         ({"max_capacity": 16 * MIB, "on_grow": 5}, ArgumentTypeError, "on_grow"),
         ({"max_capacity": 16 * MIB, "on_trim": "x"}, ArgumentTypeError, "on_trim"),
+        # Hooks of a pool that never adds or gives back a region would never be called.
+        ({"on_grow": print}, ConfigError, "on_grow is called only when the pool adds"),
+        ({"on_trim": print}, ConfigError, "on_trim is called only when"),
+        ({"max_capacity": 4 * MIB, "on_grow": print}, ConfigError, "give a max_capacity above"),
     ],
 )
 def test_bad_growth_arguments_are_typed_errors(

@@ -85,3 +85,17 @@ def test_a_packing_at_the_span_bound_never_claims_to_fit_below_its_sum() -> None
     assert verdict == "found" and offsets is not None and max(offsets) == 2 * third
     verdict, _, _ = inst.decide("WAT", [1] * 3, [0, 1, 2], 3 * third - 1, 10_000, 10.0)
     assert verdict == "exhausted"
+
+
+def test_an_order_that_names_a_buffer_twice_is_refused() -> None:
+    from npumem._core import PlanTimeline
+
+    timeline = PlanTimeline([0, 0], [2, 2], [8, 8], [1, 1], [None, None])
+    assert timeline.place_in_order([1, 0], best_fit=True) == [8, 0]
+    assert timeline.place_in_order([0], best_fit=True) == [0, -1], (
+        "an unnamed buffer stays unplaced"
+    )
+    with pytest.raises(npumem.InvalidArgumentError, match="names buffer 0 twice"):
+        timeline.place_in_order([0, 0], best_fit=True)
+    with pytest.raises(npumem.InvalidArgumentError, match="buffer 2 of 2"):
+        timeline.place_in_order([0, 2], best_fit=True)

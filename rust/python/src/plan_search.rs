@@ -201,6 +201,10 @@ impl PlanTimeline {
         if let Some(&bad) = order.iter().find(|&&i| i as usize >= self.inner.len()) {
             return Err(errors::plan_search(PackingError(format!("order names buffer {bad} of {}", self.inner.len()))));
         }
+        let mut named = vec![false; self.inner.len()];
+        if let Some(&twice) = order.iter().find(|&&i| std::mem::replace(&mut named[i as usize], true)) {
+            return Err(errors::plan_search(PackingError(format!("order names buffer {twice} twice"))));
+        }
         let deadline = deadline_in(time_limit)?;
         Ok(detached(py, || plan_search::place_in_order(&self.inner, &order, best_fit, deadline)).map(signed))
     }

@@ -92,6 +92,15 @@ impl Pool {
             device,
         )?;
         let config = growth_config(config, max_capacity, grow_by)?;
+        let grows = config.max_capacity.is_some_and(|most| most > config.capacity);
+        if !grows && (on_grow.is_some() || on_trim.is_some()) {
+            let named = if on_grow.is_some() { "on_grow" } else { "on_trim" };
+            return Err(config_error(format!(
+                "{named} is called only when the pool adds or gives back a region, and this pool never \
+                 does: give a max_capacity above capacity ({} bytes), or leave {named} out",
+                config.capacity
+            )));
+        }
         let core = without_gil(py, || npumem_core::Pool::new(config))?;
         core.set_on_grow(on_grow);
         core.set_on_trim(on_trim);
