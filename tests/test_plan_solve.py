@@ -565,3 +565,19 @@ def test_a_time_limit_that_is_not_a_finite_number_of_seconds_is_refused(limit: f
     problem = Problem([Buffer("a", 0, 2, 8)])
     with pytest.raises(ValueError, match="time_limit must be a finite number of seconds"):
         solve(problem, time_limit=limit)
+
+
+def test_a_passed_deadline_sorts_no_rule_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the deadline passed, no rule's order is even sorted (a sort of millions of buffers
+    takes seconds): the start is the linear scan at once."""
+    import npumem.plan.greedy as greedy_module
+
+    def sorted_anyway(problem: Problem) -> list[int]:
+        raise AssertionError("an order was sorted after the deadline")
+
+    for name in list(greedy_module._ORDERS):
+        monkeypatch.setitem(greedy_module._ORDERS, name, sorted_anyway)
+    problem = random_problem(3, pinned_every=0)
+    greedy = best_greedy(problem, deadline=time.perf_counter())
+    assert greedy.rule == "linear-scan"
+    Solution(problem, list(greedy.offsets)).validate()

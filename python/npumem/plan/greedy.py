@@ -189,6 +189,10 @@ class _Passes:
     def get(self, order: str, best_fit: bool) -> list[int]:
         key = (order, best_fit)
         if key not in self.cache:
+            # Checked before the order is sorted too: that sort alone takes seconds on millions
+            # of buffers, which a passed deadline must not spend.
+            if self.deadline is not None and time.perf_counter() >= self.deadline:
+                raise _DeadlinePassed
             self.cache[key] = place_in_order(
                 self.problem,
                 _ORDERS[order](self.problem),
