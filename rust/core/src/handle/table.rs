@@ -313,6 +313,17 @@ impl HandleTable {
 
     /// Retire a live, unpinned handle: its generation moves on. Returns what it recorded.
     pub(crate) fn remove(&self, handle: Handle) -> Result<SlotInfo> {
+        // The slot is ours until `recycle`: its fields cannot change under us.
+        let (slot, state) = self.change_unpinned(handle, |state| (state + 1) & GENERATION_MASK)?;
+        Ok(Self::read_info(slot, state))
+    }
+
+    /// Change the state word of `handle`'s live, unpinned slot to `next(state)` in one CAS,
+    /// waiting while a move holds it; returns the slot and the word before. A freed or foreign
+    /// handle is refused as a free refuses it ([`Error::DoubleFree`] for a freed one), a pinned
+    /// one with [`Error::Pinned`].
+    #[inline(always)]
+    fn change_unpinned(&self, handle: Handle, next: impl Fn(u64) -> u64) -> Result<(&Slot, u64)> {
         let slot = self.live_slot(handle)?;
         let mut state = slot.state.load(Ordering::Acquire);
         loop {
@@ -327,10 +338,8 @@ impl HandleTable {
                 state = slot.state.load(Ordering::Acquire);
                 continue;
             }
-            let next_generation = (state + 1) & GENERATION_MASK;
-            match slot.state.compare_exchange_weak(state, next_generation, Ordering::AcqRel, Ordering::Acquire) {
-                // The slot is ours until `recycle`: its fields cannot change under us.
-                Ok(_) => return Ok(Self::read_info(slot, state)),
+            match slot.state.compare_exchange_weak(state, next(state), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok((slot, state)),
                 Err(seen) => state = seen,
             }
         }
@@ -344,34 +353,12 @@ impl HandleTable {
     /// slot twice (the second mark would wait for the first).
     pub(crate) fn claim_for_free(&self, handles: &[Handle]) -> std::result::Result<(), (usize, Error)> {
         for (k, &handle) in handles.iter().enumerate() {
-            if let Err(e) = self.claim_one_for_free(handle) {
+            if let Err(e) = self.change_unpinned(handle, |state| state | MOVING) {
                 handles[..k].iter().for_each(|&done| self.end_move(done));
                 return Err((k, e));
             }
         }
         Ok(())
-    }
-
-    fn claim_one_for_free(&self, handle: Handle) -> Result<()> {
-        let slot = self.live_slot(handle)?;
-        let mut state = slot.state.load(Ordering::Acquire);
-        loop {
-            if !Self::matches(state, handle) {
-                return Err(Self::mismatch(state, handle, Error::DoubleFree));
-            }
-            if state & PINS != 0 {
-                return Err(Error::Pinned { pins: pins_of(state) });
-            }
-            if state & MOVING != 0 {
-                crate::util::sync::spin_hint();
-                state = slot.state.load(Ordering::Acquire);
-                continue;
-            }
-            match slot.state.compare_exchange_weak(state, state | MOVING, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(()),
-                Err(seen) => state = seen,
-            }
-        }
     }
 
     /// Retire a handle that [`HandleTable::claim_for_free`] claimed: its generation moves on
