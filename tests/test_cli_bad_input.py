@@ -21,7 +21,7 @@ import npumem
 from cli_contract import run_cli
 from kv_helpers import SHAPE
 from npumem._shown import MAX_SHOWN
-from npumem.cli import OneLineErrorParser, build_parser
+from npumem.cli import OneLineErrorParser, build_parser, main
 from npumem.kv import KVCache
 from npumem.monitor import TraceRecorder, load_snapshot, load_trace
 from npumem.monitor.errors import FileFormatError
@@ -1355,3 +1355,35 @@ def test_a_csv_with_lone_carriage_returns_is_refused_in_words_of_csv(
     assert status == 2
     assert "a line ends in a lone carriage return (CR); end lines with LF or CRLF" in err
     assert "universal-newline" not in err
+
+
+@pytest.mark.parametrize("fail_on", ["write", "flush"])
+@pytest.mark.parametrize(
+    ("argv", "prog"),
+    [(["--help"], "npumem"), (["--version"], "npumem"), (["plan", "--help"], "npumem plan")],
+)
+def test_help_to_a_stdout_that_fails_names_its_command(
+    argv: list[str],
+    prog: str,
+    fail_on: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Full(io.StringIO):
+        def write(self, text: str) -> int:
+            if fail_on == "write":
+                raise OSError(28, "No space left on device")
+            return super().write(text)
+
+        def flush(self) -> None:
+            if fail_on == "flush":
+                raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("sys.stdout", Full())
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # the text lost without a word
+        status = exc.code  # type: ignore[assignment]
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert err == f"{prog}: error: cannot write to stdout: No space left on device\n"

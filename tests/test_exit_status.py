@@ -252,7 +252,8 @@ def test_a_stdout_that_fails_in_a_real_process_is_one_line(stdout: str, argv: li
             os.close(write_end)
     assert done.returncode == ExitStatus.NOT_MET, done.stderr
     if stdout == "/dev/full":
-        assert done.stderr == "npumem: error: cannot write to stdout: No space left on device\n"
+        prog = "npumem plan" if argv[0] == "plan" else "npumem"  # the command whose help it is
+        assert done.stderr == f"{prog}: error: cannot write to stdout: No space left on device\n"
     else:
         assert done.stderr == ""
 

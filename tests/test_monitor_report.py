@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 import npumem
@@ -73,3 +76,25 @@ def test_names_tags_and_labels_are_text_not_markup(text: str) -> None:
     assert f"│ {text} " in out  # the tag's row
     assert f" {text} ┃" in out  # a column the pool reports per size class
     block.free()
+
+
+def test_json_report_of_a_tier_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from npumem.cli import main
+    from npumem.monitor.report import report_json
+    from npumem.tiers import TieredPool
+
+    mem = TieredPool(
+        [npumem.Pool(2 * MIB, cores=1, name=f"sram{c}") for c in range(2)],
+        npumem.Pool(16 * MIB, cores=2, name="hbm"),
+    )
+    held = [mem.alloc(100_000 * (i + 1), core=i % 2, tag=f"t{i}") for i in range(5)]
+    mem.touch(held[0], 3)
+    snap = mem.snapshot(label="now")
+    path = snap.save(tmp_path / "tiers.json")
+    assert main(["report", str(path), "--json", "--top", "2"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["format"] == "npumem-tier-report" and obj["version"] == 1
+    assert obj["label"] == "now" and obj["stats"] == snap.stats.as_dict()
+    assert list(obj["tiers"]) == ["fast[0]", "fast[1]", "slow"]
+    for name, tier in snap.snapshots.items():
+        assert obj["tiers"][name] == report_json(tier, top=2)

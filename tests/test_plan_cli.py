@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from npumem._argtypes import byte_count as parse_bytes
 from npumem.plan import Problem, Solution
 from npumem.plan.cli import add_parser
 from npumem.plan.networks import resnet50
+from test_plan_solution import c_compiler
 
 DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
 
@@ -339,3 +342,100 @@ def test_an_output_that_is_no_regular_file_is_refused_and_a_link_written_through
 def test_an_empty_output_path_is_named_as_such(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(str(DATA / "input.12.csv"), "-q", "-o", "") == 2
     assert capsys.readouterr().err.strip() == "npumem plan: error: the output path is empty"
+
+
+def test_an_output_that_links_to_a_pipe_is_refused_as_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `-o /dev/stdout | cat`: the link of /proc leads to a pipe, which has no path of its own.
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("no /proc/self/fd")
+    read_end, write_end = os.pipe()
+    try:
+        out = f"/proc/self/fd/{write_end}"
+        argv = ["plan", str(DATA / "input.12.csv"), "-o", out, "--format", "csv"]
+        status, _, err = run_cli(argv, capsys)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert status == 2
+    assert (
+        err == f"npumem plan: error: cannot write {out}: it links to a FIFO, not a regular file\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (gzip.compress(b"id,lower,upper,size\na,0,1,4\n"), "a gzip-compressed file; decompress"),
+        (b"PK\x03\x04\x14\x00\x00\x00", "a zip archive; extract the file first"),
+        (b"\xfd7zXZ\x00\x00\x04", "an xz-compressed file; decompress"),
+        (b"\x28\xb5\x2f\xfd\x00\x00", "a zstd-compressed file; decompress"),
+        (b"BZh91AY&SY\x00", "a bzip2-compressed file; decompress"),
+    ],
+    ids=["gzip", "zip", "xz", "zstd", "bzip2"],
+)
+@pytest.mark.parametrize("name", ["in.csv", "in.json", "in.onnx", "in.csv.gz"])
+def test_a_compressed_input_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes, words: str, name: str
+) -> None:
+    src = tmp_path / name
+    src.write_bytes(data)
+    out = tmp_path / "plan.csv"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert err.startswith(f"npumem plan: error: {src}: {words}"), err
+
+
+def test_a_plan_without_buffers_is_a_header_of_iso_c(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ISO C has no array of zero entries: the header keeps its macros, without a table.
+    src = tmp_path / "header_only.csv"
+    src.write_text("id,lower,upper,size\n")
+    out = tmp_path / "empty.h"
+    assert run(str(src), "-q", "-o", str(out)) == 0
+    header = out.read_text()
+    assert "#define EMPTY_ARENA_SIZE 0u" in header and "#define EMPTY_NUM_TENSORS 0u" in header
+    assert "empty_table" not in header
+    cc = c_compiler()
+    if cc is None:
+        return  # the text checks above are all this machine can do
+    program = tmp_path / "empty.c"
+    program.write_text(
+        '#include "empty.h"\n'
+        "int main(void) { return (int)(EMPTY_ARENA_SIZE + EMPTY_NUM_TENSORS"
+        " + sizeof(empty_entry) * 0); }\n"
+    )
+    command = [cc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only"]
+    built = subprocess.run([*command, str(program)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (
+            'id,lower,upper,size\n"a,0,1,4\nb,0,1,4\n',
+            "line 2: not valid CSV (a quote in this row is not closed before the end of the file)",
+        ),
+        (
+            'id,lower,upper,size\na,0,1,4\nb,0,1,"4\n',
+            "line 3: not valid CSV (a quote in this row is not closed before the end of the file)",
+        ),
+        (
+            'id,lower,upper,size\n"a"b,0,1,4\n',
+            "line 2: not valid CSV (a quoted field goes on after its closing quote)",
+        ),
+    ],
+    ids=["opened on its own line", "opened in the last field", "text after the quote"],
+)
+def test_a_quote_left_open_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: str
+) -> None:
+    src = tmp_path / "quote.csv"
+    src.write_text(text)
+    out = tmp_path / "plan.csv"
+    status, _, err = run_cli(["plan", str(src), "-o", str(out)], capsys, output=out)
+    assert status == 2
+    assert err == f"npumem plan: error: {src}, {words}\n"

@@ -125,3 +125,60 @@ def test_perfetto_export_of_an_empty_trace() -> None:
 
     obj = chrome_trace(Trace(pool="p", config={}))
     assert obj["traceEvents"][0]["ph"] == "M"
+
+
+# Free text that the HTML parser would act on inside a script element, or that names a
+# placeholder of the page's template.
+AWKWARD_TAGS = ["<!--<script>", "</script><p>", "a & b > c", "__DATA__", "__TITLE__"]
+
+
+def _awkward_files(tmp_path: Path, pool_name: str) -> dict[str, Path]:
+    """A trace and a snapshot of the pool `pool_name` whose blocks carry `AWKWARD_TAGS`."""
+    pool = npumem.Pool(1 * MIB, cores=1, name=pool_name)
+    with TraceRecorder(pool) as rec:
+        held = [pool.alloc(4096, tag=tag) for tag in AWKWARD_TAGS]
+        snap = pool.snapshot()
+        for b in held:
+            b.free()
+    return {
+        "trace": rec.trace.save(tmp_path / "trace.json"),
+        "snapshot": snap.save(tmp_path / "snap.json"),
+    }
+
+
+def _data_block(html: str) -> str:
+    """The text of the page's data element: from its start tag to the first "</script" after
+    it, where the HTML parser ends it when the text holds no "<"."""
+    start = '<script id="data" type="application/json">'
+    begin = html.index(start) + len(start)
+    return html[begin : html.index("</script", begin)]
+
+
+@pytest.mark.parametrize("kind", ["trace", "snapshot"])
+def test_tags_cannot_change_the_script_elements(tmp_path: Path, kind: str) -> None:
+    from npumem.monitor import load_snapshot, load_trace
+    from npumem.monitor.viewer import page_data
+
+    source = _awkward_files(tmp_path, "tags")[kind]
+    page = tmp_path / "page.html"
+    assert main(["view", str(source), "-o", str(page)]) == 0
+    html = page.read_text()
+    data = _data_block(html)
+    # Inside a script element the parser acts only on text that starts with "<" ("</script",
+    # "<!--"): with none in the data, the element ends right after it.
+    assert not re.search("[<>&]", data)
+    loaded = load_trace(source) if kind == "trace" else load_snapshot(source)
+    assert json.loads(data) == page_data(loaded)
+    assert set(AWKWARD_TAGS) <= set(json.loads(data)["tags"])
+    assert html.count("<script") == 2  # the data and the viewer's code, nothing else
+
+
+@pytest.mark.parametrize("pool_name", ["__DATA__", "__TITLE__", "<b>&"])
+def test_names_like_placeholders_stay_as_they_are(tmp_path: Path, pool_name: str) -> None:
+    source = _awkward_files(tmp_path, pool_name)["trace"]
+    page = tmp_path / "page.html"
+    assert main(["view", str(source), "-o", str(page)]) == 0
+    html = page.read_text()
+    escaped = pool_name.replace("&", "&amp;").replace("<", "&lt;")
+    assert f"<title>npumem: trace of pool '{escaped}'</title>" in html
+    assert json.loads(_data_block(html))["title"] == f"trace of pool {pool_name!r}"

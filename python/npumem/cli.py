@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import errno
 import os
 import re
@@ -34,6 +35,11 @@ from npumem._shown import MAX_SHOWN, shown
 from npumem.exit_status import ExitStatus, one_line
 
 __all__ = ["OneLineErrorParser", "build_parser", "main"]
+
+
+_PARSING: contextvars.ContextVar[str] = contextvars.ContextVar("npumem_parsing", default="npumem")
+"""The `prog` of the innermost `OneLineErrorParser` that has started parsing (`npumem`,
+`npumem plan`)."""
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -74,6 +80,14 @@ class OneLineErrorParser(argparse.ArgumentParser):
             for w in message.split()
         )
         self.exit(ExitStatus.USAGE, f"{self.prog}: error: {' '.join(words)}\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # A subcommand's parser runs inside its parent's: the last one to start is the
+        # command whose --help a failed write to stdout is reported under.
+        _PARSING.set(self.prog)
+        return super().parse_known_args(args, namespace)
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: None = None
@@ -126,6 +140,8 @@ def _run(argv: Sequence[str] | None) -> int:
     leaving: SystemExit | None = None
     status: int = ExitStatus.NOT_MET
     lost = False  # whether a write to stdout failed
+    args: argparse.Namespace | None = None
+    _PARSING.set(prog)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -151,6 +167,8 @@ def _run(argv: Sequence[str] | None) -> int:
         # A module of npumem or of a dependency that cannot be loaded (a broken install, or
         # no address space left to map a shared library).
         failure, status = f"error: {one_line(exc)}", ExitStatus.NOT_MET
+    if args is None:  # stopped while parsing (--help, --version): name the command parsed
+        prog = _PARSING.get()
     # What is still buffered goes now, while a failure can be reported, not as the interpreter
     # exits (where it would be a traceback-like warning, or lost).
     try:

@@ -655,14 +655,21 @@ def _replaced_file(out: Path) -> Path:
     not a regular file: replacing it would destroy a directory, a FIFO or a device node."""
     target = Path(os.path.realpath(out)) if out.is_symlink() else out
     try:
-        mode = os.stat(target).st_mode
+        # Through the links, as `open()` goes: a link of /proc (`/dev/stdout` to a pipe)
+        # leads to a file that its resolved path does not name.
+        mode = os.stat(out).st_mode
     except FileNotFoundError:
         return target  # a new file (or a link to one not made yet)
     if stat.S_ISREG(mode):
         return target
     kind = next((name for is_kind, name in _NOT_FILES if is_kind(mode)), "a special file")
     code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
-    what = "it is" if target == out else f"it links to {target}, which is"
+    if target == out:
+        what = "it is"
+    elif os.path.lexists(target):
+        what = f"it links to {target}, which is"
+    else:  # a pipe or a socket, which has no path
+        what = "it links to"
     raise OSError(code, f"{what} {kind}, not a regular file", str(out))
 
 

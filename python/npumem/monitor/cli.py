@@ -1,7 +1,7 @@
 """`npumem report`, `npumem plot`, `npumem view` and `npumem export`: look at a saved
 snapshot, trace or plan.
 
-    npumem report SNAPSHOT [--top N] [--json]
+    npumem report SNAPSHOT|TIERS [--top N] [--json]
     npumem plot SNAPSHOT|TRACE|PLAN [-o OUT.png|OUT.svg|OUT.pdf] [--color-by tag|core]
     npumem view TRACE|SNAPSHOT [-o OUT.html]
     npumem export --format perfetto TRACE [-o OUT.json]
@@ -29,7 +29,7 @@ from npumem.fileio import is_same_file, json_text, path_argument
 from npumem.monitor._files import PLAN_FORMAT, SNAPSHOT_FORMAT, TRACE_FORMAT, read_json
 from npumem.monitor.errors import FileFormatError, MonitorError
 from npumem.monitor.perfetto import CHROME_TRACE_FORMAT
-from npumem.monitor.report import render_report, report_json
+from npumem.monitor.report import render_report, report_json, tier_report_json
 from npumem.monitor.saved_file import saved_file_from_json_obj
 from npumem.monitor.snapshot import Snapshot
 from npumem.monitor.trace import Trace
@@ -73,6 +73,7 @@ _KINDS = {
     ),
     "npumem-graph": ("graph", "a planner graph", "npumem plan reads graphs"),
     "npumem-report": ("report", "a report (npumem report --json)", ""),
+    "npumem-tier-report": ("tier-report", "a tier report (npumem report --json)", ""),
     "npumem-replay": ("replay", "the outcome of a replay (npumem replay --json)", ""),
 }
 _CHROME_TRACE = ("chrome", "a Chrome trace (npumem export)", "open it in ui.perfetto.dev")
@@ -243,7 +244,11 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _report_tiers(snap: TierSnapshot, args: argparse.Namespace) -> int:
-    """`npumem report TIERS.json`: the tiers' figures, then each tier's pool report."""
+    """`npumem report TIERS.json`: the tiers' figures, then each tier's pool report, as
+    tables or as JSON (`--json`)."""
+    if args.json:
+        sys.stdout.write(json_text(tier_report_json(snap, top=args.top), indent=1))
+        return ExitStatus.OK
     out = Console(highlight=False, soft_wrap=True)
     render_tiers(out, snap.stats, title=f"tier snapshot {snap.label!r}" if snap.label else "tiers")
     for name, tier in snap.snapshots.items():
@@ -274,17 +279,21 @@ def add_parsers(subparsers: Any) -> None:
         "report",
         help="print the report of a saved snapshot",
         description="Print the stats, the largest free runs, the live blocks by tag and the "
-        "per-core figures of a snapshot file (written by npumem demo or Snapshot.save).",
+        "per-core figures of a snapshot file (written by npumem demo or Snapshot.save); for a "
+        "tier snapshot (npumem demo --tiers), the tiers' figures and each tier's report.",
         epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
     )
-    report.add_argument("snapshot", metavar="SNAPSHOT", help="a snapshot JSON file")
+    report.add_argument(
+        "snapshot", metavar="SNAPSHOT", help="a snapshot or tier snapshot JSON file"
+    )
     report.add_argument(
         "--top", type=at_least_one, default=10, metavar="N", help="rows per table (default 10)"
     )
     report.add_argument(
         "--json",
         action="store_true",
-        help="print the figures as JSON (format npumem-report) instead of tables",
+        help="print the figures as JSON (format npumem-report; npumem-tier-report for a tier "
+        "snapshot) instead of tables",
     )
     report.set_defaults(func=run_report)
     plot = subparsers.add_parser(

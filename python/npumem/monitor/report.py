@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from npumem.monitor.kv_pages import KVPages
     from npumem.monitor.sampler import Alert, Sample
     from npumem.monitor.snapshot import Snapshot
+    from npumem.tiers.observe import TierSnapshot
 
 __all__ = ["render_report", "report_json", "report_text", "stats_dict"]
 
@@ -345,4 +346,18 @@ def report_json(snapshot: Snapshot, *, top: int = 10) -> dict[str, Any]:
             "in_empty_slabs": cached - in_use_slabs,
         },
         "untracked_bytes": sum(e.length for e in snapshot.untracked),
+    }
+
+
+def tier_report_json(snapshot: TierSnapshot, *, top: int = 10) -> dict[str, Any]:
+    """The figures of the report of a tier snapshot as a JSON-ready dict (format
+    `npumem-tier-report`, version 1): what `npumem report --json` prints for one. The tiers'
+    figures (`TierStats.as_dict()`), then each tier's pool report (`report_json()`) by tier
+    name."""
+    return {
+        "format": "npumem-tier-report",
+        "version": 1,
+        "label": snapshot.label,
+        "stats": snapshot.stats.as_dict(),
+        "tiers": {name: report_json(tier, top=top) for name, tier in snapshot.snapshots.items()},
     }

@@ -18,6 +18,7 @@ import itertools
 import json
 import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -333,15 +334,27 @@ def page_data(source: Snapshot | Trace) -> dict[str, Any]:
     return _snapshot_data(source) if isinstance(source, Snapshot) else _trace_data(source)
 
 
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+"""JSON escapes of the characters that could end or alter the script element holding the
+page's data."""
+
+_PLACEHOLDER = re.compile("__TITLE__|__DATA__")
+"""The template's placeholders (`assets/viewer.html`)."""
+
+
 def render_html(source: Snapshot | Trace) -> str:
     """The page for `source` as HTML text."""
     template = resources.files("npumem.monitor").joinpath("assets/viewer.html")
     html = template.read_text(encoding="utf-8")
     data = page_data(source)
-    # "</" inside a script element would end it: JSON allows "<\/" as an escape of "</".
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    # Inside a script element only text that starts with "<" ("</script", "<!--") changes how
+    # the HTML parser reads it: with every "<" (and ">", "&") written as a JSON escape, no
+    # data can end the element early or make it swallow the rest of the page.
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False).translate(_SCRIPT_ESCAPES)
     title = data["title"].replace("&", "&amp;").replace("<", "&lt;")
-    return html.replace("__TITLE__", title).replace("__DATA__", text)
+    # One pass over the template: a value that holds a placeholder's name stays as it is.
+    values = {"__TITLE__": title, "__DATA__": text}
+    return _PLACEHOLDER.sub(lambda m: values[m.group(0)], html)
 
 
 def write_view(source: Snapshot | Trace, path: str | os.PathLike[str]) -> Path:

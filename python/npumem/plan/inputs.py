@@ -48,10 +48,36 @@ def path_argument(
     return Path(text)
 
 
+# Compressed files and archives, by their first bytes. None of them starts a CSV or JSON text;
+# gzip's and zip's cannot start a protobuf (an ONNX model), and the others do not start a model
+# that an ONNX writer wrote (its first field is `ir_version`, the byte 0x08).
+_PACKED = (
+    (b"\x1f\x8b", "a gzip-compressed file; decompress it first (gunzip)"),
+    (b"PK\x03\x04", "a zip archive; extract the file first (unzip)"),
+    (b"\xfd7zXZ\x00", "an xz-compressed file; decompress it first (unxz)"),
+    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file; decompress it first (unzstd)"),
+    (
+        tuple(b"BZh%d" % level for level in range(1, 10)),
+        "a bzip2-compressed file; decompress it first (bunzip2)",
+    ),
+)
+
+
 def read_input(path: Path, *, error: type[PlanError]) -> bytes:
     """The bytes of the file (or pipe) at `path`, read once; a file that cannot be read raises
-    `error` naming it and saying why (`fileio.read_bytes`)."""
-    return fileio.read_bytes(path, error=error)
+    `error` naming it and saying why (`fileio.read_bytes`), and so does a compressed file or an
+    archive (gzip, zip, xz, zstd, bzip2), which no planner reader takes as it is."""
+    data = fileio.read_bytes(path, error=error)
+    what = _packed_kind(data)
+    if what is not None:
+        raise error(f"{path}: {what}")
+    return data
+
+
+def _packed_kind(data: bytes) -> str | None:
+    """What `data` is, with advice, when it starts as a compressed file or an archive does
+    (`"a gzip-compressed file; decompress it first (gunzip)"`); else `None`."""
+    return next((what for magic, what in _PACKED if data.startswith(magic)), None)
 
 
 def content_kind(data: bytes) -> str | None:

@@ -240,6 +240,8 @@ def _csv_reason(exc: csv.Error) -> str:
     """Why the csv module refused a file, in the words of a CSV file rather than of Python's
     `open()`."""
     reason = str(exc)
+    if reason.endswith("expected after '\"'"):
+        return "a quoted field goes on after its closing quote"
     if reason.startswith("new-line character seen in unquoted field"):
         return "a line ends in a lone carriage return (CR); end lines with LF or CRLF"
     return reason
@@ -610,7 +612,10 @@ class Problem:
 
     @classmethod
     def _parse_csv(cls, text: str, label: str, name: str) -> Problem:
-        reader = csv.reader(io.StringIO(text))
+        # Strict: a quote left open is an error at the end of the file, not a field that
+        # swallows every line after it.
+        reader = csv.reader(io.StringIO(text), strict=True)
+        next_start = 1  # the line where the next row starts
         header: list[str] | None = None
         columns: dict[str, int] = {}
         buffers: list[Buffer] = []
@@ -623,6 +628,7 @@ class Problem:
         # name the line.
         try:
             for row in reader:
+                next_start = reader.line_num + 1
                 if len(row) == width:
                     buffer_id = row[fields[0]].strip()
                     lo, up, sz = row[fields[1]], row[fields[2]], row[fields[3]]
@@ -671,6 +677,11 @@ class Problem:
                 first_line[buf.id] = line
                 buffers.append(buf)
         except csv.Error as exc:
+            if str(exc) == "unexpected end of data":  # inside quotes, as strict reads it
+                raise ProblemFormatError(
+                    f"{label}, line {next_start}: not valid CSV (a quote in this row is not "
+                    "closed before the end of the file)"
+                ) from None
             raise ProblemFormatError(
                 f"{label}, line {reader.line_num}: not valid CSV ({_csv_reason(exc)})"
             ) from None

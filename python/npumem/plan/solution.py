@@ -351,7 +351,8 @@ class Solution:
     ) -> str:
         """A C header with the static offset table: one `{name, offset, size}` entry per
         tensor (aliases included), the arena size and the entry count; written to `path` when
-        given. `prefix` names the table and the macros."""
+        given. `prefix` names the table and the macros. A plan without tensors has the macros
+        (both 0) and no table."""
         ident = c_identifier(prefix)
         macro = ident.upper()
         table = self.tensor_offsets()
@@ -374,10 +375,12 @@ class Solution:
             "    size_t size;",
             f"}} {ident}_entry;",
             "",
-            f"static const {ident}_entry {ident}_table[{macro}_NUM_TENSORS] = {{",
         ]
-        lines += [f"    {{{c_string(n)}, {o}u, {s}u}}," for n, (o, s) in table.items()]
-        lines += ["};", "", f"#endif /* {macro}_H */", ""]
+        if table:  # ISO C has no array of zero entries: a plan without tensors has no table
+            lines.append(f"static const {ident}_entry {ident}_table[{macro}_NUM_TENSORS] = {{")
+            lines += [f"    {{{c_string(n)}, {o}u, {s}u}}," for n, (o, s) in table.items()]
+            lines += ["};", ""]
+        lines += [f"#endif /* {macro}_H */", ""]
         text = "\n".join(lines)
         if path is not None:
             write_text(path, text)
