@@ -180,6 +180,90 @@ def test_replay_bad_max_capacity_is_one_line(
     assert text in err
 
 
+@pytest.fixture(scope="module")
+def aligned_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A trace of a 256 MiB pool: two blocks of 1 MiB aligned to 128 MiB, a third that finds
+    no room (a failed event), then the frees."""
+    pool = npumem.Pool(256 * MIB, cores=1, backing="none")
+    with TraceRecorder(pool) as rec:
+        blocks = [pool.alloc(MIB, align=128 * MIB, tag="big") for _ in range(2)]
+        with pytest.raises(npumem.OutOfMemoryError):
+            pool.alloc(MIB, align=128 * MIB)
+        for block in blocks:
+            block.free()
+    assert [(e.kind, e.aux) for e in rec.trace.events] == [
+        ("alloc", 128 * MIB),
+        ("alloc", 128 * MIB),
+        ("failed", 128 * MIB),
+        ("free", 0),
+        ("free", 0),
+    ]
+    return rec.trace.save(tmp_path_factory.mktemp("aligned") / "aligned.json")
+
+
+def test_replay_an_alignment_larger_than_its_arena_is_a_failed_allocation(
+    aligned_trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A smaller arena than recorded can be smaller than a recorded alignment: the request
+    fails in the replay, as one with no room does; the trace is not refused."""
+    status, r = replay_result([str(aligned_trace), "--capacity", "64MiB"], capsys)
+    assert status == 1
+    assert (r["failed"], r["would_fail"], r["rescued"], r["skipped_frees"]) == (3, 2, 0, 2)
+    assert [(f["size"], f["bytes_free"]) for f in r["first_failures"]] == [(MIB, 64 * MIB)] * 3
+    status, r = replay_result([str(aligned_trace)], capsys)
+    assert status == 0 and (r["failed"], r["would_fail"]) == (1, 0)
+
+
+@pytest.mark.parametrize("kind", ["alloc", "failed"])
+def test_an_alignment_larger_than_the_recorded_arena_is_refused_by_every_reader(
+    kind: str, aligned_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No pool records such an event (it refuses the request as a bad argument): every
+    command that reads traces refuses the file with the same line, naming the event."""
+    obj = json.loads(aligned_trace.read_text())
+    event = 0 if kind == "alloc" else 2
+    obj["events"][event][7] = 1 << 40
+    trace = tmp_path / "align.json"
+    trace.write_text(json.dumps(obj))
+    line = (
+        f"{trace}: event {event}: alignment 1099511627776 is larger than the arena "
+        f"({256 * MIB} bytes), which no pool records"
+    )
+    for argv in (
+        ["replay", str(trace)],
+        ["view", str(trace), "-o", str(tmp_path / "page.html")],
+        ["export", str(trace), "-o", str(tmp_path / "out.json")],
+        ["plot", str(trace), "-o", str(tmp_path / "out.png")],
+    ):
+        status, _, err = run_cli(argv, capsys)
+        assert (status, err.strip()) == (2, f"npumem {argv[0]}: error: {line}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["align.json"]
+
+
+def test_replay_on_a_huge_arena_skips_the_full_check(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Pool.check()` walks every chunk of the arena (seconds from a few TiB on): a replay
+    runs it on an arena of at most `CHECK_CHUNKS` chunks, and otherwise only checks that no
+    block is left, which costs nothing."""
+    checked: list[int] = []
+    check = npumem.Pool.check
+
+    def counted(pool: npumem.Pool) -> int:
+        checked.append(pool.capacity)
+        return check(pool)
+
+    monkeypatch.setattr(npumem.Pool, "check", counted)
+    status, r = replay_result([str(files["trace"]), "--capacity", "16TiB"], capsys)
+    assert status == 0 and r["would_fail"] == 0 and r["final_stats"]["capacity"] == 16 << 40
+    assert checked == []
+    from npumem.workloads.replay import CHECK_CHUNKS
+
+    small = CHECK_CHUNKS * r["config"]["chunk_size"]
+    status, r = replay_result([str(files["trace"]), "--capacity", str(small)], capsys)
+    assert status == 0 and checked == [small]
+
+
 def test_replay_help_says_capacity_does_not_grow(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["replay", "--help"])

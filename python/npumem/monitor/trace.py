@@ -182,6 +182,9 @@ class Trace:
             if value == 0:
                 raise r.fail(f"config.{key} must be > 0")
         check_config(config, where)
+        # The largest alignment a pool of this configuration takes: it refuses a larger one
+        # as a bad argument, and records no event of it.
+        arena = config.get("max_capacity", config["capacity"])
         tags = r.field(obj, "tags", list)
         if not all(isinstance(t, str) for t in tags):
             raise r.fail("tags must be a list of strings")
@@ -222,6 +225,11 @@ class Trace:
             ):
                 for v in (t, offset, size, core, aux):
                     r.non_negative(v, f"event {i}")
+            if aux > arena and (kind == "alloc" or kind == "failed"):
+                raise r.fail(
+                    f"event {i}: alignment {aux} is larger than the arena ({arena} bytes), "
+                    "which no pool records"
+                )
             if t < last:
                 raise r.fail(f"event {i}: time {t} goes back (events are oldest first)")
             last = t

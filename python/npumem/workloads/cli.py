@@ -19,8 +19,12 @@ import dataclasses
 import importlib.util
 import logging
 import os
+import secrets
+import shutil
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +47,7 @@ from npumem.workloads.demo import MAX_CAPACITY, MAX_REQUESTS, MAX_WORKERS, OUTPU
 
 if TYPE_CHECKING:
     from npumem.monitor.trace import Trace
+    from npumem.workloads.demo import DemoResult
     from npumem.workloads.replay import ReplayResult
 
 __all__ = ["add_parsers", "replay_json", "run_demo_command", "run_replay_command"]
@@ -136,8 +141,8 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> int:
     """The demo's run, files and report, into the existing folder `output`."""
-    from npumem.workloads.demo import default_capacity, default_workers, run_demo, write_outputs
-    from npumem.workloads.tiered import report_tiered_demo, write_tier_outputs
+    from npumem.workloads.demo import default_capacity, default_workers, run_demo
+    from npumem.workloads.tiered import report_tiered_demo
 
     out = Console(highlight=False, soft_wrap=True)
     workers = args.workers or default_workers()
@@ -169,18 +174,10 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
             return ExitStatus.NOT_MET
         finally:
             alerts.removeHandler(handler)
-    existing = {name for name in OUTPUT_NAMES if (output / name).exists()}
     try:
-        files = write_outputs(result, output, pictures=pictures)
-        if result.tiers is not None:
-            files.update(write_tier_outputs(result.tiers, output, pictures=pictures))
-    except BaseException as exc:
-        # A write that failed, Ctrl-C, SIGTERM: the files this run made go, none it replaced
-        # (each was replaced whole); main() reports what is not an OSError.
-        for name in set(OUTPUT_NAMES) - existing:
-            remove_quietly(output / name)
-        if not isinstance(exc, OSError):
-            raise
+        # All or none; main() reports Ctrl-C and SIGTERM.
+        files = _write_outputs(result, output, pictures=pictures)
+    except OSError as exc:
         where = exc.filename or output
         err.print(f"npumem demo: error: cannot write {where}: {exc.strerror or exc}", markup=False)
         return ExitStatus.USAGE
@@ -267,6 +264,99 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
         )
         return ExitStatus.NOT_MET
     return ExitStatus.OK
+
+
+def _write_outputs(result: DemoResult, output: Path, *, pictures: bool) -> dict[str, Path]:
+    """Write the demo's files into the folder `output`, all or none; returns `what -> path`.
+
+    Every file is written first into a hidden folder made in `output` for the purpose,
+    `.npumem-demo.PID.HEX.tmp`; once all are written, they replace the files in `output` (the
+    files that links there point to), with SIGINT and SIGTERM held back for those few renames
+    (`_signals_held`). A failed write or an interruption before then leaves every file in
+    `output` as it was. The hidden folder and any temporary file go in every case. An `OSError`
+    names the file in `output`, not the temporary one.
+    """
+    from npumem.workloads.demo import write_outputs
+    from npumem.workloads.tiered import write_tier_outputs
+
+    staging = output / f".npumem-demo.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # Named before they are made, so that the clean-up below removes whatever exists.
+    temporary = [staging]
+    name = ""  # the output being placed
+    try:
+        try:
+            staging.mkdir()
+        except FileExistsError:
+            temporary.remove(staging)  # another folder of that name, not ours to remove
+            raise
+        staged = write_outputs(result, staging, pictures=pictures)
+        if result.tiers is not None:
+            staged.update(write_tier_outputs(result.tiers, staging, pictures=pictures))
+        moves: list[tuple[str, Path, Path]] = []  # (output name, new file, file it replaces)
+        for path in staged.values():
+            name = path.name
+            target = _written_through(check_output_path(output / name))
+            new = path
+            if target.parent != output:
+                # A link to a file elsewhere, maybe on another file system, where no rename
+                # from here reaches: a copy beside that file is renamed in its place.
+                new = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+                temporary.append(new)
+                shutil.copyfile(path, new)
+            moves.append((name, new, target))
+        with _signals_held():
+            for moved, new, target in moves:
+                name = moved  # named if the rename fails
+                os.replace(new, target)
+    except OSError as exc:
+        if exc.filename is not None and Path(exc.filename).parent == staging:
+            name = Path(exc.filename).name  # a write into the hidden folder
+        exc.filename, exc.filename2 = str(output / name), None
+        raise
+    finally:
+        with _signals_held():
+            for path in temporary:
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    remove_quietly(path)
+    result.files = {what: str(output / Path(path).name) for what, path in result.files.items()}
+    return {what: output / path.name for what, path in staged.items()}
+
+
+def _written_through(path: Path) -> Path:
+    """The file a write to `path` replaces: the file a symbolic link points to, or `path`."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs (steps that must not stop halfway),
+    then pass the first one that came to the handler it had (Ctrl-C's `KeyboardInterrupt`,
+    main()'s `SystemExit` for SIGTERM, or the default action). Signals are handled in the
+    main thread only, so elsewhere this holds nothing back; a signal whose handler was not
+    set from Python (`signal.getsignal()` gives None) is not held either."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        came.append(signum)
+
+    held: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(sig)
+            if handler is not None:
+                held[sig] = handler
+                signal.signal(sig, hold)
+        yield
+    finally:
+        for held_sig, handler in held.items():
+            signal.signal(held_sig, handler)
+        if came:
+            signal.raise_signal(came[0])
 
 
 # ----- replay --------------------------------------------------------------------------------
