@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from npumem.monitor.snapshot import Snapshot
     from npumem.tiers.observe import TierSnapshot
 
-__all__ = ["render_report", "report_json", "report_text", "stats_dict"]
+__all__ = ["render_report", "report_json", "report_text", "stats_dict", "tier_report_json"]
 
 
 def stats_dict(stats: PoolStats | Mapping[str, Any]) -> dict[str, Any]:
