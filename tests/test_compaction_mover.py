@@ -3,16 +3,19 @@ are exactly as before, and the caller sees the mover's own exception."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import pytest
 
 import npumem
 from compaction_helpers import MIB, fragmented, intact
 from helpers import assert_unchanged, state_of
+from npumem._core import StepReport
 from npumem.compaction import Compactor, HostMirror
 
 CHUNK = 2 * MIB
+T = TypeVar("T")
 
 
 class DeviceLost(Exception):
@@ -119,34 +122,44 @@ def test_a_full_compaction_on_a_device_is_one_batch() -> None:
     pool.check()
 
 
-def test_another_thread_reads_a_moving_blocks_figures_whole() -> None:
-    """While the mover runs, another thread that reads the moving block's `block_bytes` (or
-    `offset`) gets them as the move leaves them, never a mix of the old place and the new: a
-    run with a tail read at its old place after its chunks went back held less than asked."""
+def read_during_a_compaction(
+    pool: npumem.Pool, read: Callable[[], T]
+) -> tuple[StepReport, list[T]]:
+    """Compact `pool` fully while another thread calls `read` once the mover has started (the
+    mover waits up to 0.5 s for the read to finish: a read that waits for the compaction
+    cannot). Returns the compaction's report and what the read returned."""
     import threading
 
-    pool = npumem.Pool(64 * MIB, cores=1, backing="none")
-    pad = [pool.alloc(CHUNK) for _ in range(4)]
-    block = pool.alloc(3 * CHUNK + 1)
-    for p in pad:
-        p.free()
-    moving, read = threading.Event(), threading.Event()
-    seen: list[tuple[int, int]] = []
+    moving, done = threading.Event(), threading.Event()
+    seen: list[T] = []
 
     def mover(transfers: Sequence[tuple[int, int, int]]) -> None:
         moving.set()
-        read.wait(0.5)  # the reader waits for the move now: it cannot read meanwhile
+        done.wait(0.5)
 
     def reader() -> None:
         moving.wait(10)
-        seen.append((block.block_bytes, block.offset))
-        read.set()
+        seen.append(read())
+        done.set()
 
     thread = threading.Thread(target=reader)
     thread.start()
     with pool.pause(10.0) as pause:
         report = pool.compact_step(pause, "full", mover=mover)
     thread.join(10)
+    return report, seen
+
+
+def test_another_thread_reads_a_moving_blocks_figures_whole() -> None:
+    """While the mover runs, another thread that reads the moving block's `block_bytes` (or
+    `offset`) gets them as the move leaves them, never a mix of the old place and the new: a
+    run with a tail read at its old place after its chunks went back held less than asked."""
+    pool = npumem.Pool(64 * MIB, cores=1, backing="none")
+    pad = [pool.alloc(CHUNK) for _ in range(4)]
+    block = pool.alloc(3 * CHUNK + 1)
+    for p in pad:
+        p.free()
+    report, seen = read_during_a_compaction(pool, lambda: (block.block_bytes, block.offset))
     assert report.blocks == 1
     assert seen == [(block.block_bytes, block.offset)]
     assert block.block_bytes >= block.nbytes
@@ -159,31 +172,15 @@ def test_blocks_listed_during_another_threads_compaction_are_those_after_it() ->
     compaction is moving them waits for it, and gets every block at its new place. Read during
     the moves, a block moved away from a place and another moved into it were both listed
     there."""
-    import threading
-
     pool = npumem.Pool(64 * MIB, cores=1, backing="none")
     pads = [pool.alloc(CHUNK) for _ in range(6)]
     movable = [pool.alloc(CHUNK) for _ in range(3)]
     for p in pads:
         p.free()
     before = [(d.offset, d.nbytes) for d in pool.blocks()]
-    moving, listed = threading.Event(), threading.Event()
-    seen: list[list[tuple[int, int]]] = []
-
-    def mover(transfers: Sequence[tuple[int, int, int]]) -> None:
-        moving.set()
-        listed.wait(0.5)  # a lister waits for the compaction: it cannot list meanwhile
-
-    def lister() -> None:
-        moving.wait(10)
-        seen.append([(d.offset, d.nbytes) for d in pool.blocks()])
-        listed.set()
-
-    thread = threading.Thread(target=lister)
-    thread.start()
-    with pool.pause(10.0) as pause:
-        report = pool.compact_step(pause, "full", mover=mover)
-    thread.join(10)
+    report, seen = read_during_a_compaction(
+        pool, lambda: [(d.offset, d.nbytes) for d in pool.blocks()]
+    )
     after = [(d.offset, d.nbytes) for d in pool.blocks()]
     assert report.blocks >= 1 and after != before
     assert seen == [after]
