@@ -85,9 +85,13 @@ memcheck: $(PY_DEPS_STAMP) ## Valgrind's memcheck over the core's unit tests and
 browser: ## Install Debian's chromium for the viewer test when it is missing (as root)
 	scripts/ensure_package.sh chromium chromium "the viewer test"
 
+# pytest's workers (pytest-xdist): one per CPU; `make test-python PYTEST_WORKERS=0` runs the
+# suite in this process, as a debugger or `-x` wants it.
+PYTEST_WORKERS ?= auto
+
 .PHONY: test-python
-test-python: develop browser ## pytest suite (with the headless-browser test) and mypy.stubtest
-	NPUMEM_REQUIRE_BROWSER=1 $(PY) -m pytest -q
+test-python: develop browser ## pytest suite (with the headless-browser test) on every CPU, and mypy.stubtest
+	NPUMEM_REQUIRE_BROWSER=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 	$(PY) -m mypy.stubtest npumem._core --allowlist tests/stubtest-allowlist.txt
 
 .PHONY: bench
