@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import npumem
 from npumem import fileio
@@ -155,8 +157,50 @@ def test_write_json_round_trip_and_encoding(tmp_path: Path) -> None:
     assert not raw.startswith(b"\xef\xbb\xbf")
     raw.decode("ascii")  # non-ASCII text is escaped: the file is plain ASCII, valid UTF-8
     indented = write_json(tmp_path / "indented.json", obj, indent=1)
-    assert indented.read_text() == json.dumps(obj, indent=1) + "\n"
+    assert indented.read_text() == (
+        '{\n "name": "caf\\u00e9",\n "n": [1, 2.5, null, true],\n "nested": {"k": "v"}\n}\n'
+    )
     assert json_text(obj) == json.dumps(obj, separators=(",", ":")) + "\n"
+
+
+_SCALAR = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+_JSON = st.recursive(
+    _SCALAR,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(obj=st.dictionaries(st.text(), _JSON, max_size=5), indent=st.integers(0, 3))
+def test_indented_text_reads_back_and_puts_each_row_on_one_line(
+    obj: dict[str, object], indent: int
+) -> None:
+    text = json_text(obj, indent=indent)
+    assert json.loads(text) == obj
+
+    def lines(value: object) -> int:  # a scalar, an empty container or a row: one line
+        items = list(value.values()) if isinstance(value, dict) else value
+        if not isinstance(items, list) or all(not isinstance(v, (dict, list)) for v in items):
+            return 1
+        return 2 + sum(lines(v) for v in items)
+
+    assert text.count("\n") == lines(obj)
+    for line in text.splitlines():
+        value = line.strip().removesuffix(",")
+        if value.startswith('"'):  # a key, or a string in a list
+            _, end = json.JSONDecoder().raw_decode(value)
+            value = value[end + 2 :] if value[end:].startswith(": ") else ""
+        if value.startswith(("{", "[")) and value not in ("{", "["):
+            row = json.loads(value)  # an inline container is a whole row ...
+            items = row.values() if isinstance(row, dict) else row
+            assert all(not isinstance(v, (dict, list)) for v in items)  # ... of scalars only
+
+
+def test_indented_text_keeps_non_string_keys_as_json_does() -> None:
+    obj = {"rows": [{"a": {1: 2, None: 3}}], "flat": {2.5: 1}}
+    assert json.loads(json_text(obj, indent=2)) == json.loads(json.dumps(obj))
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        json_text({"rows": [{"x": float("inf")}], "more": [[1]]}, indent=1)
 
 
 def test_non_finite_floats_are_refused_and_nothing_is_written(tmp_path: Path) -> None:

@@ -452,13 +452,66 @@ def _refuse_lone_surrogates(obj: object, label: str, error: Callable[[str], Exce
                 ) from None
 
 
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_ROW_ENCODER = json.JSONEncoder(separators=(", ", ": "), allow_nan=False)
+
+
+class _NotStringKey(Exception):
+    """A dict key that is not a str: the indented writer leaves such an object to `json`."""
+
+
 def json_text(obj: Mapping[str, Any], *, indent: int | None = None) -> str:
     """`obj` as JSON text ending in a newline: compact, or `indent` spaces per level.
 
+    Indented text puts each row on one line: a dict or list whose values are all scalars (a
+    plan's buffer, a table's record) is written inline, `{"id": "a", "size": 64}`, and only
+    the containers that hold containers are spread over lines. So a file of a million rows
+    is a million lines, and writing it runs in `json`'s C encoder row by row rather than in
+    its pure-Python indenting encoder.
+
     Floats that are not finite are refused (`ValueError`): they have no JSON form.
     """
-    separators = (",", ":") if indent is None else (",", ": ")
-    return json.dumps(obj, indent=indent, separators=separators, allow_nan=False) + "\n"
+    if indent is None:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n"
+    parts: list[str] = []
+    try:
+        _indented(obj, " " * indent, "", parts)
+    except _NotStringKey:
+        return json.dumps(obj, indent=indent, separators=(",", ": "), allow_nan=False) + "\n"
+    parts.append("\n")
+    return "".join(parts)
+
+
+def _is_row(value: dict[Any, Any] | list[Any]) -> bool:
+    """Whether every value in `value` is a plain scalar (subclasses such as enums count as
+    not: their container is spread over lines, which is still correct JSON)."""
+    for item in value.values() if isinstance(value, dict) else value:
+        if type(item) not in _SCALARS:
+            return False
+    return True
+
+
+def _indented(value: Any, step: str, margin: str, parts: list[str]) -> None:
+    """Append `value`'s indented text to `parts`; `margin` is the indent of its own line."""
+    if isinstance(value, (dict, list)) and value and not _is_row(value):
+        inner = margin + step
+        if isinstance(value, dict):
+            parts.append("{")
+            for n, (key, item) in enumerate(value.items()):
+                if not isinstance(key, str):
+                    raise _NotStringKey
+                parts.append(("\n" if n == 0 else ",\n") + inner)
+                parts.append(_ROW_ENCODER.encode(key) + ": ")
+                _indented(item, step, inner, parts)
+            parts.append("\n" + margin + "}")
+        else:
+            parts.append("[")
+            for n, item in enumerate(value):
+                parts.append(("\n" if n == 0 else ",\n") + inner)
+                _indented(item, step, inner, parts)
+            parts.append("\n" + margin + "]")
+    else:
+        parts.append(_ROW_ENCODER.encode(value))
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
