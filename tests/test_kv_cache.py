@@ -547,3 +547,52 @@ def test_a_subclass_passes_the_shape_through_super_init() -> None:
     assert c.made and c.bytes_per_token == 2 * 1 * 8 * 2
     c.add_sequence(1, 5)
     assert c.num_tokens(1) == 5
+
+
+def test_a_sequence_longer_than_the_table_can_hold_is_too_large_with_figures(
+    cache: KVCache,
+) -> None:
+    """Past 2^32 - 1 pages a sequence is refused with the figures of an out-of-memory error:
+    the bytes its tokens ask for (exact beyond 64 bits) and what is free for the cache."""
+    pool = cache.pool
+    limit = (2**32 - 1) * cache.page_tokens
+    cache.add_sequence(0, num_tokens=5)
+    before = (cache.stats(), pool.stats().bytes_in_use)
+    reserved = cache.capacity_tokens is not None
+    free_bytes = before[0].pages_free * cache.page_bytes if reserved else pool.stats().bytes_free
+    cases = [
+        (lambda: cache.append(0, 2**62), 5 + 2**62),
+        (lambda: cache.append(0, 2**64 - 1), 5 + 2**64 - 1),  # the sum passes 64 bits
+        (lambda: cache.append_many([0], [limit]), 5 + limit),
+        (lambda: cache.add_sequence(1, limit + 1), limit + 1),
+        (lambda: cache.can_append(0, limit), 5 + limit),
+    ]
+    for call, tokens in cases:
+        with pytest.raises(
+            npumem.RequestTooLargeError, match=f"would hold {tokens} tokens"
+        ) as raised:
+            call()
+        err = raised.value
+        assert f"at most {limit}" in str(err)
+        assert err.requested == tokens * cache.bytes_per_token
+        assert err.bytes_free == free_bytes
+        assert err.largest_free_block is not None
+        assert (cache.stats(), pool.stats().bytes_in_use) == before
+
+
+def test_append_many_refuses_counts_without_an_order_or_shape() -> None:
+    cache = make_cache(capacity_tokens=None)
+    cache.add_sequence(0)
+    cache.add_sequence(1)
+    before = cache.stats()
+    with pytest.raises(npumem.ArgumentTypeError, match="an int or a sequence of ints, got float"):
+        cache.append_many([0, 1], 2.0)  # type: ignore[arg-type]
+    with pytest.raises(npumem.ArgumentTypeError, match="unordered set"):
+        cache.append_many([0, 1], {1, 2})  # type: ignore[arg-type]
+    with pytest.raises(npumem.ArgumentTypeError, match="unordered frozenset"):
+        cache.append_many(frozenset([0, 1]))  # type: ignore[arg-type]
+    with pytest.raises(npumem.InvalidArgumentError, match="one-dimensional, got an array of 2"):
+        cache.append_many(np.array([[0], [1]], dtype=np.int64))
+    with pytest.raises(npumem.InvalidArgumentError, match="one-dimensional"):
+        cache.append_many([0, 1], np.ones((2, 1), dtype=np.int64))
+    assert cache.stats() == before

@@ -24,12 +24,13 @@ use npumem_core::Handle;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple};
 
 use crate::args;
 use crate::errors::{caused_by, error, to_py, with_figures, ErrorClass};
 use crate::gil::{detached, without_gil};
 use crate::pinned::read_block;
+use crate::pool::pending::{retry_later, Pending};
 use crate::pool::state::Pool;
 use crate::user_code;
 
@@ -298,7 +299,19 @@ fn ints<T>(
         }
         return Ok(out);
     }
+    if value.is_instance_of::<PySet>() || value.is_instance_of::<PyFrozenSet>() {
+        return Err(error(
+            ErrorClass::ArgumentType,
+            format!("{name} must be a sequence of ints in order, got an unordered {}", args::type_name(value)),
+        ));
+    }
     if let Ok(buffer) = PyBuffer::<i64>::get(value) {
+        if buffer.dimensions() != 1 {
+            return Err(error(
+                ErrorClass::InvalidArgument,
+                format!("{name} must be one-dimensional, got an array of {} dimensions", buffer.dimensions()),
+            ));
+        }
         let items = buffer.to_vec(value.py())?;
         return items.into_iter().enumerate().map(|(i, v)| from_i64(v, i)).collect();
     }
@@ -333,11 +346,11 @@ fn page_bytes(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     Ok(bytes.cast::<PyBytes>().map_err(|_| refused())?.as_bytes().to_vec())
 }
 
-/// A page table refusal as a Python exception.
+/// A page table refusal as a Python exception (a sequence too long for the table:
+/// [`Source::refusal`], which has the figures).
 fn refusal(err: KvError<PyErr>) -> PyErr {
     match err {
         KvError::Source(err) => err,
-        KvError::TooManyTokens { .. } => error(ErrorClass::RequestTooLarge, err.to_string()),
         other => error(ErrorClass::InvalidArgument, other.to_string()),
     }
 }
@@ -365,6 +378,31 @@ struct Source<'a, 'py> {
 }
 
 impl Source<'_, '_> {
+    /// A page table refusal as a Python exception. A sequence longer than the table can hold
+    /// is a `RequestTooLargeError` with the figures of an out-of-memory error: the bytes the
+    /// tokens asked for (exact, as a Python int) and what is free, in the cache's reservation
+    /// or, for pages on demand, in the pool.
+    fn refusal(&self, err: KvError<PyErr>) -> PyErr {
+        let KvError::TooManyTokens { tokens, .. } = err else { return refusal(err) };
+        let py = self.py;
+        let page = self.kv.geometry.page_bytes;
+        let (bytes_free, largest_free_block) = match &*self.pages {
+            Pages::Reserved { free, .. } => (free.free().saturating_mul(page), free.free().min(1) * page),
+            Pages::OnDemand { .. } => {
+                let core = &self.kv.core;
+                let stats = detached(py, || core.stats());
+                (stats.bytes_free, stats.largest_free_block)
+            }
+        };
+        let requested = PyInt::new(py, tokens).into_any().mul(self.kv.geometry.bytes_per_token);
+        match requested {
+            Ok(requested) => {
+                with_figures(ErrorClass::RequestTooLarge, err.to_string(), &requested, bytes_free, largest_free_block)
+            }
+            Err(failed) => failed,
+        }
+    }
+
     /// A fresh block for a page, from the pool (its out-of-memory handler may run).
     fn alloc_page(&self) -> PyResult<Handle> {
         let kv = self.kv;
@@ -458,7 +496,7 @@ impl PageSource for Source<'_, '_> {
             Pages::Reserved { free, .. } => free.give_back(page),
             Pages::OnDemand { handles, spare } => {
                 if let Some(handle) = handles[page as usize].take() {
-                    self.kv.free_block(self.py, handle);
+                    self.kv.free_block(handle);
                 }
                 spare.push(page);
             }
@@ -660,7 +698,7 @@ impl PagedKV {
                         let pages_needed = needed(&state.table).unwrap_or(0);
                         (err, pages_needed, state.table.counts().pages_in_use)
                     }
-                    Err(err) => return Err(refusal(err)),
+                    Err(err) => return Err(source.refusal(err)),
                 }
             };
             let handler = self.on_evict.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|h| h.clone_ref(py));
@@ -687,11 +725,22 @@ impl PagedKV {
         }
     }
 
-    /// Free a block of the pool, waiting (without the GIL) while the pool is paused.
-    fn free_block(&self, py: Python<'_>, handle: Handle) {
-        let core = &self.core;
-        if let Err(npumem_core::Error::Paused) = core.try_free(handle) {
-            let _ = detached(py, || core.free(handle));
+    /// Free a block of the pool without waiting: a free the pool cannot take now (paused by
+    /// another thread, the block being moved) waits in the pool's stranded frees, as the free
+    /// of a collected `Block` does, and is made at the next flush, resumed pause or `stats()`.
+    /// A block the cache gives up is never lost, and no call of the cache waits out a pause.
+    fn free_block(&self, handle: Handle) {
+        let pool = self.pool.get();
+        match self.core.try_free(handle) {
+            Ok(()) => {}
+            Err(err) if retry_later(&err) => {
+                // The stranded free gives back a hold on the cache's tag when it is made: take
+                // that hold now, so the tag outlives a cache closed before the free.
+                let tag_id = if pool.core.tags().hold(self.tag_id, 1).is_ok() { self.tag_id } else { 0 };
+                pool.pending.strand(Pending { handle, tag_id });
+            }
+            // The block is no longer allocated (nothing else frees a cache's blocks).
+            Err(_) => {}
         }
     }
 
@@ -899,6 +948,12 @@ impl PagedKV {
                     Some(vec![n; seqs.len()])
                 }
             }
+            Some(n) if n.try_iter().is_err() => {
+                return Err(error(
+                    ErrorClass::ArgumentType,
+                    format!("num_tokens must be an int or a sequence of ints, got {}", args::type_name(n)),
+                ));
+            }
             Some(n) => {
                 let per = ints(
                     n,
@@ -1043,7 +1098,7 @@ impl PagedKV {
             None => 1,
         };
         self.with_source(py, |t, s| -> PyResult<bool> {
-            let needed = t.pages_to_append(seq, tokens).map_err(refusal)?;
+            let needed = t.pages_to_append(seq, tokens).map_err(|e| s.refusal(e))?;
             Ok(needed == 0 || needed <= s.available())
         })?
     }
@@ -1147,7 +1202,7 @@ impl PagedKV {
         let mut source = Source { py, kv: self, pages: &mut state.pages };
         state.table.clear(&mut source);
         if let Pages::Reserved { block, .. } = state.pages {
-            self.free_block(py, block);
+            self.free_block(block);
         }
         state.closed = true;
         self.closed.store(true, Ordering::Release);
@@ -1284,12 +1339,9 @@ impl Drop for PagedKV {
             Pages::Reserved { block, .. } => vec![*block],
             Pages::OnDemand { handles, .. } => handles.iter().flatten().copied().collect(),
         };
-        let core = &self.core;
         for handle in blocks {
-            if let Err(npumem_core::Error::Paused) = core.try_free(handle) {
-                let _ = Python::attach(|py| detached(py, || core.free(handle)));
-            }
+            self.free_block(handle);
         }
-        self.pool.get().tags.release(core, self.tag_id, 1);
+        self.pool.get().tags.release(&self.core, self.tag_id, 1);
     }
 }

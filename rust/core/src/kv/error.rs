@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+/// The most pages one sequence can hold: page numbers are `u32`.
+pub const MAX_SEQUENCE_PAGES: u64 = u32::MAX as u64;
+
 /// A refusal of [`PageTable`](super::table::PageTable); `E` is the page source's error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvError<E> {
@@ -11,8 +14,9 @@ pub enum KvError<E> {
     SequenceExists(i64),
     /// The same sequence appears twice in one batch (`index` is the second place).
     Repeated { index: usize, seq: i64 },
-    /// The sequence would hold more tokens than the table can count.
-    TooManyTokens { seq: i64 },
+    /// The sequence would hold `tokens` tokens (exact, beyond `u64` too): more than `max`, the
+    /// tokens of the most pages a sequence can have ([`MAX_SEQUENCE_PAGES`]).
+    TooManyTokens { seq: i64, tokens: u128, max: u64 },
     /// The page source could not deliver (no page left, or a copy failed).
     Source(E),
 }
@@ -25,7 +29,11 @@ impl<E: fmt::Display> fmt::Display for KvError<E> {
             KvError::Repeated { index, seq } => {
                 write!(f, "sequence {seq} appears twice in the batch (again at index {index})")
             }
-            KvError::TooManyTokens { seq } => write!(f, "sequence {seq} would hold more tokens than can be counted"),
+            KvError::TooManyTokens { seq, tokens, max } => write!(
+                f,
+                "sequence {seq} would hold {tokens} tokens; a sequence holds at most {max} \
+                 ({MAX_SEQUENCE_PAGES} pages)"
+            ),
             KvError::Source(err) => err.fmt(f),
         }
     }

@@ -20,6 +20,6 @@ mod source;
 mod table;
 
 pub use counts::TableCounts;
-pub use error::{KvError, OutOfPages};
+pub use error::{KvError, OutOfPages, MAX_SEQUENCE_PAGES};
 pub use source::{FreeList, PageSource};
 pub use table::PageTable;

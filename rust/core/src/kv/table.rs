@@ -4,7 +4,7 @@
 //! changes the table only once nothing can fail any more: a refusal leaves it as it was.
 
 use super::counts::TableCounts;
-use super::error::KvError;
+use super::error::{KvError, MAX_SEQUENCE_PAGES};
 use super::seq_map::SeqMap;
 use super::source::PageSource;
 
@@ -83,6 +83,11 @@ impl PageTable {
         tokens.div_ceil(self.page_tokens)
     }
 
+    /// The most tokens one sequence can hold: [`MAX_SEQUENCE_PAGES`] full pages.
+    pub fn max_tokens(&self) -> u64 {
+        MAX_SEQUENCE_PAGES * self.page_tokens
+    }
+
     #[inline]
     fn slot<E>(&self, seq: i64) -> std::result::Result<u32, KvError<E>> {
         self.ids.get(&seq).copied().ok_or(KvError::UnknownSequence(seq))
@@ -136,11 +141,11 @@ impl PageTable {
         if tokens == 0 {
             return Ok(Growth { slot, tokens, fresh: 0, copy: false });
         }
-        let total = s.tokens.checked_add(tokens).ok_or(KvError::TooManyTokens { seq: s.id })?;
-        let want = self.pages_for(total);
-        if want > u64::from(u32::MAX) {
-            return Err(KvError::TooManyTokens { seq: s.id });
+        let total = u128::from(s.tokens) + u128::from(tokens);
+        if total > u128::from(self.max_tokens()) {
+            return Err(KvError::TooManyTokens { seq: s.id, tokens: total, max: self.max_tokens() });
         }
+        let want = self.pages_for(total as u64);
         let fresh = (want as usize).saturating_sub(s.pages.len());
         // The page the next token goes to, when it is partly filled and shared.
         let next = (s.tokens / self.page_tokens) as usize;
@@ -257,10 +262,10 @@ impl PageTable {
         if self.contains(seq) {
             return Err(KvError::SequenceExists(seq));
         }
-        let pages = self.pages_for(tokens);
-        if pages > u64::from(u32::MAX) {
-            return Err(KvError::TooManyTokens { seq });
+        if tokens > self.max_tokens() {
+            return Err(KvError::TooManyTokens { seq, tokens: u128::from(tokens), max: self.max_tokens() });
         }
+        let pages = self.pages_for(tokens);
         self.take(pages as usize, source).map_err(KvError::Source)?;
         let taken = std::mem::take(&mut self.taken);
         for &page in &taken {
@@ -532,5 +537,31 @@ mod tests {
         t.append_many([3, 1].into_iter(), |_| 0, &mut src).unwrap();
         t.append_many([3].into_iter(), |_| 4, &mut src).unwrap();
         assert_eq!(src.free(), 0);
+    }
+
+    #[test]
+    fn a_sequence_past_the_most_pages_is_refused_with_its_exact_tokens() {
+        let mut src = FreeList::new(4);
+        let mut t = PageTable::new(3);
+        let max = t.max_tokens();
+        assert_eq!(max, u64::from(u32::MAX) * 3);
+        assert_eq!(
+            t.add(1, max + 1, &mut src),
+            Err(KvError::TooManyTokens { seq: 1, tokens: u128::from(max) + 1, max })
+        );
+        t.add(1, 5, &mut src).unwrap();
+        let before = t.counts();
+        let past_u64 = 5 + u128::from(u64::MAX);
+        assert_eq!(t.append(1, u64::MAX, &mut src), Err(KvError::TooManyTokens { seq: 1, tokens: past_u64, max }));
+        assert_eq!(
+            t.pages_to_append::<()>(1, max - 4),
+            Err(KvError::TooManyTokens { seq: 1, tokens: u128::from(max) + 1, max })
+        );
+        assert_eq!(t.counts(), before);
+        let message = KvError::<String>::TooManyTokens { seq: 1, tokens: past_u64, max }.to_string();
+        assert_eq!(
+            message,
+            format!("sequence 1 would hold {past_u64} tokens; a sequence holds at most {max} (4294967295 pages)")
+        );
     }
 }

@@ -49,7 +49,7 @@ fn lock(queue: &Mutex<Vec<Pending>>) -> MutexGuard<'_, Vec<Pending>> {
 }
 
 /// Whether a free that failed with `err` may succeed later (the block is still allocated).
-fn retry_later(err: &Error) -> bool {
+pub(crate) fn retry_later(err: &Error) -> bool {
     matches!(
         err.root(),
         Error::Pinned { .. }
