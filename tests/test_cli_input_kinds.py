@@ -39,6 +39,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
         "problem": json.loads(problem.to_json()),
         "graph": json.loads(mobilenet_v2().to_json()),
         "plan": json.loads(solve(problem, time_limit=0.2).to_json()),
+        "tier-plan": json.loads(solve(problem, pools=["sram=8", "hbm"], time_limit=0.2).to_json()),
         "snapshot": snap.to_json_obj(),
         "trace": rec.trace.to_json_obj(),
         "tiers": mem.snapshot(label="tiers").to_json_obj(),
@@ -74,6 +75,8 @@ DUPLICATES: list[tuple[str, tuple[str | int, ...], str, tuple[str, ...]]] = [
     ("graph", ("ops", 2), "ops[2]", ("plan",)),
     ("plan", (), "the top-level object", ("plan", "plot")),
     ("plan", ("greedy",), "greedy", ("plan", "plot")),
+    ("tier-plan", (), "the top-level object", ("plot",)),
+    ("tier-plan", ("pools", 1), "pools[1]", ("plot",)),
     ("snapshot", ("stats",), "stats", ("report", "plot", "view")),
     ("snapshot", ("config",), "config", ("report", "plot", "view")),
     ("trace", (), "the top-level object", ("replay", "plot", "view", "export")),
@@ -139,7 +142,7 @@ def test_the_same_files_without_the_duplicate_are_read(
 # (command, the kinds it reads, as its message names them)
 READS = {
     "report": "a snapshot or a tier snapshot",
-    "plot": "a snapshot, a trace, a plan or a tier snapshot",
+    "plot": "a snapshot, a trace, a plan, a plan over several pools or a tier snapshot",
     "view": "a snapshot or a trace",
     "export": "a trace",
     "replay": "a trace",
@@ -148,6 +151,7 @@ WHAT = {
     "snapshot": "a snapshot",
     "trace": "a trace",
     "plan": "a plan",
+    "tier-plan": "a plan over several pools",
     "tiers": "a tier snapshot",
     "graph": "a planner graph",
 }
@@ -155,12 +159,13 @@ READERS = {
     "snapshot": "npumem report, plot and view read snapshots",
     "trace": "npumem replay, plot, view and export read traces",
     "plan": "npumem plot draws plans",
+    "tier-plan": "npumem plot draws plans over several pools",
     "tiers": "npumem report and plot read tier snapshots",
     "graph": "npumem plan reads graphs",
 }
 ACCEPTS = {
     "report": {"snapshot", "tiers"},
-    "plot": {"snapshot", "trace", "plan", "tiers"},
+    "plot": {"snapshot", "trace", "plan", "tier-plan", "tiers"},
     "view": {"snapshot", "trace"},
     "export": {"trace"},
     "replay": {"trace"},

@@ -43,15 +43,18 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )
     plan = out / "plan.json"
     solve(problem, time_limit=1).to_json(plan)
+    tier_plan = out / "tier-plan.json"
+    solve(problem, pools=["sram=64", "hbm"], time_limit=1).to_json(tier_plan)
     return {
         "snapshot": snap.save(out / "snap.json"),
         "trace": rec.trace.save(out / "trace.json"),
         "plan": plan,
+        "tier-plan": tier_plan,
         "dir": out,
     }
 
 
-@pytest.mark.parametrize("kind", ["snapshot", "trace", "plan"])
+@pytest.mark.parametrize("kind", ["snapshot", "trace", "plan", "tier-plan"])
 def test_every_written_file_has_a_header_and_matches_its_schema(
     written: dict[str, Path], kind: str
 ) -> None:
@@ -61,7 +64,12 @@ def test_every_written_file_has_a_header_and_matches_its_schema(
 
 
 def test_schemas_are_listed_and_unknown_formats_refused() -> None:
-    assert set(schemas.FORMATS) == {"npumem-snapshot", "npumem-trace", "npumem-plan"}
+    assert set(schemas.FORMATS) == {
+        "npumem-snapshot",
+        "npumem-trace",
+        "npumem-plan",
+        "npumem-tier-plan",
+    }
     with pytest.raises(npumem.InvalidArgumentError, match="no schema for format 'x'"):
         schemas.load("x")
 

@@ -42,6 +42,20 @@ def test_csv_in_csv_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     Solution(solved, {b.id: b.offset or 0 for b in solved.buffers}).validate(capacity=12)
 
 
+def test_the_no_reuse_figure_is_never_below_an_aligned_arena(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "p.csv"
+    src.write_text("id,lower,upper,size\na,0,4,3\nb,1,2,8\nc,2,5,4\nd,0,5,5\ne,3,6,7\nf,4,6,9\n")
+    out = tmp_path / "a.json"
+    status, printed, _ = run_cli(["plan", str(src), "-o", str(out), "--alignment", "1024"], capsys)
+    assert status == 0
+    assert "arena size   3,076 bytes" in printed
+    # Six buffers one after the other, each at a multiple of 1024: the last ends at 5 * 1024 + 9.
+    assert "no reuse     5,129 bytes" in printed
+    assert json.loads(out.read_text())["naive_size"] == 5129
+
+
 def test_capacity_met_and_not_met(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = str(DATA / "input.12.csv")
     assert run(src, "-o", str(tmp_path / "a.json"), "--capacity", "12") == 0
@@ -228,6 +242,64 @@ def test_bad_option_values_are_refused(
     assert info.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("npumem plan: error:") and words in last
+
+
+@pytest.mark.parametrize(
+    ("source", "argv", "words"),
+    [
+        (
+            "csv",
+            ["--in-flight", "3"],
+            "--in-flight sets the inferences in flight of --double-buffer",
+        ),
+        ("onnx", ["--in-flight", "2"], "name the buffers to load ahead with --double-buffer"),
+        ("onnx", ["--in-flight", "2", "--pool", "hbm"], "--double-buffer"),
+        (
+            "csv",
+            ["--include-weights"],
+            "input.12.csv: weights to plan (include_weights, "
+            "--include-weights) are those of a graph or an ONNX model, and this is a CSV problem",
+        ),
+        ("pipe csv", ["--include-weights"], "this is a CSV problem"),
+        ("problem json", ["--include-weights"], "p.json: weights to plan"),
+        ("plan json", ["--include-weights"], "this is a plan (JSON)"),
+    ],
+)
+def test_options_that_cannot_apply_are_refused(
+    source: str,
+    argv: list[str],
+    words: str,
+    pipe_path: Callable[[bytes], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(small_onnx_bytes())
+    problem = tmp_path / "p.json"
+    Problem.from_csv(DATA / "input.12.csv").to_json(problem)
+    plan = tmp_path / "plan.json"
+    assert run_cli(["plan", str(DATA / "input.12.csv"), "-q", "-o", str(plan)], capsys)[0] == 0
+    src = {
+        "onnx": str(model),
+        "csv": str(DATA / "input.12.csv"),
+        "pipe csv": pipe_path((DATA / "input.12.csv").read_bytes()),
+        "problem json": str(problem),
+        "plan json": str(plan),
+    }[source]
+    out = tmp_path / "out.csv"
+    status, _, err = run_cli(["plan", src, *argv, "-o", str(out)], capsys, output=out)
+    assert status == 2 and words in err
+
+
+def test_in_flight_with_double_buffer_still_plans_slots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.json"
+    argv = ["plan", str(DATA / "input.12.csv"), "--double-buffer", "b1", "-o", str(out)]
+    assert run_cli([*argv, "--in-flight", "3"], capsys)[0] == 0
+    assert len(json.loads(out.read_text())["slots"]["b1"]) == 3
+    assert run_cli(argv, capsys)[0] == 0
+    assert len(json.loads(out.read_text())["slots"]["b1"]) == 2  # two in flight by default
 
 
 @pytest.mark.parametrize(

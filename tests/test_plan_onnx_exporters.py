@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -165,6 +166,72 @@ def test_a_custom_op_without_shape_inference() -> None:
     )
     found = sizes(declared)
     assert (found["z"], found["y"]) == (32, 96)
+
+
+def custom_output(output: onnx.ValueInfoProto, value_info: list[onnx.ValueInfoProto]) -> Any:
+    """A custom op (no shape inference) whose output `t` is a graph output."""
+    x = V("x", TensorProto.FLOAT, [2, 4])
+    nodes = [helper.make_node("MyOp", ["x"], ["t"], name="custom", domain="my.domain")]
+    return model(nodes, [x], [output], value_info=value_info, domains=("my.domain",))
+
+
+@pytest.mark.parametrize(
+    ("output", "value_info"),
+    [
+        pytest.param([None, None], [2, 6], id="output unknown, value_info known"),
+        pytest.param([2, 6], [None, None], id="output known, value_info unknown"),
+        pytest.param([2, None], [None, 6], id="one known dimension each"),
+        pytest.param(None, [2, 6], id="output of unknown rank"),
+        pytest.param([2, 6], [2, 6], id="both known and equal"),
+        pytest.param(["n", 6], [2, None], id="a known dimension beats a named one"),
+    ],
+)
+def test_the_more_specific_of_two_declarations_sizes_a_custom_output(
+    output: list[int | str | None] | None, value_info: list[int | str | None]
+) -> None:
+    m = custom_output(V("t", TensorProto.FLOAT, output), [V("t", TensorProto.FLOAT, value_info)])
+    assert sizes(m)["t"] == 2 * 6 * 4
+    assert {b.id: b.size for b in Problem.from_onnx(m, alignment=1).buffers}["t"] == 48
+
+
+def test_two_declarations_that_disagree_are_refused_naming_both() -> None:
+    m = custom_output(V("t", TensorProto.FLOAT, [2, 7]), [V("t", TensorProto.FLOAT, [2, 6])])
+    with pytest.raises(GraphError) as info:
+        graph_from_onnx(m)
+    assert str(info.value) == (
+        "m: tensor 't' has no known shape: node 'custom' (my.domain::MyOp) has no ONNX shape "
+        "inference, and the model declares two shapes for it that disagree (the value_info "
+        "declares float 2 x 6, the outputs float 2 x 7); make the two agree"
+    )
+    other_type = custom_output(
+        V("t", TensorProto.FLOAT16, [2, 6]), [V("t", TensorProto.FLOAT, [2, 6])]
+    )
+    with pytest.raises(GraphError, match=r"float 2 x 6, the outputs float16 2 x 6\)"):
+        graph_from_onnx(other_type)
+    other_rank = custom_output(V("t", TensorProto.FLOAT, [12]), [V("t", TensorProto.FLOAT, [2, 6])])
+    with pytest.raises(GraphError, match=r"float 2 x 6, the outputs float 12\)"):
+        graph_from_onnx(other_rank)
+
+
+def test_declarations_that_disagree_are_not_needed_where_inference_sizes_the_value() -> None:
+    x = V("x", TensorProto.FLOAT, [4, 4])
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    m = model(
+        nodes,
+        [x],
+        [V("y", TensorProto.FLOAT, [1, 1])],
+        value_info=[V("y", TensorProto.FLOAT, [2, 2])],
+    )
+    assert sizes(m)["y"] == 64  # what the op writes, as for a single stale declaration
+
+
+def test_an_unsized_graph_output_is_told_where_its_shape_may_be_declared() -> None:
+    m = custom_output(V("t", TensorProto.FLOAT, [None, None]), [])
+    with pytest.raises(
+        GraphError,
+        match=r"declare the shape of 't' in the model's value_info or its graph outputs$",
+    ):
+        graph_from_onnx(m)
 
 
 def test_dimensions_named_by_shape_inference_are_not_offered_to_bind() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from npumem.errors import NpumemError
 from npumem.plan import (
+    Alias,
     Buffer,
     Graph,
     PlanArgumentError,
@@ -261,6 +262,37 @@ def test_alignments_that_are_not_power_of_two_integers_are_refused(alignment: ob
 def test_buffers_of_the_wrong_types_are_refused(buffer: Buffer, words: str) -> None:
     with pytest.raises(ProblemFormatError, match=words):
         Problem([buffer])
+
+
+@pytest.mark.parametrize(
+    ("alias", "words"),
+    [
+        (Alias("v", "a", 0.5, 1), "alias 'v': offset must be an integer, got 0.5"),
+        (Alias("v", "a", 0, 2.5), "alias 'v': size must be an integer, got 2.5"),
+        (Alias("v", "a", 0, "1"), "alias 'v': size must be an integer, got '1'"),
+        (Alias("v", "a", True, 1), "alias 'v': offset must be an integer, got True"),
+        (Alias("v", "a", None, 1), "alias 'v': offset must be an integer, got None"),
+        (Alias(5, "a", 0, 1), "alias 5: the name must be a string, got 5"),
+        (Alias("v", 5, 0, 1), "alias 'v': the base must be a string, got 5"),
+        (Alias("", "a", 0, 1), "alias '': the name is empty"),
+        (Alias("v\x00w", "a", 0, 1), "alias 'v\\x00w': the name holds a NUL character"),
+        (("v", "a", 0, 1), "alias entry 0 is a tuple, not an Alias"),
+        (None, "alias entry 0 is a NoneType, not an Alias"),
+    ],
+)
+def test_aliases_of_the_wrong_types_are_refused(alias: object, words: str) -> None:
+    with pytest.raises(ProblemFormatError) as info:
+        Problem([Buffer("a", 0, 2, 4)], aliases=[alias])  # type: ignore[list-item]
+    assert str(info.value).startswith(words)
+    assert type(info.value) is ProblemFormatError
+
+
+def test_good_aliases_still_pass_and_reach_the_c_header() -> None:
+    problem = Problem(
+        [Buffer("a", 0, 2, 4)], aliases=[Alias("v", "a", 1, 3), Alias("e", "a", 4, 0)]
+    )
+    header = solve(problem, time_limit=1.0).to_c_header()
+    assert '{"v", 1u, 3u},' in header and '{"e", 4u, 0u},' in header
 
 
 @pytest.mark.parametrize("in_flight", [0, 257, 10**6, 2.0, "2"])

@@ -15,6 +15,8 @@ import pytest
 from npumem.plan import (
     Alias,
     Buffer,
+    PlanArgumentError,
+    PlanArgumentTypeError,
     PlanError,
     PlanValidationError,
     Problem,
@@ -87,6 +89,15 @@ def test_a_solution_is_made_of_whole_offsets_and_never_below_the_bound(
         ({"time_limit": math.nan}, ValueError, "time_limit must be a finite number"),
         ({"node_limit": 1.5}, TypeError, "node_limit must be a whole number of search nodes"),
         ({"node_limit": -5}, ValueError, "node_limit must be >= 0, got -5"),
+        ({"seed": None}, TypeError, f"seed must be an integer from 0 to {2**64 - 1}, got None"),
+        ({"seed": 1.5}, TypeError, "seed must be an integer from 0 to"),
+        ({"seed": "x"}, TypeError, "seed must be an integer from 0 to"),
+        ({"seed": True}, TypeError, "got True"),
+        ({"seed": [1]}, TypeError, "got [1]"),
+        ({"seed": -1}, ValueError, f"seed must be an integer from 0 to {2**64 - 1}, got -1"),
+        ({"seed": 2**64}, ValueError, f"got {2**64}"),
+        ({"progress": 5}, TypeError, "progress must be None or a callable taking a Progress"),
+        ({"progress": "print"}, TypeError, "got 'print'"),
     ],
 )
 def test_solve_refuses_options_of_the_wrong_kind(
@@ -94,6 +105,36 @@ def test_solve_refuses_options_of_the_wrong_kind(
 ) -> None:
     with pytest.raises(error, match=re.escape(words)):
         solve(example(), **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"seed": None}, PlanArgumentTypeError),
+        ({"seed": 2.0}, PlanArgumentTypeError),
+        ({"seed": -1}, PlanArgumentError),
+        ({"progress": 5}, PlanArgumentTypeError),
+    ],
+)
+def test_seed_and_progress_are_checked_before_the_search(
+    options: dict[str, object], error: type[Exception]
+) -> None:
+    # Greedy 28 above the bound 26: the search runs and would report its progress.
+    rows = [(3, 6, 7), (0, 4, 3), (1, 2, 8), (4, 6, 9), (5, 6, 1), (5, 6, 9), (2, 5, 4), (0, 5, 5)]
+    problem = Problem([Buffer(f"b{i}", *row) for i, row in enumerate(rows)])
+    with pytest.raises(error) as info:
+        solve(problem, time_limit=1.0, **options)  # type: ignore[arg-type]
+    assert type(info.value) is error
+    with pytest.raises(error):  # the same checks with several pools
+        solve(problem, pools=["sram=16", "hbm"], time_limit=0.1, **options)  # type: ignore[arg-type]
+
+
+def test_seeds_from_0_to_2_to_the_64_minus_1_are_taken() -> None:
+    seen: list[int] = []
+    for seed in (0, 2**64 - 1):
+        solution = solve(example(), time_limit=1.0, seed=seed, progress=lambda p: None)
+        seen.append(solution.arena_size)
+    assert seen == [12, 12]
 
 
 def test_validate_checks_capacity_and_pins() -> None:
@@ -132,6 +173,19 @@ def test_json_export(tmp_path: Path) -> None:
     tensors = {t["name"]: (t["offset"], t["size"]) for t in obj["tensors"]}
     assert tensors["a.view"] == (solution.offsets["a"] + 2, 2)
     assert json.loads((tmp_path / "out.json").read_text()) == obj
+
+
+def test_no_reuse_figure_counts_the_padding_alignment_needs(tmp_path: Path) -> None:
+    # a at 0 (4 bytes), b at the next multiple of 8 (8 bytes), c right after it (4 bytes).
+    solution = solve(example(), time_limit=1.0)
+    assert example().total_size == 16
+    assert solution.naive_size == 20
+    assert json.loads(solution.to_json())["naive_size"] == 20
+    aligned = solve(example().with_alignment(1024), time_limit=1.0)
+    assert aligned.naive_size == 2 * 1024 + 4 >= aligned.arena_size
+    # Problem order decides the padding: two 1-byte buffers aligned to 64 after a 1-byte one.
+    mixed = Problem([Buffer("x", 0, 1, 1), Buffer("y", 0, 1, 1, 64), Buffer("z", 0, 1, 1, 64)])
+    assert Solution(mixed, [128, 0, 64]).naive_size == 64 + 64 + 1
 
 
 def test_c_header_has_the_offset_table(tmp_path: Path) -> None:

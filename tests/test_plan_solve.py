@@ -88,8 +88,9 @@ def brute_force_optimum(problem: Problem) -> int:
 def test_solutions_are_valid_bounded_and_no_worse_than_greedy(problem: Problem) -> None:
     solution = solve(problem, time_limit=5.0)
     solution.validate()
-    greedy = best_greedy(problem)
-    assert solution.arena_size <= greedy.arena_size
+    # `solve` gives the rules a deadline: the linear scan is a candidate too.
+    greedy = best_greedy(problem, deadline=time.perf_counter() + 60.0)
+    assert solution.arena_size <= greedy.arena_size <= best_greedy(problem).arena_size
     assert solution.stats.greedy_arena == greedy.arena_size
     assert lower_bound(problem) <= solution.lower_bound <= solution.arena_size
     assert solution.gap >= 0
@@ -292,6 +293,63 @@ def test_linear_scan_is_always_valid(seed: int) -> None:
     solution = solve(problem, time_limit=0.0)
     solution.validate()
     assert solution.stats.greedy_rule == "linear-scan"
+
+
+def scan_arena(problem: Problem) -> int:
+    return max(o + b.size for o, b in zip(linear_scan(problem), problem.buffers, strict=True))
+
+
+# The linear scan packs these in 18 bytes (the bound), every rule in 19.
+SCAN_WINS = [("b0", 0, 4, 7), ("b1", 6, 8, 8), ("b2", 2, 3, 6), ("b3", 3, 6, 5), ("b4", 3, 7, 6)]
+# The linear scan packs these in 28 bytes, every rule in 29; the bound is 24.
+SCAN_WINS_ABOVE_THE_BOUND = [
+    ("b0", 4, 8, 8),
+    ("b1", 4, 6, 8),
+    ("b2", 0, 4, 8),
+    ("b3", 1, 5, 6),
+    ("b4", 5, 8, 8),
+    ("b5", 0, 2, 6),
+    ("b6", 0, 1, 9),
+]
+
+
+def test_with_a_deadline_the_greedy_start_is_never_worse_than_the_linear_scan() -> None:
+    problem = Problem([Buffer(*row) for row in SCAN_WINS])
+    assert scan_arena(problem) == 18
+    assert min(run_rule(problem, rule).arena_size for rule in GREEDY_RULES) == 19
+    # Without a deadline only the rules run, as before.
+    assert best_greedy(problem).arena_size == 19
+    greedy = best_greedy(problem, deadline=time.perf_counter() + 60.0)
+    assert (greedy.rule, greedy.arena_size) == ("linear-scan", 18)
+    assert list(greedy.offsets) == linear_scan(problem)
+    solution = solve(problem, time_limit=5.0)
+    assert (solution.stats.greedy_rule, solution.stats.greedy_arena) == ("linear-scan", 18)
+    assert solution.arena_size == 18
+
+
+def test_a_tie_with_the_linear_scan_goes_to_the_rules() -> None:
+    problem = Problem([Buffer("a", 0, 2, 4), Buffer("b", 1, 3, 4), Buffer("c", 2, 4, 4)])
+    assert scan_arena(problem) == best_greedy(problem).arena_size == 8
+    greedy = best_greedy(problem, deadline=time.perf_counter() + 60.0)
+    assert greedy.rule == next(iter(GREEDY_RULES)) == best_greedy(problem).rule
+
+
+def test_the_search_goes_on_from_a_linear_scan_start() -> None:
+    problem = Problem([Buffer(*row) for row in SCAN_WINS_ABOVE_THE_BOUND])
+    assert lower_bound(problem) == 24 < scan_arena(problem) == 28
+    solution = solve(problem, time_limit=10.0, node_limit=100_000)
+    assert (solution.stats.greedy_rule, solution.stats.greedy_arena) == ("linear-scan", 28)
+    assert solution.stats.runs >= 1
+    assert solution.arena_size == 24 and solution.status == "optimal"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_greedy_start_beats_or_ties_the_scan_and_every_rule(seed: int) -> None:
+    problem = random_problem(seed, n=200, pinned_every=9 if seed % 2 else 0)
+    greedy = best_greedy(problem, deadline=time.perf_counter() + 60.0)
+    Solution(problem, list(greedy.offsets)).validate()
+    rules = min(run_rule(problem, rule).arena_size for rule in GREEDY_RULES)
+    assert greedy.arena_size == min(rules, scan_arena(problem))
 
 
 def test_pairs_are_listed_as_the_time_left_allows() -> None:

@@ -15,12 +15,16 @@ from pathlib import Path
 import pytest
 
 import npumem
-from npumem import plan
-from npumem.plan import Buffer, Problem, Solution, TieredSolution
+from cli_contract import run_cli as run_npumem
+from npumem import plan, schemas
+from npumem.monitor import FileFormatError
+from npumem.monitor.saved_file import load_saved_file
+from npumem.plan import Buffer, Graph, Problem, Solution, TieredSolution
 from npumem.plan.cli import add_parser
-from npumem.plan.errors import PlanError, ProblemFormatError
+from npumem.plan.errors import GraphError, PlanError, ProblemFormatError
 from npumem.plan.networks import NETWORKS
 from npumem.plan.tiers import buffer_weight, parse_pools, weight_bound
+from schema_helpers import assert_valid
 
 DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
 
@@ -400,3 +404,177 @@ def test_an_option_solve_over_pools_does_not_take_is_a_type_error() -> None:
     with pytest.raises(PlanError, match="takes time_limit and seed, not capacity") as info:
         plan.solve(p, pools=["hbm"], capacity=4)
     assert isinstance(info.value, TypeError)
+
+
+# ----- the plan file (format npumem-tier-plan) -------------------------------------------------
+
+P_CSV = (
+    "id,lower,upper,size,weight\na,0,4,3,\nb,1,2,8,\nc,2,5,4,2.5\nd,0,5,5,\ne,3,6,7,\nf,4,6,9,\n"
+)
+
+
+def tiered_example() -> TieredSolution:
+    problem = Problem(
+        [
+            *Problem._parse_csv(P_CSV, "p.csv", "p").buffers,
+            Buffer("pinned", 0, 6, 4, alignment=4, offset=32),
+        ],
+        aliases=[plan.Alias("a.view", "a", 1, 2)],
+        name="p",
+    )
+    return plan.solve(problem, pools=["sram=16", "hbm"], time_limit=0.5)
+
+
+def test_a_plan_over_several_pools_has_a_header_and_matches_its_schema(tmp_path: Path) -> None:
+    sol = tiered_example()
+    obj = assert_valid(json.loads(sol.to_json(tmp_path / "tier.json")))
+    assert list(obj)[:2] == ["format", "version"]
+    assert (obj["format"], obj["version"]) == ("npumem-tier-plan", 1)
+    assert schemas.load("npumem-tier-plan")["properties"]["format"]["const"] == obj["format"]
+
+
+def test_a_plan_over_several_pools_reads_back(tmp_path: Path) -> None:
+    sol = tiered_example()
+    path = tmp_path / "tier.json"
+    sol.to_json(path)
+    for again in (
+        TieredSolution.from_json(path),
+        TieredSolution.from_json(json.loads(sol.to_json())),
+    ):
+        check(again)
+        assert again.pools == sol.pools == [("sram", 16), ("hbm", None)]
+        assert again.offsets == sol.offsets and again.pool_of == sol.pool_of
+        assert again.weight_bound == sol.weight_bound and again.status == sol.status
+        assert again.tensor_offsets() == sol.tensor_offsets()
+        assert again.to_json_obj() | {"seconds": 0} == sol.to_json_obj() | {"seconds": 0}
+
+
+def tier_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path]:
+    src = tmp_path / "p.csv"
+    src.write_text(P_CSV)
+    files = (tmp_path / "tier.json", tmp_path / "tier.csv")
+    for out in files:
+        argv = ["plan", str(src), "--pool", "sram=16", "--pool", "hbm", "-o", str(out), "-q"]
+        assert run_npumem(argv, capsys)[0] == 0
+    return files
+
+
+def test_npumem_plot_draws_a_plan_over_several_pools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tier_json, _ = tier_files(tmp_path, capsys)
+    assert_valid(tier_json)
+    png = tmp_path / "tier.png"
+    status, out, _ = run_npumem(["plot", str(tier_json), "-o", str(png)], capsys)
+    assert status == 0 and "plan over several pools" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["plan", "{json}"], "tier.json is a plan over several pools ('npumem-tier-plan', "),
+        (["plan", "{json}", "--pool", "hbm"], "npumem plot draws it"),
+        (["plan", "{headerless}"], "headerless.json is a plan over several pools"),
+        (["plan", "{csv}"], "tier.csv, line 1: a 'pool' column: this is a plan over several pools"),
+        (["report", "{json}"], "tier.json is a plan over several pools, not a snapshot"),
+        (["view", "{json}"], "npumem plot draws plans over several pools"),
+        (["replay", "{json}"], "tier.json is a plan over several pools, not a trace"),
+    ],
+)
+def test_readers_that_do_not_take_a_plan_over_several_pools_name_it(
+    argv: list[str], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tier_json, tier_csv = tier_files(tmp_path, capsys)
+    headerless = tmp_path / "headerless.json"
+    obj = json.loads(tier_json.read_text())
+    del obj["format"], obj["version"]
+    headerless.write_text(json.dumps(obj))
+    paths = {"json": tier_json, "csv": tier_csv, "headerless": headerless}
+    args = [a.format(**paths) for a in argv]
+    status, _, err = run_npumem(args, capsys)
+    assert status == 2 and words in err
+
+
+def test_the_python_readers_name_a_plan_over_several_pools(tmp_path: Path) -> None:
+    sol = tiered_example()
+    path = tmp_path / "tier.json"
+    sol.to_json(path)
+    with pytest.raises(ProblemFormatError, match=r"tier\.json is a plan over several pools"):
+        Problem.from_json(path)
+    with pytest.raises(GraphError, match=r"tier\.json is a plan over several pools.*not a graph"):
+        Graph.from_json(path)
+    with pytest.raises(ProblemFormatError, match=r"line 1: a 'pool' column"):
+        Problem.from_csv(io.StringIO(sol.to_csv()))
+    with pytest.raises(FileFormatError, match=r"tier\.json is a plan over several pools"):
+        load_saved_file(path)
+    one = tmp_path / "one.json"
+    plan.solve(sol.problem, time_limit=0.5).to_json(one)
+    with pytest.raises(ProblemFormatError, match=r"one\.json is a plan of one arena"):
+        TieredSolution.from_json(one)
+
+
+def damaged(change: str) -> dict[str, object]:
+    obj = tiered_example().to_json_obj()
+    buffers = obj["buffers"]
+    sram = [b for b in buffers if b["pool"] == "sram"]
+    if change == "version":
+        obj["version"] = 2
+    elif change == "status":
+        obj["status"] = "optimal"
+    elif change == "weight":
+        obj["weight_bound"] = -1
+    elif change == "pools":
+        obj["pools"] = []
+    elif change == "capacity":
+        obj["pools"][0]["capacity"] = "16"
+    elif change == "count":
+        obj["pools"][0]["buffers"] += 1
+    elif change == "pool":
+        buffers[0]["pool"] = "l2"
+    elif change == "offset":
+        buffers[0]["offset"] = -1
+    elif change == "no offset":
+        del buffers[0]["offset"]
+    elif change == "size":
+        buffers[0]["size"] = 0
+    elif change == "clash":
+        first, other = next((a, b) for a, b in combinations(sram, 2) if overlap(a, b))
+        other["offset"] = first["offset"]
+    elif change == "tensors":
+        del obj["tensors"]
+    return obj
+
+
+def overlap(a: dict[str, int], b: dict[str, int]) -> bool:
+    return a["lower"] < b["upper"] and b["lower"] < a["upper"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ("version", "npumem-tier-plan version 2 is not supported"),
+        ("status", "status must be 'feasible' or 'capacity-not-met', got 'optimal'"),
+        ("weight", "weight_bound must be a finite number >= 0, got -1"),
+        ("pools", "pools must be a non-empty list of objects, got []"),
+        ("capacity", "pools[0]: capacity must be null or an integer"),
+        ("count", "pools[0]: buffers is"),
+        ("pool", "buffers[0]: pool must be one of ['sram', 'hbm'], got 'l2'"),
+        ("offset", "buffers[0]: offset must be an integer between 0 and"),
+        ("no offset", "buffers[0]: missing field 'offset'"),
+        ("size", "buffers[0] (id 'a'): size must be a positive integer, got 0"),
+        ("clash", "pool 'sram': "),
+        ("tensors", "missing field 'tensors'"),
+    ],
+)
+def test_a_damaged_plan_over_several_pools_is_refused_naming_the_field(
+    change: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    obj = damaged(change)
+    with pytest.raises(ProblemFormatError) as info:
+        TieredSolution.from_json(obj, label="bad.json")
+    assert words in str(info.value) and str(info.value).startswith("bad.json")
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(obj))
+    status, _, err = run_npumem(["plot", str(path), "-o", str(tmp_path / "bad.png")], capsys)
+    assert status == 2 and words in err

@@ -21,6 +21,9 @@ __all__ = ["Reader", "file_kind", "path_argument", "read_json", "write_json"]
 SNAPSHOT_FORMAT = "npumem-snapshot"
 TRACE_FORMAT = "npumem-trace"
 PLAN_FORMAT = "npumem-plan"
+TIER_PLAN_FORMAT = "npumem-tier-plan"
+"""A plan over several pools (`npumem.plan.TieredSolution.to_json`), which `npumem plot`
+draws; `load_saved_file` refuses it, naming it."""
 KINDS = {SNAPSHOT_FORMAT: "snapshot", TRACE_FORMAT: "trace", PLAN_FORMAT: "plan"}
 HANDLE_BITS = 96
 """Bits of a packed block handle: pool id, slot and generation, 32 bits each (the Rust core's
@@ -49,8 +52,15 @@ def read_json(path: str | os.PathLike[str], *, expected: str = "a JSON object") 
 
 
 def file_kind(obj: Mapping[str, Any], where: str) -> str:
-    """`"snapshot"`, `"trace"` or `"plan"` from a file's `format` field."""
+    """`"snapshot"`, `"trace"` or `"plan"` from a file's `format` field; a plan over several
+    pools is refused as such (`TieredSolution.from_json` reads it)."""
     fmt = obj.get("format")
+    if fmt == TIER_PLAN_FORMAT:
+        raise FileFormatError(
+            f"{where} is a plan over several pools ({TIER_PLAN_FORMAT!r}), not a snapshot, a "
+            "trace or a plan of one arena; npumem plot draws it and "
+            "npumem.plan.TieredSolution.from_json reads it"
+        )
     if not isinstance(fmt, str) or fmt not in KINDS:
         raise FileFormatError(
             f"{where}: not an npumem snapshot, trace or plan (format is {shown(fmt)}, expected "

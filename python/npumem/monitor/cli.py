@@ -26,7 +26,13 @@ from npumem._shown import shown
 from npumem.errors import MissingDependencyError, NpumemError
 from npumem.exit_status import ExitStatus, one_line
 from npumem.fileio import is_same_file, json_text, path_argument
-from npumem.monitor._files import PLAN_FORMAT, SNAPSHOT_FORMAT, TRACE_FORMAT, read_json
+from npumem.monitor._files import (
+    PLAN_FORMAT,
+    SNAPSHOT_FORMAT,
+    TIER_PLAN_FORMAT,
+    TRACE_FORMAT,
+    read_json,
+)
 from npumem.monitor.errors import FileFormatError, MonitorError
 from npumem.monitor.perfetto import CHROME_TRACE_FORMAT
 from npumem.monitor.report import render_report, report_json, tier_report_json
@@ -36,7 +42,7 @@ from npumem.monitor.trace import Trace
 from npumem.tiers.observe import TIER_SNAPSHOT_FORMAT, TierSnapshot, render_tiers
 
 if TYPE_CHECKING:
-    from npumem.plan import Solution
+    from npumem.plan import Solution, TieredSolution
 
 __all__ = ["add_parsers", "load_input", "run_export", "run_plot", "run_report", "run_view"]
 
@@ -66,6 +72,11 @@ _KINDS = {
     SNAPSHOT_FORMAT: ("snapshot", "a snapshot", "npumem report, plot and view read snapshots"),
     TRACE_FORMAT: ("trace", "a trace", "npumem replay, plot, view and export read traces"),
     PLAN_FORMAT: ("plan", "a plan", "npumem plot draws plans"),
+    TIER_PLAN_FORMAT: (
+        "tier-plan",
+        "a plan over several pools",
+        "npumem plot draws plans over several pools",
+    ),
     TIER_SNAPSHOT_FORMAT: (
         "tiers",
         "a tier snapshot",
@@ -96,11 +107,14 @@ def _either(items: list[str]) -> str:
     return " or ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
 
 
-def load_input(path: str, kinds: tuple[str, ...]) -> Snapshot | Trace | Solution | TierSnapshot:
+def load_input(
+    path: str, kinds: tuple[str, ...]
+) -> Snapshot | Trace | Solution | TierSnapshot | TieredSolution:
     """The file at `path`, read once (it may be a pipe), which must be of one of `kinds`
-    (`"snapshot"`, `"trace"`, `"plan"`, `"tiers"`: a tier snapshot), told apart by its
-    `format` field before the rest is read. Another kind of file raises `FileFormatError`
-    saying what the file is, what was expected, and which commands read it."""
+    (`"snapshot"`, `"trace"`, `"plan"`, `"tiers"`: a tier snapshot, `"tier-plan"`: a plan
+    over several pools), told apart by its `format` field before the rest is read. Another
+    kind of file raises `FileFormatError` saying what the file is, what was expected, and which
+    commands read it."""
     obj = read_json(path)
     wanted = [(fmt, what) for fmt, (kind, what, _) in _KINDS.items() if kind in kinds]
     kind = _kind(obj)
@@ -117,6 +131,13 @@ def load_input(path: str, kinds: tuple[str, ...]) -> Snapshot | Trace | Solution
         )
     if kind[0] == "tiers":
         return TierSnapshot.from_json_obj(obj, where=path)
+    if kind[0] == "tier-plan":
+        from npumem.plan import PlanError, TieredSolution
+
+        try:  # the planner's errors start with `path` already
+            return TieredSolution.from_json(obj, label=path)
+        except PlanError as exc:
+            raise FileFormatError(str(exc)) from None
     return saved_file_from_json_obj(obj, where=path, consume=True)
 
 
@@ -142,10 +163,11 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """`npumem plot`: draw a snapshot's address map or a trace over time."""
+    """`npumem plot`: draw a snapshot's address map, a trace over time, a plan, a plan over
+    several pools or a tier snapshot."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        loaded = load_input(args.input, ("snapshot", "trace", "plan", "tiers"))
+        loaded = load_input(args.input, ("snapshot", "trace", "plan", "tiers", "tier-plan"))
     except MonitorError as exc:
         err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
@@ -154,6 +176,10 @@ def run_plot(args: argparse.Namespace) -> int:
         return ExitStatus.USAGE
     if isinstance(loaded, TierSnapshot):
         return _plot_tiers(loaded, output, err)
+    from npumem.plan import TieredSolution
+
+    if isinstance(loaded, TieredSolution):
+        return _plot_tiered_plan(loaded, output, err)
     from npumem.monitor.plots import plot_address_map, plot_plan, plot_trace
 
     try:
@@ -272,6 +298,25 @@ def _plot_tiers(snap: TierSnapshot, output: Path, err: Console) -> int:
     return ExitStatus.OK
 
 
+def _plot_tiered_plan(solution: TieredSolution, output: Path, err: Console) -> int:
+    """`npumem plot PLAN.json` of a plan over several pools: one panel per pool
+    (`plot_tiered_plan`)."""
+    from npumem.tiers.plots import plot_tiered_plan
+
+    try:
+        plot_tiered_plan(solution, output)
+    except (MonitorError, MissingDependencyError, ValueError) as exc:
+        err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
+        return ExitStatus.USAGE
+    except OSError as exc:
+        err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
+        return ExitStatus.USAGE
+    Console(highlight=False, soft_wrap=True).print(
+        f"wrote {output} (plan over several pools)", markup=False
+    )
+    return ExitStatus.OK
+
+
 def add_parsers(subparsers: Any) -> None:
     """Add `report`, `plot`, `view` and `export` to an `argparse` subparsers
     object."""
@@ -301,7 +346,8 @@ def add_parsers(subparsers: Any) -> None:
         help="draw a snapshot's address map, a trace over time, or a plan",
         description="Draw a snapshot file as an address map (blocks coloured by tag or core, "
         "free runs in grey), a trace file as bytes live and allocations per second over "
-        "time, or a plan file (npumem plan -o plan.json) as buffers over time and offset. "
+        "time, or a plan file (npumem plan -o plan.json) as buffers over time and offset, "
+        "one panel per pool for a plan over several pools (npumem plan --pool). "
         "Needs matplotlib (pip install npumem[plot]).",
         epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
     )

@@ -31,7 +31,14 @@ from npumem.plan.buckets import plan_buckets
 from npumem.plan.c_header import c_identifier
 from npumem.plan.errors import PlanError, ProblemFormatError
 from npumem.plan.graph import GRAPH_FORMAT, Graph
-from npumem.plan.inputs import json_object, kind_of, path_argument, read_input
+from npumem.plan.inputs import (
+    is_tier_plan,
+    json_object,
+    kind_of,
+    path_argument,
+    read_input,
+    tier_plan_refused,
+)
 from npumem.plan.onnx_import import MAX_DIM, graph_from_onnx, parse_onnx
 from npumem.plan.problem import MAX_IN_FLIGHT, PLAN_FORMAT, Problem, check_alignment
 from npumem.plan.search import Progress, solve
@@ -114,6 +121,10 @@ def _json_problem(obj: dict[str, Any], label: str) -> Graph | Problem:
     (`ops` or `tensors`: a graph); each reader refuses a header or content that is not its
     own."""
     fmt = obj.get("format")
+    if is_tier_plan(obj):
+        raise tier_plan_refused(
+            label, "a problem, a graph or a plan of one arena", error=ProblemFormatError
+        )
     if fmt == GRAPH_FORMAT or (fmt is None and ("ops" in obj or "tensors" in obj)):
         return Graph.from_json(obj, label=label)
     if fmt is None or fmt == PLAN_FORMAT:
@@ -121,6 +132,14 @@ def _json_problem(obj: dict[str, Any], label: str) -> Graph | Problem:
     raise ProblemFormatError(
         f"{label}: format {shown(fmt)} is not a problem, a graph ({GRAPH_FORMAT!r}) or a plan "
         f"({PLAN_FORMAT!r})"
+    )
+
+
+def _no_weights(label: str, what: str) -> ProblemFormatError:
+    """The error for weights to plan (`include_weights`) in an input that has none."""
+    return ProblemFormatError(
+        f"{label}: weights to plan (include_weights, --include-weights) are those of a graph "
+        f"or an ONNX model, and this is {what}, whose buffers are all there is to plan"
     )
 
 
@@ -136,7 +155,9 @@ def load_problem(
 
     `dims` binds symbolic dimensions of an ONNX model (refused for other inputs).
     `alignment` raises every buffer's alignment (graphs and ONNX default to 64 bytes, CSV and
-    problem JSON keep their own).
+    problem JSON keep their own). `include_weights` plans the weights of a graph or an ONNX
+    model too; a CSV or problem JSON has no weights apart from its buffers, so it is refused
+    for them (`ProblemFormatError`), as `dims` is for what is not ONNX.
     """
     source = path_argument(
         path, error=ProblemFormatError, what="an input file path (str or os.PathLike)"
@@ -159,6 +180,8 @@ def load_problem(
             graph, include_weights=include_weights, alignment=graph_alignment, label=label
         )
     if kind == "csv":
+        if include_weights:
+            raise _no_weights(label, "a CSV problem")
         problem = Problem.from_csv_bytes(data, label, name=source.stem)
     else:
         obj = json_object(
@@ -170,6 +193,9 @@ def load_problem(
             return Problem.from_graph(
                 read, include_weights=include_weights, alignment=graph_alignment, label=label
             )
+        if include_weights:
+            plan = obj.get("format") == PLAN_FORMAT
+            raise _no_weights(label, "a plan (JSON)" if plan else "a problem (JSON)")
         problem = read
         problem.name = problem.name or source.stem
     if alignment is not None:
@@ -205,6 +231,11 @@ def _write_all(files: dict[Path, str]) -> None:
         raise PlanError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
 
 
+def _in_flight(args: argparse.Namespace) -> int:
+    """`--in-flight`, 2 when not given."""
+    return 2 if args.in_flight is None else int(args.in_flight)
+
+
 def _bucket_output(output: Path, label: str) -> Path:
     tag = re.sub(r"[^0-9A-Za-z_-]", "", label.replace(",", "_"))
     return output.with_name(f"{output.stem}.{tag}{output.suffix}")
@@ -232,7 +263,7 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
             include_weights=args.include_weights,
             alignment=64 if args.alignment is None else args.alignment,
             pipelined=args.double_buffer,
-            in_flight=args.in_flight,
+            in_flight=_in_flight(args),
             time_limit=args.time_limit,
             seed=args.seed,
         )
@@ -324,6 +355,13 @@ def run(args: argparse.Namespace) -> int:
                 markup=False,
             )
             return ExitStatus.USAGE
+    if args.in_flight is not None and not args.double_buffer:
+        err.print(
+            "npumem plan: error: --in-flight sets the inferences in flight of --double-buffer; "
+            "name the buffers to load ahead with --double-buffer NAME,...",
+            markup=False,
+        )
+        return ExitStatus.USAGE
     dims: dict[str, list[int]] = args.dim or {}
     if any(len(v) > 1 for v in dims.values()):
         return _run_buckets(args, dims, out, err)
@@ -335,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
             include_weights=args.include_weights,
         )
         if args.double_buffer:
-            problem = problem.pipelined(args.double_buffer, args.in_flight)
+            problem = problem.pipelined(args.double_buffer, _in_flight(args))
     except (PlanError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
@@ -424,8 +462,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "arena, as small as the search finds in the time limit. INPUT is a MiniMalloc CSV, a "
         "problem or graph JSON, or an ONNX model (told apart by extension, else by content). "
         "OUTPUT's extension picks the format: .csv (MiniMalloc solution), .json (an npumem-plan "
-        "file, which npumem plot draws) or .h (C header with the offset table); --format names "
-        "it for any other name.",
+        "file, or with --pool an npumem-tier-plan file; npumem plot draws both) or .h (C header "
+        "with the offset table); --format names it for any other name.",
         epilog="Exit status: 0 done, 1 --capacity not met (OUTPUT is not written), 2 bad "
         "arguments or input.",
     )
@@ -473,9 +511,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--in-flight",
         type=integer_from(1, MAX_IN_FLIGHT, "inferences in flight"),
-        default=2,
         metavar="K",
-        help="inferences in flight for --double-buffer (default 2)",
+        help="inferences in flight for --double-buffer (default 2); needs --double-buffer",
     )
     parser.add_argument(
         "--alignment",

@@ -31,7 +31,7 @@ from typing import Any
 from npumem._shown import shown
 from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.errors import GraphError
-from npumem.plan.inputs import check_header, path_argument
+from npumem.plan.inputs import check_header, is_tier_plan, path_argument, tier_plan_refused
 
 __all__ = ["DTYPE_SIZES", "GRAPH_FORMAT", "GRAPH_VERSION", "Graph", "Op", "Tensor"]
 
@@ -154,6 +154,8 @@ class Graph:
                 raise GraphError(f"{where}: '{key}' must be a list of tensor names")
             return value
 
+        if is_tier_plan(obj):
+            raise tier_plan_refused(label, "a graph", error=GraphError)
         check_header(obj, label, GRAPH_FORMAT, GRAPH_VERSION, error=GraphError)
         if "buffers" in obj:
             raise GraphError(

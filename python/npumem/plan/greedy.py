@@ -19,10 +19,13 @@ the start, then the position in the problem, so every rule is deterministic.
 
 The rules look at every pair of buffers live at the same time, so their cost grows with the
 number of such pairs, but they never list them: the core (`PlanTimeline.place_in_order`) finds
-the buffers live with each one as it places it, in O(n log n) memory. When the deadline passes
-before the first rule is done, the start is `linear_scan`: buffers placed as a runtime
-allocator would, in order of their start, each at the lowest free range at that moment (on top
-of everything once the deadline has passed), in O(n log n) plus the free list. The search,
+the buffers live with each one as it places it, in O(n log n) memory. With a deadline (as
+`npumem.plan.solve` always gives), `best_greedy` first runs `linear_scan`: buffers placed as a
+runtime allocator would, in order of their start, each at the lowest free range at that moment
+(past the deadline, among the lowest free ranges only), in O(n log n) plus the free list, a
+fraction of one rule's time. It is a candidate beside the rules: the start is the smallest of
+the rules that finished before the deadline and the scan (a rule on a tie), so it is never
+worse than the scan, and it is the scan when no rule finished. The search,
 which does list the pairs, runs only below what the time left allows to list
 (`pairs_listable`: a million pairs always, up to `MAX_LISTED_PAIRS` with time).
 """
@@ -252,10 +255,15 @@ def best_greedy(
 ) -> GreedyResult:
     """Run every rule (or those named) and return the one with the smallest arena (the first
     such rule on a tie); its `seconds` is the time all the rules took together. Passes two
-    rules share are computed once. With `deadline` (a `time.perf_counter()` value) the
-    rules stop once it has passed, the first one too; when no rule finished in time, the
-    result is `linear_scan`'s (rule `"linear-scan"`). A name that is not one of
-    `GREEDY_RULES` raises `PlanArgumentError`."""
+    rules share are computed once. A name that is not one of `GREEDY_RULES` raises
+    `PlanArgumentError`.
+
+    With `deadline` (a `time.perf_counter()` value) `linear_scan` runs first (it costs a
+    fraction of one rule) and is a candidate beside the rules, so the result is never worse
+    than it: its packing (rule `"linear-scan"`) is the result when it is smaller than every
+    rule that finished, or when no rule finished; on a tie the rules win, in their order. The
+    rules stop once the deadline has passed, the first one too. Without a deadline only the
+    rules run."""
     start = time.perf_counter()
     names = list(rules or GREEDY_RULES)
     unknown = [r for r in names if r not in _RULE_PASSES]
@@ -263,6 +271,12 @@ def best_greedy(
         raise PlanArgumentError(
             f"unknown greedy rule(s) {unknown}; the rules are {', '.join(GREEDY_RULES)}"
         )
+    scan: tuple[str, list[int], int] | None = None
+    if deadline is not None:
+        # Before the rules, while the deadline has not passed: past it, the scan looks at the
+        # lowest free ranges only.
+        offsets = linear_scan(problem, deadline=deadline)
+        scan = (LINEAR_SCAN, offsets, _arena(problem, offsets))
     best: tuple[str, list[int], int] | None = None
     passes = _Passes(problem, deadline)
     for name in names:
@@ -273,7 +287,7 @@ def best_greedy(
         arena = _arena(problem, offsets)
         if best is None or arena < best[2]:
             best = (name, offsets, arena)
-    if best is None:
-        offsets = linear_scan(problem, deadline=deadline)
-        best = (LINEAR_SCAN, offsets, _arena(problem, offsets))
+    if scan is not None and (best is None or scan[2] < best[2]):
+        best = scan
+    assert best is not None  # some rule finished, or the scan ran (a deadline was given)
     return GreedyResult(best[0], tuple(best[1]), best[2], time.perf_counter() - start)

@@ -19,17 +19,27 @@ from npumem._shown import shown
 from npumem.plan.errors import PlanError
 
 __all__ = [
+    "TIER_PLAN_FORMAT",
+    "TIER_PLAN_VERSION",
     "check_header",
     "content_kind",
     "decode_text",
+    "is_tier_plan",
     "json_object",
     "kind_of",
     "path_argument",
     "read_input",
+    "tier_plan_refused",
 ]
 
 KINDS = ("csv", "json", "onnx")
 """The kinds of planner input: MiniMalloc CSV, problem/graph/plan JSON, ONNX model."""
+TIER_PLAN_FORMAT = "npumem-tier-plan"
+"""The `format` field of a plan over several pools (`TieredSolution.to_json()`, `npumem plan
+--pool ... -o plan.json`): `TieredSolution.from_json()` reads it back and `npumem plot` draws
+it; the readers of problems and graphs refuse it (`tier_plan_refused`)."""
+TIER_PLAN_VERSION = 1
+"""The version of the plans over several pools this npumem writes and reads."""
 
 
 def path_argument(
@@ -114,6 +124,24 @@ def json_object(
     for a file: the line and column of bad JSON, nesting too deep, `NaN`, not an object."""
     text = decode_text(data, label, error=error)
     return fileio.json_object_from_text(text, label, error=error, expected=expected)
+
+
+def is_tier_plan(obj: Mapping[str, Any]) -> bool:
+    """Whether a JSON object is a plan over several pools: its `format` says so, or, without a
+    header, it has the `pools` and `weight_bound` such a plan has."""
+    if "format" in obj or "version" in obj:
+        return obj.get("format") == TIER_PLAN_FORMAT
+    return "pools" in obj and "weight_bound" in obj
+
+
+def tier_plan_refused(label: str, expected: str, *, error: type[PlanError]) -> PlanError:
+    """The error (of class `error`) of a reader given a plan over several pools, which only
+    `TieredSolution.from_json` and `npumem plot` read: it says what the file is, that it is not
+    `expected`, and what reads it."""
+    return error(
+        f"{label} is a plan over several pools ({TIER_PLAN_FORMAT!r}, written by npumem plan "
+        f"--pool), not {expected}; npumem plot draws it and TieredSolution.from_json reads it"
+    )
 
 
 def check_header(

@@ -457,13 +457,18 @@ class _Scope:
             scope = scope.parent
         raise GraphError(f"tensor {shown(name)}{self.inferred.where} is not defined")
 
-    def declare_in(self) -> str:
-        """Where a value of this graph declares its shape."""
-        return (
-            "the model's value_info"
-            if self.parent is None
-            else f"the value_info of{self.inferred.where.removeprefix(' in')}"
-        )
+    def graph_name(self) -> str:
+        """This graph in a message: `the model`, `the then_branch of node 'if' (If)`."""
+        return "the model" if self.parent is None else self.inferred.where.removeprefix(" in ")
+
+    def declare_in(self, name: str) -> str:
+        """Where the value `name` of this graph may declare its shape: the graph's value_info,
+        and for an output of the graph its entry among the outputs too (of two declarations,
+        the more specific one counts)."""
+        output = any(v.name == name for v in self.graph.output)
+        if self.parent is None:
+            return "the model's value_info" + (" or its graph outputs" if output else "")
+        return f"the value_info{' or the outputs' if output else ''} of {self.graph_name()}"
 
 
 class _Flattener:
@@ -498,7 +503,11 @@ class _Flattener:
         self.onnx_names: dict[str, str] = {}
         """The ONNX name of each flattened value."""
         self.declare_in: dict[str, str] = {}
-        """Where each flattened value's shape may be declared (a graph's value_info)."""
+        """Where each flattened value's shape may be declared (a graph's value_info, and its
+        outputs for an output of the graph)."""
+        self.conflicts: dict[str, tuple[str, str]] = {}
+        """The values whose graph declares them twice with shapes that disagree: the graph (as
+        `_Scope.graph_name` names it) and what the two declarations say."""
         self.origin: dict[str, tuple[_Scope, Any]] = {}
         """The node that computes each flattened value, and the graph it lies in."""
         self.inputs: list[str] = []
@@ -547,7 +556,9 @@ class _Flattener:
         scope.names[name] = flat
         self.named[flat] = shown(name) + scope.inferred.where
         self.onnx_names[flat] = name
-        self.declare_in[flat] = scope.declare_in()
+        self.declare_in[flat] = scope.declare_in(name)
+        if name in scope.inferred.conflicts:
+            self.conflicts[flat] = (scope.graph_name(), scope.inferred.conflicts[name])
         found = scope.inferred.types.get(name)
         kind = None if found is None else found.WhichOneof("value")
         if kind is not None and kind != "tensor_type":
@@ -598,6 +609,15 @@ class _Flattener:
         label, info, name = self.label, self.info, self.named[flat]
         self.need_tensor(flat)
         sized = flat in info and _known(info[flat][1])
+        if flat in self.conflicts and not sized:
+            graph, declarations = self.conflicts[flat]
+            why = ""
+            if flat in self.no_inference:
+                why = f"node {self.no_inference[flat][0]} has no ONNX shape inference, and "
+            raise GraphError(
+                f"{label}: tensor {name} has no known shape: {why}{graph} declares two shapes "
+                f"for it that disagree ({declarations}); make the two agree"
+            )
         if flat in self.no_inference and not sized:
             node, reason = self.no_inference[flat]
             raise GraphError(

@@ -11,9 +11,11 @@ nodes in order:
   whose target shape is computed at run time from the input's shape is sized in every opset
   (ONNX's own data propagation covers only some ops and opsets);
 * an op that has no shape inference (a custom domain) or whose inference cannot tell a shape
-  keeps the shape the model declares for its outputs, when it declares one; for an output left
-  unsized, `Inferred` tells why (no shape inference for the op, or its inference failed on
-  inputs of known shapes, such as dimensions that do not broadcast);
+  keeps the shape the model declares for its outputs, when it declares one (in `value_info`
+  and the graph's outputs: of two declarations the more specific, `merge_declared`; two that
+  disagree are left out, `Inferred.conflicts`); for an output left unsized, `Inferred` tells
+  why (no shape inference for the op, or its inference failed on inputs of known shapes, such
+  as dimensions that do not broadcast);
 * the subgraphs of `If`, `Loop` and `Scan` nodes are walked the same way, each in a scope of
   its own (`Inferred.scopes`) that reads the values of the scopes around it: a loop's body
   with its carried values typed as they enter the loop (ONNX drops their shapes, which may
@@ -42,9 +44,11 @@ __all__ = [
     "Failure",
     "Inferred",
     "complete",
+    "declared_text",
     "defined_names",
     "dependency_order",
     "infer_types",
+    "merge_declared",
     "node_label",
     "node_reads",
     "outer_reads",
@@ -163,7 +167,12 @@ class Inferred:
     """'' for the model's graph; for a subgraph, where it lies (` in the body of node 'loop'
     (Loop)`), as messages append it to a node or a tensor."""
     declared: dict[str, Any] = field(default_factory=dict)
-    """The types the graph declares (value_info, outputs)."""
+    """The types the graph declares (value_info, outputs): for a value declared in both, the
+    more specific of the two, dimension by dimension (`merge_declared`)."""
+    conflicts: dict[str, str] = field(default_factory=dict)
+    """The values the graph declares twice with types that disagree (another element type,
+    rank or known dimension), left out of `declared`: what the two declarations say, for a
+    message (`the value_info declares float 2 x 6, the outputs float 2 x 7`)."""
     defined: set[str] = field(default_factory=set)
 
     def owner(self, name: str) -> Inferred | None:
@@ -227,6 +236,66 @@ def complete(value_type: Any) -> bool:
     )
 
 
+def merge_declared(onnx: Any, first: Any, second: Any) -> Any:
+    """One type from two declarations of a value (its value_info and its graph output entry),
+    the more specific one dimension by dimension: a known element type, rank or dimension beats
+    an unknown one (a named dimension beats an unnamed one). `None` when the two disagree: two
+    known element types, ranks or dimensions that differ, or a tensor and a value of another
+    kind."""
+    kinds = (first.WhichOneof("value"), second.WhichOneof("value"))
+    if kinds[1] is None:
+        return first
+    if kinds[0] is None:
+        return second
+    if kinds[0] != kinds[1]:
+        return None
+    if kinds[0] != "tensor_type":
+        return first  # a sequence, a map, an optional: nothing to size, keep the first
+    a, b = first.tensor_type, second.tensor_type
+    if a.elem_type and b.elem_type and a.elem_type != b.elem_type:
+        return None
+    merged = onnx.TypeProto()
+    merged.CopyFrom(first)
+    out = merged.tensor_type
+    out.elem_type = a.elem_type or b.elem_type
+    if not b.HasField("shape"):
+        return merged
+    if not a.HasField("shape"):
+        out.shape.CopyFrom(b.shape)
+        return merged
+    if len(a.shape.dim) != len(b.shape.dim):
+        return None
+    for mine, theirs in zip(out.shape.dim, b.shape.dim, strict=True):
+        if mine.HasField("dim_value"):
+            if theirs.HasField("dim_value") and theirs.dim_value != mine.dim_value:
+                return None
+        elif theirs.HasField("dim_value") or (
+            theirs.HasField("dim_param") and not mine.HasField("dim_param")
+        ):
+            mine.CopyFrom(theirs)
+    return merged
+
+
+def declared_text(onnx: Any, value_type: Any) -> str:
+    """A declared type for a message: a tensor's element type and shape (`float 2 x ?`,
+    `float scalar`, `float of unknown rank`), or the kind of another value."""
+    kind = value_type.WhichOneof("value")
+    if kind != "tensor_type":
+        return "no type" if kind is None else f"a {kind.replace('_type', '')}"
+    tensor = value_type.tensor_type
+    try:
+        elem = onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
+    except ValueError:
+        elem = f"element type {tensor.elem_type}"
+    if not tensor.HasField("shape"):
+        return f"{elem} of unknown rank"
+    dims = [
+        str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?"
+        for d in tensor.shape.dim
+    ]
+    return f"{elem} {' x '.join(dims) if dims else 'scalar'}"
+
+
 def _elements(value_type: Any) -> int:
     return math.prod(d.dim_value for d in value_type.tensor_type.shape.dim)
 
@@ -276,9 +345,34 @@ def _scope(onnx: Any, graph: Any, inferred: Any, parent: Inferred | None, where:
     for init in graph.initializer:
         if init.name not in types:  # an initializer that is not a graph input (or IR < 4)
             types[init.name] = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
-    declared = {v.name: v.type for v in [*graph.value_info, *graph.output] if v.name in defined}
+    declared: dict[str, Any] = {}
+    conflicts: dict[str, str] = {}
+    place: dict[str, str] = {}
+    entries = [("value_info", v) for v in graph.value_info] + [("outputs", v) for v in graph.output]
+    for kind, v in entries:
+        if v.name not in defined or v.name in conflicts:
+            continue
+        if v.name not in declared:
+            declared[v.name], place[v.name] = v.type, kind
+            continue
+        merged = merge_declared(onnx, declared[v.name], v.type)
+        if merged is not None:
+            declared[v.name] = merged
+            continue
+        # Two declarations that disagree: neither is used (see `Inferred.conflicts`).
+        then = "and again" if kind == place[v.name] else f"the {kind}"
+        conflicts[v.name] = (
+            f"the {place[v.name]} declares {declared_text(onnx, declared.pop(v.name))}, "
+            f"{then} {declared_text(onnx, v.type)}"
+        )
     scope = Inferred(
-        types, graph=graph, parent=parent, where=where, declared=declared, defined=defined
+        types,
+        graph=graph,
+        parent=parent,
+        where=where,
+        declared=declared,
+        conflicts=conflicts,
+        defined=defined,
     )
     for index, (node, copy) in enumerate(zip(graph.node, inferred.node, strict=True)):
         if node.op_type not in CONTROL_FLOW_OPS or node.domain not in ("", "ai.onnx"):

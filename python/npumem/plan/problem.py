@@ -36,7 +36,14 @@ from npumem.plan.errors import (
     PlanError,
     ProblemFormatError,
 )
-from npumem.plan.inputs import check_header, decode_text, path_argument, read_input
+from npumem.plan.inputs import (
+    check_header,
+    decode_text,
+    is_tier_plan,
+    path_argument,
+    read_input,
+    tier_plan_refused,
+)
 from npumem.plan.lifetimes import lifetimes
 from npumem.plan.onnx_import import graph_from_onnx
 from npumem.sizes import MAX_BYTES
@@ -58,6 +65,7 @@ PLAN_FORMAT = "npumem-plan"
 """The `format` field of a plan file (`Solution.to_json()`), which reads back as a problem."""
 PLAN_VERSION = 1
 """The version of the plan files this npumem writes and reads."""
+
 MAX_IN_FLIGHT = 256
 """The most inferences in flight `Problem.pipelined()` plans (each pipelined buffer becomes
 that many slot buffers, all live at once)."""
@@ -186,6 +194,27 @@ def _check_values(buf: Buffer) -> str | None:
     return None
 
 
+def _check_alias(alias: Alias) -> str | None:
+    """The first field of `alias` of the wrong type or value, as a sentence, or `None`. The
+    rules on names are those on buffer ids; whether the alias lies inside its base is checked
+    with the base."""
+    # Aliases built in code may hold anything: check the types before the values.
+    fields: dict[str, object] = {"name": alias.name, "base": alias.base}
+    fields |= {"offset": alias.offset, "size": alias.size}
+    for field in ("name", "base"):
+        if not isinstance(fields[field], str):
+            return f"the {field} must be a string, got {shown(fields[field])}"
+    for field in ("offset", "size"):
+        value = fields[field]
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{field} must be an integer, got {shown(value)}"
+    if not alias.name:
+        return "the name is empty"
+    if "\0" in alias.name:
+        return "the name holds a NUL character, which a text file (a C header) cannot carry"
+    return None
+
+
 def overlapping_pair(buffers: Sequence[Buffer], offsets: Sequence[int]) -> tuple[int, int] | None:
     """Two buffers live at the same time whose byte ranges `[offset, offset + size)` overlap,
     as indices (the smaller first), or `None` when there are none (offsets >= 0).
@@ -211,8 +240,16 @@ def _timeline(buffers: Sequence[Buffer], *, with_fixed: bool) -> PlanTimeline:
 
 def _csv_header(row: Sequence[str], label: str, line: int) -> list[str]:
     """The column names of a CSV header row, lowercase; unknown, missing or repeated columns
-    raise `ProblemFormatError` naming the line."""
+    raise `ProblemFormatError` naming the line, and so does the `pool` column of a plan over
+    several pools, which is no problem."""
     header = [cell.strip().lower() for cell in row]
+    if "pool" in header:
+        raise ProblemFormatError(
+            f"{label}, line {line}: a 'pool' column: this is a plan over several pools "
+            "(npumem plan --pool writes it), not a problem; its CSV is not read back: plan "
+            "the problem it came from, or write the plan as JSON (-o plan.json), which "
+            "npumem plot draws and TieredSolution.from_json reads"
+        )
     known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
     unknown = [c for c in header if c not in known]
     if unknown:
@@ -344,8 +381,10 @@ class Problem:
     """A set of buffers to place, plus the aliases (views, in-place outputs) that live inside them.
 
     Build one with `from_csv()`, `from_json()`, `from_graph()`, `from_onnx()`, or
-    directly from `Buffer` objects. Every buffer is checked; a broken rule raises
-    `ProblemFormatError` naming the buffer.
+    directly from `Buffer` objects. Every buffer and every alias is checked, the types of
+    their fields first (an alias's name and base are strings, its name non-empty and without
+    NUL as a buffer id is, its offset and size integers, bools refused); a broken rule raises
+    `ProblemFormatError` naming the buffer or the alias.
     """
 
     def __init__(
@@ -381,7 +420,14 @@ class Problem:
                 index[buf.id] = i
         self._index = index
         names = set(index)
-        for alias in self.aliases:
+        for i, alias in enumerate(self.aliases):
+            if not isinstance(alias, Alias):
+                raise ProblemFormatError(
+                    f"alias entry {i} is a {type(alias).__name__}, not an Alias"
+                )
+            problem = _check_alias(alias)
+            if problem:
+                raise ProblemFormatError(f"alias {shown(alias.name)}: {problem}")
             if alias.name in names:
                 raise ProblemFormatError(
                     f"alias {shown(alias.name)} reuses the name of a buffer or alias"
@@ -438,7 +484,8 @@ class Problem:
 
     @property
     def total_size(self) -> int:
-        """Bytes needed without any reuse (every buffer in its own range)."""
+        """The sum of the buffer sizes (`Solution.naive_size`, the arena without reuse, adds
+        the padding that alignment needs)."""
         return sum(b.size for b in self.buffers)
 
     @property
@@ -812,6 +859,10 @@ class Problem:
     def _from_obj(
         cls, obj: Mapping[str, Any], label: str, name: str, default_name: str = ""
     ) -> Problem:
+        if is_tier_plan(obj):
+            raise tier_plan_refused(
+                label, "a problem or a plan of one arena", error=ProblemFormatError
+            )
         check_header(obj, label, PLAN_FORMAT, PLAN_VERSION, error=ProblemFormatError)
         if "ops" in obj:
             raise ProblemFormatError(

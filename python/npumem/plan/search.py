@@ -43,9 +43,11 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
     section too little room ends the node (every later child would fail its first check).
 
 Anytime
-    The search starts from the best greedy packing (and ends there when the deadline has
-    passed already, or when more pairs of buffers are live together than the time allows to
-    list, `npumem.plan.greedy.pairs_listable`: the search lists them all). The set-up (listing
+    The search starts from the best greedy packing, the smallest of the greedy rules that
+    finished and `linear_scan` (`npumem.plan.greedy.best_greedy` with the deadline), and ends
+    there when the deadline has passed already, or when more pairs of buffers are live
+    together than the time allows to list (`npumem.plan.greedy.pairs_listable`: the search
+    lists them all). The set-up (listing
     the pairs, building the parts and the core's instances) and every run keep to the deadline
     too: when it comes during the set-up, the greedy start is the answer. The part that
     holds the arena up gets, in passes with doubling node budgets, decision runs an eighth of
@@ -69,11 +71,19 @@ from npumem._core import PackingInstance
 from npumem._shown import shown
 from npumem.plan.bounds import lower_bound
 from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
-from npumem.plan.greedy import LINEAR_SCAN, best_greedy, pairs_listable
+from npumem.plan.greedy import best_greedy, pairs_listable
 from npumem.plan.problem import Problem, overlap_lists
 from npumem.plan.solution import FEASIBLE, INFEASIBLE, OPTIMAL, SearchStats, Solution
 
-__all__ = ["Component", "Progress", "components", "solve"]
+__all__ = [
+    "MAX_SEED",
+    "Component",
+    "Progress",
+    "check_progress",
+    "check_seed",
+    "components",
+    "solve",
+]
 
 
 @dataclass(slots=True)
@@ -347,6 +357,31 @@ def _check_count(name: str, value: object, unit: str) -> None:
         raise PlanArgumentError(f"{name} must be >= 0, got {value}")
 
 
+MAX_SEED = (1 << 64) - 1
+"""The largest seed `solve()` takes (64 bits, as `npumem plan --seed` takes)."""
+
+
+def check_seed(seed: object) -> None:
+    """Refuse a seed that is not an integer from 0 to `MAX_SEED` (`PlanArgumentTypeError`
+    for a value that is no integer, bools included; `PlanArgumentError` for one out of
+    range)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise PlanArgumentTypeError(
+            f"seed must be an integer from 0 to {MAX_SEED}, got {shown(seed)}"
+        )
+    if not 0 <= seed <= MAX_SEED:
+        raise PlanArgumentError(f"seed must be an integer from 0 to {MAX_SEED}, got {shown(seed)}")
+
+
+def check_progress(progress: object) -> None:
+    """Refuse a `progress` callback that is neither `None` nor callable
+    (`PlanArgumentTypeError`)."""
+    if progress is not None and not callable(progress):
+        raise PlanArgumentTypeError(
+            f"progress must be None or a callable taking a Progress, got {shown(progress)}"
+        )
+
+
 def solve(
     problem: Problem,
     *,
@@ -358,20 +393,29 @@ def solve(
 ) -> Solution:
     """Pack `problem` into as small an arena as can be found within `time_limit` seconds.
 
-    Starts from the best greedy rule (see `npumem.plan.greedy`), then searches (see this
-    module's docstring), keeps the best packing and stops early once it meets a lower bound.
+    Starts from the best greedy packing: the smallest of the greedy rules that finish before
+    the deadline and of `linear_scan`, never worse than the scan (`best_greedy` with the
+    deadline; see `npumem.plan.greedy`). Then searches (see this module's docstring), keeps
+    the best packing and stops early once it meets a lower bound.
 
     With `capacity`, stops as soon as a packing fits; when none is found in time the solution
     keeps the best packing and has `status == "capacity-not-met"` (`"infeasible"` when the
     capacity is proven too small) and `fits == False`.
 
-    The search is deterministic for a given `seed`: with `node_limit` (total search nodes)
-    the result is the same on any machine; with only a time limit a faster machine may get
-    further.
+    The search is deterministic for a given `seed` (an integer from 0 to `MAX_SEED`): with
+    `node_limit` (total search nodes) the result is the same on any machine; with only a time
+    limit a faster machine may get further. `progress`, when given, is called with a
+    `Progress` at every improvement.
+
+    Arguments are checked before any work: a `time_limit`, `capacity`, `node_limit`, `seed`
+    or `progress` of the wrong type raises `PlanArgumentTypeError`, one out of range
+    `PlanArgumentError`.
     """
     check_time_limit(time_limit)
     _check_count("capacity", capacity, "bytes")
     _check_count("node_limit", node_limit, "search nodes")
+    check_seed(seed)
+    check_progress(progress)
     start = time.perf_counter()
     deadline = start + time_limit
     stats = SearchStats()
@@ -405,9 +449,10 @@ def solve(
     if arena <= goal:
         return finish()
     left = deadline - time.perf_counter()
-    if left <= 0 or greedy.rule == LINEAR_SCAN or not pairs_listable(problem, left):
-        # No time left (no rule finished), or more pairs live together than there is time to
-        # list for the search: the greedy start is the answer.
+    if left <= 0 or not pairs_listable(problem, left):
+        # No time left (as when no greedy rule finished: the rules stop only at the deadline),
+        # or more pairs live together than there is time to list for the search: the greedy
+        # start is the answer.
         return finish()
 
     pinned_top = _pinned_top(problem)

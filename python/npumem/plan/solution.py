@@ -198,8 +198,14 @@ class Solution:
 
     @property
     def naive_size(self) -> int:
-        """Bytes without any reuse: the sum of the buffer sizes."""
-        return self.problem.total_size
+        """Bytes without any reuse: the arena of the buffers placed one after the other, in
+        problem order, each at the first offset after the one before that is a multiple of
+        its alignment (the sum of the sizes plus the padding alignment needs). Pinned buffers
+        are stacked like the others: this is the memory the buffers take with no plan."""
+        end = 0
+        for b in self.problem.buffers:
+            end = -(-end // b.alignment) * b.alignment + b.size
+        return end
 
     def __repr__(self) -> str:
         return (

@@ -47,22 +47,26 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
 from npumem._shown import shown
-from npumem.fileio import json_text, write_text
+from npumem.fileio import json_text, read_json_object, write_text
 from npumem.plan.buffers import Buffer
 from npumem.plan.c_header import c_comment, c_identifier, c_string
 from npumem.plan.errors import (
     PlanArgumentError,
     PlanArgumentTypeError,
+    PlanError,
     PlanValidationError,
+    ProblemFormatError,
 )
-from npumem.plan.problem import Problem, csv_id
-from npumem.plan.search import check_time_limit
+from npumem.plan.inputs import TIER_PLAN_FORMAT, TIER_PLAN_VERSION, check_header, path_argument
+from npumem.plan.problem import PLAN_FORMAT, Problem, csv_id
+from npumem.plan.search import check_seed, check_time_limit
 from npumem.plan.search import solve as solve_one
 from npumem.plan.solution import FEASIBLE, NOT_MET, OPTIMAL, Solution
+from npumem.sizes import MAX_BYTES
 
 __all__ = [
     "PoolSpec",
@@ -528,7 +532,8 @@ class TieredSolution:
     """A plan over several pools: each buffer's pool and its offset there.
 
     `solutions[name]` is the plan of one pool (an ordinary `Solution`
-    over the buffers of that pool); `pool_of[id]` names each buffer's pool.
+    over the buffers of that pool); `pool_of[id]` names each buffer's pool. `to_json()` writes
+    it as an `npumem-tier-plan` file, which `from_json()` reads back and `npumem plot` draws.
     """
 
     def __init__(
@@ -666,7 +671,9 @@ class TieredSolution:
         return text
 
     def to_json_obj(self) -> dict[str, Any]:
-        """Summary figures, one entry per pool, buffers with `pool` and `offset`, tensors."""
+        """The plan as a JSON-ready dict (format `npumem-tier-plan`, version 1; the schema is
+        `npumem/schemas/tier-plan.schema.json`): summary figures, one entry per pool, buffers
+        with `pool` and `offset`, aliases, tensors with their pool."""
         obj = self.problem.to_json_obj()
         for entry in obj["buffers"]:
             entry["pool"] = self.pool_of[entry["id"]]
@@ -685,6 +692,8 @@ class TieredSolution:
                 }
             )
         return {
+            "format": TIER_PLAN_FORMAT,
+            "version": TIER_PLAN_VERSION,
             "status": self.status,
             "weight_placed": self.weight_placed,
             "weight_bound": self.weight_bound,
@@ -700,10 +709,39 @@ class TieredSolution:
         }
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The plan as JSON text (written to `path` when given); `from_json()` reads it
+        back."""
         text = json_text(self.to_json_obj(), indent=1)
         if path is not None:
             write_text(path, text)
         return text
+
+    @classmethod
+    def from_json(
+        cls,
+        source: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        label: str = "<json>",
+    ) -> TieredSolution:
+        """Read back a plan over several pools (`to_json()`; format `npumem-tier-plan`).
+        `source` is a path or the already-decoded object (errors then start with `label`).
+
+        Every field is checked as `tier-plan.schema.json` describes it, the buffers and
+        aliases as a problem's, and each pool's plan as `validate(capacities=False)` checks
+        it; anything else raises `ProblemFormatError` naming the file and the field. A file of
+        another format is refused in the same way. The problem read back has no pinned
+        buffers (a pinned buffer's pin is its offset in the last pool)."""
+        if isinstance(source, Mapping):
+            return _tier_plan_from_obj(source, label)
+        path = path_argument(
+            source,
+            error=ProblemFormatError,
+            what="a JSON file path (str or os.PathLike) or a decoded JSON object",
+        )
+        obj = read_json_object(
+            path, error=ProblemFormatError, expected="a JSON object (a plan over several pools)"
+        )
+        return _tier_plan_from_obj(obj, str(path))
 
     def to_c_header(
         self, path: str | os.PathLike[str] | None = None, *, prefix: str = "npumem_plan"
@@ -753,6 +791,135 @@ class TieredSolution:
         if path is not None:
             write_text(path, text)
         return text
+
+
+def _tier_plan_from_obj(obj: Mapping[str, Any], label: str) -> TieredSolution:
+    """`TieredSolution.from_json` of a decoded object."""
+    fmt = obj.get("format")
+    if fmt == PLAN_FORMAT:
+        raise ProblemFormatError(
+            f"{label} is a plan of one arena ({PLAN_FORMAT!r}), not a plan over several pools "
+            "(Problem.from_json and npumem plan read it, npumem plot draws it)"
+        )
+    check_header(obj, label, TIER_PLAN_FORMAT, TIER_PLAN_VERSION, error=ProblemFormatError)
+    _check_tier_figures(obj, label)
+    try:
+        pools = parse_pools([(entry["name"], entry["capacity"]) for entry in obj["pools"]])
+    except PlanError as exc:
+        raise ProblemFormatError(f"{label}: pools: {exc}") from None
+    names = [name for name, _ in pools]
+    entries = obj.get("buffers")
+    if not isinstance(entries, list):
+        raise ProblemFormatError(f"{label}: expected a 'buffers' list")
+    placed: list[tuple[str, int]] = []
+    stripped: list[Any] = []
+    for i, entry in enumerate(entries):
+        where = f"{label}: buffers[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ProblemFormatError(f"{where}: expected an object, got {shown(entry)}")
+        pool, offset = entry.get("pool"), entry.get("offset")
+        if pool not in names:
+            raise ProblemFormatError(
+                f"{where}: pool must be one of {names}, got {shown(pool)}"
+                if "pool" in entry
+                else f"{where}: missing field 'pool' (a plan over several pools has it)"
+            )
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_BYTES:
+            raise ProblemFormatError(
+                f"{where}: offset must be an integer between 0 and {MAX_BYTES}, got {shown(offset)}"
+                if "offset" in entry
+                else f"{where}: missing field 'offset' (a plan over several pools has it)"
+            )
+        placed.append((str(pool), offset))
+        stripped.append({k: v for k, v in entry.items() if k not in ("pool", "offset")})
+    problem = Problem.from_json(
+        {k: v for k, v in obj.items() if k in ("name", "aliases")} | {"buffers": stripped},
+        label=label,
+    )
+    solutions: dict[str, Solution] = {}
+    for k, ((name, cap), figures) in enumerate(zip(pools, obj["pools"], strict=True)):
+        indices = [i for i, (pool, _) in enumerate(placed) if pool == name]
+        if figures["buffers"] != len(indices):
+            raise ProblemFormatError(
+                f"{label}: pools[{k}]: buffers is {figures['buffers']}, but {len(indices)} "
+                f"buffer(s) are in pool {shown(name)}"
+            )
+        sub = _part(problem, indices, name)
+        offsets = {problem.buffers[i].id: placed[i][1] for i in indices}
+        try:
+            solutions[name] = Solution(
+                sub, offsets, lower_bound=figures["lower_bound"], capacity=cap
+            )
+        except PlanError as exc:
+            raise ProblemFormatError(f"{label}: pool {shown(name)}: {exc}") from None
+    solution = TieredSolution(
+        problem,
+        pools,
+        solutions,
+        weight_bound=float(obj["weight_bound"]),
+        seconds=float(obj["seconds"]),
+    )
+    try:
+        solution.validate(capacities=False)
+    except PlanValidationError as exc:
+        raise ProblemFormatError(f"{label}: {exc}") from None
+    return solution
+
+
+def _check_tier_figures(obj: Mapping[str, Any], label: str) -> None:
+    """The fields a plan over several pools must have besides its buffers, as
+    `tier-plan.schema.json` lists them: `status` `feasible` or `capacity-not-met`; the weights
+    and `seconds` finite numbers >= 0; `pools` a non-empty list of objects with a `name`, a
+    `capacity` (a byte count or null), an `arena_size`, a `lower_bound` and a count of
+    `buffers`, and a `weight`; `tensors` a list. Anything else raises `ProblemFormatError`
+    naming the field."""
+
+    def fail(
+        key: str, wanted: str, where: Mapping[str, Any] = obj, at: str = ""
+    ) -> ProblemFormatError:
+        if key not in where:
+            return ProblemFormatError(
+                f"{label}: {at}missing field {shown(key)} (a plan over several pools has it)"
+            )
+        return ProblemFormatError(f"{label}: {at}{key} must be {wanted}, got {shown(where[key])}")
+
+    def number(value: Any) -> bool:
+        return (
+            not isinstance(value, bool)
+            and isinstance(value, int | float)
+            and math.isfinite(value)
+            and value >= 0
+        )
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_BYTES
+
+    if obj.get("status") not in (FEASIBLE, NOT_MET):
+        raise fail("status", f"{FEASIBLE!r} or {NOT_MET!r}")
+    for key in ("weight_placed", "weight_bound", "weight_gap", "weight_total", "seconds"):
+        if not number(obj.get(key)):
+            raise fail(key, "a finite number >= 0")
+    if not isinstance(obj.get("name", ""), str):
+        raise fail("name", "a string")
+    pools = obj.get("pools")
+    if not isinstance(pools, list) or not pools:
+        raise fail("pools", "a non-empty list of objects")
+    counts = f"an integer between 0 and {MAX_BYTES}"
+    for i, entry in enumerate(pools):
+        at = f"pools[{i}]: "
+        if not isinstance(entry, Mapping):
+            raise ProblemFormatError(f"{label}: {at}expected an object, got {shown(entry)}")
+        if not isinstance(entry.get("name"), str):
+            raise fail("name", "a string", entry, at)
+        if "capacity" not in entry or not (entry["capacity"] is None or count(entry["capacity"])):
+            raise fail("capacity", f"null or {counts}", entry, at)
+        for key in ("arena_size", "lower_bound", "buffers"):
+            if not count(entry.get(key)):
+                raise fail(key, counts, entry, at)
+        if not number(entry.get("weight")):
+            raise fail("weight", "a finite number >= 0", entry, at)
+    if not isinstance(obj.get("tensors"), list):
+        raise fail("tensors", "a list")
 
 
 # ----- solve -----------------------------------------------------------------------------------
@@ -854,6 +1021,7 @@ def solve_tiers(
     `time_limit` seconds. Bad arguments raise what the single-pool `solve` raises for them
     (`PlanArgumentError`, or `PlanArgumentTypeError` for a wrong type)."""
     check_time_limit(time_limit)
+    check_seed(seed)
     specs = parse_pools(pools)
     start = time.perf_counter()
     buffers = problem.buffers

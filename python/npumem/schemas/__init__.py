@@ -9,6 +9,7 @@ schema file that describes it. `load("npumem-snapshot")` returns the schema as a
 | `npumem-snapshot` | `Snapshot.save`, `npumem demo` | `snapshot.schema.json` |
 | `npumem-trace` | `Trace.save`, `npumem demo --trace` | `trace.schema.json` |
 | `npumem-plan` | `Solution.to_json`, `npumem plan -o plan.json` | `plan.schema.json` |
+| `npumem-tier-plan` | `TieredSolution.to_json`, `npumem plan --pool` | `tier-plan.schema.json` |
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ FORMATS: dict[str, str] = {
     "npumem-snapshot": "snapshot.schema.json",
     "npumem-trace": "trace.schema.json",
     "npumem-plan": "plan.schema.json",
+    "npumem-tier-plan": "tier-plan.schema.json",
 }
 """Format name (the `format` field of a file) to the schema file in this package."""
 
