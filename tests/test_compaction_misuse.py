@@ -514,3 +514,63 @@ def test_a_mode_and_a_tag_are_read_without_calling_str() -> None:
     assert [b.tag for b in pool.blocks()] == ["weights"]
     assert 'tag="weights"' in repr(blk)
     blk.free()
+
+
+def _fragmented() -> tuple[npumem.Pool, list[npumem.Block]]:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    blocks = [pool.alloc(64 << 10) for _ in range(100)]
+    for b in blocks[::2]:
+        b.free()
+    return pool, blocks[1::2]
+
+
+@pytest.mark.parametrize("hook", ["on_pause", "on_resume"])
+@pytest.mark.parametrize("call", ["compact", "maybe_compact"])
+def test_a_hook_that_compacts_the_same_compactor_is_refused_at_once(hook: str, call: str) -> None:
+    pool, kept = _fragmented()
+    refused: list[BaseException] = []
+    seen: list[tuple[int, int]] = []
+
+    def compact_again() -> None:
+        seen.append((comp.compactions, len(comp.reports)))
+        try:
+            getattr(comp, call)()
+        except npumem.PoolBusyError as exc:
+            refused.append(exc)
+
+    comp = Compactor(pool, policy=Policy(fragmentation_threshold=0.01), **{hook: compact_again})
+    report = comp.compact()
+    assert len(refused) == len(seen) == len(report.steps) == 1
+    assert f"{call}() was called from a compaction of this same compactor" in str(refused[0])
+    assert comp.compactions == 1 and comp.reports == [report]
+    assert seen == [(0, 0)]
+    assert report.largest_free_after > report.largest_free_before
+    pool.check()
+    del kept
+
+
+def test_a_raising_hook_leaves_the_steps_it_ran_counted_and_reported() -> None:
+    pool, kept = _fragmented()
+    before = pool.stats().largest_free_block
+
+    def broken() -> None:
+        raise RuntimeError("stream restart failed")
+
+    comp = Compactor(pool, on_resume=broken)
+    with pytest.raises(RuntimeError, match="stream restart failed"):
+        comp.compact()
+    assert pool.stats().largest_free_block > before  # the blocks moved
+    assert comp.compactions == 1 and len(comp.reports) == 1
+    report = comp.reports[0]
+    assert len(report.steps) == 1 and report.steps[0].blocks > 0
+    assert report.largest_free_after == pool.stats().largest_free_block
+    assert "stopped after 1 step(s): RuntimeError 'stream restart failed'" in report.notes
+    # Before the stop nothing moved: nothing to count.
+    pool2, kept2 = _fragmented()
+    comp2 = Compactor(pool2, on_pause=broken)
+    with pytest.raises(RuntimeError):
+        comp2.compact()
+    assert comp2.compactions == 0 and comp2.reports == []
+    pool.check()
+    pool2.check()
+    del kept, kept2

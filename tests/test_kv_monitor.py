@@ -102,7 +102,7 @@ def test_with_kv_refuses_a_cache_of_another_pool(tmp_path: Path) -> None:
     assert len(snap.kv) == 1  # nothing was added
     # A snapshot read back has no live pool: a cache of a pool of another name, or one whose
     # pages lie outside its arena, is refused.
-    loaded = Snapshot.load(snap.save(tmp_path / "s.json"))
+    loaded = Snapshot.load(pool.snapshot().save(tmp_path / "s.json"))
     assert loaded.with_kv(reserved).kv[-1] == snap.kv[0]
     with pytest.raises(npumem.InvalidArgumentError, match="not of pool 'kvpool'"):
         loaded.with_kv(KVCache(other, **SHAPE))

@@ -103,3 +103,37 @@ def test_bad_arguments() -> None:
         PrometheusCollector(pool, other)
     with pytest.raises(npumem.ArgumentTypeError, match=r"npumem\.Pool"):
         PrometheusCollector("pool")  # type: ignore[arg-type]
+
+
+def test_kv_caches_with_the_same_labels_are_refused() -> None:
+    from npumem.kv import KVCache
+
+    shape = {"num_layers": 2, "num_kv_heads": 1, "head_dim": 8}
+    pool = npumem.Pool(8 * MIB, cores=1, name="gpu0")
+    other = npumem.Pool(8 * MIB, cores=1, name="gpu1")
+    a = KVCache(pool, **shape)  # tag "kv"
+    b = KVCache(pool, **shape)  # tag "kv" too
+    c = KVCache(other, **shape)
+    d = KVCache(pool, tag="kv.other", **shape)
+    with pytest.raises(
+        npumem.InvalidArgumentError,
+        match=r"kv\[1\] has the same pool and tag as kv\[0\] \(pool 'gpu0', tag 'kv'\)",
+    ):
+        PrometheusCollector(pool, kv=(a, b))
+    with pytest.raises(npumem.InvalidArgumentError, match=r"kv\[2\] is the same cache as kv\[0\]"):
+        PrometheusCollector(pool, kv=(a, c, a))
+    with pytest.raises(npumem.ArgumentTypeError, match=r"kv must be a tuple of .*got KVCache"):
+        PrometheusCollector(pool, kv=a)  # type: ignore[arg-type]
+    # Caches that differ in pool or tag each have their series, once.
+    registry = CollectorRegistry()
+    registry.register(PrometheusCollector(pool, other, kv=[a, c, d]))
+    lines = [
+        line
+        for line in generate_latest(registry).decode().splitlines()
+        if line.startswith("npumem_kv_tokens")
+    ]
+    assert sorted(lines) == [
+        'npumem_kv_tokens{cache="kv",pool="gpu0"} 0.0',
+        'npumem_kv_tokens{cache="kv",pool="gpu1"} 0.0',
+        'npumem_kv_tokens{cache="kv.other",pool="gpu0"} 0.0',
+    ]

@@ -4,12 +4,16 @@ re-arm below, logging, callbacks, the background thread, and argument checks."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import types
+from collections.abc import Callable
 
 import pytest
 
 import npumem
 from npumem.monitor import Alert, Monitor, Sample, Thresholds
+from npumem.monitor import sampler as sampler_module
 
 MIB = 1 << 20
 
@@ -194,3 +198,64 @@ def test_callbacks_given_as_a_generator_are_kept() -> None:
     held.free()
     with pytest.raises(npumem.ArgumentTypeError, match=r"pool must be an npumem\.Pool"):
         Monitor(None)  # type: ignore[arg-type]
+
+
+class _ReportingLock:
+    """A reentrant lock that calls `on_contended` when a thread finds it held by another."""
+
+    def __init__(self, on_contended: Callable[[], object]) -> None:
+        self._lock = threading.RLock()
+        self._on_contended = on_contended
+
+    def __enter__(self) -> bool:
+        if not self._lock.acquire(blocking=False):
+            self._on_contended()
+            self._lock.acquire()
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_concurrent_samples_are_recorded_in_time_order_and_count_failures_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Thread A (this test) samples; right after it has read the stats (when it reads the
+    # clock) an allocation fails and thread B samples. B either finishes its sample (a
+    # sample taken later is recorded first) or has to wait for A (found the monitor's lock
+    # held): either way A goes on then, and the history must come out in time order.
+    pool = npumem.Pool(1 * MIB, cores=1, name="race")
+    got: list[Alert] = []
+    mon = Monitor(pool, thresholds={"usage": None, "fragmentation": None}, callbacks=[got.append])
+    mon.sample()
+    go_on = threading.Event()
+    monkeypatch.setattr(mon, "_lock", _ReportingLock(go_on.set))
+    a_thread = threading.current_thread()
+    b_threads: list[threading.Thread] = []
+
+    def sample_b() -> None:
+        mon.sample()
+        go_on.set()
+
+    def monotonic() -> float:
+        if threading.current_thread() is a_thread and not b_threads:
+            with pytest.raises(npumem.OutOfMemoryError):
+                pool.alloc(2 * MIB)
+            b_threads.append(threading.Thread(target=sample_b))
+            b_threads[0].start()
+            assert go_on.wait(60), "thread B neither finished nor waited for the lock"
+        return time.monotonic()
+
+    monkeypatch.setattr(
+        sampler_module, "time", types.SimpleNamespace(monotonic=monotonic, time=time.time)
+    )
+    mon.sample()
+    b_threads[0].join()
+    monkeypatch.undo()
+    mon.sample()
+    history = mon.history
+    assert len(history) == 4
+    assert [s.time for s in history] == sorted(s.time for s in history)
+    assert [s.failed_allocs for s in history] == [0, 0, 1, 1]
+    assert kinds(got) == [("failed_allocs", True), ("failed_allocs", False)]
+    assert got[0].value == 1

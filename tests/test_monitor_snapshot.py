@@ -259,3 +259,180 @@ def test_snapshots_compare_by_value_but_say_clearly_that_they_are_unhashable() -
     cache.close()
     for b in kept:
         b.free()
+
+
+def _kv_pool() -> tuple[npumem.Pool, list[Any]]:
+    """A pool with a preallocated cache and an on-demand cache, both with pages shared by a
+    fork and a page copied on write, and a cache whose pages are slab objects."""
+    from npumem.kv import KVCache
+
+    pool = npumem.Pool(8 * MIB, cores=2, name="kvsnap")
+    shape = {"num_layers": 2, "num_kv_heads": 1, "head_dim": 8, "dtype_bytes": 2}
+    reserved = KVCache(pool, page_tokens=4, capacity_tokens=64, tag="kv.reserved", **shape)
+    on_demand = KVCache(pool, page_tokens=4, tag="kv.paged", **shape)
+    tiny = KVCache(
+        pool, num_layers=1, num_kv_heads=1, head_dim=1, dtype_bytes=1, page_tokens=4, tag="tiny"
+    )
+    for cache in (reserved, on_demand, tiny):
+        cache.add_sequence(0, num_tokens=10)
+        cache.fork(0, 1)
+        cache.append(1, 3)  # copies the shared, partly filled last page
+        cache.add_sequence(2, num_tokens=0)
+    return pool, [reserved, on_demand, tiny]
+
+
+def test_snapshots_with_kv_caches_read_back(tmp_path: Path) -> None:
+    pool, caches = _kv_pool()
+    snap = pool.snapshot().with_kv(*caches)
+    assert [k.counts()["shared"] for k in snap.kv] == [2, 2, 2]
+    assert snap.kv[0].counts()["free"] > 0 and snap.kv[1].stats["copies"] == 1
+    loaded = load_snapshot(snap.save(tmp_path / "kv.json"))
+    assert loaded == snap
+    # Caches given one call after another, and a snapshot read back given a cache again.
+    stepwise = pool.snapshot().with_kv(caches[0]).with_kv(caches[1], caches[2])
+    assert load_snapshot(stepwise.save(tmp_path / "kv2.json")).kv == snap.kv
+    fresh = load_snapshot(pool.snapshot().save(tmp_path / "plain.json"))
+    assert fresh.with_kv(*caches).kv == snap.kv
+    for cache in caches:
+        cache.close()
+
+
+def test_with_kv_after_the_cache_changed_takes_the_snapshot_again(tmp_path: Path) -> None:
+    from npumem.monitor.kv_pages import layout_contradiction
+
+    pool, caches = _kv_pool()
+    on_demand = caches[1]
+    snap = pool.snapshot().with_label("late")
+    on_demand.add_sequence(7, num_tokens=40)  # pages where the snapshot has free space
+    got = snap.with_kv(*caches)
+    assert layout_contradiction(got.kv, [(b.offset, b.end) for b in got.blocks]) is None
+    assert got.label == "late" and got.kv[1].stats["sequences"] == 4
+    assert got.stats.blocks_in_use > snap.stats.blocks_in_use
+    assert load_snapshot(got.save(tmp_path / "late.json")) == got
+    # A snapshot read from a file cannot be taken again: the pages are refused.
+    loaded = load_snapshot(snap.save(tmp_path / "early.json"))
+    with pytest.raises(npumem.InvalidArgumentError, match="lies in no block"):
+        loaded.with_kv(on_demand)
+    for cache in caches:
+        cache.close()
+
+
+def test_with_kv_refuses_a_cache_given_twice() -> None:
+    pool, (reserved, on_demand, tiny) = _kv_pool()
+    snap = pool.snapshot()
+    with pytest.raises(npumem.InvalidArgumentError, match="cache 2 of with_kv is cache 0 again"):
+        snap.with_kv(reserved, on_demand, reserved)
+    shown = snap.with_kv(reserved)
+    with pytest.raises(npumem.InvalidArgumentError, match=r"kv 0 page 0 .* overlaps kv 1 page 0"):
+        shown.with_kv(reserved)
+    assert snap.kv == () and len(shown.kv) == 1  # nothing added
+    for cache in (reserved, on_demand, tiny):
+        cache.close()
+
+
+def _kv_file(tmp_path: Path, mutate: Callable[[dict[str, Any]], object]) -> Path:
+    pool, caches = _kv_pool()
+    obj = pool.snapshot().with_kv(*caches).to_json_obj()
+    for cache in caches:
+        cache.close()
+    mutate(obj)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def _set_page(kv: int, page: int, value: list[int]) -> Callable[[dict[str, Any]], object]:
+    return lambda d: d["kv"][kv]["pages"].__setitem__(page, value)
+
+
+def _set_stat(kv: int, key: str, value: object) -> Callable[[dict[str, Any]], object]:
+    return lambda d: d["kv"][kv]["stats"].__setitem__(key, value)
+
+
+def _overlap_in_one_cache(d: dict[str, Any]) -> None:
+    pages = d["kv"][0]["pages"]
+    pages[1][0] = pages[0][0] + 64
+
+
+def _page_in_free_space(d: dict[str, Any]) -> None:
+    d["kv"][1]["pages"][0][0] = d["free_runs"][-1][0]
+
+
+def _overlap_two_caches(d: dict[str, Any]) -> None:
+    d["kv"][1]["pages"][0][0] = d["kv"][0]["pages"][0][0]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "text"),
+    [
+        (_overlap_in_one_cache, r"kv 0 page 0 \[\d+, \d+\) overlaps kv 0 page 1 starting at"),
+        (_overlap_two_caches, r"kv 0 page 0 \[\d+, \d+\) overlaps kv 1 page 0"),
+        (_page_in_free_space, r"kv 1 page 0 \[\d+, \d+\) lies in no block of the snapshot"),
+        (_set_page(0, 0, [0, -2]), r"kv 0 page 0: references must be an integer >= 0, got -2"),
+        (_set_page(0, 1, [-64, 1]), r"kv 0 page 1: offset must be an integer >= 0, got -64"),
+        (_set_stat(0, "pages_in_use", 99), r"kv 0 stats.pages_in_use is 99, but \d+ of its"),
+        (_set_stat(1, "pages_shared", 0), r"kv 1 stats.pages_shared is 0, but 2 of its pages"),
+        (_set_stat(0, "pages_free", 0), r"kv 0 stats.pages_free is 0, but \d+ of its pages are"),
+        (_set_stat(0, "pages_total", 3), r"kv 0 stats.pages_total is 3, but it lists \d+ pages"),
+        (_set_stat(1, "pages_total", 3), r"kv 1 stats.pages_total is 3, but pages_in_use and"),
+        (_set_stat(2, "pages_logical", 1), r"kv 2 stats.pages_logical is 1, but the references"),
+        (_set_stat(0, "page_bytes", 128), r"kv 0 stats.page_bytes is 128, but page_bytes is"),
+        (_set_stat(1, "shared_saved_bytes", 1), r"kv 1 stats.shared_saved_bytes is 1, but"),
+        (_set_stat(1, "waste_share", 0.5), r"kv 1 stats.waste_share is 0.5, but its pages give"),
+        (_set_stat(1, "waste_bytes", 1 << 40), r"kv 1 stats.waste_bytes is \d+, more than"),
+        (
+            _set_stat(0, "bytes_copied", 1),
+            r"kv 0 stats.bytes_copied is 1, but its copies \(1 pages\) make",
+        ),
+        (_set_stat(1, "preallocated", True), r"kv 1 stats.pages_total is \d+, but it lists"),
+        (_set_page(1, 0, [0, 0]), r"kv 1 page 0 has 0 references, but the cache is not"),
+    ],
+)
+def test_contradictory_kv_sections_are_refused(
+    tmp_path: Path, mutate: Callable[[dict[str, Any]], object], text: str
+) -> None:
+    path = _kv_file(tmp_path, mutate)
+    with pytest.raises(FileFormatError, match=text) as info:
+        load_snapshot(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+
+
+def test_snapshots_with_caches_that_other_threads_change_read_back() -> None:
+    import sys
+    import threading
+
+    from npumem.kv import KVCache
+
+    pool = npumem.Pool(8 * MIB, cores=1, name="busykv")
+    shape = {"num_layers": 1, "num_kv_heads": 1, "head_dim": 64, "page_tokens": 4}
+    on_demand = KVCache(pool, tag="od", **shape)
+    reserved = KVCache(pool, capacity_tokens=256, tag="res", **shape)
+    stop = threading.Event()
+
+    def worker() -> None:
+        i = 0
+        while not stop.is_set():
+            for cache in (on_demand, reserved):
+                with contextlib.suppress(npumem.OutOfMemoryError):
+                    cache.add_sequence(i, 5)
+                    cache.fork(i, i + 1)
+                    cache.append(i + 1, 3)
+                for seq in cache.sequences()[:-4]:
+                    cache.free_sequence(seq)
+            i += 2
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        for _ in range(300):
+            snap = pool.snapshot().with_kv(on_demand, reserved)
+            assert Snapshot.from_json_obj(snap.to_json_obj()) == snap
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    on_demand.close()
+    reserved.close()

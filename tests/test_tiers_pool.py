@@ -688,3 +688,61 @@ def test_tiered_blocks_and_pools_refuse_to_be_copied_or_pickled() -> None:
     assert tb.alive
     tb.free()
     assert tp.check() == 0
+
+
+def test_counts_past_64_bits_are_refused_and_snapshots_read_back(tmp_path: Path) -> None:
+    from npumem.sizes import MAX_BYTES
+    from npumem.tiers.observe import load_tier_snapshot
+
+    m = make()
+    one = m.alloc(1, core=0, hot=True)
+    big = m.alloc(1000, tier="slow")
+    before = m.stats()
+    for call in (
+        lambda: m.touch(one, 2**64),
+        lambda: m.touch(big, MAX_BYTES // 1000 + 1),  # the accesses fit, their bytes do not
+        lambda: m.touch_many([one, big], [2**63, 2**63]),
+        lambda: m.touch_many([big, big], [MAX_BYTES // 2000 + 1, MAX_BYTES // 2000 + 1]),
+    ):
+        with pytest.raises(InvalidArgumentError, match="past 2\\*\\*64 - 1"):
+            call()
+    assert m.stats() == before and m.accesses == 0
+    # Up to the limit exactly: every figure fits, and the snapshot reads back.
+    m.touch(one, MAX_BYTES - 2)
+    m.touch_many([one, one], [1, 0])
+    m.touch_many([one])
+    assert m.accesses == MAX_BYTES and m.stats().bytes_accessed == MAX_BYTES
+    path = m.snapshot("full").save(tmp_path / "tiers.json")
+    assert load_tier_snapshot(path).stats == m.stats()
+    with pytest.raises(InvalidArgumentError, match=r"the accesses recorded \(18,446,744"):
+        m.touch(one)
+    with pytest.raises(InvalidArgumentError, match="1 accesses would take the accesses"):
+        m.touch_many([one])
+    assert m.accesses == MAX_BYTES
+    m.touch(one, 0)  # no access: nothing to refuse
+    m.check()
+
+
+def test_values_of_the_wrong_type_are_argument_type_errors() -> None:
+    m = make()
+    tb = m.alloc(100)
+    before = (m.stats(), m.accesses)
+    for call, text in (
+        (lambda: m.touch(tb, True), "count must be an int, got bool"),
+        (lambda: m.touch(tb, 1.0), "count must be an int, got float"),
+        (lambda: m.touch_many([tb, tb], [1, 2.0]), r"counts\[1\] must be an int, got float"),
+        (lambda: m.rebalance("1"), "max_bytes must be an int or None, got str"),
+        (lambda: m.rebalance(1.5), "max_bytes must be an int or None, got float"),
+        (lambda: m.rebalance(True), "max_bytes must be an int or None, got bool"),
+        (lambda: m.alloc(10, hot="no"), "hot must be a bool, got str"),
+        (lambda: m.alloc(10, hot=1), "hot must be a bool, got int"),
+        (lambda: m.alloc(10, tier="slow", hot=None), "hot must be a bool, got NoneType"),
+    ):
+        with pytest.raises(ArgumentTypeError, match=text):
+            call()  # type: ignore[no-untyped-call]
+    with pytest.raises(InvalidArgumentError, match="count must be an int >= 0, got -1"):
+        m.touch(tb, -1)
+    with pytest.raises(InvalidArgumentError, match=r"counts\[0\] must be an int >= 0, got -2"):
+        m.touch_many([tb], [-2])
+    assert (m.stats(), m.accesses) == before
+    assert m.check() == 1

@@ -34,7 +34,7 @@ from npumem._shown import shown
 from npumem.compaction.movers import Mover
 from npumem.compaction.policy import Mode, Policy, check_mode
 from npumem.compaction.report import CompactionReport
-from npumem.errors import InvalidArgumentError
+from npumem.errors import InvalidArgumentError, PoolBusyError
 from npumem.sizes import format_bytes as human_bytes
 
 __all__ = ["Compactor"]
@@ -89,6 +89,11 @@ class Compactor:
     within it cannot make the room; `on_pause` and
     `on_resume` are called around every stop (a runtime stops and restarts its streams there);
     `pause_timeout` is how long a stop waits for allocations in flight.
+
+    A hook or mover that raises stops the compaction: the steps made until then (the step
+    whose `on_resume` raised included) are counted and reported, then the exception
+    propagates. A hook or mover that calls `compact()` or `maybe_compact()` of the same
+    compactor gets `PoolBusyError` at once (the call would wait for the compaction it runs in).
     """
 
     def __reduce__(self) -> NoReturn:
@@ -151,15 +156,27 @@ class Compactor:
         leave (see `docs/compaction.md`); `"incremental"` evacuates the chunks above the
         boundary sparsest first, in steps of at most `max_bytes` of moves (default: the
         policy's), the pool stopped only during each step, until a step finds nothing to move.
-        Returns the report (also kept in `reports`)."""
+        Returns the report (also kept in `reports`). Called from this compactor's own
+        compaction (a hook, the mover), it raises `PoolBusyError` and does nothing."""
         checked = check_mode(self.policy.mode if mode is None else mode)
         _check_max_bytes(max_bytes)
+        self._refuse_reentry("compact")
         with self._lock:
             self._busy.active = True
             try:
                 return self._compact(checked, max_bytes, reason)
             finally:
                 self._busy.active = False
+
+    def _refuse_reentry(self, call: str) -> None:
+        """`PoolBusyError` when the calling thread runs a compaction of this compactor (a hook
+        or the mover calls `call`): the call would wait for that compaction, which waits for
+        the hook."""
+        if getattr(self._busy, "active", False):
+            raise PoolBusyError(
+                f"{call}() was called from a compaction of this same compactor (its on_pause or "
+                "on_resume hook, or its mover): it would wait for itself; nothing was done"
+            )
 
     def _compact(
         self,
@@ -201,35 +218,46 @@ class Compactor:
                     f"{expected * 1e3:.1f} ms at {self._throughput / 1e9:.2f} GB/s: over the "
                     f"pause budget of {self.pause_budget * 1e3:.1f} ms, so incremental steps"
                 )
-        if ran == "full":
-            steps.append(self._step("full", None))
-        else:
-            budget = max_bytes if max_bytes is not None else self.policy.max_bytes
-            if self.pause_budget is not None:
-                budget = max(1 << 16, min(budget, int(self.pause_budget * self._throughput)))
-            # Every step empties chunks into denser ones or slides runs down, so steps run out:
-            # stop at the first that moves nothing (or after max_steps), or once a rescue has
-            # its room.
-            for _ in range(self.policy.max_steps):
-                if need is not None and self.pool.stats().largest_free_block >= need:
-                    break
-                step = self._step("incremental", budget)
-                steps.append(step)
-                if step.blocks == 0:
-                    break
+        try:
+            if ran == "full":
+                self._step("full", None, steps)
+            else:
+                budget = max_bytes if max_bytes is not None else self.policy.max_bytes
                 if self.pause_budget is not None:
                     budget = max(1 << 16, min(budget, int(self.pause_budget * self._throughput)))
-            if need is not None and self.pool.stats().largest_free_block < need:
-                # Steps within the budget cannot make the room (a block larger than a step
-                # must move): the rescue takes one full compaction, over the budget.
-                steps.append(self._step("full", None))
-                ran = "full"
+                # Every step empties chunks into denser ones or slides runs down, so steps run
+                # out: stop at the first that moves nothing (or after max_steps), or once a
+                # rescue has its room.
+                for _ in range(self.policy.max_steps):
+                    if need is not None and self.pool.stats().largest_free_block >= need:
+                        break
+                    step = self._step("incremental", budget, steps)
+                    if step.blocks == 0:
+                        break
+                    if self.pause_budget is not None:
+                        budget = max(
+                            1 << 16, min(budget, int(self.pause_budget * self._throughput))
+                        )
+                if need is not None and self.pool.stats().largest_free_block < need:
+                    # Steps within the budget cannot make the room (a block larger than a step
+                    # must move): the rescue takes one full compaction, over the budget.
+                    self._step("full", None, steps)
+                    ran = "full"
+                    notes.append(
+                        f"steps within the pause budget left no room for {human_bytes(need)}: "
+                        "a full compaction made it, over the budget"
+                    )
+                elif self.pause_budget is not None:
+                    unmoved = self._unmoved(budget, notes)
+        except BaseException as exc:
+            # A hook, the mover or an interrupt stopped the compaction: the steps made until
+            # then moved blocks, so they are counted and reported before the error goes on.
+            if steps:
                 notes.append(
-                    f"steps within the pause budget left no room for {human_bytes(need)}: "
-                    "a full compaction made it, over the budget"
+                    f"stopped after {len(steps)} step(s): {type(exc).__name__} {shown(str(exc))}"
                 )
-            elif self.pause_budget is not None:
-                unmoved = self._unmoved(budget, notes)
+                self._report(ran, reason, steps, before, started, notes, unmoved)
+            raise
         return self._report(ran, reason, steps, before, started, notes, unmoved)
 
     def _unmoved(self, step_bytes: int, notes: list[str]) -> tuple[int, int]:
@@ -293,9 +321,10 @@ class Compactor:
         self.compactions += 1
         return report
 
-    def _step(self, mode: Mode, max_bytes: int | None) -> StepReport:
+    def _step(self, mode: Mode, max_bytes: int | None, steps: list[StepReport]) -> StepReport:
         """One stop of the pool: the step planned (the pool running), hooks, pause, the step
-        checked and made, resume, hooks."""
+        checked and made, resume, hooks. The step made is appended to `steps` before the
+        `on_resume` hook runs, so that a hook that raises leaves it listed."""
         # Planned while the pool runs; under the pause only the moves are checked and made.
         staged = self.pool.stage_compaction(mode, max_bytes=max_bytes, mover=self.mover)
         if self.on_pause is not None:
@@ -305,14 +334,19 @@ class Compactor:
             with self.pool.pause(self.pause_timeout) as pause:
                 done = self.pool.run_staged(pause, staged, mover=self.mover)
             paused = time.perf_counter() - t0
-        finally:
+        except BaseException:
             if self.on_resume is not None:
                 self.on_resume()
+            raise
         if done.bytes >= 1 << 20 and done.moving_seconds > 0:
             measured = done.bytes / done.moving_seconds
             self._throughput = 0.5 * self._throughput + 0.5 * measured
         over = self.pause_budget is not None and paused > self.pause_budget
-        return done.with_pause(paused, over_budget=over)
+        step = done.with_pause(paused, over_budget=over)
+        steps.append(step)
+        if self.on_resume is not None:
+            self.on_resume()
+        return step
 
     def plan(self, mode: Mode = "full", *, max_bytes: int | None = None) -> CompactionPlan:
         """What `compact()` would move now (for `"incremental"`: its first step), moving
@@ -339,7 +373,9 @@ class Compactor:
 
     def maybe_compact(self) -> CompactionReport | None:
         """Compact (the policy's mode) if fragmentation is above the policy's threshold and the
-        last automatic compaction is at least `min_interval` ago; else `None`."""
+        last automatic compaction is at least `min_interval` ago; else `None`. Called from this
+        compactor's own compaction (a hook, the mover), it raises `PoolBusyError`."""
+        self._refuse_reentry("maybe_compact")
         threshold = self.policy.fragmentation_threshold
         if threshold is None:
             return None

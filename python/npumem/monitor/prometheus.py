@@ -135,7 +135,9 @@ class PrometheusCollector:
     """A `prometheus_client` collector for `pool` (and any further pools): every metric is
     labelled `pool` with the pool's name, so names must differ. Register it in any
     `CollectorRegistry`; each scrape calls `stats()` once per pool. `kv` adds paged KV
-    caches (`npumem.kv.KVCache`): their pages by state and their `KV_GAUGES`."""
+    caches (`npumem.kv.KVCache`): their pages by state and their
+    `KV_GAUGES`, labelled with the cache's pool name and tag, so no two caches may have both
+    the same (nor may a cache be given twice: `InvalidArgumentError`)."""
 
     def __reduce__(self) -> NoReturn:
         # A copy would read the same live pools (copy.copy, deepcopy and pickle all come here).
@@ -146,12 +148,31 @@ class PrometheusCollector:
 
     def __init__(self, pool: Pool, *pools: Pool, kv: tuple[KVCache, ...] = ()) -> None:
         _families()
+        try:
+            kv = tuple(kv)
+        except TypeError:
+            raise ArgumentTypeError(
+                f"kv must be a tuple of npumem.kv.KVCache objects, got {type(kv).__name__}"
+            ) from None
         for cache in kv:
             if not all(hasattr(cache, a) for a in ("stats", "tag", "pool")):
                 raise ArgumentTypeError(
                     f"kv takes npumem.kv.KVCache objects, got {type(cache).__name__}"
                 )
-        self.kv = tuple(kv)
+        # Each cache's series are labelled (pool, cache tag): two caches with the same labels
+        # (or one cache given twice) would export the same series twice.
+        labels: dict[tuple[str, str], int] = {}
+        for i, cache in enumerate(kv):
+            key = (str(cache.pool.name), str(cache.tag))
+            if key in labels:
+                j = labels[key]
+                what = "is the same cache as" if kv[j] is cache else "has the same pool and tag as"
+                raise InvalidArgumentError(
+                    f"kv caches must differ in pool name and tag (they label the metrics): "
+                    f"kv[{i}] {what} kv[{j}] (pool {key[0]!r}, tag {key[1]!r})"
+                )
+            labels[key] = i
+        self.kv = kv
         all_pools = (pool, *pools)
         for p in all_pools:
             if not all(hasattr(p, a) for a in ("stats", "name")):

@@ -259,10 +259,12 @@ class Monitor:
 
     def sample(self) -> Sample:
         """Take one sample now: read `stats()`, record it, raise the alerts it causes, run the
-        hooks. Thread-safe (the background thread calls this too)."""
-        stats = self.pool.stats()
-        s = Sample.from_stats(stats, time.monotonic() - self._clock0, time.time())
+        hooks. Thread-safe (the background thread calls this too): the stats and the clock are
+        read under the monitor's lock, so samples are recorded in the order they were taken,
+        the history stays in time order and each failed allocation is counted once."""
         with self._lock:
+            stats = self.pool.stats()
+            s = Sample.from_stats(stats, time.monotonic() - self._clock0, time.time())
             self._history.append(s)
             self.samples_taken += 1
             alerts = self._evaluate(s)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from npumem._shown import shown
 from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
-from npumem.monitor.kv_pages import KVPages
+from npumem.monitor.kv_pages import READ_TRIES, KVPages, layout_contradiction
 from npumem.monitor.validate import (
     CORE_COUNTS,
     POSITIVE_CONFIG,
@@ -169,30 +169,60 @@ class Snapshot:
 
     def with_kv(self, *caches: KVCache) -> Snapshot:
         """The same snapshot with the pages of `caches` (paged KV caches of this pool) by
-        state, read now: take it right after `pool.snapshot()`.
+        state, read now: take it right after `pool.snapshot()`, and give every cache in one
+        call.
+
+        The pages must fit the snapshot as a file of it must (each page inside a live block,
+        no two pages overlapping, also with the pages the snapshot shows already). A cache that
+        changed since the snapshot was taken (another thread appended to it or freed a
+        sequence) may not: for a snapshot of a live pool that shows no KV pages yet, the pool's
+        snapshot is then taken again with the pages, until the two agree (`PoolBusyError` if
+        they never do in `READ_TRIES` tries); the result is that later snapshot.
 
         A cache of another pool raises `InvalidArgumentError` (for a snapshot read from a
-        file, whose pool is gone: a cache of a pool of another name), as does a page outside
-        the regions of this snapshot; a closed cache raises `InvalidHandleError`, anything
-        else `ArgumentTypeError`. Nothing is added then."""
-        pages = tuple(self._kv_pages(cache, i) for i, cache in enumerate(caches))
-        return Snapshot(
-            self.pool,
-            self.config,
-            self.time_ns,
-            self.blocks,
-            self.free_runs,
-            self.slab_cached,
-            self.untracked,
-            self.stats,
-            self.label,
-            (*self.kv, *pages),
-            self.regions,
-            self._pool_id,
+        file, whose pool is gone: a cache of a pool of another name), as do the same cache
+        given twice, a page outside the regions of a snapshot read from a file and pages that
+        do not fit a snapshot that shows KV pages already; a closed cache raises
+        `InvalidHandleError`, anything else `ArgumentTypeError`. Nothing is added then."""
+        from npumem.errors import InvalidArgumentError, PoolBusyError
+
+        for i, cache in enumerate(caches):
+            self._check_cache(cache, i)
+            for j in range(i):
+                if caches[j] is cache:
+                    raise InvalidArgumentError(
+                        f"cache {i} of with_kv is cache {j} again: give each cache once"
+                    )
+        snapshot = self
+        for _ in range(READ_TRIES):
+            pages = tuple(KVPages.of(cache) for cache in caches)
+            problem = snapshot._kv_misfit(pages)
+            if problem is None:
+                return Snapshot(
+                    snapshot.pool,
+                    snapshot.config,
+                    snapshot.time_ns,
+                    snapshot.blocks,
+                    snapshot.free_runs,
+                    snapshot.slab_cached,
+                    snapshot.untracked,
+                    snapshot.stats,
+                    snapshot.label,
+                    (*snapshot.kv, *pages),
+                    snapshot.regions,
+                    snapshot._pool_id,
+                )
+            if self._pool_id is None or self.kv:
+                raise InvalidArgumentError(problem)
+            # A live pool whose caches changed since the snapshot: take both again.
+            snapshot = caches[0].pool.snapshot().with_label(self.label)
+        raise PoolBusyError(
+            f"with_kv: the KV caches changed at each of {READ_TRIES} snapshots of pool "
+            f"{shown(self.pool)}: their pages never fitted the snapshot"
         )
 
-    def _kv_pages(self, cache: KVCache, index: int) -> KVPages:
-        """The pages of `cache` (argument `index` of `with_kv`), checked to be of this pool."""
+    def _check_cache(self, cache: KVCache, index: int) -> None:
+        """`cache` (argument `index` of `with_kv`) is an open cache of this pool."""
         from npumem.errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
         from npumem.kv.cache import KVCache
 
@@ -213,17 +243,29 @@ class Snapshot:
                 f"{shown(self.pool)} that "
                 "this snapshot shows"
             )
-        kv = KVPages.of(cache)
+
+    def _kv_misfit(self, pages: tuple[KVPages, ...]) -> str | None:
+        """Why `pages` (of the caches given to `with_kv`, in order) do not fit this snapshot
+        (the checks of its reader), or None."""
         spans = self.regions or (Extent(0, self.capacity),)
-        for offset, _ in kv.pages:
-            end = offset + kv.page_bytes
-            if not any(r.offset <= offset and end <= r.end for r in spans):
-                raise InvalidArgumentError(
-                    f"{what} has a page at [{offset}, {end}), outside the arena of pool "
-                    f"{shown(self.pool)} that this snapshot shows (a cache of another pool, or a "
-                    "page taken after the pool grew since the snapshot)"
-                )
-        return kv
+        for index, kv in enumerate(pages):
+            for offset, _ in kv.pages:
+                end = offset + kv.page_bytes
+                if not any(r.offset <= offset and end <= r.end for r in spans):
+                    return (
+                        f"cache {index} of with_kv has a page at [{offset}, {end}), outside the "
+                        f"arena of pool {shown(self.pool)} that this snapshot shows (a cache of "
+                        "another pool, or a page taken after the pool grew since the snapshot)"
+                    )
+        problem = layout_contradiction((*self.kv, *pages), ((b.offset, b.end) for b in self.blocks))
+        if problem is None:
+            return None
+        first = len(self.kv)
+        given = f"kv {first} on" if pages[1:] else f"kv {first}"
+        return (
+            f"the pages do not fit this snapshot: {problem} ({given}: the caches given to "
+            "with_kv; a cache shown twice, or one that changed since the snapshot was taken)"
+        )
 
     # ----- figures ---------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ The readers (`Snapshot.from_json_obj`, `Trace.from_json_obj`) check each field o
 these functions check that the whole makes sense as the picture of one pool: byte counts and
 offsets fit in 64 bits, the configuration is positive, every block and extent lies inside the
 arena, live blocks do not overlap each other or a free run, the fragmentation is a fraction,
+KV pages lie inside live blocks, apart, and agree with their caches' stats,
 every traced allocation fits the recorded arena, and no handle is allocated again while its
 block is live (handles carry a generation, so a pool never hands out the same one twice).
 The configuration must be one a pool can have (`check_config`), and every figure the formats
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from npumem._core import NpumemError, Pool, PoolStats
 from npumem._shown import shown
 from npumem.monitor.errors import FileFormatError
+from npumem.monitor.kv_pages import layout_contradiction
 from npumem.sizes import MAX_BYTES
 
 if TYPE_CHECKING:
@@ -241,7 +243,8 @@ def _check_regions(snapshot: Snapshot, capacity: int, where: str) -> None:
 
 
 def _check_kv(snapshot: Snapshot, capacity: int, where: str) -> None:
-    """Every KV page has a size in `1..capacity` and lies inside the offsets."""
+    """Every KV page has a size in `1..capacity` and lies inside the offsets, and inside a
+    live block; no two pages overlap; each cache's stats are those of its pages."""
     for index, k in enumerate(snapshot.kv):
         if not 0 < k.page_bytes <= capacity:
             raise _fail(
@@ -257,6 +260,12 @@ def _check_kv(snapshot: Snapshot, capacity: int, where: str) -> None:
                     f"kv {index} page {i} [{offset}, {offset + k.page_bytes}) ends beyond the "
                     f"capacity {capacity}",
                 )
+        problem = k.contradiction(index)
+        if problem is not None:
+            raise _fail(where, problem)
+    problem = layout_contradiction(snapshot.kv, ((b.offset, b.end) for b in snapshot.blocks))
+    if problem is not None:
+        raise _fail(where, problem)
 
 
 def _check_fragmentation(frag: Any, where: str) -> None:

@@ -50,6 +50,8 @@ from npumem.errors import (
     OutOfMemoryError,
     PinnedBlockError,
 )
+from npumem.monitor.validate import MAX_CAPACITY
+from npumem.sizes import MAX_BYTES
 from npumem.tiers.block import FAST, SLOW, Tier, TieredBlock, TierKind
 from npumem.tiers.events import EventKind, TierEvent
 from npumem.tiers.movers import TierMover, host_copy
@@ -84,6 +86,15 @@ def _listed(items: Iterable[Any], name: str) -> list[Any]:
         return list(items)
     except TypeError:
         raise ArgumentTypeError(f"{name} must be iterable, got {type(items).__name__}") from None
+
+
+def _count_arg(value: object, name: str) -> int:
+    """`value` as an access count: an int (not a bool) >= 0."""
+    if value.__class__ is not int:
+        raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{name} must be an int >= 0, got {value}")
+    return value
 
 
 class _Counters:
@@ -310,6 +321,8 @@ class TieredPool:
         align: int | None = None,
     ) -> TieredBlock:
         """A block of `nbytes` placed by the rules in the module docstring."""
+        if hot is not False and hot is not True:
+            raise ArgumentTypeError(f"hot must be a bool, got {type(hot).__name__}")
         if core is None:
             home = self._calling_core()
         elif core.__class__ is int and 0 <= core < self._ncores:
@@ -454,28 +467,32 @@ class TieredPool:
     # Accesses
 
     def touch(self, tb: TieredBlock, count: int = 1) -> None:
-        """Record `count` accesses of `tb`: the policy's heat, and a hit of its tier."""
+        """Record `count` accesses of `tb`: the policy's heat, and a hit of its tier. A count
+        that would take the accesses or the bytes accessed past `2**64 - 1` (the most the
+        figures keep) is refused with `InvalidArgumentError`."""
         if type(tb) is not TieredBlock or tb._owner is not self:
             self._check_own(tb)
         if count.__class__ is not int or count < 0:
-            raise InvalidArgumentError(f"count must be an int >= 0, got {shown(count)}")
+            _count_arg(count, "count")
         lock = self._lock
         lock.acquire()
         try:
             if tb._block is None:
                 raise tb._gone()
+            clock = self._clock
+            nbytes = count * tb._nbytes
+            if count > MAX_BYTES - clock or nbytes > MAX_BYTES - self._bytes_accessed:
+                self._check_room(count, nbytes, f"count {count}")
             core = tb._core
             counts = self._slow_counts if core is None else self._fast_counts[core]
             heat = tb._heat
             if heat is None:
                 heat = tb._heat = Heat()
-            clock = self._clock
             if count == 1:
                 self._policy.touch(heat, clock)
             else:
                 self._touch_n(heat, clock, count)
             self._clock = clock + count
-            nbytes = count * tb._nbytes
             counts.hits += count
             counts.hit_bytes += nbytes
             self._bytes_accessed += nbytes
@@ -499,12 +516,15 @@ class TieredPool:
                 raise InvalidArgumentError(
                     f"counts has {len(ns)} entries for {len(tbs)} blocks: give one per block"
                 )
-            for tb, n in zip(tbs, ns, strict=True):
+            accesses = nbytes = 0
+            for i, (tb, n) in enumerate(zip(tbs, ns, strict=True)):
                 if type(tb) is not TieredBlock or tb._owner is not self:
                     self._check_own(tb)
                 if n.__class__ is not int or n < 0:
-                    raise InvalidArgumentError(f"counts must be ints >= 0, got {shown(n)}")
-            self._touch_counted(tbs, ns)
+                    _count_arg(n, f"counts[{i}]")
+                accesses += n
+                nbytes += n * tb._nbytes
+            self._touch_counted(tbs, ns, accesses, nbytes)
             return
         for tb in tbs:
             if type(tb) is not TieredBlock or tb._owner is not self:
@@ -513,6 +533,11 @@ class TieredPool:
             for tb in tbs:
                 if tb._block is None:
                     raise tb._gone()
+            n = len(tbs)
+            # No block is larger than a pool can be: the sum of the sizes is needed only near
+            # the limit.
+            if self._clock > MAX_BYTES - n or self._bytes_accessed > MAX_BYTES - n * MAX_CAPACITY:
+                self._check_room(n, sum(tb._nbytes for tb in tbs), f"{n} accesses")
             touch = self._policy.touch
             fast, slow = self._fast_counts, self._slow_counts
             clock = self._clock
@@ -535,12 +560,31 @@ class TieredPool:
             self._clock = clock
             self._bytes_accessed += accessed
 
-    def _touch_counted(self, tbs: Sequence[TieredBlock], ns: Sequence[int]) -> None:
-        """`touch_many` with counts, the arguments checked."""
+    def _check_room(self, accesses: int, nbytes: int, what: str) -> None:
+        """Refuse `accesses` more accesses of `nbytes` bytes in all (`what`, for the message)
+        when they would take the accesses or the bytes accessed past `2**64 - 1`, the most the
+        figures keep (and a tier snapshot holds); the caller holds the lock."""
+        if accesses > MAX_BYTES - self._clock:
+            figure = f"the accesses recorded ({self._clock:,} so far)"
+        elif nbytes > MAX_BYTES - self._bytes_accessed:
+            figure = f"the bytes accessed ({self._bytes_accessed:,} so far, {nbytes:,} more)"
+        else:
+            return
+        raise InvalidArgumentError(
+            f"{what} would take {figure} past 2**64 - 1, the most the tiered pool's figures "
+            "keep: nothing recorded"
+        )
+
+    def _touch_counted(
+        self, tbs: Sequence[TieredBlock], ns: Sequence[int], accesses: int, nbytes: int
+    ) -> None:
+        """`touch_many` with counts, the arguments checked; `accesses` and `nbytes`: the
+        accesses and their bytes in all."""
         with self._lock:
             for tb in tbs:
                 if tb._block is None:
                     raise tb._gone()
+            self._check_room(accesses, nbytes, f"counts (adding up to {accesses:,} accesses)")
             touch_n = self._touch_n
             fast, slow = self._fast_counts, self._slow_counts
             clock = self._clock
@@ -662,12 +706,15 @@ class TieredPool:
         core's fast pool, or `WAIT_PASSES` rebalances of the core. Pinned blocks and blocks
         with views are skipped; a failed move changes nothing and the rebalance goes on.
         Returns what moved."""
-        if max_bytes is not None and (
-            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
-        ):
-            raise InvalidArgumentError(
-                f"max_bytes must be an int >= 0 or None, got {shown(max_bytes)}"
-            )
+        if max_bytes is not None:
+            if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+                raise ArgumentTypeError(
+                    f"max_bytes must be an int or None, got {type(max_bytes).__name__}"
+                )
+            if max_bytes < 0:
+                raise InvalidArgumentError(
+                    f"max_bytes must be an int >= 0 or None, got {max_bytes}"
+                )
         start = time.perf_counter()
         policy = self._policy
         report = RebalanceReport(policy.name, max_bytes)
