@@ -163,7 +163,8 @@ def test_write_json_round_trip_and_encoding(tmp_path: Path) -> None:
     assert json_text(obj) == json.dumps(obj, separators=(",", ":")) + "\n"
 
 
-_SCALAR = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+_FINITE = st.floats(allow_nan=False, allow_infinity=False)
+_SCALAR = st.none() | st.booleans() | st.integers() | _FINITE | st.text()
 _JSON = st.recursive(
     _SCALAR,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
