@@ -244,6 +244,14 @@ def test_bad_option_values_are_refused(
     assert last.startswith("npumem plan: error:") and words in last
 
 
+def _model_and_csv_sources(tmp_path: Path, pipe_path: Callable[[bytes], str]) -> dict[str, str]:
+    """A small ONNX model, a CSV and the same CSV through a pipe, by name."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(small_onnx_bytes())
+    csv_path = DATA / "input.12.csv"
+    return {"onnx": str(model), "csv": str(csv_path), "pipe csv": pipe_path(csv_path.read_bytes())}
+
+
 @pytest.mark.parametrize(
     ("source", "argv", "words"),
     [
@@ -273,19 +281,12 @@ def test_options_that_cannot_apply_are_refused(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    model = tmp_path / "m.onnx"
-    model.write_bytes(small_onnx_bytes())
     problem = tmp_path / "p.json"
     Problem.from_csv(DATA / "input.12.csv").to_json(problem)
     plan = tmp_path / "plan.json"
     assert run_cli(["plan", str(DATA / "input.12.csv"), "-q", "-o", str(plan)], capsys)[0] == 0
-    src = {
-        "onnx": str(model),
-        "csv": str(DATA / "input.12.csv"),
-        "pipe csv": pipe_path((DATA / "input.12.csv").read_bytes()),
-        "problem json": str(problem),
-        "plan json": str(plan),
-    }[source]
+    sources = {**_model_and_csv_sources(tmp_path, pipe_path), "problem json": str(problem)}
+    src = {**sources, "plan json": str(plan)}[source]
     out = tmp_path / "out.csv"
     status, _, err = run_cli(["plan", src, *argv, "-o", str(out)], capsys, output=out)
     assert status == 2 and words in err
@@ -319,13 +320,7 @@ def test_dimensions_that_bind_nothing_are_refused(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    model = tmp_path / "m.onnx"
-    model.write_bytes(small_onnx_bytes())
-    src = {
-        "onnx": str(model),
-        "csv": str(DATA / "input.12.csv"),
-        "pipe csv": pipe_path((DATA / "input.12.csv").read_bytes()),
-    }[source]
+    src = _model_and_csv_sources(tmp_path, pipe_path)[source]
     out = tmp_path / "out.csv"
     status, _, err = run_cli(["plan", src, *argv, "-o", str(out)], capsys, output=out)
     assert status == 2 and words in err

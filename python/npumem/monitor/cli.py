@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -174,34 +175,40 @@ def run_plot(args: argparse.Namespace) -> int:
     output = _output_path(args.output, Path(args.input).stem + ".png", "plot", err, args.input)
     if output is None:
         return ExitStatus.USAGE
-    if isinstance(loaded, TierSnapshot):
-        return _plot_tiers(loaded, output, err)
-    from npumem.plan import TieredSolution
-
-    if isinstance(loaded, TieredSolution):
-        return _plot_tiered_plan(loaded, output, err)
     from npumem.monitor.plots import plot_address_map, plot_plan, plot_trace
+    from npumem.plan import TieredSolution
+    from npumem.tiers.plots import plot_tiered_plan, plot_tiers
 
+    path: Path = output
+    if isinstance(loaded, TierSnapshot):
+        tiers = loaded
+        return _draw(lambda: plot_tiers(tiers, path), path, "tiers", err)
+    if isinstance(loaded, TieredSolution):
+        pools = loaded
+        return _draw(lambda: plot_tiered_plan(pools, path), path, "plan over several pools", err)
+    if isinstance(loaded, Snapshot):
+        snapshot, color_by = loaded, args.color_by
+        return _draw(
+            lambda: plot_address_map(snapshot, path, color_by=color_by), path, "address map", err
+        )
+    if isinstance(loaded, Trace):
+        trace = loaded
+        return _draw(lambda: plot_trace(trace, path), path, "trace over time", err)
+    plan = loaded
+    return _draw(lambda: plot_plan(plan, path), path, "plan", err)
+
+
+def _draw(draw: Callable[[], object], output: Path, kind: str, err: Console) -> int:
+    """Run `draw` (a picture written to `output`) and say what was written, or give its error
+    in one line."""
     try:
-        if isinstance(loaded, Snapshot):
-            plot_address_map(loaded, output, color_by=args.color_by)
-        elif isinstance(loaded, Trace):
-            plot_trace(loaded, output)
-        else:
-            plot_plan(loaded, output)
+        draw()
     except (MonitorError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     except OSError as exc:
         err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
         return ExitStatus.USAGE
-    kind = (
-        "address map"
-        if isinstance(loaded, Snapshot)
-        else "trace over time"
-        if isinstance(loaded, Trace)
-        else "plan"
-    )
     Console(highlight=False, soft_wrap=True).print(f"wrote {output} ({kind})", markup=False)
     return ExitStatus.OK
 
@@ -279,41 +286,6 @@ def _report_tiers(snap: TierSnapshot, args: argparse.Namespace) -> int:
     render_tiers(out, snap.stats, title=f"tier snapshot {snap.label!r}" if snap.label else "tiers")
     for name, tier in snap.snapshots.items():
         render_report(out, snapshot=tier, title=f"tier {name} (pool {tier.pool!r})", top=args.top)
-    return ExitStatus.OK
-
-
-def _plot_tiers(snap: TierSnapshot, output: Path, err: Console) -> int:
-    """`npumem plot TIERS.json`: the tiers' use and hits (`plot_tiers`)."""
-    from npumem.tiers.plots import plot_tiers
-
-    try:
-        plot_tiers(snap, output)
-    except (MonitorError, MissingDependencyError, ValueError) as exc:
-        err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
-        return ExitStatus.USAGE
-    except OSError as exc:
-        err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
-        return ExitStatus.USAGE
-    Console(highlight=False, soft_wrap=True).print(f"wrote {output} (tiers)", markup=False)
-    return ExitStatus.OK
-
-
-def _plot_tiered_plan(solution: TieredSolution, output: Path, err: Console) -> int:
-    """`npumem plot PLAN.json` of a plan over several pools: one panel per pool
-    (`plot_tiered_plan`)."""
-    from npumem.tiers.plots import plot_tiered_plan
-
-    try:
-        plot_tiered_plan(solution, output)
-    except (MonitorError, MissingDependencyError, ValueError) as exc:
-        err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
-        return ExitStatus.USAGE
-    except OSError as exc:
-        err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
-        return ExitStatus.USAGE
-    Console(highlight=False, soft_wrap=True).print(
-        f"wrote {output} (plan over several pools)", markup=False
-    )
     return ExitStatus.OK
 
 
