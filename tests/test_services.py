@@ -740,7 +740,7 @@ def test_a_pause_dropped_without_resume_frees_what_was_collected_meanwhile() -> 
     assert pool.stats().deferred_pending == 0
 
 
-@pytest.mark.parametrize("call", ["check", "snapshot", "raw_snapshot", "trace_start"])
+@pytest.mark.parametrize("call", ["check", "snapshot", "raw_snapshot", "trace_start", "trim"])
 def test_maintenance_calls_wait_for_another_threads_pause_at_most_its_timeout(call: str) -> None:
     """A pause's `timeout` bounds how long other threads' calls wait for it, the pool's own
     maintenance calls too: they raise `PoolBusyError` saying that the pool stayed paused."""
@@ -765,3 +765,24 @@ def test_maintenance_calls_wait_for_another_threads_pause_at_most_its_timeout(ca
     assert "stayed paused" in str(raised), raised
     assert 0.2 <= waited < 5, f"{call}() waited {waited:.2f} s for a pause of 0.2 s"
     getattr(pool, call)()  # goes through once the pause ended
+
+
+def test_a_trim_refused_by_another_threads_pause_gives_nothing_back() -> None:
+    pool = npumem.Pool(16 << 20, cores=1)
+    pool.alloc(256).free()  # an all-free slab for a trim to give back
+    before = pool.stats()
+    refused: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            pool.trim()
+        except npumem.PoolBusyError as exc:
+            refused.append(exc)
+
+    with pool.pause(timeout=0.1):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(30)
+    assert len(refused) == 1 and "stayed paused" in str(refused[0])
+    assert pool.stats() == before
+    assert pool.trim() > 0

@@ -74,7 +74,7 @@ fn bursts_of_every_default_class_hold_the_rules() {
         }
         previous = size;
     }
-    p.trim();
+    p.trim().unwrap();
     assert_eq!(p.check().unwrap(), 0);
 }
 

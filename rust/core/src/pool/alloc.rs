@@ -1226,18 +1226,19 @@ impl Pool {
     /// before a snapshot or when the pool goes idle); then, in a pool that grew, every region
     /// that is entirely free except the first (`pool/growth.rs`). Returns the slabs and chunks
     /// given back, the chunks of the regions given back included.
-    pub fn trim(&self) -> usize {
+    ///
+    /// Waits for another thread's pause as an allocation does, and fails as one does when it
+    /// cannot enter the pool: the pause outlasted its timeout ([`Error::PausedTooLong`]), the
+    /// caller's interrupt check stopped the wait, the calling thread is moving blocks (inside
+    /// a mover) or this child process cannot use the pool ([`Error::ForkedMidCall`]). Nothing
+    /// is given back then.
+    pub fn trim(&self) -> Result<usize> {
         let core = crate::util::cpu::current_core(self.arena.cores.len());
-        let Ok(_entered) = self.enter() else {
-            // The calling thread is moving blocks (inside a mover), the pool cannot be used in
-            // this child process (`Error::ForkedMidCall`), or the wait for another thread's
-            // pause gave up (its timeout, or the caller's interrupt check): nothing to trim now.
-            return 0;
-        };
+        let _entered = self.enter()?;
         let carver = SlabCarver { pool: self, core, reach: Reach::Full };
         self.arena.drain_block_caches();
         let given_back = self.arena.slabs.reclaim(&carver) + self.arena.reclaim_empty_chunks(false);
-        given_back + self.trim_regions()
+        Ok(given_back + self.trim_regions())
     }
 
     fn place_run(&self, chunks: usize, align_chunks: usize, size: usize) -> Option<Placed> {
@@ -1330,7 +1331,7 @@ mod tests {
         assert!(pool.arena().block_caches.cached().is_empty());
         assert_eq!(pool.stats(), before, "a drain shows in the statistics");
         pool.check().unwrap();
-        pool.trim();
+        pool.trim().unwrap();
         assert_eq!(pool.stats().per_core[1].chunks, 0, "the trim gives both chunks back");
         pool.check().unwrap();
     }

@@ -329,7 +329,7 @@ mod tests {
         assert!(!p.arena.slabs.views().is_empty(), "each class keeps its current slab");
         assert!(s.slab_cached.is_empty(), "all-free slabs are free space");
         assert_eq!(s.free_runs.len(), 1, "all-free slabs and cached blocks are free space");
-        assert!(p.trim() > 0);
+        assert!(p.trim().unwrap() > 0);
         let s = p.snapshot().unwrap();
         assert_tiles(&p, &s);
         assert!(s.slab_cached.is_empty());

@@ -752,10 +752,12 @@ impl Pool {
     /// reserve chunks) now rather than
     /// when an allocation needs the room; then, in a pool that grew, every region that is
     /// entirely free except the first (`on_trim(offset, nbytes)` is called for each). Returns
-    /// how many slabs and chunks went back, the chunks of those regions included.
+    /// how many slabs and chunks went back, the chunks of those regions included. Waits for
+    /// another thread's pause as `alloc` does: `PoolBusyError` when the pause outlasts its
+    /// timeout (or inside a mover), and nothing is given back then.
     fn trim(&self, py: Python<'_>) -> PyResult<usize> {
         let core = &self.core;
-        without_gil(py, || Ok(core.trim()))
+        without_gil(py, || core.trim())
     }
 
     /// Bytes in the arena: `capacity`, plus the regions a pool that grows added (less those
