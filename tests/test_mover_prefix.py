@@ -71,3 +71,60 @@ def test_a_mover_failing_at_every_prefix_loses_no_byte(backing: str, mode: str) 
             pool.compact_step(pause, mode, max_bytes=max_bytes, mover=mirror)
         assert all_intact(kept, mirror, backing == "host")
         budget += 1
+
+
+class InterruptedCopyBack:
+    """Fails the batch's last call (after copying its transfers), then raises `interrupt` at
+    the first `interrupts` copies back before copying, as Ctrl-C landing in the mover would."""
+
+    def __init__(self, mirror: HostMirror, interrupts: int, interrupt: BaseException) -> None:
+        self.mirror, self.interrupts, self.interrupt = mirror, interrupts, interrupt
+        self.calls: list[Sequence[tuple[int, int, int]]] = []
+        self.failed = False
+
+    def __call__(self, transfers: Sequence[tuple[int, int, int]]) -> None:
+        self.calls.append(list(transfers))
+        if self.failed and self.interrupts > 0:
+            self.interrupts -= 1
+            raise self.interrupt
+        self.mirror(transfers)
+        if not self.failed and len(self.calls) == 2:  # the second wave
+            self.failed = True
+            raise DeviceFault("the second wave failed")
+
+
+def test_an_interrupted_copy_back_is_tried_again_and_the_interrupt_goes_on() -> None:
+    """Ctrl-C in the mover while it copies back: the copy back is tried again, every byte comes
+    back, and the `KeyboardInterrupt` propagates with the mover's first failure as its
+    context."""
+    pool, mirror, kept = setup("none")
+    mover = InterruptedCopyBack(mirror, 2, KeyboardInterrupt())
+    with pool.pause(5.0) as pause, pytest.raises(KeyboardInterrupt) as raised:
+        pool.compact_step(pause, "full", mover=mover)
+    assert isinstance(raised.value.__context__, DeviceFault)
+    assert len(mover.calls) == 5  # two waves, then one copy back tried three times
+    pool.check()
+    assert all_intact(kept, mirror, False)
+
+
+def test_a_copy_back_that_keeps_failing_raises_corruption_even_in_a_rescue() -> None:
+    """A mover that fails its copies back every time loses bytes: `CorruptionError`, also when
+    the compaction ran in an out-of-memory handler (never the `__cause__` of an
+    `OutOfMemoryError`)."""
+    pool, mirror, kept = setup("none")
+    mover = InterruptedCopyBack(mirror, 10, DeviceFault("copy back failed"))
+    with pool.pause(5.0) as pause, pytest.raises(npumem.CorruptionError, match="3 times"):
+        pool.compact_step(pause, "full", mover=mover)
+    pool.check()
+    pool, mirror, kept = setup("none")
+    rescuer = InterruptedCopyBack(mirror, 10, DeviceFault("copy back failed"))
+
+    def rescue(nbytes: int) -> bool:
+        with pool.pause(5.0) as pause:
+            pool.compact_step(pause, "full", mover=rescuer)
+        return True
+
+    pool.set_oom_handler(rescue)
+    with pytest.raises(npumem.CorruptionError, match="3 times"):
+        pool.alloc(pool.stats().largest_free_block + 1)
+    pool.check()

@@ -229,13 +229,19 @@ pub(crate) fn error(class: ErrorClass, message: impl Into<String>) -> PyErr {
 
 /// `err`, the failure of a call, with the exception that a user callback run by that call
 /// raised as its `__cause__`; or that exception itself when it is no `Exception` (a
-/// `KeyboardInterrupt`, a `SystemExit`): those go through as they are.
+/// `KeyboardInterrupt`, a `SystemExit`) or a `CorruptionError` (a compaction the callback ran
+/// that lost bytes: never hidden behind another error): those go through as they are.
 pub(crate) fn caused_by(py: Python<'_>, err: PyErr, raised: PyErr) -> PyErr {
-    if !raised.is_instance_of::<PyException>(py) {
+    if !raised.is_instance_of::<PyException>(py) || is_corruption(py, &raised) {
         return raised;
     }
     err.set_cause(py, Some(raised));
     err
+}
+
+/// Whether `raised` is a `CorruptionError`.
+fn is_corruption(py: Python<'_>, raised: &PyErr) -> bool {
+    ErrorClass::Corruption.class(py).is_ok_and(|class| raised.is_instance(py, class))
 }
 
 /// A planner search input the core refused (`InvalidArgumentError`).

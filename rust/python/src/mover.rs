@@ -7,6 +7,7 @@
 //! is undone and its own exception propagates.
 
 use npumem_core::{Error, Mover, Transfer};
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -34,15 +35,23 @@ where
 }
 
 /// Call the Python mover with `[Transfer(src, dst, nbytes, addresses), ...]`, keeping the
-/// exception it raised.
+/// exception it raised: the first one (the failure the batch was undone for), unless a later
+/// call (a copy back) raised an exception that is no `Exception`, a `KeyboardInterrupt` or a
+/// `SystemExit`, which goes on with the first as its `__context__`.
 fn call(mover: &Py<PyAny>, batch: &[Transfer], base_address: u64, raised: &mut Option<PyErr>) -> Result<(), String> {
     Python::attach(|py| {
-        let list = PyList::new(py, batch.iter().map(|t| transfer::Transfer::new(t.src, t.dst, t.len, base_address)))?;
-        user_code::call(mover.bind(py), (list,)).map(|_| ())
-    })
-    .map_err(|e| {
-        let why = e.to_string();
-        *raised = Some(e);
-        why
+        let list = PyList::new(py, batch.iter().map(|t| transfer::Transfer::new(t.src, t.dst, t.len, base_address)));
+        list.and_then(|list| user_code::call(mover.bind(py), (list,)).map(|_| ())).map_err(|e| {
+            let why = e.to_string();
+            *raised = Some(match raised.take() {
+                Some(first) if e.is_instance_of::<PyException>(py) || e.value(py).is(first.value(py)) => first,
+                Some(first) => {
+                    let _ = e.value(py).setattr("__context__", first.value(py));
+                    e
+                }
+                None => e,
+            });
+            why
+        })
     })
 }

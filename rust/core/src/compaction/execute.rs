@@ -25,6 +25,9 @@ use crate::pool::pool::Pool;
 use crate::util::failpoint;
 use crate::util::grow::try_vec;
 
+/// How many times a wave's copy back is tried before the batch is reported as corrupt.
+const COPY_BACK_TRIES: usize = 3;
+
 /// What the metadata phase did, for undoing it.
 #[derive(Default)]
 struct Journal {
@@ -272,15 +275,28 @@ impl Pool {
             };
             for (w, wave) in waves.iter().enumerate() {
                 let Err(reason) = call("mover.wave", wave) else { continue };
-                let copied_back = reverse(&waves[..w]).iter().try_for_each(|back| call("mover.copy_back", back));
+                // A copy back writes each block's bytes to where they were read from, which
+                // nothing wrote since: tried again after a failure (a mover interrupted by a
+                // signal), it copies the same bytes.
+                let copied_back = reverse(&waves[..w]).iter().try_for_each(|back| {
+                    let mut tried = call("mover.copy_back", back);
+                    for _ in 1..COPY_BACK_TRIES {
+                        if tried.is_ok() {
+                            break;
+                        }
+                        tried = call("mover.copy_back", back);
+                    }
+                    tried
+                });
                 let undone = self.undo(&pieces, &mut journal);
                 pieces.iter().for_each(|u| self.end_moves(u));
                 self.tidy_slabs(&created);
                 undone?;
                 if let Err(why) = copied_back {
                     return Err(Error::Corruption(vec![format!(
-                        "the mover failed ({reason}), then failed again copying back the blocks it had \
-                         moved ({why}): blocks of the batch may have lost bytes on the device"
+                        "the mover failed ({reason}), then failed {COPY_BACK_TRIES} times copying back \
+                         the blocks it had moved (last: {why}): blocks of the batch may have lost bytes \
+                         on the device"
                     )]));
                 }
                 return Err(Error::MoverFailed(reason));

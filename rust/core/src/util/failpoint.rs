@@ -9,7 +9,8 @@
 //!
 //! * [`record`] runs a closure and returns the failpoints it passed, in order, one entry per
 //!   hit (`"host.table"` three times if three tables were made);
-//! * [`fail_at`] runs a closure with the `nth` hit (from 0) of failpoint `name` failing.
+//! * [`fail_at`] runs a closure with the `nth` hit (from 0) of failpoint `name` failing;
+//! * [`fail_from`] the same with every later hit failing too.
 //!
 //! A fault-injection test records the sites an operation passes, then fails each hit in turn
 //! and checks that the operation reports a typed error and leaves nothing half-made.
@@ -28,6 +29,8 @@ mod armed {
         pub(super) recorded: Option<Vec<&'static str>>,
         /// `(name, hits left before the failing one)`.
         pub(super) armed: Option<(&'static str, usize)>,
+        /// Whether every hit of the armed failpoint after the failing one fails too.
+        pub(super) sticky: bool,
     }
 
     thread_local! {
@@ -55,7 +58,9 @@ pub(crate) fn fire(name: &'static str) -> bool {
         match state.armed.as_mut() {
             Some((armed, left)) if *armed == name => {
                 if *left == 0 {
-                    state.armed = None;
+                    if !state.sticky {
+                        state.armed = None;
+                    }
                     true
                 } else {
                     *left -= 1;
@@ -83,6 +88,24 @@ pub(crate) fn fail_at<T>(name: &'static str, nth: usize, f: impl FnOnce() -> T) 
     armed::STATE.with(|state| state.borrow_mut().armed = Some((name, nth)));
     let out = f();
     let fired = armed::STATE.with(|state| state.borrow_mut().armed.take()).is_none();
+    (out, fired)
+}
+
+/// Run `f` with hit `nth` (from 0) of failpoint `name` on this thread and every later hit
+/// failing; returns what `f` returned and whether the failpoint fired.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn fail_from<T>(name: &'static str, nth: usize, f: impl FnOnce() -> T) -> (T, bool) {
+    armed::STATE.with(|state| {
+        let mut state = state.borrow_mut();
+        state.armed = Some((name, nth));
+        state.sticky = true;
+    });
+    let out = f();
+    let fired = armed::STATE.with(|state| {
+        let mut state = state.borrow_mut();
+        state.sticky = false;
+        state.armed.take().is_some_and(|(_, left)| left == 0)
+    });
     (out, fired)
 }
 
