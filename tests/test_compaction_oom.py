@@ -14,6 +14,7 @@ import pytest
 import npumem
 from compaction_helpers import MIB, fill, fragmented, intact
 from npumem._core import oom_handler_may_wait, oom_request_sizes, oom_retry_may_grow
+from npumem._fork_safe import ForkSafeRLock
 from npumem.compaction import Compactor, Policy
 from npumem.kv import KVCache
 
@@ -839,3 +840,28 @@ def test_a_handler_reads_the_figures_by_tag_without_the_failing_request() -> Non
     for blk in held:
         blk.free()
     pool.check()
+
+
+def test_an_interrupt_as_a_rescue_takes_the_compactors_lock_leaves_it_free() -> None:
+    """Ctrl-C may land right after the rescue took the compactor's lock, before the code that
+    gives it back runs: the lock is given back all the same, so other threads' rescues and
+    compactions do not wait for it for ever."""
+    pool = npumem.Pool(16 * MIB, cores=1)
+    compactor = Compactor(pool).attach()
+
+    class InterruptedAfterTaking(ForkSafeRLock):
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            super().acquire(blocking, timeout)
+            raise KeyboardInterrupt
+
+    compactor._lock = InterruptedAfterTaking("Compactor")
+    with pytest.raises(KeyboardInterrupt):
+        compactor._rescue(1 << 20, False)
+    assert not compactor._lock.held_here()
+    taken: list[bool] = []
+    other = threading.Thread(
+        target=lambda: taken.append(ForkSafeRLock.acquire(compactor._lock, True, 5))
+    )
+    other.start()
+    other.join(10)
+    assert taken == [True]

@@ -40,6 +40,11 @@ class ForkSafeRLock(_thread.RLock):  # type: ignore[misc]
         self.what = what
         _LOCKS.add(self)
 
+    def held_here(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        # The C type's own test, as `threading.Condition` uses it (typeshed leaves it out).
+        return bool(self._is_owned())  # type: ignore[attr-defined]
+
     def _break(self) -> None:
         self.__class__ = _BrokenRLock
 

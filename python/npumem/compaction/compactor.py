@@ -425,9 +425,15 @@ class Compactor:
         A thread that holds what other threads need (the pool's pause, a KV cache's lock:
         `oom_handler_may_wait()` is false) does not wait for another thread's compaction,
         which may itself wait for that pause or lock: it declines at once."""
-        if not self._lock.acquire(blocking=oom_handler_may_wait()):
-            return False
+        may_wait = oom_handler_may_wait()
+        held_before = self._lock.held_here()
+        got = False
         try:
+            # A KeyboardInterrupt may land after the lock is taken and before `got` is set:
+            # the `finally` below then finds the lock this thread's and gives it back.
+            got = self._lock.acquire(blocking=may_wait)
+            if not got:
+                return False
             moved = False
             if self._interval_passed():
                 self._last_auto = time.monotonic()
@@ -440,7 +446,8 @@ class Compactor:
                     self._busy.active = False
             return self.pool.stats().largest_free_block >= nbytes or (batch and moved)
         finally:
-            self._lock.release()
+            if got or (not held_before and self._lock.held_here()):
+                self._lock.release()
 
     def _wait_for_room(self, nbytes: int, sizes: list[int]) -> bool:
         """Wait up to the policy's `wait_for_room` for room for a request of `sizes` (`nbytes`
@@ -459,15 +466,15 @@ class Compactor:
         wait = self.policy.wait_for_room
         if wait <= 0 or oom_retry_may_grow() or not oom_handler_may_wait():
             return False
-        with self._lock:
-            if self._waiting or time.monotonic() < self._no_wait_until:
-                return False
-            self._waiting = True
-        batch = len(sizes) > 1
+        found = waiting = False
         started = time.monotonic()
-        free_at_start = self.pool.stats().bytes_free
-        found = False
         try:
+            with self._lock:
+                if self._waiting or time.monotonic() < self._no_wait_until:
+                    return False
+                self._waiting = waiting = True  # one store: no interrupt between the two
+            batch = len(sizes) > 1
+            free_at_start = self.pool.stats().bytes_free
             while not found and time.monotonic() - started < wait:
                 time.sleep(0.001)
                 stats = self.pool.stats()
@@ -486,15 +493,20 @@ class Compactor:
                     )
                 )
         finally:
-            with self._lock:
-                now = time.monotonic()
-                self._waiting = False
-                if not found:
-                    self._no_wait_until = now + wait
-                self.waits += 1
-                self.waits_failed += not found
-                self.waited_seconds += now - started
+            if waiting:
+                self._end_wait(found, started, wait)
         return found
+
+    def _end_wait(self, found: bool, started: float, wait: float) -> None:
+        """The wait of `_wait_for_room` that began at `started` ended (`found`: the room came)."""
+        with self._lock:
+            now = time.monotonic()
+            self._waiting = False
+            if not found:
+                self._no_wait_until = now + wait
+            self.waits += 1
+            self.waits_failed += not found
+            self.waited_seconds += now - started
 
     # ----- attaching -------------------------------------------------------------------------
 
