@@ -380,6 +380,7 @@ def refuses_at_once(pool: npumem.Pool) -> None:
         "check": pool.check,
         "snapshot": pool.snapshot,
         "pause": lambda: pool.pause(timeout=5),
+        "trim": pool.trim,
     }
     for name, call in calls.items():
         try:
@@ -388,7 +389,6 @@ def refuses_at_once(pool: npumem.Pool) -> None:
             assert FORKED in str(exc), f"{name}: {exc}"
         else:
             raise AssertionError(f"{name} ran on a pool torn by the fork")
-    assert pool.trim() == 0, "trim gives nothing back"
     assert pool.stats().capacity == pool.capacity
     assert time.monotonic() - started < 2, "a refused call waited"
 
