@@ -111,12 +111,12 @@ def test_a_copy_back_that_keeps_failing_raises_corruption_even_in_a_rescue() -> 
     """A mover that fails its copies back every time loses bytes: `CorruptionError`, also when
     the compaction ran in an out-of-memory handler (never the `__cause__` of an
     `OutOfMemoryError`)."""
-    pool, mirror, kept = setup("none")
+    pool, mirror, _kept = setup("none")  # the blocks stay live
     mover = InterruptedCopyBack(mirror, 10, DeviceFault("copy back failed"))
     with pool.pause(5.0) as pause, pytest.raises(npumem.CorruptionError, match="3 times"):
         pool.compact_step(pause, "full", mover=mover)
     pool.check()
-    pool, mirror, kept = setup("none")
+    pool, mirror, _kept = setup("none")
     rescuer = InterruptedCopyBack(mirror, 10, DeviceFault("copy back failed"))
 
     def rescue(nbytes: int) -> bool:
