@@ -188,6 +188,17 @@ def test_the_torch_hooks_check_the_device_and_the_pool_first(
     assert pool.stats().blocks_in_use == 0
 
 
+def test_the_torch_hooks_check_the_pool_before_they_look_for_pytorch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import npumem.torch
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails, as without PyTorch
+    for call in (npumem.torch.serve_device, npumem.torch.pluggable_allocator):
+        with pytest.raises(npumem.InvalidArgumentError, match="nonzero base address"):
+            call(npumem.Pool(1 << 20, cores=1, backing="none"), 1)
+
+
 def test_the_cupy_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
     class UnownedMemory:
         def __init__(self, ptr: int, size: int, owner: object) -> None:

@@ -69,6 +69,11 @@ def _check_pool(pool: object, device: int) -> Pool:
             "base_address= (the device address of its offset 0) and device=; this pool is "
             "host-backed, and its bytes are host memory that CUDA kernels cannot use"
         )
+    if pool.base_address == 0:
+        raise InvalidArgumentError(
+            "a pool serving PyTorch needs a nonzero base address (base_address=, the device "
+            "address of its offset 0): without one, offset 0 would be a NULL pointer"
+        )
     kind, index = pool.device
     if kind in _ONE_GPU_TYPES and index != device:
         raise InvalidArgumentError(
