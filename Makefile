@@ -32,8 +32,10 @@ $(PY_DEPS_STAMP): pyproject.toml | $(PY)
 	touch $@
 
 # The profile is pyproject.toml's (`dist`: release with link-time optimization), as for wheels.
+# The extension has a target directory of its own, so that its build and the tests' builds
+# (`test-builds`) do not wait for each other's lock.
 $(BUILD_STAMP): $(PY_DEPS_STAMP) $(RUST_SOURCES)
-	$(BIN)/maturin develop --quiet
+	$(BIN)/maturin develop --quiet --target-dir target/extension
 	touch $@
 
 .PHONY: venv
@@ -47,19 +49,35 @@ demo: develop ## Run the main job: the built-in demo workload (npumem demo)
 	$(BIN)/npumem demo
 
 .PHONY: test
-test: test-rust test-loom test-python docs ## Every test: Rust unit and stress, loom models, pytest (with the browser test), stubtest, the docs build
+test: test-builds test-rust test-loom test-python docs ## Every test: Rust unit and stress, loom models, pytest (with the browser test), stubtest, the docs build
+
+# The cargo runs of `test-rust`, each followed by its arguments to the test binaries.
+RUST_TESTS := "-p npumem-core" "-p npumem-capi" "-p npumem-benches --lib" "-p npumem-benches --benches -- --test"
+# The loom models' build: its own flags and target directory.
+LOOM_CARGO := RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p npumem-core --release --lib
+
+# Each of the three builds spends much of its time in one rustc process on one core; side by
+# side, in three target directories, they keep both cores busy. The tests then run one phase
+# at a time, so that no test shares the CPUs with a compiler.
+.PHONY: test-builds
+test-builds: ## Build what `make test` runs: the Rust tests, the loom models and the extension, side by side
+	$(MAKE) --no-print-directory --output-sync=target -j3 build-rust-tests build-loom develop
+
+.PHONY: build-rust-tests
+build-rust-tests:
+	for run in $(RUST_TESTS); do cargo test --release --no-run $${run%% -- *} || exit 1; done
+
+.PHONY: build-loom
+build-loom:
+	$(LOOM_CARGO) --no-run
 
 .PHONY: test-rust
 test-rust: ## Rust unit, property and stress tests of npumem-core and the C ABI; bench code compiles and runs once
-	cargo test -p npumem-core --release
-	cargo test -p npumem-capi --release
-	cargo test -p npumem-benches --release --lib
-	cargo test -p npumem-benches --release --benches -- --test
+	for run in $(RUST_TESTS); do cargo test --release $$run || exit 1; done
 
 .PHONY: test-loom
 test-loom: ## Loom models of every atomic protocol (interleavings with up to four preemptions)
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=4 \
-	    cargo test -p npumem-core --release --lib loom -- --test-threads=2
+	LOOM_MAX_PREEMPTIONS=4 $(LOOM_CARGO) loom -- --test-threads=2
 
 # The scale of mimalloc's test-stress: 32 threads, about 54M allocations (half the operations
 # allocate), sizes capped at 8 KiB so that the pattern fill and check stay memory-bound.
