@@ -137,3 +137,42 @@ def test_kv_caches_with_the_same_labels_are_refused() -> None:
         'npumem_kv_tokens{cache="kv",pool="gpu1"} 0.0',
         'npumem_kv_tokens{cache="kv.other",pool="gpu0"} 0.0',
     ]
+
+
+def test_a_kv_cache_in_a_pool_the_collector_does_not_read_is_refused() -> None:
+    from npumem.kv import KVCache
+
+    shape = {"num_layers": 2, "num_kv_heads": 1, "head_dim": 8}
+    pool = npumem.Pool(8 * MIB, cores=1, name="gpu0")
+    other = npumem.Pool(8 * MIB, cores=1, name="gpu1")
+    namesake = npumem.Pool(8 * MIB, cores=1, name="gpu0")  # another pool, a collected name
+    kept = KVCache(pool, **shape)
+    stray = KVCache(other, tag="kv.stray", **shape)
+    twin = KVCache(namesake, tag="kv.twin", **shape)
+    stray.add_sequence(1, 5)
+    with pytest.raises(
+        npumem.InvalidArgumentError,
+        match=r"^kv\[1\] is in pool 'gpu1', which the collector does not read "
+        r"\(its pools: \['gpu0'\]\)",
+    ):
+        PrometheusCollector(pool, kv=(kept, stray))
+    with pytest.raises(
+        npumem.InvalidArgumentError,
+        match=r"^kv\[0\] is in pool 'gpu0', which the collector does not read "
+        r"\(its pools: \['gpu0'\]; the cache's pool is another pool of that name\)",
+    ):
+        PrometheusCollector(pool, kv=[twin])
+    # The refusal changed nothing: the caches still work, and a collector that reads their
+    # pools exports them.
+    assert stray.stats().tokens == 5 and twin.stats().sequences == 0
+    registry = CollectorRegistry()
+    registry.register(PrometheusCollector(pool, other, kv=(kept, stray)))
+    lines = [
+        line
+        for line in generate_latest(registry).decode().splitlines()
+        if line.startswith("npumem_kv_tokens")
+    ]
+    assert sorted(lines) == [
+        'npumem_kv_tokens{cache="kv",pool="gpu0"} 0.0',
+        'npumem_kv_tokens{cache="kv.stray",pool="gpu1"} 5.0',
+    ]

@@ -137,7 +137,8 @@ class PrometheusCollector:
     `CollectorRegistry`; each scrape calls `stats()` once per pool. `kv` adds paged KV
     caches (`npumem.kv.KVCache`): their pages by state and their
     `KV_GAUGES`, labelled with the cache's pool name and tag, so no two caches may have both
-    the same (nor may a cache be given twice: `InvalidArgumentError`)."""
+    the same (nor may a cache be given twice), and each cache's pool must be one of the pools
+    collected (the same pool object, not only its name): otherwise `InvalidArgumentError`."""
 
     def __reduce__(self) -> NoReturn:
         # A copy would read the same live pools (copy.copy, deepcopy and pickle all come here).
@@ -148,6 +149,17 @@ class PrometheusCollector:
 
     def __init__(self, pool: Pool, *pools: Pool, kv: tuple[KVCache, ...] = ()) -> None:
         _families()
+        all_pools = (pool, *pools)
+        for p in all_pools:
+            if not all(hasattr(p, a) for a in ("stats", "name")):
+                raise ArgumentTypeError(
+                    f"PrometheusCollector takes npumem.Pool objects, got {type(p).__name__}"
+                )
+        names = [str(p.name) for p in all_pools]
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(
+                f"pool names must differ (they label the metrics), got {names}"
+            )
         try:
             kv = tuple(kv)
         except TypeError:
@@ -172,18 +184,22 @@ class PrometheusCollector:
                     f"kv[{i}] {what} kv[{j}] (pool {key[0]!r}, tag {key[1]!r})"
                 )
             labels[key] = i
-        self.kv = kv
-        all_pools = (pool, *pools)
-        for p in all_pools:
-            if not all(hasattr(p, a) for a in ("stats", "name")):
-                raise ArgumentTypeError(
-                    f"PrometheusCollector takes npumem.Pool objects, got {type(p).__name__}"
+        # A cache's series carry its pool's name: that pool must be one of those collected
+        # (the same object, not only the same name), or the series would name a pool whose
+        # own series are missing, or another pool's.
+        for i, cache in enumerate(kv):
+            if not any(cache.pool is p for p in all_pools):
+                name = str(cache.pool.name)
+                hint = (
+                    "; the cache's pool is another pool of that name)"
+                    if name in names
+                    else "): give that pool too"
                 )
-        names = [str(p.name) for p in all_pools]
-        if len(set(names)) != len(names):
-            raise InvalidArgumentError(
-                f"pool names must differ (they label the metrics), got {names}"
-            )
+                raise InvalidArgumentError(
+                    f"kv[{i}] is in pool {name!r}, which the collector does not read "
+                    f"(its pools: {names}{hint}"
+                )
+        self.kv = kv
         self.pools = all_pools
 
     def _build(
