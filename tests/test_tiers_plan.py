@@ -449,6 +449,39 @@ def test_a_plan_over_several_pools_reads_back(tmp_path: Path) -> None:
         assert again.to_json_obj() | {"seconds": 0} == sol.to_json_obj() | {"seconds": 0}
 
 
+def pinned_of(problem: Problem) -> dict[str, int]:
+    return {b.id: b.offset for b in problem.buffers if b.offset is not None}
+
+
+def test_a_plan_over_several_pools_keeps_its_pinned_buffers(tmp_path: Path) -> None:
+    sol = tiered_example()
+    assert pinned_of(sol.problem) == {"pinned": 32} and sol.pool_of["pinned"] == "hbm"
+    path = tmp_path / "tier.json"
+    obj = assert_valid(json.loads(sol.to_json(path)))
+    assert obj["pinned"] == [{"id": "pinned", "pool": "hbm", "offset": 32}]
+    again = TieredSolution.from_json(path)
+    assert pinned_of(again.problem) == {"pinned": 32}
+    assert again.pool_of["pinned"] == "hbm" and again.offsets == sol.offsets
+    assert pinned_of(again.solutions["hbm"].problem) == {"pinned": 32}
+    assert again.to_json_obj() | {"seconds": 0} == sol.to_json_obj() | {"seconds": 0}
+    # Planned again, the buffer stays where it is pinned.
+    replanned = plan.solve(again.problem, pools=["sram=16", "hbm"], time_limit=0.5)
+    assert (replanned.pool_of["pinned"], replanned.offsets["pinned"]) == ("hbm", 32)
+
+
+def test_a_plan_file_without_pinned_buffers_reads_as_before() -> None:
+    """Version 1 files written before `pinned` was recorded read back, with no pinned
+    buffer."""
+    sol = tiered_example()
+    obj = sol.to_json_obj()
+    del obj["pinned"]
+    assert_valid(obj)
+    again = TieredSolution.from_json(obj)
+    check(again)
+    assert pinned_of(again.problem) == {}
+    assert again.offsets == sol.offsets and again.pool_of == sol.pool_of
+
+
 def tier_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path]:
     src = tmp_path / "p.csv"
     src.write_text(P_CSV)
@@ -543,6 +576,20 @@ def damaged(change: str) -> dict[str, object]:
         other["offset"] = first["offset"]
     elif change == "tensors":
         del obj["tensors"]
+    elif change == "pinned type":
+        obj["pinned"] = {"pinned": "hbm"}
+    elif change == "pin unknown":
+        obj["pinned"][0]["id"] = "nobody"
+    elif change == "pin no pool":
+        obj["pinned"][0]["pool"] = "l2"
+    elif change == "pin elsewhere":
+        obj["pinned"][0]["pool"] = "sram"
+    elif change == "pin offset":
+        obj["pinned"][0]["offset"] = 0
+    elif change == "pin twice":
+        obj["pinned"].append(dict(obj["pinned"][0]))
+    elif change == "pin field":
+        del obj["pinned"][0]["pool"]
     return obj
 
 
@@ -565,15 +612,28 @@ def overlap(a: dict[str, int], b: dict[str, int]) -> bool:
         ("size", "buffers[0] (id 'a'): size must be a positive integer, got 0"),
         ("clash", "pool 'sram': "),
         ("tensors", "missing field 'tensors'"),
+        ("pinned type", "pinned must be a list of objects, got {'pinned': 'hbm'}"),
+        ("pin unknown", "pinned[0]: buffer 'nobody' is not one of the plan's buffers"),
+        ("pin no pool", "pinned[0]: buffer 'pinned' is pinned to pool 'l2', which the plan"),
+        (
+            "pin elsewhere",
+            "pinned[0]: buffer 'pinned' is pinned to pool 'sram' but placed in pool 'hbm'",
+        ),
+        ("pin offset", "pinned[0]: buffer 'pinned' is pinned at offset 0 but placed at 32"),
+        ("pin twice", "pinned[1]: buffer 'pinned' is pinned twice (also pinned[0])"),
+        ("pin field", "pinned[0]: missing field 'pool'"),
     ],
 )
 def test_a_damaged_plan_over_several_pools_is_refused_naming_the_field(
     change: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     obj = damaged(change)
+    before = json.dumps(obj)
     with pytest.raises(ProblemFormatError) as info:
         TieredSolution.from_json(obj, label="bad.json")
     assert words in str(info.value) and str(info.value).startswith("bad.json")
+    assert "\n" not in str(info.value)
+    assert json.dumps(obj) == before  # the reader changed nothing
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(obj))
     status, _, err = run_npumem(["plot", str(path), "-o", str(tmp_path / "bad.png")], capsys)

@@ -673,7 +673,8 @@ class TieredSolution:
     def to_json_obj(self) -> dict[str, Any]:
         """The plan as a JSON-ready dict (format `npumem-tier-plan`, version 1; the schema is
         `npumem/schemas/tier-plan.schema.json`): summary figures, one entry per pool, buffers
-        with `pool` and `offset`, aliases, tensors with their pool."""
+        with `pool` and `offset`, aliases, the pinned buffers (`pinned`: each one's `id`, the
+        `pool` it is pinned to and its `offset` there), tensors with their pool."""
         obj = self.problem.to_json_obj()
         for entry in obj["buffers"]:
             entry["pool"] = self.pool_of[entry["id"]]
@@ -702,6 +703,11 @@ class TieredSolution:
             "seconds": self.seconds,
             "pools": pools,
             **obj,
+            "pinned": [
+                {"id": b.id, "pool": self.pool_of[b.id], "offset": b.offset}
+                for b in self.problem.buffers
+                if b.offset is not None
+            ],
             "tensors": [
                 {"name": t, "pool": p, "offset": o, "size": s}
                 for t, (p, o, s) in self.tensor_offsets().items()
@@ -729,8 +735,10 @@ class TieredSolution:
         Every field is checked as `tier-plan.schema.json` describes it, the buffers and
         aliases as a problem's, and each pool's plan as `validate(capacities=False)` checks
         it; anything else raises `ProblemFormatError` naming the file and the field. A file of
-        another format is refused in the same way. The problem read back has no pinned
-        buffers (a pinned buffer's pin is its offset in the last pool)."""
+        another format is refused in the same way. The buffers listed in `pinned` are pinned
+        again in the problem read back (each must be one of the plan's buffers, once, pinned
+        to one of its pools, and placed in that pool at the offset it is pinned at); a file
+        without `pinned` reads with no pinned buffer."""
         if isinstance(source, Mapping):
             return _tier_plan_from_obj(source, label)
         path = path_argument(
@@ -832,6 +840,9 @@ def _tier_plan_from_obj(obj: Mapping[str, Any], label: str) -> TieredSolution:
             )
         placed.append((str(pool), offset))
         stripped.append({k: v for k, v in entry.items() if k not in ("pool", "offset")})
+    for i, pin_offset in _read_pins(obj, label, entries, placed, names).items():
+        # The offset field of a problem's buffer pins it there.
+        stripped[i]["offset"] = pin_offset
     problem = Problem.from_json(
         {k: v for k, v in obj.items() if k in ("name", "aliases")} | {"buffers": stripped},
         label=label,
@@ -864,6 +875,71 @@ def _tier_plan_from_obj(obj: Mapping[str, Any], label: str) -> TieredSolution:
     except PlanValidationError as exc:
         raise ProblemFormatError(f"{label}: {exc}") from None
     return solution
+
+
+def _read_pins(
+    obj: Mapping[str, Any],
+    label: str,
+    entries: Sequence[Mapping[str, Any]],
+    placed: Sequence[tuple[str, int]],
+    names: Sequence[str],
+) -> dict[int, int]:
+    """The optional `pinned` list of a plan over several pools, checked against the buffers
+    (`entries`, each placed at `placed[i]`: pool and offset) and the pools' `names`: each
+    entry names one of the buffers, once, a pool of the plan, and the pool and offset where
+    the buffer is placed. Returns the pinned offset by buffer index; anything else raises
+    `ProblemFormatError` naming the entry."""
+    if "pinned" not in obj:
+        return {}
+    pins = obj["pinned"]
+    if not isinstance(pins, list) or not all(isinstance(pin, Mapping) for pin in pins):
+        raise ProblemFormatError(f"{label}: pinned must be a list of objects, got {shown(pins)}")
+    index: dict[Any, int] = {}
+    for i, entry in enumerate(entries):
+        index.setdefault(entry.get("id"), i)
+    out: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for k, pin in enumerate(pins):
+        where = f"{label}: pinned[{k}]"
+        for key in ("id", "pool", "offset"):
+            if key not in pin:
+                raise ProblemFormatError(f"{where}: missing field {shown(key)}")
+        buf_id, pool, offset = pin["id"], pin["pool"], pin["offset"]
+        if not isinstance(buf_id, str) or not isinstance(pool, str):
+            key, value = ("id", buf_id) if not isinstance(buf_id, str) else ("pool", pool)
+            raise ProblemFormatError(f"{where}: {key} must be a string, got {shown(value)}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_BYTES:
+            raise ProblemFormatError(
+                f"{where}: offset must be an integer between 0 and {MAX_BYTES}, got {shown(offset)}"
+            )
+        at = index.get(buf_id)
+        if at is None:
+            raise ProblemFormatError(
+                f"{where}: buffer {shown(buf_id)} is not one of the plan's buffers"
+            )
+        if at in seen:
+            raise ProblemFormatError(
+                f"{where}: buffer {shown(buf_id)} is pinned twice (also pinned[{seen[at]}])"
+            )
+        seen[at] = k
+        if pool not in names:
+            raise ProblemFormatError(
+                f"{where}: buffer {shown(buf_id)} is pinned to pool {shown(pool)}, which the "
+                f"plan does not have (its pools: {list(names)})"
+            )
+        placed_pool, placed_offset = placed[at]
+        if pool != placed_pool:
+            raise ProblemFormatError(
+                f"{where}: buffer {shown(buf_id)} is pinned to pool {shown(pool)} but placed in "
+                f"pool {shown(placed_pool)}"
+            )
+        if offset != placed_offset:
+            raise ProblemFormatError(
+                f"{where}: buffer {shown(buf_id)} is pinned at offset {offset} but placed at "
+                f"{placed_offset}"
+            )
+        out[at] = offset
+    return out
 
 
 def _check_tier_figures(obj: Mapping[str, Any], label: str) -> None:
