@@ -646,6 +646,7 @@ ARGUMENT_REFUSALS = [
     (["plan"], "npumem plan: error: the following arguments are required: INPUT"),
     (["plan", "x.csv", "--bogus"], "npumem plan: error: unrecognized arguments: --bogus"),
     (["plan", "x.csv", "--capacity", "-5"], "npumem plan: error: argument --capacity: '-5' is"),
+    (["plan", "x.csv", "--capacity", "0"], "npumem plan: error: argument --capacity: must be at"),
     (["plan", "x.csv", "--time-limit", "x"], "npumem plan: error: argument --time-limit"),
     (["report"], "npumem report: error: the following arguments are required: SNAPSHOT"),
     (["report", "s.json", "--bogus"], "npumem report: error: unrecognized arguments: --bogus"),

@@ -68,6 +68,31 @@ def test_capacity_met_and_not_met(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert not (tmp_path / "b.csv").exists()  # a command that fails writes no file
 
 
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("0", "must be at least 1 byte, got '0'"),
+        ("0B", "must be at least 1 byte, got '0B'"),
+        ("0KiB", "must be at least 1 byte, got '0KiB'"),
+        ("-1", "'-1' is not a byte count: it is negative"),
+        ("1.5", "'1.5' is not a byte count: it is about 1.5 bytes, not a whole number"),
+    ],
+)
+def test_a_capacity_below_one_byte_is_a_bad_argument(
+    value: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No arena holds a buffer in 0 bytes: `--capacity 0` is refused as bad input (status 2,
+    one line), not planned and reported as a capacity not met (status 1)."""
+    out = tmp_path / "out.csv"
+    argv = ["plan", str(DATA / "input.12.csv"), "-o", str(out), "--capacity", value]
+    status, printed, err = run_cli(argv, capsys, output=out)
+    assert (status, printed) == (2, "")
+    assert err == f"npumem plan: error: argument --capacity: {words}\n"
+    for pools in (["--pool", "sram=16"], ["--pool", "sram=16", "--pool", "hbm"]):
+        status, _, err = run_cli([*argv, *pools], capsys, output=out)
+        assert status == 2 and f"argument --capacity: {words}" in err
+
+
 def test_capacity_not_met_leaves_an_existing_output_untouched(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,7 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from npumem._argtypes import byte_count, integer_from, non_negative, non_negative_seconds
+from npumem._argtypes import (
+    byte_count,
+    integer_from,
+    non_negative,
+    non_negative_seconds,
+    positive_byte_count,
+)
 from npumem._shown import shown, shown_plain
 from npumem.errors import MissingDependencyError
 from npumem.exit_status import ExitStatus, one_line
@@ -476,10 +482,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--capacity",
-        type=byte_count,
+        type=positive_byte_count,
         metavar="N",
-        help="stop at the first packing within N bytes (1048576, 64MiB, 1.5GiB, ...); "
-        "exit 1 if none",
+        help="stop at the first packing within N bytes, at least 1 (1048576, 64MiB, 1.5GiB, "
+        "...); exit 1 if none",
     )
     parser.add_argument(
         "--time-limit",
