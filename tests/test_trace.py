@@ -274,6 +274,26 @@ def test_a_handle_freed_then_allocated_again_is_read(tmp_path: Path) -> None:
     assert trace.events[0].handle == trace.events[2].handle
 
 
+def test_a_move_past_the_end_of_the_arena_is_refused(tmp_path: Path) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    with TraceRecorder(pool) as rec:
+        pool.alloc(1000).free()
+    obj = rec.trace.to_json_obj()
+    alloc, free = obj["events"]
+    end = 8 * MIB - 512  # the block would end 488 bytes past the arena
+    move = [alloc[0] + 1, "move", end, 1000, 0, alloc[5], alloc[6], alloc[2], -1]
+    obj["events"] = [alloc, move, free]
+    path = tmp_path / "moved.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(FileFormatError) as info:
+        load_trace(path)
+    assert str(info.value) == (
+        f"{path}: event 1: block [{end}, {end + 1000}) ends beyond the capacity {8 * MIB}"
+    )
+    move[2] = 8 * MIB - 1024  # inside the arena: read
+    assert [e.kind for e in Trace.from_json_obj(obj).events] == ["alloc", "move", "free"]
+
+
 def recorded(capacity: int, seed: int) -> tuple[npumem.Pool, Trace]:
     pool = npumem.Pool(capacity, cores=1, name="rec")
     with TraceRecorder(pool) as rec:

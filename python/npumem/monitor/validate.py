@@ -5,7 +5,7 @@ these functions check that the whole makes sense as the picture of one pool: byt
 offsets fit in 64 bits, the configuration is positive, every block and extent lies inside the
 arena, live blocks do not overlap each other or a free run, the fragmentation is a fraction,
 KV pages lie inside live blocks, apart, and agree with their caches' stats,
-every traced allocation fits the recorded arena, and no handle is allocated again while its
+every traced allocation and move fits the recorded arena, and no handle is allocated again while its
 block is live (handles carry a generation, so a pool never hands out the same one twice).
 The configuration must be one a pool can have (`check_config`), and every figure the formats
 keep in 64 bits must fit in them. Each failure is a `npumem.monitor.errors.FileFormatError` of
@@ -373,7 +373,7 @@ def check_trace(trace: Trace, where: str) -> None:
                 raise _fail(where, f"event {i}: an {e.kind} event of 0 bytes")
             if e.aux and e.aux & (e.aux - 1):
                 raise _fail(where, f"event {i}: alignment {e.aux} is not a power of two")
-        if e.kind == "alloc" and e.offset + e.size > capacity:
+        if (e.kind == "alloc" or e.kind == "move") and e.offset + e.size > capacity:
             raise _fail(
                 where,
                 f"event {i}: block [{e.offset}, {e.offset + e.size}) ends beyond the capacity "
