@@ -4,6 +4,7 @@ the plan would (`onnx_flow_helpers`)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -929,3 +930,158 @@ def test_the_executor_finds_a_planner_that_breaks_the_rules(
     solution.validate()
     with pytest.raises(PlanBroken):
         Executor(m, solution).run(lambda _: True)
+
+
+# ----- the copies at an If's end ---------------------------------------------------------------
+
+OUTER = {"p": "Exp", "q": "Sigmoid", "r": "Tanh"}
+"""Values of the enclosing graph that a branch may return, and the op computing each."""
+BRANCH = {"b1": "Relu", "b2": "Neg"}
+"""Values a branch may compute, and the op computing each."""
+
+
+def join_model(
+    then_outs: list[str], else_outs: list[str], used: list[bool], read_after: tuple[str, ...] = ()
+) -> onnx.ModelProto:
+    """`a` -> the values of `OUTER`; If(c) named 'sel' returns `then_outs` and `else_outs`
+    (names of `OUTER` or `BRANCH`); the outputs `o{k}` with `used[k]` are read after it, and
+    so are the values of `read_after`."""
+
+    def side(name: str, values: list[str]) -> onnx.GraphProto:
+        made = [v for v in dict.fromkeys(values) if v in BRANCH]
+        nodes = [node(BRANCH[v], ["a"], [v], name=v) for v in made]
+        return helper.make_graph(nodes, name, [], [V(v, F, [16]) for v in values])
+
+    outs = [f"o{k}" for k in range(len(then_outs))]
+    nodes = [node(op, ["a"], [v], name=f"mk_{v}") for v, op in OUTER.items()]
+    nodes.append(
+        node(
+            "If",
+            ["c"],
+            outs,
+            name="sel",
+            then_branch=side("then", then_outs),
+            else_branch=side("else", else_outs),
+        )
+    )
+    results = []
+    for x in [*(o for o, u in zip(outs, used, strict=True) if u), *read_after]:
+        nodes.append(node("Abs", [x], [f"use_{x}"], name=f"use_{x}"))
+        results.append(V(f"use_{x}", F, [16]))
+    inputs = [V("a", F, [16]), V("c", TensorProto.BOOL, [])]
+    return helper.make_model(
+        helper.make_graph(nodes, "join", inputs, results),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+
+
+def join_copies_break(
+    then_outs: list[str], else_outs: list[str], used: list[bool], read_after: tuple[str, ...] = ()
+) -> list[str]:
+    """Plan `join_model(...)`, then in each branch run the copies at the If's end (docs: each
+    output gets its branch's value copied to its address unless it is there already) in every
+    order, byte by byte; the ways an output (read or not) ends without its branch's value, or
+    a value read after the If is overwritten."""
+    solution = solve(
+        Problem.from_onnx(join_model(then_outs, else_outs, used, read_after)), time_limit=1.0
+    )
+    solution.validate()
+    at = solution.tensor_offsets()
+    broken = []
+    for tag, values in (("then", then_outs), ("else", else_outs)):
+        flat = {v: f"sel/{tag}/{v}" if v in BRANCH else v for v in values}
+        live = [*OUTER, *(flat[v] for v in dict.fromkeys(values) if v in BRANCH)]
+        memory = np.full(max(o + s for o, s in at.values()) + 1, -1)
+        for label, x in enumerate(live):
+            memory[at[x][0] : at[x][0] + at[x][1]] = label
+        copies = [(at[f"o{k}"], at[flat[v]]) for k, v in enumerate(values)]
+        for order in itertools.permutations(range(len(copies))):
+            now = memory.copy()
+            for k in order:
+                (dst, size), (src, _) = copies[k]
+                if dst != src:
+                    now[dst : dst + size] = now[src : src + size].copy()
+            for k, v in enumerate(values):
+                dst, size = at[f"o{k}"]
+                if not (now[dst : dst + size] == live.index(flat[v])).all():
+                    broken.append(f"{tag}: o{k} is not {v} after the copies in order {order}")
+            for x in read_after:
+                if not (now[at[x][0] : at[x][0] + at[x][1]] == live.index(x)).all():
+                    broken.append(f"{tag}: {x} is overwritten by the copies in order {order}")
+    return broken
+
+
+@pytest.mark.parametrize(
+    "used",
+    [
+        pytest.param([False, True], id="A-first-output-unread"),
+        pytest.param([True, True], id="B-both-read"),
+    ],
+)
+def test_an_if_s_copies_leave_what_another_output_copies(used: list[bool]) -> None:
+    """then (p, p), else (q, p): on the else path o0's copy of q must not overwrite the p that
+    o1 takes, whatever the order of the copies, and also when nothing reads o0."""
+    assert join_copies_break(["p", "p"], ["q", "p"], used) == []
+
+
+def test_the_copies_at_an_if_s_end_in_every_order_on_random_ifs() -> None:
+    """Small `If`s returning values of the enclosing graph and of the branches, in any
+    combination, outputs read or not: every output ends with its branch's value, whatever the
+    order of the copies, and the enclosing values read after the If are intact."""
+    rng = np.random.default_rng(7)
+    names = [*OUTER, *BRANCH]
+    for _ in range(300):
+        n = int(rng.integers(1, 4))
+        then_outs = [str(x) for x in rng.choice(names, n)]
+        else_outs = [str(x) for x in rng.choice(names, n)]
+        used = [bool(x) for x in rng.integers(0, 2, n)]
+        if not any(used):
+            used[int(rng.integers(0, n))] = True
+        after = tuple(x for x in OUTER if rng.random() < 0.3)
+        broken = join_copies_break(then_outs, else_outs, used, after)
+        assert broken == [], (then_outs, else_outs, used, after, broken[:3])
+
+
+# ----- declaring a carried value's shape in a loop's body ------------------------------------
+
+
+def loop_of_branch_sized_value(declare: str) -> onnx.ModelProto:
+    """The If `sel` gives `o` 4 x 16 or 4 x 8, so `o` is 4 x ? as it enters the Loop `lp`,
+    which carries it as `h_in`; the body declares h_in 4 x k in its value_info or its inputs
+    (`declare`), or not at all ('')."""
+    then = helper.make_graph(
+        [node("MatMul", ["x", "w"], ["t1"], name="mm")], "then", [], [V("t1", F, [4, 16])]
+    )
+    other = helper.make_graph(
+        [node("Neg", ["x"], ["e1"], name="neg")], "else", [], [V("e1", F, [4, 8])]
+    )
+    h_in = V("h_in", F, [4, "k"] if declare == "input" else [4, None])
+    loop_body = helper.make_graph(
+        [node("Relu", ["h_in"], ["h_out"], name="relu"), node("Identity", ["c_in"], ["c_out"])],
+        "body",
+        [V("i", TensorProto.INT64, []), V("c_in", TensorProto.BOOL, []), h_in],
+        [V("c_out", TensorProto.BOOL, []), V("h_out", F, [4, None])],
+        value_info=[V("h_in", F, [4, "k"])] if declare == "value_info" else [],
+    )
+    nodes = [
+        node("If", ["c"], ["o"], name="sel", then_branch=then, else_branch=other),
+        node("Loop", ["M", "c", "o"], ["hf"], name="lp", body=loop_body),
+    ]
+    inputs = [V("x", F, [4, 8]), V("c", TensorProto.BOOL, [])]
+    return model(nodes, inputs, [V("hf", F, [4, None])], [ones("w", 8, 16), const("M", 2)])
+
+
+@pytest.mark.parametrize("declare", ["value_info", "input"])
+def test_a_carried_value_s_shape_declared_in_the_body_with_a_dimension_to_bind(
+    declare: str,
+) -> None:
+    """As the error for an unsized carried value advises: declare it in the body, with a
+    named dimension, and bind the dimension."""
+    with pytest.raises(GraphError, match=r"'h_in' in the body of node 'lp' \(Loop\).*value_info"):
+        Problem.from_onnx(loop_of_branch_sized_value(""))
+    with pytest.raises(GraphError, match="bind 'k'"):
+        Problem.from_onnx(loop_of_branch_sized_value(declare))
+    m = loop_of_branch_sized_value(declare)
+    solution = planned(m, {"k": 16}, trips={"lp": 2})
+    sizes = dict(solution.tensor_offsets())
+    assert sizes["lp/body/h_in"][1] == sizes["hf"][1] == 4 * 16 * 4

@@ -446,7 +446,12 @@ class _Scope:
     names: dict[str, str] = field(default_factory=dict)
     """The graph's own values flattened so far: ONNX name -> flattened name."""
     read: set[str] = field(default_factory=set)
-    returned: set[str] = field(default_factory=set)
+    """The names the graph's nodes read (their subgraphs' reads of enclosing values included)."""
+    returned: set[str] = field(init=False)
+    """The names of the graph's outputs."""
+
+    def __post_init__(self) -> None:
+        self.returned = {v.name for v in self.graph.output}
 
     def flat(self, name: str) -> str:
         """The flattened name of the value `name` means here (lexical scope)."""
@@ -465,7 +470,7 @@ class _Scope:
         """Where the value `name` of this graph may declare its shape: the graph's value_info,
         and for an output of the graph its entry among the outputs too (of two declarations,
         the more specific one counts)."""
-        output = any(v.name == name for v in self.graph.output)
+        output = name in self.returned
         if self.parent is None:
             return "the model's value_info" + (" or its graph outputs" if output else "")
         return f"the value_info{' or the outputs' if output else ''} of {self.graph_name()}"
@@ -718,7 +723,6 @@ class _Flattener:
         """Flatten the nodes of `scope` (its inputs, for a subgraph, are already defined)."""
         graph = scope.graph
         scope.read = {x for node in graph.node for x in node_reads(node)}
-        scope.returned = {v.name for v in graph.output}
         for init in graph.initializer:
             flat = self.define(scope, init.name)
             size = self.size_of(flat, init.data_type, list(init.dims))
@@ -829,7 +833,9 @@ class _Flattener:
             sides.append((made, outs))
         (then_made, then_outs), (else_made, else_outs) = sides
         outputs: list[str] = []
-        inplace: dict[str, str] = {}
+        homes: dict[str, str] = {}
+        # The outputs without a home: (position among the outputs, output, then, else).
+        own: list[tuple[int, str, str, str]] = []
         for out, t, e in zip(node.output, then_outs, else_outs, strict=True):
             if not out:
                 continue
@@ -854,12 +860,59 @@ class _Flattener:
                 self.claimed.add(home)
                 self.tensors[home].size = max(self.tensors[home].size, size)
                 self.tensors[flat] = Tensor(flat, size, view_of=home)
+                homes[flat] = home
             else:
                 self.tensors[flat] = Tensor(flat, size)
-                inplace[flat] = t if self.tensors[t].size >= size else e
+                own.append((len(outputs), flat, t, e))
             outputs.append(flat)
+        inplace = self.join_inplace(list(node.output), then_outs, else_outs, homes, own)
         join = self.op_name(f"{name}/join")
         self.ops.append(Op(join, list(dict.fromkeys([*then_outs, *else_outs])), outputs, inplace))
+
+    def join_inplace(
+        self,
+        names: list[str],
+        then_outs: list[str],
+        else_outs: list[str],
+        homes: dict[str, str],
+        own: list[tuple[int, str, str, str]],
+    ) -> dict[str, str]:
+        """The in-place pairs of an `If`'s join for its outputs without a home. `names`: the
+        node's outputs (an empty name is an output not taken, which nothing copies);
+        `then_outs`, `else_outs`: the branches' values; `homes`: output -> home; `own`: the
+        other outputs (position among the outputs taken, output, then-value, else-value).
+
+        At the join the runtime copies, in any order, each output's value in the branch taken
+        to the output's address unless it is there already. An output may take the memory of
+        one of its two values (a tensor `r`, up its chain of views) only where no copy of
+        another output can read or write `r` in a branch where the output's own copy runs:
+
+        * `r` is no other output's home and no other output's in-place value (two outputs in
+          one tensor would both be written there);
+        * in each branch where the output's value is not (a view of) `r`, so that its copy
+          writes `r`, no other output's value in that branch lies in `r`.
+
+        Every output then ends with its branch's value, whatever the order of the copies,
+        outputs that nothing reads included (the runtime copies them as well). The lifetime
+        rules decide, as for any in-place op, whether the output takes that memory."""
+        sides = [
+            [self.root(x) for x, out in zip(outs, names, strict=True) if out]
+            for outs in (then_outs, else_outs)
+        ]
+        taken = set(homes.values())
+        inplace: dict[str, str] = {}
+        for k, flat, t, e in own:
+            size = self.tensors[flat].size
+            for value in dict.fromkeys((t, e)):
+                r = self.root(value)
+                if r in taken or self.tensors[value].size < size:
+                    continue
+                if any(side[k] != r and r in side[:k] + side[k + 1 :] for side in sides):
+                    continue
+                inplace[flat] = value
+                taken.add(r)
+                break
+        return inplace
 
     def flatten_loop(self, scope: _Scope, index: int, node: Any, name: str) -> None:
         """A `Loop` or a `Scan`: an op that begins the loop, the body's ops once (every

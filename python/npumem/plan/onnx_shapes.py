@@ -174,6 +174,8 @@ class Inferred:
     rank or known dimension), left out of `declared`: what the two declarations say, for a
     message (`the value_info declares float 2 x 6, the outputs float 2 x 7`)."""
     defined: set[str] = field(default_factory=set)
+    initializers: dict[str, Any] = field(default_factory=dict)
+    """The graph's initializers by name (built once: sizing looks values up node by node)."""
 
     def owner(self, name: str) -> Inferred | None:
         """The innermost scope, from this one outwards, that defines `name`."""
@@ -208,17 +210,16 @@ class Inferred:
             return None
         if name in scope.values:
             return scope.values[name]
-        for init in scope.graph.initializer:
-            if init.name != name:
-                continue
-            if init.data_location == onnx.TensorProto.EXTERNAL or math.prod(init.dims) > FOLD_LIMIT:
-                return None
-            try:
-                scope.values[name] = onnx.numpy_helper.to_array(init)
-            except Exception:
-                return None
-            return scope.values[name]
-        return None
+        init = scope.initializers.get(name)
+        if init is None:
+            return None
+        if init.data_location == onnx.TensorProto.EXTERNAL or math.prod(init.dims) > FOLD_LIMIT:
+            return None
+        try:
+            scope.values[name] = onnx.numpy_helper.to_array(init)
+        except Exception:
+            return None
+        return scope.values[name]
 
 
 def complete(value_type: Any) -> bool:
@@ -342,7 +343,9 @@ def _scope(onnx: Any, graph: Any, inferred: Any, parent: Inferred | None, where:
             and value_info.type.WhichOneof("value") is not None
         ):
             types[value_info.name] = value_info.type
+    initializers: dict[str, Any] = {}
     for init in graph.initializer:
+        initializers.setdefault(init.name, init)
         if init.name not in types:  # an initializer that is not a graph input (or IR < 4)
             types[init.name] = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
     declared: dict[str, Any] = {}
@@ -373,6 +376,7 @@ def _scope(onnx: Any, graph: Any, inferred: Any, parent: Inferred | None, where:
         declared=declared,
         conflicts=conflicts,
         defined=defined,
+        initializers=initializers,
     )
     for index, (node, copy) in enumerate(zip(graph.node, inferred.node, strict=True)):
         if node.op_type not in CONTROL_FLOW_OPS or node.domain not in ("", "ai.onnx"):
@@ -621,9 +625,19 @@ def _control_flow(onnx: Any, proto: Any, scope: Inferred, index: int, node: Any)
         if len(lengths) == 1:
             trip = lengths.pop()
     for j, x in enumerate(states):
+        if first_state + j >= len(inputs):
+            continue
+        name = inputs[first_state + j]
         found = scope.best(x) if x else None
-        if found is not None and first_state + j < len(inputs):
-            body.types[inputs[first_state + j]] = found
+        # The body's value_info, then the body's input, size a carried value whose type as it
+        # enters the loop is not fully known (an initial value whose shape depends on the
+        # branch taken); a declaration that disagrees with what is known is ignored.
+        for declared in (body.declared.get(name), body.graph.input[first_state + j].type):
+            if complete(found) or declared is None or declared.WhichOneof("value") is None:
+                continue
+            found = declared if found is None else merge_declared(onnx, found, declared) or found
+        if found is not None:
+            body.types[name] = found
     scope.trips[index] = trip
     _walk(onnx, proto, body)
     first_out = 1 if node.op_type == "Loop" else 0
