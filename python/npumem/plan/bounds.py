@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from npumem.plan.problem import Problem
+from npumem.plan.problem import Problem, check_problem
 
 __all__ = ["alignment_bound", "fixed_bound", "live_bytes", "live_profile", "lower_bound"]
 
@@ -91,5 +91,7 @@ def fixed_bound(problem: Problem) -> int:
 def lower_bound(problem: Problem) -> int:
     """The strongest of the bounds above: no packing of `problem` can be smaller. The live
     bytes and alignment bounds come from one sweep in the core (`PlanTimeline.live_bound`),
-    the same sums as `alignment_bound`, in O(n log n) for each alignment of the problem."""
+    the same sums as `alignment_bound`, in O(n log n) for each alignment of the problem.
+    A `problem` that is not a `Problem` raises `PlanArgumentTypeError`."""
+    check_problem(problem, "lower_bound()")
     return max(problem.timeline.live_bound(), fixed_bound(problem))

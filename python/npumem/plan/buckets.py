@@ -23,11 +23,12 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from npumem._shown import shown
 from npumem.plan.buffers import Buffer
-from npumem.plan.errors import PlanError
+from npumem.plan.errors import PlanArgumentTypeError, PlanError
 from npumem.plan.graph import Graph
 from npumem.plan.onnx_import import graph_from_onnx, load_onnx
-from npumem.plan.problem import Problem
+from npumem.plan.problem import Problem, left_out_reasons
 from npumem.plan.search import solve
 from npumem.plan.solution import Solution
 
@@ -35,7 +36,19 @@ __all__ = ["Bucket", "BucketPlan", "bucket_dims", "plan_buckets"]
 
 
 def bucket_dims(dims: Mapping[str, int | Sequence[int]]) -> list[dict[str, int]]:
-    """Every combination of the values given per dimension (a single value is one bucket)."""
+    """Every combination of the values given per dimension (a single value is one bucket).
+    `dims` that do not map names to an int or a list of ints raise `PlanArgumentTypeError`."""
+    if not isinstance(dims, Mapping):
+        raise PlanArgumentTypeError(
+            f"dims must map dimension names to values, got {type(dims).__name__}"
+        )
+    for name, value in dims.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            continue
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise PlanArgumentTypeError(
+                f"dims[{shown(name)}] must be an int or a list of ints, got {shown(value)}"
+            )
     names = list(dims)
     choices: list[list[int]] = []
     for name in names:
@@ -101,7 +114,9 @@ class BucketPlan:
         """One bucket's whole memory as one plan: the weights at their shared offsets, live
         the whole run, and the bucket's activations from `weights_size` on; its arena covers
         both. Its lower bound is the weights plus the bucket's bound (for this layout, the
-        weights first). Without weights, the bucket's own solution."""
+        weights first), and its greedy figure (`stats.greedy_arena`) covers the same buffers:
+        the weights at their offsets and the greedy packing of the activations after them.
+        Without weights, the bucket's own solution."""
         act = bucket.solution
         if self.weights is None:
             return act
@@ -113,11 +128,14 @@ class BucketPlan:
             aliases=[*weights.aliases, *act.problem.aliases],
             name=act.problem.name,
             slots=act.problem.slots,
+            empty=[*weights.empty, *act.problem.empty],
         )
         offsets = dict(self.weights.offsets)
         offsets.update((name, base + offset) for name, offset in act.offsets.items())
         bound = max(self.weights.lower_bound, base + act.lower_bound if act.problem.buffers else 0)
-        return Solution(problem, offsets, lower_bound=bound, stats=act.stats)
+        greedy = base + act.stats.greedy_arena if act.problem.buffers else 0
+        stats = replace(act.stats, greedy_arena=max(self.weights.arena_size, greedy))
+        return Solution(problem, offsets, lower_bound=bound, stats=stats)
 
     def tensor_offsets(self, bucket: Bucket) -> dict[str, tuple[int, int]]:
         """`name -> (offset, size)` from the start of the memory for one bucket: the weights,
@@ -156,6 +174,7 @@ def _weights_problem(graph: Graph, alignment: int) -> Problem:
         [Buffer(b.id, 0, 1, b.size, b.alignment) for b in full.buffers if b.id in weights],
         aliases=[a for a in full.aliases if a.base in weights],
         name=f"{graph.name} weights",
+        empty=[name for name in full.empty if name in weights],
     )
 
 
@@ -178,6 +197,12 @@ def plan_buckets(
     buffers loaded ahead with `in_flight` inferences in flight (see
     `pipelined()`)."""
     combos = bucket_dims(dims)
+    if isinstance(pipelined, str):
+        pipelined = [pipelined]
+    if not isinstance(pipelined, Iterable):
+        raise PlanArgumentTypeError(
+            f"pipelined must be a list of buffer names, got {type(pipelined).__name__}"
+        )
     build = _graph_builder(model)
     names = list(pipelined)
     buckets: list[Bucket] = []
@@ -194,6 +219,10 @@ def plan_buckets(
             label=os.fspath(model) if isinstance(model, str | os.PathLike) else None,
         )
         if names:
+            if include_weights:
+                problem._left_out = left_out_reasons(
+                    graph, problem, include_weights=True, shared_weights=True
+                )
             problem = problem.pipelined(names, in_flight)
         label = ",".join(f"{k}={v}" for k, v in combo.items())
         problem.name = f"{problem.name or 'model'} [{label}]"

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from npumem._shown import shown
 from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
-from npumem.plan.problem import Problem
+from npumem.plan.problem import Problem, check_problem
 
 __all__ = [
     "GREEDY_RULES",
@@ -232,7 +232,9 @@ GREEDY_RULES: dict[str, Callable[[Problem], list[int]]] = {
 
 def run_rule(problem: Problem, rule: str) -> GreedyResult:
     """Run one rule of `GREEDY_RULES` and time it. A name that is not one of them raises
-    `PlanArgumentError` (`PlanArgumentTypeError` for a value that is not a string)."""
+    `PlanArgumentError` (`PlanArgumentTypeError` for a value that is not a string, or a
+    `problem` that is not a `Problem`)."""
+    check_problem(problem, "run_rule()")
     if not isinstance(rule, str):
         raise PlanArgumentTypeError(
             f"rule must be the name of a greedy rule ({', '.join(GREEDY_RULES)}), got "
@@ -263,7 +265,23 @@ def best_greedy(
     than it: its packing (rule `"linear-scan"`) is the result when it is smaller than every
     rule that finished, or when no rule finished; on a tie the rules win, in their order. The
     rules stop once the deadline has passed, the first one too. Without a deadline only the
-    rules run."""
+    rules run. A `problem` that is not a `Problem`, `rules` that are not a list of names or a
+    `deadline` that is not a number raise `PlanArgumentTypeError`."""
+    check_problem(problem, "best_greedy()")
+    if rules is not None and (
+        isinstance(rules, str)
+        or not isinstance(rules, Sequence)
+        or not all(isinstance(r, str) for r in rules)
+    ):
+        raise PlanArgumentTypeError(
+            f"rules must be None or a list of greedy rule names, got {shown(rules)}"
+        )
+    if deadline is not None and (
+        isinstance(deadline, bool) or not isinstance(deadline, int | float)
+    ):
+        raise PlanArgumentTypeError(
+            f"deadline must be None or a time.perf_counter() value, got {shown(deadline)}"
+        )
     start = time.perf_counter()
     names = list(rules or GREEDY_RULES)
     unknown = [r for r in names if r not in _RULE_PASSES]

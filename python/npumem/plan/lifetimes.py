@@ -14,6 +14,9 @@ Rules (op `i` runs at time step `i`; a buffer is live on `[lower, upper)`):
   does so when this op is the input's last use (counting its views and earlier in-place
   outputs), the input is not a graph input, output or weight, and the output fits; otherwise the
   output gets its own buffer.
+* a tensor of 0 bytes takes no memory: one that lies in a buffer (a view, an in-place output)
+  is an alias of 0 bytes there; one whose memory owner has 0 bytes too gets no buffer and is
+  listed apart, as an empty tensor (the plan reports it at offset 0, size 0).
 * ops listed out of order are put in a dependency order (stable); a cycle, a tensor nobody
   declares, writes twice or produces before it is read, is a `GraphError`.
 """
@@ -255,11 +258,14 @@ def lifetimes(
     include_inputs: bool = True,
     include_outputs: bool = True,
     alignment: int = 1,
-) -> tuple[list[Buffer], list[Alias]]:
-    """The buffers and aliases of `graph` (see the module docstring for the rules).
+) -> tuple[list[Buffer], list[Alias], list[str]]:
+    """The buffers, the aliases and the empty tensors of `graph` (see the module docstring
+    for the rules).
 
     One buffer per tensor that owns memory; views and in-place outputs become
-    `Alias` entries. Tensors of 0 bytes are left out.
+    `Alias` entries (one of 0 bytes too, where it lies in a buffer). A tensor of 0 bytes that
+    lies in no buffer (its memory owner has 0 bytes) is named in the third list: it takes no
+    memory, and the planner reports it at offset 0 with size 0.
     `alignment` raises every buffer's alignment to at least that.
     """
     ops = execution_order(graph)
@@ -370,15 +376,21 @@ def lifetimes(
 
     buffers: list[Buffer] = []
     aliases: list[Alias] = []
+    empty: list[str] = []
     for owner, names in members.items():
         owned = tensors[owner]
-        if owned.size == 0:
-            continue
         if owned.weight and not include_weights:
             continue
         if owner in inputs and not include_inputs:
             continue
-        if not include_outputs and all(m in outputs for m in names if tensors[m].size):
+        if not include_outputs and all(
+            m in outputs for m in names if tensors[m].size or not owned.size
+        ):
+            continue
+        if owned.size == 0:
+            # Nothing of the group takes memory (a view or an in-place output fits inside
+            # its owner, so every member has 0 bytes): no buffer, each member listed as empty.
+            empty.extend(names)
             continue
         if owned.weight:
             lower, upper = 0, end
@@ -388,8 +400,6 @@ def lifetimes(
         # The buffer is aligned for every tensor in it (each lies at a multiple of its own).
         align = max(tensors[m].alignment for m in names)
         buffers.append(Buffer(owner, lower, upper, owned.size, max(align, alignment)))
-        for m in names:
-            if m != owner and tensors[m].size:
-                aliases.append(Alias(m, owner, group[m][1], tensors[m].size))
+        aliases.extend(Alias(m, owner, group[m][1], tensors[m].size) for m in names if m != owner)
     buffers.sort(key=lambda b: (b.lower, b.id))
-    return buffers, aliases
+    return buffers, aliases, empty

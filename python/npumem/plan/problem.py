@@ -84,6 +84,30 @@ def _is_power_of_two(value: object) -> bool:
     )
 
 
+def check_problem(problem: object, call: str) -> None:
+    """Refuse a `problem` argument that is not a `Problem` (`PlanArgumentTypeError`; for a
+    model, a graph or a path the message says how to make a problem of it). `call` names
+    the function in the message."""
+    if isinstance(problem, Problem):
+        return
+    kind = type(problem).__name__
+    if kind == "ModelProto":
+        hint = "; plan an ONNX model with Problem.from_onnx(model, dims={...})"
+    elif kind == "Graph":
+        hint = "; plan a graph with Problem.from_graph(graph)"
+    elif isinstance(problem, str | os.PathLike):
+        hint = "; read a file with Problem.from_csv, Problem.from_json or Problem.from_onnx"
+    else:
+        hint = ""
+    raise PlanArgumentTypeError(f"{call} takes a Problem, got {kind}{hint}")
+
+
+def check_flag(name: str, value: object) -> None:
+    """Refuse a yes/no option that is not a `bool` (`PlanArgumentTypeError`)."""
+    if not isinstance(value, bool):
+        raise PlanArgumentTypeError(f"{name} must be True or False, got {shown(value)}")
+
+
 def check_alignment(alignment: object) -> int:
     """`alignment` if it is a power-of-two `int` (bools, floats and text are refused) of at
     most 64 bits, else `ProblemFormatError`."""
@@ -377,6 +401,49 @@ def overlap_lists(
     return adjacency
 
 
+def left_out_reasons(
+    graph: Any, problem: Problem, *, include_weights: bool, shared_weights: bool = False
+) -> dict[str, str]:
+    """Why each tensor of `graph` that is neither a buffer, an alias nor an empty tensor of
+    `problem` got no buffer: a weight not planned (or, with `shared_weights`, laid out apart
+    and shared by shape buckets), a graph input or output left out, or a view of one of
+    these."""
+    tensors = graph.tensors
+    placed = set(problem._index) | {a.name for a in problem.aliases} | set(problem.empty)
+    inputs, outputs = set(graph.inputs), set(graph.outputs)
+    reasons: dict[str, str] = {}
+    for name in tensors:
+        if name in placed:
+            continue
+        root = name
+        seen = {root}
+        while tensors[root].view_of is not None and tensors[root].view_of not in seen:
+            root = tensors[root].view_of
+            seen.add(root)
+        if tensors[root].weight and shared_weights:
+            why = (
+                "a weight, laid out once and shared by every shape bucket (only activations "
+                "are pipelined with buckets)"
+            )
+        elif tensors[root].weight:
+            why = (
+                "a weight, which is planned only with include_weights=True (--include-weights)"
+                if not include_weights
+                else "a weight, which is not planned here"
+            )
+        elif root in inputs:
+            why = "a graph input, left out of the plan (include_inputs=False)"
+        elif root in outputs:
+            why = "a graph output, left out of the plan (include_outputs=False)"
+        else:
+            why = "a tensor without a buffer of its own in this plan"
+        if root == name:
+            reasons[name] = f"it is {why}, so it has no buffer to pipeline"
+        else:
+            reasons[name] = f"it is a view of {shown(root)}, {why}, so it has no buffer to pipeline"
+    return reasons
+
+
 class Problem:
     """A set of buffers to place, plus the aliases (views, in-place outputs) that live inside them.
 
@@ -394,16 +461,31 @@ class Problem:
         aliases: Iterable[Alias] = (),
         name: str = "",
         slots: Mapping[str, Sequence[str]] | None = None,
+        empty: Iterable[str] = (),
         _checked: bool = False,
     ) -> None:
         # `_checked`: every buffer has passed `_check_buffer` already (a reader checked each as
         # it read it); the rules over all buffers are checked here all the same.
+        for what, value in (("buffers", buffers), ("aliases", aliases), ("empty", empty)):
+            if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+                raise PlanArgumentTypeError(f"{what} must be a list, got {type(value).__name__}")
+        if slots is not None and not isinstance(slots, Mapping):
+            raise PlanArgumentTypeError(
+                f"slots must map tensor names to slot buffer ids, got {type(slots).__name__}"
+            )
         self.buffers: tuple[Buffer, ...] = tuple(buffers)
         self.aliases: tuple[Alias, ...] = tuple(aliases)
         self.name = name
         self.slots: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in (slots or {}).items()}
         """For a pipelined problem (`pipelined()`): each pipelined tensor's slot buffers;
         iteration `i` uses slot `i % len(slots)`."""
+        # Tensors of the graph this problem was made from that got no buffer, with the reason
+        # (`from_graph()`): `pipelined()` names it for such a tensor rather than calling it
+        # unknown.
+        self._left_out: dict[str, str] = {}
+        self.empty: tuple[str, ...] = tuple(empty)
+        """Tensors of 0 bytes that lie in no buffer (`from_graph()`): they take no memory, and
+        the tensor tables of a solution list them at offset 0 with size 0."""
         index: dict[str, int] = {}
         if _checked:
             index = {buf.id: i for i, buf in enumerate(self.buffers)}
@@ -444,6 +526,16 @@ class Problem:
                     "does "
                     f"not lie inside buffer {shown(alias.base)} of {base.size} bytes"
                 )
+        for i, tensor in enumerate(self.empty):
+            if not isinstance(tensor, str) or not tensor or "\0" in tensor:
+                raise ProblemFormatError(
+                    f"empty tensor entry {i}: {shown(tensor)} is not a non-empty name without NUL"
+                )
+            if tensor in names:
+                raise ProblemFormatError(
+                    f"empty tensor {shown(tensor)} reuses the name of a buffer or alias"
+                )
+            names.add(tensor)
         self._check_total()
         self._check_fixed_overlaps()
         for tensor, ids in self.slots.items():
@@ -555,6 +647,7 @@ class Problem:
             aliases=self.aliases,
             name=self.name,
             slots=self.slots,
+            empty=self.empty,
         )
 
     def pipelined(self, names: Iterable[str], in_flight: int = 2) -> Problem:
@@ -573,7 +666,14 @@ class Problem:
         """
         if isinstance(names, str):
             names = [names]
+        if not isinstance(names, Iterable):
+            raise PlanArgumentTypeError(
+                f"names must be a list of buffer names, got {type(names).__name__}"
+            )
         wanted = list(dict.fromkeys(names))
+        odd = [n for n in wanted if not isinstance(n, str)]
+        if odd:
+            raise PlanArgumentTypeError(f"a buffer name must be a str, got {shown(odd[0])}")
         if isinstance(in_flight, bool) or not isinstance(in_flight, int):
             raise PlanArgumentTypeError(
                 f"in_flight must be an integer from 1 to {MAX_IN_FLIGHT} (inferences in "
@@ -585,6 +685,10 @@ class Problem:
                 f"flight), got {in_flight}"
             )
         unknown = [n for n in wanted if n not in self._index]
+        for n in unknown:
+            reason = self._not_pipelinable(n)
+            if reason:
+                raise ProblemFormatError(f"cannot pipeline {shown(n)}: {reason}")
         if unknown:
             close = [
                 m
@@ -624,7 +728,24 @@ class Problem:
             else:
                 aliases.append(a)
         merged = {**self.slots, **slots}
-        return Problem(buffers, aliases=aliases, name=self.name, slots=merged)
+        result = Problem(buffers, aliases=aliases, name=self.name, slots=merged, empty=self.empty)
+        result._left_out = self._left_out
+        return result
+
+    def _not_pipelinable(self, name: object) -> str | None:
+        """Why `name`, a tensor that is no buffer of this problem, cannot be pipelined (None
+        when the problem does not know it)."""
+        for alias in self.aliases:
+            if alias.name == name:
+                return (
+                    f"it is a view or an in-place output that lies in buffer {shown(alias.base)}; "
+                    f"pipeline {shown(alias.base)} (its aliases take slots with it)"
+                )
+        if name in self.empty:
+            return "it has 0 bytes and takes no memory, so there is nothing to load ahead"
+        if isinstance(name, str) and name in self._left_out:
+            return self._left_out[name]
+        return None
 
     def double_buffered(self, names: Iterable[str]) -> Problem:
         """`pipelined()` with two inferences in flight: the named buffers of the next step
@@ -966,11 +1087,27 @@ class Problem:
             raise ProblemFormatError(
                 f"{label}: 'name' must be a string, got {_json_kind(given_name)}"
             )
+        # A plan lists its tensors of 0 bytes that lie in no buffer among its `tensors` (at
+        # offset 0, size 0): they stay in the problem it reads as.
+        empty: list[str] = []
+        if obj.get("format") == PLAN_FORMAT:
+            placed = set(seen) | {a.name for a in aliases}
+            for entry in obj["tensors"]:
+                if (
+                    isinstance(entry, Mapping)
+                    and isinstance(entry.get("name"), str)
+                    and type(entry.get("size")) is int
+                    and entry["size"] == 0
+                    and entry["name"] not in placed
+                ):
+                    empty.append(entry["name"])
+                    placed.add(entry["name"])
         try:
             return cls(
                 buffers,
                 aliases=aliases,
                 name=name or (given_name if isinstance(given_name, str) else "") or default_name,
+                empty=empty,
                 _checked=True,
             )
         except ProblemFormatError as exc:
@@ -1020,21 +1157,42 @@ class Problem:
         """Lifetimes of a graph's tensors (see `npumem.plan.lifetimes` for the rules).
 
         `label` (the file the graph was read from) starts the message of every error about
-        the graph, as it does for the errors of the file's reader."""
+        the graph, as it does for the errors of the file's reader. A `graph` that is not a
+        `Graph`, or a flag that is not a bool, raises `PlanArgumentTypeError`."""
+        from npumem.plan.graph import Graph
+
+        # Typed as a Graph, checked as any object: callers may pass anything.
+        given: object = graph
+        if not isinstance(given, Graph):
+            hint = (
+                "; read a graph JSON with Graph.from_json, an ONNX model with Problem.from_onnx"
+                if isinstance(given, Mapping | str | os.PathLike) or hasattr(given, "graph")
+                else ""
+            )
+            raise PlanArgumentTypeError(
+                f"from_graph takes a Graph, got {type(given).__name__}{hint}"
+            )
+        check_flag("include_weights", include_weights)
+        check_flag("include_inputs", include_inputs)
+        check_flag("include_outputs", include_outputs)
+        if label is not None and not isinstance(label, str):
+            raise PlanArgumentTypeError(f"label must be a str or None, got {shown(label)}")
         check_alignment(alignment)
         try:
-            buffers, aliases = lifetimes(
+            buffers, aliases, empty = lifetimes(
                 graph,
                 include_weights=include_weights,
                 include_inputs=include_inputs,
                 include_outputs=include_outputs,
                 alignment=alignment,
             )
-            return cls(buffers, aliases=aliases, name=graph.name)
+            problem = cls(buffers, aliases=aliases, name=graph.name, empty=empty)
         except ProblemFormatError as exc:
             if label is None or str(exc).startswith(f"{label}: "):
                 raise
             raise type(exc)(f"{label}: {exc}") from None
+        problem._left_out = left_out_reasons(graph, problem, include_weights=include_weights)
+        return problem
 
     @classmethod
     def from_onnx(
@@ -1051,7 +1209,12 @@ class Problem:
 
         Shapes come from ONNX shape inference; symbolic dimensions are bound by `dims`
         (`{"batch": 1, "seq": 128}`). Needs the `onnx` extra: `pip install npumem[onnx]`.
+        A flag that is not a bool raises `PlanArgumentTypeError`.
         """
+        check_flag("include_weights", include_weights)
+        check_flag("include_inputs", include_inputs)
+        check_flag("include_outputs", include_outputs)
+        check_alignment(alignment)
         graph = graph_from_onnx(model, dims=dims)
         return cls.from_graph(
             graph,

@@ -72,7 +72,7 @@ from npumem._shown import shown
 from npumem.plan.bounds import lower_bound
 from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
 from npumem.plan.greedy import best_greedy, pairs_listable
-from npumem.plan.problem import Problem, overlap_lists
+from npumem.plan.problem import Problem, check_problem, overlap_lists
 from npumem.plan.solution import FEASIBLE, INFEASIBLE, OPTIMAL, SearchStats, Solution
 
 __all__ = [
@@ -407,10 +407,11 @@ def solve(
     limit a faster machine may get further. `progress`, when given, is called with a
     `Progress` at every improvement.
 
-    Arguments are checked before any work: a `time_limit`, `capacity`, `node_limit`, `seed`
-    or `progress` of the wrong type raises `PlanArgumentTypeError`, one out of range
-    `PlanArgumentError`.
+    Arguments are checked before any work: a `problem` that is not a `Problem`, or a
+    `time_limit`, `capacity`, `node_limit`, `seed` or `progress` of the wrong type, raises
+    `PlanArgumentTypeError`; one out of range `PlanArgumentError`.
     """
+    check_problem(problem, "solve()")
     check_time_limit(time_limit)
     _check_count("capacity", capacity, "bytes")
     _check_count("node_limit", node_limit, "search nodes")

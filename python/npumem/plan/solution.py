@@ -14,8 +14,13 @@ from typing import Any, Protocol
 from npumem._shown import shown
 from npumem.fileio import json_text, write_text
 from npumem.plan.c_header import c_comment, c_identifier, c_string
-from npumem.plan.errors import PlanError, PlanValidationError
-from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem, csv_id
+from npumem.plan.errors import (
+    PlanArgumentError,
+    PlanArgumentTypeError,
+    PlanError,
+    PlanValidationError,
+)
+from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem, check_problem, csv_id
 
 __all__ = [
     "FEASIBLE",
@@ -38,6 +43,20 @@ NOT_MET = "capacity-not-met"
 """A capacity was asked and no packing within it was found in time (the best one is kept)."""
 INFEASIBLE = "infeasible"
 """A capacity was asked and it is proven too small (below a lower bound, or search exhausted)."""
+
+
+def check_byte_count(name: str, value: object) -> None:
+    """Refuse an optional byte count that is not a whole number >= 0
+    (`PlanArgumentTypeError` for a float, a bool or text; `PlanArgumentError` for a negative
+    one)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanArgumentTypeError(
+            f"{name} must be a whole number of bytes or None, got {shown(value)}"
+        )
+    if value < 0:
+        raise PlanArgumentError(f"{name} must be >= 0, got {value}")
 
 
 class BlockLike(Protocol):
@@ -114,6 +133,9 @@ class Solution:
     `offsets` maps buffer id to offset (a sequence in problem order is accepted too). Solutions
     from `npumem.plan.solve()` carry the lower bound, the status and search statistics; one
     built by hand (to check an external plan) gets the problem's static lower bound.
+    A `problem` that is not a `Problem`, `offsets` that are neither a mapping nor a sequence,
+    or a `lower_bound` or `capacity` that is not a whole number of bytes raises
+    `PlanArgumentTypeError`.
     """
 
     def __init__(
@@ -126,6 +148,14 @@ class Solution:
         status: str | None = None,
         stats: SearchStats | None = None,
     ) -> None:
+        check_problem(problem, "Solution()")
+        if isinstance(offsets, str | bytes) or not isinstance(offsets, Mapping | Sequence):
+            raise PlanArgumentTypeError(
+                "offsets must map buffer ids to offsets or list them in problem order, got "
+                f"{type(offsets).__name__}"
+            )
+        check_byte_count("lower_bound", lower_bound)
+        check_byte_count("capacity", capacity)
         self.problem = problem
         if isinstance(offsets, Mapping):
             unknown = [str(k) for k in offsets if k not in problem._index]
@@ -230,7 +260,10 @@ class Solution:
         """Raise `PlanValidationError` unless every buffer is placed at a
         non-negative offset that is a multiple of its alignment, pinned buffers are where they
         are pinned, no two buffers live at the same time share a byte, and, when `capacity` is
-        given, the arena is within it (`fits` tells whether the asked capacity was met)."""
+        given, the arena is within it (`fits` tells whether the asked capacity was met).
+        A `capacity` that is not a whole number of bytes raises `PlanArgumentTypeError`, a
+        negative one `PlanArgumentError`, as `solve` does."""
+        check_byte_count("capacity", capacity)
         buffers = self.problem.buffers
         offsets: list[int] = []
         for b in buffers:
@@ -271,10 +304,13 @@ class Solution:
 
     def tensor_offsets(self) -> dict[str, tuple[int, int]]:
         """`name -> (offset, size)` for every tensor: the buffers, then the aliases (views and
-        in-place outputs) at their base's offset plus their own."""
+        in-place outputs) at their base's offset plus their own, then the tensors of 0 bytes
+        that lie in no buffer (`Problem.empty`) at offset 0 with size 0."""
         table = {b.id: (self.offsets[b.id], b.size) for b in self.problem.buffers}
         for alias in self.problem.aliases:
             table[alias.name] = (self.offsets[alias.base] + alias.offset, alias.size)
+        for name in self.problem.empty:
+            table[name] = (0, 0)
         return table
 
     def slot_offsets(self, name: str) -> list[int]:
@@ -286,9 +322,12 @@ class Solution:
 
     def iteration_offsets(self, iteration: int) -> dict[str, int]:
         """Where each pipelined buffer of iteration `iteration` (counted from 0) lives: its
-        slot `iteration % in_flight`."""
+        slot `iteration % in_flight`. An `iteration` that is not an `int` raises
+        `PlanArgumentTypeError`, a negative one `PlanArgumentError`."""
+        if isinstance(iteration, bool) or not isinstance(iteration, int):
+            raise PlanArgumentTypeError(f"iteration must be an int >= 0, got {shown(iteration)}")
         if iteration < 0:
-            raise ValueError(f"iteration must be >= 0, got {iteration}")
+            raise PlanArgumentError(f"iteration must be >= 0, got {iteration}")
         return {
             name: self.offsets[ids[iteration % len(ids)]]
             for name, ids in self.problem.slots.items()
@@ -358,7 +397,9 @@ class Solution:
         """A C header with the static offset table: one `{name, offset, size}` entry per
         tensor (aliases included), the arena size and the entry count; written to `path` when
         given. `prefix` names the table and the macros. A plan without tensors has the macros
-        (both 0) and no table."""
+        (both 0) and no table. A `prefix` that is not a str raises `PlanArgumentTypeError`."""
+        if not isinstance(prefix, str):
+            raise PlanArgumentTypeError(f"prefix must be a str, got {shown(prefix)}")
         ident = c_identifier(prefix)
         macro = ident.upper()
         table = self.tensor_offsets()
@@ -403,8 +444,16 @@ class Solution:
         block cannot be freed.
 
         Raises `PlanError` when the arena does not fit in
-        `block.nbytes` or when `block.offset` breaks a buffer's alignment.
+        `block.nbytes` or when `block.offset` breaks a buffer's alignment, and
+        `PlanArgumentTypeError` for a `block` without an integer `offset` and `nbytes`.
         """
+        for attr in ("offset", "nbytes"):
+            value = getattr(block, attr, None)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PlanArgumentTypeError(
+                    f"bind() takes a block with integer offset and nbytes (an npumem.Block), "
+                    f"got {type(block).__name__} whose {attr} is {shown(value)}"
+                )
         pin = getattr(block, "pin", None)
         if pin is not None:
             pin()  # before reading the offset: from here on the block does not move

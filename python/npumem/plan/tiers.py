@@ -62,7 +62,7 @@ from npumem.plan.errors import (
     ProblemFormatError,
 )
 from npumem.plan.inputs import TIER_PLAN_FORMAT, TIER_PLAN_VERSION, check_header, path_argument
-from npumem.plan.problem import PLAN_FORMAT, Problem, csv_id
+from npumem.plan.problem import PLAN_FORMAT, Problem, check_problem, csv_id
 from npumem.plan.search import check_seed, check_time_limit
 from npumem.plan.search import solve as solve_one
 from npumem.plan.solution import FEASIBLE, NOT_MET, OPTIMAL, Solution
@@ -636,11 +636,17 @@ class TieredSolution:
     # ----- exports ----------------------------------------------------------------------------
 
     def tensor_offsets(self) -> dict[str, tuple[str, int, int]]:
-        """`name -> (pool, offset, size)` for every tensor, aliases included."""
+        """`name -> (pool, offset, size)` for every tensor, aliases included; a tensor of 0
+        bytes that lies in no buffer (`Problem.empty`) is at offset 0 of the first pool, with
+        size 0."""
         table: dict[str, tuple[str, int, int]] = {}
         for name, sol in self.solutions.items():
             for tensor, (off, size) in sol.tensor_offsets().items():
                 table[tensor] = (name, off, size)
+        first = next(iter(self.solutions), None)
+        if first is not None:
+            for tensor in self.problem.empty:
+                table[tensor] = (first, 0, 0)
         return table
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
@@ -755,7 +761,10 @@ class TieredSolution:
         self, path: str | os.PathLike[str] | None = None, *, prefix: str = "npumem_plan"
     ) -> str:
         """A C header with one static offset table per pool (`<prefix>_<pool>_table`) and each
-        pool's arena size and entry count."""
+        pool's arena size and entry count. A `prefix` that is not a str raises
+        `PlanArgumentTypeError`."""
+        if not isinstance(prefix, str):
+            raise PlanArgumentTypeError(f"prefix must be a str, got {shown(prefix)}")
         ident = c_identifier(prefix)
         macro = ident.upper()
         lines = [
@@ -775,9 +784,12 @@ class TieredSolution:
             f"}} {ident}_entry;",
             "",
         ]
+        tables: dict[str, dict[str, tuple[int, int]]] = {name: {} for name, _ in self.pools}
+        for tensor, (pool, off, size) in self.tensor_offsets().items():
+            tables[pool][tensor] = (off, size)
         for name, cap in self.pools:
             sol = self.solutions[name]
-            table = sol.tensor_offsets()
+            table = tables[name]
             pool_ident = c_identifier(name)
             pm = f"{macro}_{pool_ident.upper()}"
             lines += [
@@ -1096,8 +1108,15 @@ def solve_tiers(
     """Plan `problem` over `pools` (see the module docstring); stops within about
     `time_limit` seconds. Bad arguments raise what the single-pool `solve` raises for them
     (`PlanArgumentError`, or `PlanArgumentTypeError` for a wrong type)."""
+    check_problem(problem, "solve()")
     check_time_limit(time_limit)
     check_seed(seed)
+    if isinstance(bound_iterations, bool) or not isinstance(bound_iterations, int):
+        raise PlanArgumentTypeError(
+            f"bound_iterations must be an int >= 0, got {shown(bound_iterations)}"
+        )
+    if bound_iterations < 0:
+        raise PlanArgumentError(f"bound_iterations must be >= 0, got {bound_iterations}")
     specs = parse_pools(pools)
     start = time.perf_counter()
     buffers = problem.buffers
