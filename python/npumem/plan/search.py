@@ -73,7 +73,14 @@ from npumem.plan.bounds import lower_bound
 from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
 from npumem.plan.greedy import best_greedy, pairs_listable
 from npumem.plan.problem import Problem, check_problem, overlap_lists
-from npumem.plan.solution import FEASIBLE, INFEASIBLE, OPTIMAL, SearchStats, Solution
+from npumem.plan.solution import (
+    FEASIBLE,
+    INFEASIBLE,
+    OPTIMAL,
+    SearchStats,
+    Solution,
+    check_count,
+)
 
 __all__ = [
     "MAX_SEED",
@@ -344,19 +351,6 @@ def check_time_limit(time_limit: object) -> None:
         )
 
 
-def _check_count(name: str, value: object, unit: str) -> None:
-    """Refuse an optional count that is not a whole number >= 0 (`PlanArgumentTypeError` for
-    a float, a bool or text; `PlanArgumentError` for a negative one)."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise PlanArgumentTypeError(
-            f"{name} must be a whole number of {unit} or None, got {shown(value)}"
-        )
-    if value < 0:
-        raise PlanArgumentError(f"{name} must be >= 0, got {value}")
-
-
 MAX_SEED = (1 << 64) - 1
 """The largest seed `solve()` takes (64 bits, as `npumem plan --seed` takes)."""
 
@@ -413,8 +407,8 @@ def solve(
     """
     check_problem(problem, "solve()")
     check_time_limit(time_limit)
-    _check_count("capacity", capacity, "bytes")
-    _check_count("node_limit", node_limit, "search nodes")
+    check_count("capacity", capacity, "bytes")
+    check_count("node_limit", node_limit, "search nodes")
     check_seed(seed)
     check_progress(progress)
     start = time.perf_counter()

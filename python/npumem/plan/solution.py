@@ -45,15 +45,15 @@ INFEASIBLE = "infeasible"
 """A capacity was asked and it is proven too small (below a lower bound, or search exhausted)."""
 
 
-def check_byte_count(name: str, value: object) -> None:
-    """Refuse an optional byte count that is not a whole number >= 0
+def check_count(name: str, value: object, unit: str = "bytes") -> None:
+    """Refuse an optional count of `unit` that is not a whole number >= 0
     (`PlanArgumentTypeError` for a float, a bool or text; `PlanArgumentError` for a negative
     one)."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
         raise PlanArgumentTypeError(
-            f"{name} must be a whole number of bytes or None, got {shown(value)}"
+            f"{name} must be a whole number of {unit} or None, got {shown(value)}"
         )
     if value < 0:
         raise PlanArgumentError(f"{name} must be >= 0, got {value}")
@@ -154,8 +154,8 @@ class Solution:
                 "offsets must map buffer ids to offsets or list them in problem order, got "
                 f"{type(offsets).__name__}"
             )
-        check_byte_count("lower_bound", lower_bound)
-        check_byte_count("capacity", capacity)
+        check_count("lower_bound", lower_bound)
+        check_count("capacity", capacity)
         self.problem = problem
         if isinstance(offsets, Mapping):
             unknown = [str(k) for k in offsets if k not in problem._index]
@@ -263,7 +263,7 @@ class Solution:
         given, the arena is within it (`fits` tells whether the asked capacity was met).
         A `capacity` that is not a whole number of bytes raises `PlanArgumentTypeError`, a
         negative one `PlanArgumentError`, as `solve` does."""
-        check_byte_count("capacity", capacity)
+        check_count("capacity", capacity)
         buffers = self.problem.buffers
         offsets: list[int] = []
         for b in buffers:
