@@ -98,6 +98,8 @@ MISUSES = {
     "bucket_dims list": (lambda: plan.bucket_dims([("N", 1)]), PlanArgumentTypeError),
     "bucket_dims float": (lambda: plan.bucket_dims({"N": 1.5}), PlanArgumentTypeError),
     "bucket_dims str": (lambda: plan.bucket_dims({"N": "1,2"}), PlanArgumentTypeError),
+    "bucket_dims str in a list": (lambda: plan.bucket_dims({"N": [1, "2"]}), PlanArgumentTypeError),
+    "bucket_dims value twice": (lambda: plan.bucket_dims({"N": [1, 2, 1]}), PlanArgumentError),
     "plan_buckets pipelined int": (
         lambda: plan.plan_buckets(lambda N: _graph(), dims={"N": [1]}, pipelined=3),
         PlanArgumentTypeError,

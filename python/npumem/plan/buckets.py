@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from npumem._shown import shown
 from npumem.plan.buffers import Buffer
-from npumem.plan.errors import PlanArgumentTypeError, PlanError
+from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError, PlanError
 from npumem.plan.graph import Graph
 from npumem.plan.onnx_import import graph_from_onnx, load_onnx
 from npumem.plan.problem import Problem, left_out_reasons
@@ -53,9 +53,19 @@ def bucket_dims(dims: Mapping[str, int | Sequence[int]]) -> list[dict[str, int]]
     choices: list[list[int]] = []
     for name in names:
         value = dims[name]
-        values = [value] if isinstance(value, int) else list(dict.fromkeys(value))
+        values = [value] if isinstance(value, int) else list(value)
         if not values:
             raise PlanError(f"dimension {name!r} has no value")
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise PlanArgumentTypeError(
+                    f"dims[{shown(name)}] must be an int or a list of ints, got {shown(v)} in it"
+                )
+        twice = [v for i, v in enumerate(values) if v in values[:i]]
+        if twice:
+            raise PlanArgumentError(
+                f"dims[{shown(name)}] gives {twice[0]} twice (each value plans one bucket)"
+            )
         choices.append(values)
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices)]
 
