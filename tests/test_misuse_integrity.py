@@ -498,6 +498,42 @@ def test_a_child_gives_up_on_a_pause_a_parent_thread_held_at_the_fork_after_its_
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_child_s_flush_of_deferred_frees_says_that_a_parent_thread_held_the_pause() -> None:
+    # The flush waits out the pause once (not once for the batch and once per block), keeps
+    # the frees queued for a later flush, and raises the pause's PoolBusyError.
+    pool = npumem.Pool(4 * MIB, cores=1, backing="none")
+    blocks = [pool.alloc(4096) for _ in range(3)]
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with pool.pause(timeout=1.0):
+            held.set()
+            release.wait(60)
+
+    def flush_gives_up(p: npumem.Pool) -> None:
+        for blk in blocks:
+            p.defer_free(blk)
+        started = time.monotonic()
+        with pytest.raises(npumem.PoolBusyError, match=HELD_AT_FORK):
+            p.flush_deferred()
+        waited = time.monotonic() - started
+        assert 0.9 <= waited < 1.9, f"flush_deferred waited {waited:.2f} s"
+        assert p.stats().deferred_pending == 3
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        assert in_child(pool, flush_gives_up) == 0
+    finally:
+        release.set()
+        holder.join()
+    assert pool.stats().blocks_in_use == pool.check() == 3  # the parent's blocks, untouched
+    pool.free_many(blocks)
+    assert pool.check() == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_a_pause_the_forking_thread_holds_goes_on_in_the_child() -> None:
     pool = npumem.Pool(4 * MIB, cores=1, backing="none")
     pause = pool.pause(timeout=1.0)

@@ -586,6 +586,24 @@ def test_an_exit_with_a_user_pin_frees_at_the_last_unpin() -> None:
     assert live(pool) == 0
 
 
+def test_an_exit_whose_last_pin_goes_inside_a_deferred_scope_is_queued_there() -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    blk = pool.alloc(3000)
+    with pool.deferred() as scope:
+        view = memoryview(blk)
+        with pytest.raises(KeyError), blk:
+            raise KeyError("body")
+        view.release()  # the last pin goes inside the scope: the exit's free waits for its end
+        assert scope.pending == 1
+        assert pool.stats().deferred_pending == 1
+        assert live(pool) == 1
+        with pytest.raises(npumem.DoubleFreeError):
+            blk.free()
+    assert live(pool) == 0
+    assert pool.stats().deferred_pending == 0
+    assert pool.check() == 0
+
+
 def _hold_by(kind: str, blk: npumem.Block) -> Callable[[], None]:
     """Pin `blk` through `kind`; returns what drops that pin."""
     if kind == "memoryview":

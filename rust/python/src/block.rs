@@ -322,11 +322,23 @@ impl Block {
     /// a `Pinned` guard): free a block whose `with` exit was refused for its pins, once the last
     /// pin is gone. Never waits and needs no GIL: when another thread holds a pause, the free
     /// waits in the pool's stranded frees (freed when the pause ends, or at the next flush).
+    /// Inside a deferred scope of the pool on this thread, the free is queued in the scope, as
+    /// every free the thread makes there.
     pub(crate) fn after_unpin(&self) {
         if !self.state.frees_at_this_unpin() {
             return;
         }
         let pool = self.pool.get();
+        if deferred::deferring(&pool.pending) {
+            if self.unpinned_in_slot(pool) && self.state.queue_free_at_last_unpin() {
+                pool.pending.note_collected();
+                let item = self.pending();
+                if !deferred::queue_in_scope(&pool.pending, &[item]) {
+                    pool.pending.defer(&[item]);
+                }
+            }
+            return;
+        }
         match pool.core.try_free(self.handle) {
             Ok(()) => {
                 self.set_freed();
@@ -334,17 +346,21 @@ impl Block {
                 pool.pending.released(self.tag_id);
             }
             Err(npumem_core::Error::Paused) => {
-                let unpinned = match pool.core.try_block(self.handle) {
-                    Ok(info) => info.pins == 0,
-                    Err(e) => e == npumem_core::Error::Moving, // a moving block has no pins
-                };
-                if unpinned && self.state.queue_free_at_last_unpin() {
+                if self.unpinned_in_slot(pool) && self.state.queue_free_at_last_unpin() {
                     pool.pending.note_collected();
                     pool.pending.strand(self.pending());
                 }
             }
             // Still pinned, or freed already (by another unpin's check, or its raw handle).
             Err(_) => {}
+        }
+    }
+
+    /// Whether the block's slot holds no pin of anyone now (a moving block has none).
+    fn unpinned_in_slot(&self, pool: &Pool) -> bool {
+        match pool.core.try_block(self.handle) {
+            Ok(info) => info.pins == 0,
+            Err(e) => e == npumem_core::Error::Moving,
         }
     }
 

@@ -343,7 +343,8 @@ impl Pool {
     /// Free every queued free of `defer_free()` as one batch, and retry the frees of collected
     /// blocks that waited for the pool. Returns the blocks freed. A block pinned meanwhile (by
     /// C code) stays queued; a handle freed meanwhile through its raw handle raises
-    /// `InvalidHandleError` after every other free was made.
+    /// `InvalidHandleError` after every other free was made; a pause of another thread that
+    /// outlasts the wait raises its `PoolBusyError`, the frees not made still queued.
     fn flush_deferred(&self, py: Python<'_>) -> PyResult<usize> {
         let batch = self.pending.take(true);
         let (freed, failed) = self.pending.flush(py, batch);

@@ -63,6 +63,11 @@ pub(crate) fn retry_later(err: &Error) -> bool {
     )
 }
 
+/// Whether a free failed with `err` because another thread's pause outlasted its wait.
+fn gave_up_on_a_pause(err: &Error) -> bool {
+    matches!(err.root(), Error::Busy { .. } | Error::PausedTooLong { .. } | Error::PausedAtFork { .. })
+}
+
 impl PendingFrees {
     pub(crate) fn new(core: Arc<npumem_core::Pool>) -> PendingFrees {
         PendingFrees {
@@ -151,30 +156,45 @@ impl PendingFrees {
     /// Free `batch` (frees already counted in `count`), waiting for a pause of another thread
     /// without the GIL: as one batch, or one by one when the batch is refused. A free that may
     /// succeed later (a pinned block, a pool busy moving) is stranded for the next flush; one
-    /// whose block is gone already (freed through its raw handle) is dropped. Returns how many
-    /// blocks were freed and the first error of a dropped free.
+    /// whose block is gone already (freed through its raw handle) is dropped. When another
+    /// thread's pause outlasts the wait, every free not made is stranded at once (each would
+    /// wait out the pause again) and the pause's `PoolBusyError` is returned. Returns how many
+    /// blocks were freed and the first error.
     pub(crate) fn flush(&self, py: Python<'_>, batch: Vec<Pending>) -> (usize, Option<PyErr>) {
         if batch.is_empty() {
             return (0, None);
         }
         let core = &self.core;
         let handles: Vec<Handle> = batch.iter().map(|p| p.handle).collect();
-        if detached(py, || core.free_many(&handles)).is_ok() {
-            for p in &batch {
-                self.released(p.tag_id);
+        match detached(py, || core.free_many(&handles)) {
+            Ok(()) => {
+                for p in &batch {
+                    self.released(p.tag_id);
+                }
+                self.dequeued(batch.len());
+                return (batch.len(), None);
             }
-            self.dequeued(batch.len());
-            return (batch.len(), None);
+            Err(err) if gave_up_on_a_pause(&err) => {
+                lock(&self.stranded).extend(batch);
+                return (0, Some(to_py(err)));
+            }
+            Err(_) => {}
         }
         let mut freed = 0;
         let mut first_error = None;
         let mut left = Vec::new();
-        for p in batch {
+        let mut items = batch.into_iter();
+        for p in items.by_ref() {
             match detached(py, || core.free(p.handle)) {
                 Ok(()) => {
                     self.released(p.tag_id);
                     freed += 1;
                     self.dequeued(1);
+                }
+                Err(err) if gave_up_on_a_pause(&err) => {
+                    left.push(p);
+                    first_error.get_or_insert_with(|| to_py(err));
+                    break;
                 }
                 Err(err) if retry_later(&err) => left.push(p),
                 Err(err) => {
@@ -183,6 +203,7 @@ impl PendingFrees {
                 }
             }
         }
+        left.extend(items);
         lock(&self.stranded).extend(left);
         (freed, first_error)
     }
