@@ -176,3 +176,10 @@ def test_a_kv_cache_in_a_pool_the_collector_does_not_read_is_refused() -> None:
         'npumem_kv_tokens{cache="kv",pool="gpu0"} 0.0',
         'npumem_kv_tokens{cache="kv.stray",pool="gpu1"} 5.0',
     ]
+    # What was checked stays as it was: the caches and pools cannot be replaced afterwards.
+    collector = PrometheusCollector(pool, kv=(kept,))
+    with pytest.raises(AttributeError):
+        collector.kv = (kept, stray)  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        collector.pools = (other,)  # type: ignore[misc]
+    assert collector.kv == (kept,) and collector.pools == (pool,)

@@ -199,8 +199,19 @@ class PrometheusCollector:
                     f"kv[{i}] is in pool {name!r}, which the collector does not read "
                     f"(its pools: {names}{hint}"
                 )
-        self.kv = kv
-        self.pools = all_pools
+        self._kv = kv
+        self._pools = all_pools
+
+    @property
+    def pools(self) -> tuple[Pool, ...]:
+        """The pools collected, as given (read-only: the checks above hold for the
+        collector's life)."""
+        return self._pools
+
+    @property
+    def kv(self) -> tuple[KVCache, ...]:
+        """The KV caches collected, as given (read-only)."""
+        return self._kv
 
     def _build(
         self, stats: list[tuple[str, PoolStats]], kv: list[tuple[str, str, KVStats]]
