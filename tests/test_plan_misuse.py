@@ -95,6 +95,13 @@ MISUSES = {
     "Problem slots str": (lambda: Problem([], slots="a"), PlanArgumentTypeError),
     "pipelined None": (lambda: _PROBLEM.pipelined(None), PlanArgumentTypeError),
     "pipelined int name": (lambda: _PROBLEM.pipelined([1]), PlanArgumentTypeError),
+    "Tensor.of_shape int shape": (lambda: plan.Tensor.of_shape("t", 4), PlanArgumentTypeError),
+    "Graph.build tensors None": (lambda: plan.Graph.build("g", None, []), PlanArgumentTypeError),
+    "Graph.build a str op": (lambda: plan.Graph.build("g", [], ["op"]), PlanArgumentTypeError),
+    "Graph.build a dict tensor": (
+        lambda: plan.Graph.build("g", [{"name": "t"}], []),
+        PlanArgumentTypeError,
+    ),
     "bucket_dims list": (lambda: plan.bucket_dims([("N", 1)]), PlanArgumentTypeError),
     "bucket_dims float": (lambda: plan.bucket_dims({"N": 1.5}), PlanArgumentTypeError),
     "bucket_dims str": (lambda: plan.bucket_dims({"N": "1,2"}), PlanArgumentTypeError),

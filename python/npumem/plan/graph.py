@@ -30,7 +30,7 @@ from typing import Any
 
 from npumem._shown import shown
 from npumem.fileio import json_text, read_json_object, write_text
-from npumem.plan.errors import GraphError
+from npumem.plan.errors import GraphError, PlanArgumentTypeError
 from npumem.plan.inputs import check_header, is_tier_plan, path_argument, tier_plan_refused
 
 __all__ = ["DTYPE_SIZES", "GRAPH_FORMAT", "GRAPH_VERSION", "Graph", "Op", "Tensor"]
@@ -76,6 +76,12 @@ class Tensor:
         """A tensor sized from its shape and dtype (see `DTYPE_SIZES`)."""
         if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
             raise GraphError(f"tensor {shown(name)}: unknown dtype {shown(dtype)}")
+        if isinstance(shape, str | bytes) or not isinstance(shape, Iterable):
+            raise PlanArgumentTypeError(
+                f"tensor {shown(name)}: shape must be a list of integers, got "
+                f"{type(shape).__name__}"
+            )
+        shape = list(shape)
         if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
             raise GraphError(f"tensor {shown(name)}: shape {list(shape)} must hold integers >= 0")
         return cls(name, math.prod(shape) * DTYPE_SIZES[dtype], **kw)
@@ -111,7 +117,22 @@ class Graph:
         inputs: Iterable[str] = (),
         outputs: Iterable[str] = (),
     ) -> Graph:
-        """A graph from lists; tensor names must be unique."""
+        """A graph from lists; tensor names must be unique. Lists of the wrong kind raise
+        `PlanArgumentTypeError`."""
+        lists = {"tensors": tensors, "ops": ops, "inputs": inputs, "outputs": outputs}
+        for what, items in lists.items():
+            if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+                raise PlanArgumentTypeError(
+                    f"graph {shown(name)}: {what} must be a list, got {type(items).__name__}"
+                )
+        tensors, ops = list(tensors), list(ops)
+        for what, items, kind in (("tensors", tensors, Tensor), ("ops", ops, Op)):
+            odd = next((x for x in items if not isinstance(x, kind)), None)
+            if odd is not None:
+                raise PlanArgumentTypeError(
+                    f"graph {shown(name)}: {what} must hold {kind.__name__} objects, got "
+                    f"{type(odd).__name__}"
+                )
         table: dict[str, Tensor] = {}
         for t in tensors:
             if t.name in table:
