@@ -105,6 +105,14 @@ def test_bad_arguments() -> None:
         PrometheusCollector("pool")  # type: ignore[arg-type]
 
 
+def kv_token_lines(collector: PrometheusCollector) -> list[str]:
+    """The `npumem_kv_tokens` lines of a scrape of `collector` alone, sorted."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    return sorted(line for line in text.splitlines() if line.startswith("npumem_kv_tokens"))
+
+
 def test_kv_caches_with_the_same_labels_are_refused() -> None:
     from npumem.kv import KVCache
 
@@ -125,14 +133,7 @@ def test_kv_caches_with_the_same_labels_are_refused() -> None:
     with pytest.raises(npumem.ArgumentTypeError, match=r"kv must be a tuple of .*got KVCache"):
         PrometheusCollector(pool, kv=a)  # type: ignore[arg-type]
     # Caches that differ in pool or tag each have their series, once.
-    registry = CollectorRegistry()
-    registry.register(PrometheusCollector(pool, other, kv=[a, c, d]))
-    lines = [
-        line
-        for line in generate_latest(registry).decode().splitlines()
-        if line.startswith("npumem_kv_tokens")
-    ]
-    assert sorted(lines) == [
+    assert kv_token_lines(PrometheusCollector(pool, other, kv=[a, c, d])) == [
         'npumem_kv_tokens{cache="kv",pool="gpu0"} 0.0',
         'npumem_kv_tokens{cache="kv",pool="gpu1"} 0.0',
         'npumem_kv_tokens{cache="kv.other",pool="gpu0"} 0.0',
@@ -165,14 +166,7 @@ def test_a_kv_cache_in_a_pool_the_collector_does_not_read_is_refused() -> None:
     # The refusal changed nothing: the caches still work, and a collector that reads their
     # pools exports them.
     assert stray.stats().tokens == 5 and twin.stats().sequences == 0
-    registry = CollectorRegistry()
-    registry.register(PrometheusCollector(pool, other, kv=(kept, stray)))
-    lines = [
-        line
-        for line in generate_latest(registry).decode().splitlines()
-        if line.startswith("npumem_kv_tokens")
-    ]
-    assert sorted(lines) == [
+    assert kv_token_lines(PrometheusCollector(pool, other, kv=(kept, stray))) == [
         'npumem_kv_tokens{cache="kv",pool="gpu0"} 0.0',
         'npumem_kv_tokens{cache="kv.stray",pool="gpu1"} 5.0',
     ]
