@@ -42,18 +42,18 @@ def bucket_dims(dims: Mapping[str, int | Sequence[int]]) -> list[dict[str, int]]
         raise PlanArgumentTypeError(
             f"dims must map dimension names to values, got {type(dims).__name__}"
         )
-    for name, value in dims.items():
-        if isinstance(value, int) and not isinstance(value, bool):
-            continue
-        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-            raise PlanArgumentTypeError(
-                f"dims[{shown(name)}] must be an int or a list of ints, got {shown(value)}"
-            )
     names = list(dims)
     choices: list[list[int]] = []
     for name in names:
         value = dims[name]
-        values = [value] if isinstance(value, int) else list(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            values = [value]
+        elif isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise PlanArgumentTypeError(
+                f"dims[{shown(name)}] must be an int or a list of ints, got {shown(value)}"
+            )
+        else:
+            values = list(value)
         if not values:
             raise PlanError(f"dimension {name!r} has no value")
         for v in values:
