@@ -17,6 +17,7 @@ RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml C
 PY_DEPS_STAMP := $(VENV)/.deps-stamp
 DOCS_STAMP := $(VENV)/.docs-stamp
 BUILD_STAMP := $(VENV)/.build-stamp
+TEST_BUILD_STAMP := $(VENV)/.test-build-stamp
 
 .PHONY: help
 help: ## Show this list of targets
@@ -31,11 +32,22 @@ $(PY_DEPS_STAMP): pyproject.toml | $(PY)
 	    $$($(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(" ".join(f"\"{d}\"" for d in p["dependencies"] + p["optional-dependencies"]["test"] + p["optional-dependencies"]["dev"]))' | xargs)
 	touch $@
 
-# The profile is pyproject.toml's (`dist`: release with link-time optimization), as for wheels.
-# The extension has a target directory of its own, so that its build and the tests' builds
-# (`test-builds`) do not wait for each other's lock.
+# The profile is pyproject.toml's (`dist`: release with link-time optimization), as for wheels,
+# in a target directory of its own. One build of the extension is installed at a time: this
+# one, or the tests' (below).
 $(BUILD_STAMP): $(PY_DEPS_STAMP) $(RUST_SOURCES)
 	$(BIN)/maturin develop --quiet --target-dir target/extension
+	rm -f $(TEST_BUILD_STAMP)
+	touch $@
+
+# The tests' build: the release profile, in the target directory of the Rust tests, so that
+# npumem-core and the C library (built first, shipped as it is: `NPUMEM_C_LIBRARY`) are
+# compiled once for both. Link-time optimization changes the extension's speed, not what it
+# does; the demo and the benches install the optimized build again.
+$(TEST_BUILD_STAMP): $(PY_DEPS_STAMP) $(RUST_SOURCES)
+	cargo build --release -p npumem-capi --lib
+	NPUMEM_C_LIBRARY=$(abspath target/release/libnpumem.so) $(BIN)/maturin develop --quiet --profile release
+	rm -f $(BUILD_STAMP)
 	touch $@
 
 .PHONY: venv
@@ -43,6 +55,9 @@ venv: $(PY_DEPS_STAMP) ## Create .venv with maturin and the test and lint tools
 
 .PHONY: develop
 develop: $(BUILD_STAMP) ## Build the Rust extension (release, link-time optimized) into .venv, package in editable mode
+
+.PHONY: develop-test
+develop-test: $(TEST_BUILD_STAMP) ## Build the extension as the tests use it (release, sharing the Rust tests' build) into .venv
 
 .PHONY: demo
 demo: develop ## Run the main job: the built-in demo workload (npumem demo)
@@ -56,12 +71,13 @@ RUST_TESTS := "-p npumem-core" "-p npumem-capi" "-p npumem-benches --lib" "-p np
 # The loom models' build: its own flags and target directory.
 LOOM_CARGO := RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p npumem-core --release --lib
 
-# Each of the three builds spends much of its time in one rustc process on one core; side by
-# side, in three target directories, they keep both cores busy. The tests then run one phase
-# at a time, so that no test shares the CPUs with a compiler.
+# The loom models (a target directory of their own) build beside the Rust tests and the
+# extension (which share one, in turn): often one rustc process on one core each, so side by
+# side they keep both cores busy. The tests then run one phase at a time, so that no test
+# shares the CPUs with a compiler.
 .PHONY: test-builds
 test-builds: ## Build what `make test` runs: the Rust tests, the loom models and the extension, side by side
-	$(MAKE) --no-print-directory --output-sync=target -j3 build-rust-tests build-loom develop
+	$(MAKE) --no-print-directory --output-sync=target -j3 build-rust-tests build-loom develop-test
 
 .PHONY: build-rust-tests
 build-rust-tests:
@@ -108,7 +124,7 @@ browser: ## Install Debian's chromium for the viewer test when it is missing (as
 PYTEST_WORKERS ?= auto
 
 .PHONY: test-python
-test-python: develop browser ## pytest suite (with the headless-browser test) on every CPU, and mypy.stubtest
+test-python: develop-test browser ## pytest suite (with the headless-browser test) on every CPU, and mypy.stubtest
 	NPUMEM_REQUIRE_BROWSER=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 	$(PY) -m mypy.stubtest npumem._core --allowlist tests/stubtest-allowlist.txt
 
@@ -137,7 +153,7 @@ device-bundle: develop ## Build what scripts/device_checks.sh carries to the dev
 	strip .device/mixed_sizes .device/tests/*
 
 .PHONY: docs
-docs: develop $(DOCS_STAMP) ## Build the documentation site into site/ (MkDocs, strict: no broken links)
+docs: develop-test $(DOCS_STAMP) ## Build the documentation site into site/ (MkDocs, strict: no broken links)
 	$(BIN)/mkdocs build --strict --site-dir site
 
 .PHONY: lint

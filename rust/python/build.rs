@@ -4,10 +4,12 @@
 //!
 //! Cargo builds one shared library per package, and this package's is the Python extension,
 //! so the C library comes from a second cargo run over the `npumem-capi` package, in a target
-//! directory of its own (this run holds the lock on the outer one).
+//! directory of its own (this run holds the lock on the outer one). Where the environment names
+//! one already built, `NPUMEM_C_LIBRARY` (`make test` builds it with `cargo build -p
+//! npumem-capi`, in the target directory that the Rust tests share), that one is copied instead.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
@@ -16,7 +18,20 @@ fn main() {
     for watched in ["rust/capi/src", "rust/capi/Cargo.toml", "rust/core/src", "rust/core/Cargo.toml"] {
         println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
     }
+    println!("cargo:rerun-if-env-changed=NPUMEM_C_LIBRARY");
     if env::var_os("CARGO_FEATURE_C_LIBRARY").is_none() {
+        return;
+    }
+    let name = match env::var("CARGO_CFG_TARGET_OS").as_deref() {
+        Ok("macos") => "libnpumem.dylib",
+        Ok("windows") => "npumem.dll",
+        _ => "libnpumem.so",
+    };
+    let destination = workspace.join("python/npumem").join(name);
+    if let Some(built) = env::var_os("NPUMEM_C_LIBRARY") {
+        let built = PathBuf::from(built);
+        println!("cargo:rerun-if-changed={}", built.display());
+        copy(&built, &destination);
         return;
     }
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -42,13 +57,11 @@ fn main() {
     }
     let status = cargo.status().expect("could not run cargo to build the C library");
     assert!(status.success(), "building the C library (npumem-capi) failed: {status}");
-    let name = match env::var("CARGO_CFG_TARGET_OS").as_deref() {
-        Ok("macos") => "libnpumem.dylib",
-        Ok("windows") => "npumem.dll",
-        _ => "libnpumem.so",
-    };
     let library = built.join(if profile == "release" { "release" } else { "debug" }).join(name);
-    let destination = workspace.join("python/npumem").join(name);
-    std::fs::copy(&library, &destination)
+    copy(&library, &destination);
+}
+
+fn copy(library: &Path, destination: &Path) {
+    std::fs::copy(library, destination)
         .unwrap_or_else(|e| panic!("could not copy {} to {}: {e}", library.display(), destination.display()));
 }
