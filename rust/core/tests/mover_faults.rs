@@ -1,8 +1,8 @@
 //! Mover faults at every prefix: the mover really copies `k` of a compaction's `n` transfers
 //! and then fails, for every `k`, on device pools (`Backing::None`, the bytes in a mirror the
 //! mover keeps) and on host pools (whose mover keeps a device mirror in step), in full and
-//! incremental modes. Afterwards every live byte is where its handle says, in the pool and in
-//! the mirror.
+//! incremental modes; the fault is an error the mover returns, or a panic. Afterwards every
+//! live byte is where its handle says, in the pool and in the mirror.
 #![cfg(not(loom))]
 
 use npumem_core::{Backing, CompactionMode, Error, Handle, Pool, PoolConfig, Transfer};
@@ -67,10 +67,25 @@ fn verify(p: &Pool, mirror: &[u8], kept: &[(Handle, usize)], what: &str) -> usiz
     damaged
 }
 
-/// Run `mode` with a mover that copies `budget` transfers into the mirror and then fails once.
-/// Returns how many transfers it copied and whether the compaction went through.
-fn run(p: &Pool, mirror: &mut [u8], mode: &CompactionMode, budget: usize) -> (usize, bool) {
-    let token = p.pause(Duration::from_secs(5)).unwrap();
+/// How the mover fails.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    Error,
+    Panic,
+}
+
+/// Run `mode` with a mover that copies `budget` transfers into the mirror and then fails once
+/// (`Pool::compact_step` under the caller's pause, or `Pool::compact`, which pauses and
+/// resumes on its own). Returns how many transfers it copied and whether the compaction went
+/// through.
+fn run(
+    p: &Pool,
+    mirror: &mut [u8],
+    mode: &CompactionMode,
+    budget: usize,
+    fault: Fault,
+    own_pause: bool,
+) -> (usize, bool) {
     let mut done = 0;
     let mut failed = false;
     // The fault is transient: the reverse copies that undo the batch go through.
@@ -78,44 +93,78 @@ fn run(p: &Pool, mirror: &mut [u8], mode: &CompactionMode, budget: usize) -> (us
         for t in batch {
             if done == budget && !failed {
                 failed = true;
-                return Err(format!("device fault after {done} transfers"));
+                match fault {
+                    Fault::Error => return Err(format!("device fault after {done} transfers")),
+                    Fault::Panic => panic!("device fault after {done} transfers"),
+                }
             }
             mirror.copy_within(t.src..t.src + t.len, t.dst);
             done += 1;
         }
         Ok(())
     };
-    let result = p.compact_step(&token, mode, Some(&mut mover));
-    p.resume(&token).unwrap();
+    let result = if own_pause {
+        p.compact(mode, Some(&mut mover), Duration::from_secs(5))
+    } else {
+        let token = p.pause(Duration::from_secs(5)).unwrap();
+        let result = p.compact_step(&token, mode, Some(&mut mover));
+        p.resume(&token).unwrap();
+        result
+    };
+    assert!(!p.is_paused(), "the pool runs again after the compaction");
     match result {
         Ok(_) => (done, true),
-        Err(Error::MoverFailed(_)) => (done, false),
+        Err(Error::MoverFailed(why)) => {
+            let expected = match fault {
+                Fault::Error => "device fault after",
+                Fault::Panic => "the mover panicked: device fault after",
+            };
+            assert!(why.starts_with(expected), "{why}");
+            (done, false)
+        }
         Err(other) => panic!("unexpected {other:?}"),
     }
 }
 
 fn every_prefix(backing: Backing, mode: CompactionMode, after_full: bool) {
+    every_prefix_with(backing, mode, after_full, Fault::Error, false);
+}
+
+fn every_prefix_with(backing: Backing, mode: CompactionMode, after_full: bool, fault: Fault, own_pause: bool) {
     let mut budget = 0;
     loop {
         let (p, mut mirror, kept) = fragmented(backing);
         if after_full {
-            let (_, ok) = run(&p, &mut mirror, &CompactionMode::Full, usize::MAX);
+            let (_, ok) = run(&p, &mut mirror, &CompactionMode::Full, usize::MAX, fault, own_pause);
             assert!(ok);
         }
-        let (copied, ok) = run(&p, &mut mirror, &mode, budget);
+        let (copied, ok) = run(&p, &mut mirror, &mode, budget, fault, own_pause);
         p.check().unwrap();
-        verify(&p, &mirror, &kept, &format!("{backing:?} {mode:?}, mover failed at transfer {budget}"));
+        verify(&p, &mirror, &kept, &format!("{backing:?} {mode:?}, mover failed ({fault:?}) at transfer {budget}"));
+        for &(h, _) in &kept {
+            p.try_block(h).unwrap();
+        }
         if ok {
             assert!(budget >= copied, "a mover that did not fail copies every transfer");
             assert!(budget > 0, "the pool needs moves for this test");
             break;
         }
         // The pool is usable afterwards: the same compaction goes through.
-        let (_, ok) = run(&p, &mut mirror, &mode, usize::MAX);
+        let (_, ok) = run(&p, &mut mirror, &mode, usize::MAX, fault, own_pause);
         assert!(ok);
         verify(&p, &mirror, &kept, "after the retry");
         budget += 1;
     }
+}
+
+#[test]
+fn a_device_mover_panicking_at_every_prefix_of_a_full_compaction_loses_nothing() {
+    every_prefix_with(Backing::None, CompactionMode::Full, false, Fault::Panic, false);
+}
+
+#[test]
+fn a_host_mirror_panicking_at_every_prefix_of_a_compaction_that_pauses_on_its_own_loses_nothing() {
+    every_prefix_with(Backing::Host, CompactionMode::Incremental { max_bytes: 4 * MIB }, false, Fault::Panic, true);
 }
 
 #[test]

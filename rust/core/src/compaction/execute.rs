@@ -7,6 +7,8 @@
 //! before any byte moves. The caller has marked every moving handle (`begin_move`); whatever
 //! happens, every mark is cleared on return.
 
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 
 use super::model::Model;
@@ -265,12 +267,14 @@ impl Pool {
             // One call per wave (`waves.rs`); a failure undoes the waves done by reverse copies.
             let waves = waves(&ordered);
             // A failpoint at each call (`mover.wave`, `mover.copy_back`) lets the crate's tests
-            // fail every one in turn.
+            // fail every one in turn. A mover that panics has failed that call: the batch is
+            // undone as for an error, rather than unwound with its blocks half moved.
             let mut call = |name: &'static str, copies: &[Transfer]| {
                 if failpoint::fire(name) {
                     Err(format!("failpoint {name}"))
                 } else {
-                    mover(copies)
+                    panic::catch_unwind(AssertUnwindSafe(|| mover(copies)))
+                        .unwrap_or_else(|payload| Err(format!("the mover panicked: {}", panic_text(&*payload))))
                 }
             };
             for (w, wave) in waves.iter().enumerate() {
@@ -638,4 +642,13 @@ fn bounce_buffers(transfers: &[Transfer], steps: &[Step]) -> Result<Vec<Vec<u8>>
         }
     }
     Ok(buffers)
+}
+
+/// The message a panic carried (`panic!` with a string or a format), or a stand-in.
+fn panic_text(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }

@@ -25,6 +25,7 @@ const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Proof that the caller holds a pool's pause (from [`Pool::pause`]); give it to
 /// [`Pool::resume`] to let the pool run again.
 #[derive(Debug, PartialEq, Eq)]
+#[must_use = "the pool stays paused until this token is given to `Pool::resume`"]
 pub struct PauseToken {
     pool: u32,
     ticket: u64,
