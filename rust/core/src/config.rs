@@ -269,6 +269,9 @@ impl PoolConfig {
         power_of_two("min_block", self.min_block)?;
         power_of_two("bank_size", self.bank_size)?;
         power_of_two("alignment", self.alignment)?;
+        if self.chunk_size > MAX_CAPACITY {
+            return bad("chunk_size", format!("must be at most 2^48 bytes, got {}", self.chunk_size));
+        }
         if self.alignment > self.capacity {
             return bad(
                 "alignment",
@@ -278,7 +281,7 @@ impl PoolConfig {
         if self.min_block < 64 {
             return bad("min_block", format!("must be at least 64, got {}", self.min_block));
         }
-        if self.min_block * 2 > self.chunk_size {
+        if self.min_block > self.chunk_size / 2 {
             return bad(
                 "min_block",
                 format!("must be at most half of chunk_size ({}), got {}", self.chunk_size, self.min_block),
@@ -330,6 +333,9 @@ impl PoolConfig {
             }
             previous = size;
         }
+        // The growth rules first: a max_capacity beyond its own bound is named as such, not
+        // as too many chunks.
+        self.validate_growth()?;
         let chunks = self.capacity.div_ceil(self.chunk_size);
         let spanned = match self.max_capacity {
             Some(max) => max.saturating_mul(2).div_ceil(self.chunk_size),
@@ -360,14 +366,13 @@ impl PoolConfig {
             );
         }
         if let Some(&largest) = self.slab_sizes.last() {
-            if self.chunk_size < 2 * largest {
+            if largest > self.chunk_size / 2 {
                 return bad(
                     "chunk_size",
                     format!("must be at least twice the largest slab size ({largest}), got {}", self.chunk_size),
                 );
             }
         }
-        self.validate_growth()?;
         self.validate_location()
     }
 
@@ -481,6 +486,23 @@ mod tests {
         // With growth, the arena spans twice max_capacity.
         assert_eq!(field_of(&small(1 << 20).growth(MAX_CHUNKS * (4 << 10) + 1, None)), "chunk_size");
         small(1 << 20).growth(MAX_CHUNKS * (4 << 10), None).validate().unwrap();
+    }
+
+    #[test]
+    fn powers_of_two_near_the_top_of_the_word_are_refused_by_their_own_field() {
+        let base = PoolConfig::new(1 << 20);
+        assert_eq!(field_of(&base.clone().min_block(1 << 63)), "min_block");
+        assert_eq!(field_of(&base.clone().chunk_size(1 << 63)), "chunk_size");
+        assert_eq!(field_of(&base.clone().chunk_size(1 << 49)), "chunk_size");
+        let huge = PoolConfig::new(MAX_CAPACITY).chunk_size(MAX_CAPACITY).min_block(1 << 40).bank_size(MAX_CAPACITY);
+        assert_eq!(field_of(&huge.clone().slab_sizes(vec![1 << 63])), "slab_sizes");
+        assert_eq!(field_of(&huge.clone().bank_size(1 << 63).slab_sizes(vec![1 << 63])), "bank_size");
+        let everything_huge = huge.clone().chunk_size(1 << 63).bank_size(1 << 63).slab_sizes(vec![1 << 63]);
+        assert_eq!(field_of(&everything_huge), "chunk_size");
+        huge.slab_sizes(vec![MAX_CAPACITY / 2]).validate().unwrap();
+        // A max_capacity beyond its bound is named, however many chunks it would make.
+        assert_eq!(field_of(&PoolConfig::new(4 << 20).growth(1 << 52, None)), "max_capacity");
+        assert_eq!(field_of(&PoolConfig::new(64 << 20).growth(usize::MAX, None)), "max_capacity");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! articles. The multi-threaded stress test is in `stress.rs`.
 #![cfg(not(loom))]
 
-use npumem_core::{Backing, Error, Handle, HandleFault, Placement, Pool, PoolConfig};
+use npumem_core::{Backing, Error, Handle, HandleFault, Placement, Pool, PoolConfig, MAX_CAPACITY};
 use std::sync::Arc;
 
 const MIB: usize = 1 << 20;
@@ -579,4 +579,38 @@ fn a_batch_free_racing_a_pin_frees_all_or_none() {
     }
     assert_eq!(p.check().unwrap(), 0);
     assert_eq!(freed + refused, 200);
+}
+
+#[test]
+fn a_pool_whose_sizes_are_all_at_the_largest_the_rules_allow_starts_and_serves() {
+    let (sent, got) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let config = PoolConfig::new(MAX_CAPACITY)
+            .chunk_size(MAX_CAPACITY)
+            .min_block(1 << 40)
+            .bank_size(MAX_CAPACITY)
+            .slab_sizes(vec![MAX_CAPACITY / 2])
+            .backing(Backing::None);
+        let served = Pool::new(config).and_then(|p| {
+            let h = p.alloc(1, None, 0)?;
+            let size = p.block(h)?.size;
+            p.free(h)?;
+            p.check()?;
+            Ok(size)
+        });
+        let _ = sent.send(served);
+    });
+    let served = got.recv_timeout(std::time::Duration::from_secs(60)).expect("the pool answered within a minute");
+    assert_eq!(served.unwrap(), 1);
+}
+
+#[test]
+fn a_raised_peak_is_at_most_the_largest_capacity_the_pool_may_reach() {
+    let p = pool(8 * MIB, 1);
+    p.raise_peak(usize::MAX);
+    assert_eq!(p.stats().peak_bytes_in_use, 8 * MIB);
+    assert_eq!(p.reset_peak(), 8 * MIB);
+    let grows = Pool::new(PoolConfig::new(8 * MIB).cores(1).growth(32 * MIB, None)).unwrap();
+    grows.raise_peak(usize::MAX);
+    assert_eq!(grows.reset_peak(), 32 * MIB);
 }

@@ -197,9 +197,9 @@ impl Pool {
     }
 
     /// Raise `peak_bytes_in_use` to at least `bytes` (an earlier peak, after a scope that reset
-    /// it has ended).
+    /// it has ended), at most the largest capacity the pool may reach (no peak was larger).
     pub fn raise_peak(&self, bytes: usize) {
-        self.counters.raise_peak(bytes as u64);
+        self.counters.raise_peak(bytes.min(self.config.limit()) as u64);
     }
 
     /// Bytes blocks can use now: the arena's, or the regions' of a pool that can grow (whole
