@@ -91,6 +91,10 @@ impl<'a> OverlapIndex<'a> {
     /// Calls `visit` with the position of every buffer live at the same time as buffer `i`,
     /// each once: those that start in `[lower, upper)` of `i`, then those live across its
     /// start.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is not the index of a buffer of the timeline.
     pub fn for_each_overlap(&self, i: usize, mut visit: impl FnMut(usize)) {
         let (lower, upper) = (self.timeline.lower[i], self.timeline.upper[i]);
         let own = self.position[i] as usize;
@@ -150,6 +154,10 @@ fn passed(deadline: Option<Instant>) -> bool {
 /// aligned offset of that gap; a buffer that fits no gap goes on top of them. `None` when
 /// `deadline` passes first (the clock is read every [`CHECK_EVERY`] buffers, and every
 /// million buffers looked at). Buffers neither pinned nor in `order` keep `u64::MAX`.
+///
+/// # Panics
+///
+/// If `order` holds an index that is not a buffer of the timeline.
 pub fn place_in_order(
     timeline: &Timeline,
     order: &[u32],

@@ -44,7 +44,8 @@ impl PackingInstance {
     ///
     /// * `sizes[i] > 0`, `alignments[i]` a power of two;
     /// * buffer `i` is live in sections `sec_lo[i] .. sec_hi[i]` (non-empty, below `n_sections`);
-    /// * `neighbors[i]`: the buffers live at the same time as `i` (symmetric, no self loops);
+    /// * `neighbors[i]`: the buffers live at the same time as `i`, that is those whose sections
+    ///   meet `i`'s, each once (so the lists are symmetric);
     /// * `obstacles[i]`: sorted, disjoint byte ranges `[start, end)` of pinned buffers live at
     ///   the same time as `i`;
     /// * the sizes, the alignment padding (`alignment - 1` each) and the highest obstacle end
@@ -95,9 +96,16 @@ impl PackingInstance {
                 if j as usize >= n || j as usize == i {
                     return Err(PackingError(format!("buffer {i}: bad neighbor {j}")));
                 }
+                let j = j as usize;
+                if sec_lo[j] >= sec_hi[i] || sec_lo[i] >= sec_hi[j] {
+                    return Err(PackingError(format!("buffer {i}: neighbor {j} is not live in any of its sections")));
+                }
             }
             let mut by_size = neighbors[i].clone();
             by_size.sort_unstable_by_key(|&j| (sizes[j as usize], j));
+            if let Some(twice) = by_size.windows(2).find(|w| w[0] == w[1]) {
+                return Err(PackingError(format!("buffer {i}: neighbor {} is listed twice", twice[0])));
+            }
             nbr.extend_from_slice(&by_size);
             nbr_start.push(
                 u32::try_from(nbr.len())
@@ -116,6 +124,20 @@ impl PackingInstance {
                     .map_err(|_| PackingError("too many obstacles (more than 2^32)".to_string()))?,
             );
         }
+        // Every pair of buffers whose sections meet is listed: the valid distinct entries are
+        // as many as the ordered pairs that meet (all pairs, less those where one ends before
+        // the other starts).
+        let mut ends = sec_hi.clone();
+        ends.sort_unstable();
+        let apart: u64 = sec_lo.iter().map(|&lo| ends.partition_point(|&hi| hi <= lo) as u64).sum();
+        let meeting = (n as u64) * (n as u64).saturating_sub(1) - 2 * apart;
+        if nbr.len() as u64 != meeting {
+            return Err(PackingError(format!(
+                "the neighbor lists name {} pairs, but {} pairs of buffers share a section",
+                nbr.len() / 2,
+                meeting / 2
+            )));
+        }
         span += u128::from(obs.iter().map(|&(_, end)| end).max().unwrap_or(0));
         if span > u128::from(MAX_SPAN) {
             return Err(PackingError(format!(
@@ -123,6 +145,8 @@ impl PackingInstance {
                  bytes, more than the {MAX_SPAN} (2^63 - 1) a packing may span"
             )));
         }
+        // Sections after the last buffer's are empty: the search keeps none of them.
+        let n_sections = n_sections.min(sec_hi.iter().max().map_or(0, |&hi| hi as usize));
         Ok(Self {
             span: span as u64,
             align_mask: alignments.iter().map(|a| a - 1).collect(),
@@ -193,5 +217,37 @@ mod tests {
         let obstacles = [vec![(0, MAX_SPAN)], vec![]];
         let err = PackingInstance::new(vec![1], &[1], vec![0], vec![1], 1, &[vec![]], &obstacles[..1]).unwrap_err();
         assert!(err.0.contains("obstacle"), "{err}");
+    }
+
+    /// Three buffers: 0 and 1 share section 0, 2 lives alone in section 2.
+    fn three(neighbors: &[Vec<u32>]) -> Result<PackingInstance, PackingError> {
+        PackingInstance::new(
+            vec![8, 8, 8],
+            &[1, 1, 1],
+            vec![0, 0, 2],
+            vec![1, 2, 3],
+            3,
+            neighbors,
+            &[vec![], vec![], vec![]],
+        )
+    }
+
+    #[test]
+    fn neighbor_lists_must_be_exactly_the_buffers_whose_sections_meet() {
+        three(&[vec![1], vec![0], vec![]]).unwrap();
+        let missing = three(&[vec![], vec![], vec![]]).unwrap_err();
+        assert!(missing.0.contains("1 pairs of buffers share a section"), "{missing}");
+        let one_way = three(&[vec![1], vec![], vec![]]).unwrap_err();
+        assert!(one_way.0.contains("share a section"), "{one_way}");
+        let apart = three(&[vec![1, 2], vec![0], vec![0]]).unwrap_err();
+        assert!(apart.0.contains("neighbor 2 is not live in any of its sections"), "{apart}");
+        let twice = three(&[vec![1, 1], vec![0], vec![]]).unwrap_err();
+        assert!(twice.0.contains("listed twice"), "{twice}");
+    }
+
+    #[test]
+    fn sections_after_the_last_buffer_s_are_not_kept() {
+        let inst = PackingInstance::new(vec![8], &[1], vec![0], vec![1], usize::MAX, &[vec![]], &[vec![]]).unwrap();
+        assert_eq!(inst.n_sections, 1);
     }
 }

@@ -204,10 +204,11 @@ impl Timeline {
         if offsets.len() != self.len() {
             return Err(PackingError(format!("{} offsets for {} buffers", offsets.len(), self.len())));
         }
-        let mut live: BTreeSet<(u64, u64, u32)> = BTreeSet::new();
+        // Ends in 128 bits: an offset near the top of 64 bits still ends after it starts.
+        let mut live: BTreeSet<(u128, u128, u32)> = BTreeSet::new();
         for (_, starts, i) in self.events(|_| true) {
-            let at = offsets[i as usize];
-            let key = (at, at.saturating_add(self.size[i as usize]), i);
+            let at = u128::from(offsets[i as usize]);
+            let key = (at, at + u128::from(self.size[i as usize]), i);
             if starts == 0 {
                 live.remove(&key);
                 continue;
@@ -331,6 +332,16 @@ mod tests {
                 assert!(offsets[i] < offsets[j] + b[j].2 && offsets[j] < offsets[i] + b[i].2);
             }
         }
+    }
+
+    #[test]
+    fn an_overlap_near_the_top_of_the_offsets_is_found() {
+        let t = Timeline::new(vec![0, 0], vec![1, 1], vec![10, 10], &[1, 1], vec![None, None]).unwrap();
+        assert_eq!(t.first_overlap(&[u64::MAX, u64::MAX]).unwrap(), Some((0, 1)));
+        assert_eq!(t.first_overlap(&[u64::MAX - 1, u64::MAX]).unwrap(), Some((0, 1)));
+        assert_eq!(t.first_overlap(&[u64::MAX - 5, u64::MAX]).unwrap(), Some((0, 1)));
+        assert_eq!(t.first_overlap(&[u64::MAX - 10, u64::MAX]).unwrap(), None);
+        assert_eq!(t.first_overlap(&[u64::MAX - 20, u64::MAX - 10]).unwrap(), None);
     }
 
     #[test]
