@@ -1,6 +1,8 @@
 """The interpreter exits normally while a daemon thread runs Python code inside a pool call (a
-callback, a generator the call iterates, an `__index__`): before Python 3.14 such a thread is
-ended by a forced unwind, which must not reach the binding's entry point and abort."""
+callback, a generator the call iterates, an `__index__`, the package's view of a snapshot):
+before Python 3.14 such a thread is ended by a forced unwind, which must not reach the
+binding's entry point and abort. Nor may a thread that waits without the GIL for another
+thread's pause panic when it finds the interpreter gone."""
 
 from __future__ import annotations
 
@@ -65,6 +67,20 @@ CASES = {
         "def sizes():\n    yield 64\n    spin()",
         "pool.alloc_many(sizes())",
     ),
+    "the snapshot view": (
+        "",
+        "npumem._core.install_views(spin)",
+        "pool.snapshot()",
+    ),
+    "a wait for another thread's pause": (
+        "",
+        "def pauses():\n    while True:\n"
+        "        with pool.pause(1):\n            time.sleep(0.01)\n"
+        "threading.Thread(target=pauses, daemon=True).start()\n"
+        "# The interpreter's teardown takes a while: a waiter looks for signals meanwhile.\n"
+        "class SlowToGo:\n    def __del__(self):\n        time.sleep(0.2)\nslow = SlowToGo()",
+        "pauses()",
+    ),
 }
 
 
@@ -75,4 +91,4 @@ def test_exit_while_a_daemon_thread_runs_python_code_in_a_call(case: str) -> Non
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=60
     )
-    assert (done.returncode, done.stdout) == (0, "exiting\n"), done.stderr
+    assert (done.returncode, done.stdout, done.stderr) == (0, "exiting\n", "")

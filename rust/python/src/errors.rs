@@ -6,6 +6,8 @@
 //! (`npumem.errors.X is npumem._core.X`).
 
 use crate::byte_text;
+use crate::gil;
+use crate::user_code;
 use npumem_core::{Error, HandleFault, Shortfall};
 use pyo3::exceptions::{
     PyBaseException, PyBufferError, PyException, PyMemoryError, PyRuntimeError, PyTimeoutError, PyTypeError,
@@ -221,7 +223,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// A Python exception of `class` with `message`.
 pub(crate) fn error(class: ErrorClass, message: impl Into<String>) -> PyErr {
     let message = message.into();
-    Python::attach(|py| match class.class(py).and_then(|cls| cls.call1((message,))) {
+    gil::attach(|py| match class.class(py).and_then(|cls| user_code::call(cls, (message,))) {
         Ok(instance) => PyErr::from_value(instance),
         Err(failed) => failed,
     })
@@ -348,13 +350,13 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Config { .. } => ErrorClass::Config,
         Error::InvalidSize { .. } | Error::InvalidAlignment { .. } => ErrorClass::InvalidArgument,
         &Error::TooLarge { size, bytes_free, largest_free_block, .. } => {
-            return Python::attach(|py| {
+            return gil::attach(|py| {
                 let size = size.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any();
                 with_figures(ErrorClass::RequestTooLarge, err.to_string(), &size, bytes_free, largest_free_block)
             });
         }
         &Error::OutOfMemory { requested, bytes_free, largest_free_block } => {
-            return Python::attach(|py| {
+            return gil::attach(|py| {
                 let message = match err {
                     Error::Batch { index, shortfall: Some(shortfall), .. } => {
                         batch_shortfall_message(index, requested, bytes_free, largest_free_block, shortfall)

@@ -1,10 +1,13 @@
-//! The one place that runs npumem-core work without the GIL (and maps its errors).
+//! The one place that runs npumem-core work without the GIL (and maps its errors), and the one
+//! place that takes the GIL back from inside such work.
 //!
 //! Work that may wait for another thread's pause of a pool runs [`interruptible`]: the core
 //! waits in slices ([`npumem_core::WAIT_SLICE`]) and, between them, takes the GIL back to run
 //! the signal handlers that are due (Ctrl-C's `KeyboardInterrupt`, an alarm's handler). When one
 //! raises, the wait gives up, the work does nothing, and the handler's exception is what the
 //! call raises.
+//!
+//! [`attach`] takes the GIL for every caller in this crate.
 
 use std::cell::RefCell;
 
@@ -18,6 +21,26 @@ thread_local! {
     static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
 }
 
+/// `Python::attach`, except in a thread without the GIL that finds the interpreter gone (its
+/// exit under way, as a daemon thread waiting without the GIL may): that thread parks for good,
+/// as Python 3.14 does with such threads and PyO3 does where the exit ends one while it takes
+/// the GIL back (see `user_code.rs`), rather than panic. (A thread that holds the GIL, as the
+/// exit's own thread does, is attached as always.)
+pub(crate) fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
+    let mut f = Some(f);
+    let mut run = |py: Python<'_>| (f.take().expect("run once"))(py);
+    if let Some(done) = Python::try_attach(&mut run) {
+        return done;
+    }
+    // SAFETY: callable at any time.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+        loop {
+            std::thread::park();
+        }
+    }
+    Python::attach(run)
+}
+
 /// The interrupt check of [`interruptible`] work (called by the core between slices of a wait,
 /// without the GIL): runs the signal handlers that are due; `true` (give up) once one raised,
 /// its exception kept for [`interruptible`].
@@ -25,7 +48,7 @@ fn signal_raised() -> bool {
     if RAISED.with(|raised| raised.borrow().is_some()) {
         return true;
     }
-    match Python::attach(|py| py.check_signals()) {
+    match attach(|py| py.check_signals()) {
         Ok(()) => false,
         Err(err) => {
             RAISED.with(|raised| *raised.borrow_mut() = Some(err));

@@ -362,7 +362,8 @@ fn out_of_pages(py: Python<'_>, needed: usize, free: usize, geometry: &Geometry)
         "the KV cache needs {needed} page(s) of {page} bytes and {free} of its {reserved} reserved pages are free"
     );
     let made = ErrorClass::OutOfMemory.class(py).and_then(|cls| {
-        cls.call1((message.clone(), needed.saturating_mul(page), free.saturating_mul(page), free.min(1) * page))
+        let figures = (message.clone(), needed.saturating_mul(page), free.saturating_mul(page), free.min(1) * page);
+        user_code::call(cls, figures)
     });
     match made {
         Ok(instance) => PyErr::from_value(instance),

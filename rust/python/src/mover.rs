@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::errors::to_py;
-use crate::gil::detached;
+use crate::gil::{self, detached};
 use crate::transfer;
 use crate::user_code;
 
@@ -39,7 +39,7 @@ where
 /// call (a copy back) raised an exception that is no `Exception`, a `KeyboardInterrupt` or a
 /// `SystemExit`, which goes on with the first as its `__context__`.
 fn call(mover: &Py<PyAny>, batch: &[Transfer], base_address: u64, raised: &mut Option<PyErr>) -> Result<(), String> {
-    Python::attach(|py| {
+    gil::attach(|py| {
         let list = PyList::new(py, batch.iter().map(|t| transfer::Transfer::new(t.src, t.dst, t.len, base_address)));
         list.and_then(|list| user_code::call(mover.bind(py), (list,)).map(|_| ())).map_err(|e| {
             let why = e.to_string();

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use crate::args;
 use crate::errors::{error, ErrorClass};
 use crate::snapshot::RawSnapshot;
+use crate::user_code;
 
 /// The installed snapshot view.
 static SNAPSHOT_VIEW: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
@@ -40,7 +41,7 @@ pub(crate) fn present_snapshot<'py>(pool: &Bound<'py, PyAny>, raw: RawSnapshot) 
     let raw = Bound::new(py, raw)?.into_any();
     let view = SNAPSHOT_VIEW.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|v| v.clone_ref(py));
     match view {
-        Some(view) => view.bind(py).call1((pool, raw)),
+        Some(view) => user_code::call(view.bind(py), (pool, raw)),
         None => Ok(raw),
     }
 }
