@@ -138,6 +138,50 @@ def test_a_raising_callback_is_logged_and_sampling_goes_on(
     blk.free()
 
 
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt])
+def test_a_hook_raising_a_base_exception_in_the_sampling_thread_does_not_end_it(
+    raised: type[BaseException], caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = make_pool()
+
+    def broken(_: object) -> None:
+        # The last sample, taken by `stop()` in this thread, lets its exception through.
+        if threading.current_thread() is not threading.main_thread():
+            raise raised(2)
+
+    with caplog.at_level(logging.ERROR, logger="npumem.monitor"):
+        mon = Monitor(pool, interval=0.01, on_sample=[broken]).start()
+        deadline = time.monotonic() + 5
+        while mon.samples_taken < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mon.running and mon.samples_taken >= 5
+        mon.stop()
+    assert any(r.getMessage() == "npumem.monitor: sampling failed" for r in caplog.records)
+
+
+def test_a_hook_that_stops_its_monitor_ends_the_sampling_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool = make_pool()
+    mon: Monitor | None = None
+    stopped_in: list[threading.Thread] = []
+    stopped = threading.Event()
+
+    def stop_it(_: object) -> None:
+        assert mon is not None
+        if not stopped_in:
+            stopped_in.append(threading.current_thread())
+            mon.stop()
+            stopped.set()
+
+    with caplog.at_level(logging.ERROR, logger="npumem.monitor"):
+        mon = Monitor(pool, interval=0.01, on_sample=[stop_it]).start()
+        assert stopped.wait(5)
+        stopped_in[0].join(5)
+        assert not stopped_in[0].is_alive() and not mon.running
+    assert caplog.records == []
+
+
 def test_background_thread_samples_until_stopped() -> None:
     pool = make_pool()
     with Monitor(pool, interval=0.01) as mon:

@@ -328,17 +328,23 @@ class Monitor:
         while True:
             try:
                 self.sample()
-            except Exception:
+            except BaseException:
+                # Nothing but `stop()` ends the sampling: a callback or hook that raises even
+                # `SystemExit` or `KeyboardInterrupt` in this thread (signals go to the main
+                # thread) is logged, and the next sample comes on time.
                 logger.exception("npumem.monitor: sampling failed")
             if self._stop.wait(self.interval):
                 return
 
     def stop(self) -> None:
-        """Stop the background thread (waits for it) and take one last sample."""
+        """Stop the background thread (waits for it, unless called from it: a callback or hook)
+        and take one last sample."""
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()
-            thread.join()
+            # From a callback or hook, in the sampling thread itself: it ends after this sample.
+            if thread is not threading.current_thread():
+                thread.join()
             self.sample()
 
     @property
