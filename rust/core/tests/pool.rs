@@ -614,3 +614,20 @@ fn a_raised_peak_is_at_most_the_largest_capacity_the_pool_may_reach() {
     grows.raise_peak(usize::MAX);
     assert_eq!(grows.reset_peak(), 32 * MIB);
 }
+
+#[test]
+fn a_raw_free_of_a_live_block_with_the_wrong_size_says_so() {
+    let p = Pool::new(PoolConfig::new(64 * MIB).cores(1).backing(Backing::None)).unwrap();
+    let offset = p.alloc_raw(100_000, None).unwrap();
+    let reason = |err: Error| match err {
+        Error::InvalidBlock { reason, .. } => reason,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(reason(p.free_raw(offset, 50_000).unwrap_err()), "a block of another size is allocated there");
+    assert_eq!(reason(p.free_raw(offset, 300_000).unwrap_err()), "a block of another size is allocated there");
+    assert_eq!(reason(p.free_raw(offset + 8192, 8192).unwrap_err()), "another block holds these bytes");
+    p.check().unwrap();
+    p.free_raw(offset, 100_000).unwrap();
+    assert_eq!(reason(p.free_raw(offset, 100_000).unwrap_err()), "the block was freed already");
+    p.check().unwrap();
+}

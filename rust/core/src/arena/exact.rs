@@ -163,7 +163,7 @@ impl Arena {
         if b.is_one_node_at(within) {
             // One node: its release is the check (and decides a race of two callers).
             if self.shape.release(tree, Node::covering(depth, within, b.enclosing)).is_err() {
-                return Err("the block was freed already");
+                return Err(self.not_allocated_there(chunk, within));
             }
         } else {
             // Several nodes: all must be allocated before any is freed; the release of the
@@ -178,10 +178,30 @@ impl Arena {
                 count += 1;
             }
             if self.shape.release_block(tree, &nodes[..count]).is_err() {
-                return Err("no block of this size is allocated there");
+                return Err(self.not_allocated_there(chunk, within));
             }
         }
         Ok(self.lines[chunk].space.give_stepped(b.units))
+    }
+
+    /// Why no block of the size given starts at unit `within` of `chunk` (its free found
+    /// nothing to release): a node on the way from that unit's leaf to the root is allocated,
+    /// so another block holds the unit, starting there (of another size) or before it; or none
+    /// is, and the block was freed already. Read for the error only.
+    #[cold]
+    fn not_allocated_there(&self, chunk: usize, within: u64) -> &'static str {
+        let tree = self.tree(chunk);
+        let depth = self.geometry.depth;
+        for level in (0..=depth).rev() {
+            let node = Node { level, index: within >> (depth - level) };
+            if self.shape.is_allocated(tree, node) {
+                return match node.start(depth) == within {
+                    true => "a block of another size is allocated there",
+                    false => "another block holds these bytes",
+                };
+            }
+        }
+        "the block was freed already"
     }
 
     /// [`Arena::unmark_nodes`] for a packed block of more than [`MAX_BLOCK_NODES`] nodes, one node at a
@@ -191,12 +211,12 @@ impl Arena {
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
         if !b.pieces_at(depth, within).all(|p| self.shape.is_allocated(tree, p)) {
-            return Err("no block of this size is allocated there");
+            return Err(self.not_allocated_there(chunk, within));
         }
         let mut pieces = b.pieces_at(depth, within);
         let first = pieces.next().expect("a block has at least one node");
         if self.shape.release(tree, first).is_err() {
-            return Err("the block was freed already");
+            return Err(self.not_allocated_there(chunk, within));
         }
         for p in pieces {
             let _ = self.shape.release(tree, p);
