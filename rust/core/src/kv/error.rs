@@ -19,6 +19,9 @@ pub enum KvError<E> {
     TooManyTokens { seq: i64, tokens: u128, max: u64 },
     /// The page source could not deliver (no page left, or a copy failed).
     Source(E),
+    /// The page source said it delivered `asked` pages but gave `delivered` (a fault of the
+    /// source; what it gave went back to it, and the table is as it was).
+    BrokenSource { asked: usize, delivered: usize },
 }
 
 impl<E: fmt::Display> fmt::Display for KvError<E> {
@@ -35,6 +38,9 @@ impl<E: fmt::Display> fmt::Display for KvError<E> {
                  ({MAX_SEQUENCE_PAGES} pages)"
             ),
             KvError::Source(err) => err.fmt(f),
+            KvError::BrokenSource { asked, delivered } => {
+                write!(f, "the page source delivered {delivered} page(s) when asked for {asked}")
+            }
         }
     }
 }

@@ -59,9 +59,13 @@ impl FreeList {
     }
 
     /// [`PageSource::give_back`] of a free list.
+    ///
+    /// # Panics
+    ///
+    /// If `page` is not one of the list's pages (it would be handed out later).
     #[inline]
     pub fn give_back(&mut self, page: u32) {
-        debug_assert!(page < self.pages);
+        assert!(page < self.pages, "page {page} is not one of the {} pages of this free list", self.pages);
         self.free.push(page);
     }
 }

@@ -52,6 +52,10 @@ type Result<T, S> = std::result::Result<T, KvError<<S as PageSource>::Error>>;
 
 impl PageTable {
     /// An empty table of pages that hold `page_tokens` tokens each (at least 1).
+    ///
+    /// # Panics
+    ///
+    /// If `page_tokens` is 0.
     pub fn new(page_tokens: u32) -> PageTable {
         assert!(page_tokens > 0, "a page holds at least one token");
         PageTable {
@@ -238,8 +242,9 @@ impl PageTable {
         copied
     }
 
-    /// Take `count` pages into `self.taken` (emptied first).
-    fn take<S: PageSource>(&mut self, count: usize, source: &mut S) -> std::result::Result<(), S::Error> {
+    /// Take `count` pages into `self.taken` (emptied first). A source that says it delivered
+    /// but did not deliver `count` pages gets back what it gave: [`KvError::BrokenSource`].
+    fn take<S: PageSource>(&mut self, count: usize, source: &mut S) -> Result<(), S> {
         self.taken.clear();
         if count == 0 {
             return Ok(());
@@ -247,7 +252,13 @@ impl PageTable {
         let mut taken = std::mem::take(&mut self.taken);
         let got = source.take(count, &mut taken);
         self.taken = taken;
-        got
+        got.map_err(KvError::Source)?;
+        if self.taken.len() != count {
+            let delivered = self.taken.len();
+            self.give_back_taken(source);
+            return Err(KvError::BrokenSource { asked: count, delivered });
+        }
+        Ok(())
     }
 
     fn give_back_taken<S: PageSource>(&mut self, source: &mut S) {
@@ -266,7 +277,7 @@ impl PageTable {
             return Err(KvError::TooManyTokens { seq, tokens: u128::from(tokens), max: self.max_tokens() });
         }
         let pages = self.pages_for(tokens);
-        self.take(pages as usize, source).map_err(KvError::Source)?;
+        self.take(pages as usize, source)?;
         let taken = std::mem::take(&mut self.taken);
         for &page in &taken {
             self.hold_fresh(page);
@@ -306,7 +317,7 @@ impl PageTable {
         }
         self.growths.clear();
         self.growths.push(g);
-        self.take(g.fresh + usize::from(g.copy), source).map_err(KvError::Source)?;
+        self.take(g.fresh + usize::from(g.copy), source)?;
         self.commit_growths(source)
     }
 
@@ -369,7 +380,7 @@ impl PageTable {
             }
             return Ok(());
         }
-        self.take(needed, source).map_err(KvError::Source)?;
+        self.take(needed, source)?;
         self.commit_growths(source)
     }
 
@@ -475,7 +486,7 @@ impl PageTable {
 #[cfg(test)]
 mod tests {
     use super::super::error::{KvError, OutOfPages};
-    use super::super::source::FreeList;
+    use super::super::source::{FreeList, PageSource};
     use super::PageTable;
 
     #[test]
@@ -513,6 +524,55 @@ mod tests {
         t.free(1, &mut src).unwrap();
         t.free(2, &mut src).unwrap();
         assert_eq!(src.free(), 8);
+    }
+
+    /// A free list that delivers one page fewer than asked, from its `short`-th take on.
+    struct ShortSource {
+        list: FreeList,
+        takes: usize,
+        short: usize,
+    }
+
+    impl PageSource for ShortSource {
+        type Error = OutOfPages;
+
+        fn take(&mut self, count: usize, out: &mut Vec<u32>) -> std::result::Result<(), OutOfPages> {
+            self.takes += 1;
+            let count = if self.takes >= self.short { count - 1 } else { count };
+            self.list.take(count, out)
+        }
+
+        fn give_back(&mut self, page: u32) {
+            self.list.give_back(page)
+        }
+
+        fn copy(&mut self, _: &[(u32, u32)]) -> std::result::Result<(), OutOfPages> {
+            Ok(())
+        }
+
+        fn available(&self) -> usize {
+            self.list.free()
+        }
+    }
+
+    #[test]
+    fn a_source_that_delivers_too_few_pages_is_refused_and_gets_them_back() {
+        let mut src = ShortSource { list: FreeList::new(16), takes: 0, short: 2 };
+        let mut t = PageTable::new(4);
+        t.add(1, 8, &mut src).unwrap();
+        let (before, free) = (t.counts(), src.list.free());
+        assert_eq!(t.append(1, 9, &mut src), Err(KvError::BrokenSource { asked: 3, delivered: 2 }));
+        assert_eq!(t.add(2, 12, &mut src), Err(KvError::BrokenSource { asked: 3, delivered: 2 }));
+        assert_eq!((t.counts(), src.list.free()), (before, free));
+        assert!(!t.contains(2));
+        t.free(1, &mut src).unwrap();
+        assert_eq!(src.list.free(), 16);
+    }
+
+    #[test]
+    #[should_panic(expected = "page 5 is not one of the 2 pages of this free list")]
+    fn a_free_list_refuses_a_page_it_never_had() {
+        FreeList::new(2).give_back(5);
     }
 
     #[test]
