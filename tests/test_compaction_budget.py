@@ -181,6 +181,7 @@ def test_a_staged_compaction_is_planned_while_the_pool_runs_and_made_once() -> N
     staged = pool.stage_compaction("full")
     assert staged.moves > 0 and staged.bytes > 0 and staged.planning_seconds >= 0
     assert "StagedCompaction(" in repr(staged)
+    assert staged.report is None, "not run yet"
     # Meanwhile: a third of the kept blocks go, new ones come.
     survivors = []
     for k, (blk, ident) in enumerate(kept):
@@ -191,8 +192,10 @@ def test_a_staged_compaction_is_planned_while_the_pool_runs_and_made_once() -> N
     extra = [pool.alloc(3000) for _ in range(50)]
     with pool.pause(5.0) as pause:
         done = pool.run_staged(pause, staged)
+        assert staged.report == done
         with pytest.raises(npumem.InvalidArgumentError, match="ran already"):
             pool.run_staged(pause, staged)
+        assert staged.report == done, "a refused second run keeps the first one's report"
     assert done.blocks > 0 and done.stale >= 1
     assert done.as_dict()["stale"] == done.stale
     pool.check()

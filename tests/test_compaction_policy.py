@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from typing import NoReturn
 
 import pytest
 
@@ -73,6 +74,39 @@ def test_hooks_run_around_every_stop_and_a_failing_hook_stops_nothing() -> None:
     assert pool.blocks() == before, "a refused pause moved blocks"
     with pool.pause(0.5) as pause:
         assert pause.held, "the pool was left paused"
+    for blk, ident in kept:
+        assert intact(blk, ident)
+
+
+class _InterruptedAsTheRunReturns:
+    """The pool, except that Ctrl-C comes during `run_staged`: its handler raises as the call
+    returns, the step made."""
+
+    def __init__(self, pool: npumem.Pool) -> None:
+        self._pool = pool
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._pool, name)
+
+    def run_staged(self, *args: object, **kwargs: object) -> NoReturn:
+        self._pool.run_staged(*args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_as_a_step_returns_leaves_the_step_counted_and_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool, kept = fragmented_pool()
+    compactor = Compactor(pool)
+    monkeypatch.setattr(compactor, "pool", _InterruptedAsTheRunReturns(pool))
+    before = pool.stats().external_fragmentation
+    with pytest.raises(KeyboardInterrupt):
+        compactor.compact("full")
+    assert pool.stats().external_fragmentation < before, "the step was made"
+    assert compactor.compactions == 1
+    (report,) = compactor.reports
+    assert len(report.steps) == 1 and report.steps[0].blocks > 0
+    assert any("stopped after 1 step(s): KeyboardInterrupt" in note for note in report.notes)
     for blk, ident in kept:
         assert intact(blk, ident)
 

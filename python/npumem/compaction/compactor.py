@@ -329,24 +329,34 @@ class Compactor:
         staged = self.pool.stage_compaction(mode, max_bytes=max_bytes, mover=self.mover)
         if self.on_pause is not None:
             self.on_pause()
+        listed = False
+        t0 = time.perf_counter()
         try:
-            t0 = time.perf_counter()
             with self.pool.pause(self.pause_timeout) as pause:
                 done = self.pool.run_staged(pause, staged, mover=self.mover)
-            paused = time.perf_counter() - t0
+            step = self._made(done, time.perf_counter() - t0)
+            steps.append(step)
+            listed = True
         except BaseException:
+            # The step was made, but an exception came before it was listed: Ctrl-C during a
+            # long step is handled as `run_staged` returns. It moved blocks: it is listed.
+            made = staged.report
+            if made is not None and not listed:
+                steps.append(made.with_pause(time.perf_counter() - t0, over_budget=False))
             if self.on_resume is not None:
                 self.on_resume()
             raise
+        if self.on_resume is not None:
+            self.on_resume()
+        return step
+
+    def _made(self, done: StepReport, paused: float) -> StepReport:
+        """A step made, with its pause; its copy speed joins the throughput estimate."""
         if done.bytes >= 1 << 20 and done.moving_seconds > 0:
             measured = done.bytes / done.moving_seconds
             self._throughput = 0.5 * self._throughput + 0.5 * measured
         over = self.pause_budget is not None and paused > self.pause_budget
-        step = done.with_pause(paused, over_budget=over)
-        steps.append(step)
-        if self.on_resume is not None:
-            self.on_resume()
-        return step
+        return done.with_pause(paused, over_budget=over)
 
     def plan(self, mode: Mode = "full", *, max_bytes: int | None = None) -> CompactionPlan:
         """What `compact()` would move now (for `"incremental"`: its first step), moving

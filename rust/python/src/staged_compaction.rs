@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 
 use crate::errors::{error, ErrorClass};
+use crate::step_report::StepReport;
 
 /// A compaction planned without stopping the pool: `Pool.run_staged(pause, staged)` checks
 /// its moves on the paused pool (each block still where it was planned, each destination still
@@ -13,6 +14,8 @@ use crate::errors::{error, ErrorClass};
 #[pyclass(module = "npumem._core", frozen)]
 pub struct StagedCompaction {
     staged: Mutex<Option<npumem_core::StagedCompaction>>,
+    /// What its run made, once it has run.
+    report: Mutex<Option<StepReport>>,
     moves: usize,
     bytes: usize,
     planning_seconds: f64,
@@ -25,7 +28,13 @@ impl StagedCompaction {
             bytes: staged.bytes(),
             planning_seconds: staged.planning().as_secs_f64(),
             staged: Mutex::new(Some(staged)),
+            report: Mutex::new(None),
         }
+    }
+
+    /// Keep what its run made (see `report`).
+    pub(crate) fn ran(&self, report: StepReport) {
+        *self.report.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
     }
 
     /// The plan, taken out to run (an error if it ran already).
@@ -53,6 +62,14 @@ impl StagedCompaction {
     #[getter]
     fn planning_seconds(&self) -> f64 {
         self.planning_seconds
+    }
+
+    /// What `Pool.run_staged` made of it (its `StepReport`), `None` until it has run: also there
+    /// for a caller whose `run_staged` call was interrupted as it returned (Ctrl-C during a long
+    /// run is handled then), so that the moves made are not lost from its records.
+    #[getter]
+    fn report(&self) -> Option<StepReport> {
+        self.report.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn __repr__(&self) -> String {

@@ -693,7 +693,9 @@ impl Pool {
         let done = pause.with_token(|token| {
             mover::run_with(py, mover.as_ref(), core.base_address(), |m| core.run_staged(token, plan, m))
         })?;
-        Ok(StepReport::from_core(&done))
+        let report = StepReport::from_core(&done);
+        staged.get().ran(report.clone());
+        Ok(report)
     }
 
     /// What `compact_step` would do, moving nothing (pauses the pool briefly unless `pause`
