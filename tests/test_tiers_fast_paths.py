@@ -7,7 +7,7 @@ import pytest
 
 import npumem
 from npumem.errors import ArgumentTypeError, InvalidHandleError
-from npumem.tiers import FrequencyPolicy, SizeOnlyPolicy, TieredPool
+from npumem.tiers import FrequencyPolicy, SizeOnlyPolicy, TieredBlock, TieredPool
 
 MIB = 1 << 20
 
@@ -359,6 +359,33 @@ def test_a_policy_without_touch_n_gets_one_touch_per_access() -> None:
     mem.touch(a, 2)
     assert policy.calls == [0, 1, 2, 3, 4, 5, 6]
     assert (a.heat.last, b.heat.last, a.heat.count) == (6, 4, 4)
+
+
+def test_a_policy_whose_score_frees_and_allocates_blocks_does_not_break_a_rebalance() -> None:
+    from npumem.tiers.policy import Heat, LRUPolicy
+
+    class Meddling(LRUPolicy):
+        def __init__(self) -> None:
+            super().__init__()
+            self.victims: list[TieredBlock] = []
+            self.made: list[TieredBlock] = []
+
+        def score(self, heat: Heat, now: int) -> float:
+            if self.victims:
+                self.victims.pop().free()
+                self.made.append(mem.alloc(100, core=0, tag="new"))
+            return super().score(heat, now)
+
+    policy = Meddling()
+    mem = make(policy=policy)
+    blocks = [mem.alloc(100, core=c % 2, tier="slow", tag=f"b{c}") for c in range(6)]
+    mem.touch_many(blocks, [1] * 6)
+    policy.victims = blocks[3:]
+    report = mem.rebalance()
+    assert policy.victims == [] and len(policy.made) == 3
+    assert report.moves and all(m.promotion for m in report.moves)
+    assert {m.tag for m in report.moves} <= {"b0", "b1", "b2", "new"}, "no freed block moved"
+    mem.check()
 
 
 def test_a_block_that_found_no_room_after_demotions_waits_for_a_block_to_leave() -> None:

@@ -735,7 +735,9 @@ class TieredPool:
             # The candidates of every core, in one pass over the slow tier: the blocks touched
             # at least once that may live in a fast tier, with a score above 0.
             candidates: list[list[tuple[float, TieredBlock]]] = [[] for _ in range(ncores)]
-            for tb in self._slow_blocks:
+            # Over a copy: a policy's score may free or allocate blocks (the lock lets its
+            # thread in); a block freed meanwhile has no block left and is skipped.
+            for tb in list(self._slow_blocks):
                 heat = tb._heat
                 if heat is None:
                     continue
