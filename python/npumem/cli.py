@@ -149,6 +149,10 @@ def _run(argv: Sequence[str] | None) -> int:
             prog = parser._chosen_parser(args).prog
         with _terminate_as_exit():
             status = args.func(args)
+    except _Terminated:
+        # SIGTERM: the file being written was cleaned up as for Ctrl-C; one line, as the
+        # shell's own status for SIGTERM.
+        failure, status = "terminated", 128 + signal.SIGTERM
     except SystemExit as exc:
         leaving = exc
     except _StdoutError as exc:
@@ -278,10 +282,14 @@ def _finalizers_quiet_when_memory_runs_out() -> Iterator[None]:
         sys.unraisablehook = hook
 
 
+class _Terminated(SystemExit):
+    """SIGTERM's exit (see `_terminate_as_exit`)."""
+
+
 @contextlib.contextmanager
 def _terminate_as_exit() -> Iterator[None]:
     """While a command runs, SIGTERM (`kill`, a job scheduler's time limit) raises
-    `SystemExit(143)` rather than ending the process where it stands, so that a file being
+    `_Terminated(143)` rather than ending the process where it stands, so that a file being
     written is cleaned up as for Ctrl-C: the output stays as it was and no temporary file is
     left next to it. Only from the main thread, and only when SIGTERM has its default action
     (a program that calls `main()` and handles SIGTERM itself keeps its handler)."""
@@ -291,7 +299,7 @@ def _terminate_as_exit() -> Iterator[None]:
         return
 
     def terminate(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise _Terminated(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
     try:
