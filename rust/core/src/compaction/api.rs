@@ -64,7 +64,10 @@ impl Pool {
     }
 
     /// Run a compaction while `token` holds the pause (see [`CompactionMode`]); `mover` copies
-    /// the bytes for `backing="none"` pools. Every compaction the caller copies for (a mover, or
+    /// the bytes for `backing="none"` pools. Such a pool compacted without a mover has its
+    /// blocks re-pointed and no byte copied: right for a pool whose bytes nobody keeps (a
+    /// model of a device, a plan), wrong wherever the device holds data (then give a mover, as
+    /// `Compactor` in Python insists). Every compaction the caller copies for (a mover, or
     /// a pool without host memory) is one batch: if the mover fails, everything is undone and the
     /// pool (and every block's bytes) is exactly as it was. (On host memory, without a mover, a full
     /// compaction first consolidates slabs, a batch of its own; on a device slabs move whole

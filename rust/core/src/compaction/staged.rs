@@ -97,8 +97,10 @@ impl Pool {
 
     /// Run a staged compaction while `token` holds the pause: batch by batch, the moves whose
     /// blocks and destinations are still as planned (the others are counted in `stale`).
-    /// `mover` as for [`Pool::compact_step`]; it must be given exactly when the compaction was
-    /// staged `with_mover` (or the pool has no host memory), else [`Error::InvalidMove`].
+    /// `mover` as for [`Pool::compact_step`]; it must be given when the compaction was staged
+    /// `with_mover` and not otherwise (on a pool with host memory), else
+    /// [`Error::InvalidMove`]. On a pool without host memory either is accepted, and without
+    /// a mover nothing copies the bytes (see [`Pool::compact_step`]).
     pub fn run_staged(
         &self,
         token: &PauseToken,
