@@ -631,3 +631,13 @@ fn a_raw_free_of_a_live_block_with_the_wrong_size_says_so() {
     assert_eq!(reason(p.free_raw(offset, 100_000).unwrap_err()), "the block was freed already");
     p.check().unwrap();
 }
+
+#[test]
+fn an_empty_batch_checks_its_alignment_as_any_request() {
+    let p = pool(8 * MIB, 1);
+    assert!(matches!(p.alloc_many(&[], Some(3), 0), Err(Error::InvalidAlignment { .. })));
+    assert!(matches!(p.alloc_many(&[], Some(16 * MIB), 0), Err(Error::InvalidAlignment { .. })));
+    assert_eq!(p.alloc_many(&[], Some(64), 0).unwrap(), Vec::<Handle>::new());
+    assert_eq!(p.alloc_many(&[], None, 0).unwrap(), Vec::<Handle>::new());
+    assert_eq!(p.stats().failed_allocs, 0);
+}

@@ -192,6 +192,11 @@ impl Pool {
         mut keep_going: impl FnMut() -> bool,
     ) -> Result<Option<Vec<Handle>>> {
         let request = |(index, &size): (usize, &usize)| self.request(size, align).map_err(|e| Error::batch(index, e));
+        if sizes.is_empty() {
+            // Nothing to allocate, but the alignment is checked as any request's.
+            self.request(1, align)?;
+            return Ok(Some(Vec::new()));
+        }
         // The batch's own tables are reserved first (a count no host memory can list is an
         // error, not an abort), unless a size is refused: then that size is the error.
         let n = sizes.len();
