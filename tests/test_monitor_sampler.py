@@ -175,7 +175,8 @@ def test_a_hook_that_stops_its_monitor_ends_the_sampling_thread(
             stopped.set()
 
     with caplog.at_level(logging.ERROR, logger="npumem.monitor"):
-        mon = Monitor(pool, interval=0.01, on_sample=[stop_it]).start()
+        mon = Monitor(pool, interval=0.01, on_sample=[stop_it])
+        mon.start()
         assert stopped.wait(5)
         stopped_in[0].join(5)
         assert not stopped_in[0].is_alive() and not mon.running
