@@ -85,6 +85,7 @@ pub fn code_of(err: &Error) -> Status {
         | Error::PausedTooLong { .. }
         | Error::PausedAtFork { .. }
         | Error::Interrupted { .. }
+        | Error::CopiesInterrupted { .. }
         | Error::ForkedMidCall
         | Error::Moving
         | Error::Relocating

@@ -92,6 +92,9 @@ pub enum Error {
     /// check (`gate::interruptible`: the Python binding's signal handlers) ended the wait: the
     /// call gave up, nothing was done.
     Interrupted { waited_ms: u64 },
+    /// A compaction's copies on host memory ran `after_ms` and the calling thread's interrupt
+    /// check ended them: the batch was undone, every block is where it was.
+    CopiesInterrupted { after_ms: u64 },
     /// `check()` found inconsistent metadata: one line per finding.
     Corruption(Vec<String>),
     /// Item `index` of a batch call failed (and the batch left the pool as it was). A batch of
@@ -217,6 +220,11 @@ impl fmt::Display for Error {
                 f,
                 "the wait for another thread's pause of the pool was interrupted after {waited_ms} ms \
                  (a signal handler raised); nothing was done"
+            ),
+            Error::CopiesInterrupted { after_ms } => write!(
+                f,
+                "the compaction's copies were interrupted after {after_ms} ms (a signal handler raised); \
+                 they were undone, every block is where it was"
             ),
             Error::Batch { index, error, shortfall: None } => write!(f, "item {index} of the batch failed: {error}"),
             Error::Batch { index, error, shortfall: Some(Shortfall { asked, free }) } => write!(

@@ -354,8 +354,9 @@ pub fn interruptible<T>(interrupted: fn() -> bool, work: impl FnOnce() -> T) -> 
 }
 
 /// A waiting thread's interrupt check, asked at most once per [`WAIT_SLICE`], the first time one
-/// slice after the wait began.
-struct Interrupt {
+/// slice after the wait began. A compaction's copies on host memory ask it too
+/// (`compaction/execute.rs`).
+pub(crate) struct Interrupt {
     check: Option<fn() -> bool>,
     next: Instant,
 }
@@ -363,7 +364,7 @@ struct Interrupt {
 impl Interrupt {
     /// The calling thread's check ([`interruptible`]), for a wait that begins now.
     #[cold]
-    fn of_caller() -> Interrupt {
+    pub(crate) fn of_caller() -> Interrupt {
         #[cfg(not(loom))]
         let check = INTERRUPT_CHECK.try_with(Cell::get).unwrap_or(None);
         #[cfg(loom)]
@@ -372,7 +373,7 @@ impl Interrupt {
     }
 
     /// Whether the wait gives up now: its slice ended and the check says so.
-    fn gives_up(&mut self) -> bool {
+    pub(crate) fn gives_up(&mut self) -> bool {
         let Some(check) = self.check else { return false };
         let now = Instant::now();
         if now < self.next {

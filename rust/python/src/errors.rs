@@ -385,6 +385,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         | Error::PausedTooLong { .. }
         | Error::PausedAtFork { .. }
         | Error::Interrupted { .. }
+        | Error::CopiesInterrupted { .. }
         | Error::ForkedMidCall => ErrorClass::PoolBusy,
         Error::Moving | Error::Relocating | Error::AlreadyPaused | Error::PauseInsideCall => ErrorClass::PoolBusy,
         Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => {

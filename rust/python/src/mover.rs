@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::errors::to_py;
-use crate::gil::{self, detached};
+use crate::gil::{self, interruptible};
 use crate::transfer;
 use crate::user_code;
 
@@ -24,10 +24,11 @@ where
     T: Send,
 {
     let mut raised: Option<PyErr> = None;
-    let result = detached(py, || match mover {
+    // Interruptible: Ctrl-C ends copies on host memory (undone) and waits, as its exception.
+    let result = interruptible(py, || match mover {
         Some(m) => work(Some(&mut |batch: &[Transfer]| call(m, batch, base_address, &mut raised))),
         None => work(None),
-    });
+    })?;
     result.map_err(|err| match (err, raised) {
         (Error::MoverFailed(_), Some(e)) => e,
         (err, _) => to_py(err),

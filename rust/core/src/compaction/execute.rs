@@ -21,6 +21,7 @@ use crate::arena::front::FrontLayout;
 use crate::arena::global::ChunkState;
 use crate::arena::layout::Layout;
 use crate::error::{Error, Result};
+use crate::gate::Interrupt;
 use crate::handle::id::Handle;
 use crate::handle::table::SlotInfo;
 use crate::pool::pool::Pool;
@@ -263,6 +264,7 @@ impl Pool {
                 Step::Restore(i) => Some(transfers[i]),
             })
             .collect();
+        let mover_ran = mover.is_some();
         if let Some(mover) = mover {
             // One call per wave (`waves.rs`); a failure undoes the waves done by reverse copies.
             let waves = waves(&ordered);
@@ -308,7 +310,25 @@ impl Pool {
         }
         if let Some(backing) = &self.arena().backing {
             let base = backing.base().as_ptr();
-            for &step in &steps {
+            // The copies of a large batch take seconds: between two, the calling thread's
+            // interrupt check (Ctrl-C in Python) may end them, and then they are undone. Not
+            // after a mover ran (it would have to copy back as well).
+            let mut interrupt = (!mover_ran).then(Interrupt::of_caller);
+            let copying = Instant::now();
+            for (done, &step) in steps.iter().enumerate() {
+                // A failpoint at each step (`copies.interrupt`) lets the crate's tests end the
+                // copies after every prefix.
+                let ended = interrupt.is_some() && failpoint::fire("copies.interrupt");
+                if ended || interrupt.as_mut().is_some_and(Interrupt::gives_up) {
+                    // SAFETY: as below, for the steps made so far.
+                    unsafe { undo_host_steps(base, &transfers, &steps[..done], &bounce) };
+                    super::copy::fence();
+                    let undone = self.undo(&pieces, &mut journal);
+                    pieces.iter().for_each(|u| self.end_moves(u));
+                    self.tidy_slabs(&created);
+                    undone?;
+                    return Err(Error::CopiesInterrupted { after_ms: copying.elapsed().as_millis() as u64 });
+                }
                 // SAFETY: every range is inside the arena (checked or planned); the moving blocks
                 // are marked (no pins, so no views of them) and the pool is paused, so nobody else
                 // reads or writes these bytes; destinations are reserved for these blocks.
@@ -325,9 +345,9 @@ impl Pool {
                         }
                         Step::Restore(i) => {
                             let t = transfers[i];
-                            let bytes = std::mem::take(&mut bounce[i]);
-                            debug_assert_eq!(bytes.len(), t.len, "saved before it is restored");
-                            std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(t.dst), t.len);
+                            // The saved bytes stay until the batch ends: an undo saves them again.
+                            debug_assert_eq!(bounce[i].len(), t.len, "saved before it is restored");
+                            std::ptr::copy_nonoverlapping(bounce[i].as_ptr(), base.add(t.dst), t.len);
                         }
                     }
                 }
@@ -651,4 +671,32 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("a panic without a message")
+}
+
+/// Undo host-memory copy steps `done` (a prefix of a batch's order), last first: each copy
+/// copies its destination back to its source (the destination holds the source's bytes: no
+/// later step wrote there), and a bounced transfer restores its source from the bounce buffer,
+/// which keeps the bytes it saved. Destinations keep what they got: they were free, or a
+/// source of the batch, restored in turn.
+///
+/// # Safety
+/// As for the steps themselves: every range inside the arena at `base`, nobody else touching
+/// them; `bounce[i]` holds the bytes saved for every `Save(i)` in `done`.
+unsafe fn undo_host_steps(base: *mut u8, transfers: &[Transfer], done: &[Step], bounce: &[Vec<u8>]) {
+    for &step in done.iter().rev() {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match step {
+                Step::Copy(i) => {
+                    let t = transfers[i];
+                    super::copy::copy(base.add(t.dst), base.add(t.src), t.len);
+                }
+                Step::Restore(_) => {}
+                Step::Save(i) => {
+                    let t = transfers[i];
+                    std::ptr::copy_nonoverlapping(bounce[i].as_ptr(), base.add(t.src), t.len);
+                }
+            }
+        }
+    }
 }

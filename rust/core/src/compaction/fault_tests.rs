@@ -4,7 +4,9 @@
 //! statistics, a clean `check()`, and every byte back at its source. A failed copy back is
 //! reported as corruption of the bytes, with the metadata still undone. A host that refuses a
 //! compaction its memory (the planning's headroom, `host.headroom`, or a bounce buffer,
-//! `host.vec`) gets `Error::HostMemory` and the pool as it was.
+//! `host.vec`) gets `Error::HostMemory` and the pool as it was. Copies on host memory that an
+//! interrupt ends after any step (`copies.interrupt`) are undone: the pool and every byte as
+//! before.
 
 use std::cell::RefCell;
 
@@ -273,5 +275,106 @@ fn a_host_that_refuses_a_bounce_buffer_leaves_the_batch_undone() {
         pool.check().unwrap();
         let done = swap(&pool, &moves).unwrap();
         assert!(done.bounced == 1 && intact(&pool, &blocks, true), "growth {k}: then the swap is made");
+    }
+}
+
+/// A host memory pool, fragmented, each live block holding its pattern (in the pool's own
+/// bytes), with every live block's handle, pattern and offset.
+fn host_fragmented() -> (Pool, Vec<(Handle, usize, usize)>) {
+    let pool = Pool::new(PoolConfig::new(48 * MIB).cores(1)).unwrap();
+    let mut all = Vec::new();
+    for r in 0..12 {
+        for (k, &s) in SIZES.iter().enumerate() {
+            if let Ok(h) = pool.alloc(s, None, 0) {
+                all.push((h, r * SIZES.len() + k));
+            }
+        }
+    }
+    let mut kept = Vec::new();
+    for (i, (h, id)) in all.into_iter().enumerate() {
+        if i % 2 == 0 {
+            pool.free(h).unwrap();
+            continue;
+        }
+        let b = pool.block(h).unwrap();
+        let bytes: Vec<u8> = (0..b.size).map(|j| byte(id, j)).collect();
+        pool.write(h, 0, &bytes).unwrap();
+        kept.push((h, id, b.offset));
+    }
+    (pool, kept)
+}
+
+/// Whether every kept block is at `offset` (when `in_place`) and holds its pattern.
+fn host_intact(pool: &Pool, kept: &[(Handle, usize, usize)], in_place: bool) -> bool {
+    kept.iter().all(|&(h, id, offset)| {
+        let b = pool.block(h).unwrap();
+        let mut out = vec![0u8; b.size];
+        pool.read(h, 0, &mut out).unwrap();
+        (!in_place || b.offset == offset) && out.iter().enumerate().all(|(j, &x)| x == byte(id, j))
+    })
+}
+
+#[test]
+fn host_copies_ended_after_any_step_are_undone() {
+    let modes = [CompactionMode::Full, CompactionMode::Incremental { max_bytes: 4 * MIB }];
+    for mode in modes {
+        let step = |pool: &Pool| {
+            let token = pool.pause(std::time::Duration::from_secs(5)).unwrap();
+            let done = pool.compact_step(&token, &mode, None);
+            pool.resume(&token).unwrap();
+            done
+        };
+        let (pool, kept) = host_fragmented();
+        let (done, hits) = failpoint::record(|| step(&pool).unwrap());
+        let steps = hits.iter().filter(|&&h| h == "copies.interrupt").count();
+        assert!(done.blocks > 0 && steps > 1, "{mode:?}: the compaction copies in several steps");
+        assert!(host_intact(&pool, &kept, false));
+        for k in 0..steps {
+            let (pool, kept) = host_fragmented();
+            let stats = pool.stats();
+            let (result, fired) = failpoint::fail_at("copies.interrupt", k, || step(&pool));
+            assert!(fired, "{mode:?}: step {k}");
+            assert!(matches!(result, Err(Error::CopiesInterrupted { .. })), "{mode:?}, step {k}: {result:?}");
+            assert!(host_intact(&pool, &kept, true), "{mode:?}, step {k}: every block where it was");
+            assert_eq!(pool.stats().bytes_in_use, stats.bytes_in_use);
+            pool.check().unwrap();
+            step(&pool).unwrap();
+            assert!(host_intact(&pool, &kept, false), "{mode:?}, step {k}: then the compaction is made");
+            pool.check().unwrap();
+        }
+    }
+}
+
+#[test]
+fn host_copies_of_a_swap_ended_after_any_step_are_undone() {
+    // Two blocks trade places: one goes through a bounce buffer (saved, then restored).
+    let pair = || {
+        let pool = Pool::new(PoolConfig::new(16 * MIB).cores(1)).unwrap();
+        let mut kept = Vec::new();
+        for id in 0..2 {
+            let h = pool.alloc(64 << 10, None, 0).unwrap();
+            let bytes: Vec<u8> = (0..64 << 10).map(|i| byte(id, i)).collect();
+            pool.write(h, 0, &bytes).unwrap();
+            kept.push((h, id, pool.block(h).unwrap().offset));
+        }
+        let moves = [Move { handle: kept[0].0, to: kept[1].2 }, Move { handle: kept[1].0, to: kept[0].2 }];
+        (pool, kept, moves)
+    };
+    let swap = |pool: &Pool, moves: &[Move]| {
+        let token = pool.pause(std::time::Duration::from_secs(5)).unwrap();
+        let done = pool.move_blocks(&token, moves, None);
+        pool.resume(&token).unwrap();
+        done
+    };
+    let (pool, _, moves) = pair();
+    let (done, hits) = failpoint::record(|| swap(&pool, &moves).unwrap());
+    let steps = hits.iter().filter(|&&h| h == "copies.interrupt").count();
+    assert_eq!((done.bounced, steps), (1, 3), "save, copy, restore");
+    for k in 0..steps {
+        let (pool, kept, moves) = pair();
+        let (result, fired) = failpoint::fail_at("copies.interrupt", k, || swap(&pool, &moves));
+        assert!(fired && matches!(result, Err(Error::CopiesInterrupted { .. })), "step {k}: {result:?}");
+        assert!(host_intact(&pool, &kept, true), "step {k}: both blocks as they were");
+        pool.check().unwrap();
     }
 }

@@ -16,7 +16,8 @@
 //! and checks that the operation reports a typed error and leaves nothing half-made.
 //!
 //! Names are dotted, subsystem first: `host.table`, `host.segment`, `host.backing`,
-//! `host.vec`, `host.headroom`, `host.trace_ring`, `mover.wave`, `mover.copy_back`.
+//! `host.vec`, `host.headroom`, `host.trace_ring`, `mover.wave`, `mover.copy_back`,
+//! `copies.interrupt`.
 
 #[cfg(all(test, not(loom)))]
 mod armed {

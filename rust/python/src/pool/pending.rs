@@ -58,6 +58,7 @@ pub(crate) fn retry_later(err: &Error) -> bool {
             | Error::PausedTooLong { .. }
             | Error::PausedAtFork { .. }
             | Error::Interrupted { .. }
+            | Error::CopiesInterrupted { .. }
             | Error::Moving
             | Error::Relocating
     )
