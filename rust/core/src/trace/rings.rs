@@ -5,7 +5,8 @@
 //! free single-writer ring for the thread (one CAS); every later event of that thread goes
 //! there with no atomic read-modify-write. A thread that finds every single-writer ring taken
 //! writes to the shared ring for the rest of the trace. A thread that exits releases its rings,
-//! so threads that come and go do not use them up.
+//! so threads that come and go do not use them up; their events stay until a drain takes them,
+//! and a claim takes a ring that holds none first.
 //!
 //! Which ring a thread writes is cached per thread, keyed by the trace's id (unique in the
 //! process), so the hot path is one thread-local load and a compare. A thread that records
@@ -139,7 +140,12 @@ impl Rings {
         OWNED
             .try_with(|owned| {
                 let Ok(mut owned) = owned.try_borrow_mut() else { return SHARED };
-                let Some(i) = self.solo.iter().position(|r| r.claim(me)) else { return SHARED };
+                // A free ring that a drain emptied first: one that a finished thread released
+                // still holds its events until the next drain.
+                let empty = self.solo.iter().position(|r| r.drained() && r.claim(me));
+                let Some(i) = empty.or_else(|| self.solo.iter().position(|r| r.claim(me))) else {
+                    return SHARED;
+                };
                 owned.0.retain(|(rings, _)| rings.strong_count() > 0);
                 owned.0.push((weak, i));
                 i as u32
@@ -240,6 +246,31 @@ mod tests {
         std::thread::scope(|s| s.spawn(move || rings.push(ptr as *const Rings, &words(1))).join().unwrap());
         assert_eq!(per_ring(rings).iter().sum::<u64>(), 1);
         assert_eq!(rings.shared.written(), 20, "the new thread did not use the shared ring");
+    }
+
+    #[test]
+    fn threads_that_come_one_after_another_keep_their_events_until_a_drain() {
+        // Rings of 32 events: each thread records 20, exits, then the next one comes.
+        let rings = Rings::new(3, 96, None).unwrap();
+        let ptr = Arc::as_ptr(&rings) as usize;
+        let rings = &*rings;
+        for t in 0..3u64 {
+            std::thread::scope(|s| {
+                s.spawn(move || (0..20).for_each(|i| rings.push(ptr as *const Rings, &words(t * 100 + i))))
+                    .join()
+                    .unwrap()
+            });
+        }
+        assert_eq!(per_ring(rings), vec![20, 20, 20, 0], "each thread took a ring no events were in");
+        // Once drained, a released ring is as good as a new one.
+        for t in 3..6u64 {
+            std::thread::scope(|s| {
+                s.spawn(move || (0..20).for_each(|i| rings.push(ptr as *const Rings, &words(t * 100 + i))))
+                    .join()
+                    .unwrap()
+            });
+        }
+        assert_eq!(per_ring(rings), vec![20, 20, 20, 0]);
     }
 
     #[test]

@@ -73,6 +73,13 @@ impl<const W: usize> SoloRing<W> {
         self.owner.compare_exchange(0, id, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
 
+    /// Whether the ring holds no event that a drain has not taken (read by a thread that
+    /// claims rings: a free ring that still holds a finished thread's events is a last choice,
+    /// as writing there overwrites them).
+    pub(crate) fn drained(&self) -> bool {
+        self.seq.load(Ordering::Relaxed) >> 1 == self.read.load(Ordering::Relaxed)
+    }
+
     /// Whether thread `id` owns the ring.
     pub(crate) fn owned_by(&self, id: u64) -> bool {
         self.owner.load(Ordering::Relaxed) == id
