@@ -28,6 +28,28 @@ struct Device {
     kept: Vec<(Handle, usize)>,
 }
 
+/// Twelve rounds of blocks of every size in `SIZES` (those that fit), every other one freed:
+/// the kept blocks' handles, each with its number for its pattern.
+fn fragment(pool: &Pool) -> Vec<(Handle, usize)> {
+    let mut all = Vec::new();
+    for r in 0..12 {
+        for (k, &s) in SIZES.iter().enumerate() {
+            if let Ok(h) = pool.alloc(s, None, 0) {
+                all.push((h, r * SIZES.len() + k));
+            }
+        }
+    }
+    let mut kept = Vec::new();
+    for (i, (h, id)) in all.into_iter().enumerate() {
+        if i % 2 == 0 {
+            pool.free(h).unwrap();
+        } else {
+            kept.push((h, id));
+        }
+    }
+    kept
+}
+
 fn byte(id: usize, i: usize) -> u8 {
     (id.wrapping_mul(131) ^ i.wrapping_mul(7) ^ (i >> 8)) as u8
 }
@@ -38,24 +60,11 @@ impl Device {
         let capacity = 48 * MIB;
         let pool = Pool::new(PoolConfig::new(capacity).cores(1).backing(Backing::None)).unwrap();
         let mut memory = vec![0u8; capacity];
-        let mut all = Vec::new();
-        for r in 0..12 {
-            for (k, &s) in SIZES.iter().enumerate() {
-                if let Ok(h) = pool.alloc(s, None, 0) {
-                    all.push((h, r * SIZES.len() + k));
-                }
-            }
-        }
-        let mut kept = Vec::new();
-        for (i, (h, id)) in all.into_iter().enumerate() {
-            if i % 2 == 0 {
-                pool.free(h).unwrap();
-            } else {
-                let b = pool.block(h).unwrap();
-                for j in 0..b.size {
-                    memory[b.offset + j] = byte(id, j);
-                }
-                kept.push((h, id));
+        let kept = fragment(&pool);
+        for &(h, id) in &kept {
+            let b = pool.block(h).unwrap();
+            for j in 0..b.size {
+                memory[b.offset + j] = byte(id, j);
             }
         }
         Device { pool, memory: RefCell::new(memory), kept }
@@ -282,25 +291,15 @@ fn a_host_that_refuses_a_bounce_buffer_leaves_the_batch_undone() {
 /// bytes), with every live block's handle, pattern and offset.
 fn host_fragmented() -> (Pool, Vec<(Handle, usize, usize)>) {
     let pool = Pool::new(PoolConfig::new(48 * MIB).cores(1)).unwrap();
-    let mut all = Vec::new();
-    for r in 0..12 {
-        for (k, &s) in SIZES.iter().enumerate() {
-            if let Ok(h) = pool.alloc(s, None, 0) {
-                all.push((h, r * SIZES.len() + k));
-            }
-        }
-    }
-    let mut kept = Vec::new();
-    for (i, (h, id)) in all.into_iter().enumerate() {
-        if i % 2 == 0 {
-            pool.free(h).unwrap();
-            continue;
-        }
-        let b = pool.block(h).unwrap();
-        let bytes: Vec<u8> = (0..b.size).map(|j| byte(id, j)).collect();
-        pool.write(h, 0, &bytes).unwrap();
-        kept.push((h, id, b.offset));
-    }
+    let kept = fragment(&pool)
+        .into_iter()
+        .map(|(h, id)| {
+            let b = pool.block(h).unwrap();
+            let bytes: Vec<u8> = (0..b.size).map(|j| byte(id, j)).collect();
+            pool.write(h, 0, &bytes).unwrap();
+            (h, id, b.offset)
+        })
+        .collect();
     (pool, kept)
 }
 
