@@ -6,7 +6,6 @@
 //! (`npumem.errors.X is npumem._core.X`).
 
 use crate::byte_text;
-use crate::gil;
 use crate::user_code;
 use npumem_core::{Error, HandleFault, Shortfall};
 use pyo3::exceptions::{
@@ -223,7 +222,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// A Python exception of `class` with `message`.
 pub(crate) fn error(class: ErrorClass, message: impl Into<String>) -> PyErr {
     let message = message.into();
-    gil::attach(|py| match class.class(py).and_then(|cls| user_code::call(cls, (message,))) {
+    user_code::attach(|py| match class.class(py).and_then(|cls| user_code::call(cls, (message,))) {
         Ok(instance) => PyErr::from_value(instance),
         Err(failed) => failed,
     })
@@ -350,13 +349,13 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Config { .. } => ErrorClass::Config,
         Error::InvalidSize { .. } | Error::InvalidAlignment { .. } => ErrorClass::InvalidArgument,
         &Error::TooLarge { size, bytes_free, largest_free_block, .. } => {
-            return gil::attach(|py| {
+            return user_code::attach(|py| {
                 let size = size.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any();
                 with_figures(ErrorClass::RequestTooLarge, err.to_string(), &size, bytes_free, largest_free_block)
             });
         }
         &Error::OutOfMemory { requested, bytes_free, largest_free_block } => {
-            return gil::attach(|py| {
+            return user_code::attach(|py| {
                 let message = match err {
                     Error::Batch { index, shortfall: Some(shortfall), .. } => {
                         batch_shortfall_message(index, requested, bytes_free, largest_free_block, shortfall)

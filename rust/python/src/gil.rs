@@ -1,44 +1,22 @@
-//! The one place that runs npumem-core work without the GIL (and maps its errors), and the one
-//! place that takes the GIL back from inside such work.
+//! The one place that runs npumem-core work without the GIL (and maps its errors).
 //!
 //! Work that may wait for another thread's pause of a pool runs [`interruptible`]: the core
 //! waits in slices ([`npumem_core::WAIT_SLICE`]) and, between them, takes the GIL back to run
 //! the signal handlers that are due (Ctrl-C's `KeyboardInterrupt`, an alarm's handler). When one
 //! raises, the wait gives up, the work does nothing, and the handler's exception is what the
 //! call raises.
-//!
-//! [`attach`] takes the GIL for every caller in this crate.
 
 use std::cell::RefCell;
 
 use pyo3::prelude::*;
 
 use crate::errors::to_py;
+use crate::user_code;
 
 thread_local! {
     /// The exception a signal handler raised while this thread's [`interruptible`] work waited,
     /// until that work returns.
     static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
-}
-
-/// `Python::attach`, except in a thread without the GIL that finds the interpreter gone (its
-/// exit under way, as a daemon thread waiting without the GIL may): that thread parks for good,
-/// as Python 3.14 does with such threads and PyO3 does where the exit ends one while it takes
-/// the GIL back (see `user_code.rs`), rather than panic. (A thread that holds the GIL, as the
-/// exit's own thread does, is attached as always.)
-pub(crate) fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
-    let mut f = Some(f);
-    let mut run = |py: Python<'_>| (f.take().expect("run once"))(py);
-    if let Some(done) = Python::try_attach(&mut run) {
-        return done;
-    }
-    // SAFETY: callable at any time.
-    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
-        loop {
-            std::thread::park();
-        }
-    }
-    Python::attach(run)
 }
 
 /// The interrupt check of [`interruptible`] work (called by the core between slices of a wait,
@@ -48,7 +26,7 @@ fn signal_raised() -> bool {
     if RAISED.with(|raised| raised.borrow().is_some()) {
         return true;
     }
-    match attach(|py| py.check_signals()) {
+    match user_code::attach(|py| py.check_signals()) {
         Ok(()) => false,
         Err(err) => {
             RAISED.with(|raised| *raised.borrow_mut() = Some(err));

@@ -23,7 +23,6 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{caused_by, error, ErrorClass};
-use crate::gil;
 use crate::user_code;
 
 thread_local! {
@@ -107,7 +106,7 @@ fn hook(slot: &Slot, callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResul
     // exception goes to `sys.unraisablehook`. An `on_grow`'s waits for the failed allocation.
     let trims = name == "on_trim";
     let hook: RegionHook = Arc::new(move |offset: usize, nbytes: usize| {
-        gil::attach(|py| {
+        user_code::attach(|py| {
             let held = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.clone_ref(py));
             // Cleared by the collector: the pool is going away.
             let Some(callable) = held else { return Ok(()) };

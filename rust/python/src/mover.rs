@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::errors::to_py;
-use crate::gil::{self, interruptible};
+use crate::gil::interruptible;
 use crate::transfer;
 use crate::user_code;
 
@@ -40,7 +40,7 @@ where
 /// call (a copy back) raised an exception that is no `Exception`, a `KeyboardInterrupt` or a
 /// `SystemExit`, which goes on with the first as its `__context__`.
 fn call(mover: &Py<PyAny>, batch: &[Transfer], base_address: u64, raised: &mut Option<PyErr>) -> Result<(), String> {
-    gil::attach(|py| {
+    user_code::attach(|py| {
         let list = PyList::new(py, batch.iter().map(|t| transfer::Transfer::new(t.src, t.dst, t.len, base_address)));
         list.and_then(|list| user_code::call(mover.bind(py), (list,)).map(|_| ())).map_err(|e| {
             let why = e.to_string();

@@ -28,7 +28,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{caused_by, error, to_py, ErrorClass};
-use crate::gil::{self, interruptible};
+use crate::gil::interruptible;
 use crate::growth;
 use crate::user_code;
 
@@ -282,7 +282,7 @@ impl OomHandler {
         tag: u32,
     ) -> PyResult<Vec<Handle>> {
         let raised: Mutex<Option<PyErr>> = Mutex::new(None);
-        let keep_going = || match gil::attach(|py| py.check_signals()) {
+        let keep_going = || match user_code::attach(|py| py.check_signals()) {
             Ok(()) => true,
             Err(err) => {
                 *raised.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);

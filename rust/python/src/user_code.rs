@@ -1,6 +1,7 @@
 //! Python code that a binding call runs on its caller's thread: a user's callback (an
 //! out-of-memory handler, a growth hook, a mover, `on_evict`), a generator the call iterates,
-//! an `__index__`.
+//! an `__index__`, the package's views; and [`attach`], which every caller in this crate takes
+//! the GIL with.
 //!
 //! Before Python 3.14, a thread that runs Python code while the interpreter exits is ended
 //! with `pthread_exit`, which unwinds the thread's stack ("forced unwinding"). Through a
@@ -47,6 +48,26 @@ mod unwinding {
         // SAFETY: as above.
         unsafe { std::mem::transmute(black_box(f)) }
     }
+}
+
+/// `Python::attach`, except in a thread without the GIL that finds the interpreter gone (its
+/// exit under way, as a daemon thread waiting without the GIL may): that thread parks for good,
+/// as Python 3.14 does with such threads and PyO3 does where the exit ends one while it takes
+/// the GIL back (as the calls below do), rather than panic. (A thread that holds the GIL, as the
+/// exit's own thread does, is attached as always.)
+pub(crate) fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
+    let mut f = Some(f);
+    let mut run = |py: Python<'_>| (f.take().expect("run once"))(py);
+    if let Some(done) = Python::try_attach(&mut run) {
+        return done;
+    }
+    // SAFETY: callable at any time.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+        loop {
+            std::thread::park();
+        }
+    }
+    Python::attach(run)
 }
 
 /// `callable(*args)`.

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use super::pending::{Pending, PendingFrees};
 use super::state::Pool;
 use crate::errors::{error, ErrorClass};
-use crate::gil;
+use crate::user_code;
 
 /// One pool's open scopes on this thread.
 struct Scope {
@@ -132,7 +132,7 @@ impl Drop for Deferred {
         }
         let pending = &self.pool.get().pending;
         let Some(mut batch) = close(pending) else { return };
-        gil::attach(|py| {
+        user_code::attach(|py| {
             batch.append(&mut pending.take(false));
             if let (_, Some(err)) = pending.flush(py, batch) {
                 err.write_unraisable(py, None);

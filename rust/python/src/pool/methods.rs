@@ -17,7 +17,7 @@ use crate::block_info::BlockInfo;
 use crate::c_pool;
 use crate::compaction_plan::CompactionPlan;
 use crate::errors::{error, to_py, with_figures, ErrorClass};
-use crate::gil::{self, detached, without_gil};
+use crate::gil::{detached, without_gil};
 use crate::growth;
 use crate::measure::Measurement;
 use crate::mover;
@@ -422,7 +422,7 @@ impl Pool {
         // The walk of a large arena takes seconds: between steps, the signals that came (Ctrl-C,
         // SIGTERM) run their handlers, and an exception they raise ends the check.
         let mut raised: Option<PyErr> = None;
-        let mut go_on = || gil::attach(|py| py.check_signals().map_err(|err| raised = Some(err)).is_ok());
+        let mut go_on = || user_code::attach(|py| py.check_signals().map_err(|err| raised = Some(err)).is_ok());
         match without_gil(py, || core.check_until(&mut go_on))? {
             Some(live) => Ok(live),
             None => Err(raised.take().unwrap_or_else(|| error(ErrorClass::Corruption, "the check was stopped"))),
@@ -449,7 +449,7 @@ impl Pool {
         // As for `check()`: between steps of the walk of a large arena the signals that came
         // run their handlers, and an exception they raise ends the snapshot (the pool resumed).
         let mut raised: Option<PyErr> = None;
-        let mut go_on = || gil::attach(|py| py.check_signals().map_err(|err| raised = Some(err)).is_ok());
+        let mut go_on = || user_code::attach(|py| py.check_signals().map_err(|err| raised = Some(err)).is_ok());
         // No tag id is dropped (and reused) until the blocks' names are read, after the pause:
         // the last block of a pooled tag freed meanwhile would take its name along otherwise.
         let _pin = core.tags().pin();
