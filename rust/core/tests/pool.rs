@@ -641,3 +641,30 @@ fn an_empty_batch_checks_its_alignment_as_any_request() {
     assert_eq!(p.alloc_many(&[], None, 0).unwrap(), Vec::<Handle>::new());
     assert_eq!(p.stats().failed_allocs, 0);
 }
+
+#[test]
+fn a_second_raw_free_of_a_large_block_says_it_was_freed_already() {
+    // Buddy blocks, chunk runs, runs with a tail, and runs with a front (placed after a small
+    // block, so that they start inside a chunk).
+    let p = Pool::new(PoolConfig::new(256 * MIB).cores(1).backing(Backing::None)).unwrap();
+    let reason = |err: Error| match err {
+        Error::InvalidBlock { reason, .. } => reason,
+        other => panic!("unexpected {other:?}"),
+    };
+    let sizes = [100_000, 3 * MIB + 5, 2 * MIB, 5 * MIB + 77, 700_000, 9 * MIB, MIB + 1, 16 * MIB];
+    let live: Vec<(usize, usize)> = sizes.iter().map(|&size| (p.alloc_raw(size, None).unwrap(), size)).collect();
+    let chunk = p.config().chunk_size;
+    assert!(live.iter().any(|&(o, s)| s > chunk && o % chunk != 0), "a run with a front: {live:?}");
+    assert!(live.iter().any(|&(o, s)| s > chunk && o % chunk == 0), "a run from a chunk's start: {live:?}");
+    for &(offset, size) in &live {
+        p.free_raw(offset, size).unwrap();
+        let second = reason(p.free_raw(offset, size).unwrap_err());
+        assert!(second.contains("freed already"), "{size} at {offset:#x}: {second}");
+        p.check().unwrap();
+    }
+    // Inside a live run, after its first chunk: another block's bytes.
+    let run = p.alloc_raw(3 * chunk, None).unwrap();
+    assert_eq!(reason(p.free_raw(run + chunk, chunk).unwrap_err()), "another block holds these bytes");
+    p.free_raw(run, 3 * chunk).unwrap();
+    p.check().unwrap();
+}

@@ -189,7 +189,7 @@ impl Arena {
     /// so another block holds the unit, starting there (of another size) or before it; or none
     /// is, and the block was freed already. Read for the error only.
     #[cold]
-    fn not_allocated_there(&self, chunk: usize, within: u64) -> &'static str {
+    pub(super) fn not_allocated_there(&self, chunk: usize, within: u64) -> &'static str {
         let tree = self.tree(chunk);
         let depth = self.geometry.depth;
         for level in (0..=depth).rev() {

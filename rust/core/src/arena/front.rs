@@ -926,7 +926,7 @@ impl Arena {
         if self.fronts[f.chunk].load(Ordering::Acquire) != f.name(g)
             || !f.front_nodes(g).all(|n| self.shape.is_allocated(self.tree(f.chunk), n))
         {
-            return Err("no block with a front of this size starts there");
+            return Err(self.not_allocated_there(f.chunk, f.start));
         }
         if f.chunks > 0
             && self.global.state(f.first_whole()) != (ChunkState::FrontedRun { len: f.chunks, tail: f.tail_units })

@@ -169,9 +169,11 @@ impl Pool {
             ChunkState::TailedRunHead(len) => {
                 self.arena.release_tailed_run(offset, size, chunk, len).map(Released::Block)
             }
-            ChunkState::Free | ChunkState::RunBody | ChunkState::FrontedRun { .. } | ChunkState::Absent => {
-                Err(invalid_block(offset, size, "no block starts in this chunk"))
+            ChunkState::Free => Err(invalid_block(offset, size, "the block was freed already: its chunk is free")),
+            ChunkState::RunBody | ChunkState::FrontedRun { .. } => {
+                Err(invalid_block(offset, size, "another block holds these bytes"))
             }
+            ChunkState::Absent => Err(invalid_block(offset, size, "outside the pool's regions: no memory is there")),
         }
     }
 }
