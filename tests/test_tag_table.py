@@ -10,6 +10,7 @@ import threading
 
 import npumem
 from npumem import clib
+from npumem.kv import KVCache
 
 MIB = 1 << 20
 NAMED = 63  # tags with counters of their own
@@ -375,4 +376,35 @@ def test_the_pooled_tags_row_is_no_tag_name() -> None:
     stats = pool.stats()
     assert stats.blocks_in_use == 0 and stats.by_tag == []
     assert stats.failed_allocs == 0
+    pool.check()
+
+
+def test_an_empty_tag_is_refused_as_it_reads_as_no_tag() -> None:
+    """Untagged blocks are reported with an empty tag (Prometheus labels, JSON rows)."""
+    pool = npumem.Pool(4 * MIB, cores=1)
+    for call in (
+        lambda: pool.alloc(100, tag=""),
+        lambda: pool.alloc_many([100, 200], tag=""),
+    ):
+        try:
+            call()
+        except npumem.InvalidArgumentError as err:
+            assert "non-empty" in str(err)
+        else:
+            raise AssertionError("a block with an empty tag was made")
+    stats = pool.stats()
+    assert stats.blocks_in_use == 0 and stats.by_tag == []
+    assert stats.failed_allocs == 0
+    for tag_name in ("", "(other tags)"):
+        try:
+            KVCache(pool, page_tokens=4, tag=tag_name, num_layers=1, num_kv_heads=1, head_dim=8)
+        except npumem.InvalidArgumentError:
+            pass
+        else:
+            raise AssertionError(f"a KV cache tagged {tag_name!r} was made")
+    assert pool.stats().blocks_in_use == 0
+    tag = ctypes.c_uint32(7)
+    lib = _c_library()
+    assert lib.npumem_tag_id(clib.capsule_pointer(pool.c_pool()), b"", ctypes.byref(tag)) != 0
+    assert tag.value == 7
     pool.check()

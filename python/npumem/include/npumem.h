@@ -216,6 +216,8 @@ npumem_status npumem_set_oom_callback(npumem_pool *pool, npumem_oom_callback cal
  * The id of the tag `name` (NUL-terminated) in `pool`, interned on first use, for npumem_alloc()
  * and npumem_alloc_many(). A pool's first 63 tags keep their ids for its life; the id of a later
  * tag may name another tag once no block carries it, so look it up again for a later allocation.
+ * Refused (NPUMEM_ERR_CONFIG): the empty name, which reads as no tag, and
+ * "(other tags)", the name of the later tags' row.
  */
 npumem_status npumem_tag_id(npumem_pool *pool, const char *name, uint32_t *id);
 /** Allocate `size` bytes aligned to `align` (0: the pool's default), tag id `tag` (0: none). */

@@ -247,7 +247,8 @@ fn held_tag(p: &NpumemPool, tag: u32, blocks: usize) -> u32 {
 /// holds go back). Nothing to do for 0.
 fn settle_tag(p: &NpumemPool, stored: u32, blocks: usize, made: bool) {
     if stored != 0 && !made {
-        p.pool.release_tag(stored, blocks as u64);
+        // `held_tag` took these holds: never refused.
+        let _ = p.pool.release_tag(stored, blocks as u64);
     }
 }
 
@@ -255,7 +256,8 @@ fn settle_tag(p: &NpumemPool, stored: u32, blocks: usize, made: bool) {
 /// [`held_tag`]).
 fn freed_tag(p: &NpumemPool, tag: u32, blocks: usize) {
     if tag != 0 {
-        p.pool.release_tag(tag, blocks as u64);
+        // Every block with a stored tag holds it (`held_tag`): never refused.
+        let _ = p.pool.release_tag(tag, blocks as u64);
     }
 }
 

@@ -252,7 +252,15 @@ pub(crate) fn tag<'py>(value: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Bou
     let tag = value
         .cast::<PyString>()
         .map_err(|_| error(ErrorClass::ArgumentType, format!("tag must be a str or None, got {}", type_name(value))))?;
-    if text(tag, "tag", ErrorClass::InvalidArgument)? == npumem_core::OTHER_TAGS {
+    let name = text(tag, "tag", ErrorClass::InvalidArgument)?;
+    if name.is_empty() {
+        // Untagged blocks are reported with an empty tag (Prometheus labels, JSON rows).
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            "tag must be a non-empty string (None for an untagged block)".to_string(),
+        ));
+    }
+    if name == npumem_core::OTHER_TAGS {
         return Err(error(
             ErrorClass::InvalidArgument,
             format!(

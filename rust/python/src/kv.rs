@@ -832,8 +832,7 @@ impl PagedKV {
                 let tag = t.cast::<PyString>().map_err(|_| {
                     error(ErrorClass::ArgumentType, format!("tag must be a str, got {}", args::type_name(&t)))
                 })?;
-                args::text(tag, "tag", ErrorClass::InvalidArgument)?;
-                tag.clone()
+                args::tag(Some(tag.as_any()))?.unwrap_or_else(|| tag.clone())
             }
             None => PyString::new(py, "kv"),
         };

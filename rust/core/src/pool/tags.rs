@@ -6,6 +6,7 @@
 //! ([`Pool::release_tag`]). Blocks counted under no tag are the pool's blocks less the tagged
 //! ones: nothing counts them one by one (`stats/counters.rs` estimates their peak).
 
+use crate::error::Result;
 use crate::pool::pool::Pool;
 use std::collections::HashSet;
 
@@ -70,10 +71,11 @@ impl Pool {
         self.counters.reset_untagged_peak(self.untagged_of(requested), slab_requested);
     }
 
-    /// Give back `blocks` holds on tag `id` (blocks freed, or an allocation that failed).
+    /// Give back `blocks` holds on tag `id` (blocks freed, or an allocation that failed);
+    /// refused, with nothing changed, for more holds than `id` has ([`TagTable::release`]).
     #[inline]
-    pub fn release_tag(&self, id: u32, blocks: u64) {
-        self.tags.release(id, blocks, self);
+    pub fn release_tag(&self, id: u32, blocks: u64) -> Result<()> {
+        self.tags.release(id, blocks, self)
     }
 }
 
@@ -114,7 +116,7 @@ mod tests {
     fn free_tagged(p: &Pool, h: Handle) {
         let tag = p.block(h).unwrap().tag;
         p.free(h).unwrap();
-        p.release_tag(tag, 1);
+        p.release_tag(tag, 1).unwrap();
     }
 
     /// Names the table may keep beside those of live blocks and of events in the rings.

@@ -292,6 +292,13 @@ impl TagTable {
     /// pooled; refused for [`OTHER_TAGS`]. Give the holds back with [`TagTable::release`] as
     /// the blocks are freed (or at once, with the same count, when the allocation fails).
     pub fn acquire(&self, name: &str, blocks: u64) -> Result<u32> {
+        if name.is_empty() {
+            // Untagged blocks are reported with an empty tag (Prometheus labels, JSON).
+            return Err(Error::Config {
+                field: "tag",
+                reason: "a tag is a non-empty string (an untagged block has none)".to_string(),
+            });
+        }
         if name == OTHER_TAGS {
             // That row is every pooled tag's: a tag of this name would list a second one.
             return Err(Error::Config {
@@ -325,20 +332,29 @@ impl TagTable {
 
     /// Give back `blocks` holds on `id` (freed blocks, or an allocation that failed). A pooled id
     /// no block holds becomes idle; the oldest idle ids beyond [`IDLE_TAGS`] are dropped, or
-    /// retired while `trace` may still name them (see the module documentation).
-    pub fn release(&self, id: u32, blocks: u64, trace: &dyn TraceTags) {
-        if id <= NAMED_TAGS {
-            return;
+    /// retired while `trace` may still name them (see the module documentation). Refused, with
+    /// nothing changed, for more holds than `id` has: the id could be dropped while blocks still
+    /// carry it, and their figures would count under another tag.
+    pub fn release(&self, id: u32, blocks: u64, trace: &dyn TraceTags) -> Result<()> {
+        if id <= NAMED_TAGS || blocks == 0 {
+            return Ok(());
         }
         let mut names = self.lock();
-        let Some(count) = names.holds.get_mut(id as usize) else { return };
-        *count = count.saturating_sub(blocks);
+        let held = names.holds.get(id as usize).copied().unwrap_or(0);
+        if blocks > held {
+            return Err(Error::Config {
+                field: "tag",
+                reason: format!("{blocks} holds given back on tag id {id}, which has {held}"),
+            });
+        }
+        let count = &mut names.holds[id as usize];
+        *count -= blocks;
         if *count > 0 {
-            return;
+            return Ok(());
         }
         names.idle.push_back(id);
         if names.idle.len() <= IDLE_TAGS {
-            return;
+            return Ok(());
         }
         let progress = trace.progress();
         names.drop_retired(trace, progress, false);
@@ -354,6 +370,7 @@ impl TagTable {
                 names.drop_id(old);
             }
         }
+        Ok(())
     }
 
     /// Keep every id while the events of a drain are named: take this before the drain and
@@ -521,6 +538,27 @@ mod tests {
     }
 
     #[test]
+    fn giving_back_more_holds_than_taken_or_an_empty_name_is_refused() {
+        let t = TagTable::new();
+        for i in 0..NAMED_TAGS {
+            t.acquire(&format!("named-{i}"), 0).unwrap();
+        }
+        assert!(matches!(t.acquire("", 1), Err(Error::Config { field: "tag", .. })));
+        let id = t.acquire("pooled", 2).unwrap();
+        assert!(id > NAMED_TAGS);
+        let err = t.release(id, 3, NO_TRACE).unwrap_err();
+        assert!(err.to_string().contains("3 holds given back on tag id"), "{err}");
+        // Nothing changed: both holds are still there, and the name stays while they are.
+        t.release(id, 1, NO_TRACE).unwrap();
+        assert!(t.release(id, 2, NO_TRACE).is_err());
+        t.release(id, 1, NO_TRACE).unwrap();
+        assert!(t.release(id, 1, NO_TRACE).is_err());
+        assert_eq!(t.name(id).as_deref(), Some("pooled"));
+        assert!(t.release(u32::MAX, 1, NO_TRACE).is_err());
+        t.release(id, 0, NO_TRACE).unwrap();
+    }
+
+    #[test]
     fn an_allocation_that_failed_raises_no_peak() {
         let t = TagTable::new();
         let a = t.acquire("a", 2).unwrap();
@@ -573,7 +611,7 @@ mod tests {
             t.on_alloc(id, 1, 64);
             t.on_allocated(id);
             t.on_free(id, 1, 64);
-            t.release(id, 1, NO_TRACE);
+            t.release(id, 1, NO_TRACE).unwrap();
         }
         assert!(t.interned() <= NAMED_TAGS as usize + 1 + IDLE_TAGS + 1, "{} names interned", t.interned());
         assert_eq!(t.name(kept).as_deref(), Some("kept"));
@@ -596,10 +634,10 @@ mod tests {
         let trace = FakeTrace::new();
         let first = t.acquire("first", 1).unwrap();
         trace.named.borrow_mut().insert(first);
-        t.release(first, 1, &trace);
+        t.release(first, 1, &trace).unwrap();
         for i in 0..100_000 {
             let id = t.acquire(&format!("r{i}"), 1).unwrap();
-            t.release(id, 1, &trace);
+            t.release(id, 1, &trace).unwrap();
         }
         assert_eq!(t.name(first).as_deref(), Some("first"), "dropped while an event names it");
         assert!(t.interned() <= NAMED_TAGS as usize + IDLE_TAGS + 2 * SCAN_EVERY, "{} interned", t.interned());
@@ -613,7 +651,7 @@ mod tests {
         // With no event left at all, retired ids go without a pass.
         let id = t.acquire("last", 1).unwrap();
         trace.pending.set(false);
-        t.release(id, 1, &trace);
+        t.release(id, 1, &trace).unwrap();
         t.trace_drained(&trace);
         assert!(t.interned() <= NAMED_TAGS as usize + IDLE_TAGS + 1);
     }
@@ -628,10 +666,10 @@ mod tests {
         let first = t.acquire("first", 1).unwrap();
         let pin = t.pin();
         // The drain took the events naming `first` out of the rings: the trace names it no more.
-        t.release(first, 1, &trace);
+        t.release(first, 1, &trace).unwrap();
         for i in 0..3 * SCAN_EVERY {
             let id = t.acquire(&format!("r{i}"), 1).unwrap();
-            t.release(id, 1, &trace);
+            t.release(id, 1, &trace).unwrap();
         }
         assert_eq!(t.name(first).as_deref(), Some("first"), "dropped while a drain reads names");
         assert_eq!(trace.passes.get(), 0);
@@ -642,10 +680,10 @@ mod tests {
         let pin = t.pin();
         trace.pending.set(false);
         let id = t.acquire("second", 1).unwrap();
-        t.release(id, 1, &trace);
+        t.release(id, 1, &trace).unwrap();
         for i in 0..2 * IDLE_TAGS {
             let id = t.acquire(&format!("s{i}"), 1).unwrap();
-            t.release(id, 1, &trace);
+            t.release(id, 1, &trace).unwrap();
         }
         assert_eq!(t.name(id).as_deref(), Some("second"));
         drop(pin);
@@ -668,7 +706,7 @@ mod tests {
                         t.on_alloc(shared, 1, 1);
                         t.on_allocated(shared);
                         t.on_free(id, 1, 8);
-                        t.release(id, 1, NO_TRACE);
+                        t.release(id, 1, NO_TRACE).unwrap();
                     }
                 })
             })
