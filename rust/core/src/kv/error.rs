@@ -22,6 +22,10 @@ pub enum KvError<E> {
     /// The page source said it delivered `asked` pages but gave `delivered` (a fault of the
     /// source; what it gave went back to it, and the table is as it was).
     BrokenSource { asked: usize, delivered: usize },
+    /// The page source delivered `page` while a sequence holds it, or twice in one delivery (a
+    /// fault of the source; the other pages it gave went back to it, and the table is as it
+    /// was).
+    PageInUse { page: u32 },
 }
 
 impl<E: fmt::Display> fmt::Display for KvError<E> {
@@ -40,6 +44,9 @@ impl<E: fmt::Display> fmt::Display for KvError<E> {
             KvError::Source(err) => err.fmt(f),
             KvError::BrokenSource { asked, delivered } => {
                 write!(f, "the page source delivered {delivered} page(s) when asked for {asked}")
+            }
+            KvError::PageInUse { page } => {
+                write!(f, "the page source delivered page {page}, which is in use (a fault of the source)")
             }
         }
     }

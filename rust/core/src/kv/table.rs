@@ -46,6 +46,7 @@ pub struct PageTable {
     growths: Vec<Growth>,
     taken: Vec<u32>,
     pairs: Vec<(u32, u32)>,
+    sorted: Vec<u32>,
 }
 
 type Result<T, S> = std::result::Result<T, KvError<<S as PageSource>::Error>>;
@@ -73,6 +74,7 @@ impl PageTable {
             growths: Vec::new(),
             taken: Vec::new(),
             pairs: Vec::new(),
+            sorted: Vec::new(),
         }
     }
 
@@ -243,7 +245,8 @@ impl PageTable {
     }
 
     /// Take `count` pages into `self.taken` (emptied first). A source that says it delivered
-    /// but did not deliver `count` pages gets back what it gave: [`KvError::BrokenSource`].
+    /// but did not deliver `count` pages gets back what it gave: [`KvError::BrokenSource`]; one
+    /// that delivered a page in use gets back the others ([`KvError::PageInUse`]).
     fn take<S: PageSource>(&mut self, count: usize, source: &mut S) -> Result<(), S> {
         self.taken.clear();
         if count == 0 {
@@ -258,7 +261,34 @@ impl PageTable {
             self.give_back_taken(source);
             return Err(KvError::BrokenSource { asked: count, delivered });
         }
+        if let Some(page) = self.first_in_use() {
+            // Each distinct page the table does not hold goes back once.
+            self.taken.sort_unstable();
+            self.taken.dedup();
+            let refs = &self.refs;
+            self.taken.retain(|&p| refs.get(p as usize).is_none_or(|&r| r == 0));
+            self.give_back_taken(source);
+            return Err(KvError::PageInUse { page });
+        }
         Ok(())
+    }
+
+    /// The first page of `self.taken` that a sequence holds or that comes in it twice.
+    fn first_in_use(&mut self) -> Option<u32> {
+        let refs = &self.refs;
+        if let Some(&page) = self.taken.iter().find(|&&p| refs.get(p as usize).is_some_and(|&r| r > 0)) {
+            return Some(page);
+        }
+        if self.taken.len() < 2 {
+            return None;
+        }
+        let mut sorted = std::mem::take(&mut self.sorted);
+        sorted.clear();
+        sorted.extend_from_slice(&self.taken);
+        sorted.sort_unstable();
+        let twice = sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
+        self.sorted = sorted;
+        twice
     }
 
     fn give_back_taken<S: PageSource>(&mut self, source: &mut S) {
@@ -567,6 +597,59 @@ mod tests {
         assert!(!t.contains(2));
         t.free(1, &mut src).unwrap();
         assert_eq!(src.list.free(), 16);
+    }
+
+    /// A source that hands out the pages of `script` in turn, whatever it holds; it counts the
+    /// pages it got back.
+    struct ScriptedSource {
+        script: Vec<u32>,
+        given_back: Vec<u32>,
+    }
+
+    impl PageSource for ScriptedSource {
+        type Error = OutOfPages;
+
+        fn take(&mut self, count: usize, out: &mut Vec<u32>) -> std::result::Result<(), OutOfPages> {
+            out.extend(self.script.drain(..count));
+            Ok(())
+        }
+
+        fn give_back(&mut self, page: u32) {
+            self.given_back.push(page)
+        }
+
+        fn copy(&mut self, _: &[(u32, u32)]) -> std::result::Result<(), OutOfPages> {
+            Ok(())
+        }
+
+        fn available(&self) -> usize {
+            self.script.len()
+        }
+    }
+
+    #[test]
+    fn a_source_that_delivers_a_page_in_use_is_refused_and_gets_the_others_back() {
+        let mut src = ScriptedSource { script: vec![0, 1, 2, 1, 3, 4, 0, 5, 6, 6, 7], given_back: vec![] };
+        let mut t = PageTable::new(4);
+        t.add(1, 8, &mut src).unwrap(); // pages 0 and 1
+        let before = t.counts();
+        // Page 1 is held by sequence 1: 2 goes back, not 1.
+        assert_eq!(t.add(2, 8, &mut src), Err(KvError::PageInUse { page: 1 }));
+        assert_eq!(src.given_back, vec![2]);
+        // Page 0 is held: 3 and 4 go back.
+        assert_eq!(t.append(1, 12, &mut src), Err(KvError::PageInUse { page: 0 }));
+        assert_eq!(src.given_back, vec![2, 3, 4]);
+        // Page 6 twice in one delivery: 5 and 6 go back once each.
+        assert_eq!(t.add(3, 12, &mut src), Err(KvError::PageInUse { page: 6 }));
+        assert_eq!(src.given_back, vec![2, 3, 4, 5, 6]);
+        assert_eq!(t.counts(), before);
+        assert!(!t.contains(2) && !t.contains(3));
+        assert_eq!(t.num_tokens::<OutOfPages>(1).unwrap(), 8);
+        t.add(4, 4, &mut src).unwrap();
+        t.free(1, &mut src).unwrap();
+        t.free(4, &mut src).unwrap();
+        src.given_back[5..].sort_unstable();
+        assert_eq!(src.given_back, vec![2, 3, 4, 5, 6, 0, 1, 7]);
     }
 
     #[test]
