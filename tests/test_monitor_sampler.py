@@ -3,10 +3,13 @@ re-arm below, logging, callbacks, the background thread, and argument checks."""
 
 from __future__ import annotations
 
+import gc
 import logging
+import sys
 import threading
 import time
 import types
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -196,6 +199,35 @@ def test_background_thread_samples_until_stopped() -> None:
     time.sleep(0.05)
     assert mon.samples_taken == taken, "no sample after stop"
     assert "stopped" in repr(mon)
+
+
+def vm_size() -> int:
+    """This process's virtual memory in bytes (a pool's arena counts in it as soon as made)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * 4096
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm is Linux")
+def test_an_unstopped_monitor_and_its_pool_go_with_their_last_reference() -> None:
+    # A pool does not take weak references: its arena leaving the address space shows that
+    # it was freed (half of it is enough, whatever else maps or unmaps meanwhile).
+    arena = 512 * MIB
+    pool = npumem.Pool(arena, cores=1, backing="host", name="dropped")
+    mon = Monitor(pool, interval=0.01).start()
+    (thread,) = [t for t in threading.enumerate() if t.name == "npumem-monitor-dropped"]
+    deadline = time.monotonic() + 5
+    while mon.samples_taken < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert mon.running and mon.samples_taken >= 3
+    watched = weakref.ref(mon)
+    with_pool = vm_size()
+    del mon, pool
+    gc.collect()
+    thread.join(10)
+    assert not thread.is_alive(), "the sampling thread outlived every reference to its monitor"
+    gc.collect()
+    assert watched() is None
+    assert with_pool - vm_size() >= arena // 2, "the pool's arena was not released"
 
 
 def test_thresholds_accept_dicts_and_objects() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -195,6 +196,11 @@ class Monitor:
     `on_sample` hooks receive every `Sample`. A callback or hook that raises is
     logged and does not stop the monitor. In a process forked while another thread was
     recording a sample, the monitor's calls raise `PoolBusyError`: make a new one there.
+
+    The sampling thread holds the monitor only while it takes a sample, so keep a reference
+    to a started monitor for as long as it should sample: once the program drops its last
+    one, the monitor is freed even if `stop()` was never called (and the pool with it, unless
+    something else holds the pool), and the thread ends within one `interval`.
     """
 
     def __reduce__(self) -> NoReturn:
@@ -318,23 +324,15 @@ class Monitor:
         if self._thread is not None and self._thread.is_alive():
             return self
         self._stop.clear()
+        # The thread holds the monitor only weakly between samples (see `_sample_until_stopped`).
         self._thread = threading.Thread(
-            target=self._run, name=f"npumem-monitor-{self.pool.name}", daemon=True
+            target=_sample_until_stopped,
+            args=(weakref.ref(self), self._stop),
+            name=f"npumem-monitor-{self.pool.name}",
+            daemon=True,
         )
         self._thread.start()
         return self
-
-    def _run(self) -> None:
-        while True:
-            try:
-                self.sample()
-            except BaseException:
-                # Nothing but `stop()` ends the sampling: a callback or hook that raises even
-                # `SystemExit` or `KeyboardInterrupt` in this thread (signals go to the main
-                # thread) is logged, and the next sample comes on time.
-                logger.exception("npumem.monitor: sampling failed")
-            if self._stop.wait(self.interval):
-                return
 
     def stop(self) -> None:
         """Stop the background thread (waits for it, unless called from it: a callback or hook)
@@ -401,3 +399,26 @@ class Monitor:
             f"<Monitor of {self.pool.name!r} ({state}): {self.samples_taken} samples, "
             f"every {self.interval:g} s>"
         )
+
+
+def _sample_until_stopped(ref: weakref.ref[Monitor], stop: threading.Event) -> None:
+    """The sampling thread of a started monitor: sample, then wait `interval` seconds or until
+    `stop` is set. The thread holds the monitor (and through it the pool) only while it takes
+    a sample: once the program drops its last reference to a monitor it never stopped, the
+    monitor is freed (its pool too, unless something else holds it), and the thread ends
+    when it next wakes."""
+    while True:
+        monitor = ref()
+        if monitor is None:
+            return
+        interval = monitor.interval
+        try:
+            monitor.sample()
+        except BaseException:
+            # Nothing but `stop()` (or the monitor's end) ends the sampling: a callback or
+            # hook that raises even `SystemExit` or `KeyboardInterrupt` in this thread
+            # (signals go to the main thread) is logged, and the next sample comes on time.
+            logger.exception("npumem.monitor: sampling failed")
+        monitor = None  # not held while waiting
+        if stop.wait(interval):
+            return
