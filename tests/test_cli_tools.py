@@ -362,3 +362,20 @@ def test_export_refuses_a_name_that_is_not_json(
     status, _, err = run_cli(["export", str(files["trace"]), "-o", str(out)], capsys, output=out)
     assert status == 2
     assert f"{out}: the trace is JSON, name it .json" in err
+
+
+def test_replay_of_a_bounded_recording_says_what_it_discarded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recorder that kept only its newest events: the replay counts the rest as lost."""
+    pool = npumem.Pool(16 * MIB, cores=1)
+    with TraceRecorder(pool, max_events=10) as rec:
+        for _ in range(20):
+            pool.alloc(4096).free()
+    path = rec.trace.save(tmp_path / "bounded.json")
+    status, obj = replay_result([str(path)], capsys)
+    assert status == 0
+    assert obj["recorded"]["discarded"] == 30 and obj["recorded"]["complete"] is False
+    assert main(["replay", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "0 dropped, 30 discarded" in text and "dropped or discarded" in text

@@ -8,6 +8,7 @@ import json
 import random
 import sys
 import threading
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -16,7 +17,9 @@ import pytest
 
 import npumem
 from npumem.monitor import FileFormatError, Trace, TraceEvent, TraceRecorder, load_trace
+from npumem.monitor import trace as trace_module
 from npumem.workloads import replay_trace
+from schema_helpers import assert_valid
 
 MIB = 1 << 20
 
@@ -230,10 +233,137 @@ def test_json_round_trip_is_exact(tmp_path: Path) -> None:
     assert Trace.from_json_obj(json.loads((tmp_path / "t.json").read_text())) == trace
 
 
+# ----- the bound on the events a recorder keeps ----------------------------------------------
+
+
+@pytest.mark.parametrize("pairs_per_drain", [1, 3, 4, 25])
+def test_max_events_keeps_the_newest_in_time_order_and_counts_the_rest(
+    pairs_per_drain: int,
+) -> None:
+    # 25 alloc/free pairs are 50 events; drains of 2, 6 and 8 events trim what the trace holds,
+    # one drain of all 50 is itself longer than the bound.
+    pool = npumem.Pool(8 * MIB, cores=1, name="bounded")
+    rec = TraceRecorder(pool, max_events=7).start()
+    sizes = []
+    for i in range(25):
+        size = 100 + i
+        sizes.append(size)
+        pool.alloc(size).free()
+        if (i + 1) % pairs_per_drain == 0:
+            rec.drain()
+    trace = rec.stop()
+    events = trace.events
+    assert len(events) == 7
+    assert [e.kind for e in events] == ["free", *["alloc", "free"] * 3]
+    assert [e.size for e in events if e.kind == "alloc"] == sizes[-3:]
+    handles = [e.handle for e in events]
+    assert handles[1] == handles[2] and handles[3] == handles[4] and handles[5] == handles[6]
+    times = [e.time_ns for e in events]
+    assert times == sorted(times)
+    assert trace.discarded == 43 and trace.dropped == 0
+    assert not trace.complete, "the oldest events are gone"
+    assert "43 discarded" in repr(trace)
+
+
+class _FakeRings:
+    """Stands in for a pool's trace rings: each drain returns the next batch given."""
+
+    def __init__(self, *batches: list[int]) -> None:
+        self.batches = list(batches)
+
+    def trace_drain(self) -> list[tuple[Any, ...]]:
+        times = self.batches.pop(0)
+        return [(t, "alloc", 0, 64, 0, None, t, 64, None) for t in times]
+
+    def trace_status(self) -> types.SimpleNamespace:
+        return types.SimpleNamespace(dropped=0)
+
+
+@pytest.mark.parametrize(
+    ("batches", "max_events", "kept", "discarded"),
+    [
+        # A late event (25) sorts in among those kept; the oldest go.
+        (([10, 20, 30], [25, 40, 50]), 4, [25, 30, 40, 50], 2),
+        # A late event in a batch longer than the bound goes with the oldest of the batch.
+        (([10, 20], [5, 15, 60, 70, 80]), 3, [60, 70, 80], 4),
+        # Within the bound nothing goes.
+        (([10, 20], [15, 30]), 4, [10, 15, 20, 30], 0),
+        (([10, 20], [15, 30]), None, [10, 15, 20, 30], 0),
+    ],
+)
+def test_max_events_keeps_time_order_when_an_event_comes_in_late(
+    batches: tuple[list[int], ...], max_events: int | None, kept: list[int], discarded: int
+) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    rec = TraceRecorder(pool, max_events=max_events)
+    rec.pool = cast("npumem.Pool", _FakeRings(*batches))
+    drained = [rec.drain() for _ in batches]
+    assert drained == [len(b) for b in batches]
+    assert [e.time_ns for e in rec.trace.events] == kept
+    assert rec.trace.discarded == discarded
+
+
+@pytest.mark.parametrize(
+    ("max_events", "error", "text"),
+    [
+        (0, npumem.InvalidArgumentError, r"max_events must keep at least 1 event .*got 0"),
+        (-5, npumem.InvalidArgumentError, "got -5"),
+        (True, npumem.ArgumentTypeError, "max_events must be an int or None, got bool"),
+        (2.5, npumem.ArgumentTypeError, "max_events must be an int or None, got float"),
+        ("10", npumem.ArgumentTypeError, "max_events must be an int or None, got str"),
+    ],
+)
+def test_bad_max_events(max_events: object, error: type, text: str) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    with pytest.raises(error, match=text) as info:
+        TraceRecorder(pool, max_events=max_events)  # type: ignore[arg-type]
+    assert isinstance(info.value, npumem.NpumemError)
+    assert not pool.trace_status().enabled
+    with TraceRecorder(pool, max_events=2) as rec:  # the pool records as before
+        pool.alloc(100).free()
+        pool.alloc(200).free()
+    assert [e.size for e in rec.trace.events] == [200, 200]
+    assert rec.trace.discarded == 2
+
+
+def test_the_default_bound_keeps_a_small_trace_whole() -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    rec = TraceRecorder(pool)
+    assert rec.max_events == trace_module.DEFAULT_MAX_EVENTS == 1_000_000
+    with rec:
+        for _ in range(300):
+            pool.alloc(100).free()
+    assert len(rec.trace.events) == 600
+    assert rec.trace.discarded == 0 and rec.trace.complete
+    assert "discarded" not in repr(rec.trace)
+    with TraceRecorder(pool, max_events=None) as unbounded:
+        for _ in range(300):
+            pool.alloc(100).free()
+    assert len(unbounded.trace.events) == 600 and unbounded.trace.discarded == 0
+
+
+def test_discarded_survives_a_round_trip_and_old_files_read_as_zero(tmp_path: Path) -> None:
+    pool = npumem.Pool(8 * MIB, cores=1)
+    with TraceRecorder(pool, max_events=3) as rec:
+        for _ in range(4):
+            pool.alloc(100).free()
+    obj = rec.trace.to_json_obj()
+    assert obj["discarded"] == 5
+    assert_valid(obj)
+    back = load_trace(rec.trace.save(tmp_path / "bounded.json"))
+    assert back == rec.trace and back.discarded == 5 and not back.complete
+    del obj["discarded"]  # as written before recorders had the bound
+    assert_valid(obj)
+    old = Trace.from_json_obj(obj)
+    assert old.discarded == 0 and old.events == rec.trace.events
+
+
 @pytest.mark.parametrize(
     ("mutate", "text"),
     [
         (lambda o: o.update(format="npumem-snapshot"), "format is 'npumem-snapshot'"),
+        (lambda o: o.update(discarded=-1), "discarded must be an integer between 0 and"),
+        (lambda o: o.update(discarded="3"), "field 'discarded' must be int, got str"),
         (lambda o: o.update(version=3), "version 3 is not supported"),
         (lambda o: o["events"][0].__setitem__(1, "malloc"), "kind must be one of"),
         (lambda o: o["events"][0].__setitem__(5, 99), "tag index 99 is not in tags"),

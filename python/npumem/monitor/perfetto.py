@@ -51,6 +51,7 @@ def _other_data(trace: Trace) -> dict[str, Any]:
         "pool": trace.pool,
         "config": trace.config,
         "dropped": trace.dropped,
+        "discarded": trace.discarded,
     }
 
 

@@ -289,6 +289,7 @@ def plot_trace(trace: Trace, path: str | os.PathLike[str], *, title: str | None 
         title
         or f"trace of {trace.pool!r}: {c['alloc']:,} allocs, {c['free']:,} frees, "
         f"{c['failed']:,} failed, {c['move']:,} moves, {trace.dropped:,} dropped"
+        + (f", {trace.discarded:,} discarded" if trace.discarded else "")
     )
     return save_figure(fig, path)
 

@@ -45,6 +45,8 @@ EVENT_KINDS = ("alloc", "free", "move", "failed")
 """The kinds of event, as `TraceEvent.kind` spells them."""
 MAX_TRACE_CAPACITY = 1 << 24
 """The most events the Rust rings hold (as `npumem_core::MAX_TRACE_CAPACITY`)."""
+DEFAULT_MAX_EVENTS = 1_000_000
+"""The most events a `TraceRecorder` keeps unless told otherwise (its `max_events`)."""
 _EVENT_FIELDS = ("time_ns", "kind", "offset", "size", "core", "tag", "handle", "aux", "stack")
 _EVENT_FIELDS_V1 = _EVENT_FIELDS[:8]
 _KINDS = {kind: kind for kind in EVENT_KINDS}
@@ -102,8 +104,11 @@ def _stats_of(obj: dict[str, Any], where: str) -> PoolStats | None:
 class Trace:
     """The events of one pool, oldest first, with the pool's configuration and what was lost.
 
-    `stats_at_start` and `stats_at_stop` are the pool's `PoolStats` when recording began
-    and ended (None when unknown): a replay compares its outcome with them.
+    `dropped` counts the events the Rust rings overwrote before a drain took them;
+    `discarded`, the oldest events a `TraceRecorder` let go to keep at most `max_events`
+    (both are lost from the trace). `stats_at_start` and `stats_at_stop` are the pool's
+    `PoolStats` when recording began and ended (None when unknown): a replay compares its
+    outcome with them.
     """
 
     pool: str
@@ -112,13 +117,18 @@ class Trace:
     dropped: int = 0
     stats_at_start: PoolStats | None = None
     stats_at_stop: PoolStats | None = None
+    discarded: int = 0
 
     @property
     def complete(self) -> bool:
-        """Whether the trace can be replayed faithfully: nothing dropped, and the pool held no
-        block when recording began."""
+        """Whether the trace can be replayed faithfully: nothing dropped or discarded, and the
+        pool held no block when recording began."""
         start = self.stats_at_start
-        return self.dropped == 0 and (start is None or start.blocks_in_use == 0)
+        return (
+            self.dropped == 0
+            and self.discarded == 0
+            and (start is None or start.blocks_in_use == 0)
+        )
 
     def counts(self) -> dict[str, int]:
         """Events by kind."""
@@ -154,6 +164,7 @@ class Trace:
             "pool": self.pool,
             "config": self.config,
             "dropped": self.dropped,
+            "discarded": self.discarded,
             "stats_at_start": _stats_obj(self.stats_at_start),
             "stats_at_stop": _stats_obj(self.stats_at_stop),
             "tags": list(tags),
@@ -248,11 +259,16 @@ class Trace:
                     stacks[stack_index] if stack_index >= 0 else None,
                 )
             )
+        # Optional: files written before recorders bounded their events have no `discarded`.
+        discarded = (
+            r.count(r.field(obj, "discarded", int), "discarded") if "discarded" in obj else 0
+        )
         trace = cls(
             pool=r.field(obj, "pool", str),
             config=config,
             events=events,
             dropped=r.non_negative(r.field(obj, "dropped", int), "dropped"),
+            discarded=discarded,
             stats_at_start=_stats_of(r.field(obj, "stats_at_start", dict), where),
             stats_at_stop=_stats_of(r.field(obj, "stats_at_stop", dict), where),
         )
@@ -265,7 +281,11 @@ class Trace:
         return cls.from_json_obj(read_json(path), where=str(path), consume=True)
 
     def __repr__(self) -> str:
-        return f"<Trace of {self.pool!r}: {len(self.events)} events, {self.dropped} dropped>"
+        discarded = f", {self.discarded} discarded" if self.discarded else ""
+        return (
+            f"<Trace of {self.pool!r}: {len(self.events)} events, {self.dropped} dropped"
+            f"{discarded}>"
+        )
 
 
 def _read_stacks(r: Reader, obj: Mapping[str, Any]) -> list[tuple[Frame, ...]]:
@@ -311,8 +331,11 @@ class TraceRecorder:
     each), and one thread keeps at most one ring's worth between two drains. With
     `stacks=True` every allocation made through Python also records its caller's Python stack
     (`TraceEvent.stack`); that costs a few microseconds per allocation (see the monitoring
-    guide). In a process forked while another thread was starting, draining or stopping the
-    recorder, its calls raise `PoolBusyError`: make a new one there."""
+    guide). `max_events` bounds the events `trace` keeps: beyond it the oldest go (a trace
+    stays in time order), counted in `trace.discarded`, so that a recorder drained for hours
+    holds a bounded memory; `None` keeps every event. In a process forked while another thread
+    was starting, draining or stopping the recorder, its calls raise `PoolBusyError`: make a
+    new one there."""
 
     def __reduce__(self) -> NoReturn:
         # A copy would record the same live pool (copy.copy, deepcopy and pickle all come
@@ -322,7 +345,14 @@ class TraceRecorder:
             "(pickle its .trace instead)"
         )
 
-    def __init__(self, pool: Pool, *, capacity: int = 1 << 16, stacks: bool = False) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        capacity: int = 1 << 16,
+        stacks: bool = False,
+        max_events: int | None = DEFAULT_MAX_EVENTS,
+    ) -> None:
         from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
         if isinstance(capacity, bool) or not isinstance(capacity, int):
@@ -333,9 +363,19 @@ class TraceRecorder:
             )
         if not isinstance(stacks, bool):
             raise ArgumentTypeError(f"stacks must be True or False, got {type(stacks).__name__}")
+        if max_events is not None:
+            if isinstance(max_events, bool) or not isinstance(max_events, int):
+                raise ArgumentTypeError(
+                    f"max_events must be an int or None, got {type(max_events).__name__}"
+                )
+            if max_events < 1:
+                raise InvalidArgumentError(
+                    f"max_events must keep at least 1 event (None: no bound), got {max_events}"
+                )
         self.pool = pool
         self.capacity = capacity
         self.stacks = stacks
+        self.max_events = max_events
         self.trace = Trace(pool=str(pool.name), config=pool_config(pool))
         self._lock = ForkSafeRLock("TraceRecorder")
         self._running = False
@@ -355,19 +395,28 @@ class TraceRecorder:
         return self
 
     def drain(self) -> int:
-        """Move the events recorded so far into `trace`; returns how many."""
+        """Move the events recorded so far into `trace`; returns how many were drained
+        (the oldest of them may go at once to keep `max_events`)."""
         with self._lock:
             return self._drain_locked()
 
     def _drain_locked(self) -> int:
         raw = self.pool.trace_drain()
         events = self.trace.events
-        if raw and events and raw[0][0] < events[-1].time_ns:
+        limit = self.max_events
+        # A drain is oldest first: of a batch longer than the bound only the newest events
+        # can stay, so the others are not converted at all.
+        skip = len(raw) - limit if limit is not None and len(raw) > limit else 0
+        late = bool(events) and len(raw) > skip and raw[skip][0] < events[-1].time_ns
+        events.extend(_event(e, self._stacks) for e in raw[skip:])
+        if late:
             # An event still being written at the last drain came in late: keep time order.
-            events.extend(_event(e, self._stacks) for e in raw)
             events.sort(key=lambda e: e.time_ns)
-        else:
-            events.extend(_event(e, self._stacks) for e in raw)
+        if limit is not None and len(events) > limit:
+            excess = len(events) - limit
+            del events[:excess]  # the oldest, at once
+            skip += excess
+        self.trace.discarded += skip
         self.trace.dropped = self.pool.trace_status().dropped
         return len(raw)
 

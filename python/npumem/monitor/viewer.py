@@ -161,7 +161,9 @@ def _trace_data(trace: Trace) -> dict[str, Any]:
         "subtitle": (
             f"{counts['alloc']:,} allocations, {counts['free']:,} frees, {counts['move']:,} "
             f"moves in {compactions:,} compactions, {counts['failed']:,} failed allocations, "
-            f"{trace.dropped:,} events dropped; {end:.3f} s; arena "
+            f"{trace.dropped:,} events dropped"
+            + (f", {trace.discarded:,} discarded" if trace.discarded else "")
+            + f"; {end:.3f} s; arena "
             f"{format_bytes(capacity)}"
             + _shown(len(rects), blocks, "blocks", "by size times lifetime")
             + _marks_shown(failed, compactions)

@@ -429,7 +429,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
         ("configuration", changed, ""),
         ("capacity", format_bytes(cfg["capacity"]), format_bytes(trace.config["capacity"])),
         ("grows up to", format_bytes(replay_max), format_bytes(recorded_max)),
-        ("events", f"{r.events:,}", f"{r.events:,} ({trace.dropped:,} dropped)"),
+        ("events", f"{r.events:,}", f"{r.events:,} ({_lost(trace)})"),
         ("allocations", f"{r.allocations:,}", ""),
         ("frees", f"{r.frees:,}", f"{r.unmatched_frees:,} unmatched"),
         ("failed allocations", f"{r.failed:,}", f"{r.recorded_failures:,}"),
@@ -463,8 +463,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
         )
     if not trace.complete:
         out.print(
-            "note: the trace is incomplete (events dropped, or blocks live when recording "
-            "began): the replay starts from an empty pool and skips unmatched frees",
+            "note: the trace is incomplete (events dropped or discarded, or blocks live when "
+            "recording began): the replay starts from an empty pool and skips unmatched frees",
             markup=False,
         )
     for f in r.first_failures[:5]:
@@ -484,6 +484,12 @@ def run_replay_command(args: argparse.Namespace) -> int:
     return ExitStatus.OK
 
 
+def _lost(trace: Trace) -> str:
+    """The events a trace lost: dropped by the rings, and discarded by a bounded recorder."""
+    dropped = f"{trace.dropped:,} dropped"
+    return f"{dropped}, {trace.discarded:,} discarded" if trace.discarded else dropped
+
+
 def replay_json(
     path: str, trace: Trace, r: ReplayResult, overrides: dict[str, Any]
 ) -> dict[str, Any]:
@@ -497,6 +503,7 @@ def replay_json(
         "recorded": {
             "config": trace.config,
             "dropped": trace.dropped,
+            "discarded": trace.discarded,
             "complete": trace.complete,
             "stats_at_stop": {} if trace.stats_at_stop is None else trace.stats_at_stop.as_dict(),
         },
