@@ -100,7 +100,7 @@ def _fail_at_write(
     [
         (KeyboardInterrupt(), 130),
         (SystemExit(143), 143),  # SIGTERM, as main() raises it
-        (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), 2),
+        (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), 1),
     ],
     ids=["ctrl-c", "sigterm", "disk-full"],
 )

@@ -7,7 +7,9 @@ import ast
 import contextlib
 import errno
 import io
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -271,3 +273,165 @@ def test_a_stdout_whose_write_returns_nothing_is_used_as_it_is(
     monkeypatch.setattr(sys, "stdout", stream)
     assert main(["report", str(saved_files["snapshot"])]) is ExitStatus.OK
     assert "snapshot of pool 'stdout'" in stream.getvalue()
+
+
+# ----- signals once the result is final ---------------------------------------------------------
+
+# `npumem export` run as the program (`main()` without arguments, as the `npumem` script calls
+# it), with the signal sent at each point in turn where its handler could raise once the
+# subcommand has returned, its file in place and its report printed: as a call returns and as
+# a function starts (a profile hook's `c_return` events, and `call` events of functions that
+# are not generators), up to the return of `main()`. Every run must end as a finished one:
+# status 0, the new file, no temporary file. It prints one line per run that did not, then the
+# number of points tried.
+_SIGNAL_AT_EVERY_POINT_AFTER_THE_RESULT = r"""
+import os
+import signal
+import sys
+from pathlib import Path
+
+import npumem.cli
+from npumem.monitor import cli as monitor_cli
+
+trace, folder, sig = sys.argv[1], Path(sys.argv[2]), signal.Signals[sys.argv[3]]
+out = folder / "out.json"
+RETURNED, MAIN = monitor_cli.run_export.__code__, npumem.cli.main.__code__
+GENERATOR = 0x20  # inspect.CO_GENERATOR
+
+
+def hook_at(point, where):
+    seen = 0
+    after = False
+
+    def hook(frame, event, arg):
+        nonlocal seen, after
+        if event == "return" and frame.f_code in (RETURNED, MAIN):
+            after = frame.f_code is RETURNED
+        elif after and (
+            event == "c_return" or (event == "call" and not frame.f_code.co_flags & GENERATOR)
+        ):
+            if seen == point:
+                name = getattr(arg, "__qualname__", "") if event == "c_return" else ""
+                where.append(f"{event} {name} in {frame.f_code.co_name}:{frame.f_lineno}")
+                signal.raise_signal(sig)
+            seen += 1
+
+    return hook
+
+
+points = 0
+while True:
+    for name in os.listdir(folder):
+        os.unlink(folder / name)
+    out.write_text("old")
+    # As a new process has them: main() leaves them ignored once it is done.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    sys.argv = ["npumem", "export", trace, "-o", str(out)]
+    where = []
+    sys.setprofile(hook_at(points, where))
+    try:
+        status = npumem.cli.main()
+    except BaseException as exc:  # a signal's exception that escaped main()
+        status = type(exc).__name__
+    finally:
+        sys.setprofile(None)
+    names = os.listdir(folder)
+    if status != 0 or names != ["out.json"] or out.read_text() == "old":
+        print(f"at {where}: status {status}, files {names}")
+    points += 1
+    if not where:  # main() returned before the point: every point was tried
+        break
+print(points)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_once_the_result_is_final_changes_nothing(
+    sig: str, saved_files: dict[str, Path], tmp_path: Path
+) -> None:
+    """Ctrl-C or `kill` after the command has written its file and printed its report, at any
+    point up to the return of main(): status 0, nothing on stderr, the new file."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _SIGNAL_AT_EVERY_POINT_AFTER_THE_RESULT,
+            str(saved_files["trace"]),
+            str(tmp_path),
+            sig,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    *lines, summary = done.stdout.splitlines()
+    assert [line for line in lines if not line.startswith("wrote ")] == []
+    assert int(summary) > 10
+
+
+# The signal sent as the interpreter exits after main(): from an `atexit` callback, and from
+# a finalizer that runs as the interpreter tears the modules down, after it has stopped taking
+# signals in Python (their default action would end the process there).
+_SIGNAL_AS_THE_INTERPRETER_EXITS = r"""
+import atexit
+import os
+import signal
+import sys
+
+from npumem.cli import main
+
+trace, out, sig = sys.argv[1], sys.argv[2], signal.Signals[sys.argv[3]]
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class SignalAsTheModulesGo:
+    def __del__(self):
+        os.kill(os.getpid(), sig)
+
+
+at_teardown = SignalAsTheModulesGo()
+atexit.register(os.kill, os.getpid(), sig)
+sys.argv = ["npumem", "export", trace, "-o", out]
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_interpreter_exits_changes_nothing(
+    sig: str, saved_files: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _SIGNAL_AS_THE_INTERPRETER_EXITS,
+            str(saved_files["trace"]),
+            str(out),
+            sig,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith(f"wrote {out} ")
+    assert json.loads(out.read_text())["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_main_with_arguments_gives_the_handlers_back(saved_files: dict[str, Path]) -> None:
+    """A program or a test that runs the command keeps its signals' handlers."""
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    assert main(["report", str(saved_files["snapshot"])]) is ExitStatus.OK
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

@@ -14,7 +14,16 @@ Output that cannot be written to stdout (a full disk, `>/dev/full`) is reported 
 one line, `npumem SUBCOMMAND: error: cannot write to stdout: REASON`, and exit status 1, for
 `--help` and `--version` too. A pipe whose reader has gone (`npumem report x | head`) ends the
 command with exit status 1 and no line: the reader stopped on purpose. The files a command
-wrote before that are complete and stay; only its printed summary is lost.
+wrote before that are complete and stay; only its printed summary is lost. An output file that
+cannot be written is one line too, `npumem SUBCOMMAND: error: cannot write PATH: REASON`, with
+the status `npumem.exit_status.write_error_status` gives: 2 for a path that cannot hold the
+file, 1 for a write that fails for a reason of the moment (a full disk).
+
+Ctrl-C (SIGINT) and `kill` (SIGTERM) stop a command that is still working with one line,
+`npumem SUBCOMMAND: interrupted` (status 130) or `npumem SUBCOMMAND: terminated` (143), and
+the file it was writing left as it was. Once the command's result is final (it has returned:
+its files are in place and its report is printed; or it has failed), they no longer change it
+(`main`).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from npumem._shown import MAX_SHOWN, shown
@@ -128,11 +137,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with _finalizers_quiet_when_memory_runs_out(), _stdout_checked():
-        return _run(argv)
+    """Run the `npumem` command with the arguments `argv` (default: the process's, as the
+    `npumem` script and `python -m npumem` run it) and return its exit status
+    (`npumem.exit_status.ExitStatus`, or 128 plus the number of the signal that stopped it).
+
+    SIGINT raises `KeyboardInterrupt` and SIGTERM `SystemExit(143)` while the command works, so
+    that the file being written is cleaned up. Once its result is final (the subcommand has
+    returned, its files in place and its report printed, or it has failed), neither changes
+    the status any more: a signal that comes while main() finishes is dropped. Without `argv`,
+    main() is the program and what follows it is the interpreter's exit, where a signal would
+    still end a finished command with status 130 or 143: main() leaves both signals ignored
+    then. With `argv` (a program or a test that runs the command), main() puts their handlers
+    back as it returns.
+
+    Only from the main thread, and only for a signal with Python's own handler (SIGINT's
+    `signal.default_int_handler`, SIGTERM's `SIG_DFL`): a program that handles them itself,
+    or a shell that ignores SIGINT for a background job, keeps its handler.
+    """
+    signals = _Signals()
+    program = argv is None
+    with (
+        _taken(signal.SIGINT, signal.default_int_handler, signals.interrupt, program=program),
+        _terminate_as_exit(signals, program=program),
+        _finalizers_quiet_when_memory_runs_out(),
+        _stdout_checked(),
+    ):
+        return _run(argv, signals)
 
 
-def _run(argv: Sequence[str] | None) -> int:
+def _run(argv: Sequence[str] | None, signals: _Signals) -> int:
     prog = "npumem"
     failure: str | None = None
     # argparse's exit (--help, --version, a refused argument) or SIGTERM's, raised again once
@@ -143,12 +176,16 @@ def _run(argv: Sequence[str] | None) -> int:
     args: argparse.Namespace | None = None
     _PARSING.set(prog)
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if isinstance(parser, OneLineErrorParser):
-            prog = parser._chosen_parser(args).prog
-        with _terminate_as_exit():
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if isinstance(parser, OneLineErrorParser):
+                prog = parser._chosen_parser(args).prog
             status = args.func(args)
+        finally:
+            # The result is final, whether the call returned or raised: set with no call in
+            # between, where the interpreter would run a signal's handler.
+            signals.final = True
     except _Terminated:
         # SIGTERM: the file being written was cleaned up as for Ctrl-C; one line, as the
         # shell's own status for SIGTERM.
@@ -286,26 +323,56 @@ class _Terminated(SystemExit):
     """SIGTERM's exit (see `_terminate_as_exit`)."""
 
 
+class _Signals:
+    """SIGINT's and SIGTERM's handlers while `main()` runs: each raises its exception until the
+    command's result is `final`, and does nothing after."""
+
+    def __init__(self) -> None:
+        self.final = False
+        """Whether the command has returned its status or failed (set by `main()`)."""
+
+    def interrupt(self, signum: int, frame: object) -> None:
+        """SIGINT: `KeyboardInterrupt`, as Python's own handler raises it."""
+        if not self.final:
+            raise KeyboardInterrupt
+
+    def terminate(self, signum: int, frame: object) -> None:
+        """SIGTERM: `_Terminated(143)`."""
+        if not self.final:
+            raise _Terminated(128 + signum)
+
+
 @contextlib.contextmanager
-def _terminate_as_exit() -> Iterator[None]:
-    """While a command runs, SIGTERM (`kill`, a job scheduler's time limit) raises
-    `_Terminated(143)` rather than ending the process where it stands, so that a file being
-    written is cleaned up as for Ctrl-C: the output stays as it was and no temporary file is
-    left next to it. Only from the main thread, and only when SIGTERM has its default action
-    (a program that calls `main()` and handles SIGTERM itself keeps its handler)."""
+def _taken(
+    signum: int, default: Any, handler: Callable[[int, Any], None], *, program: bool
+) -> Iterator[None]:
+    """While the block runs, `handler` takes the signal `signum` if it has the handler
+    `default`; afterwards the signal gets `default` back, or is ignored when `program` (the
+    process has nothing left to do but exit). Only from the main thread, where Python runs
+    signal handlers; a signal with another handler keeps it."""
     main_thread = threading.current_thread() is threading.main_thread()
-    if not main_thread or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+    if not main_thread or signal.getsignal(signum) != default:
         yield
         return
-
-    def terminate(signum: int, frame: object) -> None:
-        raise _Terminated(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signum, signal.SIG_IGN if program else default)
+
+
+def _terminate_as_exit(
+    signals: _Signals | None = None, *, program: bool = False
+) -> contextlib.AbstractContextManager[None]:
+    """While a command runs, SIGTERM (`kill`, a job scheduler's time limit) raises
+    `_Terminated(143)` rather than ending the process where it stands, so that a file being
+    written is cleaned up as for Ctrl-C: the output stays as it was and no temporary file is
+    left next to it; once `signals.final`, it does nothing. Only from the main thread, and only
+    when SIGTERM has its default action (a program that calls `main()` and handles SIGTERM
+    itself keeps its handler); afterwards SIGTERM has it again, or is ignored when `program`
+    (`_taken`)."""
+    handler = (signals or _Signals()).terminate
+    return _taken(signal.SIGTERM, signal.SIG_DFL, handler, program=program)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ snapshot, trace or plan.
 A tier snapshot (`npumem demo --tiers`, `TieredPool.snapshot().save`) gives the tiers'
 figures and each tier's report, or the tiers' picture.
 
-Exit status: 0 done, 2 bad arguments or an unreadable file.
+Exit status: 0 done, 1 an output file that could not be written for a reason of the moment (a
+full disk, an I/O error), 2 bad arguments, an unreadable file or an output path that cannot hold
+the file (`npumem.exit_status.write_error_status`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from rich.console import Console
 from npumem._argtypes import at_least_one
 from npumem._shown import shown
 from npumem.errors import MissingDependencyError, NpumemError
-from npumem.exit_status import ExitStatus, one_line
+from npumem.exit_status import ExitStatus, one_line, write_error_status
 from npumem.fileio import is_same_file, json_text, path_argument
 from npumem.monitor._files import (
     PLAN_FORMAT,
@@ -207,8 +209,8 @@ def _draw(draw: Callable[[], object], output: Path, kind: str, err: Console) -> 
         err.print(f"npumem plot: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
     except OSError as exc:
-        err.print(f"npumem plot: error: cannot write {output}: {exc.strerror}", markup=False)
-        return ExitStatus.USAGE
+        err.print(f"npumem plot: error: cannot write {output}: {exc.strerror or exc}", markup=False)
+        return write_error_status(exc)
     Console(highlight=False, soft_wrap=True).print(f"wrote {output} ({kind})", markup=False)
     return ExitStatus.OK
 
@@ -233,8 +235,8 @@ def run_view(args: argparse.Namespace) -> int:
     try:
         write_view(loaded, output)
     except OSError as exc:
-        err.print(f"npumem view: error: cannot write {output}: {exc.strerror}", markup=False)
-        return ExitStatus.USAGE
+        err.print(f"npumem view: error: cannot write {output}: {exc.strerror or exc}", markup=False)
+        return write_error_status(exc)
     Console(highlight=False, soft_wrap=True).print(
         f"wrote {output} (open it in a browser; it needs nothing else)", markup=False
     )
@@ -263,8 +265,10 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         write_chrome_trace(loaded, output)
     except OSError as exc:
-        err.print(f"npumem export: error: cannot write {output}: {exc.strerror}", markup=False)
-        return ExitStatus.USAGE
+        err.print(
+            f"npumem export: error: cannot write {output}: {exc.strerror or exc}", markup=False
+        )
+        return write_error_status(exc)
     Console(highlight=False, soft_wrap=True).print(
         f"wrote {output} (Chrome trace event format: open it in ui.perfetto.dev or "
         "chrome://tracing)",
@@ -287,6 +291,13 @@ def _report_tiers(snap: TierSnapshot, args: argparse.Namespace) -> int:
     for name, tier in snap.snapshots.items():
         render_report(out, snapshot=tier, title=f"tier {name} (pool {tier.pool!r})", top=args.top)
     return ExitStatus.OK
+
+
+_WRITER_EPILOG = (
+    "Exit status: 0 done, 1 the output could not be written (a full disk, an I/O error), 2 bad "
+    "arguments, an unreadable file or an output path that cannot hold the file (no such "
+    "folder, no permission)."
+)
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -321,7 +332,7 @@ def add_parsers(subparsers: Any) -> None:
         "time, or a plan file (npumem plan -o plan.json) as buffers over time and offset, "
         "one panel per pool for a plan over several pools (npumem plan --pool). "
         "Needs matplotlib (pip install npumem[plot]).",
-        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+        epilog=_WRITER_EPILOG,
     )
     plot.add_argument(
         "input", metavar="SNAPSHOT|TRACE|PLAN", help="a snapshot, trace or plan JSON file"
@@ -346,7 +357,7 @@ def add_parsers(subparsers: Any) -> None:
         "offline: a zoomable timeline of blocks by address and time (traces) or an address map "
         "(snapshots), coloured by tag, with details on hover (size, tag, core, handle, and the "
         "Python stack when the trace recorded it) and compactions marked.",
-        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+        epilog=_WRITER_EPILOG,
     )
     view.add_argument("input", metavar="TRACE|SNAPSHOT", help="a trace or snapshot JSON file")
     view.add_argument(
@@ -360,7 +371,7 @@ def add_parsers(subparsers: Any) -> None:
         "event format (JSON), which ui.perfetto.dev and chrome://tracing open: a slice per "
         "block from allocation to free on one track per tag, a counter of bytes live, instant "
         "events for failed allocations and moves.",
-        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+        epilog=_WRITER_EPILOG,
     )
     export.add_argument("trace", metavar="TRACE", help="a trace JSON file")
     export.add_argument(

@@ -10,7 +10,8 @@ plans one arena per bucket, the weights shared, and writes one OUTPUT per bucket
 (`plan.N8.h`), each the bucket's whole memory (the weights, then its activations);
 `--capacity` then holds for every bucket, weights included. Exit status: 0 done, 1
 `--capacity` not met (OUTPUT is then not written: the figures of the best packing found are
-printed), 2 bad arguments or unreadable input.
+printed) or OUTPUT not written for a reason of the moment (a full disk), 2 bad arguments,
+unreadable input or an OUTPUT path that cannot hold the file (`write_error_status`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from npumem._argtypes import (
 )
 from npumem._shown import shown, shown_plain
 from npumem.errors import MissingDependencyError
-from npumem.exit_status import ExitStatus, one_line
+from npumem.exit_status import ExitStatus, one_line, write_error_status
 from npumem.fileio import check_output_path, is_same_file, write_texts
 from npumem.plan.buckets import plan_buckets
 from npumem.plan.c_header import c_identifier
@@ -228,13 +229,19 @@ def _render(solution: Solution | TieredSolution, output: Path, fmt: str | None) 
     return solution.to_csv()
 
 
-def _write_all(files: dict[Path, str]) -> None:
-    """Write every file or none (`fileio.write_texts`); `PlanError` naming the file that could
-    not be written."""
+def _write_all(files: dict[Path, str], err: Any) -> int | None:
+    """Write every file or none (`fileio.write_texts`); None once written, else the exit
+    status (`write_error_status`), with one line on `err` naming the file that could not be
+    written."""
     try:
         write_texts(files)
     except OSError as exc:
-        raise PlanError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
+        err.print(
+            f"npumem plan: error: cannot write {exc.filename}: {exc.strerror or exc}",
+            markup=False,
+        )
+        return write_error_status(exc)
+    return None
 
 
 def _in_flight(args: argparse.Namespace) -> int:
@@ -278,20 +285,23 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
         for solution in solutions:
             solution.validate()
         met = args.capacity is None or plan.arena_size <= args.capacity
+        texts: dict[Path, str] = {}
         if args.output is not None and met:
             output = Path(args.output)
             # Each file rendered under its own name: a C header's table and macros are named
             # after the file, so two buckets' headers can go into one program.
             files = [_bucket_output(output, bucket.label) for bucket in plan.buckets]
-            _write_all(
-                {
-                    path: _render(solution, path, args.format)
-                    for path, solution in zip(files, solutions, strict=True)
-                }
-            )
+            texts = {
+                path: _render(solution, path, args.format)
+                for path, solution in zip(files, solutions, strict=True)
+            }
     except (PlanError, MissingDependencyError, ValueError) as exc:
         err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
+    if texts:
+        failed = _write_all(texts, err)
+        if failed is not None:
+            return failed
     if not args.quiet:
         out.print(f"input        {args.input} ({len(plan.buckets)} buckets)", markup=False)
         if plan.weights is not None:
@@ -360,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
                 f"npumem plan: error: cannot write {args.output}: {exc.strerror or exc}",
                 markup=False,
             )
-            return ExitStatus.USAGE
+            return write_error_status(exc)
     if args.in_flight is not None and not args.double_buffer:
         err.print(
             "npumem plan: error: --in-flight sets the inferences in flight of --double-buffer; "
@@ -412,11 +422,10 @@ def run(args: argparse.Namespace) -> int:
     solution.validate()
     met = solution.status not in (NOT_MET, INFEASIBLE)
     if args.output is not None and met:  # a run that fails writes no file
-        try:
-            _write_all({Path(args.output): _render(solution, Path(args.output), args.format)})
-        except PlanError as exc:
-            err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
-            return ExitStatus.USAGE
+        text = _render(solution, Path(args.output), args.format)
+        failed = _write_all({Path(args.output): text}, err)
+        if failed is not None:
+            return failed
     if not args.quiet:
         s = solution.stats
         lines = [
@@ -470,8 +479,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "OUTPUT's extension picks the format: .csv (MiniMalloc solution), .json (an npumem-plan "
         "file, or with --pool an npumem-tier-plan file; npumem plot draws both) or .h (C header "
         "with the offset table); --format names it for any other name.",
-        epilog="Exit status: 0 done, 1 --capacity not met (OUTPUT is not written), 2 bad "
-        "arguments or input.",
+        epilog="Exit status: 0 done, 1 --capacity not met (OUTPUT is not written) or OUTPUT "
+        "could not be written (a full disk, an I/O error), 2 bad arguments or input, or an "
+        "OUTPUT path that cannot hold the file (no such folder, no permission).",
     )
     parser.add_argument("input", metavar="INPUT", help="MiniMalloc CSV, problem/graph JSON or ONNX")
     parser.add_argument(
@@ -571,11 +581,10 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
     )
     solution.validate(capacities=False)
     if args.output is not None and solution.fits:  # a run that fails writes no file
-        try:
-            _write_all({Path(args.output): _render(solution, Path(args.output), args.format)})
-        except PlanError as exc:
-            err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
-            return ExitStatus.USAGE
+        text = _render(solution, Path(args.output), args.format)
+        failed = _write_all({Path(args.output): text}, err)
+        if failed is not None:
+            return failed
     if not args.quiet:
         out.print(f"input        {args.input} ({len(problem)} buffers)", markup=False)
         for name, cap in solution.pools:

@@ -7,8 +7,9 @@
 
 Exit status: 0 done and the goal met (demo: no failed allocation and no rejected request;
 replay: every allocation that succeeded when recorded succeeds again), 1 the goal not met
-(demo: also a run that could not finish, `npumem demo: failed: ...`), 2 bad arguments or an
-unreadable file.
+(demo: also a run that could not finish, `npumem demo: failed: ...`, or files that could not
+be written for a reason of the moment, a full disk), 2 bad arguments, an unreadable file or a
+demo output folder that cannot hold the files (`npumem.exit_status.write_error_status`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import npumem
 from npumem._argtypes import at_least_one, non_negative, positive_byte_count
 from npumem._shown import shown
 from npumem.compaction import Compactor, Policy
-from npumem.exit_status import ExitStatus, one_line
+from npumem.exit_status import ExitStatus, one_line, write_error_status
 from npumem.fileio import check_output_path, json_text, path_argument, remove_quietly
 from npumem.monitor.report import render_report
 from npumem.monitor.sampler import Alert
@@ -124,14 +125,16 @@ def run_demo_command(args: argparse.Namespace) -> int:
                 f"npumem demo: error: cannot write {output / name}: {exc.strerror or exc}",
                 markup=False,
             )
-            return ExitStatus.USAGE
+            return write_error_status(exc)
     made = [folder for folder in (output, *output.parents) if not folder.exists()]
     try:
         try:
             output.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            err.print(f"npumem demo: error: cannot make {output}: {exc.strerror}", markup=False)
-            return ExitStatus.USAGE
+            err.print(
+                f"npumem demo: error: cannot make {output}: {exc.strerror or exc}", markup=False
+            )
+            return write_error_status(exc)
         return _serve_and_report(args, output, err)
     finally:
         for folder in made:  # the innermost first; a folder with files in it stays
@@ -180,7 +183,7 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
     except OSError as exc:
         where = exc.filename or output
         err.print(f"npumem demo: error: cannot write {where}: {exc.strerror or exc}", markup=False)
-        return ExitStatus.USAGE
+        return write_error_status(exc)
 
     t = Table(title="npumem demo: an inference service in miniature", title_justify="left")
     t.add_column("figure")
@@ -553,7 +556,9 @@ def add_parsers(subparsers: Any) -> None:
         "one SRAM tier per worker in front of the shared pool (HBM), promoted by access "
         "frequency. Prints the report; writes the pictures and snapshots to --output.",
         epilog="Exit status: 0 goal met (no failed allocation, no rejected request), 1 goal "
-        "not met or the run could not finish, 2 bad arguments.",
+        "not met, the run could not finish or its files could not be written (a full disk, an "
+        "I/O error), 2 bad arguments or an output folder that cannot hold the files (a file "
+        "on its path, no permission).",
     )
     demo.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS:,} requests (seconds)")
     demo.add_argument(
