@@ -157,9 +157,10 @@ docs: develop-test $(DOCS_STAMP) ## Build the documentation site into site/ (MkD
 	$(BIN)/mkdocs build --strict --site-dir site
 
 .PHONY: lint
-lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy -D warnings (also on the loom models), ruff, mypy, no import cycles
+lint: $(PY_DEPS_STAMP) ## cargo fmt --check, clippy and rustdoc -D warnings (clippy also on the loom models), ruff, mypy, no import cycles
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo clippy -p npumem-core --lib --profile=test -- -D warnings
 	$(BIN)/ruff check python tests benches scripts
 	$(BIN)/ruff format --check python tests benches scripts

@@ -75,7 +75,7 @@ unsafe impl Send for OomHook {}
 pub struct NpumemPool {
     /// The functions of the copy that made this object (same offset in every copy).
     pub ops: &'static Ops,
-    /// [`MAGIC`] while the object is live, 0 once it is dropped.
+    /// `MAGIC` while the object is live, 0 once it is dropped.
     pub magic: AtomicU64,
     /// The core pool, shared with whoever else holds it (the Python `Pool`).
     pub pool: Arc<Pool>,

@@ -148,7 +148,7 @@ impl PoolConfig {
     }
 
     /// The default slab size classes, 80 of them: every size from 1 to 16 bytes, then
-    /// [`SLAB_CLASSES_PER_DOUBLING`] evenly spaced classes per doubling up to 4096 bytes
+    /// `SLAB_CLASSES_PER_DOUBLING` (8) evenly spaced classes per doubling up to 4096 bytes
     /// (18, 20, ..., 32, 36, ..., 64, 72, ..., 3840, 4096). A request of `n <= 4096` bytes takes
     /// at most `n * 9 / 8` bytes, and each class is a multiple of its step, so a request aligned
     /// beyond its first class's natural alignment lands on `n` rounded up to the alignment.

@@ -37,7 +37,9 @@ impl Device {
     /// that do not name theirs.
     pub const EXT_DEV: Device = Device { type_code: 12, index: 0 };
 
-    /// The device of a type name (`"cuda"`, ...) and an index; `None` for an unknown name.
+    /// The device of a type name (`"cuda"`, ...) and an index; `None` for an unknown name. The
+    /// index is taken as it is: a pool's configuration refuses a negative one
+    /// ([`PoolConfig::validate`](crate::PoolConfig::validate)).
     pub fn from_name(name: &str, index: i32) -> Option<Device> {
         DEVICE_TYPES.iter().find(|(n, _)| *n == name).map(|&(_, type_code)| Device { type_code, index })
     }

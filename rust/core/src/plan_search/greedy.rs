@@ -152,7 +152,7 @@ fn passed(deadline: Option<Instant>) -> bool {
 /// left out of the order or appear in it), each in the best (`best_fit`: the smallest) or the
 /// lowest gap among the buffers already placed that are live at the same time, at the lowest
 /// aligned offset of that gap; a buffer that fits no gap goes on top of them. `None` when
-/// `deadline` passes first (the clock is read every [`CHECK_EVERY`] buffers, and every
+/// `deadline` passes first (the clock is read every `CHECK_EVERY` (64) buffers, and every
 /// million buffers looked at). Buffers neither pinned nor in `order` keep `u64::MAX`.
 ///
 /// # Panics

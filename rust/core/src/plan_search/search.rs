@@ -16,7 +16,7 @@ pub struct Limits {
     pub target: u64,
     /// Stop after this many nodes (placements).
     pub node_limit: u64,
-    /// Stop at this instant (read every few thousand buffers looked at, [`Clock`]).
+    /// Stop at this instant (read every few thousand buffers looked at).
     pub deadline: Option<Instant>,
 }
 

@@ -175,7 +175,7 @@ impl Pool {
         Ok(done.expect("a batch that is never stopped completes"))
     }
 
-    /// [`Pool::alloc_many`] that asks `keep_going` every [`BATCH_CHECK_EVERY`] placements and
+    /// [`Pool::alloc_many`] that asks `keep_going` every 65,536 placements and
     /// stops when it answers false: then nothing stays allocated and the answer is `Ok(None)`.
     ///
     /// Blocks are placed first and only counted, traced and given handles once all are placed,

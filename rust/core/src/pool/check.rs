@@ -28,7 +28,7 @@ impl Pool {
         Ok(self.check_until(&mut || true)?.expect("a check that is never stopped finishes"))
     }
 
-    /// [`Pool::check`], asking `go_on` every [`CHECK_STEP`] chunks of the walk whether to go on
+    /// [`Pool::check`], asking `go_on` every `CHECK_STEP` (65,536) chunks of the walk whether to go on
     /// (an arena of a billion chunks takes seconds: a caller lets its user interrupt it).
     /// `Ok(None)` when `go_on` said no: the pool is resumed, and nothing was proved.
     pub fn check_until(&self, go_on: &mut dyn FnMut() -> bool) -> Result<Option<usize>> {

@@ -72,7 +72,7 @@ impl Pool {
         Ok(self.snapshot_until(&mut || true)?.expect("a snapshot that is never stopped finishes"))
     }
 
-    /// [`Pool::snapshot`], asking `go_on` every [`CHECK_STEP`] chunks of the walk of the free
+    /// [`Pool::snapshot`], asking `go_on` every `CHECK_STEP` (65,536) chunks of the walk of the free
     /// space whether to go on (an arena of many chunks takes seconds: a caller lets its user
     /// interrupt it). `Ok(None)` when `go_on` said no: the pool is resumed, as it was.
     pub fn snapshot_until(&self, go_on: &mut dyn FnMut() -> bool) -> Result<Option<Snapshot>> {

@@ -78,7 +78,7 @@ pub enum TagLabel {
 }
 
 /// One tag's share of a pool: its live blocks, the bytes they asked for, and the peak of those
-/// bytes (since the pool was made or [`TagTable::reset_peaks`]).
+/// bytes (since the pool was made or [`Pool::reset_tag_peaks`](crate::Pool::reset_tag_peaks)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TagFigures {
     pub label: TagLabel,
