@@ -87,6 +87,7 @@ impl Pool {
     /// slot recorded), and count and trace its free.
     #[inline(always)]
     fn release_removed(&self, core: usize, handle: Handle, info: SlotInfo) -> Result<()> {
+        let stamp = self.trace.stamp();
         // A block larger than every slab class is no slab object: its free skips the slab
         // directory (a load that misses the cache when blocks are freed in random order). The
         // handle vouches for the block: its free need not read the tree to find it there.
@@ -105,7 +106,7 @@ impl Pool {
         // The pool's counters first, then the tag's (see `Pool::finish`).
         self.account_free(released, core, info.size);
         self.count_tagged_free(info.tag, info.size);
-        self.trace.on_free(core, handle, info.offset, info.size, info.tag);
+        self.trace.on_free(stamp, core, handle, info.offset, info.size, info.tag);
         Ok(())
     }
 

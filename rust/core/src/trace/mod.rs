@@ -13,10 +13,17 @@
 //!
 //! # Order
 //!
-//! A drain merges the rings by time (`trace/merge.rs`). Events of one thread keep their order,
-//! and a block's free and moves come after its alloc, whatever the times say: the counter read
-//! (`rdtsc`) does not wait for the loads before it, so events of two threads a few tens of
-//! nanoseconds apart may carry times in the wrong order. Times are made non-decreasing.
+//! An allocation reads the time after it placed its block, and a free before its block's bytes
+//! go back (the event is recorded after), so a thread that takes those bytes again records a
+//! later time than the free, however long the freeing thread waits in between (preempted, on
+//! a machine with more threads than CPUs). A drain orders the shared ring's events by time
+//! (they are in the order their threads took its slots) and merges the rings by time
+//! (`trace/merge.rs`). Events of one thread keep their order, and a block's free and moves come
+//! after its alloc, whatever the times say: the counter read (`rdtsc`) does not wait for the
+//! loads before it, so events of two threads a few tens of nanoseconds apart may carry times in
+//! the wrong order. Times are made non-decreasing. An event still being written at a drain
+//! comes with the next one, with its own time: a reader puts the drains together by time
+//! (`TraceRecorder` does).
 //!
 //! # Switching the trace
 //!

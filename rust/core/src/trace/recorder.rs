@@ -43,6 +43,11 @@ struct Drains {
     delivered: u64,
 }
 
+/// The time of an event, read before it happened (see [`Trace::stamp`]).
+#[derive(Debug, Clone, Copy)]
+#[must_use]
+pub(crate) struct Stamp(Option<u64>);
+
 /// The flag, the rings (replaced only while the pool is paused), and drain bookkeeping.
 pub(crate) struct Trace {
     on: AtomicBool,
@@ -117,10 +122,18 @@ impl Trace {
         }
     }
 
+    /// The time of a free about to be made, read before its block's bytes go back (`None` while
+    /// the trace is off): a thread that takes them again records a later time, however long
+    /// the freeing thread waits before it records its event ([`Trace::on_free`]).
     #[inline]
-    pub(crate) fn on_free(&self, core: usize, handle: Handle, offset: usize, size: usize, tag: u32) {
-        if self.on() {
-            self.record(EventKind::Free, core, handle.to_bits(), offset, size, tag, 0);
+    pub(crate) fn stamp(&self) -> Stamp {
+        Stamp(if self.on() { self.now() } else { None })
+    }
+
+    #[inline]
+    pub(crate) fn on_free(&self, stamp: Stamp, core: usize, handle: Handle, offset: usize, size: usize, tag: u32) {
+        if let Some(time) = stamp.0 {
+            self.record_at(time, EventKind::Free, core, handle.to_bits(), offset, size, tag, 0);
         }
     }
 
@@ -135,17 +148,51 @@ impl Trace {
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn record(&self, kind: EventKind, core: usize, handle: u128, offset: usize, size: usize, tag: u32, aux: u64) {
+        if let Some(time) = self.now() {
+            self.record_at(time, kind, core, handle, offset, size, tag, aux);
+        }
+    }
+
+    /// The rings' time now (counter ticks, or nanoseconds where the counter is not trusted);
+    /// `None` when the trace has no rings.
+    #[cold]
+    #[inline(never)]
+    fn now(&self) -> Option<u64> {
+        let ptr = self.rings.load(Ordering::Acquire);
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: as in `record_at`.
+        let rings = unsafe { &*ptr };
+        Some(match &rings.fast_clock {
+            Some(scale) => scale.ticks(),
+            None => self.now_ns(),
+        })
+    }
+
+    /// Record an event that happened at `time_ns` (in the rings' time, [`Trace::now`]).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn record_at(
+        &self,
+        time_ns: u64,
+        kind: EventKind,
+        core: usize,
+        handle: u128,
+        offset: usize,
+        size: usize,
+        tag: u32,
+        aux: u64,
+    ) {
         let ptr = self.rings.load(Ordering::Acquire);
         if ptr.is_null() {
             return;
         }
         // SAFETY: rings are replaced and given up only while the pool is paused, and every
-        // caller of `record` is inside the pool (or is the pauser itself, for moves).
+        // caller is inside the pool (or is the pauser itself, for moves), so the rings read by
+        // `now` for a stamp are these.
         let rings = unsafe { &*ptr };
-        let time_ns = match &rings.fast_clock {
-            Some(scale) => scale.ticks(),
-            None => self.now_ns(),
-        };
         let event = TraceEvent { time_ns, kind, offset, size, core: core as u16, tag, handle, aux };
         rings.push(ptr, &event.to_words());
     }
@@ -278,6 +325,12 @@ impl Trace {
                 }
             }
         });
+        // The shared ring holds the events of several threads in the order they took its slots,
+        // which is not the order of their times (a thread may wait between the two): by time,
+        // the order of each thread's own events (whose times grow) is kept.
+        if let Some(shared) = streams.last_mut() {
+            shared.sort_by_key(|e| e.time_ns);
+        }
         let taken: u64 = streams.iter().map(|s| s.len() as u64).sum();
         let merged = merge(streams, room);
         let lost = if merged.is_ok() { unkept } else { unkept + taken };
