@@ -662,6 +662,20 @@ fn a_second_raw_free_of_a_large_block_says_it_was_freed_already() {
         assert!(second.contains("freed already"), "{size} at {offset:#x}: {second}");
         p.check().unwrap();
     }
+    // Bytes that never held a block, in a chunk of the global pool and in a core's chunk.
+    let never = reason(p.free_raw(200 * MIB, 3 * chunk).unwrap_err());
+    assert_eq!(never, "no block is allocated there (freed already, or never allocated)");
+    let small = p.alloc_raw(5000, None).unwrap();
+    let never = reason(p.free_raw(small + 64 * 1024, 5000).unwrap_err());
+    assert!(never.starts_with("no block is allocated there"), "{never}");
+    p.free_raw(small, 5000).unwrap();
+    // A block that would run past the end of the arena, or of a growable pool's regions.
+    let fresh = Pool::new(PoolConfig::new(256 * MIB).cores(1).backing(Backing::None)).unwrap();
+    let past = reason(fresh.free_raw(254 * MIB, 16 * MIB).unwrap_err());
+    assert_eq!(past, "the block would run past the pool's regions");
+    let grows = Pool::new(PoolConfig::new(16 * MIB).cores(1).backing(Backing::None).growth(64 * MIB, None)).unwrap();
+    let past = reason(grows.free_raw(15 * MIB, 4 * chunk).unwrap_err());
+    assert_eq!(past, "the block would run past the pool's regions");
     // Inside a live run, after its first chunk: another block's bytes.
     let run = p.alloc_raw(3 * chunk, None).unwrap();
     assert_eq!(reason(p.free_raw(run + chunk, chunk).unwrap_err()), "another block holds these bytes");

@@ -18,6 +18,10 @@ use super::geometry::TRIM_SHIFT;
 use super::global::ChunkState;
 use super::layout::{BuddyLayout, Layout};
 
+/// Why a free found nothing to release where no block is allocated: a block freed twice, or an
+/// offset that never held one, which the pool cannot tell apart.
+pub(crate) const NOTHING_ALLOCATED: &str = "no block is allocated there (freed already, or never allocated)";
+
 /// Chunks whose buddy tree was swept (`sweep_all`) during the current batch (lazy-coalescing
 /// marks cleared: a node is free for `try_alloc` exactly when no block covers any of its units).
 #[derive(Default)]
@@ -187,7 +191,7 @@ impl Arena {
     /// Why no block of the size given starts at unit `within` of `chunk` (its free found
     /// nothing to release): a node on the way from that unit's leaf to the root is allocated,
     /// so another block holds the unit, starting there (of another size) or before it; or none
-    /// is, and the block was freed already. Read for the error only.
+    /// is ([`NOTHING_ALLOCATED`]). Read for the error only.
     #[cold]
     pub(super) fn not_allocated_there(&self, chunk: usize, within: u64) -> &'static str {
         let tree = self.tree(chunk);
@@ -201,7 +205,22 @@ impl Arena {
                 };
             }
         }
-        "the block was freed already"
+        NOTHING_ALLOCATED
+    }
+
+    /// Why a free of `size` requested bytes at `offset`, whose chunk is free in the global pool,
+    /// found nothing to release: the block would run past the pool's regions, or no block is
+    /// allocated there ([`NOTHING_ALLOCATED`]). Read for the error only.
+    #[cold]
+    pub(crate) fn why_free_chunk(&self, offset: usize, size: usize) -> &'static str {
+        let g = &self.geometry;
+        let last = offset.saturating_add(size.max(1) - 1);
+        if last >= g.usable_capacity()
+            || (g.chunk_of(offset)..=g.chunk_of(last)).any(|c| self.global.state(c) == ChunkState::Absent)
+        {
+            return "the block would run past the pool's regions";
+        }
+        NOTHING_ALLOCATED
     }
 
     /// [`Arena::unmark_nodes`] for a packed block of more than [`MAX_BLOCK_NODES`] nodes, one node at a

@@ -170,7 +170,7 @@ impl Pool {
             ChunkState::TailedRunHead(len) => {
                 self.arena.release_tailed_run(offset, size, chunk, len).map(Released::Block)
             }
-            ChunkState::Free => Err(invalid_block(offset, size, "the block was freed already: its chunk is free")),
+            ChunkState::Free => Err(invalid_block(offset, size, self.arena.why_free_chunk(offset, size))),
             ChunkState::RunBody | ChunkState::FrontedRun { .. } => {
                 Err(invalid_block(offset, size, "another block holds these bytes"))
             }
