@@ -389,7 +389,7 @@ def test_an_empty_tag_is_refused_as_it_reads_as_no_tag() -> None:
         try:
             call()
         except npumem.InvalidArgumentError as err:
-            assert "non-empty" in str(err)
+            assert "must not be empty" in str(err)
         else:
             raise AssertionError("a block with an empty tag was made")
     stats = pool.stats()
@@ -405,6 +405,10 @@ def test_an_empty_tag_is_refused_as_it_reads_as_no_tag() -> None:
     assert pool.stats().blocks_in_use == 0
     tag = ctypes.c_uint32(7)
     lib = _c_library()
-    assert lib.npumem_tag_id(clib.capsule_pointer(pool.c_pool()), b"", ctypes.byref(tag)) != 0
+    capsule = pool.c_pool()  # the pointer is valid while the capsule lives
+    pointer = clib.capsule_pointer(capsule)
+    npumem_err_config = 3
+    assert lib.npumem_tag_id(pointer, b"", ctypes.byref(tag)) == npumem_err_config
     assert tag.value == 7
+    assert lib.npumem_tag_id(pointer, b"ok", ctypes.byref(tag)) == 0 and tag.value != 7
     pool.check()

@@ -257,7 +257,7 @@ pub(crate) fn tag<'py>(value: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Bou
         // Untagged blocks are reported with an empty tag (Prometheus labels, JSON rows).
         return Err(error(
             ErrorClass::InvalidArgument,
-            "tag must be a non-empty string (None for an untagged block)".to_string(),
+            "tag must not be empty: an empty tag reads as no tag".to_string(),
         ));
     }
     if name == npumem_core::OTHER_TAGS {

@@ -296,7 +296,7 @@ impl TagTable {
             // Untagged blocks are reported with an empty tag (Prometheus labels, JSON).
             return Err(Error::Config {
                 field: "tag",
-                reason: "a tag is a non-empty string (an untagged block has none)".to_string(),
+                reason: "must not be empty (an empty tag reads as no tag)".to_string(),
             });
         }
         if name == OTHER_TAGS {
