@@ -327,13 +327,13 @@ def _run_buckets(args: argparse.Namespace, dims: dict[str, list[int]], out: Any,
             )
             out.print(f"written      {written}", markup=False)
     if not met:
-        if not args.quiet:
-            unwritten = "; no bucket's file written" if args.output is not None else ""
-            err.print(
-                f"npumem plan: capacity {args.capacity:,} not met: the largest bucket needs "
-                f"{plan.arena_size:,} bytes ({plan.largest.label}){unwritten}",
-                markup=False,
-            )
+        # The reason goes to stderr with --quiet too: it hides the figures, not a failure.
+        unwritten = "; no bucket's file written" if args.output is not None else ""
+        err.print(
+            f"npumem plan: capacity {args.capacity:,} not met: the largest bucket needs "
+            f"{plan.arena_size:,} bytes ({plan.largest.label}){unwritten}",
+            markup=False,
+        )
         return ExitStatus.NOT_MET
     return ExitStatus.OK
 
@@ -452,18 +452,18 @@ def run(args: argparse.Namespace) -> int:
         for line in lines:
             out.print(line, markup=False)
     if solution.status in (NOT_MET, INFEASIBLE):
-        if not args.quiet:
-            why = (
-                "proven impossible"
-                if solution.status == INFEASIBLE
-                else f"no packing found in {args.time_limit:g} s"
-            )
-            unwritten = f"; {args.output} not written" if args.output is not None else ""
-            err.print(
-                f"npumem plan: capacity {args.capacity:,} not met ({why}); best arena "
-                f"{solution.arena_size:,} bytes{unwritten}",
-                markup=False,
-            )
+        # The reason goes to stderr with --quiet too: it hides the figures, not a failure.
+        why = (
+            "proven impossible"
+            if solution.status == INFEASIBLE
+            else f"no packing found in {args.time_limit:g} s"
+        )
+        unwritten = f"; {args.output} not written" if args.output is not None else ""
+        err.print(
+            f"npumem plan: capacity {args.capacity:,} not met ({why}); best arena "
+            f"{solution.arena_size:,} bytes{unwritten}",
+            markup=False,
+        )
         return ExitStatus.NOT_MET
     return ExitStatus.OK
 
@@ -546,7 +546,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="NAME[=BYTES]",
         help="a memory pool, fastest first (repeatable): --pool sram=2MiB --pool hbm",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print nothing on success (a failure still prints its reason on stderr)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -605,17 +610,17 @@ def _run_tiers(args: argparse.Namespace, problem: Problem, out: Any, err: Any) -
         if args.output is not None:
             out.print(f"written      {args.output if solution.fits else 'nothing'}", markup=False)
     if not solution.fits:
-        if not args.quiet:
-            over = [
-                f"pool {name}'s arena is {solution.solutions[name].arena_size:,} bytes, over its "
-                f"{cap:,}"
-                for name, cap in solution.pools
-                if cap is not None and solution.solutions[name].arena_size > cap
-            ]
-            unwritten = f"; {args.output} not written" if args.output is not None else ""
-            err.print(
-                f"npumem plan: capacity not met: {'; '.join(over) or 'a pool is over'}{unwritten}",
-                markup=False,
-            )
+        # The reason goes to stderr with --quiet too: it hides the figures, not a failure.
+        over = [
+            f"pool {name}'s arena is {solution.solutions[name].arena_size:,} bytes, over its "
+            f"{cap:,}"
+            for name, cap in solution.pools
+            if cap is not None and solution.solutions[name].arena_size > cap
+        ]
+        unwritten = f"; {args.output} not written" if args.output is not None else ""
+        err.print(
+            f"npumem plan: capacity not met: {'; '.join(over) or 'a pool is over'}{unwritten}",
+            markup=False,
+        )
         return ExitStatus.NOT_MET
     return ExitStatus.OK

@@ -59,5 +59,6 @@ class GraphError(ProblemFormatError):
 
 
 class PlanValidationError(PlanError, ValueError):
-    """A solution breaks a rule: an unplaced or misaligned buffer, two live buffers sharing bytes,
-    a fixed offset moved, or an arena above the capacity."""
+    """A solution breaks a rule: an unplaced or misaligned buffer, an offset that is not an
+    integer >= 0 or a buffer that ends beyond the 2^63 - 1 bytes a plan can address, two live
+    buffers sharing bytes, a fixed offset moved, or an arena above the capacity."""

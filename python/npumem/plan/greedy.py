@@ -25,7 +25,9 @@ runtime allocator would, in order of their start, each at the lowest free range 
 (past the deadline, among the lowest free ranges only), in O(n log n) plus the free list, a
 fraction of one rule's time. It is a candidate beside the rules: the start is the smallest of
 the rules that finished before the deadline and the scan (a rule on a tie), so it is never
-worse than the scan, and it is the scan when no rule finished. The search,
+worse than the scan, and it is the scan when no rule finished. Given a goal (`solve` gives
+the lower bound), the first candidate at or below it is the start and nothing after it runs:
+no packing is smaller than the bound. The search,
 which does list the pairs, runs only below what the time left allows to list
 (`pairs_listable`: a million pairs always, up to `MAX_LISTED_PAIRS` with time).
 """
@@ -204,8 +206,9 @@ class _Passes:
             )
         return self.cache[key]
 
-    def rule(self, name: str) -> list[int]:
-        """The rule's offsets; raises `_DeadlinePassed` when the deadline passes first."""
+    def rule(self, name: str, goal: int | None = None) -> list[int]:
+        """The rule's offsets; raises `_DeadlinePassed` when the deadline passes first. A pass
+        whose arena is at most `goal` ends the rule: the rule's later passes are not run."""
         candidates = []
         for order, fit in _RULE_PASSES[name]:
             try:
@@ -213,6 +216,9 @@ class _Passes:
             except _DeadlinePassed:
                 if not candidates:
                     raise
+                break
+            if goal is not None and _arena(self.problem, candidates[-1]) <= goal:
+                break
         return min(candidates, key=lambda offsets: _arena(self.problem, offsets))
 
 
@@ -253,7 +259,11 @@ def run_rule(problem: Problem, rule: str) -> GreedyResult:
 
 
 def best_greedy(
-    problem: Problem, rules: Sequence[str] | None = None, *, deadline: float | None = None
+    problem: Problem,
+    rules: Sequence[str] | None = None,
+    *,
+    deadline: float | None = None,
+    goal: int | None = None,
 ) -> GreedyResult:
     """Run every rule (or those named) and return the one with the smallest arena (the first
     such rule on a tie); its `seconds` is the time all the rules took together. Passes two
@@ -265,8 +275,16 @@ def best_greedy(
     than it: its packing (rule `"linear-scan"`) is the result when it is smaller than every
     rule that finished, or when no rule finished; on a tie the rules win, in their order. The
     rules stop once the deadline has passed, the first one too. Without a deadline only the
-    rules run. A `problem` that is not a `Problem`, `rules` that are not a list of names or a
-    `deadline` that is not a number raise `PlanArgumentTypeError`."""
+    rules run.
+
+    With `goal` (bytes; `solve` gives the lower bound), the first candidate whose arena is at
+    most `goal` is the result and nothing after it runs: the scan when it meets the goal, else
+    the first rule (in order) that does, a rule of two passes ending after the first when that
+    one does. When `goal` is a lower bound, the candidates after that one could only tie.
+
+    A `problem` that is not a `Problem`, `rules` that are not a list of names, a `deadline`
+    that is not a number or a `goal` that is not a whole number raise
+    `PlanArgumentTypeError`; a negative `goal` raises `PlanArgumentError`."""
     check_problem(problem, "best_greedy()")
     if rules is not None and (
         isinstance(rules, str)
@@ -282,6 +300,12 @@ def best_greedy(
         raise PlanArgumentTypeError(
             f"deadline must be None or a time.perf_counter() value, got {shown(deadline)}"
         )
+    if isinstance(goal, bool) or not (goal is None or isinstance(goal, int)):
+        raise PlanArgumentTypeError(
+            f"goal must be None or a whole number of bytes, got {shown(goal)}"
+        )
+    if goal is not None and goal < 0:
+        raise PlanArgumentError(f"goal must be >= 0, got {goal}")
     start = time.perf_counter()
     names = list(rules or GREEDY_RULES)
     unknown = [r for r in names if r not in _RULE_PASSES]
@@ -295,16 +319,20 @@ def best_greedy(
         # lowest free ranges only.
         offsets = linear_scan(problem, deadline=deadline)
         scan = (LINEAR_SCAN, offsets, _arena(problem, offsets))
+        if goal is not None and scan[2] <= goal:
+            return GreedyResult(LINEAR_SCAN, tuple(offsets), scan[2], time.perf_counter() - start)
     best: tuple[str, list[int], int] | None = None
     passes = _Passes(problem, deadline)
     for name in names:
         try:
-            offsets = passes.rule(name)
+            offsets = passes.rule(name, goal)
         except _DeadlinePassed:
             break
         arena = _arena(problem, offsets)
         if best is None or arena < best[2]:
             best = (name, offsets, arena)
+        if goal is not None and arena <= goal:
+            break
     if scan is not None and (best is None or scan[2] < best[2]):
         best = scan
     assert best is not None  # some rule finished, or the scan ran (a deadline was given)

@@ -44,6 +44,7 @@ from npumem.plan.inputs import (
     read_input,
     tier_plan_refused,
 )
+from npumem.plan.json_rows import buffer_rows, rows_json
 from npumem.plan.lifetimes import lifetimes
 from npumem.plan.onnx_import import graph_from_onnx
 from npumem.sizes import MAX_BYTES
@@ -1113,6 +1114,16 @@ class Problem:
         except ProblemFormatError as exc:
             raise ProblemFormatError(f"{label}: {exc}") from exc
 
+    def json_frame(self) -> dict[str, Any]:
+        """`to_json_obj()` with an empty `buffers` list in place of the buffers' entries."""
+        obj: dict[str, Any] = {"name": self.name, "buffers": []}
+        if self.aliases:
+            obj["aliases"] = [
+                {"name": a.name, "base": a.base, "offset": a.offset, "size": a.size}
+                for a in self.aliases
+            ]
+        return obj
+
     def to_json_obj(self) -> dict[str, Any]:
         """The problem as a JSON-ready dict (the format `from_json()` reads)."""
         buffers: list[dict[str, Any]] = []
@@ -1125,17 +1136,17 @@ class Problem:
             if b.weight is not None:
                 entry["weight"] = b.weight
             buffers.append(entry)
-        obj: dict[str, Any] = {"name": self.name, "buffers": buffers}
-        if self.aliases:
-            obj["aliases"] = [
-                {"name": a.name, "base": a.base, "offset": a.offset, "size": a.size}
-                for a in self.aliases
-            ]
+        obj = self.json_frame()
+        obj["buffers"] = buffers
         return obj
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        """The problem as JSON text (written to `path` when given)."""
-        text = json_text(self.to_json_obj(), indent=1)
+        """The problem as JSON text (written to `path` when given): `to_json_obj()` as
+        `npumem.fileio.json_text` writes it with an indent of 1, one buffer a line (its rows
+        formatted directly, `npumem.plan.json_rows`)."""
+        text = rows_json(self.json_frame(), {"buffers": buffer_rows(self.buffers)})
+        if text is None:
+            text = json_text(self.to_json_obj(), indent=1)
         if path is not None:
             write_text(path, text)
         return text

@@ -44,10 +44,11 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
 
 Anytime
     The search starts from the best greedy packing, the smallest of the greedy rules that
-    finished and `linear_scan` (`npumem.plan.greedy.best_greedy` with the deadline), and ends
-    there when the deadline has passed already, or when more pairs of buffers are live
-    together than the time allows to list (`npumem.plan.greedy.pairs_listable`: the search
-    lists them all). The set-up (listing
+    finished and `linear_scan` (`npumem.plan.greedy.best_greedy` with the deadline and the
+    lower bound as its goal: the first of them at the bound ends the greedy phase), and ends
+    there when it meets the bound (or fits the capacity), when the deadline has passed
+    already, or when more pairs of buffers are live together than the time allows to list
+    (`npumem.plan.greedy.pairs_listable`: the search lists them all). The set-up (listing
     the pairs, building the parts and the core's instances) and every run keep to the deadline
     too: when it comes during the set-up, the greedy start is the answer. The part that
     holds the arena up gets, in passes with doubling node budgets, decision runs an eighth of
@@ -390,7 +391,9 @@ def solve(
     Starts from the best greedy packing: the smallest of the greedy rules that finish before
     the deadline and of `linear_scan`, never worse than the scan (`best_greedy` with the
     deadline; see `npumem.plan.greedy`). Then searches (see this module's docstring), keeps
-    the best packing and stops early once it meets a lower bound.
+    the best packing and stops early once it meets a lower bound: the first greedy candidate
+    at `lower_bound(problem)` (the scan, or a rule) ends the greedy phase, the rules after it
+    unrun, and the search is not started (`stats.runs == 0`).
 
     With `capacity`, stops as soon as a packing fits; when none is found in time the solution
     keeps the best packing and has `status == "capacity-not-met"` (`"infeasible"` when the
@@ -415,7 +418,8 @@ def solve(
     deadline = start + time_limit
     stats = SearchStats()
     bound = lower_bound(problem)
-    greedy = best_greedy(problem, deadline=deadline)
+    # A candidate at the bound cannot be beaten: the greedy phase ends at the first one.
+    greedy = best_greedy(problem, deadline=deadline, goal=bound)
     stats.greedy_rule, stats.greedy_arena, stats.greedy_seconds = (
         greedy.rule,
         greedy.arena_size,

@@ -9,10 +9,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import add, attrgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from npumem._shown import shown
 from npumem.fileio import json_text, write_text
+from npumem.plan.buffers import Buffer
 from npumem.plan.c_header import c_comment, c_identifier, c_string
 from npumem.plan.errors import (
     PlanArgumentError,
@@ -20,7 +21,15 @@ from npumem.plan.errors import (
     PlanError,
     PlanValidationError,
 )
-from npumem.plan.problem import PLAN_FORMAT, PLAN_VERSION, Problem, check_problem, csv_id
+from npumem.plan.json_rows import buffer_rows, rows_json, tensor_rows
+from npumem.plan.problem import (
+    MAX_PLAN_BYTES,
+    PLAN_FORMAT,
+    PLAN_VERSION,
+    Problem,
+    check_problem,
+    csv_id,
+)
 
 __all__ = [
     "FEASIBLE",
@@ -34,6 +43,31 @@ __all__ = [
 
 _ID = attrgetter("id")
 _SIZE = attrgetter("size")
+
+
+def check_offsets(buffers: Sequence[Buffer], offsets: Sequence[object]) -> None:
+    """Raise `PlanValidationError` naming the first buffer whose offset (`offsets[i]` for
+    `buffers[i]`) is not an integer >= 0, or whose end (offset plus size) lies beyond
+    `MAX_PLAN_BYTES`, the most bytes a plan can address: no plan with such an offset is
+    written, and the core's checks take offsets and ends in 64 bits."""
+    # The common case in C: every offset an int (bools are not), none negative, no end too far.
+    if set(map(type, offsets)) <= {int}:
+        ints = cast("Sequence[int]", offsets)
+        if not ints or (
+            min(ints) >= 0 and max(map(add, ints, map(_SIZE, buffers))) <= MAX_PLAN_BYTES
+        ):
+            return
+    for b, o in zip(buffers, offsets, strict=True):
+        if isinstance(o, bool) or not isinstance(o, int) or o < 0:
+            raise PlanValidationError(
+                f"buffer {shown(b.id)}: offset {shown(o)} is not an integer >= 0"
+            )
+        if o + b.size > MAX_PLAN_BYTES:
+            raise PlanValidationError(
+                f"buffer {shown(b.id)}: offset {o} + size {b.size} ends at {o + b.size}, "
+                f"beyond the {MAX_PLAN_BYTES} bytes (2^63 - 1) a plan can address"
+            )
+
 
 OPTIMAL = "optimal"
 """The arena equals a proven lower bound: no packing is smaller."""
@@ -135,7 +169,10 @@ class Solution:
     built by hand (to check an external plan) gets the problem's static lower bound.
     A `problem` that is not a `Problem`, `offsets` that are neither a mapping nor a sequence,
     or a `lower_bound` or `capacity` that is not a whole number of bytes raises
-    `PlanArgumentTypeError`.
+    `PlanArgumentTypeError`; an offset that is not an integer >= 0, or one at which its
+    buffer would end beyond `MAX_PLAN_BYTES` (2^63 - 1, the most bytes a plan can address),
+    raises `PlanValidationError` (`check_offsets`). The writers (`to_csv`, `to_json`,
+    `to_c_header`) check the offsets again, so no file gets an offset a plan cannot hold.
     """
 
     def __init__(
@@ -169,11 +206,7 @@ class Solution:
             if len(offsets) != len(problem.buffers):
                 raise PlanError(f"{len(offsets)} offsets given for {len(problem.buffers)} buffers")
             given = list(offsets)
-        for b, o in zip(problem.buffers, given, strict=True):
-            if isinstance(o, bool) or not isinstance(o, int) or o < 0:
-                raise PlanValidationError(
-                    f"buffer {shown(b.id)}: offset {shown(o)} is not an integer >= 0"
-                )
+        check_offsets(problem.buffers, given)
         self.offsets: dict[str, int] = {
             b.id: o for b, o in zip(problem.buffers, given, strict=True)
         }
@@ -256,24 +289,32 @@ class Solution:
     # ----------------------------------------------------------------------------------------
     # Checks
 
+    def _placed(self) -> list[int]:
+        """The offsets in problem order, each checked (`check_offsets`): an integer >= 0
+        whose buffer ends within `MAX_PLAN_BYTES`. `offsets` is a plain dict that may have
+        changed since the solution was made, so every writer and `validate` check it again;
+        anything else raises `PlanValidationError`."""
+        buffers = self.problem.buffers
+        try:
+            placed: list[int] = list(map(self.offsets.__getitem__, map(_ID, buffers)))
+        except KeyError:
+            missing = next(b for b in buffers if b.id not in self.offsets)
+            raise PlanValidationError(f"buffer {shown(missing.id)} has no offset") from None
+        check_offsets(buffers, placed)
+        return placed
+
     def validate(self, capacity: int | None = None) -> None:
         """Raise `PlanValidationError` unless every buffer is placed at a
-        non-negative offset that is a multiple of its alignment, pinned buffers are where they
-        are pinned, no two buffers live at the same time share a byte, and, when `capacity` is
-        given, the arena is within it (`fits` tells whether the asked capacity was met).
-        A `capacity` that is not a whole number of bytes raises `PlanArgumentTypeError`, a
-        negative one `PlanArgumentError`, as `solve` does."""
+        non-negative offset that is a multiple of its alignment and ends within
+        `MAX_PLAN_BYTES` (2^63 - 1, the most bytes a plan can address), pinned buffers are
+        where they are pinned, no two buffers live at the same time share a byte, and, when
+        `capacity` is given, the arena is within it (`fits` tells whether the asked capacity
+        was met). A `capacity` that is not a whole number of bytes raises
+        `PlanArgumentTypeError`, a negative one `PlanArgumentError`, as `solve` does."""
         check_count("capacity", capacity)
         buffers = self.problem.buffers
-        offsets: list[int] = []
-        for b in buffers:
-            if b.id not in self.offsets:
-                raise PlanValidationError(f"buffer {shown(b.id)} has no offset")
-            o = self.offsets[b.id]
-            if isinstance(o, bool) or not isinstance(o, int) or o < 0:
-                raise PlanValidationError(
-                    f"buffer {shown(b.id)}: offset {shown(o)} is not an integer >= 0"
-                )
+        offsets = self._placed()
+        for b, o in zip(buffers, offsets, strict=True):
             if o % b.alignment:
                 raise PlanValidationError(
                     f"buffer {shown(b.id)}: offset {o} is not a multiple of its alignment "
@@ -283,7 +324,6 @@ class Solution:
                 raise PlanValidationError(
                     f"buffer {shown(b.id)} is pinned at {b.offset}, placed at {o}"
                 )
-            offsets.append(o)
         clash = self.problem.timeline.first_overlap(offsets)
         if clash is not None:
             i, j = clash
@@ -307,8 +347,16 @@ class Solution:
         in-place outputs) at their base's offset plus their own, then the tensors of 0 bytes
         that lie in no buffer (`Problem.empty`) at offset 0 with size 0."""
         table = {b.id: (self.offsets[b.id], b.size) for b in self.problem.buffers}
-        for alias in self.problem.aliases:
-            table[alias.name] = (self.offsets[alias.base] + alias.offset, alias.size)
+        table.update(self._other_tensors())
+        return table
+
+    def _other_tensors(self) -> dict[str, tuple[int, int]]:
+        """The entries of `tensor_offsets()` after the buffers': aliases, then empty
+        tensors (the problem keeps every name distinct)."""
+        table = {
+            alias.name: (self.offsets[alias.base] + alias.offset, alias.size)
+            for alias in self.problem.aliases
+        }
         for name in self.problem.empty:
             table[name] = (0, 0)
         return table
@@ -337,18 +385,20 @@ class Solution:
         """The solution in MiniMalloc CSV (`id,lower,upper,size[,alignment],offset`); written
         to `path` when given. Aliases are not buffers and do not appear (see
         `to_json()` or `to_c_header()`). Raises `PlanError` for an id a CSV file cannot keep
-        (`npumem.plan.problem.csv_id`)."""
+        (`npumem.plan.problem.csv_id`), `PlanValidationError` for offsets that break
+        `check_offsets`."""
+        placed = self._placed()
         with_align = any(b.alignment != 1 for b in self.problem.buffers)
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(
             ["id", "lower", "upper", "size", *(["alignment"] if with_align else []), "offset"]
         )
-        for b in self.problem.buffers:
+        for b, offset in zip(self.problem.buffers, placed, strict=True):
             row: list[object] = [csv_id(b.id), b.lower, b.upper, b.size]
             if with_align:
                 row.append(b.alignment)
-            row.append(self.offsets[b.id])
+            row.append(offset)
             writer.writerow(row)
         text = out.getvalue()
         if path is not None:
@@ -357,10 +407,22 @@ class Solution:
 
     def to_json_obj(self) -> dict[str, Any]:
         """The solution as a JSON-ready dict (format `npumem-plan`, version 1; the schema is
-        `npumem/schemas/plan.schema.json`): summary figures, buffers with offsets, aliases."""
-        obj = self.problem.to_json_obj()
-        for entry in obj["buffers"]:
-            entry["offset"] = self.offsets[entry["id"]]
+        `npumem/schemas/plan.schema.json`): summary figures, buffers with offsets, aliases.
+        Offsets that break `check_offsets` (changed in `offsets` since) raise
+        `PlanValidationError`."""
+        placed = self._placed()
+        obj = self._json_frame(self.problem.to_json_obj())
+        for entry, offset in zip(obj["buffers"], placed, strict=True):
+            entry["offset"] = offset
+        obj["tensors"] = [
+            {"name": name, "offset": off, "size": size}
+            for name, (off, size) in self.tensor_offsets().items()
+        ]
+        return obj
+
+    def _json_frame(self, problem_obj: dict[str, Any]) -> dict[str, Any]:
+        """The plan's JSON object around the problem's (`problem_obj`), with an empty
+        `tensors` list."""
         return {
             "format": PLAN_FORMAT,
             "version": PLAN_VERSION,
@@ -372,21 +434,30 @@ class Solution:
             "naive_size": self.naive_size,
             "seconds": self.stats.seconds,
             "greedy": {"rule": self.stats.greedy_rule, "arena_size": self.stats.greedy_arena},
-            **obj,
+            **problem_obj,
             **(
                 {"slots": {name: list(ids) for name, ids in self.problem.slots.items()}}
                 if self.problem.slots
                 else {}
             ),
-            "tensors": [
-                {"name": name, "offset": off, "size": size}
-                for name, (off, size) in self.tensor_offsets().items()
-            ],
+            "tensors": [],
         }
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        """The solution as JSON text (written to `path` when given)."""
-        text = json_text(self.to_json_obj(), indent=1)
+        """The solution as JSON text (written to `path` when given): `to_json_obj()` as
+        `npumem.fileio.json_text` writes it with an indent of 1, one buffer or tensor a line
+        (the rows formatted directly, `npumem.plan.json_rows`). Offsets that break
+        `check_offsets` raise `PlanValidationError`."""
+        placed = self._placed()
+        text = rows_json(
+            self._json_frame(self.problem.json_frame()),
+            {
+                "buffers": buffer_rows(self.problem.buffers, placed),
+                "tensors": tensor_rows(self.problem.buffers, placed, self._other_tensors()),
+            },
+        )
+        if text is None:
+            text = json_text(self.to_json_obj(), indent=1)
         if path is not None:
             write_text(path, text)
         return text
@@ -397,9 +468,12 @@ class Solution:
         """A C header with the static offset table: one `{name, offset, size}` entry per
         tensor (aliases included), the arena size and the entry count; written to `path` when
         given. `prefix` names the table and the macros. A plan without tensors has the macros
-        (both 0) and no table. A `prefix` that is not a str raises `PlanArgumentTypeError`."""
+        (both 0) and no table. A `prefix` that is not a str raises `PlanArgumentTypeError`;
+        offsets that break `check_offsets` raise `PlanValidationError`, so every offset, size
+        and the arena fit a 64-bit `size_t`."""
         if not isinstance(prefix, str):
             raise PlanArgumentTypeError(f"prefix must be a str, got {shown(prefix)}")
+        self._placed()  # every offset and end within MAX_PLAN_BYTES: each fits a size_t
         ident = c_identifier(prefix)
         macro = ident.upper()
         table = self.tensor_offsets()
