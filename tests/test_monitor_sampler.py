@@ -186,6 +186,42 @@ def test_a_hook_that_stops_its_monitor_ends_the_sampling_thread(
     assert caplog.records == []
 
 
+def test_a_hook_that_stops_and_starts_its_monitor_leaves_one_sampling_thread() -> None:
+    # The hook's stop() cannot wait for the thread it runs in; the start() after it makes a
+    # new thread at once, and the old one must still end after its sample.
+    pool = npumem.Pool(16 * MIB, cores=1, name="restarted")
+    mon: Monitor | None = None
+    restarted = threading.Event()
+
+    def restart(_: object) -> None:
+        assert mon is not None
+        if not restarted.is_set() and threading.current_thread() is not threading.main_thread():
+            restarted.set()
+            mon.stop()
+            mon.start()
+
+    def threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "npumem-monitor-restarted"]
+
+    interval = 0.05
+    mon = Monitor(pool, interval=interval, on_sample=[restart]).start()
+    try:
+        assert restarted.wait(5)
+        deadline = time.monotonic() + 5
+        while len(threads()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(3 * interval)
+        assert len(threads()) == 1 and mon.running, "one thread samples after the restart"
+        # One thread takes a sample every interval: about 10 in 0.5 s, two would take 20.
+        before = mon.samples_taken
+        time.sleep(10 * interval)
+        assert mon.samples_taken - before <= 13
+        assert len(threads()) == 1
+    finally:
+        mon.stop()
+    assert threads() == [] and not mon.running
+
+
 def test_background_thread_samples_until_stopped() -> None:
     pool = make_pool()
     with Monitor(pool, interval=0.01) as mon:

@@ -265,6 +265,67 @@ def test_max_events_keeps_the_newest_in_time_order_and_counts_the_rest(
     assert "43 discarded" in repr(trace)
 
 
+def test_max_events_bounds_the_stacks_a_recorder_keeps() -> None:
+    # Every allocation comes from a function of its own: a stack never seen before. The
+    # recorder converts each stack once and keeps the conversion for the stacks seen again;
+    # the stacks of the events it let go must go too, or a bounded recorder drained for
+    # hours would grow without bound all the same.
+    pool = npumem.Pool(8 * MIB, cores=1)
+    rec = TraceRecorder(pool, max_events=10, stacks=True).start()
+    functions = [_allocating_function(f"caller_{i}") for i in range(300)]
+    for i, fn in enumerate(functions):
+        fn(pool).free()
+        if i % 20 == 19:
+            rec.drain()
+            assert len(rec._stacks) <= 2 * 10, "only a bounded number of stacks is kept"
+    trace = rec.stop()
+    assert len(trace.events) == 10 and trace.discarded == 590
+    callers = [e.stack[0].function for e in trace.events if e.stack is not None]
+    assert callers == [f"caller_{i}" for i in range(295, 300)], "the kept events keep theirs"
+    assert len(rec._stacks) <= 2 * 10
+
+
+def test_a_stack_seen_again_after_the_cache_let_it_go_is_converted_again() -> None:
+    # Drains of 4 events with a bound of 4: each drain's events replace the last drain's.
+    # The first drain brings a stack that comes back only in the last one, the others two
+    # stacks never seen before; every drain ends with one stack twice. The cache keeps a
+    # bounded number of stacks, a stack it let go is converted again when it comes back, and
+    # events of one stack in one drain share one tuple.
+    early = (("early.py", 1, "early"),)
+    last = (("last.py", 2, "last"),)
+
+    class Rings:
+        def __init__(self) -> None:
+            self.t = 0
+            self.drains = 0
+
+        def trace_drain(self) -> list[tuple[Any, ...]]:
+            self.drains += 1
+            fresh = [((f"fresh{self.drains}.py", i, "fresh"),) for i in range(2)]
+            first = [early, fresh[0]] if self.drains in (1, 8) else fresh
+            batch = []
+            for stack in (*first, last, last):
+                self.t += 1
+                batch.append((self.t, "alloc", 0, 64, 0, None, self.t, 64, stack))
+            return batch
+
+        def trace_status(self) -> types.SimpleNamespace:
+            return types.SimpleNamespace(dropped=0)
+
+    pool = npumem.Pool(8 * MIB, cores=1)
+    rec = TraceRecorder(pool, max_events=4, stacks=True)
+    rec.pool = cast("npumem.Pool", Rings())
+    for _ in range(8):
+        rec.drain()
+        events = rec.trace.events
+        assert len(events) == 4
+        assert events[2].stack == (trace_module.Frame("last.py", 2, "last"),)
+        assert events[2].stack is events[3].stack
+        assert len(rec._stacks) <= 2 * len(events), "only a bounded number of stacks is kept"
+    assert rec.trace.events[0].stack == (trace_module.Frame("early.py", 1, "early"),)
+    assert rec.trace.discarded == 7 * 4
+
+
 class _FakeRings:
     """Stands in for a pool's trace rings: each drain returns the next batch given."""
 

@@ -256,6 +256,7 @@ class Monitor:
         self._last_failed: int | None = None
         self._lock = ForkSafeRLock("Monitor")
         self._clock0 = time.monotonic()
+        # The running thread's stop signal: each `start()` makes its thread a new one.
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.samples_taken = 0
@@ -323,7 +324,11 @@ class Monitor:
         """Sample every `interval` seconds in a daemon thread (the first sample at once)."""
         if self._thread is not None and self._thread.is_alive():
             return self
-        self._stop.clear()
+        # A new event for each thread: a thread stopped from its own callback or hook is still
+        # running its sample when a `start()` there makes its successor, and must still find
+        # its own event set, not one cleared for the new thread. (In a forked child, a new
+        # event also holds no lock that a thread of the parent held at the fork.)
+        self._stop = threading.Event()
         # The thread holds the monitor only weakly between samples (see `_sample_until_stopped`).
         self._thread = threading.Thread(
             target=_sample_until_stopped,
@@ -336,10 +341,13 @@ class Monitor:
 
     def stop(self) -> None:
         """Stop the background thread (waits for it, unless called from it: a callback or hook)
-        and take one last sample."""
-        thread, self._thread = self._thread, None
+        and take one last sample. A `start()` after it, even from a callback or hook of the
+        thread stopped, starts a new thread: the stopped one ends after its sample all the
+        same."""
+        thread, stop = self._thread, self._stop
+        self._thread = None
         if thread is not None:
-            self._stop.set()
+            stop.set()
             # From a callback or hook, in the sampling thread itself: it ends after this sample.
             if thread is not threading.current_thread():
                 thread.join()

@@ -416,9 +416,23 @@ class TraceRecorder:
             excess = len(events) - limit
             del events[:excess]  # the oldest, at once
             skip += excess
+        if skip and len(self._stacks) > 2 * len(events):
+            self._prune_stacks()
         self.trace.discarded += skip
         self.trace.dropped = self.pool.trace_status().dropped
         return len(raw)
+
+    def _prune_stacks(self) -> None:
+        """Keep in the stack cache only the stacks that the kept events hold.
+
+        Each event holds at most one stack, so a cache of more than twice as many entries as
+        there are events holds more stacks of discarded events than of kept ones:
+        `_drain_locked` prunes it then, after a drain that let events go. That keeps the cache
+        within a few times `max_events`, and each prune's walk over the events is paid for by
+        the entries the cache gained since the last one (at least as many as there are
+        events), so a drain stays linear in the events it takes."""
+        kept = {id(e.stack) for e in self.trace.events if e.stack is not None}
+        self._stacks = {raw: frames for raw, frames in self._stacks.items() if id(frames) in kept}
 
     def stop(self) -> Trace:
         """Stop recording, drain the rest, and return `trace`."""
