@@ -1046,6 +1046,105 @@ def test_plan_refuses_an_empty_input_path(capsys: pytest.CaptureFixture[str]) ->
     assert err.strip() == "npumem plan: error: a file path is empty"
 
 
+# Text that no file name can hold, as only a program calling main() can pass it (a shell's
+# arguments hold no NUL, and bytes that are not UTF-8 come as surrogates that encode back).
+# The path as shown may be cut short ('...a\x00.... (85 characters)') where it is long.
+_NO_FILE_NAME = {
+    "NUL": ("a\x00.json", r"'.* contains a NUL character, which no file name can"),
+    "surrogate": (
+        "\ud800.json",
+        r"'.* is not a file name: it contains a lone surrogate \('\\ud800' at",
+    ),
+}
+
+
+def _argv_writing(command: str, src: Path, out: str) -> list[str]:
+    """`command` reading `src` and writing `out` (the demo: its folder)."""
+    if command == "plan":
+        return ["plan", str(src), "-q", "--time-limit", "0.1", "-o", out]
+    if command == "demo":
+        return ["demo", "--requests", "5", "--workers", "1", "--no-tiers", "-o", out]
+    return [command, str(src), "-o", out]
+
+
+@pytest.mark.parametrize("text", list(_NO_FILE_NAME))
+@pytest.mark.parametrize("command", ["plan", "plot", "view", "export", "demo"])
+def test_an_output_path_no_file_name_can_hold_is_a_bad_argument(
+    command: str,
+    text: str,
+    saved: dict[str, dict],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if command == "plan":
+        src = tmp_path / "in.csv"
+        src.write_text("id,lower,upper,size\na,0,2,64\n")
+    else:
+        src = write(tmp_path / "t.json", saved["trace" if command != "plot" else "snapshot"])
+    name, message = _NO_FILE_NAME[text]
+    out = str(tmp_path / name)
+    status, out_text, err = run_cli(_argv_writing(command, src, out), capsys)
+    option = "--output/-o" if command == "demo" else "-o/--output"
+    assert status == 2 and out_text == ""
+    assert re.fullmatch(f"npumem {command}: error: argument {option}: {message}.*\n", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
+
+
+@pytest.mark.parametrize("text", list(_NO_FILE_NAME))
+@pytest.mark.parametrize("command", ["plan", "plot", "view", "export", "report", "replay"])
+def test_an_input_path_no_file_name_can_hold_is_a_bad_argument(
+    command: str, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, message = _NO_FILE_NAME[text]
+    status, out_text, err = run_cli([command, name], capsys)
+    assert status == 2 and out_text == ""
+    assert re.fullmatch(f"npumem {command}: error: argument [A-Z|]+: {message}.*\n", err), err
+
+
+def test_a_name_that_is_not_utf8_is_still_a_file_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bytes that are not UTF-8 reach Python as surrogates that `os.fsencode` writes back: a
+    file name, not refused."""
+    src = tmp_path / "in.csv"
+    src.write_text("id,lower,upper,size\na,0,2,64\n")
+    out = tmp_path / os.fsdecode(b"\xff.json")
+    status, _, err = run_cli(
+        ["plan", str(src), "-q", "--time-limit", "0.1", "-o", str(out)], capsys
+    )
+    assert (status, err) == (0, "")
+    assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"in.csv", b"\xff.json"]
+
+
+def test_every_plain_text_argument_is_a_file_path() -> None:
+    """The parser refuses text no file name can hold in every argument taken as plain text
+    (no type, no choices): each of them must be a file path."""
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a.choices, dict)]
+    plain = {
+        (name, action.dest)
+        for name, sub in commands.choices.items()
+        for action in sub._actions
+        if action.type is None
+        and action.choices is None
+        and action.nargs != 0
+        and not isinstance(action.default, bool)
+    }
+    assert plain == {
+        ("demo", "output"),
+        ("replay", "trace"),
+        ("plan", "input"),
+        ("plan", "output"),
+        ("report", "snapshot"),
+        ("plot", "input"),
+        ("plot", "output"),
+        ("view", "input"),
+        ("view", "output"),
+        ("export", "trace"),
+        ("export", "output"),
+    }
+
+
 def test_demo_checks_every_output_before_writing_any(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -220,3 +220,29 @@ def test_a_folder_without_write_permission_is_status_2(
     assert err.endswith(f": {os.strerror(errno.EACCES)}\n"), err
     assert out_text == ""
     assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["name", "folder"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_name_too_long_is_status_2(
+    command: str,
+    where: str,
+    inputs: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A name longer than the file system takes (the output's own, or a folder's on the way)
+    cannot hold the file: one line, status 2, nothing written. Checks that look at the path
+    before the command runs (`Path.exists()`, `Path.is_dir()`) raise that error too."""
+    name = COMMANDS[command][1]
+    long_name = "x" * 300 + Path(name).suffix
+    out = tmp_path / long_name if where == "name" else tmp_path / ("x" * 300) / name
+    status, out_text, err = run_cli(_argv(command, inputs, out), capsys)
+    assert status == ExitStatus.USAGE
+    assert re.fullmatch(
+        f"{_prog(command)}: error: cannot write {re.escape(str(tmp_path))}/\\S+: "
+        f"{os.strerror(errno.ENAMETOOLONG)}\n",
+        err,
+    ), err
+    assert out_text == ""
+    assert list(tmp_path.iterdir()) == []

@@ -435,3 +435,112 @@ def test_main_with_arguments_gives_the_handlers_back(saved_files: dict[str, Path
     before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
     assert main(["report", str(saved_files["snapshot"])]) is ExitStatus.OK
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+# `main()` run as the program twice in one process (a program that sets `sys.argv` and calls
+# it again): the first leaves SIGINT and SIGTERM ignored for the interpreter's exit; the
+# second must take them all the same, and a child process it starts must not inherit an
+# ignored SIGINT. The signal comes while the second export writes its file.
+_MAIN_AGAIN_AS_THE_PROGRAM = r"""
+import os
+import signal
+import subprocess
+import sys
+
+import npumem.cli
+import npumem.monitor.perfetto as perfetto
+
+trace, out, sig = sys.argv[1], sys.argv[2], signal.Signals[sys.argv[3]]
+sys.argv = ["npumem", "export", trace, "-o", out]
+print("first", npumem.cli.main())
+ignored = [signal.getsignal(s) is signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM)]
+print("ignored after the first", ignored)
+write = perfetto.write_chrome_trace
+
+
+def interrupted_write(*args, **kwargs):
+    child = subprocess.run(
+        [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT))"],
+        capture_output=True, text=True, check=True,
+    )
+    print("child's SIGINT", child.stdout.strip())
+    os.kill(os.getpid(), sig)
+    return write(*args, **kwargs)
+
+
+perfetto.write_chrome_trace = interrupted_write
+os.unlink(out)
+print("second", npumem.cli.main())
+print("file", os.path.exists(out))
+ignored = [signal.getsignal(s) is signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM)]
+print("ignored after the second", ignored)
+"""
+
+
+@pytest.mark.parametrize(("sig", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_main_run_as_the_program_again_takes_the_signals_again(
+    sig: str, status: int, saved_files: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _MAIN_AGAIN_AS_THE_PROGRAM,
+            str(saved_files["trace"]),
+            str(out),
+            sig,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("wrote ")]
+    assert lines == [
+        "first 0",
+        "ignored after the first [True, True]",
+        "child's SIGINT <built-in function default_int_handler>",
+        f"second {status}",
+        "file False",
+        "ignored after the second [True, True]",
+    ]
+    word = "interrupted" if sig == "SIGINT" else "terminated"
+    assert done.stderr == f"npumem export: {word}\n"
+
+
+def test_main_after_a_handler_set_since_the_program_main_keeps_it(
+    saved_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal that main() left ignored, given a handler of the program's since, keeps it;
+    one still ignored is taken again and ignored again afterwards."""
+    import npumem.cli
+    from npumem.monitor import cli as monitor_cli
+
+    def mine(signum: int, frame: object) -> None:
+        pass
+
+    monkeypatch.setattr(npumem.cli, "_IGNORED_BY_MAIN", {signal.SIGINT, signal.SIGTERM})
+    saved = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    seen: list[object] = []
+
+    def report(args: object) -> int:
+        seen.extend((signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)))
+        return ExitStatus.OK
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, mine)
+        monkeypatch.setattr(monitor_cli, "run_report", report)
+        assert main(["report", str(saved_files["snapshot"])]) == ExitStatus.OK
+        assert seen[0] not in (signal.SIG_IGN, signal.SIG_DFL), "SIGINT taken"
+        assert seen[1] is mine, "SIGTERM keeps the program's handler"
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert set(npumem.cli._IGNORED_BY_MAIN) == {signal.SIGINT}
+    finally:
+        signal.signal(signal.SIGINT, saved[0])
+        signal.signal(signal.SIGTERM, saved[1])

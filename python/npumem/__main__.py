@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from npumem.cli import main
+from npumem._entry import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,14 +5,17 @@ another exception (argparse would then print `invalid FUNCTION value`), and quot
 refuses cut short (`npumem._shown`). Integers are written in ASCII digits, with a leading minus
 sign where a negative value means something to refuse; `+5`, `1_000`, ` 5`, `5\\xa0` and
 digits of other scripts (`٥`) are not integers here. Every integer option takes at most
-`MAX_INTEGER` (64 bits). Byte counts take units and the spellings of `npumem.sizes`.
+`MAX_INTEGER` (64 bits). Byte counts take units and the spellings of `npumem.sizes`. A file
+path is refused when no file name can hold it (`file_path`).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
+import sys
 from collections.abc import Callable
 
 from npumem._shown import shown, shown_plain
@@ -23,6 +26,7 @@ __all__ = [
     "MAX_INTEGER",
     "at_least_one",
     "byte_count",
+    "file_path",
     "integer_from",
     "non_negative",
     "non_negative_seconds",
@@ -118,3 +122,28 @@ def positive_byte_count(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {shown(text)}")
     return value
+
+
+def file_path(text: str) -> str:
+    """A file path, as given, unless no file name can hold it: one with a NUL character, or
+    with a character that the file system's encoding cannot write (a lone UTF-16 surrogate,
+    which only a program calling `npumem.cli.main` can pass; the bytes of a name that is not
+    UTF-8 come from the command line as the surrogates that `os.fsencode` writes back)."""
+    if "\0" in text:
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} contains a NUL character, which no file name can hold"
+        )
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError as exc:
+        char = text[exc.start]
+        what = (
+            "a lone surrogate"
+            if "\ud800" <= char <= "\udfff"
+            else f"a character that {sys.getfilesystemencoding()} file names cannot hold"
+        )
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is not a file name: it contains {what} ({shown(char)} at index "
+            f"{exc.start:,})"
+        ) from None
+    return text

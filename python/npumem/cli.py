@@ -8,7 +8,8 @@ Bad arguments are refused like every other bad input: one line on stderr,
 `npumem SUBCOMMAND: error: MESSAGE` (`npumem: error: MESSAGE` before a subcommand is known),
 nothing on stdout, exit status 2; `--help` prints the full usage. A value that starts with a
 minus sign and a digit is taken as a value (`--capacity -1MiB` is refused by the size parser,
-not taken for an unknown option).
+not taken for an unknown option). Every argument taken as plain text is a file path: text that
+no file name can hold (a NUL character, a lone surrogate) is a bad argument too.
 
 Output that cannot be written to stdout (a full disk, `>/dev/full`) is reported the same way:
 one line, `npumem SUBCOMMAND: error: cannot write to stdout: REASON`, and exit status 1, for
@@ -20,10 +21,12 @@ the status `npumem.exit_status.write_error_status` gives: 2 for a path that cann
 file, 1 for a write that fails for a reason of the moment (a full disk).
 
 Ctrl-C (SIGINT) and `kill` (SIGTERM) stop a command that is still working with one line,
-`npumem SUBCOMMAND: interrupted` (status 130) or `npumem SUBCOMMAND: terminated` (143), and
-the file it was writing left as it was. Once the command's result is final (it has returned:
-its files are in place and its report is printed; or it has failed), they no longer change it
-(`main`).
+`npumem SUBCOMMAND: interrupted` (status 130) or `npumem SUBCOMMAND: terminated` (143);
+Ctrl-C while the command is still starting gives `npumem: interrupted` (`npumem._entry`). The
+output file is left as it was, unless the command had already put its new file in place: then
+only the summary it was printing is cut short (a command blocked printing to a full pipe can
+still be stopped). Once the command's result is final (it has returned: its files are in place
+and its report is printed; or it has failed), they no longer change it (`main`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
+from npumem._argtypes import file_path
 from npumem._shown import MAX_SHOWN, shown
 from npumem.exit_status import ExitStatus, one_line
 
@@ -71,7 +75,17 @@ class OneLineErrorParser(argparse.ArgumentParser):
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         """`arg_string` converted by `action`'s type. A type that fails with `ValueError` or
         `TypeError` rather than `argparse.ArgumentTypeError` would be reported with its
-        function's name (`invalid _in_flight value`); it is reported as a bad value instead."""
+        function's name (`invalid _in_flight value`); it is reported as a bad value instead.
+
+        An argument taken as plain text (no type, no choices) is a file path in every
+        subcommand (an input file, `--output`): text that no file name can hold, with a NUL
+        character or a lone surrogate, is refused here (`npumem._argtypes.file_path`), so that
+        no subcommand meets it where it opens or stats the file."""
+        if action.type is None and action.choices is None and isinstance(arg_string, str):
+            try:
+                file_path(arg_string)
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentError(action, str(exc)) from None
         try:
             return super()._get_value(action, arg_string)
         except argparse.ArgumentError as exc:
@@ -142,17 +156,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     (`npumem.exit_status.ExitStatus`, or 128 plus the number of the signal that stopped it).
 
     SIGINT raises `KeyboardInterrupt` and SIGTERM `SystemExit(143)` while the command works, so
-    that the file being written is cleaned up. Once its result is final (the subcommand has
-    returned, its files in place and its report printed, or it has failed), neither changes
-    the status any more: a signal that comes while main() finishes is dropped. Without `argv`,
-    main() is the program and what follows it is the interpreter's exit, where a signal would
-    still end a finished command with status 130 or 143: main() leaves both signals ignored
-    then. With `argv` (a program or a test that runs the command), main() puts their handlers
-    back as it returns.
+    that the file being written is cleaned up and the status is 130 or 143. A file the command
+    has already put in place stays: a signal that comes while it prints its summary cuts only
+    the summary short. Once its result is final (the subcommand has returned, its files in
+    place and its report printed, or it has failed), neither changes the status any more: a
+    signal that comes while main() finishes is dropped. Without `argv`, main() is the program
+    and what follows it is the interpreter's exit, where a signal would still end a finished
+    command with status 130 or 143: main() leaves both signals ignored then, and a later
+    main() in the same process (a program that sets `sys.argv` and runs the command again)
+    takes them as the first one did, unless something gave them another handler since. With
+    `argv` (a program or a test that runs the command), main() puts their handlers back as it
+    returns.
 
     Only from the main thread, and only for a signal with Python's own handler (SIGINT's
-    `signal.default_int_handler`, SIGTERM's `SIG_DFL`): a program that handles them itself,
-    or a shell that ignores SIGINT for a background job, keeps its handler.
+    `signal.default_int_handler`, SIGTERM's `SIG_DFL`) or one an earlier main() left
+    ignored: a program that handles them itself, or a shell that ignores SIGINT for a
+    background job, keeps its handler.
     """
     signals = _Signals()
     program = argv is None
@@ -342,23 +361,39 @@ class _Signals:
             raise _Terminated(128 + signum)
 
 
+_IGNORED_BY_MAIN: set[int] = set()
+"""The signals that a `main()` run as the program left ignored for the interpreter's exit
+(`_taken`), and that nothing has given another handler since: a later `main()` in the same
+process (a program that runs the command again) takes them as the first one did."""
+
+
 @contextlib.contextmanager
 def _taken(
     signum: int, default: Any, handler: Callable[[int, Any], None], *, program: bool
 ) -> Iterator[None]:
     """While the block runs, `handler` takes the signal `signum` if it has the handler
-    `default`; afterwards the signal gets `default` back, or is ignored when `program` (the
+    `default`, or is ignored because an earlier `main()` left it so (`_IGNORED_BY_MAIN`);
+    afterwards the signal gets the handler it had back, or is ignored when `program` (the
     process has nothing left to do but exit). Only from the main thread, where Python runs
     signal handlers; a signal with another handler keeps it."""
-    main_thread = threading.current_thread() is threading.main_thread()
-    if not main_thread or signal.getsignal(signum) != default:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signum)
+    if before != signal.SIG_IGN:
+        _IGNORED_BY_MAIN.discard(signum)  # given another handler since
+    if before != default and signum not in _IGNORED_BY_MAIN:
         yield
         return
     signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signum, signal.SIG_IGN if program else default)
+        if program:
+            signal.signal(signum, signal.SIG_IGN)
+            _IGNORED_BY_MAIN.add(signum)
+        else:
+            signal.signal(signum, before)
 
 
 def _terminate_as_exit(

@@ -114,7 +114,15 @@ def run_demo_command(args: argparse.Namespace) -> int:
     except npumem.InvalidArgumentError as exc:
         err.print(f"npumem demo: error: {one_line(exc)}", markup=False)
         return ExitStatus.USAGE
-    if output.exists() and not output.is_dir():
+    try:
+        # `Path.exists()` and `is_dir()` answer False for some errors (no such folder on the
+        # way) and raise others (a name too long, no permission to look).
+        not_a_folder = output.exists() and not output.is_dir()
+        made = [folder for folder in (output, *output.parents) if not folder.exists()]
+    except OSError as exc:
+        err.print(f"npumem demo: error: cannot write {output}: {exc.strerror or exc}", markup=False)
+        return write_error_status(exc)
+    if not_a_folder:
         err.print(f"npumem demo: error: --output {output} exists and is not a folder", markup=False)
         return ExitStatus.USAGE
     for name in OUTPUT_NAMES:  # a file the run could not write is refused before it starts
@@ -126,7 +134,6 @@ def run_demo_command(args: argparse.Namespace) -> int:
                 markup=False,
             )
             return write_error_status(exc)
-    made = [folder for folder in (output, *output.parents) if not folder.exists()]
     try:
         try:
             output.mkdir(parents=True, exist_ok=True)
@@ -319,7 +326,7 @@ def _write_outputs(result: DemoResult, output: Path, *, pictures: bool) -> dict[
     finally:
         with _signals_held():
             for path in temporary:
-                if path.is_dir():
+                if os.path.isdir(path):  # False for any error, which `Path.is_dir()` may raise
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     remove_quietly(path)
