@@ -111,3 +111,16 @@ def test_a_bad_goal_is_refused(goal: object, error: type[Exception]) -> None:
     problem = Problem([Buffer(*row) for row in TFLITE_AT_THE_BOUND])
     with pytest.raises(error, match="goal"):
         best_greedy(problem, goal=goal)  # type: ignore[arg-type]
+
+
+def test_with_a_capacity_the_first_candidate_that_fits_ends_solve(passes: list[bool]) -> None:
+    """The scan fits a generous capacity: no rule runs and the search does not start."""
+    problem = Problem([Buffer(*row) for row in TFLITE_AT_THE_BOUND])
+    assert lower_bound(problem) == 11 < scan_arena(problem) == 16
+    solution = solve(problem, time_limit=20.0, capacity=16)
+    assert solution.fits and solution.arena_size == 16
+    assert solution.stats.greedy_rule == "linear-scan" and solution.stats.runs == 0
+    assert passes == []
+    # Below the scan's arena, the rules run as before and TFLite's packing fits.
+    solution = solve(problem, time_limit=20.0, capacity=15)
+    assert solution.fits and solution.arena_size == 11 and passes == [True]

@@ -418,8 +418,9 @@ def solve(
     deadline = start + time_limit
     stats = SearchStats()
     bound = lower_bound(problem)
-    # A candidate at the bound cannot be beaten: the greedy phase ends at the first one.
-    greedy = best_greedy(problem, deadline=deadline, goal=bound)
+    # A candidate at the bound cannot be beaten, and with a capacity one that fits is the
+    # answer: the greedy phase ends at the first one.
+    greedy = best_greedy(problem, deadline=deadline, goal=max(bound, capacity or 0))
     stats.greedy_rule, stats.greedy_arena, stats.greedy_seconds = (
         greedy.rule,
         greedy.arena_size,
