@@ -580,3 +580,19 @@ def test_a_failed_write_names_the_output_not_its_temporary_file(
     assert info.value.filename2 is None
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["x" * 250 + ".json", "é" * 122 + ".json", "x" * 255])
+def test_a_name_as_long_as_the_file_system_allows_is_written(tmp_path: Path, name: str) -> None:
+    """The temporary file beside the output has a longer name than the output: it is cut short
+    so that every name that can be written can be written (all three ways of writing)."""
+    assert len(os.fsencode(name)) <= 255
+    target = tmp_path / name
+    fileio.write_bytes(target, b"one")
+    assert target.read_bytes() == b"one"
+    fileio.write_texts({target: "two"})
+    assert target.read_text() == "two"
+    with fileio.text_writer(target) as f:
+        f.write("three")
+    assert target.read_text() == "three"
+    assert [p.name for p in tmp_path.iterdir()] == [name]

@@ -671,8 +671,15 @@ class _AtomicFile:
 
 def _temporary_name(target: Path) -> Path:
     """A new name next to `target` for the temporary file that replaces it once written:
-    `.NAME.PID.HEX.tmp`."""
-    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    `.NAME.PID.HEX.tmp`, with NAME cut short where the whole would be longer than a file name
+    may be there (so that every name that can be written can be written this way)."""
+    suffix = f".{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        name_max = os.pathconf(target.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    name = os.fsencode(target.name)[: max(1, name_max - len(suffix) - 1)]
+    return target.with_name(f".{os.fsdecode(name)}{suffix}")
 
 
 def is_same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
