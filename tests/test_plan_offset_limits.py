@@ -75,3 +75,23 @@ def test_a_negative_or_missing_offset_is_refused_by_every_writer(writer: str) ->
     del solution.offsets["a"]
     with pytest.raises(PlanValidationError, match="'a' has no offset"):
         WRITERS[writer](solution)
+
+
+@pytest.mark.parametrize("value", [2**64, 2**70])
+def test_a_capacity_or_bound_beyond_what_plan_files_hold_is_refused(value: int) -> None:
+    """Plan files hold counts up to 2**64 - 1: a larger capacity would be written and then
+    refused by every reader."""
+    from npumem.plan import PlanArgumentError, solve
+
+    with pytest.raises(PlanArgumentError, match="at most 2\\*\\*64 - 1"):
+        Solution(PROBLEM, [0, 10], capacity=value)
+    with pytest.raises(PlanArgumentError, match="at most 2\\*\\*64 - 1"):
+        Solution(PROBLEM, [0, 10], lower_bound=value)
+    with pytest.raises(PlanArgumentError, match="at most 2\\*\\*64 - 1"):
+        Solution(PROBLEM, [0, 10]).validate(capacity=value)
+    with pytest.raises(PlanArgumentError, match="at most 2\\*\\*64 - 1"):
+        solve(PROBLEM, time_limit=1.0, capacity=value)
+    kept = Solution(PROBLEM, [0, 10], capacity=2**64 - 1)
+    obj = json.loads(kept.to_json())
+    assert kept.fits and obj["capacity"] == 2**64 - 1
+    assert len(Problem.from_json(obj).buffers) == 2  # a reader takes the plan back

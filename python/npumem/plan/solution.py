@@ -30,6 +30,7 @@ from npumem.plan.problem import (
     check_problem,
     csv_id,
 )
+from npumem.sizes import MAX_BYTES
 
 __all__ = [
     "FEASIBLE",
@@ -80,9 +81,9 @@ INFEASIBLE = "infeasible"
 
 
 def check_count(name: str, value: object, unit: str = "bytes") -> None:
-    """Refuse an optional count of `unit` that is not a whole number >= 0
-    (`PlanArgumentTypeError` for a float, a bool or text; `PlanArgumentError` for a negative
-    one)."""
+    """Refuse an optional count of `unit` that is not a whole number from 0 to 2**64 - 1, what
+    the plan files hold (`PlanArgumentTypeError` for a float, a bool or text;
+    `PlanArgumentError` for one out of that range)."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
@@ -91,6 +92,8 @@ def check_count(name: str, value: object, unit: str = "bytes") -> None:
         )
     if value < 0:
         raise PlanArgumentError(f"{name} must be >= 0, got {value}")
+    if value > MAX_BYTES:
+        raise PlanArgumentError(f"{name} must be at most 2**64 - 1, got {value}")
 
 
 class BlockLike(Protocol):
