@@ -346,27 +346,29 @@ print(points)
 """
 
 
+def _run_script(
+    script: str, *args: object, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run `script` in a new interpreter that imports this one's npumem, with `args`."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_once_the_result_is_final_changes_nothing(
     sig: str, saved_files: dict[str, Path], tmp_path: Path
 ) -> None:
     """Ctrl-C or `kill` after the command has written its file and printed its report, at any
     point up to the return of main(): status 0, nothing on stderr, the new file."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _SIGNAL_AT_EVERY_POINT_AFTER_THE_RESULT,
-            str(saved_files["trace"]),
-            str(tmp_path),
-            sig,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    done = _run_script(
+        _SIGNAL_AT_EVERY_POINT_AFTER_THE_RESULT, saved_files["trace"], tmp_path, sig, timeout=300
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
@@ -408,22 +410,7 @@ def test_a_signal_while_the_interpreter_exits_changes_nothing(
     sig: str, saved_files: dict[str, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "out.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _SIGNAL_AS_THE_INTERPRETER_EXITS,
-            str(saved_files["trace"]),
-            str(out),
-            sig,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _run_script(_SIGNAL_AS_THE_INTERPRETER_EXITS, saved_files["trace"], out, sig)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith(f"wrote {out} ")
     assert json.loads(out.read_text())["traceEvents"]
@@ -482,22 +469,7 @@ def test_main_run_as_the_program_again_takes_the_signals_again(
     sig: str, status: int, saved_files: dict[str, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "out.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _MAIN_AGAIN_AS_THE_PROGRAM,
-            str(saved_files["trace"]),
-            str(out),
-            sig,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _run_script(_MAIN_AGAIN_AS_THE_PROGRAM, saved_files["trace"], out, sig)
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if not line.startswith("wrote ")]
     assert lines == [
