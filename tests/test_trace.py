@@ -387,10 +387,11 @@ def test_bad_max_events(max_events: object, error: type, text: str) -> None:
     assert rec.trace.discarded == 2
 
 
-def test_the_default_bound_keeps_a_small_trace_whole() -> None:
+def test_by_default_a_recorder_keeps_every_event() -> None:
+    """A trace to replay must be complete: no bound unless one is asked for."""
     pool = npumem.Pool(8 * MIB, cores=1)
     rec = TraceRecorder(pool)
-    assert rec.max_events == trace_module.DEFAULT_MAX_EVENTS == 1_000_000
+    assert rec.max_events is None
     with rec:
         for _ in range(300):
             pool.alloc(100).free()

@@ -62,7 +62,7 @@ typedef int npumem_status;
 #define NPUMEM_OK 0
 #define NPUMEM_ERR_NULL_ARGUMENT 1     /* a required pointer argument is NULL */
 #define NPUMEM_ERR_INVALID_POOL 2      /* the pool pointer is not a live pool */
-#define NPUMEM_ERR_CONFIG 3            /* a configuration field broke a rule */
+#define NPUMEM_ERR_CONFIG 3            /* a configuration field broke a rule; npumem_tag_id: an empty or reserved name */
 #define NPUMEM_ERR_INVALID_SIZE 4      /* zero or unusable size */
 #define NPUMEM_ERR_TOO_LARGE 5         /* larger than the pool: can never succeed */
 #define NPUMEM_ERR_INVALID_ALIGNMENT 6 /* not a power of two, or too large */

@@ -309,7 +309,8 @@ def add_parsers(subparsers: Any) -> None:
         description="Print the stats, the largest free runs, the live blocks by tag and the "
         "per-core figures of a snapshot file (written by npumem demo or Snapshot.save); for a "
         "tier snapshot (npumem demo --tiers), the tiers' figures and each tier's report.",
-        epilog="Exit status: 0 done, 2 bad arguments or an unreadable file.",
+        epilog="Exit status: 0 done, 1 a report that could not be written to stdout, 2 bad "
+        "arguments or an unreadable file.",
     )
     report.add_argument(
         "snapshot", metavar="SNAPSHOT", help="a snapshot or tier snapshot JSON file"

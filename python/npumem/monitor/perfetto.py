@@ -12,7 +12,8 @@ What the file shows, in one process named after the pool:
 
 Timestamps are microseconds from the first event. The file is a JSON object:
 `{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}`; `otherData` holds
-the header (`format` `npumem-chrome-trace`, `version` 1) and the pool's configuration.
+the header (`format` `npumem-chrome-trace`, `version` 1), the pool's name and configuration,
+and the events the trace lost (`dropped` by the rings, `discarded` by a bounded recorder).
 """
 
 from __future__ import annotations

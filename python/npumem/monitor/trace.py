@@ -45,8 +45,6 @@ EVENT_KINDS = ("alloc", "free", "move", "failed")
 """The kinds of event, as `TraceEvent.kind` spells them."""
 MAX_TRACE_CAPACITY = 1 << 24
 """The most events the Rust rings hold (as `npumem_core::MAX_TRACE_CAPACITY`)."""
-DEFAULT_MAX_EVENTS = 1_000_000
-"""The most events a `TraceRecorder` keeps unless told otherwise (its `max_events`)."""
 _EVENT_FIELDS = ("time_ns", "kind", "offset", "size", "core", "tag", "handle", "aux", "stack")
 _EVENT_FIELDS_V1 = _EVENT_FIELDS[:8]
 _KINDS = {kind: kind for kind in EVENT_KINDS}
@@ -331,9 +329,10 @@ class TraceRecorder:
     each), and one thread keeps at most one ring's worth between two drains. With
     `stacks=True` every allocation made through Python also records its caller's Python stack
     (`TraceEvent.stack`); that costs a few microseconds per allocation (see the monitoring
-    guide). `max_events` bounds the events `trace` keeps: beyond it the oldest go (a trace
-    stays in time order), counted in `trace.discarded`, so that a recorder drained for hours
-    holds a bounded memory; `None` keeps every event. In a process forked while another thread
+    guide). `max_events` (default `None`: every event, as a trace to replay needs) bounds the
+    events `trace` keeps: beyond it the oldest go (a trace stays in time order), counted in
+    `trace.discarded`, so that a recorder drained for hours holds a bounded memory (about
+    250 bytes per event). In a process forked while another thread
     was starting, draining or stopping the recorder, its calls raise `PoolBusyError`: make a
     new one there."""
 
@@ -351,7 +350,7 @@ class TraceRecorder:
         *,
         capacity: int = 1 << 16,
         stacks: bool = False,
-        max_events: int | None = DEFAULT_MAX_EVENTS,
+        max_events: int | None = None,
     ) -> None:
         from npumem.errors import ArgumentTypeError, InvalidArgumentError
 

@@ -26,8 +26,10 @@ runtime allocator would, in order of their start, each at the lowest free range 
 fraction of one rule's time. It is a candidate beside the rules: the start is the smallest of
 the rules that finished before the deadline and the scan (a rule on a tie), so it is never
 worse than the scan, and it is the scan when no rule finished. Given a goal (`solve` gives
-the lower bound), the first candidate at or below it is the start and nothing after it runs:
-no packing is smaller than the bound. The search,
+the lower bound, or with a capacity the larger of the bound and the capacity), the first
+candidate at or below it is the start and nothing after it runs: no packing is smaller than
+the bound, and with a capacity one that fits is the answer, even where a later rule would
+pack tighter. The search,
 which does list the pairs, runs only below what the time left allows to list
 (`pairs_listable`: a million pairs always, up to `MAX_LISTED_PAIRS` with time).
 """
@@ -277,7 +279,8 @@ def best_greedy(
     rules stop once the deadline has passed, the first one too. Without a deadline only the
     rules run.
 
-    With `goal` (bytes; `solve` gives the lower bound), the first candidate whose arena is at
+    With `goal` (bytes; `solve` gives the lower bound, or with a capacity the larger of the
+    bound and the capacity), the first candidate whose arena is at
     most `goal` is the result and nothing after it runs: the scan when it meets the goal, else
     the first rule (in order) that does, a rule of two passes ending after the first when that
     one does. When `goal` is a lower bound, the candidates after that one could only tie.

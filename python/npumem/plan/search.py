@@ -45,7 +45,8 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
 Anytime
     The search starts from the best greedy packing, the smallest of the greedy rules that
     finished and `linear_scan` (`npumem.plan.greedy.best_greedy` with the deadline and the
-    lower bound as its goal: the first of them at the bound ends the greedy phase), and ends
+    lower bound, or with a capacity the larger of the bound and the capacity, as its goal:
+    the first of them at the goal ends the greedy phase), and ends
     there when it meets the bound (or fits the capacity), when the deadline has passed
     already, or when more pairs of buffers are live together than the time allows to list
     (`npumem.plan.greedy.pairs_listable`: the search lists them all). The set-up (listing

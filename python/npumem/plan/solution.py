@@ -151,7 +151,8 @@ class SearchStats:
     greedy_arena: int = 0
     """The arena of that rule's packing."""
     greedy_seconds: float = 0.0
-    """Time to run every greedy rule (the first answer)."""
+    """Time the greedy phase took (the scan and the rules run until one met the goal or the
+    deadline passed): the first answer."""
     seconds: float = 0.0
     """Total time of `npumem.plan.solve()`."""
     time_to_fit: float | None = None
@@ -313,7 +314,8 @@ class Solution:
         where they are pinned, no two buffers live at the same time share a byte, and, when
         `capacity` is given, the arena is within it (`fits` tells whether the asked capacity
         was met). A `capacity` that is not a whole number of bytes raises
-        `PlanArgumentTypeError`, a negative one `PlanArgumentError`, as `solve` does."""
+        `PlanArgumentTypeError`, one negative or above 2**64 - 1 `PlanArgumentError`, as
+        `solve` does."""
         check_count("capacity", capacity)
         buffers = self.problem.buffers
         offsets = self._placed()
@@ -374,7 +376,7 @@ class Solution:
     def iteration_offsets(self, iteration: int) -> dict[str, int]:
         """Where each pipelined buffer of iteration `iteration` (counted from 0) lives: its
         slot `iteration % in_flight`. An `iteration` that is not an `int` raises
-        `PlanArgumentTypeError`, a negative one `PlanArgumentError`."""
+        `PlanArgumentTypeError`, one negative or above 2**64 - 1 `PlanArgumentError`."""
         if isinstance(iteration, bool) or not isinstance(iteration, int):
             raise PlanArgumentTypeError(f"iteration must be an int >= 0, got {shown(iteration)}")
         if iteration < 0:

@@ -620,7 +620,8 @@ def add_parsers(subparsers: Any) -> None:
         "fresh pool made with the recorded configuration, changed by the options given, and "
         "report which allocations would fail, the peak and the fragmentation: a what-if tool.",
         epilog="Exit status: 0 every allocation that succeeded when recorded succeeds again, "
-        "1 some would fail, 2 bad arguments, an unreadable file or an invalid configuration.",
+        "1 some would fail (or the report could not be written to stdout), 2 bad arguments, an "
+        "unreadable file or an invalid configuration.",
     )
     replay.add_argument("trace", metavar="TRACE", help="a trace JSON file")
     replay.add_argument(

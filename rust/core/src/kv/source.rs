@@ -8,7 +8,10 @@ pub trait PageSource {
     /// Why the source could not deliver.
     type Error;
 
-    /// Append `count` fresh pages to `out`: all of them, or none and an error.
+    /// Append `count` fresh pages to `out`: all of them, or none and an error. Fresh means
+    /// distinct pages that no sequence holds; a delivery with a page in use, or one page twice,
+    /// is refused ([`KvError::PageInUse`](super::error::KvError::PageInUse)) and the other
+    /// pages go back.
     fn take(&mut self, count: usize, out: &mut Vec<u32>) -> Result<(), Self::Error>;
 
     /// Take back a page that no sequence references.

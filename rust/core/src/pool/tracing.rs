@@ -33,7 +33,8 @@ impl Pool {
 
     /// Every event recorded since the last drain, oldest first (by time; events of one
     /// thread keep their order, and a block's free and moves come after its alloc). Does not
-    /// pause the pool: events still being written are left for the next drain.
+    /// pause the pool: events still being written are left for the next drain, where they come
+    /// with their own, older times (put drains together by time).
     /// [`Error::HostMemory`](crate::error::Error::HostMemory) when the host has no memory for the
     /// events: those waiting stay for the next drain (see `Trace::drain`). Events name tags by
     /// id: read their names under a [`TagTable::pin`](crate::stats::tags::TagTable::pin) taken

@@ -289,8 +289,9 @@ impl TagTable {
     }
 
     /// The id of `name` (interned on first use), with `blocks` holds taken on it when it is
-    /// pooled; refused for [`OTHER_TAGS`]. Give the holds back with [`TagTable::release`] as
-    /// the blocks are freed (or at once, with the same count, when the allocation fails).
+    /// pooled; refused for the empty name and [`OTHER_TAGS`]. Give the holds back with
+    /// [`TagTable::release`] as the blocks are freed (or at once, with the same count, when the
+    /// allocation fails).
     pub fn acquire(&self, name: &str, blocks: u64) -> Result<u32> {
         if name.is_empty() {
             // Untagged blocks are reported with an empty tag (Prometheus labels, JSON).
