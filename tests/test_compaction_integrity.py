@@ -32,8 +32,12 @@ def test_every_byte_survives_and_pinned_blocks_stay(mode: str) -> None:
         assert intact(blk, ident), f"block {ident} lost its bytes"
     after = pool.stats()
     assert after.bytes_in_use == before.bytes_in_use
-    assert after.largest_free_block > before.largest_free_block
-    if mode == "incremental":
+    if mode == "full":
+        assert after.largest_free_block > before.largest_free_block
+    else:
+        # Steps of 4 MiB empty the sparsest chunks first; those need not join the largest free
+        # run, which a step never shrinks (docs/compaction.md): chunks are what it frees.
+        assert after.largest_free_block >= before.largest_free_block
         assert all(step.bytes <= 4 * MIB for step in report.steps)
         assert after.chunks_free > before.chunks_free
 
