@@ -41,3 +41,18 @@ def run_cli(
     else:
         assert status in (0, 1), (status, err)
     return status, out, err
+
+
+def save_snapshot_and_trace(folder: Path, name: str) -> dict[str, Path]:
+    """A snapshot and a trace of a few blocks of a pool named `name`, saved in `folder`: the
+    inputs of the commands that read saved files."""
+    import npumem
+    from npumem.monitor import TraceRecorder
+
+    pool = npumem.Pool(16 << 20, cores=1, name=name)
+    with TraceRecorder(pool) as rec:
+        blocks = [pool.alloc(1000, tag="x") for _ in range(4)]
+        snap = pool.snapshot()
+        for b in blocks:
+            b.free()
+    return {"snapshot": snap.save(folder / "s.json"), "trace": rec.trace.save(folder / "t.json")}

@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 
-import npumem
-from cli_contract import run_cli
+from cli_contract import run_cli, save_snapshot_and_trace
 from npumem.cli import main
 from npumem.exit_status import ExitStatus, write_error_status
-from npumem.monitor import TraceRecorder
 
 DATA = Path(__file__).resolve().parent / "data" / "minimalloc"
 
@@ -68,16 +66,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A snapshot and a trace of a few blocks, and (with onnx) a model with a batch
     dimension."""
     folder = tmp_path_factory.mktemp("inputs")
-    pool = npumem.Pool(16 << 20, cores=1, name="writes")
-    with TraceRecorder(pool) as rec:
-        blocks = [pool.alloc(1000, tag="x") for _ in range(4)]
-        snap = pool.snapshot()
-        for b in blocks:
-            b.free()
-    files = {
-        "snapshot": str(snap.save(folder / "s.json")),
-        "trace": str(rec.trace.save(folder / "t.json")),
-    }
+    files = {k: str(v) for k, v in save_snapshot_and_trace(folder, "writes").items()}
     try:
         import onnx
 

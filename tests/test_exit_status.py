@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_contract import save_snapshot_and_trace
 from npumem.cli import build_parser, main
 from npumem.exit_status import ExitStatus
 
@@ -159,17 +160,7 @@ class _FullStdout(io.StringIO):
 @pytest.fixture(scope="module")
 def saved_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A snapshot and a trace of a few blocks."""
-    import npumem
-    from npumem.monitor import TraceRecorder
-
-    folder = tmp_path_factory.mktemp("saved")
-    pool = npumem.Pool(16 << 20, cores=1, name="stdout")
-    with TraceRecorder(pool) as rec:
-        blocks = [pool.alloc(1000, tag="x") for _ in range(4)]
-        snap = pool.snapshot()
-        for b in blocks:
-            b.free()
-    return {"snapshot": snap.save(folder / "s.json"), "trace": rec.trace.save(folder / "t.json")}
+    return save_snapshot_and_trace(tmp_path_factory.mktemp("saved"), "stdout")
 
 
 STDOUT_COMMANDS = [
