@@ -2,7 +2,7 @@
 snapshot, trace or plan.
 
     npumem report SNAPSHOT|TIERS [--top N] [--json]
-    npumem plot SNAPSHOT|TRACE|PLAN [-o OUT.png|OUT.svg|OUT.pdf] [--color-by tag|core]
+    npumem plot SNAPSHOT|TRACE|PLAN|TIERS [-o OUT.png|OUT.svg|OUT.pdf] [--color-by tag|core]
     npumem view TRACE|SNAPSHOT [-o OUT.html]
     npumem export --format perfetto TRACE [-o OUT.json]
 
@@ -331,12 +331,15 @@ def add_parsers(subparsers: Any) -> None:
         description="Draw a snapshot file as an address map (blocks coloured by tag or core, "
         "free runs in grey), a trace file as bytes live and allocations per second over "
         "time, or a plan file (npumem plan -o plan.json) as buffers over time and offset, "
-        "one panel per pool for a plan over several pools (npumem plan --pool). "
+        "one panel per pool for a plan over several pools (npumem plan --pool), or a tier "
+        "snapshot (npumem demo --tiers) as the tiers' use and hits. "
         "Needs matplotlib (pip install npumem[plot]).",
         epilog=_WRITER_EPILOG,
     )
     plot.add_argument(
-        "input", metavar="SNAPSHOT|TRACE|PLAN", help="a snapshot, trace or plan JSON file"
+        "input",
+        metavar="SNAPSHOT|TRACE|PLAN|TIERS",
+        help="a snapshot, trace, plan or tier snapshot JSON file",
     )
     plot.add_argument(
         "-o",

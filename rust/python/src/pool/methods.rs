@@ -788,26 +788,35 @@ impl Pool {
         self.core.cores()
     }
 
+    /// Bytes of a chunk: the unit a core pool takes from the global pool, and the largest
+    /// block of a chunk's buddy tree (larger blocks take runs of chunks).
     #[getter]
     fn chunk_size(&self) -> usize {
         self.core.config().chunk_size
     }
 
+    /// Bytes of the smallest buddy block (a leaf of a chunk's tree): buddy blocks are cut in
+    /// multiples of it.
     #[getter]
     fn min_block(&self) -> usize {
         self.core.config().min_block
     }
 
+    /// Bytes of a bank: a block of at most a bank never straddles a bank boundary, and a
+    /// larger one starts on one.
     #[getter]
     fn bank_size(&self) -> usize {
         self.core.config().bank_size
     }
 
+    /// The alignment in bytes of a block allocated without `align`.
     #[getter]
     fn alignment(&self) -> usize {
         self.core.config().alignment
     }
 
+    /// The slab caches' size classes in bytes, smallest first (empty: no slab caches, every
+    /// block comes from the buddy trees).
     #[getter]
     fn slab_sizes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, &self.core.config().slab_sizes)
