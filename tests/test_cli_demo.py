@@ -353,3 +353,18 @@ def test_ctrl_c_while_the_demo_writes_leaves_none_of_its_files(
     assert (status, err.strip().splitlines()[-1]) == (130, "npumem demo: interrupted")
     assert out == ""
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("capacity", [1_000_000_000, (64 << 20) + 4096, (3 << 20) + 1])
+def test_the_demo_pool_grows_by_whole_chunks_to_any_capacity(capacity: int) -> None:
+    # A pool grows in whole chunks: for a capacity that is not one, the demo's pool grows to
+    # the last whole chunk below it (or does not grow at all).
+    pool = npumem.workloads.demo.growing_pool(capacity, weights=capacity // 8)
+    assert pool.max_capacity <= capacity
+    assert capacity - pool.max_capacity < pool.chunk_size
+    held = []
+    with pytest.raises(npumem.OutOfMemoryError):
+        while True:
+            held.append(pool.alloc(pool.chunk_size))
+    assert pool.capacity <= capacity
+    pool.check()

@@ -168,6 +168,14 @@ def test_replay_max_capacity_lets_the_arena_grow(
             ["--max-capacity", "32MiB"],
             "--max-capacity (32.0 MiB) must be at least the recorded capacity (64.0 MiB)",
         ),
+        (
+            ["--max-capacity", "65MiB"],
+            "--max-capacity (65.0 MiB) must be a multiple of the chunk size (2.0 MiB)",
+        ),
+        (
+            ["--max-capacity", "96MiB", "--chunk-size", "64MiB"],
+            "--max-capacity (96.0 MiB) must be a multiple of the chunk size (64.0 MiB)",
+        ),
         (["--max-capacity", "lots"], "argument --max-capacity: 'lots' is not a byte count"),
         (["--max-capacity", "0"], "argument --max-capacity: must be at least 1 byte"),
     ],

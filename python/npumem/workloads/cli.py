@@ -411,6 +411,15 @@ def run_replay_command(args: argparse.Namespace) -> int:
                 markup=False,
             )
             return ExitStatus.USAGE
+        chunk = overrides.get("chunk_size", trace.config["chunk_size"])
+        if args.max_capacity > capacity and args.max_capacity % chunk:
+            err.print(
+                f"npumem replay: error: --max-capacity ({format_bytes(args.max_capacity)}) must "
+                f"be a multiple of the chunk size ({format_bytes(chunk)}) for a pool that can "
+                "grow: it grows in whole chunks",
+                markup=False,
+            )
+            return ExitStatus.USAGE
     with _progress(err if not args.json else Console(quiet=True), "replaying") as progress:
         task = progress.add_task("replay", total=len(trace.events))
         try:

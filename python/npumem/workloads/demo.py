@@ -105,11 +105,13 @@ def start_capacity(capacity: int, weights: int) -> int:
 
 def growing_pool(capacity: int, weights: int) -> npumem.Pool:
     """The demo's pool: it starts with `start_capacity(capacity, weights)` bytes and grows by at
-    least `GROW_BY` up to `capacity`."""
+    least `GROW_BY` up to `capacity` rounded down to whole chunks (a pool grows by whole
+    chunks); one of `capacity` bytes that does not grow when no whole chunk is left to grow by."""
     start = start_capacity(capacity, weights)
-    if start == capacity:
+    top = capacity - capacity % CHUNK
+    if start >= top:
         return npumem.Pool(capacity, name="demo")
-    return npumem.Pool(start, max_capacity=capacity, grow_by=GROW_BY, name="demo")
+    return npumem.Pool(start, max_capacity=top, grow_by=GROW_BY, name="demo")
 
 
 def default_workers() -> int:

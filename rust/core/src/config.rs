@@ -272,12 +272,6 @@ impl PoolConfig {
         if self.chunk_size > MAX_CAPACITY {
             return bad("chunk_size", format!("must be at most 2^48 bytes, got {}", self.chunk_size));
         }
-        if self.alignment > self.capacity {
-            return bad(
-                "alignment",
-                format!("must be at most the capacity ({} bytes), got {}", self.capacity, self.alignment),
-            );
-        }
         if self.min_block < 64 {
             return bad("min_block", format!("must be at least 64, got {}", self.min_block));
         }
@@ -303,6 +297,14 @@ impl PoolConfig {
                     "must be at least min_block ({} bytes) for any block to fit, got {}",
                     self.min_block, self.capacity
                 ),
+            );
+        }
+        // After the capacity has room for a block: a capacity too small for any block is named
+        // as such, not through the default alignment.
+        if self.alignment > self.capacity {
+            return bad(
+                "alignment",
+                format!("must be at most the capacity ({} bytes), got {}", self.capacity, self.alignment),
             );
         }
         if self.bank_size > self.chunk_size {
@@ -409,6 +411,19 @@ impl PoolConfig {
                 ),
             );
         }
+        // Regions are whole chunks: a limit between two multiples could only be passed or
+        // left short of.
+        if let Some(max) = self.max_capacity.filter(|_| self.grows()) {
+            if max % self.chunk_size != 0 {
+                return bad(
+                    "max_capacity",
+                    format!(
+                        "must be a multiple of chunk_size ({} bytes) for a pool that can grow, got {max}",
+                        self.chunk_size
+                    ),
+                );
+            }
+        }
         Ok(())
     }
 
@@ -484,7 +499,7 @@ mod tests {
         let message = too_many.validate().unwrap_err().to_string();
         assert!(message.contains("must be at least 16384 here, got 8192"), "{message}");
         // With growth, the arena spans twice max_capacity.
-        assert_eq!(field_of(&small(1 << 20).growth(MAX_CHUNKS * (4 << 10) + 1, None)), "chunk_size");
+        assert_eq!(field_of(&small(1 << 20).growth(MAX_CHUNKS * (4 << 10) + (8 << 10), None)), "chunk_size");
         small(1 << 20).growth(MAX_CHUNKS * (4 << 10), None).validate().unwrap();
     }
 
@@ -503,6 +518,29 @@ mod tests {
         // A max_capacity beyond its bound is named, however many chunks it would make.
         assert_eq!(field_of(&PoolConfig::new(4 << 20).growth(1 << 52, None)), "max_capacity");
         assert_eq!(field_of(&PoolConfig::new(64 << 20).growth(usize::MAX, None)), "max_capacity");
+    }
+
+    #[test]
+    fn a_capacity_too_small_for_any_block_is_named_before_the_default_alignment() {
+        for capacity in [1, 63, 255] {
+            let error = PoolConfig::new(capacity).validate().unwrap_err().to_string();
+            assert_eq!(field_of(&PoolConfig::new(capacity)), "capacity", "{error}");
+            assert!(error.contains("must be at least min_block (256 bytes)"), "{error}");
+        }
+        assert_eq!(field_of(&PoolConfig::new(4096).alignment(8192)), "alignment");
+    }
+
+    #[test]
+    fn a_pool_that_grows_has_a_max_capacity_of_whole_chunks() {
+        let base = PoolConfig::new(64 << 20);
+        for max in [(64 << 20) + 1, 65 << 20, (100 << 20) + 1] {
+            let error = base.clone().growth(max, None).validate().unwrap_err().to_string();
+            assert_eq!(field_of(&base.clone().growth(max, None)), "max_capacity", "{error}");
+            assert!(error.contains("must be a multiple of chunk_size (2097152 bytes)"), "{error}");
+        }
+        base.clone().growth(66 << 20, None).validate().unwrap();
+        // A limit at the capacity is no growth: any capacity goes.
+        PoolConfig::new((3 << 20) + 5).growth((3 << 20) + 5, None).validate().unwrap();
     }
 
     #[test]

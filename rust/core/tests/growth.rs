@@ -371,10 +371,11 @@ fn no_request_larger_than_the_largest_region_is_taken() {
     let p = Pool::new(PoolConfig::new(48 * MIB).cores(1).growth(64 * MIB, None)).unwrap();
     assert_eq!(p.largest_request(), 48 * MIB);
     assert!(matches!(p.alloc(49 * MIB, None, 0), Err(Error::TooLarge { .. })));
-    // A limit that is not a multiple of the chunk: at most the limit.
-    let p = Pool::new(PoolConfig::new(2 * MIB).cores(1).growth(5 * MIB, None)).unwrap();
-    assert_eq!(p.largest_request(), 4 * MIB);
-    p.alloc(4 * MIB, None, 0).unwrap();
+    // A limit that is not a multiple of the chunk would be passed or left short of: refused.
+    match Pool::new(PoolConfig::new(2 * MIB).cores(1).growth(5 * MIB, None)) {
+        Err(Error::Config { field, .. }) => assert_eq!(field, "max_capacity"),
+        other => panic!("{:?}", other.map(|p| p.max_capacity())),
+    }
 }
 
 #[test]
