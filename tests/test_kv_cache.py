@@ -178,6 +178,35 @@ def test_on_demand_pages_free_are_the_pages_the_pool_can_still_hand_out() -> Non
             cache.add_sequence(4, num_tokens=cache.page_tokens)
 
 
+@pytest.mark.parametrize("page_bytes", [2, 48, 5000, 70_000])
+def test_on_demand_pages_free_count_what_a_page_takes_of_the_pool(page_bytes: int) -> None:
+    # A page of 2 or 48 bytes is a slab object of the pool's default alignment (64 bytes); one
+    # of 5,000 takes 5,120 bytes and the rest of its last bank; one of 70,000 takes 72 KiB.
+    pool = npumem.Pool(4 << 20, cores=1, backing="none")
+    cache = KVCache(
+        pool,
+        page_tokens=1,
+        capacity_tokens=None,
+        num_layers=1,
+        num_kv_heads=1,
+        head_dim=page_bytes // 2,
+        dtype_bytes=1,
+    )
+    assert cache.page_bytes == page_bytes
+    estimate = cache.stats().pages_free
+    assert cache.can_add(estimate) and not cache.can_add(estimate + 1)
+    cache.add_sequence(0, num_tokens=1)
+    fits = 1
+    while True:
+        try:
+            cache.append(0, 1)
+        except MemoryError:
+            break
+        fits += 1
+    # An estimate: never fewer than fit, at most 1/16 more (the holes at chunk ends).
+    assert fits <= estimate <= fits + fits // 16, (estimate, fits)
+
+
 def test_on_evict_preempts_and_retries() -> None:
     c = make_cache(capacity_tokens=16)  # 4 pages
     c.add_sequence(0, num_tokens=8)

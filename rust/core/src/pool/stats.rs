@@ -142,25 +142,46 @@ impl Pool {
         self.usable_capacity().saturating_sub(bytes_in_use).saturating_sub(self.slab_cached_bytes(classes))
     }
 
-    /// How many more blocks of `size` bytes the pool could hand out now if no free hole were
-    /// too small for them: for a size that a slab class takes, the free objects of that class's
-    /// slabs plus what the free bytes would carve into slabs of it; for other sizes, the free
-    /// bytes over `size` (none when no free block holds one). An admission estimate (a KV
-    /// cache's free pages on demand): exact for a slab class while no other thread allocates or
-    /// frees, with the free bytes in whole slabs.
+    /// How many more blocks of `size` bytes (allocated with the pool's default alignment) the
+    /// pool could hand out now if no free hole were too small for them: for a size that a slab
+    /// class takes, the free objects of that class's slabs plus what the free bytes would carve
+    /// into slabs of it; for other sizes, the free bytes over what one such block takes of the
+    /// arena (its rounded size, and for a block larger than a bank the rest of its last bank,
+    /// which only blocks of at most a bank can use; none when no free block holds one). An
+    /// admission estimate (a KV cache's free pages on demand): exact for a slab class while no
+    /// other thread allocates or frees, with the free bytes in whole slabs.
     pub fn blocks_available(&self, size: usize) -> usize {
         let totals = self.counters.totals();
         let classes = self.counters.class_totals();
         let (slab_bytes, _) = self.slab_objects(&classes);
         let free = self.bytes_free_of(&totals, &classes, slab_bytes);
         let slabs = &self.arena.slabs;
-        let Some(k) = (size > 0).then(|| slabs.classes.class_for(size, 1)).flatten() else {
-            return if self.largest_free_block(Reads::Pruned) < size { 0 } else { free / size.max(1) };
+        let align = self.config.alignment;
+        let Some(k) = (size > 0).then(|| slabs.classes.class_for(size, align)).flatten() else {
+            return if size == 0 || size > self.largest_request || self.largest_free_block(Reads::Pruned) < size {
+                0
+            } else {
+                free / self.arena_bytes_of_block(size, align)
+            };
         };
         let class = &slabs.classes.classes[k];
         let live = classes.get(k).map_or(0, |t| t.allocs.saturating_sub(t.frees));
         let carved = free / class.slab_bytes * class.objects as usize;
         slabs.free_objects(k, live) as usize + carved
+    }
+
+    /// The bytes of the arena that one of many blocks of `size` bytes aligned to `align` takes
+    /// (a request the pool can hold): its rounded size, up to the next bank for a block larger
+    /// than a bank (the next such block starts on a bank boundary).
+    fn arena_bytes_of_block(&self, size: usize, align: usize) -> usize {
+        let g = &self.arena.geometry;
+        let bytes = match g.layout(size, align) {
+            Layout::Buddy(b) => b.units as usize * g.min_block,
+            Layout::Run { chunks, .. } => chunks * g.chunk_size,
+            Layout::RunTail { chunks, tail, .. } => chunks * g.chunk_size + tail.units as usize * g.min_block,
+        };
+        let bank = self.config.bank_size;
+        if bytes > bank { bytes.div_ceil(bank) * bank } else { bytes }.max(1)
     }
 
     /// Blocks in use (`stats().blocks_in_use`), from one sum of the counters over every
