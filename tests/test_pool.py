@@ -183,6 +183,23 @@ def test_out_of_memory_says_what_is_free() -> None:
     assert pool.stats().failed_allocs == 1
 
 
+@pytest.mark.parametrize("size", [4100, 5000, 9000, 70_000])
+def test_out_of_memory_finds_the_free_nodes_that_no_bank_boundary_starts(size: int) -> None:
+    # Blocks just over a bank each leave the rest of their last bank free: no free stretch
+    # starts on a bank boundary, but those rests hold smaller blocks, and the error says so.
+    pool = npumem.Pool(16 * MIB, backing="none", cores=1)
+    held = []
+    with pytest.raises(npumem.OutOfMemoryError) as err:
+        while True:
+            held.append(pool.alloc(size))
+    found = err.value.largest_free_block
+    assert err.value.bytes_free > 0
+    assert 0 < found <= pool.stats().largest_free_block
+    blk = pool.alloc(found)  # a request of the size it names succeeds
+    blk.free()
+    pool.check()
+
+
 def test_fragmentation_is_computed_exactly() -> None:
     pool = npumem.Pool(8 * MIB, cores=1, core_reserve=0)
     blocks = [pool.alloc(MIB) for _ in range(8)]

@@ -307,7 +307,24 @@ fn assert_exact(p: &Pool, seen: &mut Exactness, scan: bool, what: &str) {
 /// The longest free piece of `snap` from a bank boundary (chunk ends included): what an
 /// out-of-memory error may name as free at most.
 fn longest_free_piece(snap: &npumem_core::Snapshot, bank: usize) -> usize {
-    snap.free_runs.iter().map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank))).max().unwrap_or(0)
+    // A free run holds its length from its first bank boundary, and a node of at most a bank
+    // aligned to its size anywhere in it.
+    let node_within = |from: usize, to: usize| {
+        let mut size = bank;
+        while size > 0 && from.next_multiple_of(size) + size > to {
+            size /= 2;
+        }
+        size
+    };
+    snap.free_runs
+        .iter()
+        .map(|e| {
+            (e.offset + e.len)
+                .saturating_sub(e.offset.next_multiple_of(bank))
+                .max(node_within(e.offset, e.offset + e.len))
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// A snapshot's extents add up to its stats: the blocks to the bytes in use and asked for, the

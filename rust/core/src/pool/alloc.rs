@@ -522,6 +522,17 @@ impl Pool {
                     if let Some(units) = self.arena.longest_stretch_above(chunk, bank, above, &mut reads) {
                         largest = largest.max(g.largest_request_in_stretch(units).max(node_bytes_within(units)));
                     }
+                    // A free node that no stretch from a bank boundary holds (the rest of a
+                    // bank whose start a block larger than a bank took) serves a request of
+                    // its size: the tree's largest free node, where the maps say it may pass
+                    // what was found.
+                    if node_bytes(level) > largest && reads > 0 {
+                        reads -= 1;
+                        let tree = self.arena.tree(chunk);
+                        if let Some(free_level) = self.arena.shape.largest_free_level_with(tree, &|_| false) {
+                            largest = largest.max(node_bytes(free_level).min(self.largest_request));
+                        }
+                    }
                     if reads == 0 {
                         return largest;
                     }
