@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::clock::Clock;
-use super::instance::PackingInstance;
+use super::instance::{align_up, PackingInstance};
 use super::lowest::Lowest;
 
 /// What [`decide`] concluded.
@@ -376,12 +376,14 @@ impl Decider<'_> {
             if x == q || lo >= hi || (lo >= qlo && hi <= qhi) {
                 continue;
             }
+            let mask = inst.align_mask[xi];
             let low = if self.mark[xi] == self.stamp {
-                raw.max(end)
+                align_up(raw.max(end), mask)
             } else if raw >= r {
                 raw
             } else {
-                inst.smallest_unplaced_neighbor(xi, &self.placed).map_or(self.capacity + 1, |s| r.saturating_add(s))
+                inst.smallest_unplaced_neighbor(xi, &self.placed)
+                    .map_or(self.capacity + 1, |s| align_up(r.saturating_add(s), mask))
             };
             for w in &mut self.window[lo..hi] {
                 *w = (*w).min(low);
@@ -433,7 +435,7 @@ impl Decider<'_> {
                 // It must rest on a buffer live with it that is still to place (at >= last).
                 let support = inst.smallest_unplaced_neighbor(qi, &self.placed);
                 match support {
-                    Some(s) => last.saturating_add(s),
+                    Some(s) => align_up(last.saturating_add(s), inst.align_mask[qi]),
                     None => return Status::NotFound,
                 }
             } else {
@@ -448,7 +450,8 @@ impl Decider<'_> {
                     low
                 } else {
                     // Not at the level, it must rest on a buffer live with it placed there.
-                    inst.smallest_unplaced_neighbor(qi, &self.placed).map_or(u64::MAX, |s| level.saturating_add(s))
+                    inst.smallest_unplaced_neighbor(qi, &self.placed)
+                        .map_or(u64::MAX, |s| align_up(level.saturating_add(s), inst.align_mask[qi]))
                 };
                 above.chmin(inst.sec_lo[qi] as usize, inst.sec_hi[qi] as usize, next);
             }

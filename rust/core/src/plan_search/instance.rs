@@ -39,6 +39,13 @@ pub struct PackingInstance {
     pub(crate) span: u64,
 }
 
+/// `x` rounded up to a multiple of `mask + 1` (a power of two), or `u64::MAX` when that is
+/// beyond 64 bits (then above every capacity).
+#[inline]
+pub(crate) fn align_up(x: u64, mask: u64) -> u64 {
+    x.checked_add(mask).map_or(u64::MAX, |v| v & !mask)
+}
+
 impl PackingInstance {
     /// Builds and checks a component.
     ///

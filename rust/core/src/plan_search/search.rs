@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::clock::Clock;
-use super::instance::PackingInstance;
+use super::instance::{align_up, PackingInstance};
 use super::lowest::Lowest;
 
 /// Stopping rules of one run.
@@ -82,7 +82,7 @@ impl State<'_> {
                 // Dead for now: it must rest on a buffer live with it placed at >= last.
                 let support = inst.smallest_unplaced_neighbor(q, &self.placed);
                 match support {
-                    Some(s) => last.saturating_add(s),
+                    Some(s) => align_up(last.saturating_add(s), inst.align_mask[q]),
                     None => return false,
                 }
             } else {
