@@ -56,23 +56,42 @@ def _together(sizes: list[int], alignments: list[int]) -> PackingInstance:
 
 
 @pytest.mark.parametrize(
-    ("sizes", "alignments"),
+    ("sizes", "alignments", "message"),
     [
-        ([U64_MAX - 5, 8], [1, 1 << 63]),  # the sizes wrap past 2^64
-        ([1 << 62, 1 << 62], [1, 1]),  # exactly 2^63: one byte too many
-        ([8, 8], [1, 1 << 63]),  # the alignment padding counts
+        ([U64_MAX - 5, 8], [1, 1 << 63], "size 18446744073709551610 is more than"),
+        ([1 << 63, 8], [1, 1], "size 9223372036854775808 is more than"),
+        ([1 << 62, 1 << 62], [1, 1], "add up to 9223372036854775808 bytes"),  # one too many
     ],
 )
-def test_an_instance_that_a_packing_cannot_address_is_refused(
-    sizes: list[int], alignments: list[int]
+def test_an_instance_that_no_packing_within_the_span_can_hold_is_refused(
+    sizes: list[int], alignments: list[int], message: str
 ) -> None:
-    with pytest.raises(npumem.InvalidArgumentError, match=r"2\^63 - 1"):
+    with pytest.raises(npumem.InvalidArgumentError, match=r"2\^63 - 1") as e:
         _together(sizes, alignments)
+    assert message in str(e.value)
+
+
+def test_an_instance_whose_padding_passes_the_span_is_searched() -> None:
+    # Sizes and padding add up beyond 2^63 - 1, yet 0 and 2^62 hold two bytes aligned to 2^62;
+    # two aligned to 2^63 have no second place below it.
+    inst = _together([1, 1], [1 << 62, 1 << 62])
+    exhausted, offsets, arena, _ = inst.search([0, 1], U64_MAX, 0, 10_000, 10.0)
+    assert exhausted and arena == (1 << 62) + 1
+    assert offsets is not None and sorted(offsets) == [0, 1 << 62]
+    inst = _together([8, 8], [1 << 63, 1 << 63])
+    exhausted, offsets, _, _ = inst.search([0, 1], U64_MAX, 0, 10_000, 10.0)
+    assert exhausted and offsets is None
+    verdict, _, _ = inst.decide("WAT", [1, 1], [0, 1], U64_MAX, 10_000, 10.0)
+    assert verdict == "exhausted"
 
 
 def test_an_obstacle_past_the_span_is_refused() -> None:
-    with pytest.raises(npumem.InvalidArgumentError, match="obstacle"):
-        PackingInstance([8], [1], [0], [1], 1, [[]], [[(0, MAX_SPAN)]])
+    with pytest.raises(npumem.InvalidArgumentError, match="obstacle ends at"):
+        PackingInstance([8], [1], [0], [1], 1, [[]], [[(0, MAX_SPAN + 1)]])
+    # One that ends at the span leaves no room above it.
+    inst = PackingInstance([8], [1], [0], [1], 1, [[]], [[(0, MAX_SPAN)]])
+    exhausted, offsets, _, _ = inst.search([0], U64_MAX, 0, 10_000, 10.0)
+    assert exhausted and offsets is None
 
 
 def test_a_packing_at_the_span_bound_never_claims_to_fit_below_its_sum() -> None:

@@ -20,6 +20,7 @@ from npumem.plan.errors import (
     PlanArgumentError,
     PlanArgumentTypeError,
     PlanError,
+    PlanTooLargeError,
     PlanValidationError,
     ProblemFormatError,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "PlanArgumentError",
     "PlanArgumentTypeError",
     "PlanError",
+    "PlanTooLargeError",
     "PlanValidationError",
     "Problem",
     "ProblemFormatError",

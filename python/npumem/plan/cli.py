@@ -36,7 +36,7 @@ from npumem.exit_status import ExitStatus, one_line, write_error_status
 from npumem.fileio import check_output_path, is_same_file, write_texts
 from npumem.plan.buckets import plan_buckets
 from npumem.plan.c_header import c_identifier
-from npumem.plan.errors import PlanError, ProblemFormatError
+from npumem.plan.errors import PlanError, PlanTooLargeError, ProblemFormatError
 from npumem.plan.graph import GRAPH_FORMAT, Graph
 from npumem.plan.inputs import (
     is_tier_plan,
@@ -416,6 +416,11 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=progress,
         )
+    except PlanTooLargeError as exc:
+        # No plan fits what a plan addresses: bad input when that is proven, else a goal
+        # (a plan at all) not met in the time given.
+        err.print(f"npumem plan: error: {one_line(exc)}", markup=False)
+        return ExitStatus.USAGE if exc.proven else ExitStatus.NOT_MET
     finally:
         if status_line is not None:
             status_line.stop()

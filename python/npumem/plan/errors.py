@@ -25,6 +25,7 @@ __all__ = [
     "PlanArgumentError",
     "PlanArgumentTypeError",
     "PlanError",
+    "PlanTooLargeError",
     "PlanValidationError",
     "ProblemFormatError",
 ]
@@ -56,6 +57,17 @@ class ProblemFormatError(PlanError, ValueError):
 class GraphError(ProblemFormatError):
     """A graph (our JSON format, an ONNX model, or one built in code) cannot be turned into
     lifetimes: a cycle, an unknown tensor, a tensor without a known size, ..."""
+
+
+class PlanTooLargeError(PlanError, ValueError):
+    """`solve` found no plan within the 2^63 - 1 bytes a plan can address
+    (`npumem.plan.problem.MAX_PLAN_BYTES`), for a problem whose buffers each fit on their own.
+    `proven` tells whether no such plan exists (the search proved a bound beyond it) or none was
+    found in the time given. Also a `ValueError`."""
+
+    def __init__(self, message: str, *, proven: bool = False) -> None:
+        super().__init__(message)
+        self.proven = proven
 
 
 class PlanValidationError(PlanError, ValueError):

@@ -42,9 +42,10 @@ from dataclasses import dataclass
 
 from npumem._shown import shown
 from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
-from npumem.plan.problem import Problem, check_problem
+from npumem.plan.problem import MAX_PLAN_BYTES, Problem, check_problem
 
 __all__ = [
+    "BEYOND",
     "GREEDY_RULES",
     "LINEAR_SCAN",
     "LISTED_PAIRS_PER_SECOND",
@@ -70,6 +71,12 @@ is the answer."""
 LISTED_PAIRS_PER_SECOND = 1_000_000
 """Pairs listed per second of the time left: listing takes about 0.3 us a pair, so a third of
 the time at most, and the search has the rest."""
+
+BEYOND = MAX_PLAN_BYTES + 1
+"""The offset a placement reports for a buffer it put beyond what a plan addresses (buffers
+that together need more than `MAX_PLAN_BYTES`): every arena with it is too large for a plan,
+so the search looks for a better one, and `solve` raises `PlanTooLargeError` when none is
+found."""
 
 LINEAR_SCAN = "linear-scan"
 """The rule name of a start that `linear_scan` made."""
@@ -99,13 +106,19 @@ def place_in_order(
     """Place the buffers in `order` (indices; pinned buffers may be left out), each in the best
     (`best_fit`) or the lowest gap among the already placed buffers live at the same time, at
     the lowest aligned offset of that gap; a buffer that fits no gap goes on top of them.
-    Buffers neither pinned nor in `order` get -1. With `deadline` (a `time.perf_counter()`
+    Buffers neither pinned nor in `order` get -1, those in `order` placed beyond what a plan
+    addresses `BEYOND`. With `deadline` (a `time.perf_counter()`
     value), raises `_DeadlinePassed` once it has passed. Runs in the core
     (`PlanTimeline.place_in_order`), which finds the buffers live with each one without
     listing the pairs."""
     offsets = problem.timeline.place_in_order(list(order), best_fit, _seconds_left(deadline))
     if offsets is None:
         raise _DeadlinePassed
+    if min(offsets, default=0) < 0:
+        # The core gives -1 for a buffer it placed beyond 64-bit signed offsets too.
+        for i in order:
+            if offsets[i] < 0:
+                offsets[i] = BEYOND
     return offsets
 
 
@@ -118,8 +131,12 @@ def linear_scan(problem: Problem, *, deadline: float | None = None) -> list[int]
     longest is kept in a heap), and, once `deadline` (a `time.perf_counter()` value) has
     passed, looks at the lowest 64 ranges only (a buffer that fits none of them
     goes on top of what is live): the time then stays O(n log n) plus the list's updates,
-    whatever the fragments. Runs in the core (`PlanTimeline.linear_scan`)."""
-    return problem.timeline.linear_scan(_seconds_left(deadline))
+    whatever the fragments. Runs in the core (`PlanTimeline.linear_scan`). A buffer placed
+    beyond what a plan addresses (the buffers need more than that together) gets `BEYOND`."""
+    offsets = problem.timeline.linear_scan(_seconds_left(deadline))
+    if min(offsets, default=0) < 0:  # the core's -1: beyond 64-bit signed offsets
+        offsets = [BEYOND if o < 0 else o for o in offsets]
+    return offsets
 
 
 def pairs_listable(problem: Problem, seconds_left: float | None) -> bool:

@@ -58,9 +58,11 @@ REQUIRED_COLUMNS = ("id", "lower", "upper", "size")
 MAX_TIME = (1 << 63) - 1
 """The largest time step a live range may name (the search keeps them in 64 bits)."""
 MAX_PLAN_BYTES = (1 << 63) - 1
-"""The most bytes the buffers of one problem may need without reuse (sizes plus alignment
-padding, and the end of every fixed buffer), so that every packing's offsets and arena size fit
-in 64 bits with room to spare."""
+"""The most bytes a plan addresses: every buffer of a plan ends at or below it, so that every
+offset and arena size fits in 64 bits with room to spare. A problem is refused only when no plan
+can fit within it (`Problem._check_total`: a buffer that does not fit on its own, or more bytes
+live at one time); whether a plan is found is the planner's question (`npumem.plan.solve`
+raises `PlanTooLargeError` when none is)."""
 OPTIONAL_COLUMNS = ("alignment", "offset", "weight")
 PLAN_FORMAT = "npumem-plan"
 """The `format` field of a plan file (`Solution.to_json()`), which reads back as a problem."""
@@ -614,12 +616,33 @@ class Problem:
         return tuple(tuple(a) for a in overlap_lists(self.buffers))
 
     def _check_total(self) -> None:
-        need = sum(b.size + b.alignment - 1 for b in self.buffers)
-        need += max((b.offset + b.size for b in self.buffers if b.offset is not None), default=0)
-        if need > MAX_PLAN_BYTES:
+        """Refuse what no plan can address: a buffer that does not fit below `MAX_PLAN_BYTES`
+        on its own (an unpinned one larger than it, as offset 0 suits every alignment; a pinned
+        one that ends beyond it), or buffers live at one time that need more than it (the
+        static lower bound of `npumem.plan.bounds`). Anything else may have a plan, so it is
+        left to the planner (`solve` raises `PlanTooLargeError` when it finds none)."""
+        buffers = self.buffers
+        need = sum(b.size + b.alignment - 1 for b in buffers)
+        need += max((b.offset + b.size for b in buffers if b.offset is not None), default=0)
+        if need <= MAX_PLAN_BYTES:
+            return  # every buffer one after the other, each aligned, fits already
+        for b in buffers:
+            if b.offset is None and b.size > MAX_PLAN_BYTES:
+                raise ProblemFormatError(
+                    f"buffer {shown(b.id)}: size {b.size} is more than the {MAX_PLAN_BYTES} "
+                    "bytes (2^63 - 1) a plan can address"
+                )
+            if b.offset is not None and b.offset + b.size > MAX_PLAN_BYTES:
+                raise ProblemFormatError(
+                    f"buffer {shown(b.id)}: pinned at {b.offset}, it ends at "
+                    f"{b.offset + b.size}, beyond the {MAX_PLAN_BYTES} bytes (2^63 - 1) a plan "
+                    "can address"
+                )
+        bound = self.timeline.live_bound()
+        if bound > MAX_PLAN_BYTES:
             raise ProblemFormatError(
-                f"the buffers need up to {need} bytes without reuse, more than the "
-                f"{MAX_PLAN_BYTES} bytes a plan can address"
+                f"the buffers live at one time need at least {bound} bytes, more than the "
+                f"{MAX_PLAN_BYTES} bytes (2^63 - 1) a plan can address"
             )
 
     def _check_fixed_overlaps(self) -> None:

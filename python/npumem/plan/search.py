@@ -72,9 +72,9 @@ from dataclasses import dataclass
 from npumem._core import PackingInstance
 from npumem._shown import shown
 from npumem.plan.bounds import lower_bound
-from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError
+from npumem.plan.errors import PlanArgumentError, PlanArgumentTypeError, PlanTooLargeError
 from npumem.plan.greedy import best_greedy, pairs_listable
-from npumem.plan.problem import Problem, check_problem, overlap_lists
+from npumem.plan.problem import MAX_PLAN_BYTES, Problem, check_problem, overlap_lists
 from npumem.plan.solution import (
     FEASIBLE,
     INFEASIBLE,
@@ -435,6 +435,20 @@ def solve(
 
     def finish(status: str | None = None) -> Solution:
         stats.seconds = time.perf_counter() - start
+        top = max((o + b.size for o, b in zip(offsets, problem.buffers, strict=True)), default=0)
+        if top > MAX_PLAN_BYTES:
+            # Each buffer fits on its own (`Problem` checks that), but the best packing found
+            # does not: no plan can hold it.
+            proven = bound > MAX_PLAN_BYTES
+            why = (
+                f"the buffers need at least {bound} bytes"
+                if proven
+                else f"the best packing found in {time_limit:g} s needs {top} bytes"
+            )
+            raise PlanTooLargeError(
+                f"no plan within the {MAX_PLAN_BYTES} bytes (2^63 - 1) a plan can address: {why}",
+                proven=proven,
+            )
         return Solution(
             problem,
             offsets,
@@ -508,7 +522,7 @@ def solve(
     while True:
         bound = proven()
         arena = current()
-        if arena <= goal or arena <= bound:
+        if arena <= goal or arena <= bound or bound > MAX_PLAN_BYTES:
             break
         # Work on the part that holds the arena up; if it is proven optimal, so is the arena.
         part = max(parts, key=lambda p: p.arena)
@@ -524,7 +538,8 @@ def solve(
             # A new pass: decision probes halfway up to the best packing and at the goal (or the
             # proven bound), then one descent run from the best packing.
             part.level += 1 if part.probes is not None else 0
-            top = part.arena - 1
+            # A packing beyond what a plan addresses is no plan: none is looked for.
+            top = min(part.arena - 1, MAX_PLAN_BYTES)
             target = min(top, capacity if capacity is not None else floor)
             probes = [target]
             if capacity is None and top - floor > 1:
@@ -541,9 +556,10 @@ def solve(
             budget = min(budget, BASE_NODES * _luby(part.descents))
             if nodes_left is not None:
                 budget = min(budget, nodes_left)
+            below = min(part.arena - 1, MAX_PLAN_BYTES)
             exhausted, found, found_arena, nodes = part.instance.search(
                 _ranks(part.comp, part.descents, rng),
-                part.arena - 1,
+                below,
                 capacity if capacity is not None else floor,
                 budget,
                 max(remaining, 0.0),
@@ -556,7 +572,8 @@ def solve(
             if found is not None and found_arena < part.arena:
                 adopt(part, found)
             if exhausted:
-                part.bound = max(part.bound, part.arena if found is None else found_arena)
+                # No packing below the last one found, or below `below` when none was.
+                part.bound = max(part.bound, below + 1 if found is None else found_arena)
             continue
         if probe < part.bound or probe >= part.arena:
             continue

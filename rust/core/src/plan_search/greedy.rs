@@ -9,11 +9,16 @@
 //! proportional to their number (those that start during its range come from the buffers
 //! sorted by start; those live when it starts from a segment tree over time), with
 //! O(n log n) memory.
+//!
+//! Offsets and ends saturate at `u64::MAX`: buffers that together need more than 64 bits
+//! (each fits on its own, see [`Timeline::new`]) get a placement that ends beyond what a plan
+//! addresses, which `npumem.plan` refuses, instead of offsets that wrapped around.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 use std::time::Instant;
 
+use crate::plan_search::instance::align_up;
 use crate::plan_search::timeline::Timeline;
 
 /// Placements (or buffers looked at) between two looks at the clock.
@@ -197,8 +202,8 @@ pub fn place_in_order(
         let mut chosen: Option<(u64, u64)> = None; // (offset, gap)
         for &(start, end) in &occupied {
             if start > cursor {
-                let aligned = (cursor + mask) & !mask;
-                if aligned + size <= start {
+                let aligned = align_up(cursor, mask);
+                if aligned.saturating_add(size) <= start {
                     let gap = start - cursor;
                     if !best_fit {
                         chosen = Some((aligned, gap));
@@ -211,8 +216,8 @@ pub fn place_in_order(
             }
             cursor = cursor.max(end);
         }
-        let offset = chosen.map_or((cursor + mask) & !mask, |(offset, _)| offset);
-        placed[index.position[i] as usize] = (offset, offset + size);
+        let offset = chosen.map_or(align_up(cursor, mask), |(offset, _)| offset);
+        placed[index.position[i] as usize] = (offset, offset.saturating_add(size));
     }
     let mut offsets = vec![u64::MAX; timeline.len()];
     for (p, &i) in index.by_lower.iter().enumerate() {
@@ -254,7 +259,7 @@ pub fn linear_scan(timeline: &Timeline, deadline: Option<Instant>) -> Vec<u64> {
         let i = i as usize;
         let size = timeline.size[i];
         if starts == 0 {
-            let (mut lo, mut hi) = (offsets[i], offsets[i] + size);
+            let (mut lo, mut hi) = (offsets[i], offsets[i].saturating_add(size));
             let mut at = free.partition_point(|r| *r < (lo, hi));
             if at > 0 && free[at - 1].1 == lo {
                 at -= 1;
@@ -285,8 +290,8 @@ pub fn linear_scan(timeline: &Timeline, deadline: Option<Instant>) -> Vec<u64> {
             let walk = if walking { free.len() } else { free.len().min(LATE_WALK) };
             for k in 0..walk {
                 let (lo, hi) = free[k];
-                let start = (lo + mask) & !mask;
-                if start + size <= hi {
+                let start = align_up(lo, mask);
+                if start.saturating_add(size) <= hi {
                     free.remove(k);
                     ranges.remove(&(lo, hi));
                     for piece in [(start + size, hi), (lo, start)] {
@@ -302,14 +307,14 @@ pub fn linear_scan(timeline: &Timeline, deadline: Option<Instant>) -> Vec<u64> {
             }
         }
         if offsets[i] == u64::MAX {
-            let start = (top + mask) & !mask;
+            let start = align_up(top, mask);
             if start > top {
                 free.push((top, start));
                 ranges.insert((top, start));
                 longest.push((start - top, Reverse(top), start));
             }
             offsets[i] = start;
-            top = start + size;
+            top = start.saturating_add(size);
         }
     }
     offsets
@@ -387,5 +392,27 @@ mod tests {
             let offsets = place_in_order(&t, &[0, 1, 2, 3], best_fit, None).unwrap();
             assert_eq!(offsets[3], 10);
         }
+    }
+
+    #[test]
+    fn placements_near_the_top_of_64_bits_saturate_instead_of_wrapping() {
+        let big = (1u64 << 63) - 1;
+        // Two bytes aligned to 2^62 fit: 0 and 2^62.
+        let t = Timeline::new(vec![0, 0], vec![1, 1], vec![1, 1], &[1 << 62, 1 << 62], vec![None; 2]).unwrap();
+        for best_fit in [false, true] {
+            assert_eq!(place_in_order(&t, &[0, 1], best_fit, None).unwrap(), vec![0, 1 << 62]);
+        }
+        assert_eq!(linear_scan(&t, None), vec![0, 1 << 62]);
+        // Four of 2^63 - 1 bytes live together need more than 64 bits: the last ones end at
+        // `u64::MAX` rather than at a small offset that wrapped around.
+        let t = Timeline::new(vec![0; 4], vec![1; 4], vec![big; 4], &[1; 4], vec![None; 4]).unwrap();
+        for best_fit in [false, true] {
+            let offsets = place_in_order(&t, &[0, 1, 2, 3], best_fit, None).unwrap();
+            assert_eq!(&offsets[..2], &[0, big]);
+            assert!(offsets[2..].iter().all(|&o| o >= big), "{offsets:?}");
+        }
+        let offsets = linear_scan(&t, None);
+        assert_eq!(&offsets[..2], &[0, big]);
+        assert!(offsets[2..].iter().all(|&o| o >= big), "{offsets:?}");
     }
 }

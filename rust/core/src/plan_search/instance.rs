@@ -15,11 +15,13 @@ impl fmt::Display for PackingError {
 
 impl std::error::Error for PackingError {}
 
-/// The most bytes an instance may span: every buffer's size and alignment padding plus the
-/// highest obstacle end ([`PackingInstance::new`] refuses more), as many as a plan can address
-/// (`npumem.plan`'s `MAX_PLAN_BYTES`). Every offset and end of a canonical packing is at most
-/// the span, so they never overflow; the searches' lower bounds that add more than one such
-/// value saturate, and a capacity is cut to the span, so `capacity + 1` fits.
+/// The most bytes a packing may span, as many as a plan can address (`npumem.plan`'s
+/// `MAX_PLAN_BYTES`). [`PackingInstance::new`] refuses a buffer larger than this, an obstacle
+/// that ends beyond it and a section whose buffers add up to more; the searches cut every
+/// capacity to it. So every floor is at most the span, an aligned offset above one at most
+/// 2^63 (a multiple of every power-of-two alignment of 64 bits) and an offset plus a size below
+/// 2^64; the searches' lower bounds that add more than one such value saturate, and
+/// `capacity + 1` fits.
 pub const MAX_SPAN: u64 = (1 << 63) - 1;
 
 /// One component to pack, in compressed-sparse-row form.
@@ -34,8 +36,9 @@ pub struct PackingInstance {
     pub(crate) nbr: Vec<u32>,
     pub(crate) obs_start: Vec<u32>,
     pub(crate) obs: Vec<(u64, u64)>,
-    /// Every size and alignment padding plus the highest obstacle end (at most [`MAX_SPAN`]):
-    /// no canonical packing ends above it, so a capacity above it is as good as it.
+    /// Every size and alignment padding plus the highest obstacle end, or [`MAX_SPAN`] when
+    /// that is less: no canonical packing ends above the first, and none beyond the second is
+    /// asked for, so a capacity above it is as good as it.
     pub(crate) span: u64,
 }
 
@@ -55,8 +58,8 @@ impl PackingInstance {
     ///   meet `i`'s, each once (so the lists are symmetric);
     /// * `obstacles[i]`: sorted, disjoint byte ranges `[start, end)` of pinned buffers live at
     ///   the same time as `i`;
-    /// * the sizes, the alignment padding (`alignment - 1` each) and the highest obstacle end
-    ///   add up to at most [`MAX_SPAN`] bytes.
+    /// * every size, every obstacle end and the sizes of the buffers live in each section
+    ///   added up are at most [`MAX_SPAN`] bytes (more could never be packed within it).
     pub fn new(
         sizes: Vec<u64>,
         alignments: &[u64],
@@ -92,6 +95,12 @@ impl PackingInstance {
             if !alignments[i].is_power_of_two() {
                 return Err(PackingError(format!("buffer {i}: alignment {} is not a power of two", alignments[i])));
             }
+            if sizes[i] > MAX_SPAN {
+                return Err(PackingError(format!(
+                    "buffer {i}: size {} is more than the {MAX_SPAN} bytes (2^63 - 1) a packing may span",
+                    sizes[i]
+                )));
+            }
             span += u128::from(sizes[i]) + u128::from(alignments[i] - 1);
             if sec_lo[i] >= sec_hi[i] || sec_hi[i] as usize > n_sections {
                 return Err(PackingError(format!(
@@ -123,6 +132,12 @@ impl PackingInstance {
                 if start >= end || start < prev_end {
                     return Err(PackingError(format!("buffer {i}: obstacles must be sorted, disjoint and non-empty")));
                 }
+                if end > MAX_SPAN {
+                    return Err(PackingError(format!(
+                        "buffer {i}: an obstacle ends at {end}, beyond the {MAX_SPAN} bytes (2^63 - 1) a packing \
+                         may span"
+                    )));
+                }
                 prev_end = end;
             }
             obs.extend_from_slice(&obstacles[i]);
@@ -146,16 +161,26 @@ impl PackingInstance {
             )));
         }
         span += u128::from(obs.iter().map(|&(_, end)| end).max().unwrap_or(0));
-        if span > u128::from(MAX_SPAN) {
-            return Err(PackingError(format!(
-                "the buffers' sizes and alignment padding and the highest obstacle end add up to {span} \
-                 bytes, more than the {MAX_SPAN} (2^63 - 1) a packing may span"
-            )));
+        // The bytes live in each section (differences along the sections, in 128 bits).
+        let mut live = vec![0i128; n_sections.min(sec_hi.iter().max().map_or(0, |&hi| hi as usize)) + 1];
+        for i in 0..n {
+            live[sec_lo[i] as usize] += i128::from(sizes[i]);
+            live[sec_hi[i] as usize] -= i128::from(sizes[i]);
+        }
+        let mut bytes = 0i128;
+        for (s, change) in live.iter().enumerate() {
+            bytes += change;
+            if bytes > i128::from(MAX_SPAN) {
+                return Err(PackingError(format!(
+                    "the buffers live in section {s} add up to {bytes} bytes, more than the {MAX_SPAN} \
+                     (2^63 - 1) a packing may span"
+                )));
+            }
         }
         // Sections after the last buffer's are empty: the search keeps none of them.
         let n_sections = n_sections.min(sec_hi.iter().max().map_or(0, |&hi| hi as usize));
         Ok(Self {
-            span: span as u64,
+            span: span.min(u128::from(MAX_SPAN)) as u64,
             align_mask: alignments.iter().map(|a| a - 1).collect(),
             sizes,
             sec_lo,
@@ -216,14 +241,25 @@ mod tests {
     }
 
     #[test]
-    fn an_instance_whose_span_passes_the_bound_is_refused() {
-        let err = pair(u64::MAX - 5, 8, 1).unwrap_err();
-        assert!(err.0.contains("more than the"), "{err}");
-        let err = pair(1, 8, 1 << 63).unwrap_err(); // the padding counts
-        assert!(err.0.contains("more than the"), "{err}");
-        let obstacles = [vec![(0, MAX_SPAN)], vec![]];
+    fn an_instance_that_no_packing_within_the_bound_can_hold_is_refused() {
+        let err = pair(1 << 63, 8, 1).unwrap_err(); // one buffer too large
+        assert!(err.0.contains("size 9223372036854775808 is more than the"), "{err}");
+        let err = pair(1 << 62, 1 << 62, 1).unwrap_err(); // two live together: 2^63 bytes
+        assert!(err.0.contains("section 0 add up to 9223372036854775808 bytes"), "{err}");
+        let obstacles = [vec![(0, MAX_SPAN + 1)], vec![]];
         let err = PackingInstance::new(vec![1], &[1], vec![0], vec![1], 1, &[vec![]], &obstacles[..1]).unwrap_err();
-        assert!(err.0.contains("obstacle"), "{err}");
+        assert!(err.0.contains("obstacle ends at"), "{err}");
+    }
+
+    #[test]
+    fn an_instance_whose_sizes_and_padding_add_up_beyond_the_bound_is_kept() {
+        // Everything added up passes 2^63 - 1, but each buffer fits, and so may a packing.
+        let inst = pair(1, 8, 1 << 63).unwrap();
+        assert_eq!(inst.span, MAX_SPAN);
+        let inst = pair(1 << 62, (1 << 62) - 1, 1 << 62).unwrap();
+        assert_eq!(inst.span, MAX_SPAN);
+        let obstacles = [vec![(0, MAX_SPAN)], vec![]];
+        PackingInstance::new(vec![1], &[1], vec![0], vec![1], 1, &[vec![]], &obstacles[..1]).unwrap();
     }
 
     /// Three buffers: 0 and 1 share section 0, 2 lives alone in section 2.

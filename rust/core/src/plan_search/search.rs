@@ -372,6 +372,38 @@ mod tests {
     }
 
     #[test]
+    fn alignments_near_the_top_of_the_bound_pack_without_overflow() {
+        // Two bytes aligned to 2^62, live together: 0 and 2^62, though the sizes and the
+        // padding add up to 2^63.
+        let both = [vec![1], vec![0]];
+        let inst =
+            PackingInstance::new(vec![1, 1], &[1 << 62, 1 << 62], vec![0, 0], vec![1, 1], 1, &both, &[vec![], vec![]])
+                .unwrap();
+        let limits = Limits { capacity: u64::MAX, target: 0, node_limit: u64::MAX, deadline: None };
+        let out = search(&inst, &[0, 1], &limits);
+        assert_eq!((out.exhausted, out.arena), (true, (1 << 62) + 1));
+        let mut offsets = out.offsets.unwrap();
+        offsets.sort_unstable();
+        assert_eq!(offsets, vec![0, 1 << 62]);
+        let order = Order::new(vec![Key::Width], vec![1, 1], vec![0, 1]);
+        assert_eq!(decide(&inst, &order, MAX_SPAN, u64::MAX, None).verdict, Verdict::Found);
+        assert_eq!(decide(&inst, &order, 1 << 62, u64::MAX, None).verdict, Verdict::Exhausted);
+        // Two aligned to 2^63: one at 0, the other's only place, 2^63, beyond the bound.
+        let inst =
+            PackingInstance::new(vec![8, 8], &[1 << 63, 1 << 63], vec![0, 0], vec![1, 1], 1, &both, &[vec![], vec![]])
+                .unwrap();
+        let out = search(&inst, &[0, 1], &limits);
+        assert!(out.exhausted && out.offsets.is_none());
+        assert_eq!(decide(&inst, &order, u64::MAX, u64::MAX, None).verdict, Verdict::Exhausted);
+        // A pinned buffer up to the bound above both: each must fit below it.
+        let near = [vec![(MAX_SPAN - 4, MAX_SPAN)], vec![(MAX_SPAN - 4, MAX_SPAN)]];
+        let inst =
+            PackingInstance::new(vec![1, 1], &[1 << 62, 1 << 62], vec![0, 0], vec![1, 1], 1, &both, &near).unwrap();
+        let out = search(&inst, &[0, 1], &limits);
+        assert_eq!(out.arena, (1 << 62) + 1);
+    }
+
+    #[test]
     fn an_instance_at_the_bound_packs_without_overflow_at_any_capacity() {
         let half = MAX_SPAN / 2;
         let inst = PackingInstance::new(

@@ -26,7 +26,8 @@ pub struct Timeline {
 impl Timeline {
     /// Builds and checks the columns: equal lengths, `lower[i] < upper[i]`, `size[i] > 0`,
     /// power-of-two alignments, pinned offsets that are multiples of the alignment, and every
-    /// size, alignment padding and the highest pinned end within [`MAX_SPAN`] bytes.
+    /// size and pinned end within [`MAX_SPAN`] bytes (the buffers together may need more: the
+    /// bound says so, and a placement that passes it ends beyond it).
     pub fn new(
         lower: Vec<i64>,
         upper: Vec<i64>,
@@ -45,8 +46,6 @@ impl Timeline {
         if u32::try_from(n).is_err() {
             return Err(PackingError(format!("{n} buffers are more than 2^32 - 1")));
         }
-        let mut span: u128 = 0;
-        let mut top: u128 = 0;
         for i in 0..n {
             if lower[i] >= upper[i] {
                 return Err(PackingError(format!("buffer {i}: upper {} is not above lower {}", upper[i], lower[i])));
@@ -64,16 +63,19 @@ impl Timeline {
                         alignment[i]
                     )));
                 }
-                top = top.max(u128::from(offset) + u128::from(size[i]));
+                if u128::from(offset) + u128::from(size[i]) > u128::from(MAX_SPAN) {
+                    return Err(PackingError(format!(
+                        "buffer {i}: pinned at {offset}, it ends beyond the {MAX_SPAN} bytes (2^63 - 1) a \
+                         packing may span"
+                    )));
+                }
             }
-            span += u128::from(size[i]) + u128::from(alignment[i] - 1);
-        }
-        if span + top > u128::from(MAX_SPAN) {
-            return Err(PackingError(format!(
-                "the buffers' sizes and alignment padding and the highest pinned end add up to {} bytes, \
-                 more than the {MAX_SPAN} (2^63 - 1) a packing may span",
-                span + top
-            )));
+            if size[i] > MAX_SPAN {
+                return Err(PackingError(format!(
+                    "buffer {i}: size {} is more than the {MAX_SPAN} bytes (2^63 - 1) a packing may span",
+                    size[i]
+                )));
+            }
         }
         Ok(Self { align_mask: alignment.iter().map(|a| a - 1).collect(), lower, upper, size, fixed })
     }
@@ -169,7 +171,7 @@ impl Timeline {
             if aligned {
                 for c in 0..=class[i] {
                     let g = alignments[c];
-                    // `new` keeps every size plus its padding below 2^63.
+                    // A size is below 2^63, a multiple of every alignment: no overflow.
                     let padding = size.next_multiple_of(g) - size;
                     count[c] += sign as i64;
                     rounded[c] += sign * (i128::from(size) + i128::from(padding));
@@ -192,8 +194,9 @@ impl Timeline {
                 best = best.max(rounded[c] - i128::from(largest));
             }
         }
-        // Both are at most the sizes and padding added up, which `new` keeps below 2^63.
-        most.max(best) as u64
+        // Sums of fewer than 2^32 values below 2^64 fit in 128 bits; a bound beyond 64 bits
+        // (which no plan can meet) is cut to `u64::MAX`.
+        most.max(best).min(i128::from(u64::MAX)) as u64
     }
 
     /// Two buffers live at the same time whose bytes `[offsets[i], offsets[i] + size)` overlap,
@@ -352,7 +355,17 @@ mod tests {
         assert!(err.0.contains("power of two"), "{err}");
         let err = Timeline::new(vec![0], vec![1], vec![1], &[4], vec![Some(2)]).unwrap_err();
         assert!(err.0.contains("multiple"), "{err}");
-        let err = Timeline::new(vec![0, 0], vec![1, 1], vec![1 << 62, 1 << 62], &[1, 1], vec![None; 2]).unwrap_err();
+        let err = Timeline::new(vec![0], vec![1], vec![1 << 63], &[1], vec![None]).unwrap_err();
         assert!(err.0.contains("more than"), "{err}");
+        let err = Timeline::new(vec![0], vec![1], vec![2], &[1], vec![Some(MAX_SPAN - 1)]).unwrap_err();
+        assert!(err.0.contains("ends beyond"), "{err}");
+    }
+
+    #[test]
+    fn buffers_that_need_more_than_64_bits_together_get_a_saturated_bound() {
+        let t = Timeline::new(vec![0; 4], vec![1; 4], vec![MAX_SPAN; 4], &[1; 4], vec![None; 4]).unwrap();
+        assert_eq!(t.live_bound(), u64::MAX);
+        let t = Timeline::new(vec![0, 0], vec![1, 1], vec![1, 1], &[1 << 62, 1 << 62], vec![None; 2]).unwrap();
+        assert_eq!(t.live_bound(), (1 << 62) + 1);
     }
 }
