@@ -36,6 +36,7 @@ which does list the pairs, runs only below what the time left allows to list
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -202,6 +203,24 @@ _RULE_PASSES: dict[str, tuple[tuple[str, bool], ...]] = {
 """Each rule as its (order, best fit?) passes; a rule with several keeps the best."""
 
 
+ORDER_SAMPLE = 4096
+"""Buffers of the sample whose order `_order_seconds` times to tell how long the whole order
+takes to sort."""
+
+
+def _order_seconds(problem: Problem, order: str) -> float:
+    """About how long `_ORDERS[order](problem)` takes: the time it takes on the first
+    `ORDER_SAMPLE` buffers, scaled by n log n (0 for a problem not much larger than that)."""
+    n = len(problem.buffers)
+    if n <= 4 * ORDER_SAMPLE:
+        return 0.0
+    sample = Problem(problem.buffers[:ORDER_SAMPLE], _checked=True)
+    start = time.perf_counter()
+    _ORDERS[order](sample)
+    seconds = time.perf_counter() - start
+    return seconds * (n * math.log(n)) / (ORDER_SAMPLE * math.log(ORDER_SAMPLE))
+
+
 class _Passes:
     """Placement passes computed once and shared by the rules that use them."""
 
@@ -214,8 +233,12 @@ class _Passes:
         key = (order, best_fit)
         if key not in self.cache:
             # Checked before the order is sorted too: that sort alone takes seconds on millions
-            # of buffers, which a passed deadline must not spend.
-            if self.deadline is not None and time.perf_counter() >= self.deadline:
+            # of buffers and cannot stop at the deadline, so it starts only when the time
+            # left is enough to finish it.
+            if self.deadline is not None and (
+                time.perf_counter() >= self.deadline
+                or time.perf_counter() + _order_seconds(self.problem, order) >= self.deadline
+            ):
                 raise _DeadlinePassed
             self.cache[key] = place_in_order(
                 self.problem,

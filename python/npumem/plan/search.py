@@ -68,6 +68,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import add, attrgetter
 
 from npumem._core import PackingInstance
 from npumem._shown import shown
@@ -82,6 +83,7 @@ from npumem.plan.solution import (
     SearchStats,
     Solution,
     check_count,
+    check_offsets,
 )
 
 __all__ = [
@@ -127,6 +129,31 @@ class Component:
             self.neighbors,
             self.obstacles,
         )
+
+
+_SIZE = attrgetter("size")
+_ID = attrgetter("id")
+
+FINISH_SAMPLE = 1 << 13
+"""Buffers of the sample that `_finish_seconds` times."""
+
+
+def _finish_seconds(problem: Problem) -> float:
+    """About how long `solve` takes to turn offsets into its `Solution` (the checks of the
+    offsets, the arena, the offsets by id): three times the time that work takes on the first
+    `FINISH_SAMPLE` buffers, scaled to all of them (a large table misses the caches more
+    than the sample does); 0 for a problem not much larger than the sample."""
+    n = len(problem.buffers)
+    if n <= 4 * FINISH_SAMPLE:
+        return 0.0
+    sample = problem.buffers[:FINISH_SAMPLE]
+    zeros = [0] * FINISH_SAMPLE
+    began = time.perf_counter()
+    check_offsets(sample, zeros)
+    max(map(add, zeros, map(_SIZE, sample)))
+    max(map(add, zeros, map(_SIZE, sample)))
+    dict(zip(map(_ID, sample), zeros, strict=True))
+    return 3 * (time.perf_counter() - began) * n / FINISH_SAMPLE
 
 
 class _DeadlinePassed(Exception):
@@ -416,7 +443,10 @@ def solve(
     check_seed(seed)
     check_progress(progress)
     start = time.perf_counter()
-    deadline = start + time_limit
+    # The work after the search (the checks and the offsets by id of the `Solution`) cannot
+    # stop at a clock; at hundreds of thousands of buffers it takes a good part of a second,
+    # so the search ends that much before the limit.
+    deadline = start + max(time_limit - _finish_seconds(problem), 0.0)
     stats = SearchStats()
     bound = lower_bound(problem)
     # A candidate at the bound cannot be beaten, and with a capacity one that fits is the
@@ -435,7 +465,7 @@ def solve(
 
     def finish(status: str | None = None) -> Solution:
         stats.seconds = time.perf_counter() - start
-        top = max((o + b.size for o, b in zip(offsets, problem.buffers, strict=True)), default=0)
+        top = max(map(add, offsets, map(_SIZE, problem.buffers)), default=0)
         if top > MAX_PLAN_BYTES:
             # Each buffer fits on its own (`Problem` checks that), but the best packing found
             # does not: no plan can hold it.

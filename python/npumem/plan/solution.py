@@ -211,9 +211,7 @@ class Solution:
                 raise PlanError(f"{len(offsets)} offsets given for {len(problem.buffers)} buffers")
             given = list(offsets)
         check_offsets(problem.buffers, given)
-        self.offsets: dict[str, int] = {
-            b.id: o for b, o in zip(problem.buffers, given, strict=True)
-        }
+        self.offsets: dict[str, int] = dict(zip(map(_ID, problem.buffers), given, strict=True))
         if lower_bound is None:
             from npumem.plan.bounds import lower_bound as static_bound
 
@@ -222,17 +220,19 @@ class Solution:
         """The bound the arena is measured against (never above the optimum)."""
         self.capacity = capacity
         """The capacity that was asked for, if any."""
-        if self.arena_size < lower_bound:
+        # From the list (checked integers): the dict's lookups cost more at many buffers.
+        arena = max(map(add, given, map(_SIZE, problem.buffers)), default=0)
+        if arena < lower_bound:
             # No valid plan is smaller than the bound: say which rule these offsets break.
             self.validate()
             raise PlanValidationError(
-                f"the offsets need {self.arena_size:,} bytes, less than the lower bound "
+                f"the offsets need {arena:,} bytes, less than the lower bound "
                 f"{lower_bound:,}, which no valid plan goes below"
             )
         self.stats = stats if stats is not None else SearchStats()
         if status is None:
-            status = OPTIMAL if self.arena_size <= lower_bound else FEASIBLE
-            if capacity is not None and self.arena_size > capacity:
+            status = OPTIMAL if arena <= lower_bound else FEASIBLE
+            if capacity is not None and arena > capacity:
                 status = NOT_MET
         self.status = status
         """One of `optimal`, `feasible`, `capacity-not-met`, `infeasible`."""
