@@ -10,11 +10,14 @@ over several pools (`npumem.plan.tiers`).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import difflib
+import gc
 import heapq
 import io
 import math
+import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
@@ -76,6 +79,19 @@ _FAST_DIGITS = 60
 """The most digits of `lower`, `upper` and `size` together that a CSV row's fast path reads:
 more than any valid row has (each is at most 20 digits), so that a longer number goes through
 the general checks."""
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector (when it runs) while many objects without cycles
+    are made."""
+    running = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if running:
+            gc.enable()
 
 
 def _is_power_of_two(value: object) -> bool:
@@ -491,7 +507,13 @@ class Problem:
         the tensor tables of a solution list them at offset 0 with size 0."""
         index: dict[str, int] = {}
         if _checked:
-            index = {buf.id: i for i, buf in enumerate(self.buffers)}
+            index = dict(
+                zip(
+                    map(operator.attrgetter("id"), self.buffers),
+                    range(len(self.buffers)),
+                    strict=True,
+                )
+            )
         if len(index) < len(self.buffers):
             index = {}
             for i, buf in enumerate(self.buffers):
@@ -804,6 +826,71 @@ class Problem:
 
     @classmethod
     def _parse_csv(cls, text: str, label: str, name: str) -> Problem:
+        # A reader makes an object or more per row and no reference cycle: the cyclic
+        # garbage collector's passes over them as they pile up took most of its time.
+        with _gc_paused():
+            fast = cls._parse_plain_csv(text, label, name)
+            if fast is not None:
+                return fast
+            return cls._parse_csv_rows(text, label, name)
+
+    @classmethod
+    def _parse_plain_csv(cls, text: str, label: str, name: str) -> Problem | None:
+        """The common file, read column by column: no quote, NUL or lone carriage return, the
+        header on the first line, every other line a row (empty lines skipped) with the
+        header's number of fields and no longer than the csv module's field limit, ids that
+        are not empty and not repeated, `lower`, `upper` and `size` in plain ASCII digits
+        that the rules accept, the optional columns empty. `None` for anything else:
+        `_parse_csv_rows` reads it row by row and names the row at fault, so no file is
+        refused here."""
+        if '"' in text or "\0" in text:
+            return None
+        if "\r" in text:
+            if text.count("\r") != text.count("\r\n"):
+                return None
+            text = text.replace("\r\n", "\n")
+        lines = text.split("\n")
+        if not lines[0].strip():
+            return None
+        try:
+            header = _csv_header(lines[0].split(","), label, 1)
+        except ProblemFormatError:
+            return None  # the row reader names it
+        width = len(header)
+        body = [line for line in lines[1:] if line]
+        if not body or any(line.count(",") != width - 1 for line in body):
+            return None
+        if max(map(len, body)) > csv.field_size_limit():
+            return None  # a field may pass the csv module's limit, which the row reader names
+        cells = ",".join(body).split(",")  # row after row, `width` cells each
+        columns = [cells[k::width] for k in range(width)]
+        for column in OPTIONAL_COLUMNS:
+            if column in header and "".join(columns[header.index(column)]).strip():
+                return None
+        ids = list(map(str.strip, columns[header.index("id")]))
+        if not all(ids) or len(set(ids)) != len(ids):
+            return None
+        numbers: list[list[int]] = []
+        for column in ("lower", "upper", "size"):
+            cells = columns[header.index(column)]
+            joined = "".join(cells)
+            if not (all(cells) and joined.isdigit() and joined.isascii()):
+                return None
+            if max(map(len, cells)) > _FAST_DIGITS // 3:
+                return None
+            numbers.append(list(map(int, cells)))
+        lowers, uppers, sizes = numbers
+        if (
+            max(uppers) > MAX_TIME
+            or min(sizes) <= 0
+            or max(sizes) > MAX_BYTES
+            or not all(map(operator.lt, lowers, uppers))
+        ):
+            return None
+        return cls(list(map(Buffer, ids, lowers, uppers, sizes)), name=name, _checked=True)
+
+    @classmethod
+    def _parse_csv_rows(cls, text: str, label: str, name: str) -> Problem:
         # Strict: a quote left open is an error at the end of the file, not a field that
         # swallows every line after it.
         reader = csv.reader(io.StringIO(text), strict=True)
