@@ -13,6 +13,10 @@ See `docs/planner.md` for the formats and the algorithms.
 from __future__ import annotations
 
 from npumem.errors import MissingDependencyError
+
+# The graph builders of known networks (`plan.networks.resnet50(batch=8)`) and the makers of
+# instances with a known optimum (`plan.generator`), reached as attributes of the package.
+from npumem.plan import generator, networks
 from npumem.plan.bounds import lower_bound
 from npumem.plan.buckets import Bucket, BucketPlan, bucket_dims, plan_buckets
 from npumem.plan.errors import (
@@ -69,7 +73,9 @@ __all__ = [
     "TieredSolution",
     "best_greedy",
     "bucket_dims",
+    "generator",
     "lower_bound",
+    "networks",
     "plan_buckets",
     "run_rule",
     "solve",
