@@ -140,16 +140,16 @@ impl Regions {
     /// region of `table` in an arena of `chunks` chunks.
     fn place_len(table: &[(usize, usize)], len: usize, align: usize, chunks: usize) -> Option<Placement> {
         let align = align.max(1);
-        // Holes between regions, each shrunk by the one absent chunk that separates regions.
+        // Holes between regions (the table is in address order), each shrunk by the one absent
+        // chunk that separates regions; the last one ends past the arena's last chunk.
         let mut from = 0usize;
-        for hole_end in table.iter().map(|&(start, _)| start).chain(std::iter::once(chunks + 1)) {
+        for (hole_end, next_from) in table.iter().map(|&(s, l)| (s, s + l + 1)).chain(std::iter::once((chunks + 1, 0)))
+        {
             let start = from.next_multiple_of(align);
             if start + len < hole_end {
                 return Some(Placement { start, len });
             }
-            if let Some(&(s, l)) = table.iter().find(|&&(s, _)| s == hole_end) {
-                from = s + l + 1;
-            }
+            from = next_from;
         }
         None
     }
@@ -164,6 +164,39 @@ impl Regions {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// The first start that `place_len` must find, by trying every start in turn.
+    fn first_start_by_trial(table: &[(usize, usize)], len: usize, align: usize, chunks: usize) -> Option<usize> {
+        (0..=chunks)
+            .step_by(align.max(1))
+            .find(|&start| start + len <= chunks && table.iter().all(|&(s, l)| start + len < s || start > s + l))
+    }
+
+    #[test]
+    fn a_region_goes_where_a_trial_of_every_start_puts_it() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |bound: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % bound as u64) as usize
+        };
+        for _ in 0..2000 {
+            let chunks = 8 + next(120);
+            let mut table = Vec::new();
+            let mut at = next(4);
+            while at < chunks {
+                let len = 1 + next(6);
+                if at + len <= chunks {
+                    table.push((at, len));
+                }
+                at += len + 1 + next(5);
+            }
+            let (len, align) = (1 + next(8), 1 << next(4));
+            let found = Regions::place_len(&table, len, align, chunks).map(|p| p.start);
+            assert_eq!(found, first_start_by_trial(&table, len, align, chunks), "{table:?} len {len} align {align}");
+        }
+    }
 
     #[test]
     fn regions_keep_an_absent_chunk_between_them() {
