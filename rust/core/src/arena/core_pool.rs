@@ -128,6 +128,11 @@ impl CorePool {
         self.owned[chunk / 64].load(Ordering::Acquire) & (1 << (chunk % 64)) != 0
     }
 
+    /// How many chunks the core owns, a word at a time.
+    pub(crate) fn owned_count(&self) -> usize {
+        self.owned.iter().map(|word| word.load(Ordering::Acquire).count_ones() as usize).sum()
+    }
+
     /// The owned chunks in address order.
     pub(crate) fn owned(&self) -> impl Iterator<Item = usize> + '_ {
         self.owned.iter().enumerate().flat_map(|(w, word)| {

@@ -174,43 +174,25 @@ impl GlobalPool {
         self.free.load(Ordering::Acquire)
     }
 
-    /// The maximal free runs now, in address order; `also_free(chunk)` may count further chunks
-    /// as free (core chunks that are empty and could be reclaimed).
-    pub(crate) fn free_runs(&self, also_free: &dyn Fn(usize) -> bool) -> Vec<FreeRun> {
+    /// The maximal free runs now, in address order, the chunks of `also_free` (in address order:
+    /// core chunks that are empty and could be reclaimed) counted free too: a word of the bitmap
+    /// at a time, so an arena of millions of chunks costs a load per 64 of them.
+    pub(crate) fn free_runs(&self, also_free: &[usize]) -> Vec<FreeRun> {
+        debug_assert!(also_free.is_sorted());
         let mut runs = Vec::new();
-        let mut start = None;
         let end = self.end();
-        for chunk in 0..end {
-            let free = !self.is_taken(chunk) || also_free(chunk);
-            match (free, start) {
-                (true, None) => start = Some(chunk),
-                (false, Some(s)) => {
-                    runs.push(FreeRun { start: s, len: chunk - s });
-                    start = None;
-                }
-                _ => {}
-            }
-        }
-        if let Some(s) = start {
-            runs.push(FreeRun { start: s, len: end - s });
-        }
-        runs
-    }
-
-    /// The maximal free runs now, in address order ([`GlobalPool::free_runs`] with no chunk
-    /// counted free besides the free ones): a word of the bitmap at a time, so a full arena of
-    /// 512 chunks costs 8 loads, not 512; none when the count of free chunks is zero.
-    pub(crate) fn free_runs_now(&self) -> Vec<FreeRun> {
-        let mut runs = Vec::new();
-        if !self.has_free() {
-            return runs; // none was free when the count was read: no word need be
-        }
-        let end = self.end();
+        let mut also = also_free.iter().copied().peekable();
         let mut start: Option<usize> = None;
         for w in 0..end.div_ceil(64) {
             let present = if (w + 1) * 64 <= end { u64::MAX } else { (1u64 << (end % 64)) - 1 };
-            let free = !self.taken[w].load(Ordering::Acquire) & present;
             let base = w * 64;
+            let mut counted = 0u64;
+            while let Some(chunk) = also.next_if(|&c| c < base + 64) {
+                if chunk >= base {
+                    counted |= 1 << (chunk - base);
+                }
+            }
+            let free = (!self.taken[w].load(Ordering::Acquire) | counted) & present;
             // `at`: the first bit of the word not looked at yet.
             let mut at = 0u32;
             while at < 64 {
@@ -237,6 +219,28 @@ impl GlobalPool {
             runs.push(FreeRun { start: s, len: end - s });
         }
         runs
+    }
+
+    /// How many chunks the bitmap shows free now, a word at a time (absent chunks count as
+    /// taken): exact on a paused pool.
+    pub(crate) fn free_in_bitmap(&self) -> usize {
+        let end = self.end();
+        (0..end.div_ceil(64))
+            .map(|w| {
+                let present = if (w + 1) * 64 <= end { u64::MAX } else { (1u64 << (end % 64)) - 1 };
+                (!self.taken[w].load(Ordering::Acquire) & present).count_ones() as usize
+            })
+            .sum()
+    }
+
+    /// The maximal free runs now, in address order ([`GlobalPool::free_runs`] with no chunk
+    /// counted free besides the free ones); none, without a read of the bitmap, when the count
+    /// of free chunks is zero.
+    pub(crate) fn free_runs_now(&self) -> Vec<FreeRun> {
+        if !self.has_free() {
+            return Vec::new(); // none was free when the count was read: no word need be
+        }
+        self.free_runs(&[])
     }
 
     /// Where in `run` a block of `len` chunks holding `bytes` bytes, starting at a multiple of
@@ -536,9 +540,9 @@ mod tests {
         let (g, p) = setup(800 << 20, Placement::BestFit);
         let start = p.claim(&g, 150, 300 << 20, 1).unwrap();
         assert_eq!(start, 0);
-        assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 150, len: 250 }]);
+        assert_eq!(p.free_runs(&[]), vec![FreeRun { start: 150, len: 250 }]);
         p.release(start, 150);
-        assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 0, len: 400 }]);
+        assert_eq!(p.free_runs(&[]), vec![FreeRun { start: 0, len: 400 }]);
     }
 
     #[test]
@@ -580,8 +584,29 @@ mod tests {
         assert!(!p.is_taken(280));
     }
 
+    /// The free runs, chunk by chunk, with the chunks of `also_free` counted free: the model
+    /// that [`GlobalPool::free_runs`] reads a word at a time.
+    fn free_runs_by_chunk(p: &GlobalPool, also_free: &[usize]) -> Vec<FreeRun> {
+        let mut runs = Vec::new();
+        let mut start = None;
+        for chunk in 0..p.end() {
+            match (!p.is_taken(chunk) || also_free.contains(&chunk), start) {
+                (true, None) => start = Some(chunk),
+                (false, Some(s)) => {
+                    runs.push(FreeRun { start: s, len: chunk - s });
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = start {
+            runs.push(FreeRun { start: s, len: p.end() - s });
+        }
+        runs
+    }
+
     #[test]
-    fn free_runs_now_reads_the_bitmap_as_free_runs_does() {
+    fn free_runs_read_the_bitmap_a_word_at_a_time_as_a_chunk_by_chunk_walk_does() {
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
         for chunks in [1usize, 63, 64, 65, 130, 512, 700] {
             let g = Geometry::new(&PoolConfig::new(chunks * (2 << 20)));
@@ -603,7 +628,11 @@ mod tests {
                             }
                         }
                     }
-                    assert_eq!(p.free_runs_now(), p.free_runs(&|_| false), "{chunks} chunks, {present} present");
+                    assert_eq!(p.free_runs_now(), free_runs_by_chunk(&p, &[]), "{chunks} chunks, {present} present");
+                    // Taken chunks counted free, in every word and at its edges.
+                    let also: Vec<usize> =
+                        (0..present).filter(|&c| p.is_taken(c) && (c % 7 == round % 7 || c % 64 == 63)).collect();
+                    assert_eq!(p.free_runs(&also), free_runs_by_chunk(&p, &also), "{chunks} chunks, counted {also:?}");
                 }
             }
         }
@@ -634,7 +663,7 @@ mod tests {
                 });
             }
         });
-        assert_eq!(p.free_runs(&|_| false), vec![FreeRun { start: 0, len: 256 }]);
+        assert_eq!(p.free_runs(&[]), vec![FreeRun { start: 0, len: 256 }]);
     }
 }
 

@@ -64,7 +64,7 @@ impl Arena {
         let mut refused: Vec<usize> = Vec::new();
         loop {
             let epoch = self.global.epoch();
-            let runs = self.global.free_runs(&|_| false);
+            let runs = self.global.free_runs(&[]);
             let mut shares = |chunk: usize| !refused.contains(&chunk) && self.tail_fits_at_start(chunk, tail.units);
             match self.global.choose_tailed(g, &runs, chunks, bytes, align, &mut shares) {
                 Some(spot) => {

@@ -92,12 +92,6 @@ impl<'a> Places<'a> {
         Places { pool, reclaimable, room, emptied, read: HashMap::new(), inside: 0 }
     }
 
-    /// Whether `chunk` is a core chunk that holds only what an allocation reclaims before it
-    /// fails (counted as a free chunk).
-    fn effectively_empty(&self, chunk: usize) -> bool {
-        self.emptied.binary_search(&chunk).is_ok()
-    }
-
     /// Whether `chunk` is a core chunk that is not effectively empty.
     fn has_room(&self, chunk: usize) -> bool {
         self.room.binary_search_by_key(&chunk, |&(c, _)| c).is_ok()
@@ -195,7 +189,7 @@ impl Pool {
         }
         let mut largest = 0;
         // The free chunk runs, with the tail and the front the core chunks around could add.
-        let runs = self.arena.global.free_runs(&|chunk| places.effectively_empty(chunk));
+        let runs = self.arena.global.free_runs(&places.emptied);
         for run in runs {
             let (before, after) = (run.start.checked_sub(1), run.start + run.len);
             let tail_room = match g.tails && places.has_room(after) {

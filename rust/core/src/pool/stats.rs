@@ -27,18 +27,13 @@ impl Pool {
         let slab_cached_bytes = self.slab_cached_bytes(&classes);
         let bytes_free = usable.saturating_sub(bytes_in_use).saturating_sub(slab_cached_bytes);
         let largest_free_block = self.largest_free_block(Reads::Pruned);
-        let (mut chunks_free, mut chunks_in_runs, mut chunks_in_cores) = (0, 0, 0);
-        for chunk in 0..self.arena.global.end() {
-            match self.arena.global.state(chunk) {
-                ChunkState::Free => chunks_free += 1,
-                ChunkState::Core(_) => chunks_in_cores += 1,
-                ChunkState::RunHead(_)
-                | ChunkState::TailedRunHead(_)
-                | ChunkState::FrontedRun { .. }
-                | ChunkState::RunBody => chunks_in_runs += 1,
-                ChunkState::Absent => {}
-            }
-        }
+        // From bitmaps, a word per 64 chunks: the free ones from the global pool's, the cores'
+        // from theirs, and the runs' the rest of the chunks the regions hold.
+        let chunks_free = self.arena.global.free_in_bitmap();
+        let chunks_in_cores: usize = self.arena.cores.iter().map(|c| c.owned_count()).sum();
+        let present =
+            if self.config.grows() { self.arena.regions.present_chunks() } else { self.arena.geometry.chunks };
+        let chunks_in_runs = present.saturating_sub(chunks_free + chunks_in_cores);
         let per_core = (0..self.arena.cores.len())
             .map(|core| {
                 let c = self.counters.core(core);
