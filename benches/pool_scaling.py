@@ -12,10 +12,14 @@ time (a shared machine's other processes do not count), each call timed alone:
   ``run_tails`` on (the default) and off;
 - ``stats``: ``stats()`` (median of 7) on a pool of each capacity filled to 90% with random
   sizes from 64 B to 8 MiB (log-uniform), after freeing a random half of the blocks, and after
-  200 steps of a churn that frees one block and allocates another.
+  200 steps of a churn that frees one block and allocates another;
+- ``huge``: ``stats()`` (median and range of 7) on offset-only pools of 1, 16 and 256 TiB that
+  hold 100 blocks of 1 MiB: what a mostly empty arena of millions of chunks costs;
+- ``growth``: a pool of one chunk that grows by one chunk at a time up to 1 TiB, allocating
+  whole chunks: the CPU time per growth over each 1,000 growths, up to 3,000 regions.
 
-    .venv/bin/python benches/pool_scaling.py [--parts refill,failing,large,stats] [--gib 1,16,64]
-        [--blocks 1000000] [--steps 5000]
+    .venv/bin/python benches/pool_scaling.py [--parts refill,failing,large,stats,huge,growth]
+        [--gib 1,16,64] [--blocks 1000000] [--steps 5000]
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Callable
 import npumem
 from bench_args import positive_int, positive_int_at_most
 
-PARTS = ("refill", "failing", "large", "stats")
+PARTS = ("refill", "failing", "large", "stats", "huge", "growth")
 clock = time.thread_time_ns
 
 
@@ -180,6 +184,36 @@ def stats_cost(gibs: list[int]) -> None:
         print(f"| {gib} GiB | {blocks:,} | " + " | ".join(f"{f:,.2f}" for f in figures) + " |")
 
 
+def huge_stats() -> None:
+    print("\n### `stats()` on mostly empty offset-only pools (100 blocks of 1 MiB)\n")
+    print("| capacity | chunks | median, ms | range, ms |")
+    print("|---|---:|---:|---|")
+    for tib in (1, 16, 256):
+        pool = npumem.Pool(tib << 40, cores=2, backing="none")
+        held = [pool.alloc(1 << 20) for _ in range(100)]
+        times = [timed(pool.stats) / 1e3 for _ in range(7)]
+        print(
+            f"| {tib} TiB | {(tib << 40) // pool.chunk_size:,} | {statistics.median(times):,.1f} | "
+            f"{min(times):,.1f}-{max(times):,.1f} |"
+        )
+        pool.free_many(held)
+
+
+def growth() -> None:
+    print("\n### Growth by one chunk at a time (whole-chunk allocations, up to 1 TiB)\n")
+    print("| regions | CPU per growth, us (the last 1,000) |")
+    print("|---:|---:|")
+    pool = npumem.Pool(2 << 20, cores=1, backing="none", max_capacity=1 << 40, grow_by=1)
+    held = [pool.alloc(2 << 20)]
+    for target in (1000, 2000, 3000):
+        start = clock()
+        while len(held) < target:
+            held.append(pool.alloc(2 << 20))
+        print(f"| {len(pool.regions()):,} | {(clock() - start) / 1e3 / 1000:,.1f} |")
+    pool.free_many(held)
+    pool.trim()
+
+
 def parts(text: str) -> list[str]:
     named = [p.strip() for p in text.split(",")]
     unknown = [p for p in named if p not in PARTS]
@@ -216,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         large(args.gib, args.steps)
     if "stats" in args.parts:
         stats_cost(args.gib)
+    if "huge" in args.parts:
+        huge_stats()
+    if "growth" in args.parts:
+        growth()
     return 0
 
 
