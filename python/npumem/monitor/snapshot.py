@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from npumem._gc import gc_paused
 from npumem._shown import shown
 from npumem.monitor._files import SNAPSHOT_FORMAT, Reader, read_json, write_json
 from npumem.monitor.kv_pages import READ_TRIES, KVPages, layout_contradiction
@@ -131,7 +132,13 @@ class Snapshot:
     @classmethod
     def _from_core(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
         """Build from what the extension records (`Pool.snapshot()` comes here through
-        `npumem._views`)."""
+        `npumem._views`). The collector is paused: a block's record holds no cycle, and with a
+        million blocks the collections that their making set off took most of the time."""
+        with gc_paused():
+            return cls._from_raw(pool, raw)
+
+    @classmethod
+    def _from_raw(cls, pool: Pool, raw: RawSnapshot) -> Snapshot:
         return cls(
             pool=str(pool.name),
             config=pool_config(pool),

@@ -10,10 +10,8 @@ over several pools (`npumem.plan.tiers`).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import difflib
-import gc
 import heapq
 import io
 import math
@@ -24,6 +22,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from npumem._core import PlanTimeline
+from npumem._gc import gc_paused
 from npumem._shown import shown
 from npumem.fileio import (
     MAX_INTEGER_DIGITS,
@@ -79,19 +78,6 @@ _FAST_DIGITS = 60
 """The most digits of `lower`, `upper` and `size` together that a CSV row's fast path reads:
 more than any valid row has (each is at most 20 digits), so that a longer number goes through
 the general checks."""
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (when it runs) while many objects without cycles
-    are made."""
-    running = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if running:
-            gc.enable()
 
 
 def _is_power_of_two(value: object) -> bool:
@@ -828,7 +814,7 @@ class Problem:
     def _parse_csv(cls, text: str, label: str, name: str) -> Problem:
         # A reader makes an object or more per row and no reference cycle: the cyclic
         # garbage collector's passes over them as they pile up took most of its time.
-        with _gc_paused():
+        with gc_paused():
             fast = cls._parse_plain_csv(text, label, name)
             if fast is not None:
                 return fast
