@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 import npumem
@@ -61,6 +62,22 @@ def test_every_written_file_has_a_header_and_matches_its_schema(
     obj = assert_valid(written[kind])
     assert obj["format"] == f"npumem-{kind}"
     assert isinstance(obj["version"], int)
+
+
+@pytest.mark.parametrize("where", [0, 4_321, 9_998, 9_999])
+def test_a_long_trace_is_checked_through_a_sample_that_keeps_a_bad_row(
+    written: dict[str, Path], where: int
+) -> None:
+    # `assert_valid` checks a long list through a sample of its rows: one row of a new shape
+    # (here a size written as text) anywhere in 10,000 still fails the check.
+    obj = json.loads(written["trace"].read_text())
+    event = obj["events"][0]
+    obj["events"] = [list(event) for _ in range(10_000)]
+    assert_valid(obj)
+    size = obj["event_fields"].index("size")
+    obj["events"][where][size] = "big"
+    with pytest.raises(jsonschema.ValidationError):
+        assert_valid(obj)
 
 
 def test_schemas_are_listed_and_unknown_formats_refused() -> None:
