@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.register_profile(
     "ci",
-    max_examples=400,
+    max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -706,7 +706,7 @@ mod loom_models {
     /// neither and frees nothing (no mark left behind, the other calls succeed).
     #[test]
     fn a_batch_free_is_claimed_whole_or_not_at_all() {
-        loom::model(|| {
+        crate::util::sync::loom_model_bounded(3, || {
             let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
             let a = table.insert(0, &no_cache(), 100, 8, 0, 0).unwrap();
             let b = table.insert(0, &no_cache(), 300, 8, 0, 0).unwrap();
@@ -974,7 +974,7 @@ mod loom_moves {
     /// and nothing moves.
     #[test]
     fn a_batch_is_claimed_whole_or_not_at_all_against_a_free_and_a_pin() {
-        loom::model(|| {
+        crate::util::sync::loom_model_bounded(3, || {
             let table = Arc::new(HandleTable::new(1, 4, 1).unwrap());
             let a = table.insert(0, &no_cache(), 100, 8, 0, 0).unwrap();
             let b = table.insert(0, &no_cache(), 300, 8, 0, 0).unwrap();

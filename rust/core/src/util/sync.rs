@@ -27,6 +27,17 @@ pub(crate) fn seq_cst_for_loom() {
     fence(Ordering::SeqCst);
 }
 
+/// Run loom model `f` with at most `bound` preemptions, or fewer where `LOOM_MAX_PREEMPTIONS`
+/// asks for fewer. For models of three threads whose calls retry compare-and-swap loops: their
+/// schedules grow fast with the bound (the handle table's batch races take a minute each with
+/// four preemptions, 17 s with three), and `make test` runs on two cores.
+#[cfg(all(test, loom))]
+pub(crate) fn loom_model_bounded<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(builder.preemption_bound.map_or(bound, |b| b.min(bound)));
+    builder.check(f);
+}
+
 /// A value alone on its cache line(s), so counters of different cores never share one.
 /// 128 bytes: adjacent-line prefetching on x86 pairs 64-byte lines.
 #[derive(Debug, Default)]
