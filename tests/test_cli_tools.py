@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -220,6 +221,31 @@ def test_replay_an_alignment_larger_than_its_arena_is_a_failed_allocation(
     assert [(f["size"], f["bytes_free"]) for f in r["first_failures"]] == [(MIB, 64 * MIB)] * 3
     status, r = replay_result([str(aligned_trace)], capsys)
     assert status == 0 and (r["failed"], r["would_fail"]) == (1, 0)
+
+
+def test_replay_counts_what_it_made_and_marks_recorded_failures_apart(
+    aligned_trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replay column counts the replay's own allocations and frees, as its pool does; a
+    recorded failure that fails again is not listed as one that would fail."""
+    assert main(["replay", str(aligned_trace)]) == 0
+    out = capsys.readouterr().out
+    assert "fails again: 1.0 MiB" in out and "would fail:" not in out
+    assert re.search(r"allocations\s*│\s*2\s*│\s*2\s*│", out), out
+    assert main(["replay", str(aligned_trace), "--capacity", "64MiB"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("would fail: 1.0 MiB") == 2 and out.count("fails again: 1.0 MiB") == 1
+    assert re.search(r"allocations\s*│\s*0\s*│\s*2\s*│", out), out
+    assert re.search(r"frees\s*│\s*0\s*│\s*2 \(0 unmatched\)\s*│", out), out
+    for argv in ([str(aligned_trace)], [str(aligned_trace), "--capacity", "64MiB"]):
+        _, r = replay_result(argv, capsys)
+        assert (r["allocations"], r["frees"]) == (2, 2)
+        final = r["final_stats"]
+        assert (r["replayed_allocations"], r["replayed_frees"]) == (
+            final["alloc_count"],
+            final["free_count"],
+        )
+        assert [f["recorded_failed"] for f in r["first_failures"]][-1] is True
 
 
 @pytest.mark.parametrize("kind", ["alloc", "failed"])

@@ -449,8 +449,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
         ("capacity", format_bytes(cfg["capacity"]), format_bytes(trace.config["capacity"])),
         ("grows up to", format_bytes(replay_max), format_bytes(recorded_max)),
         ("events", f"{r.events:,}", f"{r.events:,} ({_lost(trace)})"),
-        ("allocations", f"{r.allocations:,}", ""),
-        ("frees", f"{r.frees:,}", f"{r.unmatched_frees:,} unmatched"),
+        ("allocations", f"{r.replayed_allocations:,}", f"{r.allocations:,}"),
+        ("frees", f"{r.replayed_frees:,}", f"{r.frees:,} ({r.unmatched_frees:,} unmatched)"),
         ("failed allocations", f"{r.failed:,}", f"{r.recorded_failures:,}"),
         ("allocations that would fail", f"{r.would_fail:,}", "0"),
         ("recorded failures that succeed", f"{r.rescued:,}", ""),
@@ -487,8 +487,10 @@ def run_replay_command(args: argparse.Namespace) -> int:
             markup=False,
         )
     for f in r.first_failures[:5]:
+        # A recorded failure that fails again is no allocation that "would fail".
+        what = "fails again" if f.recorded_failed else "would fail"
         out.print(
-            f"  would fail: {format_bytes(f.size)} ({f.size:,} bytes, tag {f.tag}) at "
+            f"  {what}: {format_bytes(f.size)} ({f.size:,} bytes, tag {f.tag}) at "
             f"{f.time_ns / 1e9:.3f} s: {format_bytes(f.bytes_free)} free, largest free block "
             f"{format_bytes(f.largest_free_block)}",
             markup=False,
@@ -530,6 +532,8 @@ def replay_json(
         "events": r.events,
         "allocations": r.allocations,
         "frees": r.frees,
+        "replayed_allocations": r.replayed_allocations,
+        "replayed_frees": r.replayed_frees,
         "moves": r.moves,
         "recorded_failures": r.recorded_failures,
         "failed": r.failed,

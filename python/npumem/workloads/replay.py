@@ -60,20 +60,26 @@ _CONFIG_KEYS = (
 
 @dataclass(frozen=True)
 class ReplayFailure:
-    """An allocation that fails in the replay, with the pool's free figures at that moment."""
+    """An allocation that fails in the replay, with the pool's free figures at that moment;
+    `recorded_failed`: it failed when recorded too (else it is one the replay would fail)."""
 
     time_ns: int
     size: int
     tag: str | None
     bytes_free: int
     largest_free_block: int
+    recorded_failed: bool = False
 
 
 @dataclass
 class ReplayResult:
-    """What a replay did. `would_fail` counts allocations that succeeded when recorded and
-    fail now; `failed` all allocations that fail in the replay (recorded failures included);
-    `same_placements` the allocations placed at their recorded offset."""
+    """What a replay did. `allocations` and `frees` count the trace's events, and
+    `replayed_allocations` and `replayed_frees` what the replay made of them (its pool's
+    counts at the end: recorded failures that succeed are allocated and freed at once, and a
+    free of a block the replay could not allocate is skipped). `would_fail` counts allocations
+    that succeeded when recorded and fail now; `failed` all allocations that fail in the
+    replay (recorded failures included); `same_placements` the allocations placed at their
+    recorded offset."""
 
     config: dict[str, Any]
     events: int
@@ -93,6 +99,8 @@ class ReplayResult:
     final: npumem.PoolStats
     seconds: float
     first_failures: list[ReplayFailure] = field(default_factory=list)
+    replayed_allocations: int = 0
+    replayed_frees: int = 0
 
     @property
     def ok(self) -> bool:
@@ -159,7 +167,7 @@ def replay_trace(
     live: dict[int, npumem.Block] = {}
     dead: set[int] = set()
     counts = dict.fromkeys(EVENT_KINDS, 0)
-    failed = would_fail = rescued = unmatched = skipped = same = 0
+    failed = would_fail = rescued = unmatched = skipped = same = made = freed_count = 0
     peak = 0
     peak_frag = frag_at_peak = 0.0
     first_failures: list[ReplayFailure] = []
@@ -168,6 +176,7 @@ def replay_trace(
     start = time.perf_counter()
 
     def note_failure(e: Any, err: npumem.OutOfMemoryError | None) -> None:
+        recorded_failed = e.kind == "failed"
         if len(first_failures) < 10:
             bytes_free = largest = None
             if err is not None:
@@ -183,6 +192,7 @@ def replay_trace(
                     e.tag,
                     bytes_free,
                     largest,
+                    recorded_failed,
                 )
             )
 
@@ -214,11 +224,13 @@ def replay_trace(
                     note_failure(e, err)
                 else:
                     live[e.handle] = blk
+                    made += 1
                     same += blk.offset == e.offset
             elif e.kind == "free":
                 freed = live.pop(e.handle, None)
                 if freed is not None:
                     freed.free()
+                    freed_count += 1
                 elif e.handle in dead:
                     dead.discard(e.handle)
                     skipped += 1
@@ -266,6 +278,8 @@ def replay_trace(
         final=final,
         seconds=time.perf_counter() - start,
         first_failures=first_failures,
+        replayed_allocations=made + rescued,
+        replayed_frees=freed_count + rescued,
     )
 
 
