@@ -124,6 +124,17 @@ def test_demo_quick_runs_end_to_end(tmp_path: Path) -> None:
         assert "would fail with this configuration" in replay.stderr, replay.stderr
 
 
+def test_without_matplotlib_the_demo_names_the_extra_that_draws_its_pictures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # find_spec() then finds none
+    out = tmp_path / "demo"
+    argv = ["demo", "--requests", "20", "--workers", "1", "--no-tiers", "--output", str(out)]
+    assert main(argv) == 0
+    assert "matplotlib is not installed; pip install npumem[plot])" in capsys.readouterr().out
+    assert not list(out.glob("*.png"))
+
+
 def test_goal_not_met_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # 190 MiB: the weights take 155 MiB, so a batch-8 ResNet-50 arena (55 MiB) never fits
     # (without the tiers: one block per model, none of it in SRAM).

@@ -5,7 +5,7 @@ from types import TracebackType
 from typing import Any, Literal, Self, final
 
 from numpy.typing import DTypeLike, NDArray
-from typing_extensions import Buffer, disjoint_base
+from typing_extensions import Buffer, CapsuleType, disjoint_base
 
 from npumem.monitor.snapshot import Snapshot
 
@@ -290,7 +290,7 @@ class Block:
         max_version: tuple[int, int] | None = ...,
         dl_device: tuple[int, int] | None = ...,
         copy: bool | None = ...,
-    ) -> object: ...
+    ) -> CapsuleType: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def as_array(
         self, dtype: DTypeLike | None = ..., shape: int | Sequence[int] | None = ...

@@ -265,7 +265,9 @@ def _serve_and_report(args: argparse.Namespace, output: Path, err: Console) -> i
     for what, path in files.items():
         out.print(f"  {path.name:28} {what}", markup=False)
     if not pictures:
-        out.print("  (no pictures: matplotlib is not installed; pip install npumem[plot])")
+        out.print(
+            "  (no pictures: matplotlib is not installed; pip install npumem[plot])", markup=False
+        )
     if not result.ok:
         err.print(
             f"npumem demo: goal not met: {result.failed_allocations} failed allocation(s), "
