@@ -2,7 +2,7 @@
 //! articles. The multi-threaded stress test is in `stress.rs`.
 #![cfg(not(loom))]
 
-use npumem_core::{Backing, Error, Handle, HandleFault, Placement, Pool, PoolConfig, MAX_CAPACITY};
+use npumem_core::{Backing, Error, Handle, HandleFault, Placement, Pool, PoolConfig, TagLabel, MAX_CAPACITY};
 use std::sync::Arc;
 
 const MIB: usize = 1 << 20;
@@ -404,6 +404,31 @@ fn a_batch_of_slab_objects_raises_the_peak() {
             "{size} B: peak {} after a batch of 10,000",
             stats.peak_bytes_in_use
         );
+    }
+}
+
+#[test]
+fn slab_objects_freed_after_a_sample_never_count_in_a_later_peak() {
+    // A slab carved for the first objects samples their bytes; once they are freed, the
+    // peak that a later block larger than every slab class sets is that block alone (one
+    // thread: exact above the slab classes), and its tag's blocks give the untagged blocks no
+    // peak of their own.
+    for (objects, size) in [(1, 3000), (100, 3000), (300, 3000), (5000, 100), (1000, 1000)] {
+        let p = pool(256 * MIB, 1);
+        let tag = p.tags().acquire("t", (objects + 1) as u64).unwrap();
+        let handles: Vec<Handle> = (0..objects).map(|_| p.alloc(size, None, tag).unwrap()).collect();
+        for h in handles {
+            p.free(h).unwrap();
+        }
+        let big = p.alloc(MIB, None, tag).unwrap();
+        let stats = p.stats();
+        assert_eq!(stats.bytes_in_use, MIB);
+        // The objects' classes never held 1 MiB: the block is the peak.
+        assert_eq!(stats.peak_bytes_in_use, MIB, "{objects} x {size} B, then 1 MiB");
+        let figures = p.tag_figures();
+        let untagged = figures.iter().find(|f| f.label == TagLabel::Untagged);
+        assert_eq!(untagged.map_or(0, |f| f.peak_requested_bytes_in_use), 0, "{objects} x {size} B");
+        p.free(big).unwrap();
     }
 }
 

@@ -13,8 +13,8 @@ use crate::util::cpu;
 /// What a release gave back, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// A slab object of this class.
-    Slab(usize),
+    /// A slab object of this class (its size in bytes second).
+    Slab(usize, usize),
     /// A buddy block or a run of this many bytes.
     Block(usize),
 }
@@ -115,7 +115,7 @@ impl Pool {
     #[inline(always)]
     pub(crate) fn account_free(&self, released: Released, core: usize, size: usize) {
         match released {
-            Released::Slab(k) => self.counters.on_slab_free(k, size),
+            Released::Slab(k, bytes) => self.counters.on_slab_free(k, bytes, size),
             Released::Block(bytes) => self.counters.on_free(core, bytes, size),
         }
     }
@@ -131,11 +131,12 @@ impl Pool {
     pub(crate) fn release_block(&self, offset: usize, size: usize, vouched: Vouched) -> Result<Released> {
         if let Some(slab) = self.arena.slabs.lookup(offset) {
             // A slab object: the fast path (errors are built out of line).
-            if size > self.arena.slabs.classes.classes[slab.class].size {
+            let bytes = self.arena.slabs.classes.classes[slab.class].size;
+            if size > bytes {
                 return Err(invalid_block(offset, size, "a slab object is smaller than this"));
             }
             return match self.arena.slabs.free(slab, offset, &self.arena) {
-                Ok(freed) => Ok(Released::Slab(freed.class)),
+                Ok(freed) => Ok(Released::Slab(freed.class, bytes)),
                 Err(reason) => Err(invalid_block(offset, size, reason)),
             };
         }

@@ -18,6 +18,7 @@ impl Pool {
     /// A snapshot of the pool's state and counters (see [`PoolStats`]).
     pub fn stats(&self) -> PoolStats {
         let totals = self.counters.totals();
+        self.counters.mark_slab_sample(true, false);
         let classes = self.counters.class_totals();
         let (slab_bytes, slab_requested) = self.slab_objects(&classes);
         let slab_allocs: u64 = classes.iter().map(|c| c.allocs).sum();
@@ -117,6 +118,7 @@ impl Pool {
     /// counters over every thread.
     pub(crate) fn sample_peak_and_bytes_free(&self) -> usize {
         let totals = self.counters.totals();
+        self.counters.mark_slab_sample(true, true);
         let classes = self.counters.class_totals();
         let (slab_bytes, _) = self.sample_peak_of(&totals, &classes);
         self.bytes_free_of(&totals, &classes, slab_bytes)
@@ -207,6 +209,7 @@ impl Pool {
     /// Start a new peak: `peak_bytes_in_use` becomes the bytes in use now. Returns the peak it
     /// replaces (a scope that measures its own peak gives it back with [`Pool::raise_peak`]).
     pub fn reset_peak(&self) -> usize {
+        self.counters.mark_slab_sample(true, false);
         let (slab_bytes, _) = self.slab_objects(&self.counters.class_totals());
         let total = self.counters.totals().bytes.max(0) as u64 + slab_bytes;
         self.counters.reset_peak(total, slab_bytes) as usize
@@ -230,11 +233,13 @@ impl Pool {
     /// Raise the peak to the exact bytes in use now (slab objects included), and the peak of
     /// the untagged requested bytes to theirs.
     pub(crate) fn sample_peak(&self) {
+        self.counters.mark_slab_sample(true, true);
         self.sample_peak_of(&self.counters.totals(), &self.counters.class_totals());
     }
 
-    /// [`Pool::sample_peak`] from the counters summed over every thread; returns the bytes and
-    /// the requested bytes of the live slab objects.
+    /// [`Pool::sample_peak`] from the counters summed over every thread (the slab objects'
+    /// read after [`crate::stats::counters::Counters::mark_slab_sample`]); returns the bytes and the requested bytes of
+    /// the live slab objects.
     fn sample_peak_of(&self, totals: &Totals, classes: &[ClassTotals]) -> (u64, i64) {
         let (slab_bytes, slab_requested) = self.slab_objects(classes);
         let total = totals.bytes.max(0) as u64 + slab_bytes;

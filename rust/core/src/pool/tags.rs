@@ -54,6 +54,7 @@ impl Pool {
     /// The figures of every tag that has had a block, and of the blocks counted under no tag,
     /// largest bytes in use first.
     pub fn tag_figures(&self) -> Vec<TagFigures> {
+        self.counters.mark_slab_sample(false, true);
         let (blocks, requested, slab_requested) = self.blocks_and_requested();
         let untagged = self.untagged_of(requested);
         let peak = self.counters.sample_untagged(untagged, slab_requested);
@@ -67,6 +68,7 @@ impl Pool {
     /// Every tag's peak back to its bytes in use now, the untagged blocks' too.
     pub fn reset_tag_peaks(&self) {
         self.tags.reset_peaks();
+        self.counters.mark_slab_sample(false, true);
         let (_, requested, slab_requested) = self.blocks_and_requested();
         self.counters.reset_untagged_peak(self.untagged_of(requested), slab_requested);
     }

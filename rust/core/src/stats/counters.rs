@@ -20,8 +20,10 @@
 //! slack, which shrinks once more threads than cores have used the pool, so that all of them
 //! together miss less than `cores x` the slack of one thread per core. Slab objects enter the
 //! estimate through the bytes they held at the last sample (taken whenever a slab is carved and
-//! at every snapshot), so the peak is exact for blocks above the largest slab class and sampled
-//! below.
+//! at every snapshot), less the bytes of those the estimating thread freed since (each thread
+//! counts its slab frees; a sample marks where every thread's count stood), so the peak is
+//! exact for blocks above the largest slab class and sampled below. With several threads, an
+//! estimate may still count slab objects that another thread freed since the last sample.
 //!
 //! The requested bytes of blocks counted under no tag (the untagged row of the counters by tag,
 //! `tags.rs`) are not counted on their own: they are the pool's requested bytes less those of
@@ -188,15 +190,48 @@ impl Counters {
         });
     }
 
-    /// A slab object of class `class` was freed.
+    /// A slab object of class `class` (`bytes` bytes) was freed.
     #[cfg(not(loom))]
     #[inline]
-    pub(crate) fn on_slab_free(&self, class: usize, requested: usize) {
+    pub(crate) fn on_slab_free(&self, class: usize, bytes: usize, requested: usize) {
         self.threads.with(|t| {
             let c = &t.classes[class];
             ThreadCounters::bump(&c.frees, 1);
             ThreadCounters::bump(&c.requested, (requested as u64).wrapping_neg());
+            ThreadCounters::bump(&t.slab_freed, bytes as u64);
         });
+    }
+
+    /// The slab objects are about to be read for a sample of their bytes (`bytes`) or of
+    /// their requested bytes (`requested`): every thread's frees of slab objects so far are
+    /// in it. Read before the objects, so that a free racing the sample is left out of the
+    /// sample or counted by the estimates below it, never both ways.
+    pub(crate) fn mark_slab_sample(&self, bytes: bool, requested: bool) {
+        self.threads.for_each(|t| {
+            let freed = t.slab_freed.load(Ordering::Relaxed);
+            if bytes {
+                t.slab_freed_at_sample.store(freed, Ordering::Relaxed);
+            }
+            if requested {
+                t.slab_freed_at_requested_sample.store(freed, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// The slab objects' part of the calling thread's estimates, bytes and requested bytes:
+    /// the last samples', less the bytes of the objects this thread freed since (a sample
+    /// taken before frees of its objects would otherwise count them still: an estimate above
+    /// anything in use). The requested part loses the objects' whole bytes, at least what
+    /// they were asked for: it may fall short, never above. Never below 0.
+    #[inline]
+    fn slab_parts(&self, t: &ThreadCounters) -> (u64, u64) {
+        let s = &self.shared;
+        let freed = t.slab_freed.load(Ordering::Relaxed);
+        let since = freed.wrapping_sub(t.slab_freed_at_sample.load(Ordering::Relaxed));
+        let since_requested = freed.wrapping_sub(t.slab_freed_at_requested_sample.load(Ordering::Relaxed));
+        let bytes = (s.slab_bytes.load(Ordering::Relaxed) as i64).wrapping_sub(since as i64).max(0);
+        let requested = (s.slab_requested.load(Ordering::Relaxed) as i64).wrapping_sub(since_requested as i64).max(0);
+        (bytes as u64, requested as u64)
     }
 
     /// A buddy block or run of `bytes` bytes (`requested` asked for) was allocated on `core`.
@@ -267,12 +302,11 @@ impl Counters {
         // Before the totals: a reset that comes after this load sends the next allocation here.
         let resets = self.resets.load(Ordering::Acquire);
         let s = &self.shared;
+        let (slab_bytes, slab_requested) = self.slab_parts(t);
         let total = s.published_total.load(Ordering::Relaxed);
-        let base = total.wrapping_add(s.slab_bytes.load(Ordering::Relaxed)) as i64;
+        let base = total.wrapping_add(slab_bytes) as i64;
         let peak = raise(&s.peak, base.wrapping_add(unpublished));
-        let requested_base =
-            s.published_requested_total.load(Ordering::Relaxed).wrapping_add(s.slab_requested.load(Ordering::Relaxed))
-                as i64;
+        let requested_base = s.published_requested_total.load(Ordering::Relaxed).wrapping_add(slab_requested) as i64;
         let untagged_peak = raise(&s.untagged_peak, requested_base.wrapping_add(untagged));
         let view = &t.view;
         view.room.store(peak.wrapping_sub(base) as u64, Ordering::Relaxed);
@@ -282,7 +316,7 @@ impl Counters {
     }
 
     /// [`Counters::on_free`] in the block `t`, which the calling thread holds.
-    #[inline]
+    #[inline(always)]
     fn count_free(&self, t: &ThreadCounters, core: usize, bytes: usize, requested: usize) {
         ThreadCounters::bump(&t.cores[core].frees, 1);
         let requested_now = ThreadCounters::bump(&t.requested, (requested as u64).wrapping_neg());
@@ -304,12 +338,12 @@ impl Counters {
         if let Some(total) = self.publish(&t.published, now, &s.published_total) {
             let at_least = (total as i64).max(0) as u64;
             let peak = s.peak.fetch_max(at_least, Ordering::AcqRel).max(at_least);
-            let base = total.wrapping_add(s.slab_bytes.load(Ordering::Relaxed));
+            let base = total.wrapping_add(self.slab_parts(t).0);
             t.view.room.store(peak.wrapping_sub(base), Ordering::Relaxed);
             t.view.total.store(total, Ordering::Relaxed);
         }
         if let Some(total) = self.publish(&t.published_requested, requested_now, &s.published_requested_total) {
-            let base = total.wrapping_add(s.slab_requested.load(Ordering::Relaxed));
+            let base = total.wrapping_add(self.slab_parts(t).1);
             t.view.untagged_room.store(s.untagged_peak.load(Ordering::Relaxed).wrapping_sub(base), Ordering::Relaxed);
         }
     }

@@ -59,6 +59,12 @@ pub(crate) struct ThreadCounters {
     pub(crate) published: AtomicU64,
     /// `requested` at the block's last publication.
     pub(crate) published_requested: AtomicU64,
+    /// Bytes (their classes' sizes) of the slab objects freed through this block (wrapping),
+    /// and its values when the slab objects' bytes and their requested bytes were last
+    /// sampled (written by the sampling thread: `Counters::mark_slab_sample`).
+    pub(crate) slab_freed: AtomicU64,
+    pub(crate) slab_freed_at_sample: AtomicU64,
+    pub(crate) slab_freed_at_requested_sample: AtomicU64,
     /// What the thread last read of the shared totals (`counters.rs`).
     pub(crate) view: SharedView,
     /// The thread's free handle slots of the pool.
@@ -116,6 +122,9 @@ impl ThreadCounters {
             requested: AtomicU64::new(0),
             published: AtomicU64::new(0),
             published_requested: AtomicU64::new(0),
+            slab_freed: AtomicU64::new(0),
+            slab_freed_at_sample: AtomicU64::new(0),
+            slab_freed_at_requested_sample: AtomicU64::new(0),
             view: SharedView::new(),
             slots: IndexCache::numbered(index),
         }
