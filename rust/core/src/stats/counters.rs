@@ -316,7 +316,7 @@ impl Counters {
     }
 
     /// [`Counters::on_free`] in the block `t`, which the calling thread holds.
-    #[inline(always)]
+    #[inline]
     fn count_free(&self, t: &ThreadCounters, core: usize, bytes: usize, requested: usize) {
         ThreadCounters::bump(&t.cores[core].frees, 1);
         let requested_now = ThreadCounters::bump(&t.requested, (requested as u64).wrapping_neg());
