@@ -7,10 +7,15 @@
 //! directory of its own (this run holds the lock on the outer one). Where the environment names
 //! one already built, `NPUMEM_C_LIBRARY` (`make test` builds it with `cargo build -p
 //! npumem-capi`, in the target directory that the Rust tests share), that one is copied instead.
+//!
+//! The copy is watched too, so that a wheel never ships a missing or foreign library: cargo reruns
+//! this script when the copy is gone or replaced (`copy` dates it so that it alone does not).
 
 use std::env;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::SystemTime;
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -61,7 +66,26 @@ fn main() {
     copy(&library, &destination);
 }
 
+/// Copy `library` to `destination` and watch the copy. Cargo reruns a build script when a file
+/// it watches is newer than the start of the script's last run, or gone; the copy is dated to the
+/// start of this run, so that it does not rerun this script, while a copy that another build
+/// wrote later (the tests' or another profile's, in a target directory of their own), or any
+/// other file put in its place, does. Cargo records the start in `invoked.timestamp`, beside
+/// `OUT_DIR`; without that file, the library's time or this script's own (built before it ran),
+/// whichever is earlier, stands in: a library that this run built itself is newer than the run.
 fn copy(library: &Path, destination: &Path) {
-    std::fs::copy(library, destination)
+    fs::copy(library, destination)
         .unwrap_or_else(|e| panic!("could not copy {} to {}: {e}", library.display(), destination.display()));
+    let modified = |path: &Path| fs::metadata(path).and_then(|m| m.modified()).ok();
+    let out = env::var_os("OUT_DIR").map(PathBuf::from);
+    let started = out.as_deref().and_then(Path::parent).and_then(|run| modified(&run.join("invoked.timestamp")));
+    let time = started.unwrap_or_else(|| {
+        let script = env::current_exe().ok().and_then(|exe| modified(&exe));
+        [modified(library), script].into_iter().flatten().min().unwrap_or(SystemTime::UNIX_EPOCH)
+    });
+    if let Err(e) = File::options().write(true).open(destination).and_then(|f| f.set_modified(time)) {
+        // Not fatal: the copy is right, only newer than the run, which then reruns every build.
+        println!("cargo:warning=could not date {} back: {e}", destination.display());
+    }
+    println!("cargo:rerun-if-changed={}", destination.display());
 }

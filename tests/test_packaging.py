@@ -1,0 +1,60 @@
+"""How the wheel and the sdist are made: the build script's copy of the C library, which cargo
+watches, and pyproject.toml's packaging settings."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_SCRIPT = ROOT / "rust" / "python" / "build.rs"
+
+
+def test_the_build_script_watches_its_copy_of_the_library_dated_to_its_start(
+    tmp_path: Path,
+) -> None:
+    """Cargo reruns a build script when a file it watches is gone, or newer than the start of the
+    script's last run (`invoked.timestamp`, beside `OUT_DIR`). The copy is watched and dated to
+    that start: an untouched copy leaves the script alone, a deleted or replaced one reruns it."""
+    rustc = shutil.which("rustc")
+    if rustc is None:
+        pytest.skip("no rustc on this machine")
+    script = tmp_path / "build-script"
+    compiled = subprocess.run(
+        [rustc, "--edition", "2021", "-C", "debuginfo=0", "-o", script, BUILD_SCRIPT],
+        capture_output=True,
+        text=True,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    # A workspace of its own: the script copies to <workspace>/python/npumem/.
+    manifest_dir = tmp_path / "rust" / "python"
+    manifest_dir.mkdir(parents=True)
+    (tmp_path / "python" / "npumem").mkdir(parents=True)
+    library = tmp_path / "built" / "libnpumem.so"
+    library.parent.mkdir()
+    library.write_bytes(b"the C library")
+    run = tmp_path / "run"
+    (run / "out").mkdir(parents=True)
+    started = run / "invoked.timestamp"
+    started.write_text("")
+    os.utime(library, ns=(1_700_000_000_000_000_000,) * 2)
+    os.utime(started, ns=(1_700_000_100_123_456_789,) * 2)
+    env = {
+        **os.environ,
+        "CARGO_MANIFEST_DIR": str(manifest_dir),
+        "CARGO_FEATURE_C_LIBRARY": "1",
+        "CARGO_CFG_TARGET_OS": "linux",
+        "OUT_DIR": str(run / "out"),
+        "NPUMEM_C_LIBRARY": str(library),
+    }
+    ran = subprocess.run([script], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    copy = manifest_dir / "../../python/npumem/libnpumem.so"
+    assert copy.read_bytes() == library.read_bytes()
+    assert f"cargo:rerun-if-changed={copy}" in ran.stdout.splitlines()
+    assert f"cargo:rerun-if-changed={library}" in ran.stdout.splitlines()
+    assert copy.stat().st_mtime_ns == started.stat().st_mtime_ns
