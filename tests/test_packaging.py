@@ -4,14 +4,30 @@ watches, and pyproject.toml's packaging settings."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = ROOT / "rust" / "python" / "build.rs"
+
+
+def pyproject() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def tool(name: str) -> str:
+    """The command `name`, from this interpreter's environment first."""
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if found is None:
+        pytest.skip(f"no {name} on this machine")
+    return found
 
 
 def test_the_build_script_watches_its_copy_of_the_library_dated_to_its_start(
@@ -20,9 +36,7 @@ def test_the_build_script_watches_its_copy_of_the_library_dated_to_its_start(
     """Cargo reruns a build script when a file it watches is gone, or newer than the start of the
     script's last run (`invoked.timestamp`, beside `OUT_DIR`). The copy is watched and dated to
     that start: an untouched copy leaves the script alone, a deleted or replaced one reruns it."""
-    rustc = shutil.which("rustc")
-    if rustc is None:
-        pytest.skip("no rustc on this machine")
+    rustc = tool("rustc")
     script = tmp_path / "build-script"
     compiled = subprocess.run(
         [rustc, "--edition", "2021", "-C", "debuginfo=0", "-o", script, BUILD_SCRIPT],
@@ -58,3 +72,13 @@ def test_the_build_script_watches_its_copy_of_the_library_dated_to_its_start(
     assert f"cargo:rerun-if-changed={copy}" in ran.stdout.splitlines()
     assert f"cargo:rerun-if-changed={library}" in ran.stdout.splitlines()
     assert copy.stat().st_mtime_ns == started.stat().st_mtime_ns
+
+
+def test_the_wheel_includes_the_c_library_under_each_platform_s_name() -> None:
+    """Each name under which build.rs writes the C library is in the wheel's `include`: the
+    library is ignored by git, so maturin adds it only as named there."""
+    names = set(re.findall(r'"((?:lib)?npumem\.(?:so|dylib|dll))"', BUILD_SCRIPT.read_text()))
+    assert names == {"libnpumem.so", "libnpumem.dylib", "npumem.dll"}
+    include = pyproject()["tool"]["maturin"]["include"]
+    in_wheel = {entry["path"] for entry in include if entry.get("format") == "wheel"}
+    assert {f"python/npumem/{name}" for name in names} <= in_wheel
