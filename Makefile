@@ -28,8 +28,8 @@ $(PY):
 
 $(PY_DEPS_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "maturin>=1.9,<2.0" \
-	    $$($(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(" ".join(f"\"{d}\"" for d in p["dependencies"] + p["optional-dependencies"]["test"] + p["optional-dependencies"]["dev"]))' | xargs)
+	$(PY) -m pip install --quiet \
+	    $$($(PY) -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); p = t["project"]; print(" ".join(f"\"{d}\"" for d in t["build-system"]["requires"] + p["dependencies"] + p["optional-dependencies"]["test"] + p["optional-dependencies"]["dev"]))' | xargs)
 	touch $@
 
 # The profile is pyproject.toml's (`dist`: release with link-time optimization), as for wheels,
