@@ -82,3 +82,12 @@ def test_the_wheel_includes_the_c_library_under_each_platform_s_name() -> None:
     include = pyproject()["tool"]["maturin"]["include"]
     in_wheel = {entry["path"] for entry in include if entry.get("format") == "wheel"}
     assert {f"python/npumem/{name}" for name in names} <= in_wheel
+
+
+def test_the_license_is_an_spdx_expression_with_its_texts() -> None:
+    """PEP 639: the wheel's metadata says `License-Expression`, and carries the license files."""
+    project = pyproject()["project"]
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    assert project["license"] == cargo["workspace"]["package"]["license"] == "MIT OR Apache-2.0"
+    assert project["license-files"] == ["LICENSE-MIT", "LICENSE-APACHE"]
+    assert all((ROOT / name).is_file() for name in project["license-files"])
