@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,26 @@ def test_the_license_is_an_spdx_expression_with_its_texts() -> None:
     assert project["license"] == cargo["workspace"]["package"]["license"] == "MIT OR Apache-2.0"
     assert project["license-files"] == ["LICENSE-MIT", "LICENSE-APACHE"]
     assert all((ROOT / name).is_file() for name in project["license-files"])
+
+
+def test_the_sdist_builds_with_its_cargo_lock(tmp_path: Path) -> None:
+    """The sdist's workspace is the checkout's, so its Cargo.lock still matches and a build with
+    `--locked` (cargo resolves the workspace first, as `cargo metadata` does here) goes through."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the sdist holds the files that git tracks")
+    maturin, cargo = tool("maturin"), tool("cargo")
+    made = subprocess.run(
+        [maturin, "sdist", "--out", tmp_path], cwd=ROOT, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    [sdist] = tmp_path.glob("npumem-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path, filter="data")
+    [unpacked] = (path for path in tmp_path.iterdir() if path.is_dir())
+    locked = subprocess.run(
+        [cargo, "metadata", "--locked", "--format-version", "1"],
+        cwd=unpacked,
+        capture_output=True,
+        text=True,
+    )
+    assert locked.returncode == 0, locked.stderr
