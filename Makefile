@@ -59,6 +59,14 @@ develop: $(BUILD_STAMP) ## Build the Rust extension (release, link-time optimize
 .PHONY: develop-test
 develop-test: $(TEST_BUILD_STAMP) ## Build the extension as the tests use it (release, sharing the Rust tests' build) into .venv
 
+# The sdist, then the wheel built from it (maturin unpacks it in a temporary folder), with the
+# crates of Cargo.lock (`--locked`). The profile is pyproject.toml's (`dist`: link-time
+# optimized, no debug information), which `maturin build --release` would replace; the target
+# directory is `make develop`'s, which has the dependencies built for that profile.
+.PHONY: wheel
+wheel: $(PY_DEPS_STAMP) ## Build the wheel and the sdist into dist/ (link-time optimized, no debug information)
+	$(BIN)/maturin build --locked --sdist --out dist --target-dir target/extension
+
 .PHONY: demo
 demo: develop ## Run the main job: the built-in demo workload (npumem demo)
 	$(BIN)/npumem demo

@@ -115,3 +115,16 @@ def test_the_sdist_builds_with_its_cargo_lock(tmp_path: Path) -> None:
         text=True,
     )
     assert locked.returncode == 0, locked.stderr
+
+
+def test_make_wheel_keeps_pyproject_s_profile() -> None:
+    """`make wheel` builds with the `dist` profile (link-time optimized, no debug information),
+    which `--release` or `--profile` would replace."""
+    make = tool("make")
+    planned = subprocess.run(
+        [make, "-n", "wheel"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    [build] = [line for line in planned.splitlines() if "maturin build" in line]
+    assert "--sdist" in build.split() and "--locked" in build.split()
+    assert "--out dist" in build
+    assert "--release" not in build and "--profile" not in build
