@@ -8,8 +8,11 @@
 //! one already built, `NPUMEM_C_LIBRARY` (`make test` builds it with `cargo build -p
 //! npumem-capi`, in the target directory that the Rust tests share), that one is copied instead.
 //!
-//! The copy is watched too, so that a wheel never ships a missing or foreign library: cargo reruns
-//! this script when the copy is gone or replaced (`copy` dates it so that it alone does not).
+//! The copy is watched too, so that a wheel built in the checkout does not ship a missing or
+//! stale library: cargo reruns this script when the copy is gone or newer than the script's last
+//! run, as another build's copy is (`copy` dates its own so that it alone does not). A file put
+//! there with an older date kept (`cp -p`) goes unnoticed; `make wheel` builds from the sdist,
+//! in a folder of its own, and never reads this copy.
 
 use std::env;
 use std::fs::{self, File};
@@ -41,7 +44,7 @@ fn main() {
     }
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let target_dir = out.join("capi-target");
-    let profile = env::var("PROFILE").unwrap_or_else(|_| "release".into());
+    let profile = profile_dir(&out);
     let (target, host) = (env::var("TARGET").unwrap_or_default(), env::var("HOST").unwrap_or_default());
     let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cargo
@@ -52,8 +55,8 @@ fn main() {
         // The shipped library carries no debug information.
         .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo");
-    if profile == "release" {
-        cargo.arg("--release");
+    if profile != "debug" {
+        cargo.args(["--profile", &profile]);
     }
     let mut built = target_dir.clone();
     if !target.is_empty() && target != host {
@@ -62,8 +65,20 @@ fn main() {
     }
     let status = cargo.status().expect("could not run cargo to build the C library");
     assert!(status.success(), "building the C library (npumem-capi) failed: {status}");
-    let library = built.join(if profile == "release" { "release" } else { "debug" }).join(name);
+    let library = built.join(&profile).join(name);
     copy(&library, &destination);
+}
+
+/// The profile this build runs under, by the name of its output folder: `OUT_DIR` is
+/// `<target>/[<triple>/]<profile>/build/<package>-<hash>/out`, and the folder of the `dev`
+/// profile is `debug`. (`PROFILE` names only `release` or `debug`: a wheel's `dist` profile,
+/// link-time optimized, reads `release` there.) The C library is built with the same profile.
+fn profile_dir(out: &Path) -> String {
+    let from_path = out.ancestors().nth(3).and_then(Path::file_name).and_then(|name| name.to_str());
+    match from_path {
+        Some(name) if !name.is_empty() => name.to_owned(),
+        _ => env::var("PROFILE").unwrap_or_else(|_| "release".into()),
+    }
 }
 
 /// Copy `library` to `destination` and watch the copy. Cargo reruns a build script when a file
