@@ -106,6 +106,32 @@ def test_copy_on_write_byte_for_byte(capacity: int | None) -> None:
     assert c.stats().copies == 1
 
 
+@pytest.mark.parametrize("capacity", [64, None])
+def test_a_page_other_sequences_hold_is_not_written(capacity: int | None) -> None:
+    c = make_cache(capacity_tokens=capacity)
+    c.add_sequence(0, num_tokens=6)  # page 0 full, page 1 half full
+    page0, page1 = bytes(range(c.page_bytes)), bytes(reversed(range(c.page_bytes)))
+    c.write_page(0, 0, page0)
+    c.write_page(0, 1, page1)
+    c.fork(0, 1)
+    c.fork(0, 2)
+    before = (c.pages(), c.stats())
+    for seq, index in ((1, 0), (0, 0), (2, 1), (0, 1)):
+        with pytest.raises(npumem.InvalidArgumentError, match="shared with 2 other sequence"):
+            c.write_page(seq, index, b"\xee" * 4, at=4)
+    assert (c.pages(), c.stats()) == before
+    assert all(c.read_page(s, 0) == page0 and c.read_page(s, 1) == page1 for s in (0, 1, 2))
+    c.append(1)  # the shared last page is copied first: the copy is sequence 1's alone
+    c.write_page(1, 1, b"\xff" * 16, at=2 * c.bytes_per_token)
+    assert c.read_page(0, 1) == page1 == c.read_page(2, 1)
+    with pytest.raises(npumem.InvalidArgumentError, match="shared with 1 other sequence"):
+        c.write_page(2, 1, b"\xee")  # still held by sequences 0 and 2
+    c.free_sequence(0)
+    c.free_sequence(2)
+    c.write_page(1, 0, page1)  # sequence 1 is the last holder of page 0: its own now
+    assert c.read_page(1, 0) == page1
+
+
 def test_device_pool_copies_through_the_mover() -> None:
     pool = npumem.Pool(4 << 20, cores=1, backing="none")
     copies: list[list[tuple[int, int, int]]] = []

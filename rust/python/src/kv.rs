@@ -1077,9 +1077,22 @@ impl PagedKV {
             ));
         }
         let core = &self.core;
-        // Under the state mutex, as `read_page`: never into a page the sequence gave up.
+        // Under the state mutex, as `read_page`: never into a page the sequence gave up, and
+        // never into a page that other sequences hold too, whose bytes are theirs as well (full
+        // pages never change; `append` gives a sequence its own copy of a shared last page).
         self.with_source(py, |t, s| -> PyResult<()> {
             let (handle, base) = s.locate(t, seq, index)?;
+            let page = t.pages(seq).map_err(refusal)?[index as usize];
+            let others = t.refs(page).saturating_sub(1);
+            if others > 0 {
+                return Err(error(
+                    ErrorClass::InvalidArgument,
+                    format!(
+                        "page {index} of sequence {seq} is shared with {others} other sequence(s): \
+                         writing it would change theirs too (append copies a shared last page first)"
+                    ),
+                ));
+            }
             without_gil(py, || core.write(handle, base + at, &data))
         })?
     }
