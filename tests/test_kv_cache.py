@@ -457,6 +457,71 @@ def test_sequences_evicted_during_a_batch_drop_out_of_it() -> None:
     assert c.stats().evictions == 2
 
 
+def beams_sharing_a_half_full_page(capacity: int) -> KVCache:
+    """Beams 0, 1 and 2 share a full page and a half-full one; sequence 9 holds two full
+    pages; one page of the reservation is free."""
+    c = make_cache(capacity_tokens=capacity)  # capacity / 4 pages
+    c.add_sequence(0, num_tokens=6)
+    c.fork(0, 1)
+    c.fork(0, 2)
+    c.add_sequence(9, num_tokens=8)
+    c.add_sequence(10, num_tokens=4 * (capacity // 4 - 5))
+    assert c.stats().pages_free == 1
+    return c
+
+
+def test_on_evict_is_told_the_pages_a_batch_takes() -> None:
+    c = beams_sharing_a_half_full_page(capacity=24)
+    asked: list[int] = []
+    c.on_evict = lambda pages_needed: asked.append(pages_needed) or False
+    before = (c.pages(), c.stats())
+    with pytest.raises(npumem.OutOfMemoryError, match="needs 2 page"):
+        c.append_many([0, 1, 2])  # two copies: the last beam appends in place
+    assert asked == [2]
+    assert (c.pages(), c.stats()) == before
+
+
+def test_a_preempted_beam_that_frees_no_page_still_shrinks_the_batch() -> None:
+    """Beam 2 holds only pages that beams 0 and 1 hold too: freeing it frees no page, but the
+    batch then needs one copy instead of two, which the free page covers."""
+    c = beams_sharing_a_half_full_page(capacity=24)
+
+    def preempt(_: int) -> bool:
+        c.free_sequence(2)
+        return True
+
+    c.on_evict = preempt
+    c.append_many([0, 1, 2])
+    assert c.sequences() == [0, 1, 9, 10]
+    assert [c.num_tokens(s) for s in (0, 1)] == [7, 7]
+    assert c.stats().copies == 1 and c.stats().evictions == 1
+
+
+@pytest.mark.parametrize("capacity", [64, None], ids=["reserved", "on-demand"])
+def test_a_mover_that_raises_memory_error_calls_no_on_evict(capacity: int | None) -> None:
+    """Only a shortage of pages calls `on_evict`: a device copy that fails with a MemoryError
+    fails the call as it is, and nothing changes."""
+    pool = npumem.Pool(4 << 20, cores=1, chunk_size=1 << 20, backing="none")
+    moves: list[object] = []
+    evicted: list[int] = []
+
+    def mover(transfers: object) -> None:
+        moves.append(transfers)
+        raise MemoryError("the device copy failed")
+
+    c = KVCache(pool, page_tokens=4, capacity_tokens=capacity, mover=mover, **SHAPE)
+    c.add_sequence(0, num_tokens=6)
+    c.fork(0, 1)
+    c.add_sequence(5, num_tokens=4)
+    c.on_evict = lambda n: evicted.append(n) or (c.free_sequence(5) if 5 in c else None) or True
+    before = (c.pages(), c.stats())
+    with pytest.raises(MemoryError, match="the device copy failed") as raised:
+        c.append(1)
+    assert not isinstance(raised.value, npumem.OutOfMemoryError)
+    assert len(moves) == 1 and evicted == []
+    assert (c.pages(), c.stats()) == before and c.sequences() == [0, 1, 5]
+
+
 @pytest.mark.parametrize("capacity", [256, None], ids=["reserved", "on-demand"])
 def test_pages_count_under_the_cache_tag(capacity: int | None) -> None:
     """The cache's blocks count under its tag in `by_tag`, from the first page to the close, and

@@ -376,6 +376,9 @@ struct Source<'a, 'py> {
     py: Python<'py>,
     kv: &'a PagedKV,
     pages: &'a mut Pages,
+    /// Set when `take` found too few pages: the error the call then returns is the shortage
+    /// that `on_evict` may relieve (a mover's own `MemoryError` is not).
+    short: bool,
 }
 
 impl Source<'_, '_> {
@@ -463,7 +466,10 @@ impl PageSource for Source<'_, '_> {
 
     fn take(&mut self, count: usize, out: &mut Vec<u32>) -> PyResult<()> {
         if let Pages::Reserved { free, .. } = &mut *self.pages {
-            return free.take(count, out).map_err(|e| out_of_pages(self.py, e.needed, e.free, &self.kv.geometry));
+            return free.take(count, out).map_err(|e| {
+                self.short = true;
+                out_of_pages(self.py, e.needed, e.free, &self.kv.geometry)
+            });
         }
         let start = out.len();
         for _ in 0..count {
@@ -485,6 +491,7 @@ impl PageSource for Source<'_, '_> {
                     for page in taken {
                         self.give_back(page);
                     }
+                    self.short = err.is_instance_of::<PyMemoryError>(self.py);
                     return Err(err);
                 }
             }
@@ -692,10 +699,10 @@ impl PagedKV {
             let (err, pages_needed, in_use) = {
                 let mut guard = self.lock(py)?;
                 let state = &mut *guard;
-                let mut source = Source { py, kv: self, pages: &mut state.pages };
+                let mut source = Source { py, kv: self, pages: &mut state.pages, short: false };
                 match op(&mut state.table, &mut source, retry) {
                     Ok(value) => return Ok(value),
-                    Err(KvError::Source(err)) if err.is_instance_of::<PyMemoryError>(py) => {
+                    Err(KvError::Source(err)) if source.short => {
                         let pages_needed = needed(&state.table).unwrap_or(0);
                         (err, pages_needed, state.table.counts().pages_in_use)
                     }
@@ -715,9 +722,14 @@ impl PagedKV {
             retry = true;
             let mut state = self.lock(py)?;
             state.evictions += 1;
-            if state.table.counts().pages_in_use >= in_use {
-                // The callback freed no page of the cache. Pages on demand may have found room
-                // elsewhere in the pool (a compaction): a few such tries, then give up.
+            // The callback made progress when it freed a page of the cache, or when the call
+            // needs fewer pages now: a sequence it freed drops out of a batch, and a shared page
+            // that lost holders may no longer need copying.
+            let progress =
+                state.table.counts().pages_in_use < in_use || needed(&state.table).is_ok_and(|now| now < pages_needed);
+            if !progress {
+                // Pages on demand may have found room elsewhere in the pool (a compaction): a
+                // few such tries, then give up.
                 idle += 1;
                 if matches!(state.pages, Pages::Reserved { .. }) || idle > MAX_IDLE_EVICTIONS {
                     return Err(err);
@@ -752,7 +764,7 @@ impl PagedKV {
     ) -> PyResult<T> {
         let mut guard = self.lock(py)?;
         let state = &mut *guard;
-        let mut source = Source { py, kv: self, pages: &mut state.pages };
+        let mut source = Source { py, kv: self, pages: &mut state.pages, short: false };
         Ok(work(&mut state.table, &mut source))
     }
 }
@@ -979,7 +991,7 @@ impl PagedKV {
         let mut kept: Vec<usize> = Vec::new();
         self.with_pages(
             py,
-            |t| Ok(seqs.iter().enumerate().map(|(i, &s)| t.pages_to_append::<PyErr>(s, tokens(i)).unwrap_or(0)).sum()),
+            |t| Ok(t.pages_to_append_many(seqs.iter().copied(), tokens)),
             |t, s, retry| {
                 if !retry {
                     return t.append_many(seqs.iter().copied(), tokens, s);
@@ -1053,7 +1065,8 @@ impl PagedKV {
     }
 
     /// Write `data` into page `index` of `seq_id` from byte `at` (pools with host memory). A
-    /// shared page is shared: every sequence that holds it sees the bytes.
+    /// page that other sequences hold too is refused (`InvalidArgumentError`, nothing written):
+    /// its bytes are theirs as well; `append` gives a sequence its own copy of a shared last page.
     #[pyo3(signature = (seq_id, index, data, *, at = None))]
     fn write_page(
         &self,
@@ -1162,7 +1175,7 @@ impl PagedKV {
         let (counts, free, evictions) = {
             let mut guard = self.lock(py)?;
             let state = &mut *guard;
-            let source = Source { py, kv: self, pages: &mut state.pages };
+            let source = Source { py, kv: self, pages: &mut state.pages, short: false };
             (state.table.counts(), source.available(), state.evictions)
         };
         let g = &self.geometry;
@@ -1212,7 +1225,7 @@ impl PagedKV {
             Err(err) => return Err(err),
         };
         let state = &mut *guard;
-        let mut source = Source { py, kv: self, pages: &mut state.pages };
+        let mut source = Source { py, kv: self, pages: &mut state.pages, short: false };
         state.table.clear(&mut source);
         if let Pages::Reserved { block, .. } = state.pages {
             self.free_block(block);

@@ -165,6 +165,29 @@ impl PageTable {
         Ok(g.fresh + usize::from(g.copy))
     }
 
+    /// Pages that growing each sequence of `seqs` by `tokens(i)` tokens takes from the source,
+    /// counted as [`PageTable::append_many`] counts them (the last holder of a shared page in
+    /// the batch appends in place). A sequence the table does not hold, or one that could not
+    /// grow that much, counts nothing: this sizes a request, it does not check one.
+    pub fn pages_to_append_many(&self, seqs: impl Iterator<Item = i64>, mut tokens: impl FnMut(usize) -> u64) -> usize {
+        let mut needed = 0;
+        let mut copying: Vec<u32> = Vec::new();
+        for (index, seq) in seqs.enumerate() {
+            let Ok(slot) = self.slot::<()>(seq) else { continue };
+            let Ok(g) = self.growth::<()>(slot, tokens(index)) else { continue };
+            needed += g.fresh;
+            if g.copy {
+                let s = &self.slots[slot as usize];
+                copying.push(s.pages[(s.tokens / self.page_tokens) as usize]);
+            }
+        }
+        copying.sort_unstable();
+        for group in copying.chunk_by(|a, b| a == b) {
+            needed += group.len() - usize::from(group.len() as u32 == self.refs[group[0] as usize]);
+        }
+        needed
+    }
+
     #[inline]
     fn hold_fresh(&mut self, page: u32) {
         let i = page as usize;
@@ -518,6 +541,40 @@ mod tests {
     use super::super::error::{KvError, OutOfPages};
     use super::super::source::{FreeList, PageSource};
     use super::PageTable;
+
+    /// `pages_to_append_many` counts what `append_many` then takes, for random batches over
+    /// sequences that fork from each other (shared half-full pages, some holders in the batch).
+    #[test]
+    fn the_count_of_a_batch_is_what_the_batch_takes() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for _ in 0..200 {
+            let mut src = FreeList::new(4096);
+            let mut t = PageTable::new(1 + next(5) as u32);
+            let mut ids: Vec<i64> = vec![0];
+            t.add(0, next(12), &mut src).unwrap();
+            for round in 0..30 {
+                if next(3) == 0 {
+                    let parent = ids[next(ids.len() as u64) as usize];
+                    let child = 1000 + round;
+                    t.fork::<()>(parent, child).unwrap();
+                    ids.push(child);
+                    continue;
+                }
+                let batch: Vec<i64> = ids.iter().copied().filter(|_| next(2) == 0).collect();
+                let tokens: Vec<u64> = batch.iter().map(|_| next(6)).collect();
+                let counted = t.pages_to_append_many(batch.iter().copied(), |i| tokens[i]);
+                let free = src.free();
+                t.append_many(batch.iter().copied(), |i| tokens[i], &mut src).unwrap();
+                assert_eq!(free - src.free(), counted, "batch {batch:?} of {tokens:?}");
+            }
+        }
+    }
 
     #[test]
     fn append_takes_a_page_only_when_the_last_is_full() {
