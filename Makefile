@@ -200,4 +200,4 @@ fmt: $(PY_DEPS_STAMP) ## Format Rust and Python sources in place
 .PHONY: clean
 clean: ## Remove build outputs and the virtual environment
 	cargo clean
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis npumem-demo site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis npumem-demo site dist

@@ -52,7 +52,11 @@ fn main() {
         .args(["build", "--package", "npumem-capi", "--lib", "--locked", "--target-dir"])
         .arg(&target_dir)
         .env_remove("CARGO_TARGET_DIR")
-        // The shipped library carries no debug information.
+        // Its intermediate files too go to that directory: under a build directory of the
+        // outer run's (`build.build-dir`), the inner run would wait for the outer run's lock.
+        .env("CARGO_BUILD_BUILD_DIR", &target_dir)
+        // A library of the release profile (the tests', a wheel's `dist` inherits it) carries
+        // no debug information.
         .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo");
     if profile != "debug" {
@@ -69,15 +73,22 @@ fn main() {
     copy(&library, &destination);
 }
 
-/// The profile this build runs under, by the name of its output folder: `OUT_DIR` is
-/// `<target>/[<triple>/]<profile>/build/<package>-<hash>/out`, and the folder of the `dev`
-/// profile is `debug`. (`PROFILE` names only `release` or `debug`: a wheel's `dist` profile,
-/// link-time optimized, reads `release` there.) The C library is built with the same profile.
+/// The profile this build runs under, by the name of its output folder: `OUT_DIR` lies in
+/// `<profile>/build/` (`<target>/[<triple>/]<profile>/build/<package>-<hash>/out`, or deeper
+/// under `build/` in cargo's newer layouts), and the folder of the `dev` profile is `debug`.
+/// (`PROFILE` names only `release` or `debug`: a wheel's `dist` profile, link-time optimized,
+/// reads `release` there; it stands in when the path has no `build` folder.) The C library is
+/// built with the same profile.
 fn profile_dir(out: &Path) -> String {
-    let from_path = out.ancestors().nth(3).and_then(Path::file_name).and_then(|name| name.to_str());
+    let from_path = out
+        .ancestors()
+        .find(|folder| folder.file_name().is_some_and(|name| name == "build"))
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .and_then(|name| name.to_str());
     match from_path {
-        Some(name) if !name.is_empty() => name.to_owned(),
-        _ => env::var("PROFILE").unwrap_or_else(|_| "release".into()),
+        Some(name) => name.to_owned(),
+        None => env::var("PROFILE").unwrap_or_else(|_| "release".into()),
     }
 }
 
