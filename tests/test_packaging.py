@@ -3,6 +3,7 @@ watches, and pyproject.toml's packaging settings."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -31,20 +32,105 @@ def tool(name: str) -> str:
     return found
 
 
-def test_the_build_script_watches_its_copy_of_the_library_dated_to_its_start(
-    tmp_path: Path,
-) -> None:
-    """Cargo reruns a build script when a file it watches is gone, or newer than the start of the
-    script's last run (`invoked.timestamp`, beside `OUT_DIR`). The copy is watched and dated to
-    that start: an untouched copy leaves the script alone, a deleted or replaced one reruns it."""
+@pytest.fixture(scope="module")
+def build_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """rust/python/build.rs, compiled on its own."""
     rustc = tool("rustc")
-    script = tmp_path / "build-script"
+    script = tmp_path_factory.mktemp("build-script") / "build-script"
     compiled = subprocess.run(
         [rustc, "--edition", "2021", "-C", "debuginfo=0", "-o", script, BUILD_SCRIPT],
         capture_output=True,
         text=True,
     )
     assert compiled.returncode == 0, compiled.stderr
+    return script
+
+
+# Stands in for cargo in the build script's inner run: records its arguments and its build
+# directory, and writes the library where cargo would (`<target-dir>/[<triple>/]<profile>/`).
+FAKE_CARGO = """#!{python}
+import json, os, pathlib, sys
+args = sys.argv[1:]
+value = lambda flag, default=None: args[args.index(flag) + 1] if flag in args else default
+folder = pathlib.Path(value("--target-dir"))
+if "--target" in args:
+    folder /= value("--target")
+folder /= value("--profile", "debug")
+folder.mkdir(parents=True, exist_ok=True)
+(folder / "libnpumem.so").write_text("built with " + " ".join(args))
+record = {{"args": args, "build_dir": os.environ.get("CARGO_BUILD_BUILD_DIR")}}
+pathlib.Path(os.environ["FAKE_CARGO_RECORD"]).write_text(json.dumps(record))
+"""
+
+
+@pytest.mark.parametrize(
+    ("out_dir", "triple", "profile"),
+    [
+        ("target/dist/build/npumem-python-0123/out", None, "dist"),
+        ("target/release/build/npumem-python-0123/out", None, "release"),
+        ("target/debug/build/npumem-python-0123/out", None, None),
+        (
+            "target/aarch64-unknown-linux-gnu/dist/build/npumem-python-0123/out",
+            "aarch64-unknown-linux-gnu",
+            "dist",
+        ),
+        # cargo's newer layout: a folder per package, then one per hash, under `build/`
+        ("build-dir/dist/build/npumem-python/0123/out", None, "dist"),
+    ],
+)
+def test_the_build_script_builds_the_c_library_with_its_own_profile(
+    build_script: Path, tmp_path: Path, out_dir: str, triple: str | None, profile: str | None
+) -> None:
+    """The C library is built with the profile of the extension's build (`dist` for a wheel:
+    link-time optimized), read from the output folder above `build/`, in the build directory
+    of its own inner run, and copied next to the Python sources."""
+    manifest_dir = tmp_path / "rust" / "python"
+    manifest_dir.mkdir(parents=True)
+    (tmp_path / "python" / "npumem").mkdir(parents=True)
+    out = tmp_path / out_dir
+    out.mkdir(parents=True)
+    cargo = tmp_path / "cargo"
+    cargo.write_text(FAKE_CARGO.format(python=sys.executable))
+    cargo.chmod(0o755)
+    record = tmp_path / "record.json"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"NPUMEM_C_LIBRARY", "CARGO_BUILD_BUILD_DIR", "CARGO_TARGET_DIR"}
+    }
+    env |= {
+        "CARGO": str(cargo),
+        "CARGO_MANIFEST_DIR": str(manifest_dir),
+        "CARGO_FEATURE_C_LIBRARY": "1",
+        "CARGO_CFG_TARGET_OS": "linux",
+        "OUT_DIR": str(out),
+        "PROFILE": "release" if profile else "debug",
+        "TARGET": triple or "x86_64-unknown-linux-gnu",
+        "HOST": "x86_64-unknown-linux-gnu",
+        "FAKE_CARGO_RECORD": str(record),
+    }
+    ran = subprocess.run([build_script], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    inner = json.loads(record.read_text())
+    args = inner["args"]
+    assert args[:2] == ["build", "--package"] and "npumem-capi" in args
+    assert ("--profile" in args) == (profile is not None)
+    if profile is not None:
+        assert args[args.index("--profile") + 1] == profile
+    assert (args[args.index("--target") + 1] if "--target" in args else None) == triple
+    target_dir = args[args.index("--target-dir") + 1]
+    assert Path(target_dir).is_relative_to(out) and inner["build_dir"] == target_dir
+    copy = tmp_path / "python" / "npumem" / "libnpumem.so"
+    assert copy.read_text() == "built with " + " ".join(args)
+
+
+def test_the_build_script_watches_its_copy_of_the_library_dated_to_its_start(
+    build_script: Path, tmp_path: Path
+) -> None:
+    """Cargo reruns a build script when a file it watches is gone, or newer than the start of the
+    script's last run (`invoked.timestamp`, beside `OUT_DIR`). The copy is watched and dated to
+    that start: an untouched copy leaves the script alone, a deleted or replaced one reruns it."""
+    script = build_script
     # A workspace of its own: the script copies to <workspace>/python/npumem/.
     manifest_dir = tmp_path / "rust" / "python"
     manifest_dir.mkdir(parents=True)
