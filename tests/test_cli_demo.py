@@ -340,6 +340,26 @@ def test_ctrl_c_while_the_demo_serves_stops_its_workers_at_once() -> None:
     assert served < requests // 4
 
 
+def test_ctrl_c_while_the_demo_starts_its_workers_stops_those_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl-C that comes after the first worker started and before the second did waits
+    until every worker started, and then stops them all before it goes on."""
+    main_thread = threading.main_thread().ident or 0
+
+    class InterruptedAfterFirstStart(threading.Thread):
+        def start(self) -> None:
+            super().start()
+            if self.name == "npumem-demo-worker-0":
+                signal.pthread_kill(main_thread, signal.SIGINT)
+
+    monkeypatch.setattr(threading, "Thread", InterruptedAfterFirstStart)
+    with pytest.raises(KeyboardInterrupt):
+        npumem.workloads.demo.run_demo(requests=20_000, workers=2)
+    workers = [t.name for t in threading.enumerate() if t.name.startswith("npumem-demo-worker")]
+    assert workers == []
+
+
 def test_ctrl_c_while_the_demo_writes_leaves_none_of_its_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,8 @@ default), prints the tiers and the policies compared, and writes the tier snapsh
 
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from monitor_helpers import assert_png
 from npumem.cli import main
 from npumem.tiers.observe import load_tier_snapshot
+from npumem.workloads.tiered import run_tiered_demo
 
 
 def test_demo_with_tiers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,3 +65,25 @@ def test_report_and_plot_read_a_tier_snapshot(
     assert "tier snapshot 'now'" in text and "tier fast[1] (pool 'sram1')" in text
     assert main(["plot", str(path), "-o", str(tmp_path / "tiers.png")]) == 0
     assert_png(tmp_path / "tiers.png")
+
+
+def test_ctrl_c_while_the_tiered_demo_serves_stops_its_workers_at_once() -> None:
+    """Ctrl-C reaches the main thread, which waits for the workers: they stop at their next
+    request and the interrupt goes on, rather than the rest of the requests being served
+    first (the interpreter waits for every worker before it exits)."""
+    requests = 4_000
+    served = 0
+    lock = threading.Lock()
+    before = set(threading.enumerate())
+
+    def on_request() -> None:
+        nonlocal served
+        with lock:
+            served += 1
+            if served == 20:  # Ctrl-C as a terminal sends it, to the main thread
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_tiered_demo(cores=2, requests=requests, compare=(), on_request=on_request)
+    assert [t.name for t in set(threading.enumerate()) - before] == []
+    assert served < requests // 4

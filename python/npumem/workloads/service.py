@@ -35,6 +35,7 @@ import npumem
 from npumem.kv.cache import KVCache
 from npumem.workloads.kv_summary import KVSummary
 from npumem.workloads.models import TEXT_HIDDEN, TEXT_LAYERS, TEXT_VOCAB, Model
+from npumem.workloads.workers import run_workers
 
 __all__ = ["Request", "Service", "SupportsCompact", "make_kv_cache", "make_requests"]
 
@@ -198,16 +199,7 @@ class Service:
             threading.Thread(target=self._worker, args=(i,), name=f"npumem-demo-worker-{i}")
             for i in range(self.workers)
         ]
-        for t in threads:
-            t.start()
-        try:
-            for t in threads:
-                t.join()
-        except BaseException:
-            self._stopping.set()
-            for t in threads:
-                t.join()
-            raise
+        run_workers(threads, self._stopping)
         for inbox in self.inboxes:
             while inbox:
                 inbox.popleft().free()

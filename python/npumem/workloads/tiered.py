@@ -41,6 +41,7 @@ from npumem.tiers.policy import FrequencyPolicy, LRUPolicy, Policy, SizeOnlyPoli
 from npumem.tiers.pool import TieredPool
 from npumem.tiers.report import TierStats
 from npumem.tiers.trace import replay
+from npumem.workloads.workers import run_workers
 
 __all__ = [
     "COLD_ADMIT",
@@ -217,10 +218,13 @@ def run_tiered_demo(
         for k, m in enumerate(models)
     ]
     errors: list[BaseException] = []
+    stop = threading.Event()
 
     def serve(core: int) -> None:
         try:
             for n, (which, batch, prompt, new_tokens) in enumerate(plan[core::cores]):
+                if stop.is_set():
+                    return
                 model = models[which]
                 blocks = weights[which]
                 if model.name == "text":
@@ -250,10 +254,7 @@ def run_tiered_demo(
             errors.append(exc)
 
     threads = [threading.Thread(target=serve, args=(c,)) for c in range(cores)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_workers(threads, stop)
     if errors:
         raise errors[0]
     live = mem.stats()
