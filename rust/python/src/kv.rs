@@ -433,8 +433,8 @@ impl Source<'_, '_> {
         Ok(())
     }
 
-    /// The block and the byte within it where page `index` of `seq` starts.
-    fn locate(&self, table: &PageTable, seq: i64, index: u64) -> PyResult<(Handle, usize)> {
+    /// The block and the byte within it where page `index` of `seq` starts, and the page.
+    fn locate(&self, table: &PageTable, seq: i64, index: u64) -> PyResult<(Handle, usize, u32)> {
         let pages = table.pages(seq).map_err(refusal)?;
         let Some(&page) = usize::try_from(index).ok().and_then(|i| pages.get(i)) else {
             return Err(error(
@@ -443,8 +443,8 @@ impl Source<'_, '_> {
             ));
         };
         Ok(match &*self.pages {
-            Pages::Reserved { block, .. } => (*block, page as usize * self.kv.geometry.page_bytes),
-            Pages::OnDemand { handles, .. } => (handles[page as usize].expect("a held page has a block"), 0),
+            Pages::Reserved { block, .. } => (*block, page as usize * self.kv.geometry.page_bytes, page),
+            Pages::OnDemand { handles, .. } => (handles[page as usize].expect("a held page has a block"), 0, page),
         })
     }
 
@@ -1055,7 +1055,7 @@ impl PagedKV {
         // Under the state mutex: a free of the sequence on another thread cannot give the page
         // to someone else in between.
         let bytes = self.with_source(py, |t, s| -> PyResult<Vec<u8>> {
-            let (handle, at) = s.locate(t, seq, index)?;
+            let (handle, at, _) = s.locate(t, seq, index)?;
             without_gil(py, || {
                 let mut out = vec![0u8; page];
                 core.read(handle, at, &mut out).map(|()| out)
@@ -1094,8 +1094,7 @@ impl PagedKV {
         // never into a page that other sequences hold too, whose bytes are theirs as well (full
         // pages never change; `append` gives a sequence its own copy of a shared last page).
         self.with_source(py, |t, s| -> PyResult<()> {
-            let (handle, base) = s.locate(t, seq, index)?;
-            let page = t.pages(seq).map_err(refusal)?[index as usize];
+            let (handle, base, page) = s.locate(t, seq, index)?;
             let others = t.refs(page).saturating_sub(1);
             if others > 0 {
                 return Err(error(
