@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NoReturn, Protocol, runtime_checkable
 
 import npumem
@@ -195,11 +196,10 @@ class Service:
         goes on, without the rest of the queue served first."""
         self.kv.add_sequence(SYSTEM_PROMPT, SYSTEM_PROMPT_TOKENS)
         self.kv.write_page(SYSTEM_PROMPT, 0, bytes([_MARK]))
-        threads = [
-            threading.Thread(target=self._worker, args=(i,), name=f"npumem-demo-worker-{i}")
-            for i in range(self.workers)
-        ]
-        run_workers(threads, self._stopping)
+        run_workers(
+            [(f"npumem-demo-worker-{i}", partial(self._worker, i)) for i in range(self.workers)],
+            self._stopping,
+        )
         for inbox in self.inboxes:
             while inbox:
                 inbox.popleft().free()

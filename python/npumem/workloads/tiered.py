@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from rich import box
@@ -253,8 +254,7 @@ def run_tiered_demo(
         except BaseException as exc:  # reported after the join
             errors.append(exc)
 
-    threads = [threading.Thread(target=serve, args=(c,)) for c in range(cores)]
-    run_workers(threads, stop)
+    run_workers([(f"npumem-tiers-worker-{c}", partial(serve, c)) for c in range(cores)], stop)
     if errors:
         raise errors[0]
     live = mem.stats()

@@ -5,30 +5,49 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 __all__ = ["run_workers"]
 
 
-def run_workers(threads: Sequence[threading.Thread], stop: threading.Event) -> None:
-    """Start `threads` and wait for each to end. An exception raised in the calling thread
-    meanwhile (Ctrl-C, or SIGTERM through its handler) sets `stop`, which the workers check
-    between their steps, waits for every thread started, then goes on. SIGINT and SIGTERM
-    are held while the threads start, so that none comes between two starts."""
-    started: list[threading.Thread] = []
+def run_workers(workers: Sequence[tuple[str, Callable[[], object]]], stop: threading.Event) -> None:
+    """Run each `(name, work)` of `workers` in a thread of that name and wait for all of them.
+    An exception raised in the calling thread meanwhile (Ctrl-C, or SIGTERM through its
+    handler) sets `stop`, which the work checks between its steps, waits for every thread
+    started, then goes on. SIGINT and SIGTERM are held while the threads start, so that none
+    comes between two starts.
+
+    The wait is on an event each thread sets as its work ends, never on `Thread.join`: a
+    `join` that an exception interrupts may take its thread for ended while it still runs
+    (CPython 3.11), and the next `join` then returns at once."""
+    done: list[threading.Event] = []
+    threads: list[threading.Thread] = []
+
+    def body(work: Callable[[], object], ended: threading.Event) -> None:
+        try:
+            work()
+        finally:
+            ended.set()
+
     try:
         with _stop_signals_held():
-            for t in threads:
-                t.start()
-                started.append(t)
-        for t in started:
-            t.join()
+            for name, work in workers:
+                ended = threading.Event()
+                thread = threading.Thread(target=body, args=(work, ended), name=name)
+                thread.start()
+                done.append(ended)
+                threads.append(thread)
+        for ended in done:
+            ended.wait()
     except BaseException:
         stop.set()
-        for t in started:
-            t.join()
+        for ended in done:
+            ended.wait()
         raise
+    finally:
+        for thread in threads:
+            thread.join()  # each has ended its work: this only waits for its last steps
 
 
 @contextmanager
