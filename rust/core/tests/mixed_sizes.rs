@@ -111,6 +111,59 @@ fn waste_is_at_most_a_sixteenth_from_4_kib_up() {
     }
 }
 
+/// The 17/16 bound from 4 KiB up is no property of the default configuration alone: with
+/// chunks of 512 KiB to 8 MiB, banks of 4 KiB to 256 KiB, smallest blocks of 64 and 256 B and
+/// a default alignment of 64 B or 4 KiB, every size on a log grid (24 steps per doubling) up to
+/// 24 chunks, next to powers of two and their trimming granules, and next to chunk multiples,
+/// reserves at most 17/16 of what it asks for plus the bank slack.
+#[test]
+fn waste_is_at_most_a_sixteenth_in_every_geometry() {
+    for chunk in [MIB / 2, MIB, 8 * MIB] {
+        for bank in [4 * KIB, 64 * KIB, 256 * KIB] {
+            for (min_block, alignment) in [(64, 64), (256, 4 * KIB)] {
+                let capacity = 24 * chunk;
+                let config = PoolConfig::new(capacity)
+                    .chunk_size(chunk)
+                    .bank_size(bank)
+                    .min_block(min_block)
+                    .alignment(alignment)
+                    .backing(Backing::None)
+                    .cores(2);
+                let p = Pool::new(config).unwrap();
+                let geometry = format!("chunk {chunk}, bank {bank}, min block {min_block}, alignment {alignment}");
+                let mut sizes = Vec::new();
+                let mut x = (4 * KIB) as f64;
+                while x <= capacity as f64 {
+                    sizes.push(x as usize);
+                    x *= 2f64.powf(1.0 / 24.0);
+                }
+                for shift in 12..usize::BITS - capacity.leading_zeros() {
+                    let p = 1usize << shift;
+                    sizes.extend([p - 1, p, p + 1, p + p / 32 + 1, p + p / 16 + 1, p - p / 32 + 1]);
+                }
+                for k in 1..=capacity / chunk {
+                    let c = k * chunk;
+                    sizes.extend([c - 1, c, c + 1, c + 4 * KIB + 1, c + chunk / 32 + 1, c + chunk / 4 + 1]);
+                }
+                sizes.retain(|&s| (4 * KIB..=capacity).contains(&s));
+                sizes.sort_unstable();
+                sizes.dedup();
+                for size in sizes {
+                    let h = p.alloc(size, None, 0).unwrap_or_else(|e| panic!("{geometry}: {size} bytes: {e}"));
+                    let reserved = p.block(h).unwrap().block_bytes;
+                    assert!(
+                        reserved >= size && reserved <= size + size / 16 + bank_slack(reserved, bank),
+                        "{geometry}: {size} bytes reserve {reserved}"
+                    );
+                    p.free(h).unwrap();
+                }
+                p.check().unwrap();
+                assert_eq!(p.stats().bytes_in_use, 0, "{geometry}");
+            }
+        }
+    }
+}
+
 /// The share of the arena requested when the first allocation fails, filling with random sizes
 /// of `[lo, hi]` and never freeing.
 fn fill(capacity: usize, lo: usize, hi: usize, seed: u64) -> f64 {
