@@ -8,8 +8,9 @@ mod common;
 
 use common::moves::Mover;
 use common::{Rng, MIB};
-use npumem_core::{Backing, Error, Handle, Placement, Pool, PoolConfig};
+use npumem_core::{Backing, CompactionMode, Error, Handle, Placement, Pool, PoolConfig};
 use std::ops::Range;
+use std::time::Duration;
 
 const CHUNK: usize = 2 * MIB;
 
@@ -110,6 +111,57 @@ fn check_the_largest_free_block(seeds: Range<u64>, moves: bool) {
         p.check().unwrap();
     }
     assert!(failures > 100 && checked > 100 && seen > 0, "{failures} failures, {checked} checked");
+}
+
+/// A compaction gives the places its moves leave back on a paused pool without telling the
+/// searches of each release, then announces each chunk it released in once. After every step,
+/// incremental (64 KiB to 64 MiB a step) or full, in random histories of sizes from 1 B to 4 MiB
+/// (one in four aligned to 64 B to 1 MiB) filled until they fail and half freed, the figure is
+/// exact ([`assert_exact`]): the chunks the moves released in serve it, also from the free end
+/// of one chunk into the free start of the next.
+#[test]
+fn the_largest_free_block_holds_after_compaction_steps() {
+    let mut seen = Exactness::default();
+    for seed in 0..24u64 {
+        let cores = 1 + seed as usize % 2;
+        let capacity = [16, 24, 48][seed as usize % 3] * MIB;
+        let p = Pool::new(PoolConfig::new(capacity).cores(cores).backing(Backing::None)).unwrap();
+        let mut rng = Rng(0xC0_4FAC7 + seed * 131);
+        let mut held: Vec<Handle> = Vec::new();
+        for round in 0..8 {
+            let mut misses = 0;
+            while misses < 3 {
+                let size = rng.size(1, 4 * MIB);
+                let align = (rng.next() % 4 == 0).then(|| 64usize << (rng.next() % 15));
+                match p.alloc(size, align, 0) {
+                    Ok(h) => held.push(h),
+                    Err(Error::OutOfMemory { .. }) => misses += 1,
+                    Err(e) => panic!("seed {seed}, round {round}: {size} B aligned to {align:?}: {e}"),
+                }
+            }
+            held.retain(|&h| {
+                let keep = rng.next() % 2 == 0;
+                if !keep {
+                    p.free(h).unwrap();
+                }
+                keep
+            });
+            let mode = match rng.next() % 4 {
+                0 => CompactionMode::Full,
+                _ => CompactionMode::Incremental { max_bytes: (64 << 10) << (rng.next() % 11) },
+            };
+            let token = p.pause(Duration::from_secs(30)).unwrap();
+            p.compact_step(&token, &mode, None).unwrap();
+            p.resume(&token).unwrap();
+            assert_exact(&p, &mut seen, false, &format!("seed {seed}, round {round}, after {mode:?}"));
+            p.check().unwrap();
+        }
+        for h in held {
+            p.free(h).unwrap();
+        }
+        p.check().unwrap();
+    }
+    assert!(seen.refused > 500, "{} requests above the figure refused", seen.refused);
 }
 
 /// Random configurations (chunks of 64 KiB to 4 MiB, a short last chunk or none, one to three

@@ -325,7 +325,11 @@ impl Arena {
     /// every level of it in its owner's level maps, as a reveal does (`reveal.rs`). Setting a
     /// level's bit is always safe: a search that finds nothing there hides it again. Once per
     /// chunk this costs a few stores, where announcing each release costs a climb of the tree.
+    /// The releases' epoch steps did not carry the chunk's stretch memo, which still names the
+    /// longest stretch before them: the chunk is unsure (`stretch_classes.rs`), so that the
+    /// searches through the length classes read its tree instead of passing it over.
     pub(crate) fn announce_chunk(&self, chunk: usize) {
+        self.stretch_classes.mark_unsure(chunk);
         let ChunkState::Core(owner) = self.global.state(chunk) else { return };
         TreeShape::reset_summaries(self.summaries(chunk));
         if self.lines[chunk].space.hidden() != 0 {
@@ -477,7 +481,8 @@ mod tests {
     }
 
     /// A quiet release tells nobody; announcing its chunk afterwards shows every level of it,
-    /// the free half's among them.
+    /// the free half's among them, and makes the chunk unsure: its stretch memo names the
+    /// longest stretch from before the release.
     #[test]
     fn a_chunk_announced_after_quiet_releases_shows_its_largest_free_node() {
         let a = arena();
@@ -497,8 +502,14 @@ mod tests {
         a.buddy_release_quiet(base + half, half).unwrap();
         assert_eq!(a.lines[chunk].space.hidden(), hidden, "a quiet release announces nothing");
         assert!(a.buddy_release_quiet(base + half, half).is_err(), "given back already");
+        assert_eq!(a.stretch_classes.unsure_word(chunk / 64) & 1 << (chunk % 64), 0, "a quiet release tells nothing");
         a.announce_chunk(chunk);
         assert_eq!(a.lines[chunk].space.hidden(), 0, "every level is shown");
+        assert_ne!(
+            a.stretch_classes.unsure_word(chunk / 64) & 1 << (chunk % 64),
+            0,
+            "the memo from before the releases no longer bounds the chunk's stretches"
+        );
         assert_eq!(a.lines[chunk].space.free_units(), a.geometry.usable_units(chunk) / 2);
     }
 
