@@ -142,6 +142,8 @@ fn trim_gives_back_free_regions_except_the_first() {
     })));
     let blocks: Vec<Handle> = (0..6).map(|_| p.alloc(MIB + MIB / 2, None, 0).unwrap()).collect();
     assert_eq!(p.stats().regions, 6);
+    let held = p.stats().bytes_in_use;
+    assert!(held >= 9 * MIB && p.stats().peak_bytes_in_use >= held);
     // Keep the blocks of regions 0 and 3: regions 1, 2, 4, 5 go.
     for (i, &h) in blocks.iter().enumerate() {
         if i != 0 && i != 3 {
@@ -151,6 +153,7 @@ fn trim_gives_back_free_regions_except_the_first() {
     p.trim().unwrap();
     let s = p.stats();
     assert_eq!((s.regions, s.capacity, s.grow_events), (2, 4 * MIB, 5));
+    assert!(s.peak_bytes_in_use >= held, "a trim keeps the peak the regions held: {}", s.peak_bytes_in_use);
     assert_eq!(trimmed.lock().unwrap().len(), 4);
     p.check().unwrap();
     // The offsets of trimmed regions serve again.
@@ -162,6 +165,7 @@ fn trim_gives_back_free_regions_except_the_first() {
     p.free(again).unwrap();
     p.trim().unwrap();
     assert_eq!((p.stats().regions, p.stats().capacity), (1, 2 * MIB), "the first region stays");
+    assert!(p.stats().peak_bytes_in_use >= held);
     p.check().unwrap();
 }
 

@@ -85,8 +85,11 @@ impl Pool {
             bytes_free,
             slab_cached_bytes,
             // The running estimate counts slab objects as of the last sample, so it may pass
-            // what can be in use: never more than the usable capacity.
-            peak_bytes_in_use: (self.counters.sample(bytes_in_use as u64, slab_bytes) as usize).min(usable),
+            // what can be in use: never more than the pool could hold. For a pool that grows
+            // that is its maximum capacity, not its capacity now: a trim that gives regions
+            // back does not lower a peak that the regions held.
+            peak_bytes_in_use: (self.counters.sample(bytes_in_use as u64, slab_bytes) as usize)
+                .min(if self.config.grows() { self.config.limit() } else { usable }),
             requested_bytes_in_use: (totals.requested + slab_requested).max(0) as usize,
             largest_free_block,
             external_fragmentation: if bytes_free == 0 {
