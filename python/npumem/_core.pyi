@@ -609,7 +609,10 @@ class TagStats:
 class CoreStats:
     """One core pool's share of a `PoolStats`. `alloc_count` counts the buddy and global
     allocations made by threads on this core; slab allocations are counted only in
-    `PoolStats.slab_allocs`."""
+    `PoolStats.slab_allocs`. `bytes_in_use` counts the bytes taken inside the core's chunks:
+    its blocks and its slabs whole (free objects and slabs whose objects are all free too,
+    which the pool's `bytes_in_use` leaves out), so the cores' figures may add up to more
+    than the pool's until `Pool.trim()` gives all-free slabs back."""
 
     @property
     def core(self) -> int: ...
@@ -671,7 +674,8 @@ class PoolStats:
     def largest_free_block(self) -> int:
         """The largest request one allocation could get now: a request of this size succeeds
         while nothing else changes the pool, and a larger one fails (but for a free object of a
-        partly used slab of the calling thread's core). A place can hold its largest request
+        partly used slab of the calling thread's core, and in a pool that can grow, which
+        grows for it up to its ``max_capacity``). A place can hold its largest request
         and not every smaller one: a free run and a tail hold only the sizes whose layout has a
         tail there, and a block across the end of a chunk only the sizes that cross it (see
         ``docs/design.md``, "Stats; counters")."""

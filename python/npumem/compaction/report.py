@@ -35,7 +35,9 @@ class CompactionReport:
 
     @property
     def blocks_moved(self) -> int:
-        """Blocks moved, all steps together."""
+        """Block moves, all steps together. A block moved twice counts twice, as its bytes
+        do in `bytes_moved`: a slab object that a full compaction packs into another slab,
+        which then moves whole."""
         return sum(s.blocks for s in self.steps)
 
     @property

@@ -251,15 +251,14 @@ def _history_table(history: Sequence[Sample], alerts: Sequence[Alert]) -> Table:
     return t
 
 
-def _slab_line(snap: Snapshot, s: Mapping[str, Any]) -> str:
-    """Slab space without live objects, split as the stats count it."""
-    total = snap.bytes_in_slab_caches
-    cached = min(int(s.get("slab_cached_bytes", 0)), total)
-    empty = total - cached
+def _slab_line(snap: Snapshot) -> str:
+    """Slab space without live objects: the unused bytes of slabs that hold objects (the
+    snapshot's `slab_cached`, what `slab_cached_bytes` counts). A slab whose objects are all
+    free is free space, inside the free runs."""
     return (
-        f"slab space without live objects: {format_bytes(total)} = {format_bytes(cached)} in "
-        f"slabs that hold objects (cached in slabs) + {format_bytes(empty)} in empty slabs "
-        "(counted as free: an allocation takes them back)"
+        f"slab space without live objects: {format_bytes(snap.bytes_in_slab_caches)} in slabs "
+        "that hold objects (cached in slabs); slabs whose objects are all free count as free "
+        "space (an allocation takes them back)"
     )
 
 
@@ -293,7 +292,7 @@ def render_report(
         if snapshot.blocks:
             console.print(_by_tag_table(snapshot, top))
         if snapshot.slab_cached:
-            console.print(_slab_line(snapshot, s))
+            console.print(_slab_line(snapshot))
         if snapshot.untracked:
             n = sum(e.length for e in snapshot.untracked)
             console.print(f"untracked allocated bytes (raw API): {format_bytes(n)}")

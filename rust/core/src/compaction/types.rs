@@ -79,7 +79,8 @@ pub struct PlannedMove {
 pub struct CompactionPlan {
     /// Every move, in the order the batches would run them.
     pub moves: Vec<PlannedMove>,
-    /// Blocks it would move.
+    /// Block moves it would make (a block moved twice counts twice, as in
+    /// [`StepReport::blocks`]).
     pub blocks: usize,
     /// Bytes it would copy.
     pub bytes: usize,
@@ -101,7 +102,8 @@ pub struct CompactionPlan {
 /// What a compaction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepReport {
-    /// Blocks moved.
+    /// Block moves: a block moved twice counts twice (a slab object that a full compaction
+    /// packs into another slab, which then moves whole), as its bytes count twice in `bytes`.
     pub blocks: usize,
     /// Bytes copied.
     pub bytes: usize,

@@ -41,9 +41,11 @@ macro_rules! core_stats_fields {
             core: usize,
             /// Chunks it owns now.
             chunks: usize,
-            /// Bytes of blocks inside its chunks.
+            /// Bytes taken inside its chunks: its blocks, and its slabs whole (objects in use,
+            /// free objects and slabs whose objects are all free alike, which the pool's
+            /// `bytes_in_use` does not count), cached freed blocks left out.
             bytes_in_use: usize,
-            /// Free bytes inside its chunks.
+            /// Free bytes inside its chunks, cached freed blocks included.
             bytes_free: usize,
             /// Allocations made by threads on this core.
             alloc_count: u64,
