@@ -164,6 +164,31 @@ fn the_largest_free_block_holds_after_compaction_steps() {
     assert!(seen.refused > 500, "{} requests above the figure refused", seen.refused);
 }
 
+/// With a default alignment above the smallest block, every place the figure counts starts on
+/// it: holes between blocks spaced by an alignment above the bank, holes below it with no slab
+/// classes, and the free end of a chunk after one small block (its front starts on the
+/// alignment, not on the next bank).
+#[test]
+fn the_largest_free_block_starts_on_the_default_alignment() {
+    let mut seen = Exactness::default();
+    let configs = [
+        (PoolConfig::new(4 * MIB).alignment(16 << 10), 8 << 10),
+        (PoolConfig::new(4 * MIB).alignment(1024).slab_sizes(Vec::new()), 512),
+    ];
+    for (config, size) in configs {
+        let what = format!("alignment {}, blocks of {size} B", config.alignment);
+        let p = Pool::new(config.backing(Backing::None)).unwrap();
+        while p.alloc(size, None, 0).is_ok() {}
+        assert_exact(&p, &mut seen, true, &what);
+        assert!(p.stats().largest_free_block < size, "{what}: every hole is off the alignment");
+        assert_eq!(p.blocks_available(size), 0, "{what}");
+    }
+    let p = Pool::new(PoolConfig::new(64 * MIB).alignment(16 << 10).backing(Backing::None)).unwrap();
+    let _h = p.alloc(100, None, 0).unwrap();
+    assert_exact(&p, &mut seen, false, "alignment 16 KiB, one small block");
+    assert_eq!(p.stats().largest_free_block, 64 * MIB - (16 << 10));
+}
+
 /// Random configurations (chunks of 64 KiB to 4 MiB, a short last chunk or none, one to three
 /// cores, both placements, runs with and without tails, a core reserve or none, banks of 4 or
 /// 8 KiB or of a whole 64 KiB chunk, units of 64 or 256 B; more of them with `NPUMEM_LARGEST_FREE_SEEDS`) under random
@@ -196,7 +221,14 @@ fn the_largest_free_block_holds_in_random_configurations() {
             false => [4096, 8192][(rng.next() % 2) as usize],
         };
         let min_block = [64, 256][(rng.next() % 2) as usize];
+        // A default alignment above the smallest block in a third of them: every block then
+        // starts on a multiple of it, and so does every place the figure counts.
+        let alignment = match rng.next() % 3 {
+            0 => [128usize, 1024, 4096, 16 << 10, 64 << 10][(rng.next() % 5) as usize].min(chunk),
+            _ => 64,
+        };
         let config = PoolConfig::new(chunks * chunk + short)
+            .alignment(alignment)
             .cores(cores)
             .chunk_size(chunk)
             .placement(placement)
@@ -207,7 +239,7 @@ fn the_largest_free_block_holds_in_random_configurations() {
             .backing(Backing::None);
         let what = format!(
             "seed {seed}: chunks of {chunk} B, {chunks} and {short} B, {cores} cores, {placement:?}, tails {tails}, \
-             reserve {reserve}, banks of {bank_size} B, min_block {min_block}"
+             reserve {reserve}, banks of {bank_size} B, min_block {min_block}, alignment {alignment}"
         );
         let p = Pool::new(config).unwrap_or_else(|e| panic!("{what}: {e}"));
         let bank = p.config().bank_size;
@@ -249,12 +281,12 @@ fn the_largest_free_block_holds_in_random_configurations() {
                         .free_runs
                         .iter()
                         .filter(|e| e.offset / chunk == (e.offset + e.len - 1) / chunk)
-                        .map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank)))
+                        .map(|e| (e.offset + e.len).saturating_sub(e.offset.next_multiple_of(bank.max(alignment))))
                         .max()
                         .unwrap_or(0);
                     assert!(
                         longest.saturating_sub(longest / 16 + bank) <= s.largest_free_block,
-                        "{what}, step {step}: a stretch of {longest} B, {s:?}"
+                        "{what}, step {step}: a stretch of {longest} B from a multiple of the bank and the alignment, {s:?}"
                     );
                     for (want, whose) in [(s.largest_free_block, "statistics"), (largest_free_block, "error")] {
                         if want > 0 {

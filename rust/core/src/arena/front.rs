@@ -364,13 +364,14 @@ impl Arena {
     }
 
     /// The bytes of the free end of the core chunk before free run `run` that a block with a
-    /// front could take (0 without `run_tails`), a run that ends at the arena's end too.
+    /// front at the pool's default alignment could take (0 without `run_tails`), a run that
+    /// ends at the arena's end too.
     pub(crate) fn front_room_before(&self, run: FreeRun) -> usize {
         let g = &self.geometry;
         if !g.tails || run.start == 0 {
             return 0;
         }
-        self.front_start(run.start - 1, g.bank_units)
+        self.front_start(run.start - 1, g.banked_start_units())
             .map_or(0, |start| ((g.units_per_chunk() - start) as usize) << g.unit_shift)
     }
 

@@ -32,6 +32,9 @@ pub(crate) struct Geometry {
     pub(crate) tails: bool,
     /// Units in a bank (at least one): a block larger than a bank starts on a multiple of it.
     pub(crate) bank_units: u64,
+    /// Units of the pool's default alignment (at least one): a request that names none starts
+    /// on a multiple of it. The places that the statistics count hold such requests.
+    pub(crate) align_units: u64,
 }
 
 impl Geometry {
@@ -60,11 +63,18 @@ impl Geometry {
             last_bytes,
             tails: config.run_tails,
             bank_units: ((config.bank_size / min_block) as u64).max(1),
+            align_units: ((config.alignment / min_block) as u64).max(1),
         }
     }
 
     pub(crate) fn units_per_chunk(&self) -> u64 {
         1 << self.depth
+    }
+
+    /// Where a block larger than a bank at the pool's default alignment may start: a multiple
+    /// of this many units (a bank, or the alignment where that is larger).
+    pub(crate) fn banked_start_units(&self) -> u64 {
+        self.bank_units.max(self.align_units)
     }
 
     /// Units of chunk `i` that lie inside the arena.
@@ -251,7 +261,8 @@ impl Geometry {
         let mut best = 0;
         let mut enclosing = 1u64;
         while enclosing <= max_enclosing {
-            let at = from.next_multiple_of(enclosing);
+            // At the default alignment, a block of a smaller node starts on a multiple of it.
+            let at = from.next_multiple_of(enclosing.max(self.align_units));
             let granule = (enclosing >> TRIM_SHIFT).max(1);
             let fits = to.saturating_sub(at).min(enclosing) & !(granule - 1);
             if fits * 2 > enclosing || enclosing == 1 {

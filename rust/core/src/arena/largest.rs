@@ -45,11 +45,11 @@ impl Geometry {
             if to - from > out.banked_block {
                 out.banked_block = out.banked_block.max(self.largest_banked_buddy_in(from, to));
             }
-            let banked = from.next_multiple_of(self.bank_units);
+            let banked = from.next_multiple_of(self.banked_start_units());
             if banked < to {
                 out.longest = out.longest.max(to - banked);
             }
-            let front_start = from.next_multiple_of(granule).next_multiple_of(self.bank_units);
+            let front_start = from.next_multiple_of(granule).next_multiple_of(self.banked_start_units());
             if to == usable && front_start < to {
                 out.at_end = to - front_start;
             }
@@ -75,6 +75,16 @@ impl Geometry {
     /// holds). A run of at most half a chunk (the short last chunk alone) holds a buddy block; a
     /// short last chunk of more than half a chunk, all its bytes.
     pub(crate) fn largest_request_in_run(&self, (start, len): (usize, usize), front: usize, tail_room: u64) -> usize {
+        // A default alignment above a chunk: the run's block starts on a multiple of it, with
+        // no front (a front starts inside a chunk).
+        let align_chunks = (self.align_units >> self.depth).max(1) as usize;
+        let (start, len, front) = match align_chunks {
+            1 => (start, len, front),
+            _ => {
+                let aligned = start.next_multiple_of(align_chunks);
+                (aligned, (start + len).saturating_sub(aligned), 0)
+            }
+        };
         if len == 0 {
             return 0;
         }

@@ -470,6 +470,9 @@ impl Pool {
     #[cold]
     fn largest_free_after_failure(&self, request: Option<&Request>) -> usize {
         let g = &self.arena.geometry;
+        // A stretch counts from a bank boundary; at a default alignment above a bank, a block
+        // starts on the next multiple of the alignment, at most this many units later.
+        let from_aligned = |units: u64| units.saturating_sub(g.banked_start_units() - g.bank_units);
         let mut largest = 0;
         if self.arena.global.has_free() {
             let runs = self.arena.global.free_runs_now();
@@ -477,7 +480,7 @@ impl Pool {
         }
         if let Some(request) = request.filter(|r| r.class.is_none()) {
             if let Layout::Buddy(b) = g.layout(request.size, request.align) {
-                let seen = g.largest_request_in_stretch(STRETCH_SEEN.with(Cell::get));
+                let seen = g.largest_request_in_stretch(from_aligned(STRETCH_SEEN.with(Cell::get)));
                 // A search that ruled every chunk out by its memo read no tree: then the chunks
                 // are read as for a small block.
                 if b.units as usize * g.min_block > self.config.bank_size && seen > 0 {
@@ -489,12 +492,16 @@ impl Pool {
         let node_bytes = |level: u32| (1usize << (g.depth - level)) * g.min_block;
         // A free stretch from a bank boundary holds a node as long as its largest power of two
         // up to a bank, at its start.
-        let node_bytes_within = |units: u64| match units.min(bank) {
+        let node_bytes_within = |units: u64| match from_aligned(units).min(bank) {
             0 => 0,
             u => (1usize << u.ilog2()) * g.min_block,
         };
         let (mut visits, mut reads, mut words) = (LARGEST_VISITS, LARGEST_READS, LARGEST_WORDS);
-        let by_class = g.largest_request_in_stretch(self.arena.longest_stretch_by_class(bank, &mut reads, &mut visits));
+        let by_class = g.largest_request_in_stretch(from_aligned(self.arena.longest_stretch_by_class(
+            bank,
+            &mut reads,
+            &mut visits,
+        )));
         if by_class > 0 {
             return largest.max(by_class);
         }
@@ -520,7 +527,8 @@ impl Pool {
                     };
                     let above = (largest / g.min_block) as u64;
                     if let Some(units) = self.arena.longest_stretch_above(chunk, bank, above, &mut reads) {
-                        largest = largest.max(g.largest_request_in_stretch(units).max(node_bytes_within(units)));
+                        largest = largest
+                            .max(g.largest_request_in_stretch(from_aligned(units)).max(node_bytes_within(units)));
                     }
                     // A free node that no stretch from a bank boundary holds (the rest of a
                     // bank whose start a block larger than a bank took) serves a request of
@@ -529,7 +537,9 @@ impl Pool {
                     if node_bytes(level) > largest && reads > 0 {
                         reads -= 1;
                         let tree = self.arena.tree(chunk);
-                        if let Some(free_level) = self.arena.shape.largest_free_level_with(tree, &|_| false) {
+                        // One smaller than the default alignment may not start on it.
+                        let free_level = self.arena.shape.largest_free_level_with(tree, &|_| false);
+                        if let Some(free_level) = free_level.filter(|&l| (1u64 << (g.depth - l)) >= g.align_units) {
                             largest = largest.max(node_bytes(free_level).min(self.largest_request));
                         }
                     }

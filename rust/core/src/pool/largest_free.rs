@@ -28,9 +28,10 @@ pub(crate) enum Reads {
     Every,
 }
 
-/// The largest aligned power of two of units inside one of `holes` (`[from, to)` in units):
-/// the largest free node of a tree whose free units they are.
-fn largest_node_in(holes: &[(u64, u64)]) -> u64 {
+/// The largest aligned power of two of units inside one of `holes` (`[from, to)` in units)
+/// that starts on a multiple of `align` units: the largest free node of a tree whose free units
+/// they are that a request at that alignment can take.
+fn largest_node_in(holes: &[(u64, u64)], align: u64) -> u64 {
     let mut best = 0u64;
     for &(from, to) in holes {
         let len = to - from;
@@ -40,7 +41,7 @@ fn largest_node_in(holes: &[(u64, u64)]) -> u64 {
         // An aligned node of half the largest power of two within the length always fits.
         let mut units = 1u64 << (63 - len.leading_zeros());
         while units > best {
-            if from.next_multiple_of(units) + units <= to {
+            if from.next_multiple_of(units.max(align)) + units <= to {
                 best = units;
                 break;
             }
@@ -118,9 +119,13 @@ impl<'a> Places<'a> {
             true => {
                 let is_reclaimable = |n: Node| nodes.is_some_and(|ns| ns.contains(&n));
                 let level = pool.arena.shape.largest_free_level_with(pool.arena.tree(chunk), &is_reclaimable);
-                level.map_or(0, |level| 1u64 << (g.depth - level))
+                // A node smaller than the default alignment serves only where it starts on it.
+                match level.map_or(0, |level| 1u64 << (g.depth - level)) {
+                    units if units < g.align_units => largest_node_in(&holes, g.align_units),
+                    units => units,
+                }
             }
-            false => largest_node_in(&holes),
+            false => largest_node_in(&holes, g.align_units),
         };
         let free = g.free_stretches(holes.into_iter(), usable);
         self.read.insert(chunk, free);
@@ -148,7 +153,7 @@ impl<'a> Places<'a> {
         let (_, first_allocated) = arena.shape.free_run_around(tree, 0, 0);
         let (past_last_allocated, _) = arena.shape.free_run_around(tree, upc, upc);
         let at_start = first_allocated.min(upc) & !(granule - 1);
-        let front_start = past_last_allocated.next_multiple_of(granule).next_multiple_of(g.bank_units);
+        let front_start = past_last_allocated.next_multiple_of(granule).next_multiple_of(g.banked_start_units());
         (at_start, upc.saturating_sub(front_start))
     }
 }
@@ -212,7 +217,7 @@ impl Pool {
         // a tail only some sizes.
         let reclaimed = places.emptied.iter().copied().filter(|c| g.tails && places.reclaimable.contains_key(c));
         for chunk in reclaimed {
-            let Some(start) = self.arena.front_start(chunk, g.bank_units) else { continue };
+            let Some(start) = self.arena.front_start(chunk, g.banked_start_units()) else { continue };
             let next = chunk + 1;
             let held = match self.arena.global.state(next) {
                 ChunkState::Free => {
@@ -266,17 +271,22 @@ mod tests {
 
     #[test]
     fn the_largest_node_in_holes_is_the_largest_aligned_power_of_two() {
-        assert_eq!(largest_node_in(&[]), 0);
-        assert_eq!(largest_node_in(&[(0, 1)]), 1);
-        assert_eq!(largest_node_in(&[(1, 4)]), 2);
-        assert_eq!(largest_node_in(&[(3, 11)]), 4);
-        assert_eq!(largest_node_in(&[(3, 11), (16, 32)]), 16);
-        assert_eq!(largest_node_in(&[(5, 13), (17, 23)]), 4);
+        assert_eq!(largest_node_in(&[], 1), 0);
+        assert_eq!(largest_node_in(&[(0, 1)], 1), 1);
+        assert_eq!(largest_node_in(&[(1, 4)], 1), 2);
+        assert_eq!(largest_node_in(&[(3, 11)], 1), 4);
+        assert_eq!(largest_node_in(&[(3, 11), (16, 32)], 1), 16);
+        assert_eq!(largest_node_in(&[(5, 13), (17, 23)], 1), 4);
+        // At an alignment of 4 and of 8 units, nodes start on multiples of it.
+        assert_eq!(largest_node_in(&[(1, 4)], 4), 0);
+        assert_eq!(largest_node_in(&[(1, 5)], 4), 1);
+        assert_eq!(largest_node_in(&[(3, 11)], 8), 2);
+        assert_eq!(largest_node_in(&[(3, 11), (16, 32)], 8), 16);
         // Against a brute force over every hole of a small range.
         for from in 0..64u64 {
             for to in from + 1..=64 {
                 let brute = (0..7).rev().map(|k| 1u64 << k).find(|&n| (from..to).any(|s| s % n == 0 && s + n <= to));
-                assert_eq!(largest_node_in(&[(from, to)]), brute.unwrap(), "[{from}, {to})");
+                assert_eq!(largest_node_in(&[(from, to)], 1), brute.unwrap(), "[{from}, {to})");
             }
         }
     }
@@ -336,7 +346,7 @@ mod tests {
                                 let level = a.shape.largest_free_level(a.tree(c));
                                 let from_tree = level.map_or(0, |l| 1u64 << (a.geometry.depth - l));
                                 assert_eq!(
-                                    largest_node_in(&p.free_holes(c, &|_| false)),
+                                    largest_node_in(&p.free_holes(c, &|_| false), 1),
                                     from_tree,
                                     "{what}: chunk {c}"
                                 );
