@@ -86,14 +86,21 @@ def test_fork_shares_and_frees_by_reference_count(cache: KVCache) -> None:
     assert cache.stats().pages_in_use == 0
 
 
-@pytest.mark.parametrize("capacity", [64, None])
-def test_copy_on_write_byte_for_byte(capacity: int | None) -> None:
+def forked_with_pages(capacity: int | None) -> tuple[KVCache, bytes, bytes]:
+    """A cache whose sequence 0 holds a full page 0 and a half-full page 1, each filled with a
+    distinct pattern (returned), forked into sequence 1."""
     c = make_cache(capacity_tokens=capacity)
     c.add_sequence(0, num_tokens=6)  # page 0 full, page 1 half full
     page0, page1 = bytes(range(c.page_bytes)), bytes(reversed(range(c.page_bytes)))
     c.write_page(0, 0, page0)
     c.write_page(0, 1, page1)
     c.fork(0, 1)
+    return c, page0, page1
+
+
+@pytest.mark.parametrize("capacity", [64, None])
+def test_copy_on_write_byte_for_byte(capacity: int | None) -> None:
+    c, page0, page1 = forked_with_pages(capacity)
     c.append(1)  # copies the shared half-full page first
     assert c.stats().copies == 1
     t0, t1 = c.block_table(0), c.block_table(1)
@@ -108,12 +115,7 @@ def test_copy_on_write_byte_for_byte(capacity: int | None) -> None:
 
 @pytest.mark.parametrize("capacity", [64, None])
 def test_a_page_other_sequences_hold_is_not_written(capacity: int | None) -> None:
-    c = make_cache(capacity_tokens=capacity)
-    c.add_sequence(0, num_tokens=6)  # page 0 full, page 1 half full
-    page0, page1 = bytes(range(c.page_bytes)), bytes(reversed(range(c.page_bytes)))
-    c.write_page(0, 0, page0)
-    c.write_page(0, 1, page1)
-    c.fork(0, 1)
+    c, page0, page1 = forked_with_pages(capacity)
     c.fork(0, 2)
     before = (c.pages(), c.stats())
     for seq, index in ((1, 0), (0, 0), (2, 1), (0, 1)):
