@@ -707,3 +707,37 @@ fn a_second_raw_free_of_a_large_block_says_it_was_freed_already() {
     p.free_raw(run, 3 * chunk).unwrap();
     p.check().unwrap();
 }
+
+/// A raw free that names only the tail of a live block, the first units of a core chunk after
+/// a run of whole chunks, is not detected by the free (a raw block keeps no record of its
+/// size), but `check()` reports it: the run's state, or the front word of the chunk before,
+/// says the tail is held. Blocks from a chunk's start (a run with a tail) and blocks with a
+/// front (placed after a small block, so that they start inside a chunk).
+#[test]
+fn check_reports_a_tail_that_a_raw_free_gave_back_alone() {
+    let chunk = 2 * MIB;
+    for front in [true, false] {
+        let p = Pool::new(PoolConfig::new(64 * MIB).cores(1).backing(Backing::None)).unwrap();
+        assert_eq!(p.config().chunk_size, chunk);
+        if front {
+            p.alloc_raw(5000, None).unwrap();
+        }
+        // A front from 8 KiB (the first bank boundary after the small block), a whole chunk
+        // and a tail of 1 MiB; or a chunk and a tail of 1 MiB.
+        let size = if front { 5 * MIB - 8 * 1024 } else { 3 * MIB };
+        let offset = p.alloc_raw(size, None).unwrap();
+        assert_eq!(offset % chunk, if front { 8 * 1024 } else { 0 }, "{size} B at {offset:#x}");
+        p.check().unwrap();
+        let end = offset + size;
+        let (tail, tail_bytes) = (end & !(chunk - 1), end % chunk);
+        assert!(tail_bytes.is_power_of_two(), "a tail of one node: {tail_bytes} B at {tail:#x}");
+        p.free_raw(tail, tail_bytes).unwrap();
+        match p.check() {
+            Err(Error::Corruption(findings)) => {
+                let named = if front { "its front word names, is not allocated" } else { "has a tail, but" };
+                assert!(findings.iter().any(|f| f.contains(named)), "front {front}: {findings:?}");
+            }
+            other => panic!("front {front}: check() after the tail's free: {other:?}"),
+        }
+    }
+}

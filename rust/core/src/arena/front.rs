@@ -206,6 +206,14 @@ impl FrontLayout {
         self.start | (((self.bytes(g) >> g.unit_shift) as u64) << START_BITS)
     }
 
+    /// The block that front word `word` of chunk `chunk` names ([`FrontLayout::name`]), if it
+    /// names one this geometry can hold.
+    pub(crate) fn named(g: &Geometry, chunk: usize, word: u64) -> Option<FrontLayout> {
+        let start = word & ((1 << START_BITS) - 1);
+        let bytes = usize::try_from(word >> START_BITS).ok()?.checked_mul(g.min_block)?;
+        Self::at(g, chunk, start, bytes).filter(|f| f.name(g) == word)
+    }
+
     /// The block's first byte.
     pub(crate) fn offset(&self, g: &Geometry) -> usize {
         g.offset_of(self.chunk, self.start)

@@ -39,6 +39,7 @@ impl Pool {
         // Chunks: state, bitmap, ownership, trees.
         let mut allocated: HashSet<(usize, Node)> = HashSet::new();
         let mut block_bytes_walked = 0usize;
+        let mut owed: Vec<Owed> = Vec::new();
         let mut chunk = 0;
         let regions = self.arena.regions.lock().clone();
         let end = self.arena.global.end();
@@ -103,8 +104,11 @@ impl Pool {
                 }
             }
             let free_units = if pristine { g.usable_units(chunk) } else { self.arena.free_units(chunk) };
-            if !matches!(state, ChunkState::Core(_)) && self.arena.fronts[chunk].load(Ordering::Acquire) != 0 {
+            let front_word = self.arena.fronts[chunk].load(Ordering::Acquire);
+            if !matches!(state, ChunkState::Core(_)) && front_word != 0 {
                 findings.push(format!("chunk {chunk} ({state:?}): its front word names a block"));
+            } else if front_word != 0 {
+                try_push(&mut owed, Owed::Front { chunk, word: front_word }, "check()'s list of fronts")?;
             }
             match state {
                 ChunkState::Absent => {
@@ -170,6 +174,8 @@ impl Pool {
                     && (chunk + len >= g.chunks || !matches!(self.arena.global.state(chunk + len), ChunkState::Core(_)))
                 {
                     findings.push(format!("chunk {chunk}: the run of {len} chunks has no core chunk for its tail"));
+                } else if tailed {
+                    try_push(&mut owed, Owed::TailStart { head: chunk, len }, "check()'s list of tails")?;
                 }
                 for c in chunk + 1..chunk + len {
                     if self.arena.global.state(c) != ChunkState::RunBody || !self.arena.global.is_taken(c) {
@@ -184,6 +190,11 @@ impl Pool {
                 if chunk == 0 || !matches!(self.arena.global.state(chunk - 1), ChunkState::Core(_)) {
                     findings
                         .push(format!("chunk {chunk}: whole chunks of a block with a front, but no core chunk before"));
+                } else if self.arena.fronts[chunk - 1].load(Ordering::Acquire) == 0 {
+                    findings.push(format!(
+                        "chunk {chunk}: whole chunks of a block with a front, but chunk {}'s front word names none",
+                        chunk - 1
+                    ));
                 }
                 if chunk + len > g.chunks
                     || (tail > 0
@@ -259,6 +270,12 @@ impl Pool {
                 }
             }
             block_bytes_walked = block_bytes_walked.saturating_sub(bytes_of(class) as usize);
+        }
+        // What chunk states and front words say blocks hold in core chunks (a block of the raw
+        // API has no handle to vouch for it below), now that the slabs' and the cached freed
+        // blocks' nodes are out of `allocated`.
+        for debt in owed {
+            findings.extend(debt.unpaid(self, &allocated));
         }
         let mut slab_handles = vec![0u64; classes.len()];
 
@@ -438,6 +455,59 @@ impl Pool {
         } else {
             Err(Error::Corruption(findings))
         }
+    }
+}
+
+/// Nodes of core chunks that a chunk state or a front word says a block holds, looked up once
+/// the walk has listed every core chunk's allocated nodes.
+enum Owed {
+    /// The first unit of the core chunk after the run of `len` chunks at `head`, which has a
+    /// tail (no state records the tail's length: at least its first unit is allocated).
+    TailStart { head: usize, len: usize },
+    /// The front, the whole chunks and the tail of the block that core chunk `chunk`'s front
+    /// word `word` names.
+    Front { chunk: usize, word: u64 },
+}
+
+impl Owed {
+    /// What is wrong, given `allocated` (every core chunk's allocated nodes).
+    fn unpaid(self, pool: &Pool, allocated: &HashSet<(usize, Node)>) -> Vec<String> {
+        let g = &pool.arena.geometry;
+        let mut findings = Vec::new();
+        match self {
+            Owed::TailStart { head, len } => {
+                let tail_chunk = head + len;
+                let held = (0..=g.depth).any(|level| allocated.contains(&(tail_chunk, Node { level, index: 0 })));
+                if !held {
+                    findings.push(format!(
+                        "chunk {head}: the run of {len} chunks has a tail, but chunk {tail_chunk}'s first unit is free"
+                    ));
+                }
+            }
+            Owed::Front { chunk, word } => {
+                let Some(f) = FrontLayout::named(g, chunk, word) else {
+                    findings.push(format!("chunk {chunk}: its front word {word:#x} names no block it could hold"));
+                    return findings;
+                };
+                let parts = f.front_nodes(g).map(|n| (chunk, n)).chain(f.tail_nodes(g).map(|n| (f.tail_chunk(), n)));
+                for (c, n) in parts {
+                    if !allocated.contains(&(c, n)) {
+                        findings.push(format!(
+                            "chunk {chunk}: node {n:?} of chunk {c}, of the block its front word names, is not allocated"
+                        ));
+                    }
+                }
+                let whole = ChunkState::FrontedRun { len: f.chunks, tail: f.tail_units };
+                let state = pool.arena.global.state(f.first_whole());
+                if f.chunks > 0 && state != whole {
+                    findings.push(format!(
+                        "chunk {chunk}: its front word names {whole:?} at chunk {}, which is {state:?}",
+                        f.first_whole()
+                    ));
+                }
+            }
+        }
+        findings
     }
 }
 
