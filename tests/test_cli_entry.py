@@ -1,7 +1,8 @@
 """The `npumem` command's entry point (`npumem._entry`, run by the console script and by
 `python -m npumem`): Ctrl-C while the command is still loading, before `npumem.cli.main()`
-takes SIGINT, ends as Ctrl-C while it works: `npumem: interrupted` and status 130, no
-traceback."""
+takes SIGINT, and while the interpreter still loads the `npumem` package before the entry
+point (`npumem._command_start`), ends as Ctrl-C while it works: `npumem: interrupted` and
+status 130, no traceback."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+import npumem._command_start
 import npumem.cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,3 +105,82 @@ def test_ctrl_c_while_python_m_npumem_loads_is_one_line_and_130(tmp_path: Path) 
         check=False,
     )
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "npumem: interrupted\n")
+
+
+# A module that the `npumem` package imports as it loads, after its first import
+# (`npumem._command_start`) and before the entry point's module: in its place, one that sends
+# SIGINT to its own process as it is imported.
+def _run_with(
+    tmp_path: Path, modules: dict[str, str], options: list[str]
+) -> subprocess.CompletedProcess[str]:
+    for name, text in modules.items():
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    argv = [sys.executable, *options, "report", str(tmp_path / "no-such-file.json")]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_ctrl_c_while_the_package_loads_is_one_line_and_130(tmp_path: Path) -> None:
+    for options in (["-m", "npumem"], ["-W", "ignore", "-Bm", "npumem"]):
+        done = _run_with(tmp_path, {"typing.py": _CTRL_C_AS_IT_LOADS}, options)
+        assert (done.returncode, done.stdout, done.stderr) == (130, "", "npumem: interrupted\n"), (
+            options
+        )
+
+
+# Imported by `npumem.cli`, after the package has loaded: says which SIGINT handler is in place.
+_SAYS_THE_HANDLER = """\
+import signal
+import sys
+
+default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+print("default" if default else "other", file=sys.stderr)
+signal.raise_signal(signal.SIGINT)
+"""
+
+
+def test_once_the_package_is_loaded_python_s_handler_is_back(tmp_path: Path) -> None:
+    done = _run_with(tmp_path, {"contextvars.py": _SAYS_THE_HANDLER}, ["-m", "npumem"])
+    assert (done.returncode, done.stdout, done.stderr) == (
+        130,
+        "",
+        "default\nnpumem: interrupted\n",
+    )
+
+
+def test_a_process_that_imports_the_package_keeps_its_sigint_handler() -> None:
+    code = (
+        "import signal, sys\n"
+        "def mine(signum, frame): pass\n"
+        "signal.signal(signal.SIGINT, mine)\n"
+        "import npumem\n"
+        "sys.exit(0 if signal.getsignal(signal.SIGINT) is mine else 1)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["python", "/venv/bin/npumem", "report"], True),
+        (["python", "-m", "npumem", "demo"], True),
+        (["python", "-X", "dev", "-W", "ignore", "-m", "npumem"], True),
+        (["python", "-Im", "npumem"], True),
+        (["python", "-mnpumem"], True),
+        (["python", "--check-hash-based-pycs", "always", "-m", "npumem"], True),
+        (["python", "-m", "npumem.plan"], False),
+        (["python", "-m", "pytest", "-m", "npumem"], False),
+        (["python", "-c", "import npumem", "-m", "npumem"], False),
+        (["python", "script.py", "-m", "npumem"], False),
+        (["python", "-"], False),
+        (["python"], False),
+    ],
+)
+def test_the_command_is_told_from_other_processes(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], command: bool
+) -> None:
+    monkeypatch.setattr(sys, "orig_argv", argv)
+    assert npumem._command_start._is_the_command() is command

@@ -18,6 +18,9 @@ shipped library (`get_library()`, `get_include()`; see `npumem.clib`).
 
 from __future__ import annotations
 
+# First: in the `npumem` command's own process, a Ctrl-C while the package loads ends as the
+# command ends on Ctrl-C, not with a traceback (see the module).
+from npumem import _command_start  # isort: skip
 from npumem import _core, _views, kv
 from npumem._core import (
     Block,
@@ -52,6 +55,7 @@ from npumem.errors import (
 
 # Pool.snapshot() returns an npumem.monitor.Snapshot.
 _core.install_views(_views.snapshot_view)
+_command_start.release()
 
 __all__ = [
     "ArgumentTypeError",

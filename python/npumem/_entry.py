@@ -3,8 +3,8 @@
 `npumem.cli.main()` takes Ctrl-C (SIGINT) from the moment it starts; before that the command
 is still loading its modules, and Ctrl-C would end it with a traceback. Here it ends the same
 way as Ctrl-C while the command works: one line, `npumem: interrupted`, and status 130. (The
-`npumem` package itself is loaded before this module, by the interpreter: a Ctrl-C during that
-first part of the start-up still ends with Python's own traceback.)
+`npumem` package itself is loaded before this module, by the interpreter: `npumem._command_start`
+covers that part of the start-up.)
 """
 
 from __future__ import annotations

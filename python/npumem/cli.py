@@ -22,8 +22,9 @@ file, 1 for a write that fails for a reason of the moment (a full disk).
 
 Ctrl-C (SIGINT) and `kill` (SIGTERM) stop a command that is still working with one line,
 `npumem SUBCOMMAND: interrupted` (status 130) or `npumem SUBCOMMAND: terminated` (143);
-Ctrl-C while the command is still starting gives `npumem: interrupted` (`npumem._entry`;
-in the first moments, while Python loads the `npumem` package, Python's own traceback). The
+Ctrl-C while the command is still starting gives `npumem: interrupted` (`npumem._entry`, and
+`npumem._command_start` while the package loads; only while the interpreter itself starts,
+before it loads the package, Python's own traceback). The
 output file is left as it was, unless the command had already put its new file in place: then
 only the summary it was printing is cut short (a command blocked printing to a full pipe can
 still be stopped). Once the command's result is final (it has returned: its files are in place
