@@ -88,10 +88,13 @@ def test_dlpack_device_and_protocol_arguments() -> None:
     pool = npumem.Pool(1 << 20, cores=1)
     blk = pool.alloc(64)
     assert blk.__dlpack_device__() == (KDL_CPU, 0)
-    with pytest.raises(BufferError, match="copy"):
-        blk.__dlpack__(copy=True)
-    with pytest.raises(BufferError, match="device"):
-        blk.__dlpack__(dl_device=(KDL_CUDA, 0))
+    # What a copy would take: a typed error, and the BufferError the array API asks for.
+    for request, said in (({"copy": True}, "copy"), ({"dl_device": (KDL_CUDA, 0)}, "device")):
+        with pytest.raises(npumem.ExportError, match=said) as raised:
+            blk.__dlpack__(**request)
+        assert isinstance(raised.value, npumem.NpumemError)
+        assert isinstance(raised.value, BufferError)
+    assert pool.check() == 1
     with pytest.raises(npumem.InvalidArgumentError, match="stream"):
         blk.__dlpack__(stream=5)
     # copy is a bool: a truth value of something else is refused, not guessed.

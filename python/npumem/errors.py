@@ -16,6 +16,7 @@ exception a Python user would reach for first (`MemoryError`, `ValueError`, `Typ
     │                                      once more past its most pins)
     ├── NoBackingError(BufferError)        backing="none": no host bytes to view (and, without
     │                                      a base_address, no address to export through DLPack)
+    ├── ExportError(BufferError)           a DLPack export asked for a copy or another device
     ├── PoolBusyError(TimeoutError)        the pool could not be paused in time, or a call
     │                                      would wait for itself, or (in a child process) it
     │                                      was in use by another thread at the fork
@@ -36,6 +37,7 @@ from npumem._core import (
     ConfigError,
     CorruptionError,
     DoubleFreeError,
+    ExportError,
     InvalidArgumentError,
     InvalidHandleError,
     MoveError,
@@ -52,6 +54,7 @@ __all__ = [
     "ConfigError",
     "CorruptionError",
     "DoubleFreeError",
+    "ExportError",
     "InvalidArgumentError",
     "InvalidHandleError",
     "MissingDependencyError",

@@ -444,7 +444,7 @@ impl Block {
     /// The block as a DLPack capsule: a one-dimensional `uint8` tensor over its bytes, on its
     /// pool's device (DLPack 1.0 when `max_version` allows it). The block is pinned until the
     /// consumer lets go of the tensor: it never moves, and `free()` refuses meanwhile. No
-    /// copy is made (`copy=True` and another `dl_device` raise `BufferError`). A
+    /// copy is made (`copy=True` and another `dl_device` raise `ExportError`, a `BufferError`). A
     /// `backing="none"` pool without a `base_address` has no addresses to export: it raises
     /// `NoBackingError`.
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]

@@ -21,7 +21,6 @@ use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
 use npumem_core::{Device, Handle, Pool};
-use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
@@ -256,7 +255,8 @@ impl Request<'_, '_> {
                 ));
             }
             if copy.is_truthy()? {
-                return Err(PyBufferError::new_err(
+                return Err(error(
+                    ErrorClass::Export,
                     "npumem exports blocks without copying; call __dlpack__ with copy=None or copy=False",
                 ));
             }
@@ -264,9 +264,12 @@ impl Request<'_, '_> {
         if let Some(wanted) = self.dl_device.filter(|d| !d.is_none()) {
             let wanted = dl_device(wanted)?;
             if wanted != device {
-                return Err(PyBufferError::new_err(format!(
-                    "the block lives on DLPack device {device:?} and cannot be exported to device {wanted:?} without a copy"
-                )));
+                return Err(error(
+                    ErrorClass::Export,
+                    format!(
+                        "the block lives on DLPack device {device:?} and cannot be exported to device {wanted:?} without a copy"
+                    ),
+                ));
             }
         }
         if let Some(stream) = self.stream.filter(|s| !s.is_none()) {

@@ -30,6 +30,7 @@ pub(crate) enum ErrorClass {
     DoubleFree,
     PinnedBlock,
     NoBacking,
+    Export,
     PoolBusy,
     Config,
     Corruption,
@@ -37,7 +38,7 @@ pub(crate) enum ErrorClass {
 }
 
 /// Every class, in creation order.
-const ALL: [ErrorClass; 13] = [
+const ALL: [ErrorClass; 14] = [
     ErrorClass::Npumem,
     ErrorClass::OutOfMemory,
     ErrorClass::InvalidArgument,
@@ -47,6 +48,7 @@ const ALL: [ErrorClass; 13] = [
     ErrorClass::DoubleFree,
     ErrorClass::PinnedBlock,
     ErrorClass::NoBacking,
+    ErrorClass::Export,
     ErrorClass::PoolBusy,
     ErrorClass::Config,
     ErrorClass::Corruption,
@@ -118,6 +120,13 @@ impl ErrorClass {
                 "The pool has no host memory behind it (`backing=\"none\"`): its bytes live on the\n\
                  device, so there is no buffer to view. Without a `base_address` either, its blocks\n\
                  have no addresses, and DLPack exports nothing of them.",
+            ),
+            Export => (
+                "ExportError",
+                &[Base::Ours(Npumem), Base::Builtin(builtin::<PyBufferError>)],
+                "A DLPack export (`__dlpack__`) asked for what npumem does not do: a copy\n\
+                 (`copy=True`), or another device than the block's (`dl_device`). npumem exports a\n\
+                 block in place, on its pool's device. A `BufferError` too, as the array API asks.",
             ),
             PoolBusy => (
                 "PoolBusyError",
