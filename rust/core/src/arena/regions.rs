@@ -7,8 +7,17 @@
 //! Every chunk outside the regions is *absent* (`global.rs`): taken in the bitmap, so nothing
 //! claims it. Two regions are always at least one absent chunk apart, so no run, and hence no
 //! block, spans two regions; offsets stay unique because a region only ever uses absent
-//! offsets. The offset space is twice `max_capacity` (`PoolConfig::offset_space`), so a region
-//! finds room among the gaps that earlier regions leave.
+//! offsets. The offset space is twice `max_capacity` (`PoolConfig::offset_space`), enough for
+//! regions of one growth step each, a chunk apart, up to the limit. Regions given back leave
+//! holes, each two chunks longer than the region that was there; when no hole holds a growth
+//! with an absent chunk on both sides, the growth *joins* a region that an earlier growth
+//! added: it goes right before or after it, and the two are one region from then on (a block
+//! may span both parts; the runtime maps each part at `base_address + offset`, so their
+//! addresses are contiguous). Without that, a pool that grew a chunk at a time and gave back
+//! every other region had holes of three chunks only, and refused every request of two chunks
+//! or more for good, far below its limit. A joined region goes back as a whole, with one
+//! `on_trim` call per growth it is made of (its *parts*), as `on_grow` saw them. Nothing joins
+//! the first region, which is never given back.
 //!
 //! One grower or trimmer at a time holds `changing` for the whole change (growth is rare and
 //! slow, and never on the allocation's fast path); it may call out to the runtime meanwhile.
@@ -32,6 +41,10 @@ pub struct Region {
 /// The regions of an arena, as chunk ranges `(start, len)` sorted by start.
 pub(crate) struct Regions {
     table: Mutex<Vec<(usize, usize)>>,
+    /// The growths that the regions are made of, as `on_grow` saw them (`(start, len)` in
+    /// chunks, by start): a region joined by later growths has several. Changed only under
+    /// `changing`.
+    parts: Mutex<Vec<(usize, usize)>>,
     changing: Mutex<()>,
     /// Most chunks the regions may hold together (`max_capacity` in whole chunks).
     limit_chunks: usize,
@@ -40,6 +53,10 @@ pub(crate) struct Regions {
     /// Growths so far (also the table's version: a grower that finds it changed retries).
     grow_events: AtomicU64,
 }
+
+/// A way to place `len` chunks aligned to `align` among the regions of a table, in an arena of
+/// `chunks` chunks: `(table, len, align, chunks)`.
+type Placer = fn(&[(usize, usize)], usize, usize, usize) -> Option<Placement>;
 
 /// Where a new region goes: its first chunk and length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +71,7 @@ impl Regions {
     pub(crate) fn new(present: usize, limit_chunks: usize, step_chunks: usize) -> Regions {
         Regions {
             table: Mutex::new(vec![(0, present)]),
+            parts: Mutex::new(vec![(0, present)]),
             changing: Mutex::new(()),
             limit_chunks: limit_chunks.max(present),
             step_chunks: step_chunks.max(1),
@@ -114,13 +132,16 @@ impl Regions {
     /// less than a step before the limit takes that rest as well (where the offsets have room
     /// for it): no block spans two regions, so a last region smaller than a step would serve
     /// only blocks smaller than itself, while the same chunks joined to this region serve a
-    /// block as large as both. `None`: the limit or the offsets leave no room.
+    /// block as large as both. `None`: the limit or the offsets leave no room. Where no hole
+    /// holds it apart from every region and `may_join` allows, it joins a region that a growth
+    /// added (see the module documentation): [`Regions::insert`] makes the two one region.
     pub(crate) fn place(
         &self,
         table: &[(usize, usize)],
         need: usize,
         align: usize,
         chunks: usize,
+        may_join: bool,
     ) -> Option<Placement> {
         let present: usize = table.iter().map(|&(_, len)| len).sum();
         let room = self.limit_chunks.saturating_sub(present);
@@ -128,12 +149,16 @@ impl Regions {
         if len < need || len == 0 {
             return None;
         }
-        if room - len < self.step_chunks && room > len {
-            if let Some(p) = Self::place_len(table, room, align, chunks) {
-                return Some(p);
+        let takes_the_rest = room - len < self.step_chunks && room > len;
+        let placers: [Placer; 2] = [Self::place_len, Self::place_joined];
+        for place in &placers[..if may_join { 2 } else { 1 }] {
+            for len in [room, len].into_iter().skip(if takes_the_rest { 0 } else { 1 }) {
+                if let Some(p) = place(table, len, align, chunks) {
+                    return Some(p);
+                }
             }
         }
-        Self::place_len(table, len, align, chunks)
+        None
     }
 
     /// The first start, a multiple of `align`, of `len` chunks one absent chunk away from every
@@ -154,10 +179,54 @@ impl Regions {
         None
     }
 
-    /// Add region `p` (the table's lock held).
-    pub(crate) fn insert(table: &mut Vec<(usize, usize)>, p: Placement) {
+    /// The first start, a multiple of `align`, of `len` chunks right before or right after a
+    /// region of `table` other than the first (at chunk 0), and one absent chunk away from every
+    /// other region, in an arena of `chunks` chunks.
+    fn place_joined(table: &[(usize, usize)], len: usize, align: usize, chunks: usize) -> Option<Placement> {
+        let align = align.max(1);
+        let apart = |start: usize, joined: usize| {
+            start + len <= chunks
+                && table.iter().enumerate().all(|(i, &(s, l))| i == joined || start + len < s || start > s + l)
+        };
+        let mut first: Option<usize> = None;
+        for (i, &(s, l)) in table.iter().enumerate().filter(|&(_, &(s, _))| s != 0) {
+            let before = s.checked_sub(len).filter(|&b| b % align == 0 && apart(b, i));
+            let after = Some(s + l).filter(|&a| a % align == 0 && apart(a, i));
+            for start in before.into_iter().chain(after) {
+                first = Some(first.map_or(start, |f| f.min(start)));
+            }
+        }
+        first.map(|start| Placement { start, len })
+    }
+
+    /// Add region `p` (the table's lock held): a region of its own, or a part of the region it
+    /// lies right before or after ([`Regions::place`]).
+    pub(crate) fn insert(&self, table: &mut Vec<(usize, usize)>, p: Placement) {
         let at = table.partition_point(|&(s, _)| s < p.start);
         table.insert(at, (p.start, p.len));
+        if at + 1 < table.len() && table[at].0 + table[at].1 == table[at + 1].0 {
+            table[at].1 += table.remove(at + 1).1;
+        }
+        if at > 0 && table[at - 1].0 + table[at - 1].1 == table[at].0 {
+            table[at - 1].1 += table.remove(at).1;
+        }
+        let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        let at = parts.partition_point(|&(s, _)| s < p.start);
+        parts.insert(at, (p.start, p.len));
+    }
+
+    /// Drop the region that starts at chunk `start` from the table; returns the parts it was
+    /// made of (`(start, len)` in chunks, by start; none if no region starts there).
+    pub(crate) fn remove(&self, start: usize) -> Vec<(usize, usize)> {
+        let mut table = self.lock();
+        let Some(at) = table.iter().position(|&(s, _)| s == start) else { return Vec::new() };
+        let (_, len) = table.remove(at);
+        drop(table);
+        let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        let inside = |&(s, _): &(usize, usize)| s >= start && s < start + len;
+        let gone = parts.iter().copied().filter(inside).collect();
+        parts.retain(|part| !inside(part));
+        gone
     }
 }
 
@@ -202,17 +271,17 @@ mod tests {
     fn regions_keep_an_absent_chunk_between_them() {
         let r = Regions::new(4, 16, 2);
         let mut t = r.lock().clone();
-        let p = r.place(&t, 1, 1, 32).unwrap();
+        let p = r.place(&t, 1, 1, 32, true).unwrap();
         assert_eq!(p, Placement { start: 5, len: 2 });
-        Regions::insert(&mut t, p);
-        let p = r.place(&t, 3, 4, 32).unwrap();
+        r.insert(&mut t, p);
+        let p = r.place(&t, 3, 4, 32, true).unwrap();
         assert_eq!(p, Placement { start: 8, len: 3 });
-        Regions::insert(&mut t, p);
+        r.insert(&mut t, p);
         // 9 chunks present, 7 left: a request of 8 does not fit the limit.
-        assert_eq!(r.place(&t, 8, 1, 32), None);
+        assert_eq!(r.place(&t, 8, 1, 32, true), None);
         // A given-back region's offsets are used again.
         t.remove(1);
-        assert_eq!(r.place(&t, 2, 1, 32), Some(Placement { start: 5, len: 2 }));
+        assert_eq!(r.place(&t, 2, 1, 32, true), Some(Placement { start: 5, len: 2 }));
     }
 
     #[test]
@@ -220,15 +289,15 @@ mod tests {
         let r = Regions::new(4, 16, 4);
         let mut t = r.lock().clone();
         // 12 chunks of room: a growth of 4 leaves 8, two steps.
-        let p = r.place(&t, 1, 1, 32).unwrap();
+        let p = r.place(&t, 1, 1, 32, true).unwrap();
         assert_eq!(p, Placement { start: 5, len: 4 });
-        Regions::insert(&mut t, p);
+        r.insert(&mut t, p);
         // 8 left: a growth of 5 would leave 3, less than a step, so it takes all 8.
-        assert_eq!(r.place(&t, 5, 1, 32), Some(Placement { start: 10, len: 8 }));
+        assert_eq!(r.place(&t, 5, 1, 32, true), Some(Placement { start: 10, len: 8 }));
         // Where the offsets hold the growth but not the rest, the growth alone.
         let r = Regions::new(2, 7, 3);
         let t = r.lock().clone();
-        assert_eq!(r.place(&t, 2, 1, 6), Some(Placement { start: 3, len: 3 }));
+        assert_eq!(r.place(&t, 2, 1, 6, true), Some(Placement { start: 3, len: 3 }));
     }
 
     #[test]
@@ -237,8 +306,8 @@ mod tests {
         let r = Regions::new(2, 32, 2);
         assert_eq!(r.largest_region_chunks(2), 30);
         let t = r.lock().clone();
-        assert_eq!(r.place(&t, 30, 1, 64), Some(Placement { start: 3, len: 30 }));
-        assert_eq!(r.place(&t, 31, 1, 64), None);
+        assert_eq!(r.place(&t, 30, 1, 64, true), Some(Placement { start: 3, len: 30 }));
+        assert_eq!(r.place(&t, 31, 1, 64, true), None);
         // A first region larger than the rest.
         assert_eq!(Regions::new(24, 32, 2).largest_region_chunks(24), 24);
     }
@@ -248,7 +317,82 @@ mod tests {
         let r = Regions::new(2, 100, 2);
         let t = r.lock().clone();
         // An arena of 5 chunks: [0, 2) present, chunk 2 the gap, [3, 5) the last room.
-        assert_eq!(r.place(&t, 2, 1, 5), Some(Placement { start: 3, len: 2 }));
-        assert_eq!(r.place(&t, 3, 1, 5), None);
+        assert_eq!(r.place(&t, 2, 1, 5, true), Some(Placement { start: 3, len: 2 }));
+        assert_eq!(r.place(&t, 3, 1, 5, true), None);
+    }
+
+    /// The first start that `place_joined` must find, by trying every start in turn: right
+    /// before or after one region but the first, and apart from every other.
+    fn first_joined_start_by_trial(table: &[(usize, usize)], len: usize, align: usize, chunks: usize) -> Option<usize> {
+        (0..=chunks).step_by(align.max(1)).find(|&start| {
+            let touches = |&&(s, l): &&(usize, usize)| start + len == s || start == s + l;
+            let overlaps = |&(s, l): &(usize, usize)| start < s + l && s < start + len;
+            let joined: Vec<_> = table.iter().filter(touches).collect();
+            start + len <= chunks
+                && joined.len() == 1
+                && joined[0].0 != 0
+                && !table.iter().any(overlaps)
+                && table.iter().filter(|r| !touches(r)).all(|&(s, l)| start + len < s || start > s + l)
+        })
+    }
+
+    #[test]
+    fn a_joining_region_goes_where_a_trial_of_every_start_puts_it() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |bound: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % bound as u64) as usize
+        };
+        let mut joined = 0;
+        for _ in 0..3000 {
+            let chunks = 8 + next(120);
+            let mut table = vec![(0, 1 + next(4))];
+            let mut at = table[0].1 + 1 + next(3);
+            while at < chunks {
+                let len = 1 + next(6);
+                if at + len <= chunks {
+                    table.push((at, len));
+                }
+                at += len + 1 + next(5);
+            }
+            let (len, align) = (1 + next(8), 1 << next(3));
+            let found = Regions::place_joined(&table, len, align, chunks).map(|p| p.start);
+            assert_eq!(
+                found,
+                first_joined_start_by_trial(&table, len, align, chunks),
+                "{table:?} len {len} align {align}"
+            );
+            joined += usize::from(found.is_some());
+        }
+        assert!(joined > 1000, "only {joined} of 3000 tables had a place to join");
+    }
+
+    /// Regions of one chunk, every other one given back: holes of three chunks hold no growth
+    /// of two apart from the regions, so it joins one, and goes back with it as two parts.
+    #[test]
+    fn a_growth_that_no_hole_holds_joins_a_region_and_goes_back_with_it() {
+        let r = Regions::new(1, 8, 1);
+        let mut t = r.lock().clone();
+        for start in [2, 4, 6, 8, 10, 12, 14] {
+            let p = r.place(&t, 1, 1, 16, true).unwrap();
+            assert_eq!(p, Placement { start, len: 1 });
+            r.insert(&mut t, p);
+        }
+        *r.lock() = t;
+        for start in [4, 8, 12] {
+            assert_eq!(r.remove(start), vec![(start, 1)]);
+        }
+        let mut t = r.lock().clone();
+        assert_eq!(t, vec![(0, 1), (2, 1), (6, 1), (10, 1), (14, 1)]);
+        assert_eq!(r.place(&t, 2, 1, 16, false), None, "no hole of four chunks");
+        let p = r.place(&t, 2, 1, 16, true).unwrap();
+        assert_eq!(p, Placement { start: 3, len: 2 }, "right after the region at 2");
+        r.insert(&mut t, p);
+        assert_eq!(t, vec![(0, 1), (2, 3), (6, 1), (10, 1), (14, 1)]);
+        *r.lock() = t;
+        assert_eq!(r.remove(2), vec![(2, 1), (3, 2)], "one part per growth");
+        assert_eq!(r.lock().clone(), vec![(0, 1), (6, 1), (10, 1), (14, 1)]);
     }
 }

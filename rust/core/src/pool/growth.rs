@@ -7,14 +7,16 @@
 //! the region's chunks (at least `grow_by`, at least what the request needs, within
 //! `max_capacity`), call the `on_grow(offset, nbytes)` hook (the runtime maps device memory
 //! there; a host-backed pool has its whole offset space mapped already), then publish the chunks
-//! as free and place the request. A hook that fails leaves everything as it was: the chunks stay
-//! absent, no growth is counted, and the allocation fails with `OutOfMemory`.
+//! as free and place the request. A hook that fails leaves the chunks absent, counts no growth,
+//! and fails the allocation with `OutOfMemory`; regions that a pool at its `max_capacity` gave
+//! back to make room for the new one stay given back (`on_trim` saw them go, so that a runtime
+//! unmaps before it maps again).
 
 use std::cell::Cell;
 use std::thread::LocalKey;
 
 use crate::arena::layout::Layout;
-use crate::arena::regions::{Placement, Region, Regions};
+use crate::arena::regions::{Placement, Region};
 use crate::pool::alloc::{Placed, Reach, Request};
 use crate::pool::pool::Pool;
 use crate::pool::region_hooks::{GrowthHooks, RegionHook};
@@ -128,7 +130,9 @@ impl Pool {
                 return Some(placed); // another growth (or a free) made room meanwhile
             }
             // The table's lock goes with the statement: giving regions back takes it again.
-            let placed = regions.place(&regions.lock(), need, align, g.chunks);
+            // A batch joins no region: the region it joined would not be its own to give back.
+            let keeping = KEEPING_REGIONS.with(Cell::get);
+            let placed = regions.place(&regions.lock(), need, align, g.chunks, !keeping);
             let p = match placed {
                 Some(p) => p,
                 // The limit reached: the regions that earlier growths added and that are
@@ -137,7 +141,7 @@ impl Pool {
                 // region is placed again; but only when it then fits (a request that fails
                 // anyway leaves the regions as they were), and not for a batch, which gives
                 // back no region it did not add.
-                None if KEEPING_REGIONS.with(Cell::get) => return None,
+                None if keeping => return None,
                 None => self.make_room_for(need, align)?,
             };
             let (offset, bytes) = (p.start * g.chunk_size, g.run_bytes(p.start, p.len));
@@ -146,7 +150,7 @@ impl Pool {
             }
             // Listed before its chunks are published: another thread may take them at once, and
             // every block lies inside a region that `regions()` lists.
-            Regions::insert(&mut regions.lock(), p);
+            regions.insert(&mut regions.lock(), p);
             self.arena.global.publish(p.start, p.len);
             regions.count_growth();
         }
@@ -163,7 +167,7 @@ impl Pool {
         let free = self.free_regions();
         let mut without: Vec<(usize, usize)> = regions.lock().clone();
         without.retain(|r| !free.contains(r));
-        let placed = regions.place(&without, need, align, g.chunks)?;
+        let placed = regions.place(&without, need, align, g.chunks, true)?;
         // All of them or none: a withdrawal fails when another thread took one of its chunks.
         for (i, &(start, len)) in free.iter().enumerate() {
             if !self.arena.global.withdraw(start, len) {
@@ -241,16 +245,17 @@ impl Pool {
     }
 
     /// Drop the withdrawn region of `len` chunks at chunk `start` from the table, its host
-    /// pages back to the host, and tell `on_trim`.
+    /// pages back to the host, and tell `on_trim`, once for each growth the region is made of.
     fn let_go(&self, start: usize, len: usize) {
         let g = &self.arena.geometry;
-        self.arena.regions.lock().retain(|&(s, _)| s != start);
-        let (offset, bytes) = (start * g.chunk_size, g.run_bytes(start, len));
+        let parts = self.arena.regions.remove(start);
         if let Some(backing) = &self.arena.backing {
-            backing.discard(offset, bytes);
+            backing.discard(start * g.chunk_size, g.run_bytes(start, len));
         }
         if let Some(hook) = GrowthHooks::get(&self.growth.on_trim) {
-            let _ = hook(offset, bytes); // the region is gone either way
+            for (start, len) in parts {
+                let _ = hook(start * g.chunk_size, g.run_bytes(start, len)); // gone either way
+            }
         }
     }
 }
@@ -363,6 +368,68 @@ mod tests {
         let single = pool.alloc(4 * MIB, None, 0).unwrap();
         assert_eq!(pool.regions().len(), 4, "the two free regions went for one of 4 MiB");
         for h in [first, grown[2], grown[3], single] {
+            pool.free(h).unwrap();
+        }
+        pool.check().unwrap();
+    }
+
+    /// A pool that grew a chunk at a time to its limit and gave back every other region (the
+    /// last one kept) has holes of three chunks between its regions and none at the end: a request of two chunks, well within the
+    /// limit, joins a region that a growth added (it was refused for good before). The joined
+    /// region goes back as a whole, `on_trim` once for each growth, as `on_grow` saw them.
+    #[test]
+    fn a_growth_that_no_hole_holds_joins_a_region() {
+        use std::sync::{Arc, Mutex};
+        let pool = Pool::new(PoolConfig::new(2 * MIB).cores(1).backing(Backing::None).growth(32 * MIB, Some(2 * MIB)))
+            .unwrap();
+        let (grown, trimmed) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+        let log = |calls: &Arc<Mutex<Vec<(usize, usize)>>>| -> crate::pool::region_hooks::RegionHook {
+            let calls = Arc::clone(calls);
+            Arc::new(move |offset, bytes| {
+                calls.lock().unwrap().push((offset, bytes));
+                Ok(())
+            })
+        };
+        pool.set_on_grow(Some(log(&grown)));
+        pool.set_on_trim(Some(log(&trimmed)));
+        let mut held = Vec::new();
+        while let Ok(h) = pool.alloc(2 * MIB, None, 0) {
+            held.push(h);
+        }
+        assert_eq!(pool.stats().capacity, 32 * MIB);
+        held.sort_by_key(|&h| pool.block(h).unwrap().offset);
+        let mut kept = Vec::new();
+        for (i, h) in held.into_iter().enumerate() {
+            if i % 2 == 0 && i > 0 {
+                pool.free(h).unwrap();
+            } else {
+                kept.push(h);
+            }
+        }
+        pool.trim().unwrap();
+        let before = pool.regions();
+        assert!(before.windows(2).all(|w| w[1].offset - (w[0].offset + w[0].bytes) <= 3 * 2 * MIB), "{before:?}");
+        assert_eq!(before.last().map(|r| r.offset + r.bytes), Some(62 * MIB), "one free chunk at the end: {before:?}");
+        let large = pool.alloc(4 * MIB, None, 0).expect("a request of two chunks within the limit");
+        let at = pool.block(large).unwrap().offset;
+        let after = pool.regions();
+        assert_eq!(after.len(), before.len(), "the growth joined a region: {after:?}");
+        let joined = *after.iter().find(|r| r.offset <= at && at < r.offset + r.bytes).unwrap();
+        assert_eq!(joined.bytes, 6 * MIB, "{after:?}");
+        let grown_for_it = *grown.lock().unwrap().last().unwrap();
+        assert_eq!(grown_for_it.1, 4 * MIB);
+        pool.check().unwrap();
+        pool.free(large).unwrap();
+        let mine = kept.iter().position(|&h| pool.block(h).unwrap().offset == joined.offset).unwrap();
+        pool.free(kept.remove(mine)).unwrap();
+        trimmed.lock().unwrap().clear();
+        pool.trim().unwrap();
+        let mut parts = trimmed.lock().unwrap().clone();
+        parts.sort_unstable();
+        let mut expected = vec![(joined.offset, 2 * MIB), grown_for_it];
+        expected.sort_unstable();
+        assert_eq!(parts, expected, "one on_trim per growth of the joined region");
+        for h in kept {
             pool.free(h).unwrap();
         }
         pool.check().unwrap();
