@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import sys
 import threading
@@ -571,3 +572,71 @@ def test_trace_calls_with_the_gil_while_another_threads_start_waits_for_a_pause(
         pytest.fail("trace_status() and trace_start() waited for each other")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["enabled", "False"]
+
+
+def test_a_restarted_recorder_keeps_counting_what_it_lost() -> None:
+    pool = npumem.Pool(64 * MIB, cores=1)
+    rec = TraceRecorder(pool, capacity=16)
+    rec.start()
+    for _ in range(100):
+        pool.alloc(1000).free()
+    first = rec.stop()
+    assert first.dropped == 200 - len(first.events) > 0 and not first.complete
+    rec.start()  # right after the stop: nothing happened in between
+    pool.alloc(1000).free()
+    again = rec.stop()
+    assert again.dropped == first.dropped, "the second session lost nothing of its own"
+    assert not again.complete
+
+
+def test_calls_between_two_sessions_count_as_lost() -> None:
+    pool = npumem.Pool(64 * MIB, cores=1)
+    rec = TraceRecorder(pool)
+    with rec:
+        pool.alloc(1000).free()
+    assert rec.trace.complete
+    pool.alloc(2000).free()  # not recorded
+    with contextlib.suppress(npumem.OutOfMemoryError):
+        pool.alloc(128 * MIB)
+    with rec:
+        pool.alloc(3000).free()
+    trace = rec.trace
+    assert [e.size for e in trace.events if e.kind == "alloc"] == [1000, 3000]
+    assert trace.dropped == 3 and not trace.complete, "an alloc, a free and a failure"
+    start = trace.stats_at_start
+    assert start is not None and start.alloc_count == 0, "the first session's start"
+
+
+def test_starting_a_running_recorder_keeps_its_events() -> None:
+    pool = npumem.Pool(64 * MIB, cores=1)
+    rec = TraceRecorder(pool, capacity=1 << 10)
+    rec.start()
+    for _ in range(10):
+        pool.alloc(1000).free()
+    rec.start()
+    pool.alloc(1000).free()
+    trace = rec.stop()
+    assert len(trace.events) == 22 and trace.dropped == 0 and trace.complete
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two CPUs to move the thread between (Linux)",
+)
+def test_replay_takes_the_pinned_cpu_core_whatever_cpu_the_thread_used_before() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    try:
+        os.sched_setaffinity(0, {cpus[0]})  # the CPU a replay pins the thread to
+        pool = npumem.Pool(12 * MIB, cores=2, backing="none", name="rec")
+        with TraceRecorder(pool) as rec:
+            workload(pool, 11)
+        os.sched_setaffinity(0, {cpus[1]})
+        other = npumem.Pool(4 * MIB, cores=2, backing="none")
+        kept = [other.alloc(64) for _ in range(8)]  # the thread's cached CPU: the other one
+    finally:
+        os.sched_setaffinity(0, set(cpus))
+    r = replay_trace(rec.trace)
+    assert r.would_fail == 0 and r.ok
+    assert r.same_placements == r.allocations, "pinned as when recorded: the same offsets"
+    for b in kept:
+        b.free()

@@ -102,7 +102,8 @@ def _stats_of(obj: dict[str, Any], where: str) -> PoolStats | None:
 class Trace:
     """The events of one pool, oldest first, with the pool's configuration and what was lost.
 
-    `dropped` counts the events the Rust rings overwrote before a drain took them;
+    `dropped` counts the events the Rust rings overwrote before a drain took them, and those
+    the pool made between two sessions of a `TraceRecorder` (while it was stopped);
     `discarded`, the oldest events a `TraceRecorder` let go to keep at most `max_events`
     (both are lost from the trace). `stats_at_start` and `stats_at_stop` are the pool's
     `PoolStats` when recording began and ended (None when unknown): a replay compares its
@@ -379,6 +380,9 @@ class TraceRecorder:
         self._lock = ForkSafeRLock("TraceRecorder")
         self._running = False
         self._stacks: dict[Any, tuple[Frame, ...]] = {}
+        # What the rings dropped in this recorder's earlier sessions: the pool counts only
+        # its current one.
+        self._dropped_before = 0
 
     @property
     def running(self) -> bool:
@@ -386,9 +390,28 @@ class TraceRecorder:
         return self._running
 
     def start(self) -> TraceRecorder:
-        """Start recording (a fresh trace in the pool; this recorder's events are kept)."""
+        """Start recording (a fresh trace in the pool). This recorder's events are kept, and so
+        is its count of lost events, which a start after a `stop()` raises by the allocations,
+        frees and failed allocations the pool made while stopped: a trace of two sessions
+        with calls between them is no complete record. A recorder that is running drains
+        first. `trace.stats_at_start` is the pool's stats at the first start."""
         with self._lock:
-            self.trace.stats_at_start = self.pool.stats()
+            now = self.pool.stats()
+            if self._running:
+                self._drain_locked()
+            elif (stopped := self.trace.stats_at_stop) is not None:
+                self.trace.dropped += max(
+                    0,
+                    now.alloc_count
+                    - stopped.alloc_count
+                    + now.free_count
+                    - stopped.free_count
+                    + now.failed_allocs
+                    - stopped.failed_allocs,
+                )
+            self._dropped_before = self.trace.dropped
+            if self.trace.stats_at_start is None:
+                self.trace.stats_at_start = now
             self.pool.trace_start(self.capacity, stacks=self.stacks)
             self._running = True
         return self
@@ -418,7 +441,7 @@ class TraceRecorder:
         if skip and len(self._stacks) > 2 * len(events):
             self._prune_stacks()
         self.trace.discarded += skip
-        self.trace.dropped = self.pool.trace_status().dropped
+        self.trace.dropped = self._dropped_before + self.pool.trace_status().dropped
         return len(raw)
 
     def _prune_stacks(self) -> None:

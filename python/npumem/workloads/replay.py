@@ -163,7 +163,17 @@ def replay_trace(
         cfg.pop("max_capacity", None)
     cfg.update(overrides)
     kwargs = {k: v for k, v in cfg.items() if k != "capacity"}
-    pool = npumem.Pool(cfg["capacity"], backing="none", name=f"replay-of-{trace.pool}", **kwargs)
+    # Pinned from the pool's making on: the thread's first allocations take the pinned CPU's
+    # core pool, not the one of the CPU it ran on before.
+    pinned = contextlib.ExitStack()
+    pinned.enter_context(_one_cpu())
+    try:
+        pool = npumem.Pool(
+            cfg["capacity"], backing="none", name=f"replay-of-{trace.pool}", **kwargs
+        )
+    except BaseException:
+        pinned.close()
+        raise
     live: dict[int, npumem.Block] = {}
     dead: set[int] = set()
     counts = dict.fromkeys(EVENT_KINDS, 0)
@@ -205,7 +215,7 @@ def replay_trace(
             raise _CannotAlign
         return pool.alloc(e.size, align=e.aux or None, tag=e.tag)
 
-    with _one_cpu():
+    with pinned:
         for i, e in enumerate(events):
             counts[e.kind] += 1
             failed_before = failed

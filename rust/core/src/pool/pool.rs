@@ -90,6 +90,8 @@ impl Pool {
     pub fn new(config: PoolConfig) -> Result<Pool> {
         config.validate()?;
         gate::init_barriers();
+        // The thread's first allocation here takes the core of the CPU it runs on then.
+        crate::util::cpu::forget();
         let id = crate::handle::id::new_pool_id();
         let classes = SlabClasses::of(&config);
         let slab_classes = classes.classes.len();

@@ -45,6 +45,12 @@ fn recent_cpu() -> usize {
         .unwrap_or_else(|_| current_cpu())
 }
 
+/// Ask the CPU again at this thread's next call: a caller that just moved the thread (pinned
+/// it to a CPU) or made a pool gets that CPU's core at once, not the one cached before.
+pub(crate) fn forget() {
+    let _ = CACHED.try_with(|cached| cached.set((0, 0)));
+}
+
 /// The core pool for this thread now, out of `cores`.
 #[inline]
 pub(crate) fn current_core(cores: usize) -> usize {
@@ -57,6 +63,14 @@ pub(crate) fn current_core(cores: usize) -> usize {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    #[test]
+    fn a_forgotten_cpu_is_asked_again_at_the_next_call() {
+        super::CACHED.with(|c| c.set((u32::MAX - 1, 50)));
+        assert_eq!(super::recent_cpu(), (u32::MAX - 1) as usize, "cached");
+        super::forget();
+        assert_ne!(super::recent_cpu(), (u32::MAX - 1) as usize, "asked again: no CPU has that number");
+    }
+
     #[test]
     fn core_is_in_range() {
         for cores in 1..8 {
