@@ -578,6 +578,7 @@ def test_a_failed_write_names_the_output_not_its_temporary_file(
         write_bytes(out, b"{}")
     assert info.value.filename == str(out)
     assert info.value.filename2 is None
+    assert str(info.value).endswith(f"{str(out)!r}"), "no second name, not even None"
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 

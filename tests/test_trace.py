@@ -640,3 +640,39 @@ def test_replay_takes_the_pinned_cpu_core_whatever_cpu_the_thread_used_before() 
     assert r.same_placements == r.allocations, "pinned as when recorded: the same offsets"
     for b in kept:
         b.free()
+
+
+@pytest.mark.parametrize(
+    ("call", "text"),
+    [
+        (lambda: TraceRecorder(cast("npumem.Pool", None)), "pool must be an npumem.Pool"),
+        (lambda: replay_trace(cast("Trace", {})), "trace must be a Trace, got dict"),
+        (lambda: replay_trace(Trace("p", {}), config=cast("dict[str, Any]", "abc")), "config"),
+        (
+            lambda: replay_trace(Trace("p", {}), progress=cast("Callable[[int, int], None]", 5)),
+            "progress must be a callable",
+        ),
+    ],
+)
+def test_recorder_and_replay_refuse_arguments_of_the_wrong_type(
+    call: Callable[[], object], text: str
+) -> None:
+    with pytest.raises(npumem.ArgumentTypeError, match=text):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("tag", "text"), [("", "is empty"), ("(other tags)", "is .*the row of the pooled tags")]
+)
+def test_a_trace_with_a_tag_no_pool_takes_is_refused_where_it_is_read(
+    tmp_path: Path, tag: str, text: str
+) -> None:
+    pool = npumem.Pool(16 * MIB, cores=1)
+    with TraceRecorder(pool) as rec:
+        pool.alloc(1000, tag="x").free()
+    obj = rec.trace.to_json_obj()
+    obj["tags"] = [tag]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(FileFormatError, match=rf"t\.json.*tags\[0\] {text}"):
+        load_trace(path)

@@ -644,7 +644,9 @@ class _AtomicFile:
     def _name_output(self, exc: BaseException) -> None:
         """Make `exc`, if an `OSError`, name the output file rather than the temporary one."""
         if isinstance(exc, OSError):
-            exc.filename, exc.filename2 = str(self._out), None
+            exc.filename = str(self._out)
+            # Deleted, not set to None: a None second name prints as "-> None".
+            del exc.filename2
 
     def __del__(self) -> None:
         self._discard()

@@ -41,6 +41,8 @@ TRACE_VERSION = 2
 """The version `Trace.save()` writes (handles as decimal text, call stacks); version 1
 (handles as numbers, no stacks) is read too."""
 _READ_VERSIONS = (1, 2)
+OTHER_TAGS = "(other tags)"
+"""The row that pools the tags after a pool's first 63 (`PoolStats.by_tag`): no tag's name."""
 EVENT_KINDS = ("alloc", "free", "move", "failed")
 """The kinds of event, as `TraceEvent.kind` spells them."""
 MAX_TRACE_CAPACITY = 1 << 24
@@ -198,6 +200,12 @@ class Trace:
         tags = r.field(obj, "tags", list)
         if not all(isinstance(t, str) for t in tags):
             raise r.fail("tags must be a list of strings")
+        for i, t in enumerate(tags):
+            # What a pool refuses as a tag, which a replay would pass to it.
+            if t == "":
+                raise r.fail(f"tags[{i}] is empty: an empty tag reads as no tag (index -1)")
+            if t == OTHER_TAGS:
+                raise r.fail(f"tags[{i}] is {OTHER_TAGS!r}, the row of the pooled tags, no tag")
         fields = _EVENT_FIELDS if version >= 2 else _EVENT_FIELDS_V1
         if r.field(obj, "event_fields", list) != list(fields):
             raise r.fail(f"event_fields must be {list(fields)}")
@@ -353,8 +361,11 @@ class TraceRecorder:
         stacks: bool = False,
         max_events: int | None = None,
     ) -> None:
+        from npumem import Pool as PoolClass
         from npumem.errors import ArgumentTypeError, InvalidArgumentError
 
+        if not isinstance(pool, PoolClass):
+            raise ArgumentTypeError(f"pool must be an npumem.Pool, got {type(pool).__name__}")
         if isinstance(capacity, bool) or not isinstance(capacity, int):
             raise ArgumentTypeError(f"capacity must be an int, got {type(capacity).__name__}")
         if not 1 <= capacity <= MAX_TRACE_CAPACITY:

@@ -148,6 +148,16 @@ def replay_trace(
     is called now and then with (events done, events in all). A bad configuration raises
     `npumem.ConfigError`.
     """
+    if not isinstance(trace, Trace):
+        raise npumem.ArgumentTypeError(f"trace must be a Trace, got {type(trace).__name__}")
+    if config is not None and not isinstance(config, Mapping):
+        raise npumem.ArgumentTypeError(
+            f"config must be a mapping of configuration keys or None, got {type(config).__name__}"
+        )
+    if progress is not None and not callable(progress):
+        raise npumem.ArgumentTypeError(
+            f"progress must be a callable or None, got {type(progress).__name__}"
+        )
     overrides = dict(config or {})
     unknown = sorted(set(overrides) - set(_CONFIG_KEYS))
     if unknown:
