@@ -234,6 +234,33 @@ impl Regions {
 mod tests {
     use super::*;
 
+    /// A xorshift generator of numbers below its argument, from `seed`.
+    fn xorshift(mut seed: u64) -> impl FnMut(usize) -> usize {
+        move |bound| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % bound as u64) as usize
+        }
+    }
+
+    /// Regions of 1-6 chunks from chunk `at` on, each one to five absent chunks after the last,
+    /// appended to `table` while they fit in `chunks` chunks.
+    fn add_random_regions(
+        table: &mut Vec<(usize, usize)>,
+        mut at: usize,
+        chunks: usize,
+        next: &mut impl FnMut(usize) -> usize,
+    ) {
+        while at < chunks {
+            let len = 1 + next(6);
+            if at + len <= chunks {
+                table.push((at, len));
+            }
+            at += len + 1 + next(5);
+        }
+    }
+
     /// The first start that `place_len` must find, by trying every start in turn.
     fn first_start_by_trial(table: &[(usize, usize)], len: usize, align: usize, chunks: usize) -> Option<usize> {
         (0..=chunks)
@@ -243,24 +270,12 @@ mod tests {
 
     #[test]
     fn a_region_goes_where_a_trial_of_every_start_puts_it() {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = |bound: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % bound as u64) as usize
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..2000 {
             let chunks = 8 + next(120);
             let mut table = Vec::new();
-            let mut at = next(4);
-            while at < chunks {
-                let len = 1 + next(6);
-                if at + len <= chunks {
-                    table.push((at, len));
-                }
-                at += len + 1 + next(5);
-            }
+            let at = next(4);
+            add_random_regions(&mut table, at, chunks, &mut next);
             let (len, align) = (1 + next(8), 1 << next(4));
             let found = Regions::place_len(&table, len, align, chunks).map(|p| p.start);
             assert_eq!(found, first_start_by_trial(&table, len, align, chunks), "{table:?} len {len} align {align}");
@@ -338,25 +353,13 @@ mod tests {
 
     #[test]
     fn a_joining_region_goes_where_a_trial_of_every_start_puts_it() {
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = |bound: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % bound as u64) as usize
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         let mut joined = 0;
         for _ in 0..3000 {
             let chunks = 8 + next(120);
             let mut table = vec![(0, 1 + next(4))];
-            let mut at = table[0].1 + 1 + next(3);
-            while at < chunks {
-                let len = 1 + next(6);
-                if at + len <= chunks {
-                    table.push((at, len));
-                }
-                at += len + 1 + next(5);
-            }
+            let at = table[0].1 + 1 + next(3);
+            add_random_regions(&mut table, at, chunks, &mut next);
             let (len, align) = (1 + next(8), 1 << next(3));
             let found = Regions::place_joined(&table, len, align, chunks).map(|p| p.start);
             assert_eq!(
