@@ -412,3 +412,38 @@ def test_an_empty_tag_is_refused_as_it_reads_as_no_tag() -> None:
     assert tag.value == 7
     assert lib.npumem_tag_id(pointer, b"ok", ctypes.byref(tag)) == 0 and tag.value != 7
     pool.check()
+
+
+def test_a_tag_longer_than_the_limit_is_refused_everywhere_and_changes_nothing() -> None:
+    """A tag is written with every trace event that names it: its length is bounded, in bytes
+    of UTF-8 (a two-byte character counts twice)."""
+    pool = npumem.Pool(4 * MIB, cores=1)
+    longest = "\u00e9" * (npumem.MAX_TAG_BYTES // 2)
+    too_long = longest + "x"
+    for call in (
+        lambda: pool.alloc(100, tag=too_long),
+        lambda: pool.alloc_many([100, 200], tag=too_long),
+        lambda: KVCache(
+            pool, page_tokens=4, tag=too_long, num_layers=1, num_kv_heads=1, head_dim=8
+        ),
+    ):
+        try:
+            call()
+        except npumem.InvalidArgumentError as err:
+            assert f"{npumem.MAX_TAG_BYTES + 1} bytes long" in str(err), str(err)
+        else:
+            raise AssertionError("a block with a tag over the limit was made")
+    stats = pool.stats()
+    assert (stats.blocks_in_use, stats.by_tag, stats.failed_allocs) == (0, [], 0)
+    assert interned(pool) == 0
+    tag = ctypes.c_uint32(7)
+    lib = _c_library()
+    capsule = pool.c_pool()  # the pointer is valid while the capsule lives
+    pointer = clib.capsule_pointer(capsule)
+    npumem_err_config = 3
+    assert lib.npumem_tag_id(pointer, too_long.encode(), ctypes.byref(tag)) == npumem_err_config
+    assert tag.value == 7 and interned(pool) == 0
+    with pool.alloc(100, tag=longest) as blk:
+        assert blk.tag == longest
+        assert [t.tag for t in pool.stats().by_tag] == [longest]
+    pool.check()

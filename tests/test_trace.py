@@ -662,7 +662,12 @@ def test_recorder_and_replay_refuse_arguments_of_the_wrong_type(
 
 
 @pytest.mark.parametrize(
-    ("tag", "text"), [("", "is empty"), ("(other tags)", "is .*the row of the pooled tags")]
+    ("tag", "text"),
+    [
+        ("", "is empty"),
+        ("(other tags)", "is .*the row of the pooled tags"),
+        ("\u00e9" * (npumem.MAX_TAG_BYTES // 2) + "x", "is longer than a tag can be"),
+    ],
 )
 def test_a_trace_with_a_tag_no_pool_takes_is_refused_where_it_is_read(
     tmp_path: Path, tag: str, text: str

@@ -23,6 +23,7 @@ from __future__ import annotations
 from npumem import _command_start  # isort: skip
 from npumem import _core, _views, kv
 from npumem._core import (
+    MAX_TAG_BYTES,
     Block,
     BlockInfo,
     CoreStats,
@@ -59,6 +60,7 @@ _core.install_views(_views.snapshot_view)
 _command_start.release()
 
 __all__ = [
+    "MAX_TAG_BYTES",
     "ArgumentTypeError",
     "Block",
     "BlockInfo",

@@ -10,6 +10,7 @@ from typing_extensions import Buffer, CapsuleType, disjoint_base
 from npumem.monitor.snapshot import Snapshot
 
 __all__ = [
+    "MAX_TAG_BYTES",
     "ArgumentTypeError",
     "Block",
     "BlockInfo",
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 __version__: str
+MAX_TAG_BYTES: int
 
 _Backing = Literal["host", "none"]
 _Placement = Literal["best-fit", "first-fit"]

@@ -62,7 +62,7 @@ typedef int npumem_status;
 #define NPUMEM_OK 0
 #define NPUMEM_ERR_NULL_ARGUMENT 1     /* a required pointer argument is NULL */
 #define NPUMEM_ERR_INVALID_POOL 2      /* the pool pointer is not a live pool */
-#define NPUMEM_ERR_CONFIG 3            /* a configuration field broke a rule; npumem_tag_id: an empty or reserved name */
+#define NPUMEM_ERR_CONFIG 3            /* a configuration field broke a rule; npumem_tag_id: an empty, reserved or too long name */
 #define NPUMEM_ERR_INVALID_SIZE 4      /* zero or unusable size */
 #define NPUMEM_ERR_TOO_LARGE 5         /* larger than the pool: can never succeed */
 #define NPUMEM_ERR_INVALID_ALIGNMENT 6 /* not a power of two, or too large */
@@ -216,8 +216,8 @@ npumem_status npumem_set_oom_callback(npumem_pool *pool, npumem_oom_callback cal
  * The id of the tag `name` (NUL-terminated) in `pool`, interned on first use, for npumem_alloc()
  * and npumem_alloc_many(). A pool's first 63 tags keep their ids for its life; the id of a later
  * tag may name another tag once no block carries it, so look it up again for a later allocation.
- * Refused (NPUMEM_ERR_CONFIG): the empty name, which reads as no tag, and
- * "(other tags)", the name of the later tags' row.
+ * Refused (NPUMEM_ERR_CONFIG): the empty name, which reads as no tag, "(other tags)", the name
+ * of the later tags' row, and a name longer than 256 bytes.
  */
 npumem_status npumem_tag_id(npumem_pool *pool, const char *name, uint32_t *id);
 /** Allocate `size` bytes aligned to `align` (0: the pool's default), tag id `tag` (0: none). */

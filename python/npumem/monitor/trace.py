@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
+from npumem._core import MAX_TAG_BYTES
 from npumem._fork_safe import ForkSafeRLock
 from npumem._shown import shown
 from npumem.monitor._files import MAX_HANDLE, TRACE_FORMAT, Reader, read_json, write_json
@@ -206,6 +207,10 @@ class Trace:
                 raise r.fail(f"tags[{i}] is empty: an empty tag reads as no tag (index -1)")
             if t == OTHER_TAGS:
                 raise r.fail(f"tags[{i}] is {OTHER_TAGS!r}, the row of the pooled tags, no tag")
+            if len(t.encode("utf-8", "surrogatepass")) > MAX_TAG_BYTES:
+                raise r.fail(
+                    f"tags[{i}] is longer than a tag can be ({MAX_TAG_BYTES} bytes of UTF-8)"
+                )
         fields = _EVENT_FIELDS if version >= 2 else _EVENT_FIELDS_V1
         if r.field(obj, "event_fields", list) != list(fields):
             raise r.fail(f"event_fields must be {list(fields)}")

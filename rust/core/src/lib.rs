@@ -92,7 +92,7 @@ pub use pool::region_hooks::RegionHook;
 pub use pool::snapshot::{Extent, Snapshot};
 pub use stats::summary::{ClassStats, CoreStats, PoolStats};
 pub use stats::tags::{
-    TagFigures, TagLabel, TagPin, TagTable, TraceProgress, TraceTags, IDLE_TAGS, NAMED_TAGS, OTHER_TAGS,
+    TagFigures, TagLabel, TagPin, TagTable, TraceProgress, TraceTags, IDLE_TAGS, MAX_TAG_BYTES, NAMED_TAGS, OTHER_TAGS,
 };
 pub use trace::event::{EventKind, TraceEvent};
 #[cfg(not(loom))]

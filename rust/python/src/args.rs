@@ -244,7 +244,8 @@ pub(crate) fn alignment(value: Option<&Bound<'_, PyAny>>, capacity: usize) -> Py
     Ok(Some(a as usize))
 }
 
-/// An optional tag: `None` or a `str` of valid text.
+/// An optional tag: `None` or a non-empty `str` of valid text, of at most `MAX_TAG_BYTES` bytes
+/// of UTF-8, that is not the pooled tags' row.
 pub(crate) fn tag<'py>(value: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Bound<'py, PyString>>> {
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
@@ -258,6 +259,17 @@ pub(crate) fn tag<'py>(value: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Bou
         return Err(error(
             ErrorClass::InvalidArgument,
             "tag must not be empty: an empty tag reads as no tag".to_string(),
+        ));
+    }
+    if name.len() > npumem_core::MAX_TAG_BYTES {
+        // Written with every trace event that names it, and kept while idle (`stats/tags.rs`).
+        return Err(error(
+            ErrorClass::InvalidArgument,
+            format!(
+                "tag is {} bytes long in UTF-8; a tag is at most {} bytes (npumem.MAX_TAG_BYTES)",
+                name.len(),
+                npumem_core::MAX_TAG_BYTES
+            ),
         ));
     }
     if name == npumem_core::OTHER_TAGS {

@@ -64,6 +64,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", npumem_core::version())?;
+    m.add("MAX_TAG_BYTES", npumem_core::MAX_TAG_BYTES)?;
     errors::register(m)?;
     m.add_class::<pool::state::Pool>()?;
     m.add_class::<block::Block>()?;

@@ -63,6 +63,10 @@ pub const IDLE_TAGS: usize = 1024;
 pub(crate) const SCAN_EVERY: usize = 4096;
 /// The label of the counters that pooled tags share.
 pub const OTHER_TAGS: &str = "(other tags)";
+/// The longest tag, in bytes of UTF-8. A tag is a label: it is written with every event of a
+/// trace that names it (in a Perfetto export, once per slice) and kept while idle, so its
+/// length bounds those files and the table.
+pub const MAX_TAG_BYTES: usize = 256;
 /// Counter slots: the named tags, then the pooled ones.
 const SLOTS: usize = NAMED_TAGS as usize + 1;
 
@@ -289,7 +293,8 @@ impl TagTable {
     }
 
     /// The id of `name` (interned on first use), with `blocks` holds taken on it when it is
-    /// pooled; refused for the empty name and [`OTHER_TAGS`]. Give the holds back with
+    /// pooled; refused for the empty name, [`OTHER_TAGS`] and names longer than
+    /// [`MAX_TAG_BYTES`]. Give the holds back with
     /// [`TagTable::release`] as the blocks are freed (or at once, with the same count, when the
     /// allocation fails).
     pub fn acquire(&self, name: &str, blocks: u64) -> Result<u32> {
@@ -305,6 +310,12 @@ impl TagTable {
             return Err(Error::Config {
                 field: "tag",
                 reason: format!("{OTHER_TAGS:?} names the row of the pooled tags; choose another name"),
+            });
+        }
+        if name.len() > MAX_TAG_BYTES {
+            return Err(Error::Config {
+                field: "tag",
+                reason: format!("is {} bytes long; a tag is at most {MAX_TAG_BYTES} bytes of UTF-8", name.len()),
             });
         }
         let mut names = self.lock();
@@ -557,6 +568,20 @@ mod tests {
         assert_eq!(t.name(id).as_deref(), Some("pooled"));
         assert!(t.release(u32::MAX, 1, NO_TRACE).is_err());
         t.release(id, 0, NO_TRACE).unwrap();
+    }
+
+    #[test]
+    fn a_tag_longer_than_the_limit_is_refused_and_interns_nothing() {
+        let t = TagTable::new();
+        // A two-byte character: the limit counts bytes, not characters.
+        let longest = "\u{e9}".repeat(MAX_TAG_BYTES / 2);
+        let too_long = format!("{longest}x");
+        let err = t.acquire(&too_long, 1).unwrap_err();
+        assert!(matches!(err, Error::Config { field: "tag", .. }), "{err}");
+        assert!(err.to_string().contains(&format!("is {} bytes long", MAX_TAG_BYTES + 1)), "{err}");
+        assert_eq!(t.interned(), 0, "a refused tag takes no id");
+        let id = t.acquire(&longest, 1).unwrap();
+        assert_eq!(t.name(id).as_deref(), Some(longest.as_str()));
     }
 
     #[test]
