@@ -7,6 +7,9 @@ region it can ever have; and `RequestTooLargeError` carries the figures of an
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 import npumem
@@ -281,4 +284,51 @@ def test_an_empty_pool_with_a_short_last_chunk_serves_its_whole_usable_capacity(
         block = pool.alloc(size)
         assert block.block_bytes >= size
         block.free()
+    pool.check()
+
+
+@pytest.mark.parametrize("case", ["refused as too large", "given up by the handler"])
+def test_a_failure_recorded_during_another_threads_pause_lets_that_thread_run(case: str) -> None:
+    """The record of a failed allocation waits for another thread's pause (it writes a trace
+    event, and the rings change only under a pause) without the GIL, so the pausing thread's
+    Python code runs on and ends its pause: the failure is raised after the pause, not after
+    the pause's timeout with the pausing thread stalled."""
+    pool = npumem.Pool(4 * MIB, cores=1)
+    rec = TraceRecorder(pool)
+    rec.start()
+    hog = pool.alloc(3 * MIB)
+    paused = threading.Event()
+    steps: list[float] = []
+
+    def hold() -> None:
+        with pool.pause(timeout=2.0):
+            paused.set()
+            for _ in range(50):
+                steps.append(time.monotonic())
+                time.sleep(0.001)
+
+    holder = threading.Thread(target=hold)
+    if case == "refused as too large":
+        holder.start()
+        paused.wait()
+        error: type[npumem.OutOfMemoryError] = npumem.RequestTooLargeError
+        size = 8 * MIB
+    else:
+
+        def give_up(nbytes: int) -> bool:
+            holder.start()
+            paused.wait()
+            return False
+
+        pool.set_oom_handler(give_up)
+        error, size = npumem.OutOfMemoryError, 2 * MIB
+    with pytest.raises(error):
+        pool.alloc(size)
+    raised = time.monotonic()
+    holder.join()
+    assert len(steps) == 50 and steps[-1] < raised, "the pausing thread stalled"
+    assert pool.stats().failed_allocs == 1
+    trace = rec.stop()
+    assert [(e.kind, e.size) for e in trace.events if e.kind == "failed"] == [("failed", size)]
+    hog.free()
     pool.check()

@@ -494,6 +494,36 @@ fn a_deferred_failure_is_recorded_only_when_the_caller_records_it() {
     p.check().unwrap();
 }
 
+/// A failure recorded from outside the pool (the binding's and the C ABI's last word after a
+/// retry, or a request refused as too large) writes a trace event: it must not do so while
+/// another thread's pause may replace the rings under it, so it waits for the pause as an
+/// allocation does, and is traced once it is over.
+#[test]
+fn a_failure_recorded_from_outside_waits_for_another_threads_pause() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    let p = Arc::new(Pool::new(PoolConfig::new(4 * MIB).cores(1)).unwrap());
+    p.trace_start(64).unwrap();
+    let token = p.pause(Duration::from_secs(30)).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let recorder = {
+        let (p, done) = (p.clone(), done.clone());
+        std::thread::spawn(move || {
+            p.record_failure(8 * MIB, None, 0);
+            drop(p.refuse_too_large(8 * MIB, None, 0));
+            done.store(true, Ordering::Release);
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!done.load(Ordering::Acquire), "a failure was recorded while another thread held the pause");
+    p.resume(&token).unwrap();
+    recorder.join().unwrap();
+    assert_eq!(p.stats().failed_allocs, 2);
+    let kinds: Vec<_> = p.trace_drain().unwrap().iter().map(|e| (e.kind.name(), e.size)).collect();
+    assert_eq!(kinds, [("failed", 8 * MIB), ("failed", 8 * MIB)]);
+    p.check().unwrap();
+}
+
 #[test]
 fn a_request_refused_as_too_large_carries_the_pools_figures() {
     let p = Pool::new(PoolConfig::new(8 * MIB).cores(1)).unwrap();

@@ -28,7 +28,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{caused_by, error, to_py, ErrorClass};
-use crate::gil::interruptible;
+use crate::gil::{detached, interruptible};
 use crate::growth;
 use crate::user_code;
 
@@ -173,7 +173,7 @@ impl OomHandler {
         core: &npumem_core::Pool,
         sizes: impl FnOnce() -> Vec<usize>,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
-        record: impl FnOnce(&Error),
+        record: impl FnOnce(&Error) + Send,
     ) -> PyResult<T> {
         // An allocation inside a handler or a hook keeps the growth exception of the one it
         // runs in; any other starts without one of an earlier allocation.
@@ -194,7 +194,7 @@ impl OomHandler {
         core: &npumem_core::Pool,
         sizes: impl FnOnce() -> Vec<usize>,
         alloc: impl Fn() -> npumem_core::Result<T> + Sync,
-        record: impl FnOnce(&Error),
+        record: impl FnOnce(&Error) + Send,
     ) -> PyResult<T> {
         let out_of_memory = |err: &Error| matches!(err.root(), Error::OutOfMemory { .. });
         // With a handler, the first try's failure is recorded only once it is final (below).
@@ -209,10 +209,11 @@ impl OomHandler {
             (true, false) => core.failures_deferred(&alloc),
             (false, _) => alloc(),
         })?;
-        // The first failure is final: recorded now if the core left it to this call.
+        // The first failure is final: recorded now if the core left it to this call, without
+        // the GIL (the record waits for another thread's pause, as an allocation does).
         let give_up = |err: Error| {
             if deferred {
-                record(&err);
+                detached(py, || record(&err));
             }
             err
         };

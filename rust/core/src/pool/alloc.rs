@@ -381,12 +381,20 @@ impl Pool {
 
     /// Record the final failure of an allocation of `size` bytes aligned to `align` (the
     /// pool's default when `None`) with tag id `tag`: one more `failed_allocs`, and a `failed`
-    /// event in the trace. For the caller of [`Pool::failures_deferred`].
+    /// event in the trace. For the caller of [`Pool::failures_deferred`], and for a request
+    /// refused before it entered the pool ([`Pool::refuse_too_large`]).
+    ///
+    /// It enters the pool as an allocation does: the trace's rings are replaced only while the
+    /// pool is paused, so an event written from outside could land in rings being freed. A
+    /// pause another thread holds is waited for; where the wait is refused (the pause outlasted
+    /// its timeout, or the process forked mid-call), the failure is counted but not traced.
     #[cold]
     pub fn record_failure(&self, size: usize, align: Option<usize>, tag: u32) {
         let core = cpu::current_core(self.arena.cores.len());
         self.counters.on_failed(core);
-        self.trace.on_failed(core, size, align.unwrap_or(self.config.alignment), tag);
+        if let Ok(_entered) = self.enter() {
+            self.trace.on_failed(core, size, align.unwrap_or(self.config.alignment), tag);
+        }
     }
 
     pub(crate) fn finish(&self, placed: Placed, request: &Request, core: usize, tag: u32) -> Result<Handle> {

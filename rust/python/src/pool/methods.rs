@@ -962,7 +962,8 @@ impl Pool {
             let align = args::alignment(align, capacity).ok().flatten();
             let tag = args::tag(tag).ok().flatten();
             let tag_id = self.tags.acquire(py, &self.core, tag.as_ref(), 1).unwrap_or(0);
-            let refused = self.core.refuse_too_large(size, align, tag_id);
+            // Without the GIL: the failure's record waits for another thread's pause.
+            let refused = detached(py, || self.core.refuse_too_large(size, align, tag_id));
             self.tags.release(&self.core, tag_id, 1);
             if let npumem_core::Error::TooLarge { bytes_free, largest_free_block, .. } = refused {
                 let requested = py
