@@ -349,10 +349,10 @@ fn scale_from_env() -> Scale {
 /// take fronts (`arena/front.rs`) as they come and go: some must be placed so when the sizes
 /// reach that far. A second run caps the sizes at half a chunk with fewer slots (16) in a
 /// 32 MiB arena, which stays below the occupancy at which the arena counts as tight: there,
-/// blocks of at most half a chunk must be placed across the boundary of two core chunks (both
-/// runs print how many were). At the end of each run every byte is free and `check()` passes,
-/// and no small allocation failed while the live set and the request together were at most
-/// half the arena. Knobs from the environment:
+/// blocks of at most half a chunk must be placed across the boundary of two core chunks, in
+/// one of up to three runs (every run prints how many were). At the end of each run every
+/// byte is free and `check()` passes, and no small allocation failed while the live set and
+/// the request together were at most half the arena. Knobs from the environment:
 /// `NPUMEM_STRESS_THREADS`, `NPUMEM_STRESS_ITERS` (operations per thread, half of them
 /// allocations), `NPUMEM_STRESS_SLOTS` (live blocks per thread; a mailbox holds four times as many),
 /// `NPUMEM_STRESS_MAX_SIZE` (caps the sizes) and `NPUMEM_STRESS_CAPACITY_MIB` (the arena).
@@ -365,9 +365,17 @@ fn stress_mixed_sizes_remote_frees_no_overlap_no_corruption() {
         assert!(fronted > 0, "no block was placed with a front: the stress test does not exercise them");
     }
     let small = Scale { slots: 16, max_size: scale.max_size.min(1 << 20), capacity: 32 * MIB, ..scale };
-    let (_, straddling) = stress_run(small);
+    // Most runs place dozens so; how many depends on how the threads were scheduled, and on a
+    // loaded machine one run in many places none: up to three runs (each checked in full).
+    let mut straddling = 0;
+    for _ in 0..3 {
+        straddling = stress_run(small).1;
+        if straddling > 0 {
+            break;
+        }
+    }
     if small.max_size > 64 << 10 && small.ops >= 1000 {
-        assert!(straddling > 0, "no block of at most half a chunk was placed across a chunk boundary");
+        assert!(straddling > 0, "no block of at most half a chunk was placed across a chunk boundary in three runs");
     }
 }
 
