@@ -113,8 +113,15 @@ def test_a_copy_back_that_keeps_failing_raises_corruption_even_in_a_rescue() -> 
     `OutOfMemoryError`)."""
     pool, mirror, _kept = setup("none")  # the blocks stay live
     mover = InterruptedCopyBack(mirror, 10, DeviceFault("copy back failed"))
-    with pool.pause(5.0) as pause, pytest.raises(npumem.CorruptionError, match="3 times"):
+    before = [(b.offset, b.nbytes) for b in pool.blocks()]
+    with pool.pause(5.0) as pause, pytest.raises(npumem.CorruptionError, match="3 times") as info:
         pool.compact_step(pause, "full", mover=mover)
+    # The metadata was undone: the error blames the device's bytes, not the metadata, and
+    # carries the mover's failure as its cause.
+    assert "inconsistent" not in str(info.value) and "lost bytes on the device" in str(info.value)
+    assert isinstance(info.value.__cause__, DeviceFault)
+    assert str(info.value.__cause__) == "the second wave failed"
+    assert [(b.offset, b.nbytes) for b in pool.blocks()] == before
     pool.check()
     pool, mirror, _kept = setup("none")
     rescuer = InterruptedCopyBack(mirror, 10, DeviceFault("copy back failed"))

@@ -92,7 +92,7 @@ pub fn code_of(err: &Error) -> Status {
         | Error::AlreadyPaused
         | Error::PauseInsideCall
         | Error::NotPaused => ERR_BUSY,
-        Error::Corruption(_) => ERR_CORRUPTION,
+        Error::Corruption(_) | Error::CopyBackFailed { .. } => ERR_CORRUPTION,
         _ => ERR_INTERNAL,
     }
 }

@@ -114,6 +114,10 @@ pub enum Error {
     MoveCycle { blocks: usize },
     /// The mover (the caller's copy function) failed: the batch was undone.
     MoverFailed(String),
+    /// The mover failed (`mover`: why), and so did each of its tries to copy back the blocks
+    /// it had moved (`copy_back`: why, the last time). The pool's metadata was undone (every
+    /// block is where it was), but blocks of the batch may have lost bytes on the device.
+    CopyBackFailed { mover: String, copy_back: String, tries: usize },
     /// The pause token does not hold this pool's pause (resumed already, or of another pool).
     NotPaused,
     /// A call that needs the pool was made by the thread that holds its pause while blocks
@@ -245,6 +249,12 @@ impl fmt::Display for Error {
                  and the arena has no free space to bounce one of them through; nothing was moved"
             ),
             Error::MoverFailed(reason) => write!(f, "the mover failed ({reason}); every move of the batch was undone"),
+            Error::CopyBackFailed { mover, copy_back, tries } => write!(
+                f,
+                "the mover failed ({mover}), then failed {tries} times copying back the blocks it had moved \
+                 (last: {copy_back}): every block is where it was in the pool's metadata, but blocks of \
+                 the batch may have lost bytes on the device"
+            ),
             Error::NotPaused => {
                 write!(f, "this pause no longer holds the pool (it was resumed, or belongs to another pool)")
             }

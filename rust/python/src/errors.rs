@@ -144,7 +144,9 @@ impl ErrorClass {
             Corruption => (
                 "CorruptionError",
                 &[Base::Ours(Npumem)],
-                "The pool's metadata is inconsistent (raised by `Pool.check()`), with the details.",
+                "The pool's metadata is inconsistent (raised by `Pool.check()`, with the details), or a \
+                 compaction's mover failed and so did its copies back: the metadata was undone, but blocks may \
+                 have lost bytes on the device (its `__cause__` is the mover's exception).",
             ),
             Move => (
                 "MoveError",
@@ -399,7 +401,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::InvalidMove { .. } | Error::MoveCycle { .. } | Error::MoverFailed(_) | Error::NotPaused => {
             ErrorClass::Move
         }
-        Error::Corruption(_) | Error::Batch { .. } => ErrorClass::Corruption,
+        Error::Corruption(_) | Error::CopyBackFailed { .. } | Error::Batch { .. } => ErrorClass::Corruption,
         _ => ErrorClass::Corruption,
     };
     error(class, err.to_string())

@@ -11,7 +11,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::errors::to_py;
+use crate::errors::{caused_by, to_py};
 use crate::gil::interruptible;
 use crate::transfer;
 use crate::user_code;
@@ -31,6 +31,8 @@ where
     })?;
     result.map_err(|err| match (err, raised) {
         (Error::MoverFailed(_), Some(e)) => e,
+        // The device may have lost bytes: a `CorruptionError`, caused by the mover's failure.
+        (err @ Error::CopyBackFailed { .. }, Some(e)) => caused_by(py, to_py(err), e),
         (err, _) => to_py(err),
     })
 }

@@ -298,12 +298,8 @@ impl Pool {
                 pieces.iter().for_each(|u| self.end_moves(u));
                 self.tidy_slabs(&created);
                 undone?;
-                if let Err(why) = copied_back {
-                    return Err(Error::Corruption(vec![format!(
-                        "the mover failed ({reason}), then failed {COPY_BACK_TRIES} times copying back \
-                         the blocks it had moved (last: {why}): blocks of the batch may have lost bytes \
-                         on the device"
-                    )]));
+                if let Err(copy_back) = copied_back {
+                    return Err(Error::CopyBackFailed { mover: reason, copy_back, tries: COPY_BACK_TRIES });
                 }
                 return Err(Error::MoverFailed(reason));
             }

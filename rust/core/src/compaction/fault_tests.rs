@@ -165,7 +165,10 @@ fn a_failed_copy_back_is_reported_and_the_metadata_is_still_undone() {
         let (result, fired) = failpoint::fail_from("mover.copy_back", j, || d.run(Op::Full, Some(waves - 1)));
         assert!(fired, "copy back {j}");
         match result {
-            Err(Error::Corruption(why)) => assert!(why[0].contains("3 times copying back"), "{why:?}"),
+            Err(err @ Error::CopyBackFailed { tries: 3, .. }) => {
+                let text = err.to_string();
+                assert!(text.contains("3 times copying back") && !text.contains("inconsistent"), "{text}");
+            }
             other => panic!("copy back {j}: {other:?}"),
         }
         assert_eq!(d.state(), before, "copy back {j}: the metadata is undone");
