@@ -505,3 +505,55 @@ def test_ctrl_c_in_on_grow_goes_through_and_an_on_trim_failure_is_reported() -> 
     for b in full:
         b.free()
     pool.check()
+
+
+def test_a_request_larger_than_every_region_is_not_blamed_on_fragmentation() -> None:
+    """Free bytes that lie in regions each smaller than the request: no compaction joins them
+    (no block spans two regions), and the error says what does make room."""
+    from npumem.compaction import Compactor
+
+    pool = npumem.Pool(4 * MIB, max_capacity=16 * MIB, grow_by=2 * MIB, cores=1)
+    blocks = [pool.alloc(MIB) for _ in range(12)]
+    assert len(pool.regions()) == 5
+    for i, blk in enumerate(blocks):
+        if i not in (0, 4, 6, 8, 10):  # one block stays in every region
+            blk.free()
+    with pytest.raises(npumem.OutOfMemoryError) as info:
+        pool.alloc(5 * MIB)
+    message = str(info.value)
+    assert "the largest holds 4.0 MiB" in message and "No compaction makes room" in message
+    assert "fragmented" not in message and "compaction joins" not in message
+    assert (info.value.bytes_free, info.value.requested) == (7 * MIB, 5 * MIB)
+    # What it says holds: a compaction does not make room.
+    Compactor(pool).compact()
+    with pytest.raises(npumem.OutOfMemoryError):
+        pool.alloc(5 * MIB)
+    pool.check()
+
+
+def test_the_offset_space_holds_every_region_and_a_mirror_of_it_every_block() -> None:
+    """Offsets of a pool that grows pass `max_capacity` (regions lie a chunk apart); the
+    offset space holds them all, and a `HostMirror` of that size keeps a compaction's bytes."""
+    from npumem.compaction import HostMirror
+
+    assert npumem.Pool(4 * MIB, cores=1).offset_space == 4 * MIB
+    pool = npumem.Pool(16 * MIB, max_capacity=64 * MIB, grow_by=8 * MIB, cores=1, backing="none")
+    assert pool.offset_space == 128 * MIB
+    blocks = []
+    while pool.capacity < pool.max_capacity:
+        blocks.append(pool.alloc(3 * MIB))
+    assert max(b.offset + b.block_bytes for b in blocks) > pool.max_capacity
+    assert all(o + n <= pool.offset_space for o, n in pool.regions())
+    mirror = HostMirror(pool.offset_space)
+    for i, b in enumerate(blocks):
+        mirror.memory[b.offset : b.offset + b.nbytes] = bytes([i % 251 + 1]) * b.nbytes
+    for b in blocks[::2]:
+        b.free()
+    kept = blocks[1::2]
+    with pool.pause() as pause:
+        report = pool.compact_step(pause, "full", mover=mirror)
+    assert report.blocks > 0
+    for b in kept:
+        i = blocks.index(b)
+        assert mirror.memory[b.offset : b.offset + b.nbytes] == bytes([i % 251 + 1]) * b.nbytes
+    pool.check()

@@ -30,7 +30,9 @@ Mover = Callable[[Sequence[Transfer]], object]
 
 class HostMirror:
     """A device arena simulated in host memory, with the mover that keeps it in step with a
-    `backing="none"` pool: `pool.compact_step(..., mover=mirror)`."""
+    `backing="none"` pool: `pool.compact_step(..., mover=mirror)`. Its `capacity` is the
+    pool's `offset_space` (its `capacity` unless it can grow: then offsets pass
+    `max_capacity`)."""
 
     def __init__(self, capacity: int) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:

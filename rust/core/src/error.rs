@@ -51,8 +51,11 @@ pub enum Error {
     /// `largest_free_block` is the largest the failed allocation learnt of without walking
     /// every chunk, partly from the chunks' stretch memos, which bound a chunk's longest free
     /// stretch from above: an estimate, which may be more or less than the figure of
-    /// `Pool::stats` (that one reads every tree).
-    OutOfMemory { requested: usize, bytes_free: usize, largest_free_block: usize },
+    /// `Pool::stats` (that one reads every tree). `largest_region`, in a pool made of several
+    /// regions (one that grew), is the bytes of its largest region: no block spans two regions,
+    /// so a request larger than that fails however the free bytes lie, and no compaction
+    /// helps, until a region empties and the pool gives it back to grow a larger one.
+    OutOfMemory { requested: usize, bytes_free: usize, largest_free_block: usize, largest_region: Option<usize> },
     /// A handle was refused.
     InvalidHandle(HandleFault),
     /// The handle's block was already freed.
@@ -166,11 +169,21 @@ impl fmt::Display for Error {
                 "request of {size} bytes can never succeed: of the pool's {capacity} bytes, blocks can use {usable} (the rest is shorter than the smallest block)"
             ),
             Error::InvalidAlignment { align, reason } => write!(f, "invalid alignment {align}: {reason}"),
-            Error::OutOfMemory { requested, bytes_free, largest_free_block } => write!(
-                f,
-                "out of memory: asked for {requested} bytes; {bytes_free} bytes are free, \
-                 the largest free block found is {largest_free_block} bytes"
-            ),
+            Error::OutOfMemory { requested, bytes_free, largest_free_block, largest_region } => {
+                write!(
+                    f,
+                    "out of memory: asked for {requested} bytes; {bytes_free} bytes are free, \
+                     the largest free block found is {largest_free_block} bytes"
+                )?;
+                match largest_region {
+                    Some(region) if requested > region => write!(
+                        f,
+                        "; no region of the pool is that large (the largest holds {region} bytes, \
+                         and no block spans two)"
+                    ),
+                    _ => Ok(()),
+                }
+            }
             Error::InvalidHandle(HandleFault::Freed) => write!(f, "the block was freed; its handle is no longer valid"),
             Error::InvalidHandle(HandleFault::Foreign) => write!(f, "the block belongs to another pool"),
             Error::InvalidHandle(HandleFault::Unknown) => write!(f, "the handle does not name a block of this pool"),

@@ -57,7 +57,7 @@ fn a_failing_allocation_leaves_a_fragmented_pool_unchanged() {
     let request = before.largest_free_block + before.largest_free_block / 8 + 64 * KIB;
     assert!(request < before.bytes_free, "the pool is fragmented: more is free than one block");
     match p.alloc_raw(request, None) {
-        Err(Error::OutOfMemory { requested, bytes_free, largest_free_block }) => {
+        Err(Error::OutOfMemory { requested, bytes_free, largest_free_block, .. }) => {
             assert_eq!(requested, request);
             assert_eq!(bytes_free, before.bytes_free);
             // What the failed search found (a lower bound, in bounded work): not enough.

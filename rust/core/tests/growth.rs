@@ -387,7 +387,9 @@ fn a_failed_batch_in_a_pool_that_grows_reports_the_room_it_had() {
     let p = growing(8 * MIB, 32 * MIB, 8 * MIB, 1);
     match p.alloc_many(&[6 * MIB; 6], None, 0) {
         Err(Error::Batch { index, error, shortfall: Some(shortfall) }) => {
-            let Error::OutOfMemory { requested, bytes_free, largest_free_block } = *error else { panic!("{error:?}") };
+            let Error::OutOfMemory { requested, bytes_free, largest_free_block, .. } = *error else {
+                panic!("{error:?}")
+            };
             assert_eq!(requested, 6 * MIB);
             assert!(largest_free_block < requested, "item {index}: {largest_free_block} free in one block");
             assert!(bytes_free < shortfall.free, "the batch's earlier items held room");
@@ -416,4 +418,24 @@ fn a_failed_batch_of_mixed_sizes_gives_back_every_region_it_added() {
         assert_eq!((p.capacity(), p.regions()), before, "{cores} cores: the regions the batch added went back");
         assert_eq!(p.check().unwrap(), kept.len());
     }
+}
+
+/// A request that fits in the free bytes but in no region fails, and its error says so: no
+/// block spans two regions, so no compaction could make room for it.
+#[test]
+fn a_request_larger_than_every_region_says_so() {
+    let p = growing(4 * MIB, 16 * MIB, 2 * MIB, 1);
+    let blocks: Vec<Handle> = (0..12).map(|_| p.alloc(MIB, None, 0).unwrap()).collect();
+    assert_eq!(p.regions().len(), 5, "{:?}", p.regions());
+    // One block stays in every region, so that none is given back to make room.
+    for (i, h) in blocks.into_iter().enumerate() {
+        if ![0, 4, 6, 8, 10].contains(&i) {
+            p.free(h).unwrap();
+        }
+    }
+    let err = p.alloc(5 * MIB, None, 0).unwrap_err();
+    let Error::OutOfMemory { requested, bytes_free, largest_region, .. } = err else { panic!("{err:?}") };
+    assert_eq!((requested, bytes_free, largest_region), (5 * MIB, 7 * MIB, Some(4 * MIB)));
+    assert!(err.to_string().contains("no region of the pool is that large (the largest holds 4194304 bytes"), "{err}");
+    p.check().unwrap();
 }

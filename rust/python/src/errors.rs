@@ -265,11 +265,26 @@ pub(crate) fn plan_search(err: npumem_core::plan_search::PackingError) -> PyErr 
 /// whether the total or the fragmentation is the cause (then a compaction can help), or, when
 /// the largest free block found is at least the request, that the free place holds only some
 /// sizes up to its own.
-pub(crate) fn out_of_memory_message(requested: usize, free: usize, largest: usize) -> String {
+pub(crate) fn out_of_memory_message(
+    requested: usize,
+    free: usize,
+    largest: usize,
+    largest_region: Option<usize>,
+) -> String {
     let asked = byte_text::exact(requested);
     let free_text = byte_text::exact(free);
     let largest_text = byte_text::exact(largest);
-    if requested <= largest {
+    if let Some(region) = largest_region.filter(|&region| requested > region && requested <= free) {
+        // Free enough, but in regions that are each too small: no compaction joins them.
+        let region_text = byte_text::exact(region);
+        format!(
+            "out of memory: asked for {asked}; {free_text} are free, but the pool's regions (one per \
+             growth, no block spans two) are smaller: the largest holds {region_text}, and the largest \
+             free block found is {largest_text}. No compaction makes room: free the blocks of a region, \
+             so that the pool gives it back and grows one large enough, or give the pool a larger \
+             capacity or max_capacity"
+        )
+    } else if requested <= largest {
         // The place found holds its own size, not every smaller one (`docs/design.md`, "Stats;
         // counters"): say so, instead of blaming the fragmentation.
         format!(
@@ -365,16 +380,18 @@ pub(crate) fn to_py(err: Error) -> PyErr {
                 with_figures(ErrorClass::RequestTooLarge, err.to_string(), &size, bytes_free, largest_free_block)
             });
         }
-        &Error::OutOfMemory { requested, bytes_free, largest_free_block } => {
+        &Error::OutOfMemory { requested, bytes_free, largest_free_block, largest_region } => {
             return user_code::attach(|py| {
                 let message = match err {
                     Error::Batch { index, shortfall: Some(shortfall), .. } => {
                         batch_shortfall_message(index, requested, bytes_free, largest_free_block, shortfall)
                     }
-                    Error::OutOfMemory { .. } => out_of_memory_message(requested, bytes_free, largest_free_block),
+                    Error::OutOfMemory { .. } => {
+                        out_of_memory_message(requested, bytes_free, largest_free_block, largest_region)
+                    }
                     // A batch wraps the root error ("item 3 of the batch failed: ..."): keep the context.
                     _ => {
-                        let human = out_of_memory_message(requested, bytes_free, largest_free_block);
+                        let human = out_of_memory_message(requested, bytes_free, largest_free_block, largest_region);
                         err.to_string().replace(&err.root().to_string(), &human)
                     }
                 };

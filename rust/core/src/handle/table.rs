@@ -231,7 +231,12 @@ impl HandleTable {
         tag: u32,
     ) -> Result<Handle> {
         let Some(index) = self.take_slot(core, cache)? else {
-            return Err(Error::OutOfMemory { requested: size, bytes_free: 0, largest_free_block: 0 });
+            return Err(Error::OutOfMemory {
+                requested: size,
+                bytes_free: 0,
+                largest_free_block: 0,
+                largest_region: None,
+            });
         };
         let slot = self.slot(index);
         let generation = slot.state.load(Ordering::Acquire) & GENERATION_MASK;

@@ -453,6 +453,7 @@ impl Pool {
             requested: request.size,
             bytes_free: free.saturating_sub(taken),
             largest_free_block: self.largest_free_after_failure(Some(request)),
+            largest_region: self.largest_region(),
         };
         (error, free)
     }

@@ -104,6 +104,18 @@ impl Pool {
         self.arena.regions.list(&self.arena.geometry)
     }
 
+    /// The bytes of the largest region, in a pool that has more than one now (`None` in one
+    /// that cannot grow or has not): for the error of a failed allocation, which reads the
+    /// table only in a pool that can grow, whose failures tried a growth already.
+    #[cold]
+    pub(crate) fn largest_region(&self) -> Option<usize> {
+        if !self.config.grows() {
+            return None;
+        }
+        let regions = self.regions();
+        (regions.len() > 1).then(|| regions.iter().map(|r| r.bytes).max().unwrap_or(0))
+    }
+
     /// The allocation's last resort: add a region and place `request` there. `None` when the
     /// pool cannot grow (no `max_capacity`, the limit reached, the hook failed).
     #[cold]

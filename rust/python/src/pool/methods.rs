@@ -776,6 +776,15 @@ impl Pool {
         self.core.max_capacity()
     }
 
+    /// The bytes its offsets range over: `capacity` for a pool that cannot grow; for one that
+    /// can, twice `max_capacity` in whole chunks (regions lie a chunk apart, and come and go),
+    /// so a block's `offset + block_bytes` may pass `max_capacity`. The address range a
+    /// runtime reserves from `base_address`, and the size of a `HostMirror` for the pool.
+    #[getter]
+    fn offset_space(&self) -> usize {
+        self.core.config().offset_space()
+    }
+
     /// The regions with memory behind them, as `(offset, nbytes)` pairs by offset: one unless
     /// the pool grew.
     fn regions(&self) -> Vec<(usize, usize)> {
