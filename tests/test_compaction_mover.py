@@ -4,6 +4,7 @@ are exactly as before, and the caller sees the mover's own exception."""
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -201,4 +202,42 @@ def test_blocks_listed_during_another_threads_compaction_are_those_after_it() ->
     assert seen == [after]
     for b in movable:
         b.free()
+    pool.check()
+
+
+@pytest.mark.parametrize(
+    "touch",
+    [lambda b: b.offset, lambda b: b.pin(), lambda b: memoryview(b)],
+    ids=["offset", "pin", "memoryview"],
+)
+def test_another_thread_waits_for_a_moving_block_no_longer_than_the_pause(
+    touch: Callable[[npumem.Block], object],
+) -> None:
+    """A thread that reads, pins or views a block while a mover moves it waits as an allocation
+    waits for the pause the move runs under: at most the pause's timeout, then
+    `PoolBusyError`, however long the mover takes (a mover waiting on such a thread would
+    otherwise wait forever)."""
+    pool = npumem.Pool(16 * MIB, cores=1)
+    pad = pool.alloc(4 * MIB)
+    blk = pool.alloc(40_000)
+    pad.free()
+    start = blk.offset
+    outcome: list[object] = []
+
+    def other() -> None:
+        try:
+            outcome.append(touch(blk))
+        except npumem.PoolBusyError as err:
+            outcome.append(err)
+
+    def mover(transfers: Sequence[object]) -> None:
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(timeout=5.0)
+
+    with pool.pause(0.3) as pause:
+        report = pool.compact_step(pause, "full", mover=mover)
+    assert report.blocks == 1 and blk.offset != start
+    assert len(outcome) == 1 and isinstance(outcome[0], npumem.PoolBusyError), outcome
+    assert blk.pins == 0
     pool.check()

@@ -1022,3 +1022,37 @@ fn a_plan_counts_the_chunks_and_bytes_its_step_gives_back() {
         assert_eq!(p.check().unwrap(), made.len(), "{what}");
     }
 }
+
+/// A thread that asks for a block (or pins it) while a mover moves it waits as an allocation
+/// waits for the pause the move runs under: at most the pause's timeout, then
+/// `PausedTooLong`, however long the mover takes.
+#[test]
+fn another_thread_waits_for_a_moving_block_no_longer_than_the_pause() {
+    use std::sync::{mpsc, Arc};
+    let p = Arc::new(Pool::new(PoolConfig::new(16 * MIB).cores(1)).unwrap());
+    let pad = p.alloc(4 * MIB, None, 0).unwrap();
+    let h = p.alloc(40_000, None, 0).unwrap();
+    p.free(pad).unwrap();
+    let start = p.block(h).unwrap().offset;
+    let token = p.pause(Duration::from_millis(200)).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let mut mover = |_: &[Transfer]| -> std::result::Result<(), String> {
+        let (p, tx) = (p.clone(), tx.clone());
+        std::thread::spawn(move || tx.send((p.block(h).map(|b| b.offset), p.pin(h))).unwrap());
+        // The mover waits for that thread far longer than the pause's timeout: it would wait
+        // to the end were the thread's calls to wait for the move.
+        let Ok((read, pinned)) = rx.recv_timeout(Duration::from_secs(10)) else {
+            return Err("the other thread was still waiting for the move".to_string());
+        };
+        assert!(matches!(read, Err(Error::PausedTooLong { .. })), "{read:?}");
+        assert!(matches!(pinned, Err(Error::PausedTooLong { .. })), "{pinned:?}");
+        Ok(())
+    };
+    let done = p.compact_step(&token, &CompactionMode::Full, Some(&mut mover)).unwrap();
+    p.resume(&token).unwrap();
+    assert_eq!(done.blocks, 1);
+    let moved = p.block(h).unwrap();
+    assert_ne!(moved.offset, start);
+    assert_eq!(moved.pins, 0, "the refused pin left none");
+    p.check().unwrap();
+}

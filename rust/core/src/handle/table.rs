@@ -38,9 +38,9 @@
 //!
 //! A relocation marks each block it moves with one CAS that succeeds only while the slot is
 //! live, matches the handle and has no pins, so no pin or free can slip in between the check and
-//! the move. While the flag is set, `pin` and `remove` wait (the non-waiting `try_pin` says
-//! [`Error::Moving`] instead, for callers holding a lock the mover may need: the GIL), and `get`
-//! may read the old or the new offset. The relocation stores the new offset, then clears the
+//! the move. While the flag is set, `remove` waits, `try_pin` says [`Error::Moving`] (the pool
+//! waits out the move as it waits for the pause the move runs under: `Pool::wait_out_move`),
+//! and `get` may read the old or the new offset. The relocation stores the new offset, then clears the
 //! flag with a release store: whoever pins after that sees the new offset.
 
 use super::id::{pool_id_issued, Handle};
@@ -391,32 +391,6 @@ impl HandleTable {
         }
     }
 
-    /// Add a pin of `kind`, waiting while the block is being moved. Returns the pins of that
-    /// kind now.
-    pub(crate) fn pin(&self, handle: Handle, kind: PinKind) -> Result<u32> {
-        let slot = self.live_slot(handle)?;
-        let mut state = slot.state.load(Ordering::Acquire);
-        loop {
-            if !Self::matches(state, handle) {
-                return Err(Self::mismatch(state, handle, Error::InvalidHandle(HandleFault::Freed)));
-            }
-            if state & MOVING != 0 {
-                crate::util::sync::spin_hint();
-                state = slot.state.load(Ordering::Acquire);
-                continue;
-            }
-            let pins = kind.count(state);
-            if pins >= MAX_PINS {
-                return Err(Error::PinLimit { most: MAX_PINS as u32 });
-            }
-            let one = 1 << kind.shift();
-            match slot.state.compare_exchange_weak(state, state + one, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(pins as u32 + 1),
-                Err(seen) => state = seen,
-            }
-        }
-    }
-
     /// Remove a pin of `kind`; `Err` if the handle is not live or has no pin of that kind.
     /// Returns the pins of that kind left.
     pub(crate) fn unpin(&self, handle: Handle, kind: PinKind) -> Result<u32> {
@@ -535,7 +509,7 @@ mod tests {
         let forged = Handle { generation: b.generation() + 1, ..b };
         assert_eq!(table.remove(forged), Err(Error::InvalidHandle(HandleFault::Unknown)));
         assert_eq!(table.get(forged), Err(Error::InvalidHandle(HandleFault::Unknown)));
-        assert_eq!(table.pin(forged, PinKind::User), Err(Error::InvalidHandle(HandleFault::Unknown)));
+        assert_eq!(table.try_pin(forged, PinKind::User), Err(Error::InvalidHandle(HandleFault::Unknown)));
         assert_eq!(table.unpin(forged, PinKind::User), Err(Error::InvalidHandle(HandleFault::Unknown)));
         assert_eq!(table.try_pin(forged, PinKind::User), Err(Error::InvalidHandle(HandleFault::Unknown)));
         assert_eq!(table.begin_move(forged), Err(Error::InvalidHandle(HandleFault::Unknown)));
@@ -557,28 +531,28 @@ mod tests {
         let table = HandleTable::new(1, 10, 1).unwrap();
         let h = table.insert(0, &no_cache(), 0, 64, 6, 0).unwrap();
         for n in 1..=MAX_PINS {
-            assert_eq!(table.pin(h, PinKind::View), Ok(n as u32));
+            assert_eq!(table.try_pin(h, PinKind::View), Ok(n as u32));
         }
         let most = MAX_PINS as u32;
-        assert_eq!(table.pin(h, PinKind::View), Err(Error::PinLimit { most }));
+        assert_eq!(table.try_pin(h, PinKind::View), Err(Error::PinLimit { most }));
         assert!(Error::PinLimit { most }.to_string().contains("the most it can"));
-        assert_eq!(table.pin(h, PinKind::User), Ok(1), "the other kind counts apart");
+        assert_eq!(table.try_pin(h, PinKind::User), Ok(1), "the other kind counts apart");
         assert_eq!(table.unpin(h, PinKind::View), Ok(most - 1));
-        assert_eq!(table.pin(h, PinKind::View), Ok(most));
+        assert_eq!(table.try_pin(h, PinKind::View), Ok(most));
     }
 
     #[test]
     fn pins_block_removal() {
         let table = HandleTable::new(1, 10, 1).unwrap();
         let h = table.insert(0, &no_cache(), 0, 64, 6, 0).unwrap();
-        assert_eq!(table.pin(h, PinKind::User), Ok(1));
-        assert_eq!(table.pin(h, PinKind::User), Ok(2));
+        assert_eq!(table.try_pin(h, PinKind::User), Ok(1));
+        assert_eq!(table.try_pin(h, PinKind::User), Ok(2));
         assert_eq!(table.remove(h), Err(Error::Pinned { pins: 2 }));
         assert_eq!(table.unpin(h, PinKind::User), Ok(1));
         assert_eq!(table.unpin(h, PinKind::User), Ok(0));
         assert!(table.unpin(h, PinKind::User).is_err());
         table.remove(h).unwrap();
-        assert!(table.pin(h, PinKind::User).is_err());
+        assert!(table.try_pin(h, PinKind::User).is_err());
     }
 
     #[test]
@@ -693,12 +667,12 @@ mod loom_models {
             let h = table.insert(0, &no_cache(), 0, 8, 0, 0).unwrap();
             let t2 = table.clone();
             let viewer = thread::spawn(move || {
-                t2.pin(h, PinKind::View).unwrap();
+                t2.try_pin(h, PinKind::View).unwrap();
                 let freed = t2.remove(h).is_ok();
                 t2.unpin(h, PinKind::View).unwrap();
                 freed
             });
-            table.pin(h, PinKind::User).unwrap();
+            table.try_pin(h, PinKind::User).unwrap();
             table.unpin(h, PinKind::User).unwrap();
             assert!(table.unpin(h, PinKind::User).is_err(), "a user unpin dropped a view's pin");
             assert!(!viewer.join().unwrap(), "a pinned block was freed");
@@ -929,7 +903,11 @@ mod loom_moves {
             let h = table.insert(0, &no_cache(), 100, 8, 0, 0).unwrap();
             let t2 = table.clone();
             let pinner = thread::spawn(move || {
-                t2.pin(h, PinKind::User).unwrap(); // waits while moving
+                // As the pool pins: again after each `Moving` (it waits out the move meanwhile).
+                while let Err(err) = t2.try_pin(h, PinKind::User) {
+                    assert_eq!(err, Error::Moving);
+                    thread::yield_now();
+                }
                 let first = t2.get(h).unwrap().offset;
                 let second = t2.get(h).unwrap().offset;
                 t2.unpin(h, PinKind::User).unwrap();

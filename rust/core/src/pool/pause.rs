@@ -158,13 +158,16 @@ impl Pool {
         self.handles.try_pin(handle, PinKind::View)
     }
 
-    /// Add a pin of `kind`, waiting while the block is being moved ([`Error::Relocating`] for
-    /// the moving thread itself, which would wait forever).
+    /// Add a pin of `kind`, waiting while the block is being moved as [`Pool::block`] waits
+    /// (at most the pause's timeout: [`Error::PausedTooLong`]); [`Error::Relocating`] for the
+    /// moving thread itself, which would wait forever.
     pub(crate) fn pin_waiting(&self, handle: Handle, kind: PinKind) -> Result<u32> {
-        match self.handles.try_pin(handle, kind) {
-            Err(Error::Moving) if self.gate.moving_here() => Err(Error::Relocating),
-            Err(Error::Moving) => self.handles.pin(handle, kind),
-            other => other,
+        loop {
+            match self.handles.try_pin(handle, kind) {
+                Err(Error::Moving) if self.gate.moving_here() => return Err(Error::Relocating),
+                Err(Error::Moving) => self.wait_out_move()?,
+                other => return other,
+            }
         }
     }
 

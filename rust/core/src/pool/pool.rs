@@ -176,18 +176,31 @@ impl Pool {
 
     /// What the handle's block is now. While a compaction moves the block, this waits until the
     /// move is done (the block's place is read where its slot points, and its bytes there are
-    /// known only once the move has re-pointed it); the thread moving it (a mover) gets what
-    /// the slot records so far.
+    /// known only once the move has re-pointed it), as an allocation waits for the pause the
+    /// move runs under: at most the pause's timeout ([`Error::PausedTooLong`], as
+    /// [`Pool::wait_out_move`] says). The thread moving it (a mover) gets what the slot records
+    /// so far.
     pub fn block(&self, handle: Handle) -> Result<BlockInfo> {
         loop {
             match self.try_block(handle) {
                 Err(Error::Moving) if self.gate.moving_here() => {
                     return Ok(self.block_info(handle, self.handles.get(handle)?));
                 }
-                Err(Error::Moving) => std::thread::yield_now(),
+                Err(Error::Moving) => self.wait_out_move()?,
                 other => return other,
             }
         }
+    }
+
+    /// Wait for a move of a block to end, for a thread that is not moving it. Moves run under a
+    /// pause, so this waits for the pause as an allocation does: at most its timeout (then
+    /// [`Error::PausedTooLong`]; [`Error::Relocating`] for the thread that holds the pause while
+    /// another moves blocks under it, which the move outlasts). Where the pool lets this thread
+    /// in while the move runs, it yields and returns, for the caller to look again.
+    pub(crate) fn wait_out_move(&self) -> Result<()> {
+        drop(self.enter()?);
+        std::thread::yield_now();
+        Ok(())
     }
 
     /// [`Pool::block`] without waiting: [`Error::Moving`] while a compaction moves the block
