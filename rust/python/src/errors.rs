@@ -291,13 +291,13 @@ pub(crate) fn out_of_memory_message(
             "out of memory: asked for {asked}; {free_text} are free and the largest free block found is \
              {largest_text}, but no free place holds a block of this size as the allocator lays it out (a \
              place across the end of a chunk holds only the sizes that cross it). A request of {largest_text} \
-             succeeds there; a compaction joins the free memory (npumem.compaction.Compactor(pool).compact(), \
+             succeeds there; a compaction may join the free memory (npumem.compaction.Compactor(pool).compact(), \
              or attach() one to compact on failure)"
         )
     } else if requested <= free {
         format!(
             "out of memory: asked for {asked}; {free_text} are free, but the largest free block found is \
-             {largest_text}: the free memory is fragmented. A compaction joins it \
+             {largest_text}: the free memory is fragmented. A compaction may join it \
              (npumem.compaction.Compactor(pool).compact(), or attach() one to compact on failure)"
         )
     } else {
