@@ -57,6 +57,24 @@ def default_classes() -> list[int]:
     return sizes
 
 
+def draw(rng: random.Random) -> int:
+    """A request size, log-uniform over the band."""
+    return int(math.exp(rng.uniform(math.log(LOW), math.log(HIGH))))
+
+
+def tile(left: dict[int, int], c: int, used: int, banks: int) -> int | None:
+    """Place an object of class `c` in its class's open bank (`left`: objects each class's
+    open bank still holds), opening a fresh bank when that one is full; the banks used then,
+    or None when none was left to open."""
+    if left.get(c, 0) == 0:
+        if used == banks:
+            return None
+        used += 1
+        left[c] = BANK // c
+    left[c] -= 1
+    return used
+
+
 def fill(policy: str, banks: int, seed: int, classes: list[int]) -> float:
     rng = random.Random(seed)
     requested = 0
@@ -66,15 +84,13 @@ def fill(policy: str, banks: int, seed: int, classes: list[int]) -> float:
     tails: dict[int, int] = {}
     lengths: list[int] = []
     while True:
-        n = int(math.exp(rng.uniform(math.log(LOW), math.log(HIGH))))
+        n = draw(rng)
         c = classes[bisect.bisect_left(classes, n)]
         if policy == "tiled":
-            if left.get(c, 0) == 0:
-                if used == banks:
-                    break
-                used += 1
-                left[c] = BANK // c
-            left[c] -= 1
+            placed = tile(left, c, used, banks)
+            if placed is None:
+                break
+            used = placed
         else:
             i = bisect.bisect_left(lengths, c)
             if i < len(lengths):
@@ -110,15 +126,12 @@ def fill_granule_banks(
     ends: list[int] = []  # free granules at the end of each open bank
     used = requested = 0
     while True:
-        n = int(math.exp(rng.uniform(math.log(LOW), math.log(HIGH))))
+        n = draw(rng)
         if n < threshold:
-            c = classes[bisect.bisect_left(classes, n)]
-            if left.get(c, 0) == 0:
-                if used == banks:
-                    break
-                used += 1
-                left[c] = BANK // c
-            left[c] -= 1
+            placed = tile(left, classes[bisect.bisect_left(classes, n)], used, banks)
+            if placed is None:
+                break
+            used = placed
         else:
             need = -(-n // granule)
             fits = [i for i, end in enumerate(ends) if end >= need]
@@ -167,7 +180,7 @@ def fill_slab_tails(banks: int, seed: int, classes: list[int], levels: int) -> f
     rests: list[tuple[int, int, int]] = []  # (bytes free at the end of each bank, banks, level)
     used = requested = 0
     while True:
-        n = int(math.exp(rng.uniform(math.log(LOW), math.log(HIGH))))
+        n = draw(rng)
         c = classes[bisect.bisect_left(classes, n)]
         if free.get(c, 0) == 0:
             fits = [i for i, (rest, _, _) in enumerate(rests) if rest >= c]

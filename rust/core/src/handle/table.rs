@@ -40,8 +40,8 @@
 //! live, matches the handle and has no pins, so no pin or free can slip in between the check and
 //! the move. While the flag is set, `remove` waits, `try_pin` says [`Error::Moving`] (the pool
 //! waits out the move as it waits for the pause the move runs under: `Pool::wait_out_move`),
-//! and `get` may read the old or the new offset. The relocation stores the new offset, then clears the
-//! flag with a release store: whoever pins after that sees the new offset.
+//! and `get` may read the old or the new offset. The relocation stores the new offset, then
+//! clears the flag with a release store: whoever pins after that sees the new offset.
 
 use super::id::{pool_id_issued, Handle};
 use crate::error::{Error, HandleFault, Result};
