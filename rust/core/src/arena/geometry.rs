@@ -249,7 +249,7 @@ impl Geometry {
 
     /// The largest block (in units) of at most a bank that free units `[from, to)` of a chunk
     /// hold: the buddy path places such a block at its enclosing node's start, and a trimmed
-    /// one needs only its pieces from there free (`Pool::search_pieces`).
+    /// one needs only its pieces from there free (`Arena::search_pieces`).
     pub(crate) fn largest_banked_buddy_in(&self, from: u64, to: u64) -> u64 {
         self.largest_buddy_in((from, to), self.bank_units.min(self.units_per_chunk()))
     }

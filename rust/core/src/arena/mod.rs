@@ -1,9 +1,14 @@
-//! The arena: the memory itself, without handles or Python. Its geometry (chunks, units, the
-//! bank rule), the route and shape of a block, the chunks' buddy trees and free-unit counts,
-//! the free stretches inside chunks and blocks placed in them, the global pool of chunks and
-//! runs, the core pools, the slab caches, the optional host
-//! backing, the caches of freed blocks, the chunk life cycle, the last resort that reveals hidden room (and the set of the chunks whose rest a tail hid), the regions of a
-//! pool that grows, runs with a buddy tail, blocks with a front in the free end of a chunk and the records of the chunks' free ends, the largest request a free place holds, whether the arena is tight, and the exact-position API that compaction uses.
+//! The arena: the memory itself, without handles or Python:
+//! - its geometry (chunks, units, the bank rule), the route and shape of a block;
+//! - the chunks' buddy trees and free-unit counts, the free stretches inside chunks and the
+//!   blocks placed in them;
+//! - the global pool of chunks and runs, the core pools and the buddy path of an allocation in
+//!   their chunks, the slab caches, the optional host backing, the caches of freed blocks;
+//! - the chunk life cycle, the last resort that reveals hidden room (and the set of the chunks
+//!   whose rest a tail hid), the regions of a pool that grows;
+//! - runs with a buddy tail, blocks with a front in the free end of a chunk and the records of
+//!   the chunks' free ends, the largest request a free place holds, whether the arena is tight;
+//! - the exact-position API that compaction uses.
 
 #[allow(clippy::module_inception)]
 pub(crate) mod arena;
@@ -15,6 +20,7 @@ pub(crate) mod chunk_line;
 pub(crate) mod chunk_sets;
 pub(crate) mod chunk_space;
 pub(crate) mod chunks;
+pub(crate) mod core_alloc;
 pub(crate) mod core_pool;
 pub(crate) mod ends;
 pub(crate) mod exact;
@@ -28,6 +34,8 @@ pub(crate) mod layout;
 pub(crate) mod level_maps;
 #[cfg(all(test, loom))]
 pub(crate) mod loom_chunk;
+#[cfg(all(test, loom))]
+mod loom_free_path;
 pub(crate) mod packed;
 pub(crate) mod regions;
 pub(crate) mod release;
