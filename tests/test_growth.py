@@ -531,6 +531,36 @@ def test_a_request_larger_than_every_region_is_not_blamed_on_fragmentation() -> 
     pool.check()
 
 
+def test_a_growth_that_the_offset_space_cannot_place_is_not_blamed_on_the_limit() -> None:
+    """Regions that live blocks keep split the offset space so that no place holds a region
+    the limit still allows: the error says so (not "make the pool larger"), and freeing a kept
+    region's blocks makes the room."""
+    pool = npumem.Pool(2 * MIB, max_capacity=16 * MIB, grow_by=2 * MIB, cores=1, backing="none")
+    blocks = []
+    while pool.capacity < pool.max_capacity:
+        blocks.append(pool.alloc(2 * MIB))
+    kept = [b for b in blocks if b.offset in (8 * MIB, 16 * MIB, 24 * MIB)]
+    assert len(kept) == 3, [b.offset for b in blocks]
+    for b in blocks:
+        if b not in kept:
+            b.free()
+    pool.trim()
+    regions = pool.regions()
+    with pytest.raises(OutOfMemoryError) as info:
+        pool.alloc(8 * MIB)
+    message = str(info.value)
+    assert "may still grow by 8.0 MiB" in message and "offset space has no place" in message, message
+    assert "make the pool larger" not in message and "compaction" not in message, message
+    assert pool.regions() == regions
+    kept[1].free()
+    large = pool.alloc(8 * MIB)
+    pool.check()
+    large.free()
+    for b in (kept[0], kept[2]):
+        b.free()
+    pool.check()
+
+
 def test_the_offset_space_holds_every_region_and_a_mirror_of_it_every_block() -> None:
     """Offsets of a pool that grows pass `max_capacity` (regions lie a chunk apart); the
     offset space holds them all, and a `HostMirror` of that size keeps a compaction's bytes."""

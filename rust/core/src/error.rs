@@ -55,7 +55,16 @@ pub enum Error {
     /// regions (one that grew), is the bytes of its largest region: no block spans two regions,
     /// so a request larger than that fails however the free bytes lie, and no compaction
     /// helps, until a region empties and the pool gives it back to grow a larger one.
-    OutOfMemory { requested: usize, bytes_free: usize, largest_free_block: usize, largest_region: Option<usize> },
+    /// `unplaced_growth`, when the pool could still have grown by the request (the bytes it may
+    /// still add under `max_capacity`) but its offset space held no place for the region: the
+    /// regions that live blocks keep split it (`arena/regions.rs`).
+    OutOfMemory {
+        requested: usize,
+        bytes_free: usize,
+        largest_free_block: usize,
+        largest_region: Option<usize>,
+        unplaced_growth: Option<usize>,
+    },
     /// A handle was refused.
     InvalidHandle(HandleFault),
     /// The handle's block was already freed.
@@ -169,12 +178,19 @@ impl fmt::Display for Error {
                 "request of {size} bytes can never succeed: of the pool's {capacity} bytes, blocks can use {usable} (the rest is shorter than the smallest block)"
             ),
             Error::InvalidAlignment { align, reason } => write!(f, "invalid alignment {align}: {reason}"),
-            Error::OutOfMemory { requested, bytes_free, largest_free_block, largest_region } => {
+            Error::OutOfMemory { requested, bytes_free, largest_free_block, largest_region, unplaced_growth } => {
                 write!(
                     f,
                     "out of memory: asked for {requested} bytes; {bytes_free} bytes are free, \
                      the largest free block found is {largest_free_block} bytes"
                 )?;
+                if let Some(left) = unplaced_growth {
+                    return write!(
+                        f,
+                        "; the pool may still grow by {left} bytes, but its offset space has no place \
+                         for a region of this size: the regions that hold live blocks split it"
+                    );
+                }
                 match largest_region {
                     Some(region) if requested > region => write!(
                         f,

@@ -157,8 +157,8 @@ fn out_of_memory_reports_what_is_free() {
     p.free(a).unwrap();
     let _c = p.alloc(MIB, None, 0).unwrap();
     match p.alloc(6 * MIB, None, 0) {
-        Err(Error::OutOfMemory { requested, bytes_free, largest_free_block, largest_region }) => {
-            assert_eq!(largest_region, None, "one region");
+        Err(Error::OutOfMemory { requested, bytes_free, largest_free_block, largest_region, unplaced_growth }) => {
+            assert_eq!((largest_region, unplaced_growth), (None, None), "one region");
             assert_eq!(requested, 6 * MIB);
             // b holds two whole chunks (4 MiB), c 1 MiB of chunk 0: 3 MiB free, in a free
             // chunk (2 MiB) and the other half of chunk 0 (1 MiB).
@@ -442,7 +442,13 @@ fn a_failed_batch_reports_the_pool_as_its_failing_item_found_it() {
             // Items 0 and 1 held 8 MiB when item 2 failed: nothing was free.
             assert_eq!(
                 *error,
-                Error::OutOfMemory { requested: 3 * MIB, bytes_free: 0, largest_free_block: 0, largest_region: None }
+                Error::OutOfMemory {
+                    requested: 3 * MIB,
+                    bytes_free: 0,
+                    largest_free_block: 0,
+                    largest_region: None,
+                    unplaced_growth: None
+                }
             );
             assert_eq!(shortfall, Some(npumem_core::Shortfall { asked: 9 * MIB, free: 8 * MIB }));
         }

@@ -264,17 +264,29 @@ pub(crate) fn plan_search(err: npumem_core::plan_search::PackingError) -> PyErr 
 /// The message of an `OutOfMemoryError`, in human units: what was asked, what is free, and
 /// whether the total or the fragmentation is the cause (then a compaction can help), or, when
 /// the largest free block found is at least the request, that the free place holds only some
-/// sizes up to its own.
+/// sizes up to its own; in a pool that grows, whether its regions or the place for a new one
+/// were too small.
 pub(crate) fn out_of_memory_message(
     requested: usize,
     free: usize,
     largest: usize,
     largest_region: Option<usize>,
+    unplaced_growth: Option<usize>,
 ) -> String {
     let asked = byte_text::exact(requested);
     let free_text = byte_text::exact(free);
     let largest_text = byte_text::exact(largest);
-    if let Some(region) = largest_region.filter(|&region| requested > region && requested <= free) {
+    if let Some(left) = unplaced_growth {
+        // The limit had room for a region, the offset space no place for it.
+        let left_text = byte_text::exact(left);
+        format!(
+            "out of memory: asked for {asked}; {free_text} are free and the largest free block found is \
+             {largest_text}. The pool may still grow by {left_text} under its max_capacity, but its offset \
+             space has no place for a region of this size: the regions that hold live blocks split it. Free \
+             the blocks of such a region (the pool gives back a region left free when it needs the room), \
+             or give the pool a larger max_capacity"
+        )
+    } else if let Some(region) = largest_region.filter(|&region| requested > region && requested <= free) {
         // Free enough, but in regions that are each too small: no compaction joins them.
         let region_text = byte_text::exact(region);
         format!(
@@ -380,18 +392,28 @@ pub(crate) fn to_py(err: Error) -> PyErr {
                 with_figures(ErrorClass::RequestTooLarge, err.to_string(), &size, bytes_free, largest_free_block)
             });
         }
-        &Error::OutOfMemory { requested, bytes_free, largest_free_block, largest_region } => {
+        &Error::OutOfMemory { requested, bytes_free, largest_free_block, largest_region, unplaced_growth } => {
             return user_code::attach(|py| {
                 let message = match err {
                     Error::Batch { index, shortfall: Some(shortfall), .. } => {
                         batch_shortfall_message(index, requested, bytes_free, largest_free_block, shortfall)
                     }
-                    Error::OutOfMemory { .. } => {
-                        out_of_memory_message(requested, bytes_free, largest_free_block, largest_region)
-                    }
+                    Error::OutOfMemory { .. } => out_of_memory_message(
+                        requested,
+                        bytes_free,
+                        largest_free_block,
+                        largest_region,
+                        unplaced_growth,
+                    ),
                     // A batch wraps the root error ("item 3 of the batch failed: ..."): keep the context.
                     _ => {
-                        let human = out_of_memory_message(requested, bytes_free, largest_free_block, largest_region);
+                        let human = out_of_memory_message(
+                            requested,
+                            bytes_free,
+                            largest_free_block,
+                            largest_region,
+                            unplaced_growth,
+                        );
                         err.to_string().replace(&err.root().to_string(), &human)
                     }
                 };

@@ -11,13 +11,16 @@
 //! regions of one growth step each, a chunk apart, up to the limit. Regions given back leave
 //! holes, each two chunks longer than the region that was there; when no hole holds a growth
 //! with an absent chunk on both sides, the growth *joins* a region that an earlier growth
-//! added: it goes right before or after it, and the two are one region from then on (a block
-//! may span both parts; the runtime maps each part at `base_address + offset`, so their
-//! addresses are contiguous). Without that, a pool that grew a chunk at a time and gave back
-//! every other region had holes of three chunks only, and refused every request of two chunks
-//! or more for good, far below its limit. A joined region goes back as a whole, with one
-//! `on_trim` call per growth it is made of (its *parts*), as `on_grow` saw them. Nothing joins
-//! the first region, which is never given back.
+//! added: it goes right before or after it (or fills the whole gap between two such regions),
+//! and they are one region from then on (a block may span the parts; the runtime maps each
+//! part at `base_address + offset`, so their addresses are contiguous). Without that, a pool
+//! that grew a chunk at a time and gave back every other region had holes of three chunks
+//! only, and refused every request of two chunks or more for good, far below its limit. A
+//! joined region goes back as a whole, with one `on_trim` call per growth it is made of (its
+//! *parts*), as `on_grow` saw them. Nothing joins the first region, which is never given back.
+//! Regions that live blocks keep can still split the offset space so that no place holds a
+//! growth that the limit allows: the failed allocation's error says so
+//! (`Error::OutOfMemory::unplaced_growth`).
 //!
 //! One grower or trimmer at a time holds `changing` for the whole change (growth is rare and
 //! slow, and never on the allocation's fast path); it may call out to the runtime meanwhile.
@@ -126,6 +129,11 @@ impl Regions {
         first.max(self.limit_chunks.saturating_sub(first))
     }
 
+    /// The chunks that regions may add to those of `table` under the limit.
+    pub(crate) fn room_chunks(&self, table: &[(usize, usize)]) -> usize {
+        self.limit_chunks.saturating_sub(table.iter().map(|&(_, len)| len).sum())
+    }
+
     /// Where a region for a block of `need` chunks starting at a multiple of `align` chunks
     /// goes: at least the growth step, at least `need`, within the limit, one absent chunk away
     /// from every other region, inside an arena of `chunks` chunks. A growth that would leave
@@ -143,8 +151,7 @@ impl Regions {
         chunks: usize,
         may_join: bool,
     ) -> Option<Placement> {
-        let present: usize = table.iter().map(|&(_, len)| len).sum();
-        let room = self.limit_chunks.saturating_sub(present);
+        let room = self.room_chunks(table);
         let len = self.step_chunks.max(need).min(room);
         if len < need || len == 0 {
             return None;
@@ -180,18 +187,21 @@ impl Regions {
     }
 
     /// The first start, a multiple of `align`, of `len` chunks right before or right after a
-    /// region of `table` other than the first (at chunk 0), and one absent chunk away from every
-    /// other region, in an arena of `chunks` chunks.
+    /// region of `table` other than the first (at chunk 0), in an arena of `chunks` chunks: it
+    /// overlaps no region and keeps one absent chunk away from the first; it may touch a
+    /// region on its other side too, and then bridges the two (a gap between two regions that
+    /// live blocks keep is used whole).
     fn place_joined(table: &[(usize, usize)], len: usize, align: usize, chunks: usize) -> Option<Placement> {
         let align = align.max(1);
-        let apart = |start: usize, joined: usize| {
-            start + len <= chunks
-                && table.iter().enumerate().all(|(i, &(s, l))| i == joined || start + len < s || start > s + l)
+        let fits = |start: usize| {
+            start % align == 0
+                && start + len <= chunks
+                && table.iter().all(|&(s, l)| if s == 0 { start > l } else { start + len <= s || start >= s + l })
         };
         let mut first: Option<usize> = None;
-        for (i, &(s, l)) in table.iter().enumerate().filter(|&(_, &(s, _))| s != 0) {
-            let before = s.checked_sub(len).filter(|&b| b % align == 0 && apart(b, i));
-            let after = Some(s + l).filter(|&a| a % align == 0 && apart(a, i));
+        for &(s, l) in table.iter().filter(|&&(s, _)| s != 0) {
+            let before = s.checked_sub(len).filter(|&b| fits(b));
+            let after = Some(s + l).filter(|&a| fits(a));
             for start in before.into_iter().chain(after) {
                 first = Some(first.map_or(start, |f| f.min(start)));
             }
@@ -337,15 +347,15 @@ mod tests {
     }
 
     /// The first start that `place_joined` must find, by trying every start in turn: right
-    /// before or after one region but the first, and apart from every other.
+    /// before or after one or two regions but the first, and apart from every other.
     fn first_joined_start_by_trial(table: &[(usize, usize)], len: usize, align: usize, chunks: usize) -> Option<usize> {
         (0..=chunks).step_by(align.max(1)).find(|&start| {
             let touches = |&&(s, l): &&(usize, usize)| start + len == s || start == s + l;
             let overlaps = |&(s, l): &(usize, usize)| start < s + l && s < start + len;
             let joined: Vec<_> = table.iter().filter(touches).collect();
             start + len <= chunks
-                && joined.len() == 1
-                && joined[0].0 != 0
+                && !joined.is_empty()
+                && joined.iter().all(|&&(s, _)| s != 0)
                 && !table.iter().any(overlaps)
                 && table.iter().filter(|r| !touches(r)).all(|&(s, l)| start + len < s || start > s + l)
         })

@@ -236,6 +236,7 @@ impl HandleTable {
                 bytes_free: 0,
                 largest_free_block: 0,
                 largest_region: None,
+                unplaced_growth: None,
             });
         };
         let slot = self.slot(index);

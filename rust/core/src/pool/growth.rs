@@ -31,6 +31,16 @@ thread_local! {
     /// and runs the `on_grow` or `on_trim` hook inside): a hook that allocates or trims through
     /// the pool would wait for that lock forever.
     static CHANGING_REGIONS: Cell<bool> = const { Cell::new(false) };
+    /// The bytes that this thread's last growth could still have added under `max_capacity`,
+    /// when it failed for want of a place in the offset space alone: for the error of the
+    /// allocation that failed ([`take_unplaced_growth`]).
+    static UNPLACED_GROWTH: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// What this thread's last growth left in [`UNPLACED_GROWTH`], taken: every failed allocation
+/// tried a growth just before it builds its error (`Pool::place_grown`, which clears it first).
+pub(crate) fn take_unplaced_growth() -> Option<usize> {
+    UNPLACED_GROWTH.with(Cell::take)
 }
 
 /// One of this thread's flags above, set while the guard lives and then as it was before.
@@ -120,6 +130,7 @@ impl Pool {
     /// pool cannot grow (no `max_capacity`, the limit reached, the hook failed).
     #[cold]
     pub(crate) fn place_grown(&self, request: &Request, core: usize, reach: Reach) -> Option<Placed> {
+        UNPLACED_GROWTH.with(|unplaced| unplaced.set(None));
         if reach != Reach::Full || !self.config.grows() || GROWTH_HELD.with(Cell::get) {
             return None;
         }
@@ -179,7 +190,14 @@ impl Pool {
         let free = self.free_regions();
         let mut without: Vec<(usize, usize)> = regions.lock().clone();
         without.retain(|r| !free.contains(r));
-        let placed = regions.place(&without, need, align, g.chunks, true)?;
+        let Some(placed) = regions.place(&without, need, align, g.chunks, true) else {
+            let room = regions.room_chunks(&without);
+            if need <= room {
+                // The limit has room: only the offsets have no place.
+                UNPLACED_GROWTH.with(|unplaced| unplaced.set(Some(room * g.chunk_size)));
+            }
+            return None;
+        };
         // All of them or none: a withdrawal fails when another thread took one of its chunks.
         for (i, &(start, len)) in free.iter().enumerate() {
             if !self.arena.global.withdraw(start, len) {
@@ -442,6 +460,75 @@ mod tests {
         expected.sort_unstable();
         assert_eq!(parts, expected, "one on_trim per growth of the joined region");
         for h in kept {
+            pool.free(h).unwrap();
+        }
+        pool.check().unwrap();
+    }
+
+    /// A pool of one 2 MiB chunk that may grow to 16 MiB, two chunks at a time, filled a chunk
+    /// at a time to its limit (regions at chunks 0, 2, ..., 14 of its 16 chunks of offsets);
+    /// then every block freed but those at `kept` (chunks), and the free regions trimmed.
+    fn grown_to_the_limit_keeping(kept: &[usize]) -> (Pool, Vec<crate::handle::id::Handle>) {
+        let pool = Pool::new(PoolConfig::new(2 * MIB).cores(1).backing(Backing::None).growth(16 * MIB, Some(2 * MIB)))
+            .unwrap();
+        let mut held = Vec::new();
+        while let Ok(h) = pool.alloc(2 * MIB, None, 0) {
+            held.push(h);
+        }
+        let offsets: Vec<usize> = held.iter().map(|&h| pool.block(h).unwrap().offset / (2 * MIB)).collect();
+        assert_eq!(offsets.len(), 8, "{offsets:?}");
+        let mut live = Vec::new();
+        for (h, chunk) in held.into_iter().zip(offsets) {
+            if kept.contains(&chunk) {
+                live.push(h);
+            } else {
+                pool.free(h).unwrap();
+            }
+        }
+        pool.trim().unwrap();
+        (pool, live)
+    }
+
+    /// Regions kept at chunks 6 and 12 leave gaps of four, five and three chunks: a request
+    /// of five chunks (all the limit leaves) fills the gap between them and bridges the two.
+    #[test]
+    fn a_growth_fills_the_whole_gap_between_two_kept_regions() {
+        let (pool, live) = grown_to_the_limit_keeping(&[6, 12]);
+        assert_eq!(pool.regions().len(), 3);
+        let large = pool.alloc(10 * MIB, None, 0).expect("10 MiB: what the limit leaves");
+        assert_eq!(pool.block(large).unwrap().offset, 14 * MIB);
+        let regions = pool.regions();
+        assert_eq!(regions.len(), 2, "{regions:?}");
+        assert_eq!((regions[1].offset, regions[1].bytes), (12 * MIB, 14 * MIB));
+        pool.check().unwrap();
+        for h in live.into_iter().chain([large]) {
+            pool.free(h).unwrap();
+        }
+        assert_eq!(pool.trim().unwrap(), 7, "the bridged region goes back whole");
+        pool.check().unwrap();
+    }
+
+    /// Regions kept at chunks 4, 8 and 12 leave no gap of four chunks: a request of four
+    /// chunks, all the limit leaves, has no place. The error says so, and the pool is as it
+    /// was; once a kept region's block is freed, the request takes its room.
+    #[test]
+    fn a_growth_that_the_offsets_do_not_hold_says_so() {
+        let (pool, mut live) = grown_to_the_limit_keeping(&[4, 8, 12]);
+        let before = (pool.regions(), pool.stats().capacity, pool.stats().bytes_free);
+        let err = pool.alloc(8 * MIB, None, 0).unwrap_err();
+        let Error::OutOfMemory { unplaced_growth, .. } = err else { panic!("{err:?}") };
+        assert_eq!(unplaced_growth, Some(8 * MIB));
+        assert!(err.to_string().contains("may still grow by 8388608 bytes"), "{err}");
+        assert_eq!((pool.regions(), pool.stats().capacity, pool.stats().bytes_free), before);
+        let err = pool.alloc(10 * MIB, None, 0).unwrap_err();
+        assert!(
+            matches!(err, Error::OutOfMemory { unplaced_growth: None, .. }),
+            "beyond the limit the offsets are not the cause: {err:?}"
+        );
+        pool.free(live.remove(1)).unwrap();
+        let large = pool.alloc(8 * MIB, None, 0).unwrap();
+        pool.check().unwrap();
+        for h in live.into_iter().chain([large]) {
             pool.free(h).unwrap();
         }
         pool.check().unwrap();
