@@ -552,6 +552,14 @@ def test_a_growth_that_the_offset_space_cannot_place_is_not_blamed_on_the_limit(
     assert "may still grow by 8.0 MiB" in message and "offset space has no place" in message, message
     assert "make the pool larger" not in message and "compaction" not in message, message
     assert pool.regions() == regions
+    # A handler that tried a remedy in vain: the last try holds growth, and the error still
+    # names the cause that the try which could grow found.
+    asked = []
+    pool.set_oom_handler(lambda n: asked.append(n) or True)
+    with pytest.raises(OutOfMemoryError) as info:
+        pool.alloc(8 * MIB)
+    assert len(asked) == 2 and "may still grow by 8.0 MiB" in str(info.value), (asked, info.value)
+    pool.set_oom_handler(None)
     kept[1].free()
     large = pool.alloc(8 * MIB)
     pool.check()

@@ -156,6 +156,27 @@ impl Error {
             other => other,
         }
     }
+
+    /// [`Error::root`], to change.
+    fn root_mut(&mut self) -> &mut Error {
+        match self {
+            Error::Batch { error, .. } => error.root_mut(),
+            other => other,
+        }
+    }
+
+    /// This error, from a last try of a request that could not grow the pool, with what an
+    /// earlier try of it that could (`earlier`) learnt: that the limit had room for a region,
+    /// and the offset space no place (`OutOfMemory::unplaced_growth`).
+    #[must_use]
+    pub fn with_unplaced_growth_of(mut self, earlier: &Error) -> Error {
+        if let (Error::OutOfMemory { unplaced_growth: mine @ None, .. }, Error::OutOfMemory { unplaced_growth, .. }) =
+            (self.root_mut(), earlier.root())
+        {
+            *mine = *unplaced_growth;
+        }
+        self
+    }
 }
 
 impl fmt::Display for Error {

@@ -247,9 +247,12 @@ impl OomHandler {
             Err(err) if out_of_memory(&err) => return Err(to_py(give_up(err))),
             other => return other.map_err(to_py),
         };
-        // The handler was told that the pool will not grow: the last retry does not.
+        // The handler was told that the pool will not grow: the last retry does not. Its
+        // failure keeps what the growth found (no place for the region, where the limit had
+        // room).
         match self.ask(py, core, &sizes, false) {
-            Ok(true) => interruptible(py, || core.without_growth(&alloc))?.map_err(to_py),
+            Ok(true) => interruptible(py, || core.without_growth(&alloc))?
+                .map_err(|last| to_py(last.with_unplaced_growth_of(&err))),
             Ok(false) => Err(to_py(give_up(err))),
             Err(raised) => Err(caused_by(py, to_py(give_up(err)), raised)),
         }
