@@ -20,6 +20,7 @@ use crate::arena::regions::{Placement, Region};
 use crate::pool::alloc::{Placed, Reach, Request};
 use crate::pool::pool::Pool;
 use crate::pool::region_hooks::{GrowthHooks, RegionHook};
+use crate::util::failpoint;
 
 thread_local! {
     /// Set while this thread allocates inside [`Pool::without_growth`].
@@ -42,6 +43,18 @@ thread_local! {
 pub(crate) fn take_unplaced_growth() -> Option<usize> {
     UNPLACED_GROWTH.with(Cell::take)
 }
+
+/// Why [`Pool::make_room_for`] placed no region.
+enum NoRoom {
+    /// Not even in the room of the regions left free.
+    Anywhere,
+    /// Another thread took a chunk of a region left free before it was withdrawn.
+    Raced,
+}
+
+/// Times a growth looks again for room after another thread took a chunk of a region left
+/// free ([`NoRoom::Raced`]), at most: each time that thread made progress.
+const MAX_RACES: usize = 8;
 
 /// One of this thread's flags above, set while the guard lives and then as it was before.
 pub(crate) struct ThreadFlag {
@@ -148,6 +161,7 @@ impl Pool {
         // Other threads allocate meanwhile (only growth waits for `change`): the room a new
         // region brought may be gone before this request gets to it. Then grow again, up to
         // `max_capacity`, rather than fail while the pool may still grow.
+        let mut races = 0;
         loop {
             if let Some(placed) = self.place_once(request, core, reach) {
                 return Some(placed); // another growth (or a free) made room meanwhile
@@ -165,7 +179,16 @@ impl Pool {
                 // anyway leaves the regions as they were), and not for a batch, which gives
                 // back no region it did not add.
                 None if keeping => return None,
-                None => self.make_room_for(need, align)?,
+                None => match self.make_room_for(need, align) {
+                    Ok(p) => p,
+                    // Another thread took a chunk of a region left free, which is no longer
+                    // free: try again with the regions as they are now.
+                    Err(NoRoom::Raced) if races < MAX_RACES => {
+                        races += 1;
+                        continue;
+                    }
+                    Err(_) => return None,
+                },
             };
             let (offset, bytes) = (p.start * g.chunk_size, g.run_bytes(p.start, p.len));
             if let Some(hook) = GrowthHooks::get(&self.growth.on_grow) {
@@ -181,10 +204,10 @@ impl Pool {
 
     /// Give back the regions (but the first) that are entirely free, to place a region of `need`
     /// chunks starting at a multiple of `align` in the room they leave under the limit; where
-    /// that region goes, or `None` with nothing given back when it would not fit even then, or
-    /// when another thread took a chunk of one of them meanwhile. The caller holds the regions'
+    /// that region goes, or why not, with nothing given back: it would not fit even then, or
+    /// another thread took a chunk of one of them meanwhile. The caller holds the regions'
     /// change lock and has marked this thread as changing regions.
-    fn make_room_for(&self, need: usize, align: usize) -> Option<Placement> {
+    fn make_room_for(&self, need: usize, align: usize) -> Result<Placement, NoRoom> {
         let regions = &self.arena.regions;
         let g = &self.arena.geometry;
         let free = self.free_regions();
@@ -196,21 +219,21 @@ impl Pool {
                 // The limit has room: only the offsets have no place.
                 UNPLACED_GROWTH.with(|unplaced| unplaced.set(Some(room * g.chunk_size)));
             }
-            return None;
+            return Err(NoRoom::Anywhere);
         };
         // All of them or none: a withdrawal fails when another thread took one of its chunks.
         for (i, &(start, len)) in free.iter().enumerate() {
-            if !self.arena.global.withdraw(start, len) {
+            if failpoint::fire("growth.withdraw") || !self.arena.global.withdraw(start, len) {
                 for &(start, len) in &free[..i] {
                     self.arena.global.publish(start, len);
                 }
-                return None;
+                return Err(NoRoom::Raced);
             }
         }
         for &(start, len) in &free {
             self.let_go(start, len);
         }
-        Some(placed)
+        Ok(placed)
     }
 
     /// Give back every region that is entirely free, except the first (after the slabs and
@@ -334,6 +357,22 @@ mod tests {
         assert_eq!(regions.len(), 2, "{regions:?}");
         assert!(regions[1].bytes >= 58 * MIB, "{regions:?}");
         assert!(pool.stats().capacity <= 64 * MIB);
+        pool.free(large).unwrap();
+        pool.check().unwrap();
+    }
+
+    /// A growth at the limit that finds a region left free taken by another thread before it
+    /// could withdraw it looks again rather than fail: here the race is injected, and the
+    /// region is still free the second time.
+    #[test]
+    fn a_growth_that_loses_a_free_region_to_another_thread_looks_again() {
+        let pool = four_mib_growing_to_64();
+        let earlier = pool.alloc(8 * MIB, None, 0).unwrap();
+        pool.free(earlier).unwrap();
+        let (large, fired) = crate::util::failpoint::fail_at("growth.withdraw", 0, || pool.alloc(58 * MIB, None, 0));
+        assert!(fired, "the growth withdrew the free region");
+        let large = large.expect("the second look takes the free region's room");
+        assert_eq!(pool.regions().len(), 2, "{:?}", pool.regions());
         pool.free(large).unwrap();
         pool.check().unwrap();
     }

@@ -17,7 +17,8 @@
 //!
 //! Names are dotted, subsystem first: `host.table`, `host.segment`, `host.backing`,
 //! `host.vec`, `host.headroom`, `host.trace_ring`, `mover.wave`, `mover.copy_back`,
-//! `copies.interrupt`.
+//! `copies.interrupt`, `growth.withdraw` (a region left free that another thread's allocation
+//! took a chunk of before the growth could withdraw it).
 
 #[cfg(all(test, not(loom)))]
 mod armed {
