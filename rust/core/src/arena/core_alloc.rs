@@ -123,10 +123,9 @@ impl Arena {
     }
 
     /// Search chunk `chunk` for block `b` (its epoch read as `probe` before); returns the
-    /// block's offset. `thorough` also
-    /// looks for a trimmed block's pieces where no whole enclosing node is free: twice the
-    /// search, so only for the last resort (and always where the enclosing node cannot fit, in
-    /// the arena's short last chunk).
+    /// block's offset. `thorough` also looks for a trimmed block's pieces where no whole
+    /// enclosing node is free: twice the search, so only for the last resort (and always where
+    /// the enclosing node cannot fit, in the arena's short last chunk).
     pub(crate) fn alloc_in_chunk(
         &self,
         chunk: usize,
