@@ -11,7 +11,6 @@ use crate::arena::reveal::Revealed;
 use crate::arena::slab::caches::SlabBlocks;
 use crate::error::{Error, Result, Shortfall};
 use crate::handle::id::Handle;
-use crate::pool::growth::take_unplaced_growth;
 use crate::pool::pool::Pool;
 use crate::stats::counters::Route;
 use crate::util::cpu;
@@ -445,7 +444,7 @@ impl Pool {
             bytes_free: free.saturating_sub(taken),
             largest_free_block: self.largest_free_after_failure(Some(request)),
             largest_region: self.largest_region(),
-            unplaced_growth: take_unplaced_growth(),
+            unplaced_growth: self.take_unplaced_growth(),
         };
         (error, free)
     }

@@ -34,14 +34,8 @@ thread_local! {
     static CHANGING_REGIONS: Cell<bool> = const { Cell::new(false) };
     /// The bytes that this thread's last growth could still have added under `max_capacity`,
     /// when it failed for want of a place in the offset space alone: for the error of the
-    /// allocation that failed ([`take_unplaced_growth`]).
+    /// allocation that failed ([`Pool::take_unplaced_growth`]).
     static UNPLACED_GROWTH: Cell<Option<usize>> = const { Cell::new(None) };
-}
-
-/// What this thread's last growth left in [`UNPLACED_GROWTH`], taken: every failed allocation
-/// tried a growth just before it builds its error (`Pool::place_grown`, which clears it first).
-pub(crate) fn take_unplaced_growth() -> Option<usize> {
-    UNPLACED_GROWTH.with(Cell::take)
 }
 
 /// Why [`Pool::make_room_for`] placed no region.
@@ -92,6 +86,13 @@ impl Drop for Changing {
 }
 
 impl Pool {
+    /// What this thread's last growth left in [`UNPLACED_GROWTH`], taken: every failed
+    /// allocation tried a growth just before it builds its error ([`Pool::place_grown`], which
+    /// clears it first).
+    pub(crate) fn take_unplaced_growth(&self) -> Option<usize> {
+        UNPLACED_GROWTH.with(Cell::take)
+    }
+
     /// Run `f` with growth held on this thread: an allocation inside it that finds no room
     /// fails with `OutOfMemory` instead of adding a region. A caller with remedies of its own
     /// (an out-of-memory handler that compacts or frees caches) tries them first and then

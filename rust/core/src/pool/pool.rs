@@ -177,9 +177,8 @@ impl Pool {
     /// What the handle's block is now. While a compaction moves the block, this waits until the
     /// move is done (the block's place is read where its slot points, and its bytes there are
     /// known only once the move has re-pointed it), as an allocation waits for the pause the
-    /// move runs under: at most the pause's timeout ([`Error::PausedTooLong`], as
-    /// [`Pool::wait_out_move`] says). The thread moving it (a mover) gets what the slot records
-    /// so far.
+    /// move runs under: at most the pause's timeout, then [`Error::PausedTooLong`]. The thread
+    /// moving it (a mover) gets what the slot records so far.
     pub fn block(&self, handle: Handle) -> Result<BlockInfo> {
         loop {
             match self.try_block(handle) {
