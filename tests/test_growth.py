@@ -507,6 +507,84 @@ def test_ctrl_c_in_on_grow_goes_through_and_an_on_trim_failure_is_reported() -> 
     pool.check()
 
 
+def _pool_with_two_free_regions(on_trim: object) -> npumem.Pool:
+    """A pool of 2 MiB that grew by two regions of 2 MiB, all free now."""
+    pool = npumem.Pool(
+        2 * MIB, max_capacity=8 * MIB, grow_by=2 * MIB, backing="none", on_trim=on_trim
+    )
+    blocks = [pool.alloc(2 * MIB) for _ in range(3)]
+    assert pool.stats().grow_events == 2
+    for b in blocks:
+        b.free()
+    return pool
+
+
+def _spin() -> None:
+    """Python code in a loop: where the interpreter runs the signal handlers that are due."""
+    for _ in range(1000):
+        pass
+
+
+def test_ctrl_c_in_on_trim_on_the_main_thread_comes_again_once_the_trim_returns() -> None:
+    # A KeyboardInterrupt raised in on_trim (a Ctrl-C while the runtime unmapped) went to
+    # sys.unraisablehook: the program went on as if no Ctrl-C had come.
+    if threading.current_thread() is not threading.main_thread():
+        raise AssertionError("signal handlers run on the main thread only")
+    seen: list[tuple[int, int]] = []
+
+    def interrupted(offset: int, nbytes: int) -> None:
+        seen.append((offset, nbytes))
+        raise KeyboardInterrupt
+
+    pool = _pool_with_two_free_regions(interrupted)
+    reported: list[BaseException | None] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda info: reported.append(info.exc_value)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pool.trim()  # the interrupt comes as the call returns
+            _spin()
+    finally:
+        sys.unraisablehook = hook
+    assert len(seen) == 2, "the trim goes on: every region given back is told"
+    assert reported == [], "the Ctrl-C is not reported as unraisable"
+    assert pool.regions() == [(0, 2 * MIB)]
+    pool.check()
+    _spin()  # delivered once, not again
+
+
+def test_an_interrupt_in_on_trim_that_no_signal_can_deliver_is_reported() -> None:
+    # Off the main thread (no signal handler runs there), or with SIGINT ignored, a
+    # KeyboardInterrupt in on_trim cannot come again as a signal: it is reported as before.
+    import signal
+
+    def interrupted(offset: int, nbytes: int) -> None:
+        raise KeyboardInterrupt
+
+    reported: list[BaseException | None] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda info: reported.append(info.exc_value)
+    try:
+        pool = _pool_with_two_free_regions(interrupted)
+        worker = threading.Thread(target=pool.trim)
+        worker.start()
+        worker.join()
+        assert len(reported) == 2 and all(isinstance(e, KeyboardInterrupt) for e in reported)
+        assert pool.regions() == [(0, 2 * MIB)]
+
+        reported.clear()
+        pool = _pool_with_two_free_regions(interrupted)
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            pool.trim()
+            _spin()
+        finally:
+            signal.signal(signal.SIGINT, before)
+        assert len(reported) == 2 and pool.regions() == [(0, 2 * MIB)]
+    finally:
+        sys.unraisablehook = hook
+
+
 def test_a_request_larger_than_every_region_is_not_blamed_on_fragmentation() -> None:
     """Free bytes that lie in regions each smaller than the request: no compaction joins them
     (no block spans two regions), and the error says what does make room."""
@@ -549,7 +627,8 @@ def test_a_growth_that_the_offset_space_cannot_place_is_not_blamed_on_the_limit(
     with pytest.raises(OutOfMemoryError) as info:
         pool.alloc(8 * MIB)
     message = str(info.value)
-    assert "may still grow by 8.0 MiB" in message and "offset space has no place" in message, message
+    assert "may still grow by 8.0 MiB" in message, message
+    assert "offset space has no place" in message, message
     assert "make the pool larger" not in message and "compaction" not in message, message
     assert pool.regions() == regions
     # A handler that tried a remedy in vain: the last try holds growth, and the error still

@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use pyo3::prelude::*;
 
 use crate::errors::to_py;
+use crate::growth;
 use crate::user_code;
 
 thread_local! {
@@ -37,13 +38,16 @@ fn signal_raised() -> bool {
 
 /// Run `work` with the GIL released: other Python threads run meanwhile. A wait for another
 /// thread's pause inside `work` is not interrupted (see [`interruptible`]): for work that must
-/// finish, such as a free whose block would be lost otherwise.
+/// finish, such as a free whose block would be lost otherwise. A Ctrl-C that an `on_trim` run
+/// by `work` kept comes once `work` is done (`growth::deliver_deferred_ctrl_c`).
 pub(crate) fn detached<T, F>(py: Python<'_>, work: F) -> T
 where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    py.detach(work)
+    let done = py.detach(work);
+    growth::deliver_deferred_ctrl_c(py);
+    done
 }
 
 /// Run core `work` with the GIL released, its waits for another thread's pause interruptible
