@@ -22,14 +22,14 @@ number of such pairs, but they never list them: the core (`PlanTimeline.place_in
 the buffers live with each one as it places it, in O(n log n) memory. With a deadline (as
 `npumem.plan.solve` always gives), `best_greedy` first runs `linear_scan`: buffers placed as a
 runtime allocator would, in order of their start, each at the lowest free range at that moment
-(past the deadline, among the lowest free ranges only), in O(n log n) plus the free list, a
-fraction of one rule's time. It is a candidate beside the rules: the start is the smallest of
-the rules that finished before the deadline and the scan (a rule on a tie), so it is never
-worse than the scan, and it is the scan when no rule finished. Given a goal (`solve` gives
-the lower bound, or with a capacity the larger of the bound and the capacity), the first
-candidate at or below it is the start and nothing after it runs: no packing is smaller than
-the bound, and with a capacity one that fits is the answer, even where a later rule would
-pack tighter. The search,
+(past the deadline, a buffer looks at a bounded number of ranges), in O(n log n) plus the
+ranges too short for a buffer in its own length class, a fraction of one rule's time. It is a
+candidate beside the rules: the start is the smallest of the rules that finished before the
+deadline and the scan (a rule on a tie), so it is never worse than the scan, and it is the
+scan when no rule finished. Given a goal (`solve` gives the lower bound, or with a capacity
+the larger of the bound and the capacity), the first candidate at or below it is the start
+and nothing after it runs: no packing is smaller than the bound, and with a capacity one
+that fits is the answer, even where a later rule would pack tighter. The search,
 which does list the pairs, runs only below what the time left allows to list
 (`pairs_listable`: a million pairs always, up to `MAX_LISTED_PAIRS` with time).
 """
@@ -127,12 +127,15 @@ def linear_scan(problem: Problem, *, deadline: float | None = None) -> list[int]
     """Offsets as a runtime allocator would give them: buffers in order of their start (then
     problem order), each at the lowest aligned free range at that moment, above every pinned
     buffer; a buffer's range is free again once it ends. Always valid (of two buffers live at
-    the same time, the later one is placed while the earlier one is live), in O(n log n) plus
-    the walks of the free list. A walk is skipped when no free range is long enough (the
-    longest is kept in a heap), and, once `deadline` (a `time.perf_counter()` value) has
-    passed, looks at the lowest 64 ranges only (a buffer that fits none of them
-    goes on top of what is live): the time then stays O(n log n) plus the list's updates,
-    whatever the fragments. Runs in the core (`PlanTimeline.linear_scan`). A buffer placed
+    the same time, the later one is placed while the earlier one is live). The free ranges are
+    kept by address and by length class (the floor of the length's base-2 logarithm): a
+    buffer's search skips the classes too short for it and takes the lowest range of each
+    class that surely holds it, so the time is O(n log n) plus the ranges of its own class
+    (or, with a large alignment, the next) that it looks at and that are too short. Once
+    `deadline` (a `time.perf_counter()` value) has passed, a search looks at 64 such ranges
+    at most, then at the lowest range of each longer class only: a buffer may go higher than
+    the lowest range that holds it, but not on top while a longer class has a range. Runs in
+    the core (`PlanTimeline.linear_scan`). A buffer placed
     beyond what a plan addresses (the buffers need more than that together) gets `BEYOND`."""
     offsets = problem.timeline.linear_scan(_seconds_left(deadline))
     if min(offsets, default=0) < 0:  # the core's -1: beyond 64-bit signed offsets

@@ -210,7 +210,7 @@ impl PlanTimeline {
     }
 
     /// The linear scan's offsets (see `npumem.plan.greedy.linear_scan`); past `time_limit`
-    /// seconds each buffer looks at the lowest free ranges only.
+    /// seconds each buffer looks at a bounded number of free ranges.
     #[pyo3(signature = (time_limit=None))]
     fn linear_scan(&self, py: Python<'_>, time_limit: Option<f64>) -> PyResult<Vec<i64>> {
         let deadline = deadline_in(time_limit)?;

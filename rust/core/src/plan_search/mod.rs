@@ -18,6 +18,7 @@
 
 mod clock;
 mod decide;
+mod free_ranges;
 mod greedy;
 mod instance;
 mod lowest;
