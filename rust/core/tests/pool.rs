@@ -434,6 +434,33 @@ fn slab_objects_freed_after_a_sample_never_count_in_a_later_peak() {
 }
 
 #[test]
+fn a_failed_batch_of_small_items_counts_what_was_free_before_it() {
+    // The slabs carved for the batch's small items counted as taken: a batch that ran a pool
+    // of 64 MiB out of room said the pool had 0 bytes free for it.
+    for size in [64, 512, 3000] {
+        let p = Pool::new(PoolConfig::new(64 * MIB).cores(2).backing(Backing::None)).unwrap();
+        let kept = p.alloc(5 * MIB, None, 0).unwrap();
+        let before = p.stats().bytes_free;
+        let n = 2 * before / size;
+        match p.alloc_many(&vec![size; n], None, 0) {
+            Err(Error::Batch { shortfall: Some(shortfall), .. }) => {
+                assert_eq!(shortfall.asked, n * size);
+                // The current slabs the batch carved stay with their cores (a few KiB each).
+                assert!(
+                    shortfall.free <= before && shortfall.free >= before - before / 16,
+                    "{size} B: {} free for the batch, {before} before it",
+                    shortfall.free
+                );
+            }
+            other => panic!("{size} B: {other:?}"),
+        }
+        assert_eq!(p.stats().blocks_in_use, 1);
+        p.free(kept).unwrap();
+        p.check().unwrap();
+    }
+}
+
+#[test]
 fn a_failed_batch_reports_the_pool_as_its_failing_item_found_it() {
     // Whole-chunk runs: 3 MiB takes two chunks of 2 MiB.
     let p = Pool::new(PoolConfig::new(8 * MIB).cores(1).run_tails(false)).unwrap();

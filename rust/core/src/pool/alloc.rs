@@ -224,8 +224,12 @@ impl Pool {
                     // The error describes the pool as this item found it: before the batch's
                     // places (not counted yet, so not in the counters) and regions go back.
                     let taken = placed.iter().fold(0usize, |sum, p| sum.saturating_add(p.block_bytes));
-                    let (error, free) = self.out_of_memory_beside(request, core, tag, taken);
+                    let error = self.out_of_memory_beside(request, core, tag, taken);
                     self.give_back_placed(&placed, &requests, core);
+                    // What was free for the batch: the bytes free with its places given back
+                    // (not those at the failure, which count the slabs carved for its small
+                    // items as taken), and the regions it added still there.
+                    let free = self.bytes_free_now();
                     self.trim_regions_since(regions_before.as_deref());
                     let asked = requests.iter().fold(0usize, |sum, r| sum.saturating_add(r.size));
                     let shortfall = (asked > free).then_some(Shortfall { asked, free });
@@ -425,28 +429,26 @@ impl Pool {
     /// them to the caller) for a request nothing could place.
     #[cold]
     pub(crate) fn out_of_memory(&self, request: &Request, core: usize, tag: u32) -> Error {
-        self.out_of_memory_beside(request, core, tag, 0).0
+        self.out_of_memory_beside(request, core, tag, 0)
     }
 
     /// [`Pool::out_of_memory`] beside `taken` bytes that the caller placed and has not counted
-    /// yet (a batch's earlier items): they are not free. Also returns the bytes free counting
-    /// them free (what was free for the caller's places and this request together).
+    /// yet (a batch's earlier items): they are not free.
     #[cold]
-    fn out_of_memory_beside(&self, request: &Request, core: usize, tag: u32, taken: usize) -> (Error, usize) {
+    fn out_of_memory_beside(&self, request: &Request, core: usize, tag: u32, taken: usize) -> Error {
         if DEFERRED.with(Cell::get) != Some(self.id) {
             self.counters.on_failed(core);
             self.trace.on_failed(core, request.size, request.align, tag);
         }
         // The peak is exact at a failure (as a statistics snapshot makes it).
         let free = self.sample_peak_and_bytes_free();
-        let error = Error::OutOfMemory {
+        Error::OutOfMemory {
             requested: request.size,
             bytes_free: free.saturating_sub(taken),
             largest_free_block: self.largest_free_after_failure(Some(request)),
             largest_region: self.largest_region(),
             unplaced_growth: self.take_unplaced_growth(),
-        };
-        (error, free)
+        }
     }
 
     /// The largest free block, right after an allocation failed (and gave back what cores held
