@@ -99,7 +99,14 @@ impl Regions {
 
     /// Whether `chunk` lies in a region.
     pub(crate) fn contains(table: &[(usize, usize)], chunk: usize) -> bool {
-        table.iter().any(|&(s, l)| chunk >= s && chunk < s + l)
+        Self::holding(table, chunk).is_some()
+    }
+
+    /// The region of `table` (sorted by start) that holds `chunk`, if any: one binary search.
+    fn holding(table: &[(usize, usize)], chunk: usize) -> Option<(usize, usize)> {
+        let after = table.partition_point(|&(s, _)| s <= chunk);
+        let &(s, l) = table[..after].last()?;
+        (chunk < s + l).then_some((s, l))
     }
 
     /// The regions now, in bytes, by offset.
@@ -225,18 +232,16 @@ impl Regions {
         parts.insert(at, (p.start, p.len));
     }
 
-    /// Drop the region that starts at chunk `start` from the table; returns the parts it was
-    /// made of (`(start, len)` in chunks, by start; none if no region starts there).
-    pub(crate) fn remove(&self, start: usize) -> Vec<(usize, usize)> {
-        let mut table = self.lock();
-        let Some(at) = table.iter().position(|&(s, _)| s == start) else { return Vec::new() };
-        let (_, len) = table.remove(at);
-        drop(table);
+    /// Drop the regions `gone` (withdrawn, and by start, as the table is) from the table, in
+    /// one pass however many go; returns the parts they were made of, by start.
+    pub(crate) fn remove(&self, gone: &[(usize, usize)]) -> Vec<(usize, usize)> {
+        let is_gone = |&(s, _): &(usize, usize)| Self::holding(gone, s).is_some();
+        self.lock().retain(|r| !is_gone(r));
         let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
-        let inside = |&(s, _): &(usize, usize)| s >= start && s < start + len;
-        let gone = parts.iter().copied().filter(inside).collect();
-        parts.retain(|part| !inside(part));
-        gone
+        let left = parts.iter().copied().filter(|p| !is_gone(p)).collect();
+        let removed = parts.iter().copied().filter(is_gone).collect();
+        *parts = left;
+        removed
     }
 }
 
@@ -394,9 +399,8 @@ mod tests {
             r.insert(&mut t, p);
         }
         *r.lock() = t;
-        for start in [4, 8, 12] {
-            assert_eq!(r.remove(start), vec![(start, 1)]);
-        }
+        assert_eq!(r.remove(&[(4, 1), (8, 1)]), vec![(4, 1), (8, 1)]);
+        assert_eq!(r.remove(&[(12, 1)]), vec![(12, 1)]);
         let mut t = r.lock().clone();
         assert_eq!(t, vec![(0, 1), (2, 1), (6, 1), (10, 1), (14, 1)]);
         assert_eq!(r.place(&t, 2, 1, 16, false), None, "no hole of four chunks");
@@ -405,7 +409,7 @@ mod tests {
         r.insert(&mut t, p);
         assert_eq!(t, vec![(0, 1), (2, 3), (6, 1), (10, 1), (14, 1)]);
         *r.lock() = t;
-        assert_eq!(r.remove(2), vec![(2, 1), (3, 2)], "one part per growth");
+        assert_eq!(r.remove(&[(2, 3)]), vec![(2, 1), (3, 2)], "one part per growth");
         assert_eq!(r.lock().clone(), vec![(0, 1), (6, 1), (10, 1), (14, 1)]);
     }
 }

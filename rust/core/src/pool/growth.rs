@@ -213,7 +213,7 @@ impl Pool {
         let g = &self.arena.geometry;
         let free = self.free_regions();
         let mut without: Vec<(usize, usize)> = regions.lock().clone();
-        without.retain(|r| !free.contains(r));
+        without.retain(|r| free.binary_search(r).is_err());
         let Some(placed) = regions.place(&without, need, align, g.chunks, true) else {
             let room = regions.room_chunks(&without);
             if need <= room {
@@ -231,9 +231,7 @@ impl Pool {
                 return Err(NoRoom::Raced);
             }
         }
-        for &(start, len) in &free {
-            self.let_go(start, len);
-        }
+        self.let_go(&free);
         Ok(placed)
     }
 
@@ -255,11 +253,12 @@ impl Pool {
     /// progress (which places its request before it lets go of the change lock) is never seen
     /// empty. Growths stay counted in `grow_events`; returns how many chunks went with them.
     pub(crate) fn trim_regions_since(&self, before: Option<&[(usize, usize)]>) -> usize {
-        match before {
-            Some(before) if self.arena.regions.lock().iter().any(|r| !before.contains(r)) => {
-                self.trim_regions_where(|region| !before.contains(&region))
-            }
-            _ => 0,
+        // `before` is sorted as the table is.
+        let new = |region: &(usize, usize)| before.is_some_and(|before| before.binary_search(region).is_err());
+        if self.arena.regions.lock().iter().any(new) {
+            self.trim_regions_where(|region| new(&region))
+        } else {
+            0
         }
     }
 
@@ -288,23 +287,24 @@ impl Pool {
         let regions = &self.arena.regions;
         let candidates: Vec<(usize, usize)> =
             regions.lock().iter().copied().filter(|&(s, l)| s != 0 && wanted((s, l))).collect();
-        let mut given_back = 0;
-        for (start, len) in candidates {
-            if self.arena.global.withdraw(start, len) {
-                self.let_go(start, len);
-                given_back += len;
-            }
-        }
-        given_back
+        let withdrawn: Vec<(usize, usize)> =
+            candidates.into_iter().filter(|&(start, len)| self.arena.global.withdraw(start, len)).collect();
+        self.let_go(&withdrawn);
+        withdrawn.iter().map(|&(_, len)| len).sum()
     }
 
-    /// Drop the withdrawn region of `len` chunks at chunk `start` from the table, its host
-    /// pages back to the host, and tell `on_trim`, once for each growth the region is made of.
-    fn let_go(&self, start: usize, len: usize) {
+    /// Drop the withdrawn regions `gone` (by start) from the table, their host pages back to
+    /// the host, and tell `on_trim`, once for each growth a region is made of.
+    fn let_go(&self, gone: &[(usize, usize)]) {
+        if gone.is_empty() {
+            return;
+        }
         let g = &self.arena.geometry;
-        let parts = self.arena.regions.remove(start);
+        let parts = self.arena.regions.remove(gone);
         if let Some(backing) = &self.arena.backing {
-            backing.discard(start * g.chunk_size, g.run_bytes(start, len));
+            for &(start, len) in gone {
+                backing.discard(start * g.chunk_size, g.run_bytes(start, len));
+            }
         }
         if let Some(hook) = GrowthHooks::get(&self.growth.on_trim) {
             for (start, len) in parts {
@@ -469,14 +469,17 @@ mod tests {
         assert_eq!(pool.stats().capacity, 32 * MIB);
         held.sort_by_key(|&h| pool.block(h).unwrap().offset);
         let mut kept = Vec::new();
+        let mut freed = Vec::new();
         for (i, h) in held.into_iter().enumerate() {
             if i % 2 == 0 && i > 0 {
+                freed.push((pool.block(h).unwrap().offset, 2 * MIB));
                 pool.free(h).unwrap();
             } else {
                 kept.push(h);
             }
         }
         pool.trim().unwrap();
+        assert_eq!(*trimmed.lock().unwrap(), freed, "every region freed goes, once, by offset");
         let before = pool.regions();
         assert!(before.windows(2).all(|w| w[1].offset - (w[0].offset + w[0].bytes) <= 3 * 2 * MIB), "{before:?}");
         assert_eq!(before.last().map(|r| r.offset + r.bytes), Some(62 * MIB), "one free chunk at the end: {before:?}");
