@@ -492,22 +492,36 @@ impl<'a> Model<'a> {
     /// those that move into it. Borrowed when no slab is left without objects.
     pub(crate) fn settled(&self, census: &Census, moves: &[&Piece]) -> Cow<'_, Model<'a>> {
         let g = self.geometry;
-        let inside = |v: &SlabView, offset: usize| (v.base..v.base + v.bytes).contains(&offset);
+        // The slabs moved whole, and each object move's two ends by offset (the move's
+        // place in `moves`, its source before its destination), so that each slab reads the
+        // moves inside it only.
+        let mut whole = Vec::new();
+        let mut ends: Vec<(usize, usize, bool)> = Vec::new();
+        for (i, p) in moves.iter().enumerate() {
+            match p.kind {
+                PieceKind::Slab { .. } => whole.push(p.from),
+                PieceKind::SlabObject { .. } => ends.extend([(p.from, 2 * i, false), (p.to, 2 * i + 1, true)]),
+                _ => {}
+            }
+        }
+        whole.sort_unstable();
+        ends.sort_unstable();
         let free_after = |v: &SlabView| -> Option<u64> {
+            if whole.binary_search(&v.base).is_ok() {
+                return None;
+            }
             let class = &self.classes[v.class];
+            let first = ends.partition_point(|e| e.0 < v.base);
+            let last = ends.partition_point(|e| e.0 < v.base + v.bytes);
+            let mut inside = ends[first..last].to_vec();
+            inside.sort_unstable_by_key(|&(_, order, _)| order);
             let mut free = v.free;
-            for p in moves {
-                match p.kind {
-                    PieceKind::Slab { .. } if p.from == v.base => return None,
-                    PieceKind::SlabObject { .. } => {
-                        if inside(v, p.from) {
-                            free |= class.index_of(p.from - v.base).map_or(0, |j| 1 << j);
-                        }
-                        if inside(v, p.to) {
-                            free &= !class.index_of(p.to - v.base).map_or(0, |j| 1 << j);
-                        }
-                    }
-                    _ => {}
+            for (offset, _, arrives) in inside {
+                let bit = class.index_of(offset - v.base).map_or(0, |j| 1 << j);
+                if arrives {
+                    free &= !bit;
+                } else {
+                    free |= bit;
                 }
             }
             Some(free)
