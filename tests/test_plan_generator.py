@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from npumem.plan import Problem, best_greedy, lower_bound
-from npumem.plan.generator import KINDS, MAX_BUFFERS, MIN_BUFFERS, instance, instance_set, spec
+from npumem.plan.generator import (
+    ALIGNMENTS,
+    KINDS,
+    MAX_BUFFERS,
+    MIN_BUFFERS,
+    instance,
+    instance_set,
+    spec,
+)
 
 TEST_SET = Path(__file__).resolve().parent / "data" / "generated" / "test"
 MIB = 1 << 20
@@ -44,3 +52,24 @@ def test_sets_are_disjoint_hard_and_the_kept_test_set_is_reproduced() -> None:
         instance_set("validation", 1)
     with pytest.raises(ValueError, match="unknown kind"):
         spec("spiral", 0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_aligned_instances_are_the_same_cuts_with_mixed_large_alignments(kind: str) -> None:
+    for seed in range(3):
+        plain = instance(kind, seed)
+        problem = instance(kind, seed, aligned=True)
+        assert problem.name == f"aligned-{kind}-{seed}"
+        assert [(b.lower, b.upper, b.size) for b in problem.buffers] == [
+            (b.lower, b.upper, b.size) for b in plain.buffers
+        ]
+        assert {b.alignment for b in problem.buffers} <= set(ALIGNMENTS)
+        assert len({b.alignment for b in problem.buffers}) >= 3
+        # The cut is an aligned packing at 1 MiB: the alignment bound cannot exceed it.
+        assert lower_bound(problem) == MIB
+        assert instance(kind, seed, aligned=True).to_csv() == problem.to_csv()  # deterministic
+
+
+def test_a_bad_aligned_flag_is_refused() -> None:
+    with pytest.raises(TypeError, match="aligned must be a bool, got 1"):
+        instance("skyline", 0, aligned=1)  # type: ignore[arg-type]

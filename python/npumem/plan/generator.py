@@ -17,6 +17,11 @@ to the whole run, some have buffers of 30-120 KiB living 2-5% of the run):
   make, with sizes and lifetimes within a factor of about four;
 * `skyline-mixed`: the same laying with sizes and lifetimes drawn on a log scale.
 
+With `aligned=True`, each buffer also gets an alignment drawn from `ALIGNMENTS` (64 B, 4 KiB,
+64 KiB, 1 MiB) among those that divide the byte start of its rectangle, so the cut is still a
+packing at the bound with every offset aligned: instances with mixed large alignments whose
+optimum is the capacity (the alignment bound is the capacity too).
+
 `instance()` is deterministic: the same kind, seed and size give the same problem on every
 machine (Python's `random.Random` with an integer seed).
 """
@@ -32,7 +37,7 @@ from npumem.plan.buffers import Buffer
 from npumem.plan.greedy import best_greedy
 from npumem.plan.problem import Problem
 
-__all__ = ["KINDS", "instance", "instance_set", "is_hard", "spec"]
+__all__ = ["ALIGNMENTS", "KINDS", "instance", "instance_set", "is_hard", "spec"]
 
 KINDS = ("guillotine", "skyline", "skyline-mixed")
 
@@ -41,6 +46,8 @@ GRID = 1024
 UNIT = 1024
 """Bytes per unit: the capacity is `GRID * UNIT` = 1 MiB."""
 MIN_BUFFERS, MAX_BUFFERS = 150, 450
+ALIGNMENTS = (64, 4 << 10, 64 << 10, 1 << 20)
+"""The alignments of `instance(..., aligned=True)`, in bytes."""
 
 
 def _guillotine(rng: random.Random, count: int) -> list[tuple[int, int, int, int]]:
@@ -124,9 +131,13 @@ def spec(kind: str, seed: int) -> tuple[str, int]:
     return kind, rng.randrange(MIN_BUFFERS + 20, MAX_BUFFERS - 40)
 
 
-def instance(kind: str, seed: int) -> Problem:
+def instance(kind: str, seed: int, *, aligned: bool = False) -> Problem:
     """One instance of `kind` (see `KINDS`): a perfect packing of 1 MiB x 1024 steps,
-    150-450 buffers, shuffled, named `{kind}-{seed}`."""
+    150-450 buffers, shuffled, named `{kind}-{seed}`. With `aligned`, the same buffers each
+    with an alignment of `ALIGNMENTS` that divides its byte start in the cut (drawn evenly
+    among those), named `aligned-{kind}-{seed}`."""
+    if not isinstance(aligned, bool):
+        raise TypeError(f"aligned must be a bool, got {shown(aligned)}")
     _, count = spec(kind, seed)
     attempt = 0
     scale = 1.6 if kind == "skyline-mixed" else 1.3  # the lay leaves narrow pieces: more of them
@@ -141,11 +152,24 @@ def instance(kind: str, seed: int) -> Problem:
         scale *= math.sqrt(len(rects) / count)
         attempt += 1
     rng.shuffle(rects)
+    if not aligned:
+        buffers = [
+            Buffer(str(i), t0 * UNIT, t1 * UNIT, (a1 - a0) * UNIT)
+            for i, (t0, t1, a0, a1) in enumerate(rects)
+        ]
+        return Problem(buffers, name=f"{kind}-{seed}")
+    pick = random.Random(f"{kind}/{seed}/align")
     buffers = [
-        Buffer(str(i), t0 * UNIT, t1 * UNIT, (a1 - a0) * UNIT)
+        Buffer(
+            str(i),
+            t0 * UNIT,
+            t1 * UNIT,
+            (a1 - a0) * UNIT,
+            alignment=pick.choice([g for g in ALIGNMENTS if a0 * UNIT % g == 0]),
+        )
         for i, (t0, t1, a0, a1) in enumerate(rects)
     ]
-    return Problem(buffers, name=f"{kind}-{seed}")
+    return Problem(buffers, name=f"aligned-{kind}-{seed}")
 
 
 def is_hard(problem: Problem) -> bool:
