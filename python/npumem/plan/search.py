@@ -30,8 +30,9 @@ Decision runs (`PackingInstance.decide`, after MiniMalloc's dynamic decompositio
     independent: the run splits there and packs each part on its own, failing as soon as one
     part fails, instead of backtracking through the other part's choices. Each part orders its
     children afresh (`HEURISTICS`: lifetime, area, and the most bytes still to place in the
-    buffer's sections, counted when the part starts). Parts already decided are remembered by
-    their buffers, their floors and the last offset, so a part met again is not searched again.
+    buffer's sections, counted when the part starts; led by the alignment where the part
+    mixes alignments). Parts already decided are remembered by their buffers, their floors and
+    the last offset, so a part met again is not searched again.
     Forced sections: at the lowest level a buffer can still start at, a section whose buffers
     could not all fit if none of them started there (the next start is at least a raw offset
     above the level, or the level plus the smallest buffer still to place that one would rest
@@ -289,7 +290,11 @@ the lifetime, `A` lifetime times size, `Z` the size, `T` the most bytes still to
 one of the buffer's sections, counted afresh in every part the search splits off. The flag:
 whether a forced section is the one the order's first child covers (else the one with the
 fewest children); the two choices fail on different instances, so each of MiniMalloc's three
-orders (`WAT`, `TAW`, `TWA`) runs with both."""
+orders (`WAT`, `TAW`, `TWA`) runs with both. In a part whose buffers do not all share one
+alignment, every order leads with `G`, the alignment: at one offset the most aligned buffer comes
+first. It has the fewest offsets it can take (a multiple of its alignment whose sections are all
+filled to it), and any other buffer placed there first and live with it pushes it up by a whole
+alignment; in a part of one alignment the key changes nothing, so those runs stay as they are."""
 
 BASE_NODES = 20_000
 """Nodes of the shortest descent run; run `k` gets `BASE_NODES` times the k-th Luby term."""
@@ -364,6 +369,8 @@ class _PartState:
     descents: int = 0
     probes: list[int] | None = None
     """Capacities still to probe in this pass."""
+    mixed: bool = False
+    """Whether the part's buffers have more than one alignment: its orders lead with `G`."""
 
 
 def check_time_limit(time_limit: object) -> None:
@@ -525,6 +532,7 @@ def solve(
                     ),
                     bound=comp.lower_bound,
                     base_rank=rank,
+                    mixed=len(set(comp.alignments)) > 1,
                 )
             )
     except _DeadlinePassed:
@@ -608,6 +616,8 @@ def solve(
         if probe < part.bound or probe >= part.arena:
             continue
         for keys, follow_order in HEURISTICS:
+            if part.mixed:
+                keys = "G" + keys
             remaining = deadline - time.perf_counter()
             if remaining <= 0 or (nodes_left is not None and nodes_left <= 0):
                 break

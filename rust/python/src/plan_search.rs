@@ -77,8 +77,9 @@ impl PackingInstance {
 
     /// One decision run at `capacity`: returns `("found" | "exhausted" | "stopped", offsets or
     /// None, nodes)`. `keys` are letters of `W` (width), `A` (area), `T` (total), `Z` (size),
-    /// `C` (sections), compared largest first, then `rank`. With `follow_order`, a forced section
-    /// is chosen by the order's first child instead of by the fewest children.
+    /// `C` (sections), `G` (alignment), compared largest first, then `rank`. With
+    /// `follow_order`, a forced section is chosen by the order's first child instead of by the
+    /// fewest children.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (keys, widths, rank, capacity, node_limit, time_limit, follow_order=false))]
     fn decide(
@@ -103,7 +104,7 @@ impl PackingInstance {
         let keys = keys
             .chars()
             .map(|c| {
-                Key::from_letter(c).ok_or_else(|| PackingError(format!("unknown order key {c:?} (W, A, T, Z or C)")))
+                Key::from_letter(c).ok_or_else(|| PackingError(format!("unknown order key {c:?} (W, A, T, Z, C or G)")))
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(errors::plan_search)?;

@@ -43,10 +43,13 @@ pub enum Key {
     Size,
     /// Number of sections the buffer is live in.
     Sections,
+    /// Alignment in bytes.
+    Alignment,
 }
 
 impl Key {
-    /// The key of one letter of MiniMalloc's notation: `W`, `A`, `T`, `Z` or `C`.
+    /// The key of one letter of MiniMalloc's notation, `W`, `A`, `T`, `Z` or `C`, or `G` (the
+    /// alignment, which MiniMalloc's orders do not use).
     pub fn from_letter(letter: char) -> Option<Self> {
         match letter {
             'W' => Some(Self::Width),
@@ -54,6 +57,7 @@ impl Key {
             'T' => Some(Self::Total),
             'Z' => Some(Self::Size),
             'C' => Some(Self::Sections),
+            'G' => Some(Self::Alignment),
             _ => None,
         }
     }
@@ -244,6 +248,7 @@ impl Decider<'_> {
                 Key::Total => total,
                 Key::Size => inst.sizes[q],
                 Key::Sections => u64::from(inst.sec_hi[q] - inst.sec_lo[q]),
+                Key::Alignment => inst.align_mask[q] + 1,
             }
         };
         let with_total = keys.contains(&Key::Total);
@@ -767,6 +772,43 @@ mod tests {
         assert!(forced_nodes < plain_nodes, "{forced_nodes} nodes with forced sections, {plain_nodes} without");
         // A child the room cutoff skips would fail at its first check: never more nodes.
         assert!(cut_nodes < plain_nodes, "{cut_nodes} nodes with the room cutoff, {plain_nodes} without");
+    }
+
+    #[test]
+    fn orders_led_by_the_alignment_agree_with_the_plain_search() {
+        // Exhaustive runs: the order of the children changes which packing is found first,
+        // never whether one exists. The alignment key must also act: at offset 0 the most
+        // aligned buffer comes first.
+        assert_eq!(Key::from_letter('G'), Some(Key::Alignment));
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        let mut found_first = 0;
+        for _ in 0..200 {
+            let n = 3 + rng.below(6) as usize;
+            let buffers: Vec<(u32, u32, u64)> = (0..n)
+                .map(|_| {
+                    let lo = rng.below(5) as u32;
+                    (lo, lo + 1 + rng.below(4) as u32, 1 + rng.below(9))
+                })
+                .collect();
+            let alignments: Vec<u64> = (0..n).map(|_| 1 << rng.below(4)).collect();
+            let inst = aligned(&buffers, &alignments);
+            let rank: Vec<u32> = (0..n as u32).collect();
+            let bound = live_bytes_bound(&buffers);
+            for capacity in bound..bound + 6 {
+                let led = decide(&inst, &order(&rank, "GWAT"), capacity, u64::MAX, None);
+                let without = decide(&inst, &plain(order(&rank, "WAT")), capacity, u64::MAX, None);
+                assert_eq!(led.verdict, without.verdict, "{buffers:?} {alignments:?} at {capacity}");
+                if let Some(offsets) = led.offsets {
+                    check(&buffers, &offsets, capacity);
+                    assert!(offsets.iter().zip(&alignments).all(|(o, a)| o % a == 0));
+                }
+            }
+            let most = *alignments.iter().max().unwrap();
+            let wide = decide(&inst, &order(&rank, "G"), u64::MAX, u64::MAX, None);
+            let offsets = wide.offsets.expect("a packing without a limit");
+            found_first += usize::from((0..n).any(|q| alignments[q] == most && offsets[q] == 0));
+        }
+        assert_eq!(found_first, 200, "a buffer of the largest alignment at offset 0 every time");
     }
 
     /// A perfect packing of `steps` x `height` cut straight across, again and again, into
