@@ -72,7 +72,7 @@ demo: develop ## Run the main job: the built-in demo workload (npumem demo)
 	$(BIN)/npumem demo
 
 .PHONY: test
-test: test-builds test-rust test-loom test-python docs ## Every test: Rust unit and stress, loom models, pytest (with the browser test), stubtest, the docs build
+test: test-builds test-rust test-loom test-python docs lint ## Every test: Rust unit and stress, loom models, pytest (with the browser test), stubtest, the docs build, and the lints
 
 # The builds of `make test` carry no debug information: it takes a quarter of their compile
 # time (125 s against 94 s for npumem-core's tests on 2 cores), and no test reads it. The
