@@ -553,6 +553,78 @@ def test_ctrl_c_in_on_trim_on_the_main_thread_comes_again_once_the_trim_returns(
     _spin()  # delivered once, not again
 
 
+def test_a_kept_ctrl_c_waits_for_the_outermost_call_not_a_call_inside_a_later_on_trim() -> None:
+    # The next on_trim called the binding (here the planner), and the Ctrl-C the first one kept
+    # came as that call returned: the second region was never unmapped.
+    from npumem.plan import Buffer, Problem
+    from npumem.plan.greedy import linear_scan
+
+    calls: list[tuple[str, int]] = []
+
+    def on_trim(offset: int, nbytes: int) -> None:
+        calls.append(("start", offset))
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        linear_scan(Problem([Buffer("x", 0, 1, 8)]))
+        _spin()
+        calls.append(("unmapped", offset))
+
+    pool = _pool_with_two_free_regions(on_trim)
+    with pytest.raises(KeyboardInterrupt):
+        pool.trim()
+        _spin()
+    assert [what for what, _ in calls] == ["start", "start", "unmapped"], calls
+    assert pool.regions() == [(0, 2 * MIB)]
+
+
+def test_a_ctrl_c_in_on_trim_under_a_c_callers_allocation_is_reported_not_kept() -> None:
+    # A growth at the limit that a C caller's allocation made (no binding call around it) kept
+    # the Ctrl-C with nothing to deliver it, and a later, unrelated call raised it.
+    import ctypes
+
+    from npumem import clib
+    from npumem.plan import Buffer, Problem
+    from npumem.plan.greedy import linear_scan
+
+    def interrupted(offset: int, nbytes: int) -> None:
+        raise KeyboardInterrupt
+
+    pool = npumem.Pool(
+        2 * MIB, max_capacity=6 * MIB, grow_by=2 * MIB, backing="none", on_trim=interrupted
+    )
+    blocks = [pool.alloc(2 * MIB) for _ in range(3)]
+    for b in blocks[1:]:
+        b.free()
+    lib = ctypes.CDLL(clib.get_library())
+    lib.npumem_alloc_raw.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_uint64),
+    ]
+    reported: list[BaseException | None] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda info: reported.append(info.exc_value)
+    offset = ctypes.c_size_t()
+    capsule = pool.c_pool()  # keeps the C handle alive while its pointer is used
+    try:
+        status = lib.npumem_alloc_raw(
+            clib.capsule_pointer(capsule), 4 * MIB, 0, ctypes.byref(offset), None
+        )
+        _spin()
+        linear_scan(Problem([Buffer("x", 0, 1, 8)]))  # an unrelated binding call
+        _spin()
+    finally:
+        sys.unraisablehook = hook
+    assert status == 0, "the growth at the limit gave back the free regions and grew"
+    assert len(reported) >= 1 and all(isinstance(e, KeyboardInterrupt) for e in reported)
+    lib.npumem_free_raw.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    assert lib.npumem_free_raw(clib.capsule_pointer(capsule), offset.value, 4 * MIB) == 0
+    blocks[0].free()
+    pool.check()
+
+
 def test_an_interrupt_in_on_trim_that_no_signal_can_deliver_is_reported() -> None:
     # Off the main thread (no signal handler runs there), or with SIGINT ignored, a
     # KeyboardInterrupt in on_trim cannot come again as a signal: it is reported as before.

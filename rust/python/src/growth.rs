@@ -2,7 +2,7 @@
 //! region hooks, and the exception an `on_grow` raised becomes the `__cause__` of the
 //! `OutOfMemoryError` of the allocation it failed (a `KeyboardInterrupt` or `SystemExit` is
 //! raised as it is); an `on_trim`'s goes to `sys.unraisablehook`, except a Ctrl-C on the main
-//! thread, which comes again once the call that trimmed returns ([`defer_ctrl_c`]).
+//! thread, which comes again once the call that trimmed returns (`gil::defer_ctrl_c`).
 //!
 //! A hook runs on the allocating (or trimming) thread, with the GIL taken for the call; the
 //! exception waits in a thread-local slot until the failed allocation reaches Python. An
@@ -19,11 +19,12 @@ use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 
 use npumem_core::RegionHook;
-use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{caused_by, error, ErrorClass};
+use crate::gil;
 use crate::user_code;
 
 thread_local! {
@@ -31,9 +32,6 @@ thread_local! {
     static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
     /// How many region hooks this thread is running (one inside another's pool's hook).
     static IN_HOOK: Cell<usize> = const { Cell::new(0) };
-    /// A Ctrl-C that an `on_trim` raised, to come again once the call returns
-    /// ([`defer_ctrl_c`]).
-    static CTRL_C: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether this thread runs a region hook now (an allocation inside it asks no handler).
@@ -122,7 +120,7 @@ fn hook(slot: &Slot, callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResul
                 Err(err) => {
                     let message = err.to_string();
                     if trims {
-                        if !defer_ctrl_c(py, &err) {
+                        if !gil::defer_ctrl_c(py, &err) {
                             err.write_unraisable(py, Some(callable.bind(py)));
                         }
                     } else {
@@ -134,42 +132,6 @@ fn hook(slot: &Slot, callable: Option<&Bound<'_, PyAny>>, name: &str) -> PyResul
         })
     });
     Ok(Some(hook))
-}
-
-/// For a `KeyboardInterrupt` that an `on_trim` raised on the main thread while Python handles
-/// SIGINT (a Ctrl-C that came while the hook ran): keep it for [`deliver_deferred_ctrl_c`],
-/// which makes the interpreter act as if the signal came again once the call that trimmed
-/// returns to Python (its handler runs then, raising `KeyboardInterrupt` by default). Not at
-/// once: the signal would interrupt the trim's next hook before it could unmap its region.
-/// Returns whether it kept it; any other exception (or one on another thread, where no signal
-/// handler runs) is left to the caller.
-fn defer_ctrl_c(py: Python<'_>, err: &PyErr) -> bool {
-    if !err.is_instance_of::<PyKeyboardInterrupt>(py) {
-        return false;
-    }
-    let handled = || -> PyResult<bool> {
-        let threading = py.import("threading")?;
-        if !threading.call_method0("current_thread")?.is(&threading.call_method0("main_thread")?) {
-            return Ok(false);
-        }
-        let signal = py.import("signal")?;
-        // `SIG_DFL` and `SIG_IGN` are no callables: then a signal would not reach Python.
-        Ok(signal.call_method1("getsignal", (signal.getattr("SIGINT")?,))?.is_callable())
-    };
-    if !handled().unwrap_or(false) {
-        return false;
-    }
-    CTRL_C.with(|deferred| deferred.set(true));
-    true
-}
-
-/// Deliver the Ctrl-C that [`defer_ctrl_c`] kept on this thread, if any: called with the GIL
-/// once the core work that ran the hooks is done.
-pub(crate) fn deliver_deferred_ctrl_c(_py: Python<'_>) {
-    if CTRL_C.with(|deferred| deferred.replace(false)) {
-        // SAFETY: the GIL is held (`_py`), as the function requires.
-        unsafe { pyo3::ffi::PyErr_SetInterrupt() };
-    }
 }
 
 /// Whether this thread's last failing `on_grow` raised an exception that is no `Exception`
