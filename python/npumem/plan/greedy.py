@@ -129,13 +129,14 @@ def linear_scan(problem: Problem, *, deadline: float | None = None) -> list[int]
     buffer; a buffer's range is free again once it ends. Always valid (of two buffers live at
     the same time, the later one is placed while the earlier one is live). The free ranges are
     kept by address and by length class (the floor of the length's base-2 logarithm): a
-    buffer's search skips the classes too short for it and takes the lowest range of each
-    class that surely holds it, so the time is O(n log n) plus the ranges of its own class
-    (or, with a large alignment, the next) that it looks at and that are too short. Once
-    `deadline` (a `time.perf_counter()` value) has passed, a search looks at 64 such ranges
-    at most, then at the lowest range of each longer class only: a buffer may go higher than
-    the lowest range that holds it, but not on top while a longer class has a range. Runs in
-    the core (`PlanTimeline.linear_scan`). A buffer placed
+    buffer's search skips the classes too short for it, takes the lowest range of the classes
+    whose every range holds it (at least its size plus its alignment long), and below that
+    walks the classes in between, so the time is O(n log n) plus the ranges there that it
+    looks at and that are too short. Once `deadline` (a `time.perf_counter()` value) has
+    passed, a search looks at 64 such ranges at most, then at the lowest range of each class
+    in between only: a buffer may go higher than the lowest range that holds it, but not on
+    top while a range surely holds it. Runs in the core (`PlanTimeline.linear_scan`). A
+    buffer placed
     beyond what a plan addresses (the buffers need more than that together) gets `BEYOND`."""
     offsets = problem.timeline.linear_scan(_seconds_left(deadline))
     if min(offsets, default=0) < 0:  # the core's -1: beyond 64-bit signed offsets

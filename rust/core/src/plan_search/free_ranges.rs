@@ -2,10 +2,11 @@
 //! never touching, all below the top of what is placed. They are kept by start (to join a
 //! range freed with the ones it touches) and by *length class*, the floor of the length's
 //! base-2 logarithm (to find the lowest range that holds a buffer without walking the shorter
-//! ones), with each class's lowest start at hand. Every change takes O(log n) steps; a search
-//! takes a step per class and O(log n) more for each class whose ranges may be too short for
-//! the buffer (its own, or one just above when its alignment may leave too little), plus a
-//! step for each range there that it looks at and that does not hold it.
+//! ones), with each class's lowest start at hand. Every change takes O(log n) steps. A search
+//! takes a step per class, then walks, below the lowest range of the classes that surely hold
+//! the buffer, the classes whose ranges may be too short for it (its own class up to the one
+//! of its size plus its alignment): O(log n) for each, plus a step for each range there that
+//! it looks at and that does not hold it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -98,29 +99,32 @@ impl FreeRanges {
     }
 
     /// The lowest range that holds `size` bytes from a multiple of `mask + 1`, and the
-    /// buffer's start there. Each class from `size`'s own up that has a range below the lowest
-    /// found so far gives the lowest of its ranges that holds the buffer: in a class whose
-    /// shortest range holds it even at the worst alignment, its first range, known without a
-    /// search; in a shorter one, the first that holds it of its ranges in address order. With `misses`,
-    /// at most that many ranges that do not hold it are looked at in all; once they are used
-    /// up, each class is looked at only at its first range, so the answer may be a higher
-    /// range than the lowest that holds the buffer, or none when one exists.
+    /// buffer's start there. Every range of a class whose shortest range holds the buffer even
+    /// at the worst alignment (a *sure* class) holds it: the lowest of those is known without a
+    /// search. Then each shorter class from `size`'s own up that has a range below the lowest
+    /// found so far gives the first of its ranges in address order that holds the buffer, up
+    /// to that lowest. With `misses`, at most that many ranges that do not hold it are looked
+    /// at in all; once they are used up, each class is looked at only at its first range, so
+    /// the answer may be a higher range than the lowest that holds the buffer, but never none
+    /// while a sure class has a range.
     pub(crate) fn lowest_fit(&self, size: u64, mask: u64, mut misses: Option<usize>) -> Option<Fit> {
         // Every range of this class or a longer one holds the buffer: it is at least
         // `size + mask` long, and an aligned start is at most `mask` bytes into it.
         let sure = size.checked_add(mask).and_then(u64::checked_next_power_of_two).map_or(CLASSES, class_of);
+        let from = |class: usize| if class >= CLASSES { 0 } else { self.classes & !((1u64 << class) - 1) };
         let mut best: Option<Fit> = None;
-        let mut classes = self.classes & !((1u64 << class_of(size)) - 1);
+        let mut sure_classes = from(sure);
+        while sure_classes != 0 {
+            let c = sure_classes.trailing_zeros() as usize;
+            sure_classes &= sure_classes - 1;
+            if best.is_none_or(|b| self.lowest[c] < b.range) {
+                best = Some(Fit { range: self.lowest[c], start: align_up(self.lowest[c], mask) });
+            }
+        }
+        let mut classes = from(class_of(size)) & !from(sure);
         while classes != 0 {
             let c = classes.trailing_zeros() as usize;
             classes &= classes - 1;
-            if best.is_some_and(|b| self.lowest[c] >= b.range) {
-                continue;
-            }
-            if c >= sure {
-                best = Some(Fit { range: self.lowest[c], start: align_up(self.lowest[c], mask) });
-                continue;
-            }
             for &(lo, hi) in &self.by_class[c] {
                 if best.is_some_and(|b| lo >= b.range) {
                     break;
