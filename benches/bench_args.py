@@ -22,6 +22,14 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+def seed(text: str) -> int:
+    """A seed of the planner's search: a whole number from 0 to 2^64 - 1."""
+    value = non_negative_int(text)
+    if value >= 1 << 64:
+        raise argparse.ArgumentTypeError(f"must be at most 2^64 - 1, got {text!r}")
+    return value
+
+
 def positive_int_at_most(most: int) -> Callable[[str], int]:
     """An argument type: a whole number from 1 to `most`."""
 

@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from bench_args import non_negative_int, positive_float, positive_int
+from bench_args import non_negative_int, positive_float, positive_int, seed
 from npumem.plan import lower_bound, solve
 from npumem.plan.generator import KINDS, instance
 
@@ -42,7 +42,7 @@ def main() -> int:
     parser.add_argument("--count", type=positive_int, default=24, help="instances (default 24)")
     parser.add_argument("--first-seed", type=non_negative_int, default=0)
     parser.add_argument("--time-limit", type=positive_float, default=2.0, help="seconds a solve")
-    parser.add_argument("--seed", type=non_negative_int, default=0, help="the search's seed")
+    parser.add_argument("--seed", type=seed, default=0, help="the search's seed")
     parser.add_argument("--kinds", type=kinds, default=list(KINDS))
     args = parser.parse_args()
 

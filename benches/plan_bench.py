@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 from bench_args import (
-    non_negative_int,
     positive_float,
     positive_int,
     read_write_target,
+    seed,
     write_target,
 )
 from npumem.plan import Buffer, Problem, best_greedy, lower_bound, plan_buckets, solve
@@ -312,7 +312,7 @@ PARTS = {"suite": suite, "sets": generated_sets, "networks": networks, "scale": 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--time-limit", type=positive_float, default=10.0)
-    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run")
     parser.add_argument("--set", action="append", choices=("train", "test"))
     parser.add_argument(

@@ -26,6 +26,8 @@ BAD = [
     ("plan_aligned.py", ["--count", "0"], "--count"),
     ("plan_aligned.py", ["--time-limit", "nan"], "--time-limit"),
     ("plan_aligned.py", ["--kinds", "spiral"], "--kinds"),
+    ("plan_aligned.py", ["--seed", str(1 << 64)], "--seed"),
+    ("plan_bench.py", ["--seed", str(1 << 64)], "--seed"),
     ("scale_checks.py", ["--scale", "0"], "--scale"),
     ("scale_checks.py", ["--scale", "17"], "--scale"),
     ("scale_checks.py", ["--only", "bogus"], "--only"),
