@@ -271,3 +271,37 @@ def test_the_cyclic_collector_is_off_while_a_mover_runs_and_as_it_was_after(
     finally:
         if was:
             gc.enable()
+
+
+def test_the_collector_stays_off_until_the_last_of_two_compactions_with_movers_ends() -> None:
+    # The collector is the process's: the first compaction to end turned it back on while
+    # the other's mover still ran.
+    import gc
+
+    first, first_mirror, _ = device_pool()
+    second, second_mirror, _ = device_pool()
+    second_in, first_done = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def first_mover(transfers: Sequence[tuple[int, int, int]]) -> None:
+        assert second_in.wait(10)
+        first_mirror(transfers)
+
+    def second_mover(transfers: Sequence[tuple[int, int, int]]) -> None:
+        second_in.set()
+        assert first_done.wait(10)
+        seen.append(gc.isenabled())
+        second_mirror(transfers)
+
+    def compact(pool: npumem.Pool, mover: Callable[[Sequence[tuple[int, int, int]]], None]) -> None:
+        with pool.pause() as pause:
+            pool.compact_step(pause, "full", mover=mover)
+
+    assert gc.isenabled()
+    other = threading.Thread(target=compact, args=(second, second_mover))
+    other.start()
+    compact(first, first_mover)
+    first_done.set()
+    other.join(10)
+    assert seen and not any(seen), "off while the second mover runs"
+    assert gc.isenabled(), "on again once both ended"

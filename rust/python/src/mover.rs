@@ -10,7 +10,8 @@
 use npumem_core::{Error, Mover, Transfer};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyModule};
+use pyo3::types::PyList;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::errors::{caused_by, to_py};
 use crate::gil::interruptible;
@@ -43,21 +44,36 @@ where
 /// unless it was off already). The moves run under the pool's pause, and a collection reads
 /// every object the process tracks: with 400,000 live blocks, one that the mover's calls
 /// happened to trigger took 457 ms of a 516-830 ms pause. Off, the collection comes at the
-/// first allocation that triggers it after the moves.
-struct CollectorOff<'py>(Option<Bound<'py, PyModule>>);
+/// first allocation that triggers it after the moves. The collector is the process's: the
+/// first of the calls with a mover running at once (on any thread, or one inside another's
+/// mover) turns it off if it was on, and the last to end turns it back on then.
+struct CollectorOff<'py>(Python<'py>);
+
+/// Calls with a mover running now, and whether the first of them turned the collector off.
+/// Changed with the GIL held only.
+static MOVING: AtomicUsize = AtomicUsize::new(0);
+static TURNED_OFF: AtomicBool = AtomicBool::new(false);
 
 impl<'py> CollectorOff<'py> {
     fn new(py: Python<'py>) -> Self {
-        let on = |gc: &Bound<'py, PyModule>| gc.call_method0("isenabled").and_then(|on| on.is_truthy());
-        let gc = py.import("gc").ok().filter(|gc| on(gc).unwrap_or(false));
-        CollectorOff(gc.filter(|gc| gc.call_method0("disable").is_ok()))
+        if MOVING.fetch_add(1, Ordering::Relaxed) == 0 {
+            let gc = py.import("gc");
+            let on = gc
+                .as_ref()
+                .is_ok_and(|gc| gc.call_method0("isenabled").is_ok_and(|on| on.is_truthy().unwrap_or(false)));
+            let off = on && gc.is_ok_and(|gc| gc.call_method0("disable").is_ok());
+            TURNED_OFF.store(off, Ordering::Relaxed);
+        }
+        CollectorOff(py)
     }
 }
 
 impl Drop for CollectorOff<'_> {
     fn drop(&mut self) {
-        if let Some(gc) = &self.0 {
-            let _ = gc.call_method0("enable");
+        if MOVING.fetch_sub(1, Ordering::Relaxed) == 1 && TURNED_OFF.swap(false, Ordering::Relaxed) {
+            if let Ok(gc) = self.0.import("gc") {
+                let _ = gc.call_method0("enable");
+            }
         }
     }
 }
