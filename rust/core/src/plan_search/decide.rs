@@ -651,7 +651,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan_search::test_instances::{aligned, instance, Rng};
+    use crate::plan_search::test_instances::{aligned, instance, random_buffers, Rng};
 
     fn order(rank: &[u32], keys: &str) -> Order {
         Order::new(
@@ -731,12 +731,7 @@ mod tests {
         let (mut forced_nodes, mut cut_nodes, mut plain_nodes, mut infeasible) = (0, 0, 0, 0);
         for _ in 0..400 {
             let n = 4 + rng.below(6) as usize;
-            let buffers: Vec<(u32, u32, u64)> = (0..n)
-                .map(|_| {
-                    let lo = rng.below(6) as u32;
-                    (lo, lo + 1 + rng.below(4) as u32, 1 + rng.below(9))
-                })
-                .collect();
+            let buffers = random_buffers(&mut rng, n, 6);
             let alignments: Vec<u64> = (0..n).map(|_| 1 << rng.below(3)).collect();
             let inst = aligned(&buffers, &alignments);
             let rank: Vec<u32> = (0..n as u32).collect();
@@ -784,12 +779,7 @@ mod tests {
         let mut found_first = 0;
         for _ in 0..200 {
             let n = 3 + rng.below(6) as usize;
-            let buffers: Vec<(u32, u32, u64)> = (0..n)
-                .map(|_| {
-                    let lo = rng.below(5) as u32;
-                    (lo, lo + 1 + rng.below(4) as u32, 1 + rng.below(9))
-                })
-                .collect();
+            let buffers = random_buffers(&mut rng, n, 5);
             let alignments: Vec<u64> = (0..n).map(|_| 1 << rng.below(4)).collect();
             let inst = aligned(&buffers, &alignments);
             let rank: Vec<u32> = (0..n as u32).collect();

@@ -285,7 +285,7 @@ mod tests {
     use super::*;
     use crate::plan_search::decide::{decide, Key, Order, Verdict};
     use crate::plan_search::instance::MAX_SPAN;
-    use crate::plan_search::test_instances::{instance, Rng};
+    use crate::plan_search::test_instances::{instance, random_buffers, Rng};
 
     fn limits(capacity: u64, target: u64) -> Limits {
         Limits { capacity, target, node_limit: u64::MAX, deadline: None }
@@ -340,12 +340,7 @@ mod tests {
         let mut rng = Rng(0x5851_f42d_4c95_7f2d);
         for _ in 0..300 {
             let n = 3 + rng.below(7) as usize;
-            let buffers: Vec<(u32, u32, u64)> = (0..n)
-                .map(|_| {
-                    let lo = rng.below(6) as u32;
-                    (lo, lo + 1 + rng.below(4) as u32, 1 + rng.below(9))
-                })
-                .collect();
+            let buffers = random_buffers(&mut rng, n, 6);
             let inst = instance(&buffers);
             let rank: Vec<u32> = (0..n as u32).collect();
             let out = search(&inst, &rank, &limits(u64::MAX / 2, 0));

@@ -42,3 +42,14 @@ impl Rng {
         (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) % n
     }
 }
+
+/// `n` random buffers for the searches' tests: each starts at one of the first `starts` steps,
+/// lives 1 to 4 steps and takes 1 to 9 bytes.
+pub(crate) fn random_buffers(rng: &mut Rng, n: usize, starts: u64) -> Vec<(u32, u32, u64)> {
+    (0..n)
+        .map(|_| {
+            let lo = rng.below(starts) as u32;
+            (lo, lo + 1 + rng.below(4) as u32, 1 + rng.below(9))
+        })
+        .collect()
+}
